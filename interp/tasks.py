@@ -1,0 +1,539 @@
+"""Seeded synthetic tasks for training and probing toy transformers.
+
+Every task works on token ids only (no tokenizer) and yields `Batch`es:
+`tokens` [batch, pos] and `loss_mask` [batch, pos - 1], which marks the next-token
+predictions that count (prediction at position p is for token p + 1).
+
+Train and eval data come from different seed streams: `split_generator(seed, "eval")`
+never yields the same random numbers as `split_generator(seed, "train")`.
+
+    task = InductionTask(d_vocab=64, n_ctx=48)
+    for step, batch in zip(range(1000), task.batches(batch_size=32, seed=0)):
+        loss = model(batch.tokens, return_type="loss", loss_per_token=True)  # [batch, pos-1]
+        batch.masked_mean(loss).backward()
+
+`IOIPrompts` is the prompt type shared by the toy IOI task below and the text IOI
+dataset built for pretrained models (circuits.ioi.dataset).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+SPLITS = ("train", "eval")
+IOI_POSITION_KEYS = ("IO", "S1", "S1+1", "S2", "END")
+IOI_ORDERS = ("ABBA", "BABA")
+
+
+def split_generator(seed: int, split: str = "train") -> torch.Generator:
+    """A CPU torch.Generator for (seed, split); distinct pairs give distinct streams."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return torch.Generator().manual_seed(seed * len(SPLITS) + SPLITS.index(split))
+
+
+def _as_generator(generator: torch.Generator | int | None) -> torch.Generator:
+    if isinstance(generator, torch.Generator):
+        return generator
+    if generator is None:
+        return torch.Generator().manual_seed(int(torch.randint(2**62, (1,))))
+    return torch.Generator().manual_seed(generator)
+
+
+def _random_tokens(
+    shape: tuple[int, ...],
+    d_vocab: int,
+    generator: torch.Generator,
+    exclude: int | None,
+) -> Tensor:
+    """Uniform token ids in [0, d_vocab), skipping `exclude` (e.g. the BOS id)."""
+    if exclude is None:
+        return torch.randint(d_vocab, shape, generator=generator)
+    if not 0 <= exclude < d_vocab:
+        raise ValueError(f"bos={exclude} must be a token id in [0, d_vocab={d_vocab})")
+    tokens = torch.randint(d_vocab - 1, shape, generator=generator)
+    return tokens + (tokens >= exclude).long()
+
+
+@dataclass
+class Batch:
+    """A training batch: tokens [batch, pos]; loss_mask [batch, pos-1] (bool) marks counted predictions."""
+
+    tokens: Tensor
+    loss_mask: Tensor
+
+    def __post_init__(self):
+        batch, pos = self.tokens.shape
+        if self.loss_mask.shape != (batch, pos - 1) or self.loss_mask.dtype != torch.bool:
+            raise ValueError(
+                f"loss_mask must be a bool tensor of shape [batch, pos-1] = {(batch, pos - 1)}, "
+                f"got {self.loss_mask.dtype} {tuple(self.loss_mask.shape)}"
+            )
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.tokens.to(device), self.loss_mask.to(device))
+
+    def masked_mean(self, per_token: Tensor) -> Tensor:
+        """Mean of per-token values [batch, pos-1] (e.g. loss_per_token=True) over counted predictions."""
+        return per_token[self.loss_mask].mean()
+
+
+class Task:
+    """A seeded batch generator. Subclasses set `d_vocab`, `n_ctx` (tokens per row) and `sample`."""
+
+    d_vocab: int
+    n_ctx: int
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        raise NotImplementedError
+
+    def batches(self, batch_size: int, seed: int = 0, split: str = "train") -> Iterator[Batch]:
+        """Endless stream of batches from the (seed, split) stream."""
+        generator = split_generator(seed, split)
+        while True:
+            yield self.sample(batch_size, generator)
+
+    def eval_batch(self, batch_size: int, seed: int = 0) -> Batch:
+        """A fixed batch from the eval stream (disjoint seed stream from training)."""
+        return self.sample(batch_size, split_generator(seed, "eval"))
+
+
+# ---------------------------------------------------------------- induction
+
+
+def repeated_sequences(
+    d_vocab: int,
+    seq_len: int,
+    batch: int,
+    generator: torch.Generator | int | None = None,
+    bos: int | None = 0,
+) -> Tensor:
+    """[BOS] r_1..r_n r_1..r_n: random tokens repeated once. Returns [batch, 1 + 2 * seq_len].
+
+    Random tokens are uniform over the vocabulary except `bos` (1..d_vocab-1 for bos=0).
+    With bos=None there is no BOS and the shape is [batch, 2 * seq_len].
+    `generator` may be a torch.Generator, an int seed, or None (fresh seed).
+    """
+    if seq_len < 1 or batch < 1:
+        raise ValueError(f"seq_len and batch must be >= 1, got seq_len={seq_len}, batch={batch}")
+    if d_vocab < 2:
+        raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
+    half = _random_tokens((batch, seq_len), d_vocab, _as_generator(generator), bos)
+    tokens = torch.cat([half, half], dim=1)
+    if bos is None:
+        return tokens
+    return torch.cat([torch.full((batch, 1), bos), tokens], dim=1)
+
+
+def repeated_sequence_masks(seq_len: int, has_bos: bool = True) -> tuple[Tensor, Tensor]:
+    """(first_half, second_half) bool masks [pos-1] over the predictions of `repeated_sequences`.
+
+    first_half marks the predictions of r_2..r_n in the first copy, second_half those of
+    r_2..r_n in the second copy (the ones an induction head can make). The predictions of
+    r_1 are in neither: they are random in both copies. Both masks have seq_len - 1 entries.
+    Use as `loss_per_token[:, second_half].mean()`.
+    """
+    offset = int(has_bos)
+    predictions = torch.arange(offset + 2 * seq_len - 1)  # position p predicts token p+1
+    first_half = (predictions >= offset) & (predictions <= offset + seq_len - 2)
+    second_half = predictions >= offset + seq_len
+    return first_half, second_half
+
+
+class InductionTask(Task):
+    """Random tokens with one span copied later in the sequence, so induction heads help.
+
+    Each row: BOS, uniform random tokens, and a span of length m (uniform in
+    [min_span, max_span]) copied to a later, non-overlapping place; start, gap and m vary
+    per row so that fixed positional offsets do not solve the task. loss_mask marks the
+    predictions of the copy's tokens 2..m (the first copied token is not predictable).
+    """
+
+    def __init__(
+        self,
+        d_vocab: int,
+        n_ctx: int,
+        min_span: int = 2,
+        max_span: int | None = None,
+        bos: int = 0,
+    ):
+        max_span = (n_ctx - 1) // 2 if max_span is None else max_span
+        if not 2 <= min_span <= max_span or 1 + 2 * max_span > n_ctx:
+            raise ValueError(
+                f"need 2 <= min_span <= max_span and 1 + 2 * max_span <= n_ctx; "
+                f"got min_span={min_span}, max_span={max_span}, n_ctx={n_ctx}"
+            )
+        if d_vocab < 2:
+            raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
+        self.d_vocab, self.n_ctx, self.min_span, self.max_span, self.bos = (
+            d_vocab,
+            n_ctx,
+            min_span,
+            max_span,
+            bos,
+        )
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        n = self.n_ctx
+        tokens = _random_tokens((batch_size, n), self.d_vocab, generator, self.bos)
+        tokens[:, 0] = self.bos
+        span = torch.randint(self.min_span, self.max_span + 1, (batch_size, 1), generator=generator)
+        # Split the n - 1 - 2 * span free positions into before / between / after the two copies.
+        free = n - 1 - 2 * span
+        cuts = (torch.rand(batch_size, 2, generator=generator) * (free + 1)).long().sort(dim=1).values
+        start = 1 + cuts[:, :1]  # [batch, 1] first copy at start..start+span-1
+        copy = start + span + (cuts[:, 1:] - cuts[:, :1])  # [batch, 1] second copy
+        pos = torch.arange(n)[None]  # [1, pos]
+        in_copy = (pos >= copy) & (pos < copy + span)
+        source = torch.where(in_copy, pos - copy + start, pos)
+        tokens = tokens.gather(1, source)
+        predictions = pos[:, :-1]
+        loss_mask = (predictions >= copy) & (predictions <= copy + span - 2)
+        return Batch(tokens, loss_mask)
+
+
+# ---------------------------------------------------------------- in-context Markov chains
+
+
+def _stationary_distribution(transitions: Tensor) -> Tensor:
+    """pi with pi @ P = pi for each transition matrix [batch, k, k] -> [batch, k]."""
+    batch, k, _ = transitions.shape
+    system = transitions.double().transpose(1, 2) - torch.eye(k, dtype=torch.float64)
+    system[:, -1] = 1.0  # replace one (redundant) equation by sum(pi) = 1
+    rhs = torch.zeros(batch, k, dtype=torch.float64)
+    rhs[:, -1] = 1.0
+    pi = torch.linalg.solve(system, rhs).clamp(min=0)
+    return (pi / pi.sum(-1, keepdim=True)).float()
+
+
+def sample_markov_chains(
+    n_states: int,
+    seq_len: int,
+    batch: int,
+    alpha: float = 1.0,
+    generator: torch.Generator | int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """In-context Markov chains (Edelman et al. 2024): a fresh transition matrix per sequence.
+
+    Rows of each matrix are Dirichlet(alpha, ..., alpha); the first state is drawn from the
+    matrix's stationary distribution. Returns (states [batch, seq_len] with values in
+    0..n_states-1, transitions [batch, n_states, n_states] with transitions[b, i, j] = P(j | i)).
+    """
+    if n_states < 2 or seq_len < 1 or batch < 1 or alpha <= 0:
+        raise ValueError(
+            f"need n_states >= 2, seq_len >= 1, batch >= 1, alpha > 0; "
+            f"got {n_states=}, {seq_len=}, {batch=}, {alpha=}"
+        )
+    generator = _as_generator(generator)
+    # torch's Dirichlet sampler takes no generator: seed numpy's from the torch stream.
+    rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
+    transitions = torch.from_numpy(rng.dirichlet([alpha] * n_states, size=(batch, n_states))).float()
+    states = torch.empty(batch, seq_len, dtype=torch.long)
+    states[:, 0] = torch.multinomial(_stationary_distribution(transitions), 1, generator=generator)[:, 0]
+    rows = torch.arange(batch)
+    for t in range(1, seq_len):
+        next_probs = transitions[rows, states[:, t - 1]]  # [batch, n_states]
+        states[:, t] = torch.multinomial(next_probs, 1, generator=generator)[:, 0]
+    return states, transitions
+
+
+def in_context_bigram_probs(tokens: Tensor, n_states: int, alpha: float = 1.0) -> Tensor:
+    """In-context bigram predictor: P(next=j) = (count(x_t -> j) + alpha) / (count(x_t -> .) + k alpha).
+
+    The posterior mean of the current state's transition row under the Dirichlet(alpha) prior,
+    from the transitions seen so far; the reference a statistical induction head approximates.
+    tokens [batch, pos] -> probs [batch, pos, n_states] (probs[:, t] predicts tokens[:, t + 1]).
+    """
+    one_hot = torch.nn.functional.one_hot(tokens, n_states).float()  # [batch, pos, k]
+    pairs = one_hot[:, :-1, :, None] * one_hot[:, 1:, None, :]  # [batch, pos-1, k, k]
+    counts = torch.cat([torch.zeros_like(pairs[:, :1]), pairs.cumsum(1)], dim=1)  # [batch, pos, k, k]
+    current_row = (counts * one_hot[..., None]).sum(2)  # [batch, pos, k]: counts from x_t
+    return (current_row + alpha) / (current_row.sum(-1, keepdim=True) + n_states * alpha)
+
+
+class MarkovChainTask(Task):
+    """Next-token prediction on in-context Markov chains; tokens are the states, loss on all positions."""
+
+    def __init__(self, n_states: int, n_ctx: int, alpha: float = 1.0):
+        if n_states < 2 or n_ctx < 2 or alpha <= 0:
+            raise ValueError(
+                f"need n_states >= 2, n_ctx >= 2, alpha > 0; got {n_states=}, {n_ctx=}, {alpha=}"
+            )
+        self.d_vocab, self.n_ctx, self.alpha = n_states, n_ctx, alpha
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        states, _ = sample_markov_chains(self.d_vocab, self.n_ctx, batch_size, self.alpha, generator)
+        return Batch(states, torch.ones(batch_size, self.n_ctx - 1, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- indirect object identification
+
+
+@dataclass
+class IOIPrompts:
+    """A batch of IOI prompts ("When Mary and John went to the store, John gave a drink to" -> " Mary").
+
+    tokens: [batch, pos] right-padded; the prompt ends at positions["END"], whose next token is the answer.
+    io_token, s_token: [batch] ids of the indirect object (the answer) and the subject.
+    positions: [batch] indices for "IO", "S1" (first S), "S1+1", "S2" (second S) and "END".
+    template: [batch] template index; order: "ABBA" (IO first) or "BABA" (S first) per prompt.
+    texts: the prompt strings (text IOI), or None.
+
+    Corrupted prompts (`abc`, `swap`) keep the clean prompt's positions, io_token, s_token,
+    template and order, so that "positions" name the clean roles and
+    `logit_diff` measures the CLEAN answers logit(IO) - logit(S) on the corrupted run.
+    """
+
+    tokens: Tensor
+    io_token: Tensor
+    s_token: Tensor
+    positions: dict[str, Tensor]
+    template: Tensor
+    order: list[str]
+    texts: list[str] | None = None
+
+    def __post_init__(self):
+        batch = self.tokens.shape[0]
+        if set(self.positions) != set(IOI_POSITION_KEYS):
+            raise ValueError(
+                f"positions needs exactly the keys {IOI_POSITION_KEYS}, got {sorted(self.positions)}"
+            )
+        per_prompt = [
+            self.io_token,
+            self.s_token,
+            self.template,
+            *self.positions.values(),
+        ]
+        if any(t.shape != (batch,) for t in per_prompt) or len(self.order) != batch:
+            raise ValueError(
+                f"io_token, s_token, template, positions and order must all have length batch={batch}"
+            )
+        if self.texts is not None and len(self.texts) != batch:
+            raise ValueError(f"texts must have length batch={batch}, got {len(self.texts)}")
+        if set(self.order) - set(IOI_ORDERS):
+            raise ValueError(f"order entries must be in {IOI_ORDERS}, got {sorted(set(self.order))}")
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def to(self, device: torch.device | str) -> IOIPrompts:
+        return dataclasses.replace(
+            self,
+            tokens=self.tokens.to(device),
+            io_token=self.io_token.to(device),
+            s_token=self.s_token.to(device),
+            positions={key: value.to(device) for key, value in self.positions.items()},
+            template=self.template.to(device),
+        )
+
+    def __getitem__(self, index: int | slice | Sequence[int] | Tensor) -> IOIPrompts:
+        """Subset of prompts (an int keeps the batch dimension); the pos dimension is unchanged."""
+        if isinstance(index, int):
+            index = slice(index, index + 1 if index != -1 else None)
+        rows = torch.arange(len(self))[index.cpu() if isinstance(index, Tensor) else index]
+        on_device = rows.to(self.tokens.device)
+        return IOIPrompts(
+            tokens=self.tokens[on_device],
+            io_token=self.io_token[on_device],
+            s_token=self.s_token[on_device],
+            positions={key: value[on_device] for key, value in self.positions.items()},
+            template=self.template[on_device],
+            order=[self.order[i] for i in rows.tolist()],
+            texts=None if self.texts is None else [self.texts[i] for i in rows.tolist()],
+        )
+
+    def logit_diff(self, logits: Tensor) -> Tensor:
+        """logit(IO) - logit(S) at END: logits [batch, pos, d_vocab] -> [batch]."""
+        rows = torch.arange(len(self), device=logits.device)
+        end_logits = logits[rows, self.positions["END"].to(logits.device)]  # [batch, d_vocab]
+        return (
+            end_logits[rows, self.io_token.to(logits.device)]
+            - end_logits[rows, self.s_token.to(logits.device)]
+        )
+
+    def abc(
+        self,
+        name_tokens: Tensor | Sequence[int],
+        generator: torch.Generator | int | None = None,
+    ) -> IOIPrompts:
+        """The paper's ABC distribution: IO, S1 and S2 replaced by three distinct random names.
+
+        The new names come from `name_tokens` (the name token ids) and differ from the clean IO
+        and S. Same shape and positions; io_token/s_token stay the clean answers; texts -> None.
+        """
+        names = torch.as_tensor(name_tokens, dtype=torch.long).cpu().unique()
+        if names.numel() < 5:
+            raise ValueError(
+                f"abc needs at least 5 distinct name tokens (2 clean + 3 new), got {names.numel()}"
+            )
+        scores = torch.rand(len(self), names.numel(), generator=_as_generator(generator))  # [batch, n_names]
+        is_clean_name = (names[None] == self.io_token.cpu()[:, None]) | (
+            names[None] == self.s_token.cpu()[:, None]
+        )
+        new_names = names[scores.masked_fill(is_clean_name, -1.0).topk(3, dim=1).indices]  # [batch, 3]
+        return self._with_names({"IO": new_names[:, 0], "S1": new_names[:, 1], "S2": new_names[:, 2]})
+
+    def swap(self) -> IOIPrompts:
+        """IO and S1 swapped ("When B and A ..., B gave ... to" for "When A and B ..."): the answer
+        is still IO, but it now sits where S1 was. Same shape and positions; texts -> None."""
+        rows = torch.arange(len(self))
+        tokens = self.tokens.cpu()
+        return self._with_names(
+            {
+                "IO": tokens[rows, self.positions["S1"].cpu()],
+                "S1": tokens[rows, self.positions["IO"].cpu()],
+            }
+        )
+
+    def _with_names(self, names: dict[str, Tensor]) -> IOIPrompts:
+        tokens = self.tokens.clone()
+        rows = torch.arange(len(self), device=tokens.device)
+        for key, values in names.items():
+            tokens[rows, self.positions[key]] = values.to(tokens.device)
+        return dataclasses.replace(self, tokens=tokens, texts=None)
+
+
+def ioi_prompt_template(template: str, order: str) -> str:
+    """Turn a BABA-form IOI template into a prompt template with role slots.
+
+    `template` names the subject [B] and the indirect object [A] in BABA order and ends with
+    the answer, e.g. "Then, [B] and [A] went to the [PLACE]. [B] gave a [OBJECT] to [A]".
+    Returns the prompt without the answer, with [IO], [S1], [S2] slots in `order`:
+    ABBA -> "Then, [IO] and [S1] went ... [S2] gave a [OBJECT] to".
+    """
+    if order not in IOI_ORDERS:
+        raise ValueError(f"order must be one of {IOI_ORDERS}, got {order!r}")
+    if template.count("[A]") != 2 or template.count("[B]") != 2 or not template.endswith("[A]"):
+        raise ValueError(
+            f"an IOI template needs [A] (the indirect object) twice, [B] (the subject) twice, "
+            f"in BABA order, and must end with the answer [A]; got {template!r}"
+        )
+    prompt = template.removesuffix("[A]").rstrip()
+    if prompt.index("[B]") > prompt.index("[A]"):
+        raise ValueError(f"write IOI templates in BABA order ([B] before [A]); got {template!r}")
+    first, second = ("[IO]", "[S1]") if order == "ABBA" else ("[S1]", "[IO]")
+    prompt = prompt.replace("[B]", "\0", 1).replace("[A]", second, 1).replace("\0", first, 1)
+    return prompt.replace("[B]", "[S2]", 1)
+
+
+TOY_IOI_TEMPLATES = (
+    "When [B] and [A] went to the [PLACE] , [B] gave a [OBJECT] to [A]",
+    "Then , [B] and [A] went to the [PLACE] . [B] gave a [OBJECT] to [A]",
+    "After [B] and [A] went to the [PLACE] , [B] gave it to [A]",
+    "While [B] and [A] were at the [PLACE] , [B] handed the [OBJECT] over to [A]",
+    "[B] and [A] met . [B] said hi to [A]",
+)
+TOY_IOI_NAMES = (
+    "Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory", "Niaj",
+    "Olivia", "Peggy", "Rupert", "Sybil", "Trent", "Uma", "Victor", "Walter", "Xena", "Yara", "Zoe", "Mary",
+    "John", "Anna", "Paul", "Kate", "Mark", "Lucy", "Tom", "Rose",
+)  # fmt: skip
+TOY_IOI_SLOTS = ("[IO]", "[S1]", "[S2]", "[PLACE]", "[OBJECT]")
+TOY_IOI_PLACES = ("store", "park", "school", "office", "garden", "station")
+TOY_IOI_OBJECTS = ("drink", "book", "ring", "ball", "snack", "key")
+
+
+class ToyIOITask(Task):
+    """IOI as token ids for toy models: one token per word, names are single tokens.
+
+    Vocabulary: "<pad>" (0), "<bos>" (1), template words, places, objects, then names.
+    Training rows are [BOS] prompt answer [PAD...] with loss only on the answer
+    (loss_mask is True at END). `prompts`/`make_dataset` give eval `IOIPrompts` without the answer.
+    """
+
+    pad, bos = 0, 1
+
+    def __init__(self, n_names: int = 16, templates: Sequence[str] = TOY_IOI_TEMPLATES):
+        if not 5 <= n_names <= len(TOY_IOI_NAMES):
+            raise ValueError(
+                f"n_names must be in [5, {len(TOY_IOI_NAMES)}] (ABC corruption needs 5), got {n_names}"
+            )
+        self.templates = {
+            order: [ioi_prompt_template(t, order).split() for t in templates] for order in IOI_ORDERS
+        }
+        words = sorted({w for t in self.templates["BABA"] for w in t if w not in TOY_IOI_SLOTS})
+        if any("[" in w or "]" in w for w in words):
+            raise ValueError(
+                f"toy templates separate words by spaces; slots are {TOY_IOI_SLOTS}, got words {words}"
+            )
+        self.vocab = [
+            "<pad>",
+            "<bos>",
+            *words,
+            *TOY_IOI_PLACES,
+            *TOY_IOI_OBJECTS,
+            *TOY_IOI_NAMES[:n_names],
+        ]
+        self.token_id = {word: i for i, word in enumerate(self.vocab)}
+        self.name_tokens = torch.tensor([self.token_id[name] for name in TOY_IOI_NAMES[:n_names]])
+        self.d_vocab = len(self.vocab)
+        self.n_ctx = 2 + max(len(t) for t in self.templates["BABA"])  # BOS + prompt + answer
+
+    def decode(self, tokens: Sequence[int] | Tensor) -> str:
+        """Words of the given ids, joined by spaces ("<bos> When Alice and ...")."""
+        return " ".join(self.vocab[int(i)] for i in tokens)
+
+    def prompts(self, n_prompts: int, generator: torch.Generator | int | None = None) -> IOIPrompts:
+        """n_prompts random prompts [n, n_ctx - 1]; orders alternate ABBA, BABA, ..."""
+        generator = _as_generator(generator)
+        template = torch.randint(len(self.templates["BABA"]), (n_prompts,), generator=generator)
+        # Two distinct names per prompt: IO = names[first], S = names[second].
+        name_scores = torch.rand(n_prompts, len(self.name_tokens), generator=generator)
+        io_token, s_token = self.name_tokens[name_scores.topk(2, dim=1).indices].unbind(1)
+        place = torch.randint(len(TOY_IOI_PLACES), (n_prompts,), generator=generator)
+        obj = torch.randint(len(TOY_IOI_OBJECTS), (n_prompts,), generator=generator)
+        order = [IOI_ORDERS[i % 2] for i in range(n_prompts)]
+        tokens = torch.full((n_prompts, self.n_ctx - 1), self.pad)
+        positions = {key: torch.empty(n_prompts, dtype=torch.long) for key in IOI_POSITION_KEYS}
+        for i in range(n_prompts):
+            fill = {
+                "[IO]": io_token[i],
+                "[S1]": s_token[i],
+                "[S2]": s_token[i],
+                "[PLACE]": self.token_id[TOY_IOI_PLACES[place[i]]],
+                "[OBJECT]": self.token_id[TOY_IOI_OBJECTS[obj[i]]],
+            }
+            words = self.templates[order[i]][template[i]]
+            row = [self.bos] + [int(fill[w]) if w in fill else self.token_id[w] for w in words]
+            tokens[i, : len(row)] = torch.tensor(row)
+            for key, slot in (("IO", "[IO]"), ("S1", "[S1]"), ("S2", "[S2]")):
+                positions[key][i] = 1 + words.index(slot)
+            positions["END"][i] = len(row) - 1
+        positions["S1+1"] = positions["S1"] + 1
+        clean = IOIPrompts(tokens, io_token, s_token, positions, template, order)
+        return self._with_texts(clean)
+
+    def make_dataset(
+        self, n_prompts: int, seed: int = 0, split: str = "eval"
+    ) -> tuple[IOIPrompts, IOIPrompts, IOIPrompts]:
+        """(clean, abc, swap) prompts from the (seed, split) stream; see IOIPrompts.abc / swap."""
+        generator = split_generator(seed, split)
+        clean = self.prompts(n_prompts, generator)
+        return (
+            clean,
+            self._with_texts(clean.abc(self.name_tokens, generator)),
+            self._with_texts(clean.swap()),
+        )
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        prompts = self.prompts(batch_size, generator)
+        rows = torch.arange(batch_size)
+        end = prompts.positions["END"]
+        tokens = torch.cat([prompts.tokens, torch.full((batch_size, 1), self.pad)], dim=1)
+        tokens[rows, end + 1] = prompts.io_token
+        loss_mask = torch.zeros(batch_size, self.n_ctx - 1, dtype=torch.bool)
+        loss_mask[rows, end] = True
+        return Batch(tokens, loss_mask)
+
+    def _with_texts(self, prompts: IOIPrompts) -> IOIPrompts:
+        texts = [
+            self.decode(row[1 : end + 1])
+            for row, end in zip(prompts.tokens, prompts.positions["END"].tolist(), strict=True)
+        ]
+        return dataclasses.replace(prompts, texts=texts)
