@@ -1,0 +1,262 @@
+"""Offline, self-contained HTML views: attention patterns (circuitsvis) and heat maps.
+
+Everything here works without network access. circuitsvis's own HTML loads its JavaScript from a
+CDN; we inline the bundle that ships inside the circuitsvis Python package instead.
+
+A report page is built from fragments:
+
+    page = html_page("Heads", [attention_patterns_html(toks, pattern, names), heatmap_html(...)])
+    write_html("report.html", page)
+
+html_page puts the 1.3 MB circuitsvis bundle once in <head>; fragments only hold a <div> and a small
+render call. In a notebook, show_attention(...) displays on its own (it embeds the bundle).
+"""
+
+import functools
+import html
+import json
+import math
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import circuitsvis
+import numpy as np
+import torch
+
+CIRCUITSVIS_BUNDLE = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
+_NEEDS_BUNDLE = 'data-interp-needs="circuitsvis"'  # marks fragments that call CircuitsVis.render
+
+
+@functools.cache
+def circuitsvis_bundle() -> str:
+    """circuitsvis's browser bundle (defines the global `CircuitsVis`), safe to put inside <script>."""
+    if not CIRCUITSVIS_BUNDLE.is_file():
+        raise FileNotFoundError(
+            f"circuitsvis bundle not found at {CIRCUITSVIS_BUNDLE}; reinstall it: pip install circuitsvis"
+        )
+    js = CIRCUITSVIS_BUNDLE.read_text(encoding="utf-8")
+    # "</script" would end the inline <script> early; inside JS strings "<\/script" means the same.
+    js = re.sub(r"</(script)", r"<\\/\1", js, flags=re.IGNORECASE)
+    # The source map is not shipped next to the page.
+    return re.sub(r"\n//# sourceMappingURL=\S+\s*$", "\n", js)
+
+
+def script_json(value) -> str:
+    """JSON for a JS literal inside <script>: '<', '>', '&' escaped so no string can close the tag."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _to_numpy(values, name: str, ndim: int) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().to("cpu", torch.float64).numpy()
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(array.shape)}")
+    return array
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention patterns (circuitsvis)
+
+
+def attention_patterns_html(
+    str_tokens: Sequence[str], pattern, head_names: Sequence[str] | None = None
+) -> str:
+    """Fragment rendering circuitsvis's AttentionPatterns for one prompt; needs html_page's bundle.
+
+    str_tokens: [pos] token strings; pattern: [head, query_pos, key_pos] attention probabilities;
+    head_names: [head] labels (default "Head 0", ...). Pass e.g. cache["pattern", L][0].
+    """
+    props = _attention_props(str_tokens, pattern, head_names)
+    div_id = "interp-attn-" + uuid.uuid4().hex[:12]
+    render_call = f'CircuitsVis.render("{div_id}", CircuitsVis.AttentionPatterns, {script_json(props)});'
+    return (
+        f'<div class="interp-attention" {_NEEDS_BUNDLE} style="position: relative; margin: 15px 0;">'
+        f'<div id="{div_id}"></div></div>\n'
+        f"<script>{render_call}</script>\n"
+    )
+
+
+def _attention_props(str_tokens, pattern, head_names) -> dict:
+    str_tokens = list(str_tokens)
+    if not all(isinstance(t, str) for t in str_tokens):
+        raise ValueError("str_tokens must be a list of str (use model.to_str_tokens)")
+    pattern = _to_numpy(pattern, "pattern [head, query_pos, key_pos]", ndim=3)
+    n_heads, n_query, n_key = pattern.shape
+    if n_query != len(str_tokens) or n_key != len(str_tokens):
+        raise ValueError(
+            f"pattern has shape {pattern.shape} but there are {len(str_tokens)} tokens; "
+            "pass one prompt's pattern [head, pos, pos], e.g. cache['pattern', layer][0]"
+        )
+    if not np.isfinite(pattern).all():
+        raise ValueError("pattern contains NaN or inf; pass softmaxed attention probabilities")
+    if head_names is None:
+        head_names = [f"Head {h}" for h in range(n_heads)]
+    head_names = [str(name) for name in head_names]
+    if len(head_names) != n_heads:
+        raise ValueError(f"got {len(head_names)} head_names for {n_heads} heads in pattern")
+    return {
+        # AttentionPatterns inserts each token as raw HTML (dangerouslySetInnerHTML): escape it so it
+        # shows as text. Head names are rendered as React text, so they stay unescaped.
+        "tokens": [html.escape(t) for t in str_tokens],
+        "attention": np.round(pattern, 4).tolist(),  # 4 decimals: plenty for colours, small pages
+        "headLabels": head_names,
+    }
+
+
+class AttentionView:
+    """Notebook display of attention patterns; works offline (embeds the circuitsvis bundle)."""
+
+    def __init__(self, fragment: str):
+        self.fragment = fragment
+
+    def _repr_html_(self) -> str:
+        return f"<script>{circuitsvis_bundle()}</script>\n{self.fragment}"
+
+
+def show_attention(
+    str_tokens: Sequence[str], pattern, head_names: Sequence[str] | None = None
+) -> AttentionView:
+    """Jupyter: `show_attention(model.to_str_tokens(text), cache["pattern", 0][0])` as a cell's last line."""
+    return AttentionView(attention_patterns_html(str_tokens, pattern, head_names))
+
+
+# ---------------------------------------------------------------------------------------------
+# Heat maps (plain HTML, no JavaScript)
+
+_NEGATIVE = (33, 102, 172)  # blue
+_ZERO = (255, 255, 255)  # white
+_POSITIVE = (178, 24, 43)  # red
+_MISSING = "#dddddd"
+
+
+def _mix(a: tuple, b: tuple, t: float) -> tuple:
+    return tuple(round(x + (y - x) * t) for x, y in zip(a, b, strict=True))
+
+
+def _cell_colour(value: float, limit: float, signed: bool) -> tuple:
+    """RGB: blue-white-red over [-limit, limit] if signed, else white-red over [0, limit]."""
+    t = min(abs(value) / limit, 1.0) if limit > 0 else 0.0
+    return _mix(_ZERO, _NEGATIVE if signed and value < 0 else _POSITIVE, t)
+
+
+def _css_rgb(rgb: tuple) -> str:
+    return "rgb({}, {}, {})".format(*rgb)
+
+
+def heatmap_html(
+    values,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    title: str = "",
+    *,
+    signed: bool | None = None,
+    limit: float | None = None,
+    value_format: str = "{:.2f}",
+    row_axis: str = "layer",
+    col_axis: str = "head",
+) -> str:
+    """A [row, col] grid of numbers (e.g. [layer, head] scores) as a coloured HTML table.
+
+    signed: diverging blue-white-red scale centred on 0 (default: if any value is negative),
+    otherwise white-red from 0. limit: |value| mapped to full colour (default: max |value|).
+    NaN cells are grey. Hover a cell for its row, column and value.
+    """
+    values = _to_numpy(values, "values [row, col]", ndim=2)
+    n_rows, n_cols = values.shape
+    if len(row_labels) != n_rows or len(col_labels) != n_cols:
+        raise ValueError(
+            f"values has shape {values.shape} but got {len(row_labels)} row_labels "
+            f"and {len(col_labels)} col_labels"
+        )
+    if np.isinf(values).any():
+        raise ValueError("values contains inf; clip or mask it (NaN is shown as a grey cell)")
+    finite = values[~np.isnan(values)]
+    if signed is None:
+        signed = bool((finite < 0).any())
+    if limit is None:
+        limit = float(np.abs(finite).max()) if finite.size else 0.0
+    if not (math.isfinite(limit) and limit >= 0):
+        raise ValueError(f"limit must be a finite number >= 0, got {limit}")
+
+    cell = "padding: 2px 6px; text-align: right; font: 12px monospace; border: 1px solid #fff;"
+    label = "padding: 2px 6px; font: 12px monospace; text-align: right; color: #333;"
+    corner = f"{html.escape(row_axis)} \\ {html.escape(col_axis)}"
+    header = "".join(f'<th style="{label}">{html.escape(str(c))}</th>' for c in col_labels)
+    rows = []
+    for r, row_label in enumerate(row_labels):
+        cells = []
+        for c, col_label in enumerate(col_labels):
+            value = values[r, c]
+            text = "–" if math.isnan(value) else value_format.format(value)
+            tooltip = html.escape(f"{row_axis} {row_label}, {col_axis} {col_label}: {text}")
+            if math.isnan(value):
+                background, ink = _MISSING, "#555"
+            else:
+                rgb = _cell_colour(value, limit, signed)
+                background = _css_rgb(rgb)
+                ink = "#fff" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 140 else "#000"
+            cells.append(
+                f'<td title="{tooltip}" style="{cell} background: {background}; color: {ink};">'
+                f"{html.escape(text)}</td>"
+            )
+        rows.append(f'<tr><th style="{label}">{html.escape(str(row_label))}</th>{"".join(cells)}</tr>')
+
+    low = _css_rgb(_NEGATIVE if signed else _ZERO)
+    high = _css_rgb(_POSITIVE)
+    gradient = f"{low}, {_css_rgb(_ZERO)}, {high}" if signed else f"{low}, {high}"
+    low_text = value_format.format(-limit if signed else 0.0)
+    legend = (
+        '<div style="display: flex; align-items: center; gap: 6px; font: 12px monospace; margin-top: 4px;">'
+        f"<span>{html.escape(low_text)}</span>"
+        f'<span style="display: inline-block; width: 160px; height: 10px; border: 1px solid #ccc; '
+        f'background: linear-gradient(to right, {gradient});"></span>'
+        f"<span>{html.escape(value_format.format(limit))}</span></div>"
+    )
+    heading = "font: bold 14px sans-serif; margin: 4px 0;"
+    caption = f'<h3 style="{heading}">{html.escape(title)}</h3>' if title else ""
+    return (
+        f'<div class="interp-heatmap" style="margin: 15px 0;">{caption}'
+        f'<table style="border-collapse: collapse;">'
+        f'<thead><tr><th style="{label}">{corner}</th>{header}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>{legend}</div>\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages and files
+
+
+def html_page(title: str, sections: Sequence[str]) -> str:
+    """A complete HTML document from fragments (raw HTML); includes the circuitsvis bundle once if needed."""
+    body = "\n".join(sections)
+    bundle = f"<script>{circuitsvis_bundle()}</script>\n" if _NEEDS_BUNDLE in body else ""
+    title = html.escape(title)
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{title}</title>\n{bundle}</head>\n"
+        '<body style="font-family: sans-serif; margin: 20px;">\n'
+        f"<h1>{title}</h1>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def write_html(path: str | os.PathLike, html_text: str) -> Path:
+    """Write html_text to path atomically (temp file in the same directory, then os.replace)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(html_text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
