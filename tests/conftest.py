@@ -1,0 +1,46 @@
+"""Shared fixtures. Real models only: SmolLM2-135M from its offline GGUF, and small random ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import interp
+
+torch.set_num_threads(2)
+
+IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> interp.HookedTransformer:
+    """The offline default model (dequantised once, then loaded from the cache)."""
+    model = interp.load_model("smollm2-135m")
+    model.eval()
+    return model
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf():
+    """transformers' own model of the same GGUF file, eager attention (the reference)."""
+    from transformers import AutoModelForCausalLM
+
+    from interp.loading import OFFLINE_MODELS
+
+    path = OFFLINE_MODELS["smollm2-135m"]()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+    )
+    return model.eval()
+
+
+def tiny_config(**overrides) -> interp.Config:
+    values = dict(n_layers=2, d_model=32, n_heads=4, d_vocab=61, n_ctx=32)
+    values.update(overrides)
+    return interp.Config(**values)
+
+
+@pytest.fixture
+def tiny_model() -> interp.HookedTransformer:
+    torch.manual_seed(0)
+    return interp.HookedTransformer(tiny_config())

