@@ -1,0 +1,49 @@
+"""The `interp` command line: a thin layer over `interp` and `circuits`.
+
+Each command parses options, calls one library function, and renders its result.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+import interp
+
+app = typer.Typer(help="Mechanistic interpretability reports for transformer language models.", no_args_is_help=True)
+console = Console()
+
+
+@app.callback()
+def _root() -> None:
+    """Mechanistic interpretability reports for transformer language models."""
+
+MODEL_HELP = f"A short name ({', '.join(interp.OFFLINE_MODELS)}), a transformers id, a directory or a .gguf file."
+
+
+def load(model: str) -> interp.HookedTransformer:
+    """Load a model for a command, turning loading errors into a one-line message."""
+    try:
+        with console.status(f"Loading {model} ..."):
+            return interp.load_model(model)
+    except (ValueError, FileNotFoundError, NotImplementedError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+
+
+@app.command()
+def info(model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP)) -> None:
+    """Summarise a model and its top prediction on an IOI prompt."""
+    loaded = load(model)
+    cfg = loaded.cfg
+    console.print(
+        f"[bold]{cfg.model_name}[/bold] ({cfg.architecture}): {cfg.n_layers} layers, {cfg.n_heads} heads "
+        f"({cfg.n_kv_heads} key/value), d_model {cfg.d_model}, d_mlp {cfg.d_mlp}, vocab {cfg.d_vocab}, "
+        f"context {cfg.n_ctx}, {sum(p.numel() for p in loaded.parameters()) / 1e6:.1f}M parameters"
+    )
+    if loaded.tokenizer is not None:
+        prompt = "When Mary and John went to the store, John gave a drink to"
+        logits = loaded(prompt)[0, -1]
+        top = logits.topk(5)
+        guesses = ", ".join(f"{loaded.to_string(i[None])!r} ({v:.2f})" for v, i in zip(top.values, top.indices))
+        console.print(f"{prompt!r} -> {guesses}")
