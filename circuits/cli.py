@@ -10,7 +10,9 @@ from rich.console import Console
 
 import interp
 
-app = typer.Typer(help="Mechanistic interpretability reports for transformer language models.", no_args_is_help=True)
+app = typer.Typer(
+    help="Mechanistic interpretability reports for transformer language models.", no_args_is_help=True
+)
 console = Console()
 
 
@@ -18,7 +20,10 @@ console = Console()
 def _root() -> None:
     """Mechanistic interpretability reports for transformer language models."""
 
-MODEL_HELP = f"A short name ({', '.join(interp.OFFLINE_MODELS)}), a transformers id, a directory or a .gguf file."
+
+MODEL_HELP = (
+    f"A short name ({', '.join(interp.OFFLINE_MODELS)}), a transformers id, a directory or a .gguf file."
+)
 
 
 def load(model: str) -> interp.HookedTransformer:
@@ -45,5 +50,7 @@ def info(model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP)) -> No
         prompt = "When Mary and John went to the store, John gave a drink to"
         logits = loaded(prompt)[0, -1]
         top = logits.topk(5)
-        guesses = ", ".join(f"{loaded.to_string(i[None])!r} ({v:.2f})" for v, i in zip(top.values, top.indices))
+        guesses = ", ".join(
+            f"{loaded.to_string(i[None])!r} ({v:.2f})" for v, i in zip(top.values, top.indices, strict=True)
+        )
         console.print(f"{prompt!r} -> {guesses}")

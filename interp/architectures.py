@@ -72,7 +72,9 @@ def _gpt2_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
         for name, W_part, b_part in zip("QKV", W.chunk(3, dim=1), b.chunk(3), strict=True):
             out[o + f"attn.W_{name}"] = einops.rearrange(W_part, "d (h e) -> h d e", h=cfg.n_heads)
             out[o + f"attn.b_{name}"] = einops.rearrange(b_part, "(h e) -> h e", h=cfg.n_heads)
-        out[o + "attn.W_O"] = einops.rearrange(sd[p + "attn.c_proj.weight"], "(h e) d -> h e d", h=cfg.n_heads)
+        out[o + "attn.W_O"] = einops.rearrange(
+            sd[p + "attn.c_proj.weight"], "(h e) d -> h e d", h=cfg.n_heads
+        )
         out[o + "attn.b_O"] = sd[p + "attn.c_proj.bias"]
         out[o + "mlp.W_in"], out[o + "mlp.b_in"] = sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"]
         out[o + "mlp.W_out"], out[o + "mlp.b_out"] = sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"]
@@ -119,18 +121,28 @@ def _neox_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
         out[o + "ln2.w"] = sd[p + "post_attention_layernorm.weight"]
         out[o + "ln2.b"] = sd[p + "post_attention_layernorm.bias"]
         # query_key_value rows are laid out per head as [q | k | v], each d_head wide.
-        W = einops.rearrange(sd[p + "attention.query_key_value.weight"], "(h three e) d -> three h d e", h=h, three=3)
+        W = einops.rearrange(
+            sd[p + "attention.query_key_value.weight"], "(h three e) d -> three h d e", h=h, three=3
+        )
         for j, name in enumerate("QKV"):
             out[o + f"attn.W_{name}"] = W[j]
         if cfg.qkv_bias:
-            b = einops.rearrange(sd[p + "attention.query_key_value.bias"], "(h three e) -> three h e", h=h, three=3)
+            b = einops.rearrange(
+                sd[p + "attention.query_key_value.bias"], "(h three e) -> three h e", h=h, three=3
+            )
             for j, name in enumerate("QKV"):
                 out[o + f"attn.b_{name}"] = b[j]
         out[o + "attn.W_O"] = einops.rearrange(sd[p + "attention.dense.weight"], "d (h e) -> h e d", h=h)
         if cfg.attn_out_bias:
             out[o + "attn.b_O"] = sd[p + "attention.dense.bias"]
-        out[o + "mlp.W_in"], out[o + "mlp.b_in"] = sd[p + "mlp.dense_h_to_4h.weight"].T, sd[p + "mlp.dense_h_to_4h.bias"]
-        out[o + "mlp.W_out"], out[o + "mlp.b_out"] = sd[p + "mlp.dense_4h_to_h.weight"].T, sd[p + "mlp.dense_4h_to_h.bias"]
+        out[o + "mlp.W_in"], out[o + "mlp.b_in"] = (
+            sd[p + "mlp.dense_h_to_4h.weight"].T,
+            sd[p + "mlp.dense_h_to_4h.bias"],
+        )
+        out[o + "mlp.W_out"], out[o + "mlp.b_out"] = (
+            sd[p + "mlp.dense_4h_to_h.weight"].T,
+            sd[p + "mlp.dense_4h_to_h.bias"],
+        )
     return out
 
 
@@ -181,8 +193,12 @@ def _llama_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
                 sd[p + f"self_attn.{proj}.weight"], "(h e) d -> h d e", e=cfg.d_head
             )
             if cfg.qkv_bias:
-                out[o + f"attn.b_{name}"] = einops.rearrange(sd[p + f"self_attn.{proj}.bias"], "(h e) -> h e", e=cfg.d_head)
-        out[o + "attn.W_O"] = einops.rearrange(sd[p + "self_attn.o_proj.weight"], "d (h e) -> h e d", e=cfg.d_head)
+                out[o + f"attn.b_{name}"] = einops.rearrange(
+                    sd[p + f"self_attn.{proj}.bias"], "(h e) -> h e", e=cfg.d_head
+                )
+        out[o + "attn.W_O"] = einops.rearrange(
+            sd[p + "self_attn.o_proj.weight"], "d (h e) -> h e d", e=cfg.d_head
+        )
         if cfg.attn_out_bias:
             out[o + "attn.b_O"] = sd[p + "self_attn.o_proj.bias"]
         out[o + "mlp.W_gate"] = sd[p + "mlp.gate_proj.weight"].T
@@ -229,6 +245,8 @@ def convert_hf_model(hf_model: Any) -> tuple[Config, dict[str, Tensor]]:
     weights = {k: v.contiguous() for k, v in spec.weights(state, cfg).items()}
     if cfg.positional == "rotary":
         inv_freq = rotary_inv_freq_from_hf(hf_model)
-        if inv_freq is not None and not torch.allclose(inv_freq, rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base)):
+        if inv_freq is not None and not torch.allclose(
+            inv_freq, rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base)
+        ):
             cfg.rotary_inv_freq = inv_freq.tolist()
     return cfg, {k: v.to(torch.float32) if v.is_floating_point() else v for k, v in weights.items()}

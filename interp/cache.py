@@ -16,7 +16,16 @@ from torch import Tensor
 if TYPE_CHECKING:
     from interp.model import HookedTransformer
 
-_BLOCK_HOOKS = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "q_input", "k_input", "v_input"}
+_BLOCK_HOOKS = {
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+    "q_input",
+    "k_input",
+    "v_input",
+}
 _ATTN_HOOKS = {"q", "k", "v", "z", "result", "pattern", "attn_scores", "rot_q", "rot_k"}
 _MLP_HOOKS = {"pre", "post", "pre_linear"}
 _ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post"}

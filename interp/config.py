@@ -70,9 +70,7 @@ class Config:
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}."
-            )
+            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}.")
         if self.d_mlp is None:
             self.d_mlp = 4 * self.d_model
         if self.rotary_dim is None:

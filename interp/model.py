@@ -244,7 +244,11 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One transformer block; see the module docstring for the residual wiring."""
+    """One transformer block; see the module docstring for the residual wiring.
+
+    With `use_split_qkv_input`, ln1 runs separately on the per-head query, key and value inputs, so
+    its hooks fire three times per forward (a cache keeps the value input's, [batch, pos, kv_head, 1]).
+    """
 
     def __init__(self, cfg: Config):
         super().__init__()
@@ -507,7 +511,8 @@ class HookedTransformer(HookedRootModule):
             raise ValueError(f"Tokens must be [batch, pos] or [pos], got shape {tuple(input.shape)}.")
         if input.numel() and (input.min() < 0 or input.max() >= self.cfg.d_vocab):
             raise ValueError(
-                f"Token ids must lie in [0, {self.cfg.d_vocab}); got {input.min().item()}..{input.max().item()}."
+                f"Token ids must lie in [0, {self.cfg.d_vocab}); "
+                f"got {input.min().item()}..{input.max().item()}."
             )
         return input.to(self.device).long()
 
@@ -536,7 +541,9 @@ class HookedTransformer(HookedRootModule):
         if prepend_bos:
             bos = self.cfg.bos_token_id if self.cfg.bos_token_id is not None else tokenizer.bos_token_id
             if bos is None:
-                raise ValueError(f"{self.cfg.model_name}'s tokenizer has no BOS token; use prepend_bos=False.")
+                raise ValueError(
+                    f"{self.cfg.model_name}'s tokenizer has no BOS token; use prepend_bos=False."
+                )
             ids = [[bos, *row] for row in ids]
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         width = max(len(row) for row in ids)

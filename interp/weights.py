@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 
 def process_weights(
-    model: HookedTransformer, fold_ln: bool = False, center_writing_weights: bool = False, center_unembed: bool = False
+    model: HookedTransformer,
+    fold_ln: bool = False,
+    center_writing_weights: bool = False,
+    center_unembed: bool = False,
 ) -> None:
     with torch.no_grad():
         if fold_ln:

@@ -28,35 +28,85 @@ HF_CONFIGS = {
         n_layer=3, n_embd=48, n_head=3, n_inner=80, vocab_size=90, n_positions=40, activation_function="relu"
     ),
     "pythia-partial-rotary": lambda: transformers.GPTNeoXConfig(
-        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=97,
-        max_position_embeddings=64, rotary_pct=0.25, use_parallel_residual=True,
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=97,
+        max_position_embeddings=64,
+        rotary_pct=0.25,
+        use_parallel_residual=True,
     ),
     "neox-sequential-full-rotary": lambda: transformers.GPTNeoXConfig(
-        num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=96, vocab_size=97,
-        max_position_embeddings=64, rotary_pct=1.0, use_parallel_residual=False, rotary_emb_base=500,
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=2,
+        intermediate_size=96,
+        vocab_size=97,
+        max_position_embeddings=64,
+        rotary_pct=1.0,
+        use_parallel_residual=False,
+        rotary_emb_base=500,
     ),
     "llama-gqa-tied": lambda: transformers.LlamaConfig(
-        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
-        vocab_size=113, max_position_embeddings=64, tie_word_embeddings=True, rope_theta=100000.0,
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        vocab_size=113,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
     ),
     "llama-mha-untied-headdim": lambda: transformers.LlamaConfig(
-        num_hidden_layers=2, hidden_size=48, num_attention_heads=3, head_dim=24, num_key_value_heads=3,
-        intermediate_size=64, vocab_size=113, max_position_embeddings=64, tie_word_embeddings=False,
-        attention_bias=True, mlp_bias=True,
+        num_hidden_layers=2,
+        hidden_size=48,
+        num_attention_heads=3,
+        head_dim=24,
+        num_key_value_heads=3,
+        intermediate_size=64,
+        vocab_size=113,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        attention_bias=True,
+        mlp_bias=True,
     ),
     "llama3-scaled-rope": lambda: transformers.LlamaConfig(
-        num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=1, intermediate_size=96,
-        vocab_size=113, max_position_embeddings=64,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 16},
+        num_hidden_layers=1,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        intermediate_size=96,
+        vocab_size=113,
+        max_position_embeddings=64,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
     ),
     "qwen2-biases-gqa": lambda: transformers.Qwen2Config(
-        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
-        vocab_size=113, max_position_embeddings=64, tie_word_embeddings=False,
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        vocab_size=113,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
     ),
     "mistral-gqa": lambda: transformers.MistralConfig(
-        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
-        vocab_size=113, max_position_embeddings=64, sliding_window=None,
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        vocab_size=113,
+        max_position_embeddings=64,
+        sliding_window=None,
     ),
 }
 
@@ -82,7 +132,9 @@ def test_smollm2_matches_transformers_gguf(smollm2, smollm2_hf) -> None:
     tokens = smollm2.to_tokens("When Mary and John went to the store, John gave a drink to")
     with torch.no_grad():
         torch.testing.assert_close(smollm2(tokens), smollm2_hf(tokens).logits, atol=ATOL, rtol=0)
-        batch = smollm2.to_tokens(["When Mary and John went to the store, John gave a drink to", "The cat sat"])
+        batch = smollm2.to_tokens(
+            ["When Mary and John went to the store, John gave a drink to", "The cat sat"]
+        )
         ours64 = interp.from_hf(smollm2_hf).to(torch.float64)(batch)
         torch.testing.assert_close(ours64, smollm2_hf.to(torch.float64)(batch).logits, atol=ATOL, rtol=0)
         smollm2_hf.to(torch.float32)
