@@ -1,0 +1,290 @@
+"""Ablations: replace activations by zero, a reference mean, or another prompt's value.
+
+What is ablated:
+  heads   [(layer, head), ...]    at blocks.L.attn.hook_z [batch, pos, head, d_head] (that head's slice)
+  mlps    [layer, ...]            at blocks.L.hook_mlp_out [batch, pos, d_model]
+  neurons [(layer, neuron), ...]  at blocks.L.mlp.hook_post [batch, pos, d_mlp] (that unit)
+
+Methods:
+  "zero":     0.
+  "mean":     the mean over a reference dataset ([n_ref, pos] tokens) of the same activation;
+              per_position=True keeps one mean per position (the input must have the reference's
+              length); with groups (e.g. IOI templates) one mean per group (and position), and
+              each input prompt gets its own group's mean.
+  "resample": the activation of a random reference prompt (of the same group if groups are
+              given), drawn per input prompt with a seeded generator; lengths must match.
+
+    with ablate(model, heads=[(9, 6), (9, 9)], method="mean", reference=abc.tokens):
+        logits = model(clean.tokens)
+    model.run_with_hooks(tokens, fwd_hooks=ablation_hooks(model, mlps=[0]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from itertools import product
+from typing import Literal
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp.cache import act_name
+from interp.metrics import Metric
+from interp.model import HookedTransformer
+from interp.patching import (
+    PatchResult,
+    Site,
+    _apply_metric,
+    _cached_run,
+    _final_resid_hook,
+    _resid_names,
+    _resid_stack,
+    run_site_sets,
+    site_mask,
+)
+
+Method = Literal["zero", "mean", "resample"]
+Head = tuple[int, int]
+
+
+def ablation_sites(
+    model: HookedTransformer,
+    heads: Sequence[Head] = (),
+    mlps: Sequence[int] = (),
+    neurons: Sequence[tuple[int, int]] = (),
+) -> list[Site]:
+    """The sites to ablate, one per hook (heads of a layer share a site)."""
+    cfg = model.cfg
+    for layer, head in heads:
+        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
+            raise ValueError(
+                f"head ({layer}, {head}) out of range: {cfg.n_layers} layers x {cfg.n_heads} heads"
+            )
+    for layer in list(mlps) + [layer for layer, _ in neurons]:
+        if cfg.attn_only:
+            raise ValueError("this model is attention-only: it has no MLPs or neurons to ablate")
+        if not 0 <= layer < cfg.n_layers:
+            raise ValueError(f"MLP layer {layer} out of range: the model has {cfg.n_layers} layers")
+    for layer, neuron in neurons:
+        if not 0 <= neuron < cfg.d_mlp:
+            raise ValueError(f"neuron ({layer}, {neuron}) out of range: d_mlp is {cfg.d_mlp}")
+    sites = []
+    for layer in sorted({layer for layer, _ in heads}):
+        sites.append(Site(act_name("z", layer), head=sorted(h for l_, h in heads if l_ == layer)))
+    sites += [Site(act_name("mlp_out", layer)) for layer in sorted(set(mlps))]
+    for layer in sorted({layer for layer, _ in neurons}):
+        sites.append(Site(act_name("post", layer), unit=sorted(n for l_, n in neurons if l_ == layer)))
+    return sites
+
+
+class Replacement:
+    """The values that replace activations of the hooks `names` under an ablation method.
+
+    `values(name, batch, groups)` -> a tensor broadcastable to the activation [batch, pos, ...].
+    """
+
+    def __init__(
+        self,
+        model: HookedTransformer,
+        names: Sequence[str],
+        method: Method,
+        reference: Int[Tensor, "n_ref pos"] | None = None,
+        per_position: bool = False,
+        reference_groups: Int[Tensor, " n_ref"] | None = None,
+        seed: int = 0,
+    ):
+        if method not in ("zero", "mean", "resample"):
+            raise ValueError(f"unknown ablation method {method!r}; choose 'zero', 'mean' or 'resample'")
+        if method != "zero" and reference is None:
+            raise ValueError(
+                f"{method} ablation needs reference tokens [n_ref, pos] (e.g. a corrupted dataset)"
+            )
+        if reference_groups is not None and (
+            reference is None or reference_groups.shape != reference.shape[:1]
+        ):
+            raise ValueError("reference_groups must be a LongTensor [n_ref], one group per reference prompt")
+        self.method, self.per_position = method, per_position
+        self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
+        self.generator = torch.Generator().manual_seed(seed)
+        self.acts: dict[str, Tensor] = {}
+        if method != "zero":
+            _, self.acts = _cached_run(model, reference, names)  # name -> [n_ref, pos, ...]
+        self.means = {name: self._means(act) for name, act in self.acts.items()} if method == "mean" else {}
+
+    def _means(self, act: Tensor) -> Float[Tensor, "group pos_or_1 ..."]:
+        act = act if self.per_position or self.reference_groups is not None else act.mean(1, keepdim=True)
+        if self.reference_groups is None:
+            return act.mean(0, keepdim=True)
+        return torch.stack(
+            [act[self.reference_groups == g].mean(0) for g in range(int(self.reference_groups.max()) + 1)]
+        )
+
+    def values(self, name: str, batch: int, groups: Int[Tensor, " batch"] | None = None) -> Tensor:
+        if self.method == "zero":
+            return torch.zeros(())
+        if (groups is None) != (self.reference_groups is None):
+            raise ValueError("give groups for the input prompts exactly when reference_groups are given")
+        if self.method == "mean":
+            means = self.means[name]
+            return means if groups is None else means[groups.long().cpu()]
+        n_ref = self.acts[name].shape[0]
+        scores = torch.rand(batch, n_ref, generator=self.generator)  # random reference per prompt
+        if groups is not None:
+            same = groups.long().cpu()[:, None] == self.reference_groups[None, :]
+            if not same.any(1).all():
+                raise ValueError("some input prompts' groups have no reference prompt to resample from")
+            scores = scores.masked_fill(~same, -1.0)
+        return self.acts[name][scores.argmax(1)]
+
+
+def _check_length(name: str, act: Tensor, value: Tensor) -> None:
+    if value.ndim > 1 and value.shape[1] not in (1, act.shape[1]):
+        raise ValueError(
+            f"{name}: the input has {act.shape[1]} positions but the reference has {value.shape[1]}; "
+            "per-position means and resampling need reference prompts of the input's length"
+        )
+
+
+def ablation_hooks(
+    model: HookedTransformer,
+    heads: Sequence[Head] = (),
+    mlps: Sequence[int] = (),
+    neurons: Sequence[tuple[int, int]] = (),
+    method: Method = "zero",
+    reference: Int[Tensor, "n_ref pos"] | None = None,
+    per_position: bool = False,
+    reference_groups: Int[Tensor, " n_ref"] | None = None,
+    groups: Int[Tensor, " batch"] | None = None,
+    seed: int = 0,
+) -> list[tuple[str, object]]:
+    """fwd_hooks for model.run_with_hooks / model.hooks that ablate heads, MLP layers and neurons.
+
+    groups: the input prompts' groups [batch] (with reference_groups: per-group means/resampling).
+    """
+    sites = ablation_sites(model, heads, mlps, neurons)
+    replacement = Replacement(
+        model, [s.name for s in sites], method, reference, per_position, reference_groups, seed
+    )
+
+    def make_hook(site: Site):
+        def hook(act: Tensor, hook) -> Tensor:
+            value = replacement.values(site.name, act.shape[0], groups).to(act.device, act.dtype)
+            _check_length(site.name, act, value)
+            return torch.where(site_mask(site, act.shape, act.device), value, act)
+
+        return hook
+
+    return [(site.name, make_hook(site)) for site in sites]
+
+
+@contextmanager
+def ablate(model: HookedTransformer, **kwargs) -> Iterator[HookedTransformer]:
+    """Context manager: `with ablate(model, heads=[(9, 6)], method="mean", reference=tokens): ...`
+    (the arguments of `ablation_hooks`)."""
+    with model.hooks(fwd_hooks=ablation_hooks(model, **kwargs)):
+        yield model
+
+
+def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]:
+    keep = {tuple(h) for h in keep}
+    cfg = model.cfg
+    return [
+        (layer, head)
+        for layer in range(cfg.n_layers)
+        for head in range(cfg.n_heads)
+        if (layer, head) not in keep
+    ]
+
+
+def circuit_hooks(
+    model: HookedTransformer, circuit: Sequence[Head], method: Method = "mean", **kwargs
+) -> list:
+    """fwd_hooks that ablate every head except those of `circuit` (MLPs are kept), for faithfulness."""
+    return ablation_hooks(model, heads=_all_heads_but(model, circuit), method=method, **kwargs)
+
+
+def faithfulness(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    metric: Metric,
+    circuit: Sequence[Head],
+    method: Method = "mean",
+    **kwargs,
+) -> dict[str, float]:
+    """Wang et al. 2022's faithfulness: metric with only `circuit`'s heads intact vs the full model.
+
+    Returns the batch means of the metric for the full model ("model"), the circuit ("circuit")
+    and the model with every head ablated ("no_heads"), and "faithfulness" = circuit / model.
+    """
+    with torch.no_grad():
+        full = metric(model(tokens)).mean()
+        with model.hooks(fwd_hooks=circuit_hooks(model, circuit, method, **kwargs)):
+            kept = metric(model(tokens)).mean()
+        with model.hooks(fwd_hooks=circuit_hooks(model, [], method, **kwargs)):
+            none = metric(model(tokens)).mean()
+    return {
+        "model": float(full),
+        "circuit": float(kept),
+        "no_heads": float(none),
+        "faithfulness": float(kept / full),
+    }
+
+
+def ablation_sweep(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    metric: Metric,
+    component: Literal["heads", "mlps"] = "heads",
+    method: Method = "zero",
+    reference: Int[Tensor, "n_ref pos"] | None = None,
+    per_position: bool = False,
+    reference_groups: Int[Tensor, " n_ref"] | None = None,
+    groups: Int[Tensor, " batch"] | None = None,
+    base: Sequence[Head] = (),
+    seed: int = 0,
+    metric_name: str = "metric",
+    batch_size: int | None = None,
+) -> PatchResult:
+    """Ablate each head ([layer, head] grid) or each MLP layer ([layer] grid) in turn, on top of
+    the heads in `base` (ablated in every run). Batches several ablated runs per forward and
+    starts each at the ablated layer. `result.target` is the metric of the unablated model."""
+    cfg = model.cfg
+    tokens = model._as_tokens(tokens, None)
+    if component == "heads":
+        dims, coords = (
+            ("layer", "head"),
+            {"layer": list(range(cfg.n_layers)), "head": list(range(cfg.n_heads))},
+        )
+        units = [
+            ablation_sites(model, heads=sorted({(layer, head), *base}))
+            for layer, head in _all_heads_but(model, [])
+        ]
+    elif component == "mlps":
+        dims, coords = ("layer",), {"layer": list(range(cfg.n_layers))}
+        units = [ablation_sites(model, heads=base, mlps=[layer]) for layer in range(cfg.n_layers)]
+    else:
+        raise ValueError(f"component must be 'heads' or 'mlps', got {component!r}")
+    names = sorted({site.name for sites in units for site in sites})
+    replacement = Replacement(model, names, method, reference, per_position, reference_groups, seed)
+    batch = tokens.shape[0]
+    sources = {name: replacement.values(name, batch, groups) for name in names}
+    logits, cache = _cached_run(model, tokens, _resid_names(model) + [_final_resid_hook(model)])
+    for name in names:
+        _check_length(name, tokens, sources[name])
+    values = run_site_sets(model, tokens, units, sources, metric, _resid_stack(model, cache), batch_size)
+    rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
+    index = pd.DataFrame(rows).assign(component=f"{method} ablation of {component}", position="all")
+    if "head" not in index:
+        index["head"] = None
+    return PatchResult(
+        values,
+        index[["component", "layer", "head", "position"]],
+        dims,
+        coords,
+        metric_name,
+        target=_apply_metric(metric, logits, batch),
+        method=f"{method} ablation",
+    )

@@ -1,0 +1,822 @@
+"""Activation patching, path patching and attribution patching.
+
+Two runs of the model on prompts of the same shape: `clean` (the behaviour we study) and
+`corrupted` (a counterfactual, e.g. IOI with IO and S1 swapped). Patching copies activations from
+a *source* run into a *target* run and measures a metric (see interp.metrics) per prompt:
+
+  direction="denoise": target = corrupted, source = clean  (is this activation sufficient?)
+  direction="noise":   target = clean, source = corrupted  (is this activation necessary?)
+
+A `Site` names what is overwritten: a hook, optionally one head (or several), a position (int,
+or one per prompt as a LongTensor [batch]) and units of the last dimension (e.g. MLP neurons).
+A patched run overwrites a *set* of sites at once. Sweeps batch several patched runs into one
+forward pass and start each at the earliest patched layer from the target's cached residual
+stream (`forward(start_at_layer=L)`), so nothing upstream is recomputed.
+
+Results are `PatchResult`s: per-example values [n_patches, batch], a labelled grid
+(`result.mean()` with `result.dims`, `result.coords`) and tidy DataFrames with bootstrap CIs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Literal
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp.cache import act_name
+from interp.metrics import Metric
+from interp.model import HookedTransformer
+
+Direction = Literal["denoise", "noise"]
+PerPromptPos = Int[Tensor, " batch"]
+SitePos = int | Sequence[int] | PerPromptPos | None
+Positions = None | Literal["each"] | Sequence[int] | Mapping[str, PerPromptPos]
+
+# Components that activation/attribution patching sweep over, and whether they have a head axis.
+RESID_COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
+HEAD_COMPONENTS = ("z", "result", "q", "k", "v", "pattern")
+COMPONENTS = RESID_COMPONENTS + HEAD_COMPONENTS
+
+_HEAD_FIRST = {"pattern", "attn_scores"}  # [batch, head, query_pos, key_pos]
+_PER_HEAD = {"q", "k", "v", "z", "result", "rot_q", "rot_k", "q_input", "k_input", "v_input"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Sites and the batched patching engine
+
+
+@dataclass
+class Site:
+    """Overwrite `name` (a full hook name) where head/pos/unit select; None selects everything.
+
+    head: int or list of ints, the head axis of per-head hooks ([batch, pos, head, d] or the
+      pattern's [batch, head, q_pos, k_pos]); for hook_k/hook_v/k_input/v_input these are
+      key/value heads under grouped-query attention.
+    pos: int, list of ints, or LongTensor [batch] (one position per prompt); for patterns this
+      is the query position.
+    unit: int or list of ints on the last axis (MLP neurons in mlp.hook_post, d_head dims, ...).
+    """
+
+    name: str
+    head: int | Sequence[int] | None = None
+    pos: SitePos = None
+    unit: int | Sequence[int] | None = None
+
+    @property
+    def layer(self) -> int:
+        """The block the hook lives in: -1 for embeddings, n_layers-like large for ln_final."""
+        match = re.match(r"blocks\.(\d+)\.", self.name)
+        if match:
+            return int(match.group(1))
+        return -1 if self.name.startswith("hook_") else 10**9
+
+
+def _short(name: str) -> str:
+    return name.rsplit("hook_", 1)[-1]
+
+
+def _axis_mask(size: int, index: int | Sequence[int], what: str, device) -> Tensor:
+    indices = torch.as_tensor(index, dtype=torch.long, device=device).reshape(-1)
+    if indices.numel() and (indices.min() < -size or indices.max() >= size):
+        raise ValueError(f"{what} {index} out of range: this activation has {size} {what}s")
+    mask = torch.zeros(size, dtype=torch.bool, device=device)
+    mask[indices] = True
+    return mask
+
+
+def site_mask(site: Site, shape: torch.Size, device: torch.device | str = "cpu") -> Tensor:
+    """Boolean mask, broadcastable to an activation of `shape` ([batch, ...]), of what `site` selects."""
+    short = _short(site.name)
+    ndim = len(shape)
+    head_dim = 1 if short in _HEAD_FIRST else 2 if short in _PER_HEAD else None
+    pos_dim = 2 if short in _HEAD_FIRST else 1
+    mask = torch.ones([1] * ndim, dtype=torch.bool, device=device)
+
+    def along(dim: int, axis_mask: Tensor) -> Tensor:
+        view = [1] * ndim
+        view[dim] = shape[dim]
+        return axis_mask.view(view)
+
+    if site.head is not None:
+        if head_dim is None:
+            raise ValueError(
+                f"{site.name} has no head axis; leave head=None (heads live in hook_z, hook_q, ...)"
+            )
+        mask = mask & along(head_dim, _axis_mask(shape[head_dim], site.head, "head", device))
+    if site.pos is not None:
+        if isinstance(site.pos, Tensor) and site.pos.ndim == 1 and site.pos.dtype != torch.bool:
+            pos = site.pos.to(device)
+            if pos.shape[0] != shape[0]:
+                raise ValueError(f"per-prompt positions must be [batch={shape[0]}], got {tuple(pos.shape)}")
+            if pos.min() < 0 or pos.max() >= shape[pos_dim]:
+                raise ValueError(f"positions must lie in [0, {shape[pos_dim]}), got {pos.min()}..{pos.max()}")
+            per_prompt = torch.zeros(shape[0], shape[pos_dim], dtype=torch.bool, device=device)
+            per_prompt[torch.arange(shape[0], device=device), pos] = True
+            view = [1] * ndim
+            view[0], view[pos_dim] = shape[0], shape[pos_dim]
+            mask = mask & per_prompt.view(view)
+        else:
+            mask = mask & along(pos_dim, _axis_mask(shape[pos_dim], site.pos, "position", device))
+    if site.unit is not None:
+        mask = mask & along(ndim - 1, _axis_mask(shape[-1], site.unit, "unit", device))
+    return mask
+
+
+def _check_sites(model: HookedTransformer, site_sets: Sequence[Sequence[Site]]) -> None:
+    for sites in site_sets:
+        for site in sites:
+            try:
+                model.check_hook_name(site.name)
+            except KeyError as error:
+                raise ValueError(f"unknown activation: {error.args[0]}") from None
+
+
+def run_site_sets(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    site_sets: Sequence[Sequence[Site]],
+    sources: Mapping[str, Tensor],
+    metric: Metric,
+    resid_pre: Sequence[Tensor] | None = None,
+    batch_size: int | None = None,
+) -> Float[Tensor, "n_sets batch"]:
+    """Metric of each patched run: run i overwrites every site in site_sets[i] with `sources`.
+
+    sources[name]: the replacement values for hook `name`, broadcastable to its activation
+      [batch, ...] (a cached source run's activation, a mean, zeros, ...).
+    resid_pre: the target run's residual stream before each block and after the last (n_layers + 1
+      tensors [batch, pos, d_model]); with it each forward starts at the earliest patched block
+      instead of the embeddings.
+    batch_size: patched runs per forward pass (default: ~64 prompts per forward).
+    Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
+    """
+    _check_sites(model, site_sets)
+    batch = tokens.shape[0]
+    batch_size = batch_size or max(1, 64 // batch)
+    starts = [min((s.layer for s in sites), default=model.cfg.n_layers) for sites in site_sets]
+    order = sorted(range(len(site_sets)), key=lambda i: starts[i])
+    values = torch.empty(len(site_sets), batch)
+    with torch.no_grad():
+        for chunk in [order[i : i + batch_size] for i in range(0, len(order), batch_size)]:
+            logits = _patched_forward(
+                model,
+                tokens,
+                [site_sets[i] for i in chunk],
+                sources,
+                resid_pre,
+                min(starts[i] for i in chunk),
+            )
+            for row, i in enumerate(chunk):
+                values[i] = _apply_metric(metric, logits[row * batch : (row + 1) * batch], batch)
+    return values
+
+
+def _apply_metric(metric: Metric, logits: Tensor, batch: int) -> Tensor:
+    value = metric(logits)
+    if not isinstance(value, Tensor) or value.shape != (batch,):
+        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise ValueError(
+            f"the metric must return one value per prompt, a tensor [batch={batch}]; got {shape}"
+        )
+    return value.detach().float().cpu()
+
+
+def _patched_forward(
+    model: HookedTransformer,
+    tokens: Tensor,
+    site_sets: Sequence[Sequence[Site]],
+    sources: Mapping[str, Tensor],
+    resid_pre: Sequence[Tensor] | None,
+    start: int,
+) -> Float[Tensor, "n_sets*batch pos d_vocab"]:
+    """One forward over len(site_sets) stacked copies of the target run, copy i patched by site_sets[i]."""
+    n, batch = len(site_sets), tokens.shape[0]
+    by_name: dict[str, list[tuple[int, Site]]] = {}
+    for i, sites in enumerate(site_sets):
+        for site in sites:
+            by_name.setdefault(site.name, []).append((i, site))
+
+    def make_hook(name: str):
+        def hook(act: Tensor, hook) -> Tensor:
+            act = act.unflatten(0, (n, batch)).clone()
+            source = sources[name].to(act.device, act.dtype)
+            for i, site in by_name[name]:
+                act[i] = torch.where(site_mask(site, act.shape[1:], act.device), source, act[i])
+            return act.flatten(0, 1)
+
+        return hook
+
+    missing = set(by_name) - set(sources)
+    if missing:
+        raise ValueError(f"no source values for {sorted(missing)}; cache them in the source run")
+    hooks = [(name, make_hook(name)) for name in by_name]
+    with model.hooks(fwd_hooks=hooks):
+        if resid_pre is None or start < 0:
+            return model(tokens.repeat(n, 1))
+        start = min(start, model.cfg.n_layers)  # n_layers: only ln_final is patched
+        return model(resid_pre[start].repeat(n, 1, 1), start_at_layer=start)
+
+
+def _resid_names(model: HookedTransformer) -> list[str]:
+    return [act_name("resid_pre", layer) for layer in range(model.cfg.n_layers)]
+
+
+def _final_resid_hook(model: HookedTransformer) -> str:
+    return act_name("resid_post", model.cfg.n_layers - 1)
+
+
+def _cached_run(
+    model: HookedTransformer, tokens: Tensor, names: Iterable[str]
+) -> tuple[Tensor, dict[str, Tensor]]:
+    names = sorted(set(names))
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens, names_filter=names)
+    return logits, dict(cache.activations)
+
+
+def _resid_stack(model: HookedTransformer, cache: Mapping[str, Tensor]) -> list[Tensor]:
+    """resid_pre of every block plus the final residual stream (index n_layers)."""
+    return [cache[name] for name in _resid_names(model)] + [cache[_final_resid_hook(model)]]
+
+
+def _as_tokens(model: HookedTransformer, tokens) -> Tensor:
+    if isinstance(tokens, Tensor):
+        return model._as_tokens(tokens, None)
+    return model.to_tokens(tokens)
+
+
+def _check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tensor]:
+    clean, corrupted = _as_tokens(model, clean), _as_tokens(model, corrupted)
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} tokens must have the same "
+            "[batch, pos] shape: pair each clean prompt with one corrupted prompt of the same length"
+        )
+    return clean, corrupted
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class PatchResult:
+    """Per-example metric values of a set of patched runs, with labels.
+
+    values: [n_patches, batch] metric of each patched run on each prompt.
+    index: one row per patch (columns component, layer, head, position).
+    dims, coords: the grid the patches form (e.g. ("layer", "head") with their labels);
+      `mean()` / `per_example()` reshape values to it.
+    target, source: the metric on the unpatched target and source runs, [batch].
+    """
+
+    values: Tensor
+    index: pd.DataFrame
+    dims: tuple[str, ...]
+    coords: dict[str, list]
+    metric_name: str = "metric"
+    target: Tensor | None = None
+    source: Tensor | None = None
+    method: str = "activation patching"
+    extra: dict = field(default_factory=dict)
+
+    def per_example(self) -> Float[Tensor, "*grid batch"]:
+        return self.values.view(*[len(self.coords[d]) for d in self.dims], self.values.shape[-1])
+
+    def mean(self) -> Float[Tensor, "*grid"]:
+        """The batch-mean metric as a tensor shaped like the grid, e.g. [layer, head]."""
+        return self.per_example().mean(-1)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Tidy: one row per patch and prompt (component, layer, head, position, metric, example, value)."""
+        n, batch = self.values.shape
+        frame = self.index.loc[self.index.index.repeat(batch)].reset_index(drop=True)
+        frame["metric"] = self.metric_name
+        frame["example"] = list(range(batch)) * n
+        frame["value"] = self.values.reshape(-1).numpy()
+        return frame
+
+    def summary(self, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+        """One row per patch: mean over prompts and a percentile bootstrap CI (resampling prompts)."""
+        low, high = bootstrap_ci(self.values, n_boot, ci, seed)
+        frame = self.index.copy()
+        frame["metric"] = self.metric_name
+        frame["mean"] = self.values.mean(-1).numpy()
+        frame["ci_low"], frame["ci_high"] = low.numpy(), high.numpy()
+        frame["n"] = self.values.shape[-1]
+        return frame
+
+
+def bootstrap_ci(
+    values: Float[Tensor, "n batch"], n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+) -> tuple[Float[Tensor, " n"], Float[Tensor, " n"]]:
+    """Percentile bootstrap CI of the mean over the last axis (prompts), for every row."""
+    generator = torch.Generator().manual_seed(seed)
+    batch = values.shape[-1]
+    samples = torch.randint(batch, (n_boot, batch), generator=generator)  # [n_boot, batch]
+    means = values[:, samples].mean(-1)  # [n, n_boot]
+    alpha = (1 - ci) / 2
+    return means.quantile(alpha, dim=-1), means.quantile(1 - alpha, dim=-1)
+
+
+def _grid_index(component: str, dims: tuple[str, ...], coords: dict[str, list]) -> pd.DataFrame:
+    rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
+    frame = pd.DataFrame(rows, columns=list(dims))
+    frame.insert(0, "component", component)
+    for column in ("layer", "head", "position"):
+        if column not in frame:
+            frame[column] = None
+    return frame[["component", "layer", "head", "position"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Activation patching
+
+
+def _position_axis(positions: Positions, n_pos: int) -> tuple[list, list[SitePos]]:
+    """(labels, site positions) of a positions argument."""
+    if positions is None:
+        return ["all"], [None]
+    if isinstance(positions, str):
+        if positions != "each":
+            raise ValueError(
+                "positions must be None, 'each', a list of ints or a dict of [batch] tensors, "
+                f"got {positions!r}"
+            )
+        return list(range(n_pos)), list(range(n_pos))
+    if isinstance(positions, Mapping):
+        return list(positions), [torch.as_tensor(p).long() for p in positions.values()]
+    for p in positions:
+        if not -n_pos <= p < n_pos:
+            raise ValueError(f"position {p} is out of range for prompts of {n_pos} tokens")
+    return list(positions), list(positions)
+
+
+def _component_grid(
+    model: HookedTransformer, component: str, layers: Sequence[int] | None, positions: Positions, n_pos: int
+) -> tuple[tuple[str, ...], dict[str, list], list[Site]]:
+    """The (dims, coords, sites) of a sweep of `component` over layers (x heads) x positions."""
+    if component not in COMPONENTS:
+        raise ValueError(f"unknown component {component!r}; choose one of {', '.join(COMPONENTS)}")
+    cfg = model.cfg
+    if component in ("resid_mid", "mlp_out") and cfg.attn_only:
+        raise ValueError(f"{component!r} does not exist in an attention-only model")
+    if component == "resid_mid" and cfg.parallel_residual:
+        raise ValueError("'resid_mid' does not exist in a parallel-residual model")
+    layers = list(range(cfg.n_layers)) if layers is None else list(layers)
+    if any(not 0 <= layer < cfg.n_layers for layer in layers):
+        raise ValueError(f"layers must lie in [0, {cfg.n_layers}), got {layers}")
+    pos_labels, site_pos = _position_axis(positions, n_pos)
+    if component in HEAD_COMPONENTS:
+        n_heads = cfg.n_kv_heads if component in ("k", "v") else cfg.n_heads
+        dims, coords = (
+            ("layer", "head", "position"),
+            {"layer": layers, "head": list(range(n_heads)), "position": pos_labels},
+        )
+        sites = [
+            Site(act_name(component, layer), head=head, pos=pos)
+            for layer in layers
+            for head in range(n_heads)
+            for pos in site_pos
+        ]
+    else:
+        dims, coords = ("layer", "position"), {"layer": layers, "position": pos_labels}
+        sites = [Site(act_name(component, layer), pos=pos) for layer in layers for pos in site_pos]
+    return dims, coords, sites
+
+
+def _settings_for(component_or_names: str | Iterable[str]) -> dict[str, bool]:
+    names = [component_or_names] if isinstance(component_or_names, str) else list(component_or_names)
+    settings = {}
+    if any(_short(n) == "result" for n in names):
+        settings["use_attn_result"] = True
+    if any(_short(n) in ("q_input", "k_input", "v_input") for n in names):
+        settings["use_split_qkv_input"] = True
+    return settings
+
+
+def _source_target(clean: Tensor, corrupted: Tensor, direction: Direction) -> tuple[Tensor, Tensor]:
+    if direction == "denoise":
+        return clean, corrupted
+    if direction == "noise":
+        return corrupted, clean
+    raise ValueError(
+        f"direction must be 'denoise' (corrupted run, clean activations) or 'noise', got {direction!r}"
+    )
+
+
+def patch_sites(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    metric: Metric,
+    site_sets: Sequence[Site | Sequence[Site]],
+    direction: Direction = "denoise",
+    labels: Sequence[str] | None = None,
+    metric_name: str = "metric",
+    batch_size: int | None = None,
+) -> PatchResult:
+    """The generic form: one patched run per entry of site_sets (a Site or a list patched together).
+
+    Returns a PatchResult with dims ("patch",) labelled by `labels` (default: the hook names).
+    """
+    clean, corrupted = _check_pair(model, clean, corrupted)
+    source_tokens, target_tokens = _source_target(clean, corrupted, direction)
+    site_sets = [[s] if isinstance(s, Site) else list(s) for s in site_sets]
+    names = {site.name for sites in site_sets for site in sites}
+    labels = (
+        list(labels)
+        if labels is not None
+        else ["+".join(s.name for s in sites) or "none" for sites in site_sets]
+    )
+    if len(labels) != len(site_sets):
+        raise ValueError(f"got {len(labels)} labels for {len(site_sets)} site sets")
+    with model.settings(**_settings_for(names)):
+        source_logits, sources = _cached_run(model, source_tokens, names)
+        target_logits, target_cache = _cached_run(
+            model, target_tokens, _resid_names(model) + [_final_resid_hook(model)]
+        )
+        values = run_site_sets(
+            model, target_tokens, site_sets, sources, metric, _resid_stack(model, target_cache), batch_size
+        )
+    index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
+    index["layer"] = [min((s.layer for s in sites), default=None) for sites in site_sets]
+    return PatchResult(
+        values,
+        index,
+        ("patch",),
+        {"patch": labels},
+        metric_name,
+        target=_apply_metric(metric, target_logits, target_tokens.shape[0]),
+        source=_apply_metric(metric, source_logits, target_tokens.shape[0]),
+        method=f"activation patching ({direction})",
+    )
+
+
+def activation_patching(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    metric: Metric,
+    component: str = "z",
+    positions: Positions = None,
+    layers: Sequence[int] | None = None,
+    direction: Direction = "denoise",
+    metric_name: str = "metric",
+    batch_size: int | None = None,
+) -> PatchResult:
+    """Patch `component` at every layer (x head) x position from the source run into the target run.
+
+    component: resid_pre, resid_mid, resid_post, attn_out, mlp_out ([layer, position] grid) or
+      z, result, q, k, v, pattern (per head: [layer, head, position]; k and v index key/value heads).
+    positions: None = all positions at once (label "all"); "each" = every position separately;
+      a list of ints; or {name: LongTensor [batch]} for per-prompt positions (e.g. IOI's
+      {"IO": ..., "S1": ..., "S2": ..., "END": ...}), labelled by name.
+    metric: logits [batch, pos, d_vocab] -> [batch] (see interp.metrics).
+    Each forward holds `batch_size` patched runs and starts at the patched layer.
+    """
+    clean, corrupted = _check_pair(model, clean, corrupted)
+    dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
+    result = patch_sites(model, clean, corrupted, metric, sites, direction, None, metric_name, batch_size)
+    result.index = _grid_index(component, dims, coords)
+    result.dims, result.coords = dims, coords
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Path patching
+
+Sender = tuple[int, int | str]  # (layer, head) or (layer, "mlp")
+Receiver = tuple[int, int, str]  # (layer, head, "q" | "k" | "v" | any combination, e.g. "qkv")
+
+
+def _check_senders(model: HookedTransformer, senders: Sequence[Sender]) -> None:
+    cfg = model.cfg
+    for sender in senders:
+        layer, unit = sender
+        if not 0 <= layer < cfg.n_layers:
+            raise ValueError(f"sender {sender}: layer must lie in [0, {cfg.n_layers})")
+        if unit == "mlp":
+            if cfg.attn_only:
+                raise ValueError(f"sender {sender}: this model is attention-only and has no MLPs")
+        elif not (isinstance(unit, int) and 0 <= unit < cfg.n_heads):
+            raise ValueError(
+                f"sender {sender}: give (layer, head) with head in [0, {cfg.n_heads}) or (layer, 'mlp')"
+            )
+
+
+def _check_receivers(model: HookedTransformer, receivers: Sequence[Receiver] | str) -> None:
+    if isinstance(receivers, str):
+        if receivers not in ("logits", "resid_final"):
+            raise ValueError(
+                f"receivers must be 'logits' or a list of (layer, head, 'q'|'k'|'v'), got {receivers!r}"
+            )
+        return
+    if not receivers:
+        raise ValueError("receivers is empty: give (layer, head, 'qkv') tuples or 'logits'")
+    cfg = model.cfg
+    for receiver in receivers:
+        layer, head, inputs = receiver
+        if not 0 <= layer < cfg.n_layers or not 0 <= head < cfg.n_heads:
+            raise ValueError(
+                f"receiver {receiver}: layer in [0, {cfg.n_layers}) and head in [0, {cfg.n_heads}) needed"
+            )
+        if not inputs or set(inputs) - set("qkv"):
+            raise ValueError(f"receiver {receiver}: the input must be a combination of 'q', 'k', 'v'")
+
+
+def path_patching(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    metric: Metric,
+    receivers: Sequence[Receiver] | str = "logits",
+    senders: Sequence[Sender | Sequence[Sender]] | None = None,
+    sender_pos: SitePos = None,
+    receiver_pos: SitePos = None,
+    freeze_mlps: bool = False,
+    metric_name: str = "metric",
+    batch_size: int | None = None,
+) -> PatchResult:
+    """Path patching (Wang et al. 2022, sec. 3.1 and appendix B; Goldowsky-Dill et al. 2023): the
+    effect of senders -> receivers paths, one patched run per sender (or per set of senders).
+
+    Semantics (the clean run is the target; corrupted activations travel only along the paths):
+      run 1: cache the clean and corrupted runs.
+      run 2: the clean run in which every sender's output (hook_z of the head, or mlp_out) is
+        set to its corrupted value at `sender_pos`, and the output (hook_z) of every other head,
+        at every layer and position, is frozen to its clean value. MLPs are recomputed, as in the
+        IOI paper, so sender -> MLP -> receiver paths count as part of the path; with
+        freeze_mlps=True they are frozen to clean too (only direct sender -> receiver paths).
+        Normalisations are always recomputed. Record the receivers' inputs.
+      run 3: the clean run in which the receivers' inputs (at `receiver_pos`) are replaced by the
+        values recorded in run 2, and everything else, downstream of the receivers included, is
+        recomputed. The metric is measured on this run.
+    receivers: (layer, head, "q"/"k"/"v"/"qkv"...) -- the query/key/value input of that head
+      (hook_q_input/k_input/v_input); or "logits" (the final residual stream: the metric of run 2).
+      Grouped-query attention: keys and values are computed per key/value head, so a receiver
+      (layer, h, "k") patches the input of key/value head h // group_size, which every query
+      head of that group shares.
+    senders: a list of senders (each its own run: a sweep) or of lists of senders (patched
+      together); default every head in layers before the last receiver (all layers for logits).
+    sender_pos, receiver_pos: None (all positions), int, or LongTensor [batch] per prompt
+      (e.g. receivers' queries at END).
+    Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
+    """
+    clean, corrupted = _check_pair(model, clean, corrupted)
+    _check_receivers(model, receivers)
+    cfg = model.cfg
+    to_logits = isinstance(receivers, str)
+    last_layer = cfg.n_layers if to_logits else max(r[0] for r in receivers)
+    grid = senders is None
+    if grid:
+        dims = ("layer", "head")
+        coords = {"layer": list(range(last_layer)), "head": list(range(cfg.n_heads))}
+        senders = [(layer, head) for layer in coords["layer"] for head in coords["head"]]
+    sender_sets = [[s] if _is_sender(s) else list(s) for s in senders]
+    for sender_set in sender_sets:
+        _check_senders(model, sender_set)
+    names = {act_name("z", layer) for layer in range(cfg.n_layers)}
+    names |= {act_name("mlp_out", layer) for layer in range(cfg.n_layers)} if not cfg.attn_only else set()
+    names |= set(_resid_names(model)) | {_final_resid_hook(model)}
+    clean_logits, clean_cache = _cached_run(model, clean, names)
+    corrupted_logits, corrupted_cache = _cached_run(model, corrupted, names)
+    batch_size = batch_size or max(1, 64 // clean.shape[0])
+    values = torch.empty(len(sender_sets), clean.shape[0])
+    order = sorted(
+        range(len(sender_sets)), key=lambda i: min((s[0] for s in sender_sets[i]), default=cfg.n_layers)
+    )
+    with torch.no_grad():
+        for chunk in [order[i : i + batch_size] for i in range(0, len(order), batch_size)]:
+            sets = [sender_sets[i] for i in chunk]
+            logits = _path_patch_chunk(
+                model, sets, receivers, clean_cache, corrupted_cache, sender_pos, receiver_pos, freeze_mlps
+            )
+            for row, i in enumerate(chunk):
+                values[i] = _apply_metric(
+                    metric, logits[row * clean.shape[0] : (row + 1) * clean.shape[0]], clean.shape[0]
+                )
+    if grid:
+        index = _grid_index("z", dims, coords)
+    else:
+        labels = [" + ".join(_sender_label(s) for s in sender_set) or "none" for sender_set in sender_sets]
+        dims, coords = ("patch",), {"patch": labels}
+        index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
+    return PatchResult(
+        values,
+        index,
+        dims,
+        coords,
+        metric_name,
+        target=_apply_metric(metric, clean_logits, clean.shape[0]),
+        source=_apply_metric(metric, corrupted_logits, clean.shape[0]),
+        method="path patching",
+        extra={"receivers": receivers, "freeze_mlps": freeze_mlps},
+    )
+
+
+def _is_sender(sender) -> bool:
+    return isinstance(sender, tuple) and len(sender) == 2 and isinstance(sender[0], int)
+
+
+def _sender_label(sender: Sender) -> str:
+    layer, unit = sender
+    return f"MLP{layer}" if unit == "mlp" else f"L{layer}H{unit}"
+
+
+def _path_patch_chunk(
+    model: HookedTransformer,
+    sender_sets: Sequence[Sequence[Sender]],
+    receivers: Sequence[Receiver] | str,
+    clean: Mapping[str, Tensor],
+    corrupted: Mapping[str, Tensor],
+    sender_pos: SitePos,
+    receiver_pos: SitePos,
+    freeze_mlps: bool,
+) -> Float[Tensor, "n_sets*batch pos d_vocab"]:
+    """Runs 2 and 3 of path patching for len(sender_sets) stacked copies of the clean run."""
+    cfg = model.cfg
+    n = len(sender_sets)
+    resid = _resid_stack(model, clean)
+    batch = resid[0].shape[0]
+    start = min((s[0] for sender_set in sender_sets for s in sender_set), default=cfg.n_layers)
+    to_logits = isinstance(receivers, str)
+    receiver_layers = sorted({r[0] for r in receivers}) if not to_logits else []
+    stop = cfg.n_layers if to_logits else receiver_layers[-1]
+
+    # Run 2: senders corrupted, other heads (and optionally MLPs) frozen to clean; record receivers' inputs.
+    def frozen(kind: str, layer: int):
+        name = act_name(kind, layer)
+
+        def hook(act: Tensor, hook) -> Tensor:
+            base = act.unflatten(0, (n, batch)) if (kind == "mlp_out" and not freeze_mlps) else None
+            out = base.clone() if base is not None else clean[name].expand(n, *clean[name].shape).clone()
+            for i, sender_set in enumerate(sender_sets):
+                for s_layer, unit in sender_set:
+                    if s_layer != layer or (unit == "mlp") != (kind == "mlp_out"):
+                        continue
+                    site = Site(name, head=None if unit == "mlp" else unit, pos=sender_pos)
+                    out[i] = torch.where(site_mask(site, out.shape[1:], out.device), corrupted[name], out[i])
+            return out.flatten(0, 1)
+
+        return hook
+
+    recorded: dict[int, Tensor] = {}
+
+    def record(layer: int):
+        def hook(act: Tensor, hook) -> None:
+            recorded[layer] = act.unflatten(0, (n, batch))
+
+        return hook
+
+    hooks = []
+    for layer in range(max(start, 0), stop):
+        hooks.append((act_name("z", layer), frozen("z", layer)))
+        if not cfg.attn_only and (freeze_mlps or any(s == (layer, "mlp") for ss in sender_sets for s in ss)):
+            hooks.append((act_name("mlp_out", layer), frozen("mlp_out", layer)))
+    hooks += [
+        (act_name("resid_pre", layer), record(layer)) for layer in receiver_layers if start <= layer < stop
+    ]
+    if start < stop:
+        with model.hooks(fwd_hooks=hooks):
+            run2 = model(
+                resid[start].repeat(n, 1, 1), start_at_layer=start, stop_at_layer=stop, return_type=None
+            )
+        if to_logits:  # the receiver is the final residual stream: run 2 is the measured run
+            return model.unembed(model.ln_final(run2))
+        recorded[stop] = run2.unflatten(0, (n, batch))
+    elif to_logits:  # no sender before the end: the clean run
+        return model.unembed(model.ln_final(resid[-1].repeat(n, 1, 1)))
+    for layer in receiver_layers:
+        if layer not in recorded:  # every sender is at or after this receiver: its input is clean
+            recorded[layer] = resid[layer].expand(n, *resid[layer].shape)
+
+    # Run 3: clean run with the receivers' inputs replaced by what run 2 recorded.
+    def patch_inputs(layer: int, letter: str, heads: list[int]):
+        site = Site(act_name(f"{letter}_input", layer), head=heads, pos=receiver_pos)
+
+        def hook(act: Tensor, hook) -> Tensor:
+            act = act.unflatten(0, (n, batch))
+            value = recorded[layer][:, :, :, None, :]  # [n, batch, pos, 1, d_model]
+            mask = site_mask(site, act.shape[1:], act.device)
+            return torch.where(mask, value, act).flatten(0, 1)
+
+        return hook
+
+    hooks = []
+    for layer in receiver_layers:
+        for letter in "qkv":
+            heads = sorted(
+                {
+                    h if letter == "q" else h // cfg.group_size
+                    for r_layer, h, inputs in receivers
+                    if r_layer == layer and letter in inputs
+                }
+            )
+            if heads:
+                hooks.append((act_name(f"{letter}_input", layer), patch_inputs(layer, letter, heads)))
+    first = receiver_layers[0]
+    with model.settings(use_split_qkv_input=True), model.hooks(fwd_hooks=hooks):
+        return model(resid[first].repeat(n, 1, 1), start_at_layer=first)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attribution patching
+
+
+def attribution_patching(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    metric: Metric,
+    component: str = "z",
+    positions: Positions = None,
+    layers: Sequence[int] | None = None,
+    direction: Direction = "denoise",
+    metric_name: str = "metric",
+) -> PatchResult:
+    """Attribution patching (Nanda 2023): a first-order estimate of `activation_patching` with the
+    same arguments and result layout, from one forward and one backward pass of the target run.
+
+    For each site: metric(patched) ~= metric(target) + sum_site (source - target) * d metric / d act,
+    the gradient taken on the target run (corrupted for denoising, clean for noising). Per prompt,
+    since prompts do not interact. Exact when the metric is linear in the activation.
+    """
+    clean, corrupted = _check_pair(model, clean, corrupted)
+    source_tokens, target_tokens = _source_target(clean, corrupted, direction)
+    dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
+    names = sorted({site.name for site in sites})
+    with model.settings(**_settings_for(component)):
+        source_logits, source = _cached_run(model, source_tokens, names)
+        target = {}
+
+        def keep(act: Tensor, hook) -> None:
+            target[hook.name] = act
+
+        with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
+            target_logits = model(target_tokens)
+            target_metric = metric(target_logits)
+            if not isinstance(target_metric, Tensor) or target_metric.shape != (target_tokens.shape[0],):
+                raise ValueError("the metric must return one value per prompt, a tensor [batch]")
+            grads = torch.autograd.grad(target_metric.sum(), [target[name] for name in names])
+    # (source - target) * gradient, per element: [batch, ...] for every hook.
+    products = {
+        name: ((source[name] - act.detach()) * grad).float()
+        for name, act, grad in zip(names, [target[n] for n in names], grads, strict=True)
+    }
+    base = target_metric.detach().float().cpu()
+    values = torch.stack(
+        [
+            base
+            + (products[s.name] * site_mask(s, products[s.name].shape, products[s.name].device))
+            .flatten(1)
+            .sum(-1)
+            .cpu()
+            for s in sites
+        ]
+    )
+    return PatchResult(
+        values,
+        _grid_index(component, dims, coords),
+        dims,
+        coords,
+        metric_name,
+        target=base,
+        source=_apply_metric(metric, source_logits, target_tokens.shape[0]),
+        method=f"attribution patching ({direction})",
+    )
+
+
+def compare_to_exact(attribution: PatchResult, exact: PatchResult) -> pd.DataFrame:
+    """Side by side, per patch, the batch-mean exact and attribution values; attrs["correlation"]
+    holds their Pearson correlation (both results must come from the same sweep)."""
+    if attribution.dims != exact.dims or attribution.coords != exact.coords:
+        raise ValueError("compare results of the same sweep (same component, layers and positions)")
+    frame = exact.index.copy()
+    frame["exact"] = exact.values.mean(-1).numpy()
+    frame["attribution"] = attribution.values.mean(-1).numpy()
+    stacked = torch.stack([exact.values.mean(-1), attribution.values.mean(-1)])
+    frame.attrs["correlation"] = float(torch.corrcoef(stacked)[0, 1])
+    return frame
+
+
+def attribution_vs_exact(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    metric: Metric,
+    component: str = "z",
+    **kwargs,
+) -> pd.DataFrame:
+    """Run attribution and exact activation patching on the same sweep and `compare_to_exact` them."""
+    exact = activation_patching(model, clean, corrupted, metric, component, **kwargs)
+    kwargs.pop("batch_size", None)
+    attribution = attribution_patching(model, clean, corrupted, metric, component, **kwargs)
+    return compare_to_exact(attribution, exact)
