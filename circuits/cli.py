@@ -54,3 +54,32 @@ def info(model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP)) -> No
             f"{loaded.to_string(i[None])!r} ({v:.2f})" for v, i in zip(top.values, top.indices, strict=True)
         )
         console.print(f"{prompt!r} -> {guesses}")
+
+
+@app.command()
+def heads(
+    model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
+    format: str = typer.Option("table", help="table, csv, json, markdown or html."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+    seed: int = typer.Option(0, help="Seed of the random probe sequences."),
+    n_samples: int = typer.Option(16, help="Repeated random sequences to score and ablate on."),
+) -> None:
+    """Find previous-token, induction, duplicate-token, ... heads, with causal checks."""
+    from circuits.heads import head_report
+    from circuits.report import FORMATS, write_report
+
+    if format not in FORMATS:
+        console.print(f"[red]error:[/red] unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
+        raise typer.Exit(2)
+    if format == "html" and out is None:
+        console.print("[red]error:[/red] --format html needs --out FILE.html.")
+        raise typer.Exit(2)
+    loaded = load(model)
+    try:
+        report = head_report(loaded, n_samples=n_samples, seed=seed)
+    except ValueError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    write_report(report, format, out, console)
+    if out is not None:
+        console.print(f"Wrote {out}", style="dim")
