@@ -330,3 +330,19 @@ def test_gguf_of_unsupported_architecture_is_explained(tmp_path) -> None:
 def test_checkpoint_config_is_json(tiny_model, tmp_path) -> None:
     meta = json.loads((tiny_model.save(tmp_path / "c") / "config.json").read_text())
     assert meta["config"]["n_layers"] == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_runs_and_agrees(smollm2, dtype) -> None:
+    """bf16/fp16 (norms, softmax and rotary in float32) keeps the IOI answer and a close logit diff."""
+    tokens = smollm2.to_tokens(IOI_PROMPT)
+    io, s = smollm2.to_single_token(" Mary"), smollm2.to_single_token(" John")
+    with torch.no_grad():
+        full = smollm2(tokens)[0, -1]
+        half_model = interp.load_model("smollm2-135m", dtype=dtype)
+        half = half_model(tokens)[0, -1]
+        _, cache = half_model.run_with_cache(tokens, names_filter=["blocks.5.attn.hook_pattern"])
+    assert half.dtype == dtype and torch.isfinite(half).all()
+    assert cache["pattern", 5].dtype == dtype
+    assert half.argmax() == full.argmax()
+    assert abs((half[io] - half[s]).float() - (full[io] - full[s])) < 0.5
