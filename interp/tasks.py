@@ -152,7 +152,9 @@ class InductionTask(Task):
     Each row: BOS, uniform random tokens, and a span of length m (uniform in
     [min_span, max_span]) copied to a later, non-overlapping place; start, gap and m vary
     per row so that fixed positional offsets do not solve the task. loss_mask marks the
-    predictions of the copy's tokens 2..m (the first copied token is not predictable).
+    predictions of the copy's tokens 2..m (the first copied token is not predictable), or every
+    prediction with loss_on_all_tokens=True: slower to learn, but the model stays calibrated
+    on non-repeated tokens (trained on copies only, it predicts copies confidently everywhere).
     """
 
     def __init__(
@@ -162,6 +164,7 @@ class InductionTask(Task):
         min_span: int = 2,
         max_span: int | None = None,
         bos: int = 0,
+        loss_on_all_tokens: bool = False,
     ):
         max_span = (n_ctx - 1) // 2 if max_span is None else max_span
         if not 2 <= min_span <= max_span or 1 + 2 * max_span > n_ctx:
@@ -171,13 +174,9 @@ class InductionTask(Task):
             )
         if d_vocab < 2:
             raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
-        self.d_vocab, self.n_ctx, self.min_span, self.max_span, self.bos = (
-            d_vocab,
-            n_ctx,
-            min_span,
-            max_span,
-            bos,
-        )
+        self.d_vocab, self.n_ctx, self.bos = d_vocab, n_ctx, bos
+        self.min_span, self.max_span = min_span, max_span
+        self.loss_on_all_tokens = loss_on_all_tokens
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
         n = self.n_ctx
@@ -195,7 +194,7 @@ class InductionTask(Task):
         tokens = tokens.gather(1, source)
         predictions = pos[:, :-1]
         loss_mask = (predictions >= copy) & (predictions <= copy + span - 2)
-        return Batch(tokens, loss_mask)
+        return Batch(tokens, loss_mask | self.loss_on_all_tokens)
 
 
 # ---------------------------------------------------------------- in-context Markov chains
@@ -304,12 +303,7 @@ class IOIPrompts:
             raise ValueError(
                 f"positions needs exactly the keys {IOI_POSITION_KEYS}, got {sorted(self.positions)}"
             )
-        per_prompt = [
-            self.io_token,
-            self.s_token,
-            self.template,
-            *self.positions.values(),
-        ]
+        per_prompt = [self.io_token, self.s_token, self.template, *self.positions.values()]
         if any(t.shape != (batch,) for t in per_prompt) or len(self.order) != batch:
             raise ValueError(
                 f"io_token, s_token, template, positions and order must all have length batch={batch}"
@@ -373,9 +367,8 @@ class IOIPrompts:
                 f"abc needs at least 5 distinct name tokens (2 clean + 3 new), got {names.numel()}"
             )
         scores = torch.rand(len(self), names.numel(), generator=_as_generator(generator))  # [batch, n_names]
-        is_clean_name = (names[None] == self.io_token.cpu()[:, None]) | (
-            names[None] == self.s_token.cpu()[:, None]
-        )
+        clean_names = torch.stack([self.io_token, self.s_token], dim=1).cpu()  # [batch, 2]
+        is_clean_name = (names[None, None] == clean_names[..., None]).any(1)  # [batch, n_names]
         new_names = names[scores.masked_fill(is_clean_name, -1.0).topk(3, dim=1).indices]  # [batch, 3]
         return self._with_names({"IO": new_names[:, 0], "S1": new_names[:, 1], "S2": new_names[:, 2]})
 
@@ -462,16 +455,10 @@ class ToyIOITask(Task):
             raise ValueError(
                 f"toy templates separate words by spaces; slots are {TOY_IOI_SLOTS}, got words {words}"
             )
-        self.vocab = [
-            "<pad>",
-            "<bos>",
-            *words,
-            *TOY_IOI_PLACES,
-            *TOY_IOI_OBJECTS,
-            *TOY_IOI_NAMES[:n_names],
-        ]
+        names = TOY_IOI_NAMES[:n_names]
+        self.vocab = ["<pad>", "<bos>", *words, *TOY_IOI_PLACES, *TOY_IOI_OBJECTS, *names]
         self.token_id = {word: i for i, word in enumerate(self.vocab)}
-        self.name_tokens = torch.tensor([self.token_id[name] for name in TOY_IOI_NAMES[:n_names]])
+        self.name_tokens = torch.tensor([self.token_id[name] for name in names])
         self.d_vocab = len(self.vocab)
         self.n_ctx = 2 + max(len(t) for t in self.templates["BABA"])  # BOS + prompt + answer
 

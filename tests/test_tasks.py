@@ -93,6 +93,9 @@ def test_induction_task_seeds_and_splits():
     assert not torch.equal(first.tokens, task.eval_batch(8, seed=0).tokens)
     stream = task.batches(8, seed=0)
     assert not torch.equal(next(stream).tokens, next(stream).tokens)
+    all_tokens = InductionTask(d_vocab=100, n_ctx=24, loss_on_all_tokens=True)
+    assert all_tokens.eval_batch(8).loss_mask.all()
+    assert torch.equal(all_tokens.eval_batch(8).tokens, task.eval_batch(8).tokens)
     with pytest.raises(ValueError, match="max_span"):
         InductionTask(d_vocab=100, n_ctx=10, max_span=5)
 

@@ -1,0 +1,19 @@
+"""Indirect object identification (Wang et al. 2022) on pretrained models."""
+
+from circuits.ioi.dataset import (
+    BABA_TEMPLATES,
+    NAMES,
+    OBJECTS,
+    PLACES,
+    make_ioi_dataset,
+    single_token_names,
+)
+
+__all__ = [
+    "BABA_TEMPLATES",
+    "NAMES",
+    "OBJECTS",
+    "PLACES",
+    "make_ioi_dataset",
+    "single_token_names",
+]
