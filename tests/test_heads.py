@@ -1,0 +1,199 @@
+"""Head-type scores, weight evidence and causal checks (circuits.heads)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import interp
+from circuits.heads import (
+    SCORE_NAMES,
+    Probe,
+    copying_scores,
+    head_report,
+    k_composition_scores,
+    pattern_scores,
+    probe_patterns,
+    score_masks,
+    uniform_pattern,
+)
+from tests.conftest import tiny_config
+
+SEQ = 6  # repeated sequence r_1..r_6 r_1..r_6 with a BOS: 13 positions
+
+
+def repeated_tokens() -> torch.Tensor:
+    half = torch.tensor([[5, 9, 2, 7, 3, 8]])
+    return torch.cat([torch.zeros(1, 1, dtype=torch.long), half, half], dim=1)
+
+
+def one_hot_pattern(keys: list[int]) -> torch.Tensor:
+    """[1, 1, q, k] attention from each query q to key keys[q]."""
+    n = len(keys)
+    pattern = torch.zeros(1, 1, n, n)
+    pattern[0, 0, torch.arange(n), torch.tensor(keys)] = 1.0
+    return pattern
+
+
+def scores_of(pattern: torch.Tensor, tokens: torch.Tensor) -> dict[str, float]:
+    lengths = torch.tensor([tokens.shape[1]])
+    return {
+        name: float(value[0, 0])
+        for name, value in pattern_scores(pattern, score_masks(tokens, lengths), lengths).items()
+    }
+
+
+def test_ideal_patterns_score_one_on_their_type_only():
+    tokens = repeated_tokens()
+    n = tokens.shape[1]
+    previous = scores_of(one_hot_pattern([0] + list(range(n - 1))), tokens)
+    assert previous["previous_token"] == pytest.approx(1.0)
+    assert previous["induction"] == pytest.approx(0.0) and previous["current_token"] == pytest.approx(0.0)
+    # induction: query 1 + SEQ + i (second r_{i+1}) attends to 2 + i (the token after the first r_{i+1})
+    induction_keys = list(range(1 + SEQ)) + [2 + i for i in range(SEQ)]
+    induction = scores_of(one_hot_pattern(induction_keys), tokens)
+    assert induction["induction"] == pytest.approx(1.0)
+    assert induction["duplicate_token"] == pytest.approx(0.0)
+    duplicate = scores_of(one_hot_pattern(list(range(1 + SEQ)) + [1 + i for i in range(SEQ)]), tokens)
+    assert duplicate["duplicate_token"] == pytest.approx(1.0) and duplicate["induction"] == pytest.approx(0.0)
+    sink = scores_of(one_hot_pattern([0] * n), tokens)
+    assert sink["first_token"] == pytest.approx(1.0) and sink["broad"] == pytest.approx(0.0)
+
+
+def test_uniform_attention_gives_the_chance_baseline():
+    tokens = repeated_tokens()
+    n = tokens.shape[1]
+    uniform = scores_of(uniform_pattern(torch.tensor([n]), n), tokens)
+    chance = sum(1 / (q + 1) for q in range(1, n)) / (n - 1)  # one key out of q+1, queries 1..n-1
+    assert uniform["previous_token"] == pytest.approx(chance)
+    assert uniform["current_token"] == pytest.approx(chance)
+    assert uniform["induction"] == pytest.approx(sum(1 / (q + 1) for q in range(1 + SEQ, n)) / SEQ)
+    assert uniform["broad"] == pytest.approx(1.0)
+
+
+def test_padding_is_ignored():
+    tokens = repeated_tokens()
+    padded = torch.cat([tokens, torch.tensor([[5, 9, 0]])], dim=1)  # pad tokens repeat earlier ones
+    n = padded.shape[1]
+    pattern = uniform_pattern(torch.tensor([n]), n)
+    lengths = torch.tensor([tokens.shape[1]])
+    with_pad = pattern_scores(pattern, score_masks(padded, lengths), lengths)
+    without = scores_of(uniform_pattern(lengths, tokens.shape[1]), tokens)
+    for name in ("previous_token", "induction", "duplicate_token", "first_token"):
+        assert float(with_pad[name][0, 0]) == pytest.approx(without[name])
+
+
+def test_random_model_has_no_content_heads():
+    """Random initial weights attend near-uniformly: scores sit at the baseline and no head is typed."""
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(tiny_config(n_ctx=64, attn_only=True))
+    report = head_report(model, n_samples=8, seq_len=12, progress=False)
+    for name in ("previous_token", "induction", "duplicate_token", "current_token", "first_token"):
+        margin = report.thresholds[name] - report.table[name].max()
+        assert margin > 0.25, (name, report.table[name].max())
+    assert not report.table["types"].apply(lambda types: bool(set(types) - {"broad"})).any()
+    assert report.table["induction_effect"].isna().all()  # no candidates, nothing ablated
+
+
+def test_copying_score_equals_eigenvalues_of_full_ov_circuit():
+    torch.manual_seed(1)
+    model = interp.HookedTransformer(tiny_config())
+    scores = copying_scores(model)
+    W_U = model.W_U.detach() * model.ln_final.w.detach()[:, None]
+    for layer in range(model.cfg.n_layers):
+        W_V = model.W_V[layer].detach() * model.blocks[layer].ln1.w.detach()[None, :, None]
+        full = model.W_E.detach() @ W_V @ model.W_O[layer].detach() @ W_U  # [head, vocab, vocab]
+        eig = torch.linalg.eigvals(full.double())
+        expected = eig.sum(-1).real / eig.abs().sum(-1)
+        torch.testing.assert_close(scores[layer].double(), expected, atol=1e-4, rtol=0)
+    with torch.no_grad():
+        model.blocks[0].attn.W_O.neg_()
+    torch.testing.assert_close(copying_scores(model)[0], -scores[0], atol=1e-5, rtol=0)
+
+
+def test_k_composition_matches_dense_matrices():
+    torch.manual_seed(2)
+    model = interp.HookedTransformer(tiny_config(n_layers=3, n_kv_heads=2))
+    sources = [(0, 1), (1, 3)]
+    scores = k_composition_scores(model, sources)
+    assert scores[0].isnan().all()
+    for layer in (1, 2):
+        for head in range(model.cfg.n_heads):
+            QK = model.QK[layer, head].detach()
+            values = []
+            for lp, hp in sources:
+                if lp < layer:
+                    OV = model.OV[lp, hp].detach()
+                    values.append((QK @ OV.T).norm() / (QK.norm() * OV.norm()))
+            assert float(scores[layer, head]) == pytest.approx(float(max(values)), rel=1e-4)
+
+
+def test_bad_settings_raise():
+    model = interp.HookedTransformer(tiny_config())
+    with pytest.raises(ValueError, match="n_samples"):
+        head_report(model, n_samples=1, progress=False)
+    with pytest.raises(ValueError, match="tokenizer"):
+        head_report(model, natural_text=["hello"], progress=False)
+
+
+def test_attention_scores_agree_with_transformer_lens_head_detector(smollm2):
+    """Same weights in a TransformerBridge: TL's "mul" score is ours times (valid queries / rows)."""
+    import transformers
+    from transformer_lens import head_detector
+    from transformer_lens.model_bridge import TransformerBridge
+
+    tokenizer = smollm2.tokenizer
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=128, max_position_embeddings=128,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in hf.model.layers:  # sharper attention than at initialisation, so heads differ
+            layer.self_attn.q_proj.weight.mul_(50)
+    model = interp.load_model(hf, tokenizer=tokenizer)  # before the bridge, which wraps hf's modules
+    bridge = TransformerBridge.boot_transformers(
+        "HuggingFaceTB/SmolLM2-135M", hf_model=hf, tokenizer=tokenizer
+    )
+
+    text = "The cat sat on the mat and the dog sat on the rug. " * 2
+    tokens = bridge.to_tokens(text).cpu()
+    n = tokens.shape[1]
+    probe = Probe("text", tokens, torch.tensor([n]), [])
+    ours, _ = probe_patterns(model, probe, batch_size=1)
+    masks = score_masks(tokens, torch.tensor([n]))
+    for ours_name, tl_name in [
+        ("previous_token", "previous_token_head"),
+        ("duplicate_token", "duplicate_token_head"),
+        ("induction", "induction_head"),
+    ]:
+        n_valid = int(masks[ours_name][1].sum())
+        expected = ours[ours_name][0] * n_valid / n  # [layer, head]
+        tl = head_detector.detect_head(bridge, text, tl_name)
+        torch.testing.assert_close(tl.float(), expected.float(), atol=2e-4, rtol=0)
+        assert tl.std() > 10 * 2e-4  # heads differ well beyond the tolerance
+
+
+def test_smollm2_induction_heads_confirmed_causally(smollm2):
+    report = head_report(smollm2, n_samples=8, seq_len=16, max_candidates=4, natural_text=(), progress=False)
+    table = report.table
+    induction = report.heads_of_type("induction")
+    assert induction, "SmolLM2 has induction heads"
+    for layer, head in induction:
+        row = table[(table.layer == layer) & (table.head == head)].iloc[0]
+        assert row["induction"] >= report.thresholds["induction"]
+        assert row["induction_effect"] > 2 * row["induction_effect_se"] > 0
+    # Layer 0 has no earlier layer to compose with: induction needs two layers.
+    assert all(layer > 0 for layer, _ in induction)
+    # The previous-token heads that feed them: ablating one lowers their prefix-matching score.
+    confirmed = table[table["previous_token_confirmed"]]
+    assert len(confirmed), "a previous-token head feeds SmolLM2's induction heads"
+    assert (confirmed["layer"] < max(layer for layer, _ in induction)).all()
+    # Weight evidence: induction heads K-compose with previous-token heads more than the other heads do.
+    others = table[~table["types"].apply(lambda types: "induction" in types) & table["k_composition"].notna()]
+    ind_rows = table[table["types"].apply(lambda types: "induction" in types)]
+    assert ind_rows["k_composition"].mean() > others["k_composition"].mean()
+    assert all(math.isfinite(v) for v in table[list(SCORE_NAMES)].to_numpy().ravel())
