@@ -439,6 +439,7 @@ def patch_sites(
     if len(labels) != len(site_sets):
         raise ValueError(f"got {len(labels)} labels for {len(site_sets)} site sets")
     with model.settings(**_settings_for(names)):
+        _check_sites(model, site_sets)
         source_logits, sources = _cached_run(model, source_tokens, names)
         target_logits, target_cache = _cached_run(
             model, target_tokens, _resid_names(model) + [_final_resid_hook(model)]

@@ -1,0 +1,130 @@
+"""Zero, mean and resample ablation of heads, MLPs and neurons; sweeps; keep-only-the-circuit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import interp
+from interp import ablation, metrics
+from tests.conftest import tiny_config
+
+BATCH, POS = 3, 6
+
+
+@pytest.fixture(scope="module")
+def model() -> interp.HookedTransformer:
+    torch.manual_seed(0)
+    return interp.HookedTransformer(
+        tiny_config(n_layers=2, n_kv_heads=2, positional="rotary", d_mlp=40)
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def data(model):
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(model.cfg.d_vocab, (BATCH, POS), generator=generator)
+    reference = torch.randint(model.cfg.d_vocab, (5, POS), generator=generator)
+    metric = lambda logits: metrics.logit_diff(logits, tokens[:, 0], tokens[:, 1])  # noqa: E731
+    return tokens, reference, metric
+
+
+def _z(model, tokens, layer, **ablate_kwargs):
+    with ablation.ablate(model, **ablate_kwargs):
+        _, cache = model.run_with_cache(tokens, names_filter=interp.act_name("z", layer))
+    return cache["z", layer]
+
+
+def test_ablating_nothing_is_the_identity(model, data):
+    tokens, reference, _ = data
+    expected = model(tokens)
+    for method in ("zero", "mean", "resample"):
+        with ablation.ablate(model, method=method, reference=reference):
+            torch.testing.assert_close(model(tokens), expected)
+
+
+def test_zero_ablation_zeroes_exactly_the_chosen_units(model, data):
+    tokens, _, _ = data
+    _, clean = model.run_with_cache(tokens)
+    z = _z(model, tokens, 1, heads=[(1, 2), (1, 0)])
+    assert (z[:, :, [0, 2]] == 0).all()
+    torch.testing.assert_close(z[:, :, [1, 3]], clean["z", 1][:, :, [1, 3]], atol=1e-6, rtol=0)
+    with ablation.ablate(model, neurons=[(0, 5), (0, 7)], mlps=[1]):
+        _, cache = model.run_with_cache(tokens)
+    assert (cache["post", 0][..., [5, 7]] == 0).all() and (cache["post", 0][..., 6] != 0).all()
+    assert (cache["mlp_out", 1] == 0).all()
+
+
+def test_mean_ablation_uses_the_reference_means(model, data):
+    tokens, reference, _ = data
+    _, ref_cache = model.run_with_cache(reference)
+    ref_z = ref_cache["z", 0][:, :, 1]  # [n_ref, pos, d_head]
+    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference)
+    torch.testing.assert_close(z[:, :, 1], ref_z.mean((0, 1)).expand_as(z[:, :, 1]))
+    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference, per_position=True)
+    torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
+    groups, reference_groups = torch.tensor([1, 0, 1]), torch.tensor([0, 1, 1, 0, 0])
+    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference,
+           reference_groups=reference_groups, groups=groups)  # fmt: skip
+    for prompt, group in enumerate(groups):
+        torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
+
+
+def test_resample_ablation_takes_a_reference_prompts_activation(model, data):
+    tokens, reference, _ = data
+    _, ref_cache = model.run_with_cache(reference)
+    ref_z = ref_cache["z", 1][:, :, 3]
+    reference_groups = torch.tensor([0, 1, 1, 0, 0])
+    z = _z(model, tokens, 1, heads=[(1, 3)], method="resample", reference=reference,
+           reference_groups=reference_groups, groups=torch.tensor([1, 1, 0]))  # fmt: skip
+    for prompt, group in enumerate([1, 1, 0]):
+        matches = [(z[prompt, :, 3] - ref_z[i]).abs().max() < 1e-6 for i in range(5)]
+        assert sum(matches) == 1 and reference_groups[matches.index(True)] == group
+
+
+def test_ablation_sweep_matches_one_ablation_at_a_time(model, data):
+    tokens, reference, metric = data
+    for method in ("zero", "mean"):
+        sweep = ablation.ablation_sweep(model, tokens, metric, "heads", method=method, reference=reference)
+        assert sweep.mean().shape == (model.cfg.n_layers, model.cfg.n_heads)
+        for layer, head in [(0, 2), (1, 0)]:
+            hooks = ablation.ablation_hooks(model, heads=[(layer, head)], method=method, reference=reference)
+            expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
+            torch.testing.assert_close(sweep.per_example()[layer, head], expected, atol=1e-5, rtol=0)
+    mlps = ablation.ablation_sweep(model, tokens, metric, "mlps", base=[(0, 1)])
+    hooks = ablation.ablation_hooks(model, heads=[(0, 1)], mlps=[1])
+    expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
+    torch.testing.assert_close(mlps.per_example()[1], expected, atol=1e-5, rtol=0)
+    assert set(mlps.to_dataframe().columns) >= {"component", "layer", "head", "position", "value"}
+
+
+def test_keeping_the_whole_model_as_the_circuit_is_faithful(model, data):
+    tokens, reference, metric = data
+    every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    result = ablation.faithfulness(model, tokens, metric, every_head, reference=reference)
+    assert result["circuit"] == pytest.approx(result["model"]) and result["faithfulness"] == pytest.approx(
+        1.0
+    )
+    partial = ablation.faithfulness(model, tokens, metric, every_head[:3], method="zero")
+    kept = model.run_with_hooks(tokens, fwd_hooks=ablation.circuit_hooks(model, every_head[:3], "zero"))
+    assert metric(kept).mean().item() == pytest.approx(partial["circuit"], abs=1e-6)
+    assert partial["circuit"] != pytest.approx(partial["model"])
+
+
+def test_bad_input_raises(model, data):
+    tokens, reference, metric = data
+    with pytest.raises(ValueError, match="out of range"):
+        ablation.ablation_hooks(model, heads=[(2, 0)])
+    with pytest.raises(ValueError, match="out of range"):
+        ablation.ablation_hooks(model, neurons=[(0, 40)])
+    with pytest.raises(ValueError, match="needs reference tokens"):
+        ablation.ablation_hooks(model, heads=[(0, 0)], method="mean")
+    with pytest.raises(ValueError, match="unknown ablation method"):
+        ablation.ablation_hooks(model, heads=[(0, 0)], method="random")
+    with pytest.raises(ValueError, match="positions"):
+        hooks = ablation.ablation_hooks(model, heads=[(0, 0)], method="resample", reference=reference[:, :4])
+        model.run_with_hooks(tokens, fwd_hooks=hooks)
+    with pytest.raises(ValueError, match="attention-only"):
+        ablation.ablation_hooks(interp.HookedTransformer(tiny_config(attn_only=True)), mlps=[0])
+    with pytest.raises(ValueError, match="'heads' or 'mlps'"):
+        ablation.ablation_sweep(model, tokens, metric, "neurons")

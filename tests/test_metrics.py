@@ -1,0 +1,74 @@
+"""interp.metrics on hand-made logits: per-prompt positions, answers, baselines, bad input."""
+
+import pytest
+import torch
+
+import interp
+from interp import metrics
+
+
+@pytest.fixture
+def logits() -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(3, 5, 11)  # [batch, pos, d_vocab]
+
+
+def test_logit_diff_at_per_prompt_positions(logits):
+    pos = torch.tensor([4, 2, 0])
+    correct, incorrect = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
+    value = metrics.logit_diff(logits, correct, incorrect, pos=pos)
+    expected = torch.stack(
+        [logits[b, pos[b], correct[b]] - logits[b, pos[b], incorrect[b]] for b in range(3)]
+    )
+    torch.testing.assert_close(value, expected)
+    last = metrics.logit_diff(logits, correct, incorrect)  # default: the last position
+    torch.testing.assert_close(last, metrics.logit_diff(logits, correct, incorrect, pos=4))
+
+
+def test_logit_diff_with_several_answers_averages_them(logits):
+    correct = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    value = metrics.logit_diff(logits, correct, torch.tensor([0, 0, 0]), pos=1)
+    expected = logits[:, 1].gather(1, correct).mean(1) - logits[:, 1, 0]
+    torch.testing.assert_close(value, expected)
+
+
+def test_probabilities_kl_and_loss(logits):
+    answer, pos = torch.tensor([1, 2, 3]), torch.tensor([0, 1, 2])
+    probs = logits[torch.arange(3), pos].softmax(-1)[torch.arange(3), answer]
+    torch.testing.assert_close(metrics.answer_prob(logits, answer, pos), probs)
+    torch.testing.assert_close(metrics.answer_logprob(logits, answer, pos), probs.log())
+    assert metrics.kl_divergence(logits, logits).abs().max() < 1e-6
+    other = logits + torch.randn_like(logits)
+    kl = metrics.kl_divergence(other, logits, pos)
+    assert (kl > 0).all()
+    p = logits[torch.arange(3), pos].log_softmax(-1)
+    q = other[torch.arange(3), pos].log_softmax(-1)
+    torch.testing.assert_close(kl, (p.exp() * (p - q)).sum(-1))
+    tokens = torch.randint(11, (3, 5))
+    torch.testing.assert_close(metrics.loss(logits, tokens).mean(), interp.next_token_loss(logits, tokens))
+
+
+def test_normalized_metric_is_zero_on_corrupted_and_one_on_clean(logits):
+    corrupted = logits.flip(0)
+    base = lambda lg: metrics.logit_diff(lg, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))  # noqa: E731
+    metric = metrics.normalized(base, logits, corrupted)
+    assert metric(logits).mean().item() == pytest.approx(1.0, abs=1e-5)
+    assert metric(corrupted).mean().item() == pytest.approx(0.0, abs=1e-5)
+    with pytest.raises(ValueError, match="same on the clean and corrupted"):
+        metrics.normalized(base, logits, logits)
+
+
+def test_bad_input_raises(logits):
+    answers = torch.tensor([1, 2, 3])
+    with pytest.raises(ValueError, match="out of range"):
+        metrics.logit_diff(logits, answers, answers, pos=5)
+    with pytest.raises(ValueError, match="must lie in"):
+        metrics.logit_diff(logits, answers, answers, pos=torch.tensor([0, 1, 9]))
+    with pytest.raises(ValueError, match=r"\[batch=3\]"):
+        metrics.logit_diff(logits, answers, answers, pos=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="answer tokens"):
+        metrics.answer_prob(logits, torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="batch, pos, d_vocab"):
+        metrics.answer_prob(logits[:, 0], answers)
+    with pytest.raises(ValueError, match="differ in shape"):
+        metrics.kl_divergence(logits, logits[:2])

@@ -1,0 +1,334 @@
+"""Activation, path and attribution patching on small random models (and TransformerLens as reference)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+import interp
+from interp import metrics, patching
+from interp.patching import Site
+from tests.conftest import tiny_config
+
+BATCH, POS = 3, 7
+
+
+@pytest.fixture(scope="module")
+def model() -> interp.HookedTransformer:
+    """Rotary, RMSNorm, gated MLPs and grouped-query attention: the SmolLM2 features, tiny."""
+    torch.manual_seed(0)
+    cfg = tiny_config(
+        n_layers=3,
+        n_kv_heads=2,
+        normalization="rmsnorm",
+        positional="rotary",
+        activation="silu",
+        gated_mlp=True,
+    )
+    return interp.HookedTransformer(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts(model):
+    generator = torch.Generator().manual_seed(1)
+    clean = torch.randint(model.cfg.d_vocab, (BATCH, POS), generator=generator)
+    corrupted = clean.clone()
+    corrupted[:, 1:3] = torch.randint(model.cfg.d_vocab, (BATCH, 2), generator=generator)
+    end = torch.tensor([6, 4, 5])
+    metric = lambda logits: metrics.logit_diff(logits, clean[:, 0], clean[:, 1], pos=end)  # noqa: E731
+    return clean, corrupted, end, metric
+
+
+@pytest.mark.parametrize("component", patching.COMPONENTS)
+def test_patching_a_run_with_its_own_activations_changes_nothing(model, prompts, component):
+    clean, _, end, metric = prompts
+    for positions in (None, {"END": end}):
+        result = patching.activation_patching(model, clean, clean, metric, component, positions=positions)
+        torch.testing.assert_close(result.values, result.target.expand_as(result.values), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_patching_the_whole_residual_stream_reproduces_the_source_run(model, prompts, direction):
+    clean, corrupted, _, metric = prompts
+    for component in ("resid_pre", "resid_mid", "resid_post"):
+        result = patching.activation_patching(model, clean, corrupted, metric, component, direction=direction)
+        torch.testing.assert_close(result.values, result.source.expand_as(result.values), atol=1e-5, rtol=0)
+    assert not torch.allclose(result.source, result.target, atol=1e-3)  # the patch did something
+    every_layer = [Site(interp.act_name("resid_pre", layer)) for layer in range(model.cfg.n_layers)]
+    both = patching.patch_sites(model, clean, corrupted, metric, [every_layer], direction=direction)
+    torch.testing.assert_close(both.values[0], both.source, atol=1e-5, rtol=0)
+
+
+def test_batched_runs_started_mid_model_equal_separate_full_runs(model, prompts):
+    clean, corrupted, end, metric = prompts
+    batched = patching.activation_patching(
+        model, clean, corrupted, metric, "z", positions=[1, 5], batch_size=11
+    )
+    single = patching.activation_patching(
+        model, clean, corrupted, metric, "z", positions=[1, 5], batch_size=1
+    )
+    torch.testing.assert_close(batched.values, single.values, atol=1e-5, rtol=0)
+    # The generic engine without cached residual streams runs every copy from the embeddings.
+    _, sources = model.run_with_cache(clean, names_filter=lambda name: name.endswith("hook_z"))
+    site_sets = [[Site(interp.act_name("z", layer), head=1, pos=end)] for layer in range(model.cfg.n_layers)]
+    full = patching.run_site_sets(model, corrupted, site_sets, sources.activations, metric, resid_pre=None)
+    mid = patching.patch_sites(model, clean, corrupted, metric, site_sets)
+    torch.testing.assert_close(full, mid.values, atol=1e-5, rtol=0)
+
+
+def test_per_prompt_positions_match_a_hand_written_hook(model, prompts):
+    clean, corrupted, end, metric = prompts
+    _, clean_cache = model.run_with_cache(clean)
+    rows = torch.arange(BATCH)
+
+    def patch_head(z, hook):
+        z = z.clone()
+        z[rows, end, 2] = clean_cache["z", 1][rows, end, 2]
+        return z
+
+    expected = metric(model.run_with_hooks(corrupted, fwd_hooks=[(interp.act_name("z", 1), patch_head)]))
+    result = patching.activation_patching(model, clean, corrupted, metric, "z", positions={"END": end})
+    assert result.dims == ("layer", "head", "position") and result.coords["position"] == ["END"]
+    torch.testing.assert_close(result.per_example()[1, 2, 0], expected.detach(), atol=1e-5, rtol=0)
+
+
+def test_results_as_labelled_tensor_and_tidy_frames(model, prompts):
+    clean, corrupted, end, metric = prompts
+    result = patching.activation_patching(
+        model,
+        clean,
+        corrupted,
+        metric,
+        "attn_out",
+        positions={"S": end - 2, "END": end},
+        metric_name="logit diff",
+    )
+    assert result.mean().shape == (model.cfg.n_layers, 2)
+    frame = result.to_dataframe()
+    assert list(frame.columns) == ["component", "layer", "head", "position", "metric", "example", "value"]
+    assert len(frame) == model.cfg.n_layers * 2 * BATCH
+    row = frame[(frame.layer == 1) & (frame.position == "END") & (frame.example == 2)]
+    assert row.value.item() == pytest.approx(result.per_example()[1, 1, 2].item())
+    summary = result.summary(n_boot=200)
+    assert (summary.ci_low <= summary["mean"] + 1e-6).all() and (
+        summary["mean"] <= summary.ci_high + 1e-6
+    ).all()
+    assert summary["mean"].to_numpy() == pytest.approx(result.mean().reshape(-1).numpy())
+
+
+# --- TransformerLens as the reference ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bridge_and_model():
+    """A random transformers Llama (GQA) as a TransformerBridge and as our model, same weights."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformer_lens.model_bridge import TransformerBridge
+
+    torch.manual_seed(0)
+    vocab = 97
+    config = transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=96, vocab_size=vocab, max_position_embeddings=64,
+    )  # fmt: skip
+    hf_model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    ours = interp.from_hf(hf_model)  # before the bridge wraps hf_model's modules
+    word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=word_level, unk_token="t0", pad_token="t0"
+    )
+    bridge = TransformerBridge.boot_transformers("random-llama", hf_model=hf_model, tokenizer=tokenizer)
+    return bridge, ours
+
+
+@pytest.mark.parametrize(
+    ("tl_function", "component", "positions", "direction"),
+    [
+        ("get_act_patch_attn_head_out_all_pos", "z", None, "denoise"),
+        ("get_act_patch_attn_head_out_all_pos", "z", None, "noise"),
+        ("get_act_patch_resid_pre", "resid_pre", "each", "denoise"),
+        ("get_act_patch_mlp_out", "mlp_out", "each", "noise"),
+        ("get_act_patch_attn_head_v_by_pos", "v", "each", "denoise"),
+        ("get_act_patch_attn_head_q_all_pos", "q", None, "denoise"),
+        ("get_act_patch_attn_head_pattern_all_pos", "pattern", None, "denoise"),
+    ],
+)
+def test_equals_transformer_lens_patching(bridge_and_model, tl_function, component, positions, direction):
+    import transformer_lens.patching as tl_patching
+
+    bridge, ours = bridge_and_model
+    generator = torch.Generator().manual_seed(2)
+    clean = torch.randint(3, 97, (BATCH, POS), generator=generator)
+    corrupted = clean.clone()
+    corrupted[:, 2] = torch.randint(3, 97, (BATCH,), generator=generator)
+    metric = lambda logits: metrics.logit_diff(logits, clean[:, 0], clean[:, 3])  # noqa: E731
+    source, target = (clean, corrupted) if direction == "denoise" else (corrupted, clean)
+    _, source_cache = bridge.run_with_cache(source)
+    expected = getattr(tl_patching, tl_function)(bridge, target, source_cache, lambda lg: metric(lg).mean())
+    result = patching.activation_patching(
+        ours, clean, corrupted, metric, component, positions, direction=direction
+    )
+    got = result.mean()
+    if positions is None:
+        got = got[..., 0]  # [layer, head] (the single "all" position)
+    elif got.ndim == 3:
+        got = got.transpose(1, 2)  # TransformerLens: [layer, pos, head]
+    torch.testing.assert_close(got, expected.float(), atol=1e-4, rtol=0)
+
+
+# --- path patching ----------------------------------------------------------------------------
+
+
+def _naive_path_patch(model, clean, corrupted, metric, sender, receivers, receiver_pos):
+    """Wang et al.'s three runs written directly with hooks, one full forward each (MLPs recomputed)."""
+    names = lambda name: name.endswith(("hook_z", "hook_resid_pre"))  # noqa: E731
+    _, clean_cache = model.run_with_cache(clean, names_filter=names)
+    _, corrupted_cache = model.run_with_cache(corrupted, names_filter=names)
+
+    def freeze(z, hook):
+        z = clean_cache[hook.name].clone()
+        if hook.layer() == sender[0]:
+            z[:, :, sender[1]] = corrupted_cache[hook.name][:, :, sender[1]]
+        return z
+
+    recorded = {}
+
+    def record(resid, hook):
+        recorded[hook.layer()] = resid.clone()
+
+    fwd = [(interp.act_name("z", layer), freeze) for layer in range(model.cfg.n_layers)]
+    fwd += [(interp.act_name("resid_pre", layer), record) for layer, _, _ in receivers]
+    model.run_with_hooks(clean, fwd_hooks=fwd)
+    rows = torch.arange(clean.shape[0])
+
+    def patch_input(letter, layer, head):
+        def hook(x, hook):
+            x = x.clone()
+            index = head if letter == "q" else head // model.cfg.group_size
+            x[rows, receiver_pos, index] = recorded[layer][rows, receiver_pos]
+            return x
+
+        return hook
+
+    fwd = [
+        (interp.act_name(f"{letter}_input", layer), patch_input(letter, layer, head))
+        for layer, head, inputs in receivers
+        for letter in inputs
+    ]
+    with model.settings(use_split_qkv_input=True):
+        return metric(model.run_with_hooks(clean, fwd_hooks=fwd)).detach()
+
+
+def test_path_patching_equals_the_three_runs_written_out(model, prompts):
+    clean, corrupted, end, metric = prompts
+    receivers = [(2, 1, "qk"), (2, 3, "v"), (1, 0, "q")]
+    result = patching.path_patching(model, clean, corrupted, metric, receivers, receiver_pos=end)
+    assert result.dims == ("layer", "head") and result.mean().shape == (2, model.cfg.n_heads)
+    for layer, head in [(0, 0), (0, 3), (1, 2)]:
+        expected = _naive_path_patch(model, clean, corrupted, metric, (layer, head), receivers, end)
+        torch.testing.assert_close(result.per_example()[layer, head], expected, atol=1e-5, rtol=0)
+    assert not torch.allclose(result.values, result.target.expand_as(result.values), atol=1e-4)
+
+
+def test_path_patching_to_the_logits_of_an_attention_only_model_is_the_direct_effect(prompts):
+    clean, corrupted, _, metric = prompts
+    torch.manual_seed(3)
+    model = interp.HookedTransformer(tiny_config(n_layers=2, attn_only=True)).eval()
+    _, clean_cache = model.run_with_cache(clean)
+    _, corrupted_cache = model.run_with_cache(corrupted)
+    result = patching.path_patching(model, clean, corrupted, metric, "logits")
+    for layer, head in [(0, 1), (1, 3)]:
+        delta = corrupted_cache["z", layer][:, :, head] - clean_cache["z", layer][:, :, head]
+        resid = clean_cache["resid_post", 1] + delta @ model.blocks[layer].attn.W_O[head]
+        expected = metric(model.unembed(model.ln_final(resid))).detach()
+        torch.testing.assert_close(result.per_example()[layer, head], expected, atol=1e-5, rtol=0)
+
+
+def test_path_patching_without_senders_or_with_late_senders_is_the_identity(model, prompts):
+    clean, corrupted, end, metric = prompts
+    for receivers in ("logits", [(1, 2, "qkv")]):
+        result = patching.path_patching(
+            model, clean, corrupted, metric, receivers, senders=[[], (2, 0), (1, 3)], receiver_pos=end
+        )
+        torch.testing.assert_close(result.values[0], result.target, atol=1e-5, rtol=0)
+    torch.testing.assert_close(result.values[1:], result.target.expand(2, BATCH), atol=1e-5, rtol=0)
+
+
+def test_path_patching_sender_sets_and_mlp_senders(model, prompts):
+    clean, corrupted, _, metric = prompts
+    together = patching.path_patching(
+        model, clean, corrupted, metric, senders=[[(0, 1), (1, 2)], [(0, "mlp")]]
+    )
+    assert together.coords["patch"] == ["L0H1 + L1H2", "MLP0"]
+    frozen = patching.path_patching(model, clean, corrupted, metric, senders=[(0, 1)], freeze_mlps=True)
+    recomputed = patching.path_patching(model, clean, corrupted, metric, senders=[(0, 1)])
+    assert not torch.allclose(frozen.values, recomputed.values, atol=1e-6)  # the MLPs carry some of the path
+
+
+# --- attribution patching ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_attribution_patching_is_exact_when_the_metric_is_linear_in_the_activation(prompts, direction):
+    """One attention-only layer with norms made linear (a huge epsilon makes the RMS scale constant):
+    the logits are then linear in z, v (the pattern does not depend on v), attn_out and resid_post."""
+    clean, corrupted, end, _ = prompts
+    torch.manual_seed(4)
+    cfg = tiny_config(n_layers=1, attn_only=True, normalization="rmsnorm", norm_eps=1e6, positional="rotary")
+    model = interp.HookedTransformer(cfg).double().eval()
+    metric = lambda logits: 1e3 * metrics.logit_diff(logits, clean[:, 0], clean[:, 1], pos=end)  # noqa: E731
+    for component in ("z", "v", "attn_out", "resid_post"):
+        for positions in (None, "each"):
+            kwargs = dict(component=component, positions=positions, direction=direction)
+            exact = patching.activation_patching(model, clean, corrupted, metric, **kwargs)
+            attribution = patching.attribution_patching(model, clean, corrupted, metric, **kwargs)
+            assert exact.values.std() > 1e-3  # there is an effect to estimate
+            torch.testing.assert_close(
+                attribution.values.double(), exact.values.double(), atol=1e-4, rtol=1e-4
+            )
+
+
+def test_attribution_patching_correlates_with_exact_patching(model, prompts):
+    clean, corrupted, end, metric = prompts
+    frame = patching.attribution_vs_exact(model, clean, corrupted, metric, "z", positions={"END": end})
+    assert list(frame.columns[-2:]) == ["exact", "attribution"]
+    assert len(frame) == model.cfg.n_layers * model.cfg.n_heads
+    assert 0.5 < frame.attrs["correlation"] <= 1.0
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+def test_bad_input_raises_clear_errors(model, prompts):
+    clean, corrupted, end, metric = prompts
+    with pytest.raises(ValueError, match="same"):
+        patching.activation_patching(model, clean, corrupted[:, :-1], metric)
+    with pytest.raises(ValueError, match="same"):
+        patching.path_patching(model, clean, corrupted[:2], metric)
+    with pytest.raises(ValueError, match="out of range"):
+        patching.activation_patching(model, clean, corrupted, metric, "z", positions=[POS])
+    with pytest.raises(ValueError, match="must lie in"):
+        patching.activation_patching(model, clean, corrupted, metric, "z", positions={"END": end + 2})
+    with pytest.raises(ValueError, match=r"\[batch=3\]"):
+        patching.activation_patching(model, clean, corrupted, metric, "z", positions={"END": end[:2]})
+    with pytest.raises(ValueError, match="unknown component"):
+        patching.activation_patching(model, clean, corrupted, metric, "mlp_in")
+    with pytest.raises(ValueError, match="unknown activation"):
+        patching.patch_sites(model, clean, corrupted, metric, [Site("blocks.0.hook_mlp")])
+    with pytest.raises(ValueError, match="no head axis"):
+        patching.patch_sites(model, clean, corrupted, metric, [Site("blocks.0.hook_resid_pre", head=1)])
+    with pytest.raises(ValueError, match="head"):
+        patching.patch_sites(model, clean, corrupted, metric, [Site("blocks.0.attn.hook_z", head=9)])
+    with pytest.raises(ValueError, match="direction"):
+        patching.activation_patching(model, clean, corrupted, metric, direction="both")
+    with pytest.raises(ValueError, match="one value per prompt"):
+        patching.activation_patching(model, clean, corrupted, lambda logits: metric(logits).mean())
+    with pytest.raises(ValueError, match="receiver"):
+        patching.path_patching(model, clean, corrupted, metric, receivers=[(1, 0, "x")])
+    with pytest.raises(ValueError, match="sender"):
+        patching.path_patching(model, clean, corrupted, metric, senders=[(0, 7)])
+    with pytest.raises(ValueError, match="attention-only"):
+        attn_only = interp.HookedTransformer(tiny_config(attn_only=True))
+        patching.activation_patching(attn_only, clean, corrupted, metric, "mlp_out")
