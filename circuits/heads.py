@@ -97,13 +97,14 @@ def _str_tokens(model: interp.HookedTransformer, tokens: Tensor) -> list[str]:
 
 
 def _bos_token(model: interp.HookedTransformer) -> int | None:
-    """The BOS token id if the model is run with one, else None (sequences start at position 0)."""
+    """The BOS id if the model runs with one (0, interp.tasks' convention, if none is named), else None."""
     cfg = model.cfg
     if not cfg.default_prepend_bos:
         return None
     if cfg.bos_token_id is not None:
         return cfg.bos_token_id
-    return getattr(model.tokenizer, "bos_token_id", None)
+    bos = getattr(model.tokenizer, "bos_token_id", None)
+    return 0 if bos is None else bos
 
 
 def repeated_probe(model: interp.HookedTransformer, n_samples: int, seq_len: int, seed: int) -> Probe:
@@ -284,15 +285,21 @@ def k_composition_scores(model: interp.HookedTransformer, sources: Sequence[tupl
 # Causal checks (mean ablation of hook_z)
 
 
-def _mean_ablation_hook(head: int):
-    """Replace one head's z [batch, pos, head, d_head] by its mean over the batch (per position)."""
+def _mean_ablation_hooks(heads: Sequence[tuple[int, int]]) -> list:
+    """Hooks replacing each head's z [batch, pos, head, d_head] by its mean over the batch (per position)."""
 
-    def hook(z: Tensor, hook) -> Tensor:
-        z = z.clone()
-        z[:, :, head] = z[:, :, head].mean(0, keepdim=True)
-        return z
+    def hook_for(layer_heads: list[int]):
+        def hook(z: Tensor, hook) -> Tensor:
+            z = z.clone()
+            z[:, :, layer_heads] = z[:, :, layer_heads].mean(0, keepdim=True)
+            return z
 
-    return hook
+        return hook
+
+    layers = sorted({layer for layer, _ in heads})
+    return [
+        (interp.act_name("z", layer), hook_for([h for lh, h in heads if lh == layer])) for layer in layers
+    ]
 
 
 def _mean_se(values: Tensor) -> tuple[float, float]:
@@ -310,25 +317,36 @@ def induction_ablation_effects(
     has_bos: bool,
     seq_len: int,
     progress: Progress | None = None,
-) -> dict[tuple[int, int], tuple[float, float]]:
-    """(mean, std err over sequences) of the loss increase on the second copy when a head is mean-ablated."""
+) -> tuple[dict[tuple[int, int], tuple[float, float]], tuple[float, float]]:
+    """Loss increase on the second copy (mean, std err over sequences) when each head, then all, are ablated.
+
+    Returns ({(layer, head): effect}, effect of ablating all `heads` together): redundant induction
+    heads can each matter little alone and much together.
+    """
     tokens = probe.tokens.to(model.device)
     layers = sorted({layer for layer, _ in heads})
-    _, cache = model.run_with_cache(
-        tokens, names_filter=[interp.act_name("resid_pre", layer) for layer in layers]
-    )
+    names = [interp.act_name("resid_pre", layer) for layer in layers]
+    clean_logits, cache = model.run_with_cache(tokens, names_filter=names)
     _, second_half = repeated_sequence_masks(seq_len, has_bos)
-    clean = model(tokens, return_type="loss", loss_per_token=True)[:, second_half]  # [batch, n]
-    task = progress.add_task("Ablating induction candidates", total=len(heads)) if progress else None
-    effects = {}
-    for layer, head in heads:
-        hooks = [(interp.act_name("z", layer), _mean_ablation_hook(head))]
-        logits = model.run_with_hooks(cache["resid_pre", layer], start_at_layer=layer, fwd_hooks=hooks)
+    clean = interp.next_token_loss(clean_logits, tokens, per_token=True)[:, second_half]  # [batch, n]
+
+    def loss_increase(ablated_heads: Sequence[tuple[int, int]]) -> tuple[float, float]:
+        start = min(layer for layer, _ in ablated_heads)
+        hooks = _mean_ablation_hooks(ablated_heads)
+        logits = model.run_with_hooks(cache["resid_pre", start], start_at_layer=start, fwd_hooks=hooks)
         ablated = interp.next_token_loss(logits, tokens, per_token=True)[:, second_half]
-        effects[(layer, head)] = _mean_se((ablated - clean).mean(-1).cpu())
+        return _mean_se((ablated - clean).mean(-1).cpu())
+
+    task = progress.add_task("Ablating induction candidates", total=len(heads) + 1) if progress else None
+    effects = {}
+    for head in heads:
+        effects[head] = loss_increase([head])
         if progress:
             progress.advance(task)
-    return effects
+    group = loss_increase(heads)
+    if progress:
+        progress.advance(task)
+    return effects, group
 
 
 @torch.inference_mode()
@@ -369,7 +387,7 @@ def previous_token_ablation_effects(
             effects[(layer, head)] = (float("nan"), float("nan"))
         else:
             later = [lt for lt in target_layers if lt > layer]
-            with model.hooks(fwd_hooks=[(interp.act_name("z", layer), _mean_ablation_hook(head))]):
+            with model.hooks(fwd_hooks=_mean_ablation_hooks([(layer, head)])):
                 _, ablated = model.run_with_cache(
                     cache["resid_pre", layer],
                     names_filter=[interp.act_name("pattern", lt) for lt in later],
@@ -404,6 +422,8 @@ class HeadReport:
     thresholds: dict[str, float]
     n_layers: int
     n_heads: int
+    # "induction": (mean, std err) loss increase when all induction candidates are ablated together
+    group_effects: dict[str, tuple[float, float]] = field(default_factory=dict)
     str_tokens: dict[str, list[str]] = field(default_factory=dict)  # probe name -> first sequence's tokens
     patterns: dict[str, Tensor] = field(default_factory=dict)  # probe name -> [layer, head, q, k]
 
@@ -443,10 +463,14 @@ class HeadReport:
                     },
                 }
             )
+        groups = {
+            kind: {"effect": _float(m), "se": _float(se)} for kind, (m, se) in self.group_effects.items()
+        }
         return {
             "model": self.model_name,
             "settings": self.settings,
             "thresholds": self.thresholds,
+            "group_effects": groups,
             "heads": heads,
         }
 
@@ -539,8 +563,9 @@ def head_report(
         columns["k_composition"] = k_composition_scores(model, candidates["previous_token"])
 
         effects: dict[str, dict] = {"induction": {}, "previous_token": {}}
+        group_effects: dict[str, tuple[float, float]] = {}
         if causal and candidates["induction"]:
-            effects["induction"] = induction_ablation_effects(
+            effects["induction"], group_effects["induction"] = induction_ablation_effects(
                 model, repeated, candidates["induction"], has_bos, seq_len, bar
             )
             confirmed_induction = [h for h, (m, s) in effects["induction"].items() if m > CONFIRM_SE * s]
@@ -583,6 +608,7 @@ def head_report(
         thresholds=thresholds,
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
+        group_effects=group_effects,
         str_tokens={probe.name: probe.str_tokens for probe in probes},
         patterns=examples,
     )

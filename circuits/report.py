@@ -59,6 +59,18 @@ def type_summary(report: HeadReport) -> list[tuple[str, int, list[tuple[int, int
     return [(name, len(heads), heads) for name in SCORE_NAMES for heads in [report.heads_of_type(name)]]
 
 
+def group_line(report: HeadReport) -> str:
+    """One sentence on the joint ablation of all induction candidates ("" if none was run)."""
+    if "induction" not in report.group_effects:
+        return ""
+    effect, se = report.group_effects["induction"]
+    n = int(report.table["induction_effect"].notna().sum())
+    return (
+        f"Ablating all {n} induction candidates together raises the loss on repeated tokens "
+        f"by {effect:.3f} ± {se:.3f} nats."
+    )
+
+
 def _columns() -> list[str]:
     scores = [SHORT[name] for name in (*SCORE_NAMES, *WEIGHT_SCORES)]
     return ["head", "types", *scores, "Δloss", "Δind"]
@@ -92,6 +104,8 @@ def print_table(report: HeadReport, console: Console | None = None) -> None:
         top = ", ".join(f"L{layer}H{head}" for layer, head in heads[:8]) + (" …" if count > 8 else "")
         summary.add_row(name, f"{report.thresholds[name]:.2f}", str(count), top)
     console.print(summary)
+    if group_line(report):
+        console.print(group_line(report))
     console.print(
         "✓ = confirmed by mean ablation (effect > 2 std errors). Δloss: loss increase on repeated tokens; "
         "Δind: drop of later induction heads' score. Every score is in --format csv/json."
@@ -119,7 +133,7 @@ def to_markdown(report: HeadReport) -> str:
     for row in classified_rows(report).to_dict("records"):
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(row)) + " |")
     settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
-    lines += ["", f"Settings: {settings}.", ""]
+    lines += ["", group_line(report), "", f"Settings: {settings}.", ""]
     return "\n".join(lines)
 
 
@@ -155,7 +169,7 @@ def _html_summary(report: HeadReport) -> str:
     )
     header = "".join(f"<th>{html.escape(column)}</th>" for column in _columns())
     return (
-        f"<p>Settings: {settings}</p>"
+        f"<p>Settings: {settings}</p><p>{html.escape(group_line(report))}</p>"
         '<table class="interp-summary"><thead><tr><th>type</th><th>threshold</th><th>heads</th>'
         f"<th>top heads</th></tr></thead><tbody>{rows}</tbody></table>"
         f'<h2>Classified heads</h2><table class="interp-heads"><thead><tr>{header}</tr></thead>'

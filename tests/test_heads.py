@@ -183,7 +183,7 @@ def test_smollm2_induction_heads_confirmed_causally(smollm2):
     induction = report.heads_of_type("induction")
     assert induction, "SmolLM2 has induction heads"
     for layer, head in induction:
-        row = table[(table.layer == layer) & (table.head == head)].iloc[0]
+        row = table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
         assert row["induction"] >= report.thresholds["induction"]
         assert row["induction_effect"] > 2 * row["induction_effect_se"] > 0
     # Layer 0 has no earlier layer to compose with: induction needs two layers.
@@ -197,3 +197,19 @@ def test_smollm2_induction_heads_confirmed_causally(smollm2):
     ind_rows = table[table["types"].apply(lambda types: "induction" in types)]
     assert ind_rows["k_composition"].mean() > others["k_composition"].mean()
     assert all(math.isfinite(v) for v in table[list(SCORE_NAMES)].to_numpy().ravel())
+
+
+def test_toy_checkpoint_previous_token_and_induction_heads():
+    """The shipped 2-layer induction model: previous-token head in layer 0 feeding induction heads in layer 1."""
+    model = interp.load_model("toy-induction")
+    report = head_report(model, n_samples=32, progress=False)
+    table = report.table
+    previous = table[table["previous_token_confirmed"]]
+    assert len(previous) >= 1 and set(previous["layer"]) == {0}
+    assert all("previous_token" in types for types in previous["types"])
+    induction = report.heads_of_type("induction")
+    assert induction and {layer for layer, _ in induction} == {1}
+    effect, se = report.group_effects["induction"]
+    assert effect > 1.0 and effect > 10 * se  # without its induction heads the model cannot copy
+    # The induction heads read the previous-token head through their keys (K-composition).
+    assert table[table["layer"] == 1]["k_composition"].min() > 0.2
