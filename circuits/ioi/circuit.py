@@ -1,0 +1,639 @@
+"""Discovering the IOI circuit (Wang et al. 2022) by path patching, and evaluating it.
+
+    result = find_ioi_circuit(model, n_prompts=64, seed=0)
+    result.circuit            # {"name_mover": [(9, 9), ...], "s_inhibition": [...], ...}
+    result.to_json()
+
+Discovery walks back from the logits, as the paper does. Every step path-patches each sender head's
+output from the ABC run (three unrelated names) into the clean run, through one path only, and
+measures the relative change of the logit difference logit(IO) - logit(S) at END:
+
+  1. heads -> logits (direct path)                 : name movers (-), negative name movers (+)
+  2. heads -> name movers' queries at END          : S-inhibition heads
+  3. heads -> S-inhibition heads' values at S2     : induction and duplicate-token heads
+  4. heads -> induction heads' keys at S1+1        : previous-token heads
+  5. heads -> logits again, name movers mean-ablated: backup name movers (direct effect grows)
+
+A head is selected when its effect is an outlier among all the senders of that step: robust z-score
+(effect - median) / (1.4826 MAD) beyond `effect_z` in the step's direction, and at least
+`min_effect` (relative change) in size. Each class is cross-checked with the attention pattern the
+paper describes (name movers END->IO, S-inhibition END->S2, induction S2->S1+1, duplicate-token
+S2->S1, previous-token S1+1->S1): the head's mean attention there must clear an adaptive
+threshold too (median + `attention_z` robust SDs over all heads, and at least `min_attention`).
+Heads with a causal effect but no matching attention are reported as `unclassified`.
+
+Evaluation (the paper's section 4), with F(X) = mean logit difference when every head outside X is
+mean-ablated (mean over the ABC distribution, per position):
+  faithfulness  F(circuit) / F(model)
+  completeness  for random subsets K of the circuit, |F(circuit \\ K) - F(model \\ K)| (small = complete)
+  minimality    per head v, with K = the other heads of v's class: F(C \\ K) - F(C \\ (K + v)),
+                relative to F(C)
+
+Path patching runs one patched forward pass per sender head, the cost of the whole discovery, so it
+uses the first `n_patching_prompts` prompts; the baseline, attention and evaluation use all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+import interp
+from circuits.ioi.dataset import make_ioi_dataset
+from interp.ablation import Replacement, ablation_sites
+from interp.patching import Site, path_patching, site_mask
+from interp.tasks import IOIPrompts
+
+Head = tuple[int, int]  # (layer, head)
+
+CLASSES = (
+    "name_mover",
+    "negative_name_mover",
+    "s_inhibition",
+    "induction",
+    "duplicate_token",
+    "previous_token",
+    "backup_name_mover",
+)
+# The attention each class shows in the paper: (query position, key position) of the IOI roles.
+CLASS_ATTENTION = {
+    "name_mover": ("END", "IO"),
+    "negative_name_mover": ("END", "IO"),
+    "backup_name_mover": ("END", "IO"),
+    "s_inhibition": ("END", "S2"),
+    "induction": ("S2", "S1+1"),
+    "duplicate_token": ("S2", "S1"),
+    "previous_token": ("S1+1", "S1"),
+}
+ATTENTION_KINDS = {
+    "END->IO": ("END", "IO"),
+    "END->S2": ("END", "S2"),
+    "S2->S1+1": ("S2", "S1+1"),
+    "S2->S1": ("S2", "S1"),
+    "S1+1->S1": ("S1+1", "S1"),
+}
+# The paper's path-patching steps: (name, receiver classes, receiver input, receiver position).
+STEPS = (
+    ("logits", (), None, "END"),
+    ("name_mover_queries", ("name_mover",), "q", "END"),
+    ("s_inhibition_values", ("s_inhibition",), "v", "S2"),
+    ("induction_keys", ("induction",), "k", "S1+1"),
+)
+
+
+@dataclass
+class Settings:
+    """What the discovery was run with (all of it goes into the JSON report)."""
+
+    model: str
+    n_prompts: int
+    seed: int
+    corrupted: str = "ABC"
+    n_patching_prompts: int = 16
+    effect_z: float = 3.0
+    min_effect: float = 0.02
+    attention_z: float = 3.0
+    min_attention: float = 0.1
+    n_bootstrap: int = 1000
+    n_completeness_subsets: int = 20
+
+
+@dataclass
+class Baseline:
+    """The model on the clean IOI prompts; *_ci are 95% bootstrap intervals over prompts."""
+
+    logit_diff: float
+    logit_diff_ci: tuple[float, float]
+    accuracy: float  # fraction of prompts where logit(IO) > logit(S)
+    accuracy_ci: tuple[float, float]
+    top1_io: float  # fraction of prompts whose top prediction is IO
+    abc_logit_diff: float  # the clean answers' logit diff on the ABC prompts
+    n_prompts: int
+
+
+@dataclass
+class HeadEvidence:
+    """One head in the circuit: why it was selected."""
+
+    layer: int
+    head: int
+    effect: float  # relative change of the logit diff when its path is patched from ABC
+    z: float  # robust z-score of `effect` among the step's senders
+    step: str  # the path-patching step that found it
+    attention: dict[str, float]  # mean attention for each of ATTENTION_KINDS
+
+    @property
+    def name(self) -> str:
+        return f"{self.layer}.{self.head}"
+
+
+@dataclass
+class Evaluation:
+    model_logit_diff: float  # F(model): no head ablated
+    circuit_logit_diff: float  # F(circuit)
+    ablated_logit_diff: float  # F(empty): every head mean-ablated
+    faithfulness: float  # F(circuit) / F(model)
+    faithfulness_with_unclassified: float | None  # the same with the unclassified heads kept too
+    completeness: list[dict]  # per subset K: heads, circuit_logit_diff, model_logit_diff, gap
+    completeness_max_gap: float  # max |F(C \ K) - F(M \ K)|, relative to F(model)
+    minimality: dict[str, float]  # "L.H" -> (F(C \ K) - F(C \ (K + v))) / F(C)
+
+
+@dataclass
+class ExamplePatterns:
+    """tokens: [pos] strings of one clean prompt; patterns: "L.H" -> [query_pos, key_pos] attention."""
+
+    tokens: list[str]
+    patterns: dict[str, Tensor]
+
+
+@dataclass
+class IOICircuitResult:
+    settings: Settings
+    baseline: Baseline
+    classes: dict[str, list[HeadEvidence]]  # class name -> heads, strongest effect first
+    unclassified: list[HeadEvidence]  # causal outliers without the matching attention
+    effects: dict[str, Tensor]  # step -> [layer, head] relative effects (NaN: not a sender)
+    attention: dict[str, Tensor]  # kind -> [layer, head] mean attention on clean prompts
+    thresholds: dict[str, dict[str, float]]  # step or attention kind -> threshold figures
+    evaluation: Evaluation | None
+    example: ExamplePatterns | None = None  # attention of the circuit's heads on one clean prompt
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+
+    @property
+    def circuit(self) -> dict[str, list[Head]]:
+        return {name: [(h.layer, h.head) for h in heads] for name, heads in self.classes.items()}
+
+    @property
+    def heads(self) -> list[Head]:
+        return sorted({head for heads in self.circuit.values() for head in heads})
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable summary (the `interp ioi --format json` output)."""
+        return {
+            "settings": asdict(self.settings),
+            "logit_diff": self.baseline.logit_diff,
+            "baseline": asdict(self.baseline),
+            "circuit": {name: [list(head) for head in heads] for name, heads in self.circuit.items()},
+            "heads": {name: [_evidence_json(h) for h in heads] for name, heads in self.classes.items()},
+            "unclassified": [_evidence_json(h) for h in self.unclassified],
+            "faithfulness": None if self.evaluation is None else self.evaluation.faithfulness,
+            "evaluation": None if self.evaluation is None else asdict(self.evaluation),
+            "thresholds": self.thresholds,
+            "timings_s": self.timings,
+        }
+
+
+def _evidence_json(evidence: HeadEvidence) -> dict[str, Any]:
+    return {**asdict(evidence), "name": evidence.name}
+
+
+# ---------------------------------------------------------------------------------------------
+# Baseline
+
+
+def bootstrap_ci(values: Tensor, n_resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of values [n]."""
+    values = values.detach().float().cpu()
+    generator = torch.Generator().manual_seed(seed)
+    index = torch.randint(len(values), (n_resamples, len(values)), generator=generator)
+    means = values[index].mean(1)  # [n_resamples]
+    low, high = torch.quantile(means, torch.tensor([0.025, 0.975])).tolist()
+    return low, high
+
+
+@torch.no_grad()
+def measure_baseline(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+) -> Baseline:
+    """Logit difference and accuracy of the model on the clean prompts, with bootstrap intervals."""
+    clean_logits = model(clean.tokens.to(model.device))
+    diffs = clean.logit_diff(clean_logits).cpu()  # [batch]
+    correct = (diffs > 0).float()
+    rows = torch.arange(len(clean))
+    top1 = clean_logits[rows, clean.positions["END"].to(model.device)].argmax(-1).cpu() == clean.io_token
+    abc_diffs = clean.logit_diff(model(abc.tokens.to(model.device))).cpu()
+    return Baseline(
+        logit_diff=diffs.mean().item(),
+        logit_diff_ci=bootstrap_ci(diffs, n_bootstrap, seed),
+        accuracy=correct.mean().item(),
+        accuracy_ci=bootstrap_ci(correct, n_bootstrap, seed),
+        top1_io=top1.float().mean().item(),
+        abc_logit_diff=abc_diffs.mean().item(),
+        n_prompts=len(clean),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention evidence and thresholds
+
+
+@torch.no_grad()
+def attention_evidence(model: interp.HookedTransformer, prompts: IOIPrompts) -> dict[str, Tensor]:
+    """Mean attention of every head between IOI roles: kind ("END->IO", ...) -> [layer, head]."""
+    names = [interp.act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
+    rows = torch.arange(len(prompts))
+    evidence = {}
+    for kind, (query, key) in ATTENTION_KINDS.items():
+        q, k = prompts.positions[query], prompts.positions[key]
+        evidence[kind] = torch.stack(
+            [cache["pattern", layer].cpu()[rows, :, q, k].mean(0) for layer in range(model.cfg.n_layers)]
+        )  # [layer, head]
+    return evidence
+
+
+def robust_z(values: Tensor) -> Tensor:
+    """(x - median) / (1.4826 MAD) over the finite entries; NaN stays NaN.
+
+    1.4826 MAD estimates the standard deviation of normal data, and unlike it ignores the outliers
+    we are looking for. A zero MAD (most values equal) falls back to the mean absolute deviation.
+    """
+    finite = values[values.isfinite()]
+    median = finite.median()
+    spread = 1.4826 * (finite - median).abs().median()
+    if spread <= 1e-12:
+        spread = (finite - median).abs().mean().clamp_min(1e-12)
+    return (values - median) / spread
+
+
+def attention_threshold(scores: Tensor, z: float, floor: float) -> float:
+    """Attention a head needs to count as showing a pattern: median + z robust SDs, at least `floor`."""
+    flat = scores.flatten()
+    median = flat.median()
+    spread = 1.4826 * (flat - median).abs().median()
+    return max((median + z * spread).item(), floor)
+
+
+def select_heads(
+    effects: Tensor, sign: int, effect_z: float, min_effect: float
+) -> tuple[list[Head], Tensor, dict[str, float]]:
+    """Heads whose effect [layer, head] is an outlier in direction `sign` (-1: patching lowers the
+    logit diff). Returns the heads (strongest first), the robust z-scores and the threshold figures."""
+    z = robust_z(effects)
+    chosen = (sign * z >= effect_z) & (sign * effects >= min_effect)
+    heads = [tuple(map(int, index)) for index in chosen.nonzero()]
+    heads.sort(key=lambda head: -sign * effects[head].item())
+    finite = effects[effects.isfinite()]
+    median = finite.median().item()
+    mad = (finite - median).abs().median().item()
+    return heads, z, {"median": median, "mad": mad, "effect_z": effect_z, "min_effect": min_effect}
+
+
+# ---------------------------------------------------------------------------------------------
+# Discovery
+
+
+def find_ioi_circuit(
+    model: interp.HookedTransformer,
+    n_prompts: int = 64,
+    seed: int = 0,
+    progress: bool = True,
+    evaluate: bool = True,
+    prompts: tuple[IOIPrompts, IOIPrompts] | None = None,
+    **thresholds: float,
+) -> IOICircuitResult:
+    """Find the IOI circuit of `model` by path patching from the logits backwards; see the module doc.
+
+    prompts: (clean, abc) IOIPrompts to use instead of make_ioi_dataset(model, n_prompts, seed)
+    (e.g. toy-model prompts from interp.tasks.ToyIOITask). thresholds: override Settings fields
+    effect_z, min_effect, attention_z, min_attention, n_bootstrap, n_completeness_subsets.
+    """
+    unknown = set(thresholds) - (
+        set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}
+    )
+    if unknown:
+        raise ValueError(
+            f"unknown settings {sorted(unknown)}; choose from effect_z, min_effect, attention_z, "
+            "min_attention, n_bootstrap, n_completeness_subsets"
+        )
+    log = _logger(progress)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    if prompts is None:
+        clean, abc, _ = make_ioi_dataset(model, n_prompts, seed)
+    else:
+        clean, abc = prompts
+    settings = Settings(model=model.cfg.model_name, n_prompts=len(clean), seed=seed, **thresholds)
+    clean, abc = clean.to(model.device), abc.to(model.device)
+    timings["dataset"] = time.perf_counter() - start
+
+    def stage(name: str) -> Callable[[], None]:
+        began = time.perf_counter()
+        log(f"{name} ...")
+        return lambda: timings.__setitem__(name, time.perf_counter() - began)
+
+    done = stage("baseline")
+    baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed)
+    if baseline.logit_diff <= 0:
+        raise ValueError(
+            f"{settings.model} does not do IOI on these prompts (mean logit diff {baseline.logit_diff:.2f} "
+            "<= 0): there is no circuit to find. Use a model that prefers the indirect object."
+        )
+    done()
+    done = stage("attention")
+    attention = attention_evidence(model, clean)
+    attention_thresholds = {
+        kind: attention_threshold(scores, settings.attention_z, settings.min_attention)
+        for kind, scores in attention.items()
+    }
+    n_patch = min(settings.n_patching_prompts, len(clean))
+    patch_clean, patch_abc = clean[:n_patch], abc[:n_patch]
+    with torch.no_grad():
+        patch_diff = patch_clean.logit_diff(model(patch_clean.tokens)).mean().item()
+    done()
+
+    def attends(head: Head, cls: str) -> bool:
+        kind = "->".join(CLASS_ATTENTION[cls])
+        return attention[kind][head].item() >= attention_thresholds[kind]
+
+    classes: dict[str, list[HeadEvidence]] = {name: [] for name in CLASSES}
+    unclassified: list[HeadEvidence] = []
+    effects: dict[str, Tensor] = {}
+    thresholds_out: dict[str, dict[str, float]] = {
+        f"attention {kind}": {"threshold": value} for kind, value in attention_thresholds.items()
+    }
+
+    def evidence(head: Head, step: str, z: Tensor) -> HeadEvidence:
+        return HeadEvidence(
+            layer=head[0],
+            head=head[1],
+            effect=effects[step][head].item(),
+            z=z[head].item(),
+            step=step,
+            attention={kind: scores[head].item() for kind, scores in attention.items()},
+        )
+
+    def assign(heads: list[Head], step: str, z: Tensor, choose: Callable[[Head], str | None]) -> None:
+        for head in heads:
+            cls = choose(head)
+            (classes[cls] if cls else unclassified).append(evidence(head, step, z))
+
+    # 1. Direct effects on the logits: name movers lower the logit diff when patched, negative ones raise it.
+    done = stage("path patching: heads -> logits")
+    effects["logits"] = path_patching_effects(model, patch_clean, patch_abc, None) / patch_diff
+    done()
+    for sign, cls in ((-1, "name_mover"), (1, "negative_name_mover")):
+        heads, z, figures = select_heads(effects["logits"], sign, settings.effect_z, settings.min_effect)
+        thresholds_out[f"logits ({cls})"] = figures
+        assign(heads, "logits", z, lambda head, cls=cls: cls if attends(head, cls) else None)
+
+    # 2-4. Walk back through queries, values and keys.
+    for step, receiver_classes, receiver_input, position in STEPS[1:]:
+        receivers = [(h.layer, h.head) for cls in receiver_classes for h in classes[cls]]
+        if not receivers:
+            log(f"no {' / '.join(receiver_classes)} heads: skipping {step}")
+            continue
+        done = stage(f"path patching: heads -> {step}")
+        change = path_patching_effects(model, patch_clean, patch_abc, receivers, receiver_input, position)
+        effects[step] = change / patch_diff
+        done()
+        heads, z, figures = select_heads(effects[step], -1, settings.effect_z, settings.min_effect)
+        thresholds_out[step] = figures
+        taken = {(h.layer, h.head) for found in classes.values() for h in found}
+        heads = [head for head in heads if head not in taken]
+        assign(heads, step, z, lambda head, step=step: _classify(step, head, attends, attention))
+
+    # 5. Backup name movers: direct effects again with the name movers mean-ablated.
+    mean_ablation = MeanAblation(model, abc)
+    name_movers = [(h.layer, h.head) for h in classes["name_mover"]]
+    if name_movers:
+        done = stage("path patching: heads -> logits, name movers ablated")
+        # Only heads after the first name mover's layer can react to the name movers' ablation.
+        senders = [(layer, head) for layer in range(min(name_movers)[0] + 1, model.cfg.n_layers)
+                   for head in range(model.cfg.n_heads) if (layer, head) not in name_movers]  # fmt: skip
+        with model.hooks(fwd_hooks=mean_ablation.hooks(name_movers, patch_clean)):
+            ablated = path_patching_effects(model, patch_clean, patch_abc, None, senders=senders) / patch_diff
+        done()
+        effects["logits_without_name_movers"] = ablated
+        growth = ablated - effects["logits"]  # more negative: the head's direct effect grew
+        effects["backup_growth"] = growth
+        heads, z, figures = select_heads(growth, -1, settings.effect_z, settings.min_effect)
+        thresholds_out["backup_growth"] = figures
+        taken = {(h.layer, h.head) for found in classes.values() for h in found}
+        heads = [head for head in heads if head not in taken]
+        assign(
+            heads,
+            "backup_growth",
+            z,
+            lambda head: "backup_name_mover" if attends(head, "name_mover") else None,
+        )
+
+    in_classes = {(h.layer, h.head) for found in classes.values() for h in found}
+    seen: set[Head] = set()
+    for h in list(unclassified):
+        if (h.layer, h.head) in in_classes | seen:
+            unclassified.remove(h)
+        seen.add((h.layer, h.head))
+    result = IOICircuitResult(
+        settings=settings,
+        baseline=baseline,
+        classes=classes,
+        unclassified=unclassified,
+        effects=effects,
+        attention=attention,
+        thresholds=thresholds_out,
+        evaluation=None,
+        timings=timings,
+    )
+    if evaluate and result.heads:
+        done = stage("evaluation")
+        n_subsets = settings.n_completeness_subsets
+        result.evaluation = evaluate_circuit(result, clean, mean_ablation, n_subsets, seed)
+        done()
+    if result.heads:
+        done = stage("example attention patterns")
+        result.example = example_patterns(model, clean, result.heads)
+        done()
+    timings["total"] = time.perf_counter() - start
+    log(f"done in {timings['total']:.1f} s")
+    return result
+
+
+def _classify(
+    step: str, head: Head, attends: Callable[[Head, str], bool], attention: dict[str, Tensor]
+) -> str | None:
+    """The class of a head found at `step`, from its attention pattern (None: no matching pattern)."""
+    if step == "name_mover_queries":
+        return "s_inhibition" if attends(head, "s_inhibition") else None
+    if step == "s_inhibition_values":
+        candidates = [cls for cls in ("induction", "duplicate_token") if attends(head, cls)]
+        # Both patterns: the stronger one names it.
+        return max(
+            candidates, key=lambda cls: attention["->".join(CLASS_ATTENTION[cls])][head].item(), default=None
+        )
+    return "previous_token" if attends(head, "previous_token") else None
+
+
+def _logger(progress: bool) -> Callable[[str], None]:
+    if not progress:
+        return lambda message: None
+    began = time.perf_counter()
+    return lambda message: print(f"[ioi {time.perf_counter() - began:6.1f}s] {message}", flush=True)
+
+
+@torch.no_grad()
+def example_patterns(
+    model: interp.HookedTransformer, prompts: IOIPrompts, heads: Sequence[Head]
+) -> ExamplePatterns:
+    """The attention patterns of `heads` on the first prompt (up to its END)."""
+    end = int(prompts.positions["END"][0]) + 1
+    tokens = prompts.tokens[:1, :end].to(model.device)
+    layers = sorted({layer for layer, _ in heads})
+    _, cache = model.run_with_cache(
+        tokens, names_filter=[interp.act_name("pattern", layer) for layer in layers], return_type=None
+    )
+    if model.tokenizer is not None:
+        str_tokens = model.to_str_tokens(tokens[0])
+    else:
+        str_tokens = [f"<{t}>" for t in tokens[0].tolist()]
+    patterns = {f"{layer}.{head}": cache["pattern", layer][0, head].cpu() for layer, head in heads}
+    return ExamplePatterns(str_tokens, patterns)
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def evaluate_circuit(
+    result: IOICircuitResult,
+    clean: IOIPrompts,
+    mean_ablation: MeanAblation,
+    n_subsets: int = 10,
+    seed: int = 0,
+) -> Evaluation:
+    """Faithfulness, completeness and minimality of result's circuit (see the module docstring)."""
+    model = mean_ablation.model
+    all_heads = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    circuit = result.heads
+
+    def F(keep: Sequence[Head]) -> float:
+        return mean_ablation.logit_diff(sorted(set(all_heads) - set(keep)), clean)
+
+    f_model = result.baseline.logit_diff
+    f_circuit = F(circuit)
+    f_empty = F([])
+    unclassified = [(h.layer, h.head) for h in result.unclassified]
+
+    # Completeness: knock K out of both the circuit and the model; a complete circuit is hurt alike.
+    subsets = [heads for heads in result.circuit.values() if heads]
+    generator = torch.Generator().manual_seed(seed)
+    while len(subsets) < len([s for s in result.circuit.values() if s]) + n_subsets:
+        chosen = torch.rand(len(circuit), generator=generator) < 0.5
+        if chosen.any():
+            subsets.append([head for head, keep in zip(circuit, chosen.tolist(), strict=True) if keep])
+    completeness = []
+    for subset in subsets:
+        without_circuit = F(sorted(set(circuit) - set(subset)))
+        without_model = F(sorted(set(all_heads) - set(subset)))
+        completeness.append(
+            {
+                "heads": [list(head) for head in subset],
+                "circuit_logit_diff": without_circuit,
+                "model_logit_diff": without_model,
+                "gap": abs(without_circuit - without_model) / f_model,
+            }
+        )
+
+    # Minimality: what each head adds once its class-mates (which may stand in for it) are gone.
+    minimality = {}
+    for heads in result.circuit.values():
+        for head in heads:
+            mates = set(heads) - {head}
+            f_without_mates = F(sorted(set(circuit) - mates))
+            f_without_head = F(sorted(set(circuit) - mates - {head}))
+            minimality[f"{head[0]}.{head[1]}"] = (f_without_mates - f_without_head) / f_circuit
+    return Evaluation(
+        model_logit_diff=f_model,
+        circuit_logit_diff=f_circuit,
+        ablated_logit_diff=f_empty,
+        faithfulness=f_circuit / f_model,
+        faithfulness_with_unclassified=(F(circuit + unclassified) / f_model if unclassified else None),
+        completeness=completeness,
+        completeness_max_gap=max(c["gap"] for c in completeness),
+        minimality=minimality,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Interventions (interp.patching, interp.ablation)
+
+
+def path_patching_effects(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    receivers: Sequence[Head] | None,
+    receiver_input: str | None = None,
+    position: str = "END",
+    senders: Sequence[Head] | None = None,
+) -> Tensor:
+    """Change of the mean logit diff (in logits) when each head's output is patched from the ABC
+    run along its paths to the receivers: [layer, head] (NaN: not a sender).
+
+    receivers: None for the logits (direct path), else heads whose `receiver_input` ("q", "k" or
+    "v") at IOI position `position` receive the patched paths. Senders: every head before the
+    last receiver (or `senders`), except the receivers themselves.
+    """
+    metric = clean.logit_diff  # logits [batch, pos, d_vocab] -> [batch]
+    if receivers is None:
+        patched = path_patching(model, clean.tokens, abc.tokens, metric, receivers="logits", senders=senders)
+    else:
+        patched = path_patching(
+            model,
+            clean.tokens,
+            abc.tokens,
+            metric,
+            receivers=[(layer, head, receiver_input) for layer, head in receivers],
+            receiver_pos=clean.positions[position],
+            senders=senders,
+        )
+    effects = torch.full((model.cfg.n_layers, model.cfg.n_heads), float("nan"))
+    change = patched.values.mean(-1) - patched.target.mean()  # [n_senders]
+    if senders is None:
+        effects[: len(patched.coords["layer"])] = change.view(-1, model.cfg.n_heads)
+    else:
+        effects[tuple(torch.tensor(senders).T)] = change
+    for layer, head in receivers or []:
+        effects[layer, head] = float("nan")
+    return effects
+
+
+class MeanAblation:
+    """Mean ablation of heads over the ABC distribution, one mean per template and position
+    (as the paper), computed once: `hooks(heads)` are fwd_hooks that ablate `heads`."""
+
+    def __init__(self, model: interp.HookedTransformer, abc: IOIPrompts):
+        self.model = model
+        names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+        self.replacement = Replacement(
+            model, names, "mean", abc.tokens, per_position=True, reference_groups=abc.template
+        )
+
+    def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
+        """fwd_hooks for a run on `prompts` (their templates pick the means)."""
+
+        def make_hook(site: Site):
+            value = self.replacement.values(site.name, len(prompts), prompts.template)
+
+            def hook(z: Tensor, hook) -> Tensor:  # z: [batch, pos, head, d_head]
+                return torch.where(site_mask(site, z.shape, z.device), value.to(z.device, z.dtype), z)
+
+            return hook
+
+        return [(site.name, make_hook(site)) for site in ablation_sites(self.model, heads=heads)]
+
+    @torch.no_grad()
+    def logit_diff(self, ablate: Sequence[Head], prompts: IOIPrompts) -> float:
+        """Mean logit diff on `prompts` with the heads `ablate` mean-ablated."""
+        with self.model.hooks(fwd_hooks=self.hooks(ablate, prompts)):
+            return prompts.logit_diff(self.model(prompts.tokens)).mean().item()

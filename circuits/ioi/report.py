@@ -1,0 +1,256 @@
+"""Rendering an IOICircuitResult: rich table, Markdown, JSON and a self-contained HTML page.
+
+    result = find_ioi_circuit(model)
+    print(render_markdown(result))
+    write_html("ioi.html", render_html(result))
+
+The HTML page (offline: no network requests) has an inline-SVG diagram of the circuit (classes and
+the paths between them), the path-patching effects as [layer, head] heat maps, and circuitsvis
+attention patterns of each class's heads on an example prompt.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from circuits.ioi.circuit import CLASS_ATTENTION, CLASSES, IOICircuitResult
+from interp.viz import attention_patterns_html, heatmap_html, html_page
+
+CLASS_TITLES = {
+    "name_mover": "Name movers",
+    "negative_name_mover": "Negative name movers",
+    "backup_name_mover": "Backup name movers",
+    "s_inhibition": "S-inhibition",
+    "induction": "Induction",
+    "duplicate_token": "Duplicate-token",
+    "previous_token": "Previous-token",
+}
+STEP_TITLES = {
+    "logits": "heads -> logits (direct path)",
+    "name_mover_queries": "heads -> name movers' queries at END",
+    "s_inhibition_values": "heads -> S-inhibition values at S2",
+    "induction_keys": "heads -> induction keys at S1+1",
+    "logits_without_name_movers": "heads -> logits, name movers mean-ablated",
+    "backup_growth": "growth of the direct effect when name movers are ablated",
+}
+
+
+def render_json(result: IOICircuitResult) -> str:
+    return json.dumps(result.to_json(), indent=2)
+
+
+def _ci(interval: tuple[float, float]) -> str:
+    return f"[{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def _summary_lines(result: IOICircuitResult) -> list[str]:
+    b, s = result.baseline, result.settings
+    lines = [
+        f"model {s.model}, {s.n_prompts} prompts (seed {s.seed}), corrupted distribution {s.corrupted}",
+        f"logit diff (IO - S) {b.logit_diff:.3f} (95% CI {_ci(b.logit_diff_ci)}), "
+        f"accuracy {b.accuracy:.1%} (95% CI {_ci(b.accuracy_ci)}), top-1 = IO {b.top1_io:.1%}, "
+        f"ABC logit diff {b.abc_logit_diff:.3f}",
+        f"selection: robust z >= {s.effect_z} and |effect| >= {s.min_effect:.0%}; attention >= median + "
+        f"{s.attention_z} robust SD and >= {s.min_attention}",
+    ]
+    e = result.evaluation
+    if e is not None:
+        lines.append(
+            f"faithfulness {e.faithfulness:.1%} (circuit {e.circuit_logit_diff:.3f} / model "
+            f"{e.model_logit_diff:.3f}; all heads ablated {e.ablated_logit_diff:.3f})"
+            + (
+                f", {e.faithfulness_with_unclassified:.1%} with the unclassified heads"
+                if e.faithfulness_with_unclassified is not None
+                else ""
+            )
+            + f"; completeness: max "
+            f"|F(C\\K) - F(M\\K)| / F(M) = {e.completeness_max_gap:.1%} over {len(e.completeness)} subsets"
+        )
+    return lines
+
+
+def _head_rows(result: IOICircuitResult):
+    """(class, head name, effect, z, attention kind, attention) per circuit head."""
+    for cls in CLASSES:
+        kind = "->".join(CLASS_ATTENTION[cls])
+        for h in result.classes[cls]:
+            yield cls, h.name, h.effect, h.z, kind, h.attention[kind], h.step
+    for h in result.unclassified:
+        kind = max(h.attention, key=h.attention.get)
+        yield "unclassified", h.name, h.effect, h.z, kind, h.attention[kind], h.step
+
+
+def render_table(result: IOICircuitResult, console: Console) -> None:
+    for line in _summary_lines(result):
+        console.print(line)
+    table = Table(title="IOI circuit")
+    for column in ("class", "head", "effect", "z", "attention", "found by"):
+        table.add_column(column, justify="right" if column in ("effect", "z") else "left")
+    for cls, name, effect, z, kind, attention, step in _head_rows(result):
+        table.add_row(cls, name, f"{effect:+.1%}", f"{z:+.1f}", f"{kind} {attention:.2f}", step)
+    console.print(table)
+    e = result.evaluation
+    if e is not None and e.minimality:
+        minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
+        console.print(
+            f"minimality (drop when removing the head, its class-mates already removed): {minimality}"
+        )
+
+
+def render_markdown(result: IOICircuitResult) -> str:
+    out = ["# IOI circuit", ""] + [f"- {line}" for line in _summary_lines(result)] + [""]
+    out += ["| class | head | effect | z | attention | found by |", "|---|---|---:|---:|---|---|"]
+    for cls, name, effect, z, kind, attention, step in _head_rows(result):
+        out.append(f"| {cls} | {name} | {effect:+.1%} | {z:+.1f} | {kind} {attention:.2f} | {step} |")
+    e = result.evaluation
+    if e is not None and e.minimality:
+        out += [
+            "",
+            "Minimality (drop of the circuit's logit diff when removing the head, class-mates removed):",
+            "",
+        ]
+        out += [f"- {head}: {value:+.1%}" for head, value in e.minimality.items()]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+
+# Columns of the diagram, left (early layers) to right (logits), and the paths between classes.
+_COLUMNS = (("previous_token",), ("duplicate_token", "induction"), ("s_inhibition",),
+            ("name_mover", "backup_name_mover", "negative_name_mover"))  # fmt: skip
+_EDGES = (
+    ("previous_token", "induction", "K"),
+    ("induction", "s_inhibition", "V"),
+    ("duplicate_token", "s_inhibition", "V"),
+    ("s_inhibition", "name_mover", "Q"),
+    ("s_inhibition", "backup_name_mover", "Q"),
+    ("name_mover", "logits", ""),
+    ("backup_name_mover", "logits", ""),
+    ("negative_name_mover", "logits", ""),
+)
+_COLOURS = {
+    "name_mover": "#2e7d32",
+    "backup_name_mover": "#81c784",
+    "negative_name_mover": "#c62828",
+    "s_inhibition": "#6a1b9a",
+    "induction": "#1565c0",
+    "duplicate_token": "#00838f",
+    "previous_token": "#ef6c00",
+    "logits": "#424242",
+}
+
+
+def circuit_svg(result: IOICircuitResult) -> str:
+    """An inline SVG of the circuit: one box per class listing its heads, arrows for the paths
+    (K: into keys, V: into values, Q: into queries; unlabelled: direct to the logits)."""
+    box_w, box_h, gap_x, gap_y, margin = 170, 64, 70, 26, 20
+    boxes = {}
+    columns = [*_COLUMNS, ("logits",)]
+    height = max(len(c) for c in columns) * (box_h + gap_y) + 2 * margin
+    for col, classes in enumerate(columns):
+        top = (height - len(classes) * (box_h + gap_y) + gap_y) / 2
+        for row, cls in enumerate(classes):
+            boxes[cls] = (margin + col * (box_w + gap_x), top + row * (box_h + gap_y))
+    width = margin * 2 + len(columns) * box_w + (len(columns) - 1) * gap_x
+    parts = [
+        f'<svg class="ioi-circuit" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="IOI circuit diagram">',
+        '<defs><marker id="ioi-arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto-start-reverse">'
+        '<path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>',
+    ]
+    for source, target, label in _EDGES:
+        (x0, y0), (x1, y1) = boxes[source], boxes[target]
+        found = result.classes.get(source) and (target == "logits" or result.classes.get(target))
+        style = "" if found else ' stroke-dasharray="4 4" opacity="0.4"'
+        ax, ay, bx, by = x0 + box_w, y0 + box_h / 2, x1, y1 + box_h / 2
+        parts.append(
+            f'<line x1="{ax}" y1="{ay}" x2="{bx}" y2="{by}" stroke="#555" stroke-width="1.5" '
+            f'marker-end="url(#ioi-arrow)"{style}/>'
+        )
+        if label:
+            parts.append(
+                f'<text x="{(ax + bx) / 2}" y="{(ay + by) / 2 - 4}" font-size="12" text-anchor="middle" '
+                f'font-family="sans-serif" fill="#333">{label}</text>'
+            )
+    for cls, (x, y) in boxes.items():
+        heads = [] if cls == "logits" else [h.name for h in result.classes[cls]]
+        title = "logits (IO - S)" if cls == "logits" else CLASS_TITLES[cls]
+        listed = (
+            ", ".join(heads[:6]) + (f" +{len(heads) - 6}" if len(heads) > 6 else "")
+            if heads
+            else "none found"
+        )
+        colour, opacity = _COLOURS[cls], 0.15 if heads or cls == "logits" else 0.04
+        parts.append(
+            f'<g class="ioi-class" data-class="{cls}">'
+            f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" fill="{colour}" '
+            f'fill-opacity="{opacity}" stroke="{colour}"/>'
+            f'<text x="{x + box_w / 2}" y="{y + 24}" font-size="13" font-weight="bold" text-anchor="middle" '
+            f'font-family="sans-serif" fill="{colour}">{html.escape(title)}</text>'
+            + (
+                f'<text x="{x + box_w / 2}" y="{y + 46}" font-size="12" text-anchor="middle" '
+                f'font-family="monospace" fill="#222">{html.escape(listed)}</text>'
+                if cls != "logits"
+                else ""
+            )
+            + "</g>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_html(result: IOICircuitResult) -> str:
+    """The full report as one self-contained HTML page."""
+    sections = [
+        "<h2>Summary</h2><ul>"
+        + "".join(f"<li>{html.escape(line)}</li>" for line in _summary_lines(result))
+        + "</ul>",
+        "<h2>Circuit</h2>",
+        circuit_svg(result),
+        "<table class='ioi-heads' style='border-collapse: collapse; font: 13px monospace;'>"
+        "<tr><th>class</th><th>head</th><th>effect</th><th>z</th><th>attention</th><th>found by</th></tr>"
+        + "".join(
+            f"<tr><td>{cls}</td><td>{name}</td><td>{effect:+.1%}</td><td>{z:+.1f}</td>"
+            f"<td>{html.escape(kind)} {attention:.2f}</td><td>{html.escape(step)}</td></tr>"
+            for cls, name, effect, z, kind, attention, step in _head_rows(result)
+        )
+        + "</table>",
+    ]
+    n_layers, n_heads = next(iter(result.attention.values())).shape
+    layers, heads = [str(i) for i in range(n_layers)], [str(i) for i in range(n_heads)]
+    sections.append(
+        "<h2>Path-patching effects</h2><p>Relative change of the logit diff when a sender's path is "
+        "patched from the ABC run (grey: not a sender in that step).</p>"
+    )
+    for step, values in result.effects.items():
+        if not values.isfinite().any():
+            continue
+        sections.append(heatmap_html(values * 100, layers, heads, f"{STEP_TITLES.get(step, step)} (%)",
+                                     signed=True, value_format="{:.1f}"))  # fmt: skip
+    sections.append(
+        "<h2>Attention evidence</h2><p>Mean attention between IOI positions on the clean prompts.</p>"
+    )
+    for kind, values in result.attention.items():
+        sections.append(heatmap_html(values, layers, heads, f"attention {kind}", signed=False))
+    example = result.example
+    if example is not None:
+        sections.append(
+            f"<h2>Attention patterns</h2><p>Example prompt: {html.escape(''.join(example.tokens))}</p>"
+        )
+        for cls in CLASSES:
+            names = [h.name for h in result.classes[cls] if h.name in example.patterns]
+            if not names:
+                continue
+            query, key = CLASS_ATTENTION[cls]
+            title = f"{CLASS_TITLES[cls]}: expected {query} -> {key}"
+            sections.append(f"<h3 class='ioi-pattern-class'>{html.escape(title)}</h3>")
+            sections.append(
+                attention_patterns_html(example.tokens, [example.patterns[n] for n in names], names)
+            )
+    return html_page(f"IOI circuit of {result.settings.model}", sections)
