@@ -83,3 +83,66 @@ def heads(
     write_report(report, format, out, console)
     if out is not None:
         console.print(f"Wrote {out}", style="dim")
+
+
+@app.command()
+def train(
+    task: str = typer.Option(..., help="induction, markov or ioi."),
+    layers: int = typer.Option(2, help="Number of layers."),
+    heads: int = typer.Option(4, help="Attention heads per layer."),
+    d_model: int = typer.Option(64, help="Residual stream width."),
+    attn_only: bool = typer.Option(False, "--attn-only", help="Attention-only (no MLPs)."),
+    steps: int = typer.Option(1000, help="Optimizer steps."),
+    out: str = typer.Option(..., help="Checkpoint directory (interp.load_model(OUT) loads it); resumes if it has checkpoints."),
+    seed: int = typer.Option(0, help="Seed of the initial weights and the data."),
+    lr: float = typer.Option(1e-3, help="Peak learning rate (warm-up, then cosine decay)."),
+    batch_size: int = typer.Option(32, help="Sequences per step."),
+    seq_len: int | None = typer.Option(None, help="Tokens per sequence (the model's n_ctx); induction 48, markov 64."),
+    d_vocab: int | None = typer.Option(None, help="Vocabulary (induction 64) or Markov states (8)."),
+    positional: str = typer.Option("learned", help="learned, rotary or none."),
+    checkpoint_every: int = typer.Option(0, help="Also checkpoint every N steps (the last step always is)."),
+) -> None:
+    """Train a toy transformer on a synthetic task and write a checkpoint directory."""
+    from interp.training import train_toy_model
+
+    try:
+        model, log = train_toy_model(
+            task, layers, heads, d_model, steps, out, attn_only=attn_only, seed=seed, lr=lr,
+            batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
+            checkpoint_every=checkpoint_every,
+        )  # fmt: skip
+    except ValueError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    last = log.evals[-1]
+    console.print(
+        f"step {last['step']}: task loss {last['eval_loss']:.3f}; repeated random tokens: first half "
+        f"{last['first_half_loss']:.3f}, repeated half {last['repeated_half_loss']:.3f}. Wrote {out}"
+    )
+
+
+@app.command()
+def ioi(
+    model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
+    n_prompts: int = typer.Option(64, help="IOI prompts (the first 16 are used for path patching)."),
+    seed: int = typer.Option(0, help="Seed of the IOI dataset."),
+    format: str = typer.Option("table", help="table, json, markdown or html."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+) -> None:
+    """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
+    from circuits.ioi.circuit import find_ioi_circuit
+    from circuits.ioi.report import FORMATS, write_ioi_report
+
+    if format not in FORMATS or (format == "html" and out is None):
+        problem = "--format html needs --out FILE.html" if format == "html" else f"unknown format {format!r}"
+        console.print(f"[red]error:[/red] {problem}; formats: {', '.join(FORMATS)}.")
+        raise typer.Exit(2)
+    loaded = load(model)
+    try:
+        result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed)  # progress goes to stderr
+    except ValueError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    write_ioi_report(result, format, out, console)
+    if out is not None:
+        console.print(f"Wrote {out}", style="dim")

@@ -478,7 +478,7 @@ def _logger(progress: bool) -> Callable[[str], None]:
     if not progress:
         return lambda message: None
     began = time.perf_counter()
-    return lambda message: print(f"[ioi {time.perf_counter() - began:6.1f}s] {message}", flush=True)
+    return lambda message: print(f"[ioi {time.perf_counter() - began:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 @torch.no_grad()

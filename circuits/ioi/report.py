@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from circuits.ioi.circuit import CLASS_ATTENTION, CLASSES, IOICircuitResult
-from interp.viz import attention_patterns_html, heatmap_html, html_page
+from interp.viz import attention_patterns_html, heatmap_html, html_page, write_html
 
 CLASS_TITLES = {
     "name_mover": "Name movers",
@@ -254,3 +254,29 @@ def render_html(result: IOICircuitResult) -> str:
                 attention_patterns_html(example.tokens, [example.patterns[n] for n in names], names)
             )
     return html_page(f"IOI circuit of {result.settings.model}", sections)
+
+
+FORMATS = ("table", "json", "markdown", "html")
+
+
+def write_ioi_report(result: IOICircuitResult, format: str, out: str | None, console: Console) -> None:
+    """Render `result` in `format` to the file `out`, or to the console when out is None."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    if format == "html" and out is None:
+        raise ValueError("--format html needs --out FILE.html")
+    if format == "table":
+        if out is None:
+            render_table(result, console)
+            return
+        with open(out, "w", encoding="utf-8") as file:
+            render_table(result, Console(file=file, width=140))
+        return
+    text = {"json": render_json, "markdown": render_markdown, "html": render_html}[format](result)
+    if format == "html":
+        write_html(out, text)
+    elif out is None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+    else:
+        with open(out, "w", encoding="utf-8") as file:
+            file.write(text)
