@@ -35,6 +35,7 @@ uses the first `n_patching_prompts` prompts; the baseline, attention and evaluat
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -478,7 +479,11 @@ def _logger(progress: bool) -> Callable[[str], None]:
     if not progress:
         return lambda message: None
     began = time.perf_counter()
-    return lambda message: print(f"[ioi {time.perf_counter() - began:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def log(message: str) -> None:
+        print(f"[ioi {time.perf_counter() - began:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return log
 
 
 @torch.no_grad()
