@@ -1,0 +1,81 @@
+"""Rendering of the head report (circuits.report) and the `interp heads` command."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from circuits.cli import app
+from circuits.heads import SCORE_NAMES, head_report
+from circuits.report import render, to_csv, to_markdown, write_report
+from tests.browser import render_in_chromium
+
+XSS = "Say </script><script>alert(1)</script> twice: </script><script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def smollm2_report(smollm2):
+    """A quick SmolLM2 report whose first natural-text probe is a script injection attempt."""
+    texts = [XSS, "The cat sat on the mat."]
+    return head_report(smollm2, n_samples=4, seq_len=8, natural_text=texts, causal=False, progress=False)
+
+
+def test_json_has_every_head_with_scores_types_and_effects(smollm2_report, smollm2):
+    data = json.loads(smollm2_report.to_json())
+    assert data["model"] == smollm2.cfg.model_name
+    assert data["settings"]["n_samples"] == 4 and data["settings"]["natural_text"][0] == XSS
+    assert len(data["heads"]) == smollm2.cfg.n_layers * smollm2.cfg.n_heads
+    for head in data["heads"]:
+        assert set(SCORE_NAMES) <= set(head["scores"]) and set(head["types"]) <= set(SCORE_NAMES)
+        for name in head["types"]:
+            assert head["scores"][name] >= data["thresholds"][name]
+        assert set(head["causal"]) == {"induction", "previous_token"}
+    assert sum(bool(head["types"]) for head in data["heads"]) > 0
+
+
+def test_csv_and_markdown(smollm2_report):
+    table = pd.read_csv(io.StringIO(to_csv(smollm2_report)))
+    assert len(table) == len(smollm2_report.table)
+    assert {"layer", "head", *SCORE_NAMES, "types", "induction_effect"} <= set(table.columns)
+    markdown = to_markdown(smollm2_report)
+    assert markdown.startswith("# Attention head types") and "| previous_token |" in markdown
+    with pytest.raises(ValueError, match="format"):
+        render(smollm2_report, "pdf")
+
+
+def test_html_renders_offline_and_escapes_tokens(smollm2_report, tmp_path):
+    path = tmp_path / "heads.html"
+    write_report(smollm2_report, "html", path, console=None)
+    result = render_in_chromium(
+        path, selectors=(".interp-heatmap", ".interp-attention"), wait_for={".interp-attention canvas": 1}
+    )
+    assert result.script_errors == [] and result.dialogs == [] and result.external_requests == []
+    assert result.missing == []
+    assert result.counts[".interp-heatmap"] == len(SCORE_NAMES) + 2
+    assert result.counts[".interp-attention"] == 2  # repeated and natural-text probes
+    assert "alert(1)" in result.text  # the injected script shows as text ...
+    assert "<script>alert(1)</script>" not in result.dom  # ... and never becomes an element
+
+
+def test_cli_heads_json_on_toy_checkpoint(tmp_path):
+    out = tmp_path / "heads.json"
+    runner = CliRunner()
+    result = runner.invoke(app, ["heads", "--model", "toy-induction", "--format", "json", "--out", str(out),
+                                 "--n-samples", "8", "--seed", "1"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["model"] == "toy-induction" and data["settings"]["seed"] == 1
+    assert any("previous_token" in head["types"] and head["layer"] == 0 for head in data["heads"])
+    table = runner.invoke(app, ["heads", "--model", "toy-induction", "--n-samples", "4"])
+    assert table.exit_code == 0 and "Summary per type" in table.output
+
+
+def test_cli_heads_bad_options():
+    runner = CliRunner()
+    assert runner.invoke(app, ["heads", "--model", "toy-induction", "--format", "pdf"]).exit_code == 2
+    assert runner.invoke(app, ["heads", "--model", "toy-induction", "--format", "html"]).exit_code == 2
+    assert runner.invoke(app, ["heads", "--model", "toy-induction", "--n-samples", "1"]).exit_code == 2
