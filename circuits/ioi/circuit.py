@@ -407,11 +407,12 @@ def find_ioi_circuit(
     # 5. Backup name movers: direct effects again with the name movers mean-ablated.
     mean_ablation = MeanAblation(model, abc)
     name_movers = [(h.layer, h.head) for h in classes["name_mover"]]
-    if name_movers:
+    # Only heads after the first name mover's layer can react to the name movers' ablation.
+    first_layer = min(name_movers)[0] if name_movers else model.cfg.n_layers
+    senders = [(layer, head) for layer in range(first_layer + 1, model.cfg.n_layers)
+               for head in range(model.cfg.n_heads) if (layer, head) not in name_movers]  # fmt: skip
+    if senders:
         done = stage("path patching: heads -> logits, name movers ablated")
-        # Only heads after the first name mover's layer can react to the name movers' ablation.
-        senders = [(layer, head) for layer in range(min(name_movers)[0] + 1, model.cfg.n_layers)
-                   for head in range(model.cfg.n_heads) if (layer, head) not in name_movers]  # fmt: skip
         with model.hooks(fwd_hooks=mean_ablation.hooks(name_movers, patch_clean)):
             ablated = path_patching_effects(model, patch_clean, patch_abc, None, senders=senders) / patch_diff
         done()
@@ -607,7 +608,7 @@ def path_patching_effects(
     if senders is None:
         effects[: len(patched.coords["layer"])] = change.view(-1, model.cfg.n_heads)
     else:
-        effects[tuple(torch.tensor(senders).T)] = change
+        effects[tuple(torch.tensor(senders).mT)] = change
     for layer, head in receivers or []:
         effects[layer, head] = float("nan")
     return effects

@@ -1,0 +1,224 @@
+"""The IOI circuit: discovery on a model with a planted circuit, SmolLM2 checks, report formats."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import interp
+from circuits.ioi.circuit import (
+    CLASSES,
+    MeanAblation,
+    find_ioi_circuit,
+    path_patching_effects,
+    robust_z,
+    select_heads,
+)
+from circuits.ioi.dataset import make_ioi_dataset
+from circuits.ioi.report import circuit_svg, render_html, render_json, render_markdown
+from interp.tasks import IOIPrompts
+
+# ---------------------------------------------------------------------------------------------
+# A 3-layer attention-only model whose head 0 of each layer implements the IOI algorithm by hand
+# (duplicate-token 0.0 -> S-inhibition 1.0 -> name mover 2.0); heads 1-3 are small random weights.
+
+BOS, FILLER_X, FILLER_Y = 1, 2, 3
+NAMES = list(range(4, 12))
+D_VOCAB, N_CTX, D_HEAD = 12, 8, 24
+TOKEN, DUP, INHIBIT, ANCHOR, POS = 0, 12, 24, 36, 37  # residual-stream subspaces
+D_MODEL = 48
+
+
+def planted_ioi_model(seed: int = 0) -> interp.HookedTransformer:
+    cfg = interp.Config(
+        n_layers=3, n_heads=4, d_model=D_MODEL, d_head=D_HEAD, d_vocab=D_VOCAB, n_ctx=N_CTX,
+        attn_only=True, normalization="rmsnorm", positional="learned", default_prepend_bos=False,
+    )  # fmt: skip
+    model = interp.HookedTransformer(cfg)
+    generator = torch.Generator().manual_seed(seed)
+    anchor = math.sqrt(D_MODEL - 2)  # keeps the RMS of the residual stream near 1
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.split(".")[-1].startswith("W_"):
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+        model.W_E.zero_()
+        model.W_E[:, TOKEN : TOKEN + D_VOCAB] = torch.eye(D_VOCAB)
+        model.W_E[:, ANCHOR] = anchor
+        model.W_pos.zero_()
+        model.W_pos[:, POS : POS + N_CTX] = torch.eye(N_CTX)
+        model.W_U.zero_()
+        model.W_U[TOKEN : TOKEN + D_VOCAB] = torch.eye(D_VOCAB)
+        names = torch.tensor(NAMES)
+        dup, s_inh, mover = (model.blocks[layer].attn for layer in range(3))
+        for attn in (dup, s_inh, mover):
+            for W in (attn.W_Q, attn.W_K, attn.W_V, attn.W_O):
+                W[0] = 0
+        # 0.0 duplicate-token: attend to an earlier copy of the current token (not itself: the
+        # position term), else to BOS; copy the name into the DUP subspace.
+        dup.W_Q[0, TOKEN + names, names] = 20.0
+        dup.W_K[0, TOKEN + names, names] = 1.0
+        dup.W_Q[0, POS : POS + N_CTX, 12 : 12 + N_CTX] = -30.0 * torch.eye(N_CTX)
+        dup.W_K[0, POS : POS + N_CTX, 12 : 12 + N_CTX] = torch.eye(N_CTX)
+        dup.W_Q[0, ANCHOR, 20] = 10.0 / anchor
+        dup.W_K[0, TOKEN + BOS, 20] = 1.0
+        dup.W_V[0, TOKEN + names, names] = 1.0
+        dup.W_O[0, names, DUP + names] = 1.0
+        # 1.0 S-inhibition: attend to positions with a duplicate flag; move which name into INHIBIT.
+        s_inh.W_Q[0, ANCHOR, 0] = 20.0 / anchor
+        s_inh.W_K[0, DUP + names, 0] = 1.0
+        s_inh.W_V[0, DUP + names, names] = 1.0
+        s_inh.W_O[0, names, INHIBIT + names] = 1.0
+        # 2.0 name mover: attend to names, except the inhibited one; copy the name to the logits.
+        mover.W_Q[0, ANCHOR, 0] = 10.0 / anchor
+        mover.W_K[0, TOKEN + names, 0] = 1.0
+        mover.W_Q[0, INHIBIT + names, names] = -25.0
+        mover.W_K[0, TOKEN + names, names] = 1.0
+        mover.W_V[0, TOKEN + names, names] = 1.0
+        mover.W_O[0, names, TOKEN + names] = 10.0
+    return model.eval()
+
+
+def planted_prompts(n: int, seed: int = 0) -> tuple[IOIPrompts, IOIPrompts]:
+    """(clean, abc): "BOS IO S x S y" (ABBA) and "BOS S IO x S y" (BABA), alternating."""
+    generator = torch.Generator().manual_seed(seed)
+    picks = torch.rand(n, len(NAMES), generator=generator).topk(2, dim=1).indices
+    io, s = torch.tensor(NAMES)[picks[:, 0]], torch.tensor(NAMES)[picks[:, 1]]
+    order = ["ABBA" if i % 2 == 0 else "BABA" for i in range(n)]
+    abba = torch.tensor([o == "ABBA" for o in order])
+    first, second = torch.where(abba, io, s), torch.where(abba, s, io)
+    tokens = torch.stack([torch.full((n,), BOS), first, second, torch.full((n,), FILLER_X), s,
+                          torch.full((n,), FILLER_Y)], dim=1)  # fmt: skip
+    io_pos, s1_pos = torch.where(abba, 1, 2), torch.where(abba, 2, 1)
+    positions = {
+        "IO": io_pos,
+        "S1": s1_pos,
+        "S1+1": s1_pos + 1,
+        "S2": torch.full((n,), 4),
+        "END": torch.full((n,), 5),
+    }
+    clean = IOIPrompts(tokens, io, s, positions, torch.zeros(n, dtype=torch.long), order)
+    return clean, clean.abc(NAMES, generator)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    model = planted_ioi_model()
+    clean, abc = planted_prompts(16)
+    return model, clean, abc, find_ioi_circuit(model, prompts=(clean, abc), progress=False)
+
+
+def test_planted_model_does_ioi(planted):
+    model, clean, abc, result = planted
+    assert result.baseline.logit_diff > 3 and result.baseline.accuracy == 1.0
+    assert abs(result.baseline.abc_logit_diff) < 1.0
+
+
+def test_discovery_finds_the_planted_circuit(planted):
+    model, clean, abc, result = planted
+    assert result.circuit["name_mover"] == [(2, 0)]
+    assert result.circuit["s_inhibition"] == [(1, 0)]
+    assert result.circuit["duplicate_token"] == [(0, 0)]
+    assert all(not result.circuit[cls] for cls in ("induction", "previous_token", "negative_name_mover"))
+    assert not result.unclassified
+    name_mover = result.classes["name_mover"][0]
+    assert name_mover.effect < -0.5 and name_mover.attention["END->IO"] > 0.5
+    assert result.classes["s_inhibition"][0].attention["END->S2"] > 0.5
+    assert result.classes["duplicate_token"][0].attention["S2->S1"] > 0.5
+
+
+def test_planted_circuit_is_faithful_and_heads_are_necessary(planted):
+    model, clean, abc, result = planted
+    evaluation = result.evaluation
+    assert evaluation.faithfulness == pytest.approx(
+        evaluation.circuit_logit_diff / evaluation.model_logit_diff
+    )
+    assert evaluation.faithfulness > 0.9
+    assert evaluation.ablated_logit_diff < 0.3 * evaluation.model_logit_diff
+    # Each planted head is the only one of its class, so removing it breaks the circuit.
+    assert all(value > 0.3 for value in evaluation.minimality.values())
+    assert evaluation.completeness_max_gap < 0.2
+    # Faithfulness as documented: F(circuit) with every other head mean-ablated over ABC.
+    ablation = MeanAblation(model, abc)
+    others = [(layer, head) for layer in range(3) for head in range(4) if (layer, head) not in result.heads]
+    assert ablation.logit_diff(others, clean) == pytest.approx(evaluation.circuit_logit_diff, rel=1e-5)
+
+
+def test_robust_selection():
+    effects = torch.tensor([[0.01, -0.02, 0.0], [0.015, -0.9, float("nan")], [0.3, -0.01, 0.005]])
+    heads, z, figures = select_heads(effects, -1, effect_z=3.0, min_effect=0.05)
+    assert heads == [(1, 1)]
+    assert z[1, 2].isnan() and robust_z(torch.zeros(3)).abs().max() == 0
+    assert select_heads(effects, 1, 3.0, 0.05)[0] == [(2, 0)]
+    assert figures["median"] == 0.0  # the lower middle value, as torch.median
+
+
+def test_bad_settings_raise(planted):
+    model, clean, abc, _ = planted
+    with pytest.raises(ValueError, match="unknown settings"):
+        find_ioi_circuit(model, prompts=(clean, abc), effect_zz=2.0)
+    wrong = IOIPrompts(
+        clean.tokens, clean.s_token, clean.io_token, clean.positions, clean.template, clean.order
+    )
+    with pytest.raises(ValueError, match="does not do IOI"):
+        find_ioi_circuit(model, prompts=(wrong, abc), progress=False)
+
+
+def test_reports(planted, tmp_path):
+    from tests.browser import render_in_chromium
+
+    *_, result = planted
+    data = json.loads(render_json(result))
+    assert set(data["circuit"]) == set(CLASSES)
+    assert data["circuit"]["name_mover"] == [[2, 0]]
+    assert data["logit_diff"] == pytest.approx(result.baseline.logit_diff)
+    assert data["faithfulness"] == pytest.approx(result.evaluation.faithfulness)
+    assert data["settings"]["n_prompts"] == 16
+    assert "| name_mover | 2.0 |" in render_markdown(result)
+    svg = circuit_svg(result)
+    assert svg.count('class="ioi-class"') == len(CLASSES) + 1 and "2.0" in svg
+    path = tmp_path / "ioi.html"
+    path.write_text(render_html(result), encoding="utf-8")
+    page = render_in_chromium(
+        path,
+        selectors=("svg.ioi-circuit", "h3.ioi-pattern-class", ".interp-heatmap"),
+        wait_for={".interp-attention canvas, .interp-attention svg": 1},
+    )
+    assert not page.script_errors and not page.external_requests and not page.missing
+    assert page.counts["svg.ioi-circuit"] == 1
+    assert page.counts["h3.ioi-pattern-class"] == 3  # name movers, S-inhibition, duplicate-token
+    assert "Name movers" in page.text
+
+
+# ---------------------------------------------------------------------------------------------
+# SmolLM2-135M (small: 8 prompts, path patching to the logits from the late layers only)
+
+
+def test_smollm2_name_movers_attend_to_io_and_matter(smollm2):
+    clean, abc, _ = make_ioi_dataset(smollm2, 8, seed=1)
+    late = [(layer, head) for layer in range(18, 30) for head in range(smollm2.cfg.n_heads)]
+    with torch.no_grad():
+        clean_diff = clean.logit_diff(smollm2(clean.tokens)).mean().item()
+    effects = path_patching_effects(smollm2, clean, abc, None, senders=late) / clean_diff
+    heads, _, _ = select_heads(effects, -1, effect_z=3.0, min_effect=0.02)
+    ablation = MeanAblation(smollm2, abc)
+    _, cache = smollm2.run_with_cache(clean.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+    rows = torch.arange(len(clean))
+    attends_io = [
+        h
+        for h in heads
+        if cache["pattern", h[0]][rows, h[1], clean.positions["END"], clean.positions["IO"]].mean() > 0.3
+    ]
+    assert len(attends_io) >= 2  # name movers: direct effect and END -> IO attention
+    knocked_out = ablation.logit_diff(attends_io, clean)
+    generator = torch.Generator().manual_seed(0)
+    random_drops = []
+    for _ in range(3):
+        same_layers = [
+            (layer, int(torch.randint(smollm2.cfg.n_heads, (1,), generator=generator)))
+            for layer, _ in attends_io
+        ]
+        random_drops.append(clean_diff - ablation.logit_diff(same_layers, clean))
+    assert clean_diff - knocked_out > 2 * max(random_drops)
