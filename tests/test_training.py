@@ -1,0 +1,170 @@
+"""interp.training: induction heads emerge, ablations break them, resumes are exact, saves are atomic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import interp
+from interp.tasks import repeated_sequence_masks, repeated_sequences
+from interp.training import (
+    CHECKPOINTS,
+    TrainConfig,
+    TrainingLog,
+    evaluate,
+    make_task,
+    save_training_checkpoint,
+    shipped_checkpoint,
+    train,
+    train_toy_model,
+)
+
+D_VOCAB, N_CTX, SEQ_LEN = 64, 48, 23  # repeated sequences [BOS] r r fill 1 + 2 * 23 = 47 positions
+
+
+def repeated_half_losses(model, hooks=()) -> tuple[float, float]:
+    """(first-half loss, repeated-half loss) on fresh repeated random sequences, with optional hooks."""
+    tokens = repeated_sequences(model.cfg.d_vocab, SEQ_LEN, 64, generator=1234)
+    loss = model.run_with_hooks(tokens, return_type="loss", loss_per_token=True, fwd_hooks=list(hooks))
+    first, second = repeated_sequence_masks(SEQ_LEN)
+    return loss[:, first].mean().item(), loss[:, second].mean().item()
+
+
+def zero_head(layer: int, head: int):
+    def hook(z, hook):  # z: [batch, pos, head, d_head]
+        z[:, :, head] = 0.0
+        return z
+
+    return (f"blocks.{layer}.attn.hook_z", hook)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 2-layer attention-only model with one head per layer, trained from scratch (~30 s)."""
+    out = tmp_path_factory.mktemp("induction")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and robust to a busy machine
+    model, log = train_toy_model(
+        "induction", n_layers=2, n_heads=1, d_model=64, steps=800, out=out, attn_only=True,
+        seed=0, lr=5e-3, d_vocab=D_VOCAB, seq_len=N_CTX, progress=False,
+    )  # fmt: skip
+    torch.set_num_threads(threads)
+    return model, log, out
+
+
+def test_training_learns_induction(trained):
+    model, log, out = trained
+    first, second = repeated_half_losses(model)
+    assert second < 1.0, f"repeated-half loss {second:.3f} (first half {first:.3f})"
+    assert second < first - 3.0
+    final = log.evals[-1]
+    prev_scores = torch.tensor(final["prev_token_scores"])  # [layer, head]
+    induction = torch.tensor(final["induction_scores"])
+    assert prev_scores[0].max() > 0.3 > prev_scores[1].max()
+    assert induction[1].max() > 0.5 > induction[0].max()
+    # Emergence: the induction score rose from ~0 and the repeated-half loss fell with it.
+    assert log.evals[0]["induction_scores"][1][0] < 0.2
+    assert log.evals[0]["repeated_half_loss"] > 3.0
+    assert len(log.train_loss) == 800 and log.train_loss[-1] < log.train_loss[0] / 2
+    # The written directory loads and gives the same logits.
+    loaded = interp.load_model(out)
+    tokens = repeated_sequences(D_VOCAB, SEQ_LEN, 4, generator=0)
+    torch.testing.assert_close(loaded(tokens), model(tokens))
+    assert json.loads((out / "config.json").read_text())["task"] == "induction"
+    assert (out / "training_log.csv").read_text().startswith("step,")
+
+
+def test_ablating_the_circuit_destroys_induction(trained):
+    model, log, _ = trained
+    final = log.evals[-1]
+    prev_head = int(torch.tensor(final["prev_token_scores"][0]).argmax())
+    induction_head = int(torch.tensor(final["induction_scores"][1]).argmax())
+    first, second = repeated_half_losses(model)
+    advantage = first - second
+    for layer, head in [(1, induction_head), (0, prev_head)]:
+        ablated_first, ablated_second = repeated_half_losses(model, [zero_head(layer, head)])
+        assert ablated_first - ablated_second < 0.5 * advantage, (layer, head, ablated_first, ablated_second)
+
+
+def small_run(out, steps, callback=None, **options):
+    """A few steps of a tiny full (non-attention-only) model on the Markov task."""
+    task = make_task("markov", d_vocab=6, n_ctx=16)
+    cfg = interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16)
+    model = interp.HookedTransformer(cfg)
+    model.init_weights(seed=3)
+    config = TrainConfig(steps=steps, batch_size=8, lr=3e-3, seed=3, progress=False, **options)
+    log = train(model, task, config, out=out, callback=callback)
+    return model, log
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path):
+    options = dict(eval_every=5, checkpoint_every=10)
+    full_model, full_log = small_run(tmp_path / "full", 30, **options)
+
+    def interrupt(step, log):
+        if step == 17:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        small_run(tmp_path / "resumed", 30, callback=interrupt, **options)
+    checkpoints = sorted(p.name for p in (tmp_path / "resumed" / CHECKPOINTS).iterdir())
+    assert checkpoints == ["step_000010"]  # nothing partial: no step 17, no hidden staging dirs
+    assert not (tmp_path / "resumed" / "config.json").exists()
+    resumed_model, resumed_log = small_run(tmp_path / "resumed", 30, **options)
+    resumed_state = resumed_model.state_dict()
+    for name, value in full_model.state_dict().items():
+        assert torch.equal(value, resumed_state[name]), name
+    assert resumed_log.train_loss == full_log.train_loss
+    assert resumed_log.evals == full_log.evals
+    assert TrainingLog.read(tmp_path / "resumed") == full_log
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    small_run(tmp_path, 10)
+    with pytest.raises(ValueError, match="different settings"):
+        small_run(tmp_path, 20, grad_clip=0.5)
+
+
+def test_failed_checkpoint_save_leaves_nothing(tmp_path):
+    task = make_task("markov", d_vocab=6, n_ctx=16)
+    model = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16))
+    config = TrainConfig(steps=1, progress=False)
+    optimizer = torch.optim.AdamW(model.parameters())
+    generator = torch.Generator().manual_seed(0)
+    log = TrainingLog(evals=[{"step": 1, "bad": object()}])  # not JSON-serialisable: fails mid-save
+    target = tmp_path / "step_000001"
+    with pytest.raises(TypeError):
+        save_training_checkpoint(target, model, optimizer, generator, 1, log, config)
+    assert list(tmp_path.iterdir()) == []
+    assert evaluate(model, task, batch_size=4)["eval_loss"] > 0
+
+
+def test_bad_settings_raise_clear_errors():
+    with pytest.raises(ValueError, match="Unknown task"):
+        make_task("sorting")
+    with pytest.raises(ValueError, match="steps >= 1"):
+        TrainConfig(steps=0)
+    model = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=1, d_model=8, d_vocab=6, n_ctx=8))
+    with pytest.raises(ValueError, match="Enlarge the model"):
+        train(model, make_task("induction", d_vocab=64, n_ctx=48), TrainConfig(steps=1, progress=False))
+
+
+def test_learning_rate_schedule():
+    config = TrainConfig(steps=100, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    rates = [config.lr_at(step) for step in range(100)]
+    assert rates[0] == pytest.approx(1e-4) and rates[9] == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(rates[9:], rates[10:], strict=False))
+    assert rates[-1] == pytest.approx(1e-4, rel=0.05)
+
+
+def test_shipped_checkpoint():
+    path = shipped_checkpoint()
+    assert sum(f.stat().st_size for f in path.iterdir() if f.is_file()) < 2_000_000
+    model = interp.load_model("toy-induction")
+    assert model.cfg.attn_only and model.cfg.n_layers == 2
+    first, second = repeated_half_losses(model)
+    assert second < 0.2 and first > 3.0, (first, second)
+    log = TrainingLog.read(path)
+    assert max(log.evals[-1]["induction_scores"][1]) > 0.5
