@@ -31,7 +31,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.cache import act_name
+from interp.cache import Pos, act_name
 from interp.metrics import Metric
 from interp.model import HookedTransformer
 from interp.patching import (
@@ -39,6 +39,7 @@ from interp.patching import (
     Site,
     _apply_metric,
     _cached_run,
+    _check_logit_pos,
     _final_resid_hook,
     _resid_names,
     _resid_stack,
@@ -247,10 +248,12 @@ def ablation_sweep(
     seed: int = 0,
     metric_name: str = "metric",
     batch_size: int | None = None,
+    logit_pos: Pos = None,
 ) -> PatchResult:
     """Ablate each head ([layer, head] grid) or each MLP layer ([layer] grid) in turn, on top of
     the heads in `base` (ablated in every run). Batches several ablated runs per forward and
-    starts each at the ablated layer. `result.target` is the metric of the unablated model."""
+    starts each at the ablated layer. `result.target` is the metric of the unablated model.
+    logit_pos: the positions the metric reads; logits only there (see patching.forward_logits)."""
     cfg = model.cfg
     tokens = model._as_tokens(tokens, None)
     if component == "heads":
@@ -271,10 +274,12 @@ def ablation_sweep(
     replacement = Replacement(model, names, method, reference, per_position, reference_groups, seed)
     batch = tokens.shape[0]
     sources = {name: replacement.values(name, batch, groups) for name in names}
-    logits, cache = _cached_run(model, tokens, _resid_names(model) + [_final_resid_hook(model)])
+    _check_logit_pos(logit_pos, tokens)
+    logits, cache = _cached_run(model, tokens, _resid_names(model) + [_final_resid_hook(model)], logit_pos)
     for name in names:
         _check_length(name, tokens, sources[name])
-    values = run_site_sets(model, tokens, units, sources, metric, _resid_stack(model, cache), batch_size)
+    resid = _resid_stack(model, cache)
+    values = run_site_sets(model, tokens, units, sources, metric, resid, batch_size, logit_pos)
     rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
     index = pd.DataFrame(rows).assign(component=f"{method} ablation of {component}", position="all")
     if "head" not in index:

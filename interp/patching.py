@@ -30,7 +30,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.cache import act_name
+from interp.cache import Pos, act_name
 from interp.metrics import Metric
 from interp.model import HookedTransformer
 
@@ -146,6 +146,7 @@ def run_site_sets(
     metric: Metric,
     resid_pre: Sequence[Tensor] | None = None,
     batch_size: int | None = None,
+    logit_pos: Pos = None,
 ) -> Float[Tensor, "n_sets batch"]:
     """Metric of each patched run: run i overwrites every site in site_sets[i] with `sources`.
 
@@ -155,6 +156,7 @@ def run_site_sets(
       tensors [batch, pos, d_model]); with it each forward starts at the earliest patched block
       instead of the embeddings.
     batch_size: patched runs per forward pass (default: ~64 prompts per forward).
+    logit_pos: see `forward_logits`.
     Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
     """
     _check_sites(model, site_sets)
@@ -172,6 +174,7 @@ def run_site_sets(
                 sources,
                 resid_pre,
                 min(starts[i] for i in chunk),
+                logit_pos,
             )
             for row, i in enumerate(chunk):
                 values[i] = _apply_metric(metric, logits[row * batch : (row + 1) * batch], batch)
@@ -185,7 +188,53 @@ def _apply_metric(metric: Metric, logits: Tensor, batch: int) -> Tensor:
         raise ValueError(
             f"the metric must return one value per prompt, a tensor [batch={batch}]; got {shape}"
         )
+    if value.isnan().any():
+        raise ValueError(
+            "the metric is NaN: does it read logits outside logit_pos (they are NaN there)? "
+            "Pass the positions it reads as logit_pos, or logit_pos=None."
+        )
     return value.detach().float().cpu()
+
+
+def forward_logits(
+    model: HookedTransformer,
+    input: Tensor,
+    logit_pos: Pos = None,
+    start_at_layer: int | None = None,
+) -> Float[Tensor, "batch pos d_vocab"]:
+    """model(input, start_at_layer=...), with the logits computed only at `logit_pos`.
+
+    logit_pos: None (every position), an int, or a LongTensor [batch] (tiled when the input
+      stacks several copies of the batch). Logits elsewhere are NaN. Most metrics read one
+      position per prompt (IOI's END), and the unembedding is a large part of a forward pass.
+    """
+    if logit_pos is None:
+        return model(input, start_at_layer=start_at_layer)
+    resid = model(input, start_at_layer=start_at_layer, stop_at_layer=model.cfg.n_layers)
+    rows, n_pos = resid.shape[:2]
+    if isinstance(logit_pos, int):
+        pos = torch.full((rows,), logit_pos % n_pos, device=resid.device)
+    else:
+        pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
+    row_index = torch.arange(rows, device=resid.device)
+    picked = model.unembed(model.ln_final(resid[row_index, pos][:, None]))[:, 0]  # [rows, d_vocab]
+    logits = picked.new_full((rows, n_pos, picked.shape[-1]), float("nan"))
+    logits[row_index, pos] = picked
+    return logits
+
+
+def _check_logit_pos(logit_pos: Pos, tokens: Tensor) -> None:
+    batch, n_pos = tokens.shape
+    if logit_pos is None:
+        return
+    if isinstance(logit_pos, int):
+        if not -n_pos <= logit_pos < n_pos:
+            raise ValueError(f"logit_pos {logit_pos} is out of range for prompts of {n_pos} tokens")
+        return
+    if not isinstance(logit_pos, Tensor) or logit_pos.shape != (batch,):
+        raise ValueError(f"logit_pos must be None, an int or a LongTensor [batch={batch}]")
+    if logit_pos.min() < 0 or logit_pos.max() >= n_pos:
+        raise ValueError(f"logit_pos must lie in [0, {n_pos}), got {logit_pos.min()}..{logit_pos.max()}")
 
 
 def _patched_forward(
@@ -195,6 +244,7 @@ def _patched_forward(
     sources: Mapping[str, Tensor],
     resid_pre: Sequence[Tensor] | None,
     start: int,
+    logit_pos: Pos,
 ) -> Float[Tensor, "n_sets*batch pos d_vocab"]:
     """One forward over len(site_sets) stacked copies of the target run, copy i patched by site_sets[i]."""
     n, batch = len(site_sets), tokens.shape[0]
@@ -219,9 +269,9 @@ def _patched_forward(
     hooks = [(name, make_hook(name)) for name in by_name]
     with model.hooks(fwd_hooks=hooks):
         if resid_pre is None or start < 0:
-            return model(tokens.repeat(n, 1))
+            return forward_logits(model, tokens.repeat(n, 1), logit_pos)
         start = min(start, model.cfg.n_layers)  # n_layers: only ln_final is patched
-        return model(resid_pre[start].repeat(n, 1, 1), start_at_layer=start)
+        return forward_logits(model, resid_pre[start].repeat(n, 1, 1), logit_pos, start_at_layer=start)
 
 
 def _resid_names(model: HookedTransformer) -> list[str]:
@@ -233,12 +283,18 @@ def _final_resid_hook(model: HookedTransformer) -> str:
 
 
 def _cached_run(
-    model: HookedTransformer, tokens: Tensor, names: Iterable[str]
+    model: HookedTransformer, tokens: Tensor, names: Iterable[str], logit_pos: Pos = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
+    """(logits, {name: activation}) of one run; the logits only at logit_pos (see forward_logits)."""
     names = sorted(set(names))
-    with torch.no_grad():
-        logits, cache = model.run_with_cache(tokens, names_filter=names)
-    return logits, dict(cache.activations)
+    cache: dict[str, Tensor] = {}
+
+    def save(act: Tensor, hook) -> None:
+        cache[hook.name] = act.detach()
+
+    with torch.no_grad(), model.hooks(fwd_hooks=[(name, save) for name in names]):
+        logits = forward_logits(model, tokens, logit_pos)
+    return logits, cache
 
 
 def _resid_stack(model: HookedTransformer, cache: Mapping[str, Tensor]) -> list[Tensor]:
@@ -422,12 +478,16 @@ def patch_sites(
     labels: Sequence[str] | None = None,
     metric_name: str = "metric",
     batch_size: int | None = None,
+    logit_pos: Pos = None,
 ) -> PatchResult:
     """The generic form: one patched run per entry of site_sets (a Site or a list patched together).
 
     Returns a PatchResult with dims ("patch",) labelled by `labels` (default: the hook names).
+    logit_pos: the positions the metric reads (int or LongTensor [batch]); logits are computed
+      only there (faster; NaN elsewhere). None: every position.
     """
     clean, corrupted = _check_pair(model, clean, corrupted)
+    _check_logit_pos(logit_pos, clean)
     source_tokens, target_tokens = _source_target(clean, corrupted, direction)
     site_sets = [[s] if isinstance(s, Site) else list(s) for s in site_sets]
     names = {site.name for sites in site_sets for site in sites}
@@ -440,13 +500,12 @@ def patch_sites(
         raise ValueError(f"got {len(labels)} labels for {len(site_sets)} site sets")
     with model.settings(**_settings_for(names)):
         _check_sites(model, site_sets)
-        source_logits, sources = _cached_run(model, source_tokens, names)
+        source_logits, sources = _cached_run(model, source_tokens, names, logit_pos)
         target_logits, target_cache = _cached_run(
-            model, target_tokens, _resid_names(model) + [_final_resid_hook(model)]
+            model, target_tokens, _resid_names(model) + [_final_resid_hook(model)], logit_pos
         )
-        values = run_site_sets(
-            model, target_tokens, site_sets, sources, metric, _resid_stack(model, target_cache), batch_size
-        )
+        resid = _resid_stack(model, target_cache)
+        values = run_site_sets(model, target_tokens, site_sets, sources, metric, resid, batch_size, logit_pos)
     index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
     index["layer"] = [min((s.layer for s in sites), default=None) for sites in site_sets]
     return PatchResult(
@@ -472,6 +531,7 @@ def activation_patching(
     direction: Direction = "denoise",
     metric_name: str = "metric",
     batch_size: int | None = None,
+    logit_pos: Pos = None,
 ) -> PatchResult:
     """Patch `component` at every layer (x head) x position from the source run into the target run.
 
@@ -482,10 +542,14 @@ def activation_patching(
       {"IO": ..., "S1": ..., "S2": ..., "END": ...}), labelled by name.
     metric: logits [batch, pos, d_vocab] -> [batch] (see interp.metrics).
     Each forward holds `batch_size` patched runs and starts at the patched layer.
+    logit_pos: the positions the metric reads (int or LongTensor [batch], e.g. END): logits are
+      computed only there, which saves the unembedding elsewhere. None: every position.
     """
     clean, corrupted = _check_pair(model, clean, corrupted)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
-    result = patch_sites(model, clean, corrupted, metric, sites, direction, None, metric_name, batch_size)
+    result = patch_sites(
+        model, clean, corrupted, metric, sites, direction, None, metric_name, batch_size, logit_pos
+    )
     result.index = _grid_index(component, dims, coords)
     result.dims, result.coords = dims, coords
     return result
@@ -545,6 +609,7 @@ def path_patching(
     freeze_mlps: bool = False,
     metric_name: str = "metric",
     batch_size: int | None = None,
+    logit_pos: Pos = None,
 ) -> PatchResult:
     """Path patching (Wang et al. 2022, sec. 3.1 and appendix B; Goldowsky-Dill et al. 2023): the
     effect of senders -> receivers paths, one patched run per sender (or per set of senders).
@@ -569,9 +634,11 @@ def path_patching(
       together); default every head in layers before the last receiver (all layers for logits).
     sender_pos, receiver_pos: None (all positions), int, or LongTensor [batch] per prompt
       (e.g. receivers' queries at END).
+    logit_pos: the positions the metric reads; logits only there (see forward_logits).
     Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
     """
     clean, corrupted = _check_pair(model, clean, corrupted)
+    _check_logit_pos(logit_pos, clean)
     _check_receivers(model, receivers)
     cfg = model.cfg
     to_logits = isinstance(receivers, str)
@@ -587,8 +654,8 @@ def path_patching(
     names = {act_name("z", layer) for layer in range(cfg.n_layers)}
     names |= {act_name("mlp_out", layer) for layer in range(cfg.n_layers)} if not cfg.attn_only else set()
     names |= set(_resid_names(model)) | {_final_resid_hook(model)}
-    clean_logits, clean_cache = _cached_run(model, clean, names)
-    corrupted_logits, corrupted_cache = _cached_run(model, corrupted, names)
+    clean_logits, clean_cache = _cached_run(model, clean, names, logit_pos)
+    corrupted_logits, corrupted_cache = _cached_run(model, corrupted, names, logit_pos)
     batch_size = batch_size or max(1, 64 // clean.shape[0])
     values = torch.empty(len(sender_sets), clean.shape[0])
     order = sorted(
@@ -598,7 +665,15 @@ def path_patching(
         for chunk in [order[i : i + batch_size] for i in range(0, len(order), batch_size)]:
             sets = [sender_sets[i] for i in chunk]
             logits = _path_patch_chunk(
-                model, sets, receivers, clean_cache, corrupted_cache, sender_pos, receiver_pos, freeze_mlps
+                model,
+                sets,
+                receivers,
+                clean_cache,
+                corrupted_cache,
+                sender_pos,
+                receiver_pos,
+                freeze_mlps,
+                logit_pos,
             )
             for row, i in enumerate(chunk):
                 values[i] = _apply_metric(
@@ -641,6 +716,7 @@ def _path_patch_chunk(
     sender_pos: SitePos,
     receiver_pos: SitePos,
     freeze_mlps: bool,
+    logit_pos: Pos,
 ) -> Float[Tensor, "n_sets*batch pos d_vocab"]:
     """Runs 2 and 3 of path patching for len(sender_sets) stacked copies of the clean run."""
     cfg = model.cfg
@@ -691,10 +767,10 @@ def _path_patch_chunk(
                 resid[start].repeat(n, 1, 1), start_at_layer=start, stop_at_layer=stop, return_type=None
             )
         if to_logits:  # the receiver is the final residual stream: run 2 is the measured run
-            return model.unembed(model.ln_final(run2))
+            return forward_logits(model, run2, logit_pos, start_at_layer=cfg.n_layers)
         recorded[stop] = run2.unflatten(0, (n, batch))
     elif to_logits:  # no sender before the end: the clean run
-        return model.unembed(model.ln_final(resid[-1].repeat(n, 1, 1)))
+        return forward_logits(model, resid[-1].repeat(n, 1, 1), logit_pos, start_at_layer=cfg.n_layers)
     for layer in receiver_layers:
         if layer not in recorded:  # every sender is at or after this receiver: its input is clean
             recorded[layer] = resid[layer].expand(n, *resid[layer].shape)
@@ -725,7 +801,7 @@ def _path_patch_chunk(
                 hooks.append((act_name(f"{letter}_input", layer), patch_inputs(layer, letter, heads)))
     first = receiver_layers[0]
     with model.settings(use_split_qkv_input=True), model.hooks(fwd_hooks=hooks):
-        return model(resid[first].repeat(n, 1, 1), start_at_layer=first)
+        return forward_logits(model, resid[first].repeat(n, 1, 1), logit_pos, start_at_layer=first)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -742,6 +818,7 @@ def attribution_patching(
     layers: Sequence[int] | None = None,
     direction: Direction = "denoise",
     metric_name: str = "metric",
+    logit_pos: Pos = None,
 ) -> PatchResult:
     """Attribution patching (Nanda 2023): a first-order estimate of `activation_patching` with the
     same arguments and result layout, from one forward and one backward pass of the target run.
@@ -749,23 +826,23 @@ def attribution_patching(
     For each site: metric(patched) ~= metric(target) + sum_site (source - target) * d metric / d act,
     the gradient taken on the target run (corrupted for denoising, clean for noising). Per prompt,
     since prompts do not interact. Exact when the metric is linear in the activation.
+    Only activations get gradients (not weights), so the backward pass costs about one forward.
     """
     clean, corrupted = _check_pair(model, clean, corrupted)
+    _check_logit_pos(logit_pos, clean)
     source_tokens, target_tokens = _source_target(clean, corrupted, direction)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     names = sorted({site.name for site in sites})
     with model.settings(**_settings_for(component)):
-        source_logits, source = _cached_run(model, source_tokens, names)
+        source_logits, source = _cached_run(model, source_tokens, names, logit_pos)
         target = {}
 
         def keep(act: Tensor, hook) -> None:
             target[hook.name] = act
 
         with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
-            target_logits = model(target_tokens)
-            target_metric = metric(target_logits)
-            if not isinstance(target_metric, Tensor) or target_metric.shape != (target_tokens.shape[0],):
-                raise ValueError("the metric must return one value per prompt, a tensor [batch]")
+            target_metric = metric(forward_logits(model, target_tokens, logit_pos))
+            _apply_metric(lambda _: target_metric, None, target_tokens.shape[0])  # checks shape and NaN
             grads = torch.autograd.grad(target_metric.sum(), [target[name] for name in names])
     # (source - target) * gradient, per element: [batch, ...] for every hook.
     products = {

@@ -117,6 +117,21 @@ def test_results_as_labelled_tensor_and_tidy_frames(model, prompts):
     assert summary["mean"].to_numpy() == pytest.approx(result.mean().reshape(-1).numpy())
 
 
+def test_logits_only_at_the_metric_positions_give_the_same_results(model, prompts):
+    clean, corrupted, end, metric = prompts
+    for run in (
+        lambda **kw: patching.activation_patching(model, clean, corrupted, metric, "z", **kw),
+        lambda **kw: patching.path_patching(model, clean, corrupted, metric, [(2, 0, "q")], **kw),
+        lambda **kw: patching.attribution_patching(model, clean, corrupted, metric, "mlp_out", **kw),
+    ):
+        full, reduced = run(), run(logit_pos=end)
+        torch.testing.assert_close(reduced.values, full.values, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="outside logit_pos"):
+        patching.activation_patching(model, clean, corrupted, metric, "z", logit_pos=0)
+    with pytest.raises(ValueError, match="logit_pos"):
+        patching.activation_patching(model, clean, corrupted, metric, "z", logit_pos=end[:2])
+
+
 # --- TransformerLens as the reference ---------------------------------------------------------
 
 
