@@ -200,7 +200,7 @@ def test_smollm2_induction_heads_confirmed_causally(smollm2):
 
 
 def test_toy_checkpoint_previous_token_and_induction_heads():
-    """The shipped 2-layer induction model: previous-token head in layer 0 feeding induction heads in layer 1."""
+    """The shipped 2-layer model: a previous-token head in layer 0 feeds induction heads in layer 1."""
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=32, progress=False)
     table = report.table
