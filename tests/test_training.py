@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -62,7 +63,8 @@ def test_training_learns_induction(trained):
     final = log.evals[-1]
     prev_scores = torch.tensor(final["prev_token_scores"])  # [layer, head]
     induction = torch.tensor(final["induction_scores"])
-    assert prev_scores[0].max() > 0.3 > prev_scores[1].max()
+    # Uniform causal attention scores ~0.09 (the mean of 1 / (position + 1)).
+    assert prev_scores[0].max() > 0.25 and prev_scores[0].max() > 3 * prev_scores[1].max()
     assert induction[1].max() > 0.5 > induction[0].max()
     # Emergence: the induction score rose from ~0 and the repeated-half loss fell with it.
     assert log.evals[0]["induction_scores"][1][0] < 0.2
@@ -81,11 +83,14 @@ def test_ablating_the_circuit_destroys_induction(trained):
     final = log.evals[-1]
     prev_head = int(torch.tensor(final["prev_token_scores"][0]).argmax())
     induction_head = int(torch.tensor(final["induction_scores"][1]).argmax())
-    first, second = repeated_half_losses(model)
-    advantage = first - second
+    # Trained on copies only, the model is overconfident on the random first half (loss above
+    # chance), so measure the repeated-half advantage against chance: ln(d_vocab - 1) - loss.
+    chance = math.log(D_VOCAB - 1)
+    advantage = chance - repeated_half_losses(model)[1]
+    assert advantage > 3.0
     for layer, head in [(1, induction_head), (0, prev_head)]:
-        ablated_first, ablated_second = repeated_half_losses(model, [zero_head(layer, head)])
-        assert ablated_first - ablated_second < 0.5 * advantage, (layer, head, ablated_first, ablated_second)
+        ablated = chance - repeated_half_losses(model, [zero_head(layer, head)])[1]
+        assert ablated < 0.25 * advantage, (layer, head, ablated, advantage)
 
 
 def small_run(out, steps, callback=None, **options):
