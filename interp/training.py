@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from interp.config import Config
 from interp.loading import load_checkpoint, save_checkpoint
@@ -270,30 +270,30 @@ def train(
     if latest is not None:
         step, log = load_training_state(latest, model, optimizer, generator, config)
     model.train()
-    progress = tqdm(total=config.steps, initial=step, disable=not config.progress, desc="train")
-    while step < config.steps:
-        batch = task.sample(config.batch_size, generator).to(model.device)
-        for group in optimizer.param_groups:
-            group["lr"] = config.lr_at(step)
-        loss = batch.masked_mean(model(batch.tokens, return_type="loss", loss_per_token=True))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        step += 1
-        log.train_loss.append(loss.item())
-        log.lr.append(config.lr_at(step - 1))
-        if step % config.eval_every == 0 or step == config.steps:
-            log.evals.append({"step": step, **evaluate(model, task, config.eval_batch_size, config.seed)})
-        if out is not None and config.is_checkpoint_step(step):
-            save_training_checkpoint(
-                out / CHECKPOINTS / f"step_{step:06d}", model, optimizer, generator, step, log, config
-            )
-        progress.update()
-        progress.set_postfix(loss=f"{sum(log.train_loss[-20:]) / len(log.train_loss[-20:]):.3f}")
-        if callback is not None:
-            callback(step, log)
-    progress.close()
+    with tqdm(total=config.steps, initial=step, disable=not config.progress, desc="train") as progress:
+        while step < config.steps:
+            batch = task.sample(config.batch_size, generator).to(model.device)
+            lr = config.lr_at(step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss = batch.masked_mean(model(batch.tokens, return_type="loss", loss_per_token=True))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            step += 1
+            log.train_loss.append(loss.item())
+            log.lr.append(lr)
+            if step % config.eval_every == 0 or step == config.steps:
+                log.evals.append({"step": step, **evaluate(model, task, config.eval_batch_size, config.seed)})
+            if out is not None and config.is_checkpoint_step(step):
+                directory = out / CHECKPOINTS / f"step_{step:06d}"
+                save_training_checkpoint(directory, model, optimizer, generator, step, log, config)
+            recent = log.train_loss[-20:]
+            progress.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
+            progress.update()
+            if callback is not None:
+                callback(step, log)
     model.eval()
     if out is not None:
         write_final_model(out, model, log, {"training": config.to_dict(), **(extra or {})})
@@ -354,7 +354,7 @@ def load_training_state(
     """Restore model weights, optimizer and data RNG from a checkpoint; returns (step, log)."""
     state = json.loads((directory / "trainer_state.json").read_text())
     saved = TrainConfig(**state["train_config"]).to_dict()
-    changed = {k for k, v in config.to_dict().items() if saved[k] != v and k not in ("steps", "progress")}
+    changed = {k for k, v in config.to_dict().items() if saved[k] != v and k != "progress"}
     if changed:
         raise ValueError(
             f"{directory} was trained with different settings ({sorted(changed)}); resume with the "
@@ -437,6 +437,7 @@ def train_toy_model(
         n_ctx=data.n_ctx,
         attn_only=attn_only,
         positional=positional,
+        bos_token_id=getattr(data, "bos", None),
         model_name=f"toy-{task}",
     )
     torch.manual_seed(seed)
