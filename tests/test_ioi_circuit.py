@@ -225,3 +225,14 @@ def test_smollm2_name_movers_attend_to_io_and_matter(smollm2):
         random_drops.append(clean_diff - ablation.logit_diff(same_layers, clean))
     drop = clean_diff - knocked_out
     assert drop > 3 * max(abs(d) for d in random_drops)
+
+
+def test_cli_rejects_bad_format():
+    from typer.testing import CliRunner
+
+    from circuits.cli import app
+
+    result = CliRunner().invoke(app, ["ioi", "--format", "pdf"])
+    assert result.exit_code == 2 and "unknown format 'pdf'" in result.output
+    result = CliRunner().invoke(app, ["ioi", "--format", "html"])
+    assert result.exit_code == 2 and "--out" in result.output
