@@ -40,17 +40,23 @@ def zero_head(layer: int, head: int):
     return (f"blocks.{layer}.attn.hook_z", hook)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matrices: one thread is fastest, and robust to a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A 2-layer attention-only model with one head per layer, trained from scratch (~30 s)."""
     out = tmp_path_factory.mktemp("induction")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and robust to a busy machine
     model, log = train_toy_model(
         "induction", n_layers=2, n_heads=1, d_model=64, steps=800, out=out, attn_only=True,
         seed=0, lr=5e-3, d_vocab=D_VOCAB, seq_len=N_CTX, progress=False,
     )  # fmt: skip
-    torch.set_num_threads(threads)
     return model, log, out
 
 
