@@ -146,3 +146,61 @@ def ioi(
     write_ioi_report(result, format, out, console)
     if out is not None:
         console.print(f"Wrote {out}", style="dim")
+
+
+@app.command()
+def patch(
+    model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
+    component: str = typer.Option(
+        "z", help="resid_pre/mid/post, attn_out, mlp_out, or per head z, result, q, k, v, pattern."
+    ),
+    direction: str = typer.Option("denoise", help="denoise (corrupted run, clean activations) or noise."),
+    n_prompts: int = typer.Option(8, help="IOI prompts; the corrupted prompts use three other names (ABC)."),
+    seed: int = typer.Option(0, help="Seed of the IOI dataset."),
+    top: int = typer.Option(10, help="Rows to show."),
+    out: str | None = typer.Option(None, help="Write every row, with bootstrap CIs, to this CSV file."),
+) -> None:
+    """Activation patching on IOI prompts: normalised logit difference (0 = corrupted, 1 = clean)."""
+    from rich.table import Table
+
+    from circuits.ioi.dataset import make_ioi_dataset
+    from interp import metrics
+    from interp.patching import HEAD_COMPONENTS, activation_patching
+
+    loaded = load(model)
+    try:
+        clean, corrupted, _ = make_ioi_dataset(loaded, n_prompts=n_prompts, seed=seed)
+        end = clean.positions["END"]
+        logit_diff = lambda logits: metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)  # noqa: E731
+        metric = metrics.normalized(logit_diff, loaded(clean.tokens), loaded(corrupted.tokens))
+        positions = None if component in HEAD_COMPONENTS else clean.positions
+        result = activation_patching(
+            loaded,
+            clean.tokens,
+            corrupted.tokens,
+            metric,
+            component,
+            positions,
+            direction=direction,
+            logit_pos=end,
+        )
+    except ValueError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    summary = result.summary()
+    if out is not None:
+        summary.to_csv(out, index=False)
+        console.print(f"Wrote {out}", style="dim")
+    table = Table(title=f"{component}, {direction}: normalised logit difference (95% bootstrap CI)")
+    for column in ("layer", "head", "position", "mean", "95% CI"):
+        table.add_column(column, justify="right")
+    for row in summary.sort_values("mean", ascending=direction == "noise").head(top).itertuples():
+        head = "" if row.head is None else str(row.head)
+        table.add_row(
+            str(row.layer),
+            head,
+            str(row.position),
+            f"{row.mean:.3f}",
+            f"[{row.ci_low:.3f}, {row.ci_high:.3f}]",
+        )
+    console.print(table)
