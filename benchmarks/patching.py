@@ -72,6 +72,13 @@ def ioi_prompts(
     return clean, corrupted, io, s
 
 
+WIDTH = 52
+
+
+def print_row(name: str, seconds: float, memory: int) -> None:
+    print(f"{name:{WIDTH}}  {seconds:8.2f}  {memory / 2**20:8.0f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -79,6 +86,7 @@ def main() -> None:
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens's sweep (about 73 s)")
     parser.add_argument("--batch-size", type=int, default=None, help="patched runs per forward (interp)")
     args = parser.parse_args()
+    os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens's progress bars
 
     model = interp.load_model("smollm2-135m").eval()
     clean, corrupted, io, s = ioi_prompts(model)
@@ -90,18 +98,17 @@ def main() -> None:
     print(f"SmolLM2-135M fp32, {clean.shape[0]} IOI prompts x {clean.shape[1]} tokens, {threads} threads")
     print(f"logit diff: clean {clean_ld:.3f}, corrupted {corrupted_ld:.3f}; {n_heads} heads\n")
 
+    print(f"{'':{WIDTH}}  {'seconds':>8}  {'peak MiB':>8}")
     ours, ours_s, ours_mem = timed(
         lambda: activation_patching(
             model, clean, corrupted, metric, "z", batch_size=args.batch_size, logit_pos=-1
         )
     )
+    print_row("interp activation_patching (z, all pos)", ours_s, ours_mem)
     attribution, attr_s, attr_mem = timed(
         lambda: attribution_patching(model, clean, corrupted, metric, "z", logit_pos=-1)
     )
-    rows = [
-        ("interp activation_patching (z, all pos)", ours_s, ours_mem),
-        ("interp attribution_patching (z, all pos)", attr_s, attr_mem),
-    ]
+    print_row("interp attribution_patching (z, all pos)", attr_s, attr_mem)
     tl_values = None
     if not args.no_tl:
         from transformer_lens.model_bridge import TransformerBridge
@@ -123,12 +130,7 @@ def main() -> None:
                 bridge, corrupted, clean_cache, lambda lg: metric(lg).mean()
             )
         )
-        rows.insert(0, ("TransformerLens get_act_patch_attn_head_out_all_pos", tl_s, tl_mem))
-
-    width = max(len(name) for name, _, _ in rows)
-    print(f"{'':{width}}  {'seconds':>8}  {'peak MiB':>8}")
-    for name, seconds, memory in rows:
-        print(f"{name:{width}}  {seconds:8.2f}  {memory / 2**20:8.0f}")
+        print_row("TransformerLens get_act_patch_attn_head_out_all_pos", tl_s, tl_mem)
     print()
     exact = ours.mean()[..., 0]  # [layer, head]
     if tl_values is not None:
