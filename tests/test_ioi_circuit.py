@@ -144,6 +144,12 @@ def test_planted_circuit_is_faithful_and_heads_are_necessary(planted):
     ablation = MeanAblation(model, abc)
     others = [(layer, head) for layer in range(3) for head in range(4) if (layer, head) not in result.heads]
     assert ablation.logit_diff(others, clean) == pytest.approx(evaluation.circuit_logit_diff, rel=1e-5)
+    # The same hooks work on copies of the prompts stacked along the batch (as path patching runs them).
+    with torch.no_grad(), model.hooks(fwd_hooks=ablation.hooks(others, clean)):
+        stacked = model(clean.tokens.repeat(2, 1))
+    assert torch.allclose(
+        clean.logit_diff(stacked[16:]).mean(), torch.tensor(evaluation.circuit_logit_diff), rtol=1e-5
+    )
 
 
 def test_robust_selection():

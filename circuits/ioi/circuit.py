@@ -626,13 +626,17 @@ class MeanAblation:
         )
 
     def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
-        """fwd_hooks for a run on `prompts` (their templates pick the means)."""
+        """fwd_hooks for a run on `prompts` (their templates pick the means), or on copies of them
+        stacked along the batch (as path patching runs them)."""
 
         def make_hook(site: Site):
             value = self.replacement.values(site.name, len(prompts), prompts.template)
 
             def hook(z: Tensor, hook) -> Tensor:  # z: [batch, pos, head, d_head]
-                return torch.where(site_mask(site, z.shape, z.device), value.to(z.device, z.dtype), z)
+                # Path patching stacks copies of the batch ([n_copies * batch, ...]): repeat the means.
+                copies = z.shape[0] // value.shape[0] if value.shape[0] > 1 else 1
+                stacked = value.to(z.device, z.dtype).repeat(copies, *[1] * (value.ndim - 1))
+                return torch.where(site_mask(site, z.shape, z.device), stacked, z)
 
             return hook
 
