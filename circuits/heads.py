@@ -51,6 +51,7 @@ from rich.progress import Progress
 from torch import Tensor
 
 import interp
+from interp.ablation import ablation_hooks
 from interp.tasks import repeated_sequence_masks, repeated_sequences
 
 SCORE_NAMES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
@@ -285,21 +286,9 @@ def k_composition_scores(model: interp.HookedTransformer, sources: Sequence[tupl
 # Causal checks (mean ablation of hook_z)
 
 
-def _mean_ablation_hooks(heads: Sequence[tuple[int, int]]) -> list:
-    """Hooks replacing each head's z [batch, pos, head, d_head] by its mean over the batch (per position)."""
-
-    def hook_for(layer_heads: list[int]):
-        def hook(z: Tensor, hook) -> Tensor:
-            z = z.clone()
-            z[:, :, layer_heads] = z[:, :, layer_heads].mean(0, keepdim=True)
-            return z
-
-        return hook
-
-    layers = sorted({layer for layer, _ in heads})
-    return [
-        (interp.act_name("z", layer), hook_for([h for lh, h in heads if lh == layer])) for layer in layers
-    ]
+def _mean_ablation_hooks(model: interp.HookedTransformer, heads: Sequence[tuple[int, int]], cache) -> list:
+    """Hooks replacing each head's z by its mean over the probe batch, per position (from `cache`)."""
+    return ablation_hooks(model, heads=heads, method="mean", reference=cache, per_position=True)
 
 
 def _mean_se(values: Tensor) -> tuple[float, float]:
@@ -325,14 +314,14 @@ def induction_ablation_effects(
     """
     tokens = probe.tokens.to(model.device)
     layers = sorted({layer for layer, _ in heads})
-    names = [interp.act_name("resid_pre", layer) for layer in layers]
+    names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
     clean_logits, cache = model.run_with_cache(tokens, names_filter=names)
     _, second_half = repeated_sequence_masks(seq_len, has_bos)
     clean = interp.next_token_loss(clean_logits, tokens, per_token=True)[:, second_half]  # [batch, n]
 
     def loss_increase(ablated_heads: Sequence[tuple[int, int]]) -> tuple[float, float]:
         start = min(layer for layer, _ in ablated_heads)
-        hooks = _mean_ablation_hooks(ablated_heads)
+        hooks = _mean_ablation_hooks(model, ablated_heads, cache)
         logits = model.run_with_hooks(cache["resid_pre", start], start_at_layer=start, fwd_hooks=hooks)
         ablated = interp.next_token_loss(logits, tokens, per_token=True)[:, second_half]
         return _mean_se((ablated - clean).mean(-1).cpu())
@@ -366,7 +355,7 @@ def previous_token_ablation_effects(
     masks = {"induction": masks["induction"]}
     layers = sorted({layer for layer, _ in heads})
     target_layers = sorted({layer for layer, _ in targets})
-    names = [interp.act_name("resid_pre", layer) for layer in layers]
+    names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
     names += [interp.act_name("pattern", layer) for layer in target_layers]
     _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
 
@@ -387,7 +376,7 @@ def previous_token_ablation_effects(
             effects[(layer, head)] = (float("nan"), float("nan"))
         else:
             later = [lt for lt in target_layers if lt > layer]
-            with model.hooks(fwd_hooks=_mean_ablation_hooks([(layer, head)])):
+            with model.hooks(fwd_hooks=_mean_ablation_hooks(model, [(layer, head)], cache)):
                 _, ablated = model.run_with_cache(
                     cache["resid_pre", layer],
                     names_filter=[interp.act_name("pattern", lt) for lt in later],

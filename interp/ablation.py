@@ -31,7 +31,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.cache import Pos, act_name
+from interp.cache import ActivationCache, Pos, act_name
 from interp.metrics import Metric
 from interp.model import HookedTransformer
 from interp.patching import (
@@ -84,6 +84,9 @@ def ablation_sites(
 class Replacement:
     """The values that replace activations of the hooks `names` under an ablation method.
 
+    `reference` is reference tokens [n_ref, pos] (run once to cache the hooks), or an
+    ActivationCache that already holds them (e.g. the clean run's own activations).
+
     `values(name, batch, groups)` -> a tensor broadcastable to the activation [batch, pos, ...].
     """
 
@@ -92,7 +95,7 @@ class Replacement:
         model: HookedTransformer,
         names: Sequence[str],
         method: Method,
-        reference: Int[Tensor, "n_ref pos"] | None = None,
+        reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
         per_position: bool = False,
         reference_groups: Int[Tensor, " n_ref"] | None = None,
         seed: int = 0,
@@ -111,8 +114,10 @@ class Replacement:
         self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
         self.generator = torch.Generator().manual_seed(seed)
         self.acts: dict[str, Tensor] = {}
-        if method != "zero":
-            _, self.acts = _cached_run(model, reference, names)  # name -> [n_ref, pos, ...]
+        if method != "zero" and isinstance(reference, ActivationCache):
+            self.acts = {name: reference[name] for name in names}  # name -> [n_ref, pos, ...]
+        elif method != "zero":
+            _, self.acts = _cached_run(model, reference, names)
         self.means = {name: self._means(act) for name, act in self.acts.items()} if method == "mean" else {}
 
     def _means(self, act: Tensor) -> Float[Tensor, "group pos_or_1 ..."]:
@@ -155,7 +160,7 @@ def ablation_hooks(
     mlps: Sequence[int] = (),
     neurons: Sequence[tuple[int, int]] = (),
     method: Method = "zero",
-    reference: Int[Tensor, "n_ref pos"] | None = None,
+    reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
     per_position: bool = False,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
@@ -240,7 +245,7 @@ def ablation_sweep(
     metric: Metric,
     component: Literal["heads", "mlps"] = "heads",
     method: Method = "zero",
-    reference: Int[Tensor, "n_ref pos"] | None = None,
+    reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
     per_position: bool = False,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,

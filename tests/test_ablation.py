@@ -7,7 +7,7 @@ import torch
 
 import interp
 from interp import ablation, metrics
-from tests.conftest import tiny_config
+from conftest import tiny_config
 
 BATCH, POS = 3, 6
 
@@ -68,6 +68,9 @@ def test_mean_ablation_uses_the_reference_means(model, data):
            reference_groups=reference_groups, groups=groups)  # fmt: skip
     for prompt, group in enumerate(groups):
         torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
+    # an ActivationCache of the reference run serves as the reference without a second run
+    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=ref_cache, per_position=True)
+    torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
 
 
 def test_resample_ablation_takes_a_reference_prompts_activation(model, data):

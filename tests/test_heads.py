@@ -19,7 +19,7 @@ from circuits.heads import (
     score_masks,
     uniform_pattern,
 )
-from tests.conftest import tiny_config
+from conftest import tiny_config
 
 SEQ = 6  # repeated sequence r_1..r_6 r_1..r_6 with a BOS: 13 positions
 

@@ -9,7 +9,7 @@ import transformers
 import interp
 from interp import metrics, patching
 from interp.patching import Site
-from tests.conftest import tiny_config
+from conftest import tiny_config
 
 BATCH, POS = 3, 7
 
