@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from rich.console import Console
 
 import interp
 from circuits.ioi.circuit import (
@@ -18,7 +19,7 @@ from circuits.ioi.circuit import (
     select_heads,
 )
 from circuits.ioi.dataset import make_ioi_dataset
-from circuits.ioi.report import circuit_svg, render_html, render_json, render_markdown
+from circuits.ioi.report import circuit_svg, render_html, render_json, render_markdown, write_ioi_report
 from interp.tasks import IOIPrompts
 
 # ---------------------------------------------------------------------------------------------
@@ -183,6 +184,9 @@ def test_reports(planted, tmp_path):
     assert data["faithfulness"] == pytest.approx(result.evaluation.faithfulness)
     assert data["settings"]["n_prompts"] == 16
     assert "| name_mover | 2.0 |" in render_markdown(result)
+    table = tmp_path / "ioi.txt"
+    write_ioi_report(result, "table", str(table), Console())
+    assert "name_mover" in table.read_text() and "faithfulness" in table.read_text()
     svg = circuit_svg(result)
     assert svg.count('class="ioi-class"') == len(CLASSES) + 1 and "2.0" in svg
     path = tmp_path / "ioi.html"
