@@ -1,5 +1,6 @@
 """interp: a hookable transformer for mechanistic interpretability."""
 
+import interp.memory  # noqa: F401  (keeps freed memory for reuse; see interp/memory.py)
 from interp.cache import ActivationCache, act_name
 from interp.config import Config
 from interp.loading import DEFAULT_MODEL, OFFLINE_MODELS, from_hf, load_model

@@ -346,3 +346,9 @@ def test_half_precision_runs_and_agrees(smollm2, dtype) -> None:
     assert cache["pattern", 5].dtype == dtype
     assert half.argmax() == full.argmax()
     assert abs((half[io] - half[s]).float() - (full[io] - full[s])) < 0.5
+
+
+def test_memory_policy_switches_both_ways() -> None:
+    from interp.memory import keep_freed_memory
+
+    assert keep_freed_memory(False) and keep_freed_memory(True)  # glibc, as on every supported Linux

@@ -1,0 +1,42 @@
+"""Process memory policy: keep freed memory for reuse (glibc only).
+
+A full activation cache allocates gigabytes of fresh tensors. By default glibc returns freed memory
+to the operating system, so every new cache page-faults it back (on SmolLM2, 32x64 tokens, a full
+cache took 1.65x a forward pass; with freed memory kept, 1.1x). `interp` keeps freed memory on
+import: the process's resident size then stays near its peak. Set INTERP_RETURN_FREED_MEMORY=1
+before importing interp, or call `keep_freed_memory(False)`, to restore glibc's default.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_DEFAULTS = {_M_TRIM_THRESHOLD: 128 * 1024, _M_MMAP_THRESHOLD: 128 * 1024}
+
+
+def _libc():
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "mallopt") else None
+
+
+def keep_freed_memory(enabled: bool = True) -> bool:
+    """Keep freed heap memory for reuse (True) or return it to the OS (False). Returns whether
+    the setting took effect (False off glibc)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    if enabled:
+        # Never trim the heap; serve allocations up to 32 MiB (the maximum) from it.
+        return bool(libc.mallopt(_M_TRIM_THRESHOLD, -1)) and bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 * 2**20))
+    return all(libc.mallopt(option, value) for option, value in _GLIBC_DEFAULTS.items())
+
+
+if os.environ.get("INTERP_RETURN_FREED_MEMORY") != "1":
+    keep_freed_memory(True)
