@@ -4,7 +4,7 @@ Run alone (two torch processes on two cores distort every figure):
     python benchmarks/patching.py [--no-tl] [--batch-size N]
 
 SmolLM2-135M, 8 IOI prompts of 14 tokens ("When Mary and John went to the store, John gave a drink
-to"; corrupted: IO and S1 swapped), metric: logit(IO) - logit(S) at the last token. Times, side by
+to"; corrupted: the two names swapped, so the answer flips), metric: logit(IO) - logit(S) at the last token. Times, side by
 side in one process: the patching of every head's output (hook_z, all positions; 270 heads) by
 interp (batched, each run starting at the patched layer) and by
 transformer_lens.patching.get_act_patch_attn_head_out_all_pos (one full forward per head), and
@@ -30,7 +30,7 @@ from interp.patching import activation_patching, attribution_patching, compare_t
 PAIRS = [("Mary", "John"), ("Tom", "James"), ("Anna", "Paul"), ("Sarah", "David"),
          ("Lisa", "Mark"), ("Emma", "Peter"), ("Kate", "Michael"), ("Laura", "Daniel")]  # fmt: skip
 CLEAN = "When {io} and {s} went to the store, {s} gave a drink to"
-CORRUPTED = "When {s} and {io} went to the store, {s} gave a drink to"  # IO and S1 swapped
+CORRUPTED = "When {s} and {io} went to the store, {io} gave a drink to"  # the names swapped: answer flips
 
 
 def rss_bytes() -> int:
