@@ -32,7 +32,9 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--pos", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
@@ -47,13 +49,17 @@ def main() -> None:
         str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
     ).eval()
     model = interp.load_model("smollm2-135m").eval()
-    tokens = torch.randint(0, model.cfg.d_vocab, (args.batch, args.pos), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(
+        0, model.cfg.d_vocab, (args.batch, args.pos), generator=torch.Generator().manual_seed(0)
+    )
     print(f"SmolLM2-135M, fp32, batch {args.batch} x {args.pos} tokens, {torch.get_num_threads()} threads")
 
     rows: dict[str, float] = {}
     rows["transformers forward (eager)"] = median_seconds(lambda: hf(tokens), args.repeats)
     rows["interp forward (no hooks)"] = median_seconds(lambda: model(tokens), args.repeats)
-    rows["interp run_with_cache (all hooks)"] = median_seconds(lambda: model.run_with_cache(tokens), args.repeats)
+    rows["interp run_with_cache (all hooks)"] = median_seconds(
+        lambda: model.run_with_cache(tokens), args.repeats
+    )
     one = ["blocks.15.attn.hook_z"]
     rows["interp run_with_cache (1 hook)"] = median_seconds(
         lambda: model.run_with_cache(tokens, names_filter=one), args.repeats
@@ -62,7 +68,9 @@ def main() -> None:
         from transformer_lens.model_bridge import TransformerBridge
 
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        bridge = TransformerBridge.boot_transformers("HuggingFaceTB/SmolLM2-135M", hf_model=hf, tokenizer=tokenizer)
+        bridge = TransformerBridge.boot_transformers(
+            "HuggingFaceTB/SmolLM2-135M", hf_model=hf, tokenizer=tokenizer
+        )
         rows["TransformerBridge forward"] = median_seconds(lambda: bridge(tokens), args.repeats)
         rows["TransformerBridge run_with_cache (all)"] = median_seconds(
             lambda: bridge.run_with_cache(tokens), args.repeats
@@ -75,11 +83,14 @@ def main() -> None:
     for name, seconds in rows.items():
         print(f"{name:40s} {seconds:9.3f} {seconds / hf_time:15.2f}")
     print(f"\nfull cache: {len(cache)} activations, {cache_bytes / 2**20:.0f} MiB")
-    print(f"peak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} MiB")
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    print(f"peak resident memory of this process: {peak_mib:.0f} MiB")
     print("\ntargets: forward <= 1.05x transformers; full cache <= 1.3x transformers; 1-hook cache ~ forward")
-    print(f"forward: {rows['interp forward (no hooks)'] / hf_time:.2f}x   full cache: "
-          f"{rows['interp run_with_cache (all hooks)'] / hf_time:.2f}x   1-hook cache: "
-          f"{rows['interp run_with_cache (1 hook)'] / rows['interp forward (no hooks)']:.2f}x forward")
+    print(
+        f"forward: {rows['interp forward (no hooks)'] / hf_time:.2f}x   full cache: "
+        f"{rows['interp run_with_cache (all hooks)'] / hf_time:.2f}x   1-hook cache: "
+        f"{rows['interp run_with_cache (1 hook)'] / rows['interp forward (no hooks)']:.2f}x forward"
+    )
 
 
 if __name__ == "__main__":

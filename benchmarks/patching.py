@@ -4,9 +4,9 @@ Run alone (two torch processes on two cores distort every figure):
     python benchmarks/patching.py [--no-tl] [--batch-size N]
 
 SmolLM2-135M, 8 IOI prompts of 14 tokens ("When Mary and John went to the store, John gave a drink
-to"; corrupted: the two names swapped, so the answer flips), metric: logit(IO) - logit(S) at the last token. Times, side by
-side in one process: the patching of every head's output (hook_z, all positions; 270 heads) by
-interp (batched, each run starting at the patched layer) and by
+to"; corrupted: the two names swapped, so the answer flips), metric: logit(IO) - logit(S) at the
+last token. Times, side by side in one process: the patching of every head's output (hook_z,
+all positions; 270 heads) by interp (batched, each run starting at the patched layer) and by
 transformer_lens.patching.get_act_patch_attn_head_out_all_pos (one full forward per head), and
 interp's attribution patching of every head. Checks that the sweeps agree to 1e-4 and prints
 timings, ratios, and the peak extra memory (RSS) of each.

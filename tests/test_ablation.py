@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_config
 
 import interp
 from interp import ablation, metrics
-from conftest import tiny_config
 
 BATCH, POS = 3, 6
 

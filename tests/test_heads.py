@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_config
 
 import interp
 from circuits.heads import (
@@ -19,7 +20,6 @@ from circuits.heads import (
     score_masks,
     uniform_pattern,
 )
-from conftest import tiny_config
 
 SEQ = 6  # repeated sequence r_1..r_6 r_1..r_6 with a BOS: 13 positions
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
+from conftest import tiny_config
 
 import interp
 from interp import metrics, patching
 from interp.patching import Site
-from conftest import tiny_config
 
 BATCH, POS = 3, 7
 
