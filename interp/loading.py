@@ -212,6 +212,9 @@ def save_checkpoint(model: HookedTransformer, directory: str | Path, extra: dict
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; a checkpoint is an ordinary directory
     try:
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, tmp / "model.safetensors")
