@@ -112,7 +112,6 @@ def _load_transformers(source: str, tokenizer: Any) -> HookedTransformer:
 
     try:
         hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as error:
         known = ", ".join(OFFLINE_MODELS)
         raise ValueError(
@@ -121,6 +120,11 @@ def _load_transformers(source: str, tokenizer: Any) -> HookedTransformer:
             "'Qwen/Qwen2.5-0.5B') loads where the Hugging Face hub is reachable or cached; "
             "a local directory, a .gguf file or a model object also work."
         ) from error
+    if tokenizer is None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError):
+            print(f"{source} has no tokenizer: the model takes token ids only.", flush=True)
     return from_hf(hf_model, tokenizer)
 
 

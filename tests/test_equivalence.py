@@ -151,3 +151,16 @@ def test_smollm2_config(smollm2) -> None:
     assert (cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_model, cfg.d_vocab) == (30, 9, 3, 576, 49152)
     assert cfg.normalization == "rmsnorm" and cfg.gated_mlp and cfg.positional == "rotary"
     assert not cfg.default_prepend_bos  # SmolLM2's tokenizer adds no BOS
+
+
+def test_local_transformers_directory_loads_with_its_tokenizer(smollm2, tmp_path) -> None:
+    hf_model = _random_hf_model(HF_CONFIGS["qwen2-biases-gqa"]())
+    hf_model.config.vocab_size = smollm2.cfg.d_vocab
+    hf_model.resize_token_embeddings(smollm2.cfg.d_vocab)
+    hf_model.save_pretrained(tmp_path / "qwen")
+    smollm2.tokenizer.save_pretrained(tmp_path / "qwen")
+    model = interp.load_model(str(tmp_path / "qwen"))
+    tokens = model.to_tokens("When Mary and John went to the store")
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), hf_model(tokens).logits, atol=ATOL, rtol=0)
+    assert model.to_single_token(" Mary") == smollm2.to_single_token(" Mary")
