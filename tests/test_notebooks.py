@@ -19,7 +19,7 @@ def test_there_are_notebooks() -> None:
 def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        notebook, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )
     client.execute()
     errors = [
