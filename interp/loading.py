@@ -226,18 +226,23 @@ def save_checkpoint(model: HookedTransformer, directory: str | Path, extra: dict
             model.tokenizer.save_pretrained(tmp / "tokenizer")
         meta = {"format": CHECKPOINT_FORMAT, "config": model.cfg.to_dict(), **(extra or {})}
         (tmp / "config.json").write_text(json.dumps(meta, indent=2))
-        if directory.exists():
-            old = directory.with_name(f".{directory.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            directory.rename(old)
-            tmp.rename(directory)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(directory)
+        replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
+
+
+def replace_dir(source: Path, target: Path) -> None:
+    """Move the complete directory `source` to `target`, replacing any old `target`."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        source.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        source.rename(target)
 
 
 def load_checkpoint(directory: str | Path) -> HookedTransformer:

@@ -40,7 +40,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from interp.config import Config
-from interp.loading import load_checkpoint, save_checkpoint
+from interp.loading import load_checkpoint, replace_dir, save_checkpoint
 from interp.model import HookedTransformer, next_token_loss
 from interp.tasks import (
     InductionTask,
@@ -337,7 +337,7 @@ def save_training_checkpoint(
         }
         (staging / "trainer_state.json").write_text(json.dumps(state, indent=2))
         log.write(staging)
-        _replace_dir(staging, directory)
+        replace_dir(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -390,17 +390,6 @@ def write_final_model(out: Path, model: HookedTransformer, log: TrainingLog, ext
             os.replace(staging / name, out / name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _replace_dir(source: Path, target: Path) -> None:
-    if target.exists():
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-        source.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        source.rename(target)
 
 
 # ------------------------------------------------------------------ one call for the CLI
