@@ -26,14 +26,19 @@ MODEL_HELP = (
 )
 
 
+def fail(message: str) -> typer.Exit:
+    """Print a one-line error; the caller raises the returned exit (status 2)."""
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(2)
+
+
 def load(model: str) -> interp.HookedTransformer:
     """Load a model for a command, turning loading errors into a one-line message."""
     try:
         with console.status(f"Loading {model} ..."):
             return interp.load_model(model)
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
+        raise fail(str(error)) from error
 
 
 @app.command()
@@ -69,17 +74,14 @@ def heads(
     from circuits.report import FORMATS, write_report
 
     if format not in FORMATS:
-        console.print(f"[red]error:[/red] unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
-        raise typer.Exit(2)
+        raise fail(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
     if format == "html" and out is None:
-        console.print("[red]error:[/red] --format html needs --out FILE.html.")
-        raise typer.Exit(2)
+        raise fail("--format html needs --out FILE.html.")
     loaded = load(model)
     try:
         report = head_report(loaded, n_samples=n_samples, seed=seed)
     except ValueError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
+        raise fail(str(error)) from error
     write_report(report, format, out, console)
     if out is not None:
         console.print(f"Wrote {out}", style="dim")
@@ -112,8 +114,7 @@ def train(
             checkpoint_every=checkpoint_every,
         )  # fmt: skip
     except ValueError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
+        raise fail(str(error)) from error
     last = log.evals[-1]
     console.print(
         f"step {last['step']}: task loss {last['eval_loss']:.3f}; repeated random tokens: first half "
@@ -135,14 +136,12 @@ def ioi(
 
     if format not in FORMATS or (format == "html" and out is None):
         problem = "--format html needs --out FILE.html" if format == "html" else f"unknown format {format!r}"
-        console.print(f"[red]error:[/red] {problem}; formats: {', '.join(FORMATS)}.")
-        raise typer.Exit(2)
+        raise fail(f"{problem}; formats: {', '.join(FORMATS)}.")
     loaded = load(model)
     try:
         result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed)  # progress goes to stderr
     except ValueError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
+        raise fail(str(error)) from error
     write_ioi_report(result, format, out, console)
     if out is not None:
         console.print(f"Wrote {out}", style="dim")
@@ -185,8 +184,7 @@ def patch(
             logit_pos=end,
         )
     except ValueError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
+        raise fail(str(error)) from error
     summary = result.summary()
     if out is not None:
         summary.to_csv(out, index=False)
