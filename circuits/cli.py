@@ -94,10 +94,12 @@ def train(
     heads: int = typer.Option(4, help="Attention heads per layer."),
     d_model: int = typer.Option(64, help="Residual stream width."),
     attn_only: bool = typer.Option(False, "--attn-only", help="Attention-only (no MLPs)."),
-    steps: int = typer.Option(1000, help="Optimizer steps."),
+    steps: int | None = typer.Option(None, help="Optimizer steps (default: 1500 for ioi, else 1000)."),
     out: str = typer.Option(..., help="Output directory; interp.load_model(OUT) loads it."),
     seed: int = typer.Option(0, help="Seed of the initial weights and the data."),
-    lr: float = typer.Option(1e-3, help="Peak learning rate (warm-up, then cosine decay)."),
+    lr: float | None = typer.Option(
+        None, help="Peak learning rate, warm-up then cosine decay (default: 3e-3 for ioi, else 1e-3)."
+    ),
     batch_size: int = typer.Option(32, help="Sequences per step."),
     seq_len: int | None = typer.Option(None, help="Tokens per sequence (= n_ctx); induction 48, markov 64."),
     d_vocab: int | None = typer.Option(None, help="Vocabulary (induction 64) or Markov states (8)."),
@@ -116,10 +118,14 @@ def train(
     except ValueError as error:
         raise fail(str(error)) from error
     last = log.evals[-1]
-    console.print(
-        f"step {last['step']}: task loss {last['eval_loss']:.3f}; repeated random tokens: first half "
-        f"{last['first_half_loss']:.3f}, repeated half {last['repeated_half_loss']:.3f}. Wrote {out}"
-    )
+    if task == "ioi":
+        detail = "loss on the answer; ln 2 = 0.693 is a coin flip between IO and S"
+    else:
+        detail = (
+            f"repeated random tokens: first half {last['first_half_loss']:.3f}, "
+            f"repeated half {last['repeated_half_loss']:.3f}"
+        )
+    console.print(f"step {last['step']}: task loss {last['eval_loss']:.3f} ({detail}). Wrote {out}")
 
 
 @app.command()

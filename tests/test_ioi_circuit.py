@@ -18,7 +18,7 @@ from circuits.ioi.circuit import (
     robust_z,
     select_heads,
 )
-from circuits.ioi.dataset import make_ioi_dataset
+from circuits.ioi.dataset import ioi_dataset_for, make_ioi_dataset
 from circuits.ioi.report import circuit_svg, render_html, render_json, render_markdown, write_ioi_report
 from interp.tasks import IOIPrompts
 
@@ -155,11 +155,15 @@ def test_planted_circuit_is_faithful_and_heads_are_necessary(planted):
 
 def test_robust_selection():
     effects = torch.tensor([[0.01, -0.02, 0.0], [0.015, -0.9, float("nan")], [0.3, -0.01, 0.005]])
-    heads, z, figures = select_heads(effects, -1, effect_z=3.0, min_effect=0.05)
+    heads, z, figures = select_heads(effects, -1, effect_z=3.0, min_effect=0.05, min_share=1.0)
     assert heads == [(1, 1)]
     assert z[1, 2].isnan() and robust_z(torch.zeros(3)).abs().max() == 0
-    assert select_heads(effects, 1, 3.0, 0.05)[0] == [(2, 0)]
+    assert select_heads(effects, 1, 3.0, 0.05, 1.0)[0] == [(2, 0)]
     assert figures["median"] == 0.0  # the lower middle value, as torch.median
+    # Few heads sharing the work: -0.24 is no robust outlier (z = -2.7) but 36% of the summed effect.
+    few = torch.tensor([[-0.05, -0.15, -0.10], [-0.24, -0.02, -0.12]])
+    assert select_heads(few, -1, 3.0, 0.05, min_share=0.5)[0] == []
+    assert select_heads(few, -1, 3.0, 0.05, min_share=0.2)[0] == [(1, 0), (0, 1)]
 
 
 def test_bad_settings_raise(planted):
@@ -203,6 +207,66 @@ def test_reports(planted, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# A model trained by `interp train --task ioi --attn-only` (2 layers x 4 heads, the CLI's defaults)
+
+
+@pytest.fixture(scope="module")
+def trained_ioi(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from circuits.cli import app
+
+    out = tmp_path_factory.mktemp("toy-ioi") / "model"
+    result = CliRunner().invoke(app, ["train", "--task", "ioi", "--attn-only", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tmp_path):
+    from typer.testing import CliRunner
+
+    from circuits.cli import app
+
+    report = tmp_path / "ioi.json"
+    arguments = ["ioi", "--model", str(trained_ioi), "--format", "json", "--out", str(report)]
+    cli = CliRunner().invoke(app, arguments)
+    assert cli.exit_code == 0, cli.output
+    data = json.loads(report.read_text())
+    assert data["settings"]["model"] == "toy-ioi" and data["baseline"]["accuracy"] > 0.95
+    circuit = sorted({tuple(head) for heads in data["circuit"].values() for head in heads})
+    writers = data["circuit"]["name_mover"] + data["circuit"]["s_suppression"]
+    assert writers and data["faithfulness"] > 0.5
+    # The reported heads are the ones the model needs: mean-ablating them removes most of the
+    # logit diff, mean-ablating all the other heads much less.
+    model = interp.load_model(trained_ioi)
+    clean, abc, _ = ioi_dataset_for(model, 64, seed=0)
+    ablation = MeanAblation(model, abc)
+    others = [(layer, head) for layer in range(2) for head in range(4) if (layer, head) not in circuit]
+    drop = data["logit_diff"] - ablation.logit_diff(circuit, clean)
+    drop_others = data["logit_diff"] - ablation.logit_diff(others, clean)
+    assert drop > 0.6 * data["logit_diff"] and drop > 2 * drop_others
+    # S-suppression heads write against S (direct logit attribution at END), more than against IO.
+    _, cache = model.run_with_cache(clean.tokens)
+    end = clean.positions["END"]
+    stack, labels = cache.stack_head_results(pos=end)
+    stack = cache.apply_ln_to_stack(stack, pos=end)
+    to_s = dict(zip(labels, cache.logit_attrs(stack, clean.s_token).mean(-1).tolist(), strict=True))
+    to_io = dict(zip(labels, cache.logit_attrs(stack, clean.io_token).mean(-1).tolist(), strict=True))
+    for layer, head in data["circuit"]["s_suppression"]:
+        assert to_s[f"{layer}.{head}"] < min(0.0, to_io[f"{layer}.{head}"])
+
+
+def test_toy_prompts_need_the_toy_vocabulary(trained_ioi):
+    model = interp.load_model(trained_ioi)
+    model.cfg.d_vocab += 1
+    with pytest.raises(ValueError, match="ToyIOITask"):
+        ioi_dataset_for(model, 8)
+    model.cfg.model_name = "toy-something"
+    with pytest.raises(ValueError, match="no tokenizer"):
+        ioi_dataset_for(model, 8)
+
+
+# ---------------------------------------------------------------------------------------------
 # SmolLM2-135M (small: 8 prompts, path patching to the logits from layers 21-29 only)
 
 
@@ -212,7 +276,7 @@ def test_smollm2_name_movers_attend_to_io_and_matter(smollm2):
     with torch.no_grad():
         clean_diff = clean.logit_diff(smollm2(clean.tokens)).mean().item()
     effects = path_patching_effects(smollm2, clean, abc, None, senders=late) / clean_diff
-    heads, _, _ = select_heads(effects, -1, effect_z=3.0, min_effect=0.02)
+    heads, _, _ = select_heads(effects, -1, effect_z=3.0, min_effect=0.02, min_share=0.1)
     ablation = MeanAblation(smollm2, abc)
     _, cache = smollm2.run_with_cache(clean.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
     rows = torch.arange(len(clean))
@@ -224,7 +288,7 @@ def test_smollm2_name_movers_attend_to_io_and_matter(smollm2):
     assert len(attends_io) >= 2  # name movers: direct effect and END -> IO attention
     knocked_out = ablation.logit_diff(attends_io, clean)
     # Random heads of the same layers, among those without a significant direct effect of either sign.
-    significant = set(heads) | set(select_heads(effects, 1, effect_z=3.0, min_effect=0.02)[0])
+    significant = set(heads) | set(select_heads(effects, 1, effect_z=3.0, min_effect=0.02, min_share=0.1)[0])
     generator = torch.Generator().manual_seed(0)
     random_drops = []
     for _ in range(5):

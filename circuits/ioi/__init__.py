@@ -5,6 +5,7 @@ from circuits.ioi.dataset import (
     NAMES,
     OBJECTS,
     PLACES,
+    ioi_dataset_for,
     make_ioi_dataset,
     single_token_names,
 )
@@ -14,6 +15,7 @@ __all__ = [
     "NAMES",
     "OBJECTS",
     "PLACES",
+    "ioi_dataset_for",
     "make_ioi_dataset",
     "single_token_names",
 ]

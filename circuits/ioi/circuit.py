@@ -8,25 +8,35 @@ Discovery walks back from the logits, as the paper does. Every step path-patches
 output from the ABC run (three unrelated names) into the clean run, through one path only, and
 measures the relative change of the logit difference logit(IO) - logit(S) at END:
 
-  1. heads -> logits (direct path)                 : name movers (-), negative name movers (+)
+  1. heads -> logits (direct path)                 : name movers (-), negative name movers (+),
+                                                     S-suppression heads (-)
   2. heads -> name movers' queries at END          : S-inhibition heads
   3. heads -> S-inhibition heads' values at S2     : induction and duplicate-token heads
   4. heads -> induction heads' keys at S1+1        : previous-token heads
   5. heads -> logits again, name movers mean-ablated: backup name movers (direct effect grows)
 
-A head is selected when its effect is an outlier among all the senders of that step: robust z-score
-(effect - median) / (1.4826 MAD) beyond `effect_z` in the step's direction, and at least
-`min_effect` (relative change) in size. Each class is cross-checked with the attention pattern the
-paper describes (name movers END->IO, S-inhibition END->S2, induction S2->S1+1, duplicate-token
-S2->S1, previous-token S1+1->S1): the head's mean attention there must clear an adaptive
-threshold too (median + `attention_z` robust SDs over all heads, and at least `min_attention`).
-Heads with a causal effect but no matching attention are reported as `unclassified`.
+A head is selected when its effect, in the step's direction, is at least `min_effect` (relative
+change) and either an outlier among all the senders of that step (robust z-score
+(effect - median) / (1.4826 MAD) beyond `effect_z`) or at least `min_share` of the summed effect of
+all senders in that direction (in a toy model with a few heads, which share the work, the median
+and MAD are no reference for what is large). Each class is
+cross-checked with the attention pattern the paper describes (name movers END->IO, S-inhibition
+END->S2, induction S2->S1+1, duplicate-token S2->S1, previous-token S1+1->S1): the head's mean
+attention there must clear an adaptive threshold too (median + `attention_z` robust SDs over all
+heads, at least `min_attention`; `large_attention` always suffices). Heads with a causal effect but
+no matching attention are reported as `unclassified`.
+
+One class is not in the paper: S-suppression heads act directly on the logits like name movers but
+attend END->S2 and write against S (copy suppression of the subject, the mirror image of the
+negative name movers' suppression of IO). SmolLM2's strongest direct head is one, and toy models
+trained on IOI solve it with them. A head may hold several roles: an S-suppression head that also
+steers the name movers' queries is an S-inhibition head too.
 
 Evaluation (the paper's section 4), with F(X) = mean logit difference when every head outside X is
 mean-ablated (mean over the ABC distribution, per position):
   faithfulness  F(circuit) / F(model)
   completeness  for random subsets K of the circuit, |F(circuit \\ K) - F(model \\ K)| (small = complete)
-  minimality    per head v, with K = the other heads of v's class: F(C \\ K) - F(C \\ (K + v)),
+  minimality    per head v, with K = the other heads of v's classes: F(C \\ K) - F(C \\ (K + v)),
                 relative to F(C)
 
 Path patching runs one patched forward pass per sender head, the cost of the whole discovery, so it
@@ -45,7 +55,7 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.ioi.dataset import make_ioi_dataset
+from circuits.ioi.dataset import ioi_dataset_for
 from interp.ablation import Replacement, ablation_sites
 from interp.patching import Site, path_patching, site_mask
 from interp.tasks import IOIPrompts
@@ -56,6 +66,7 @@ CLASSES = (
     "name_mover",
     "negative_name_mover",
     "s_inhibition",
+    "s_suppression",
     "induction",
     "duplicate_token",
     "previous_token",
@@ -67,6 +78,7 @@ CLASS_ATTENTION = {
     "negative_name_mover": ("END", "IO"),
     "backup_name_mover": ("END", "IO"),
     "s_inhibition": ("END", "S2"),
+    "s_suppression": ("END", "S2"),
     "induction": ("S2", "S1+1"),
     "duplicate_token": ("S2", "S1"),
     "previous_token": ("S1+1", "S1"),
@@ -81,7 +93,7 @@ ATTENTION_KINDS = {
 # The paper's path-patching steps: (name, receiver classes, receiver input, receiver position).
 STEPS = (
     ("logits", (), None, "END"),
-    ("name_mover_queries", ("name_mover",), "q", "END"),
+    ("name_mover_queries", ("name_mover", "s_suppression"), "q", "END"),
     ("s_inhibition_values", ("s_inhibition",), "v", "S2"),
     ("induction_keys", ("induction",), "k", "S1+1"),
 )
@@ -98,8 +110,10 @@ class Settings:
     n_patching_prompts: int = 16
     effect_z: float = 3.0
     min_effect: float = 0.02
+    min_share: float = 0.1
     attention_z: float = 3.0
     min_attention: float = 0.1
+    large_attention: float = 0.3
     n_bootstrap: int = 1000
     n_completeness_subsets: int = 20
 
@@ -267,27 +281,33 @@ def robust_z(values: Tensor) -> Tensor:
     return (values - median) / spread
 
 
-def attention_threshold(scores: Tensor, z: float, floor: float) -> float:
-    """Attention a head needs to count as showing a pattern: median + z robust SDs, at least `floor`."""
+def attention_threshold(scores: Tensor, z: float, floor: float, ceiling: float) -> float:
+    """Attention a head needs to count as showing a pattern: median + z robust SDs over all heads,
+    at least `floor`; at most `ceiling` (a head that puts that much attention there shows it)."""
     flat = scores.flatten()
     median = flat.median()
     spread = 1.4826 * (flat - median).abs().median()
-    return max((median + z * spread).item(), floor)
+    return min(max((median + z * spread).item(), floor), max(ceiling, floor))
 
 
 def select_heads(
-    effects: Tensor, sign: int, effect_z: float, min_effect: float
+    effects: Tensor, sign: int, effect_z: float, min_effect: float, min_share: float
 ) -> tuple[list[Head], Tensor, dict[str, float]]:
-    """Heads whose effect [layer, head] is an outlier in direction `sign` (-1: patching lowers the
-    logit diff). Returns the heads (strongest first), the robust z-scores and the threshold figures."""
+    """Heads whose effect [layer, head] in direction `sign` (-1: patching lowers the logit diff) is
+    at least `min_effect` and either an outlier (robust z >= effect_z) or at least `min_share` of
+    the summed effect of all heads in that direction. Returns the heads (strongest first), the
+    robust z-scores and the threshold figures."""
     z = robust_z(effects)
-    chosen = (sign * z >= effect_z) & (sign * effects >= min_effect)
+    signed = (sign * effects).nan_to_num(nan=0.0)
+    share = signed / signed.clamp_min(0).sum().clamp_min(1e-12)
+    chosen = ((sign * z >= effect_z) | (share >= min_share)) & (signed >= min_effect)
     heads = [tuple(map(int, index)) for index in chosen.nonzero()]
     heads.sort(key=lambda head: -sign * effects[head].item())
     finite = effects[effects.isfinite()]
     median = finite.median().item()
     mad = (finite - median).abs().median().item()
-    return heads, z, {"median": median, "mad": mad, "effect_z": effect_z, "min_effect": min_effect}
+    figures = {"median": median, "mad": mad, "effect_z": effect_z, "min_effect": min_effect}
+    return heads, z, {**figures, "min_share": min_share}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,23 +325,24 @@ def find_ioi_circuit(
 ) -> IOICircuitResult:
     """Find the IOI circuit of `model` by path patching from the logits backwards; see the module doc.
 
-    prompts: (clean, abc) IOIPrompts to use instead of make_ioi_dataset(model, n_prompts, seed)
-    (e.g. toy-model prompts from interp.tasks.ToyIOITask). thresholds: override Settings fields
-    effect_z, min_effect, attention_z, min_attention, n_bootstrap, n_completeness_subsets.
+    prompts: (clean, abc) IOIPrompts to use instead of ioi_dataset_for(model, n_prompts, seed)
+    (the paper's templates; the toy task's for a model trained by `interp train --task ioi`).
+    thresholds: override Settings fields effect_z, min_effect, min_share, attention_z,
+    min_attention, large_attention, n_bootstrap, n_completeness_subsets.
     """
     unknown = set(thresholds) - (
         set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}
     )
     if unknown:
         raise ValueError(
-            f"unknown settings {sorted(unknown)}; choose from effect_z, min_effect, attention_z, "
-            "min_attention, n_bootstrap, n_completeness_subsets"
+            f"unknown settings {sorted(unknown)}; choose from effect_z, min_effect, min_share, "
+            "attention_z, min_attention, large_attention, n_bootstrap, n_completeness_subsets"
         )
     log = _logger(progress)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     if prompts is None:
-        clean, abc, _ = make_ioi_dataset(model, n_prompts, seed)
+        clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
     else:
         clean, abc = prompts
     settings = Settings(model=model.cfg.model_name, n_prompts=len(clean), seed=seed, **thresholds)
@@ -335,16 +356,20 @@ def find_ioi_circuit(
 
     done = stage("baseline")
     baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed)
-    if baseline.logit_diff <= 0:
+    if baseline.logit_diff_ci[0] <= 0:
+        low, high = baseline.logit_diff_ci
         raise ValueError(
-            f"{settings.model} does not do IOI on these prompts (mean logit diff {baseline.logit_diff:.2f} "
-            "<= 0): there is no circuit to find. Use a model that prefers the indirect object."
+            f"{settings.model} does not do IOI on these prompts: mean logit diff {baseline.logit_diff:.2f} "
+            f"(95% CI [{low:.2f}, {high:.2f}]) is not above 0, so there is no circuit to find. Use a model "
+            "that prefers the indirect object (a toy model may need more training steps), or more prompts."
         )
     done()
     done = stage("attention")
     attention = attention_evidence(model, clean)
     attention_thresholds = {
-        kind: attention_threshold(scores, settings.attention_z, settings.min_attention)
+        kind: attention_threshold(
+            scores, settings.attention_z, settings.min_attention, settings.large_attention
+        )
         for kind, scores in attention.items()
     }
     n_patch = min(settings.n_patching_prompts, len(clean))
@@ -375,18 +400,32 @@ def find_ioi_circuit(
         )
 
     def assign(heads: list[Head], step: str, z: Tensor, choose: Callable[[Head], str | None]) -> None:
+        """Put each head into the class `choose` names (a head may hold roles in several classes)."""
         for head in heads:
             cls = choose(head)
-            (classes[cls] if cls else unclassified).append(evidence(head, step, z))
+            if cls is None:
+                unclassified.append(evidence(head, step, z))
+            elif head not in {(h.layer, h.head) for h in classes[cls]}:
+                classes[cls].append(evidence(head, step, z))
 
-    # 1. Direct effects on the logits: name movers lower the logit diff when patched, negative ones raise it.
+    def select(values: Tensor, sign: int, label: str) -> tuple[list[Head], Tensor]:
+        heads, z, figures = select_heads(
+            values, sign, settings.effect_z, settings.min_effect, settings.min_share
+        )
+        thresholds_out[label] = figures
+        return heads, z
+
+    # 1. Direct effects on the logits: name movers and S-suppression heads lower the logit diff
+    # when patched, negative name movers raise it.
     done = stage("path patching: heads -> logits")
     effects["logits"] = path_patching_effects(model, patch_clean, patch_abc, None) / patch_diff
     done()
-    for sign, cls in ((-1, "name_mover"), (1, "negative_name_mover")):
-        heads, z, figures = select_heads(effects["logits"], sign, settings.effect_z, settings.min_effect)
-        thresholds_out[f"logits ({cls})"] = figures
-        assign(heads, "logits", z, lambda head, cls=cls: cls if attends(head, cls) else None)
+    heads, z = select(effects["logits"], -1, "logits (name_mover, s_suppression)")
+    writers = ("name_mover", "s_suppression")
+    assign(heads, "logits", z, lambda head: _strongest(writers, head, attends, attention))
+    heads, z = select(effects["logits"], 1, "logits (negative_name_mover)")
+    negative = ("negative_name_mover",)
+    assign(heads, "logits", z, lambda head: _strongest(negative, head, attends, attention))
 
     # 2-4. Walk back through queries, values and keys.
     for step, receiver_classes, receiver_input, position in STEPS[1:]:
@@ -398,10 +437,7 @@ def find_ioi_circuit(
         change = path_patching_effects(model, patch_clean, patch_abc, receivers, receiver_input, position)
         effects[step] = change / patch_diff
         done()
-        heads, z, figures = select_heads(effects[step], -1, settings.effect_z, settings.min_effect)
-        thresholds_out[step] = figures
-        taken = {(h.layer, h.head) for found in classes.values() for h in found}
-        heads = [head for head in heads if head not in taken]
+        heads, z = select(effects[step], -1, step)
         assign(heads, step, z, lambda head, step=step: _classify(step, head, attends, attention))
 
     # 5. Backup name movers: direct effects again with the name movers mean-ablated.
@@ -419,8 +455,7 @@ def find_ioi_circuit(
         effects["logits_without_name_movers"] = ablated
         growth = ablated - effects["logits"]  # more negative: the head's direct effect grew
         effects["backup_growth"] = growth
-        heads, z, figures = select_heads(growth, -1, settings.effect_z, settings.min_effect)
-        thresholds_out["backup_growth"] = figures
+        heads, z = select(growth, -1, "backup_growth")
         taken = {(h.layer, h.head) for found in classes.values() for h in found}
         heads = [head for head in heads if head not in taken]
         assign(
@@ -465,15 +500,20 @@ def _classify(
     step: str, head: Head, attends: Callable[[Head, str], bool], attention: dict[str, Tensor]
 ) -> str | None:
     """The class of a head found at `step`, from its attention pattern (None: no matching pattern)."""
-    if step == "name_mover_queries":
-        return "s_inhibition" if attends(head, "s_inhibition") else None
-    if step == "s_inhibition_values":
-        candidates = [cls for cls in ("induction", "duplicate_token") if attends(head, cls)]
-        # Both patterns: the stronger one names it.
-        return max(
-            candidates, key=lambda cls: attention["->".join(CLASS_ATTENTION[cls])][head].item(), default=None
-        )
-    return "previous_token" if attends(head, "previous_token") else None
+    candidates = {
+        "name_mover_queries": ("s_inhibition",),
+        "s_inhibition_values": ("induction", "duplicate_token"),
+        "induction_keys": ("previous_token",),
+    }[step]
+    return _strongest(candidates, head, attends, attention)
+
+
+def _strongest(
+    candidates: Sequence[str], head: Head, attends: Callable[[Head, str], bool], attention: dict[str, Tensor]
+) -> str | None:
+    """The candidate class whose attention pattern the head shows most strongly (None: none)."""
+    shown = [cls for cls in candidates if attends(head, cls)]
+    return max(shown, key=lambda cls: attention["->".join(CLASS_ATTENTION[cls])][head].item(), default=None)
 
 
 def _logger(progress: bool) -> Callable[[str], None]:
@@ -500,6 +540,8 @@ def example_patterns(
     )
     if model.tokenizer is not None:
         str_tokens = model.to_str_tokens(tokens[0])
+    elif prompts.texts is not None and len(prompts.texts[0].split()) >= end:  # toy task: a word per token
+        str_tokens = [f" {word}" for word in prompts.texts[0].split()[:end]]
     else:
         str_tokens = [f"<{t}>" for t in tokens[0].tolist()]
     patterns = {f"{layer}.{head}": cache["pattern", layer][0, head].cpu() for layer, head in heads}
@@ -552,12 +594,11 @@ def evaluate_circuit(
 
     # Minimality: what each head adds once its class-mates (which may stand in for it) are gone.
     minimality = {}
-    for heads in result.circuit.values():
-        for head in heads:
-            mates = set(heads) - {head}
-            f_without_mates = F(sorted(set(circuit) - mates))
-            f_without_head = F(sorted(set(circuit) - mates - {head}))
-            minimality[f"{head[0]}.{head[1]}"] = (f_without_mates - f_without_head) / f_circuit
+    for head in circuit:
+        mates = {mate for heads in result.circuit.values() if head in heads for mate in heads} - {head}
+        f_without_mates = F(sorted(set(circuit) - mates))
+        f_without_head = F(sorted(set(circuit) - mates - {head}))
+        minimality[f"{head[0]}.{head[1]}"] = (f_without_mates - f_without_head) / f_circuit
     return Evaluation(
         model_logit_diff=f_model,
         circuit_logit_diff=f_circuit,

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from interp.tasks import IOI_ORDERS, IOI_POSITION_KEYS, IOIPrompts, ioi_prompt_template
+from interp.tasks import IOI_ORDERS, IOI_POSITION_KEYS, IOIPrompts, ToyIOITask, ioi_prompt_template
 
 # The paper's templates, in BABA order: [B] is the subject S, [A] the indirect object IO.
 # ABBA versions swap the first [A] and [B].
@@ -119,6 +119,11 @@ def make_ioi_dataset(
     for template in prompt_templates["BABA"]:
         if any(f" [{role}]" not in template for role in _NAME_ROLES):
             raise ValueError(f"names in IOI templates must follow a space (' [A]', ' [B]'); got {template!r}")
+    if model.tokenizer is None:
+        raise ValueError(
+            "this model has no tokenizer, so text IOI prompts cannot be tokenized; models trained by "
+            "`interp train --task ioi` get their prompts from ioi_dataset_for (interp.tasks.ToyIOITask)"
+        )
     name_tokens = single_token_names(model, names)
     if len(name_tokens) < 5:
         raise ValueError(
@@ -216,3 +221,23 @@ def _tokenize_with_positions(
         positions["END"][i] = n_prefix + len(bodies[i]) - 1
     positions["S1+1"] = positions["S1"] + 1
     return tokens, positions
+
+
+TOY_IOI_MODEL = "toy-ioi"  # cfg.model_name of models trained by `interp train --task ioi`
+
+
+def ioi_dataset_for(model: Any, n_prompts: int, seed: int = 0) -> tuple[IOIPrompts, IOIPrompts, IOIPrompts]:
+    """(clean, abc, swap) IOI prompts for `model`: the toy task's (interp.tasks.ToyIOITask, eval
+    split) for a model trained by `interp train --task ioi`, else make_ioi_dataset's."""
+    if model.cfg.model_name != TOY_IOI_MODEL:
+        return make_ioi_dataset(model, n_prompts, seed)
+    task = ToyIOITask()
+    if task.d_vocab != model.cfg.d_vocab:
+        raise ValueError(
+            f"this {TOY_IOI_MODEL} model has d_vocab {model.cfg.d_vocab}, but interp.tasks.ToyIOITask() has "
+            f"{task.d_vocab} tokens: build its prompts with the ToyIOITask it was trained on and pass them "
+            "to find_ioi_circuit(prompts=...)"
+        )
+    if n_prompts < 1:
+        raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
+    return task.make_dataset(n_prompts, seed)

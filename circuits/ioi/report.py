@@ -25,6 +25,7 @@ CLASS_TITLES = {
     "negative_name_mover": "Negative name movers",
     "backup_name_mover": "Backup name movers",
     "s_inhibition": "S-inhibition",
+    "s_suppression": "S-suppression",
     "induction": "Induction",
     "duplicate_token": "Duplicate-token",
     "previous_token": "Previous-token",
@@ -54,8 +55,9 @@ def _summary_lines(result: IOICircuitResult) -> list[str]:
         f"logit diff (IO - S) {b.logit_diff:.3f} (95% CI {_ci(b.logit_diff_ci)}), "
         f"accuracy {b.accuracy:.1%} (95% CI {_ci(b.accuracy_ci)}), top-1 = IO {b.top1_io:.1%}, "
         f"ABC logit diff {b.abc_logit_diff:.3f}",
-        f"selection: robust z >= {s.effect_z} and |effect| >= {s.min_effect:.0%}; attention >= median + "
-        f"{s.attention_z} robust SD and >= {s.min_attention}",
+        f"selection: |effect| >= {s.min_effect:.0%} and (robust z >= {s.effect_z} or >= {s.min_share:.0%} of "
+        f"the step's summed effect); attention >= min(max(median + {s.attention_z} robust SD, "
+        f"{s.min_attention}), {s.large_attention})",
     ]
     e = result.evaluation
     if e is not None:
@@ -122,7 +124,7 @@ def render_markdown(result: IOICircuitResult) -> str:
 
 # Columns of the diagram, left (early layers) to right (logits), and the paths between classes.
 _COLUMNS = (("previous_token",), ("duplicate_token", "induction"), ("s_inhibition",),
-            ("name_mover", "backup_name_mover", "negative_name_mover"))  # fmt: skip
+            ("name_mover", "backup_name_mover", "negative_name_mover", "s_suppression"))  # fmt: skip
 _EDGES = (
     ("previous_token", "induction", "K"),
     ("induction", "s_inhibition", "V"),
@@ -132,12 +134,14 @@ _EDGES = (
     ("name_mover", "logits", ""),
     ("backup_name_mover", "logits", ""),
     ("negative_name_mover", "logits", ""),
+    ("s_suppression", "logits", ""),
 )
 _COLOURS = {
     "name_mover": "#2e7d32",
     "backup_name_mover": "#81c784",
     "negative_name_mover": "#c62828",
     "s_inhibition": "#6a1b9a",
+    "s_suppression": "#ad1457",
     "induction": "#1565c0",
     "duplicate_token": "#00838f",
     "previous_token": "#ef6c00",
