@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import io
 import math
 from pathlib import Path
 
@@ -189,17 +190,13 @@ def write_report(report: HeadReport, format: str, out: str | Path | None, consol
     """Print (table, or text formats without `out`) or write the report to `out`."""
     if format not in FORMATS:
         raise ValueError(f"Unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
-    if format == "table":
-        if out is not None:
-            with open(out, "w", encoding="utf-8") as file:
-                print_table(report, Console(file=file, width=200))
-        else:
-            print_table(report, console)
-        return
-    text = render(report, format)
-    if out is None:
-        print(text)
-    elif format == "html":
-        viz.write_html(out, text)
+    if format == "table" and out is None:
+        print_table(report, console)
+    elif format == "table":
+        buffer = Console(file=io.StringIO(), width=200)
+        print_table(report, buffer)
+        viz.write_text(out, buffer.file.getvalue())
+    elif out is None:
+        print(render(report, format))
     else:
-        Path(out).write_text(text, encoding="utf-8")
+        viz.write_text(out, render(report, format))

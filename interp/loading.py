@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,13 @@ from interp.weights import process_weights
 CHECKPOINT_FORMAT = "interp-checkpoint-1"
 
 
-def _toy_induction() -> Path:
-    from interp.training import shipped_checkpoint
+def _shipped(name: str) -> Callable[[], Path]:
+    def path() -> Path:
+        from interp.training import shipped_checkpoint
 
-    return shipped_checkpoint()
+        return shipped_checkpoint(name)
+
+    return path
 
 
 def _smollm2_gguf() -> Path:
@@ -46,7 +50,8 @@ def _smollm2_gguf() -> Path:
 # Short names of models that load offline, and where their weights come from.
 OFFLINE_MODELS = {
     "smollm2-135m": _smollm2_gguf,
-    "toy-induction": _toy_induction,
+    "toy-induction": _shipped("toy-induction"),
+    "toy-ioi": _shipped("toy-ioi"),
 }
 DEFAULT_MODEL = "smollm2-135m"
 

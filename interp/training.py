@@ -57,16 +57,19 @@ from interp.tasks import (
 TASK_SCHEDULES = {"induction": (1000, 1e-3), "markov": (1000, 1e-3), "ioi": (1500, 3e-3)}
 TASKS = tuple(TASK_SCHEDULES)
 CHECKPOINTS = "checkpoints"
-SHIPPED_CHECKPOINT = Path(__file__).parent / "data" / "toy-induction"
+SHIPPED_DIR = Path(__file__).parent / "data"
+SHIPPED_MODELS = ("toy-induction", "toy-ioi")
 
 
-def shipped_checkpoint() -> Path:
-    """The committed 2-layer attention-only induction model (see interp/data/README.md)."""
-    if not (SHIPPED_CHECKPOINT / "model.safetensors").is_file():
-        raise FileNotFoundError(
-            f"The shipped checkpoint is missing from {SHIPPED_CHECKPOINT}; reinstall interp."
-        )
-    return SHIPPED_CHECKPOINT
+def shipped_checkpoint(name: str = "toy-induction") -> Path:
+    """A committed 2-layer attention-only model (see interp/data/README.md): "toy-induction"
+    (trained on copied spans) or "toy-ioi" (trained on toy IOI prompts)."""
+    if name not in SHIPPED_MODELS:
+        raise ValueError(f"no shipped checkpoint {name!r}; choose one of {SHIPPED_MODELS}")
+    path = SHIPPED_DIR / name
+    if not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"The shipped checkpoint is missing from {path}; reinstall interp.")
+    return path
 
 
 def make_task(name: str, d_vocab: int | None = None, n_ctx: int | None = None) -> Task:

@@ -6,7 +6,7 @@ CDN; we inline the bundle that ships inside the circuitsvis Python package inste
 A report page is built from fragments:
 
     page = html_page("Heads", [attention_patterns_html(toks, pattern, names), heatmap_html(...)])
-    write_html("report.html", page)
+    write_text("report.html", page)
 
 html_page puts the 1.3 MB circuitsvis bundle once in <head>; fragments only hold a <div> and a small
 render call. In a notebook, show_attention(...) displays on its own (it embeds the bundle).
@@ -246,14 +246,15 @@ def html_page(title: str, sections: Sequence[str]) -> str:
     )
 
 
-def write_html(path: str | os.PathLike, html_text: str) -> Path:
-    """Write html_text to path atomically (temp file in the same directory, then os.replace)."""
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write text (an HTML page, a report) to path atomically: a temp file in the same directory,
+    then os.replace, so an interrupted write leaves the old file or none, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(html_text)
+            file.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

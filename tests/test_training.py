@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import interp
-from interp.tasks import repeated_sequence_masks, repeated_sequences
+from interp.tasks import ToyIOITask, repeated_sequence_masks, repeated_sequences
 from interp.training import (
     CHECKPOINTS,
     TrainConfig,
@@ -176,6 +176,16 @@ def test_shipped_checkpoint():
     assert second < 0.2 and first > 3.0, (first, second)
     log = TrainingLog.read(path)
     assert max(log.evals[-1]["induction_scores"][1]) > 0.5
+
+
+def test_shipped_toy_ioi_does_ioi():
+    model = interp.load_model("toy-ioi")
+    assert model.cfg.model_name == "toy-ioi" and model.cfg.attn_only and model.cfg.n_layers == 2
+    clean, _, _ = ToyIOITask().make_dataset(64, seed=3)
+    diffs = clean.logit_diff(model(clean.tokens))
+    assert (diffs > 0).all() and diffs.mean() > 5
+    with pytest.raises(ValueError, match="toy-ioi"):
+        shipped_checkpoint("toy-gpt")
 
 
 @pytest.mark.parametrize("task", ["markov", "ioi"])

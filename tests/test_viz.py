@@ -15,7 +15,7 @@ from interp.viz import (
     html_page,
     script_json,
     show_attention,
-    write_html,
+    write_text,
 )
 
 SCRIPT_PAYLOAD = "</script><script>alert(1)</script>"
@@ -63,7 +63,7 @@ def test_page_renders_offline_in_chromium(tmp_path):
         "img": 0,
     }
     result = render_in_chromium(
-        write_html(tmp_path / "page.html", page),
+        write_text(tmp_path / "page.html", page),
         selectors=tuple(expected),
         wait_for={drawn_a: expected[drawn_a], drawn_b: expected[drawn_b]},
     )
@@ -90,7 +90,7 @@ def test_notebook_view_renders_offline_in_chromium(tmp_path):
 
     cell_page = f"<!DOCTYPE html><meta charset='utf-8'><body>{notebook_html}</body>"
     result = render_in_chromium(
-        write_html(tmp_path / "cell.html", cell_page),
+        write_text(tmp_path / "cell.html", cell_page),
         selectors=(".interp-attention .tokens button",),
         wait_for={".interp-attention .tokens button": len(tokens)},
     )
@@ -159,14 +159,14 @@ def test_attention_patterns_rejects_bad_input(tokens, pattern, heads, message):
         attention_patterns_html(tokens, pattern, heads)
 
 
-def test_write_html_replaces_atomically(tmp_path):
+def test_write_text_replaces_atomically(tmp_path):
     path = tmp_path / "out" / "report.html"
-    write_html(path, "<p>old</p>")
-    write_html(path, "<p>new ✓</p>")
+    write_text(path, "<p>old</p>")
+    write_text(path, "<p>new ✓</p>")
     assert path.read_text(encoding="utf-8") == "<p>new ✓</p>"
     assert os.listdir(path.parent) == ["report.html"]
 
     with pytest.raises(TypeError):
-        write_html(path, None)  # fails mid-write: the old file stays, no temp file is left
+        write_text(path, None)  # fails mid-write: the old file stays, no temp file is left
     assert path.read_text(encoding="utf-8") == "<p>new ✓</p>"
     assert os.listdir(path.parent) == ["report.html"]

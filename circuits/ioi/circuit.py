@@ -93,7 +93,7 @@ ATTENTION_KINDS = {
 # The paper's path-patching steps: (name, receiver classes, receiver input, receiver position).
 STEPS = (
     ("logits", (), None, "END"),
-    ("name_mover_queries", ("name_mover", "s_suppression"), "q", "END"),
+    ("name_mover_queries", ("name_mover",), "q", "END"),
     ("s_inhibition_values", ("s_inhibition",), "v", "S2"),
     ("induction_keys", ("induction",), "k", "S1+1"),
 )

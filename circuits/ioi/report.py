@@ -2,7 +2,7 @@
 
     result = find_ioi_circuit(model)
     print(render_markdown(result))
-    write_html("ioi.html", render_html(result))
+    write_text("ioi.html", render_html(result))
 
 The HTML page (offline: no network requests) has an inline-SVG diagram of the circuit (classes and
 the paths between them), the path-patching effects as [layer, head] heat maps, and circuitsvis
@@ -12,13 +12,14 @@ attention patterns of each class's heads on an example prompt.
 from __future__ import annotations
 
 import html
+import io
 import json
 
 from rich.console import Console
 from rich.table import Table
 
 from circuits.ioi.circuit import CLASS_ATTENTION, CLASSES, IOICircuitResult
-from interp.viz import attention_patterns_html, heatmap_html, html_page, write_html
+from interp.viz import attention_patterns_html, heatmap_html, html_page, write_text
 
 CLASS_TITLES = {
     "name_mover": "Name movers",
@@ -269,18 +270,15 @@ def write_ioi_report(result: IOICircuitResult, format: str, out: str | None, con
         raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
     if format == "html" and out is None:
         raise ValueError("--format html needs --out FILE.html")
-    if format == "table":
-        if out is None:
-            render_table(result, console)
-            return
-        with open(out, "w", encoding="utf-8") as file:
-            render_table(result, Console(file=file, width=140))
-        return
-    text = {"json": render_json, "markdown": render_markdown, "html": render_html}[format](result)
-    if format == "html":
-        write_html(out, text)
-    elif out is None:
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+    if format == "table" and out is None:
+        render_table(result, console)
+    elif format == "table":
+        buffer = Console(file=io.StringIO(), width=140)
+        render_table(result, buffer)
+        write_text(out, buffer.file.getvalue())
     else:
-        with open(out, "w", encoding="utf-8") as file:
-            file.write(text)
+        text = {"json": render_json, "markdown": render_markdown, "html": render_html}[format](result)
+        if out is None:
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+        else:
+            write_text(out, text)
