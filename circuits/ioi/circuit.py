@@ -564,8 +564,14 @@ def evaluate_circuit(
     all_heads = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
     circuit = result.heads
 
+    measured: dict[frozenset[Head], float] = {}
+
     def F(keep: Sequence[Head]) -> float:
-        return mean_ablation.logit_diff(sorted(set(all_heads) - set(keep)), clean)
+        """Mean logit diff with every head outside `keep` mean-ablated (each set measured once)."""
+        key = frozenset(keep)
+        if key not in measured:
+            measured[key] = mean_ablation.logit_diff(sorted(set(all_heads) - key), clean)
+        return measured[key]
 
     f_model = result.baseline.logit_diff
     f_circuit = F(circuit)
