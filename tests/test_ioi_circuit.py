@@ -20,7 +20,7 @@ from circuits.ioi.circuit import (
 )
 from circuits.ioi.dataset import ioi_dataset_for, make_ioi_dataset
 from circuits.ioi.report import circuit_svg, render_html, render_json, render_markdown, write_ioi_report
-from interp.tasks import IOIPrompts
+from interp.tasks import IOIPrompts, ToyIOITask
 
 # ---------------------------------------------------------------------------------------------
 # A 3-layer attention-only model whose head 0 of each layer implements the IOI algorithm by hand
@@ -258,7 +258,7 @@ def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tm
         assert to_s < min(0.0, to_io)
 
 
-def test_shipped_toy_ioi_report():
+def test_shipped_toy_ioi_report(tmp_path):
     from typer.testing import CliRunner
 
     from circuits.cli import app
@@ -266,6 +266,11 @@ def test_shipped_toy_ioi_report():
     cli = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--n-prompts", "32"])
     assert cli.exit_code == 0, cli.output
     assert "model toy-ioi, 32 prompts" in cli.output and "s_suppression" in cli.output
+    page = tmp_path / "toy.html"
+    cli = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--format", "html", "--out", str(page)])
+    assert cli.exit_code == 0, cli.output
+    prompt = ToyIOITask().make_dataset(64, seed=0)[0].texts[0]  # the toy model has no tokenizer: words
+    assert f"Example prompt: &lt;1&gt; {prompt}" in page.read_text()
 
 
 def test_toy_prompts_need_the_toy_vocabulary(trained_ioi):

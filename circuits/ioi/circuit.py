@@ -538,12 +538,12 @@ def example_patterns(
     _, cache = model.run_with_cache(
         tokens, names_filter=[interp.act_name("pattern", layer) for layer in layers], return_type=None
     )
+    str_tokens = [f"<{t}>" for t in tokens[0].tolist()]
     if model.tokenizer is not None:
         str_tokens = model.to_str_tokens(tokens[0])
-    elif prompts.texts is not None and len(prompts.texts[0].split()) >= end:  # toy task: a word per token
-        str_tokens = [f" {word}" for word in prompts.texts[0].split()[:end]]
-    else:
-        str_tokens = [f"<{t}>" for t in tokens[0].tolist()]
+    elif prompts.texts is not None and len(words := prompts.texts[0].split()) <= end:
+        # Toy task: one word per token, the text starting after BOS.
+        str_tokens[end - len(words) :] = [f" {word}" for word in words]
     patterns = {f"{layer}.{head}": cache["pattern", layer][0, head].cpu() for layer, head in heads}
     return ExamplePatterns(str_tokens, patterns)
 
