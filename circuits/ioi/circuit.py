@@ -19,12 +19,12 @@ A head is selected when its effect, in the step's direction, is at least `min_ef
 change) and either an outlier among all the senders of that step (robust z-score
 (effect - median) / (1.4826 MAD) beyond `effect_z`) or at least `min_share` of the summed effect of
 all senders in that direction (in a toy model with a few heads, which share the work, the median
-and MAD are no reference for what is large). Each class is
-cross-checked with the attention pattern the paper describes (name movers END->IO, S-inhibition
-END->S2, induction S2->S1+1, duplicate-token S2->S1, previous-token S1+1->S1): the head's mean
-attention there must clear an adaptive threshold too (median + `attention_z` robust SDs over all
-heads, at least `min_attention`; `large_attention` always suffices). Heads with a causal effect but
-no matching attention are reported as `unclassified`.
+and MAD are no reference for what is large). Each class is cross-checked with the attention
+pattern the paper describes (name movers END->IO, S-inhibition END->S2, induction S2->S1+1,
+duplicate-token S2->S1, previous-token S1+1->S1): the head's mean attention there must clear an
+adaptive threshold too (median + `attention_z` robust SDs over all heads, at least
+`min_attention`; `large_attention` always suffices). Heads with a causal effect but no matching
+attention are reported as `unclassified`.
 
 One class is not in the paper: S-suppression heads act directly on the logits like name movers but
 attend END->S2 and write against S (copy suppression of the subject, the mirror image of the
@@ -306,8 +306,14 @@ def select_heads(
     finite = effects[effects.isfinite()]
     median = finite.median().item()
     mad = (finite - median).abs().median().item()
-    figures = {"median": median, "mad": mad, "effect_z": effect_z, "min_effect": min_effect}
-    return heads, z, {**figures, "min_share": min_share}
+    figures = {
+        "median": median,
+        "mad": mad,
+        "effect_z": effect_z,
+        "min_effect": min_effect,
+        "min_share": min_share,
+    }
+    return heads, z, figures
 
 
 # ---------------------------------------------------------------------------------------------
