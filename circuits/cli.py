@@ -5,6 +5,8 @@ Each command parses options, calls one library function, and renders its result.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import typer
 from rich.console import Console
 
@@ -30,6 +32,14 @@ def fail(message: str) -> typer.Exit:
     """Print a one-line error; the caller raises the returned exit (status 2)."""
     console.print(f"[red]error:[/red] {message}")
     return typer.Exit(2)
+
+
+def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
+    """Refuse an unknown report format, or HTML without --out, before any model is loaded."""
+    if format not in formats:
+        raise fail(f"unknown format {format!r}; choose one of {', '.join(formats)}.")
+    if format == "html" and out is None:
+        raise fail("--format html needs --out FILE.html.")
 
 
 def load(model: str) -> interp.HookedTransformer:
@@ -73,10 +83,7 @@ def heads(
     from circuits.heads import head_report
     from circuits.report import FORMATS, write_report
 
-    if format not in FORMATS:
-        raise fail(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
-    if format == "html" and out is None:
-        raise fail("--format html needs --out FILE.html.")
+    check_format(format, out, FORMATS)
     loaded = load(model)
     try:
         report = head_report(loaded, n_samples=n_samples, seed=seed)
@@ -140,9 +147,7 @@ def ioi(
     from circuits.ioi.circuit import find_ioi_circuit
     from circuits.ioi.report import FORMATS, write_ioi_report
 
-    if format not in FORMATS or (format == "html" and out is None):
-        problem = "--format html needs --out FILE.html" if format == "html" else f"unknown format {format!r}"
-        raise fail(f"{problem}; formats: {', '.join(FORMATS)}.")
+    check_format(format, out, FORMATS)
     loaded = load(model)
     try:
         result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed)  # progress goes to stderr

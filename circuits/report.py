@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import io
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -186,17 +188,34 @@ def render(report: HeadReport, format: str) -> str:
     return renderers[format](report)
 
 
-def write_report(report: HeadReport, format: str, out: str | Path | None, console: Console) -> None:
-    """Print (table, or text formats without `out`) or write the report to `out`."""
-    if format not in FORMATS:
-        raise ValueError(f"Unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
+def write_output(
+    format: str,
+    formats: Sequence[str],
+    out: str | Path | None,
+    console: Console,
+    table: Callable[[Console], None],
+    text: Callable[[str], str],
+    width: int = 200,
+) -> None:
+    """Print a report, or write it to `out` atomically: `table(console)` draws the "table" format,
+    `text(format)` renders the others. HTML needs `out`."""
+    if format not in formats:
+        raise ValueError(f"Unknown format {format!r}; choose one of {', '.join(formats)}.")
+    if format == "html" and out is None:
+        raise ValueError("--format html needs --out FILE.html.")
     if format == "table" and out is None:
-        print_table(report, console)
+        table(console)
     elif format == "table":
-        buffer = Console(file=io.StringIO(), width=200)
-        print_table(report, buffer)
+        buffer = Console(file=io.StringIO(), width=width)
+        table(buffer)
         viz.write_text(out, buffer.file.getvalue())
     elif out is None:
-        print(render(report, format))
+        console.print(text(format), markup=False, highlight=False, emoji=False, soft_wrap=True)
     else:
-        viz.write_text(out, render(report, format))
+        viz.write_text(out, text(format))
+
+
+def write_report(report: HeadReport, format: str, out: str | Path | None, console: Console) -> None:
+    """Print (table, or text formats without `out`) or write the report to `out`."""
+    table = functools.partial(print_table, report)
+    write_output(format, FORMATS, out, console, table, lambda fmt: render(report, fmt))

@@ -468,6 +468,8 @@ class ToyIOITask(Task):
 
     def prompts(self, n_prompts: int, generator: torch.Generator | int | None = None) -> IOIPrompts:
         """n_prompts random prompts [n, n_ctx - 1]; orders alternate ABBA, BABA, ..."""
+        if n_prompts < 1:
+            raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
         generator = _as_generator(generator)
         template = torch.randint(len(self.templates["BABA"]), (n_prompts,), generator=generator)
         # Two distinct names per prompt: IO = names[first], S = names[second].

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import interp
+from interp.tasks import IOIPrompts
 
 torch.set_num_threads(2)
 
@@ -48,3 +49,19 @@ def tiny_config(**overrides) -> interp.Config:
 def tiny_model() -> interp.HookedTransformer:
     torch.manual_seed(0)
     return interp.HookedTransformer(tiny_config())
+
+
+def assert_ioi_invariants(prompts: IOIPrompts, pad: int) -> None:
+    """Names sit at their positions, orders match, and every prompt is right-padded after END."""
+    rows = torch.arange(len(prompts))
+    pos = prompts.positions
+    assert torch.equal(prompts.tokens[rows, pos["IO"]], prompts.io_token)
+    assert torch.equal(prompts.tokens[rows, pos["S1"]], prompts.s_token)
+    assert torch.equal(prompts.tokens[rows, pos["S2"]], prompts.s_token)
+    assert torch.equal(pos["S1+1"], pos["S1"] + 1)
+    assert (prompts.io_token != prompts.s_token).all()
+    for i, order in enumerate(prompts.order):
+        assert (pos["IO"][i] < pos["S1"][i]) == (order == "ABBA")
+        assert max(pos["IO"][i], pos["S1"][i]) < pos["S2"][i] < pos["END"][i]
+        end = int(pos["END"][i])
+        assert (prompts.tokens[i, : end + 1] != pad).all() and (prompts.tokens[i, end + 1 :] == pad).all()

@@ -1,9 +1,9 @@
 import pytest
 import torch
+from conftest import assert_ioi_invariants
 
 import interp
 from circuits.ioi import BABA_TEMPLATES, NAMES, make_ioi_dataset, single_token_names
-from interp.tasks import IOIPrompts
 
 torch.set_num_threads(2)
 
@@ -26,21 +26,6 @@ def model(smollm2):
 @pytest.fixture(scope="module")
 def dataset(model):
     return make_ioi_dataset(model, n_prompts=120, seed=0)
-
-
-def assert_ioi_invariants(prompts: IOIPrompts, pad: int):
-    rows = torch.arange(len(prompts))
-    pos = prompts.positions
-    assert torch.equal(prompts.tokens[rows, pos["IO"]], prompts.io_token)
-    assert torch.equal(prompts.tokens[rows, pos["S1"]], prompts.s_token)
-    assert torch.equal(prompts.tokens[rows, pos["S2"]], prompts.s_token)
-    assert torch.equal(pos["S1+1"], pos["S1"] + 1)
-    assert (prompts.io_token != prompts.s_token).all()
-    for i, order in enumerate(prompts.order):
-        assert (pos["IO"][i] < pos["S1"][i]) == (order == "ABBA")
-        assert max(pos["IO"][i], pos["S1"][i]) < pos["S2"][i] < pos["END"][i]
-        end = int(pos["END"][i])
-        assert (prompts.tokens[i, : end + 1] != pad).all() and (prompts.tokens[i, end + 1 :] == pad).all()
 
 
 def test_positions_point_at_the_names(model, dataset):

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from conftest import assert_ioi_invariants
 
 from interp.tasks import (
     Batch,
@@ -152,21 +153,6 @@ def test_batch_masked_mean_and_validation():
 
 
 # ---------------------------------------------------------------- toy IOI
-
-
-def assert_ioi_invariants(prompts: IOIPrompts, pad: int):
-    rows = torch.arange(len(prompts))
-    pos = prompts.positions
-    assert torch.equal(prompts.tokens[rows, pos["IO"]], prompts.io_token)
-    assert torch.equal(prompts.tokens[rows, pos["S1"]], prompts.s_token)
-    assert torch.equal(prompts.tokens[rows, pos["S2"]], prompts.s_token)
-    assert torch.equal(pos["S1+1"], pos["S1"] + 1)
-    assert (prompts.io_token != prompts.s_token).all()
-    for i, order in enumerate(prompts.order):
-        assert (pos["IO"][i] < pos["S1"][i]) == (order == "ABBA")
-        assert max(pos["IO"][i], pos["S1"][i]) < pos["S2"][i] < pos["END"][i]
-        end = int(pos["END"][i])
-        assert (prompts.tokens[i, : end + 1] != pad).all() and (prompts.tokens[i, end + 1 :] == pad).all()
 
 
 def test_ioi_prompt_template_orders():

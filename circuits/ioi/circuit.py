@@ -83,13 +83,8 @@ CLASS_ATTENTION = {
     "duplicate_token": ("S2", "S1"),
     "previous_token": ("S1+1", "S1"),
 }
-ATTENTION_KINDS = {
-    "END->IO": ("END", "IO"),
-    "END->S2": ("END", "S2"),
-    "S2->S1+1": ("S2", "S1+1"),
-    "S2->S1": ("S2", "S1"),
-    "S1+1->S1": ("S1+1", "S1"),
-}
+CLASS_KIND = {cls: "->".join(pair) for cls, pair in CLASS_ATTENTION.items()}  # "name_mover" -> "END->IO"
+ATTENTION_KINDS = {"->".join(pair): pair for pair in CLASS_ATTENTION.values()}  # "END->IO" -> ("END", "IO")
 # The paper's path-patching steps: (name, receiver classes, receiver input, receiver position).
 STEPS = (
     ("logits", (), None, "END"),
@@ -267,16 +262,23 @@ def attention_evidence(model: interp.HookedTransformer, prompts: IOIPrompts) -> 
     return evidence
 
 
+def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
+    """Median and median absolute deviation of the finite entries of `values`."""
+    finite = values[values.isfinite()]
+    median = finite.median()
+    return median, (finite - median).abs().median()
+
+
 def robust_z(values: Tensor) -> Tensor:
     """(x - median) / (1.4826 MAD) over the finite entries; NaN stays NaN.
 
     1.4826 MAD estimates the standard deviation of normal data, and unlike it ignores the outliers
     we are looking for. A zero MAD (most values equal) falls back to the mean absolute deviation.
     """
-    finite = values[values.isfinite()]
-    median = finite.median()
-    spread = 1.4826 * (finite - median).abs().median()
+    median, mad = median_mad(values)
+    spread = 1.4826 * mad
     if spread <= 1e-12:
+        finite = values[values.isfinite()]
         spread = (finite - median).abs().mean().clamp_min(1e-12)
     return (values - median) / spread
 
@@ -284,10 +286,8 @@ def robust_z(values: Tensor) -> Tensor:
 def attention_threshold(scores: Tensor, z: float, floor: float, ceiling: float) -> float:
     """Attention a head needs to count as showing a pattern: median + z robust SDs over all heads,
     at least `floor`; at most `ceiling` (a head that puts that much attention there shows it)."""
-    flat = scores.flatten()
-    median = flat.median()
-    spread = 1.4826 * (flat - median).abs().median()
-    return min(max((median + z * spread).item(), floor), max(ceiling, floor))
+    median, mad = median_mad(scores)
+    return min(max((median + z * 1.4826 * mad).item(), floor), max(ceiling, floor))
 
 
 def select_heads(
@@ -303,12 +303,10 @@ def select_heads(
     chosen = ((sign * z >= effect_z) | (share >= min_share)) & (signed >= min_effect)
     heads = [tuple(map(int, index)) for index in chosen.nonzero()]
     heads.sort(key=lambda head: -sign * effects[head].item())
-    finite = effects[effects.isfinite()]
-    median = finite.median().item()
-    mad = (finite - median).abs().median().item()
+    median, mad = median_mad(effects)
     figures = {
-        "median": median,
-        "mad": mad,
+        "median": median.item(),
+        "mad": mad.item(),
         "effect_z": effect_z,
         "min_effect": min_effect,
         "min_share": min_share,
@@ -385,8 +383,7 @@ def find_ioi_circuit(
     done()
 
     def attends(head: Head, cls: str) -> bool:
-        kind = "->".join(CLASS_ATTENTION[cls])
-        return attention[kind][head].item() >= attention_thresholds[kind]
+        return attention[CLASS_KIND[cls]][head].item() >= attention_thresholds[CLASS_KIND[cls]]
 
     classes: dict[str, list[HeadEvidence]] = {name: [] for name in CLASSES}
     unclassified: list[HeadEvidence] = []
@@ -519,7 +516,7 @@ def _strongest(
 ) -> str | None:
     """The candidate class whose attention pattern the head shows most strongly (None: none)."""
     shown = [cls for cls in candidates if attends(head, cls)]
-    return max(shown, key=lambda cls: attention["->".join(CLASS_ATTENTION[cls])][head].item(), default=None)
+    return max(shown, key=lambda cls: attention[CLASS_KIND[cls]][head].item(), default=None)
 
 
 def _logger(progress: bool) -> Callable[[str], None]:

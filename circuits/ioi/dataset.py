@@ -238,6 +238,4 @@ def ioi_dataset_for(model: Any, n_prompts: int, seed: int = 0) -> tuple[IOIPromp
             f"{task.d_vocab} tokens: build its prompts with the ToyIOITask it was trained on and pass them "
             "to find_ioi_circuit(prompts=...)"
         )
-    if n_prompts < 1:
-        raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
     return task.make_dataset(n_prompts, seed)

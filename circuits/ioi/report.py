@@ -2,7 +2,7 @@
 
     result = find_ioi_circuit(model)
     print(render_markdown(result))
-    write_text("ioi.html", render_html(result))
+    write_ioi_report(result, "html", "ioi.html", Console())  # or "table", "json", "markdown"
 
 The HTML page (offline: no network requests) has an inline-SVG diagram of the circuit (classes and
 the paths between them), the path-patching effects as [layer, head] heat maps, and circuitsvis
@@ -11,15 +11,16 @@ attention patterns of each class's heads on an example prompt.
 
 from __future__ import annotations
 
+import functools
 import html
-import io
 import json
 
 from rich.console import Console
 from rich.table import Table
 
-from circuits.ioi.circuit import CLASS_ATTENTION, CLASSES, IOICircuitResult
-from interp.viz import attention_patterns_html, heatmap_html, html_page, write_text
+from circuits.ioi.circuit import CLASS_ATTENTION, CLASS_KIND, CLASSES, IOICircuitResult
+from circuits.report import write_output
+from interp.viz import attention_patterns_html, heatmap_html, html_page
 
 CLASS_TITLES = {
     "name_mover": "Name movers",
@@ -79,7 +80,7 @@ def _summary_lines(result: IOICircuitResult) -> list[str]:
 def _head_rows(result: IOICircuitResult):
     """(class, head name, effect, z, attention kind, attention) per circuit head."""
     for cls in CLASSES:
-        kind = "->".join(CLASS_ATTENTION[cls])
+        kind = CLASS_KIND[cls]
         for h in result.classes[cls]:
             yield cls, h.name, h.effect, h.z, kind, h.attention[kind], h.step
     for h in result.unclassified:
@@ -266,19 +267,6 @@ FORMATS = ("table", "json", "markdown", "html")
 
 def write_ioi_report(result: IOICircuitResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    if format not in FORMATS:
-        raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    if format == "html" and out is None:
-        raise ValueError("--format html needs --out FILE.html")
-    if format == "table" and out is None:
-        render_table(result, console)
-    elif format == "table":
-        buffer = Console(file=io.StringIO(), width=140)
-        render_table(result, buffer)
-        write_text(out, buffer.file.getvalue())
-    else:
-        text = {"json": render_json, "markdown": render_markdown, "html": render_html}[format](result)
-        if out is None:
-            console.print(text, markup=False, highlight=False, soft_wrap=True)
-        else:
-            write_text(out, text)
+    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
+    table = functools.partial(render_table, result)
+    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=140)
