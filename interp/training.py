@@ -24,12 +24,13 @@ repeated sequences, so that the phase change can be plotted against the loss cur
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -276,7 +277,8 @@ def train(
     if latest is not None:
         step, log = load_training_state(latest, model, optimizer, generator, config)
     model.train()
-    with tqdm(total=config.steps, initial=step, disable=not config.progress, desc="train") as progress:
+    progress_bar = tqdm(total=config.steps, initial=step, disable=not config.progress, desc="train")
+    with progress_bar as progress, deterministic_algorithms():
         while step < config.steps:
             batch = task.sample(config.batch_size, generator).to(model.device)
             lr = config.lr_at(step)
@@ -304,6 +306,20 @@ def train(
     if out is not None:
         write_final_model(out, model, log, {"training": config.to_dict(), **(extra or {})})
     return log
+
+
+@contextlib.contextmanager
+def deterministic_algorithms() -> Iterator[None]:
+    """Deterministic kernels while training, so that a seed fixes the run: with several CPU threads
+    some backward kernels otherwise sum in thread order, and two runs drift apart (1e-4 after 30
+    steps, another IOI circuit after 1500). Ops without a deterministic kernel only warn."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 def latest_checkpoint(out: Path) -> Path | None:
