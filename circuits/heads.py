@@ -9,6 +9,17 @@ Attention-pattern scores (per head, averaged over queries, then over probe seque
   current_token    attention from token i to itself                                   (queries i >= 1)
   first_token      attention to position 0 (BOS, or the first token without one)      (queries i >= 1)
   broad            normalised entropy H(row) / log(i+1): 1 is uniform over the prefix (queries i >= 4)
+  fixed_offset     on random (unrepeated) tokens, attention from token i to token i-d at the head's best
+                   offset d >= 2 (queries i > d; the offset is reported as fixed_offset_distance)
+  skip_gram        on natural text (random tokens without a tokenizer): the query token t attends to one
+                   specific earlier token v at varying distances (a backslash attends to `left`);
+                   see skip_gram_scores
+
+Induction is probed at several repeat lengths (`induction_lengths`, none a multiple of another), each
+sequence after a random-length prefix of random tokens, so that a head attending to one fixed offset
+(a positional shortcut) scores at one length only. The `induction` score is the lowest of the
+per-length scores (`induction_len<L>` columns), and a head is an induction candidate only when it
+clears the threshold at every length.
 
 The masks are TransformerLens's head_detector patterns ("mul" measure), averaged per query
 rather than per row of the whole matrix, so a score is "the fraction of a query's attention on the
@@ -22,24 +33,28 @@ Thresholds. A head that ignores content and position attends uniformly, 1/(i+1) 
 is also what a randomly initialised head does (its scores are near zero). A mask score's threshold is
 this uniform baseline (computed exactly on the same probes) plus a margin: 0.3 for previous_token,
 induction, duplicate_token and current_token (30 percentage points more attention on the predicted
-keys than chance), 0.4 for first_token (sinks are common; "most of the attention"). broad needs
+keys than chance), 0.4 for first_token (sinks are common; "most of the attention"), 0.3 for
+fixed_offset above the best uniform offset score, 0.3 for skip_gram (whose uniform score is ~0). broad needs
 normalised entropy >= 0.8: as spread out as uniform attention over half a 40-token prefix
 (log 20 / log 40 = 0.81). Confidence = the bootstrap probability (resampling probe sequences) that the
 score clears its threshold. All scores stay in the table, so users can apply their own cut.
 
-Causal checks, by mean ablation of a head's output z (its mean over the probe batch, per position):
-an induction candidate is confirmed if ablating it raises the loss on the second copy of repeated
-sequences by more than two standard errors; a previous-token candidate is confirmed if ablating it
-lowers the induction score of the later induction candidates by more than two standard errors.
-"induction" is only given as a type when confirmed; "previous_token" is given on its pattern alone
-(a previous-token head need not feed an induction head) and carries its causal effect as evidence.
+Causal checks, by mean ablation of a head's output z (its mean over the probe batch, per position),
+each measured two ways because heads back each other up: alone, and with the other candidates of its
+type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are gone).
+An induction candidate is confirmed if either way ablating it raises the loss on the second copy of
+repeated sequences by more than two standard errors; a previous-token candidate is confirmed if either
+way ablating it lowers the induction score of the later induction heads by more than two standard
+errors. "induction" is only given as a type when confirmed; "previous_token", "fixed_offset" and
+"skip_gram" are given on their patterns (a previous-token head need not feed an induction head), the
+first with its causal effect as evidence.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,16 +67,23 @@ from torch import Tensor
 
 import interp
 from interp.ablation import ablation_hooks
-from interp.tasks import repeated_sequence_masks, repeated_sequences
+from interp.tasks import repeated_sequences
 
-SCORE_NAMES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
+PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
+SCORE_NAMES = (*PATTERN_SCORES, "fixed_offset", "skip_gram")  # every head type, in report order
+CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
 MARGINS = {
     "previous_token": 0.3,
     "induction": 0.3,
     "duplicate_token": 0.3,
     "current_token": 0.3,
     "first_token": 0.4,
+    "fixed_offset": 0.3,
+    "skip_gram": 0.3,
 }
+# A fixed offset d is scored only where at least a third of the queries (and 4) have a key at i-d.
+MIN_OFFSET_QUERIES = 4
+MIN_OFFSET_QUERY_FRACTION = 1 / 3
 BROAD_THRESHOLD = 0.8
 BROAD_MIN_QUERY = 4
 CONFIRM_SE = 2.0  # a causal effect is confirmed when effect > CONFIRM_SE * standard error
@@ -74,6 +96,9 @@ NATURAL_TEXT = (
     "She opened the door, looked at the garden, closed the door, and looked at the garden again.",
     "Water boils at one hundred degrees Celsius at sea level, but at lower temperatures on mountains.",
     "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n",
+    "$\\left( x + y \\right) = \\left( a \\right) + \\left[ b \\right]$",
+    "so $f = \\left[ g \\right]$ and <b>bold</b> then <i>italic</i> then <b>bold again</b>",
+    "<i>notes</i> on $\\left\\{ z \\right\\}$, <b>see</b> the table",
 )
 
 
@@ -83,12 +108,25 @@ NATURAL_TEXT = (
 
 @dataclass
 class Probe:
-    """A batch of probe sequences: tokens [batch, pos], true lengths [batch] (right padding)."""
+    """A batch of probe sequences: tokens [batch, pos], true lengths [batch] (right padding).
+
+    Repeated probes also give, per row, the repeat length L (`repeat_len`) and the position of the
+    first copy's first token (`repeat_start`): the second copy starts at repeat_start + L.
+    """
 
     name: str
     tokens: Tensor
     lengths: Tensor
     str_tokens: list[str]  # of the first sequence, for attention plots
+    repeat_len: Tensor | None = None  # [batch]
+    repeat_start: Tensor | None = None  # [batch]
+
+    def second_copy_predictions(self) -> Tensor:
+        """[batch, pos - 1] mask of the predictions of the second copy's tokens 2..L (the ones an
+        induction head can make; prediction p is of token p + 1)."""
+        p = torch.arange(self.tokens.shape[1] - 1)[None]
+        second = (self.repeat_start + self.repeat_len)[:, None]
+        return (p >= second) & (p <= second + self.repeat_len[:, None] - 2)
 
 
 def _str_tokens(model: interp.HookedTransformer, tokens: Tensor) -> list[str]:
@@ -108,12 +146,72 @@ def _bos_token(model: interp.HookedTransformer) -> int | None:
     return 0 if bos is None else bos
 
 
-def repeated_probe(model: interp.HookedTransformer, n_samples: int, seq_len: int, seed: int) -> Probe:
-    """[BOS] r_1..r_n r_1..r_n with random tokens from the model's vocabulary."""
+def induction_lengths(longest: int, n: int = 3) -> list[int]:
+    """`n` repeat lengths from `longest` down to about half of it, none a multiple of another."""
+    if longest < 3 * n:
+        raise ValueError(
+            f"repeat lengths need room: the longest is {longest} tokens, {n} lengths need at least {3 * n} "
+            "(raise seq_len, or use a model with a longer context)."
+        )
+    lengths: list[int] = []
+    for length in range(longest, 2, -1):
+        if len(lengths) == n:
+            break
+        target = longest * (1 - 0.45 * len(lengths) / max(1, n - 1))
+        if length <= target and all(other % length and length % other for other in lengths):
+            lengths.append(length)
+    return lengths
+
+
+def _random_rows(
+    d_vocab: int, n_tokens: int, n_rows: int, generator: torch.Generator, bos: int | None
+) -> Tensor:
+    """[n_rows, n_tokens] uniform random tokens (never `bos`)."""
+    start = int(bos is not None)
+    return repeated_sequences(d_vocab, n_tokens, n_rows, generator=generator, bos=bos)[
+        :, start : start + n_tokens
+    ]
+
+
+def repeated_probe(
+    model: interp.HookedTransformer, n_samples: int, lengths: Sequence[int], max_offset: int, seed: int
+) -> Probe:
+    """n_samples rows per repeat length L: [BOS] p_1..p_o r_1..r_L r_1..r_L [pad], random tokens from
+    the model's vocabulary, with a random prefix length o in [0, max_offset] per row."""
     bos = _bos_token(model)
-    tokens = repeated_sequences(model.cfg.d_vocab, seq_len, n_samples, generator=seed, bos=bos)
+    head = [] if bos is None else [bos]
+    generator = torch.Generator().manual_seed(seed)
+    width = len(head) + max_offset + 2 * max(lengths)
+    rows, repeat_len, repeat_start = [], [], []
+    for length in lengths:
+        offsets = torch.randint(max_offset + 1, (n_samples,), generator=generator).tolist()
+        copies = _random_rows(model.cfg.d_vocab, length, n_samples, generator, bos)
+        prefixes = _random_rows(model.cfg.d_vocab, max_offset + 1, n_samples, generator, bos)
+        for offset, copy, prefix in zip(offsets, copies, prefixes, strict=True):
+            rows.append(torch.cat([torch.tensor(head, dtype=torch.long), prefix[:offset], copy, copy]))
+            repeat_len.append(length)
+            repeat_start.append(len(head) + offset)
+    lengths_ = torch.tensor([len(row) for row in rows])
+    tokens = torch.stack([torch.nn.functional.pad(row, (0, width - len(row))) for row in rows])
+    return Probe(
+        "repeated",
+        tokens,
+        lengths_,
+        _str_tokens(model, tokens[0, : lengths_[0]]),
+        repeat_len=torch.tensor(repeat_len),
+        repeat_start=torch.tensor(repeat_start),
+    )
+
+
+def random_probe(model: interp.HookedTransformer, n_samples: int, n_tokens: int, seed: int) -> Probe:
+    """[BOS] and n_tokens random tokens, nothing repeated on purpose: what positional heads attend to."""
+    bos = _bos_token(model)
+    generator = torch.Generator().manual_seed(seed + 1)  # not the repeated probe's numbers
+    tokens = _random_rows(model.cfg.d_vocab, n_tokens, n_samples, generator, bos)
+    if bos is not None:
+        tokens = torch.cat([torch.full((n_samples, 1), bos), tokens], dim=1)
     lengths = torch.full((n_samples,), tokens.shape[1])
-    return Probe("repeated", tokens, lengths, _str_tokens(model, tokens[0]))
+    return Probe("random", tokens, lengths, _str_tokens(model, tokens[0]))
 
 
 def text_probe(model: interp.HookedTransformer, texts: Sequence[str]) -> Probe:
@@ -184,13 +282,122 @@ def uniform_pattern(lengths: Tensor, n: int) -> Tensor:
     return (causal / causal.sum(-1, keepdim=True))[None, None].expand(len(lengths), 1, n, n)
 
 
+def fixed_offset_scores(pattern: Tensor, lengths: Tensor) -> Tensor:
+    """[batch, head, offset] attention from token i to token i-d, averaged over queries i > d, for
+    offsets d = 0..pos-1 (the first token, a common sink, is never the key); NaN where fewer than
+    MIN_OFFSET_QUERIES, or MIN_OFFSET_QUERY_FRACTION of a sequence's queries, have such a key (so
+    an offset is one that most of the sequence can use). pattern: [batch, head, q, k]."""
+    needed = (lengths * MIN_OFFSET_QUERY_FRACTION).ceil().clamp_min(MIN_OFFSET_QUERIES)  # [batch]
+    batch, n_heads, n, _ = pattern.shape
+    scores = torch.full((batch, n_heads, n), float("nan"))
+    for d in range(n):
+        diagonal = pattern.diagonal(offset=-d, dim1=-2, dim2=-1).float()  # [batch, head, n - d]: (q=d+j, k=j)
+        j = torch.arange(n - d)[None]
+        valid = (j >= 1) & (d + j < lengths[:, None])  # [batch, n - d]
+        count = valid.sum(-1)  # [batch]
+        mean = (diagonal * valid[:, None]).sum(-1) / count.clamp_min(1)[:, None]
+        scores[:, :, d] = torch.where((count >= needed)[:, None], mean, float("nan"))
+    return scores
+
+
+def skip_gram_occurrences(tokens: Tensor, lengths: Tensor, min_distance: int = 2) -> tuple[Tensor, Tensor]:
+    """(rows, positions) [occurrence] of the queries a skip-gram score looks at: every token with a
+    possible key (position >= 1, at least min_distance back)."""
+    position = torch.arange(tokens.shape[1])[None]
+    valid = (position >= min_distance + 1) & (position < lengths[:, None])
+    return valid.nonzero(as_tuple=True)
+
+
+def skip_gram_keys(keys: Tensor, rows: Tensor, queries: Tensor, min_distance: int = 2) -> Tensor:
+    """[occurrence, pos] the keys a skip-gram query may attend to: at least min_distance back, not the
+    first token, neither a copy of the query token nor right after one (that is induction)."""
+    k = torch.arange(keys.shape[1])[None]
+    context = keys[rows]  # [occurrence, pos]
+    same = context == context[torch.arange(len(rows)), queries][:, None]
+    after_same = torch.zeros_like(same)
+    after_same[:, 1:] = same[:, :-1]
+    return (k >= 1) & (k <= queries[:, None] - min_distance) & ~same & ~after_same
+
+
+def skip_gram_masses(pattern: Tensor, keys: Tensor, lengths: Tensor, n_types: int, min_distance: int = 2):
+    """Attention of each query occurrence on each key token type: [occurrence, head, type].
+
+    pattern [batch, head, q, k]; keys [batch, pos]: token types (compact ids < n_types); which keys
+    count: skip_gram_keys.
+    """
+    rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
+    valid = skip_gram_keys(keys, rows, queries, min_distance)
+    attention = pattern[rows, :, queries, :].float() * valid[:, None]  # [occurrence, head, k]
+    index = keys[rows][:, None].expand_as(attention)
+    return torch.zeros(*attention.shape[:2], n_types).scatter_add_(-1, index, attention)
+
+
+def skip_gram_scores(
+    mass: Tensor, keys: Tensor, lengths: Tensor, min_distance: int = 2
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Cross-fitted skip-gram score of each head: (score [head], query type [head], key type [head]).
+
+    mass: [occurrence, head, type] from skip_gram_masses over the whole probe. For each query type t
+    seen in at least two sequences, those sequences alternate between two folds. In each fold, the
+    preferred key type v*(t) is the one the *other* fold's sequences attend to most (median over
+    sequences of their mean attention from t), so the choice is never scored on the sequences that
+    made it, and one coincidence in one sequence cannot make it. A sequence scores its mean attention
+    from t on v*(t) minus the mean attention that queries of other types give v*(t) where it is
+    present (a head that attends to one token from everywhere is a sink, not a skip-gram). A type's
+    score is the mean of the two folds' medians over sequences; the head's is its best type's (that
+    pair is returned; -1 where no type is seen in two sequences).
+    """
+    rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
+    query = keys[rows, queries]  # [occurrence]
+    n_occ, n_heads, n_types = mass.shape
+    valid = skip_gram_keys(keys, rows, queries, min_distance)
+    present = torch.zeros(n_occ, n_types).scatter_add_(-1, keys[rows], valid.float()).clamp_max(1.0)
+    total = torch.einsum("oht,ot->ht", mass, present)  # attention on each type where present
+    total_count = present.sum(0)  # [type]
+    score = torch.full((n_heads,), float("nan"))
+    best_query = torch.full((n_heads,), -1)
+    best_key = torch.full((n_heads,), -1)
+    for t in query.unique():
+        members = (query == t).nonzero()[:, 0]
+        sequences, sequence_of = torch.unique(rows[members], return_inverse=True)
+        if len(sequences) < 2:
+            continue
+        count = torch.zeros(len(sequences)).index_add_(0, sequence_of, torch.ones(len(members)))
+        per_sequence = torch.zeros(len(sequences), n_heads, n_types).index_add_(0, sequence_of, mass[members])
+        per_sequence /= count[:, None, None]  # [sequence, head, type]: mean attention from t
+        group = torch.einsum("oht,ot->ht", mass[members], present[members])
+        control = (total - group) / (total_count - present[members].sum(0)).clamp_min(1)  # [head, type]
+        fold = torch.arange(len(sequences)) % 2
+        medians = []
+        for f in (0, 1):
+            preferred = per_sequence[fold != f].median(0).values.argmax(-1)  # [head]
+            held_out = per_sequence[fold == f].gather(
+                -1, preferred[None, :, None].expand((fold == f).sum(), -1, 1)
+            )
+            contrast = held_out[..., 0] - control.gather(-1, preferred[:, None])[:, 0]  # [sequence, head]
+            medians.append(contrast.median(0).values)
+        mean = (medians[0] + medians[1]) / 2  # [head]
+        better = mean > score.nan_to_num(-float("inf"))
+        score = torch.where(better, mean, score)
+        best_query = torch.where(better, t, best_query)
+        best_key = torch.where(better, per_sequence.median(0).values.argmax(-1), best_key)
+    return score, best_query, best_key
+
+
 @torch.inference_mode()
 def probe_patterns(
-    model: interp.HookedTransformer, probe: Probe, batch_size: int, progress: Progress | None = None
+    model: interp.HookedTransformer,
+    probe: Probe,
+    batch_size: int,
+    score: Callable[[Tensor, Tensor, Tensor], dict[str, Tensor]],
+    progress: Progress | None = None,
 ) -> tuple[dict[str, Tensor], Tensor]:
-    """Score every head: ({score: [seq, layer, head]}, first sequence's patterns [layer, head, q, k]).
+    """Run the probe and score every layer's attention: ({name: [rows, layer, head, ...]}, the first
+    sequence's patterns [layer, head, q, k]).
 
-    Only hook_pattern is cached, one batch at a time.
+    score(pattern [batch, head, q, k], tokens, lengths) -> {name: [rows, head, ...]}, where rows is
+    the batch or anything else that concatenates over batches. Only hook_pattern is cached, one
+    batch at a time.
     """
     cfg = model.cfg
     per_batch: list[dict[str, Tensor]] = []
@@ -203,11 +410,10 @@ def probe_patterns(
         tokens = probe.tokens[start : start + batch_size]
         lengths = probe.lengths[start : start + batch_size]
         _, cache = model.run_with_cache(tokens.to(model.device), names_filter=pattern_names, return_type=None)
-        masks = score_masks(tokens, lengths)
         layer_scores = [
-            pattern_scores(cache["pattern", layer].cpu(), masks, lengths) for layer in range(cfg.n_layers)
+            score(cache["pattern", layer].float().cpu(), tokens, lengths) for layer in range(cfg.n_layers)
         ]
-        per_batch.append({name: torch.stack([s[name] for s in layer_scores], 1) for name in SCORE_NAMES})
+        per_batch.append({name: torch.stack([s[name] for s in layer_scores], 1) for name in layer_scores[0]})
         if start == 0:
             n = example.shape[-1]
             example[:] = torch.stack(
@@ -215,7 +421,7 @@ def probe_patterns(
             )
         if progress:
             progress.advance(task, len(tokens))
-    scores = {name: torch.cat([b[name] for b in per_batch]).cpu() for name in SCORE_NAMES}
+    scores = {name: torch.cat([b[name] for b in per_batch]) for name in per_batch[0]}
     return scores, example
 
 
@@ -298,44 +504,92 @@ def _mean_se(values: Tensor) -> tuple[float, float]:
     )
 
 
+Effect = tuple[float, float]  # (mean, standard error over probe sequences)
+
+
+@dataclass
+class CausalEffects:
+    """Per candidate head: the effect of ablating it alone, and with the other candidates ablated
+    (what it adds once its stand-ins are gone); and the effect of ablating all candidates."""
+
+    alone: dict[tuple[int, int], Effect]
+    with_others_ablated: dict[tuple[int, int], Effect]
+    all_candidates: Effect
+
+    def confirmed(self, head: tuple[int, int]) -> bool:
+        """Either effect exceeds CONFIRM_SE standard errors."""
+        return any(
+            effects[head][0] > CONFIRM_SE * effects[head][1]
+            for effects in (self.alone, self.with_others_ablated)
+            if head in effects
+        )
+
+
+def _candidate_effects(
+    heads: Sequence[tuple[int, int]],
+    effect_of: Callable[[Sequence[tuple[int, int]], Sequence[tuple[int, int]]], Tensor],
+    label: str,
+    progress: Progress | None,
+) -> CausalEffects:
+    """effect_of(ablated, baseline_ablated) -> per-sequence effect [batch] of ablating `ablated` on
+    top of `baseline_ablated`; measured for each head alone, each head on top of the others, all."""
+    task = progress.add_task(label, total=2 * len(heads) + 1) if progress else None
+    alone, with_others = {}, {}
+    for head in heads:
+        alone[head] = _mean_se(effect_of([head], []))
+        if progress:
+            progress.advance(task)
+    for head in heads:
+        others = [h for h in heads if h != head]
+        with_others[head] = alone[head] if not others else _mean_se(effect_of(list(heads), others))
+        if progress:
+            progress.advance(task)
+    group = _mean_se(effect_of(list(heads), []))
+    if progress:
+        progress.advance(task)
+    return CausalEffects(alone, with_others, group)
+
+
 @torch.inference_mode()
 def induction_ablation_effects(
     model: interp.HookedTransformer,
     probe: Probe,
     heads: Sequence[tuple[int, int]],
-    has_bos: bool,
-    seq_len: int,
     progress: Progress | None = None,
-) -> tuple[dict[tuple[int, int], tuple[float, float]], tuple[float, float]]:
-    """Loss increase on the second copy (mean, std err over sequences) when each head, then all, are ablated.
-
-    Returns ({(layer, head): effect}, effect of ablating all `heads` together): redundant induction
-    heads can each matter little alone and much together.
-    """
+) -> CausalEffects:
+    """Loss increase on the second copies (nats; mean, std err over sequences) when candidate heads
+    are mean-ablated: each alone, each with the other candidates ablated, all together."""
     tokens = probe.tokens.to(model.device)
     layers = sorted({layer for layer, _ in heads})
     names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
     clean_logits, cache = model.run_with_cache(tokens, names_filter=names)
-    _, second_half = repeated_sequence_masks(seq_len, has_bos)
-    clean = interp.next_token_loss(clean_logits, tokens, per_token=True)[:, second_half]  # [batch, n]
+    second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
 
-    def loss_increase(ablated_heads: Sequence[tuple[int, int]]) -> tuple[float, float]:
-        start = min(layer for layer, _ in ablated_heads)
-        hooks = _mean_ablation_hooks(model, ablated_heads, cache)
-        logits = model.run_with_hooks(cache["resid_pre", start], start_at_layer=start, fwd_hooks=hooks)
-        ablated = interp.next_token_loss(logits, tokens, per_token=True)[:, second_half]
-        return _mean_se((ablated - clean).mean(-1).cpu())
+    def loss(ablated: Sequence[tuple[int, int]]) -> Tensor:
+        """Mean loss per sequence [batch] on its second copy."""
+        if ablated:
+            start = min(layer for layer, _ in ablated)
+            hooks = _mean_ablation_hooks(model, ablated, cache)
+            logits = model.run_with_hooks(cache["resid_pre", start], start_at_layer=start, fwd_hooks=hooks)
+        else:
+            logits = clean_logits
+        per_token = interp.next_token_loss(logits, tokens, per_token=True)
+        return ((per_token * second).sum(-1) / second.sum(-1)).float().cpu()
 
-    task = progress.add_task("Ablating induction candidates", total=len(heads) + 1) if progress else None
-    effects = {}
-    for head in heads:
-        effects[head] = loss_increase([head])
-        if progress:
-            progress.advance(task)
-    group = loss_increase(heads)
-    if progress:
-        progress.advance(task)
-    return effects, group
+    losses: dict[frozenset, Tensor] = {}
+
+    def cached_loss(ablated: Sequence[tuple[int, int]]) -> Tensor:
+        key = frozenset(ablated)
+        if key not in losses:
+            losses[key] = loss(sorted(key))
+        return losses[key]
+
+    return _candidate_effects(
+        heads,
+        lambda ablated, baseline: cached_loss(ablated) - cached_loss(baseline),
+        "Ablating induction candidates",
+        progress,
+    )
 
 
 @torch.inference_mode()
@@ -345,50 +599,60 @@ def previous_token_ablation_effects(
     heads: Sequence[tuple[int, int]],
     targets: Sequence[tuple[int, int]],
     progress: Progress | None = None,
-) -> dict[tuple[int, int], tuple[float, float]]:
-    """(mean, std err) of the drop in the mean induction score of later `targets` when a head is ablated.
-
-    Heads with no target in a later layer get NaN.
-    """
+) -> CausalEffects:
+    """Drop in the mean induction score of the `targets` (induction heads) in layers after the
+    earliest candidate when candidates are mean-ablated (mean, std err over sequences): each alone,
+    each with the other candidates ablated, all together. Heads after the last target get NaN."""
+    heads = [head for head in heads if any(lt > head[0] for lt, _ in targets)]
     tokens = probe.tokens.to(model.device)
-    masks = score_masks(probe.tokens, probe.lengths)
-    masks = {"induction": masks["induction"]}
-    layers = sorted({layer for layer, _ in heads})
-    target_layers = sorted({layer for layer, _ in targets})
-    names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
+    masks = {"induction": score_masks(probe.tokens, probe.lengths)["induction"]}
+    start = min((layer for layer, _ in heads), default=0)
+    later = [target for target in targets if target[0] > start]
+    target_layers = sorted({layer for layer, _ in later})
+    names = [
+        interp.act_name(kind, layer) for layer in sorted({h[0] for h in heads}) for kind in ("resid_pre", "z")
+    ]
     names += [interp.act_name("pattern", layer) for layer in target_layers]
     _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
 
-    def target_scores(patterns: dict[int, Tensor], after: int) -> Tensor:
-        """Mean induction score [batch] of the targets in layers after `after`."""
+    def target_score(ablated: Sequence[tuple[int, int]]) -> Tensor:
+        """Mean induction score [batch] of the later targets with `ablated` mean-ablated."""
+        if ablated:
+            first = min(layer for layer, _ in ablated)
+            with model.hooks(fwd_hooks=_mean_ablation_hooks(model, ablated, cache)):
+                _, run = model.run_with_cache(
+                    cache["resid_pre", first],
+                    names_filter=[interp.act_name("pattern", lt) for lt in target_layers],
+                    start_at_layer=first,
+                    stop_at_layer=max(target_layers) + 1,
+                )
+        else:
+            run = cache
         per_target = [
-            pattern_scores(patterns[lt][:, ht : ht + 1], masks, probe.lengths)["induction"][:, 0]
-            for lt, ht in targets
-            if lt > after
+            pattern_scores(run["pattern", lt][:, ht : ht + 1].float().cpu(), masks, probe.lengths)[
+                "induction"
+            ][:, 0]
+            for lt, ht in later
         ]
         return torch.stack(per_target).mean(0)
 
-    clean_patterns = {layer: cache["pattern", layer] for layer in target_layers}
-    task = progress.add_task("Ablating previous-token candidates", total=len(heads)) if progress else None
-    effects = {}
-    for layer, head in heads:
-        if not any(lt > layer for lt, _ in targets):
-            effects[(layer, head)] = (float("nan"), float("nan"))
-        else:
-            later = [lt for lt in target_layers if lt > layer]
-            with model.hooks(fwd_hooks=_mean_ablation_hooks(model, [(layer, head)], cache)):
-                _, ablated = model.run_with_cache(
-                    cache["resid_pre", layer],
-                    names_filter=[interp.act_name("pattern", lt) for lt in later],
-                    start_at_layer=layer,
-                    stop_at_layer=max(later) + 1,
-                )
-            patterns = {lt: ablated["pattern", lt] for lt in later}
-            drop = target_scores(clean_patterns, layer) - target_scores(patterns, layer)
-            effects[(layer, head)] = _mean_se(drop.cpu())
-        if progress:
-            progress.advance(task)
-    return effects
+    if not heads or not later:
+        return CausalEffects({}, {}, (float("nan"), float("nan")))
+    clean = target_score([])
+    scores: dict[frozenset, Tensor] = {frozenset(): clean}
+
+    def cached(ablated: Sequence[tuple[int, int]]) -> Tensor:
+        key = frozenset(ablated)
+        if key not in scores:
+            scores[key] = target_score(sorted(key))
+        return scores[key]
+
+    return _candidate_effects(
+        heads,
+        lambda ablated, baseline: cached(baseline) - cached(ablated),
+        "Ablating previous-token candidates",
+        progress,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,10 +663,13 @@ def previous_token_ablation_effects(
 class HeadReport:
     """Scores, types and causal effects of every head; `table` has one row per (layer, head).
 
-    Columns: layer, head; each score (SCORE_NAMES, their `_se` standard errors, `_text` on natural
-    text), copying, k_composition; threshold_<type>; confidence_<type> (bootstrap probability the
-    score clears the threshold); induction_effect(_se), previous_token_effect(_se) (NaN when not
-    tested); induction_confirmed, previous_token_confirmed; types (list of type names).
+    Columns: layer, head; each score (SCORE_NAMES; `_se` standard errors; `_text` on natural text),
+    induction_len<L> per repeat length, fixed_offset_distance (the offset d of fixed_offset),
+    skip_gram_pair ("t -> v", the token pair behind skip_gram), copying, k_composition;
+    confidence_<type> (bootstrap probability the score clears the threshold); for each causal type
+    (induction, previous_token): <type>_effect(_se) ablating the head alone,
+    <type>_effect_with_others(_se) ablating it with the other candidates already ablated (NaN when
+    not tested), <type>_confirmed; types (list of type names).
     """
 
     model_name: str
@@ -411,7 +678,7 @@ class HeadReport:
     thresholds: dict[str, float]
     n_layers: int
     n_heads: int
-    # "induction": (mean, std err) loss increase when all induction candidates are ablated together
+    # "induction" / "previous_token": (mean, std err) effect of ablating all candidates together
     group_effects: dict[str, tuple[float, float]] = field(default_factory=dict)
     str_tokens: dict[str, list[str]] = field(default_factory=dict)  # probe name -> first sequence's tokens
     patterns: dict[str, Tensor] = field(default_factory=dict)  # probe name -> [layer, head, q, k]
@@ -429,6 +696,7 @@ class HeadReport:
         return list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
 
     def to_dict(self) -> dict[str, Any]:
+        lengths = self.settings["induction_lengths"]
         heads = []
         for row in self.table.to_dict("records"):
             heads.append(
@@ -439,16 +707,21 @@ class HeadReport:
                         name: _float(row[name]) for name in (*SCORE_NAMES, "copying", "k_composition")
                     },
                     "score_se": {name: _float(row[f"{name}_se"]) for name in SCORE_NAMES},
-                    "text_scores": {name: _float(row.get(f"{name}_text")) for name in SCORE_NAMES},
+                    "text_scores": {name: _float(row.get(f"{name}_text")) for name in PATTERN_SCORES},
+                    "induction_by_length": {str(n): _float(row[f"induction_len{n}"]) for n in lengths},
+                    "fixed_offset_distance": _int(row["fixed_offset_distance"]),
+                    "skip_gram_pair": row["skip_gram_pair"] or None,
                     "types": list(row["types"]),
                     "confidence": {name: _float(row[f"confidence_{name}"]) for name in SCORE_NAMES},
                     "causal": {
                         kind: {
                             "effect": _float(row[f"{kind}_effect"]),
                             "se": _float(row[f"{kind}_effect_se"]),
+                            "effect_with_others_ablated": _float(row[f"{kind}_effect_with_others"]),
+                            "se_with_others_ablated": _float(row[f"{kind}_effect_with_others_se"]),
                             "confirmed": bool(row[f"{kind}_confirmed"]),
                         }
-                        for kind in ("induction", "previous_token")
+                        for kind in CAUSAL_TYPES
                     },
                 }
             )
@@ -474,6 +747,11 @@ def _float(value) -> float | None:
     return float(value)
 
 
+def _int(value) -> int | None:
+    value = _float(value)
+    return None if value is None else int(value)
+
+
 def _summarise(per_sequence: Tensor, thresholds: Tensor, generator: torch.Generator) -> tuple[Tensor, ...]:
     """Scores [seq, layer, head] -> (mean, std err, bootstrap P(mean >= threshold)), each [layer, head]."""
     mean = per_sequence.nanmean(0)
@@ -484,6 +762,11 @@ def _summarise(per_sequence: Tensor, thresholds: Tensor, generator: torch.Genera
     resampled = per_sequence[index].nanmean(1)  # [bootstrap, layer, head]
     confidence = (resampled >= thresholds).float().mean(0)
     return mean, se, confidence
+
+
+def mask_scores(pattern: Tensor, tokens: Tensor, lengths: Tensor) -> dict[str, Tensor]:
+    """PATTERN_SCORES of pattern [batch, head, q, k] on its own tokens: {score: [batch, head]}."""
+    return pattern_scores(pattern, score_masks(tokens, lengths), lengths)
 
 
 def head_report(
@@ -499,18 +782,22 @@ def head_report(
 ) -> HeadReport:
     """Score, causally check and classify every attention head of `model`.
 
-    n_samples repeated random sequences of 2 * seq_len tokens (after a BOS if the model uses one) are
-    the main probe; natural_text (default NATURAL_TEXT when the model has a tokenizer, () to skip)
-    adds `<score>_text` columns. Causal checks run on at most `max_candidates` induction and
-    previous-token candidates each (highest scores first). See the module docstring for definitions.
+    Probes: n_samples repeated random sequences per repeat length (induction_lengths(seq_len), each
+    after a random prefix of up to seq_len // 3 tokens, after a BOS if the model uses one), n_samples
+    unrepeated random sequences (fixed offsets; skip-grams without a tokenizer), and natural_text
+    (default NATURAL_TEXT when the model has a tokenizer, () to skip: `<score>_text` columns and
+    skip-grams). Causal checks run on at most `max_candidates` induction and previous-token
+    candidates each (highest scores first). See the module docstring for definitions.
     """
     cfg = model.cfg
     if n_samples < 2:
         raise ValueError(f"n_samples must be >= 2 (standard errors need two sequences), got {n_samples}.")
+    if max_candidates < 1 or batch_size < 1:
+        raise ValueError(f"max_candidates and batch_size must be >= 1, got {max_candidates}, {batch_size}.")
     has_bos = _bos_token(model) is not None
-    seq_len = min(seq_len, (cfg.n_ctx - int(has_bos)) // 2)
-    if seq_len < 3:
-        raise ValueError(f"seq_len must be >= 3 and fit twice in n_ctx={cfg.n_ctx}; got {seq_len}.")
+    max_offset = max(1, seq_len // 3)
+    longest = min(seq_len, (cfg.n_ctx - int(has_bos) - max_offset) // 2)
+    lengths = induction_lengths(longest)
     if natural_text is None:
         natural_text = NATURAL_TEXT if model.tokenizer is not None else ()
     natural_text = [natural_text] if isinstance(natural_text, str) else list(natural_text)
@@ -519,59 +806,127 @@ def head_report(
     console = Console(stderr=True)
     bar = Progress(console=console, transient=True, disable=not progress)
     with bar:
-        probes = [repeated_probe(model, n_samples, seq_len, seed)]
-        if natural_text:
-            probes.append(text_probe(model, natural_text))
-        scores, examples = {}, {}
-        for probe in probes:
-            scores[probe.name], examples[probe.name] = probe_patterns(model, probe, batch_size, bar)
+        repeated = repeated_probe(model, n_samples, lengths, max_offset, seed)
+        unrepeated = random_probe(model, n_samples, max_offset + 2 * longest, seed)
+        text = text_probe(model, natural_text) if natural_text else None
 
-        repeated = probes[0]
+        def offsets(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> dict[str, Tensor]:
+            return {"offsets": fixed_offset_scores(pattern, lengths_)}
+
+        skip_probe = text if text is not None else unrepeated
+        types_, keys = skip_probe.tokens.unique(return_inverse=True)  # compact token types
+
+        def skip_gram_mass(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> dict[str, Tensor]:
+            return {
+                "mass": skip_gram_masses(pattern, torch.searchsorted(types_, tokens), lengths_, len(types_))
+            }
+
+        scores, examples = {}, {}
+        scores["repeated"], examples["repeated"] = probe_patterns(
+            model, repeated, batch_size, mask_scores, bar
+        )
+        scores["random"], examples["random"] = probe_patterns(model, unrepeated, batch_size, offsets, bar)
+        if text is not None:
+            scores["text"], examples["text"] = probe_patterns(model, text, batch_size, mask_scores, bar)
+
+        mass, _ = probe_patterns(model, skip_probe, batch_size, skip_gram_mass, bar)
+        skip_score, skip_query, skip_key = skip_gram_scores(
+            mass["mass"].flatten(1, 2), keys, skip_probe.lengths
+        )
+
+        # Thresholds: the uniform-attention baseline on the same probes plus a margin.
         baseline = pattern_scores(
             uniform_pattern(repeated.lengths, repeated.tokens.shape[1]),
             score_masks(repeated.tokens, repeated.lengths),
             repeated.lengths,
         )
-        thresholds = {name: float(baseline[name].nanmean()) + MARGINS[name] for name in MARGINS}
+        thresholds = {
+            name: float(baseline[name].nanmean()) + MARGINS[name]
+            for name in PATTERN_SCORES
+            if name in MARGINS
+        }
         thresholds["broad"] = BROAD_THRESHOLD
+        uniform_offsets = fixed_offset_scores(
+            uniform_pattern(unrepeated.lengths, unrepeated.tokens.shape[1]), unrepeated.lengths
+        ).nanmean(0)[0]  # [offset]
+        thresholds["fixed_offset"] = (
+            float(uniform_offsets[2:].nan_to_num(0.0).max()) + MARGINS["fixed_offset"]
+        )
+        uniform_mass = skip_gram_masses(
+            uniform_pattern(skip_probe.lengths, skip_probe.tokens.shape[1]),
+            keys,
+            skip_probe.lengths,
+            len(types_),
+        )
+        uniform_skip = skip_gram_scores(uniform_mass, keys, skip_probe.lengths)[0]
+        thresholds["skip_gram"] = float(uniform_skip.nan_to_num(0.0).max()) + MARGINS["skip_gram"]
 
         columns: dict[str, Tensor] = {}
-        for name in SCORE_NAMES:
+        for name in PATTERN_SCORES:
             mean, se, confidence = _summarise(
                 scores["repeated"][name], torch.tensor(thresholds[name]), generator
             )
             columns[name], columns[f"{name}_se"], columns[f"confidence_{name}"] = mean, se, confidence
             if "text" in scores:
                 columns[f"{name}_text"] = scores["text"][name].nanmean(0)
+        # Induction at every repeat length: the score is the lowest, confidence that all clear.
+        per_length = {}
+        for length in lengths:
+            rows = repeated.repeat_len == length
+            per_length[length] = _summarise(
+                scores["repeated"]["induction"][rows], torch.tensor(thresholds["induction"]), generator
+            )
+            columns[f"induction_len{length}"] = per_length[length][0]
+        stacked = torch.stack([per_length[n][0] for n in lengths])  # [length, layer, head]
+        lowest = stacked.nan_to_num(float("inf")).argmin(0, keepdim=True)
+        columns["induction"] = stacked.gather(0, lowest)[0]
+        columns["induction_se"] = torch.stack([per_length[n][1] for n in lengths]).gather(0, lowest)[0]
+        columns["confidence_induction"] = torch.stack([per_length[n][2] for n in lengths]).prod(0)
+        # Fixed offsets d >= 2 on unrepeated random tokens, the best offset per head.
+        offsets = scores["random"]["offsets"]  # [seq, layer, head, offset]
+        offset_means = offsets.nanmean(0)[..., 2:].nan_to_num(-1.0)
+        distance = offset_means.argmax(-1)  # [layer, head], offset - 2
+        best = offsets[..., 2:].gather(-1, distance[None, ..., None].expand(len(offsets), -1, -1, 1))[..., 0]
+        mean, se, confidence = _summarise(best, torch.tensor(thresholds["fixed_offset"]), generator)
+        columns["fixed_offset"], columns["fixed_offset_se"], columns["confidence_fixed_offset"] = (
+            mean,
+            se,
+            confidence,
+        )
+        columns["fixed_offset_distance"] = (distance + 2).float()
+        columns["skip_gram"] = skip_score.view(cfg.n_layers, cfg.n_heads)
+        columns["skip_gram_se"] = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+        columns["confidence_skip_gram"] = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
 
         candidates = {
-            name: _top_heads(columns[name], thresholds[name], max_candidates)
-            for name in ("induction", "previous_token")
+            name: _top_heads(columns[name], thresholds[name], max_candidates) for name in CAUSAL_TYPES
         }
         columns["copying"] = copying_scores(model)
         columns["k_composition"] = k_composition_scores(model, candidates["previous_token"])
 
-        effects: dict[str, dict] = {"induction": {}, "previous_token": {}}
-        group_effects: dict[str, tuple[float, float]] = {}
+        effects: dict[str, CausalEffects] = {}
         if causal and candidates["induction"]:
-            effects["induction"], group_effects["induction"] = induction_ablation_effects(
-                model, repeated, candidates["induction"], has_bos, seq_len, bar
-            )
-            confirmed_induction = [h for h, (m, s) in effects["induction"].items() if m > CONFIRM_SE * s]
-            targets = confirmed_induction or candidates["induction"]
+            effects["induction"] = induction_ablation_effects(model, repeated, candidates["induction"], bar)
+            confirmed = [h for h in candidates["induction"] if effects["induction"].confirmed(h)]
             effects["previous_token"] = previous_token_ablation_effects(
-                model, repeated, candidates["previous_token"], targets, bar
+                model, repeated, candidates["previous_token"], confirmed or candidates["induction"], bar
             )
 
+    skip_pairs = _token_pairs(model, types_, skip_query, skip_key)
+    nan = (float("nan"), float("nan"))
     rows = []
     for layer in range(cfg.n_layers):
         for head in range(cfg.n_heads):
             row: dict[str, Any] = {"layer": layer, "head": head}
             row.update({name: float(values[layer, head]) for name, values in columns.items()})
-            for kind in ("induction", "previous_token"):
-                effect, se = effects[kind].get((layer, head), (float("nan"), float("nan")))
-                row[f"{kind}_effect"], row[f"{kind}_effect_se"] = effect, se
-                row[f"{kind}_confirmed"] = bool(effect > CONFIRM_SE * se)
+            row["skip_gram_pair"] = skip_pairs[layer * cfg.n_heads + head]
+            for kind in CAUSAL_TYPES:
+                found = effects.get(kind)
+                alone = found.alone.get((layer, head), nan) if found else nan
+                with_others = found.with_others_ablated.get((layer, head), nan) if found else nan
+                row[f"{kind}_effect"], row[f"{kind}_effect_se"] = alone
+                row[f"{kind}_effect_with_others"], row[f"{kind}_effect_with_others_se"] = with_others
+                row[f"{kind}_confirmed"] = bool(found and found.confirmed((layer, head)))
             types = [name for name in SCORE_NAMES if row[name] >= thresholds[name]]
             if "induction" in types and not row["induction_confirmed"]:
                 types.remove("induction")
@@ -581,12 +936,19 @@ def head_report(
     settings = {
         "n_samples": n_samples,
         "seed": seed,
-        "seq_len": seq_len,
+        "seq_len": longest,
+        "induction_lengths": lengths,
+        "max_prefix": max_offset,
         "has_bos": has_bos,
         "natural_text": natural_text,
+        "skip_gram_probe": skip_probe.name,
         "causal": causal,
         "max_candidates": max_candidates,
         "ablation": "mean over the probe batch, per position, of hook_z",
+        "causal_method": (
+            "each candidate mean-ablated alone and with the other candidates of its type already "
+            "ablated (minimality); confirmed when either effect exceeds the threshold"
+        ),
         "confirm_if_effect_exceeds_se_times": CONFIRM_SE,
         "n_bootstrap": N_BOOTSTRAP,
     }
@@ -597,10 +959,23 @@ def head_report(
         thresholds=thresholds,
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
-        group_effects=group_effects,
-        str_tokens={probe.name: probe.str_tokens for probe in probes},
+        group_effects={kind: found.all_candidates for kind, found in effects.items()},
+        str_tokens={"repeated": repeated.str_tokens, "random": unrepeated.str_tokens}
+        | ({"text": text.str_tokens} if text is not None else {}),
         patterns=examples,
     )
+
+
+def _token_pairs(model: interp.HookedTransformer, types: Tensor, query: Tensor, key: Tensor) -> list[str]:
+    """ "t -> v" strings of the skip-gram pairs (compact type ids; -1: none)."""
+
+    def word(index: int) -> str:
+        text = _str_tokens(model, types[index : index + 1])[0]
+        return text.strip() or repr(text)
+
+    return [
+        "" if q < 0 else f"{word(q)} -> {word(k)}" for q, k in zip(query.tolist(), key.tolist(), strict=True)
+    ]
 
 
 def _top_heads(values: Tensor, threshold: float, limit: int) -> list[tuple[int, int]]:

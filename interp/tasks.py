@@ -197,6 +197,29 @@ class InductionTask(Task):
         return Batch(tokens, loss_mask | self.loss_on_all_tokens)
 
 
+class PeriodicTask(Task):
+    """Random tokens repeated with one fixed period: [BOS] r_1..r_P r_1..r_P r_1.. up to n_ctx.
+
+    Loss on every prediction after the first period. A head attending to the fixed offset P - 1
+    solves it without induction: the positional shortcut that head-type probes must not call
+    induction (circuits.heads probes several repeat lengths for that reason).
+    """
+
+    def __init__(self, d_vocab: int, n_ctx: int, period: int, bos: int = 0):
+        if not 2 <= period < n_ctx - 1:
+            raise ValueError(f"need 2 <= period < n_ctx - 1, got period={period}, n_ctx={n_ctx}")
+        if d_vocab < 2:
+            raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
+        self.d_vocab, self.n_ctx, self.period, self.bos = d_vocab, n_ctx, period, bos
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        cycle = _random_tokens((batch_size, self.period), self.d_vocab, generator, self.bos)
+        body = cycle.repeat(1, -(-(self.n_ctx - 1) // self.period))[:, : self.n_ctx - 1]
+        tokens = torch.cat([torch.full((batch_size, 1), self.bos), body], dim=1)
+        predictions = torch.arange(self.n_ctx - 1)[None]  # prediction p is of token p + 1
+        return Batch(tokens, (predictions >= self.period).expand(batch_size, -1))
+
+
 # ---------------------------------------------------------------- in-context Markov chains
 
 
@@ -466,15 +489,27 @@ class ToyIOITask(Task):
         """Words of the given ids, joined by spaces ("<bos> When Alice and ...")."""
         return " ".join(self.vocab[int(i)] for i in tokens)
 
-    def prompts(self, n_prompts: int, generator: torch.Generator | int | None = None) -> IOIPrompts:
-        """n_prompts random prompts [n, n_ctx - 1]; orders alternate ABBA, BABA, ..."""
+    def prompts(
+        self,
+        n_prompts: int,
+        generator: torch.Generator | int | None = None,
+        templates: Sequence[int] | None = None,
+        names: Tensor | None = None,
+    ) -> IOIPrompts:
+        """n_prompts random prompts [n, n_ctx - 1]; orders alternate ABBA, BABA, ...
+
+        templates: indices of the templates to draw from (default all); names: name token ids to
+        draw IO and S from (default all of `name_tokens`).
+        """
         if n_prompts < 1:
             raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
         generator = _as_generator(generator)
-        template = torch.randint(len(self.templates["BABA"]), (n_prompts,), generator=generator)
+        choices = torch.arange(len(self.templates["BABA"])) if templates is None else torch.tensor(templates)
+        template = choices[torch.randint(len(choices), (n_prompts,), generator=generator)]
+        names = self.name_tokens if names is None else names
         # Two distinct names per prompt: IO = names[first], S = names[second].
-        name_scores = torch.rand(n_prompts, len(self.name_tokens), generator=generator)
-        io_token, s_token = self.name_tokens[name_scores.topk(2, dim=1).indices].unbind(1)
+        name_scores = torch.rand(n_prompts, len(names), generator=generator)
+        io_token, s_token = names[name_scores.topk(2, dim=1).indices].unbind(1)
         place = torch.randint(len(TOY_IOI_PLACES), (n_prompts,), generator=generator)
         obj = torch.randint(len(TOY_IOI_OBJECTS), (n_prompts,), generator=generator)
         order = [IOI_ORDERS[i % 2] for i in range(n_prompts)]
@@ -499,14 +534,21 @@ class ToyIOITask(Task):
         return self._with_texts(clean)
 
     def make_dataset(
-        self, n_prompts: int, seed: int = 0, split: str = "eval"
+        self,
+        n_prompts: int,
+        seed: int = 0,
+        split: str = "eval",
+        templates: Sequence[int] | None = None,
+        names: Tensor | None = None,
     ) -> tuple[IOIPrompts, IOIPrompts, IOIPrompts]:
-        """(clean, abc, swap) prompts from the (seed, split) stream; see IOIPrompts.abc / swap."""
+        """(clean, abc, swap) prompts from the (seed, split) stream; see IOIPrompts.abc / swap.
+        templates, names: as in `prompts`; ABC names come from the same names."""
         generator = split_generator(seed, split)
-        clean = self.prompts(n_prompts, generator)
+        clean = self.prompts(n_prompts, generator, templates, names)
+        names = self.name_tokens if names is None else names
         return (
             clean,
-            self._with_texts(clean.abc(self.name_tokens, generator)),
+            self._with_texts(clean.abc(names, generator)),
             self._with_texts(clean.swap()),
         )
 

@@ -15,6 +15,9 @@ from interp.tasks import IOIPrompts
 torch.set_num_threads(2)
 
 IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
+# The seed of every model a test trains. Trained tests assert what any good run shows, so the suite
+# must pass with another seed too: INTERP_TEST_SEED=1 make test.
+TRAIN_SEED = int(os.environ.get("INTERP_TEST_SEED", "0"))
 
 
 @pytest.fixture(scope="session")

@@ -6,20 +6,25 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import TRAIN_SEED, tiny_config
 
 import interp
 from circuits.heads import (
-    SCORE_NAMES,
+    PATTERN_SCORES,
     Probe,
     copying_scores,
+    fixed_offset_scores,
     head_report,
+    induction_lengths,
     k_composition_scores,
+    mask_scores,
     pattern_scores,
     probe_patterns,
     score_masks,
     uniform_pattern,
 )
+from interp.tasks import InductionTask, PeriodicTask
+from interp.training import TrainConfig, train
 
 SEQ = 6  # repeated sequence r_1..r_6 r_1..r_6 with a BOS: 13 positions
 
@@ -93,6 +98,9 @@ def test_random_model_has_no_content_heads():
     for name in ("previous_token", "induction", "duplicate_token", "current_token", "first_token"):
         margin = report.thresholds[name] - report.table[name].max()
         assert margin > 0.25, (name, report.table[name].max())
+    for name in ("fixed_offset", "skip_gram"):
+        margin = report.thresholds[name] - report.table[name].max()
+        assert margin > 0.2, (name, report.table[name].max())
     assert not report.table["types"].apply(lambda types: bool(set(types) - {"broad"})).any()
     assert report.table["induction_effect"].isna().all()  # no candidates, nothing ablated
 
@@ -163,7 +171,7 @@ def test_attention_scores_agree_with_transformer_lens_head_detector(smollm2):
     tokens = bridge.to_tokens(text).cpu()
     n = tokens.shape[1]
     probe = Probe("text", tokens, torch.tensor([n]), [])
-    ours, _ = probe_patterns(model, probe, batch_size=1)
+    ours, _ = probe_patterns(model, probe, batch_size=1, score=mask_scores)
     masks = score_masks(tokens, torch.tensor([n]))
     for ours_name, tl_name in [
         ("previous_token", "previous_token_head"),
@@ -196,20 +204,131 @@ def test_smollm2_induction_heads_confirmed_causally(smollm2):
     others = table[~table["types"].apply(lambda types: "induction" in types) & table["k_composition"].notna()]
     ind_rows = table[table["types"].apply(lambda types: "induction" in types)]
     assert ind_rows["k_composition"].mean() > others["k_composition"].mean()
-    assert all(math.isfinite(v) for v in table[list(SCORE_NAMES)].to_numpy().ravel())
+    assert all(math.isfinite(v) for v in table[[*PATTERN_SCORES, "fixed_offset"]].to_numpy().ravel())
 
 
 def test_toy_checkpoint_previous_token_and_induction_heads():
-    """The shipped 2-layer model: a previous-token head in layer 0 feeds induction heads in layer 1."""
+    """The shipped 2-layer model: previous-token heads in layer 0 feed four induction heads in layer 1."""
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=32, progress=False)
     table = report.table
     previous = table[table["previous_token_confirmed"]]
     assert len(previous) >= 1 and set(previous["layer"]) == {0}
     assert all("previous_token" in types for types in previous["types"])
-    induction = report.heads_of_type("induction")
-    assert induction and {layer for layer, _ in induction} == {1}
+    # All four layer-1 heads are induction heads; each alone matters little (they back each other
+    # up), so they are confirmed with the other candidates ablated.
+    assert sorted(report.heads_of_type("induction")) == [(1, 0), (1, 1), (1, 2), (1, 3)]
+    layer1 = table[table["layer"] == 1]
+    assert (layer1["induction_effect_with_others"] > 2 * layer1["induction_effect_with_others_se"]).all()
     effect, se = report.group_effects["induction"]
     assert effect > 1.0 and effect > 10 * se  # without its induction heads the model cannot copy
+    assert effect > 5 * layer1["induction_effect"].max()
     # The induction heads read the previous-token head through their keys (K-composition).
-    assert table[table["layer"] == 1]["k_composition"].min() > 0.2
+    assert layer1["k_composition"].min() > 0.2
+
+
+def test_induction_lengths_are_not_multiples():
+    for longest in (9, 12, 19, 24, 40):
+        lengths = induction_lengths(longest)
+        assert len(lengths) == 3 and max(lengths) == longest and min(lengths) >= 0.4 * longest
+        assert all(a % b for a in lengths for b in lengths if a != b)
+    with pytest.raises(ValueError, match="longer context"):
+        induction_lengths(8)
+
+
+def test_fixed_offset_score_finds_the_offset():
+    n = 20
+    keys = [0] + [max(q - 7, 0) for q in range(1, n)]  # attend 7 back (to position 0 before that)
+    scores = fixed_offset_scores(one_hot_pattern(keys), torch.tensor([n]))[0, 0]
+    assert int(scores.nan_to_num(-1).argmax()) == 7 and float(scores[7]) == pytest.approx(1.0)
+    assert scores[n - 3 :].isnan().all()  # too few queries reach that far back
+
+
+# ---------------------------------------------------------------------------------------------
+# Models trained or built to have a known kind of head (seed: INTERP_TEST_SEED)
+
+PERIOD = 19  # the longest repeat length head_report probes for n_ctx 48
+
+
+def _train(cfg: interp.Config, task, steps: int) -> interp.HookedTransformer:
+    torch.manual_seed(TRAIN_SEED)
+    model = interp.HookedTransformer(cfg)
+    model.init_weights(TRAIN_SEED)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is fastest
+    try:
+        train(model, task, TrainConfig(steps=steps, lr=5e-3, seed=TRAIN_SEED, progress=False))
+    finally:
+        torch.set_num_threads(threads)
+    return model
+
+
+@pytest.fixture(scope="module")
+def periodic_model() -> interp.HookedTransformer:
+    """A 2-layer model with MLPs trained on random tokens repeated with one fixed period."""
+    cfg = interp.Config(n_layers=2, n_heads=4, d_model=64, d_vocab=64, n_ctx=48, bos_token_id=0)
+    return _train(cfg, PeriodicTask(d_vocab=64, n_ctx=48, period=PERIOD), steps=300)
+
+
+def test_a_positional_shortcut_is_not_called_induction(periodic_model):
+    report = head_report(periodic_model, progress=False)
+    table = report.table
+    assert PERIOD in report.settings["induction_lengths"]  # the length the shortcut would fool
+    layer0 = table[table["layer"] == 0]
+    assert not layer0["types"].apply(lambda types: "induction" in types).any()
+    offset_heads = layer0[layer0["types"].apply(lambda types: "fixed_offset" in types)]
+    assert len(offset_heads) >= 1
+    assert (offset_heads["fixed_offset_distance"] == PERIOD - 1).all()
+    # Probed at the training period alone, they would pass for induction heads.
+    assert (offset_heads[f"induction_len{PERIOD}"] > report.thresholds["induction"]).all()
+    assert (offset_heads["induction"] < report.thresholds["induction"]).all()
+
+
+@pytest.fixture(scope="module")
+def induction_model() -> interp.HookedTransformer:
+    """2 layers x 4 attention-only heads trained on copied spans: redundant induction heads."""
+    cfg = interp.Config(
+        n_layers=2, n_heads=4, d_model=64, d_vocab=64, n_ctx=48, attn_only=True, bos_token_id=0
+    )
+    return _train(cfg, InductionTask(d_vocab=64, n_ctx=48, min_span=11), steps=800)
+
+
+def test_redundant_induction_heads_are_all_found(induction_model):
+    report = head_report(induction_model, progress=False)
+    table = report.table
+    strong = table[(table["layer"] == 1) & (table["induction"] > 0.5)]  # at every repeat length
+    assert len(strong) >= 2, "the model learnt several induction heads"
+    heads = list(zip(strong["layer"], strong["head"], strict=True))
+    assert set(heads) <= set(report.heads_of_type("induction"))  # recall 1
+    # They back each other up: all together matter far more than any one alone.
+    effect, se = report.group_effects["induction"]
+    assert effect > 3 * strong["induction_effect"].max() and effect > 10 * se
+
+
+QUERY, KEY = 5, 11  # the planted skip-gram: token 5 attends to token 11, wherever it is
+
+
+def planted_skip_gram_model() -> interp.HookedTransformer:
+    """One layer; head 0's query for token QUERY matches only the key of token KEY, at any distance."""
+    cfg = interp.Config(
+        n_layers=1, d_model=32, n_heads=4, d_vocab=24, n_ctx=64, attn_only=True, positional="none",
+        normalization="rmsnorm", bos_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(cfg)
+    model.init_weights(0)
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        model.W_E.copy_(torch.eye(cfg.d_vocab, cfg.d_model))  # orthogonal token directions
+        attn.W_Q[0], attn.W_K[0] = 0.0, 0.0
+        attn.W_Q[0, QUERY, 0] = attn.W_K[0, KEY, 0] = 4.0  # rmsnorm makes a one-hot row sqrt(32) long
+    return model
+
+
+def test_planted_skip_gram_head_is_found():
+    report = head_report(planted_skip_gram_model(), progress=False)
+    table = report.table.set_index("head")
+    assert report.heads_of_type("skip_gram") == [(0, 0)]
+    assert table.loc[0, "skip_gram_pair"] == f"t{QUERY} -> t{KEY}"
+    assert table.loc[0, "skip_gram"] > report.thresholds["skip_gram"] + 0.3
+    assert table.loc[0, "fixed_offset"] < report.thresholds["fixed_offset"]  # it follows content

@@ -10,7 +10,8 @@ measures the relative change of the logit difference logit(IO) - logit(S) at END
 
   1. heads -> logits (direct path)                 : name movers (-), negative name movers (+),
                                                      S-suppression heads (-)
-  2. heads -> name movers' queries at END          : S-inhibition heads
+  2. heads -> name movers' and S-suppression heads'
+     queries at END                               : S-inhibition heads
   3. heads -> S-inhibition heads' values at S2     : induction and duplicate-token heads
   4. heads -> induction heads' keys at S1+1        : previous-token heads
   5. heads -> logits again, name movers mean-ablated: backup name movers (direct effect grows)
@@ -31,6 +32,18 @@ attend END->S2 and write against S (copy suppression of the subject, the mirror 
 negative name movers' suppression of IO). SmolLM2's strongest direct head is one, and toy models
 trained on IOI solve it with them. A head may hold several roles: an S-suppression head that also
 steers the name movers' queries is an S-inhibition head too.
+
+Heads that act on the logits directly must also write the way their class says (direct logit
+attribution at END through the final norm, mean over prompts): a name mover raises IO's logit, a
+negative name mover lowers it, an S-suppression head lowers S's logit.
+
+Validation on data the finder never saw (`validate_circuit`): held-out prompts from other templates
+with other names, places and objects (circuits.ioi.dataset.HELDOUT_*; for toy models the toy
+templates and names that discovery did not use). Per class, mean-ablating its heads is compared
+with mean-ablating as many random heads from the same layers (outside the circuit), with a
+bootstrap CI over prompts of the difference; a class is confirmed when that CI excludes zero in
+the class's direction and its writers still write that way on the held-out prompts, else it is
+reported as unconfirmed. The circuit's faithfulness is measured on the held-out prompts too.
 
 Evaluation (the paper's section 4), with F(X) = mean logit difference when every head outside X is
 mean-ablated (mean over the ABC distribution, per position):
@@ -88,7 +101,7 @@ ATTENTION_KINDS = {"->".join(pair): pair for pair in CLASS_ATTENTION.values()}  
 # The paper's path-patching steps: (name, receiver classes, receiver input, receiver position).
 STEPS = (
     ("logits", (), None, "END"),
-    ("name_mover_queries", ("name_mover",), "q", "END"),
+    ("name_mover_queries", ("name_mover", "s_suppression"), "q", "END"),
     ("s_inhibition_values", ("s_inhibition",), "v", "S2"),
     ("induction_keys", ("induction",), "k", "S1+1"),
 )
@@ -111,6 +124,7 @@ class Settings:
     large_attention: float = 0.3
     n_bootstrap: int = 1000
     n_completeness_subsets: int = 20
+    n_random_draws: int = 10  # random head sets per class in held-out validation
 
 
 @dataclass
@@ -136,6 +150,7 @@ class HeadEvidence:
     z: float  # robust z-score of `effect` among the step's senders
     step: str  # the path-patching step that found it
     attention: dict[str, float]  # mean attention for each of ATTENTION_KINDS
+    direct_logit_attribution: dict[str, float]  # "IO", "S": mean direct effect on each logit at END
 
     @property
     def name(self) -> str:
@@ -152,6 +167,37 @@ class Evaluation:
     completeness: list[dict]  # per subset K: heads, circuit_logit_diff, model_logit_diff, gap
     completeness_max_gap: float  # max |F(C \ K) - F(M \ K)|, relative to F(model)
     minimality: dict[str, float]  # "L.H" -> (F(C \ K) - F(C \ (K + v))) / F(C)
+
+
+@dataclass
+class ClassValidation:
+    """One class on held-out prompts. Effects are changes of the mean logit diff when heads are
+    mean-ablated, relative to the unablated held-out logit diff; sign: the class's direction."""
+
+    heads: list[str]
+    sign: int  # -1: ablating the class should lower the logit diff (+1: raise it)
+    effect: float  # ablating the class
+    random_effect: float  # ablating as many random heads from the same layers (mean over draws)
+    difference: float  # effect - random_effect
+    difference_ci: tuple[float, float]  # 95% bootstrap over prompts
+    writes: dict[str, float] | None  # writer classes: mean direct logit attribution "IO", "S" on held-out
+    confirmed: bool
+
+
+@dataclass
+class Validation:
+    """The circuit on held-out prompts the finder never used (see the module docstring)."""
+
+    prompts: str  # what was held out
+    n_prompts: int
+    logit_diff: float  # unablated
+    faithfulness: float  # F(circuit) / F(model) on the held-out prompts
+    faithfulness_ci: tuple[float, float]
+    classes: dict[str, ClassValidation]  # non-empty classes only
+
+    @property
+    def unconfirmed(self) -> list[str]:
+        return [name for name, found in self.classes.items() if not found.confirmed]
 
 
 @dataclass
@@ -172,6 +218,7 @@ class IOICircuitResult:
     attention: dict[str, Tensor]  # kind -> [layer, head] mean attention on clean prompts
     thresholds: dict[str, dict[str, float]]  # step or attention kind -> threshold figures
     evaluation: Evaluation | None
+    validation: Validation | None = None  # held-out confirmation of each class
     example: ExamplePatterns | None = None  # attention of the circuit's heads on one clean prompt
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
 
@@ -194,6 +241,7 @@ class IOICircuitResult:
             "unclassified": [_evidence_json(h) for h in self.unclassified],
             "faithfulness": None if self.evaluation is None else self.evaluation.faithfulness,
             "evaluation": None if self.evaluation is None else asdict(self.evaluation),
+            "validation": None if self.validation is None else asdict(self.validation),
             "thresholds": self.thresholds,
             "timings_s": self.timings,
         }
@@ -262,6 +310,32 @@ def attention_evidence(model: interp.HookedTransformer, prompts: IOIPrompts) -> 
     return evidence
 
 
+@torch.no_grad()
+def direct_logit_attributions(model: interp.HookedTransformer, prompts: IOIPrompts) -> dict[str, Tensor]:
+    """Each head's direct effect on the IO and S logits at END, through the final norm (its scale
+    taken from the run): {"IO": [layer, head], "S": [layer, head]}, means over prompts."""
+    cfg = model.cfg
+    names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
+    _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names)
+    end = prompts.positions["END"].to(model.device)
+    stack, _ = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
+    attributions = {}
+    for role, tokens in (("IO", prompts.io_token), ("S", prompts.s_token)):
+        directions = model.W_U[:, tokens.to(model.device)].T  # [batch, d_model]
+        per_prompt = (stack * directions).sum(-1)  # [layer * head, batch]
+        attributions[role] = per_prompt.mean(-1).view(cfg.n_layers, cfg.n_heads).float().cpu()
+    return attributions
+
+
+# How each class that writes to the logits must write: (logit, sign of its direct attribution).
+CLASS_WRITES = {
+    "name_mover": ("IO", 1),
+    "backup_name_mover": ("IO", 1),
+    "negative_name_mover": ("IO", -1),
+    "s_suppression": ("S", -1),
+}
+
+
 def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
     """Median and median absolute deviation of the finite entries of `values`."""
     finite = values[values.isfinite()]
@@ -325,12 +399,14 @@ def find_ioi_circuit(
     progress: bool = True,
     evaluate: bool = True,
     prompts: tuple[IOIPrompts, IOIPrompts] | None = None,
+    validate: bool = True,
     **thresholds: float,
 ) -> IOICircuitResult:
     """Find the IOI circuit of `model` by path patching from the logits backwards; see the module doc.
 
     prompts: (clean, abc) IOIPrompts to use instead of ioi_dataset_for(model, n_prompts, seed)
     (the paper's templates; the toy task's for a model trained by `interp train --task ioi`).
+    validate: confirm each class on n_prompts held-out prompts (ioi_dataset_for(..., "heldout")).
     thresholds: override Settings fields effect_z, min_effect, min_share, attention_z,
     min_attention, large_attention, n_bootstrap, n_completeness_subsets.
     """
@@ -340,7 +416,8 @@ def find_ioi_circuit(
     if unknown:
         raise ValueError(
             f"unknown settings {sorted(unknown)}; choose from effect_z, min_effect, min_share, "
-            "attention_z, min_attention, large_attention, n_bootstrap, n_completeness_subsets"
+            "attention_z, min_attention, large_attention, n_bootstrap, n_completeness_subsets, "
+            "n_random_draws"
         )
     log = _logger(progress)
     timings: dict[str, float] = {}
@@ -382,8 +459,14 @@ def find_ioi_circuit(
         patch_diff = patch_clean.logit_diff(model(patch_clean.tokens)).mean().item()
     done()
 
+    dla = direct_logit_attributions(model, clean)
+
     def attends(head: Head, cls: str) -> bool:
-        return attention[CLASS_KIND[cls]][head].item() >= attention_thresholds[CLASS_KIND[cls]]
+        """The head shows the class's attention pattern and, for writers, writes the class's way."""
+        if attention[CLASS_KIND[cls]][head].item() < attention_thresholds[CLASS_KIND[cls]]:
+            return False
+        logit, sign = CLASS_WRITES.get(cls, (None, 0))
+        return logit is None or sign * dla[logit][head].item() > 0
 
     classes: dict[str, list[HeadEvidence]] = {name: [] for name in CLASSES}
     unclassified: list[HeadEvidence] = []
@@ -400,6 +483,7 @@ def find_ioi_circuit(
             z=z[head].item(),
             step=step,
             attention={kind: scores[head].item() for kind, scores in attention.items()},
+            direct_logit_attribution={logit: values[head].item() for logit, values in dla.items()},
         )
 
     def assign(heads: list[Head], step: str, z: Tensor, choose: Callable[[Head], str | None]) -> None:
@@ -490,6 +574,13 @@ def find_ioi_circuit(
         n_subsets = settings.n_completeness_subsets
         result.evaluation = evaluate_circuit(result, clean, mean_ablation, n_subsets, seed)
         done()
+    if validate and result.heads:
+        done = stage("validation on held-out prompts")
+        heldout, heldout_abc, _ = ioi_dataset_for(model, n_prompts, seed, split="heldout")
+        result.validation = validate_circuit(
+            model, result, heldout.to(model.device), heldout_abc.to(model.device)
+        )
+        done()
     if result.heads:
         done = stage("example attention patterns")
         result.example = example_patterns(model, clean, result.heads)
@@ -564,7 +655,7 @@ def evaluate_circuit(
 ) -> Evaluation:
     """Faithfulness, completeness and minimality of result's circuit (see the module docstring)."""
     model = mean_ablation.model
-    all_heads = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    all_heads = _all_heads(model)
     circuit = result.heads
 
     measured: dict[frozenset[Head], float] = {}
@@ -618,6 +709,91 @@ def evaluate_circuit(
         completeness_max_gap=max(c["gap"] for c in completeness),
         minimality=minimality,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation on held-out prompts
+
+
+def validate_circuit(
+    model: interp.HookedTransformer, result: IOICircuitResult, heldout: IOIPrompts, heldout_abc: IOIPrompts
+) -> Validation:
+    """Confirm each class of result's circuit on held-out prompts (see the module docstring)."""
+    settings = result.settings
+    ablation = MeanAblation(model, heldout_abc)
+    circuit = set(result.heads)
+    clean = ablation.logit_diffs([], heldout)  # [batch]
+    base = clean.mean().item()
+    generator = torch.Generator().manual_seed(settings.seed)
+    dla = direct_logit_attributions(model, heldout)
+    name_movers = result.circuit["name_mover"]
+
+    def random_heads(heads: Sequence[Head]) -> list[Head]:
+        """A random head outside the circuit per head of `heads`, from its layer where the layer has
+        one left, else from any layer (fewer heads when the circuit leaves fewer)."""
+        chosen: list[Head] = []
+        outside = [head for head in _all_heads(model) if head not in circuit]
+        for layer, _ in heads:
+            for pool in ([h for h in outside if h[0] == layer], outside):
+                pool = [h for h in pool if h not in chosen]
+                if pool:
+                    chosen.append(pool[int(torch.randint(len(pool), (1,), generator=generator))])
+                    break
+        return chosen
+
+    classes = {}
+    for name, heads in result.circuit.items():
+        if not heads:
+            continue
+        # Backup name movers act once the name movers are gone: measure them on top of that.
+        base_ablated = [h for h in name_movers if h not in heads] if name == "backup_name_mover" else []
+        reference = ablation.logit_diffs(base_ablated, heldout) if base_ablated else clean
+        effect = ablation.logit_diffs(base_ablated + list(heads), heldout) - reference  # [batch]
+        draws = torch.stack(
+            [
+                ablation.logit_diffs(base_ablated + random_heads(heads), heldout) - reference
+                for _ in range(settings.n_random_draws)
+            ]
+        ).mean(0)  # [batch]
+        sign = 1 if name == "negative_name_mover" else -1
+        difference = (effect - draws) / base
+        low, high = bootstrap_ci(difference, settings.n_bootstrap, settings.seed)
+        writes = None
+        writes_right = True
+        if name in CLASS_WRITES:
+            logit, write_sign = CLASS_WRITES[name]
+            writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
+            writes_right = write_sign * writes[logit] > 0
+        classes[name] = ClassValidation(
+            heads=[f"{layer}.{head}" for layer, head in heads],
+            sign=sign,
+            effect=effect.mean().item() / base,
+            random_effect=draws.mean().item() / base,
+            difference=difference.mean().item(),
+            difference_ci=(low, high),
+            writes=writes,
+            confirmed=bool((low > 0 if sign > 0 else high < 0) and writes_right),
+        )
+    in_circuit = ablation.logit_diffs(sorted(set(_all_heads(model)) - circuit), heldout)  # [batch]
+    index = torch.randint(len(clean), (settings.n_bootstrap, len(clean)), generator=generator)
+    ratios = in_circuit[index].mean(1) / clean[index].mean(1)
+    low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975])).tolist()
+    return Validation(
+        prompts=(
+            "held-out templates, names, places and objects (circuits.ioi.dataset.HELDOUT_*)"
+            if model.cfg.model_name != "toy-ioi"
+            else "held-out toy templates and names (not used by discovery)"
+        ),
+        n_prompts=len(heldout),
+        logit_diff=base,
+        faithfulness=in_circuit.mean().item() / base,
+        faithfulness_ci=(low, high),
+        classes=classes,
+    )
+
+
+def _all_heads(model: interp.HookedTransformer) -> list[Head]:
+    return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -693,7 +869,11 @@ class MeanAblation:
         return [(site.name, make_hook(site)) for site in ablation_sites(self.model, heads=heads)]
 
     @torch.no_grad()
+    def logit_diffs(self, ablate: Sequence[Head], prompts: IOIPrompts) -> Tensor:
+        """Logit diff per prompt [batch] (CPU) with the heads `ablate` mean-ablated."""
+        with self.model.hooks(fwd_hooks=self.hooks(ablate, prompts)):
+            return prompts.logit_diff(self.model(prompts.tokens)).float().cpu()
+
     def logit_diff(self, ablate: Sequence[Head], prompts: IOIPrompts) -> float:
         """Mean logit diff on `prompts` with the heads `ablate` mean-ablated."""
-        with self.model.hooks(fwd_hooks=self.hooks(ablate, prompts)):
-            return prompts.logit_diff(self.model(prompts.tokens)).mean().item()
+        return self.logit_diffs(ablate, prompts).mean().item()

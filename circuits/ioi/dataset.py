@@ -75,6 +75,29 @@ OBJECTS = (
     "snack",
 )
 
+# Held out: templates, names, places and objects that discovery never sees. A class found on the
+# paper's distribution is validated on these (circuits.ioi.circuit.validate_circuit).
+HELDOUT_TEMPLATES = (
+    "Later, [B] and [A] walked into the [PLACE]. [B] handed a [OBJECT] to [A]",
+    "Yesterday [B] and [A] cleaned the [PLACE], and then [B] passed the [OBJECT] to [A]",
+    "On Sunday [B] and [A] visited the [PLACE]. [B] brought a [OBJECT] for [A]",
+    "At the [PLACE], [B] and [A] found a [OBJECT]. [B] showed it to [A]",
+    "In the morning [B] and [A] drove to the [PLACE], where [B] sold a [OBJECT] to [A]",
+    "Before [B] and [A] left the [PLACE], [B] offered a [OBJECT] to [A]",
+    "Once [B] and [A] arrived at the [PLACE], [B] lent the [OBJECT] to [A]",
+    "Last year [B] and [A] worked at the [PLACE]. One day [B] mailed a [OBJECT] to [A]",
+)
+HELDOUT_NAMES = (
+    "George", "Edward", "Henry", "Peter", "Frank", "Alice", "Helen", "Anna", "Emma", "Oliver", "Jack",
+    "Harry", "Charlie", "Lucy", "Grace", "Sophie", "Kate", "Tom", "Sam", "Ben", "Max", "Leo", "Ruth",
+    "Carl", "Victor", "Oscar", "Simon", "Martin", "Louis", "Arthur", "Albert", "Walter", "Philip",
+    "Roger", "Julia", "Diana", "Rose", "Lily", "Chloe", "Jane", "Susan", "Karen", "Nancy", "Linda",
+    "Carol", "Maria", "Anne", "Joan", "Paula", "Frances",
+)  # fmt: skip
+HELDOUT_PLACES = ("library", "museum", "park", "beach", "market", "kitchen", "church", "airport")
+HELDOUT_OBJECTS = ("book", "letter", "cake", "flower", "pen", "hat", "key", "bag")
+SPLITS = ("discovery", "heldout")
+
 _SLOT = re.compile(r"\[(IO|S1|S2|PLACE|OBJECT)\]")
 _NAME_ROLES = ("IO", "S1", "S2")
 
@@ -224,13 +247,28 @@ def _tokenize_with_positions(
 
 
 TOY_IOI_MODEL = "toy-ioi"  # cfg.model_name of models trained by `interp train --task ioi`
+TOY_DISCOVERY_TEMPLATES = (0, 1, 2)  # ToyIOITask template indices; the others are held out
 
 
-def ioi_dataset_for(model: Any, n_prompts: int, seed: int = 0) -> tuple[IOIPrompts, IOIPrompts, IOIPrompts]:
-    """(clean, abc, swap) IOI prompts for `model`: the toy task's (interp.tasks.ToyIOITask, eval
-    split) for a model trained by `interp train --task ioi`, else make_ioi_dataset's."""
+def ioi_dataset_for(
+    model: Any, n_prompts: int, seed: int = 0, split: str = "discovery"
+) -> tuple[IOIPrompts, IOIPrompts, IOIPrompts]:
+    """(clean, abc, swap) IOI prompts for `model`, from the discovery or the held-out split.
+
+    Text models: discovery uses the paper's templates, names, places and objects; heldout uses
+    HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES and HELDOUT_OBJECTS (disjoint from them).
+    A model trained by `interp train --task ioi` (its vocabulary is closed): the toy task's eval
+    prompts, discovery from templates TOY_DISCOVERY_TEMPLATES and the first half of the names,
+    heldout from the other templates and names.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if model.cfg.model_name != TOY_IOI_MODEL:
-        return make_ioi_dataset(model, n_prompts, seed)
+        if split == "discovery":
+            return make_ioi_dataset(model, n_prompts, seed)
+        return make_ioi_dataset(
+            model, n_prompts, seed, HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES, HELDOUT_OBJECTS
+        )
     task = ToyIOITask()
     if task.d_vocab != model.cfg.d_vocab:
         raise ValueError(
@@ -238,4 +276,11 @@ def ioi_dataset_for(model: Any, n_prompts: int, seed: int = 0) -> tuple[IOIPromp
             f"{task.d_vocab} tokens: build its prompts with the ToyIOITask it was trained on and pass them "
             "to find_ioi_circuit(prompts=...)"
         )
-    return task.make_dataset(n_prompts, seed)
+    n_templates = len(task.templates["BABA"])
+    half = len(task.name_tokens) // 2
+    if split == "discovery":
+        templates, names = TOY_DISCOVERY_TEMPLATES, task.name_tokens[:half]
+    else:
+        templates = [t for t in range(n_templates) if t not in TOY_DISCOVERY_TEMPLATES]
+        names = task.name_tokens[half:]
+    return task.make_dataset(n_prompts, seed, templates=templates, names=names)
