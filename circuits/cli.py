@@ -6,11 +6,17 @@ Each command parses options, calls one library function, and renders its result.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
 
 import typer
 from rich.console import Console
 
 import interp
+from interp.patching import COMPONENTS
+from interp.training import TASKS
+
+MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
 
 app = typer.Typer(
     help="Mechanistic interpretability reports for transformer language models.", no_args_is_help=True
@@ -76,8 +82,10 @@ def heads(
     model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
     format: str = typer.Option("table", help="table, csv, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
-    seed: int = typer.Option(0, help="Seed of the random probe sequences."),
-    n_samples: int = typer.Option(16, help="Repeated random sequences to score and ablate on."),
+    seed: int = typer.Option(0, min=0, help="Seed of the random probe sequences."),
+    n_samples: int = typer.Option(
+        16, min=2, help="Random sequences per probe (repeat length) to score and ablate on."
+    ),
 ) -> None:
     """Find previous-token, induction, duplicate-token, ... heads, with causal checks."""
     from circuits.heads import head_report
@@ -96,26 +104,40 @@ def heads(
 
 @app.command()
 def train(
-    task: str = typer.Option(..., help="induction, markov or ioi."),
-    layers: int = typer.Option(2, help="Number of layers."),
-    heads: int = typer.Option(4, help="Attention heads per layer."),
-    d_model: int = typer.Option(64, help="Residual stream width."),
+    task: Literal[TASKS] = typer.Option(..., help="The synthetic task."),
+    layers: int = typer.Option(2, min=1, help="Number of layers."),
+    heads: int = typer.Option(4, min=1, help="Attention heads per layer."),
+    d_model: int = typer.Option(64, min=1, help="Residual stream width (a multiple of --heads)."),
     attn_only: bool = typer.Option(False, "--attn-only", help="Attention-only (no MLPs)."),
-    steps: int | None = typer.Option(None, help="Optimizer steps (default: 1500 for ioi, else 1000)."),
+    steps: int | None = typer.Option(None, min=1, help="Optimizer steps (default: 1500 for ioi, else 1000)."),
     out: str = typer.Option(..., help="Output directory; interp.load_model(OUT) loads it."),
-    seed: int = typer.Option(0, help="Seed of the initial weights and the data."),
+    seed: int = typer.Option(0, min=0, help="Seed of the initial weights and the data."),
     lr: float | None = typer.Option(
         None, help="Peak learning rate, warm-up then cosine decay (default: 3e-3 for ioi, else 1e-3)."
     ),
-    batch_size: int = typer.Option(32, help="Sequences per step."),
-    seq_len: int | None = typer.Option(None, help="Tokens per sequence (= n_ctx); induction 48, markov 64."),
-    d_vocab: int | None = typer.Option(None, help="Vocabulary (induction 64) or Markov states (8)."),
-    positional: str = typer.Option("learned", help="learned, rotary or none."),
-    checkpoint_every: int = typer.Option(0, help="Also checkpoint every N steps (the last step always is)."),
+    batch_size: int = typer.Option(32, min=1, help="Sequences per step."),
+    seq_len: int | None = typer.Option(
+        None, min=5, help="Tokens per sequence (= n_ctx); induction 48, markov 64; not for ioi."
+    ),
+    d_vocab: int | None = typer.Option(
+        None, min=2, help="Vocabulary (induction 64) or Markov states (8); not for ioi."
+    ),
+    positional: Literal["learned", "rotary", "none"] = typer.Option("learned", help="Position encoding."),
+    checkpoint_every: int = typer.Option(
+        0, min=0, help="Also checkpoint every N steps (the last step always is)."
+    ),
 ) -> None:
     """Train a toy transformer on a synthetic task and write a checkpoint directory."""
     from interp.training import train_toy_model
 
+    if lr is not None and lr <= 0:
+        raise fail(f"--lr must be > 0, got {lr}.")
+    if d_model % heads:
+        raise fail(f"--d-model {d_model} is not a multiple of --heads {heads}.")
+    if task == "ioi" and (seq_len is not None or d_vocab is not None):
+        raise fail("the ioi task has a fixed vocabulary and length: drop --seq-len and --d-vocab.")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise fail(f"--out {out} is a file; give a directory.")
     try:
         model, log = train_toy_model(
             task, layers, heads, d_model, steps, out, attn_only=attn_only, seed=seed, lr=lr,
@@ -138,8 +160,12 @@ def train(
 @app.command()
 def ioi(
     model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
-    n_prompts: int = typer.Option(64, help="IOI prompts (the first 16 are used for path patching)."),
-    seed: int = typer.Option(0, help="Seed of the IOI dataset."),
+    n_prompts: int = typer.Option(
+        64,
+        min=MIN_IOI_PROMPTS,
+        help="IOI prompts (the first 16 are used for path patching); as many held out.",
+    ),
+    seed: int = typer.Option(0, min=0, help="Seed of the IOI dataset."),
     format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
 ) -> None:
@@ -161,13 +187,17 @@ def ioi(
 @app.command()
 def patch(
     model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
-    component: str = typer.Option(
+    component: Literal[COMPONENTS] = typer.Option(
         "z", help="resid_pre/mid/post, attn_out, mlp_out, or per head z, result, q, k, v, pattern."
     ),
-    direction: str = typer.Option("denoise", help="denoise (corrupted run, clean activations) or noise."),
-    n_prompts: int = typer.Option(8, help="IOI prompts; the corrupted prompts use three other names (ABC)."),
-    seed: int = typer.Option(0, help="Seed of the IOI dataset."),
-    top: int = typer.Option(10, help="Rows to show."),
+    direction: Literal["denoise", "noise"] = typer.Option(
+        "denoise", help="denoise (corrupted run, clean activations) or noise."
+    ),
+    n_prompts: int = typer.Option(
+        8, min=1, help="IOI prompts; the corrupted prompts use three other names (ABC)."
+    ),
+    seed: int = typer.Option(0, min=0, help="Seed of the IOI dataset."),
+    top: int = typer.Option(10, min=1, help="Rows to show."),
     out: str | None = typer.Option(None, help="Write every row, with bootstrap CIs, to this CSV file."),
 ) -> None:
     """Activation patching on IOI prompts: normalised logit difference (0 = corrupted, 1 = clean)."""

@@ -60,6 +60,10 @@ class Config:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        sizes = {"n_layers": self.n_layers, "d_model": self.d_model, "n_heads": self.n_heads,
+                 "d_vocab": self.d_vocab, "n_ctx": self.n_ctx}  # fmt: skip
+        if any(value < 1 for value in sizes.values()):
+            raise ValueError(f"model sizes must be >= 1, got {sizes}.")
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 raise ValueError(

@@ -17,6 +17,7 @@ from circuits.ioi.circuit import (
     path_patching_effects,
     robust_z,
     select_heads,
+    validate_circuit,
 )
 from circuits.ioi.dataset import ioi_dataset_for, make_ioi_dataset
 from circuits.ioi.report import circuit_svg, render_html, render_json, render_markdown, write_ioi_report
@@ -108,7 +109,8 @@ def planted_prompts(n: int, seed: int = 0) -> tuple[IOIPrompts, IOIPrompts]:
 def planted():
     model = planted_ioi_model()
     clean, abc = planted_prompts(16)
-    return model, clean, abc, find_ioi_circuit(model, prompts=(clean, abc), progress=False)
+    heldout = planted_prompts(32, seed=1)
+    return model, clean, abc, find_ioi_circuit(model, prompts=(clean, abc), heldout=heldout, progress=False)
 
 
 def test_planted_model_does_ioi(planted):
@@ -151,6 +153,33 @@ def test_planted_circuit_is_faithful_and_heads_are_necessary(planted):
     assert torch.allclose(
         clean.logit_diff(stacked[16:]).mean(), torch.tensor(evaluation.circuit_logit_diff), rtol=1e-5
     )
+
+
+def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
+    *_, result = planted
+    validation = result.validation
+    assert validation.n_prompts == 32 and validation.faithfulness > 0.9
+    assert set(validation.classes) == {"name_mover", "s_inhibition", "duplicate_token"}
+    assert not validation.unconfirmed
+    for found in validation.classes.values():
+        assert found.difference_ci[1] < 0 and found.effect < found.random_effect
+    assert validation.classes["name_mover"].writes["IO"] > 0  # it writes the answer up
+    # Without held-out prompts, nothing is claimed to be confirmed.
+    model, clean, abc, _ = planted
+    assert find_ioi_circuit(model, prompts=(clean, abc), progress=False, evaluate=False).validation is None
+
+
+def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
+    """Held-out prompts on which the planted name mover cannot work (IO is never in the context)."""
+    model, clean, abc, result = planted
+    heldout, heldout_abc = planted_prompts(32, seed=2)
+    rows = torch.arange(len(heldout))
+    tokens = heldout.tokens.clone()
+    tokens[rows, heldout.positions["IO"]] = FILLER_X  # the name movers have nothing to move
+    broken = IOIPrompts(tokens, heldout.io_token, heldout.s_token, heldout.positions, heldout.template,
+                        heldout.order)  # fmt: skip
+    validation = validate_circuit(model, result, broken, heldout_abc)
+    assert "name_mover" in validation.unconfirmed
 
 
 def test_robust_selection():

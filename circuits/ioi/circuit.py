@@ -399,6 +399,7 @@ def find_ioi_circuit(
     progress: bool = True,
     evaluate: bool = True,
     prompts: tuple[IOIPrompts, IOIPrompts] | None = None,
+    heldout: tuple[IOIPrompts, IOIPrompts] | None = None,
     validate: bool = True,
     **thresholds: float,
 ) -> IOICircuitResult:
@@ -406,7 +407,9 @@ def find_ioi_circuit(
 
     prompts: (clean, abc) IOIPrompts to use instead of ioi_dataset_for(model, n_prompts, seed)
     (the paper's templates; the toy task's for a model trained by `interp train --task ioi`).
-    validate: confirm each class on n_prompts held-out prompts (ioi_dataset_for(..., "heldout")).
+    heldout: (clean, abc) prompts the discovery never sees, to confirm each class on; default
+    ioi_dataset_for(model, n_prompts, seed, "heldout") when `prompts` is None, else no validation.
+    validate: False skips the held-out validation.
     thresholds: override Settings fields effect_z, min_effect, min_share, attention_z,
     min_attention, large_attention, n_bootstrap, n_completeness_subsets.
     """
@@ -574,12 +577,11 @@ def find_ioi_circuit(
         n_subsets = settings.n_completeness_subsets
         result.evaluation = evaluate_circuit(result, clean, mean_ablation, n_subsets, seed)
         done()
-    if validate and result.heads:
+    if heldout is None and prompts is None:
+        heldout = ioi_dataset_for(model, n_prompts, seed, split="heldout")[:2]
+    if validate and heldout is not None and result.heads:
         done = stage("validation on held-out prompts")
-        heldout, heldout_abc, _ = ioi_dataset_for(model, n_prompts, seed, split="heldout")
-        result.validation = validate_circuit(
-            model, result, heldout.to(model.device), heldout_abc.to(model.device)
-        )
+        result.validation = validate_circuit(model, result, *(p.to(model.device) for p in heldout))
         done()
     if result.heads:
         done = stage("example attention patterns")

@@ -77,26 +77,88 @@ def _summary_lines(result: IOICircuitResult) -> list[str]:
     return lines
 
 
+def _validation_lines(result: IOICircuitResult) -> list[str]:
+    """One line on the held-out set and the circuit's faithfulness there ([] without validation)."""
+    v = result.validation
+    if v is None:
+        return []
+    unconfirmed = f"; unconfirmed: {', '.join(v.unconfirmed)}" if v.unconfirmed else "; every class confirmed"
+    return [
+        f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, faithfulness "
+        f"{v.faithfulness:.1%} (95% CI {_ci(v.faithfulness_ci)}){unconfirmed}"
+    ]
+
+
+def _validation_rows(result: IOICircuitResult):
+    """(class, heads, class effect, random effect, difference with CI, writes, verdict) per class."""
+    v = result.validation
+    for cls, c in v.classes.items() if v is not None else ():
+        writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f}, S {c.writes['S']:+.2f}"
+        difference = f"{c.difference:+.1%} [{c.difference_ci[0]:+.1%}, {c.difference_ci[1]:+.1%}]"
+        verdict = "confirmed" if c.confirmed else "unconfirmed"
+        yield (
+            cls,
+            ", ".join(c.heads),
+            f"{c.effect:+.1%}",
+            f"{c.random_effect:+.1%}",
+            difference,
+            writes,
+            verdict,
+        )
+
+
+VALIDATION_COLUMNS = (
+    "class",
+    "heads",
+    "ablated",
+    "random heads",
+    "difference (95% CI)",
+    "writes",
+    "held out",
+)
+
+
+def _class_label(result: IOICircuitResult, cls: str) -> str:
+    """The class name, marked when held-out validation did not confirm it."""
+    v = result.validation
+    return f"{cls} (unconfirmed)" if v is not None and cls in v.unconfirmed else cls
+
+
 def _head_rows(result: IOICircuitResult):
-    """(class, head name, effect, z, attention kind, attention) per circuit head."""
+    """(class, head name, effect, z, attention kind, attention, step, writes) per circuit head."""
+
+    def writes(h) -> str:
+        dla = h.direct_logit_attribution
+        return f"IO {dla['IO']:+.2f}, S {dla['S']:+.2f}"
+
     for cls in CLASSES:
         kind = CLASS_KIND[cls]
         for h in result.classes[cls]:
-            yield cls, h.name, h.effect, h.z, kind, h.attention[kind], h.step
+            yield _class_label(result, cls), h.name, h.effect, h.z, kind, h.attention[kind], h.step, writes(h)
     for h in result.unclassified:
         kind = max(h.attention, key=h.attention.get)
-        yield "unclassified", h.name, h.effect, h.z, kind, h.attention[kind], h.step
+        yield "unclassified", h.name, h.effect, h.z, kind, h.attention[kind], h.step, writes(h)
+
+
+HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "direct logit attribution")
 
 
 def render_table(result: IOICircuitResult, console: Console) -> None:
-    for line in _summary_lines(result):
+    for line in _summary_lines(result) + _validation_lines(result):
         console.print(line)
     table = Table(title="IOI circuit")
-    for column in ("class", "head", "effect", "z", "attention", "found by"):
+    for column in HEAD_COLUMNS:
         table.add_column(column, justify="right" if column in ("effect", "z") else "left")
-    for cls, name, effect, z, kind, attention, step in _head_rows(result):
-        table.add_row(cls, name, f"{effect:+.1%}", f"{z:+.1f}", f"{kind} {attention:.2f}", step)
+    for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
+        table.add_row(cls, name, f"{effect:+.1%}", f"{z:+.1f}", f"{kind} {attention:.2f}", step, writes)
     console.print(table)
+    if result.validation is not None:
+        validation = Table(title="Held-out validation: mean-ablating each class vs as many random heads")
+        for column in VALIDATION_COLUMNS:
+            validation.add_column(column)
+        for row in _validation_rows(result):
+            validation.add_row(*row)
+        console.print(validation)
     e = result.evaluation
     if e is not None and e.minimality:
         minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
@@ -106,10 +168,17 @@ def render_table(result: IOICircuitResult, console: Console) -> None:
 
 
 def render_markdown(result: IOICircuitResult) -> str:
-    out = ["# IOI circuit", ""] + [f"- {line}" for line in _summary_lines(result)] + [""]
-    out += ["| class | head | effect | z | attention | found by |", "|---|---|---:|---:|---|---|"]
-    for cls, name, effect, z, kind, attention, step in _head_rows(result):
-        out.append(f"| {cls} | {name} | {effect:+.1%} | {z:+.1f} | {kind} {attention:.2f} | {step} |")
+    lines = _summary_lines(result) + _validation_lines(result)
+    out = ["# IOI circuit", ""] + [f"- {line}" for line in lines] + [""]
+    out += ["| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---|---:|---:|---|---|---|"]
+    for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
+        out.append(
+            f"| {cls} | {name} | {effect:+.1%} | {z:+.1f} | {kind} {attention:.2f} | {step} | {writes} |"
+        )
+    if result.validation is not None:
+        out += ["", "Held-out validation (mean-ablating each class vs as many random heads):", ""]
+        out += ["| " + " | ".join(VALIDATION_COLUMNS) + " |", "|" + "---|" * len(VALIDATION_COLUMNS)]
+        out += ["| " + " | ".join(row) + " |" for row in _validation_rows(result)]
     e = result.evaluation
     if e is not None and e.minimality:
         out += [
@@ -215,19 +284,35 @@ def render_html(result: IOICircuitResult) -> str:
     """The full report as one self-contained HTML page."""
     sections = [
         "<h2>Summary</h2><ul>"
-        + "".join(f"<li>{html.escape(line)}</li>" for line in _summary_lines(result))
+        + "".join(
+            f"<li>{html.escape(line)}</li>" for line in _summary_lines(result) + _validation_lines(result)
+        )
         + "</ul>",
         "<h2>Circuit</h2>",
         circuit_svg(result),
-        "<table class='ioi-heads' style='border-collapse: collapse; font: 13px monospace;'>"
-        "<tr><th>class</th><th>head</th><th>effect</th><th>z</th><th>attention</th><th>found by</th></tr>"
+        "<table class='ioi-heads' style='border-collapse: collapse; font: 13px monospace;'><tr>"
+        + "".join(f"<th>{html.escape(column)}</th>" for column in HEAD_COLUMNS)
+        + "</tr>"
         + "".join(
-            f"<tr><td>{cls}</td><td>{name}</td><td>{effect:+.1%}</td><td>{z:+.1f}</td>"
-            f"<td>{html.escape(kind)} {attention:.2f}</td><td>{html.escape(step)}</td></tr>"
-            for cls, name, effect, z, kind, attention, step in _head_rows(result)
+            f"<tr><td>{html.escape(cls)}</td><td>{name}</td><td>{effect:+.1%}</td><td>{z:+.1f}</td>"
+            f"<td>{html.escape(kind)} {attention:.2f}</td><td>{html.escape(step)}</td>"
+            f"<td>{html.escape(writes)}</td></tr>"
+            for cls, name, effect, z, kind, attention, step, writes in _head_rows(result)
         )
         + "</table>",
     ]
+    if result.validation is not None:
+        sections.append(
+            "<h2>Held-out validation</h2><table class='ioi-validation' style='border-collapse: collapse; "
+            "font: 13px monospace;'><tr>"
+            + "".join(f"<th>{html.escape(column)}</th>" for column in VALIDATION_COLUMNS)
+            + "</tr>"
+            + "".join(
+                "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+                for row in _validation_rows(result)
+            )
+            + "</table>"
+        )
     n_layers, n_heads = next(iter(result.attention.values())).shape
     layers, heads = [str(i) for i in range(n_layers)], [str(i) for i in range(n_heads)]
     sections.append(
