@@ -86,8 +86,11 @@ def heads(
     n_samples: int = typer.Option(
         16, min=2, help="Random sequences per probe (repeat length) to score and ablate on."
     ),
+    wide: bool = typer.Option(
+        False, "--wide", help="Every score column in the terminal table (the default from 160 columns)."
+    ),
 ) -> None:
-    """Find previous-token, induction, duplicate-token, ... heads, with causal checks."""
+    """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from circuits.heads import head_report
     from circuits.report import FORMATS, write_report
 
@@ -97,7 +100,7 @@ def heads(
         report = head_report(loaded, n_samples=n_samples, seed=seed)
     except ValueError as error:
         raise fail(str(error)) from error
-    write_report(report, format, out, console)
+    write_report(report, format, out, console, wide=wide or None)
     if out is not None:
         console.print(f"Wrote {out}", style="dim")
 

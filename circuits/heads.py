@@ -83,6 +83,7 @@ MARGINS = {
 }
 # A fixed offset d is scored only where at least a third of the queries (and 4) have a key at i-d.
 MIN_OFFSET_QUERIES = 4
+MIN_SKIP_GRAM_SEQUENCES = 2  # per fold: a skip-gram pair is judged on query tokens seen in 4+ sequences
 MIN_OFFSET_QUERY_FRACTION = 1 / 3
 BROAD_THRESHOLD = 0.8
 BROAD_MIN_QUERY = 4
@@ -99,6 +100,7 @@ NATURAL_TEXT = (
     "$\\left( x + y \\right) = \\left( a \\right) + \\left[ b \\right]$",
     "so $f = \\left[ g \\right]$ and <b>bold</b> then <i>italic</i> then <b>bold again</b>",
     "<i>notes</i> on $\\left\\{ z \\right\\}$, <b>see</b> the table",
+    "<b>Proof.</b> By $\\left| x \\right|$ and <i>induction</i> on $n$.",
 )
 
 
@@ -338,14 +340,15 @@ def skip_gram_scores(
     """Cross-fitted skip-gram score of each head: (score [head], query type [head], key type [head]).
 
     mass: [occurrence, head, type] from skip_gram_masses over the whole probe. For each query type t
-    seen in at least two sequences, those sequences alternate between two folds. In each fold, the
+    seen in at least 2 * MIN_SKIP_GRAM_SEQUENCES sequences, those sequences alternate between two
+    folds. In each fold, the
     preferred key type v*(t) is the one the *other* fold's sequences attend to most (median over
     sequences of their mean attention from t), so the choice is never scored on the sequences that
     made it, and one coincidence in one sequence cannot make it. A sequence scores its mean attention
     from t on v*(t) minus the mean attention that queries of other types give v*(t) where it is
     present (a head that attends to one token from everywhere is a sink, not a skip-gram). A type's
     score is the mean of the two folds' medians over sequences; the head's is its best type's (that
-    pair is returned; -1 where no type is seen in two sequences).
+    pair is returned; -1 where no type is seen in enough sequences).
     """
     rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
     query = keys[rows, queries]  # [occurrence]
@@ -360,7 +363,7 @@ def skip_gram_scores(
     for t in query.unique():
         members = (query == t).nonzero()[:, 0]
         sequences, sequence_of = torch.unique(rows[members], return_inverse=True)
-        if len(sequences) < 2:
+        if len(sequences) < 2 * MIN_SKIP_GRAM_SEQUENCES:
             continue
         count = torch.zeros(len(sequences)).index_add_(0, sequence_of, torch.ones(len(members)))
         per_sequence = torch.zeros(len(sequences), n_heads, n_types).index_add_(0, sequence_of, mass[members])

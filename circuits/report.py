@@ -9,10 +9,11 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from circuits.heads import SCORE_NAMES, HeadReport
+from circuits.heads import CAUSAL_TYPES, SCORE_NAMES, HeadReport
 from interp import viz
 
 FORMATS = ("table", "csv", "json", "markdown", "html")
@@ -24,30 +25,39 @@ SHORT = {
     "current_token": "cur",
     "first_token": "first",
     "broad": "broad",
+    "fixed_offset": "offset",
+    "skip_gram": "skip",
     "copying": "copy",
     "k_composition": "kcomp",
 }
 TOP_HEADS_SHOWN = 3  # attention patterns per type in the HTML page
+WIDE_TERMINAL = 160  # columns from which the terminal table shows every score
 
 
 def _number(value: float, digits: int = 2) -> str:
     return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
-def _effect(row, kind: str) -> str:
-    effect, se = row[f"{kind}_effect"], row[f"{kind}_effect_se"]
+def _effect(row, kind: str, suffix: str = "") -> str:
+    effect, se = row[f"{kind}_effect{suffix}"], row[f"{kind}_effect{suffix}_se"]
     if math.isnan(effect):
         return ""
-    mark = " ✓" if row[f"{kind}_confirmed"] else ""
-    return f"{effect:.3f} ± {se:.3f}{mark}"
+    return f"{effect:.3f} ± {se:.3f}"
 
 
-def _type_label(row) -> str:
-    labels = []
-    for name in row["types"]:
-        confirmed = name in ("induction", "previous_token") and row[f"{name}_confirmed"]
-        labels.append(name + (" ✓" if confirmed else ""))
-    return ", ".join(labels)
+def _type_label(row, name: str) -> str:
+    """A type as shown: "induction ✓" (confirmed), "fixed_offset 18" (offset), "skip_gram a->b"."""
+    if name in CAUSAL_TYPES and row[f"{name}_confirmed"]:
+        return f"{name} ✓"
+    if name == "fixed_offset":
+        return f"{name} {int(row['fixed_offset_distance'])}"
+    if name == "skip_gram":
+        return f"{name} {row['skip_gram_pair']}"
+    return name
+
+
+def _types(row) -> str:
+    return ", ".join(_type_label(row, name) for name in row["types"])
 
 
 def classified_rows(report: HeadReport):
@@ -74,44 +84,78 @@ def group_line(report: HeadReport) -> str:
     )
 
 
-def _columns() -> list[str]:
-    scores = [SHORT[name] for name in (*SCORE_NAMES, *WEIGHT_SCORES)]
-    return ["head", "types", *scores, "Δloss", "Δind"]
+def _length_columns(report: HeadReport) -> list[str]:
+    return [f"induction_len{n}" for n in report.settings["induction_lengths"]]
 
 
-def _cells(row) -> list[str]:
-    scores = [_number(row[name]) for name in (*SCORE_NAMES, *WEIGHT_SCORES)]
+def _columns(report: HeadReport) -> list[str]:
+    """Every score: the main scores, induction per repeat length, weights, the causal effects."""
+    lengths = [f"ind@{n}" for n in report.settings["induction_lengths"]]
+    scores = [SHORT[name] for name in SCORE_NAMES if name != "induction"]
+    return ["head", "types", *lengths, *scores, *(SHORT[name] for name in WEIGHT_SCORES),
+            "Δloss", "Δind"]  # fmt: skip
+
+
+def _cells(report: HeadReport, row) -> list[str]:
+    names = [*_length_columns(report), *(n for n in SCORE_NAMES if n != "induction"), *WEIGHT_SCORES]
     head = f"L{row['layer']}H{row['head']}"
-    return [head, _type_label(row), *scores, _effect(row, "induction"), _effect(row, "previous_token")]
+    effects = [
+        ""
+        if math.isnan(row[f"{kind}_effect"])
+        else f"{row[f'{kind}_effect']:.2f}/{row[f'{kind}_effect_with_others']:.2f}"
+        for kind in CAUSAL_TYPES
+    ]
+    return [head, _types(row), *(_number(row[name]) for name in names), *effects]
+
+
+def _compact_cells(row) -> list[str]:
+    """head, types, the score of its main type, the causal evidence."""
+    main = next((name for name in row["types"] if name not in ("first_token", "broad")), row["types"][0])
+    evidence = ""
+    for kind, unit in (("induction", "Δloss"), ("previous_token", "Δind")):
+        if kind in row["types"] and not math.isnan(row[f"{kind}_effect"]):
+            alone, others = row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]
+            evidence = f"{unit} {alone:.2f} alone, {others:.2f} w/o others"
+            break
+    return [f"L{row['layer']}H{row['head']}", _types(row), f"{SHORT[main]} {row[main]:.2f}", evidence]
 
 
 # ---------------------------------------------------------------------------------------------
 # Terminal
 
 
-def print_table(report: HeadReport, console: Console | None = None) -> None:
-    """Classified heads and a summary per type, as rich tables."""
+def print_table(report: HeadReport, console: Console | None = None, wide: bool | None = None) -> None:
+    """Classified heads and a summary per type, as rich tables. wide: every score column (default:
+    when the terminal has at least WIDE_TERMINAL columns); else head, types, main score, evidence."""
     console = console or Console()
-    table = Table(title=f"Attention head types of {report.model_name}", header_style="bold")
-    for column in _columns():
-        table.add_column(column, justify="left" if column in ("head", "types") else "right", overflow="fold")
+    wide = console.width >= WIDE_TERMINAL if wide is None else wide
+    table = Table(title=f"Attention head types of {report.model_name}", header_style="bold",
+                  box=box.SIMPLE_HEAD if wide else box.HEAVY_HEAD)  # fmt: skip
+    columns = _columns(report) if wide else ["head", "types", "score", "causal effect (nats / score)"]
+    for column in columns:  # cells wrap between words only; numbers never wrap
+        table.add_column(column, justify="left" if column in ("head", "types") else "right",
+                         no_wrap=column not in ("types", columns[-1] if not wide else "types"))  # fmt: skip
     for row in classified_rows(report).to_dict("records"):
-        table.add_row(*_cells(row))
+        table.add_row(*(_cells(report, row) if wide else _compact_cells(row)))
     console.print(table)
     summary = Table(title="Summary per type", header_style="bold")
-    summary.add_column("type")
-    summary.add_column("threshold", justify="right")
-    summary.add_column("heads", justify="right")
+    summary.add_column("type", no_wrap=True)
+    summary.add_column("threshold", justify="right", no_wrap=True)
+    summary.add_column("heads", justify="right", no_wrap=True)
     summary.add_column("top heads")
+    shown = 8 if wide else 5
     for name, count, heads in type_summary(report):
-        top = ", ".join(f"L{layer}H{head}" for layer, head in heads[:8]) + (" …" if count > 8 else "")
+        top = ", ".join(f"L{layer}H{head}" for layer, head in heads[:shown]) + (" …" if count > shown else "")
         summary.add_row(name, f"{report.thresholds[name]:.2f}", str(count), top)
     console.print(summary)
     if group_line(report):
         console.print(group_line(report))
     console.print(
-        "✓ = confirmed by mean ablation (effect > 2 std errors). Δloss: loss increase on repeated tokens; "
-        "Δind: drop of later induction heads' score. Every score is in --format csv/json."
+        "✓ = confirmed by mean ablation (effect > 2 std errors, alone or with the other candidates "
+        "ablated). Δloss: loss increase on repeated tokens (nats); Δind: drop of later induction "
+        "heads' score"
+        + (", each as alone/with the other candidates ablated. " if wide else ". --wide shows every score; ")
+        + "--format csv/json has standard errors too."
     )
 
 
@@ -131,10 +175,10 @@ def to_markdown(report: HeadReport) -> str:
     for name, count, heads in type_summary(report):
         top = ", ".join(f"L{layer}H{head}" for layer, head in heads[:8])
         lines.append(f"| {name} | {report.thresholds[name]:.2f} | {count} | {top} |")
-    columns = _columns()
+    columns = _columns(report)
     lines += ["", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     for row in classified_rows(report).to_dict("records"):
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(row)) + " |")
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(report, row)) + " |")
     settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
     lines += ["", group_line(report), "", f"Settings: {settings}.", ""]
     return "\n".join(lines)
@@ -167,10 +211,10 @@ def _html_summary(report: HeadReport) -> str:
     )
     settings = html.escape(", ".join(f"{k}={v}" for k, v in report.settings.items() if k != "natural_text"))
     head_rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(row)) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(report, row)) + "</tr>"
         for row in classified_rows(report).to_dict("records")
     )
-    header = "".join(f"<th>{html.escape(column)}</th>" for column in _columns())
+    header = "".join(f"<th>{html.escape(column)}</th>" for column in _columns(report))
     return (
         f"<p>Settings: {settings}</p><p>{html.escape(group_line(report))}</p>"
         '<table class="interp-summary"><thead><tr><th>type</th><th>threshold</th><th>heads</th>'
@@ -215,7 +259,9 @@ def write_output(
         viz.write_text(out, text(format))
 
 
-def write_report(report: HeadReport, format: str, out: str | Path | None, console: Console) -> None:
-    """Print (table, or text formats without `out`) or write the report to `out`."""
-    table = functools.partial(print_table, report)
+def write_report(
+    report: HeadReport, format: str, out: str | Path | None, console: Console, wide: bool | None = None
+) -> None:
+    """Print (table, or text formats without `out`) or write the report to `out`. wide: see print_table."""
+    table = functools.partial(print_table, report, wide=wide)
     write_output(format, FORMATS, out, console, table, lambda fmt: render(report, fmt))

@@ -7,11 +7,13 @@ import json
 
 import pandas as pd
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+import interp
 from circuits.cli import app
 from circuits.heads import SCORE_NAMES, head_report
-from circuits.report import render, to_csv, to_markdown, write_report
+from circuits.report import SHORT, WIDE_TERMINAL, print_table, render, to_csv, to_markdown, write_report
 from tests.browser import render_in_chromium
 
 XSS = "Say </script><script>alert(1)</script> twice: </script><script>alert(1)</script>"
@@ -21,7 +23,7 @@ XSS = "Say </script><script>alert(1)</script> twice: </script><script>alert(1)</
 def smollm2_report(smollm2):
     """A quick SmolLM2 report whose first natural-text probe is a script injection attempt."""
     texts = [XSS, "The cat sat on the mat."]
-    return head_report(smollm2, n_samples=4, seq_len=8, natural_text=texts, causal=False, progress=False)
+    return head_report(smollm2, n_samples=4, seq_len=10, natural_text=texts, causal=False, progress=False)
 
 
 def test_json_has_every_head_with_scores_types_and_effects(smollm2_report, smollm2):
@@ -56,7 +58,7 @@ def test_html_renders_offline_and_escapes_tokens(smollm2_report, tmp_path):
     assert result.script_errors == [] and result.dialogs == [] and result.external_requests == []
     assert result.missing == []
     assert result.counts[".interp-heatmap"] == len(SCORE_NAMES) + 2
-    assert result.counts[".interp-attention"] == 2  # repeated and natural-text probes
+    assert result.counts[".interp-attention"] == 3  # repeated, unrepeated random and natural-text probes
     assert "alert(1)" in result.text  # the injected script shows as text ...
     assert "<script>alert(1)</script>" not in result.dom  # ... and never becomes an element
 
@@ -72,6 +74,37 @@ def test_cli_heads_json_on_toy_checkpoint(tmp_path):
     assert any("previous_token" in head["types"] and head["layer"] == 0 for head in data["heads"])
     table = runner.invoke(app, ["heads", "--model", "toy-induction", "--n-samples", "4"])
     assert table.exit_code == 0 and "Summary per type" in table.output
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_terminal_table_fits_the_terminal(width):
+    """At 80 columns the compact table, at 160 every column; no line is wider, no word is split."""
+    model = interp.load_model("toy-induction")
+    report = head_report(model, n_samples=8, progress=False)
+    console = Console(file=io.StringIO(), width=width)
+    print_table(report, console)
+    text = console.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width
+    words = set(text.replace("│", " ").replace("┃", " ").replace(",", " ").split())
+    for name in SCORE_NAMES:  # every type name shown is whole (or its short column name)
+        assert all(word in (name, SHORT[name]) for word in words if name.startswith(word) and len(word) > 2)
+    assert "induction ✓" in text and "L1H0" in text and "…" not in text
+    wide = "ind@" in text
+    assert wide == (width >= WIDE_TERMINAL)
+    if wide:  # every score, per repeat length too
+        assert all(f"ind@{n}" in text for n in report.settings["induction_lengths"]) and "kcomp" in text
+    else:
+        assert "--wide shows every score" in text
+
+
+def test_cli_heads_wide(tmp_path):
+    narrow = CliRunner().invoke(
+        app, ["heads", "--model", "toy-induction", "--n-samples", "4"], terminal_width=80
+    )
+    wide = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--n-samples", "4", "--wide"])
+    assert narrow.exit_code == 0 and wide.exit_code == 0
+    assert "--wide shows every score" in narrow.output and "ind@" not in narrow.output
+    assert "each as alone/with the other candidates" in " ".join(wide.output.split())
 
 
 def test_cli_heads_bad_options():

@@ -1,0 +1,56 @@
+"""Every number and choice of the CLI is checked before any model is loaded or trained."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from circuits.cli import app
+
+BAD_ARGUMENTS = [
+    # (command line, what the error names)
+    (["heads", "--n-samples", "1"], "--n-samples"),
+    (["heads", "--seed", "-1"], "--seed"),
+    (["heads", "--format", "pdf"], "unknown format 'pdf'"),
+    (["ioi", "--n-prompts", "3"], "--n-prompts"),
+    (["ioi", "--n-prompts", "0"], "--n-prompts"),
+    (["ioi", "--seed", "-2"], "--seed"),
+    (["train", "--task", "induction", "--layers", "0", "--out", "{out}"], "--layers"),
+    (["train", "--task", "induction", "--heads", "0", "--out", "{out}"], "--heads"),
+    (["train", "--task", "induction", "--steps", "0", "--out", "{out}"], "--steps"),
+    (["train", "--task", "induction", "--steps", "-5", "--out", "{out}"], "--steps"),
+    (["train", "--task", "induction", "--lr", "0", "--out", "{out}"], "--lr"),
+    (["train", "--task", "induction", "--batch-size", "0", "--out", "{out}"], "--batch-size"),
+    (["train", "--task", "induction", "--d-model", "30", "--out", "{out}"], "not a multiple of --heads"),
+    (["train", "--task", "induction", "--seq-len", "3", "--out", "{out}"], "--seq-len"),
+    (["train", "--task", "markov", "--d-vocab", "1", "--out", "{out}"], "--d-vocab"),
+    (["train", "--task", "induction", "--positional", "alibi", "--out", "{out}"], "--positional"),
+    (["train", "--task", "induction", "--checkpoint-every", "-1", "--out", "{out}"], "--checkpoint-every"),
+    (["train", "--task", "sorting", "--out", "{out}"], "--task"),
+    (["train", "--task", "ioi", "--d-vocab", "40", "--out", "{out}"], "drop --seq-len and --d-vocab"),
+    (["train", "--task", "induction", "--out", "{file}"], "is a file"),
+    (["patch", "--component", "zz"], "--component"),
+    (["patch", "--direction", "sideways"], "--direction"),
+    (["patch", "--n-prompts", "0"], "--n-prompts"),
+    (["patch", "--top", "0"], "--top"),
+]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"), BAD_ARGUMENTS, ids=lambda a: " ".join(a) if isinstance(a, list) else ""
+)
+def test_bad_arguments_are_refused_before_work_starts(arguments, message, tmp_path):
+    file = tmp_path / "a-file"
+    file.write_text("")
+    out = tmp_path / "model"
+    arguments = [a.format(out=out, file=file) for a in arguments]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.replace("│", " ").split())  # as one line, unwrapped
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+    assert not out.exists()  # nothing was trained or written
+
+
+def test_an_unknown_model_is_a_one_line_error():
+    result = CliRunner().invoke(app, ["info", "--model", "no/such-model-here"])
+    assert result.exit_code == 2 and "error:" in result.output and "Traceback" not in result.output
