@@ -620,21 +620,22 @@ def previous_token_ablation_effects(
 
     def target_score(ablated: Sequence[tuple[int, int]]) -> Tensor:
         """Mean induction score [batch] of the later targets with `ablated` mean-ablated."""
-        if ablated:
-            first = min(layer for layer, _ in ablated)
+        patterns = {layer: cache["pattern", layer] for layer in target_layers}
+        first = min((layer for layer, _ in ablated), default=max(target_layers) + 1)
+        affected = [layer for layer in target_layers if layer > first]  # earlier ones stay clean
+        if affected:
             with model.hooks(fwd_hooks=_mean_ablation_hooks(model, ablated, cache)):
                 _, run = model.run_with_cache(
                     cache["resid_pre", first],
-                    names_filter=[interp.act_name("pattern", lt) for lt in target_layers],
+                    names_filter=[interp.act_name("pattern", layer) for layer in affected],
                     start_at_layer=first,
-                    stop_at_layer=max(target_layers) + 1,
+                    stop_at_layer=max(affected) + 1,
                 )
-        else:
-            run = cache
+            patterns.update({layer: run["pattern", layer] for layer in affected})
         per_target = [
-            pattern_scores(run["pattern", lt][:, ht : ht + 1].float().cpu(), masks, probe.lengths)[
-                "induction"
-            ][:, 0]
+            pattern_scores(patterns[lt][:, ht : ht + 1].float().cpu(), masks, probe.lengths)["induction"][
+                :, 0
+            ]
             for lt, ht in later
         ]
         return torch.stack(per_target).mean(0)

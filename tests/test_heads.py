@@ -290,7 +290,7 @@ def induction_model() -> interp.HookedTransformer:
     cfg = interp.Config(
         n_layers=2, n_heads=4, d_model=64, d_vocab=64, n_ctx=48, attn_only=True, bos_token_id=0
     )
-    return _train(cfg, InductionTask(d_vocab=64, n_ctx=48, min_span=11), steps=800)
+    return _train(cfg, InductionTask(d_vocab=64, n_ctx=48, min_span=11), steps=1500)
 
 
 def test_redundant_induction_heads_are_all_found(induction_model):
