@@ -6,6 +6,7 @@ Each command parses options, calls one library function, and renders its result.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,19 @@ from interp.patching import COMPONENTS
 from interp.training import TASKS
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
+EXAMPLES = {  # the end of each command's --help
+    command: "Examples:\n\n" + "\n\n".join(f"  interp {command} {line}" for line in lines)
+    for command, lines in {
+        "info": ["--model toy-ioi"],
+        "heads": ["--model smollm2-135m", "--model toy-induction --format html --out heads.html"],
+        "train": [
+            "--task induction --attn-only --out runs/induction",
+            "--task ioi --attn-only --seed 1 --out runs/ioi",
+        ],
+        "ioi": ["--model smollm2-135m --format markdown --out ioi.md", "--model toy-ioi"],
+        "patch": ["--component z --top 5", "--component resid_pre --out patch.csv"],
+    }.items()
+}
 
 app = typer.Typer(
     help="Mechanistic interpretability reports for transformer language models.", no_args_is_help=True
@@ -24,8 +38,18 @@ app = typer.Typer(
 console = Console()
 
 
-@app.callback()
-def _root() -> None:
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"interp {version('interp')}")
+        raise typer.Exit()
+
+
+@app.callback(epilog="Example: interp heads --model smollm2-135m")
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """Mechanistic interpretability reports for transformer language models."""
 
 
@@ -57,7 +81,7 @@ def load(model: str) -> interp.HookedTransformer:
         raise fail(str(error)) from error
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["info"])
 def info(model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP)) -> None:
     """Summarise a model and its top prediction on an IOI prompt."""
     loaded = load(model)
@@ -77,7 +101,7 @@ def info(model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP)) -> No
         console.print(f"{prompt!r} -> {guesses}")
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["heads"])
 def heads(
     model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
     format: str = typer.Option("table", help="table, csv, json, markdown or html."),
@@ -105,7 +129,7 @@ def heads(
         console.print(f"Wrote {out}", style="dim")
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["train"])
 def train(
     task: Literal[TASKS] = typer.Option(..., help="The synthetic task."),
     layers: int = typer.Option(2, min=1, help="Number of layers."),
@@ -160,7 +184,7 @@ def train(
     console.print(f"step {last['step']}: task loss {last['eval_loss']:.3f} ({detail}). Wrote {out}")
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["ioi"])
 def ioi(
     model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
     n_prompts: int = typer.Option(
@@ -187,7 +211,7 @@ def ioi(
         console.print(f"Wrote {out}", style="dim")
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["patch"])
 def patch(
     model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
     component: Literal[COMPONENTS] = typer.Option(

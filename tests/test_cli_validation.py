@@ -54,3 +54,13 @@ def test_bad_arguments_are_refused_before_work_starts(arguments, message, tmp_pa
 def test_an_unknown_model_is_a_one_line_error():
     result = CliRunner().invoke(app, ["info", "--model", "no/such-model-here"])
     assert result.exit_code == 2 and "error:" in result.output and "Traceback" not in result.output
+
+
+def test_version_and_examples_in_help():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"interp {version('interp')}"
+    for command in ("info", "heads", "train", "ioi", "patch"):
+        text = CliRunner().invoke(app, [command, "--help"]).output
+        assert f"interp {command} " in text.split("Examples:")[-1], command
