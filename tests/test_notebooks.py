@@ -30,3 +30,13 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
         if output.get("output_type") == "error"
     ]
     assert not errors
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_stored_with_its_outputs(path: Path) -> None:
+    """Committed executed (`make notebooks`), so a viewer shows the results, and kept small."""
+    notebook = nbformat.read(path, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count is not None for cell in code), "run `make notebooks`"
+    assert sum(bool(cell.outputs) for cell in code) >= len(code) // 2
+    assert path.stat().st_size < 2_000_000
