@@ -22,6 +22,149 @@ def _random_hf_model(config: transformers.PretrainedConfig, seed: int = 0):
     return model
 
 
+# Small shapes shared by the Llama-style configs below.
+_SMALL = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=96,
+    vocab_size=113,
+    max_position_embeddings=64,
+)
+
+NEW_FAMILY_CONFIGS = {
+    "mistral-sliding-window": lambda: transformers.MistralConfig(**_SMALL, sliding_window=6),
+    "qwen3-qk-norm": lambda: transformers.Qwen3Config(**_SMALL, head_dim=32),
+    "qwen3-sliding-tied": lambda: transformers.Qwen3Config(
+        **{**_SMALL, "num_hidden_layers": 3},
+        use_sliding_window=True,
+        sliding_window=5,
+        max_window_layers=1,
+        tie_word_embeddings=True,
+    ),
+    "olmo2-post-norms": lambda: transformers.Olmo2Config(**_SMALL),
+    "olmo2-mha": lambda: transformers.Olmo2Config(**{**_SMALL, "num_key_value_heads": 4}, rope_theta=500.0),
+    "granite-multipliers": lambda: transformers.GraniteConfig(
+        **_SMALL,
+        embedding_multiplier=12.0,
+        residual_multiplier=0.22,
+        attention_multiplier=0.015625,
+        logits_scaling=8.0,
+        tie_word_embeddings=True,
+    ),
+    "smollm3-nope-layers": lambda: transformers.SmolLM3Config(
+        **{**_SMALL, "num_hidden_layers": 4}, no_rope_layer_interval=2, pad_token_id=0
+    ),
+    "stablelm-partial-rotary": lambda: transformers.StableLmConfig(**_SMALL, partial_rotary_factor=0.25),
+    "stablelm-parallel-qk-norm-bias": lambda: transformers.StableLmConfig(
+        **_SMALL, use_parallel_residual=True, qk_layernorm=True, use_qkv_bias=True
+    ),
+    "phi3-fused": lambda: transformers.Phi3Config(**_SMALL, pad_token_id=0),
+    "phi3-partial-rotary": lambda: transformers.Phi3Config(
+        **{**_SMALL, "num_key_value_heads": 4}, partial_rotary_factor=0.5, pad_token_id=0
+    ),
+    "phi-partial-rotary": lambda: transformers.PhiConfig(**_SMALL, partial_rotary_factor=0.5),
+    "phi-qk-layernorm": lambda: transformers.PhiConfig(**_SMALL, qk_layernorm=True, hidden_act="gelu"),
+    "gptj-interleaved-partial": lambda: transformers.GPTJConfig(
+        n_layer=2, n_embd=64, n_head=4, rotary_dim=8, vocab_size=101, n_positions=64
+    ),
+    "gptj-full-rotary": lambda: transformers.GPTJConfig(
+        n_layer=2, n_embd=48, n_head=3, rotary_dim=16, n_inner=80, vocab_size=101, n_positions=64
+    ),
+    "gpt-neo-local-global": lambda: transformers.GPTNeoConfig(
+        num_layers=3,
+        attention_types=[[["global", "local"], 1], [["local"], 1]],
+        hidden_size=64,
+        num_heads=4,
+        window_size=5,
+        vocab_size=101,
+        max_position_embeddings=64,
+    ),
+    "opt-pre-ln": lambda: transformers.OPTConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_dim=96,
+        vocab_size=101,
+        max_position_embeddings=64,
+        word_embed_proj_dim=64,
+        pad_token_id=1,
+    ),
+    "opt-project-in-out": lambda: transformers.OPTConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_dim=96,
+        vocab_size=101,
+        max_position_embeddings=64,
+        word_embed_proj_dim=32,
+        enable_bias=False,
+        pad_token_id=1,
+    ),
+    "falcon-multi-query-parallel": lambda: transformers.FalconConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        vocab_size=101,
+        multi_query=True,
+        parallel_attn=True,
+        bias=False,
+        ffn_hidden_size=96,
+    ),
+    "falcon-new-decoder-gqa": lambda: transformers.FalconConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_kv_heads=2,
+        vocab_size=101,
+        new_decoder_architecture=True,
+        bias=True,
+        ffn_hidden_size=96,
+    ),
+    "falcon-sequential-mha": lambda: transformers.FalconConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        vocab_size=101,
+        multi_query=False,
+        parallel_attn=False,
+        bias=True,
+        rope_theta=1000.0,
+    ),
+    "gemma-mqa": lambda: transformers.GemmaConfig(
+        **{**_SMALL, "num_key_value_heads": 1}, head_dim=32, hidden_activation="gelu_pytorch_tanh"
+    ),
+    "gemma2-softcap-sliding": lambda: transformers.Gemma2Config(
+        **{**_SMALL, "num_hidden_layers": 3},
+        head_dim=32,
+        sliding_window=5,
+        query_pre_attn_scalar=24,
+        attn_logit_softcapping=5.0,
+        final_logit_softcapping=3.0,
+    ),
+    "gemma2-no-softcap": lambda: transformers.Gemma2Config(
+        **_SMALL, head_dim=16, sliding_window=4, attn_logit_softcapping=None, final_logit_softcapping=None
+    ),
+    "gemma3-local-global-rope": lambda: transformers.Gemma3TextConfig(
+        **{**_SMALL, "num_hidden_layers": 3},
+        head_dim=16,
+        sliding_window=5,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 100000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+        },
+    ),
+    "gemma3-softcap": lambda: transformers.Gemma3TextConfig(
+        **_SMALL, head_dim=16, sliding_window=4, final_logit_softcapping=4.0, attn_logit_softcapping=6.0
+    ),
+    "mixtral-top2": lambda: transformers.MixtralConfig(**_SMALL, num_local_experts=4, num_experts_per_tok=2),
+    "mixtral-top1-sliding": lambda: transformers.MixtralConfig(
+        **_SMALL, num_local_experts=3, num_experts_per_tok=1, sliding_window=6
+    ),
+}
+
 HF_CONFIGS = {
     "gpt2": lambda: transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=101, n_positions=64),
     "gpt2-relu-wide": lambda: transformers.GPT2Config(
@@ -108,6 +251,7 @@ HF_CONFIGS = {
         max_position_embeddings=64,
         sliding_window=None,
     ),
+    **NEW_FAMILY_CONFIGS,
 }
 
 
