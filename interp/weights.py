@@ -76,10 +76,8 @@ def _fold_ln(model: HookedTransformer) -> None:
         _fold_norm_into(block.ln1, [(attn, f"W_{n}", f"b_{n}") for n in "QKV"])
         if not cfg.attn_only:
             readers = _mlp_readers(block.mlp)
-            if len(readers) > 1 and block.ln2.b is not None:
-                raise NotImplementedError(
-                    "Folding a LayerNorm bias into a gated MLP or experts is not supported."
-                )
+            if cfg.num_experts is not None and block.ln2.b is not None:
+                raise NotImplementedError("Folding a LayerNorm bias into routed experts is not supported.")
             _fold_norm_into(block.ln2, readers)
     _fold_norm_into(model.ln_final, [(model, "W_U", "b_U")])
     cfg.norm_folded = True

@@ -269,6 +269,69 @@ def test_logits_match_transformers(name: str) -> None:
     torch.testing.assert_close(hooked, expected, atol=ATOL, rtol=0)
 
 
+def _one_config_per_family() -> list[str]:
+    """The first config of each model type (the bf16 and generation tests run one per family)."""
+    seen: dict[str, str] = {}
+    for name, make in HF_CONFIGS.items():
+        seen.setdefault(make().model_type, name)
+    return sorted(seen.values())
+
+
+# bf16 keeps 8 significant bits (relative spacing 2^-8 = 0.4%); rounding at different places in
+# two implementations drifts apart over layers. Measured on these configs: our bf16 logits are
+# within 2.2% of the largest logit of transformers' bf16 logits, and as close to the fp32 logits as
+# transformers' bf16 ones are (ratio <= 1.3). The bounds leave about 2x headroom.
+BF16_RTOL_OF_SCALE = 0.05
+
+
+@pytest.mark.parametrize("name", _one_config_per_family())
+def test_bf16_logits_match_transformers_bf16(name: str) -> None:
+    hf_model = _random_hf_model(HF_CONFIGS[name]())
+    tokens = torch.randint(0, hf_model.config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
+    model = interp.load_model(hf_model, dtype=torch.bfloat16)
+    with torch.no_grad():
+        fp32 = hf_model(tokens).logits
+        theirs = hf_model.to(torch.bfloat16)(tokens).logits.float()
+        ours = model(tokens)
+    assert ours.dtype == torch.bfloat16
+    ours = ours.float()
+    scale = fp32.abs().max()
+    assert (ours - theirs).abs().max() <= BF16_RTOL_OF_SCALE * scale
+    assert (ours - fp32).abs().max() <= 2 * (theirs - fp32).abs().max() + 0.005 * scale
+
+
+def _first_divergence_is_a_tie(hf_model, ours: torch.Tensor, theirs: torch.Tensor) -> bool:
+    """Greedy continuations may part only where transformers' top two logits tie (to 1e-4)."""
+    for row in range(ours.shape[0]):
+        differ = (ours[row] != theirs[row]).nonzero()
+        if len(differ):
+            step = differ[0, 0].item()
+            with torch.no_grad():
+                logits = hf_model(theirs[row : row + 1, :step]).logits[0, -1]
+            top2 = logits.topk(2).values
+            if top2[0] - top2[1] > ATOL:
+                return False
+    return True
+
+
+@pytest.mark.parametrize("name", _one_config_per_family())
+def test_kv_cache_greedy_generation_matches_transformers(name: str) -> None:
+    """Greedy decoding with our KV cache continues the prompts as transformers' generate does,
+    past the sliding windows of the configs that have them."""
+    hf_model = _random_hf_model(HF_CONFIGS[name]())
+    hf_model.generation_config.eos_token_id = None  # never stop early
+    hf_model.generation_config.pad_token_id = 0
+    model = interp.load_model(hf_model)
+    prompts = torch.randint(0, hf_model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        theirs = hf_model.generate(
+            prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=10, do_sample=False
+        )
+    ours = model.generate(prompts, max_new_tokens=10)
+    assert ours.shape == theirs.shape == (2, 17)
+    assert torch.equal(ours, theirs) or _first_divergence_is_a_tie(hf_model, ours, theirs)
+
+
 def test_smollm2_matches_transformers_gguf(smollm2, smollm2_hf) -> None:
     """fp32 on a prompt; float64 on a padded batch. SmolLM2's residual stream reaches ~2e4, where
     fp32's spacing is 2e-3, so fp32 pad positions differ by rounding alone; in float64 they agree
