@@ -494,7 +494,7 @@ def _phi_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
     return out
 
 
-# --- GPT-J (interleaved rotary) and GPT-Neo (local attention) -------------------------------------
+# --- GPT-J (rotary on adjacent pairs) and GPT-Neo (local attention) -------------------------------------
 
 
 def _gptj_config(hf: Any) -> Config:
@@ -509,6 +509,7 @@ def _gptj_config(hf: Any) -> Config:
         norm_eps=hf.layer_norm_epsilon,
         positional="rotary",
         rotary_dim=hf.rotary_dim or hf.n_embd // hf.n_head,
+        rotary_adjacent_pairs=True,
         activation=_activation(hf.activation_function),
         parallel_residual=True,
         qkv_bias=False,
@@ -517,15 +518,6 @@ def _gptj_config(hf: Any) -> Config:
         architecture="gptj",
         bos_token_id=hf.bos_token_id,
     )
-
-
-def _deinterleave(W: Tensor, rotary_dim: int) -> Tensor:
-    """Reorder the last dim's first rotary_dim entries from interleaved pairs (0, 1), (2, 3), ...
-    (GPT-J) to halves (0, r/2), (1, r/2 + 1), ... (our rotation). Applied to both W_Q and W_K it
-    leaves every q.k unchanged, so attention is exactly GPT-J's."""
-    order = torch.cat([torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2)])
-    order = torch.cat([order, torch.arange(rotary_dim, W.shape[-1])])
-    return W[..., order]
 
 
 def _gptj_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
@@ -537,8 +529,6 @@ def _gptj_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
         out.update(_norm(sd, p + "ln_1", o + "ln1"))
         out.update(_norm(sd, p + "ln_1", o + "ln2"))  # one norm feeds attention and MLP
         out.update(_attention(sd, p + "attn.", o, cfg, "q_proj k_proj v_proj out_proj"))
-        for name in "QK":
-            out[o + f"attn.W_{name}"] = _deinterleave(out[o + f"attn.W_{name}"], cfg.rotary_dim)
         out[o + "mlp.W_in"], out[o + "mlp.b_in"] = sd[p + "mlp.fc_in.weight"].T, sd[p + "mlp.fc_in.bias"]
         out[o + "mlp.W_out"], out[o + "mlp.b_out"] = sd[p + "mlp.fc_out.weight"].T, sd[p + "mlp.fc_out.bias"]
     return out

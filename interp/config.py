@@ -41,11 +41,12 @@ class Config:
       sees keys j with i - window_size < j <= i (GPT-Neo, Gemma 2/3, Mistral's sliding window).
     - rotary_base_local: RoPE base of local layers when it differs from rotary_base (Gemma 3).
     - nope_layers: layers whose attention uses no positions at all (SmolLM3).
+    - rotary_adjacent_pairs: RoPE rotates dims (2i, 2i + 1) together (GPT-J), not (i, i + r/2).
     - num_experts, experts_per_token: a routed mixture of gated-MLP experts replaces the MLP
       (Mixtral): softmax over the router logits, the top experts_per_token renormalised.
     Quirks that fold exactly into weights (Gemma's (1 + w) norms and embedding scale, Granite's
-    multipliers, OPT's projections and position offset, GPT-J's interleaved rotary pairs, one norm
-    shared by parallel attention and MLP) are applied when loading and need no field.
+    multipliers, OPT's projections and position offset, one norm shared by parallel attention
+    and MLP) are applied when loading and need no field.
     """
 
     n_layers: int
@@ -63,6 +64,7 @@ class Config:
     rotary_dim: int | None = None
     rotary_base: float = 10000.0
     rotary_inv_freq: list[float] | None = None  # explicit frequencies (scaled RoPE, e.g. Llama 3)
+    rotary_adjacent_pairs: bool = False  # rotate dims (2i, 2i+1) (GPT-J), not (i, i + rotary_dim/2)
     activation: Activation = "gelu_new"
     gated_mlp: bool = False
     parallel_residual: bool = False

@@ -109,14 +109,21 @@ def apply_rotary(
     x: Float[Tensor, "batch pos head d_head"],
     cos: Float[Tensor, "pos rotary_dim"],
     sin: Float[Tensor, "pos rotary_dim"],
+    adjacent_pairs: bool = False,
 ) -> Float[Tensor, "batch pos head d_head"]:
-    """Rotate the first rotary_dim dims of each head, in halves (GPT-NeoX / Llama convention)."""
+    """Rotate the first rotary_dim dims of each head: pairs (i, i + rotary_dim/2) (GPT-NeoX /
+    Llama convention), or with `adjacent_pairs` pairs (2i, 2i + 1) (GPT-J). cos and sin hold each
+    pair's angle at both of its dims (see Attention._rotary_cos_sin)."""
     rotary_dim = cos.shape[-1]
     x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
-    half = rotary_dim // 2
-    rotated_half = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
+    if adjacent_pairs:
+        pairs = x_rot.unflatten(-1, (-1, 2))  # [..., rotary_dim/2, 2]
+        rotated = torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
+    else:
+        half = rotary_dim // 2
+        rotated = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
     cos, sin = cos[:, None, :], sin[:, None, :]
-    x_rot = (_upcast(x_rot) * cos + _upcast(rotated_half) * sin).to(x.dtype)
+    x_rot = (_upcast(x_rot) * cos + _upcast(rotated) * sin).to(x.dtype)
     return torch.cat([x_rot, x_pass], dim=-1)
 
 
@@ -170,7 +177,10 @@ class Attention(nn.Module):
     def _rotary_cos_sin(self, positions: Int[Tensor, " pos"]) -> tuple[Tensor, Tensor]:
         inv_freq = self.rotary_inv_freq.to(positions.device)
         angles = positions.float()[:, None] * inv_freq[None, :]  # [pos, rotary_dim/2], float32
-        angles = torch.cat([angles, angles], dim=-1)
+        if self.cfg.rotary_adjacent_pairs:
+            angles = angles.repeat_interleave(2, dim=-1)  # dims 2i, 2i + 1: pair i
+        else:
+            angles = torch.cat([angles, angles], dim=-1)  # dims i, i + rotary_dim/2: pair i
         return angles.cos(), angles.sin()
 
     def _needs_explicit_pattern(self) -> bool:
@@ -211,8 +221,8 @@ class Attention(nn.Module):
         if self.rotary:
             positions = torch.arange(offset, offset + q.shape[1], device=q.device)
             cos, sin = self._rotary_cos_sin(positions)
-            q = self.hook_rot_q(apply_rotary(q, cos, sin))
-            k = self.hook_rot_k(apply_rotary(k, cos, sin))
+            q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
+            k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
         if past_kv is not None:
             if offset:
                 k = torch.cat([past_kv["k"], k], dim=1)
