@@ -325,12 +325,11 @@ def _gemma_config(hf: Any) -> Config:
     if hf.model_type == "gemma3_text":
         # RoPE per layer type: {"full_attention": {...}, "sliding_attention": {...}}
         full, local = hf.rope_parameters["full_attention"], hf.rope_parameters["sliding_attention"]
-        if local.get("rope_type", "default") != "default" or full.get("rope_type") not in (
-            "default",
-            "linear",
-        ):
+        local_type, full_type = local.get("rope_type", "default"), full.get("rope_type", "default")
+        if local_type != "default" or full_type not in ("default", "linear"):
             raise NotImplementedError(
-                f"Gemma 3 RoPE {hf.rope_parameters} is not supported (default, linear)."
+                f"Gemma 3 RoPE (local {local_type}, global {full_type}) is not supported; "
+                "supported: local default, global default or linear."
             )
         fields.update(
             attn_scores_soft_cap=None,  # transformers' Gemma 3 ignores attn_logit_softcapping; so do we
@@ -338,20 +337,10 @@ def _gemma_config(hf: Any) -> Config:
             rotary_base=full["rope_theta"],
             rotary_base_local=local["rope_theta"],
         )
-        if full.get("rope_type") == "linear":
+        if full_type == "linear":
             inv_freq = rotary_inv_freq(hf.head_dim, full["rope_theta"]) / full["factor"]
             fields["rotary_inv_freq"] = inv_freq.tolist()
-        hf = _without_rope_parameters(hf)
     return _llama_like_config(hf, **fields)
-
-
-def _without_rope_parameters(hf: Any) -> Any:
-    """A shallow copy of `hf` without per-layer-type rope_parameters (handled by the caller)."""
-    import copy
-
-    hf = copy.copy(hf)
-    hf.rope_parameters = None
-    return hf
 
 
 def _mixtral_config(hf: Any) -> Config:

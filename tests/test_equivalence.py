@@ -130,6 +130,17 @@ NEW_FAMILY_CONFIGS = {
         bias=True,
         ffn_hidden_size=96,
     ),
+    "falcon-new-decoder-one-norm-mqa": lambda: transformers.FalconConfig(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_kv_heads=1,
+        vocab_size=101,
+        new_decoder_architecture=True,
+        num_ln_in_parallel_attn=1,
+        bias=False,
+        ffn_hidden_size=96,
+    ),
     "falcon-sequential-mha": lambda: transformers.FalconConfig(
         num_hidden_layers=2,
         hidden_size=64,
