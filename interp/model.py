@@ -333,7 +333,7 @@ class MixtureOfExperts(nn.Module):
         weights = torch.zeros_like(_upcast(logits)).scatter(-1, indices, top_weights)
         weights = self.hook_expert_weights(weights).flatten(0, 1)  # [batch * pos, expert]
         tokens = x.reshape(-1, d_model)
-        chosen = weights != 0
+        chosen = F.one_hot(indices, self.cfg.num_experts).sum(-2).flatten(0, 1)  # [batch * pos, expert]
         outs = []
         for e, expert in enumerate(self.experts):
             out = torch.zeros_like(tokens)
