@@ -166,6 +166,12 @@ class ActivationCache:
         Uses cached hook_result when present, else computes it from cached hook_z.
         """
         cfg = self.model.cfg
+        if cfg.post_norm:
+            raise ValueError(
+                f"{cfg.model_name} normalises each attention output as a whole (ln1_post) before it "
+                "reaches the residual stream, so per-head outputs do not add up to it. Use "
+                "decompose_resid (each layer's hook_attn_out adds up), or patch/ablate heads at hook_z."
+            )
         layer = cfg.n_layers if layer is None else layer
         parts, labels = [], []
         for i in range(layer):
@@ -198,6 +204,8 @@ class ActivationCache:
             norm, scale = self.model.ln_final, self["scale"]
         else:
             sub = "ln2" if mlp_input else "ln1"
+            if not self.model.cfg.pre_norm:
+                return stack  # no norm before attention or MLP (OLMo 2): they read the stream as is
             norm, scale = getattr(self.model.blocks[layer], sub), self["scale", layer, sub]
         scale = select_pos(scale, pos)
         if norm.center:
@@ -214,6 +222,13 @@ class ActivationCache:
         """Direct logit attribution: each component's contribution to the logit of `tokens`
         (minus that of `incorrect_tokens`). Pass a stack that has been through apply_ln_to_stack.
         """
+        cap = self.model.cfg.output_logits_soft_cap
+        if cap is not None:
+            raise ValueError(
+                f"{self.model.cfg.model_name} soft-caps its logits ({cap} * tanh(logits / {cap})), so "
+                "logits are not a sum of per-component contributions and direct logit attribution "
+                "cannot add up to the logit difference. Patch or ablate components instead."
+            )
         W_U = self.model.W_U
         directions = W_U[:, tokens]
         if incorrect_tokens is not None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Normalization = Literal["layernorm", "rmsnorm"]
 Positional = Literal["learned", "rotary", "none"]
 Activation = Literal["gelu", "gelu_new", "silu", "relu"]
+QKNorm = Literal["none", "head", "all_heads"]
+AttentionType = Literal["global", "local"]
 
 
 @dataclass
@@ -23,6 +26,27 @@ class Config:
 
     Sizes: `d_head` defaults to d_model // n_heads, `n_kv_heads` to n_heads (no grouped-query
     attention), `d_mlp` to 4 * d_model, `rotary_dim` to d_head (all dims rotated).
+
+    Architecture quirks beyond the basics (each used in one place of `interp.model`):
+    - attn_scale: attention scores are q.k / attn_scale (default sqrt(d_head); GPT-Neo 1,
+      Gemma sqrt(query_pre_attn_scalar), Granite 1 / attention_multiplier).
+    - attn_scores_soft_cap, output_logits_soft_cap: scores and logits pass through
+      cap * tanh(x / cap) (Gemma 2).
+    - qk_norm: a norm (of `normalization` type) on each query and key after projection, before
+      rotary: "head" normalises each head's d_head dims (Qwen3, Gemma 3, StableLM, Phi), "all_heads"
+      the whole projection (OLMo 2).
+    - pre_norm / post_norm: norms on the input (ln1, ln2) and on the output (ln1_post, ln2_post)
+      of attention and MLP; OLMo 2 has only post-norms, Gemma 2/3 both.
+    - attn_types, window_size: per-layer "global" or "local"; a local layer's query at position i
+      sees keys j with i - window_size < j <= i (GPT-Neo, Gemma 2/3, Mistral's sliding window).
+    - rotary_base_local: RoPE base of local layers when it differs from rotary_base (Gemma 3).
+    - nope_layers: layers whose attention uses no positions at all (SmolLM3).
+    - rotary_adjacent_pairs: RoPE rotates dims (2i, 2i + 1) together (GPT-J), not (i, i + r/2).
+    - num_experts, experts_per_token: a routed mixture of gated-MLP experts replaces the MLP
+      (Mixtral): softmax over the router logits, the top experts_per_token renormalised.
+    Quirks that fold exactly into weights (Gemma's (1 + w) norms and embedding scale, Granite's
+    multipliers, OPT's projections and position offset, one norm shared by parallel attention
+    and MLP) are applied when loading and need no field.
     """
 
     n_layers: int
@@ -40,6 +64,7 @@ class Config:
     rotary_dim: int | None = None
     rotary_base: float = 10000.0
     rotary_inv_freq: list[float] | None = None  # explicit frequencies (scaled RoPE, e.g. Llama 3)
+    rotary_adjacent_pairs: bool = False  # rotate dims (2i, 2i+1) (GPT-J), not (i, i + rotary_dim/2)
     activation: Activation = "gelu_new"
     gated_mlp: bool = False
     parallel_residual: bool = False
@@ -52,6 +77,18 @@ class Config:
     architecture: str = "custom"
     model_name: str = "custom"
     init_std: float = 0.02
+    attn_scale: float | None = None
+    attn_scores_soft_cap: float | None = None
+    output_logits_soft_cap: float | None = None
+    qk_norm: QKNorm = "none"
+    pre_norm: bool = True
+    post_norm: bool = False
+    attn_types: list[AttentionType] | None = None
+    window_size: int | None = None
+    rotary_base_local: float | None = None
+    nope_layers: list[int] = field(default_factory=list)
+    num_experts: int | None = None
+    experts_per_token: int | None = None
     # Opt-in hook points (they cost memory): per-head outputs and per-head attention inputs.
     use_attn_result: bool = False
     use_split_qkv_input: bool = False
@@ -81,13 +118,29 @@ class Config:
             self.rotary_dim = self.d_head
         if self.positional == "rotary" and (self.rotary_dim % 2 or self.rotary_dim > self.d_head):
             raise ValueError(f"rotary_dim={self.rotary_dim} must be even and at most d_head.")
+        if self.attn_scale is None:
+            self.attn_scale = math.sqrt(self.d_head)
+        if self.attn_types is None:
+            self.attn_types = ["global"] * self.n_layers
+        if len(self.attn_types) != self.n_layers:
+            raise ValueError(f"attn_types has {len(self.attn_types)} entries for {self.n_layers} layers.")
+        if "local" in self.attn_types and not self.window_size:
+            raise ValueError("Local attention layers need window_size.")
+        if (self.num_experts is None) != (self.experts_per_token is None):
+            raise ValueError("Set both num_experts and experts_per_token (or neither).")
+        if self.num_experts is not None and not self.gated_mlp:
+            raise ValueError("Experts are gated MLPs: set gated_mlp=True.")
         for name, value, allowed in [
             ("normalization", self.normalization, Normalization.__args__),
             ("positional", self.positional, Positional.__args__),
             ("activation", self.activation, Activation.__args__),
+            ("qk_norm", self.qk_norm, QKNorm.__args__),
         ]:
             if value not in allowed:
                 raise ValueError(f"{name}={value!r} is not one of {allowed}.")
+        for kind in self.attn_types:
+            if kind not in AttentionType.__args__:
+                raise ValueError(f"attn_types entry {kind!r} is not one of {AttentionType.__args__}.")
 
     @property
     def group_size(self) -> int:

@@ -12,30 +12,25 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from interp.architectures import ARCHITECTURES, convert_hf_model
+from interp.checkpoint import is_checkpoint, replace_dir, save_checkpoint, shipped_checkpoint
 from interp.config import Config
 from interp.model import HookedTransformer
 from interp.weights import process_weights
 
-CHECKPOINT_FORMAT = "interp-checkpoint-1"
+__all__ = ["load_checkpoint", "load_model", "replace_dir", "save_checkpoint"]
 
 
 def _shipped(name: str) -> Callable[[], Path]:
-    def path() -> Path:
-        from interp.training import shipped_checkpoint
-
-        return shipped_checkpoint(name)
-
-    return path
+    return lambda: shipped_checkpoint(name)
 
 
 def _smollm2_gguf() -> Path:
@@ -102,7 +97,7 @@ def _load_from_name_or_path(source: str, tokenizer: Any) -> HookedTransformer:
             raise FileNotFoundError(f"No GGUF file at {path}.")
         return load_gguf(path)
     if path.is_dir():
-        if _is_checkpoint(path):
+        if is_checkpoint(path):
             return load_checkpoint(path)
         if (path / "config.json").is_file():
             return _load_transformers(str(path), tokenizer)
@@ -175,7 +170,7 @@ def load_gguf(path: str | Path) -> HookedTransformer:
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     cached = cache_dir() / f"{path.stem}-{key}"
-    if _is_checkpoint(cached):
+    if is_checkpoint(cached):
         try:
             return load_checkpoint(cached)
         except ValueError:
@@ -200,54 +195,6 @@ def load_gguf(path: str | Path) -> HookedTransformer:
 
 
 # --- our checkpoints -----------------------------------------------------------------------------
-
-
-def _is_checkpoint(path: Path) -> bool:
-    config = path / "config.json"
-    if not config.is_file():
-        return False
-    try:
-        return json.loads(config.read_text()).get("format") == CHECKPOINT_FORMAT
-    except json.JSONDecodeError:
-        return False
-
-
-def save_checkpoint(model: HookedTransformer, directory: str | Path, extra: dict | None = None) -> Path:
-    """Write config.json, model.safetensors and tokenizer/ into `directory`, atomically.
-
-    Everything is written to a temporary sibling directory first and renamed into place, so an
-    interrupted save never leaves a half-written checkpoint.
-    """
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; a checkpoint is an ordinary directory
-    try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(state, tmp / "model.safetensors")
-        if model.tokenizer is not None:
-            model.tokenizer.save_pretrained(tmp / "tokenizer")
-        meta = {"format": CHECKPOINT_FORMAT, "config": model.cfg.to_dict(), **(extra or {})}
-        (tmp / "config.json").write_text(json.dumps(meta, indent=2))
-        replace_dir(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return directory
-
-
-def replace_dir(source: Path, target: Path) -> None:
-    """Move the complete directory `source` to `target`, replacing any old `target`."""
-    if target.exists():
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-        source.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        source.rename(target)
 
 
 def load_checkpoint(directory: str | Path) -> HookedTransformer:

@@ -8,12 +8,17 @@ Every activation passes through a `HookPoint` named as in TransformerLens
        sequential:  x = x + Attn(LN1(x));  x = x + MLP(LN2(x))
        parallel:    x = x + Attn(LN1(x)) + MLP(LN2(x))                    (GPT-NeoX)
        attn-only:   x = x + Attn(LN1(x))
-  3. logits = LN_final(x) @ W_U + b_U                                    # [batch, pos, d_vocab]
+     (post_norm: Attn and MLP outputs pass through LN1_post / LN2_post before being added,
+     Gemma 2; without pre_norm LN1 and LN2 are the identity, OLMo 2; with experts the MLP is a
+     routed mixture, Mixtral)
+  3. logits = LN_final(x) @ W_U + b_U (soft-capped with output_logits_soft_cap) # [batch, pos, d_vocab]
 
 Attention (per query head h; key/value head h // group_size under grouped-query attention):
   q = x W_Q[h] + b_Q[h],  k = x W_K + b_K,  v = x W_V + b_V              # [batch, pos, head, d_head]
-  (rotary models rotate the first `rotary_dim` dims of q and k)
-  scores = q k^T / sqrt(d_head), causally masked                        # [batch, head, q_pos, k_pos]
+  (q_ln, k_ln normalise q and k with qk_norm; rotary models then rotate the first `rotary_dim`
+  dims of q and k)
+  scores = soft_cap(q k^T / attn_scale), causally masked (local layers: also beyond window_size)
+                                                                         # [batch, head, q_pos, k_pos]
   z = softmax(scores) v;  out = sum_h z[h] W_O[h] + b_O                  # [batch, pos, d_model]
 """
 
@@ -34,6 +39,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from interp.cache import ActivationCache
+from interp.checkpoint import save_checkpoint
 from interp.config import Config
 
 ReturnType = Literal["logits", "loss", "both"] | None
@@ -52,19 +58,25 @@ def _upcast(x: Tensor) -> Tensor:
 class Norm(nn.Module):
     """LayerNorm or RMSNorm with hooks on the scale and the normalised output.
 
-    hook_scale: [batch, pos, 1] (the divisor: sqrt(var + eps) or sqrt(mean(x^2) + eps));
-    hook_normalized: [batch, pos, d_model] (after the elementwise weight and bias).
-    Computed in float32 and cast back, as `transformers` does. After `fold_ln` the norm has no
-    weight or bias (they live in the next layer's weights).
+    Normalises the last `n_dims` dims of its input; `shape` is the shape of its weight (default
+    [d_model]; q/k norms: [head, d_head]). hook_scale: the input's shape with the normalised dims
+    1 (the divisor: sqrt(var + eps) or sqrt(mean(x^2) + eps)); hook_normalized: the input's shape
+    (after the elementwise weight and bias). Computed in float32 and cast back, as `transformers`
+    does. After `fold_ln` a foldable norm has no weight or bias (they live in the next layer's
+    weights); `folded` overrides cfg.norm_folded for norms that cannot fold (post- and q/k norms).
     """
 
-    def __init__(self, cfg: Config):
+    def __init__(
+        self, cfg: Config, shape: tuple[int, ...] | None = None, n_dims: int = 1, folded: bool | None = None
+    ):
         super().__init__()
+        shape = (cfg.d_model,) if shape is None else shape
+        folded = cfg.norm_folded if folded is None else folded
         self.center = cfg.normalization == "layernorm"
         self.eps = cfg.norm_eps
-        self.w = nn.Parameter(torch.ones(cfg.d_model)) if not cfg.norm_folded else None
-        has_bias = self.center and not cfg.norm_folded
-        self.b = nn.Parameter(torch.zeros(cfg.d_model)) if has_bias else None
+        self.dims = tuple(range(-n_dims, 0))
+        self.w = nn.Parameter(torch.ones(shape)) if not folded else None
+        self.b = nn.Parameter(torch.zeros(shape)) if self.center and not folded else None
         self.hook_scale = HookPoint()
         self.hook_normalized = HookPoint()
 
@@ -72,14 +84,19 @@ class Norm(nn.Module):
         dtype = x.dtype
         x = _upcast(x)
         if self.center:
-            x = x - x.mean(-1, keepdim=True)
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+            x = x - x.mean(self.dims, keepdim=True)
+        scale = self.hook_scale((x.pow(2).mean(self.dims, keepdim=True) + self.eps).sqrt())
         x = (x / scale).to(dtype)
         if self.w is not None:
             x = x * self.w
         if self.b is not None:
             x = x + self.b
         return self.hook_normalized(x)
+
+
+def soft_cap(x: Tensor, cap: float | None) -> Tensor:
+    """cap * tanh(x / cap): squashes x smoothly into (-cap, cap) (Gemma 2); identity for cap None."""
+    return x if cap is None else (x / cap).tanh() * cap
 
 
 def rotary_inv_freq(rotary_dim: int, base: float) -> Float[Tensor, " rotary_dim_half"]:
@@ -92,21 +109,32 @@ def apply_rotary(
     x: Float[Tensor, "batch pos head d_head"],
     cos: Float[Tensor, "pos rotary_dim"],
     sin: Float[Tensor, "pos rotary_dim"],
+    adjacent_pairs: bool = False,
 ) -> Float[Tensor, "batch pos head d_head"]:
-    """Rotate the first rotary_dim dims of each head, in halves (GPT-NeoX / Llama convention)."""
+    """Rotate the first rotary_dim dims of each head: pairs (i, i + rotary_dim/2) (GPT-NeoX /
+    Llama convention), or with `adjacent_pairs` pairs (2i, 2i + 1) (GPT-J). cos and sin hold each
+    pair's angle at both of its dims (see Attention._rotary_cos_sin)."""
     rotary_dim = cos.shape[-1]
     x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]
-    half = rotary_dim // 2
-    rotated_half = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
+    if adjacent_pairs:
+        pairs = x_rot.unflatten(-1, (-1, 2))  # [..., rotary_dim/2, 2]
+        rotated = torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
+    else:
+        half = rotary_dim // 2
+        rotated = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
     cos, sin = cos[:, None, :], sin[:, None, :]
-    x_rot = (_upcast(x_rot) * cos + _upcast(rotated_half) * sin).to(x.dtype)
+    x_rot = (_upcast(x_rot) * cos + _upcast(rotated) * sin).to(x.dtype)
     return torch.cat([x_rot, x_pass], dim=-1)
 
 
 class Attention(nn.Module):
-    """Multi-head (optionally grouped-query) causal self-attention with a hook on every step."""
+    """Multi-head (optionally grouped-query) causal self-attention with a hook on every step.
 
-    def __init__(self, cfg: Config):
+    `layer` selects the per-layer choices of the config: global or local (sliding-window)
+    attention, rotary base, and whether the layer uses positions at all.
+    """
+
+    def __init__(self, cfg: Config, layer: int = 0):
         super().__init__()
         self.cfg = cfg
         h, kv, d, e = cfg.n_heads, cfg.n_kv_heads, cfg.d_model, cfg.d_head
@@ -118,9 +146,17 @@ class Attention(nn.Module):
         self.b_K = nn.Parameter(torch.zeros(kv, e)) if cfg.qkv_bias else None
         self.b_V = nn.Parameter(torch.zeros(kv, e)) if cfg.qkv_bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if cfg.attn_out_bias else None
-        if cfg.positional == "rotary":
+        if cfg.qk_norm != "none":
+            n_dims = 2 if cfg.qk_norm == "all_heads" else 1
+            self.q_ln = Norm(cfg, (h, e), n_dims, folded=False)
+            self.k_ln = Norm(cfg, (kv, e), n_dims, folded=False)
+        self.window_size = cfg.window_size if cfg.attn_types[layer] == "local" else None
+        self.rotary = cfg.positional == "rotary" and layer not in cfg.nope_layers
+        if self.rotary:
             # A plain float32 attribute, not a buffer: casting the model to bf16 must not round it.
-            if cfg.rotary_inv_freq is not None:
+            if self.window_size is not None and cfg.rotary_base_local is not None:
+                self.rotary_inv_freq = rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base_local)
+            elif cfg.rotary_inv_freq is not None:
                 self.rotary_inv_freq = torch.tensor(cfg.rotary_inv_freq, dtype=torch.float32, device="cpu")
             else:
                 self.rotary_inv_freq = rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base)
@@ -141,17 +177,32 @@ class Attention(nn.Module):
     def _rotary_cos_sin(self, positions: Int[Tensor, " pos"]) -> tuple[Tensor, Tensor]:
         inv_freq = self.rotary_inv_freq.to(positions.device)
         angles = positions.float()[:, None] * inv_freq[None, :]  # [pos, rotary_dim/2], float32
-        angles = torch.cat([angles, angles], dim=-1)
+        if self.cfg.rotary_adjacent_pairs:
+            angles = angles.repeat_interleave(2, dim=-1)  # dims 2i, 2i + 1: pair i
+        else:
+            angles = torch.cat([angles, angles], dim=-1)  # dims i, i + rotary_dim/2: pair i
         return angles.cos(), angles.sin()
 
     def _needs_explicit_pattern(self) -> bool:
-        """Whether anything observes the attention scores or pattern (else fused SDPA is used)."""
+        """Whether the scores must be materialised: something observes the scores or pattern, or
+        they are soft-capped (else fused SDPA is used)."""
         return bool(
-            self.hook_attn_scores._forward_hooks
+            self.cfg.attn_scores_soft_cap is not None
+            or self.hook_attn_scores._forward_hooks
             or self.hook_pattern._forward_hooks
             or self.hook_attn_scores._backward_hooks
             or self.hook_pattern._backward_hooks
         )
+
+    def _visible(self, q_pos: int, k_pos: int, device: torch.device) -> Tensor:
+        """[q_pos, k_pos] bool: which keys each query sees (causal, and within the window if local).
+        Queries are the last q_pos of k_pos positions (earlier ones come from the KV cache)."""
+        query = torch.arange(k_pos - q_pos, k_pos, device=device)[:, None]
+        key = torch.arange(k_pos, device=device)[None, :]
+        visible = key <= query
+        if self.window_size is not None:
+            visible &= query - key < self.window_size
+        return visible
 
     def forward(
         self,
@@ -164,12 +215,14 @@ class Attention(nn.Module):
         q = self.hook_q(self._project(q_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
         k = self.hook_k(self._project(k_input, self.W_K, self.b_K))  # [batch, pos, kv_head, d_head]
         v = self.hook_v(self._project(v_input, self.W_V, self.b_V))  # [batch, pos, kv_head, d_head]
+        if cfg.qk_norm != "none":
+            q, k = self.q_ln(q), self.k_ln(k)
         offset = 0 if past_kv is None or "k" not in past_kv else past_kv["k"].shape[1]
-        if cfg.positional == "rotary":
+        if self.rotary:
             positions = torch.arange(offset, offset + q.shape[1], device=q.device)
             cos, sin = self._rotary_cos_sin(positions)
-            q = self.hook_rot_q(apply_rotary(q, cos, sin))
-            k = self.hook_rot_k(apply_rotary(k, cos, sin))
+            q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
+            k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
         if past_kv is not None:
             if offset:
                 k = torch.cat([past_kv["k"], k], dim=1)
@@ -180,14 +233,22 @@ class Attention(nn.Module):
             v = v.repeat_interleave(cfg.group_size, dim=2)
         q_pos, k_pos = q.shape[1], k.shape[1]
         if self._needs_explicit_pattern():
-            scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / math.sqrt(cfg.d_head)
-            future = torch.ones(q_pos, k_pos, dtype=torch.bool, device=q.device).triu(offset + 1)
-            scores = self.hook_attn_scores(scores.masked_fill(future, float("-inf")))
+            scores = soft_cap(
+                torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.attn_scale, cfg.attn_scores_soft_cap
+            )
+            visible = self._visible(q_pos, k_pos, q.device)
+            scores = self.hook_attn_scores(scores.masked_fill(~visible, float("-inf")))
             pattern = self.hook_pattern(_upcast(scores).softmax(dim=-1).to(q.dtype))
             z = torch.einsum("bhqk,bkhe->bqhe", pattern, v)
         else:
+            causal_only = offset == 0 and self.window_size is None
             z = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=offset == 0
+                q.transpose(1, 2),
+                k.transpose(1, 2),
+                v.transpose(1, 2),
+                attn_mask=None if causal_only else self._visible(q_pos, k_pos, q.device),
+                is_causal=causal_only,
+                scale=1 / cfg.attn_scale,
             ).transpose(1, 2)
         z = self.hook_z(z)  # [batch, pos, head, d_head]
         if cfg.use_attn_result:
@@ -243,6 +304,47 @@ class MLP(nn.Module):
         return out if self.b_out is None else out + self.b_out
 
 
+class MixtureOfExperts(nn.Module):
+    """Routed experts (Mixtral): each token goes to `experts_per_token` of `num_experts` gated MLPs.
+
+    router logits = x W_router; weights = softmax(logits) (float32), keeping the top
+    experts_per_token renormalised to sum to 1; out = sum_e weight_e * expert_e(x).
+    Hooks: hook_router_logits [batch, pos, expert]; hook_expert_indices [batch, pos, k];
+    hook_expert_weights [batch, pos, expert] (zero for experts not chosen); hook_expert_out
+    [batch, pos, expert, d_model] (each expert's weighted output, zero where not chosen; they sum
+    to the layer's output). Each expert runs only on its tokens, so `experts.E.hook_pre` etc. are
+    [1, n_tokens_routed_to_E, d_mlp].
+    """
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.W_router = nn.Parameter(torch.empty(cfg.d_model, cfg.num_experts))
+        self.experts = nn.ModuleList(MLP(cfg) for _ in range(cfg.num_experts))
+        for name in ["router_logits", "expert_indices", "expert_weights", "expert_out"]:
+            setattr(self, f"hook_{name}", HookPoint())
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        batch, pos, d_model = x.shape
+        logits = self.hook_router_logits(x @ self.W_router)
+        top_weights, indices = _upcast(logits).softmax(-1).topk(self.cfg.experts_per_token, dim=-1)
+        indices = self.hook_expert_indices(indices)
+        top_weights = top_weights / top_weights.sum(-1, keepdim=True)
+        weights = torch.zeros_like(_upcast(logits)).scatter(-1, indices, top_weights)
+        weights = self.hook_expert_weights(weights).flatten(0, 1)  # [batch * pos, expert]
+        tokens = x.reshape(-1, d_model)
+        chosen = F.one_hot(indices, self.cfg.num_experts).sum(-2).flatten(0, 1)  # [batch * pos, expert]
+        outs = []
+        for e, expert in enumerate(self.experts):
+            out = torch.zeros_like(tokens)
+            rows = chosen[:, e].nonzero()[:, 0]
+            if len(rows):
+                out[rows] = (expert(tokens[rows][None])[0] * weights[rows, e, None]).to(x.dtype)
+            outs.append(out)
+        expert_out = self.hook_expert_out(torch.stack(outs, dim=1).view(batch, pos, -1, d_model))
+        return expert_out.sum(dim=2)
+
+
 class Block(nn.Module):
     """One transformer block; see the module docstring for the residual wiring.
 
@@ -250,14 +352,18 @@ class Block(nn.Module):
     its hooks fire three times per forward (a cache keeps the value input's, [batch, pos, kv_head, 1]).
     """
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, layer: int = 0):
         super().__init__()
         self.cfg = cfg
-        self.ln1 = Norm(cfg)
-        self.attn = Attention(cfg)
+        self.ln1 = Norm(cfg) if cfg.pre_norm else nn.Identity()
+        self.attn = Attention(cfg, layer)
+        if cfg.post_norm:
+            self.ln1_post = Norm(cfg, folded=False)
         if not cfg.attn_only:
-            self.ln2 = Norm(cfg)
-            self.mlp = MLP(cfg)
+            self.ln2 = Norm(cfg) if cfg.pre_norm else nn.Identity()
+            self.mlp = MLP(cfg) if cfg.num_experts is None else MixtureOfExperts(cfg)
+            if cfg.post_norm:
+                self.ln2_post = Norm(cfg, folded=False)
         names = ["resid_pre", "attn_out", "resid_post", "q_input", "k_input", "v_input"]
         if not cfg.attn_only:
             names += ["mlp_out"] + ([] if cfg.parallel_residual else ["resid_mid"])
@@ -277,14 +383,18 @@ class Block(nn.Module):
         else:
             normed = self.ln1(resid_pre)
             attn_out = self.attn(normed, normed, normed, past_kv)
+        if cfg.post_norm:
+            attn_out = self.ln1_post(attn_out)
         attn_out = self.hook_attn_out(attn_out)
         if cfg.attn_only:
             return self.hook_resid_post(resid_pre + attn_out)
+        resid_mid = resid_pre if cfg.parallel_residual else self.hook_resid_mid(resid_pre + attn_out)
+        mlp_out = self.mlp(self.ln2(resid_mid))
+        if cfg.post_norm:
+            mlp_out = self.ln2_post(mlp_out)
+        mlp_out = self.hook_mlp_out(mlp_out)
         if cfg.parallel_residual:
-            mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid_pre)))
             return self.hook_resid_post(resid_pre + attn_out + mlp_out)
-        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
-        mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid_mid)))
         return self.hook_resid_post(resid_mid + mlp_out)
 
 
@@ -311,7 +421,7 @@ class HookedTransformer(HookedRootModule):
         if cfg.positional == "learned":
             self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))
             self.hook_pos_embed = HookPoint()
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
         self.ln_final = Norm(cfg)
         self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab)) if cfg.unembed_bias else None
@@ -479,8 +589,10 @@ class HookedTransformer(HookedRootModule):
         return loss if return_type == "loss" else (logits, loss)
 
     def unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
+        """x W_U + b_U, soft-capped where the model caps its logits (Gemma 2)."""
         logits = x @ self.W_U
-        return logits if self.b_U is None else logits + self.b_U
+        logits = logits if self.b_U is None else logits + self.b_U
+        return soft_cap(logits, self.cfg.output_logits_soft_cap)
 
     def _embed(self, tokens: Int[Tensor, "batch pos"], past_kv: list[dict] | None) -> Tensor:
         offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
@@ -625,8 +737,6 @@ class HookedTransformer(HookedRootModule):
 
     def save(self, directory: str | Path) -> Path:
         """Write a checkpoint directory (config.json, model.safetensors, tokenizer/) atomically."""
-        from interp.loading import save_checkpoint
-
         return save_checkpoint(self, directory)
 
     @contextmanager

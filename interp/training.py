@@ -40,6 +40,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm import tqdm
 
+from interp.checkpoint import shipped_checkpoint  # noqa: F401  (public here: notebooks, tests)
 from interp.config import Config
 from interp.loading import load_checkpoint, replace_dir, save_checkpoint
 from interp.model import HookedTransformer, next_token_loss
@@ -58,19 +59,6 @@ from interp.tasks import (
 TASK_SCHEDULES = {"induction": (1000, 1e-3), "markov": (1000, 1e-3), "ioi": (1500, 3e-3)}
 TASKS = tuple(TASK_SCHEDULES)
 CHECKPOINTS = "checkpoints"
-SHIPPED_DIR = Path(__file__).parent / "data"
-SHIPPED_MODELS = ("toy-induction", "toy-ioi")
-
-
-def shipped_checkpoint(name: str = "toy-induction") -> Path:
-    """A committed 2-layer attention-only model (see interp/data/README.md): "toy-induction"
-    (trained on copied spans) or "toy-ioi" (trained on toy IOI prompts)."""
-    if name not in SHIPPED_MODELS:
-        raise ValueError(f"no shipped checkpoint {name!r}; choose one of {SHIPPED_MODELS}")
-    path = SHIPPED_DIR / name
-    if not (path / "model.safetensors").is_file():
-        raise FileNotFoundError(f"The shipped checkpoint is missing from {path}; reinstall interp.")
-    return path
 
 
 def make_task(name: str, d_vocab: int | None = None, n_ctx: int | None = None) -> Task:

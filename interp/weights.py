@@ -54,24 +54,37 @@ def _fold_norm_into(norm: Norm, readers: list[tuple[nn.Module, str, str]]) -> No
     norm.b = None
 
 
+def _mlp_readers(mlp: nn.Module) -> list[tuple[nn.Module, str, str]]:
+    """The (module, weight, bias) pairs that read an MLP's input: W_in and W_gate, or for a
+    mixture of experts the router and every expert's."""
+    if hasattr(mlp, "experts"):
+        return [(mlp, "W_router", "b_router")] + [r for e in mlp.experts for r in _mlp_readers(e)]
+    readers = [(mlp, "W_in", "b_in")]
+    if mlp.W_gate is not None:
+        readers.append((mlp, "W_gate", "b_gate"))
+    return readers
+
+
 def _fold_ln(model: HookedTransformer) -> None:
     cfg = model.cfg
     if cfg.norm_folded:
         return
     for block in model.blocks:
+        if not cfg.pre_norm:
+            continue  # nothing before attention and MLP to fold (OLMo 2); post-norms cannot fold
         attn = block.attn
         _fold_norm_into(block.ln1, [(attn, f"W_{n}", f"b_{n}") for n in "QKV"])
         if not cfg.attn_only:
-            readers = [(block.mlp, "W_in", "b_in")]
-            if block.mlp.W_gate is not None:
-                if block.ln2.b is not None:
-                    raise NotImplementedError("Folding a LayerNorm bias into a gated MLP is not supported.")
-                readers.append((block.mlp, "W_gate", "b_gate"))
+            readers = _mlp_readers(block.mlp)
+            if cfg.num_experts is not None and block.ln2.b is not None:
+                raise NotImplementedError("Folding a LayerNorm bias into routed experts is not supported.")
             _fold_norm_into(block.ln2, readers)
     _fold_norm_into(model.ln_final, [(model, "W_U", "b_U")])
     cfg.norm_folded = True
     cfg.qkv_bias = all(block.attn.b_Q is not None for block in model.blocks)
-    cfg.mlp_bias = cfg.attn_only or all(block.mlp.b_in is not None for block in model.blocks)
+    cfg.mlp_bias = cfg.attn_only or all(
+        getattr(block.mlp, "b_in", None) is not None for block in model.blocks
+    )
     cfg.unembed_bias = model.b_U is not None
     if not cfg.attn_only and cfg.mlp_bias:
         for block in model.blocks:

@@ -295,9 +295,14 @@ def test_unknown_model_name_lists_known_ones() -> None:
         interp.load_model("definitely-not-a-model-xyz")
 
 
-def test_unsupported_architecture_is_named() -> None:
+def test_unsupported_architecture_is_named_with_the_closest() -> None:
     config = transformers.BloomConfig(n_layer=1, hidden_size=32, n_head=2, vocab_size=50)
-    with pytest.raises(ValueError, match="bloom.*supported: gpt2"):
+    with pytest.raises(ValueError, match="'bloom' is not supported .*Supported: falcon, gemma, .*gpt2"):
+        interp.load_model(transformers.AutoModelForCausalLM.from_config(config))
+    config = transformers.Qwen2MoeConfig(
+        num_hidden_layers=1, hidden_size=32, num_attention_heads=2, vocab_size=50, num_experts=2
+    )
+    with pytest.raises(ValueError, match="'qwen2_moe' is not supported \\(closest: 'qwen2'\\)"):
         interp.load_model(transformers.AutoModelForCausalLM.from_config(config))
 
 

@@ -1,0 +1,81 @@
+"""Checkpoint directories on disk: config.json + model.safetensors + tokenizer/, written atomically,
+and the toy checkpoints shipped with interp. Knows nothing of how a model is built (see
+`interp.loading.load_checkpoint`), so that the model, loading and training all import it one way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from safetensors.torch import save_file
+
+if TYPE_CHECKING:
+    from interp.model import HookedTransformer
+
+CHECKPOINT_FORMAT = "interp-checkpoint-1"
+SHIPPED_DIR = Path(__file__).parent / "data"
+SHIPPED_MODELS = ("toy-induction", "toy-ioi")
+
+
+def shipped_checkpoint(name: str = "toy-induction") -> Path:
+    """A committed 2-layer attention-only model (see interp/data/README.md): "toy-induction"
+    (trained on copied spans) or "toy-ioi" (trained on toy IOI prompts)."""
+    if name not in SHIPPED_MODELS:
+        raise ValueError(f"no shipped checkpoint {name!r}; choose one of {SHIPPED_MODELS}")
+    path = SHIPPED_DIR / name
+    if not (path / "model.safetensors").is_file():
+        raise FileNotFoundError(f"The shipped checkpoint is missing from {path}; reinstall interp.")
+    return path
+
+
+def is_checkpoint(path: Path) -> bool:
+    config = path / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text()).get("format") == CHECKPOINT_FORMAT
+    except json.JSONDecodeError:
+        return False
+
+
+def save_checkpoint(model: HookedTransformer, directory: str | Path, extra: dict | None = None) -> Path:
+    """Write config.json, model.safetensors and tokenizer/ into `directory`, atomically.
+
+    Everything is written to a temporary sibling directory first and renamed into place, so an
+    interrupted save never leaves a half-written checkpoint.
+    """
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; a checkpoint is an ordinary directory
+    try:
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, tmp / "model.safetensors")
+        if model.tokenizer is not None:
+            model.tokenizer.save_pretrained(tmp / "tokenizer")
+        meta = {"format": CHECKPOINT_FORMAT, "config": model.cfg.to_dict(), **(extra or {})}
+        (tmp / "config.json").write_text(json.dumps(meta, indent=2))
+        replace_dir(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def replace_dir(source: Path, target: Path) -> None:
+    """Move the complete directory `source` to `target`, replacing any old `target`."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        source.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        source.rename(target)
