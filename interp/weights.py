@@ -5,6 +5,8 @@
 - center_writing_weights: (LayerNorm models) every matrix that writes to the residual stream
   writes mean-zero vectors; LayerNorm removes the mean anyway.
 - center_unembed: W_U and b_U get mean zero over the vocabulary; softmax ignores constant shifts.
+- fold_value_biases: b_V moves into b_O (each head's pattern sums to 1, so b_V W_O is a constant
+  added to the output); hook_v and hook_z change, the output does not.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def process_weights(
     fold_ln: bool = False,
     center_writing_weights: bool = False,
     center_unembed: bool = False,
+    fold_value_biases: bool = False,
 ) -> None:
     with torch.no_grad():
         if fold_ln:
@@ -31,6 +34,8 @@ def process_weights(
             _center_writing_weights(model)
         if center_unembed:
             _center_unembed(model)
+        if fold_value_biases:
+            _fold_value_biases(model)
 
 
 def _bias(module: nn.Module, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
@@ -60,7 +65,9 @@ def _fold_ln(model: HookedTransformer) -> None:
         return
     for block in model.blocks:
         attn = block.attn
-        _fold_norm_into(block.ln1, [(attn, f"W_{n}", f"b_{n}") for n in "QKV"])
+        # key/value parameters per key/value head (_W_K), not the per-query-head views (W_K)
+        readers = [(attn, "W_Q", "b_Q"), (attn, "_W_K", "_b_K"), (attn, "_W_V", "_b_V")]
+        _fold_norm_into(block.ln1, readers)
         if not cfg.attn_only:
             readers = [(block.mlp, "W_in", "b_in")]
             if block.mlp.W_gate is not None:
@@ -70,7 +77,7 @@ def _fold_ln(model: HookedTransformer) -> None:
             _fold_norm_into(block.ln2, readers)
     _fold_norm_into(model.ln_final, [(model, "W_U", "b_U")])
     cfg.norm_folded = True
-    cfg.qkv_bias = all(block.attn.b_Q is not None for block in model.blocks)
+    cfg.qkv_bias = all(block.attn.b_Q is not None and block.attn._b_K is not None for block in model.blocks)
     cfg.mlp_bias = cfg.attn_only or all(block.mlp.b_in is not None for block in model.blocks)
     cfg.unembed_bias = model.b_U is not None
     if not cfg.attn_only and cfg.mlp_bias:
@@ -98,3 +105,15 @@ def _center_unembed(model: HookedTransformer) -> None:
     model.W_U -= model.W_U.mean(-1, keepdim=True)
     if model.b_U is not None:
         model.b_U -= model.b_U.mean()
+
+
+def _fold_value_biases(model: HookedTransformer) -> None:
+    for block in model.blocks:
+        attn = block.attn
+        if attn.b_V is None:
+            continue
+        shift = torch.einsum("he,hed->d", attn.b_V, attn.W_O)  # b_V per query head: [head, d_head]
+        b_O = _bias(attn, "b_O", shift.shape, attn.W_O)
+        b_O += shift
+        attn._b_V.zero_()
+    model.cfg.attn_out_bias = all(block.attn.b_O is not None for block in model.blocks)

@@ -250,11 +250,10 @@ def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tm
     if strongest is not None:
         _, cache = model.run_with_cache(clean.tokens)
         end = clean.positions["END"]
-        stack, labels = cache.stack_head_results(pos=end)
-        stack = cache.apply_ln_to_stack(stack, pos=end)
-        index = labels.index(strongest["name"])
-        to_s = cache.logit_attrs(stack[index : index + 1], clean.s_token).mean().item()
-        to_io = cache.logit_attrs(stack[index : index + 1], clean.io_token).mean().item()
+        stack, labels = cache.stack_head_results(pos=end, return_labels=True)
+        index = labels.index(f"L{strongest['layer']}H{strongest['head']}")
+        to_s = cache.logit_attrs(stack[index : index + 1], clean.s_token, pos=end).mean().item()
+        to_io = cache.logit_attrs(stack[index : index + 1], clean.io_token, pos=end).mean().item()
         assert to_s < min(0.0, to_io)
 
 
