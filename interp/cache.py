@@ -329,7 +329,7 @@ class ActivationCache:
         layer = self._layer(layer)
         parts, labels = [], []
         for i in range(layer):
-            parts.append(_select(self._head_result(i), pos_slice, pos).movedim(-2, 0))
+            parts.append(_select(self._head_result(i).movedim(-2, 0), pos_slice, pos))  # [head, ...]
             labels += [f"L{i}H{h}" for h in range(cfg.n_heads)]
         stack = torch.cat(parts) if parts else _select(self["hook_embed"], pos_slice, pos)[None][:0]
         if incl_remainder:

@@ -1,7 +1,8 @@
 """Weight processing that leaves the model's log-probabilities unchanged.
 
 - fold_ln: a norm's weight w and bias b move into the layer that reads its output
-  (W <- diag(w) W, b_W <- b_W + b W); the norm keeps only centring and scaling.
+  (W <- diag(w) W, b_W <- b_W + b W); the norm keeps only centring and scaling. After a LayerNorm,
+  W is also centred over d_model (its input has mean zero), as TransformerLens does.
 - center_writing_weights: (LayerNorm models) every matrix that writes to the residual stream
   writes mean-zero vectors; LayerNorm removes the mean anyway.
 - center_unembed: W_U and b_U get mean zero over the vocabulary; softmax ignores constant shifts.
@@ -27,7 +28,13 @@ def process_weights(
     center_unembed: bool = False,
     fold_value_biases: bool = False,
 ) -> None:
+    if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
+        return
     with torch.no_grad():
+        # Weights may share storage with the transformers model they came from, or with each other
+        # (tied embeddings: W_U is a view of W_E); the edits below are in place, so copy them first.
+        for param in model.parameters():
+            param.data = param.data.clone()
         if fold_ln:
             _fold_ln(model)
         if center_writing_weights:
@@ -55,6 +62,8 @@ def _fold_norm_into(norm: Norm, readers: list[tuple[nn.Module, str, str]]) -> No
             bias = _bias(module, bias_name, shift.shape, W)
             bias += shift
         W *= w[:, None]
+        if norm.center:  # LayerNorm output has mean zero, so W's mean over d_model is unused
+            W -= W.mean(-2, keepdim=True)
     norm.w = None
     norm.b = None
 
