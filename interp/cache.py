@@ -26,6 +26,8 @@ _BLOCK_HOOKS = {
     "resid_post",
     "attn_out",
     "mlp_out",
+    "attn_in",
+    "mlp_in",
     "q_input",
     "k_input",
     "v_input",

@@ -708,7 +708,11 @@ class HookedTransformer(TransformerLensModel, HookedRootModule):
             if eos is not None and finished.all():
                 break
         if return_type == "str" or (return_type == "input" and isinstance(input, str)):
-            return self.to_string(tokens[0]) if tokens.shape[0] == 1 else self.to_string(tokens)
+            prepended = isinstance(input, str) and (
+                self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
+            )
+            text = self.to_string(tokens[:, int(prepended) :])  # without the BOS, as TransformerLens
+            return text[0] if len(text) == 1 else text
         return tokens
 
     # --- saving --------------------------------------------------------------------------------

@@ -48,8 +48,9 @@ class TransformerLensConfig:
     _model: HookedTransformer | None = None  # set by HookedTransformer.__init__
 
     @property
-    def device(self) -> torch.device:
-        return self._model.device if self._model is not None else torch.device("cpu")
+    def device(self) -> str:
+        """e.g. "cpu" or "cuda:0" (a string, as in TransformerLens)."""
+        return str(self._model.device) if self._model is not None else "cpu"
 
     @property
     def dtype(self) -> torch.dtype:
