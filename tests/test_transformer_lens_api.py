@@ -465,3 +465,28 @@ def test_from_pretrained_processing_keeps_log_probs_and_the_source_model(smollm2
     assert not interp.load_model(hf, tokenizer=tok).training
     with pytest.raises(TypeError, match="unsupported arguments"):
         HookedTransformer.from_pretrained("gpt2", hf_model=hf, refactor_factored_attn_matrices=True)
+
+
+def test_model_from_a_transformer_lens_config():
+    """ARENA 1.2's way of building a model: HookedTransformer(HookedTransformerConfig(...))."""
+    from interp import HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        d_model=64, d_head=16, n_layers=2, n_ctx=32, d_vocab=50, act_fn="relu", attn_only=True,
+        normalization_type="LN", positional_embedding_type="standard", seed=0,
+    )  # fmt: skip
+    model = HookedTransformer(cfg)
+    assert (cfg.n_heads, cfg.act_fn, cfg.normalization_type, cfg.positional_embedding_type) == (
+        4,
+        "relu",
+        "LN",
+        "standard",
+    )
+    logits, cache = model.run_with_cache(torch.tensor([[1, 2, 3, 4]]))
+    assert logits.shape == (1, 4, 50) and cache["pattern", -1].shape == (1, 4, 4, 4)
+    with pytest.raises(ValueError, match="positional_embedding_type"):
+        HookedTransformerConfig(
+            d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, positional_embedding_type="shortformer"
+        )
+    with pytest.raises(TypeError, match="no equivalent"):
+        HookedTransformerConfig(d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, use_local_attn=True)
