@@ -428,7 +428,7 @@ class ActivationCache:
                 parts.append(_select(self[f"hook_{name}"], pos_slice, pos)[None])
                 labels.append(name)
         bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)
-        parts.append(bias.to(heads.dtype).expand_as(parts[-1][:1]))
+        parts.append(bias.to(heads.dtype).expand(1, *heads.shape[1:]))
         labels.append("bias")
         stack = torch.cat(parts)
         if apply_ln:

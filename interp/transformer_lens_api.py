@@ -16,6 +16,7 @@ Deliberate differences are listed, with reasons, in docs/migrating-from-transfor
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -101,6 +102,17 @@ class TransformerLensConfig:
     """
 
     _model: HookedTransformer | None = None  # set by HookedTransformer.__init__
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the config without its model (e.g. to send it to another process)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_model"}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TransformerLensConfig:
+        """Deep copies keep the link to the model (its copy, when the model is being copied)."""
+        new = copy.copy(self)
+        memo[id(self)] = new
+        new.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        return new
 
     @property
     def device(self) -> str:

@@ -490,3 +490,23 @@ def test_model_from_a_transformer_lens_config():
         )
     with pytest.raises(TypeError, match="no equivalent"):
         HookedTransformerConfig(d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, use_local_attn=True)
+
+
+def test_smollm2_direct_logit_attribution_as_tl_demos_write_it(smollm2):
+    """The issue's case: a raw decomposition through logit_attrs sums to the logit difference
+    (it summed to 179.7 against 6.12 when logit_attrs expected a normalised stack)."""
+    prompt = "When Mary and John went to the store, John gave a drink to"
+    logits, cache = smollm2.run_with_cache(prompt)
+    mary, john = smollm2.to_single_token(" Mary"), smollm2.to_single_token(" John")
+    stack, labels = cache.decompose_resid(layer=-1, pos_slice=-1, return_labels=True)
+    attrs = cache.logit_attrs(stack, mary, john, pos_slice=-1)  # [component, batch]
+    logit_diff = logits[0, -1, mary] - logits[0, -1, john]
+    assert logit_diff > 1.0
+    torch.testing.assert_close(attrs.sum(), logit_diff, atol=ATOL, rtol=0)
+    heads = cache.logit_attrs(
+        cache.stack_head_results(layer=-1, pos_slice=-1), " Mary", " John", pos_slice=-1
+    )
+    attn = cache.logit_attrs(
+        cache.decompose_resid(mode="attn", incl_embeds=False, pos_slice=-1), mary, john, pos_slice=-1
+    )
+    torch.testing.assert_close(heads.sum(), attn.sum(), atol=ATOL, rtol=0)  # Llama attention has no b_O
