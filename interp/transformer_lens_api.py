@@ -17,6 +17,7 @@ Deliberate differences are listed, with reasons, in docs/migrating-from-transfor
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -344,15 +345,20 @@ class TransformerLensModel:
 
     # --- embedding as TransformerLens's modules compute it -----------------------------------------
 
-    def embed(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
-        """Token embeddings W_E[tokens] (what hook_embed sees)."""
-        return self.W_E[tokens]
+    @property
+    def embed(self) -> WeightView:
+        """`model.embed(tokens)`: W_E[tokens], [batch, pos, d_model] (what hook_embed sees); `.W_E`."""
+        return WeightView(lambda tokens: self.W_E[tokens], W_E=self.W_E)
 
-    def pos_embed(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
-        """Learned position embeddings for `tokens`' positions (what hook_pos_embed sees)."""
+    @property
+    def pos_embed(self) -> WeightView:
+        """`model.pos_embed(tokens)`: learned position embeddings of tokens' positions, [batch, pos,
+        d_model] (what hook_pos_embed sees); `.W_pos`."""
         if self.cfg.positional != "learned":
             raise AttributeError(f"{self.cfg.model_name} has {self.cfg.positional} positions, no pos_embed.")
-        return self.W_pos[: tokens.shape[-1]].expand(*tokens.shape, -1)
+        return WeightView(
+            lambda tokens: self.W_pos[: tokens.shape[-1]].expand(*tokens.shape, -1), W_pos=self.W_pos
+        )
 
     # --- opt-in hooks ------------------------------------------------------------------------------
 
@@ -418,3 +424,15 @@ class TransformerLensModel:
 
     def all_head_labels(self) -> list[str]:
         return [f"L{layer}H{head}" for layer in range(self.cfg.n_layers) for head in range(self.cfg.n_heads)]
+
+
+class WeightView:
+    """One of TransformerLens's small modules (embed, pos_embed) as a view of interp's flat
+    parameters: callable like the module, with its weights as attributes (`model.embed.W_E`)."""
+
+    def __init__(self, forward: Callable[[Tensor], Tensor], **weights: Tensor):
+        self._forward = forward
+        self.__dict__.update(weights)
+
+    def __call__(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
+        return self._forward(tokens)

@@ -237,6 +237,7 @@ WEIGHT_CALLS = {
     ),
     "accumulated_bias(2, include_mlp_biases=True)": (lambda m: m.accumulated_bias(2), None),
     "embed(tokens)": (lambda m: m.embed(torch.tensor([[1, 5, 9]])), None),
+    "embed.W_E @ OV[1, 0] @ W_U": (lambda m: (m.embed.W_E[:50] @ m.OV[1, 0] @ m.W_U[:, :50]).AB, None),
 }
 
 
@@ -268,6 +269,7 @@ def test_pos_embed_is_what_hook_pos_embed_sees(pair, caches):
     ours, _, tokens = pair
     if ours.cfg.positional_embedding_type == "standard":
         _assert_same(ours.pos_embed(tokens), caches[1]["hook_pos_embed"])
+        assert ours.pos_embed.W_pos is ours.W_pos
     else:
         with pytest.raises(AttributeError):
             ours.pos_embed(tokens)
