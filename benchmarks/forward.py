@@ -77,7 +77,7 @@ def main() -> None:
         )
 
     _, cache = model.run_with_cache(tokens)
-    cache_bytes = sum(t.numel() * t.element_size() for t in cache.activations.values())
+    cache_bytes = sum(t.numel() * t.element_size() for t in cache.cache_dict.values())
     hf_time = rows["transformers forward (eager)"]
     print(f"\n{'':40s} {'seconds':>9s} {'x transformers':>15s}")
     for name, seconds in rows.items():

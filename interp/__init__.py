@@ -5,6 +5,7 @@ from interp.cache import ActivationCache, act_name
 from interp.config import Config
 from interp.loading import DEFAULT_MODEL, OFFLINE_MODELS, from_hf, load_model
 from interp.model import HookedTransformer, next_token_loss
+from interp.transformer_lens_api import HookedTransformerConfig
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -12,6 +13,7 @@ __all__ = [
     "ActivationCache",
     "Config",
     "HookedTransformer",
+    "HookedTransformerConfig",
     "act_name",
     "from_hf",
     "load_model",

@@ -1,13 +1,17 @@
 """Cached activations, and the residual-stream decompositions built on them.
 
-Positions: methods that take `pos` accept None (all positions), an int (one position for every
-prompt) or a LongTensor [batch] (one position per prompt, e.g. each IOI prompt's END).
+The API is TransformerLens's `ActivationCache` (argument names, defaults, return types: a tensor,
+or `(tensor, labels)` with `return_labels=True`). Positions: `pos_slice` is TransformerLens's (None,
+an int, a tuple/slice, or a list of positions, the same for every prompt); interp adds `pos`, one
+position per prompt (a LongTensor [batch], e.g. each IOI prompt's END). Layers: `layer=None` or -1
+means the final residual stream (the unembedding's input); other negative layers count from it.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from jaxtyping import Float, Int
@@ -22,6 +26,8 @@ _BLOCK_HOOKS = {
     "resid_post",
     "attn_out",
     "mlp_out",
+    "attn_in",
+    "mlp_in",
     "q_input",
     "k_input",
     "v_input",
@@ -72,98 +78,254 @@ def select_pos(x: Float[Tensor, "... batch pos d"], pos: Pos) -> Tensor:
     return x.gather(-2, index).squeeze(-2)
 
 
+PosSlice = int | slice | tuple | list | Tensor | None
+
+
+def _pos_index(pos_slice: PosSlice) -> int | slice | Tensor:
+    """TransformerLens's position slice as an index: None (all), an int (drops the pos dim),
+    a tuple (slice(*tuple)), a slice, or a list/tensor of positions (keeps the dim)."""
+    pos_slice = getattr(pos_slice, "slice", pos_slice)  # a transformer_lens Slice object
+    if pos_slice is None:
+        return slice(None)
+    if isinstance(pos_slice, tuple):
+        return slice(*pos_slice)
+    if isinstance(pos_slice, int | slice):
+        return pos_slice
+    if isinstance(pos_slice, Tensor) and pos_slice.ndim == 0:
+        return int(pos_slice)
+    return torch.as_tensor(pos_slice, dtype=torch.long)
+
+
+def _select(x: Float[Tensor, "... pos d"], pos_slice: PosSlice, pos: Tensor | None) -> Tensor:
+    """Positions of x (pos dim second to last): TransformerLens's `pos_slice`, or interp's
+    per-prompt `pos` ([batch], one position per prompt: x must be [..., batch, pos, d])."""
+    if pos is None:
+        index = _pos_index(pos_slice)
+        if isinstance(index, Tensor):
+            return x.index_select(-2, index.to(x.device))
+        return x[..., index, :]
+    if pos_slice is not None:
+        raise ValueError(
+            "Pass pos_slice (the same positions for every prompt) or pos (one per prompt), not both."
+        )
+    if not isinstance(pos, Tensor) or pos.ndim != 1:
+        raise ValueError(
+            "pos takes one position per prompt (a LongTensor [batch]); "
+            "for the same position in every prompt use pos_slice=, e.g. pos_slice=-1."
+        )
+    return select_pos(x, pos)
+
+
+# Stacks returned by apply_ln_to_stack, so that logit_attrs can refuse to normalise one twice.
+_NORMALISED: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+Stack = Float[Tensor, "component *batch_and_pos d_model"]
+Tokens = str | int | Int[Tensor, ""] | Int[Tensor, " batch"] | Int[Tensor, "batch pos"]
+
+
 class ActivationCache:
     """Activations from one run, by full hook name or TransformerLens shorthand.
 
-    cache["blocks.3.attn.hook_pattern"], cache["pattern", 3], cache["scale", 2, "ln1"].
+    cache["blocks.3.attn.hook_pattern"], cache["pattern", 3], cache["pattern", -1] (the last layer),
+    cache["scale", 2, "ln1"]. After `remove_batch_dim()` (a one-prompt cache) tensors lose their
+    batch dim and `has_batch_dim` is False.
     """
 
-    def __init__(self, activations: dict[str, Tensor], model: HookedTransformer):
-        self.activations = activations
+    def __init__(self, cache_dict: dict[str, Tensor], model: HookedTransformer, has_batch_dim: bool = True):
+        self.cache_dict = cache_dict
         self.model = model
+        self.has_batch_dim = has_batch_dim
 
     def __getitem__(self, key: str | tuple) -> Tensor:
-        name = act_name(*key) if isinstance(key, tuple) else act_name(key)
-        if name not in self.activations:
+        if isinstance(key, str) and key in self.cache_dict:
+            return self.cache_dict[key]
+        if isinstance(key, tuple):
+            name, *rest = key
+            if rest and rest[0] is not None and rest[0] < 0:
+                rest[0] += self.model.cfg.n_layers
+            name = act_name(name, *rest)
+        else:
+            name = act_name(key)
+        if name not in self.cache_dict:
             self.model.check_hook_name(name)
             raise KeyError(f"{name!r} was not cached; widen names_filter in run_with_cache.")
-        return self.activations[name]
+        return self.cache_dict[name]
 
     def __contains__(self, name: str) -> bool:
-        return name in self.activations
+        return name in self.cache_dict
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.activations)
+        return iter(self.cache_dict)
 
     def __len__(self) -> int:
-        return len(self.activations)
+        return len(self.cache_dict)
+
+    def __repr__(self) -> str:
+        return f"ActivationCache with keys {list(self.cache_dict)}"
 
     def keys(self):
-        return self.activations.keys()
+        return self.cache_dict.keys()
+
+    def values(self):
+        return self.cache_dict.values()
 
     def items(self):
-        return self.activations.items()
+        return self.cache_dict.items()
+
+    @property
+    def has_embed(self) -> bool:
+        return "hook_embed" in self.cache_dict
+
+    @property
+    def has_pos_embed(self) -> bool:
+        return "hook_pos_embed" in self.cache_dict
 
     def to(self, device: str | torch.device) -> ActivationCache:
-        return ActivationCache({k: v.to(device) for k, v in self.activations.items()}, self.model)
+        """Move every tensor to `device`, in place (as TransformerLens); returns the cache."""
+        self.cache_dict = {k: v.to(device) for k, v in self.cache_dict.items()}
+        return self
+
+    def remove_batch_dim(self) -> ActivationCache:
+        """Drop the batch dim of a one-prompt cache, in place; returns the cache."""
+        if not self.has_batch_dim:
+            return self
+        sizes = {v.shape[0] for v in self.cache_dict.values() if v.ndim}
+        if sizes - {1}:
+            raise ValueError(
+                f"remove_batch_dim needs a cache of one prompt; this one has batch size {max(sizes)}."
+            )
+        self.cache_dict = {k: v[0] if v.ndim else v for k, v in self.cache_dict.items()}
+        self.has_batch_dim = False
+        return self
+
+    def apply_slice_to_batch_dim(self, batch_slice: PosSlice) -> ActivationCache:
+        """A new cache of the prompts `batch_slice` selects (an int drops the batch dim)."""
+        if not self.has_batch_dim:
+            raise ValueError("This cache has no batch dim (remove_batch_dim was called).")
+        index = _pos_index(batch_slice)
+        sliced = {
+            k: v.index_select(0, index.to(v.device)) if isinstance(index, Tensor) else v[index]
+            for k, v in self.cache_dict.items()
+        }
+        return ActivationCache(sliced, self.model, has_batch_dim=not isinstance(index, int))
+
+    def _layer(self, layer: int | None) -> int:
+        """A residual-stream index in [0, n_layers]: None and -1 mean n_layers (the final stream)."""
+        n_layers = self.model.cfg.n_layers
+        index = n_layers if layer is None else layer + n_layers + 1 if layer < 0 else layer
+        if not 0 <= index <= n_layers:
+            raise ValueError(f"layer={layer} is outside [-{n_layers + 1}, {n_layers}].")
+        return index
 
     # --- the residual stream as a sum of components ---------------------------------------------
 
     def accumulated_resid(
-        self, layer: int | None = None, incl_mid: bool = False, pos: Pos = None, apply_ln: bool = False
-    ) -> tuple[Float[Tensor, "component batch ... d_model"], list[str]]:
-        """Residual stream before each layer up to `layer` (default: all, plus the final one).
+        self,
+        layer: int | None = None,
+        incl_mid: bool = False,
+        apply_ln: bool = False,
+        pos_slice: PosSlice = None,
+        mlp_input: bool = False,
+        return_labels: bool = False,
+        *,
+        pos: Tensor | None = None,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """The residual stream before each layer up to `layer` (default: all, plus the final one).
 
-        Returns the stack and its labels ("0_pre", "0_mid", ..., "final_post").
+        Labels "0_pre", "0_mid" (incl_mid), ..., "final_post". With apply_ln, the final stream's
+        norm is recomputed on each component (the logit lens); earlier layers use the cached scale.
         """
-        n_layers = self.model.cfg.n_layers
-        layer = n_layers if layer is None else layer
+        cfg = self.model.cfg
+        layer = self._layer(layer)
         parts, labels = [], []
         for i in range(layer + 1):
-            if i == n_layers:
-                parts.append(self[f"blocks.{n_layers - 1}.hook_resid_post"])
+            if i == cfg.n_layers:
+                parts.append(self["resid_post", cfg.n_layers - 1])
                 labels.append("final_post")
                 break
             parts.append(self["resid_pre", i])
             labels.append(f"{i}_pre")
-            if incl_mid and f"blocks.{i}.hook_resid_mid" in self.model.hook_dict and i < layer:
+            if (incl_mid and i < layer) or (mlp_input and i == layer):
                 parts.append(self["resid_mid", i])
                 labels.append(f"{i}_mid")
-        stack = select_pos(torch.stack(parts), pos)
-        return (self.apply_ln_to_stack(stack, layer, pos=pos) if apply_ln else stack), labels
+        stack = torch.stack([_select(p, pos_slice, pos) for p in parts])
+        if apply_ln:
+            recompute = layer == cfg.n_layers
+            stack = self.apply_ln_to_stack(
+                stack, layer, mlp_input, pos_slice, recompute_ln=recompute, pos=pos
+            )
+        return (stack, labels) if return_labels else stack
 
     def decompose_resid(
-        self, layer: int | None = None, pos: Pos = None, apply_ln: bool = False, mlp_input: bool = False
-    ) -> tuple[Float[Tensor, "component batch ... d_model"], list[str]]:
+        self,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        mode: Literal["all", "mlp", "attn"] = "all",
+        apply_ln: bool = False,
+        pos_slice: PosSlice = None,
+        incl_embeds: bool = True,
+        return_labels: bool = False,
+        *,
+        pos: Tensor | None = None,
+    ) -> Stack | tuple[Stack, list[str]]:
         """The residual stream before `layer` (default: the final one) as the sum of its writers.
 
         Components: "embed" (plus "pos_embed"), then each earlier layer's "L_attn_out" and
-        "L_mlp_out" (with `mlp_input`, also layer `layer`'s attention output). They sum exactly to
-        resid_pre of `layer` (or resid_mid with `mlp_input`, or the final resid_post).
+        "L_mlp_out" (`mode` keeps only "attn" or "mlp" ones; with `mlp_input`, also layer `layer`'s
+        attention output). With everything included they sum exactly to resid_pre of `layer`
+        (resid_mid with `mlp_input`, the final resid_post by default).
         """
         cfg = self.model.cfg
-        layer = cfg.n_layers if layer is None else layer
-        parts, labels = [self["hook_embed"]], ["embed"]
-        if cfg.positional == "learned":
-            parts.append(self["hook_pos_embed"])
-            labels.append("pos_embed")
-        for i in range(layer + (1 if mlp_input else 0)):
-            parts.append(self["attn_out", i])
-            labels.append(f"{i}_attn_out")
-            if not cfg.attn_only and not (mlp_input and i == layer):
+        layer = self._layer(layer)
+        incl_attn, incl_mlp = mode != "mlp", mode != "attn" and not cfg.attn_only
+        parts, labels = [], []
+        if incl_embeds:
+            for name in ("embed", "pos_embed"):
+                if f"hook_{name}" in self.cache_dict:
+                    parts.append(self[f"hook_{name}"])
+                    labels.append(name)
+        for i in range(layer):
+            if incl_attn:
+                parts.append(self["attn_out", i])
+                labels.append(f"{i}_attn_out")
+            if incl_mlp:
                 parts.append(self["mlp_out", i])
                 labels.append(f"{i}_mlp_out")
-        stack = select_pos(torch.stack(parts), pos)
+        if mlp_input and incl_attn:
+            parts.append(self["attn_out", layer])
+            labels.append(f"{layer}_attn_out")
+        stack = torch.stack([_select(p, pos_slice, pos) for p in parts])
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, pos=pos, mlp_input=mlp_input)
-        return stack, labels
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, pos=pos)
+        return (stack, labels) if return_labels else stack
+
+    def _head_result(self, layer: int) -> Float[Tensor, "*batch pos head d_model"]:
+        """Each head's output z_h W_O[h] (no b_O): cached hook_result, else computed from hook_z."""
+        name = f"blocks.{layer}.attn.hook_result"
+        if name in self.cache_dict:
+            return self.cache_dict[name]
+        z = self["z", layer]  # [*batch, pos, head, d_head]
+        return torch.einsum("...he,hed->...hd", z, self.model.blocks[layer].attn.W_O)
+
+    def compute_head_results(self) -> None:
+        """Add each layer's hook_result (per-head outputs) to the cache, computed from hook_z."""
+        for layer in range(self.model.cfg.n_layers):
+            self.cache_dict[f"blocks.{layer}.attn.hook_result"] = self._head_result(layer)
 
     def stack_head_results(
-        self, layer: int | None = None, pos: Pos = None, apply_ln: bool = False
-    ) -> tuple[Float[Tensor, "component batch ... d_model"], list[str]]:
-        """Each head's output (z_h W_O[h], without the bias b_O) in layers before `layer`, labelled "L.H".
+        self,
+        layer: int = -1,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        pos_slice: PosSlice = None,
+        apply_ln: bool = False,
+        *,
+        pos: Tensor | None = None,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """Each head's output (z_h W_O[h], without b_O) in layers before `layer`, labelled "L0H3".
 
-        Uses cached hook_result when present, else computes it from cached hook_z.
+        `incl_remainder` adds the rest of the residual stream (resid_post of layer - 1 minus the
+        heads) as a last component, "remainder".
         """
         cfg = self.model.cfg
         if cfg.post_norm:
@@ -172,55 +334,175 @@ class ActivationCache:
                 "reaches the residual stream, so per-head outputs do not add up to it. Use "
                 "decompose_resid (each layer's hook_attn_out adds up), or patch/ablate heads at hook_z."
             )
-        layer = cfg.n_layers if layer is None else layer
+        layer = self._layer(layer)
         parts, labels = [], []
         for i in range(layer):
-            if f"blocks.{i}.attn.hook_result" in self.activations:
-                result = self["result", i]  # [batch, pos, head, d_model]
+            parts.append(_select(self._head_result(i).movedim(-2, 0), pos_slice, pos))  # [head, ...]
+            labels += [f"L{i}H{h}" for h in range(cfg.n_heads)]
+        stack = torch.cat(parts) if parts else _select(self["hook_embed"], pos_slice, pos)[None][:0]
+        if incl_remainder:
+            resid = _select(self["resid_post", layer - 1] if layer else self["resid_pre", 0], pos_slice, pos)
+            stack = torch.cat([stack, (resid - stack.sum(0))[None]])
+            labels.append("remainder")
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice, pos=pos)
+        return (stack, labels) if return_labels else stack
+
+    def get_neuron_results(
+        self,
+        layer: int,
+        neuron_slice: PosSlice = None,
+        pos_slice: PosSlice = None,
+        *,
+        pos: Tensor | None = None,
+    ) -> Float[Tensor, "*batch_and_pos neuron d_model"]:
+        """Each neuron's contribution post[n] W_out[n] to the residual stream (not cached)."""
+        post = _select(self["post", layer], pos_slice, pos)  # [*batch_and_pos, d_mlp]
+        W_out = self.model.blocks[layer].mlp.W_out  # [d_mlp, d_model]
+        index = _pos_index(neuron_slice)
+        if isinstance(index, Tensor):
+            post, W_out = post.index_select(-1, index.to(post.device)), W_out[index]
+        else:
+            post, W_out = post[..., index], W_out[index]
+            if isinstance(index, int):
+                post, W_out = post[..., None], W_out[None]
+        return post[..., None] * W_out
+
+    def stack_neuron_results(
+        self,
+        layer: int,
+        pos_slice: PosSlice = None,
+        neuron_slice: PosSlice = None,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        apply_ln: bool = False,
+        *,
+        pos: Tensor | None = None,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """Every neuron's output in layers before `layer`, labelled "L0N5" (memory: neurons x d_model)."""
+        layer = self._layer(layer)
+        d_mlp = self.model.cfg.d_mlp
+        neurons = torch.arange(d_mlp)[_pos_index(neuron_slice)].reshape(-1).tolist()
+        parts, labels = [], []
+        for i in range(layer):
+            parts.append(self.get_neuron_results(i, neuron_slice, pos_slice, pos=pos).movedim(-2, 0))
+            labels += [f"L{i}N{n}" for n in neurons]
+        stack = torch.cat(parts) if parts else _select(self["hook_embed"], pos_slice, pos)[None][:0]
+        if incl_remainder:
+            resid = _select(self["resid_post", layer - 1] if layer else self["resid_pre", 0], pos_slice, pos)
+            stack = torch.cat([stack, (resid - stack.sum(0))[None]])
+            labels.append("remainder")
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice, pos=pos)
+        return (stack, labels) if return_labels else stack
+
+    def stack_activation(
+        self, activation_name: str, layer: int = -1, sublayer_type: str | None = None
+    ) -> Float[Tensor, "layer ..."]:
+        """One activation of every layer before `layer`, stacked: e.g. stack_activation("pattern")."""
+        return torch.stack([self[activation_name, i, sublayer_type] for i in range(self._layer(layer))])
+
+    def get_full_resid_decomposition(
+        self,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        expand_neurons: bool = True,
+        apply_ln: bool = False,
+        pos_slice: PosSlice = None,
+        return_labels: bool = False,
+        *,
+        pos: Tensor | None = None,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """The residual stream before `layer` split into every head, every neuron (or each MLP with
+        expand_neurons=False), "embed", "pos_embed" and the summed biases ("bias"). Sums exactly to it.
+        """
+        cfg = self.model.cfg
+        layer = self._layer(layer)
+        heads, labels = self.stack_head_results(layer + int(mlp_input), True, pos_slice=pos_slice, pos=pos)
+        parts = [heads]
+        if not cfg.attn_only and layer > 0:
+            if expand_neurons:
+                mlps, mlp_labels = self.stack_neuron_results(layer, pos_slice, return_labels=True, pos=pos)
             else:
-                z = self["z", i]  # [batch, pos, head, d_head]
-                result = torch.einsum("bphe,hed->bphd", z, self.model.blocks[i].attn.W_O)
-            parts.append(result.movedim(2, 0))
-            labels += [f"{i}.{h}" for h in range(cfg.n_heads)]
-        stack = select_pos(torch.cat(parts), pos)
-        return (self.apply_ln_to_stack(stack, layer, pos=pos) if apply_ln else stack), labels
+                mlps, mlp_labels = self.decompose_resid(
+                    layer, mode="mlp", pos_slice=pos_slice, incl_embeds=False, return_labels=True, pos=pos
+                )
+            parts.append(mlps)
+            labels += mlp_labels
+        for name in ("embed", "pos_embed"):
+            if f"hook_{name}" in self.cache_dict:
+                parts.append(_select(self[f"hook_{name}"], pos_slice, pos)[None])
+                labels.append(name)
+        bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)
+        parts.append(bias.to(heads.dtype).expand(1, *heads.shape[1:]))
+        labels.append("bias")
+        stack = torch.cat(parts)
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, pos=pos)
+        return (stack, labels) if return_labels else stack
 
     def apply_ln_to_stack(
         self,
-        stack: Float[Tensor, "component batch ... d_model"],
+        residual_stack: Stack,
         layer: int | None = None,
-        pos: Pos = None,
         mlp_input: bool = False,
-    ) -> Float[Tensor, "component batch ... d_model"]:
+        pos_slice: PosSlice = None,
+        batch_slice: PosSlice = None,
+        has_batch_dim: bool = True,
+        recompute_ln: bool = False,
+        *,
+        pos: Tensor | None = None,
+    ) -> Stack:
         """Apply the norm before `layer` (default: ln_final) linearly, with its cached scale.
 
         Each component is centred (LayerNorm), divided by the scale the norm computed on the full
-        residual stream, and multiplied by the norm's weight. The norm's bias is a constant and is
-        left out, so components sum to the normalised stream minus that bias.
+        residual stream, and multiplied by the norm's weight when it is not folded (TransformerLens
+        omits the weight; with folded norms, its default, the two agree). The norm's bias is a
+        constant and is left out. `pos_slice`/`pos` say which positions the stack holds (already
+        applied to it); `recompute_ln` at the final layer instead runs ln_final on each component.
         """
         n_layers = self.model.cfg.n_layers
-        layer = n_layers if layer is None else layer
+        layer = self._layer(layer)
+        batch_index = _pos_index(batch_slice)
+        if has_batch_dim and batch_slice is not None:
+            residual_stack = _index_dim(residual_stack, 1, batch_index)
         if layer == n_layers:
-            norm, scale = self.model.ln_final, self["scale"]
+            if mlp_input:
+                raise ValueError("mlp_input=True needs a layer before the final one (ln_final has no MLP).")
+            norm, scale_name = self.model.ln_final, "ln_final.hook_scale"
         else:
             sub = "ln2" if mlp_input else "ln1"
             if not self.model.cfg.pre_norm:
-                return stack  # no norm before attention or MLP (OLMo 2): they read the stream as is
-            norm, scale = getattr(self.model.blocks[layer], sub), self["scale", layer, sub]
-        scale = select_pos(scale, pos)
-        if norm.center:
-            stack = stack - stack.mean(-1, keepdim=True)
-        stack = stack / scale
-        return stack if norm.w is None else stack * norm.w
+                return residual_stack  # no norm before attention or MLP (OLMo 2): they read the stream as is
+            norm, scale_name = getattr(self.model.blocks[layer], sub), f"blocks.{layer}.{sub}.hook_scale"
+        if recompute_ln and layer == n_layers:
+            stack = norm(residual_stack)
+        else:
+            scale = _select(self[scale_name], pos_slice, pos)
+            if has_batch_dim and batch_slice is not None and self.has_batch_dim:
+                scale = _index_dim(scale, 0, batch_index)
+            stack = residual_stack - residual_stack.mean(-1, keepdim=True) if norm.center else residual_stack
+            stack = stack / scale
+            if norm.w is not None:
+                stack = stack * norm.w
+        _NORMALISED[id(stack)] = stack
+        return stack
 
     def logit_attrs(
         self,
-        stack: Float[Tensor, "component batch ... d_model"],
-        tokens: Int[Tensor, " batch"] | int,
-        incorrect_tokens: Int[Tensor, " batch"] | int | None = None,
-    ) -> Float[Tensor, "component batch ..."]:
-        """Direct logit attribution: each component's contribution to the logit of `tokens`
-        (minus that of `incorrect_tokens`). Pass a stack that has been through apply_ln_to_stack.
+        residual_stack: Stack,
+        tokens: Tokens,
+        incorrect_tokens: Tokens | None = None,
+        pos_slice: PosSlice = None,
+        batch_slice: PosSlice = None,
+        has_batch_dim: bool = True,
+        *,
+        pos: Tensor | None = None,
+    ) -> Float[Tensor, "component ..."]:
+        """Direct logit attribution: each component's contribution to the logit of `tokens` (minus
+        that of `incorrect_tokens`), through the final norm's cached scale, which this applies
+        itself, as TransformerLens does: pass a raw stack (e.g. decompose_resid(pos_slice=-1)) and
+        the positions it holds.
         """
         cap = self.model.cfg.output_logits_soft_cap
         if cap is not None:
@@ -229,11 +511,38 @@ class ActivationCache:
                 "logits are not a sum of per-component contributions and direct logit attribution "
                 "cannot add up to the logit difference. Patch or ablate components instead."
             )
-        W_U = self.model.W_U
-        directions = W_U[:, tokens]
+        if _NORMALISED.get(id(residual_stack)) is residual_stack:
+            raise ValueError(
+                "This stack has been through apply_ln_to_stack already, and logit_attrs applies the "
+                "final norm itself (as in TransformerLens). Pass the stack from before apply_ln "
+                "(e.g. decompose_resid(..., apply_ln=False)), or dot the normalised stack with "
+                "model.tokens_to_residual_directions(tokens) yourself."
+            )
+        directions = self.model.tokens_to_residual_directions(tokens)
         if incorrect_tokens is not None:
-            directions = directions - W_U[:, incorrect_tokens]
-        directions = directions.T if directions.ndim == 2 else directions  # [batch, d_model] or [d_model]
-        if directions.ndim == 2 and stack.ndim == 4:
-            directions = directions[:, None, :]  # broadcast over positions
-        return (stack * directions).sum(-1)
+            shape, wrong = (
+                torch.as_tensor(0 if isinstance(t, str) else t).shape for t in (tokens, incorrect_tokens)
+            )
+            if shape != wrong:
+                raise ValueError(
+                    f"tokens and incorrect_tokens differ in shape: {tuple(shape)} vs {tuple(wrong)}."
+                )
+            directions = directions - self.model.tokens_to_residual_directions(incorrect_tokens)
+        stack = self.apply_ln_to_stack(
+            residual_stack,
+            -1,
+            pos_slice=pos_slice,
+            batch_slice=batch_slice,
+            has_batch_dim=has_batch_dim,
+            pos=pos,
+        )
+        per_prompt = directions.ndim == 2 and directions.shape[0] == stack.shape[1]
+        if has_batch_dim and stack.ndim == 4 and per_prompt and not isinstance(_pos_index(batch_slice), int):
+            directions = directions.unsqueeze(-2)  # [batch, 1, d_model]: broadcast over positions
+        return (stack * directions.to(stack.dtype)).sum(-1)
+
+
+def _index_dim(x: Tensor, dim: int, index: int | slice | Tensor) -> Tensor:
+    if isinstance(index, Tensor):
+        return x.index_select(dim, index.to(x.device))
+    return x[(slice(None),) * dim + (index,)]

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from interp.transformer_lens_api import TransformerLensConfig
+
 Normalization = Literal["layernorm", "rmsnorm"]
 Positional = Literal["learned", "rotary", "none"]
 Activation = Literal["gelu", "gelu_new", "silu", "relu"]
@@ -21,9 +23,11 @@ AttentionType = Literal["global", "local"]
 
 
 @dataclass
-class Config:
+class Config(TransformerLensConfig):
     """Shape and architecture of a decoder-only transformer.
 
+    TransformerLens's names for these fields (`cfg.act_fn`, `cfg.normalization_type`, `cfg.device`,
+    ...) are read-only views, see `interp.transformer_lens_api.TransformerLensConfig`.
     Sizes: `d_head` defaults to d_model // n_heads, `n_kv_heads` to n_heads (no grouped-query
     attention), `d_mlp` to 4 * d_model, `rotary_dim` to d_head (all dims rotated).
 
@@ -92,6 +96,8 @@ class Config:
     # Opt-in hook points (they cost memory): per-head outputs and per-head attention inputs.
     use_attn_result: bool = False
     use_split_qkv_input: bool = False
+    use_hook_mlp_in: bool = False  # hook_mlp_in: the MLP's input before ln2
+    use_attn_in: bool = False  # hook_attn_in: per-head attention input shared by q, k and v
     # Set by weight processing: norms whose weights were folded into the next layer.
     norm_folded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)

@@ -70,7 +70,8 @@ def load_model(
     "EleutherAI/pythia-70m"; downloaded by transformers where the hub is reachable), a
     `transformers` model object, a local transformers directory, a .gguf file, or a checkpoint
     directory written by `model.save`. Weight processing (all off by default) leaves
-    log-probabilities unchanged; see `interp.weights.process_weights`.
+    log-probabilities unchanged; see `interp.weights.process_weights`
+    (`HookedTransformer.from_pretrained` applies TransformerLens's defaults). The model is in eval mode.
     """
     if isinstance(source, HookedTransformer):
         raise TypeError("That is already a HookedTransformer; use it directly.")
@@ -81,7 +82,7 @@ def load_model(
     else:
         raise TypeError(f"Cannot load a model from {type(source).__name__}.")
     process_weights(model, fold_ln, center_writing_weights, center_unembed)
-    return model.to(device=device, dtype=dtype)
+    return model.to(device=device, dtype=dtype).eval()  # as transformers and TransformerLens; train() works
 
 
 def _load_from_name_or_path(source: str, tokenizer: Any) -> HookedTransformer:
@@ -136,7 +137,7 @@ def from_hf(hf_model: Any, tokenizer: Any = None) -> HookedTransformer:
     with torch.device("meta"):  # no random init: every tensor comes from the weights
         model = HookedTransformer(cfg, tokenizer)
     model.load_state_dict(weights, strict=True, assign=True)
-    return model
+    return model.eval()
 
 
 def _default_prepend_bos(cfg: Config, tokenizer: Any) -> bool:

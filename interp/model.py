@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+import tqdm
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedRootModule
@@ -41,6 +42,7 @@ from transformer_lens.hook_points import HookPoint
 from interp.cache import ActivationCache
 from interp.checkpoint import save_checkpoint
 from interp.config import Config
+from interp.transformer_lens_api import TransformerLensModel
 
 ReturnType = Literal["logits", "loss", "both"] | None
 Hook = tuple[str | Callable[[str], bool], Callable]
@@ -130,6 +132,11 @@ def apply_rotary(
 class Attention(nn.Module):
     """Multi-head (optionally grouped-query) causal self-attention with a hook on every step.
 
+    Key and value weights are stored per key/value head as `_W_K`, `_W_V`, `_b_K`, `_b_V`
+    (TransformerLens's names); `W_K`, `W_V`, `b_K`, `b_V` are per query head, [head, ...] (each
+    key/value head repeated for its group; the parameters themselves without grouped-query attention).
+    State dicts with either name load.
+
     `layer` selects the per-layer choices of the config: global or local (sliding-window)
     attention, rotary base, and whether the layer uses positions at all.
     """
@@ -139,12 +146,12 @@ class Attention(nn.Module):
         self.cfg = cfg
         h, kv, d, e = cfg.n_heads, cfg.n_kv_heads, cfg.d_model, cfg.d_head
         self.W_Q = nn.Parameter(torch.empty(h, d, e))
-        self.W_K = nn.Parameter(torch.empty(kv, d, e))
-        self.W_V = nn.Parameter(torch.empty(kv, d, e))
+        self._W_K = nn.Parameter(torch.empty(kv, d, e))
+        self._W_V = nn.Parameter(torch.empty(kv, d, e))
         self.W_O = nn.Parameter(torch.empty(h, e, d))
         self.b_Q = nn.Parameter(torch.zeros(h, e)) if cfg.qkv_bias else None
-        self.b_K = nn.Parameter(torch.zeros(kv, e)) if cfg.qkv_bias else None
-        self.b_V = nn.Parameter(torch.zeros(kv, e)) if cfg.qkv_bias else None
+        self._b_K = nn.Parameter(torch.zeros(kv, e)) if cfg.qkv_bias else None
+        self._b_V = nn.Parameter(torch.zeros(kv, e)) if cfg.qkv_bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if cfg.attn_out_bias else None
         if cfg.qk_norm != "none":
             n_dims = 2 if cfg.qk_norm == "all_heads" else 1
@@ -164,6 +171,28 @@ class Attention(nn.Module):
             self.hook_rot_k = HookPoint()
         for name in ["q", "k", "v", "attn_scores", "pattern", "z", "result"]:
             setattr(self, f"hook_{name}", HookPoint())
+        self.register_load_state_dict_pre_hook(_rename_kv_parameters)
+
+    def _per_query_head(self, x: Tensor | None) -> Tensor | None:
+        if x is None or self.cfg.group_size == 1:
+            return x
+        return x.repeat_interleave(self.cfg.group_size, dim=0)
+
+    @property
+    def W_K(self) -> Float[Tensor, "head d_model d_head"]:
+        return self._per_query_head(self._W_K)
+
+    @property
+    def W_V(self) -> Float[Tensor, "head d_model d_head"]:
+        return self._per_query_head(self._W_V)
+
+    @property
+    def b_K(self) -> Float[Tensor, "head d_head"] | None:
+        return self._per_query_head(self._b_K)
+
+    @property
+    def b_V(self) -> Float[Tensor, "head d_head"] | None:
+        return self._per_query_head(self._b_V)
 
     def _project(self, x: Tensor, W: Tensor, b: Tensor | None) -> Tensor:
         """x: [batch, pos, d_model] or per-head [batch, pos, head, d_model] -> [batch, pos, head, d_head]."""
@@ -213,8 +242,8 @@ class Attention(nn.Module):
     ) -> Float[Tensor, "batch pos d_model"]:
         cfg = self.cfg
         q = self.hook_q(self._project(q_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
-        k = self.hook_k(self._project(k_input, self.W_K, self.b_K))  # [batch, pos, kv_head, d_head]
-        v = self.hook_v(self._project(v_input, self.W_V, self.b_V))  # [batch, pos, kv_head, d_head]
+        k = self.hook_k(self._project(k_input, self._W_K, self._b_K))  # [batch, pos, kv_head, d_head]
+        v = self.hook_v(self._project(v_input, self._W_V, self._b_V))  # [batch, pos, kv_head, d_head]
         if cfg.qk_norm != "none":
             q, k = self.q_ln(q), self.k_ln(k)
         offset = 0 if past_kv is None or "k" not in past_kv else past_kv["k"].shape[1]
@@ -258,6 +287,13 @@ class Attention(nn.Module):
             h, e, d = self.W_O.shape
             out = z.reshape(*z.shape[:2], h * e) @ self.W_O.reshape(h * e, d)
         return out if self.b_O is None else out + self.b_O
+
+
+def _rename_kv_parameters(module: Attention, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+    """Load "attn.W_K" (interp's older name, TransformerLens's without grouped-query attention) as _W_K."""
+    for name in ("W_K", "W_V", "b_K", "b_V"):
+        if prefix + name in state_dict:
+            state_dict[prefix + "_" + name] = state_dict.pop(prefix + name)
 
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -350,6 +386,8 @@ class Block(nn.Module):
 
     With `use_split_qkv_input`, ln1 runs separately on the per-head query, key and value inputs, so
     its hooks fire three times per forward (a cache keeps the value input's, [batch, pos, kv_head, 1]).
+    `use_attn_in` gives one per-head input (hook_attn_in) for all three; `use_hook_mlp_in` hooks the
+    MLP's input before ln2 (hook_mlp_in).
     """
 
     def __init__(self, cfg: Config, layer: int = 0):
@@ -364,9 +402,9 @@ class Block(nn.Module):
             self.mlp = MLP(cfg) if cfg.num_experts is None else MixtureOfExperts(cfg)
             if cfg.post_norm:
                 self.ln2_post = Norm(cfg, folded=False)
-        names = ["resid_pre", "attn_out", "resid_post", "q_input", "k_input", "v_input"]
+        names = ["resid_pre", "attn_out", "resid_post", "q_input", "k_input", "v_input", "attn_in"]
         if not cfg.attn_only:
-            names += ["mlp_out"] + ([] if cfg.parallel_residual else ["resid_mid"])
+            names += ["mlp_in", "mlp_out"] + ([] if cfg.parallel_residual else ["resid_mid"])
         for name in names:
             setattr(self, f"hook_{name}", HookPoint())
 
@@ -380,6 +418,9 @@ class Block(nn.Module):
             k_in = self.hook_k_input(_per_head(resid_pre, cfg.n_kv_heads))
             v_in = self.hook_v_input(_per_head(resid_pre, cfg.n_kv_heads))
             attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), past_kv)
+        elif cfg.use_attn_in:
+            normed = self.ln1(self.hook_attn_in(_per_head(resid_pre, cfg.n_heads)))
+            attn_out = self.attn(normed, normed, normed, past_kv)
         else:
             normed = self.ln1(resid_pre)
             attn_out = self.attn(normed, normed, normed, past_kv)
@@ -389,13 +430,16 @@ class Block(nn.Module):
         if cfg.attn_only:
             return self.hook_resid_post(resid_pre + attn_out)
         resid_mid = resid_pre if cfg.parallel_residual else self.hook_resid_mid(resid_pre + attn_out)
-        mlp_out = self.mlp(self.ln2(resid_mid))
+        mlp_out = self.mlp(self.ln2(self._mlp_in(resid_mid)))
         if cfg.post_norm:
             mlp_out = self.ln2_post(mlp_out)
         mlp_out = self.hook_mlp_out(mlp_out)
         if cfg.parallel_residual:
             return self.hook_resid_post(resid_pre + attn_out + mlp_out)
         return self.hook_resid_post(resid_mid + mlp_out)
+
+    def _mlp_in(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        return self.hook_mlp_in(x.clone()) if self.cfg.use_hook_mlp_in else x
 
 
 def _per_head(x: Float[Tensor, "batch pos d_model"], n: int) -> Float[Tensor, "batch pos n d_model"]:
@@ -405,16 +449,26 @@ def _per_head(x: Float[Tensor, "batch pos d_model"], n: int) -> Float[Tensor, "b
 # ---------------------------------------------------------------------------------------------
 # The model
 
+# Hook points that fire only when their setting is on (hook name suffix -> Config field).
+_OPT_IN_HOOKS = {
+    "hook_result": "use_attn_result",
+    "_input": "use_split_qkv_input",
+    "hook_attn_in": "use_attn_in",
+    "hook_mlp_in": "use_hook_mlp_in",
+}
 
-class HookedTransformer(HookedRootModule):
+
+class HookedTransformer(TransformerLensModel, HookedRootModule):
     """A decoder-only transformer with TransformerLens hook names. See the module docstring.
 
     `tokenizer` is a `transformers` tokenizer, or None for models that work on token ids only.
+    TransformerLens's API beyond this class lives in `interp.transformer_lens_api`.
     """
 
     def __init__(self, cfg: Config, tokenizer: Any = None):
         super().__init__()
         self.cfg = cfg
+        cfg._model = self  # cfg.device and cfg.dtype are the model's
         self.tokenizer = tokenizer
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.hook_embed = HookPoint()
@@ -435,7 +489,7 @@ class HookedTransformer(HookedRootModule):
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         std = self.cfg.init_std
         for name, param in self.named_parameters():
-            if name.split(".")[-1].startswith("W_"):
+            if name.split(".")[-1].lstrip("_").startswith("W_"):
                 scale = std / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("W_O", "W_out")) else std
                 with torch.no_grad():
                     param.copy_(torch.randn(param.shape, generator=generator) * scale)
@@ -450,26 +504,16 @@ class HookedTransformer(HookedRootModule):
     @property
     def W_K(self) -> Float[Tensor, "layer head d_model d_head"]:
         """Per query head: under grouped-query attention each key head is repeated for its group."""
-        return self._stack("W_K").repeat_interleave(self.cfg.group_size, dim=1)
+        return self._stack("W_K")
 
     @property
     def W_V(self) -> Float[Tensor, "layer head d_model d_head"]:
         """Per query head, as W_K."""
-        return self._stack("W_V").repeat_interleave(self.cfg.group_size, dim=1)
+        return self._stack("W_V")
 
     @property
     def W_O(self) -> Float[Tensor, "layer head d_head d_model"]:
         return self._stack("W_O")
-
-    @property
-    def OV(self) -> Float[Tensor, "layer head d_model d_model"]:
-        """W_V W_O per head: what a head writes to the residual stream for what it reads."""
-        return self.W_V @ self.W_O
-
-    @property
-    def QK(self) -> Float[Tensor, "layer head d_model d_model"]:
-        """W_Q W_K^T per head: the bilinear form of attention scores (before rotary positions)."""
-        return self.W_Q @ self.W_K.transpose(-1, -2)
 
     @property
     def device(self) -> torch.device:
@@ -483,9 +527,8 @@ class HookedTransformer(HookedRootModule):
 
     def check_hook_name(self, name: str) -> None:
         """Raise a KeyError naming the closest hook names if `name` is not a hook point."""
-        opt_in = {"hook_result": "use_attn_result", "_input": "use_split_qkv_input"}
         if name in self.hook_dict:
-            for suffix, setting in opt_in.items():
+            for suffix, setting in _OPT_IN_HOOKS.items():
                 if name.endswith(suffix) and not getattr(self.cfg, setting):
                     raise KeyError(
                         f"{name!r} is an opt-in hook: set model.cfg.{setting} = True "
@@ -508,13 +551,15 @@ class HookedTransformer(HookedRootModule):
         device: str | torch.device | None = None,
         return_type: ReturnType = "logits",
         incl_bwd: bool = False,
+        remove_batch_dim: bool = False,
         **forward_kwargs: Any,
     ) -> tuple[Any, ActivationCache]:
         """Run the model and cache activations of the hooks that `names_filter` selects.
 
         Only the selected hooks are cached (a single name costs no more than a forward pass).
         `device` moves cached tensors (e.g. "cpu" to free GPU memory); `incl_bwd` also caches
-        gradients under "<name>_grad" when the caller runs `.backward()` on the output.
+        gradients under "<name>_grad" when the caller runs `.backward()` on the output;
+        `remove_batch_dim` drops the batch dim of a one-prompt run's cache.
         """
         names = self._resolve_names(names_filter)
         cache: dict[str, Tensor] = {}
@@ -529,15 +574,15 @@ class HookedTransformer(HookedRootModule):
         bwd = [(name, save_grad) for name in names] if incl_bwd else []
         with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd, reset_hooks_end=not incl_bwd):
             out = self(input, return_type=return_type, **forward_kwargs)
-        return out, ActivationCache(cache, self)
+        cache = ActivationCache(cache, self)
+        return out, cache.remove_batch_dim() if remove_batch_dim else cache
 
     def _active_hook_names(self) -> list[str]:
         """Hook points that fire in the current settings (opt-in hooks only when enabled)."""
         names = list(self.hook_dict)
-        if not self.cfg.use_attn_result:
-            names = [n for n in names if not n.endswith("hook_result")]
-        if not self.cfg.use_split_qkv_input:
-            names = [n for n in names if not n.endswith("_input")]
+        for suffix, setting in _OPT_IN_HOOKS.items():
+            if not getattr(self.cfg, setting):
+                names = [n for n in names if not n.endswith(suffix)]
         return names
 
     def _resolve_names(self, names_filter) -> list[str]:
@@ -639,12 +684,19 @@ class HookedTransformer(HookedRootModule):
         return self.tokenizer
 
     def to_tokens(
-        self, text: str | Sequence[str], prepend_bos: bool | None = None
+        self,
+        text: str | Sequence[str],
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+        move_to_device: bool = True,
+        truncate: bool = True,
     ) -> Int[Tensor, "batch pos"]:
-        """Tokenize text (right-padded to the longest prompt) with this model's BOS policy.
+        """Tokenize text (padded to the longest prompt, on the right by default) with this model's
+        BOS policy; `truncate` cuts prompts to the context length n_ctx.
 
         `prepend_bos=None` uses `cfg.default_prepend_bos`: what the model saw in training
         (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none).
+        interp has no attention mask: run left-padded batches only where pads cannot matter.
         """
         tokenizer = self._require_tokenizer()
         texts = [text] if isinstance(text, str) else list(text)
@@ -657,17 +709,34 @@ class HookedTransformer(HookedRootModule):
                     f"{self.cfg.model_name}'s tokenizer has no BOS token; use prepend_bos=False."
                 )
             ids = [[bos, *row] for row in ids]
+        if truncate:
+            ids = [row[: self.cfg.n_ctx] for row in ids]
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         width = max(len(row) for row in ids)
         tokens = torch.full((len(ids), width), pad or 0, dtype=torch.long)
+        left = (padding_side or "right") == "left"
         for i, row in enumerate(ids):
-            tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return tokens.to(self.device)
+            if left:
+                tokens[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            else:
+                tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return tokens.to(self.device) if move_to_device else tokens
 
-    def to_str_tokens(self, input: str | Tensor, prepend_bos: bool | None = None) -> list[str]:
-        """One string per token of a single prompt (text or a [pos] / [1, pos] tensor)."""
+    def to_str_tokens(
+        self,
+        input: str | Sequence[str] | Sequence[int] | Tensor,
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+    ) -> list[str] | list[list[str]]:
+        """One string per token of a prompt (text, a list of ids, a [pos] / [1, pos] tensor);
+        a list of prompts gives a list of such lists."""
         tokenizer = self._require_tokenizer()
-        tokens = self.to_tokens(input, prepend_bos)[0] if isinstance(input, str) else input
+        if isinstance(input, Sequence) and not isinstance(input, str) and input and isinstance(input[0], str):
+            return [self.to_str_tokens(text, prepend_bos, padding_side) for text in input]
+        if isinstance(input, str):
+            tokens = self.to_tokens(input, prepend_bos, padding_side)[0]
+        else:
+            tokens = torch.as_tensor(input)
         tokens = tokens.reshape(-1) if tokens.ndim == 2 and tokens.shape[0] == 1 else tokens
         if tokens.ndim != 1:
             raise ValueError(f"to_str_tokens takes one prompt; got shape {tuple(tokens.shape)}.")
@@ -684,10 +753,12 @@ class HookedTransformer(HookedRootModule):
             )
         return ids[0]
 
-    def to_string(self, tokens: Int[Tensor, "... pos"]) -> str | list[str]:
+    def to_string(self, tokens: int | Sequence[int] | Int[Tensor, "... pos"]) -> str | list[str]:
+        """Text of token ids: an id, a list or [pos] tensor -> str; [batch, pos] -> one str per row."""
         tokenizer = self._require_tokenizer()
-        if tokens.ndim == 1:
-            return tokenizer.decode(tokens.tolist())
+        tokens = torch.as_tensor(tokens)
+        if tokens.ndim <= 1:
+            return tokenizer.decode(tokens.reshape(-1).tolist())
         return [tokenizer.decode(row.tolist()) for row in tokens]
 
     # --- generation ----------------------------------------------------------------------------
@@ -697,26 +768,42 @@ class HookedTransformer(HookedRootModule):
         self,
         input: str | Int[Tensor, "batch pos"],
         max_new_tokens: int = 20,
-        temperature: float = 0.0,
-        top_k: int | None = None,
-        seed: int | None = None,
         stop_at_eos: bool = True,
-        use_kv_cache: bool = True,
+        eos_token_id: int | None = None,
+        do_sample: bool | None = None,
+        top_k: int | None = None,
+        temperature: float | None = None,
+        use_past_kv_cache: bool = True,
+        prepend_bos: bool | None = None,
+        return_type: Literal["input", "str", "tokens"] = "input",
+        verbose: bool = False,
+        seed: int | None = None,
     ) -> str | Int[Tensor, "batch pos"]:
-        """Greedy (temperature 0) or sampled continuation. Text in -> text out; tokens in -> tokens out.
+        """Greedy or sampled continuation; by default text in -> text out, tokens in -> tokens out.
 
-        With the KV cache each new token costs one position's forward pass. Batched token input
-        must share one length (no padding), since padding would sit between prompt and continuation.
+        Greedy unless `do_sample=True` (temperature 1 unless given) or a temperature > 0 is given;
+        (TransformerLens samples by default). With the KV cache each new token costs one position's
+        forward pass. Batched token input must share one length (no padding), since padding would
+        sit between prompt and continuation. `verbose` shows a progress bar.
         """
-        tokens = self._as_tokens(input, None) if not isinstance(input, str) else self.to_tokens(input)
+        if isinstance(input, str):
+            tokens = self.to_tokens(input, prepend_bos=prepend_bos)
+        else:
+            tokens = self._as_tokens(input, prepend_bos)
+        sample = do_sample if do_sample is not None else bool(temperature)
+        temperature = 1.0 if temperature is None else temperature
+        if sample and temperature <= 0:
+            raise ValueError(f"Sampling needs a temperature > 0, got {temperature}; or use do_sample=False.")
         generator = torch.Generator(device=tokens.device).manual_seed(seed) if seed is not None else None
-        eos = self.tokenizer.eos_token_id if (self.tokenizer is not None and stop_at_eos) else None
-        past_kv = [{} for _ in self.blocks] if use_kv_cache else None
+        if eos_token_id is None and stop_at_eos and self.tokenizer is not None:
+            eos_token_id = self.tokenizer.eos_token_id
+        eos = eos_token_id if stop_at_eos else None
+        past_kv = [{} for _ in self.blocks] if use_past_kv_cache else None
         finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
         step_input = tokens
-        for _ in range(max_new_tokens):
-            logits = self(step_input if use_kv_cache else tokens, past_kv=past_kv)[:, -1].float()
-            if temperature == 0:
+        for _ in tqdm.trange(max_new_tokens, disable=not verbose):
+            logits = self(step_input if use_past_kv_cache else tokens, past_kv=past_kv)[:, -1].float()
+            if not sample:
                 next_token = logits.argmax(-1)
             else:
                 logits = logits / temperature
@@ -731,7 +818,13 @@ class HookedTransformer(HookedRootModule):
             step_input = next_token[:, None]
             if eos is not None and finished.all():
                 break
-        return self.to_string(tokens[0]) if isinstance(input, str) else tokens
+        if return_type == "str" or (return_type == "input" and isinstance(input, str)):
+            prepended = isinstance(input, str) and (
+                self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
+            )
+            text = self.to_string(tokens[:, int(prepended) :])  # without the BOS, as TransformerLens
+            return text[0] if len(text) == 1 else text
+        return tokens
 
     # --- saving --------------------------------------------------------------------------------
 
@@ -742,7 +835,7 @@ class HookedTransformer(HookedRootModule):
     @contextmanager
     def settings(self, **overrides: Any) -> Iterator[HookedTransformer]:
         """Temporarily change runtime settings, e.g. `with model.settings(use_attn_result=True):`."""
-        allowed = {"use_attn_result", "use_split_qkv_input"}
+        allowed = set(_OPT_IN_HOOKS.values())
         if set(overrides) - allowed:
             raise ValueError(f"Only {sorted(allowed)} can be changed at run time.")
         old = {key: getattr(self.cfg, key) for key in overrides}

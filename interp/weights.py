@@ -1,10 +1,13 @@
 """Weight processing that leaves the model's log-probabilities unchanged.
 
 - fold_ln: a norm's weight w and bias b move into the layer that reads its output
-  (W <- diag(w) W, b_W <- b_W + b W); the norm keeps only centring and scaling.
+  (W <- diag(w) W, b_W <- b_W + b W); the norm keeps only centring and scaling. After a LayerNorm,
+  W is also centred over d_model (its input has mean zero), as TransformerLens does.
 - center_writing_weights: (LayerNorm models) every matrix that writes to the residual stream
   writes mean-zero vectors; LayerNorm removes the mean anyway.
 - center_unembed: W_U and b_U get mean zero over the vocabulary; softmax ignores constant shifts.
+- fold_value_biases: b_V moves into b_O (each head's pattern sums to 1, so b_V W_O is a constant
+  added to the output); hook_v and hook_z change, the output does not.
 """
 
 from __future__ import annotations
@@ -23,14 +26,23 @@ def process_weights(
     fold_ln: bool = False,
     center_writing_weights: bool = False,
     center_unembed: bool = False,
+    fold_value_biases: bool = False,
 ) -> None:
+    if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
+        return
     with torch.no_grad():
+        # Weights may share storage with the transformers model they came from, or with each other
+        # (tied embeddings: W_U is a view of W_E); the edits below are in place, so copy them first.
+        for param in model.parameters():
+            param.data = param.data.clone()
         if fold_ln:
             _fold_ln(model)
         if center_writing_weights:
             _center_writing_weights(model)
         if center_unembed:
             _center_unembed(model)
+        if fold_value_biases:
+            _fold_value_biases(model)
 
 
 def _bias(module: nn.Module, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
@@ -50,6 +62,8 @@ def _fold_norm_into(norm: Norm, readers: list[tuple[nn.Module, str, str]]) -> No
             bias = _bias(module, bias_name, shift.shape, W)
             bias += shift
         W *= w[:, None]
+        if norm.center:  # LayerNorm output has mean zero, so W's mean over d_model is unused
+            W -= W.mean(-2, keepdim=True)
     norm.w = None
     norm.b = None
 
@@ -73,7 +87,9 @@ def _fold_ln(model: HookedTransformer) -> None:
         if not cfg.pre_norm:
             continue  # nothing before attention and MLP to fold (OLMo 2); post-norms cannot fold
         attn = block.attn
-        _fold_norm_into(block.ln1, [(attn, f"W_{n}", f"b_{n}") for n in "QKV"])
+        # key/value parameters per key/value head (_W_K), not the per-query-head views (W_K)
+        readers = [(attn, "W_Q", "b_Q"), (attn, "_W_K", "_b_K"), (attn, "_W_V", "_b_V")]
+        _fold_norm_into(block.ln1, readers)
         if not cfg.attn_only:
             readers = _mlp_readers(block.mlp)
             if cfg.num_experts is not None and block.ln2.b is not None:
@@ -81,7 +97,7 @@ def _fold_ln(model: HookedTransformer) -> None:
             _fold_norm_into(block.ln2, readers)
     _fold_norm_into(model.ln_final, [(model, "W_U", "b_U")])
     cfg.norm_folded = True
-    cfg.qkv_bias = all(block.attn.b_Q is not None for block in model.blocks)
+    cfg.qkv_bias = all(block.attn.b_Q is not None and block.attn._b_K is not None for block in model.blocks)
     cfg.mlp_bias = cfg.attn_only or all(
         getattr(block.mlp, "b_in", None) is not None for block in model.blocks
     )
@@ -111,3 +127,15 @@ def _center_unembed(model: HookedTransformer) -> None:
     model.W_U -= model.W_U.mean(-1, keepdim=True)
     if model.b_U is not None:
         model.b_U -= model.b_U.mean()
+
+
+def _fold_value_biases(model: HookedTransformer) -> None:
+    for block in model.blocks:
+        attn = block.attn
+        if attn.b_V is None:
+            continue
+        shift = torch.einsum("he,hed->d", attn.b_V, attn.W_O)  # b_V per query head: [head, d_head]
+        b_O = _bias(attn, "b_O", shift.shape, attn.W_O)
+        b_O += shift
+        attn._b_V.zero_()
+    model.cfg.attn_out_bias = all(block.attn.b_O is not None for block in model.blocks)

@@ -129,11 +129,11 @@ def test_k_composition_matches_dense_matrices():
     assert scores[0].isnan().all()
     for layer in (1, 2):
         for head in range(model.cfg.n_heads):
-            QK = model.QK[layer, head].detach()
+            QK = model.QK[layer, head].AB.detach()
             values = []
             for lp, hp in sources:
                 if lp < layer:
-                    OV = model.OV[lp, hp].detach()
+                    OV = model.OV[lp, hp].AB.detach()
                     values.append((QK @ OV.T).norm() / (QK.norm() * OV.norm()))
             assert float(scores[layer, head]) == pytest.approx(float(max(values)), rel=1e-4)
 

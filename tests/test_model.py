@@ -131,11 +131,11 @@ def test_names_filter_caches_only_what_is_asked(model) -> None:
 
 def test_decompose_resid_sums_to_the_final_residual(model) -> None:
     _, cache = model.run_with_cache(_tokens(model))
-    stack, labels = cache.decompose_resid()
+    stack, labels = cache.decompose_resid(return_labels=True)
     final = cache[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]
     torch.testing.assert_close(stack.sum(0), final, atol=1e-5, rtol=0)
     assert len(labels) == stack.shape[0] and labels[0] == "embed"
-    accumulated, acc_labels = cache.accumulated_resid()
+    accumulated, acc_labels = cache.accumulated_resid(return_labels=True)
     torch.testing.assert_close(accumulated[-1], final)
     assert acc_labels[-1] == "final_post"
 
@@ -149,19 +149,19 @@ def test_head_results_plus_bias_sum_to_attn_out(model) -> None:
         torch.testing.assert_close(total, cache["attn_out", layer], atol=1e-5, rtol=0)
     # stack_head_results computes the same from hook_z when hook_result was not cached
     _, z_cache = model.run_with_cache(_tokens(model), names_filter=lambda n: n.endswith("hook_z"))
-    from_z, labels = z_cache.stack_head_results()
-    from_result, _ = cache.stack_head_results()
+    from_z, labels = z_cache.stack_head_results(return_labels=True)
+    from_result = cache.stack_head_results()
     torch.testing.assert_close(from_z, from_result, atol=1e-5, rtol=0)
-    assert labels[: model.cfg.n_heads + 1][-1] == "1.0"
+    assert labels[: model.cfg.n_heads + 1][-1] == "L1H0"
 
 
 def test_direct_logit_attribution_sums_to_logits(model) -> None:
     tokens = _tokens(model)
     logits, cache = model.run_with_cache(tokens)
     pos = torch.tensor([11, 5, 8])
-    stack, _ = cache.decompose_resid(pos=pos, apply_ln=True)  # [component, batch, d_model]
+    stack = cache.decompose_resid(pos=pos)  # [component, batch, d_model]
     answers, wrong = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
-    attrs = cache.logit_attrs(stack, answers, wrong)  # [component, batch]
+    attrs = cache.logit_attrs(stack, answers, wrong, pos=pos)  # [component, batch]: applies ln_final
     rows = torch.arange(3)
     expected = logits[rows, pos, answers] - logits[rows, pos, wrong]
     ln_bias = model.ln_final.b
@@ -222,8 +222,8 @@ def test_loss_is_next_token_cross_entropy(model) -> None:
 
 def test_kv_cache_generation_equals_full_recompute(model) -> None:
     prompt = _tokens(model, batch=2, pos=5)
-    with_cache = model.generate(prompt, max_new_tokens=6, use_kv_cache=True)
-    without = model.generate(prompt, max_new_tokens=6, use_kv_cache=False)
+    with_cache = model.generate(prompt, max_new_tokens=6, use_past_kv_cache=True)
+    without = model.generate(prompt, max_new_tokens=6, use_past_kv_cache=False)
     assert torch.equal(with_cache, without) and with_cache.shape == (2, 11)
     sampled = [model.generate(prompt, max_new_tokens=6, temperature=1.0, seed=3) for _ in range(2)]
     assert torch.equal(sampled[0], sampled[1])

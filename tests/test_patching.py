@@ -72,7 +72,7 @@ def test_batched_runs_started_mid_model_equal_separate_full_runs(model, prompts)
     # The generic engine without cached residual streams runs every copy from the embeddings.
     _, sources = model.run_with_cache(clean, names_filter=lambda name: name.endswith("hook_z"))
     site_sets = [[Site(interp.act_name("z", layer), head=1, pos=end)] for layer in range(model.cfg.n_layers)]
-    full = patching.run_site_sets(model, corrupted, site_sets, sources.activations, metric, resid_pre=None)
+    full = patching.run_site_sets(model, corrupted, site_sets, sources.cache_dict, metric, resid_pre=None)
     mid = patching.patch_sites(model, clean, corrupted, metric, site_sets)
     torch.testing.assert_close(full, mid.values, atol=1e-5, rtol=0)
 
