@@ -2,10 +2,10 @@
 
 import interp.memory  # noqa: F401  (keeps freed memory for reuse; see interp/memory.py)
 from interp.cache import ActivationCache, act_name
-from interp.config import Config
+from interp.config import Config, HookedTransformerConfig
 from interp.loading import DEFAULT_MODEL, OFFLINE_MODELS, from_hf, load_model
-from interp.model import HookedTransformer, next_token_loss
-from interp.transformer_lens_api import HookedTransformerConfig
+from interp.metrics import next_token_loss
+from interp.model import HookedTransformer
 
 __all__ = [
     "DEFAULT_MODEL",

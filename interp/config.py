@@ -13,7 +13,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from interp.transformer_lens_api import TransformerLensConfig
+import torch
+
+from interp.transformer_lens_api import (
+    _CONFIG_NAMES,
+    _FROM_NORMALIZATION_TYPE,
+    _FROM_POSITIONAL_TYPE,
+    TransformerLensConfig,
+)
 
 Normalization = Literal["layernorm", "rmsnorm"]
 Positional = Literal["learned", "rotary", "none"]
@@ -166,3 +173,41 @@ class Config(TransformerLensConfig):
         if unknown:
             raise ValueError(f"Unknown config fields {sorted(unknown)}; known: {sorted(known)}.")
         return cls(**values)
+
+
+def HookedTransformerConfig(  # noqa: N802  (TransformerLens's class name, so that its code runs)
+    act_fn: str = "gelu_new",
+    normalization_type: str | None = "LN",
+    positional_embedding_type: str = "standard",
+    d_vocab_out: int = -1,
+    seed: int | None = None,
+    **kwargs: Any,
+):
+    """An interp `Config` from TransformerLens's `HookedTransformerConfig` arguments, e.g.
+    `HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=64, n_ctx=32, d_head=16,
+    act_fn="relu", attn_only=True, d_vocab=100))`. Arguments interp has no equivalent for raise.
+    """
+    unknown = sorted(set(kwargs) - set(_CONFIG_NAMES))
+    if unknown:
+        raise TypeError(
+            f"interp's config has no equivalent of {unknown}; supported: {sorted(_CONFIG_NAMES)}."
+        )
+    if normalization_type not in _FROM_NORMALIZATION_TYPE:
+        raise ValueError(f"normalization_type={normalization_type!r}: interp supports 'LN' and 'RMS'.")
+    if positional_embedding_type not in _FROM_POSITIONAL_TYPE:
+        raise ValueError(
+            f"positional_embedding_type={positional_embedding_type!r}: interp supports 'standard', 'rotary'."
+        )
+    if d_vocab_out not in (-1, kwargs.get("d_vocab")):
+        raise ValueError("interp's unembedding has d_vocab outputs; d_vocab_out must equal d_vocab.")
+    if "d_head" in kwargs and "n_heads" not in kwargs:
+        kwargs["n_heads"] = kwargs["d_model"] // kwargs["d_head"]
+    if seed is not None:
+        torch.manual_seed(seed)  # the model's initialisation, as TransformerLens seeds it
+    fields = {_CONFIG_NAMES[name]: value for name, value in kwargs.items()}
+    return Config(
+        activation=act_fn,
+        normalization=_FROM_NORMALIZATION_TYPE[normalization_type],
+        positional=_FROM_POSITIONAL_TYPE[positional_embedding_type],
+        **fields,
+    )

@@ -17,9 +17,17 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.cache import Pos
-from interp.model import next_token_loss
 
 Metric = Callable[[Tensor], Tensor]
+
+
+def next_token_loss(
+    logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"], per_token: bool = False
+) -> Tensor:
+    """Cross-entropy of predicting tokens[:, 1:] from logits[:, :-1], in nats."""
+    log_probs = logits[:, :-1].float().log_softmax(-1)
+    loss = -log_probs.gather(-1, tokens[:, 1:, None])[..., 0]  # [batch, pos-1]
+    return loss if per_token else loss.mean()
 
 
 def logits_at(logits: Float[Tensor, "batch pos d_vocab"], pos: Pos = None) -> Float[Tensor, "batch d_vocab"]:

@@ -42,6 +42,7 @@ from transformer_lens.hook_points import HookPoint
 from interp.cache import ActivationCache
 from interp.checkpoint import save_checkpoint
 from interp.config import Config
+from interp.metrics import next_token_loss
 from interp.transformer_lens_api import TransformerLensModel
 
 ReturnType = Literal["logits", "loss", "both"] | None
@@ -846,12 +847,3 @@ class HookedTransformer(TransformerLensModel, HookedRootModule):
         finally:
             for key, value in old.items():
                 setattr(self.cfg, key, value)
-
-
-def next_token_loss(
-    logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"], per_token: bool = False
-) -> Tensor:
-    """Cross-entropy of predicting tokens[:, 1:] from logits[:, :-1], in nats."""
-    log_probs = logits[:, :-1].float().log_softmax(-1)
-    loss = -log_probs.gather(-1, tokens[:, 1:, None])[..., 0]  # [batch, pos-1]
-    return loss if per_token else loss.mean()

@@ -43,7 +43,8 @@ from tqdm import tqdm
 from interp.checkpoint import shipped_checkpoint  # noqa: F401  (public here: notebooks, tests)
 from interp.config import Config
 from interp.loading import load_checkpoint, replace_dir, save_checkpoint
-from interp.model import HookedTransformer, next_token_loss
+from interp.metrics import next_token_loss
+from interp.model import HookedTransformer
 from interp.tasks import (
     InductionTask,
     MarkovChainTask,

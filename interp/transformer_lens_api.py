@@ -17,12 +17,15 @@ Deliberate differences are listed, with reasons, in docs/migrating-from-transfor
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+from interp.metrics import next_token_loss
 
 if TYPE_CHECKING:
     from interp.model import HookedTransformer
@@ -53,46 +56,6 @@ _CONFIG_NAMES = {
 }  # fmt: skip
 _FROM_NORMALIZATION_TYPE = {"LN": "layernorm", "RMS": "rmsnorm"}
 _FROM_POSITIONAL_TYPE = {"standard": "learned", "rotary": "rotary"}
-
-
-def HookedTransformerConfig(  # noqa: N802  (TransformerLens's class name, so that its code runs)
-    act_fn: str = "gelu_new",
-    normalization_type: str | None = "LN",
-    positional_embedding_type: str = "standard",
-    d_vocab_out: int = -1,
-    seed: int | None = None,
-    **kwargs: Any,
-):
-    """An interp `Config` from TransformerLens's `HookedTransformerConfig` arguments, e.g.
-    `HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=64, n_ctx=32, d_head=16,
-    act_fn="relu", attn_only=True, d_vocab=100))`. Arguments interp has no equivalent for raise.
-    """
-    from interp.config import Config
-
-    unknown = sorted(set(kwargs) - set(_CONFIG_NAMES))
-    if unknown:
-        raise TypeError(
-            f"interp's config has no equivalent of {unknown}; supported: {sorted(_CONFIG_NAMES)}."
-        )
-    if normalization_type not in _FROM_NORMALIZATION_TYPE:
-        raise ValueError(f"normalization_type={normalization_type!r}: interp supports 'LN' and 'RMS'.")
-    if positional_embedding_type not in _FROM_POSITIONAL_TYPE:
-        raise ValueError(
-            f"positional_embedding_type={positional_embedding_type!r}: interp supports 'standard', 'rotary'."
-        )
-    if d_vocab_out not in (-1, kwargs.get("d_vocab")):
-        raise ValueError("interp's unembedding has d_vocab outputs; d_vocab_out must equal d_vocab.")
-    if "d_head" in kwargs and "n_heads" not in kwargs:
-        kwargs["n_heads"] = kwargs["d_model"] // kwargs["d_head"]
-    if seed is not None:
-        torch.manual_seed(seed)  # the model's initialisation, as TransformerLens seeds it
-    fields = {_CONFIG_NAMES[name]: value for name, value in kwargs.items()}
-    return Config(
-        activation=act_fn,
-        normalization=_FROM_NORMALIZATION_TYPE[normalization_type],
-        positional=_FROM_POSITIONAL_TYPE[positional_embedding_type],
-        **fields,
-    )
 
 
 class TransformerLensConfig:
@@ -209,7 +172,9 @@ class TransformerLensModel:
         model). As in TransformerLens, RMSNorm models skip centring (RMSNorm keeps the mean).
         The device defaults to a GPU where there is one.
         """
-        from interp.loading import load_model
+        load_model = sys.modules[
+            "interp.loading"
+        ].load_model  # above the model classes: looked up, not imported
 
         if kwargs:
             raise TypeError(
@@ -392,8 +357,6 @@ class TransformerLensModel:
         per_token: bool = False,
     ) -> Tensor:
         """Next-token cross-entropy in nats (see `interp.next_token_loss`)."""
-        from interp.model import next_token_loss
-
         if attention_mask is not None:
             raise ValueError(
                 "interp has no attention masks: pass unpadded tokens, or per_token=True and mask yourself."
