@@ -12,7 +12,8 @@ import torch
 import interp
 from interp.tasks import IOIPrompts
 
-torch.set_num_threads(2)
+if "OMP_NUM_THREADS" not in os.environ:  # OMP_NUM_THREADS=1 make test runs on one thread
+    torch.set_num_threads(2)
 
 IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
 # The seed of every model a test trains. Trained tests assert what any good run shows, so the suite

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import TRAIN_SEED
 
 import interp
 from interp.tasks import ToyIOITask, repeated_sequence_masks, repeated_sequences
@@ -55,7 +56,7 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("induction")
     model, log = train_toy_model(
         "induction", n_layers=2, n_heads=1, d_model=64, steps=800, out=out, attn_only=True,
-        seed=0, lr=5e-3, d_vocab=D_VOCAB, seq_len=N_CTX, progress=False,
+        seed=TRAIN_SEED, lr=5e-3, d_vocab=D_VOCAB, seq_len=N_CTX, progress=False,
     )  # fmt: skip
     return model, log, out
 
