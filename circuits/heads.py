@@ -814,56 +814,34 @@ def head_report(
         unrepeated = random_probe(model, n_samples, max_offset + 2 * longest, seed)
         text = text_probe(model, natural_text) if natural_text else None
 
-        def offsets(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> dict[str, Tensor]:
-            return {"offsets": fixed_offset_scores(pattern, lengths_)}
-
         skip_probe = text if text is not None else unrepeated
         types_, keys = skip_probe.tokens.unique(return_inverse=True)  # compact token types
 
-        def skip_gram_mass(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> dict[str, Tensor]:
-            return {
-                "mass": skip_gram_masses(pattern, torch.searchsorted(types_, tokens), lengths_, len(types_))
+        def skip_gram_mass(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> Tensor:
+            return skip_gram_masses(pattern, torch.searchsorted(types_, tokens), lengths_, len(types_))
+
+        def random_scores(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> dict[str, Tensor]:
+            found = {"offsets": fixed_offset_scores(pattern, lengths_)}
+            return found | ({} if text is not None else {"mass": skip_gram_mass(pattern, tokens, lengths_)})
+
+        def text_scores(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> dict[str, Tensor]:
+            return mask_scores(pattern, tokens, lengths_) | {
+                "mass": skip_gram_mass(pattern, tokens, lengths_)
             }
 
         scores, examples = {}, {}
         scores["repeated"], examples["repeated"] = probe_patterns(
             model, repeated, batch_size, mask_scores, bar
         )
-        scores["random"], examples["random"] = probe_patterns(model, unrepeated, batch_size, offsets, bar)
+        scores["random"], examples["random"] = probe_patterns(
+            model, unrepeated, batch_size, random_scores, bar
+        )
         if text is not None:
-            scores["text"], examples["text"] = probe_patterns(model, text, batch_size, mask_scores, bar)
-
-        mass, _ = probe_patterns(model, skip_probe, batch_size, skip_gram_mass, bar)
+            scores["text"], examples["text"] = probe_patterns(model, text, batch_size, text_scores, bar)
         skip_score, skip_query, skip_key = skip_gram_scores(
-            mass["mass"].flatten(1, 2), keys, skip_probe.lengths
+            scores[skip_probe.name]["mass"].flatten(1, 2), keys, skip_probe.lengths
         )
-
-        # Thresholds: the uniform-attention baseline on the same probes plus a margin.
-        baseline = pattern_scores(
-            uniform_pattern(repeated.lengths, repeated.tokens.shape[1]),
-            score_masks(repeated.tokens, repeated.lengths),
-            repeated.lengths,
-        )
-        thresholds = {
-            name: float(baseline[name].nanmean()) + MARGINS[name]
-            for name in PATTERN_SCORES
-            if name in MARGINS
-        }
-        thresholds["broad"] = BROAD_THRESHOLD
-        uniform_offsets = fixed_offset_scores(
-            uniform_pattern(unrepeated.lengths, unrepeated.tokens.shape[1]), unrepeated.lengths
-        ).nanmean(0)[0]  # [offset]
-        thresholds["fixed_offset"] = (
-            float(uniform_offsets[2:].nan_to_num(0.0).max()) + MARGINS["fixed_offset"]
-        )
-        uniform_mass = skip_gram_masses(
-            uniform_pattern(skip_probe.lengths, skip_probe.tokens.shape[1]),
-            keys,
-            skip_probe.lengths,
-            len(types_),
-        )
-        uniform_skip = skip_gram_scores(uniform_mass, keys, skip_probe.lengths)[0]
-        thresholds["skip_gram"] = float(uniform_skip.nan_to_num(0.0).max()) + MARGINS["skip_gram"]
+        thresholds = _thresholds(repeated, unrepeated, skip_probe, keys, len(types_))
 
         columns: dict[str, Tensor] = {}
         for name in PATTERN_SCORES:
@@ -871,7 +849,7 @@ def head_report(
                 scores["repeated"][name], torch.tensor(thresholds[name]), generator
             )
             columns[name], columns[f"{name}_se"], columns[f"confidence_{name}"] = mean, se, confidence
-            if "text" in scores:
+            if text is not None:
                 columns[f"{name}_text"] = scores["text"][name].nanmean(0)
         # Induction at every repeat length: the score is the lowest, confidence that all clear.
         per_length = {}
@@ -968,6 +946,30 @@ def head_report(
         | ({"text": text.str_tokens} if text is not None else {}),
         patterns=examples,
     )
+
+
+def _thresholds(
+    repeated: Probe, unrepeated: Probe, skip_probe: Probe, keys: Tensor, n_types: int
+) -> dict[str, float]:
+    """Each type's threshold: the score of uniform causal attention on the same probes plus its margin
+    (broad: a fixed normalised entropy)."""
+    baseline = pattern_scores(
+        uniform_pattern(repeated.lengths, repeated.tokens.shape[1]),
+        score_masks(repeated.tokens, repeated.lengths),
+        repeated.lengths,
+    )
+    thresholds = {
+        name: float(baseline[name].nanmean()) + MARGINS[name] for name in PATTERN_SCORES if name in MARGINS
+    }
+    thresholds["broad"] = BROAD_THRESHOLD
+    uniform = uniform_pattern(unrepeated.lengths, unrepeated.tokens.shape[1])
+    offsets = fixed_offset_scores(uniform, unrepeated.lengths).nanmean(0)[0]  # [offset]
+    thresholds["fixed_offset"] = float(offsets[2:].nan_to_num(0.0).max()) + MARGINS["fixed_offset"]
+    uniform = uniform_pattern(skip_probe.lengths, skip_probe.tokens.shape[1])
+    mass = skip_gram_masses(uniform, keys, skip_probe.lengths, n_types)
+    skip = skip_gram_scores(mass, keys, skip_probe.lengths)[0]
+    thresholds["skip_gram"] = float(skip.nan_to_num(0.0).max()) + MARGINS["skip_gram"]
+    return thresholds
 
 
 def _token_pairs(model: interp.HookedTransformer, types: Tensor, query: Tensor, key: Tensor) -> list[str]:
