@@ -318,7 +318,7 @@ def direct_logit_attributions(model: interp.HookedTransformer, prompts: IOIPromp
     names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
     _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names)
     end = prompts.positions["END"].to(model.device)
-    stack, _ = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
+    stack = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
     attributions = {}
     for role, tokens in (("IO", prompts.io_token), ("S", prompts.s_token)):
         directions = model.W_U[:, tokens.to(model.device)].T  # [batch, d_model]
