@@ -368,7 +368,7 @@ def previous_token_ablation_effects(
         ]
         return torch.stack(per_target).mean(0)
 
-    clean_patterns = {layer: cache["pattern", layer] for layer in target_layers}
+    clean_patterns = {layer: cache["pattern", layer].cpu() for layer in target_layers}  # masks live on CPU
     task = progress.add_task("Ablating previous-token candidates", total=len(heads)) if progress else None
     effects = {}
     for layer, head in heads:
@@ -383,7 +383,7 @@ def previous_token_ablation_effects(
                     start_at_layer=layer,
                     stop_at_layer=max(later) + 1,
                 )
-            patterns = {lt: ablated["pattern", lt] for lt in later}
+            patterns = {lt: ablated["pattern", lt].cpu() for lt in later}
             drop = target_scores(clean_patterns, layer) - target_scores(patterns, layer)
             effects[(layer, head)] = _mean_se(drop.cpu())
         if progress:

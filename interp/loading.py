@@ -60,9 +60,21 @@ def cache_dir() -> Path:
     return Path(os.environ.get("INTERP_CACHE", Path.home() / ".cache" / "interp"))
 
 
+def default_device() -> torch.device:
+    """Where models load when no device is given: `$INTERP_DEVICE` ("cuda", "cuda:1", ...), else CPU."""
+    name = os.environ.get("INTERP_DEVICE", "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(f"INTERP_DEVICE={name!r} is not a torch device (e.g. cpu, cuda, cuda:1).") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"INTERP_DEVICE={name!r} but torch sees no CUDA device; unset it or use cpu.")
+    return device
+
+
 def load_model(
     source: Any = DEFAULT_MODEL,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
     tokenizer: Any = None,
     fold_ln: bool = False,
@@ -75,7 +87,9 @@ def load_model(
     "EleutherAI/pythia-70m"; downloaded by transformers where the hub is reachable), a
     `transformers` model object, a local transformers directory, a .gguf file, or a checkpoint
     directory written by `model.save`. Weight processing (all off by default) leaves
-    log-probabilities unchanged; see `interp.weights.process_weights`.
+    log-probabilities unchanged; see `interp.weights.process_weights`. `device` defaults to
+    `default_device()` ($INTERP_DEVICE, else CPU); `dtype` may be float32, bfloat16 or float16
+    (norms, softmaxes and rotary angles are still computed in float32).
     """
     if isinstance(source, HookedTransformer):
         raise TypeError("That is already a HookedTransformer; use it directly.")
@@ -86,7 +100,7 @@ def load_model(
     else:
         raise TypeError(f"Cannot load a model from {type(source).__name__}.")
     process_weights(model, fold_ln, center_writing_weights, center_unembed)
-    return model.to(device=device, dtype=dtype)
+    return model.to(device=default_device() if device is None else device, dtype=dtype)
 
 
 def _load_from_name_or_path(source: str, tokenizer: Any) -> HookedTransformer:

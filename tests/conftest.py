@@ -48,7 +48,7 @@ def tiny_config(**overrides) -> interp.Config:
 @pytest.fixture
 def tiny_model() -> interp.HookedTransformer:
     torch.manual_seed(0)
-    return interp.HookedTransformer(tiny_config())
+    return interp.HookedTransformer(tiny_config()).to(interp.default_device())
 
 
 def assert_ioi_invariants(prompts: IOIPrompts, pad: int) -> None:
