@@ -403,10 +403,21 @@ class HookedTransformer(HookedRootModule):
         """Run the model and cache activations of the hooks that `names_filter` selects.
 
         Only the selected hooks are cached (a single name costs no more than a forward pass).
-        `device` moves cached tensors (e.g. "cpu" to free GPU memory); `incl_bwd` also caches
-        gradients under "<name>_grad" when the caller runs `.backward()` on the output.
+        With return_type=None the forward stops after the last block a selected hook lives in.
+        `device` moves each cached tensor as it is made (e.g. "cpu" to free GPU memory); `incl_bwd`
+        also caches gradients under "<name>_grad" when the caller runs `.backward()` on the output.
         """
         names = self._resolve_names(names_filter)
+        stop_early = (
+            return_type is None
+            and not incl_bwd
+            and forward_kwargs.get("stop_at_layer") is None
+            and forward_kwargs.get("past_kv") is None
+            and self._blocks_needed(names) < self.cfg.n_layers
+        )
+        if stop_early:
+            start = forward_kwargs.get("start_at_layer") or 0
+            forward_kwargs["stop_at_layer"] = max(self._blocks_needed(names), start)
         cache: dict[str, Tensor] = {}
 
         def save(tensor: Tensor, hook: HookPoint) -> None:
@@ -419,7 +430,17 @@ class HookedTransformer(HookedRootModule):
         bwd = [(name, save_grad) for name in names] if incl_bwd else []
         with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd, reset_hooks_end=not incl_bwd):
             out = self(input, return_type=return_type, **forward_kwargs)
-        return out, ActivationCache(cache, self)
+        return (None if stop_early else out), ActivationCache(cache, self)
+
+    def _blocks_needed(self, names: Sequence[str]) -> int:
+        """How many blocks a forward must run for every hook in `names` to fire (embedding hooks: 0)."""
+        needed = 0
+        for name in names:
+            if name.startswith("blocks."):
+                needed = max(needed, int(name.split(".")[1]) + 1)
+            elif not name.startswith("hook_"):  # ln_final.*
+                needed = self.cfg.n_layers
+        return needed
 
     def _active_hook_names(self) -> list[str]:
         """Hook points that fire in the current settings (opt-in hooks only when enabled)."""
