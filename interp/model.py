@@ -273,10 +273,10 @@ class Block(nn.Module):
             q_in = self.hook_q_input(_per_head(resid_pre, cfg.n_heads))
             k_in = self.hook_k_input(_per_head(resid_pre, cfg.n_kv_heads))
             v_in = self.hook_v_input(_per_head(resid_pre, cfg.n_kv_heads))
-            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), past_kv)
+            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), past_kv=past_kv)
         else:
             normed = self.ln1(resid_pre)
-            attn_out = self.attn(normed, normed, normed, past_kv)
+            attn_out = self.attn(normed, normed, normed, past_kv=past_kv)
         attn_out = self.hook_attn_out(attn_out)
         if cfg.attn_only:
             return self.hook_resid_post(resid_pre + attn_out)
@@ -286,6 +286,17 @@ class Block(nn.Module):
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid_mid)))
         return self.hook_resid_post(resid_mid + mlp_out)
+
+
+def _weight(module: nn.Module, attr: str, device: torch.device) -> Tensor:
+    """module.attr on `device`; read from accelerate's offload (CPU or disk) when it is not in memory."""
+    weight = getattr(module, attr)
+    if weight.is_meta:
+        from accelerate.utils import align_module_device
+
+        with align_module_device(module, device):
+            return getattr(module, attr).detach().clone()
+    return weight.to(device)
 
 
 def _per_head(x: Float[Tensor, "batch pos d_model"], n: int) -> Float[Tensor, "batch pos n d_model"]:
@@ -331,7 +342,8 @@ class HookedTransformer(HookedRootModule):
                     param.copy_(torch.randn(param.shape, generator=generator) * scale)
 
     def _stack(self, attr: str, module: str = "attn") -> Tensor:
-        return torch.stack([getattr(getattr(b, module), attr) for b in self.blocks])
+        """One weight of every block, stacked on the model's device (offloaded blocks are read in)."""
+        return torch.stack([_weight(getattr(b, module), attr, self.device) for b in self.blocks])
 
     @property
     def W_Q(self) -> Float[Tensor, "layer head d_model d_head"]:
@@ -488,7 +500,7 @@ class HookedTransformer(HookedRootModule):
         else:
             tokens, residual = None, input
         for layer in range(start_at_layer, self.cfg.n_layers if stop_at_layer is None else stop_at_layer):
-            residual = self.blocks[layer](residual, None if past_kv is None else past_kv[layer])
+            residual = self.blocks[layer](residual, past_kv=None if past_kv is None else past_kv[layer])
         if stop_at_layer is not None or return_type is None:
             return residual if stop_at_layer is not None else None
         logits = self.unembed(self.ln_final(residual))
@@ -500,7 +512,7 @@ class HookedTransformer(HookedRootModule):
         return loss if return_type == "loss" else (logits, loss)
 
     def unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
-        logits = x @ self.W_U
+        logits = x.to(self.W_U.device) @ self.W_U
         return logits if self.b_U is None else logits + self.b_U
 
     def _embed(self, tokens: Int[Tensor, "batch pos"], past_kv: list[dict] | None) -> Tensor:

@@ -1,0 +1,82 @@
+"""Models over several devices (load_model(device_map=...) through accelerate), tested here with
+accelerate's CPU and disk offload: an offloaded model runs block by block and equals the model in memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import IOI_PROMPT
+
+import interp
+from circuits.ioi.dataset import ioi_dataset_for
+from interp import metrics
+from interp.ablation import ablate
+from interp.patching import activation_patching, path_patching
+
+PROMPTS = [IOI_PROMPT, "When Tom and Anna went to the park, Anna gave a ball to"]
+
+
+@pytest.fixture(scope="module")
+def offloaded(tmp_path_factory) -> interp.HookedTransformer:
+    """SmolLM2 under a CPU budget that holds the embeddings and a few blocks; the rest on disk."""
+    folder = tmp_path_factory.mktemp("offload")
+    model = interp.load_model(
+        "smollm2-135m", device_map="auto", max_memory={"cpu": "300MiB"}, offload_folder=folder
+    )
+    return model.eval()
+
+
+def test_auto_device_map_offloads_blocks_to_disk(offloaded):
+    placement = [offloaded.hf_device_map[f"blocks.{layer}"] for layer in range(offloaded.cfg.n_layers)]
+    assert placement[0] == "cpu" and placement[-1] == "disk"
+    assert placement == sorted(placement)  # in memory first, then disk
+    assert offloaded.blocks[-1].attn.W_Q.is_meta  # not in memory between forward passes
+
+
+def test_offloaded_model_equals_the_model_in_memory(smollm2, offloaded):
+    tokens = smollm2.to_tokens(PROMPTS)
+    with torch.no_grad():
+        reference, reference_cache = smollm2.run_with_cache(tokens)
+        logits, cache = offloaded.run_with_cache(tokens)
+    torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-4)
+    for name in ("blocks.2.hook_resid_post", "blocks.29.attn.hook_pattern", "ln_final.hook_scale"):
+        torch.testing.assert_close(cache[name], reference_cache[name], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(offloaded.W_O, smollm2.W_O)  # offloaded weights are read in
+    # generate's KV cache is updated in place inside the blocks, offloaded or not
+    assert offloaded.generate(IOI_PROMPT, max_new_tokens=2) == smollm2.generate(IOI_PROMPT, max_new_tokens=2)
+
+
+def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
+    """Toy IOI with its first block on disk: activation patching, path patching and ablation agree."""
+    device_map = {"blocks.0": "disk", "blocks.1": "cpu"}
+    models = [
+        interp.load_model("toy-ioi"),
+        interp.load_model("toy-ioi", device_map=device_map, offload_folder=tmp_path),
+    ]
+    clean, abc, _ = ioi_dataset_for(models[0], 16, seed=2)
+    end = clean.positions["END"]
+    diff = lambda logits: metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)  # noqa: E731
+    results = []
+    for model in models:
+        patched = activation_patching(model, clean.tokens, abc.tokens, diff, "z", clean.positions)
+        paths = path_patching(model, clean.tokens, abc.tokens, diff, logit_pos=end)
+        with ablate(model, heads=[(1, 0)], method="mean", reference=abc.tokens), torch.no_grad():
+            ablated = diff(model(clean.tokens))
+        results.append((patched.values, paths.values, ablated))
+    for reference, offloaded in zip(*results, strict=True):
+        torch.testing.assert_close(offloaded, reference, rtol=1e-5, atol=1e-5)
+    assert results[0][0].abs().max() > 1  # patching moved the logit difference
+
+
+def test_device_map_errors(tmp_path):
+    with pytest.raises(ValueError, match="one entry per block"):
+        interp.load_model("toy-induction", device_map={"blocks.0": "cpu"})
+    with pytest.raises(ValueError, match="offload_folder"):
+        interp.load_model("toy-induction", device_map={"blocks.0": "cpu", "blocks.1": "disk"})
+    with pytest.raises(ValueError, match="not both"):
+        interp.load_model("toy-induction", device="cpu", device_map="auto")
+    model = interp.load_model(
+        "toy-induction", device_map={"blocks.0": "disk", "blocks.1": "cpu"}, offload_folder=tmp_path
+    )
+    tokens = torch.randint(64, (2, 20))
+    torch.testing.assert_close(model(tokens), interp.load_model("toy-induction")(tokens))
