@@ -1,4 +1,4 @@
-"""Sweeps on Ray: a local cluster of 2 workers started here; shards merge into the single-process
+"""Sweeps on Ray: a local cluster of 2 workers (conftest's ray_cluster); shards merge into the single-process
 result, a failed shard is retried, and an interrupted sweep resumes from its finished shards."""
 
 from __future__ import annotations
@@ -9,28 +9,20 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 
 import interp
 from circuits.ioi.dataset import ioi_dataset_for
 from interp import metrics
-from interp.distributed import connect, map_shards, patching_sweep
+from interp.distributed import map_shards, patching_sweep
 from interp.patching import activation_patching
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    connect("local", num_cpus=2)
-    yield
-    ray.shutdown()
 
 
 def threads_and_square(x: int) -> tuple[int, int, int]:
     return torch.get_num_threads(), os.getpid(), x * x
 
 
-def test_map_shards_on_ray_equals_this_process(cluster):
+def test_map_shards_on_ray_equals_this_process(ray_cluster):
     on_ray = map_shards(threads_and_square, range(6), ray="local", progress=False)
     here = map_shards(threads_and_square, range(6), progress=False)
     assert [r[2] for r in on_ray] == [r[2] for r in here] == [x * x for x in range(6)]
@@ -57,7 +49,7 @@ def flaky(args: tuple[Path, int]) -> int:
     return shard * 10
 
 
-def test_failed_shard_is_retried(cluster, tmp_path):
+def test_failed_shard_is_retried(ray_cluster, tmp_path):
     shards = [(tmp_path, i) for i in range(3)]
     assert map_shards(flaky, shards, ray="local", progress=False) == [0, 10, 20]
     assert calls(tmp_path) == [0, 1, 1, 2]
@@ -71,7 +63,7 @@ def broken_while_flagged(args: tuple[Path, int]) -> int:
     return shard + 100
 
 
-def test_interrupted_sweep_resumes_from_finished_shards(cluster, tmp_path):
+def test_interrupted_sweep_resumes_from_finished_shards(ray_cluster, tmp_path):
     calls_dir = tmp_path / "calls"
     calls_dir.mkdir()
     (calls_dir / "broken").touch()
@@ -87,7 +79,7 @@ def test_interrupted_sweep_resumes_from_finished_shards(cluster, tmp_path):
     assert calls(calls_dir) == [0, 1, 2, 2, 2, 3]  # only shard 2 ran again
 
 
-def test_patching_sweep_on_ray_equals_a_single_run(cluster, tmp_path):
+def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
     model = interp.load_model("toy-ioi")
     clean, abc, _ = ioi_dataset_for(model, 12, seed=3)
     io, s, end = clean.io_token, clean.s_token, clean.positions["END"]
