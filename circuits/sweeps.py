@@ -12,16 +12,39 @@ The table has one row per (source, layer, head) and the columns of `HeadReport.t
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
 import interp
 from circuits.heads import head_report
 from interp.distributed import map_shards
 from interp.training import CHECKPOINTS
+
+
+def _load_and_run(job: dict[str, Any]) -> Any:
+    """job["fn"](model at job["source"], progress=False, **job["options"]) on a worker (on its GPU if any)."""
+    device = "cuda" if torch.cuda.is_available() else None
+    model = interp.load_model(job["source"], device=device).eval()
+    return job["fn"](model, progress=False, **job["options"])
+
+
+def run_on_ray(fn: Callable[..., Any], source: str | Path, ray: str, **options: Any) -> Any:
+    """fn(load_model(source), progress=False, **options) as one task on a Ray cluster ("local",
+    "auto" or an address), e.g. `run_on_ray(head_report, "smollm2-135m", "auto", n_samples=16)`.
+    The task asks for a GPU when the cluster has one."""
+    job = {"fn": fn, "source": str(source), "options": options}
+    return map_shards(_load_and_run, [job], ray=ray, num_gpus=_gpus_per_task(ray), progress=False)[0]
+
+
+def _gpus_per_task(ray: str) -> float:
+    from interp.distributed import connect, require_ray
+
+    connect(ray)
+    return 1.0 if require_ray().cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
 def _report_table(shard: dict[str, Any]) -> pd.DataFrame:

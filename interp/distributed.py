@@ -92,11 +92,13 @@ def map_shards(
     max_retries: int = 2,
     threads_per_worker: int = 1,
     num_cpus: int | None = None,
+    num_gpus: float = 0,
     progress: bool = True,
 ) -> list[Any]:
     """[fn(shard) for shard in shards], on Ray workers when `ray` is given; see the module doc.
 
     ray: None (this process), "local" (start a local cluster of `num_cpus` workers) or an address.
+    num_gpus: GPUs each task asks Ray for (0: CPU tasks).
     store, job: resume support (results are pickled; store only results you would unpickle).
     fn and the shards must pickle (cloudpickle: closures and lambdas are fine).
     """
@@ -125,17 +127,18 @@ def map_shards(
             for i in todo:
                 finish(i, fn(shards[i]))
         else:
-            _map_on_ray(fn, shards, todo, ray, max_retries, threads_per_worker, num_cpus, finish)
+            resources = {"num_cpus": 1, "num_gpus": num_gpus}
+            _map_on_ray(fn, shards, todo, ray, max_retries, threads_per_worker, num_cpus, resources, finish)
     finally:
         bar.close()
     return [results[i] for i in range(len(shards))]
 
 
-def _map_on_ray(fn, shards, todo, ray_address, max_retries, threads, num_cpus, finish) -> None:
+def _map_on_ray(fn, shards, todo, ray_address, max_retries, threads, num_cpus, resources, finish) -> None:
     """Submit every shard in `todo`, and finish() each as it completes (failures raise at the end)."""
     ray = require_ray()
     connect(ray_address, num_cpus)
-    task = ray.remote(max_retries=max_retries, retry_exceptions=True, num_cpus=1)(_run_shard)
+    task = ray.remote(max_retries=max_retries, retry_exceptions=True, **resources)(_run_shard)
     fn_ref = ray.put(fn)
     pending = {task.remote(fn_ref, shards[i], threads): i for i in todo}
     failures: list[tuple[int, BaseException]] = []

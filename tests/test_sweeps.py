@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from circuits.cli import app
 from circuits.sweeps import checkpoint_head_sweep, plot_head_sweep, training_checkpoints
 from interp.training import train_toy_model
 
@@ -52,3 +57,40 @@ def test_checkpoint_sweep_on_ray_equals_this_process(ray_cluster, run, tmp_path)
     assert (on_ray[numeric] - here[numeric]).abs().max().max() < 1e-6
     stored = sorted(p.name for p in tmp_path.glob("*/shard_*.pkl"))
     assert stored == [f"shard_0000{i}.pkl" for i in range(3)]
+
+
+def assert_same_report(a, b, where: str = "report") -> None:
+    """Equal structure and strings; numbers equal to 1e-6 (workers run torch on another thread count)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            if key != "timings_s":
+                assert_same_report(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_report(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= 1e-6, f"{where}: {a} != {b}"
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("command", ["heads", "ioi"])
+def test_cli_ray_option_gives_the_local_report(ray_cluster, command, tmp_path):
+    model = "toy-induction" if command == "heads" else "toy-ioi"
+    reports = []
+    for extra in ([], ["--ray", "local"]):
+        out = tmp_path / f"{command}{len(extra)}.json"
+        result = CliRunner().invoke(
+            app, [command, "--model", model, "--format", "json", "--out", str(out), *extra]
+        )
+        assert result.exit_code == 0, result.output
+        reports.append(json.loads(out.read_text()))
+    assert_same_report(*reports)
+
+
+def test_cli_ray_option_without_ray(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if ray were not installed
+    result = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--ray", "local"])
+    assert result.exit_code == 2 and 'pip install "interp[ray]"' in " ".join(result.output.split())
