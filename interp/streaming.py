@@ -40,8 +40,11 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     """A hash of everything that determines the shards' contents."""
     digest = hashlib.sha256()
     digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
-    for parameter in model.state_dict().values():  # weights: a sample of each tensor is enough
-        digest.update(parameter.detach().flatten()[:64].float().cpu().numpy().tobytes())
+    for name, parameter in model.state_dict().items():  # weights: a sample of each tensor is enough
+        if parameter.is_meta:  # offloaded by accelerate: its name and shape stand for it
+            digest.update(f"{name}{tuple(parameter.shape)}".encode())
+        else:
+            digest.update(parameter.detach().flatten()[:64].float().cpu().numpy().tobytes())
     digest.update(json.dumps([list(names), batch_size, str(model.dtype)]).encode())
     digest.update(tokens.cpu().numpy().tobytes())
     return digest.hexdigest()[:16]

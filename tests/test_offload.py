@@ -12,6 +12,7 @@ from circuits.ioi.dataset import ioi_dataset_for
 from interp import metrics
 from interp.ablation import ablate
 from interp.patching import activation_patching, path_patching
+from interp.streaming import cache_to_disk, load_activations
 
 PROMPTS = [IOI_PROMPT, "When Tom and Anna went to the park, Anna gave a ball to"]
 
@@ -47,7 +48,7 @@ def test_offloaded_model_equals_the_model_in_memory(smollm2, offloaded):
 
 
 def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
-    """Toy IOI with its first block on disk: activation patching, path patching and ablation agree."""
+    """Toy IOI with its first block on disk: patching, path patching, ablation and streaming agree."""
     device_map = {"blocks.0": "disk", "blocks.1": "cpu"}
     models = [
         interp.load_model("toy-ioi"),
@@ -66,6 +67,11 @@ def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
     for reference, offloaded in zip(*results, strict=True):
         torch.testing.assert_close(offloaded, reference, rtol=1e-5, atol=1e-5)
     assert results[0][0].abs().max() > 1  # patching moved the logit difference
+    names = ["blocks.0.attn.hook_z", "blocks.1.hook_resid_post"]
+    cache_to_disk(models[1], clean.tokens, names, tmp_path / "acts", batch_size=6, progress=False)
+    _, reference = models[0].run_with_cache(clean.tokens, names_filter=names)
+    for name, activations in load_activations(tmp_path / "acts").items():
+        torch.testing.assert_close(activations, reference[name], rtol=1e-5, atol=1e-5)
 
 
 def test_device_map_errors(tmp_path):
