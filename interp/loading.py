@@ -97,7 +97,8 @@ def load_model(
 
     device_map ("auto" or {"blocks.L": device}) spreads the blocks over devices, CPU and disk
     through accelerate; see `dispatch`. max_memory ({0: "20GiB", "cpu": "64GiB"}) bounds what
-    "auto" puts on each device; offload_folder holds the weights of blocks offloaded to disk.
+    "auto" puts on each device; offload_folder (empty or new, one per model) holds the weights of
+    blocks offloaded to disk.
     """
     if isinstance(source, HookedTransformer):
         raise TypeError("That is already a HookedTransformer; use it directly.")
@@ -156,6 +157,11 @@ def dispatch(
     device_map = {key: _device_name(value) for key, value in device_map.items()}
     if "disk" in device_map.values() and offload_folder is None:
         raise ValueError("Some blocks go to disk: give offload_folder, a directory for their weights.")
+    if offload_folder is not None and (Path(offload_folder) / "index.json").exists():
+        raise ValueError(
+            f"offload_folder {offload_folder} already holds offloaded weights (of another model or an "
+            "earlier load), which accelerate would read instead of this model's; give an empty folder."
+        )
     gpus = [device for device in device_map.values() if device not in ("cpu", "disk")]
     main = gpus[0] if gpus else "cpu"
     with torch.no_grad():

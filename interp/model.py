@@ -288,8 +288,9 @@ class Block(nn.Module):
         return self.hook_resid_post(resid_mid + mlp_out)
 
 
-def _weight(module: nn.Module, attr: str, device: torch.device) -> Tensor:
-    """module.attr on `device`; read from accelerate's offload (CPU or disk) when it is not in memory."""
+def module_weight(module: nn.Module, attr: str, device: str | torch.device) -> Tensor:
+    """module.attr on `device`, read from accelerate's offload (CPU or disk) when it is not in memory
+    (models loaded with device_map); use it rather than module.attr for weights of any block."""
     weight = getattr(module, attr)
     if weight.is_meta:
         from accelerate.utils import align_module_device
@@ -343,7 +344,7 @@ class HookedTransformer(HookedRootModule):
 
     def _stack(self, attr: str, module: str = "attn") -> Tensor:
         """One weight of every block, stacked on the model's device (offloaded blocks are read in)."""
-        return torch.stack([_weight(getattr(b, module), attr, self.device) for b in self.blocks])
+        return torch.stack([module_weight(getattr(b, module), attr, self.device) for b in self.blocks])
 
     @property
     def W_Q(self) -> Float[Tensor, "layer head d_model d_head"]:

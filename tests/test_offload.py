@@ -8,6 +8,8 @@ import torch
 from conftest import IOI_PROMPT
 
 import interp
+from circuits.heads import head_report
+from circuits.ioi.circuit import find_ioi_circuit
 from circuits.ioi.dataset import ioi_dataset_for
 from interp import metrics
 from interp.ablation import ablate
@@ -84,8 +86,36 @@ def test_device_map_errors(tmp_path):
         interp.load_model("toy-induction", device_map={"blocks.0": "cpu", "blocks.1": "disk"})
     with pytest.raises(ValueError, match="not both"):
         interp.load_model("toy-induction", device="cpu", device_map="auto")
-    model = interp.load_model(
+    interp.load_model(
         "toy-induction", device_map={"blocks.0": "disk", "blocks.1": "cpu"}, offload_folder=tmp_path
+    )
+    with pytest.raises(ValueError, match="already holds"):  # accelerate would read the old weights
+        interp.load_model(
+            "toy-ioi", device_map={"blocks.0": "disk", "blocks.1": "cpu"}, offload_folder=tmp_path
+        )
+    model = interp.load_model(
+        "toy-induction", device_map={"blocks.0": "disk", "blocks.1": "cpu"}, offload_folder=tmp_path / "2"
     )
     tokens = torch.randint(64, (2, 20))
     torch.testing.assert_close(model(tokens), interp.load_model("toy-induction")(tokens))
+
+
+def test_reports_on_offloaded_models(tmp_path):
+    """`interp heads` and `interp ioi` read weights (copying, composition, norms) of offloaded blocks."""
+    device_map = {"blocks.0": "disk", "blocks.1": "cpu"}
+    for name in ("toy-induction", "toy-ioi"):
+        models = [
+            interp.load_model(name),
+            interp.load_model(name, device_map=device_map, offload_folder=tmp_path / name),
+        ]
+        if name == "toy-induction":
+            reports = [head_report(model, n_samples=8, progress=False).table for model in models]
+            numeric = reports[0].select_dtypes("number").columns
+            assert (reports[1][numeric] - reports[0][numeric]).abs().max().max() < 1e-5
+            assert list(reports[1]["types"]) == list(reports[0]["types"])
+        else:
+            circuits = [
+                find_ioi_circuit(model, n_prompts=32, progress=False, evaluate=False) for model in models
+            ]
+            assert circuits[1].heads == circuits[0].heads and circuits[0].heads
+            assert abs(circuits[1].baseline.logit_diff - circuits[0].baseline.logit_diff) < 1e-4
