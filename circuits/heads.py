@@ -52,7 +52,7 @@ from torch import Tensor
 
 import interp
 from interp.ablation import ablation_hooks
-from interp.model import module_weight
+from interp.devices import module_weight
 from interp.tasks import repeated_sequence_masks, repeated_sequences
 
 SCORE_NAMES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")

@@ -3,7 +3,8 @@
 import interp.memory  # noqa: F401  (keeps freed memory for reuse; see interp/memory.py)
 from interp.cache import ActivationCache, act_name
 from interp.config import Config
-from interp.loading import DEFAULT_MODEL, OFFLINE_MODELS, default_device, from_hf, load_model
+from interp.devices import default_device
+from interp.loading import DEFAULT_MODEL, OFFLINE_MODELS, from_hf, load_model
 from interp.model import HookedTransformer, next_token_loss
 
 __all__ = [

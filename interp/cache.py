@@ -13,6 +13,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.devices import module_weight
+
 if TYPE_CHECKING:
     from interp.model import HookedTransformer
 
@@ -173,7 +175,8 @@ class ActivationCache:
                 result = self["result", i]  # [batch, pos, head, d_model]
             else:
                 z = self["z", i]  # [batch, pos, head, d_head]
-                result = torch.einsum("bphe,hed->bphd", z, self.model.blocks[i].attn.W_O)
+                W_O = module_weight(self.model.blocks[i].attn, "W_O", z.device)  # [head, d_head, d_model]
+                result = torch.einsum("bphe,hed->bphd", z, W_O)
             parts.append(result.movedim(2, 0))
             labels += [f"{i}.{h}" for h in range(cfg.n_heads)]
         stack = select_pos(torch.cat(parts), pos)
@@ -203,7 +206,7 @@ class ActivationCache:
         if norm.center:
             stack = stack - stack.mean(-1, keepdim=True)
         stack = stack / scale
-        return stack if norm.w is None else stack * norm.w
+        return stack if norm.w is None else stack * module_weight(norm, "w", stack.device)
 
     def logit_attrs(
         self,

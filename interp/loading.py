@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from interp.architectures import ARCHITECTURES, convert_hf_model
 from interp.config import Config
+from interp.devices import default_device
 from interp.model import HookedTransformer
 from interp.weights import process_weights
 
@@ -59,18 +60,6 @@ DEFAULT_MODEL = "smollm2-135m"
 
 def cache_dir() -> Path:
     return Path(os.environ.get("INTERP_CACHE", Path.home() / ".cache" / "interp"))
-
-
-def default_device() -> torch.device:
-    """Where models load when no device is given: `$INTERP_DEVICE` ("cuda", "cuda:1", ...), else CPU."""
-    name = os.environ.get("INTERP_DEVICE", "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise ValueError(f"INTERP_DEVICE={name!r} is not a torch device (e.g. cpu, cuda, cuda:1).") from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"INTERP_DEVICE={name!r} but torch sees no CUDA device; unset it or use cpu.")
-    return device
 
 
 def load_model(

@@ -35,6 +35,7 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.cache import ActivationCache
 from interp.config import Config
+from interp.devices import module_weight
 
 ReturnType = Literal["logits", "loss", "both"] | None
 Hook = tuple[str | Callable[[str], bool], Callable]
@@ -286,18 +287,6 @@ class Block(nn.Module):
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         mlp_out = self.hook_mlp_out(self.mlp(self.ln2(resid_mid)))
         return self.hook_resid_post(resid_mid + mlp_out)
-
-
-def module_weight(module: nn.Module, attr: str, device: str | torch.device) -> Tensor:
-    """module.attr on `device`, read from accelerate's offload (CPU or disk) when it is not in memory
-    (models loaded with device_map); use it rather than module.attr for weights of any block."""
-    weight = getattr(module, attr)
-    if weight.is_meta:
-        from accelerate.utils import align_module_device
-
-        with align_module_device(module, device):
-            return getattr(module, attr).detach().clone()
-    return weight.to(device)
 
 
 def _per_head(x: Float[Tensor, "batch pos d_model"], n: int) -> Float[Tensor, "batch pos n d_model"]:
