@@ -12,6 +12,7 @@ from typing import Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 import interp
 from interp.patching import COMPONENTS
@@ -58,9 +59,12 @@ MODEL_HELP = (
 )
 
 
+RAY_HELP = 'Run on a Ray cluster: "local" starts one here, else its address ("auto", "ray://host:10001").'
+
+
 def fail(message: str) -> typer.Exit:
     """Print a one-line error; the caller raises the returned exit (status 2)."""
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {escape(message)}")  # escaped: messages may hold [brackets]
     return typer.Exit(2)
 
 
@@ -113,16 +117,21 @@ def heads(
     wide: bool = typer.Option(
         False, "--wide", help="Every score column in the terminal table (the default from 160 columns)."
     ),
+    ray: str | None = typer.Option(None, help=RAY_HELP),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from circuits.heads import head_report
     from circuits.report import FORMATS, write_report
+    from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
     loaded = load(model)
     try:
-        report = head_report(loaded, n_samples=n_samples, seed=seed)
-    except ValueError as error:
+        if ray is None:
+            report = head_report(loaded, n_samples=n_samples, seed=seed)
+        else:
+            report = run_on_ray(head_report, model, ray, n_samples=n_samples, seed=seed)
+    except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
     write_report(report, format, out, console, wide=wide or None)
     if out is not None:
@@ -195,16 +204,21 @@ def ioi(
     seed: int = typer.Option(0, min=0, help="Seed of the IOI dataset."),
     format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+    ray: str | None = typer.Option(None, help=RAY_HELP),
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
     from circuits.ioi.circuit import find_ioi_circuit
     from circuits.ioi.report import FORMATS, write_ioi_report
+    from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
     loaded = load(model)
     try:
-        result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed)  # progress goes to stderr
-    except ValueError as error:
+        if ray is None:
+            result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed)  # progress goes to stderr
+        else:
+            result = run_on_ray(find_ioi_circuit, model, ray, n_prompts=n_prompts, seed=seed)
+    except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
     write_ioi_report(result, format, out, console)
     if out is not None:

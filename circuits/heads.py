@@ -67,6 +67,7 @@ from torch import Tensor
 
 import interp
 from interp.ablation import ablation_hooks
+from interp.devices import module_weight
 from interp.tasks import repeated_sequences
 
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
@@ -433,8 +434,9 @@ def probe_patterns(
 
 
 def _norm_weight(norm: torch.nn.Module, d_model: int) -> Tensor:
-    w = getattr(norm, "w", None)
-    return torch.ones(d_model) if w is None else w.detach().float().cpu()
+    if getattr(norm, "w", None) is None:
+        return torch.ones(d_model)
+    return module_weight(norm, "w", "cpu").detach().float()  # (also when offloaded by device_map)
 
 
 @torch.inference_mode()

@@ -17,6 +17,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.devices import module_weight
+
 if TYPE_CHECKING:
     from interp.model import HookedTransformer
 
@@ -305,7 +307,8 @@ class ActivationCache:
         if name in self.cache_dict:
             return self.cache_dict[name]
         z = self["z", layer]  # [*batch, pos, head, d_head]
-        return torch.einsum("...he,hed->...hd", z, self.model.blocks[layer].attn.W_O)
+        W_O = module_weight(self.model.blocks[layer].attn, "W_O", z.device)  # read in if offloaded
+        return torch.einsum("...he,hed->...hd", z, W_O)
 
     def compute_head_results(self) -> None:
         """Add each layer's hook_result (per-head outputs) to the cache, computed from hook_z."""
@@ -484,7 +487,7 @@ class ActivationCache:
             stack = residual_stack - residual_stack.mean(-1, keepdim=True) if norm.center else residual_stack
             stack = stack / scale
             if norm.w is not None:
-                stack = stack * norm.w
+                stack = stack * module_weight(norm, "w", stack.device)
         _NORMALISED[id(stack)] = stack
         return stack
 

@@ -42,6 +42,7 @@ from transformer_lens.hook_points import HookPoint
 from interp.cache import ActivationCache
 from interp.checkpoint import save_checkpoint
 from interp.config import Config
+from interp.devices import module_weight
 from interp.metrics import next_token_loss
 from interp.transformer_lens_api import TransformerLensModel
 
@@ -418,13 +419,13 @@ class Block(nn.Module):
             q_in = self.hook_q_input(_per_head(resid_pre, cfg.n_heads))
             k_in = self.hook_k_input(_per_head(resid_pre, cfg.n_kv_heads))
             v_in = self.hook_v_input(_per_head(resid_pre, cfg.n_kv_heads))
-            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), past_kv)
+            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), past_kv=past_kv)
         elif cfg.use_attn_in:
             normed = self.ln1(self.hook_attn_in(_per_head(resid_pre, cfg.n_heads)))
-            attn_out = self.attn(normed, normed, normed, past_kv)
+            attn_out = self.attn(normed, normed, normed, past_kv=past_kv)
         else:
             normed = self.ln1(resid_pre)
-            attn_out = self.attn(normed, normed, normed, past_kv)
+            attn_out = self.attn(normed, normed, normed, past_kv=past_kv)
         if cfg.post_norm:
             attn_out = self.ln1_post(attn_out)
         attn_out = self.hook_attn_out(attn_out)
@@ -496,7 +497,8 @@ class HookedTransformer(TransformerLensModel, HookedRootModule):
                     param.copy_(torch.randn(param.shape, generator=generator) * scale)
 
     def _stack(self, attr: str, module: str = "attn") -> Tensor:
-        return torch.stack([getattr(getattr(b, module), attr) for b in self.blocks])
+        """One weight of every block, stacked on the model's device (offloaded blocks are read in)."""
+        return torch.stack([module_weight(getattr(b, module), attr, self.device) for b in self.blocks])
 
     @property
     def W_Q(self) -> Float[Tensor, "layer head d_model d_head"]:
@@ -558,11 +560,22 @@ class HookedTransformer(TransformerLensModel, HookedRootModule):
         """Run the model and cache activations of the hooks that `names_filter` selects.
 
         Only the selected hooks are cached (a single name costs no more than a forward pass).
-        `device` moves cached tensors (e.g. "cpu" to free GPU memory); `incl_bwd` also caches
-        gradients under "<name>_grad" when the caller runs `.backward()` on the output;
+        With return_type=None the forward stops after the last block a selected hook lives in.
+        `device` moves each cached tensor as it is made (e.g. "cpu" to free GPU memory); `incl_bwd`
+        also caches gradients under "<name>_grad" when the caller runs `.backward()` on the output;
         `remove_batch_dim` drops the batch dim of a one-prompt run's cache.
         """
         names = self._resolve_names(names_filter)
+        stop_early = (
+            return_type is None
+            and not incl_bwd
+            and forward_kwargs.get("stop_at_layer") is None
+            and forward_kwargs.get("past_kv") is None
+            and self._blocks_needed(names) < self.cfg.n_layers
+        )
+        if stop_early:
+            start = forward_kwargs.get("start_at_layer") or 0
+            forward_kwargs["stop_at_layer"] = max(self._blocks_needed(names), start)
         cache: dict[str, Tensor] = {}
 
         def save(tensor: Tensor, hook: HookPoint) -> None:
@@ -576,7 +589,17 @@ class HookedTransformer(TransformerLensModel, HookedRootModule):
         with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd, reset_hooks_end=not incl_bwd):
             out = self(input, return_type=return_type, **forward_kwargs)
         cache = ActivationCache(cache, self)
-        return out, cache.remove_batch_dim() if remove_batch_dim else cache
+        return (None if stop_early else out), (cache.remove_batch_dim() if remove_batch_dim else cache)
+
+    def _blocks_needed(self, names: Sequence[str]) -> int:
+        """How many blocks a forward must run for every hook in `names` to fire (embedding hooks: 0)."""
+        needed = 0
+        for name in names:
+            if name.startswith("blocks."):
+                needed = max(needed, int(name.split(".")[1]) + 1)
+            elif not name.startswith("hook_"):  # ln_final.*
+                needed = self.cfg.n_layers
+        return needed
 
     def _active_hook_names(self) -> list[str]:
         """Hook points that fire in the current settings (opt-in hooks only when enabled)."""
@@ -623,7 +646,7 @@ class HookedTransformer(TransformerLensModel, HookedRootModule):
         else:
             tokens, residual = None, input
         for layer in range(start_at_layer, self.cfg.n_layers if stop_at_layer is None else stop_at_layer):
-            residual = self.blocks[layer](residual, None if past_kv is None else past_kv[layer])
+            residual = self.blocks[layer](residual, past_kv=None if past_kv is None else past_kv[layer])
         if stop_at_layer is not None or return_type is None:
             return residual if stop_at_layer is not None else None
         logits = self.unembed(self.ln_final(residual))
@@ -636,7 +659,7 @@ class HookedTransformer(TransformerLensModel, HookedRootModule):
 
     def unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
         """x W_U + b_U, soft-capped where the model caps its logits (Gemma 2)."""
-        logits = x @ self.W_U
+        logits = x.to(self.W_U.device) @ self.W_U
         logits = logits if self.b_U is None else logits + self.b_U
         return soft_cap(logits, self.cfg.output_logits_soft_cap)
 

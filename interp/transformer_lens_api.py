@@ -34,8 +34,9 @@ _NORMALIZATION_TYPES = {"layernorm": "LN", "rmsnorm": "RMS"}
 _POSITIONAL_TYPES = {"learned": "standard", "rotary": "rotary", "none": "none"}
 
 
-def default_device() -> torch.device:
-    """TransformerLens's default: a GPU where there is one, else the CPU."""
+def transformer_lens_device() -> torch.device:
+    """TransformerLens's default device for from_pretrained: a GPU where there is one, else the CPU
+    (interp.load_model's default is interp.default_device: $INTERP_DEVICE, else CPU)."""
     if torch.cuda.is_available():
         return torch.device("cuda")
     if torch.backends.mps.is_available():
@@ -185,7 +186,7 @@ class TransformerLensModel:
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         model = load_model(
             model_name if hf_model is None else hf_model,
-            device=default_device() if device is None else device,
+            device=transformer_lens_device() if device is None else device,
             dtype=dtype,
             tokenizer=tokenizer,
         )

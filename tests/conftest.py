@@ -52,7 +52,7 @@ def tiny_config(**overrides) -> interp.Config:
 @pytest.fixture
 def tiny_model() -> interp.HookedTransformer:
     torch.manual_seed(0)
-    return interp.HookedTransformer(tiny_config())
+    return interp.HookedTransformer(tiny_config()).to(interp.default_device())
 
 
 def assert_ioi_invariants(prompts: IOIPrompts, pad: int) -> None:
@@ -69,3 +69,15 @@ def assert_ioi_invariants(prompts: IOIPrompts, pad: int) -> None:
         assert max(pos["IO"][i], pos["S1"][i]) < pos["S2"][i] < pos["END"][i]
         end = int(pos["END"][i])
         assert (prompts.tokens[i, : end + 1] != pad).all() and (prompts.tokens[i, end + 1 :] == pad).all()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster of 2 workers, shared by the tests that need one."""
+    import ray
+
+    from interp.distributed import connect
+
+    connect("local", num_cpus=2)
+    yield
+    ray.shutdown()

@@ -277,7 +277,7 @@ def measure_baseline(
     clean_logits = model(clean.tokens.to(model.device))
     diffs = clean.logit_diff(clean_logits).cpu()  # [batch]
     correct = (diffs > 0).float()
-    rows = torch.arange(len(clean))
+    rows = torch.arange(len(clean), device=clean_logits.device)
     top1 = clean_logits[rows, clean.positions["END"].to(model.device)].argmax(-1).cpu() == clean.io_token
     abc_diffs = clean.logit_diff(model(abc.tokens.to(model.device))).cpu()
     return Baseline(

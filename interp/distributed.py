@@ -1,0 +1,278 @@
+"""Sweeps over shards of work (prompts, checkpoints, models) on Ray workers, or in this process.
+
+`map_shards(fn, shards)` runs fn(shard) for every shard and returns the results in shard order:
+on a Ray cluster with `ray="local"` (start one here) or `ray="ADDRESS"` ("auto", "ray://host:10001"),
+else one shard after another in this process. Ray is an optional extra: pip install "interp[ray]".
+
+  - A shard whose task fails (an exception or a dead worker) is retried `max_retries` times.
+  - With `store=DIR` each finished shard's result is written to DIR/<job key>/shard_NNNNN.pkl
+    (atomically) as soon as it finishes; running the same job again loads those and computes only
+    the rest, so an interrupted sweep resumes. The job key hashes `job` (anything that names the
+    job's inputs, e.g. a model path and the prompts; by default the function and the shards).
+  - Workers run torch on `threads_per_worker` threads (default 1), so that several workers on one
+    machine do not oversubscribe its cores.
+
+`patching_sweep` shards activation patching over prompts and merges the shards into the
+PatchResult of a single run (the same per-prompt values, to rounding).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp.patching import Direction, PatchResult, Positions, activation_patching
+
+RAY_HINT = 'Ray is an optional extra: pip install "interp[ray]"'
+
+
+def require_ray():
+    """The ray module, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as error:
+        raise ImportError(f"Running on Ray needs the ray package. {RAY_HINT}") from error
+    return ray
+
+
+def connect(ray_address: str, num_cpus: int | None = None) -> None:
+    """Start a local Ray cluster ("local", with `num_cpus` workers) or join one ("auto", "ray://...").
+
+    Does nothing if this process is already connected. Workers see this process's sys.path, so
+    modules of the current project import there too.
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return
+    path = os.pathsep.join(p for p in sys.path if p)
+    env = {"env_vars": {"PYTHONPATH": path, "TOKENIZERS_PARALLELISM": "false"}}
+    if ray_address == "local":
+        ray.init(num_cpus=num_cpus, runtime_env=env, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=ray_address, runtime_env=env, log_to_driver=False)
+
+
+def job_key(job: Any) -> str:
+    """A short hash of a description of a job (pickled; with Ray's cloudpickle if it holds lambdas)."""
+    try:
+        data = pickle.dumps(job)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        data = require_ray().cloudpickle.dumps(job)
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _run_shard(fn: Callable, shard: Any, threads: int) -> Any:
+    torch.set_num_threads(threads)
+    return fn(shard)
+
+
+def _store_result(path: Path, result: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as file:
+        pickle.dump(result, file)
+    os.replace(tmp, path)
+
+
+def map_shards(
+    fn: Callable[[Any], Any],
+    shards: Sequence[Any],
+    ray: str | None = None,
+    store: str | Path | None = None,
+    job: Any = None,
+    max_retries: int = 2,
+    threads_per_worker: int = 1,
+    num_cpus: int | None = None,
+    num_gpus: float = 0,
+    progress: bool = True,
+) -> list[Any]:
+    """[fn(shard) for shard in shards], on Ray workers when `ray` is given; see the module doc.
+
+    ray: None (this process), "local" (start a local cluster of `num_cpus` workers) or an address.
+    num_gpus: GPUs each task asks Ray for (0: CPU tasks).
+    store, job: resume support (results are pickled; store only results you would unpickle).
+    fn and the shards must pickle (cloudpickle: closures and lambdas are fine).
+    """
+    shards = list(shards)
+    paths: list[Path | None] = [None] * len(shards)
+    results: dict[int, Any] = {}
+    if store is not None:
+        directory = Path(store) / job_key((fn, shards) if job is None else job)
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = [directory / f"shard_{i:05d}.pkl" for i in range(len(shards))]
+        for i, path in enumerate(paths):
+            if path.exists():
+                with open(path, "rb") as file:
+                    results[i] = pickle.load(file)
+    todo = [i for i in range(len(shards)) if i not in results]
+    bar = tqdm(total=len(shards), initial=len(results), desc="shards", disable=not progress)
+
+    def finish(i: int, result: Any) -> None:
+        results[i] = result
+        if paths[i] is not None:
+            _store_result(paths[i], result)
+        bar.update(1)
+
+    try:
+        if ray is None:
+            for i in todo:
+                finish(i, fn(shards[i]))
+        else:
+            resources = {"num_cpus": 1, "num_gpus": num_gpus}
+            _map_on_ray(fn, shards, todo, ray, max_retries, threads_per_worker, num_cpus, resources, finish)
+    finally:
+        bar.close()
+    return [results[i] for i in range(len(shards))]
+
+
+def _map_on_ray(fn, shards, todo, ray_address, max_retries, threads, num_cpus, resources, finish) -> None:
+    """Submit every shard in `todo`, and finish() each as it completes (failures raise at the end)."""
+    ray = require_ray()
+    connect(ray_address, num_cpus)
+    task = ray.remote(max_retries=max_retries, retry_exceptions=True, **resources)(_run_shard)
+    fn_ref = ray.put(fn)
+    pending = {task.remote(fn_ref, shards[i], threads): i for i in todo}
+    failures: list[tuple[int, BaseException]] = []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        i = pending.pop(done[0])
+        try:
+            finish(i, ray.get(done[0]))
+        except Exception as error:  # keep the finished shards; report the failure afterwards
+            failures.append((i, error))
+    if failures:
+        i, error = failures[0]
+        raise RuntimeError(
+            f"{len(failures)} shard(s) failed after {max_retries} retries (first: shard {i}: {error}). "
+            "The finished shards are kept in `store`; run the same job again to resume."
+        ) from error
+
+
+# ---------------------------------------------------------------------------------------------
+# Activation patching over shards of prompts
+
+PromptMetric = Callable[[Tensor, Tensor], Tensor]  # (logits [batch, pos, d_vocab], rows [batch]) -> [batch]
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_model(source: str, load_options: tuple) -> Any:
+    """One loaded model per worker process and source (load_model's options as sorted items)."""
+    from interp.loading import load_model
+
+    return load_model(source, **dict(load_options)).eval()
+
+
+def _patch_shard(shard: dict) -> PatchResult:
+    model = _cached_model(shard["source"], shard["load_options"])
+    rows, prompt_metric = shard["rows"], shard["metric"]
+    return activation_patching(
+        model,
+        shard["clean"],
+        shard["corrupted"],
+        lambda logits: prompt_metric(logits, rows),
+        shard["component"],
+        shard["positions"],
+        shard["layers"],
+        shard["direction"],
+        shard["metric_name"],
+        logit_pos=shard["logit_pos"],
+    )
+
+
+def patching_sweep(
+    source: str | Path,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: PromptMetric,
+    component: str = "z",
+    positions: Positions = None,
+    layers: Sequence[int] | None = None,
+    direction: Direction = "denoise",
+    n_shards: int = 2,
+    ray: str | None = None,
+    store: str | Path | None = None,
+    metric_name: str = "metric",
+    logit_pos: Tensor | int | None = None,
+    load_options: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> PatchResult:
+    """`activation_patching` of the model at `source` with the prompts split into `n_shards` shards
+    (each loaded and run on a worker), merged into one PatchResult over all prompts.
+
+    metric(logits, rows): logits [batch, pos, d_vocab] of the shard's prompts, rows [batch] their
+      indices in clean/corrupted; returns [batch]. Index per-prompt data with rows, e.g.
+      `lambda logits, rows: metrics.logit_diff(logits, io[rows], s[rows], pos=end[rows])`.
+      Normalise after merging (a normalised metric's baselines are means over all prompts).
+    positions / logit_pos: as in activation_patching; per-prompt tensors are split with the prompts.
+    load_options: keyword arguments of load_model in the workers (e.g. {"dtype": torch.float64}).
+    """
+    clean, corrupted = clean.cpu(), corrupted.cpu()
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ in shape."
+        )
+    n_shards = max(1, min(n_shards, len(clean)))
+    options = tuple(sorted((load_options or {}).items()))
+    row_sets = torch.arange(len(clean)).tensor_split(n_shards)
+    shards = [
+        {
+            "source": str(source),
+            "load_options": options,
+            "rows": rows,
+            "clean": clean[rows],
+            "corrupted": corrupted[rows],
+            "metric": metric,
+            "component": component,
+            "positions": _slice_rows(positions, rows, len(clean)),
+            "layers": layers,
+            "direction": direction,
+            "metric_name": metric_name,
+            "logit_pos": _slice_rows(logit_pos, rows, len(clean)),
+        }
+        for rows in row_sets
+    ]
+    job = ("patching_sweep", str(source), options, clean, corrupted, component, positions, layers, direction)
+    job += (metric, metric_name, logit_pos, n_shards)
+    parts = map_shards(_patch_shard, shards, ray=ray, store=store, job=job, progress=progress)
+    return merge_patch_results(parts)
+
+
+def _slice_rows(value: Any, rows: Tensor, n_prompts: int) -> Any:
+    """Per-prompt tensors ([n_prompts, ...], also inside a mapping) restricted to `rows`."""
+    if isinstance(value, Tensor) and value.ndim >= 1 and value.shape[0] == n_prompts:
+        return value.cpu()[rows]
+    if isinstance(value, Mapping):
+        return {key: _slice_rows(v, rows, n_prompts) for key, v in value.items()}
+    return value
+
+
+def merge_patch_results(parts: Sequence[PatchResult]) -> PatchResult:
+    """One PatchResult from results of the same patches on consecutive shards of prompts."""
+    first = parts[0]
+    for part in parts[1:]:
+        if not part.index.equals(first.index):
+            raise ValueError("the shards patched different sites; they cannot be merged")
+
+    def cat(values: list[Tensor | None]) -> Tensor | None:
+        return None if any(v is None for v in values) else torch.cat(values, dim=-1)
+
+    return PatchResult(
+        values=torch.cat([p.values for p in parts], dim=-1),
+        index=first.index,
+        dims=first.dims,
+        coords=first.coords,
+        metric_name=first.metric_name,
+        target=cat([p.target for p in parts]),
+        source=cat([p.source for p in parts]),
+        method=first.method,
+        extra=first.extra,
+    )

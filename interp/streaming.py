@@ -1,0 +1,146 @@
+"""Activations of a large prompt set, streamed to disk in safetensors shards.
+
+`cache_to_disk` runs the prompts in batches of `batch_size`; batch i becomes
+`out_dir/shard_{i:05d}.safetensors`, holding {hook name: [rows, ...]} on CPU. Only one batch's
+activations are in memory at a time, and each forward stops after the last block it needs.
+A shard is written to a temporary file and renamed into place, so an interrupted run leaves only
+complete shards; running the same job again skips them. `job.json` records what the job is (the
+model, hook names, tokens and batch size); another job cannot write into the same directory.
+
+    cache_to_disk(model, tokens, ["blocks.3.hook_resid_post"], "acts/", batch_size=32)
+    acts = load_activations("acts/")            # {name: [n_prompts, ...]}
+    for rows, shard in iter_shards("acts/"):   # one shard at a time
+        ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp.model import HookedTransformer
+
+JOB_FILE = "job.json"
+
+
+def _shard_path(out_dir: Path, index: int) -> Path:
+    return out_dir / f"shard_{index:05d}.safetensors"
+
+
+def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batch_size: int) -> str:
+    """A hash of everything that determines the shards' contents."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
+    for name, parameter in model.state_dict().items():  # weights: a sample of each tensor is enough
+        if parameter.is_meta:  # offloaded by accelerate: its name and shape stand for it
+            digest.update(f"{name}{tuple(parameter.shape)}".encode())
+        else:
+            digest.update(parameter.detach().flatten()[:64].float().cpu().numpy().tobytes())
+    digest.update(json.dumps([list(names), batch_size, str(model.dtype)]).encode())
+    digest.update(tokens.cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _write_atomic(tensors: dict[str, Tensor], path: Path, metadata: dict[str, str]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _as_tokens(model: HookedTransformer, prompts: Tensor | Sequence[str]) -> Tensor:
+    if isinstance(prompts, Tensor):
+        return model._as_tokens(prompts, None).cpu()
+    return model.to_tokens(list(prompts)).cpu()  # right-padded to the longest prompt
+
+
+@torch.no_grad()
+def cache_to_disk(
+    model: HookedTransformer,
+    prompts: Tensor | Sequence[str],
+    names_filter: str | Sequence[str] | Callable[[str], bool],
+    out_dir: str | Path,
+    batch_size: int = 32,
+    progress: bool = True,
+) -> Path:
+    """Cache the hooks `names_filter` selects on every prompt, one shard per batch (see module doc).
+
+    prompts: token ids [n_prompts, pos] or texts (tokenized together, right-padded).
+    Returns out_dir. Shards that exist are skipped, so an interrupted call resumes when re-run.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    tokens = _as_tokens(model, prompts)
+    names = model._resolve_names(names_filter)
+    if not names:
+        raise ValueError("names_filter selects no hook; name at least one, e.g. 'blocks.0.hook_resid_post'.")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key = job_key(model, tokens, names, batch_size)
+    job = {"key": key, "names": names, "n_prompts": len(tokens), "batch_size": batch_size}
+    job_file = out_dir / JOB_FILE
+    if job_file.exists():
+        old = json.loads(job_file.read_text())
+        if old.get("key") != key:
+            raise ValueError(
+                f"{out_dir} holds the activations of another job (other model, prompts, hooks or batch "
+                "size); choose another out_dir or delete it."
+            )
+    else:
+        tmp = job_file.with_name(f".{JOB_FILE}.tmp")
+        tmp.write_text(json.dumps(job, indent=2))
+        os.replace(tmp, job_file)
+    starts = range(0, len(tokens), batch_size)
+    todo = [i for i in range(len(starts)) if not _shard_path(out_dir, i).exists()]
+    bar = tqdm(total=len(starts), initial=len(starts) - len(todo), desc="caching", disable=not progress)
+    for index in todo:
+        start = starts[index]
+        batch = tokens[start : start + batch_size].to(model.device)
+        _, cache = model.run_with_cache(batch, names_filter=names, return_type=None, device="cpu")
+        tensors = {name: cache[name].contiguous() for name in names}
+        rows = f"{start}:{start + len(batch)}"
+        _write_atomic(tensors, _shard_path(out_dir, index), {"rows": rows, "job": key})
+        bar.update(1)
+    bar.close()
+    return out_dir
+
+
+def iter_shards(out_dir: str | Path, names: Sequence[str] | None = None) -> Iterator[tuple[range, dict]]:
+    """(rows, {name: tensor}) of each shard in order; raises if the job is incomplete."""
+    out_dir = Path(out_dir)
+    job_file = out_dir / JOB_FILE
+    if not job_file.exists():
+        raise FileNotFoundError(f"{out_dir} holds no cached activations (no {JOB_FILE}).")
+    job = json.loads(job_file.read_text())
+    n_shards = -(-job["n_prompts"] // job["batch_size"])
+    missing = [i for i in range(n_shards) if not _shard_path(out_dir, i).exists()]
+    if missing:
+        raise ValueError(
+            f"{out_dir} is incomplete: {len(missing)} of {n_shards} shards are missing; re-run "
+            "cache_to_disk with the same arguments to finish it."
+        )
+    for index in range(n_shards):
+        with safe_open(_shard_path(out_dir, index), framework="pt") as shard:
+            start, stop = map(int, shard.metadata()["rows"].split(":"))
+            wanted = job["names"] if names is None else names
+            yield range(start, stop), {name: shard.get_tensor(name) for name in wanted}
+
+
+def load_activations(out_dir: str | Path, names: Sequence[str] | None = None) -> dict[str, Tensor]:
+    """Every shard concatenated: {name: [n_prompts, ...]} (all in memory; see iter_shards)."""
+    parts: dict[str, list[Tensor]] = {}
+    for _, shard in iter_shards(out_dir, names):
+        for name, tensor in shard.items():
+            parts.setdefault(name, []).append(tensor)
+    return {name: torch.cat(tensors) for name, tensors in parts.items()}

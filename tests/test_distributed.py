@@ -1,0 +1,110 @@
+"""Sweeps on Ray: a local cluster of 2 workers (conftest's ray_cluster); shards merge into the single-process
+result, a failed shard is retried, and an interrupted sweep resumes from its finished shards."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import interp
+from circuits.ioi.dataset import ioi_dataset_for
+from interp import metrics
+from interp.distributed import map_shards, patching_sweep
+from interp.patching import activation_patching
+
+
+def threads_and_square(x: int) -> tuple[int, int, int]:
+    return torch.get_num_threads(), os.getpid(), x * x
+
+
+def test_map_shards_on_ray_equals_this_process(ray_cluster):
+    on_ray = map_shards(threads_and_square, range(6), ray="local", progress=False)
+    here = map_shards(threads_and_square, range(6), progress=False)
+    assert [r[2] for r in on_ray] == [r[2] for r in here] == [x * x for x in range(6)]
+    assert {r[0] for r in on_ray} == {1}  # workers run torch on one thread each
+    assert os.getpid() not in {r[1] for r in on_ray}
+
+
+def record_call(directory: Path, shard: int) -> None:
+    (directory / f"call-{shard}-{os.getpid()}-{time.time_ns()}").touch()
+
+
+def calls(directory: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in directory.glob("call-*"))
+
+
+def flaky(args: tuple[Path, int]) -> int:
+    """Shard 1 fails on its first attempt (a marker file remembers the attempt across workers)."""
+    directory, shard = args
+    record_call(directory, shard)
+    marker = directory / "failed-once"
+    if shard == 1 and not marker.exists():
+        marker.touch()
+        raise RuntimeError("a transient failure")
+    return shard * 10
+
+
+def test_failed_shard_is_retried(ray_cluster, tmp_path):
+    shards = [(tmp_path, i) for i in range(3)]
+    assert map_shards(flaky, shards, ray="local", progress=False) == [0, 10, 20]
+    assert calls(tmp_path) == [0, 1, 1, 2]
+
+
+def broken_while_flagged(args: tuple[Path, int]) -> int:
+    directory, shard = args
+    record_call(directory, shard)
+    if shard == 2 and (directory / "broken").exists():
+        raise RuntimeError("shard 2 is broken")
+    return shard + 100
+
+
+def test_interrupted_sweep_resumes_from_finished_shards(ray_cluster, tmp_path):
+    calls_dir = tmp_path / "calls"
+    calls_dir.mkdir()
+    (calls_dir / "broken").touch()
+    shards = [(calls_dir, i) for i in range(4)]
+    run = dict(ray="local", store=tmp_path / "store", job="resume-test", max_retries=1, progress=False)
+    with pytest.raises(RuntimeError, match="1 shard"):
+        map_shards(broken_while_flagged, shards, **run)
+    assert calls(calls_dir) == [0, 1, 2, 2, 3]  # shard 2: the first attempt and one retry
+    stored = sorted(p.name for p in (tmp_path / "store").glob("*/shard_*.pkl"))
+    assert stored == ["shard_00000.pkl", "shard_00001.pkl", "shard_00003.pkl"]
+    (calls_dir / "broken").unlink()
+    assert map_shards(broken_while_flagged, shards, **run) == [100, 101, 102, 103]
+    assert calls(calls_dir) == [0, 1, 2, 2, 2, 3]  # only shard 2 ran again
+
+
+def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
+    model = interp.load_model("toy-ioi")
+    clean, abc, _ = ioi_dataset_for(model, 12, seed=3)
+    io, s, end = clean.io_token, clean.s_token, clean.positions["END"]
+
+    def metric(logits, rows):
+        return metrics.logit_diff(logits, io[rows], s[rows], pos=end[rows])
+
+    single = activation_patching(
+        model, clean.tokens, abc.tokens, lambda logits: metric(logits, torch.arange(12)), "z", clean.positions
+    )
+    sharded = patching_sweep(
+        "toy-ioi", clean.tokens, abc.tokens, metric, "z", clean.positions, n_shards=3, ray="local",
+        store=tmp_path, progress=False,
+    )  # fmt: skip
+    n_patches = model.cfg.n_layers * model.cfg.n_heads * len(clean.positions)
+    assert sharded.values.shape == single.values.shape == (n_patches, 12)
+    torch.testing.assert_close(sharded.values, single.values, rtol=0, atol=1e-6)
+    torch.testing.assert_close(sharded.target, single.target, rtol=0, atol=1e-6)
+    frames = [result.to_dataframe() for result in (single, sharded)]
+    assert frames[0].drop(columns="value").equals(frames[1].drop(columns="value"))
+    assert (frames[0]["value"] - frames[1]["value"]).abs().max() < 1e-6
+    assert single.values.abs().max() > 1  # the sweep measured real effects
+
+
+def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if ray were not installed
+    with pytest.raises(ImportError, match=r'pip install "interp\[ray\]"'):
+        map_shards(threads_and_square, range(2), ray="local", progress=False)

@@ -1,0 +1,129 @@
+"""Models over several devices (load_model(device_map=...) through accelerate), tested here with
+accelerate's CPU and disk offload: an offloaded model runs block by block and equals the model in memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import IOI_PROMPT
+
+import interp
+from circuits.heads import head_report
+from circuits.ioi.circuit import find_ioi_circuit
+from circuits.ioi.dataset import ioi_dataset_for
+from interp import metrics
+from interp.ablation import ablate
+from interp.patching import activation_patching, path_patching
+from interp.streaming import cache_to_disk, load_activations
+
+PROMPTS = [IOI_PROMPT, "When Tom and Anna went to the park, Anna gave a ball to"]
+
+
+@pytest.fixture(scope="module")
+def offloaded(tmp_path_factory) -> interp.HookedTransformer:
+    """SmolLM2 under a CPU budget that holds the embeddings and a few blocks; the rest on disk."""
+    folder = tmp_path_factory.mktemp("offload")
+    model = interp.load_model(
+        "smollm2-135m", device_map="auto", max_memory={"cpu": "300MiB"}, offload_folder=folder
+    )
+    return model.eval()
+
+
+def test_auto_device_map_offloads_blocks_to_disk(offloaded):
+    placement = [offloaded.hf_device_map[f"blocks.{layer}"] for layer in range(offloaded.cfg.n_layers)]
+    assert placement[0] == "cpu" and placement[-1] == "disk"
+    assert placement == sorted(placement)  # in memory first, then disk
+    assert offloaded.blocks[-1].attn.W_Q.is_meta  # not in memory between forward passes
+
+
+def test_offloaded_model_equals_the_model_in_memory(smollm2, offloaded):
+    tokens = smollm2.to_tokens(PROMPTS)
+    with torch.no_grad():
+        reference, reference_cache = smollm2.run_with_cache(tokens)
+        logits, cache = offloaded.run_with_cache(tokens)
+    torch.testing.assert_close(logits, reference, rtol=1e-5, atol=1e-4)
+    for name in ("blocks.2.hook_resid_post", "blocks.29.attn.hook_pattern", "ln_final.hook_scale"):
+        torch.testing.assert_close(cache[name], reference_cache[name], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(offloaded.W_O, smollm2.W_O)  # offloaded weights are read in
+    # Decompositions read the norms and W_O of offloaded blocks.
+    mary, john = smollm2.to_single_token(" Mary"), smollm2.to_single_token(" John")
+    heads = [c.stack_head_results(pos=-1, apply_ln=True)[0] for c in (reference_cache, cache)]
+    torch.testing.assert_close(heads[1], heads[0], rtol=1e-4, atol=1e-4)
+    parts = [c.decompose_resid(layer=20, pos=-1, apply_ln=True)[0] for c in (reference_cache, cache)]
+    torch.testing.assert_close(parts[1], parts[0], rtol=1e-4, atol=1e-4)
+    attrs = [c.logit_attrs(h, mary, john) for c, h in zip((reference_cache, cache), heads, strict=True)]
+    torch.testing.assert_close(attrs[1], attrs[0], rtol=1e-4, atol=1e-4)
+
+
+def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
+    """Toy IOI with its first block on disk: patching, ablation, generation and streaming agree."""
+    device_map = {"blocks.0": "disk", "blocks.1": "cpu"}
+    models = [
+        interp.load_model("toy-ioi"),
+        interp.load_model("toy-ioi", device_map=device_map, offload_folder=tmp_path),
+    ]
+    clean, abc, _ = ioi_dataset_for(models[0], 16, seed=2)
+    end = clean.positions["END"]
+    diff = lambda logits: metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)  # noqa: E731
+    results = []
+    for model in models:
+        patched = activation_patching(model, clean.tokens, abc.tokens, diff, "z", clean.positions)
+        paths = path_patching(model, clean.tokens, abc.tokens, diff, logit_pos=end)
+        with ablate(model, heads=[(1, 0)], method="mean", reference=abc.tokens), torch.no_grad():
+            ablated = diff(model(clean.tokens))
+        results.append((patched.values, paths.values, ablated))
+    for reference, offloaded in zip(*results, strict=True):
+        torch.testing.assert_close(offloaded, reference, rtol=1e-5, atol=1e-5)
+    assert results[0][0].abs().max() > 1  # patching moved the logit difference
+    # generate's KV cache is updated in place inside the blocks, offloaded or not
+    prompt = clean.tokens[:2, :6]
+    assert torch.equal(
+        models[1].generate(prompt, max_new_tokens=4), models[0].generate(prompt, max_new_tokens=4)
+    )
+    names = ["blocks.0.attn.hook_z", "blocks.1.hook_resid_post"]
+    cache_to_disk(models[1], clean.tokens, names, tmp_path / "acts", batch_size=6, progress=False)
+    _, reference = models[0].run_with_cache(clean.tokens, names_filter=names)
+    for name, activations in load_activations(tmp_path / "acts").items():
+        torch.testing.assert_close(activations, reference[name], rtol=1e-5, atol=1e-5)
+
+
+def test_device_map_errors(tmp_path):
+    with pytest.raises(ValueError, match="one entry per block"):
+        interp.load_model("toy-induction", device_map={"blocks.0": "cpu"})
+    with pytest.raises(ValueError, match="offload_folder"):
+        interp.load_model("toy-induction", device_map={"blocks.0": "cpu", "blocks.1": "disk"})
+    with pytest.raises(ValueError, match="not both"):
+        interp.load_model("toy-induction", device="cpu", device_map="auto")
+    interp.load_model(
+        "toy-induction", device_map={"blocks.0": "disk", "blocks.1": "cpu"}, offload_folder=tmp_path
+    )
+    with pytest.raises(ValueError, match="already holds"):  # accelerate would read the old weights
+        interp.load_model(
+            "toy-ioi", device_map={"blocks.0": "disk", "blocks.1": "cpu"}, offload_folder=tmp_path
+        )
+    model = interp.load_model(
+        "toy-induction", device_map={"blocks.0": "disk", "blocks.1": "cpu"}, offload_folder=tmp_path / "2"
+    )
+    tokens = torch.randint(64, (2, 20))
+    torch.testing.assert_close(model(tokens), interp.load_model("toy-induction")(tokens))
+
+
+def test_reports_on_offloaded_models(tmp_path):
+    """`interp heads` and `interp ioi` read weights (copying, composition, norms) of offloaded blocks."""
+    device_map = {"blocks.0": "disk", "blocks.1": "cpu"}
+    for name in ("toy-induction", "toy-ioi"):
+        models = [
+            interp.load_model(name),
+            interp.load_model(name, device_map=device_map, offload_folder=tmp_path / name),
+        ]
+        if name == "toy-induction":
+            reports = [head_report(model, n_samples=8, progress=False).table for model in models]
+            numeric = reports[0].select_dtypes("number").columns
+            assert (reports[1][numeric] - reports[0][numeric]).abs().max().max() < 1e-5
+            assert list(reports[1]["types"]) == list(reports[0]["types"])
+        else:
+            circuits = [
+                find_ioi_circuit(model, n_prompts=32, progress=False, evaluate=False) for model in models
+            ]
+            assert circuits[1].heads == circuits[0].heads and circuits[0].heads
+            assert abs(circuits[1].baseline.logit_diff - circuits[0].baseline.logit_diff) < 1e-4
