@@ -532,24 +532,34 @@ class CausalEffects:
 
 def _candidate_effects(
     heads: Sequence[tuple[int, int]],
-    effect_of: Callable[[Sequence[tuple[int, int]], Sequence[tuple[int, int]]], Tensor],
+    measure: Callable[[Sequence[tuple[int, int]]], Tensor],
+    sign: int,
     label: str,
     progress: Progress | None,
 ) -> CausalEffects:
-    """effect_of(ablated, baseline_ablated) -> per-sequence effect [batch] of ablating `ablated` on
-    top of `baseline_ablated`; measured for each head alone, each head on top of the others, all."""
+    """measure(ablated heads) -> per-sequence measurement [batch]; an effect is sign * (measurement
+    with the heads ablated - measurement without them), for each head alone, each head on top of the
+    other candidates, and all candidates. Each set of heads is measured once."""
+    measured: dict[frozenset, Tensor] = {}
+
+    def effect(ablated: Sequence[tuple[int, int]], baseline: Sequence[tuple[int, int]] = ()) -> Effect:
+        for heads_ in (ablated, baseline):
+            if frozenset(heads_) not in measured:
+                measured[frozenset(heads_)] = measure(sorted(heads_))
+        return _mean_se(sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)]))
+
     task = progress.add_task(label, total=2 * len(heads) + 1) if progress else None
     alone, with_others = {}, {}
     for head in heads:
-        alone[head] = _mean_se(effect_of([head], []))
+        alone[head] = effect([head])
         if progress:
             progress.advance(task)
     for head in heads:
         others = [h for h in heads if h != head]
-        with_others[head] = alone[head] if not others else _mean_se(effect_of(list(heads), others))
+        with_others[head] = effect(heads, others) if others else alone[head]
         if progress:
             progress.advance(task)
-    group = _mean_se(effect_of(list(heads), []))
+    group = effect(heads)
     if progress:
         progress.advance(task)
     return CausalEffects(alone, with_others, group)
@@ -581,20 +591,7 @@ def induction_ablation_effects(
         per_token = interp.next_token_loss(logits, tokens, per_token=True)
         return ((per_token * second).sum(-1) / second.sum(-1)).float().cpu()
 
-    losses: dict[frozenset, Tensor] = {}
-
-    def cached_loss(ablated: Sequence[tuple[int, int]]) -> Tensor:
-        key = frozenset(ablated)
-        if key not in losses:
-            losses[key] = loss(sorted(key))
-        return losses[key]
-
-    return _candidate_effects(
-        heads,
-        lambda ablated, baseline: cached_loss(ablated) - cached_loss(baseline),
-        "Ablating induction candidates",
-        progress,
-    )
+    return _candidate_effects(heads, loss, 1, "Ablating induction candidates", progress)
 
 
 @torch.inference_mode()
@@ -644,21 +641,7 @@ def previous_token_ablation_effects(
 
     if not heads or not later:
         return CausalEffects({}, {}, (float("nan"), float("nan")))
-    clean = target_score([])
-    scores: dict[frozenset, Tensor] = {frozenset(): clean}
-
-    def cached(ablated: Sequence[tuple[int, int]]) -> Tensor:
-        key = frozenset(ablated)
-        if key not in scores:
-            scores[key] = target_score(sorted(key))
-        return scores[key]
-
-    return _candidate_effects(
-        heads,
-        lambda ablated, baseline: cached(baseline) - cached(ablated),
-        "Ablating previous-token candidates",
-        progress,
-    )
+    return _candidate_effects(heads, target_score, -1, "Ablating previous-token candidates", progress)
 
 
 # ---------------------------------------------------------------------------------------------
