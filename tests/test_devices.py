@@ -62,7 +62,7 @@ def test_half_precision_forward_and_cache(smollm2, smollm2_half):
     half_diff = logits[0, -1, mary].float() - logits[0, -1, john].float()
     assert abs(half_diff - diff) < 0.2 * abs(diff)
     # Decompositions hold within the dtype's rounding.
-    stack, _ = cache.decompose_resid(layer=10, pos=-1)
+    stack = cache.decompose_resid(layer=10, pos_slice=-1)
     resid = cache["resid_pre", 10][:, -1].float()
     assert (stack.float().sum(0) - resid).abs().max() < 0.02 * resid.abs().max()
     assert torch.allclose(cache["pattern", 5].float().sum(-1), torch.ones(()), atol=1e-2)

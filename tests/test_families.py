@@ -45,13 +45,13 @@ def test_direct_logit_attribution_adds_up_to_the_logit_difference(name: str) -> 
     model = _load(name)
     tokens = _tokens(model)
     logits, cache = model.run_with_cache(tokens)
-    stack, labels = cache.decompose_resid(pos=-1, apply_ln=True)  # [component, batch, d_model]
+    stack, labels = cache.decompose_resid(pos_slice=-1, return_labels=True)  # [component, batch, d_model]
     answers, wrong = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6])
     if model.cfg.output_logits_soft_cap is not None:
         with pytest.raises(ValueError, match="soft-caps its logits"):
-            cache.logit_attrs(stack, answers, wrong)
+            cache.logit_attrs(stack, answers, wrong, pos_slice=-1)
         return
-    attrs = cache.logit_attrs(stack, answers, wrong)  # [component, batch]
+    attrs = cache.logit_attrs(stack, answers, wrong, pos_slice=-1)  # [component, batch]: applies ln_final
     rows = torch.arange(BATCH)
     expected = logits[rows, -1, answers] - logits[rows, -1, wrong]
     ln_bias = model.ln_final.b
@@ -65,7 +65,7 @@ def test_per_head_outputs_of_post_norm_models_are_refused(gemma2) -> None:
     _, cache = gemma2.run_with_cache(_tokens(gemma2))
     with pytest.raises(ValueError, match="ln1_post"):
         cache.stack_head_results()
-    stack, _ = cache.decompose_resid()  # layer outputs do add up
+    stack = cache.decompose_resid()  # layer outputs do add up
     torch.testing.assert_close(stack.sum(0), cache["resid_post", gemma2.cfg.n_layers - 1], atol=ATOL, rtol=0)
 
 

@@ -47,11 +47,14 @@ def test_offloaded_model_equals_the_model_in_memory(smollm2, offloaded):
     torch.testing.assert_close(offloaded.W_O, smollm2.W_O)  # offloaded weights are read in
     # Decompositions read the norms and W_O of offloaded blocks.
     mary, john = smollm2.to_single_token(" Mary"), smollm2.to_single_token(" John")
-    heads = [c.stack_head_results(pos=-1, apply_ln=True)[0] for c in (reference_cache, cache)]
+    heads = [c.stack_head_results(pos_slice=-1) for c in (reference_cache, cache)]
     torch.testing.assert_close(heads[1], heads[0], rtol=1e-4, atol=1e-4)
-    parts = [c.decompose_resid(layer=20, pos=-1, apply_ln=True)[0] for c in (reference_cache, cache)]
+    parts = [c.decompose_resid(layer=20, pos_slice=-1, apply_ln=True) for c in (reference_cache, cache)]
     torch.testing.assert_close(parts[1], parts[0], rtol=1e-4, atol=1e-4)
-    attrs = [c.logit_attrs(h, mary, john) for c, h in zip((reference_cache, cache), heads, strict=True)]
+    attrs = [
+        c.logit_attrs(h, mary, john, pos_slice=-1)
+        for c, h in zip((reference_cache, cache), heads, strict=True)
+    ]
     torch.testing.assert_close(attrs[1], attrs[0], rtol=1e-4, atol=1e-4)
 
 
