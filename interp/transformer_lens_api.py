@@ -59,6 +59,18 @@ _FROM_NORMALIZATION_TYPE = {"LN": "layernorm", "RMS": "rmsnorm"}
 _FROM_POSITIONAL_TYPE = {"standard": "learned", "rotary": "rotary"}
 
 
+def _official_name(model_name: str) -> str:
+    """TransformerLens's alias ("gpt2-small") -> the transformers id ("gpt2"); other names unchanged."""
+    from transformer_lens.supported_models import get_official_model_name
+
+    if not isinstance(model_name, str) or model_name.lower() in sys.modules["interp.loading"].OFFLINE_MODELS:
+        return model_name
+    try:
+        return get_official_model_name(model_name)
+    except ValueError:
+        return model_name
+
+
 class TransformerLensConfig:
     """TransformerLens's `HookedTransformerConfig` names, read-only, computed from interp's fields.
 
@@ -169,9 +181,10 @@ class TransformerLensModel:
         """Load a model with TransformerLens's weight processing (norms folded, writing weights and
         the unembedding centred, value biases folded into b_O); none of it changes log-probs.
 
-        `model_name` is anything `interp.load_model` takes (or pass `hf_model=`, a transformers
-        model). As in TransformerLens, RMSNorm models skip centring (RMSNorm keeps the mean).
-        The device defaults to a GPU where there is one.
+        `model_name` is anything `interp.load_model` takes, or one of TransformerLens's aliases
+        ("gpt2-small", "pythia-70m"); or pass `hf_model=`, a transformers model. As in
+        TransformerLens, RMSNorm models skip centring (RMSNorm keeps the mean), and the device
+        defaults to a GPU where there is one.
         """
         load_model = sys.modules[
             "interp.loading"
@@ -185,7 +198,7 @@ class TransformerLensModel:
             )
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         model = load_model(
-            model_name if hf_model is None else hf_model,
+            _official_name(model_name) if hf_model is None else hf_model,
             device=transformer_lens_device() if device is None else device,
             dtype=dtype,
             tokenizer=tokenizer,

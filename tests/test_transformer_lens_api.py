@@ -465,6 +465,11 @@ def test_from_pretrained_processing_keeps_log_probs_and_the_source_model(smollm2
     for name, param in hf.named_parameters():
         assert torch.equal(param, before[name]), name
     assert not interp.load_model(hf, tokenizer=tok).training
+    from interp.transformer_lens_api import _official_name
+
+    assert [_official_name(n) for n in ("gpt2-small", "pythia-70m", "smollm2-135m")] == [
+        "gpt2", "EleutherAI/pythia-70m", "smollm2-135m",
+    ]  # fmt: skip
     with pytest.raises(TypeError, match="unsupported arguments"):
         HookedTransformer.from_pretrained("gpt2", hf_model=hf, refactor_factored_attn_matrices=True)
 
@@ -512,3 +517,39 @@ def test_smollm2_direct_logit_attribution_as_tl_demos_write_it(smollm2):
         cache.decompose_resid(mode="attn", incl_embeds=False, pos_slice=-1), mary, john, pos_slice=-1
     )
     torch.testing.assert_close(heads.sum(), attn.sum(), atol=ATOL, rtol=0)  # Llama attention has no b_O
+
+
+def test_exploratory_analysis_demo_cells_on_smollm2():
+    """Exploratory_Analysis_Demo's cells, unchanged but for the import, on SmolLM2 loaded with
+    TL's processing: the residual-stream views all give back the model's logit difference."""
+    import einops
+
+    model = HookedTransformer.from_pretrained("smollm2-135m", fold_ln=True, center_writing_weights=True)
+    prompts = ["When John and Mary went to the shops, John gave the bag to"] * 2
+    answers = [(" Mary", " John")] * 2
+    answer_tokens = torch.tensor(
+        [[model.to_single_token(a) for a in pair] for pair in answers], device=model.cfg.device
+    )
+    tokens = model.to_tokens(prompts, prepend_bos=True)
+    logits, cache = model.run_with_cache(tokens)
+    final_logits = logits[:, -1, :].gather(dim=-1, index=answer_tokens)
+    logit_diff = (final_logits[:, 0] - final_logits[:, 1]).mean()
+    directions = model.tokens_to_residual_directions(answer_tokens)  # [batch, 2, d_model]
+    logit_diff_directions = directions[:, 0] - directions[:, 1]
+
+    def residual_stack_to_logit_diff(residual_stack):
+        scaled = cache.apply_ln_to_stack(residual_stack, layer=-1, pos_slice=-1)
+        return einops.einsum(scaled, logit_diff_directions, "... batch d_model, batch d_model -> ...") / len(
+            prompts
+        )
+
+    final = cache["resid_post", -1][:, -1, :]
+    torch.testing.assert_close(residual_stack_to_logit_diff(final), logit_diff, atol=ATOL, rtol=0)
+    accumulated, labels = cache.accumulated_resid(layer=-1, incl_mid=True, pos_slice=-1, return_labels=True)
+    assert labels[-1] == "final_post" and len(labels) == 2 * model.cfg.n_layers + 1
+    torch.testing.assert_close(residual_stack_to_logit_diff(accumulated)[-1], logit_diff, atol=ATOL, rtol=0)
+    per_layer = cache.decompose_resid(layer=-1, pos_slice=-1)
+    torch.testing.assert_close(residual_stack_to_logit_diff(per_layer).sum(), logit_diff, atol=ATOL, rtol=0)
+    per_head = residual_stack_to_logit_diff(cache.stack_head_results(layer=-1, pos_slice=-1))
+    per_head = einops.rearrange(per_head, "(layer head) -> layer head", layer=model.cfg.n_layers)
+    assert per_head.shape == (model.cfg.n_layers, model.cfg.n_heads)
