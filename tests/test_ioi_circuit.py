@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -23,7 +24,14 @@ from circuits.ioi.circuit import (
     validate_circuit,
 )
 from circuits.ioi.dataset import ioi_dataset_for, make_ioi_dataset
-from circuits.ioi.report import circuit_svg, render_html, render_json, render_markdown, write_ioi_report
+from circuits.ioi.report import (
+    circuit_svg,
+    render_html,
+    render_json,
+    render_markdown,
+    render_table,
+    write_ioi_report,
+)
 from interp.tasks import IOIPrompts
 
 HELDOUT_FAITHFULNESS = 0.3  # seeds 0-2 measured 0.52-0.62 on held-out prompts (README)
@@ -222,6 +230,11 @@ def test_reports(planted, tmp_path):
     assert data["faithfulness"] == pytest.approx(result.evaluation.faithfulness)
     assert data["settings"]["n_prompts"] == 16
     assert "| name_mover | 2.0 |" in render_markdown(result)
+    for width in (80, 160):  # fits the terminal, class names whole
+        console = Console(file=io.StringIO(), width=width)
+        render_table(result, console)
+        text = console.file.getvalue()
+        assert max(map(len, text.splitlines())) <= width and "name_mover " in text and "…" not in text
     table = tmp_path / "ioi.txt"
     write_ioi_report(result, "table", str(table), Console())
     assert "name_mover" in table.read_text() and "faithfulness" in table.read_text()

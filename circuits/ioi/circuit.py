@@ -68,7 +68,7 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.ioi.dataset import ioi_dataset_for
+from circuits.ioi.dataset import TOY_IOI_MODEL, ioi_dataset_for
 from interp.ablation import Replacement, ablation_sites
 from interp.patching import Site, path_patching, site_mask
 from interp.tasks import IOIPrompts
@@ -327,6 +327,10 @@ def direct_logit_attributions(model: interp.HookedTransformer, prompts: IOIPromp
     return attributions
 
 
+HELDOUT_DESCRIPTION = {  # by whether the model is a toy IOI model
+    False: "held-out templates, names, places and objects (circuits.ioi.dataset.HELDOUT_*)",
+    True: "held-out toy templates and names (not used by discovery)",
+}
 # How each class that writes to the logits must write: (logit, sign of its direct attribution).
 CLASS_WRITES = {
     "name_mover": ("IO", 1),
@@ -577,11 +581,14 @@ def find_ioi_circuit(
         n_subsets = settings.n_completeness_subsets
         result.evaluation = evaluate_circuit(result, clean, mean_ablation, n_subsets, seed)
         done()
+    description = "held-out prompts given to find_ioi_circuit"
     if heldout is None and prompts is None:
         heldout = ioi_dataset_for(model, n_prompts, seed, split="heldout")[:2]
+        description = HELDOUT_DESCRIPTION[model.cfg.model_name == TOY_IOI_MODEL]
     if validate and heldout is not None and result.heads:
         done = stage("validation on held-out prompts")
-        result.validation = validate_circuit(model, result, *(p.to(model.device) for p in heldout))
+        clean_heldout, abc_heldout = (p.to(model.device) for p in heldout)
+        result.validation = validate_circuit(model, result, clean_heldout, abc_heldout, description)
         done()
     if result.heads:
         done = stage("example attention patterns")
@@ -718,9 +725,14 @@ def evaluate_circuit(
 
 
 def validate_circuit(
-    model: interp.HookedTransformer, result: IOICircuitResult, heldout: IOIPrompts, heldout_abc: IOIPrompts
+    model: interp.HookedTransformer,
+    result: IOICircuitResult,
+    heldout: IOIPrompts,
+    heldout_abc: IOIPrompts,
+    description: str = "held-out prompts given by the caller",
 ) -> Validation:
-    """Confirm each class of result's circuit on held-out prompts (see the module docstring)."""
+    """Confirm each class of result's circuit on held-out prompts (see the module docstring);
+    `description` says in the report what was held out."""
     settings = result.settings
     ablation = MeanAblation(model, heldout_abc)
     circuit = set(result.heads)
@@ -781,11 +793,7 @@ def validate_circuit(
     ratios = in_circuit[index].mean(1) / clean[index].mean(1)
     low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975])).tolist()
     return Validation(
-        prompts=(
-            "held-out templates, names, places and objects (circuits.ioi.dataset.HELDOUT_*)"
-            if model.cfg.model_name != "toy-ioi"
-            else "held-out toy templates and names (not used by discovery)"
-        ),
+        prompts=description,
         n_prompts=len(heldout),
         logit_diff=base,
         faithfulness=in_circuit.mean().item() / base,

@@ -15,6 +15,7 @@ import functools
 import html
 import json
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -94,7 +95,7 @@ def _validation_rows(result: IOICircuitResult):
     v = result.validation
     for cls, c in v.classes.items() if v is not None else ():
         writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f}, S {c.writes['S']:+.2f}"
-        difference = f"{c.difference:+.1%} [{c.difference_ci[0]:+.1%}, {c.difference_ci[1]:+.1%}]"
+        difference = f"{c.difference:+.0%} [{c.difference_ci[0]:+.0%}, {c.difference_ci[1]:+.0%}]"
         verdict = "confirmed" if c.confirmed else "unconfirmed"
         yield (
             cls,
@@ -107,15 +108,8 @@ def _validation_rows(result: IOICircuitResult):
         )
 
 
-VALIDATION_COLUMNS = (
-    "class",
-    "heads",
-    "ablated",
-    "random heads",
-    "difference (95% CI)",
-    "writes",
-    "held out",
-)
+VALIDATION_COLUMNS = ("class", "heads", "ablated", "random", "difference (95% CI)", "writes", "held out")
+WIDE_TERMINAL = 120  # columns from which the terminal table shows how each head was found
 
 
 def _class_label(result: IOICircuitResult, cls: str) -> str:
@@ -146,18 +140,31 @@ HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "direct
 def render_table(result: IOICircuitResult, console: Console) -> None:
     for line in _summary_lines(result) + _validation_lines(result):
         console.print(line)
-    table = Table(title="IOI circuit")
-    for column in HEAD_COLUMNS:
-        table.add_column(column, justify="right" if column in ("effect", "z") else "left")
+    wide = console.width >= WIDE_TERMINAL  # narrower: no "found by" column; cells wrap between words
+    table = Table(title="IOI circuit", box=box.SIMPLE_HEAD)
+    columns = [c for c in HEAD_COLUMNS if wide or c != "found by"]
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("effect", "z") else "left",
+                         no_wrap=column != "direct logit attribution")  # fmt: skip
     for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
-        table.add_row(cls, name, f"{effect:+.1%}", f"{z:+.1f}", f"{kind} {attention:.2f}", step, writes)
+        cells = [cls, name, f"{effect:+.1%}", f"{z:+.1f}", f"{kind} {attention:.2f}", step, writes]
+        table.add_row(*(cell for cell, column in zip(cells, HEAD_COLUMNS, strict=True) if column in columns))
     console.print(table)
     if result.validation is not None:
-        validation = Table(title="Held-out validation: mean-ablating each class vs as many random heads")
-        for column in VALIDATION_COLUMNS:
-            validation.add_column(column)
+        validation = Table(
+            title="Held-out validation: each class vs as many random heads", box=box.SIMPLE_HEAD
+        )
+        # narrower: the difference only, and the heads last, where they can wrap
+        order = (
+            VALIDATION_COLUMNS if wide else ("class", "difference (95% CI)", "writes", "held out", "heads")
+        )
+        for column in order:
+            validation.add_column(
+                column, no_wrap=column != "heads", min_width=5 if column == "heads" else None
+            )
         for row in _validation_rows(result):
-            validation.add_row(*row)
+            cells = dict(zip(VALIDATION_COLUMNS, row, strict=True))
+            validation.add_row(*(cells[column] for column in order))
         console.print(validation)
     e = result.evaluation
     if e is not None and e.minimality:
