@@ -150,20 +150,21 @@ def _bos_token(model: interp.HookedTransformer) -> int | None:
 
 
 def induction_lengths(longest: int, n: int = 3) -> list[int]:
-    """`n` repeat lengths from `longest` down to about half of it, none a multiple of another."""
-    if longest < 3 * n:
+    """`n` repeat lengths from `longest` down to about half of it, none a multiple of another
+    (shorter ones where the context leaves no room for that spread)."""
+    if longest < n + 2:
         raise ValueError(
-            f"repeat lengths need room: the longest is {longest} tokens, {n} lengths need at least {3 * n} "
+            f"repeat lengths need room: the longest is {longest} tokens, {n} lengths need at least {n + 2} "
             "(raise seq_len, or use a model with a longer context)."
         )
     lengths: list[int] = []
-    for length in range(longest, 2, -1):
-        if len(lengths) == n:
-            break
-        target = longest * (1 - 0.45 * len(lengths) / max(1, n - 1))
-        if length <= target and all(other % length and length % other for other in lengths):
-            lengths.append(length)
-    return lengths
+    for spread in (True, False):  # first near the targets, then any length that fits
+        for length in range(longest, 2, -1):
+            target = longest * (1 - 0.45 * len(lengths) / max(1, n - 1))
+            fits = length not in lengths and all(other % length and length % other for other in lengths)
+            if len(lengths) < n and fits and (length <= target or not spread):
+                lengths.append(length)
+    return sorted(lengths, reverse=True)
 
 
 def _random_rows(
@@ -772,7 +773,8 @@ def head_report(
     """Score, causally check and classify every attention head of `model`.
 
     Probes: n_samples repeated random sequences per repeat length (induction_lengths(seq_len), each
-    after a random prefix of up to seq_len // 3 tokens, after a BOS if the model uses one), n_samples
+    after a random prefix of up to seq_len // 3 tokens (less in a short context), after a BOS if
+    the model uses one), n_samples
     unrepeated random sequences (fixed offsets; skip-grams without a tokenizer), and natural_text
     (default NATURAL_TEXT when the model has a tokenizer, () to skip: `<score>_text` columns and
     skip-grams). Causal checks run on at most `max_candidates` induction and previous-token
@@ -784,7 +786,7 @@ def head_report(
     if max_candidates < 1 or batch_size < 1:
         raise ValueError(f"max_candidates and batch_size must be >= 1, got {max_candidates}, {batch_size}.")
     has_bos = _bos_token(model) is not None
-    max_offset = max(1, seq_len // 3)
+    max_offset = max(1, min(seq_len // 3, (cfg.n_ctx - int(has_bos)) // 6))
     longest = min(seq_len, (cfg.n_ctx - int(has_bos) - max_offset) // 2)
     lengths = induction_lengths(longest)
     if natural_text is None:

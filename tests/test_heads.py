@@ -232,8 +232,9 @@ def test_induction_lengths_are_not_multiples():
         lengths = induction_lengths(longest)
         assert len(lengths) == 3 and max(lengths) == longest and min(lengths) >= 0.4 * longest
         assert all(a % b for a in lengths for b in lengths if a != b)
+    assert induction_lengths(7) == [7, 5, 3] and induction_lengths(5) == [5, 4, 3]
     with pytest.raises(ValueError, match="longer context"):
-        induction_lengths(8)
+        induction_lengths(4)
 
 
 def test_fixed_offset_score_finds_the_offset():

@@ -63,7 +63,7 @@ def test_run_with_cache_moves_tensors_as_they_are_made(model):
 
     with model.hooks(fwd_hooks=[("blocks.0.hook_resid_post", after_cached)]):
         _, cache = model.run_with_cache(tokens, device="cpu")
-    assert all(tensor.device.type == "cpu" for tensor in cache.activations.values())
+    assert all(tensor.device.type == "cpu" for tensor in cache.cache_dict.values())
     assert seen_devices == [model.device]  # the forward pass itself stays on the model's device
     assert all(torch.equal(cache[name], full[name].cpu()) for name in full)
 

@@ -524,8 +524,8 @@ def find_ioi_circuit(
     # 2-4. Walk back through queries, values and keys.
     for step, receiver_classes, receiver_input, position in STEPS[1:]:
         receivers = [(h.layer, h.head) for cls in receiver_classes for h in classes[cls]]
-        if not receivers:
-            log(f"no {' / '.join(receiver_classes)} heads: skipping {step}")
+        if not receivers or max(layer for layer, _ in receivers) == 0:  # no heads before layer 0
+            log(f"no {' / '.join(receiver_classes)} heads after layer 0: skipping {step}")
             continue
         done = stage(f"path patching: heads -> {step}")
         change = path_patching_effects(model, patch_clean, patch_abc, receivers, receiver_input, position)

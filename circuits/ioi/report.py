@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import math
 
 from rich import box
 from rich.console import Console
@@ -44,7 +45,16 @@ STEP_TITLES = {
 
 
 def render_json(result: IOICircuitResult) -> str:
-    return json.dumps(result.to_json(), indent=2)
+    """Strict JSON: NaN (a figure that could not be computed) becomes null."""
+    return json.dumps(_without_nan(result.to_json()), indent=2, allow_nan=False)
+
+
+def _without_nan(value):
+    if isinstance(value, dict):
+        return {key: _without_nan(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nan(item) for item in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _ci(interval: tuple[float, float]) -> str:
