@@ -302,8 +302,9 @@ def _edge_forward(
         diffs[0] = x_input.view(n_k, batch, n_pos, d_model) - ablated[0]
         resid_ablated = ablated[0]  # [B|1, pos, d]: the residual stream of the ablated writers
 
-    def reader_input(resid: Tensor, readers: slice | int) -> Tensor:
-        """Inputs [KB, pos, R, d] of readers (a slice) given the current residual stream."""
+    def reader_input(resid: Tensor, resid_abl: Tensor | None, readers: slice | int) -> Tensor:
+        """Inputs [KB, pos, R, d] of readers (a slice) given the current residual stream and the one
+        of the ablated writers ([B|1, pos, d])."""
         index = range(readers.start, readers.stop) if isinstance(readers, slice) else [readers]
         nw = graph.n_upstream[index[0]]
         if keep is None:
@@ -312,7 +313,7 @@ def _edge_forward(
             cols = list(index)
             k_coef, d_coef = keep[:, :nw, cols], drop[:, :nw, cols]
             if k_coef.count_nonzero() <= d_coef.count_nonzero():  # fewer kept edges: start from ablated
-                out = _correct(k_coef, diffs, resid_ablated.expand(batch, -1, -1).repeat(n_k, 1, 1), n_k)
+                out = _correct(k_coef, diffs, resid_abl.expand(batch, -1, -1).repeat(n_k, 1, 1), n_k)
             else:
                 out = _correct(-d_coef, diffs, resid, n_k)
         if track:
@@ -324,14 +325,14 @@ def _edge_forward(
         for layer in range(cfg.n_layers):
             block = model.blocks[layer]
             q, k, v, mlp = graph.layer_readers(layer)
-            q_in, k_in, v_in = reader_input(resid, q), reader_input(resid, k), reader_input(resid, v)
+            q_in, k_in, v_in = (reader_input(resid, resid_ablated, readers) for readers in (q, k, v))
             attn_out = block.attn(block.ln1(q_in), block.ln1(k_in), block.ln1(v_in))  # includes b_O
             head_out = results.pop(layer)  # [KB, pos, head, d]
             heads = graph.head_writers(layer)
             if heads.start in iv.overrides:
                 head_out = iv.overrides[heads.start].repeat(n_k, 1, 1, 1)
                 attn_out = head_out.sum(2) + (0 if block.attn.b_O is None else block.attn.b_O)
-            resid_pre = resid
+            resid_pre, resid_ablated_pre = resid, resid_ablated
             resid = resid + attn_out
             if keep is not None:
                 diffs[heads] = (
@@ -342,7 +343,10 @@ def _edge_forward(
                 resid_ablated = resid_ablated + iv.ablated[heads].sum(0) + bias
             if mlp is None:
                 continue
-            mlp_in = reader_input(resid_pre if cfg.parallel_residual else resid, mlp)[:, :, 0]
+            if cfg.parallel_residual:
+                mlp_in = reader_input(resid_pre, resid_ablated_pre, mlp)[:, :, 0]
+            else:
+                mlp_in = reader_input(resid, resid_ablated, mlp)[:, :, 0]
             mlp_out = block.mlp(block.ln2(mlp_in))
             writer = heads.stop
             if writer in iv.overrides:
@@ -351,7 +355,7 @@ def _edge_forward(
             if keep is not None:
                 diffs[writer] = mlp_out.view(n_k, batch, n_pos, d_model) - iv.ablated[writer]
                 resid_ablated = resid_ablated + iv.ablated[writer]
-        final = reader_input(resid, graph.n_readers - 1)[:, :, 0]
+        final = reader_input(resid, resid_ablated, graph.n_readers - 1)[:, :, 0]
     return model.unembed(model.ln_final(final))
 
 
