@@ -174,30 +174,41 @@ def pad_pair(
     return tokens[: len(clean)], tokens[len(clean) :]
 
 
+@dataclass
+class AnswerMetric:
+    """A metric read at one position per prompt (None: the last): logit(correct) - logit(incorrect)
+    ("logit_diff") or p(correct) ("prob"); several answers per prompt ([batch, n]) are averaged.
+    Knowing the position lets the edge-level forward pass unembed that position only."""
+
+    kind: Literal["logit_diff", "prob"]
+    correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"]
+    incorrect: Int[Tensor, " batch"] | Int[Tensor, "batch n"] | None = None
+    pos: Int[Tensor, " batch"] | None = None
+
+    def __call__(self, logits: Float[Tensor, "batch pos d_vocab"], ids: Int[Tensor, " batch"]) -> Tensor:
+        end = logits_at(logits, None if self.pos is None else self.pos[ids]).float()
+        if self.kind == "prob":
+            return _token_values(end.softmax(-1), self.correct[ids])
+        return _token_values(end, self.correct[ids]) - _token_values(end, self.incorrect[ids])
+
+    def positions(self, ids: Tensor, n_pos: int) -> Int[Tensor, " batch"]:
+        return torch.full_like(ids, n_pos - 1) if self.pos is None else self.pos[ids]
+
+
 def logit_diff_metric(
     correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"],
     incorrect: Int[Tensor, " batch"] | Int[Tensor, "batch n"],
     pos: Int[Tensor, " batch"] | None = None,
-) -> PromptMetric:
+) -> AnswerMetric:
     """logit(correct) - logit(incorrect) at each prompt's position (None: the last)."""
-
-    def metric(logits: Tensor, ids: Tensor) -> Tensor:
-        end = logits_at(logits, None if pos is None else pos[ids]).float()
-        return _token_values(end, correct[ids]) - _token_values(end, incorrect[ids])
-
-    return metric
+    return AnswerMetric("logit_diff", correct, incorrect, pos)
 
 
 def prob_metric(
     correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"], pos: Int[Tensor, " batch"] | None = None
-) -> PromptMetric:
+) -> AnswerMetric:
     """p(correct) at each prompt's position (several answers: the mean probability)."""
-
-    def metric(logits: Tensor, ids: Tensor) -> Tensor:
-        end = logits_at(logits, None if pos is None else pos[ids]).float()
-        return _token_values(end.softmax(-1), correct[ids])
-
-    return metric
+    return AnswerMetric("prob", correct, None, pos)
 
 
 def _check_pair(model: HookedTransformer, clean: Tensor, corrupted: Tensor) -> tuple[Tensor, Tensor]:
@@ -271,8 +282,11 @@ def _edge_forward(
     intervention: _Intervention | None = None,
     input_embed: Tensor | None = None,
     reader_inputs: list[Tensor] | None = None,
+    logit_pos: Int[Tensor, " KB"] | None = None,
 ) -> Float[Tensor, "KB pos d_vocab"]:
     """Run the model reader by reader (see the module docstring).
+
+    With `logit_pos` only those positions (one per row) are unembedded; the other logits are zero.
 
     Without `keep`, every reader's input is the residual stream; with it, readers take the kept
     edges' current writer outputs and the other edges' ablated outputs. When `reader_inputs` is a
@@ -356,7 +370,19 @@ def _edge_forward(
                 diffs[writer] = mlp_out.view(n_k, batch, n_pos, d_model) - iv.ablated[writer]
                 resid_ablated = resid_ablated + iv.ablated[writer]
         final = reader_input(resid, resid_ablated, graph.n_readers - 1)[:, :, 0]
-    return model.unembed(model.ln_final(final))
+    if logit_pos is None:
+        return model.unembed(model.ln_final(final))
+    rows = torch.arange(final.shape[0], device=final.device)
+    read = model.unembed(model.ln_final(final[rows, logit_pos][:, None]))[:, 0]  # [KB, d_vocab]
+    logits = torch.zeros(*final.shape[:2], read.shape[-1], dtype=read.dtype, device=read.device)
+    return logits.index_put((rows, logit_pos), read)
+
+
+def _logit_pos(metric: PromptMetric, ids: Tensor, n_pos: int, n_k: int = 1) -> Tensor | None:
+    """The one position per row that `metric` reads, when it says so (an AnswerMetric), else None."""
+    if not isinstance(metric, AnswerMetric):
+        return None
+    return metric.positions(ids, n_pos).repeat(n_k)
 
 
 @torch.no_grad()
@@ -374,7 +400,7 @@ def writer_outputs(
         hooks = [(f"blocks.{layer}.hook_mlp_out", collect_mlp) for layer in range(model.cfg.n_layers)]
         hooks = hooks if graph.has_mlp else []
         with model.hooks(fwd_hooks=hooks):
-            model(tokens)
+            model(tokens, return_type=None)
         embed = _embed(model, tokens)
         stack = [embed]
         mlps = {layer: t for _, layer, t in outputs}
@@ -576,7 +602,8 @@ def _reader_grads(
         if intervention is not None:  # overridden outputs are constants: make readers depend on them
             overrides = {i: t.detach().requires_grad_(True) for i, t in intervention.overrides.items()}
             intervention = _Intervention(intervention.keep, intervention.ablated, overrides)
-        logits = _edge_forward(model, graph, tokens, intervention, embed, inputs)
+        logit_pos = _logit_pos(metric, ids, tokens.shape[1])
+        logits = _edge_forward(model, graph, tokens, intervention, embed, inputs, logit_pos)
         values = metric(logits, ids)
         grads = torch.autograd.grad(values.sum(), inputs, allow_unused=True)
     out = []
@@ -639,7 +666,10 @@ def run_circuits(
     out = torch.empty(n_k, n)
     for ids in _chunks(n, batch_size or n):
         abl = ablated if ablated.shape[1] == 1 else ablated[:, ids]
-        logits = _edge_forward(model, graph, tokens[ids], _Intervention(keep=keep, ablated=abl))
+        logit_pos = _logit_pos(metric, ids, tokens.shape[1], n_k)
+        logits = _edge_forward(
+            model, graph, tokens[ids], _Intervention(keep=keep, ablated=abl), None, None, logit_pos
+        )
         rep_ids = ids.repeat(n_k)
         out[:, ids] = metric(logits, rep_ids).float().view(n_k, len(ids)).cpu()
     return out
