@@ -74,8 +74,9 @@ def gpt2_vs_transformer_lens(n_prompts: int, n_pos: int) -> None:
     tl_metric = lambda logits: logits[0, -1, 5] - logits[0, -1, 7]  # noqa: E731
     tl, tl_s, tl_peak = timed(lambda: tl_ap.attribution_patch(bridge, clean, corrupted, tl_metric, tl_config))
 
-    names = {"embed": "input", "attn_head_out": "a{layer}.h{head}", "mlp_out": "m{layer}", "mlp_in": "m{layer}",
-             "logits": "logits", **{f"{x}_input": f"a{{layer}}.h{{head}}<{x}>" for x in "qkv"}}  # fmt: skip
+    names = {"embed": "input", "attn_head_out": "a{layer}.h{head}", "mlp_out": "m{layer}",
+             "mlp_in": "m{layer}", "logits": "logits",
+             **{f"{x}_input": f"a{{layer}}.h{{head}}<{x}>" for x in "qkv"}}  # fmt: skip
     expected = torch.zeros_like(mine.scores)
     for (w, r), score in tl.edge_scores.items():
         writer = graph.writers.index(names[w.kind].format(layer=w.layer, head=w.head))
