@@ -502,11 +502,14 @@ def edge_attribution(
     reference: Int[Tensor, "n pos"] | None = None,
     batch_size: int = 16,
     progress: Progress | None = None,
+    reader_pos: Int[Tensor, " batch"] | None = None,
 ) -> EdgeScores:
     """Score every edge of `model` on prompt pairs (see the module docstring for the methods).
 
     Gradient methods cost (steps + 2) forward passes and `steps` backward passes per batch of
     `batch_size` prompts ("eap": steps = 1); "exact" costs one forward pass per edge (batched).
+    `reader_pos` ([batch], gradient methods) scores only what readers read at one position per prompt
+    (a path-patching-like estimate, e.g. heads -> name movers' queries at END).
     """
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not one of {METHODS}.")
@@ -515,6 +518,8 @@ def edge_attribution(
     clean, corrupted = _check_pair(model, clean, corrupted)
     graph = edge_graph(model)
     if method == "exact":
+        if reader_pos is not None:
+            raise ValueError("reader_pos applies to the gradient methods (eap, eap-ig), not to exact.")
         return _exact_scores(
             model, graph, clean, corrupted, metric, ablation, reference, batch_size, progress
         )
@@ -522,54 +527,40 @@ def edge_attribution(
     scores = torch.zeros(graph.n_writers, graph.n_readers, dtype=torch.float32)
     ablated_all = ablated_outputs(model, clean, corrupted, ablation, reference)
     chunks = _chunks(clean.shape[0], batch_size)
-    n_groups = 1 if method != "eap-ig-activations" else 1 + graph.n_layers * (1 + int(graph.has_mlp))
-    total, done = len(chunks) * n_groups * steps, 0
+    groups = _writer_groups(graph) if method == "eap-ig-activations" else [None]
+    total, done = len(chunks) * len(groups) * steps, 0
     for ids in chunks:
         tokens = clean[ids]
         ablated = ablated_all if ablated_all.shape[1] == 1 else ablated_all[:, ids]
         with torch.no_grad():
             clean_out = writer_outputs(model, tokens)
         delta = (ablated - clean_out).float()  # [W, B|1, P, d]
-        if method == "eap-ig-activations":
-            for group in _writer_groups(graph):
-                grads_sum = None
-                for step in range(1, steps + 1):
-                    alpha = step / steps
-                    mixed = alpha * clean_out[group] + (1 - alpha) * ablated[group].expand_as(
-                        clean_out[group]
-                    )
-                    overrides = {
-                        group.start: mixed[0] if group.stop - group.start == 1 else mixed.permute(1, 2, 0, 3)
-                    }
-                    grads = _reader_grads(
-                        model, graph, tokens, metric, ids, _Intervention(overrides=overrides)
-                    )
-                    grads_sum = (
-                        grads if grads_sum is None else [a + b for a, b in zip(grads_sum, grads, strict=True)]
-                    )
-                    done += 1
-                    if progress:
-                        progress(done, total)
-                group_scores = torch.zeros_like(scores)
-                _score_from_grads(graph, delta, grads_sum, group_scores, group)
-                scores += group_scores / steps
-        else:
+        if reader_pos is not None:
+            at_pos = torch.zeros(delta.shape[2], dtype=torch.bool)[None].repeat(len(ids), 1)
+            at_pos[torch.arange(len(ids)), reader_pos[ids]] = True
+            delta = delta * at_pos[None, :, :, None].to(delta.device)
+        for group in groups:
             grads_sum = None
-            clean_embed, ablated_embed = clean_out[0], ablated[0].expand_as(clean_out[0])
             for step in range(1, steps + 1):
                 alpha = step / steps
-                embed = ablated_embed + alpha * (clean_embed - ablated_embed)
-                grads = _reader_grads(model, graph, tokens, metric, ids, None, embed)
+                if group is None:  # integrated gradients over the input embedding
+                    embed = ablated[0] + alpha * (clean_out[0] - ablated[0])
+                    grads = _reader_grads(model, graph, tokens, metric, ids, None, embed)
+                else:  # over one group of writers' outputs
+                    base = ablated[group].expand_as(clean_out[group])
+                    mixed = base + alpha * (clean_out[group] - base)
+                    mixed = mixed[0] if group.stop - group.start == 1 else mixed.permute(1, 2, 0, 3)
+                    grads = _reader_grads(
+                        model, graph, tokens, metric, ids, _Intervention(overrides={group.start: mixed})
+                    )
                 grads_sum = (
-                    grads if grads_sum is None else [a + b for a, b in zip(grads_sum, grads, strict=True)]
+                    grads if grads_sum is None else [a.add_(b) for a, b in zip(grads_sum, grads, strict=True)]
                 )
                 done += 1
                 if progress:
                     progress(done, total)
-            _score_from_grads(graph, delta, grads_sum, scores)
-    scores = scores / clean.shape[0]
-    if method != "eap-ig-activations":
-        scores = scores / steps
+            _score_from_grads(graph, delta, grads_sum, scores, group)
+    scores = scores / (clean.shape[0] * steps)
     scores = scores.masked_fill(~graph.valid, 0.0)
     return EdgeScores(graph, scores, method, ablation, steps, clean.shape[0])
 
