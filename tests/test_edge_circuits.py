@@ -169,3 +169,23 @@ def test_mib_export_names_grouped_query_edges_per_query_head():
     assert len(mib["edges"]) == 4 * 3 + 5 + 6  # q, k, v from the input; the MLP; the logits
     assert mib["edges"]["input->a0.h2<k>"]["in_graph"] and mib["edges"]["input->a0.h3<k>"]["in_graph"]
     assert mib["edges"]["input->a0.h2<k>"]["score"] == mib["edges"]["input->a0.h3<k>"]["score"]
+
+
+def test_ranked_path_patching_confirms_the_top_candidates_exactly():
+    from circuits.ioi.circuit import path_patching_effects, ranked_path_patching_effects
+    from circuits.ioi.dataset import ioi_dataset_for
+
+    model = interp.load_model("toy-ioi").eval()
+    clean, abc, _ = ioi_dataset_for(model, 16)
+    for receivers, receiver_input, n_exact in [
+        (None, None, 3),
+        ([(1, 0), (1, 2)], "q", 2),
+        ([(1, 1)], "k", 2),
+    ]:
+        exhaustive = path_patching_effects(model, clean, abc, receivers, receiver_input)
+        ranked = ranked_path_patching_effects(model, clean, abc, receivers, receiver_input, n_exact=n_exact)
+        assert torch.equal(ranked.isnan(), exhaustive.isnan())  # the same senders
+        confirmed = (ranked - exhaustive).abs() < 1e-5
+        assert confirmed.sum() >= n_exact, (receivers, ranked, exhaustive)
+        strongest = exhaustive.nan_to_num().abs().flatten().argmax()
+        assert confirmed.flatten()[strongest]  # attribution put the strongest sender among the checked
