@@ -243,12 +243,15 @@ def circuit(
 
     from circuits.edges import find_edge_circuit, make_task
     from circuits.edges_report import FORMATS, write_edge_report
-    from interp.edges import MIB_FRACTIONS, mib_json
+    from interp.edges import ABLATIONS, METHODS, MIB_FRACTIONS, mib_json
     from interp.viz import write_text
 
     check_format(format, out, FORMATS)
     if (edges is None) == (fraction is None):
         raise fail("give the circuit size as --edges N or --fraction F (one of them).")
+    for name, value, allowed in [("method", method, METHODS), ("ablation", ablation, ABLATIONS)]:
+        if value not in allowed:
+            raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
     loaded = load(model)
     try:
         prompt_pairs = make_task(loaded, task, n_prompts, seed, metric)
