@@ -112,7 +112,7 @@ class Settings:
     large_attention: float = 0.3
     n_bootstrap: int = 1000
     n_completeness_subsets: int = 20
-    exact_candidates: int = 24  # path-patch only the senders edge attribution ranks first (0: every sender)
+    exact_candidates: int = 48  # path-patch only the senders edge attribution ranks first (0: every sender)
 
 
 @dataclass
@@ -682,7 +682,7 @@ def ranked_path_patching_effects(
     receiver_input: str | None = None,
     position: str = "END",
     senders: Sequence[Head] | None = None,
-    n_exact: int = 24,
+    n_exact: int = 48,
 ) -> Tensor:
     """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
     interp.edges) ranks first by |estimated effect|; the other senders keep the estimate.
