@@ -691,13 +691,14 @@ def ranked_path_patching_effects(
     (key and value inputs: the receivers' key/value heads) read at `position`, or into the logits.
     """
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    given = senders
     receivers = list(receivers or [])
     if senders is None:
         last = n_layers if not receivers else max(layer for layer, _ in receivers)
         senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
     senders = [head for head in senders if head not in receivers]
-    if len(senders) <= n_exact:
-        return path_patching_effects(model, clean, abc, receivers or None, receiver_input, position, senders)
+    if len(senders) <= n_exact:  # every sender is a candidate: the exhaustive sweep
+        return path_patching_effects(model, clean, abc, receivers or None, receiver_input, position, given)
     metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
     reader_pos = clean.positions[position] if receivers else None
     scores = edges.edge_attribution(
