@@ -284,3 +284,66 @@ def patch(
             f"[{row.ci_low:.3f}, {row.ci_high:.3f}]",
         )
     console.print(table)
+
+
+@app.command()
+def circuit(
+    model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
+    task: str = typer.Option("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs."),
+    method: str = typer.Option("eap-ig", help="eap, eap-ig, eap-ig-activations or exact (small models)."),
+    edges: int | None = typer.Option(None, "--edges", help="Circuit size in edges (or --fraction)."),
+    fraction: float | None = typer.Option(None, help="Circuit size as a fraction of all edges."),
+    steps: int = typer.Option(5, help="Integrated-gradient steps (eap-ig)."),
+    ablation: str = typer.Option(
+        "counterfactual", help="counterfactual (the corrupted prompt), mean or zero."
+    ),
+    metric: str = typer.Option("logit_diff", help="logit_diff or prob (prompt-pair files)."),
+    n_prompts: int = typer.Option(64, help="Prompt pairs (ioi, induction)."),
+    seed: int = typer.Option(0, help="Seed of the prompts."),
+    curve: bool = typer.Option(True, help="Also measure the faithfulness curve (MIB's sizes) and CPR/CMD."),
+    format: str = typer.Option("table", help="table, json or html."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+    mib_out: str | None = typer.Option(
+        None, help="Also write the circuit in MIB's submission format (JSON)."
+    ),
+) -> None:
+    """Find an edge circuit by edge attribution patching (EAP, EAP-IG), and measure its faithfulness."""
+    import json
+
+    from rich.progress import Progress
+
+    from circuits.edges import find_edge_circuit, make_task
+    from circuits.edges_report import FORMATS, write_edge_report
+    from interp.edges import ABLATIONS, METHODS, MIB_FRACTIONS, mib_json
+    from interp.viz import write_text
+
+    check_format(format, out, FORMATS)
+    if (edges is None) == (fraction is None):
+        raise fail("give the circuit size as --edges N or --fraction F (one of them).")
+    for name, value, allowed in [("method", method, METHODS), ("ablation", ablation, ABLATIONS)]:
+        if value not in allowed:
+            raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
+    loaded = load(model)
+    try:
+        prompt_pairs = make_task(loaded, task, n_prompts, seed, metric)
+        with Progress(console=console, transient=True) as bar:
+            stages: dict[str, int] = {}
+
+            def progress(stage: str, done: int, total: int) -> None:
+                if stage not in stages:
+                    stages[stage] = bar.add_task(stage, total=total)
+                bar.update(stages[stage], completed=done)
+
+            result = find_edge_circuit(
+                loaded, prompt_pairs, method, edges, fraction, steps, ablation,
+                curve_fractions=MIB_FRACTIONS if curve else None,
+                progress=progress,
+            )  # fmt: skip
+    except (ValueError, FileNotFoundError) as error:
+        raise fail(str(error)) from error
+    write_edge_report(result, format, out, console)
+    if mib_out is not None:
+        write_text(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
+    for path in (out, mib_out):
+        if path is not None:
+            console.print(f"Wrote {path}", style="dim")

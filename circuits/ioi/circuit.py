@@ -69,6 +69,7 @@ from torch import Tensor
 
 import interp
 from circuits.ioi.dataset import TOY_IOI_MODEL, ioi_dataset_for
+from interp import edges
 from interp.ablation import Replacement, ablation_sites
 from interp.patching import Site, path_patching, site_mask
 from interp.tasks import IOIPrompts
@@ -125,6 +126,7 @@ class Settings:
     n_bootstrap: int = 1000
     n_completeness_subsets: int = 20
     n_random_draws: int = 10  # random head sets per class in held-out validation
+    exact_candidates: int = 48  # path-patch only the senders edge attribution ranks first (0: every sender)
 
 
 @dataclass
@@ -512,7 +514,15 @@ def find_ioi_circuit(
     # 1. Direct effects on the logits: name movers and S-suppression heads lower the logit diff
     # when patched, negative name movers raise it.
     done = stage("path patching: heads -> logits")
-    effects["logits"] = path_patching_effects(model, patch_clean, patch_abc, None) / patch_diff
+
+    def sweep(*args, **kwargs) -> Tensor:
+        if settings.exact_candidates <= 0:
+            return path_patching_effects(model, patch_clean, patch_abc, *args, **kwargs)
+        return ranked_path_patching_effects(
+            model, patch_clean, patch_abc, *args, n_exact=settings.exact_candidates, **kwargs
+        )
+
+    effects["logits"] = sweep(None) / patch_diff
     done()
     heads, z = select(effects["logits"], -1, "logits (name_mover, s_suppression)")
     writers = ("name_mover", "s_suppression")
@@ -528,7 +538,7 @@ def find_ioi_circuit(
             log(f"no {' / '.join(receiver_classes)} heads after layer 0: skipping {step}")
             continue
         done = stage(f"path patching: heads -> {step}")
-        change = path_patching_effects(model, patch_clean, patch_abc, receivers, receiver_input, position)
+        change = sweep(receivers, receiver_input, position)
         effects[step] = change / patch_diff
         done()
         heads, z = select(effects[step], -1, step)
@@ -544,7 +554,7 @@ def find_ioi_circuit(
     if senders:
         done = stage("path patching: heads -> logits, name movers ablated")
         with model.hooks(fwd_hooks=mean_ablation.hooks(name_movers, patch_clean)):
-            ablated = path_patching_effects(model, patch_clean, patch_abc, None, senders=senders) / patch_diff
+            ablated = sweep(None, senders=senders) / patch_diff
         done()
         effects["logits_without_name_movers"] = ablated
         growth = ablated - effects["logits"]  # more negative: the head's direct effect grew
@@ -848,6 +858,59 @@ def path_patching_effects(
     for layer, head in receivers or []:
         effects[layer, head] = float("nan")
     return effects
+
+
+def ranked_path_patching_effects(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    receivers: Sequence[Head] | None,
+    receiver_input: str | None = None,
+    position: str = "END",
+    senders: Sequence[Head] | None = None,
+    n_exact: int = 48,
+) -> Tensor:
+    """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
+    interp.edges) ranks first by |estimated effect|; the other senders keep the estimate.
+
+    The estimate of a sender is the sum of its edges' EAP scores into the receivers' `receiver_input`
+    (key and value inputs: the receivers' key/value heads) read at `position`, or into the logits.
+    """
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    given = senders
+    receivers = list(receivers or [])
+    if senders is None:
+        last = n_layers if not receivers else max(layer for layer, _ in receivers)
+        senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
+    senders = [head for head in senders if head not in receivers]
+    if len(senders) <= n_exact:  # every sender is a candidate: the exhaustive sweep
+        return path_patching_effects(model, clean, abc, receivers or None, receiver_input, position, given)
+    metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
+    reader_pos = clean.positions[position] if receivers else None
+    scores = edges.edge_attribution(
+        model, clean.tokens, abc.tokens, metric, "eap", batch_size=len(clean), reader_pos=reader_pos
+    )
+    graph = scores.graph
+    if receivers:
+        group = n_heads // model.cfg.n_kv_heads
+        kv = "h" if group == 1 else "kv"
+        names = {
+            f"a{layer}.h{head}<q>"
+            if receiver_input == "q"
+            else f"a{layer}.{kv}{head // group}<{receiver_input}>"
+            for layer, head in receivers
+        }
+    else:
+        names = {"logits"}
+    columns = [graph.readers.index(name) for name in sorted(names)]
+    estimate = torch.full((n_layers, n_heads), float("nan"))
+    for layer, head in senders:
+        estimate[layer, head] = scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
+    ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))[:n_exact]
+    exact = path_patching_effects(model, clean, abc, receivers or None, receiver_input, position, ranked)
+    confirmed = ~exact.isnan()
+    estimate[confirmed] = exact[confirmed]
+    return estimate
 
 
 class MeanAblation:

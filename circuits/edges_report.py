@@ -1,0 +1,235 @@
+"""Rendering an EdgeCircuitResult: rich table, JSON (schema in circuits/edges.py) and an offline HTML page
+with the circuit as an inline SVG graph and the faithfulness curve as an inline SVG plot."""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from circuits.edges import EdgeCircuitResult
+from circuits.report import write_output
+from interp.viz import html_page
+
+FORMATS = ("table", "json", "html")
+READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
+TOP_ROWS = 25
+
+
+def summary_lines(result: EdgeCircuitResult) -> list[str]:
+    data = result.to_json(top=0)
+    circuit, task, method = data["circuit"], data["task"], data["method"]
+    steps = f", {method['steps']} steps" if method["name"].startswith("eap-ig") else ""
+    lines = [
+        f"{result.model}: {data['graph']['n_edges']:,} edges between {data['graph']['n_nodes']} nodes",
+        f"task {task['name']}: {task['n_prompts']} prompt pairs, "
+        f"{task['metric']} clean {task['clean_metric']:.3f}, "
+        f"corrupted {task['corrupted_metric']:.3f}",
+        f"method {method['name']}{steps}, {method['ablation']} "
+        f"ablation; scores in {sum(result.seconds.values()):.1f} s "
+        f"in all ({result.seconds['scores']:.1f} s scoring)",
+        f"circuit: {circuit['n_edges']} edges ({circuit['requested_edges']} "
+        "requested, kept if connected input -> "
+        f"logits), {len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
+        f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]",
+    ]
+    if data["curve"] is not None:
+        curve = data["curve"]
+        line = f"faithfulness curve over {len(curve['fractions'])} sizes: "
+        line += f"CPR {curve['cpr']:.3f}, CMD {curve['cmd']:.3f}"
+        if curve["random"] is not None:
+            line += f" (random circuits: CPR {curve['random']['cpr']:.3f}, CMD {curve['random']['cmd']:.3f})"
+        lines.append(line)
+    return lines
+
+
+def render_table(result: EdgeCircuitResult, console: Console) -> None:
+    for line in summary_lines(result):
+        console.print(line, markup=False, highlight=False)
+    table = Table(title=f"Circuit edges (strongest {TOP_ROWS} by |score|)")
+    for column in ("writer", "reader", "score"):
+        table.add_column(column, justify="right" if column == "score" else "left")
+    for writer, reader, score in result.circuit_edges()[:TOP_ROWS]:
+        table.add_row(writer, reader, f"{score:+.4f}")
+    console.print(table)
+    if result.curve is not None:
+        curve = Table(title="Faithfulness curve (top-|score| circuits, everything else ablated)")
+        for column in ("fraction", "edges", "faithfulness", "95% CI", "random"):
+            curve.add_column(column, justify="right")
+        low, high = result.curve.result.ci()
+        random = result.curve.random.faithfulness.tolist() if result.curve.random is not None else None
+        for i, fraction in enumerate(result.curve.fractions):
+            curve.add_row(
+                f"{fraction:.1%}", str(result.curve.n_edges[i]), f"{float(result.curve.faithfulness[i]):.3f}",
+                f"[{float(low[i]):.3f}, {float(high[i]):.3f}]", "" if random is None else f"{random[i]:.3f}",
+            )  # fmt: skip
+        console.print(curve)
+
+
+def render_json(result: EdgeCircuitResult) -> str:
+    return json.dumps(result.to_json(), indent=2)
+
+
+def _node_positions(result: EdgeCircuitResult) -> tuple[dict[str, tuple[float, float]], float, float]:
+    """x by layer (heads, then MLP), y by head; input left, logits right."""
+    graph = result.graph
+    col, row, margin = 46, 22, 30
+    height = margin * 2 + (graph.n_heads + int(graph.has_mlp)) * row
+    columns = 1 + int(graph.has_mlp)
+    positions = {"input": (margin, height / 2)}
+    for layer in range(graph.n_layers):
+        x = margin + col * (1 + columns * layer)
+        for head in range(graph.n_heads):
+            positions[f"a{layer}.h{head}"] = (x, margin + head * row + row / 2)
+        if graph.has_mlp:
+            positions[f"m{layer}"] = (x + col, height / 2)
+    width = margin * 2 + col * (2 + columns * graph.n_layers)
+    positions["logits"] = (width - margin, height / 2)
+    return positions, width, height
+
+
+def _reader_point(result: EdgeCircuitResult, reader: str, positions) -> tuple[float, float]:
+    node = reader.split("<")[0]
+    if ".kv" in node:  # a key/value head: the middle of its group of query heads
+        layer, kv = node[1:].split(".kv")
+        group = result.graph.n_heads // result.graph.n_kv_heads
+        ys = [positions[f"a{layer}.h{h}"][1] for h in range(int(kv) * group, (int(kv) + 1) * group)]
+        return positions[f"a{layer}.h{int(kv) * group}"][0], sum(ys) / len(ys)
+    return positions[node]
+
+
+def circuit_svg(result: EdgeCircuitResult) -> str:
+    """The circuit as an inline SVG: every node a dot (circuit nodes labelled), circuit edges as curves
+    coloured by what they feed (query blue, key green, value red, MLP / logits grey), width ~ |score|."""
+    positions, width, height = _node_positions(result)
+    in_circuit = set(result.nodes)
+    rows = result.circuit_edges()
+    biggest = max((abs(score) for _, _, score in rows), default=1.0) or 1.0
+    parts = [
+        '<svg class="edge-circuit" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="edge circuit">'
+    ]
+    for writer, reader, score in reversed(rows):
+        (x0, y0), (x1, y1) = positions[writer], _reader_point(result, reader, positions)
+        kind = reader[-2] if reader.endswith(">") else ""
+        stroke = 0.6 + 3.4 * abs(score) / biggest
+        bend = (x1 - x0) / 2
+        parts.append(
+            f'<path class="edge" d="M {x0:.1f} {y0:.1f} C {x0 + bend:.1f} {y0:.1f} {x1 - bend:.1f} {y1:.1f} '
+            f'{x1:.1f} {y1:.1f}" fill="none" stroke="{READER_COLOURS[kind]}" stroke-width="{stroke:.2f}" '
+            f'stroke-opacity="0.7"><title>{html.escape(f"{writer}->{reader}: {score:+.4f}")}</title></path>'
+        )
+    for name, (x, y) in positions.items():
+        kept = name in in_circuit or name in ("input", "logits")
+        radius, fill = (6, "#222") if kept else (2.5, "#ccc")
+        parts.append(
+            f'<circle class="node" data-node="{name}" cx="{x:.1f}" cy="{y:.1f}" r="{radius}" fill="{fill}"/>'
+        )
+        if kept:
+            parts.append(
+                f'<text x="{x:.1f}" y="{y - 8:.1f}" font-size="10" '
+                'text-anchor="middle" font-family="monospace">'
+                f"{html.escape(name)}</text>"
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def curve_svg(result: EdgeCircuitResult) -> str:
+    """Faithfulness against the fraction of edges kept (log scale), with its CI and random circuits."""
+    curve = result.curve
+    width, height, margin = 560, 320, 50
+    xs = [math.log10(f) for f in curve.fractions]
+    series = {"circuit": curve.faithfulness.tolist()}
+    if curve.random is not None:
+        series["random"] = curve.random.faithfulness.tolist()
+    low, high = (t.tolist() for t in curve.result.ci())
+    values = [v for vs in series.values() for v in vs] + low + high + [0.0, 1.0]
+    y_min, y_max = min(values), max(values)
+    x_min, x_max = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+
+    def px(x: float) -> float:
+        return margin + (x - x_min) / (x_max - x_min) * (width - 2 * margin)
+
+    def py(y: float) -> float:
+        return height - margin - (y - y_min) / (y_max - y_min or 1) * (height - 2 * margin)
+
+    parts = [
+        '<svg class="faithfulness-curve" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" '
+        'aria-label="faithfulness curve" font-family="sans-serif">',
+        f'<line x1="{margin}" y1="{py(1):.1f}" x2="{width - margin}" '
+        f'y2="{py(1):.1f}" stroke="#999" stroke-dasharray="3 3"/>',
+        f'<line x1="{margin}" y1="{py(0):.1f}" x2="{width - margin}" y2="{py(0):.1f}" stroke="#999"/>',
+    ]
+    band = [f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, high, strict=True)]
+    band += [f"{px(x):.1f},{py(y):.1f}" for x, y in reversed(list(zip(xs, low, strict=True)))]
+    parts.append(f'<polygon points="{" ".join(band)}" fill="#1f77b4" fill-opacity="0.15"/>')
+    for name, colour in (("random", "#999999"), ("circuit", "#1f77b4")):
+        if name not in series:
+            continue
+        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, series[name], strict=True))
+        parts.append(
+            f'<polyline class="curve-{name}" points="{points}" fill="none" stroke="{colour}" '
+            'stroke-width="2"/>'
+        )
+        parts += [
+            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>'
+            for x, y in zip(xs, series[name], strict=True)
+        ]
+    for fraction, x in zip(curve.fractions, xs, strict=True):
+        parts.append(
+            f'<text x="{px(x):.1f}" y="{height - margin + 16}" '
+            f'font-size="10" text-anchor="middle">{fraction:.1%}</text>'
+        )
+    for y in (0.0, 0.5, 1.0):
+        parts.append(
+            f'<text x="{margin - 6}" y="{py(y) + 3:.1f}" font-size="10" text-anchor="end">{y:.1f}</text>'
+        )
+    parts.append(
+        f'<text x="{width / 2}" y="{height - 10}" font-size="12" '
+        'text-anchor="middle">fraction of edges kept</text>'
+        f'<text x="14" y="{height / 2}" font-size="12" '
+        f'text-anchor="middle" transform="rotate(-90 14 {height / 2})">'
+        "faithfulness</text>"
+        f'<text x="{width - margin}" y="{margin - 14}" font-size="11" text-anchor="end">'
+        f"CPR {curve.cpr:.3f} · CMD {curve.cmd:.3f}"
+        + ("" if curve.random is None else f" · random CPR {curve.random_cpr:.3f}")
+        + "</text></svg>"
+    )
+    return "".join(parts)
+
+
+def render_html(result: EdgeCircuitResult) -> str:
+    sections = [
+        "<h2>Summary</h2><ul>"
+        + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result))
+        + "</ul>",
+        "<h2>Circuit</h2><p>Edges coloured by what they feed: query (blue), key (green), value (red), "
+        "MLP or logits (grey); width ~ |score|. Hover an edge for its score.</p>",
+        f"<div style='overflow-x: auto;'>{circuit_svg(result)}</div>",
+    ]
+    if result.curve is not None:
+        sections += ["<h2>Faithfulness curve</h2>", curve_svg(result)]
+    rows = "".join(
+        f"<tr><td>{html.escape(w)}</td><td>{html.escape(r)}</td><td>{s:+.4f}</td></tr>"
+        for w, r, s in result.circuit_edges()
+    )
+    sections.append(
+        "<h2>Edges</h2><table class='edges' style='border-collapse: collapse; font: 13px monospace;'>"
+        f"<tr><th>writer</th><th>reader</th><th>score</th></tr>{rows}</table>"
+    )
+    return html_page(f"Edge circuit of {result.model} on {result.task.name}", sections)
+
+
+def write_edge_report(result: EdgeCircuitResult, format: str, out: str | None, console: Console) -> None:
+    """Render `result` in `format` to the file `out`, or to the console when out is None."""
+    renderers = {"json": render_json, "html": render_html}
+    table = functools.partial(render_table, result)
+    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=140)

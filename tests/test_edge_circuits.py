@@ -1,0 +1,186 @@
+"""Edge circuits of tasks (circuits.edges): prompt-pair files, `interp circuit` and its reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+import interp
+from circuits.cli import app
+from circuits.edges import find_edge_circuit, induction_task, make_task
+from circuits.edges_report import circuit_svg, render_html, write_edge_report
+from interp import edges, metrics
+
+PAIRS = [
+    # clean, corrupted (a different length), correct, incorrect
+    ("When Mary and John went to the store, John gave a drink to",
+     "When Mary and John went to the big old store, Mary gave a drink to", " Mary", " John"),
+    ("The Eiffel Tower is in the city of", "The Colosseum is in the city of", " Paris", " Rome"),
+    ("One, two, three, four,", "One, two, three,", " five", " four"),
+]  # fmt: skip
+
+
+def _write_pairs(tmp_path):
+    csv_path, jsonl_path = tmp_path / "pairs.csv", tmp_path / "pairs.jsonl"
+    lines = ["clean,corrupted,correct,incorrect"]
+    lines += [",".join(json.dumps(field) for field in row) for row in PAIRS]
+    csv_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    keys = ("clean", "corrupted", "correct", "incorrect")
+    jsonl_path.write_text(
+        "\n".join(json.dumps(dict(zip(keys, row, strict=True))) for row in PAIRS), encoding="utf-8"
+    )
+    return csv_path, jsonl_path
+
+
+def test_prompt_pair_files_of_different_lengths(smollm2, tmp_path):
+    csv_path, jsonl_path = _write_pairs(tmp_path)
+    task = make_task(smollm2, str(csv_path))
+    same = make_task(smollm2, str(jsonl_path))
+    assert torch.equal(task.clean, same.clean) and torch.equal(task.corrupted, same.corrupted)
+    ids = torch.arange(len(PAIRS))
+    with torch.no_grad():
+        padded = task.metric(smollm2(task.clean), ids)
+        for i, (clean, _, correct, incorrect) in enumerate(PAIRS):  # each prompt alone, unpadded
+            alone = metrics.logit_diff(
+                smollm2(clean), torch.tensor([smollm2.to_single_token(correct)]),
+                torch.tensor([smollm2.to_single_token(incorrect)]),
+            )  # fmt: skip
+            assert abs(float(padded[i]) - float(alone[0])) < 1e-4
+        corrupted_alone = metrics.logit_diff(
+            smollm2(PAIRS[2][1]), torch.tensor([smollm2.to_single_token(" five")]),
+            torch.tensor([smollm2.to_single_token(" four")]),
+        )  # fmt: skip
+        corrupted = task.corrupted_metric(smollm2(task.corrupted), ids)
+        assert abs(float(corrupted[2]) - float(corrupted_alone[0])) < 1e-4
+    assert float(padded.mean()) > 0  # the model gets them right
+    prob = make_task(smollm2, str(csv_path), metric="prob")
+    with torch.no_grad():
+        assert (
+            (prob.metric(smollm2(prob.clean), ids) > 0) & (prob.metric(smollm2(prob.clean), ids) < 1)
+        ).all()
+
+
+def test_prompt_pair_files_refuse_bad_rows(smollm2, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text('clean,corrupted,correct\n"a b","a c"," x"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="lacks incorrect"):
+        make_task(smollm2, str(bad))
+    long_answer = tmp_path / "long.jsonl"
+    long_answer.write_text(json.dumps({"clean": "a", "corrupted": "b", "correct": " Xylophonequasarzzq"}))
+    with pytest.raises(ValueError, match="not one"):
+        make_task(smollm2, str(long_answer), metric="prob")
+    text = tmp_path / "pairs.txt"
+    text.write_text("clean corrupted", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"\.csv"):
+        make_task(smollm2, str(text))
+
+
+@pytest.fixture(scope="module")
+def toy_result():
+    model = interp.load_model("toy-induction").eval()
+    task = induction_task(model, n_prompts=16, seed=1)
+    return model, find_edge_circuit(
+        model, task, method="eap-ig", n_edges=30, curve_fractions=(0.05, 0.2, 0.5, 1.0)
+    )
+
+
+def test_induction_circuit_of_the_toy_model(toy_result):
+    model, result = toy_result
+    graph = result.graph
+    assert graph.n_edges == 81  # 2 layers x 4 heads, attention only
+    with torch.no_grad():
+        assert result.clean_metric > 2 > abs(result.corrupted_metric)  # it does induction
+    assert 0 < result.circuit.sum() <= 30
+    assert "logits" in result.nodes and any(node.startswith("a1.") for node in result.nodes)
+    faithfulness = float(result.faithfulness.faithfulness[0])
+    low, high = result.faithfulness.ci()
+    assert low[0] <= faithfulness <= high[0]
+    curve = result.curve
+    assert abs(float(curve.faithfulness[-1]) - 1) < 1e-4
+    assert curve.cpr > curve.random_cpr
+    data = result.to_json()
+    assert data["schema"] == "interp-edge-circuit-1" and data["graph"]["n_edges"] == 81
+    assert len(data["circuit"]["edges"]) == data["circuit"]["n_edges"] == int(result.circuit.sum())
+    assert data["curve"]["cpr"] == pytest.approx(curve.cpr)
+
+
+def test_reports_render_offline_in_chromium(toy_result, tmp_path):
+    from tests.browser import render_in_chromium
+
+    _, result = toy_result
+    svg = circuit_svg(result)
+    assert svg.count('class="edge"') == int(result.circuit.sum())
+    path = tmp_path / "circuit.html"
+    path.write_text(render_html(result), encoding="utf-8")
+    page = render_in_chromium(
+        path, selectors=("svg.edge-circuit", "svg.faithfulness-curve", "table.edges tr")
+    )
+    assert not page.script_errors and not page.external_requests and not page.missing
+    assert page.counts["svg.edge-circuit"] == 1 and page.counts["svg.faithfulness-curve"] == 1
+    assert page.counts["table.edges tr"] == int(result.circuit.sum()) + 1
+    assert "CPR" in page.text
+    table = tmp_path / "circuit.txt"
+    write_edge_report(result, "table", str(table), Console())
+    assert "faithfulness" in table.read_text()
+
+
+def test_interp_circuit_command(tmp_path):
+    report, mib = tmp_path / "circuit.json", tmp_path / "mib.json"
+    args = ["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap",
+            "--fraction", "0.2", "--n-prompts", "8", "--no-curve", "--format", "json", "--out", str(report),
+            "--mib-out", str(mib)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["method"]["name"] == "eap" and data["circuit"]["requested_edges"] == 16
+    assert data["curve"] is None
+    submission = json.loads(mib.read_text())
+    assert len(submission["edges"]) == 81 and submission["nodes"]["logits"]["in_graph"]
+    kept = {name for name, edge in submission["edges"].items() if edge["in_graph"]}
+    assert kept == {f"{e['writer']}->{e['reader']}" for e in data["circuit"]["edges"]}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--edges", "5", "--fraction", "0.1"], "one of them"),
+        (["--edges", "5", "--task", "nonsense"], "Unknown task"),
+        (["--edges", "5", "--format", "html"], "needs --out"),
+        (["--edges", "5", "--method", "acdc"], "method"),
+    ],
+)
+def test_interp_circuit_refuses_bad_options(args, message):
+    result = CliRunner().invoke(app, ["circuit", "--model", "toy-induction", "--n-prompts", "4", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_mib_export_names_grouped_query_edges_per_query_head():
+    cfg = interp.Config(n_layers=1, d_model=16, n_heads=4, n_kv_heads=2, d_vocab=7, n_ctx=8)
+    graph = edges.edge_graph(cfg)
+    scores = edges.random_scores(graph)
+    keep = torch.zeros(graph.n_writers, graph.n_readers, dtype=torch.bool)
+    keep[0, graph.readers.index("a0.kv1<k>")] = True
+    mib = edges.mib_json(scores, keep, cfg)
+    # MIB's convention: q, k, v edges per query head (k and v shared within a group of 2)
+    assert len(mib["edges"]) == 4 * 3 + 5 + 6  # q, k, v from the input; the MLP; the logits
+    assert mib["edges"]["input->a0.h2<k>"]["in_graph"] and mib["edges"]["input->a0.h3<k>"]["in_graph"]
+    assert mib["edges"]["input->a0.h2<k>"]["score"] == mib["edges"]["input->a0.h3<k>"]["score"]
+
+
+def test_ranked_path_patching_confirms_the_top_candidates_exactly():
+    from circuits.ioi.circuit import path_patching_effects, ranked_path_patching_effects
+    from circuits.ioi.dataset import ioi_dataset_for
+
+    model = interp.load_model("toy-ioi").eval()
+    clean, abc, _ = ioi_dataset_for(model, 16)
+    for receivers, receiver_input in [(None, None), ([(1, 0), (1, 2)], "q"), ([(1, 1)], "k")]:
+        exhaustive = path_patching_effects(model, clean, abc, receivers, receiver_input)
+        ranked = ranked_path_patching_effects(model, clean, abc, receivers, receiver_input, n_exact=2)
+        assert torch.equal(ranked.isnan(), exhaustive.isnan())  # the same senders
+        assert ((ranked - exhaustive).abs() < 1e-5).sum() >= 2  # two of them path-patched
+        every = ranked_path_patching_effects(model, clean, abc, receivers, receiver_input, n_exact=8)
+        torch.testing.assert_close(every, exhaustive, equal_nan=True)  # all candidates: the sweep itself

@@ -1,0 +1,374 @@
+"""Edge circuits: the graph, the edge-level forward pass, EAP / EAP-IG / exact edge scores, faithfulness.
+
+References: hand-built path patching with our hooks, TransformerLens 4.3's edge-level
+`attribution_patch` on a TransformerBridge with the same weights, and models with a planted circuit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+import interp
+from interp import edges
+
+ATOL = 1e-4
+
+
+def _random_model(seed: int = 0, **overrides) -> interp.HookedTransformer:
+    """A small random model with weights large enough that edges matter."""
+    values = dict(n_layers=2, d_model=32, n_heads=4, d_vocab=29, n_ctx=16, init_std=0.15)
+    values.update(overrides)
+    model = interp.HookedTransformer(interp.Config(**values))
+    model.init_weights(seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # non-trivial norms and biases, so a wrong wiring cannot hide
+        for name, param in model.named_parameters():
+            last = name.split(".")[-1]
+            if last in ("w", "b") or last.startswith("b_"):
+                param.add_(torch.randn(param.shape, generator=generator) * 0.1)
+    return model.eval()
+
+
+ARCHITECTURES = {
+    "gpt2": {},
+    "llama-gqa": dict(
+        n_kv_heads=2, normalization="rmsnorm", positional="rotary", gated_mlp=True, activation="silu",
+        qkv_bias=False, attn_out_bias=False, mlp_bias=False,
+    ),
+    "parallel": dict(parallel_residual=True, positional="rotary"),
+    "attn-only": dict(attn_only=True),
+}  # fmt: skip
+
+
+def _pairs(vocab: int, lengths: list[int], seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Clean and corrupted prompts of different lengths, right-padded; each prompt's last position."""
+    generator = torch.Generator().manual_seed(seed)
+    clean = [torch.randint(1, vocab, (n,), generator=generator).tolist() for n in lengths]
+    corrupted = [
+        row[:1] + torch.randint(1, vocab, (len(row) - 1,), generator=generator).tolist() for row in clean
+    ]
+    corrupted[0] = corrupted[0][:-1]  # one corrupted prompt shorter than its clean prompt
+    clean_tokens, corrupted_tokens = edges.pad_pair(clean, corrupted)
+    return clean_tokens, corrupted_tokens, torch.tensor(lengths) - 1
+
+
+def _metric(n_prompts: int, vocab: int, pos: torch.Tensor) -> edges.PromptMetric:
+    generator = torch.Generator().manual_seed(7)
+    correct = torch.randint(vocab, (n_prompts,), generator=generator)
+    incorrect = (correct + 1 + torch.randint(vocab - 1, (n_prompts,), generator=generator)) % vocab
+    return edges.logit_diff_metric(correct, incorrect, pos)
+
+
+# --- the graph --------------------------------------------------------------------------------
+
+
+def test_edge_counts_follow_eap_ig_convention() -> None:
+    gpt2_small = interp.Config(n_layers=12, d_model=768, n_heads=12, d_vocab=50257, n_ctx=1024)
+    assert edges.edge_graph(gpt2_small).n_edges == 32491  # EAP-IG's and MIB's count
+    # Grouped-query attention: keys and values are read once per key/value head.
+    smollm2 = interp.Config(n_layers=30, d_model=576, n_heads=9, n_kv_heads=3, d_vocab=49152, n_ctx=8192)
+    graph = edges.edge_graph(smollm2)
+    per_layer_readers = 9 + 2 * 3
+    expected = sum(per_layer_readers * (1 + 10 * layer) + (1 + 10 * layer + 9) for layer in range(30)) + 301
+    assert graph.n_edges == expected == 70651
+    assert "a0.kv2<v>" in graph.readers and "a0.h8<q>" in graph.readers
+    assert int(graph.valid.sum()) == graph.n_edges
+
+
+def test_parallel_mlp_does_not_read_its_own_layers_heads() -> None:
+    graph = edges.edge_graph(
+        interp.Config(n_layers=2, d_model=32, n_heads=4, d_vocab=9, n_ctx=8, parallel_residual=True)
+    )
+    sequential = edges.edge_graph(interp.Config(n_layers=2, d_model=32, n_heads=4, d_vocab=9, n_ctx=8))
+    assert sequential.n_edges - graph.n_edges == 2 * 4
+    assert not graph.valid[graph.writers.index("a1.h0"), graph.readers.index("m1")]
+    assert graph.valid[graph.writers.index("a0.h0"), graph.readers.index("m1")]
+
+
+# --- the edge-level forward pass ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_all_edges_kept_is_the_model_and_none_kept_is_the_corrupted_run(arch: str) -> None:
+    model = _random_model(**ARCHITECTURES[arch])
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [7, 5, 6])
+    metric = _metric(3, model.cfg.d_vocab, pos)
+    graph = edges.edge_graph(model)
+    ablated = edges.ablated_outputs(model, clean, corrupted)
+    keep = torch.stack(
+        [torch.ones(graph.n_writers, graph.n_readers), torch.zeros(graph.n_writers, graph.n_readers)]
+    )
+    values = edges.run_circuits(model, clean, keep, ablated, metric)
+    ids = torch.arange(3)
+    with torch.no_grad():
+        torch.testing.assert_close(values[0], metric(model(clean), ids), atol=ATOL, rtol=0)
+        torch.testing.assert_close(values[1], metric(model(corrupted), ids), atol=ATOL, rtol=0)
+
+
+def test_mean_and_zero_ablation_of_every_edge_forget_the_prompt() -> None:
+    model = _random_model()
+    clean, corrupted, _ = _pairs(model.cfg.d_vocab, [6, 6, 6, 6])
+    graph = edges.edge_graph(model)
+    first_logit = lambda logits, ids: logits[:, -1, 0]  # noqa: E731
+    for ablation in ("mean", "zero"):
+        ablated = edges.ablated_outputs(model, clean, corrupted, ablation)
+        empty = torch.zeros(1, graph.n_writers, graph.n_readers)
+        out = edges.run_circuits(model, clean, empty, ablated, first_logit)[0]
+        assert out.std() < 1e-5, ablation  # every prompt sees the same inputs
+        full = edges.run_circuits(model, clean, empty + 1, ablated, first_logit)[0]
+        assert full.std() > 1e-2
+
+
+# --- exact edge patching = path patching built by hand ------------------------------------------
+
+
+def _hand_path_patch(model, clean, corrupted, metric, writer: str, reader: str) -> float:
+    """Patch the corrupted writer's output into one reader's input only, with our own hooks."""
+    cfg = model.cfg
+    ids = torch.arange(clean.shape[0])
+    names = lambda n: n.endswith(("hook_result", "hook_mlp_out", "hook_embed", "hook_pos_embed"))  # noqa: E731
+    with torch.no_grad(), model.settings(use_attn_result=True, use_split_qkv_input=True):
+        _, clean_cache = model.run_with_cache(clean, names_filter=names)
+        _, corrupted_cache = model.run_with_cache(corrupted, names_filter=names)
+
+        def output(cache, name: str) -> torch.Tensor:
+            if name == "input":
+                return cache["hook_embed"] + (cache["hook_pos_embed"] if cfg.positional == "learned" else 0)
+            if name.startswith("m"):
+                return cache[f"blocks.{name[1:]}.hook_mlp_out"]
+            layer, head = name[1:].split(".h")
+            return cache[f"blocks.{layer}.attn.hook_result"][:, :, int(head)]
+
+        delta = output(corrupted_cache, writer) - output(clean_cache, writer)
+        if reader == "logits":
+            hook_name, index = f"blocks.{cfg.n_layers - 1}.hook_resid_post", None
+        else:
+            node, kind = reader[:-3], reader[-2]
+            layer, index = node[1:].split(".h") if ".h" in node else node[1:].split(".kv")
+            hook_name, index = f"blocks.{layer}.hook_{kind}_input", int(index)
+
+        def patch(x: torch.Tensor, hook) -> torch.Tensor:
+            x = x.clone()
+            if index is None:
+                x += delta
+            else:
+                x[:, :, index] += delta
+            return x
+
+        patched = model.run_with_hooks(clean, fwd_hooks=[(hook_name, patch)])
+        return float((metric(patched, ids) - metric(model(clean), ids)).mean())
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa"])
+def test_exact_edge_patching_equals_hand_built_path_patching(arch: str) -> None:
+    model = _random_model(**ARCHITECTURES[arch])
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [7, 5, 6])
+    metric = _metric(3, model.cfg.d_vocab, pos)
+    exact = edges.edge_attribution(model, clean, corrupted, metric, method="exact")
+    graph = exact.graph
+    kv = "kv" if arch == "llama-gqa" else "h"
+    checked = [
+        ("input", "a0.h2<q>"),
+        ("a0.h1", "a1.h2<q>"),
+        ("a0.h3", f"a1.{kv}1<k>"),
+        ("m0", f"a1.{kv}0<v>"),
+        ("a0.h0", "logits"),
+        ("m1", "logits"),
+        ("input", "logits"),
+    ]
+    for writer, reader in checked:
+        expected = _hand_path_patch(model, clean, corrupted, metric, writer, reader)
+        got = float(exact.scores[graph.writers.index(writer), graph.readers.index(reader)])
+        assert abs(got - expected) < ATOL, (writer, reader, got, expected)
+    assert exact.scores.abs().max() > 0.05  # the edges matter, so the comparison means something
+
+
+# --- EAP = TransformerLens's edge attribution ---------------------------------------------------
+
+
+def test_eap_equals_transformer_lens_edge_attribution_patch() -> None:
+    """TL scores (a_clean - a_corrupt) . grad at the corrupt run, per position; ours (a_ablated - a_clean)
+    . grad at the clean run, summed over positions: swapping the roles of the prompts makes them equal."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformer_lens.tools.analysis import attribution_patching as tl_ap
+
+    torch.manual_seed(0)
+    vocab = 61
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=vocab, n_positions=32, initializer_range=0.2
+    )
+    hf_model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, param in hf_model.named_parameters():
+            if "ln" in name or name.endswith("bias"):
+                param.add_(torch.randn_like(param) * 0.1)
+    ours = interp.from_hf(hf_model)  # before the bridge wraps hf_model's modules
+    word_level = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=word_level, unk_token="t0", pad_token="t0"
+    )
+    bridge = TransformerBridge.boot_transformers("gpt2", hf_model=hf_model, tokenizer=tokenizer).eval()
+
+    generator = torch.Generator().manual_seed(1)
+    clean = torch.randint(vocab, (3, 6), generator=generator)
+    corrupted = clean.clone()
+    corrupted[:, 1] = torch.randint(vocab, (3,), generator=generator)
+    tl_config = tl_ap.EdgeAttributionConfig(granularity="edge")
+    tl = tl_ap.attribution_patch(bridge, clean, corrupted, lambda lg: lg[0, -1, 5] - lg[0, -1, 7], tl_config)
+    metric = lambda logits, ids: logits[:, -1, 5] - logits[:, -1, 7]  # noqa: E731
+    mine = edges.edge_attribution(ours, corrupted, clean, metric, method="eap")
+
+    graph = mine.graph
+    writer_names = {"embed": "input", "attn_head_out": "a{layer}.h{head}", "mlp_out": "m{layer}"}
+    reader_names = {"mlp_in": "m{layer}", "logits": "logits"}
+    reader_names.update({f"{x}_input": f"a{{layer}}.h{{head}}<{x}>" for x in "qkv"})
+
+    def writer(node) -> str:
+        return writer_names[node.kind].format(layer=node.layer, head=node.head)
+
+    def reader(node) -> str:
+        return reader_names[node.kind].format(layer=node.layer, head=node.head)
+
+    expected = torch.zeros_like(mine.scores)
+    for (w, r), score in tl.edge_scores.items():  # per position: sum them
+        expected[graph.writers.index(writer(w)), graph.readers.index(reader(r))] += score
+    assert len({(writer(w), reader(r)) for w, r in tl.edge_scores}) == graph.n_edges
+    assert expected.abs().max() > 0.1
+    torch.testing.assert_close(mine.scores, expected, atol=ATOL, rtol=0)
+
+
+# --- integrated gradients ---------------------------------------------------------------------
+
+
+def test_eap_ig_inputs_is_complete_over_the_input_edges() -> None:
+    """Integrated gradients along the input: the input's edges sum to m(corrupted) - m(clean)."""
+    model = _random_model(**ARCHITECTURES["llama-gqa"])
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [6, 6, 6])
+    metric = _metric(3, model.cfg.d_vocab, pos)
+    ids = torch.arange(3)
+    with torch.no_grad():
+        gap = float((metric(model(corrupted), ids) - metric(model(clean), ids)).mean())
+    ig = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=100)
+    total = float(ig.scores[0].sum())
+    assert abs(gap) > 0.5
+    assert abs(total - gap) < 0.02 * abs(gap) + 1e-3, (total, gap)
+    eap = edges.edge_attribution(model, clean, corrupted, metric, method="eap")
+    assert abs(float(eap.scores[0].sum()) - gap) > abs(total - gap)  # one step is a worse estimate
+
+
+# --- planted circuits -------------------------------------------------------------------------
+
+TOK, POS, COPY, OUT = 0, 8, 16, 24  # subspaces of the planted model's residual stream (8 dims each)
+
+
+def _planted_model(seed: int = 0) -> interp.HookedTransformer:
+    """Two layers, two heads: a0.h0 moves token 0 to every position (keys: position 0's feature),
+    a1.h0 reads that copy everywhere (uniform attention) and writes the answer direction the unembedding
+    reads. Heads h1 are random. Planted edges: input -> a0.h0<v>, a0.h0 -> a1.h0<v>, a1.h0 -> logits."""
+    cfg = interp.Config(
+        n_layers=2, d_model=64, n_heads=2, d_head=32, d_vocab=8, n_ctx=8, attn_only=True,
+        normalization="rmsnorm", attn_out_bias=False,
+    )  # fmt: skip
+    model = interp.HookedTransformer(cfg)
+    model.init_weights(seed=seed)
+    eye = torch.eye(8)
+    with torch.no_grad():
+        model.W_E.zero_()
+        model.W_E[:, TOK : TOK + 8] = eye
+        model.W_pos.zero_()
+        model.W_pos[:, POS : POS + 8] = eye
+        model.W_U.zero_()
+        model.W_U[OUT : OUT + 8] = 2 * eye
+        first, second = model.blocks[0].attn, model.blocks[1].attn
+        for attn in (first, second):
+            for param in (attn.W_Q, attn.W_K, attn.W_V, attn.W_O, attn.b_Q, attn.b_K, attn.b_V):
+                param[0].zero_()
+            for param in (attn.W_Q, attn.W_K, attn.W_V, attn.W_O):
+                param[1].mul_(5)  # random heads, strong enough to be noticed
+        first.b_Q[0, 0] = 10.0  # every query looks for position 0's key feature
+        first.W_K[0, POS, 0] = 3.0
+        first.W_V[0, TOK : TOK + 8, :8] = eye
+        first.W_O[0, :8, COPY : COPY + 8] = eye
+        second.W_V[0, COPY : COPY + 8, :8] = eye
+        second.W_O[0, :8, OUT : OUT + 8] = eye
+    return model.eval()
+
+
+def test_eap_ig_finds_a_planted_circuit() -> None:
+    model = _planted_model()
+    generator = torch.Generator().manual_seed(3)
+    n = 16
+    answer = torch.randint(4, (n,), generator=generator)
+    other = (answer + 1 + torch.randint(3, (n,), generator=generator)) % 4
+    filler = torch.randint(4, 8, (n, 5), generator=generator)
+    clean = torch.cat([answer[:, None], filler], 1)
+    corrupted = torch.cat([other[:, None], filler], 1)
+    metric = edges.logit_diff_metric(answer, other)
+    with torch.no_grad():
+        assert float(metric(model(clean), torch.arange(n)).mean()) > 1.0  # the model does the task
+
+    scores = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=5)
+    graph = scores.graph
+    planted = torch.zeros(graph.n_writers, graph.n_readers, dtype=torch.bool)
+    for writer, reader in [("input", "a0.h0<v>"), ("a0.h0", "a1.h0<v>"), ("a1.h0", "logits")]:
+        planted[graph.writers.index(writer), graph.readers.index(reader)] = True
+    assert edges.auroc(scores.scores.abs()[graph.valid], planted[graph.valid]) >= 0.95
+
+    circuit = edges.top_circuit(scores, 3)
+    assert torch.equal(circuit, planted)
+    assert edges.node_circuit(graph, circuit) == ["input", "a0.h0", "a1.h0", "logits"]
+    result = edges.faithfulness(model, clean, corrupted, metric, circuit)
+    assert float(result.faithfulness[0]) >= 0.9
+    low, high = result.ci()
+    assert low[0] <= result.faithfulness[0] <= high[0]
+    random = edges.faithfulness(
+        model, clean, corrupted, metric, edges.top_circuit(edges.random_scores(graph), 3)
+    )
+    assert float(random.faithfulness[0]) < 0.5
+
+
+def test_faithfulness_curve_and_mib_summaries() -> None:
+    model = _planted_model()
+    generator = torch.Generator().manual_seed(4)
+    answer = torch.randint(4, (8,), generator=generator)
+    other = (answer + 1) % 4
+    filler = torch.randint(4, 8, (8, 5), generator=generator)
+    clean, corrupted = torch.cat([answer[:, None], filler], 1), torch.cat([other[:, None], filler], 1)
+    metric = edges.logit_diff_metric(answer, other)
+    scores = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig")
+    fractions = (0.02, 0.05, 0.1, 0.5, 1.0)
+    curve = edges.faithfulness_curve(model, clean, corrupted, metric, scores, fractions)
+    f = curve.faithfulness
+    assert abs(float(f[-1]) - 1) < 1e-4  # every edge kept: the model itself
+    assert curve.n_edges == sorted(curve.n_edges) and curve.n_edges[-1] == scores.graph.n_edges
+    assert curve.cpr == pytest.approx(edges.area_under(fractions, f.tolist()))
+    assert curve.cpr > curve.random_cpr and curve.cmd < curve.random_cmd
+    mib = edges.mib_json(scores, edges.top_circuit(scores, 3), model.cfg)
+    assert len(mib["edges"]) == scores.graph.n_edges
+    assert mib["edges"]["a1.h0->logits"]["in_graph"] and not mib["edges"]["a1.h1->logits"]["in_graph"]
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def test_bad_input_gets_a_clear_error() -> None:
+    model = _random_model()
+    metric = lambda logits, ids: logits[:, -1, 0]  # noqa: E731
+    with pytest.raises(ValueError, match="pad_pair"):
+        edges.edge_attribution(
+            model, torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long), metric
+        )
+    with pytest.raises(ValueError, match="method"):
+        edges.edge_attribution(
+            model,
+            torch.zeros(2, 5, dtype=torch.long),
+            torch.zeros(2, 5, dtype=torch.long),
+            metric,
+            method="acdc",
+        )
+    with pytest.raises(ValueError, match="pair them"):
+        edges.pad_pair([[1, 2]], [[1], [2]])
