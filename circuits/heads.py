@@ -43,9 +43,10 @@ Causal checks, by mean ablation of a head's output z (its mean over the probe ba
 each measured two ways because heads back each other up: alone, and with the other candidates of its
 type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are gone).
 An induction candidate is confirmed if either way ablating it raises the loss on the second copy of
-repeated sequences by more than two standard errors; a previous-token candidate is confirmed if either
-way ablating it lowers the induction score of the later induction heads by more than two standard
-errors. "induction" is only given as a type when confirmed; "previous_token", "fixed_offset" and
+repeated sequences by more than two standard errors and 0.02 nats; a previous-token candidate is
+confirmed if either way ablating it lowers the induction score of the later induction heads by more
+than two standard errors and 0.02 (a significant but negligible effect confirms nothing).
+"induction" is only given as a type when confirmed; "previous_token", "fixed_offset" and
 "skip_gram" are given on their patterns (a previous-token head need not feed an induction head), the
 first with its causal effect as evidence.
 """
@@ -88,7 +89,8 @@ MIN_SKIP_GRAM_SEQUENCES = 2  # per fold: a skip-gram pair is judged on query tok
 MIN_OFFSET_QUERY_FRACTION = 1 / 3
 BROAD_THRESHOLD = 0.8
 BROAD_MIN_QUERY = 4
-CONFIRM_SE = 2.0  # a causal effect is confirmed when effect > CONFIRM_SE * standard error
+CONFIRM_SE = 2.0  # a causal effect is confirmed when effect > CONFIRM_SE * standard error ...
+MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # ... and at least this large (nats; score)
 N_BOOTSTRAP = 500
 
 NATURAL_TEXT = (
@@ -521,11 +523,12 @@ class CausalEffects:
     alone: dict[tuple[int, int], Effect]
     with_others_ablated: dict[tuple[int, int], Effect]
     all_candidates: Effect
+    min_effect: float  # an effect below this is negligible, however small its error
 
     def confirmed(self, head: tuple[int, int]) -> bool:
-        """Either effect exceeds CONFIRM_SE standard errors."""
+        """Either effect exceeds CONFIRM_SE standard errors and min_effect."""
         return any(
-            effects[head][0] > CONFIRM_SE * effects[head][1]
+            effects[head][0] > max(CONFIRM_SE * effects[head][1], self.min_effect)
             for effects in (self.alone, self.with_others_ablated)
             if head in effects
         )
@@ -535,7 +538,7 @@ def _candidate_effects(
     heads: Sequence[tuple[int, int]],
     measure: Callable[[Sequence[tuple[int, int]]], Tensor],
     sign: int,
-    label: str,
+    kind: str,
     progress: Progress | None,
 ) -> CausalEffects:
     """measure(ablated heads) -> per-sequence measurement [batch]; an effect is sign * (measurement
@@ -549,6 +552,7 @@ def _candidate_effects(
                 measured[frozenset(heads_)] = measure(sorted(heads_))
         return _mean_se(sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)]))
 
+    label = f"Ablating {kind.replace('_', '-')} candidates"
     task = progress.add_task(label, total=2 * len(heads) + 1) if progress else None
     alone, with_others = {}, {}
     for head in heads:
@@ -563,7 +567,7 @@ def _candidate_effects(
     group = effect(heads)
     if progress:
         progress.advance(task)
-    return CausalEffects(alone, with_others, group)
+    return CausalEffects(alone, with_others, group, MIN_EFFECT[kind])
 
 
 @torch.inference_mode()
@@ -592,7 +596,7 @@ def induction_ablation_effects(
         per_token = interp.next_token_loss(logits, tokens, per_token=True)
         return ((per_token * second).sum(-1) / second.sum(-1)).float().cpu()
 
-    return _candidate_effects(heads, loss, 1, "Ablating induction candidates", progress)
+    return _candidate_effects(heads, loss, 1, "induction", progress)
 
 
 @torch.inference_mode()
@@ -641,8 +645,8 @@ def previous_token_ablation_effects(
         return torch.stack(per_target).mean(0)
 
     if not heads or not later:
-        return CausalEffects({}, {}, (float("nan"), float("nan")))
-    return _candidate_effects(heads, target_score, -1, "Ablating previous-token candidates", progress)
+        return CausalEffects({}, {}, (float("nan"), float("nan")), MIN_EFFECT["previous_token"])
+    return _candidate_effects(heads, target_score, -1, "previous_token", progress)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -919,6 +923,7 @@ def head_report(
             "ablated (minimality); confirmed when either effect exceeds the threshold"
         ),
         "confirm_if_effect_exceeds_se_times": CONFIRM_SE,
+        "confirm_if_effect_at_least": MIN_EFFECT,
         "n_bootstrap": N_BOOTSTRAP,
     }
     return HeadReport(

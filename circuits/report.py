@@ -151,8 +151,8 @@ def print_table(report: HeadReport, console: Console | None = None, wide: bool |
     if group_line(report):
         console.print(group_line(report))
     console.print(
-        "✓ = confirmed by mean ablation (effect > 2 std errors, alone or with the other candidates "
-        "ablated). Δloss: loss increase on repeated tokens (nats); Δind: drop of later induction "
+        "✓ = confirmed by mean ablation (effect > 2 std errors and 0.02, alone or with the other "
+        "candidates ablated). Δloss: loss increase on repeated tokens (nats); Δind: drop of later induction "
         "heads' score"
         + (", each as alone/with the other candidates ablated. " if wide else ". --wide shows every score; ")
         + "--format csv/json has standard errors too."
