@@ -5,6 +5,8 @@ code host shows the results without running anything.
 
 Each notebook runs in a scratch directory (files it writes are not kept), without timing metadata
 (the stored file changes only when a result does), and is replaced atomically once it ran cleanly.
+Interactive HTML outputs that inline a JavaScript bundle (circuitsvis: ~1 MB each, and code hosts do
+not run them) are stored as a one-line note; images, tables and text are kept.
 """
 
 from __future__ import annotations
@@ -19,6 +21,19 @@ import nbformat
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).parent
+MAX_HTML_OUTPUT = 100_000  # characters; larger HTML outputs are interactive widgets, stored as a note
+STORED_NOTE = (
+    "<p><i>Interactive view: run the notebook to see it (not stored, to keep the file small).</i></p>"
+)
+
+
+def shrink(notebook: nbformat.NotebookNode) -> None:
+    """Replace oversized HTML outputs (inlined JavaScript widgets) by STORED_NOTE, in place."""
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if len(data.get("text/html", "")) > MAX_HTML_OUTPUT:
+                data["text/html"] = STORED_NOTE
 
 
 def refresh(path: Path) -> None:
@@ -30,6 +45,7 @@ def refresh(path: Path) -> None:
         )  # fmt: skip
         client.execute()
     notebook.metadata.pop("widgets", None)
+    shrink(notebook)
     partial = path.with_suffix(f".partial-{os.getpid()}")
     nbformat.write(notebook, partial)
     os.replace(partial, path)
