@@ -255,7 +255,7 @@ def test_fixed_offset_score_finds_the_offset():
 # ---------------------------------------------------------------------------------------------
 # Models trained or built to have a known kind of head (seed: INTERP_TEST_SEED)
 
-PERIOD = 19  # the longest repeat length head_report probes for n_ctx 48
+PERIOD = 20  # the longest repeat length head_report probes for n_ctx 48 (induction_lengths)
 
 
 def _train(cfg: interp.Config, task, steps: int) -> interp.HookedTransformer:
