@@ -193,6 +193,12 @@ def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
                         heldout.order)  # fmt: skip
     validation = validate_circuit(model, result, broken, heldout_abc)
     assert "name_mover" in validation.unconfirmed
+    assert validation.logit_diff < 0 and not any(c.confirmed for c in validation.classes.values())
+    # Signs stay the class's: ablating the S-inhibition head still changes the logit diff the same way.
+    assert (
+        validation.classes["s_inhibition"].difference * result.validation.classes["s_inhibition"].difference
+        > 0
+    )
 
 
 def test_robust_selection():

@@ -174,7 +174,8 @@ class Evaluation:
 @dataclass
 class ClassValidation:
     """One class on held-out prompts. Effects are changes of the mean logit diff when heads are
-    mean-ablated, relative to the unablated held-out logit diff; sign: the class's direction."""
+    mean-ablated, relative to the size of the unablated held-out logit diff; sign: the class's
+    direction. No class is confirmed where the model does not do IOI (held-out logit diff <= 0)."""
 
     heads: list[str]
     sign: int  # -1: ablating the class should lower the logit diff (+1: raise it)
@@ -780,7 +781,7 @@ def validate_circuit(
             ]
         ).mean(0)  # [batch]
         sign = 1 if name == "negative_name_mover" else -1
-        difference = (effect - draws) / base
+        difference = (effect - draws) / abs(base)  # relative to the size of the logit diff, sign kept
         low, high = bootstrap_ci(difference, settings.n_bootstrap, settings.seed)
         writes = None
         writes_right = True
@@ -791,12 +792,13 @@ def validate_circuit(
         classes[name] = ClassValidation(
             heads=[f"{layer}.{head}" for layer, head in heads],
             sign=sign,
-            effect=effect.mean().item() / base,
-            random_effect=draws.mean().item() / base,
+            effect=effect.mean().item() / abs(base),
+            random_effect=draws.mean().item() / abs(base),
             difference=difference.mean().item(),
             difference_ci=(low, high),
             writes=writes,
-            confirmed=bool((low > 0 if sign > 0 else high < 0) and writes_right),
+            # nothing is confirmed on prompts where the model does not do IOI
+            confirmed=bool((low > 0 if sign > 0 else high < 0) and writes_right and base > 0),
         )
     in_circuit = ablation.logit_diffs(sorted(set(_all_heads(model)) - circuit), heldout)  # [batch]
     index = torch.randint(len(clean), (settings.n_bootstrap, len(clean)), generator=generator)
