@@ -809,7 +809,9 @@ def head_report(
         types_, keys = skip_probe.tokens.unique(return_inverse=True)  # compact token types
 
         def skip_gram_mass(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> Tensor:
-            return skip_gram_masses(pattern, torch.searchsorted(types_, tokens), lengths_, len(types_))
+            return skip_gram_masses(
+                pattern, torch.searchsorted(types_, tokens.contiguous()), lengths_, len(types_)
+            )
 
         def random_scores(pattern: Tensor, tokens: Tensor, lengths_: Tensor) -> dict[str, Tensor]:
             found = {"offsets": fixed_offset_scores(pattern, lengths_)}
