@@ -342,6 +342,23 @@ class ActivationCache:
         for i in range(layer):
             parts.append(_select(self._head_result(i).movedim(-2, 0), pos_slice, pos))  # [head, ...]
             labels += [f"L{i}H{h}" for h in range(cfg.n_heads)]
+        return self._finish_stack(
+            parts, labels, layer, incl_remainder, apply_ln, return_labels, pos_slice, pos
+        )
+
+    def _finish_stack(
+        self,
+        parts: list[Tensor],
+        labels: list[str],
+        layer: int,
+        incl_remainder: bool,
+        apply_ln: bool,
+        return_labels: bool,
+        pos_slice: PosSlice,
+        pos: Tensor | None,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """Concatenate per-component parts [component, ...] of the stream before `layer`, with the
+        remainder of resid (if asked), normalised by the norm that reads it (if asked)."""
         stack = torch.cat(parts) if parts else _select(self["hook_embed"], pos_slice, pos)[None][:0]
         if incl_remainder:
             resid = _select(self["resid_post", layer - 1] if layer else self["resid_pre", 0], pos_slice, pos)
@@ -390,14 +407,9 @@ class ActivationCache:
         for i in range(layer):
             parts.append(self.get_neuron_results(i, neuron_slice, pos_slice, pos=pos).movedim(-2, 0))
             labels += [f"L{i}N{n}" for n in neurons]
-        stack = torch.cat(parts) if parts else _select(self["hook_embed"], pos_slice, pos)[None][:0]
-        if incl_remainder:
-            resid = _select(self["resid_post", layer - 1] if layer else self["resid_pre", 0], pos_slice, pos)
-            stack = torch.cat([stack, (resid - stack.sum(0))[None]])
-            labels.append("remainder")
-        if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice, pos=pos)
-        return (stack, labels) if return_labels else stack
+        return self._finish_stack(
+            parts, labels, layer, incl_remainder, apply_ln, return_labels, pos_slice, pos
+        )
 
     def stack_activation(
         self, activation_name: str, layer: int = -1, sublayer_type: str | None = None
