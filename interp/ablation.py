@@ -194,6 +194,34 @@ def ablate(model: HookedTransformer, **kwargs) -> Iterator[HookedTransformer]:
         yield model
 
 
+def ablated_metrics(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    metric: Metric,
+    head_sets: Sequence[Sequence[Head]],
+    replacement: Replacement,
+    groups: Int[Tensor, " batch"] | None = None,
+    logit_pos: Pos = None,
+    batch_size: int | None = None,
+) -> Float[Tensor, "n_sets batch"]:
+    """The metric per prompt with each set of heads ablated by `replacement` (its hooks must cover
+    the sets' layers' hook_z), e.g. every circuit of a completeness or minimality check.
+
+    Runs that ablate the same heads in the first blocks compute those blocks once (see
+    `patching.run_site_sets`), so many sets cost far less than as many forward passes.
+    groups: the prompts' groups [batch] (with reference groups: per-group means or resampling).
+    logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
+    """
+    tokens = model._as_tokens(tokens, None)
+    _check_logit_pos(logit_pos, tokens)
+    site_sets = [ablation_sites(model, heads=heads) for heads in head_sets]
+    names = sorted({site.name for sites in site_sets for site in sites})
+    sources = {name: replacement.values(name, tokens.shape[0], groups) for name in names}
+    for name in names:
+        _check_length(name, tokens, sources[name])
+    return run_site_sets(model, tokens, site_sets, sources, metric, None, batch_size, logit_pos)
+
+
 def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]:
     keep = {tuple(h) for h in keep}
     cfg = model.cfg

@@ -511,20 +511,42 @@ def edge_attribution(
     `reader_pos` ([batch], gradient methods) scores only what readers read at one position per prompt
     (a path-patching-like estimate, e.g. heads -> name movers' queries at END).
     """
-    if method not in METHODS:
-        raise ValueError(f"method={method!r} is not one of {METHODS}.")
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}.")
-    clean, corrupted = _check_pair(model, clean, corrupted)
-    graph = edge_graph(model)
     if method == "exact":
         if reader_pos is not None:
             raise ValueError("reader_pos applies to the gradient methods (eap, eap-ig), not to exact.")
+        _check_method(method, steps)
+        clean, corrupted = _check_pair(model, clean, corrupted)
         return _exact_scores(
-            model, graph, clean, corrupted, metric, ablation, reference, batch_size, progress
+            model, edge_graph(model), clean, corrupted, metric, ablation, reference, batch_size, progress
         )
+    positions = {"": reader_pos}
+    return edge_attribution_by_position(
+        model, clean, corrupted, metric, positions, method, steps, ablation, reference, batch_size, progress
+    )[""]
+
+
+def edge_attribution_by_position(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    metric: PromptMetric,
+    reader_positions: dict[str, Int[Tensor, " batch"] | None],
+    method: Literal["eap", "eap-ig", "eap-ig-activations"] = "eap",
+    steps: int = 5,
+    ablation: Ablation = "counterfactual",
+    reference: Int[Tensor, "n pos"] | None = None,
+    batch_size: int = 16,
+    progress: Progress | None = None,
+) -> dict[str, EdgeScores]:
+    """Gradient edge scores for several reader positions from one set of gradients: name ->
+    EdgeScores of what readers read at those positions ([batch], one per prompt; None: all)."""
+    _check_method(method, steps)
+    if method == "exact":
+        raise ValueError("scores by reader position come from the gradient methods (eap, eap-ig).")
+    clean, corrupted = _check_pair(model, clean, corrupted)
+    graph = edge_graph(model)
     steps = 1 if method == "eap" else steps
-    scores = torch.zeros(graph.n_writers, graph.n_readers, dtype=torch.float32)
+    scores = {name: torch.zeros(graph.n_writers, graph.n_readers) for name in reader_positions}
     ablated_all = ablated_outputs(model, clean, corrupted, ablation, reference)
     chunks = _chunks(clean.shape[0], batch_size)
     groups = _writer_groups(graph) if method == "eap-ig-activations" else [None]
@@ -535,10 +557,6 @@ def edge_attribution(
         with torch.no_grad():
             clean_out = writer_outputs(model, tokens)
         delta = (ablated - clean_out).float()  # [W, B|1, P, d]
-        if reader_pos is not None:
-            at_pos = torch.zeros(delta.shape[2], dtype=torch.bool)[None].repeat(len(ids), 1)
-            at_pos[torch.arange(len(ids)), reader_pos[ids]] = True
-            delta = delta * at_pos[None, :, :, None].to(delta.device)
         for group in groups:
             grads_sum = None
             for step in range(1, steps + 1):
@@ -559,10 +577,35 @@ def edge_attribution(
                 done += 1
                 if progress:
                     progress(done, total)
-            _score_from_grads(graph, delta, grads_sum, scores, group)
-    scores = scores / (clean.shape[0] * steps)
-    scores = scores.masked_fill(~graph.valid, 0.0)
-    return EdgeScores(graph, scores, method, ablation, steps, clean.shape[0])
+            for name, positions in reader_positions.items():
+                _score_from_grads(graph, _at_positions(delta, positions, ids), grads_sum, scores[name], group)
+    return {
+        name: EdgeScores(
+            graph,
+            (s / (clean.shape[0] * steps)).masked_fill(~graph.valid, 0.0),
+            method,
+            ablation,
+            steps,
+            clean.shape[0],
+        )  # fmt: skip
+        for name, s in scores.items()
+    }
+
+
+def _check_method(method: str, steps: int) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is not one of {METHODS}.")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}.")
+
+
+def _at_positions(delta: Tensor, positions: Tensor | None, ids: Tensor) -> Tensor:
+    """delta [W, B|1, P, d] kept at one position per prompt of the batch `ids` (None: everywhere)."""
+    if positions is None:
+        return delta
+    at_pos = torch.zeros(len(ids), delta.shape[2], dtype=torch.bool)
+    at_pos[torch.arange(len(ids)), positions[ids].cpu()] = True
+    return delta * at_pos[None, :, :, None].to(delta.device)
 
 
 def _writer_groups(graph: EdgeGraph) -> list[slice]:

@@ -153,32 +153,128 @@ def run_site_sets(
     sources[name]: the replacement values for hook `name`, broadcastable to its activation
       [batch, ...] (a cached source run's activation, a mean, zeros, ...).
     resid_pre: the target run's residual stream before each block and after the last (n_layers + 1
-      tensors [batch, pos, d_model]); with it each forward starts at the earliest patched block
-      instead of the embeddings.
-    batch_size: patched runs per forward pass (default: ~64 prompts per forward).
+      tensors [batch, pos, d_model]); with it a run starts at its earliest patched block instead of
+      the embeddings.
+    batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
     logit_pos: see `forward_logits`.
     Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
+
+    Runs share computation: the residual stream before block L depends only on the sites patched
+    before L, so runs that patch the same sites there (e.g. circuits that all ablate the heads of
+    the first layers) compute those blocks once. The runs are sorted by what they patch, segment by
+    segment (embeddings, blocks, final norm), and walked breadth-first in chunks, one stacked
+    forward pass per segment and group of copies.
     """
     _check_sites(model, site_sets)
     batch = tokens.shape[0]
     batch_size = batch_size or max(1, 64 // batch)
-    starts = [min((s.layer for s in sites), default=model.cfg.n_layers) for sites in site_sets]
-    order = sorted(range(len(site_sets)), key=lambda i: starts[i])
+    n_layers = model.cfg.n_layers
+    segments = range(-1, n_layers + 1)  # -1: embeddings, L: block L, n_layers: final norm and unembed
+    keys = [_segment_keys(sites, n_layers) for sites in site_sets]
+    order = sorted(range(len(site_sets)), key=lambda i: keys[i])
+    node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
+    chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
     values = torch.empty(len(site_sets), batch)
+
     with torch.no_grad():
-        for chunk in [order[i : i + batch_size] for i in range(0, len(order), batch_size)]:
-            logits = _patched_forward(
-                model,
-                tokens,
-                [site_sets[i] for i in chunk],
-                sources,
-                resid_pre,
-                min(starts[i] for i in chunk),
-                logit_pos,
-            )
-            for row, i in enumerate(chunk):
-                values[i] = _apply_metric(metric, logits[row * batch : (row + 1) * batch], batch)
+        for start in range(0, len(order), chunk):
+            # A group: runs that have patched the same sites so far, and their residual stream
+            # (None: the unpatched target run's, taken from resid_pre when needed).
+            groups: list[tuple[list[int], Tensor | None]] = [(order[start : start + chunk], None)]
+            for segment in segments:
+                pending: list[tuple[list[int], Tensor, list[Site]]] = []
+                next_groups = []
+                for runs, resid in groups:
+                    for key, sub in _group_by(runs, [keys[i][segment + 1] for i in runs]).items():
+                        if resid is None and resid_pre is not None and not key and segment < n_layers:
+                            next_groups.append((sub, None))  # still the target run: nothing to compute
+                            continue
+                        if resid is not None:
+                            parent = resid
+                        else:  # without resid_pre the target run is computed from the tokens
+                            parent = tokens if segment == -1 else resid_pre[segment]
+                        sites = [s for s in site_sets[sub[0]] if _segment(s, n_layers) == segment]
+                        pending.append((sub, parent, sites))
+                for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
+                    outputs = _segment_forward(model, segment, part, sources, batch, logit_pos)
+                    next_groups += [(sub, out) for (sub, _, _), out in zip(part, outputs, strict=True)]
+                groups = next_groups
+            for runs, logits in groups:
+                value = _apply_metric(metric, logits, batch)
+                for i in runs:
+                    values[i] = value
     return values
+
+
+def _segment(site: Site, n_layers: int) -> int:
+    """The segment a site's hook fires in: -1 embeddings, L block L, n_layers final norm/unembed."""
+    return max(-1, min(site.layer, n_layers))
+
+
+def _site_key(site: Site) -> str:
+    def plain(value) -> object:
+        if isinstance(value, Tensor):
+            return tuple(value.tolist())
+        return tuple(value) if isinstance(value, Sequence) else value
+
+    return repr((site.name, plain(site.head), plain(site.pos), plain(site.unit)))
+
+
+def _segment_keys(sites: Sequence[Site], n_layers: int) -> tuple[str, ...]:
+    """Per segment (-1 .. n_layers), a comparable key of the sites patched there ("" for none)."""
+    per_segment = [[] for _ in range(n_layers + 2)]
+    for site in sites:
+        per_segment[_segment(site, n_layers) + 1].append(_site_key(site))
+    return tuple("|".join(sorted(keys)) for keys in per_segment)
+
+
+def _group_by(items: Sequence[int], keys: Sequence[str]) -> dict[str, list[int]]:
+    """items grouped by their keys, in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for item, key in zip(items, keys, strict=True):
+        groups.setdefault(key, []).append(item)
+    return groups
+
+
+def _segment_forward(
+    model: HookedTransformer,
+    segment: int,
+    part: Sequence[tuple[list[int], Tensor, list[Site]]],
+    sources: Mapping[str, Tensor],
+    batch: int,
+    logit_pos: Pos,
+) -> list[Tensor]:
+    """Run one segment for stacked copies (parent residual stream or tokens, the sites patched in
+    this segment); the outputs, split per copy (logits after the last segment)."""
+    n = len(part)
+    by_name: dict[str, list[tuple[int, Site]]] = {}
+    for i, (_, _, sites) in enumerate(part):
+        for site in sites:
+            by_name.setdefault(site.name, []).append((i, site))
+    missing = set(by_name) - set(sources)
+    if missing:
+        raise ValueError(f"no source values for {sorted(missing)}; cache them in the source run")
+
+    def make_hook(name: str):
+        def hook(act: Tensor, hook) -> Tensor:
+            act = act.unflatten(0, (n, batch)).clone()
+            source = sources[name].to(act.device, act.dtype)
+            for i, site in by_name[name]:
+                act[i] = torch.where(site_mask(site, act.shape[1:], act.device), source, act[i])
+            return act.flatten(0, 1)
+
+        return hook
+
+    stacked = torch.cat([parent for _, parent, _ in part])
+    n_layers = model.cfg.n_layers
+    with model.hooks(fwd_hooks=[(name, make_hook(name)) for name in by_name]):
+        if segment == -1:
+            out = model(stacked, stop_at_layer=0)
+        elif segment == n_layers:
+            out = forward_logits(model, stacked, logit_pos, start_at_layer=n_layers)
+        else:
+            out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1)
+    return list(out.split(batch))
 
 
 def _apply_metric(metric: Metric, logits: Tensor, batch: int) -> Tensor:
@@ -235,43 +331,6 @@ def _check_logit_pos(logit_pos: Pos, tokens: Tensor) -> None:
         raise ValueError(f"logit_pos must be None, an int or a LongTensor [batch={batch}]")
     if logit_pos.min() < 0 or logit_pos.max() >= n_pos:
         raise ValueError(f"logit_pos must lie in [0, {n_pos}), got {logit_pos.min()}..{logit_pos.max()}")
-
-
-def _patched_forward(
-    model: HookedTransformer,
-    tokens: Tensor,
-    site_sets: Sequence[Sequence[Site]],
-    sources: Mapping[str, Tensor],
-    resid_pre: Sequence[Tensor] | None,
-    start: int,
-    logit_pos: Pos,
-) -> Float[Tensor, "n_sets*batch pos d_vocab"]:
-    """One forward over len(site_sets) stacked copies of the target run, copy i patched by site_sets[i]."""
-    n, batch = len(site_sets), tokens.shape[0]
-    by_name: dict[str, list[tuple[int, Site]]] = {}
-    for i, sites in enumerate(site_sets):
-        for site in sites:
-            by_name.setdefault(site.name, []).append((i, site))
-
-    def make_hook(name: str):
-        def hook(act: Tensor, hook) -> Tensor:
-            act = act.unflatten(0, (n, batch)).clone()
-            source = sources[name].to(act.device, act.dtype)
-            for i, site in by_name[name]:
-                act[i] = torch.where(site_mask(site, act.shape[1:], act.device), source, act[i])
-            return act.flatten(0, 1)
-
-        return hook
-
-    missing = set(by_name) - set(sources)
-    if missing:
-        raise ValueError(f"no source values for {sorted(missing)}; cache them in the source run")
-    hooks = [(name, make_hook(name)) for name in by_name]
-    with model.hooks(fwd_hooks=hooks):
-        if resid_pre is None or start < 0:
-            return forward_logits(model, tokens.repeat(n, 1), logit_pos)
-        start = min(start, model.cfg.n_layers)  # n_layers: only ln_final is patched
-        return forward_logits(model, resid_pre[start].repeat(n, 1, 1), logit_pos, start_at_layer=start)
 
 
 def _resid_names(model: HookedTransformer) -> list[str]:

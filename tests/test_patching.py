@@ -77,6 +77,41 @@ def test_batched_runs_started_mid_model_equal_separate_full_runs(model, prompts)
     torch.testing.assert_close(full, mid.values, atol=1e-5, rtol=0)
 
 
+def test_runs_sharing_a_prefix_equal_runs_computed_alone(model, prompts):
+    """Sets that patch the same sites in early blocks share those blocks' computation; each result
+    must still equal that set's own forward pass with hand-written hooks (embeddings and final
+    norm patched too, so every segment is exercised)."""
+    clean, corrupted, end, metric = prompts
+    names = lambda name: name.endswith(("hook_z", "hook_embed", "ln_final.hook_normalized"))  # noqa: E731
+    _, source = model.run_with_cache(clean, names_filter=names)
+    early = [Site(interp.act_name("z", 0), head=[0, 2]), Site(interp.act_name("z", 1), head=1, pos=end)]
+    site_sets = [
+        early,
+        early + [Site(interp.act_name("z", 2), head=3)],
+        early + [Site(interp.act_name("z", 2), head=0)],
+        early[:1] + [Site(interp.act_name("z", 2), head=0)],
+        [Site("hook_embed", pos=2)] + early,
+        early + [Site("ln_final.hook_normalized", pos=end)],
+        [],
+    ]
+    _, target = model.run_with_cache(corrupted, names_filter=lambda name: "resid" in name)
+    resid = [target["resid_pre", layer] for layer in range(model.cfg.n_layers)]
+    resid.append(target["resid_post", model.cfg.n_layers - 1])
+    for resid_pre in (resid, None):
+        shared = patching.run_site_sets(
+            model, corrupted, site_sets, source.cache_dict, metric, resid_pre, batch_size=3
+        )
+        for sites, value in zip(site_sets, shared, strict=True):
+            hooks = [
+                (site.name, lambda act, hook, site=site: torch.where(
+                    patching.site_mask(site, act.shape), source[site.name], act))
+                for site in sites
+            ]  # fmt: skip
+            expected = metric(model.run_with_hooks(corrupted, fwd_hooks=hooks))
+            torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)
+    assert not torch.allclose(shared[1], shared[2], atol=1e-4)  # the sets do differ
+
+
 def test_per_prompt_positions_match_a_hand_written_hook(model, prompts):
     clean, corrupted, end, metric = prompts
     _, clean_cache = model.run_with_cache(clean)

@@ -10,8 +10,9 @@ measures the relative change of the logit difference logit(IO) - logit(S) at END
 
   1. heads -> logits (direct path)                 : name movers (-), negative name movers (+),
                                                      S-suppression heads (-)
-  2. heads -> name movers' and S-suppression heads'
-     queries at END                               : S-inhibition heads
+  2. heads -> name movers' queries at END,
+     then heads -> S-suppression heads' queries   : S-inhibition heads (two sweeps: a head can be
+                                                     both an S-suppression receiver and a sender)
   3. heads -> S-inhibition heads' values at S2     : induction and duplicate-token heads
   4. heads -> induction heads' keys at S1+1        : previous-token heads
   5. heads -> logits again, name movers mean-ablated: backup name movers (direct effect grows)
@@ -70,8 +71,8 @@ from torch import Tensor
 import interp
 from circuits.ioi.dataset import TOY_IOI_MODEL, ioi_dataset_for
 from interp import edges
-from interp.ablation import Replacement, ablation_sites
-from interp.patching import Site, path_patching, site_mask
+from interp.ablation import Replacement, ablated_metrics, ablation_sites
+from interp.patching import Site, forward_logits, path_patching, site_mask
 from interp.tasks import IOIPrompts
 
 Head = tuple[int, int]  # (layer, head)
@@ -102,7 +103,8 @@ ATTENTION_KINDS = {"->".join(pair): pair for pair in CLASS_ATTENTION.values()}  
 # The paper's path-patching steps: (name, receiver classes, receiver input, receiver position).
 STEPS = (
     ("logits", (), None, "END"),
-    ("name_mover_queries", ("name_mover", "s_suppression"), "q", "END"),
+    ("name_mover_queries", ("name_mover",), "q", "END"),
+    ("s_suppression_queries", ("s_suppression",), "q", "END"),
     ("s_inhibition_values", ("s_inhibition",), "v", "S2"),
     ("induction_keys", ("induction",), "k", "S1+1"),
 )
@@ -277,12 +279,13 @@ def measure_baseline(
     seed: int = 0,
 ) -> Baseline:
     """Logit difference and accuracy of the model on the clean prompts, with bootstrap intervals."""
-    clean_logits = model(clean.tokens.to(model.device))
+    end = clean.positions["END"].to(model.device)
+    clean_logits = forward_logits(model, clean.tokens.to(model.device), end)  # logits at END only
     diffs = clean.logit_diff(clean_logits).cpu()  # [batch]
     correct = (diffs > 0).float()
     rows = torch.arange(len(clean), device=clean_logits.device)
-    top1 = clean_logits[rows, clean.positions["END"].to(model.device)].argmax(-1).cpu() == clean.io_token
-    abc_diffs = clean.logit_diff(model(abc.tokens.to(model.device))).cpu()
+    top1 = clean_logits[rows, end].argmax(-1).cpu() == clean.io_token
+    abc_diffs = clean.logit_diff(forward_logits(model, abc.tokens.to(model.device), end)).cpu()
     return Baseline(
         logit_diff=diffs.mean().item(),
         logit_diff_ci=bootstrap_ci(diffs, n_bootstrap, seed),
@@ -466,7 +469,8 @@ def find_ioi_circuit(
     n_patch = min(settings.n_patching_prompts, len(clean))
     patch_clean, patch_abc = clean[:n_patch], abc[:n_patch]
     with torch.no_grad():
-        patch_diff = patch_clean.logit_diff(model(patch_clean.tokens)).mean().item()
+        end = patch_clean.positions["END"]
+        patch_diff = patch_clean.logit_diff(forward_logits(model, patch_clean.tokens, end)).mean().item()
     done()
 
     dla = direct_logit_attributions(model, clean)
@@ -516,11 +520,23 @@ def find_ioi_circuit(
     # when patched, negative name movers raise it.
     done = stage("path patching: heads -> logits")
 
-    def sweep(*args, **kwargs) -> Tensor:
+    attribution: dict[str, edges.EdgeScores] = {}
+
+    def sweep(*args, ranked_by_attribution: bool = True, **kwargs) -> Tensor:
+        """Path-patching effects of the senders; with exact_candidates, only the senders EAP ranks
+        first are patched (EAP runs once, for every step's receivers and positions)."""
         if settings.exact_candidates <= 0:
             return path_patching_effects(model, patch_clean, patch_abc, *args, **kwargs)
+        if ranked_by_attribution and not attribution:
+            attribution.update(ioi_edge_attribution(model, patch_clean, patch_abc))
         return ranked_path_patching_effects(
-            model, patch_clean, patch_abc, *args, n_exact=settings.exact_candidates, **kwargs
+            model,
+            patch_clean,
+            patch_abc,
+            *args,
+            n_exact=settings.exact_candidates,
+            attribution=attribution if ranked_by_attribution else None,
+            **kwargs,
         )
 
     effects["logits"] = sweep(None) / patch_diff
@@ -555,7 +571,7 @@ def find_ioi_circuit(
     if senders:
         done = stage("path patching: heads -> logits, name movers ablated")
         with model.hooks(fwd_hooks=mean_ablation.hooks(name_movers, patch_clean)):
-            ablated = sweep(None, senders=senders) / patch_diff
+            ablated = sweep(None, senders=senders, ranked_by_attribution=False) / patch_diff
         done()
         effects["logits_without_name_movers"] = ablated
         growth = ablated - effects["logits"]  # more negative: the head's direct effect grew
@@ -616,6 +632,7 @@ def _classify(
     """The class of a head found at `step`, from its attention pattern (None: no matching pattern)."""
     candidates = {
         "name_mover_queries": ("s_inhibition",),
+        "s_suppression_queries": ("s_inhibition",),
         "s_inhibition_values": ("induction", "duplicate_token"),
         "induction_keys": ("previous_token",),
     }[step]
@@ -678,19 +695,8 @@ def evaluate_circuit(
     all_heads = _all_heads(model)
     circuit = result.heads
 
-    measured: dict[frozenset[Head], float] = {}
-
-    def F(keep: Sequence[Head]) -> float:
-        """Mean logit diff with every head outside `keep` mean-ablated (each set measured once)."""
-        key = frozenset(keep)
-        if key not in measured:
-            measured[key] = mean_ablation.logit_diff(sorted(set(all_heads) - key), clean)
-        return measured[key]
-
-    f_model = result.baseline.logit_diff
-    f_circuit = F(circuit)
-    f_empty = F([])
-    unclassified = [(h.layer, h.head) for h in result.unclassified]
+    def subtract(keep: Sequence[Head], heads: Sequence[Head]) -> list[Head]:
+        return sorted(set(keep) - set(heads))
 
     # Completeness: knock K out of both the circuit and the model; a complete circuit is hurt alike.
     subsets = [heads for heads in result.circuit.values() if heads]
@@ -699,10 +705,32 @@ def evaluate_circuit(
         chosen = torch.rand(len(circuit), generator=generator) < 0.5
         if chosen.any():
             subsets.append([head for head, keep in zip(circuit, chosen.tolist(), strict=True) if keep])
+    # Minimality: what each head adds once its class-mates (which may stand in for it) are gone.
+    mates = {
+        head: {mate for heads in result.circuit.values() if head in heads for mate in heads} - {head}
+        for head in circuit
+    }
+    unclassified = [(h.layer, h.head) for h in result.unclassified]
+    keeps = [circuit, [], circuit + unclassified]
+    keeps += [subtract(circuit, subset) for subset in subsets] + [subtract(all_heads, s) for s in subsets]
+    keeps += [subtract(circuit, mates[head]) for head in circuit]
+    keeps += [subtract(circuit, mates[head] | {head}) for head in circuit]
+    unique = list(dict.fromkeys(frozenset(keep) for keep in keeps))
+    ablated = [sorted(set(all_heads) - keep) for keep in unique]
+    means = mean_ablation.logit_diffs_many(ablated, clean).mean(1).tolist()
+    measured = dict(zip(unique, means, strict=True))
+
+    def F(keep: Sequence[Head]) -> float:
+        """Mean logit diff with every head outside `keep` mean-ablated."""
+        return measured[frozenset(keep)]
+
+    f_model = result.baseline.logit_diff
+    f_circuit = F(circuit)
+    f_empty = F([])
     completeness = []
     for subset in subsets:
-        without_circuit = F(sorted(set(circuit) - set(subset)))
-        without_model = F(sorted(set(all_heads) - set(subset)))
+        without_circuit = F(subtract(circuit, subset))
+        without_model = F(subtract(all_heads, subset))
         completeness.append(
             {
                 "heads": [list(head) for head in subset],
@@ -711,13 +739,10 @@ def evaluate_circuit(
                 "gap": abs(without_circuit - without_model) / f_model,
             }
         )
-
-    # Minimality: what each head adds once its class-mates (which may stand in for it) are gone.
     minimality = {}
     for head in circuit:
-        mates = {mate for heads in result.circuit.values() if head in heads for mate in heads} - {head}
-        f_without_mates = F(sorted(set(circuit) - mates))
-        f_without_head = F(sorted(set(circuit) - mates - {head}))
+        f_without_mates = F(subtract(circuit, mates[head]))
+        f_without_head = F(subtract(circuit, mates[head] | {head}))
         minimality[f"{head[0]}.{head[1]}"] = (f_without_mates - f_without_head) / f_circuit
     return Evaluation(
         model_logit_diff=f_model,
@@ -747,8 +772,6 @@ def validate_circuit(
     settings = result.settings
     ablation = MeanAblation(model, heldout_abc)
     circuit = set(result.heads)
-    clean = ablation.logit_diffs([], heldout)  # [batch]
-    base = clean.mean().item()
     generator = torch.Generator().manual_seed(settings.seed)
     dla = direct_logit_attributions(model, heldout)
     name_movers = result.circuit["name_mover"]
@@ -766,20 +789,31 @@ def validate_circuit(
                     break
         return chosen
 
-    classes = {}
+    # Every ablated run first, measured together (runs share the blocks before their first head).
+    plans = {}
     for name, heads in result.circuit.items():
         if not heads:
             continue
         # Backup name movers act once the name movers are gone: measure them on top of that.
         base_ablated = [h for h in name_movers if h not in heads] if name == "backup_name_mover" else []
-        reference = ablation.logit_diffs(base_ablated, heldout) if base_ablated else clean
-        effect = ablation.logit_diffs(base_ablated + list(heads), heldout) - reference  # [batch]
-        draws = torch.stack(
-            [
-                ablation.logit_diffs(base_ablated + random_heads(heads), heldout) - reference
-                for _ in range(settings.n_random_draws)
-            ]
-        ).mean(0)  # [batch]
+        draws = [base_ablated + random_heads(heads) for _ in range(settings.n_random_draws)]
+        plans[name] = (base_ablated, [base_ablated + list(heads)] + draws)
+    sets = [[], sorted(set(_all_heads(model)) - circuit)]
+    sets += [base for base, _ in plans.values()] + [run for _, runs in plans.values() for run in runs]
+    unique = list(dict.fromkeys(tuple(sorted(heads)) for heads in sets))
+    measured = dict(zip(unique, ablation.logit_diffs_many(unique, heldout), strict=True))  # each [batch]
+
+    def ablated(heads: Sequence[Head]) -> Tensor:
+        return measured[tuple(sorted(heads))]
+
+    clean = ablated([])
+    base = clean.mean().item()
+    classes = {}
+    for name, (base_ablated, runs) in plans.items():
+        heads = result.circuit[name]
+        reference = ablated(base_ablated)
+        effect = ablated(runs[0]) - reference  # [batch]
+        draws = torch.stack([ablated(run) - reference for run in runs[1:]]).mean(0)  # [batch]
         sign = 1 if name == "negative_name_mover" else -1
         difference = (effect - draws) / abs(base)  # relative to the size of the logit diff, sign kept
         low, high = bootstrap_ci(difference, settings.n_bootstrap, settings.seed)
@@ -800,7 +834,7 @@ def validate_circuit(
             # nothing is confirmed on prompts where the model does not do IOI
             confirmed=bool((low > 0 if sign > 0 else high < 0) and writes_right and base > 0),
         )
-    in_circuit = ablation.logit_diffs(sorted(set(_all_heads(model)) - circuit), heldout)  # [batch]
+    in_circuit = ablated(sorted(set(_all_heads(model)) - circuit))  # [batch]
     index = torch.randint(len(clean), (settings.n_bootstrap, len(clean)), generator=generator)
     ratios = in_circuit[index].mean(1) / clean[index].mean(1)
     low, high = torch.quantile(ratios, torch.tensor([0.025, 0.975])).tolist()
@@ -838,9 +872,12 @@ def path_patching_effects(
     "v") at IOI position `position` receive the patched paths. Senders: every head before the
     last receiver (or `senders`), except the receivers themselves.
     """
-    metric = clean.logit_diff  # logits [batch, pos, d_vocab] -> [batch]
+    metric = clean.logit_diff  # logits [batch, pos, d_vocab] -> [batch], read at END
+    end = clean.positions["END"]
     if receivers is None:
-        patched = path_patching(model, clean.tokens, abc.tokens, metric, receivers="logits", senders=senders)
+        patched = path_patching(
+            model, clean.tokens, abc.tokens, metric, receivers="logits", senders=senders, logit_pos=end
+        )
     else:
         patched = path_patching(
             model,
@@ -850,6 +887,7 @@ def path_patching_effects(
             receivers=[(layer, head, receiver_input) for layer, head in receivers],
             receiver_pos=clean.positions[position],
             senders=senders,
+            logit_pos=end,
         )
     effects = torch.full((model.cfg.n_layers, model.cfg.n_heads), float("nan"))
     change = patched.values.mean(-1) - patched.target.mean()  # [n_senders]
@@ -871,12 +909,15 @@ def ranked_path_patching_effects(
     position: str = "END",
     senders: Sequence[Head] | None = None,
     n_exact: int = 48,
+    attribution: dict[str, edges.EdgeScores] | None = None,
 ) -> Tensor:
     """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
     interp.edges) ranks first by |estimated effect|; the other senders keep the estimate.
 
     The estimate of a sender is the sum of its edges' EAP scores into the receivers' `receiver_input`
     (key and value inputs: the receivers' key/value heads) read at `position`, or into the logits.
+    attribution: `ioi_edge_attribution(model, clean, abc)`, computed once for every step (default:
+    computed here, under whatever hooks are active).
     """
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     given = senders
@@ -887,11 +928,10 @@ def ranked_path_patching_effects(
     senders = [head for head in senders if head not in receivers]
     if len(senders) <= n_exact:  # every sender is a candidate: the exhaustive sweep
         return path_patching_effects(model, clean, abc, receivers or None, receiver_input, position, given)
-    metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
-    reader_pos = clean.positions[position] if receivers else None
-    scores = edges.edge_attribution(
-        model, clean.tokens, abc.tokens, metric, "eap", batch_size=len(clean), reader_pos=reader_pos
-    )
+    key = position if receivers else "all"
+    if attribution is None:
+        attribution = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None})
+    scores = attribution[key]
     graph = scores.graph
     if receivers:
         group = n_heads // model.cfg.n_kv_heads
@@ -913,6 +953,24 @@ def ranked_path_patching_effects(
     confirmed = ~exact.isnan()
     estimate[confirmed] = exact[confirmed]
     return estimate
+
+
+def ioi_edge_attribution(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    positions: dict[str, str | None] | None = None,
+) -> dict[str, edges.EdgeScores]:
+    """EAP scores of every edge for the logit diff at END, from one backward pass, per reader position:
+    key -> scores of what readers read at that IOI position (None: everywhere). Default keys: "all"
+    and every role position ("END", "S2", ...)."""
+    if positions is None:
+        positions = {"all": None} | {role: role for role in clean.positions}
+    metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
+    reader_positions = {key: role and clean.positions[role] for key, role in positions.items()}
+    return edges.edge_attribution_by_position(
+        model, clean.tokens, abc.tokens, metric, reader_positions, "eap", batch_size=len(clean)
+    )
 
 
 class MeanAblation:
@@ -943,11 +1001,22 @@ class MeanAblation:
 
         return [(site.name, make_hook(site)) for site in ablation_sites(self.model, heads=heads)]
 
-    @torch.no_grad()
+    def logit_diffs_many(self, head_sets: Sequence[Sequence[Head]], prompts: IOIPrompts) -> Tensor:
+        """Logit diff per prompt [n_sets, batch] (CPU) with each set of heads mean-ablated; sets that
+        ablate the same heads in the first layers share those layers' computation."""
+        return ablated_metrics(
+            self.model,
+            prompts.tokens,
+            prompts.logit_diff,
+            head_sets,
+            self.replacement,
+            groups=prompts.template,
+            logit_pos=prompts.positions["END"],
+        )
+
     def logit_diffs(self, ablate: Sequence[Head], prompts: IOIPrompts) -> Tensor:
         """Logit diff per prompt [batch] (CPU) with the heads `ablate` mean-ablated."""
-        with self.model.hooks(fwd_hooks=self.hooks(ablate, prompts)):
-            return prompts.logit_diff(self.model(prompts.tokens)).float().cpu()
+        return self.logit_diffs_many([ablate], prompts)[0]
 
     def logit_diff(self, ablate: Sequence[Head], prompts: IOIPrompts) -> float:
         """Mean logit diff on `prompts` with the heads `ablate` mean-ablated."""

@@ -37,6 +37,7 @@ CLASS_TITLES = {
 STEP_TITLES = {
     "logits": "heads -> logits (direct path)",
     "name_mover_queries": "heads -> name movers' queries at END",
+    "s_suppression_queries": "heads -> S-suppression heads' queries at END",
     "s_inhibition_values": "heads -> S-inhibition values at S2",
     "induction_keys": "heads -> induction keys at S1+1",
     "logits_without_name_movers": "heads -> logits, name movers mean-ablated",
