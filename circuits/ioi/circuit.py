@@ -126,9 +126,9 @@ class Settings:
     min_attention: float = 0.1
     large_attention: float = 0.3
     n_bootstrap: int = 1000
-    n_completeness_subsets: int = 20
-    n_random_draws: int = 10  # random head sets per class in held-out validation
-    exact_candidates: int = 48  # path-patch only the senders edge attribution ranks first (0: every sender)
+    n_completeness_subsets: int = 10
+    n_random_draws: int = 5  # random head sets per class in held-out validation
+    exact_candidates: int = 24  # path-patch only the senders edge attribution ranks first (0: every sender)
 
 
 @dataclass
