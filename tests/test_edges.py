@@ -298,6 +298,33 @@ def _planted_model(seed: int = 0) -> interp.HookedTransformer:
     return model.eval()
 
 
+@pytest.mark.parametrize("method", ["eap", "eap-ig"])
+def test_scores_by_reader_position_equal_one_run_per_position(method: str) -> None:
+    """One backward pass scored at several reader positions equals a run per position, and the
+    positions add up: scores at every position are the sum of the scores at each position."""
+    model = _random_model(seed=3, **ARCHITECTURES["llama-gqa"])
+    clean, corrupted, last = _pairs(model.cfg.d_vocab, [7, 9, 8])
+    metric = _metric(3, model.cfg.d_vocab, last)
+    first, middle = torch.zeros(3, dtype=torch.long), torch.tensor([3, 4, 2])
+    positions = {"all": None, "first": first, "middle": middle, "last": last}
+    by_position = edges.edge_attribution_by_position(
+        model, clean, corrupted, metric, positions, method, steps=3, batch_size=2
+    )
+    for name, pos in positions.items():
+        alone = edges.edge_attribution(
+            model, clean, corrupted, metric, method, 3, batch_size=2, reader_pos=pos
+        )
+        torch.testing.assert_close(by_position[name].scores, alone.scores, atol=1e-6, rtol=0)
+    every = sum(
+        edges.edge_attribution(
+            model, clean, corrupted, metric, method, 3, reader_pos=torch.full((3,), p)
+        ).scores
+        for p in range(clean.shape[1])
+    )
+    torch.testing.assert_close(every, by_position["all"].scores, atol=1e-5, rtol=0)
+    assert by_position["middle"].scores.abs().sum() > 0
+
+
 def test_eap_ig_finds_a_planted_circuit() -> None:
     model = _planted_model()
     generator = torch.Generator().manual_seed(3)
