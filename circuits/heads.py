@@ -580,21 +580,26 @@ def induction_ablation_effects(
     """Loss increase on the second copies (nats; mean, std err over sequences) when candidate heads
     are mean-ablated: each alone, each with the other candidates ablated, all together."""
     tokens = probe.tokens.to(model.device)
+    n_layers = model.cfg.n_layers
     layers = sorted({layer for layer, _ in heads})
     names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
-    clean_logits, cache = model.run_with_cache(tokens, names_filter=names)
+    final = interp.act_name("resid_post", n_layers - 1)
+    _, cache = model.run_with_cache(tokens, names_filter=names + [final], return_type=None)
     second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
+    rows, pos = second.nonzero(as_tuple=True)  # predictions on the second copies
+    targets = tokens[rows, pos + 1]
 
     def loss(ablated: Sequence[tuple[int, int]]) -> Tensor:
-        """Mean loss per sequence [batch] on its second copy."""
+        """Mean loss per sequence [batch] on its second copy (logits only where it is scored)."""
+        resid = cache[final]
         if ablated:
             start = min(layer for layer, _ in ablated)
-            hooks = _mean_ablation_hooks(model, ablated, cache)
-            logits = model.run_with_hooks(cache["resid_pre", start], start_at_layer=start, fwd_hooks=hooks)
-        else:
-            logits = clean_logits
-        per_token = interp.next_token_loss(logits, tokens, per_token=True)
-        return ((per_token * second).sum(-1) / second.sum(-1)).float().cpu()
+            with model.hooks(fwd_hooks=_mean_ablation_hooks(model, ablated, cache)):
+                resid = model(cache["resid_pre", start], start_at_layer=start, stop_at_layer=n_layers)
+        logits = model.unembed(model.ln_final(resid[rows, pos][:, None]))[:, 0]  # [n_scored, d_vocab]
+        per_token = torch.zeros(second.shape, dtype=torch.float32, device=second.device)
+        per_token[rows, pos] = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+        return (per_token.sum(-1) / second.sum(-1)).float().cpu()
 
     return _candidate_effects(heads, loss, 1, "induction", progress)
 
