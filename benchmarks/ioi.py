@@ -2,8 +2,9 @@
 
     python benchmarks/ioi.py [--n-prompts 64] [--n-patching-prompts 16] [--threads 2] [--json out.json]
 
-Target: under 10 minutes on a 2-core CPU with 64 prompts. Prints the time of each stage, the
-circuit by class, the baseline and the evaluation. Run it alone (no other torch process).
+Target: the circuit found (discovery) in <= 90 s on a 2-core CPU with 64 prompts. Prints the
+report, the time of each stage, and discovery, evaluation and held-out validation separately. Run
+it alone (no other torch process).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def main() -> None:
     print(f"load {load_s:.1f} s")
     for stage, seconds in result.timings.items():
         print(f"{stage:<55} {seconds:7.1f} s")
+    checks = ("evaluation", "validation on held-out prompts", "example attention patterns", "total")
+    discovery = result.timings["total"] - sum(result.timings.get(name, 0.0) for name in checks[:-1])
+    print(f"{'discovery (the circuit found; target <= 90 s)':<55} {discovery:7.1f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:
             json.dump(result.to_json(), file, indent=2)

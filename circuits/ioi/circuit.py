@@ -458,7 +458,7 @@ def find_ioi_circuit(
             "that prefers the indirect object (a toy model may need more training steps), or more prompts."
         )
     done()
-    done = stage("attention")
+    done = stage("attention and direct logit attribution")
     attention = attention_evidence(model, clean)
     attention_thresholds = {
         kind: attention_threshold(
@@ -471,9 +471,8 @@ def find_ioi_circuit(
     with torch.no_grad():
         end = patch_clean.positions["END"]
         patch_diff = patch_clean.logit_diff(forward_logits(model, patch_clean.tokens, end)).mean().item()
-    done()
-
     dla = direct_logit_attributions(model, clean)
+    done()
 
     def attends(head: Head, cls: str) -> bool:
         """The head shows the class's attention pattern and, for writers, writes the class's way."""
