@@ -175,6 +175,7 @@ def run_site_sets(
     node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
     chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
     values = torch.empty(len(site_sets), batch)
+    buffer = _LogitBuffer()
 
     with torch.no_grad():
         for start in range(0, len(order), chunk):
@@ -196,13 +197,17 @@ def run_site_sets(
                         sites = [s for s in site_sets[sub[0]] if _segment(s, n_layers) == segment]
                         pending.append((sub, parent, sites))
                 for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
-                    outputs = _segment_forward(model, segment, part, sources, batch, logit_pos)
-                    next_groups += [(sub, out) for (sub, _, _), out in zip(part, outputs, strict=True)]
+                    outputs = _segment_forward(model, segment, part, sources, batch, logit_pos, buffer)
+                    if segment < n_layers:
+                        next_groups += [(sub, out) for (sub, _, _), out in zip(part, outputs, strict=True)]
+                        continue
+                    for (runs, _, _), logits in zip(
+                        part, outputs, strict=True
+                    ):  # before the buffer is reused
+                        value = _apply_metric(metric, logits, batch)
+                        for i in runs:
+                            values[i] = value
                 groups = next_groups
-            for runs, logits in groups:
-                value = _apply_metric(metric, logits, batch)
-                for i in runs:
-                    values[i] = value
     return values
 
 
@@ -243,9 +248,10 @@ def _segment_forward(
     sources: Mapping[str, Tensor],
     batch: int,
     logit_pos: Pos,
+    buffer: _LogitBuffer,
 ) -> list[Tensor]:
     """Run one segment for stacked copies (parent residual stream or tokens, the sites patched in
-    this segment); the outputs, split per copy (logits after the last segment)."""
+    this segment); the outputs, split per copy (logits after the last segment, in `buffer`)."""
     n = len(part)
     by_name: dict[str, list[tuple[int, Site]]] = {}
     for i, (_, _, sites) in enumerate(part):
@@ -271,7 +277,7 @@ def _segment_forward(
         if segment == -1:
             out = model(stacked, stop_at_layer=0)
         elif segment == n_layers:
-            out = forward_logits(model, stacked, logit_pos, start_at_layer=n_layers)
+            out = _forward_logits(model, stacked, logit_pos, n_layers, buffer)
         else:
             out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1)
     return list(out.split(batch))
@@ -289,7 +295,7 @@ def _apply_metric(metric: Metric, logits: Tensor, batch: int) -> Tensor:
             "the metric is NaN: does it read logits outside logit_pos (they are NaN there)? "
             "Pass the positions it reads as logit_pos, or logit_pos=None."
         )
-    return value.detach().float().cpu()
+    return value.detach().float().cpu().clone()  # not a view of logits that a buffer reuses
 
 
 def forward_logits(
@@ -304,6 +310,43 @@ def forward_logits(
       stacks several copies of the batch). Logits elsewhere are NaN. Most metrics read one
       position per prompt (IOI's END), and the unembedding is a large part of a forward pass.
     """
+    return _forward_logits(model, input, logit_pos, start_at_layer, None)
+
+
+class _LogitBuffer:
+    """NaN logits [rows, pos, d_vocab] reused by the passes of one sweep: a fresh tensor that size,
+    filled with NaN each pass, costs as much as the unembedding it saves. A pass's logits are valid
+    until the next pass writes the buffer, so its metric must be taken first."""
+
+    def __init__(self) -> None:
+        self.logits: Tensor | None = None
+        self.written: tuple[Tensor, Tensor] | None = None
+
+    def put(self, picked: Float[Tensor, "rows d_vocab"], rows: Tensor, pos: Tensor, n_pos: int) -> Tensor:
+        shape = (picked.shape[0], n_pos, picked.shape[-1])
+        logits = self.logits
+        if (
+            logits is None
+            or logits.shape != shape
+            or logits.dtype != picked.dtype
+            or logits.device != picked.device
+        ):
+            logits = self.logits = picked.new_full(shape, float("nan"))
+        elif self.written is not None:
+            logits[self.written] = float("nan")
+        logits[rows, pos] = picked
+        self.written = (rows, pos)
+        return logits
+
+
+def _forward_logits(
+    model: HookedTransformer,
+    input: Tensor,
+    logit_pos: Pos,
+    start_at_layer: int | None,
+    buffer: _LogitBuffer | None,
+) -> Float[Tensor, "batch pos d_vocab"]:
+    """`forward_logits`, writing into `buffer` when one is given."""
     if logit_pos is None:
         return model(input, start_at_layer=start_at_layer)
     resid = model(input, start_at_layer=start_at_layer, stop_at_layer=model.cfg.n_layers)
@@ -314,6 +357,8 @@ def forward_logits(
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
     row_index = torch.arange(rows, device=resid.device)
     picked = model.unembed(model.ln_final(resid[row_index, pos][:, None]))[:, 0]  # [rows, d_vocab]
+    if buffer is not None:
+        return buffer.put(picked, row_index, pos, n_pos)
     logits = picked.new_full((rows, n_pos, picked.shape[-1]), float("nan"))
     logits[row_index, pos] = picked
     return logits
@@ -717,6 +762,7 @@ def path_patching(
     corrupted_logits, corrupted_cache = _cached_run(model, corrupted, names, logit_pos)
     batch_size = batch_size or max(1, 64 // clean.shape[0])
     values = torch.empty(len(sender_sets), clean.shape[0])
+    buffer = _LogitBuffer()
     order = sorted(
         range(len(sender_sets)), key=lambda i: min((s[0] for s in sender_sets[i]), default=cfg.n_layers)
     )
@@ -733,6 +779,7 @@ def path_patching(
                 receiver_pos,
                 freeze_mlps,
                 logit_pos,
+                buffer,
             )
             for row, i in enumerate(chunk):
                 values[i] = _apply_metric(
@@ -776,8 +823,10 @@ def _path_patch_chunk(
     receiver_pos: SitePos,
     freeze_mlps: bool,
     logit_pos: Pos,
+    buffer: _LogitBuffer,
 ) -> Float[Tensor, "n_sets*batch pos d_vocab"]:
-    """Runs 2 and 3 of path patching for len(sender_sets) stacked copies of the clean run."""
+    """Runs 2 and 3 of path patching for len(sender_sets) stacked copies of the clean run (the
+    logits in `buffer`)."""
     cfg = model.cfg
     n = len(sender_sets)
     resid = _resid_stack(model, clean)
@@ -826,10 +875,10 @@ def _path_patch_chunk(
                 resid[start].repeat(n, 1, 1), start_at_layer=start, stop_at_layer=stop, return_type=None
             )
         if to_logits:  # the receiver is the final residual stream: run 2 is the measured run
-            return forward_logits(model, run2, logit_pos, start_at_layer=cfg.n_layers)
+            return _forward_logits(model, run2, logit_pos, cfg.n_layers, buffer)
         recorded[stop] = run2.unflatten(0, (n, batch))
     elif to_logits:  # no sender before the end: the clean run
-        return forward_logits(model, resid[-1].repeat(n, 1, 1), logit_pos, start_at_layer=cfg.n_layers)
+        return _forward_logits(model, resid[-1].repeat(n, 1, 1), logit_pos, cfg.n_layers, buffer)
     for layer in receiver_layers:
         if layer not in recorded:  # every sender is at or after this receiver: its input is clean
             recorded[layer] = resid[layer].expand(n, *resid[layer].shape)
@@ -858,9 +907,13 @@ def _path_patch_chunk(
             )
             if heads:
                 hooks.append((act_name(f"{letter}_input", layer), patch_inputs(layer, letter, heads)))
-    first = receiver_layers[0]
+    # Only the receivers' blocks need separate query/key/value inputs (they cost more than one input).
+    x = resid[receiver_layers[0]].repeat(n, 1, 1)
     with model.settings(use_split_qkv_input=True), model.hooks(fwd_hooks=hooks):
-        return forward_logits(model, resid[first].repeat(n, 1, 1), logit_pos, start_at_layer=first)
+        for layer in range(receiver_layers[0], cfg.n_layers):
+            with model.settings(use_split_qkv_input=layer in receiver_layers):
+                x = model(x, start_at_layer=layer, stop_at_layer=layer + 1)
+    return _forward_logits(model, x, logit_pos, cfg.n_layers, buffer)
 
 
 # ---------------------------------------------------------------------------------------------
