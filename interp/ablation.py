@@ -211,12 +211,18 @@ def ablated_metrics(
     `patching.run_site_sets`), so many sets cost far less than as many forward passes.
     groups: the prompts' groups [batch] (with reference groups: per-group means or resampling).
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
+    Prompts shorter than per-position reference values (right-padded prompts cut to their length)
+    take the values of the first positions.
     """
     tokens = model._as_tokens(tokens, None)
     _check_logit_pos(logit_pos, tokens)
     site_sets = [ablation_sites(model, heads=heads) for heads in head_sets]
     names = sorted({site.name for sites in site_sets for site in sites})
-    sources = {name: replacement.values(name, tokens.shape[0], groups) for name in names}
+    n_pos = tokens.shape[1]
+    sources = {}
+    for name in names:
+        value = replacement.values(name, tokens.shape[0], groups)
+        sources[name] = value[:, :n_pos] if value.ndim > 1 else value
     for name in names:
         _check_length(name, tokens, sources[name])
     return run_site_sets(model, tokens, site_sets, sources, metric, None, batch_size, logit_pos)

@@ -37,7 +37,9 @@ def keep_freed_memory(enabled: bool = True) -> bool:
     if enabled:
         # Never trim the heap, and serve every allocation from it (no mmap: a fresh mapping of a
         # large tensor page-faults each time it is allocated).
-        return all(libc.mallopt(option, value) for option, value in ((_M_TRIM_THRESHOLD, -1), (_M_MMAP_MAX, 0)))
+        return all(
+            libc.mallopt(option, value) for option, value in ((_M_TRIM_THRESHOLD, -1), (_M_MMAP_MAX, 0))
+        )
     return all(libc.mallopt(option, value) for option, value in _GLIBC_DEFAULTS.items())
 
 

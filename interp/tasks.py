@@ -365,6 +365,20 @@ class IOIPrompts:
             texts=None if self.texts is None else [self.texts[i] for i in rows.tolist()],
         )
 
+    def length_groups(self) -> list[Tensor]:
+        """Row indices [n] of the prompts of each length (END + 1), shortest first: a group cut to
+        its length (`truncated`) computes no padding."""
+        end = self.positions["END"].cpu()
+        return [(end == value).nonzero()[:, 0] for value in end.unique().tolist()]
+
+    def truncated(self, n_pos: int) -> IOIPrompts:
+        """The first n_pos token positions (every prompt's END must lie before n_pos)."""
+        if int(self.positions["END"].max()) >= n_pos:
+            raise ValueError(
+                f"a prompt ends at {int(self.positions['END'].max())}: keep more than {n_pos} positions"
+            )
+        return dataclasses.replace(self, tokens=self.tokens[:, :n_pos])
+
     def logit_diff(self, logits: Tensor) -> Tensor:
         """logit(IO) - logit(S) at END: logits [batch, pos, d_vocab] -> [batch]."""
         rows = torch.arange(len(self), device=logits.device)

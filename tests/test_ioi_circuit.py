@@ -371,6 +371,28 @@ def test_smollm2_name_movers_attend_to_io_and_matter(smollm2):
     assert drop > 3 * max(abs(d) for d in random_drops)
 
 
+def test_prompts_cut_to_their_length_give_the_padded_batch_results(smollm2):
+    """Mean ablation and path patching run each length's prompts without their padding; the results
+    must equal runs on the whole right-padded batch."""
+    clean, abc, _ = make_ioi_dataset(smollm2, 8, seed=2)
+    assert len(clean.length_groups()) > 1  # prompts of several lengths
+    ablation = MeanAblation(smollm2, abc)
+    head_sets = [[], [(3, 1), (20, 0)], [(20, 0), (23, 3)]]
+    cut = ablation.logit_diffs_many(head_sets, clean)
+    for heads, values in zip(head_sets, cut, strict=True):
+        with torch.no_grad(), smollm2.hooks(fwd_hooks=ablation.hooks(heads, clean)):
+            padded = clean.logit_diff(smollm2(clean.tokens))
+        torch.testing.assert_close(values, padded, atol=1e-4, rtol=0)
+    senders = [(16, 0), (20, 0), (22, 5)]
+    effects = path_patching_effects(smollm2, clean, abc, [(23, 0), (23, 3)], "q", "END", senders=senders)
+    padded = interp.patching.path_patching(
+        smollm2, clean.tokens, abc.tokens, clean.logit_diff, [(23, 0, "q"), (23, 3, "q")], senders,
+        receiver_pos=clean.positions["END"],
+    )  # fmt: skip
+    expected = padded.values.mean(-1) - padded.target.mean()
+    torch.testing.assert_close(effects[tuple(torch.tensor(senders).mT)], expected, atol=1e-4, rtol=0)
+
+
 def test_cli_rejects_bad_format():
     from typer.testing import CliRunner
 

@@ -569,8 +569,10 @@ def find_ioi_circuit(
                for head in range(model.cfg.n_heads) if (layer, head) not in name_movers]  # fmt: skip
     if senders:
         done = stage("path patching: heads -> logits, name movers ablated")
-        with model.hooks(fwd_hooks=mean_ablation.hooks(name_movers, patch_clean)):
-            ablated = sweep(None, senders=senders, ranked_by_attribution=False) / patch_diff
+        ablated = sweep(
+            None, senders=senders, ranked_by_attribution=False, ablated=(mean_ablation, name_movers)
+        )
+        ablated = ablated / patch_diff
         done()
         effects["logits_without_name_movers"] = ablated
         growth = ablated - effects["logits"]  # more negative: the head's direct effect grew
@@ -863,40 +865,61 @@ def path_patching_effects(
     receiver_input: str | None = None,
     position: str = "END",
     senders: Sequence[Head] | None = None,
+    ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
 ) -> Tensor:
     """Change of the mean logit diff (in logits) when each head's output is patched from the ABC
     run along its paths to the receivers: [layer, head] (NaN: not a sender).
 
     receivers: None for the logits (direct path), else heads whose `receiver_input` ("q", "k" or
     "v") at IOI position `position` receive the patched paths. Senders: every head before the
-    last receiver (or `senders`), except the receivers themselves.
+    last receiver (or `senders`), except the receivers themselves. ablated: (mean ablation, heads)
+    mean-ablated in every run. Prompts of each length run cut to that length (`by_length`).
     """
-    metric = clean.logit_diff  # logits [batch, pos, d_vocab] -> [batch], read at END
-    end = clean.positions["END"]
-    if receivers is None:
-        patched = path_patching(
-            model, clean.tokens, abc.tokens, metric, receivers="logits", senders=senders, logit_pos=end
-        )
-    else:
-        patched = path_patching(
-            model,
-            clean.tokens,
-            abc.tokens,
-            metric,
-            receivers=[(layer, head, receiver_input) for layer, head in receivers],
-            receiver_pos=clean.positions[position],
-            senders=senders,
-            logit_pos=end,
-        )
-    effects = torch.full((model.cfg.n_layers, model.cfg.n_heads), float("nan"))
-    change = patched.values.mean(-1) - patched.target.mean()  # [n_senders]
-    if senders is None:
-        effects[: len(patched.coords["layer"])] = change.view(-1, model.cfg.n_heads)
-    else:
-        effects[tuple(torch.tensor(senders).mT)] = change
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    last = n_layers if receivers is None else max(layer for layer, _ in receivers)
+    grid = [(layer, head) for layer in range(last) for head in range(n_heads)]
+    sweep_senders = grid if senders is None else list(senders)
+
+    def patch(group: IOIPrompts, group_abc: IOIPrompts) -> Tensor:
+        """[n_senders + 1, batch]: each sender's patched logit diff, then the clean one."""
+        hooks = [] if ablated is None else ablated[0].hooks(ablated[1], group)
+        to = "logits" if receivers is None else [(layer, head, receiver_input) for layer, head in receivers]
+        with model.hooks(fwd_hooks=hooks):
+            patched = path_patching(
+                model,
+                group.tokens,
+                group_abc.tokens,
+                group.logit_diff,
+                receivers=to,
+                senders=sweep_senders,
+                receiver_pos=None if receivers is None else group.positions[position],
+                logit_pos=group.positions["END"],
+            )
+        return torch.cat([patched.values, patched.target[None]])
+
+    values = by_length(clean, abc, patch)
+    change = values[:-1].mean(-1) - values[-1].mean()  # [n_senders]
+    effects = torch.full((n_layers, n_heads), float("nan"))
+    effects[tuple(torch.tensor(sweep_senders).mT)] = change
     for layer, head in receivers or []:
         effects[layer, head] = float("nan")
     return effects
+
+
+def by_length(
+    clean: IOIPrompts, abc: IOIPrompts | None, run: Callable[[IOIPrompts, IOIPrompts | None], Tensor]
+) -> Tensor:
+    """run(prompts, abc prompts) [..., n] on each group of prompts of one length, cut to that length
+    (no padding is computed), reassembled in the prompts' order: [..., batch]."""
+    parts = []
+    for rows in clean.length_groups():
+        width = int(clean.positions["END"][rows[0]]) + 1
+        group_abc = None if abc is None else abc[rows].truncated(width)
+        parts.append((rows, run(clean[rows].truncated(width), group_abc).cpu()))
+    out = torch.empty(*parts[0][1].shape[:-1], len(clean))
+    for rows, value in parts:
+        out[..., rows] = value
+    return out
 
 
 def ranked_path_patching_effects(
@@ -909,6 +932,7 @@ def ranked_path_patching_effects(
     senders: Sequence[Head] | None = None,
     n_exact: int = 48,
     attribution: dict[str, edges.EdgeScores] | None = None,
+    ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
 ) -> Tensor:
     """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
     interp.edges) ranks first by |estimated effect|; the other senders keep the estimate.
@@ -916,7 +940,7 @@ def ranked_path_patching_effects(
     The estimate of a sender is the sum of its edges' EAP scores into the receivers' `receiver_input`
     (key and value inputs: the receivers' key/value heads) read at `position`, or into the logits.
     attribution: `ioi_edge_attribution(model, clean, abc)`, computed once for every step (default:
-    computed here, under whatever hooks are active).
+    computed here, with the `ablated` heads mean-ablated).
     """
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     given = senders
@@ -926,10 +950,14 @@ def ranked_path_patching_effects(
         senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
     senders = [head for head in senders if head not in receivers]
     if len(senders) <= n_exact:  # every sender is a candidate: the exhaustive sweep
-        return path_patching_effects(model, clean, abc, receivers or None, receiver_input, position, given)
+        return path_patching_effects(
+            model, clean, abc, receivers or None, receiver_input, position, given, ablated
+        )
     key = position if receivers else "all"
     if attribution is None:
-        attribution = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None})
+        hooks = [] if ablated is None else ablated[0].hooks(ablated[1], clean)
+        with model.hooks(fwd_hooks=hooks):
+            attribution = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None})
     scores = attribution[key]
     graph = scores.graph
     if receivers:
@@ -948,7 +976,9 @@ def ranked_path_patching_effects(
     for layer, head in senders:
         estimate[layer, head] = scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
     ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))[:n_exact]
-    exact = path_patching_effects(model, clean, abc, receivers or None, receiver_input, position, ranked)
+    exact = path_patching_effects(
+        model, clean, abc, receivers or None, receiver_input, position, ranked, ablated
+    )
     confirmed = ~exact.isnan()
     estimate[confirmed] = exact[confirmed]
     return estimate
@@ -992,8 +1022,10 @@ class MeanAblation:
 
             def hook(z: Tensor, hook) -> Tensor:  # z: [batch, pos, head, d_head]
                 # Path patching stacks copies of the batch ([n_copies * batch, ...]): repeat the means.
+                # Prompts cut to their length take the means of their first positions.
                 copies = z.shape[0] // value.shape[0] if value.shape[0] > 1 else 1
-                stacked = value.to(z.device, z.dtype).repeat(copies, *[1] * (value.ndim - 1))
+                means = value[:, : z.shape[1]].to(z.device, z.dtype)
+                stacked = means.repeat(copies, *[1] * (value.ndim - 1))
                 return torch.where(site_mask(site, z.shape, z.device), stacked, z)
 
             return hook
@@ -1003,14 +1035,18 @@ class MeanAblation:
     def logit_diffs_many(self, head_sets: Sequence[Sequence[Head]], prompts: IOIPrompts) -> Tensor:
         """Logit diff per prompt [n_sets, batch] (CPU) with each set of heads mean-ablated; sets that
         ablate the same heads in the first layers share those layers' computation."""
-        return ablated_metrics(
-            self.model,
-            prompts.tokens,
-            prompts.logit_diff,
-            head_sets,
-            self.replacement,
-            groups=prompts.template,
-            logit_pos=prompts.positions["END"],
+        return by_length(
+            prompts,
+            None,
+            lambda group, _: ablated_metrics(
+                self.model,
+                group.tokens,
+                group.logit_diff,
+                head_sets,
+                self.replacement,
+                groups=group.template,
+                logit_pos=group.positions["END"],
+            ),
         )
 
     def logit_diffs(self, ablate: Sequence[Head], prompts: IOIPrompts) -> Tensor:
