@@ -153,6 +153,13 @@ class EdgeGraph:
 def edge_graph(model_or_cfg: HookedTransformer | Config) -> EdgeGraph:
     """The edge graph of a model (or of a config: no weights needed to count edges)."""
     cfg = model_or_cfg.cfg if isinstance(model_or_cfg, HookedTransformer) else model_or_cfg
+    if cfg.post_norm:
+        raise ValueError(
+            f"{cfg.model_name or 'this model'} normalises each block's outputs (post-norms, as Gemma 2/3 and "
+            "OLMo 2 do), so the residual stream is not the sum of its heads' and MLPs' outputs and an edge's "
+            "contribution is not defined; edge circuits need a pre-norm model. Use node-level patching "
+            "(interp.patching) instead."
+        )
     return EdgeGraph.from_config(cfg)
 
 

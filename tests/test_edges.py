@@ -399,3 +399,8 @@ def test_bad_input_gets_a_clear_error() -> None:
         )
     with pytest.raises(ValueError, match="pair them"):
         edges.pad_pair([[1, 2]], [[1], [2]])
+    post_norm = _random_model(post_norm=True, normalization="rmsnorm")
+    with pytest.raises(ValueError, match="post-norms"):
+        edges.edge_attribution(
+            post_norm, torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long), metric
+        )

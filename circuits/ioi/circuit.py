@@ -128,7 +128,9 @@ class Settings:
     n_bootstrap: int = 1000
     n_completeness_subsets: int = 10
     n_random_draws: int = 5  # random head sets per class in held-out validation
-    exact_candidates: int = 24  # path-patch only the senders edge attribution ranks first (0: every sender)
+    # Path-patch only the senders edge attribution ranks first (0: every sender), and every sender
+    # whose estimate is at least half of min_effect.
+    exact_candidates: int = 16
 
 
 @dataclass
@@ -277,10 +279,13 @@ def measure_baseline(
     abc: IOIPrompts,
     n_bootstrap: int = 1000,
     seed: int = 0,
+    clean_logits: Tensor | None = None,
 ) -> Baseline:
-    """Logit difference and accuracy of the model on the clean prompts, with bootstrap intervals."""
+    """Logit difference and accuracy of the model on the clean prompts, with bootstrap intervals
+    (clean_logits [batch, pos, d_vocab]: the clean run's, if it was run already)."""
     end = clean.positions["END"].to(model.device)
-    clean_logits = forward_logits(model, clean.tokens.to(model.device), end)  # logits at END only
+    if clean_logits is None:
+        clean_logits = forward_logits(model, clean.tokens.to(model.device), end)  # logits at END only
     diffs = clean.logit_diff(clean_logits).cpu()  # [batch]
     correct = (diffs > 0).float()
     rows = torch.arange(len(clean), device=clean_logits.device)
@@ -302,10 +307,24 @@ def measure_baseline(
 
 
 @torch.no_grad()
-def attention_evidence(model: interp.HookedTransformer, prompts: IOIPrompts) -> dict[str, Tensor]:
-    """Mean attention of every head between IOI roles: kind ("END->IO", ...) -> [layer, head]."""
-    names = [interp.act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
-    _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
+def clean_run(model: interp.HookedTransformer, prompts: IOIPrompts) -> tuple[Tensor, interp.ActivationCache]:
+    """One run on `prompts` with what the discovery reads of it: logits and a cache of every
+    layer's attention pattern and z and the final norm's scale."""
+    names = [interp.act_name(kind, layer) for layer in range(model.cfg.n_layers) for kind in ("pattern", "z")]
+    return model.run_with_cache(
+        prompts.tokens.to(model.device), names_filter=names + [interp.act_name("scale")]
+    )
+
+
+@torch.no_grad()
+def attention_evidence(
+    model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache | None = None
+) -> dict[str, Tensor]:
+    """Mean attention of every head between IOI roles: kind ("END->IO", ...) -> [layer, head].
+    cache: `clean_run(model, prompts)`'s, if it was run already."""
+    if cache is None:
+        names = [interp.act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
+        _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
     rows = torch.arange(len(prompts))
     evidence = {}
     for kind, (query, key) in ATTENTION_KINDS.items():
@@ -317,12 +336,16 @@ def attention_evidence(model: interp.HookedTransformer, prompts: IOIPrompts) -> 
 
 
 @torch.no_grad()
-def direct_logit_attributions(model: interp.HookedTransformer, prompts: IOIPrompts) -> dict[str, Tensor]:
+def direct_logit_attributions(
+    model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache | None = None
+) -> dict[str, Tensor]:
     """Each head's direct effect on the IO and S logits at END, through the final norm (its scale
-    taken from the run): {"IO": [layer, head], "S": [layer, head]}, means over prompts."""
+    taken from the run): {"IO": [layer, head], "S": [layer, head]}, means over prompts.
+    cache: `clean_run(model, prompts)`'s, if it was run already."""
     cfg = model.cfg
-    names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
-    _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names)
+    if cache is None:
+        names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
+        _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names)
     end = prompts.positions["END"].to(model.device)
     stack = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
     attributions = {}
@@ -448,8 +471,9 @@ def find_ioi_circuit(
         log(f"{name} ...")
         return lambda: timings.__setitem__(name, time.perf_counter() - began)
 
-    done = stage("baseline")
-    baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed)
+    done = stage("baseline, attention and direct logit attribution")
+    clean_logits, clean_cache = clean_run(model, clean)
+    baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed, clean_logits)
     if baseline.logit_diff_ci[0] <= 0:
         low, high = baseline.logit_diff_ci
         raise ValueError(
@@ -457,9 +481,7 @@ def find_ioi_circuit(
             f"(95% CI [{low:.2f}, {high:.2f}]) is not above 0, so there is no circuit to find. Use a model "
             "that prefers the indirect object (a toy model may need more training steps), or more prompts."
         )
-    done()
-    done = stage("attention and direct logit attribution")
-    attention = attention_evidence(model, clean)
+    attention = attention_evidence(model, clean, clean_cache)
     attention_thresholds = {
         kind: attention_threshold(
             scores, settings.attention_z, settings.min_attention, settings.large_attention
@@ -468,10 +490,9 @@ def find_ioi_circuit(
     }
     n_patch = min(settings.n_patching_prompts, len(clean))
     patch_clean, patch_abc = clean[:n_patch], abc[:n_patch]
-    with torch.no_grad():
-        end = patch_clean.positions["END"]
-        patch_diff = patch_clean.logit_diff(forward_logits(model, patch_clean.tokens, end)).mean().item()
-    dla = direct_logit_attributions(model, clean)
+    patch_diff = clean.logit_diff(clean_logits)[:n_patch].mean().item()  # the patching prompts' logit diff
+    dla = direct_logit_attributions(model, clean, clean_cache)
+    del clean_logits, clean_cache
     done()
 
     def attends(head: Head, cls: str) -> bool:
@@ -534,6 +555,7 @@ def find_ioi_circuit(
             patch_abc,
             *args,
             n_exact=settings.exact_candidates,
+            min_estimate=0.5 * settings.min_effect * abs(patch_diff),
             attribution=attribution if ranked_by_attribution else None,
             **kwargs,
         )
@@ -930,12 +952,14 @@ def ranked_path_patching_effects(
     receiver_input: str | None = None,
     position: str = "END",
     senders: Sequence[Head] | None = None,
-    n_exact: int = 48,
+    n_exact: int = 16,
     attribution: dict[str, edges.EdgeScores] | None = None,
     ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+    min_estimate: float = float("inf"),
 ) -> Tensor:
     """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
-    interp.edges) ranks first by |estimated effect|; the other senders keep the estimate.
+    interp.edges) ranks first by |estimated effect|, and any other sender whose |estimate| is at
+    least `min_estimate` (logits); the other senders keep the estimate.
 
     The estimate of a sender is the sum of its edges' EAP scores into the receivers' `receiver_input`
     (key and value inputs: the receivers' key/value heads) read at `position`, or into the logits.
@@ -975,7 +999,9 @@ def ranked_path_patching_effects(
     estimate = torch.full((n_layers, n_heads), float("nan"))
     for layer, head in senders:
         estimate[layer, head] = scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
-    ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))[:n_exact]
+    ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))
+    n_large = sum(abs(float(estimate[head])) >= min_estimate for head in senders)
+    ranked = ranked[: max(n_exact, n_large)]
     exact = path_patching_effects(
         model, clean, abc, receivers or None, receiver_input, position, ranked, ablated
     )
