@@ -45,9 +45,10 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from interp.cache import act_name
 from interp.config import Config
 from interp.metrics import _token_values, logits_at
-from interp.model import HookedTransformer
+from interp.model import HookedTransformer, Norm
 
 Method = Literal["eap", "eap-ig", "eap-ig-activations", "exact"]
 Ablation = Literal["counterfactual", "mean", "zero"]
@@ -636,6 +637,8 @@ def _reader_grads(
     input_embed: Tensor | None = None,
 ) -> list[Tensor]:
     """d(sum of the metric over prompts) / d(every reader's input), as `_edge_forward` lists them."""
+    if intervention is None:
+        return _reader_grads_by_norm_vjp(model, tokens, metric, ids, input_embed)
     inputs: list[Tensor] = []
     with torch.enable_grad():
         embed = _embed(model, tokens) if input_embed is None else input_embed
@@ -652,6 +655,90 @@ def _reader_grads(
         g = torch.zeros_like(x) if g is None else g
         out.append(g.float() if g.ndim == 4 else g.float()[:, :, None])
     return out
+
+
+def _reader_grads_by_norm_vjp(
+    model: HookedTransformer, tokens: Tensor, metric: PromptMetric, ids: Tensor, input_embed: Tensor | None
+) -> list[Tensor]:
+    """`_reader_grads` without an intervention, from one ordinary forward and backward pass.
+
+    Every reader of a layer reads the same residual stream x, so a reader's gradient is the
+    vector-Jacobian product of its own path through the block's input norm: query head h gets
+    VJP_norm(x, dm/dq_h W_Q[h]^T), a key/value head VJP_norm(x, dm/dk_g W_K[g]^T), the MLP
+    VJP_norm(x, dm/d(normalised MLP input)), the logits dm/d(final residual stream). The norm's VJP
+    runs on [batch, pos, readers, d_model] copies of x, which is cheap next to running the whole
+    model on them (what `_edge_forward` does with interventions)."""
+    cfg = model.cfg
+    kept: dict[str, Tensor] = {}
+
+    def keep(tensor: Tensor, hook) -> None:
+        if tensor.requires_grad:
+            tensor.retain_grad()
+        kept[hook.name] = tensor
+
+    names = [act_name(kind, layer) for layer in range(cfg.n_layers) for kind in ("resid_pre", "q", "k", "v")]
+    if not cfg.attn_only:
+        names += [f"blocks.{layer}.ln2.hook_normalized" for layer in range(cfg.n_layers)]
+        names += [act_name("resid_mid", layer) for layer in range(cfg.n_layers) if not cfg.parallel_residual]
+    final = act_name("resid_post", cfg.n_layers - 1)
+    with torch.enable_grad():
+        embed = _embed(model, tokens) if input_embed is None else input_embed
+        embed = embed.detach().requires_grad_(True)
+        with model.hooks(fwd_hooks=[(name, keep) for name in names + [final]]):
+            resid = model(embed, start_at_layer=0, stop_at_layer=cfg.n_layers)
+        logit_pos = _logit_pos(metric, ids, tokens.shape[1])
+        if logit_pos is None:
+            logits = model.unembed(model.ln_final(resid))
+        else:
+            rows = torch.arange(resid.shape[0], device=resid.device)
+            read = model.unembed(model.ln_final(resid[rows, logit_pos][:, None]))[:, 0]
+            logits = torch.zeros(*resid.shape[:2], read.shape[-1], dtype=read.dtype, device=read.device)
+            logits = logits.index_put((rows, logit_pos), read)
+        metric(logits, ids).sum().backward()
+
+    def grad(name: str) -> Tensor:
+        tensor = kept[name]
+        return torch.zeros_like(tensor) if tensor.grad is None else tensor.grad
+
+    with torch.no_grad():  # views of the result are summed in place over integration steps
+        out = []
+        for layer in range(cfg.n_layers):
+            block = model.blocks[layer]
+            attn = block.attn
+            x = kept[act_name("resid_pre", layer)]
+            q = torch.einsum("bphe,hde->bphd", grad(act_name("q", layer)), attn.W_Q)
+            k = torch.einsum("bpge,gde->bpgd", grad(act_name("k", layer)), attn._W_K)
+            v = torch.einsum("bpge,gde->bpgd", grad(act_name("v", layer)), attn._W_V)
+            out += list(
+                _norm_vjp(block.ln1, x, torch.cat([q, k, v], dim=2)).split(
+                    [q.shape[2], k.shape[2], v.shape[2]], 2
+                )
+            )
+            if not cfg.attn_only:
+                mlp_x = x if cfg.parallel_residual else kept[act_name("resid_mid", layer)]
+                normalized = grad(f"blocks.{layer}.ln2.hook_normalized")[:, :, None]
+                out.append(_norm_vjp(block.ln2, mlp_x, normalized))
+        out.append(grad(final).float()[:, :, None])
+    return out
+
+
+def _norm_vjp(
+    norm: torch.nn.Module, x: Tensor, cotangent: Tensor
+) -> Float[Tensor, "batch pos reader d_model"]:
+    """Vector-Jacobian products of a block's input norm at x [B, P, d] for cotangents [B, P, R, d]
+    (one per reader), in closed form: for y = w * c / s + b with c = x (- mean x for LayerNorm) and
+    s = sqrt(mean(c^2) + eps), dy^T g = P(w g / s - c <w g, c> / (d s^3)), P centring for LayerNorm."""
+    g = cotangent.float()
+    if not isinstance(norm, Norm):  # no input norm (the block reads the residual stream itself)
+        return g
+    c = x.detach().float()[:, :, None, :]  # [B, P, 1, d]
+    if norm.center:
+        c = c - c.mean(-1, keepdim=True)
+    scale = (c.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()  # [B, P, 1, 1]
+    if norm.w is not None:
+        g = g * norm.w.float()
+    out = g / scale - c * ((g * c).sum(-1, keepdim=True) / (c.shape[-1] * scale.pow(3)))
+    return out - out.mean(-1, keepdim=True) if norm.center else out
 
 
 def _exact_scores(

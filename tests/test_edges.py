@@ -298,6 +298,20 @@ def _planted_model(seed: int = 0) -> interp.HookedTransformer:
     return model.eval()
 
 
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_reader_gradients_from_one_backward_pass_equal_the_edge_level_forward(arch: str) -> None:
+    """Without interventions EAP takes readers' gradients from an ordinary backward pass and each
+    input norm's VJP; they must equal the gradients of the reader-by-reader edge-level forward."""
+    model = _random_model(seed=2, **ARCHITECTURES[arch])
+    clean, _, last = _pairs(model.cfg.d_vocab, [7, 9, 8])
+    metric, ids, graph = _metric(3, model.cfg.d_vocab, last), torch.arange(3), edges.edge_graph(model)
+    fast = edges._reader_grads(model, graph, clean, metric, ids, None)
+    edge_level = edges._reader_grads(model, graph, clean, metric, ids, edges._Intervention())
+    assert len(fast) == len(edge_level)
+    for a, b in zip(fast, edge_level, strict=True):
+        torch.testing.assert_close(a, b, atol=ATOL * max(1.0, float(b.abs().max())), rtol=0)
+
+
 @pytest.mark.parametrize("method", ["eap", "eap-ig"])
 def test_scores_by_reader_position_equal_one_run_per_position(method: str) -> None:
     """One backward pass scored at several reader positions equals a run per position, and the
