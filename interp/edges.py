@@ -586,7 +586,8 @@ def edge_attribution_by_position(
                 if progress:
                     progress(done, total)
             for name, positions in reader_positions.items():
-                _score_from_grads(graph, _at_positions(delta, positions, ids), grads_sum, scores[name], group)
+                at_delta, at_grads = _at_positions(delta, grads_sum, positions, ids)
+                _score_from_grads(graph, at_delta, at_grads, scores[name], group)
     return {
         name: EdgeScores(
             graph,
@@ -607,13 +608,17 @@ def _check_method(method: str, steps: int) -> None:
         raise ValueError(f"steps must be at least 1, got {steps}.")
 
 
-def _at_positions(delta: Tensor, positions: Tensor | None, ids: Tensor) -> Tensor:
-    """delta [W, B|1, P, d] kept at one position per prompt of the batch `ids` (None: everywhere)."""
+def _at_positions(
+    delta: Tensor, grads: list[Tensor], positions: Tensor | None, ids: Tensor
+) -> tuple[Tensor, list[Tensor]]:
+    """delta [W, B|1, P, d] and readers' gradients [B, P, R, d] at one position per prompt of the
+    batch `ids` ([W, B, 1, d], [B, 1, R, d]); None: every position (unchanged)."""
     if positions is None:
-        return delta
-    at_pos = torch.zeros(len(ids), delta.shape[2], dtype=torch.bool)
-    at_pos[torch.arange(len(ids)), positions[ids].cpu()] = True
-    return delta * at_pos[None, :, :, None].to(delta.device)
+        return delta, grads
+    rows = torch.arange(len(ids), device=delta.device)
+    pos = positions[ids].to(delta.device)
+    at_delta = delta.expand(-1, len(ids), -1, -1)[:, rows, pos][:, :, None]
+    return at_delta, [grad[rows, pos][:, None] for grad in grads]
 
 
 def _writer_groups(graph: EdgeGraph) -> list[slice]:
