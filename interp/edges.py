@@ -47,6 +47,7 @@ from torch import Tensor
 
 from interp.cache import act_name
 from interp.config import Config
+from interp.devices import module_weight
 from interp.metrics import _token_values, logits_at
 from interp.model import HookedTransformer, Norm
 
@@ -711,9 +712,12 @@ def _reader_grads_by_norm_vjp(
             block = model.blocks[layer]
             attn = block.attn
             x = kept[act_name("resid_pre", layer)]
-            q = torch.einsum("bphe,hde->bphd", grad(act_name("q", layer)), attn.W_Q)
-            k = torch.einsum("bpge,gde->bpgd", grad(act_name("k", layer)), attn._W_K)
-            v = torch.einsum("bpge,gde->bpgd", grad(act_name("v", layer)), attn._W_V)
+            g_q, g_k, g_v = (grad(act_name(kind, layer)) for kind in "qkv")
+            # Weights read in where accelerate offloaded the block (device_map).
+            W_Q, W_K, W_V = (module_weight(attn, name, g_q.device) for name in ("W_Q", "_W_K", "_W_V"))
+            q = torch.einsum("bphe,hde->bphd", g_q, W_Q)
+            k = torch.einsum("bpge,gde->bpgd", g_k, W_K)
+            v = torch.einsum("bpge,gde->bpgd", g_v, W_V)
             out += list(
                 _norm_vjp(block.ln1, x, torch.cat([q, k, v], dim=2)).split(
                     [q.shape[2], k.shape[2], v.shape[2]], 2
@@ -741,7 +745,7 @@ def _norm_vjp(
         c = c - c.mean(-1, keepdim=True)
     scale = (c.pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()  # [B, P, 1, 1]
     if norm.w is not None:
-        g = g * norm.w.float()
+        g = g * module_weight(norm, "w", g.device).float()  # read in if offloaded
     out = g / scale - c * ((g * c).sum(-1, keepdim=True) / (c.shape[-1] * scale.pow(3)))
     return out - out.mean(-1, keepdim=True) if norm.center else out
 
