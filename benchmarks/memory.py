@@ -71,7 +71,7 @@ def run_mode(mode: str, batch: int, pos: int) -> dict:
                 "full cache to CPU": (None, {"device": "cpu"}),
             }[mode]
             _, cache = model.run_with_cache(tokens, names_filter=names, **kwargs)
-            cached_mib = sum(t.numel() * t.element_size() for t in cache.activations.values()) / 2**20
+            cached_mib = sum(t.numel() * t.element_size() for t in cache.cache_dict.values()) / 2**20
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     result = {"mode": mode, "peak_mib": peak - baseline, "cached_mib": cached_mib, "seconds": seconds}
