@@ -218,12 +218,10 @@ def ablated_metrics(
     _check_logit_pos(logit_pos, tokens)
     site_sets = [ablation_sites(model, heads=heads) for heads in head_sets]
     names = sorted({site.name for sites in site_sets for site in sites})
-    n_pos = tokens.shape[1]
     sources = {}
     for name in names:
         value = replacement.values(name, tokens.shape[0], groups)
-        sources[name] = value[:, :n_pos] if value.ndim > 1 else value
-    for name in names:
+        sources[name] = value[:, : tokens.shape[1]] if value.ndim > 1 else value
         _check_length(name, tokens, sources[name])
     return run_site_sets(model, tokens, site_sets, sources, metric, None, batch_size, logit_pos)
 

@@ -379,10 +379,18 @@ def _edge_forward(
                 diffs[writer] = mlp_out.view(n_k, batch, n_pos, d_model) - iv.ablated[writer]
                 resid_ablated = resid_ablated + iv.ablated[writer]
         final = reader_input(resid, resid_ablated, graph.n_readers - 1)[:, :, 0]
+    return _unembed(model, final, logit_pos)
+
+
+def _unembed(
+    model: HookedTransformer, final: Float[Tensor, "rows pos d_model"], logit_pos: Int[Tensor, " rows"] | None
+) -> Float[Tensor, "rows pos d_vocab"]:
+    """Logits of the final residual stream; with `logit_pos` only there (one position per row, zero
+    elsewhere), differentiably."""
     if logit_pos is None:
         return model.unembed(model.ln_final(final))
     rows = torch.arange(final.shape[0], device=final.device)
-    read = model.unembed(model.ln_final(final[rows, logit_pos][:, None]))[:, 0]  # [KB, d_vocab]
+    read = model.unembed(model.ln_final(final[rows, logit_pos][:, None]))[:, 0]  # [rows, d_vocab]
     logits = torch.zeros(*final.shape[:2], read.shape[-1], dtype=read.dtype, device=read.device)
     return logits.index_put((rows, logit_pos), read)
 
@@ -597,7 +605,7 @@ def edge_attribution_by_position(
             ablation,
             steps,
             clean.shape[0],
-        )  # fmt: skip
+        )
         for name, s in scores.items()
     }
 
@@ -672,8 +680,8 @@ def _reader_grads_by_norm_vjp(
     vector-Jacobian product of its own path through the block's input norm: query head h gets
     VJP_norm(x, dm/dq_h W_Q[h]^T), a key/value head VJP_norm(x, dm/dk_g W_K[g]^T), the MLP
     VJP_norm(x, dm/d(normalised MLP input)), the logits dm/d(final residual stream). The norm's VJP
-    runs on [batch, pos, readers, d_model] copies of x, which is cheap next to running the whole
-    model on them (what `_edge_forward` does with interventions)."""
+    is closed-form (`_norm_vjp`), which is cheap next to running the whole model on one copy of the
+    residual stream per reader (what `_edge_forward` does with interventions)."""
     cfg = model.cfg
     kept: dict[str, Tensor] = {}
 
@@ -692,14 +700,7 @@ def _reader_grads_by_norm_vjp(
         embed = embed.detach().requires_grad_(True)
         with model.hooks(fwd_hooks=[(name, keep) for name in names + [final]]):
             resid = model(embed, start_at_layer=0, stop_at_layer=cfg.n_layers)
-        logit_pos = _logit_pos(metric, ids, tokens.shape[1])
-        if logit_pos is None:
-            logits = model.unembed(model.ln_final(resid))
-        else:
-            rows = torch.arange(resid.shape[0], device=resid.device)
-            read = model.unembed(model.ln_final(resid[rows, logit_pos][:, None]))[:, 0]
-            logits = torch.zeros(*resid.shape[:2], read.shape[-1], dtype=read.dtype, device=read.device)
-            logits = logits.index_put((rows, logit_pos), read)
+        logits = _unembed(model, resid, _logit_pos(metric, ids, tokens.shape[1]))
         metric(logits, ids).sum().backward()
 
     def grad(name: str) -> Tensor:

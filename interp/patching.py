@@ -201,9 +201,8 @@ def run_site_sets(
                     if segment < n_layers:
                         next_groups += [(sub, out) for (sub, _, _), out in zip(part, outputs, strict=True)]
                         continue
-                    for (runs, _, _), logits in zip(
-                        part, outputs, strict=True
-                    ):  # before the buffer is reused
+                    # The final segment: take each run's metric before the logit buffer is reused.
+                    for (runs, _, _), logits in zip(part, outputs, strict=True):
                         value = _apply_metric(metric, logits, batch)
                         for i in runs:
                             values[i] = value

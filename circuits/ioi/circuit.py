@@ -898,14 +898,15 @@ def path_patching_effects(
     mean-ablated in every run. Prompts of each length run cut to that length (`by_length`).
     """
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    last = n_layers if receivers is None else max(layer for layer, _ in receivers)
-    grid = [(layer, head) for layer in range(last) for head in range(n_heads)]
-    sweep_senders = grid if senders is None else list(senders)
+    if senders is None:
+        last = n_layers if receivers is None else max(layer for layer, _ in receivers)
+        senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
+    sweep_senders = list(senders)
+    to = "logits" if receivers is None else [(layer, head, receiver_input) for layer, head in receivers]
 
     def patch(group: IOIPrompts, group_abc: IOIPrompts) -> Tensor:
         """[n_senders + 1, batch]: each sender's patched logit diff, then the clean one."""
         hooks = [] if ablated is None else ablated[0].hooks(ablated[1], group)
-        to = "logits" if receivers is None else [(layer, head, receiver_input) for layer, head in receivers]
         with model.hooks(fwd_hooks=hooks):
             patched = path_patching(
                 model,
