@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 import interp
-from interp.loading import OFFLINE_MODELS
+from interp.io.sources import OFFLINE_MODELS
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:

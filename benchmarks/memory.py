@@ -21,7 +21,7 @@ import time
 import torch
 
 import interp
-from interp.streaming import cache_to_disk
+from interp.runtime.streaming import cache_to_disk
 
 MODES = {
     "forward only": "a forward pass, nothing cached",

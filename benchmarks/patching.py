@@ -24,8 +24,8 @@ import torch
 
 import interp
 from interp import metrics
-from interp.loading import OFFLINE_MODELS
-from interp.patching import activation_patching, attribution_patching, compare_to_exact
+from interp.interventions.patching import activation_patching, attribution_patching, compare_to_exact
+from interp.io.sources import OFFLINE_MODELS
 
 PAIRS = [("Mary", "John"), ("Tom", "James"), ("Anna", "Paul"), ("Sarah", "David"),
          ("Lisa", "Mark"), ("Emma", "Peter"), ("Kate", "Michael"), ("Laura", "Daniel")]  # fmt: skip

@@ -16,8 +16,8 @@ import torch
 import interp
 from circuits.ioi.dataset import make_ioi_dataset
 from interp import metrics
-from interp.distributed import connect, patching_sweep
-from interp.patching import activation_patching
+from interp.interventions.patching import activation_patching
+from interp.runtime.distributed import connect, patching_sweep
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ Each command parses options, calls one library function, and renders its result.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -15,7 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 
 import interp
-from interp.patching import COMPONENTS
+from interp.interventions.patching import COMPONENTS
+from interp.runtime.memory import keep_freed_memory
 from interp.training import TASKS
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
@@ -52,6 +54,8 @@ def _root(
     ),
 ) -> None:
     """Mechanistic interpretability reports for transformer language models."""
+    if os.environ.get("INTERP_RETURN_FREED_MEMORY") != "1":
+        keep_freed_memory(True)  # the command's choice of allocator policy (see interp.runtime.memory)
 
 
 MODEL_HELP = (
@@ -246,7 +250,7 @@ def patch(
 
     from circuits.ioi.dataset import make_ioi_dataset
     from interp import metrics
-    from interp.patching import HEAD_COMPONENTS, activation_patching
+    from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
 
     loaded = load(model)
     try:

@@ -67,8 +67,8 @@ from rich.progress import Progress
 from torch import Tensor
 
 import interp
-from interp.ablation import ablation_hooks
-from interp.devices import module_weight
+from interp.interventions.ablation import ablation_hooks
+from interp.io.devices import module_weight
 from interp.tasks import repeated_sequences
 
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")

@@ -4,7 +4,7 @@
     plot_head_sweep(frame, "induction", "induction.png")     # each head's score against the step
     frame = head_sweep(["toy-induction", "smollm2-135m"], ray="local")  # one Ray task per model
 
-Each model or checkpoint is one shard of `interp.distributed.map_shards`: with `ray` the reports
+Each model or checkpoint is one shard of `interp.runtime.distributed.map_shards`: with `ray` the reports
 run on Ray workers, with `store` a stopped sweep resumes from the reports it has finished.
 The table has one row per (source, layer, head) and the columns of `HeadReport.table`.
 """
@@ -21,7 +21,7 @@ import torch
 
 import interp
 from circuits.heads import head_report
-from interp.distributed import map_shards
+from interp.runtime.distributed import map_shards
 from interp.training import CHECKPOINTS
 
 
@@ -41,7 +41,7 @@ def run_on_ray(fn: Callable[..., Any], source: str | Path, ray: str, **options: 
 
 
 def _gpus_per_task(ray: str) -> float:
-    from interp.distributed import connect, require_ray
+    from interp.runtime.distributed import connect, require_ray
 
     connect(ray)
     return 1.0 if require_ray().cluster_resources().get("GPU", 0) >= 1 else 0.0
@@ -68,7 +68,7 @@ def head_sweep(
 ) -> pd.DataFrame:
     """`head_report` of every source (a model name or directory), concatenated: one row per
     (source, layer, head). labels name the sources in the `source` column (default: as given).
-    ray, store: see interp.distributed.map_shards."""
+    ray, store: see interp.runtime.distributed.map_shards."""
     labels = [str(s) for s in sources] if labels is None else list(labels)
     if len(labels) != len(sources):
         raise ValueError(f"{len(sources)} sources but {len(labels)} labels.")

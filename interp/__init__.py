@@ -1,12 +1,28 @@
-"""interp: a hookable transformer for mechanistic interpretability."""
+"""interp: a hookable transformer for mechanistic interpretability.
 
-import interp.memory  # noqa: F401  (keeps freed memory for reuse; see interp/memory.py)
-from interp.cache import ActivationCache, act_name
-from interp.config import Config, HookedTransformerConfig
-from interp.devices import default_device
-from interp.loading import DEFAULT_MODEL, OFFLINE_MODELS, from_hf, load_model
-from interp.metrics import next_token_loss
-from interp.model import HookedTransformer
+Layers, each importing only from those before it (see ARCHITECTURE.md): config, types -> io ->
+model -> interventions -> edges -> tasks -> training, viz, runtime, compat.
+Importing interp changes nothing in the process (no allocator policy, no output); the
+`interventions` modules are reachable as `interp.metrics`, `interp.patching`, `interp.ablation`.
+"""
+
+import importlib
+
+from interp.compat.transformer_lens import HookedTransformerConfig
+from interp.config import Config
+from interp.io.devices import default_device
+from interp.io.sources import DEFAULT_MODEL, OFFLINE_MODELS
+from interp.model import ActivationCache, HookedTransformer, act_name, from_hf, load_model, next_token_loss
+
+_INTERVENTIONS = ("metrics", "patching", "ablation", "engine", "stats")
+
+
+def __getattr__(name: str):
+    """`interp.interventions.metrics` etc.: the modules of interp.interventions, imported on first use."""
+    if name in _INTERVENTIONS:
+        return importlib.import_module(f"interp.interventions.{name}")
+    raise AttributeError(f"module 'interp' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -1,7 +1,7 @@
 """Model configuration: one dataclass describes every architecture interp runs.
 
 An architecture is a handful of choices (which norm, which positions, which MLP, parallel or
-sequential residual), not a class of its own. `interp.architectures` maps `transformers` configs onto
+sequential residual), not a class of its own. `interp.io.architectures` maps `transformers` configs onto
 these fields; models we train ourselves set them directly.
 """
 
@@ -14,13 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-
-from interp.transformer_lens_api import (
-    _CONFIG_NAMES,
-    _FROM_NORMALIZATION_TYPE,
-    _FROM_POSITIONAL_TYPE,
-    TransformerLensConfig,
-)
+from jaxtyping import Float
+from torch import Tensor
 
 Normalization = Literal["layernorm", "rmsnorm"]
 Positional = Literal["learned", "rotary", "none"]
@@ -30,11 +25,13 @@ AttentionType = Literal["global", "local"]
 
 
 @dataclass
-class Config(TransformerLensConfig):
+class Config:
     """Shape and architecture of a decoder-only transformer.
 
-    TransformerLens's names for these fields (`cfg.act_fn`, `cfg.normalization_type`, `cfg.device`,
-    ...) are read-only views, see `interp.transformer_lens_api.TransformerLensConfig`.
+    A Config describes a checkpoint; it never reads the model. TransformerLens's names for these
+    fields (`cfg.act_fn`, `cfg.normalization_type`, ...) are read-only properties below.
+    `device` and `dtype` say where the model's weights are: the model keeps them current when it
+    moves (`model.to(...)`); they are not saved with a checkpoint.
     Sizes: `d_head` defaults to d_model // n_heads, `n_kv_heads` to n_heads (no grouped-query
     attention), `d_mlp` to 4 * d_model, `rotary_dim` to d_head (all dims rotated).
 
@@ -100,14 +97,11 @@ class Config(TransformerLensConfig):
     nope_layers: list[int] = field(default_factory=list)
     num_experts: int | None = None
     experts_per_token: int | None = None
-    # Opt-in hook points (they cost memory): per-head outputs and per-head attention inputs.
-    use_attn_result: bool = False
-    use_split_qkv_input: bool = False
-    use_hook_mlp_in: bool = False  # hook_mlp_in: the MLP's input before ln2
-    use_attn_in: bool = False  # hook_attn_in: per-head attention input shared by q, k and v
     # Set by weight processing: norms whose weights were folded into the next layer.
     norm_folded: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Where the weights are (kept current by the model; not saved with a checkpoint).
+    device: str = field(default="cpu", compare=False)
+    dtype: torch.dtype = field(default=torch.float32, compare=False)
 
     def __post_init__(self) -> None:
         sizes = {"n_layers": self.n_layers, "d_model": self.d_model, "n_heads": self.n_heads,
@@ -155,59 +149,106 @@ class Config(TransformerLensConfig):
             if kind not in AttentionType.__args__:
                 raise ValueError(f"attn_types entry {kind!r} is not one of {AttentionType.__args__}.")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _HOOK_SETTINGS:
+            raise AttributeError(
+                f"{name} is a setting of the model's hook points, not of its Config: use "
+                f"model.set_{name}({value!r}) or `with model.settings({name}={value!r}):`."
+            )
+        if name not in _FIELD_NAMES:
+            raise AttributeError(f"Config has no field {name!r}; fields: {sorted(_FIELD_NAMES)}.")
+        super().__setattr__(name, value)
+
     @property
     def group_size(self) -> int:
         """Query heads per key/value head (1 without grouped-query attention)."""
         return self.n_heads // self.n_kv_heads
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields that describe the checkpoint (not where it is loaded: device, dtype)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in _RUNTIME_FIELDS}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Config:
-        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in values.items() if k not in _LEGACY_FIELDS}
+        known = _FIELD_NAMES - _RUNTIME_FIELDS
         unknown = set(values) - known
         if unknown:
             raise ValueError(f"Unknown config fields {sorted(unknown)}; known: {sorted(known)}.")
         return cls(**values)
 
+    # --- TransformerLens's names for these fields (read-only) -----------------------------------
 
-def HookedTransformerConfig(  # noqa: N802  (TransformerLens's class name, so that its code runs)
-    act_fn: str = "gelu_new",
-    normalization_type: str | None = "LN",
-    positional_embedding_type: str = "standard",
-    d_vocab_out: int = -1,
-    seed: int | None = None,
-    **kwargs: Any,
-):
-    """An interp `Config` from TransformerLens's `HookedTransformerConfig` arguments, e.g.
-    `HookedTransformer(HookedTransformerConfig(n_layers=2, d_model=64, n_ctx=32, d_head=16,
-    act_fn="relu", attn_only=True, d_vocab=100))`. Arguments interp has no equivalent for raise.
-    """
-    unknown = sorted(set(kwargs) - set(_CONFIG_NAMES))
-    if unknown:
-        raise TypeError(
-            f"interp's config has no equivalent of {unknown}; supported: {sorted(_CONFIG_NAMES)}."
-        )
-    if normalization_type not in _FROM_NORMALIZATION_TYPE:
-        raise ValueError(f"normalization_type={normalization_type!r}: interp supports 'LN' and 'RMS'.")
-    if positional_embedding_type not in _FROM_POSITIONAL_TYPE:
-        raise ValueError(
-            f"positional_embedding_type={positional_embedding_type!r}: interp supports 'standard', 'rotary'."
-        )
-    if d_vocab_out not in (-1, kwargs.get("d_vocab")):
-        raise ValueError("interp's unembedding has d_vocab outputs; d_vocab_out must equal d_vocab.")
-    if "d_head" in kwargs and "n_heads" not in kwargs:
-        kwargs["n_heads"] = kwargs["d_model"] // kwargs["d_head"]
-    if seed is not None:
-        torch.manual_seed(seed)  # the model's initialisation, as TransformerLens seeds it
-    fields = {_CONFIG_NAMES[name]: value for name, value in kwargs.items()}
-    return Config(
-        activation=act_fn,
-        normalization=_FROM_NORMALIZATION_TYPE[normalization_type],
-        positional=_FROM_POSITIONAL_TYPE[positional_embedding_type],
-        **fields,
-    )
+    @property
+    def act_fn(self) -> str:
+        return self.activation
+
+    @property
+    def normalization_type(self) -> Literal["LN", "LNPre", "RMS", "RMSPre"]:
+        """ "LN"/"RMS", with "Pre" once fold_ln has moved the norm's weights into the next layer."""
+        return _NORMALIZATION_TYPES[self.normalization] + ("Pre" if self.norm_folded else "")
+
+    @property
+    def positional_embedding_type(self) -> str:
+        return _POSITIONAL_TYPES[self.positional]
+
+    @property
+    def n_key_value_heads(self) -> int | None:
+        """None without grouped-query attention, as in TransformerLens."""
+        return None if self.n_kv_heads == self.n_heads else self.n_kv_heads
+
+    @property
+    def d_vocab_out(self) -> int:
+        return self.d_vocab
+
+    @property
+    def eps(self) -> float:
+        return self.norm_eps
+
+    @property
+    def parallel_attn_mlp(self) -> bool:
+        return self.parallel_residual
+
+    @property
+    def original_architecture(self) -> str:
+        return self.architecture
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.model_name
+
+    @property
+    def use_attn_scale(self) -> bool:
+        return True
+
+    @property
+    def final_rms(self) -> bool:
+        return False
+
+    @property
+    def n_params(self) -> int:
+        """Weights in attention and MLP matrices (TransformerLens's count: no embeddings, norms or biases)."""
+        attn = self.n_layers * (2 * self.n_heads + 2 * self.n_kv_heads) * self.d_model * self.d_head
+        n_mlp_matrices = 0 if self.attn_only else 3 if self.gated_mlp else 2
+        mlp = self.n_layers * n_mlp_matrices * self.d_model * self.d_mlp
+        return attn + mlp
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Config))
+_RUNTIME_FIELDS = frozenset({"device", "dtype"})
+# Fields that checkpoints written before hook settings moved to the model may hold: not read.
+_LEGACY_FIELDS = frozenset(
+    {"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "extra"}
+)
+_HOOK_SETTINGS = frozenset({"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in"})
+_NORMALIZATION_TYPES = {"layernorm": "LN", "rmsnorm": "RMS"}
+_POSITIONAL_TYPES = {"learned": "standard", "rotary": "rotary", "none": "none"}
+
+
+def rotary_inv_freq(rotary_dim: int, base: float) -> Float[Tensor, " rotary_dim_half"]:
+    """Inverse frequencies of rotary position embeddings (Su et al. 2021), one per dim pair."""
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float32, device="cpu") / rotary_dim
+    return 1.0 / (base**exponents)

@@ -40,11 +40,15 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm import tqdm
 
-from interp.checkpoint import shipped_checkpoint  # noqa: F401  (public here: notebooks, tests)
 from interp.config import Config
-from interp.loading import load_checkpoint, replace_dir, save_checkpoint
-from interp.metrics import next_token_loss
+from interp.interventions.metrics import next_token_loss
+from interp.io.checkpoint import (
+    replace_dir,
+    save_checkpoint,
+    shipped_checkpoint,  # noqa: F401  (public here: notebooks, tests)
+)
 from interp.model import HookedTransformer
+from interp.model.loading import load_checkpoint
 from interp.tasks import (
     InductionTask,
     MarkovChainTask,

@@ -10,7 +10,10 @@ import pytest
 import torch
 
 import interp
+from interp.runtime.memory import keep_freed_memory
 from interp.tasks import IOIPrompts
+
+keep_freed_memory(True)  # the suite runs under the allocator policy the `interp` command uses
 
 if "OMP_NUM_THREADS" not in os.environ:  # OMP_NUM_THREADS=1 make test runs on one thread
     torch.set_num_threads(2)
@@ -34,7 +37,7 @@ def smollm2_hf():
     """transformers' own model of the same GGUF file, eager attention (the reference)."""
     from transformers import AutoModelForCausalLM
 
-    from interp.loading import OFFLINE_MODELS
+    from interp.io.sources import OFFLINE_MODELS
 
     path = OFFLINE_MODELS["smollm2-135m"]()
     model = AutoModelForCausalLM.from_pretrained(
@@ -76,7 +79,7 @@ def ray_cluster():
     """A local Ray cluster of 2 workers, shared by the tests that need one."""
     import ray
 
-    from interp.distributed import connect
+    from interp.runtime.distributed import connect
 
     connect("local", num_cpus=2)
     yield

@@ -14,8 +14,8 @@ import torch
 import interp
 from circuits.ioi.dataset import ioi_dataset_for
 from interp import metrics
-from interp.distributed import map_shards, patching_sweep
-from interp.patching import activation_patching
+from interp.interventions.patching import activation_patching
+from interp.runtime.distributed import map_shards, patching_sweep
 
 
 def threads_and_square(x: int) -> tuple[int, int, int]:

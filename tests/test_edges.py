@@ -12,6 +12,7 @@ import transformers
 
 import interp
 from interp import edges
+from interp.edges import attribution
 
 ATOL = 1e-4
 
@@ -305,8 +306,8 @@ def test_reader_gradients_from_one_backward_pass_equal_the_edge_level_forward(ar
     model = _random_model(seed=2, **ARCHITECTURES[arch])
     clean, _, last = _pairs(model.cfg.d_vocab, [7, 9, 8])
     metric, ids, graph = _metric(3, model.cfg.d_vocab, last), torch.arange(3), edges.edge_graph(model)
-    fast = edges._reader_grads(model, graph, clean, metric, ids, None)
-    edge_level = edges._reader_grads(model, graph, clean, metric, ids, edges._Intervention())
+    fast = attribution._reader_grads(model, graph, clean, metric, ids, None)
+    edge_level = attribution._reader_grads(model, graph, clean, metric, ids, edges.Intervention())
     assert len(fast) == len(edge_level)
     for a, b in zip(fast, edge_level, strict=True):
         torch.testing.assert_close(a, b, atol=ATOL * max(1.0, float(b.abs().max())), rtol=0)

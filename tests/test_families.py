@@ -13,7 +13,7 @@ import torch
 import interp
 from circuits.heads import SCORE_NAMES, head_report
 from interp import metrics, patching
-from interp.ablation import ablate
+from interp.interventions.ablation import ablate
 from tests.test_equivalence import HF_CONFIGS, _one_config_per_family, _random_hf_model
 
 ATOL = 1e-4
@@ -75,7 +75,7 @@ def test_folding_norms_keeps_log_probs(name: str) -> None:
     tokens = _tokens(model)
     with torch.no_grad():
         expected = model(tokens).log_softmax(-1)
-        interp.weights.process_weights(model, fold_ln=True)
+        interp.model.weights.process_weights(model, fold_ln=True)
         torch.testing.assert_close(model(tokens).log_softmax(-1), expected, atol=ATOL, rtol=0)
 
 

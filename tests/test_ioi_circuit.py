@@ -385,7 +385,7 @@ def test_prompts_cut_to_their_length_give_the_padded_batch_results(smollm2):
         torch.testing.assert_close(values, padded, atol=1e-4, rtol=0)
     senders = [(16, 0), (20, 0), (22, 5)]
     effects = path_patching_effects(smollm2, clean, abc, [(23, 0), (23, 3)], "q", "END", senders=senders)
-    padded = interp.patching.path_patching(
+    padded = interp.interventions.patching.path_patching(
         smollm2, clean.tokens, abc.tokens, clean.logit_diff, [(23, 0, "q"), (23, 3, "q")], senders,
         receiver_pos=clean.positions["END"],
     )  # fmt: skip

@@ -8,7 +8,7 @@ import torch
 from conftest import tiny_config
 
 import interp
-from interp.streaming import cache_to_disk, iter_shards, load_activations
+from interp.runtime.streaming import cache_to_disk, iter_shards, load_activations
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""interp.metrics on hand-made logits: per-prompt positions, answers, baselines, bad input."""
+"""interp.interventions.metrics on hand-made logits: per-prompt positions, answers, baselines, bad input."""
 
 import pytest
 import torch

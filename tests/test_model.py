@@ -10,7 +10,7 @@ import transformers
 from conftest import IOI_PROMPT, tiny_config
 
 import interp
-from interp.cache import select_pos
+from interp.model.cache import select_pos
 
 
 def _models():
@@ -183,16 +183,16 @@ def test_weight_processing_keeps_log_probs(model, fold_ln, center_writing, cente
         before = model(tokens).log_softmax(-1)
         if center_writing and model.cfg.normalization != "layernorm":
             with pytest.raises(ValueError, match="LayerNorm"):
-                interp.weights.process_weights(model, center_writing_weights=True)
+                interp.model.weights.process_weights(model, center_writing_weights=True)
             center_writing = False
-        interp.weights.process_weights(model, fold_ln, center_writing, center_unembed)
+        interp.model.weights.process_weights(model, fold_ln, center_writing, center_unembed)
         after = model(tokens).log_softmax(-1)
     torch.testing.assert_close(after, before, atol=1e-4, rtol=0)
     assert model.ln_final.w is None and model.cfg.norm_folded
 
 
 def test_save_and_load_round_trip(model, tmp_path) -> None:
-    interp.weights.process_weights(model, fold_ln=True)
+    interp.model.weights.process_weights(model, fold_ln=True)
     model.save(tmp_path / "ckpt")
     loaded = interp.load_model(tmp_path / "ckpt")
     assert loaded.cfg == model.cfg
@@ -354,6 +354,6 @@ def test_half_precision_runs_and_agrees(smollm2, dtype) -> None:
 
 
 def test_memory_policy_switches_both_ways() -> None:
-    from interp.memory import keep_freed_memory
+    from interp.runtime.memory import keep_freed_memory
 
     assert keep_freed_memory(False) and keep_freed_memory(True)  # glibc, as on every supported Linux

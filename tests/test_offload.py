@@ -12,9 +12,9 @@ from circuits.heads import head_report
 from circuits.ioi.circuit import find_ioi_circuit
 from circuits.ioi.dataset import ioi_dataset_for
 from interp import metrics
-from interp.ablation import ablate
-from interp.patching import activation_patching, path_patching
-from interp.streaming import cache_to_disk, load_activations
+from interp.interventions.ablation import ablate
+from interp.interventions.patching import activation_patching, path_patching
+from interp.runtime.streaming import cache_to_disk, load_activations
 
 PROMPTS = [IOI_PROMPT, "When Tom and Anna went to the park, Anna gave a ball to"]
 

@@ -9,7 +9,7 @@ from conftest import tiny_config
 
 import interp
 from interp import metrics, patching
-from interp.patching import Site
+from interp.interventions.patching import Site
 
 BATCH, POS = 3, 7
 

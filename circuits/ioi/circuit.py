@@ -71,8 +71,9 @@ from torch import Tensor
 import interp
 from circuits.ioi.dataset import TOY_IOI_MODEL, ioi_dataset_for
 from interp import edges
-from interp.ablation import Replacement, ablated_metrics, ablation_sites
-from interp.patching import Site, forward_logits, path_patching, site_mask
+from interp.interventions.ablation import Replacement, ablated_metrics, ablation_sites
+from interp.interventions.engine import Site, forward_logits, site_mask
+from interp.interventions.patching import path_patching
 from interp.tasks import IOIPrompts
 
 Head = tuple[int, int]  # (layer, head)
@@ -876,7 +877,7 @@ def _all_heads(model: interp.HookedTransformer) -> list[Head]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Interventions (interp.patching, interp.ablation)
+# Interventions (interp.interventions.patching, interp.interventions.ablation)
 
 
 def path_patching_effects(

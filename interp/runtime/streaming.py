@@ -61,7 +61,7 @@ def _write_atomic(tensors: dict[str, Tensor], path: Path, metadata: dict[str, st
 
 def _as_tokens(model: HookedTransformer, prompts: Tensor | Sequence[str]) -> Tensor:
     if isinstance(prompts, Tensor):
-        return model._as_tokens(prompts, None).cpu()
+        return model.input_tokens(prompts).cpu()
     return model.to_tokens(list(prompts)).cpu()  # right-padded to the longest prompt
 
 
@@ -82,7 +82,7 @@ def cache_to_disk(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     tokens = _as_tokens(model, prompts)
-    names = model._resolve_names(names_filter)
+    names = model.hook_names(names_filter)
     if not names:
         raise ValueError("names_filter selects no hook; name at least one, e.g. 'blocks.0.hook_resid_post'.")
     out_dir = Path(out_dir)

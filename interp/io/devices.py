@@ -1,6 +1,6 @@
 """Where tensors live: the default device, and weights of blocks that accelerate offloaded.
 
-`load_model(device_map=...)` (see `interp.loading.dispatch`) leaves the parameters of blocks
+`load_model(device_map=...)` (see `interp.model.loading.dispatch`) leaves the parameters of blocks
 offloaded to CPU or disk on the meta device between forward passes; `module_weight` reads them in.
 """
 
@@ -22,6 +22,16 @@ def default_device() -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"INTERP_DEVICE={name!r} but torch sees no CUDA device; unset it or use cpu.")
     return device
+
+
+def transformer_lens_device() -> torch.device:
+    """TransformerLens's default device for from_pretrained: a GPU where there is one, else the CPU
+    (interp.load_model's default is `default_device`: $INTERP_DEVICE, else CPU)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
 
 
 def module_weight(module: nn.Module, attr: str, device: str | torch.device) -> Tensor:

@@ -17,8 +17,7 @@ import einops
 import torch
 from torch import Tensor
 
-from interp.config import Config
-from interp.model import rotary_inv_freq
+from interp.config import Config, rotary_inv_freq
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp.patching import Direction, PatchResult, Positions, activation_patching
+from interp.interventions.patching import Direction, PatchResult, PositionAxis, activation_patching
 
 RAY_HINT = 'Ray is an optional extra: pip install "interp[ray]"'
 
@@ -166,7 +166,7 @@ PromptMetric = Callable[[Tensor, Tensor], Tensor]  # (logits [batch, pos, d_voca
 @functools.lru_cache(maxsize=2)
 def _cached_model(source: str, load_options: tuple) -> Any:
     """One loaded model per worker process and source (load_model's options as sorted items)."""
-    from interp.loading import load_model
+    from interp.model.loading import load_model
 
     return load_model(source, **dict(load_options)).eval()
 
@@ -194,7 +194,7 @@ def patching_sweep(
     corrupted: Tensor,
     metric: PromptMetric,
     component: str = "z",
-    positions: Positions = None,
+    positions: PositionAxis = None,
     layers: Sequence[int] | None = None,
     direction: Direction = "denoise",
     n_shards: int = 2,

@@ -1,6 +1,6 @@
 """Checkpoint directories on disk: config.json + model.safetensors + tokenizer/, written atomically,
-and the toy checkpoints shipped with interp. Knows nothing of how a model is built (see
-`interp.loading.load_checkpoint`), so that the model, loading and training all import it one way.
+and the toy checkpoints shipped with interp. Reads and writes (Config, state dict, tokenizer);
+knows nothing of how a model is built (see `interp.model.loading`).
 """
 
 from __future__ import annotations
@@ -10,15 +10,26 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, NamedTuple
 
-from safetensors.torch import save_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from interp.model import HookedTransformer
+from interp.config import Config
+
+
+class LoadedWeights(NamedTuple):
+    """What a source holds: the model's config, its state dict (interp's parameter names) and its
+    tokenizer (None for models that work on token ids only)."""
+
+    cfg: Config
+    state_dict: dict[str, Tensor]
+    tokenizer: Any = None
+
 
 CHECKPOINT_FORMAT = "interp-checkpoint-1"
-SHIPPED_DIR = Path(__file__).parent / "data"
+SHIPPED_DIR = Path(__file__).parent.parent / "data"
 SHIPPED_MODELS = ("toy-induction", "toy-ioi")
 
 
@@ -43,7 +54,12 @@ def is_checkpoint(path: Path) -> bool:
         return False
 
 
-def save_checkpoint(model: HookedTransformer, directory: str | Path, extra: dict | None = None) -> Path:
+def save_checkpoint(model: nn.Module, directory: str | Path, extra: dict | None = None) -> Path:
+    """Write a model's config.json, model.safetensors and tokenizer/ into `directory`, atomically."""
+    return write_checkpoint(LoadedWeights(model.cfg, model.state_dict(), model.tokenizer), directory, extra)
+
+
+def write_checkpoint(weights: LoadedWeights, directory: str | Path, extra: dict | None = None) -> Path:
     """Write config.json, model.safetensors and tokenizer/ into `directory`, atomically.
 
     Everything is written to a temporary sibling directory first and renamed into place, so an
@@ -56,11 +72,11 @@ def save_checkpoint(model: HookedTransformer, directory: str | Path, extra: dict
     os.umask(umask)
     tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; a checkpoint is an ordinary directory
     try:
-        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        state = {k: v.detach().contiguous().cpu() for k, v in weights.state_dict.items()}
         save_file(state, tmp / "model.safetensors")
-        if model.tokenizer is not None:
-            model.tokenizer.save_pretrained(tmp / "tokenizer")
-        meta = {"format": CHECKPOINT_FORMAT, "config": model.cfg.to_dict(), **(extra or {})}
+        if weights.tokenizer is not None:
+            weights.tokenizer.save_pretrained(tmp / "tokenizer")
+        meta = {"format": CHECKPOINT_FORMAT, "config": weights.cfg.to_dict(), **(extra or {})}
         (tmp / "config.json").write_text(json.dumps(meta, indent=2))
         replace_dir(tmp, directory)
     except BaseException:
@@ -79,3 +95,24 @@ def replace_dir(source: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         source.rename(target)
+
+
+def read_checkpoint(directory: str | Path) -> LoadedWeights:
+    """The config, weights and tokenizer of a checkpoint directory written by `write_checkpoint`."""
+    directory = Path(directory)
+    meta = json.loads((directory / "config.json").read_text())
+    cfg = Config.from_dict(meta["config"])
+    weights_file = directory / "model.safetensors"
+    try:
+        state = load_file(weights_file)
+    except (SafetensorError, OSError) as error:
+        raise ValueError(
+            f"The weights file {weights_file} is missing, truncated or corrupted ({error}). "
+            "Re-create the checkpoint (or delete it if it is a cache entry)."
+        ) from error
+    tokenizer = None
+    if (directory / "tokenizer").is_dir():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(directory / "tokenizer")
+    return LoadedWeights(cfg, state, tokenizer)

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from jaxtyping import Float, Int
-from torch import Tensor
+from torch import Tensor, nn
 
-from interp.devices import module_weight
-
-if TYPE_CHECKING:
-    from interp.model import HookedTransformer
+from interp.io.devices import module_weight
+from interp.types import Pos
 
 _BLOCK_HOOKS = {
     "resid_pre",
@@ -37,8 +35,6 @@ _BLOCK_HOOKS = {
 _ATTN_HOOKS = {"q", "k", "v", "z", "result", "pattern", "attn_scores", "rot_q", "rot_k"}
 _MLP_HOOKS = {"pre", "post", "pre_linear"}
 _ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post"}
-
-Pos = int | Int[Tensor, " batch"] | None
 
 
 def act_name(name: str, layer: int | None = None, sublayer: str | None = None) -> str:
@@ -133,7 +129,7 @@ class ActivationCache:
     batch dim and `has_batch_dim` is False.
     """
 
-    def __init__(self, cache_dict: dict[str, Tensor], model: HookedTransformer, has_batch_dim: bool = True):
+    def __init__(self, cache_dict: dict[str, Tensor], model: nn.Module, has_batch_dim: bool = True):
         self.cache_dict = cache_dict
         self.model = model
         self.has_batch_dim = has_batch_dim
@@ -496,10 +492,7 @@ class ActivationCache:
             scale = _select(self[scale_name], pos_slice, pos)
             if has_batch_dim and batch_slice is not None and self.has_batch_dim:
                 scale = _index_dim(scale, 0, batch_index)
-            stack = residual_stack - residual_stack.mean(-1, keepdim=True) if norm.center else residual_stack
-            stack = stack / scale
-            if norm.w is not None:
-                stack = stack * module_weight(norm, "w", stack.device)
+            stack = norm.apply_to_stack(residual_stack, scale)
         _NORMALISED[id(stack)] = stack
         return stack
 

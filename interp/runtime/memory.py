@@ -5,17 +5,20 @@ to the operating system, so every new cache page-faults it back (on SmolLM2, 32x
 cache took 1.65x a forward pass; with freed memory kept, 1.1x). `interp` keeps freed memory on
 import, and serves large tensors from the heap too (glibc maps anything over 32 MiB afresh, and
 page-faults it in on every allocation: SmolLM2's logits for 64 prompts took 33 ms to allocate,
-8.5 ms from the heap): the process's resident size then stays near its peak. Set INTERP_RETURN_FREED_MEMORY=1
-before importing interp, or call `keep_freed_memory(False)`, to restore glibc's default.
+8.5 ms from the heap): the process's resident size then stays near its peak.
+
+Importing interp changes nothing: a process opts in. The `interp` command does (unless
+INTERP_RETURN_FREED_MEMORY=1); a library user calls `keep_freed_memory()`, and
+`keep_freed_memory(False)` restores glibc's default.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+POLICY_APPLIED = False  # whether keep_freed_memory(True) is in effect in this process
 _GLIBC_DEFAULTS = {_M_TRIM_THRESHOLD: 128 * 1024, _M_MMAP_THRESHOLD: 128 * 1024, _M_MMAP_MAX: 65536}
 
 
@@ -31,17 +34,13 @@ def _libc():
 def keep_freed_memory(enabled: bool = True) -> bool:
     """Keep freed heap memory for reuse (True) or return it to the OS (False). Returns whether
     the setting took effect (False off glibc)."""
+    global POLICY_APPLIED
     libc = _libc()
     if libc is None:
         return False
-    if enabled:
-        # Never trim the heap, and serve every allocation from it (no mmap: a fresh mapping of a
-        # large tensor page-faults each time it is allocated).
-        return all(
-            libc.mallopt(option, value) for option, value in ((_M_TRIM_THRESHOLD, -1), (_M_MMAP_MAX, 0))
-        )
-    return all(libc.mallopt(option, value) for option, value in _GLIBC_DEFAULTS.items())
-
-
-if os.environ.get("INTERP_RETURN_FREED_MEMORY") != "1":
-    keep_freed_memory(True)
+    # Enabled: never trim the heap, and serve every allocation from it (no mmap: a fresh mapping of
+    # a large tensor page-faults each time it is allocated).
+    options = ((_M_TRIM_THRESHOLD, -1), (_M_MMAP_MAX, 0)) if enabled else tuple(_GLIBC_DEFAULTS.items())
+    applied = all(libc.mallopt(option, value) for option, value in options)
+    POLICY_APPLIED = enabled and applied
+    return applied

@@ -12,22 +12,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
 
 import torch
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from interp.model import HookedTransformer, Norm
+from interp.model.components import Norm
 
 
 def process_weights(
-    model: HookedTransformer,
+    model: nn.Module,
     fold_ln: bool = False,
     center_writing_weights: bool = False,
     center_unembed: bool = False,
     fold_value_biases: bool = False,
 ) -> None:
+    """Process a HookedTransformer's weights in place (see the module docstring); `model.cfg`
+    becomes a new Config recording what was folded (norm_folded, the biases that now exist)."""
     if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
         return
     with torch.no_grad():
@@ -79,7 +80,7 @@ def _mlp_readers(mlp: nn.Module) -> list[tuple[nn.Module, str, str]]:
     return readers
 
 
-def _fold_ln(model: HookedTransformer) -> None:
+def _fold_ln(model: nn.Module) -> None:
     cfg = model.cfg
     if cfg.norm_folded:
         return
@@ -96,18 +97,19 @@ def _fold_ln(model: HookedTransformer) -> None:
                 raise NotImplementedError("Folding a LayerNorm bias into routed experts is not supported.")
             _fold_norm_into(block.ln2, readers)
     _fold_norm_into(model.ln_final, [(model, "W_U", "b_U")])
-    cfg.norm_folded = True
-    cfg.qkv_bias = all(block.attn.b_Q is not None and block.attn._b_K is not None for block in model.blocks)
-    cfg.mlp_bias = cfg.attn_only or all(
-        getattr(block.mlp, "b_in", None) is not None for block in model.blocks
+    cfg = model.cfg = dataclasses.replace(
+        cfg,
+        norm_folded=True,
+        qkv_bias=all(block.attn.b_Q is not None and block.attn._b_K is not None for block in model.blocks),
+        mlp_bias=cfg.attn_only or all(getattr(block.mlp, "b_in", None) is not None for block in model.blocks),
+        unembed_bias=model.b_U is not None,
     )
-    cfg.unembed_bias = model.b_U is not None
     if not cfg.attn_only and cfg.mlp_bias:
         for block in model.blocks:
             _bias(block.mlp, "b_out", (cfg.d_model,), block.mlp.W_out)
 
 
-def _center_writing_weights(model: HookedTransformer) -> None:
+def _center_writing_weights(model: nn.Module) -> None:
     if model.cfg.normalization != "layernorm":
         raise ValueError(
             "center_writing_weights needs LayerNorm (which removes the mean); "
@@ -123,13 +125,13 @@ def _center_writing_weights(model: HookedTransformer) -> None:
             W -= W.mean(-1, keepdim=True)
 
 
-def _center_unembed(model: HookedTransformer) -> None:
+def _center_unembed(model: nn.Module) -> None:
     model.W_U -= model.W_U.mean(-1, keepdim=True)
     if model.b_U is not None:
         model.b_U -= model.b_U.mean()
 
 
-def _fold_value_biases(model: HookedTransformer) -> None:
+def _fold_value_biases(model: nn.Module) -> None:
     for block in model.blocks:
         attn = block.attn
         if attn.b_V is None:
@@ -138,4 +140,6 @@ def _fold_value_biases(model: HookedTransformer) -> None:
         b_O = _bias(attn, "b_O", shift.shape, attn.W_O)
         b_O += shift
         attn._b_V.zero_()
-    model.cfg.attn_out_bias = all(block.attn.b_O is not None for block in model.blocks)
+    model.cfg = dataclasses.replace(
+        model.cfg, attn_out_bias=all(block.attn.b_O is not None for block in model.blocks)
+    )

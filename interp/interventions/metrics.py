@@ -1,33 +1,30 @@
 """Metrics for causal interventions: functions of logits that return one value per prompt.
 
-Every metric maps logits [batch, pos, d_vocab] to a per-example tensor [batch]; the patching and
-ablation functions average, bootstrap and tabulate those. Positions are None (the last position),
-an int, or a LongTensor [batch] (one position per prompt, e.g. each IOI prompt's END).
+One metric type (`interp.types.Metric`): logits [batch, pos, d_vocab] -> [batch]. A metric with
+per-prompt answers may also take the prompts' indices, metric(logits, rows), so that it can score
+a sub-batch; `AnswerMetric` (`logit_diff_metric`, `prob_metric`) does, and every batched function
+calls metrics through `for_rows`. Positions are None (the last position), an int, or a LongTensor
+[batch] (one position per prompt, e.g. each IOI prompt's END).
 
-    metric = lambda logits: logit_diff(logits, io_token, s_token, pos=end)
+    metric = logit_diff_metric(io_token, s_token, pos=end)               # metric(logits[, rows])
+    metric = lambda logits: logit_diff(logits, io_token, s_token, pos=end)   # all prompts at once
     metric = normalized(metric, clean_logits, corrupted_logits)   # 0 = corrupted, 1 = clean
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.cache import Pos
-
-Metric = Callable[[Tensor], Tensor]
-
-
-def next_token_loss(
-    logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"], per_token: bool = False
-) -> Tensor:
-    """Cross-entropy of predicting tokens[:, 1:] from logits[:, :-1], in nats."""
-    log_probs = logits[:, :-1].float().log_softmax(-1)
-    loss = -log_probs.gather(-1, tokens[:, 1:, None])[..., 0]  # [batch, pos-1]
-    return loss if per_token else loss.mean()
+from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
+from interp.types import Metric as Metric
+from interp.types import Pos
 
 
 def logits_at(logits: Float[Tensor, "batch pos d_vocab"], pos: Pos = None) -> Float[Tensor, "batch d_vocab"]:
@@ -128,3 +125,74 @@ def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -
         return (metric(logits) - corrupted_value) / gap
 
     return normalized_metric
+
+
+@dataclass
+class AnswerMetric:
+    """A metric with per-prompt answers read at one position per prompt (None: the last):
+    logit(correct) - logit(incorrect) ("logit_diff") or p(correct) ("prob"); several answers per
+    prompt ([batch, n]) are averaged.
+
+    `metric(logits)` scores every prompt; `metric(logits, rows)` scores the prompts `rows` ([batch]
+    indices into the answers) when logits hold a sub-batch. Knowing the position lets batched runs
+    unembed that position only (`positions`).
+    """
+
+    kind: Literal["logit_diff", "prob"]
+    correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"]
+    incorrect: Int[Tensor, " batch"] | Int[Tensor, "batch n"] | None = None
+    pos: Int[Tensor, " batch"] | None = None
+
+    def __call__(
+        self, logits: Float[Tensor, "batch pos d_vocab"], rows: Int[Tensor, " batch"] | None = None
+    ) -> Float[Tensor, " batch"]:
+        rows = torch.arange(logits.shape[0]) if rows is None else rows
+        end = logits_at(logits, None if self.pos is None else self.pos[rows]).float()
+        if self.kind == "prob":
+            return _token_values(end.softmax(-1), self.correct[rows])
+        return _token_values(end, self.correct[rows]) - _token_values(end, self.incorrect[rows])
+
+    def positions(self, rows: Int[Tensor, " batch"], n_pos: int) -> Int[Tensor, " batch"]:
+        """The position each of `rows` is read at."""
+        return torch.full_like(rows, n_pos - 1) if self.pos is None else self.pos[rows]
+
+
+def logit_diff_metric(
+    correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"],
+    incorrect: Int[Tensor, " batch"] | Int[Tensor, "batch n"],
+    pos: Int[Tensor, " batch"] | None = None,
+) -> AnswerMetric:
+    """logit(correct) - logit(incorrect) at each prompt's position (None: the last)."""
+    return AnswerMetric("logit_diff", correct, incorrect, pos)
+
+
+def prob_metric(
+    correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"], pos: Int[Tensor, " batch"] | None = None
+) -> AnswerMetric:
+    """p(correct) at each prompt's position (several answers: the mean probability)."""
+    return AnswerMetric("prob", correct, None, pos)
+
+
+def takes_rows(metric: Metric) -> bool:
+    """Whether `metric` is called as metric(logits, rows) (per-prompt answers) or metric(logits)."""
+    if isinstance(metric, AnswerMetric):
+        return True
+    try:
+        parameters = inspect.signature(metric).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
+
+
+def for_rows(metric: Metric, rows: Int[Tensor, " batch"], n_prompts: int) -> Callable[[Tensor], Tensor]:
+    """`metric` as a function of the logits of the prompts `rows` (a sub-batch of n_prompts)."""
+    if takes_rows(metric):
+        return lambda logits: metric(logits, rows)
+    if len(rows) != n_prompts or not torch.equal(rows.cpu(), torch.arange(n_prompts)):
+        raise ValueError(
+            "This metric takes logits only (metric(logits)), but the prompts run in sub-batches. Give "
+            "it the prompts' indices too (metric(logits, rows)), e.g. metrics.logit_diff_metric(correct, "
+            "incorrect, pos), or a batch size that holds every prompt."
+        )
+    return metric

@@ -5,14 +5,18 @@ What is ablated:
   mlps    [layer, ...]            at blocks.L.hook_mlp_out [batch, pos, d_model]
   neurons [(layer, neuron), ...]  at blocks.L.mlp.hook_post [batch, pos, d_mlp] (that unit)
 
-Methods:
-  "zero":     0.
-  "mean":     the mean over a reference dataset ([n_ref, pos] tokens) of the same activation;
-              per_position=True keeps one mean per position (the input must have the reference's
-              length); with groups (e.g. IOI templates) one mean per group (and position), and
-              each input prompt gets its own group's mean.
-  "resample": the activation of a random reference prompt (of the same group if groups are
-              given), drawn per input prompt with a seeded generator; lengths must match.
+Ablations (`interp.types.Ablation`, the same four words for heads, MLPs, neurons and edges):
+  "zero":           0.
+  "mean":           the mean over a reference dataset ([n_ref, pos] tokens) of the same
+                    activation, one mean per position (the reference must be at least as long as
+                    the input); with groups (e.g. IOI templates) one mean per group and position,
+                    each input prompt getting its own group's mean.
+  "resample":       the activation of a random reference prompt (of the same group if groups
+                    are given), drawn per input prompt with a seeded generator.
+  "counterfactual": the activation of the reference prompt paired with each input prompt
+                    (reference[i] for prompt i: the corrupted prompt of a clean/corrupted pair).
+The default is "zero" where no reference prompts are needed (ablation_hooks, ablate, ablation
+sweeps); functions given clean and corrupted prompts default to "counterfactual".
 
     with ablate(model, heads=[(9, 6), (9, 9)], method="mean", reference=abc.tokens):
         logits = model(clean.tokens)
@@ -31,24 +35,23 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.cache import ActivationCache, Pos, act_name
-from interp.metrics import Metric
-from interp.model import HookedTransformer
-from interp.patching import (
-    PatchResult,
+from interp.interventions.engine import (
     Site,
-    _apply_metric,
-    _cached_run,
-    _check_logit_pos,
-    _final_resid_hook,
-    _resid_names,
-    _resid_stack,
+    cached_run,
+    check_logit_pos,
+    final_resid_hook,
+    metric_values,
+    resid_names,
+    resid_stack,
     run_site_sets,
     site_mask,
 )
-
-Method = Literal["zero", "mean", "resample"]
-Head = tuple[int, int]
+from interp.interventions.metrics import Metric
+from interp.interventions.patching import PatchResult
+from interp.interventions.stats import faithfulness_ratio
+from interp.model import HookedTransformer
+from interp.model.cache import ActivationCache, act_name
+from interp.types import ABLATIONS, Ablation, Head, Pos
 
 
 def ablation_sites(
@@ -94,34 +97,35 @@ class Replacement:
         self,
         model: HookedTransformer,
         names: Sequence[str],
-        method: Method,
+        method: Ablation,
         reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
-        per_position: bool = False,
         reference_groups: Int[Tensor, " n_ref"] | None = None,
         seed: int = 0,
     ):
-        if method not in ("zero", "mean", "resample"):
-            raise ValueError(f"unknown ablation method {method!r}; choose 'zero', 'mean' or 'resample'")
+        if method not in ABLATIONS:
+            raise ValueError(f"unknown ablation {method!r}; choose one of {', '.join(ABLATIONS)}")
         if method != "zero" and reference is None:
             raise ValueError(
                 f"{method} ablation needs reference tokens [n_ref, pos] (e.g. a corrupted dataset)"
             )
         if reference_groups is not None and (
-            reference is None or reference_groups.shape != reference.shape[:1]
+            reference is None or method == "counterfactual" or reference_groups.shape != reference.shape[:1]
         ):
-            raise ValueError("reference_groups must be a LongTensor [n_ref], one group per reference prompt")
-        self.method, self.per_position = method, per_position
+            raise ValueError(
+                "reference_groups must be a LongTensor [n_ref], one group per reference prompt "
+                "(mean and resample ablations only)"
+            )
+        self.method = method
         self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
         self.generator = torch.Generator().manual_seed(seed)
         self.acts: dict[str, Tensor] = {}
         if method != "zero" and isinstance(reference, ActivationCache):
             self.acts = {name: reference[name] for name in names}  # name -> [n_ref, pos, ...]
         elif method != "zero":
-            _, self.acts = _cached_run(model, reference, names)
+            _, self.acts = cached_run(model, reference, names)
         self.means = {name: self._means(act) for name, act in self.acts.items()} if method == "mean" else {}
 
-    def _means(self, act: Tensor) -> Float[Tensor, "group pos_or_1 ..."]:
-        act = act if self.per_position or self.reference_groups is not None else act.mean(1, keepdim=True)
+    def _means(self, act: Tensor) -> Float[Tensor, "group pos ..."]:
         if self.reference_groups is None:
             return act.mean(0, keepdim=True)
         return torch.stack(
@@ -136,6 +140,13 @@ class Replacement:
         if self.method == "mean":
             means = self.means[name]
             return means if groups is None else means[groups.long().cpu()]
+        if self.method == "counterfactual":
+            if self.acts[name].shape[0] != batch:
+                raise ValueError(
+                    f"counterfactual ablation pairs reference prompt i with input prompt i: "
+                    f"{self.acts[name].shape[0]} reference prompts for {batch} inputs"
+                )
+            return self.acts[name]
         n_ref = self.acts[name].shape[0]
         scores = torch.rand(batch, n_ref, generator=self.generator)  # random reference per prompt
         if groups is not None:
@@ -146,12 +157,16 @@ class Replacement:
         return self.acts[name][scores.argmax(1)]
 
 
-def _check_length(name: str, act: Tensor, value: Tensor) -> None:
-    if value.ndim > 1 and value.shape[1] not in (1, act.shape[1]):
+def _fit_length(name: str, act: Tensor, value: Tensor) -> Tensor:
+    """Per-position values for an input of act's length: a longer reference's first positions."""
+    if value.ndim < 2 or value.shape[1] in (1, act.shape[1]):
+        return value
+    if value.shape[1] < act.shape[1]:
         raise ValueError(
-            f"{name}: the input has {act.shape[1]} positions but the reference has {value.shape[1]}; "
-            "per-position means and resampling need reference prompts of the input's length"
+            f"{name}: the input has {act.shape[1]} positions but the reference only {value.shape[1]}; "
+            "mean, resample and counterfactual ablations need reference prompts at least as long as the input"
         )
+    return value[:, : act.shape[1]]
 
 
 def ablation_hooks(
@@ -159,9 +174,8 @@ def ablation_hooks(
     heads: Sequence[Head] = (),
     mlps: Sequence[int] = (),
     neurons: Sequence[tuple[int, int]] = (),
-    method: Method = "zero",
+    method: Ablation = "zero",
     reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
-    per_position: bool = False,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
     seed: int = 0,
@@ -171,14 +185,12 @@ def ablation_hooks(
     groups: the input prompts' groups [batch] (with reference_groups: per-group means/resampling).
     """
     sites = ablation_sites(model, heads, mlps, neurons)
-    replacement = Replacement(
-        model, [s.name for s in sites], method, reference, per_position, reference_groups, seed
-    )
+    replacement = Replacement(model, [s.name for s in sites], method, reference, reference_groups, seed)
 
     def make_hook(site: Site):
         def hook(act: Tensor, hook) -> Tensor:
             value = replacement.values(site.name, act.shape[0], groups).to(act.device, act.dtype)
-            _check_length(site.name, act, value)
+            value = _fit_length(site.name, act, value)
             return torch.where(site_mask(site, act.shape, act.device), value, act)
 
         return hook
@@ -211,18 +223,16 @@ def ablated_metrics(
     `patching.run_site_sets`), so many sets cost far less than as many forward passes.
     groups: the prompts' groups [batch] (with reference groups: per-group means or resampling).
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
-    Prompts shorter than per-position reference values (right-padded prompts cut to their length)
-    take the values of the first positions.
+    Prompts shorter than the reference (right-padded prompts cut to their length) take the values
+    of its first positions.
     """
-    tokens = model._as_tokens(tokens, None)
-    _check_logit_pos(logit_pos, tokens)
+    tokens = model.input_tokens(tokens)
+    check_logit_pos(logit_pos, tokens)
     site_sets = [ablation_sites(model, heads=heads) for heads in head_sets]
     names = sorted({site.name for sites in site_sets for site in sites})
-    sources = {}
-    for name in names:
-        value = replacement.values(name, tokens.shape[0], groups)
-        sources[name] = value[:, : tokens.shape[1]] if value.ndim > 1 else value
-        _check_length(name, tokens, sources[name])
+    sources = {
+        name: _fit_length(name, tokens, replacement.values(name, tokens.shape[0], groups)) for name in names
+    }
     return run_site_sets(model, tokens, site_sets, sources, metric, None, batch_size, logit_pos)
 
 
@@ -238,7 +248,7 @@ def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]
 
 
 def circuit_hooks(
-    model: HookedTransformer, circuit: Sequence[Head], method: Method = "mean", **kwargs
+    model: HookedTransformer, circuit: Sequence[Head], method: Ablation = "zero", **kwargs
 ) -> list:
     """fwd_hooks that ablate every head except those of `circuit` (MLPs are kept), for faithfulness."""
     return ablation_hooks(model, heads=_all_heads_but(model, circuit), method=method, **kwargs)
@@ -249,13 +259,16 @@ def faithfulness(
     tokens: Int[Tensor, "batch pos"],
     metric: Metric,
     circuit: Sequence[Head],
-    method: Method = "mean",
+    method: Ablation = "zero",
     **kwargs,
 ) -> dict[str, float]:
-    """Wang et al. 2022's faithfulness: metric with only `circuit`'s heads intact vs the full model.
+    """How much of the model's metric `circuit`'s heads keep when every other head is ablated
+    (MLPs kept; `kwargs` go to `ablation_hooks`).
 
     Returns the batch means of the metric for the full model ("model"), the circuit ("circuit")
-    and the model with every head ablated ("no_heads"), and "faithfulness" = circuit / model.
+    and the model with every head ablated ("no_heads"); "faithfulness", interp's one definition
+    (`stats.faithfulness`): (circuit - no_heads) / (model - no_heads); and "recovered" =
+    circuit / model (what Wang et al. 2022 report as faithfulness, with mean ablation).
     """
     with torch.no_grad():
         full = metric(model(tokens)).mean()
@@ -267,7 +280,8 @@ def faithfulness(
         "model": float(full),
         "circuit": float(kept),
         "no_heads": float(none),
-        "faithfulness": float(kept / full),
+        "faithfulness": float(faithfulness_ratio(kept[None], full[None], none[None])),
+        "recovered": float(kept / full),
     }
 
 
@@ -276,9 +290,8 @@ def ablation_sweep(
     tokens: Int[Tensor, "batch pos"],
     metric: Metric,
     component: Literal["heads", "mlps"] = "heads",
-    method: Method = "zero",
+    method: Ablation = "zero",
     reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
-    per_position: bool = False,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
     base: Sequence[Head] = (),
@@ -292,7 +305,7 @@ def ablation_sweep(
     starts each at the ablated layer. `result.target` is the metric of the unablated model.
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits)."""
     cfg = model.cfg
-    tokens = model._as_tokens(tokens, None)
+    tokens = model.input_tokens(tokens)
     if component == "heads":
         dims, coords = (
             ("layer", "head"),
@@ -308,14 +321,12 @@ def ablation_sweep(
     else:
         raise ValueError(f"component must be 'heads' or 'mlps', got {component!r}")
     names = sorted({site.name for sites in units for site in sites})
-    replacement = Replacement(model, names, method, reference, per_position, reference_groups, seed)
+    replacement = Replacement(model, names, method, reference, reference_groups, seed)
     batch = tokens.shape[0]
-    sources = {name: replacement.values(name, batch, groups) for name in names}
-    _check_logit_pos(logit_pos, tokens)
-    logits, cache = _cached_run(model, tokens, _resid_names(model) + [_final_resid_hook(model)], logit_pos)
-    for name in names:
-        _check_length(name, tokens, sources[name])
-    resid = _resid_stack(model, cache)
+    sources = {name: _fit_length(name, tokens, replacement.values(name, batch, groups)) for name in names}
+    check_logit_pos(logit_pos, tokens)
+    logits, cache = cached_run(model, tokens, resid_names(model) + [final_resid_hook(model)], logit_pos)
+    resid = resid_stack(model, cache)
     values = run_site_sets(model, tokens, units, sources, metric, resid, batch_size, logit_pos)
     rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
     index = pd.DataFrame(rows).assign(component=f"{method} ablation of {component}", position="all")
@@ -327,6 +338,6 @@ def ablation_sweep(
         dims,
         coords,
         metric_name,
-        target=_apply_metric(metric, logits, batch),
+        target=metric_values(metric, logits, batch),
         method=f"{method} ablation",
     )

@@ -1,0 +1,42 @@
+"""Edge-level circuits: the graph (`graph`), edge-level runs through the model's own forward pass
+(`intervene`), edge scores (`attribution`: EAP, EAP-IG, exact) and faithfulness (`evaluate`)."""
+
+from interp.edges.attribution import METHODS, Method, edge_attribution, edge_attribution_by_position
+from interp.edges.evaluate import (
+    Faithfulness,
+    FaithfulnessCurve,
+    area_under,
+    faithfulness,
+    faithfulness_curve,
+)
+from interp.edges.graph import (
+    MIB_FRACTIONS,
+    EdgeGraph,
+    EdgeScores,
+    edge_graph,
+    fraction_to_edges,
+    mib_json,
+    node_circuit,
+    prune,
+    random_scores,
+    top_circuit,
+)
+from interp.edges.intervene import (
+    Intervention,
+    ablated_outputs,
+    edge_forward,
+    pad_pair,
+    run_circuits,
+    writer_outputs,
+)
+from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
+from interp.interventions.stats import auroc
+from interp.types import ABLATIONS, Ablation
+
+__all__ = [
+    "ABLATIONS", "METHODS", "MIB_FRACTIONS", "Ablation", "AnswerMetric", "EdgeGraph", "EdgeScores",
+    "Faithfulness", "FaithfulnessCurve", "Intervention", "Method", "ablated_outputs", "area_under", "auroc",
+    "edge_attribution", "edge_attribution_by_position", "edge_forward", "edge_graph", "faithfulness",
+    "faithfulness_curve", "fraction_to_edges", "logit_diff_metric", "mib_json", "node_circuit", "pad_pair",
+    "prob_metric", "prune", "random_scores", "run_circuits", "top_circuit", "writer_outputs",
+]  # fmt: skip

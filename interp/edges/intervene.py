@@ -1,0 +1,331 @@
+"""Edge-level runs: the model's own forward pass, with each reader's input rebuilt from its edges.
+
+An edge's ablation replaces the writer's contribution to that reader's input only:
+
+  reader_input = the input the model gives the reader's hook point
+                 - sum over ablated edges (writer -> reader) of (writer - writer_ablated)
+
+where "writer" is the writer's output in the current (intervened) run and `writer_ablated` what the
+ablation (`interp.types.Ablation`) puts there: its output on the corrupted prompt (counterfactual,
+the default), its mean over reference prompts at each position (mean), its output on a random
+reference prompt (resample) or zero. Biases that belong to no writer (attention's b_O) stay.
+
+The run is the model's forward pass with hooks, as EAP-IG's reference code does it: writers are read
+at `blocks.0.hook_resid_pre` (the input), `attn.hook_result` (heads) and `hook_mlp_out` (MLPs);
+readers' inputs are replaced at `hook_q_input`, `hook_k_input`, `hook_v_input`, `hook_mlp_in` and the
+last block's `hook_resid_post` (the logits' input). Every hook a user has put on the model fires as
+in an ordinary run, and is seen by the edge-level run (added before the run, so it fires first).
+K circuits run at once on the prompts repeated K times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp.edges.graph import EdgeGraph, edge_graph
+from interp.interventions.metrics import AnswerMetric, for_rows, takes_rows
+from interp.model.transformer import HookedTransformer
+from interp.types import ABLATIONS, Ablation, Metric
+
+
+def pad_pair(
+    clean: Sequence[Sequence[int]] | Tensor, corrupted: Sequence[Sequence[int]] | Tensor, pad: int = 0
+) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+    """Right-pad clean and corrupted token lists to one width (causal attention ignores the tail)."""
+    rows = [list(map(int, row)) for row in list(clean) + list(corrupted)]
+    if len(clean) != len(corrupted):
+        raise ValueError(f"{len(clean)} clean prompts but {len(corrupted)} corrupted: pair them one to one.")
+    width = max(len(row) for row in rows)
+    tokens = torch.full((len(rows), width), pad, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return tokens[: len(clean)], tokens[len(clean) :]
+
+
+@dataclass
+class Intervention:
+    """What an edge-level run changes.
+
+    keep [K, W, R] (1 = kept) with ablated writer outputs [W, batch or 1, pos, d_model]: K circuits
+    run at once on the prompts repeated K times. `overrides` replaces whole writers' outputs (index ->
+    [batch, pos, d_model] or, for a layer's heads, [batch, pos, head, d_model]).
+    """
+
+    keep: Float[Tensor, "K writer reader"] | None = None
+    ablated: Float[Tensor, "writer batch pos d_model"] | None = None
+    overrides: dict[int, Tensor] = field(default_factory=dict)
+
+
+def _correct(coef: Tensor, diffs: Tensor, base: Tensor, n_k: int) -> Float[Tensor, "KB pos reader d_model"]:
+    """base + sum_w coef[k, w, r] * diffs[w, k, ...] over the writers that have a coefficient.
+
+    coef [K, nw, R]; diffs [W, K, batch, pos, d_model]; base [K*batch, pos, R, d_model]."""
+    active = coef.ne(0).any(dim=(0, 2)).nonzero()[:, 0]
+    if active.numel() == 0:
+        return base
+    n_readers = coef.shape[-1]
+    d = diffs[active]  # [a, K, B, P, d]
+    a, _, b, p, dm = d.shape
+    c = coef[:, active, :]  # [K, a, R]
+    # [K, R, a] @ [K, a, B*P*d] -> [K, R, B*P*d]
+    out = torch.bmm(c.transpose(1, 2), d.transpose(0, 1).reshape(n_k, a, b * p * dm))
+    return base + out.view(n_k, n_readers, b, p, dm).permute(0, 2, 3, 1, 4).reshape(n_k * b, p, n_readers, dm)
+
+
+class _EdgeRun:
+    """The hooks of one edge-level run and what they share: each writer's difference from its
+    ablated output (diffs [W, K, batch, pos, d]) and their running sum over the writers so far."""
+
+    def __init__(
+        self, graph: EdgeGraph, iv: Intervention, batch: int, n_pos: int, track: list[Tensor] | None
+    ):
+        self.graph, self.iv, self.batch, self.track = graph, iv, batch, track
+        self.n_k = 1 if iv.keep is None else iv.keep.shape[0]
+        self.drop = None if iv.keep is None else 1.0 - iv.keep
+        self.n_pos = n_pos
+        self.diffs: Tensor | None = None
+        self.total: Tensor | None = None  # sum of diffs over the writers so far, [K*batch, pos, d]
+        self.total_before_layer: Tensor | None = None
+
+    def _override(self, writer: int, value: Tensor) -> Tensor:
+        if writer not in self.iv.overrides:
+            return value
+        override = self.iv.overrides[writer].to(value.dtype)
+        return override.repeat(self.n_k, *([1] * (override.ndim - 1)))
+
+    def _record(self, writers: slice, value: Tensor) -> None:
+        """Store the differences of writers (value [K*B, pos, (n,) d]) from their ablated outputs."""
+        if self.iv.keep is None:
+            return
+        n_k, batch = self.n_k, self.batch
+        if self.diffs is None:
+            self.diffs = torch.empty(
+                self.graph.n_writers, n_k, batch, *value.shape[1:2], value.shape[-1],
+                dtype=value.dtype, device=value.device,
+            )  # fmt: skip
+            self.total = torch.zeros_like(value[:, :, 0] if value.ndim == 4 else value)
+        per_k = value.view(n_k, batch, *value.shape[1:])
+        if per_k.ndim == 5:  # a layer's heads: [K, B, P, H, d] -> [H, K, B, P, d]
+            diff = per_k.permute(3, 0, 1, 2, 4) - self.iv.ablated[writers][:, None]
+        else:
+            diff = (per_k - self.iv.ablated[writers.start])[None]
+        self.diffs[writers] = diff
+        self.total = self.total + diff.sum(0).view_as(self.total)  # not in place: snapshots keep theirs
+
+    def reader_input(self, incoming: Tensor, readers: slice, total: Tensor | None) -> Tensor:
+        """Inputs [K*B, pos, R, d] of `readers` given what the model passes their hook point."""
+        iv = self.iv
+        if iv.keep is None:
+            out = incoming
+        else:
+            cols = list(range(readers.start, readers.stop))
+            nw = self.graph.n_upstream[readers.start]
+            k_coef, d_coef = iv.keep[:, :nw, cols], self.drop[:, :nw, cols]
+            if k_coef.count_nonzero() <= d_coef.count_nonzero():  # fewer kept edges: start from ablated
+                out = _correct(k_coef, self.diffs, incoming - total[:, :, None, :], self.n_k)
+            else:
+                out = _correct(-d_coef, self.diffs, incoming, self.n_k)
+        if self.track is not None:
+            self.track.append(out)
+        return out
+
+    def hooks(self, n_layers: int, has_mlp: bool, parallel: bool) -> list[tuple[str, object]]:
+        graph = self.graph
+        hooks: list[tuple[str, object]] = []
+
+        def on_input(x: Tensor, hook) -> Tensor:
+            x = self._override(0, x)
+            self._record(slice(0, 1), x)
+            return x
+
+        hooks.append(("blocks.0.hook_resid_pre", on_input))
+        for layer in range(n_layers):
+            q, k, v, mlp = graph.layer_readers(layer)
+            heads = graph.head_writers(layer)
+
+            def snapshot(x: Tensor, hook) -> Tensor:
+                self.total_before_layer = self.total
+                return x
+
+            def reader(readers: slice, before_layer: bool = False):
+                def hook_fn(x: Tensor, hook) -> Tensor:
+                    total = self.total_before_layer if before_layer else self.total
+                    if x.ndim == 3:  # one reader reading [batch, pos, d_model]
+                        return self.reader_input(x[:, :, None], readers, total)[:, :, 0]
+                    return self.reader_input(x, readers, total)
+
+                return hook_fn
+
+            def head_writer(heads: slice):
+                def hook_fn(result: Tensor, hook) -> Tensor:
+                    result = self._override(heads.start, result)
+                    self._record(heads, result)
+                    return result
+
+                return hook_fn
+
+            def mlp_writer(writer: int):
+                def hook_fn(out: Tensor, hook) -> Tensor:
+                    out = self._override(writer, out)
+                    self._record(slice(writer, writer + 1), out)
+                    return out
+
+                return hook_fn
+
+            if parallel:
+                hooks.append((f"blocks.{layer}.hook_resid_pre", snapshot))
+            hooks += [
+                (f"blocks.{layer}.hook_q_input", reader(q)),
+                (f"blocks.{layer}.hook_k_input", reader(k)),
+                (f"blocks.{layer}.hook_v_input", reader(v)),
+                (f"blocks.{layer}.attn.hook_result", head_writer(heads)),
+            ]
+            if has_mlp:
+                hooks += [
+                    (f"blocks.{layer}.hook_mlp_in", reader(slice(mlp, mlp + 1), before_layer=parallel)),
+                    (f"blocks.{layer}.hook_mlp_out", mlp_writer(heads.stop)),
+                ]
+        last = graph.n_readers - 1
+        hooks.append((f"blocks.{n_layers - 1}.hook_resid_post", reader(slice(last, last + 1))))
+        return hooks
+
+
+def edge_forward(
+    model: HookedTransformer,
+    graph: EdgeGraph,
+    tokens: Int[Tensor, "batch pos"],
+    intervention: Intervention | None = None,
+    reader_inputs: list[Tensor] | None = None,
+    logit_pos: Int[Tensor, " KB"] | None = None,
+) -> Float[Tensor, "KB pos d_vocab"]:
+    """The model's forward pass on `tokens` with the edge intervention (see the module docstring).
+
+    Without `keep`, every reader's input is what the model gives it; with it, readers take the kept
+    edges' current writer outputs and the other edges' ablated outputs. When `reader_inputs` is a
+    list, every reader input is appended to it in graph order (queries [B, P, H, d], keys and values
+    [B, P, KV, d], MLP and logits [B, P, d]) as part of the autograd graph. With `logit_pos` only
+    those positions (one per row) are unembedded; the other logits are zero.
+    """
+    cfg = model.cfg
+    iv = intervention or Intervention()
+    run = _EdgeRun(graph, iv, tokens.shape[0], tokens.shape[1], reader_inputs)
+    hooks = run.hooks(cfg.n_layers, graph.has_mlp, graph.parallel)
+    settings = {"use_attn_result": True, "use_split_qkv_input": True, "use_hook_mlp_in": graph.has_mlp}
+    with model.settings(**settings), model.hooks(fwd_hooks=hooks):
+        final = model(tokens.repeat(run.n_k, 1), stop_at_layer=cfg.n_layers)
+    return unembed_at(model, final, logit_pos)
+
+
+def unembed_at(
+    model: HookedTransformer, final: Float[Tensor, "rows pos d_model"], logit_pos: Int[Tensor, " rows"] | None
+) -> Float[Tensor, "rows pos d_vocab"]:
+    """Logits of the final residual stream; with `logit_pos` only there (one position per row, zero
+    elsewhere), differentiably."""
+    if logit_pos is None:
+        return model.unembed(model.ln_final(final))
+    rows = torch.arange(final.shape[0], device=final.device)
+    read = model.unembed(model.ln_final(final[rows, logit_pos][:, None]))[:, 0]  # [rows, d_vocab]
+    logits = torch.zeros(*final.shape[:2], read.shape[-1], dtype=read.dtype, device=read.device)
+    return logits.index_put((rows, logit_pos), read)
+
+
+def logit_positions(metric: Metric, rows: Tensor, n_pos: int, n_k: int = 1) -> Tensor | None:
+    """The one position per row that `metric` reads, when it says so (an AnswerMetric), else None."""
+    if not isinstance(metric, AnswerMetric):
+        return None
+    return metric.positions(rows, n_pos).repeat(n_k)
+
+
+@torch.no_grad()
+def writer_outputs(
+    model: HookedTransformer, tokens: Int[Tensor, "batch pos"]
+) -> Float[Tensor, "writer batch pos d_model"]:
+    """Every writer's output on `tokens`: the input embedding, each head's result, each MLP's output."""
+    graph = edge_graph(model)
+    names = ["blocks.0.hook_resid_pre"]
+    for layer in range(model.cfg.n_layers):
+        names.append(f"blocks.{layer}.attn.hook_result")
+        if graph.has_mlp:
+            names.append(f"blocks.{layer}.hook_mlp_out")
+    with model.settings(use_attn_result=True):
+        _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
+    stack = []
+    for name in names:
+        stack += list(cache[name].unbind(2)) if name.endswith("hook_result") else [cache[name]]
+    return torch.stack(stack)
+
+
+def ablated_outputs(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    ablation: Ablation = "counterfactual",
+    reference: Int[Tensor, "n pos"] | None = None,
+    seed: int = 0,
+) -> Float[Tensor, "writer batch_or_1 pos d_model"]:
+    """What ablated edges carry: the writers' outputs on the corrupted prompts (counterfactual), their
+    mean over `reference` prompts (default: the corrupted ones) at each position (mean), their
+    outputs on a random reference prompt per clean prompt (resample, seeded), or zero."""
+    if ablation not in ABLATIONS:
+        raise ValueError(f"ablation={ablation!r} is not one of {ABLATIONS}.")
+    if ablation == "counterfactual":
+        return writer_outputs(model, corrupted)
+    n_writers = edge_graph(model).n_writers
+    if ablation == "zero":
+        return torch.zeros(
+            n_writers, 1, clean.shape[1], model.cfg.d_model, dtype=model.dtype, device=model.device
+        )
+    reference = corrupted if reference is None else model.input_tokens(reference)
+    if reference.shape[1] < clean.shape[1]:
+        raise ValueError(
+            f"{ablation} ablation needs reference prompts at least as long as the clean ones "
+            f"({clean.shape[1]} tokens); got {reference.shape[1]}."
+        )
+    outputs = writer_outputs(model, reference[:, : clean.shape[1]])
+    if ablation == "mean":
+        return outputs.mean(1, keepdim=True)
+    drawn = torch.randint(
+        reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(seed)
+    )
+    return outputs[:, drawn.to(outputs.device)]
+
+
+def chunks(n: int, size: int) -> list[Tensor]:
+    """Row indices of n prompts in batches of `size`."""
+    return [torch.arange(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+@torch.no_grad()
+def run_circuits(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    keep: Float[Tensor, "K writer reader"],
+    ablated: Float[Tensor, "writer batch_or_1 pos d_model"],
+    metric: Metric,
+    batch_size: int | None = None,
+) -> Float[Tensor, "K batch"]:
+    """The metric of each prompt with only the `keep` edges of each of K circuits (others ablated)."""
+    graph = edge_graph(model)
+    keep = keep.to(device=model.device, dtype=model.dtype)
+    if keep.ndim == 2:
+        keep = keep[None]
+    keep = keep * graph.valid.to(keep.device) + (~graph.valid.to(keep.device)).to(keep.dtype)
+    n_k, n = keep.shape[0], tokens.shape[0]
+    out = torch.empty(n_k, n)
+    for rows in chunks(n, batch_size or n):
+        abl = ablated if ablated.shape[1] == 1 else ablated[:, rows]
+        logit_pos = logit_positions(metric, rows, tokens.shape[1], n_k)
+        logits = edge_forward(
+            model, graph, tokens[rows], Intervention(keep=keep, ablated=abl), None, logit_pos
+        )
+        if takes_rows(metric):
+            values = metric(logits, rows.repeat(n_k))
+        else:
+            values = torch.cat([for_rows(metric, rows, n)(part) for part in logits.split(len(rows))])
+        out[:, rows] = values.float().view(n_k, len(rows)).cpu()
+    return out

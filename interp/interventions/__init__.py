@@ -1,0 +1,1 @@
+"""The intervention layer: the engine of patched runs, patching, ablation, metrics, statistics."""

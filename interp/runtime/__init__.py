@@ -1,0 +1,1 @@
+"""Optional runtime machinery: activations streamed to disk, Ray sharding, allocator policy."""

@@ -1,0 +1,35 @@
+"""Seeded tasks: synthetic token tasks for training and probing toy models (`synthetic`), and IOI
+prompts for toy and pretrained models (`ioi`)."""
+
+from interp.tasks.ioi import (
+    IOI_ORDERS,
+    IOI_POSITION_KEYS,
+    TOY_IOI_NAMES,
+    TOY_IOI_OBJECTS,
+    TOY_IOI_PLACES,
+    TOY_IOI_SLOTS,
+    TOY_IOI_TEMPLATES,
+    IOIPrompts,
+    ToyIOITask,
+    ioi_prompt_template,
+)
+from interp.tasks.synthetic import (
+    SPLITS,
+    Batch,
+    InductionTask,
+    MarkovChainTask,
+    PeriodicTask,
+    Task,
+    in_context_bigram_probs,
+    repeated_sequence_masks,
+    repeated_sequences,
+    sample_markov_chains,
+    split_generator,
+)
+
+__all__ = [
+    "IOI_ORDERS", "IOI_POSITION_KEYS", "SPLITS", "TOY_IOI_NAMES", "TOY_IOI_OBJECTS", "TOY_IOI_PLACES",
+    "TOY_IOI_SLOTS", "TOY_IOI_TEMPLATES", "Batch", "IOIPrompts", "InductionTask", "MarkovChainTask",
+    "PeriodicTask", "Task", "ToyIOITask", "in_context_bigram_probs", "ioi_prompt_template",
+    "repeated_sequence_masks", "repeated_sequences", "sample_markov_chains", "split_generator",
+]  # fmt: skip

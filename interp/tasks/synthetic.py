@@ -1,0 +1,290 @@
+"""Seeded synthetic tasks for training and probing toy transformers.
+
+Every task works on token ids only (no tokenizer) and yields `Batch`es:
+`tokens` [batch, pos] and `loss_mask` [batch, pos - 1], which marks the next-token
+predictions that count (prediction at position p is for token p + 1).
+
+Train and eval data come from different seed streams: `split_generator(seed, "eval")`
+never yields the same random numbers as `split_generator(seed, "train")`.
+
+    task = InductionTask(d_vocab=64, n_ctx=48)
+    for step, batch in zip(range(1000), task.batches(batch_size=32, seed=0)):
+        loss = model(batch.tokens, return_type="loss", loss_per_token=True)  # [batch, pos-1]
+        batch.masked_mean(loss).backward()
+
+IOI prompts and the toy IOI task live in `interp.tasks.ioi`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+SPLITS = ("train", "eval")
+
+
+def split_generator(seed: int, split: str = "train") -> torch.Generator:
+    """A CPU torch.Generator for (seed, split); distinct pairs give distinct streams."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return torch.Generator().manual_seed(seed * len(SPLITS) + SPLITS.index(split))
+
+
+def _as_generator(generator: torch.Generator | int | None) -> torch.Generator:
+    if isinstance(generator, torch.Generator):
+        return generator
+    if generator is None:
+        return torch.Generator().manual_seed(int(torch.randint(2**62, (1,))))
+    return torch.Generator().manual_seed(generator)
+
+
+def _random_tokens(
+    shape: tuple[int, ...],
+    d_vocab: int,
+    generator: torch.Generator,
+    exclude: int | None,
+) -> Tensor:
+    """Uniform token ids in [0, d_vocab), skipping `exclude` (e.g. the BOS id)."""
+    if exclude is None:
+        return torch.randint(d_vocab, shape, generator=generator)
+    if not 0 <= exclude < d_vocab:
+        raise ValueError(f"bos={exclude} must be a token id in [0, d_vocab={d_vocab})")
+    tokens = torch.randint(d_vocab - 1, shape, generator=generator)
+    return tokens + (tokens >= exclude).long()
+
+
+@dataclass
+class Batch:
+    """A training batch: tokens [batch, pos]; loss_mask [batch, pos-1] (bool) marks counted predictions."""
+
+    tokens: Tensor
+    loss_mask: Tensor
+
+    def __post_init__(self):
+        batch, pos = self.tokens.shape
+        if self.loss_mask.shape != (batch, pos - 1) or self.loss_mask.dtype != torch.bool:
+            raise ValueError(
+                f"loss_mask must be a bool tensor of shape [batch, pos-1] = {(batch, pos - 1)}, "
+                f"got {self.loss_mask.dtype} {tuple(self.loss_mask.shape)}"
+            )
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.tokens.to(device), self.loss_mask.to(device))
+
+    def masked_mean(self, per_token: Tensor) -> Tensor:
+        """Mean of per-token values [batch, pos-1] (e.g. loss_per_token=True) over counted predictions."""
+        return per_token[self.loss_mask].mean()
+
+
+class Task:
+    """A seeded batch generator. Subclasses set `d_vocab`, `n_ctx` (tokens per row) and `sample`."""
+
+    d_vocab: int
+    n_ctx: int
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        raise NotImplementedError
+
+    def batches(self, batch_size: int, seed: int = 0, split: str = "train") -> Iterator[Batch]:
+        """Endless stream of batches from the (seed, split) stream."""
+        generator = split_generator(seed, split)
+        while True:
+            yield self.sample(batch_size, generator)
+
+    def eval_batch(self, batch_size: int, seed: int = 0) -> Batch:
+        """A fixed batch from the eval stream (disjoint seed stream from training)."""
+        return self.sample(batch_size, split_generator(seed, "eval"))
+
+
+# ---------------------------------------------------------------- induction
+
+
+def repeated_sequences(
+    d_vocab: int,
+    seq_len: int,
+    batch: int,
+    generator: torch.Generator | int | None = None,
+    bos: int | None = 0,
+) -> Tensor:
+    """[BOS] r_1..r_n r_1..r_n: random tokens repeated once. Returns [batch, 1 + 2 * seq_len].
+
+    Random tokens are uniform over the vocabulary except `bos` (1..d_vocab-1 for bos=0).
+    With bos=None there is no BOS and the shape is [batch, 2 * seq_len].
+    `generator` may be a torch.Generator, an int seed, or None (fresh seed).
+    """
+    if seq_len < 1 or batch < 1:
+        raise ValueError(f"seq_len and batch must be >= 1, got seq_len={seq_len}, batch={batch}")
+    if d_vocab < 2:
+        raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
+    half = _random_tokens((batch, seq_len), d_vocab, _as_generator(generator), bos)
+    tokens = torch.cat([half, half], dim=1)
+    if bos is None:
+        return tokens
+    return torch.cat([torch.full((batch, 1), bos), tokens], dim=1)
+
+
+def repeated_sequence_masks(seq_len: int, has_bos: bool = True) -> tuple[Tensor, Tensor]:
+    """(first_half, second_half) bool masks [pos-1] over the predictions of `repeated_sequences`.
+
+    first_half marks the predictions of r_2..r_n in the first copy, second_half those of
+    r_2..r_n in the second copy (the ones an induction head can make). The predictions of
+    r_1 are in neither: they are random in both copies. Both masks have seq_len - 1 entries.
+    Use as `loss_per_token[:, second_half].mean()`.
+    """
+    offset = int(has_bos)
+    predictions = torch.arange(offset + 2 * seq_len - 1)  # position p predicts token p+1
+    first_half = (predictions >= offset) & (predictions <= offset + seq_len - 2)
+    second_half = predictions >= offset + seq_len
+    return first_half, second_half
+
+
+class InductionTask(Task):
+    """Random tokens with one span copied later in the sequence, so induction heads help.
+
+    Each row: BOS, uniform random tokens, and a span of length m (uniform in
+    [min_span, max_span]) copied to a later, non-overlapping place; start, gap and m vary
+    per row so that fixed positional offsets do not solve the task. loss_mask marks the
+    predictions of the copy's tokens 2..m (the first copied token is not predictable), or every
+    prediction with loss_on_all_tokens=True: slower to learn, but the model stays calibrated
+    on non-repeated tokens (trained on copies only, it predicts copies confidently everywhere).
+    """
+
+    def __init__(
+        self,
+        d_vocab: int,
+        n_ctx: int,
+        min_span: int = 2,
+        max_span: int | None = None,
+        bos: int = 0,
+        loss_on_all_tokens: bool = False,
+    ):
+        max_span = (n_ctx - 1) // 2 if max_span is None else max_span
+        if not 2 <= min_span <= max_span or 1 + 2 * max_span > n_ctx:
+            raise ValueError(
+                f"need 2 <= min_span <= max_span and 1 + 2 * max_span <= n_ctx; "
+                f"got min_span={min_span}, max_span={max_span}, n_ctx={n_ctx}"
+            )
+        if d_vocab < 2:
+            raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
+        self.d_vocab, self.n_ctx, self.bos = d_vocab, n_ctx, bos
+        self.min_span, self.max_span = min_span, max_span
+        self.loss_on_all_tokens = loss_on_all_tokens
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        n = self.n_ctx
+        tokens = _random_tokens((batch_size, n), self.d_vocab, generator, self.bos)
+        tokens[:, 0] = self.bos
+        span = torch.randint(self.min_span, self.max_span + 1, (batch_size, 1), generator=generator)
+        # Split the n - 1 - 2 * span free positions into before / between / after the two copies.
+        free = n - 1 - 2 * span
+        cuts = (torch.rand(batch_size, 2, generator=generator) * (free + 1)).long().sort(dim=1).values
+        start = 1 + cuts[:, :1]  # [batch, 1] first copy at start..start+span-1
+        copy = start + span + (cuts[:, 1:] - cuts[:, :1])  # [batch, 1] second copy
+        pos = torch.arange(n)[None]  # [1, pos]
+        in_copy = (pos >= copy) & (pos < copy + span)
+        source = torch.where(in_copy, pos - copy + start, pos)
+        tokens = tokens.gather(1, source)
+        predictions = pos[:, :-1]
+        loss_mask = (predictions >= copy) & (predictions <= copy + span - 2)
+        return Batch(tokens, loss_mask | self.loss_on_all_tokens)
+
+
+class PeriodicTask(Task):
+    """Random tokens repeated with one fixed period: [BOS] r_1..r_P r_1..r_P r_1.. up to n_ctx.
+
+    Loss on every prediction after the first period. A head attending to the fixed offset P - 1
+    solves it without induction: the positional shortcut that head-type probes must not call
+    induction (circuits.heads probes several repeat lengths for that reason).
+    """
+
+    def __init__(self, d_vocab: int, n_ctx: int, period: int, bos: int = 0):
+        if not 2 <= period < n_ctx - 1:
+            raise ValueError(f"need 2 <= period < n_ctx - 1, got period={period}, n_ctx={n_ctx}")
+        if d_vocab < 2:
+            raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
+        self.d_vocab, self.n_ctx, self.period, self.bos = d_vocab, n_ctx, period, bos
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        cycle = _random_tokens((batch_size, self.period), self.d_vocab, generator, self.bos)
+        body = cycle.repeat(1, -(-(self.n_ctx - 1) // self.period))[:, : self.n_ctx - 1]
+        tokens = torch.cat([torch.full((batch_size, 1), self.bos), body], dim=1)
+        predictions = torch.arange(self.n_ctx - 1)[None]  # prediction p is of token p + 1
+        return Batch(tokens, (predictions >= self.period).expand(batch_size, -1))
+
+
+# ---------------------------------------------------------------- in-context Markov chains
+
+
+def _stationary_distribution(transitions: Tensor) -> Tensor:
+    """pi with pi @ P = pi for each transition matrix [batch, k, k] -> [batch, k]."""
+    batch, k, _ = transitions.shape
+    system = transitions.double().transpose(1, 2) - torch.eye(k, dtype=torch.float64)
+    system[:, -1] = 1.0  # replace one (redundant) equation by sum(pi) = 1
+    rhs = torch.zeros(batch, k, dtype=torch.float64)
+    rhs[:, -1] = 1.0
+    pi = torch.linalg.solve(system, rhs).clamp(min=0)
+    return (pi / pi.sum(-1, keepdim=True)).float()
+
+
+def sample_markov_chains(
+    n_states: int,
+    seq_len: int,
+    batch: int,
+    alpha: float = 1.0,
+    generator: torch.Generator | int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """In-context Markov chains (Edelman et al. 2024): a fresh transition matrix per sequence.
+
+    Rows of each matrix are Dirichlet(alpha, ..., alpha); the first state is drawn from the
+    matrix's stationary distribution. Returns (states [batch, seq_len] with values in
+    0..n_states-1, transitions [batch, n_states, n_states] with transitions[b, i, j] = P(j | i)).
+    """
+    if n_states < 2 or seq_len < 1 or batch < 1 or alpha <= 0:
+        raise ValueError(
+            f"need n_states >= 2, seq_len >= 1, batch >= 1, alpha > 0; "
+            f"got {n_states=}, {seq_len=}, {batch=}, {alpha=}"
+        )
+    generator = _as_generator(generator)
+    # torch's Dirichlet sampler takes no generator: seed numpy's from the torch stream.
+    rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
+    transitions = torch.from_numpy(rng.dirichlet([alpha] * n_states, size=(batch, n_states))).float()
+    states = torch.empty(batch, seq_len, dtype=torch.long)
+    states[:, 0] = torch.multinomial(_stationary_distribution(transitions), 1, generator=generator)[:, 0]
+    rows = torch.arange(batch)
+    for t in range(1, seq_len):
+        next_probs = transitions[rows, states[:, t - 1]]  # [batch, n_states]
+        states[:, t] = torch.multinomial(next_probs, 1, generator=generator)[:, 0]
+    return states, transitions
+
+
+def in_context_bigram_probs(tokens: Tensor, n_states: int, alpha: float = 1.0) -> Tensor:
+    """In-context bigram predictor: P(next=j) = (count(x_t -> j) + alpha) / (count(x_t -> .) + k alpha).
+
+    The posterior mean of the current state's transition row under the Dirichlet(alpha) prior,
+    from the transitions seen so far; the reference a statistical induction head approximates.
+    tokens [batch, pos] -> probs [batch, pos, n_states] (probs[:, t] predicts tokens[:, t + 1]).
+    """
+    one_hot = torch.nn.functional.one_hot(tokens, n_states).float()  # [batch, pos, k]
+    pairs = one_hot[:, :-1, :, None] * one_hot[:, 1:, None, :]  # [batch, pos-1, k, k]
+    counts = torch.cat([torch.zeros_like(pairs[:, :1]), pairs.cumsum(1)], dim=1)  # [batch, pos, k, k]
+    current_row = (counts * one_hot[..., None]).sum(2)  # [batch, pos, k]: counts from x_t
+    return (current_row + alpha) / (current_row.sum(-1, keepdim=True) + n_states * alpha)
+
+
+class MarkovChainTask(Task):
+    """Next-token prediction on in-context Markov chains; tokens are the states, loss on all positions."""
+
+    def __init__(self, n_states: int, n_ctx: int, alpha: float = 1.0):
+        if n_states < 2 or n_ctx < 2 or alpha <= 0:
+            raise ValueError(
+                f"need n_states >= 2, n_ctx >= 2, alpha > 0; got {n_states=}, {n_ctx=}, {alpha=}"
+            )
+        self.d_vocab, self.n_ctx, self.alpha = n_states, n_ctx, alpha
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        states, _ = sample_markov_chains(self.d_vocab, self.n_ctx, batch_size, self.alpha, generator)
+        return Batch(states, torch.ones(batch_size, self.n_ctx - 1, dtype=torch.bool))
