@@ -84,6 +84,7 @@ class Config:
     bos_token_id: int | None = None
     architecture: str = "custom"
     model_name: str = "custom"
+    task: str | None = None  # the synthetic task a toy checkpoint was trained on; None for pretrained models
     init_std: float = 0.02
     attn_scale: float | None = None
     attn_scores_soft_cap: float | None = None

@@ -447,6 +447,7 @@ def train_toy_model(
         positional=positional,
         bos_token_id=getattr(data, "bos", None),
         model_name=f"toy-{task}",
+        task=task,
     )
     torch.manual_seed(seed)
     model = HookedTransformer(cfg)

@@ -102,6 +102,8 @@ def read_checkpoint(directory: str | Path) -> LoadedWeights:
     directory = Path(directory)
     meta = json.loads((directory / "config.json").read_text())
     cfg = Config.from_dict(meta["config"])
+    if cfg.task is None and meta.get("task"):  # checkpoints written before Config recorded it
+        cfg.task = meta["task"]
     weights_file = directory / "model.safetensors"
     try:
         state = load_file(weights_file)
