@@ -502,7 +502,7 @@ def k_composition_scores(model: interp.HookedTransformer, sources: Sequence[tupl
 
 def _mean_ablation_hooks(model: interp.HookedTransformer, heads: Sequence[tuple[int, int]], cache) -> list:
     """Hooks replacing each head's z by its mean over the probe batch, per position (from `cache`)."""
-    return ablation_hooks(model, heads=heads, method="mean", reference=cache, per_position=True)
+    return ablation_hooks(model, heads=heads, method="mean", reference=cache)
 
 
 def _mean_se(values: Tensor) -> tuple[float, float]:

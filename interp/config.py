@@ -158,6 +158,10 @@ class Config:
             )
         if name not in _FIELD_NAMES:
             raise AttributeError(f"Config has no field {name!r}; fields: {sorted(_FIELD_NAMES)}.")
+        if name in _RUNTIME_FIELDS and name in self.__dict__:
+            raise AttributeError(
+                f"cfg.{name} follows the model's weights: move the model instead (model.to(...))."
+            )
         super().__setattr__(name, value)
 
     @property
@@ -236,6 +240,12 @@ class Config:
         n_mlp_matrices = 0 if self.attn_only else 3 if self.gated_mlp else 2
         mlp = self.n_layers * n_mlp_matrices * self.d_model * self.d_mlp
         return attn + mlp
+
+
+def place(cfg: Config, device: torch.device | str, dtype: torch.dtype) -> None:
+    """Record where the model that owns `cfg` holds its weights (the model calls this when it moves)."""
+    object.__setattr__(cfg, "device", str(device))
+    object.__setattr__(cfg, "dtype", dtype)
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Config))

@@ -59,9 +59,8 @@ def test_mean_ablation_uses_the_reference_means(model, data):
     tokens, reference, _ = data
     _, ref_cache = model.run_with_cache(reference)
     ref_z = ref_cache["z", 0][:, :, 1]  # [n_ref, pos, d_head]
+    # "mean" is one mean per position, as everywhere in interp (edges included)
     z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference)
-    torch.testing.assert_close(z[:, :, 1], ref_z.mean((0, 1)).expand_as(z[:, :, 1]))
-    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference, per_position=True)
     torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
     groups, reference_groups = torch.tensor([1, 0, 1]), torch.tensor([0, 1, 1, 0, 0])
     z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference,
@@ -69,7 +68,7 @@ def test_mean_ablation_uses_the_reference_means(model, data):
     for prompt, group in enumerate(groups):
         torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
     # an ActivationCache of the reference run serves as the reference without a second run
-    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=ref_cache, per_position=True)
+    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=ref_cache)
     torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
 
 
@@ -83,6 +82,41 @@ def test_resample_ablation_takes_a_reference_prompts_activation(model, data):
     for prompt, group in enumerate([1, 1, 0]):
         matches = [(z[prompt, :, 3] - ref_z[i]).abs().max() < 1e-6 for i in range(5)]
         assert sum(matches) == 1 and reference_groups[matches.index(True)] == group
+
+
+def test_counterfactual_ablation_takes_the_paired_prompts_activation(model, data):
+    tokens, reference, _ = data
+    paired = reference[:BATCH]
+    _, ref_cache = model.run_with_cache(paired)
+    z = _z(model, tokens, 1, heads=[(1, 3)], method="counterfactual", reference=paired)
+    torch.testing.assert_close(z[:, :, 3], ref_cache["z", 1][:, :, 3], atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="pairs reference prompt i with input prompt i"):
+        _z(model, tokens, 1, heads=[(1, 3)], method="counterfactual", reference=reference)
+
+
+def test_the_four_ablations_are_one_vocabulary_for_heads_and_edges(model, data):
+    """zero, mean (per position), resample and counterfactual mean the same for a head's output and
+    for the edges out of it: ablating every edge out of a head equals ablating the head's output."""
+    from interp import edges
+
+    tokens, reference, _ = data
+    paired = reference[:BATCH]
+    graph = edges.edge_graph(model)
+    for method in interp.types.ABLATIONS:
+        out = edges.ablated_outputs(model, tokens, paired, method, reference=reference)
+        with ablation.ablate(
+            model,
+            heads=[(0, 1)],
+            method=method,
+            reference=paired if method == "counterfactual" else reference,
+        ):
+            _, cache = model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_z")
+        assert out.shape[0] == graph.n_writers
+        if method in ("zero", "mean", "counterfactual"):  # resample draws its own prompts in each
+            z_out = torch.einsum("bpe,ed->bpd", cache["z", 0][:, :, 1], model.W_O[0, 1])
+            torch.testing.assert_close(
+                out[graph.writers.index("a0.h1")].expand_as(z_out), z_out, atol=1e-5, rtol=0
+            )
 
 
 def test_ablation_sweep_matches_one_ablation_at_a_time(model, data):

@@ -465,9 +465,9 @@ def test_from_pretrained_processing_keeps_log_probs_and_the_source_model(smollm2
     for name, param in hf.named_parameters():
         assert torch.equal(param, before[name]), name
     assert not interp.load_model(hf, tokenizer=tok).training
-    from interp.compat.transformer_lens import _official_name
+    from interp.io.sources import official_name
 
-    assert [_official_name(n) for n in ("gpt2-small", "pythia-70m", "smollm2-135m")] == [
+    assert [official_name(n) for n in ("gpt2-small", "pythia-70m", "smollm2-135m")] == [
         "gpt2", "EleutherAI/pythia-70m", "smollm2-135m",
     ]  # fmt: skip
     with pytest.raises(TypeError, match="unsupported arguments"):

@@ -1038,7 +1038,7 @@ class MeanAblation:
         self.model = model
         names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
         self.replacement = Replacement(
-            model, names, "mean", abc.tokens, per_position=True, reference_groups=abc.template
+            model, names, "mean", abc.tokens, reference_groups=abc.template
         )
 
     def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:

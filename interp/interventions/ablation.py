@@ -103,7 +103,7 @@ class Replacement:
         seed: int = 0,
     ):
         if method not in ABLATIONS:
-            raise ValueError(f"unknown ablation {method!r}; choose one of {', '.join(ABLATIONS)}")
+            raise ValueError(f"unknown ablation method {method!r}; choose one of {', '.join(ABLATIONS)}")
         if method != "zero" and reference is None:
             raise ValueError(
                 f"{method} ablation needs reference tokens [n_ref, pos] (e.g. a corrupted dataset)"

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from interp.config import place
 from interp.io.checkpoint import read_checkpoint
 from interp.io.devices import default_device
 from interp.io.sources import DEFAULT_MODEL, read_gguf, read_hf_model, read_source
@@ -116,7 +117,7 @@ def dispatch(
         model = accelerate.dispatch_model(
             model, full_map, main_device=main, offload_dir=offload_folder, skip_keys=["past_kv"]
         )  # past_kv: the KV cache is updated in place, so it must not be copied to another device
-    model.cfg.device = str(model.device)
+    place(model.cfg, model.device, model.dtype)
     return model
 
 

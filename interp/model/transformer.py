@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp.config import Config
+from interp.config import Config, place
 from interp.io.checkpoint import save_checkpoint
 from interp.io.devices import module_weight, transformer_lens_device
 from interp.io.sources import LoadedWeights, official_name, read_source
@@ -134,7 +134,7 @@ class HookedTransformer(HookedRootModule):
     def _apply(self, fn: Callable, recurse: bool = True) -> HookedTransformer:
         """Moves and casts (`to`, `cuda`, `half`, ...) keep cfg.device and cfg.dtype current."""
         super()._apply(fn, recurse)
-        self.cfg.device, self.cfg.dtype = str(self.W_E.device), self.W_E.dtype
+        place(self.cfg, self.W_E.device, self.W_E.dtype)
         return self
 
     # --- construction from weights -------------------------------------------------------------
@@ -150,7 +150,7 @@ class HookedTransformer(HookedRootModule):
                 f"The weights do not match the config of {loaded.cfg.model_name} (missing {missing[:5]}, "
                 f"unexpected {unexpected[:5]}). Re-create the checkpoint."
             )
-        model.cfg.device, model.cfg.dtype = str(model.W_E.device), model.W_E.dtype
+        place(model.cfg, model.W_E.device, model.W_E.dtype)
         return model.eval()
 
     @classmethod
