@@ -40,6 +40,11 @@ ARCHITECTURES = {
     ),
     "parallel": dict(parallel_residual=True, positional="rotary"),
     "attn-only": dict(attn_only=True),
+    # Post-norms: a head writes its share of the normalised attention output.
+    "gemma2-like": dict(post_norm=True, normalization="rmsnorm", positional="rotary", n_kv_heads=2),
+    "olmo2-like": dict(
+        pre_norm=False, post_norm=True, normalization="rmsnorm", positional="rotary", qk_norm="all_heads"
+    ),
 }  # fmt: skip
 
 
@@ -129,7 +134,8 @@ def _hand_path_patch(model, clean, corrupted, metric, writer: str, reader: str) 
     """Patch the corrupted writer's output into one reader's input only, with our own hooks."""
     cfg = model.cfg
     ids = torch.arange(clean.shape[0])
-    names = lambda n: n.endswith(("hook_result", "hook_mlp_out", "hook_embed", "hook_pos_embed"))  # noqa: E731
+    kinds = ("hook_result", "hook_mlp_out", "hook_embed", "hook_pos_embed", "ln1_post.hook_scale")
+    names = lambda n: n.endswith(kinds)  # noqa: E731
     with torch.no_grad(), model.settings(use_attn_result=True, use_split_qkv_input=True):
         _, clean_cache = model.run_with_cache(clean, names_filter=names)
         _, corrupted_cache = model.run_with_cache(corrupted, names_filter=names)
@@ -140,7 +146,11 @@ def _hand_path_patch(model, clean, corrupted, metric, writer: str, reader: str) 
             if name.startswith("m"):
                 return cache[f"blocks.{name[1:]}.hook_mlp_out"]
             layer, head = name[1:].split(".h")
-            return cache[f"blocks.{layer}.attn.hook_result"][:, :, int(head)]
+            result = cache[f"blocks.{layer}.attn.hook_result"][:, :, int(head)]
+            if not cfg.post_norm:
+                return result
+            post_norm = model.blocks[int(layer)].ln1_post  # RMSNorm at this run's scale
+            return result / cache[f"blocks.{layer}.ln1_post.hook_scale"] * post_norm.w
 
         delta = output(corrupted_cache, writer) - output(clean_cache, writer)
         if reader == "logits":
@@ -162,14 +172,14 @@ def _hand_path_patch(model, clean, corrupted, metric, writer: str, reader: str) 
         return float((metric(patched, ids) - metric(model(clean), ids)).mean())
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa", "gemma2-like"])
 def test_exact_edge_patching_equals_hand_built_path_patching(arch: str) -> None:
     model = _random_model(**ARCHITECTURES[arch])
     clean, corrupted, pos = _pairs(model.cfg.d_vocab, [7, 5, 6])
     metric = _metric(3, model.cfg.d_vocab, pos)
     exact = edges.edge_attribution(model, clean, corrupted, metric, method="exact")
     graph = exact.graph
-    kv = "kv" if arch == "llama-gqa" else "h"
+    kv = "kv" if model.cfg.n_kv_heads < model.cfg.n_heads else "h"
     checked = [
         ("input", "a0.h2<q>"),
         ("a0.h1", "a1.h2<q>"),
@@ -414,8 +424,3 @@ def test_bad_input_gets_a_clear_error() -> None:
         )
     with pytest.raises(ValueError, match="pair them"):
         edges.pad_pair([[1, 2]], [[1], [2]])
-    post_norm = _random_model(post_norm=True, normalization="rmsnorm")
-    with pytest.raises(ValueError, match="post-norms"):
-        edges.edge_attribution(
-            post_norm, torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long), metric
-        )

@@ -237,10 +237,10 @@ def _reader_grads_by_norm_vjp(
 
     Every reader of a layer reads the same residual stream x, so a reader's gradient is the
     vector-Jacobian product of its own path through the block's input norm: query head h gets
-    VJP_norm(x, dm/dq_h W_Q[h]^T), a key/value head VJP_norm(x, dm/dk_g W_K[g]^T), the MLP
-    VJP_norm(x, dm/d(normalised MLP input)), the logits dm/d(final residual stream). The norm's VJP
+    VJP_norm(x, dm/dq_h W_Q[h]^T), a key/value head VJP_norm(x, dm/dk_g W_K[g]^T); the norm's VJP
     is closed-form (`Norm.vjp`), which is cheap next to running the whole model on one copy of the
-    residual stream per reader (what `edge_forward` does with interventions)."""
+    residual stream per reader (what `edge_forward` does with interventions). The MLP's and the
+    logits' gradients are taken at their inputs (`hook_mlp_in`, the final residual stream)."""
     cfg = model.cfg
     kept: dict[str, Tensor] = {}
 
@@ -253,18 +253,15 @@ def _reader_grads_by_norm_vjp(
 
     names = [act_name(kind, layer) for layer in range(cfg.n_layers) for kind in ("resid_pre", "q", "k", "v")]
     if not cfg.attn_only:
-        names += [f"blocks.{layer}.ln2.hook_normalized" for layer in range(cfg.n_layers)]
-        names += [act_name("resid_mid", layer) for layer in range(cfg.n_layers) if not cfg.parallel_residual]
+        names += [f"blocks.{layer}.hook_mlp_in" for layer in range(cfg.n_layers)]
     final = act_name("resid_post", cfg.n_layers - 1)
     n_prompts = int(ids.max()) + 1 if len(ids) else 0
     hooks = [("blocks.0.hook_resid_pre", set_input)] + [(name, keep) for name in names + [final]]
     with torch.enable_grad():
-        with model.hooks(fwd_hooks=hooks):
+        with model.settings(use_hook_mlp_in=not cfg.attn_only), model.hooks(fwd_hooks=hooks):
             resid = model(tokens, stop_at_layer=cfg.n_layers)
         logits = unembed_at(model, resid, logit_positions(metric, ids, tokens.shape[1]))
-        wanted = [
-            name for name in names + [final] if not name.endswith("resid_pre") and "resid_mid" not in name
-        ]
+        wanted = [name for name in names + [final] if not name.endswith("resid_pre")]
         found = torch.autograd.grad(
             for_rows(metric, ids, n_prompts)(logits).sum(), [kept[n] for n in wanted], allow_unused=True
         )
@@ -289,10 +286,8 @@ def _reader_grads_by_norm_vjp(
                     [q.shape[2], k.shape[2], v.shape[2]], 2
                 )
             )
-            if not cfg.attn_only:
-                mlp_x = x if cfg.parallel_residual else kept[act_name("resid_mid", layer)]
-                normalized = grads[f"blocks.{layer}.ln2.hook_normalized"][:, :, None]
-                out.append(_input_norm_vjp(block.ln2, mlp_x, normalized))
+            if not cfg.attn_only:  # the MLP's input, through ln2 by autograd
+                out.append(grads[f"blocks.{layer}.hook_mlp_in"].float()[:, :, None])
         out.append(grads[final].float()[:, :, None])
     return out
 

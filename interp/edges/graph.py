@@ -114,15 +114,10 @@ class EdgeGraph:
 
 
 def edge_graph(model_or_cfg: HookedTransformer | Config) -> EdgeGraph:
-    """The edge graph of a model (or of a config: no weights needed to count edges)."""
+    """The edge graph of a model (or of a config: no weights needed to count edges). In post-norm
+    models (Gemma 2/3, OLMo 2) a head writes its share of the normalised attention output
+    (`interp.edges.intervene.head_contributions`)."""
     cfg = model_or_cfg.cfg if isinstance(model_or_cfg, HookedTransformer) else model_or_cfg
-    if cfg.post_norm:
-        raise ValueError(
-            f"{cfg.model_name or 'this model'} normalises each block's outputs (post-norms, as Gemma 2/3 and "
-            "OLMo 2 do), so the residual stream is not the sum of its heads' and MLPs' outputs and an edge's "
-            "contribution is not defined; edge circuits need a pre-norm model. Use node-level patching "
-            "(interp.interventions.patching) instead."
-        )
     return EdgeGraph.from_config(cfg)
 
 

@@ -134,8 +134,17 @@ class _EdgeRun:
             self.track.append(out)
         return out
 
-    def hooks(self, n_layers: int, has_mlp: bool, parallel: bool) -> list[tuple[str, object]]:
-        graph = self.graph
+    def hooks(self, model: HookedTransformer) -> list[tuple[str, object]]:
+        graph, n_layers, has_mlp, parallel = (
+            self.graph,
+            model.cfg.n_layers,
+            self.graph.has_mlp,
+            self.graph.parallel,
+        )
+
+        def block_index(block) -> int:
+            return next(i for i, b in enumerate(model.blocks) if b is block)
+
         hooks: list[tuple[str, object]] = []
 
         def on_input(x: Tensor, hook) -> Tensor:
@@ -169,6 +178,33 @@ class _EdgeRun:
 
                 return hook_fn
 
+            def post_norm_head_writers(block, heads: slice):
+                """hook_result, ln1_post's hook_scale and hook_attn_out: heads' contributions through
+                the post-norm, with any override applied to the attention output."""
+                stash: dict[str, Tensor] = {}
+
+                def keep_result(result: Tensor, hook) -> Tensor:
+                    stash["result"] = result
+                    return result
+
+                def keep_scale(scale: Tensor, hook) -> Tensor:
+                    stash["contribution"] = head_contributions(block, stash.pop("result"), scale)
+                    return scale
+
+                def write(out: Tensor, hook) -> Tensor:
+                    contribution = stash.pop("contribution")
+                    replaced = self._override(heads.start, contribution)
+                    if replaced is not contribution:
+                        out = out + (replaced.sum(2) - contribution.sum(2)).to(out.dtype)
+                    self._record(heads, replaced)
+                    return out
+
+                return [
+                    (f"blocks.{block_index(block)}.attn.hook_result", keep_result),
+                    (f"blocks.{block_index(block)}.ln1_post.hook_scale", keep_scale),
+                    (f"blocks.{block_index(block)}.hook_attn_out", write),
+                ]
+
             def mlp_writer(writer: int):
                 def hook_fn(out: Tensor, hook) -> Tensor:
                     out = self._override(writer, out)
@@ -183,8 +219,11 @@ class _EdgeRun:
                 (f"blocks.{layer}.hook_q_input", reader(q)),
                 (f"blocks.{layer}.hook_k_input", reader(k)),
                 (f"blocks.{layer}.hook_v_input", reader(v)),
-                (f"blocks.{layer}.attn.hook_result", head_writer(heads)),
             ]
+            if model.cfg.post_norm:
+                hooks += post_norm_head_writers(model.blocks[layer], heads)
+            else:
+                hooks.append((f"blocks.{layer}.attn.hook_result", head_writer(heads)))
             if has_mlp:
                 hooks += [
                     (f"blocks.{layer}.hook_mlp_in", reader(slice(mlp, mlp + 1), before_layer=parallel)),
@@ -214,7 +253,7 @@ def edge_forward(
     cfg = model.cfg
     iv = intervention or Intervention()
     run = _EdgeRun(graph, iv, tokens.shape[0], tokens.shape[1], reader_inputs)
-    hooks = run.hooks(cfg.n_layers, graph.has_mlp, graph.parallel)
+    hooks = run.hooks(model)
     settings = {"use_attn_result": True, "use_split_qkv_input": True, "use_hook_mlp_in": graph.has_mlp}
     with model.settings(**settings), model.hooks(fwd_hooks=hooks):
         final = model(tokens.repeat(run.n_k, 1), stop_at_layer=cfg.n_layers)
@@ -246,18 +285,35 @@ def writer_outputs(
     model: HookedTransformer, tokens: Int[Tensor, "batch pos"]
 ) -> Float[Tensor, "writer batch pos d_model"]:
     """Every writer's output on `tokens`: the input embedding, each head's result, each MLP's output."""
-    graph = edge_graph(model)
+    graph, cfg = edge_graph(model), model.cfg
     names = ["blocks.0.hook_resid_pre"]
-    for layer in range(model.cfg.n_layers):
+    for layer in range(cfg.n_layers):
         names.append(f"blocks.{layer}.attn.hook_result")
-        if graph.has_mlp:
-            names.append(f"blocks.{layer}.hook_mlp_out")
+        names += [f"blocks.{layer}.ln1_post.hook_scale"] if cfg.post_norm else []
+        names += [f"blocks.{layer}.hook_mlp_out"] if graph.has_mlp else []
     with model.settings(use_attn_result=True):
         _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
-    stack = []
-    for name in names:
-        stack += list(cache[name].unbind(2)) if name.endswith("hook_result") else [cache[name]]
+    stack = [cache["blocks.0.hook_resid_pre"]]
+    for layer in range(cfg.n_layers):
+        heads = cache[f"blocks.{layer}.attn.hook_result"]
+        if cfg.post_norm:
+            heads = head_contributions(
+                model.blocks[layer], heads, cache[f"blocks.{layer}.ln1_post.hook_scale"]
+            )
+        stack += list(heads.unbind(2))
+        stack += [cache[f"blocks.{layer}.hook_mlp_out"]] if graph.has_mlp else []
     return torch.stack(stack)
+
+
+def head_contributions(
+    block: torch.nn.Module,
+    result: Float[Tensor, "batch pos head d_model"],
+    scale: Float[Tensor, "batch pos 1"],
+) -> Float[Tensor, "batch pos head d_model"]:
+    """Each head's share of a post-normed attention output (Gemma 2/3, OLMo 2): the post-norm as a
+    linear map at this run's scale (`Norm.apply_to_stack`). The shares and the norm of b_O (plus
+    its bias) add up to the block's attention output exactly."""
+    return block.ln1_post.apply_to_stack(result, scale[:, :, None])
 
 
 def ablated_outputs(
