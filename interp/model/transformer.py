@@ -609,28 +609,9 @@ class HookedTransformer(HookedRootModule):
             )
         return self.tokenizer
 
-    # --- generation (see interp.model.generation) ----------------------------------------------
+    # --- generation -----------------------------------------------------------------------------
 
-    def generate(
-        self,
-        input: str | Int[Tensor, "batch pos"],
-        max_new_tokens: int = 20,
-        stop_at_eos: bool = True,
-        eos_token_id: int | None = None,
-        do_sample: bool | None = None,
-        top_k: int | None = None,
-        temperature: float | None = None,
-        use_past_kv_cache: bool = True,
-        prepend_bos: bool | None = None,
-        return_type: Literal["input", "str", "tokens"] = "input",
-        verbose: bool = False,
-        seed: int | None = None,
-    ) -> str | Int[Tensor, "batch pos"]:
-        """Greedy or sampled continuation; see `interp.model.generation.generate`."""
-        return generate(
-            self, input, max_new_tokens, stop_at_eos, eos_token_id, do_sample, top_k, temperature,
-            use_past_kv_cache, prepend_bos, return_type, verbose, seed,
-        )  # fmt: skip
+    generate = generate  # interp.model.generation.generate, as a method
 
     # --- saving --------------------------------------------------------------------------------
 
