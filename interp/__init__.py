@@ -14,7 +14,7 @@ from interp.io.devices import default_device
 from interp.io.sources import DEFAULT_MODEL, OFFLINE_MODELS
 from interp.model import ActivationCache, HookedTransformer, act_name, from_hf, load_model, next_token_loss
 
-_INTERVENTIONS = ("metrics", "patching", "ablation", "engine", "stats")
+_INTERVENTIONS = ("metrics", "patching", "path_patching", "ablation", "engine", "results", "stats")
 
 
 def __getattr__(name: str):

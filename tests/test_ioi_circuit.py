@@ -32,6 +32,7 @@ from circuits.ioi.report import (
     render_table,
     write_ioi_report,
 )
+from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
 
 HELDOUT_FAITHFULNESS = 0.3  # seeds 0-2 measured 0.52-0.62 on held-out prompts (README)
@@ -385,7 +386,7 @@ def test_prompts_cut_to_their_length_give_the_padded_batch_results(smollm2):
         torch.testing.assert_close(values, padded, atol=1e-4, rtol=0)
     senders = [(16, 0), (20, 0), (22, 5)]
     effects = path_patching_effects(smollm2, clean, abc, [(23, 0), (23, 3)], "q", "END", senders=senders)
-    padded = interp.interventions.patching.path_patching(
+    padded = path_patching(
         smollm2, clean.tokens, abc.tokens, clean.logit_diff, [(23, 0, "q"), (23, 3, "q")], senders,
         receiver_pos=clean.positions["END"],
     )  # fmt: skip

@@ -20,6 +20,7 @@ from interp.interventions.engine import (
     resid_stack,
     run_site_sets,
 )
+from interp.interventions.path_patching import path_patching
 
 ATOL = 1e-4
 
@@ -65,7 +66,7 @@ def test_engine_patching_and_ablation_see_the_hook(setup) -> None:
         _, cache = cached_run(model, clean, names)
         values = run_site_sets(model, clean, [[]], cache, metric, resid_pre=resid_stack(model, cache))
         result = patching.activation_patching(model, clean, corrupted, metric, "resid_pre", layers=[1])
-        path = patching.path_patching(model, clean, corrupted, metric, senders=[(1, 0)])
+        path = path_patching(model, clean, corrupted, metric, senders=[(1, 0)])
         replacement = ablation.Replacement(model, [], "zero")
         ablated = ablation.ablated_metrics(model, clean, metric, [[]], replacement)
     torch.testing.assert_close(values[0], hooked, atol=ATOL, rtol=0)

@@ -9,7 +9,9 @@ from conftest import tiny_config
 
 import interp
 from interp import metrics, patching
-from interp.interventions.patching import Site
+from interp.interventions import engine
+from interp.interventions.engine import Site
+from interp.interventions.path_patching import path_patching
 
 BATCH, POS = 3, 7
 
@@ -72,7 +74,7 @@ def test_batched_runs_started_mid_model_equal_separate_full_runs(model, prompts)
     # The generic engine without cached residual streams runs every copy from the embeddings.
     _, sources = model.run_with_cache(clean, names_filter=lambda name: name.endswith("hook_z"))
     site_sets = [[Site(interp.act_name("z", layer), head=1, pos=end)] for layer in range(model.cfg.n_layers)]
-    full = patching.run_site_sets(model, corrupted, site_sets, sources.cache_dict, metric, resid_pre=None)
+    full = engine.run_site_sets(model, corrupted, site_sets, sources.cache_dict, metric, resid_pre=None)
     mid = patching.patch_sites(model, clean, corrupted, metric, site_sets)
     torch.testing.assert_close(full, mid.values, atol=1e-5, rtol=0)
 
@@ -98,13 +100,13 @@ def test_runs_sharing_a_prefix_equal_runs_computed_alone(model, prompts):
     resid = [target["resid_pre", layer] for layer in range(model.cfg.n_layers)]
     resid.append(target["resid_post", model.cfg.n_layers - 1])
     for resid_pre in (resid, None):
-        shared = patching.run_site_sets(
+        shared = engine.run_site_sets(
             model, corrupted, site_sets, source.cache_dict, metric, resid_pre, batch_size=3
         )
         for sites, value in zip(site_sets, shared, strict=True):
             hooks = [
                 (site.name, lambda act, hook, site=site: torch.where(
-                    patching.site_mask(site, act.shape), source[site.name], act))
+                    engine.site_mask(site, act.shape), source[site.name], act))
                 for site in sites
             ]  # fmt: skip
             expected = metric(model.run_with_hooks(corrupted, fwd_hooks=hooks))
@@ -156,7 +158,7 @@ def test_logits_only_at_the_metric_positions_give_the_same_results(model, prompt
     clean, corrupted, end, metric = prompts
     for run in (
         lambda **kw: patching.activation_patching(model, clean, corrupted, metric, "z", **kw),
-        lambda **kw: patching.path_patching(model, clean, corrupted, metric, [(2, 0, "q")], **kw),
+        lambda **kw: path_patching(model, clean, corrupted, metric, [(2, 0, "q")], **kw),
         lambda **kw: patching.attribution_patching(model, clean, corrupted, metric, "mlp_out", **kw),
     ):
         full, reduced = run(), run(logit_pos=end)
@@ -274,7 +276,7 @@ def _naive_path_patch(model, clean, corrupted, metric, sender, receivers, receiv
 def test_path_patching_equals_the_three_runs_written_out(model, prompts):
     clean, corrupted, end, metric = prompts
     receivers = [(2, 1, "qk"), (2, 3, "v"), (1, 0, "q")]
-    result = patching.path_patching(model, clean, corrupted, metric, receivers, receiver_pos=end)
+    result = path_patching(model, clean, corrupted, metric, receivers, receiver_pos=end)
     assert result.dims == ("layer", "head") and result.mean().shape == (2, model.cfg.n_heads)
     for layer, head in [(0, 0), (0, 3), (1, 2)]:
         expected = _naive_path_patch(model, clean, corrupted, metric, (layer, head), receivers, end)
@@ -288,7 +290,7 @@ def test_path_patching_to_the_logits_of_an_attention_only_model_is_the_direct_ef
     model = interp.HookedTransformer(tiny_config(n_layers=2, attn_only=True)).eval()
     _, clean_cache = model.run_with_cache(clean)
     _, corrupted_cache = model.run_with_cache(corrupted)
-    result = patching.path_patching(model, clean, corrupted, metric, "logits")
+    result = path_patching(model, clean, corrupted, metric, "logits")
     for layer, head in [(0, 1), (1, 3)]:
         delta = corrupted_cache["z", layer][:, :, head] - clean_cache["z", layer][:, :, head]
         resid = clean_cache["resid_post", 1] + delta @ model.blocks[layer].attn.W_O[head]
@@ -299,7 +301,7 @@ def test_path_patching_to_the_logits_of_an_attention_only_model_is_the_direct_ef
 def test_path_patching_without_senders_or_with_late_senders_is_the_identity(model, prompts):
     clean, corrupted, end, metric = prompts
     for receivers in ("logits", [(1, 2, "qkv")]):
-        result = patching.path_patching(
+        result = path_patching(
             model, clean, corrupted, metric, receivers, senders=[[], (2, 0), (1, 3)], receiver_pos=end
         )
         torch.testing.assert_close(result.values[0], result.target, atol=1e-5, rtol=0)
@@ -308,12 +310,10 @@ def test_path_patching_without_senders_or_with_late_senders_is_the_identity(mode
 
 def test_path_patching_sender_sets_and_mlp_senders(model, prompts):
     clean, corrupted, _, metric = prompts
-    together = patching.path_patching(
-        model, clean, corrupted, metric, senders=[[(0, 1), (1, 2)], [(0, "mlp")]]
-    )
+    together = path_patching(model, clean, corrupted, metric, senders=[[(0, 1), (1, 2)], [(0, "mlp")]])
     assert together.coords["patch"] == ["L0H1 + L1H2", "MLP0"]
-    frozen = patching.path_patching(model, clean, corrupted, metric, senders=[(0, 1)], freeze_mlps=True)
-    recomputed = patching.path_patching(model, clean, corrupted, metric, senders=[(0, 1)])
+    frozen = path_patching(model, clean, corrupted, metric, senders=[(0, 1)], freeze_mlps=True)
+    recomputed = path_patching(model, clean, corrupted, metric, senders=[(0, 1)])
     assert not torch.allclose(frozen.values, recomputed.values, atol=1e-6)  # the MLPs carry some of the path
 
 
@@ -356,7 +356,7 @@ def test_bad_input_raises_clear_errors(model, prompts):
     with pytest.raises(ValueError, match="same"):
         patching.activation_patching(model, clean, corrupted[:, :-1], metric)
     with pytest.raises(ValueError, match="same"):
-        patching.path_patching(model, clean, corrupted[:2], metric)
+        path_patching(model, clean, corrupted[:2], metric)
     with pytest.raises(ValueError, match="out of range"):
         patching.activation_patching(model, clean, corrupted, metric, "z", positions=[POS])
     with pytest.raises(ValueError, match="must lie in"):
@@ -376,9 +376,9 @@ def test_bad_input_raises_clear_errors(model, prompts):
     with pytest.raises(ValueError, match="one value per prompt"):
         patching.activation_patching(model, clean, corrupted, lambda logits: metric(logits).mean())
     with pytest.raises(ValueError, match="receiver"):
-        patching.path_patching(model, clean, corrupted, metric, receivers=[(1, 0, "x")])
+        path_patching(model, clean, corrupted, metric, receivers=[(1, 0, "x")])
     with pytest.raises(ValueError, match="sender"):
-        patching.path_patching(model, clean, corrupted, metric, senders=[(0, 7)])
+        path_patching(model, clean, corrupted, metric, senders=[(0, 7)])
     with pytest.raises(ValueError, match="attention-only"):
         attn_only = interp.HookedTransformer(tiny_config(attn_only=True))
         patching.activation_patching(attn_only, clean, corrupted, metric, "mlp_out")

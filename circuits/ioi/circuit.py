@@ -73,7 +73,7 @@ from circuits.ioi.dataset import TOY_IOI_MODEL, ioi_dataset_for
 from interp import edges
 from interp.interventions.ablation import Replacement, ablated_metrics, ablation_sites
 from interp.interventions.engine import Site, forward_logits, site_mask
-from interp.interventions.patching import path_patching
+from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
 
 Head = tuple[int, int]  # (layer, head)
@@ -1037,9 +1037,7 @@ class MeanAblation:
     def __init__(self, model: interp.HookedTransformer, abc: IOIPrompts):
         self.model = model
         names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
-        self.replacement = Replacement(
-            model, names, "mean", abc.tokens, reference_groups=abc.template
-        )
+        self.replacement = Replacement(model, names, "mean", abc.tokens, reference_groups=abc.template)
 
     def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
         """fwd_hooks for a run on `prompts` (their templates pick the means), or on copies of them

@@ -47,7 +47,7 @@ from interp.interventions.engine import (
     site_mask,
 )
 from interp.interventions.metrics import Metric
-from interp.interventions.patching import PatchResult
+from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name

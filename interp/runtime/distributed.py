@@ -31,7 +31,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp.interventions.patching import Direction, PatchResult, PositionAxis, activation_patching
+from interp.interventions.patching import Direction, PositionAxis, activation_patching
+from interp.interventions.results import PatchResult
 
 RAY_HINT = 'Ray is an optional extra: pip install "interp[ray]"'
 
