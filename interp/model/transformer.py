@@ -40,14 +40,16 @@ from transformer_lens.hook_points import HookPoint
 
 from interp.config import Config, place
 from interp.io.checkpoint import save_checkpoint
-from interp.io.devices import module_weight, transformer_lens_device
+from interp.io.devices import transformer_lens_device
 from interp.io.sources import LoadedWeights, official_name, read_source
 from interp.model.cache import ActivationCache
 from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
 from interp.model.hooks import OPT_IN_HOOKS, HookSettings, opt_in_setting
+from interp.model.stacked import StackedWeights
 from interp.model.tokens import decode, encode, single_token, str_tokens
 from interp.model.weights import process_weights
+from interp.types import head_label
 
 ReturnType = Literal["logits", "loss", "both"] | None
 Hook = tuple[str | Callable[[str], bool], Callable]
@@ -63,7 +65,7 @@ def next_token_loss(
     return loss if per_token else loss.mean()
 
 
-class HookedTransformer(HookedRootModule):
+class HookedTransformer(StackedWeights, HookedRootModule):
     """A decoder-only transformer with TransformerLens hook names. See the module docstring.
 
     `tokenizer` is a `transformers` tokenizer, or None for models that work on token ids only.
@@ -100,28 +102,6 @@ class HookedTransformer(HookedRootModule):
                 scale = std / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("W_O", "W_out")) else std
                 with torch.no_grad():
                     param.copy_(torch.randn(param.shape, generator=generator) * scale)
-
-    def _stack(self, attr: str, module: str = "attn") -> Tensor:
-        """One weight of every block, stacked on the model's device (offloaded blocks are read in)."""
-        return torch.stack([module_weight(getattr(b, module), attr, self.device) for b in self.blocks])
-
-    @property
-    def W_Q(self) -> Float[Tensor, "layer head d_model d_head"]:
-        return self._stack("W_Q")
-
-    @property
-    def W_K(self) -> Float[Tensor, "layer head d_model d_head"]:
-        """Per query head: under grouped-query attention each key head is repeated for its group."""
-        return self._stack("W_K")
-
-    @property
-    def W_V(self) -> Float[Tensor, "layer head d_model d_head"]:
-        """Per query head, as W_K."""
-        return self._stack("W_V")
-
-    @property
-    def W_O(self) -> Float[Tensor, "layer head d_head d_model"]:
-        return self._stack("W_O")
 
     @property
     def device(self) -> torch.device:
@@ -201,145 +181,34 @@ class HookedTransformer(HookedRootModule):
         processing = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
         return cls.from_pretrained(model_name, **{**dict.fromkeys(processing, False), **kwargs})
 
-    # --- weights, stacked over layers ---------------------------------------------------------------
-
-    def _stack_or_zeros(self, attr: str, module: str, shape: tuple[int, ...]) -> Tensor:
-        """[layer, *shape]; zeros for layers without the parameter (e.g. biases of Llama models)."""
-        parts = []
-        for block in self.blocks:
-            value = getattr(getattr(block, module), attr)
-            parts.append(torch.zeros(shape, device=self.device, dtype=self.dtype) if value is None else value)
-        return torch.stack(parts)
-
-    @property
-    def b_Q(self) -> Float[Tensor, "layer head d_head"]:
-        return self._stack_or_zeros("b_Q", "attn", (self.cfg.n_heads, self.cfg.d_head))
-
-    @property
-    def b_K(self) -> Float[Tensor, "layer head d_head"]:
-        """Per query head, as W_K."""
-        return self._stack_or_zeros("b_K", "attn", (self.cfg.n_heads, self.cfg.d_head))
-
-    @property
-    def b_V(self) -> Float[Tensor, "layer head d_head"]:
-        """Per query head, as W_V."""
-        return self._stack_or_zeros("b_V", "attn", (self.cfg.n_heads, self.cfg.d_head))
-
-    @property
-    def b_O(self) -> Float[Tensor, "layer d_model"]:
-        return self._stack_or_zeros("b_O", "attn", (self.cfg.d_model,))
-
-    def _require_mlps(self) -> None:
-        if self.cfg.attn_only:
-            raise AttributeError(f"{self.cfg.model_name} is attention-only: it has no MLP weights.")
-
-    @property
-    def W_in(self) -> Float[Tensor, "layer d_model d_mlp"]:
-        self._require_mlps()
-        return self._stack("W_in", "mlp")
-
-    @property
-    def W_gate(self) -> Float[Tensor, "layer d_model d_mlp"]:
-        self._require_mlps()
-        if not self.cfg.gated_mlp:
-            raise AttributeError(f"{self.cfg.model_name} has no gated MLP, so no W_gate.")
-        return self._stack("W_gate", "mlp")
-
-    @property
-    def W_out(self) -> Float[Tensor, "layer d_mlp d_model"]:
-        self._require_mlps()
-        return self._stack("W_out", "mlp")
-
-    @property
-    def b_in(self) -> Float[Tensor, "layer d_mlp"]:
-        self._require_mlps()
-        return self._stack_or_zeros("b_in", "mlp", (self.cfg.d_mlp,))
-
-    @property
-    def b_out(self) -> Float[Tensor, "layer d_model"]:
-        self._require_mlps()
-        return self._stack_or_zeros("b_out", "mlp", (self.cfg.d_model,))
-
-    @property
-    def W_E_pos(self) -> Float[Tensor, "d_vocab_plus_n_ctx d_model"]:
-        """W_E and W_pos concatenated (learned positions only)."""
-        if self.cfg.positional != "learned":
-            raise AttributeError(f"{self.cfg.model_name} has {self.cfg.positional} positions, no W_pos.")
-        return torch.cat([self.W_E, self.W_pos])
-
-    @property
-    def OV(self):
-        """W_V W_O per head, [layer, head, d_model, d_model], as a TransformerLens `FactoredMatrix`
-        (`.AB` is the full matrix; `.eigenvalues`, `.svd()`, indexing [layer, head] work)."""
-        from transformer_lens.FactoredMatrix import FactoredMatrix
-
-        return FactoredMatrix(self.W_V, self.W_O)
-
-    @property
-    def QK(self):
-        """W_Q W_K^T per head (the bilinear form of attention scores, before rotary positions),
-        [layer, head, d_model, d_model], as a `FactoredMatrix`."""
-        from transformer_lens.FactoredMatrix import FactoredMatrix
-
-        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
-
-    def accumulated_bias(
-        self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
-    ) -> Float[Tensor, " d_model"]:
-        """Sum of the biases written to the residual stream before `layer` (b_O, and b_out unless
-        include_mlp_biases=False); with mlp_input, also layer `layer`'s b_O."""
-        total = torch.zeros(self.cfg.d_model, device=self.device, dtype=self.dtype)
-        for i, block in enumerate(self.blocks[: layer + int(mlp_input)]):
-            if block.attn.b_O is not None:
-                total = total + block.attn.b_O
-            if include_mlp_biases and i < layer and not self.cfg.attn_only and block.mlp.b_out is not None:
-                total = total + block.mlp.b_out
-        return total
-
-    def tokens_to_residual_directions(self, tokens: str | int | Tensor) -> Float[Tensor, "... d_model"]:
-        """The unembedding direction (a column of W_U) of each token: [*tokens.shape, d_model]."""
-        if isinstance(tokens, str):
-            tokens = self.to_single_token(tokens)
-        return self.W_U[:, torch.as_tensor(tokens, device=self.W_U.device)].movedim(0, -1)
-
-    # --- embedding as TransformerLens's modules compute it -----------------------------------------
-
-    @property
-    def embed(self) -> WeightView:
-        """`model.embed(tokens)`: W_E[tokens], [batch, pos, d_model] (what hook_embed sees); `.W_E`."""
-        return WeightView(lambda tokens: self.W_E[tokens], W_E=self.W_E)
-
-    @property
-    def pos_embed(self) -> WeightView:
-        """`model.pos_embed(tokens)`: learned position embeddings of tokens' positions, [batch, pos,
-        d_model] (what hook_pos_embed sees); `.W_pos`."""
-        if self.cfg.positional != "learned":
-            raise AttributeError(f"{self.cfg.model_name} has {self.cfg.positional} positions, no pos_embed.")
-        return WeightView(
-            lambda tokens: self.W_pos[: tokens.shape[-1]].expand(*tokens.shape, -1), W_pos=self.W_pos
-        )
-
-    # --- opt-in hooks ------------------------------------------------------------------------------
+    # --- opt-in hooks (see interp.model.hooks) --------------------------------------------------
 
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """hook_result: each head's output, [batch, pos, head, d_model] (costs memory)."""
-        self.hook_settings.use_attn_result = bool(use_attn_result)
+        self._switch_hooks(use_attn_result=use_attn_result)
 
     def set_use_split_qkv_input(self, use_split_qkv_input: bool) -> None:
         """hook_q_input/k_input/v_input: per-head attention inputs, [batch, pos, head, d_model]."""
-        self.hook_settings.use_split_qkv_input = bool(use_split_qkv_input)
+        self._switch_hooks(use_split_qkv_input=use_split_qkv_input)
 
     def set_use_attn_in(self, use_attn_in: bool) -> None:
         """hook_attn_in: one per-head attention input shared by q, k and v, [batch, pos, head, d_model]."""
-        if use_attn_in and self.cfg.group_size > 1:
-            raise ValueError(
-                "hook_attn_in needs one key/value head per query head; use set_use_split_qkv_input."
-            )
-        self.hook_settings.use_attn_in = bool(use_attn_in)
+        self._switch_hooks(use_attn_in=use_attn_in)
 
     def set_use_hook_mlp_in(self, use_hook_mlp_in: bool) -> None:
         """hook_mlp_in: the MLP's input before ln2, [batch, pos, d_model]."""
-        self.hook_settings.use_hook_mlp_in = bool(use_hook_mlp_in)
+        self._switch_hooks(use_hook_mlp_in=use_hook_mlp_in)
+
+    def _switch_hooks(self, **settings: bool) -> None:
+        allowed = set(HookSettings.names())
+        if set(settings) - allowed:
+            raise ValueError(f"Only {sorted(allowed)} can be changed at run time.")
+        if settings.get("use_attn_in") and self.cfg.group_size > 1:
+            raise ValueError(
+                "hook_attn_in needs one key/value head per query head; use set_use_split_qkv_input."
+            )
+        for key, value in settings.items():
+            setattr(self.hook_settings, key, bool(value))
 
     # --- small helpers -------------------------------------------------------------------------------
 
@@ -380,7 +249,9 @@ class HookedTransformer(HookedRootModule):
         return int(found[0] if mode == "first" else found[-1])
 
     def all_head_labels(self) -> list[str]:
-        return [f"L{layer}H{head}" for layer in range(self.cfg.n_layers) for head in range(self.cfg.n_heads)]
+        return [
+            head_label(layer, head) for layer in range(self.cfg.n_layers) for head in range(self.cfg.n_heads)
+        ]
 
     # --- hooks ---------------------------------------------------------------------------------
 
@@ -622,28 +493,9 @@ class HookedTransformer(HookedRootModule):
     @contextmanager
     def settings(self, **overrides: Any) -> Iterator[HookedTransformer]:
         """Temporarily change runtime settings, e.g. `with model.settings(use_attn_result=True):`."""
-        allowed = set(HookSettings.names())
-        if set(overrides) - allowed:
-            raise ValueError(f"Only {sorted(allowed)} can be changed at run time.")
-        if overrides.get("use_attn_in") and self.cfg.group_size > 1:
-            raise ValueError("hook_attn_in needs one key/value head per query head; use use_split_qkv_input.")
-        old = {key: getattr(self.hook_settings, key) for key in overrides}
+        old = {key: getattr(self.hook_settings, key) for key in overrides if hasattr(self.hook_settings, key)}
         try:
-            for key, value in overrides.items():
-                setattr(self.hook_settings, key, bool(value))
+            self._switch_hooks(**overrides)
             yield self
         finally:
-            for key, value in old.items():
-                setattr(self.hook_settings, key, value)
-
-
-class WeightView:
-    """One of TransformerLens's small modules (embed, pos_embed) as a view of interp's flat
-    parameters: callable like the module, with its weights as attributes (`model.embed.W_E`)."""
-
-    def __init__(self, forward: Callable[[Tensor], Tensor], **weights: Tensor):
-        self._forward = forward
-        self.__dict__.update(weights)
-
-    def __call__(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
-        return self._forward(tokens)
+            self._switch_hooks(**old)
