@@ -25,6 +25,7 @@ from patching import timed  # benchmarks/patching.py
 import interp
 from circuits.edges import ioi_task
 from interp import edges
+from interp.runtime.memory import keep_freed_memory
 
 GPT2_SHAPE = dict(n_layer=4, n_embd=256, n_head=8, vocab_size=1000, n_positions=64, initializer_range=0.1)
 
@@ -89,6 +90,7 @@ def gpt2_vs_transformer_lens(n_prompts: int, n_pos: int) -> None:
 
 
 def main() -> None:
+    keep_freed_memory()  # the allocator policy the interp command runs with
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-prompts", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)

@@ -18,6 +18,7 @@ import torch
 
 import interp
 from interp.io.sources import OFFLINE_MODELS
+from interp.runtime.memory import keep_freed_memory
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -32,6 +33,7 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 
 def main() -> None:
+    keep_freed_memory()  # the allocator policy the interp command runs with
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -21,6 +21,7 @@ import time
 import torch
 
 import interp
+from interp.runtime.memory import keep_freed_memory
 from interp.runtime.streaming import cache_to_disk
 
 MODES = {
@@ -81,6 +82,7 @@ def run_mode(mode: str, batch: int, pos: int) -> dict:
 
 
 def main() -> None:
+    keep_freed_memory()  # the allocator policy the interp command runs with
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -26,6 +26,7 @@ import interp
 from interp import metrics
 from interp.interventions.patching import activation_patching, attribution_patching, compare_to_exact
 from interp.io.sources import OFFLINE_MODELS
+from interp.runtime.memory import keep_freed_memory
 
 PAIRS = [("Mary", "John"), ("Tom", "James"), ("Anna", "Paul"), ("Sarah", "David"),
          ("Lisa", "Mark"), ("Emma", "Peter"), ("Kate", "Michael"), ("Laura", "Daniel")]  # fmt: skip
@@ -80,6 +81,7 @@ def print_row(name: str, seconds: float, memory: int) -> None:
 
 
 def main() -> None:
+    keep_freed_memory()  # the allocator policy the interp command runs with
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
