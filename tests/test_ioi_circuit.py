@@ -21,7 +21,7 @@ from circuits.ioi import (
     path_patching_effects,
     validate_circuit,
 )
-from circuits.ioi.evidence import direct_logit_attributions, robust_z, select_heads
+from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence, robust_z, select_heads
 from circuits.ioi.report import (
     circuit_svg,
     render_html,
@@ -30,7 +30,8 @@ from circuits.ioi.report import (
     render_table,
     write_ioi_report,
 )
-from circuits.ioi.results import CLASS_WRITES
+from circuits.ioi.results import CLASS_WRITES, Settings
+from circuits.ioi.steps import find_name_movers, patching_prompts
 from interp.tasks import IOIPrompts
 
 HELDOUT_RECOVERED = 0.3  # seeds 0-2 measured 0.52-0.62 on held-out prompts (README)
@@ -321,6 +322,27 @@ def test_shipped_toy_ioi_report(tmp_path):
     prompt = ioi_dataset_for(interp.load_model("toy-ioi"), 64, seed=0)[0].texts[0]
     assert f"Example prompt: &lt;1&gt; {prompt}" in page.read_text()
     assert "Held-out validation" in page.read_text()
+
+
+def test_a_step_runs_alone_and_selects_what_find_ioi_circuit_reports():
+    """Step 1 (heads -> logits) on the shipped toy-ioi model, run on its own with exhaustive path
+    patching, finds the direct heads find_ioi_circuit reports (8 senders: EAP ranks none out)."""
+    model = interp.load_model("toy-ioi").eval()
+    clean, abc, _ = ioi_dataset_for(model, 64, seed=0)
+    settings = Settings(model="toy-ioi", n_prompts=64, seed=0)
+    evidence = measure_class_evidence(model, clean, settings)
+    prompts = patching_prompts(model, clean, abc, settings.n_patching_prompts)
+    step = find_name_movers(model, prompts, settings, evidence)
+    result = find_ioi_circuit(model, n_prompts=64, seed=0, evaluate=False, validate=False)
+    assert step.heads("s_suppression") == result.circuit["s_suppression"] == [(1, 0), (1, 2), (1, 3), (1, 1)]
+    for cls in ("name_mover", "negative_name_mover"):
+        assert step.heads(cls) == result.circuit[cls]
+    assert [h.step for h in result.classes["s_suppression"]] == ["logits"] * 4
+    torch.testing.assert_close(
+        step.effects["logits"], result.effects["logits"], atol=1e-5, rtol=0, equal_nan=True
+    )
+    label = "logits (name_mover, s_suppression)"
+    assert step.thresholds[label] == pytest.approx(result.thresholds[label], abs=1e-5)
 
 
 def test_toy_prompts_need_the_toy_vocabulary(trained_ioi):
