@@ -36,7 +36,7 @@ from interp.tasks.ioi import IOIPrompts
 from interp.types import Head, head_label
 
 
-def all_heads(model: interp.HookedTransformer) -> list[Head]:
+def _all_heads(model: interp.HookedTransformer) -> list[Head]:
     """Every (layer, head) of the model, layer by layer."""
     return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 
@@ -57,7 +57,7 @@ def evaluate_circuit(
     """Faithfulness, recovered fraction, completeness and minimality of result's circuit on `clean`
     (see the module docstring); `n_subsets` random subsets K for completeness, drawn with `seed`."""
     model = mean_ablation.model
-    every_head = all_heads(model)
+    every_head = _all_heads(model)
     circuit = result.heads
 
     def subtract(keep: Sequence[Head], heads: Sequence[Head]) -> list[Head]:
@@ -138,7 +138,7 @@ def validate_circuit(
     settings = result.settings
     ablation = MeanAblation(model, heldout_abc)
     circuit = set(result.heads)
-    every_head = all_heads(model)
+    every_head = _all_heads(model)
     generator = torch.Generator().manual_seed(settings.seed)
     dla = direct_logit_attributions(model, heldout)
     name_movers = result.circuit["name_mover"]
