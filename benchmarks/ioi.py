@@ -16,7 +16,7 @@ import time
 import torch
 
 import interp
-from circuits.ioi.circuit import find_ioi_circuit
+from circuits.ioi import find_ioi_circuit
 from circuits.ioi.report import render_markdown
 
 

@@ -15,8 +15,9 @@ import sys
 import torch
 
 import interp
-from circuits.ioi.circuit import CLASSES, find_ioi_circuit
+from circuits.ioi import CLASSES, find_ioi_circuit
 from circuits.ioi.report import render_markdown
+from interp.types import head_label
 
 # Wang et al. 2022, figure 2 / section 3 (layer, head).
 PAPER_CIRCUIT = {
@@ -31,7 +32,7 @@ PAPER_CIRCUIT = {
 
 
 def _names(heads) -> str:
-    return ", ".join(f"{layer}.{head}" for layer, head in sorted(heads)) or "-"
+    return ", ".join(head_label(layer, head) for layer, head in sorted(heads)) or "-"
 
 
 def compare(found: dict[str, list[tuple[int, int]]]) -> list[str]:

@@ -14,10 +14,10 @@ import time
 import torch
 
 import interp
-from circuits.ioi.dataset import make_ioi_dataset
 from interp import metrics
 from interp.interventions.patching import activation_patching
 from interp.runtime.distributed import connect, patching_sweep
+from interp.tasks.ioi import make_ioi_dataset
 
 
 def main() -> None:

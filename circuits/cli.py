@@ -6,6 +6,8 @@ Each command parses options, calls one library function, and renders its result.
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -211,15 +213,20 @@ def ioi(
     ray: str | None = typer.Option(None, help=RAY_HELP),
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
-    from circuits.ioi.circuit import find_ioi_circuit
+    from circuits.ioi import find_ioi_circuit
     from circuits.ioi.report import FORMATS, write_ioi_report
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
     loaded = load(model)
+    began = time.perf_counter()
+
+    def progress(line: str) -> None:  # to stderr, so that a report on stdout stays clean
+        print(f"[ioi {time.perf_counter() - began:6.1f}s] {line}", file=sys.stderr, flush=True)
+
     try:
         if ray is None:
-            result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed)  # progress goes to stderr
+            result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed, progress=progress)
         else:
             result = run_on_ray(find_ioi_circuit, model, ray, n_prompts=n_prompts, seed=seed)
     except (ValueError, ImportError) as error:
@@ -248,9 +255,9 @@ def patch(
     """Activation patching on IOI prompts: normalised logit difference (0 = corrupted, 1 = clean)."""
     from rich.table import Table
 
-    from circuits.ioi.dataset import make_ioi_dataset
     from interp import metrics
     from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
+    from interp.tasks.ioi import make_ioi_dataset
 
     loaded = load(model)
     try:

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from interp import edges
 from interp.model import HookedTransformer
+from interp.tasks.ioi import ioi_dataset_for
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 SCHEMA = "interp-edge-circuit-1"
@@ -63,8 +64,6 @@ class EdgeTask:
 
 def ioi_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) -> EdgeTask:
     """IOI prompts against the ABC distribution (three other names); logit(IO) - logit(S) at END."""
-    from circuits.ioi.dataset import ioi_dataset_for
-
     clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
     metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
     return EdgeTask("ioi", clean.tokens, abc.tokens, metric, "logit_diff(IO - S)")

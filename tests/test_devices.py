@@ -9,12 +9,12 @@ from conftest import IOI_PROMPT
 
 import interp
 from circuits.heads import head_report
-from circuits.ioi.circuit import find_ioi_circuit
-from circuits.ioi.dataset import ioi_dataset_for
+from circuits.ioi import find_ioi_circuit
 from interp import metrics
 from interp.interventions.ablation import ablate
 from interp.interventions.patching import activation_patching
 from interp.interventions.path_patching import path_patching
+from interp.tasks.ioi import ioi_dataset_for
 
 HALF = [torch.bfloat16, torch.float16]
 # Relative error of one rounding: 2^-8 (bf16), 2^-11 (fp16). Logits go through 30 layers of rounding.

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import interp
-from circuits.ioi.dataset import ioi_dataset_for
 from interp import metrics
 from interp.interventions.patching import activation_patching
 from interp.runtime.distributed import map_shards, patching_sweep
+from interp.tasks.ioi import ioi_dataset_for
 
 
 def threads_and_square(x: int) -> tuple[int, int, int]:

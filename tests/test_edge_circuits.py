@@ -172,8 +172,8 @@ def test_mib_export_names_grouped_query_edges_per_query_head():
 
 
 def test_ranked_path_patching_confirms_the_top_candidates_exactly():
-    from circuits.ioi.circuit import path_patching_effects, ranked_path_patching_effects
-    from circuits.ioi.dataset import ioi_dataset_for
+    from circuits.ioi.patching import path_patching_effects, ranked_path_patching_effects
+    from interp.tasks.ioi import ioi_dataset_for
 
     model = interp.load_model("toy-ioi").eval()
     clean, abc, _ = ioi_dataset_for(model, 16)

@@ -9,13 +9,13 @@ from conftest import IOI_PROMPT
 
 import interp
 from circuits.heads import head_report
-from circuits.ioi.circuit import find_ioi_circuit
-from circuits.ioi.dataset import ioi_dataset_for
+from circuits.ioi import find_ioi_circuit
 from interp import metrics
 from interp.interventions.ablation import ablate
 from interp.interventions.patching import activation_patching
 from interp.interventions.path_patching import path_patching
 from interp.runtime.streaming import cache_to_disk, load_activations
+from interp.tasks.ioi import ioi_dataset_for
 
 PROMPTS = [IOI_PROMPT, "When Tom and Anna went to the park, Anna gave a ball to"]
 

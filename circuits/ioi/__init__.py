@@ -1,6 +1,40 @@
-"""Indirect object identification (Wang et al. 2022) on pretrained models."""
+"""Indirect object identification (Wang et al. 2022): the IOI circuit of a model, found by path
+patching backwards from the logits, evaluated and validated on held-out prompts.
 
-from circuits.ioi.dataset import (
+    from circuits.ioi import find_ioi_circuit
+    result = find_ioi_circuit(model, n_prompts=64, seed=0)
+
+Modules: `results` (classes and result types), `evidence` (selection and classification of heads),
+`patching` (path patching, mean ablation, sender strategies), `steps` (one function per step of the
+paper), `discover` (`find_ioi_circuit`), `evaluate` (faithfulness, completeness, minimality,
+held-out validation), `report` (table, Markdown, JSON, HTML). The prompts live in interp.tasks.ioi.
+"""
+
+from circuits.ioi.discover import find_ioi_circuit, measure_baseline
+from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
+from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
+from circuits.ioi.results import (
+    CLASSES,
+    Baseline,
+    ClassValidation,
+    Evaluation,
+    ExamplePatterns,
+    HeadEvidence,
+    IOICircuitResult,
+    Settings,
+    Validation,
+)
+from circuits.ioi.steps import (
+    PatchingPrompts,
+    StepResult,
+    find_backup_name_movers,
+    find_induction_and_duplicate_token_heads,
+    find_name_movers,
+    find_previous_token_heads,
+    find_s_inhibition_heads,
+    patching_prompts,
+)
+from interp.tasks.ioi import (
     BABA_TEMPLATES,
     NAMES,
     OBJECTS,
@@ -11,11 +45,10 @@ from circuits.ioi.dataset import (
 )
 
 __all__ = [
-    "BABA_TEMPLATES",
-    "NAMES",
-    "OBJECTS",
-    "PLACES",
-    "ioi_dataset_for",
-    "make_ioi_dataset",
-    "single_token_names",
-]
+    "BABA_TEMPLATES", "CLASSES", "NAMES", "OBJECTS", "PLACES", "Baseline", "ClassValidation", "EAPRanking",
+    "Evaluation", "ExamplePatterns", "HeadEvidence", "IOICircuitResult", "MeanAblation", "PatchingPrompts",
+    "SenderEffects", "Settings", "StepResult", "Validation", "evaluate_circuit", "find_backup_name_movers",
+    "find_induction_and_duplicate_token_heads", "find_ioi_circuit", "find_name_movers",
+    "find_previous_token_heads", "find_s_inhibition_heads", "ioi_dataset_for", "make_ioi_dataset",
+    "measure_baseline", "path_patching_effects", "patching_prompts", "single_token_names", "validate_circuit",
+]  # fmt: skip

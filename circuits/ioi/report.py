@@ -20,7 +20,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from circuits.ioi.circuit import CLASS_ATTENTION, CLASS_KIND, CLASSES, IOICircuitResult
+from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, IOICircuitResult
 from circuits.report import write_output
 from interp.viz import attention_patterns_html, heatmap_html, html_page
 
@@ -75,29 +75,31 @@ def _summary_lines(result: IOICircuitResult) -> list[str]:
     ]
     e = result.evaluation
     if e is not None:
+        with_unclassified = (
+            f" ({e.recovered_with_unclassified:.1%} and {e.faithfulness_with_unclassified:.1%} with the "
+            "unclassified heads)"
+            if e.recovered_with_unclassified is not None
+            else ""
+        )
         lines.append(
-            f"faithfulness {e.faithfulness:.1%} (circuit {e.circuit_logit_diff:.3f} / model "
-            f"{e.model_logit_diff:.3f}; all heads ablated {e.ablated_logit_diff:.3f})"
-            + (
-                f", {e.faithfulness_with_unclassified:.1%} with the unclassified heads"
-                if e.faithfulness_with_unclassified is not None
-                else ""
-            )
-            + f"; completeness: max "
+            f"recovered {e.recovered:.1%} of the logit diff (circuit {e.circuit_logit_diff:.3f} / model "
+            f"{e.model_logit_diff:.3f}), faithfulness {e.faithfulness:.1%} (all heads ablated "
+            f"{e.ablated_logit_diff:.3f}){with_unclassified}; completeness: max "
             f"|F(C\\K) - F(M\\K)| / F(M) = {e.completeness_max_gap:.1%} over {len(e.completeness)} subsets"
         )
     return lines
 
 
 def _validation_lines(result: IOICircuitResult) -> list[str]:
-    """One line on the held-out set and the circuit's faithfulness there ([] without validation)."""
+    """One line on the held-out set and how much of the logit diff the circuit keeps there ([] without
+    validation)."""
     v = result.validation
     if v is None:
         return []
     unconfirmed = f"; unconfirmed: {', '.join(v.unconfirmed)}" if v.unconfirmed else "; every class confirmed"
     return [
-        f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, faithfulness "
-        f"{v.faithfulness:.1%} (95% CI {_ci(v.faithfulness_ci)}){unconfirmed}"
+        f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
+        f"{v.recovered:.1%} (95% CI {_ci(v.recovered_ci)}), faithfulness {v.faithfulness:.1%}{unconfirmed}"
     ]
 
 

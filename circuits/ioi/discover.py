@@ -1,0 +1,246 @@
+"""Discovering the IOI circuit (Wang et al. 2022) by path patching backwards from the logits.
+
+    result = find_ioi_circuit(model, n_prompts=64, seed=0)
+    result.circuit            # {"name_mover": [(9, 9), ...], "s_inhibition": [...], ...}
+    result.to_json()
+
+`find_ioi_circuit` measures the model on the clean prompts (baseline, attention, direct logit
+attribution), runs the paper's steps in order (circuits.ioi.steps: name movers, S-inhibition,
+induction and duplicate-token, previous-token, backup name movers), each on the heads the previous
+ones found, then evaluates the circuit and validates it on held-out prompts (circuits.ioi.evaluate).
+
+One class is not in the paper: S-suppression heads act directly on the logits like name movers but
+attend END->S2 and write against S (copy suppression of the subject, the mirror image of the
+negative name movers' suppression of IO). SmolLM2's strongest direct head is one, and toy models
+trained on IOI solve it with them. A head may hold several roles: an S-suppression head that also
+steers the name movers' queries is an S-inhibition head too.
+
+Path patching runs one patched forward pass per sender head, the cost of the whole discovery, so it
+uses the first `n_patching_prompts` prompts, and by default path-patches only the senders edge
+attribution ranks first (`sender_effects`, circuits.ioi.patching); the baseline, attention and
+evaluation use all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+import interp
+from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
+from circuits.ioi.evidence import clean_run, measure_class_evidence
+from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
+from circuits.ioi.results import CLASSES, Baseline, ExamplePatterns, HeadEvidence, IOICircuitResult, Settings
+from circuits.ioi.steps import (
+    ProgressLines,
+    StepResult,
+    find_backup_name_movers,
+    find_induction_and_duplicate_token_heads,
+    find_name_movers,
+    find_previous_token_heads,
+    find_s_inhibition_heads,
+    patching_prompts,
+    timed,
+)
+from interp.interventions.engine import forward_logits
+from interp.interventions.stats import bootstrap_ci
+from interp.tasks.ioi import IOIPrompts, heldout_description, ioi_dataset_for
+from interp.types import Head, head_label
+
+THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}
+
+
+def find_ioi_circuit(
+    model: interp.HookedTransformer,
+    n_prompts: int = 64,
+    seed: int = 0,
+    progress: ProgressLines = None,
+    evaluate: bool = True,
+    prompts: tuple[IOIPrompts, IOIPrompts] | None = None,
+    heldout: tuple[IOIPrompts, IOIPrompts] | None = None,
+    validate: bool = True,
+    sender_effects: SenderEffects | None = None,
+    **thresholds: float,
+) -> IOICircuitResult:
+    """Find the IOI circuit of `model` by path patching from the logits backwards; see the module doc.
+
+    prompts: (clean, abc) IOIPrompts to use instead of ioi_dataset_for(model, n_prompts, seed)
+    (the paper's templates; the toy task's for a model trained on it, `model.cfg.task == "ioi"`).
+    heldout: (clean, abc) prompts the discovery never sees, to confirm each class on; default
+    ioi_dataset_for(model, n_prompts, seed, "heldout") when `prompts` is None, else no validation.
+    validate: False skips the held-out validation.
+    progress: called with a line as each stage begins (None or False: silent).
+    sender_effects: which senders each step path-patches (circuits.ioi.patching): default
+    `EAPRanking` of the `exact_candidates` senders edge attribution ranks first and those whose
+    estimate reaches half of `min_effect` (`path_patching_effects`, every sender, if
+    exact_candidates is 0).
+    thresholds: override Settings fields effect_z, min_effect, min_share, attention_z,
+    min_attention, large_attention, n_bootstrap, n_completeness_subsets, n_random_draws,
+    n_patching_prompts, exact_candidates.
+    """
+    unknown = set(thresholds) - THRESHOLDS
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; choose from {', '.join(sorted(THRESHOLDS))}")
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    if prompts is None:
+        clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
+    else:
+        clean, abc = prompts
+    settings = Settings(model=model.cfg.model_name, n_prompts=len(clean), seed=seed, **thresholds)
+    clean, abc = clean.to(model.device), abc.to(model.device)
+    timings["dataset"] = time.perf_counter() - start
+
+    with timed("baseline, attention and direct logit attribution", timings, progress):
+        clean_logits, clean_cache = clean_run(model, clean)
+        baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed, clean_logits)
+        if baseline.logit_diff_ci[0] <= 0:
+            low, high = baseline.logit_diff_ci
+            raise ValueError(
+                f"{settings.model} does not do IOI on these prompts: mean logit diff "
+                f"{baseline.logit_diff:.2f} (95% CI [{low:.2f}, {high:.2f}]) is not above 0, so there is "
+                "no circuit to find. Use a model that prefers the indirect object (a toy model may need "
+                "more training steps), or more prompts."
+            )
+        evidence = measure_class_evidence(model, clean, settings, clean_cache)
+        patching = patching_prompts(model, clean, abc, settings.n_patching_prompts, clean_logits)
+        del clean_logits, clean_cache
+    if sender_effects is None:
+        min_estimate = 0.5 * settings.min_effect * abs(patching.logit_diff)
+        exact = settings.exact_candidates
+        sender_effects = EAPRanking(exact, min_estimate) if exact > 0 else path_patching_effects
+    common = {"sender_effects": sender_effects, "progress": progress}
+
+    direct = find_name_movers(model, patching, settings, evidence, **common)
+    name_movers = direct.heads("name_mover")
+    s_inhibition = find_s_inhibition_heads(
+        model, patching, name_movers, direct.heads("s_suppression"), settings, evidence, **common
+    )
+    values = find_induction_and_duplicate_token_heads(
+        model, patching, s_inhibition.heads("s_inhibition"), settings, evidence, **common
+    )
+    keys = find_previous_token_heads(model, patching, values.heads("induction"), settings, evidence, **common)
+    steps = [direct, s_inhibition, values, keys]
+    mean_ablation = MeanAblation(model, abc)
+    classified = {head for step in steps for heads in step.classes.values() for head in _heads(heads)}
+    backup = find_backup_name_movers(
+        model, patching, name_movers, direct.effects["logits"], classified, mean_ablation, settings,
+        evidence, **common,
+    )  # fmt: skip
+    result = _combine(settings, baseline, evidence.attention, evidence.thresholds, [*steps, backup])
+    result.timings = timings | {name: t for step in [*steps, backup] for name, t in step.timings.items()}
+
+    if evaluate and result.heads:
+        with timed("evaluation", result.timings, progress):
+            n_subsets = settings.n_completeness_subsets
+            result.evaluation = evaluate_circuit(result, clean, mean_ablation, n_subsets, seed)
+    description = "held-out prompts given to find_ioi_circuit"
+    if heldout is None and prompts is None:
+        heldout = ioi_dataset_for(model, n_prompts, seed, split="heldout")[:2]
+        description = heldout_description(model)
+    if validate and heldout is not None and result.heads:
+        with timed("validation on held-out prompts", result.timings, progress):
+            clean_heldout, abc_heldout = (p.to(model.device) for p in heldout)
+            result.validation = validate_circuit(model, result, clean_heldout, abc_heldout, description)
+    if result.heads:
+        with timed("example attention patterns", result.timings, progress):
+            result.example = example_patterns(model, clean, result.heads)
+    result.timings["total"] = time.perf_counter() - start
+    if progress:
+        progress(f"done in {result.timings['total']:.1f} s")
+    return result
+
+
+def _heads(found: Sequence[HeadEvidence]) -> list[Head]:
+    return [(h.layer, h.head) for h in found]
+
+
+def _combine(
+    settings: Settings,
+    baseline: Baseline,
+    attention: dict[str, Tensor],
+    attention_thresholds: dict[str, float],
+    steps: Sequence[StepResult],
+) -> IOICircuitResult:
+    """One result from the steps' findings, in step order: a head joins a class once (with the
+    evidence of the first step that put it there); a head is unclassified only if no step classified
+    it (once, with the evidence of the first step that selected it)."""
+    classes: dict[str, list[HeadEvidence]] = {name: [] for name in CLASSES}
+    for step in steps:
+        for cls, found in step.classes.items():
+            classes[cls] += [h for h in found if (h.layer, h.head) not in _heads(classes[cls])]
+    in_classes = {head for found in classes.values() for head in _heads(found)}
+    unclassified: list[HeadEvidence] = []
+    for h in (h for step in steps for h in step.unclassified):
+        if (h.layer, h.head) not in in_classes | set(_heads(unclassified)):
+            unclassified.append(h)
+    thresholds = {f"attention {kind}": {"threshold": value} for kind, value in attention_thresholds.items()}
+    return IOICircuitResult(
+        settings=settings,
+        baseline=baseline,
+        classes=classes,
+        unclassified=unclassified,
+        effects={name: values for step in steps for name, values in step.effects.items()},
+        attention=attention,
+        thresholds=thresholds | {label: fig for step in steps for label, fig in step.thresholds.items()},
+    )
+
+
+def _ci(values: Tensor, n_bootstrap: int, seed: int) -> tuple[float, float]:
+    """95% bootstrap interval of the mean of values [batch]."""
+    low, high = bootstrap_ci(values.float(), n_bootstrap, seed=seed)
+    return float(low), float(high)
+
+
+@torch.no_grad()
+def measure_baseline(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    clean_logits: Tensor | None = None,
+) -> Baseline:
+    """Logit difference and accuracy of the model on the clean prompts, with bootstrap intervals
+    (clean_logits [batch, pos, d_vocab]: the clean run's, if it was run already)."""
+    end = clean.positions["END"].to(model.device)
+    if clean_logits is None:
+        clean_logits = forward_logits(model, clean.tokens.to(model.device), end)  # logits at END only
+    diffs = clean.logit_diff(clean_logits).cpu()  # [batch]
+    correct = (diffs > 0).float()
+    rows = torch.arange(len(clean), device=clean_logits.device)
+    top1 = clean_logits[rows, end].argmax(-1).cpu() == clean.io_token.cpu()
+    abc_diffs = clean.logit_diff(forward_logits(model, abc.tokens.to(model.device), end)).cpu()
+    return Baseline(
+        logit_diff=diffs.mean().item(),
+        logit_diff_ci=_ci(diffs, n_bootstrap, seed),
+        accuracy=correct.mean().item(),
+        accuracy_ci=_ci(correct, n_bootstrap, seed),
+        top1_io=top1.float().mean().item(),
+        abc_logit_diff=abc_diffs.mean().item(),
+        n_prompts=len(clean),
+    )
+
+
+@torch.no_grad()
+def example_patterns(
+    model: interp.HookedTransformer, prompts: IOIPrompts, heads: Sequence[Head]
+) -> ExamplePatterns:
+    """The attention patterns of `heads` on the first prompt (up to its END)."""
+    end = int(prompts.positions["END"][0]) + 1
+    tokens = prompts.tokens[:1, :end].to(model.device)
+    layers = sorted({layer for layer, _ in heads})
+    _, cache = model.run_with_cache(
+        tokens, names_filter=[interp.act_name("pattern", layer) for layer in layers], return_type=None
+    )
+    str_tokens = [f"<{t}>" for t in tokens[0].tolist()]
+    if model.tokenizer is not None:
+        str_tokens = model.to_str_tokens(tokens[0])
+    elif prompts.texts is not None and len(words := prompts.texts[0].split()) <= end:
+        # Toy task: one word per token, the text starting after BOS.
+        str_tokens[end - len(words) :] = [f" {word}" for word in words]
+    patterns = {head_label(layer, head): cache["pattern", layer][0, head].cpu() for layer, head in heads}
+    return ExamplePatterns(str_tokens, patterns)

@@ -1,0 +1,189 @@
+"""What selects and classifies a head: robust outliers of a step's effects, attention between IOI
+roles and direct logit attribution.
+
+A head is selected when its effect, in the step's direction, is at least `min_effect` (relative
+change) and either an outlier among all the senders of that step (robust z-score
+(effect - median) / (1.4826 MAD) beyond `effect_z`) or at least `min_share` of the summed effect of
+all senders in that direction (in a toy model with a few heads, which share the work, the median
+and MAD are no reference for what is large). Its class is the candidate class whose attention
+pattern it shows most strongly (`ClassEvidence`): its mean attention there must clear an adaptive
+threshold (median + `attention_z` robust SDs over all heads, at least `min_attention`;
+`large_attention` always suffices), and a head that acts on the logits directly must write the
+way its class says (direct logit attribution at END through the final norm, `CLASS_WRITES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+import interp
+from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
+from interp.tasks.ioi import IOIPrompts
+from interp.types import Head
+
+
+@torch.no_grad()
+def clean_run(model: interp.HookedTransformer, prompts: IOIPrompts) -> tuple[Tensor, interp.ActivationCache]:
+    """One run on `prompts` with what the discovery reads of it: logits [batch, pos, d_vocab] and a
+    cache of every layer's attention pattern and z and the final norm's scale."""
+    names = [interp.act_name(kind, layer) for layer in range(model.cfg.n_layers) for kind in ("pattern", "z")]
+    return model.run_with_cache(
+        prompts.tokens.to(model.device), names_filter=names + [interp.act_name("scale")]
+    )
+
+
+@torch.no_grad()
+def attention_evidence(
+    model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache | None = None
+) -> dict[str, Tensor]:
+    """Mean attention of every head between IOI roles: kind ("END->IO", ...) -> [layer, head].
+    cache: `clean_run(model, prompts)`'s, if it was run already."""
+    if cache is None:
+        names = [interp.act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
+        _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
+    rows = torch.arange(len(prompts))
+    evidence = {}
+    for kind, (query, key) in ATTENTION_KINDS.items():
+        q, k = prompts.positions[query], prompts.positions[key]
+        evidence[kind] = torch.stack(
+            [cache["pattern", layer].cpu()[rows, :, q, k].mean(0) for layer in range(model.cfg.n_layers)]
+        )  # [layer, head]
+    return evidence
+
+
+@torch.no_grad()
+def direct_logit_attributions(
+    model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache | None = None
+) -> dict[str, Tensor]:
+    """Each head's direct effect on the IO and S logits at END (logits), through the final norm (its
+    scale taken from the run): {"IO": [layer, head], "S": [layer, head]}, means over prompts.
+    cache: `clean_run(model, prompts)`'s, if it was run already."""
+    cfg = model.cfg
+    if cache is None:
+        names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
+        _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names)
+    end = prompts.positions["END"].to(model.device)
+    stack = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
+    attributions = {}
+    for role, tokens in (("IO", prompts.io_token), ("S", prompts.s_token)):
+        directions = model.W_U[:, tokens.to(model.device)].T  # [batch, d_model]
+        per_prompt = (stack * directions).sum(-1)  # [layer * head, batch]
+        attributions[role] = per_prompt.mean(-1).view(cfg.n_layers, cfg.n_heads).float().cpu()
+    return attributions
+
+
+def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
+    """Median and median absolute deviation of the finite entries of `values`."""
+    finite = values[values.isfinite()]
+    median = finite.median()
+    return median, (finite - median).abs().median()
+
+
+def robust_z(values: Tensor) -> Tensor:
+    """(x - median) / (1.4826 MAD) over the finite entries; NaN stays NaN.
+
+    1.4826 MAD estimates the standard deviation of normal data, and unlike it ignores the outliers
+    we are looking for. A zero MAD (most values equal) falls back to the mean absolute deviation.
+    """
+    median, mad = median_mad(values)
+    spread = 1.4826 * mad
+    if spread <= 1e-12:
+        finite = values[values.isfinite()]
+        spread = (finite - median).abs().mean().clamp_min(1e-12)
+    return (values - median) / spread
+
+
+def attention_threshold(scores: Tensor, z: float, floor: float, ceiling: float) -> float:
+    """Attention a head needs to count as showing a pattern: median + z robust SDs over all heads,
+    at least `floor`; at most `ceiling` (a head that puts that much attention there shows it)."""
+    median, mad = median_mad(scores)
+    return min(max((median + z * 1.4826 * mad).item(), floor), max(ceiling, floor))
+
+
+def select_heads(
+    effects: Tensor, sign: int, effect_z: float, min_effect: float, min_share: float
+) -> tuple[list[Head], Tensor, dict[str, float]]:
+    """Heads whose effect [layer, head] in direction `sign` (-1: patching lowers the logit diff) is
+    at least `min_effect` and either an outlier (robust z >= effect_z) or at least `min_share` of
+    the summed effect of all heads in that direction. Returns the heads (strongest first), the
+    robust z-scores [layer, head] and the threshold figures."""
+    z = robust_z(effects)
+    signed = (sign * effects).nan_to_num(nan=0.0)
+    share = signed / signed.clamp_min(0).sum().clamp_min(1e-12)
+    chosen = ((sign * z >= effect_z) | (share >= min_share)) & (signed >= min_effect)
+    heads = [tuple(map(int, index)) for index in chosen.nonzero()]
+    heads.sort(key=lambda head: -sign * effects[head].item())
+    median, mad = median_mad(effects)
+    figures = {
+        "median": median.item(),
+        "mad": mad.item(),
+        "effect_z": effect_z,
+        "min_effect": min_effect,
+        "min_share": min_share,
+    }
+    return heads, z, figures
+
+
+@dataclass
+class ClassEvidence:
+    """What classifies a head, measured once on the clean prompts.
+
+    attention: kind ("END->IO", ...) -> [layer, head] mean attention between the IOI roles.
+    thresholds: kind -> the attention a head needs to show that pattern (`attention_threshold`).
+    direct_logit_attribution: "IO", "S" -> [layer, head] mean direct effect on that logit at END.
+    """
+
+    attention: dict[str, Tensor]
+    thresholds: dict[str, float]
+    direct_logit_attribution: dict[str, Tensor]
+
+    def shows(self, head: Head, cls: str) -> bool:
+        """The head shows the class's attention pattern and, for writers, writes the class's way."""
+        kind = CLASS_KIND[cls]
+        if self.attention[kind][head].item() < self.thresholds[kind]:
+            return False
+        logit, sign = CLASS_WRITES.get(cls, (None, 0))
+        return logit is None or sign * self.direct_logit_attribution[logit][head].item() > 0
+
+    def strongest(self, candidates: Sequence[str], head: Head) -> str | None:
+        """The candidate class whose attention pattern the head shows most strongly (None: none)."""
+        shown = [cls for cls in candidates if self.shows(head, cls)]
+        return max(shown, key=lambda cls: self.attention[CLASS_KIND[cls]][head].item(), default=None)
+
+    def record(self, head: Head, step: str, effect: Tensor, z: Tensor) -> HeadEvidence:
+        """The evidence for `head`, found by sweep `step` with effects and z-scores [layer, head]."""
+        return HeadEvidence(
+            layer=head[0],
+            head=head[1],
+            effect=effect[head].item(),
+            z=z[head].item(),
+            step=step,
+            attention={kind: scores[head].item() for kind, scores in self.attention.items()},
+            direct_logit_attribution={
+                logit: values[head].item() for logit, values in self.direct_logit_attribution.items()
+            },
+        )
+
+
+def measure_class_evidence(
+    model: interp.HookedTransformer,
+    prompts: IOIPrompts,
+    settings: Settings,
+    cache: interp.ActivationCache | None = None,
+) -> ClassEvidence:
+    """Attention, attention thresholds and direct logit attribution of every head on `prompts`
+    (cache: `clean_run(model, prompts)`'s, if it was run already)."""
+    if cache is None:
+        _, cache = clean_run(model, prompts)
+    attention = attention_evidence(model, prompts, cache)
+    thresholds = {
+        kind: attention_threshold(
+            scores, settings.attention_z, settings.min_attention, settings.large_attention
+        )
+        for kind, scores in attention.items()
+    }
+    return ClassEvidence(attention, thresholds, direct_logit_attributions(model, prompts, cache))

@@ -1,0 +1,287 @@
+"""Path patching and mean ablation on IOI prompts (interp.interventions.patching and .ablation), and
+the strategies that choose which sender heads a step path-patches.
+
+A step measures, for each sender head, the change of the mean logit diff when the sender's output
+is patched from the ABC run along its paths to the step's receivers (`path_patching_effects`). That
+is one patched forward pass per sender, the cost of the whole discovery, so a `SenderEffects`
+strategy decides which senders are path-patched exactly:
+
+  path_patching_effects   every sender (exhaustive: the paper's procedure)
+  EAPRanking              the senders edge attribution patching (EAP, interp.edges) ranks first, and
+                          every sender whose estimate is large; the others keep the estimate
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+import interp
+from interp import edges
+from interp.interventions.ablation import Replacement, ablated_metrics, ablation_sites
+from interp.interventions.engine import Site, site_mask
+from interp.interventions.path_patching import path_patching
+from interp.tasks.ioi import IOIPrompts
+from interp.types import Head
+
+
+class SenderEffects(Protocol):
+    """A strategy for a step's sender effects: the change of the mean logit diff (logits) when each
+    sender's output is patched from ABC along its paths to the receivers, [layer, head] (NaN: not a
+    sender). The arguments are those of `path_patching_effects`."""
+
+    def __call__(
+        self,
+        model: interp.HookedTransformer,
+        clean: IOIPrompts,
+        abc: IOIPrompts,
+        receivers: Sequence[Head] | None,
+        receiver_input: str | None = None,
+        position: str = "END",
+        senders: Sequence[Head] | None = None,
+        ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+    ) -> Tensor: ...
+
+
+def path_patching_effects(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    receivers: Sequence[Head] | None,
+    receiver_input: str | None = None,
+    position: str = "END",
+    senders: Sequence[Head] | None = None,
+    ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+) -> Tensor:
+    """Change of the mean logit diff (in logits) when each head's output is patched from the ABC
+    run along its paths to the receivers: [layer, head] (NaN: not a sender). Every sender is
+    path-patched: the exhaustive `SenderEffects` strategy.
+
+    receivers: None for the logits (direct path), else heads whose `receiver_input` ("q", "k" or
+    "v") at IOI position `position` receive the patched paths. Senders: every head before the
+    last receiver (or `senders`), except the receivers themselves. ablated: (mean ablation, heads)
+    mean-ablated in every run. Prompts of each length run cut to that length (`by_length`).
+    """
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    if senders is None:
+        last = n_layers if receivers is None else max(layer for layer, _ in receivers)
+        senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
+    sweep_senders = list(senders)
+    to = "logits" if receivers is None else [(layer, head, receiver_input) for layer, head in receivers]
+
+    def patch(group: IOIPrompts, group_abc: IOIPrompts) -> Tensor:
+        """[n_senders + 1, batch]: each sender's patched logit diff, then the clean one."""
+        hooks = [] if ablated is None else ablated[0].hooks(ablated[1], group)
+        with model.hooks(fwd_hooks=hooks):
+            patched = path_patching(
+                model,
+                group.tokens,
+                group_abc.tokens,
+                group.logit_diff,
+                receivers=to,
+                senders=sweep_senders,
+                receiver_pos=None if receivers is None else group.positions[position],
+                logit_pos=group.positions["END"],
+            )
+        return torch.cat([patched.values, patched.target[None]])
+
+    values = by_length(clean, abc, patch)
+    change = values[:-1].mean(-1) - values[-1].mean()  # [n_senders]
+    effects = torch.full((n_layers, n_heads), float("nan"))
+    effects[tuple(torch.tensor(sweep_senders).mT)] = change
+    for layer, head in receivers or []:
+        effects[layer, head] = float("nan")
+    return effects
+
+
+def by_length(
+    clean: IOIPrompts, abc: IOIPrompts | None, run: Callable[[IOIPrompts, IOIPrompts | None], Tensor]
+) -> Tensor:
+    """run(prompts, abc prompts) [..., n] on each group of prompts of one length, cut to that length
+    (no padding is computed), reassembled in the prompts' order: [..., batch]."""
+    parts = []
+    for rows in clean.length_groups():
+        width = int(clean.positions["END"][rows[0]]) + 1
+        group_abc = None if abc is None else abc[rows].truncated(width)
+        parts.append((rows, run(clean[rows].truncated(width), group_abc).cpu()))
+    out = torch.empty(*parts[0][1].shape[:-1], len(clean))
+    for rows, value in parts:
+        out[..., rows] = value
+    return out
+
+
+def ranked_path_patching_effects(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    receivers: Sequence[Head] | None,
+    receiver_input: str | None = None,
+    position: str = "END",
+    senders: Sequence[Head] | None = None,
+    n_exact: int = 16,
+    attribution: dict[str, edges.EdgeScores] | None = None,
+    ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+    min_estimate: float = float("inf"),
+) -> Tensor:
+    """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
+    interp.edges) ranks first by |estimated effect|, and any other sender whose |estimate| is at
+    least `min_estimate` (logits); the other senders keep the estimate.
+
+    The estimate of a sender is the sum of its edges' EAP scores into the receivers' `receiver_input`
+    (key and value inputs: the receivers' key/value heads) read at `position`, or into the logits.
+    attribution: `ioi_edge_attribution(model, clean, abc)`, computed once for every step (default:
+    computed here, with the `ablated` heads mean-ablated).
+    """
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    given = senders
+    receivers = list(receivers or [])
+    if senders is None:
+        last = n_layers if not receivers else max(layer for layer, _ in receivers)
+        senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
+    senders = [head for head in senders if head not in receivers]
+    if len(senders) <= n_exact:  # every sender is a candidate: the exhaustive sweep
+        return path_patching_effects(
+            model, clean, abc, receivers or None, receiver_input, position, given, ablated
+        )
+    key = position if receivers else "all"
+    if attribution is None:
+        hooks = [] if ablated is None else ablated[0].hooks(ablated[1], clean)
+        with model.hooks(fwd_hooks=hooks):
+            attribution = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None})
+    scores = attribution[key]
+    graph = scores.graph
+    if receivers:
+        group = n_heads // model.cfg.n_kv_heads
+        kv = "h" if group == 1 else "kv"
+        names = {
+            f"a{layer}.h{head}<q>"
+            if receiver_input == "q"
+            else f"a{layer}.{kv}{head // group}<{receiver_input}>"
+            for layer, head in receivers
+        }
+    else:
+        names = {"logits"}
+    columns = [graph.readers.index(name) for name in sorted(names)]
+    estimate = torch.full((n_layers, n_heads), float("nan"))
+    for layer, head in senders:
+        estimate[layer, head] = scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
+    ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))
+    n_large = sum(abs(float(estimate[head])) >= min_estimate for head in senders)
+    ranked = ranked[: max(n_exact, n_large)]
+    exact = path_patching_effects(
+        model, clean, abc, receivers or None, receiver_input, position, ranked, ablated
+    )
+    confirmed = ~exact.isnan()
+    estimate[confirmed] = exact[confirmed]
+    return estimate
+
+
+def ioi_edge_attribution(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    positions: dict[str, str | None] | None = None,
+) -> dict[str, edges.EdgeScores]:
+    """EAP scores of every edge for the logit diff at END, from one backward pass, per reader position:
+    key -> scores of what readers read at that IOI position (None: everywhere). Default keys: "all"
+    and every role position ("END", "S2", ...)."""
+    if positions is None:
+        positions = {"all": None} | {role: role for role in clean.positions}
+    metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
+    reader_positions = {key: role and clean.positions[role] for key, role in positions.items()}
+    return edges.edge_attribution_by_position(
+        model, clean.tokens, abc.tokens, metric, reader_positions, "eap", batch_size=len(clean)
+    )
+
+
+class EAPRanking:
+    """The `SenderEffects` strategy that path-patches only the `n_exact` senders EAP ranks first and
+    every sender whose |estimate| is at least `min_estimate` (logits); see
+    `ranked_path_patching_effects`. The attribution of the unablated model is computed once, on the
+    first call, and reused by every later call on the same model and prompts (one backward pass for
+    every step); a call with heads ablated attributes with them ablated."""
+
+    def __init__(self, n_exact: int = 16, min_estimate: float = float("inf")):
+        self.n_exact = n_exact
+        self.min_estimate = min_estimate
+        self._attribution: tuple[interp.HookedTransformer, IOIPrompts, dict[str, edges.EdgeScores]] | None
+        self._attribution = None
+
+    def __call__(
+        self,
+        model: interp.HookedTransformer,
+        clean: IOIPrompts,
+        abc: IOIPrompts,
+        receivers: Sequence[Head] | None,
+        receiver_input: str | None = None,
+        position: str = "END",
+        senders: Sequence[Head] | None = None,
+        ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+    ) -> Tensor:
+        attribution = None
+        if ablated is None:
+            cached = self._attribution
+            if cached is None or cached[0] is not model or cached[1] is not clean:
+                self._attribution = cached = (model, clean, ioi_edge_attribution(model, clean, abc))
+            attribution = cached[2]
+        return ranked_path_patching_effects(
+            model, clean, abc, receivers, receiver_input, position, senders,
+            self.n_exact, attribution, ablated, self.min_estimate,
+        )  # fmt: skip
+
+
+class MeanAblation:
+    """Mean ablation of heads over the ABC distribution, one mean per template and position
+    (as the paper), computed once: `hooks(heads)` are fwd_hooks that ablate `heads`."""
+
+    def __init__(self, model: interp.HookedTransformer, abc: IOIPrompts):
+        self.model = model
+        names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+        self.replacement = Replacement(model, names, "mean", abc.tokens, reference_groups=abc.template)
+
+    def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
+        """fwd_hooks for a run on `prompts` (their templates pick the means), or on copies of them
+        stacked along the batch (as path patching runs them)."""
+
+        def make_hook(site: Site):
+            value = self.replacement.values(site.name, len(prompts), prompts.template)
+
+            def hook(z: Tensor, hook) -> Tensor:  # z: [batch, pos, head, d_head]
+                # Path patching stacks copies of the batch ([n_copies * batch, ...]): repeat the means.
+                # Prompts cut to their length take the means of their first positions.
+                copies = z.shape[0] // value.shape[0] if value.shape[0] > 1 else 1
+                means = value[:, : z.shape[1]].to(z.device, z.dtype)
+                stacked = means.repeat(copies, *[1] * (value.ndim - 1))
+                return torch.where(site_mask(site, z.shape, z.device), stacked, z)
+
+            return hook
+
+        return [(site.name, make_hook(site)) for site in ablation_sites(self.model, heads=heads)]
+
+    def logit_diffs_many(self, head_sets: Sequence[Sequence[Head]], prompts: IOIPrompts) -> Tensor:
+        """Logit diff per prompt [n_sets, batch] (CPU) with each set of heads mean-ablated; sets that
+        ablate the same heads in the first layers share those layers' computation."""
+        return by_length(
+            prompts,
+            None,
+            lambda group, _: ablated_metrics(
+                self.model,
+                group.tokens,
+                group.logit_diff,
+                head_sets,
+                self.replacement,
+                groups=group.template,
+                logit_pos=group.positions["END"],
+            ),
+        )
+
+    def logit_diffs(self, ablate: Sequence[Head], prompts: IOIPrompts) -> Tensor:
+        """Logit diff per prompt [batch] (CPU) with the heads `ablate` mean-ablated."""
+        return self.logit_diffs_many([ablate], prompts)[0]
+
+    def logit_diff(self, ablate: Sequence[Head], prompts: IOIPrompts) -> float:
+        """Mean logit diff on `prompts` with the heads `ablate` mean-ablated."""
+        return self.logit_diffs(ablate, prompts).mean().item()

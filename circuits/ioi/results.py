@@ -1,0 +1,204 @@
+"""What the IOI circuit discovery reports: the head classes, the settings and every result type.
+
+Effects are relative changes of the mean logit difference logit(IO) - logit(S) at END (-0.3: the
+logit diff falls by 30%); attention is a mean attention probability; logit diffs are in logits.
+Heads are labelled as every report of interp writes them, "L9H6" (`interp.types.head_label`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from interp.types import Head, head_label
+
+CLASSES = (
+    "name_mover",
+    "negative_name_mover",
+    "s_inhibition",
+    "s_suppression",
+    "induction",
+    "duplicate_token",
+    "previous_token",
+    "backup_name_mover",
+)
+# The attention each class shows in the paper: (query position, key position) of the IOI roles.
+CLASS_ATTENTION = {
+    "name_mover": ("END", "IO"),
+    "negative_name_mover": ("END", "IO"),
+    "backup_name_mover": ("END", "IO"),
+    "s_inhibition": ("END", "S2"),
+    "s_suppression": ("END", "S2"),
+    "induction": ("S2", "S1+1"),
+    "duplicate_token": ("S2", "S1"),
+    "previous_token": ("S1+1", "S1"),
+}
+CLASS_KIND = {cls: "->".join(pair) for cls, pair in CLASS_ATTENTION.items()}  # "name_mover" -> "END->IO"
+ATTENTION_KINDS = {"->".join(pair): pair for pair in CLASS_ATTENTION.values()}  # "END->IO" -> ("END", "IO")
+# How each class that writes to the logits must write: (logit, sign of its direct attribution).
+CLASS_WRITES = {
+    "name_mover": ("IO", 1),
+    "backup_name_mover": ("IO", 1),
+    "negative_name_mover": ("IO", -1),
+    "s_suppression": ("S", -1),
+}
+
+
+@dataclass
+class Settings:
+    """What the discovery was run with (all of it goes into the JSON report)."""
+
+    model: str
+    n_prompts: int
+    seed: int
+    corrupted: str = "ABC"
+    n_patching_prompts: int = 16
+    effect_z: float = 3.0
+    min_effect: float = 0.02
+    min_share: float = 0.1
+    attention_z: float = 3.0
+    min_attention: float = 0.1
+    large_attention: float = 0.3
+    n_bootstrap: int = 1000
+    n_completeness_subsets: int = 10
+    n_random_draws: int = 5  # random head sets per class in held-out validation
+    # The default sender strategy (`patching.EAPRanking`) path-patches only the senders edge
+    # attribution ranks first, and every sender whose estimate is at least half of min_effect
+    # (0: path-patch every sender).
+    exact_candidates: int = 16
+
+
+@dataclass
+class Baseline:
+    """The model on the clean IOI prompts; *_ci are 95% bootstrap intervals over prompts."""
+
+    logit_diff: float
+    logit_diff_ci: tuple[float, float]
+    accuracy: float  # fraction of prompts where logit(IO) > logit(S)
+    accuracy_ci: tuple[float, float]
+    top1_io: float  # fraction of prompts whose top prediction is IO
+    abc_logit_diff: float  # the clean answers' logit diff on the ABC prompts
+    n_prompts: int
+
+
+@dataclass
+class HeadEvidence:
+    """One head in the circuit: why it was selected."""
+
+    layer: int
+    head: int
+    effect: float  # relative change of the logit diff when its path is patched from ABC
+    z: float  # robust z-score of `effect` among the step's senders
+    step: str  # the path-patching sweep that found it
+    attention: dict[str, float]  # mean attention for each of ATTENTION_KINDS
+    direct_logit_attribution: dict[str, float]  # "IO", "S": mean direct effect on each logit at END
+
+    @property
+    def name(self) -> str:
+        return head_label(self.layer, self.head)
+
+
+@dataclass
+class Evaluation:
+    """The paper's section 4, with F(X) = mean logit diff when every head outside X is mean-ablated."""
+
+    model_logit_diff: float  # F(model): no head ablated
+    circuit_logit_diff: float  # F(circuit)
+    ablated_logit_diff: float  # F(empty): every head mean-ablated
+    faithfulness: float  # (F(circuit) - F(empty)) / (F(model) - F(empty)) (interp.interventions.stats)
+    recovered: (
+        float  # F(circuit) / F(model): the fraction of the logit diff recovered, as Wang et al. report it
+    )
+    faithfulness_with_unclassified: float | None  # the same with the unclassified heads kept too
+    recovered_with_unclassified: float | None
+    completeness: list[dict]  # per subset K: heads, circuit_logit_diff, model_logit_diff, gap
+    completeness_max_gap: float  # max |F(C \ K) - F(M \ K)|, relative to F(model)
+    minimality: dict[str, float]  # "L9H6" -> (F(C \ K) - F(C \ (K + v))) / F(C)
+
+
+@dataclass
+class ClassValidation:
+    """One class on held-out prompts. Effects are changes of the mean logit diff when heads are
+    mean-ablated, relative to the size of the unablated held-out logit diff; sign: the class's
+    direction. No class is confirmed where the model does not do IOI (held-out logit diff <= 0)."""
+
+    heads: list[str]  # "L9H6", ...
+    sign: int  # -1: ablating the class should lower the logit diff (+1: raise it)
+    effect: float  # ablating the class
+    random_effect: float  # ablating as many random heads from the same layers (mean over draws)
+    difference: float  # effect - random_effect
+    difference_ci: tuple[float, float]  # 95% bootstrap over prompts
+    writes: dict[str, float] | None  # writer classes: mean direct logit attribution "IO", "S" on held-out
+    confirmed: bool
+
+
+@dataclass
+class Validation:
+    """The circuit on held-out prompts the finder never used (see circuits.ioi.evaluate)."""
+
+    prompts: str  # what was held out
+    n_prompts: int
+    logit_diff: float  # unablated
+    faithfulness: float  # as Evaluation.faithfulness, on the held-out prompts (NaN: undefined there)
+    recovered: float  # F(circuit) / F(model) on the held-out prompts
+    recovered_ci: tuple[float, float]  # 95% bootstrap over prompts
+    classes: dict[str, ClassValidation]  # non-empty classes only
+
+    @property
+    def unconfirmed(self) -> list[str]:
+        return [name for name, found in self.classes.items() if not found.confirmed]
+
+
+@dataclass
+class ExamplePatterns:
+    """tokens: [pos] strings of one clean prompt; patterns: "L9H6" -> [query_pos, key_pos] attention."""
+
+    tokens: list[str]
+    patterns: dict[str, Tensor]
+
+
+@dataclass
+class IOICircuitResult:
+    settings: Settings
+    baseline: Baseline
+    classes: dict[str, list[HeadEvidence]]  # class name -> heads, strongest effect first
+    unclassified: list[HeadEvidence]  # causal outliers without the matching attention
+    effects: dict[str, Tensor]  # sweep -> [layer, head] relative effects (NaN: not a sender)
+    attention: dict[str, Tensor]  # kind -> [layer, head] mean attention on clean prompts
+    thresholds: dict[str, dict[str, float]]  # sweep or attention kind -> threshold figures
+    evaluation: Evaluation | None = None
+    validation: Validation | None = None  # held-out confirmation of each class
+    example: ExamplePatterns | None = None  # attention of the circuit's heads on one clean prompt
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+
+    @property
+    def circuit(self) -> dict[str, list[Head]]:
+        return {name: [(h.layer, h.head) for h in heads] for name, heads in self.classes.items()}
+
+    @property
+    def heads(self) -> list[Head]:
+        return sorted({head for heads in self.circuit.values() for head in heads})
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable summary (the `interp ioi --format json` output)."""
+        evaluation = self.evaluation
+        return {
+            "settings": asdict(self.settings),
+            "logit_diff": self.baseline.logit_diff,
+            "baseline": asdict(self.baseline),
+            "circuit": {name: [list(head) for head in heads] for name, heads in self.circuit.items()},
+            "heads": {name: [_evidence_json(h) for h in heads] for name, heads in self.classes.items()},
+            "unclassified": [_evidence_json(h) for h in self.unclassified],
+            "faithfulness": None if evaluation is None else evaluation.faithfulness,
+            "recovered": None if evaluation is None else evaluation.recovered,
+            "evaluation": None if evaluation is None else asdict(evaluation),
+            "validation": None if self.validation is None else asdict(self.validation),
+            "thresholds": self.thresholds,
+            "timings_s": self.timings,
+        }
+
+
+def _evidence_json(evidence: HeadEvidence) -> dict[str, Any]:
+    return {**asdict(evidence), "name": evidence.name}

@@ -1,0 +1,305 @@
+"""The steps of the IOI circuit discovery (Wang et al. 2022, section 3), one function per step.
+
+Discovery walks back from the logits, as the paper does. Every step path-patches each sender head's
+output from the ABC run (three unrelated names) into the clean run, through one path only (into the
+previous step's heads, the receivers), and measures the relative change of the logit difference
+logit(IO) - logit(S) at END. It selects the heads whose effect stands out and classifies them by
+their attention pattern and direct logit attribution (circuits.ioi.evidence):
+
+  1. find_name_movers                          heads -> logits (direct path): name movers (-),
+                                               negative name movers (+), S-suppression heads (-)
+  2. find_s_inhibition_heads                   heads -> name movers' queries at END, then heads ->
+                                               S-suppression heads' queries at END (two sweeps: a head
+                                               can be both an S-suppression receiver and a sender)
+  3. find_induction_and_duplicate_token_heads  heads -> S-inhibition heads' values at S2
+  4. find_previous_token_heads                 heads -> induction heads' keys at S1+1
+  5. find_backup_name_movers                   heads -> logits again, name movers mean-ablated:
+                                               backup name movers (their direct effect grows)
+
+Each takes the model, the path-patching prompts, the previous steps' heads, the settings and the
+class evidence, and returns a `StepResult`: its sweeps' effects and the heads it selected, by class.
+One step runs alone as well as within `find_ioi_circuit`:
+
+    evidence = measure_class_evidence(model, clean, settings)
+    prompts = patching_prompts(model, clean, abc, settings.n_patching_prompts)
+    step = find_name_movers(model, prompts, settings, evidence)
+    step.heads("name_mover"), step.effects["logits"]  # [(9, 9), ...], [layer, head]
+
+`sender_effects` chooses which senders are path-patched (circuits.ioi.patching): every sender by
+default here, the senders edge attribution ranks first in `find_ioi_circuit`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+import interp
+from circuits.ioi.evidence import ClassEvidence, select_heads
+from circuits.ioi.patching import MeanAblation, SenderEffects, path_patching_effects
+from circuits.ioi.results import HeadEvidence, Settings
+from interp.interventions.engine import forward_logits
+from interp.tasks.ioi import IOIPrompts
+from interp.types import Head
+
+ProgressLines = Callable[[str], None] | None
+"""progress(line): called with a line ("path patching: heads -> logits ...") as each stage begins;
+None (or False) reports nothing."""
+
+
+@dataclass
+class PatchingPrompts:
+    """The prompts path patching runs on, and the unit of every effect.
+
+    clean, abc: the first `n_patching_prompts` clean and ABC prompts (path patching runs one forward
+    pass per sender, the cost of the whole discovery, so it uses fewer prompts than the rest).
+    logit_diff: their mean clean logit diff (logits); a step's effects are changes relative to it.
+    """
+
+    clean: IOIPrompts
+    abc: IOIPrompts
+    logit_diff: float
+
+
+def patching_prompts(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    n_prompts: int,
+    clean_logits: Tensor | None = None,
+) -> PatchingPrompts:
+    """The first `n_prompts` of (clean, abc) on the model's device, with their mean clean logit diff
+    (clean_logits [batch, pos, d_vocab]: the clean run's on all of `clean`, if it was run already)."""
+    n = min(n_prompts, len(clean))
+    first, first_abc = clean[:n].to(model.device), abc[:n].to(model.device)
+    if clean_logits is None:
+        with torch.no_grad():
+            diffs = first.logit_diff(forward_logits(model, first.tokens, first.positions["END"]))
+    else:
+        diffs = clean.logit_diff(clean_logits)[:n]
+    return PatchingPrompts(first, first_abc, diffs.mean().item())
+
+
+@dataclass
+class StepResult:
+    """What one step found.
+
+    effects: sweep ("logits", "name_mover_queries", ...) -> [layer, head] relative change of the
+      logit diff when the sender's path is patched from ABC (NaN: not a sender in that sweep).
+    classes: class -> the heads the step put in it, strongest effect first.
+    unclassified: selected heads without the matching attention pattern (or writing).
+    thresholds: selection ("logits (negative_name_mover)", ...) -> its figures (median, MAD, ...).
+    timings: stage -> seconds.
+    """
+
+    effects: dict[str, Tensor] = field(default_factory=dict)
+    classes: dict[str, list[HeadEvidence]] = field(default_factory=dict)
+    unclassified: list[HeadEvidence] = field(default_factory=list)
+    thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def heads(self, cls: str) -> list[Head]:
+        """The heads the step put in class `cls`, strongest effect first."""
+        return [(h.layer, h.head) for h in self.classes.get(cls, [])]
+
+
+@contextmanager
+def timed(name: str, timings: dict[str, float], progress: ProgressLines = None) -> Iterator[None]:
+    """Report "name ..." to `progress` and record the seconds the block takes in timings[name]."""
+    if progress:
+        progress(f"{name} ...")
+    began = time.perf_counter()
+    yield
+    timings[name] = time.perf_counter() - began
+
+
+@dataclass
+class _Step:
+    """A step being run: what every sweep of it needs, and what it found so far."""
+
+    model: interp.HookedTransformer
+    prompts: PatchingPrompts
+    settings: Settings
+    evidence: ClassEvidence
+    sender_effects: SenderEffects
+    progress: ProgressLines
+    result: StepResult = field(default_factory=StepResult)
+
+    def sweep(
+        self,
+        name: str,
+        stage: str,
+        receivers: Sequence[Head] | None = None,
+        receiver_input: str | None = None,
+        position: str = "END",
+        senders: Sequence[Head] | None = None,
+        ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+    ) -> Tensor:
+        """Relative effects [layer, head] of the senders' paths to `receivers` (None: the logits)."""
+        clean, abc = self.prompts.clean, self.prompts.abc
+        with timed(stage, self.result.timings, self.progress):
+            change = self.sender_effects(
+                self.model, clean, abc, receivers, receiver_input, position, senders=senders, ablated=ablated
+            )
+            effects = change / self.prompts.logit_diff
+        self.result.effects[name] = effects
+        return effects
+
+    def select(
+        self,
+        sweep: str,
+        effects: Tensor,
+        sign: int,
+        label: str,
+        candidates: Sequence[str],
+        exclude: Collection[Head] = (),
+    ) -> None:
+        """Select heads by their effects in direction `sign` and put each (except `exclude`) into the
+        candidate class it shows most strongly, or among the unclassified."""
+        s = self.settings
+        heads, z, figures = select_heads(effects, sign, s.effect_z, s.min_effect, s.min_share)
+        self.result.thresholds[label] = figures
+        for head in heads:
+            if head in exclude:
+                continue
+            cls = self.evidence.strongest(candidates, head)
+            found = self.evidence.record(head, sweep, effects, z)
+            if cls is None:
+                self.result.unclassified.append(found)
+            elif head not in self.result.heads(cls):
+                self.result.classes.setdefault(cls, []).append(found)
+
+    def sweep_receivers(
+        self,
+        name: str,
+        receiver_class: str,
+        receivers: Sequence[Head],
+        receiver_input: str,
+        position: str,
+        candidates: Sequence[str],
+    ) -> None:
+        """Heads that lower the logit diff through the receivers' `receiver_input` at `position`."""
+        if not receivers or max(layer for layer, _ in receivers) == 0:  # no heads before layer 0
+            if self.progress:
+                self.progress(f"no {receiver_class} heads after layer 0: skipping {name}")
+            return
+        effects = self.sweep(name, f"path patching: heads -> {name}", receivers, receiver_input, position)
+        self.select(name, effects, -1, name, candidates)
+
+
+def find_name_movers(
+    model: interp.HookedTransformer,
+    prompts: PatchingPrompts,
+    settings: Settings,
+    evidence: ClassEvidence,
+    *,
+    sender_effects: SenderEffects = path_patching_effects,
+    progress: ProgressLines = None,
+) -> StepResult:
+    """Step 1, heads -> logits (the direct path), sweep "logits": name movers (attend END->IO, write
+    IO) and S-suppression heads (attend END->S2, write against S) lower the logit diff when patched
+    from ABC; negative name movers (attend END->IO, write against IO) raise it."""
+    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    effects = step.sweep("logits", "path patching: heads -> logits")
+    step.select("logits", effects, -1, "logits (name_mover, s_suppression)", ("name_mover", "s_suppression"))
+    step.select("logits", effects, 1, "logits (negative_name_mover)", ("negative_name_mover",))
+    return step.result
+
+
+def find_s_inhibition_heads(
+    model: interp.HookedTransformer,
+    prompts: PatchingPrompts,
+    name_movers: Sequence[Head],
+    s_suppression: Sequence[Head],
+    settings: Settings,
+    evidence: ClassEvidence,
+    *,
+    sender_effects: SenderEffects = path_patching_effects,
+    progress: ProgressLines = None,
+) -> StepResult:
+    """Step 2, heads -> the queries at END of step 1's name movers (sweep "name_mover_queries"), then
+    of its S-suppression heads ("s_suppression_queries"): S-inhibition heads (attend END->S2)."""
+    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    step.sweep_receivers("name_mover_queries", "name_mover", name_movers, "q", "END", ("s_inhibition",))
+    step.sweep_receivers(
+        "s_suppression_queries", "s_suppression", s_suppression, "q", "END", ("s_inhibition",)
+    )
+    return step.result
+
+
+def find_induction_and_duplicate_token_heads(
+    model: interp.HookedTransformer,
+    prompts: PatchingPrompts,
+    s_inhibition: Sequence[Head],
+    settings: Settings,
+    evidence: ClassEvidence,
+    *,
+    sender_effects: SenderEffects = path_patching_effects,
+    progress: ProgressLines = None,
+) -> StepResult:
+    """Step 3, heads -> the values at S2 of step 2's S-inhibition heads (sweep "s_inhibition_values"):
+    induction heads (attend S2->S1+1) and duplicate-token heads (attend S2->S1)."""
+    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    candidates = ("induction", "duplicate_token")
+    step.sweep_receivers("s_inhibition_values", "s_inhibition", s_inhibition, "v", "S2", candidates)
+    return step.result
+
+
+def find_previous_token_heads(
+    model: interp.HookedTransformer,
+    prompts: PatchingPrompts,
+    induction: Sequence[Head],
+    settings: Settings,
+    evidence: ClassEvidence,
+    *,
+    sender_effects: SenderEffects = path_patching_effects,
+    progress: ProgressLines = None,
+) -> StepResult:
+    """Step 4, heads -> the keys at S1+1 of step 3's induction heads (sweep "induction_keys"):
+    previous-token heads (attend S1+1->S1)."""
+    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    step.sweep_receivers("induction_keys", "induction", induction, "k", "S1+1", ("previous_token",))
+    return step.result
+
+
+def find_backup_name_movers(
+    model: interp.HookedTransformer,
+    prompts: PatchingPrompts,
+    name_movers: Sequence[Head],
+    direct_effects: Tensor,
+    classified: Collection[Head],
+    mean_ablation: MeanAblation,
+    settings: Settings,
+    evidence: ClassEvidence,
+    *,
+    sender_effects: SenderEffects = path_patching_effects,
+    progress: ProgressLines = None,
+) -> StepResult:
+    """Step 5, heads -> logits with step 1's name movers mean-ablated (sweep
+    "logits_without_name_movers"): backup name movers are heads after the first name mover's layer
+    whose direct effect grows (sweep "backup_growth": that effect minus step 1's `direct_effects`
+    [layer, head], more negative) and that attend END->IO and write IO like name movers. Heads
+    already `classified` by earlier steps are not backups."""
+    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    # Only heads after the first name mover's layer can react to the name movers' ablation.
+    first_layer = min(name_movers)[0] if name_movers else n_layers
+    senders = [(layer, head) for layer in range(first_layer + 1, n_layers)
+               for head in range(n_heads) if (layer, head) not in name_movers]  # fmt: skip
+    if not senders:
+        return step.result
+    ablated = step.sweep(
+        "logits_without_name_movers",
+        "path patching: heads -> logits, name movers ablated",
+        senders=senders,
+        ablated=(mean_ablation, list(name_movers)),
+    )
+    growth = ablated - direct_effects
+    step.result.effects["backup_growth"] = growth
+    step.select("backup_growth", growth, -1, "backup_growth", ("backup_name_mover",), exclude=classified)
+    return step.result
