@@ -1,14 +1,15 @@
 """Head types: score every attention head on probe inputs, confirm candidates causally, classify.
 
-    report = head_report(model)                # the whole pipeline, or its stages one by one:
-    probes = make_probes(model)                # 1. repeated / random / natural-text sequences (probes)
-    scores = score_heads(model, probes)        # 2. attention-pattern scores and thresholds (scores)
-    weights = weight_scores(model, scores.candidates("previous_token", 12))   # 3. weights (weights)
-    effects = causal_checks(model, probes, scores)                           # 4. mean ablation (causal)
-    table = classify(scores, weights, effects) # 5. types (classify)
-    write_report(report, "html", "heads.html", console)                      # rendering (report)
+    report = head_report(model)   # the whole pipeline (pipeline.py), or its stages one at a time:
 
-Each module's docstring defines what it measures.
+    probes = make_probes(model)                                    # 1. probe sequences     probes.py
+    scores = score_heads(model, probes)                            # 2. attention scores    scores.py
+    weights = weight_scores(model, scores.candidates("previous_token", 12))  # 3. weights  weights.py
+    effects = causal_checks(model, probes, scores)                 # 4. mean ablation       causal.py
+    table = classify(scores, weights, effects)                     # 5. head types          classify.py
+
+`circuits.heads.report` renders a HeadReport (terminal table, CSV, JSON, Markdown, HTML). Each
+module's docstring defines what it measures, with its units.
 """
 
 from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, causal_checks

@@ -25,7 +25,7 @@ from torch import Tensor
 
 import interp
 from circuits.heads.probes import Probe, Probes
-from circuits.heads.scores import HeadScores, StageProgress, pattern_scores, score_masks
+from circuits.heads.scores import HeadScores, StageProgress, pattern_scores, score_masks, stage_progress
 from interp.interventions.ablation import ablation_hooks
 from interp.model.cache import ActivationCache
 from interp.types import Head, Progress
@@ -200,15 +200,15 @@ def causal_checks(
     induction = scores.candidates("induction", max_candidates)
     if not induction:
         return {}
-
-    def stage(kind: str) -> Progress | None:
-        label = f"Ablating {kind.replace('_', '-')} candidates"
-        return (lambda done, total: progress(label, done, total)) if progress else None
-
-    effects = {"induction": induction_ablation_effects(model, probes.repeated, induction, stage("induction"))}
-    confirmed = [head for head in induction if effects["induction"].confirmed(head)]
-    previous = scores.candidates("previous_token", max_candidates)
-    effects["previous_token"] = previous_token_ablation_effects(
-        model, probes.repeated, previous, confirmed or induction, stage("previous_token")
+    induction_effects = induction_ablation_effects(
+        model, probes.repeated, induction, stage_progress(progress, "Ablating induction candidates")
     )
-    return effects
+    confirmed = [head for head in induction if induction_effects.confirmed(head)]
+    previous_token_effects = previous_token_ablation_effects(
+        model,
+        probes.repeated,
+        scores.candidates("previous_token", max_candidates),
+        confirmed or induction,
+        stage_progress(progress, "Ablating previous-token candidates"),
+    )
+    return {"induction": induction_effects, "previous_token": previous_token_effects}

@@ -68,6 +68,12 @@ N_BOOTSTRAP = 500
 StageProgress = Callable[[str, int, int], None]
 """progress(stage, done, total): called as each stage of head_report advances."""
 
+
+def stage_progress(progress: StageProgress | None, stage: str) -> Progress | None:
+    """One stage's progress(done, total), reported as progress(stage, done, total)."""
+    return None if progress is None else (lambda done, total: progress(stage, done, total))
+
+
 Masks = dict[str, tuple[Bool[Tensor, "batch q k"], Bool[Tensor, "batch q"]]]
 
 
@@ -286,8 +292,7 @@ def score_heads(
         (probes.text, text_scores),
     ]:
         if probe is not None:
-            stage = f"Attention scores ({probe.name})"
-            report = (lambda done, total, stage=stage: progress(stage, done, total)) if progress else None
+            report = stage_progress(progress, f"Attention scores ({probe.name})")
             per_sequence[probe.name], patterns[probe.name] = probe_patterns(
                 model, probe, batch_size, score, report
             )
