@@ -126,15 +126,25 @@ def heads(
     ray: str | None = typer.Option(None, help=RAY_HELP),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
+    from rich.progress import Progress
+
     from circuits.heads import head_report
-    from circuits.report import FORMATS, write_report
+    from circuits.heads.report import FORMATS, write_report
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
     loaded = load(model)
     try:
         if ray is None:
-            report = head_report(loaded, n_samples=n_samples, seed=seed)
+            with Progress(console=Console(stderr=True), transient=True) as bar:  # stdout may hold the report
+                stages: dict[str, int] = {}
+
+                def progress(stage: str, done: int, total: int) -> None:
+                    if stage not in stages:
+                        stages[stage] = bar.add_task(stage, total=total)
+                    bar.update(stages[stage], completed=done)
+
+                report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress)
         else:
             report = run_on_ray(head_report, model, ray, n_samples=n_samples, seed=seed)
     except (ValueError, ImportError) as error:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from circuits.edges import EdgeCircuitResult
-from circuits.report import write_output
+from circuits.output import write_output
 from interp.viz import html_page
 
 FORMATS = ("table", "json", "html")

@@ -9,20 +9,17 @@ import torch
 from conftest import TRAIN_SEED, tiny_config
 
 import interp
-from circuits.heads import (
-    PATTERN_SCORES,
-    Probe,
-    copying_scores,
+from circuits.heads import PATTERN_SCORES, Probe, head_report, make_probes, score_heads
+from circuits.heads.probes import induction_lengths
+from circuits.heads.scores import (
     fixed_offset_scores,
-    head_report,
-    induction_lengths,
-    k_composition_scores,
     mask_scores,
     pattern_scores,
     probe_patterns,
     score_masks,
     uniform_pattern,
 )
+from circuits.heads.weights import copying_scores, k_composition_scores
 from interp.tasks import InductionTask, PeriodicTask
 from interp.training import TrainConfig, train
 
@@ -232,6 +229,29 @@ def test_toy_checkpoint_previous_token_and_induction_heads():
     assert effect > 5 * layer1["induction_effect"].max()
     # The induction heads read the previous-token head through their keys (K-composition).
     assert layer1["k_composition"].min() > 0.2
+
+
+def test_scores_stage_alone_agrees_with_head_report():
+    """The scores stage run on its own (toy-induction) gives the report's scores, thresholds and
+    skip-gram pairs; the stage reports its progress per probe."""
+    model = interp.load_model("toy-induction")
+    report = head_report(model, n_samples=8, seed=3)
+    calls = []
+    probes = make_probes(model, n_samples=8, seed=3)
+    scores = score_heads(model, probes, seed=3, progress=lambda *call: calls.append(call))
+    assert scores.thresholds == report.thresholds
+    for column, values in scores.columns.items():
+        torch.testing.assert_close(
+            torch.from_numpy(report.score_grid(column)).float(), values, equal_nan=True
+        )
+    assert scores.skip_gram_pairs == list(report.table["skip_gram_pair"])
+    tested = report.table[report.table["induction_effect"].notna()]  # the causal stage's candidates
+    assert sorted(scores.candidates("induction", 12)) == list(
+        zip(tested["layer"], tested["head"], strict=True)
+    )
+    assert {stage for stage, _, _ in calls} == {"Attention scores (repeated)", "Attention scores (random)"}
+    assert calls[-1] == ("Attention scores (random)", 8, 8)
+    assert ("Attention scores (repeated)", 24, 24) in calls  # 8 sequences per repeat length
 
 
 def test_induction_lengths_are_not_multiples():

@@ -1,4 +1,4 @@
-"""Rendering of the head report (circuits.report) and the `interp heads` command."""
+"""Rendering of the head report (circuits.heads.report) and the `interp heads` command."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.heads import SCORE_NAMES, head_report
-from circuits.report import SHORT, WIDE_TERMINAL, print_table, render, to_csv, to_markdown, write_report
+from circuits.heads.report import SHORT, WIDE_TERMINAL, print_table, render, to_csv, to_markdown, write_report
 from tests.browser import render_in_chromium
 
 XSS = "Say </script><script>alert(1)</script> twice: </script><script>alert(1)</script>"

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, IOICircuitResult
-from circuits.report import write_output
+from circuits.output import write_output
 from interp.viz import attention_patterns_html, heatmap_html, html_page
 
 CLASS_TITLES = {

@@ -1,20 +1,25 @@
-"""Rendering a `HeadReport`: terminal table (rich), CSV, JSON, Markdown and a self-contained HTML page."""
+"""Rendering a `HeadReport`: terminal table (rich), CSV, JSON, Markdown and a self-contained HTML page.
+
+Heads are written as `interp.types.head_label` writes them: "L9H6".
+"""
 
 from __future__ import annotations
 
 import functools
 import html
-import io
 import math
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from circuits.heads import CAUSAL_TYPES, SCORE_NAMES, HeadReport
+from circuits.heads.causal import CAUSAL_TYPES
+from circuits.heads.classify import HeadReport
+from circuits.heads.scores import SCORE_NAMES
+from circuits.output import write_output
 from interp import viz
+from interp.types import Head, head_label
 
 FORMATS = ("table", "csv", "json", "markdown", "html")
 WEIGHT_SCORES = ("copying", "k_composition")
@@ -56,6 +61,10 @@ def _type_label(row, name: str) -> str:
     return name
 
 
+def _labels(heads: list[Head]) -> str:
+    return ", ".join(head_label(layer, head) for layer, head in heads)
+
+
 def _types(row) -> str:
     return ", ".join(_type_label(row, name) for name in row["types"])
 
@@ -67,7 +76,7 @@ def classified_rows(report: HeadReport):
     return table[keep]
 
 
-def type_summary(report: HeadReport) -> list[tuple[str, int, list[tuple[int, int]]]]:
+def type_summary(report: HeadReport) -> list[tuple[str, int, list[Head]]]:
     """(type, number of heads, heads best first) for each type."""
     return [(name, len(heads), heads) for name in SCORE_NAMES for heads in [report.heads_of_type(name)]]
 
@@ -98,7 +107,7 @@ def _columns(report: HeadReport) -> list[str]:
 
 def _cells(report: HeadReport, row) -> list[str]:
     names = [*_length_columns(report), *(n for n in SCORE_NAMES if n != "induction"), *WEIGHT_SCORES]
-    head = f"L{row['layer']}H{row['head']}"
+    head = head_label(row["layer"], row["head"])
     effects = [
         ""
         if math.isnan(row[f"{kind}_effect"])
@@ -117,7 +126,7 @@ def _compact_cells(row) -> list[str]:
             alone, others = row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]
             evidence = f"{unit} {alone:.2f} alone, {others:.2f} w/o others"
             break
-    return [f"L{row['layer']}H{row['head']}", _types(row), f"{SHORT[main]} {row[main]:.2f}", evidence]
+    return [head_label(row["layer"], row["head"]), _types(row), f"{SHORT[main]} {row[main]:.2f}", evidence]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,7 +154,7 @@ def print_table(report: HeadReport, console: Console | None = None, wide: bool |
     summary.add_column("top heads")
     shown = 8 if wide else 5
     for name, count, heads in type_summary(report):
-        top = ", ".join(f"L{layer}H{head}" for layer, head in heads[:shown]) + (" …" if count > shown else "")
+        top = _labels(heads[:shown]) + (" …" if count > shown else "")
         summary.add_row(name, f"{report.thresholds[name]:.2f}", str(count), top)
     console.print(summary)
     if group_line(report):
@@ -173,7 +182,7 @@ def to_markdown(report: HeadReport) -> str:
     lines = [f"# Attention head types of {report.model_name}", ""]
     lines += ["| type | threshold | heads | top heads |", "| --- | ---: | ---: | --- |"]
     for name, count, heads in type_summary(report):
-        top = ", ".join(f"L{layer}H{head}" for layer, head in heads[:8])
+        top = _labels(heads[:8])
         lines.append(f"| {name} | {report.thresholds[name]:.2f} | {count} | {top} |")
     columns = _columns(report)
     lines += ["", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
@@ -198,7 +207,7 @@ def to_html(report: HeadReport) -> str:
         title = f"Attention patterns of the top heads of each type ({probe} probe)"
         sections.append(f"<h2>{html.escape(title)}</h2>")
         stacked = pattern[[layer for _, (layer, _) in shown], [head for _, (_, head) in shown]]
-        names = [f"{name} L{layer}H{head}" for name, (layer, head) in shown]
+        names = [f"{name} {head_label(layer, head)}" for name, (layer, head) in shown]
         sections.append(viz.attention_patterns_html(str_tokens, stacked, names))
     return viz.html_page(f"Attention head types of {report.model_name}", sections)
 
@@ -206,7 +215,7 @@ def to_html(report: HeadReport) -> str:
 def _html_summary(report: HeadReport) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(name)}</td><td>{report.thresholds[name]:.2f}</td><td>{count}</td>"
-        f"<td>{html.escape(', '.join(f'L{layer}H{head}' for layer, head in heads[:8]))}</td></tr>"
+        f"<td>{html.escape(_labels(heads[:8]))}</td></tr>"
         for name, count, heads in type_summary(report)
     )
     settings = html.escape(", ".join(f"{k}={v}" for k, v in report.settings.items() if k != "natural_text"))
@@ -230,33 +239,6 @@ def render(report: HeadReport, format: str) -> str:
     if format not in renderers:
         raise ValueError(f"Unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
     return renderers[format](report)
-
-
-def write_output(
-    format: str,
-    formats: Sequence[str],
-    out: str | Path | None,
-    console: Console,
-    table: Callable[[Console], None],
-    text: Callable[[str], str],
-    width: int = 200,
-) -> None:
-    """Print a report, or write it to `out` atomically: `table(console)` draws the "table" format,
-    `text(format)` renders the others. HTML needs `out`."""
-    if format not in formats:
-        raise ValueError(f"Unknown format {format!r}; choose one of {', '.join(formats)}.")
-    if format == "html" and out is None:
-        raise ValueError("--format html needs --out FILE.html.")
-    if format == "table" and out is None:
-        table(console)
-    elif format == "table":
-        buffer = Console(file=io.StringIO(), width=width)
-        table(buffer)
-        viz.write_text(out, buffer.file.getvalue())
-    elif out is None:
-        console.print(text(format), markup=False, highlight=False, emoji=False, soft_wrap=True)
-    else:
-        viz.write_text(out, text(format))
 
 
 def write_report(

@@ -1,0 +1,39 @@
+"""Head types: score every attention head on probe inputs, confirm candidates causally, classify.
+
+    report = head_report(model)   # the whole pipeline (pipeline.py), or its stages one at a time:
+
+    probes = make_probes(model)                                    # 1. probe sequences     probes.py
+    scores = score_heads(model, probes)                            # 2. attention scores    scores.py
+    weights = weight_scores(model, scores.candidates("previous_token", 12))  # 3. weights  weights.py
+    effects = causal_checks(model, probes, scores)                 # 4. mean ablation       causal.py
+    table = classify(scores, weights, effects)                     # 5. head types          classify.py
+
+`circuits.heads.report` renders a HeadReport (terminal table, CSV, JSON, Markdown, HTML). Each
+module's docstring defines what it measures, with its units.
+"""
+
+from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, causal_checks
+from circuits.heads.classify import HeadReport, classify
+from circuits.heads.pipeline import head_report
+from circuits.heads.probes import NATURAL_TEXT, Probe, Probes, make_probes
+from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores, StageProgress, score_heads
+from circuits.heads.weights import weight_scores
+
+__all__ = [
+    "CAUSAL_TYPES",
+    "NATURAL_TEXT",
+    "PATTERN_SCORES",
+    "SCORE_NAMES",
+    "CausalEffects",
+    "HeadReport",
+    "HeadScores",
+    "Probe",
+    "Probes",
+    "StageProgress",
+    "causal_checks",
+    "classify",
+    "head_report",
+    "make_probes",
+    "score_heads",
+    "weight_scores",
+]

@@ -1,0 +1,148 @@
+"""Head types from the scores and the causal evidence, and the report that holds them.
+
+A head has every type whose score clears its threshold (SCORE_NAMES, in that order), except
+induction, which also needs the causal confirmation (`causal`). previous_token, fixed_offset and
+skip_gram are given on their patterns (a previous-token head need not feed an induction head), the
+first with its causal effect as evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from torch import Tensor
+
+from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, Effect
+from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores
+from interp.types import Head
+
+
+def head_types(row: dict[str, Any], thresholds: dict[str, float]) -> list[str]:
+    """The types of one head (a row of `classify`'s table, its `<type>_confirmed` included)."""
+    types = [name for name in SCORE_NAMES if row[name] >= thresholds[name]]
+    if "induction" in types and not row["induction_confirmed"]:
+        types.remove("induction")
+    return types
+
+
+def classify(
+    scores: HeadScores, weights: dict[str, Tensor], effects: dict[str, CausalEffects]
+) -> pd.DataFrame:
+    """Stage 5 of `head_report`: one row per (layer, head) with every score, weight score and causal
+    effect (NaN where not tested) and its types; the columns are described in `HeadReport`."""
+    columns = scores.columns | weights
+    n_layers, n_heads = columns[SCORE_NAMES[0]].shape
+    nan = (float("nan"), float("nan"))
+    rows = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            row: dict[str, Any] = {"layer": layer, "head": head}
+            row.update({name: float(values[layer, head]) for name, values in columns.items()})
+            row["skip_gram_pair"] = scores.skip_gram_pairs[layer * n_heads + head]
+            for kind in CAUSAL_TYPES:
+                found = effects.get(kind)
+                alone = found.alone.get((layer, head), nan) if found else nan
+                with_others = found.with_others_ablated.get((layer, head), nan) if found else nan
+                row[f"{kind}_effect"], row[f"{kind}_effect_se"] = alone
+                row[f"{kind}_effect_with_others"], row[f"{kind}_effect_with_others_se"] = with_others
+                row[f"{kind}_confirmed"] = bool(found and found.confirmed((layer, head)))
+            row["types"] = head_types(row, scores.thresholds)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class HeadReport:
+    """Scores, types and causal effects of every head; `table` has one row per (layer, head).
+
+    Columns: layer, head; each score (SCORE_NAMES; `_se` standard errors; `_text` on natural text),
+    induction_len<L> per repeat length, fixed_offset_distance (the offset d of fixed_offset),
+    skip_gram_pair ("t -> v", the token pair behind skip_gram), copying, k_composition;
+    confidence_<type> (bootstrap probability the score clears the threshold); for each causal type
+    (induction, previous_token): <type>_effect(_se) ablating the head alone,
+    <type>_effect_with_others(_se) ablating it with the other candidates already ablated (NaN when
+    not tested), <type>_confirmed; types (list of type names).
+    """
+
+    model_name: str
+    table: pd.DataFrame
+    settings: dict[str, Any]
+    thresholds: dict[str, float]
+    n_layers: int
+    n_heads: int
+    group_effects: dict[str, Effect] = field(default_factory=dict)  # type -> ablating all candidates
+    str_tokens: dict[str, list[str]] = field(default_factory=dict)  # probe name -> first sequence's tokens
+    patterns: dict[str, Tensor] = field(default_factory=dict)  # probe name -> [layer, head, q, k]
+
+    def score_grid(self, column: str) -> np.ndarray:
+        """[layer, head] values of one column."""
+        grid = np.full((self.n_layers, self.n_heads), np.nan)
+        grid[self.table["layer"], self.table["head"]] = self.table[column].astype(float)
+        return grid
+
+    def heads_of_type(self, head_type: str) -> list[Head]:
+        """(layer, head) of the heads classified as `head_type`, best score first."""
+        rows = self.table[self.table["types"].apply(lambda types: head_type in types)]
+        rows = rows.sort_values(head_type, ascending=False)
+        return list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
+
+    def to_dict(self) -> dict[str, Any]:
+        lengths = self.settings["induction_lengths"]
+        heads = []
+        for row in self.table.to_dict("records"):
+            heads.append(
+                {
+                    "layer": int(row["layer"]),
+                    "head": int(row["head"]),
+                    "scores": {
+                        name: _float(row[name]) for name in (*SCORE_NAMES, "copying", "k_composition")
+                    },
+                    "score_se": {name: _float(row[f"{name}_se"]) for name in SCORE_NAMES},
+                    "text_scores": {name: _float(row.get(f"{name}_text")) for name in PATTERN_SCORES},
+                    "induction_by_length": {str(n): _float(row[f"induction_len{n}"]) for n in lengths},
+                    "fixed_offset_distance": _int(row["fixed_offset_distance"]),
+                    "skip_gram_pair": row["skip_gram_pair"] or None,
+                    "types": list(row["types"]),
+                    "confidence": {name: _float(row[f"confidence_{name}"]) for name in SCORE_NAMES},
+                    "causal": {
+                        kind: {
+                            "effect": _float(row[f"{kind}_effect"]),
+                            "se": _float(row[f"{kind}_effect_se"]),
+                            "effect_with_others_ablated": _float(row[f"{kind}_effect_with_others"]),
+                            "se_with_others_ablated": _float(row[f"{kind}_effect_with_others_se"]),
+                            "confirmed": bool(row[f"{kind}_confirmed"]),
+                        }
+                        for kind in CAUSAL_TYPES
+                    },
+                }
+            )
+        groups = {
+            kind: {"effect": _float(m), "se": _float(se)} for kind, (m, se) in self.group_effects.items()
+        }
+        return {
+            "model": self.model_name,
+            "settings": self.settings,
+            "thresholds": self.thresholds,
+            "group_effects": groups,
+            "heads": heads,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+
+def _float(value: Any) -> float | None:
+    """JSON-safe float: NaN and missing become None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+def _int(value: Any) -> int | None:
+    value = _float(value)
+    return None if value is None else int(value)

@@ -1,0 +1,77 @@
+"""`head_report`: probes -> scores -> weight evidence -> causal checks -> classification."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import interp
+from circuits.heads.causal import CONFIRM_SE, MIN_EFFECT, causal_checks
+from circuits.heads.classify import HeadReport, classify
+from circuits.heads.probes import Probes, make_probes
+from circuits.heads.scores import N_BOOTSTRAP, StageProgress, score_heads
+from circuits.heads.weights import weight_scores
+
+
+def head_report(
+    model: interp.HookedTransformer,
+    n_samples: int = 16,
+    seed: int = 0,
+    seq_len: int = 24,
+    progress: StageProgress | None = None,
+    natural_text: Sequence[str] | str | None = None,
+    causal: bool = True,
+    max_candidates: int = 12,
+    batch_size: int = 8,
+) -> HeadReport:
+    """Score, causally check and classify every attention head of `model`.
+
+    Probes (`make_probes`): n_samples repeated random sequences per repeat length up to seq_len,
+    n_samples unrepeated ones, and natural_text (default NATURAL_TEXT with a tokenizer; () skips it).
+    Causal checks (unless causal=False) run on at most `max_candidates` induction and previous-token
+    candidates each (highest scores first); `batch_size` sequences per forward pass while scoring.
+    progress(stage, done, total) is called as each stage advances (None, or False, reports nothing).
+    """
+    if max_candidates < 1:
+        raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
+    progress = progress or None
+    probes = make_probes(model, n_samples, seed, seq_len, natural_text)
+    scores = score_heads(model, probes, seed, batch_size, progress)
+    weights = weight_scores(model, scores.candidates("previous_token", max_candidates))
+    effects = causal_checks(model, probes, scores, max_candidates, progress) if causal else {}
+    cfg = model.cfg
+    return HeadReport(
+        model_name=cfg.model_name,
+        table=classify(scores, weights, effects),
+        settings=_settings(probes, n_samples, seed, causal, max_candidates),
+        thresholds=scores.thresholds,
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        group_effects={kind: found.all_candidates for kind, found in effects.items()},
+        str_tokens=scores.str_tokens,
+        patterns=scores.patterns,
+    )
+
+
+def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candidates: int) -> dict[str, Any]:
+    """What the report was made with (its JSON's "settings")."""
+    return {
+        "n_samples": n_samples,
+        "seed": seed,
+        "seq_len": probes.seq_len,
+        "induction_lengths": probes.induction_lengths,
+        "max_prefix": probes.max_prefix,
+        "has_bos": probes.has_bos,
+        "natural_text": probes.natural_text,
+        "skip_gram_probe": probes.skip_gram.name,
+        "causal": causal,
+        "max_candidates": max_candidates,
+        "ablation": "mean over the probe batch, per position, of hook_z",
+        "causal_method": (
+            "each candidate mean-ablated alone and with the other candidates of its type already "
+            "ablated (minimality); confirmed when either effect exceeds the threshold"
+        ),
+        "confirm_if_effect_exceeds_se_times": CONFIRM_SE,
+        "confirm_if_effect_at_least": MIN_EFFECT,
+        "n_bootstrap": N_BOOTSTRAP,
+    }

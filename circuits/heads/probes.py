@@ -1,0 +1,210 @@
+"""Probe inputs: the sequences every head is scored on.
+
+  repeated   [BOS] p_1..p_o r_1..r_L r_1..r_L [pad]: random tokens repeated once, at three repeat
+             lengths L (`induction_lengths`, none a multiple of another), each after a random prefix
+             of o in [0, max_prefix] random tokens, so a head attending to one fixed offset (a
+             positional shortcut) matches the repeat at one length only
+  random     [BOS] and random tokens, nothing repeated on purpose: what positional heads attend to
+  text       natural text (models with a tokenizer): where skip-grams and text scores are measured
+
+Tokens are uniform over the model's vocabulary (never the BOS), drawn from `seed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+import interp
+from interp.tasks import repeated_sequences
+
+NATURAL_TEXT = (
+    "The cat sat on the mat, and then the cat slept on the mat all afternoon.",
+    "Alice gave Bob a book about the history of Paris, and Bob gave Alice a map of Paris.",
+    "In 1969 the first people walked on the Moon; in 1972 the last people walked on the Moon.",
+    "She opened the door, looked at the garden, closed the door, and looked at the garden again.",
+    "Water boils at one hundred degrees Celsius at sea level, but at lower temperatures on mountains.",
+    "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n",
+    "$\\left( x + y \\right) = \\left( a \\right) + \\left[ b \\right]$",
+    "so $f = \\left[ g \\right]$ and <b>bold</b> then <i>italic</i> then <b>bold again</b>",
+    "<i>notes</i> on $\\left\\{ z \\right\\}$, <b>see</b> the table",
+    "<b>Proof.</b> By $\\left| x \\right|$ and <i>induction</i> on $n$.",
+)
+
+
+@dataclass
+class Probe:
+    """A batch of probe sequences: tokens [batch, pos], true lengths [batch] (right padding).
+
+    Repeated probes also give, per row, the repeat length L (`repeat_len`) and the position of the
+    first copy's first token (`repeat_start`): the second copy starts at repeat_start + L.
+    """
+
+    name: str
+    tokens: Int[Tensor, "batch pos"]
+    lengths: Int[Tensor, " batch"]
+    str_tokens: list[str]  # of the first sequence, for attention plots
+    repeat_len: Int[Tensor, " batch"] | None = None
+    repeat_start: Int[Tensor, " batch"] | None = None
+
+    def second_copy_predictions(self) -> Bool[Tensor, "batch pos_minus_1"]:
+        """Mask of the predictions of the second copy's tokens 2..L (the ones an induction head can
+        make; prediction p is of token p + 1)."""
+        p = torch.arange(self.tokens.shape[1] - 1)[None]
+        second = (self.repeat_start + self.repeat_len)[:, None]
+        return (p >= second) & (p <= second + self.repeat_len[:, None] - 2)
+
+
+@dataclass
+class Probes:
+    """The probes of one report and the settings they were made with."""
+
+    repeated: Probe
+    random: Probe
+    text: Probe | None  # None: no natural text (no tokenizer, or natural_text=())
+    induction_lengths: list[int]  # repeat lengths L of the repeated probe, longest first
+    seq_len: int  # the longest repeat length
+    max_prefix: int  # the longest random prefix before a repeat
+    has_bos: bool
+    natural_text: list[str]
+
+    @property
+    def skip_gram(self) -> Probe:
+        """The probe skip-grams are scored on: natural text, else random tokens."""
+        return self.text if self.text is not None else self.random
+
+
+def str_tokens(model: interp.HookedTransformer, tokens: Int[Tensor, " pos"]) -> list[str]:
+    """Tokens as text ("t<id>" without a tokenizer)."""
+    if model.tokenizer is None:
+        return [f"t{t}" for t in tokens.tolist()]
+    return model.to_str_tokens(tokens)
+
+
+def bos_token(model: interp.HookedTransformer) -> int | None:
+    """The BOS id if the model runs with one (0, interp.tasks' convention, if none is named), else None."""
+    cfg = model.cfg
+    if not cfg.default_prepend_bos:
+        return None
+    if cfg.bos_token_id is not None:
+        return cfg.bos_token_id
+    bos = getattr(model.tokenizer, "bos_token_id", None)
+    return 0 if bos is None else bos
+
+
+def induction_lengths(longest: int, n: int = 3) -> list[int]:
+    """`n` repeat lengths from `longest` down to about half of it, none a multiple of another
+    (shorter ones where the context leaves no room for that spread)."""
+    if longest < n + 2:
+        raise ValueError(
+            f"repeat lengths need room: the longest is {longest} tokens, {n} lengths need at least {n + 2} "
+            "(raise seq_len, or use a model with a longer context)."
+        )
+    lengths: list[int] = []
+    for spread in (True, False):  # first near the targets, then any length that fits
+        for length in range(longest, 2, -1):
+            target = longest * (1 - 0.45 * len(lengths) / max(1, n - 1))
+            fits = length not in lengths and all(other % length and length % other for other in lengths)
+            if len(lengths) < n and fits and (length <= target or not spread):
+                lengths.append(length)
+    return sorted(lengths, reverse=True)
+
+
+def _random_rows(
+    d_vocab: int, n_tokens: int, n_rows: int, generator: torch.Generator, bos: int | None
+) -> Int[Tensor, "n_rows n_tokens"]:
+    """Uniform random tokens (never `bos`)."""
+    start = int(bos is not None)
+    return repeated_sequences(d_vocab, n_tokens, n_rows, generator=generator, bos=bos)[
+        :, start : start + n_tokens
+    ]
+
+
+def repeated_probe(
+    model: interp.HookedTransformer, n_samples: int, lengths: Sequence[int], max_prefix: int, seed: int
+) -> Probe:
+    """n_samples rows per repeat length L: [BOS] p_1..p_o r_1..r_L r_1..r_L [pad], random tokens from
+    the model's vocabulary, with a random prefix length o in [0, max_prefix] per row."""
+    bos = bos_token(model)
+    head = [] if bos is None else [bos]
+    generator = torch.Generator().manual_seed(seed)
+    width = len(head) + max_prefix + 2 * max(lengths)
+    rows, repeat_len, repeat_start = [], [], []
+    for length in lengths:
+        offsets = torch.randint(max_prefix + 1, (n_samples,), generator=generator).tolist()
+        copies = _random_rows(model.cfg.d_vocab, length, n_samples, generator, bos)
+        prefixes = _random_rows(model.cfg.d_vocab, max_prefix + 1, n_samples, generator, bos)
+        for offset, copy, prefix in zip(offsets, copies, prefixes, strict=True):
+            rows.append(torch.cat([torch.tensor(head, dtype=torch.long), prefix[:offset], copy, copy]))
+            repeat_len.append(length)
+            repeat_start.append(len(head) + offset)
+    row_lengths = torch.tensor([len(row) for row in rows])
+    tokens = torch.stack([torch.nn.functional.pad(row, (0, width - len(row))) for row in rows])
+    return Probe(
+        "repeated",
+        tokens,
+        row_lengths,
+        str_tokens(model, tokens[0, : row_lengths[0]]),
+        repeat_len=torch.tensor(repeat_len),
+        repeat_start=torch.tensor(repeat_start),
+    )
+
+
+def random_probe(model: interp.HookedTransformer, n_samples: int, n_tokens: int, seed: int) -> Probe:
+    """[BOS] and n_tokens random tokens per row, nothing repeated on purpose."""
+    bos = bos_token(model)
+    generator = torch.Generator().manual_seed(seed + 1)  # not the repeated probe's numbers
+    tokens = _random_rows(model.cfg.d_vocab, n_tokens, n_samples, generator, bos)
+    if bos is not None:
+        tokens = torch.cat([torch.full((n_samples, 1), bos), tokens], dim=1)
+    lengths = torch.full((n_samples,), tokens.shape[1])
+    return Probe("random", tokens, lengths, str_tokens(model, tokens[0]))
+
+
+def text_probe(model: interp.HookedTransformer, texts: Sequence[str]) -> Probe:
+    """Natural text, cut to the context and right-padded; needs a tokenizer."""
+    if model.tokenizer is None:
+        raise ValueError(
+            f"{model.cfg.model_name} has no tokenizer: pass natural_text=() to skip text probes."
+        )
+    rows = [model.to_tokens(text)[0][: model.cfg.n_ctx] for text in texts]
+    lengths = torch.tensor([len(row) for row in rows])
+    tokens = torch.stack([torch.nn.functional.pad(r, (0, int(lengths.max()) - len(r))) for r in rows])
+    return Probe("text", tokens, lengths, str_tokens(model, tokens[0, : lengths[0]]))
+
+
+def make_probes(
+    model: interp.HookedTransformer,
+    n_samples: int = 16,
+    seed: int = 0,
+    seq_len: int = 24,
+    natural_text: Sequence[str] | str | None = None,
+) -> Probes:
+    """Stage 1 of `head_report`: n_samples repeated sequences per repeat length
+    (induction_lengths(seq_len), each after a random prefix of up to seq_len // 3 tokens; both
+    shorter in a short context), n_samples random sequences as long as the longest repeated one, and
+    natural_text (default NATURAL_TEXT when the model has a tokenizer; () skips it)."""
+    if n_samples < 2:
+        raise ValueError(f"n_samples must be >= 2 (standard errors need two sequences), got {n_samples}.")
+    cfg = model.cfg
+    has_bos = bos_token(model) is not None
+    max_prefix = max(1, min(seq_len // 3, (cfg.n_ctx - int(has_bos)) // 6))
+    longest = min(seq_len, (cfg.n_ctx - int(has_bos) - max_prefix) // 2)
+    lengths = induction_lengths(longest)
+    if natural_text is None:
+        natural_text = NATURAL_TEXT if model.tokenizer is not None else ()
+    natural_text = [natural_text] if isinstance(natural_text, str) else list(natural_text)
+    return Probes(
+        repeated=repeated_probe(model, n_samples, lengths, max_prefix, seed),
+        random=random_probe(model, n_samples, max_prefix + 2 * longest, seed),
+        text=text_probe(model, natural_text) if natural_text else None,
+        induction_lengths=lengths,
+        seq_len=longest,
+        max_prefix=max_prefix,
+        has_bos=has_bos,
+        natural_text=natural_text,
+    )

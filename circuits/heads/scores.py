@@ -1,0 +1,367 @@
+"""Attention-pattern scores of every head on the probes, and the thresholds they are judged by.
+
+Scores (per head, averaged over queries, then over probe sequences):
+
+  previous_token   attention from token i to token i-1                                (queries i >= 1)
+  induction        attention from token i to every token right after an earlier copy of token i
+                   (prefix matching; on repeated random sequences: the second copy)   (queries with a copy)
+  duplicate_token  attention from token i to earlier copies of token i                (queries with a copy)
+  current_token    attention from token i to itself                                   (queries i >= 1)
+  first_token      attention to position 0 (BOS, or the first token without one)      (queries i >= 1)
+  broad            normalised entropy H(row) / log(i+1): 1 is uniform over the prefix (queries i >= 4)
+  fixed_offset     on random (unrepeated) tokens, attention from token i to token i-d at the head's best
+                   offset d >= 2 (queries i > d; the offset is reported as fixed_offset_distance)
+  skip_gram        on natural text (random tokens without a tokenizer): the query token t attends to one
+                   specific earlier token v at varying distances (a backslash attends to `left`);
+                   see `skipgrams`
+
+The first six are mask scores on the repeated probe (also on natural text: `<score>_text`). The masks
+are TransformerLens's head_detector patterns ("mul" measure), averaged per query rather than per row
+of the whole matrix, so a score is "the fraction of a query's attention on the keys its type
+predicts". Induction is scored at each repeat length (`induction_len<L>`); `induction` is the lowest.
+
+Thresholds. A head that ignores content and position attends uniformly, 1/(i+1) to each key: that is
+also what a randomly initialised head does (its scores are near zero). A mask score's threshold is
+this uniform baseline (computed exactly on the same probes) plus a margin: 0.3 for previous_token,
+induction, duplicate_token and current_token (30 percentage points more attention on the predicted
+keys than chance), 0.4 for first_token (sinks are common; "most of the attention"), 0.3 for
+fixed_offset above the best uniform offset score, 0.3 for skip_gram (whose uniform score is ~0). broad
+needs normalised entropy >= 0.8: as spread out as uniform attention over half a 40-token prefix
+(log 20 / log 40 = 0.81). Confidence = the bootstrap probability (resampling probe sequences,
+`interp.interventions.stats.bootstrap`) that the score clears its threshold; induction's is the
+product over repeat lengths. All scores stay in the table, so users can apply their own cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+import interp
+from circuits.heads.probes import Probe, Probes, str_tokens
+from circuits.heads.skipgrams import skip_gram_masses, skip_gram_scores
+from interp.interventions.stats import bootstrap
+from interp.types import Head, Progress
+
+PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
+SCORE_NAMES = (*PATTERN_SCORES, "fixed_offset", "skip_gram")  # every head type, in report order
+MARGINS = {
+    "previous_token": 0.3,
+    "induction": 0.3,
+    "duplicate_token": 0.3,
+    "current_token": 0.3,
+    "first_token": 0.4,
+    "fixed_offset": 0.3,
+    "skip_gram": 0.3,
+}
+BROAD_THRESHOLD = 0.8
+BROAD_MIN_QUERY = 4
+# A fixed offset d is scored only where at least a third of the queries (and 4) have a key at i-d.
+MIN_OFFSET_QUERIES = 4
+MIN_OFFSET_QUERY_FRACTION = 1 / 3
+N_BOOTSTRAP = 500
+
+StageProgress = Callable[[str, int, int], None]
+"""progress(stage, done, total): called as each stage of head_report advances."""
+
+
+def stage_progress(progress: StageProgress | None, stage: str) -> Progress | None:
+    """One stage's progress(done, total), reported as progress(stage, done, total)."""
+    return None if progress is None else (lambda done, total: progress(stage, done, total))
+
+
+Masks = dict[str, tuple[Bool[Tensor, "batch q k"], Bool[Tensor, "batch q"]]]
+
+
+def score_masks(tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"]) -> Masks:
+    """Per mask score: (the keys a head of that type attends to, the queries that count: those with
+    at least one such key)."""
+    batch, n = tokens.shape
+    q = torch.arange(n)[:, None]
+    k = torch.arange(n)[None, :]
+    inside = torch.arange(n)[None, :] < lengths[:, None]  # [batch, pos]
+    pair_inside = inside[:, :, None] & inside[:, None, :]  # [batch, q, k]
+    same = (tokens[:, :, None] == tokens[:, None, :]) & pair_inside & (k < q)  # earlier copy of token q
+    after_same = torch.zeros_like(same)
+    after_same[:, :, 1:] = (
+        (tokens[:, :, None] == tokens[:, None, :-1]) & pair_inside[:, :, 1:] & (k[:, 1:] <= q)
+    )
+    eye = torch.eye(n, dtype=torch.bool)
+    masks = {
+        "previous_token": ((q - k) == 1).expand(batch, n, n) & pair_inside,
+        "induction": after_same,
+        "duplicate_token": same,
+        "current_token": eye.expand(batch, n, n) & pair_inside,
+        "first_token": (k == 0).expand(batch, n, n) & pair_inside,
+    }
+    not_first = inside & (torch.arange(n)[None, :] >= 1)
+    return {name: (mask, mask.any(-1) & not_first) for name, mask in masks.items()}
+
+
+def pattern_scores(
+    pattern: Float[Tensor, "batch head q k"], masks: Masks, lengths: Int[Tensor, " batch"]
+) -> dict[str, Float[Tensor, "batch head"]]:
+    """Per-sequence mask scores and `broad` (fractions of attention; NaN where no query counts)."""
+    pattern = pattern.float()
+    scores = {}
+    for name, (mask, queries) in masks.items():
+        mass = (pattern * mask[:, None]).sum(-1)  # [batch, head, q]
+        scores[name] = (mass * queries[:, None]).sum(-1) / queries.sum(-1)[:, None]
+    n = pattern.shape[-1]
+    position = torch.arange(n)
+    queries = (position[None, :] >= BROAD_MIN_QUERY) & (position[None, :] < lengths[:, None])  # [batch, q]
+    entropy = -(pattern * pattern.clamp_min(1e-12).log()).sum(-1)  # [batch, head, q]
+    normalised = entropy / torch.log(position + 1.0).clamp_min(1e-12)
+    scores["broad"] = (normalised * queries[:, None]).sum(-1) / queries.sum(-1)[:, None]
+    return scores
+
+
+def mask_scores(
+    pattern: Float[Tensor, "batch head q k"], tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"]
+) -> dict[str, Float[Tensor, "batch head"]]:
+    """PATTERN_SCORES of a pattern on its own tokens."""
+    return pattern_scores(pattern, score_masks(tokens, lengths), lengths)
+
+
+def uniform_pattern(lengths: Int[Tensor, " batch"], n: int) -> Float[Tensor, "batch 1 n n"]:
+    """Uniform causal attention: 1/(q+1) on every key k <= q."""
+    causal = torch.tril(torch.ones(n, n))
+    return (causal / causal.sum(-1, keepdim=True))[None, None].expand(len(lengths), 1, n, n)
+
+
+def fixed_offset_scores(
+    pattern: Float[Tensor, "batch head q k"], lengths: Int[Tensor, " batch"]
+) -> Float[Tensor, "batch head offset"]:
+    """Attention from token i to token i-d, averaged over queries i > d, for offsets d = 0..pos-1
+    (the first token, a common sink, is never the key); NaN where fewer than MIN_OFFSET_QUERIES, or
+    MIN_OFFSET_QUERY_FRACTION of a sequence's queries, have such a key (so an offset is one that
+    most of the sequence can use)."""
+    needed = (lengths * MIN_OFFSET_QUERY_FRACTION).ceil().clamp_min(MIN_OFFSET_QUERIES)  # [batch]
+    batch, n_heads, n, _ = pattern.shape
+    scores = torch.full((batch, n_heads, n), float("nan"))
+    for d in range(n):
+        diagonal = pattern.diagonal(offset=-d, dim1=-2, dim2=-1).float()  # [batch, head, n - d]: (q=d+j, k=j)
+        j = torch.arange(n - d)[None]
+        valid = (j >= 1) & (d + j < lengths[:, None])  # [batch, n - d]
+        count = valid.sum(-1)  # [batch]
+        mean = (diagonal * valid[:, None]).sum(-1) / count.clamp_min(1)[:, None]
+        scores[:, :, d] = torch.where((count >= needed)[:, None], mean, float("nan"))
+    return scores
+
+
+@torch.inference_mode()
+def probe_patterns(
+    model: interp.HookedTransformer,
+    probe: Probe,
+    batch_size: int,
+    score: Callable[[Tensor, Tensor, Tensor], dict[str, Tensor]],
+    progress: Progress | None = None,
+) -> tuple[dict[str, Tensor], Float[Tensor, "layer head q k"]]:
+    """Run the probe and score every layer's attention: ({name: [rows, layer, head, ...]}, the first
+    sequence's patterns).
+
+    score(pattern [batch, head, q, k], tokens, lengths) -> {name: [rows, head, ...]}, where rows is
+    the batch or anything else that concatenates over batches. Only hook_pattern is cached, one
+    batch at a time; progress(sequences done, sequences).
+    """
+    cfg = model.cfg
+    per_batch: list[dict[str, Tensor]] = []
+    pattern_names = [interp.act_name("pattern", layer) for layer in range(cfg.n_layers)]
+    n = int(probe.lengths[0])
+    example = torch.zeros(cfg.n_layers, cfg.n_heads, n, n)
+    total = len(probe.tokens)
+    if progress:
+        progress(0, total)
+    for start in range(0, total, batch_size):
+        tokens = probe.tokens[start : start + batch_size]
+        lengths = probe.lengths[start : start + batch_size]
+        _, cache = model.run_with_cache(tokens.to(model.device), names_filter=pattern_names, return_type=None)
+        layer_scores = [
+            score(cache["pattern", layer].float().cpu(), tokens, lengths) for layer in range(cfg.n_layers)
+        ]
+        per_batch.append({name: torch.stack([s[name] for s in layer_scores], 1) for name in layer_scores[0]})
+        if start == 0:
+            example[:] = torch.stack(
+                [cache["pattern", layer][0, :, :n, :n].float().cpu() for layer in range(cfg.n_layers)]
+            )
+        if progress:
+            progress(start + len(tokens), total)
+    return {name: torch.cat([b[name] for b in per_batch]) for name in per_batch[0]}, example
+
+
+def score_thresholds(probes: Probes) -> dict[str, float]:
+    """Each type's threshold: the score of uniform causal attention on the same probes plus its margin
+    (broad: a fixed normalised entropy)."""
+    repeated, unrepeated, skip_probe = probes.repeated, probes.random, probes.skip_gram
+    baseline = mask_scores(
+        uniform_pattern(repeated.lengths, repeated.tokens.shape[1]), repeated.tokens, repeated.lengths
+    )
+    found = {
+        name: float(baseline[name].nanmean()) + MARGINS[name] for name in PATTERN_SCORES if name in MARGINS
+    }
+    found["broad"] = BROAD_THRESHOLD
+    uniform = uniform_pattern(unrepeated.lengths, unrepeated.tokens.shape[1])
+    offsets = fixed_offset_scores(uniform, unrepeated.lengths).nanmean(0)[0]  # [offset]
+    found["fixed_offset"] = float(offsets[2:].nan_to_num(0.0).max()) + MARGINS["fixed_offset"]
+    types, keys = skip_probe.tokens.unique(return_inverse=True)
+    uniform = uniform_pattern(skip_probe.lengths, skip_probe.tokens.shape[1])
+    mass = skip_gram_masses(uniform, keys, skip_probe.lengths, len(types))
+    skip = skip_gram_scores(mass, keys, skip_probe.lengths)[0]
+    found["skip_gram"] = float(skip.nan_to_num(0.0).max()) + MARGINS["skip_gram"]
+    return found
+
+
+def summarise(
+    per_sequence: Float[Tensor, "seq layer head"], threshold: float, seed: int
+) -> tuple[Float[Tensor, "layer head"], Float[Tensor, "layer head"], Float[Tensor, "layer head"]]:
+    """(mean, standard error, confidence) over probe sequences (NaNs skipped); confidence is the
+    bootstrap probability that the mean clears `threshold`."""
+    mean = per_sequence.nanmean(0)
+    n = (~per_sequence.isnan()).sum(0).clamp_min(1)
+    centred = (per_sequence - mean).nan_to_num(0.0)
+    se = (centred.pow(2).sum(0) / (n - 1).clamp_min(1)).sqrt() / n.sqrt()
+
+    def fraction_clearing(samples: Int[Tensor, "n_boot seq"]) -> Float[Tensor, "layer head 1"]:
+        resampled = per_sequence[samples].nanmean(1)  # [n_boot, layer, head]
+        return (resampled >= threshold).float().mean(0)[..., None]  # one value: both quantiles are it
+
+    confidence, _ = bootstrap(fraction_clearing, len(per_sequence), N_BOOTSTRAP, seed=seed)
+    return mean, se, confidence
+
+
+@dataclass
+class HeadScores:
+    """Stage 2 of `head_report`: the attention-pattern scores of every head.
+
+    columns: {column: [layer, head]}: each score of SCORE_NAMES (mean over probe sequences), its
+    `_se` and `confidence_`, `<score>_text` on natural text, `induction_len<L>` per repeat length,
+    `fixed_offset_distance` (skip_gram has no standard error or confidence: NaN).
+    """
+
+    columns: dict[str, Float[Tensor, "layer head"]]
+    thresholds: dict[str, float]
+    skip_gram_pairs: list[str]  # "t -> v" per head, layer-major ("" where no pair is scored)
+    patterns: dict[str, Float[Tensor, "layer head q k"]]  # probe -> the first sequence's attention
+    str_tokens: dict[str, list[str]]  # probe -> the first sequence's tokens
+
+    def candidates(self, head_type: str, limit: int) -> list[Head]:
+        """Up to `limit` heads whose `head_type` score clears its threshold, highest first."""
+        values, threshold = self.columns[head_type], self.thresholds[head_type]
+        flat = values.flatten().nan_to_num(-1.0)
+        n_heads = values.shape[1]
+        return [
+            (int(i) // n_heads, int(i) % n_heads)
+            for i in flat.argsort(descending=True)[:limit]
+            if flat[i] >= threshold
+        ]
+
+
+def score_heads(
+    model: interp.HookedTransformer,
+    probes: Probes,
+    seed: int = 0,
+    batch_size: int = 8,
+    progress: StageProgress | None = None,
+) -> HeadScores:
+    """Stage 2 of `head_report`: score every head's attention on the probes, `batch_size` sequences
+    per forward pass; `seed` seeds the bootstraps of the confidences."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    cfg = model.cfg
+    skip_probe = probes.skip_gram
+    types, keys = skip_probe.tokens.unique(return_inverse=True)  # compact token types
+
+    def skip_gram_mass(pattern: Tensor, tokens: Tensor, lengths: Tensor) -> Tensor:
+        return skip_gram_masses(pattern, torch.searchsorted(types, tokens.contiguous()), lengths, len(types))
+
+    def random_scores(pattern: Tensor, tokens: Tensor, lengths: Tensor) -> dict[str, Tensor]:
+        found = {"offsets": fixed_offset_scores(pattern, lengths)}
+        return found | ({} if probes.text is not None else {"mass": skip_gram_mass(pattern, tokens, lengths)})
+
+    def text_scores(pattern: Tensor, tokens: Tensor, lengths: Tensor) -> dict[str, Tensor]:
+        return mask_scores(pattern, tokens, lengths) | {"mass": skip_gram_mass(pattern, tokens, lengths)}
+
+    per_sequence, patterns, tokens = {}, {}, {}
+    for probe, score in [
+        (probes.repeated, mask_scores),
+        (probes.random, random_scores),
+        (probes.text, text_scores),
+    ]:
+        if probe is not None:
+            report = stage_progress(progress, f"Attention scores ({probe.name})")
+            per_sequence[probe.name], patterns[probe.name] = probe_patterns(
+                model, probe, batch_size, score, report
+            )
+            tokens[probe.name] = probe.str_tokens
+    limits = score_thresholds(probes)
+    columns = _mask_score_columns(per_sequence, probes, limits, seed)
+    columns |= _fixed_offset_columns(per_sequence["random"]["offsets"], limits["fixed_offset"], seed)
+    skip_score, skip_query, skip_key = skip_gram_scores(
+        per_sequence[skip_probe.name]["mass"].flatten(1, 2), keys, skip_probe.lengths
+    )
+    nan = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+    columns |= {"skip_gram": skip_score.view(cfg.n_layers, cfg.n_heads), "skip_gram_se": nan,
+                "confidence_skip_gram": nan.clone()}  # fmt: skip
+    pairs = _token_pairs(model, types, skip_query, skip_key)
+    return HeadScores(columns, limits, pairs, patterns, tokens)
+
+
+def _mask_score_columns(
+    per_sequence: dict[str, dict[str, Tensor]], probes: Probes, limits: dict[str, float], seed: int
+) -> dict[str, Tensor]:
+    """The mask scores on the repeated probe (induction: the lowest over repeat lengths, confident
+    when every length clears), on natural text, and induction per repeat length."""
+    repeated = per_sequence["repeated"]
+    by_length = {
+        length: summarise(
+            repeated["induction"][probes.repeated.repeat_len == length], limits["induction"], seed
+        )
+        for length in probes.induction_lengths
+    }
+    means, ses, confidences = (torch.stack([found[i] for found in by_length.values()]) for i in range(3))
+    lowest = means.nan_to_num(float("inf")).argmin(0, keepdim=True)  # [1, layer, head]: the weakest length
+    columns = {}
+    for name in PATTERN_SCORES:
+        if name == "induction":
+            found = means.gather(0, lowest)[0], ses.gather(0, lowest)[0], confidences.prod(0)
+        else:
+            found = summarise(repeated[name], limits[name], seed)
+        columns[name], columns[f"{name}_se"], columns[f"confidence_{name}"] = found
+        if probes.text is not None:
+            columns[f"{name}_text"] = per_sequence["text"][name].nanmean(0)
+    for length, (mean, _, _) in by_length.items():
+        columns[f"induction_len{length}"] = mean
+    return columns
+
+
+def _fixed_offset_columns(
+    offsets: Float[Tensor, "seq layer head offset"], threshold: float, seed: int
+) -> dict[str, Tensor]:
+    """fixed_offset at each head's best offset d >= 2 (by mean), and that offset."""
+    distance = offsets.nanmean(0)[..., 2:].nan_to_num(-1.0).argmax(-1)  # [layer, head]: d - 2
+    best = offsets[..., 2:].gather(-1, distance[None, ..., None].expand(len(offsets), -1, -1, 1))[..., 0]
+    mean, se, confidence = summarise(best, threshold, seed)
+    return {
+        "fixed_offset": mean,
+        "fixed_offset_se": se,
+        "confidence_fixed_offset": confidence,
+        "fixed_offset_distance": (distance + 2).float(),
+    }
+
+
+def _token_pairs(
+    model: interp.HookedTransformer, types: Int[Tensor, " type"], query: Tensor, key: Tensor
+) -> list[str]:
+    """ "t -> v" strings of skip-gram pairs given as compact type ids (-1: none)."""
+
+    def word(index: int) -> str:
+        text = str_tokens(model, types[index : index + 1])[0]
+        return text.strip() or repr(text)
+
+    return [
+        "" if q < 0 else f"{word(q)} -> {word(k)}" for q, k in zip(query.tolist(), key.tolist(), strict=True)
+    ]

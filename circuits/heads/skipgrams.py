@@ -1,0 +1,113 @@
+"""Cross-fitted skip-gram scores: does a query token t attend to one specific earlier token v?
+
+A skip-gram head attends from t to v at varying distances (a backslash attends to `left`). The pair
+is chosen on some probe sequences and scored on the others (cross-fitting), so one coincidence in one
+sequence cannot make it; attention that v gets from every query (a sink) does not count. Tokens are
+given as compact type ids (`Tensor.unique(return_inverse=True)` of the probe's tokens).
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+MIN_SKIP_GRAM_SEQUENCES = 2  # per fold: a skip-gram pair is judged on query tokens seen in 4+ sequences
+
+
+def skip_gram_occurrences(
+    tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"], min_distance: int = 2
+) -> tuple[Int[Tensor, " occurrence"], Int[Tensor, " occurrence"]]:
+    """(rows, positions) of the queries a skip-gram score looks at: every token with a possible key
+    (position >= 1, at least min_distance back)."""
+    position = torch.arange(tokens.shape[1])[None]
+    valid = (position >= min_distance + 1) & (position < lengths[:, None])
+    return valid.nonzero(as_tuple=True)
+
+
+def skip_gram_keys(
+    keys: Int[Tensor, "batch pos"],
+    rows: Int[Tensor, " occurrence"],
+    queries: Int[Tensor, " occurrence"],
+    min_distance: int = 2,
+) -> Bool[Tensor, "occurrence pos"]:
+    """The keys a skip-gram query may attend to: at least min_distance back, not the first token,
+    neither a copy of the query token nor right after one (that is induction)."""
+    k = torch.arange(keys.shape[1])[None]
+    context = keys[rows]  # [occurrence, pos]
+    same = context == context[torch.arange(len(rows)), queries][:, None]
+    after_same = torch.zeros_like(same)
+    after_same[:, 1:] = same[:, :-1]
+    return (k >= 1) & (k <= queries[:, None] - min_distance) & ~same & ~after_same
+
+
+def skip_gram_masses(
+    pattern: Float[Tensor, "batch head q k"],
+    keys: Int[Tensor, "batch pos"],
+    lengths: Int[Tensor, " batch"],
+    n_types: int,
+    min_distance: int = 2,
+) -> Float[Tensor, "occurrence head type"]:
+    """Attention of each query occurrence on each key token type (keys: compact ids < n_types; which
+    keys count: skip_gram_keys)."""
+    rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
+    valid = skip_gram_keys(keys, rows, queries, min_distance)
+    attention = pattern[rows, :, queries, :].float() * valid[:, None]  # [occurrence, head, k]
+    index = keys[rows][:, None].expand_as(attention)
+    return torch.zeros(*attention.shape[:2], n_types).scatter_add_(-1, index, attention)
+
+
+def skip_gram_scores(
+    mass: Float[Tensor, "occurrence head type"],
+    keys: Int[Tensor, "batch pos"],
+    lengths: Int[Tensor, " batch"],
+    min_distance: int = 2,
+) -> tuple[Float[Tensor, " head"], Int[Tensor, " head"], Int[Tensor, " head"]]:
+    """Cross-fitted skip-gram score of each head (a fraction of attention), and its (query type,
+    key type) pair.
+
+    mass: from skip_gram_masses over the whole probe. For each query type t seen in at least
+    2 * MIN_SKIP_GRAM_SEQUENCES sequences, those sequences alternate between two folds. In each fold,
+    the preferred key type v*(t) is the one the *other* fold's sequences attend to most (median over
+    sequences of their mean attention from t), so the choice is never scored on the sequences that
+    made it, and one coincidence in one sequence cannot make it. A sequence scores its mean attention
+    from t on v*(t) minus the mean attention that queries of other types give v*(t) where it is
+    present (a head that attends to one token from everywhere is a sink, not a skip-gram). A type's
+    score is the mean of the two folds' medians over sequences; the head's is its best type's (that
+    pair is returned; -1 where no type is seen in enough sequences).
+    """
+    rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
+    query = keys[rows, queries]  # [occurrence]
+    n_occ, n_heads, n_types = mass.shape
+    valid = skip_gram_keys(keys, rows, queries, min_distance)
+    present = torch.zeros(n_occ, n_types).scatter_add_(-1, keys[rows], valid.float()).clamp_max(1.0)
+    total = torch.einsum("oht,ot->ht", mass, present)  # attention on each type where present
+    total_count = present.sum(0)  # [type]
+    score = torch.full((n_heads,), float("nan"))
+    best_query = torch.full((n_heads,), -1)
+    best_key = torch.full((n_heads,), -1)
+    for t in query.unique():
+        members = (query == t).nonzero()[:, 0]
+        sequences, sequence_of = torch.unique(rows[members], return_inverse=True)
+        if len(sequences) < 2 * MIN_SKIP_GRAM_SEQUENCES:
+            continue
+        count = torch.zeros(len(sequences)).index_add_(0, sequence_of, torch.ones(len(members)))
+        per_sequence = torch.zeros(len(sequences), n_heads, n_types).index_add_(0, sequence_of, mass[members])
+        per_sequence /= count[:, None, None]  # [sequence, head, type]: mean attention from t
+        group = torch.einsum("oht,ot->ht", mass[members], present[members])
+        control = (total - group) / (total_count - present[members].sum(0)).clamp_min(1)  # [head, type]
+        fold = torch.arange(len(sequences)) % 2
+        medians = []
+        for f in (0, 1):
+            preferred = per_sequence[fold != f].median(0).values.argmax(-1)  # [head]
+            held_out = per_sequence[fold == f].gather(
+                -1, preferred[None, :, None].expand((fold == f).sum(), -1, 1)
+            )
+            contrast = held_out[..., 0] - control.gather(-1, preferred[:, None])[:, 0]  # [sequence, head]
+            medians.append(contrast.median(0).values)
+        mean = (medians[0] + medians[1]) / 2  # [head]
+        better = mean > score.nan_to_num(-float("inf"))
+        score = torch.where(better, mean, score)
+        best_query = torch.where(better, t, best_query)
+        best_key = torch.where(better, per_sequence.median(0).values.argmax(-1), best_key)
+    return score, best_query, best_key
