@@ -26,14 +26,14 @@ from interp.training import CHECKPOINTS
 
 
 def _load_and_run(job: dict[str, Any]) -> Any:
-    """job["fn"](model at job["source"], progress=False, **job["options"]) on a worker (on its GPU if any)."""
+    """job["fn"](model at job["source"], **job["options"]) on a worker (on its GPU if any), silently."""
     device = "cuda" if torch.cuda.is_available() else None
     model = interp.load_model(job["source"], device=device).eval()
-    return job["fn"](model, progress=False, **job["options"])
+    return job["fn"](model, **job["options"])
 
 
 def run_on_ray(fn: Callable[..., Any], source: str | Path, ray: str, **options: Any) -> Any:
-    """fn(load_model(source), progress=False, **options) as one task on a Ray cluster ("local",
+    """fn(load_model(source), **options) as one task on a Ray cluster ("local",
     "auto" or an address), e.g. `run_on_ray(head_report, "smollm2-135m", "auto", n_samples=16)`.
     The task asks for a GPU when the cluster has one."""
     job = {"fn": fn, "source": str(source), "options": options}
@@ -50,7 +50,7 @@ def _gpus_per_task(ray: str) -> float:
 def _report_table(shard: dict[str, Any]) -> pd.DataFrame:
     """The head report of one model as a table with a `source` column (runs on a worker)."""
     model = interp.load_model(shard["source"]).eval()
-    report = head_report(model, progress=False, **shard["options"])
+    report = head_report(model, **shard["options"])
     table = report.table.copy()
     table.insert(0, "source", shard["label"])
     return table

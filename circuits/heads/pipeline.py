@@ -30,11 +30,10 @@ def head_report(
     n_samples unrepeated ones, and natural_text (default NATURAL_TEXT with a tokenizer; () skips it).
     Causal checks (unless causal=False) run on at most `max_candidates` induction and previous-token
     candidates each (highest scores first); `batch_size` sequences per forward pass while scoring.
-    progress(stage, done, total) is called as each stage advances (None, or False, reports nothing).
+    progress(stage, done, total) is called as each stage advances (None: nothing is reported).
     """
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
-    progress = progress or None
     probes = make_probes(model, n_samples, seed, seq_len, natural_text)
     scores = score_heads(model, probes, seed, batch_size, progress)
     weights = weight_scores(model, scores.candidates("previous_token", max_candidates))

@@ -72,7 +72,7 @@ def find_ioi_circuit(
     heldout: (clean, abc) prompts the discovery never sees, to confirm each class on; default
     ioi_dataset_for(model, n_prompts, seed, "heldout") when `prompts` is None, else no validation.
     validate: False skips the held-out validation.
-    progress: called with a line as each stage begins (None or False: silent).
+    progress: called with a line as each stage begins (None: silent).
     sender_effects: which senders each step path-patches (circuits.ioi.patching): default
     `EAPRanking` of the `exact_candidates` senders edge attribution ranks first and those whose
     estimate reaches half of `min_effect` (`path_patching_effects`, every sender, if
