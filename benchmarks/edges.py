@@ -23,7 +23,7 @@ import transformers
 from patching import timed  # benchmarks/patching.py
 
 import interp
-from circuits.edges import ioi_task
+from circuits.edge_circuits import ioi_task
 from interp import edges
 from interp.runtime.memory import keep_freed_memory
 

@@ -333,8 +333,7 @@ def circuit(
 
     from rich.progress import Progress
 
-    from circuits.edges import find_edge_circuit, make_task
-    from circuits.edges_report import FORMATS, write_edge_report
+    from circuits.edge_circuits import FORMATS, edge_task, find_edge_circuit, write_edge_report
     from interp.edges import ABLATIONS, METHODS, MIB_FRACTIONS, mib_json
     from interp.viz import write_text
 
@@ -346,7 +345,7 @@ def circuit(
             raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
     loaded = load(model)
     try:
-        prompt_pairs = make_task(loaded, task, n_prompts, seed, metric)
+        prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
         with Progress(console=console, transient=True) as bar:
             stages: dict[str, int] = {}
 

@@ -32,7 +32,10 @@ per-prompt answers may also take rows [batch], the prompts' indices: metric(logi
 (see `interp.interventions.metrics.for_rows`)."""
 
 Progress = Callable[[int, int], None]
-"""progress(done, total): called as long work advances."""
+"""progress(done, total): called as long work advances (None: silent)."""
+
+StageProgress = Callable[[str, int, int], None]
+"""progress(stage, done, total): called as each stage of a long procedure advances (None: silent)."""
 
 
 def head_label(layer: int, head: int) -> str:

@@ -1,4 +1,4 @@
-"""Edge circuits of tasks (circuits.edges): prompt-pair files, `interp circuit` and its reports."""
+"""Edge circuits of tasks (circuits.edge_circuits): prompt-pair files, `interp circuit` and its reports."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
-from circuits.edges import find_edge_circuit, induction_task, make_task
-from circuits.edges_report import circuit_svg, render_html, write_edge_report
+from circuits.edge_circuits import edge_task, find_edge_circuit, induction_task
+from circuits.edge_circuits.report import circuit_svg, render_html, write_edge_report
 from interp import edges, metrics
 
 PAIRS = [
@@ -38,8 +38,8 @@ def _write_pairs(tmp_path):
 
 def test_prompt_pair_files_of_different_lengths(smollm2, tmp_path):
     csv_path, jsonl_path = _write_pairs(tmp_path)
-    task = make_task(smollm2, str(csv_path))
-    same = make_task(smollm2, str(jsonl_path))
+    task = edge_task(smollm2, str(csv_path))
+    same = edge_task(smollm2, str(jsonl_path))
     assert torch.equal(task.clean, same.clean) and torch.equal(task.corrupted, same.corrupted)
     ids = torch.arange(len(PAIRS))
     with torch.no_grad():
@@ -57,7 +57,7 @@ def test_prompt_pair_files_of_different_lengths(smollm2, tmp_path):
         corrupted = task.corrupted_metric(smollm2(task.corrupted), ids)
         assert abs(float(corrupted[2]) - float(corrupted_alone[0])) < 1e-4
     assert float(padded.mean()) > 0  # the model gets them right
-    prob = make_task(smollm2, str(csv_path), metric="prob")
+    prob = edge_task(smollm2, str(csv_path), metric="prob")
     with torch.no_grad():
         assert (
             (prob.metric(smollm2(prob.clean), ids) > 0) & (prob.metric(smollm2(prob.clean), ids) < 1)
@@ -68,15 +68,15 @@ def test_prompt_pair_files_refuse_bad_rows(smollm2, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text('clean,corrupted,correct\n"a b","a c"," x"\n', encoding="utf-8")
     with pytest.raises(ValueError, match="lacks incorrect"):
-        make_task(smollm2, str(bad))
+        edge_task(smollm2, str(bad))
     long_answer = tmp_path / "long.jsonl"
     long_answer.write_text(json.dumps({"clean": "a", "corrupted": "b", "correct": " Xylophonequasarzzq"}))
     with pytest.raises(ValueError, match="not one"):
-        make_task(smollm2, str(long_answer), metric="prob")
+        edge_task(smollm2, str(long_answer), metric="prob")
     text = tmp_path / "pairs.txt"
     text.write_text("clean corrupted", encoding="utf-8")
     with pytest.raises(ValueError, match=r"\.csv"):
-        make_task(smollm2, str(text))
+        edge_task(smollm2, str(text))
 
 
 @pytest.fixture(scope="module")

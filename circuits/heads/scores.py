@@ -45,7 +45,7 @@ import interp
 from circuits.heads.probes import Probe, Probes, str_tokens
 from circuits.heads.skipgrams import skip_gram_masses, skip_gram_scores
 from interp.interventions.stats import bootstrap
-from interp.types import Head, Progress
+from interp.types import Head, Progress, StageProgress
 
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
 SCORE_NAMES = (*PATTERN_SCORES, "fixed_offset", "skip_gram")  # every head type, in report order
@@ -64,9 +64,6 @@ BROAD_MIN_QUERY = 4
 MIN_OFFSET_QUERIES = 4
 MIN_OFFSET_QUERY_FRACTION = 1 / 3
 N_BOOTSTRAP = 500
-
-StageProgress = Callable[[str, int, int], None]
-"""progress(stage, done, total): called as each stage of head_report advances."""
 
 
 def stage_progress(progress: StageProgress | None, stage: str) -> Progress | None:

@@ -1,5 +1,6 @@
-"""Rendering an EdgeCircuitResult: rich table, JSON (schema in circuits/edges.py) and an offline HTML page
-with the circuit as an inline SVG graph and the faithfulness curve as an inline SVG plot."""
+"""Rendering an EdgeCircuitResult: rich table, JSON (schema in circuits/edge_circuits/find.py) and
+an offline HTML page with the circuit as an inline SVG graph and the faithfulness curve as an inline
+SVG plot."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from circuits.edges import EdgeCircuitResult
+from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.output import write_output
 from interp.viz import html_page
 

@@ -25,153 +25,19 @@ Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the 
 
 from __future__ import annotations
 
-import csv
-import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool
 from torch import Tensor
 
+from circuits.edge_circuits.tasks import EdgeTask
 from interp import edges
 from interp.model import HookedTransformer
-from interp.tasks.ioi import ioi_dataset_for
+from interp.types import Progress, StageProgress
 
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
 SCHEMA = "interp-edge-circuit-1"
-METRICS = ("logit_diff", "prob")
-TASKS = ("ioi", "induction")
-
-
-@dataclass
-class EdgeTask:
-    """Prompt pairs and a per-prompt metric. clean, corrupted: [batch, pos] right-padded to one width."""
-
-    name: str
-    clean: Int[Tensor, "batch pos"]
-    corrupted: Int[Tensor, "batch pos"]
-    metric: edges.PromptMetric
-    metric_name: str
-    corrupted_metric: edges.PromptMetric | None = None  # the metric at the corrupted prompts' positions
-
-    @property
-    def n_prompts(self) -> int:
-        return self.clean.shape[0]
-
-
-def ioi_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) -> EdgeTask:
-    """IOI prompts against the ABC distribution (three other names); logit(IO) - logit(S) at END."""
-    clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
-    metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
-    return EdgeTask("ioi", clean.tokens, abc.tokens, metric, "logit_diff(IO - S)")
-
-
-def induction_task(
-    model: HookedTransformer, n_prompts: int = 64, seq_len: int = 10, seed: int = 0
-) -> EdgeTask:
-    """[BOS] A A[:-1] -> A[-1] against [BOS] B A[:-1] (B random, B[-1] != A[-1]): the model must find
-    A[-2] earlier and copy what followed it. Metric: logit(A[-1]) - logit(B[-1]) at the last position."""
-    generator = torch.Generator().manual_seed(seed)
-    bos = model.cfg.bos_token_id
-    if bos is None and model.tokenizer is not None:
-        bos = model.tokenizer.bos_token_id
-    low = 1 if bos == 0 else 0
-    high = model.cfg.d_vocab if model.tokenizer is None else min(model.cfg.d_vocab, len(model.tokenizer))
-    if 2 * seq_len + int(model.cfg.default_prepend_bos) > model.cfg.n_ctx:
-        raise ValueError(
-            f"seq_len={seq_len} does not fit {model.cfg.model_name}'s context of {model.cfg.n_ctx}."
-        )
-    first = torch.randint(low, high, (n_prompts, seq_len), generator=generator)
-    other = torch.randint(low, high, (n_prompts, seq_len), generator=generator)
-    same = other[:, -1] == first[:, -1]
-    other[same, -1] = (first[same, -1] + 1 - low) % (high - low) + low
-    clean = torch.cat([first, first[:, :-1]], 1)
-    corrupted = torch.cat([other, first[:, :-1]], 1)
-    if model.cfg.default_prepend_bos and bos is not None:
-        column = torch.full((n_prompts, 1), bos)
-        clean, corrupted = torch.cat([column, clean], 1), torch.cat([column, corrupted], 1)
-    metric = edges.logit_diff_metric(first[:, -1], other[:, -1])
-    return EdgeTask("induction", clean, corrupted, metric, "logit_diff(A[-1] - B[-1])")
-
-
-def read_pairs(path: str | Path) -> list[dict[str, str]]:
-    """Rows of a CSV (with a header) or JSONL prompt-pair file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No prompt-pair file at {path}.")
-    if path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{number} is not JSON ({error.msg}).") from error
-    elif path.suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as file:
-            rows = list(csv.DictReader(file))
-    else:
-        raise ValueError(f"{path} must be a .csv (with a header) or .jsonl file of prompt pairs.")
-    if not rows:
-        raise ValueError(f"{path} has no prompt pairs.")
-    return rows
-
-
-def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_diff") -> EdgeTask:
-    """The user's prompt pairs (see the module docstring) with a logit-difference or probability metric."""
-    if metric not in METRICS:
-        raise ValueError(f"metric={metric!r} is not one of {METRICS}.")
-    rows = read_pairs(path)
-    needed = ["clean", "corrupted", "correct"] + (["incorrect"] if metric == "logit_diff" else [])
-    for number, row in enumerate(rows, 1):
-        missing = [key for key in needed if not row.get(key)]
-        if missing:
-            raise ValueError(
-                f"{path}: pair {number} lacks {', '.join(missing)}; every pair needs {', '.join(needed)} "
-                f"(for a probability metric without an incorrect answer use --metric prob)."
-            )
-    if model.tokenizer is None:
-        raise ValueError(f"{model.cfg.model_name} has no tokenizer, so it cannot read text prompt pairs.")
-
-    def ids(text: str) -> list[int]:
-        return model.to_tokens(text)[0].tolist()
-
-    clean_ids = [ids(row["clean"]) for row in rows]
-    corrupted_ids = [ids(row["corrupted"]) for row in rows]
-    pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
-    clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
-    clean_end = torch.tensor([len(row) - 1 for row in clean_ids])
-    corrupted_end = torch.tensor([len(row) - 1 for row in corrupted_ids])
-    correct = torch.tensor([model.to_single_token(row["correct"]) for row in rows])
-    if metric == "prob":
-        name = "p(correct)"
-        made = edges.prob_metric(correct, clean_end), edges.prob_metric(correct, corrupted_end)
-    else:
-        incorrect = torch.tensor([model.to_single_token(row["incorrect"]) for row in rows])
-        name = "logit_diff(correct - incorrect)"
-        made = (
-            edges.logit_diff_metric(correct, incorrect, clean_end),
-            edges.logit_diff_metric(correct, incorrect, corrupted_end),
-        )
-    return EdgeTask(Path(path).name, clean, corrupted, made[0], name, made[1])
-
-
-def make_task(
-    model: HookedTransformer, task: str, n_prompts: int = 64, seed: int = 0, metric: str = "logit_diff"
-) -> EdgeTask:
-    """ "ioi", "induction", or the path of a prompt-pair file."""
-    if task == "ioi":
-        return ioi_task(model, n_prompts, seed)
-    if task == "induction":
-        return induction_task(model, n_prompts, seed=seed)
-    if not Path(task).suffix:
-        raise ValueError(
-            f"Unknown task {task!r}: choose ioi, induction, or a .csv/.jsonl file of prompt pairs."
-        )
-    return file_task(model, task, metric)
 
 
 @dataclass
@@ -261,7 +127,7 @@ def find_edge_circuit(
     curve_fractions: tuple[float, ...] | None = edges.MIB_FRACTIONS,
     random_baseline: bool = True,
     batch_size: int = 16,
-    progress: Progress | None = None,
+    progress: StageProgress | None = None,
 ) -> EdgeCircuitResult:
     """Score every edge, keep the top `n_edges` (or `fraction` of all edges) connected input -> logits,
     measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve."""
@@ -272,7 +138,7 @@ def find_edge_circuit(
     if not 0 < requested <= graph.n_edges:
         raise ValueError(f"The circuit size must lie in 1..{graph.n_edges} edges, got {requested}.")
 
-    def stage(name: str) -> edges.Progress | None:
+    def stage(name: str) -> Progress | None:
         return None if progress is None else (lambda done, total: progress(name, done, total))
 
     seconds = {}
