@@ -158,9 +158,7 @@ def test_head_report_runs_with_causal_checks(family, request) -> None:
     cross the score thresholds; the ablation checks run on exactly the heads that do."""
     model = request.getfixturevalue(family)
     max_candidates = 2
-    report = head_report(
-        model, n_samples=4, seq_len=10, causal=True, max_candidates=max_candidates, progress=False
-    )
+    report = head_report(model, n_samples=4, seq_len=10, causal=True, max_candidates=max_candidates)
     data = json.loads(report.to_json())
     assert len(data["heads"]) == model.cfg.n_layers * model.cfg.n_heads
     crossing = 0

@@ -91,7 +91,7 @@ def test_random_model_has_no_content_heads():
     """Random initial weights attend near-uniformly: scores sit at the baseline and no head is typed."""
     torch.manual_seed(0)
     model = interp.HookedTransformer(tiny_config(n_ctx=64, attn_only=True))
-    report = head_report(model, n_samples=8, seq_len=12, progress=False)
+    report = head_report(model, n_samples=8, seq_len=12)
     for name in ("previous_token", "induction", "duplicate_token", "current_token", "first_token"):
         margin = report.thresholds[name] - report.table[name].max()
         assert margin > 0.25, (name, report.table[name].max())
@@ -138,9 +138,9 @@ def test_k_composition_matches_dense_matrices():
 def test_bad_settings_raise():
     model = interp.HookedTransformer(tiny_config())
     with pytest.raises(ValueError, match="n_samples"):
-        head_report(model, n_samples=1, progress=False)
+        head_report(model, n_samples=1)
     with pytest.raises(ValueError, match="tokenizer"):
-        head_report(model, natural_text=["hello"], progress=False)
+        head_report(model, natural_text=["hello"])
 
 
 def test_attention_scores_agree_with_transformer_lens_head_detector(smollm2):
@@ -183,7 +183,7 @@ def test_attention_scores_agree_with_transformer_lens_head_detector(smollm2):
 
 
 def test_smollm2_induction_heads_confirmed_causally(smollm2):
-    report = head_report(smollm2, n_samples=8, seq_len=16, max_candidates=4, natural_text=(), progress=False)
+    report = head_report(smollm2, n_samples=8, seq_len=16, max_candidates=4, natural_text=())
     table = report.table
     induction = report.heads_of_type("induction")
     assert induction, "SmolLM2 has induction heads"
@@ -214,7 +214,7 @@ def test_smollm2_induction_heads_confirmed_causally(smollm2):
 def test_toy_checkpoint_previous_token_and_induction_heads():
     """The shipped 2-layer model: previous-token heads in layer 0 feed four induction heads in layer 1."""
     model = interp.load_model("toy-induction")
-    report = head_report(model, n_samples=32, progress=False)
+    report = head_report(model, n_samples=32)
     table = report.table
     previous = table[table["previous_token_confirmed"]]
     assert len(previous) >= 1 and set(previous["layer"]) == {0}
@@ -285,7 +285,7 @@ def _train(cfg: interp.Config, task, steps: int) -> interp.HookedTransformer:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest
     try:
-        train(model, task, TrainConfig(steps=steps, lr=5e-3, seed=TRAIN_SEED, progress=False))
+        train(model, task, TrainConfig(steps=steps, lr=5e-3, seed=TRAIN_SEED))
     finally:
         torch.set_num_threads(threads)
     return model
@@ -299,7 +299,7 @@ def periodic_model() -> interp.HookedTransformer:
 
 
 def test_a_positional_shortcut_is_not_called_induction(periodic_model):
-    report = head_report(periodic_model, progress=False)
+    report = head_report(periodic_model)
     table = report.table
     assert PERIOD in report.settings["induction_lengths"]  # the length the shortcut would fool
     layer0 = table[table["layer"] == 0]
@@ -322,7 +322,7 @@ def induction_model() -> interp.HookedTransformer:
 
 
 def test_redundant_induction_heads_are_all_found(induction_model):
-    report = head_report(induction_model, progress=False)
+    report = head_report(induction_model)
     table = report.table
     strong = table[(table["layer"] == 1) & (table["induction"] > 0.5)]  # at every repeat length
     assert len(strong) >= 2, "the model learnt several induction heads"
@@ -354,7 +354,7 @@ def planted_skip_gram_model() -> interp.HookedTransformer:
 
 
 def test_planted_skip_gram_head_is_found():
-    report = head_report(planted_skip_gram_model(), progress=False)
+    report = head_report(planted_skip_gram_model())
     table = report.table.set_index("head")
     assert report.heads_of_type("skip_gram") == [(0, 0)]
     assert table.loc[0, "skip_gram_pair"] == f"t{QUERY} -> t{KEY}"

@@ -23,7 +23,7 @@ XSS = "Say </script><script>alert(1)</script> twice: </script><script>alert(1)</
 def smollm2_report(smollm2):
     """A quick SmolLM2 report whose first natural-text probe is a script injection attempt."""
     texts = [XSS, "The cat sat on the mat."]
-    return head_report(smollm2, n_samples=4, seq_len=10, natural_text=texts, causal=False, progress=False)
+    return head_report(smollm2, n_samples=4, seq_len=10, natural_text=texts, causal=False)
 
 
 def test_json_has_every_head_with_scores_types_and_effects(smollm2_report, smollm2):
@@ -80,7 +80,7 @@ def test_cli_heads_json_on_toy_checkpoint(tmp_path):
 def test_terminal_table_fits_the_terminal(width):
     """At 80 columns the compact table, at 160 every column; no line is wider, no word is split."""
     model = interp.load_model("toy-induction")
-    report = head_report(model, n_samples=8, progress=False)
+    report = head_report(model, n_samples=8)
     console = Console(file=io.StringIO(), width=width)
     print_table(report, console)
     text = console.file.getvalue()

@@ -124,7 +124,7 @@ def planted():
     model = planted_ioi_model()
     clean, abc = planted_prompts(16)
     heldout = planted_prompts(32, seed=1)
-    return model, clean, abc, find_ioi_circuit(model, prompts=(clean, abc), heldout=heldout, progress=False)
+    return model, clean, abc, find_ioi_circuit(model, prompts=(clean, abc), heldout=heldout)
 
 
 def test_planted_model_does_ioi(planted):
@@ -178,7 +178,7 @@ def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
     assert validation.classes["name_mover"].writes["IO"] > 0  # it writes the answer up
     # Without held-out prompts, nothing is claimed to be confirmed.
     model, clean, abc, _ = planted
-    assert find_ioi_circuit(model, prompts=(clean, abc), progress=False, evaluate=False).validation is None
+    assert find_ioi_circuit(model, prompts=(clean, abc), evaluate=False).validation is None
 
 
 def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
@@ -221,7 +221,7 @@ def test_bad_settings_raise(planted):
         clean.tokens, clean.s_token, clean.io_token, clean.positions, clean.template, clean.order
     )
     with pytest.raises(ValueError, match="does not do IOI"):
-        find_ioi_circuit(model, prompts=(wrong, abc), progress=False)
+        find_ioi_circuit(model, prompts=(wrong, abc))
 
 
 def test_reports(planted, tmp_path):

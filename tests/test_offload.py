@@ -121,13 +121,11 @@ def test_reports_on_offloaded_models(tmp_path):
             interp.load_model(name, device_map=device_map, offload_folder=tmp_path / name),
         ]
         if name == "toy-induction":
-            reports = [head_report(model, n_samples=8, progress=False).table for model in models]
+            reports = [head_report(model, n_samples=8).table for model in models]
             numeric = reports[0].select_dtypes("number").columns
             assert (reports[1][numeric] - reports[0][numeric]).abs().max().max() < 1e-5
             assert list(reports[1]["types"]) == list(reports[0]["types"])
         else:
-            circuits = [
-                find_ioi_circuit(model, n_prompts=32, progress=False, evaluate=False) for model in models
-            ]
+            circuits = [find_ioi_circuit(model, n_prompts=32, evaluate=False) for model in models]
             assert circuits[1].heads == circuits[0].heads and circuits[0].heads
             assert abs(circuits[1].baseline.logit_diff - circuits[0].baseline.logit_diff) < 1e-4
