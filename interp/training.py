@@ -180,9 +180,11 @@ def previous_token_scores(patterns: Tensor) -> Tensor:
     return patterns.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, -1))
 
 
-def induction_scores(patterns: Tensor, seq_len: int) -> Tensor:
-    """Prefix-matching score on `repeated_sequences`: mean attention from each token of the second
-    copy to the token after its first occurrence (query p -> key p - seq_len + 1).
+def prefix_matching_scores(patterns: Tensor, seq_len: int) -> Tensor:
+    """Prefix-matching score at one repeat length on `repeated_sequences`: mean attention from each
+    token of the second copy to the token after its first occurrence (query p -> key p - seq_len + 1).
+    The head report's per-length induction score is the same quantity; its `induction` column is the
+    lowest over three lengths (`circuits.heads`). Logged during training as "induction_scores".
 
     patterns [layer, batch, head, query_pos, key_pos] of [BOS] r r sequences -> [layer, head].
     """
@@ -223,7 +225,7 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
         "first_half_loss": loss[:, first_half].mean().item(),
         "repeated_half_loss": loss[:, second_half].mean().item(),
         "prev_token_scores": previous_token_scores(patterns).tolist(),
-        "induction_scores": induction_scores(patterns, seq_len).tolist(),
+        "induction_scores": prefix_matching_scores(patterns, seq_len).tolist(),
     }
 
 
