@@ -15,6 +15,7 @@ from torch import Tensor
 from interp import edges
 from interp.model import HookedTransformer
 from interp.tasks.ioi import ioi_dataset_for
+from interp.types import Metric
 
 METRICS = ("logit_diff", "prob")
 TASKS = ("ioi", "induction")
@@ -27,9 +28,9 @@ class EdgeTask:
     name: str
     clean: Int[Tensor, "batch pos"]
     corrupted: Int[Tensor, "batch pos"]
-    metric: edges.PromptMetric
+    metric: Metric
     metric_name: str
-    corrupted_metric: edges.PromptMetric | None = None  # the metric at the corrupted prompts' positions
+    corrupted_metric: Metric | None = None  # the metric at the corrupted prompts' positions
 
     @property
     def n_prompts(self) -> int:
