@@ -21,7 +21,7 @@ from rich.markup import escape
 import interp
 from interp.interventions.patching import COMPONENTS
 from interp.runtime.memory import keep_freed_memory
-from interp.training import TASKS
+from interp.training import CHECKPOINT_EVERY, TASKS
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
 EXAMPLES = {  # the end of each command's --help
@@ -30,8 +30,8 @@ EXAMPLES = {  # the end of each command's --help
         "info": ["--model toy-ioi"],
         "heads": ["--model smollm2-135m", "--model toy-induction --format html --out heads.html"],
         "train": [
-            "--task induction --attn-only --out runs/induction",
-            "--task ioi --attn-only --seed 1 --out runs/ioi",
+            "--task induction --out runs/induction   # then: interp heads --model runs/induction",
+            "--task ioi --seed 1 --out runs/ioi      # then: interp ioi --model runs/ioi",
         ],
         "ioi": ["--model smollm2-135m --format markdown --out ioi.md", "--model toy-ioi"],
         "patch": ["--component z --top 5", "--component resid_pre --out patch.csv"],
@@ -168,12 +168,17 @@ def train(
     layers: int = typer.Option(2, min=1, help="Number of layers."),
     heads: int = typer.Option(4, min=1, help="Attention heads per layer."),
     d_model: int = typer.Option(64, min=1, help="Residual stream width (a multiple of --heads)."),
-    attn_only: bool = typer.Option(False, "--attn-only", help="Attention-only (no MLPs)."),
-    steps: int | None = typer.Option(None, min=1, help="Optimizer steps (default: 1500 for ioi, else 1000)."),
+    attn_only: bool | None = typer.Option(
+        None,
+        "--attn-only/--with-mlps",
+        help="Attention-only or with MLPs (default: attention-only for induction and ioi).",
+    ),
+    steps: int | None = typer.Option(None, min=1, help="Optimizer steps (default: 1500; markov 1000)."),
     out: str = typer.Option(..., help="Output directory; interp.load_model(OUT) loads it."),
     seed: int = typer.Option(0, min=0, help="Seed of the initial weights and the data."),
     lr: float | None = typer.Option(
-        None, help="Peak learning rate, warm-up then cosine decay (default: 3e-3 for ioi, else 1e-3)."
+        None,
+        help="Peak learning rate, warm-up and cosine decay (default: induction 5e-3, ioi 3e-3, markov 1e-3).",
     ),
     batch_size: int = typer.Option(32, min=1, help="Sequences per step."),
     seq_len: int | None = typer.Option(
@@ -184,11 +189,17 @@ def train(
     ),
     positional: Literal["learned", "rotary", "none"] = typer.Option("learned", help="Position encoding."),
     checkpoint_every: int = typer.Option(
-        0, min=0, help="Also checkpoint every N steps (the last step always is)."
+        CHECKPOINT_EVERY, min=0, help="Checkpoint every N steps (0: only the last); Ctrl-C saves one too."
     ),
+    name: str | None = typer.Option(None, help="The model's name in reports (default: OUT's name)."),
 ) -> None:
-    """Train a toy transformer on a synthetic task and write a checkpoint directory."""
-    from interp.training import train_toy_model
+    """Train a toy transformer on a synthetic task and write a checkpoint directory.
+
+    With the defaults each task shows its phenomenon: induction heads that `interp heads` confirms,
+    the toy IOI circuit that `interp ioi` finds. Running the same command again resumes from the
+    last checkpoint (after Ctrl-C too).
+    """
+    from interp.training import latest_checkpoint, train_toy_model
 
     if lr is not None and lr <= 0:
         raise fail(f"--lr must be > 0, got {lr}.")
@@ -198,14 +209,20 @@ def train(
         raise fail("the ioi task has a fixed vocabulary and length: drop --seq-len and --d-vocab.")
     if Path(out).exists() and not Path(out).is_dir():
         raise fail(f"--out {out} is a file; give a directory.")
+    resumed = latest_checkpoint(Path(out))
+    if resumed is not None:
+        console.print(f"Resuming from {resumed} (delete {out} to start afresh).")
     try:
         model, log = train_toy_model(
             task, layers, heads, d_model, steps, out, attn_only=attn_only, seed=seed, lr=lr,
             batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
-            checkpoint_every=checkpoint_every,
+            checkpoint_every=checkpoint_every, name=name,
         )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
+    except KeyboardInterrupt:
+        console.print(f"Interrupted; the last step is saved in {out}: run the same command to resume.")
+        raise typer.Exit(130) from None
     last = log.evals[-1]
     if task == "ioi":
         detail = "loss on the answer; ln 2 = 0.693 is a coin flip between IO and S"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import logging
 import math
 import os
 import shutil
@@ -59,11 +60,29 @@ from interp.tasks import (
     split_generator,
 )
 
-# (steps, peak learning rate) that train_toy_model uses when not given. Toy IOI plateaus at a coin
-# flip between IO and S (loss ln 2) for hundreds of steps at 1e-3; 3e-3 and 1500 steps solve it.
-TASK_SCHEDULES = {"induction": (1000, 1e-3), "markov": (1000, 1e-3), "ioi": (1500, 3e-3)}
-TASKS = tuple(TASK_SCHEDULES)
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    """What train_toy_model uses when not given: a schedule and an architecture that produce the
+    task's phenomenon. Induction: 2 attention-only layers, 1500 steps at 5e-3 give induction heads
+    that `interp heads` confirms (seeds 0-2; with MLPs, or 1000 steps at 1e-3, none form). Toy IOI
+    plateaus at a coin flip between IO and S (loss ln 2) for hundreds of steps at 1e-3; 3e-3 and
+    1500 steps solve it."""
+
+    steps: int
+    lr: float
+    attn_only: bool
+
+
+TASK_DEFAULTS = {
+    "induction": TaskDefaults(1500, 5e-3, attn_only=True),
+    "markov": TaskDefaults(1000, 1e-3, attn_only=False),
+    "ioi": TaskDefaults(1500, 3e-3, attn_only=True),
+}
+TASKS = tuple(TASK_DEFAULTS)
+CHECKPOINT_EVERY = 250  # steps between the periodic checkpoints of `interp train`
 CHECKPOINTS = "checkpoints"
+logger = logging.getLogger("interp")
 
 
 def make_task(name: str, d_vocab: int | None = None, n_ctx: int | None = None) -> Task:
@@ -272,8 +291,9 @@ def train(
     if latest is not None:
         step, log = load_training_state(latest, model, optimizer, generator, config)
     model.train()
+    state = None  # what a checkpoint on Ctrl-C saves: (model, optimizer, generator, step, log, config)
     progress_bar = tqdm(total=config.steps, initial=step, disable=not config.progress, desc="train")
-    with progress_bar as progress, deterministic_algorithms():
+    with progress_bar as progress, deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state):
         while step < config.steps:
             batch = task.sample(config.batch_size, generator).to(model.device)
             lr = config.lr_at(step)
@@ -285,6 +305,8 @@ def train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
             step += 1
+            data_rng = torch.Generator().set_state(generator.get_state())  # as of this completed step
+            state = (model, optimizer, data_rng, step, log, config)
             log.train_loss.append(loss.item())
             log.lr.append(lr)
             if step % config.eval_every == 0 or step == config.steps:
@@ -301,6 +323,22 @@ def train(
     if out is not None:
         write_final_model(out, model, log, {"training": config.to_dict(), **(extra or {})})
     return log
+
+
+@contextlib.contextmanager
+def _checkpoint_on_interrupt(out: Path | None, state: Callable[[], tuple | None]) -> Iterator[None]:
+    """On Ctrl-C, save the last completed step as a checkpoint (if there is an output directory and
+    a step), so that running the same command again resumes from it; then stop. (A Ctrl-C landing
+    inside an optimizer step may save that step's update with the previous step's count.)"""
+    try:
+        yield
+    except KeyboardInterrupt:
+        current = state()
+        if out is not None and current is not None:
+            step = current[3]
+            save_training_checkpoint(out / CHECKPOINTS / f"step_{step:06d}", *current)
+            logger.warning("Interrupted: saved step %d; run the same command again to resume.", step)
+        raise
 
 
 @contextlib.contextmanager
@@ -419,7 +457,7 @@ def train_toy_model(
     d_model: int,
     steps: int | None,
     out: str | Path,
-    attn_only: bool = False,
+    attn_only: bool | None = None,
     seed: int = 0,
     lr: float | None = None,
     batch_size: int = 32,
@@ -427,18 +465,21 @@ def train_toy_model(
     d_vocab: int | None = None,
     positional: str = "learned",
     device: str | None = None,
+    name: str | None = None,
     **train_options: Any,
 ) -> tuple[HookedTransformer, TrainingLog]:
     """Build a model for `task` ("induction", "markov", "ioi"), train it and write it to `out`.
 
     seq_len is the task's sequence length (n_ctx), d_vocab its vocabulary (induction, markov);
     the model's d_vocab and n_ctx match the task. Device: CUDA when available, unless given.
-    steps, lr: None takes the task's TASK_SCHEDULES entry.
+    steps, lr, attn_only: None takes the task's TASK_DEFAULTS entry. name: the model's name in
+    reports (default: the output directory's name); the checkpoint also records the task.
     """
     data = make_task(task, d_vocab, seq_len)
-    default_steps, default_lr = TASK_SCHEDULES[task]
-    steps = default_steps if steps is None else steps
-    lr = default_lr if lr is None else lr
+    defaults = TASK_DEFAULTS[task]
+    steps = defaults.steps if steps is None else steps
+    lr = defaults.lr if lr is None else lr
+    attn_only = defaults.attn_only if attn_only is None else attn_only
     cfg = Config(
         n_layers=n_layers,
         n_heads=n_heads,
@@ -448,7 +489,7 @@ def train_toy_model(
         attn_only=attn_only,
         positional=positional,
         bos_token_id=getattr(data, "bos", None),
-        model_name=f"toy-{task}",
+        model_name=name or Path(out).name,
         task=task,
     )
     torch.manual_seed(seed)
