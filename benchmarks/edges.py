@@ -90,7 +90,6 @@ def gpt2_vs_transformer_lens(n_prompts: int, n_pos: int) -> None:
 
 
 def main() -> None:
-    keep_freed_memory()  # the allocator policy the interp command runs with
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-prompts", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -110,4 +109,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # the allocator policy the interp command runs with
     main()

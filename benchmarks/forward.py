@@ -33,7 +33,6 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 
 def main() -> None:
-    keep_freed_memory()  # the allocator policy the interp command runs with
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -96,4 +95,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # the allocator policy the interp command runs with
     main()

@@ -82,7 +82,6 @@ def run_mode(mode: str, batch: int, pos: int) -> dict:
 
 
 def main() -> None:
-    keep_freed_memory()  # the allocator policy the interp command runs with
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -106,4 +105,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # the allocator policy the interp command runs with
     main()

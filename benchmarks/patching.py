@@ -81,7 +81,6 @@ def print_row(name: str, seconds: float, memory: int) -> None:
 
 
 def main() -> None:
-    keep_freed_memory()  # the allocator policy the interp command runs with
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -148,4 +147,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    keep_freed_memory()  # the allocator policy the interp command runs with
     main()

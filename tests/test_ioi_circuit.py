@@ -31,7 +31,7 @@ from circuits.ioi.report import (
     write_ioi_report,
 )
 from circuits.ioi.results import CLASS_WRITES, Settings
-from circuits.ioi.steps import find_name_movers, patching_prompts
+from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
 from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
 
@@ -269,7 +269,7 @@ def trained_ioi(tmp_path_factory):
     from circuits.cli import app
 
     out = tmp_path_factory.mktemp("toy-ioi") / "model"
-    arguments = ["train", "--task", "ioi", "--attn-only", "--seed", str(TRAIN_SEED), "--out", str(out)]
+    arguments = ["train", "--task", "ioi", "--seed", str(TRAIN_SEED), "--out", str(out), "--name", "toy-ioi"]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
     return out
@@ -333,7 +333,7 @@ def test_a_step_runs_alone_and_selects_what_find_ioi_circuit_reports():
     settings = Settings(model="toy-ioi", n_prompts=64, seed=0)
     evidence = measure_class_evidence(model, clean, settings)
     prompts = patching_prompts(model, clean, abc, settings.n_patching_prompts)
-    step = find_name_movers(model, prompts, settings, evidence)
+    step = find_name_movers(StepInputs(model, prompts, settings, evidence))
     result = find_ioi_circuit(model, n_prompts=64, seed=0, evaluate=False, validate=False)
     assert step.heads("s_suppression") == result.circuit["s_suppression"] == [(1, 0), (1, 2), (1, 3), (1, 1)]
     for cls in ("name_mover", "negative_name_mover"):

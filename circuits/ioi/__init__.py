@@ -6,8 +6,9 @@ patching backwards from the logits, evaluated and validated on held-out prompts.
 
 Modules: `results` (classes and result types), `evidence` (selection and classification of heads),
 `patching` (path patching, mean ablation, sender strategies), `steps` (one function per step of the
-paper), `discover` (`find_ioi_circuit`), `evaluate` (faithfulness, completeness, minimality,
-held-out validation), `report` (table, Markdown, JSON, HTML). The prompts live in interp.tasks.ioi.
+paper, to run alone: `from circuits.ioi.steps import find_name_movers`), `discover`
+(`find_ioi_circuit`), `evaluate` (faithfulness, completeness, minimality, held-out validation),
+`report` (table, Markdown, JSON, HTML). The prompts live in interp.tasks.ioi.
 """
 
 from circuits.ioi.discover import find_ioi_circuit, measure_baseline
@@ -24,16 +25,6 @@ from circuits.ioi.results import (
     Settings,
     Validation,
 )
-from circuits.ioi.steps import (
-    PatchingPrompts,
-    StepResult,
-    find_backup_name_movers,
-    find_induction_and_duplicate_token_heads,
-    find_name_movers,
-    find_previous_token_heads,
-    find_s_inhibition_heads,
-    patching_prompts,
-)
 from interp.tasks.ioi import (
     BABA_TEMPLATES,
     NAMES,
@@ -46,9 +37,7 @@ from interp.tasks.ioi import (
 
 __all__ = [
     "BABA_TEMPLATES", "CLASSES", "NAMES", "OBJECTS", "PLACES", "Baseline", "ClassValidation", "EAPRanking",
-    "Evaluation", "ExamplePatterns", "HeadEvidence", "IOICircuitResult", "MeanAblation", "PatchingPrompts",
-    "SenderEffects", "Settings", "StepResult", "Validation", "evaluate_circuit", "find_backup_name_movers",
-    "find_induction_and_duplicate_token_heads", "find_ioi_circuit", "find_name_movers",
-    "find_previous_token_heads", "find_s_inhibition_heads", "ioi_dataset_for", "make_ioi_dataset",
-    "measure_baseline", "path_patching_effects", "patching_prompts", "single_token_names", "validate_circuit",
+    "Evaluation", "ExamplePatterns", "HeadEvidence", "IOICircuitResult", "MeanAblation", "SenderEffects",
+    "Settings", "Validation", "evaluate_circuit", "find_ioi_circuit", "ioi_dataset_for", "make_ioi_dataset",
+    "measure_baseline", "path_patching_effects", "single_token_names", "validate_circuit",
 ]  # fmt: skip

@@ -36,6 +36,7 @@ from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_
 from circuits.ioi.results import CLASSES, Baseline, ExamplePatterns, HeadEvidence, IOICircuitResult, Settings
 from circuits.ioi.steps import (
     ProgressLines,
+    StepInputs,
     StepResult,
     find_backup_name_movers,
     find_induction_and_duplicate_token_heads,
@@ -112,24 +113,16 @@ def find_ioi_circuit(
         min_estimate = 0.5 * settings.min_effect * abs(patching.logit_diff)
         exact = settings.exact_candidates
         sender_effects = EAPRanking(exact, min_estimate) if exact > 0 else path_patching_effects
-    common = {"sender_effects": sender_effects, "progress": progress}
-
-    direct = find_name_movers(model, patching, settings, evidence, **common)
+    inputs = StepInputs(model, patching, settings, evidence, sender_effects, progress)
+    direct = find_name_movers(inputs)
     name_movers = direct.heads("name_mover")
-    s_inhibition = find_s_inhibition_heads(
-        model, patching, name_movers, direct.heads("s_suppression"), settings, evidence, **common
-    )
-    values = find_induction_and_duplicate_token_heads(
-        model, patching, s_inhibition.heads("s_inhibition"), settings, evidence, **common
-    )
-    keys = find_previous_token_heads(model, patching, values.heads("induction"), settings, evidence, **common)
+    s_inhibition = find_s_inhibition_heads(inputs, name_movers, direct.heads("s_suppression"))
+    values = find_induction_and_duplicate_token_heads(inputs, s_inhibition.heads("s_inhibition"))
+    keys = find_previous_token_heads(inputs, values.heads("induction"))
     steps = [direct, s_inhibition, values, keys]
     mean_ablation = MeanAblation(model, abc)
     classified = {head for step in steps for heads in step.classes.values() for head in _heads(heads)}
-    backup = find_backup_name_movers(
-        model, patching, name_movers, direct.effects["logits"], classified, mean_ablation, settings,
-        evidence, **common,
-    )  # fmt: skip
+    backup = find_backup_name_movers(inputs, name_movers, direct.effects["logits"], classified, mean_ablation)
     result = _combine(settings, baseline, evidence.attention, evidence.thresholds, [*steps, backup])
     result.timings = timings | {name: t for step in [*steps, backup] for name, t in step.timings.items()}
 

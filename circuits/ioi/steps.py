@@ -119,16 +119,30 @@ def timed(name: str, timings: dict[str, float], progress: ProgressLines = None) 
 
 
 @dataclass
-class _Step:
-    """A step being run: what every sweep of it needs, and what it found so far."""
+class StepInputs:
+    """What every step needs: the model, the path-patching prompts, the selection settings, the
+    attention and direct-logit evidence that classifies heads, the strategy that measures sender
+    effects (`path_patching_effects`: every sender; `EAPRanking`: the senders EAP ranks first) and
+    where progress lines go."""
 
     model: interp.HookedTransformer
     prompts: PatchingPrompts
     settings: Settings
     evidence: ClassEvidence
-    sender_effects: SenderEffects
-    progress: ProgressLines
+    sender_effects: SenderEffects = path_patching_effects
+    progress: ProgressLines = None
+
+
+@dataclass
+class _Step:
+    """A step being run: its inputs, and what it found so far."""
+
+    inputs: StepInputs
     result: StepResult = field(default_factory=StepResult)
+
+    @property
+    def progress(self) -> ProgressLines:
+        return self.inputs.progress
 
     def sweep(
         self,
@@ -141,12 +155,20 @@ class _Step:
         ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
     ) -> Tensor:
         """Relative effects [layer, head] of the senders' paths to `receivers` (None: the logits)."""
-        clean, abc = self.prompts.clean, self.prompts.abc
+        inputs = self.inputs
+        clean, abc = inputs.prompts.clean, inputs.prompts.abc
         with timed(stage, self.result.timings, self.progress):
-            change = self.sender_effects(
-                self.model, clean, abc, receivers, receiver_input, position, senders=senders, ablated=ablated
+            change = inputs.sender_effects(
+                inputs.model,
+                clean,
+                abc,
+                receivers,
+                receiver_input,
+                position,
+                senders=senders,
+                ablated=ablated,
             )
-            effects = change / self.prompts.logit_diff
+            effects = change / inputs.prompts.logit_diff
         self.result.effects[name] = effects
         return effects
 
@@ -161,14 +183,14 @@ class _Step:
     ) -> None:
         """Select heads by their effects in direction `sign` and put each (except `exclude`) into the
         candidate class it shows most strongly, or among the unclassified."""
-        s = self.settings
+        s = self.inputs.settings
         heads, z, figures = select_heads(effects, sign, s.effect_z, s.min_effect, s.min_share)
         self.result.thresholds[label] = figures
         for head in heads:
             if head in exclude:
                 continue
-            cls = self.evidence.strongest(candidates, head)
-            found = self.evidence.record(head, sweep, effects, z)
+            cls = self.inputs.evidence.strongest(candidates, head)
+            found = self.inputs.evidence.record(head, sweep, effects, z)
             if cls is None:
                 self.result.unclassified.append(found)
             elif head not in self.result.heads(cls):
@@ -192,19 +214,11 @@ class _Step:
         self.select(name, effects, -1, name, candidates)
 
 
-def find_name_movers(
-    model: interp.HookedTransformer,
-    prompts: PatchingPrompts,
-    settings: Settings,
-    evidence: ClassEvidence,
-    *,
-    sender_effects: SenderEffects = path_patching_effects,
-    progress: ProgressLines = None,
-) -> StepResult:
+def find_name_movers(inputs: StepInputs) -> StepResult:
     """Step 1, heads -> logits (the direct path), sweep "logits": name movers (attend END->IO, write
     IO) and S-suppression heads (attend END->S2, write against S) lower the logit diff when patched
     from ABC; negative name movers (attend END->IO, write against IO) raise it."""
-    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    step = _Step(inputs)
     effects = step.sweep("logits", "path patching: heads -> logits")
     step.select("logits", effects, -1, "logits (name_mover, s_suppression)", ("name_mover", "s_suppression"))
     step.select("logits", effects, 1, "logits (negative_name_mover)", ("negative_name_mover",))
@@ -212,19 +226,11 @@ def find_name_movers(
 
 
 def find_s_inhibition_heads(
-    model: interp.HookedTransformer,
-    prompts: PatchingPrompts,
-    name_movers: Sequence[Head],
-    s_suppression: Sequence[Head],
-    settings: Settings,
-    evidence: ClassEvidence,
-    *,
-    sender_effects: SenderEffects = path_patching_effects,
-    progress: ProgressLines = None,
+    inputs: StepInputs, name_movers: Sequence[Head], s_suppression: Sequence[Head]
 ) -> StepResult:
     """Step 2, heads -> the queries at END of step 1's name movers (sweep "name_mover_queries"), then
     of its S-suppression heads ("s_suppression_queries"): S-inhibition heads (attend END->S2)."""
-    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    step = _Step(inputs)
     step.sweep_receivers("name_mover_queries", "name_mover", name_movers, "q", "END", ("s_inhibition",))
     step.sweep_receivers(
         "s_suppression_queries", "s_suppression", s_suppression, "q", "END", ("s_inhibition",)
@@ -232,61 +238,37 @@ def find_s_inhibition_heads(
     return step.result
 
 
-def find_induction_and_duplicate_token_heads(
-    model: interp.HookedTransformer,
-    prompts: PatchingPrompts,
-    s_inhibition: Sequence[Head],
-    settings: Settings,
-    evidence: ClassEvidence,
-    *,
-    sender_effects: SenderEffects = path_patching_effects,
-    progress: ProgressLines = None,
-) -> StepResult:
+def find_induction_and_duplicate_token_heads(inputs: StepInputs, s_inhibition: Sequence[Head]) -> StepResult:
     """Step 3, heads -> the values at S2 of step 2's S-inhibition heads (sweep "s_inhibition_values"):
     induction heads (attend S2->S1+1) and duplicate-token heads (attend S2->S1)."""
-    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    step = _Step(inputs)
     candidates = ("induction", "duplicate_token")
     step.sweep_receivers("s_inhibition_values", "s_inhibition", s_inhibition, "v", "S2", candidates)
     return step.result
 
 
-def find_previous_token_heads(
-    model: interp.HookedTransformer,
-    prompts: PatchingPrompts,
-    induction: Sequence[Head],
-    settings: Settings,
-    evidence: ClassEvidence,
-    *,
-    sender_effects: SenderEffects = path_patching_effects,
-    progress: ProgressLines = None,
-) -> StepResult:
+def find_previous_token_heads(inputs: StepInputs, induction: Sequence[Head]) -> StepResult:
     """Step 4, heads -> the keys at S1+1 of step 3's induction heads (sweep "induction_keys"):
     previous-token heads (attend S1+1->S1)."""
-    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
+    step = _Step(inputs)
     step.sweep_receivers("induction_keys", "induction", induction, "k", "S1+1", ("previous_token",))
     return step.result
 
 
 def find_backup_name_movers(
-    model: interp.HookedTransformer,
-    prompts: PatchingPrompts,
+    inputs: StepInputs,
     name_movers: Sequence[Head],
     direct_effects: Tensor,
     classified: Collection[Head],
     mean_ablation: MeanAblation,
-    settings: Settings,
-    evidence: ClassEvidence,
-    *,
-    sender_effects: SenderEffects = path_patching_effects,
-    progress: ProgressLines = None,
 ) -> StepResult:
     """Step 5, heads -> logits with step 1's name movers mean-ablated (sweep
     "logits_without_name_movers"): backup name movers are heads after the first name mover's layer
     whose direct effect grows (sweep "backup_growth": that effect minus step 1's `direct_effects`
     [layer, head], more negative) and that attend END->IO and write IO like name movers. Heads
     already `classified` by earlier steps are not backups."""
-    step = _Step(model, prompts, settings, evidence, sender_effects, progress)
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    step = _Step(inputs)
+    n_layers, n_heads = inputs.model.cfg.n_layers, inputs.model.cfg.n_heads
     # Only heads after the first name mover's layer can react to the name movers' ablation.
     first_layer = min(name_movers)[0] if name_movers else n_layers
     senders = [(layer, head) for layer in range(first_layer + 1, n_layers)
