@@ -1,0 +1,175 @@
+"""TransformerLens semantics, exactly: negative layer indices, attention masks and padding,
+generate's return types, HookedTransformerConfig as a class, from_pretrained's arguments.
+
+Real small models built from `interp.Config` (GPT-2-like, Llama-like with grouped-query attention,
+a parallel-residual rotary model) and a word-level tokenizer built here (no download)."""
+
+from __future__ import annotations
+
+import pytest
+import tokenizers
+import torch
+import transformers
+from conftest import tiny_config
+
+import interp
+
+ATOL = 1e-4
+WORDS = ["<pad>", "<bos>", "<eos>"] + [f"w{i}" for i in range(58)]
+
+
+def _tokenizer(pad: bool = True) -> transformers.PreTrainedTokenizerFast:
+    vocab = {word: i for i, word in enumerate(WORDS)}
+    inner = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<eos>"))
+    inner.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    special = {"bos_token": "<bos>", "eos_token": "<eos>"} | ({"pad_token": "<pad>"} if pad else {})
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=inner, **special)
+
+
+CONFIGS = {
+    "gpt2-like": dict(),
+    "llama-gqa": dict(
+        normalization="rmsnorm", positional="rotary", gated_mlp=True, activation="silu", n_kv_heads=2,
+        qkv_bias=False, attn_out_bias=False, mlp_bias=False, unembed_bias=False,
+    ),
+    "neox-parallel": dict(positional="rotary", rotary_dim=4, parallel_residual=True, activation="gelu"),
+}  # fmt: skip
+
+
+def _model(kind: str, **overrides) -> interp.HookedTransformer:
+    torch.manual_seed(0)
+    cfg = tiny_config(**{**CONFIGS[kind], "bos_token_id": 1, "default_prepend_bos": True, **overrides})
+    model = interp.HookedTransformer(cfg, _tokenizer())
+    with torch.no_grad():  # non-trivial norms and biases
+        for name, param in model.named_parameters():
+            if name.endswith((".w", ".b")) or ".b_" in name or name == "b_U":
+                param.add_(torch.randn_like(param) * 0.1)
+    return model.eval()
+
+
+@pytest.fixture(params=sorted(CONFIGS))
+def model(request) -> interp.HookedTransformer:
+    return _model(request.param)
+
+
+PROMPTS = ["w3 w4 w5 w6 w7 w8 w9", "w10 w11", "w12 w13 w14 w15"]
+
+
+# --- 1. negative layer indices ---------------------------------------------------------------------
+
+
+def test_negative_stop_and_start_at_layer_slice_the_blocks_as_transformer_lens():
+    model = _model("gpt2-like", n_layers=3)
+    tokens = torch.randint(3, 61, (2, 6), generator=torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(tokens)
+    before_last = model(tokens, stop_at_layer=-1)
+    torch.testing.assert_close(before_last, cache["blocks.2.hook_resid_pre"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(model(tokens, stop_at_layer=-3), cache["hook_embed"] + cache["hook_pos_embed"])
+    last_only = model(cache["blocks.2.hook_resid_pre"], start_at_layer=-1, stop_at_layer=3)
+    torch.testing.assert_close(last_only, cache["blocks.2.hook_resid_post"], atol=ATOL, rtol=0)
+    logits = model(cache["blocks.2.hook_resid_pre"], start_at_layer=-1)
+    torch.testing.assert_close(logits, model(tokens), atol=ATOL, rtol=0)
+    out, cache_1 = model.run_with_cache(tokens, stop_at_layer=-1)
+    torch.testing.assert_close(out, before_last)
+    assert "blocks.1.hook_resid_post" in cache_1 and "blocks.2.hook_resid_pre" not in cache_1
+    loss = model(cache["blocks.1.hook_resid_pre"], start_at_layer=-2, tokens=tokens, return_type="loss")
+    torch.testing.assert_close(loss, model(tokens, return_type="loss"), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs", [{"stop_at_layer": 4}, {"stop_at_layer": -4}, {"start_at_layer": 5}])
+def test_out_of_range_layer_indices_raise(kwargs):
+    model = _model("gpt2-like", n_layers=3)
+    tokens = torch.randint(3, 61, (1, 4))
+    x = model(tokens, stop_at_layer=0) if "start_at_layer" in kwargs else tokens
+    with pytest.raises(ValueError, match="3 blocks"):
+        model(x, **kwargs)
+    with pytest.raises(ValueError, match="3 blocks"):
+        model.run_with_cache(x, **kwargs)
+
+
+# --- 2. attention masks and padding --------------------------------------------------------------
+
+
+def _alone(model, prompt):
+    return model(prompt)[0]
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("explicit_pattern", [False, True])
+def test_padded_prompts_give_the_logits_they_give_alone(model, side, explicit_pattern):
+    """A list of texts of mixed lengths masks its own padding: each prompt's logits equal its
+    unpadded run, for the fused SDPA path and the explicit pattern path (a hook on the pattern)."""
+    hooks = [("blocks.0.attn.hook_pattern", lambda x, hook: x)] if explicit_pattern else []
+    with model.hooks(fwd_hooks=hooks):
+        padded = model(PROMPTS, padding_side=side)
+        tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side=side)
+        with_mask = model(tokens, attention_mask=mask)
+        for i, prompt in enumerate(PROMPTS):
+            alone = _alone(model, prompt)
+            real = mask[i].bool()
+            torch.testing.assert_close(padded[i, real], alone, atol=ATOL, rtol=0)
+            torch.testing.assert_close(with_mask[i, real], alone, atol=ATOL, rtol=0)
+    assert not padded.isnan().any()
+
+
+def test_left_padding_run_with_cache_pattern_never_attends_to_pads(model):
+    _, cache = model.run_with_cache(PROMPTS, padding_side="left")
+    tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
+    pattern = cache["blocks.1.attn.hook_pattern"]  # [batch, head, q, k]
+    assert (pattern[mask[:, None, None, :].expand_as(pattern) == 0] == 0).all()
+    real_rows = pattern.sum(-1)[mask[:, None, :].expand(-1, pattern.shape[1], -1) == 1]
+    torch.testing.assert_close(real_rows, torch.ones_like(real_rows))
+    _, alone = model.run_with_cache(PROMPTS[1])
+    n = alone["blocks.1.hook_resid_post"].shape[1]
+    torch.testing.assert_close(
+        cache["blocks.1.hook_resid_post"][1, -n:], alone["blocks.1.hook_resid_post"][0], atol=ATOL, rtol=0
+    )
+
+
+def test_left_padded_token_ids_are_masked_when_the_model_pads_on_the_left():
+    """TransformerLens derives the mask from leading pad ids when the tokenizer pads on the left."""
+    model = _model("llama-gqa")
+    tokens = model.to_tokens(PROMPTS, padding_side="left")
+    unmasked = model(tokens)
+    model.default_padding_side = "left"
+    masked = model(tokens)
+    for i, prompt in enumerate(PROMPTS):
+        alone = _alone(model, prompt)
+        torch.testing.assert_close(masked[i, -alone.shape[0] :], alone, atol=ATOL, rtol=0)
+    assert not torch.allclose(unmasked[1, -3:], masked[1, -3:], atol=ATOL)
+
+
+def test_bos_that_is_the_pad_id_is_kept_as_transformer_lens():
+    from interp.model.tokens import padding_mask
+
+    tokens = torch.tensor([[0, 0, 0, 5, 6], [0, 4, 5, 6, 7]])
+    assert padding_mask(tokens, 0, "left", True, 0).tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
+    assert padding_mask(tokens, 0, "left", False, 0).tolist() == [[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]]
+    assert padding_mask(torch.tensor([[4, 0, 0]]), 0, "right", True, 0).tolist() == [[1, 0, 0]]
+
+
+def test_loss_with_padding_counts_real_tokens_only():
+    model = _model("gpt2-like")
+    tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
+    loss = model(tokens, attention_mask=mask, return_type="loss", loss_per_token=True)
+    for i, prompt in enumerate(PROMPTS):
+        alone = model(prompt, return_type="loss", loss_per_token=True)[0]
+        torch.testing.assert_close(loss[i, -alone.shape[0] :], alone, atol=ATOL, rtol=0)
+    mean = model(PROMPTS, padding_side="left", return_type="loss")
+    torch.testing.assert_close(mean, loss.sum() / (mask[:, :-1] * mask[:, 1:]).sum())
+    torch.testing.assert_close(model.loss_fn(model(tokens, attention_mask=mask), tokens, mask), mean)
+
+
+def test_kv_cache_continues_a_left_padded_batch(model):
+    tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
+    past_kv = [{} for _ in model.blocks]
+    model(tokens[:, :-2], attention_mask=mask[:, :-2], past_kv=past_kv)
+    step = model(tokens[:, -2:], past_kv=past_kv)
+    full = model(tokens, attention_mask=mask)
+    torch.testing.assert_close(step, full[:, -2:], atol=ATOL, rtol=0)
+
+
+def test_attention_mask_of_the_wrong_shape_raises():
+    model = _model("gpt2-like")
+    with pytest.raises(ValueError, match="attention_mask has shape"):
+        model(torch.tensor([[3, 4, 5]]), attention_mask=torch.tensor([[1, 1]]))
