@@ -173,3 +173,33 @@ def test_attention_mask_of_the_wrong_shape_raises():
     model = _model("gpt2-like")
     with pytest.raises(ValueError, match="attention_mask has shape"):
         model(torch.tensor([[3, 4, 5]]), attention_mask=torch.tensor([[1, 1]]))
+
+
+# --- 3. generate --------------------------------------------------------------------------------
+
+
+def test_generate_return_types():
+    model = _model("gpt2-like")
+    text = model.generate("w3 w4 w5", max_new_tokens=4, stop_at_eos=False)
+    assert isinstance(text, str) and text.startswith("w3 w4 w5")
+    assert isinstance(model.generate(["w3 w4 w5"], max_new_tokens=2, stop_at_eos=False), list)
+    tokens = model.generate("w3 w4 w5", max_new_tokens=4, stop_at_eos=False, return_type="tokens")
+    assert tokens.shape == (1, 8) and not tokens.is_floating_point()
+    embeds = model.generate("w3 w4 w5", max_new_tokens=4, stop_at_eos=False, return_type="embeds")
+    assert embeds.shape == (1, 8, model.cfg.d_model) and embeds.is_floating_point()
+    torch.testing.assert_close(embeds, model.W_E[tokens])
+    ids = model.generate(tokens[:, :4], max_new_tokens=4, stop_at_eos=False)
+    assert torch.equal(ids, tokens)
+    with pytest.raises(ValueError, match="not embeddings"):
+        model.generate(embeds, max_new_tokens=2)
+    with pytest.raises(ValueError, match="return_type"):
+        model.generate("w3", return_type="logits")
+
+
+@pytest.mark.parametrize("use_past_kv_cache", [True, False])
+def test_generate_a_batch_of_mixed_lengths_continues_each_prompt_as_alone(model, use_past_kv_cache):
+    kwargs = dict(max_new_tokens=5, stop_at_eos=False, use_past_kv_cache=use_past_kv_cache)
+    batch = model.generate(PROMPTS, **kwargs)
+    assert batch == [model.generate(prompt, **kwargs) for prompt in PROMPTS]
+    with pytest.raises(ValueError, match="on the left"):
+        model.generate(PROMPTS, padding_side="right", **kwargs)
