@@ -203,3 +203,74 @@ def test_generate_a_batch_of_mixed_lengths_continues_each_prompt_as_alone(model,
     assert batch == [model.generate(prompt, **kwargs) for prompt in PROMPTS]
     with pytest.raises(ValueError, match="on the left"):
         model.generate(PROMPTS, padding_side="right", **kwargs)
+
+
+# --- 4. HookedTransformerConfig as a class -------------------------------------------------------
+
+SMALL = dict(n_layers=2, d_model=32, n_ctx=16, d_head=8, d_vocab=61, act_fn="gelu", device="cpu")
+
+
+def test_hooked_transformer_config_is_a_class_with_transformer_lens_fields():
+    cfg = interp.HookedTransformerConfig(**SMALL, tokenizer_name=None, attention_dir="causal")
+    assert isinstance(cfg, interp.HookedTransformerConfig)
+    assert (cfg.n_heads, cfg.d_mlp, cfg.d_vocab_out, cfg.normalization_type) == (4, 128, 61, "LN")
+    assert cfg.initializer_range == pytest.approx(0.8 / 32**0.5) and cfg.n_params > 0
+    assert not cfg.is_layer_norm_activation() and not cfg.ungroup_grouped_query_attention
+    assert interp.HookedTransformerConfig.unwrap(cfg) is cfg
+    assert interp.HookedTransformerConfig.unwrap(cfg.to_dict()) == cfg
+    model = interp.HookedTransformer(cfg)
+    assert isinstance(model.cfg, interp.Config) and model.cfg.n_heads == 4
+    assert model.cfg.activation == "gelu" and not model.hook_settings.use_attn_result
+
+
+@pytest.mark.parametrize(
+    "setting", ["use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in"]
+)
+def test_hook_settings_of_the_config_are_turned_on_in_the_model(setting):
+    model = interp.HookedTransformer(interp.HookedTransformerConfig(**SMALL, **{setting: True}))
+    assert getattr(model.hook_settings, setting)
+    suffix = {"use_attn_result": "attn.hook_result", "use_split_qkv_input": "hook_q_input",
+              "use_hook_mlp_in": "hook_mlp_in", "use_attn_in": "hook_attn_in"}[setting]  # fmt: skip
+    _, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
+    assert f"blocks.1.{suffix}" in cache
+
+
+def test_config_d_vocab_from_the_tokenizer_and_lnpre():
+    cfg = interp.HookedTransformerConfig(**{**SMALL, "d_vocab": -1}, normalization_type="LNPre")
+    model = interp.HookedTransformer(cfg, _tokenizer())
+    assert model.cfg.d_vocab == len(WORDS) and model.blocks[0].ln1.w is None
+    assert model("w3 w4").shape == (1, 3, len(WORDS))
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        interp.HookedTransformer(cfg)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(attention_dir="bidirectional"), "only attention_dir='causal'"),
+        (dict(use_hook_tokens=True), "no hook_tokens"),
+        (dict(d_vocab_out=10), "d_vocab_out=10 differs"),
+        (dict(ungroup_grouped_query_attention=True), "per query head"),
+        (dict(act_fn=None), "act_fn must be specified"),
+        (dict(positional_embedding_type="alibi"), "positional_embedding_type"),
+        (dict(checkpoint_index=3), "one checkpoint"),
+    ],
+)
+def test_config_options_interp_cannot_honour_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        interp.HookedTransformerConfig(**{**SMALL, **kwargs})
+
+
+def test_model_from_a_llama_like_transformer_lens_config_runs():
+    cfg = interp.HookedTransformerConfig(
+        **{**SMALL, "act_fn": "silu"}, normalization_type="RMS", positional_embedding_type="rotary",
+        rotary_dim=8, gated_mlp=True, n_key_value_heads=2, use_attn_result=True,
+    )  # fmt: skip
+    model = interp.HookedTransformer(cfg)
+    assert model.cfg.n_kv_heads == 2 and model.cfg.group_size == 2
+    logits, cache = model.run_with_cache(torch.tensor([[1, 2, 3, 4]]))
+    result = cache["blocks.0.attn.hook_result"].sum(2) + model.blocks[0].attn.b_O
+    torch.testing.assert_close(result, cache["blocks.0.hook_attn_out"], atol=ATOL, rtol=0)
+    assert logits.shape == (1, 4, 61)
+    with pytest.raises(TypeError, match="interp.Config or an interp.HookedTransformerConfig"):
+        interp.HookedTransformer({"n_layers": 2})

@@ -495,8 +495,8 @@ def test_model_from_a_transformer_lens_config():
         HookedTransformerConfig(
             d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, positional_embedding_type="shortformer"
         )
-    with pytest.raises(TypeError, match="no equivalent"):
-        HookedTransformerConfig(d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, use_local_attn=True)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        HookedTransformerConfig(d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, not_a_field=True)
 
 
 def test_smollm2_direct_logit_attribution_as_tl_demos_write_it(smollm2):

@@ -90,8 +90,17 @@ class HookedTransformer(StackedWeights, HookedRootModule):
     the model). Opt-in hook points are switched on the model (`model.hook_settings`, `settings`).
     """
 
-    def __init__(self, cfg: Config, tokenizer: Any = None):
+    def __init__(self, cfg: Config | Any, tokenizer: Any = None):
         super().__init__()
+        settings: dict[str, Any] = {}
+        if not isinstance(cfg, Config):
+            if not callable(getattr(cfg, "model_settings", None)):
+                raise TypeError(
+                    f"HookedTransformer takes an interp.Config or an interp.HookedTransformerConfig, "
+                    f"got {type(cfg).__name__}."
+                )
+            settings = cfg.model_settings(tokenizer)  # e.g. interp.HookedTransformerConfig's
+            cfg, tokenizer = settings["config"], settings["tokenizer"]
         self.cfg = dataclasses.replace(cfg)
         cfg = self.cfg
         self.hook_settings = HookSettings()
@@ -108,6 +117,10 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab)) if cfg.unembed_bias else None
         self.init_weights()
         self.setup()
+        if settings:
+            self._switch_hooks(**settings["hook_settings"])
+            device = settings["device"] or transformer_lens_device()  # TL: a GPU where there is one
+            self.to(device=device, dtype=settings["dtype"])
 
     # --- weights -------------------------------------------------------------------------------
 
