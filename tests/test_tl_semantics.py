@@ -274,3 +274,102 @@ def test_model_from_a_llama_like_transformer_lens_config_runs():
     assert logits.shape == (1, 4, 61)
     with pytest.raises(TypeError, match="interp.Config or an interp.HookedTransformerConfig"):
         interp.HookedTransformer({"n_layers": 2})
+
+
+# --- 5. from_pretrained's arguments and TL's remaining methods -------------------------------------
+
+
+def _hf_gpt2(kind: str = "gpt2"):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=61, n_positions=32)
+    else:
+        config = transformers.LlamaConfig(
+            num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=48, vocab_size=61, max_position_embeddings=32,
+        )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "ln" in name or "norm" in name or name.endswith("bias"):
+                param.add_(torch.randn_like(param) * 0.1)
+    return model
+
+
+def test_from_pretrained_padding_side_prepend_bos_and_checkpoints():
+    hf = _hf_gpt2()
+    model = interp.HookedTransformer.from_pretrained(
+        "gpt2", hf_model=hf, tokenizer=_tokenizer(), device="cpu", default_padding_side="left",
+        default_prepend_bos=False,
+    )  # fmt: skip
+    assert model.default_padding_side == "left" and not model.cfg.default_prepend_bos
+    tokens = model.to_tokens(["w3 w4 w5", "w6"])
+    assert tokens.tolist() == [[3 + 3, 3 + 4, 3 + 5], [0, 0, 3 + 6]]
+    logits = model(tokens)  # leading pads masked, as TL with a left-padding tokenizer
+    torch.testing.assert_close(logits[1, -1], model("w6")[0, -1], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="one checkpoint"):
+        interp.HookedTransformer.from_pretrained("gpt2", hf_model=hf, checkpoint_index=3)
+    with pytest.raises(ValueError, match="default_padding_side"):
+        interp.HookedTransformer.from_pretrained("gpt2", hf_model=hf, default_padding_side="middle")
+
+
+def test_refactor_factored_attn_matrices_keeps_outputs_and_balances_the_factors():
+    hf = _hf_gpt2()
+    kwargs = dict(hf_model=hf, tokenizer=_tokenizer(), device="cpu")
+    plain = interp.HookedTransformer.from_pretrained("gpt2", **kwargs)
+    refactored = interp.HookedTransformer.from_pretrained(
+        "gpt2", refactor_factored_attn_matrices=True, **kwargs
+    )
+    tokens = torch.randint(3, 61, (2, 7), generator=torch.Generator().manual_seed(0))
+    _, cache = plain.run_with_cache(tokens)
+    logits, cache_r = refactored.run_with_cache(tokens)
+    torch.testing.assert_close(logits, plain(tokens), atol=ATOL, rtol=0)
+    for name in ("blocks.1.attn.hook_attn_scores", "blocks.1.hook_attn_out", "blocks.1.hook_resid_post"):
+        torch.testing.assert_close(cache_r[name], cache[name], atol=ATOL, rtol=0)
+    attn = refactored.blocks[0].attn
+    q_eff, k_eff = (
+        torch.cat([w, b[:, None]], dim=1) for w, b in ((attn.W_Q, attn.b_Q), (attn.W_K, attn.b_K))
+    )
+    torch.testing.assert_close(q_eff.norm(dim=1), k_eff.norm(dim=1), atol=1e-4, rtol=1e-4)  # balanced
+    assert attn.b_V.abs().max() == 0
+    llama = interp.HookedTransformer.from_pretrained("llama", hf_model=_hf_gpt2("llama"), device="cpu")
+    with pytest.raises(ValueError, match="rotary positions"):
+        llama.refactor_factored_attn_matrices()
+
+
+def test_input_to_embed_set_tokenizer_and_toggle_autodiff(model):
+    residual, tokens, shortformer, mask = model.input_to_embed(PROMPTS, padding_side="left")
+    assert shortformer is None and mask.shape == tokens.shape and residual.shape[:2] == tokens.shape
+    torch.testing.assert_close(
+        model(residual, start_at_layer=0, attention_mask=mask), model(PROMPTS, padding_side="left")
+    )
+    _, cache = model.run_with_cache(PROMPTS, padding_side="left")
+    torch.testing.assert_close(residual, cache["blocks.0.hook_resid_pre"])
+    bare = interp.HookedTransformer(model.cfg)
+    bare.set_tokenizer(_tokenizer(), default_padding_side="left")
+    assert bare.to_tokens(["w3 w4", "w5"])[1, 0] == 0 and bare.default_padding_side == "left"
+    try:
+        model.toggle_autodiff(False)
+        assert not torch.is_grad_enabled()
+        model.toggle_autodiff(True)
+        assert torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_ln_final_hooks_fire_with_return_type_none(model):
+    names = ["ln_final.hook_scale", "ln_final.hook_normalized", "blocks.0.hook_resid_post"]
+    out, cache = model.run_with_cache("w3 w4 w5", names_filter=names, return_type=None)
+    assert out is None and set(names) <= set(cache.keys())
+    _, full = model.run_with_cache("w3 w4 w5")
+    torch.testing.assert_close(cache["ln_final.hook_normalized"], full["ln_final.hook_normalized"])
+
+
+def test_logit_attrs_without_a_batch_dim(model):
+    _, cache = model.run_with_cache("w3 w4 w5 w6")
+    stack = cache.decompose_resid(layer=-1, pos_slice=-1)  # [component, batch, d_model]
+    with_batch = cache.logit_attrs(stack, "w7", "w8", pos_slice=-1)  # [component, batch]
+    single = cache.remove_batch_dim()
+    stack_1 = single.decompose_resid(layer=-1, pos_slice=-1)  # [component, d_model]
+    without = single.logit_attrs(stack_1, "w7", "w8", pos_slice=-1, has_batch_dim=False)
+    torch.testing.assert_close(without, with_batch[:, 0], atol=ATOL, rtol=0)

@@ -471,7 +471,7 @@ def test_from_pretrained_processing_keeps_log_probs_and_the_source_model(smollm2
         "gpt2", "EleutherAI/pythia-70m", "smollm2-135m",
     ]  # fmt: skip
     with pytest.raises(TypeError, match="unsupported arguments"):
-        HookedTransformer.from_pretrained("gpt2", hf_model=hf, refactor_factored_attn_matrices=True)
+        HookedTransformer.from_pretrained("gpt2", hf_model=hf, first_n_layers=1)
 
 
 def test_model_from_a_transformer_lens_config():

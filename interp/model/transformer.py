@@ -176,6 +176,11 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         dtype: torch.dtype | str = torch.float32,
         tokenizer: Any = None,
         hf_model: Any = None,
+        default_padding_side: Literal["left", "right"] = "right",
+        default_prepend_bos: bool | None = None,
+        refactor_factored_attn_matrices: bool = False,
+        checkpoint_index: int | None = None,
+        checkpoint_value: int | None = None,
         **kwargs: Any,
     ) -> HookedTransformer:
         """TransformerLens's entry point: load with its weight processing (norms folded, writing
@@ -185,12 +190,24 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         `model_name` is anything `interp.load_model` takes, or one of TransformerLens's aliases
         ("gpt2-small", "pythia-70m"); or pass `hf_model=`, a transformers model. As in
         TransformerLens, RMSNorm models skip centring (RMSNorm keeps the mean).
+
+        `default_padding_side` is where `to_tokens` pads (and "left" masks leading pad ids of token
+        input); `default_prepend_bos` overrides the model's BOS policy (None: the model's own, see
+        `to_tokens`); `refactor_factored_attn_matrices` rebalances W_Q/W_K and W_V/W_O per head as TL
+        does (same outputs). `checkpoint_index`/`checkpoint_value` raise: interp loads one checkpoint.
         """
+        if checkpoint_index is not None or checkpoint_value is not None:
+            raise ValueError(
+                "interp loads one checkpoint, not a training run's series: pass the checkpoint itself "
+                "(a path or hub revision) as model_name, without checkpoint_index/checkpoint_value."
+            )
+        if default_padding_side not in ("left", "right"):
+            raise ValueError(f"default_padding_side must be 'left' or 'right', got {default_padding_side!r}.")
         if kwargs:
             raise TypeError(
                 f"from_pretrained got unsupported arguments {sorted(kwargs)}; interp supports fold_ln, "
                 "center_writing_weights, center_unembed, fold_value_biases, device, dtype, tokenizer, "
-                "hf_model."
+                "hf_model, default_padding_side, default_prepend_bos, refactor_factored_attn_matrices."
             )
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         source = official_name(model_name) if hf_model is None else hf_model
@@ -204,7 +221,47 @@ class HookedTransformer(StackedWeights, HookedRootModule):
             center_unembed=center_unembed,
             fold_value_biases=fold_value_biases,
         )
+        if refactor_factored_attn_matrices:
+            model.refactor_factored_attn_matrices()
+        model.default_padding_side = default_padding_side
+        if default_prepend_bos is not None:
+            model.cfg.default_prepend_bos = default_prepend_bos
         return model
+
+    @torch.no_grad()
+    def refactor_factored_attn_matrices(self) -> None:
+        """TransformerLens's refactoring, in place: per head, [W_Q; b_Q] and [W_K; b_K] become the
+        balanced factors of their product (SVD, sqrt of the singular values on each side), b_V is folded
+        into b_O, and W_V, W_O the balanced factors of W_V W_O. Attention scores and outputs are
+        unchanged; only the split between the factors is. Needs learned (not rotary) positions, one
+        key/value head per query head, no q/k norms and the q, k and output biases as parameters."""
+        from transformer_lens.FactoredMatrix import FactoredMatrix
+
+        cfg = self.cfg
+        why = (
+            "rotary positions make QK depend on the positions" if cfg.positional == "rotary"
+            else "grouped-query attention shares W_K between query heads" if cfg.group_size > 1
+            else "q/k norms sit between the factors" if cfg.qk_norm != "none"
+            else "the model has no q/k biases or output bias to hold the refactored biases"
+            if not (cfg.qkv_bias and cfg.attn_out_bias) else None
+        )  # fmt: skip
+        if why is not None:
+            raise ValueError(f"refactor_factored_attn_matrices is not possible on {cfg.model_name}: {why}.")
+        for block in self.blocks:
+            attn = block.attn
+            q = torch.cat([attn.W_Q, attn.b_Q[:, None, :]], dim=1)  # [head, d_model + 1, d_head]
+            k = torch.cat([attn._W_K, attn._b_K[:, None, :]], dim=1)
+            q, k_t = FactoredMatrix(q, k.transpose(-1, -2)).make_even().pair
+            k = k_t.transpose(-1, -2)
+            attn.W_Q.copy_(q[:, :-1])
+            attn.b_Q.copy_(q[:, -1])
+            attn._W_K.copy_(k[:, :-1])
+            attn._b_K.copy_(k[:, -1])
+            attn.b_O.add_(torch.einsum("he,hed->d", attn._b_V, attn.W_O))
+            attn._b_V.zero_()
+            u, s, vh = FactoredMatrix(attn._W_V, attn.W_O).svd()
+            attn._W_V.copy_(u @ s.sqrt().diag_embed())
+            attn.W_O.copy_((vh @ s.sqrt().diag_embed()).transpose(-1, -2))
 
     @classmethod
     def from_pretrained_no_processing(cls, model_name: str, **kwargs: Any) -> HookedTransformer:
@@ -454,9 +511,12 @@ class HookedTransformer(StackedWeights, HookedRootModule):
                 attention_mask=key_mask,
                 positions=positions,
             )
-        if stop_at_layer is not None or return_type is None:
-            return residual if stop_at_layer is not None else None
-        logits = self.unembed(self.ln_final(residual))
+        if stop_at_layer is not None:
+            return residual
+        normalized = self.ln_final(residual)  # runs with return_type=None too: its hooks fire, as TL's
+        if return_type is None:
+            return None
+        logits = self.unembed(normalized)
         if return_type == "logits":
             return logits
         if tokens is None:
@@ -518,6 +578,34 @@ class HookedTransformer(StackedWeights, HookedRootModule):
             return None, None
         positions = (full.long().cumsum(-1) - 1).clamp(min=0)[:, offset:]
         return full, positions
+
+    def input_to_embed(
+        self,
+        input: ModelInput,
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+        attention_mask: Tensor | None = None,
+        past_kv: list[dict] | None = None,
+    ) -> tuple[Float[Tensor, "batch pos d_model"], Int[Tensor, "batch pos"], None, Tensor | None]:
+        """TransformerLens's first step of forward: (residual before block 0, tokens, None (interp
+        has no shortformer positions), attention mask (None: no padding)). `model(residual,
+        start_at_layer=0, attention_mask=mask)` continues it."""
+        tokens, mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask)
+        probe = None if past_kv is None else [dict(layer) for layer in past_kv]  # leave the cache as it is
+        _, positions = self._key_mask_and_positions(mask, *tokens.shape, probe)
+        query_mask = None if mask is None else mask.to(self.device)
+        return self._embed(tokens, past_kv, positions, query_mask), tokens, None, mask
+
+    def set_tokenizer(self, tokenizer: Any, default_padding_side: Literal["left", "right"] = "right") -> None:
+        """Attach a `transformers` tokenizer (and the side `to_tokens` pads on), as TransformerLens."""
+        if default_padding_side not in ("left", "right"):
+            raise ValueError(f"default_padding_side must be 'left' or 'right', got {default_padding_side!r}.")
+        self.tokenizer = tokenizer
+        self.default_padding_side = default_padding_side
+
+    def toggle_autodiff(self, mode: bool = False) -> None:
+        """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
+        torch.set_grad_enabled(mode)
 
     def unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
         """x W_U + b_U, soft-capped where the model caps its logits (Gemma 2)."""
