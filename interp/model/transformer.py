@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -456,12 +457,12 @@ class HookedTransformer(StackedWeights, HookedRootModule):
             if value is None:
                 bounds.append(default)
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or not -n <= value <= n:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -n <= value <= n:
                 raise ValueError(
                     f"{name}={value!r}: {self.cfg.model_name} has {n} blocks, so it must be an int in "
                     f"[{-n}, {n}] (negative values count from the end, as in blocks[{name.split('_')[0]}:])."
                 )
-            bounds.append(value + n if value < 0 else value)
+            bounds.append(int(value) + n if value < 0 else int(value))
         return bounds[0], bounds[1]
 
     def forward(
