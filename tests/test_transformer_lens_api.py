@@ -553,3 +553,17 @@ def test_exploratory_analysis_demo_cells_on_smollm2():
     per_head = residual_stack_to_logit_diff(cache.stack_head_results(layer=-1, pos_slice=-1))
     per_head = einops.rearrange(per_head, "(layer head) -> layer head", layer=model.cfg.n_layers)
     assert per_head.shape == (model.cfg.n_layers, model.cfg.n_heads)
+
+
+def test_left_padded_batch_equals_transformer_lens(pair):
+    """Mixed-length prompts padded on the left with their attention mask: interp's logits at real
+    positions equal TL's (and each prompt's own), for learned positions and for rotary + GQA."""
+    ours, bridge, _ = pair
+    prompts = ["When Mary and John went to the store", "John gave", "a drink to Mary"]
+    tokens, mask = ours.to_tokens_and_mask(prompts, prepend_bos=True, padding_side="left")
+    expected = bridge(tokens, attention_mask=mask, padding_side="left")
+    logits = ours(tokens, attention_mask=mask)
+    real = mask.bool()
+    _assert_same(logits[real], expected[real])
+    alone = ours(prompts[1], prepend_bos=True)[0]
+    _assert_same(logits[1, -alone.shape[0] :], alone)

@@ -17,7 +17,8 @@ Attention (per query head h; key/value head h // group_size under grouped-query 
   q = x W_Q[h] + b_Q[h],  k = x W_K + b_K,  v = x W_V + b_V              # [batch, pos, head, d_head]
   (q_ln, k_ln normalise q and k with qk_norm; rotary models then rotate the first `rotary_dim`
   dims of q and k)
-  scores = soft_cap(q k^T / attn_scale), causally masked (local layers: also beyond window_size)
+  scores = soft_cap(q k^T / attn_scale), causally masked (local layers: also beyond window_size;
+  with an attention mask also at pads, and positions count from each prompt's first real token)
                                                                          # [batch, head, q_pos, k_pos]
   z = softmax(scores) v;  out = sum_h z[h] W_O[h] + b_O                  # [batch, pos, d_model]
 """
