@@ -373,3 +373,14 @@ def test_logit_attrs_without_a_batch_dim(model):
     stack_1 = single.decompose_resid(layer=-1, pos_slice=-1)  # [component, d_model]
     without = single.logit_attrs(stack_1, "w7", "w8", pos_slice=-1, has_batch_dim=False)
     torch.testing.assert_close(without, with_batch[:, 0], atol=ATOL, rtol=0)
+
+
+def test_pos_embed_with_an_attention_mask_is_what_hook_pos_embed_sees():
+    model = _model("gpt2-like")
+    _, cache = model.run_with_cache(PROMPTS, padding_side="left")
+    tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
+    torch.testing.assert_close(model.pos_embed(tokens, 0, mask), cache["hook_pos_embed"])
+    torch.testing.assert_close(
+        model.pos_embed(tokens[:, -2:], tokens.shape[1] - 2, mask), cache["hook_pos_embed"][:, -2:]
+    )
+    torch.testing.assert_close(model.pos_embed(tokens[:1]), model.W_pos[: tokens.shape[1]][None])
