@@ -471,7 +471,7 @@ def test_from_pretrained_processing_keeps_log_probs_and_the_source_model(smollm2
         "gpt2", "EleutherAI/pythia-70m", "smollm2-135m",
     ]  # fmt: skip
     with pytest.raises(TypeError, match="unsupported arguments"):
-        HookedTransformer.from_pretrained("gpt2", hf_model=hf, refactor_factored_attn_matrices=True)
+        HookedTransformer.from_pretrained("gpt2", hf_model=hf, first_n_layers=1)
 
 
 def test_model_from_a_transformer_lens_config():
@@ -495,8 +495,8 @@ def test_model_from_a_transformer_lens_config():
         HookedTransformerConfig(
             d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, positional_embedding_type="shortformer"
         )
-    with pytest.raises(TypeError, match="no equivalent"):
-        HookedTransformerConfig(d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, use_local_attn=True)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        HookedTransformerConfig(d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, not_a_field=True)
 
 
 def test_smollm2_direct_logit_attribution_as_tl_demos_write_it(smollm2):
@@ -553,3 +553,17 @@ def test_exploratory_analysis_demo_cells_on_smollm2():
     per_head = residual_stack_to_logit_diff(cache.stack_head_results(layer=-1, pos_slice=-1))
     per_head = einops.rearrange(per_head, "(layer head) -> layer head", layer=model.cfg.n_layers)
     assert per_head.shape == (model.cfg.n_layers, model.cfg.n_heads)
+
+
+def test_left_padded_batch_equals_transformer_lens(pair):
+    """Mixed-length prompts padded on the left with their attention mask: interp's logits at real
+    positions equal TL's (and each prompt's own), for learned positions and for rotary + GQA."""
+    ours, bridge, _ = pair
+    prompts = ["When Mary and John went to the store", "John gave", "a drink to Mary"]
+    tokens, mask = ours.to_tokens_and_mask(prompts, prepend_bos=True, padding_side="left")
+    expected = bridge(tokens, attention_mask=mask, padding_side="left")
+    logits = ours(tokens, attention_mask=mask)
+    real = mask.bool()
+    _assert_same(logits[real], expected[real])
+    alone = ours(prompts[1], prepend_bos=True)[0]
+    _assert_same(logits[1, -alone.shape[0] :], alone)

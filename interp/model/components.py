@@ -121,7 +121,7 @@ def apply_rotary(
     else:
         half = rotary_dim // 2
         rotated = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
-    cos, sin = cos[:, None, :], sin[:, None, :]
+    cos, sin = cos[..., None, :], sin[..., None, :]  # [pos, 1, rd] or per prompt [batch, pos, 1, rd]
     x_rot = (_upcast(x_rot) * cos + _upcast(rotated) * sin).to(x.dtype)
     return torch.cat([x_rot, x_pass], dim=-1)
 
@@ -201,9 +201,9 @@ class Attention(nn.Module):
             out = (x @ W.permute(1, 0, 2).reshape(d, n * e)).view(*x.shape[:2], n, e)
         return out if b is None else out + b
 
-    def _rotary_cos_sin(self, positions: Int[Tensor, " pos"]) -> tuple[Tensor, Tensor]:
+    def _rotary_cos_sin(self, positions: Int[Tensor, "*batch pos"]) -> tuple[Tensor, Tensor]:
         inv_freq = self.rotary_inv_freq.to(positions.device)
-        angles = positions.float()[:, None] * inv_freq[None, :]  # [pos, rotary_dim/2], float32
+        angles = positions.float()[..., None] * inv_freq  # [(batch,) pos, rotary_dim/2], float32
         if self.cfg.rotary_adjacent_pairs:
             angles = angles.repeat_interleave(2, dim=-1)  # dims 2i, 2i + 1: pair i
         else:
@@ -221,14 +221,19 @@ class Attention(nn.Module):
             or self.hook_pattern._backward_hooks
         )
 
-    def _visible(self, q_pos: int, k_pos: int, device: torch.device) -> Tensor:
+    def _visible(
+        self, q_pos: int, k_pos: int, device: torch.device, key_mask: Tensor | None = None
+    ) -> Tensor:
         """[q_pos, k_pos] bool: which keys each query sees (causal, and within the window if local).
-        Queries are the last q_pos of k_pos positions (earlier ones come from the KV cache)."""
+        Queries are the last q_pos of k_pos positions (earlier ones come from the KV cache).
+        With a key_mask ([batch, k_pos], False at padding): [batch, 1, q_pos, k_pos], pads unseen."""
         query = torch.arange(k_pos - q_pos, k_pos, device=device)[:, None]
         key = torch.arange(k_pos, device=device)[None, :]
         visible = key <= query
         if self.window_size is not None:
             visible &= query - key < self.window_size
+        if key_mask is not None:
+            visible = visible & key_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
         return visible
 
     def forward(
@@ -237,7 +242,13 @@ class Attention(nn.Module):
         k_input: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos kv_head d_model"],
         v_input: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos kv_head d_model"],
         past_kv: dict[str, Tensor] | None = None,
+        attention_mask: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
+        """`attention_mask` [batch, key_pos] (cached keys included), False/0 at padding: no query attends
+        to a pad; a query that sees no key at all (a left pad) gets a zero pattern and z, as in
+        TransformerLens. `positions` [batch, pos]: each token's position (rotary), e.g. shifted
+        past left padding."""
         cfg = self.cfg
         q = self.hook_q(self._project(q_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
         k = self.hook_k(self._project(k_input, self._W_K, self._b_K))  # [batch, pos, kv_head, d_head]
@@ -246,7 +257,8 @@ class Attention(nn.Module):
             q, k = self.q_ln(q), self.k_ln(k)
         offset = 0 if past_kv is None or "k" not in past_kv else past_kv["k"].shape[1]
         if self.rotary:
-            positions = torch.arange(offset, offset + q.shape[1], device=q.device)
+            if positions is None:
+                positions = torch.arange(offset, offset + q.shape[1], device=q.device)
             cos, sin = self._rotary_cos_sin(positions)
             q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
             k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
@@ -263,20 +275,31 @@ class Attention(nn.Module):
             scores = soft_cap(
                 torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.attn_scale, cfg.attn_scores_soft_cap
             )
-            visible = self._visible(q_pos, k_pos, q.device)
+            visible = self._visible(q_pos, k_pos, q.device, attention_mask)
             scores = self.hook_attn_scores(scores.masked_fill(~visible, float("-inf")))
-            pattern = self.hook_pattern(_upcast(scores).softmax(dim=-1).to(q.dtype))
+            pattern = _upcast(scores).softmax(dim=-1)
+            if attention_mask is not None:  # queries that see nothing (left pads): zeros, not NaN (TL)
+                pattern = torch.where(pattern.isnan(), torch.zeros_like(pattern), pattern)
+            pattern = self.hook_pattern(pattern.to(q.dtype))
             z = torch.einsum("bhqk,bkhe->bqhe", pattern, v)
         else:
-            causal_only = offset == 0 and self.window_size is None
+            causal_only = offset == 0 and self.window_size is None and attention_mask is None
+            mask = None if causal_only else self._visible(q_pos, k_pos, q.device, attention_mask)
+            blind = None
+            if attention_mask is not None:  # let blind queries see themselves (no NaN), then zero them
+                blind = ~mask.any(-1, keepdim=True)  # [batch, 1, q_pos, 1]
+                query = torch.arange(k_pos - q_pos, k_pos, device=q.device)[:, None]
+                mask = mask | (blind & (torch.arange(k_pos, device=q.device)[None, :] == query))
             z = F.scaled_dot_product_attention(
                 q.transpose(1, 2),
                 k.transpose(1, 2),
                 v.transpose(1, 2),
-                attn_mask=None if causal_only else self._visible(q_pos, k_pos, q.device),
+                attn_mask=mask,
                 is_causal=causal_only,
                 scale=1 / cfg.attn_scale,
             ).transpose(1, 2)
+            if blind is not None:
+                z = z.masked_fill(blind[:, 0, :, :, None], 0.0)
         z = self.hook_z(z)  # [batch, pos, head, d_head]
         if self.settings.use_attn_result:
             result = self.hook_result(torch.einsum("bqhe,hed->bqhd", z, self.W_O))
@@ -408,21 +431,27 @@ class Block(nn.Module):
             setattr(self, f"hook_{name}", HookPoint())
 
     def forward(
-        self, resid_pre: Float[Tensor, "batch pos d_model"], past_kv: dict | None = None
+        self,
+        resid_pre: Float[Tensor, "batch pos d_model"],
+        past_kv: dict | None = None,
+        attention_mask: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
+        """`attention_mask` and `positions`: see `Attention.forward` (padding)."""
         cfg = self.cfg
+        mask = {"attention_mask": attention_mask, "positions": positions}
         resid_pre = self.hook_resid_pre(resid_pre)
         if self.settings.use_split_qkv_input:
             q_in = self.hook_q_input(_per_head(resid_pre, cfg.n_heads))
             k_in = self.hook_k_input(_per_head(resid_pre, cfg.n_kv_heads))
             v_in = self.hook_v_input(_per_head(resid_pre, cfg.n_kv_heads))
-            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), past_kv=past_kv)
+            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), past_kv=past_kv, **mask)
         elif self.settings.use_attn_in:
             normed = self.ln1(self.hook_attn_in(_per_head(resid_pre, cfg.n_heads)))
-            attn_out = self.attn(normed, normed, normed, past_kv=past_kv)
+            attn_out = self.attn(normed, normed, normed, past_kv=past_kv, **mask)
         else:
             normed = self.ln1(resid_pre)
-            attn_out = self.attn(normed, normed, normed, past_kv=past_kv)
+            attn_out = self.attn(normed, normed, normed, past_kv=past_kv, **mask)
         if cfg.post_norm:
             attn_out = self.ln1_post(attn_out)
         attn_out = self.hook_attn_out(attn_out)

@@ -6,14 +6,14 @@ from typing import Literal
 
 import torch
 import tqdm
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 
 @torch.no_grad()
 def generate(
     model: nn.Module,
-    input: str | Int[Tensor, "batch pos"],
+    input: str | list[str] | Int[Tensor, "batch pos"] = "",
     max_new_tokens: int = 20,
     stop_at_eos: bool = True,
     eos_token_id: int | None = None,
@@ -22,20 +22,38 @@ def generate(
     temperature: float | None = None,
     use_past_kv_cache: bool = True,
     prepend_bos: bool | None = None,
-    return_type: Literal["input", "str", "tokens"] = "input",
+    padding_side: Literal["left", "right"] | None = None,
+    return_type: Literal["input", "str", "tokens", "embeds"] = "input",
     verbose: bool = False,
     seed: int | None = None,
-) -> str | Int[Tensor, "batch pos"]:
-    """Greedy or sampled continuation by a HookedTransformer; by default text in -> text out,
-    tokens in -> tokens out.
+) -> str | list[str] | Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"]:
+    """Greedy or sampled continuation by a HookedTransformer; by default text in -> text out (a list
+    of texts -> a list), tokens in -> tokens out. `return_type="embeds"` gives the token embeddings
+    W_E[tokens] of prompt and continuation ([batch, pos, d_model], as TransformerLens).
 
     Greedy unless `do_sample=True` (temperature 1 unless given) or a temperature > 0 is given;
     (TransformerLens samples by default). With the KV cache each new token costs one position's
-    forward pass. Batched token input must share one length (no padding), since padding would
-    sit between prompt and continuation. `verbose` shows a progress bar.
+    forward pass. A list of texts of mixed lengths is padded on the left (`padding_side`) and run
+    with its attention mask, so each prompt continues as it would alone. Batched token ids must
+    share one length (no padding). `verbose` shows a progress bar.
     """
-    if isinstance(input, str):
-        tokens = model.to_tokens(input, prepend_bos=prepend_bos)
+    if return_type not in ("input", "str", "tokens", "embeds"):
+        raise ValueError(f"return_type must be 'input', 'str', 'tokens' or 'embeds', got {return_type!r}.")
+    mask = None
+    if isinstance(input, str) or (isinstance(input, list) and all(isinstance(t, str) for t in input)):
+        side = "left" if padding_side is None else padding_side
+        tokens, mask = model.to_tokens_and_mask(input, prepend_bos=prepend_bos, padding_side=side)
+        if side == "right" and not bool(mask.all()):
+            raise ValueError(
+                "generate continues after each prompt's last token: pad a batch of texts on the left "
+                "(padding_side='left', the default), not the right."
+            )
+    elif isinstance(input, Tensor) and input.is_floating_point():
+        raise ValueError(
+            "generate takes text, a list of texts or token ids [batch, pos], not embeddings "
+            f"(got a float tensor of shape {tuple(input.shape)}): pass the token ids the embeddings came "
+            "from. To run embeddings through the blocks use model(embeds, start_at_layer=0)."
+        )
     else:
         tokens = model.input_tokens(input, prepend_bos)
     sample = do_sample if do_sample is not None else bool(temperature)
@@ -48,9 +66,13 @@ def generate(
     eos = eos_token_id if stop_at_eos else None
     past_kv = [{} for _ in model.blocks] if use_past_kv_cache else None
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-    step_input = tokens
+    step_input, step_mask = tokens, mask
     for _ in tqdm.trange(max_new_tokens, disable=not verbose):
-        logits = model(step_input if use_past_kv_cache else tokens, past_kv=past_kv)[:, -1].float()
+        if use_past_kv_cache:
+            logits = model(step_input, past_kv=past_kv, attention_mask=step_mask)[:, -1].float()
+        else:
+            full_mask = torch.ones_like(tokens) if mask is None else mask
+            logits = model(tokens, attention_mask=full_mask)[:, -1].float()
         if not sample:
             next_token = logits.argmax(-1)
         else:
@@ -63,13 +85,19 @@ def generate(
             next_token = torch.where(finished, torch.full_like(next_token, eos), next_token)
             finished |= next_token == eos
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)
-        step_input = next_token[:, None]
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        # The KV cache keeps the prompt's mask; a new token is real even where its id is the pad id.
+        step_input, step_mask = next_token[:, None], torch.ones_like(next_token[:, None])
         if eos is not None and finished.all():
             break
-    if return_type == "str" or (return_type == "input" and isinstance(input, str)):
-        prepended = isinstance(input, str) and (
+    if return_type == "embeds":
+        return model.W_E[tokens]
+    if return_type == "str" or (return_type == "input" and not isinstance(input, Tensor)):
+        prepended = not isinstance(input, Tensor) and (
             model.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
         )
-        text = model.to_string(tokens[:, int(prepended) :])  # without the BOS, as TransformerLens
-        return text[0] if len(text) == 1 else text
+        rows = [row if mask is None else row[mask[i].bool()] for i, row in enumerate(tokens)]
+        text = [model.to_string(row[int(prepended) :]) for row in rows]  # without pads and BOS, as TL
+        return text[0] if isinstance(input, str) or (len(text) == 1 and return_type == "str") else text
     return tokens

@@ -8,6 +8,7 @@ it reads the blocks' parameters and never changes them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int
@@ -151,22 +152,36 @@ class StackedWeights:
 
     @property
     def pos_embed(self) -> WeightView:
-        """`model.pos_embed(tokens)`: learned position embeddings of tokens' positions, [batch, pos,
-        d_model] (what hook_pos_embed sees); `.W_pos`."""
+        """`model.pos_embed(tokens, past_kv_pos_offset=0, attention_mask=None)`: learned position
+        embeddings of tokens' positions, [batch, pos, d_model] (what hook_pos_embed sees); `.W_pos`.
+        With an attention mask (over cached and new tokens, as TransformerLens's) positions count from
+        each prompt's first real token and pads get zeros."""
         if self.cfg.positional != "learned":
             raise AttributeError(f"{self.cfg.model_name} has {self.cfg.positional} positions, no pos_embed.")
-        return WeightView(
-            lambda tokens: self.W_pos[: tokens.shape[-1]].expand(*tokens.shape, -1), W_pos=self.W_pos
-        )
+
+        def pos_embed(
+            tokens: Tensor, past_kv_pos_offset: int = 0, attention_mask: Tensor | None = None
+        ) -> Tensor:
+            n = tokens.shape[-1]
+            if attention_mask is None:
+                offset = past_kv_pos_offset
+                return self.W_pos[offset : offset + n].expand(*tokens.shape, -1)
+            mask = attention_mask.to(self.W_pos.device).bool()
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_kv_pos_offset:]
+            return self.W_pos[positions] * mask[:, past_kv_pos_offset:, None].to(self.W_pos.dtype)
+
+        return WeightView(pos_embed, W_pos=self.W_pos)
 
 
 class WeightView:
     """One of TransformerLens's small modules (embed, pos_embed) as a view of interp's flat
     parameters: callable like the module, with its weights as attributes (`model.embed.W_E`)."""
 
-    def __init__(self, forward: Callable[[Tensor], Tensor], **weights: Tensor):
+    def __init__(self, forward: Callable[..., Tensor], **weights: Tensor):
         self._forward = forward
         self.__dict__.update(weights)
 
-    def __call__(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
-        return self._forward(tokens)
+    def __call__(
+        self, tokens: Int[Tensor, "batch pos"], *args: Any, **kwargs: Any
+    ) -> Float[Tensor, "batch pos d_model"]:
+        return self._forward(tokens, *args, **kwargs)

@@ -22,6 +22,27 @@ def encode(
 ) -> Int[Tensor, "batch pos"]:
     """Token ids [batch, pos] on the CPU, padded to the longest prompt (right unless padding_side is
     "left"); BOS first when prepend_bos (None: cfg.default_prepend_bos); cut to n_ctx if truncate."""
+    return encode_with_mask(tokenizer, cfg, text, prepend_bos, padding_side, truncate)[0]
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id padding is written with: the tokenizer's pad token, else its EOS (as TransformerLens)."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return pad or 0
+
+
+def encode_with_mask(
+    tokenizer: Any,
+    cfg: Config,
+    text: str | Sequence[str],
+    prepend_bos: bool | None = None,
+    padding_side: Literal["left", "right"] | None = None,
+    truncate: bool = True,
+) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+    """`encode`'s tokens and their attention mask [batch, pos] (1: a real token, 0: padding), known
+    exactly from each prompt's length (a pad id that also serves as BOS or EOS is not mistaken)."""
+    if padding_side not in (None, "left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
     texts = [text] if isinstance(text, str) else list(text)
     prepend_bos = cfg.default_prepend_bos if prepend_bos is None else prepend_bos
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
@@ -32,16 +53,32 @@ def encode(
         ids = [[bos, *row] for row in ids]
     if truncate:
         ids = [row[: cfg.n_ctx] for row in ids]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(len(row) for row in ids)
-    tokens = torch.full((len(ids), width), pad or 0, dtype=torch.long)
+    tokens = torch.full((len(ids), width), pad_token_id(tokenizer), dtype=torch.long)
+    mask = torch.zeros((len(ids), width), dtype=torch.long)
     left = (padding_side or "right") == "left"
     for i, row in enumerate(ids):
-        if left:
-            tokens[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-        else:
-            tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return tokens
+        where = slice(width - len(row), width) if left else slice(0, len(row))
+        tokens[i, where] = torch.tensor(row, dtype=torch.long)
+        mask[i, where] = 1
+    return tokens, mask
+
+
+def padding_mask(
+    tokens: Int[Tensor, "batch pos"], pad: int, padding_side: str, prepend_bos: bool, bos: int | None
+) -> Int[Tensor, "batch pos"]:
+    """TransformerLens's `get_attention_mask` for token ids: 0 at the leading (left padding) or
+    trailing (right padding) run of `pad` ids, 1 elsewhere; with left padding and a BOS that is the
+    pad id, the last leading pad is the prompt's BOS and stays 1."""
+    is_real = tokens.ne(pad)
+    counted = is_real.flip(-1).cumsum(-1).flip(-1) if padding_side == "right" else is_real.cumsum(-1)
+    is_pad = counted == 0
+    mask = (~is_pad).long()
+    if padding_side != "right" and prepend_bos and bos == pad:
+        last_pad = is_pad.sum(-1) - 1
+        rows = (last_pad >= 0).nonzero()[:, 0]
+        mask[rows, last_pad[rows]] = 1
+    return mask
 
 
 def str_tokens(tokenizer: Any, tokens: Sequence[int] | Tensor) -> list[str]:

@@ -17,7 +17,8 @@ Attention (per query head h; key/value head h // group_size under grouped-query 
   q = x W_Q[h] + b_Q[h],  k = x W_K + b_K,  v = x W_V + b_V              # [batch, pos, head, d_head]
   (q_ln, k_ln normalise q and k with qk_norm; rotary models then rotate the first `rotary_dim`
   dims of q and k)
-  scores = soft_cap(q k^T / attn_scale), causally masked (local layers: also beyond window_size)
+  scores = soft_cap(q k^T / attn_scale), causally masked (local layers: also beyond window_size;
+  with an attention mask also at pads, and positions count from each prompt's first real token)
                                                                          # [batch, head, q_pos, k_pos]
   z = softmax(scores) v;  out = sum_h z[h] W_O[h] + b_O                  # [batch, pos, d_model]
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,7 +49,14 @@ from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
 from interp.model.hooks import OPT_IN_HOOKS, HookSettings, opt_in_setting
 from interp.model.stacked import StackedWeights
-from interp.model.tokens import decode, encode, single_token, str_tokens
+from interp.model.tokens import (
+    decode,
+    encode_with_mask,
+    pad_token_id,
+    padding_mask,
+    single_token,
+    str_tokens,
+)
 from interp.model.weights import process_weights
 from interp.types import head_label
 
@@ -57,12 +66,22 @@ ModelInput = str | Sequence[str] | Tensor
 
 
 def next_token_loss(
-    logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"], per_token: bool = False
+    logits: Float[Tensor, "batch pos d_vocab"],
+    tokens: Int[Tensor, "batch pos"],
+    per_token: bool = False,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
 ) -> Float[Tensor, ""] | Float[Tensor, "batch pos_minus_1"]:
-    """Cross-entropy of predicting token t+1 from position t, in nats (mean, or per position)."""
+    """Cross-entropy of predicting token t+1 from position t, in nats (mean, or per position).
+    With an attention mask (1: real token), as TransformerLens: a position counts only where it and
+    the next token are real (per_token: 0 elsewhere; the mean is over the counted positions)."""
     log_probs = logits[:, :-1].float().log_softmax(-1)
     loss = -log_probs.gather(-1, tokens[:, 1:, None].to(log_probs.device))[..., 0]
-    return loss if per_token else loss.mean()
+    if attention_mask is None:
+        return loss if per_token else loss.mean()
+    mask = attention_mask.to(loss.device).bool()
+    counted = mask[:, :-1] & mask[:, 1:]
+    loss = loss * counted
+    return loss if per_token else loss.sum() / counted.sum()
 
 
 class HookedTransformer(StackedWeights, HookedRootModule):
@@ -73,12 +92,22 @@ class HookedTransformer(StackedWeights, HookedRootModule):
     the model). Opt-in hook points are switched on the model (`model.hook_settings`, `settings`).
     """
 
-    def __init__(self, cfg: Config, tokenizer: Any = None):
+    def __init__(self, cfg: Config | Any, tokenizer: Any = None):
         super().__init__()
+        settings: dict[str, Any] = {}
+        if not isinstance(cfg, Config):
+            if not callable(getattr(cfg, "model_settings", None)):
+                raise TypeError(
+                    f"HookedTransformer takes an interp.Config or an interp.HookedTransformerConfig, "
+                    f"got {type(cfg).__name__}."
+                )
+            settings = cfg.model_settings(tokenizer)  # e.g. interp.HookedTransformerConfig's
+            cfg, tokenizer = settings["config"], settings["tokenizer"]
         self.cfg = dataclasses.replace(cfg)
         cfg = self.cfg
         self.hook_settings = HookSettings()
         self.tokenizer = tokenizer
+        self.default_padding_side: Literal["left", "right"] = "right"  # TransformerLens's default
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.hook_embed = HookPoint()
         if cfg.positional == "learned":
@@ -90,6 +119,10 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab)) if cfg.unembed_bias else None
         self.init_weights()
         self.setup()
+        if settings:
+            self._switch_hooks(**settings["hook_settings"])
+            device = settings["device"] or transformer_lens_device()  # TL: a GPU where there is one
+            self.to(device=device, dtype=settings["dtype"])
 
     # --- weights -------------------------------------------------------------------------------
 
@@ -145,6 +178,11 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         dtype: torch.dtype | str = torch.float32,
         tokenizer: Any = None,
         hf_model: Any = None,
+        default_padding_side: Literal["left", "right"] = "right",
+        default_prepend_bos: bool | None = None,
+        refactor_factored_attn_matrices: bool = False,
+        checkpoint_index: int | None = None,
+        checkpoint_value: int | None = None,
         **kwargs: Any,
     ) -> HookedTransformer:
         """TransformerLens's entry point: load with its weight processing (norms folded, writing
@@ -154,12 +192,24 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         `model_name` is anything `interp.load_model` takes, or one of TransformerLens's aliases
         ("gpt2-small", "pythia-70m"); or pass `hf_model=`, a transformers model. As in
         TransformerLens, RMSNorm models skip centring (RMSNorm keeps the mean).
+
+        `default_padding_side` is where `to_tokens` pads (and "left" masks leading pad ids of token
+        input); `default_prepend_bos` overrides the model's BOS policy (None: the model's own, see
+        `to_tokens`); `refactor_factored_attn_matrices` rebalances W_Q/W_K and W_V/W_O per head as TL
+        does (same outputs). `checkpoint_index`/`checkpoint_value` raise: interp loads one checkpoint.
         """
+        if checkpoint_index is not None or checkpoint_value is not None:
+            raise ValueError(
+                "interp loads one checkpoint, not a training run's series: pass the checkpoint itself "
+                "(a path or hub revision) as model_name, without checkpoint_index/checkpoint_value."
+            )
+        if default_padding_side not in ("left", "right"):
+            raise ValueError(f"default_padding_side must be 'left' or 'right', got {default_padding_side!r}.")
         if kwargs:
             raise TypeError(
                 f"from_pretrained got unsupported arguments {sorted(kwargs)}; interp supports fold_ln, "
                 "center_writing_weights, center_unembed, fold_value_biases, device, dtype, tokenizer, "
-                "hf_model."
+                "hf_model, default_padding_side, default_prepend_bos, refactor_factored_attn_matrices."
             )
         dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         source = official_name(model_name) if hf_model is None else hf_model
@@ -173,7 +223,47 @@ class HookedTransformer(StackedWeights, HookedRootModule):
             center_unembed=center_unembed,
             fold_value_biases=fold_value_biases,
         )
+        if refactor_factored_attn_matrices:
+            model.refactor_factored_attn_matrices()
+        model.default_padding_side = default_padding_side
+        if default_prepend_bos is not None:
+            model.cfg.default_prepend_bos = default_prepend_bos
         return model
+
+    @torch.no_grad()
+    def refactor_factored_attn_matrices(self) -> None:
+        """TransformerLens's refactoring, in place: per head, [W_Q; b_Q] and [W_K; b_K] become the
+        balanced factors of their product (SVD, sqrt of the singular values on each side), b_V is folded
+        into b_O, and W_V, W_O the balanced factors of W_V W_O. Attention scores and outputs are
+        unchanged; only the split between the factors is. Needs learned (not rotary) positions, one
+        key/value head per query head, no q/k norms and the q, k and output biases as parameters."""
+        from transformer_lens.FactoredMatrix import FactoredMatrix
+
+        cfg = self.cfg
+        why = (
+            "rotary positions make QK depend on the positions" if cfg.positional == "rotary"
+            else "grouped-query attention shares W_K between query heads" if cfg.group_size > 1
+            else "q/k norms sit between the factors" if cfg.qk_norm != "none"
+            else "the model has no q/k biases or output bias to hold the refactored biases"
+            if not (cfg.qkv_bias and cfg.attn_out_bias) else None
+        )  # fmt: skip
+        if why is not None:
+            raise ValueError(f"refactor_factored_attn_matrices is not possible on {cfg.model_name}: {why}.")
+        for block in self.blocks:
+            attn = block.attn
+            q = torch.cat([attn.W_Q, attn.b_Q[:, None, :]], dim=1)  # [head, d_model + 1, d_head]
+            k = torch.cat([attn._W_K, attn._b_K[:, None, :]], dim=1)
+            q, k_t = FactoredMatrix(q, k.transpose(-1, -2)).make_even().pair
+            k = k_t.transpose(-1, -2)
+            attn.W_Q.copy_(q[:, :-1])
+            attn.b_Q.copy_(q[:, -1])
+            attn._W_K.copy_(k[:, :-1])
+            attn._b_K.copy_(k[:, -1])
+            attn.b_O.add_(torch.einsum("he,hed->d", attn._b_V, attn.W_O))
+            attn._b_V.zero_()
+            u, s, vh = FactoredMatrix(attn._W_V, attn.W_O).svd()
+            attn._W_V.copy_(u @ s.sqrt().diag_embed())
+            attn.W_O.copy_((vh @ s.sqrt().diag_embed()).transpose(-1, -2))
 
     @classmethod
     def from_pretrained_no_processing(cls, model_name: str, **kwargs: Any) -> HookedTransformer:
@@ -219,12 +309,8 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         attention_mask: Tensor | None = None,
         per_token: bool = False,
     ) -> Tensor:
-        """Next-token cross-entropy in nats (see `interp.next_token_loss`)."""
-        if attention_mask is not None:
-            raise ValueError(
-                "interp has no attention masks: pass unpadded tokens, or per_token=True and mask yourself."
-            )
-        return next_token_loss(logits, tokens, per_token=per_token)
+        """Next-token cross-entropy in nats (see `interp.next_token_loss`; padding excluded with a mask)."""
+        return next_token_loss(logits, tokens, per_token=per_token, attention_mask=attention_mask)
 
     def to_single_str_token(self, int_token: int) -> str:
         return self.to_str_tokens(torch.tensor([int_token]))[0]
@@ -293,6 +379,13 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         `remove_batch_dim` drops the batch dim of a one-prompt run's cache.
         """
         names = self.hook_names(names_filter)
+        start, stop = self._layer_range(
+            forward_kwargs.get("start_at_layer"), forward_kwargs.get("stop_at_layer")
+        )
+        if forward_kwargs.get("start_at_layer") is not None:
+            forward_kwargs["start_at_layer"] = start
+        if forward_kwargs.get("stop_at_layer") is not None:
+            forward_kwargs["stop_at_layer"] = stop
         stop_early = (
             return_type is None
             and not incl_bwd
@@ -301,7 +394,6 @@ class HookedTransformer(StackedWeights, HookedRootModule):
             and self._blocks_needed(names) < self.cfg.n_layers
         )
         if stop_early:
-            start = forward_kwargs.get("start_at_layer") or 0
             forward_kwargs["stop_at_layer"] = max(self._blocks_needed(names), start)
         cache: dict[str, Tensor] = {}
 
@@ -353,13 +445,37 @@ class HookedTransformer(StackedWeights, HookedRootModule):
 
     # --- forward -------------------------------------------------------------------------------
 
+    def _layer_range(self, start_at_layer: int | None, stop_at_layer: int | None) -> tuple[int, int]:
+        """The blocks `blocks[start_at_layer:stop_at_layer]` runs, as (start, stop) in [0, n_layers];
+        negative values count from the end as in Python and TransformerLens (stop_at_layer=-1: all
+        blocks but the last). Values outside [-n_layers, n_layers] raise (a slice would clip them)."""
+        n = self.cfg.n_layers
+        bounds = []
+        for name, value, default in (
+            ("start_at_layer", start_at_layer, 0),
+            ("stop_at_layer", stop_at_layer, n),
+        ):
+            if value is None:
+                bounds.append(default)
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -n <= value <= n:
+                raise ValueError(
+                    f"{name}={value!r}: {self.cfg.model_name} has {n} blocks, so it must be an int in "
+                    f"[{-n}, {n}] (negative values count from the end, as in blocks[{name.split('_')[0]}:])."
+                )
+            bounds.append(int(value) + n if value < 0 else int(value))
+        return bounds[0], bounds[1]
+
     def forward(
         self,
         input: ModelInput,
         return_type: ReturnType = "logits",
         loss_per_token: bool = False,
         prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
         start_at_layer: int | None = None,
+        tokens: Int[Tensor, "batch pos"] | None = None,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
         stop_at_layer: int | None = None,
         past_kv: list[dict] | None = None,
     ) -> Any:
@@ -367,26 +483,131 @@ class HookedTransformer(StackedWeights, HookedRootModule):
 
         `loss` is the mean next-token cross-entropy in nats ([batch, pos-1] with loss_per_token).
         `start_at_layer=L` takes the residual stream before block L ([batch, pos, d_model]) as
-        input; `stop_at_layer=L` returns the residual stream before block L. `past_kv` is a list
-        of per-layer dicts that caches keys and values across calls (for generation).
+        input (`tokens=` then gives the loss its targets); `stop_at_layer=L` returns the residual
+        stream before block L; negative L count from the end (TransformerLens's slice
+        `blocks[start_at_layer:stop_at_layer]`). `past_kv` is a list of per-layer dicts that caches
+        keys and values across calls (for generation).
+
+        Padding, as TransformerLens: `attention_mask` [batch, pos] (1: real token, 0: pad) keeps every
+        query from attending to pads and counts positions from each prompt's first real token
+        (learned and rotary positions), so a left-padded prompt gives the logits it gives alone.
+        A list of texts of mixed lengths builds its mask itself (padded on `padding_side`, default
+        `model.default_padding_side`); token ids get TransformerLens's mask from their leading pad
+        ids when the model pads on the left (`default_padding_side="left"`).
         """
+        start, stop = self._layer_range(start_at_layer, stop_at_layer)
         if start_at_layer is None:
-            tokens = self.input_tokens(input, prepend_bos)
-            residual = self._embed(tokens, past_kv)
-            start_at_layer = 0
+            tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask)
+            batch, n_pos = tokens.shape
         else:
-            tokens, residual = None, input
-        for layer in range(start_at_layer, self.cfg.n_layers if stop_at_layer is None else stop_at_layer):
-            residual = self.blocks[layer](residual, past_kv=None if past_kv is None else past_kv[layer])
-        if stop_at_layer is not None or return_type is None:
-            return residual if stop_at_layer is not None else None
-        logits = self.unembed(self.ln_final(residual))
+            residual = input
+            batch, n_pos = residual.shape[:2]
+        key_mask, positions = self._key_mask_and_positions(attention_mask, batch, n_pos, past_kv)
+        if start_at_layer is None:
+            query_mask = None if attention_mask is None else attention_mask.to(self.device)
+            residual = self._embed(tokens, past_kv, positions, query_mask)
+        for layer in range(start, stop):
+            residual = self.blocks[layer](
+                residual,
+                past_kv=None if past_kv is None else past_kv[layer],
+                attention_mask=key_mask,
+                positions=positions,
+            )
+        if stop_at_layer is not None:
+            return residual
+        normalized = self.ln_final(residual)  # runs with return_type=None too: its hooks fire, as TL's
+        if return_type is None:
+            return None
+        logits = self.unembed(normalized)
         if return_type == "logits":
             return logits
         if tokens is None:
-            raise ValueError("return_type='loss' needs tokens; it cannot start at a layer.")
-        loss = next_token_loss(logits, tokens, per_token=loss_per_token)
+            raise ValueError("return_type='loss' after start_at_layer needs the targets: pass tokens=.")
+        loss = next_token_loss(logits, tokens, per_token=loss_per_token, attention_mask=attention_mask)
         return loss if return_type == "loss" else (logits, loss)
+
+    def _tokens_and_mask(
+        self,
+        input: ModelInput,
+        prepend_bos: bool | None,
+        padding_side: Literal["left", "right"] | None,
+        attention_mask: Tensor | None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Token ids and the attention mask to run them with (None: no padding to mask)."""
+        if isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor)):
+            tokens, lengths_mask = self.to_tokens_and_mask(input, prepend_bos, padding_side)
+            mask = lengths_mask if attention_mask is None else attention_mask
+        else:
+            tokens = self.input_tokens(input, prepend_bos)
+            mask = attention_mask
+            if mask is None and self.tokenizer is not None and self.default_padding_side == "left":
+                bos = self.cfg.bos_token_id
+                bos = self.tokenizer.bos_token_id if bos is None else bos
+                prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
+                mask = padding_mask(tokens, pad_token_id(self.tokenizer), "left", prepend, bos)
+        if mask is None:
+            return tokens, None
+        mask = torch.as_tensor(mask, device=self.device)
+        if mask.ndim == 1:
+            mask = mask[None]
+        if mask.shape != tokens.shape:
+            raise ValueError(
+                f"attention_mask has shape {tuple(mask.shape)}; it must match the tokens' "
+                f"{tuple(tokens.shape)}."
+            )
+        return tokens, (None if bool(mask.bool().all()) else mask.long())
+
+    def _key_mask_and_positions(
+        self, attention_mask: Tensor | None, batch: int, n_pos: int, past_kv: list[dict] | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """The mask over all keys (cached ones first; kept in past_kv[0] for the next call) and each new
+        token's position, counted from its prompt's first real token; (None, None) without padding."""
+        offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
+        past_mask = past_kv[0].get("attention_mask") if past_kv else None
+        if attention_mask is None and past_mask is None:
+            return None, None
+        device = self.device
+        current = (
+            torch.ones(batch, n_pos, dtype=torch.bool, device=device)
+            if attention_mask is None
+            else torch.as_tensor(attention_mask, device=device).reshape(batch, n_pos).bool()
+        )
+        past = torch.ones(batch, offset, dtype=torch.bool, device=device) if past_mask is None else past_mask
+        full = torch.cat([past.to(device), current], dim=1)
+        if past_kv:
+            past_kv[0]["attention_mask"] = full
+        if bool(full.all()):
+            return None, None
+        positions = (full.long().cumsum(-1) - 1).clamp(min=0)[:, offset:]
+        return full, positions
+
+    def input_to_embed(
+        self,
+        input: ModelInput,
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+        attention_mask: Tensor | None = None,
+        past_kv: list[dict] | None = None,
+    ) -> tuple[Float[Tensor, "batch pos d_model"], Int[Tensor, "batch pos"], None, Tensor | None]:
+        """TransformerLens's first step of forward: (residual before block 0, tokens, None (interp
+        has no shortformer positions), attention mask (None: no padding)). `model(residual,
+        start_at_layer=0, attention_mask=mask)` continues it."""
+        tokens, mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask)
+        probe = None if past_kv is None else [dict(layer) for layer in past_kv]  # leave the cache as it is
+        _, positions = self._key_mask_and_positions(mask, *tokens.shape, probe)
+        query_mask = None if mask is None else mask.to(self.device)
+        return self._embed(tokens, past_kv, positions, query_mask), tokens, None, mask
+
+    def set_tokenizer(self, tokenizer: Any, default_padding_side: Literal["left", "right"] = "right") -> None:
+        """Attach a `transformers` tokenizer (and the side `to_tokens` pads on), as TransformerLens."""
+        if default_padding_side not in ("left", "right"):
+            raise ValueError(f"default_padding_side must be 'left' or 'right', got {default_padding_side!r}.")
+        self.tokenizer = tokenizer
+        self.default_padding_side = default_padding_side
+
+    def toggle_autodiff(self, mode: bool = False) -> None:
+        """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
+        torch.set_grad_enabled(mode)
 
     def unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
         """x W_U + b_U, soft-capped where the model caps its logits (Gemma 2)."""
@@ -394,7 +615,13 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         logits = logits if self.b_U is None else logits + self.b_U
         return soft_cap(logits, self.cfg.output_logits_soft_cap)
 
-    def _embed(self, tokens: Int[Tensor, "batch pos"], past_kv: list[dict] | None) -> Tensor:
+    def _embed(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        past_kv: list[dict] | None,
+        positions: Tensor | None = None,
+        query_mask: Tensor | None = None,
+    ) -> Tensor:
         offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
         if offset + tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(
@@ -403,8 +630,13 @@ class HookedTransformer(StackedWeights, HookedRootModule):
             )
         residual = self.hook_embed(self.W_E[tokens])
         if self.cfg.positional == "learned":
-            positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)
-            residual = residual + self.hook_pos_embed(self.W_pos[positions].expand_as(residual))
+            if positions is None:
+                pos_embed = self.W_pos[offset : offset + tokens.shape[1]].expand_as(residual)
+            else:  # per prompt, past its left padding; zero at pads (as TransformerLens)
+                pos_embed = self.W_pos[positions.to(self.W_pos.device)]
+                if query_mask is not None:
+                    pos_embed = pos_embed * query_mask[..., None].to(pos_embed.dtype)
+            residual = residual + self.hook_pos_embed(pos_embed)
         return residual
 
     def input_tokens(self, input: ModelInput, prepend_bos: bool | None = None) -> Int[Tensor, "batch pos"]:
@@ -441,14 +673,31 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         truncate: bool = True,
     ) -> Int[Tensor, "batch pos"]:
         """Tokenize text (padded to the longest prompt, on the right by default) with this model's
-        BOS policy; `truncate` cuts prompts to the context length n_ctx.
+        BOS policy; `truncate` cuts prompts to the context length n_ctx. `padding_side=None` pads on
+        `model.default_padding_side` ("right" unless set; `from_pretrained(default_padding_side=)`).
 
         `prepend_bos=None` uses `cfg.default_prepend_bos`: what the model saw in training
         (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none).
-        interp has no attention mask: run left-padded batches only where pads cannot matter.
+        The forward pass masks the padding of a list of texts itself; for ids from here pass
+        `attention_mask=` (from `to_tokens_and_mask`) or pad on the left by default, as TransformerLens.
         """
-        tokens = encode(self._require_tokenizer(), self.cfg, text, prepend_bos, padding_side, truncate)
-        return tokens.to(self.device) if move_to_device else tokens
+        tokens = self.to_tokens_and_mask(text, prepend_bos, padding_side, move_to_device, truncate)[0]
+        return tokens
+
+    def to_tokens_and_mask(
+        self,
+        text: str | Sequence[str],
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+        move_to_device: bool = True,
+        truncate: bool = True,
+    ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+        """`to_tokens` and the attention mask of its padding (1: real token), for
+        `forward(attention_mask=)`."""
+        side = self.default_padding_side if padding_side is None else padding_side
+        tokenizer = self._require_tokenizer()
+        tokens, mask = encode_with_mask(tokenizer, self.cfg, text, prepend_bos, side, truncate)
+        return (tokens.to(self.device), mask.to(self.device)) if move_to_device else (tokens, mask)
 
     def to_str_tokens(
         self,

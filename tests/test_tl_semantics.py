@@ -1,0 +1,386 @@
+"""TransformerLens semantics, exactly: negative layer indices, attention masks and padding,
+generate's return types, HookedTransformerConfig as a class, from_pretrained's arguments.
+
+Real small models built from `interp.Config` (GPT-2-like, Llama-like with grouped-query attention,
+a parallel-residual rotary model) and a word-level tokenizer built here (no download)."""
+
+from __future__ import annotations
+
+import pytest
+import tokenizers
+import torch
+import transformers
+from conftest import tiny_config
+
+import interp
+
+ATOL = 1e-4
+WORDS = ["<pad>", "<bos>", "<eos>"] + [f"w{i}" for i in range(58)]
+
+
+def _tokenizer(pad: bool = True) -> transformers.PreTrainedTokenizerFast:
+    vocab = {word: i for i, word in enumerate(WORDS)}
+    inner = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<eos>"))
+    inner.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    special = {"bos_token": "<bos>", "eos_token": "<eos>"} | ({"pad_token": "<pad>"} if pad else {})
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=inner, **special)
+
+
+CONFIGS = {
+    "gpt2-like": dict(),
+    "llama-gqa": dict(
+        normalization="rmsnorm", positional="rotary", gated_mlp=True, activation="silu", n_kv_heads=2,
+        qkv_bias=False, attn_out_bias=False, mlp_bias=False, unembed_bias=False,
+    ),
+    "neox-parallel": dict(positional="rotary", rotary_dim=4, parallel_residual=True, activation="gelu"),
+}  # fmt: skip
+
+
+def _model(kind: str, **overrides) -> interp.HookedTransformer:
+    torch.manual_seed(0)
+    cfg = tiny_config(**{**CONFIGS[kind], "bos_token_id": 1, "default_prepend_bos": True, **overrides})
+    model = interp.HookedTransformer(cfg, _tokenizer())
+    with torch.no_grad():  # non-trivial norms and biases
+        for name, param in model.named_parameters():
+            if name.endswith((".w", ".b")) or ".b_" in name or name == "b_U":
+                param.add_(torch.randn_like(param) * 0.1)
+    return model.eval()
+
+
+@pytest.fixture(params=sorted(CONFIGS))
+def model(request) -> interp.HookedTransformer:
+    return _model(request.param)
+
+
+PROMPTS = ["w3 w4 w5 w6 w7 w8 w9", "w10 w11", "w12 w13 w14 w15"]
+
+
+# --- 1. negative layer indices ---------------------------------------------------------------------
+
+
+def test_negative_stop_and_start_at_layer_slice_the_blocks_as_transformer_lens():
+    model = _model("gpt2-like", n_layers=3)
+    tokens = torch.randint(3, 61, (2, 6), generator=torch.Generator().manual_seed(0))
+    _, cache = model.run_with_cache(tokens)
+    before_last = model(tokens, stop_at_layer=-1)
+    torch.testing.assert_close(before_last, cache["blocks.2.hook_resid_pre"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(model(tokens, stop_at_layer=-3), cache["hook_embed"] + cache["hook_pos_embed"])
+    last_only = model(cache["blocks.2.hook_resid_pre"], start_at_layer=-1, stop_at_layer=3)
+    torch.testing.assert_close(last_only, cache["blocks.2.hook_resid_post"], atol=ATOL, rtol=0)
+    logits = model(cache["blocks.2.hook_resid_pre"], start_at_layer=-1)
+    torch.testing.assert_close(logits, model(tokens), atol=ATOL, rtol=0)
+    out, cache_1 = model.run_with_cache(tokens, stop_at_layer=-1)
+    torch.testing.assert_close(out, before_last)
+    assert "blocks.1.hook_resid_post" in cache_1 and "blocks.2.hook_resid_pre" not in cache_1
+    loss = model(cache["blocks.1.hook_resid_pre"], start_at_layer=-2, tokens=tokens, return_type="loss")
+    torch.testing.assert_close(loss, model(tokens, return_type="loss"), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kwargs", [{"stop_at_layer": 4}, {"stop_at_layer": -4}, {"start_at_layer": 5}])
+def test_out_of_range_layer_indices_raise(kwargs):
+    model = _model("gpt2-like", n_layers=3)
+    tokens = torch.randint(3, 61, (1, 4))
+    x = model(tokens, stop_at_layer=0) if "start_at_layer" in kwargs else tokens
+    with pytest.raises(ValueError, match="3 blocks"):
+        model(x, **kwargs)
+    with pytest.raises(ValueError, match="3 blocks"):
+        model.run_with_cache(x, **kwargs)
+
+
+# --- 2. attention masks and padding --------------------------------------------------------------
+
+
+def _alone(model, prompt):
+    return model(prompt)[0]
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("explicit_pattern", [False, True])
+def test_padded_prompts_give_the_logits_they_give_alone(model, side, explicit_pattern):
+    """A list of texts of mixed lengths masks its own padding: each prompt's logits equal its
+    unpadded run, for the fused SDPA path and the explicit pattern path (a hook on the pattern)."""
+    hooks = [("blocks.0.attn.hook_pattern", lambda x, hook: x)] if explicit_pattern else []
+    with model.hooks(fwd_hooks=hooks):
+        padded = model(PROMPTS, padding_side=side)
+        tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side=side)
+        with_mask = model(tokens, attention_mask=mask)
+        for i, prompt in enumerate(PROMPTS):
+            alone = _alone(model, prompt)
+            real = mask[i].bool()
+            torch.testing.assert_close(padded[i, real], alone, atol=ATOL, rtol=0)
+            torch.testing.assert_close(with_mask[i, real], alone, atol=ATOL, rtol=0)
+    assert not padded.isnan().any()
+
+
+def test_left_padding_run_with_cache_pattern_never_attends_to_pads(model):
+    _, cache = model.run_with_cache(PROMPTS, padding_side="left")
+    tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
+    pattern = cache["blocks.1.attn.hook_pattern"]  # [batch, head, q, k]
+    assert (pattern[mask[:, None, None, :].expand_as(pattern) == 0] == 0).all()
+    real_rows = pattern.sum(-1)[mask[:, None, :].expand(-1, pattern.shape[1], -1) == 1]
+    torch.testing.assert_close(real_rows, torch.ones_like(real_rows))
+    _, alone = model.run_with_cache(PROMPTS[1])
+    n = alone["blocks.1.hook_resid_post"].shape[1]
+    torch.testing.assert_close(
+        cache["blocks.1.hook_resid_post"][1, -n:], alone["blocks.1.hook_resid_post"][0], atol=ATOL, rtol=0
+    )
+
+
+def test_left_padded_token_ids_are_masked_when_the_model_pads_on_the_left():
+    """TransformerLens derives the mask from leading pad ids when the tokenizer pads on the left."""
+    model = _model("llama-gqa")
+    tokens = model.to_tokens(PROMPTS, padding_side="left")
+    unmasked = model(tokens)
+    model.default_padding_side = "left"
+    masked = model(tokens)
+    for i, prompt in enumerate(PROMPTS):
+        alone = _alone(model, prompt)
+        torch.testing.assert_close(masked[i, -alone.shape[0] :], alone, atol=ATOL, rtol=0)
+    assert not torch.allclose(unmasked[1, -3:], masked[1, -3:], atol=ATOL)
+
+
+def test_bos_that_is_the_pad_id_is_kept_as_transformer_lens():
+    from interp.model.tokens import padding_mask
+
+    tokens = torch.tensor([[0, 0, 0, 5, 6], [0, 4, 5, 6, 7]])
+    assert padding_mask(tokens, 0, "left", True, 0).tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
+    assert padding_mask(tokens, 0, "left", False, 0).tolist() == [[0, 0, 0, 1, 1], [0, 1, 1, 1, 1]]
+    assert padding_mask(torch.tensor([[4, 0, 0]]), 0, "right", True, 0).tolist() == [[1, 0, 0]]
+
+
+def test_loss_with_padding_counts_real_tokens_only():
+    model = _model("gpt2-like")
+    tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
+    loss = model(tokens, attention_mask=mask, return_type="loss", loss_per_token=True)
+    for i, prompt in enumerate(PROMPTS):
+        alone = model(prompt, return_type="loss", loss_per_token=True)[0]
+        torch.testing.assert_close(loss[i, -alone.shape[0] :], alone, atol=ATOL, rtol=0)
+    mean = model(PROMPTS, padding_side="left", return_type="loss")
+    torch.testing.assert_close(mean, loss.sum() / (mask[:, :-1] * mask[:, 1:]).sum())
+    torch.testing.assert_close(model.loss_fn(model(tokens, attention_mask=mask), tokens, mask), mean)
+
+
+def test_kv_cache_continues_a_left_padded_batch(model):
+    tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
+    past_kv = [{} for _ in model.blocks]
+    model(tokens[:, :-2], attention_mask=mask[:, :-2], past_kv=past_kv)
+    step = model(tokens[:, -2:], past_kv=past_kv)
+    full = model(tokens, attention_mask=mask)
+    torch.testing.assert_close(step, full[:, -2:], atol=ATOL, rtol=0)
+
+
+def test_attention_mask_of_the_wrong_shape_raises():
+    model = _model("gpt2-like")
+    with pytest.raises(ValueError, match="attention_mask has shape"):
+        model(torch.tensor([[3, 4, 5]]), attention_mask=torch.tensor([[1, 1]]))
+
+
+# --- 3. generate --------------------------------------------------------------------------------
+
+
+def test_generate_return_types():
+    model = _model("gpt2-like")
+    text = model.generate("w3 w4 w5", max_new_tokens=4, stop_at_eos=False)
+    assert isinstance(text, str) and text.startswith("w3 w4 w5")
+    assert isinstance(model.generate(["w3 w4 w5"], max_new_tokens=2, stop_at_eos=False), list)
+    tokens = model.generate("w3 w4 w5", max_new_tokens=4, stop_at_eos=False, return_type="tokens")
+    assert tokens.shape == (1, 8) and not tokens.is_floating_point()
+    embeds = model.generate("w3 w4 w5", max_new_tokens=4, stop_at_eos=False, return_type="embeds")
+    assert embeds.shape == (1, 8, model.cfg.d_model) and embeds.is_floating_point()
+    torch.testing.assert_close(embeds, model.W_E[tokens])
+    ids = model.generate(tokens[:, :4], max_new_tokens=4, stop_at_eos=False)
+    assert torch.equal(ids, tokens)
+    with pytest.raises(ValueError, match="not embeddings"):
+        model.generate(embeds, max_new_tokens=2)
+    with pytest.raises(ValueError, match="return_type"):
+        model.generate("w3", return_type="logits")
+
+
+@pytest.mark.parametrize("use_past_kv_cache", [True, False])
+def test_generate_a_batch_of_mixed_lengths_continues_each_prompt_as_alone(model, use_past_kv_cache):
+    kwargs = dict(max_new_tokens=5, stop_at_eos=False, use_past_kv_cache=use_past_kv_cache)
+    batch = model.generate(PROMPTS, **kwargs)
+    assert batch == [model.generate(prompt, **kwargs) for prompt in PROMPTS]
+    with pytest.raises(ValueError, match="on the left"):
+        model.generate(PROMPTS, padding_side="right", **kwargs)
+
+
+# --- 4. HookedTransformerConfig as a class -------------------------------------------------------
+
+SMALL = dict(n_layers=2, d_model=32, n_ctx=16, d_head=8, d_vocab=61, act_fn="gelu", device="cpu")
+
+
+def test_hooked_transformer_config_is_a_class_with_transformer_lens_fields():
+    cfg = interp.HookedTransformerConfig(**SMALL, tokenizer_name=None, attention_dir="causal")
+    assert isinstance(cfg, interp.HookedTransformerConfig)
+    assert (cfg.n_heads, cfg.d_mlp, cfg.d_vocab_out, cfg.normalization_type) == (4, 128, 61, "LN")
+    assert cfg.initializer_range == pytest.approx(0.8 / 32**0.5) and cfg.n_params > 0
+    assert not cfg.is_layer_norm_activation() and not cfg.ungroup_grouped_query_attention
+    assert interp.HookedTransformerConfig.unwrap(cfg) is cfg
+    assert interp.HookedTransformerConfig.unwrap(cfg.to_dict()) == cfg
+    model = interp.HookedTransformer(cfg)
+    assert isinstance(model.cfg, interp.Config) and model.cfg.n_heads == 4
+    assert model.cfg.activation == "gelu" and not model.hook_settings.use_attn_result
+
+
+@pytest.mark.parametrize(
+    "setting", ["use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in"]
+)
+def test_hook_settings_of_the_config_are_turned_on_in_the_model(setting):
+    model = interp.HookedTransformer(interp.HookedTransformerConfig(**SMALL, **{setting: True}))
+    assert getattr(model.hook_settings, setting)
+    suffix = {"use_attn_result": "attn.hook_result", "use_split_qkv_input": "hook_q_input",
+              "use_hook_mlp_in": "hook_mlp_in", "use_attn_in": "hook_attn_in"}[setting]  # fmt: skip
+    _, cache = model.run_with_cache(torch.tensor([[1, 2, 3]]))
+    assert f"blocks.1.{suffix}" in cache
+
+
+def test_config_d_vocab_from_the_tokenizer_and_lnpre():
+    cfg = interp.HookedTransformerConfig(**{**SMALL, "d_vocab": -1}, normalization_type="LNPre")
+    model = interp.HookedTransformer(cfg, _tokenizer())
+    assert model.cfg.d_vocab == len(WORDS) and model.blocks[0].ln1.w is None
+    assert model("w3 w4").shape == (1, 3, len(WORDS))
+    with pytest.raises(ValueError, match="needs a tokenizer"):
+        interp.HookedTransformer(cfg)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(attention_dir="bidirectional"), "only attention_dir='causal'"),
+        (dict(use_hook_tokens=True), "no hook_tokens"),
+        (dict(d_vocab_out=10), "d_vocab_out=10 differs"),
+        (dict(ungroup_grouped_query_attention=True), "per query head"),
+        (dict(act_fn=None), "act_fn must be specified"),
+        (dict(positional_embedding_type="alibi"), "positional_embedding_type"),
+        (dict(checkpoint_index=3), "one checkpoint"),
+    ],
+)
+def test_config_options_interp_cannot_honour_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        interp.HookedTransformerConfig(**{**SMALL, **kwargs})
+
+
+def test_model_from_a_llama_like_transformer_lens_config_runs():
+    cfg = interp.HookedTransformerConfig(
+        **{**SMALL, "act_fn": "silu"}, normalization_type="RMS", positional_embedding_type="rotary",
+        rotary_dim=8, gated_mlp=True, n_key_value_heads=2, use_attn_result=True,
+    )  # fmt: skip
+    model = interp.HookedTransformer(cfg)
+    assert model.cfg.n_kv_heads == 2 and model.cfg.group_size == 2
+    logits, cache = model.run_with_cache(torch.tensor([[1, 2, 3, 4]]))
+    result = cache["blocks.0.attn.hook_result"].sum(2) + model.blocks[0].attn.b_O
+    torch.testing.assert_close(result, cache["blocks.0.hook_attn_out"], atol=ATOL, rtol=0)
+    assert logits.shape == (1, 4, 61)
+    with pytest.raises(TypeError, match="interp.Config or an interp.HookedTransformerConfig"):
+        interp.HookedTransformer({"n_layers": 2})
+
+
+# --- 5. from_pretrained's arguments and TL's remaining methods -------------------------------------
+
+
+def _hf_gpt2(kind: str = "gpt2"):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=61, n_positions=32)
+    else:
+        config = transformers.LlamaConfig(
+            num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=48, vocab_size=61, max_position_embeddings=32,
+        )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "ln" in name or "norm" in name or name.endswith("bias"):
+                param.add_(torch.randn_like(param) * 0.1)
+    return model
+
+
+def test_from_pretrained_padding_side_prepend_bos_and_checkpoints():
+    hf = _hf_gpt2()
+    model = interp.HookedTransformer.from_pretrained(
+        "gpt2", hf_model=hf, tokenizer=_tokenizer(), device="cpu", default_padding_side="left",
+        default_prepend_bos=False,
+    )  # fmt: skip
+    assert model.default_padding_side == "left" and not model.cfg.default_prepend_bos
+    tokens = model.to_tokens(["w3 w4 w5", "w6"])
+    assert tokens.tolist() == [[3 + 3, 3 + 4, 3 + 5], [0, 0, 3 + 6]]
+    logits = model(tokens)  # leading pads masked, as TL with a left-padding tokenizer
+    torch.testing.assert_close(logits[1, -1], model("w6")[0, -1], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="one checkpoint"):
+        interp.HookedTransformer.from_pretrained("gpt2", hf_model=hf, checkpoint_index=3)
+    with pytest.raises(ValueError, match="default_padding_side"):
+        interp.HookedTransformer.from_pretrained("gpt2", hf_model=hf, default_padding_side="middle")
+
+
+def test_refactor_factored_attn_matrices_keeps_outputs_and_balances_the_factors():
+    hf = _hf_gpt2()
+    kwargs = dict(hf_model=hf, tokenizer=_tokenizer(), device="cpu")
+    plain = interp.HookedTransformer.from_pretrained("gpt2", **kwargs)
+    refactored = interp.HookedTransformer.from_pretrained(
+        "gpt2", refactor_factored_attn_matrices=True, **kwargs
+    )
+    tokens = torch.randint(3, 61, (2, 7), generator=torch.Generator().manual_seed(0))
+    _, cache = plain.run_with_cache(tokens)
+    logits, cache_r = refactored.run_with_cache(tokens)
+    torch.testing.assert_close(logits, plain(tokens), atol=ATOL, rtol=0)
+    for name in ("blocks.1.attn.hook_attn_scores", "blocks.1.hook_attn_out", "blocks.1.hook_resid_post"):
+        torch.testing.assert_close(cache_r[name], cache[name], atol=ATOL, rtol=0)
+    attn = refactored.blocks[0].attn
+    q_eff, k_eff = (
+        torch.cat([w, b[:, None]], dim=1) for w, b in ((attn.W_Q, attn.b_Q), (attn.W_K, attn.b_K))
+    )
+    torch.testing.assert_close(q_eff.norm(dim=1), k_eff.norm(dim=1), atol=1e-4, rtol=1e-4)  # balanced
+    assert attn.b_V.abs().max() == 0
+    llama = interp.HookedTransformer.from_pretrained("llama", hf_model=_hf_gpt2("llama"), device="cpu")
+    with pytest.raises(ValueError, match="rotary positions"):
+        llama.refactor_factored_attn_matrices()
+
+
+def test_input_to_embed_set_tokenizer_and_toggle_autodiff(model):
+    residual, tokens, shortformer, mask = model.input_to_embed(PROMPTS, padding_side="left")
+    assert shortformer is None and mask.shape == tokens.shape and residual.shape[:2] == tokens.shape
+    torch.testing.assert_close(
+        model(residual, start_at_layer=0, attention_mask=mask), model(PROMPTS, padding_side="left")
+    )
+    _, cache = model.run_with_cache(PROMPTS, padding_side="left")
+    torch.testing.assert_close(residual, cache["blocks.0.hook_resid_pre"])
+    bare = interp.HookedTransformer(model.cfg)
+    bare.set_tokenizer(_tokenizer(), default_padding_side="left")
+    assert bare.to_tokens(["w3 w4", "w5"])[1, 0] == 0 and bare.default_padding_side == "left"
+    try:
+        model.toggle_autodiff(False)
+        assert not torch.is_grad_enabled()
+        model.toggle_autodiff(True)
+        assert torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_ln_final_hooks_fire_with_return_type_none(model):
+    names = ["ln_final.hook_scale", "ln_final.hook_normalized", "blocks.0.hook_resid_post"]
+    out, cache = model.run_with_cache("w3 w4 w5", names_filter=names, return_type=None)
+    assert out is None and set(names) <= set(cache.keys())
+    _, full = model.run_with_cache("w3 w4 w5")
+    torch.testing.assert_close(cache["ln_final.hook_normalized"], full["ln_final.hook_normalized"])
+
+
+def test_logit_attrs_without_a_batch_dim(model):
+    _, cache = model.run_with_cache("w3 w4 w5 w6")
+    stack = cache.decompose_resid(layer=-1, pos_slice=-1)  # [component, batch, d_model]
+    with_batch = cache.logit_attrs(stack, "w7", "w8", pos_slice=-1)  # [component, batch]
+    single = cache.remove_batch_dim()
+    stack_1 = single.decompose_resid(layer=-1, pos_slice=-1)  # [component, d_model]
+    without = single.logit_attrs(stack_1, "w7", "w8", pos_slice=-1, has_batch_dim=False)
+    torch.testing.assert_close(without, with_batch[:, 0], atol=ATOL, rtol=0)
+
+
+def test_pos_embed_with_an_attention_mask_is_what_hook_pos_embed_sees():
+    model = _model("gpt2-like")
+    _, cache = model.run_with_cache(PROMPTS, padding_side="left")
+    tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
+    torch.testing.assert_close(model.pos_embed(tokens, 0, mask), cache["hook_pos_embed"])
+    torch.testing.assert_close(
+        model.pos_embed(tokens[:, -2:], tokens.shape[1] - 2, mask), cache["hook_pos_embed"][:, -2:]
+    )
+    torch.testing.assert_close(model.pos_embed(tokens[:1]), model.W_pos[: tokens.shape[1]][None])
