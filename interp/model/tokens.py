@@ -108,3 +108,126 @@ def decode(tokenizer: Any, tokens: int | Sequence[int] | Int[Tensor, "... pos"])
     if tokens.ndim <= 1:
         return tokenizer.decode(tokens.reshape(-1).tolist())
     return [tokenizer.decode(row.tolist()) for row in tokens]
+
+
+def key_mask_and_positions(
+    attention_mask: Tensor | None, batch: int, n_pos: int, past_kv: list[dict] | None, device: torch.device
+) -> tuple[Tensor | None, Tensor | None]:
+    """The mask over all keys (cached ones first; kept in past_kv[0] for the next call) and each new
+    token's position, counted from its prompt's first real token; (None, None) without padding."""
+    offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
+    past_mask = past_kv[0].get("attention_mask") if past_kv else None
+    if attention_mask is None and past_mask is None:
+        return None, None
+    current = (
+        torch.ones(batch, n_pos, dtype=torch.bool, device=device)
+        if attention_mask is None
+        else torch.as_tensor(attention_mask, device=device).reshape(batch, n_pos).bool()
+    )
+    past = torch.ones(batch, offset, dtype=torch.bool, device=device) if past_mask is None else past_mask
+    full = torch.cat([past.to(device), current], dim=1)
+    if past_kv:
+        past_kv[0]["attention_mask"] = full
+    if bool(full.all()):
+        return None, None
+    positions = (full.long().cumsum(-1) - 1).clamp(min=0)[:, offset:]
+    return full, positions
+
+
+class TokenMethods:
+    """The tokenization methods of `HookedTransformer` (a section of its class, kept beside the
+    functions they call): text <-> token ids with the model's BOS policy and padding side."""
+
+    def to_tokens(
+        self,
+        text: str | Sequence[str],
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+        move_to_device: bool = True,
+        truncate: bool = True,
+    ) -> Int[Tensor, "batch pos"]:
+        """Tokenize text (padded to the longest prompt, on the right by default) with this model's
+        BOS policy; `truncate` cuts prompts to the context length n_ctx. `padding_side=None` pads on
+        `model.default_padding_side` ("right" unless set; `from_pretrained(default_padding_side=)`).
+
+        `prepend_bos=None` uses `cfg.default_prepend_bos`: what the model saw in training
+        (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none).
+        The forward pass masks the padding of a list of texts itself; for ids from here pass
+        `attention_mask=` (from `to_tokens_and_mask`) or pad on the left by default, as TransformerLens.
+        """
+        tokens = self.to_tokens_and_mask(text, prepend_bos, padding_side, move_to_device, truncate)[0]
+        return tokens
+
+    def to_tokens_and_mask(
+        self,
+        text: str | Sequence[str],
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+        move_to_device: bool = True,
+        truncate: bool = True,
+    ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+        """`to_tokens` and the attention mask of its padding (1: real token), for
+        `forward(attention_mask=)`."""
+        side = self.default_padding_side if padding_side is None else padding_side
+        tokenizer = self._require_tokenizer()
+        tokens, mask = encode_with_mask(tokenizer, self.cfg, text, prepend_bos, side, truncate)
+        return (tokens.to(self.device), mask.to(self.device)) if move_to_device else (tokens, mask)
+
+    def to_str_tokens(
+        self,
+        input: str | Sequence[str] | Sequence[int] | Tensor,
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+    ) -> list[str] | list[list[str]]:
+        """One string per token of a prompt (text, a list of ids, a [pos] / [1, pos] tensor);
+        a list of prompts gives a list of such lists."""
+        tokenizer = self._require_tokenizer()
+        if isinstance(input, Sequence) and not isinstance(input, str) and input and isinstance(input[0], str):
+            return [self.to_str_tokens(text, prepend_bos, padding_side) for text in input]
+        tokens = self.to_tokens(input, prepend_bos, padding_side)[0] if isinstance(input, str) else input
+        return str_tokens(tokenizer, tokens)
+
+    def to_single_token(self, text: str) -> int:
+        """The id of `text` if it is exactly one token (mind the leading space: " Mary")."""
+        return single_token(self._require_tokenizer(), text, self.cfg.model_name)
+
+    def to_string(self, tokens: int | Sequence[int] | Int[Tensor, "... pos"]) -> str | list[str]:
+        """Text of token ids: an id, a list or [pos] tensor -> str; [batch, pos] -> one str per row."""
+        return decode(self._require_tokenizer(), tokens)
+
+    def _require_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ValueError(
+                f"{self.cfg.model_name} has no tokenizer: pass token ids instead of text, or attach one "
+                "with model.tokenizer = transformers.AutoTokenizer.from_pretrained(...)."
+            )
+        return self.tokenizer
+
+    def to_single_str_token(self, int_token: int) -> str:
+        return self.to_str_tokens(torch.tensor([int_token]))[0]
+
+    def get_token_position(
+        self,
+        single_token: str | int,
+        input: str | Tensor,
+        mode: Literal["first", "last"] = "first",
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+    ) -> int:
+        """Position of `single_token` (a string of one token, or an id) in one prompt."""
+        tokens = self.to_tokens(input, prepend_bos, padding_side) if isinstance(input, str) else input
+        tokens = tokens[0] if tokens.ndim == 2 and tokens.shape[0] == 1 else tokens
+        if tokens.ndim != 1:
+            raise ValueError(f"get_token_position takes one prompt; got shape {tuple(tokens.shape)}.")
+        token = self.to_single_token(single_token) if isinstance(single_token, str) else single_token
+        found = (tokens == token).nonzero()[:, 0]
+        if not len(found):
+            raise ValueError(f"Token {single_token!r} does not occur in the input.")
+        return int(found[0] if mode == "first" else found[-1])
+
+    def set_tokenizer(self, tokenizer: Any, default_padding_side: Literal["left", "right"] = "right") -> None:
+        """Attach a `transformers` tokenizer (and the side `to_tokens` pads on), as TransformerLens."""
+        if default_padding_side not in ("left", "right"):
+            raise ValueError(f"default_padding_side must be 'left' or 'right', got {default_padding_side!r}.")
+        self.tokenizer = tokenizer
+        self.default_padding_side = default_padding_side

@@ -50,14 +50,12 @@ from interp.model.generation import generate
 from interp.model.hooks import OPT_IN_HOOKS, HookSettings, opt_in_setting
 from interp.model.stacked import StackedWeights
 from interp.model.tokens import (
-    decode,
-    encode_with_mask,
+    TokenMethods,
+    key_mask_and_positions,
     pad_token_id,
     padding_mask,
-    single_token,
-    str_tokens,
 )
-from interp.model.weights import process_weights
+from interp.model.weights import process_weights, refactor_factored_attn_matrices
 from interp.types import head_label
 
 ReturnType = Literal["logits", "loss", "both"] | None
@@ -84,7 +82,7 @@ def next_token_loss(
     return loss if per_token else loss.sum() / counted.sum()
 
 
-class HookedTransformer(StackedWeights, HookedRootModule):
+class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     """A decoder-only transformer with TransformerLens hook names. See the module docstring.
 
     `tokenizer` is a `transformers` tokenizer, or None for models that work on token ids only.
@@ -230,40 +228,10 @@ class HookedTransformer(StackedWeights, HookedRootModule):
             model.cfg.default_prepend_bos = default_prepend_bos
         return model
 
-    @torch.no_grad()
     def refactor_factored_attn_matrices(self) -> None:
-        """TransformerLens's refactoring, in place: per head, [W_Q; b_Q] and [W_K; b_K] become the
-        balanced factors of their product (SVD, sqrt of the singular values on each side), b_V is folded
-        into b_O, and W_V, W_O the balanced factors of W_V W_O. Attention scores and outputs are
-        unchanged; only the split between the factors is. Needs learned (not rotary) positions, one
-        key/value head per query head, no q/k norms and the q, k and output biases as parameters."""
-        from transformer_lens.FactoredMatrix import FactoredMatrix
-
-        cfg = self.cfg
-        why = (
-            "rotary positions make QK depend on the positions" if cfg.positional == "rotary"
-            else "grouped-query attention shares W_K between query heads" if cfg.group_size > 1
-            else "q/k norms sit between the factors" if cfg.qk_norm != "none"
-            else "the model has no q/k biases or output bias to hold the refactored biases"
-            if not (cfg.qkv_bias and cfg.attn_out_bias) else None
-        )  # fmt: skip
-        if why is not None:
-            raise ValueError(f"refactor_factored_attn_matrices is not possible on {cfg.model_name}: {why}.")
-        for block in self.blocks:
-            attn = block.attn
-            q = torch.cat([attn.W_Q, attn.b_Q[:, None, :]], dim=1)  # [head, d_model + 1, d_head]
-            k = torch.cat([attn._W_K, attn._b_K[:, None, :]], dim=1)
-            q, k_t = FactoredMatrix(q, k.transpose(-1, -2)).make_even().pair
-            k = k_t.transpose(-1, -2)
-            attn.W_Q.copy_(q[:, :-1])
-            attn.b_Q.copy_(q[:, -1])
-            attn._W_K.copy_(k[:, :-1])
-            attn._b_K.copy_(k[:, -1])
-            attn.b_O.add_(torch.einsum("he,hed->d", attn._b_V, attn.W_O))
-            attn._b_V.zero_()
-            u, s, vh = FactoredMatrix(attn._W_V, attn.W_O).svd()
-            attn._W_V.copy_(u @ s.sqrt().diag_embed())
-            attn.W_O.copy_((vh @ s.sqrt().diag_embed()).transpose(-1, -2))
+        """TransformerLens's rebalancing of W_Q/W_K and W_V/W_O per head, in place
+        (`interp.model.weights.refactor_factored_attn_matrices`); outputs are unchanged."""
+        refactor_factored_attn_matrices(self)
 
     @classmethod
     def from_pretrained_no_processing(cls, model_name: str, **kwargs: Any) -> HookedTransformer:
@@ -311,28 +279,6 @@ class HookedTransformer(StackedWeights, HookedRootModule):
     ) -> Tensor:
         """Next-token cross-entropy in nats (see `interp.next_token_loss`; padding excluded with a mask)."""
         return next_token_loss(logits, tokens, per_token=per_token, attention_mask=attention_mask)
-
-    def to_single_str_token(self, int_token: int) -> str:
-        return self.to_str_tokens(torch.tensor([int_token]))[0]
-
-    def get_token_position(
-        self,
-        single_token: str | int,
-        input: str | Tensor,
-        mode: Literal["first", "last"] = "first",
-        prepend_bos: bool | None = None,
-        padding_side: Literal["left", "right"] | None = None,
-    ) -> int:
-        """Position of `single_token` (a string of one token, or an id) in one prompt."""
-        tokens = self.to_tokens(input, prepend_bos, padding_side) if isinstance(input, str) else input
-        tokens = tokens[0] if tokens.ndim == 2 and tokens.shape[0] == 1 else tokens
-        if tokens.ndim != 1:
-            raise ValueError(f"get_token_position takes one prompt; got shape {tuple(tokens.shape)}.")
-        token = self.to_single_token(single_token) if isinstance(single_token, str) else single_token
-        found = (tokens == token).nonzero()[:, 0]
-        if not len(found):
-            raise ValueError(f"Token {single_token!r} does not occur in the input.")
-        return int(found[0] if mode == "first" else found[-1])
 
     def all_head_labels(self) -> list[str]:
         return [
@@ -502,7 +448,7 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         else:
             residual = input
             batch, n_pos = residual.shape[:2]
-        key_mask, positions = self._key_mask_and_positions(attention_mask, batch, n_pos, past_kv)
+        key_mask, positions = key_mask_and_positions(attention_mask, batch, n_pos, past_kv, self.device)
         if start_at_layer is None:
             query_mask = None if attention_mask is None else attention_mask.to(self.device)
             residual = self._embed(tokens, past_kv, positions, query_mask)
@@ -557,30 +503,6 @@ class HookedTransformer(StackedWeights, HookedRootModule):
             )
         return tokens, (None if bool(mask.bool().all()) else mask.long())
 
-    def _key_mask_and_positions(
-        self, attention_mask: Tensor | None, batch: int, n_pos: int, past_kv: list[dict] | None
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """The mask over all keys (cached ones first; kept in past_kv[0] for the next call) and each new
-        token's position, counted from its prompt's first real token; (None, None) without padding."""
-        offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
-        past_mask = past_kv[0].get("attention_mask") if past_kv else None
-        if attention_mask is None and past_mask is None:
-            return None, None
-        device = self.device
-        current = (
-            torch.ones(batch, n_pos, dtype=torch.bool, device=device)
-            if attention_mask is None
-            else torch.as_tensor(attention_mask, device=device).reshape(batch, n_pos).bool()
-        )
-        past = torch.ones(batch, offset, dtype=torch.bool, device=device) if past_mask is None else past_mask
-        full = torch.cat([past.to(device), current], dim=1)
-        if past_kv:
-            past_kv[0]["attention_mask"] = full
-        if bool(full.all()):
-            return None, None
-        positions = (full.long().cumsum(-1) - 1).clamp(min=0)[:, offset:]
-        return full, positions
-
     def input_to_embed(
         self,
         input: ModelInput,
@@ -594,16 +516,9 @@ class HookedTransformer(StackedWeights, HookedRootModule):
         start_at_layer=0, attention_mask=mask)` continues it."""
         tokens, mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask)
         probe = None if past_kv is None else [dict(layer) for layer in past_kv]  # leave the cache as it is
-        _, positions = self._key_mask_and_positions(mask, *tokens.shape, probe)
+        _, positions = key_mask_and_positions(mask, *tokens.shape, probe, self.device)
         query_mask = None if mask is None else mask.to(self.device)
         return self._embed(tokens, past_kv, positions, query_mask), tokens, None, mask
-
-    def set_tokenizer(self, tokenizer: Any, default_padding_side: Literal["left", "right"] = "right") -> None:
-        """Attach a `transformers` tokenizer (and the side `to_tokens` pads on), as TransformerLens."""
-        if default_padding_side not in ("left", "right"):
-            raise ValueError(f"default_padding_side must be 'left' or 'right', got {default_padding_side!r}.")
-        self.tokenizer = tokenizer
-        self.default_padding_side = default_padding_side
 
     def toggle_autodiff(self, mode: bool = False) -> None:
         """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
@@ -661,73 +576,6 @@ class HookedTransformer(StackedWeights, HookedRootModule):
                 f"got {input.min().item()}..{input.max().item()}."
             )
         return input.to(self.device).long()
-
-    # --- tokenization (see interp.model.tokens) --------------------------------------------------
-
-    def to_tokens(
-        self,
-        text: str | Sequence[str],
-        prepend_bos: bool | None = None,
-        padding_side: Literal["left", "right"] | None = None,
-        move_to_device: bool = True,
-        truncate: bool = True,
-    ) -> Int[Tensor, "batch pos"]:
-        """Tokenize text (padded to the longest prompt, on the right by default) with this model's
-        BOS policy; `truncate` cuts prompts to the context length n_ctx. `padding_side=None` pads on
-        `model.default_padding_side` ("right" unless set; `from_pretrained(default_padding_side=)`).
-
-        `prepend_bos=None` uses `cfg.default_prepend_bos`: what the model saw in training
-        (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none).
-        The forward pass masks the padding of a list of texts itself; for ids from here pass
-        `attention_mask=` (from `to_tokens_and_mask`) or pad on the left by default, as TransformerLens.
-        """
-        tokens = self.to_tokens_and_mask(text, prepend_bos, padding_side, move_to_device, truncate)[0]
-        return tokens
-
-    def to_tokens_and_mask(
-        self,
-        text: str | Sequence[str],
-        prepend_bos: bool | None = None,
-        padding_side: Literal["left", "right"] | None = None,
-        move_to_device: bool = True,
-        truncate: bool = True,
-    ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
-        """`to_tokens` and the attention mask of its padding (1: real token), for
-        `forward(attention_mask=)`."""
-        side = self.default_padding_side if padding_side is None else padding_side
-        tokenizer = self._require_tokenizer()
-        tokens, mask = encode_with_mask(tokenizer, self.cfg, text, prepend_bos, side, truncate)
-        return (tokens.to(self.device), mask.to(self.device)) if move_to_device else (tokens, mask)
-
-    def to_str_tokens(
-        self,
-        input: str | Sequence[str] | Sequence[int] | Tensor,
-        prepend_bos: bool | None = None,
-        padding_side: Literal["left", "right"] | None = None,
-    ) -> list[str] | list[list[str]]:
-        """One string per token of a prompt (text, a list of ids, a [pos] / [1, pos] tensor);
-        a list of prompts gives a list of such lists."""
-        tokenizer = self._require_tokenizer()
-        if isinstance(input, Sequence) and not isinstance(input, str) and input and isinstance(input[0], str):
-            return [self.to_str_tokens(text, prepend_bos, padding_side) for text in input]
-        tokens = self.to_tokens(input, prepend_bos, padding_side)[0] if isinstance(input, str) else input
-        return str_tokens(tokenizer, tokens)
-
-    def to_single_token(self, text: str) -> int:
-        """The id of `text` if it is exactly one token (mind the leading space: " Mary")."""
-        return single_token(self._require_tokenizer(), text, self.cfg.model_name)
-
-    def to_string(self, tokens: int | Sequence[int] | Int[Tensor, "... pos"]) -> str | list[str]:
-        """Text of token ids: an id, a list or [pos] tensor -> str; [batch, pos] -> one str per row."""
-        return decode(self._require_tokenizer(), tokens)
-
-    def _require_tokenizer(self) -> Any:
-        if self.tokenizer is None:
-            raise ValueError(
-                f"{self.cfg.model_name} has no tokenizer: pass token ids instead of text, or attach one "
-                "with model.tokenizer = transformers.AutoTokenizer.from_pretrained(...)."
-            )
-        return self.tokenizer
 
     # --- generation -----------------------------------------------------------------------------
 

@@ -143,3 +143,40 @@ def _fold_value_biases(model: nn.Module) -> None:
     model.cfg = dataclasses.replace(
         model.cfg, attn_out_bias=all(block.attn.b_O is not None for block in model.blocks)
     )
+
+
+@torch.no_grad()
+def refactor_factored_attn_matrices(model: nn.Module) -> None:
+    """TransformerLens's refactoring of a HookedTransformer, in place: per head, [W_Q; b_Q] and
+    [W_K; b_K] become the balanced factors of their product (SVD, sqrt of the singular values on each
+    side), b_V is folded into b_O, and W_V, W_O the balanced factors of W_V W_O. Attention scores and
+    outputs are unchanged; only the split between the factors is. Needs learned (not rotary)
+    positions, one key/value head per query head, no q/k norms and the q, k and output biases as
+    parameters."""
+    from transformer_lens.FactoredMatrix import FactoredMatrix
+
+    cfg = model.cfg
+    why = (
+        "rotary positions make QK depend on the positions" if cfg.positional == "rotary"
+        else "grouped-query attention shares W_K between query heads" if cfg.group_size > 1
+        else "q/k norms sit between the factors" if cfg.qk_norm != "none"
+        else "the model has no q/k biases or output bias to hold the refactored biases"
+        if not (cfg.qkv_bias and cfg.attn_out_bias) else None
+    )  # fmt: skip
+    if why is not None:
+        raise ValueError(f"refactor_factored_attn_matrices is not possible on {cfg.model_name}: {why}.")
+    for block in model.blocks:
+        attn = block.attn
+        q = torch.cat([attn.W_Q, attn.b_Q[:, None, :]], dim=1)  # [head, d_model + 1, d_head]
+        k = torch.cat([attn._W_K, attn._b_K[:, None, :]], dim=1)
+        q, k_t = FactoredMatrix(q, k.transpose(-1, -2)).make_even().pair
+        k = k_t.transpose(-1, -2)
+        attn.W_Q.copy_(q[:, :-1])
+        attn.b_Q.copy_(q[:, -1])
+        attn._W_K.copy_(k[:, :-1])
+        attn._b_K.copy_(k[:, -1])
+        attn.b_O.add_(torch.einsum("he,hed->d", attn._b_V, attn.W_O))
+        attn._b_V.zero_()
+        u, s, vh = FactoredMatrix(attn._W_V, attn.W_O).svd()
+        attn._W_V.copy_(u @ s.sqrt().diag_embed())
+        attn.W_O.copy_((vh @ s.sqrt().diag_embed()).transpose(-1, -2))
