@@ -11,6 +11,13 @@ minimality: what the head adds once its stand-ins are gone).
 
 A candidate is confirmed if either way its effect exceeds CONFIRM_SE standard errors (over probe
 sequences) and MIN_EFFECT (a significant but negligible effect confirms nothing).
+
+Runs: one clean run of the probe serves both checks (`clean_run`). Every set of heads to ablate is
+known before any is run, so the ablated runs share work (`_ablated_runs`): each starts at its first
+ablated block from the clean residual stream, runs that ablate the same heads in their first blocks
+compute those once, the previous-token check stops after the last target's block and takes the
+patterns only where an ablation changed them, and the probe's rows run per repeat length, cut to
+the longest of them (attention is causal: the padding after it changes nothing before it).
 """
 
 from __future__ import annotations
