@@ -1,19 +1,93 @@
-"""Timing of the full head report (scores, weight evidence, causal checks) on SmolLM2-135M.
+"""Timing of the full head report (scores, weight evidence, causal checks) on SmolLM2-135M, stage by stage.
 
-    python benchmarks/heads.py [--n-samples 16] [--threads 2]
+    python benchmarks/heads.py [--n-samples 16] [--threads 2] [--against REV]
 
-Target: under 2 minutes after loading on a 2-core CPU. Prints the time of each stage.
+Target: under 30 s after loading on an idle 2-core CPU. Prints the time of each stage: probes,
+attention scores per probe, thresholds and summaries, weights, the induction and previous-token
+causal checks, classification, and the total. The sub-stages of score_heads and causal_checks are
+timed from their progress callbacks (the time from a stage's first call to its last).
+
+--against REV also runs the benchmark with circuits/ as of git revision REV (in a subprocess, back to
+back with this one, same arguments) and prints both profiles side by side: on a shared machine,
+compare these rather than absolute seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 import interp
 from circuits import heads
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def profile(model_name: str, n_samples: int, threads: int) -> dict[str, float]:
+    """Seconds per stage of head_report's pipeline (circuits/heads/pipeline.py), and "total"."""
+    torch.set_num_threads(threads)
+    model = interp.load_model(model_name)
+    stages: dict[str, float] = {}
+    spans: dict[str, list[float]] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        span = spans.setdefault(stage, [now, now])
+        span[1] = now
+
+    def timed(name, fn, *fn_args, **fn_kwargs):
+        began = time.perf_counter()
+        out = fn(*fn_args, **fn_kwargs)
+        stages[name] = time.perf_counter() - began
+        return out
+
+    def sub_stages(parent: str, began: float) -> None:
+        """Split stages[parent] by the progress spans reported during it (the rest: `parent` rest)."""
+        inside = 0.0
+        for stage, (first, last) in spans.items():
+            if first >= began:
+                stages[f"  {stage}"] = last - first
+                inside += last - first
+        stages[f"  {parent} (rest)"] = stages[parent] - inside
+
+    probes = timed("make_probes", heads.make_probes, model, n_samples)
+    began, spans = time.perf_counter(), {}
+    scores = timed("score_heads", heads.score_heads, model, probes, progress=progress)
+    sub_stages("score_heads", began)
+    weights = timed("weight_scores", heads.weight_scores, model, scores.candidates("previous_token", 12))
+    began, spans = time.perf_counter(), {}
+    effects = timed("causal_checks", heads.causal_checks, model, probes, scores, progress=progress)
+    sub_stages("causal_checks", began)
+    table = timed("classify", heads.classify, scores, weights, effects)
+    stages["total"] = sum(seconds for name, seconds in stages.items() if not name.startswith(" "))
+    for name in heads.SCORE_NAMES:
+        count = int(table["types"].apply(lambda types, name=name: name in types).sum())
+        print(f"{name}: {count} heads", file=sys.stderr)
+    found = effects["induction"].all_candidates if effects else None
+    print(f"induction candidates ablated together: {found}", file=sys.stderr)
+    return stages
+
+
+def profile_at(rev: str, args: argparse.Namespace) -> dict[str, float]:
+    """The profile with circuits/ as of `rev` (the rest of the tree as it is), in a subprocess."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", rev, "circuits"], cwd=ROOT, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, str(ROOT)]))
+        command = [sys.executable, __file__, "--model", args.model, "--n-samples", str(args.n_samples)]
+        command += ["--threads", str(args.threads), "--json"]
+        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -21,36 +95,26 @@ def main() -> None:
     parser.add_argument("--model", default=interp.DEFAULT_MODEL)
     parser.add_argument("--n-samples", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--against", metavar="REV", help="also profile circuits/ at this git revision")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one line, for --against
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
 
-    start = time.perf_counter()
-    model = interp.load_model(args.model)
-    print(f"load: {time.perf_counter() - start:.1f} s")
-
-    stages: dict[str, float] = {}
-
-    def timed(name, fn, *fn_args):
-        began = time.perf_counter()
-        out = fn(*fn_args)
-        stages[name] = time.perf_counter() - began
-        return out
-
-    # head_report's pipeline (circuits/heads/pipeline.py), one stage at a time
-    probes = timed("make_probes", heads.make_probes, model, args.n_samples)
-    scores = timed("score_heads", heads.score_heads, model, probes)
-    weights = timed("weight_scores", heads.weight_scores, model, scores.candidates("previous_token", 12))
-    effects = timed("causal_checks", heads.causal_checks, model, probes, scores)
-    table = timed("classify", heads.classify, scores, weights, effects)
-    total = sum(stages.values())
-    for name, seconds in stages.items():
-        print(f"{name}: {seconds:.1f} s")
-    print(f"head_report total: {total:.1f} s ({'under' if total < 120 else 'OVER'} the 120 s target)")
-    for name in heads.SCORE_NAMES:
-        print(f"{name}: {int(table['types'].apply(lambda types, name=name: name in types).sum())} heads")
-    print(
-        f"induction candidates ablated together: {effects['induction'].all_candidates if effects else None}"
-    )
+    if args.json:
+        print(json.dumps(profile(args.model, args.n_samples, args.threads)))
+        return
+    profiles = {}
+    if args.against:
+        profiles[args.against] = profile_at(args.against, args)
+    profiles["this tree"] = profile(args.model, args.n_samples, args.threads)
+    names = list(dict.fromkeys(name for found in profiles.values() for name in found))
+    names.remove("total")
+    print(f"{'stage (s)':40s}" + "".join(f"{label[:12]:>14s}" for label in profiles))
+    for name in [*names, "total"]:
+        print(
+            f"{name:40s}" + "".join(f"{found.get(name, float('nan')):14.1f}" for found in profiles.values())
+        )
+    total = profiles["this tree"]["total"]
+    print(f"head_report total: {total:.1f} s ({'under' if total <= 30 else 'OVER'} the 30 s target)")
 
 
 if __name__ == "__main__":

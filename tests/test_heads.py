@@ -360,3 +360,61 @@ def test_planted_skip_gram_head_is_found():
     assert table.loc[0, "skip_gram_pair"] == f"t{QUERY} -> t{KEY}"
     assert table.loc[0, "skip_gram"] > report.thresholds["skip_gram"] + 0.3
     assert table.loc[0, "fixed_offset"] < report.thresholds["fixed_offset"]  # it follows content
+
+
+def test_causal_checks_equal_full_ablated_forward_passes():
+    """The causal checks' runs (one clean run, shared first blocks, rows cut per repeat length) give
+    what whole forward passes of the whole probe with the heads mean-ablated give."""
+    from circuits.heads.causal import induction_ablation_effects, previous_token_ablation_effects
+    from interp.interventions.ablation import ablate
+
+    model = interp.load_model("toy-induction")
+    probe = make_probes(model, n_samples=6, seed=1).repeated
+    assert len(probe.lengths.unique()) > 1  # rows of different lengths: cut runs are tested
+    tokens = probe.tokens
+    z_names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+    _, reference = model.run_with_cache(tokens, names_filter=z_names, return_type=None)
+    second = probe.second_copy_predictions()
+
+    @torch.no_grad()
+    def loss(heads) -> torch.Tensor:
+        with ablate(model, heads=heads, method="mean", reference=reference):
+            logits = model(tokens)
+        per_token = torch.nn.functional.cross_entropy(
+            logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
+        )
+        return (per_token * second).sum(-1) / second.sum(-1)
+
+    @torch.no_grad()
+    def induction_score(heads, targets) -> torch.Tensor:
+        names = [interp.act_name("pattern", layer) for layer, _ in targets]
+        with ablate(model, heads=heads, method="mean", reference=reference):
+            _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
+        masks = {"induction": score_masks(tokens, probe.lengths)["induction"]}
+        scores = [
+            pattern_scores(cache["pattern", layer][:, [head]], masks, probe.lengths)["induction"][:, 0]
+            for layer, head in targets
+        ]
+        return torch.stack(scores).mean(0)
+
+    candidates = [(1, 0), (1, 2), (1, 3)]
+    found = induction_ablation_effects(model, probe, candidates)
+    clean = loss([])
+    for head in candidates:
+        others = [h for h in candidates if h != head]
+        assert found.alone[head][0] == pytest.approx(float((loss([head]) - clean).mean()), abs=1e-5)
+        expected = float((loss(candidates) - loss(others)).mean())
+        assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
+    assert found.all_candidates[0] == pytest.approx(float((loss(candidates) - clean).mean()), abs=1e-5)
+    assert found.all_candidates[0] > 0.1  # the effects tested are not all zero
+
+    sources, targets = [(0, 0), (0, 1), (0, 3)], [(1, 1), (1, 2)]
+    found = previous_token_ablation_effects(model, probe, sources, targets)
+    clean = induction_score([], targets)
+    for head in sources:
+        expected = float((clean - induction_score([head], targets)).mean())
+        assert found.alone[head][0] == pytest.approx(expected, abs=1e-5)
+        others = [h for h in sources if h != head]
+        expected = float((induction_score(others, targets) - induction_score(sources, targets)).mean())
+        assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
+    assert found.all_candidates[0] > 0.01

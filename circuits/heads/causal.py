@@ -11,6 +11,13 @@ minimality: what the head adds once its stand-ins are gone).
 
 A candidate is confirmed if either way its effect exceeds CONFIRM_SE standard errors (over probe
 sequences) and MIN_EFFECT (a significant but negligible effect confirms nothing).
+
+Runs: one clean run of the probe serves both checks (`clean_run`). Every set of heads to ablate is
+known before any is run, so the ablated runs share work (`_ablated_runs`): each starts at its first
+ablated block from the clean residual stream, runs that ablate the same heads in their first blocks
+compute those once, the previous-token check stops after the last target's block and takes the
+patterns only where an ablation changed them, and the probe's rows run per repeat length, cut to
+the longest of them (attention is causal: the padding after it changes nothing before it).
 """
 
 from __future__ import annotations
@@ -26,8 +33,6 @@ from torch import Tensor
 import interp
 from circuits.heads.probes import Probe, Probes
 from circuits.heads.scores import HeadScores, StageProgress, pattern_scores, score_masks, stage_progress
-from interp.interventions.ablation import ablation_hooks
-from interp.model.cache import ActivationCache
 from interp.types import Head, Progress
 
 CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
@@ -57,13 +62,6 @@ class CausalEffects:
         )
 
 
-def _mean_ablation_hooks(
-    model: interp.HookedTransformer, heads: Sequence[Head], cache: ActivationCache
-) -> list:
-    """Hooks replacing each head's z by its mean over the probe batch, per position (from `cache`)."""
-    return ablation_hooks(model, heads=heads, method="mean", reference=cache)
-
-
 def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
     values = values.double()
     se = float(values.std() / math.sqrt(len(values))) if len(values) > 1 else float("nan")
@@ -72,70 +70,206 @@ def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
 
 def _candidate_effects(
     heads: Sequence[Head],
-    measure: Callable[[Sequence[Head]], Float[Tensor, " batch"]],
+    measure: Callable[[list[list[Head]]], list[Float[Tensor, " batch"]]],
     sign: int,
     min_effect: float,
-    progress: Progress | None,
 ) -> CausalEffects:
-    """measure(ablated heads) -> per-sequence measurement; an effect is sign * (measurement with the
-    heads ablated - measurement without them), for each head alone, each head on top of the other
-    candidates, and all candidates. Each set of heads is measured once; progress(sets done, sets)."""
-    measured: dict[frozenset, Tensor] = {}
+    """measure(head sets) -> per set, the per-sequence measurement with those heads ablated; an effect
+    is sign * (measurement with the heads ablated - measurement without them), for each head alone,
+    each head on top of the other candidates, and all candidates. Each set is measured once, all in
+    one call (so that runs can share their first blocks)."""
+    sets = {frozenset(): [], frozenset(heads): sorted(heads)}
+    for head in heads:
+        sets.setdefault(frozenset([head]), [head])
+        others = sorted(h for h in heads if h != head)
+        sets.setdefault(frozenset(others), others)
+    measured = dict(zip(sets, measure(list(sets.values())), strict=True))
 
     def effect(ablated: Sequence[Head], baseline: Sequence[Head] = ()) -> Effect:
-        for heads_ in (ablated, baseline):
-            if frozenset(heads_) not in measured:
-                measured[frozenset(heads_)] = measure(sorted(heads_))
         return _mean_se(sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)]))
 
-    total = 2 * len(heads) + 1
-    if progress:
-        progress(0, total)
-    alone, with_others = {}, {}
-    for head in heads:
-        alone[head] = effect([head])
-        if progress:
-            progress(len(alone), total)
-    for head in heads:
-        others = [h for h in heads if h != head]
-        with_others[head] = effect(heads, others) if others else alone[head]
-        if progress:
-            progress(len(heads) + len(with_others), total)
-    group = effect(heads)
-    if progress:
-        progress(total, total)
-    return CausalEffects(alone, with_others, group, min_effect)
+    alone = {head: effect([head]) for head in heads}
+    with_others = {
+        head: effect(heads, [h for h in heads if h != head]) if len(heads) > 1 else alone[head]
+        for head in heads
+    }
+    return CausalEffects(alone, with_others, effect(heads), min_effect)
+
+
+@dataclass
+class CleanRun:
+    """What the ablated runs of a probe start from and compare with, from one unablated run: the
+    residual stream before the blocks whose heads are ablated, the mean of their hook_z over the
+    probe's sequences per position (the mean ablation's values), attention patterns, and the
+    residual stream after the last block (None where not asked for)."""
+
+    resid_pre: dict[int, Float[Tensor, "batch pos d_model"]]
+    z_mean: dict[int, Float[Tensor, "1 pos head d_head"]]
+    patterns: dict[int, Float[Tensor, "batch head q k"]]
+    final: Float[Tensor, "batch pos d_model"] | None
+
+
+@torch.inference_mode()
+def clean_run(
+    model: interp.HookedTransformer,
+    probe: Probe,
+    ablated_layers: Sequence[int],
+    pattern_layers: Sequence[int] = (),
+    final: bool = False,
+) -> CleanRun:
+    """One unablated run of `probe`, caching what ablations of heads in `ablated_layers` need."""
+    layers = sorted(set(ablated_layers))
+    names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
+    names += [interp.act_name("pattern", layer) for layer in sorted(set(pattern_layers))]
+    last = interp.act_name("resid_post", model.cfg.n_layers - 1)
+    _, cache = model.run_with_cache(
+        probe.tokens.to(model.device), names_filter=names + [last] * final, return_type=None
+    )
+    return CleanRun(
+        resid_pre={layer: cache["resid_pre", layer] for layer in layers},
+        z_mean={layer: cache["z", layer].mean(0, keepdim=True) for layer in layers},
+        patterns={layer: cache["pattern", layer] for layer in pattern_layers},
+        final=cache[last] if final else None,
+    )
+
+
+def _row_groups(probe: Probe) -> list[tuple[Tensor, int]]:
+    """(rows, width) per repeat length (all rows if none): the rows run together, cut to the longest
+    of them (right padding after it cannot change earlier positions: attention is causal)."""
+    kinds = (
+        probe.repeat_len if probe.repeat_len is not None else torch.zeros(len(probe.tokens), dtype=torch.long)
+    )
+    groups = []
+    for kind in kinds.unique().tolist():
+        rows = (kinds == kind).nonzero()[:, 0]
+        groups.append((rows, int(probe.lengths[rows].max())))
+    return groups
+
+
+Walked = tuple[Tensor | None, dict[int, Tensor]]
+"""(residual stream before the stop block, None where nothing was ablated before it; the patterns of
+the asked-for layers that the ablation changed)."""
+
+
+def _ablated_runs(
+    model: interp.HookedTransformer,
+    clean: CleanRun,
+    head_sets: Sequence[Sequence[Head]],
+    rows: Tensor,
+    width: int,
+    stop: int,
+    pattern_layers: Sequence[int] = (),
+    progress: Callable[[], None] | None = None,
+) -> list[Walked]:
+    """Blocks up to `stop` with each set of heads mean-ablated, on `rows` of the clean run's probe cut
+    to `width` positions. A run starts at its first ablated block from the clean residual stream, and
+    runs that ablate the same heads in the first blocks share them (depth first, so few residual
+    streams are held at once). progress() is called as each set's run ends."""
+    n_heads = model.cfg.n_heads
+    results: list[Walked | None] = [None] * len(head_sets)
+
+    def at(layer: int, i: int) -> tuple[int, ...]:
+        return tuple(sorted(h for layer_, h in head_sets[i] if layer_ == layer))
+
+    def block(
+        resid: Tensor, layer: int, heads: tuple[int, ...], capture: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        hooks, captured = [], []
+        if heads:
+            value = clean.z_mean[layer][:, :width]
+            mask = torch.zeros(n_heads, dtype=torch.bool, device=value.device)
+            mask[list(heads)] = True
+            mask = mask[:, None]  # [head, 1]: broadcasts over [batch, pos, head, d_head]
+
+            def ablate(act: Tensor, hook) -> Tensor:
+                return torch.where(mask, value.to(act.dtype), act)
+
+            hooks.append((interp.act_name("z", layer), ablate))
+        if capture:
+            hooks.append((interp.act_name("pattern", layer), lambda act, hook: captured.append(act)))
+        with model.hooks(fwd_hooks=hooks):
+            out = model(resid, start_at_layer=layer, stop_at_layer=layer + 1)
+        return out, (captured[0] if captured else None)
+
+    def descend(indices: list[int], resid: Tensor | None, layer: int, patterns: dict[int, Tensor]) -> None:
+        while resid is None and layer < stop and not any(at(layer, i) for i in indices):
+            layer += 1  # still the clean run: nothing to compute
+        if layer >= stop:
+            for i in indices:
+                results[i] = (resid, patterns)
+                if progress:
+                    progress()
+            return
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i in indices:
+            groups.setdefault(at(layer, i), []).append(i)
+        for heads, sub in groups.items():
+            if resid is None and not heads:
+                descend(sub, None, layer + 1, patterns)
+                continue
+            parent = clean.resid_pre[layer][rows, :width] if resid is None else resid
+            # A pattern changes only if something was ablated in an earlier block.
+            out, pattern = block(parent, layer, heads, resid is not None and layer in pattern_layers)
+            descend(sub, out, layer + 1, patterns if pattern is None else patterns | {layer: pattern})
+
+    descend(list(range(len(head_sets))), None, 0, {})
+    return results  # type: ignore[return-value]
+
+
+def _counter(progress: Progress | None, total: int) -> Callable[[], None] | None:
+    """progress(done, total) as a callable that counts one more run done."""
+    if progress is None:
+        return None
+    done = [0]
+    progress(0, total)
+
+    def step() -> None:
+        done[0] += 1
+        progress(done[0], total)
+
+    return step
 
 
 @torch.inference_mode()
 def induction_ablation_effects(
-    model: interp.HookedTransformer, probe: Probe, heads: Sequence[Head], progress: Progress | None = None
+    model: interp.HookedTransformer,
+    probe: Probe,
+    heads: Sequence[Head],
+    progress: Progress | None = None,
+    clean: CleanRun | None = None,
 ) -> CausalEffects:
     """Loss increase on the second copies (nats) when candidate heads are mean-ablated: each alone,
-    each with the other candidates ablated, all together."""
-    tokens = probe.tokens.to(model.device)
+    each with the other candidates ablated, all together. `clean`: the probe's clean run (with the
+    candidates' layers and the final residual stream), if already made."""
     n_layers = model.cfg.n_layers
-    layers = sorted({layer for layer, _ in heads})
-    names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
-    final = interp.act_name("resid_post", n_layers - 1)
-    _, cache = model.run_with_cache(tokens, names_filter=names + [final], return_type=None)
+    if clean is None:
+        clean = clean_run(model, probe, [layer for layer, _ in heads], final=True)
+    tokens = probe.tokens.to(model.device)
     second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
-    rows, pos = second.nonzero(as_tuple=True)  # predictions on the second copies
-    targets = tokens[rows, pos + 1]
+    groups = _row_groups(probe)
 
-    def loss(ablated: Sequence[Head]) -> Float[Tensor, " batch"]:
+    def measure(head_sets: list[list[Head]]) -> list[Tensor]:
         """Mean loss per sequence on its second copy (logits only where it is scored)."""
-        resid = cache[final]
-        if ablated:
-            start = min(layer for layer, _ in ablated)
-            with model.hooks(fwd_hooks=_mean_ablation_hooks(model, ablated, cache)):
-                resid = model(cache["resid_pre", start], start_at_layer=start, stop_at_layer=n_layers)
-        logits = model.unembed(model.ln_final(resid[rows, pos][:, None]))[:, 0]  # [n_scored, d_vocab]
-        per_token = torch.zeros(second.shape, dtype=torch.float32, device=second.device)
-        per_token[rows, pos] = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
-        return (per_token.sum(-1) / second.sum(-1)).float().cpu()
+        values = torch.zeros(len(head_sets), len(tokens))
+        step = _counter(progress, len(head_sets) * len(groups))
+        for rows, width in groups:
+            runs = _ablated_runs(
+                model, clean, head_sets, rows.to(model.device), width, n_layers, progress=step
+            )
+            scored = second[rows.to(model.device), : width - 1]
+            r, pos = scored.nonzero(as_tuple=True)
+            targets = tokens[rows.to(model.device)][r, pos + 1]
+            for i, (resid, _) in enumerate(runs):
+                resid = clean.final[rows.to(model.device), :width] if resid is None else resid
+                logits = model.unembed(model.ln_final(resid[r, pos][:, None]))[:, 0]  # [n_scored, d_vocab]
+                per_token = torch.zeros(scored.shape, dtype=torch.float32, device=scored.device)
+                per_token[r, pos] = torch.nn.functional.cross_entropy(
+                    logits.float(), targets, reduction="none"
+                )
+                values[i, rows] = (per_token.sum(-1) / scored.sum(-1)).float().cpu()
+        return list(values)
 
-    return _candidate_effects(heads, loss, 1, MIN_EFFECT["induction"], progress)
+    return _candidate_effects(heads, measure, 1, MIN_EFFECT["induction"])
 
 
 @torch.inference_mode()
@@ -145,46 +279,53 @@ def previous_token_ablation_effects(
     heads: Sequence[Head],
     targets: Sequence[Head],
     progress: Progress | None = None,
+    clean: CleanRun | None = None,
 ) -> CausalEffects:
     """Drop in the mean induction score of the `targets` (induction heads) in layers after the
     earliest candidate when candidates are mean-ablated: each alone, each with the other candidates
-    ablated, all together. Candidates in or after the last target's layer are not tested."""
+    ablated, all together. Candidates in or after the last target's layer are not tested. `clean`:
+    the probe's clean run (with the candidates' layers and the targets' patterns), if already made."""
     heads = [head for head in heads if any(lt > head[0] for lt, _ in targets)]
     start = min((layer for layer, _ in heads), default=0)
     later = [target for target in targets if target[0] > start]
     if not heads or not later:
         return CausalEffects({}, {}, (float("nan"), float("nan")), MIN_EFFECT["previous_token"])
-    masks = {"induction": score_masks(probe.tokens, probe.lengths)["induction"]}
     target_layers = sorted({layer for layer, _ in later})
-    names = [
-        interp.act_name(kind, layer) for layer in sorted({h[0] for h in heads}) for kind in ("resid_pre", "z")
-    ]
-    names += [interp.act_name("pattern", layer) for layer in target_layers]
-    _, cache = model.run_with_cache(probe.tokens.to(model.device), names_filter=names, return_type=None)
+    if clean is None:
+        clean = clean_run(model, probe, [layer for layer, _ in heads], target_layers)
+    groups = _row_groups(probe)
 
-    def target_score(ablated: Sequence[Head]) -> Float[Tensor, " batch"]:
-        """Mean induction score of the later targets with `ablated` mean-ablated."""
-        patterns = {layer: cache["pattern", layer] for layer in target_layers}
-        first = min((layer for layer, _ in ablated), default=max(target_layers) + 1)
-        affected = [layer for layer in target_layers if layer > first]  # earlier ones stay clean
-        if affected:
-            with model.hooks(fwd_hooks=_mean_ablation_hooks(model, ablated, cache)):
-                _, run = model.run_with_cache(
-                    cache["resid_pre", first],
-                    names_filter=[interp.act_name("pattern", layer) for layer in affected],
-                    start_at_layer=first,
-                    stop_at_layer=max(affected) + 1,
-                )
-            patterns.update({layer: run["pattern", layer] for layer in affected})
-        per_target = [
-            pattern_scores(patterns[lt][:, ht : ht + 1].float().cpu(), masks, probe.lengths)["induction"][
-                :, 0
-            ]
-            for lt, ht in later
-        ]
-        return torch.stack(per_target).mean(0)
+    def measure(head_sets: list[list[Head]]) -> list[Tensor]:
+        """Mean induction score of the later targets per sequence, with each set mean-ablated."""
+        values = torch.zeros(len(head_sets), len(probe.tokens))
+        step = _counter(progress, len(head_sets) * len(groups))
+        for rows, width in groups:
+            lengths = probe.lengths[rows]
+            masks = {"induction": score_masks(probe.tokens[rows, :width], lengths)["induction"]}
+            device_rows = rows.to(model.device)
+            runs = _ablated_runs(
+                model, clean, head_sets, device_rows, width, max(target_layers) + 1, target_layers, step
+            )
+            clean_scores: dict[Head, Tensor] = {}
 
-    return _candidate_effects(heads, target_score, -1, MIN_EFFECT["previous_token"], progress)
+            def score(pattern: Tensor, head: int, masks=masks, lengths=lengths) -> Tensor:
+                scored = pattern_scores(pattern[:, head : head + 1].float().cpu(), masks, lengths)
+                return scored["induction"][:, 0]
+
+            for i, (_, patterns) in enumerate(runs):
+                per_target = []
+                for lt, ht in later:
+                    if lt in patterns:
+                        per_target.append(score(patterns[lt], ht))
+                    else:
+                        if (lt, ht) not in clean_scores:
+                            pattern = clean.patterns[lt][device_rows][:, :, :width, :width]
+                            clean_scores[lt, ht] = score(pattern, ht)
+                        per_target.append(clean_scores[lt, ht])
+                values[i, rows] = torch.stack(per_target).mean(0)
+        return list(values)
+
+    return _candidate_effects(heads, measure, -1, MIN_EFFECT["previous_token"])
 
 
 def causal_checks(
@@ -200,15 +341,20 @@ def causal_checks(
     induction = scores.candidates("induction", max_candidates)
     if not induction:
         return {}
+    previous_token = scores.candidates("previous_token", max_candidates)
+    # One clean run for both checks: the targets of the previous-token check are induction candidates.
+    layers = [layer for layer, _ in induction + previous_token]
+    clean = clean_run(model, probes.repeated, layers, [layer for layer, _ in induction], final=True)
     induction_effects = induction_ablation_effects(
-        model, probes.repeated, induction, stage_progress(progress, "Ablating induction candidates")
+        model, probes.repeated, induction, stage_progress(progress, "Ablating induction candidates"), clean
     )
     confirmed = [head for head in induction if induction_effects.confirmed(head)]
     previous_token_effects = previous_token_ablation_effects(
         model,
         probes.repeated,
-        scores.candidates("previous_token", max_candidates),
+        previous_token,
         confirmed or induction,
         stage_progress(progress, "Ablating previous-token candidates"),
+        clean,
     )
     return {"induction": induction_effects, "previous_token": previous_token_effects}

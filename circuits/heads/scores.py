@@ -162,8 +162,9 @@ def probe_patterns(
     sequence's patterns).
 
     score(pattern [batch, head, q, k], tokens, lengths) -> {name: [rows, head, ...]}, where rows is
-    the batch or anything else that concatenates over batches. Only hook_pattern is cached, one
-    batch at a time; progress(sequences done, sequences).
+    the batch or anything else that concatenates over batches (a batch's tokens and pattern are cut
+    to its longest sequence). Only hook_pattern is cached, one batch at a time; progress(sequences
+    done, sequences).
     """
     cfg = model.cfg
     per_batch: list[dict[str, Tensor]] = []
@@ -174,8 +175,9 @@ def probe_patterns(
     if progress:
         progress(0, total)
     for start in range(0, total, batch_size):
-        tokens = probe.tokens[start : start + batch_size]
         lengths = probe.lengths[start : start + batch_size]
+        # Cut to the batch's longest sequence: right padding after it cannot change earlier positions.
+        tokens = probe.tokens[start : start + batch_size, : int(lengths.max())]
         _, cache = model.run_with_cache(tokens.to(model.device), names_filter=pattern_names, return_type=None)
         layer_scores = [
             score(cache["pattern", layer].float().cpu(), tokens, lengths) for layer in range(cfg.n_layers)
@@ -276,7 +278,11 @@ def score_heads(
         return skip_gram_masses(pattern, torch.searchsorted(types, tokens.contiguous()), lengths, len(types))
 
     def random_scores(pattern: Tensor, tokens: Tensor, lengths: Tensor) -> dict[str, Tensor]:
-        found = {"offsets": fixed_offset_scores(pattern, lengths)}
+        offsets = fixed_offset_scores(pattern, lengths)
+        width = probes.random.tokens.shape[1]  # NaN at offsets a cut batch is too short for, as uncut
+        found = {
+            "offsets": torch.nn.functional.pad(offsets, (0, width - offsets.shape[-1]), value=float("nan"))
+        }
         return found | ({} if probes.text is not None else {"mass": skip_gram_mass(pattern, tokens, lengths)})
 
     def text_scores(pattern: Tensor, tokens: Tensor, lengths: Tensor) -> dict[str, Tensor]:

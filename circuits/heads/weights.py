@@ -44,14 +44,6 @@ def copying_scores(model: interp.HookedTransformer) -> Float[Tensor, "layer head
     return scores
 
 
-def _frobenius_composition(
-    A: Float[Tensor, "d e"], M: Float[Tensor, "... e f"], B: Float[Tensor, "d f"]
-) -> Float[Tensor, "..."]:
-    """||A M B^T||_F via small Gram matrices."""
-    AtA, BtB = A.T @ A, B.T @ B
-    return torch.einsum("...ef,eg,...gh,hf->...", M, AtA, M, BtB).clamp_min(0).sqrt()
-
-
 @torch.inference_mode()
 def k_composition_scores(
     model: interp.HookedTransformer, sources: Sequence[Head]
@@ -63,23 +55,29 @@ def k_composition_scores(
     what p writes.
     """
     cfg = model.cfg
+    scores = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+    if not sources:
+        return scores
     W_Q, W_K = model.W_Q.detach().float().cpu(), model.W_K.detach().float().cpu()
     W_V, W_O = model.W_V.detach().float().cpu(), model.W_O.detach().float().cpu()
-    eye = torch.eye(cfg.d_head)
-    ln1 = [_norm_weight(block.ln1, cfg.d_model)[:, None] for block in model.blocks]
-    ov = {(lp, hp): (W_V[lp, hp] * ln1[lp], W_O[lp, hp]) for lp, hp in sources}  # V [d_model, d_head], O
-    ov_norm = {src: ((V.T @ V) * (W @ W.T)).sum().sqrt() for src, (V, W) in ov.items()}  # ||V O||_F
-    scores = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
+    ln1 = torch.stack([_norm_weight(block.ln1, cfg.d_model) for block in model.blocks])[:, None, :, None]
+    Q, K = W_Q * ln1, W_K * ln1  # [layer, head, d_model, d_head]
+    QtQ, KtK = Q.mT @ Q, K.mT @ K  # Gram matrices [layer, head, d_head, d_head]
+    source_layers = torch.tensor([layer for layer, _ in sources])
+    V = torch.stack([W_V[lp, hp] * ln1[lp, 0] for lp, hp in sources])  # [source, d_model, d_head]
+    W = torch.stack([W_O[lp, hp] for lp, hp in sources])  # [source, d_head, d_model]
+    VtV, WWt = V.mT @ V, W @ W.mT
+    ov_norm = (VtV * WWt).sum((-2, -1)).sqrt()  # ||V O||_F per source
+    qk_norm = (QtQ * KtK.mT).sum((-2, -1)).clamp_min(0).sqrt()  # ||Q K^T||_F [layer, head]
     for layer in range(cfg.n_layers):
-        earlier = [src for src in ov if src[0] < layer]
-        for head in range(cfg.n_heads) if earlier else ():
-            Q, K = W_Q[layer, head] * ln1[layer], W_K[layer, head] * ln1[layer]
-            qk_norm = _frobenius_composition(Q, eye, K)
-            # QK_h OV_p^T = Q (K^T O^T) V^T
-            values = [
-                _frobenius_composition(Q, K.T @ ov[src][1].T, ov[src][0]) / ov_norm[src] for src in earlier
-            ]
-            scores[layer, head] = float(torch.stack(values).max() / qk_norm)
+        earlier = (source_layers < layer).nonzero()[:, 0]
+        if not len(earlier):
+            continue
+        # QK_h OV_p^T = Q (K^T O^T) V^T, so ||.||_F^2 = trace(M^T QtQ M VtV) with M = K^T O^T
+        M = K[layer].mT[:, None] @ W[earlier].mT[None]  # [head, source, d_head, d_head]
+        squared = (M * (QtQ[layer][:, None] @ M @ VtV[earlier][None])).sum((-2, -1))
+        values = squared.clamp_min(0).sqrt() / ov_norm[earlier]  # [head, source]
+        scores[layer] = values.max(-1).values / qk_norm[layer]
     return scores
 
 
