@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_pair as check_token_pair
 from interp.interventions.metrics import Metric
 from interp.model.cache import act_name
 from interp.model.transformer import HookedTransformer
@@ -388,10 +389,5 @@ def resid_stack(model: HookedTransformer, cache: Mapping[str, Tensor]) -> list[T
 def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tensor]:
     """Clean and corrupted prompts (text or token ids) as token batches of one [batch, pos] shape."""
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
-    if clean.shape != corrupted.shape:
-        raise ValueError(
-            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} tokens must have the same "
-            "[batch, pos] shape: pair each clean prompt with one corrupted prompt of the same length "
-            "(right-pad prompt pairs of different lengths with interp.edges.pad_pair)"
-        )
+    check_token_pair(clean, corrupted)
     return clean, corrupted

@@ -47,7 +47,15 @@ def logits_at(logits: Float[Tensor, "batch pos d_vocab"], pos: Pos = None) -> Fl
 
 def _token_values(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Float[Tensor, " batch"]:
     """values[b, tokens[b]] for tokens [batch], or the mean over answers for tokens [batch, n]."""
-    tokens = torch.as_tensor(tokens, device=values.device).long()
+    tokens = torch.as_tensor(tokens, device=values.device)
+    if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.is_complex():
+        raise TypeError(f"answer tokens must be integer token ids, got dtype {tokens.dtype}; pass token ids")
+    tokens = tokens.long()
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= values.shape[-1]):
+        raise ValueError(
+            f"answer token ids must lie in [0, {values.shape[-1]}) (negative ids are not counted from the "
+            f"end), got {tokens.min().item()}..{tokens.max().item()}; pass ids from model.to_single_token"
+        )
     if tokens.ndim == 0:
         tokens = tokens.expand(values.shape[0])
     if tokens.shape[0] != values.shape[0] or tokens.ndim > 2:

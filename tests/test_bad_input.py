@@ -1,0 +1,182 @@
+"""Bad inputs get a clear error at the boundary (interp.checks), never a silent wrong answer.
+
+Real small models built from interp.Config; no mocks. Each class of bad input is parametrised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+
+import interp
+from interp import ablation, checks, edges, metrics
+
+BATCH, POS = 3, 6
+
+
+@pytest.fixture(scope="module")
+def model() -> interp.HookedTransformer:
+    torch.manual_seed(0)
+    return interp.HookedTransformer(tiny_config(n_layers=2, d_mlp=40)).eval()
+
+
+@pytest.fixture(scope="module")
+def data(model):
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(model.cfg.d_vocab, (BATCH, POS), generator=generator)
+    metric = lambda logits: metrics.logit_diff(logits, tokens[:, 0], tokens[:, 1])  # noqa: E731
+    return tokens, metric
+
+
+# --- 1. interp.checks: one message style -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heads", "error", "message"),
+    [
+        ([(0, 1.5)], TypeError, "must be an integer"),
+        ([(0.0, 1)], TypeError, "must be an integer"),
+        ([(True, 1)], TypeError, "bool"),
+        ([("0", 1)], TypeError, "must be an integer"),
+        ([(0,)], TypeError, r"\(layer, head\) pair"),
+        ([(2, 0)], ValueError, "out of range"),
+        ([(0, 4)], ValueError, "out of range"),
+        ([(-1, 0)], ValueError, "out of range"),
+        ([(99, 99)], ValueError, "out of range"),
+        ("L0H1", TypeError, "sequence"),
+    ],
+)
+def test_check_heads_refuses(heads, error, message):
+    with pytest.raises(error, match=message):
+        checks.check_heads(tiny_config(), heads)
+
+
+def test_check_heads_accepts_integer_kinds():
+    heads = [(0, 1), (torch.tensor(1), torch.tensor(3)), [1, 2]]
+    assert checks.check_heads(tiny_config(), heads) == [(0, 1), (1, 3), (1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "error", "message"),
+    [
+        (torch.zeros(0, 4, dtype=torch.long), ValueError, "empty"),
+        (torch.zeros(2, 0, dtype=torch.long), ValueError, "empty"),
+        (torch.zeros(2, 4), ValueError, "integer"),
+        (torch.tensor([[1, -1]]), ValueError, r"\[0, 61\)"),
+        (torch.tensor([[1, 61]]), ValueError, r"\[0, 61\)"),
+        (torch.zeros(1, 2, 3, dtype=torch.long), ValueError, "batch, pos"),
+        ([[1, 2]], TypeError, "tensor"),
+        (torch.zeros(1, 33, dtype=torch.long), ValueError, "context of 32"),
+    ],
+)
+def test_check_tokens_refuses(tokens, error, message):
+    with pytest.raises(error, match=message):
+        checks.check_tokens(tiny_config(), tokens, max_pos=32)
+
+
+@pytest.mark.parametrize("ids", [-1, [3, -2], torch.tensor([61]), 1000])
+def test_check_token_ids_refuses_negative_and_too_large_ids(ids):
+    with pytest.raises(ValueError, match="out of range"):
+        checks.check_token_ids(tiny_config(), ids)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (1.0, TypeError, "tensor"),
+        (torch.zeros(()), ValueError, "one value per prompt"),
+        (torch.zeros(BATCH, 2), ValueError, "one value per prompt"),
+        (torch.tensor([0.0, float("nan"), 1.0]), ValueError, "not finite"),
+    ],
+)
+def test_check_metric_output_refuses(value, error, message):
+    with pytest.raises(error, match=message):
+        checks.check_metric_output(value, BATCH)
+
+
+@pytest.mark.parametrize(
+    ("clean", "corrupted", "message"),
+    [
+        (torch.zeros(2, 4, dtype=torch.long), torch.zeros(3, 4, dtype=torch.long), "same"),
+        (torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long), "same"),
+        (torch.zeros(0, 4, dtype=torch.long), torch.zeros(0, 4, dtype=torch.long), "empty"),
+    ],
+)
+def test_check_pair_refuses(clean, corrupted, message):
+    with pytest.raises(ValueError, match=message):
+        checks.check_pair(clean, corrupted)
+
+
+# --- 2. silent answers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        (dict(heads=[(0, 1.5)]), TypeError),
+        (dict(heads=[(0.0, 1)]), TypeError),
+        (dict(heads=[(0, -1)]), ValueError),
+        (dict(mlps=[1.0]), TypeError),
+        (dict(mlps=[-1]), ValueError),
+        (dict(neurons=[(0, 2.5)]), TypeError),
+        (dict(neurons=[(0, 40)]), ValueError),
+    ],
+)
+def test_ablating_non_integer_or_out_of_range_units_raises(model, data, kwargs, error):
+    tokens, _ = data
+    with pytest.raises(error):
+        ablation.ablation_hooks(model, method="zero", **kwargs)
+
+
+@pytest.mark.parametrize("circuit", [[(99, 99)], [(0, 4)], [(2, 0)], [(0, 1.5)], [(-1, 0)]])
+def test_faithfulness_of_a_circuit_outside_the_model_raises(model, data, circuit):
+    tokens, metric = data
+    with pytest.raises((ValueError, TypeError), match="head|integer"):
+        ablation.faithfulness(model, tokens, metric, circuit)
+
+
+@pytest.mark.parametrize("answers", [(-1, 0), (0, -1), (61, 0), (1.5, 0)])
+def test_metrics_refuse_answer_ids_outside_the_vocabulary(model, data, answers):
+    tokens, _ = data
+    logits = model(tokens)
+    correct = torch.full((BATCH,), answers[0])
+    incorrect = torch.full((BATCH,), answers[1])
+    with pytest.raises((ValueError, TypeError), match="answer token"):
+        metrics.logit_diff(logits, correct, incorrect)
+    with pytest.raises((ValueError, TypeError), match="answer token"):
+        metrics.logit_diff_metric(correct, incorrect)(logits)
+
+
+def test_metric_returning_a_scalar_is_refused(model, data):
+    tokens, metric = data
+    with pytest.raises(ValueError, match="one value per prompt"):
+        ablation.faithfulness(model, tokens, lambda logits: metric(logits).mean(), [(0, 1)])
+
+
+@pytest.mark.parametrize("ablation_kind", ["counterfactual", "zero"])
+def test_edge_faithfulness_of_identical_clean_and_corrupted_raises(model, data, ablation_kind):
+    tokens, metric = data
+    graph = edges.edge_graph(model)
+    circuit = torch.ones(graph.n_writers, graph.n_readers, dtype=torch.bool)
+    if ablation_kind == "counterfactual":
+        with pytest.raises(ValueError, match="identical"):
+            edges.faithfulness(model, tokens, tokens.clone(), metric, circuit)
+    else:  # zero ablation of a constant metric: the denominator is 0
+        with pytest.raises(ValueError, match="undefined"):
+            edges.faithfulness(model, tokens, tokens, lambda x: torch.zeros(len(x)), circuit, "zero")
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (1, 2, 2)])
+def test_edge_faithfulness_refuses_masks_of_another_graph(model, data, shape):
+    tokens, metric = data
+    corrupted = (tokens + 1) % model.cfg.d_vocab
+    with pytest.raises(ValueError, match="edge graph"):
+        edges.faithfulness(model, tokens, corrupted, metric, torch.ones(shape, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("gap", [0.0, 1e-9, float("nan")])
+def test_faithfulness_ratio_with_zero_denominator_raises(gap):
+    model_values = torch.tensor([1.0, 1.0]) + gap
+    with pytest.raises(ValueError, match="undefined"):
+        interp.interventions.stats.faithfulness_ratio(torch.tensor([[0.5, 0.5]]), model_values, torch.ones(2))
