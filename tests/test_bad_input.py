@@ -180,3 +180,65 @@ def test_faithfulness_ratio_with_zero_denominator_raises(gap):
     model_values = torch.tensor([1.0, 1.0]) + gap
     with pytest.raises(ValueError, match="undefined"):
         interp.interventions.stats.faithfulness_ratio(torch.tensor([[0.5, 0.5]]), model_values, torch.ones(2))
+
+
+# --- 2. prompts: no duplicates, never cut ------------------------------------------------------
+
+
+def _tokenizer_model(smollm2, n_ctx: int = 64) -> interp.HookedTransformer:
+    """A small random model carrying SmolLM2's tokenizer (no trained weights needed)."""
+    cfg = interp.Config(n_layers=1, d_model=8, n_heads=2, d_vocab=len(smollm2.tokenizer), n_ctx=n_ctx)
+    return interp.HookedTransformer(cfg, smollm2.tokenizer).eval()
+
+
+FEW = dict(templates=["Then, [B] and [A] went to the [PLACE]. [B] gave a [OBJECT] to [A]"],
+           names=["Mary", "John", "Tom", "James", "Paul"], places=["store"], objects=["drink"])  # fmt: skip
+
+
+@pytest.mark.parametrize("n_prompts", [41, 60, 1000])
+def test_ioi_dataset_refuses_more_prompts_than_distinct_ones(smollm2, n_prompts):
+    from interp.tasks.ioi import make_ioi_dataset
+
+    with pytest.raises(ValueError, match="only 40 distinct prompts"):
+        make_ioi_dataset(_tokenizer_model(smollm2), n_prompts, **FEW)
+
+
+@pytest.mark.parametrize("n_prompts", [10, 39, 40])
+def test_ioi_dataset_prompts_are_distinct(smollm2, n_prompts):
+    from interp.tasks.ioi import make_ioi_dataset
+
+    clean, _, _ = make_ioi_dataset(_tokenizer_model(smollm2), n_prompts, **FEW)
+    assert len(set(clean.texts)) == n_prompts
+    dupes, _, _ = make_ioi_dataset(_tokenizer_model(smollm2), 100, allow_duplicates=True, **FEW)
+    assert len(set(dupes.texts)) <= 40  # duplicates only when asked for
+
+
+@pytest.mark.parametrize("split", ["discovery", "heldout"])
+def test_ioi_splits_hold_no_duplicates(smollm2, split):
+    from interp.tasks.ioi import ioi_dataset_for
+
+    clean, _, _ = ioi_dataset_for(_tokenizer_model(smollm2), 300, seed=3, split=split)
+    assert len(set(clean.texts)) == 300
+
+
+@pytest.mark.parametrize("n_ctx", [8, 12])
+def test_ioi_prompts_longer_than_the_context_are_refused(smollm2, n_ctx):
+    from interp.tasks.ioi import make_ioi_dataset
+
+    with pytest.raises(ValueError, match=f"context of {n_ctx}"):
+        make_ioi_dataset(_tokenizer_model(smollm2, n_ctx), 4)
+
+
+@pytest.mark.parametrize(("n_ctx", "which"), [(8, "clean"), (12, "corrupted")])
+def test_edge_task_prompts_longer_than_the_context_are_refused(smollm2, tmp_path, n_ctx, which):
+    import json
+
+    from circuits.edge_circuits import edge_task
+
+    short, long = "The city of", "When Mary and John went to the store, John gave a drink to"
+    row = {"clean": long if which == "clean" else short, "corrupted": long, "correct": " Mary",
+           "incorrect": " John"}  # fmt: skip
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps(row), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"pair 1's {which} prompt is .* context of {n_ctx}"):
+        edge_task(_tokenizer_model(smollm2, n_ctx), str(path))

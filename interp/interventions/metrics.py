@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_denominator
 from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
 from interp.types import Metric as Metric
 from interp.types import Pos
@@ -126,8 +127,11 @@ def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -
     clean_value = metric(clean_logits).mean()
     corrupted_value = metric(corrupted_logits).mean()
     gap = clean_value - corrupted_value
-    if gap.abs() < 1e-8:
-        raise ValueError("the metric is the same on the clean and corrupted runs, so it cannot be normalised")
+    check_denominator(
+        float(gap),
+        float(clean_value.abs()),
+        "the metric is the same on the clean and corrupted runs, so the normalised metric",
+    )
 
     def normalized_metric(logits: Tensor) -> Tensor:
         return (metric(logits) - corrupted_value) / gap
