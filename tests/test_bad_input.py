@@ -242,3 +242,52 @@ def test_edge_task_prompts_longer_than_the_context_are_refused(smollm2, tmp_path
     path.write_text(json.dumps(row), encoding="utf-8")
     with pytest.raises(ValueError, match=f"pair 1's {which} prompt is .* context of {n_ctx}"):
         edge_task(_tokenizer_model(smollm2, n_ctx), str(path))
+
+
+# --- 2. cache_to_disk: a directory holds one job -------------------------------------------------
+
+
+def _change(model: interp.HookedTransformer, kind: str) -> interp.HookedTransformer:
+    """A copy of model differing in one weight past the first 64 values, or in its config."""
+    import copy
+
+    other = copy.deepcopy(model)
+    if kind == "late_weight":
+        with torch.no_grad():
+            other.blocks[1].attn.W_O.view(-1)[-1] += 1.0
+    elif kind == "last_parameter":
+        with torch.no_grad():
+            list(other.parameters())[-1].view(-1)[-1] += 1.0
+    elif kind == "config":
+        other = interp.HookedTransformer(tiny_config(n_layers=2, d_mlp=40, attn_scale=2.0)).eval()
+        other.load_state_dict(model.state_dict())
+    return other
+
+
+@pytest.mark.parametrize("kind", ["late_weight", "last_parameter", "config"])
+def test_cache_to_disk_of_another_model_into_the_same_directory_raises(model, data, tmp_path, kind):
+    from interp.runtime.streaming import cache_to_disk, job_key
+
+    tokens, _ = data
+    names = ["blocks.0.hook_resid_post"]
+    cache_to_disk(model, tokens, names, tmp_path, batch_size=2, progress=False)
+    other = _change(model, kind)
+    assert job_key(other, tokens, names, 2) != job_key(model, tokens, names, 2)
+    with pytest.raises(ValueError, match="another job"):
+        cache_to_disk(other, tokens, names, tmp_path, batch_size=2, progress=False)
+    cache_to_disk(model, tokens, names, tmp_path, batch_size=2, progress=False)  # the same job resumes
+
+
+@pytest.mark.parametrize("change", ["last_token", "one_more_prompt"])
+def test_cache_to_disk_of_other_prompts_into_the_same_directory_raises(model, data, tmp_path, change):
+    from interp.runtime.streaming import cache_to_disk
+
+    tokens, _ = data
+    cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, progress=False)
+    other = tokens.clone()
+    if change == "last_token":
+        other[-1, -1] = (other[-1, -1] + 1) % model.cfg.d_vocab
+    else:
+        other = torch.cat([other, other[:1]])
+    with pytest.raises(ValueError, match="another job"):
+        cache_to_disk(model, other, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, progress=False)
