@@ -291,3 +291,61 @@ def test_cache_to_disk_of_other_prompts_into_the_same_directory_raises(model, da
         other = torch.cat([other, other[:1]])
     with pytest.raises(ValueError, match="another job"):
         cache_to_disk(model, other, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, progress=False)
+
+
+# --- 3. hooks: a returned value replaces the activation, so it is checked -----------------------
+
+
+def _bad_shape(act, hook):
+    return act[:, :-1]
+
+
+def _bad_dtype(act, hook):
+    return act.double()
+
+
+def _bad_type(act, hook):
+    return act.tolist()
+
+
+def _bad_scalar(act, hook):
+    return 0.0
+
+
+def _meta_device(act, hook):
+    return torch.empty_like(act, device="meta")
+
+
+@pytest.mark.parametrize(
+    ("hook_fn", "error", "message"),
+    [
+        (_bad_shape, ValueError, "returned shape"),
+        (_bad_dtype, ValueError, "returned dtype"),
+        (_bad_type, TypeError, "returned list"),
+        (_bad_scalar, TypeError, "returned float"),
+        (_meta_device, ValueError, "returned a tensor on meta"),
+    ],
+)
+@pytest.mark.parametrize("name", ["blocks.0.hook_resid_post", "blocks.1.attn.hook_z"])
+def test_a_bad_hook_return_value_names_the_hook(model, data, hook_fn, error, message, name):
+    tokens, _ = data
+    with pytest.raises(error, match=rf"{hook_fn.__name__} at '{name}' {message}"):
+        model.run_with_hooks(tokens, fwd_hooks=[(name, hook_fn)])
+    with pytest.raises(error, match=message), model.hooks(fwd_hooks=[(lambda n: n == name, hook_fn)]):
+        model(tokens)
+    assert not model.hook_dict[name].fwd_hooks  # removed after the error
+
+
+def test_good_hooks_still_replace_and_observe(model, data):
+    tokens, _ = data
+    expected = model(tokens)
+    seen = []
+    out = model.run_with_hooks(
+        tokens,
+        fwd_hooks=[("blocks.0.hook_resid_post", lambda act, hook: act.clone()),
+                   ("blocks.1.hook_resid_post", lambda act, hook: seen.append(hook.name))],
+    )  # fmt: skip
+    torch.testing.assert_close(out, expected)
+    assert seen == ["blocks.1.hook_resid_post"]
+    zeroed = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_resid_post", lambda a, hook: a * 0)])
+    assert not torch.allclose(zeroed, expected)

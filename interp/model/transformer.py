@@ -273,6 +273,18 @@ class HookedTransformer(StackedWeights, HookedRootModule):
     def _enable_hook(self, name: str | Callable, hook: Callable, dir: str) -> None:
         if isinstance(name, str):
             self.check_hook_name(name)
+        if not callable(hook):
+            raise TypeError(f"the hook at {name!r} must be a function hook(activation, hook), got {hook!r}")
+        if dir == "fwd":  # a returned value replaces the activation: check it, naming the hook
+            inner = hook
+
+            def checked(activation: Tensor, hook: HookPoint) -> Any:
+                out = inner(activation, hook=hook)
+                checks.check_hook_output(hook.name, inner, activation, out)
+                return out
+
+            checked.__name__ = getattr(inner, "__name__", type(inner).__name__)  # TransformerLens shows it
+            hook = checked
         super()._enable_hook(name, hook, dir)
 
     def run_with_cache(
