@@ -262,12 +262,38 @@ def check_regular_file(path: str | Path, what: str = "file") -> Path:
     return path
 
 
-def check_n_layers(cfg: Config, layer_indices: Iterable[int], source: Any = "the weights") -> None:
-    """The config's layer count agrees with the layers the weights hold (before any block is built)."""
-    found = sorted(set(layer_indices))
-    if len(found) != cfg.n_layers:
+def check_config_matches_weights(
+    cfg: Config, state_dict: Mapping[str, Tensor], source: Any = "the weights"
+) -> None:
+    """The config agrees with the weights' shapes (layers, vocabulary, width, heads), checked before any
+    block is built: a config claiming 100,000 layers fails here, not after building them."""
+    found = set()
+    for name in state_dict:
+        if name.startswith("blocks."):
+            index = name.split(".", 2)[1]
+            if index.isdigit():
+                found.add(int(index))
+    if found != set(range(cfg.n_layers)):
+        shown = sorted(found)
         raise ValueError(
-            f"the config says {cfg.n_layers} layers but {source} hold {len(found)} "
-            f"(layers {found[:3]}{'...' if len(found) > 3 else ''}); fix n_layers (num_hidden_layers) in "
-            "the config"
+            f"the config says {cfg.n_layers} layers, but {source} hold {len(found)} "
+            f"(blocks {shown[:3]}{'...' if len(shown) > 3 else ''}); fix n_layers (num_hidden_layers) in the "
+            "config, or load the weights it belongs to"
         )
+    expected = {
+        "W_E": (cfg.d_vocab, cfg.d_model),
+        "blocks.0.attn.W_Q": (cfg.n_heads, cfg.d_model, cfg.d_head),
+    }
+    for name, shape in expected.items():
+        if name in state_dict and tuple(state_dict[name].shape) != shape:
+            raise ValueError(
+                f"the config says {name} is {shape} (d_vocab, d_model, n_heads, d_head), but {source} hold "
+                f"{tuple(state_dict[name].shape)}; fix the config, or load the weights it belongs to"
+            )
+
+
+def check_loaded_weights(cfg: Config, state_dict: Mapping[str, Tensor], source: Any = "the weights") -> None:
+    """What every reader of weights checks before a model is built: shapes against the config, and
+    finite values."""
+    check_config_matches_weights(cfg, state_dict, source)
+    check_finite_weights(state_dict, source)

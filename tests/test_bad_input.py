@@ -349,3 +349,120 @@ def test_good_hooks_still_replace_and_observe(model, data):
     assert seen == ["blocks.1.hook_resid_post"]
     zeroed = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_resid_post", lambda a, hook: a * 0)])
     assert not torch.allclose(zeroed, expected)
+
+
+# --- 4, 5. weights and files -------------------------------------------------------------------
+
+
+@pytest.fixture
+def checkpoint(model, tmp_path):
+    from interp.io.checkpoint import save_checkpoint
+
+    return save_checkpoint(model, tmp_path / "ckpt")
+
+
+def _rewrite_weights(directory, change) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(directory / "model.safetensors")
+    change(state)
+    save_file(state, directory / "model.safetensors")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("name", ["W_E", "blocks.1.attn.W_O", "ln_final.w"])
+def test_loading_weights_with_non_finite_values_names_the_parameter(checkpoint, value, name):
+    _rewrite_weights(checkpoint, lambda state: state[name].view(-1).__setitem__(-1, value))
+    with pytest.raises(ValueError, match=rf"non-finite values: {name} .* 1 NaN/inf"):
+        interp.load_model(str(checkpoint))
+
+
+def test_checks_name_the_first_non_finite_parameter():
+    state = {"a": torch.zeros(2), "b": torch.tensor([1.0, float("nan")]), "c": torch.tensor([float("inf")])}
+    assert checks.first_non_finite(state) == "b"
+    assert checks.first_non_finite({"ids": torch.tensor([1, 2]), "x": torch.ones(2)}) is None
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("n_layers", 100_000, "says 100000 layers, but .* hold 2"),
+    ("n_layers", 1, "says 1 layers, but .* hold 2"),
+    ("d_vocab", 7, r"W_E is \(7, 32\)"),
+    ("n_heads", 8, r"blocks.0.attn.W_Q is \(8, 32, 8\)"),
+])  # fmt: skip
+def test_a_config_that_contradicts_the_weights_fails_before_building(checkpoint, field, value, message):
+    import json
+    import time
+
+    meta = json.loads((checkpoint / "config.json").read_text())
+    meta["config"][field] = value
+    meta["config"]["attn_types"] = None  # one entry per layer: its own check would answer first
+    (checkpoint / "config.json").write_text(json.dumps(meta))
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=message):
+        interp.load_model(str(checkpoint))
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("n_layer", [100_000, 3])
+def test_a_transformers_config_that_contradicts_the_weights_fails_before_building(tmp_path, n_layer):
+    import json
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=16))
+    hf.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["n_layer"] = n_layer
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=f"says {n_layer} layers, but the weights .* hold 2"):
+        interp.load_model(str(tmp_path))
+
+
+def _fifo(path):
+    import os
+
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("which", ["model.safetensors", "config.json"])
+def test_a_fifo_in_place_of_weights_does_not_hang(checkpoint, which):
+    import signal
+
+    _fifo(checkpoint / which)
+    signal.alarm(20)  # a hang fails the test instead of the suite
+    try:
+        with pytest.raises((ValueError, FileNotFoundError), match="regular file|neither"):
+            interp.load_model(str(checkpoint))
+    finally:
+        signal.alarm(0)
+
+
+def test_a_fifo_gguf_does_not_hang(tmp_path):
+    import signal
+
+    _fifo(tmp_path / "model.gguf")
+    signal.alarm(20)
+    try:
+        with pytest.raises(ValueError, match="not a regular file"):
+            interp.load_model(str(tmp_path / "model.gguf"))
+    finally:
+        signal.alarm(0)
+
+
+@pytest.mark.parametrize("keep", [0, 8, 100, -10])
+def test_a_truncated_safetensors_gets_a_clear_error(checkpoint, keep):
+    weights = checkpoint / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:keep] if keep >= 0 else data[:keep])
+    with pytest.raises(ValueError, match="missing, truncated or corrupted"):
+        interp.load_model(str(checkpoint))
+
+
+@pytest.mark.parametrize(
+    "source", ["./no-such-model", "/no/such/model", "~/no-such-model", "no-such.safetensors", "a/b/model",
+               "missing.gguf"],
+)  # fmt: skip
+def test_local_looking_paths_that_do_not_exist(source):
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):
+        interp.load_model(source)
