@@ -466,3 +466,102 @@ def test_a_truncated_safetensors_gets_a_clear_error(checkpoint, keep):
 def test_local_looking_paths_that_do_not_exist(source):
     with pytest.raises(FileNotFoundError, match="no such file or directory"):
         interp.load_model(source)
+
+
+# --- 5. the resume store never unpickles --------------------------------------------------------
+
+
+def _identity(shard):
+    return shard
+
+
+def _patch_result():
+    from interp.interventions.results import PatchResult, grid_index
+
+    coords = {"layer": [0, 1], "head": [0, 1, 2]}
+    return PatchResult(torch.randn(6, 3), grid_index("z", ("layer", "head"), coords), ("layer", "head"),
+                       coords, "m", torch.randn(3), None, extra={"n": 3})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "result",
+    [7, 1.5, float("nan"), "text", None, [1, (2, 3)], {"a": torch.arange(3), 2: [torch.ones(2, 2)]},
+     torch.randn(2, 3).to(torch.bfloat16), "patch_result", "frame"],
+)  # fmt: skip
+def test_the_store_round_trips_results_without_pickle(tmp_path, result):
+    import pandas as pd
+
+    from interp.runtime.distributed import map_shards
+
+    if result == "patch_result":
+        result = _patch_result()
+    elif result == "frame":
+        result = pd.DataFrame({"source": ["a", "b"], "layer": [0, 1], "score": [0.5, float("nan")]})
+    first = map_shards(_identity, [result], store=tmp_path, progress=False)
+    again = map_shards(_identity, [result], store=tmp_path, progress=False)
+    assert not list(tmp_path.glob("*/*.pkl"))
+    for value in (first[0], again[0]):
+        if isinstance(result, pd.DataFrame):
+            pd.testing.assert_frame_equal(value, result)
+        elif type(result).__name__ == "PatchResult":
+            torch.testing.assert_close(value.values, result.values)
+            assert value.index.equals(result.index) and value.coords == result.coords
+            assert value.extra == result.extra and value.source is None
+        elif isinstance(result, float) and result != result:
+            assert value != value
+        else:
+            assert repr(value) == repr(result)
+
+
+def test_a_pickle_planted_in_the_store_is_never_loaded(tmp_path):
+    import os
+    import pickle
+
+    from interp.runtime.distributed import job_key, map_shards
+
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    directory = tmp_path / "store" / job_key("job")
+    directory.mkdir(parents=True)
+    for name in ("shard_00000.pkl", "shard_00000.json"):
+        (directory / name).write_bytes(pickle.dumps(Exploit()))
+    assert map_shards(_identity, [5], store=tmp_path / "store", job="job", progress=False) == [5]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["tensors", "json", "other_job"])
+def test_a_damaged_stored_shard_is_computed_again(tmp_path, damage):
+    import json
+
+    from interp.runtime.distributed import map_shards
+
+    calls = []
+
+    def record(shard):
+        calls.append(shard)
+        return {"x": torch.full((3,), float(shard))}
+
+    map_shards(record, [1], store=tmp_path, job="j", progress=False)
+    (stored,) = tmp_path.glob("*/shard_00000.json")
+    if damage == "tensors":
+        stored.with_suffix(".safetensors").write_bytes(b"not what was stored")
+    elif damage == "json":
+        stored.write_text("{", encoding="utf-8")
+    else:
+        record_json = json.loads(stored.read_text())
+        record_json["job"] = "another"
+        stored.write_text(json.dumps(record_json))
+    out = map_shards(record, [1], store=tmp_path, job="j", progress=False)
+    assert calls == [1, 1] and torch.equal(out[0]["x"], torch.ones(3))
+
+
+@pytest.mark.parametrize("result", [object(), {1, 2}, b"bytes"])
+def test_the_store_refuses_results_it_cannot_hold_without_pickle(tmp_path, result):
+    from interp.runtime.distributed import map_shards
+
+    with pytest.raises(TypeError, match="never pickles"):
+        map_shards(_identity, [result], store=tmp_path, progress=False)
