@@ -297,3 +297,17 @@ def check_loaded_weights(cfg: Config, state_dict: Mapping[str, Tensor], source: 
     finite values."""
     check_config_matches_weights(cfg, state_dict, source)
     check_finite_weights(state_dict, source)
+
+
+def check_finite_scores(scores: Tensor, what: str, label: Any = None) -> None:
+    """Refuse scores holding NaN or inf before anything is ranked or typed from them (NaN sorts as
+    the largest value, so it would be selected silently). `label(index tuple)` names an entry."""
+    bad = ~torch.isfinite(scores)
+    if bad.any():
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        name = label(first) if label is not None else str(first)
+        raise ValueError(
+            f"{what} hold {int(bad.sum())} non-finite values (first: {name} = {scores[first].item()}); "
+            "nothing is ranked or typed from them. Check the model's weights for NaN/inf, the metric, "
+            "and that the clean and corrupted prompts differ"
+        )

@@ -11,6 +11,7 @@ from conftest import tiny_config
 
 import interp
 from interp import ablation, checks, edges, metrics
+from interp.types import head_label
 
 BATCH, POS = 3, 6
 
@@ -565,3 +566,46 @@ def test_the_store_refuses_results_it_cannot_hold_without_pickle(tmp_path, resul
 
     with pytest.raises(TypeError, match="never pickles"):
         map_shards(_identity, [result], store=tmp_path, progress=False)
+
+
+# --- 4. reports never rank or type from NaN scores ---------------------------------------------
+
+
+def _with_nan(model: interp.HookedTransformer, where: str) -> interp.HookedTransformer:
+    import copy
+
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.get_parameter(where).view(-1)[0] = float("nan")
+    return broken
+
+
+@pytest.mark.parametrize("where", ["blocks.1.attn.W_O", "blocks.0.attn.W_Q"])
+def test_edge_circuit_of_nan_scores_raises(model, where):
+    from circuits.edge_circuits import find_edge_circuit, induction_task
+
+    broken = _with_nan(model, where)
+    task = induction_task(broken, n_prompts=4, seq_len=5)
+    with pytest.raises(ValueError, match="edge scores hold .* non-finite"):
+        find_edge_circuit(broken, task, "eap", n_edges=5, curve_fractions=None)
+
+
+@pytest.mark.parametrize("where", ["blocks.1.attn.W_O"])
+def test_ioi_heads_are_never_typed_from_nan_effects(where):
+    from circuits.ioi import find_ioi_circuit
+
+    broken = _with_nan(interp.load_model("toy-ioi"), where)
+    with pytest.raises(
+        ValueError, match="the model's own outputs NaN/inf|path-patching effects .* non-finite"
+    ):
+        find_ioi_circuit(broken, n_prompts=8, evaluate=False, validate=False)
+
+
+@pytest.mark.parametrize(
+    ("scores", "message"),
+    [(torch.tensor([[0.0, float("nan")]]), "1 non-finite .* L0H1"),
+     (torch.tensor([[float("inf"), float("nan")]]), "2 non-finite .* L0H0 = inf")],
+)  # fmt: skip
+def test_check_finite_scores_names_the_first_bad_entry(scores, message):
+    with pytest.raises(ValueError, match=message):
+        checks.check_finite_scores(scores, "head scores", lambda i: head_label(*i))

@@ -276,10 +276,13 @@ def metric_values(metric: Metric, logits: Tensor, batch: int) -> Float[Tensor, "
         raise ValueError(
             f"the metric must return one value per prompt, a tensor [batch={batch}]; got {shape}"
         )
-    if value.isnan().any():
+    if not torch.isfinite(value).all():
+        bad = int((~torch.isfinite(value)).nonzero()[0])
         raise ValueError(
-            "the metric is NaN: does it read logits outside logit_pos (they are NaN there)? "
-            "Pass the positions it reads as logit_pos, or logit_pos=None."
+            f"the metric is {value[bad].item()} on prompt {bad}: does it read logits outside logit_pos "
+            "(they are NaN there)? Pass the positions it reads as logit_pos, or logit_pos=None. Or are "
+            "the model's own outputs NaN/inf? Check its weights with "
+            "interp.checks.first_non_finite(model.state_dict())."
         )
     return value.detach().float().cpu().clone()  # not a view of logits that a buffer reuses
 
