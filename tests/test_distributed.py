@@ -72,8 +72,8 @@ def test_interrupted_sweep_resumes_from_finished_shards(ray_cluster, tmp_path):
     with pytest.raises(RuntimeError, match="1 shard"):
         map_shards(broken_while_flagged, shards, **run)
     assert calls(calls_dir) == [0, 1, 2, 2, 3]  # shard 2: the first attempt and one retry
-    stored = sorted(p.name for p in (tmp_path / "store").glob("*/shard_*.pkl"))
-    assert stored == ["shard_00000.pkl", "shard_00001.pkl", "shard_00003.pkl"]
+    stored = sorted(p.name for p in (tmp_path / "store").glob("*/shard_*.json"))
+    assert stored == ["shard_00000.json", "shard_00001.json", "shard_00003.json"]
     (calls_dir / "broken").unlink()
     assert map_shards(broken_while_flagged, shards, **run) == [100, 101, 102, 103]
     assert calls(calls_dir) == [0, 1, 2, 2, 2, 3]  # only shard 2 ran again

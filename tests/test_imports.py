@@ -18,7 +18,7 @@ ROOT = Path(interp.__file__).parent.parent
 
 # Layers from the bottom up: a module may import modules of its own layer or of lower layers.
 LAYERS = [
-    ("interp.config", "interp.types"),
+    ("interp.config", "interp.types", "interp.checks"),
     ("interp.io",),
     ("interp.model",),
     ("interp.interventions",),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pandas as pd
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -55,8 +56,10 @@ def test_checkpoint_sweep_on_ray_equals_this_process(ray_cluster, run, tmp_path)
     numeric = here.select_dtypes("number").columns
     assert list(on_ray.columns) == list(here.columns) and list(on_ray["types"]) == list(here["types"])
     assert (on_ray[numeric] - here[numeric]).abs().max().max() < 1e-6
-    stored = sorted(p.name for p in tmp_path.glob("*/shard_*.pkl"))
-    assert stored == [f"shard_0000{i}.pkl" for i in range(3)]
+    stored = sorted(p.name for p in tmp_path.glob("*/shard_*.json"))
+    assert stored == [f"shard_0000{i}.json" for i in range(3)]  # JSON + safetensors, never pickles
+    resumed = checkpoint_head_sweep(run, n_samples=8, store=tmp_path, progress=False)  # read back
+    pd.testing.assert_frame_equal(resumed, on_ray)
 
 
 def assert_same_report(a, b, where: str = "report") -> None:

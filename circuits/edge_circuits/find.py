@@ -34,6 +34,7 @@ from torch import Tensor
 
 from circuits.edge_circuits.tasks import EdgeTask
 from interp import edges
+from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
 from interp.types import Progress, StageProgress
 
@@ -157,6 +158,11 @@ def find_edge_circuit(
         stage("scores"),
     )
     seconds["scores"] = time.perf_counter() - start
+    check_finite_scores(
+        scores.scores,
+        "the edge scores",
+        lambda i: f"{scores.graph.writers[i[0]]} -> {scores.graph.readers[i[1]]}",
+    )
     start = time.perf_counter()
     circuit = edges.top_circuit(scores, requested)
     faith = edges.faithfulness(

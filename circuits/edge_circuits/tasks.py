@@ -111,11 +111,18 @@ def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_d
     if model.tokenizer is None:
         raise ValueError(f"{model.cfg.model_name} has no tokenizer, so it cannot read text prompt pairs.")
 
-    def ids(text: str) -> list[int]:
-        return model.to_tokens(text)[0].tolist()
+    def ids(text: str, number: int, which: str) -> list[int]:
+        tokens = model.to_tokens(text, truncate=False)[0].tolist()
+        if len(tokens) > model.cfg.n_ctx:  # never cut a prompt: its end is where the metric reads
+            raise ValueError(
+                f"{path}: pair {number}'s {which} prompt is {len(tokens)} tokens long, longer than "
+                f"{model.cfg.model_name}'s context of {model.cfg.n_ctx} tokens; shorten it to at most "
+                f"{model.cfg.n_ctx} tokens"
+            )
+        return tokens
 
-    clean_ids = [ids(row["clean"]) for row in rows]
-    corrupted_ids = [ids(row["corrupted"]) for row in rows]
+    clean_ids = [ids(row["clean"], number, "clean") for number, row in enumerate(rows, 1)]
+    corrupted_ids = [ids(row["corrupted"], number, "corrupted") for number, row in enumerate(rows, 1)]
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
     clean_end = torch.tensor([len(row) - 1 for row in clean_ids])

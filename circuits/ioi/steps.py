@@ -43,9 +43,10 @@ import interp
 from circuits.ioi.evidence import ClassEvidence, select_heads
 from circuits.ioi.patching import MeanAblation, SenderEffects, path_patching_effects
 from circuits.ioi.results import HeadEvidence, Settings
+from interp.checks import check_finite_scores
 from interp.interventions.engine import forward_logits
 from interp.tasks.ioi import IOIPrompts
-from interp.types import Head
+from interp.types import Head, head_label
 
 ProgressLines = Callable[[str], None] | None
 """progress(line): called with a line ("path patching: heads -> logits ...") as each stage begins;
@@ -169,6 +170,7 @@ class _Step:
                 ablated=ablated,
             )
             effects = change / inputs.prompts.logit_diff
+        check_finite_scores(effects, f"the path-patching effects of {name}", lambda i: head_label(*i))
         self.result.effects[name] = effects
         return effects
 

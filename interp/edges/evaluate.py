@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from interp.checks import check_distinct_pair
 from interp.edges.graph import MIB_FRACTIONS, EdgeScores, edge_graph, random_scores, top_circuit
 from interp.edges.intervene import ablated_outputs, chunks, run_circuits
 from interp.interventions.engine import check_pair
@@ -33,6 +34,9 @@ class Faithfulness:
     values: Float[Tensor, "K batch"]
     full: Float[Tensor, " batch"]
     empty: Float[Tensor, " batch"]
+
+    def __post_init__(self):  # refuse an undefined ratio now, not as "0 [0, 0]" in a report
+        faithfulness_ratio(self.values, self.full, self.empty)
 
     @property
     def faithfulness(self) -> Float[Tensor, " K"]:
@@ -62,8 +66,17 @@ def faithfulness(
 ) -> Faithfulness:
     """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge."""
     clean, corrupted = check_pair(model, clean, corrupted)
+    if ablation == "counterfactual":
+        check_distinct_pair(clean, corrupted, "every ablated edge (counterfactual: the corrupted run's)")
+    if not isinstance(circuits, Tensor):
+        raise TypeError(f"circuits must be a bool tensor [K, writer, reader], got {type(circuits).__name__}")
     circuits = circuits[None] if circuits.ndim == 2 else circuits
     graph = edge_graph(model)
+    if circuits.ndim != 3 or tuple(circuits.shape[1:]) != (graph.n_writers, graph.n_readers):
+        raise ValueError(
+            f"circuits must be [K, {graph.n_writers}, {graph.n_readers}] masks of this model's edge graph "
+            f"(writers x readers), got shape {tuple(circuits.shape)}; build them with top_circuit"
+        )
     ablated = ablated_outputs(model, clean, corrupted, ablation, reference)
     ids = torch.arange(clean.shape[0])
     with torch.no_grad():

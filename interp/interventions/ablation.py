@@ -35,6 +35,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_denominator, check_heads, check_int, check_layers, check_metric_output
 from interp.interventions.engine import (
     Site,
     cached_run,
@@ -62,11 +63,11 @@ def ablation_sites(
 ) -> list[Site]:
     """The sites to ablate, one per hook (heads of a layer share a site)."""
     cfg = model.cfg
-    for layer, head in heads:
-        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
-            raise ValueError(
-                f"head ({layer}, {head}) out of range: {cfg.n_layers} layers x {cfg.n_heads} heads"
-            )
+    heads = check_heads(cfg, heads)
+    mlps = check_layers(cfg, mlps, "MLP layer")
+    neurons = [
+        (check_int(unit[0], "a neuron's layer"), check_int(unit[1], "a neuron's index")) for unit in neurons
+    ]
     for layer in list(mlps) + [layer for layer, _ in neurons]:
         if cfg.attn_only:
             raise ValueError("this model is attention-only: it has no MLPs or neurons to ablate")
@@ -250,7 +251,9 @@ def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]
 def circuit_hooks(
     model: HookedTransformer, circuit: Sequence[Head], method: Ablation = "zero", **kwargs
 ) -> list:
-    """fwd_hooks that ablate every head except those of `circuit` (MLPs are kept), for faithfulness."""
+    """fwd_hooks that ablate every head except those of `circuit` (MLPs are kept), for faithfulness.
+    Every member of `circuit` must be a head of the model (`interp.checks.check_heads`)."""
+    circuit = check_heads(model.cfg, circuit)
     return ablation_hooks(model, heads=_all_heads_but(model, circuit), method=method, **kwargs)
 
 
@@ -270,12 +273,16 @@ def faithfulness(
     (`stats.faithfulness`): (circuit - no_heads) / (model - no_heads); and "recovered" =
     circuit / model (what Wang et al. 2022 report as faithfulness, with mean ablation).
     """
+    circuit = check_heads(model.cfg, circuit)
+    tokens = model.input_tokens(tokens)
+    batch = tokens.shape[0]
     with torch.no_grad():
-        full = metric(model(tokens)).mean()
+        full = check_metric_output(metric(model(tokens)), batch).mean()
         with model.hooks(fwd_hooks=circuit_hooks(model, circuit, method, **kwargs)):
-            kept = metric(model(tokens)).mean()
+            kept = check_metric_output(metric(model(tokens)), batch).mean()
         with model.hooks(fwd_hooks=circuit_hooks(model, [], method, **kwargs)):
-            none = metric(model(tokens)).mean()
+            none = check_metric_output(metric(model(tokens)), batch).mean()
+    check_denominator(float(full), float(full), "recovered (circuit / model)")
     return {
         "model": float(full),
         "circuit": float(kept),

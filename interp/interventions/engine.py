@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_pair as check_token_pair
 from interp.interventions.metrics import Metric
 from interp.model.cache import act_name
 from interp.model.transformer import HookedTransformer
@@ -275,10 +276,13 @@ def metric_values(metric: Metric, logits: Tensor, batch: int) -> Float[Tensor, "
         raise ValueError(
             f"the metric must return one value per prompt, a tensor [batch={batch}]; got {shape}"
         )
-    if value.isnan().any():
+    if not torch.isfinite(value).all():
+        bad = int((~torch.isfinite(value)).nonzero()[0])
         raise ValueError(
-            "the metric is NaN: does it read logits outside logit_pos (they are NaN there)? "
-            "Pass the positions it reads as logit_pos, or logit_pos=None."
+            f"the metric is {value[bad].item()} on prompt {bad}: does it read logits outside logit_pos "
+            "(they are NaN there)? Pass the positions it reads as logit_pos, or logit_pos=None. Or are "
+            "the model's own outputs NaN/inf? Check its weights with "
+            "interp.checks.first_non_finite(model.state_dict())."
         )
     return value.detach().float().cpu().clone()  # not a view of logits that a buffer reuses
 
@@ -388,10 +392,5 @@ def resid_stack(model: HookedTransformer, cache: Mapping[str, Tensor]) -> list[T
 def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tensor]:
     """Clean and corrupted prompts (text or token ids) as token batches of one [batch, pos] shape."""
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
-    if clean.shape != corrupted.shape:
-        raise ValueError(
-            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} tokens must have the same "
-            "[batch, pos] shape: pair each clean prompt with one corrupted prompt of the same length "
-            "(right-pad prompt pairs of different lengths with interp.edges.pad_pair)"
-        )
+    check_token_pair(clean, corrupted)
     return clean, corrupted

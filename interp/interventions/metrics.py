@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_denominator
 from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
 from interp.types import Metric as Metric
 from interp.types import Pos
@@ -47,7 +48,15 @@ def logits_at(logits: Float[Tensor, "batch pos d_vocab"], pos: Pos = None) -> Fl
 
 def _token_values(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Float[Tensor, " batch"]:
     """values[b, tokens[b]] for tokens [batch], or the mean over answers for tokens [batch, n]."""
-    tokens = torch.as_tensor(tokens, device=values.device).long()
+    tokens = torch.as_tensor(tokens, device=values.device)
+    if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.is_complex():
+        raise TypeError(f"answer tokens must be integer token ids, got dtype {tokens.dtype}; pass token ids")
+    tokens = tokens.long()
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= values.shape[-1]):
+        raise ValueError(
+            f"answer token ids must lie in [0, {values.shape[-1]}) (negative ids are not counted from the "
+            f"end), got {tokens.min().item()}..{tokens.max().item()}; pass ids from model.to_single_token"
+        )
     if tokens.ndim == 0:
         tokens = tokens.expand(values.shape[0])
     if tokens.shape[0] != values.shape[0] or tokens.ndim > 2:
@@ -118,8 +127,11 @@ def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -
     clean_value = metric(clean_logits).mean()
     corrupted_value = metric(corrupted_logits).mean()
     gap = clean_value - corrupted_value
-    if gap.abs() < 1e-8:
-        raise ValueError("the metric is the same on the clean and corrupted runs, so it cannot be normalised")
+    check_denominator(
+        float(gap),
+        float(clean_value.abs()),
+        "the metric is the same on the clean and corrupted runs, so the normalised metric",
+    )
 
     def normalized_metric(logits: Tensor) -> Tensor:
         return (metric(logits) - corrupted_value) / gap

@@ -44,7 +44,7 @@ def faithfulness_ratio(
 ) -> Float[Tensor, "..."]:
     """(mean m(circuit) - mean m(ablated)) / (mean m(model) - mean m(ablated)); see the module docstring."""
     gap = model.mean() - ablated.mean()
-    if gap.abs() < 1e-8 * max(1.0, float(model.abs().mean())):
+    if not torch.isfinite(gap) or gap.abs() <= 1e-6 * max(1.0, float(model.abs().mean())):
         raise ValueError(
             "Faithfulness is undefined: the metric is the same for the model and with everything ablated "
             f"({float(model.mean()):.4g} vs {float(ablated.mean()):.4g}). Use prompts the model does the "

@@ -16,6 +16,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from interp.checks import check_loaded_weights, check_regular_file
 from interp.config import Config
 
 
@@ -100,21 +101,30 @@ def replace_dir(source: Path, target: Path) -> None:
 def read_checkpoint(directory: str | Path) -> LoadedWeights:
     """The config, weights and tokenizer of a checkpoint directory written by `write_checkpoint`."""
     directory = Path(directory)
-    meta = json.loads((directory / "config.json").read_text())
-    cfg = Config.from_dict(meta["config"])
+    config_file = check_regular_file(directory / "config.json", "checkpoint config")  # a FIFO never hangs
+    try:
+        meta = json.loads(config_file.read_text())
+        cfg = Config.from_dict(meta["config"])
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"The checkpoint config {config_file} is not an interp checkpoint's config.json ({error}); "
+            "re-create the checkpoint"
+        ) from error
     if cfg.task is None and meta.get("task"):  # checkpoints written before Config recorded it
         cfg.task = meta["task"]
     weights_file = directory / "model.safetensors"
     try:
+        check_regular_file(weights_file, "weights file")
         state = load_file(weights_file)
-    except (SafetensorError, OSError) as error:
+    except (SafetensorError, OSError, ValueError) as error:
         raise ValueError(
             f"The weights file {weights_file} is missing, truncated or corrupted ({error}). "
             "Re-create the checkpoint (or delete it if it is a cache entry)."
         ) from error
+    check_loaded_weights(cfg, state, weights_file)
     tokenizer = None
     if (directory / "tokenizer").is_dir():
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(directory / "tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(directory / "tokenizer", trust_remote_code=False)
     return LoadedWeights(cfg, state, tokenizer)

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
+from interp.checks import check_loaded_weights, check_regular_file
 from interp.config import Config
 from interp.io.architectures import ARCHITECTURES, convert_hf_model
 from interp.io.checkpoint import (
@@ -30,6 +34,9 @@ from interp.io.checkpoint import (
 )
 
 log = logging.getLogger("interp")
+
+# Suffixes of files, never of hub ids: a missing path with one of them is a missing file.
+LOCAL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth", ".json", ".ckpt")
 
 
 def _shipped(name: str) -> Callable[[], Path]:
@@ -78,25 +85,69 @@ def _read_name_or_path(source: str, tokenizer: Any) -> LoadedWeights:
         return loaded
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
-        if not path.is_file():
-            raise FileNotFoundError(f"No GGUF file at {path}.")
-        return read_gguf(path)
+        return read_gguf(check_regular_file(path, "GGUF file"))
     if path.is_dir():
         if is_checkpoint(path):
             return read_checkpoint(path)
         if (path / "config.json").is_file():
+            check_transformers_directory(path)
             return _read_transformers(str(path), tokenizer)
         raise ValueError(f"{path} holds neither an interp checkpoint nor a transformers model.")
-    if path.exists() or source.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"{source} is not a model directory or a .gguf file.")
+    if path.exists():
+        raise ValueError(f"{source} is not a model directory or a .gguf file.")
+    if (
+        source.startswith((".", "/", "~", "\\"))
+        or path.suffix in LOCAL_SUFFIXES
+        or (len(path.parts) > 2 and not source.startswith(("http:", "https:")))
+    ):
+        raise FileNotFoundError(
+            f"no such file or directory: {source!r}; pass an existing model directory or .gguf file, "
+            f"a transformers model id (e.g. 'gpt2'), or one of {', '.join(OFFLINE_MODELS)}"
+        )
     return _read_transformers(source, tokenizer)
+
+
+_LAYER_INDEX = re.compile(r"\.(?:layers|h|layer|blocks|decoder\.layers)\.(\d+)\.")
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+def check_transformers_directory(path: Path) -> None:
+    """A local transformers directory, checked before transformers builds anything: config.json and
+    the safetensors files are regular files (a FIFO would hang), and the config's layer count
+    matches the layers the weights' headers name (a config claiming 100,000 layers fails here)."""
+    config_file = check_regular_file(path / "config.json", "transformers config")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{config_file} is not JSON ({error}); fix or re-download the model") from error
+    config = config.get("text_config", config) if isinstance(config, dict) else {}
+    n_layers = next((config[key] for key in _LAYER_KEYS if isinstance(config.get(key), int)), None)
+    names: list[str] = []
+    index_file = path / "model.safetensors.index.json"
+    if index_file.exists():
+        index = json.loads(check_regular_file(index_file, "safetensors index").read_text())
+        names = list(index["weight_map"])
+    else:
+        for file in sorted(path.glob("*.safetensors")):
+            check_regular_file(file, "weights file")
+            try:
+                with safe_open(file, framework="pt") as weights:
+                    names += list(weights.keys())
+            except (SafetensorError, OSError) as error:
+                raise ValueError(f"The weights file {file} is truncated or corrupted ({error}).") from error
+    layers = {int(m.group(1)) for name in names if (m := _LAYER_INDEX.search(name))}
+    if n_layers is not None and layers and layers != set(range(n_layers)):
+        raise ValueError(
+            f"{config_file} says {n_layers} layers, but the weights in {path} hold {len(layers)}; fix "
+            "num_hidden_layers in config.json, or use the weights it belongs to"
+        )
 
 
 def _read_transformers(source: str, tokenizer: Any) -> LoadedWeights:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, trust_remote_code=False)
     except (OSError, ValueError) as error:
         known = ", ".join(OFFLINE_MODELS)
         raise ValueError(
@@ -107,7 +158,7 @@ def _read_transformers(source: str, tokenizer: Any) -> LoadedWeights:
         ) from error
     if tokenizer is None:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source)
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         except (OSError, ValueError):
             log.warning("%s has no tokenizer: the model takes token ids only.", source)
     return read_hf_model(hf_model, tokenizer)
@@ -116,6 +167,7 @@ def _read_transformers(source: str, tokenizer: Any) -> LoadedWeights:
 def read_hf_model(hf_model: Any, tokenizer: Any = None) -> LoadedWeights:
     """A `transformers` causal LM's config and weights in interp's names (exact folds applied)."""
     cfg, weights = convert_hf_model(hf_model)
+    check_loaded_weights(cfg, weights, f"the weights of {cfg.model_name}")
     if tokenizer is not None:
         cfg.default_prepend_bos = _default_prepend_bos(cfg, tokenizer)
     return LoadedWeights(cfg, weights, tokenizer)
@@ -160,7 +212,7 @@ def gguf_architecture(path: Path) -> str:
 
 def read_gguf(path: str | Path) -> LoadedWeights:
     """A GGUF file dequantised by transformers, cached as a checkpoint (read from there next time)."""
-    path = Path(path)
+    path = check_regular_file(path, "GGUF file")
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     cached = cache_dir() / f"{path.stem}-{key}"
@@ -179,9 +231,9 @@ def read_gguf(path: str | Path) -> LoadedWeights:
 
     log.warning("Dequantising %s (once; cached in %s) ...", path.name, cached)
     hf_model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
     )
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     loaded = read_hf_model(hf_model, tokenizer)
     loaded.cfg.model_name = path.stem
     write_checkpoint(loaded, cached)

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+import interp.checks as checks
 from interp.config import Config, place
 from interp.io.checkpoint import save_checkpoint
 from interp.io.devices import transformer_lens_device
@@ -304,6 +305,18 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def _enable_hook(self, name: str | Callable, hook: Callable, dir: str) -> None:
         if isinstance(name, str):
             self.check_hook_name(name)
+        if not callable(hook):
+            raise TypeError(f"the hook at {name!r} must be a function hook(activation, hook), got {hook!r}")
+        if dir == "fwd":  # a returned value replaces the activation: check it, naming the hook
+            inner = hook
+
+            def checked(activation: Tensor, hook: HookPoint) -> Any:
+                out = inner(activation, hook=hook)
+                checks.check_hook_output(hook.name, inner, activation, out)
+                return out
+
+            checked.__name__ = getattr(inner, "__name__", type(inner).__name__)  # TransformerLens shows it
+            hook = checked
         super()._enable_hook(name, hook, dir)
 
     def run_with_cache(
@@ -561,21 +574,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             return self.to_tokens(input, prepend_bos=prepend_bos)
         if not isinstance(input, Tensor):
             raise TypeError(f"Expected text or a tensor of token ids, got {type(input).__name__}.")
-        if input.is_floating_point() or input.dtype == torch.bool:
-            raise ValueError(
-                f"Token ids must be an integer tensor, got dtype {input.dtype}. "
-                "Pass token ids (e.g. from model.to_tokens), or embeddings via start_at_layer=0."
-            )
-        if input.ndim == 1:
-            input = input[None]
-        if input.ndim != 2:
-            raise ValueError(f"Tokens must be [batch, pos] or [pos], got shape {tuple(input.shape)}.")
-        if input.numel() and (input.min() < 0 or input.max() >= self.cfg.d_vocab):
-            raise ValueError(
-                f"Token ids must lie in [0, {self.cfg.d_vocab}); "
-                f"got {input.min().item()}..{input.max().item()}."
-            )
-        return input.to(self.device).long()
+        return checks.check_tokens(self.cfg, input).to(self.device).long()  # dtype, shape, empty, range
 
     # --- generation -----------------------------------------------------------------------------
 

@@ -5,10 +5,11 @@ on a Ray cluster with `ray="local"` (start one here) or `ray="ADDRESS"` ("auto",
 else one shard after another in this process. Ray is an optional extra: pip install "interp[ray]".
 
   - A shard whose task fails (an exception or a dead worker) is retried `max_retries` times.
-  - With `store=DIR` each finished shard's result is written to DIR/<job key>/shard_NNNNN.pkl
-    (atomically) as soon as it finishes; running the same job again loads those and computes only
-    the rest, so an interrupted sweep resumes. The job key hashes `job` (anything that names the
-    job's inputs, e.g. a model path and the prompts; by default the function and the shards).
+  - With `store=DIR` each finished shard's result is written to DIR/<job key>/shard_NNNNN.json
+    (+ .safetensors; atomically, never pickled) as soon as it finishes; running the same job again
+    loads those and computes only the rest, so an interrupted sweep resumes. The job key hashes
+    `job` (anything that names the job's inputs, e.g. a model path and the prompts; by default the
+    function and the shards).
   - Workers run torch on `threads_per_worker` threads (default 1), so that several workers on one
     machine do not oversubscribe its cores.
 
@@ -18,8 +19,12 @@ PatchResult of a single run (the same per-prompt values, to rounding).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import json
+import logging
+import math
 import os
 import pickle
 import sys
@@ -27,12 +32,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp.interventions.patching import Direction, PositionAxis, activation_patching
 from interp.interventions.results import PatchResult
+
+log = logging.getLogger("interp")
 
 RAY_HINT = 'Ray is an optional extra: pip install "interp[ray]"'
 
@@ -64,12 +75,13 @@ def connect(ray_address: str, num_cpus: int | None = None) -> None:
 
 
 def job_key(job: Any) -> str:
-    """A short hash of a description of a job (pickled; with Ray's cloudpickle if it holds lambdas)."""
+    """A hash of a description of a job: its pickled bytes (Ray's cloudpickle if it holds lambdas),
+    only ever written, never loaded."""
     try:
         data = pickle.dumps(job)
     except (pickle.PicklingError, AttributeError, TypeError):
         data = require_ray().cloudpickle.dumps(job)
-    return hashlib.sha256(data).hexdigest()[:16]
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def _run_shard(fn: Callable, shard: Any, threads: int) -> Any:
@@ -77,11 +89,130 @@ def _run_shard(fn: Callable, shard: Any, threads: int) -> Any:
     return fn(shard)
 
 
-def _store_result(path: Path, result: Any) -> None:
+# ---------------------------------------------------------------------------------------------
+# The resume store: results as JSON + safetensors, never pickles (loading a store runs no code)
+
+STORE_FORMAT = "interp-shard-result-1"
+_RESULT_TYPES: dict[str, type] = {"PatchResult": PatchResult}
+
+
+def register_result_type(cls: type) -> type:
+    """Let `map_shards(store=...)` store results of the dataclass `cls` (its fields must be storable)."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"only dataclasses can be registered as stored results, got {cls!r}")
+    _RESULT_TYPES[cls.__qualname__] = cls
+    return cls
+
+
+def _encode(value: Any, tensors: dict[str, Tensor]) -> Any:
+    """`value` as JSON, its tensors moved into `tensors` (saved as safetensors)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return {"__float__": repr(value)} if not math.isfinite(value) else value
+    if isinstance(value, Tensor):
+        name = f"t{len(tensors)}"
+        tensors[name] = value.detach().cpu().contiguous()
+        return {"__tensor__": name}
+    if isinstance(value, np.generic):
+        return _encode(value.item(), tensors)
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": _encode(torch.from_numpy(np.ascontiguousarray(value)), tensors)}
+    if isinstance(value, list):
+        return [_encode(v, tensors) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v, tensors) for v in value]}
+    if isinstance(value, dict):
+        return {"__dict__": [[_encode(k, tensors), _encode(v, tensors)] for k, v in value.items()]}
+    if isinstance(value, pd.DataFrame):
+        return {
+            "__dataframe__": [_encode(c, tensors) for c in value.columns],
+            "index": _encode(value.index.tolist(), tensors),
+            "values": [_encode(value.iloc[:, i].tolist(), tensors) for i in range(value.shape[1])],
+            "dtypes": [str(t) for t in value.dtypes],
+        }
+    if dataclasses.is_dataclass(value) and _RESULT_TYPES.get(type(value).__qualname__) is type(value):
+        fields = {f.name: _encode(getattr(value, f.name), tensors) for f in dataclasses.fields(value)}
+        return {"__dataclass__": type(value).__qualname__, "fields": fields}
+    raise TypeError(
+        f"map_shards(store=...) stores results as JSON and safetensors, never pickles; a result holds "
+        f"{type(value).__name__}, which neither can hold. Return tensors, numbers, strings, lists, tuples, "
+        "dicts, DataFrames or a dataclass registered with register_result_type, or run without store"
+    )
+
+
+def _decode(value: Any, tensors: Mapping[str, Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__float__" in value:
+        return float(value["__float__"])
+    if "__tensor__" in value:
+        return tensors[value["__tensor__"]]
+    if "__ndarray__" in value:
+        return _decode(value["__ndarray__"], tensors).numpy()
+    if "__tuple__" in value:
+        return tuple(_decode(v, tensors) for v in value["__tuple__"])
+    if "__dict__" in value:
+        return {_hashable(_decode(k, tensors)): _decode(v, tensors) for k, v in value["__dict__"]}
+    if "__dataframe__" in value:
+        columns = [_decode(v, tensors) for v in value["values"]]
+        frame = pd.DataFrame(dict(enumerate(columns)), index=_decode(value["index"], tensors))
+        frame = frame.astype({i: t for i, t in enumerate(value["dtypes"]) if t != "object"})
+        frame.columns = [_decode(c, tensors) for c in value["__dataframe__"]]
+        return frame
+    if "__dataclass__" in value:
+        cls = _RESULT_TYPES.get(value["__dataclass__"])
+        if cls is None:
+            raise ValueError(f"stored result of unregistered type {value['__dataclass__']!r}")
+        return cls(**{k: _decode(v, tensors) for k, v in value["fields"].items()})
+    raise ValueError(f"unknown stored value {str(value)[:80]!r}")
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(_hashable(k) for k in key) if isinstance(key, list | tuple) else key
+
+
+def _store_result(path: Path, result: Any, key: str) -> None:
+    """shard_N.json (the result, tensors by name) + shard_N.safetensors; the JSON names the job key and
+    the tensors file's hash, and is written last, so a shard counts only once both are complete."""
+    tensors: dict[str, Tensor] = {}
+    encoded = _encode(result, tensors)
+    tensor_file = path.with_suffix(".safetensors")
+    digest = None
+    if tensors:
+        tmp = tensor_file.with_name(f".{tensor_file.name}.tmp")
+        save_file(tensors, tmp)
+        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        os.replace(tmp, tensor_file)
+    record = {"format": STORE_FORMAT, "job": key, "tensors_sha256": digest, "result": encoded}
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as file:
-        pickle.dump(result, file)
+    tmp.write_text(json.dumps(record), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _load_result(path: Path, key: str) -> tuple[bool, Any]:
+    """(True, result) of a stored shard, or (False, None) if it is absent, of another job or damaged."""
+    if not path.is_file():
+        return False, None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("format") != STORE_FORMAT or record.get("job") != key:
+            return False, None
+        tensors: dict[str, Tensor] = {}
+        if record["tensors_sha256"] is not None:
+            tensor_file = path.with_suffix(".safetensors")
+            if not tensor_file.is_file():
+                return False, None
+            data = tensor_file.read_bytes()
+            if hashlib.sha256(data).hexdigest() != record["tensors_sha256"]:
+                return False, None
+            tensors = load(data)
+        return True, _decode(record["result"], tensors)
+    except (ValueError, KeyError, TypeError, SafetensorError) as error:
+        log.warning("ignoring the damaged stored shard %s (%s); it is computed again", path, error)
+        return False, None
 
 
 def map_shards(
@@ -100,27 +231,31 @@ def map_shards(
 
     ray: None (this process), "local" (start a local cluster of `num_cpus` workers) or an address.
     num_gpus: GPUs each task asks Ray for (0: CPU tasks).
-    store, job: resume support (results are pickled; store only results you would unpickle).
+    store, job: resume support. Results are stored as JSON + safetensors (never pickled, so reading
+    a store runs no code): tensors, numbers, strings, lists, tuples, dicts, DataFrames, PatchResult
+    and dataclasses registered with `register_result_type`.
     fn and the shards must pickle (cloudpickle: closures and lambdas are fine).
     """
     shards = list(shards)
     paths: list[Path | None] = [None] * len(shards)
     results: dict[int, Any] = {}
+    key = ""
     if store is not None:
-        directory = Path(store) / job_key((fn, shards) if job is None else job)
+        key = job_key((fn, shards) if job is None else job)
+        directory = Path(store) / key
         directory.mkdir(parents=True, exist_ok=True)
-        paths = [directory / f"shard_{i:05d}.pkl" for i in range(len(shards))]
+        paths = [directory / f"shard_{i:05d}.json" for i in range(len(shards))]
         for i, path in enumerate(paths):
-            if path.exists():
-                with open(path, "rb") as file:
-                    results[i] = pickle.load(file)
+            found, result = _load_result(path, key)
+            if found:
+                results[i] = result
     todo = [i for i in range(len(shards)) if i not in results]
     bar = tqdm(total=len(shards), initial=len(results), desc="shards", disable=not progress)
 
     def finish(i: int, result: Any) -> None:
         results[i] = result
         if paths[i] is not None:
-            _store_result(paths[i], result)
+            _store_result(paths[i], result, key)
         bar.update(1)
 
     try:

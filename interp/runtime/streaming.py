@@ -16,6 +16,7 @@ model, hook names, tokens and batch size); another job cannot write into the sam
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +28,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp.io.devices import module_weight
 from interp.model import HookedTransformer
 
 JOB_FILE = "job.json"
@@ -36,18 +38,36 @@ def _shard_path(out_dir: Path, index: int) -> Path:
     return out_dir / f"shard_{index:05d}.safetensors"
 
 
+def _code_version() -> str:
+    try:
+        return importlib.metadata.version("interp")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def tensor_bytes(tensor: Tensor) -> memoryview:
+    """Every byte of a tensor (any dtype, bfloat16 included) as a buffer for a hash."""
+    flat = tensor.detach().reshape(-1).contiguous().cpu()
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
 def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batch_size: int) -> str:
-    """A hash of everything that determines the shards' contents."""
+    """A hash of everything that determines the shards' contents: every byte of every weight, the
+    config, the prompts, the hooks, the batch size and interp's version (sha256, ~1 GB/s)."""
     digest = hashlib.sha256()
+    digest.update(json.dumps(["interp", _code_version()]).encode())
     digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
-    for name, parameter in model.state_dict().items():  # weights: a sample of each tensor is enough
-        if parameter.is_meta:  # offloaded by accelerate: its name and shape stand for it
-            digest.update(f"{name}{tuple(parameter.shape)}".encode())
-        else:
-            digest.update(parameter.detach().flatten()[:64].float().cpu().numpy().tobytes())
+    for name, parameter in model.state_dict().items():
+        digest.update(f"{name}{tuple(parameter.shape)}{parameter.dtype}".encode())
+        if parameter.is_meta:  # offloaded by accelerate: read in from its offload
+            owner, _, attr = name.rpartition(".")
+            parameter = module_weight(model.get_submodule(owner), attr, "cpu")
+        if not parameter.is_meta:
+            digest.update(tensor_bytes(parameter))
     digest.update(json.dumps([list(names), batch_size, str(model.dtype)]).encode())
-    digest.update(tokens.cpu().numpy().tobytes())
-    return digest.hexdigest()[:16]
+    digest.update(f"{tuple(tokens.shape)}".encode())
+    digest.update(tensor_bytes(tokens.long()))
+    return digest.hexdigest()[:32]
 
 
 def _write_atomic(tensors: dict[str, Tensor], path: Path, metadata: dict[str, str]) -> None:

@@ -401,6 +401,7 @@ def make_ioi_dataset(
     names: Sequence[str] = NAMES,
     places: Sequence[str] = PLACES,
     objects: Sequence[str] = OBJECTS,
+    allow_duplicates: bool = False,
 ) -> tuple[IOIPrompts, IOIPrompts, IOIPrompts]:
     """(clean, abc, swap) IOI prompts tokenized for `model` (CPU tensors; use `.to(device)`).
 
@@ -410,6 +411,8 @@ def make_ioi_dataset(
     objects are drawn with a torch.Generator seeded by `seed`.
     names: candidate names; only those that are a single token with a leading space are used.
     places, objects: fillers for [PLACE] and [OBJECT] (any number of tokens).
+    allow_duplicates: the clean prompts are distinct unless this is True; asking for more prompts
+    than there are distinct ones raises (the message gives their number).
     """
     if n_prompts < 1:
         raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
@@ -445,6 +448,11 @@ def make_ioi_dataset(
     place = torch.randint(len(places), (n_prompts,), generator=generator)
     obj = torch.randint(len(objects), (n_prompts,), generator=generator)
     order = [IOI_ORDERS[i % 2] for i in range(n_prompts)]
+    if not allow_duplicates:
+        _redraw_duplicates(
+            n_prompts, order, prompt_templates, template, io_index, s_index, place, obj,
+            len(name_list), places, objects, generator,
+        )  # fmt: skip
     fillers = [
         (prompt_templates[order[i]][template[i]], places[place[i]], objects[obj[i]]) for i in range(n_prompts)
     ]
@@ -481,6 +489,56 @@ def make_ioi_dataset(
     return clean, abc, with_texts(clean.swap())
 
 
+def _redraw_duplicates(
+    n_prompts: int,
+    order: Sequence[str],
+    prompt_templates: dict[str, list[str]],
+    template: Tensor,
+    io_index: Tensor,
+    s_index: Tensor,
+    place: Tensor,
+    obj: Tensor,
+    n_names: int,
+    places: Sequence[str],
+    objects: Sequence[str],
+    generator: torch.Generator,
+) -> None:
+    """Redraw (in place, with `generator`) each prompt that repeats an earlier one, so that the
+    prompts are distinct; raise if there are fewer distinct prompts of an order than asked for."""
+    n_distinct = {
+        o: len(set(prompt_templates[o])) * n_names * (n_names - 1) * len(set(places)) * len(set(objects))
+        for o in IOI_ORDERS
+    }
+    wanted = {o: sum(1 for x in order if x == o) for o in IOI_ORDERS}
+    if any(wanted[o] > n_distinct[o] for o in IOI_ORDERS):
+        total = sum(n_distinct[o] for o in IOI_ORDERS)
+        raise ValueError(
+            f"asked for {n_prompts} IOI prompts, but these templates, names, places and objects make only "
+            f"{total} distinct prompts ({n_distinct['ABBA']} per order, and orders alternate); ask for at "
+            f"most {2 * min(n_distinct.values())}, pass more templates, names, places or objects, or "
+            "allow_duplicates=True"
+        )
+
+    def key(i: int) -> tuple:
+        return (
+            order[i],
+            prompt_templates[order[i]][template[i]],
+            int(io_index[i]),
+            int(s_index[i]),
+            places[place[i]],
+            objects[obj[i]],
+        )
+
+    seen: set[tuple] = set()
+    for i in range(n_prompts):
+        while key(i) in seen:
+            template[i] = int(torch.randint(len(prompt_templates[order[i]]), (), generator=generator))
+            io_index[i], s_index[i] = torch.randperm(n_names, generator=generator)[:2]
+            place[i] = int(torch.randint(len(places), (), generator=generator))
+            obj[i] = int(torch.randint(len(objects), (), generator=generator))
+        seen.add(key(i))
+
+
 def _render(prompt_template: str, names: dict[str, str], place: str, obj: str) -> tuple[str, dict[str, int]]:
     """Fill a role-slot template; also return the character index of each name's leading space."""
     fill = {**names, "PLACE": place, "OBJECT": obj}
@@ -500,6 +558,13 @@ def _tokenize_with_positions(
     """model.to_tokens(texts) [batch, pos] and the token index of IO, S1, S1+1, S2, END per prompt."""
     tokenizer = model.tokenizer
     bodies = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    n_ctx, longest = model.cfg.n_ctx, max(range(len(texts)), key=lambda i: len(bodies[i]))
+    if len(bodies[longest]) + int(bool(model.cfg.default_prepend_bos)) > n_ctx:
+        raise ValueError(
+            f"the IOI prompt {texts[longest]!r} is {len(bodies[longest])} tokens long (plus BOS when the "
+            f"model prepends one), longer than the model's context of {n_ctx}; pass shorter templates, "
+            "places or objects"
+        )
     tokens = model.to_tokens(texts).cpu()
     n_prefix = tokens.shape[1] - max(len(body) for body in bodies)  # BOS tokens prepended by the model
     for text, row, body in zip(texts, tokens, bodies, strict=True):

@@ -1,0 +1,313 @@
+"""Checks of inputs at the library's boundary: one place, one message style.
+
+Every message says what is wrong, the value that was passed, and what to pass instead. Wrong
+types raise TypeError, wrong values ValueError (docs/errors.md lists every check and where it runs).
+A leaf of the layers: imports nothing of interp but interp.config and interp.types.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from interp.config import Config
+from interp.types import Head
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_int(value: Any, what: str) -> int:
+    """`value` as an int: Python, NumPy and 0-d tensor integers pass; bools, floats (even 2.0) and
+    anything else raise TypeError."""
+    if isinstance(value, bool) or (isinstance(value, Tensor) and value.dtype == torch.bool):
+        raise TypeError(f"{what} must be an integer, got the bool {value!r}; pass an int such as 0")
+    if isinstance(value, Tensor):
+        if value.ndim != 0 or value.is_floating_point() or value.is_complex():
+            raise TypeError(f"{what} must be an integer, got the tensor {_show(value)}; pass an int")
+        return int(value.item())
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{what} must be an integer, got {type(value).__name__} {_show(value)}; pass an int such as 0"
+        ) from None
+
+
+def check_layers(cfg: Config, layers: Iterable[Any], what: str = "layer") -> list[int]:
+    """Layer indices as ints within [0, n_layers) (negative indices are refused, not wrapped)."""
+    if isinstance(layers, str | bytes):
+        raise TypeError(f"{what}s must be a sequence of ints, got the string {layers!r}")
+    out = []
+    for layer in layers:
+        layer = check_int(layer, what)
+        if not 0 <= layer < cfg.n_layers:
+            raise ValueError(
+                f"{what} {layer} out of range: the model has {cfg.n_layers} layers; "
+                f"pass 0..{cfg.n_layers - 1}"
+            )
+        out.append(layer)
+    return out
+
+
+def check_head(cfg: Config, head: Any) -> Head:
+    """(layer, head) as two ints within the model's layers and heads."""
+    if isinstance(head, str | bytes) or not isinstance(head, Sequence | Tensor) or len(head) != 2:
+        raise TypeError(f"a head must be a (layer, head) pair of ints, got {_show(head)}; pass e.g. (0, 1)")
+    layer, index = check_int(head[0], "a head's layer"), check_int(head[1], "a head's index")
+    if not (0 <= layer < cfg.n_layers and 0 <= index < cfg.n_heads):
+        raise ValueError(
+            f"head ({layer}, {index}) out of range: the model has {cfg.n_layers} layers x {cfg.n_heads} "
+            f"heads; pass layers 0..{cfg.n_layers - 1} and heads 0..{cfg.n_heads - 1}"
+        )
+    return layer, index
+
+
+def check_heads(cfg: Config, heads: Iterable[Any]) -> list[Head]:
+    """Every (layer, head) checked by `check_head`; returns them as tuples of ints."""
+    if isinstance(heads, str | bytes) or not isinstance(heads, Iterable):
+        raise TypeError(f"heads must be a sequence of (layer, head) pairs, got {_show(heads)}")
+    return [check_head(cfg, head) for head in heads]
+
+
+def check_positions(positions: Any, n_pos: int, batch: int | None = None, what: str = "position") -> Any:
+    """Positions (an int, a list of ints, a LongTensor [batch], or None) within [-n_pos, n_pos)."""
+    if positions is None:
+        return None
+    if isinstance(positions, Tensor):
+        if positions.is_floating_point() or positions.dtype == torch.bool:
+            raise TypeError(f"{what}s must be integers, got a {positions.dtype} tensor; pass a LongTensor")
+        if positions.ndim > 1:
+            raise ValueError(f"{what}s must be [batch], got shape {tuple(positions.shape)}")
+        if batch is not None and positions.ndim == 1 and len(positions) != batch:
+            raise ValueError(f"{what}s hold {len(positions)} values for {batch} prompts; pass one per prompt")
+        values = positions.flatten().tolist()
+    elif isinstance(positions, Sequence) and not isinstance(positions, str | bytes):
+        values = [check_int(p, what) for p in positions]
+    else:
+        values = [check_int(positions, what)]
+    for p in values:
+        if not -n_pos <= p < n_pos:
+            raise ValueError(f"{what} {p} out of range for prompts of {n_pos} positions; pass 0..{n_pos - 1}")
+    return positions
+
+
+def check_token_ids(cfg: Config, ids: Any, what: str = "token id") -> Tensor:
+    """Token ids (int, list or tensor) as a LongTensor within [0, d_vocab): negative ids are refused,
+    since indexing would wrap them to the end of the vocabulary."""
+    if isinstance(ids, Tensor):
+        if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
+            raise TypeError(f"{what}s must be integers, got a {ids.dtype} tensor; pass token ids")
+        tensor = ids
+    elif isinstance(ids, Sequence) and not isinstance(ids, str | bytes):
+        tensor = torch.tensor([check_int(i, what) for i in ids], dtype=torch.long)
+    else:
+        tensor = torch.tensor(check_int(ids, what), dtype=torch.long)
+    if tensor.numel() and (tensor.min() < 0 or tensor.max() >= cfg.d_vocab):
+        bad = tensor[(tensor < 0) | (tensor >= cfg.d_vocab)].flatten()[0].item()
+        raise ValueError(
+            f"{what} {bad} out of range: the vocabulary holds ids 0..{cfg.d_vocab - 1} (negative ids are "
+            "not counted from the end); pass ids from model.to_tokens or model.to_single_token"
+        )
+    return tensor
+
+
+def check_tokens(cfg: Config, tokens: Any, max_pos: int | None = None) -> Tensor:
+    """Token ids [batch, pos] (or [pos]): integer dtype, at least one prompt and one position, ids
+    within the vocabulary, and at most `max_pos` positions when given (e.g. the context n_ctx)."""
+    if not isinstance(tokens, Tensor):
+        raise TypeError(f"tokens must be a tensor of token ids, got {type(tokens).__name__}")
+    if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.is_complex():
+        raise ValueError(
+            f"Token ids must be an integer tensor, got dtype {tokens.dtype}. Pass token ids (e.g. from "
+            "model.to_tokens), or embeddings via start_at_layer=0."
+        )
+    if tokens.ndim == 1:
+        tokens = tokens[None]
+    if tokens.ndim != 2:
+        raise ValueError(f"Tokens must be [batch, pos] or [pos], got shape {tuple(tokens.shape)}.")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(
+            f"tokens are empty (shape {tuple(tokens.shape)}): pass at least one prompt of at least one token"
+        )
+    if tokens.min() < 0 or tokens.max() >= cfg.d_vocab:
+        raise ValueError(
+            f"Token ids must lie in [0, {cfg.d_vocab}); got {tokens.min().item()}..{tokens.max().item()}."
+        )
+    if max_pos is not None and tokens.shape[1] > max_pos:
+        raise ValueError(
+            f"prompts of {tokens.shape[1]} tokens are longer than the model's context of {max_pos}; "
+            f"pass prompts of at most {max_pos} tokens"
+        )
+    return tokens
+
+
+def check_pair(clean: Tensor, corrupted: Tensor) -> None:
+    """Clean and corrupted token batches agree: one [batch, pos] shape, at least one prompt."""
+    if clean.shape != corrupted.shape:
+        raise ValueError(
+            f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} tokens must have the same "
+            "[batch, pos] shape: pair each clean prompt with one corrupted prompt of the same length "
+            "(right-pad prompt pairs of different lengths with interp.edges.pad_pair)"
+        )
+    if clean.ndim < 1 or clean.shape[0] == 0:
+        raise ValueError(f"the prompt pairs are empty (shape {tuple(clean.shape)}): pass at least one pair")
+
+
+def check_distinct_pair(clean: Tensor, corrupted: Tensor, what: str = "the corrupted run") -> None:
+    """Refuse clean == corrupted where `what` is read from the corrupted prompts (nothing differs)."""
+    if clean.shape == corrupted.shape and torch.equal(clean.cpu(), corrupted.cpu()):
+        raise ValueError(
+            f"clean and corrupted tokens are identical, so {what} equals the clean run and every "
+            "normalised score is 0/0; pass corrupted prompts that differ from the clean ones"
+        )
+
+
+def check_metric_output(value: Any, batch: int, what: str = "the metric") -> Tensor:
+    """A metric's value: a tensor of one finite value per prompt ([batch])."""
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"{what} must return a tensor of one value per prompt, got {type(value).__name__}; "
+            "return e.g. logits[:, -1, answer] (shape [batch])"
+        )
+    if tuple(value.shape) != (batch,):
+        raise ValueError(
+            f"{what} must return one value per prompt (shape ({batch},)), got shape {tuple(value.shape)}; "
+            "do not average over prompts (interp does), and read one position"
+        )
+    if not value.is_floating_point():
+        value = value.float()
+    if not torch.isfinite(value).all():
+        bad = int((~torch.isfinite(value)).nonzero()[0])
+        raise ValueError(f"{what} is not finite on prompt {bad} ({value[bad].item()}); check the metric")
+    return value
+
+
+def check_denominator(gap: float, scale: float, what: str) -> None:
+    """Refuse a normalised value whose denominator is (numerically) zero."""
+    if not math.isfinite(gap) or abs(gap) <= 1e-6 * max(1.0, abs(scale)):
+        raise ValueError(
+            f"{what} is undefined: its denominator is {gap:.3g} (the metric does not change between the "
+            "two runs it is normalised by). Use prompts the model does the task on, corrupted prompts that "
+            "differ from the clean ones, or another ablation."
+        )
+
+
+def check_hook_output(hook_name: str, hook_fn: Any, act: Tensor, out: Any) -> None:
+    """A forward hook's return value: None, or a tensor of the activation's shape, dtype and device."""
+    if out is None:
+        return
+    who = f"hook {getattr(hook_fn, '__name__', type(hook_fn).__name__)!s} at {hook_name!r}"
+    if not isinstance(out, Tensor):
+        raise TypeError(
+            f"{who} returned {type(out).__name__} {_show(out, 40)}: return None or a tensor shaped like "
+            f"the activation {tuple(act.shape)}"
+        )
+    if out.shape != act.shape:
+        raise ValueError(
+            f"{who} returned shape {tuple(out.shape)}, but the activation is {tuple(act.shape)}: "
+            "return a tensor of the activation's shape (or None to keep it)"
+        )
+    if out.dtype != act.dtype:
+        raise ValueError(
+            f"{who} returned dtype {out.dtype}, but the activation is {act.dtype}: return "
+            f"value.to({act.dtype})"
+        )
+    if out.device != act.device:
+        raise ValueError(
+            f"{who} returned a tensor on {out.device}, but the activation is on {act.device}: return "
+            f"value.to({str(act.device)!r})"
+        )
+
+
+def first_non_finite(state_dict: Mapping[str, Tensor]) -> str | None:
+    """The name of the first floating-point tensor holding NaN or inf, or None."""
+    for name, tensor in state_dict.items():
+        floating = isinstance(tensor, Tensor) and tensor.is_floating_point() and not tensor.is_meta
+        if floating and not torch.isfinite(tensor).all():
+            return name
+    return None
+
+
+def check_finite_weights(state_dict: Mapping[str, Tensor], source: Any = "the weights") -> None:
+    """Refuse weights holding NaN or inf, naming the first bad parameter."""
+    name = first_non_finite(state_dict)
+    if name is not None:
+        tensor = state_dict[name]
+        n_bad = int((~torch.isfinite(tensor)).sum())
+        raise ValueError(
+            f"{source} hold non-finite values: {name} {tuple(tensor.shape)} has {n_bad} NaN/inf entries; "
+            "the checkpoint is corrupt or was saved after training diverged: load another checkpoint"
+        )
+
+
+def check_regular_file(path: str | Path, what: str = "file") -> Path:
+    """A path that exists and is a regular file (not a FIFO, device or directory), before opening it."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file or directory: {str(path)!r} ({what})") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{what} {str(path)!r} is not a regular file; pass the path of a file")
+    return path
+
+
+def check_config_matches_weights(
+    cfg: Config, state_dict: Mapping[str, Tensor], source: Any = "the weights"
+) -> None:
+    """The config agrees with the weights' shapes (layers, vocabulary, width, heads), checked before any
+    block is built: a config claiming 100,000 layers fails here, not after building them."""
+    found = set()
+    for name in state_dict:
+        if name.startswith("blocks."):
+            index = name.split(".", 2)[1]
+            if index.isdigit():
+                found.add(int(index))
+    if found != set(range(cfg.n_layers)):
+        shown = sorted(found)
+        raise ValueError(
+            f"the config says {cfg.n_layers} layers, but {source} hold {len(found)} "
+            f"(blocks {shown[:3]}{'...' if len(shown) > 3 else ''}); fix n_layers (num_hidden_layers) in the "
+            "config, or load the weights it belongs to"
+        )
+    expected = {
+        "W_E": (cfg.d_vocab, cfg.d_model),
+        "blocks.0.attn.W_Q": (cfg.n_heads, cfg.d_model, cfg.d_head),
+    }
+    for name, shape in expected.items():
+        if name in state_dict and tuple(state_dict[name].shape) != shape:
+            raise ValueError(
+                f"the config says {name} is {shape} (d_vocab, d_model, n_heads, d_head), but {source} hold "
+                f"{tuple(state_dict[name].shape)}; fix the config, or load the weights it belongs to"
+            )
+
+
+def check_loaded_weights(cfg: Config, state_dict: Mapping[str, Tensor], source: Any = "the weights") -> None:
+    """What every reader of weights checks before a model is built: shapes against the config, and
+    finite values."""
+    check_config_matches_weights(cfg, state_dict, source)
+    check_finite_weights(state_dict, source)
+
+
+def check_finite_scores(scores: Tensor, what: str, label: Any = None) -> None:
+    """Refuse scores holding NaN or inf before anything is ranked or typed from them (NaN sorts as
+    the largest value, so it would be selected silently). `label(index tuple)` names an entry."""
+    bad = ~torch.isfinite(scores)
+    if bad.any():
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        name = label(first) if label is not None else str(first)
+        raise ValueError(
+            f"{what} hold {int(bad.sum())} non-finite values (first: {name} = {scores[first].item()}); "
+            "nothing is ranked or typed from them. Check the model's weights for NaN/inf, the metric, "
+            "and that the clean and corrupted prompts differ"
+        )

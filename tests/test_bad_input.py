@@ -1,0 +1,611 @@
+"""Bad inputs get a clear error at the boundary (interp.checks), never a silent wrong answer.
+
+Real small models built from interp.Config; no mocks. Each class of bad input is parametrised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+
+import interp
+from interp import ablation, checks, edges, metrics
+from interp.types import head_label
+
+BATCH, POS = 3, 6
+
+
+@pytest.fixture(scope="module")
+def model() -> interp.HookedTransformer:
+    torch.manual_seed(0)
+    return interp.HookedTransformer(tiny_config(n_layers=2, d_mlp=40)).eval()
+
+
+@pytest.fixture(scope="module")
+def data(model):
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(model.cfg.d_vocab, (BATCH, POS), generator=generator)
+    metric = lambda logits: metrics.logit_diff(logits, tokens[:, 0], tokens[:, 1])  # noqa: E731
+    return tokens, metric
+
+
+# --- 1. interp.checks: one message style -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heads", "error", "message"),
+    [
+        ([(0, 1.5)], TypeError, "must be an integer"),
+        ([(0.0, 1)], TypeError, "must be an integer"),
+        ([(True, 1)], TypeError, "bool"),
+        ([("0", 1)], TypeError, "must be an integer"),
+        ([(0,)], TypeError, r"\(layer, head\) pair"),
+        ([(2, 0)], ValueError, "out of range"),
+        ([(0, 4)], ValueError, "out of range"),
+        ([(-1, 0)], ValueError, "out of range"),
+        ([(99, 99)], ValueError, "out of range"),
+        ("L0H1", TypeError, "sequence"),
+    ],
+)
+def test_check_heads_refuses(heads, error, message):
+    with pytest.raises(error, match=message):
+        checks.check_heads(tiny_config(), heads)
+
+
+def test_check_heads_accepts_integer_kinds():
+    heads = [(0, 1), (torch.tensor(1), torch.tensor(3)), [1, 2]]
+    assert checks.check_heads(tiny_config(), heads) == [(0, 1), (1, 3), (1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "error", "message"),
+    [
+        (torch.zeros(0, 4, dtype=torch.long), ValueError, "empty"),
+        (torch.zeros(2, 0, dtype=torch.long), ValueError, "empty"),
+        (torch.zeros(2, 4), ValueError, "integer"),
+        (torch.tensor([[1, -1]]), ValueError, r"\[0, 61\)"),
+        (torch.tensor([[1, 61]]), ValueError, r"\[0, 61\)"),
+        (torch.zeros(1, 2, 3, dtype=torch.long), ValueError, "batch, pos"),
+        ([[1, 2]], TypeError, "tensor"),
+        (torch.zeros(1, 33, dtype=torch.long), ValueError, "context of 32"),
+    ],
+)
+def test_check_tokens_refuses(tokens, error, message):
+    with pytest.raises(error, match=message):
+        checks.check_tokens(tiny_config(), tokens, max_pos=32)
+
+
+@pytest.mark.parametrize("ids", [-1, [3, -2], torch.tensor([61]), 1000])
+def test_check_token_ids_refuses_negative_and_too_large_ids(ids):
+    with pytest.raises(ValueError, match="out of range"):
+        checks.check_token_ids(tiny_config(), ids)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (1.0, TypeError, "tensor"),
+        (torch.zeros(()), ValueError, "one value per prompt"),
+        (torch.zeros(BATCH, 2), ValueError, "one value per prompt"),
+        (torch.tensor([0.0, float("nan"), 1.0]), ValueError, "not finite"),
+    ],
+)
+def test_check_metric_output_refuses(value, error, message):
+    with pytest.raises(error, match=message):
+        checks.check_metric_output(value, BATCH)
+
+
+@pytest.mark.parametrize(
+    ("clean", "corrupted", "message"),
+    [
+        (torch.zeros(2, 4, dtype=torch.long), torch.zeros(3, 4, dtype=torch.long), "same"),
+        (torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long), "same"),
+        (torch.zeros(0, 4, dtype=torch.long), torch.zeros(0, 4, dtype=torch.long), "empty"),
+    ],
+)
+def test_check_pair_refuses(clean, corrupted, message):
+    with pytest.raises(ValueError, match=message):
+        checks.check_pair(clean, corrupted)
+
+
+# --- 2. silent answers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        (dict(heads=[(0, 1.5)]), TypeError),
+        (dict(heads=[(0.0, 1)]), TypeError),
+        (dict(heads=[(0, -1)]), ValueError),
+        (dict(mlps=[1.0]), TypeError),
+        (dict(mlps=[-1]), ValueError),
+        (dict(neurons=[(0, 2.5)]), TypeError),
+        (dict(neurons=[(0, 40)]), ValueError),
+    ],
+)
+def test_ablating_non_integer_or_out_of_range_units_raises(model, data, kwargs, error):
+    tokens, _ = data
+    with pytest.raises(error):
+        ablation.ablation_hooks(model, method="zero", **kwargs)
+
+
+@pytest.mark.parametrize("circuit", [[(99, 99)], [(0, 4)], [(2, 0)], [(0, 1.5)], [(-1, 0)]])
+def test_faithfulness_of_a_circuit_outside_the_model_raises(model, data, circuit):
+    tokens, metric = data
+    with pytest.raises((ValueError, TypeError), match="head|integer"):
+        ablation.faithfulness(model, tokens, metric, circuit)
+
+
+@pytest.mark.parametrize("answers", [(-1, 0), (0, -1), (61, 0), (1.5, 0)])
+def test_metrics_refuse_answer_ids_outside_the_vocabulary(model, data, answers):
+    tokens, _ = data
+    logits = model(tokens)
+    correct = torch.full((BATCH,), answers[0])
+    incorrect = torch.full((BATCH,), answers[1])
+    with pytest.raises((ValueError, TypeError), match="answer token"):
+        metrics.logit_diff(logits, correct, incorrect)
+    with pytest.raises((ValueError, TypeError), match="answer token"):
+        metrics.logit_diff_metric(correct, incorrect)(logits)
+
+
+def test_metric_returning_a_scalar_is_refused(model, data):
+    tokens, metric = data
+    with pytest.raises(ValueError, match="one value per prompt"):
+        ablation.faithfulness(model, tokens, lambda logits: metric(logits).mean(), [(0, 1)])
+
+
+@pytest.mark.parametrize("ablation_kind", ["counterfactual", "zero"])
+def test_edge_faithfulness_of_identical_clean_and_corrupted_raises(model, data, ablation_kind):
+    tokens, metric = data
+    graph = edges.edge_graph(model)
+    circuit = torch.ones(graph.n_writers, graph.n_readers, dtype=torch.bool)
+    if ablation_kind == "counterfactual":
+        with pytest.raises(ValueError, match="identical"):
+            edges.faithfulness(model, tokens, tokens.clone(), metric, circuit)
+    else:  # zero ablation of a constant metric: the denominator is 0
+        with pytest.raises(ValueError, match="undefined"):
+            edges.faithfulness(model, tokens, tokens, lambda x: torch.zeros(len(x)), circuit, "zero")
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (1, 2, 2)])
+def test_edge_faithfulness_refuses_masks_of_another_graph(model, data, shape):
+    tokens, metric = data
+    corrupted = (tokens + 1) % model.cfg.d_vocab
+    with pytest.raises(ValueError, match="edge graph"):
+        edges.faithfulness(model, tokens, corrupted, metric, torch.ones(shape, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("gap", [0.0, 1e-9, float("nan")])
+def test_faithfulness_ratio_with_zero_denominator_raises(gap):
+    model_values = torch.tensor([1.0, 1.0]) + gap
+    with pytest.raises(ValueError, match="undefined"):
+        interp.interventions.stats.faithfulness_ratio(torch.tensor([[0.5, 0.5]]), model_values, torch.ones(2))
+
+
+# --- 2. prompts: no duplicates, never cut ------------------------------------------------------
+
+
+def _tokenizer_model(smollm2, n_ctx: int = 64) -> interp.HookedTransformer:
+    """A small random model carrying SmolLM2's tokenizer (no trained weights needed)."""
+    cfg = interp.Config(n_layers=1, d_model=8, n_heads=2, d_vocab=len(smollm2.tokenizer), n_ctx=n_ctx)
+    return interp.HookedTransformer(cfg, smollm2.tokenizer).eval()
+
+
+FEW = dict(templates=["Then, [B] and [A] went to the [PLACE]. [B] gave a [OBJECT] to [A]"],
+           names=["Mary", "John", "Tom", "James", "Paul"], places=["store"], objects=["drink"])  # fmt: skip
+
+
+@pytest.mark.parametrize("n_prompts", [41, 60, 1000])
+def test_ioi_dataset_refuses_more_prompts_than_distinct_ones(smollm2, n_prompts):
+    from interp.tasks.ioi import make_ioi_dataset
+
+    with pytest.raises(ValueError, match="only 40 distinct prompts"):
+        make_ioi_dataset(_tokenizer_model(smollm2), n_prompts, **FEW)
+
+
+@pytest.mark.parametrize("n_prompts", [10, 39, 40])
+def test_ioi_dataset_prompts_are_distinct(smollm2, n_prompts):
+    from interp.tasks.ioi import make_ioi_dataset
+
+    clean, _, _ = make_ioi_dataset(_tokenizer_model(smollm2), n_prompts, **FEW)
+    assert len(set(clean.texts)) == n_prompts
+    dupes, _, _ = make_ioi_dataset(_tokenizer_model(smollm2), 100, allow_duplicates=True, **FEW)
+    assert len(set(dupes.texts)) <= 40  # duplicates only when asked for
+
+
+@pytest.mark.parametrize("split", ["discovery", "heldout"])
+def test_ioi_splits_hold_no_duplicates(smollm2, split):
+    from interp.tasks.ioi import ioi_dataset_for
+
+    clean, _, _ = ioi_dataset_for(_tokenizer_model(smollm2), 300, seed=3, split=split)
+    assert len(set(clean.texts)) == 300
+
+
+@pytest.mark.parametrize("n_ctx", [8, 12])
+def test_ioi_prompts_longer_than_the_context_are_refused(smollm2, n_ctx):
+    from interp.tasks.ioi import make_ioi_dataset
+
+    with pytest.raises(ValueError, match=f"context of {n_ctx}"):
+        make_ioi_dataset(_tokenizer_model(smollm2, n_ctx), 4)
+
+
+@pytest.mark.parametrize(("n_ctx", "which"), [(8, "clean"), (12, "corrupted")])
+def test_edge_task_prompts_longer_than_the_context_are_refused(smollm2, tmp_path, n_ctx, which):
+    import json
+
+    from circuits.edge_circuits import edge_task
+
+    short, long = "The city of", "When Mary and John went to the store, John gave a drink to"
+    row = {"clean": long if which == "clean" else short, "corrupted": long, "correct": " Mary",
+           "incorrect": " John"}  # fmt: skip
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps(row), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"pair 1's {which} prompt is .* context of {n_ctx}"):
+        edge_task(_tokenizer_model(smollm2, n_ctx), str(path))
+
+
+# --- 2. cache_to_disk: a directory holds one job -------------------------------------------------
+
+
+def _change(model: interp.HookedTransformer, kind: str) -> interp.HookedTransformer:
+    """A copy of model differing in one weight past the first 64 values, or in its config."""
+    import copy
+
+    other = copy.deepcopy(model)
+    if kind == "late_weight":
+        with torch.no_grad():
+            other.blocks[1].attn.W_O.view(-1)[-1] += 1.0
+    elif kind == "last_parameter":
+        with torch.no_grad():
+            list(other.parameters())[-1].view(-1)[-1] += 1.0
+    elif kind == "config":
+        other = interp.HookedTransformer(tiny_config(n_layers=2, d_mlp=40, attn_scale=2.0)).eval()
+        other.load_state_dict(model.state_dict())
+    return other
+
+
+@pytest.mark.parametrize("kind", ["late_weight", "last_parameter", "config"])
+def test_cache_to_disk_of_another_model_into_the_same_directory_raises(model, data, tmp_path, kind):
+    from interp.runtime.streaming import cache_to_disk, job_key
+
+    tokens, _ = data
+    names = ["blocks.0.hook_resid_post"]
+    cache_to_disk(model, tokens, names, tmp_path, batch_size=2, progress=False)
+    other = _change(model, kind)
+    assert job_key(other, tokens, names, 2) != job_key(model, tokens, names, 2)
+    with pytest.raises(ValueError, match="another job"):
+        cache_to_disk(other, tokens, names, tmp_path, batch_size=2, progress=False)
+    cache_to_disk(model, tokens, names, tmp_path, batch_size=2, progress=False)  # the same job resumes
+
+
+@pytest.mark.parametrize("change", ["last_token", "one_more_prompt"])
+def test_cache_to_disk_of_other_prompts_into_the_same_directory_raises(model, data, tmp_path, change):
+    from interp.runtime.streaming import cache_to_disk
+
+    tokens, _ = data
+    cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, progress=False)
+    other = tokens.clone()
+    if change == "last_token":
+        other[-1, -1] = (other[-1, -1] + 1) % model.cfg.d_vocab
+    else:
+        other = torch.cat([other, other[:1]])
+    with pytest.raises(ValueError, match="another job"):
+        cache_to_disk(model, other, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, progress=False)
+
+
+# --- 3. hooks: a returned value replaces the activation, so it is checked -----------------------
+
+
+def _bad_shape(act, hook):
+    return act[:, :-1]
+
+
+def _bad_dtype(act, hook):
+    return act.double()
+
+
+def _bad_type(act, hook):
+    return act.tolist()
+
+
+def _bad_scalar(act, hook):
+    return 0.0
+
+
+def _meta_device(act, hook):
+    return torch.empty_like(act, device="meta")
+
+
+@pytest.mark.parametrize(
+    ("hook_fn", "error", "message"),
+    [
+        (_bad_shape, ValueError, "returned shape"),
+        (_bad_dtype, ValueError, "returned dtype"),
+        (_bad_type, TypeError, "returned list"),
+        (_bad_scalar, TypeError, "returned float"),
+        (_meta_device, ValueError, "returned a tensor on meta"),
+    ],
+)
+@pytest.mark.parametrize("name", ["blocks.0.hook_resid_post", "blocks.1.attn.hook_z"])
+def test_a_bad_hook_return_value_names_the_hook(model, data, hook_fn, error, message, name):
+    tokens, _ = data
+    with pytest.raises(error, match=rf"{hook_fn.__name__} at '{name}' {message}"):
+        model.run_with_hooks(tokens, fwd_hooks=[(name, hook_fn)])
+    with pytest.raises(error, match=message), model.hooks(fwd_hooks=[(lambda n: n == name, hook_fn)]):
+        model(tokens)
+    assert not model.hook_dict[name].fwd_hooks  # removed after the error
+
+
+def test_good_hooks_still_replace_and_observe(model, data):
+    tokens, _ = data
+    expected = model(tokens)
+    seen = []
+    out = model.run_with_hooks(
+        tokens,
+        fwd_hooks=[("blocks.0.hook_resid_post", lambda act, hook: act.clone()),
+                   ("blocks.1.hook_resid_post", lambda act, hook: seen.append(hook.name))],
+    )  # fmt: skip
+    torch.testing.assert_close(out, expected)
+    assert seen == ["blocks.1.hook_resid_post"]
+    zeroed = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_resid_post", lambda a, hook: a * 0)])
+    assert not torch.allclose(zeroed, expected)
+
+
+# --- 4, 5. weights and files -------------------------------------------------------------------
+
+
+@pytest.fixture
+def checkpoint(model, tmp_path):
+    from interp.io.checkpoint import save_checkpoint
+
+    return save_checkpoint(model, tmp_path / "ckpt")
+
+
+def _rewrite_weights(directory, change) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(directory / "model.safetensors")
+    change(state)
+    save_file(state, directory / "model.safetensors")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("name", ["W_E", "blocks.1.attn.W_O", "ln_final.w"])
+def test_loading_weights_with_non_finite_values_names_the_parameter(checkpoint, value, name):
+    _rewrite_weights(checkpoint, lambda state: state[name].view(-1).__setitem__(-1, value))
+    with pytest.raises(ValueError, match=rf"non-finite values: {name} .* 1 NaN/inf"):
+        interp.load_model(str(checkpoint))
+
+
+def test_checks_name_the_first_non_finite_parameter():
+    state = {"a": torch.zeros(2), "b": torch.tensor([1.0, float("nan")]), "c": torch.tensor([float("inf")])}
+    assert checks.first_non_finite(state) == "b"
+    assert checks.first_non_finite({"ids": torch.tensor([1, 2]), "x": torch.ones(2)}) is None
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("n_layers", 100_000, "says 100000 layers, but .* hold 2"),
+    ("n_layers", 1, "says 1 layers, but .* hold 2"),
+    ("d_vocab", 7, r"W_E is \(7, 32\)"),
+    ("n_heads", 8, r"blocks.0.attn.W_Q is \(8, 32, 8\)"),
+])  # fmt: skip
+def test_a_config_that_contradicts_the_weights_fails_before_building(checkpoint, field, value, message):
+    import json
+    import time
+
+    meta = json.loads((checkpoint / "config.json").read_text())
+    meta["config"][field] = value
+    meta["config"]["attn_types"] = None  # one entry per layer: its own check would answer first
+    (checkpoint / "config.json").write_text(json.dumps(meta))
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=message):
+        interp.load_model(str(checkpoint))
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("n_layer", [100_000, 3])
+def test_a_transformers_config_that_contradicts_the_weights_fails_before_building(tmp_path, n_layer):
+    import json
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=16))
+    hf.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["n_layer"] = n_layer
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=f"says {n_layer} layers, but the weights .* hold 2"):
+        interp.load_model(str(tmp_path))
+
+
+def _fifo(path):
+    import os
+
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("which", ["model.safetensors", "config.json"])
+def test_a_fifo_in_place_of_weights_does_not_hang(checkpoint, which):
+    import signal
+
+    _fifo(checkpoint / which)
+    signal.alarm(20)  # a hang fails the test instead of the suite
+    try:
+        with pytest.raises((ValueError, FileNotFoundError), match="regular file|neither"):
+            interp.load_model(str(checkpoint))
+    finally:
+        signal.alarm(0)
+
+
+def test_a_fifo_gguf_does_not_hang(tmp_path):
+    import signal
+
+    _fifo(tmp_path / "model.gguf")
+    signal.alarm(20)
+    try:
+        with pytest.raises(ValueError, match="not a regular file"):
+            interp.load_model(str(tmp_path / "model.gguf"))
+    finally:
+        signal.alarm(0)
+
+
+@pytest.mark.parametrize("keep", [0, 8, 100, -10])
+def test_a_truncated_safetensors_gets_a_clear_error(checkpoint, keep):
+    weights = checkpoint / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:keep] if keep >= 0 else data[:keep])
+    with pytest.raises(ValueError, match="missing, truncated or corrupted"):
+        interp.load_model(str(checkpoint))
+
+
+@pytest.mark.parametrize(
+    "source", ["./no-such-model", "/no/such/model", "~/no-such-model", "no-such.safetensors", "a/b/model",
+               "missing.gguf"],
+)  # fmt: skip
+def test_local_looking_paths_that_do_not_exist(source):
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):
+        interp.load_model(source)
+
+
+# --- 5. the resume store never unpickles --------------------------------------------------------
+
+
+def _identity(shard):
+    return shard
+
+
+def _patch_result():
+    from interp.interventions.results import PatchResult, grid_index
+
+    coords = {"layer": [0, 1], "head": [0, 1, 2]}
+    return PatchResult(torch.randn(6, 3), grid_index("z", ("layer", "head"), coords), ("layer", "head"),
+                       coords, "m", torch.randn(3), None, extra={"n": 3})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "result",
+    [7, 1.5, float("nan"), "text", None, [1, (2, 3)], {"a": torch.arange(3), 2: [torch.ones(2, 2)]},
+     torch.randn(2, 3).to(torch.bfloat16), "patch_result", "frame"],
+)  # fmt: skip
+def test_the_store_round_trips_results_without_pickle(tmp_path, result):
+    import pandas as pd
+
+    from interp.runtime.distributed import map_shards
+
+    if result == "patch_result":
+        result = _patch_result()
+    elif result == "frame":
+        result = pd.DataFrame({"source": ["a", "b"], "layer": [0, 1], "score": [0.5, float("nan")]})
+    first = map_shards(_identity, [result], store=tmp_path, progress=False)
+    again = map_shards(_identity, [result], store=tmp_path, progress=False)
+    assert not list(tmp_path.glob("*/*.pkl"))
+    for value in (first[0], again[0]):
+        if isinstance(result, pd.DataFrame):
+            pd.testing.assert_frame_equal(value, result)
+        elif type(result).__name__ == "PatchResult":
+            torch.testing.assert_close(value.values, result.values)
+            assert value.index.equals(result.index) and value.coords == result.coords
+            assert value.extra == result.extra and value.source is None
+        elif isinstance(result, float) and result != result:
+            assert value != value
+        else:
+            assert repr(value) == repr(result)
+
+
+def test_a_pickle_planted_in_the_store_is_never_loaded(tmp_path):
+    import os
+    import pickle
+
+    from interp.runtime.distributed import job_key, map_shards
+
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    directory = tmp_path / "store" / job_key("job")
+    directory.mkdir(parents=True)
+    for name in ("shard_00000.pkl", "shard_00000.json"):
+        (directory / name).write_bytes(pickle.dumps(Exploit()))
+    assert map_shards(_identity, [5], store=tmp_path / "store", job="job", progress=False) == [5]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["tensors", "json", "other_job"])
+def test_a_damaged_stored_shard_is_computed_again(tmp_path, damage):
+    import json
+
+    from interp.runtime.distributed import map_shards
+
+    calls = []
+
+    def record(shard):
+        calls.append(shard)
+        return {"x": torch.full((3,), float(shard))}
+
+    map_shards(record, [1], store=tmp_path, job="j", progress=False)
+    (stored,) = tmp_path.glob("*/shard_00000.json")
+    if damage == "tensors":
+        stored.with_suffix(".safetensors").write_bytes(b"not what was stored")
+    elif damage == "json":
+        stored.write_text("{", encoding="utf-8")
+    else:
+        record_json = json.loads(stored.read_text())
+        record_json["job"] = "another"
+        stored.write_text(json.dumps(record_json))
+    out = map_shards(record, [1], store=tmp_path, job="j", progress=False)
+    assert calls == [1, 1] and torch.equal(out[0]["x"], torch.ones(3))
+
+
+@pytest.mark.parametrize("result", [object(), {1, 2}, b"bytes"])
+def test_the_store_refuses_results_it_cannot_hold_without_pickle(tmp_path, result):
+    from interp.runtime.distributed import map_shards
+
+    with pytest.raises(TypeError, match="never pickles"):
+        map_shards(_identity, [result], store=tmp_path, progress=False)
+
+
+# --- 4. reports never rank or type from NaN scores ---------------------------------------------
+
+
+def _with_nan(model: interp.HookedTransformer, where: str) -> interp.HookedTransformer:
+    import copy
+
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.get_parameter(where).view(-1)[0] = float("nan")
+    return broken
+
+
+@pytest.mark.parametrize("where", ["blocks.1.attn.W_O", "blocks.0.attn.W_Q"])
+def test_edge_circuit_of_nan_scores_raises(model, where):
+    from circuits.edge_circuits import find_edge_circuit, induction_task
+
+    broken = _with_nan(model, where)
+    task = induction_task(broken, n_prompts=4, seq_len=5)
+    with pytest.raises(ValueError, match="edge scores hold .* non-finite"):
+        find_edge_circuit(broken, task, "eap", n_edges=5, curve_fractions=None)
+
+
+@pytest.mark.parametrize("where", ["blocks.1.attn.W_O"])
+def test_ioi_heads_are_never_typed_from_nan_effects(where):
+    from circuits.ioi import find_ioi_circuit
+
+    broken = _with_nan(interp.load_model("toy-ioi"), where)
+    with pytest.raises(
+        ValueError, match="the model's own outputs NaN/inf|path-patching effects .* non-finite"
+    ):
+        find_ioi_circuit(broken, n_prompts=8, evaluate=False, validate=False)
+
+
+@pytest.mark.parametrize(
+    ("scores", "message"),
+    [(torch.tensor([[0.0, float("nan")]]), "1 non-finite .* L0H1"),
+     (torch.tensor([[float("inf"), float("nan")]]), "2 non-finite .* L0H0 = inf")],
+)  # fmt: skip
+def test_check_finite_scores_names_the_first_bad_entry(scores, message):
+    with pytest.raises(ValueError, match=message):
+        checks.check_finite_scores(scores, "head scores", lambda i: head_label(*i))
