@@ -170,7 +170,12 @@ class _Step:
                 ablated=ablated,
             )
             effects = change / inputs.prompts.logit_diff
-        check_finite_scores(effects, f"the path-patching effects of {name}", lambda i: head_label(*i))
+        senders = ~effects.isnan()  # NaN marks heads that are not senders in this sweep
+        check_finite_scores(
+            effects.where(senders, 0.0) if senders.any() else effects,
+            f"the path-patching effects of {name}",
+            lambda i: head_label(*i),
+        )
         self.result.effects[name] = effects
         return effects
 
