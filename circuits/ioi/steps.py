@@ -148,7 +148,10 @@ class _Step:
                 self.model, clean, abc, receivers, receiver_input, position, senders=senders, ablated=ablated
             )
             effects = change / self.prompts.logit_diff
-        check_finite_scores(effects, f"the path-patching effects of {name}", lambda i: head_label(*i))
+        senders_only = effects.nan_to_num(
+            nan=0.0, posinf=float("inf"), neginf=float("-inf")
+        )  # NaN: no sender
+        check_finite_scores(senders_only, f"the path-patching effects of {name}", lambda i: head_label(*i))
         self.result.effects[name] = effects
         return effects
 
