@@ -609,3 +609,16 @@ def test_ioi_heads_are_never_typed_from_nan_effects(where):
 def test_check_finite_scores_names_the_first_bad_entry(scores, message):
     with pytest.raises(ValueError, match=message):
         checks.check_finite_scores(scores, "head scores", lambda i: head_label(*i))
+
+
+@pytest.mark.parametrize(
+    ("positions", "layers", "error"),
+    [([1.5], None, TypeError), ([99], None, ValueError), (None, [0.5], TypeError), (None, [-1], ValueError),
+     ({"end": torch.tensor([0.5, 1.0, 2.0])}, None, TypeError),
+     ({"end": torch.tensor([1, 2, 99])}, None, ValueError)],
+)  # fmt: skip
+def test_activation_patching_refuses_bad_positions_and_layers(model, data, positions, layers, error):
+    tokens, metric = data
+    corrupted = (tokens + 1) % model.cfg.d_vocab
+    with pytest.raises(error, match="position|layer"):
+        interp.patching.activation_patching(model, tokens, corrupted, metric, "resid_pre", positions, layers)
