@@ -622,3 +622,17 @@ def test_activation_patching_refuses_bad_positions_and_layers(model, data, posit
     corrupted = (tokens + 1) % model.cfg.d_vocab
     with pytest.raises(error, match="position|layer"):
         interp.patching.activation_patching(model, tokens, corrupted, metric, "resid_pre", positions, layers)
+
+
+@pytest.mark.parametrize(
+    ("receivers", "senders"),
+    [("logits", [(0.0, 1)]), ("logits", [(0, 1.5)]), ("logits", [(0, True)]), ([(1.0, 0, "q")], [(0, 1)]),
+     ([(1, 0.5, "q")], [(0, 1)])],
+)  # fmt: skip
+def test_path_patching_refuses_non_integer_senders_and_receivers(model, data, receivers, senders):
+    from interp.interventions.path_patching import path_patching
+
+    tokens, metric = data
+    corrupted = (tokens + 1) % model.cfg.d_vocab
+    with pytest.raises(TypeError, match="must be an integer"):
+        path_patching(model, tokens, corrupted, metric, receivers, senders)
