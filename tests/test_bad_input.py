@@ -609,3 +609,30 @@ def test_ioi_heads_are_never_typed_from_nan_effects(where):
 def test_check_finite_scores_names_the_first_bad_entry(scores, message):
     with pytest.raises(ValueError, match=message):
         checks.check_finite_scores(scores, "head scores", lambda i: head_label(*i))
+
+
+@pytest.mark.parametrize(
+    ("positions", "layers", "error"),
+    [([1.5], None, TypeError), ([99], None, ValueError), (None, [0.5], TypeError), (None, [-1], ValueError),
+     ({"end": torch.tensor([0.5, 1.0, 2.0])}, None, TypeError),
+     ({"end": torch.tensor([1, 2, 99])}, None, ValueError)],
+)  # fmt: skip
+def test_activation_patching_refuses_bad_positions_and_layers(model, data, positions, layers, error):
+    tokens, metric = data
+    corrupted = (tokens + 1) % model.cfg.d_vocab
+    with pytest.raises(error, match="position|layer"):
+        interp.patching.activation_patching(model, tokens, corrupted, metric, "resid_pre", positions, layers)
+
+
+@pytest.mark.parametrize(
+    ("receivers", "senders"),
+    [("logits", [(0.0, 1)]), ("logits", [(0, 1.5)]), ("logits", [(0, True)]), ([(1.0, 0, "q")], [(0, 1)]),
+     ([(1, 0.5, "q")], [(0, 1)])],
+)  # fmt: skip
+def test_path_patching_refuses_non_integer_senders_and_receivers(model, data, receivers, senders):
+    from interp.interventions.path_patching import path_patching
+
+    tokens, metric = data
+    corrupted = (tokens + 1) % model.cfg.d_vocab
+    with pytest.raises(TypeError, match="must be an integer"):
+        path_patching(model, tokens, corrupted, metric, receivers, senders)

@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from interp.checks import check_layers, check_positions
 from interp.interventions.engine import (
     Site,
     cached_run,
@@ -74,7 +75,14 @@ def _position_axis(positions: PositionAxis, n_pos: int) -> tuple[list, list[Pos]
             )
         return list(range(n_pos)), list(range(n_pos))
     if isinstance(positions, Mapping):
-        return list(positions), [torch.as_tensor(p).long() for p in positions.values()]
+        values = [torch.as_tensor(p) for p in positions.values()]
+        for name, p in zip(positions, values, strict=True):  # dtype here; the range where they are used
+            if p.is_floating_point() or p.dtype == torch.bool or p.is_complex():
+                raise TypeError(
+                    f"the positions of {name!r} must be integers, got dtype {p.dtype}; pass a LongTensor"
+                )
+        return list(positions), [p.long() for p in values]
+    positions = check_positions(list(positions), n_pos)
     for p in positions:
         if not -n_pos <= p < n_pos:
             raise ValueError(f"position {p} is out of range for prompts of {n_pos} tokens")
@@ -96,7 +104,7 @@ def _component_grid(
         raise ValueError(f"{component!r} does not exist in an attention-only model")
     if component == "resid_mid" and cfg.parallel_residual:
         raise ValueError("'resid_mid' does not exist in a parallel-residual model")
-    layers = list(range(cfg.n_layers)) if layers is None else list(layers)
+    layers = list(range(cfg.n_layers)) if layers is None else check_layers(cfg, layers)
     if any(not 0 <= layer < cfg.n_layers for layer in layers):
         raise ValueError(f"layers must lie in [0, {cfg.n_layers}), got {layers}")
     pos_labels, site_pos = _position_axis(positions, n_pos)

@@ -12,6 +12,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_int
 from interp.interventions.engine import (
     LogitBuffer,
     Site,
@@ -38,7 +39,12 @@ Receiver = tuple[int, int, str]  # (layer, head, "q" | "k" | "v" | any combinati
 def _check_senders(model: HookedTransformer, senders: Sequence[Sender]) -> None:
     cfg = model.cfg
     for sender in senders:
+        if not isinstance(sender, tuple | list) or len(sender) != 2:
+            raise TypeError(f"a sender must be (layer, head) or (layer, 'mlp'), got {sender!r}")
         layer, unit = sender
+        layer = check_int(layer, f"sender {sender}'s layer")
+        if unit != "mlp":
+            unit = check_int(unit, f"sender {sender}'s head")
         if not 0 <= layer < cfg.n_layers:
             raise ValueError(f"sender {sender}: layer must lie in [0, {cfg.n_layers})")
         if unit == "mlp":
@@ -62,6 +68,10 @@ def _check_receivers(model: HookedTransformer, receivers: Sequence[Receiver] | s
     cfg = model.cfg
     for receiver in receivers:
         layer, head, inputs = receiver
+        layer, head = (
+            check_int(layer, f"receiver {receiver}'s layer"),
+            check_int(head, f"receiver {receiver}'s head"),
+        )
         if not 0 <= layer < cfg.n_layers or not 0 <= head < cfg.n_heads:
             raise ValueError(
                 f"receiver {receiver}: layer in [0, {cfg.n_layers}) and head in [0, {cfg.n_heads}) needed"
@@ -174,7 +184,8 @@ def path_patching(
 
 
 def _is_sender(sender) -> bool:
-    return isinstance(sender, tuple) and len(sender) == 2 and isinstance(sender[0], int)
+    """(layer, head) or (layer, "mlp"); a set of senders is a sequence of such pairs."""
+    return isinstance(sender, tuple) and len(sender) == 2 and not isinstance(sender[0], tuple | list)
 
 
 def _sender_label(sender: Sender) -> str:
