@@ -636,3 +636,13 @@ def test_path_patching_refuses_non_integer_senders_and_receivers(model, data, re
     corrupted = (tokens + 1) % model.cfg.d_vocab
     with pytest.raises(TypeError, match="must be an integer"):
         path_patching(model, tokens, corrupted, metric, receivers, senders)
+
+
+@pytest.mark.parametrize("token", [-1, [3, -2], torch.tensor([-1])])
+def test_logit_attrs_refuses_negative_token_ids(model, data, token):
+    """A negative id used to wrap to the last vocabulary token (a silent wrong attribution)."""
+    tokens = data[0]
+    _, cache = model.run_with_cache(tokens)
+    stack = cache.decompose_resid(pos_slice=-1)
+    with pytest.raises(ValueError, match="token id"):
+        cache.logit_attrs(stack, token, pos_slice=-1)

@@ -14,6 +14,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_token_ids
 from interp.io.devices import module_weight
 
 
@@ -141,7 +142,8 @@ class StackedWeights:
         """The unembedding direction (a column of W_U) of each token: [*tokens.shape, d_model]."""
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
-        return self.W_U[:, torch.as_tensor(tokens, device=self.W_U.device)].movedim(0, -1)
+        tokens = check_token_ids(self.cfg, tokens)  # a negative id would wrap to the vocabulary's end
+        return self.W_U[:, tokens.to(self.W_U.device)].movedim(0, -1)
 
     # --- embedding as TransformerLens's modules compute it -----------------------------------------
 
