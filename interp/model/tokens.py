@@ -12,19 +12,6 @@ from torch import Tensor
 from interp.config import Config
 
 
-def encode(
-    tokenizer: Any,
-    cfg: Config,
-    text: str | Sequence[str],
-    prepend_bos: bool | None = None,
-    padding_side: Literal["left", "right"] | None = None,
-    truncate: bool = True,
-) -> Int[Tensor, "batch pos"]:
-    """Token ids [batch, pos] on the CPU, padded to the longest prompt (right unless padding_side is
-    "left"); BOS first when prepend_bos (None: cfg.default_prepend_bos); cut to n_ctx if truncate."""
-    return encode_with_mask(tokenizer, cfg, text, prepend_bos, padding_side, truncate)[0]
-
-
 def pad_token_id(tokenizer: Any) -> int:
     """The id padding is written with: the tokenizer's pad token, else its EOS (as TransformerLens)."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -39,8 +26,10 @@ def encode_with_mask(
     padding_side: Literal["left", "right"] | None = None,
     truncate: bool = True,
 ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
-    """`encode`'s tokens and their attention mask [batch, pos] (1: a real token, 0: padding), known
-    exactly from each prompt's length (a pad id that also serves as BOS or EOS is not mistaken)."""
+    """Token ids [batch, pos] on the CPU, padded to the longest prompt (right unless padding_side is
+    "left"), BOS first when prepend_bos (None: cfg.default_prepend_bos), cut to n_ctx if truncate;
+    and their attention mask [batch, pos] (1: a real token, 0: padding), known exactly from each
+    prompt's length (a pad id that also serves as BOS or EOS is not mistaken)."""
     if padding_side not in (None, "left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
     texts = [text] if isinstance(text, str) else list(text)
