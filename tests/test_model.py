@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -330,6 +331,20 @@ def test_gguf_of_unsupported_architecture_is_explained(tmp_path) -> None:
     garbage.write_bytes(b"not a gguf file at all")
     with pytest.raises(ValueError, match="not a readable GGUF"):
         interp.load_model(garbage)
+
+
+def test_gguf_cache_is_keyed_by_content(tmp_path, monkeypatch) -> None:
+    from interp.io.sources import content_hash
+
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    first, copy, other = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf", tmp_path / "c" / "m.gguf"
+    for path, data in ((first, b"same bytes"), (copy, b"same bytes"), (other, b"other bytes")):
+        path.parent.mkdir()
+        path.write_bytes(data)
+    assert content_hash(first) == content_hash(copy) != content_hash(other)
+    assert content_hash(first) == hashlib.sha256(b"same bytes").hexdigest()
+    first.write_bytes(b"edited bytes")  # a new size and mtime: hashed again, not read from the index
+    assert content_hash(first) == hashlib.sha256(b"edited bytes").hexdigest()
 
 
 def test_checkpoint_config_is_json(tiny_model, tmp_path) -> None:

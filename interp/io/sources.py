@@ -210,12 +210,35 @@ def gguf_architecture(path: Path) -> str:
         raise ValueError(f"{path} is not a readable GGUF file ({error}).") from error
 
 
-def read_gguf(path: str | Path) -> LoadedWeights:
-    """A GGUF file dequantised by transformers, cached as a checkpoint (read from there next time)."""
-    path = check_regular_file(path, "GGUF file")
+def content_hash(path: Path) -> str:
+    """The sha256 of a file's bytes (hex). Remembered per (path, size, mtime) in the cache directory's
+    `hashes.json`, so an unchanged file is read once; copies of one file in several environments share
+    one hash, so they share one cache entry."""
     stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    cached = cache_dir() / f"{path.stem}-{key}"
+    seen = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    index_path = cache_dir() / "hashes.json"
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    if not isinstance(index, dict) or not isinstance(index.get(seen), str):
+        digest = hashlib.sha256()
+        with path.open("rb") as file:
+            for chunk in iter(lambda: file.read(1 << 20), b""):
+                digest.update(chunk)
+        index = {**(index if isinstance(index, dict) else {}), seen: digest.hexdigest()}
+        index_path.parent.mkdir(parents=True, exist_ok=True)
+        partial = index_path.with_name(f".{index_path.name}.{os.getpid()}")
+        partial.write_text(json.dumps(index, indent=1))
+        os.replace(partial, index_path)
+    return index[seen]
+
+
+def read_gguf(path: str | Path) -> LoadedWeights:
+    """A GGUF file dequantised by transformers, cached as a checkpoint keyed by the file's content hash
+    (read from there next time, from any environment that has the same file)."""
+    path = check_regular_file(path, "GGUF file")
+    cached = cache_dir() / f"{path.stem}-{content_hash(path)[:16]}"
     if is_checkpoint(cached):
         try:
             return read_checkpoint(cached)
