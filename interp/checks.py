@@ -7,10 +7,11 @@ A leaf of the layers: imports nothing of interp but interp.config and interp.typ
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -202,31 +203,50 @@ def check_denominator(gap: float, scale: float, what: str) -> None:
         )
 
 
-def check_hook_output(hook_name: str, hook_fn: Any, act: Tensor, out: Any) -> None:
-    """A forward hook's return value: None, or a tensor of the activation's shape, dtype and device."""
+def check_hook_output(hook_name: str, hook_fn: Any, act: Tensor, out: Any, what: str = "activation") -> None:
+    """A hook's return value: None, or a tensor of the activation's (or, for a backward hook, the
+    gradient's) shape, dtype and device."""
     if out is None:
         return
     who = f"hook {getattr(hook_fn, '__name__', type(hook_fn).__name__)!s} at {hook_name!r}"
+    if isinstance(out, tuple) and len(out) == 1 and what == "gradient":  # TransformerLens allows (grad,)
+        out = out[0]
     if not isinstance(out, Tensor):
         raise TypeError(
             f"{who} returned {type(out).__name__} {_show(out, 40)}: return None or a tensor shaped like "
-            f"the activation {tuple(act.shape)}"
+            f"the {what} {tuple(act.shape)}"
         )
     if out.shape != act.shape:
         raise ValueError(
-            f"{who} returned shape {tuple(out.shape)}, but the activation is {tuple(act.shape)}: "
-            "return a tensor of the activation's shape (or None to keep it)"
+            f"{who} returned shape {tuple(out.shape)}, but the {what} is {tuple(act.shape)}: "
+            f"return a tensor of the {what}'s shape (or None to keep it)"
         )
     if out.dtype != act.dtype:
         raise ValueError(
-            f"{who} returned dtype {out.dtype}, but the activation is {act.dtype}: return "
-            f"value.to({act.dtype})"
+            f"{who} returned dtype {out.dtype}, but the {what} is {act.dtype}: return value.to({act.dtype})"
         )
     if out.device != act.device:
         raise ValueError(
-            f"{who} returned a tensor on {out.device}, but the activation is on {act.device}: return "
+            f"{who} returned a tensor on {out.device}, but the {what} is on {act.device}: return "
             f"value.to({str(act.device)!r})"
         )
+
+
+def checked_hook(hook_fn: Any, dir: str, hook_name: Any = None) -> Callable:
+    """`hook_fn` wrapped so that its return value is checked by `check_hook_output` (a forward hook's
+    value replaces the activation, a backward hook's the gradient), naming the hook."""
+    if not callable(hook_fn):
+        where = f" at {hook_name!r}" if hook_name is not None else ""
+        raise TypeError(f"the hook{where} must be a function hook(activation, hook), got {_show(hook_fn)}")
+    what = "gradient" if dir == "bwd" else "activation"
+
+    @functools.wraps(hook_fn)
+    def checked(tensor: Tensor, hook: Any) -> Any:
+        out = hook_fn(tensor, hook=hook)
+        check_hook_output(hook.name, hook_fn, tensor, out, what)
+        return out
+
+    return checked
 
 
 def first_non_finite(state_dict: Mapping[str, Tensor]) -> str | None:

@@ -337,6 +337,57 @@ def test_a_bad_hook_return_value_names_the_hook(model, data, hook_fn, error, mes
     assert not model.hook_dict[name].fwd_hooks  # removed after the error
 
 
+@pytest.mark.parametrize("route", ["model.add_hook", "hook_point.add_hook"])
+def test_hooks_added_outside_a_context_are_checked_too(model, data, route):
+    tokens, _ = data
+    name = "blocks.0.hook_resid_post"
+    if route == "model.add_hook":
+        model.add_hook(name, _bad_shape)
+    else:
+        model.hook_dict[name].add_hook(_bad_shape)
+    try:
+        with pytest.raises(ValueError, match=rf"_bad_shape at '{name}' returned shape \(3, 5, 32\)"):
+            model(tokens)
+    finally:
+        model.reset_hooks()
+
+
+def _bad_gradient_shape(grad, hook):
+    return grad[:, :-1]
+
+
+def _bad_gradient_dtype(grad, hook):
+    return (grad.double(),)
+
+
+@pytest.mark.parametrize(
+    ("hook_fn", "message"),
+    [(_bad_gradient_shape, r"returned shape \(3, 5, 32\)"), (_bad_gradient_dtype, "returned dtype torch.float64")],
+)
+def test_a_bad_backward_hook_names_the_hook(model, data, hook_fn, message):
+    tokens, _ = data
+    name = "blocks.1.hook_resid_pre"
+    with pytest.raises(ValueError, match=rf"{hook_fn.__name__} at '{name}' {message}, but the gradient"):
+        with model.hooks(bwd_hooks=[(name, hook_fn)]):
+            model(tokens).sum().backward()
+    model.add_hook(name, hook_fn, dir="bwd")
+    try:
+        with pytest.raises(ValueError, match="but the gradient"):
+            model(tokens).sum().backward()
+    finally:
+        model.reset_hooks()
+    model.zero_grad()
+
+
+def test_a_backward_hook_may_still_replace_the_gradient(model, data):
+    tokens, _ = data
+    name = "blocks.1.hook_resid_pre"
+    with model.hooks(bwd_hooks=[(name, lambda grad, hook: (grad * 0,))]):
+        model(tokens).sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.blocks[0].parameters())
+    model.zero_grad()
+
+
 def test_good_hooks_still_replace_and_observe(model, data):
     tokens, _ = data
     expected = model(tokens)

@@ -38,7 +38,6 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedRootModule
-from transformer_lens.hook_points import HookPoint
 
 import interp.checks as checks
 from interp.config import Config, place
@@ -48,7 +47,7 @@ from interp.io.sources import LoadedWeights, official_name, read_source
 from interp.model.cache import ActivationCache
 from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
-from interp.model.hooks import OPT_IN_HOOKS, HookSettings, opt_in_setting
+from interp.model.hooks import OPT_IN_HOOKS, HookPoint, HookSettings, opt_in_setting
 from interp.model.stacked import StackedWeights
 from interp.model.tokens import (
     TokenMethods,
@@ -305,18 +304,6 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def _enable_hook(self, name: str | Callable, hook: Callable, dir: str) -> None:
         if isinstance(name, str):
             self.check_hook_name(name)
-        if not callable(hook):
-            raise TypeError(f"the hook at {name!r} must be a function hook(activation, hook), got {hook!r}")
-        if dir == "fwd":  # a returned value replaces the activation: check it, naming the hook
-            inner = hook
-
-            def checked(activation: Tensor, hook: HookPoint) -> Any:
-                out = inner(activation, hook=hook)
-                checks.check_hook_output(hook.name, inner, activation, out)
-                return out
-
-            checked.__name__ = getattr(inner, "__name__", type(inner).__name__)  # TransformerLens shows it
-            hook = checked
         super()._enable_hook(name, hook, dir)
 
     def run_with_cache(
