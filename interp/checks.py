@@ -11,6 +11,7 @@ import functools
 import math
 import operator
 import stat
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -247,6 +248,34 @@ def checked_hook(hook_fn: Any, dir: str, hook_name: Any = None) -> Callable:
         return out
 
     return checked
+
+
+def all_finite(tensor: Tensor, hook_name: str = "") -> Tensor:
+    """A 0-d bool tensor, read later so that no device waits: `tensor` holds no NaN or inf (attention
+    scores may hold -inf, where they are masked). One min/max pass: NaN propagates into both."""
+    if tensor.numel() == 0 or not tensor.is_floating_point():
+        return torch.ones((), dtype=torch.bool, device=tensor.device)
+    low, high = torch.aminmax(tensor)
+    if hook_name.endswith("hook_attn_scores"):
+        return ~(high.isnan() | (high == float("inf")))
+    return low.isfinite() & high.isfinite()
+
+
+def warn_non_finite(where: str, output: str, weights: Mapping[str, Tensor]) -> None:
+    """Warn (once per place, as Python's warnings do) that a forward pass turned non-finite at `where`,
+    naming the first non-finite weight if there is one."""
+    weight = first_non_finite(weights)
+    cause = (
+        f"the weight {weight} holds NaN/inf"
+        if weight is not None
+        else "no weight is non-finite: check hooks that return values, the input, and the dtype's range"
+    )
+    warnings.warn(
+        f"NaN/inf first appear at {where} in this forward pass ({output} hold NaN/inf); {cause}. Every "
+        "result computed from it is NaN/inf",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def first_non_finite(state_dict: Mapping[str, Tensor]) -> str | None:

@@ -5,6 +5,8 @@ Real small models built from interp.Config; no mocks. Each class of bad input is
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -362,14 +364,14 @@ def _bad_gradient_dtype(grad, hook):
 
 @pytest.mark.parametrize(
     ("hook_fn", "message"),
-    [(_bad_gradient_shape, r"returned shape \(3, 5, 32\)"), (_bad_gradient_dtype, "returned dtype torch.float64")],
+    [(_bad_gradient_shape, r"returned shape \(3, 5, 32\)"), (_bad_gradient_dtype, "returned dtype.*64")],
 )
 def test_a_bad_backward_hook_names_the_hook(model, data, hook_fn, message):
     tokens, _ = data
     name = "blocks.1.hook_resid_pre"
-    with pytest.raises(ValueError, match=rf"{hook_fn.__name__} at '{name}' {message}, but the gradient"):
-        with model.hooks(bwd_hooks=[(name, hook_fn)]):
-            model(tokens).sum().backward()
+    expected = rf"{hook_fn.__name__} at '{name}' {message}, but the gradient"
+    with pytest.raises(ValueError, match=expected), model.hooks(bwd_hooks=[(name, hook_fn)]):
+        model(tokens).sum().backward()
     model.add_hook(name, hook_fn, dir="bwd")
     try:
         with pytest.raises(ValueError, match="but the gradient"):
@@ -660,6 +662,45 @@ def test_ioi_heads_are_never_typed_from_nan_effects(where):
 def test_check_finite_scores_names_the_first_bad_entry(scores, message):
     with pytest.raises(ValueError, match=message):
         checks.check_finite_scores(scores, "head scores", lambda i: head_label(*i))
+
+
+def test_a_forward_pass_turning_non_finite_warns_naming_where(model, data):
+    tokens, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a healthy model (attention scores hold -inf where masked) is silent
+        model(tokens)
+        model.run_with_cache(tokens, return_type=None)
+    broken = _with_nan(model, "blocks.0.attn.W_V")
+    weight = "the weight blocks.0.attn._?W_V holds NaN/inf"
+    with pytest.warns(RuntimeWarning, match=rf"appear at blocks.0.hook_resid_post .*logits.*; {weight}"):
+        broken(tokens)
+    with pytest.warns(RuntimeWarning, match=rf"appear at blocks.0.attn.hook_v \(the first cached.*{weight}"):
+        broken.run_with_cache(tokens)
+    nan_hook = ("blocks.1.hook_mlp_out", lambda act, hook: act * float("nan"))
+    with pytest.warns(RuntimeWarning, match="blocks.1.hook_resid_post .*no weight is non-finite: check hook"):
+        model.run_with_hooks(tokens, fwd_hooks=[nan_hook])
+
+
+def test_head_report_never_types_heads_from_nan(recwarn):
+    """One NaN in one head's W_Q used to report 0 induction heads (4 when healthy), silently."""
+    from circuits.heads import head_report, make_probes, score_heads
+
+    model = interp.load_model("toy-induction")
+    broken = _with_nan(model, "blocks.1.attn.W_Q")
+    with pytest.raises(ValueError, match=r"blocks.1.attn.W_Q \(4, 64, 16\) has 1 NaN/inf"):
+        head_report(broken, n_samples=4, causal=False)
+    model.add_hook("blocks.1.attn.hook_pattern", _nan_head_2)  # NaN from a hook: the patterns are checked
+    try:
+        with pytest.raises(ValueError, match="attention patterns of layer 1 .* non-finite .*first: L1H2"):
+            score_heads(model, make_probes(model, 4, 0, 16), 0, 8)
+    finally:
+        model.reset_hooks()
+
+
+def _nan_head_2(pattern, hook):
+    pattern = pattern.clone()
+    pattern[:, 2] = float("nan")
+    return pattern
 
 
 @pytest.mark.parametrize(

@@ -351,10 +351,30 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
 
         fwd = [(name, save) for name in names]
         bwd = [(name, save_grad) for name in names] if incl_bwd else []
-        with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd, reset_hooks_end=not incl_bwd):
-            out = self(input, return_type=return_type, **forward_kwargs)
+        was_caching, self.is_caching = self.is_caching, True  # forward leaves the non-finite check to us
+        try:
+            with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd, reset_hooks_end=not incl_bwd):
+                out = self(input, return_type=return_type, **forward_kwargs)
+        finally:
+            self.is_caching = was_caching
+        self._warn_if_cache_non_finite(cache, out)
         cache = ActivationCache(cache, self)
         return (None if stop_early else out), (cache.remove_batch_dim() if remove_batch_dim else cache)
+
+    def _warn_if_cache_non_finite(self, cache: dict[str, Tensor], out: Any) -> None:
+        """Warn, naming the first cached hook (in the order they fired) that holds NaN/inf, if the output
+        (or, without one, any cached activation) is not finite."""
+        outputs = [t for t in (out if isinstance(out, tuple) else [out]) if isinstance(t, Tensor)]
+        checked = [("", t) for t in outputs] or list(cache.items())
+        if not checked or checked[0][1].device.type == "meta":
+            return
+        device = checked[0][1].device
+        if bool(torch.stack([checks.all_finite(t, name).to(device) for name, t in checked]).all()):
+            return
+        first = next((name for name, t in cache.items() if not bool(checks.all_finite(t, name))), None)
+        where = f"{first} (the first cached hook holding them)" if first else "a hook that was not cached"
+        what = "the outputs" if outputs else "the cached activations"
+        checks.warn_non_finite(where, what, self.state_dict())
 
     def _blocks_needed(self, names: Sequence[str]) -> int:
         """How many blocks a forward must run for every hook in `names` to fire (embedding hooks: 0)."""
@@ -452,6 +472,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if start_at_layer is None:
             query_mask = None if attention_mask is None else attention_mask.to(self.device)
             residual = self._embed(tokens, past_kv, positions, query_mask)
+        finite = [checks.all_finite(residual)]  # the residual stream after each stage, read once at the end
         for layer in range(start, stop):
             residual = self.blocks[layer](
                 residual,
@@ -459,18 +480,43 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 attention_mask=key_mask,
                 positions=positions,
             )
+            finite.append(checks.all_finite(residual))
         if stop_at_layer is not None:
+            self._warn_if_non_finite(finite, start, start_at_layer is None, "the returned residual values")
             return residual
         normalized = self.ln_final(residual)  # runs with return_type=None too: its hooks fire, as TL's
         if return_type is None:
+            self._warn_if_non_finite(finite, start, start_at_layer is None, "the activations")
             return None
         logits = self.unembed(normalized)
+        finite.append(checks.all_finite(logits))
+        self._warn_if_non_finite(finite, start, start_at_layer is None, "the logits")
         if return_type == "logits":
             return logits
         if tokens is None:
             raise ValueError("return_type='loss' after start_at_layer needs the targets: pass tokens=.")
         loss = next_token_loss(logits, tokens, per_token=loss_per_token, attention_mask=attention_mask)
         return loss if return_type == "loss" else (logits, loss)
+
+    def _warn_if_non_finite(self, finite: list[Tensor], start: int, embedded: bool, output: str) -> None:
+        """Warn, naming the first stage, if the residual stream after the embedding (or the input), a
+        block, or the logits (the last flag when present) turned non-finite. One read of the flags; no
+        warning here while `run_with_cache` runs, which names the first cached hook itself."""
+        if self.is_caching or finite[0].device.type == "meta":
+            return
+        flags = torch.stack([flag.to(finite[0].device) for flag in finite])
+        if bool(flags.all()):
+            return
+        stage = int((~flags).nonzero()[0])
+        if stage == 0:
+            where = (
+                "hook_embed (the embedding)" if embedded else f"the input residual stream of block {start}"
+            )
+        elif stage < len(finite) - (output == "the logits"):
+            where = f"blocks.{start + stage - 1}.hook_resid_post (the output of block {start + stage - 1})"
+        else:
+            where = "the logits (ln_final and the unembedding)"
+        checks.warn_non_finite(where, output, self.state_dict())
 
     def _tokens_and_mask(
         self,
