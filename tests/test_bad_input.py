@@ -717,6 +717,54 @@ def test_activation_patching_refuses_bad_positions_and_layers(model, data, posit
 
 
 @pytest.mark.parametrize(
+    "method", ["activation_patching", "attribution_patching", "path_patching", "patch_sites"]
+)
+def test_patching_refuses_identical_clean_and_corrupted(model, data, method):
+    """Patching a run into itself changes nothing: every normalised value would be 0/0."""
+    from interp.interventions import path_patching
+    from interp.interventions.engine import Site
+
+    tokens, metric = data
+    run = {
+        "activation_patching": lambda: interp.patching.activation_patching(
+            model, tokens, tokens.clone(), metric
+        ),
+        "attribution_patching": lambda: interp.patching.attribution_patching(model, tokens, tokens, metric),
+        "path_patching": lambda: path_patching.path_patching(model, tokens, tokens.clone(), metric),
+        "patch_sites": lambda: interp.patching.patch_sites(
+            model, tokens, tokens, metric, [Site("blocks.0.hook_resid_pre")]
+        ),
+    }[method]
+    with pytest.raises(ValueError, match="clean and corrupted tokens are identical"):
+        run()
+
+
+def test_negative_per_prompt_positions_count_from_the_end(model, data):
+    tokens, metric = data
+    corrupted = (tokens + 1) % model.cfg.d_vocab
+    patch = interp.patching.activation_patching
+    from_end = patch(model, tokens, corrupted, metric, "resid_pre", {"end": torch.tensor([-1, -2, -1])})
+    from_start = patch(model, tokens, corrupted, metric, "resid_pre", {"end": torch.tensor([5, 4, 5])})
+    torch.testing.assert_close(from_end.values, from_start.values)
+    with pytest.raises(ValueError, match="position of 'end' -7 out of range for prompts of 6"):
+        patch(model, tokens, corrupted, metric, "resid_pre", {"end": torch.tensor([-7, 0, 0])})
+
+
+def test_faithfulness_ci_leaves_out_resamples_with_a_zero_denominator_and_says_how_many():
+    """Prompt 0 alone separates the model from the empty circuit: about (2/3)^3 of the resamples
+    miss it, and their ratio is 0/0. They used to make the bounds NaN."""
+    result = edges.Faithfulness(
+        values=torch.tensor([[0.5, 0.0, 0.0]]), full=torch.tensor([1.0, 0.0, 0.0]), empty=torch.zeros(3)
+    )
+    with pytest.warns(RuntimeWarning, match=r"(2\d\d|3\d\d) of 1000 bootstrap resamples .* left out"):
+        low, high = result.ci()
+    assert torch.isfinite(low).all() and torch.isfinite(high).all()
+    assert low.item() == high.item() == 0.5  # every defined resample holds prompt 0: its ratio is 0.5
+    with pytest.raises(ValueError, match="every one of the 100 bootstrap resamples gives an undefined value"):
+        interp.stats.bootstrap(lambda samples: samples.float().mean(1) / 0 * 0, 3, n_boot=100)
+
+
+@pytest.mark.parametrize(
     ("receivers", "senders"),
     [("logits", [(0.0, 1)]), ("logits", [(0, 1.5)]), ("logits", [(0, True)]), ([(1.0, 0, "q")], [(0, 1)]),
      ([(1, 0.5, "q")], [(0, 1)])],

@@ -12,7 +12,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_int
+from interp.checks import check_distinct_pair, check_int
 from interp.interventions.engine import (
     LogitBuffer,
     Site,
@@ -121,6 +121,7 @@ def path_patching(
     Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
     """
     clean, corrupted = check_pair(model, clean, corrupted)
+    check_distinct_pair(clean, corrupted, "every path-patched run (senders carry clean values)")
     check_logit_pos(logit_pos, clean)
     _check_receivers(model, receivers)
     cfg = model.cfg
