@@ -45,6 +45,53 @@ def check_int(value: Any, what: str) -> int:
         ) from None
 
 
+def check_count(value: Any, what: str, minimum: int = 1) -> int:
+    """An integer of at least `minimum` (a number of steps, prompts, tokens, ...); bools and floats
+    such as 2.5 are refused, never rounded."""
+    value = check_int(value, what)
+    if value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value}; pass {minimum} or more")
+    return value
+
+
+def check_number(
+    value: Any,
+    what: str,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_inf: bool = False,
+) -> float:
+    """A real number within [low, high] (an open end when `low_open` / `high_open`): finite unless
+    `allow_inf`, never NaN; bools and strings are refused."""
+    interval = " and ".join(
+        text
+        for bound, text in (
+            (low, f"{'>' if low_open else '>='} {low}"),
+            (high, f"{'<' if high_open else '<='} {high}"),
+        )
+        if bound is not None
+    )
+    wanted = f"a {'' if allow_inf else 'finite '}number{' ' + interval if interval else ''}"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        and not (isinstance(value, Tensor) and value.ndim == 0)
+    ):
+        raise TypeError(f"{what} must be {wanted}, got {type(value).__name__} {_show(value)}")
+    number = float(value)
+    outside = (
+        math.isnan(number)
+        or (math.isinf(number) and not allow_inf)
+        or (low is not None and (number <= low if low_open else number < low))
+        or (high is not None and (number >= high if high_open else number > high))
+    )
+    if outside:
+        raise ValueError(f"{what} must be {wanted}, got {number!r}; pass {wanted}")
+    return number
+
+
 def check_layers(cfg: Config, layers: Iterable[Any], what: str = "layer") -> list[int]:
     """Layer indices as ints within [0, n_layers) (negative indices are refused, not wrapped)."""
     if isinstance(layers, str | bytes):

@@ -786,3 +786,98 @@ def test_logit_attrs_refuses_negative_token_ids(model, data, token):
     stack = cache.decompose_resid(pos_slice=-1)
     with pytest.raises(ValueError, match="token id"):
         cache.logit_attrs(stack, token, pos_slice=-1)
+
+
+# --- training and synthetic tasks: every argument checked before a step runs -------------------
+
+
+def _train_toy(**overrides):
+    from interp.training import train_toy_model
+
+    arguments = {"task": "induction", "n_layers": 1, "n_heads": 2, "d_model": 8, "steps": 1, "out": "unused"}
+    return lambda: train_toy_model(**{**arguments, **overrides})
+
+
+def _training_cases():
+    from interp import tasks
+    from interp.training import TrainConfig, make_task
+
+    generator = torch.Generator().manual_seed(0)
+    return [
+        (lambda: TrainConfig(steps=1.5), TypeError, "TrainConfig.steps must be an integer, got float 1.5"),
+        (lambda: TrainConfig(steps=True), TypeError, "TrainConfig.steps must be an integer, got the bool"),
+        (lambda: TrainConfig(steps=0), ValueError, "TrainConfig.steps must be an integer >= 1, got 0"),
+        (
+            lambda: TrainConfig(steps=2, lr=float("nan")),
+            ValueError,
+            "TrainConfig.lr must be a finite number > 0",
+        ),
+        (
+            lambda: TrainConfig(steps=2, batch_size=2.5),
+            TypeError,
+            "batch_size must be an integer, got float 2.5",
+        ),
+        (lambda: TrainConfig(steps=2, warmup_steps=-1), ValueError, "warmup_steps must be an integer >= 0"),
+        (lambda: TrainConfig(steps=2, min_lr_ratio=2), ValueError, "min_lr_ratio .* <= 1, got 2.0"),
+        (lambda: TrainConfig(steps=2, betas=(1.5, 0.9)), ValueError, "betas must be .* < 1, got 1.5"),
+        (lambda: TrainConfig(steps=2, grad_clip=0), ValueError, "grad_clip must be a number > 0, got 0.0"),
+        (lambda: TrainConfig(steps=2, seed=-1), ValueError, "seed must be an integer >= 0, got -1"),
+        (lambda: TrainConfig(steps=2, checkpoint_steps=[9]), ValueError, "step 9, after the last step 2"),
+        (
+            lambda: make_task("induction", n_ctx=0),
+            ValueError,
+            r"n_ctx \(seq_len\) must be an integer >= 5, got 0",
+        ),
+        (
+            lambda: make_task("induction", d_vocab=64.5),
+            TypeError,
+            "d_vocab must be an integer, got float 64.5",
+        ),
+        (lambda: make_task("ioi", n_ctx=5), ValueError, "toy IOI task has a fixed n_ctx"),
+        (lambda: make_task("inductoin"), ValueError, "Unknown task 'inductoin'"),
+        (_train_toy(n_heads=0), ValueError, "n_heads must be an integer >= 1, got 0"),
+        (_train_toy(d_model=30, n_heads=4), ValueError, "d_model 30 is not divisible by n_heads 4"),
+        (_train_toy(seed=1.5), TypeError, "seed must be an integer, got float 1.5"),
+        (
+            lambda: tasks.InductionTask(10, 20, bos=99),
+            ValueError,
+            "bos 99 is not a token id of the vocabulary 0..9",
+        ),
+        (
+            lambda: tasks.InductionTask(10, 20).sample(0, generator),
+            ValueError,
+            "batch_size must be .* >= 1, got 0",
+        ),
+        (lambda: tasks.PeriodicTask(10, 20, 2.5), TypeError, "period must be an integer, got float 2.5"),
+        (
+            lambda: tasks.repeated_sequences(10, 1.5, 2),
+            TypeError,
+            "seq_len must be an integer, got float 1.5",
+        ),
+        (
+            lambda: tasks.sample_markov_chains(3, 4, 2, alpha=float("nan")),
+            ValueError,
+            "alpha must be a finite",
+        ),
+        (lambda: tasks.in_context_bigram_probs(torch.tensor([[0, 5]]), 3), ValueError, "states 0..2"),
+        (lambda: tasks.split_generator(-1), ValueError, "seed must be an integer >= 0, got -1"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(25))
+def test_training_and_task_arguments_are_checked(case):
+    run, error, message = _training_cases()[case]
+    with pytest.raises(error, match=message):
+        run()
+
+
+def test_repeated_sequences_warn_when_asked_for_more_than_exist():
+    from interp.tasks import repeated_sequences
+
+    with pytest.warns(RuntimeWarning, match="asked for 100 .* only 4 distinct ones exist, so at least 96"):
+        tokens = repeated_sequences(3, 2, 100, generator=0)  # 2 token ids (BOS excluded), length 2: 4
+    assert len({tuple(row) for row in tokens.tolist()}) <= 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        repeated_sequences(3, 2, 4, generator=0)
+        repeated_sequences(64, 20, 10_000, generator=0)
