@@ -200,6 +200,29 @@ def check_tokens(cfg: Config, tokens: Any, max_pos: int | None = None) -> Tensor
     return tokens
 
 
+def check_loss_targets(logits: Tensor, tokens: Any) -> Tensor:
+    """The tokens a next-token loss reads its targets from: an integer tensor of the logits'
+    [batch, pos] shape, every id within the logits' vocabulary."""
+    if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        kind = f"a {tokens.dtype} tensor" if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise TypeError(
+            f"the loss's tokens must be an integer tensor of token ids, got {kind}; pass token ids"
+        )
+    if tuple(tokens.shape) != tuple(logits.shape[:2]):
+        raise ValueError(
+            f"the loss's tokens {tuple(tokens.shape)} must have the logits' [batch, pos] shape "
+            f"{tuple(logits.shape[:2])}; pass the tokens the logits were computed from"
+        )
+    d_vocab = logits.shape[-1]
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= d_vocab):
+        low, high = tokens.min().item(), tokens.max().item()
+        raise ValueError(
+            f"the loss's token ids must lie in [0, {d_vocab}), got {low}..{high}; pass the tokens the "
+            "logits were computed from"
+        )
+    return tokens
+
+
 def check_pair(clean: Tensor, corrupted: Tensor) -> None:
     """Clean and corrupted token batches agree: one [batch, pos] shape, at least one prompt."""
     if clean.shape != corrupted.shape:
@@ -221,8 +244,8 @@ def check_distinct_pair(clean: Tensor, corrupted: Tensor, what: str = "the corru
         )
 
 
-def check_metric_output(value: Any, batch: int, what: str = "the metric") -> Tensor:
-    """A metric's value: a tensor of one finite value per prompt ([batch])."""
+def check_metric_output(value: Any, batch: int, what: str = "the metric", finite: bool = True) -> Tensor:
+    """A metric's value: a tensor of one value per prompt ([batch]), finite unless `finite=False`."""
     if not isinstance(value, Tensor):
         raise TypeError(
             f"{what} must return a tensor of one value per prompt, got {type(value).__name__}; "
@@ -235,7 +258,7 @@ def check_metric_output(value: Any, batch: int, what: str = "the metric") -> Ten
         )
     if not value.is_floating_point():
         value = value.float()
-    if not torch.isfinite(value).all():
+    if finite and not torch.isfinite(value).all():
         bad = int((~torch.isfinite(value)).nonzero()[0])
         raise ValueError(f"{what} is not finite on prompt {bad} ({value[bad].item()}); check the metric")
     return value

@@ -72,6 +72,7 @@ def next_token_loss(
     """Cross-entropy of predicting token t+1 from position t, in nats (mean, or per position).
     With an attention mask (1: real token), as TransformerLens: a position counts only where it and
     the next token are real (per_token: 0 elsewhere; the mean is over the counted positions)."""
+    checks.check_loss_targets(logits, tokens)
     log_probs = logits[:, :-1].float().log_softmax(-1)
     loss = -log_probs.gather(-1, tokens[:, 1:, None].to(log_probs.device))[..., 0]
     if attention_mask is None:
