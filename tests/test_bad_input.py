@@ -881,3 +881,131 @@ def test_repeated_sequences_warn_when_asked_for_more_than_exist():
         warnings.simplefilter("error")
         repeated_sequences(3, 2, 4, generator=0)
         repeated_sequences(64, 20, 10_000, generator=0)
+
+
+# --- the audit: every public function that takes heads, layers, tokens, a pair or a metric ----------
+
+BAD_VALUES = {  # kind -> {case: (bad value builder, what the message must show)}
+    "heads": {
+        "float": (lambda t: (0, 1.5), "1.5"),
+        "negative": (lambda t: (-1, 0), "-1"),
+        "out of range": (lambda t: (99, 99), "99"),
+        "bool": (lambda t: (True, 0), "True"),
+        "label": (lambda t: "L0H1", "'L0H1'"),
+    },
+    "layers": {
+        "float": (lambda t: 0.5, "0.5"),
+        "negative": (lambda t: -1, "-1"),
+        "out of range": (lambda t: 99, "99"),
+        "bool": (lambda t: True, "True"),
+    },
+    "tokens": {
+        "empty batch": (lambda t: t[:0], "(0, 6)"),
+        "id >= vocab": (lambda t: torch.full_like(t, 61), "61..61"),
+        "negative id": (lambda t: torch.full_like(t, -1), "-1..-1"),
+        "float ids": (lambda t: t.float(), "float"),
+    },
+    "pair": {
+        "batch mismatch": (lambda t: (t[:2] + 1) % 61, "(2, 6)"),
+        "length mismatch": (lambda t: (t[:, :5] + 1) % 61, "(3, 5)"),
+    },
+    "metric": {
+        "mean over prompts": (lambda t: lambda logits: logits[:, -1, 0].mean(), "()"),
+        "two values per prompt": (lambda t: lambda logits: logits[:, -1, :2], "(3, 2)"),
+        "a list": (lambda t: lambda logits: logits[:, -1, 0].tolist(), "list"),
+    },
+}
+
+
+def _audited_calls(model, tokens, metric):
+    """kind -> {public function: call(bad value)}."""
+    from circuits.heads import weight_scores
+    from interp.interventions.path_patching import path_patching
+
+    patch, corrupted = interp.patching, (tokens + 1) % model.cfg.d_vocab
+    graph = edges.EdgeGraph.from_config(model.cfg)
+    every_edge = torch.ones(graph.n_writers, graph.n_readers, dtype=torch.bool)
+    return {
+        "heads": {
+            "ablation.ablation_sites": lambda h: ablation.ablation_sites(model, heads=[h]),
+            "ablation.ablation_hooks": lambda h: ablation.ablation_hooks(model, heads=[h]),
+            "ablation.circuit_hooks": lambda h: ablation.circuit_hooks(model, [h]),
+            "ablation.faithfulness": lambda h: ablation.faithfulness(model, tokens, metric, [h]),
+            "ablation.ablation_sweep": lambda h: ablation.ablation_sweep(model, tokens, metric, base=[h]),
+            "path_patching (senders)": lambda h: path_patching(
+                model, tokens, corrupted, metric, "logits", [h]
+            ),
+            "circuits.heads.weight_scores": lambda h: weight_scores(model, [h]),
+        },
+        "layers": {
+            "ablation.ablation_sites (mlps)": lambda layer: ablation.ablation_sites(model, mlps=[layer]),
+            "ablation.ablation_sites (neurons)": lambda layer: ablation.ablation_sites(
+                model, neurons=[(layer, 0)]
+            ),
+            "patching.activation_patching": lambda layer: patch.activation_patching(
+                model, tokens, corrupted, metric, "resid_pre", layers=[layer]
+            ),
+            "patching.attribution_patching": lambda layer: patch.attribution_patching(
+                model, tokens, corrupted, metric, "resid_pre", layers=[layer]
+            ),
+        },
+        "tokens": {
+            "HookedTransformer.forward": lambda t: model(t),
+            "HookedTransformer.run_with_cache": lambda t: model.run_with_cache(t),
+            "HookedTransformer.generate": lambda t: model.generate(t, max_new_tokens=1, verbose=False),
+            "next_token_loss": lambda t: interp.next_token_loss(model(tokens), t),
+            "metrics.loss": lambda t: metrics.loss(model(tokens), t),
+            "ablation.faithfulness": lambda t: ablation.faithfulness(model, t, metric, [(0, 0)]),
+            "ablation.ablation_sweep": lambda t: ablation.ablation_sweep(model, t, metric),
+            "patching.activation_patching": lambda t: patch.activation_patching(model, t, corrupted, metric),
+            "edges.edge_attribution": lambda t: edges.edge_attribution(model, t, corrupted, metric, "eap"),
+            "edges.writer_outputs": lambda t: edges.writer_outputs(model, t),
+        },
+        "pair": {
+            "patching.activation_patching": lambda c: patch.activation_patching(model, tokens, c, metric),
+            "patching.attribution_patching": lambda c: patch.attribution_patching(model, tokens, c, metric),
+            "path_patching": lambda c: path_patching(model, tokens, c, metric),
+            "edges.edge_attribution": lambda c: edges.edge_attribution(model, tokens, c, metric, "eap"),
+            "edges.faithfulness": lambda c: edges.faithfulness(model, tokens, c, metric, every_edge),
+            "edges.ablated_outputs": lambda c: edges.ablated_outputs(model, tokens, c),
+        },
+        "metric": {
+            "patching.activation_patching": lambda m: patch.activation_patching(model, tokens, corrupted, m),
+            "patching.attribution_patching": lambda m: patch.attribution_patching(
+                model, tokens, corrupted, m
+            ),
+            "path_patching": lambda m: path_patching(model, tokens, corrupted, m),
+            "ablation.faithfulness": lambda m: ablation.faithfulness(model, tokens, m, [(0, 0)]),
+            "ablation.ablation_sweep": lambda m: ablation.ablation_sweep(model, tokens, m),
+            "edges.edge_attribution": lambda m: edges.edge_attribution(model, tokens, corrupted, m, "eap"),
+            "edges.faithfulness": lambda m: edges.faithfulness(model, tokens, corrupted, m, every_edge),
+            "metrics.normalized": lambda m: metrics.normalized(m, model(tokens), model(corrupted)),
+        },
+    }
+
+
+AUDIT_FUNCTIONS = {  # kind -> the names above (parametrised without building a model at collection)
+    "heads": 7,
+    "layers": 4,
+    "tokens": 10,
+    "pair": 6,
+    "metric": 8,
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "index", "case"),
+    [(kind, i, case) for kind, n in AUDIT_FUNCTIONS.items() for i in range(n) for case in BAD_VALUES[kind]],
+)
+def test_every_public_function_refuses_bad_input_naming_the_value(model, data, kind, index, case):
+    tokens, metric = data
+    name, call = list(_audited_calls(model, tokens, metric)[kind].items())[index]
+    bad, shown = BAD_VALUES[kind][case]
+    with pytest.raises((ValueError, TypeError)) as error:
+        call(bad(tokens))
+    assert shown in str(error.value), f"{name} given {case} {kind}: {error.value}"
+
+
+def test_the_audit_lists_every_function_it_runs(model, data):
+    calls = _audited_calls(model, *data)
+    assert {kind: len(functions) for kind, functions in calls.items()} == AUDIT_FUNCTIONS

@@ -132,7 +132,7 @@ def path_patching(
         dims = ("layer", "head")
         coords = {"layer": list(range(last_layer)), "head": list(range(cfg.n_heads))}
         senders = [(layer, head) for layer in coords["layer"] for head in coords["head"]]
-    sender_sets = [[s] if _is_sender(s) else list(s) for s in senders]
+    sender_sets = [[s] if _is_sender(s) or isinstance(s, str) else list(s) for s in senders]
     for sender_set in sender_sets:
         _check_senders(model, sender_set)
     names = {act_name("z", layer) for layer in range(cfg.n_layers)}

@@ -38,9 +38,10 @@ def bootstrap(
         return values.quantile(alpha, dim=-1), values.quantile(1 - alpha, dim=-1)
     if undefined.all(-1).any():
         raise ValueError(
-            f"every one of the {n_boot} bootstrap resamples gives an undefined value (NaN/inf, e.g. a "
-            "denominator of 0), so there is no confidence interval; use prompts where the statistic is "
-            "defined (the metric differs between the runs it is normalised by)"
+            f"every one of the {n_boot} bootstrap resamples gives an undefined value (NaN/inf), so there is "
+            "no confidence interval: the values resampled are not finite (the model's own outputs NaN/inf, "
+            "or the metric does) or a ratio's denominator is 0 on every resample. Check the model's weights "
+            "and use prompts where the metric differs between the runs it is normalised by"
         )
     warnings.warn(
         f"{int(undefined.sum(-1).max())} of {n_boot} bootstrap resamples give an undefined value (NaN/inf: "
