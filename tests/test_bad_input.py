@@ -748,6 +748,13 @@ def test_negative_per_prompt_positions_count_from_the_end(model, data):
     torch.testing.assert_close(from_end.values, from_start.values)
     with pytest.raises(ValueError, match="position of 'end' -7 out of range for prompts of 6"):
         patch(model, tokens, corrupted, metric, "resid_pre", {"end": torch.tensor([-7, 0, 0])})
+    from interp.interventions.path_patching import path_patching
+
+    paths = [
+        path_patching(model, tokens, corrupted, metric, senders=[(0, 1)], sender_pos=pos)
+        for pos in (torch.tensor([-1, -2, -1]), torch.tensor([5, 4, 5]))
+    ]
+    torch.testing.assert_close(paths[0].values, paths[1].values)
 
 
 def test_faithfulness_ci_leaves_out_resamples_with_a_zero_denominator_and_says_how_many():

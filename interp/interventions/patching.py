@@ -82,7 +82,7 @@ def _position_axis(positions: PositionAxis, n_pos: int) -> tuple[list, list[Pos]
                     f"the positions of {name!r} must be integers, got dtype {p.dtype}; pass a LongTensor"
                 )
             check_positions(p, n_pos, what=f"position of {name!r}")
-        return list(positions), [p.long() % n_pos for p in values]
+        return list(positions), [p.long() for p in values]
     positions = check_positions(list(positions), n_pos)
     return list(positions), list(positions)
 
