@@ -128,8 +128,8 @@ def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -
     corrupted_value = check_metric_output(metric(corrupted_logits), corrupted_logits.shape[0]).mean()
     gap = clean_value - corrupted_value
     check_denominator(
-        float(gap),
-        float(clean_value.abs()),
+        float(gap.detach()),
+        float(clean_value.detach().abs()),
         "the metric is the same on the clean and corrupted runs, so the normalised metric",
     )
 
