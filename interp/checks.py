@@ -28,11 +28,11 @@ def _show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_int(value: Any, what: str) -> int:
+def check_int(value: Any, what: str, example: int = 0) -> int:
     """`value` as an int: Python, NumPy and 0-d tensor integers pass; bools, floats (even 2.0) and
-    anything else raise TypeError."""
+    anything else raise TypeError (whose message suggests `example`)."""
     if isinstance(value, bool) or (isinstance(value, Tensor) and value.dtype == torch.bool):
-        raise TypeError(f"{what} must be an integer, got the bool {value!r}; pass an int such as 0")
+        raise TypeError(f"{what} must be an integer, got the bool {value!r}; pass an int such as {example}")
     if isinstance(value, Tensor):
         if value.ndim != 0 or value.is_floating_point() or value.is_complex():
             raise TypeError(f"{what} must be an integer, got the tensor {_show(value)}; pass an int")
@@ -40,15 +40,16 @@ def check_int(value: Any, what: str) -> int:
     try:
         return operator.index(value)
     except TypeError:
+        kind = type(value).__name__
         raise TypeError(
-            f"{what} must be an integer, got {type(value).__name__} {_show(value)}; pass an int such as 0"
+            f"{what} must be an integer, got {kind} {_show(value)}; pass an int such as {example}"
         ) from None
 
 
 def check_count(value: Any, what: str, minimum: int = 1) -> int:
     """An integer of at least `minimum` (a number of steps, prompts, tokens, ...); bools and floats
     such as 2.5 are refused, never rounded."""
-    value = check_int(value, what)
+    value = check_int(value, what, example=max(minimum, 1))
     if value < minimum:
         raise ValueError(f"{what} must be an integer >= {minimum}, got {value}; pass {minimum} or more")
     return value
