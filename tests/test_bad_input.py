@@ -633,6 +633,7 @@ def _with_nan(model: interp.HookedTransformer, where: str) -> interp.HookedTrans
     return broken
 
 
+@pytest.mark.filterwarnings("ignore:NaN/inf first appear")  # the forward passes warn, as they should
 @pytest.mark.parametrize("where", ["blocks.1.attn.W_O", "blocks.0.attn.W_Q"])
 def test_edge_circuit_of_nan_scores_raises(model, where):
     from circuits.edge_circuits import find_edge_circuit, induction_task
@@ -643,6 +644,7 @@ def test_edge_circuit_of_nan_scores_raises(model, where):
         find_edge_circuit(broken, task, "eap", n_edges=5, curve_fractions=None)
 
 
+@pytest.mark.filterwarnings("ignore:NaN/inf first appear")  # the forward passes warn, as they should
 @pytest.mark.parametrize("where", ["blocks.1.attn.W_O"])
 def test_ioi_heads_are_never_typed_from_nan_effects(where):
     from circuits.ioi import find_ioi_circuit
