@@ -7,10 +7,12 @@ A leaf of the layers: imports nothing of interp but interp.config and interp.typ
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,11 @@ def _show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_int(value: Any, what: str) -> int:
+def check_int(value: Any, what: str, example: int = 0) -> int:
     """`value` as an int: Python, NumPy and 0-d tensor integers pass; bools, floats (even 2.0) and
-    anything else raise TypeError."""
+    anything else raise TypeError (whose message suggests `example`)."""
     if isinstance(value, bool) or (isinstance(value, Tensor) and value.dtype == torch.bool):
-        raise TypeError(f"{what} must be an integer, got the bool {value!r}; pass an int such as 0")
+        raise TypeError(f"{what} must be an integer, got the bool {value!r}; pass an int such as {example}")
     if isinstance(value, Tensor):
         if value.ndim != 0 or value.is_floating_point() or value.is_complex():
             raise TypeError(f"{what} must be an integer, got the tensor {_show(value)}; pass an int")
@@ -38,9 +40,57 @@ def check_int(value: Any, what: str) -> int:
     try:
         return operator.index(value)
     except TypeError:
+        kind = type(value).__name__
         raise TypeError(
-            f"{what} must be an integer, got {type(value).__name__} {_show(value)}; pass an int such as 0"
+            f"{what} must be an integer, got {kind} {_show(value)}; pass an int such as {example}"
         ) from None
+
+
+def check_count(value: Any, what: str, minimum: int = 1) -> int:
+    """An integer of at least `minimum` (a number of steps, prompts, tokens, ...); bools and floats
+    such as 2.5 are refused, never rounded."""
+    value = check_int(value, what, example=max(minimum, 1))
+    if value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value}; pass {minimum} or more")
+    return value
+
+
+def check_number(
+    value: Any,
+    what: str,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_inf: bool = False,
+) -> float:
+    """A real number within [low, high] (an open end when `low_open` / `high_open`): finite unless
+    `allow_inf`, never NaN; bools and strings are refused."""
+    interval = " and ".join(
+        text
+        for bound, text in (
+            (low, f"{'>' if low_open else '>='} {low}"),
+            (high, f"{'<' if high_open else '<='} {high}"),
+        )
+        if bound is not None
+    )
+    wanted = f"a {'' if allow_inf else 'finite '}number{' ' + interval if interval else ''}"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        and not (isinstance(value, Tensor) and value.ndim == 0)
+    ):
+        raise TypeError(f"{what} must be {wanted}, got {type(value).__name__} {_show(value)}")
+    number = float(value)
+    outside = (
+        math.isnan(number)
+        or (math.isinf(number) and not allow_inf)
+        or (low is not None and (number <= low if low_open else number < low))
+        or (high is not None and (number >= high if high_open else number > high))
+    )
+    if outside:
+        raise ValueError(f"{what} must be {wanted}, got {number!r}; pass {wanted}")
+    return number
 
 
 def check_layers(cfg: Config, layers: Iterable[Any], what: str = "layer") -> list[int]:
@@ -151,6 +201,29 @@ def check_tokens(cfg: Config, tokens: Any, max_pos: int | None = None) -> Tensor
     return tokens
 
 
+def check_loss_targets(logits: Tensor, tokens: Any) -> Tensor:
+    """The tokens a next-token loss reads its targets from: an integer tensor of the logits'
+    [batch, pos] shape, every id within the logits' vocabulary."""
+    if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        kind = f"a {tokens.dtype} tensor" if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise TypeError(
+            f"the loss's tokens must be an integer tensor of token ids, got {kind}; pass token ids"
+        )
+    if tuple(tokens.shape) != tuple(logits.shape[:2]):
+        raise ValueError(
+            f"the loss's tokens {tuple(tokens.shape)} must have the logits' [batch, pos] shape "
+            f"{tuple(logits.shape[:2])}; pass the tokens the logits were computed from"
+        )
+    d_vocab = logits.shape[-1]
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= d_vocab):
+        low, high = tokens.min().item(), tokens.max().item()
+        raise ValueError(
+            f"the loss's token ids must lie in [0, {d_vocab}), got {low}..{high}; pass the tokens the "
+            "logits were computed from"
+        )
+    return tokens
+
+
 def check_pair(clean: Tensor, corrupted: Tensor) -> None:
     """Clean and corrupted token batches agree: one [batch, pos] shape, at least one prompt."""
     if clean.shape != corrupted.shape:
@@ -172,8 +245,8 @@ def check_distinct_pair(clean: Tensor, corrupted: Tensor, what: str = "the corru
         )
 
 
-def check_metric_output(value: Any, batch: int, what: str = "the metric") -> Tensor:
-    """A metric's value: a tensor of one finite value per prompt ([batch])."""
+def check_metric_output(value: Any, batch: int, what: str = "the metric", finite: bool = True) -> Tensor:
+    """A metric's value: a tensor of one value per prompt ([batch]), finite unless `finite=False`."""
     if not isinstance(value, Tensor):
         raise TypeError(
             f"{what} must return a tensor of one value per prompt, got {type(value).__name__}; "
@@ -186,7 +259,7 @@ def check_metric_output(value: Any, batch: int, what: str = "the metric") -> Ten
         )
     if not value.is_floating_point():
         value = value.float()
-    if not torch.isfinite(value).all():
+    if finite and not torch.isfinite(value).all():
         bad = int((~torch.isfinite(value)).nonzero()[0])
         raise ValueError(f"{what} is not finite on prompt {bad} ({value[bad].item()}); check the metric")
     return value
@@ -202,31 +275,78 @@ def check_denominator(gap: float, scale: float, what: str) -> None:
         )
 
 
-def check_hook_output(hook_name: str, hook_fn: Any, act: Tensor, out: Any) -> None:
-    """A forward hook's return value: None, or a tensor of the activation's shape, dtype and device."""
+def check_hook_output(hook_name: str, hook_fn: Any, act: Tensor, out: Any, what: str = "activation") -> None:
+    """A hook's return value: None, or a tensor of the activation's (or, for a backward hook, the
+    gradient's) shape, dtype and device."""
     if out is None:
         return
     who = f"hook {getattr(hook_fn, '__name__', type(hook_fn).__name__)!s} at {hook_name!r}"
+    if isinstance(out, tuple) and len(out) == 1 and what == "gradient":  # TransformerLens allows (grad,)
+        out = out[0]
     if not isinstance(out, Tensor):
         raise TypeError(
             f"{who} returned {type(out).__name__} {_show(out, 40)}: return None or a tensor shaped like "
-            f"the activation {tuple(act.shape)}"
+            f"the {what} {tuple(act.shape)}"
         )
     if out.shape != act.shape:
         raise ValueError(
-            f"{who} returned shape {tuple(out.shape)}, but the activation is {tuple(act.shape)}: "
-            "return a tensor of the activation's shape (or None to keep it)"
+            f"{who} returned shape {tuple(out.shape)}, but the {what} is {tuple(act.shape)}: "
+            f"return a tensor of the {what}'s shape (or None to keep it)"
         )
     if out.dtype != act.dtype:
         raise ValueError(
-            f"{who} returned dtype {out.dtype}, but the activation is {act.dtype}: return "
-            f"value.to({act.dtype})"
+            f"{who} returned dtype {out.dtype}, but the {what} is {act.dtype}: return value.to({act.dtype})"
         )
     if out.device != act.device:
         raise ValueError(
-            f"{who} returned a tensor on {out.device}, but the activation is on {act.device}: return "
+            f"{who} returned a tensor on {out.device}, but the {what} is on {act.device}: return "
             f"value.to({str(act.device)!r})"
         )
+
+
+def checked_hook(hook_fn: Any, dir: str, hook_name: Any = None) -> Callable:
+    """`hook_fn` wrapped so that its return value is checked by `check_hook_output` (a forward hook's
+    value replaces the activation, a backward hook's the gradient), naming the hook."""
+    if not callable(hook_fn):
+        where = f" at {hook_name!r}" if hook_name is not None else ""
+        raise TypeError(f"the hook{where} must be a function hook(activation, hook), got {_show(hook_fn)}")
+    what = "gradient" if dir == "bwd" else "activation"
+
+    @functools.wraps(hook_fn)
+    def checked(tensor: Tensor, hook: Any) -> Any:
+        out = hook_fn(tensor, hook=hook)
+        check_hook_output(hook.name, hook_fn, tensor, out, what)
+        return out
+
+    return checked
+
+
+def all_finite(tensor: Tensor, hook_name: str = "") -> Tensor:
+    """A 0-d bool tensor, read later so that no device waits: `tensor` holds no NaN or inf (attention
+    scores may hold -inf, where they are masked). One min/max pass: NaN propagates into both."""
+    if tensor.numel() == 0 or not tensor.is_floating_point():
+        return torch.ones((), dtype=torch.bool, device=tensor.device)
+    low, high = torch.aminmax(tensor)
+    if hook_name.endswith("hook_attn_scores"):
+        return ~(high.isnan() | (high == float("inf")))
+    return low.isfinite() & high.isfinite()
+
+
+def warn_non_finite(where: str, output: str, weights: Mapping[str, Tensor]) -> None:
+    """Warn (once per place, as Python's warnings do) that a forward pass turned non-finite at `where`,
+    naming the first non-finite weight if there is one."""
+    weight = first_non_finite(weights)
+    cause = (
+        f"the weight {weight} holds NaN/inf"
+        if weight is not None
+        else "no weight is non-finite: check hooks that return values, the input, and the dtype's range"
+    )
+    warnings.warn(
+        f"NaN/inf first appear at {where} in this forward pass ({output} hold NaN/inf); {cause}. Every "
+        "result computed from it is NaN/inf",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def first_non_finite(state_dict: Mapping[str, Tensor]) -> str | None:

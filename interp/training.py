@@ -41,6 +41,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm import tqdm
 
+from interp.checks import check_count, check_number
 from interp.config import Config
 from interp.interventions.metrics import next_token_loss
 from interp.io.checkpoint import (
@@ -91,12 +92,24 @@ def make_task(name: str, d_vocab: int | None = None, n_ctx: int | None = None) -
     "markov" (in-context Markov chains over d_vocab states) or "ioi" (toy IOI; fixed vocabulary
     and length)."""
     if name == "induction":
-        n_ctx = n_ctx or 48
-        return InductionTask(d_vocab=d_vocab or 64, n_ctx=n_ctx, min_span=max(2, (n_ctx - 1) // 4))
+        n_ctx = 48 if n_ctx is None else check_count(n_ctx, "the induction task's n_ctx (seq_len)", 5)
+        d_vocab = 64 if d_vocab is None else d_vocab
+        return InductionTask(d_vocab=d_vocab, n_ctx=n_ctx, min_span=max(2, (n_ctx - 1) // 4))
     if name == "markov":
-        return MarkovChainTask(n_states=d_vocab or 8, n_ctx=n_ctx or 64)
+        return MarkovChainTask(
+            n_states=8 if d_vocab is None else d_vocab, n_ctx=64 if n_ctx is None else n_ctx
+        )
     if name == "ioi":
-        return ToyIOITask()
+        task = ToyIOITask()
+        for what, value, fixed in (
+            ("d_vocab", d_vocab, task.d_vocab),
+            ("n_ctx (seq_len)", n_ctx, task.n_ctx),
+        ):
+            if value is not None and value != fixed:
+                raise ValueError(
+                    f"the toy IOI task has a fixed {what} of {fixed}, got {value!r}; leave it unset (None)"
+                )
+        return task
     raise ValueError(f"Unknown task {name!r}; choose one of {TASKS}.")
 
 
@@ -123,17 +136,40 @@ class TrainConfig:
     checkpoint_steps: Sequence[int] = ()
     progress: bool = True
 
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ValueError(
-                f"need steps >= 1, batch_size >= 1, lr > 0; got {self.steps=}, {self.batch_size=}, {self.lr=}"
-            )
+    def __post_init__(self) -> None:  # every setting checked here, before a step runs
+        self.steps = check_count(self.steps, "TrainConfig.steps")
+        self.batch_size = check_count(self.batch_size, "TrainConfig.batch_size")
+        self.lr = check_number(self.lr, "TrainConfig.lr", 0, low_open=True)
         if self.warmup_steps is None:
             self.warmup_steps = max(1, self.steps // 20)
-        if self.eval_every <= 0:
-            self.eval_every = max(1, self.steps // 50)
-        self.betas = tuple(self.betas)
-        self.checkpoint_steps = sorted(set(self.checkpoint_steps))
+        self.warmup_steps = check_count(self.warmup_steps, "TrainConfig.warmup_steps", 0)
+        self.min_lr_ratio = check_number(self.min_lr_ratio, "TrainConfig.min_lr_ratio", 0, 1)
+        self.weight_decay = check_number(self.weight_decay, "TrainConfig.weight_decay", 0)
+        if isinstance(self.betas, str | bytes) or len(self.betas) != 2:
+            raise ValueError(
+                f"TrainConfig.betas must be a pair (beta1, beta2), got {self.betas!r}; pass (0.9, 0.98)"
+            )
+        self.betas = tuple(
+            check_number(b, "each of TrainConfig.betas", 0, 1, high_open=True) for b in self.betas
+        )
+        self.grad_clip = check_number(
+            self.grad_clip, "TrainConfig.grad_clip", 0, low_open=True, allow_inf=True
+        )
+        self.seed = check_count(self.seed, "TrainConfig.seed", 0)
+        self.eval_every = check_count(self.eval_every, "TrainConfig.eval_every", 0) or max(
+            1, self.steps // 50
+        )
+        self.eval_batch_size = check_count(self.eval_batch_size, "TrainConfig.eval_batch_size")
+        self.checkpoint_every = check_count(self.checkpoint_every, "TrainConfig.checkpoint_every", 0)
+        steps = sorted(
+            {check_count(step, "each of TrainConfig.checkpoint_steps") for step in self.checkpoint_steps}
+        )
+        if steps and steps[-1] > self.steps:
+            raise ValueError(
+                f"TrainConfig.checkpoint_steps holds step {steps[-1]}, after the last step {self.steps}; "
+                f"pass steps in 1..{self.steps}"
+            )
+        self.checkpoint_steps = steps
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step `step` (0-based): linear warm-up, then cosine decay."""
@@ -278,6 +314,14 @@ def train(
     as an uninterrupted run). `callback(step, log)` runs after each optimizer step. `extra` is
     stored in the final config.json (e.g. the task's name).
     """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(
+            f"config must be a TrainConfig, got {type(config).__name__}; pass TrainConfig(steps=...)"
+        )
+    if not isinstance(task, Task):
+        raise TypeError(
+            f"task must be an interp.tasks.Task, got {type(task).__name__}; pass e.g. make_task(...)"
+        )
     if task.d_vocab > model.cfg.d_vocab or task.n_ctx > model.cfg.n_ctx:
         raise ValueError(
             f"The task needs d_vocab >= {task.d_vocab} and n_ctx >= {task.n_ctx}; the model has "
@@ -476,6 +520,13 @@ def train_toy_model(
     reports (default: the output directory's name); the checkpoint also records the task.
     """
     data = make_task(task, d_vocab, seq_len)
+    n_layers, n_heads = check_count(n_layers, "n_layers"), check_count(n_heads, "n_heads")
+    d_model, seed = check_count(d_model, "d_model"), check_count(seed, "seed", 0)
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model {d_model} is not divisible by n_heads {n_heads} (each head gets d_model / n_heads "
+            f"dimensions); pass a d_model such as {n_heads * max(1, round(d_model / n_heads))}"
+        )
     defaults = TASK_DEFAULTS[task]
     steps = defaults.steps if steps is None else steps
     lr = defaults.lr if lr is None else lr

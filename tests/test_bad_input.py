@@ -5,6 +5,8 @@ Real small models built from interp.Config; no mocks. Each class of bad input is
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -337,6 +339,57 @@ def test_a_bad_hook_return_value_names_the_hook(model, data, hook_fn, error, mes
     assert not model.hook_dict[name].fwd_hooks  # removed after the error
 
 
+@pytest.mark.parametrize("route", ["model.add_hook", "hook_point.add_hook"])
+def test_hooks_added_outside_a_context_are_checked_too(model, data, route):
+    tokens, _ = data
+    name = "blocks.0.hook_resid_post"
+    if route == "model.add_hook":
+        model.add_hook(name, _bad_shape)
+    else:
+        model.hook_dict[name].add_hook(_bad_shape)
+    try:
+        with pytest.raises(ValueError, match=rf"_bad_shape at '{name}' returned shape \(3, 5, 32\)"):
+            model(tokens)
+    finally:
+        model.reset_hooks()
+
+
+def _bad_gradient_shape(grad, hook):
+    return grad[:, :-1]
+
+
+def _bad_gradient_dtype(grad, hook):
+    return (grad.double(),)
+
+
+@pytest.mark.parametrize(
+    ("hook_fn", "message"),
+    [(_bad_gradient_shape, r"returned shape \(3, 5, 32\)"), (_bad_gradient_dtype, "returned dtype.*64")],
+)
+def test_a_bad_backward_hook_names_the_hook(model, data, hook_fn, message):
+    tokens, _ = data
+    name = "blocks.1.hook_resid_pre"
+    expected = rf"{hook_fn.__name__} at '{name}' {message}, but the gradient"
+    with pytest.raises(ValueError, match=expected), model.hooks(bwd_hooks=[(name, hook_fn)]):
+        model(tokens).sum().backward()
+    model.add_hook(name, hook_fn, dir="bwd")
+    try:
+        with pytest.raises(ValueError, match="but the gradient"):
+            model(tokens).sum().backward()
+    finally:
+        model.reset_hooks()
+    model.zero_grad()
+
+
+def test_a_backward_hook_may_still_replace_the_gradient(model, data):
+    tokens, _ = data
+    name = "blocks.1.hook_resid_pre"
+    with model.hooks(bwd_hooks=[(name, lambda grad, hook: (grad * 0,))]):
+        model(tokens).sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.blocks[0].parameters())
+    model.zero_grad()
+
+
 def test_good_hooks_still_replace_and_observe(model, data):
     tokens, _ = data
     expected = model(tokens)
@@ -580,6 +633,7 @@ def _with_nan(model: interp.HookedTransformer, where: str) -> interp.HookedTrans
     return broken
 
 
+@pytest.mark.filterwarnings("ignore:NaN/inf first appear")  # the forward passes warn, as they should
 @pytest.mark.parametrize("where", ["blocks.1.attn.W_O", "blocks.0.attn.W_Q"])
 def test_edge_circuit_of_nan_scores_raises(model, where):
     from circuits.edge_circuits import find_edge_circuit, induction_task
@@ -590,6 +644,7 @@ def test_edge_circuit_of_nan_scores_raises(model, where):
         find_edge_circuit(broken, task, "eap", n_edges=5, curve_fractions=None)
 
 
+@pytest.mark.filterwarnings("ignore:NaN/inf first appear")  # the forward passes warn, as they should
 @pytest.mark.parametrize("where", ["blocks.1.attn.W_O"])
 def test_ioi_heads_are_never_typed_from_nan_effects(where):
     from circuits.ioi import find_ioi_circuit
@@ -611,6 +666,45 @@ def test_check_finite_scores_names_the_first_bad_entry(scores, message):
         checks.check_finite_scores(scores, "head scores", lambda i: head_label(*i))
 
 
+def test_a_forward_pass_turning_non_finite_warns_naming_where(model, data):
+    tokens, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a healthy model (attention scores hold -inf where masked) is silent
+        model(tokens)
+        model.run_with_cache(tokens, return_type=None)
+    broken = _with_nan(model, "blocks.0.attn.W_V")
+    weight = "the weight blocks.0.attn._?W_V holds NaN/inf"
+    with pytest.warns(RuntimeWarning, match=rf"appear at blocks.0.hook_resid_post .*logits.*; {weight}"):
+        broken(tokens)
+    with pytest.warns(RuntimeWarning, match=rf"appear at blocks.0.attn.hook_v \(the first cached.*{weight}"):
+        broken.run_with_cache(tokens)
+    nan_hook = ("blocks.1.hook_mlp_out", lambda act, hook: act * float("nan"))
+    with pytest.warns(RuntimeWarning, match="blocks.1.hook_resid_post .*no weight is non-finite: check hook"):
+        model.run_with_hooks(tokens, fwd_hooks=[nan_hook])
+
+
+def test_head_report_never_types_heads_from_nan(recwarn):
+    """One NaN in one head's W_Q used to report 0 induction heads (4 when healthy), silently."""
+    from circuits.heads import head_report, make_probes, score_heads
+
+    model = interp.load_model("toy-induction")
+    broken = _with_nan(model, "blocks.1.attn.W_Q")
+    with pytest.raises(ValueError, match=r"blocks.1.attn.W_Q \(4, 64, 16\) has 1 NaN/inf"):
+        head_report(broken, n_samples=4, causal=False)
+    model.add_hook("blocks.1.attn.hook_pattern", _nan_head_2)  # NaN from a hook: the patterns are checked
+    try:
+        with pytest.raises(ValueError, match="attention patterns of layer 1 .* non-finite .*first: L1H2"):
+            score_heads(model, make_probes(model, 4, 0, 16), 0, 8)
+    finally:
+        model.reset_hooks()
+
+
+def _nan_head_2(pattern, hook):
+    pattern = pattern.clone()
+    pattern[:, 2] = float("nan")
+    return pattern
+
+
 @pytest.mark.parametrize(
     ("positions", "layers", "error"),
     [([1.5], None, TypeError), ([99], None, ValueError), (None, [0.5], TypeError), (None, [-1], ValueError),
@@ -622,6 +716,61 @@ def test_activation_patching_refuses_bad_positions_and_layers(model, data, posit
     corrupted = (tokens + 1) % model.cfg.d_vocab
     with pytest.raises(error, match="position|layer"):
         interp.patching.activation_patching(model, tokens, corrupted, metric, "resid_pre", positions, layers)
+
+
+@pytest.mark.parametrize(
+    "method", ["activation_patching", "attribution_patching", "path_patching", "patch_sites"]
+)
+def test_patching_refuses_identical_clean_and_corrupted(model, data, method):
+    """Patching a run into itself changes nothing: every normalised value would be 0/0."""
+    from interp.interventions import path_patching
+    from interp.interventions.engine import Site
+
+    tokens, metric = data
+    run = {
+        "activation_patching": lambda: interp.patching.activation_patching(
+            model, tokens, tokens.clone(), metric
+        ),
+        "attribution_patching": lambda: interp.patching.attribution_patching(model, tokens, tokens, metric),
+        "path_patching": lambda: path_patching.path_patching(model, tokens, tokens.clone(), metric),
+        "patch_sites": lambda: interp.patching.patch_sites(
+            model, tokens, tokens, metric, [Site("blocks.0.hook_resid_pre")]
+        ),
+    }[method]
+    with pytest.raises(ValueError, match="clean and corrupted tokens are identical"):
+        run()
+
+
+def test_negative_per_prompt_positions_count_from_the_end(model, data):
+    tokens, metric = data
+    corrupted = (tokens + 1) % model.cfg.d_vocab
+    patch = interp.patching.activation_patching
+    from_end = patch(model, tokens, corrupted, metric, "resid_pre", {"end": torch.tensor([-1, -2, -1])})
+    from_start = patch(model, tokens, corrupted, metric, "resid_pre", {"end": torch.tensor([5, 4, 5])})
+    torch.testing.assert_close(from_end.values, from_start.values)
+    with pytest.raises(ValueError, match="position of 'end' -7 out of range for prompts of 6"):
+        patch(model, tokens, corrupted, metric, "resid_pre", {"end": torch.tensor([-7, 0, 0])})
+    from interp.interventions.path_patching import path_patching
+
+    paths = [
+        path_patching(model, tokens, corrupted, metric, senders=[(0, 1)], sender_pos=pos)
+        for pos in (torch.tensor([-1, -2, -1]), torch.tensor([5, 4, 5]))
+    ]
+    torch.testing.assert_close(paths[0].values, paths[1].values)
+
+
+def test_faithfulness_ci_leaves_out_resamples_with_a_zero_denominator_and_says_how_many():
+    """Prompt 0 alone separates the model from the empty circuit: about (2/3)^3 of the resamples
+    miss it, and their ratio is 0/0. They used to make the bounds NaN."""
+    result = edges.Faithfulness(
+        values=torch.tensor([[0.5, 0.0, 0.0]]), full=torch.tensor([1.0, 0.0, 0.0]), empty=torch.zeros(3)
+    )
+    with pytest.warns(RuntimeWarning, match=r"(2\d\d|3\d\d) of 1000 bootstrap resamples .* left out"):
+        low, high = result.ci()
+    assert torch.isfinite(low).all() and torch.isfinite(high).all()
+    assert low.item() == high.item() == 0.5  # every defined resample holds prompt 0: its ratio is 0.5
+    with pytest.raises(ValueError, match="every one of the 100 bootstrap resamples gives an undefined value"):
+        interp.stats.bootstrap(lambda samples: samples.float().mean(1) / 0 * 0, 3, n_boot=100)
 
 
 @pytest.mark.parametrize(
@@ -646,3 +795,226 @@ def test_logit_attrs_refuses_negative_token_ids(model, data, token):
     stack = cache.decompose_resid(pos_slice=-1)
     with pytest.raises(ValueError, match="token id"):
         cache.logit_attrs(stack, token, pos_slice=-1)
+
+
+# --- training and synthetic tasks: every argument checked before a step runs -------------------
+
+
+def _train_toy(**overrides):
+    from interp.training import train_toy_model
+
+    arguments = {"task": "induction", "n_layers": 1, "n_heads": 2, "d_model": 8, "steps": 1, "out": "unused"}
+    return lambda: train_toy_model(**{**arguments, **overrides})
+
+
+def _training_cases():
+    from interp import tasks
+    from interp.training import TrainConfig, make_task
+
+    generator = torch.Generator().manual_seed(0)
+    return [
+        (lambda: TrainConfig(steps=1.5), TypeError, "TrainConfig.steps must be an integer, got float 1.5"),
+        (lambda: TrainConfig(steps=True), TypeError, "TrainConfig.steps must be an integer, got the bool"),
+        (lambda: TrainConfig(steps=0), ValueError, "TrainConfig.steps must be an integer >= 1, got 0"),
+        (
+            lambda: TrainConfig(steps=2, lr=float("nan")),
+            ValueError,
+            "TrainConfig.lr must be a finite number > 0",
+        ),
+        (
+            lambda: TrainConfig(steps=2, batch_size=2.5),
+            TypeError,
+            "batch_size must be an integer, got float 2.5",
+        ),
+        (lambda: TrainConfig(steps=2, warmup_steps=-1), ValueError, "warmup_steps must be an integer >= 0"),
+        (lambda: TrainConfig(steps=2, min_lr_ratio=2), ValueError, "min_lr_ratio .* <= 1, got 2.0"),
+        (lambda: TrainConfig(steps=2, betas=(1.5, 0.9)), ValueError, "betas must be .* < 1, got 1.5"),
+        (lambda: TrainConfig(steps=2, grad_clip=0), ValueError, "grad_clip must be a number > 0, got 0.0"),
+        (lambda: TrainConfig(steps=2, seed=-1), ValueError, "seed must be an integer >= 0, got -1"),
+        (lambda: TrainConfig(steps=2, checkpoint_steps=[9]), ValueError, "step 9, after the last step 2"),
+        (
+            lambda: make_task("induction", n_ctx=0),
+            ValueError,
+            r"n_ctx \(seq_len\) must be an integer >= 5, got 0",
+        ),
+        (
+            lambda: make_task("induction", d_vocab=64.5),
+            TypeError,
+            "d_vocab must be an integer, got float 64.5",
+        ),
+        (lambda: make_task("ioi", n_ctx=5), ValueError, "toy IOI task has a fixed n_ctx"),
+        (lambda: make_task("inductoin"), ValueError, "Unknown task 'inductoin'"),
+        (_train_toy(n_heads=0), ValueError, "n_heads must be an integer >= 1, got 0"),
+        (_train_toy(d_model=30, n_heads=4), ValueError, "d_model 30 is not divisible by n_heads 4"),
+        (_train_toy(seed=1.5), TypeError, "seed must be an integer, got float 1.5"),
+        (
+            lambda: tasks.InductionTask(10, 20, bos=99),
+            ValueError,
+            "bos 99 is not a token id of the vocabulary 0..9",
+        ),
+        (
+            lambda: tasks.InductionTask(10, 20).sample(0, generator),
+            ValueError,
+            "batch_size must be .* >= 1, got 0",
+        ),
+        (lambda: tasks.PeriodicTask(10, 20, 2.5), TypeError, "period must be an integer, got float 2.5"),
+        (
+            lambda: tasks.repeated_sequences(10, 1.5, 2),
+            TypeError,
+            "seq_len must be an integer, got float 1.5",
+        ),
+        (
+            lambda: tasks.sample_markov_chains(3, 4, 2, alpha=float("nan")),
+            ValueError,
+            "alpha must be a finite",
+        ),
+        (lambda: tasks.in_context_bigram_probs(torch.tensor([[0, 5]]), 3), ValueError, "states 0..2"),
+        (lambda: tasks.split_generator(-1), ValueError, "seed must be an integer >= 0, got -1"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(25))
+def test_training_and_task_arguments_are_checked(case):
+    run, error, message = _training_cases()[case]
+    with pytest.raises(error, match=message):
+        run()
+
+
+def test_repeated_sequences_warn_when_asked_for_more_than_exist():
+    from interp.tasks import repeated_sequences
+
+    with pytest.warns(RuntimeWarning, match="asked for 100 .* only 4 distinct ones exist, so at least 96"):
+        tokens = repeated_sequences(3, 2, 100, generator=0)  # 2 token ids (BOS excluded), length 2: 4
+    assert len({tuple(row) for row in tokens.tolist()}) <= 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        repeated_sequences(3, 2, 4, generator=0)
+        repeated_sequences(64, 20, 10_000, generator=0)
+
+
+# --- the audit: every public function that takes heads, layers, tokens, a pair or a metric ----------
+
+BAD_VALUES = {  # kind -> {case: (bad value builder, what the message must show)}
+    "heads": {
+        "float": (lambda t: (0, 1.5), "1.5"),
+        "negative": (lambda t: (-1, 0), "-1"),
+        "out of range": (lambda t: (99, 99), "99"),
+        "bool": (lambda t: (True, 0), "True"),
+        "label": (lambda t: "L0H1", "'L0H1'"),
+    },
+    "layers": {
+        "float": (lambda t: 0.5, "0.5"),
+        "negative": (lambda t: -1, "-1"),
+        "out of range": (lambda t: 99, "99"),
+        "bool": (lambda t: True, "True"),
+    },
+    "tokens": {
+        "empty batch": (lambda t: t[:0], "(0, 6)"),
+        "id >= vocab": (lambda t: torch.full_like(t, 61), "61..61"),
+        "negative id": (lambda t: torch.full_like(t, -1), "-1..-1"),
+        "float ids": (lambda t: t.float(), "float"),
+    },
+    "pair": {
+        "batch mismatch": (lambda t: (t[:2] + 1) % 61, "(2, 6)"),
+        "length mismatch": (lambda t: (t[:, :5] + 1) % 61, "(3, 5)"),
+    },
+    "metric": {
+        "mean over prompts": (lambda t: lambda logits: logits[:, -1, 0].mean(), "()"),
+        "two values per prompt": (lambda t: lambda logits: logits[:, -1, :2], "(3, 2)"),
+        "a list": (lambda t: lambda logits: logits[:, -1, 0].tolist(), "list"),
+    },
+}
+
+
+def _audited_calls(model, tokens, metric):
+    """kind -> {public function: call(bad value)}."""
+    from circuits.heads import weight_scores
+    from interp.interventions.path_patching import path_patching
+
+    patch, corrupted = interp.patching, (tokens + 1) % model.cfg.d_vocab
+    graph = edges.EdgeGraph.from_config(model.cfg)
+    every_edge = torch.ones(graph.n_writers, graph.n_readers, dtype=torch.bool)
+    return {
+        "heads": {
+            "ablation.ablation_sites": lambda h: ablation.ablation_sites(model, heads=[h]),
+            "ablation.ablation_hooks": lambda h: ablation.ablation_hooks(model, heads=[h]),
+            "ablation.circuit_hooks": lambda h: ablation.circuit_hooks(model, [h]),
+            "ablation.faithfulness": lambda h: ablation.faithfulness(model, tokens, metric, [h]),
+            "ablation.ablation_sweep": lambda h: ablation.ablation_sweep(model, tokens, metric, base=[h]),
+            "path_patching (senders)": lambda h: path_patching(
+                model, tokens, corrupted, metric, "logits", [h]
+            ),
+            "circuits.heads.weight_scores": lambda h: weight_scores(model, [h]),
+        },
+        "layers": {
+            "ablation.ablation_sites (mlps)": lambda layer: ablation.ablation_sites(model, mlps=[layer]),
+            "ablation.ablation_sites (neurons)": lambda layer: ablation.ablation_sites(
+                model, neurons=[(layer, 0)]
+            ),
+            "patching.activation_patching": lambda layer: patch.activation_patching(
+                model, tokens, corrupted, metric, "resid_pre", layers=[layer]
+            ),
+            "patching.attribution_patching": lambda layer: patch.attribution_patching(
+                model, tokens, corrupted, metric, "resid_pre", layers=[layer]
+            ),
+        },
+        "tokens": {
+            "HookedTransformer.forward": lambda t: model(t),
+            "HookedTransformer.run_with_cache": lambda t: model.run_with_cache(t),
+            "HookedTransformer.generate": lambda t: model.generate(t, max_new_tokens=1, verbose=False),
+            "next_token_loss": lambda t: interp.next_token_loss(model(tokens), t),
+            "metrics.loss": lambda t: metrics.loss(model(tokens), t),
+            "ablation.faithfulness": lambda t: ablation.faithfulness(model, t, metric, [(0, 0)]),
+            "ablation.ablation_sweep": lambda t: ablation.ablation_sweep(model, t, metric),
+            "patching.activation_patching": lambda t: patch.activation_patching(model, t, corrupted, metric),
+            "edges.edge_attribution": lambda t: edges.edge_attribution(model, t, corrupted, metric, "eap"),
+            "edges.writer_outputs": lambda t: edges.writer_outputs(model, t),
+        },
+        "pair": {
+            "patching.activation_patching": lambda c: patch.activation_patching(model, tokens, c, metric),
+            "patching.attribution_patching": lambda c: patch.attribution_patching(model, tokens, c, metric),
+            "path_patching": lambda c: path_patching(model, tokens, c, metric),
+            "edges.edge_attribution": lambda c: edges.edge_attribution(model, tokens, c, metric, "eap"),
+            "edges.faithfulness": lambda c: edges.faithfulness(model, tokens, c, metric, every_edge),
+            "edges.ablated_outputs": lambda c: edges.ablated_outputs(model, tokens, c),
+        },
+        "metric": {
+            "patching.activation_patching": lambda m: patch.activation_patching(model, tokens, corrupted, m),
+            "patching.attribution_patching": lambda m: patch.attribution_patching(
+                model, tokens, corrupted, m
+            ),
+            "path_patching": lambda m: path_patching(model, tokens, corrupted, m),
+            "ablation.faithfulness": lambda m: ablation.faithfulness(model, tokens, m, [(0, 0)]),
+            "ablation.ablation_sweep": lambda m: ablation.ablation_sweep(model, tokens, m),
+            "edges.edge_attribution": lambda m: edges.edge_attribution(model, tokens, corrupted, m, "eap"),
+            "edges.faithfulness": lambda m: edges.faithfulness(model, tokens, corrupted, m, every_edge),
+            "metrics.normalized": lambda m: metrics.normalized(m, model(tokens), model(corrupted)),
+        },
+    }
+
+
+AUDIT_FUNCTIONS = {  # kind -> the names above (parametrised without building a model at collection)
+    "heads": 7,
+    "layers": 4,
+    "tokens": 10,
+    "pair": 6,
+    "metric": 8,
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "index", "case"),
+    [(kind, i, case) for kind, n in AUDIT_FUNCTIONS.items() for i in range(n) for case in BAD_VALUES[kind]],
+)
+def test_every_public_function_refuses_bad_input_naming_the_value(model, data, kind, index, case):
+    tokens, metric = data
+    name, call = list(_audited_calls(model, tokens, metric)[kind].items())[index]
+    bad, shown = BAD_VALUES[kind][case]
+    with pytest.raises((ValueError, TypeError)) as error:
+        call(bad(tokens))
+    assert shown in str(error.value), f"{name} given {case} {kind}: {error.value}"
+
+
+def test_the_audit_lists_every_function_it_runs(model, data):
+    calls = _audited_calls(model, *data)
+    assert {kind: len(functions) for kind, functions in calls.items()} == AUDIT_FUNCTIONS

@@ -156,7 +156,7 @@ def test_failed_checkpoint_save_leaves_nothing(tmp_path):
 def test_bad_settings_raise_clear_errors():
     with pytest.raises(ValueError, match="Unknown task"):
         make_task("sorting")
-    with pytest.raises(ValueError, match="steps >= 1"):
+    with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
         TrainConfig(steps=0)
     model = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=1, d_model=8, d_vocab=6, n_ctx=8))
     with pytest.raises(ValueError, match="Enlarge the model"):

@@ -11,6 +11,7 @@ from circuits.heads.classify import HeadReport, classify
 from circuits.heads.probes import Probes, make_probes
 from circuits.heads.scores import N_BOOTSTRAP, StageProgress, score_heads
 from circuits.heads.weights import weight_scores
+from interp.checks import check_finite_weights
 
 
 def head_report(
@@ -34,6 +35,7 @@ def head_report(
     """
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
+    check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")  # NaN would type no head
     probes = make_probes(model, n_samples, seed, seq_len, natural_text)
     scores = score_heads(model, probes, seed, batch_size, progress)
     weights = weight_scores(model, scores.candidates("previous_token", max_candidates))

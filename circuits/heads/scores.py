@@ -44,8 +44,9 @@ from torch import Tensor
 import interp
 from circuits.heads.probes import Probe, Probes, str_tokens
 from circuits.heads.skipgrams import skip_gram_masses, skip_gram_scores
+from interp.checks import check_finite_scores
 from interp.interventions.stats import bootstrap
-from interp.types import Head, Progress, StageProgress
+from interp.types import Head, Progress, StageProgress, head_label
 
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
 SCORE_NAMES = (*PATTERN_SCORES, "fixed_offset", "skip_gram")  # every head type, in report order
@@ -179,6 +180,14 @@ def probe_patterns(
         # Cut to the batch's longest sequence: right padding after it cannot change earlier positions.
         tokens = probe.tokens[start : start + batch_size, : int(lengths.max())]
         _, cache = model.run_with_cache(tokens.to(model.device), names_filter=pattern_names, return_type=None)
+        for layer in range(cfg.n_layers):  # a NaN pattern would score NaN, and NaN types no head: refuse
+            check_finite_scores(
+                cache["pattern", layer],
+                f"the attention patterns of layer {layer} on the {probe.name!r} probe",
+                lambda index, layer=layer, start=start: (
+                    f"{head_label(layer, index[1])} (sequence {start + index[0]}, query {index[2]})"
+                ),
+            )
         layer_scores = [
             score(cache["pattern", layer].float().cpu(), tokens, lengths) for layer in range(cfg.n_layers)
         ]

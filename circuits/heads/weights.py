@@ -18,6 +18,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 import interp
+from interp.checks import check_heads
 from interp.model.components import Norm
 from interp.types import Head
 
@@ -55,6 +56,7 @@ def k_composition_scores(
     what p writes.
     """
     cfg = model.cfg
+    sources = check_heads(cfg, sources)
     scores = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
     if not sources:
         return scores

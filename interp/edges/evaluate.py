@@ -20,7 +20,7 @@ from interp.edges.graph import MIB_FRACTIONS, EdgeScores, edge_graph, random_sco
 from interp.edges.intervene import ablated_outputs, chunks, run_circuits
 from interp.interventions.engine import check_pair
 from interp.interventions.metrics import for_rows
-from interp.interventions.stats import bootstrap, faithfulness_ratio
+from interp.interventions.stats import bootstrap, defined_gap, faithfulness_ratio
 from interp.model.transformer import HookedTransformer
 from interp.types import Ablation, Metric, Progress
 
@@ -44,11 +44,17 @@ class Faithfulness:
         return faithfulness_ratio(self.values, self.full, self.empty)
 
     def ci(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[Tensor, Tensor]:
-        """Percentile bootstrap CI of the faithfulness (prompts resampled, ratio recomputed)."""
+        """Percentile bootstrap CI of the faithfulness (prompts resampled, ratio recomputed); resamples
+        whose denominator is 0 are left out, with a warning saying how many (`stats.bootstrap`)."""
 
-        def ratio(samples: Tensor) -> Tensor:  # samples [n_boot, n] -> [K, n_boot]
+        scale = float(self.full.abs().mean())
+
+        def ratio(samples: Tensor) -> Tensor:  # samples [n_boot, n] -> [K, n_boot]; NaN where undefined
             empty, full = self.empty[samples].mean(1), self.full[samples].mean(1)
-            return (self.values[:, samples].mean(-1) - empty) / (full - empty)
+            gap = full - empty
+            return torch.where(
+                defined_gap(gap, scale), (self.values[:, samples].mean(-1) - empty) / gap, torch.nan
+            )
 
         return bootstrap(ratio, self.full.shape[0], n_boot, level, seed)
 

@@ -27,6 +27,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_pair
 from interp.edges.graph import EdgeGraph, edge_graph
 from interp.interventions.metrics import AnswerMetric, for_rows, takes_rows
 from interp.model.transformer import HookedTransformer
@@ -329,6 +330,8 @@ def ablated_outputs(
     outputs on a random reference prompt per clean prompt (resample, seeded), or zero."""
     if ablation not in ABLATIONS:
         raise ValueError(f"ablation={ablation!r} is not one of {ABLATIONS}.")
+    clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
+    check_pair(clean, corrupted)
     if ablation == "counterfactual":
         return writer_outputs(model, corrupted)
     n_writers = edge_graph(model).n_writers

@@ -312,7 +312,7 @@ def ablation_sweep(
     starts each at the ablated layer. `result.target` is the metric of the unablated model.
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits)."""
     cfg = model.cfg
-    tokens = model.input_tokens(tokens)
+    tokens, base = model.input_tokens(tokens), check_heads(cfg, base)
     if component == "heads":
         dims, coords = (
             ("layer", "head"),

@@ -43,8 +43,8 @@ class Site:
     head: int or list of ints, the head axis of per-head hooks ([batch, pos, head, d] or the
       pattern's [batch, head, q_pos, k_pos]); for hook_k/hook_v/k_input/v_input these are
       key/value heads under grouped-query attention.
-    pos: int, list of ints, or LongTensor [batch] (one position per prompt); for patterns this
-      is the query position.
+    pos: int, list of ints, or LongTensor [batch] (one position per prompt); negative positions
+      count from the end, as Python's and TransformerLens's; for patterns this is the query position.
     unit: int or list of ints on the last axis (MLP neurons in mlp.hook_post, d_head dims, ...).
     """
 
@@ -100,8 +100,10 @@ def site_mask(site: Site, shape: torch.Size, device: torch.device | str = "cpu")
             pos = site.pos.to(device)
             if pos.shape[0] != shape[0]:
                 raise ValueError(f"per-prompt positions must be [batch={shape[0]}], got {tuple(pos.shape)}")
-            if pos.min() < 0 or pos.max() >= shape[pos_dim]:
-                raise ValueError(f"positions must lie in [0, {shape[pos_dim]}), got {pos.min()}..{pos.max()}")
+            n_pos = shape[pos_dim]
+            if pos.min() < -n_pos or pos.max() >= n_pos:  # negative ones count from the end, as TL's
+                raise ValueError(f"positions must lie in [-{n_pos}, {n_pos}), got {pos.min()}..{pos.max()}")
+            pos = pos % n_pos
             per_prompt = torch.zeros(shape[0], shape[pos_dim], dtype=torch.bool, device=device)
             per_prompt[torch.arange(shape[0], device=device), pos] = True
             view = [1] * ndim

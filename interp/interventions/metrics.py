@@ -22,7 +22,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_denominator
+from interp.checks import check_denominator, check_metric_output
 from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
 from interp.types import Metric as Metric
 from interp.types import Pos
@@ -124,12 +124,12 @@ def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -
     The baselines are the batch means of `metric` on the two runs (per-example baselines would blow
     up on prompts whose clean and corrupted values happen to be close).
     """
-    clean_value = metric(clean_logits).mean()
-    corrupted_value = metric(corrupted_logits).mean()
+    clean_value = check_metric_output(metric(clean_logits), clean_logits.shape[0]).mean()
+    corrupted_value = check_metric_output(metric(corrupted_logits), corrupted_logits.shape[0]).mean()
     gap = clean_value - corrupted_value
     check_denominator(
-        float(gap),
-        float(clean_value.abs()),
+        float(gap.detach()),
+        float(clean_value.detach().abs()),
         "the metric is the same on the clean and corrupted runs, so the normalised metric",
     )
 
@@ -198,13 +198,19 @@ def takes_rows(metric: Metric) -> bool:
 
 
 def for_rows(metric: Metric, rows: Int[Tensor, " batch"], n_prompts: int) -> Callable[[Tensor], Tensor]:
-    """`metric` as a function of the logits of the prompts `rows` (a sub-batch of n_prompts)."""
-    if takes_rows(metric):
-        return lambda logits: metric(logits, rows)
-    if len(rows) != n_prompts or not torch.equal(rows.cpu(), torch.arange(n_prompts)):
+    """`metric` as a function of the logits of the prompts `rows` (a sub-batch of n_prompts), its
+    value checked to hold one value per row (`check_metric_output`; NaN is left to the caller)."""
+    if not takes_rows(metric) and (
+        len(rows) != n_prompts or not torch.equal(rows.cpu(), torch.arange(n_prompts))
+    ):
         raise ValueError(
             "This metric takes logits only (metric(logits)), but the prompts run in sub-batches. Give "
             "it the prompts' indices too (metric(logits, rows)), e.g. metrics.logit_diff_metric(correct, "
             "incorrect, pos), or a batch size that holds every prompt."
         )
-    return metric
+
+    def of_rows(logits: Tensor) -> Tensor:
+        value = metric(logits, rows) if takes_rows(metric) else metric(logits)
+        return check_metric_output(value, len(rows), finite=False)
+
+    return of_rows

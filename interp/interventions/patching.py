@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp.checks import check_layers, check_positions
+from interp.checks import check_distinct_pair, check_layers, check_positions
 from interp.interventions.engine import (
     Site,
     cached_run,
@@ -74,18 +74,16 @@ def _position_axis(positions: PositionAxis, n_pos: int) -> tuple[list, list[Pos]
                 f"got {positions!r}"
             )
         return list(range(n_pos)), list(range(n_pos))
-    if isinstance(positions, Mapping):
+    if isinstance(positions, Mapping):  # negative positions count from the end, as Python's and TL's
         values = [torch.as_tensor(p) for p in positions.values()]
-        for name, p in zip(positions, values, strict=True):  # dtype here; the range where they are used
+        for name, p in zip(positions, values, strict=True):
             if p.is_floating_point() or p.dtype == torch.bool or p.is_complex():
                 raise TypeError(
                     f"the positions of {name!r} must be integers, got dtype {p.dtype}; pass a LongTensor"
                 )
+            check_positions(p, n_pos, what=f"position of {name!r}")
         return list(positions), [p.long() for p in values]
     positions = check_positions(list(positions), n_pos)
-    for p in positions:
-        if not -n_pos <= p < n_pos:
-            raise ValueError(f"position {p} is out of range for prompts of {n_pos} tokens")
     return list(positions), list(positions)
 
 
@@ -105,8 +103,6 @@ def _component_grid(
     if component == "resid_mid" and cfg.parallel_residual:
         raise ValueError("'resid_mid' does not exist in a parallel-residual model")
     layers = list(range(cfg.n_layers)) if layers is None else check_layers(cfg, layers)
-    if any(not 0 <= layer < cfg.n_layers for layer in layers):
-        raise ValueError(f"layers must lie in [0, {cfg.n_layers}), got {layers}")
     pos_labels, site_pos = _position_axis(positions, n_pos)
     if component in HEAD_COMPONENTS:
         n_heads = cfg.n_kv_heads if component in ("k", "v") else cfg.n_heads
@@ -165,6 +161,7 @@ def patch_sites(
       only there (faster; NaN elsewhere). None: every position.
     """
     clean, corrupted = check_pair(model, clean, corrupted)
+    check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
     source_tokens, target_tokens = _source_target(clean, corrupted, direction)
     site_sets = [[s] if isinstance(s, Site) else list(s) for s in site_sets]
@@ -258,6 +255,7 @@ def attribution_patching(
     Only activations get gradients (not weights), so the backward pass costs about one forward.
     """
     clean, corrupted = check_pair(model, clean, corrupted)
+    check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
     source_tokens, target_tokens = _source_target(clean, corrupted, direction)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])

@@ -12,7 +12,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_int
+from interp.checks import check_distinct_pair, check_int
 from interp.interventions.engine import (
     LogitBuffer,
     Site,
@@ -121,6 +121,7 @@ def path_patching(
     Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
     """
     clean, corrupted = check_pair(model, clean, corrupted)
+    check_distinct_pair(clean, corrupted, "every path-patched run (senders carry clean values)")
     check_logit_pos(logit_pos, clean)
     _check_receivers(model, receivers)
     cfg = model.cfg
@@ -131,7 +132,7 @@ def path_patching(
         dims = ("layer", "head")
         coords = {"layer": list(range(last_layer)), "head": list(range(cfg.n_heads))}
         senders = [(layer, head) for layer in coords["layer"] for head in coords["head"]]
-    sender_sets = [[s] if _is_sender(s) else list(s) for s in senders]
+    sender_sets = [[s] if _is_sender(s) or isinstance(s, str) else list(s) for s in senders]
     for sender_set in sender_sets:
         _check_senders(model, sender_set)
     names = {act_name("z", layer) for layer in range(cfg.n_layers)}

@@ -11,6 +11,7 @@ empty circuit). Other ratios get other names.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -22,14 +23,34 @@ def bootstrap(
     statistic: Callable[[Tensor], Tensor], n: int, n_boot: int = 1000, level: float = 0.95, seed: int = 0
 ) -> tuple[Tensor, Tensor]:
     """Percentile bootstrap over n prompts: statistic(samples) maps resampled prompt indices
-    [n_boot, n] to values [..., n_boot]; returns the (low, high) quantiles over the last axis."""
+    [n_boot, n] to values [..., n_boot]; returns the (low, high) quantiles over the last axis.
+
+    A resample whose statistic is undefined (NaN/inf: a ratio whose denominator is 0 on those
+    prompts) is left out, with a warning saying how many; if every resample is, it raises."""
     if n < 1:
         raise ValueError("A bootstrap needs at least one prompt.")
     generator = torch.Generator().manual_seed(seed)
     samples = torch.randint(n, (n_boot, n), generator=generator)
     values = statistic(samples)
     alpha = (1 - level) / 2
-    return values.quantile(alpha, dim=-1), values.quantile(1 - alpha, dim=-1)
+    undefined = ~torch.isfinite(values)
+    if not undefined.any():
+        return values.quantile(alpha, dim=-1), values.quantile(1 - alpha, dim=-1)
+    if undefined.all(-1).any():
+        raise ValueError(
+            f"every one of the {n_boot} bootstrap resamples gives an undefined value (NaN/inf), so there is "
+            "no confidence interval: the values resampled are not finite (the model's own outputs NaN/inf, "
+            "or the metric does) or a ratio's denominator is 0 on every resample. Check the model's weights "
+            "and use prompts where the metric differs between the runs it is normalised by"
+        )
+    warnings.warn(
+        f"{int(undefined.sum(-1).max())} of {n_boot} bootstrap resamples give an undefined value (NaN/inf: "
+        "a denominator of 0 on the resampled prompts) and are left out of the confidence interval",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    values = values.masked_fill(undefined, float("nan"))
+    return values.nanquantile(alpha, dim=-1), values.nanquantile(1 - alpha, dim=-1)
 
 
 def bootstrap_ci(
@@ -39,12 +60,18 @@ def bootstrap_ci(
     return bootstrap(lambda samples: values[..., samples].mean(-1), values.shape[-1], n_boot, ci, seed)
 
 
+def defined_gap(gap: Tensor, scale: float) -> Tensor:
+    """Where a ratio's denominator `gap` is finite and not (numerically) zero:
+    abs(gap) > 1e-6 * max(1, scale), `scale` the size of the values it is a difference of."""
+    return torch.isfinite(gap) & (gap.abs() > 1e-6 * max(1.0, scale))
+
+
 def faithfulness_ratio(
     circuit: Float[Tensor, "... batch"], model: Float[Tensor, " batch"], ablated: Float[Tensor, " batch"]
 ) -> Float[Tensor, "..."]:
     """(mean m(circuit) - mean m(ablated)) / (mean m(model) - mean m(ablated)); see the module docstring."""
     gap = model.mean() - ablated.mean()
-    if not torch.isfinite(gap) or gap.abs() <= 1e-6 * max(1.0, float(model.abs().mean())):
+    if not defined_gap(gap, float(model.abs().mean())):
         raise ValueError(
             "Faithfulness is undefined: the metric is the same for the model and with everything ablated "
             f"({float(model.mean()):.4g} vs {float(ablated.mean()):.4g}). Use prompts the model does the "

@@ -14,11 +14,10 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from transformer_lens.hook_points import HookPoint
 
 from interp.config import Config, rotary_inv_freq
 from interp.io.devices import module_weight
-from interp.model.hooks import HookSettings
+from interp.model.hooks import HookPoint, HookSettings
 
 
 def _upcast(x: Tensor) -> Tensor:

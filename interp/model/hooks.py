@@ -8,7 +8,23 @@ their setting is on: `model.set_use_attn_result(True)`, or for a block of code
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
+
+from transformer_lens import hook_points
+
+import interp.checks as checks
+
+
+class HookPoint(hook_points.HookPoint):
+    """TransformerLens's HookPoint whose hooks have their return values checked: every route
+    (`model.hooks`, `run_with_hooks`, `model.add_hook`, `hook_point.add_hook`) ends in `add_hook`, so
+    a hook returning the wrong shape, dtype, device or type raises an error naming it
+    (`checks.checked_hook`), forward and backward."""
+
+    def add_hook(self, hook: Callable, dir: str = "fwd", *args: Any, **kwargs: Any) -> Any:
+        return super().add_hook(checks.checked_hook(hook, dir, self.name), dir, *args, **kwargs)
 
 
 @dataclass

@@ -38,7 +38,6 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedRootModule
-from transformer_lens.hook_points import HookPoint
 
 import interp.checks as checks
 from interp.config import Config, place
@@ -48,7 +47,7 @@ from interp.io.sources import LoadedWeights, official_name, read_source
 from interp.model.cache import ActivationCache
 from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
-from interp.model.hooks import OPT_IN_HOOKS, HookSettings, opt_in_setting
+from interp.model.hooks import OPT_IN_HOOKS, HookPoint, HookSettings, opt_in_setting
 from interp.model.stacked import StackedWeights
 from interp.model.tokens import (
     TokenMethods,
@@ -73,6 +72,7 @@ def next_token_loss(
     """Cross-entropy of predicting token t+1 from position t, in nats (mean, or per position).
     With an attention mask (1: real token), as TransformerLens: a position counts only where it and
     the next token are real (per_token: 0 elsewhere; the mean is over the counted positions)."""
+    checks.check_loss_targets(logits, tokens)
     log_probs = logits[:, :-1].float().log_softmax(-1)
     loss = -log_probs.gather(-1, tokens[:, 1:, None].to(log_probs.device))[..., 0]
     if attention_mask is None:
@@ -305,18 +305,6 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def _enable_hook(self, name: str | Callable, hook: Callable, dir: str) -> None:
         if isinstance(name, str):
             self.check_hook_name(name)
-        if not callable(hook):
-            raise TypeError(f"the hook at {name!r} must be a function hook(activation, hook), got {hook!r}")
-        if dir == "fwd":  # a returned value replaces the activation: check it, naming the hook
-            inner = hook
-
-            def checked(activation: Tensor, hook: HookPoint) -> Any:
-                out = inner(activation, hook=hook)
-                checks.check_hook_output(hook.name, inner, activation, out)
-                return out
-
-            checked.__name__ = getattr(inner, "__name__", type(inner).__name__)  # TransformerLens shows it
-            hook = checked
         super()._enable_hook(name, hook, dir)
 
     def run_with_cache(
@@ -364,10 +352,30 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
 
         fwd = [(name, save) for name in names]
         bwd = [(name, save_grad) for name in names] if incl_bwd else []
-        with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd, reset_hooks_end=not incl_bwd):
-            out = self(input, return_type=return_type, **forward_kwargs)
+        was_caching, self.is_caching = self.is_caching, True  # forward leaves the non-finite check to us
+        try:
+            with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd, reset_hooks_end=not incl_bwd):
+                out = self(input, return_type=return_type, **forward_kwargs)
+        finally:
+            self.is_caching = was_caching
+        self._warn_if_cache_non_finite(cache, out)
         cache = ActivationCache(cache, self)
         return (None if stop_early else out), (cache.remove_batch_dim() if remove_batch_dim else cache)
+
+    def _warn_if_cache_non_finite(self, cache: dict[str, Tensor], out: Any) -> None:
+        """Warn, naming the first cached hook (in the order they fired) that holds NaN/inf, if the output
+        (or, without one, any cached activation) is not finite."""
+        outputs = [t for t in (out if isinstance(out, tuple) else [out]) if isinstance(t, Tensor)]
+        checked = [("", t) for t in outputs] or list(cache.items())
+        if not checked or checked[0][1].device.type == "meta":
+            return
+        device = checked[0][1].device
+        if bool(torch.stack([checks.all_finite(t, name).to(device) for name, t in checked]).all()):
+            return
+        first = next((name for name, t in cache.items() if not bool(checks.all_finite(t, name))), None)
+        where = f"{first} (the first cached hook holding them)" if first else "a hook that was not cached"
+        what = "the outputs" if outputs else "the cached activations"
+        checks.warn_non_finite(where, what, self.state_dict())
 
     def _blocks_needed(self, names: Sequence[str]) -> int:
         """How many blocks a forward must run for every hook in `names` to fire (embedding hooks: 0)."""
@@ -465,6 +473,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if start_at_layer is None:
             query_mask = None if attention_mask is None else attention_mask.to(self.device)
             residual = self._embed(tokens, past_kv, positions, query_mask)
+        finite = [checks.all_finite(residual)]  # the residual stream after each stage, read once at the end
         for layer in range(start, stop):
             residual = self.blocks[layer](
                 residual,
@@ -472,18 +481,43 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 attention_mask=key_mask,
                 positions=positions,
             )
+            finite.append(checks.all_finite(residual))
         if stop_at_layer is not None:
+            self._warn_if_non_finite(finite, start, start_at_layer is None, "the returned residual values")
             return residual
         normalized = self.ln_final(residual)  # runs with return_type=None too: its hooks fire, as TL's
         if return_type is None:
+            self._warn_if_non_finite(finite, start, start_at_layer is None, "the activations")
             return None
         logits = self.unembed(normalized)
+        finite.append(checks.all_finite(logits))
+        self._warn_if_non_finite(finite, start, start_at_layer is None, "the logits")
         if return_type == "logits":
             return logits
         if tokens is None:
             raise ValueError("return_type='loss' after start_at_layer needs the targets: pass tokens=.")
         loss = next_token_loss(logits, tokens, per_token=loss_per_token, attention_mask=attention_mask)
         return loss if return_type == "loss" else (logits, loss)
+
+    def _warn_if_non_finite(self, finite: list[Tensor], start: int, embedded: bool, output: str) -> None:
+        """Warn, naming the first stage, if the residual stream after the embedding (or the input), a
+        block, or the logits (the last flag when present) turned non-finite. One read of the flags; no
+        warning here while `run_with_cache` runs, which names the first cached hook itself."""
+        if self.is_caching or finite[0].device.type == "meta":
+            return
+        flags = torch.stack([flag.to(finite[0].device) for flag in finite])
+        if bool(flags.all()):
+            return
+        stage = int((~flags).nonzero()[0])
+        if stage == 0:
+            where = (
+                "hook_embed (the embedding)" if embedded else f"the input residual stream of block {start}"
+            )
+        elif stage < len(finite) - (output == "the logits"):
+            where = f"blocks.{start + stage - 1}.hook_resid_post (the output of block {start + stage - 1})"
+        else:
+            where = "the logits (ln_final and the unembedding)"
+        checks.warn_non_finite(where, output, self.state_dict())
 
     def _tokens_and_mask(
         self,

@@ -17,12 +17,16 @@ IOI prompts and the toy IOI task live in `interp.tasks.ioi`.
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from interp.checks import check_count, check_int, check_number
 
 SPLITS = ("train", "eval")
 
@@ -31,7 +35,7 @@ def split_generator(seed: int, split: str = "train") -> torch.Generator:
     """A CPU torch.Generator for (seed, split); distinct pairs give distinct streams."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    return torch.Generator().manual_seed(seed * len(SPLITS) + SPLITS.index(split))
+    return torch.Generator().manual_seed(check_count(seed, "seed", 0) * len(SPLITS) + SPLITS.index(split))
 
 
 def _as_generator(generator: torch.Generator | int | None) -> torch.Generator:
@@ -39,7 +43,29 @@ def _as_generator(generator: torch.Generator | int | None) -> torch.Generator:
         return generator
     if generator is None:
         return torch.Generator().manual_seed(int(torch.randint(2**62, (1,))))
-    return torch.Generator().manual_seed(generator)
+    return torch.Generator().manual_seed(check_count(generator, "the seed (generator)", 0))
+
+
+def _check_bos(bos: int | None, d_vocab: int) -> int | None:
+    """A BOS id within the vocabulary (None: no BOS)."""
+    if bos is None:
+        return None
+    bos = check_int(bos, "bos")
+    if not 0 <= bos < d_vocab:
+        raise ValueError(f"bos {bos} is not a token id of the vocabulary 0..{d_vocab - 1}; pass an id in it")
+    return bos
+
+
+def warn_if_duplicates(asked: int, distinct: int, what: str) -> None:
+    """Warn when more sequences are asked for than there are distinct ones (so some are repeats,
+    which a bootstrap over prompts would count as independent)."""
+    if asked > distinct:
+        warnings.warn(
+            f"asked for {asked} {what}, but only {distinct} distinct ones exist, so at least "
+            f"{asked - distinct} are repeats; ask for at most {distinct}, or use more tokens",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _random_tokens(
@@ -51,8 +77,6 @@ def _random_tokens(
     """Uniform token ids in [0, d_vocab), skipping `exclude` (e.g. the BOS id)."""
     if exclude is None:
         return torch.randint(d_vocab, shape, generator=generator)
-    if not 0 <= exclude < d_vocab:
-        raise ValueError(f"bos={exclude} must be a token id in [0, d_vocab={d_vocab})")
     tokens = torch.randint(d_vocab - 1, shape, generator=generator)
     return tokens + (tokens >= exclude).long()
 
@@ -116,10 +140,13 @@ def repeated_sequences(
     With bos=None there is no BOS and the shape is [batch, 2 * seq_len].
     `generator` may be a torch.Generator, an int seed, or None (fresh seed).
     """
-    if seq_len < 1 or batch < 1:
-        raise ValueError(f"seq_len and batch must be >= 1, got seq_len={seq_len}, batch={batch}")
-    if d_vocab < 2:
-        raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
+    seq_len, batch = check_count(seq_len, "seq_len"), check_count(batch, "batch")
+    d_vocab = check_count(d_vocab, "d_vocab", 2)
+    bos = _check_bos(bos, d_vocab)
+    n_tokens = d_vocab - (bos is not None)
+    small = seq_len * math.log(n_tokens) < math.log(batch + 1) + 1  # else there are more than asked for
+    distinct = n_tokens**seq_len if small else batch
+    warn_if_duplicates(batch, distinct, f"repeated sequences of {seq_len} tokens over {n_tokens} token ids")
     half = _random_tokens((batch, seq_len), d_vocab, _as_generator(generator), bos)
     tokens = torch.cat([half, half], dim=1)
     if bos is None:
@@ -162,20 +189,20 @@ class InductionTask(Task):
         bos: int = 0,
         loss_on_all_tokens: bool = False,
     ):
-        max_span = (n_ctx - 1) // 2 if max_span is None else max_span
+        n_ctx, min_span = check_count(n_ctx, "n_ctx"), check_count(min_span, "min_span")
+        max_span = (n_ctx - 1) // 2 if max_span is None else check_count(max_span, "max_span")
         if not 2 <= min_span <= max_span or 1 + 2 * max_span > n_ctx:
             raise ValueError(
                 f"need 2 <= min_span <= max_span and 1 + 2 * max_span <= n_ctx; "
                 f"got min_span={min_span}, max_span={max_span}, n_ctx={n_ctx}"
             )
-        if d_vocab < 2:
-            raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
-        self.d_vocab, self.n_ctx, self.bos = d_vocab, n_ctx, bos
+        self.d_vocab = check_count(d_vocab, "d_vocab", 2)
+        self.n_ctx, self.bos = n_ctx, _check_bos(bos, self.d_vocab)
         self.min_span, self.max_span = min_span, max_span
         self.loss_on_all_tokens = loss_on_all_tokens
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
-        n = self.n_ctx
+        batch_size, n = check_count(batch_size, "batch_size"), self.n_ctx
         tokens = _random_tokens((batch_size, n), self.d_vocab, generator, self.bos)
         tokens[:, 0] = self.bos
         span = torch.randint(self.min_span, self.max_span + 1, (batch_size, 1), generator=generator)
@@ -202,13 +229,14 @@ class PeriodicTask(Task):
     """
 
     def __init__(self, d_vocab: int, n_ctx: int, period: int, bos: int = 0):
+        n_ctx, period = check_count(n_ctx, "n_ctx"), check_count(period, "period")
         if not 2 <= period < n_ctx - 1:
             raise ValueError(f"need 2 <= period < n_ctx - 1, got period={period}, n_ctx={n_ctx}")
-        if d_vocab < 2:
-            raise ValueError(f"d_vocab must be >= 2, got {d_vocab}")
-        self.d_vocab, self.n_ctx, self.period, self.bos = d_vocab, n_ctx, period, bos
+        self.d_vocab = check_count(d_vocab, "d_vocab", 2)
+        self.n_ctx, self.period, self.bos = n_ctx, period, _check_bos(bos, self.d_vocab)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        batch_size = check_count(batch_size, "batch_size")
         cycle = _random_tokens((batch_size, self.period), self.d_vocab, generator, self.bos)
         body = cycle.repeat(1, -(-(self.n_ctx - 1) // self.period))[:, : self.n_ctx - 1]
         tokens = torch.cat([torch.full((batch_size, 1), self.bos), body], dim=1)
@@ -243,11 +271,8 @@ def sample_markov_chains(
     matrix's stationary distribution. Returns (states [batch, seq_len] with values in
     0..n_states-1, transitions [batch, n_states, n_states] with transitions[b, i, j] = P(j | i)).
     """
-    if n_states < 2 or seq_len < 1 or batch < 1 or alpha <= 0:
-        raise ValueError(
-            f"need n_states >= 2, seq_len >= 1, batch >= 1, alpha > 0; "
-            f"got {n_states=}, {seq_len=}, {batch=}, {alpha=}"
-        )
+    n_states, seq_len = check_count(n_states, "n_states", 2), check_count(seq_len, "seq_len")
+    batch, alpha = check_count(batch, "batch"), check_number(alpha, "alpha", 0, low_open=True)
     generator = _as_generator(generator)
     # torch's Dirichlet sampler takes no generator: seed numpy's from the torch stream.
     rng = np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator)))
@@ -268,6 +293,12 @@ def in_context_bigram_probs(tokens: Tensor, n_states: int, alpha: float = 1.0) -
     from the transitions seen so far; the reference a statistical induction head approximates.
     tokens [batch, pos] -> probs [batch, pos, n_states] (probs[:, t] predicts tokens[:, t + 1]).
     """
+    n_states = check_count(n_states, "n_states", 2)
+    if tokens.is_floating_point() or tokens.numel() == 0 or tokens.min() < 0 or tokens.max() >= n_states:
+        raise ValueError(
+            f"tokens must be states 0..{n_states - 1} (integers, at least one), got "
+            f"{tokens.dtype} {tuple(tokens.shape)}; pass the states of sample_markov_chains"
+        )
     one_hot = torch.nn.functional.one_hot(tokens, n_states).float()  # [batch, pos, k]
     pairs = one_hot[:, :-1, :, None] * one_hot[:, 1:, None, :]  # [batch, pos-1, k, k]
     counts = torch.cat([torch.zeros_like(pairs[:, :1]), pairs.cumsum(1)], dim=1)  # [batch, pos, k, k]
@@ -279,12 +310,10 @@ class MarkovChainTask(Task):
     """Next-token prediction on in-context Markov chains; tokens are the states, loss on all positions."""
 
     def __init__(self, n_states: int, n_ctx: int, alpha: float = 1.0):
-        if n_states < 2 or n_ctx < 2 or alpha <= 0:
-            raise ValueError(
-                f"need n_states >= 2, n_ctx >= 2, alpha > 0; got {n_states=}, {n_ctx=}, {alpha=}"
-            )
-        self.d_vocab, self.n_ctx, self.alpha = n_states, n_ctx, alpha
+        self.d_vocab, self.n_ctx = check_count(n_states, "n_states", 2), check_count(n_ctx, "n_ctx", 2)
+        self.alpha = check_number(alpha, "alpha", 0, low_open=True)
 
     def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        batch_size = check_count(batch_size, "batch_size")
         states, _ = sample_markov_chains(self.d_vocab, self.n_ctx, batch_size, self.alpha, generator)
         return Batch(states, torch.ones(batch_size, self.n_ctx - 1, dtype=torch.bool))
