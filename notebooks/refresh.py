@@ -5,12 +5,17 @@ code host shows the results without running anything.
 
 Each notebook runs in a scratch directory (files it writes are not kept), without timing metadata
 (the stored file changes only when a result does), and is replaced atomically once it ran cleanly.
-Interactive HTML outputs that inline a JavaScript bundle (circuitsvis: ~1 MB each, and code hosts do
-not run them) are stored as a one-line note; images, tables and text are kept.
+Interactive HTML outputs that inline a JavaScript bundle (circuitsvis attention viewers: ~1 MB each,
+and code hosts do not run them) are stored as a PNG screenshot of the rendered viewer, taken in
+headless Chromium (tests/browser.py's, so refreshing needs it: .ci/install_browser.sh); images,
+tables and text are kept. Progress-bar widgets (tqdm under Jupyter) are live views with no stored
+state, which no viewer can replay, so they are dropped.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 import sys
 import tempfile
@@ -19,21 +24,53 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from PIL import Image
+from playwright.sync_api import sync_playwright
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 NOTEBOOKS = Path(__file__).parent
-MAX_HTML_OUTPUT = 100_000  # characters; larger HTML outputs are interactive widgets, stored as a note
-STORED_NOTE = (
-    "<p><i>Interactive view: run the notebook to see it (not stored, to keep the file small).</i></p>"
-)
+MAX_HTML_OUTPUT = 100_000  # characters; larger HTML outputs are interactive widgets, stored as PNG
+WIDGET = "application/vnd.jupyter.widget-view+json"
+SCREENSHOT_NOTE = "Attention viewer, stored as a screenshot: run the notebook to explore it interactively."
+
+
+def screenshot(page, html: str) -> str:
+    """The attention viewer in `html` rendered by `page` (Chromium), as a base64 palette PNG."""
+    page.set_content(f"<html><body style='margin: 8px; background: #fff'>{html}</body></html>")
+    view = page.locator(".interp-attention")
+    page.wait_for_function("() => document.querySelector('.interp-attention canvas, .interp-attention svg')")
+    page.wait_for_timeout(300)  # let the viewer finish drawing
+    image = Image.open(io.BytesIO(view.screenshot())).convert("RGB")
+    buffer = io.BytesIO()
+    image.quantize(colors=128).save(buffer, format="PNG", optimize=True)  # a few flat colours: small
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def shrink(notebook: nbformat.NotebookNode) -> None:
-    """Replace oversized HTML outputs (inlined JavaScript widgets) by STORED_NOTE, in place."""
+    """In place: oversized HTML outputs (inlined JavaScript widgets) become screenshots, and
+    progress-bar widgets are dropped."""
+    large = [
+        output
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if len(output.get("data", {}).get("text/html", "")) > MAX_HTML_OUTPUT
+    ]
     for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if len(data.get("text/html", "")) > MAX_HTML_OUTPUT:
-                data["text/html"] = STORED_NOTE
+        if "outputs" in cell:
+            cell.outputs = [output for output in cell.outputs if WIDGET not in output.get("data", {})]
+    if not large:
+        return
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 900, "height": 600})
+            for output in large:
+                png = screenshot(page, output.data["text/html"])
+                output.data = {"image/png": png, "text/plain": SCREENSHOT_NOTE}
+        finally:
+            browser.close()
 
 
 def refresh(path: Path) -> None:
