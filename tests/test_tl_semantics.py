@@ -162,9 +162,9 @@ def test_loss_with_padding_counts_real_tokens_only():
 
 def test_kv_cache_continues_a_left_padded_batch(model):
     tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
-    past_kv = [{} for _ in model.blocks]
-    model(tokens[:, :-2], attention_mask=mask[:, :-2], past_kv=past_kv)
-    step = model(tokens[:, -2:], past_kv=past_kv)
+    cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, len(PROMPTS))
+    model(tokens[:, :-2], attention_mask=mask[:, :-2], past_kv_cache=cache)
+    step = model(tokens[:, -2:], past_kv_cache=cache)
     full = model(tokens, attention_mask=mask)
     torch.testing.assert_close(step, full[:, -2:], atol=ATOL, rtol=0)
 

@@ -9,6 +9,8 @@ import tqdm
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from interp.model.kv_cache import HookedTransformerKeyValueCache
+
 
 @torch.no_grad()
 def generate(
@@ -64,12 +66,16 @@ def generate(
     if eos_token_id is None and stop_at_eos and model.tokenizer is not None:
         eos_token_id = model.tokenizer.eos_token_id
     eos = eos_token_id if stop_at_eos else None
-    past_kv = [{} for _ in model.blocks] if use_past_kv_cache else None
+    past_kv_cache = (
+        HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, tokens.shape[0])
+        if use_past_kv_cache
+        else None
+    )
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     step_input, step_mask = tokens, mask
     for _ in tqdm.trange(max_new_tokens, disable=not verbose):
         if use_past_kv_cache:
-            logits = model(step_input, past_kv=past_kv, attention_mask=step_mask)[:, -1].float()
+            logits = model(step_input, past_kv_cache=past_kv_cache, attention_mask=step_mask)[:, -1].float()
         else:
             full_mask = torch.ones_like(tokens) if mask is None else mask
             logits = model(tokens, attention_mask=full_mask)[:, -1].float()

@@ -100,23 +100,18 @@ def decode(tokenizer: Any, tokens: int | Sequence[int] | Int[Tensor, "... pos"])
 
 
 def key_mask_and_positions(
-    attention_mask: Tensor | None, batch: int, n_pos: int, past_kv: list[dict] | None, device: torch.device
+    attention_mask: Tensor | None, batch: int, n_pos: int, past_mask: Tensor | None, device: torch.device
 ) -> tuple[Tensor | None, Tensor | None]:
-    """The mask over all keys (cached ones first; kept in past_kv[0] for the next call) and each new
-    token's position, counted from its prompt's first real token; (None, None) without padding."""
-    offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
-    past_mask = past_kv[0].get("attention_mask") if past_kv else None
-    if attention_mask is None and past_mask is None:
-        return None, None
+    """The mask over all keys ([batch, n_cached + n_pos]: the cached tokens' `past_mask` first) and
+    each new token's position, counted from its prompt's first real token; (None, None) when no
+    key is padding."""
+    offset = 0 if past_mask is None else past_mask.shape[1]
     current = (
         torch.ones(batch, n_pos, dtype=torch.bool, device=device)
         if attention_mask is None
         else torch.as_tensor(attention_mask, device=device).reshape(batch, n_pos).bool()
     )
-    past = torch.ones(batch, offset, dtype=torch.bool, device=device) if past_mask is None else past_mask
-    full = torch.cat([past.to(device), current], dim=1)
-    if past_kv:
-        past_kv[0]["attention_mask"] = full
+    full = current if past_mask is None else torch.cat([past_mask.to(device).bool(), current], dim=1)
     if bool(full.all()):
         return None, None
     positions = (full.long().cumsum(-1) - 1).clamp(min=0)[:, offset:]

@@ -49,6 +49,7 @@ from interp.model.cache import ActivationCache
 from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
 from interp.model.hooks import OPT_IN_HOOKS, HookSettings, opt_in_setting
+from interp.model.kv_cache import HookedTransformerKeyValueCache
 from interp.model.stacked import StackedWeights
 from interp.model.tokens import (
     TokenMethods,
@@ -349,7 +350,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             return_type is None
             and not incl_bwd
             and forward_kwargs.get("stop_at_layer") is None
-            and forward_kwargs.get("past_kv") is None
+            and forward_kwargs.get("past_kv_cache") is None
             and self._blocks_needed(names) < self.cfg.n_layers
         )
         if stop_early:
@@ -436,7 +437,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         tokens: Int[Tensor, "batch pos"] | None = None,
         attention_mask: Int[Tensor, "batch pos"] | None = None,
         stop_at_layer: int | None = None,
-        past_kv: list[dict] | None = None,
+        past_kv_cache: HookedTransformerKeyValueCache | None = None,
     ) -> Any:
         """Tokens [batch, pos] (or text) -> logits [batch, pos, d_vocab], loss, or both.
 
@@ -444,31 +445,38 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         `start_at_layer=L` takes the residual stream before block L ([batch, pos, d_model]) as
         input (`tokens=` then gives the loss its targets); `stop_at_layer=L` returns the residual
         stream before block L; negative L count from the end (TransformerLens's slice
-        `blocks[start_at_layer:stop_at_layer]`). `past_kv` is a list of per-layer dicts that caches
-        keys and values across calls (for generation).
+        `blocks[start_at_layer:stop_at_layer]`). `past_kv_cache` (a `HookedTransformerKeyValueCache`)
+        holds the keys and values of earlier calls: the input continues them and is appended.
 
         Padding, as TransformerLens: `attention_mask` [batch, pos] (1: real token, 0: pad) keeps every
         query from attending to pads and counts positions from each prompt's first real token
         (learned and rotary positions), so a left-padded prompt gives the logits it gives alone.
         A list of texts of mixed lengths builds its mask itself (padded on `padding_side`, default
-        `model.default_padding_side`); token ids get TransformerLens's mask from their leading pad
-        ids when the model pads on the left (`default_padding_side="left"`).
+        `model.default_padding_side`); token ids get TransformerLens's mask from their pad ids when
+        they are padded on the left (`padding_side`, else `default_padding_side`) or continue a KV cache.
         """
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
         if start_at_layer is None:
-            tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask)
+            tokens, attention_mask = self._tokens_and_mask(
+                input, prepend_bos, padding_side, attention_mask, past_kv_cache is not None
+            )
             batch, n_pos = tokens.shape
         else:
             residual = input
             batch, n_pos = residual.shape[:2]
-        key_mask, positions = key_mask_and_positions(attention_mask, batch, n_pos, past_kv, self.device)
+        past_mask = None if past_kv_cache is None else past_kv_cache.previous_attention_mask
+        key_mask, positions = key_mask_and_positions(attention_mask, batch, n_pos, past_mask, self.device)
+        n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
+        if past_kv_cache is not None:
+            current = torch.ones(batch, n_pos, dtype=torch.long) if attention_mask is None else attention_mask
+            past_kv_cache.append_attention_mask(current)
         if start_at_layer is None:
             query_mask = None if attention_mask is None else attention_mask.to(self.device)
-            residual = self._embed(tokens, past_kv, positions, query_mask)
+            residual = self._embed(tokens, n_cached, positions, query_mask)
         for layer in range(start, stop):
             residual = self.blocks[layer](
                 residual,
-                past_kv=None if past_kv is None else past_kv[layer],
+                kv_cache_entry=None if past_kv_cache is None else past_kv_cache[layer],
                 attention_mask=key_mask,
                 positions=positions,
             )
@@ -491,6 +499,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         prepend_bos: bool | None,
         padding_side: Literal["left", "right"] | None,
         attention_mask: Tensor | None,
+        continues_cache: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Token ids and the attention mask to run them with (None: no padding to mask)."""
         if isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor)):
@@ -499,11 +508,12 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         else:
             tokens = self.input_tokens(input, prepend_bos)
             mask = attention_mask
-            if mask is None and self.tokenizer is not None and self.default_padding_side == "left":
+            side = self.default_padding_side if padding_side is None else padding_side
+            if mask is None and self.tokenizer is not None and (side == "left" or continues_cache):
                 bos = self.cfg.bos_token_id
                 bos = self.tokenizer.bos_token_id if bos is None else bos
                 prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-                mask = padding_mask(tokens, pad_token_id(self.tokenizer), "left", prepend, bos)
+                mask = padding_mask(tokens, pad_token_id(self.tokenizer), side, prepend, bos)
         if mask is None:
             return tokens, None
         mask = torch.as_tensor(mask, device=self.device)
@@ -522,16 +532,20 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         prepend_bos: bool | None = None,
         padding_side: Literal["left", "right"] | None = None,
         attention_mask: Tensor | None = None,
-        past_kv: list[dict] | None = None,
+        past_kv_cache: HookedTransformerKeyValueCache | None = None,
     ) -> tuple[Float[Tensor, "batch pos d_model"], Int[Tensor, "batch pos"], None, Tensor | None]:
         """TransformerLens's first step of forward: (residual before block 0, tokens, None (interp
         has no shortformer positions), attention mask (None: no padding)). `model(residual,
         start_at_layer=0, attention_mask=mask)` continues it."""
-        tokens, mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask)
-        probe = None if past_kv is None else [dict(layer) for layer in past_kv]  # leave the cache as it is
-        _, positions = key_mask_and_positions(mask, *tokens.shape, probe, self.device)
+        continues_cache = past_kv_cache is not None
+        tokens, mask = self._tokens_and_mask(
+            input, prepend_bos, padding_side, attention_mask, continues_cache
+        )
+        past_mask = None if past_kv_cache is None else past_kv_cache.previous_attention_mask
+        _, positions = key_mask_and_positions(mask, *tokens.shape, past_mask, self.device)
         query_mask = None if mask is None else mask.to(self.device)
-        return self._embed(tokens, past_kv, positions, query_mask), tokens, None, mask
+        n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
+        return self._embed(tokens, n_cached, positions, query_mask), tokens, None, mask
 
     def toggle_autodiff(self, mode: bool = False) -> None:
         """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
@@ -546,11 +560,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def _embed(
         self,
         tokens: Int[Tensor, "batch pos"],
-        past_kv: list[dict] | None,
+        offset: int = 0,
         positions: Tensor | None = None,
         query_mask: Tensor | None = None,
     ) -> Tensor:
-        offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
+        """The residual stream before block 0 of `tokens` that follow `offset` cached positions."""
         if offset + tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(
                 f"The input has {offset + tokens.shape[1]} tokens but {self.cfg.model_name} has a "

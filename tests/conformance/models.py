@@ -1,0 +1,55 @@
+"""The offline stand-ins for the hub models TransformerLens's tests load.
+
+`SMOLLM2` is the offline pretrained model, used where a test needs a trained model. `tiny(kind)` is
+the directory of a small random checkpoint with SmolLM2's tokenizer, written once per process, used
+where the assertions hold for any model ("gpt2": LayerNorm, learned positions, GELU MLPs, as GPT-2,
+SoLU and TinyStories models; "attn-only": the same without MLPs; "pythia": rotary, parallel
+residual). `tokenizer_path()` is SmolLM2's tokenizer directory, for `AutoTokenizer.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+import torch
+
+import interp
+
+SMOLLM2 = "smollm2-135m"
+
+_KINDS = {
+    "gpt2": dict(n_layers=2, d_model=64, n_heads=4, activation="gelu_new"),
+    "attn-only": dict(n_layers=2, d_model=64, n_heads=4, attn_only=True),
+    "pythia": dict(n_layers=2, d_model=64, n_heads=4, positional="rotary", parallel_residual=True),
+}
+
+
+@functools.cache
+def _smollm2_tokenizer():
+    return interp.load_model(SMOLLM2).tokenizer
+
+
+@functools.cache
+def tokenizer_path() -> str:
+    directory = Path(tempfile.gettempdir()) / "interp-conformance" / "smollm2-tokenizer"
+    _smollm2_tokenizer().save_pretrained(directory)
+    return str(directory)
+
+
+@functools.cache
+def tiny(kind: str = "gpt2") -> str:
+    """The directory of a random checkpoint of `kind` (a name from_pretrained takes), the same in
+    every process (seed 0), so that test ids name it alike."""
+    tokenizer = _smollm2_tokenizer()
+    cfg = interp.Config(
+        d_vocab=len(tokenizer),
+        n_ctx=128,
+        bos_token_id=tokenizer.bos_token_id,
+        model_name=f"tiny-{kind}",
+        **_KINDS[kind],
+    )
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(cfg, tokenizer)
+    return str(model.save(Path(tempfile.gettempdir()) / "interp-conformance" / f"tiny-{kind}"))
