@@ -9,6 +9,7 @@ means the final residual stream (the unembedding's input); other negative layers
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Iterator
 from typing import Literal
@@ -34,17 +35,27 @@ _BLOCK_HOOKS = {
 }
 _ATTN_HOOKS = {"q", "k", "v", "z", "result", "pattern", "attn_scores", "rot_q", "rot_k"}
 _MLP_HOOKS = {"pre", "post", "pre_linear"}
-_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post"}
+_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post",
+            "key": "k", "query": "q", "value": "v"}  # fmt: skip
+# TransformerLens's compact names: name, layer, optional sublayer ("k6a", "pre2", "scale29ln1").
+_COMPACT_NAME = re.compile(r"([a-z]+)(\d+)([a-z]?.*)")
 
 
 def act_name(name: str, layer: int | None = None, sublayer: str | None = None) -> str:
     """Full hook name from TransformerLens shorthand.
 
     act_name("pattern", 3) -> "blocks.3.attn.hook_pattern"; act_name("resid_pre", 0);
-    act_name("scale", 2, "ln1") -> "blocks.2.ln1.hook_scale"; act_name("scale") -> "ln_final.hook_scale".
+    act_name("scale", 2, "ln1") -> "blocks.2.ln1.hook_scale"; act_name("scale") -> "ln_final.hook_scale";
+    TransformerLens's compact names: act_name("k6a") -> "blocks.6.attn.hook_k",
+    act_name("scale29ln1") -> "blocks.29.ln1.hook_scale".
     """
     if "." in name or name.startswith("hook_"):
         return name
+    compact = _COMPACT_NAME.fullmatch(name) if layer is None else None
+    if compact is not None:
+        name, layer_digits, suffix = compact.groups()
+        layer = int(layer_digits)
+        sublayer = sublayer or (suffix if suffix in ("ln1", "ln2") else None)
     name = _ALIASES.get(name, name)
     if name in {"embed", "pos_embed"}:
         return f"hook_{name}"

@@ -211,7 +211,21 @@ class TokenMethods:
 
     def set_tokenizer(self, tokenizer: Any, default_padding_side: Literal["left", "right"] = "right") -> None:
         """Attach a `transformers` tokenizer (and the side `to_tokens` pads on), as TransformerLens."""
-        if default_padding_side not in ("left", "right"):
-            raise ValueError(f"default_padding_side must be 'left' or 'right', got {default_padding_side!r}.")
         self.tokenizer = tokenizer
         self.default_padding_side = default_padding_side
+
+    @property
+    def default_padding_side(self) -> Literal["left", "right"]:
+        """Where `to_tokens` pads: the tokenizer's `padding_side`, as in TransformerLens ("right"
+        unless set by `from_pretrained(default_padding_side=)`, `set_tokenizer` or
+        `model.tokenizer.padding_side = ...`)."""
+        tokenizer = getattr(self, "tokenizer", None)
+        return self._padding_side if tokenizer is None else tokenizer.padding_side
+
+    @default_padding_side.setter
+    def default_padding_side(self, side: Literal["left", "right"]) -> None:
+        if side not in ("left", "right"):
+            raise ValueError(f"default_padding_side must be 'left' or 'right', got {side!r}.")
+        self._padding_side = side
+        if getattr(self, "tokenizer", None) is not None:
+            self.tokenizer.padding_side = side

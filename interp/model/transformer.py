@@ -107,7 +107,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         cfg = self.cfg
         self.hook_settings = HookSettings()
         self.tokenizer = tokenizer
-        self.default_padding_side: Literal["left", "right"] = "right"  # TransformerLens's default
+        self.default_padding_side = "right"  # TransformerLens's default (the tokenizer's padding_side)
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.hook_embed = HookPoint()
         if cfg.positional == "learned":

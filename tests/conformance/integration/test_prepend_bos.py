@@ -32,7 +32,7 @@ class TestPrependBos:
         assert logits.shape[1] == len(str_tokens) == tokens.shape[1] == expected_num_tokens
 
     # fixtures
-    @pytest.fixture(scope="class", params=[tiny("gpt2"), tiny("pythia")])
+    @pytest.fixture(scope="class", params=[tiny("gpt2"), tiny("opt")])
     def model_name(self, request):
         return request.param
 
