@@ -18,6 +18,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+import interp.checks as checks
 from interp.io.devices import module_weight
 from interp.types import Pos
 
@@ -194,13 +195,17 @@ class ActivationCache:
         self.cache_dict = {k: v.to(device) for k, v in self.cache_dict.items()}
         return self
 
+    def toggle_autodiff(self, mode: bool = False) -> None:
+        """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
+        torch.set_grad_enabled(mode)
+
     def remove_batch_dim(self) -> ActivationCache:
         """Drop the batch dim of a one-prompt cache, in place; returns the cache."""
         if not self.has_batch_dim:
             return self
         sizes = {v.shape[0] for v in self.cache_dict.values() if v.ndim}
         if sizes - {1}:
-            raise ValueError(
+            raise checks.InvalidArgumentError(
                 f"remove_batch_dim needs a cache of one prompt; this one has batch size {max(sizes)}."
             )
         self.cache_dict = {k: v[0] if v.ndim else v for k, v in self.cache_dict.items()}

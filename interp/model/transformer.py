@@ -50,7 +50,7 @@ from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
 from interp.model.hooks import OPT_IN_HOOKS, HookSettings, opt_in_setting
 from interp.model.kv_cache import HookedTransformerKeyValueCache
-from interp.model.stacked import StackedWeights
+from interp.model.stacked import StackedWeights, WeightView
 from interp.model.tokens import (
     TokenMethods,
     key_mask_and_positions,
@@ -264,7 +264,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if set(settings) - allowed:
             raise ValueError(f"Only {sorted(allowed)} can be changed at run time.")
         if settings.get("use_attn_in") and self.cfg.group_size > 1:
-            raise ValueError(
+            raise checks.InvalidArgumentError(
                 "hook_attn_in needs one key/value head per query head; use set_use_split_qkv_input."
             )
         for key, value in settings.items():
@@ -294,14 +294,14 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if name in self.hook_dict:
             setting = opt_in_setting(name)
             if setting is not None and not getattr(self.hook_settings, setting):
-                raise KeyError(
+                raise checks.HookNameError(
                     f"{name!r} is an opt-in hook: call model.set_{setting}(True) "
                     f"(or use `with model.settings({setting}=True):`) to make it fire."
                 )
             return
         close = difflib.get_close_matches(name, self.hook_dict.keys(), n=5, cutoff=0.6)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise KeyError(f"No hook point named {name!r}.{hint} List them with model.hook_dict.")
+        raise checks.HookNameError(f"No hook point named {name!r}.{hint} List them with model.hook_dict.")
 
     def _enable_hook(self, name: str | Callable, hook: Callable, dir: str) -> None:
         if isinstance(name, str):
@@ -438,6 +438,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         attention_mask: Int[Tensor, "batch pos"] | None = None,
         stop_at_layer: int | None = None,
         past_kv_cache: HookedTransformerKeyValueCache | None = None,
+        shortformer_pos_embed: None = None,
     ) -> Any:
         """Tokens [batch, pos] (or text) -> logits [batch, pos, d_vocab], loss, or both.
 
@@ -455,6 +456,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         `model.default_padding_side`); token ids get TransformerLens's mask from their pad ids when
         they are padded on the left (`padding_side`, else `default_padding_side`) or continue a KV cache.
         """
+        if shortformer_pos_embed is not None:
+            raise ValueError(
+                "interp has no shortformer positions, so shortformer_pos_embed must be None (what "
+                "input_to_embed returns); learned positions are added to the residual stream."
+            )
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
         if start_at_layer is None:
             tokens, attention_mask = self._tokens_and_mask(
@@ -485,7 +491,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         normalized = self.ln_final(residual)  # runs with return_type=None too: its hooks fire, as TL's
         if return_type is None:
             return None
-        logits = self.unembed(normalized)
+        logits = self._unembed(normalized)
         if return_type == "logits":
             return logits
         if tokens is None:
@@ -551,8 +557,14 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
         torch.set_grad_enabled(mode)
 
-    def unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
-        """x W_U + b_U, soft-capped where the model caps its logits (Gemma 2)."""
+    @property
+    def unembed(self) -> WeightView:
+        """`model.unembed(x)`: x W_U + b_U, soft-capped where the model caps its logits (Gemma 2),
+        [batch, pos, d_vocab]; `.W_U`, `.b_U` (zeros where the model has no bias, as TransformerLens)."""
+        b_U = self.b_U if self.b_U is not None else torch.zeros(self.cfg.d_vocab, device=self.W_U.device)
+        return WeightView(self._unembed, W_U=self.W_U, b_U=b_U.to(self.W_U.dtype))
+
+    def _unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
         logits = x.to(self.W_U.device) @ self.W_U
         logits = logits if self.b_U is None else logits + self.b_U
         return soft_cap(logits, self.cfg.output_logits_soft_cap)

@@ -8,7 +8,7 @@ from interp import HookedTransformerKeyValueCache
 
 # Pythia models seem to have some kind of numerical stability issue.
 # See: https://github.com/TransformerLensOrg/TransformerLens/issues/385
-@pytest.fixture(scope="session", params=[(tiny("gpt2"), 1e-4), (tiny("pythia"), 1e-2)])
+@pytest.fixture(scope="session", params=[(tiny("gpt2-small"), 1e-4), (tiny("pythia"), 1e-2)])
 def model_and_atol(request):
     return request.param
 

@@ -48,7 +48,7 @@ class TestLeftPadding:
         )
 
     # fixtures
-    @pytest.fixture(scope="class", params=[tiny("gpt2"), tiny("opt")])
+    @pytest.fixture(scope="class", params=[tiny("gpt2-small"), tiny("opt")])
     def model_name(self, request):
         return request.param
 
