@@ -9,6 +9,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+import interp.checks as checks
 from interp.config import Config
 
 
@@ -206,7 +207,10 @@ class TokenMethods:
         token = self.to_single_token(single_token) if isinstance(single_token, str) else single_token
         found = (tokens == token).nonzero()[:, 0]
         if not len(found):
-            raise ValueError(f"Token {single_token!r} does not occur in the input.")
+            raise checks.InvalidArgumentError(
+                f"Token {single_token!r} does not occur in the input ({tokens.tolist()[:20]}); check "
+                "prepend_bos (a BOS id occurs only when it is prepended)."
+            )
         return int(found[0] if mode == "first" else found[-1])
 
     def set_tokenizer(self, tokenizer: Any, default_padding_side: Literal["left", "right"] = "right") -> None:

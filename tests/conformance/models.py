@@ -2,7 +2,7 @@
 
 `SMOLLM2` is the offline pretrained model, used where a test needs a trained model. `tiny(kind)` is
 the directory of a small random checkpoint with SmolLM2's tokenizer, written once per process, used
-where the assertions hold for any model of the layer count the test assumes ("gpt2": 2 layers of
+where the assertions hold for any model of the layer count the test assumes ("gpt2": 2 layers of 8 heads,
 LayerNorm, learned positions and GELU MLPs, for SoLU and TinyStories models; "gpt2-small": the same
 with GPT-2 small's 12 layers; "opt": the same with ReLU MLPs, as OPT; "attn-only": the same without MLPs; "pythia": 6 layers, rotary,
 parallel residual, as Pythia-14m). `tokenizer_path()` is SmolLM2's tokenizer directory, for `AutoTokenizer.from_pretrained`.
@@ -21,7 +21,7 @@ import interp
 SMOLLM2 = "smollm2-135m"
 
 _KINDS = {
-    "gpt2": dict(n_layers=2, d_model=64, n_heads=4, activation="gelu_new"),
+    "gpt2": dict(n_layers=2, d_model=64, n_heads=8, activation="gelu_new"),
     "gpt2-small": dict(n_layers=12, d_model=64, n_heads=4, activation="gelu_new"),
     "opt": dict(n_layers=12, d_model=64, n_heads=4, activation="relu"),
     "attn-only": dict(n_layers=2, d_model=64, n_heads=4, attn_only=True),
