@@ -39,6 +39,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
+from transformer_lens.utilities import Slice
 
 import interp.checks as checks
 from interp.config import Config, place
@@ -61,6 +62,11 @@ from interp.model.weights import process_weights, refactor_factored_attn_matrice
 from interp.types import head_label
 
 ReturnType = Literal["logits", "loss", "both"] | None
+# Hooks whose activations are [batch, pos, head, d]: a pos_slice of the cache indexes dim -3.
+_PER_HEAD_HOOKS = tuple(
+    f"hook_{name}"
+    for name in ("q", "k", "v", "z", "result", "rot_q", "rot_k", "q_input", "k_input", "v_input", "attn_in")
+)
 Hook = tuple[str | Callable[[str], bool], Callable]
 ModelInput = str | Sequence[str] | Tensor
 
@@ -328,6 +334,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         return_type: ReturnType = "logits",
         incl_bwd: bool = False,
         remove_batch_dim: bool = False,
+        pos_slice: int | slice | tuple | list | Tensor | Slice | None = None,
         **forward_kwargs: Any,
     ) -> tuple[Any, ActivationCache]:
         """Run the model and cache activations of the hooks that `names_filter` selects.
@@ -336,7 +343,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         With return_type=None the forward stops after the last block a selected hook lives in.
         `device` moves each cached tensor as it is made (e.g. "cpu" to free GPU memory); `incl_bwd`
         also caches gradients under "<name>_grad" when the caller runs `.backward()` on the output;
-        `remove_batch_dim` drops the batch dim of a one-prompt run's cache.
+        `remove_batch_dim` drops the batch dim of a one-prompt run's cache. `pos_slice` keeps only those
+        positions (TransformerLens's `Slice`: an int keeps its dim), of the query dim of patterns.
         """
         names = self.hook_names(names_filter)
         start, stop = self._layer_range(
@@ -357,11 +365,20 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             forward_kwargs["stop_at_layer"] = max(self._blocks_needed(names), start)
         cache: dict[str, Tensor] = {}
 
+        positions = None if pos_slice is None else Slice.unwrap(pos_slice)
+
+        def kept(tensor: Tensor, name: str) -> Tensor:
+            tensor = tensor.detach().to(device) if device else tensor.detach()
+            if positions is None:
+                return tensor
+            pos_dim = -3 if name.endswith(_PER_HEAD_HOOKS) else -2  # [.., pos, head, d] or [.., pos, d]
+            return positions.apply(tensor, dim=pos_dim) if tensor.dim() >= -pos_dim else tensor
+
         def save(tensor: Tensor, hook: HookPoint) -> None:
-            cache[hook.name] = tensor.detach().to(device) if device else tensor.detach()
+            cache[hook.name] = kept(tensor, hook.name)
 
         def save_grad(tensor: Tensor, hook: HookPoint) -> None:
-            cache[f"{hook.name}_grad"] = tensor.detach().to(device) if device else tensor.detach()
+            cache[f"{hook.name}_grad"] = kept(tensor, hook.name)
 
         fwd = [(name, save) for name in names]
         bwd = [(name, save_grad) for name in names] if incl_bwd else []

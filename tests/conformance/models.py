@@ -48,7 +48,7 @@ def tiny(kind: str = "gpt2") -> str:
     tokenizer = _smollm2_tokenizer()
     cfg = interp.Config(
         d_vocab=len(tokenizer),
-        n_ctx=128,
+        n_ctx=512,
         bos_token_id=tokenizer.bos_token_id,
         model_name=f"tiny-{kind}",
         **_KINDS[kind],
