@@ -1,11 +1,12 @@
 """The offline stand-ins for the hub models TransformerLens's tests load.
 
-`SMOLLM2` is the offline pretrained model, used where a test needs a trained model. `tiny(kind)` is
-the directory of a small random checkpoint with SmolLM2's tokenizer, written once per process, used
-where the assertions hold for any model of the layer count the test assumes ("gpt2": 2 layers of 8 heads,
-LayerNorm, learned positions and GELU MLPs, for SoLU and TinyStories models; "gpt2-small": the same
-with GPT-2 small's 12 layers; "opt": the same with ReLU MLPs, as OPT; "attn-only": the same without MLPs; "pythia": 6 layers, rotary,
-parallel residual, as Pythia-14m). `tokenizer_path()` is SmolLM2's tokenizer directory, for `AutoTokenizer.from_pretrained`.
+`SMOLLM2` is the offline pretrained model. `tiny(kind)` is the directory of a small random checkpoint
+with SmolLM2's tokenizer, written once per process, used where the assertions hold for any model of
+the shape the test assumes:
+- "gpt2": 2 layers of 8 heads, LayerNorm, learned positions, GELU MLPs (for SoLU and TinyStories);
+- "gpt2-small": the same with GPT-2 small's 12 layers; "opt": 12 layers with ReLU MLPs (OPT);
+- "attn-only": 2 layers without MLPs; "pythia": 6 layers, rotary, parallel residual (Pythia-14m).
+`tokenizer_path()` is SmolLM2's tokenizer directory, for `AutoTokenizer.from_pretrained`.
 """
 
 from __future__ import annotations
