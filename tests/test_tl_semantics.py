@@ -190,10 +190,24 @@ def test_generate_return_types():
     torch.testing.assert_close(embeds, model.W_E[tokens])
     ids = model.generate(tokens[:, :4], max_new_tokens=4, stop_at_eos=False)
     assert torch.equal(ids, tokens)
-    with pytest.raises(ValueError, match="not embeddings"):
-        model.generate(embeds, max_new_tokens=2)
+    with pytest.raises(ValueError, match="d_model"):
+        model.generate(embeds[0], max_new_tokens=2)
     with pytest.raises(ValueError, match="return_type"):
         model.generate("w3", return_type="logits")
+
+
+@pytest.mark.parametrize("use_past_kv_cache", [True, False])
+def test_generate_from_embeddings_continues_as_from_their_tokens(model, use_past_kv_cache):
+    kwargs = dict(max_new_tokens=4, stop_at_eos=False, use_past_kv_cache=use_past_kv_cache)
+    tokens = model.to_tokens(["w3 w4 w5 w6", "w7 w3 w9 w4"])
+    from_tokens = model.generate(tokens, **kwargs)
+    embeds = model.embed(tokens)
+    new_tokens = model.generate(embeds, return_type="tokens", **kwargs)
+    assert torch.equal(new_tokens, from_tokens[:, tokens.shape[1] :])  # TL: the new tokens only
+    out = model.generate(embeds, **kwargs)  # embeddings in, embeddings out
+    torch.testing.assert_close(out, model.W_E[from_tokens])
+    texts = model.generate(embeds, return_type="str", **kwargs)
+    assert texts == [model.to_string(row) for row in new_tokens]
 
 
 @pytest.mark.parametrize("use_past_kv_cache", [True, False])
