@@ -62,6 +62,11 @@ from interp.model.weights import process_weights, refactor_factored_attn_matrice
 from interp.types import head_label
 
 ReturnType = Literal["logits", "loss", "both"] | None
+# The dtype names from_pretrained takes (TransformerLens's `HookedTransformer.DTYPE_FROM_STRING`).
+DTYPE_FROM_STRING = {
+    "float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float64": torch.float64,
+}  # fmt: skip
 # Hooks whose activations are [batch, pos, head, d]: a pos_slice of the cache indexes dim -3.
 _PER_HEAD_HOOKS = tuple(
     f"hook_{name}"
@@ -217,7 +222,12 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 "center_writing_weights, center_unembed, fold_value_biases, device, dtype, tokenizer, "
                 "hf_model, default_padding_side, default_prepend_bos, refactor_factored_attn_matrices."
             )
-        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        if isinstance(dtype, str):
+            if dtype not in DTYPE_FROM_STRING:
+                raise ValueError(
+                    f"dtype={dtype!r}: pass a torch.dtype or one of {sorted(DTYPE_FROM_STRING)}."
+                )
+            dtype = DTYPE_FROM_STRING[dtype]
         source = official_name(model_name) if hf_model is None else hf_model
         model = cls.from_weights(read_source(source, tokenizer))
         model = model.to(device=transformer_lens_device() if device is None else device, dtype=dtype)
@@ -602,7 +612,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         residual = self.hook_embed(self.W_E[tokens])
         if self.cfg.positional == "learned":
             if positions is None:
-                pos_embed = self.W_pos[offset : offset + tokens.shape[1]].expand_as(residual)
+                # a copy per prompt, not a view of W_pos: a hook may edit it in place (as in TL)
+                pos_embed = self.W_pos[offset : offset + tokens.shape[1]].expand_as(residual).clone()
             else:  # per prompt, past its left padding; zero at pads (as TransformerLens)
                 pos_embed = self.W_pos[positions.to(self.W_pos.device)]
                 if query_mask is not None:

@@ -15,6 +15,8 @@ import pytest
 HERE = Path(__file__).parent
 
 GPT2_TOKENS = "asserts GPT-2's token ids, vocabulary or tokenizer name (SmolLM2's tokenizer here, no hub)"
+HUB_LOSS = "asserts the loss of a hub model (GPT-2, SoLU, Pythia, othello-gpt) on its text"
+HUB_DTYPES = "loads GPT-2, TinyStories and Pythia from the hub in each dtype"
 TRAINED_NUMBERS = "asserts numbers of a trained hub model (solu-2l / GPT-2 small), not model-agnostic"
 SDPA = (
     "compares two runs with torch.allclose's default atol=1e-8: interp runs fused SDPA unless the "
@@ -23,10 +25,6 @@ SDPA = (
 
 SKIPS: dict[str, str] = {
     # Files that cannot be imported: TL 4 removed the TL internals they test.
-    "acceptance/test_hooked_transformer.py": (
-        "imports transformer_lens.components / .loading_from_pretrained (removed in TL 4); its tests "
-        "load hub models (GPT-2, Pythia, BLOOM, othello-gpt) and compare with their losses"
-    ),
     "acceptance/test_tokenizer_special_tokens.py": (
         "imports transformer_lens.loading_from_pretrained (removed in TL 4) to build hub models' configs"
     ),
@@ -39,6 +37,18 @@ SKIPS: dict[str, str] = {
     ),
     # Hub models or numbers of trained hub models.
     "acceptance/test_evals.py": "IOI accuracy of GPT-2 small and MMLU data from the hub",
+    "acceptance/test_hooked_transformer.py::test_model": HUB_LOSS,
+    "acceptance/test_hooked_transformer.py::test_othello_gpt": HUB_LOSS,
+    "acceptance/test_hooked_transformer.py::test_from_pretrained_no_processing": HUB_LOSS,
+    "acceptance/test_hooked_transformer.py::test_process_weights_inplace": HUB_LOSS,
+    "acceptance/test_hooked_transformer.py::test_from_pretrained_revision": "loads GPT-2's revisions (hub)",
+    "acceptance/test_hooked_transformer.py::test_bloom_similarity_with_hf_model_with_kv_cache_activated": (
+        "loads BLOOM-560m from the hub"
+    ),
+    "acceptance/test_hooked_transformer.py::test_dtype_float": HUB_DTYPES,
+    "acceptance/test_hooked_transformer.py::test_half_precision": HUB_DTYPES,
+    "acceptance/test_hooked_transformer.py::test_all_tinystories_models_exist": "asks the hub for configs",
+    "acceptance/test_hooked_transformer.py::test_all_pythia_models_exist": "asks the hub for configs",
     "integration/test_match_huggingface.py": "loads GPT-2 from the hub with transformers to compare",
     "integration/test_hooks.py::test_use_attn_in_with_gqa_raises_error": "loads Qwen2-0.5B from the hub",
     "integration/test_head_detector.py::Test_detect_head_successful": TRAINED_NUMBERS,
@@ -95,6 +105,10 @@ SKIPS: dict[str, str] = {
     ),
     "unit/test_use_attn_result.py": (
         "switches hooks by setting cfg.use_attn_result, which raises naming model.set_use_attn_result"
+    ),
+    "acceptance/test_hooked_transformer.py::test_pos_embed_hook": (
+        "expects a right-padded list of texts to be run without a mask, so its pad positions get position "
+        "embeddings; interp masks them (zero position embeddings at pads, as TL does for left padding)"
     ),
     "integration/test_stop_at_layer.py::test_manual_hooks": SDPA,
     "integration/test_stop_at_layer.py::test_no_stop_logit_output": SDPA,

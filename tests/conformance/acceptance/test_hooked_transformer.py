@@ -8,9 +8,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from interp import HookedTransformer
-from transformer_lens.components import LayerNormPre
-from transformer_lens.HookedTransformer import DTYPE_FROM_STRING
-from transformer_lens.loading_from_pretrained import (
+from interp.model import Norm as LayerNormPre
+from interp.model.transformer import DTYPE_FROM_STRING
+from transformer_lens.supported_models import (
     OFFICIAL_MODEL_NAMES,
     get_official_model_name,
 )
@@ -35,7 +35,7 @@ PYTHIA_TEST_MODELS = PYTHIA_MODEL_NAMES if os.environ.get("HF_TOKEN", "") else P
 # Small models for basic testing
 PUBLIC_MODEL_NAMES = [
     "attn-only-demo",
-    tiny("gpt2"),
+    tiny("gpt2-small"),
     "opt-125m",
     "pythia-70m",
     "tiny-stories-33M",
@@ -46,7 +46,7 @@ PUBLIC_MODEL_NAMES = [
 # Full set of models to test
 FULL_MODEL_NAMES = [
     "attn-only-demo",
-    tiny("gpt2"),
+    tiny("gpt2-small"),
     "opt-125m",
     "gpt-neo-125M",
     "stanford-gpt2-small-a",
@@ -83,14 +83,14 @@ print(store)
 
 # Loss values for minimal testing
 SMALL_LOSS_STORE = {
-    tiny("gpt2"): 5.331855773925781,
+    tiny("gpt2-small"): 5.331855773925781,
     "pythia-70m": 4.659344673156738,
 }
 
 # Full set of loss values
 FULL_LOSS_STORE = {
     "attn-only-demo": 5.701841354370117,
-    tiny("gpt2"): 5.331855773925781,
+    tiny("gpt2-small"): 5.331855773925781,
     "opt-125m": 6.159054279327393,
     "gpt-neo-125M": 4.900552272796631,
     "stanford-gpt2-small-a": 5.652035713195801,
@@ -192,10 +192,10 @@ def test_from_pretrained_no_processing(name, expected_loss):
 
 def test_process_weights_inplace():
     """Check that process_weights_ works"""
-    model = HookedTransformer.from_pretrained_no_processing(tiny("gpt2"))
+    model = HookedTransformer.from_pretrained_no_processing(tiny("gpt2-small"))
     model.process_weights_()
     loss = model.forward(text, return_type="loss")
-    assert (loss.item() - loss_store[tiny("gpt2")]) < 4e-5
+    assert (loss.item() - loss_store[tiny("gpt2-small")]) < 4e-5
     assert isinstance(model.ln_final, LayerNormPre)
 
 
@@ -545,7 +545,7 @@ def test_pos_embed_hook():
     - do not permanently change the pos embed
     - can be used to alter the pos embed for a specific batch element
     """
-    model = HookedTransformer.from_pretrained(tiny("gpt2"))
+    model = HookedTransformer.from_pretrained(tiny("gpt2-small"))
     initial_W_pos = model.W_pos.detach().clone()
 
     def remove_pos_embed(z, hook):
@@ -617,7 +617,7 @@ def test_different_inputs_for_generation(
     from typing import List
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    hooked_llm = HookedTransformer.from_pretrained("gpt2", device=device)
+    hooked_llm = HookedTransformer.from_pretrained(tiny("gpt2-small"), device=device)
 
     hooked_llm.eval()
     for text_input in [
