@@ -398,3 +398,25 @@ def test_pos_embed_with_an_attention_mask_is_what_hook_pos_embed_sees():
         model.pos_embed(tokens[:, -2:], tokens.shape[1] - 2, mask), cache["hook_pos_embed"][:, -2:]
     )
     torch.testing.assert_close(model.pos_embed(tokens[:1]), model.W_pos[: tokens.shape[1]][None])
+
+
+def test_a_hook_editing_the_position_embeddings_in_place_leaves_w_pos_alone():
+    model = _model("gpt2-like")
+    w_pos = model.W_pos.detach().clone()
+
+    def zero_first_prompt(pos_embed, hook):
+        pos_embed[0] = 0.0
+        return pos_embed
+
+    tokens = model.to_tokens(["w3 w4 w5", "w6 w7 w8"])
+    seen = {}
+    model.run_with_hooks(
+        tokens,
+        fwd_hooks=[
+            ("hook_pos_embed", zero_first_prompt),
+            ("hook_pos_embed", lambda x, hook: seen.update(x=x)),
+        ],
+    )
+    assert torch.equal(model.W_pos, w_pos)
+    assert (seen["x"][0] == 0).all() and torch.equal(seen["x"][1], w_pos[: tokens.shape[1]])
+    torch.testing.assert_close(model.pos_embed(tokens), w_pos[: tokens.shape[1]].expand(2, -1, -1))
