@@ -187,6 +187,27 @@ class Config:
 
     # --- TransformerLens's names for these fields (read-only) -----------------------------------
 
+    # TransformerLens's hook switches, read-only: those of the model that owns this Config
+    # (`model.hook_settings`; set with model.set_use_attn_result(...)), False for a Config no model owns.
+    @property
+    def use_attn_result(self) -> bool:
+        return self._hook_setting("use_attn_result")
+
+    @property
+    def use_split_qkv_input(self) -> bool:
+        return self._hook_setting("use_split_qkv_input")
+
+    @property
+    def use_hook_mlp_in(self) -> bool:
+        return self._hook_setting("use_hook_mlp_in")
+
+    @property
+    def use_attn_in(self) -> bool:
+        return self._hook_setting("use_attn_in")
+
+    def _hook_setting(self, name: str) -> bool:
+        return bool(getattr(self.__dict__.get("_hook_settings"), name, False))
+
     @property
     def act_fn(self) -> str:
         return self.activation
@@ -240,6 +261,11 @@ class Config:
         n_mlp_matrices = 0 if self.attn_only else 3 if self.gated_mlp else 2
         mlp = self.n_layers * n_mlp_matrices * self.d_model * self.d_mlp
         return attn + mlp
+
+
+def attach_hook_settings(cfg: Config, settings: Any) -> None:
+    """Let `cfg.use_attn_result` etc. read the hook settings of the model that owns `cfg`."""
+    object.__setattr__(cfg, "_hook_settings", settings)
 
 
 def place(cfg: Config, device: torch.device | str, dtype: torch.dtype) -> None:

@@ -42,7 +42,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import Slice
 
 import interp.checks as checks
-from interp.config import Config, place
+from interp.config import Config, attach_hook_settings, place
 from interp.io.checkpoint import save_checkpoint
 from interp.io.devices import transformer_lens_device
 from interp.io.sources import LoadedWeights, official_name, read_source
@@ -117,6 +117,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         self.cfg = dataclasses.replace(cfg)
         cfg = self.cfg
         self.hook_settings = HookSettings()
+        attach_hook_settings(cfg, self.hook_settings)  # cfg.use_attn_result etc. read them
         self.tokenizer = tokenizer
         self.default_padding_side = "right"  # TransformerLens's default (the tokenizer's padding_side)
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))

@@ -100,12 +100,6 @@ SKIPS: dict[str, str] = {
     "integration/test_cache_hook_names.py::test_cache_hook_names": (
         "expects SoLU's blocks.L.mlp.hook_mid and ln hooks of solu-1l; interp has no SoLU"
     ),
-    "unit/test_split_qkv.py": (
-        "switches hooks by setting cfg.use_split_qkv_input, which raises naming model.set_use_split_qkv_input"
-    ),
-    "unit/test_use_attn_result.py": (
-        "switches hooks by setting cfg.use_attn_result, which raises naming model.set_use_attn_result"
-    ),
     "acceptance/test_hooked_transformer.py::test_pos_embed_hook": (
         "expects a right-padded list of texts to be run without a mask, so its pad positions get position "
         "embeddings; interp masks them (zero position embeddings at pads, as TL does for left padding)"
