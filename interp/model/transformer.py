@@ -306,6 +306,19 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
 
     # --- hooks ---------------------------------------------------------------------------------
 
+    def check_hooks_to_add(
+        self,
+        hook_point: HookPoint,
+        hook_point_name: str,
+        hook: Callable,
+        dir: Literal["fwd", "bwd"] = "fwd",
+        is_permanent: bool = False,
+        prepend: bool = False,
+    ) -> None:
+        """TransformerLens's check before `model.add_hook` adds a hook: an opt-in hook that is switched
+        off raises (`check_hook_name`; an AssertionError too, as TL's), instead of never firing."""
+        self.check_hook_name(hook_point_name)
+
     def check_hook_name(self, name: str) -> None:
         """Raise a KeyError naming the closest hook names if `name` is not a hook point."""
         if name in self.hook_dict:

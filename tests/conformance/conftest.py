@@ -116,11 +116,6 @@ SKIPS: dict[str, str] = {
         "-1); interp's is the residual stream before block 0"
     ),
     "integration/test_tokenization_methods.py::test_get_token_position_not_found": GPT2_TOKENS,
-    # Not done yet.
-    "integration/test_hooks.py::test_conditional_hooks": (
-        "model.add_hook on an opt-in hook that is off (hook_result, ...) does not raise yet (TL asserts); "
-        "the hook never fires. model.hooks()/run_with_hooks raise. add_hook's checks are issue 21's"
-    ),
 }
 
 
