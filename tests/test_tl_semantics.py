@@ -420,3 +420,14 @@ def test_a_hook_editing_the_position_embeddings_in_place_leaves_w_pos_alone():
     assert torch.equal(model.W_pos, w_pos)
     assert (seen["x"][0] == 0).all() and torch.equal(seen["x"][1], w_pos[: tokens.shape[1]])
     torch.testing.assert_close(model.pos_embed(tokens), w_pos[: tokens.shape[1]].expand(2, -1, -1))
+
+
+def test_from_pretrained_prepends_bos_as_transformer_lens_and_load_model_keeps_the_models_policy():
+    hf = _hf_gpt2("llama")  # a Llama whose tokenizer adds no BOS: the model's own policy is none
+    kwargs = dict(hf_model=hf, tokenizer=_tokenizer(), device="cpu")
+    tl_style = interp.HookedTransformer.from_pretrained("llama", **kwargs)
+    assert tl_style.cfg.default_prepend_bos and tl_style.to_tokens("w3 w4").tolist() == [[1, 6, 7]]
+    own = interp.load_model(hf, tokenizer=_tokenizer())
+    assert not own.cfg.default_prepend_bos and own.to_tokens("w3 w4").tolist() == [[6, 7]]
+    no_bos = interp.HookedTransformer.from_pretrained("llama", default_prepend_bos=False, **kwargs)
+    assert no_bos.to_tokens("w3 w4").tolist() == [[6, 7]]

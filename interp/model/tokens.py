@@ -136,7 +136,8 @@ class TokenMethods:
         `model.default_padding_side` ("right" unless set; `from_pretrained(default_padding_side=)`).
 
         `prepend_bos=None` uses `cfg.default_prepend_bos`: what the model saw in training
-        (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none).
+        (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none)
+        for `interp.load_model`; TransformerLens's (BOS first but for Qwen 2/3) for `from_pretrained`.
         The forward pass masks the padding of a list of texts itself; for ids from here pass
         `attention_mask=` (from `to_tokens_and_mask`) or pad on the left by default, as TransformerLens.
         """

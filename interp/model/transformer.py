@@ -62,6 +62,9 @@ from interp.model.weights import process_weights, refactor_factored_attn_matrice
 from interp.types import head_label
 
 ReturnType = Literal["logits", "loss", "both"] | None
+# The families TransformerLens's from_pretrained runs without a BOS (Qwen 2 and 3); it prepends
+# one for all others. interp.load_model keeps each model's own policy instead.
+TL_NO_BOS_ARCHITECTURES = frozenset({"qwen2", "qwen3"})
 # The dtype names from_pretrained takes (TransformerLens's `HookedTransformer.DTYPE_FROM_STRING`).
 DTYPE_FROM_STRING = {
     "float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -206,8 +209,9 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         TransformerLens, RMSNorm models skip centring (RMSNorm keeps the mean).
 
         `default_padding_side` is where `to_tokens` pads (and "left" masks leading pad ids of token
-        input); `default_prepend_bos` overrides the model's BOS policy (None: the model's own, see
-        `to_tokens`); `refactor_factored_attn_matrices` rebalances W_Q/W_K and W_V/W_O per head as TL
+        input); `default_prepend_bos` is whether `to_tokens` prepends BOS (None: TransformerLens's default,
+        True for every model with a BOS token except Qwen 2/3; `interp.load_model` keeps the model's
+        own policy instead); `refactor_factored_attn_matrices` rebalances W_Q/W_K and W_V/W_O per head as TL
         does (same outputs). `checkpoint_index`/`checkpoint_value` raise: interp loads one checkpoint.
         """
         if checkpoint_index is not None or checkpoint_value is not None:
@@ -243,8 +247,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if refactor_factored_attn_matrices:
             model.refactor_factored_attn_matrices()
         model.default_padding_side = default_padding_side
-        if default_prepend_bos is not None:
-            model.cfg.default_prepend_bos = default_prepend_bos
+        if default_prepend_bos is None:  # TransformerLens's default: BOS first, but where TL loads without
+            bos = model.cfg.bos_token_id
+            bos = getattr(model.tokenizer, "bos_token_id", None) if bos is None else bos
+            default_prepend_bos = bos is not None and model.cfg.architecture not in TL_NO_BOS_ARCHITECTURES
+        model.cfg.default_prepend_bos = default_prepend_bos
         return model
 
     def refactor_factored_attn_matrices(self) -> None:
