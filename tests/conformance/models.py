@@ -12,6 +12,7 @@ the shape the test assumes:
 from __future__ import annotations
 
 import functools
+import json
 import tempfile
 from pathlib import Path
 
@@ -38,14 +39,16 @@ def _smollm2_tokenizer():
 @functools.cache
 def tokenizer_path() -> str:
     directory = Path(tempfile.gettempdir()) / "interp-conformance" / "smollm2-tokenizer"
-    _smollm2_tokenizer().save_pretrained(directory)
+    if not all((directory / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        _smollm2_tokenizer().save_pretrained(directory)
     return str(directory)
 
 
 @functools.cache
 def tiny(kind: str = "gpt2") -> str:
-    """The directory of a random checkpoint of `kind` (a name from_pretrained takes), the same in
-    every process (seed 0), so that test ids name it alike."""
+    """The directory of a random checkpoint of `kind` (a name from_pretrained takes), the same path in
+    every process so that test ids name it alike; written unless it already holds this config (so
+    that runs side by side do not replace it under each other)."""
     tokenizer = _smollm2_tokenizer()
     cfg = interp.Config(
         d_vocab=len(tokenizer),
@@ -54,6 +57,9 @@ def tiny(kind: str = "gpt2") -> str:
         model_name=f"tiny-{kind}",
         **_KINDS[kind],
     )
+    directory = Path(tempfile.gettempdir()) / "interp-conformance" / f"tiny-{kind}"
+    config_file = directory / "config.json"
+    if config_file.is_file() and json.loads(config_file.read_text()).get("config") == cfg.to_dict():
+        return str(directory)
     torch.manual_seed(0)
-    model = interp.HookedTransformer(cfg, tokenizer)
-    return str(model.save(Path(tempfile.gettempdir()) / "interp-conformance" / f"tiny-{kind}"))
+    return str(interp.HookedTransformer(cfg, tokenizer).save(directory))
