@@ -506,7 +506,7 @@ class ActivationCache:
             stack = norm(residual_stack)
         else:
             scale = _select(self[scale_name], pos_slice, pos)
-            if has_batch_dim and batch_slice is not None and self.has_batch_dim:
+            if batch_slice is not None and self.has_batch_dim:  # the scale has prompts, the stack may not
                 scale = _index_dim(scale, 0, batch_index)
             stack = norm.apply_to_stack(residual_stack, scale)
         _NORMALISED[id(stack)] = stack

@@ -78,9 +78,6 @@ SKIPS: dict[str, str] = {
     "integration/test_utils_tokens.py::test_test_prompt": GPT2_TOKENS,
     "integration/test_d_vocab.py::test_d_vocab_from_tokenizer": GPT2_TOKENS,
     "integration/test_d_vocab.py::test_d_vocab_from_tokenizer_name": GPT2_TOKENS,
-    "acceptance/test_activation_cache.py::test_logit_attrs_works_for_all_input_shapes": (
-        "its IOI names are one token each in GPT-2's vocabulary, not all in SmolLM2's"
-    ),
     # Deliberate differences (docs/migrating-from-transformer-lens.md).
     "integration/test_d_vocab.py::test_d_vocab_out_set": (
         "d_vocab_out != d_vocab raises: interp's unembedding predicts the input vocabulary"
