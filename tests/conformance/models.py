@@ -5,7 +5,8 @@ with SmolLM2's tokenizer, written once per process, used where the assertions ho
 the shape the test assumes:
 - "gpt2": 2 layers of 8 heads, LayerNorm, learned positions, GELU MLPs (for SoLU and TinyStories);
 - "gpt2-small": the same with GPT-2 small's 12 layers; "opt": 12 layers with ReLU MLPs (OPT);
-- "attn-only": 2 layers without MLPs; "pythia": 6 layers, rotary, parallel residual (Pythia-14m).
+- "attn-only": 2 layers without MLPs; "pythia": 6 layers, rotary, parallel residual (Pythia-14m);
+- "qwen2": 2 layers of grouped-query attention (2 key/value heads), RMSNorm, rotary, gated SiLU MLPs.
 `tokenizer_path()` is SmolLM2's tokenizer directory, for `AutoTokenizer.from_pretrained`.
 """
 
@@ -27,6 +28,16 @@ _KINDS = {
     "gpt2-small": dict(n_layers=12, d_model=64, n_heads=4, activation="gelu_new"),
     "opt": dict(n_layers=12, d_model=64, n_heads=4, activation="relu"),
     "attn-only": dict(n_layers=2, d_model=64, n_heads=4, attn_only=True),
+    "qwen2": dict(
+        n_layers=2,
+        d_model=64,
+        n_heads=4,
+        n_kv_heads=2,
+        normalization="rmsnorm",
+        positional="rotary",
+        gated_mlp=True,
+        activation="silu",
+    ),
     "pythia": dict(n_layers=6, d_model=64, n_heads=4, positional="rotary", parallel_residual=True),
 }
 
