@@ -530,7 +530,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         for layer in range(start, stop):
             residual = self.blocks[layer](
                 residual,
-                kv_cache_entry=None if past_kv_cache is None else past_kv_cache[layer],
+                past_kv_cache_entry=None if past_kv_cache is None else past_kv_cache[layer],
                 attention_mask=key_mask,
                 positions=positions,
             )

@@ -49,7 +49,6 @@ SKIPS: dict[str, str] = {
     "acceptance/test_hooked_transformer.py::test_half_precision": HUB_DTYPES,
     "acceptance/test_hooked_transformer.py::test_all_tinystories_models_exist": "asks the hub for configs",
     "acceptance/test_hooked_transformer.py::test_all_pythia_models_exist": "asks the hub for configs",
-    "integration/test_match_huggingface.py": "loads GPT-2 from the hub with transformers to compare",
     "integration/test_head_detector.py::Test_detect_head_successful": TRAINED_NUMBERS,
     "integration/test_head_detector.py::Test_specific_heads": TRAINED_NUMBERS,
     "integration/test_head_detector.py::test_detect_head_exclude_bos": TRAINED_NUMBERS,

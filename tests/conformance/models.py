@@ -7,7 +7,8 @@ the shape the test assumes:
 - "gpt2-small": the same with GPT-2 small's 12 layers; "opt": 12 layers with ReLU MLPs (OPT);
 - "attn-only": 2 layers without MLPs; "pythia": 6 layers, rotary, parallel residual (Pythia-14m);
 - "qwen2": 2 layers of grouped-query attention (2 key/value heads), RMSNorm, rotary, gated SiLU MLPs.
-`tokenizer_path()` is SmolLM2's tokenizer directory, for `AutoTokenizer.from_pretrained`.
+`tokenizer_path()` is SmolLM2's tokenizer directory, for `AutoTokenizer.from_pretrained`; `hf_gpt2()` a
+random `transformers` GPT-2 directory, for tests that compare with transformers' modules.
 """
 
 from __future__ import annotations
@@ -74,3 +75,22 @@ def tiny(kind: str = "gpt2") -> str:
         return str(directory)
     torch.manual_seed(0)
     return str(interp.HookedTransformer(cfg, tokenizer).save(directory))
+
+
+@functools.cache
+def hf_gpt2() -> str:
+    """The directory of a random 2-layer `transformers` GPT-2 with SmolLM2's tokenizer (for tests that
+    compare with transformers' own modules), written once like `tiny`."""
+    import transformers
+
+    directory = Path(tempfile.gettempdir()) / "interp-conformance" / "hf-gpt2"
+    if not (directory / "model.safetensors").is_file():
+        tokenizer = _smollm2_tokenizer()
+        config = transformers.GPT2Config(
+            n_layer=2, n_embd=64, n_head=4, n_positions=512, vocab_size=len(tokenizer),
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        )  # fmt: skip
+        torch.manual_seed(0)
+        transformers.GPT2LMHeadModel(config).save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+    return str(directory)

@@ -1,4 +1,4 @@
-from conformance.models import tiny  # offline stand-ins for hub models
+from conformance.models import hf_gpt2  # offline stand-ins for hub models
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -8,7 +8,7 @@ from interp import HookedTransformer
 
 class TestMatchHuggingFace:
     # fixtures
-    @pytest.fixture(scope="class", params=[tiny("gpt2")])
+    @pytest.fixture(scope="class", params=[hf_gpt2()])
     def model_name(self, request):
         return request.param
 
