@@ -205,6 +205,10 @@ class Config:
     def use_attn_in(self) -> bool:
         return self._hook_setting("use_attn_in")
 
+    @property
+    def use_hook_tokens(self) -> bool:
+        return self._hook_setting("use_hook_tokens")
+
     def _hook_setting(self, name: str) -> bool:
         return bool(getattr(self.__dict__.get("_hook_settings"), name, False))
 
@@ -280,7 +284,9 @@ _RUNTIME_FIELDS = frozenset({"device", "dtype"})
 _LEGACY_FIELDS = frozenset(
     {"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "extra"}
 )
-_HOOK_SETTINGS = frozenset({"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in"})
+_HOOK_SETTINGS = frozenset(
+    {"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "use_hook_tokens"}
+)
 _NORMALIZATION_TYPES = {"layernorm": "LN", "rmsnorm": "RMS"}
 _POSITIONAL_TYPES = {"learned": "standard", "rotary": "rotary", "none": "none"}
 

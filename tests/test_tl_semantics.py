@@ -262,7 +262,6 @@ def test_config_d_vocab_from_the_tokenizer_and_lnpre():
     "kwargs, match",
     [
         (dict(attention_dir="bidirectional"), "only attention_dir='causal'"),
-        (dict(use_hook_tokens=True), "no hook_tokens"),
         (dict(d_vocab_out=10), "d_vocab_out=10 differs"),
         (dict(ungroup_grouped_query_attention=True), "per query head"),
         (dict(act_fn=None), "act_fn must be specified"),

@@ -124,6 +124,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         self.tokenizer = tokenizer
         self.default_padding_side = "right"  # TransformerLens's default (the tokenizer's padding_side)
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
+        self.hook_tokens = HookPoint()  # opt-in (use_hook_tokens)
         self.hook_embed = HookPoint()
         if cfg.positional == "learned":
             self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))
@@ -525,6 +526,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             current = torch.ones(batch, n_pos, dtype=torch.long) if attention_mask is None else attention_mask
             past_kv_cache.append_attention_mask(current)
         if start_at_layer is None:
+            if self.hook_settings.use_hook_tokens:
+                tokens = self.hook_tokens(tokens)
             query_mask = None if attention_mask is None else attention_mask.to(self.device)
             residual = self._embed(tokens, n_cached, positions, query_mask)
         for layer in range(start, stop):
@@ -595,6 +598,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         tokens, mask = self._tokens_and_mask(
             input, prepend_bos, padding_side, attention_mask, continues_cache
         )
+        if self.hook_settings.use_hook_tokens:
+            tokens = self.hook_tokens(tokens)
         past_mask = None if past_kv_cache is None else past_kv_cache.previous_attention_mask
         _, positions = key_mask_and_positions(mask, *tokens.shape, past_mask, self.device)
         query_mask = None if mask is None else mask.to(self.device)

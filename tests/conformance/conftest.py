@@ -83,9 +83,6 @@ SKIPS: dict[str, str] = {
     "integration/test_d_vocab.py::test_d_vocab_out_set_d_vocab_infer": (
         "d_vocab_out != d_vocab raises: interp's unembedding predicts the input vocabulary"
     ),
-    "acceptance/test_hook_tokens.py::test_patch_tokens": (
-        "use_hook_tokens=True raises: interp has no hook_tokens hook point"
-    ),
     "integration/test_start_at_layer.py::test_start_at_layer_kwargs": (
         "positional_embedding_type='shortformer' raises: interp has learned and rotary positions only"
     ),
