@@ -12,7 +12,16 @@ from interp.compat.transformer_lens import HookedTransformerConfig
 from interp.config import Config
 from interp.io.devices import default_device
 from interp.io.sources import DEFAULT_MODEL, OFFLINE_MODELS
-from interp.model import ActivationCache, HookedTransformer, act_name, from_hf, load_model, next_token_loss
+from interp.model import (
+    ActivationCache,
+    HookedTransformer,
+    HookedTransformerKeyValueCache,
+    HookedTransformerKeyValueCacheEntry,
+    act_name,
+    from_hf,
+    load_model,
+    next_token_loss,
+)
 
 _INTERVENTIONS = ("metrics", "patching", "path_patching", "ablation", "engine", "results", "stats")
 
@@ -31,6 +40,8 @@ __all__ = [
     "Config",
     "HookedTransformer",
     "HookedTransformerConfig",
+    "HookedTransformerKeyValueCache",
+    "HookedTransformerKeyValueCacheEntry",
     "act_name",
     "default_device",
     "from_hf",

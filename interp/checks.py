@@ -1,7 +1,9 @@
 """Checks of inputs at the library's boundary: one place, one message style.
 
 Every message says what is wrong, the value that was passed, and what to pass instead. Wrong
-types raise TypeError, wrong values ValueError (docs/errors.md lists every check and where it runs).
+types raise TypeError, wrong values ValueError (docs/errors.md lists every check and where it runs);
+where TransformerLens asserts, the error is also an AssertionError (`HookNameError`, `InvalidArgumentError`),
+so TL code that catches AssertionError keeps working.
 A leaf of the layers: imports nothing of interp but interp.config and interp.types.
 """
 
@@ -21,6 +23,15 @@ from torch import Tensor
 
 from interp.config import Config
 from interp.types import Head
+
+
+class HookNameError(KeyError, AssertionError):
+    """A name that is no hook point, or an opt-in hook that is switched off (TL asserts here)."""
+
+
+class InvalidArgumentError(ValueError, AssertionError):
+    """A value TransformerLens asserts on (hook_attn_in on grouped-query attention, remove_batch_dim
+    of several prompts): a ValueError, and an AssertionError for code that catches TL's."""
 
 
 def _show(value: Any, limit: int = 80) -> str:

@@ -187,6 +187,31 @@ class Config:
 
     # --- TransformerLens's names for these fields (read-only) -----------------------------------
 
+    # TransformerLens's hook switches, read-only: those of the model that owns this Config
+    # (`model.hook_settings`; set with model.set_use_attn_result(...)), False for a Config no model owns.
+    @property
+    def use_attn_result(self) -> bool:
+        return self._hook_setting("use_attn_result")
+
+    @property
+    def use_split_qkv_input(self) -> bool:
+        return self._hook_setting("use_split_qkv_input")
+
+    @property
+    def use_hook_mlp_in(self) -> bool:
+        return self._hook_setting("use_hook_mlp_in")
+
+    @property
+    def use_attn_in(self) -> bool:
+        return self._hook_setting("use_attn_in")
+
+    @property
+    def use_hook_tokens(self) -> bool:
+        return self._hook_setting("use_hook_tokens")
+
+    def _hook_setting(self, name: str) -> bool:
+        return bool(getattr(self.__dict__.get("_hook_settings"), name, False))
+
     @property
     def act_fn(self) -> str:
         return self.activation
@@ -242,6 +267,11 @@ class Config:
         return attn + mlp
 
 
+def attach_hook_settings(cfg: Config, settings: Any) -> None:
+    """Let `cfg.use_attn_result` etc. read the hook settings of the model that owns `cfg`."""
+    object.__setattr__(cfg, "_hook_settings", settings)
+
+
 def place(cfg: Config, device: torch.device | str, dtype: torch.dtype) -> None:
     """Record where the model that owns `cfg` holds its weights (the model calls this when it moves)."""
     object.__setattr__(cfg, "device", str(device))
@@ -254,7 +284,9 @@ _RUNTIME_FIELDS = frozenset({"device", "dtype"})
 _LEGACY_FIELDS = frozenset(
     {"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "extra"}
 )
-_HOOK_SETTINGS = frozenset({"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in"})
+_HOOK_SETTINGS = frozenset(
+    {"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "use_hook_tokens"}
+)
 _NORMALIZATION_TYPES = {"layernorm": "LN", "rmsnorm": "RMS"}
 _POSITIONAL_TYPES = {"learned": "standard", "rotary": "rotary", "none": "none"}
 

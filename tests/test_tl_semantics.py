@@ -162,9 +162,9 @@ def test_loss_with_padding_counts_real_tokens_only():
 
 def test_kv_cache_continues_a_left_padded_batch(model):
     tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
-    past_kv = [{} for _ in model.blocks]
-    model(tokens[:, :-2], attention_mask=mask[:, :-2], past_kv=past_kv)
-    step = model(tokens[:, -2:], past_kv=past_kv)
+    cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, len(PROMPTS))
+    model(tokens[:, :-2], attention_mask=mask[:, :-2], past_kv_cache=cache)
+    step = model(tokens[:, -2:], past_kv_cache=cache)
     full = model(tokens, attention_mask=mask)
     torch.testing.assert_close(step, full[:, -2:], atol=ATOL, rtol=0)
 
@@ -190,10 +190,24 @@ def test_generate_return_types():
     torch.testing.assert_close(embeds, model.W_E[tokens])
     ids = model.generate(tokens[:, :4], max_new_tokens=4, stop_at_eos=False)
     assert torch.equal(ids, tokens)
-    with pytest.raises(ValueError, match="not embeddings"):
-        model.generate(embeds, max_new_tokens=2)
+    with pytest.raises(ValueError, match="d_model"):
+        model.generate(embeds[0], max_new_tokens=2)
     with pytest.raises(ValueError, match="return_type"):
         model.generate("w3", return_type="logits")
+
+
+@pytest.mark.parametrize("use_past_kv_cache", [True, False])
+def test_generate_from_embeddings_continues_as_from_their_tokens(model, use_past_kv_cache):
+    kwargs = dict(max_new_tokens=4, stop_at_eos=False, use_past_kv_cache=use_past_kv_cache)
+    tokens = model.to_tokens(["w3 w4 w5 w6", "w7 w3 w9 w4"])
+    from_tokens = model.generate(tokens, **kwargs)
+    embeds = model.embed(tokens)
+    new_tokens = model.generate(embeds, return_type="tokens", **kwargs)
+    assert torch.equal(new_tokens, from_tokens[:, tokens.shape[1] :])  # TL: the new tokens only
+    out = model.generate(embeds, **kwargs)  # embeddings in, embeddings out
+    torch.testing.assert_close(out, model.W_E[from_tokens])
+    texts = model.generate(embeds, return_type="str", **kwargs)
+    assert texts == [model.to_string(row) for row in new_tokens]
 
 
 @pytest.mark.parametrize("use_past_kv_cache", [True, False])
@@ -248,7 +262,6 @@ def test_config_d_vocab_from_the_tokenizer_and_lnpre():
     "kwargs, match",
     [
         (dict(attention_dir="bidirectional"), "only attention_dir='causal'"),
-        (dict(use_hook_tokens=True), "no hook_tokens"),
         (dict(d_vocab_out=10), "d_vocab_out=10 differs"),
         (dict(ungroup_grouped_query_attention=True), "per query head"),
         (dict(act_fn=None), "act_fn must be specified"),
@@ -384,3 +397,36 @@ def test_pos_embed_with_an_attention_mask_is_what_hook_pos_embed_sees():
         model.pos_embed(tokens[:, -2:], tokens.shape[1] - 2, mask), cache["hook_pos_embed"][:, -2:]
     )
     torch.testing.assert_close(model.pos_embed(tokens[:1]), model.W_pos[: tokens.shape[1]][None])
+
+
+def test_a_hook_editing_the_position_embeddings_in_place_leaves_w_pos_alone():
+    model = _model("gpt2-like")
+    w_pos = model.W_pos.detach().clone()
+
+    def zero_first_prompt(pos_embed, hook):
+        pos_embed[0] = 0.0
+        return pos_embed
+
+    tokens = model.to_tokens(["w3 w4 w5", "w6 w7 w8"])
+    seen = {}
+    model.run_with_hooks(
+        tokens,
+        fwd_hooks=[
+            ("hook_pos_embed", zero_first_prompt),
+            ("hook_pos_embed", lambda x, hook: seen.update(x=x)),
+        ],
+    )
+    assert torch.equal(model.W_pos, w_pos)
+    assert (seen["x"][0] == 0).all() and torch.equal(seen["x"][1], w_pos[: tokens.shape[1]])
+    torch.testing.assert_close(model.pos_embed(tokens), w_pos[: tokens.shape[1]].expand(2, -1, -1))
+
+
+def test_from_pretrained_prepends_bos_as_transformer_lens_and_load_model_keeps_the_models_policy():
+    hf = _hf_gpt2("llama")  # a Llama whose tokenizer adds no BOS: the model's own policy is none
+    kwargs = dict(hf_model=hf, tokenizer=_tokenizer(), device="cpu")
+    tl_style = interp.HookedTransformer.from_pretrained("llama", **kwargs)
+    assert tl_style.cfg.default_prepend_bos and tl_style.to_tokens("w3 w4").tolist() == [[1, 6, 7]]
+    own = interp.load_model(hf, tokenizer=_tokenizer())
+    assert not own.cfg.default_prepend_bos and own.to_tokens("w3 w4").tolist() == [[6, 7]]
+    no_bos = interp.HookedTransformer.from_pretrained("llama", default_prepend_bos=False, **kwargs)
+    assert no_bos.to_tokens("w3 w4").tolist() == [[6, 7]]

@@ -25,14 +25,19 @@ from interp.config import Config
 
 # Hook settings TransformerLens keeps in its config; interp keeps them on the model, which turns on
 # those a HookedTransformerConfig asks for when it is built from it.
-HOOK_SETTINGS = ("use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in")
+HOOK_SETTINGS = (
+    "use_attn_result",
+    "use_split_qkv_input",
+    "use_hook_mlp_in",
+    "use_attn_in",
+    "use_hook_tokens",
+)
 _FROM_NORMALIZATION_TYPE = {"LN": "layernorm", "RMS": "rmsnorm", "LNPre": "layernorm", "RMSPre": "rmsnorm"}
 _FROM_POSITIONAL_TYPE = {"standard": "learned", "rotary": "rotary"}
 # TL's activations that are interp's under another name (the same function).
 _ACTIVATION_ALIASES = {"gelu_pytorch_tanh": "gelu_new"}
 # TL options interp has no equivalent for: accepted at their default, refused otherwise, with why.
 _UNSUPPORTED = {
-    "use_hook_tokens": (False, "interp has no hook_tokens hook point; read the tokens you pass in"),
     "scale_attn_by_inverse_layer_idx": (False, "interp scales every layer's scores by attn_scale only"),
     "final_rms": (False, "interp's final norm is of the model's normalization_type"),
     "post_embedding_ln": (False, "interp has no norm after the embedding"),

@@ -3,12 +3,14 @@
 from interp.model.cache import ActivationCache, act_name
 from interp.model.components import MLP, Attention, Block, MixtureOfExperts, Norm
 from interp.model.hooks import HookSettings
+from interp.model.kv_cache import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
 from interp.model.loading import dispatch, from_hf, load_checkpoint, load_gguf, load_model
 from interp.model.transformer import HookedTransformer, next_token_loss
 from interp.model.weights import process_weights
 
 __all__ = [
-    "MLP", "ActivationCache", "Attention", "Block", "HookSettings", "HookedTransformer", "MixtureOfExperts",
+    "MLP", "ActivationCache", "Attention", "Block", "HookSettings", "HookedTransformer",
+    "HookedTransformerKeyValueCache", "HookedTransformerKeyValueCacheEntry", "MixtureOfExperts",
     "Norm", "act_name", "dispatch", "from_hf", "load_checkpoint", "load_gguf", "load_model",
     "next_token_loss", "process_weights",
 ]  # fmt: skip

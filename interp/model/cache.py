@@ -9,6 +9,7 @@ means the final residual stream (the unembedding's input); other negative layers
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Iterator
 from typing import Literal
@@ -17,6 +18,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+import interp.checks as checks
 from interp.io.devices import module_weight
 from interp.types import Pos
 
@@ -34,17 +36,27 @@ _BLOCK_HOOKS = {
 }
 _ATTN_HOOKS = {"q", "k", "v", "z", "result", "pattern", "attn_scores", "rot_q", "rot_k"}
 _MLP_HOOKS = {"pre", "post", "pre_linear"}
-_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post"}
+_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post",
+            "key": "k", "query": "q", "value": "v"}  # fmt: skip
+# TransformerLens's compact names: name, layer, optional sublayer ("k6a", "pre2", "scale29ln1").
+_COMPACT_NAME = re.compile(r"([a-z]+)(\d+)([a-z]?.*)")
 
 
 def act_name(name: str, layer: int | None = None, sublayer: str | None = None) -> str:
     """Full hook name from TransformerLens shorthand.
 
     act_name("pattern", 3) -> "blocks.3.attn.hook_pattern"; act_name("resid_pre", 0);
-    act_name("scale", 2, "ln1") -> "blocks.2.ln1.hook_scale"; act_name("scale") -> "ln_final.hook_scale".
+    act_name("scale", 2, "ln1") -> "blocks.2.ln1.hook_scale"; act_name("scale") -> "ln_final.hook_scale";
+    TransformerLens's compact names: act_name("k6a") -> "blocks.6.attn.hook_k",
+    act_name("scale29ln1") -> "blocks.29.ln1.hook_scale".
     """
     if "." in name or name.startswith("hook_"):
         return name
+    compact = _COMPACT_NAME.fullmatch(name) if layer is None else None
+    if compact is not None:
+        name, layer_digits, suffix = compact.groups()
+        layer = int(layer_digits)
+        sublayer = sublayer or (suffix if suffix in ("ln1", "ln2") else None)
     name = _ALIASES.get(name, name)
     if name in {"embed", "pos_embed"}:
         return f"hook_{name}"
@@ -183,13 +195,17 @@ class ActivationCache:
         self.cache_dict = {k: v.to(device) for k, v in self.cache_dict.items()}
         return self
 
+    def toggle_autodiff(self, mode: bool = False) -> None:
+        """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
+        torch.set_grad_enabled(mode)
+
     def remove_batch_dim(self) -> ActivationCache:
         """Drop the batch dim of a one-prompt cache, in place; returns the cache."""
         if not self.has_batch_dim:
             return self
         sizes = {v.shape[0] for v in self.cache_dict.values() if v.ndim}
         if sizes - {1}:
-            raise ValueError(
+            raise checks.InvalidArgumentError(
                 f"remove_batch_dim needs a cache of one prompt; this one has batch size {max(sizes)}."
             )
         self.cache_dict = {k: v[0] if v.ndim else v for k, v in self.cache_dict.items()}
@@ -490,7 +506,7 @@ class ActivationCache:
             stack = norm(residual_stack)
         else:
             scale = _select(self[scale_name], pos_slice, pos)
-            if has_batch_dim and batch_slice is not None and self.has_batch_dim:
+            if batch_slice is not None and self.has_batch_dim:  # the scale has prompts, the stack may not
                 scale = _index_dim(scale, 0, batch_index)
             stack = norm.apply_to_stack(residual_stack, scale)
         _NORMALISED[id(stack)] = stack

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from interp.config import Config, rotary_inv_freq
 from interp.io.devices import module_weight
 from interp.model.hooks import HookPoint, HookSettings
+from interp.model.kv_cache import HookedTransformerKeyValueCacheEntry
 
 
 def _upcast(x: Tensor) -> Tensor:
@@ -237,35 +238,33 @@ class Attention(nn.Module):
 
     def forward(
         self,
-        q_input: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos head d_model"],
-        k_input: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos kv_head d_model"],
-        v_input: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos kv_head d_model"],
-        past_kv: dict[str, Tensor] | None = None,
+        query_input: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos head d_model"],
+        key_input: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos kv_head d_model"],
+        value_input: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos kv_head d_model"],
+        past_kv_cache_entry: HookedTransformerKeyValueCacheEntry | None = None,
         attention_mask: Tensor | None = None,
         positions: Tensor | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        """`attention_mask` [batch, key_pos] (cached keys included), False/0 at padding: no query attends
+        """`past_kv_cache_entry`: this layer's cached keys and values, read and appended to.
+        `attention_mask` [batch, key_pos] (cached keys included), False/0 at padding: no query attends
         to a pad; a query that sees no key at all (a left pad) gets a zero pattern and z, as in
         TransformerLens. `positions` [batch, pos]: each token's position (rotary), e.g. shifted
         past left padding."""
         cfg = self.cfg
-        q = self.hook_q(self._project(q_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
-        k = self.hook_k(self._project(k_input, self._W_K, self._b_K))  # [batch, pos, kv_head, d_head]
-        v = self.hook_v(self._project(v_input, self._W_V, self._b_V))  # [batch, pos, kv_head, d_head]
+        q = self.hook_q(self._project(query_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
+        k = self.hook_k(self._project(key_input, self._W_K, self._b_K))  # [batch, pos, kv_head, d_head]
+        v = self.hook_v(self._project(value_input, self._W_V, self._b_V))  # [batch, pos, kv_head, d_head]
         if cfg.qk_norm != "none":
             q, k = self.q_ln(q), self.k_ln(k)
-        offset = 0 if past_kv is None or "k" not in past_kv else past_kv["k"].shape[1]
+        offset = 0 if past_kv_cache_entry is None else past_kv_cache_entry.past_keys.shape[1]
         if self.rotary:
             if positions is None:
                 positions = torch.arange(offset, offset + q.shape[1], device=q.device)
             cos, sin = self._rotary_cos_sin(positions)
             q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
             k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
-        if past_kv is not None:
-            if offset:
-                k = torch.cat([past_kv["k"], k], dim=1)
-                v = torch.cat([past_kv["v"], v], dim=1)
-            past_kv["k"], past_kv["v"] = k, v
+        if past_kv_cache_entry is not None:
+            k, v = past_kv_cache_entry.append(k, v)
         if cfg.group_size > 1:
             k = k.repeat_interleave(cfg.group_size, dim=2)  # [batch, key_pos, head, d_head]
             v = v.repeat_interleave(cfg.group_size, dim=2)
@@ -432,11 +431,11 @@ class Block(nn.Module):
     def forward(
         self,
         resid_pre: Float[Tensor, "batch pos d_model"],
-        past_kv: dict | None = None,
+        past_kv_cache_entry: HookedTransformerKeyValueCacheEntry | None = None,
         attention_mask: Tensor | None = None,
         positions: Tensor | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        """`attention_mask` and `positions`: see `Attention.forward` (padding)."""
+        """`past_kv_cache_entry`, `attention_mask` and `positions`: see `Attention.forward`."""
         cfg = self.cfg
         mask = {"attention_mask": attention_mask, "positions": positions}
         resid_pre = self.hook_resid_pre(resid_pre)
@@ -444,13 +443,19 @@ class Block(nn.Module):
             q_in = self.hook_q_input(_per_head(resid_pre, cfg.n_heads))
             k_in = self.hook_k_input(_per_head(resid_pre, cfg.n_kv_heads))
             v_in = self.hook_v_input(_per_head(resid_pre, cfg.n_kv_heads))
-            attn_out = self.attn(self.ln1(q_in), self.ln1(k_in), self.ln1(v_in), past_kv=past_kv, **mask)
+            attn_out = self.attn(
+                self.ln1(q_in),
+                self.ln1(k_in),
+                self.ln1(v_in),
+                past_kv_cache_entry=past_kv_cache_entry,
+                **mask,
+            )
         elif self.settings.use_attn_in:
             normed = self.ln1(self.hook_attn_in(_per_head(resid_pre, cfg.n_heads)))
-            attn_out = self.attn(normed, normed, normed, past_kv=past_kv, **mask)
+            attn_out = self.attn(normed, normed, normed, past_kv_cache_entry=past_kv_cache_entry, **mask)
         else:
             normed = self.ln1(resid_pre)
-            attn_out = self.attn(normed, normed, normed, past_kv=past_kv, **mask)
+            attn_out = self.attn(normed, normed, normed, past_kv_cache_entry=past_kv_cache_entry, **mask)
         if cfg.post_norm:
             attn_out = self.ln1_post(attn_out)
         attn_out = self.hook_attn_out(attn_out)

@@ -9,11 +9,13 @@ import tqdm
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from interp.model.kv_cache import HookedTransformerKeyValueCache
+
 
 @torch.no_grad()
 def generate(
     model: nn.Module,
-    input: str | list[str] | Int[Tensor, "batch pos"] = "",
+    input: str | list[str] | Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"] = "",
     max_new_tokens: int = 20,
     stop_at_eos: bool = True,
     eos_token_id: int | None = None,
@@ -28,8 +30,11 @@ def generate(
     seed: int | None = None,
 ) -> str | list[str] | Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"]:
     """Greedy or sampled continuation by a HookedTransformer; by default text in -> text out (a list
-    of texts -> a list), tokens in -> tokens out. `return_type="embeds"` gives the token embeddings
-    W_E[tokens] of prompt and continuation ([batch, pos, d_model], as TransformerLens).
+    of texts -> a list), tokens in -> tokens out, token embeddings in -> embeddings out.
+    `return_type="embeds"` gives the token embeddings W_E[tokens] of prompt and continuation
+    ([batch, pos, d_model], as TransformerLens). Embeddings as input are token embeddings
+    (`model.embed(tokens)`, [batch, pos, d_model], without positions: they are added as for
+    tokens); as in TransformerLens, `return_type="tokens"` or "str" then gives the new tokens only.
 
     Greedy unless `do_sample=True` (temperature 1 unless given) or a temperature > 0 is given;
     (TransformerLens samples by default). With the KV cache each new token costs one position's
@@ -40,6 +45,7 @@ def generate(
     if return_type not in ("input", "str", "tokens", "embeds"):
         raise ValueError(f"return_type must be 'input', 'str', 'tokens' or 'embeds', got {return_type!r}.")
     mask = None
+    prompt_embeds = None  # embeddings given as input; the prompt then has no tokens
     if isinstance(input, str) or (isinstance(input, list) and all(isinstance(t, str) for t in input)):
         side = "left" if padding_side is None else padding_side
         tokens, mask = model.to_tokens_and_mask(input, prepend_bos=prepend_bos, padding_side=side)
@@ -49,11 +55,13 @@ def generate(
                 "(padding_side='left', the default), not the right."
             )
     elif isinstance(input, Tensor) and input.is_floating_point():
-        raise ValueError(
-            "generate takes text, a list of texts or token ids [batch, pos], not embeddings "
-            f"(got a float tensor of shape {tuple(input.shape)}): pass the token ids the embeddings came "
-            "from. To run embeddings through the blocks use model(embeds, start_at_layer=0)."
-        )
+        if input.ndim != 3 or input.shape[-1] != model.cfg.d_model:
+            raise ValueError(
+                f"Embeddings given to generate must be [batch, pos, d_model={model.cfg.d_model}], got shape "
+                f"{tuple(input.shape)}; pass token embeddings (model.embed(tokens)), token ids or text."
+            )
+        prompt_embeds = input.to(model.W_E.device, model.W_E.dtype)
+        tokens = torch.empty((input.shape[0], 0), dtype=torch.long, device=model.W_E.device)
     else:
         tokens = model.input_tokens(input, prepend_bos)
     sample = do_sample if do_sample is not None else bool(temperature)
@@ -64,12 +72,18 @@ def generate(
     if eos_token_id is None and stop_at_eos and model.tokenizer is not None:
         eos_token_id = model.tokenizer.eos_token_id
     eos = eos_token_id if stop_at_eos else None
-    past_kv = [{} for _ in model.blocks] if use_past_kv_cache else None
+    past_kv_cache = (
+        HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, tokens.shape[0])
+        if use_past_kv_cache
+        else None
+    )
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     step_input, step_mask = tokens, mask
     for _ in tqdm.trange(max_new_tokens, disable=not verbose):
-        if use_past_kv_cache:
-            logits = model(step_input, past_kv=past_kv, attention_mask=step_mask)[:, -1].float()
+        if prompt_embeds is not None:
+            logits = _logits_after_embeds(model, prompt_embeds, tokens, past_kv_cache)
+        elif use_past_kv_cache:
+            logits = model(step_input, past_kv_cache=past_kv_cache, attention_mask=step_mask)[:, -1].float()
         else:
             full_mask = torch.ones_like(tokens) if mask is None else mask
             logits = model(tokens, attention_mask=full_mask)[:, -1].float()
@@ -91,6 +105,8 @@ def generate(
         step_input, step_mask = next_token[:, None], torch.ones_like(next_token[:, None])
         if eos is not None and finished.all():
             break
+    if prompt_embeds is not None and return_type in ("input", "embeds"):
+        return torch.cat([prompt_embeds, model.W_E[tokens]], dim=1)
     if return_type == "embeds":
         return model.W_E[tokens]
     if return_type == "str" or (return_type == "input" and not isinstance(input, Tensor)):
@@ -101,3 +117,24 @@ def generate(
         text = [model.to_string(row[int(prepended) :]) for row in rows]  # without pads and BOS, as TL
         return text[0] if isinstance(input, str) or (len(text) == 1 and return_type == "str") else text
     return tokens
+
+
+def _logits_after_embeds(
+    model: nn.Module,
+    prompt_embeds: Float[Tensor, "batch prompt_pos d_model"],
+    new_tokens: Int[Tensor, "batch new_pos"],
+    past_kv_cache: HookedTransformerKeyValueCache | None,
+) -> Float[Tensor, "batch d_vocab"]:
+    """The next token's logits after token embeddings and the tokens generated so far: the positions
+    not yet in the KV cache (all of them without one) run from block 0, learned positions added."""
+    embeds = torch.cat([prompt_embeds, model.W_E[new_tokens]], dim=1)
+    if embeds.shape[1] > model.cfg.n_ctx:
+        raise ValueError(
+            f"The embeddings and new tokens are {embeds.shape[1]} positions but {model.cfg.model_name} has "
+            f"a context of {model.cfg.n_ctx}; shorten the prompt or lower max_new_tokens."
+        )
+    n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
+    residual = embeds[:, n_cached:]
+    if model.cfg.positional == "learned":
+        residual = residual + model.W_pos[n_cached : embeds.shape[1]]
+    return model(residual, start_at_layer=0, past_kv_cache=past_kv_cache)[:, -1].float()

@@ -36,12 +36,14 @@ class HookSettings:
         [batch, pos, head (key/value heads for k and v), d_model]; the block's norm runs per head.
     use_hook_mlp_in: `hook_mlp_in`, the MLP's input before ln2 [batch, pos, d_model].
     use_attn_in: `hook_attn_in`, one per-head attention input shared by q, k and v.
+    use_hook_tokens: `hook_tokens`, the input token ids [batch, pos] (a hook may replace them).
     """
 
     use_attn_result: bool = False
     use_split_qkv_input: bool = False
     use_hook_mlp_in: bool = False
     use_attn_in: bool = False
+    use_hook_tokens: bool = False
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -54,6 +56,7 @@ OPT_IN_HOOKS = {
     "_input": "use_split_qkv_input",
     "hook_attn_in": "use_attn_in",
     "hook_mlp_in": "use_hook_mlp_in",
+    "hook_tokens": "use_hook_tokens",
 }
 
 

@@ -115,8 +115,8 @@ def dispatch(
     with warnings.catch_warnings():  # accelerate maps modules; the outer weights were placed above
         warnings.filterwarnings("ignore", message="The following device_map keys do not match")
         model = accelerate.dispatch_model(
-            model, full_map, main_device=main, offload_dir=offload_folder, skip_keys=["past_kv"]
-        )  # past_kv: the KV cache is updated in place, so it must not be copied to another device
+            model, full_map, main_device=main, offload_dir=offload_folder, skip_keys=["past_kv_cache_entry"]
+        )  # the KV cache is updated in place, so it must not be copied to another device
     place(model.cfg, model.device, model.dtype)
     return model
 

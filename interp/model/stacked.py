@@ -167,7 +167,7 @@ class StackedWeights:
             n = tokens.shape[-1]
             if attention_mask is None:
                 offset = past_kv_pos_offset
-                return self.W_pos[offset : offset + n].expand(*tokens.shape, -1)
+                return self.W_pos[offset : offset + n].expand(*tokens.shape, -1).clone()  # not a view
             mask = attention_mask.to(self.W_pos.device).bool()
             positions = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_kv_pos_offset:]
             return self.W_pos[positions] * mask[:, past_kv_pos_offset:, None].to(self.W_pos.dtype)

@@ -9,6 +9,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+import interp.checks as checks
 from interp.config import Config
 
 
@@ -100,23 +101,18 @@ def decode(tokenizer: Any, tokens: int | Sequence[int] | Int[Tensor, "... pos"])
 
 
 def key_mask_and_positions(
-    attention_mask: Tensor | None, batch: int, n_pos: int, past_kv: list[dict] | None, device: torch.device
+    attention_mask: Tensor | None, batch: int, n_pos: int, past_mask: Tensor | None, device: torch.device
 ) -> tuple[Tensor | None, Tensor | None]:
-    """The mask over all keys (cached ones first; kept in past_kv[0] for the next call) and each new
-    token's position, counted from its prompt's first real token; (None, None) without padding."""
-    offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
-    past_mask = past_kv[0].get("attention_mask") if past_kv else None
-    if attention_mask is None and past_mask is None:
-        return None, None
+    """The mask over all keys ([batch, n_cached + n_pos]: the cached tokens' `past_mask` first) and
+    each new token's position, counted from its prompt's first real token; (None, None) when no
+    key is padding."""
+    offset = 0 if past_mask is None else past_mask.shape[1]
     current = (
         torch.ones(batch, n_pos, dtype=torch.bool, device=device)
         if attention_mask is None
         else torch.as_tensor(attention_mask, device=device).reshape(batch, n_pos).bool()
     )
-    past = torch.ones(batch, offset, dtype=torch.bool, device=device) if past_mask is None else past_mask
-    full = torch.cat([past.to(device), current], dim=1)
-    if past_kv:
-        past_kv[0]["attention_mask"] = full
+    full = current if past_mask is None else torch.cat([past_mask.to(device).bool(), current], dim=1)
     if bool(full.all()):
         return None, None
     positions = (full.long().cumsum(-1) - 1).clamp(min=0)[:, offset:]
@@ -140,7 +136,8 @@ class TokenMethods:
         `model.default_padding_side` ("right" unless set; `from_pretrained(default_padding_side=)`).
 
         `prepend_bos=None` uses `cfg.default_prepend_bos`: what the model saw in training
-        (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none).
+        (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none)
+        for `interp.load_model`; TransformerLens's (BOS first but for Qwen 2/3) for `from_pretrained`.
         The forward pass masks the padding of a list of texts itself; for ids from here pass
         `attention_mask=` (from `to_tokens_and_mask`) or pad on the left by default, as TransformerLens.
         """
@@ -211,12 +208,29 @@ class TokenMethods:
         token = self.to_single_token(single_token) if isinstance(single_token, str) else single_token
         found = (tokens == token).nonzero()[:, 0]
         if not len(found):
-            raise ValueError(f"Token {single_token!r} does not occur in the input.")
+            raise checks.InvalidArgumentError(
+                f"Token {single_token!r} does not occur in the input ({tokens.tolist()[:20]}); check "
+                "prepend_bos (a BOS id occurs only when it is prepended)."
+            )
         return int(found[0] if mode == "first" else found[-1])
 
     def set_tokenizer(self, tokenizer: Any, default_padding_side: Literal["left", "right"] = "right") -> None:
         """Attach a `transformers` tokenizer (and the side `to_tokens` pads on), as TransformerLens."""
-        if default_padding_side not in ("left", "right"):
-            raise ValueError(f"default_padding_side must be 'left' or 'right', got {default_padding_side!r}.")
         self.tokenizer = tokenizer
         self.default_padding_side = default_padding_side
+
+    @property
+    def default_padding_side(self) -> Literal["left", "right"]:
+        """Where `to_tokens` pads: the tokenizer's `padding_side`, as in TransformerLens ("right"
+        unless set by `from_pretrained(default_padding_side=)`, `set_tokenizer` or
+        `model.tokenizer.padding_side = ...`)."""
+        tokenizer = getattr(self, "tokenizer", None)
+        return self._padding_side if tokenizer is None else tokenizer.padding_side
+
+    @default_padding_side.setter
+    def default_padding_side(self, side: Literal["left", "right"]) -> None:
+        if side not in ("left", "right"):
+            raise ValueError(f"default_padding_side must be 'left' or 'right', got {side!r}.")
+        self._padding_side = side
+        if getattr(self, "tokenizer", None) is not None:
+            self.tokenizer.padding_side = side

@@ -38,9 +38,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from transformer_lens import HookedRootModule
+from transformer_lens.utilities import Slice
 
 import interp.checks as checks
-from interp.config import Config, place
+from interp.config import Config, attach_hook_settings, place
 from interp.io.checkpoint import save_checkpoint
 from interp.io.devices import transformer_lens_device
 from interp.io.sources import LoadedWeights, official_name, read_source
@@ -48,7 +49,8 @@ from interp.model.cache import ActivationCache
 from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
 from interp.model.hooks import OPT_IN_HOOKS, HookPoint, HookSettings, opt_in_setting
-from interp.model.stacked import StackedWeights
+from interp.model.kv_cache import HookedTransformerKeyValueCache
+from interp.model.stacked import StackedWeights, WeightView
 from interp.model.tokens import (
     TokenMethods,
     key_mask_and_positions,
@@ -59,6 +61,19 @@ from interp.model.weights import process_weights, refactor_factored_attn_matrice
 from interp.types import head_label
 
 ReturnType = Literal["logits", "loss", "both"] | None
+# The families TransformerLens's from_pretrained runs without a BOS (Qwen 2 and 3); it prepends
+# one for all others. interp.load_model keeps each model's own policy instead.
+TL_NO_BOS_ARCHITECTURES = frozenset({"qwen2", "qwen3"})
+# The dtype names from_pretrained takes (TransformerLens's `HookedTransformer.DTYPE_FROM_STRING`).
+DTYPE_FROM_STRING = {
+    "float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float64": torch.float64,
+}  # fmt: skip
+# Hooks whose activations are [batch, pos, head, d]: a pos_slice of the cache indexes dim -3.
+_PER_HEAD_HOOKS = tuple(
+    f"hook_{name}"
+    for name in ("q", "k", "v", "z", "result", "rot_q", "rot_k", "q_input", "k_input", "v_input", "attn_in")
+)
 Hook = tuple[str | Callable[[str], bool], Callable]
 ModelInput = str | Sequence[str] | Tensor
 
@@ -105,9 +120,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         self.cfg = dataclasses.replace(cfg)
         cfg = self.cfg
         self.hook_settings = HookSettings()
+        attach_hook_settings(cfg, self.hook_settings)  # cfg.use_attn_result etc. read them
         self.tokenizer = tokenizer
-        self.default_padding_side: Literal["left", "right"] = "right"  # TransformerLens's default
+        self.default_padding_side = "right"  # TransformerLens's default (the tokenizer's padding_side)
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
+        self.hook_tokens = HookPoint()  # opt-in (use_hook_tokens)
         self.hook_embed = HookPoint()
         if cfg.positional == "learned":
             self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))
@@ -193,8 +210,9 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         TransformerLens, RMSNorm models skip centring (RMSNorm keeps the mean).
 
         `default_padding_side` is where `to_tokens` pads (and "left" masks leading pad ids of token
-        input); `default_prepend_bos` overrides the model's BOS policy (None: the model's own, see
-        `to_tokens`); `refactor_factored_attn_matrices` rebalances W_Q/W_K and W_V/W_O per head as TL
+        input); `default_prepend_bos` is whether `to_tokens` prepends BOS (None: TransformerLens's default,
+        True for every model with a BOS token except Qwen 2/3; `interp.load_model` keeps the model's
+        own policy instead); `refactor_factored_attn_matrices` rebalances W_Q/W_K and W_V/W_O per head as TL
         does (same outputs). `checkpoint_index`/`checkpoint_value` raise: interp loads one checkpoint.
         """
         if checkpoint_index is not None or checkpoint_value is not None:
@@ -210,7 +228,12 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 "center_writing_weights, center_unembed, fold_value_biases, device, dtype, tokenizer, "
                 "hf_model, default_padding_side, default_prepend_bos, refactor_factored_attn_matrices."
             )
-        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        if isinstance(dtype, str):
+            if dtype not in DTYPE_FROM_STRING:
+                raise ValueError(
+                    f"dtype={dtype!r}: pass a torch.dtype or one of {sorted(DTYPE_FROM_STRING)}."
+                )
+            dtype = DTYPE_FROM_STRING[dtype]
         source = official_name(model_name) if hf_model is None else hf_model
         model = cls.from_weights(read_source(source, tokenizer))
         model = model.to(device=transformer_lens_device() if device is None else device, dtype=dtype)
@@ -225,8 +248,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if refactor_factored_attn_matrices:
             model.refactor_factored_attn_matrices()
         model.default_padding_side = default_padding_side
-        if default_prepend_bos is not None:
-            model.cfg.default_prepend_bos = default_prepend_bos
+        if default_prepend_bos is None:  # TransformerLens's default: BOS first, but where TL loads without
+            bos = model.cfg.bos_token_id
+            bos = getattr(model.tokenizer, "bos_token_id", None) if bos is None else bos
+            default_prepend_bos = bos is not None and model.cfg.architecture not in TL_NO_BOS_ARCHITECTURES
+        model.cfg.default_prepend_bos = default_prepend_bos
         return model
 
     def refactor_factored_attn_matrices(self) -> None:
@@ -263,7 +289,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if set(settings) - allowed:
             raise ValueError(f"Only {sorted(allowed)} can be changed at run time.")
         if settings.get("use_attn_in") and self.cfg.group_size > 1:
-            raise ValueError(
+            raise checks.InvalidArgumentError(
                 "hook_attn_in needs one key/value head per query head; use set_use_split_qkv_input."
             )
         for key, value in settings.items():
@@ -288,19 +314,32 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
 
     # --- hooks ---------------------------------------------------------------------------------
 
+    def check_hooks_to_add(
+        self,
+        hook_point: HookPoint,
+        hook_point_name: str,
+        hook: Callable,
+        dir: Literal["fwd", "bwd"] = "fwd",
+        is_permanent: bool = False,
+        prepend: bool = False,
+    ) -> None:
+        """TransformerLens's check before `model.add_hook` adds a hook: an opt-in hook that is switched
+        off raises (`check_hook_name`; an AssertionError too, as TL's), instead of never firing."""
+        self.check_hook_name(hook_point_name)
+
     def check_hook_name(self, name: str) -> None:
         """Raise a KeyError naming the closest hook names if `name` is not a hook point."""
         if name in self.hook_dict:
             setting = opt_in_setting(name)
             if setting is not None and not getattr(self.hook_settings, setting):
-                raise KeyError(
+                raise checks.HookNameError(
                     f"{name!r} is an opt-in hook: call model.set_{setting}(True) "
                     f"(or use `with model.settings({setting}=True):`) to make it fire."
                 )
             return
         close = difflib.get_close_matches(name, self.hook_dict.keys(), n=5, cutoff=0.6)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise KeyError(f"No hook point named {name!r}.{hint} List them with model.hook_dict.")
+        raise checks.HookNameError(f"No hook point named {name!r}.{hint} List them with model.hook_dict.")
 
     def _enable_hook(self, name: str | Callable, hook: Callable, dir: str) -> None:
         if isinstance(name, str):
@@ -315,6 +354,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         return_type: ReturnType = "logits",
         incl_bwd: bool = False,
         remove_batch_dim: bool = False,
+        pos_slice: int | slice | tuple | list | Tensor | Slice | None = None,
         **forward_kwargs: Any,
     ) -> tuple[Any, ActivationCache]:
         """Run the model and cache activations of the hooks that `names_filter` selects.
@@ -323,7 +363,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         With return_type=None the forward stops after the last block a selected hook lives in.
         `device` moves each cached tensor as it is made (e.g. "cpu" to free GPU memory); `incl_bwd`
         also caches gradients under "<name>_grad" when the caller runs `.backward()` on the output;
-        `remove_batch_dim` drops the batch dim of a one-prompt run's cache.
+        `remove_batch_dim` drops the batch dim of a one-prompt run's cache. `pos_slice` keeps only those
+        positions (TransformerLens's `Slice`: an int keeps its dim), of the query dim of patterns.
         """
         names = self.hook_names(names_filter)
         start, stop = self._layer_range(
@@ -337,18 +378,27 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             return_type is None
             and not incl_bwd
             and forward_kwargs.get("stop_at_layer") is None
-            and forward_kwargs.get("past_kv") is None
+            and forward_kwargs.get("past_kv_cache") is None
             and self._blocks_needed(names) < self.cfg.n_layers
         )
         if stop_early:
             forward_kwargs["stop_at_layer"] = max(self._blocks_needed(names), start)
         cache: dict[str, Tensor] = {}
 
+        positions = None if pos_slice is None else Slice.unwrap(pos_slice)
+
+        def kept(tensor: Tensor, name: str) -> Tensor:
+            tensor = tensor.detach().to(device) if device else tensor.detach()
+            if positions is None:
+                return tensor
+            pos_dim = -3 if name.endswith(_PER_HEAD_HOOKS) else -2  # [.., pos, head, d] or [.., pos, d]
+            return positions.apply(tensor, dim=pos_dim) if tensor.dim() >= -pos_dim else tensor
+
         def save(tensor: Tensor, hook: HookPoint) -> None:
-            cache[hook.name] = tensor.detach().to(device) if device else tensor.detach()
+            cache[hook.name] = kept(tensor, hook.name)
 
         def save_grad(tensor: Tensor, hook: HookPoint) -> None:
-            cache[f"{hook.name}_grad"] = tensor.detach().to(device) if device else tensor.detach()
+            cache[f"{hook.name}_grad"] = kept(tensor, hook.name)
 
         fwd = [(name, save) for name in names]
         bwd = [(name, save_grad) for name in names] if incl_bwd else []
@@ -444,7 +494,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         tokens: Int[Tensor, "batch pos"] | None = None,
         attention_mask: Int[Tensor, "batch pos"] | None = None,
         stop_at_layer: int | None = None,
-        past_kv: list[dict] | None = None,
+        past_kv_cache: HookedTransformerKeyValueCache | None = None,
+        shortformer_pos_embed: None = None,
     ) -> Any:
         """Tokens [batch, pos] (or text) -> logits [batch, pos, d_vocab], loss, or both.
 
@@ -452,32 +503,46 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         `start_at_layer=L` takes the residual stream before block L ([batch, pos, d_model]) as
         input (`tokens=` then gives the loss its targets); `stop_at_layer=L` returns the residual
         stream before block L; negative L count from the end (TransformerLens's slice
-        `blocks[start_at_layer:stop_at_layer]`). `past_kv` is a list of per-layer dicts that caches
-        keys and values across calls (for generation).
+        `blocks[start_at_layer:stop_at_layer]`). `past_kv_cache` (a `HookedTransformerKeyValueCache`)
+        holds the keys and values of earlier calls: the input continues them and is appended.
 
         Padding, as TransformerLens: `attention_mask` [batch, pos] (1: real token, 0: pad) keeps every
         query from attending to pads and counts positions from each prompt's first real token
         (learned and rotary positions), so a left-padded prompt gives the logits it gives alone.
         A list of texts of mixed lengths builds its mask itself (padded on `padding_side`, default
-        `model.default_padding_side`); token ids get TransformerLens's mask from their leading pad
-        ids when the model pads on the left (`default_padding_side="left"`).
+        `model.default_padding_side`); token ids get TransformerLens's mask from their pad ids when
+        they are padded on the left (`padding_side`, else `default_padding_side`) or continue a KV cache.
         """
+        if shortformer_pos_embed is not None:
+            raise ValueError(
+                "interp has no shortformer positions, so shortformer_pos_embed must be None (what "
+                "input_to_embed returns); learned positions are added to the residual stream."
+            )
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
         if start_at_layer is None:
-            tokens, attention_mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask)
+            tokens, attention_mask = self._tokens_and_mask(
+                input, prepend_bos, padding_side, attention_mask, past_kv_cache is not None
+            )
             batch, n_pos = tokens.shape
         else:
             residual = input
             batch, n_pos = residual.shape[:2]
-        key_mask, positions = key_mask_and_positions(attention_mask, batch, n_pos, past_kv, self.device)
+        past_mask = None if past_kv_cache is None else past_kv_cache.previous_attention_mask
+        key_mask, positions = key_mask_and_positions(attention_mask, batch, n_pos, past_mask, self.device)
+        n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
+        if past_kv_cache is not None:
+            current = torch.ones(batch, n_pos, dtype=torch.long) if attention_mask is None else attention_mask
+            past_kv_cache.append_attention_mask(current)
         if start_at_layer is None:
+            if self.hook_settings.use_hook_tokens:
+                tokens = self.hook_tokens(tokens)
             query_mask = None if attention_mask is None else attention_mask.to(self.device)
-            residual = self._embed(tokens, past_kv, positions, query_mask)
+            residual = self._embed(tokens, n_cached, positions, query_mask)
         finite = [checks.all_finite(residual)]  # the residual stream after each stage, read once at the end
         for layer in range(start, stop):
             residual = self.blocks[layer](
                 residual,
-                past_kv=None if past_kv is None else past_kv[layer],
+                past_kv_cache_entry=None if past_kv_cache is None else past_kv_cache[layer],
                 attention_mask=key_mask,
                 positions=positions,
             )
@@ -489,7 +554,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if return_type is None:
             self._warn_if_non_finite(finite, start, start_at_layer is None, "the activations")
             return None
-        logits = self.unembed(normalized)
+        logits = self._unembed(normalized)
         finite.append(checks.all_finite(logits))
         self._warn_if_non_finite(finite, start, start_at_layer is None, "the logits")
         if return_type == "logits":
@@ -525,6 +590,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         prepend_bos: bool | None,
         padding_side: Literal["left", "right"] | None,
         attention_mask: Tensor | None,
+        continues_cache: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Token ids and the attention mask to run them with (None: no padding to mask)."""
         if isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor)):
@@ -533,11 +599,12 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         else:
             tokens = self.input_tokens(input, prepend_bos)
             mask = attention_mask
-            if mask is None and self.tokenizer is not None and self.default_padding_side == "left":
+            side = self.default_padding_side if padding_side is None else padding_side
+            if mask is None and self.tokenizer is not None and (side == "left" or continues_cache):
                 bos = self.cfg.bos_token_id
                 bos = self.tokenizer.bos_token_id if bos is None else bos
                 prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-                mask = padding_mask(tokens, pad_token_id(self.tokenizer), "left", prepend, bos)
+                mask = padding_mask(tokens, pad_token_id(self.tokenizer), side, prepend, bos)
         if mask is None:
             return tokens, None
         mask = torch.as_tensor(mask, device=self.device)
@@ -556,23 +623,35 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         prepend_bos: bool | None = None,
         padding_side: Literal["left", "right"] | None = None,
         attention_mask: Tensor | None = None,
-        past_kv: list[dict] | None = None,
+        past_kv_cache: HookedTransformerKeyValueCache | None = None,
     ) -> tuple[Float[Tensor, "batch pos d_model"], Int[Tensor, "batch pos"], None, Tensor | None]:
         """TransformerLens's first step of forward: (residual before block 0, tokens, None (interp
         has no shortformer positions), attention mask (None: no padding)). `model(residual,
         start_at_layer=0, attention_mask=mask)` continues it."""
-        tokens, mask = self._tokens_and_mask(input, prepend_bos, padding_side, attention_mask)
-        probe = None if past_kv is None else [dict(layer) for layer in past_kv]  # leave the cache as it is
-        _, positions = key_mask_and_positions(mask, *tokens.shape, probe, self.device)
+        continues_cache = past_kv_cache is not None
+        tokens, mask = self._tokens_and_mask(
+            input, prepend_bos, padding_side, attention_mask, continues_cache
+        )
+        if self.hook_settings.use_hook_tokens:
+            tokens = self.hook_tokens(tokens)
+        past_mask = None if past_kv_cache is None else past_kv_cache.previous_attention_mask
+        _, positions = key_mask_and_positions(mask, *tokens.shape, past_mask, self.device)
         query_mask = None if mask is None else mask.to(self.device)
-        return self._embed(tokens, past_kv, positions, query_mask), tokens, None, mask
+        n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
+        return self._embed(tokens, n_cached, positions, query_mask), tokens, None, mask
 
     def toggle_autodiff(self, mode: bool = False) -> None:
         """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
         torch.set_grad_enabled(mode)
 
-    def unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
-        """x W_U + b_U, soft-capped where the model caps its logits (Gemma 2)."""
+    @property
+    def unembed(self) -> WeightView:
+        """`model.unembed(x)`: x W_U + b_U, soft-capped where the model caps its logits (Gemma 2),
+        [batch, pos, d_vocab]; `.W_U`, `.b_U` (zeros where the model has no bias, as TransformerLens)."""
+        b_U = self.b_U if self.b_U is not None else torch.zeros(self.cfg.d_vocab, device=self.W_U.device)
+        return WeightView(self._unembed, W_U=self.W_U, b_U=b_U.to(self.W_U.dtype))
+
+    def _unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
         logits = x.to(self.W_U.device) @ self.W_U
         logits = logits if self.b_U is None else logits + self.b_U
         return soft_cap(logits, self.cfg.output_logits_soft_cap)
@@ -580,11 +659,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def _embed(
         self,
         tokens: Int[Tensor, "batch pos"],
-        past_kv: list[dict] | None,
+        offset: int = 0,
         positions: Tensor | None = None,
         query_mask: Tensor | None = None,
     ) -> Tensor:
-        offset = 0 if not past_kv or "k" not in past_kv[0] else past_kv[0]["k"].shape[1]
+        """The residual stream before block 0 of `tokens` that follow `offset` cached positions."""
         if offset + tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(
                 f"The input has {offset + tokens.shape[1]} tokens but {self.cfg.model_name} has a "
@@ -593,7 +672,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         residual = self.hook_embed(self.W_E[tokens])
         if self.cfg.positional == "learned":
             if positions is None:
-                pos_embed = self.W_pos[offset : offset + tokens.shape[1]].expand_as(residual)
+                # a copy per prompt, not a view of W_pos: a hook may edit it in place (as in TL)
+                pos_embed = self.W_pos[offset : offset + tokens.shape[1]].expand_as(residual).clone()
             else:  # per prompt, past its left padding; zero at pads (as TransformerLens)
                 pos_embed = self.W_pos[positions.to(self.W_pos.device)]
                 if query_mask is not None:
