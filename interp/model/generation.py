@@ -57,8 +57,9 @@ def generate(
     elif isinstance(input, Tensor) and input.is_floating_point():
         if input.ndim != 3 or input.shape[-1] != model.cfg.d_model:
             raise ValueError(
-                f"Embeddings given to generate must be [batch, pos, d_model={model.cfg.d_model}], got shape "
-                f"{tuple(input.shape)}; pass token embeddings (model.embed(tokens)), token ids or text."
+                f"A floating-point tensor given to generate is read as embeddings [batch, pos, d_model="
+                f"{model.cfg.d_model}], but this {input.dtype} tensor has shape {tuple(input.shape)}; "
+                "pass token ids as an integer tensor, token embeddings (model.embed(tokens)), or text."
             )
         prompt_embeds = input.to(model.W_E.device, model.W_E.dtype)
         tokens = torch.empty((input.shape[0], 0), dtype=torch.long, device=model.W_E.device)
