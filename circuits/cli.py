@@ -13,15 +13,13 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
 
-import torch
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 import interp
-from interp.interventions.patching import COMPONENTS
+from interp.catalog import CHECKPOINT_EVERY, COMPONENTS, DEFAULT_MODEL, OFFLINE_MODEL_NAMES, TASKS
 from interp.runtime.memory import keep_freed_memory
-from interp.training import CHECKPOINT_EVERY, TASKS
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
 EXAMPLES = {  # the end of each command's --help
@@ -62,7 +60,7 @@ def _root(
 
 
 MODEL_HELP = (
-    f"A short name ({', '.join(interp.OFFLINE_MODELS)}), a transformers id, a directory or a .gguf file."
+    f"A short name ({', '.join(OFFLINE_MODEL_NAMES)}), a transformers id, a directory or a .gguf file."
 )
 
 
@@ -93,7 +91,7 @@ def load(model: str) -> interp.HookedTransformer:
 
 
 @app.command(epilog=EXAMPLES["info"])
-def info(model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP)) -> None:
+def info(model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP)) -> None:
     """Summarise a model and its top prediction on an IOI prompt."""
     loaded = load(model)
     cfg = loaded.cfg
@@ -114,6 +112,8 @@ def info(model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP)) -> No
 
 def _parameter_count(model: interp.HookedTransformer) -> int:
     """Parameters as a model card counts them: tied embeddings (W_U = W_E^T) once."""
+    import torch
+
     total = sum(p.numel() for p in model.parameters())
     tied = model.W_U.shape == model.W_E.T.shape and torch.equal(model.W_U, model.W_E.T)
     return total - model.W_U.numel() if tied else total
@@ -121,7 +121,7 @@ def _parameter_count(model: interp.HookedTransformer) -> int:
 
 @app.command(epilog=EXAMPLES["heads"])
 def heads(
-    model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     format: str = typer.Option("table", help="table, csv, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     seed: int = typer.Option(0, min=0, help="Seed of the random probe sequences."),
@@ -236,7 +236,7 @@ def train(
 
 @app.command(epilog=EXAMPLES["ioi"])
 def ioi(
-    model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     n_prompts: int = typer.Option(
         64,
         min=MIN_IOI_PROMPTS,
@@ -273,7 +273,7 @@ def ioi(
 
 @app.command(epilog=EXAMPLES["patch"])
 def patch(
-    model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     component: Literal[COMPONENTS] = typer.Option(
         "z", help="resid_pre/mid/post, attn_out, mlp_out, or per head z, result, q, k, v, pattern."
     ),
@@ -334,7 +334,7 @@ def patch(
 
 @app.command()
 def circuit(
-    model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     task: str = typer.Option("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs."),
     method: str = typer.Option("eap-ig", help="eap, eap-ig, eap-ig-activations or exact (small models)."),
     edges: int | None = typer.Option(None, "--edges", help="Circuit size in edges (or --fraction)."),

@@ -41,6 +41,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm import tqdm
 
+from interp.catalog import TASK_DEFAULTS, TASKS
 from interp.checks import check_count, check_number
 from interp.config import Config
 from interp.interventions.metrics import next_token_loss
@@ -61,27 +62,6 @@ from interp.tasks import (
     split_generator,
 )
 
-
-@dataclass(frozen=True)
-class TaskDefaults:
-    """What train_toy_model uses when not given: a schedule and an architecture that produce the
-    task's phenomenon. Induction: 2 attention-only layers, 1500 steps at 5e-3 give induction heads
-    that `interp heads` confirms (seeds 0-2; with MLPs, or 1000 steps at 1e-3, none form). Toy IOI
-    plateaus at a coin flip between IO and S (loss ln 2) for hundreds of steps at 1e-3; 3e-3 and
-    1500 steps solve it."""
-
-    steps: int
-    lr: float
-    attn_only: bool
-
-
-TASK_DEFAULTS = {
-    "induction": TaskDefaults(1500, 5e-3, attn_only=True),
-    "markov": TaskDefaults(1000, 1e-3, attn_only=False),
-    "ioi": TaskDefaults(1500, 3e-3, attn_only=True),
-}
-TASKS = tuple(TASK_DEFAULTS)
-CHECKPOINT_EVERY = 250  # steps between the periodic checkpoints of `interp train`
 CHECKPOINTS = "checkpoints"
 logger = logging.getLogger("interp")
 

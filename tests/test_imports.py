@@ -18,7 +18,7 @@ ROOT = Path(interp.__file__).parent.parent
 
 # Layers from the bottom up: a module may import modules of its own layer or of lower layers.
 LAYERS = [
-    ("interp.config", "interp.types", "interp.checks"),
+    ("interp.config", "interp.types", "interp.checks", "interp.catalog"),
     ("interp.io",),
     ("interp.model",),
     ("interp.interventions",),
@@ -161,3 +161,18 @@ def test_importing_interp_changes_nothing_in_the_process() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "policy False"
     assert result.stderr == ""
+
+
+def test_the_command_line_starts_without_torch() -> None:
+    """`interp --help` imports neither torch nor transformers (it starts in a fraction of a second):
+    the choices it lists come from `interp.catalog`, and every command imports what it runs."""
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from circuits.cli import app\n"
+        "for args in ([], ['heads', '--help'], ['train', '--help'], ['patch', '--help']):\n"
+        "    assert CliRunner().invoke(app, [*args, '--help'] if not args else args).exit_code == 0\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'transformer_lens') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from interp.catalog import COMPONENTS, HEAD_COMPONENTS
 from interp.checks import check_distinct_pair, check_layers, check_positions
 from interp.interventions.engine import (
     Site,
@@ -52,11 +53,6 @@ Direction = Literal["denoise", "noise"]
 PositionAxis = None | Literal["each"] | Sequence[int] | Mapping[str, Int[Tensor, " batch"]]
 """The positions a sweep patches, one per grid entry: None (all at once), "each", a list of positions,
 or named per-prompt positions ({"S1": [batch], "END": [batch]})."""
-
-# Components that activation/attribution patching sweep over, and whether they have a head axis.
-RESID_COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
-HEAD_COMPONENTS = ("z", "result", "q", "k", "v", "pattern")
-COMPONENTS = RESID_COMPONENTS + HEAD_COMPONENTS
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
+from interp.catalog import OFFLINE_MODEL_NAMES
 from interp.checks import check_loaded_weights, check_regular_file
 from interp.config import Config
 from interp.io.architectures import ARCHITECTURES, convert_hf_model
@@ -52,13 +53,13 @@ def _smollm2_gguf() -> Path:
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-# Short names of models that load offline, and where their weights come from.
-OFFLINE_MODELS = {
+# Where the weights of each model that loads offline (catalog.OFFLINE_MODEL_NAMES) come from.
+_OFFLINE_LOCATIONS = {
     "smollm2-135m": _smollm2_gguf,
     "toy-induction": _shipped("toy-induction"),
     "toy-ioi": _shipped("toy-ioi"),
 }
-DEFAULT_MODEL = "smollm2-135m"
+OFFLINE_MODELS = {name: _OFFLINE_LOCATIONS[name] for name in OFFLINE_MODEL_NAMES}
 
 
 def cache_dir() -> Path:

@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 
+from interp.catalog import DEFAULT_MODEL
 from interp.config import place
 from interp.io.checkpoint import read_checkpoint
 from interp.io.devices import default_device
-from interp.io.sources import DEFAULT_MODEL, read_gguf, read_hf_model, read_source
+from interp.io.sources import read_gguf, read_hf_model, read_source
 from interp.model.transformer import HookedTransformer
 from interp.model.weights import process_weights
 
