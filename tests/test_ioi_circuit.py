@@ -21,6 +21,7 @@ from circuits.ioi import (
     path_patching_effects,
     validate_circuit,
 )
+from circuits.ioi.evaluate import stratified_verdict
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence, robust_z, select_heads
 from circuits.ioi.report import (
     circuit_svg,
@@ -30,7 +31,7 @@ from circuits.ioi.report import (
     render_table,
     write_ioi_report,
 )
-from circuits.ioi.results import CLASS_WRITES, Settings
+from circuits.ioi.results import CLASS_WRITES, Settings, StratumEffect
 from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
 from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
@@ -290,7 +291,10 @@ def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tm
     assert data["settings"]["model"] == "toy-ioi" and data["baseline"]["accuracy"] > 0.95
     validation = data["validation"]
     writers = [cls for cls in ("name_mover", "s_suppression") if data["circuit"][cls]]
-    assert writers and any(validation["classes"][cls]["confirmed"] for cls in writers)
+    # Pooled over the held-out prompts, a writer class beats random heads (per name order it may
+    # not: the verdict then says order- or template-dependent, naming where it holds).
+    holding = [cls for cls in writers if validation["classes"][cls]["difference_ci"][1] < 0]
+    assert holding
     assert validation["recovered"] > HELDOUT_RECOVERED
     # On held-out prompts, mean-ablating the reported heads removes most of the logit diff, and a
     # confirmed writer class still writes its class's way (direct logit attribution at END).
@@ -301,7 +305,7 @@ def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tm
     drop = validation["logit_diff"] - ablation.logit_diff(circuit, heldout)
     assert drop > 0.6 * validation["logit_diff"]
     dla = direct_logit_attributions(model, heldout)
-    for cls in (cls for cls in writers if validation["classes"][cls]["confirmed"]):
+    for cls in holding:
         logit, sign = CLASS_WRITES[cls]
         heads = [tuple(head) for head in data["circuit"][cls]]
         assert sign * sum(dla[logit][head] for head in heads) > 0, (cls, dla)
@@ -422,3 +426,47 @@ def test_cli_rejects_bad_format():
     assert result.exit_code == 2 and "unknown format 'pdf'" in result.output
     result = CliRunner().invoke(app, ["ioi", "--format", "html"])
     assert result.exit_code == 2 and "--out" in result.output
+
+
+def test_a_class_that_holds_in_one_name_order_only_is_order_dependent(planted):
+    """Held-out prompts on which the planted name mover works in BABA prompts only (in ABBA prompts IO
+    is never in the context): pooled, it still beats random heads; per order, it does not."""
+    model, clean, abc, result = planted
+    heldout, heldout_abc = planted_prompts(64, seed=3)
+    abba = torch.tensor([order == "ABBA" for order in heldout.order])
+    tokens = heldout.tokens.clone()
+    rows = abba.nonzero()[:, 0]
+    tokens[rows, heldout.positions["IO"][rows]] = FILLER_X
+    half_broken = IOIPrompts(tokens, heldout.io_token, heldout.s_token, heldout.positions, heldout.template,
+                             heldout.order)  # fmt: skip
+    validation = validate_circuit(model, result, half_broken, heldout_abc)
+    name_mover = validation.classes["name_mover"]
+    assert name_mover.difference_ci[1] < 0  # pooled, it would have been confirmed
+    assert name_mover.verdict == "order-dependent" and "BABA" in name_mover.holds_in
+    assert "ABBA" not in name_mover.holds_in and "name_mover" in validation.unconfirmed
+    orders = {s.name: s for s in name_mover.strata if s.kind == "order"}
+    assert orders["ABBA"].n_prompts + orders["BABA"].n_prompts == 64
+    assert orders["BABA"].difference < orders["ABBA"].difference
+
+
+def _stratum(kind: str, name: str, holds: bool) -> StratumEffect:
+    return StratumEffect(kind, name, 8, -0.1 if holds else 0.1, (-0.2, 0.0) if holds else (0.0, 0.2), holds)
+
+
+@pytest.mark.parametrize(
+    ("pooled", "orders", "templates", "verdict"),
+    [
+        (True, (True, True), (True, True, False), "confirmed"),
+        (True, (True, False), (True, True, True), "order-dependent"),
+        (True, (True, True), (True, False, False), "template-dependent"),
+        (True, (True, True), (True, True, False, False), "template-dependent"),  # half is not most
+        (False, (True, True), (True, True, True), "unconfirmed"),
+        (True, (False, False), (True, True, True), "unconfirmed"),
+    ],
+)
+def test_stratified_verdicts(pooled, orders, templates, verdict):
+    strata = [_stratum("order", name, holds) for name, holds in zip(("ABBA", "BABA"), orders, strict=True)]
+    strata += [_stratum("template", f"T{i}", holds) for i, holds in enumerate(templates)]
+    found, holds_in = stratified_verdict(pooled, strata)
+    assert found == verdict
+    assert holds_in == [s.name for s in strata if s.holds]

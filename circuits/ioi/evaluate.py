@@ -30,8 +30,15 @@ from torch import Tensor
 import interp
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
-from circuits.ioi.results import CLASS_WRITES, ClassValidation, Evaluation, IOICircuitResult, Validation
-from interp.interventions.stats import bootstrap, bootstrap_ci, faithfulness_ratio
+from circuits.ioi.results import (
+    CLASS_WRITES,
+    ClassValidation,
+    Evaluation,
+    IOICircuitResult,
+    StratumEffect,
+    Validation,
+)
+from interp.interventions.stats import bootstrap, bootstrap_ci, faithfulness_ratio, heterogeneity
 from interp.tasks.ioi import IOIPrompts
 from interp.types import Head, head_label
 
@@ -184,15 +191,17 @@ def validate_circuit(
         draws = torch.stack([ablated(run) - reference for run in runs[1:]]).mean(0)  # [batch]
         sign = 1 if name == "negative_name_mover" else -1
         difference = (effect - draws) / abs(base)  # relative to the size of the logit diff, sign kept
-        low, high = (
-            float(bound) for bound in bootstrap_ci(difference, settings.n_bootstrap, seed=settings.seed)
-        )
+        low, high = _ci(difference, settings.n_bootstrap, settings.seed)
         writes = None
         writes_right = True
         if name in CLASS_WRITES:
             logit, write_sign = CLASS_WRITES[name]
             writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
             writes_right = write_sign * writes[logit] > 0
+        # nothing is confirmed on prompts where the model does not do IOI
+        pooled_holds = bool(_beyond_zero((low, high), sign) and writes_right and base > 0)
+        strata = stratum_effects(difference, heldout, sign, settings.n_bootstrap, settings.seed)
+        verdict, holds_in = stratified_verdict(pooled_holds, strata)
         classes[name] = ClassValidation(
             heads=[head_label(layer, head) for layer, head in heads],
             sign=sign,
@@ -201,8 +210,10 @@ def validate_circuit(
             difference=difference.mean().item(),
             difference_ci=(low, high),
             writes=writes,
-            # nothing is confirmed on prompts where the model does not do IOI
-            confirmed=bool((low > 0 if sign > 0 else high < 0) and writes_right and base > 0),
+            verdict=verdict,
+            holds_in=holds_in,
+            strata=strata,
+            heterogeneity=heterogeneity(difference, heldout.template.to(difference.device)),
         )
     in_circuit, nothing = ablated(outside_circuit), ablated(every_head)  # each [batch]
     low, high = bootstrap(
@@ -224,3 +235,55 @@ def validate_circuit(
         recovered_ci=(float(low), float(high)),
         classes=classes,
     )
+
+
+def _ci(values: Tensor, n_bootstrap: int, seed: int) -> tuple[float, float]:
+    low, high = bootstrap_ci(values, n_bootstrap, seed=seed)
+    return float(low), float(high)
+
+
+def _beyond_zero(ci: tuple[float, float], sign: int) -> bool:
+    """The CI excludes zero in the direction `sign`."""
+    return ci[0] > 0 if sign > 0 else ci[1] < 0
+
+
+def stratum_effects(
+    difference: Tensor, prompts: IOIPrompts, sign: int, n_bootstrap: int, seed: int
+) -> list[StratumEffect]:
+    """A class's per-prompt effect beyond random heads (`difference`, [batch]) per name order and per
+    template of `prompts`. An order stratum (half the prompts) holds when its CI excludes zero in the
+    class's direction; a template stratum (a few prompts each) when its mean points that way."""
+    strata = []
+    orders = torch.tensor([order == "ABBA" for order in prompts.order])
+    for order, members in (("ABBA", orders), ("BABA", ~orders)):
+        if members.any():
+            values = difference[members.to(difference.device)]
+            ci = _ci(values, n_bootstrap, seed)
+            strata.append(
+                StratumEffect("order", order, len(values), values.mean().item(), ci, _beyond_zero(ci, sign))
+            )
+    for template in prompts.template.unique().tolist():
+        members = (prompts.template == template).nonzero()[:, 0]
+        values = difference[members.to(difference.device)]
+        mean = values.mean().item()
+        example = None if prompts.texts is None else prompts.texts[int(members[0])]
+        ci = _ci(values, n_bootstrap, seed)
+        holds = sign * mean > 0
+        strata.append(StratumEffect("template", f"T{template}", len(values), mean, ci, holds, example))
+    return strata
+
+
+def stratified_verdict(pooled_holds: bool, strata: Sequence[StratumEffect]) -> tuple[str, list[str]]:
+    """(verdict, the strata where the class holds): "unconfirmed" unless the pooled effect holds and
+    at least one order does; "order-dependent" when only one name order holds; "template-dependent"
+    when it holds in at most half of the templates; else "confirmed"."""
+    holds_in = [stratum.name for stratum in strata if stratum.holds]
+    orders = [stratum for stratum in strata if stratum.kind == "order"]
+    templates = [stratum for stratum in strata if stratum.kind == "template"]
+    if not pooled_holds or not any(stratum.holds for stratum in orders):
+        return "unconfirmed", holds_in
+    if not all(stratum.holds for stratum in orders):
+        return "order-dependent", holds_in
+    if 2 * sum(stratum.holds for stratum in templates) <= len(templates):
+        return "template-dependent", holds_in
+    return "confirmed", holds_in

@@ -96,7 +96,11 @@ def _validation_lines(result: IOICircuitResult) -> list[str]:
     v = result.validation
     if v is None:
         return []
-    unconfirmed = f"; unconfirmed: {', '.join(v.unconfirmed)}" if v.unconfirmed else "; every class confirmed"
+    unconfirmed = (
+        "; not confirmed: " + ", ".join(f"{cls} ({v.classes[cls].verdict})" for cls in v.unconfirmed)
+        if v.unconfirmed
+        else "; every class confirmed in both name orders and most templates"
+    )
     return [
         f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
         f"{v.recovered:.1%} (95% CI {_ci(v.recovered_ci)}), faithfulness {v.faithfulness:.1%}{unconfirmed}"
@@ -109,7 +113,7 @@ def _validation_rows(result: IOICircuitResult):
     for cls, c in v.classes.items() if v is not None else ():
         writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f}, S {c.writes['S']:+.2f}"
         difference = f"{c.difference:+.0%} [{c.difference_ci[0]:+.0%}, {c.difference_ci[1]:+.0%}]"
-        verdict = "confirmed" if c.confirmed else "unconfirmed"
+        verdict = c.verdict if c.verdict in ("confirmed", "unconfirmed") else f"{c.verdict}: {_holds(c)}"
         yield (
             cls,
             ", ".join(c.heads),
@@ -122,13 +126,58 @@ def _validation_rows(result: IOICircuitResult):
 
 
 VALIDATION_COLUMNS = ("class", "heads", "ablated", "random", "difference (95% CI)", "writes", "held out")
+STRATA_COLUMNS = ("class", "ABBA % (95% CI)", "BABA % (95% CI)", "templates", "heterogeneity")
+STRATA_LEGEND = (
+    "Per stratum: the class's effect beyond random heads (as 'difference') on the held-out prompts "
+    "of each name order (ABBA: IO named first) and of each template. Negative = ablating the class "
+    "lowers the logit diff more than random heads do (positive for negative name movers); x: the "
+    "order where it does not hold. A class "
+    "is confirmed when it holds in both orders (CI beyond 0) and in most templates (mean in its "
+    "direction); heterogeneity: Cochran's Q over templates (I^2: share of the spread between "
+    "templates beyond chance)."
+)
+
+
+def _holds(c) -> str:
+    """The strata where a class holds, in words."""
+    return ", ".join(c.holds_in) or "no stratum"
+
+
+def _strata_rows(result: IOICircuitResult):
+    """(class, ABBA, BABA, templates that hold, heterogeneity) per validated class."""
+    v = result.validation
+    for cls, c in v.classes.items() if v is not None else ():
+        orders = {s.name: s for s in c.strata if s.kind == "order"}
+        templates = [s for s in c.strata if s.kind == "template"]
+        cells = [
+            "n/a"
+            if name not in orders
+            else f"{orders[name].difference:+.0%} [{orders[name].difference_ci[0] * 100:+.0f}, "
+            f"{orders[name].difference_ci[1] * 100:+.0f}]{'' if orders[name].holds else ' x'}"
+            for name in ("ABBA", "BABA")
+        ]
+        held = [s.name for s in templates if s.holds]
+        q, df, p, i2 = c.heterogeneity
+        spread = "n/a" if df == 0 else f"I^2 {i2:.0%}, p {p:.2g}"
+        yield (cls, *cells, f"{len(held)} of {len(templates)}: {' '.join(held) or '-'}", spread)
+
+
+def _template_lines(result: IOICircuitResult) -> list[str]:
+    """ "T3: <a prompt of template 3>" per held-out template (text IOI)."""
+    v = result.validation
+    if v is None or not v.classes:
+        return []
+    first = next(iter(v.classes.values()))
+    return [f"{s.name}: {s.example}" for s in first.strata if s.kind == "template" and s.example]
+
+
 WIDE_TERMINAL = 120  # columns from which the terminal table shows how each head was found
 
 
 def _class_label(result: IOICircuitResult, cls: str) -> str:
     """The class name, marked when held-out validation did not confirm it."""
     v = result.validation
-    return f"{cls} (unconfirmed)" if v is not None and cls in v.unconfirmed else cls
+    return f"{cls} ({v.classes[cls].verdict})" if v is not None and cls in v.unconfirmed else cls
 
 
 def _head_rows(result: IOICircuitResult):
@@ -179,6 +228,15 @@ def render_table(result: IOICircuitResult, console: Console) -> None:
             cells = dict(zip(VALIDATION_COLUMNS, row, strict=True))
             validation.add_row(*(cells[column] for column in order))
         console.print(validation)
+        strata = Table(title="Held-out validation per name order and template", box=box.SIMPLE_HEAD)
+        for column in STRATA_COLUMNS:
+            strata.add_column(column, no_wrap="CI" in column, overflow="fold")
+        for row in _strata_rows(result):
+            strata.add_row(*row)
+        console.print(strata)
+        console.print(STRATA_LEGEND, style="dim")
+        for line in _template_lines(result):
+            console.print(line, style="dim", markup=False)
     e = result.evaluation
     if e is not None and e.minimality:
         minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
@@ -199,6 +257,10 @@ def render_markdown(result: IOICircuitResult) -> str:
         out += ["", "Held-out validation (mean-ablating each class vs as many random heads):", ""]
         out += ["| " + " | ".join(VALIDATION_COLUMNS) + " |", "|" + "---|" * len(VALIDATION_COLUMNS)]
         out += ["| " + " | ".join(row) + " |" for row in _validation_rows(result)]
+        out += ["", "Per name order and template:", ""]
+        out += ["| " + " | ".join(STRATA_COLUMNS) + " |", "|" + "---|" * len(STRATA_COLUMNS)]
+        out += ["| " + " | ".join(row) + " |" for row in _strata_rows(result)]
+        out += ["", STRATA_LEGEND, ""] + [f"- {line}" for line in _template_lines(result)]
     e = result.evaluation
     if e is not None and e.minimality:
         out += [
@@ -332,6 +394,17 @@ def render_html(result: IOICircuitResult) -> str:
                 for row in _validation_rows(result)
             )
             + "</table>"
+            + "<h3>Per name order and template</h3><table class='ioi-strata'><tr>"
+            + "".join(f"<th>{html.escape(column)}</th>" for column in STRATA_COLUMNS)
+            + "</tr>"
+            + "".join(
+                "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+                for row in _strata_rows(result)
+            )
+            + "</table>"
+            + f"<p>{html.escape(STRATA_LEGEND)}</p><ul>"
+            + "".join(f"<li>{html.escape(line)}</li>" for line in _template_lines(result))
+            + "</ul>"
         )
     n_layers, n_heads = next(iter(result.attention.values())).shape
     layers, heads = [str(i) for i in range(n_layers)], [str(i) for i in range(n_heads)]

@@ -119,10 +119,33 @@ class Evaluation:
 
 
 @dataclass
+class StratumEffect:
+    """A class's effect beyond random heads on the held-out prompts of one stratum: a name order
+    ("ABBA": IO first, "BABA": S first) or a template ("T3": held-out template 3, `example` one of its
+    prompts). Units as ClassValidation.difference."""
+
+    kind: str  # "order" or "template"
+    name: str  # "ABBA", "BABA", "T0", ...
+    n_prompts: int
+    difference: float
+    difference_ci: tuple[float, float]  # 95% bootstrap over the stratum's prompts
+    holds: bool  # see circuits.ioi.evaluate: the order strata need the CI, templates the direction
+    example: str | None = None  # a prompt of the stratum (text IOI)
+
+
+VERDICTS = ("confirmed", "order-dependent", "template-dependent", "unconfirmed")
+
+
+@dataclass
 class ClassValidation:
     """One class on held-out prompts. Effects are changes of the mean logit diff when heads are
     mean-ablated, relative to the size of the unablated held-out logit diff; sign: the class's
-    direction. No class is confirmed where the model does not do IOI (held-out logit diff <= 0)."""
+    direction. No class is confirmed where the model does not do IOI (held-out logit diff <= 0).
+
+    verdict (VERDICTS): "confirmed" when the pooled effect beats random heads, in both name orders and
+    in most templates; "order-dependent" or "template-dependent" when it holds only in the strata
+    `holds_in` names; "unconfirmed" when the pooled effect does not beat random heads (or the writers
+    do not write their way). heterogeneity: Cochran's Q over the template strata (Q, df, p, I²)."""
 
     heads: list[str]  # "L9H6", ...
     sign: int  # -1: ablating the class should lower the logit diff (+1: raise it)
@@ -131,7 +154,16 @@ class ClassValidation:
     difference: float  # effect - random_effect
     difference_ci: tuple[float, float]  # 95% bootstrap over prompts
     writes: dict[str, float] | None  # writer classes: mean direct logit attribution "IO", "S" on held-out
-    confirmed: bool
+    verdict: str
+    holds_in: list[str]  # the strata where it holds (order and template names)
+    strata: list[StratumEffect]
+    heterogeneity: tuple[float, int, float, float]
+    confirmed: bool = field(init=False)  # verdict == "confirmed" (kept in the JSON for readers)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        self.confirmed = self.verdict == "confirmed"
 
 
 @dataclass
