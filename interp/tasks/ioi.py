@@ -367,6 +367,14 @@ HELDOUT_TEMPLATES = (
     "Before [B] and [A] left the [PLACE], [B] offered a [OBJECT] to [A]",
     "Once [B] and [A] arrived at the [PLACE], [B] lent the [OBJECT] to [A]",
     "Last year [B] and [A] worked at the [PLACE]. One day [B] mailed a [OBJECT] to [A]",
+    # Other shapes: names introduced mid-sentence, by a verb rather than "and", in a subordinate
+    # clause, or far from the end; the answer follows "for" or "with" as well as "to".
+    "The [PLACE] was quiet when [B] and [A] arrived, so [B] left the [OBJECT] with [A]",
+    "Once upon a time [B] met [A] at the [PLACE], and after a long talk [B] gave the [OBJECT] to [A]",
+    "Because [B] and [A] were hungry after a day at the [PLACE], [B] bought a [OBJECT] for [A]",
+    "It was [B] who invited [A] to the [PLACE], and it was [B] who threw the [OBJECT] to [A]",
+    "Both [B] and [A] liked the [OBJECT] from the [PLACE], but in the end [B] gave it to [A]",
+    "In the evening [B] phoned [A] from the [PLACE]. An hour later, [B] brought a [OBJECT] to [A]",
 )
 HELDOUT_NAMES = (
     "George", "Edward", "Henry", "Peter", "Frank", "Alice", "Helen", "Anna", "Emma", "Oliver", "Jack",
@@ -402,6 +410,7 @@ def make_ioi_dataset(
     places: Sequence[str] = PLACES,
     objects: Sequence[str] = OBJECTS,
     allow_duplicates: bool = False,
+    balanced: bool = False,
 ) -> tuple[IOIPrompts, IOIPrompts, IOIPrompts]:
     """(clean, abc, swap) IOI prompts tokenized for `model` (CPU tensors; use `.to(device)`).
 
@@ -413,6 +422,9 @@ def make_ioi_dataset(
     places, objects: fillers for [PLACE] and [OBJECT] (any number of tokens).
     allow_duplicates: the clean prompts are distinct unless this is True; asking for more prompts
     than there are distinct ones raises (the message gives their number).
+    balanced: templates take turns instead of being drawn (prompts 2k and 2k + 1, one per order, use
+    template k mod len(templates)), so every (template, order) stratum holds the same number of
+    prompts, +-1: what validation per template and order needs.
     """
     if n_prompts < 1:
         raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
@@ -441,7 +453,11 @@ def make_ioi_dataset(
     name_of_token = {token: name for name, token in name_tokens.items()}
 
     generator = torch.Generator().manual_seed(seed)
-    template = torch.randint(len(templates), (n_prompts,), generator=generator)
+    template = (
+        torch.arange(n_prompts) // 2 % len(templates)
+        if balanced
+        else torch.randint(len(templates), (n_prompts,), generator=generator)
+    )
     io_index, s_index = (
         torch.rand(n_prompts, len(name_list), generator=generator).topk(2, dim=1).indices.unbind(1)
     )
@@ -451,7 +467,7 @@ def make_ioi_dataset(
     if not allow_duplicates:
         _redraw_duplicates(
             n_prompts, order, prompt_templates, template, io_index, s_index, place, obj,
-            len(name_list), places, objects, generator,
+            len(name_list), places, objects, generator, redraw_template=not balanced,
         )  # fmt: skip
     fillers = [
         (prompt_templates[order[i]][template[i]], places[place[i]], objects[obj[i]]) for i in range(n_prompts)
@@ -502,9 +518,10 @@ def _redraw_duplicates(
     places: Sequence[str],
     objects: Sequence[str],
     generator: torch.Generator,
+    redraw_template: bool = True,
 ) -> None:
-    """Redraw (in place, with `generator`) each prompt that repeats an earlier one, so that the
-    prompts are distinct; raise if there are fewer distinct prompts of an order than asked for."""
+    """Redraw (in place, with `generator`) each prompt that repeats an earlier one (its template too
+    unless `redraw_template` is False), so that the prompts are distinct; raise if there are fewer distinct prompts of an order than asked for."""
     n_distinct = {
         o: len(set(prompt_templates[o])) * n_names * (n_names - 1) * len(set(places)) * len(set(objects))
         for o in IOI_ORDERS
@@ -532,7 +549,8 @@ def _redraw_duplicates(
     seen: set[tuple] = set()
     for i in range(n_prompts):
         while key(i) in seen:
-            template[i] = int(torch.randint(len(prompt_templates[order[i]]), (), generator=generator))
+            if redraw_template:
+                template[i] = int(torch.randint(len(prompt_templates[order[i]]), (), generator=generator))
             io_index[i], s_index[i] = torch.randperm(n_names, generator=generator)[:2]
             place[i] = int(torch.randint(len(places), (), generator=generator))
             obj[i] = int(torch.randint(len(objects), (), generator=generator))
@@ -612,7 +630,8 @@ def ioi_dataset_for(
     """(clean, abc, swap) IOI prompts for `model`, from the discovery or the held-out split.
 
     Text models: discovery uses the paper's templates, names, places and objects; heldout uses
-    HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES and HELDOUT_OBJECTS (disjoint from them).
+    HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES and HELDOUT_OBJECTS (disjoint from them), each
+    held-out template in both orders equally often (`balanced`).
     A model trained on the toy IOI task (`model.cfg.task == "ioi"`; its vocabulary is closed): the
     toy task's eval prompts, discovery from templates TOY_DISCOVERY_TEMPLATES and the first half of
     the names, heldout from the other templates and names (`heldout_description` says which in words).
@@ -623,8 +642,9 @@ def ioi_dataset_for(
         if split == "discovery":
             return make_ioi_dataset(model, n_prompts, seed)
         return make_ioi_dataset(
-            model, n_prompts, seed, HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES, HELDOUT_OBJECTS
-        )
+            model, n_prompts, seed, HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES, HELDOUT_OBJECTS,
+            balanced=True,
+        )  # fmt: skip
     task = ToyIOITask()
     if task.d_vocab != model.cfg.d_vocab:
         raise ValueError(
