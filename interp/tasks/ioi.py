@@ -521,7 +521,8 @@ def _redraw_duplicates(
     redraw_template: bool = True,
 ) -> None:
     """Redraw (in place, with `generator`) each prompt that repeats an earlier one (its template too
-    unless `redraw_template` is False), so that the prompts are distinct; raise if there are fewer distinct prompts of an order than asked for."""
+    unless `redraw_template` is False), so that the prompts are distinct; raise if there are fewer
+    distinct prompts of an order than asked for."""
     n_distinct = {
         o: len(set(prompt_templates[o])) * n_names * (n_names - 1) * len(set(places)) * len(set(objects))
         for o in IOI_ORDERS
