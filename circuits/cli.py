@@ -35,6 +35,14 @@ EXAMPLES = {  # the end of each command's --help
         ],
         "ioi": ["--model smollm2-135m --format markdown --out ioi.md", "--model toy-ioi"],
         "patch": ["--component z --top 5", "--component resid_pre --out patch.csv"],
+        "circuit": [
+            "--model toy-ioi --task ioi --edges 100",
+            "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
+        ],
+        "render": [
+            "heads.json --format html --out heads.html   # after: interp heads --save heads.json",
+            "ioi.json --format markdown",
+        ],
     }.items()
 }
 
@@ -66,6 +74,7 @@ MODEL_HELP = (
 )
 
 
+SAVE_HELP = "Also write the full result to this .json file; `interp render` re-renders it in any format."
 RAY_HELP = 'Run on a Ray cluster: "local" starts one here, else its address ("auto", "ray://host:10001").'
 
 
@@ -81,6 +90,23 @@ def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
         raise fail(f"unknown format {format!r}; choose one of {', '.join(formats)}.")
     if format == "html" and out is None:
         raise fail("--format html needs --out FILE.html.")
+
+
+def check_save(save: str | None) -> None:
+    """Refuse a --save path that is not a .json file, before any model is loaded."""
+    if save is not None and Path(save).suffix != ".json":
+        raise fail(f"--save {save} must end in .json (the full result is JSON).")
+
+
+def save_and_tell(result: object, out: str | None, save: str | None) -> None:
+    """Write the full result to `save` (if given) and say which files were written."""
+    from circuits.results_file import save_result
+
+    if save is not None:
+        save_result(result, save)
+    for path in (out, save):
+        if path is not None:
+            console.print(f"Wrote {path}", style="dim")
 
 
 def load(model: str) -> interp.HookedTransformer:
@@ -132,6 +158,7 @@ def heads(
         False, "--wide", help="Every score column in the terminal table (the default from 160 columns)."
     ),
     ray: str | None = typer.Option(None, help=RAY_HELP),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from rich.progress import Progress
@@ -141,6 +168,7 @@ def heads(
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
+    check_save(save)
     loaded = load(model)
     try:
         if ray is None:
@@ -158,8 +186,7 @@ def heads(
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
     write_report(report, format, out, console, wide=wide or None)
-    if out is not None:
-        console.print(f"Wrote {out}", style="dim")
+    save_and_tell(report, out, save)
 
 
 @app.command(epilog=EXAMPLES["train"])
@@ -246,6 +273,7 @@ def ioi(
     format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     ray: str | None = typer.Option(None, help=RAY_HELP),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
     from circuits.ioi import find_ioi_circuit
@@ -253,6 +281,7 @@ def ioi(
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
+    check_save(save)
     loaded = load(model)
     began = time.perf_counter()
 
@@ -267,8 +296,7 @@ def ioi(
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
     write_ioi_report(result, format, out, console)
-    if out is not None:
-        console.print(f"Wrote {out}", style="dim")
+    save_and_tell(result, out, save)
 
 
 @app.command(epilog=EXAMPLES["patch"])
@@ -332,7 +360,7 @@ def patch(
     console.print(table)
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["circuit"])
 def circuit(
     model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
     task: str = typer.Option("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs."),
@@ -352,6 +380,7 @@ def circuit(
     mib_out: str | None = typer.Option(
         None, help="Also write the circuit in MIB's submission format (JSON)."
     ),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
     """Find an edge circuit by edge attribution patching (EAP, EAP-IG), and measure its faithfulness."""
     import json
@@ -363,6 +392,7 @@ def circuit(
     from interp.viz import write_text
 
     check_format(format, out, FORMATS)
+    check_save(save)
     if (edges is None) == (fraction is None):
         raise fail("give the circuit size as --edges N or --fraction F (one of them).")
     for name, value, allowed in [("method", method, METHODS), ("ablation", ablation, ABLATIONS)]:
@@ -389,6 +419,25 @@ def circuit(
     write_edge_report(result, format, out, console)
     if mib_out is not None:
         write_text(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
-    for path in (out, mib_out):
-        if path is not None:
-            console.print(f"Wrote {path}", style="dim")
+    if mib_out is not None:
+        console.print(f"Wrote {mib_out}", style="dim")
+    save_and_tell(result, out, save)
+
+
+@app.command(epilog=EXAMPLES["render"])
+def render(
+    result: str = typer.Argument(..., help="A result file written by a command's --save FILE.json."),
+    format: str = typer.Option("table", help="table, csv, json, markdown or html (as the command offers)."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+) -> None:
+    """Render a saved result again in another format, without recomputing it."""
+    from circuits.results_file import load_result, result_formats, write_result_report
+
+    try:
+        loaded = load_result(result)
+        check_format(format, out, result_formats(loaded))
+        write_result_report(loaded, format, out, console)
+    except (ValueError, FileNotFoundError) as error:
+        raise fail(str(error)) from error
+    if out is not None:
+        console.print(f"Wrote {out}", style="dim")

@@ -1,0 +1,56 @@
+"""One run, many formats: `--save FILE.json` then `interp render` gives the report the command wrote."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from circuits.cli import app
+from circuits.results_file import SCHEMA, load_result
+
+RUNS = {  # kind -> the command on a shipped toy model, and the formats it writes
+    "heads": (["heads", "--model", "toy-induction", "--n-samples", "4"], ["table", "csv", "json", "markdown", "html"]),
+    "ioi": (["ioi", "--model", "toy-ioi", "--n-prompts", "16"], ["table", "json", "markdown", "html"]),
+    "circuit": (
+        ["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap", "--fraction", "0.2",
+         "--n-prompts", "8"],
+        ["table", "json", "html"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(RUNS))
+def test_render_of_a_saved_result_is_the_report_the_command_wrote(kind, tmp_path):
+    command, formats = RUNS[kind]
+    first, *others = formats
+    saved = tmp_path / f"{kind}.json"
+    direct = tmp_path / f"direct.{first}"
+    run = CliRunner().invoke(app, [*command, "--format", first, "--out", str(direct), "--save", str(saved)])
+    assert run.exit_code == 0, run.output
+    document = json.loads(saved.read_text())
+    assert document["schema"] == SCHEMA and document["kind"] == kind
+    rendered = tmp_path / f"rendered.{first}"
+    run = CliRunner().invoke(app, ["render", str(saved), "--format", first, "--out", str(rendered)])
+    assert run.exit_code == 0, run.output
+    assert rendered.read_text() == direct.read_text()
+    # Every other format renders from the same file, as the library renders the loaded result.
+    result = load_result(saved)
+    assert type(result).__name__ in {"HeadReport", "IOICircuitResult", "EdgeCircuitResult"}
+    for format in others:
+        out = tmp_path / f"rendered.{format}"
+        run = CliRunner().invoke(app, ["render", str(saved), "--format", format, "--out", str(out)])
+        assert run.exit_code == 0, (format, run.output)
+        assert out.stat().st_size > 100, format
+
+
+def test_render_refuses_what_it_cannot_render(tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"model": "toy"}))
+    run = CliRunner().invoke(app, ["render", str(summary)])
+    assert run.exit_code == 2 and "not a saved result" in run.output and "--save" in run.output
+    run = CliRunner().invoke(app, ["render", str(tmp_path / "missing.json")])
+    assert run.exit_code == 2 and "no result file" in run.output
+    run = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--save", str(tmp_path / "x.txt")])
+    assert run.exit_code == 2 and "must end in .json" in " ".join(run.output.split())
