@@ -41,6 +41,7 @@ KINDS = {  # kind -> (result type, formats, writer)
     "ioi": (IOICircuitResult, IOI_FORMATS, write_ioi_report),
     "circuit": (EdgeCircuitResult, EDGE_FORMATS, write_edge_report),
 }
+RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult)
 DATACLASSES = {  # every dataclass a stored result may hold, by name: those of its types' modules
     cls.__qualname__: cls
     for module in [

@@ -11,7 +11,10 @@ from circuits.cli import app
 from circuits.results_file import SCHEMA, load_result
 
 RUNS = {  # kind -> the command on a shipped toy model, and the formats it writes
-    "heads": (["heads", "--model", "toy-induction", "--n-samples", "4"], ["table", "csv", "json", "markdown", "html"]),
+    "heads": (
+        ["heads", "--model", "toy-induction", "--n-samples", "4"],
+        ["table", "csv", "json", "markdown", "html"],
+    ),
     "ioi": (["ioi", "--model", "toy-ioi", "--n-prompts", "16"], ["table", "json", "markdown", "html"]),
     "circuit": (
         ["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap", "--fraction", "0.2",
