@@ -13,13 +13,13 @@ render call. In a notebook, show_attention(...) displays on its own (it embeds t
 """
 
 import functools
+import hashlib
 import html
 import json
 import math
 import os
 import re
 import tempfile
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,9 +72,9 @@ def attention_patterns_html(
     str_tokens: [pos] token strings; pattern: [head, query_pos, key_pos] attention probabilities;
     head_names: [head] labels (default "Head 0", ...). Pass e.g. cache["pattern", L][0].
     """
-    props = _attention_props(str_tokens, pattern, head_names)
-    div_id = "interp-attn-" + uuid.uuid4().hex[:12]
-    render_call = f'CircuitsVis.render("{div_id}", CircuitsVis.AttentionPatterns, {script_json(props)});'
+    props = script_json(_attention_props(str_tokens, pattern, head_names))
+    div_id = "interp-attn-" + hashlib.sha256(props.encode()).hexdigest()[:12]  # same report, same page
+    render_call = f'CircuitsVis.render("{div_id}", CircuitsVis.AttentionPatterns, {props});'
     return (
         f'<div class="interp-attention" {_NEEDS_BUNDLE} style="position: relative; margin: 15px 0;">'
         f'<div id="{div_id}"></div></div>\n'

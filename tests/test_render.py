@@ -57,3 +57,20 @@ def test_render_refuses_what_it_cannot_render(tmp_path):
     assert run.exit_code == 2 and "no result file" in run.output
     run = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--save", str(tmp_path / "x.txt")])
     assert run.exit_code == 2 and "must end in .json" in " ".join(run.output.split())
+
+
+def test_every_format_of_a_loaded_result_matches_the_original(tmp_path):
+    """The stored file holds everything each renderer reads: all formats agree byte for byte."""
+    import interp
+    from circuits.heads import head_report
+    from circuits.results_file import result_formats, save_result, write_result_report
+
+    model = interp.load_model("toy-induction")
+    report = head_report(model, n_samples=4)
+    save_result(report, tmp_path / "heads.json")
+    loaded = load_result(tmp_path / "heads.json")
+    for format in result_formats(report):
+        original, again = tmp_path / f"original.{format}", tmp_path / f"again.{format}"
+        write_result_report(report, format, original, None)
+        write_result_report(loaded, format, again, None)
+        assert again.read_text() == original.read_text(), format
