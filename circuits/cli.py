@@ -34,7 +34,11 @@ EXAMPLES = {  # the end of each command's --help
             "--task ioi --seed 1 --out runs/ioi      # then: interp ioi --model runs/ioi",
         ],
         "ioi": ["--model smollm2-135m --format markdown --out ioi.md", "--model toy-ioi"],
-        "patch": ["--component z --top 5", "--component resid_pre --out patch.csv"],
+        "patch": [
+            "--component z --top 5",
+            "--component resid_pre --format csv --out patch.csv",
+            "--model smollm2-135m --pairs pairs.csv --save patch.json   # same-length clean/corrupted",
+        ],
         "circuit": [
             "--model toy-ioi --task ioi --edges 100",
             "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
@@ -308,56 +312,37 @@ def patch(
     direction: Literal["denoise", "noise"] = typer.Option(
         "denoise", help="denoise (corrupted run, clean activations) or noise."
     ),
+    pairs: str | None = typer.Option(
+        None,
+        help="Your own prompt pairs: a .csv/.jsonl file as `interp circuit --task` reads (default: IOI).",
+    ),
     n_prompts: int = typer.Option(
         8, min=1, help="IOI prompts; the corrupted prompts use three other names (ABC)."
     ),
     seed: int = typer.Option(0, min=0, help="Seed of the IOI dataset."),
-    top: int = typer.Option(10, min=1, help="Rows to show."),
-    out: str | None = typer.Option(None, help="Write every row, with bootstrap CIs, to this CSV file."),
+    top: int = typer.Option(10, min=1, help="Rows to show (table, markdown); csv and json hold every patch."),
+    format: str = typer.Option("table", help="table, csv, json or markdown."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
-    """Activation patching on IOI prompts: normalised logit difference (0 = corrupted, 1 = clean)."""
-    from rich.table import Table
+    """Activation patching on IOI prompts or your own pairs.
 
-    from interp import metrics
-    from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
-    from interp.tasks.ioi import make_ioi_dataset
+    The metric is the normalised logit difference: 0 = the corrupted run, 1 = the clean run.
+    """
+    from circuits.patch_report import FORMATS, ioi_patching, pairs_patching, write_patch_report
 
+    check_format(format, out, FORMATS)
+    check_save(save)
     loaded = load(model)
     try:
-        clean, corrupted, _ = make_ioi_dataset(loaded, n_prompts=n_prompts, seed=seed)
-        end = clean.positions["END"]
-        logit_diff = lambda logits: metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)  # noqa: E731
-        metric = metrics.normalized(logit_diff, loaded(clean.tokens), loaded(corrupted.tokens))
-        positions = None if component in HEAD_COMPONENTS else clean.positions
-        result = activation_patching(
-            loaded,
-            clean.tokens,
-            corrupted.tokens,
-            metric,
-            component,
-            positions,
-            direction=direction,
-            logit_pos=end,
-        )
-    except ValueError as error:
+        if pairs is None:
+            report = ioi_patching(loaded, component, direction, n_prompts, seed, top)
+        else:
+            report = pairs_patching(loaded, pairs, component, direction, top)
+    except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
-    summary = result.summary()
-    if out is not None:
-        summary.to_csv(out, index=False)
-        console.print(f"Wrote {out}", style="dim")
-    table = Table(title=f"{component}, {direction}: normalised logit difference (95% bootstrap CI)")
-    for column in ("layer", "head", "position", "mean", "95% CI"):
-        table.add_column(column, justify="right")
-    for row in summary.sort_values("mean", ascending=direction == "noise").head(top).itertuples():
-        head = "" if row.head is None else str(row.head)
-        table.add_row(
-            str(row.layer),
-            head,
-            str(row.position),
-            f"{row.mean:.3f}",
-            f"[{row.ci_low:.3f}, {row.ci_high:.3f}]",
-        )
-    console.print(table)
+    write_patch_report(report, format, out, console)
+    save_and_tell(report, out, save)
 
 
 @app.command(epilog=EXAMPLES["circuit"])

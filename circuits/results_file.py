@@ -4,7 +4,7 @@
     result = load_result("heads.json")           # the same HeadReport, nothing recomputed
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
-The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit", "result": ...}: dataclasses by
+The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch", "result": ...}: dataclasses by
 name, tensors and arrays with their dtype, data frames by column. Functions (a task's metric) are
 not stored; rendering never calls them.
 """
@@ -32,7 +32,10 @@ from circuits.heads.report import write_report
 from circuits.ioi.report import FORMATS as IOI_FORMATS
 from circuits.ioi.report import write_ioi_report
 from circuits.ioi.results import IOICircuitResult
+from circuits.patch_report import FORMATS as PATCH_FORMATS
+from circuits.patch_report import PatchReport, write_patch_report
 from interp import edges
+from interp.interventions.results import PatchResult
 from interp.viz import write_text
 
 SCHEMA = "interp-result-1"
@@ -40,12 +43,13 @@ KINDS = {  # kind -> (result type, formats, writer)
     "heads": (HeadReport, HEAD_FORMATS, write_report),
     "ioi": (IOICircuitResult, IOI_FORMATS, write_ioi_report),
     "circuit": (EdgeCircuitResult, EDGE_FORMATS, write_edge_report),
+    "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
 }
-RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult)
+RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport)
 DATACLASSES = {  # every dataclass a stored result may hold, by name: those of its types' modules
     cls.__qualname__: cls
     for module in [
-        *map(inspect.getmodule, (HeadReport, IOICircuitResult, EdgeCircuitResult, EdgeTask)),
+        *map(inspect.getmodule, (*RESULT_TYPES, EdgeTask, PatchResult)),
         edges,
     ]
     for cls in vars(module).values()
@@ -54,12 +58,12 @@ DATACLASSES = {  # every dataclass a stored result may hold, by name: those of i
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "ioi" or "circuit")."""
+    """The kind of a command's result ("heads", "ioi", "circuit" or "patch")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
             return kind
     raise TypeError(
-        f"cannot store a {type(result).__name__}; pass a HeadReport, IOICircuitResult or EdgeCircuitResult."
+        f"cannot store a {type(result).__name__}; pass one of {', '.join(t.__name__ for t in RESULT_TYPES)}."
     )
 
 

@@ -21,6 +21,10 @@ RUNS = {  # kind -> the command on a shipped toy model, and the formats it write
          "--n-prompts", "8"],
         ["table", "json", "html"],
     ),
+    "patch": (
+        ["patch", "--model", "toy-ioi", "--n-prompts", "4", "--top", "3"],
+        ["markdown", "table", "csv", "json"],
+    ),
 }  # fmt: skip
 
 
@@ -40,7 +44,7 @@ def test_render_of_a_saved_result_is_the_report_the_command_wrote(kind, tmp_path
     assert rendered.read_text() == direct.read_text()
     # Every other format renders from the same file, as the library renders the loaded result.
     result = load_result(saved)
-    assert type(result).__name__ in {"HeadReport", "IOICircuitResult", "EdgeCircuitResult"}
+    assert type(result).__name__ in {"HeadReport", "IOICircuitResult", "EdgeCircuitResult", "PatchReport"}
     for format in others:
         out = tmp_path / f"rendered.{format}"
         run = CliRunner().invoke(app, ["render", str(saved), "--format", format, "--out", str(out)])
