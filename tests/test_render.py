@@ -78,3 +78,26 @@ def test_every_format_of_a_loaded_result_matches_the_original(tmp_path):
         write_result_report(report, format, original, None)
         write_result_report(loaded, format, again, None)
         assert again.read_text() == original.read_text(), format
+
+
+def test_patch_reads_the_users_pairs_and_refuses_unequal_lengths(smollm2, tmp_path):
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(
+        "clean,corrupted,correct,incorrect\n"
+        "When Mary and John left John gave it to,When Mary and John left Anna gave it to, Mary, John\n"
+        "When Anna and Tom went out Tom gave it to,When Anna and Tom went out Mary gave it to, Anna, Tom\n"
+    )
+    from circuits.patch_report import pairs_patching
+
+    report = pairs_patching(smollm2, pairs, component="resid_pre", top=3)
+    summary = report.ranked()
+    assert len(summary) == smollm2.cfg.n_layers and report.task == "pairs.csv (2 pairs)"
+    # Patching the whole clean residual stream before layer 0 restores the clean run: 1 by definition.
+    first = summary.set_index("layer").loc[0, "mean"]
+    assert abs(first - 1) < 1e-3, first
+    unequal = tmp_path / "unequal.jsonl"
+    unequal.write_text(
+        json.dumps({"clean": "The cat sat on the", "corrupted": "A", "correct": " mat", "incorrect": " dog"})
+    )
+    with pytest.raises(ValueError, match="pair 1's clean and corrupted prompts have different numbers"):
+        pairs_patching(smollm2, unequal)
