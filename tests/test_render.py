@@ -101,3 +101,21 @@ def test_patch_reads_the_users_pairs_and_refuses_unequal_lengths(smollm2, tmp_pa
     )
     with pytest.raises(ValueError, match="pair 1's clean and corrupted prompts have different numbers"):
         pairs_patching(smollm2, unequal)
+
+
+@pytest.mark.parametrize(
+    ("faithfulness", "method", "ablation", "expected", "advice"),
+    [
+        (0.93, "eap-ig", "counterfactual", "faithful", None),
+        (0.6, "eap-ig", "counterfactual", "partial", "more edges"),
+        (0.21, "eap", "counterfactual", "not faithful", "--method eap-ig"),
+        (0.001, "eap-ig", "mean", "not faithful", "more edges"),
+    ],
+)
+def test_every_faithfulness_comes_with_a_verdict(faithfulness, method, ablation, expected, advice):
+    from circuits.edge_circuits.report import faithfulness_verdict
+
+    verdict = faithfulness_verdict(faithfulness, method, ablation)
+    assert verdict.startswith(expected + " ("), verdict
+    assert ("try" in verdict) == (advice is not None) and (advice is None or advice in verdict)
+    assert ("--method eap-ig" in verdict) == (method == "eap" and expected != "faithful")
