@@ -161,6 +161,9 @@ def heads(
     wide: bool = typer.Option(
         False, "--wide", help="Every score column in the terminal table (the default from 160 columns)."
     ),
+    all_heads: bool = typer.Option(
+        False, "--all", help="Every typed head in the terminal table, not only those confirmed by ablation."
+    ),
     ray: str | None = typer.Option(None, help=RAY_HELP),
     save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
@@ -189,7 +192,7 @@ def heads(
             report = run_on_ray(head_report, model, ray, n_samples=n_samples, seed=seed)
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
-    write_report(report, format, out, console, wide=wide or None)
+    write_report(report, format, out, console, wide=wide or None, all_heads=all_heads)
     save_and_tell(report, out, save)
 
 
