@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -119,3 +121,23 @@ def test_every_faithfulness_comes_with_a_verdict(faithfulness, method, ablation,
     assert verdict.startswith(expected + " ("), verdict
     assert ("try" in verdict) == (advice is not None) and (advice is None or advice in verdict)
     assert ("--method eap-ig" in verdict) == (method == "eap" and expected != "faithful")
+
+
+def test_ioi_report_states_one_unit_per_figure_and_caps_robust_z(tmp_path):
+    """Accuracy and its CI both in %; robust z beyond ±10 is shown as a bound, never as -2360.7."""
+    markdown = tmp_path / "ioi.md"
+    run = CliRunner().invoke(
+        app,
+        ["ioi", "--model", "toy-ioi", "--n-prompts", "16", "--format", "markdown", "--out", str(markdown)],
+    )
+    assert run.exit_code == 0, run.output
+    text = markdown.read_text()
+    accuracy = re.search(r"accuracy [\d.]+% \(95% CI \[([\d.]+)%, ([\d.]+)%\]\)", text)
+    assert accuracy is not None, text[:500]
+    lines = text.splitlines()
+    start = lines.index("| class | head | effect | z | attention | found by | direct logit attribution |") + 2
+    rows = [line.split("|") for line in itertools.takewhile(lambda line: line.startswith("|"), lines[start:])]
+    assert rows
+    for row in rows:
+        z = row[4].strip()
+        assert z in ("> +10", "< -10") or abs(float(z)) <= 10, z
