@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from circuits.cli import app
 from circuits.results_file import SCHEMA, load_result
+from tests.browser import render_in_chromium
 
 RUNS = {  # kind -> the command on a shipped toy model, and the formats it writes
     "heads": (
@@ -141,3 +142,26 @@ def test_ioi_report_states_one_unit_per_figure_and_caps_robust_z(tmp_path):
     for row in rows:
         z = row[4].strip()
         assert z in ("> +10", "< -10") or abs(float(z)) <= 10, z
+
+
+SCREENS = {  # kind -> what must be on the first screen of its HTML report
+    "heads": "table.interp-summary",
+    "ioi": "svg.ioi-circuit",
+    "circuit": "svg.edge-circuit",
+}
+
+
+@pytest.mark.parametrize("kind", list(SCREENS))
+def test_html_reports_fit_the_window_and_show_the_finding_first(kind, tmp_path):
+    """At 1400x900 in headless Chromium: nothing wider than the window (no sideways scrolling), and
+    the finding (summary table, circuit diagram) starts on the first screen."""
+    command, _ = RUNS[kind]
+    page = tmp_path / f"{kind}.html"
+    run = CliRunner().invoke(app, [*command, "--format", "html", "--out", str(page)])
+    assert run.exit_code == 0, run.output
+    shown = render_in_chromium(page, selectors=(SCREENS[kind],), screenshot=tmp_path / f"{kind}.png")
+    assert not shown.script_errors and not shown.external_requests
+    assert shown.page_width <= 1400, shown.page_width
+    box = shown.boxes[SCREENS[kind]]
+    assert box is not None and box["y"] < 900 and box["x"] + box["width"] <= 1400, box
+    assert (tmp_path / f"{kind}.png").stat().st_size > 10_000
