@@ -41,6 +41,7 @@ EXAMPLES = {  # the end of each command's --help
         ],
         "circuit": [
             "--model toy-ioi --task ioi --edges 100",
+            "--model toy-induction --task induction --target 0.9   # the smallest circuit reaching 0.9",
             "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
         ],
         "render": [
@@ -353,8 +354,15 @@ def circuit(
     model: str = typer.Option(interp.DEFAULT_MODEL, help=MODEL_HELP),
     task: str = typer.Option("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs."),
     method: str = typer.Option("eap-ig", help="eap, eap-ig, eap-ig-activations or exact (small models)."),
-    edges: int | None = typer.Option(None, "--edges", help="Circuit size in edges (or --fraction)."),
+    edges: int | None = typer.Option(
+        None,
+        "--edges",
+        help="Circuit size in edges (or --fraction; neither: the smallest reaching --target).",
+    ),
     fraction: float | None = typer.Option(None, help="Circuit size as a fraction of all edges."),
+    target: float = typer.Option(
+        0.8, help="Without --edges/--fraction: the faithfulness the circuit must reach."
+    ),
     steps: int = typer.Option(5, help="Integrated-gradient steps (eap-ig)."),
     ablation: str = typer.Option(
         "counterfactual", help="counterfactual (the corrupted prompt), mean or zero."
@@ -381,8 +389,10 @@ def circuit(
 
     check_format(format, out, FORMATS)
     check_save(save)
-    if (edges is None) == (fraction is None):
-        raise fail("give the circuit size as --edges N or --fraction F (one of them).")
+    if edges is not None and fraction is not None:
+        raise fail("give the circuit size as --edges N or --fraction F (one of them), or neither to search.")
+    if not 0 < target <= 1:
+        raise fail(f"--target {target} must lie in (0, 1]; 0.8 is a common choice.")
     for name, value, allowed in [("method", method, METHODS), ("ablation", ablation, ABLATIONS)]:
         if value not in allowed:
             raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
@@ -400,7 +410,7 @@ def circuit(
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
-                progress=progress,
+                progress=progress, target=target,
             )  # fmt: skip
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error

@@ -31,7 +31,7 @@ def faithfulness_verdict(faithfulness: float, method: str, ablation: str) -> str
     than everything ablated) and, below "faithful", what to try next."""
     if faithfulness >= FAITHFUL:
         return f"faithful (>= {FAITHFUL})"
-    tries = ["more edges (--edges or --fraction)"]
+    tries = ["more edges (--edges, --fraction, or --target to search for the size)"]
     if method == "eap":
         tries.append("--method eap-ig (gradients integrated along the path, less biased than EAP)")
     if ablation != "mean":
