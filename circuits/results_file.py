@@ -93,7 +93,13 @@ def load_result(path: str | Path) -> Any:
         raise ValueError(
             f"{path} holds an unknown kind {document.get('kind')!r}; expected one of {', '.join(KINDS)}."
         )
-    return _decode(document["result"])
+    try:
+        return _decode(document["result"])
+    except (KeyError, TypeError) as error:  # a hand-edited file, or one from another interp version
+        raise ValueError(
+            f"{path} does not hold a readable {document['kind']} result ({type(error).__name__}: {error}); "
+            "save it again with this version's --save FILE.json."
+        ) from error
 
 
 def result_formats(result: Any) -> tuple[str, ...]:

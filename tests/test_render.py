@@ -60,6 +60,12 @@ def test_render_refuses_what_it_cannot_render(tmp_path):
     summary.write_text(json.dumps({"model": "toy"}))
     run = CliRunner().invoke(app, ["render", str(summary)])
     assert run.exit_code == 2 and "not a saved result" in run.output and "--save" in run.output
+    broken = tmp_path / "broken.json"
+    broken.write_text(
+        json.dumps({"schema": SCHEMA, "kind": "heads", "result": {"__dataclass__": "Nope", "fields": {}}})
+    )
+    run = CliRunner().invoke(app, ["render", str(broken)])
+    assert run.exit_code == 2 and "does not hold a readable heads result" in " ".join(run.output.split())
     run = CliRunner().invoke(app, ["render", str(tmp_path / "missing.json")])
     assert run.exit_code == 2 and "no result file" in run.output
     run = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--save", str(tmp_path / "x.txt")])
