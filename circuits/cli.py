@@ -32,7 +32,20 @@ EXAMPLES = {  # the end of each command's --help
             "--task ioi --seed 1 --out runs/ioi      # then: interp ioi --model runs/ioi",
         ],
         "ioi": ["--model smollm2-135m --format markdown --out ioi.md", "--model toy-ioi"],
-        "patch": ["--component z --top 5", "--component resid_pre --out patch.csv"],
+        "patch": [
+            "--component z --top 5",
+            "--component resid_pre --format csv --out patch.csv",
+            "--model smollm2-135m --pairs pairs.csv --save patch.json   # same-length clean/corrupted",
+        ],
+        "circuit": [
+            "--model toy-ioi --task ioi --edges 100",
+            "--model toy-induction --task induction --target 0.9   # the smallest circuit reaching 0.9",
+            "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
+        ],
+        "render": [
+            "heads.json --format html --out heads.html   # after: interp heads --save heads.json",
+            "ioi.json --format markdown",
+        ],
     }.items()
 }
 
@@ -64,6 +77,7 @@ MODEL_HELP = (
 )
 
 
+SAVE_HELP = "Also write the full result to this .json file; `interp render` re-renders it in any format."
 RAY_HELP = 'Run on a Ray cluster: "local" starts one here, else its address ("auto", "ray://host:10001").'
 
 
@@ -79,6 +93,23 @@ def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
         raise fail(f"unknown format {format!r}; choose one of {', '.join(formats)}.")
     if format == "html" and out is None:
         raise fail("--format html needs --out FILE.html.")
+
+
+def check_save(save: str | None) -> None:
+    """Refuse a --save path that is not a .json file, before any model is loaded."""
+    if save is not None and Path(save).suffix != ".json":
+        raise fail(f"--save {save} must end in .json (the full result is JSON).")
+
+
+def save_and_tell(result: object, out: str | None, save: str | None) -> None:
+    """Write the full result to `save` (if given) and say which files were written."""
+    from circuits.results_file import save_result
+
+    if save is not None:
+        save_result(result, save)
+    for path in (out, save):
+        if path is not None:
+            console.print(f"Wrote {path}", style="dim")
 
 
 def load(model: str) -> interp.HookedTransformer:
@@ -131,7 +162,11 @@ def heads(
     wide: bool = typer.Option(
         False, "--wide", help="Every score column in the terminal table (the default from 160 columns)."
     ),
+    all_heads: bool = typer.Option(
+        False, "--all", help="Every typed head in the terminal table, not only those confirmed by ablation."
+    ),
     ray: str | None = typer.Option(None, help=RAY_HELP),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from rich.progress import Progress
@@ -141,6 +176,7 @@ def heads(
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
+    check_save(save)
     loaded = load(model)
     try:
         if ray is None:
@@ -157,9 +193,8 @@ def heads(
             report = run_on_ray(head_report, model, ray, n_samples=n_samples, seed=seed)
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
-    write_report(report, format, out, console, wide=wide or None)
-    if out is not None:
-        console.print(f"Wrote {out}", style="dim")
+    write_report(report, format, out, console, wide=wide or None, all_heads=all_heads)
+    save_and_tell(report, out, save)
 
 
 @app.command(epilog=EXAMPLES["train"])
@@ -246,6 +281,7 @@ def ioi(
     format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     ray: str | None = typer.Option(None, help=RAY_HELP),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
     from circuits.ioi import find_ioi_circuit
@@ -253,6 +289,7 @@ def ioi(
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
+    check_save(save)
     loaded = load(model)
     began = time.perf_counter()
 
@@ -267,8 +304,7 @@ def ioi(
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
     write_ioi_report(result, format, out, console)
-    if out is not None:
-        console.print(f"Wrote {out}", style="dim")
+    save_and_tell(result, out, save)
 
 
 @app.command(epilog=EXAMPLES["patch"])
@@ -280,65 +316,53 @@ def patch(
     direction: Literal["denoise", "noise"] = typer.Option(
         "denoise", help="denoise (corrupted run, clean activations) or noise."
     ),
+    pairs: str | None = typer.Option(
+        None,
+        help="Your own prompt pairs: a .csv/.jsonl file as `interp circuit --task` reads (default: IOI).",
+    ),
     n_prompts: int = typer.Option(
         8, min=1, help="IOI prompts; the corrupted prompts use three other names (ABC)."
     ),
     seed: int = typer.Option(0, min=0, help="Seed of the IOI dataset."),
-    top: int = typer.Option(10, min=1, help="Rows to show."),
-    out: str | None = typer.Option(None, help="Write every row, with bootstrap CIs, to this CSV file."),
+    top: int = typer.Option(10, min=1, help="Rows to show (table, markdown); csv and json hold every patch."),
+    format: str = typer.Option("table", help="table, csv, json or markdown."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
-    """Activation patching on IOI prompts: normalised logit difference (0 = corrupted, 1 = clean)."""
-    from rich.table import Table
+    """Activation patching on IOI prompts or your own pairs.
 
-    from interp import metrics
-    from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
-    from interp.tasks.ioi import make_ioi_dataset
+    The metric is the normalised logit difference: 0 = the corrupted run, 1 = the clean run.
+    """
+    from circuits.patch_report import FORMATS, ioi_patching, pairs_patching, write_patch_report
 
+    check_format(format, out, FORMATS)
+    check_save(save)
     loaded = load(model)
     try:
-        clean, corrupted, _ = make_ioi_dataset(loaded, n_prompts=n_prompts, seed=seed)
-        end = clean.positions["END"]
-        logit_diff = lambda logits: metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)  # noqa: E731
-        metric = metrics.normalized(logit_diff, loaded(clean.tokens), loaded(corrupted.tokens))
-        positions = None if component in HEAD_COMPONENTS else clean.positions
-        result = activation_patching(
-            loaded,
-            clean.tokens,
-            corrupted.tokens,
-            metric,
-            component,
-            positions,
-            direction=direction,
-            logit_pos=end,
-        )
-    except ValueError as error:
+        if pairs is None:
+            report = ioi_patching(loaded, component, direction, n_prompts, seed, top)
+        else:
+            report = pairs_patching(loaded, pairs, component, direction, top)
+    except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
-    summary = result.summary()
-    if out is not None:
-        summary.to_csv(out, index=False)
-        console.print(f"Wrote {out}", style="dim")
-    table = Table(title=f"{component}, {direction}: normalised logit difference (95% bootstrap CI)")
-    for column in ("layer", "head", "position", "mean", "95% CI"):
-        table.add_column(column, justify="right")
-    for row in summary.sort_values("mean", ascending=direction == "noise").head(top).itertuples():
-        head = "" if row.head is None else str(row.head)
-        table.add_row(
-            str(row.layer),
-            head,
-            str(row.position),
-            f"{row.mean:.3f}",
-            f"[{row.ci_low:.3f}, {row.ci_high:.3f}]",
-        )
-    console.print(table)
+    write_patch_report(report, format, out, console)
+    save_and_tell(report, out, save)
 
 
-@app.command()
+@app.command(epilog=EXAMPLES["circuit"])
 def circuit(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     task: str = typer.Option("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs."),
     method: str = typer.Option("eap-ig", help="eap, eap-ig, eap-ig-activations or exact (small models)."),
-    edges: int | None = typer.Option(None, "--edges", help="Circuit size in edges (or --fraction)."),
+    edges: int | None = typer.Option(
+        None,
+        "--edges",
+        help="Circuit size in edges (or --fraction; neither: the smallest reaching --target).",
+    ),
     fraction: float | None = typer.Option(None, help="Circuit size as a fraction of all edges."),
+    target: float = typer.Option(
+        0.8, help="Without --edges/--fraction: the faithfulness the circuit must reach."
+    ),
     steps: int = typer.Option(5, help="Integrated-gradient steps (eap-ig)."),
     ablation: str = typer.Option(
         "counterfactual", help="counterfactual (the corrupted prompt), mean or zero."
@@ -352,6 +376,7 @@ def circuit(
     mib_out: str | None = typer.Option(
         None, help="Also write the circuit in MIB's submission format (JSON)."
     ),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
     """Find an edge circuit by edge attribution patching (EAP, EAP-IG), and measure its faithfulness."""
     import json
@@ -363,8 +388,11 @@ def circuit(
     from interp.viz import write_text
 
     check_format(format, out, FORMATS)
-    if (edges is None) == (fraction is None):
-        raise fail("give the circuit size as --edges N or --fraction F (one of them).")
+    check_save(save)
+    if edges is not None and fraction is not None:
+        raise fail("give the circuit size as --edges N or --fraction F (one of them), or neither to search.")
+    if not 0 < target <= 1:
+        raise fail(f"--target {target} must lie in (0, 1]; 0.8 is a common choice.")
     for name, value, allowed in [("method", method, METHODS), ("ablation", ablation, ABLATIONS)]:
         if value not in allowed:
             raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
@@ -382,13 +410,32 @@ def circuit(
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
-                progress=progress,
+                progress=progress, target=target,
             )  # fmt: skip
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     write_edge_report(result, format, out, console)
     if mib_out is not None:
         write_text(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
-    for path in (out, mib_out):
-        if path is not None:
-            console.print(f"Wrote {path}", style="dim")
+    if mib_out is not None:
+        console.print(f"Wrote {mib_out}", style="dim")
+    save_and_tell(result, out, save)
+
+
+@app.command(epilog=EXAMPLES["render"])
+def render(
+    result: str = typer.Argument(..., help="A result file written by a command's --save FILE.json."),
+    format: str = typer.Option("table", help="table, csv, json, markdown or html (as the command offers)."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+) -> None:
+    """Render a saved result again in another format, without recomputing it."""
+    from circuits.results_file import load_result, result_formats, write_result_report
+
+    try:
+        loaded = load_result(result)
+        check_format(format, out, result_formats(loaded))
+        write_result_report(loaded, format, out, console)
+    except (ValueError, FileNotFoundError) as error:
+        raise fail(str(error)) from error
+    if out is not None:
+        console.print(f"Wrote {out}", style="dim")

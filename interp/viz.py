@@ -13,13 +13,13 @@ render call. In a notebook, show_attention(...) displays on its own (it embeds t
 """
 
 import functools
+import hashlib
 import html
 import json
 import math
 import os
 import re
 import tempfile
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,9 +72,9 @@ def attention_patterns_html(
     str_tokens: [pos] token strings; pattern: [head, query_pos, key_pos] attention probabilities;
     head_names: [head] labels (default "Head 0", ...). Pass e.g. cache["pattern", L][0].
     """
-    props = _attention_props(str_tokens, pattern, head_names)
-    div_id = "interp-attn-" + uuid.uuid4().hex[:12]
-    render_call = f'CircuitsVis.render("{div_id}", CircuitsVis.AttentionPatterns, {script_json(props)});'
+    props = script_json(_attention_props(str_tokens, pattern, head_names))
+    div_id = "interp-attn-" + hashlib.sha256(props.encode()).hexdigest()[:12]  # same report, same page
+    render_call = f'CircuitsVis.render("{div_id}", CircuitsVis.AttentionPatterns, {props});'
     return (
         f'<div class="interp-attention" {_NEEDS_BUNDLE} style="position: relative; margin: 15px 0;">'
         f'<div id="{div_id}"></div></div>\n'
@@ -232,6 +232,18 @@ def heatmap_html(
 # Pages and files
 
 
+STYLESHEET = """  /* every report page: spaced tables, headings, legends */
+body { font: 15px/1.5 system-ui, sans-serif; margin: 24px auto; max-width: 1320px; padding: 0 16px; }
+h1 { font-size: 1.6em; margin: 0 0 .6em; }
+h2 { font-size: 1.25em; margin: 1.6em 0 .5em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-variant-numeric: tabular-nums; }
+th, td { padding: 4px 12px; border-bottom: 1px solid #e4e4e4; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; font-weight: 600; } tr:nth-child(even) td { background: #fafafa; }
+svg, img { max-width: 100%; height: auto; } figure { margin: 0; } figcaption { color: #555; font-size: .9em; }
+.legend, .note { color: #444; background: #f7f7f2; border-left: 3px solid #bbb; padding: 6px 12px; }
+"""
+
+
 def html_page(title: str, sections: Sequence[str]) -> str:
     """A complete HTML document from fragments (raw HTML); includes the circuitsvis bundle once if needed."""
     body = "\n".join(sections)
@@ -240,8 +252,8 @@ def html_page(title: str, sections: Sequence[str]) -> str:
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{title}</title>\n{bundle}</head>\n"
-        '<body style="font-family: sans-serif; margin: 20px;">\n'
+        f"<title>{title}</title>\n<style>{STYLESHEET}</style>\n{bundle}</head>\n"
+        "<body>\n"
         f"<h1>{title}</h1>\n{body}\n</body>\n</html>\n"
     )
 

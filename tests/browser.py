@@ -36,6 +36,8 @@ class RenderResult:
     counts: dict[str, int] = field(default_factory=dict)  # CSS selector -> number of elements
     text: str = ""  # document.body.innerText
     dom: str = ""  # serialized DOM after scripts ran
+    page_width: int = 0  # document width in CSS px (wider than the viewport: a horizontal scroll bar)
+    boxes: dict[str, dict[str, float] | None] = field(default_factory=dict)  # selector -> first's box
 
     @property
     def script_errors(self) -> list[str]:
@@ -47,11 +49,16 @@ def render_in_chromium(
     selectors: tuple[str, ...] = (),
     wait_for: dict[str, int] | None = None,
     timeout_s: float = 20.0,
+    viewport: tuple[int, int] = (1400, 900),
+    screenshot: str | Path | None = None,
 ) -> RenderResult:
     """Load html_path, wait (up to timeout_s in all) until each `wait_for` CSS selector matches at
     least its number of elements, then collect a RenderResult; `counts` covers `selectors`.
 
     Every request that is not file:/data:/blob: is recorded and aborted, so the page is checked offline.
+    The page is a `viewport` (width, height) window; `boxes` holds the bounding box (x, y, width,
+    height in page pixels) of the first element of each of `selectors`; `screenshot` saves the first
+    screen as PNG.
     """
     if shutil.which(CHROMIUM) is None:
         raise FileNotFoundError(f"{CHROMIUM} not found; install it with: bash .ci/install_browser.sh")
@@ -63,7 +70,7 @@ def render_in_chromium(
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
         try:
-            page = browser.new_page()
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
             page.set_default_timeout(timeout_s * 1000)
             page.on("pageerror", lambda error: result.page_errors.append(str(error)))
             page.on(
@@ -91,6 +98,12 @@ def render_in_chromium(
             # Let pending React renders and effects finish: wait two animation frames.
             page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
             result.counts = {s: page.locator(s).count() for s in selectors}
+            result.boxes = {
+                s: page.locator(s).first.bounding_box() if result.counts[s] else None for s in selectors
+            }
+            result.page_width = page.evaluate("() => document.documentElement.scrollWidth")
+            if screenshot is not None:
+                page.screenshot(path=str(screenshot))
             result.text = page.inner_text("body")
             result.dom = page.content()
         finally:

@@ -184,3 +184,20 @@ def test_ranked_path_patching_confirms_the_top_candidates_exactly():
         assert ((ranked - exhaustive).abs() < 1e-5).sum() >= 2  # two of them path-patched
         every = ranked_path_patching_effects(model, clean, abc, receivers, receiver_input, n_exact=8)
         torch.testing.assert_close(every, exhaustive, equal_nan=True)  # all candidates: the sweep itself
+
+
+def test_without_a_size_the_circuit_is_the_smallest_reaching_the_target():
+    from circuits.edge_circuits import find_edge_circuit, induction_task
+    from circuits.edge_circuits.find import smallest_faithful_size
+
+    model = interp.load_model("toy-induction")
+    task = induction_task(model, n_prompts=8)
+    result = find_edge_circuit(model, task, "eap", curve_fractions=None, target=0.8)
+    n = result.requested_edges
+    assert float(result.faithfulness.faithfulness[0]) >= 0.8
+    one_less = interp.edges.faithfulness(
+        model, task.clean, task.corrupted, task.metric,
+        interp.edges.top_circuit(result.scores, n - 1)[None], "counterfactual",
+    )  # fmt: skip
+    assert float(one_less.faithfulness[0]) < 0.8, n
+    assert smallest_faithful_size(model, task, result.scores, 1.0) >= n

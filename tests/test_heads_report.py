@@ -13,7 +13,18 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.heads import SCORE_NAMES, head_report
-from circuits.heads.report import SHORT, WIDE_TERMINAL, print_table, render, to_csv, to_markdown, write_report
+from circuits.heads.report import (
+    SHORT,
+    WIDE_TERMINAL,
+    classified_rows,
+    confirmed_rows,
+    print_table,
+    render,
+    to_csv,
+    to_markdown,
+    write_report,
+)
+from interp.types import head_label
 from tests.browser import render_in_chromium
 
 XSS = "Say </script><script>alert(1)</script> twice: </script><script>alert(1)</script>"
@@ -104,7 +115,35 @@ def test_cli_heads_wide(tmp_path):
     wide = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--n-samples", "4", "--wide"])
     assert narrow.exit_code == 0 and wide.exit_code == 0
     assert "--wide shows every score" in narrow.output and "ind@" not in narrow.output
-    assert "each as alone/with the other candidates" in " ".join(wide.output.split())
+    # The test terminal has 80 columns: --wide says it cannot fit and shows the compact table.
+    assert "--wide needs 160 columns and this terminal has 80" in " ".join(wide.output.split())
+    assert max(len(line) for line in wide.output.splitlines()) <= 80
+    out = tmp_path / "wide.txt"  # a file is 200 columns wide: every score
+    wide = CliRunner().invoke(
+        app, ["heads", "--model", "toy-induction", "--n-samples", "4", "--wide", "--out", str(out)]
+    )
+    assert wide.exit_code == 0 and "each as alone/with the other candidates" in " ".join(
+        out.read_text().split()
+    )
+
+
+def test_terminal_report_leads_with_the_summary_and_the_confirmed_heads():
+    model = interp.load_model("toy-induction")
+    report = head_report(model, n_samples=8)
+    lead, every = Console(file=io.StringIO(), width=80), Console(file=io.StringIO(), width=80)
+    print_table(report, lead)
+    print_table(report, every, all_heads=True)
+    text, all_text = lead.file.getvalue(), every.file.getvalue()
+    assert text.index("Summary per type") < text.index("Heads confirmed by ablation")
+    confirmed = confirmed_rows(report)
+    assert len(confirmed) > 0 and all(head_label(r.layer, r.head) in text for r in confirmed.itertuples())
+    evidence = confirmed["_evidence"].tolist()
+    assert evidence == sorted(evidence, reverse=True)
+    unconfirmed = classified_rows(report).drop(confirmed.index)
+    for row in unconfirmed.itertuples():
+        assert head_label(row.layer, row.head) in all_text
+    if len(unconfirmed):
+        assert f"{len(unconfirmed)} more typed heads" in text and "--all lists them" in text
 
 
 def test_cli_heads_bad_options():

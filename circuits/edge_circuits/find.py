@@ -129,14 +129,18 @@ def find_edge_circuit(
     random_baseline: bool = True,
     batch_size: int = 16,
     progress: StageProgress | None = None,
+    target: float = 0.8,
 ) -> EdgeCircuitResult:
-    """Score every edge, keep the top `n_edges` (or `fraction` of all edges) connected input -> logits,
+    """Score every edge, keep the top `n_edges` (or `fraction` of all edges; neither: the smallest
+    number reaching faithfulness `target`, see `smallest_faithful_size`) connected input -> logits,
     measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve."""
     graph = edges.edge_graph(model)
-    if (n_edges is None) == (fraction is None):
-        raise ValueError("Give exactly one of n_edges (--edges N) and fraction (--fraction F).")
+    if n_edges is not None and fraction is not None:
+        raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
+    if not 0 < target <= 1:
+        raise ValueError(f"target={target} must lie in (0, 1]; 0.8 is a common choice.")
     requested = edges.fraction_to_edges(graph, fraction) if fraction is not None else n_edges
-    if not 0 < requested <= graph.n_edges:
+    if requested is not None and not 0 < requested <= graph.n_edges:
         raise ValueError(f"The circuit size must lie in 1..{graph.n_edges} edges, got {requested}.")
 
     def stage(name: str) -> Progress | None:
@@ -164,6 +168,8 @@ def find_edge_circuit(
         lambda i: f"{scores.graph.writers[i[0]]} -> {scores.graph.readers[i[1]]}",
     )
     start = time.perf_counter()
+    if requested is None:
+        requested = smallest_faithful_size(model, task, scores, target, ablation, batch_size)
     circuit = edges.top_circuit(scores, requested)
     faith = edges.faithfulness(
         model, task.clean, task.corrupted, task.metric, circuit, ablation, None, batch_size, stage("circuit")
@@ -185,3 +191,28 @@ def find_edge_circuit(
         model.cfg.model_name, task, scores, circuit, requested, faith, float(faith.full.mean()),
         float(corrupted_value.mean()), curve, seconds, model.cfg.n_kv_heads,
     )  # fmt: skip
+
+
+def smallest_faithful_size(
+    model: HookedTransformer, task: EdgeTask, scores: edges.EdgeScores, target: float = 0.8,
+    ablation: edges.Ablation = "counterfactual", batch_size: int = 16,
+) -> int:  # fmt: skip
+    """The smallest number of top-|score| edges whose circuit reaches faithfulness `target`: MIB's
+    sizes first (one batched run), then bisection between the last size below and the first above
+    (faithfulness is assumed to grow with size; every edge kept gives 1 by definition)."""
+    n_all = scores.graph.n_edges
+
+    def faithful(sizes: list[int]) -> list[float]:
+        circuits = torch.stack([edges.top_circuit(scores, n) for n in sizes])
+        result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, circuits, ablation,
+                                    None, batch_size)  # fmt: skip
+        return result.faithfulness.tolist()
+
+    sizes = sorted({max(1, edges.fraction_to_edges(scores.graph, f)) for f in edges.MIB_FRACTIONS} | {n_all})
+    reached = [n for n, f in zip(sizes, faithful(sizes), strict=True) if f >= target]
+    high = reached[0] if reached else n_all
+    low = max([n for n in sizes if n < high], default=0)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if faithful([middle])[0] >= target else (middle, high)
+    return high

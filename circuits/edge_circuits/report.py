@@ -19,6 +19,25 @@ from interp.viz import html_page
 FORMATS = ("table", "json", "html")
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
 TOP_ROWS = 25
+FAITHFUL, PARTIAL = 0.8, 0.5  # verdict thresholds on faithfulness
+SIGN_CONVENTION = (
+    "edge scores estimate m(edge ablated) - m(clean) in the metric's units: negative, the edge helps the "
+    "clean answer; positive, it works against it; circuits keep the largest |score|"
+)
+
+
+def faithfulness_verdict(faithfulness: float, method: str, ablation: str) -> str:
+    """A verdict on a circuit's faithfulness (1: the circuit alone does what the model does, 0: no more
+    than everything ablated) and, below "faithful", what to try next."""
+    if faithfulness >= FAITHFUL:
+        return f"faithful (>= {FAITHFUL})"
+    tries = ["more edges (--edges, --fraction, or --target to search for the size)"]
+    if method == "eap":
+        tries.append("--method eap-ig (gradients integrated along the path, less biased than EAP)")
+    if ablation != "mean":
+        tries.append("--ablation mean")
+    verdict = f"partial ({PARTIAL}-{FAITHFUL})" if faithfulness >= PARTIAL else f"not faithful (< {PARTIAL})"
+    return f"{verdict}; try " + "; ".join(tries)
 
 
 def summary_lines(result: EdgeCircuitResult) -> list[str]:
@@ -36,7 +55,9 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"circuit: {circuit['n_edges']} edges ({circuit['requested_edges']} "
         "requested, kept if connected input -> "
         f"logits), {len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
-        f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]",
+        f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]: "
+        + faithfulness_verdict(circuit["faithfulness"], method["name"], method["ablation"]),
+        SIGN_CONVENTION,
     ]
     if data["curve"] is not None:
         curve = data["curve"]

@@ -133,21 +133,42 @@ def _compact_cells(row) -> list[str]:
 # Terminal
 
 
-def print_table(report: HeadReport, console: Console | None = None, wide: bool | None = None) -> None:
-    """Classified heads and a summary per type, as rich tables. wide: every score column (default:
-    when the terminal has at least WIDE_TERMINAL columns); else head, types, main score, evidence."""
+def confirmed_rows(report: HeadReport):
+    """Typed heads confirmed by ablation, the strongest evidence (effect / standard error) first."""
+    rows = classified_rows(report)
+
+    def evidence(row) -> float:
+        return max(
+            (
+                row[f"{kind}_effect"] / row[f"{kind}_effect_se"]
+                for kind in CAUSAL_TYPES
+                if row[f"{kind}_confirmed"]
+            ),
+            default=-math.inf,
+        )
+
+    strength = rows.apply(evidence, axis=1) if len(rows) else rows["layer"]
+    return rows[strength > -math.inf].assign(_evidence=strength).sort_values("_evidence", ascending=False)
+
+
+def print_table(
+    report: HeadReport, console: Console | None = None, wide: bool | None = None, all_heads: bool = False
+) -> None:
+    """The summary per type, then the heads confirmed by ablation ranked by evidence (all typed heads
+    with `all_heads`). wide: every score column (default: when the terminal has at least
+    WIDE_TERMINAL columns; a narrower terminal gets the compact table and a note); else head, types,
+    main score, evidence."""
     console = console or Console()
-    wide = console.width >= WIDE_TERMINAL if wide is None else wide
-    table = Table(title=f"Attention head types of {report.model_name}", header_style="bold",
-                  box=box.SIMPLE_HEAD if wide else box.HEAVY_HEAD)  # fmt: skip
-    columns = _columns(report) if wide else ["head", "types", "score", "causal effect (nats / score)"]
-    for column in columns:  # cells wrap between words only; numbers never wrap
-        table.add_column(column, justify="left" if column in ("head", "types") else "right",
-                         no_wrap=column not in ("types", columns[-1] if not wide else "types"))  # fmt: skip
-    for row in classified_rows(report).to_dict("records"):
-        table.add_row(*(_cells(report, row) if wide else _compact_cells(row)))
-    console.print(table)
-    summary = Table(title="Summary per type", header_style="bold")
+    fits = console.width >= WIDE_TERMINAL
+    if wide and not fits:
+        console.print(
+            f"--wide needs {WIDE_TERMINAL} columns and this terminal has {console.width}: showing the "
+            "compact table. Widen the terminal, or use --format csv or markdown for every score."
+        )
+    wide = fits if wide is None else wide and fits
+    summary = Table(
+        title=f"Summary per type: attention head types of {report.model_name}", header_style="bold"
+    )
     summary.add_column("type", no_wrap=True)
     summary.add_column("threshold", justify="right", no_wrap=True)
     summary.add_column("heads", justify="right", no_wrap=True)
@@ -159,6 +180,32 @@ def print_table(report: HeadReport, console: Console | None = None, wide: bool |
     console.print(summary)
     if group_line(report):
         console.print(group_line(report))
+    typed, confirmed = classified_rows(report), confirmed_rows(report)
+    if all_heads:
+        rest = typed.drop(confirmed.index)
+        rows, title = (
+            [confirmed, rest],
+            "Every typed head: confirmed by ablation first (strongest first), then by layer",
+        )
+    else:
+        rows, title = (
+            [confirmed],
+            "Heads confirmed by ablation, strongest evidence (effect / std error) first",
+        )
+    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD if wide else box.HEAVY_HEAD)
+    columns = _columns(report) if wide else ["head", "types", "score", "causal effect (nats / score)"]
+    for column in columns:  # cells wrap between words only; numbers never wrap
+        table.add_column(column, justify="left" if column in ("head", "types") else "right",
+                         no_wrap=column not in ("types", columns[-1] if not wide else "types"))  # fmt: skip
+    for part in rows:
+        for row in part.to_dict("records"):
+            table.add_row(*(_cells(report, row) if wide else _compact_cells(row)))
+    console.print(table)
+    if not all_heads and len(typed) > len(confirmed):
+        console.print(
+            f"{len(typed) - len(confirmed)} more typed heads (by scores, not confirmed by ablation): "
+            "--all lists them."
+        )
     console.print(
         "✓ = confirmed by mean ablation (effect > 2 std errors and 0.02, alone or with the other "
         "candidates ablated). Δloss: loss increase on repeated tokens (nats); Δind: drop of later induction "
@@ -242,8 +289,10 @@ def render(report: HeadReport, format: str) -> str:
 
 
 def write_report(
-    report: HeadReport, format: str, out: str | Path | None, console: Console, wide: bool | None = None
-) -> None:
-    """Print (table, or text formats without `out`) or write the report to `out`. wide: see print_table."""
-    table = functools.partial(print_table, report, wide=wide)
+    report: HeadReport, format: str, out: str | Path | None, console: Console, wide: bool | None = None,
+    all_heads: bool = False,
+) -> None:  # fmt: skip
+    """Print (table, or text formats without `out`) or write the report to `out`. wide, all_heads: see
+    print_table."""
+    table = functools.partial(print_table, report, wide=wide, all_heads=all_heads)
     write_output(format, FORMATS, out, console, table, lambda fmt: render(report, fmt))

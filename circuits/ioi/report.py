@@ -62,12 +62,27 @@ def _ci(interval: tuple[float, float]) -> str:
     return f"[{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
+def _percent_ci(interval: tuple[float, float]) -> str:
+    """A CI of a fraction in %, the unit of the value it goes with."""
+    return f"[{interval[0]:.1%}, {interval[1]:.1%}]"
+
+
+Z_CAP = 10  # beyond this a robust z says only "far outside the other heads" (tiny MADs blow it up)
+
+
+def _z(z: float) -> str:
+    """A robust z for people: capped at ±Z_CAP."""
+    if abs(z) <= Z_CAP:
+        return f"{z:+.1f}"
+    return f"> +{Z_CAP}" if z > 0 else f"< -{Z_CAP}"
+
+
 def _summary_lines(result: IOICircuitResult) -> list[str]:
     b, s = result.baseline, result.settings
     lines = [
         f"model {s.model}, {s.n_prompts} prompts (seed {s.seed}), corrupted distribution {s.corrupted}",
         f"logit diff (IO - S) {b.logit_diff:.3f} (95% CI {_ci(b.logit_diff_ci)}), "
-        f"accuracy {b.accuracy:.1%} (95% CI {_ci(b.accuracy_ci)}), top-1 = IO {b.top1_io:.1%}, "
+        f"accuracy {b.accuracy:.1%} (95% CI {_percent_ci(b.accuracy_ci)}), top-1 = IO {b.top1_io:.1%}, "
         f"ABC logit diff {b.abc_logit_diff:.3f}",
         f"selection: |effect| >= {s.min_effect:.0%} and (robust z >= {s.effect_z} or >= {s.min_share:.0%} of "
         f"the step's summed effect); attention >= min(max(median + {s.attention_z} robust SD, "
@@ -103,7 +118,8 @@ def _validation_lines(result: IOICircuitResult) -> list[str]:
     )
     return [
         f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
-        f"{v.recovered:.1%} (95% CI {_ci(v.recovered_ci)}), faithfulness {v.faithfulness:.1%}{unconfirmed}"
+        f"{v.recovered:.1%} (95% CI {_percent_ci(v.recovered_ci)}), "
+        f"faithfulness {v.faithfulness:.1%}{unconfirmed}"
     ]
 
 
@@ -209,7 +225,7 @@ def render_table(result: IOICircuitResult, console: Console) -> None:
         table.add_column(column, justify="right" if column in ("effect", "z") else "left",
                          no_wrap=column != "direct logit attribution")  # fmt: skip
     for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
-        cells = [cls, name, f"{effect:+.1%}", f"{z:+.1f}", f"{kind} {attention:.2f}", step, writes]
+        cells = [cls, name, f"{effect:+.1%}", _z(z), f"{kind} {attention:.2f}", step, writes]
         table.add_row(*(cell for cell, column in zip(cells, HEAD_COLUMNS, strict=True) if column in columns))
     console.print(table)
     if result.validation is not None:
@@ -251,7 +267,7 @@ def render_markdown(result: IOICircuitResult) -> str:
     out += ["| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---|---:|---:|---|---|---|"]
     for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
         out.append(
-            f"| {cls} | {name} | {effect:+.1%} | {z:+.1f} | {kind} {attention:.2f} | {step} | {writes} |"
+            f"| {cls} | {name} | {effect:+.1%} | {_z(z)} | {kind} {attention:.2f} | {step} | {writes} |"
         )
     if result.validation is not None:
         out += ["", "Held-out validation (mean-ablating each class vs as many random heads):", ""]
@@ -376,7 +392,7 @@ def render_html(result: IOICircuitResult) -> str:
         + "".join(f"<th>{html.escape(column)}</th>" for column in HEAD_COLUMNS)
         + "</tr>"
         + "".join(
-            f"<tr><td>{html.escape(cls)}</td><td>{name}</td><td>{effect:+.1%}</td><td>{z:+.1f}</td>"
+            f"<tr><td>{html.escape(cls)}</td><td>{name}</td><td>{effect:+.1%}</td><td>{html.escape(_z(z))}</td>"
             f"<td>{html.escape(kind)} {attention:.2f}</td><td>{html.escape(step)}</td>"
             f"<td>{html.escape(writes)}</td></tr>"
             for cls, name, effect, z, kind, attention, step, writes in _head_rows(result)

@@ -1,0 +1,141 @@
+"""Activation patching on IOI prompts or the user's own prompt pairs, and its report.
+
+    report = ioi_patching(model, component="z")               # or pairs_patching(model, "pairs.csv")
+    write_patch_report(report, "markdown", None, console)
+
+The metric is normalised: 0 = the corrupted run's mean, 1 = the clean run's mean (per prompt pair,
+logit(correct) - logit(incorrect) at the prompt's last token; IOI: logit(IO) - logit(S) at END).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from circuits.edge_circuits.tasks import file_task
+from circuits.output import write_output
+from interp import HookedTransformer, metrics
+from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
+from interp.interventions.results import PatchResult
+from interp.tasks.ioi import ioi_dataset_for
+
+FORMATS = ("table", "csv", "json", "markdown")
+METRIC = "normalised logit difference (0 = corrupted, 1 = clean)"
+
+
+@dataclass
+class PatchReport:
+    """What `interp patch` found: `result` of patching `component` on `task`, `top` rows shown."""
+
+    model: str
+    task: str
+    component: str
+    direction: str
+    result: PatchResult
+    top: int = 10
+
+    def ranked(self):
+        """Summary rows (mean and 95 % bootstrap CI per patch), the strongest effect first."""
+        return self.result.summary().sort_values("mean", ascending=self.direction == "noise")
+
+
+def ioi_patching(
+    model: HookedTransformer, component: str = "z", direction: str = "denoise", n_prompts: int = 8,
+    seed: int = 0, top: int = 10,
+) -> PatchReport:  # fmt: skip
+    """Patch `component` on IOI prompts against ABC prompts (three other names)."""
+    clean, corrupted, _ = ioi_dataset_for(model, n_prompts, seed)
+    end = clean.positions["END"]
+
+    def logit_diff(logits):
+        return metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)
+
+    metric = metrics.normalized(logit_diff, model(clean.tokens), model(corrupted.tokens))
+    positions = None if component in HEAD_COMPONENTS else clean.positions
+    result = activation_patching(
+        model, clean.tokens, corrupted.tokens, metric, component, positions, direction=direction,
+        metric_name=METRIC, logit_pos=end,
+    )  # fmt: skip
+    return PatchReport(model.cfg.model_name, f"ioi ({n_prompts} prompts)", component, direction, result, top)
+
+
+def pairs_patching(
+    model: HookedTransformer, path: str | Path, component: str = "z", direction: str = "denoise",
+    top: int = 10,
+) -> PatchReport:  # fmt: skip
+    """Patch `component` on the prompt pairs of a CSV/JSONL file (the format `interp circuit --task`
+    reads). Clean and corrupted prompts of a pair must have the same number of tokens."""
+    task = file_task(model, path)
+    end = task.metric.pos
+    if not (task.corrupted_metric.pos == end).all():
+        pair = int((task.corrupted_metric.pos != end).nonzero()[0, 0]) + 1
+        raise ValueError(
+            f"{path}: pair {pair}'s clean and corrupted prompts have different numbers of tokens; "
+            "activation patching aligns positions, so give pairs of equal token length "
+            "(interp circuit --task accepts unequal ones)."
+        )
+    metric = metrics.normalized(task.metric, model(task.clean), model(task.corrupted))
+    result = activation_patching(
+        model, task.clean, task.corrupted, metric, component, None, direction=direction,
+        metric_name=METRIC, logit_pos=end,
+    )  # fmt: skip
+    return PatchReport(
+        model.cfg.model_name, f"{task.name} ({task.n_prompts} pairs)", component, direction, result, top
+    )
+
+
+def _title(report: PatchReport) -> str:
+    return (
+        f"{report.model}, {report.task}: patching {report.component} ({report.direction}); "
+        f"{METRIC}, mean and 95% bootstrap CI over prompts"
+    )
+
+
+def _rows(report: PatchReport):
+    for row in report.ranked().head(report.top).itertuples():
+        head = "" if row.head is None else str(row.head)
+        yield (
+            str(row.layer),
+            head,
+            str(row.position),
+            f"{row.mean:.3f}",
+            f"[{row.ci_low:.3f}, {row.ci_high:.3f}]",
+        )
+
+
+COLUMNS = ("layer", "head", "position", "mean", "95% CI")
+
+
+def render_table(report: PatchReport, console: Console) -> None:
+    table = Table(title=_title(report))
+    for column in COLUMNS:
+        table.add_column(column, justify="right")
+    for cells in _rows(report):
+        table.add_row(*cells)
+    console.print(table)
+
+
+def render(report: PatchReport, format: str) -> str:
+    """The report in a format other than "table": csv and json hold every patch, markdown the top rows."""
+    if format == "csv":
+        return report.ranked().to_csv(index=False)
+    if format == "json":
+        return report.ranked().to_json(orient="records", indent=2)
+    lines = [
+        f"**{html.escape(_title(report))}**",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|---" * len(COLUMNS) + "|",
+    ]
+    lines += ["| " + " | ".join(cells) + " |" for cells in _rows(report)]
+    return "\n".join(lines) + "\n"
+
+
+def write_patch_report(report: PatchReport, format: str, out: str | Path | None, console: Console) -> None:
+    write_output(
+        format, FORMATS, out, console, lambda c: render_table(report, c), lambda f: render(report, f)
+    )

@@ -1,0 +1,173 @@
+"""One run, many formats: `--save FILE.json` then `interp render` gives the report the command wrote."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from circuits.cli import app
+from circuits.results_file import SCHEMA, load_result
+from tests.browser import render_in_chromium
+
+RUNS = {  # kind -> the command on a shipped toy model, and the formats it writes
+    "heads": (
+        ["heads", "--model", "toy-induction", "--n-samples", "4"],
+        ["table", "csv", "json", "markdown", "html"],
+    ),
+    "ioi": (["ioi", "--model", "toy-ioi", "--n-prompts", "16"], ["table", "json", "markdown", "html"]),
+    "circuit": (
+        ["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap", "--fraction", "0.2",
+         "--n-prompts", "8"],
+        ["table", "json", "html"],
+    ),
+    "patch": (
+        ["patch", "--model", "toy-ioi", "--n-prompts", "4", "--top", "3"],
+        ["markdown", "table", "csv", "json"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(RUNS))
+def test_render_of_a_saved_result_is_the_report_the_command_wrote(kind, tmp_path):
+    command, formats = RUNS[kind]
+    first, *others = formats
+    saved = tmp_path / f"{kind}.json"
+    direct = tmp_path / f"direct.{first}"
+    run = CliRunner().invoke(app, [*command, "--format", first, "--out", str(direct), "--save", str(saved)])
+    assert run.exit_code == 0, run.output
+    document = json.loads(saved.read_text())
+    assert document["schema"] == SCHEMA and document["kind"] == kind
+    rendered = tmp_path / f"rendered.{first}"
+    run = CliRunner().invoke(app, ["render", str(saved), "--format", first, "--out", str(rendered)])
+    assert run.exit_code == 0, run.output
+    assert rendered.read_text() == direct.read_text()
+    # Every other format renders from the same file, as the library renders the loaded result.
+    result = load_result(saved)
+    assert type(result).__name__ in {"HeadReport", "IOICircuitResult", "EdgeCircuitResult", "PatchReport"}
+    for format in others:
+        out = tmp_path / f"rendered.{format}"
+        run = CliRunner().invoke(app, ["render", str(saved), "--format", format, "--out", str(out)])
+        assert run.exit_code == 0, (format, run.output)
+        assert out.stat().st_size > 100, format
+
+
+def test_render_refuses_what_it_cannot_render(tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"model": "toy"}))
+    run = CliRunner().invoke(app, ["render", str(summary)])
+    assert run.exit_code == 2 and "not a saved result" in run.output and "--save" in run.output
+    broken = tmp_path / "broken.json"
+    broken.write_text(
+        json.dumps({"schema": SCHEMA, "kind": "heads", "result": {"__dataclass__": "Nope", "fields": {}}})
+    )
+    run = CliRunner().invoke(app, ["render", str(broken)])
+    assert run.exit_code == 2 and "does not hold a readable heads result" in " ".join(run.output.split())
+    run = CliRunner().invoke(app, ["render", str(tmp_path / "missing.json")])
+    assert run.exit_code == 2 and "no result file" in run.output
+    run = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--save", str(tmp_path / "x.txt")])
+    assert run.exit_code == 2 and "must end in .json" in " ".join(run.output.split())
+
+
+def test_every_format_of_a_loaded_result_matches_the_original(tmp_path):
+    """The stored file holds everything each renderer reads: all formats agree byte for byte."""
+    import interp
+    from circuits.heads import head_report
+    from circuits.results_file import result_formats, save_result, write_result_report
+
+    model = interp.load_model("toy-induction")
+    report = head_report(model, n_samples=4)
+    save_result(report, tmp_path / "heads.json")
+    loaded = load_result(tmp_path / "heads.json")
+    for format in result_formats(report):
+        original, again = tmp_path / f"original.{format}", tmp_path / f"again.{format}"
+        write_result_report(report, format, original, None)
+        write_result_report(loaded, format, again, None)
+        assert again.read_text() == original.read_text(), format
+
+
+def test_patch_reads_the_users_pairs_and_refuses_unequal_lengths(smollm2, tmp_path):
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(
+        "clean,corrupted,correct,incorrect\n"
+        "When Mary and John left John gave it to,When Mary and John left Anna gave it to, Mary, John\n"
+        "When Anna and Tom went out Tom gave it to,When Anna and Tom went out Mary gave it to, Anna, Tom\n"
+    )
+    from circuits.patch_report import pairs_patching
+
+    report = pairs_patching(smollm2, pairs, component="resid_pre", top=3)
+    summary = report.ranked()
+    assert len(summary) == smollm2.cfg.n_layers and report.task == "pairs.csv (2 pairs)"
+    # Patching the whole clean residual stream before layer 0 restores the clean run: 1 by definition.
+    first = summary.set_index("layer").loc[0, "mean"]
+    assert abs(first - 1) < 1e-3, first
+    unequal = tmp_path / "unequal.jsonl"
+    unequal.write_text(
+        json.dumps({"clean": "The cat sat on the", "corrupted": "A", "correct": " mat", "incorrect": " dog"})
+    )
+    with pytest.raises(ValueError, match="pair 1's clean and corrupted prompts have different numbers"):
+        pairs_patching(smollm2, unequal)
+
+
+@pytest.mark.parametrize(
+    ("faithfulness", "method", "ablation", "expected", "advice"),
+    [
+        (0.93, "eap-ig", "counterfactual", "faithful", None),
+        (0.6, "eap-ig", "counterfactual", "partial", "more edges"),
+        (0.21, "eap", "counterfactual", "not faithful", "--method eap-ig"),
+        (0.001, "eap-ig", "mean", "not faithful", "more edges"),
+    ],
+)
+def test_every_faithfulness_comes_with_a_verdict(faithfulness, method, ablation, expected, advice):
+    from circuits.edge_circuits.report import faithfulness_verdict
+
+    verdict = faithfulness_verdict(faithfulness, method, ablation)
+    assert verdict.startswith(expected + " ("), verdict
+    assert ("try" in verdict) == (advice is not None) and (advice is None or advice in verdict)
+    assert ("--method eap-ig" in verdict) == (method == "eap" and expected != "faithful")
+
+
+def test_ioi_report_states_one_unit_per_figure_and_caps_robust_z(tmp_path):
+    """Accuracy and its CI both in %; robust z beyond ±10 is shown as a bound, never as -2360.7."""
+    markdown = tmp_path / "ioi.md"
+    run = CliRunner().invoke(
+        app,
+        ["ioi", "--model", "toy-ioi", "--n-prompts", "16", "--format", "markdown", "--out", str(markdown)],
+    )
+    assert run.exit_code == 0, run.output
+    text = markdown.read_text()
+    accuracy = re.search(r"accuracy [\d.]+% \(95% CI \[([\d.]+)%, ([\d.]+)%\]\)", text)
+    assert accuracy is not None, text[:500]
+    lines = text.splitlines()
+    start = lines.index("| class | head | effect | z | attention | found by | direct logit attribution |") + 2
+    rows = [line.split("|") for line in itertools.takewhile(lambda line: line.startswith("|"), lines[start:])]
+    assert rows
+    for row in rows:
+        z = row[4].strip()
+        assert z in ("> +10", "< -10") or abs(float(z)) <= 10, z
+
+
+SCREENS = {  # kind -> what must be on the first screen of its HTML report
+    "heads": "table.interp-summary",
+    "ioi": "svg.ioi-circuit",
+    "circuit": "svg.edge-circuit",
+}
+
+
+@pytest.mark.parametrize("kind", list(SCREENS))
+def test_html_reports_fit_the_window_and_show_the_finding_first(kind, tmp_path):
+    """At 1400x900 in headless Chromium: nothing wider than the window (no sideways scrolling), and
+    the finding (summary table, circuit diagram) starts on the first screen."""
+    command, _ = RUNS[kind]
+    page = tmp_path / f"{kind}.html"
+    run = CliRunner().invoke(app, [*command, "--format", "html", "--out", str(page)])
+    assert run.exit_code == 0, run.output
+    shown = render_in_chromium(page, selectors=(SCREENS[kind],), screenshot=tmp_path / f"{kind}.png")
+    assert not shown.script_errors and not shown.external_requests
+    assert shown.page_width <= 1400, shown.page_width
+    box = shown.boxes[SCREENS[kind]]
+    assert box is not None and box["y"] < 900 and box["x"] + box["width"] <= 1400, box
+    assert (tmp_path / f"{kind}.png").stat().st_size > 10_000
