@@ -364,6 +364,11 @@ def circuit(
         0.8, help="Without --edges/--fraction: the faithfulness the circuit must reach."
     ),
     steps: int = typer.Option(5, help="Integrated-gradient steps (eap-ig)."),
+    ig_points: str | None = typer.Option(
+        None,
+        help="EAP-IG's points: paper (alpha = k/m, k = 1..m) or mib (k = 0..m-1, the reference code's "
+        "and MIB's). Default: mib with --mib-out, else paper.",
+    ),
     ablation: str = typer.Option(
         "counterfactual", help="counterfactual (the corrupted prompt), mean or zero."
     ),
@@ -384,7 +389,7 @@ def circuit(
     from rich.progress import Progress
 
     from circuits.edge_circuits import FORMATS, edge_task, find_edge_circuit, write_edge_report
-    from interp.edges import ABLATIONS, METHODS, MIB_FRACTIONS, mib_json
+    from interp.edges import ABLATIONS, IG_POINTS, METHODS, MIB_FRACTIONS, mib_json
     from interp.viz import write_text
 
     check_format(format, out, FORMATS)
@@ -393,7 +398,10 @@ def circuit(
         raise fail("give the circuit size as --edges N or --fraction F (one of them), or neither to search.")
     if not 0 < target <= 1:
         raise fail(f"--target {target} must lie in (0, 1]; 0.8 is a common choice.")
-    for name, value, allowed in [("method", method, METHODS), ("ablation", ablation, ABLATIONS)]:
+    ig_points = ig_points or ("mib" if mib_out is not None else "paper")
+    for name, value, allowed in [
+        ("method", method, METHODS), ("ablation", ablation, ABLATIONS), ("ig-points", ig_points, IG_POINTS)
+    ]:  # fmt: skip
         if value not in allowed:
             raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
     loaded = load(model)
@@ -410,7 +418,7 @@ def circuit(
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
-                progress=progress, target=target,
+                progress=progress, target=target, ig_points=ig_points,
             )  # fmt: skip
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error

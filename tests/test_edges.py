@@ -397,7 +397,15 @@ def test_faithfulness_curve_and_mib_summaries() -> None:
     f = curve.faithfulness
     assert abs(float(f[-1]) - 1) < 1e-4  # every edge kept: the model itself
     assert curve.n_edges == sorted(curve.n_edges) and curve.n_edges[-1] == scores.graph.n_edges
-    assert curve.cpr == pytest.approx(edges.area_under(fractions, f.tolist()))
+    assert curve.cpr_abs == pytest.approx(edges.area_under(fractions, f.tolist()))
+    # MIB's leaderboard: CPR over circuits of the edges that help most (signed), CMD over |score|.
+    signed = curve.signed_result.faithfulness
+    assert curve.cpr == pytest.approx(edges.area_under(fractions, signed.tolist()))
+    distance = [abs(1 - x) for x in signed.tolist()]
+    assert curve.cmd_signed == pytest.approx(edges.area_under(fractions, distance))
+    helpful = edges.top_circuit(scores, 3, connected=False, signed=True)
+    kept = scores.scores[helpful]
+    assert kept.max() <= scores.scores[scores.graph.valid & ~helpful].min()  # the 3 most negative scores
     assert curve.cpr > curve.random_cpr and curve.cmd < curve.random_cmd
     mib = edges.mib_json(scores, edges.top_circuit(scores, 3), model.cfg)
     assert len(mib["edges"]) == scores.graph.n_edges
@@ -424,3 +432,49 @@ def test_bad_input_gets_a_clear_error() -> None:
         )
     with pytest.raises(ValueError, match="pair them"):
         edges.pad_pair([[1, 2]], [[1], [2]])
+
+
+@pytest.mark.parametrize("ig_points", ["mib", "paper"])
+def test_eap_ig_points_reproduce_the_reference_definition(ig_points: str) -> None:
+    """EAP-IG over inputs as the reference code defines it, written out here by hand for the edge
+    input -> logits: the input is interpolated from the corrupted to the clean run's embeddings at
+    alpha = k/m, with k = 0..m-1 (MIB and the reference code since Feb 2025) or k = 1..m (the paper),
+    and the score is (corrupted - clean input) . the mean gradient of the metric at the final residual."""
+    model = _random_model()
+    generator = torch.Generator().manual_seed(3)
+    clean = torch.randint(1, model.cfg.d_vocab, (3, 6), generator=generator)
+    corrupted = torch.cat([clean[:, :1], torch.randint(1, model.cfg.d_vocab, (3, 5), generator=generator)], 1)
+    pos = torch.full((3,), 5)
+    metric = _metric(3, model.cfg.d_vocab, pos)
+    steps, ids = 4, torch.arange(3)
+    start, final = "blocks.0.hook_resid_pre", f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+    with torch.no_grad():
+        clean_in = model.run_with_cache(clean, names_filter=start)[1][start]
+        corrupted_in = model.run_with_cache(corrupted, names_filter=start)[1][start]
+    alphas = [k / steps for k in (range(steps) if ig_points == "mib" else range(1, steps + 1))]
+    gradient = torch.zeros_like(clean_in)
+    for alpha in alphas:
+        captured = {}
+
+        def interpolate(act, hook, alpha=alpha):
+            return corrupted_in + alpha * (clean_in - corrupted_in)
+
+        def keep(act, hook, captured=captured):
+            act.retain_grad()
+            captured["final"] = act
+
+        with model.hooks(fwd_hooks=[(start, interpolate), (final, keep)]):
+            metric(model(clean), ids).sum().backward()
+        gradient += captured["final"].grad / steps
+    reference = float(((corrupted_in - clean_in) * gradient).sum() / 3)
+    scores = edges.edge_attribution(
+        model, clean, corrupted, metric, method="eap-ig", steps=steps, ig_points=ig_points
+    )
+    graph = scores.graph
+    ours = float(scores.scores[graph.writers.index("input"), graph.readers.index("logits")])
+    assert ours == pytest.approx(reference, rel=1e-4, abs=1e-6)
+    other = edges.edge_attribution(
+        model, clean, corrupted, metric, method="eap-ig", steps=steps,
+        ig_points="paper" if ig_points == "mib" else "mib",
+    )  # fmt: skip
+    assert not torch.allclose(other.scores, scores.scores)  # the two conventions differ

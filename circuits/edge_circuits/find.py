@@ -56,6 +56,7 @@ class EdgeCircuitResult:
     curve: edges.FaithfulnessCurve | None
     seconds: dict[str, float]
     n_kv_heads: int
+    ig_points: str = "paper"  # EAP-IG's integration points (edges.IG_POINTS)
 
     @property
     def graph(self) -> edges.EdgeGraph:
@@ -84,7 +85,7 @@ class EdgeCircuitResult:
                      "metric": self.task.metric_name, "clean_metric": self.clean_metric,
                      "corrupted_metric": self.corrupted_metric},
             "method": {"name": self.scores.method, "steps": self.scores.steps,
-                       "ablation": self.scores.ablation},
+                       "ablation": self.scores.ablation, "ig_points": self.ig_points},
             "graph": {"n_nodes": graph.n_writers + 1, "n_edges": graph.n_edges},
             "circuit": {
                 "requested_edges": self.requested_edges,
@@ -107,8 +108,11 @@ class EdgeCircuitResult:
                 "faithfulness": curve.faithfulness.tolist(),
                 "ci_low": c_low.tolist(),
                 "ci_high": c_high.tolist(),
-                "cpr": curve.cpr,
-                "cmd": curve.cmd,
+                "cpr": curve.cpr,  # MIB's: circuits ranked by signed score
+                "cmd": curve.cmd,  # MIB's: circuits ranked by |score|
+                "cpr_abs": curve.cpr_abs,
+                "cmd_signed": curve.cmd_signed,
+                "faithfulness_signed": curve.signed_result.faithfulness.tolist(),
                 "random": None
                 if curve.random is None
                 else {"n_edges": curve.random_n_edges, "faithfulness": curve.random.faithfulness.tolist(),
@@ -130,10 +134,12 @@ def find_edge_circuit(
     batch_size: int = 16,
     progress: StageProgress | None = None,
     target: float = 0.8,
+    ig_points: edges.IGPoints = "paper",
 ) -> EdgeCircuitResult:
     """Score every edge, keep the top `n_edges` (or `fraction` of all edges; neither: the smallest
     number reaching faithfulness `target`, see `smallest_faithful_size`) connected input -> logits,
-    measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve."""
+    measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve.
+    ig_points: EAP-IG's integration points, "paper" (alpha = k/m, k = 1..m) or "mib" (k = 0..m-1)."""
     graph = edges.edge_graph(model)
     if n_edges is not None and fraction is not None:
         raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
@@ -160,6 +166,7 @@ def find_edge_circuit(
         None,
         batch_size,
         stage("scores"),
+        ig_points=ig_points,
     )
     seconds["scores"] = time.perf_counter() - start
     check_finite_scores(
@@ -189,7 +196,7 @@ def find_edge_circuit(
         seconds["curve"] = time.perf_counter() - start
     return EdgeCircuitResult(
         model.cfg.model_name, task, scores, circuit, requested, faith, float(faith.full.mean()),
-        float(corrupted_value.mean()), curve, seconds, model.cfg.n_kv_heads,
+        float(corrupted_value.mean()), curve, seconds, model.cfg.n_kv_heads, ig_points,
     )  # fmt: skip
 
 

@@ -62,7 +62,10 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
     if data["curve"] is not None:
         curve = data["curve"]
         line = f"faithfulness curve over {len(curve['fractions'])} sizes: "
-        line += f"CPR {curve['cpr']:.3f}, CMD {curve['cmd']:.3f}"
+        line += (
+            f"CPR {curve['cpr']:.3f} (edges ranked by signed score, as MIB's leaderboard; by |score|: "
+            f"{curve['cpr_abs']:.3f}), CMD {curve['cmd']:.3f} (ranked by |score|)"
+        )
         if curve["random"] is not None:
             line += f" (random circuits: CPR {curve['random']['cpr']:.3f}, CMD {curve['random']['cmd']:.3f})"
         lines.append(line)
@@ -221,7 +224,7 @@ def curve_svg(result: EdgeCircuitResult) -> str:
         f'text-anchor="middle" transform="rotate(-90 14 {height / 2})">'
         "faithfulness</text>"
         f'<text x="{width - margin}" y="{margin - 14}" font-size="11" text-anchor="end">'
-        f"CPR {curve.cpr:.3f} · CMD {curve.cmd:.3f}"
+        f"CPR {curve.cpr:.3f} (signed ranking) · CMD {curve.cmd:.3f} (|score| ranking)"
         + ("" if curve.random is None else f" · random CPR {curve.random_cpr:.3f}")
         + "</text></svg>"
     )

@@ -1,7 +1,14 @@
 """Edge-level circuits: the graph (`graph`), edge-level runs through the model's own forward pass
 (`intervene`), edge scores (`attribution`: EAP, EAP-IG, exact) and faithfulness (`evaluate`)."""
 
-from interp.edges.attribution import METHODS, Method, edge_attribution, edge_attribution_by_position
+from interp.edges.attribution import (
+    IG_POINTS,
+    METHODS,
+    IGPoints,
+    Method,
+    edge_attribution,
+    edge_attribution_by_position,
+)
 from interp.edges.evaluate import (
     Faithfulness,
     FaithfulnessCurve,
@@ -34,7 +41,8 @@ from interp.interventions.stats import auroc
 from interp.types import ABLATIONS, Ablation
 
 __all__ = [
-    "ABLATIONS", "METHODS", "MIB_FRACTIONS", "Ablation", "AnswerMetric", "EdgeGraph", "EdgeScores",
+    "ABLATIONS", "IG_POINTS", "IGPoints", "METHODS", "MIB_FRACTIONS", "Ablation", "AnswerMetric",
+    "EdgeGraph", "EdgeScores",
     "Faithfulness", "FaithfulnessCurve", "Intervention", "Method", "ablated_outputs", "area_under", "auroc",
     "edge_attribution", "edge_attribution_by_position", "edge_forward", "edge_graph", "faithfulness",
     "faithfulness_curve", "fraction_to_edges", "logit_diff_metric", "mib_json", "node_circuit", "pad_pair",

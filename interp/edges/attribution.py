@@ -5,7 +5,9 @@ m(edge ablated) - m(clean) in the metric's units (negative: the edge helps):
 
   EAP            (a_ablated - a_clean) . d m / d reader_input, at the clean run (Syed et al. 2023)
   EAP-IG inputs  the gradient averaged over `steps` runs whose input embeddings lie on the line from
-                 the ablated to the clean input, alpha = k / steps, k = 1..steps (Hanna et al. 2024)
+                 the ablated to the clean input, alpha = k / steps with k = 1..steps (`ig_points="paper"`:
+                 the right Riemann sum, Hanna et al. 2024) or k = 0..steps-1 (`"mib"`: the left sum, the
+                 EAP-IG reference code since Feb 2025 and so MIB's circuit track)
   EAP-IG activations  per writer group (the input, a layer's heads, an MLP) the gradient averaged over
                  runs with that group's outputs interpolated between ablated and clean
   exact          m(edge ablated) - m(clean), one edge-level run per edge (verification, small graphs)
@@ -45,6 +47,8 @@ from interp.types import Ablation, Metric, Progress
 
 Method = Literal["eap", "eap-ig", "eap-ig-activations", "exact"]
 METHODS: tuple[str, ...] = ("eap", "eap-ig", "eap-ig-activations", "exact")
+IGPoints = Literal["paper", "mib"]
+IG_POINTS: tuple[str, ...] = ("paper", "mib")
 
 
 def _score_from_grads(
@@ -79,6 +83,7 @@ def edge_attribution(
     batch_size: int = 16,
     progress: Progress | None = None,
     reader_pos: Int[Tensor, " batch"] | None = None,
+    ig_points: IGPoints = "paper",
 ) -> EdgeScores:
     """Score every edge of `model` on prompt pairs (see the module docstring for the methods).
 
@@ -97,8 +102,9 @@ def edge_attribution(
         )
     positions = {"": reader_pos}
     return edge_attribution_by_position(
-        model, clean, corrupted, metric, positions, method, steps, ablation, reference, batch_size, progress
-    )[""]
+        model, clean, corrupted, metric, positions, method, steps, ablation, reference, batch_size, progress,
+        ig_points,
+    )[""]  # fmt: skip
 
 
 def edge_attribution_by_position(
@@ -113,10 +119,15 @@ def edge_attribution_by_position(
     reference: Int[Tensor, "n pos"] | None = None,
     batch_size: int = 16,
     progress: Progress | None = None,
+    ig_points: IGPoints = "paper",
 ) -> dict[str, EdgeScores]:
     """Gradient edge scores for several reader positions from one set of gradients: name ->
-    EdgeScores of what readers read at those positions ([batch], one per prompt; None: all)."""
+    EdgeScores of what readers read at those positions ([batch], one per prompt; None: all).
+    ig_points: where EAP-IG evaluates gradients (module docstring); EAP always takes alpha = 1."""
     _check_method(method, steps)
+    if ig_points not in IG_POINTS:
+        raise ValueError(f"ig_points={ig_points!r} is not one of {IG_POINTS}; 'mib' is MIB's convention.")
+    first = 0 if ig_points == "mib" and method != "eap" else 1
     if method == "exact":
         raise ValueError("scores by reader position come from the gradient methods (eap, eap-ig).")
     clean, corrupted = check_pair(model, clean, corrupted)
@@ -135,7 +146,7 @@ def edge_attribution_by_position(
         delta = (ablated - clean_out).float()  # [W, B|1, P, d]
         for group in groups:
             grads_sum = None
-            for step in range(1, steps + 1):
+            for step in range(first, first + steps):
                 alpha = step / steps
                 if group is None:  # integrated gradients over the input embedding
                     embed = ablated[0] + alpha * (clean_out[0] - ablated[0])

@@ -108,13 +108,17 @@ class FaithfulnessCurve:
 
     CPR: area under faithfulness against the fraction of edges (trapezoid rule, higher is better);
     CMD: area between the curve and 1, |1 - f| (lower is better), as MIB's circuit track computes them.
+    MIB's leaderboard takes CPR from circuits of the edges that help most (ranked by signed score,
+    `signed_result`) and CMD from circuits ranked by |score| (`result`); `cpr_abs` and `cmd_signed`
+    give the other pairings.
     """
 
     fractions: tuple[float, ...]
-    n_edges: list[int]  # edges kept after pruning
-    result: Faithfulness
+    n_edges: list[int]  # edges kept after pruning (ranked by |score|)
+    result: Faithfulness  # circuits ranked by |score|
     random: Faithfulness | None = None
     random_n_edges: list[int] | None = None
+    signed_result: Faithfulness | None = None  # circuits ranked by signed score (None: not measured)
 
     @property
     def faithfulness(self) -> Tensor:
@@ -122,11 +126,24 @@ class FaithfulnessCurve:
 
     @property
     def cpr(self) -> float:
-        return area_under(self.fractions, self.faithfulness.tolist())
+        """MIB's CPR: over the signed ranking when measured, else over the |score| ranking."""
+        ranked = self.result if self.signed_result is None else self.signed_result
+        return area_under(self.fractions, ranked.faithfulness.tolist())
 
     @property
     def cmd(self) -> float:
+        """MIB's CMD: over the |score| ranking."""
         return area_under(self.fractions, [abs(1 - f) for f in self.faithfulness.tolist()])
+
+    @property
+    def cpr_abs(self) -> float:
+        return area_under(self.fractions, self.faithfulness.tolist())
+
+    @property
+    def cmd_signed(self) -> float | None:
+        if self.signed_result is None:
+            return None
+        return area_under(self.fractions, [abs(1 - f) for f in self.signed_result.faithfulness.tolist()])
 
     @property
     def random_cpr(self) -> float | None:
@@ -158,16 +175,17 @@ def faithfulness_curve(
     batch_size: int = 16,
     progress: Progress | None = None,
 ) -> FaithfulnessCurve:
-    """Faithfulness of the top-|score| circuit at each fraction of edges, and of random circuits."""
+    """Faithfulness of the top-|score| and the top-signed-score circuits at each fraction of edges, and
+    of random circuits."""
     graph = scores.graph
     fractions = tuple(float(f) for f in fractions)
     if any(not 0 < f <= 1 for f in fractions) or list(fractions) != sorted(fractions):
         raise ValueError(f"fractions must increase within (0, 1], got {fractions}.")
 
-    def circuits_of(s: EdgeScores) -> Tensor:
-        return torch.stack([top_circuit(s, int(f * graph.n_edges)) for f in fractions])
+    def circuits_of(s: EdgeScores, signed: bool = False) -> Tensor:
+        return torch.stack([top_circuit(s, int(f * graph.n_edges), signed=signed) for f in fractions])
 
-    tops = circuits_of(scores)
+    tops = torch.cat([circuits_of(scores), circuits_of(scores, signed=True)])  # |score|, then signed
     sets = [tops]
     rand = None
     if random_baseline:
@@ -186,10 +204,12 @@ def faithfulness_curve(
         random_result = faithfulness(
             model, clean, corrupted, metric, rand, ablation, reference, batch_size, sub_progress(len(tops))
         )
+    n = len(fractions)
     return FaithfulnessCurve(
         fractions,
-        [int(c.sum()) for c in tops],
-        result,
+        [int(c.sum()) for c in tops[:n]],
+        Faithfulness(result.values[:n], result.full, result.empty),
         random_result,
         None if rand is None else [int(c.sum()) for c in rand],
+        Faithfulness(result.values[n:], result.full, result.empty),
     )

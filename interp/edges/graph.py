@@ -182,12 +182,17 @@ def _writer_reader_map(graph: EdgeGraph) -> Bool[Tensor, "writer reader"]:
     return out
 
 
-def top_circuit(scores: EdgeScores, n_edges: int, connected: bool = True) -> Bool[Tensor, "writer reader"]:
-    """The n edges with the largest |score| (MIB's top-n), then only those connected input -> logits."""
+def top_circuit(
+    scores: EdgeScores, n_edges: int, connected: bool = True, signed: bool = False
+) -> Bool[Tensor, "writer reader"]:
+    """The n edges with the largest |score| (MIB's top-n), then only those connected input -> logits.
+    signed: the n edges that help most instead (the most negative scores: ablating them lowers the
+    metric most), as MIB's leaderboard ranks edges for CPR."""
     graph = scores.graph
     if not 0 <= n_edges <= graph.n_edges:
         raise ValueError(f"n_edges must lie in [0, {graph.n_edges}], got {n_edges}.")
-    flat = scores.scores.abs().masked_fill(~graph.valid, -1.0).flatten()
+    rank = -scores.scores if signed else scores.scores.abs()
+    flat = rank.masked_fill(~graph.valid, -torch.inf).flatten()
     keep = torch.zeros(flat.numel(), dtype=torch.bool)
     keep[flat.argsort(descending=True, stable=True)[:n_edges]] = True
     keep = keep.view_as(scores.scores) & graph.valid
