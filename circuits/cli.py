@@ -129,7 +129,7 @@ def info(model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP)) -> None:
     console.print(
         f"[bold]{cfg.model_name}[/bold] ({cfg.architecture}): {cfg.n_layers} layers, {cfg.n_heads} heads "
         f"({cfg.n_kv_heads} key/value), d_model {cfg.d_model}, d_mlp {cfg.d_mlp}, vocab {cfg.d_vocab}, "
-        f"context {cfg.n_ctx}, {_parameter_count(loaded) / 1e6:.1f}M parameters"
+        f"context {cfg.n_ctx}, {interp.parameter_count(loaded) / 1e6:.1f}M parameters"
     )
     if loaded.tokenizer is not None:
         prompt = "When Mary and John went to the store, John gave a drink to"
@@ -139,15 +139,6 @@ def info(model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP)) -> None:
             f"{loaded.to_string(i[None])!r} ({v:.2f})" for v, i in zip(top.values, top.indices, strict=True)
         )
         console.print(f"{prompt!r} -> {guesses}")
-
-
-def _parameter_count(model: interp.HookedTransformer) -> int:
-    """Parameters as a model card counts them: tied embeddings (W_U = W_E^T) once."""
-    import torch
-
-    total = sum(p.numel() for p in model.parameters())
-    tied = model.W_U.shape == model.W_E.T.shape and torch.equal(model.W_U, model.W_E.T)
-    return total - model.W_U.numel() if tied else total
 
 
 @app.command(epilog=EXAMPLES["heads"])

@@ -27,6 +27,8 @@ _PUBLIC = {
     "from_hf": "interp.model",
     "load_model": "interp.model",
     "next_token_loss": "interp.model",
+    "parameter_count": "interp.model",
+    "provenance": "interp.model",
 }
 _INTERVENTIONS = ("metrics", "patching", "path_patching", "ablation", "engine", "results", "stats")
 _SUBPACKAGES = (

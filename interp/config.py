@@ -84,6 +84,7 @@ class Config:
     bos_token_id: int | None = None
     architecture: str = "custom"
     model_name: str = "custom"
+    source: str | None = None  # the file the weights were read from when that says more (a GGUF's name)
     task: str | None = None  # the synthetic task a toy checkpoint was trained on; None for pretrained models
     init_std: float = 0.02
     attn_scale: float | None = None

@@ -68,8 +68,8 @@ def test_version_and_examples_in_help():
 
 def test_info_counts_parameters_as_the_model_card(smollm2, smollm2_hf) -> None:
     """Tied embeddings count once, as transformers (and the model card's "135M") count them."""
-    from circuits.cli import _parameter_count
+    from interp import parameter_count
 
-    assert _parameter_count(smollm2) == smollm2_hf.num_parameters()
+    assert parameter_count(smollm2) == smollm2_hf.num_parameters()
     untied = sum(p.numel() for p in smollm2.parameters())
-    assert untied - _parameter_count(smollm2) == smollm2.W_U.numel()  # the model does tie them
+    assert untied - parameter_count(smollm2) == smollm2.W_U.numel()  # the model does tie them

@@ -318,7 +318,8 @@ def test_shipped_toy_ioi_report(tmp_path):
 
     cli = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--n-prompts", "32"], terminal_width=200)
     assert cli.exit_code == 0, cli.output
-    assert "model toy-ioi, 32 prompts" in cli.output and "s_suppression" in cli.output
+    assert "model toy-ioi, " in cli.output and "parameters, run in float32, 32 prompts" in cli.output
+    assert "s_suppression" in cli.output
     assert "held out: 32 prompts from held-out toy templates and names" in " ".join(cli.output.split())
     page = tmp_path / "toy.html"
     cli = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--format", "html", "--out", str(page)])

@@ -32,6 +32,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+import interp
 from circuits.edge_circuits.tasks import EdgeTask
 from interp import edges
 from interp.checks import check_finite_scores
@@ -57,6 +58,7 @@ class EdgeCircuitResult:
     seconds: dict[str, float]
     n_kv_heads: int
     ig_points: str = "paper"  # EAP-IG's integration points (edges.IG_POINTS)
+    provenance: str = ""  # interp.provenance(model): source, quantisation, parameters, dtype
 
     @property
     def graph(self) -> edges.EdgeGraph:
@@ -79,8 +81,8 @@ class EdgeCircuitResult:
         graph = self.graph
         out = {
             "schema": SCHEMA,
-            "model": {"name": self.model, "n_layers": graph.n_layers, "n_heads": graph.n_heads,
-                      "n_kv_heads": self.n_kv_heads},
+            "model": {"name": self.model, "provenance": self.provenance, "n_layers": graph.n_layers,
+                      "n_heads": graph.n_heads, "n_kv_heads": self.n_kv_heads},
             "task": {"name": self.task.name, "n_prompts": self.task.n_prompts,
                      "metric": self.task.metric_name, "clean_metric": self.clean_metric,
                      "corrupted_metric": self.corrupted_metric},
@@ -197,6 +199,7 @@ def find_edge_circuit(
     return EdgeCircuitResult(
         model.cfg.model_name, task, scores, circuit, requested, faith, float(faith.full.mean()),
         float(corrupted_value.mean()), curve, seconds, model.cfg.n_kv_heads, ig_points,
+        interp.provenance(model),
     )  # fmt: skip
 
 

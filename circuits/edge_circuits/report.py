@@ -45,7 +45,8 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
     circuit, task, method = data["circuit"], data["task"], data["method"]
     steps = f", {method['steps']} steps" if method["name"].startswith("eap-ig") else ""
     lines = [
-        f"{result.model}: {data['graph']['n_edges']:,} edges between {data['graph']['n_nodes']} nodes",
+        f"{result.provenance or result.model}: {data['graph']['n_edges']:,} edges between "
+        f"{data['graph']['n_nodes']} nodes",
         f"task {task['name']}: {task['n_prompts']} prompt pairs, "
         f"{task['metric']} clean {task['clean_metric']:.3f}, "
         f"corrupted {task['corrupted_metric']:.3f}",

@@ -78,6 +78,7 @@ class HeadReport:
     group_effects: dict[str, Effect] = field(default_factory=dict)  # type -> ablating all candidates
     str_tokens: dict[str, list[str]] = field(default_factory=dict)  # probe name -> first sequence's tokens
     patterns: dict[str, Tensor] = field(default_factory=dict)  # probe name -> [layer, head, q, k]
+    provenance: str = ""  # interp.provenance(model): source, quantisation, parameters, dtype
 
     def score_grid(self, column: str) -> np.ndarray:
         """[layer, head] values of one column."""

@@ -43,6 +43,7 @@ def head_report(
     cfg = model.cfg
     return HeadReport(
         model_name=cfg.model_name,
+        provenance=interp.provenance(model),
         table=classify(scores, weights, effects),
         settings=_settings(probes, n_samples, seed, causal, max_candidates),
         thresholds=scores.thresholds,

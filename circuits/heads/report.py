@@ -180,6 +180,8 @@ def print_table(
     console.print(summary)
     if group_line(report):
         console.print(group_line(report))
+    if report.provenance:
+        console.print(f"Model: {report.provenance}.", style="dim")
     typed, confirmed = classified_rows(report), confirmed_rows(report)
     if all_heads:
         rest = typed.drop(confirmed.index)
@@ -236,7 +238,7 @@ def to_markdown(report: HeadReport) -> str:
     for row in classified_rows(report).to_dict("records"):
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(report, row)) + " |")
     settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
-    lines += ["", group_line(report), "", f"Settings: {settings}.", ""]
+    lines += ["", group_line(report), "", f"Model: {report.provenance}.", "", f"Settings: {settings}.", ""]
     return "\n".join(lines)
 
 
@@ -272,6 +274,7 @@ def _html_summary(report: HeadReport) -> str:
     )
     header = "".join(f"<th>{html.escape(column)}</th>" for column in _columns(report))
     return (
+        f"<p>Model: {html.escape(report.provenance)}.</p>"
         f"<p>Settings: {settings}</p><p>{html.escape(group_line(report))}</p>"
         '<table class="interp-summary"><thead><tr><th>type</th><th>threshold</th><th>heads</th>'
         f"<th>top heads</th></tr></thead><tbody>{rows}</tbody></table>"

@@ -91,7 +91,13 @@ def find_ioi_circuit(
         clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
     else:
         clean, abc = prompts
-    settings = Settings(model=model.cfg.model_name, n_prompts=len(clean), seed=seed, **thresholds)
+    settings = Settings(
+        model=model.cfg.model_name,
+        n_prompts=len(clean),
+        seed=seed,
+        provenance=interp.provenance(model),
+        **thresholds,
+    )
     clean, abc = clean.to(model.device), abc.to(model.device)
     timings["dataset"] = time.perf_counter() - start
 

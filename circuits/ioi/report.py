@@ -80,7 +80,8 @@ def _z(z: float) -> str:
 def _summary_lines(result: IOICircuitResult) -> list[str]:
     b, s = result.baseline, result.settings
     lines = [
-        f"model {s.model}, {s.n_prompts} prompts (seed {s.seed}), corrupted distribution {s.corrupted}",
+        f"model {s.provenance or s.model}, {s.n_prompts} prompts (seed {s.seed}), corrupted distribution "
+        f"{s.corrupted}",
         f"logit diff (IO - S) {b.logit_diff:.3f} (95% CI {_ci(b.logit_diff_ci)}), "
         f"accuracy {b.accuracy:.1%} (95% CI {_percent_ci(b.accuracy_ci)}), top-1 = IO {b.top1_io:.1%}, "
         f"ABC logit diff {b.abc_logit_diff:.3f}",

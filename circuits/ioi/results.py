@@ -53,6 +53,7 @@ class Settings:
     model: str
     n_prompts: int
     seed: int
+    provenance: str = ""  # interp.provenance(model): source, quantisation, parameters, dtype
     corrupted: str = "ABC"
     n_patching_prompts: int = 16
     effect_z: float = 3.0

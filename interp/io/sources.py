@@ -242,7 +242,9 @@ def read_gguf(path: str | Path) -> LoadedWeights:
     cached = cache_dir() / f"{path.stem}-{content_hash(path)[:16]}"
     if is_checkpoint(cached):
         try:
-            return read_checkpoint(cached)
+            loaded = read_checkpoint(cached)
+            loaded.cfg.source = path.name
+            return loaded
         except ValueError:
             shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry: rebuild it
     architecture = gguf_architecture(path)
@@ -260,6 +262,7 @@ def read_gguf(path: str | Path) -> LoadedWeights:
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     loaded = read_hf_model(hf_model, tokenizer)
     loaded.cfg.model_name = path.stem
+    loaded.cfg.source = path.name
     write_checkpoint(loaded, cached)
     return loaded
 

@@ -4,7 +4,15 @@ from interp.model.cache import ActivationCache, act_name
 from interp.model.components import MLP, Attention, Block, MixtureOfExperts, Norm
 from interp.model.hooks import HookSettings
 from interp.model.kv_cache import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
-from interp.model.loading import dispatch, from_hf, load_checkpoint, load_gguf, load_model
+from interp.model.loading import (
+    dispatch,
+    from_hf,
+    load_checkpoint,
+    load_gguf,
+    load_model,
+    parameter_count,
+    provenance,
+)
 from interp.model.transformer import HookedTransformer, next_token_loss
 from interp.model.weights import process_weights
 
@@ -12,5 +20,6 @@ __all__ = [
     "MLP", "ActivationCache", "Attention", "Block", "HookSettings", "HookedTransformer",
     "HookedTransformerKeyValueCache", "HookedTransformerKeyValueCacheEntry", "MixtureOfExperts",
     "Norm", "act_name", "dispatch", "from_hf", "load_checkpoint", "load_gguf", "load_model",
+    "parameter_count", "provenance",
     "next_token_loss", "process_weights",
 ]  # fmt: skip

@@ -6,6 +6,7 @@ sources, with TransformerLens's processing defaults.
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,29 @@ def load_gguf(path: str | Path) -> HookedTransformer:
 def load_checkpoint(directory: str | Path) -> HookedTransformer:
     """Load a checkpoint directory written by `model.save`."""
     return HookedTransformer.from_weights(read_checkpoint(directory))
+
+
+GGUF_QUANTISATION = re.compile(r"(I?Q\d+_[0-9A-Z_]+|F16|BF16|F32)$", re.IGNORECASE)  # a GGUF name's end
+
+
+def parameter_count(model: HookedTransformer) -> int:
+    """Parameters as a model card counts them: tied embeddings (W_U = W_E^T) once."""
+    total = sum(p.numel() for p in model.parameters())
+    tied = model.W_U.shape == model.W_E.T.shape and torch.equal(model.W_U, model.W_E.T)
+    return total - model.W_U.numel() if tied else total
+
+
+def provenance(model: HookedTransformer) -> str:
+    """Where a report's numbers come from, in one line: the model's name, the quantisation its
+    weights were read from (a GGUF's, as its name records it, e.g. "Q4_1"), the parameter count as the
+    model card counts it, and the dtype it ran in."""
+    name, source = model.cfg.model_name, model.cfg.source or ""
+    quantised = GGUF_QUANTISATION.search(source.removesuffix(".gguf"))
+    if quantised:
+        source = f", weights dequantised from the {quantised[1]} GGUF {source}"
+    elif source:
+        source = f", weights from {source}"
+    dtype = str(model.cfg.dtype).removeprefix("torch.")
+    n = parameter_count(model)
+    size = f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,}"
+    return f"{name}{source}, {size} parameters, run in {dtype}"
