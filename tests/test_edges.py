@@ -478,3 +478,13 @@ def test_eap_ig_points_reproduce_the_reference_definition(ig_points: str) -> Non
         ig_points="paper" if ig_points == "mib" else "mib",
     )  # fmt: skip
     assert not torch.allclose(other.scores, scores.scores)  # the two conventions differ
+
+
+def test_scores_do_not_depend_on_the_batch_size() -> None:
+    """Counterfactual outputs are read per batch: each prompt must still meet its own corrupted run."""
+    model = _random_model()
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [6, 5, 6, 4, 6])
+    metric = _metric(5, model.cfg.d_vocab, pos)
+    whole = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3, batch_size=5)
+    split = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3, batch_size=2)
+    assert torch.allclose(whole.scores, split.scores, atol=1e-5, rtol=1e-4)

@@ -134,14 +134,21 @@ def edge_attribution_by_position(
     graph = edge_graph(model)
     steps = 1 if method == "eap" else steps
     scores = {name: torch.zeros(graph.n_writers, graph.n_readers) for name in reader_positions}
-    ablated_all = ablated_outputs(model, clean, corrupted, ablation, reference)
+    # Counterfactual outputs are read per batch (all prompts' writer outputs at once are the largest
+    # tensor here: writers x prompts x positions x d_model); the other ablations are one mean or
+    # resampled set.
+    per_batch = ablation == "counterfactual"
+    ablated_all = None if per_batch else ablated_outputs(model, clean, corrupted, ablation, reference)
     batches = chunks(clean.shape[0], batch_size)
     groups = _writer_groups(graph) if method == "eap-ig-activations" else [None]
     total, done = len(batches) * len(groups) * steps, 0
     for ids in batches:
         tokens = clean[ids]
-        ablated = ablated_all if ablated_all.shape[1] == 1 else ablated_all[:, ids]
         with torch.no_grad():
+            if ablated_all is None:
+                ablated = writer_outputs(model, corrupted[ids])
+            else:
+                ablated = ablated_all if ablated_all.shape[1] == 1 else ablated_all[:, ids]
             clean_out = writer_outputs(model, tokens)
         delta = (ablated - clean_out).float()  # [W, B|1, P, d]
         for group in groups:
