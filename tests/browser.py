@@ -48,7 +48,7 @@ def render_in_chromium(
     html_path: str | Path,
     selectors: tuple[str, ...] = (),
     wait_for: dict[str, int] | None = None,
-    timeout_s: float = 20.0,
+    timeout_s: float = 60.0,
     viewport: tuple[int, int] = (1400, 900),
     screenshot: str | Path | None = None,
 ) -> RenderResult:

@@ -407,6 +407,13 @@ def test_causal_checks_equal_full_ablated_forward_passes():
         assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
     assert found.all_candidates[0] == pytest.approx(float((loss(candidates) - clean).mean()), abs=1e-5)
     assert found.all_candidates[0] > 0.1  # the effects tested are not all zero
+    # Per repeat length: the same effects on that length's sequences.
+    assert sorted(found.by_stratum) == sorted(f"L={n}" for n in probe.repeat_len.unique().tolist())
+    for name, per_head in found.by_stratum.items():
+        rows = probe.repeat_len == int(name[2:])
+        for head in candidates:
+            expected = float((loss([head]) - clean)[rows].mean())
+            assert per_head[head][0][0] == pytest.approx(expected, abs=1e-5)
 
     sources, targets = [(0, 0), (0, 1), (0, 3)], [(1, 1), (1, 2)]
     found = previous_token_ablation_effects(model, probe, sources, targets)
@@ -418,3 +425,33 @@ def test_causal_checks_equal_full_ablated_forward_passes():
         expected = float((induction_score(others, targets) - induction_score(sources, targets)).mean())
         assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
     assert found.all_candidates[0] > 0.01
+
+
+def test_an_effect_at_one_repeat_length_only_is_length_dependent():
+    """Planted per-sequence measurements over three repeat lengths: a head whose ablation matters at
+    one length only is significant pooled but reported length-dependent, not confirmed; one that
+    matters at every length is confirmed; one that never matters is unconfirmed."""
+    from circuits.heads.causal import _candidate_effects
+
+    generator = torch.Generator().manual_seed(0)
+    n = 16
+    strata = {f"L={length}": torch.arange(i * n, (i + 1) * n) for i, length in enumerate((13, 18, 24))}
+    at_one_length, everywhere, never = (1, 0), (1, 1), (1, 2)
+    planted = {
+        at_one_length: torch.cat([torch.full((n,), 0.6), torch.zeros(2 * n)]),
+        everywhere: 0.3,
+        never: 0,
+    }
+
+    def measure(head_sets):
+        noise = [0.01 * torch.randn(3 * n, generator=generator) for _ in head_sets]
+        return [
+            2.0 + e + sum(planted[head] for head in heads) for e, heads in zip(noise, head_sets, strict=True)
+        ]
+
+    found = _candidate_effects([at_one_length, everywhere, never], measure, 1, 0.02, strata)
+    assert found.significant(at_one_length) and found.holds_in(at_one_length) == ["L=13"]
+    assert found.verdict(at_one_length) == "length-dependent" and not found.confirmed(at_one_length)
+    assert found.verdict(everywhere) == "confirmed" and found.holds_in(everywhere) == list(strata)
+    assert found.verdict(never) == "unconfirmed" and found.holds_in(never) == []
+    assert found.verdict((0, 0)) == ""  # not a candidate

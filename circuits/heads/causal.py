@@ -9,8 +9,12 @@ minimality: what the head adds once its stand-ins are gone).
   previous_token   drop of the mean induction score of the later induction heads (a fraction of
                    attention), from the confirmed induction heads (all candidates if none is confirmed)
 
-A candidate is confirmed if either way its effect exceeds CONFIRM_SE standard errors (over probe
-sequences) and MIN_EFFECT (a significant but negligible effect confirms nothing).
+A candidate's effect is significant if either way it exceeds CONFIRM_SE standard errors (over probe
+sequences) and MIN_EFFECT (a significant but negligible effect confirms nothing). The probe's repeat
+lengths are strata: a stratum holds when either effect on its sequences exceeds MIN_EFFECT. Verdicts
+(HEAD_VERDICTS): "confirmed" (significant, and holding in most strata), "length-dependent"
+(significant, holding in half the strata or fewer: a positional shortcut looks like this),
+"unconfirmed".
 
 Runs: one clean run of the probe serves both checks (`clean_run`). Every set of heads to ablate is
 known before any is run, so the ablated runs share work (`_ablated_runs`): each starts at its first
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Float
@@ -39,6 +43,8 @@ CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
 CONFIRM_SE = 2.0  # a causal effect is confirmed when effect > CONFIRM_SE * standard error ...
 MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # ... and at least this large (nats; score)
 
+HEAD_VERDICTS = ("confirmed", "length-dependent", "unconfirmed")
+
 Effect = tuple[float, float]
 """(mean, standard error) over probe sequences."""
 
@@ -46,20 +52,44 @@ Effect = tuple[float, float]
 @dataclass
 class CausalEffects:
     """Per candidate head: the effect of ablating it alone, and with the other candidates ablated
-    (what it adds once its stand-ins are gone); and the effect of ablating all candidates."""
+    (what it adds once its stand-ins are gone); and the effect of ablating all candidates.
+    by_stratum: stratum name ("L=13": the sequences of one repeat length) -> head -> (alone, with
+    the others ablated) on that stratum's sequences."""
 
     alone: dict[Head, Effect]
     with_others_ablated: dict[Head, Effect]
     all_candidates: Effect
     min_effect: float  # an effect below this is negligible, however small its error
+    by_stratum: dict[str, dict[Head, tuple[Effect, Effect]]] = field(default_factory=dict)
 
-    def confirmed(self, head: Head) -> bool:
-        """Either effect exceeds CONFIRM_SE standard errors and min_effect."""
+    def significant(self, head: Head) -> bool:
+        """Either pooled effect exceeds CONFIRM_SE standard errors and min_effect."""
         return any(
             effects[head][0] > max(CONFIRM_SE * effects[head][1], self.min_effect)
             for effects in (self.alone, self.with_others_ablated)
             if head in effects
         )
+
+    def holds_in(self, head: Head) -> list[str]:
+        """The strata where either of the head's effects exceeds min_effect."""
+        return [
+            name
+            for name, effects in self.by_stratum.items()
+            if head in effects and max(effects[head][0][0], effects[head][1][0]) > self.min_effect
+        ]
+
+    def verdict(self, head: Head) -> str:
+        """One of HEAD_VERDICTS (see the module docstring); "" for a head that was not tested."""
+        if head not in self.alone:
+            return ""
+        if not self.significant(head):
+            return "unconfirmed"
+        if self.by_stratum and 2 * len(self.holds_in(head)) <= len(self.by_stratum):
+            return "length-dependent"
+        return "confirmed"
+
+    def confirmed(self, head: Head) -> bool:
+        return self.verdict(head) == "confirmed"
 
 
 def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
@@ -73,11 +103,13 @@ def _candidate_effects(
     measure: Callable[[list[list[Head]]], list[Float[Tensor, " batch"]]],
     sign: int,
     min_effect: float,
+    strata: dict[str, Tensor] | None = None,
 ) -> CausalEffects:
     """measure(head sets) -> per set, the per-sequence measurement with those heads ablated; an effect
     is sign * (measurement with the heads ablated - measurement without them), for each head alone,
-    each head on top of the other candidates, and all candidates. Each set is measured once, all in
-    one call (so that runs can share their first blocks)."""
+    each head on top of the other candidates, and all candidates, over all sequences and over each
+    stratum's (`strata`: name -> row indices). Each set is measured once, all in one call (so that
+    runs can share their first blocks)."""
     sets = {frozenset(): [], frozenset(heads): sorted(heads)}
     for head in heads:
         sets.setdefault(frozenset([head]), [head])
@@ -85,15 +117,34 @@ def _candidate_effects(
         sets.setdefault(frozenset(others), others)
     measured = dict(zip(sets, measure(list(sets.values())), strict=True))
 
-    def effect(ablated: Sequence[Head], baseline: Sequence[Head] = ()) -> Effect:
-        return _mean_se(sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)]))
+    def effect(ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None) -> Effect:
+        values = sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)])
+        return _mean_se(values if rows is None else values[rows])
 
-    alone = {head: effect([head]) for head in heads}
-    with_others = {
-        head: effect(heads, [h for h in heads if h != head]) if len(heads) > 1 else alone[head]
-        for head in heads
+    def effects(rows: Tensor | None = None) -> tuple[dict[Head, Effect], dict[Head, Effect]]:
+        alone = {head: effect([head], rows=rows) for head in heads}
+        with_others = {
+            head: effect(heads, [h for h in heads if h != head], rows) if len(heads) > 1 else alone[head]
+            for head in heads
+        }
+        return alone, with_others
+
+    alone, with_others = effects()
+    by_stratum = {}
+    for name, rows in (strata or {}).items():
+        alone_s, with_others_s = effects(rows)
+        by_stratum[name] = {head: (alone_s[head], with_others_s[head]) for head in heads}
+    return CausalEffects(alone, with_others, effect(heads), min_effect, by_stratum)
+
+
+def length_strata(probe: Probe) -> dict[str, Tensor]:
+    """The repeated probe's rows per repeat length ("L=13" -> row indices), shortest first."""
+    if probe.repeat_len is None:
+        return {}
+    return {
+        f"L={length}": (probe.repeat_len == length).nonzero()[:, 0]
+        for length in sorted(probe.repeat_len.unique().tolist())
     }
-    return CausalEffects(alone, with_others, effect(heads), min_effect)
 
 
 @dataclass
@@ -269,7 +320,7 @@ def induction_ablation_effects(
                 values[i, rows] = (per_token.sum(-1) / scored.sum(-1)).float().cpu()
         return list(values)
 
-    return _candidate_effects(heads, measure, 1, MIN_EFFECT["induction"])
+    return _candidate_effects(heads, measure, 1, MIN_EFFECT["induction"], length_strata(probe))
 
 
 @torch.inference_mode()
@@ -325,7 +376,7 @@ def previous_token_ablation_effects(
                 values[i, rows] = torch.stack(per_target).mean(0)
         return list(values)
 
-    return _candidate_effects(heads, measure, -1, MIN_EFFECT["previous_token"])
+    return _candidate_effects(heads, measure, -1, MIN_EFFECT["previous_token"], length_strata(probe))
 
 
 def causal_checks(

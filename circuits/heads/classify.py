@@ -51,6 +51,16 @@ def classify(
                 row[f"{kind}_effect"], row[f"{kind}_effect_se"] = alone
                 row[f"{kind}_effect_with_others"], row[f"{kind}_effect_with_others_se"] = with_others
                 row[f"{kind}_confirmed"] = bool(found and found.confirmed((layer, head)))
+                row[f"{kind}_verdict"] = found.verdict((layer, head)) if found else ""
+                row[f"{kind}_holds_in"] = found.holds_in((layer, head)) if found else []
+                for stratum in found.by_stratum if found else ():
+                    per_stratum = found.by_stratum[stratum].get((layer, head), (nan, nan))
+                    alone_s, with_others_s = per_stratum
+                    row[f"{kind}_effect[{stratum}]"], row[f"{kind}_effect_se[{stratum}]"] = alone_s
+                    (
+                        row[f"{kind}_effect_with_others[{stratum}]"],
+                        row[f"{kind}_effect_with_others_se[{stratum}]"],
+                    ) = with_others_s
             row["types"] = head_types(row, scores.thresholds)
             rows.append(row)
     return pd.DataFrame(rows)
@@ -66,7 +76,10 @@ class HeadReport:
     confidence_<type> (bootstrap probability the score clears the threshold); for each causal type
     (induction, previous_token): <type>_effect(_se) ablating the head alone,
     <type>_effect_with_others(_se) ablating it with the other candidates already ablated (NaN when
-    not tested), <type>_confirmed; types (list of type names).
+    not tested), <type>_verdict (HEAD_VERDICTS, "" when not tested), <type>_holds_in (the
+    repeat-length strata where an effect exceeds the minimum), <type>_confirmed (the verdict is
+    "confirmed"), and the same effects per repeat length, <type>_effect[L=13] and so on; types (list
+    of type names).
     """
 
     model_name: str
@@ -117,6 +130,21 @@ class HeadReport:
                             "effect_with_others_ablated": _float(row[f"{kind}_effect_with_others"]),
                             "se_with_others_ablated": _float(row[f"{kind}_effect_with_others_se"]),
                             "confirmed": bool(row[f"{kind}_confirmed"]),
+                            "verdict": row.get(f"{kind}_verdict") or None,
+                            "holds_in": list(row.get(f"{kind}_holds_in", [])),
+                            "by_stratum": {
+                                stratum: {
+                                    "effect": _float(row[f"{kind}_effect[{stratum}]"]),
+                                    "se": _float(row[f"{kind}_effect_se[{stratum}]"]),
+                                    "effect_with_others_ablated": _float(
+                                        row[f"{kind}_effect_with_others[{stratum}]"]
+                                    ),
+                                    "se_with_others_ablated": _float(
+                                        row[f"{kind}_effect_with_others_se[{stratum}]"]
+                                    ),
+                                }
+                                for stratum in _strata(row, kind)
+                            },
                         }
                         for kind in CAUSAL_TYPES
                     },
@@ -135,6 +163,12 @@ class HeadReport:
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+
+def _strata(row: dict[str, Any], kind: str) -> list[str]:
+    """The strata ("L=13", ...) a row has effects of `kind` for."""
+    prefix = f"{kind}_effect["
+    return [column[len(prefix) : -1] for column in row if column.startswith(prefix)]
 
 
 def _float(value: Any) -> float | None:

@@ -54,6 +54,8 @@ def _type_label(row, name: str) -> str:
     """A type as shown: "induction ✓" (confirmed), "fixed_offset 18" (offset), "skip_gram a->b"."""
     if name in CAUSAL_TYPES and row[f"{name}_confirmed"]:
         return f"{name} ✓"
+    if name in CAUSAL_TYPES and row.get(f"{name}_verdict") == "length-dependent":
+        return f"{name} (length-dependent)"
     if name == "fixed_offset":
         return f"{name} {int(row['fixed_offset_distance'])}"
     if name == "skip_gram":
@@ -87,10 +89,23 @@ def group_line(report: HeadReport) -> str:
         return ""
     effect, se = report.group_effects["induction"]
     n = int(report.table["induction_effect"].notna().sum())
-    return (
+    line = (
         f"Ablating all {n} induction candidates together raises the loss on repeated tokens "
         f"by {effect:.3f} ± {se:.3f} nats."
     )
+    dependent = [
+        f"{head_label(row['layer'], row['head'])} {kind} "
+        f"(holds at {', '.join(row[f'{kind}_holds_in']) or 'no repeat length'})"
+        for row in report.table.to_dict("records")
+        for kind in CAUSAL_TYPES
+        if row.get(f"{kind}_verdict") == "length-dependent"
+    ]
+    if dependent:
+        line += (
+            " Significant pooled but length-dependent (the effect holds at half the repeat lengths or "
+            f"fewer, not confirmed): {'; '.join(dependent)}."
+        )
+    return line
 
 
 def _length_columns(report: HeadReport) -> list[str]:
@@ -210,8 +225,8 @@ def print_table(
         )
     console.print(
         "✓ = confirmed by mean ablation (effect > 2 std errors and 0.02, alone or with the other "
-        "candidates ablated). Δloss: loss increase on repeated tokens (nats); Δind: drop of later induction "
-        "heads' score"
+        "candidates ablated, and > 0.02 at most repeat lengths). Δloss: loss increase on repeated tokens "
+        "(nats); Δind: drop of later induction heads' score"
         + (", each as alone/with the other candidates ablated. " if wide else ". --wide shows every score; ")
         + "--format csv/json has standard errors too."
     )
