@@ -154,7 +154,8 @@ def test_subsets_keep_the_invariants(model, dataset):
 
 
 def test_held_out_prompts_cover_every_template_in_both_orders_equally(model):
-    from interp.tasks.ioi import HELDOUT_TEMPLATES, ioi_dataset_for
+    from interp.tasks.ioi import ioi_dataset_for
+    from interp.tasks.ioi_templates import HELDOUT_TEMPLATES
 
     assert len(HELDOUT_TEMPLATES) >= 12
     n_strata = 2 * len(HELDOUT_TEMPLATES)

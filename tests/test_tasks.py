@@ -1,3 +1,5 @@
+from collections import Counter
+
 import pytest
 import torch
 from conftest import assert_ioi_invariants
@@ -15,6 +17,7 @@ from interp.tasks import (
     sample_markov_chains,
     split_generator,
 )
+from interp.tasks.ioi_templates import IOI_ORDERS, TOY_DISCOVERY_TEMPLATES
 
 torch.set_num_threads(2)
 
@@ -230,6 +233,56 @@ def test_toy_ioi_seeds_and_splits(toy):
     assert torch.equal(first.tokens, toy.make_dataset(50, seed=0)[0].tokens)
     assert not torch.equal(first.tokens, toy.make_dataset(50, seed=1)[0].tokens)
     assert not torch.equal(first.tokens, toy.make_dataset(50, seed=0, split="train")[0].tokens)
+
+
+def _rows(prompts: IOIPrompts) -> set[tuple[int, ...]]:
+    return {tuple(row) for row in prompts.tokens.tolist()}
+
+
+def test_toy_ioi_heldout_split_is_distinct_balanced_and_disjoint_from_discovery():
+    import interp
+    from interp.tasks.ioi import ioi_dataset_for
+
+    model = interp.load_model("toy-ioi")
+    task = ToyIOITask()
+    heldout_templates = [t for t in range(len(task.templates["BABA"])) if t not in TOY_DISCOVERY_TEMPLATES]
+    strata = {(t, order) for t in heldout_templates for order in IOI_ORDERS}
+    heldout_rows = []
+    for seed in (0, 1):
+        heldout = ioi_dataset_for(model, 20 * len(strata), seed=seed, split="heldout")[0]
+        assert len(_rows(heldout)) == len(heldout)  # no prompt twice
+        assert not _rows(heldout) & _rows(ioi_dataset_for(model, 300, seed=seed)[0])  # nor a discovery one
+        counts = Counter(zip(heldout.template.tolist(), heldout.order, strict=True))
+        assert set(counts) == strata and set(counts.values()) == {20}
+        assert_ioi_invariants(heldout, task.pad)
+        heldout_rows.append(_rows(heldout))
+    assert heldout_rows[0] != heldout_rows[1]
+    # Template 4 ("[B] and [A] met . [B] said hi to [A]") has no place or object: the 8 held-out
+    # names make 8 * 7 prompts per order; it is the second of 2 templates taking turns, so its 57th
+    # ABBA prompt would be prompt 2 * (1 + 56 * 2).
+    most = 2 * (1 + 56 * 2)
+    assert len(_rows(ioi_dataset_for(model, most, seed=0, split="heldout")[0])) == most
+    with pytest.raises(ValueError, match=f"only 56 distinct prompts per order .* at most {most} "):
+        ioi_dataset_for(model, most + 1, seed=0, split="heldout")
+
+
+def test_toy_ioi_balanced_prompts_are_distinct_up_to_their_number(toy):
+    names = toy.name_tokens[:5]  # 5 * 4 (IO, S) pairs
+    # Template 3 has a place and an object (6 each): 20 * 36 prompts per order; template 4 has
+    # neither: 20. Taking turns, template 4 (second) runs out first, after prompt 2 * (1 + 20 * 2).
+    most = 2 * (1 + 20 * 2)
+    clean = toy.make_dataset(most, seed=0, templates=[3, 4], names=names, balanced=True)[0]
+    assert len(_rows(clean)) == most
+    assert Counter(zip(clean.template.tolist(), clean.order, strict=True))[4, "BABA"] == 20
+    assert set(clean.io_token.tolist()) | set(clean.s_token.tolist()) == set(names.tolist())
+    with pytest.raises(
+        ValueError, match=f"template 4 .* only 20 distinct prompts per order .* at most {most} "
+    ):
+        toy.make_dataset(most + 1, seed=0, templates=[3, 4], names=names, balanced=True)
+    with pytest.raises(ValueError, match="distinct templates"):
+        toy.make_dataset(4, templates=[4, 4], balanced=True)
+    with pytest.raises(ValueError, match="names must be distinct"):
+        toy.make_dataset(4, names=torch.cat([names, names[:1]]))
 
 
 def test_toy_ioi_training_batch_has_answer_and_mask(toy):

@@ -8,7 +8,7 @@ Modules: `results` (classes and result types), `evidence` (selection and classif
 `patching` (path patching, mean ablation, sender strategies), `steps` (one function per step of the
 paper, to run alone: `from circuits.ioi.steps import find_name_movers`), `discover`
 (`find_ioi_circuit`), `evaluate` (faithfulness, completeness, minimality, held-out validation),
-`report` (table, Markdown, JSON, HTML). The prompts live in interp.tasks.ioi.
+`report` (table, Markdown, JSON, HTML). The prompts live in interp.tasks.ioi (and ioi_templates, ioi_prompts).
 """
 
 from circuits.ioi.discover import find_ioi_circuit, measure_baseline
@@ -25,15 +25,8 @@ from circuits.ioi.results import (
     Settings,
     Validation,
 )
-from interp.tasks.ioi import (
-    BABA_TEMPLATES,
-    NAMES,
-    OBJECTS,
-    PLACES,
-    ioi_dataset_for,
-    make_ioi_dataset,
-    single_token_names,
-)
+from interp.tasks.ioi import ioi_dataset_for, make_ioi_dataset, single_token_names
+from interp.tasks.ioi_templates import BABA_TEMPLATES, NAMES, OBJECTS, PLACES
 
 __all__ = [
     "BABA_TEMPLATES", "CLASSES", "NAMES", "OBJECTS", "PLACES", "Baseline", "ClassValidation", "EAPRanking",

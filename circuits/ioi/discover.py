@@ -48,7 +48,8 @@ from circuits.ioi.steps import (
 )
 from interp.interventions.engine import forward_logits
 from interp.interventions.stats import bootstrap_ci
-from interp.tasks.ioi import IOIPrompts, heldout_description, ioi_dataset_for
+from interp.tasks.ioi import heldout_description, ioi_dataset_for
+from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, head_label
 
 THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}

@@ -39,7 +39,7 @@ from circuits.ioi.results import (
     Validation,
 )
 from interp.interventions.stats import bootstrap, bootstrap_ci, faithfulness_ratio, heterogeneity
-from interp.tasks.ioi import IOIPrompts
+from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, head_label
 
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 import interp
 from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
-from interp.tasks.ioi import IOIPrompts
+from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
 
 

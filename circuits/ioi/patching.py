@@ -24,7 +24,7 @@ from interp import edges
 from interp.interventions.ablation import Replacement, ablated_metrics, ablation_sites
 from interp.interventions.engine import Site, site_mask
 from interp.interventions.path_patching import path_patching
-from interp.tasks.ioi import IOIPrompts
+from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
 
 

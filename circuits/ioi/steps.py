@@ -45,7 +45,7 @@ from circuits.ioi.patching import MeanAblation, SenderEffects, path_patching_eff
 from circuits.ioi.results import HeadEvidence, Settings
 from interp.checks import check_finite_scores
 from interp.interventions.engine import forward_logits
-from interp.tasks.ioi import IOIPrompts
+from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, head_label
 
 ProgressLines = Callable[[str], None] | None

@@ -1,18 +1,17 @@
 """Seeded tasks: synthetic token tasks for training and probing toy models (`synthetic`), and IOI
-prompts for toy and pretrained models (`ioi`)."""
+prompts for toy and pretrained models (`ioi`, `ioi_prompts`, `ioi_templates`, `ioi_toy`)."""
 
-from interp.tasks.ioi import (
+from interp.tasks.ioi_prompts import IOI_POSITION_KEYS, IOIPrompts
+from interp.tasks.ioi_templates import (
     IOI_ORDERS,
-    IOI_POSITION_KEYS,
     TOY_IOI_NAMES,
     TOY_IOI_OBJECTS,
     TOY_IOI_PLACES,
     TOY_IOI_SLOTS,
     TOY_IOI_TEMPLATES,
-    IOIPrompts,
-    ToyIOITask,
     ioi_prompt_template,
 )
+from interp.tasks.ioi_toy import ToyIOITask
 from interp.tasks.synthetic import (
     SPLITS,
     Batch,

@@ -12,7 +12,7 @@ never yields the same random numbers as `split_generator(seed, "train")`.
         loss = model(batch.tokens, return_type="loss", loss_per_token=True)  # [batch, pos-1]
         batch.masked_mean(loss).backward()
 
-IOI prompts and the toy IOI task live in `interp.tasks.ioi`.
+IOI prompts live in `interp.tasks.ioi` and its siblings (`ioi_prompts`, `ioi_templates`, `ioi_toy`).
 """
 
 from __future__ import annotations
