@@ -333,7 +333,7 @@ def _viewers(report: HeadReport) -> list[str]:
         title = f"{name} {label}" + (" ✓" if confirmed else "") + f" ({probe} probe)"
         pattern = report.patterns[probe][layer, head][None]
         cards.append(
-            f'<figure class="head-viewer"><figcaption>{html.escape(title)}: {name} score '
+            f'<figure class="head-viewer" style="min-width: 0; overflow-x: auto;"><figcaption>{html.escape(title)}: {name} score '
             f"{table.loc[(layer, head), name]:.2f}</figcaption>"
             f"{viz.attention_patterns_html(report.str_tokens[probe], pattern, [f'{name} {label}'])}</figure>"
         )
@@ -342,7 +342,8 @@ def _viewers(report: HeadReport) -> list[str]:
         "(confirmed by ablation first), each on the first sequence of the probe its type is scored on. "
         "Hover a token to see where it attends.</p>"
     )
-    return [intro, f'<div class="head-viewers">{"".join(cards)}</div>']
+    grid = "display: grid; gap: 8px 24px; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr));"
+    return [intro, f'<div class="head-viewers" style="{grid}">{"".join(cards)}</div>']
 
 
 def to_html(report: HeadReport) -> str:
