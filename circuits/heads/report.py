@@ -333,7 +333,8 @@ def _viewers(report: HeadReport) -> list[str]:
         title = f"{name} {label}" + (" ✓" if confirmed else "") + f" ({probe} probe)"
         pattern = report.patterns[probe][layer, head][None]
         cards.append(
-            f'<figure class="head-viewer" style="min-width: 0; overflow-x: auto;"><figcaption>{html.escape(title)}: {name} score '
+            '<figure class="head-viewer" style="min-width: 0; overflow-x: auto;">'
+            f"<figcaption>{html.escape(title)}: {name} score "
             f"{table.loc[(layer, head), name]:.2f}</figcaption>"
             f"{viz.attention_patterns_html(report.str_tokens[probe], pattern, [f'{name} {label}'])}</figure>"
         )
