@@ -299,7 +299,7 @@ def zoomable_svg_html(
     first_view: tuple[float, float, float, float],
     whole: tuple[float, float, float, float],
     height: int,
-    scales: tuple[float, float] = (0.75, 1.5),
+    scales: tuple[float, float] = (0.75, 2.5),
 ) -> str:
     """An SVG (one <svg> element) in a `height` px frame as wide as the page, with zoom (mouse wheel,
     buttons) and pan (drag); no network, plain JavaScript.
