@@ -7,6 +7,11 @@ attention scores per probe, thresholds and summaries, weights, the induction and
 causal checks, classification, and the total. The sub-stages of score_heads and causal_checks are
 timed from their progress callbacks (the time from a stage's first call to its last).
 
+The work of each stage is counted too (token positions through the blocks, hooks on every block):
+with the flops of one block per position (its matmuls; attention scores are a few percent here) and
+this process's measured fp32 matmul rate at the MLP's shape, it prints the stage's compute floor, the
+time it would take with nothing but those matmuls at that rate.
+
 --against REV also runs the benchmark with circuits/ as of git revision REV (in a subprocess, back to
 back with this one, same arguments) and prints both profiles side by side: on a shared machine,
 compare these rather than absolute seconds.
@@ -31,11 +36,41 @@ from circuits import heads
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def block_flops(model: interp.HookedTransformer) -> int:
+    """Multiply-adds x 2 of one block's matmuls per token position (q, k, v, o and the MLP)."""
+    block = model.blocks[0]
+    return 2 * sum(p.numel() for name, p in block.named_parameters() if p.ndim >= 2)
+
+
+def matmul_rate(model: interp.HookedTransformer, rows: int = 2048) -> float:
+    """This process's fp32 matmul rate (flop/s) at the MLP's shape, best of five."""
+    d_model, d_mlp = model.cfg.d_model, model.cfg.d_mlp
+    x, w = torch.randn(rows, d_model), torch.randn(d_mlp, d_model)
+    torch.nn.functional.linear(x, w)
+    best = float("inf")
+    for _ in range(5):
+        began = time.perf_counter()
+        for _ in range(10):
+            torch.nn.functional.linear(x, w)
+        best = min(best, (time.perf_counter() - began) / 10)
+    return 2 * rows * d_model * d_mlp / best
+
+
 def profile(model_name: str, n_samples: int, threads: int) -> dict[str, float]:
-    """Seconds per stage of head_report's pipeline (circuits/heads/pipeline.py), and "total"."""
+    """Seconds per stage of head_report's pipeline (circuits/heads/pipeline.py), "total", and per
+    stage the token positions run through blocks ("<stage> positions") and the compute floor in
+    seconds ("<stage> floor")."""
     torch.set_num_threads(threads)
     model = interp.load_model(model_name)
     stages: dict[str, float] = {}
+    positions = [0]
+
+    def count(module, args) -> None:
+        positions[0] += args[0].shape[0] * args[0].shape[1]
+
+    for block in model.blocks:
+        block.register_forward_pre_hook(count)
+    rate, per_position = matmul_rate(model), block_flops(model)
     spans: dict[str, list[float]] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -44,9 +79,12 @@ def profile(model_name: str, n_samples: int, threads: int) -> dict[str, float]:
         span[1] = now
 
     def timed(name, fn, *fn_args, **fn_kwargs):
-        began = time.perf_counter()
+        began, positions[0] = time.perf_counter(), 0
         out = fn(*fn_args, **fn_kwargs)
         stages[name] = time.perf_counter() - began
+        if positions[0]:
+            stages[f"{name} positions"] = positions[0]
+            stages[f"{name} floor"] = positions[0] * per_position / rate
         return out
 
     def sub_stages(parent: str, began: float) -> None:
@@ -67,7 +105,10 @@ def profile(model_name: str, n_samples: int, threads: int) -> dict[str, float]:
     effects = timed("causal_checks", heads.causal_checks, model, probes, scores, progress=progress)
     sub_stages("causal_checks", began)
     table = timed("classify", heads.classify, scores, weights, effects)
-    stages["total"] = sum(seconds for name, seconds in stages.items() if not name.startswith(" "))
+    stages["total"] = sum(
+        seconds for name, seconds in stages.items() if not name.startswith(" ") and " " not in name
+    )
+    stages["matmul GFLOP/s"] = rate / 1e9
     for name in heads.SCORE_NAMES:
         count = int(table["types"].apply(lambda types, name=name: name in types).sum())
         print(f"{name}: {count} heads", file=sys.stderr)
@@ -107,14 +148,21 @@ def main() -> None:
         profiles[args.against] = profile_at(args.against, args)
     profiles["this tree"] = profile(args.model, args.n_samples, args.threads)
     names = list(dict.fromkeys(name for found in profiles.values() for name in found))
-    names.remove("total")
+    extra = [name for name in names if name.endswith((" positions", " floor")) or name == "matmul GFLOP/s"]
+    names = [name for name in names if name not in extra and name != "total"]
     print(f"{'stage (s)':40s}" + "".join(f"{label[:12]:>14s}" for label in profiles))
-    for name in [*names, "total"]:
-        print(
-            f"{name:40s}" + "".join(f"{found.get(name, float('nan')):14.1f}" for found in profiles.values())
-        )
-    total = profiles["this tree"]["total"]
+    for name in [*names, "total", *extra]:
+        digits = 0 if name.endswith("positions") else 1
+        cells = "".join(f"{found.get(name, float('nan')):14.{digits}f}" for found in profiles.values())
+        print(f"{name:40s}{cells}")
+    this = profiles["this tree"]
+    total = this["total"]
+    floor = sum(seconds for name, seconds in this.items() if name.endswith(" floor"))
     print(f"head_report total: {total:.1f} s ({'under' if total <= 30 else 'OVER'} the 30 s target)")
+    print(
+        f"compute floor of the blocks' matmuls at {this['matmul GFLOP/s']:.0f} GFLOP/s: {floor:.1f} s "
+        f"(the causal checks: {this.get('causal_checks floor', float('nan')):.1f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -54,7 +55,8 @@ def ioi_patching(
     def logit_diff(logits):
         return metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)
 
-    metric = metrics.normalized(logit_diff, model(clean.tokens), model(corrupted.tokens))
+    with torch.no_grad():  # the baselines are constants of the metric
+        metric = metrics.normalized(logit_diff, model(clean.tokens), model(corrupted.tokens))
     positions = None if component in HEAD_COMPONENTS else clean.positions
     result = activation_patching(
         model, clean.tokens, corrupted.tokens, metric, component, positions, direction=direction,
@@ -78,7 +80,8 @@ def pairs_patching(
             "activation patching aligns positions, so give pairs of equal token length "
             "(interp circuit --task accepts unequal ones)."
         )
-    metric = metrics.normalized(task.metric, model(task.clean), model(task.corrupted))
+    with torch.no_grad():
+        metric = metrics.normalized(task.metric, model(task.clean), model(task.corrupted))
     result = activation_patching(
         model, task.clean, task.corrupted, metric, component, None, direction=direction,
         metric_name=METRIC, logit_pos=end,

@@ -160,12 +160,14 @@ def heatmap_html(
     value_format: str = "{:.2f}",
     row_axis: str = "layer",
     col_axis: str = "head",
+    caption: str = "",
 ) -> str:
     """A [row, col] grid of numbers (e.g. [layer, head] scores) as a coloured HTML table.
 
     signed: diverging blue-white-red scale centred on 0 (default: if any value is negative),
     otherwise white-red from 0. limit: |value| mapped to full colour (default: max |value|).
-    NaN cells are grey. Hover a cell for its row, column and value.
+    NaN cells are grey. Hover a cell for its row, column and value. caption: a line under the title
+    (what a value means).
     """
     values = _to_numpy(values, "values [row, col]", ndim=2)
     n_rows, n_cols = values.shape
@@ -219,12 +221,128 @@ def heatmap_html(
         f"<span>{html.escape(value_format.format(limit))}</span></div>"
     )
     heading = "font: bold 14px sans-serif; margin: 4px 0;"
-    caption = f'<h3 style="{heading}">{html.escape(title)}</h3>' if title else ""
+    header_html = f'<h3 style="{heading}">{html.escape(title)}</h3>' if title else ""
+    if caption:
+        style = "font-size: 13px; margin: 2px 0 6px;"
+        header_html += f'<p class="interp-caption" style="{style}">{html.escape(caption)}</p>'
     return (
-        f'<div class="interp-heatmap" style="margin: 15px 0;">{caption}'
+        f'<div class="interp-heatmap" style="margin: 15px 0;">{header_html}'
         f'<table style="border-collapse: collapse;">'
         f'<thead><tr><th style="{label}">{corner}</th>{header}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>{legend}</div>\n"
+    )
+
+
+def heatmap_grid(heatmaps: Sequence[str], min_width: int = 380) -> str:
+    """Heat map fragments side by side, as many per row as the page's width allows (each at least
+    `min_width` px wide), instead of one under another."""
+    return (
+        '<div class="interp-heatmaps" style="display: grid; gap: 8px 24px; align-items: start; '
+        f'grid-template-columns: repeat(auto-fill, minmax({min_width}px, 1fr));">'
+        + "".join(f'<div style="min-width: 0; overflow-x: auto;">{fragment}</div>' for fragment in heatmaps)
+        + "</div>\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Zoomable SVG (plain inline JavaScript)
+
+_ZOOM_SCRIPT = """(function (view) {
+  var svg = view.querySelector("svg"), first = JSON.parse(view.dataset.first);
+  var whole = JSON.parse(view.dataset.whole), limits = JSON.parse(view.dataset.scales), at = null;
+  function size() { return [svg.clientWidth || 1, svg.clientHeight || 1]; }
+  function show(x, y, scale) {
+    var wh = size();
+    scale = Math.min(Math.max(scale, limits[0] / 4), limits[1] * 4);
+    at = [x, y, scale];
+    svg.setAttribute("viewBox", [x, y, wh[0] / scale, wh[1] / scale].map(function (v) {
+      return v.toFixed(2); }).join(" "));
+  }
+  function frame(r, bounded) {  /* r: [x, y, w, h]; too wide at the smallest scale: keep its right end */
+    var wh = size(), scale = Math.min(wh[0] / r[2], wh[1] / r[3]);
+    if (bounded) { scale = Math.min(Math.max(scale, limits[0]), limits[1]); }
+    var w = wh[0] / scale, h = wh[1] / scale;
+    show(r[2] > w ? r[0] + r[2] - w : r[0] + (r[2] - w) / 2, r[1] + (r[3] - h) / 2, scale);
+  }
+  function zoom(factor, px, py) {
+    var s = at[2], t = Math.min(Math.max(s * factor, limits[0] / 4), limits[1] * 4);
+    show(at[0] + px / s - px / t, at[1] + py / s - py / t, t);
+  }
+  function centre(factor) { var wh = size(); zoom(factor, wh[0] / 2, wh[1] / 2); }
+  var actions = {fit: function () { frame(first, true); }, whole: function () { frame(whole, false); },
+                 "in": function () { centre(1.25); }, out: function () { centre(0.8); }};
+  view.querySelectorAll("button[data-zoom]").forEach(function (button) {
+    button.addEventListener("click", actions[button.dataset.zoom]);
+  });
+  svg.addEventListener("wheel", function (event) {
+    event.preventDefault();
+    var box = svg.getBoundingClientRect();
+    zoom(Math.exp(-event.deltaY * 0.002), event.clientX - box.left, event.clientY - box.top);
+  }, {passive: false});
+  var drag = null;
+  svg.addEventListener("pointerdown", function (event) {
+    drag = [event.clientX, event.clientY]; svg.setPointerCapture(event.pointerId);
+  });
+  svg.addEventListener("pointermove", function (event) {
+    if (!drag) { return; }
+    show(at[0] - (event.clientX - drag[0]) / at[2], at[1] - (event.clientY - drag[1]) / at[2], at[2]);
+    drag = [event.clientX, event.clientY];
+  });
+  svg.addEventListener("pointerup", function () { drag = null; });
+  window.addEventListener("resize", actions.fit);
+  actions.fit();
+})(document.getElementById(%s));"""
+
+
+def zoomable_svg_html(
+    svg: str,
+    first_view: tuple[float, float, float, float],
+    whole: tuple[float, float, float, float],
+    height: int,
+    scales: tuple[float, float] = (0.75, 2.5),
+) -> str:
+    """An SVG (one <svg> element) in a `height` px frame as wide as the page, with zoom (mouse wheel,
+    buttons) and pan (drag); no network, plain JavaScript.
+
+    first_view: (x, y, width, height) in the SVG's units, framed when the page opens and by "fit";
+    whole: the whole drawing ("whole"). scales: the smallest and largest pixels per unit "fit" uses;
+    a first view too wide for the smallest is shown from its right end.
+    """
+    for name, rect in (("first_view", first_view), ("whole", whole)):
+        if len(rect) != 4 or not all(math.isfinite(v) for v in rect) or min(rect[2:]) <= 0:
+            raise ValueError(f"{name} must be (x, y, width, height) with width, height > 0, got {rect}")
+    if height <= 0 or not 0 < scales[0] <= scales[1]:
+        raise ValueError(f"need height > 0 and 0 < smallest <= largest scale, got {height}, {scales}")
+    if not svg.lstrip().startswith("<svg"):
+        raise ValueError("svg must be one <svg> element")
+    view_id = "interp-zoom-" + hashlib.sha256(svg.encode()).hexdigest()[:12]
+    x, y, w, h = first_view
+    svg = svg.lstrip().replace(
+        "<svg",
+        f'<svg viewBox="{x:.2f} {y:.2f} {w:.2f} {h:.2f}" preserveAspectRatio="xMinYMin meet" '
+        'style="width: 100%; height: 100%; max-width: none; display: block; cursor: grab; '
+        'touch-action: none;"',
+        1,
+    )
+    buttons = "".join(
+        f'<button type="button" data-zoom="{action}" title="{tip}">{label}</button>'
+        for action, label, tip in (
+            ("fit", "fit", "back to the first view"),
+            ("whole", "whole graph", "everything"),
+            ("in", "+", "zoom in (or the mouse wheel)"),
+            ("out", "−", "zoom out (or the mouse wheel)"),
+        )
+    )
+    data = (
+        f"data-first='{script_json(list(first_view))}' data-whole='{script_json(list(whole))}' "
+        f"data-scales='{script_json(list(scales))}'"
+    )
+    return (
+        f'<div class="interp-zoom" id="{view_id}" {data}>'
+        f'<div class="interp-zoom-buttons" style="display: flex; gap: 6px; margin: 4px 0;">{buttons}'
+        '<span style="color: #555; font-size: .9em;">wheel: zoom, drag: pan</span></div>'
+        f'<div style="height: {height}px; border: 1px solid #ddd; overflow: hidden;">{svg}</div>'
+        f"<script>{_ZOOM_SCRIPT % script_json(view_id)}</script></div>\n"
     )
 
 

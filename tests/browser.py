@@ -51,6 +51,7 @@ def render_in_chromium(
     timeout_s: float = 60.0,
     viewport: tuple[int, int] = (1400, 900),
     screenshot: str | Path | None = None,
+    clicks: tuple[str, ...] = (),
 ) -> RenderResult:
     """Load html_path, wait (up to timeout_s in all) until each `wait_for` CSS selector matches at
     least its number of elements, then collect a RenderResult; `counts` covers `selectors`.
@@ -58,7 +59,8 @@ def render_in_chromium(
     Every request that is not file:/data:/blob: is recorded and aborted, so the page is checked offline.
     The page is a `viewport` (width, height) window; `boxes` holds the bounding box (x, y, width,
     height in page pixels) of the first element of each of `selectors`; `screenshot` saves the first
-    screen as PNG.
+    screen as PNG. `clicks`: CSS selectors whose first elements are clicked, in order, after loading and
+    before anything is measured.
     """
     if shutil.which(CHROMIUM) is None:
         raise FileNotFoundError(f"{CHROMIUM} not found; install it with: bash .ci/install_browser.sh")
@@ -95,6 +97,8 @@ def render_in_chromium(
                     )
                 except PlaywrightError:
                     result.missing.append(selector)
+            for selector in clicks:
+                page.locator(selector).first.click()
             # Let pending React renders and effects finish: wait two animation frames.
             page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
             result.counts = {s: page.locator(s).count() for s in selectors}

@@ -189,11 +189,14 @@ def test_ranked_path_patching_confirms_the_top_candidates_exactly():
 def test_without_a_size_the_circuit_is_the_smallest_reaching_the_target():
     from circuits.edge_circuits import find_edge_circuit, induction_task
     from circuits.edge_circuits.find import smallest_faithful_size
+    from circuits.edge_circuits.report import size_origin
 
     model = interp.load_model("toy-induction")
     task = induction_task(model, n_prompts=8)
     result = find_edge_circuit(model, task, "eap", curve_fractions=None, target=0.8)
     n = result.requested_edges
+    assert size_origin(result).startswith("smallest reaching faithfulness ≥ 0.8")
+    assert result.to_json()["circuit"]["size_target"] == 0.8
     assert float(result.faithfulness.faithfulness[0]) >= 0.8
     one_less = interp.edges.faithfulness(
         model, task.clean, task.corrupted, task.metric,

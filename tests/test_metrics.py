@@ -1,5 +1,7 @@
 """interp.interventions.metrics on hand-made logits: per-prompt positions, answers, baselines, bad input."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -56,6 +58,31 @@ def test_normalized_metric_is_zero_on_corrupted_and_one_on_clean(logits):
     assert metric(corrupted).mean().item() == pytest.approx(0.0, abs=1e-5)
     with pytest.raises(ValueError, match="same on the clean and corrupted"):
         metrics.normalized(base, logits, logits)
+
+
+def test_normalized_baselines_from_logits_that_require_grad_raise_no_warning(logits):
+    """Baselines from a forward pass with autograd on: no "requires_grad ... to a scalar" warning, and the
+    metric's gradient flows through the logits it scores, not the baselines."""
+    clean = logits.clone().requires_grad_(True)
+    base = lambda lg: metrics.logit_diff(lg, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metric = metrics.normalized(base, clean, logits.flip(0))
+        value = metric(clean).mean()
+    assert value.item() == pytest.approx(1.0, abs=1e-5)
+    value.backward()
+    assert clean.grad is not None and clean.grad.abs().sum() > 0
+
+
+def test_interp_patch_runs_without_warnings():
+    """The `interp patch` path (normalised metric from the model's own logits) under warnings as errors."""
+    from circuits.patch_report import ioi_patching
+
+    model = interp.load_model("toy-ioi")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = ioi_patching(model, n_prompts=4, top=3)
+    assert len(report.ranked()) > 0
 
 
 def test_bad_input_raises(logits):

@@ -7,8 +7,10 @@ import json
 import re
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
+import interp
 from circuits.cli import app
 from circuits.results_file import SCHEMA, load_result
 from tests.browser import render_in_chromium
@@ -74,7 +76,6 @@ def test_render_refuses_what_it_cannot_render(tmp_path):
 
 def test_every_format_of_a_loaded_result_matches_the_original(tmp_path):
     """The stored file holds everything each renderer reads: all formats agree byte for byte."""
-    import interp
     from circuits.heads import head_report
     from circuits.results_file import result_formats, save_result, write_result_report
 
@@ -171,3 +172,93 @@ def test_html_reports_fit_the_window_and_show_the_finding_first(kind, tmp_path):
     box = shown.boxes[SCREENS[kind]]
     assert box is not None and box["y"] < 900 and box["x"] + box["width"] <= 1400, box
     assert (tmp_path / f"{kind}.png").stat().st_size > 10_000
+
+
+def _inside(box, frame) -> bool:
+    return (
+        box is not None
+        and box["x"] >= frame["x"] - 1
+        and box["y"] >= frame["y"] - 1
+        and box["x"] + box["width"] <= frame["x"] + frame["width"] + 1
+        and box["y"] + box["height"] <= frame["y"] + frame["height"] + 1
+    )
+
+
+def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
+    """A 16-layer graph is ~1,600 px wide: the first view must still show the logits and the last
+    layer's nodes inside the 1400x900 window; "whole graph" brings layer 0 in; "+" enlarges."""
+    from circuits.edge_circuits import find_edge_circuit, induction_task
+    from circuits.edge_circuits.report import render_html, size_origin
+    from interp.viz import write_text
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(tiny_config(n_layers=16, n_heads=2))
+    result = find_edge_circuit(model, induction_task(model, n_prompts=4, seq_len=6), "eap",
+                               n_edges=40, curve_fractions=None)  # fmt: skip
+    assert "requested" in size_origin(result) and result.to_json()["circuit"]["size_target"] is None
+    page = write_text(tmp_path / "circuit.html", render_html(result))
+    last = [f"m{model.cfg.n_layers - 1}", *(f"a{model.cfg.n_layers - 1}.h{h}" for h in range(2))]
+    nodes = ("logits", *last, "a0.h0")
+    selectors = (".interp-zoom svg", *(f'circle[data-node="{n}"]' for n in nodes))
+    window = {"x": 0, "y": 0, "width": 1400, "height": 900}
+    first = render_in_chromium(page, selectors=selectors, screenshot=tmp_path / "first.png")
+    assert not first.script_errors and not first.external_requests and first.page_width <= 1400
+    frame = first.boxes[".interp-zoom svg"]
+    assert _inside(frame, window), frame
+    for name in ("logits", last[0]):
+        box = first.boxes[f'circle[data-node="{name}"]']
+        assert _inside(box, frame), (name, box, frame)
+    assert not _inside(first.boxes['circle[data-node="a0.h0"]'], frame)  # too wide to show whole
+    whole = render_in_chromium(page, selectors=selectors, clicks=('button[data-zoom="whole"]',))
+    assert all(_inside(whole.boxes[f'circle[data-node="{n}"]'], frame) for n in nodes)
+    zoomed = render_in_chromium(page, selectors=selectors, clicks=('button[data-zoom="in"]',))
+    before, after = first.boxes['circle[data-node="logits"]'], zoomed.boxes['circle[data-node="logits"]']
+    assert after["width"] > before["width"] * 1.2, (before, after)
+
+
+def test_heads_page_puts_heat_maps_side_by_side_with_a_viewer_per_typed_head(tmp_path):
+    from circuits.heads.report import LEGEND, viewer_heads
+    from circuits.heads.scores import SCORE_NAMES
+
+    command, _ = RUNS["heads"]
+    page, saved = tmp_path / "heads.html", tmp_path / "heads.json"
+    run = CliRunner().invoke(app, [*command, "--format", "html", "--out", str(page), "--save", str(saved)])
+    assert run.exit_code == 0, run.output
+    report = load_result(saved)
+    shown = viewer_heads(report)
+    typed = [name for name in SCORE_NAMES if report.heads_of_type(name)]
+    assert typed and {name for name, _ in shown} == set(typed)
+    maps = tuple(f".interp-heatmaps > div:nth-child({i})" for i in (1, 2))
+    rendered = render_in_chromium(
+        page,
+        selectors=(*maps, ".head-viewer", "p.legend", ".interp-heatmap .interp-caption"),
+        wait_for={".head-viewer .interp-attention div div": len(shown)},
+        timeout_s=90,  # six circuitsvis viewers on a busy machine
+    )
+    assert not rendered.script_errors and not rendered.missing and rendered.page_width <= 1400
+    first, second = (rendered.boxes[m] for m in maps)
+    assert abs(first["y"] - second["y"]) < 1 and second["x"] >= first["x"] + first["width"], (first, second)
+    assert rendered.counts[".head-viewer"] == len(shown)
+    assert rendered.counts[".interp-heatmap .interp-caption"] == len(SCORE_NAMES) + 2
+    for name, (layer, head) in shown:
+        assert f"{name} L{layer}H{head}" in rendered.text
+    assert " ".join(LEGEND.split()) in " ".join(rendered.text.split())
+    assert "+1, attending to a token raises that token's logit" in rendered.text  # the copying map
+
+
+@pytest.mark.parametrize(
+    ("kind", "legend"),
+    [("heads", "Δloss = ablated − clean loss"), ("ioi", "effect = (patched - clean mean logit diff)")],
+)
+def test_reports_state_their_sign_conventions_in_every_format(kind, legend, tmp_path):
+    command, formats = RUNS[kind]
+    saved = tmp_path / f"{kind}.json"
+    run = CliRunner().invoke(app, [*command, "--save", str(saved)], env={"COLUMNS": "200"})
+    assert run.exit_code == 0, run.output
+    assert legend in " ".join(run.output.split())  # the terminal table
+    for format in ("markdown", "html"):
+        out = tmp_path / f"{kind}.{format}"
+        run = CliRunner().invoke(app, ["render", str(saved), "--format", format, "--out", str(out)])
+        assert run.exit_code == 0, run.output
+        assert legend in " ".join(out.read_text().split()), format

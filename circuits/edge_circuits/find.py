@@ -14,8 +14,9 @@ JSON schema ("interp-edge-circuit-1"):
   task      {name, n_prompts, metric, clean_metric, corrupted_metric}   (metric means over prompts)
   method    {name, steps, ablation}
   graph     {n_nodes, n_edges}
-  circuit   {requested_edges, n_edges, nodes: [name], edges: [{writer, reader, score}],
-             faithfulness, faithfulness_ci: [low, high]}                 (95 % bootstrap over prompts)
+  circuit   {requested_edges, size_target, n_edges, nodes: [name], edges: [{writer, reader, score}],
+             faithfulness, faithfulness_ci: [low, high]}                 (95 % bootstrap over prompts;
+             size_target: the faithfulness requested_edges was searched for, null when it was given)
   curve     {fractions, n_edges, faithfulness, ci_low, ci_high, cpr, cmd,
              random: {n_edges, faithfulness, cpr, cmd}} or null
   top_edges [{edge, score}]  the strongest edges by |score|, circuit or not
@@ -59,6 +60,7 @@ class EdgeCircuitResult:
     n_kv_heads: int
     ig_points: str = "paper"  # EAP-IG's integration points (edges.IG_POINTS)
     provenance: str = ""  # interp.provenance(model): source, quantisation, parameters, dtype
+    target: float | None = None  # the faithfulness the size was searched for; None: the size was given
 
     @property
     def graph(self) -> edges.EdgeGraph:
@@ -91,6 +93,7 @@ class EdgeCircuitResult:
             "graph": {"n_nodes": graph.n_writers + 1, "n_edges": graph.n_edges},
             "circuit": {
                 "requested_edges": self.requested_edges,
+                "size_target": self.target,
                 "n_edges": int(self.circuit.sum()),
                 "nodes": self.nodes,
                 "edges": [{"writer": w, "reader": r, "score": s} for w, r, s in self.circuit_edges()],
@@ -177,7 +180,8 @@ def find_edge_circuit(
         lambda i: f"{scores.graph.writers[i[0]]} -> {scores.graph.readers[i[1]]}",
     )
     start = time.perf_counter()
-    if requested is None:
+    searched = requested is None
+    if searched:
         requested = smallest_faithful_size(model, task, scores, target, ablation, batch_size)
     circuit = edges.top_circuit(scores, requested)
     faith = edges.faithfulness(
@@ -199,7 +203,7 @@ def find_edge_circuit(
     return EdgeCircuitResult(
         model.cfg.model_name, task, scores, circuit, requested, faith, float(faith.full.mean()),
         float(corrupted_value.mean()), curve, seconds, model.cfg.n_kv_heads, ig_points,
-        interp.provenance(model),
+        interp.provenance(model), target if searched else None,
     )  # fmt: skip
 
 

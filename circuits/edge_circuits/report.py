@@ -14,6 +14,7 @@ from rich.table import Table
 
 from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.output import write_output
+from interp import viz
 from interp.viz import html_page
 
 FORMATS = ("table", "json", "html")
@@ -40,6 +41,15 @@ def faithfulness_verdict(faithfulness: float, method: str, ablation: str) -> str
     return f"{verdict}; try " + "; ".join(tries)
 
 
+def size_origin(result: EdgeCircuitResult) -> str:
+    """Where the circuit's size came from: searched for a faithfulness, or given by the user."""
+    n_kept, top = int(result.circuit.sum()), result.requested_edges
+    if result.target is None:
+        return "requested" if n_kept == top else f"of the {top} requested, those connected input -> logits"
+    origin = f"smallest reaching faithfulness ≥ {result.target:g}"
+    return origin if n_kept == top else f"{origin}: of its top {top}, those connected input -> logits"
+
+
 def summary_lines(result: EdgeCircuitResult) -> list[str]:
     data = result.to_json(top=0)
     circuit, task, method = data["circuit"], data["task"], data["method"]
@@ -53,9 +63,8 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"method {method['name']}{steps}, {method['ablation']} "
         f"ablation; scores in {sum(result.seconds.values()):.1f} s "
         f"in all ({result.seconds['scores']:.1f} s scoring)",
-        f"circuit: {circuit['n_edges']} edges ({circuit['requested_edges']} "
-        "requested, kept if connected input -> "
-        f"logits), {len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
+        f"circuit: {circuit['n_edges']} edges ({size_origin(result)}), {len(circuit['nodes'])} nodes, "
+        f"faithfulness {circuit['faithfulness']:.3f} "
         f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]: "
         + faithfulness_verdict(circuit["faithfulness"], method["name"], method["ablation"]),
         SIGN_CONVENTION,
@@ -135,11 +144,7 @@ def circuit_svg(result: EdgeCircuitResult) -> str:
     in_circuit = set(result.nodes)
     rows = result.circuit_edges()
     biggest = max((abs(score) for _, _, score in rows), default=1.0) or 1.0
-    parts = [
-        '<svg class="edge-circuit" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="edge circuit">'
-    ]
+    parts = ['<svg class="edge-circuit" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="circuit">']
     for writer, reader, score in reversed(rows):
         (x0, y0), (x1, y1) = positions[writer], _reader_point(result, reader, positions)
         kind = reader[-2] if reader.endswith(">") else ""
@@ -164,6 +169,20 @@ def circuit_svg(result: EdgeCircuitResult) -> str:
             )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def circuit_view(result: EdgeCircuitResult) -> str:
+    """The circuit graph in a zoomable frame whose first view is fitted to the circuit's nodes and the
+    logits (from the logits end when it is too wide to read whole)."""
+    positions, width, height = _node_positions(result)
+    shown = [positions[name] for name in (*result.nodes, "logits") if name != "input"]
+    pad = 30
+    left, right = min(x for x, _ in shown) - pad, max(x for x, _ in shown) + pad
+    top, bottom = min(y for _, y in shown) - pad, max(y for _, y in shown) + pad
+    return viz.zoomable_svg_html(
+        circuit_svg(result), (left, top, right - left, bottom - top), (0, 0, width, height),
+        height=int(min(max(height, 320), 600)),
+    )  # fmt: skip
 
 
 def curve_svg(result: EdgeCircuitResult) -> str:
@@ -239,7 +258,7 @@ def render_html(result: EdgeCircuitResult) -> str:
         + "</ul>",
         "<h2>Circuit</h2><p>Edges coloured by what they feed: query (blue), key (green), value (red), "
         "MLP or logits (grey); width ~ |score|. Hover an edge for its score.</p>",
-        f"<div style='overflow-x: auto;'>{circuit_svg(result)}</div>",
+        circuit_view(result),
     ]
     if result.curve is not None:
         sections += ["<h2>Faithfulness curve</h2>", curve_svg(result)]

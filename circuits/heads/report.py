@@ -35,7 +35,35 @@ SHORT = {
     "copying": "copy",
     "k_composition": "kcomp",
 }
-TOP_HEADS_SHOWN = 3  # attention patterns per type in the HTML page
+TOP_HEADS_SHOWN = 3  # attention viewers per type in the HTML page (confirmed heads first)
+CAPTIONS = {  # what each heat map's cell means
+    "previous_token": "fraction of a query's attention on the previous token",
+    "induction": "fraction of a query's attention on the token after an earlier copy of itself "
+    "(lowest over the repeat lengths); typed only when confirmed by ablation",
+    "duplicate_token": "fraction of a query's attention on earlier copies of its own token",
+    "current_token": "fraction of a query's attention on itself",
+    "first_token": "fraction of a query's attention on position 0",
+    "broad": "normalised entropy of a query's attention (1: uniform over the prefix)",
+    "fixed_offset": "fraction of a query's attention on the token d back, at the head's best offset d ≥ 2 "
+    "(random tokens)",
+    "skip_gram": "attention from a query token to one specific earlier token at varying distances "
+    "(natural text)",
+    "copying": "sum(eig) / sum(|eig|) of the full OV circuit W_E W_V W_O W_U, from the weights: +1, "
+    "attending to a token raises that token's logit (the head copies it); −1, lowers it (the head "
+    "suppresses it); 0, neither",
+    "k_composition": "how much of the head's key side reads what an earlier previous-token head writes "
+    "(max over those heads, from the weights); grey: no earlier previous-token head",
+}
+LEGEND = (
+    "Units and signs. Attention scores are fractions of a query's attention (0 to 1; broad: normalised "
+    "entropy, 0 to 1); copying lies in [−1, +1] (+1: copies the attended token, −1: suppresses it); "
+    "k_composition in [0, 1]. Causal effects are mean ablations of the head's output, ± one standard "
+    "error over probe sequences, as alone / with the other candidates of its type ablated: "
+    "Δloss = ablated − clean loss on the repeated tokens, in nats (positive: the head helps predict "
+    "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
+    "attention (positive: the head feeds them). ✓: the effect exceeds 2 standard errors and 0.02, "
+    "and 0.02 at most of the probe's repeat lengths (else: length-dependent, not confirmed)."
+)
 WIDE_TERMINAL = 160  # columns from which the terminal table shows every score
 
 
@@ -225,9 +253,16 @@ def print_table(
         )
     console.print(
         "✓ = confirmed by mean ablation (effect > 2 std errors and 0.02, alone or with the other "
-        "candidates ablated, and > 0.02 at most repeat lengths). Δloss: loss increase on repeated tokens "
-        "(nats); Δind: drop of later induction heads' score"
-        + (", each as alone/with the other candidates ablated. " if wide else ". --wide shows every score; ")
+        "candidates ablated, and > 0.02 at most repeat lengths). Signs: Δloss = ablated − clean loss on "
+        "repeated tokens, in nats (positive: the "
+        "head helps); Δind = clean − ablated induction score of later induction heads, a fraction of "
+        "attention (positive: the head feeds them). Scores: fractions of attention (0 to 1); copying "
+        "−1 to +1 (+1: copies the attended token, −1: suppresses it)"
+        + (
+            ", each effect as alone/with the other candidates ablated. "
+            if wide
+            else ". --wide shows every score; "
+        )
         + "--format csv/json has standard errors too."
     )
 
@@ -253,26 +288,87 @@ def to_markdown(report: HeadReport) -> str:
     for row in classified_rows(report).to_dict("records"):
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(report, row)) + " |")
     settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
-    lines += ["", group_line(report), "", f"Model: {report.provenance}.", "", f"Settings: {settings}.", ""]
+    lines += ["", LEGEND, "", group_line(report), "", f"Model: {report.provenance}.", "",
+              f"Settings: {settings}.", ""]  # fmt: skip
     return "\n".join(lines)
 
 
-def to_html(report: HeadReport) -> str:
-    """One self-contained page: summary, heat maps of every score, attention patterns of top heads."""
+def _scale(name: str, report: HeadReport) -> str:
+    if name == "copying":
+        return "colour: blue −1, white 0, red +1 (centred on 0, symmetric)"
+    if name == "k_composition":
+        return "colour: white 0 to red at this model's largest value"
+    return f"colour: white 0 to red 1; typed at ≥ {report.thresholds[name]:.2f}"
+
+
+def _heatmaps(report: HeadReport) -> str:
+    """Every score's [layer, head] heat map, side by side, each captioned with its meaning and scale."""
     layers = [str(layer) for layer in range(report.n_layers)]
     heads = [str(head) for head in range(report.n_heads)]
-    sections = [_html_summary(report)]
+    maps = []
     for name in (*SCORE_NAMES, *WEIGHT_SCORES):
-        limit = 1.0 if name in SCORE_NAMES else None
-        sections.append(viz.heatmap_html(report.score_grid(name), layers, heads, title=name, limit=limit))
-    shown = [(name, head) for name in SCORE_NAMES for head in report.heads_of_type(name)[:TOP_HEADS_SHOWN]]
-    for probe, str_tokens in report.str_tokens.items() if shown else ():
-        pattern = report.patterns[probe]
-        title = f"Attention patterns of the top heads of each type ({probe} probe)"
-        sections.append(f"<h2>{html.escape(title)}</h2>")
-        stacked = pattern[[layer for _, (layer, _) in shown], [head for _, (_, head) in shown]]
-        names = [f"{name} {head_label(layer, head)}" for name, (layer, head) in shown]
-        sections.append(viz.attention_patterns_html(str_tokens, stacked, names))
+        signed = name == "copying"
+        limit = 1.0 if name in SCORE_NAMES or signed else None
+        caption = f"{CAPTIONS[name]}. {_scale(name, report)}."
+        maps.append(
+            viz.heatmap_html(report.score_grid(name), layers, heads, title=name, signed=signed, limit=limit,
+                             caption=caption)
+        )  # fmt: skip
+    return viz.heatmap_grid(maps, min_width=max(260, 44 * report.n_heads + 60))  # a column ~44 px
+
+
+def viewer_heads(report: HeadReport) -> list[tuple[str, Head]]:
+    """(type, head) for the attention viewers: per type up to TOP_HEADS_SHOWN heads, those confirmed
+    by ablation first, then by score."""
+    table = report.table.set_index(["layer", "head"])
+    shown = []
+    for name in SCORE_NAMES:
+        heads = report.heads_of_type(name)
+        if name in CAUSAL_TYPES:
+            heads = sorted(heads, key=lambda head: not table.loc[head, f"{name}_confirmed"])
+        shown += [(name, head) for head in heads[:TOP_HEADS_SHOWN]]
+    return shown
+
+
+def _probe_of(name: str, report: HeadReport) -> str:
+    """The probe a type shows on: its pattern is what the type predicts there."""
+    if name == "fixed_offset" or (name == "skip_gram" and "text" not in report.patterns):
+        return "random"
+    return "text" if name == "skip_gram" else "repeated"
+
+
+def _viewers(report: HeadReport) -> list[str]:
+    shown = viewer_heads(report)
+    if not shown:
+        return []
+    table = report.table.set_index(["layer", "head"])
+    cards = []
+    for name, (layer, head) in shown:
+        probe = _probe_of(name, report)
+        label = head_label(layer, head)
+        confirmed = name in CAUSAL_TYPES and table.loc[(layer, head), f"{name}_confirmed"]
+        title = f"{name} {label}" + (" ✓" if confirmed else "") + f" ({probe} probe)"
+        pattern = report.patterns[probe][layer, head][None]
+        cards.append(
+            '<figure class="head-viewer" style="min-width: 0; overflow-x: auto;">'
+            f"<figcaption>{html.escape(title)}: {name} score "
+            f"{table.loc[(layer, head), name]:.2f}</figcaption>"
+            f"{viz.attention_patterns_html(report.str_tokens[probe], pattern, [f'{name} {label}'])}</figure>"
+        )
+    intro = (
+        f"<h2>Attention of each typed head</h2><p class='note'>Up to {TOP_HEADS_SHOWN} heads per type "
+        "(confirmed by ablation first), each on the first sequence of the probe its type is scored on. "
+        "Hover a token to see where it attends.</p>"
+    )
+    grid = "display: grid; gap: 8px 24px; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr));"
+    return [intro, f'<div class="head-viewers" style="{grid}">{"".join(cards)}</div>']
+
+
+def to_html(report: HeadReport) -> str:
+    """One self-contained page: summary and legend, heat maps of every score side by side, an attention
+    viewer per typed head (a bounded number per type)."""
+    sections = [_html_summary(report), f'<p class="legend">{html.escape(LEGEND)}</p>']
+    sections += ["<h2>Scores of every head</h2>", _heatmaps(report), *_viewers(report)]
     return viz.html_page(f"Attention head types of {report.model_name}", sections)
 
 

@@ -214,6 +214,22 @@ def _head_rows(result: IOICircuitResult):
 
 
 HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "direct logit attribution")
+LEGEND = (
+    "Signs and units. logit diff = logit(IO) - logit(S) at END, in logits. effect = (patched - clean "
+    "mean logit diff) / clean mean logit diff, in %, when the head's output is path-patched from the ABC "
+    "run along its step's path ('found by'): negative, the head helps predict IO (name movers, "
+    "S-inhibition); positive, it works against IO (negative name movers). z: robust z-score of the "
+    "effect among the step's senders (shown capped at ±10). attention: mean attention probability "
+    "(0 to 1) from the class's query position to its key position. direct logit attribution: the head's "
+    "mean direct contribution to the IO and S logits at END, in logits (name movers: IO +; negative "
+    "name movers: IO -; S-suppression: S -)."
+)
+VALIDATION_LEGEND = (
+    "Held-out validation: ablated and random = change of the mean logit diff when the class (or as many "
+    "random heads from the same layers) is mean-ablated, relative to the unablated held-out logit diff, "
+    "in %; difference = ablated - random (negative: ablating the class lowers the logit diff more than "
+    "random heads do); writes: mean direct logit attribution to IO and S, in logits."
+)
 
 
 def render_table(result: IOICircuitResult, console: Console) -> None:
@@ -229,6 +245,7 @@ def render_table(result: IOICircuitResult, console: Console) -> None:
         cells = [cls, name, f"{effect:+.1%}", _z(z), f"{kind} {attention:.2f}", step, writes]
         table.add_row(*(cell for cell, column in zip(cells, HEAD_COLUMNS, strict=True) if column in columns))
     console.print(table)
+    console.print(LEGEND, style="dim", markup=False)
     if result.validation is not None:
         validation = Table(
             title="Held-out validation: each class vs as many random heads", box=box.SIMPLE_HEAD
@@ -245,6 +262,7 @@ def render_table(result: IOICircuitResult, console: Console) -> None:
             cells = dict(zip(VALIDATION_COLUMNS, row, strict=True))
             validation.add_row(*(cells[column] for column in order))
         console.print(validation)
+        console.print(VALIDATION_LEGEND, style="dim", markup=False)
         strata = Table(title="Held-out validation per name order and template", box=box.SIMPLE_HEAD)
         for column in STRATA_COLUMNS:
             strata.add_column(column, no_wrap="CI" in column, overflow="fold")
@@ -270,10 +288,12 @@ def render_markdown(result: IOICircuitResult) -> str:
         out.append(
             f"| {cls} | {name} | {effect:+.1%} | {_z(z)} | {kind} {attention:.2f} | {step} | {writes} |"
         )
+    out += ["", LEGEND]
     if result.validation is not None:
         out += ["", "Held-out validation (mean-ablating each class vs as many random heads):", ""]
         out += ["| " + " | ".join(VALIDATION_COLUMNS) + " |", "|" + "---|" * len(VALIDATION_COLUMNS)]
         out += ["| " + " | ".join(row) + " |" for row in _validation_rows(result)]
+        out += ["", VALIDATION_LEGEND]
         out += ["", "Per name order and template:", ""]
         out += ["| " + " | ".join(STRATA_COLUMNS) + " |", "|" + "---|" * len(STRATA_COLUMNS)]
         out += ["| " + " | ".join(row) + " |" for row in _strata_rows(result)]
@@ -399,6 +419,7 @@ def render_html(result: IOICircuitResult) -> str:
             for cls, name, effect, z, kind, attention, step, writes in _head_rows(result)
         )
         + "</table>",
+        f"<p class='legend ioi-legend'>{html.escape(LEGEND)}</p>",
     ]
     if result.validation is not None:
         sections.append(
@@ -411,6 +432,7 @@ def render_html(result: IOICircuitResult) -> str:
                 for row in _validation_rows(result)
             )
             + "</table>"
+            + f"<p class='legend'>{html.escape(VALIDATION_LEGEND)}</p>"
             + "<h3>Per name order and template</h3><table class='ioi-strata'><tr>"
             + "".join(f"<th>{html.escape(column)}</th>" for column in STRATA_COLUMNS)
             + "</tr>"
