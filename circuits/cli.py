@@ -5,6 +5,7 @@ Each command parses options, calls one library function, and renders its result.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -197,21 +198,21 @@ def train(
     attn_only: bool | None = typer.Option(
         None,
         "--attn-only/--with-mlps",
-        help="Attention-only or with MLPs (default: attention-only for induction and ioi).",
+        help="Attention-only or with MLPs (default: attention-only).",
     ),
     steps: int | None = typer.Option(None, min=1, help="Optimizer steps (default: 1500; markov 1000)."),
     out: str = typer.Option(..., help="Output directory; interp.load_model(OUT) loads it."),
     seed: int = typer.Option(0, min=0, help="Seed of the initial weights and the data."),
     lr: float | None = typer.Option(
         None,
-        help="Peak learning rate, warm-up and cosine decay (default: induction 5e-3, ioi 3e-3, markov 1e-3).",
+        help="Peak learning rate, warm-up and cosine decay (default: induction and markov 5e-3, ioi 3e-3).",
     ),
     batch_size: int = typer.Option(32, min=1, help="Sequences per step."),
     seq_len: int | None = typer.Option(
         None, min=5, help="Tokens per sequence (= n_ctx); induction 48, markov 64; not for ioi."
     ),
     d_vocab: int | None = typer.Option(
-        None, min=2, help="Vocabulary (induction 64) or Markov states (8); not for ioi."
+        None, min=2, help="Vocabulary (induction 64) or Markov states (3); not for ioi."
     ),
     positional: Literal["learned", "rotary", "none"] = typer.Option("learned", help="Position encoding."),
     checkpoint_every: int = typer.Option(
@@ -222,8 +223,9 @@ def train(
     """Train a toy transformer on a synthetic task and write a checkpoint directory.
 
     With the defaults each task shows its phenomenon: induction heads that `interp heads` confirms,
-    the toy IOI circuit that `interp ioi` finds. Running the same command again resumes from the
-    last checkpoint (after Ctrl-C too).
+    the toy IOI circuit that `interp ioi` finds, Markov chains predicted as well as by the in-context
+    bigram statistics (the final line compares the two losses). Running the same command again
+    resumes from the last checkpoint (after Ctrl-C too).
     """
     from interp.training import latest_checkpoint, train_toy_model
 
@@ -252,6 +254,11 @@ def train(
     last = log.evals[-1]
     if task == "ioi":
         detail = "loss on the answer; ln 2 = 0.693 is a coin flip between IO and S"
+    elif task == "markov":
+        detail = (
+            f"the in-context bigram predictor {last['bigram_loss']:.3f}, uniform "
+            f"{math.log(model.cfg.d_vocab):.3f}"
+        )
     else:
         detail = (
             f"repeated random tokens: first half {last['first_half_loss']:.3f}, "

@@ -57,6 +57,7 @@ from interp.tasks import (
     MarkovChainTask,
     Task,
     ToyIOITask,
+    in_context_bigram_probs,
     repeated_sequence_masks,
     repeated_sequences,
     split_generator,
@@ -69,7 +70,7 @@ logger = logging.getLogger("interp")
 def make_task(name: str, d_vocab: int | None = None, n_ctx: int | None = None) -> Task:
     """A task by name: "induction" (copied spans of random tokens, loss on the copies; spans of at
     least a quarter of the context make induction heads form within a few hundred steps),
-    "markov" (in-context Markov chains over d_vocab states) or "ioi" (toy IOI; fixed vocabulary
+    "markov" (in-context Markov chains over d_vocab states, default 3) or "ioi" (toy IOI; fixed vocabulary
     and length)."""
     if name == "induction":
         n_ctx = 48 if n_ctx is None else check_count(n_ctx, "the induction task's n_ctx (seq_len)", 5)
@@ -77,7 +78,7 @@ def make_task(name: str, d_vocab: int | None = None, n_ctx: int | None = None) -
         return InductionTask(d_vocab=d_vocab, n_ctx=n_ctx, min_span=max(2, (n_ctx - 1) // 4))
     if name == "markov":
         return MarkovChainTask(
-            n_states=8 if d_vocab is None else d_vocab, n_ctx=64 if n_ctx is None else n_ctx
+            n_states=3 if d_vocab is None else d_vocab, n_ctx=64 if n_ctx is None else n_ctx
         )
     if name == "ioi":
         task = ToyIOITask()
@@ -238,7 +239,9 @@ def in_context_learning_score(loss_per_token: Tensor, fraction: float = 0.2) -> 
 def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
     """Losses and per-head scores on fixed eval data (the eval seed stream, disjoint from training).
 
-    eval_loss: masked loss on the task's eval batch; icl_score: its late-minus-early loss.
+    eval_loss: masked loss on the task's eval batch; icl_score: its late-minus-early loss;
+    bigram_loss (Markov chains only): the in-context bigram predictor's loss on that batch, what a
+    model that has learnt in-context bigram statistics approaches.
     first_half_loss / repeated_half_loss: loss on each copy of repeated random sequences
     ([BOS] r r with r of length (n_ctx - 1) // 2); prev_token_scores / induction_scores: [layer][head].
     """
@@ -254,8 +257,14 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
     first_half, second_half = repeated_sequence_masks(seq_len)
     patterns = torch.stack([cache["pattern", layer] for layer in range(model.cfg.n_layers)])
     model.train(was_training)
+    reference = {}
+    if isinstance(task, MarkovChainTask):
+        states = batch.tokens.cpu()
+        probs = in_context_bigram_probs(states, task.d_vocab, task.alpha)[:, :-1]  # [batch, pos-1, k]
+        reference["bigram_loss"] = -probs.gather(-1, states[:, 1:, None]).log().mean().item()
     return {
         "eval_loss": batch.masked_mean(task_loss).item(),
+        **reference,
         "icl_score": in_context_learning_score(task_loss),
         "first_half_loss": loss[:, first_half].mean().item(),
         "repeated_half_loss": loss[:, second_half].mean().item(),
