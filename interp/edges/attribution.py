@@ -327,7 +327,7 @@ def _batch_size(
 
 # Saved activations of a forward pass for the backward pass, per token and layer, in d_model- and
 # d_mlp-sized tensors (measured with saved-tensor hooks on SmolLM2 and GPT-2-shaped models, rounded up).
-SAVED_PER_D_MODEL, SAVED_PER_D_MLP = 16, 5
+SAVED_PER_D_MODEL, SAVED_PER_D_MLP = 24, 6
 
 
 def _bytes_per_prompt(model: HookedTransformer, graph: EdgeGraph, n_pos: int, method: str) -> int:
