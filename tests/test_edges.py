@@ -576,3 +576,46 @@ def test_eap_ig_activations_reproduce_the_reference_definition(arch: str) -> Non
     assert not torch.allclose(reference, grouped, atol=1e-3)  # the two definitions differ
     with pytest.raises(ValueError, match="ig_points"):
         edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig-activations", ig_points="mib")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa"])
+def test_max_memory_picks_the_batch_size_and_keeps_the_scores(arch: str) -> None:
+    """The memory estimate covers what the backward pass really saves; a budget of two prompts runs
+    batches of two (seen by the progress callback) with the scores of one batch of all prompts."""
+    model = _random_model(**ARCHITECTURES[arch])
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [6, 5, 6, 4, 6])
+    metric, graph, n_pos = _metric(5, model.cfg.d_vocab, pos), edges.edge_graph(model), clean.shape[1]
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = max(saved.get(storage.data_ptr(), 0), storage.nbytes())
+        return tensor
+
+    into = torch.zeros(graph.n_readers, *clean.shape, model.cfg.d_model)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        attribution._add_reader_grads(model, graph, clean, metric, torch.arange(5), into)
+    assert sum(saved.values()) <= attribution._saved_bytes_per_token(model, n_pos) * clean.numel()
+
+    per_prompt = attribution._bytes_per_prompt(model, graph, n_pos, "eap-ig")
+    calls: list[tuple[int, int]] = []
+    budget = edges.edge_attribution(
+        model, clean, corrupted, metric, steps=3, max_memory=2 * per_prompt + 1,
+        progress=lambda done, total: calls.append((done, total)),
+    )  # fmt: skip
+    assert calls[-1] == (9, 9)  # batches of 2, 2 and 1 prompts, 3 steps each
+    whole = edges.edge_attribution(model, clean, corrupted, metric, steps=3, batch_size=5)
+    scale = float(whole.scores.abs().max())
+    torch.testing.assert_close(budget.scores, whole.scores, rtol=1e-5, atol=1e-6 * scale)
+    calls.clear()
+    edges.edge_attribution(
+        model, clean, corrupted, metric, steps=3, max_memory=f"{100 * per_prompt}B",
+        progress=lambda done, total: calls.append((done, total)),
+    )  # fmt: skip
+    assert calls[-1] == (3, 3)  # every prompt fits: one batch
+    with pytest.raises(ValueError, match="less than one prompt"):
+        edges.edge_attribution(model, clean, corrupted, metric, max_memory=per_prompt - 1)
+    with pytest.raises(ValueError, match="not a size"):
+        edges.edge_attribution(model, clean, corrupted, metric, max_memory="lots")

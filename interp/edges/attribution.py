@@ -330,16 +330,24 @@ def _batch_size(
 SAVED_PER_D_MODEL, SAVED_PER_D_MLP = 24, 6
 
 
+def _saved_bytes_per_token(model: HookedTransformer, n_pos: int) -> int:
+    """Estimated bytes the forward pass saves for the backward pass per token (attention patterns
+    grow with the prompt's length `n_pos`)."""
+    cfg = model.cfg
+    d_mlp = 0 if cfg.attn_only else cfg.d_mlp
+    per_layer = SAVED_PER_D_MODEL * cfg.d_model + SAVED_PER_D_MLP * d_mlp + 4 * cfg.n_heads * n_pos
+    return cfg.n_layers * per_layer * model.dtype.itemsize
+
+
 def _bytes_per_prompt(model: HookedTransformer, graph: EdgeGraph, n_pos: int, method: str) -> int:
     """Estimated peak memory of one prompt in a gradient batch, in bytes: the readers' summed
     gradients (fp32) plus the larger of the backward pass's saved activations and the writers'
     deltas; the activation methods also hold both ends of every writer and the edge-level run's
     reader inputs."""
-    cfg, item = model.cfg, model.dtype.itemsize
-    d, d_mlp = cfg.d_model, 0 if cfg.attn_only else cfg.d_mlp
+    d, item = model.cfg.d_model, model.dtype.itemsize
     grads = 4 * graph.n_readers * d
     deltas = graph.n_writers * d * (item + 4)
-    saved = cfg.n_layers * (SAVED_PER_D_MODEL * d + SAVED_PER_D_MLP * d_mlp + 4 * cfg.n_heads * n_pos) * item
+    saved = _saved_bytes_per_token(model, n_pos)
     if method.startswith("eap-ig-activations"):
         return n_pos * (grads + 3 * deltas + saved + 2 * graph.n_readers * d * item)
     return n_pos * (grads + max(saved, deltas))
