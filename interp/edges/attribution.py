@@ -101,7 +101,7 @@ def edge_attribution(
 ) -> EdgeScores:
     """Score every edge of `model` on prompt pairs (see the module docstring for the methods).
 
-    Gradient methods cost 3 forward passes and `steps` forward and backward passes per batch of
+    Gradient methods cost 2 forward passes and `steps` forward and backward passes per batch of
     prompts ("eap": steps = 1; the activation methods: `steps` per writer group); "exact" costs one
     forward pass per edge (batched). `batch_size` prompts per batch (default 16); `max_memory` (bytes
     or "2GiB") picks the largest batch whose estimated memory fits, at most `batch_size` where given
