@@ -26,10 +26,11 @@ of different lengths; position p of the corrupted prompt stands in for position 
 A metric is `interp.types.Metric`; one with per-prompt answers (`metrics.logit_diff_metric`) scores
 sub-batches (`batch_size`) and lets runs unembed only the positions it reads.
 
-Memory: gradients of every reader's input are summed over the integration steps in one fp32 tensor
-[reader, batch, pos, d_model]; the writers' outputs (ablated minus clean) are read after the
-backward passes, into one tensor [writer, batch, pos, d_model]. `max_memory` picks the batch size
-from an estimate of both and of the backward pass's saved activations per prompt.
+Memory: gradients of every reader's input are summed over the integration steps, layer by layer, in
+one fp32 tensor [reader, batch, pos, d_model]; EAP and EAP-IG over inputs read the writers' outputs
+(ablated minus clean, one tensor [writer, batch, pos, d_model]) after the backward passes, so the two
+never meet the backward pass's saved activations. `max_memory` picks the batch size from an
+estimate of these per prompt (`_bytes_per_prompt`).
 """
 
 from __future__ import annotations
