@@ -351,7 +351,11 @@ def patch(
 def circuit(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     task: str = typer.Option("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs."),
-    method: str = typer.Option("eap-ig", help="eap, eap-ig, eap-ig-activations or exact (small models)."),
+    method: str = typer.Option(
+        "eap-ig",
+        help="eap, eap-ig (over inputs), eap-ig-activations (the reference code's), "
+        "eap-ig-activations-grouped or exact (small models).",
+    ),
     edges: int | None = typer.Option(
         None,
         "--edges",
@@ -364,8 +368,11 @@ def circuit(
     steps: int = typer.Option(5, help="Integrated-gradient steps (eap-ig)."),
     ig_points: str | None = typer.Option(
         None,
-        help="EAP-IG's points: paper (alpha = k/m, k = 1..m) or mib (k = 0..m-1, the reference code's "
-        "and MIB's). Default: mib with --mib-out, else paper.",
+        help="EAP-IG's points over inputs: paper (alpha = k/m, k = 1..m) or mib (k = 0..m-1, the reference "
+        "code's and MIB's). Default: mib with --mib-out, else paper.",
+    ),
+    max_memory: str | None = typer.Option(
+        None, help="Memory budget of the edge scores (e.g. 2GiB): picks how many prompts run at once."
     ),
     ablation: str = typer.Option(
         "counterfactual", help="counterfactual (the corrupted prompt), mean or zero."
@@ -388,6 +395,7 @@ def circuit(
 
     from circuits.edge_circuits import FORMATS, edge_task, find_edge_circuit, write_edge_report
     from interp.edges import ABLATIONS, IG_POINTS, METHODS, MIB_FRACTIONS, mib_json
+    from interp.types import memory_bytes
     from interp.viz import write_text
 
     check_format(format, out, FORMATS)
@@ -396,7 +404,16 @@ def circuit(
         raise fail("give the circuit size as --edges N or --fraction F (one of them), or neither to search.")
     if not 0 < target <= 1:
         raise fail(f"--target {target} must lie in (0, 1]; 0.8 is a common choice.")
-    ig_points = ig_points or ("mib" if mib_out is not None else "paper")
+    if ig_points is not None and method.startswith("eap-ig-activations"):
+        raise fail(f"--ig-points applies to eap-ig (over inputs); {method} takes alpha = k/m, k = 1..m.")
+    ig_points = ig_points or ("mib" if mib_out is not None and method == "eap-ig" else "paper")
+    if max_memory is not None:
+        if method == "exact":
+            raise fail("--max-memory applies to the gradient methods (eap, eap-ig, ...), not to exact.")
+        try:
+            memory_bytes(max_memory)
+        except ValueError as error:
+            raise fail(f"--max-memory: {error}") from error
     for name, value, allowed in [
         ("method", method, METHODS), ("ablation", ablation, ABLATIONS), ("ig-points", ig_points, IG_POINTS)
     ]:  # fmt: skip
@@ -416,7 +433,7 @@ def circuit(
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
-                progress=progress, target=target, ig_points=ig_points,
+                progress=progress, target=target, ig_points=ig_points, max_memory=max_memory,
             )  # fmt: skip
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error

@@ -5,6 +5,7 @@ Shapes: `batch` prompts, `pos` positions, `d_vocab` logits.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -36,6 +37,29 @@ Progress = Callable[[int, int], None]
 
 StageProgress = Callable[[str, int, int], None]
 """progress(stage, done, total): called as each stage of a long procedure advances (None: silent)."""
+
+
+MemorySize = int | str
+"""A memory budget: bytes (an int) or a string with a unit, "2GiB", "512MiB", "1.5GB"."""
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+def memory_bytes(size: MemorySize) -> int:
+    """A `MemorySize` in bytes; anything else (or a size below one byte) raises a ValueError."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", size) if isinstance(size, str) else None
+    if isinstance(size, int) and not isinstance(size, bool):
+        value = size
+    elif match and match.group(2).lower() in _UNITS:
+        value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    else:
+        raise ValueError(
+            f"memory size {size!r} is not a size: give bytes (an int) or a string like '2GiB' or '512MiB'."
+        )
+    if value < 1:
+        raise ValueError(f"memory size {size!r} must be at least one byte; give e.g. '2GiB'.")
+    return value
 
 
 def head_label(layer: int, head: int) -> str:

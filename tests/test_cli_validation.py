@@ -33,6 +33,10 @@ BAD_ARGUMENTS = [
     (["patch", "--direction", "sideways"], "--direction"),
     (["patch", "--n-prompts", "0"], "--n-prompts"),
     (["patch", "--top", "0"], "--top"),
+    (["circuit", "--max-memory", "lots"], "--max-memory: memory size 'lots' is not a size"),
+    (["circuit", "--max-memory", "0GiB"], "--max-memory"),
+    (["circuit", "--method", "exact", "--max-memory", "2GiB"], "--max-memory"),
+    (["circuit", "--method", "eap-ig-activations", "--ig-points", "mib"], "--ig-points"),
 ]
 
 

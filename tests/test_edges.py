@@ -316,11 +316,12 @@ def test_reader_gradients_from_one_backward_pass_equal_the_edge_level_forward(ar
     model = _random_model(seed=2, **ARCHITECTURES[arch])
     clean, _, last = _pairs(model.cfg.d_vocab, [7, 9, 8])
     metric, ids, graph = _metric(3, model.cfg.d_vocab, last), torch.arange(3), edges.edge_graph(model)
-    fast = attribution._reader_grads(model, graph, clean, metric, ids, None)
-    edge_level = attribution._reader_grads(model, graph, clean, metric, ids, edges.Intervention())
-    assert len(fast) == len(edge_level)
-    for a, b in zip(fast, edge_level, strict=True):
-        torch.testing.assert_close(a, b, atol=ATOL * max(1.0, float(b.abs().max())), rtol=0)
+    fast = torch.zeros(graph.n_readers, *clean.shape, model.cfg.d_model)
+    edge_level = torch.zeros_like(fast)
+    attribution._add_reader_grads(model, graph, clean, metric, ids, fast)
+    attribution._add_reader_grads(model, graph, clean, metric, ids, edge_level, edges.Intervention())
+    assert float(edge_level.abs().amax(dim=(1, 2, 3)).min()) > 0  # every reader has a gradient
+    torch.testing.assert_close(fast, edge_level, atol=ATOL * max(1.0, float(edge_level.abs().max())), rtol=0)
 
 
 @pytest.mark.parametrize("method", ["eap", "eap-ig"])
@@ -488,3 +489,133 @@ def test_scores_do_not_depend_on_the_batch_size() -> None:
     whole = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3, batch_size=5)
     split = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3, batch_size=2)
     assert torch.allclose(whole.scores, split.scores, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa"])
+def test_eap_ig_activations_reproduce_the_reference_definition(arch: str) -> None:
+    """EAP-IG over activations as the reference code (hannamw/EAP-IG, `get_scores_ig_activations`)
+    defines it, written out with hooks on the full model: for each writer group (the input, a layer's
+    heads, an MLP) and k = 1..m, one run with the group's outputs set to the constant corrupted +
+    k/m (clean - corrupted); gradients of the metric at every reader's input (q/k/v inputs, MLP input,
+    final residual). "eap-ig-activations": every edge scores (corrupted - clean writer output) . the
+    gradient summed over all runs / (runs x prompts); "-grouped": over its own writer group's runs."""
+    model = _random_model(seed=4, **ARCHITECTURES[arch])
+    cfg, graph = model.cfg, edges.edge_graph(model)
+    clean, corrupted, pos = _pairs(cfg.d_vocab, [6, 5, 6])
+    metric, ids, steps = _metric(3, cfg.d_vocab, pos), torch.arange(3), 3
+    groups = ["blocks.0.hook_resid_pre"] + [
+        f"blocks.{layer}.{name}"
+        for layer in range(cfg.n_layers)
+        for name in ("attn.hook_result", "hook_mlp_out")
+    ]
+    reads = [f"blocks.{layer}.hook_{x}_input" for layer in range(cfg.n_layers) for x in "qkv"]
+    reads += [f"blocks.{layer}.hook_mlp_in" for layer in range(cfg.n_layers)]
+    reads.append(f"blocks.{cfg.n_layers - 1}.hook_resid_post")
+    settings = dict(use_attn_result=True, use_split_qkv_input=True, use_hook_mlp_in=True)
+    with model.settings(**settings):
+        with torch.no_grad():
+            clean_acts = model.run_with_cache(clean, names_filter=groups)[1]
+            corrupted_acts = model.run_with_cache(corrupted, names_filter=groups)[1]
+        by_group = {}  # group -> read hook -> gradient summed over k
+        for group in groups:
+            by_group[group] = {}
+            for k in range(1, steps + 1):
+                seen = {}
+
+                def interpolate(act, hook, k=k):
+                    start, end = corrupted_acts[hook.name], clean_acts[hook.name]
+                    return (start + k / steps * (end - start)).requires_grad_(True)  # a constant
+
+                def keep(act, hook, seen=seen):
+                    seen[hook.name] = act
+
+                with model.hooks(fwd_hooks=[(group, interpolate)] + [(name, keep) for name in reads]):
+                    loss = metric(model(clean), ids).sum()
+                    found = torch.autograd.grad(loss, [seen[name] for name in reads], allow_unused=True)
+                for name, grad in zip(reads, found, strict=True):
+                    grad = torch.zeros_like(seen[name]) if grad is None else grad
+                    by_group[group][name] = by_group[group].get(name, 0) + grad
+
+    def writer_delta(w: int) -> tuple[str, torch.Tensor]:
+        name = graph.writers[w]
+        if name == "input":
+            hook, index = groups[0], None
+        elif name.startswith("m"):
+            hook, index = f"blocks.{name[1:]}.hook_mlp_out", None
+        else:
+            layer, head = name[1:].split(".h")
+            hook, index = f"blocks.{layer}.attn.hook_result", int(head)
+        delta = corrupted_acts[hook] - clean_acts[hook]
+        return hook, delta if index is None else delta[:, :, index]
+
+    def reader_grad(grads: dict, r: int) -> torch.Tensor:
+        name = graph.readers[r]
+        if name == "logits":
+            return grads[reads[-1]]
+        if "<" not in name:
+            return grads[f"blocks.{name[1:]}.hook_mlp_in"]
+        node, kind = name[:-1].split("<")
+        layer, head = node[1:].split(".")
+        return grads[f"blocks.{layer}.hook_{kind}_input"][:, :, int(head.lstrip("hkv"))]
+
+    total = {name: sum(by_group[group][name] for group in groups) for name in reads}
+    reference, grouped = (
+        torch.zeros(graph.n_writers, graph.n_readers),
+        torch.zeros(graph.n_writers, graph.n_readers),
+    )
+    for w, r in graph.edges():
+        hook, delta = writer_delta(w)
+        reference[w, r] = (delta * reader_grad(total, r)).sum() / (3 * steps * len(groups))
+        grouped[w, r] = (delta * reader_grad(by_group[hook], r)).sum() / (3 * steps)
+    for method, expected in [("eap-ig-activations", reference), ("eap-ig-activations-grouped", grouped)]:
+        ours = edges.edge_attribution(
+            model, clean, corrupted, metric, method=method, steps=steps, batch_size=2
+        )
+        assert float(expected.abs().max()) > 0.05
+        torch.testing.assert_close(ours.scores, expected, atol=ATOL * float(expected.abs().max()), rtol=0)
+    assert not torch.allclose(reference, grouped, atol=1e-3)  # the two definitions differ
+    with pytest.raises(ValueError, match="ig_points"):
+        edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig-activations", ig_points="mib")
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa"])
+def test_max_memory_picks_the_batch_size_and_keeps_the_scores(arch: str) -> None:
+    """The memory estimate covers what the backward pass really saves; a budget of two prompts runs
+    batches of two (seen by the progress callback) with the scores of one batch of all prompts."""
+    model = _random_model(**ARCHITECTURES[arch])
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [6, 5, 6, 4, 6])
+    metric, graph, n_pos = _metric(5, model.cfg.d_vocab, pos), edges.edge_graph(model), clean.shape[1]
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = max(saved.get(storage.data_ptr(), 0), storage.nbytes())
+        return tensor
+
+    into = torch.zeros(graph.n_readers, *clean.shape, model.cfg.d_model)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        attribution._add_reader_grads(model, graph, clean, metric, torch.arange(5), into)
+    assert sum(saved.values()) <= attribution._saved_bytes_per_token(model, n_pos) * clean.numel()
+
+    per_prompt = attribution._bytes_per_prompt(model, graph, n_pos, "eap-ig")
+    calls: list[tuple[int, int]] = []
+    budget = edges.edge_attribution(
+        model, clean, corrupted, metric, steps=3, max_memory=2 * per_prompt + 1,
+        progress=lambda done, total: calls.append((done, total)),
+    )  # fmt: skip
+    assert calls[-1] == (9, 9)  # batches of 2, 2 and 1 prompts, 3 steps each
+    whole = edges.edge_attribution(model, clean, corrupted, metric, steps=3, batch_size=5)
+    scale = float(whole.scores.abs().max())
+    torch.testing.assert_close(budget.scores, whole.scores, rtol=1e-5, atol=1e-6 * scale)
+    calls.clear()
+    edges.edge_attribution(
+        model, clean, corrupted, metric, steps=3, max_memory=f"{100 * per_prompt}B",
+        progress=lambda done, total: calls.append((done, total)),
+    )  # fmt: skip
+    assert calls[-1] == (3, 3)  # every prompt fits: one batch
+    with pytest.raises(ValueError, match="less than one prompt"):
+        edges.edge_attribution(model, clean, corrupted, metric, max_memory=per_prompt - 1)
+    with pytest.raises(ValueError, match="not a size"):
+        edges.edge_attribution(model, clean, corrupted, metric, max_memory="lots")

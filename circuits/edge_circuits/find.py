@@ -38,7 +38,7 @@ from circuits.edge_circuits.tasks import EdgeTask
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
-from interp.types import Progress, StageProgress
+from interp.types import MemorySize, Progress, StageProgress
 
 SCHEMA = "interp-edge-circuit-1"
 
@@ -140,11 +140,14 @@ def find_edge_circuit(
     progress: StageProgress | None = None,
     target: float = 0.8,
     ig_points: edges.IGPoints = "paper",
+    max_memory: MemorySize | None = None,
 ) -> EdgeCircuitResult:
     """Score every edge, keep the top `n_edges` (or `fraction` of all edges; neither: the smallest
     number reaching faithfulness `target`, see `smallest_faithful_size`) connected input -> logits,
     measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve.
-    ig_points: EAP-IG's integration points, "paper" (alpha = k/m, k = 1..m) or "mib" (k = 0..m-1)."""
+    ig_points: EAP-IG's integration points, "paper" (alpha = k/m, k = 1..m) or "mib" (k = 0..m-1).
+    max_memory (bytes or "2GiB"): the scores' memory budget, which picks their batch size instead of
+    `batch_size` (`edges.edge_attribution`)."""
     graph = edges.edge_graph(model)
     if n_edges is not None and fraction is not None:
         raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
@@ -169,9 +172,10 @@ def find_edge_circuit(
         steps,
         ablation,
         None,
-        batch_size,
+        batch_size if max_memory is None else None,
         stage("scores"),
         ig_points=ig_points,
+        max_memory=max_memory,
     )
     seconds["scores"] = time.perf_counter() - start
     check_finite_scores(

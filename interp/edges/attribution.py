@@ -8,14 +8,29 @@ m(edge ablated) - m(clean) in the metric's units (negative: the edge helps):
                  the ablated to the clean input, alpha = k / steps with k = 1..steps (`ig_points="paper"`:
                  the right Riemann sum, Hanna et al. 2024) or k = 0..steps-1 (`"mib"`: the left sum, the
                  EAP-IG reference code since Feb 2025 and so MIB's circuit track)
-  EAP-IG activations  per writer group (the input, a layer's heads, an MLP) the gradient averaged over
-                 runs with that group's outputs interpolated between ablated and clean
+  EAP-IG activations  as the reference code (hannamw/EAP-IG, `get_scores_ig_activations`): for each
+                 writer group G (the input, a layer's heads, an MLP) and k = 1..steps, one run with G's
+                 outputs replaced by ablated + k/steps (clean - ablated) (a constant: no gradient flows
+                 through G); every edge's gradient is the mean over all (G, k) runs
+  EAP-IG activations, grouped  each writer's edges take the mean gradient over its own group's runs
+                 only (Marks et al. 2024's per-layer integrated gradients)
   exact          m(edge ablated) - m(clean), one edge-level run per edge (verification, small graphs)
+
+Why both activation variants: the reference's mean runs over every group, so most of an edge's runs
+keep its writer clean (its score drifts towards EAP's), and in the run that replaces the reader's own
+group the reader's gradient is zero; the grouped variant integrates each writer's group along its own
+path. The reference's is `"eap-ig-activations"` because MIB and published scores use it.
 
 Prompts: clean and corrupted token batches [batch, pos] of one width (`pad_pair` right-pads prompts
 of different lengths; position p of the corrupted prompt stands in for position p of the clean one).
 A metric is `interp.types.Metric`; one with per-prompt answers (`metrics.logit_diff_metric`) scores
 sub-batches (`batch_size`) and lets runs unembed only the positions it reads.
+
+Memory: gradients of every reader's input are summed over the integration steps, layer by layer, in
+one fp32 tensor [reader, batch, pos, d_model]; EAP and EAP-IG over inputs read the writers' outputs
+(ablated minus clean, one tensor [writer, batch, pos, d_model]) after the backward passes, so the two
+never meet the backward pass's saved activations. `max_memory` picks the batch size from an
+estimate of these per prompt (`_bytes_per_prompt`).
 """
 
 from __future__ import annotations
@@ -43,32 +58,31 @@ from interp.io.devices import module_weight
 from interp.model.cache import act_name
 from interp.model.components import Norm
 from interp.model.transformer import HookedTransformer
-from interp.types import Ablation, Metric, Progress
+from interp.types import Ablation, MemorySize, Metric, Progress, memory_bytes
 
-Method = Literal["eap", "eap-ig", "eap-ig-activations", "exact"]
-METHODS: tuple[str, ...] = ("eap", "eap-ig", "eap-ig-activations", "exact")
+Method = Literal["eap", "eap-ig", "eap-ig-activations", "eap-ig-activations-grouped", "exact"]
+METHODS: tuple[str, ...] = ("eap", "eap-ig", "eap-ig-activations", "eap-ig-activations-grouped", "exact")
 IGPoints = Literal["paper", "mib"]
 IG_POINTS: tuple[str, ...] = ("paper", "mib")
+DEFAULT_BATCH_SIZE = 16
 
 
 def _score_from_grads(
-    graph: EdgeGraph, delta: Tensor, grads: list[Tensor], scores: Tensor, writers: slice | None = None
+    graph: EdgeGraph, delta: Tensor, grads: Tensor, scores: Tensor, writers: slice | None = None
 ) -> None:
-    """scores[w, r] += sum over batch, pos, d of delta[w] * grad[r], for every reader (in graph order)
-    and the writers in `writers` (default all).
-
-    delta [W, B, P, d] (or [W, 1, P, d], broadcast); grads as `edge_forward` collects them."""
-    delta = delta.expand(-1, grads[0].shape[0], -1, -1)
+    """scores[w, r] += sum over batch, pos, d of delta[w] * grads[r], for every reader and the writers
+    in `writers` (default all). delta [W, B, P, d]; grads [R, B, P, d]."""
     first, last = (0, graph.n_writers) if writers is None else (writers.start, writers.stop)
+    flat = grads.reshape(grads.shape[0], -1)
     reader = 0
-    for grad in grads:
-        g = grad.permute(2, 0, 1, 3)  # [R, B, P, d]
-        n_r = g.shape[0]
+    while reader < graph.n_readers:  # readers with the same upstream writers in one product
+        end = reader
+        while end < graph.n_readers and graph.n_upstream[end] == graph.n_upstream[reader]:
+            end += 1
         stop = min(last, graph.n_upstream[reader])
         if stop > first:
-            flat_delta = delta[first:stop].reshape(stop - first, -1)
-            scores[first:stop, reader : reader + n_r] += flat_delta @ g.reshape(n_r, -1).T
-        reader += n_r
+            scores[first:stop, reader:end] += delta[first:stop].reshape(stop - first, -1) @ flat[reader:end].T
+        reader = end
 
 
 def edge_attribution(
@@ -80,30 +94,38 @@ def edge_attribution(
     steps: int = 5,
     ablation: Ablation = "counterfactual",
     reference: Int[Tensor, "n pos"] | None = None,
-    batch_size: int = 16,
+    batch_size: int | None = None,
     progress: Progress | None = None,
     reader_pos: Int[Tensor, " batch"] | None = None,
     ig_points: IGPoints = "paper",
+    max_memory: MemorySize | None = None,
 ) -> EdgeScores:
     """Score every edge of `model` on prompt pairs (see the module docstring for the methods).
 
-    Gradient methods cost (steps + 2) forward passes and `steps` backward passes per batch of
-    `batch_size` prompts ("eap": steps = 1); "exact" costs one forward pass per edge (batched).
-    `reader_pos` ([batch], gradient methods) scores only what readers read at one position per prompt
-    (a path-patching-like estimate, e.g. heads -> name movers' queries at END).
+    Gradient methods cost 2 forward passes and `steps` forward and backward passes per batch of
+    prompts ("eap": steps = 1; the activation methods: `steps` per writer group); "exact" costs one
+    forward pass per edge (batched). `batch_size` prompts per batch (default 16); `max_memory` (bytes
+    or "2GiB") picks the largest batch whose estimated memory fits, at most `batch_size` where given
+    (gradient methods). `reader_pos` ([batch], gradient methods) scores only what readers read at one
+    position per prompt (a path-patching-like estimate, e.g. heads -> name movers' queries at END).
     """
     if method == "exact":
         if reader_pos is not None:
             raise ValueError("reader_pos applies to the gradient methods (eap, eap-ig), not to exact.")
+        if max_memory is not None:
+            raise ValueError(
+                "max_memory applies to the gradient methods (eap, eap-ig); exact runs batch_size prompts."
+            )
         _check_method(method, steps)
         clean, corrupted = check_pair(model, clean, corrupted)
         return _exact_scores(
-            model, edge_graph(model), clean, corrupted, metric, ablation, reference, batch_size, progress
-        )
+            model, edge_graph(model), clean, corrupted, metric, ablation, reference,
+            batch_size or DEFAULT_BATCH_SIZE, progress,
+        )  # fmt: skip
     positions = {"": reader_pos}
     return edge_attribution_by_position(
         model, clean, corrupted, metric, positions, method, steps, ablation, reference, batch_size, progress,
-        ig_points,
+        ig_points, max_memory,
     )[""]  # fmt: skip
 
 
@@ -113,71 +135,84 @@ def edge_attribution_by_position(
     corrupted: Int[Tensor, "batch pos"],
     metric: Metric,
     reader_positions: dict[str, Int[Tensor, " batch"] | None],
-    method: Literal["eap", "eap-ig", "eap-ig-activations"] = "eap",
+    method: Literal["eap", "eap-ig", "eap-ig-activations", "eap-ig-activations-grouped"] = "eap",
     steps: int = 5,
     ablation: Ablation = "counterfactual",
     reference: Int[Tensor, "n pos"] | None = None,
-    batch_size: int = 16,
+    batch_size: int | None = None,
     progress: Progress | None = None,
     ig_points: IGPoints = "paper",
+    max_memory: MemorySize | None = None,
 ) -> dict[str, EdgeScores]:
     """Gradient edge scores for several reader positions from one set of gradients: name ->
     EdgeScores of what readers read at those positions ([batch], one per prompt; None: all).
-    ig_points: where EAP-IG evaluates gradients (module docstring); EAP always takes alpha = 1."""
+    ig_points: where EAP-IG over inputs evaluates gradients (module docstring); EAP always takes
+    alpha = 1, the activation methods k = 1..steps (the reference code's). batch_size, max_memory: as
+    `edge_attribution`."""
     _check_method(method, steps)
     if ig_points not in IG_POINTS:
         raise ValueError(f"ig_points={ig_points!r} is not one of {IG_POINTS}; 'mib' is MIB's convention.")
-    first = 0 if ig_points == "mib" and method != "eap" else 1
     if method == "exact":
         raise ValueError("scores by reader position come from the gradient methods (eap, eap-ig).")
+    activations = method.startswith("eap-ig-activations")
+    if activations and ig_points != "paper":
+        raise ValueError(
+            f"ig_points={ig_points!r} applies to EAP-IG over inputs (method='eap-ig'); {method} takes "
+            "alpha = k/steps, k = 1..steps, as the reference code does: leave ig_points='paper'."
+        )
     clean, corrupted = check_pair(model, clean, corrupted)
     graph = edge_graph(model)
     steps = 1 if method == "eap" else steps
+    first = 0 if ig_points == "mib" and method == "eap-ig" else 1
+    alphas = [k / steps for k in range(first, first + steps)]
+    batch_size = _batch_size(model, graph, clean.shape, method, ablation, batch_size, max_memory)
     scores = {name: torch.zeros(graph.n_writers, graph.n_readers) for name in reader_positions}
     # Counterfactual outputs are read per batch (all prompts' writer outputs at once are the largest
     # tensor here: writers x prompts x positions x d_model); the other ablations are one mean or
     # resampled set.
-    per_batch = ablation == "counterfactual"
-    ablated_all = None if per_batch else ablated_outputs(model, clean, corrupted, ablation, reference)
+    ablated_all = (
+        None
+        if ablation == "counterfactual"
+        else ablated_outputs(model, clean, corrupted, ablation, reference)
+    )
     batches = chunks(clean.shape[0], batch_size)
-    groups = _writer_groups(graph) if method == "eap-ig-activations" else [None]
+    groups = _writer_groups(graph) if activations else [slice(0, 1)]
     total, done = len(batches) * len(groups) * steps, 0
     for ids in batches:
         tokens = clean[ids]
-        with torch.no_grad():
-            if ablated_all is None:
-                ablated = writer_outputs(model, corrupted[ids])
-            else:
-                ablated = ablated_all if ablated_all.shape[1] == 1 else ablated_all[:, ids]
-            clean_out = writer_outputs(model, tokens)
-        delta = (ablated - clean_out).float()  # [W, B|1, P, d]
+        with torch.no_grad():  # the ends of the integration: every writer's outputs, or the input's only
+            writers = slice(0, graph.n_writers if activations else 1)
+            ablated = _ablated_outputs(model, corrupted[ids], ablated_all, ids, writers)
+            clean_out = writer_outputs(model, tokens) if activations else _input_embedding(model, tokens)
+        grads = torch.zeros(graph.n_readers, *tokens.shape, model.cfg.d_model, device=model.device)
+        delta = (ablated - clean_out).float() if activations else None
         for group in groups:
-            grads_sum = None
-            for step in range(first, first + steps):
-                alpha = step / steps
-                if group is None:  # integrated gradients over the input embedding
-                    embed = ablated[0] + alpha * (clean_out[0] - ablated[0])
-                    grads = _reader_grads(model, graph, tokens, metric, ids, None, embed)
+            start, end = ablated[group], clean_out[group]  # [n, B|1, P, d], [n, B, P, d]
+            for alpha in alphas:
+                point = start + alpha * (end - start)
+                if not activations:  # integrated gradients over the input embedding (EAP: alpha = 1)
+                    _add_reader_grads(model, graph, tokens, metric, ids, grads, input_embed=point[0])
                 else:  # over one group of writers' outputs
-                    base = ablated[group].expand_as(clean_out[group])
-                    mixed = base + alpha * (clean_out[group] - base)
-                    mixed = mixed[0] if group.stop - group.start == 1 else mixed.permute(1, 2, 0, 3)
-                    grads = _reader_grads(
-                        model, graph, tokens, metric, ids, Intervention(overrides={group.start: mixed})
-                    )
-                grads_sum = (
-                    grads if grads_sum is None else [a.add_(b) for a, b in zip(grads_sum, grads, strict=True)]
-                )
+                    point = point[0] if group.stop - group.start == 1 else point.permute(1, 2, 0, 3)
+                    iv = Intervention(overrides={group.start: point})
+                    _add_reader_grads(model, graph, tokens, metric, ids, grads, iv)
                 done += 1
                 if progress:
                     progress(done, total)
-            for name, positions in reader_positions.items():
-                at_delta, at_grads = _at_positions(delta, grads_sum, positions, ids)
-                _score_from_grads(graph, at_delta, at_grads, scores[name], group)
+            if method == "eap-ig-activations-grouped":
+                _score_positions(graph, delta, grads, reader_positions, ids, scores, group)
+                grads.zero_()
+        del ablated, clean_out, start, end
+        if method != "eap-ig-activations-grouped":
+            if delta is None:  # read after the backward passes: they and this never hold memory together
+                delta = _writer_deltas(model, tokens, corrupted[ids], ablated_all, ids)
+            _score_positions(graph, delta, grads, reader_positions, ids, scores)
+        del delta, grads
+    runs = steps * (len(groups) if method == "eap-ig-activations" else 1)
     return {
         name: EdgeScores(
             graph,
-            (s / (clean.shape[0] * steps)).masked_fill(~graph.valid, 0.0),
+            (s / (clean.shape[0] * runs)).masked_fill(~graph.valid, 0.0),
             method,
             ablation,
             steps,
@@ -194,17 +229,60 @@ def _check_method(method: str, steps: int) -> None:
         raise ValueError(f"steps must be at least 1, got {steps}.")
 
 
+def _input_embedding(model: HookedTransformer, tokens: Tensor) -> Tensor:
+    """The input writer's output [1, batch, pos, d_model] (the residual stream before block 0)."""
+    name = "blocks.0.hook_resid_pre"
+    return model.run_with_cache(tokens, names_filter=name, return_type=None)[1][name][None]
+
+
+def _ablated_outputs(
+    model: HookedTransformer, corrupted: Tensor, ablated_all: Tensor | None, ids: Tensor, writers: slice
+) -> Tensor:
+    """What ablated `writers` carry for the batch `ids` [n, batch or 1, pos, d_model]: the outputs on
+    its corrupted prompts, or its rows of the mean / zero / resampled outputs."""
+    if ablated_all is not None:
+        return ablated_all[writers] if ablated_all.shape[1] == 1 else ablated_all[writers, ids]
+    return writer_outputs(model, corrupted) if writers.stop > 1 else _input_embedding(model, corrupted)
+
+
+@torch.no_grad()
+def _writer_deltas(
+    model: HookedTransformer, tokens: Tensor, corrupted: Tensor, ablated_all: Tensor | None, ids: Tensor
+) -> Tensor:
+    """Every writer's ablated minus clean output on the batch [W, batch, pos, d_model], float32, made
+    in one tensor (the clean outputs are subtracted in place as the clean run makes them)."""
+    graph = edge_graph(model)
+    ablated = _ablated_outputs(model, corrupted, ablated_all, ids, slice(0, graph.n_writers))
+    if ablated_all is not None:  # a fresh tensor of the batch's size to subtract from
+        ablated = ablated.expand(-1, len(ids), -1, -1).clone()
+    return writer_outputs(model, tokens, subtract_from=ablated).float()
+
+
+def _score_positions(
+    graph: EdgeGraph,
+    delta: Tensor,
+    grads: Tensor,
+    reader_positions: dict[str, Tensor | None],
+    ids: Tensor,
+    scores: dict[str, Tensor],
+    writers: slice | None = None,
+) -> None:
+    """Add the batch's scores at each set of reader positions (see `_score_from_grads`)."""
+    for name, positions in reader_positions.items():
+        at_delta, at_grads = _at_positions(delta, grads, positions, ids)
+        _score_from_grads(graph, at_delta, at_grads, scores[name], writers)
+
+
 def _at_positions(
-    delta: Tensor, grads: list[Tensor], positions: Tensor | None, ids: Tensor
-) -> tuple[Tensor, list[Tensor]]:
-    """delta [W, B|1, P, d] and readers' gradients [B, P, R, d] at one position per prompt of the
-    batch `ids` ([W, B, 1, d], [B, 1, R, d]); None: every position (unchanged)."""
+    delta: Tensor, grads: Tensor, positions: Tensor | None, ids: Tensor
+) -> tuple[Tensor, Tensor]:
+    """delta [W, B, P, d] and readers' gradients [R, B, P, d] at one position per prompt of the
+    batch `ids` ([W, B, 1, d], [R, B, 1, d]); None: every position (unchanged)."""
     if positions is None:
         return delta, grads
     rows = torch.arange(len(ids), device=delta.device)
     pos = positions[ids].to(delta.device)
-    at_delta = delta.expand(-1, len(ids), -1, -1)[:, rows, pos][:, :, None]
-    return at_delta, [grad[rows, pos][:, None] for grad in grads]
+    return delta[:, rows, pos][:, :, None], grads[:, rows, pos][:, :, None]
 
 
 def _writer_groups(graph: EdgeGraph) -> list[slice]:
@@ -218,18 +296,78 @@ def _writer_groups(graph: EdgeGraph) -> list[slice]:
     return groups
 
 
-def _reader_grads(
+def _batch_size(
+    model: HookedTransformer,
+    graph: EdgeGraph,
+    shape: torch.Size,
+    method: str,
+    ablation: Ablation,
+    batch_size: int | None,
+    max_memory: MemorySize | None,
+) -> int:
+    """`batch_size` (default 16), or with `max_memory` the most prompts (at most `batch_size`) whose
+    estimated memory (`_bytes_per_prompt`, plus a resampled ablation's outputs) fits."""
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    if max_memory is None:
+        return batch_size or DEFAULT_BATCH_SIZE
+    budget = memory_bytes(max_memory)
+    n_prompts, n_pos = shape
+    fixed = graph.n_writers * n_prompts * n_pos * model.cfg.d_model * model.dtype.itemsize
+    fixed = fixed if ablation == "resample" else 0
+    per_prompt = _bytes_per_prompt(model, graph, n_pos, method)
+    fits = (budget - fixed) // per_prompt
+    if fits < 1:
+        raise ValueError(
+            f"max_memory={max_memory!r} is less than one prompt of {n_pos} positions needs for {method} "
+            f"on this model (an estimated {(fixed + per_prompt) / 2**20:.0f} MiB): raise max_memory, or "
+            "score shorter prompts."
+        )
+    return int(min(fits, batch_size or n_prompts, max(n_prompts, 1)))
+
+
+# Saved activations of a forward pass for the backward pass, per token and layer, in d_model- and
+# d_mlp-sized tensors (measured with saved-tensor hooks on SmolLM2 and GPT-2-shaped models, rounded up).
+SAVED_PER_D_MODEL, SAVED_PER_D_MLP = 24, 6
+
+
+def _saved_bytes_per_token(model: HookedTransformer, n_pos: int) -> int:
+    """Estimated bytes the forward pass saves for the backward pass per token (attention patterns
+    grow with the prompt's length `n_pos`)."""
+    cfg = model.cfg
+    d_mlp = 0 if cfg.attn_only else cfg.d_mlp
+    per_layer = SAVED_PER_D_MODEL * cfg.d_model + SAVED_PER_D_MLP * d_mlp + 4 * cfg.n_heads * n_pos
+    return cfg.n_layers * per_layer * model.dtype.itemsize
+
+
+def _bytes_per_prompt(model: HookedTransformer, graph: EdgeGraph, n_pos: int, method: str) -> int:
+    """Estimated peak memory of one prompt in a gradient batch, in bytes: the readers' summed
+    gradients (fp32) plus the larger of the backward pass's saved activations and the writers'
+    deltas; the activation methods also hold both ends of every writer and the edge-level run's
+    reader inputs."""
+    d, item = model.cfg.d_model, model.dtype.itemsize
+    grads = 4 * graph.n_readers * d
+    deltas = graph.n_writers * d * (item + 4)
+    saved = _saved_bytes_per_token(model, n_pos)
+    if method.startswith("eap-ig-activations"):
+        return n_pos * (grads + 3 * deltas + saved + 2 * graph.n_readers * d * item)
+    return n_pos * (grads + max(saved, deltas))
+
+
+def _add_reader_grads(
     model: HookedTransformer,
     graph: EdgeGraph,
     tokens: Tensor,
     metric: Metric,
     ids: Tensor,
-    intervention: Intervention | None,
+    into: Tensor,
+    intervention: Intervention | None = None,
     input_embed: Tensor | None = None,
-) -> list[Tensor]:
-    """d(sum of the metric over prompts) / d(every reader's input), as `edge_forward` lists them."""
+) -> None:
+    """into [R, B, P, d] += d(sum of the metric over prompts) / d(every reader's input), readers in
+    graph order; the run's input embedding replaced by `input_embed` [B, P, d] where given."""
     if intervention is None:
-        return _reader_grads_by_norm_vjp(model, tokens, metric, ids, input_embed)
+        return _add_reader_grads_by_norm_vjp(model, tokens, metric, ids, into, input_embed)
     inputs: list[Tensor] = []
     overrides = {i: t.detach().requires_grad_(True) for i, t in intervention.overrides.items()}
     if input_embed is not None:
@@ -241,25 +379,33 @@ def _reader_grads(
         logits = edge_forward(model, graph, tokens, intervention, inputs, logit_pos)
         values = for_rows(metric, ids, n_prompts)(logits)
         grads = torch.autograd.grad(values.sum(), inputs, allow_unused=True)
-    out = []
+    reader = 0
     for x, g in zip(inputs, grads, strict=True):
-        g = torch.zeros_like(x) if g is None else g
-        out.append(g.float() if g.ndim == 4 else g.float()[:, :, None])
-    return out
+        n = 1 if x.ndim == 3 else x.shape[2]
+        if g is not None:
+            into[reader : reader + n] += g.permute(2, 0, 1, 3) if g.ndim == 4 else g[None]
+        reader += n
 
 
-def _reader_grads_by_norm_vjp(
-    model: HookedTransformer, tokens: Tensor, metric: Metric, ids: Tensor, input_embed: Tensor | None
-) -> list[Tensor]:
-    """`_reader_grads` without an intervention, from one ordinary forward and backward pass.
+def _add_reader_grads_by_norm_vjp(
+    model: HookedTransformer,
+    tokens: Tensor,
+    metric: Metric,
+    ids: Tensor,
+    into: Tensor,
+    input_embed: Tensor | None,
+) -> None:
+    """`_add_reader_grads` without an intervention, from one ordinary forward and backward pass.
 
     Every reader of a layer reads the same residual stream x, so a reader's gradient is the
     vector-Jacobian product of its own path through the block's input norm: query head h gets
     VJP_norm(x, dm/dq_h W_Q[h]^T), a key/value head VJP_norm(x, dm/dk_g W_K[g]^T); the norm's VJP
     is closed-form (`Norm.vjp`), which is cheap next to running the whole model on one copy of the
     residual stream per reader (what `edge_forward` does with interventions). The MLP's and the
-    logits' gradients are taken at their inputs (`hook_mlp_in`, the final residual stream)."""
+    logits' gradients are taken at their inputs (`hook_mlp_in`, the final residual stream). Each
+    layer's gradients are added to `into` as they are made (one layer's worth at a time)."""
     cfg = model.cfg
+    graph = edge_graph(model)
     kept: dict[str, Tensor] = {}
 
     def keep(tensor: Tensor, hook) -> None:
@@ -283,31 +429,33 @@ def _reader_grads_by_norm_vjp(
         found = torch.autograd.grad(
             for_rows(metric, ids, n_prompts)(logits).sum(), [kept[n] for n in wanted], allow_unused=True
         )
-    grads = {
-        name: torch.zeros_like(kept[name]) if g is None else g for name, g in zip(wanted, found, strict=True)
-    }
+    grads = dict(zip(wanted, found, strict=True))
+    del found, logits, resid
 
-    with torch.no_grad():  # views of the result are summed in place over integration steps
-        out = []
+    with torch.no_grad():
         for layer in range(cfg.n_layers):
             block = model.blocks[layer]
             attn = block.attn
-            x = kept[act_name("resid_pre", layer)]
-            g_q, g_k, g_v = (grads[act_name(kind, layer)] for kind in "qkv")
+            x = kept.pop(act_name("resid_pre", layer))
+            g_q, g_k, g_v = (_grad_or_zeros(grads, kept, act_name(kind, layer)) for kind in "qkv")
             # Weights read in where accelerate offloaded the block (device_map).
             W_Q, W_K, W_V = (module_weight(attn, name, g_q.device) for name in ("W_Q", "_W_K", "_W_V"))
             q = torch.einsum("bphe,hde->bphd", g_q, W_Q)
             k = torch.einsum("bpge,gde->bpgd", g_k, W_K)
             v = torch.einsum("bpge,gde->bpgd", g_v, W_V)
-            out += list(
-                _input_norm_vjp(block.ln1, x, torch.cat([q, k, v], dim=2)).split(
-                    [q.shape[2], k.shape[2], v.shape[2]], 2
-                )
-            )
-            if not cfg.attn_only:  # the MLP's input, through ln2 by autograd
-                out.append(grads[f"blocks.{layer}.hook_mlp_in"].float()[:, :, None])
-        out.append(grads[final].float()[:, :, None])
-    return out
+            q_readers, _, v_readers, mlp = graph.layer_readers(layer)
+            vjp = _input_norm_vjp(block.ln1, x, torch.cat([q, k, v], dim=2))
+            into[q_readers.start : v_readers.stop] += vjp.permute(2, 0, 1, 3)
+            del x, q, k, v, vjp
+            if mlp is not None:  # the MLP's input, through ln2 by autograd
+                into[mlp] += _grad_or_zeros(grads, kept, f"blocks.{layer}.hook_mlp_in")
+        into[-1] += _grad_or_zeros(grads, kept, final)
+
+
+def _grad_or_zeros(grads: dict[str, Tensor | None], kept: dict[str, Tensor], name: str) -> Tensor:
+    """The gradient at hook `name` (zeros where the metric does not depend on it), released."""
+    g, x = grads.pop(name), kept.pop(name)
+    return torch.zeros_like(x) if g is None else g
 
 
 def _input_norm_vjp(norm: torch.nn.Module, x: Tensor, cotangent: Tensor) -> Tensor:

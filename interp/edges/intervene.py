@@ -283,27 +283,56 @@ def logit_positions(metric: Metric, rows: Tensor, n_pos: int, n_k: int = 1) -> T
 
 @torch.no_grad()
 def writer_outputs(
-    model: HookedTransformer, tokens: Int[Tensor, "batch pos"]
+    model: HookedTransformer, tokens: Int[Tensor, "batch pos"], subtract_from: Tensor | None = None
 ) -> Float[Tensor, "writer batch pos d_model"]:
-    """Every writer's output on `tokens`: the input embedding, each head's result, each MLP's output."""
+    """Every writer's output on `tokens`: the input embedding, each head's result, each MLP's output.
+
+    With `subtract_from` ([writer, batch, pos, d_model], e.g. the outputs on other prompts) the outputs
+    are subtracted from it in place as they are made, and it is returned: no second tensor of them."""
     graph, cfg = edge_graph(model), model.cfg
-    names = ["blocks.0.hook_resid_pre"]
+    out = subtract_from
+    stash: dict[str, Tensor] = {}
+
+    def put(writers: slice, value: Tensor) -> None:
+        nonlocal out
+        value = value.permute(2, 0, 1, 3) if value.ndim == 4 else value[None]  # [n, batch, pos, d]
+        if out is None:
+            out = torch.empty(graph.n_writers, *value.shape[1:], dtype=value.dtype, device=value.device)
+        if subtract_from is None:
+            out[writers] = value
+        else:
+            out[writers] -= value
+
+    def writer(writers: slice):
+        def hook_fn(value: Tensor, hook) -> None:
+            put(writers, value)
+
+        return hook_fn
+
+    def keep_result(result: Tensor, hook) -> None:
+        stash["result"] = result
+
+    def post_norm_heads(block, heads: slice):
+        def hook_fn(scale: Tensor, hook) -> None:
+            put(heads, head_contributions(block, stash.pop("result"), scale))
+
+        return hook_fn
+
+    hooks = [("blocks.0.hook_resid_pre", writer(slice(0, 1)))]
     for layer in range(cfg.n_layers):
-        names.append(f"blocks.{layer}.attn.hook_result")
-        names += [f"blocks.{layer}.ln1_post.hook_scale"] if cfg.post_norm else []
-        names += [f"blocks.{layer}.hook_mlp_out"] if graph.has_mlp else []
-    with model.settings(use_attn_result=True):
-        _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
-    stack = [cache["blocks.0.hook_resid_pre"]]
-    for layer in range(cfg.n_layers):
-        heads = cache[f"blocks.{layer}.attn.hook_result"]
+        heads = graph.head_writers(layer)
         if cfg.post_norm:
-            heads = head_contributions(
-                model.blocks[layer], heads, cache[f"blocks.{layer}.ln1_post.hook_scale"]
-            )
-        stack += list(heads.unbind(2))
-        stack += [cache[f"blocks.{layer}.hook_mlp_out"]] if graph.has_mlp else []
-    return torch.stack(stack)
+            hooks += [
+                (f"blocks.{layer}.attn.hook_result", keep_result),
+                (f"blocks.{layer}.ln1_post.hook_scale", post_norm_heads(model.blocks[layer], heads)),
+            ]
+        else:
+            hooks.append((f"blocks.{layer}.attn.hook_result", writer(heads)))
+        if graph.has_mlp:
+            hooks.append((f"blocks.{layer}.hook_mlp_out", writer(slice(heads.stop, heads.stop + 1))))
+    with model.settings(use_attn_result=True), model.hooks(fwd_hooks=hooks):
+        model(tokens, stop_at_layer=cfg.n_layers)
+    return out
 
 
 def head_contributions(
