@@ -1,10 +1,10 @@
 """Activation patching of every head's output: interp vs nnsight on the same transformers model.
 
 Run alone (two torch processes on two cores distort every figure):
-    python benchmarks/nnsight_patching.py [--heads-per-trace 9] [--batch-size N] [--layers 30]
+    python benchmarks/nnsight_patching.py [--heads-per-trace 9] [--batch-size N] [--layers 30] [--threads 2]
 
 SmolLM2-135M from its GGUF, loaded once by transformers (fp32); interp reads the same object
-(`interp.load_model(hf_model)`) and nnsight wraps it (`nnsight.LanguageModel`). The prompts, metric and
+(`interp.load_model(hf_model)`) and nnsight wraps it (`nnsight.TransformersModel`). The prompts, metric and
 sweep are benchmarks/patching.py's: 8 IOI prompts of 14 tokens, logit(IO) - logit(S) at the last
 token, every head's z (the input of `o_proj`, one head's slice) patched from the clean run into the
 corrupted run at all positions (270 patched runs). nnsight is used as its documentation teaches: one
@@ -20,10 +20,10 @@ from __future__ import annotations
 import argparse
 import os
 
+import nnsight
 import torch
 import transformers
-import nnsight
-from nnsight import LanguageModel
+from nnsight import TransformersModel
 from patching import ioi_prompts, timed  # benchmarks/patching.py
 
 import interp
@@ -34,7 +34,7 @@ from interp.runtime.memory import keep_freed_memory
 
 
 def nnsight_sweep(
-    lm: LanguageModel, clean: torch.Tensor, corrupted: torch.Tensor, io: torch.Tensor, s: torch.Tensor,
+    lm: TransformersModel, clean: torch.Tensor, corrupted: torch.Tensor, io: torch.Tensor, s: torch.Tensor,
     heads_per_trace: int, n_layers: int,
 ) -> torch.Tensor:  # fmt: skip
     """[layer, head, batch] logit(IO) - logit(S) at the last token with one head's z patched."""
@@ -67,7 +67,9 @@ def main() -> None:
     parser.add_argument("--heads-per-trace", type=int, default=9, help="nnsight invokes per trace")
     parser.add_argument("--batch-size", type=int, default=None, help="patched runs per forward (interp)")
     parser.add_argument("--layers", type=int, default=None, help="patch heads of the first N layers only")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     path = OFFLINE_MODELS["smollm2-135m"]()
     hf = transformers.AutoModelForCausalLM.from_pretrained(
@@ -75,7 +77,7 @@ def main() -> None:
     ).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = interp.load_model(hf, tokenizer=tokenizer).eval()
-    lm = LanguageModel(hf, tokenizer=tokenizer)
+    lm = TransformersModel(hf, task="text-generation", tokenizer=tokenizer)
     clean, corrupted, io, s = ioi_prompts(model)
     n_layers = args.layers or model.cfg.n_layers
     n_heads = model.cfg.n_heads
@@ -85,12 +87,11 @@ def main() -> None:
         f"{clean.shape[1]} tokens, {n_layers * n_heads} heads' z patched, {torch.get_num_threads()} threads"
     )
 
-    ours, ours_s, ours_mem = timed(
-        lambda: activation_patching(
-            model, clean, corrupted, metric, "z", layers=range(n_layers), batch_size=args.batch_size,
-            logit_pos=-1,
-        )
-    )  # fmt: skip
+    sweep = lambda layers: activation_patching(  # noqa: E731
+        model, clean, corrupted, metric, "z", layers=range(layers), batch_size=args.batch_size, logit_pos=-1
+    )
+    sweep(1), nnsight_sweep(lm, clean, corrupted, io, s, args.heads_per_trace, 1)  # warm-up, both sides
+    ours, ours_s, ours_mem = timed(lambda: sweep(n_layers))
     theirs, theirs_s, theirs_mem = timed(
         lambda: nnsight_sweep(lm, clean, corrupted, io, s, args.heads_per_trace, n_layers)
     )
