@@ -104,7 +104,9 @@ def measure(method: str, size: str, n_prompts: int, threads: int) -> dict | None
     if done.returncode != 0:
         print(f"  {method} {size} {n_prompts} prompts FAILED:\n{done.stderr[-2000:]}", flush=True)
         return None
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    point = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"  {method} {size} {n_prompts} prompts: {point['seconds']:.2f} s", flush=True)
+    return point
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -130,7 +132,10 @@ def report(title: str, header: str, x_label: str, rows: list[tuple[str, float, d
     xs = [x for _, x, _ in rows]
     time_slope = slope(xs, [point["seconds"] for _, _, point in rows])
     memory_slope = slope(xs, [max(point["peak_mib"], 1e-3) for _, _, point in rows])
-    print(f"  log-log slope vs {x_label}: time {time_slope:.2f}, peak memory {memory_slope:.2f} (1 = linear)")
+    print(
+        f"  log-log slope vs {x_label}: time {time_slope:.2f}, peak memory {memory_slope:.2f} (1 = linear)",
+        flush=True,
+    )
 
 
 def main() -> None:
