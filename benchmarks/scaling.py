@@ -116,12 +116,11 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 def report(title: str, header: str, x_label: str, rows: list[tuple[str, float, dict]]) -> None:
     """Table, text curve (bars on a log scale) and log-log slopes of one series: (name, x, point)."""
-    print(f"\n{title}")
+    print(f"\n{title}; peak MiB: resident memory above `loaded`, the model's after a warm-up forward")
     print(f"{header:>12} {'params':>8} {'seconds':>9} {'peak MiB':>9} {'loaded MiB':>11}")
     for name, _, point in rows:
-        print(
-            f"{name:>12} {point['parameters'] / 1e6:7.0f}M {point['seconds']:9.2f} {point['peak_mib']:9.0f}"
-        )
+        millions, seconds, peak = point["parameters"] / 1e6, point["seconds"], point["peak_mib"]
+        print(f"{name:>12} {millions:7.0f}M {seconds:9.2f} {peak:9.0f} {point['loaded_mib']:11.0f}")
     for key, unit in (("seconds", "s"), ("peak_mib", "MiB")):
         values = [max(point[key], 1e-3) for _, _, point in rows]
         low, high = min(values), max(values)
