@@ -1,13 +1,13 @@
 """How EAP-IG and the exact all-heads patching sweep scale with prompts and with model size.
 
 Run alone (two torch processes on two cores distort every figure):
-    python benchmarks/scaling.py [--prompts 16,32,64,128,256] [--sizes 512x8,...,2048x18]
+    python benchmarks/scaling.py [--prompts 16,32,64,128,256] [--sizes 512x8,...,2048x20]
                                  [--size-prompts 4] [--methods eap-ig,patching] [--threads 2] [--quick]
 
 (a) Prompts: SmolLM2-135M on `--prompts` IOI prompts. (b) Size: random-weight Llama models
 (`transformers.LlamaConfig`, `--sizes` as d_model x layers: heads of 64 dims, grouped-query attention with
-a third as many key/value heads, MLP 8/3 d_model, SmolLM2's tokenizer and tied embeddings, so
-2048x18 is about 1B parameters) loaded through `interp.load_model`, on `--size-prompts` IOI prompts.
+at most a third as many key/value heads, MLP 8/3 d_model, SmolLM2's tokenizer and tied embeddings, so
+2048x20 is about 1B parameters) loaded through `interp.load_model`, on `--size-prompts` IOI prompts.
 Methods, through the public API with its defaults: EAP-IG (`interp.edges.edge_attribution`, scoring
 every edge against the ABC prompts) and the exact sweep of every head's z at all positions
 (`activation_patching(..., "z")`, logit(IO) - logit(S) at END, as benchmarks/ioi.py).
@@ -41,13 +41,18 @@ from interp.runtime.memory import keep_freed_memory
 from interp.tasks.ioi import make_ioi_dataset
 
 PROMPTS = "16,32,64,128,256"
-SIZES = "512x8,768x12,1024x16,1536x20,2048x18"
+SIZES = "512x8,768x12,1024x16,1536x20,2048x20"
 QUICK = {"prompts": "8,16,32", "sizes": "256x4,384x6,512x8", "size_prompts": 2}
 
 
 def smollm2_tokenizer() -> transformers.PreTrainedTokenizerBase:
     path = OFFLINE_MODELS["smollm2-135m"]()
     return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def key_value_heads(n_heads: int) -> int:
+    """The most key/value heads that divide `n_heads` and are at most a third of them (SmolLM2's ratio)."""
+    return max(k for k in range(1, n_heads + 1) if n_heads % k == 0 and 3 * k <= max(n_heads, 3))
 
 
 def random_llama(size: str) -> interp.HookedTransformer:
@@ -57,7 +62,7 @@ def random_llama(size: str) -> interp.HookedTransformer:
     tokenizer = smollm2_tokenizer()
     config = transformers.LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=d_model, intermediate_size=8 * d_model // 3,
-        num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=max(1, n_heads // 3),
+        num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=key_value_heads(n_heads),
         max_position_embeddings=2048, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )  # fmt: skip
