@@ -41,12 +41,15 @@ interp's: (corrupted - clean) activations . gradient of the metric. Edges are ma
   EAP-IG activations  reference "EAP-IG-activations" vs interp "eap-ig-activations": NOT equal, by
                       construction, so only rank correlations are printed. The reference interpolates
                       one group at a time (the input, a layer's heads, an MLP) at alpha = k/steps with
-                      k = 1..steps (not 0..steps-1: its left sum is for inputs only), and every one of
-                      those n_groups x steps runs adds its gradients to EVERY edge, divided by
-                      n_groups x steps; interp scores a writer's edges with the gradients of the runs
-                      that interpolate the writer's own group only, at ig_points' alphas (with "mib",
-                      0..steps-1; with "paper", 1..steps, the reference's alphas for this method).
-                      Both "mib" and "paper" are compared.
+                      k = 1..steps (its left sum, 0..steps-1, is for inputs only), and each of those
+                      n_groups x steps runs adds its gradients to EVERY edge, divided by
+                      n_groups x steps; interp scores a writer's edges with the runs that interpolate
+                      the writer's own group only, at ig_points' alphas ("mib": k = 0..steps-1,
+                      "paper": 1..steps). That this is the whole difference is checked: the script
+                      reruns the reference's own hooks and interpolation (`make_hooks_and_matrices`,
+                      `tokenize_plus`, the reference's metric call) keeping for each writer only its
+                      own group's runs, with k = 1..steps and 0..steps-1, and checks those equal
+                      interp's "paper" and "mib" scores (not timed: that is not the reference's method).
 
 The reference allocates its score matrix with device="cuda"; on a machine without CUDA (`--device
 cpu`) the script gives the reference module a `torch` whose `zeros` puts that matrix on the CPU
@@ -355,7 +358,7 @@ def main() -> None:
         scale = float(expected.abs().max())
         top = int(expected.abs().argmax())
         largest, theirs = float(expected[top]), float(mine[top])
-        print(f"  largest reference score {largest:+.4g} ({names[top]}; interp {theirs:+.4g})")
+        print(f"  largest score, reference side {largest:+.4g} ({names[top]}; interp {theirs:+.4g})")
         print(f"  max |interp - reference| {diff:.2e} = {diff / scale:.1e} x the largest score")
         rho, rho_abs = spearman(expected, mine), spearman(expected.abs(), mine.abs())
         print(f"  Spearman rank correlation {rho:.4f}, of |score| {rho_abs:.4f}")
