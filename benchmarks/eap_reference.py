@@ -56,10 +56,53 @@ cpu`) the script gives the reference module a `torch` whose `zeros` puts that ma
 instead (nothing else of the reference is changed). Times: best of `--repeats` runs of each side,
 same process, same thread count, after one warm-up run each (which is the one checked).
 
-Printed on 2026-11-25 on the shared 2-core CPU machine while other engineers' jobs were running
-(the times are under load: the ratio is from one process, the absolute times are not for the README):
+Printed on 2026-11-25 (defaults: `--size small`, 8 prompts, 5 steps, best of 3, 2 threads) on the
+shared 2-core CPU machine while other engineers' jobs ran (load average ~9): the absolute times are
+not figures for the README, and even the ratios moved between runs under this load (EAP 0.6x-2.9x,
+EAP-IG inputs 1.7x-2.3x in three runs of 4 or 8 prompts); re-time on an idle machine. The whole run
+took 12 min here.
 
-    (filled in below by the run)
+
+    GPT-2 config 'small': 4 layers x 4 heads, d_model 128, vocabulary 1000, random weights (init. std 0.1)
+    8 prompt pairs of 13 tokens, batch 8, 2 threads, cpu
+    logits: max |interp - transformers| 3.6e-06, max |TL 2.x - transformers| 3.3e-06 (logits up to 5.4)
+    479 edges, the same names in both graphs
+
+    reference EAP vs interp eap
+      largest score, reference side -0.172 (m0->m2; interp -0.172)
+      max |interp - reference| 2.31e-07 = 1.3e-06 x the largest score
+      Spearman rank correlation 1.0000, of |score| 1.0000
+      equal to 0.0001 relative: yes
+      time, best of 3: reference 12.498 s, interp 4.290 s: interp 2.91x the reference's speed
+
+    reference EAP-IG-inputs (5 steps) vs interp eap-ig ig_points=mib
+      largest score, reference side +0.1596 (m0->m1; interp +0.1596)
+      max |interp - reference| 3.09e-07 = 1.9e-06 x the largest score
+      Spearman rank correlation 1.0000, of |score| 1.0000
+      equal to 0.0001 relative: yes
+      time, best of 3: reference 7.552 s, interp 3.374 s: interp 2.24x the reference's speed
+
+    reference EAP-IG-activations (5 steps) vs interp eap-ig-activations ig_points=paper
+      largest score, reference side -0.141 (m0->m2; interp -0.1598)
+      max |interp - reference| 5.10e-02 = 3.6e-01 x the largest score
+      Spearman rank correlation 0.9577, of |score| 0.9258
+      not comparable score by score: the reference adds every group's interpolated runs
+      (alpha = 1..steps) to every edge, interp only the writer's own group's (docstring);
+      the next two checks score each writer with its own group's runs in the reference's hooks
+
+    the reference's EAP-IG-activations hooks, each writer scored by its own group, k = 1..steps
+      vs interp eap-ig-activations ig_points=paper
+      largest score, reference side +0.1608 (m0->m1; interp +0.1608)
+      max |interp - reference| 2.38e-07 = 1.5e-06 x the largest score
+      Spearman rank correlation 1.0000, of |score| 1.0000
+      equal to 0.0001 relative: yes
+
+    the reference's EAP-IG-activations hooks, each writer scored by its own group, k = 0..steps-1
+      vs interp eap-ig-activations ig_points=mib
+      largest score, reference side +0.1697 (m0->m1; interp +0.1697)
+      max |interp - reference| 2.38e-07 = 1.4e-06 x the largest score
+      Spearman rank correlation 1.0000, of |score| 1.0000
+      equal to 0.0001 relative: yes
 """
 
 from __future__ import annotations
@@ -268,8 +311,11 @@ def main() -> None:
         with tl.use("tl2"):
             ref_logits = ref(clean_ids.to(args.device)).cpu()
     print(
-        f"\nGPT-2 config {SIZES[args.size]}, random weights; {n} prompt pairs of {p + 1} tokens, "
-        f"batch {args.batch_size}, {args.threads} threads, {args.device}"
+        f"\nGPT-2 config '{args.size}': {config.n_layer} layers x {config.n_head} heads, d_model "
+        f"{config.n_embd}, vocabulary {vocab}, random weights (init. std {config.initializer_range})"
+    )
+    print(
+        f"{n} prompt pairs of {p + 1} tokens, batch {args.batch_size}, {args.threads} threads, {args.device}"
     )
     print(
         f"logits: max |interp - transformers| {float((ours_logits - hf_logits).abs().max()):.1e}, "
@@ -377,10 +423,10 @@ def main() -> None:
                 f"interp {t_ref / t_ours:.2f}x the reference's speed"
             )
         else:
+            print("  not comparable score by score: the reference adds every group's interpolated runs")
+            print("  (alpha = 1..steps) to every edge, interp only the writer's own group's (docstring);")
             print(
-                "  not comparable score by score: the reference adds every group's interpolated runs "
-                "(alpha = 1..steps) to every edge, interp only the writer's own group's (docstring); "
-                "the next two checks score each writer with its own group's runs in the reference's hooks"
+                "  the next two checks score each writer with its own group's runs in the reference's hooks"
             )
     if failed:
         raise SystemExit(f"not equal: {', '.join(failed)}")
