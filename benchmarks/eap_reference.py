@@ -62,7 +62,6 @@ not figures for the README, and even the ratios moved between runs under this lo
 EAP-IG inputs 1.7x-2.3x in three runs of 4 or 8 prompts); re-time on an idle machine. The whole run
 took 12 min here.
 
-
     GPT-2 config 'small': 4 layers x 4 heads, d_model 128, vocabulary 1000, random weights (init. std 0.1)
     8 prompt pairs of 13 tokens, batch 8, 2 threads, cpu
     logits: max |interp - transformers| 3.6e-06, max |TL 2.x - transformers| 3.3e-06 (logits up to 5.4)
