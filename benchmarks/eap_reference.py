@@ -1,7 +1,8 @@
 """EAP and EAP-IG: interp against the EAP-IG reference implementation (hannamw/EAP-IG, the code MIB's
 circuit track pins), scores checked edge by edge, then timed in the same process.
 
-The reference is never vendored: pass the path of a checkout (its `src/eap` package is imported).
+The reference is never vendored: pass the path of a checkout (its `src/eap` package is imported;
+checked here against its commit 795f560, "Merge pull request #17", the newest one stored).
 It runs on TransformerLens 2.x's `HookedTransformer`, while interp is built on TransformerLens 4.3, so
 both versions are installed in one virtual environment, TL 2.x as usual and TL 4.3 in a separate
 folder (`--tl4`), and this script gives each side its own `transformer_lens` modules (swapped in
@@ -9,15 +10,17 @@ folder (`--tl4`), and this script gives each side its own `transformer_lens` mod
 
     python3 -m venv /work/venv-eapref
     /work/venv-eapref/bin/pip install torch==2.13.0          # first: the CPU wheel on disk
-    /work/venv-eapref/bin/pip install "transformer-lens<3" "transformers>=5.0" "pyarrow<20" \\
-        matplotlib gguf circuitsvis                            # TL 2.16.1 pins numpy<2, pyarrow 19 fits it
+    /work/venv-eapref/bin/pip install "transformer-lens<3" "transformers>=5.0" matplotlib gguf circuitsvis
+    /work/venv-eapref/bin/pip install "pyarrow<20"  # TL 2.16.1 pins numpy<2; pyarrow 26 needs numpy 2
+        # (pip warns that datasets 5.2 wants pyarrow>=24; TL 2.x imports it fine and nothing calls it)
     /work/venv-eapref/bin/pip install --no-deps --target /work/venv-eapref/tl4 transformer-lens==4.3.0
     /work/venv-eapref/bin/pip install --no-deps -e .           # interp (its other deps come with TL 2.x)
 
 (`pip install --dry-run ...` first shows that torch stays 2.13.0.) Then, from the repository root:
 
     /work/venv-eapref/bin/python benchmarks/eap_reference.py --reference /path/to/EAP-IG \\
-        [--size small|gpt2] [--n-prompts 8] [--n-pos 12] [--steps 5] [--repeats 3] [--threads 2]
+        [--size small|gpt2] [--n-prompts 8] [--n-pos 12] [--steps 5] [--repeats 3] [--threads 2] \\
+        [--batch-size 8] [--no-activations] [--device cpu]
 
 What it does. A random-weight `transformers` GPT-2 (`--size small`: 4 layers, 4 heads, d_model 128,
 vocabulary 1,000; `gpt2`: GPT-2 small's sizes, 12 x 12 x 768, vocabulary 50,257) is loaded into
