@@ -56,7 +56,8 @@ interp's: (corrupted - clean) activations . gradient of the metric. Edges are ma
 
 The reference allocates its score matrix with device="cuda"; on a machine without CUDA (`--device
 cpu`) the script gives the reference module a `torch` whose `zeros` puts that matrix on the CPU
-instead (nothing else of the reference is changed). Times: best of `--repeats` runs of each side,
+instead (nothing else of the reference is changed). `--device cuda` has not been run: no GPU was
+lent to this work. Times: best of `--repeats` runs of each side,
 same process, same thread count, after one warm-up run each (which is the one checked).
 
 Printed on 2026-11-25 (defaults: `--size small`, 8 prompts, 5 steps, best of 3, 2 threads) on the
