@@ -41,18 +41,15 @@ interp's: (corrupted - clean) activations . gradient of the metric. Edges are ma
   EAP                 reference "EAP" vs interp "eap": checked equal (max |diff| <= 1e-4 x max |score|)
   EAP-IG (inputs)     reference "EAP-IG-inputs" vs interp "eap-ig", ig_points="mib" (alpha = k/steps,
                       k = 0..steps-1): checked equal the same way
-  EAP-IG activations  reference "EAP-IG-activations" vs interp "eap-ig-activations": NOT equal, by
-                      construction, so only rank correlations are printed. The reference interpolates
-                      one group at a time (the input, a layer's heads, an MLP) at alpha = k/steps with
-                      k = 1..steps (its left sum, 0..steps-1, is for inputs only), and each of those
-                      n_groups x steps runs adds its gradients to EVERY edge, divided by
-                      n_groups x steps; interp scores a writer's edges with the runs that interpolate
-                      the writer's own group only, at ig_points' alphas ("mib": k = 0..steps-1,
-                      "paper": 1..steps). That this is the whole difference is checked: the script
-                      reruns the reference's own hooks and interpolation (`make_hooks_and_matrices`,
-                      `tokenize_plus`, the reference's metric call) keeping for each writer only its
-                      own group's runs, with k = 1..steps and 0..steps-1, and checks those equal
-                      interp's "paper" and "mib" scores (not timed: that is not the reference's method).
+  EAP-IG activations  reference "EAP-IG-activations" vs interp "eap-ig-activations" (the reference's
+                      definition: each group interpolated in turn at alpha = k/steps, k = 1..steps,
+                      every one of those n_groups x steps runs adding its gradients to EVERY edge):
+                      checked equal the same way
+  grouped             interp "eap-ig-activations-grouped" (a writer's edges take its own group's runs
+                      only) against the reference's own hooks and interpolation
+                      (`make_hooks_and_matrices`, `tokenize_plus`, the reference's metric call) rerun
+                      keeping for each writer only its own group's runs: checked equal (not timed:
+                      that is not the reference's method)
 
 The reference allocates its score matrix with device="cuda"; on a machine without CUDA (`--device
 cpu`) the script gives the reference module a `torch` whose `zeros` puts that matrix on the CPU
@@ -407,20 +404,19 @@ def main() -> None:
             total /= len(rows) * args.steps
         return total[ref_at]
 
-    cases = [("EAP", "eap", "mib", True), ("EAP-IG-inputs", "eap-ig", "mib", True)]
+    cases = [("EAP", "eap", "mib"), ("EAP-IG-inputs", "eap-ig", "mib")]
     if not args.no_activations:
-        cases += [("EAP-IG-activations", "eap-ig-activations", "paper", False)]
-        cases += [("own group, k = 1..steps", "eap-ig-activations", "paper", True)]
-        cases += [("own group, k = 0..steps-1", "eap-ig-activations", "mib", True)]
+        cases += [("EAP-IG-activations", "eap-ig-activations", "paper")]
+        cases += [("own group, k = 1..steps", "eap-ig-activations-grouped", "paper")]
     failed = []
-    for ref_method, method, ig_points, comparable in cases:
+    for ref_method, method, ig_points in cases:
         label = f"{method}" + (f" ig_points={ig_points}" if method != "eap" else "")
         steps = "" if method == "eap" else f" ({args.steps} steps)"
         own_group = ref_method.startswith("own group")
         if own_group:
             print(f"\nthe reference's EAP-IG-activations hooks, each writer scored by its {ref_method}")
             print(f"  vs interp {label}")
-            expected = run_ref_own_group(0 if ig_points == "mib" else 1)
+            expected = run_ref_own_group(first=1)  # the reference integrates activations at k = 1..steps
         else:
             print(f"\nreference {ref_method}{steps} vs interp {label}")
             expected = run_ref(ref_method)
@@ -433,26 +429,19 @@ def main() -> None:
         print(f"  max |interp - reference| {diff:.2e} = {diff / scale:.1e} x the largest score")
         rho, rho_abs = spearman(expected, mine), spearman(expected.abs(), mine.abs())
         print(f"  Spearman rank correlation {rho:.4f}, of |score| {rho_abs:.4f}")
-        if comparable:
-            ok = diff <= TOLERANCE * scale
-            print(f"  equal to {TOLERANCE:g} relative: {'yes' if ok else 'NO'}")
-            if not ok:
-                failed.append(ref_method)
-                continue
-            if own_group:
-                continue  # not the reference's method: nothing to time
-            t_ref = best_of(lambda m=ref_method: run_ref(m), args.repeats)
-            t_ours = best_of(lambda m=method, q=ig_points: run_ours(m, q), args.repeats)
-            print(
-                f"  time, best of {args.repeats}: reference {t_ref:.3f} s, interp {t_ours:.3f} s: "
-                f"interp {t_ref / t_ours:.2f}x the reference's speed"
-            )
-        else:
-            print("  not comparable score by score: the reference adds every group's interpolated runs")
-            print("  (alpha = 1..steps) to every edge, interp only the writer's own group's (docstring);")
-            print(
-                "  the next two checks score each writer with its own group's runs in the reference's hooks"
-            )
+        ok = diff <= TOLERANCE * scale
+        print(f"  equal to {TOLERANCE:g} relative: {'yes' if ok else 'NO'}")
+        if not ok:
+            failed.append(ref_method)
+            continue
+        if own_group:
+            continue  # not the reference's method: nothing to time
+        t_ref = best_of(lambda m=ref_method: run_ref(m), args.repeats)
+        t_ours = best_of(lambda m=method, q=ig_points: run_ours(m, q), args.repeats)
+        print(
+            f"  time, best of {args.repeats}: reference {t_ref:.3f} s, interp {t_ours:.3f} s: "
+            f"interp {t_ref / t_ours:.2f}x the reference's speed"
+        )
     if failed:
         raise SystemExit(f"not equal: {', '.join(failed)}")
 
