@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -22,6 +23,7 @@ from circuits.heads.report import (
     render,
     to_csv,
     to_markdown,
+    viewer_heads,
     write_report,
 )
 from interp.types import head_label
@@ -61,15 +63,24 @@ def test_csv_and_markdown(smollm2_report):
 
 
 def test_html_renders_offline_and_escapes_tokens(smollm2_report, tmp_path):
+    # The head with the best skip_gram score typed skip_gram: its viewer shows the natural-text probe,
+    # whose first text is the injection attempt.
+    table = smollm2_report.table.copy()
+    best = table["skip_gram"].idxmax()
+    table.at[best, "types"] = sorted({*table.at[best, "types"], "skip_gram"}, key=SCORE_NAMES.index)
+    report = dataclasses.replace(smollm2_report, table=table)
+    shown = viewer_heads(report)
+    assert ("skip_gram", (table.at[best, "layer"], table.at[best, "head"])) in shown
     path = tmp_path / "heads.html"
-    write_report(smollm2_report, "html", path, console=None)
+    write_report(report, "html", path, console=None)
     result = render_in_chromium(
-        path, selectors=(".interp-heatmap", ".interp-attention"), wait_for={".interp-attention canvas": 1}
-    )
+        path, selectors=(".interp-heatmap", ".interp-attention"), wait_for={".interp-attention canvas": 1},
+        timeout_s=90,
+    )  # fmt: skip
     assert result.script_errors == [] and result.dialogs == [] and result.external_requests == []
     assert result.missing == []
     assert result.counts[".interp-heatmap"] == len(SCORE_NAMES) + 2
-    assert result.counts[".interp-attention"] == 3  # repeated, unrepeated random and natural-text probes
+    assert result.counts[".interp-attention"] == len(shown)  # one viewer per shown head
     assert "alert(1)" in result.text  # the injected script shows as text ...
     assert "<script>alert(1)</script>" not in result.dom  # ... and never becomes an element
 

@@ -166,7 +166,8 @@ def test_html_reports_fit_the_window_and_show_the_finding_first(kind, tmp_path):
     page = tmp_path / f"{kind}.html"
     run = CliRunner().invoke(app, [*command, "--format", "html", "--out", str(page)])
     assert run.exit_code == 0, run.output
-    shown = render_in_chromium(page, selectors=(SCREENS[kind],), screenshot=tmp_path / f"{kind}.png")
+    shot = tmp_path / f"{kind}.png"
+    shown = render_in_chromium(page, selectors=(SCREENS[kind],), screenshot=shot, timeout_s=90)  # busy CI
     assert not shown.script_errors and not shown.external_requests
     assert shown.page_width <= 1400, shown.page_width
     box = shown.boxes[SCREENS[kind]]

@@ -1,7 +1,7 @@
 """The README's screenshots: the first screen (1400x900) of each HTML report, on the shipped toy models
 and on the offline SmolLM2-135M.
 
-    python docs/screenshots/refresh.py [toy|smollm2 ...] [--work build/screenshots]
+    python docs/screenshots/refresh.py [toy|smollm2 ...] [--kinds heads ioi circuit] [--work DIR]
 
 Each analysis runs once, with `--save` (skipped when the work folder already holds its JSON);
 `interp render --format html` writes the page and headless Chromium (tests/browser.py) takes the
@@ -27,7 +27,7 @@ RUNS = {  # models -> kind -> the command's arguments
     "smollm2": {
         "heads": ["heads"],
         "ioi": ["ioi"],
-        "circuit": ["circuit", "--task", "ioi"],
+        "circuit": ["circuit", "--task", "ioi", "--no-curve"],  # the curve is below the first screen
     },
 }
 
@@ -44,6 +44,7 @@ def interp(*args: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=list(RUNS), help=f"any of {', '.join(RUNS)}")
+    parser.add_argument("--kinds", nargs="+", choices=list(RUNS["toy"]), default=list(RUNS["toy"]))
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "screenshots")
     options = parser.parse_args()
     unknown = set(options.models) - set(RUNS)
@@ -51,7 +52,8 @@ def main() -> None:
         parser.error(f"unknown models {', '.join(sorted(unknown))}; choose from {', '.join(RUNS)}")
     options.work.mkdir(parents=True, exist_ok=True)
     for models in options.models:
-        for kind, command in RUNS[models].items():
+        for kind in options.kinds:
+            command = RUNS[models][kind]
             saved, page = options.work / f"{kind}-{models}.json", options.work / f"{kind}-{models}.html"
             if not saved.is_file():
                 interp(*command, "--format", "json", "--out", str(options.work / "output.json"),
