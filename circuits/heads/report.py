@@ -10,6 +10,7 @@ import html
 import math
 from pathlib import Path
 
+import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -194,6 +195,12 @@ def confirmed_rows(report: HeadReport):
     return rows[strength > -math.inf].assign(_evidence=strength).sort_values("_evidence", ascending=False)
 
 
+def ranked_rows(report: HeadReport):
+    """Every typed head: those confirmed by ablation first (strongest evidence first), then by layer."""
+    typed, confirmed = classified_rows(report), confirmed_rows(report)
+    return pd.concat([confirmed.drop(columns="_evidence"), typed.drop(confirmed.index)])
+
+
 def print_table(
     report: HeadReport, console: Console | None = None, wide: bool | None = None, all_heads: bool = False
 ) -> None:
@@ -227,9 +234,8 @@ def print_table(
         console.print(f"Model: {report.provenance}.", style="dim")
     typed, confirmed = classified_rows(report), confirmed_rows(report)
     if all_heads:
-        rest = typed.drop(confirmed.index)
         rows, title = (
-            [confirmed, rest],
+            [ranked_rows(report)],
             "Every typed head: confirmed by ablation first (strongest first), then by layer",
         )
     else:
@@ -285,7 +291,7 @@ def to_markdown(report: HeadReport) -> str:
         lines.append(f"| {name} | {report.thresholds[name]:.2f} | {count} | {top} |")
     columns = _columns(report)
     lines += ["", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
-    for row in classified_rows(report).to_dict("records"):
+    for row in ranked_rows(report).to_dict("records"):
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(report, row)) + " |")
     settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
     lines += ["", LEGEND, "", group_line(report), "", f"Model: {report.provenance}.", "",
@@ -381,16 +387,16 @@ def _html_summary(report: HeadReport) -> str:
     settings = html.escape(", ".join(f"{k}={v}" for k, v in report.settings.items() if k != "natural_text"))
     head_rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(report, row)) + "</tr>"
-        for row in classified_rows(report).to_dict("records")
+        for row in ranked_rows(report).to_dict("records")
     )
     header = "".join(f"<th>{html.escape(column)}</th>" for column in _columns(report))
     return (
-        f"<p>Model: {html.escape(report.provenance)}.</p>"
-        f"<p>Settings: {settings}</p><p>{html.escape(group_line(report))}</p>"
         '<table class="interp-summary"><thead><tr><th>type</th><th>threshold</th><th>heads</th>'
         f"<th>top heads</th></tr></thead><tbody>{rows}</tbody></table>"
-        f'<h2>Classified heads</h2><table class="interp-heads"><thead><tr>{header}</tr></thead>'
-        f"<tbody>{head_rows}</tbody></table>"
+        f"<p>{html.escape(group_line(report))}</p><p>Model: {html.escape(report.provenance)}.</p>"
+        f"<p>Settings: {settings}</p>"
+        "<h2>Classified heads: confirmed by ablation first (strongest evidence first), then by layer</h2>"
+        f'<table class="interp-heads"><thead><tr>{header}</tr></thead><tbody>{head_rows}</tbody></table>'
     )
 
 
