@@ -10,7 +10,6 @@ import html
 import math
 from pathlib import Path
 
-import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -197,8 +196,8 @@ def confirmed_rows(report: HeadReport):
 
 def ranked_rows(report: HeadReport):
     """Every typed head: those confirmed by ablation first (strongest evidence first), then by layer."""
-    typed, confirmed = classified_rows(report), confirmed_rows(report)
-    return pd.concat([confirmed.drop(columns="_evidence"), typed.drop(confirmed.index)])
+    typed, confirmed = classified_rows(report), confirmed_rows(report).index
+    return typed.loc[[*confirmed, *typed.index.drop(confirmed)]]
 
 
 def print_table(
@@ -264,13 +263,11 @@ def print_table(
         "head helps); Δind = clean − ablated induction score of later induction heads, a fraction of "
         "attention (positive: the head feeds them). Scores: fractions of attention (0 to 1); copying "
         "−1 to +1 (+1: copies the attended token, −1: suppresses it)"
-        + (
-            ", each effect as alone/with the other candidates ablated. "
-            if wide
-            else ". --wide shows every score; "
-        )
-        + "--format csv/json has standard errors too."
+        + (", each as alone/with the other candidates ablated." if wide else ".")
     )
+    # On a line of its own, so that the hint is never wrapped mid-phrase.
+    hint = "" if wide else "--wide shows every score; "
+    console.print(hint + "--format csv/json has standard errors too.")
 
 
 # ---------------------------------------------------------------------------------------------
