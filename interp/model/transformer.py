@@ -346,6 +346,24 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             self.check_hook_name(name)
         super()._enable_hook(name, hook, dir)
 
+    def remove_all_hook_fns(
+        self,
+        direction: Literal["fwd", "bwd", "both"] = "both",
+        including_permanent: bool = False,
+        level: int | None = None,
+    ) -> None:
+        """TransformerLens's, visiting only the hook points that hold hooks: each reset (every
+        `hooks()` context's end) then costs microseconds, not a module write per hook point."""
+        for hook_point in self.hook_points():
+            if hook_point.fwd_hooks or hook_point.bwd_hooks:
+                hook_point.remove_hooks(direction, including_permanent=including_permanent, level=level)
+
+    def clear_contexts(self) -> None:
+        """TransformerLens's, visiting only the hook points whose context holds something."""
+        for hook_point in self.hook_points():
+            if hook_point.ctx:
+                hook_point.clear_context()
+
     def run_with_cache(
         self,
         input: ModelInput,
