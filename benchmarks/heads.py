@@ -1,6 +1,6 @@
 """Timing of the full head report (scores, weight evidence, causal checks) on SmolLM2-135M, stage by stage.
 
-    python benchmarks/heads.py [--n-samples 16] [--threads 2] [--against REV]
+    python benchmarks/heads.py [--n-samples 16] [--threads 2] [--dtype float32] [--against REV]
 
 Target: under 30 s after loading on an idle 2-core CPU. Prints the time of each stage: probes,
 attention scores per probe, thresholds and summaries, weights, the induction and previous-token
@@ -9,8 +9,10 @@ timed from their progress callbacks (the time from a stage's first call to its l
 
 The work of each stage is counted too (token positions through the blocks, hooks on every block):
 with the flops of one block per position (its matmuls; attention scores are a few percent here) and
-this process's measured fp32 matmul rate at the MLP's shape, it prints the stage's compute floor, the
-time it would take with nothing but those matmuls at that rate.
+this process's measured matmul rate at the MLP's shape (in the model's dtype), it prints the stage's
+compute floor, the time it would take with nothing but those matmuls at that rate. `--dtype bfloat16`
+loads the model in bf16 (fast only on CPUs with bf16 units) and prints the typed and confirmed heads
+(stderr) to compare with fp32's.
 
 --against REV also runs the benchmark with circuits/ as of git revision REV (in a subprocess, back to
 back with this one, same arguments) and prints both profiles side by side: on a shared machine,
@@ -43,9 +45,9 @@ def block_flops(model: interp.HookedTransformer) -> int:
 
 
 def matmul_rate(model: interp.HookedTransformer, rows: int = 2048) -> float:
-    """This process's fp32 matmul rate (flop/s) at the MLP's shape, best of five."""
+    """This process's matmul rate (flop/s) at the MLP's shape in the model's dtype, best of five."""
     d_model, d_mlp = model.cfg.d_model, model.cfg.d_mlp
-    x, w = torch.randn(rows, d_model), torch.randn(d_mlp, d_model)
+    x, w = torch.randn(rows, d_model, dtype=model.dtype), torch.randn(d_mlp, d_model, dtype=model.dtype)
     torch.nn.functional.linear(x, w)
     best = float("inf")
     for _ in range(5):
@@ -56,12 +58,12 @@ def matmul_rate(model: interp.HookedTransformer, rows: int = 2048) -> float:
     return 2 * rows * d_model * d_mlp / best
 
 
-def profile(model_name: str, n_samples: int, threads: int) -> dict[str, float]:
+def profile(model_name: str, n_samples: int, threads: int, dtype: str = "float32") -> dict[str, float]:
     """Seconds per stage of head_report's pipeline (circuits/heads/pipeline.py), "total", and per
     stage the token positions run through blocks ("<stage> positions") and the compute floor in
     seconds ("<stage> floor")."""
     torch.set_num_threads(threads)
-    model = interp.load_model(model_name)
+    model = interp.load_model(model_name, dtype=getattr(torch, dtype))
     stages: dict[str, float] = {}
     positions = [0]
 
@@ -112,6 +114,10 @@ def profile(model_name: str, n_samples: int, threads: int) -> dict[str, float]:
     for name in heads.SCORE_NAMES:
         count = int(table["types"].apply(lambda types, name=name: name in types).sum())
         print(f"{name}: {count} heads", file=sys.stderr)
+    for name in ("induction", "previous_token"):
+        confirmed = table[table[f"{name}_confirmed"].fillna(False).astype(bool)]
+        pairs = list(zip(confirmed["layer"], confirmed["head"], strict=True))
+        print(f"{name} confirmed: {pairs}", file=sys.stderr)
     found = effects["induction"].all_candidates if effects else None
     print(f"induction candidates ablated together: {found}", file=sys.stderr)
     return stages
@@ -126,7 +132,7 @@ def profile_at(rev: str, args: argparse.Namespace) -> dict[str, float]:
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, str(ROOT)]))
         command = [sys.executable, __file__, "--model", args.model, "--n-samples", str(args.n_samples)]
-        command += ["--threads", str(args.threads), "--json"]
+        command += ["--threads", str(args.threads), "--dtype", args.dtype, "--json"]
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -136,17 +142,18 @@ def main() -> None:
     parser.add_argument("--model", default=interp.DEFAULT_MODEL)
     parser.add_argument("--n-samples", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     parser.add_argument("--against", metavar="REV", help="also profile circuits/ at this git revision")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one line, for --against
     args = parser.parse_args()
 
     if args.json:
-        print(json.dumps(profile(args.model, args.n_samples, args.threads)))
+        print(json.dumps(profile(args.model, args.n_samples, args.threads, args.dtype)))
         return
     profiles = {}
     if args.against:
         profiles[args.against] = profile_at(args.against, args)
-    profiles["this tree"] = profile(args.model, args.n_samples, args.threads)
+    profiles["this tree"] = profile(args.model, args.n_samples, args.threads, args.dtype)
     names = list(dict.fromkeys(name for found in profiles.values() for name in found))
     extra = [name for name in names if name.endswith((" positions", " floor")) or name == "matmul GFLOP/s"]
     names = [name for name in names if name not in extra and name != "total"]
@@ -158,7 +165,8 @@ def main() -> None:
     this = profiles["this tree"]
     total = this["total"]
     floor = sum(seconds for name, seconds in this.items() if name.endswith(" floor"))
-    print(f"head_report total: {total:.1f} s ({'under' if total <= 30 else 'OVER'} the 30 s target)")
+    verdict = "under" if total <= 30 else "OVER"
+    print(f"head_report total ({args.dtype}): {total:.1f} s ({verdict} the 30 s target)")
     print(
         f"compute floor of the blocks' matmuls at {this['matmul GFLOP/s']:.0f} GFLOP/s: {floor:.1f} s "
         f"(the causal checks: {this.get('causal_checks floor', float('nan')):.1f} s)"
