@@ -70,19 +70,18 @@ DEFAULT_BATCH_SIZE = 16
 def _score_from_grads(
     graph: EdgeGraph, delta: Tensor, grads: Tensor, scores: Tensor, writers: slice | None = None
 ) -> None:
-    """scores[w, r] += sum over batch, pos, d of delta[w] * grads[r], for every reader and the writers
-    in `writers` (default all). delta [W, B, P, d]; grads [R, B, P, d]."""
+    """scores[w, r] += sum over batch, pos, d of delta[w] * grads[r], for every edge (w, r) with w in
+    `writers` (default all). delta [W, B, P, d]; grads [R, B, P, d].
+
+    One product of every writer with every reader, the pairs that are not edges then dropped: it
+    reads delta and grads once (per-layer products, which skip the non-edges, re-read delta per
+    reader layer and were memory-bound: 3x slower on SmolLM2)."""
     first, last = (0, graph.n_writers) if writers is None else (writers.start, writers.stop)
-    flat = grads.reshape(grads.shape[0], -1)
-    reader = 0
-    while reader < graph.n_readers:  # readers with the same upstream writers in one product
-        end = reader
-        while end < graph.n_readers and graph.n_upstream[end] == graph.n_upstream[reader]:
-            end += 1
-        stop = min(last, graph.n_upstream[reader])
-        if stop > first:
-            scores[first:stop, reader:end] += delta[first:stop].reshape(stop - first, -1) @ flat[reader:end].T
-        reader = end
+    if last <= first:
+        return
+    products = delta[first:last].reshape(last - first, -1) @ grads.reshape(grads.shape[0], -1).T
+    valid = graph.valid[first:last].to(products.device)
+    scores[first:last] += products.masked_fill_(~valid, 0).to(scores.dtype)
 
 
 def edge_attribution(

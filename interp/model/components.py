@@ -88,14 +88,16 @@ class Norm(nn.Module):
         """Vector-Jacobian products at x for one cotangent per reader, in closed form (float32):
         for y = w * c / s + b with c = x (- mean x for LayerNorm) and s = sqrt(mean(c^2) + eps),
         dy^T g = P(w g / s - c <w g, c> / (d s^3)), P centring for LayerNorm."""
-        g = cotangent.float()
         c = x.detach().float()[:, :, None, :]  # [B, P, 1, d]
         if self.center:
             c = c - c.mean(-1, keepdim=True)
         scale = (c.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()  # [B, P, 1, 1]
-        if self.w is not None:
-            g = g * module_weight(self, "w", g.device).float()  # read in if offloaded
-        out = g / scale - c * ((g * c).sum(-1, keepdim=True) / (c.shape[-1] * scale.pow(3)))
+        if self.w is not None:  # w g, a new tensor (the weight read in if offloaded)
+            g = cotangent.float() * module_weight(self, "w", cotangent.device).float()
+        else:
+            g = cotangent.float().clone()
+        coefficient = (g @ c.transpose(-1, -2)) / (c.shape[-1] * scale.pow(3))  # <w g, c> / (d s^3)
+        out = g.div_(scale).addcmul_(c, coefficient, value=-1)  # in place: no [B, P, R, d] temporaries
         return out - out.mean(-1, keepdim=True) if self.center else out
 
 
