@@ -8,6 +8,7 @@ from conftest import tiny_config
 
 import interp
 from interp import ablation, metrics
+from interp.interventions import engine
 
 BATCH, POS = 3, 6
 
@@ -165,3 +166,20 @@ def test_bad_input_raises(model, data):
         ablation.ablation_hooks(interp.HookedTransformer(tiny_config(attn_only=True)), mlps=[0])
     with pytest.raises(ValueError, match="'heads' or 'mlps'"):
         ablation.ablation_sweep(model, tokens, metric, "neurons")
+
+
+def test_runs_that_ablate_whole_layers_skip_their_attention_and_equal_hooked_runs(model, data):
+    """Sets overwriting every head of a layer are run with the attention skipped (`model.given_z`);
+    mixed with sets that do not, each equals its run with ablation hooks."""
+    tokens, reference, metric = data
+    n_heads = model.cfg.n_heads
+    names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+    replacement = ablation.Replacement(model, names, "mean", reference)
+    layer0 = [(0, head) for head in range(n_heads)]
+    sets = [layer0, layer0 + [(1, 1)], [(1, h) for h in range(n_heads)], [(0, 2)], layer0 + [(1, 0), (1, 3)]]
+    assert engine._overwrites_z(model, 0, ablation.ablation_sites(model, heads=layer0))
+    got = ablation.ablated_metrics(model, tokens, metric, sets, replacement)
+    for heads, value in zip(sets, got, strict=True):
+        hooks = ablation.ablation_hooks(model, heads=heads, method="mean", reference=reference)
+        expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
+        torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)

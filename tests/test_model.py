@@ -372,3 +372,31 @@ def test_memory_policy_switches_both_ways() -> None:
     from interp.runtime.memory import keep_freed_memory
 
     assert keep_freed_memory(False) and keep_freed_memory(True)  # glibc, as on every supported Linux
+
+
+def test_given_z_equals_overwriting_z_and_still_runs_observed_attention():
+    torch.manual_seed(0)
+    cfg = tiny_config(n_layers=3, n_kv_heads=2, positional="rotary", normalization="rmsnorm")
+    model = interp.HookedTransformer(cfg).eval()
+    tokens = torch.randint(cfg.d_vocab, (3, 8))
+    z = torch.randn(3, 8, cfg.n_heads, cfg.d_head)
+    overwritten = model.run_with_hooks(tokens, fwd_hooks=[(interp.act_name("z", 1), lambda act, hook: z)])
+    patterns = []
+    with model.given_z({1: z}):
+        skipped = model(tokens)
+        observed = model.run_with_hooks(
+            tokens, fwd_hooks=[(interp.act_name("pattern", 1), lambda p, hook: patterns.append(p))]
+        )
+        double = [(interp.act_name("z", 1), lambda act, hook: 2 * act)]
+        scaled = model.run_with_hooks(tokens, fwd_hooks=double)
+        with pytest.raises(ValueError, match=r"block 1's given z is \(3, 8, 4, 8\)"):
+            model(tokens[:, :5])
+    twice = model.run_with_hooks(tokens, fwd_hooks=[(interp.act_name("z", 1), lambda act, hook: 2 * z)])
+    torch.testing.assert_close(skipped, overwritten, atol=0, rtol=0)
+    torch.testing.assert_close(observed, overwritten, atol=0, rtol=0)
+    torch.testing.assert_close(scaled, twice, atol=0, rtol=0)  # hook_z sees the given z
+    assert len(patterns) == 1 and patterns[0].shape == (3, cfg.n_heads, 8, 8)
+    assert model.blocks[1].attn.given_z is None
+    assert not torch.equal(model(tokens), overwritten)
+    with pytest.raises(ValueError, match="layer 3 out of range"), model.given_z({3: z}):
+        pass

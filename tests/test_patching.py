@@ -11,7 +11,7 @@ import interp
 from interp import metrics, patching
 from interp.interventions import engine
 from interp.interventions.engine import Site
-from interp.interventions.path_patching import path_patching
+from interp.interventions.path_patching import PathPatcher, path_patching
 
 BATCH, POS = 3, 7
 
@@ -384,3 +384,28 @@ def test_bad_input_raises_clear_errors(model, prompts):
     with pytest.raises(ValueError, match="attention-only"):
         attn_only = interp.HookedTransformer(tiny_config(attn_only=True))
         patching.activation_patching(attn_only, clean, corrupted, metric, "mlp_out")
+
+
+def test_path_patching_under_the_callers_z_hooks_equals_the_runs_written_out(model, prompts):
+    """A caller's hook on z (here not idempotent) runs before the frozen values overwrite z."""
+    clean, corrupted, end, metric = prompts
+    receivers = [(2, 1, "qk")]
+    with model.hooks(fwd_hooks=[(interp.act_name("z", 1), lambda z, hook: 2 * z)]):
+        result = path_patching(model, clean, corrupted, metric, receivers, receiver_pos=end)
+        for sender in [(0, 3), (1, 2)]:
+            expected = _naive_path_patch(model, clean, corrupted, metric, sender, receivers, end)
+            torch.testing.assert_close(result.per_example()[sender], expected, atol=1e-5, rtol=0)
+
+
+def test_a_path_patcher_reuses_its_runs_and_refuses_other_hooks(model, prompts):
+    clean, corrupted, end, metric = prompts
+    patcher = PathPatcher(model, clean, corrupted, logit_pos=end)
+    for receivers in ("logits", [(2, 1, "qk"), (1, 0, "v")]):
+        expected = path_patching(model, clean, corrupted, metric, receivers, receiver_pos=end, logit_pos=end)
+        got = patcher(metric, receivers, receiver_pos=end)
+        torch.testing.assert_close(got.values, expected.values, atol=0, rtol=0)
+    with model.hooks(fwd_hooks=[(interp.act_name("z", 0), lambda z, hook: z)]):
+        assert not patcher.is_current()
+        with pytest.raises(ValueError, match="hooks or weights changed"):
+            patcher(metric)
+    assert patcher.is_current()

@@ -23,7 +23,7 @@ import interp
 from interp import edges
 from interp.interventions.ablation import Replacement, ablated_metrics, ablation_sites
 from interp.interventions.engine import Site, site_mask
-from interp.interventions.path_patching import path_patching
+from interp.interventions.path_patching import PathPatcher
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
 
@@ -55,6 +55,7 @@ def path_patching_effects(
     position: str = "END",
     senders: Sequence[Head] | None = None,
     ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+    patchers: dict[tuple[bytes, ...], PathPatcher] | None = None,
 ) -> Tensor:
     """Change of the mean logit diff (in logits) when each head's output is patched from the ABC
     run along its paths to the receivers: [layer, head] (NaN: not a sender). Every sender is
@@ -64,6 +65,8 @@ def path_patching_effects(
     "v") at IOI position `position` receive the patched paths. Senders: every head before the
     last receiver (or `senders`), except the receivers themselves. ablated: (mean ablation, heads)
     mean-ablated in every run. Prompts of each length run cut to that length (`by_length`).
+    patchers: a dict kept across calls (steps) that holds each length group's cached clean and ABC
+    runs (`PathPatcher`), made again when the hooks differ (e.g. with `ablated`).
     """
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if senders is None:
@@ -76,15 +79,18 @@ def path_patching_effects(
         """[n_senders + 1, batch]: each sender's patched logit diff, then the clean one."""
         hooks = [] if ablated is None else ablated[0].hooks(ablated[1], group)
         with model.hooks(fwd_hooks=hooks):
-            patched = path_patching(
-                model,
-                group.tokens,
-                group_abc.tokens,
+            end = group.positions["END"]
+            key = tuple(t.cpu().numpy().tobytes() for t in (group.tokens, group_abc.tokens, end))
+            patcher = (patchers or {}).get(key)
+            if patcher is None or patcher.model is not model or not patcher.is_current():
+                patcher = PathPatcher(model, group.tokens, group_abc.tokens, logit_pos=end)
+                if patchers is not None:
+                    patchers[key] = patcher
+            patched = patcher(
                 group.logit_diff,
                 receivers=to,
                 senders=sweep_senders,
                 receiver_pos=None if receivers is None else group.positions[position],
-                logit_pos=group.positions["END"],
             )
         return torch.cat([patched.values, patched.target[None]])
 
@@ -125,6 +131,7 @@ def ranked_path_patching_effects(
     attribution: dict[str, edges.EdgeScores] | None = None,
     ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
     min_estimate: float = float("inf"),
+    patchers: dict[tuple[bytes, ...], PathPatcher] | None = None,
 ) -> Tensor:
     """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
     interp.edges) ranks first by |estimated effect|, and any other sender whose |estimate| is at
@@ -133,7 +140,7 @@ def ranked_path_patching_effects(
     The estimate of a sender is the sum of its edges' EAP scores into the receivers' `receiver_input`
     (key and value inputs: the receivers' key/value heads) read at `position`, or into the logits.
     attribution: `ioi_edge_attribution(model, clean, abc)`, computed once for every step (default:
-    computed here, with the `ablated` heads mean-ablated).
+    computed here, with the `ablated` heads mean-ablated). patchers: see `path_patching_effects`.
     """
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     given = senders
@@ -144,7 +151,7 @@ def ranked_path_patching_effects(
     senders = [head for head in senders if head not in receivers]
     if len(senders) <= n_exact:  # every sender is a candidate: the exhaustive sweep
         return path_patching_effects(
-            model, clean, abc, receivers or None, receiver_input, position, given, ablated
+            model, clean, abc, receivers or None, receiver_input, position, given, ablated, patchers
         )
     key = position if receivers else "all"
     if attribution is None:
@@ -172,7 +179,7 @@ def ranked_path_patching_effects(
     n_large = sum(abs(float(estimate[head])) >= min_estimate for head in senders)
     ranked = ranked[: max(n_exact, n_large)]
     exact = path_patching_effects(
-        model, clean, abc, receivers or None, receiver_input, position, ranked, ablated
+        model, clean, abc, receivers or None, receiver_input, position, ranked, ablated, patchers
     )
     confirmed = ~exact.isnan()
     estimate[confirmed] = exact[confirmed]
@@ -202,13 +209,15 @@ class EAPRanking:
     every sender whose |estimate| is at least `min_estimate` (logits); see
     `ranked_path_patching_effects`. The attribution of the unablated model is computed once, on the
     first call, and reused by every later call on the same model and prompts (one backward pass for
-    every step); a call with heads ablated attributes with them ablated."""
+    every step), as are the clean and ABC runs that path patching caches; a call with heads ablated
+    attributes and caches with them ablated."""
 
     def __init__(self, n_exact: int = 16, min_estimate: float = float("inf")):
         self.n_exact = n_exact
         self.min_estimate = min_estimate
         self._attribution: tuple[interp.HookedTransformer, IOIPrompts, dict[str, edges.EdgeScores]] | None
         self._attribution = None
+        self._patchers: dict[tuple[bytes, ...], PathPatcher] = {}
 
     def __call__(
         self,
@@ -229,7 +238,7 @@ class EAPRanking:
             attribution = cached[2]
         return ranked_path_patching_effects(
             model, clean, abc, receivers, receiver_input, position, senders,
-            self.n_exact, attribution, ablated, self.min_estimate,
+            self.n_exact, attribution, ablated, self.min_estimate, self._patchers,
         )  # fmt: skip
 
 

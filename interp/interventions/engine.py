@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -184,6 +185,8 @@ def run_site_sets(
                             parent = tokens if segment == -1 else resid_pre[segment]
                         sites = [s for s in site_sets[sub[0]] if _segment(s, n_layers) == segment]
                         pending.append((sub, parent, sites))
+                # Runs whose z is wholly overwritten here share passes that skip the attention.
+                pending.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
                 for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
                     outputs = _segment_forward(model, segment, part, sources, batch, logit_pos, buffer)
                     if segment < n_layers:
@@ -260,7 +263,16 @@ def _segment_forward(
 
     stacked = torch.cat([parent for _, parent, _ in part])
     n_layers = model.cfg.n_layers
-    with model.hooks(fwd_hooks=[(name, make_hook(name)) for name in by_name]):
+    given: AbstractContextManager = nullcontext()
+    if all(_overwrites_z(model, segment, sites) for _, _, sites in part):
+        # every copy overwrites all of z here: the attention need not compute it
+        z_name = act_name("z", segment)
+        cfg = model.cfg
+        shape = (batch, stacked.shape[1], cfg.n_heads, cfg.d_head)
+        z = sources[z_name].to(stacked.device, stacked.dtype).expand(shape).repeat(n, 1, 1, 1)
+        given = overwritten_z(model, segment, z)
+        del by_name[z_name]
+    with given, model.hooks(fwd_hooks=[(name, make_hook(name)) for name in by_name]):
         if segment == -1:
             out = model(stacked, stop_at_layer=0)
         elif segment == n_layers:
@@ -268,6 +280,31 @@ def _segment_forward(
         else:
             out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1)
     return list(out.split(batch))
+
+
+def _overwrites_z(model: HookedTransformer, segment: int, sites: Sequence[Site]) -> bool:
+    """Whether `sites` (of one run, in block `segment`) overwrite every head's z at every position."""
+    if not 0 <= segment < model.cfg.n_layers:
+        return False
+    name, n_heads = act_name("z", segment), model.cfg.n_heads
+    for site in sites:
+        if site.name != name or site.pos is not None or site.unit is not None:
+            continue
+        heads = (
+            range(n_heads) if site.head is None else [site.head] if isinstance(site.head, int) else site.head
+        )
+        if {head % n_heads for head in heads} == set(range(n_heads)):
+            return True
+    return False
+
+
+def overwritten_z(model: HookedTransformer, layer: int, z: Tensor) -> AbstractContextManager:
+    """A context in which block `layer`'s z [batch, pos, head, d_head] is overwritten by `z`, after any
+    hooks the caller has on it: given to the attention (`model.given_z`, which then computes no
+    q, k, v or pattern) when no hook is on hook_z, else a last hook on hook_z."""
+    if model.blocks[layer].attn.hook_z._forward_hooks:
+        return model.hooks(fwd_hooks=[(act_name("z", layer), lambda act, hook: z)])
+    return model.given_z({layer: z})
 
 
 def metric_values(metric: Metric, logits: Tensor, batch: int) -> Float[Tensor, " batch"]:

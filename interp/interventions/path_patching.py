@@ -22,6 +22,7 @@ from interp.interventions.engine import (
     final_resid_hook,
     forward_logits,
     metric_values,
+    overwritten_z,
     resid_names,
     resid_stack,
     site_mask,
@@ -120,68 +121,123 @@ def path_patching(
     logit_pos: the positions the metric reads; logits only there (see forward_logits).
     Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
     """
-    clean, corrupted = check_pair(model, clean, corrupted)
-    check_distinct_pair(clean, corrupted, "every path-patched run (senders carry clean values)")
-    check_logit_pos(logit_pos, clean)
-    _check_receivers(model, receivers)
-    cfg = model.cfg
-    to_logits = isinstance(receivers, str)
-    last_layer = cfg.n_layers if to_logits else max(r[0] for r in receivers)
-    grid = senders is None
-    if grid:
-        dims = ("layer", "head")
-        coords = {"layer": list(range(last_layer)), "head": list(range(cfg.n_heads))}
-        senders = [(layer, head) for layer in coords["layer"] for head in coords["head"]]
-    sender_sets = [[s] if _is_sender(s) or isinstance(s, str) else list(s) for s in senders]
-    for sender_set in sender_sets:
-        _check_senders(model, sender_set)
-    names = {act_name("z", layer) for layer in range(cfg.n_layers)}
-    names |= {act_name("mlp_out", layer) for layer in range(cfg.n_layers)} if not cfg.attn_only else set()
-    names |= set(resid_names(model)) | {final_resid_hook(model)}
-    clean_logits, clean_cache = cached_run(model, clean, names, logit_pos)
-    corrupted_logits, corrupted_cache = cached_run(model, corrupted, names, logit_pos)
-    batch_size = batch_size or max(1, 64 // clean.shape[0])
-    values = torch.empty(len(sender_sets), clean.shape[0])
-    buffer = LogitBuffer()
-    order = sorted(
-        range(len(sender_sets)), key=lambda i: min((s[0] for s in sender_sets[i]), default=cfg.n_layers)
+    return PathPatcher(model, clean, corrupted, logit_pos)(
+        metric, receivers, senders, sender_pos, receiver_pos, freeze_mlps, metric_name, batch_size
     )
-    with torch.no_grad():
-        for chunk in [order[i : i + batch_size] for i in range(0, len(order), batch_size)]:
-            sets = [sender_sets[i] for i in chunk]
-            logits = _path_patch_chunk(
-                model,
-                sets,
-                receivers,
-                clean_cache,
-                corrupted_cache,
-                sender_pos,
-                receiver_pos,
-                freeze_mlps,
-                logit_pos,
-                buffer,
+
+
+class PathPatcher:
+    """`path_patching` on one pair of prompt batches, run 1 (the clean and corrupted runs, cached)
+    done once for any number of calls with other receivers, senders or metrics, e.g. the steps of
+    a circuit discovery. The caches hold what the model computed under the hooks active at
+    construction: a call under other hooks, or after the weights changed, raises (`is_current`)."""
+
+    def __init__(
+        self,
+        model: HookedTransformer,
+        clean: Int[Tensor, "batch pos"],
+        corrupted: Int[Tensor, "batch pos"],
+        logit_pos: Pos = None,
+    ):
+        clean, corrupted = check_pair(model, clean, corrupted)
+        check_distinct_pair(clean, corrupted, "every path-patched run (senders carry clean values)")
+        check_logit_pos(logit_pos, clean)
+        cfg = model.cfg
+        names = {act_name("z", layer) for layer in range(cfg.n_layers)}
+        names |= {act_name("mlp_out", layer) for layer in range(cfg.n_layers)} if not cfg.attn_only else set()
+        names |= set(resid_names(model)) | {final_resid_hook(model)}
+        self.model, self.batch, self.logit_pos = model, clean.shape[0], logit_pos
+        self._state = _model_state(model)
+        self.clean_logits, self.clean_cache = cached_run(model, clean, names, logit_pos)
+        self.corrupted_logits, self.corrupted_cache = cached_run(model, corrupted, names, logit_pos)
+
+    def is_current(self) -> bool:
+        """Whether the model has the hooks and weights it had when the runs were cached."""
+        return _model_state(self.model) == self._state
+
+    def __call__(
+        self,
+        metric: Metric,
+        receivers: Sequence[Receiver] | str = "logits",
+        senders: Sequence[Sender | Sequence[Sender]] | None = None,
+        sender_pos: Pos = None,
+        receiver_pos: Pos = None,
+        freeze_mlps: bool = False,
+        metric_name: str = "metric",
+        batch_size: int | None = None,
+    ) -> PatchResult:
+        """Runs 2 and 3 of `path_patching` (its arguments) on the cached runs."""
+        if not self.is_current():
+            raise ValueError(
+                "the model's hooks or weights changed since this PathPatcher cached its clean and "
+                "corrupted runs; make a new PathPatcher under the hooks the sweep runs with"
             )
-            for row, i in enumerate(chunk):
-                values[i] = metric_values(
-                    metric, logits[row * clean.shape[0] : (row + 1) * clean.shape[0]], clean.shape[0]
+        model, cfg = self.model, self.model.cfg
+        _check_receivers(model, receivers)
+        to_logits = isinstance(receivers, str)
+        last_layer = cfg.n_layers if to_logits else max(r[0] for r in receivers)
+        grid = senders is None
+        if grid:
+            dims = ("layer", "head")
+            coords = {"layer": list(range(last_layer)), "head": list(range(cfg.n_heads))}
+            senders = [(layer, head) for layer in coords["layer"] for head in coords["head"]]
+        sender_sets = [[s] if _is_sender(s) or isinstance(s, str) else list(s) for s in senders]
+        for sender_set in sender_sets:
+            _check_senders(model, sender_set)
+        batch = self.batch
+        batch_size = batch_size or max(1, 64 // batch)
+        values = torch.empty(len(sender_sets), batch)
+        buffer = LogitBuffer()
+        order = sorted(
+            range(len(sender_sets)), key=lambda i: min((s[0] for s in sender_sets[i]), default=cfg.n_layers)
+        )
+        with torch.no_grad():
+            for chunk in [order[i : i + batch_size] for i in range(0, len(order), batch_size)]:
+                logits = _path_patch_chunk(
+                    model,
+                    [sender_sets[i] for i in chunk],
+                    receivers,
+                    self.clean_cache,
+                    self.corrupted_cache,
+                    sender_pos,
+                    receiver_pos,
+                    freeze_mlps,
+                    self.logit_pos,
+                    buffer,
                 )
-    if grid:
-        index = grid_index("z", dims, coords)
-    else:
-        labels = [" + ".join(_sender_label(s) for s in sender_set) or "none" for sender_set in sender_sets]
-        dims, coords = ("patch",), {"patch": labels}
-        index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
-    return PatchResult(
-        values,
-        index,
-        dims,
-        coords,
-        metric_name,
-        target=metric_values(metric, clean_logits, clean.shape[0]),
-        source=metric_values(metric, corrupted_logits, clean.shape[0]),
-        method="path patching",
-        extra={"receivers": receivers, "freeze_mlps": freeze_mlps},
+                for row, i in enumerate(chunk):
+                    values[i] = metric_values(metric, logits[row * batch : (row + 1) * batch], batch)
+        if grid:
+            index = grid_index("z", dims, coords)
+        else:
+            labels = [
+                " + ".join(_sender_label(s) for s in sender_set) or "none" for sender_set in sender_sets
+            ]
+            dims, coords = ("patch",), {"patch": labels}
+            index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
+        return PatchResult(
+            values,
+            index,
+            dims,
+            coords,
+            metric_name,
+            target=metric_values(metric, self.clean_logits, batch),
+            source=metric_values(metric, self.corrupted_logits, batch),
+            method="path patching",
+            extra={"receivers": receivers, "freeze_mlps": freeze_mlps},
+        )
+
+
+def _model_state(model: HookedTransformer) -> tuple:
+    """The model's active hooks (each registration's id) and its parameters' in-place versions."""
+    hooks = tuple(
+        (name, tuple(point._forward_hooks), tuple(point._backward_hooks))
+        for name, point in model.hook_dict.items()
+        if point._forward_hooks or point._backward_hooks
     )
+    versions = tuple(parameter._version for parameter in model.parameters())
+    settings = tuple(getattr(model.hook_settings, name) for name in model.hook_settings.names())
+    return hooks, versions, settings
 
 
 def _is_sender(sender) -> bool:
@@ -218,19 +274,22 @@ def _path_patch_chunk(
     stop = cfg.n_layers if to_logits else receiver_layers[-1]
 
     # Run 2: senders corrupted, other heads (and optionally MLPs) frozen to clean; record receivers' inputs.
-    def frozen(kind: str, layer: int):
+    def frozen(kind: str, layer: int, act: Tensor | None = None) -> Tensor:
+        """[n * batch, ...]: clean values (or act's, for recomputed MLPs), senders' corrupted."""
         name = act_name(kind, layer)
+        base = act.unflatten(0, (n, batch)) if act is not None else None
+        out = base.clone() if base is not None else clean[name].expand(n, *clean[name].shape).clone()
+        for i, sender_set in enumerate(sender_sets):
+            for s_layer, unit in sender_set:
+                if s_layer != layer or (unit == "mlp") != (kind == "mlp_out"):
+                    continue
+                site = Site(name, head=None if unit == "mlp" else unit, pos=sender_pos)
+                out[i] = torch.where(site_mask(site, out.shape[1:], out.device), corrupted[name], out[i])
+        return out.flatten(0, 1)
 
+    def frozen_mlp(layer: int):
         def hook(act: Tensor, hook) -> Tensor:
-            base = act.unflatten(0, (n, batch)) if (kind == "mlp_out" and not freeze_mlps) else None
-            out = base.clone() if base is not None else clean[name].expand(n, *clean[name].shape).clone()
-            for i, sender_set in enumerate(sender_sets):
-                for s_layer, unit in sender_set:
-                    if s_layer != layer or (unit == "mlp") != (kind == "mlp_out"):
-                        continue
-                    site = Site(name, head=None if unit == "mlp" else unit, pos=sender_pos)
-                    out[i] = torch.where(site_mask(site, out.shape[1:], out.device), corrupted[name], out[i])
-            return out.flatten(0, 1)
+            return frozen("mlp_out", layer, None if freeze_mlps else act)
 
         return hook
 
@@ -244,17 +303,17 @@ def _path_patch_chunk(
 
     hooks = []
     for layer in range(max(start, 0), stop):
-        hooks.append((act_name("z", layer), frozen("z", layer)))
         if not cfg.attn_only and (freeze_mlps or any(s == (layer, "mlp") for ss in sender_sets for s in ss)):
-            hooks.append((act_name("mlp_out", layer), frozen("mlp_out", layer)))
+            hooks.append((act_name("mlp_out", layer), frozen_mlp(layer)))
     hooks += [
         (act_name("resid_pre", layer), record(layer)) for layer in receiver_layers if start <= layer < stop
     ]
     if start < stop:
+        run2 = resid[start].repeat(n, 1, 1)
         with model.hooks(fwd_hooks=hooks):
-            run2 = model(
-                resid[start].repeat(n, 1, 1), start_at_layer=start, stop_at_layer=stop, return_type=None
-            )
+            for layer in range(start, stop):
+                with overwritten_z(model, layer, frozen("z", layer)):
+                    run2 = model(run2, start_at_layer=layer, stop_at_layer=layer + 1)
         if to_logits:  # the receiver is the final residual stream: run 2 is the measured run
             return forward_logits(model, run2, logit_pos, cfg.n_layers, buffer)
         recorded[stop] = run2.unflatten(0, (n, batch))

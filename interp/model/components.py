@@ -157,6 +157,7 @@ class Attention(nn.Module):
             n_dims = 2 if cfg.qk_norm == "all_heads" else 1
             self.q_ln = Norm(cfg, (h, e), n_dims, folded=False)
             self.k_ln = Norm(cfg, (kv, e), n_dims, folded=False)
+        self.layer = layer
         self.window_size = cfg.window_size if cfg.attn_types[layer] == "local" else None
         self.rotary = cfg.positional == "rotary" and layer not in cfg.nope_layers
         if self.rotary:
@@ -172,6 +173,9 @@ class Attention(nn.Module):
         for name in ["q", "k", "v", "attn_scores", "pattern", "z", "result"]:
             setattr(self, f"hook_{name}", HookPoint())
         self.register_load_state_dict_pre_hook(_rename_kv_parameters)
+        # z given for the next forward passes (HookedTransformer.given_z): the heads' outputs are
+        # taken as they are, and q, k, v and the pattern are computed only if a hook observes them.
+        self.given_z: Tensor | None = None
 
     def _per_query_head(self, x: Tensor | None) -> Tensor | None:
         if x is None or self.cfg.group_size == 1:
@@ -300,6 +304,10 @@ class Attention(nn.Module):
             ).transpose(1, 2)
             if blind is not None:
                 z = z.masked_fill(blind[:, 0, :, :, None], 0.0)
+        return self.output(z if self.given_z is None else self.given_z)
+
+    def output(self, z: Float[Tensor, "batch pos head d_head"]) -> Float[Tensor, "batch pos d_model"]:
+        """The heads' outputs z through hook_z (and hook_result) and W_O: the attention's output."""
         z = self.hook_z(z)  # [batch, pos, head, d_head]
         if self.settings.use_attn_result:
             result = self.hook_result(torch.einsum("bqhe,hed->bqhd", z, self.W_O))
@@ -441,7 +449,15 @@ class Block(nn.Module):
         cfg = self.cfg
         mask = {"attention_mask": attention_mask, "positions": positions}
         resid_pre = self.hook_resid_pre(resid_pre)
-        if self.settings.use_split_qkv_input:
+        given = self.attn.given_z
+        if given is not None and given.shape != (*resid_pre.shape[:2], cfg.n_heads, cfg.d_head):
+            raise ValueError(
+                f"block {self.attn.layer}'s given z is {tuple(given.shape)}; this run needs "
+                f"[batch, pos, head, d_head] = {(*resid_pre.shape[:2], cfg.n_heads, cfg.d_head)}"
+            )
+        if given is not None and past_kv_cache_entry is None and not self._observes_attention():
+            attn_out = self.attn.output(given)
+        elif self.settings.use_split_qkv_input:
             q_in = self.hook_q_input(_per_head(resid_pre, cfg.n_heads))
             k_in = self.hook_k_input(_per_head(resid_pre, cfg.n_kv_heads))
             v_in = self.hook_v_input(_per_head(resid_pre, cfg.n_kv_heads))
@@ -471,6 +487,18 @@ class Block(nn.Module):
         if cfg.parallel_residual:
             return self.hook_resid_post(resid_pre + attn_out + mlp_out)
         return self.hook_resid_post(resid_mid + mlp_out)
+
+    def _observes_attention(self) -> bool:
+        """Whether a hook observes what the attention computes before z (its inputs, q, k, v, pattern)."""
+        return any(
+            point._forward_hooks or point._backward_hooks
+            for module in (self.ln1, self.attn)
+            for name, point in module.named_modules()
+            if isinstance(point, HookPoint) and name not in ("hook_z", "hook_result")
+        ) or any(
+            getattr(self, f"hook_{name}")._forward_hooks or getattr(self, f"hook_{name}")._backward_hooks
+            for name in ("q_input", "k_input", "v_input", "attn_in")
+        )
 
     def _mlp_in(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         return self.hook_mlp_in(x.clone()) if self.settings.use_hook_mlp_in else x

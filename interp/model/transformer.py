@@ -29,7 +29,7 @@ import dataclasses
 import difflib
 import math
 import numbers
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -717,6 +717,23 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def save(self, directory: str | Path) -> Path:
         """Write a checkpoint directory (config.json, model.safetensors, tokenizer/) atomically."""
         return save_checkpoint(self, directory)
+
+    @contextmanager
+    def given_z(self, values: Mapping[int, Tensor]) -> Iterator[HookedTransformer]:
+        """Within: block L's heads output values[L] [batch, pos, head, d_head] instead of computing
+        z, for runs whose z is wholly overwritten (frozen or ablated heads). hook_z, hook_result and
+        everything after them run as usual; q, k, v and the pattern are computed only when a hook
+        observes them (or a KV cache is filled), so no hook sees something else than without it."""
+        for layer in values:
+            if not 0 <= layer < self.cfg.n_layers:
+                raise ValueError(f"given_z: layer {layer} out of range, the model has {self.cfg.n_layers}")
+        try:
+            for layer, z in values.items():
+                self.blocks[layer].attn.given_z = z
+            yield self
+        finally:
+            for layer in values:
+                self.blocks[layer].attn.given_z = None
 
     @contextmanager
     def settings(self, **overrides: Any) -> Iterator[HookedTransformer]:
