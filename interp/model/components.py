@@ -250,12 +250,16 @@ class Attention(nn.Module):
         past_kv_cache_entry: HookedTransformerKeyValueCacheEntry | None = None,
         attention_mask: Tensor | None = None,
         positions: Tensor | None = None,
+        only_given_z: bool = False,
     ) -> Float[Tensor, "batch pos d_model"]:
         """`past_kv_cache_entry`: this layer's cached keys and values, read and appended to.
         `attention_mask` [batch, key_pos] (cached keys included), False/0 at padding: no query attends
         to a pad; a query that sees no key at all (a left pad) gets a zero pattern and z, as in
         TransformerLens. `positions` [batch, pos]: each token's position (rotary), e.g. shifted
-        past left padding."""
+        past left padding. `only_given_z`: the output of `given_z` alone, nothing else computed
+        (through this forward, so that weights offloaded by accelerate are read in)."""
+        if only_given_z:
+            return self.output(self.given_z)
         cfg = self.cfg
         q = self.hook_q(self._project(query_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
         k = self.hook_k(self._project(key_input, self._W_K, self._b_K))  # [batch, pos, kv_head, d_head]
@@ -456,7 +460,7 @@ class Block(nn.Module):
                 f"[batch, pos, head, d_head] = {(*resid_pre.shape[:2], cfg.n_heads, cfg.d_head)}"
             )
         if given is not None and past_kv_cache_entry is None and not self._observes_attention():
-            attn_out = self.attn.output(given)
+            attn_out = self.attn(resid_pre, resid_pre, resid_pre, only_given_z=True)
         elif self.settings.use_split_qkv_input:
             q_in = self.hook_q_input(_per_head(resid_pre, cfg.n_heads))
             k_in = self.hook_k_input(_per_head(resid_pre, cfg.n_kv_heads))
