@@ -61,7 +61,8 @@ def main() -> None:
 
 
 def all_heads_sweep_seconds(model: interp.HookedTransformer) -> float:
-    """Seconds of the exact activation-patching sweep over every head's z on 8 IOI prompts."""
+    """Seconds of the exact activation-patching sweep over every head's z on 8 IOI prompts (logits of
+    the two answers at END only, as `interp ioi` computes them)."""
     clean, corrupted, _ = make_ioi_dataset(model, 8, seed=0)
     end = clean.positions["END"]
 
@@ -69,7 +70,10 @@ def all_heads_sweep_seconds(model: interp.HookedTransformer) -> float:
         return metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)
 
     start = time.perf_counter()
-    activation_patching(model, clean.tokens, corrupted.tokens, metric, "z", logit_pos=end)
+    answers = clean.answers
+    activation_patching(
+        model, clean.tokens, corrupted.tokens, metric, "z", logit_pos=end, logit_tokens=answers
+    )
     return time.perf_counter() - start
 
 

@@ -171,6 +171,24 @@ def test_logits_only_at_the_metric_positions_give_the_same_results(model, prompt
         patching.activation_patching(model, clean, corrupted, metric, "z", logit_pos=end[:2])
 
 
+def test_logits_only_of_the_metric_tokens_give_the_same_results(model, prompts):
+    """logit_tokens: only the answers' logits are computed; a metric reading others fails loudly."""
+    clean, corrupted, end, metric = prompts
+    answers = clean[:, :2]  # the metric's logit(clean[:, 0]) - logit(clean[:, 1])
+    patcher = PathPatcher(model, clean, corrupted, logit_pos=end)
+    full = patcher(metric, [(2, 0, "q")], receiver_pos=end)
+    reduced = patcher(metric, [(2, 0, "q")], receiver_pos=end, logit_tokens=answers)
+    torch.testing.assert_close(reduced.values, full.values, atol=1e-5, rtol=0)
+    _, cache = engine.cached_run(model, clean, [interp.act_name("z", 1)])
+    sets = [[engine.Site(interp.act_name("z", 1), head=h)] for h in range(model.cfg.n_heads)] + [[]]
+    run = lambda **kw: engine.run_site_sets(model, corrupted, sets, cache, metric, logit_pos=end, **kw)  # noqa: E731
+    torch.testing.assert_close(run(logit_tokens=answers), run(), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="outside logit_pos or logit_tokens"):
+        run(logit_tokens=clean[:, :1])
+    with pytest.raises(ValueError, match=r"logit_tokens must lie in \[0, 61\)"):
+        run(logit_tokens=torch.tensor([61]))
+
+
 # --- TransformerLens as the reference ---------------------------------------------------------
 
 

@@ -91,6 +91,7 @@ def path_patching_effects(
                 receivers=to,
                 senders=sweep_senders,
                 receiver_pos=None if receivers is None else group.positions[position],
+                logit_tokens=group.answers,
             )
         return torch.cat([patched.values, patched.target[None]])
 
@@ -284,6 +285,7 @@ class MeanAblation:
                 self.replacement,
                 groups=group.template,
                 logit_pos=group.positions["END"],
+                logit_tokens=group.answers,
             ),
         )
 

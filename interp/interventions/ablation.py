@@ -216,6 +216,7 @@ def ablated_metrics(
     groups: Int[Tensor, " batch"] | None = None,
     logit_pos: Pos = None,
     batch_size: int | None = None,
+    logit_tokens: Tensor | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
     """The metric per prompt with each set of heads ablated by `replacement` (its hooks must cover
     the sets' layers' hook_z), e.g. every circuit of a completeness or minimality check.
@@ -224,6 +225,7 @@ def ablated_metrics(
     `patching.run_site_sets`), so many sets cost far less than as many forward passes.
     groups: the prompts' groups [batch] (with reference groups: per-group means or resampling).
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
+    logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed.
     Prompts shorter than the reference (right-padded prompts cut to their length) take the values
     of its first positions.
     """
@@ -234,7 +236,7 @@ def ablated_metrics(
     sources = {
         name: _fit_length(name, tokens, replacement.values(name, tokens.shape[0], groups)) for name in names
     }
-    return run_site_sets(model, tokens, site_sets, sources, metric, None, batch_size, logit_pos)
+    return run_site_sets(model, tokens, site_sets, sources, metric, None, batch_size, logit_pos, logit_tokens)
 
 
 def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]:
@@ -310,7 +312,8 @@ def ablation_sweep(
     """Ablate each head ([layer, head] grid) or each MLP layer ([layer] grid) in turn, on top of
     the heads in `base` (ablated in every run). Batches several ablated runs per forward and
     starts each at the ablated layer. `result.target` is the metric of the unablated model.
-    logit_pos: the positions the metric reads; logits only there (see patching.forward_logits)."""
+    logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
+    logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed."""
     cfg = model.cfg
     tokens, base = model.input_tokens(tokens), check_heads(cfg, base)
     if component == "heads":

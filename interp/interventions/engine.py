@@ -136,6 +136,7 @@ def run_site_sets(
     resid_pre: Sequence[Tensor] | None = None,
     batch_size: int | None = None,
     logit_pos: Pos = None,
+    logit_tokens: Tensor | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
     """Metric of each patched run: run i overwrites every site in site_sets[i] with `sources`.
 
@@ -146,6 +147,8 @@ def run_site_sets(
       the embeddings.
     batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
     logit_pos: see `forward_logits`.
+    logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
+      shape; with logit_pos): only their logits are computed, the others are NaN.
     Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
 
     Runs share computation: the residual stream before block L depends only on the sites patched
@@ -164,7 +167,7 @@ def run_site_sets(
     node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
     chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
     values = torch.empty(len(site_sets), batch)
-    buffer = LogitBuffer()
+    buffer = LogitBuffer(logit_columns(model, logit_tokens))
 
     with torch.no_grad():
         for start in range(0, len(order), chunk):
@@ -319,7 +322,7 @@ def metric_values(metric: Metric, logits: Tensor, batch: int) -> Float[Tensor, "
         bad = int((~torch.isfinite(value)).nonzero()[0])
         raise ValueError(
             f"the metric is {value[bad].item()} on prompt {bad}: does it read logits outside logit_pos "
-            "(they are NaN there)? Pass the positions it reads as logit_pos, or logit_pos=None. Or are "
+            "or logit_tokens (they are NaN there)? Pass the positions and tokens it reads, or None. Or are "
             "the model's own outputs NaN/inf? Check its weights with "
             "interp.checks.first_non_finite(model.state_dict())."
         )
@@ -329,14 +332,20 @@ def metric_values(metric: Metric, logits: Tensor, batch: int) -> Float[Tensor, "
 class LogitBuffer:
     """NaN logits [rows, pos, d_vocab] reused by the passes of one sweep: a fresh tensor that size,
     filled with NaN each pass, costs as much as the unembedding it saves. A pass's logits are valid
-    until the next pass writes the buffer, so its metric must be taken first."""
+    until the next pass writes the buffer, so its metric must be taken first.
 
-    def __init__(self) -> None:
+    columns: the token ids [k] the metric reads (`logit_columns`); only their logits are computed
+    (None: every token's)."""
+
+    def __init__(self, columns: Int[Tensor, " k"] | None = None) -> None:
+        self.columns = columns
         self.logits: Tensor | None = None
-        self.written: tuple[Tensor, Tensor] | None = None
+        self.written: tuple[Tensor, ...] | None = None
 
-    def put(self, picked: Float[Tensor, "rows d_vocab"], rows: Tensor, pos: Tensor, n_pos: int) -> Tensor:
-        shape = (picked.shape[0], n_pos, picked.shape[-1])
+    def put(
+        self, picked: Float[Tensor, "rows k"], rows: Tensor, pos: Tensor, n_pos: int, d_vocab: int
+    ) -> Tensor:
+        shape = (picked.shape[0], n_pos, d_vocab)
         logits = self.logits
         if (
             logits is None
@@ -347,9 +356,30 @@ class LogitBuffer:
             logits = self.logits = picked.new_full(shape, float("nan"))
         elif self.written is not None:
             logits[self.written] = float("nan")
-        logits[rows, pos] = picked
-        self.written = (rows, pos)
+        if self.columns is None:
+            self.written = (rows, pos)
+        else:
+            self.written = (rows[:, None], pos[:, None], self.columns.to(picked.device)[None, :])
+        logits[self.written] = picked
         return logits
+
+
+def logit_columns(model: HookedTransformer, logit_tokens: Tensor | None) -> Int[Tensor, " k"] | None:
+    """The distinct token ids of `logit_tokens` (any shape: the tokens a metric reads, e.g. each
+    prompt's answers), checked; None stays None (every token)."""
+    if logit_tokens is None:
+        return None
+    tokens = torch.as_tensor(logit_tokens)
+    if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.is_complex() or not tokens.numel():
+        raise ValueError(
+            f"logit_tokens must be integer token ids, got {tokens.dtype} of shape {tuple(tokens.shape)}"
+        )
+    if tokens.min() < 0 or tokens.max() >= model.cfg.d_vocab:
+        raise ValueError(
+            f"logit_tokens must lie in [0, {model.cfg.d_vocab}), "
+            f"got {tokens.min().item()}..{tokens.max().item()}"
+        )
+    return tokens.reshape(-1).long().unique()
 
 
 def forward_logits(
@@ -364,7 +394,8 @@ def forward_logits(
     logit_pos: None (every position), an int, or a LongTensor [batch] (tiled when the input
       stacks several copies of the batch). Logits elsewhere are NaN. Most metrics read one
       position per prompt (IOI's END), and the unembedding is a large part of a forward pass.
-    buffer: a `LogitBuffer` that the logits are written into (reused across the passes of a sweep).
+    buffer: a `LogitBuffer` that the logits are written into (reused across the passes of a sweep);
+      with its `columns`, only those tokens' logits are computed at `logit_pos` (the rest NaN).
     """
     if logit_pos is None:
         return model(input, start_at_layer=start_at_layer)
@@ -375,9 +406,11 @@ def forward_logits(
     else:
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
     row_index = torch.arange(rows, device=resid.device)
-    picked = model.unembed(model.ln_final(resid[row_index, pos][:, None]))[:, 0]  # [rows, d_vocab]
+    normed = model.ln_final(resid[row_index, pos][:, None])
+    columns = None if buffer is None else buffer.columns
+    picked = model._unembed(normed, columns)[:, 0]  # [rows, d_vocab or k]
     if buffer is not None:
-        return buffer.put(picked, row_index, pos, n_pos)
+        return buffer.put(picked, row_index, pos, n_pos, model.cfg.d_vocab)
     logits = picked.new_full((rows, n_pos, picked.shape[-1]), float("nan"))
     logits[row_index, pos] = picked
     return logits

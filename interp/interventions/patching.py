@@ -149,12 +149,14 @@ def patch_sites(
     metric_name: str = "metric",
     batch_size: int | None = None,
     logit_pos: Pos = None,
+    logit_tokens: Tensor | None = None,
 ) -> PatchResult:
     """The generic form: one patched run per entry of site_sets (a Site or a list patched together).
 
     Returns a PatchResult with dims ("patch",) labelled by `labels` (default: the hook names).
     logit_pos: the positions the metric reads (int or LongTensor [batch]); logits are computed
       only there (faster; NaN elsewhere). None: every position.
+    logit_tokens: the token ids the metric reads there; only their logits are computed.
     """
     clean, corrupted = check_pair(model, clean, corrupted)
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
@@ -176,7 +178,9 @@ def patch_sites(
             model, target_tokens, resid_names(model) + [final_resid_hook(model)], logit_pos
         )
         resid = resid_stack(model, target_cache)
-        values = run_site_sets(model, target_tokens, site_sets, sources, metric, resid, batch_size, logit_pos)
+        values = run_site_sets(
+            model, target_tokens, site_sets, sources, metric, resid, batch_size, logit_pos, logit_tokens
+        )
     index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
     index["layer"] = [min((s.layer for s in sites), default=None) for sites in site_sets]
     return PatchResult(
@@ -203,6 +207,7 @@ def activation_patching(
     metric_name: str = "metric",
     batch_size: int | None = None,
     logit_pos: Pos = None,
+    logit_tokens: Tensor | None = None,
 ) -> PatchResult:
     """Patch `component` at every layer (x head) x position from the source run into the target run.
 
@@ -215,12 +220,15 @@ def activation_patching(
     Each forward holds `batch_size` patched runs and starts at the patched layer.
     logit_pos: the positions the metric reads (int or LongTensor [batch], e.g. END): logits are
       computed only there, which saves the unembedding elsewhere. None: every position.
+    logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
+      shape): only their logits are computed in the patched runs, the others are NaN.
     """
     clean, corrupted = check_pair(model, clean, corrupted)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     result = patch_sites(
-        model, clean, corrupted, metric, sites, direction, None, metric_name, batch_size, logit_pos
-    )
+        model, clean, corrupted, metric, sites, direction, None, metric_name, batch_size, logit_pos,
+        logit_tokens,
+    )  # fmt: skip
     result.index = grid_index(component, dims, coords)
     result.dims, result.coords = dims, coords
     return result

@@ -21,6 +21,7 @@ from interp.interventions.engine import (
     check_pair,
     final_resid_hook,
     forward_logits,
+    logit_columns,
     metric_values,
     overwritten_z,
     resid_names,
@@ -165,8 +166,11 @@ class PathPatcher:
         freeze_mlps: bool = False,
         metric_name: str = "metric",
         batch_size: int | None = None,
+        logit_tokens: Tensor | None = None,
     ) -> PatchResult:
-        """Runs 2 and 3 of `path_patching` (its arguments) on the cached runs."""
+        """Runs 2 and 3 of `path_patching` (its arguments) on the cached runs. logit_tokens: the
+        token ids the metric reads at logit_pos (e.g. each prompt's answers): only their logits are
+        computed in the patched runs, the others are NaN."""
         if not self.is_current():
             raise ValueError(
                 "the model's hooks or weights changed since this PathPatcher cached its clean and "
@@ -187,7 +191,7 @@ class PathPatcher:
         batch = self.batch
         batch_size = batch_size or max(1, 64 // batch)
         values = torch.empty(len(sender_sets), batch)
-        buffer = LogitBuffer()
+        buffer = LogitBuffer(logit_columns(model, logit_tokens))
         order = sorted(
             range(len(sender_sets)), key=lambda i: min((s[0] for s in sender_sets[i]), default=cfg.n_layers)
         )

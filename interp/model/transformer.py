@@ -669,9 +669,16 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         b_U = self.b_U if self.b_U is not None else torch.zeros(self.cfg.d_vocab, device=self.W_U.device)
         return WeightView(self._unembed, W_U=self.W_U, b_U=b_U.to(self.W_U.dtype))
 
-    def _unembed(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
-        logits = x.to(self.W_U.device) @ self.W_U
-        logits = logits if self.b_U is None else logits + self.b_U
+    def _unembed(
+        self, x: Float[Tensor, "batch pos d_model"], columns: Int[Tensor, " k"] | None = None
+    ) -> Float[Tensor, "batch pos d_vocab"]:
+        """The logits of every token, or only of the token ids `columns` ([batch, pos, k])."""
+        W_U, b_U = self.W_U, self.b_U
+        if columns is not None:
+            columns = columns.to(W_U.device)
+            W_U, b_U = W_U[:, columns], None if b_U is None else b_U[columns]
+        logits = x.to(W_U.device) @ W_U
+        logits = logits if b_U is None else logits + b_U
         return soft_cap(logits, self.cfg.output_logits_soft_cap)
 
     def _embed(

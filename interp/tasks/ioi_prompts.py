@@ -97,6 +97,11 @@ class IOIPrompts:
             )
         return dataclasses.replace(self, tokens=self.tokens[:, :n_pos])
 
+    @property
+    def answers(self) -> Tensor:
+        """[batch, 2]: the token ids `logit_diff` reads (IO, S), e.g. as a sweep's logit_tokens."""
+        return torch.stack([self.io_token, self.s_token], dim=1)
+
     def logit_diff(self, logits: Tensor) -> Tensor:
         """logit(IO) - logit(S) at END: logits [batch, pos, d_vocab] -> [batch]."""
         rows = torch.arange(len(self), device=logits.device)
