@@ -12,7 +12,7 @@ import torch
 from conftest import tiny_config
 
 import interp
-from interp import ablation, checks, edges, metrics
+from interp import ablation, checks, edges, metrics, patching
 from interp.types import head_label
 
 BATCH, POS = 3, 6
@@ -149,6 +149,26 @@ def test_metrics_refuse_answer_ids_outside_the_vocabulary(model, data, answers):
         metrics.logit_diff(logits, correct, incorrect)
     with pytest.raises((ValueError, TypeError), match="answer token"):
         metrics.logit_diff_metric(correct, incorrect)(logits)
+
+
+@pytest.mark.parametrize(
+    "logit_tokens", [torch.tensor([-1, 0]), torch.tensor([61]), torch.tensor([0.5]), torch.tensor([])]
+)
+def test_logit_tokens_outside_the_vocabulary_or_not_ids_are_refused(model, data, logit_tokens):
+    tokens, metric = data
+    corrupted = tokens.flip(0)
+    with pytest.raises(ValueError, match="logit_tokens must"):
+        patching.activation_patching(
+            model, tokens, corrupted, metric, "z", logit_pos=-1, logit_tokens=logit_tokens
+        )
+
+
+def test_metric_reading_tokens_outside_its_logit_tokens_fails_loudly(model, data):
+    tokens, metric = data
+    with pytest.raises(ValueError, match="outside logit_pos or logit_tokens"):
+        patching.activation_patching(
+            model, tokens, tokens.flip(0), metric, "z", logit_pos=-1, logit_tokens=tokens[:, :1]
+        )
 
 
 def test_metric_returning_a_scalar_is_refused(model, data):

@@ -7,8 +7,9 @@ a mean, zeros ...). `run_site_sets` runs many such sets on one batch of prompts 
 metric of each: runs are sorted by what they patch, segment by segment (embeddings, each block,
 final norm), and walked breadth-first, so runs that patch the same sites in the first blocks compute
 those blocks once; an unpatched prefix comes from the target's cached residual stream
-(`cached_run`, `resid_stack`), and logits are computed only at the positions the metric reads
-(`forward_logits`). Patching (`interp.interventions.patching`) and ablation
+(`cached_run`, `resid_stack`), blocks whose z every run of a pass overwrites skip the attention
+(`overwritten_z`), and logits are computed only at the positions and for the tokens the metric reads
+(`forward_logits`, `logit_tokens`). Patching (`interp.interventions.patching`) and ablation
 (`interp.interventions.ablation`) are hook values plus this scheduling.
 
     logits, cache = cached_run(model, corrupted, resid_names(model) + [final_resid_hook(model)])
