@@ -26,17 +26,20 @@ from interp.training import CHECKPOINTS
 
 
 def _load_and_run(job: dict[str, Any]) -> Any:
-    """job["fn"](model at job["source"], **job["options"]) on a worker (on its GPU if any), silently."""
+    """job["fn"](model at job["source"] in job["dtype"], **job["options"]) on a worker (on its GPU if
+    any), silently."""
     device = "cuda" if torch.cuda.is_available() else None
-    model = interp.load_model(job["source"], device=device).eval()
+    model = interp.load_model(job["source"], device=device, dtype=getattr(torch, job["dtype"])).eval()
     return job["fn"](model, **job["options"])
 
 
-def run_on_ray(fn: Callable[..., Any], source: str | Path, ray: str, **options: Any) -> Any:
-    """fn(load_model(source), **options) as one task on a Ray cluster ("local",
+def run_on_ray(
+    fn: Callable[..., Any], source: str | Path, ray: str, dtype: str = "float32", **options: Any
+) -> Any:
+    """fn(load_model(source, dtype=torch.<dtype>), **options) as one task on a Ray cluster ("local",
     "auto" or an address), e.g. `run_on_ray(head_report, "smollm2-135m", "auto", n_samples=16)`.
     The task asks for a GPU when the cluster has one."""
-    job = {"fn": fn, "source": str(source), "options": options}
+    job = {"fn": fn, "source": str(source), "dtype": dtype, "options": options}
     return map_shards(_load_and_run, [job], ray=ray, num_gpus=_gpus_per_task(ray), progress=False)[0]
 
 

@@ -13,6 +13,9 @@ DEFAULT_MODEL = "smollm2-135m"
 OFFLINE_MODEL_NAMES = ("smollm2-135m", "toy-induction", "toy-ioi")
 """Short names of the models that load offline (`interp.io.sources.OFFLINE_MODELS` says from where)."""
 
+DTYPES = ("float32", "bfloat16", "float16")
+"""The dtypes a command can load a model in (`torch.<name>`); float32 is the default everywhere."""
+
 # Components that activation/attribution patching sweep over, and whether they have a head axis.
 RESID_COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 HEAD_COMPONENTS = ("z", "result", "q", "k", "v", "pattern")

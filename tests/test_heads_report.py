@@ -98,6 +98,25 @@ def test_cli_heads_json_on_toy_checkpoint(tmp_path):
     assert table.exit_code == 0 and "Summary per type" in table.output
 
 
+def test_cli_heads_in_bfloat16_says_so(tmp_path):
+    out = tmp_path / "heads.md"
+    args = [
+        "heads",
+        "--model",
+        "toy-induction",
+        "--n-samples",
+        "4",
+        "--format",
+        "markdown",
+        "--out",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, [*args, "--dtype", "bfloat16"])
+    assert result.exit_code == 0, result.output
+    assert "run in bfloat16" in out.read_text() and "L1H0" in out.read_text()
+    assert CliRunner().invoke(app, [*args, "--dtype", "float64"]).exit_code == 2
+
+
 @pytest.mark.parametrize("width", [80, 160])
 def test_terminal_table_fits_the_terminal(width):
     """At 80 columns the compact table, at 160 every column; no line is wider, no word is split."""
