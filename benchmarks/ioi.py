@@ -70,9 +70,8 @@ def all_heads_sweep_seconds(model: interp.HookedTransformer) -> float:
         return metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)
 
     start = time.perf_counter()
-    answers = clean.answers
     activation_patching(
-        model, clean.tokens, corrupted.tokens, metric, "z", logit_pos=end, logit_tokens=answers
+        model, clean.tokens, corrupted.tokens, metric, "z", logit_pos=end, logit_tokens=clean.answers
     )
     return time.perf_counter() - start
 

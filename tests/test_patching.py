@@ -179,6 +179,8 @@ def test_logits_only_of_the_metric_tokens_give_the_same_results(model, prompts):
     full = patcher(metric, [(2, 0, "q")], receiver_pos=end)
     reduced = patcher(metric, [(2, 0, "q")], receiver_pos=end, logit_tokens=answers)
     torch.testing.assert_close(reduced.values, full.values, atol=1e-5, rtol=0)
+    direct = path_patching(model, clean, corrupted, metric, logit_pos=end, logit_tokens=answers)
+    torch.testing.assert_close(direct.values, patcher(metric).values, atol=1e-5, rtol=0)
     _, cache = engine.cached_run(model, clean, [interp.act_name("z", 1)])
     sets = [[engine.Site(interp.act_name("z", 1), head=h)] for h in range(model.cfg.n_heads)] + [[]]
     run = lambda **kw: engine.run_site_sets(model, corrupted, sets, cache, metric, logit_pos=end, **kw)  # noqa: E731

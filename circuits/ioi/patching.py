@@ -81,11 +81,10 @@ def path_patching_effects(
         with model.hooks(fwd_hooks=hooks):
             end = group.positions["END"]
             key = tuple(t.cpu().numpy().tobytes() for t in (group.tokens, group_abc.tokens, end))
-            patcher = (patchers or {}).get(key)
+            kept = {} if patchers is None else patchers
+            patcher = kept.get(key)
             if patcher is None or patcher.model is not model or not patcher.is_current():
-                patcher = PathPatcher(model, group.tokens, group_abc.tokens, logit_pos=end)
-                if patchers is not None:
-                    patchers[key] = patcher
+                patcher = kept[key] = PathPatcher(model, group.tokens, group_abc.tokens, logit_pos=end)
             patched = patcher(
                 group.logit_diff,
                 receivers=to,

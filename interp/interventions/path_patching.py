@@ -95,6 +95,7 @@ def path_patching(
     metric_name: str = "metric",
     batch_size: int | None = None,
     logit_pos: Pos = None,
+    logit_tokens: Tensor | None = None,
 ) -> PatchResult:
     """Path patching (Wang et al. 2022, sec. 3.1 and appendix B; Goldowsky-Dill et al. 2023): the
     effect of senders -> receivers paths, one patched run per sender (or per set of senders).
@@ -120,11 +121,14 @@ def path_patching(
     sender_pos, receiver_pos: None (all positions), int, or LongTensor [batch] per prompt
       (e.g. receivers' queries at END).
     logit_pos: the positions the metric reads; logits only there (see forward_logits).
+    logit_tokens: the token ids the metric reads there; only their logits are computed in the
+      patched runs (see `PathPatcher.__call__`).
     Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
     """
     return PathPatcher(model, clean, corrupted, logit_pos)(
-        metric, receivers, senders, sender_pos, receiver_pos, freeze_mlps, metric_name, batch_size
-    )
+        metric, receivers, senders, sender_pos, receiver_pos, freeze_mlps, metric_name, batch_size,
+        logit_tokens,
+    )  # fmt: skip
 
 
 class PathPatcher:
