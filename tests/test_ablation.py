@@ -71,6 +71,17 @@ def test_mean_ablation_uses_the_reference_means(model, data):
     # an ActivationCache of the reference run serves as the reference without a second run
     z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=ref_cache)
     torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
+    # ... with groups too, as an ActivationCache or a plain dict of the hooks
+    for cached in (ref_cache, {interp.act_name("z", 0): ref_cache["z", 0]}):
+        z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=cached,
+               reference_groups=reference_groups, groups=groups)  # fmt: skip
+        for prompt, group in enumerate(groups):
+            torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
+    names = [interp.act_name("z", 0), interp.act_name("z", 1)]
+    with pytest.raises(ValueError, match="lacks.*blocks.1.attn.hook_z"):
+        ablation.Replacement(model, names, "mean", {names[0]: ref_cache["z", 0]})
+    with pytest.raises(ValueError, match="one group per reference prompt"):
+        ablation.Replacement(model, names, "mean", ref_cache, reference_groups=torch.tensor([0, 1]))
 
 
 def test_resample_ablation_takes_a_reference_prompts_activation(model, data):

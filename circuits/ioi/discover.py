@@ -46,7 +46,7 @@ from circuits.ioi.steps import (
     patching_prompts,
     timed,
 )
-from interp.interventions.engine import forward_logits
+from interp.interventions.engine import cached_run, forward_logits
 from interp.interventions.stats import bootstrap_ci
 from interp.tasks.ioi import heldout_description, ioi_dataset_for
 from interp.tasks.ioi_prompts import IOIPrompts
@@ -104,7 +104,11 @@ def find_ioi_circuit(
 
     with timed("baseline, attention and direct logit attribution", timings, progress):
         clean_logits, clean_cache = clean_run(model, clean)
-        baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed, clean_logits)
+        # One ABC run for the baseline's ABC logit diff and the mean ablation's means.
+        z_names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+        abc_logits, abc_cache = cached_run(model, abc.tokens, z_names, logit_pos=abc.positions["END"])
+        mean_ablation = MeanAblation(model, abc, abc_cache)
+        baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed, clean_logits, abc_logits)
         if baseline.logit_diff_ci[0] <= 0:
             low, high = baseline.logit_diff_ci
             raise ValueError(
@@ -115,7 +119,7 @@ def find_ioi_circuit(
             )
         evidence = measure_class_evidence(model, clean, settings, clean_cache)
         patching = patching_prompts(model, clean, abc, settings.n_patching_prompts, clean_logits)
-        del clean_logits, clean_cache
+        del clean_logits, clean_cache, abc_logits, abc_cache
     if sender_effects is None:
         min_estimate = 0.5 * settings.min_effect * abs(patching.logit_diff)
         exact = settings.exact_candidates
@@ -127,7 +131,6 @@ def find_ioi_circuit(
     values = find_induction_and_duplicate_token_heads(inputs, s_inhibition.heads("s_inhibition"))
     keys = find_previous_token_heads(inputs, values.heads("induction"))
     steps = [direct, s_inhibition, values, keys]
-    mean_ablation = MeanAblation(model, abc)
     classified = {head for step in steps for heads in step.classes.values() for head in _heads(heads)}
     backup = find_backup_name_movers(inputs, name_movers, direct.effects["logits"], classified, mean_ablation)
     result = _combine(settings, baseline, evidence.attention, evidence.thresholds, [*steps, backup])
@@ -203,9 +206,11 @@ def measure_baseline(
     n_bootstrap: int = 1000,
     seed: int = 0,
     clean_logits: Tensor | None = None,
+    abc_logits: Tensor | None = None,
 ) -> Baseline:
     """Logit difference and accuracy of the model on the clean prompts, with bootstrap intervals
-    (clean_logits [batch, pos, d_vocab]: the clean run's, if it was run already)."""
+    (clean_logits, abc_logits [batch, pos, d_vocab]: the clean and ABC runs' logits, at least at
+    END, if they were run already)."""
     end = clean.positions["END"].to(model.device)
     if clean_logits is None:
         clean_logits = forward_logits(model, clean.tokens.to(model.device), end)  # logits at END only
@@ -213,7 +218,9 @@ def measure_baseline(
     correct = (diffs > 0).float()
     rows = torch.arange(len(clean), device=clean_logits.device)
     top1 = clean_logits[rows, end].argmax(-1).cpu() == clean.io_token.cpu()
-    abc_diffs = clean.logit_diff(forward_logits(model, abc.tokens.to(model.device), end)).cpu()
+    if abc_logits is None:
+        abc_logits = forward_logits(model, abc.tokens.to(model.device), end)
+    abc_diffs = clean.logit_diff(abc_logits).cpu()
     return Baseline(
         logit_diff=diffs.mean().item(),
         logit_diff_ci=_ci(diffs, n_bootstrap, seed),

@@ -13,7 +13,7 @@ strategy decides which senders are path-patched exactly:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import torch
@@ -246,10 +246,14 @@ class MeanAblation:
     """Mean ablation of heads over the ABC distribution, one mean per template and position
     (as the paper), computed once: `hooks(heads)` are fwd_hooks that ablate `heads`."""
 
-    def __init__(self, model: interp.HookedTransformer, abc: IOIPrompts):
+    def __init__(
+        self, model: interp.HookedTransformer, abc: IOIPrompts, cache: Mapping[str, Tensor] | None = None
+    ):
+        """cache: every layer's hook_z of the run on `abc`, if it was run already."""
         self.model = model
         names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
-        self.replacement = Replacement(model, names, "mean", abc.tokens, reference_groups=abc.template)
+        reference = abc.tokens if cache is None else cache
+        self.replacement = Replacement(model, names, "mean", reference, reference_groups=abc.template)
 
     def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
         """fwd_hooks for a run on `prompts` (their templates pick the means), or on copies of them

@@ -25,7 +25,7 @@ sweeps); functions given clean and corrupted prompts default to "counterfactual"
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import product
 from typing import Literal
@@ -89,7 +89,8 @@ class Replacement:
     """The values that replace activations of the hooks `names` under an ablation method.
 
     `reference` is reference tokens [n_ref, pos] (run once to cache the hooks), or an
-    ActivationCache that already holds them (e.g. the clean run's own activations).
+    ActivationCache (or a dict name -> [n_ref, pos, ...]) that already holds them (e.g. the clean
+    run's own activations).
 
     `values(name, batch, groups)` -> a tensor broadcastable to the activation [batch, pos, ...].
     """
@@ -109,8 +110,16 @@ class Replacement:
             raise ValueError(
                 f"{method} ablation needs reference tokens [n_ref, pos] (e.g. a corrupted dataset)"
             )
+        cached = isinstance(reference, ActivationCache | Mapping)
+        missing = [name for name in names if name not in reference] if cached else []
+        if missing:
+            raise ValueError(f"the reference cache lacks {missing}: cache these hooks in its run")
+        if reference is None or not names:
+            n_ref = None
+        else:
+            n_ref = reference[names[0]].shape[0] if cached else reference.shape[0]
         if reference_groups is not None and (
-            reference is None or method == "counterfactual" or reference_groups.shape != reference.shape[:1]
+            n_ref is None or method == "counterfactual" or tuple(reference_groups.shape) != (n_ref,)
         ):
             raise ValueError(
                 "reference_groups must be a LongTensor [n_ref], one group per reference prompt "
@@ -120,7 +129,7 @@ class Replacement:
         self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
         self.generator = torch.Generator().manual_seed(seed)
         self.acts: dict[str, Tensor] = {}
-        if method != "zero" and isinstance(reference, ActivationCache):
+        if method != "zero" and cached:
             self.acts = {name: reference[name] for name in names}  # name -> [n_ref, pos, ...]
         elif method != "zero":
             _, self.acts = cached_run(model, reference, names)
