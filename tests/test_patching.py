@@ -429,3 +429,29 @@ def test_a_path_patcher_reuses_its_runs_and_refuses_other_hooks(model, prompts):
         with pytest.raises(ValueError, match="hooks or weights changed"):
             patcher(metric)
     assert patcher.is_current()
+
+
+@pytest.mark.parametrize("columns", [None, torch.tensor([1, 3])])
+def test_the_logit_buffer_holds_one_copy_of_the_batch_at_a_time(columns):
+    """A pass of 3 stacked copies of a 2-prompt batch: each copy's logits in turn, in one reused
+    [batch, pos, d_vocab] tensor, NaN except where that copy's logits were written."""
+    n_copies, batch, n_pos, d_vocab = 3, 2, 4, 5
+    k = d_vocab if columns is None else len(columns)
+    picked = torch.arange(n_copies * batch * k, dtype=torch.float32).reshape(n_copies * batch, k)
+    pos = torch.tensor([3, 1] * n_copies)
+    storages = set()
+    buffer = engine.LogitBuffer(columns)
+    for _ in range(2):  # a second pass reuses the tensor and leaves no value of the first
+        copies = buffer.copies(picked, pos, n_pos, batch, d_vocab)
+        for i, logits in enumerate(copies):
+            expected = torch.full((batch, n_pos, d_vocab), float("nan"))
+            rows = picked[i * batch : (i + 1) * batch]
+            for row in range(batch):
+                if columns is None:
+                    expected[row, pos[row]] = rows[row]
+                else:
+                    expected[row, pos[row], columns] = rows[row]
+            torch.testing.assert_close(logits, expected, equal_nan=True)
+            storages.add(logits.data_ptr())
+        assert i == n_copies - 1
+    assert len(storages) == 1

@@ -20,7 +20,7 @@ those blocks once; an unpatched prefix comes from the target's cached residual s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -243,9 +243,10 @@ def _segment_forward(
     batch: int,
     logit_pos: Pos,
     buffer: LogitBuffer,
-) -> list[Tensor]:
+) -> list[Tensor] | Iterator[Tensor]:
     """Run one segment for stacked copies (parent residual stream or tokens, the sites patched in
-    this segment); the outputs, split per copy (logits after the last segment, in `buffer`)."""
+    this segment); the outputs, split per copy (after the last segment, each copy's logits in turn,
+    in `buffer`: `forward_logit_copies`)."""
     n = len(part)
     by_name: dict[str, list[tuple[int, Site]]] = {}
     for i, (_, _, sites) in enumerate(part):
@@ -280,7 +281,7 @@ def _segment_forward(
         if segment == -1:
             out = model(stacked, stop_at_layer=0)
         elif segment == n_layers:
-            out = forward_logits(model, stacked, logit_pos, n_layers, buffer)
+            return forward_logit_copies(model, stacked, batch, logit_pos, n_layers, buffer)
         else:
             out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1)
     return list(out.split(batch))
@@ -331,9 +332,11 @@ def metric_values(metric: Metric, logits: Tensor, batch: int) -> Float[Tensor, "
 
 
 class LogitBuffer:
-    """NaN logits [rows, pos, d_vocab] reused by the passes of one sweep: a fresh tensor that size,
-    filled with NaN each pass, costs as much as the unembedding it saves. A pass's logits are valid
-    until the next pass writes the buffer, so its metric must be taken first.
+    """The logits at `logit_pos` of a pass that stacks copies of a batch, handed to the metric one
+    copy at a time in one NaN tensor [batch, pos, d_vocab] reused by every pass of a sweep. A fresh
+    NaN tensor per pass costs as much as the unembedding it saves, and one for all copies at once
+    runs to gigabytes. A copy's logits are valid until the next copy is written, so its metric must
+    be taken first.
 
     columns: the token ids [k] the metric reads (`logit_columns`); only their logits are computed
     (None: every token's)."""
@@ -343,26 +346,28 @@ class LogitBuffer:
         self.logits: Tensor | None = None
         self.written: tuple[Tensor, ...] | None = None
 
-    def put(
-        self, picked: Float[Tensor, "rows k"], rows: Tensor, pos: Tensor, n_pos: int, d_vocab: int
-    ) -> Tensor:
-        shape = (picked.shape[0], n_pos, d_vocab)
+    def copies(
+        self, picked: Float[Tensor, "rows k"], pos: Int[Tensor, " rows"], n_pos: int, batch: int, d_vocab: int
+    ) -> Iterator[Float[Tensor, "batch pos d_vocab"]]:
+        """Each copy's logits in turn (rows i * batch .. (i + 1) * batch of `picked`), NaN except at
+        `pos` (and, with columns, except the columns)."""
+        shape = (batch, n_pos, d_vocab)
         logits = self.logits
-        if (
-            logits is None
-            or logits.shape != shape
-            or logits.dtype != picked.dtype
-            or logits.device != picked.device
-        ):
+        kind = (shape, picked.dtype, picked.device)
+        if logits is None or (logits.shape, logits.dtype, logits.device) != kind:
             logits = self.logits = picked.new_full(shape, float("nan"))
-        elif self.written is not None:
-            logits[self.written] = float("nan")
-        if self.columns is None:
-            self.written = (rows, pos)
-        else:
-            self.written = (rows[:, None], pos[:, None], self.columns.to(picked.device)[None, :])
-        logits[self.written] = picked
-        return logits
+            self.written = None
+        rows = torch.arange(batch, device=picked.device)
+        for start in range(0, picked.shape[0], batch):
+            if self.written is not None:
+                logits[self.written] = float("nan")
+            at = pos[start : start + batch]
+            if self.columns is None:
+                self.written = (rows, at)
+            else:
+                self.written = (rows[:, None], at[:, None], self.columns.to(picked.device)[None, :])
+            logits[self.written] = picked[start : start + batch]
+            yield logits
 
 
 def logit_columns(model: HookedTransformer, logit_tokens: Tensor | None) -> Int[Tensor, " k"] | None:
@@ -384,37 +389,56 @@ def logit_columns(model: HookedTransformer, logit_tokens: Tensor | None) -> Int[
 
 
 def forward_logits(
-    model: HookedTransformer,
-    input: Tensor,
-    logit_pos: Pos = None,
-    start_at_layer: int | None = None,
-    buffer: LogitBuffer | None = None,
+    model: HookedTransformer, input: Tensor, logit_pos: Pos = None, start_at_layer: int | None = None
 ) -> Float[Tensor, "batch pos d_vocab"]:
     """model(input, start_at_layer=...), with the logits computed only at `logit_pos`.
 
     logit_pos: None (every position), an int, or a LongTensor [batch] (tiled when the input
       stacks several copies of the batch). Logits elsewhere are NaN. Most metrics read one
       position per prompt (IOI's END), and the unembedding is a large part of a forward pass.
-    buffer: a `LogitBuffer` that the logits are written into (reused across the passes of a sweep);
-      with its `columns`, only those tokens' logits are computed at `logit_pos` (the rest NaN).
     """
     if logit_pos is None:
         return model(input, start_at_layer=start_at_layer)
+    picked, pos, n_pos = _logits_at(model, input, logit_pos, start_at_layer, None)
+    logits = picked.new_full((pos.shape[0], n_pos, picked.shape[-1]), float("nan"))
+    logits[torch.arange(pos.shape[0], device=pos.device), pos] = picked
+    return logits
+
+
+def forward_logit_copies(
+    model: HookedTransformer,
+    input: Tensor,
+    batch: int,
+    logit_pos: Pos,
+    start_at_layer: int | None,
+    buffer: LogitBuffer,
+) -> Iterator[Float[Tensor, "batch pos d_vocab"]]:
+    """`forward_logits` of an input that stacks copies of a batch [n * batch, ...], each copy's
+    logits in turn: the forward pass runs now, each copy's logits are written into `buffer` as the
+    iterator reaches them (with its `columns`, only those tokens' logits are computed at logit_pos)."""
+    if logit_pos is None:
+        return iter(model(input, start_at_layer=start_at_layer).split(batch))
+    picked, pos, n_pos = _logits_at(model, input, logit_pos, start_at_layer, buffer.columns)
+    return buffer.copies(picked, pos, n_pos, batch, model.cfg.d_vocab)
+
+
+def _logits_at(
+    model: HookedTransformer,
+    input: Tensor,
+    logit_pos: int | Tensor,
+    start_at_layer: int | None,
+    columns: Tensor | None,
+) -> tuple[Float[Tensor, "rows k"], Int[Tensor, " rows"], int]:
+    """(the logits at logit_pos, of every token or of `columns`; those positions; the input's
+    number of positions)."""
     resid = model(input, start_at_layer=start_at_layer, stop_at_layer=model.cfg.n_layers)
     rows, n_pos = resid.shape[:2]
     if isinstance(logit_pos, int):
         pos = torch.full((rows,), logit_pos % n_pos, device=resid.device)
     else:
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
-    row_index = torch.arange(rows, device=resid.device)
-    normed = model.ln_final(resid[row_index, pos][:, None])
-    columns = None if buffer is None else buffer.columns
-    picked = model._unembed(normed, columns)[:, 0]  # [rows, d_vocab or k]
-    if buffer is not None:
-        return buffer.put(picked, row_index, pos, n_pos, model.cfg.d_vocab)
-    logits = picked.new_full((rows, n_pos, picked.shape[-1]), float("nan"))
-    logits[row_index, pos] = picked
-    return logits
+    normed = model.ln_final(resid[torch.arange(rows, device=resid.device), pos][:, None])
+    return model._unembed(normed, columns)[:, 0], pos, n_pos
 
 
 def check_logit_pos(logit_pos: Pos, tokens: Tensor) -> None:

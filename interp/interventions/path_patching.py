@@ -5,7 +5,7 @@ the intervention engine (`interp.interventions.engine`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -20,7 +20,7 @@ from interp.interventions.engine import (
     check_logit_pos,
     check_pair,
     final_resid_hook,
-    forward_logits,
+    forward_logit_copies,
     logit_columns,
     metric_values,
     overwritten_z,
@@ -213,8 +213,8 @@ class PathPatcher:
                     self.logit_pos,
                     buffer,
                 )
-                for row, i in enumerate(chunk):
-                    values[i] = metric_values(metric, logits[row * batch : (row + 1) * batch], batch)
+                for i, copy in zip(chunk, logits, strict=True):
+                    values[i] = metric_values(metric, copy, batch)
         if grid:
             index = grid_index("z", dims, coords)
         else:
@@ -269,9 +269,9 @@ def _path_patch_chunk(
     freeze_mlps: bool,
     logit_pos: Pos,
     buffer: LogitBuffer,
-) -> Float[Tensor, "n_sets*batch pos d_vocab"]:
-    """Runs 2 and 3 of path patching for len(sender_sets) stacked copies of the clean run (the
-    logits in `buffer`)."""
+) -> Iterator[Float[Tensor, "batch pos d_vocab"]]:
+    """Runs 2 and 3 of path patching for len(sender_sets) stacked copies of the clean run: each
+    copy's logits in turn (in `buffer`, `forward_logit_copies`)."""
     cfg = model.cfg
     n = len(sender_sets)
     resid = resid_stack(model, clean)
@@ -323,10 +323,10 @@ def _path_patch_chunk(
                 with overwritten_z(model, layer, frozen("z", layer)):
                     run2 = model(run2, start_at_layer=layer, stop_at_layer=layer + 1)
         if to_logits:  # the receiver is the final residual stream: run 2 is the measured run
-            return forward_logits(model, run2, logit_pos, cfg.n_layers, buffer)
+            return forward_logit_copies(model, run2, batch, logit_pos, cfg.n_layers, buffer)
         recorded[stop] = run2.unflatten(0, (n, batch))
     elif to_logits:  # no sender before the end: the clean run
-        return forward_logits(model, resid[-1].repeat(n, 1, 1), logit_pos, cfg.n_layers, buffer)
+        return forward_logit_copies(model, resid[-1].repeat(n, 1, 1), batch, logit_pos, cfg.n_layers, buffer)
     for layer in receiver_layers:
         if layer not in recorded:  # every sender is at or after this receiver: its input is clean
             recorded[layer] = resid[layer].expand(n, *resid[layer].shape)
@@ -361,4 +361,4 @@ def _path_patch_chunk(
         for layer in range(receiver_layers[0], cfg.n_layers):
             with model.settings(use_split_qkv_input=layer in receiver_layers):
                 x = model(x, start_at_layer=layer, stop_at_layer=layer + 1)
-    return forward_logits(model, x, logit_pos, cfg.n_layers, buffer)
+    return forward_logit_copies(model, x, batch, logit_pos, cfg.n_layers, buffer)
