@@ -34,6 +34,7 @@ import torch
 
 import interp
 from circuits import heads
+from interp.runtime.memory import keep_freed_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,6 +147,7 @@ def main() -> None:
     parser.add_argument("--against", metavar="REV", help="also profile circuits/ at this git revision")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one line, for --against
     args = parser.parse_args()
+    keep_freed_memory()  # the allocator policy the interp command runs with
 
     if args.json:
         print(json.dumps(profile(args.model, args.n_samples, args.threads, args.dtype)))

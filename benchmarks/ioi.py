@@ -22,6 +22,7 @@ from circuits.ioi import find_ioi_circuit
 from circuits.ioi.report import render_markdown
 from interp import metrics
 from interp.interventions.patching import activation_patching
+from interp.runtime.memory import keep_freed_memory
 from interp.tasks.ioi import make_ioi_dataset
 
 
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", help="also write the JSON report here")
     args = parser.parse_args()
+    keep_freed_memory()  # the allocator policy the interp command runs with
     torch.set_num_threads(args.threads)
 
     start = time.perf_counter()
