@@ -111,13 +111,13 @@ class Replacement:
                 f"{method} ablation needs reference tokens [n_ref, pos] (e.g. a corrupted dataset)"
             )
         cached = isinstance(reference, ActivationCache | Mapping)
-        missing = [name for name in names if name not in reference] if cached else []
+        missing = [name for name in names if name not in reference] if cached and method != "zero" else []
         if missing:
             raise ValueError(f"the reference cache lacks {missing}: cache these hooks in its run")
-        if reference is None or not names:
-            n_ref = None
+        if reference is None or not cached:
+            n_ref = None if reference is None else reference.shape[0]
         else:
-            n_ref = reference[names[0]].shape[0] if cached else reference.shape[0]
+            n_ref = next((reference[name].shape[0] for name in names if name in reference), None)
         if reference_groups is not None and (
             n_ref is None or method == "counterfactual" or tuple(reference_groups.shape) != (n_ref,)
         ):
