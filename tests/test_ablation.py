@@ -84,6 +84,35 @@ def test_mean_ablation_uses_the_reference_means(model, data):
         ablation.Replacement(model, names, "mean", ref_cache, reference_groups=torch.tensor([0, 1]))
 
 
+def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(model, data):
+    """With reference_mask, each position's mean is over the references real there (per group too),
+    NaN where none is; without it the padding's activations would join the mean."""
+    tokens, reference, _ = data
+    real = torch.arange(POS) < torch.tensor([6, 3, 6, 2, 4])[:, None]  # [n_ref, pos]: right padding
+    _, ref_cache = model.run_with_cache(reference)
+    ref_z = ref_cache["z", 0][:, :, 1]  # [n_ref, pos, d_head]
+    expected = torch.stack([ref_z[real[:, p], p].mean(0) for p in range(POS)])  # [pos, d_head]
+    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference, reference_mask=real)
+    torch.testing.assert_close(z[:, :, 1], expected.expand_as(z[:, :, 1]))
+    assert not torch.allclose(expected, ref_z.mean(0))  # the padding would have changed the means
+    reference_groups, groups = torch.tensor([0, 1, 0, 0, 1]), torch.tensor([1, 0, 1])
+    with pytest.warns(RuntimeWarning, match="NaN/inf first appear at blocks.0.attn.hook_z"):
+        z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=ref_cache, reference_mask=real,
+               reference_groups=reference_groups, groups=groups)  # fmt: skip
+    for prompt, group in enumerate(groups.tolist()):
+        for p in range(POS):
+            rows = real[:, p] & (reference_groups == group)
+            torch.testing.assert_close(z[prompt, p, 1], ref_z[rows, p].mean(0), equal_nan=True)
+    assert z[[0, 2], 4:, 1].isnan().all() and not z[:, :4, 1].isnan().any()  # group 1 ends at 4
+    assert not z[1, :, 1].isnan().any()
+    with pytest.raises(ValueError, match="mean ablation only"):
+        ablation.Replacement(model, [interp.act_name("z", 0)], "resample", reference, reference_mask=real)
+    with pytest.raises(ValueError, match="one row per reference prompt"):
+        ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference, reference_mask=real[:2])
+    with pytest.raises(ValueError, match="reference_mask has 5 positions, the reference's activations 6"):
+        ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference, reference_mask=real[:, :5])
+
+
 def test_resample_ablation_takes_a_reference_prompts_activation(model, data):
     tokens, reference, _ = data
     _, ref_cache = model.run_with_cache(reference)

@@ -364,7 +364,8 @@ def test_planted_skip_gram_head_is_found():
 
 def test_causal_checks_equal_full_ablated_forward_passes():
     """The causal checks' runs (one clean run, shared first blocks, rows cut per repeat length) give
-    what whole forward passes of the whole probe with the heads mean-ablated give."""
+    what whole forward passes of the whole probe with the heads mean-ablated give, the means taken
+    over the sequences real at each position (padding excluded)."""
     from circuits.heads.causal import induction_ablation_effects, previous_token_ablation_effects
     from interp.interventions.ablation import ablate
 
@@ -375,10 +376,12 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     z_names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
     _, reference = model.run_with_cache(tokens, names_filter=z_names, return_type=None)
     second = probe.second_copy_predictions()
+    real = torch.arange(tokens.shape[1]) < probe.lengths[:, None]
+    mean_ablation = {"method": "mean", "reference": reference, "reference_mask": real}
 
     @torch.no_grad()
     def loss(heads) -> torch.Tensor:
-        with ablate(model, heads=heads, method="mean", reference=reference):
+        with ablate(model, heads=heads, **mean_ablation):
             logits = model(tokens)
         per_token = torch.nn.functional.cross_entropy(
             logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
@@ -388,7 +391,7 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     @torch.no_grad()
     def induction_score(heads, targets) -> torch.Tensor:
         names = [interp.act_name("pattern", layer) for layer, _ in targets]
-        with ablate(model, heads=heads, method="mean", reference=reference):
+        with ablate(model, heads=heads, **mean_ablation):
             _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
         masks = {"induction": score_masks(tokens, probe.lengths)["induction"]}
         scores = [

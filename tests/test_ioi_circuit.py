@@ -471,3 +471,30 @@ def test_stratified_verdicts(pooled, orders, templates, verdict):
     found, holds_in = stratified_verdict(pooled, strata)
     assert found == verdict
     assert holds_in == [s.name for s in strata if s.holds]
+
+
+def test_mean_ablation_takes_one_mean_per_template_and_length(smollm2):
+    """Places of one and of several tokens give one template prompts of different lengths, with
+    different words at a position: each prompt takes the means of the ABC prompts of its template
+    and length, never a mean that mixes the others' words or padding."""
+    template = "Then, [B] and [A] went to the [PLACE]. [B] gave a [OBJECT] to [A]"
+    places = ["store", "old railway station"]
+    clean, abc, _ = make_ioi_dataset(smollm2, 12, seed=3, templates=[template], places=places)
+    ends = abc.positions["END"]
+    assert len(ends.unique()) == 2  # one template, two lengths
+    ablation = MeanAblation(smollm2, abc)
+    name = interp.act_name("z", 0)
+    with torch.no_grad():
+        _, reference = smollm2.run_with_cache(abc.tokens, names_filter=name)
+        with smollm2.hooks(fwd_hooks=ablation.hooks([(0, 2)], clean)):
+            _, ablated = smollm2.run_with_cache(clean.tokens, names_filter=name)
+    for i in range(len(clean)):
+        end = int(clean.positions["END"][i])
+        same = ends == end
+        expected = reference[name][same, : end + 1, 2].mean(0)
+        torch.testing.assert_close(ablated[name][i, : end + 1, 2], expected)
+    far = ["old railway station by the sea"]
+    longer, *_ = make_ioi_dataset(smollm2, 4, seed=3, templates=[template], places=far)
+    assert int(longer.positions["END"].min()) > int(ends.max())  # a length the ABC prompts lack
+    with pytest.raises(ValueError, match="no ABC prompt has the"):
+        ablation.hooks([(0, 2)], longer)

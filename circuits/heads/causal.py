@@ -1,9 +1,10 @@
 """Causal checks of induction and previous-token candidates, by mean ablation of a head's output z.
 
-A head's z is replaced by its mean over the repeated probe's sequences at each position
-(`interp.interventions.ablation`, method "mean"). Each effect is measured two ways, because heads back
-each other up: alone, and with the other candidates of its type already ablated (the IOI paper's
-minimality: what the head adds once its stand-ins are gone).
+A head's z is replaced by its mean over the repeated probe's sequences at each position, over the
+sequences that are not padding there (the mean ablation of `interp.interventions.ablation`). Each
+effect is measured two ways, because heads back each other up: alone, and with the other candidates
+of its type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are
+gone).
 
   induction        loss increase on the second copies of the repeated sequences (nats)
   previous_token   drop of the mean induction score of the later induction heads (a fraction of
@@ -37,6 +38,7 @@ from torch import Tensor
 import interp
 from circuits.heads.probes import Probe, Probes
 from circuits.heads.scores import HeadScores, StageProgress, pattern_scores, score_masks, stage_progress
+from interp.interventions.ablation import Replacement
 from interp.types import Head, Progress
 
 CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
@@ -151,7 +153,7 @@ def length_strata(probe: Probe) -> dict[str, Tensor]:
 class CleanRun:
     """What the ablated runs of a probe start from and compare with, from one unablated run: the
     residual stream before the blocks whose heads are ablated, the mean of their hook_z over the
-    probe's sequences per position (the mean ablation's values), attention patterns, and the
+    probe's sequences per position, padding excluded (the mean ablation's values), attention patterns, and the
     residual stream after the last block (None where not asked for)."""
 
     resid_pre: dict[int, Float[Tensor, "batch pos d_model"]]
@@ -176,9 +178,12 @@ def clean_run(
     _, cache = model.run_with_cache(
         probe.tokens.to(model.device), names_filter=names + [last] * final, return_type=None
     )
+    real = torch.arange(probe.tokens.shape[1]) < probe.lengths[:, None]  # [batch, pos]: not padding
+    z_names = [interp.act_name("z", layer) for layer in layers]
+    means = Replacement(model, z_names, "mean", {name: cache[name] for name in z_names}, reference_mask=real)
     return CleanRun(
         resid_pre={layer: cache["resid_pre", layer] for layer in layers},
-        z_mean={layer: cache["z", layer].mean(0, keepdim=True) for layer in layers},
+        z_mean={layer: means.values(name, len(real)) for layer, name in zip(layers, z_names, strict=True)},
         patterns={layer: cache["pattern", layer] for layer in pattern_layers},
         final=cache[last] if final else None,
     )

@@ -243,8 +243,10 @@ class EAPRanking:
 
 
 class MeanAblation:
-    """Mean ablation of heads over the ABC distribution, one mean per template and position
-    (as the paper), computed once: `hooks(heads)` are fwd_hooks that ablate `heads`."""
+    """Mean ablation of heads over the ABC distribution, one mean per template and position (as the
+    paper), computed once: `hooks(heads)` are fwd_hooks that ablate `heads`. The prompts of a
+    template that differ in length (places or objects of several tokens) put different words at a
+    position, so each (template, length) has its own means: no mean mixes words or padding."""
 
     def __init__(
         self, model: interp.HookedTransformer, abc: IOIPrompts, cache: Mapping[str, Tensor] | None = None
@@ -253,14 +255,32 @@ class MeanAblation:
         self.model = model
         names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
         reference = abc.tokens if cache is None else cache
-        self.replacement = Replacement(model, names, "mean", reference, reference_groups=abc.template)
+        keys = sorted(set(self._keys(abc)))
+        self.group_of = {key: group for group, key in enumerate(keys)}  # (template, END) -> group
+        groups = self.groups(abc)
+        self.replacement = Replacement(model, names, "mean", reference, reference_groups=groups)
+
+    @staticmethod
+    def _keys(prompts: IOIPrompts) -> list[tuple[int, int]]:
+        return list(zip(prompts.template.tolist(), prompts.positions["END"].tolist(), strict=True))
+
+    def groups(self, prompts: IOIPrompts) -> Tensor:
+        """The group of each prompt [batch]: its (template, length)'s among the ABC prompts'."""
+        keys = self._keys(prompts)
+        missing = sorted(set(keys) - set(self.group_of))
+        if missing:
+            raise ValueError(
+                f"no ABC prompt has the (template, END position) of these prompts: {missing[:5]}; the "
+                "mean ablation's ABC prompts must be the ABC versions of the prompts it ablates"
+            )
+        return torch.tensor([self.group_of[key] for key in keys])
 
     def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
-        """fwd_hooks for a run on `prompts` (their templates pick the means), or on copies of them
+        """fwd_hooks for a run on `prompts` (their groups pick the means), or on copies of them
         stacked along the batch (as path patching runs them)."""
 
         def make_hook(site: Site):
-            value = self.replacement.values(site.name, len(prompts), prompts.template)
+            value = self.replacement.values(site.name, len(prompts), self.groups(prompts))
 
             def hook(z: Tensor, hook) -> Tensor:  # z: [batch, pos, head, d_head]
                 # Path patching stacks copies of the batch ([n_copies * batch, ...]): repeat the means.
@@ -286,7 +306,7 @@ class MeanAblation:
                 group.logit_diff,
                 head_sets,
                 self.replacement,
-                groups=group.template,
+                groups=self.groups(group),
                 logit_pos=group.positions["END"],
                 logit_tokens=group.answers,
             ),

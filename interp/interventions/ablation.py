@@ -10,7 +10,8 @@ Ablations (`interp.types.Ablation`, the same four words for heads, MLPs, neurons
   "mean":           the mean over a reference dataset ([n_ref, pos] tokens) of the same
                     activation, one mean per position (the reference must be at least as long as
                     the input); with groups (e.g. IOI templates) one mean per group and position,
-                    each input prompt getting its own group's mean.
+                    each input prompt getting its own group's mean. Right-padded references need
+                    their mask (`reference_mask`), or the padding's activations join the means.
   "resample":       the activation of a random reference prompt (of the same group if groups
                     are given), drawn per input prompt with a seeded generator.
   "counterfactual": the activation of the reference prompt paired with each input prompt
@@ -90,7 +91,9 @@ class Replacement:
 
     `reference` is reference tokens [n_ref, pos] (run once to cache the hooks), or an
     ActivationCache (or a dict name -> [n_ref, pos, ...]) that already holds them (e.g. the clean
-    run's own activations).
+    run's own activations). `reference_mask` [n_ref, pos] (True or 1 at real tokens, False or 0 at
+    padding; mean ablation only): each position's mean is over the references real there, NaN
+    where none is (a run that reads such a position gives NaN, not a silently wrong number).
 
     `values(name, batch, groups)` -> a tensor broadcastable to the activation [batch, pos, ...].
     """
@@ -103,6 +106,7 @@ class Replacement:
         reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
         reference_groups: Int[Tensor, " n_ref"] | None = None,
         seed: int = 0,
+        reference_mask: Int[Tensor, "n_ref pos"] | None = None,
     ):
         if method not in ABLATIONS:
             raise ValueError(f"unknown ablation method {method!r}; choose one of {', '.join(ABLATIONS)}")
@@ -125,7 +129,16 @@ class Replacement:
                 "reference_groups must be a LongTensor [n_ref], one group per reference prompt "
                 "(mean and resample ablations only)"
             )
+        if reference_mask is not None and (
+            method != "mean" or reference_mask.ndim != 2 or n_ref not in (None, reference_mask.shape[0])
+        ):
+            raise ValueError(
+                "reference_mask [n_ref, pos] (1 at real tokens, 0 at padding) is for mean ablation "
+                "only, one row per reference prompt; resample or counterfactual ablation draws whole "
+                "prompts: give references that are at least as long as the inputs, unpadded"
+            )
         self.method = method
+        self.reference_mask = None if reference_mask is None else reference_mask.bool().cpu()
         self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
         self.generator = torch.Generator().manual_seed(seed)
         self.acts: dict[str, Tensor] = {}
@@ -136,11 +149,26 @@ class Replacement:
         self.means = {name: self._means(act) for name, act in self.acts.items()} if method == "mean" else {}
 
     def _means(self, act: Tensor) -> Float[Tensor, "group pos ..."]:
-        if self.reference_groups is None:
-            return act.mean(0, keepdim=True)
-        return torch.stack(
-            [act[self.reference_groups == g].mean(0) for g in range(int(self.reference_groups.max()) + 1)]
+        groups = (
+            torch.zeros(act.shape[0], dtype=torch.long)
+            if self.reference_groups is None
+            else self.reference_groups
         )
+        return torch.stack([self._mean(act, groups == g) for g in range(int(groups.max()) + 1)])
+
+    def _mean(self, act: Tensor, rows: Tensor) -> Float[Tensor, "pos ..."]:
+        """The mean over the reference prompts `rows` [n_ref] (bool), over those real at each
+        position if a reference_mask was given."""
+        rows = rows.to(act.device)
+        if self.reference_mask is None:
+            return act[rows].mean(0)
+        if self.reference_mask.shape[1] != act.shape[1]:
+            raise ValueError(
+                f"reference_mask has {self.reference_mask.shape[1]} positions, the reference's "
+                f"activations {act.shape[1]}: give the mask of the reference tokens as run"
+            )
+        real = self.reference_mask.to(act.device)[rows].view(*act[rows].shape[:2], *[1] * (act.ndim - 2))
+        return torch.where(real, act[rows], 0).sum(0) / real.sum(0).to(act.dtype)
 
     def values(self, name: str, batch: int, groups: Int[Tensor, " batch"] | None = None) -> Tensor:
         if self.method == "zero":
@@ -189,13 +217,17 @@ def ablation_hooks(
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
     seed: int = 0,
+    reference_mask: Int[Tensor, "n_ref pos"] | None = None,
 ) -> list[tuple[str, object]]:
     """fwd_hooks for model.run_with_hooks / model.hooks that ablate heads, MLP layers and neurons.
 
     groups: the input prompts' groups [batch] (with reference_groups: per-group means/resampling).
+    reference_mask: the reference's padding mask (mean ablation; see `Replacement`).
     """
     sites = ablation_sites(model, heads, mlps, neurons)
-    replacement = Replacement(model, [s.name for s in sites], method, reference, reference_groups, seed)
+    replacement = Replacement(
+        model, [s.name for s in sites], method, reference, reference_groups, seed, reference_mask
+    )
 
     def make_hook(site: Site):
         def hook(act: Tensor, hook) -> Tensor:
