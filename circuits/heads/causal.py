@@ -153,8 +153,8 @@ def length_strata(probe: Probe) -> dict[str, Tensor]:
 class CleanRun:
     """What the ablated runs of a probe start from and compare with, from one unablated run: the
     residual stream before the blocks whose heads are ablated, the mean of their hook_z over the
-    probe's sequences per position, padding excluded (the mean ablation's values), attention patterns, and the
-    residual stream after the last block (None where not asked for)."""
+    probe's sequences per position, padding excluded (the mean ablation's values), attention
+    patterns, and the residual stream after the last block (None where not asked for)."""
 
     resid_pre: dict[int, Float[Tensor, "batch pos d_model"]]
     z_mean: dict[int, Float[Tensor, "1 pos head d_head"]]

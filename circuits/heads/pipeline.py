@@ -68,7 +68,7 @@ def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candi
         "skip_gram_probe": probes.skip_gram.name,
         "causal": causal,
         "max_candidates": max_candidates,
-        "ablation": "mean over the probe batch, per position, of hook_z",
+        "ablation": "mean of hook_z per position over the probe sequences real there (padding excluded)",
         "causal_method": (
             "each candidate mean-ablated alone and with the other candidates of its type already "
             "ablated (minimality); confirmed when either effect exceeds the threshold"
