@@ -24,6 +24,12 @@ from torch import Tensor
 from interp.config import Config
 from interp.types import Head
 
+RESAMPLE_MASK_ERROR = (
+    "reference_mask (1 at real tokens, 0 at padding) is for mean ablation (zero and counterfactual "
+    "ablation ignore it); resample ablation draws whole reference prompts, so give unpadded references "
+    "at least as long as the inputs"
+)
+
 
 class HookNameError(KeyError, AssertionError):
     """A name that is no hook point, or an opt-in hook that is switched off (TL asserts here)."""

@@ -105,7 +105,7 @@ def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(mode
             torch.testing.assert_close(z[prompt, p, 1], ref_z[rows, p].mean(0), equal_nan=True)
     assert z[[0, 2], 4:, 1].isnan().all() and not z[:, :4, 1].isnan().any()  # group 1 ends at 4
     assert not z[1, :, 1].isnan().any()
-    with pytest.raises(ValueError, match="mean ablation only"):
+    with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
         ablation.Replacement(model, [interp.act_name("z", 0)], "resample", reference, reference_mask=real)
     with pytest.raises(ValueError, match="one row per reference prompt"):
         ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference, reference_mask=real[:2])

@@ -57,6 +57,11 @@ def test_prompt_pair_files_of_different_lengths(smollm2, tmp_path):
         corrupted = task.corrupted_metric(smollm2(task.corrupted), ids)
         assert abs(float(corrupted[2]) - float(corrupted_alone[0])) < 1e-4
     assert float(padded.mean()) > 0  # the model gets them right
+    # Mean ablation averages the corrupted prompts' real tokens only; resample would mix lengths.
+    lengths = [smollm2.to_tokens(corrupted, truncate=False).shape[1] for _, corrupted, *_ in PAIRS]
+    assert task.corrupted_mask.sum(1).tolist() == lengths and len(set(lengths)) > 1
+    with pytest.raises(ValueError, match="resample ablation would give a prompt another's tokens"):
+        find_edge_circuit(smollm2, task, n_edges=10, ablation="resample")
     prob = edge_task(smollm2, str(csv_path), metric="prob")
     with torch.no_grad():
         assert (

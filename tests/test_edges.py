@@ -127,6 +127,36 @@ def test_mean_and_zero_ablation_of_every_edge_forget_the_prompt() -> None:
         assert full.std() > 1e-2
 
 
+def test_mean_ablation_of_padded_prompts_averages_their_real_tokens_only() -> None:
+    """With the corrupted prompts' mask, each position's mean is over the prompts real there (NaN where
+    none is), so what the padding holds changes nothing; without it, it does."""
+    model = _random_model()
+    lengths = [7, 4, 6, 3]
+    generator = torch.Generator().manual_seed(3)
+    rows = [torch.randint(1, model.cfg.d_vocab, (n,), generator=generator).tolist() for n in lengths]
+    mask = (torch.arange(7) < torch.tensor(lengths)[:, None]).long()
+    circuit = torch.rand(edges.edge_graph(model).n_writers, edges.edge_graph(model).n_readers) < 0.5
+    metric = _metric(4, model.cfg.d_vocab, torch.tensor(lengths) - 1)
+    means, faithful = {}, {}
+    for pad in (0, 5):
+        clean, corrupted = edges.pad_pair(rows, [row[::-1] for row in rows], pad)
+        outputs = edges.writer_outputs(model, corrupted)  # [writer, batch, pos, d_model]
+        means[pad] = edges.ablated_outputs(model, clean, corrupted, "mean", reference_mask=mask)
+        expected = torch.stack([outputs[:, mask[:, p].bool(), p].mean(1) for p in range(7)], 1)[:, None]
+        torch.testing.assert_close(means[pad], expected)
+        faithful[pad] = edges.faithfulness(
+            model, clean, corrupted, metric, circuit, "mean", reference_mask=mask
+        )
+        unmasked = edges.ablated_outputs(model, clean, corrupted, "mean")
+    torch.testing.assert_close(means[0], means[5])  # the padding's tokens do not matter
+    torch.testing.assert_close(faithful[0].values, faithful[5].values)
+    assert not torch.allclose(unmasked[:, :, 3:], means[5][:, :, 3:])  # without the mask, they would
+    with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
+        edges.ablated_outputs(model, clean, corrupted, "resample", reference_mask=mask)
+    with pytest.raises(ValueError, match=r"reference_mask is \(4, 6\)"):
+        edges.ablated_outputs(model, clean, corrupted, "mean", reference_mask=mask[:, :6])
+
+
 # --- exact edge patching = path patching built by hand ------------------------------------------
 
 

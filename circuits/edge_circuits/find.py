@@ -156,6 +156,12 @@ def find_edge_circuit(
     requested = edges.fraction_to_edges(graph, fraction) if fraction is not None else n_edges
     if requested is not None and not 0 < requested <= graph.n_edges:
         raise ValueError(f"The circuit size must lie in 1..{graph.n_edges} edges, got {requested}.")
+    if ablation == "resample" and task.corrupted_mask is not None:
+        raise ValueError(
+            f"task {task.name}'s prompts differ in length (right-padded), and resample ablation would "
+            "give a prompt another's tokens or padding at its positions; use --ablation mean (the mean "
+            "over the prompts real at each position), counterfactual or zero"
+        )
 
     def stage(name: str) -> Progress | None:
         return None if progress is None else (lambda done, total: progress(name, done, total))
@@ -176,6 +182,7 @@ def find_edge_circuit(
         stage("scores"),
         ig_points=ig_points,
         max_memory=max_memory,
+        reference_mask=task.corrupted_mask,
     )
     seconds["scores"] = time.perf_counter() - start
     check_finite_scores(
@@ -189,8 +196,9 @@ def find_edge_circuit(
         requested = smallest_faithful_size(model, task, scores, target, ablation, batch_size)
     circuit = edges.top_circuit(scores, requested)
     faith = edges.faithfulness(
-        model, task.clean, task.corrupted, task.metric, circuit, ablation, None, batch_size, stage("circuit")
-    )
+        model, task.clean, task.corrupted, task.metric, circuit, ablation, None, batch_size, stage("circuit"),
+        task.corrupted_mask,
+    )  # fmt: skip
     corrupted_metric = task.corrupted_metric or task.metric
     chunks = torch.arange(task.n_prompts).split(batch_size)
     with torch.no_grad():
@@ -202,6 +210,7 @@ def find_edge_circuit(
         curve = edges.faithfulness_curve(
             model, task.clean, task.corrupted, task.metric, scores, curve_fractions, ablation, None,
             random_baseline, batch_size=batch_size, progress=stage("curve"),
+            reference_mask=task.corrupted_mask,
         )  # fmt: skip
         seconds["curve"] = time.perf_counter() - start
     return EdgeCircuitResult(
@@ -223,7 +232,7 @@ def smallest_faithful_size(
     def faithful(sizes: list[int]) -> list[float]:
         circuits = torch.stack([edges.top_circuit(scores, n) for n in sizes])
         result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, circuits, ablation,
-                                    None, batch_size)  # fmt: skip
+                                    None, batch_size, reference_mask=task.corrupted_mask)  # fmt: skip
         return result.faithfulness.tolist()
 
     sizes = sorted({max(1, edges.fraction_to_edges(scores.graph, f)) for f in edges.MIB_FRACTIONS} | {n_all})

@@ -31,6 +31,7 @@ class EdgeTask:
     metric: Metric
     metric_name: str
     corrupted_metric: Metric | None = None  # the metric at the corrupted prompts' positions
+    corrupted_mask: Int[Tensor, "batch pos"] | None = None  # 1 at real tokens, 0 at padding (mean ablation)
 
     @property
     def n_prompts(self) -> int:
@@ -41,7 +42,14 @@ def ioi_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) -> Ed
     """IOI prompts against the ABC distribution (three other names); logit(IO) - logit(S) at END."""
     clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
     metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
-    return EdgeTask("ioi", clean.tokens, abc.tokens, metric, "logit_diff(IO - S)")
+    mask = padding_mask(abc.positions["END"] + 1, abc.tokens.shape[1])
+    return EdgeTask("ioi", clean.tokens, abc.tokens, metric, "logit_diff(IO - S)", corrupted_mask=mask)
+
+
+def padding_mask(lengths: Int[Tensor, " batch"], width: int) -> Int[Tensor, "batch pos"] | None:
+    """The mask of right-padded prompts of these lengths (1 at real tokens, 0 at padding); None where
+    no prompt is padded."""
+    return None if bool((lengths == width).all()) else (torch.arange(width) < lengths[:, None]).long()
 
 
 def induction_task(
@@ -138,7 +146,8 @@ def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_d
             edges.logit_diff_metric(correct, incorrect, clean_end),
             edges.logit_diff_metric(correct, incorrect, corrupted_end),
         )
-    return EdgeTask(Path(path).name, clean, corrupted, made[0], name, made[1])
+    mask = padding_mask(corrupted_end + 1, corrupted.shape[1])
+    return EdgeTask(Path(path).name, clean, corrupted, made[0], name, made[1], mask)
 
 
 def edge_task(

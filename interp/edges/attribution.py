@@ -98,6 +98,7 @@ def edge_attribution(
     reader_pos: Int[Tensor, " batch"] | None = None,
     ig_points: IGPoints = "paper",
     max_memory: MemorySize | None = None,
+    reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> EdgeScores:
     """Score every edge of `model` on prompt pairs (see the module docstring for the methods).
 
@@ -107,6 +108,7 @@ def edge_attribution(
     or "2GiB") picks the largest batch whose estimated memory fits, at most `batch_size` where given
     (gradient methods). `reader_pos` ([batch], gradient methods) scores only what readers read at one
     position per prompt (a path-patching-like estimate, e.g. heads -> name movers' queries at END).
+    `reference_mask`: the reference prompts' padding mask, for mean ablation (`ablated_outputs`).
     """
     if method == "exact":
         if reader_pos is not None:
@@ -119,12 +121,12 @@ def edge_attribution(
         clean, corrupted = check_pair(model, clean, corrupted)
         return _exact_scores(
             model, edge_graph(model), clean, corrupted, metric, ablation, reference,
-            batch_size or DEFAULT_BATCH_SIZE, progress,
+            batch_size or DEFAULT_BATCH_SIZE, progress, reference_mask,
         )  # fmt: skip
     positions = {"": reader_pos}
     return edge_attribution_by_position(
         model, clean, corrupted, metric, positions, method, steps, ablation, reference, batch_size, progress,
-        ig_points, max_memory,
+        ig_points, max_memory, reference_mask,
     )[""]  # fmt: skip
 
 
@@ -142,12 +144,13 @@ def edge_attribution_by_position(
     progress: Progress | None = None,
     ig_points: IGPoints = "paper",
     max_memory: MemorySize | None = None,
+    reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> dict[str, EdgeScores]:
     """Gradient edge scores for several reader positions from one set of gradients: name ->
     EdgeScores of what readers read at those positions ([batch], one per prompt; None: all).
     ig_points: where EAP-IG over inputs evaluates gradients (module docstring); EAP always takes
-    alpha = 1, the activation methods k = 1..steps (the reference code's). batch_size, max_memory: as
-    `edge_attribution`."""
+    alpha = 1, the activation methods k = 1..steps (the reference code's). batch_size, max_memory,
+    reference_mask: as `edge_attribution`."""
     _check_method(method, steps)
     if ig_points not in IG_POINTS:
         raise ValueError(f"ig_points={ig_points!r} is not one of {IG_POINTS}; 'mib' is MIB's convention.")
@@ -172,7 +175,7 @@ def edge_attribution_by_position(
     ablated_all = (
         None
         if ablation == "counterfactual"
-        else ablated_outputs(model, clean, corrupted, ablation, reference)
+        else ablated_outputs(model, clean, corrupted, ablation, reference, reference_mask=reference_mask)
     )
     batches = chunks(clean.shape[0], batch_size)
     groups = _writer_groups(graph) if activations else [slice(0, 1)]
@@ -472,10 +475,11 @@ def _exact_scores(
     reference: Tensor | None,
     batch_size: int,
     progress: Progress | None,
+    reference_mask: Tensor | None = None,
 ) -> EdgeScores:
     """m(edge ablated) - m(clean), averaged over prompts: one intervened run per edge."""
     edges = graph.edges()
-    ablated = ablated_outputs(model, clean, corrupted, ablation, reference)
+    ablated = ablated_outputs(model, clean, corrupted, ablation, reference, reference_mask=reference_mask)
     ids = torch.arange(clean.shape[0])
     with torch.no_grad():
         base = for_rows(metric, ids, len(ids))(model(clean)).float()

@@ -69,8 +69,10 @@ def faithfulness(
     reference: Int[Tensor, "n pos"] | None = None,
     batch_size: int = 16,
     progress: Progress | None = None,
+    reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> Faithfulness:
-    """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge."""
+    """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge.
+    reference_mask: the reference prompts' padding mask, for mean ablation (`ablated_outputs`)."""
     clean, corrupted = check_pair(model, clean, corrupted)
     if ablation == "counterfactual":
         check_distinct_pair(clean, corrupted, "every ablated edge (counterfactual: the corrupted run's)")
@@ -83,7 +85,7 @@ def faithfulness(
             f"circuits must be [K, {graph.n_writers}, {graph.n_readers}] masks of this model's edge graph "
             f"(writers x readers), got shape {tuple(circuits.shape)}; build them with top_circuit"
         )
-    ablated = ablated_outputs(model, clean, corrupted, ablation, reference)
+    ablated = ablated_outputs(model, clean, corrupted, ablation, reference, reference_mask=reference_mask)
     ids = torch.arange(clean.shape[0])
     with torch.no_grad():
         full = torch.cat(
@@ -174,9 +176,10 @@ def faithfulness_curve(
     seed: int = 0,
     batch_size: int = 16,
     progress: Progress | None = None,
+    reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> FaithfulnessCurve:
     """Faithfulness of the top-|score| and the top-signed-score circuits at each fraction of edges, and
-    of random circuits."""
+    of random circuits. reference_mask: as `faithfulness`."""
     graph = scores.graph
     fractions = tuple(float(f) for f in fractions)
     if any(not 0 < f <= 1 for f in fractions) or list(fractions) != sorted(fractions):
@@ -197,12 +200,30 @@ def faithfulness_curve(
         return None if progress is None else (lambda done, _: progress(offset + done, total))
 
     result = faithfulness(
-        model, clean, corrupted, metric, tops, ablation, reference, batch_size, sub_progress(0)
+        model,
+        clean,
+        corrupted,
+        metric,
+        tops,
+        ablation,
+        reference,
+        batch_size,
+        sub_progress(0),
+        reference_mask,
     )
     random_result = None
     if rand is not None:
         random_result = faithfulness(
-            model, clean, corrupted, metric, rand, ablation, reference, batch_size, sub_progress(len(tops))
+            model,
+            clean,
+            corrupted,
+            metric,
+            rand,
+            ablation,
+            reference,
+            batch_size,
+            sub_progress(len(tops)),
+            reference_mask,
         )
     n = len(fractions)
     return FaithfulnessCurve(

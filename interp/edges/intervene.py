@@ -27,7 +27,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_pair
+from interp.checks import RESAMPLE_MASK_ERROR, check_pair
 from interp.edges.graph import EdgeGraph, edge_graph
 from interp.interventions.metrics import AnswerMetric, for_rows, takes_rows
 from interp.model.transformer import HookedTransformer
@@ -353,14 +353,20 @@ def ablated_outputs(
     ablation: Ablation = "counterfactual",
     reference: Int[Tensor, "n pos"] | None = None,
     seed: int = 0,
+    reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> Float[Tensor, "writer batch_or_1 pos d_model"]:
     """What ablated edges carry: the writers' outputs on the corrupted prompts (counterfactual), their
     mean over `reference` prompts (default: the corrupted ones) at each position (mean), their
-    outputs on a random reference prompt per clean prompt (resample, seeded), or zero."""
+    outputs on a random reference prompt per clean prompt (resample, seeded), or zero.
+    reference_mask: the reference prompts' padding mask [n, pos] (1 at real tokens, 0 at padding;
+    the corrupted prompts' where reference is None): each position's mean is over the prompts real
+    there, NaN where none is. Without it, right padding's outputs join the means."""
     if ablation not in ABLATIONS:
         raise ValueError(f"ablation={ablation!r} is not one of {ABLATIONS}.")
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_pair(clean, corrupted)
+    if reference_mask is not None and ablation == "resample":
+        raise ValueError(RESAMPLE_MASK_ERROR)
     if ablation == "counterfactual":
         return writer_outputs(model, corrupted)
     n_writers = edge_graph(model).n_writers
@@ -374,9 +380,17 @@ def ablated_outputs(
             f"{ablation} ablation needs reference prompts at least as long as the clean ones "
             f"({clean.shape[1]} tokens); got {reference.shape[1]}."
         )
-    outputs = writer_outputs(model, reference[:, : clean.shape[1]])
+    outputs = writer_outputs(model, reference[:, : clean.shape[1]])  # [writer, n, pos, d_model]
     if ablation == "mean":
-        return outputs.mean(1, keepdim=True)
+        if reference_mask is None:
+            return outputs.mean(1, keepdim=True)
+        if tuple(reference_mask.shape) != tuple(reference.shape):
+            raise ValueError(
+                f"reference_mask is {tuple(reference_mask.shape)}; it must be the reference prompts' "
+                f"{tuple(reference.shape)} (1 at real tokens, 0 at padding)"
+            )
+        real = reference_mask[:, : clean.shape[1]].bool().to(outputs.device)[None, :, :, None]
+        return torch.where(real, outputs, 0).sum(1, keepdim=True) / real.sum(1, keepdim=True)
     drawn = torch.randint(
         reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(seed)
     )

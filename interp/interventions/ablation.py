@@ -36,7 +36,14 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_denominator, check_heads, check_int, check_layers, check_metric_output
+from interp.checks import (
+    RESAMPLE_MASK_ERROR,
+    check_denominator,
+    check_heads,
+    check_int,
+    check_layers,
+    check_metric_output,
+)
 from interp.interventions.engine import (
     Site,
     cached_run,
@@ -92,8 +99,9 @@ class Replacement:
     `reference` is reference tokens [n_ref, pos] (run once to cache the hooks), or an
     ActivationCache (or a dict name -> [n_ref, pos, ...]) that already holds them (e.g. the clean
     run's own activations). `reference_mask` [n_ref, pos] (True or 1 at real tokens, False or 0 at
-    padding; mean ablation only): each position's mean is over the references real there, NaN
-    where none is (a run that reads such a position gives NaN, not a silently wrong number).
+    padding): each position's mean is over the references real there, NaN where none is (a run
+    that reads such a position gives NaN, not a silently wrong number); zero and counterfactual
+    ablation average nothing and ignore it; resample ablation refuses it.
 
     `values(name, batch, groups)` -> a tensor broadcastable to the activation [batch, pos, ...].
     """
@@ -129,13 +137,14 @@ class Replacement:
                 "reference_groups must be a LongTensor [n_ref], one group per reference prompt "
                 "(mean and resample ablations only)"
             )
+        if reference_mask is not None and method == "resample":
+            raise ValueError(RESAMPLE_MASK_ERROR)
         if reference_mask is not None and (
-            method != "mean" or reference_mask.ndim != 2 or n_ref not in (None, reference_mask.shape[0])
+            reference_mask.ndim != 2 or n_ref not in (None, len(reference_mask))
         ):
             raise ValueError(
-                "reference_mask [n_ref, pos] (1 at real tokens, 0 at padding) is for mean ablation "
-                "only, one row per reference prompt; resample or counterfactual ablation draws whole "
-                "prompts: give references that are at least as long as the inputs, unpadded"
+                f"reference_mask is {tuple(reference_mask.shape)}: it must be [n_ref, pos], one row per "
+                "reference prompt (1 at real tokens, 0 at padding)"
             )
         self.method = method
         self.reference_mask = None if reference_mask is None else reference_mask.bool().cpu()
