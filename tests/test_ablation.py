@@ -169,6 +169,16 @@ def test_ablation_sweep_matches_one_ablation_at_a_time(model, data):
             hooks = ablation.ablation_hooks(model, heads=[(layer, head)], method=method, reference=reference)
             expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
             torch.testing.assert_close(sweep.per_example()[layer, head], expected, atol=1e-5, rtol=0)
+    # Padded references with their mask; logits only at the last position, for the two tokens read.
+    real = torch.arange(POS) < torch.tensor([6, 3, 6, 2, 4])[:, None]
+    answers = torch.stack([tokens[:, 0], tokens[:, 1]], -1)
+    sweep = ablation.ablation_sweep(model, tokens, metric, method="mean", reference=reference,
+                                    reference_mask=real, logit_pos=-1, logit_tokens=answers)  # fmt: skip
+    hooks = ablation.ablation_hooks(
+        model, heads=[(1, 3)], method="mean", reference=reference, reference_mask=real
+    )
+    expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
+    torch.testing.assert_close(sweep.per_example()[1, 3], expected, atol=1e-5, rtol=0)
     mlps = ablation.ablation_sweep(model, tokens, metric, "mlps", base=[(0, 1)])
     hooks = ablation.ablation_hooks(model, heads=[(0, 1)], mlps=[1])
     expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()

@@ -358,12 +358,15 @@ def ablation_sweep(
     metric_name: str = "metric",
     batch_size: int | None = None,
     logit_pos: Pos = None,
+    logit_tokens: Tensor | None = None,
+    reference_mask: Int[Tensor, "n_ref pos"] | None = None,
 ) -> PatchResult:
     """Ablate each head ([layer, head] grid) or each MLP layer ([layer] grid) in turn, on top of
     the heads in `base` (ablated in every run). Batches several ablated runs per forward and
     starts each at the ablated layer. `result.target` is the metric of the unablated model.
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
-    logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed."""
+    logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed.
+    reference_mask: the reference's padding mask, for mean ablation (see `Replacement`)."""
     cfg = model.cfg
     tokens, base = model.input_tokens(tokens), check_heads(cfg, base)
     if component == "heads":
@@ -381,13 +384,13 @@ def ablation_sweep(
     else:
         raise ValueError(f"component must be 'heads' or 'mlps', got {component!r}")
     names = sorted({site.name for sites in units for site in sites})
-    replacement = Replacement(model, names, method, reference, reference_groups, seed)
+    replacement = Replacement(model, names, method, reference, reference_groups, seed, reference_mask)
     batch = tokens.shape[0]
     sources = {name: _fit_length(name, tokens, replacement.values(name, batch, groups)) for name in names}
     check_logit_pos(logit_pos, tokens)
     logits, cache = cached_run(model, tokens, resid_names(model) + [final_resid_hook(model)], logit_pos)
     resid = resid_stack(model, cache)
-    values = run_site_sets(model, tokens, units, sources, metric, resid, batch_size, logit_pos)
+    values = run_site_sets(model, tokens, units, sources, metric, resid, batch_size, logit_pos, logit_tokens)
     rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
     index = pd.DataFrame(rows).assign(component=f"{method} ablation of {component}", position="all")
     if "head" not in index:
