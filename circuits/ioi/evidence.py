@@ -65,7 +65,7 @@ def direct_logit_attributions(
     cfg = model.cfg
     if cache is None:
         names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
-        _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names)
+        _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
     end = prompts.positions["END"].to(model.device)
     stack = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
     attributions = {}
