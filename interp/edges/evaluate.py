@@ -200,31 +200,15 @@ def faithfulness_curve(
         return None if progress is None else (lambda done, _: progress(offset + done, total))
 
     result = faithfulness(
-        model,
-        clean,
-        corrupted,
-        metric,
-        tops,
-        ablation,
-        reference,
-        batch_size,
-        sub_progress(0),
-        reference_mask,
-    )
+        model, clean, corrupted, metric, tops, ablation, reference, batch_size, sub_progress(0),
+        reference_mask=reference_mask,
+    )  # fmt: skip
     random_result = None
     if rand is not None:
         random_result = faithfulness(
-            model,
-            clean,
-            corrupted,
-            metric,
-            rand,
-            ablation,
-            reference,
-            batch_size,
-            sub_progress(len(tops)),
-            reference_mask,
-        )
+            model, clean, corrupted, metric, rand, ablation, reference, batch_size, sub_progress(len(tops)),
+            reference_mask=reference_mask,
+        )  # fmt: skip
     n = len(fractions)
     return FaithfulnessCurve(
         fractions,

@@ -386,8 +386,8 @@ def ablated_outputs(
             return outputs.mean(1, keepdim=True)
         if tuple(reference_mask.shape) != tuple(reference.shape):
             raise ValueError(
-                f"reference_mask is {tuple(reference_mask.shape)}; it must be the reference prompts' "
-                f"{tuple(reference.shape)} (1 at real tokens, 0 at padding)"
+                f"reference_mask is {tuple(reference_mask.shape)}: it must have the reference prompts' "
+                f"shape {tuple(reference.shape)} (1 at real tokens, 0 at padding)"
             )
         real = reference_mask[:, : clean.shape[1]].bool().to(outputs.device)[None, :, :, None]
         return torch.where(real, outputs, 0).sum(1, keepdim=True) / real.sum(1, keepdim=True)
