@@ -253,6 +253,30 @@ def check_pair(clean: Tensor, corrupted: Tensor) -> None:
         raise ValueError(f"the prompt pairs are empty (shape {tuple(clean.shape)}): pass at least one pair")
 
 
+def check_padding_mask(
+    mask: Any, n_rows: int | None, n_pos: int | None, what: str = "reference_mask"
+) -> Tensor:
+    """A padding mask [n_rows, n_pos] (None: any) of 1/True at real tokens and 0/False at padding, as
+    a bool tensor on the CPU."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(
+            f"{what} must be a tensor [prompt, pos] of 1 (real token) and 0 (padding), "
+            f"got {type(mask).__name__}"
+        )
+    if mask.ndim != 2 or n_rows not in (None, mask.shape[0]) or n_pos not in (None, mask.shape[1]):
+        expected = f"[{'n_ref' if n_rows is None else n_rows}, {'pos' if n_pos is None else n_pos}]"
+        raise ValueError(
+            f"{what} is {tuple(mask.shape)}: it must be {expected}, one row per reference prompt "
+            "(1 at real tokens, 0 at padding)"
+        )
+    if mask.dtype != torch.bool and not ((mask == 0) | (mask == 1)).all():
+        bad = mask[(mask != 0) & (mask != 1)][0].item()
+        raise ValueError(
+            f"{what} holds {bad}: a padding mask is 1 at real tokens and 0 at padding, nothing else"
+        )
+    return mask.bool().cpu()
+
+
 def check_distinct_pair(clean: Tensor, corrupted: Tensor, what: str = "the corrupted run") -> None:
     """Refuse clean == corrupted where `what` is read from the corrupted prompts (nothing differs)."""
     if clean.shape == corrupted.shape and torch.equal(clean.cpu(), corrupted.cpu()):

@@ -938,6 +938,11 @@ BAD_VALUES = {  # kind -> {case: (bad value builder, what the message must show)
         "batch mismatch": (lambda t: (t[:2] + 1) % 61, "(2, 6)"),
         "length mismatch": (lambda t: (t[:, :5] + 1) % 61, "(3, 5)"),
     },
+    "padding mask": {
+        "rows mismatch": (lambda t: torch.ones_like(t[:2]), "(2, 6)"),
+        "soft values": (lambda t: torch.full(t.shape, 0.5), "0.5"),
+        "a list": (lambda t: torch.ones_like(t).tolist(), "list"),
+    },
     "metric": {
         "mean over prompts": (lambda t: lambda logits: logits[:, -1, 0].mean(), "()"),
         "two values per prompt": (lambda t: lambda logits: logits[:, -1, :2], "(3, 2)"),
@@ -998,6 +1003,23 @@ def _audited_calls(model, tokens, metric):
             "edges.faithfulness": lambda c: edges.faithfulness(model, tokens, c, metric, every_edge),
             "edges.ablated_outputs": lambda c: edges.ablated_outputs(model, tokens, c),
         },
+        "padding mask": {
+            "ablation.ablation_hooks": lambda m: ablation.ablation_hooks(
+                model, heads=[(0, 0)], method="mean", reference=tokens, reference_mask=m
+            ),
+            "ablation.ablation_sweep": lambda m: ablation.ablation_sweep(
+                model, tokens, metric, method="mean", reference=tokens, reference_mask=m
+            ),
+            "edges.ablated_outputs": lambda m: edges.ablated_outputs(
+                model, tokens, corrupted, "mean", reference_mask=m
+            ),
+            "edges.edge_attribution": lambda m: edges.edge_attribution(
+                model, tokens, corrupted, metric, "eap", ablation="mean", reference_mask=m
+            ),
+            "edges.faithfulness": lambda m: edges.faithfulness(
+                model, tokens, corrupted, metric, every_edge, "mean", reference_mask=m
+            ),
+        },
         "metric": {
             "patching.activation_patching": lambda m: patch.activation_patching(model, tokens, corrupted, m),
             "patching.attribution_patching": lambda m: patch.attribution_patching(
@@ -1018,6 +1040,7 @@ AUDIT_FUNCTIONS = {  # kind -> the names above (parametrised without building a 
     "layers": 4,
     "tokens": 10,
     "pair": 6,
+    "padding mask": 5,
     "metric": 8,
 }
 

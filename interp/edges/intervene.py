@@ -27,7 +27,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import RESAMPLE_MASK_ERROR, check_pair
+from interp.checks import RESAMPLE_MASK_ERROR, check_padding_mask, check_pair
 from interp.edges.graph import EdgeGraph, edge_graph
 from interp.interventions.metrics import AnswerMetric, for_rows, takes_rows
 from interp.model.transformer import HookedTransformer
@@ -384,12 +384,8 @@ def ablated_outputs(
     if ablation == "mean":
         if reference_mask is None:
             return outputs.mean(1, keepdim=True)
-        if tuple(reference_mask.shape) != tuple(reference.shape):
-            raise ValueError(
-                f"reference_mask is {tuple(reference_mask.shape)}: it must have the reference prompts' "
-                f"shape {tuple(reference.shape)} (1 at real tokens, 0 at padding)"
-            )
-        real = reference_mask[:, : clean.shape[1]].bool().to(outputs.device)[None, :, :, None]
+        real = check_padding_mask(reference_mask, *reference.shape)[:, : clean.shape[1]]
+        real = real.to(outputs.device)[None, :, :, None]
         return torch.where(real, outputs, 0).sum(1, keepdim=True) / real.sum(1, keepdim=True)
     drawn = torch.randint(
         reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(seed)

@@ -43,6 +43,7 @@ from interp.checks import (
     check_int,
     check_layers,
     check_metric_output,
+    check_padding_mask,
 )
 from interp.interventions.engine import (
     Site,
@@ -139,15 +140,10 @@ class Replacement:
             )
         if reference_mask is not None and method == "resample":
             raise ValueError(RESAMPLE_MASK_ERROR)
-        if reference_mask is not None and (
-            reference_mask.ndim != 2 or n_ref not in (None, len(reference_mask))
-        ):
-            raise ValueError(
-                f"reference_mask is {tuple(reference_mask.shape)}: it must be [n_ref, pos], one row per "
-                "reference prompt (1 at real tokens, 0 at padding)"
-            )
         self.method = method
-        self.reference_mask = None if reference_mask is None else reference_mask.bool().cpu()
+        self.reference_mask = (
+            None if reference_mask is None else check_padding_mask(reference_mask, n_ref, None)
+        )
         self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
         self.generator = torch.Generator().manual_seed(seed)
         self.acts: dict[str, Tensor] = {}
