@@ -150,7 +150,9 @@ class Replacement:
         if method != "zero" and cached:
             self.acts = {name: reference[name] for name in names}  # name -> [n_ref, pos, ...]
         elif method != "zero":
-            _, self.acts = cached_run(model, reference, names)
+            with torch.no_grad():  # no logits: the run stops after the last block it caches
+                _, cache = model.run_with_cache(reference, names_filter=list(names), return_type=None)
+            self.acts = {name: cache[name] for name in names}
         self.means = {name: self._means(act) for name, act in self.acts.items()} if method == "mean" else {}
 
     def _means(self, act: Tensor) -> Float[Tensor, "group pos ..."]:
