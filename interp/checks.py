@@ -266,8 +266,8 @@ def check_padding_mask(
     if mask.ndim != 2 or n_rows not in (None, mask.shape[0]) or n_pos not in (None, mask.shape[1]):
         expected = f"[{'n_ref' if n_rows is None else n_rows}, {'pos' if n_pos is None else n_pos}]"
         raise ValueError(
-            f"{what} is {tuple(mask.shape)}: it must be {expected}, one row per reference prompt "
-            "(1 at real tokens, 0 at padding)"
+            f"{what} is {tuple(mask.shape)}: it must be {expected}, one row per reference prompt and "
+            "one column per position (1 at real tokens, 0 at padding)"
         )
     if mask.dtype != torch.bool and not ((mask == 0) | (mask == 1)).all():
         bad = mask[(mask != 0) & (mask != 1)][0].item()

@@ -109,7 +109,7 @@ def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(mode
         ablation.Replacement(model, [interp.act_name("z", 0)], "resample", reference, reference_mask=real)
     with pytest.raises(ValueError, match="one row per reference prompt"):
         ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference, reference_mask=real[:2])
-    with pytest.raises(ValueError, match="reference_mask has 5 positions, the reference's activations 6"):
+    with pytest.raises(ValueError, match=r"reference_mask is \(5, 5\): it must be \[5, 6\]"):
         ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference, reference_mask=real[:, :5])
 
 

@@ -147,9 +147,9 @@ def test_mean_ablation_of_padded_prompts_averages_their_real_tokens_only() -> No
         faithful[pad] = edges.faithfulness(
             model, clean, corrupted, metric, circuit, "mean", reference_mask=mask
         )
-        unmasked = edges.ablated_outputs(model, clean, corrupted, "mean")
     torch.testing.assert_close(means[0], means[5])  # the padding's tokens do not matter
     torch.testing.assert_close(faithful[0].values, faithful[5].values)
+    unmasked = edges.ablated_outputs(model, clean, corrupted, "mean")  # the pad = 5 prompts
     assert not torch.allclose(unmasked[:, :, 3:], means[5][:, :, 3:])  # without the mask, they would
     with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
         edges.ablated_outputs(model, clean, corrupted, "resample", reference_mask=mask)

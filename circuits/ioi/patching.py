@@ -278,9 +278,10 @@ class MeanAblation:
     def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
         """fwd_hooks for a run on `prompts` (their groups pick the means), or on copies of them
         stacked along the batch (as path patching runs them)."""
+        groups = self.groups(prompts)
 
         def make_hook(site: Site):
-            value = self.replacement.values(site.name, len(prompts), self.groups(prompts))
+            value = self.replacement.values(site.name, len(prompts), groups)
 
             def hook(z: Tensor, hook) -> Tensor:  # z: [batch, pos, head, d_head]
                 # Path patching stacks copies of the batch ([n_copies * batch, ...]): repeat the means.

@@ -128,9 +128,10 @@ class Replacement:
         if missing:
             raise ValueError(f"the reference cache lacks {missing}: cache these hooks in its run")
         if reference is None or not cached:
-            n_ref = None if reference is None else reference.shape[0]
+            shape = None if reference is None else reference.shape
         else:
-            n_ref = next((reference[name].shape[0] for name in names if name in reference), None)
+            shape = next((reference[name].shape for name in names if name in reference), None)
+        n_ref, n_pos = (None, None) if shape is None else shape[:2]
         if reference_groups is not None and (
             n_ref is None or method == "counterfactual" or tuple(reference_groups.shape) != (n_ref,)
         ):
@@ -142,7 +143,7 @@ class Replacement:
             raise ValueError(RESAMPLE_MASK_ERROR)
         self.method = method
         self.reference_mask = (
-            None if reference_mask is None else check_padding_mask(reference_mask, n_ref, None)
+            None if reference_mask is None else check_padding_mask(reference_mask, n_ref, n_pos)
         )
         self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
         self.generator = torch.Generator().manual_seed(seed)
@@ -169,11 +170,6 @@ class Replacement:
         rows = rows.to(act.device)
         if self.reference_mask is None:
             return act[rows].mean(0)
-        if self.reference_mask.shape[1] != act.shape[1]:
-            raise ValueError(
-                f"reference_mask has {self.reference_mask.shape[1]} positions, the reference's "
-                f"activations {act.shape[1]}: give the mask of the reference tokens as run"
-            )
         real = self.reference_mask.to(act.device)[rows].view(*act[rows].shape[:2], *[1] * (act.ndim - 2))
         return torch.where(real, act[rows], 0).sum(0) / real.sum(0).to(act.dtype)
 
