@@ -1,18 +1,22 @@
 """Timing of the full head report (scores, weight evidence, causal checks) on SmolLM2-135M, stage by stage.
 
-    python benchmarks/heads.py [--n-samples 16] [--threads 2] [--dtype float32] [--against REV]
+    python benchmarks/heads.py [--n-samples 16] [--threads 2] [--dtype float32] [--against REV] [--ops N]
 
 Target: under 30 s after loading on an idle 2-core CPU. Prints the time of each stage: probes,
 attention scores per probe, thresholds and summaries, weights, the induction and previous-token
 causal checks, classification, and the total. The sub-stages of score_heads and causal_checks are
 timed from their progress callbacks (the time from a stage's first call to its last).
 
-The work of each stage is counted too (token positions through the blocks, hooks on every block):
-with the flops of one block per position (its matmuls; attention scores are a few percent here) and
-this process's measured matmul rate at the MLP's shape (in the model's dtype), it prints the stage's
-compute floor, the time it would take with nothing but those matmuls at that rate. `--dtype bfloat16`
+The work of each stage is counted too (token positions through the blocks, hooks on every block, and
+the logits the unembedding computes): with the flops of one block per position (its matmuls;
+attention scores are a few percent here), those of the unembedding per logit, and this process's
+measured matmul rate at the MLP's shape (in the model's dtype), it prints the stage's compute floor,
+the time it would take with nothing but those matmuls at that rate. `--dtype bfloat16`
 loads the model in bf16 (fast only on CPUs with bf16 units) and prints the typed and confirmed heads
 (stderr) to compare with fp32's.
+
+--ops N runs the report under torch.profiler and prints the N operators that took the most time
+(self time: aten::mm is the matrix products, the floor's work), after the stages.
 
 --against REV also runs the benchmark with circuits/ as of git revision REV (in a subprocess, back to
 back with this one, same arguments) and prints both profiles side by side: on a shared machine,
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -59,20 +64,31 @@ def matmul_rate(model: interp.HookedTransformer, rows: int = 2048) -> float:
     return 2 * rows * d_model * d_mlp / best
 
 
-def profile(model_name: str, n_samples: int, threads: int, dtype: str = "float32") -> dict[str, float]:
+def profile(
+    model_name: str, n_samples: int, threads: int, dtype: str = "float32", ops: int = 0
+) -> dict[str, float]:
     """Seconds per stage of head_report's pipeline (circuits/heads/pipeline.py), "total", and per
-    stage the token positions run through blocks ("<stage> positions") and the compute floor in
-    seconds ("<stage> floor")."""
+    stage the token positions run through blocks ("<stage> positions") and the compute floor of the
+    blocks' and the unembedding's matmuls in seconds ("<stage> floor"). ops > 0: the stages run under
+    torch.profiler, and the `ops` operators with the most self time are printed."""
     torch.set_num_threads(threads)
     model = interp.load_model(model_name, dtype=getattr(torch, dtype))
     stages: dict[str, float] = {}
-    positions = [0]
+    positions, unembed_flops = [0], [0]
 
     def count(module, args) -> None:
         positions[0] += args[0].shape[0] * args[0].shape[1]
 
     for block in model.blocks:
         block.register_forward_pre_hook(count)
+    unembed = model._unembed
+
+    def counted_unembed(x: torch.Tensor, columns: torch.Tensor | None = None) -> torch.Tensor:
+        logits = unembed(x, columns)
+        unembed_flops[0] += 2 * logits.numel() * model.cfg.d_model
+        return logits
+
+    model._unembed = counted_unembed  # what model(...) and model.unembed(...) call
     rate, per_position = matmul_rate(model), block_flops(model)
     spans: dict[str, list[float]] = {}
 
@@ -82,12 +98,12 @@ def profile(model_name: str, n_samples: int, threads: int, dtype: str = "float32
         span[1] = now
 
     def timed(name, fn, *fn_args, **fn_kwargs):
-        began, positions[0] = time.perf_counter(), 0
+        began, positions[0], unembed_flops[0] = time.perf_counter(), 0, 0
         out = fn(*fn_args, **fn_kwargs)
         stages[name] = time.perf_counter() - began
         if positions[0]:
             stages[f"{name} positions"] = positions[0]
-            stages[f"{name} floor"] = positions[0] * per_position / rate
+            stages[f"{name} floor"] = (positions[0] * per_position + unembed_flops[0]) / rate
         return out
 
     def sub_stages(parent: str, began: float) -> None:
@@ -99,15 +115,19 @@ def profile(model_name: str, n_samples: int, threads: int, dtype: str = "float32
                 inside += last - first
         stages[f"  {parent} (rest)"] = stages[parent] - inside
 
-    probes = timed("make_probes", heads.make_probes, model, n_samples)
-    began, spans = time.perf_counter(), {}
-    scores = timed("score_heads", heads.score_heads, model, probes, progress=progress)
-    sub_stages("score_heads", began)
-    weights = timed("weight_scores", heads.weight_scores, model, scores.candidates("previous_token", 12))
-    began, spans = time.perf_counter(), {}
-    effects = timed("causal_checks", heads.causal_checks, model, probes, scores, progress=progress)
-    sub_stages("causal_checks", began)
-    table = timed("classify", heads.classify, scores, weights, effects)
+    operators = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with operators if ops else nullcontext():
+        probes = timed("make_probes", heads.make_probes, model, n_samples)
+        began, spans = time.perf_counter(), {}
+        scores = timed("score_heads", heads.score_heads, model, probes, progress=progress)
+        sub_stages("score_heads", began)
+        weights = timed("weight_scores", heads.weight_scores, model, scores.candidates("previous_token", 12))
+        began, spans = time.perf_counter(), {}
+        effects = timed("causal_checks", heads.causal_checks, model, probes, scores, progress=progress)
+        sub_stages("causal_checks", began)
+        table = timed("classify", heads.classify, scores, weights, effects)
+    if ops:
+        print(operators.key_averages().table(sort_by="self_cpu_time_total", row_limit=ops))
     stages["total"] = sum(
         seconds for name, seconds in stages.items() if not name.startswith(" ") and " " not in name
     )
@@ -145,6 +165,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     parser.add_argument("--against", metavar="REV", help="also profile circuits/ at this git revision")
+    parser.add_argument("--ops", type=int, default=0, help="print the N operators taking the most time")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one line, for --against
     args = parser.parse_args()
     keep_freed_memory()  # the allocator policy the interp command runs with
@@ -155,7 +176,7 @@ def main() -> None:
     profiles = {}
     if args.against:
         profiles[args.against] = profile_at(args.against, args)
-    profiles["this tree"] = profile(args.model, args.n_samples, args.threads, args.dtype)
+    profiles["this tree"] = profile(args.model, args.n_samples, args.threads, args.dtype, args.ops)
     names = list(dict.fromkeys(name for found in profiles.values() for name in found))
     extra = [name for name in names if name.endswith((" positions", " floor")) or name == "matmul GFLOP/s"]
     names = [name for name in names if name not in extra and name != "total"]
@@ -170,7 +191,8 @@ def main() -> None:
     verdict = "under" if total <= 30 else "OVER"
     print(f"head_report total ({args.dtype}): {total:.1f} s ({verdict} the 30 s target)")
     print(
-        f"compute floor of the blocks' matmuls at {this['matmul GFLOP/s']:.0f} GFLOP/s: {floor:.1f} s "
+        f"compute floor of the matmuls (blocks and unembedding) at {this['matmul GFLOP/s']:.0f} GFLOP/s: "
+        f"{floor:.1f} s "
         f"(the causal checks: {this.get('causal_checks floor', float('nan')):.1f} s)"
     )
 
