@@ -30,6 +30,7 @@ from torch import Tensor
 from interp.checks import RESAMPLE_MASK_ERROR, check_padding_mask, check_pair
 from interp.edges.graph import EdgeGraph, edge_graph
 from interp.interventions.metrics import AnswerMetric, for_rows, takes_rows
+from interp.interventions.stats import masked_mean
 from interp.model.transformer import HookedTransformer
 from interp.types import ABLATIONS, Ablation, Metric
 
@@ -385,8 +386,7 @@ def ablated_outputs(
         if reference_mask is None:
             return outputs.mean(1, keepdim=True)
         real = check_padding_mask(reference_mask, *reference.shape)[:, : clean.shape[1]]
-        real = real.to(outputs.device)[None, :, :, None]
-        return torch.where(real, outputs, 0).sum(1, keepdim=True) / real.sum(1, keepdim=True)
+        return masked_mean(outputs, real[None, :, :, None], 1, keepdim=True)
     drawn = torch.randint(
         reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(seed)
     )

@@ -58,7 +58,7 @@ from interp.interventions.engine import (
 )
 from interp.interventions.metrics import Metric
 from interp.interventions.results import PatchResult
-from interp.interventions.stats import faithfulness_ratio
+from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
 from interp.types import ABLATIONS, Ablation, Head, Pos
@@ -167,11 +167,11 @@ class Replacement:
     def _mean(self, act: Tensor, rows: Tensor) -> Float[Tensor, "pos ..."]:
         """The mean over the reference prompts `rows` [n_ref] (bool), over those real at each
         position if a reference_mask was given."""
-        rows = rows.to(act.device)
+        selected = act[rows.to(act.device)]  # [n, pos, ...]
         if self.reference_mask is None:
-            return act[rows].mean(0)
-        real = self.reference_mask.to(act.device)[rows].view(*act[rows].shape[:2], *[1] * (act.ndim - 2))
-        return torch.where(real, act[rows], 0).sum(0) / real.sum(0).to(act.dtype)
+            return selected.mean(0)
+        real = self.reference_mask[rows.cpu()].view(*selected.shape[:2], *[1] * (act.ndim - 2))
+        return masked_mean(selected, real, 0)
 
     def values(self, name: str, batch: int, groups: Int[Tensor, " batch"] | None = None) -> Tensor:
         if self.method == "zero":

@@ -1,4 +1,5 @@
-"""Statistics of intervention results: one bootstrap, one faithfulness, AUROC.
+"""Statistics of intervention results: one bootstrap, one faithfulness, AUROC, the mean over the
+prompts real at each position (`masked_mean`, for mean ablation of padded prompts).
 
 Every confidence interval in interp is a percentile bootstrap over prompts (`bootstrap`): prompts
 are resampled with replacement and the statistic recomputed. Faithfulness has one definition:
@@ -17,6 +18,14 @@ from collections.abc import Callable
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
+
+
+def masked_mean(values: Tensor, real: Bool[Tensor, "..."], dim: int, keepdim: bool = False) -> Tensor:
+    """The mean of `values` along `dim` over the entries where `real` (broadcastable to `values`,
+    e.g. [prompt, pos, 1, ...], False at padding) is True; NaN where none is."""
+    real = real.to(values.device)
+    total = torch.where(real, values, 0).sum(dim, keepdim=keepdim)
+    return total / real.sum(dim, keepdim=keepdim).to(values.dtype)
 
 
 def bootstrap(
