@@ -115,8 +115,8 @@ def profile(
                 inside += last - first
         stages[f"  {parent} (rest)"] = stages[parent] - inside
 
-    operators = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    with operators if ops else nullcontext():
+    operators = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if ops else None
+    with nullcontext() if operators is None else operators:
         probes = timed("make_probes", heads.make_probes, model, n_samples)
         began, spans = time.perf_counter(), {}
         scores = timed("score_heads", heads.score_heads, model, probes, progress=progress)
@@ -126,7 +126,7 @@ def profile(
         effects = timed("causal_checks", heads.causal_checks, model, probes, scores, progress=progress)
         sub_stages("causal_checks", began)
         table = timed("classify", heads.classify, scores, weights, effects)
-    if ops:
+    if operators is not None:
         print(operators.key_averages().table(sort_by="self_cpu_time_total", row_limit=ops))
     stages["total"] = sum(
         seconds for name, seconds in stages.items() if not name.startswith(" ") and " " not in name
