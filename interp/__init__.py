@@ -28,6 +28,7 @@ _PUBLIC = {
     "load_model": "interp.model",
     "next_token_loss": "interp.model",
     "parameter_count": "interp.model",
+    "patch": "interp.interventions.patching",
     "provenance": "interp.model",
 }
 _INTERVENTIONS = ("metrics", "patching", "path_patching", "ablation", "engine", "results", "stats")

@@ -40,7 +40,7 @@ def test_ablating_nothing_is_the_identity(model, data):
     tokens, reference, _ = data
     expected = model(tokens)
     for method in ("zero", "mean", "resample"):
-        with ablation.ablate(model, method=method, reference=reference):
+        with ablation.ablate(model, ablation=method, reference=reference):
             torch.testing.assert_close(model(tokens), expected)
 
 
@@ -61,19 +61,19 @@ def test_mean_ablation_uses_the_reference_means(model, data):
     _, ref_cache = model.run_with_cache(reference)
     ref_z = ref_cache["z", 0][:, :, 1]  # [n_ref, pos, d_head]
     # "mean" is one mean per position, as everywhere in interp (edges included)
-    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference)
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=reference)
     torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
     groups, reference_groups = torch.tensor([1, 0, 1]), torch.tensor([0, 1, 1, 0, 0])
-    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference,
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=reference,
            reference_groups=reference_groups, groups=groups)  # fmt: skip
     for prompt, group in enumerate(groups):
         torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
     # an ActivationCache of the reference run serves as the reference without a second run
-    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=ref_cache)
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=ref_cache)
     torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
     # ... with groups too, as an ActivationCache or a plain dict of the hooks
     for cached in (ref_cache, {interp.act_name("z", 0): ref_cache["z", 0]}):
-        z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=cached,
+        z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=cached,
                reference_groups=reference_groups, groups=groups)  # fmt: skip
         for prompt, group in enumerate(groups):
             torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
@@ -92,12 +92,12 @@ def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(mode
     _, ref_cache = model.run_with_cache(reference)
     ref_z = ref_cache["z", 0][:, :, 1]  # [n_ref, pos, d_head]
     expected = torch.stack([ref_z[real[:, p], p].mean(0) for p in range(POS)])  # [pos, d_head]
-    z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=reference, reference_mask=real)
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=reference, reference_mask=real)
     torch.testing.assert_close(z[:, :, 1], expected.expand_as(z[:, :, 1]))
     assert not torch.allclose(expected, ref_z.mean(0))  # the padding would have changed the means
     reference_groups, groups = torch.tensor([0, 1, 0, 0, 1]), torch.tensor([1, 0, 1])
     with pytest.warns(RuntimeWarning, match="NaN/inf first appear at blocks.0.attn.hook_z"):
-        z = _z(model, tokens, 0, heads=[(0, 1)], method="mean", reference=ref_cache, reference_mask=real,
+        z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=ref_cache, reference_mask=real,
                reference_groups=reference_groups, groups=groups)  # fmt: skip
     for prompt, group in enumerate(groups.tolist()):
         for p in range(POS):
@@ -118,7 +118,7 @@ def test_resample_ablation_takes_a_reference_prompts_activation(model, data):
     _, ref_cache = model.run_with_cache(reference)
     ref_z = ref_cache["z", 1][:, :, 3]
     reference_groups = torch.tensor([0, 1, 1, 0, 0])
-    z = _z(model, tokens, 1, heads=[(1, 3)], method="resample", reference=reference,
+    z = _z(model, tokens, 1, heads=[(1, 3)], ablation="resample", reference=reference,
            reference_groups=reference_groups, groups=torch.tensor([1, 1, 0]))  # fmt: skip
     for prompt, group in enumerate([1, 1, 0]):
         matches = [(z[prompt, :, 3] - ref_z[i]).abs().max() < 1e-6 for i in range(5)]
@@ -129,10 +129,10 @@ def test_counterfactual_ablation_takes_the_paired_prompts_activation(model, data
     tokens, reference, _ = data
     paired = reference[:BATCH]
     _, ref_cache = model.run_with_cache(paired)
-    z = _z(model, tokens, 1, heads=[(1, 3)], method="counterfactual", reference=paired)
+    z = _z(model, tokens, 1, heads=[(1, 3)], ablation="counterfactual", reference=paired)
     torch.testing.assert_close(z[:, :, 3], ref_cache["z", 1][:, :, 3], atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="pairs reference prompt i with input prompt i"):
-        _z(model, tokens, 1, heads=[(1, 3)], method="counterfactual", reference=reference)
+        _z(model, tokens, 1, heads=[(1, 3)], ablation="counterfactual", reference=reference)
 
 
 def test_the_four_ablations_are_one_vocabulary_for_heads_and_edges(model, data):
@@ -148,7 +148,7 @@ def test_the_four_ablations_are_one_vocabulary_for_heads_and_edges(model, data):
         with ablation.ablate(
             model,
             heads=[(0, 1)],
-            method=method,
+            ablation=method,
             reference=paired if method == "counterfactual" else reference,
         ):
             _, cache = model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_z")
@@ -163,19 +163,21 @@ def test_the_four_ablations_are_one_vocabulary_for_heads_and_edges(model, data):
 def test_ablation_sweep_matches_one_ablation_at_a_time(model, data):
     tokens, reference, metric = data
     for method in ("zero", "mean"):
-        sweep = ablation.ablation_sweep(model, tokens, metric, "heads", method=method, reference=reference)
+        sweep = ablation.ablation_sweep(model, tokens, metric, "heads", ablation=method, reference=reference)
         assert sweep.mean().shape == (model.cfg.n_layers, model.cfg.n_heads)
         for layer, head in [(0, 2), (1, 0)]:
-            hooks = ablation.ablation_hooks(model, heads=[(layer, head)], method=method, reference=reference)
+            hooks = ablation.ablation_hooks(
+                model, heads=[(layer, head)], ablation=method, reference=reference
+            )
             expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
             torch.testing.assert_close(sweep.per_example()[layer, head], expected, atol=1e-5, rtol=0)
     # Padded references with their mask; logits only at the last position, for the two tokens read.
     real = torch.arange(POS) < torch.tensor([6, 3, 6, 2, 4])[:, None]
     answers = torch.stack([tokens[:, 0], tokens[:, 1]], -1)
-    sweep = ablation.ablation_sweep(model, tokens, metric, method="mean", reference=reference,
+    sweep = ablation.ablation_sweep(model, tokens, metric, ablation="mean", reference=reference,
                                     reference_mask=real, logit_pos=-1, logit_tokens=answers)  # fmt: skip
     hooks = ablation.ablation_hooks(
-        model, heads=[(1, 3)], method="mean", reference=reference, reference_mask=real
+        model, heads=[(1, 3)], ablation="mean", reference=reference, reference_mask=real
     )
     expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
     torch.testing.assert_close(sweep.per_example()[1, 3], expected, atol=1e-5, rtol=0)
@@ -189,11 +191,11 @@ def test_ablation_sweep_matches_one_ablation_at_a_time(model, data):
 def test_keeping_the_whole_model_as_the_circuit_is_faithful(model, data):
     tokens, reference, metric = data
     every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-    result = ablation.faithfulness(model, tokens, metric, every_head, reference=reference)
+    result = ablation.head_circuit_faithfulness(model, tokens, metric, every_head, reference=reference)
     assert result["circuit"] == pytest.approx(result["model"]) and result["faithfulness"] == pytest.approx(
         1.0
     )
-    partial = ablation.faithfulness(model, tokens, metric, every_head[:3], method="zero")
+    partial = ablation.head_circuit_faithfulness(model, tokens, metric, every_head[:3], ablation="zero")
     kept = model.run_with_hooks(tokens, fwd_hooks=ablation.circuit_hooks(model, every_head[:3], "zero"))
     assert metric(kept).mean().item() == pytest.approx(partial["circuit"], abs=1e-6)
     assert partial["circuit"] != pytest.approx(partial["model"])
@@ -206,11 +208,13 @@ def test_bad_input_raises(model, data):
     with pytest.raises(ValueError, match="out of range"):
         ablation.ablation_hooks(model, neurons=[(0, 40)])
     with pytest.raises(ValueError, match="needs reference tokens"):
-        ablation.ablation_hooks(model, heads=[(0, 0)], method="mean")
-    with pytest.raises(ValueError, match="unknown ablation method"):
-        ablation.ablation_hooks(model, heads=[(0, 0)], method="random")
+        ablation.ablation_hooks(model, heads=[(0, 0)], ablation="mean")
+    with pytest.raises(ValueError, match="unknown ablation"):
+        ablation.ablation_hooks(model, heads=[(0, 0)], ablation="random")
     with pytest.raises(ValueError, match="positions"):
-        hooks = ablation.ablation_hooks(model, heads=[(0, 0)], method="resample", reference=reference[:, :4])
+        hooks = ablation.ablation_hooks(
+            model, heads=[(0, 0)], ablation="resample", reference=reference[:, :4]
+        )
         model.run_with_hooks(tokens, fwd_hooks=hooks)
     with pytest.raises(ValueError, match="attention-only"):
         ablation.ablation_hooks(interp.HookedTransformer(tiny_config(attn_only=True)), mlps=[0])
@@ -227,9 +231,10 @@ def test_runs_that_ablate_whole_layers_skip_their_attention_and_equal_hooked_run
     replacement = ablation.Replacement(model, names, "mean", reference)
     layer0 = [(0, head) for head in range(n_heads)]
     sets = [layer0, layer0 + [(1, 1)], [(1, h) for h in range(n_heads)], [(0, 2)], layer0 + [(1, 0), (1, 3)]]
-    assert engine._overwrites_z(model, 0, ablation.ablation_sites(model, heads=layer0))
+    zeros = [engine.Intervention(site, torch.zeros(())) for site in ablation.ablation_sites(model, heads=layer0)]
+    assert engine._overwrites_z(model, 0, zeros)
     got = ablation.ablated_metrics(model, tokens, metric, sets, replacement)
     for heads, value in zip(sets, got, strict=True):
-        hooks = ablation.ablation_hooks(model, heads=heads, method="mean", reference=reference)
+        hooks = ablation.ablation_hooks(model, heads=heads, ablation="mean", reference=reference)
         expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
         torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)

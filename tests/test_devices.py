@@ -85,7 +85,7 @@ def test_half_precision_patching_and_ablation(toy_ioi_models, dtype):
         diff = lambda logits, c=clean, e=end: metrics.logit_diff(logits, c.io_token, c.s_token, pos=e)  # noqa: E731
         patched = activation_patching(model, clean.tokens, abc.tokens, diff, "resid_pre", clean.positions)
         paths = path_patching(model, clean.tokens, abc.tokens, diff, logit_pos=end)
-        with ablate(model, heads=[(1, 0)], method="zero"), torch.no_grad():
+        with ablate(model, heads=[(1, 0)], ablation="zero"), torch.no_grad():
             ablated = diff(model(clean.tokens)).float().cpu()
         results[key] = (patched.mean(), paths.mean(), ablated)
     scale = results[torch.float32][0].abs().max()

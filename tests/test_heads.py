@@ -377,7 +377,7 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     _, reference = model.run_with_cache(tokens, names_filter=z_names, return_type=None)
     second = probe.second_copy_predictions()
     real = torch.arange(tokens.shape[1]) < probe.lengths[:, None]
-    mean_ablation = {"method": "mean", "reference": reference, "reference_mask": real}
+    mean_ablation = {"ablation": "mean", "reference": reference, "reference_mask": real}
 
     @torch.no_grad()
     def loss(heads) -> torch.Tensor:

@@ -13,13 +13,7 @@ import torch
 import interp
 from interp import edges
 from interp.interventions import ablation, metrics, patching
-from interp.interventions.engine import (
-    cached_run,
-    final_resid_hook,
-    resid_names,
-    resid_stack,
-    run_site_sets,
-)
+from interp.interventions.engine import cached_run, run_site_sets, start_names
 from interp.interventions.path_patching import path_patching
 
 ATOL = 1e-4
@@ -62,9 +56,8 @@ def test_forward_and_cache_see_the_hook(setup) -> None:
 def test_engine_patching_and_ablation_see_the_hook(setup) -> None:
     model, clean, corrupted, metric, user_hook, _, hooked, hooked_corrupted = setup
     with model.hooks(fwd_hooks=user_hook):
-        names = resid_names(model) + [final_resid_hook(model)]
-        _, cache = cached_run(model, clean, names)
-        values = run_site_sets(model, clean, [[]], cache, metric, resid_pre=resid_stack(model, cache))
+        _, cache = cached_run(model, clean, start_names(model))
+        values = run_site_sets(model, clean, [[]], cache, metric, target=cache)
         result = patching.activation_patching(model, clean, corrupted, metric, "resid_pre", layers=[1])
         path = path_patching(model, clean, corrupted, metric, senders=[(1, 0)])
         replacement = ablation.Replacement(model, [], "zero")

@@ -76,7 +76,7 @@ def test_batched_runs_started_mid_model_equal_separate_full_runs(model, prompts)
     # The generic engine without cached residual streams runs every copy from the embeddings.
     _, sources = model.run_with_cache(clean, names_filter=lambda name: name.endswith("hook_z"))
     site_sets = [[Site(interp.act_name("z", layer), head=1, pos=end)] for layer in range(model.cfg.n_layers)]
-    full = engine.run_site_sets(model, corrupted, site_sets, sources.cache_dict, metric, resid_pre=None)
+    full = engine.run_site_sets(model, corrupted, site_sets, sources.cache_dict, metric)
     mid = patching.patch_sites(model, clean, corrupted, metric, site_sets)
     torch.testing.assert_close(full, mid.values, atol=1e-5, rtol=0)
 
@@ -98,12 +98,10 @@ def test_runs_sharing_a_prefix_equal_runs_computed_alone(model, prompts):
         early + [Site("ln_final.hook_normalized", pos=end)],
         [],
     ]
-    _, target = model.run_with_cache(corrupted, names_filter=lambda name: "resid" in name)
-    resid = [target["resid_pre", layer] for layer in range(model.cfg.n_layers)]
-    resid.append(target["resid_post", model.cfg.n_layers - 1])
-    for resid_pre in (resid, None):
+    _, target = engine.cached_run(model, corrupted, engine.start_names(model))
+    for start in (target, None):
         shared = engine.run_site_sets(
-            model, corrupted, site_sets, source.cache_dict, metric, resid_pre, batch_size=3
+            model, corrupted, site_sets, source.cache_dict, metric, target=start, batch_size=3
         )
         for sites, value in zip(site_sets, shared, strict=True):
             hooks = [

@@ -18,11 +18,12 @@ lengths are strata: a stratum holds when either effect on its sequences exceeds 
 "unconfirmed".
 
 Runs: one clean run of the probe serves both checks (`clean_run`). Every set of heads to ablate is
-known before any is run, so the ablated runs share work (`_ablated_runs`): each starts at its first
-ablated block from the clean residual stream, runs that ablate the same heads in their first blocks
-compute those once, the previous-token check stops after the last target's block and takes the
-patterns only where an ablation changed them, and the probe's rows run per repeat length, cut to
-the longest of them (attention is causal: the padding after it changes nothing before it).
+known before any is run, so the ablated runs go to interp's intervention engine together
+(`interp.interventions.engine.read_site_sets`): each starts at its first ablated block from the
+clean residual stream, runs that ablate the same heads in their first blocks compute those once,
+the previous-token check stops after the last target's block and reads the clean patterns where no
+ablation changed them, and the probe's rows run per repeat length, cut to the longest of them
+(attention is causal: the padding after it changes nothing before it).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
 from circuits.heads.probes import Probe, Probes
 from circuits.heads.scores import HeadScores, StageProgress, pattern_scores, score_masks, stage_progress
-from interp.interventions.ablation import Replacement
+from interp.interventions.ablation import Replacement, ablation_sites
+from interp.interventions.engine import final_resid_hook, read_site_sets
 from interp.types import Head, Progress
 
 CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
@@ -156,6 +158,7 @@ class CleanRun:
     probe's sequences per position, padding excluded (the mean ablation's values), attention
     patterns, and the residual stream after the last block (None where not asked for)."""
 
+    tokens: Int[Tensor, "batch pos"]
     resid_pre: dict[int, Float[Tensor, "batch pos d_model"]]
     z_mean: dict[int, Float[Tensor, "1 pos head d_head"]]
     patterns: dict[int, Float[Tensor, "batch head q k"]]
@@ -175,13 +178,13 @@ def clean_run(
     names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
     names += [interp.act_name("pattern", layer) for layer in sorted(set(pattern_layers))]
     last = interp.act_name("resid_post", model.cfg.n_layers - 1)
-    _, cache = model.run_with_cache(
-        probe.tokens.to(model.device), names_filter=names + [last] * final, return_type=None
-    )
+    tokens = probe.tokens.to(model.device)
+    _, cache = model.run_with_cache(tokens, names_filter=names + [last] * final, return_type=None)
     real = torch.arange(probe.tokens.shape[1]) < probe.lengths[:, None]  # [batch, pos]: not padding
     z_names = [interp.act_name("z", layer) for layer in layers]
     means = Replacement(model, z_names, "mean", {name: cache[name] for name in z_names}, reference_mask=real)
     return CleanRun(
+        tokens=tokens,
         resid_pre={layer: cache["resid_pre", layer] for layer in layers},
         z_mean={layer: means.values(name, len(real)) for layer, name in zip(layers, z_names, strict=True)},
         patterns={layer: cache["pattern", layer] for layer in pattern_layers},
@@ -202,74 +205,40 @@ def _row_groups(probe: Probe) -> list[tuple[Tensor, int]]:
     return groups
 
 
-Walked = tuple[Tensor | None, dict[int, Tensor]]
-"""(residual stream before the stop block, None where nothing was ablated before it; the patterns of
-the asked-for layers that the ablation changed)."""
-
-
-def _ablated_runs(
+def _ablated_reads(
     model: interp.HookedTransformer,
     clean: CleanRun,
     head_sets: Sequence[Sequence[Head]],
     rows: Tensor,
     width: int,
-    stop: int,
-    pattern_layers: Sequence[int] = (),
-    progress: Callable[[], None] | None = None,
-) -> list[Walked]:
-    """Blocks up to `stop` with each set of heads mean-ablated, on `rows` of the clean run's probe cut
-    to `width` positions. A run starts at its first ablated block from the clean residual stream, and
-    runs that ablate the same heads in the first blocks share them (depth first, so few residual
-    streams are held at once). progress() is called as each set's run ends."""
-    n_heads = model.cfg.n_heads
-    results: list[Walked | None] = [None] * len(head_sets)
+    reads: dict[str, Tensor],
+    readout: Callable[[dict[str, Tensor]], Tensor],
+    progress: Callable[[], None] | None,
+) -> list[Tensor]:
+    """readout({name: activation}) of the hooks `reads` (name -> the clean run's value on `rows`, cut
+    to `width`) with each set of heads mean-ablated, on `rows` of the probe cut to `width` positions;
+    progress() is called as each set's run ends."""
+    names = {interp.act_name("z", layer): layer for layer in clean.z_mean}
+    target = {
+        interp.act_name("resid_pre", layer): resid[rows, :width] for layer, resid in clean.resid_pre.items()
+    }
+    done = [0]
 
-    def at(layer: int, i: int) -> tuple[int, ...]:
-        return tuple(sorted(h for layer_, h in head_sets[i] if layer_ == layer))
+    def step(finished: int, total: int) -> None:
+        for _ in range(finished - done[0]):
+            progress()
+        done[0] = finished
 
-    def block(
-        resid: Tensor, layer: int, heads: tuple[int, ...], capture: bool
-    ) -> tuple[Tensor, Tensor | None]:
-        hooks, captured = [], []
-        if heads:
-            value = clean.z_mean[layer][:, :width]
-            mask = torch.zeros(n_heads, dtype=torch.bool, device=value.device)
-            mask[list(heads)] = True
-            mask = mask[:, None]  # [head, 1]: broadcasts over [batch, pos, head, d_head]
-
-            def ablate(act: Tensor, hook) -> Tensor:
-                return torch.where(mask, value.to(act.dtype), act)
-
-            hooks.append((interp.act_name("z", layer), ablate))
-        if capture:
-            hooks.append((interp.act_name("pattern", layer), lambda act, hook: captured.append(act)))
-        with model.hooks(fwd_hooks=hooks):
-            out = model(resid, start_at_layer=layer, stop_at_layer=layer + 1)
-        return out, (captured[0] if captured else None)
-
-    def descend(indices: list[int], resid: Tensor | None, layer: int, patterns: dict[int, Tensor]) -> None:
-        while resid is None and layer < stop and not any(at(layer, i) for i in indices):
-            layer += 1  # still the clean run: nothing to compute
-        if layer >= stop:
-            for i in indices:
-                results[i] = (resid, patterns)
-                if progress:
-                    progress()
-            return
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i in indices:
-            groups.setdefault(at(layer, i), []).append(i)
-        for heads, sub in groups.items():
-            if resid is None and not heads:
-                descend(sub, None, layer + 1, patterns)
-                continue
-            parent = clean.resid_pre[layer][rows, :width] if resid is None else resid
-            # A pattern changes only if something was ablated in an earlier block.
-            out, pattern = block(parent, layer, heads, resid is not None and layer in pattern_layers)
-            descend(sub, out, layer + 1, patterns if pattern is None else patterns | {layer: pattern})
-
-    descend(list(range(len(head_sets))), None, 0, {})
-    return results  # type: ignore[return-value]
+    return read_site_sets(
+        model,
+        clean.tokens[rows, :width],
+        [ablation_sites(model, heads=heads) for heads in head_sets],
+        list(reads),
+        readout,
+        {name: clean.z_mean[layer][:, :width] for name, layer in names.items()},
+        target=target | reads,
+        progress=step if progress else None,
+    )
 
 
 def _counter(progress: Progress | None, total: int) -> Callable[[], None] | None:
@@ -297,7 +266,6 @@ def induction_ablation_effects(
     """Loss increase on the second copies (nats) when candidate heads are mean-ablated: each alone,
     each with the other candidates ablated, all together. `clean`: the probe's clean run (with the
     candidates' layers and the final residual stream), if already made."""
-    n_layers = model.cfg.n_layers
     if clean is None:
         clean = clean_run(model, probe, [layer for layer, _ in heads], final=True)
     tokens = probe.tokens.to(model.device)
@@ -308,21 +276,25 @@ def induction_ablation_effects(
         """Mean loss per sequence on its second copy (logits only where it is scored)."""
         values = torch.zeros(len(head_sets), len(tokens))
         step = _counter(progress, len(head_sets) * len(groups))
+        final_name = final_resid_hook(model)
         for rows, width in groups:
-            runs = _ablated_runs(
-                model, clean, head_sets, rows.to(model.device), width, n_layers, progress=step
-            )
-            scored = second[rows.to(model.device), : width - 1]
+            device_rows = rows.to(model.device)
+            scored = second[device_rows, : width - 1]
             r, pos = scored.nonzero(as_tuple=True)
-            targets = tokens[rows.to(model.device)][r, pos + 1]
-            for i, (resid, _) in enumerate(runs):
-                resid = clean.final[rows.to(model.device), :width] if resid is None else resid
-                logits = model.unembed(model.ln_final(resid[r, pos][:, None]))[:, 0]  # [n_scored, d_vocab]
+            targets = tokens[device_rows][r, pos + 1]
+
+            def loss(acts: dict[str, Tensor], scored=scored, r=r, pos=pos, targets=targets) -> Tensor:
+                logits = model.unembed(model.ln_final(acts[final_name][r, pos][:, None]))[:, 0]
                 per_token = torch.zeros(scored.shape, dtype=torch.float32, device=scored.device)
                 per_token[r, pos] = torch.nn.functional.cross_entropy(
                     logits.float(), targets, reduction="none"
                 )
-                values[i, rows] = (per_token.sum(-1) / scored.sum(-1)).float().cpu()
+                return (per_token.sum(-1) / scored.sum(-1)).float().cpu()
+
+            reads = {final_name: clean.final[device_rows, :width]}
+            runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, loss, step)
+            for i, value in enumerate(runs):
+                values[i, rows] = value
         return list(values)
 
     return _candidate_effects(heads, measure, 1, MIN_EFFECT["induction"], length_strata(probe))
@@ -359,26 +331,23 @@ def previous_token_ablation_effects(
             lengths = probe.lengths[rows]
             masks = {"induction": score_masks(probe.tokens[rows, :width], lengths)["induction"]}
             device_rows = rows.to(model.device)
-            runs = _ablated_runs(
-                model, clean, head_sets, device_rows, width, max(target_layers) + 1, target_layers, step
-            )
-            clean_scores: dict[Head, Tensor] = {}
+            reads = {
+                interp.act_name("pattern", layer): clean.patterns[layer][device_rows][:, :, :width, :width]
+                for layer in target_layers
+            }
 
-            def score(pattern: Tensor, head: int, masks=masks, lengths=lengths) -> Tensor:
-                scored = pattern_scores(pattern[:, head : head + 1].float().cpu(), masks, lengths)
-                return scored["induction"][:, 0]
+            def score(patterns: dict[str, Tensor], masks=masks, lengths=lengths) -> Tensor:
+                per_target = [
+                    pattern_scores(
+                        patterns[interp.act_name("pattern", lt)][:, ht : ht + 1].float().cpu(), masks, lengths
+                    )["induction"][:, 0]
+                    for lt, ht in later
+                ]
+                return torch.stack(per_target).mean(0)
 
-            for i, (_, patterns) in enumerate(runs):
-                per_target = []
-                for lt, ht in later:
-                    if lt in patterns:
-                        per_target.append(score(patterns[lt], ht))
-                    else:
-                        if (lt, ht) not in clean_scores:
-                            pattern = clean.patterns[lt][device_rows][:, :, :width, :width]
-                            clean_scores[lt, ht] = score(pattern, ht)
-                        per_target.append(clean_scores[lt, ht])
-                values[i, rows] = torch.stack(per_target).mean(0)
+            runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, score, step)
+            for i, value in enumerate(runs):
+                values[i, rows] = value
         return list(values)
 
     return _candidate_effects(heads, measure, -1, MIN_EFFECT["previous_token"], length_strata(probe))

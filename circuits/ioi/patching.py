@@ -22,7 +22,6 @@ from torch import Tensor
 import interp
 from interp import edges
 from interp.interventions.ablation import Replacement, ablated_metrics, ablation_sites
-from interp.interventions.engine import Site, site_mask
 from interp.interventions.path_patching import PathPatcher
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
@@ -278,22 +277,7 @@ class MeanAblation:
     def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
         """fwd_hooks for a run on `prompts` (their groups pick the means), or on copies of them
         stacked along the batch (as path patching runs them)."""
-        groups = self.groups(prompts)
-
-        def make_hook(site: Site):
-            value = self.replacement.values(site.name, len(prompts), groups)
-
-            def hook(z: Tensor, hook) -> Tensor:  # z: [batch, pos, head, d_head]
-                # Path patching stacks copies of the batch ([n_copies * batch, ...]): repeat the means.
-                # Prompts cut to their length take the means of their first positions.
-                copies = z.shape[0] // value.shape[0] if value.shape[0] > 1 else 1
-                means = value[:, : z.shape[1]].to(z.device, z.dtype)
-                stacked = means.repeat(copies, *[1] * (value.ndim - 1))
-                return torch.where(site_mask(site, z.shape, z.device), stacked, z)
-
-            return hook
-
-        return [(site.name, make_hook(site)) for site in ablation_sites(self.model, heads=heads)]
+        return self.replacement.hooks(ablation_sites(self.model, heads=heads), self.groups(prompts))
 
     def logit_diffs_many(self, head_sets: Sequence[Sequence[Head]], prompts: IOIPrompts) -> Tensor:
         """Logit diff per prompt [n_sets, batch] (CPU) with each set of heads mean-ablated; sets that

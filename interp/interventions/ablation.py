@@ -19,7 +19,7 @@ Ablations (`interp.types.Ablation`, the same four words for heads, MLPs, neurons
 The default is "zero" where no reference prompts are needed (ablation_hooks, ablate, ablation
 sweeps); functions given clean and corrupted prompts default to "counterfactual".
 
-    with ablate(model, heads=[(9, 6), (9, 9)], method="mean", reference=abc.tokens):
+    with ablate(model, heads=[(9, 6), (9, 9)], ablation="mean", reference=abc.tokens):
         logits = model(clean.tokens)
     model.run_with_hooks(tokens, fwd_hooks=ablation_hooks(model, mlps=[0]))
 """
@@ -49,12 +49,10 @@ from interp.interventions.engine import (
     Site,
     cached_run,
     check_logit_pos,
-    final_resid_hook,
     metric_values,
-    resid_names,
-    resid_stack,
     run_site_sets,
     site_mask,
+    start_names,
 )
 from interp.interventions.metrics import Metric
 from interp.interventions.results import PatchResult
@@ -95,7 +93,7 @@ def ablation_sites(
 
 
 class Replacement:
-    """The values that replace activations of the hooks `names` under an ablation method.
+    """The values that replace activations of the hooks `names` under an ablation.
 
     `reference` is reference tokens [n_ref, pos] (run once to cache the hooks), or an
     ActivationCache (or a dict name -> [n_ref, pos, ...]) that already holds them (e.g. the clean
@@ -111,20 +109,20 @@ class Replacement:
         self,
         model: HookedTransformer,
         names: Sequence[str],
-        method: Ablation,
+        ablation: Ablation,
         reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
         reference_groups: Int[Tensor, " n_ref"] | None = None,
         seed: int = 0,
         reference_mask: Int[Tensor, "n_ref pos"] | None = None,
     ):
-        if method not in ABLATIONS:
-            raise ValueError(f"unknown ablation method {method!r}; choose one of {', '.join(ABLATIONS)}")
-        if method != "zero" and reference is None:
+        if ablation not in ABLATIONS:
+            raise ValueError(f"unknown ablation {ablation!r}; choose one of {', '.join(ABLATIONS)}")
+        if ablation != "zero" and reference is None:
             raise ValueError(
-                f"{method} ablation needs reference tokens [n_ref, pos] (e.g. a corrupted dataset)"
+                f"{ablation} ablation needs reference tokens [n_ref, pos] (e.g. a corrupted dataset)"
             )
         cached = isinstance(reference, ActivationCache | Mapping)
-        missing = [name for name in names if name not in reference] if cached and method != "zero" else []
+        missing = [name for name in names if name not in reference] if cached and ablation != "zero" else []
         if missing:
             raise ValueError(f"the reference cache lacks {missing}: cache these hooks in its run")
         if reference is None or not cached:
@@ -133,28 +131,28 @@ class Replacement:
             shape = next((reference[name].shape for name in names if name in reference), None)
         n_ref, n_pos = (None, None) if shape is None else shape[:2]
         if reference_groups is not None and (
-            n_ref is None or method == "counterfactual" or tuple(reference_groups.shape) != (n_ref,)
+            n_ref is None or ablation == "counterfactual" or tuple(reference_groups.shape) != (n_ref,)
         ):
             raise ValueError(
                 "reference_groups must be a LongTensor [n_ref], one group per reference prompt "
                 "(mean and resample ablations only)"
             )
-        if reference_mask is not None and method == "resample":
+        if reference_mask is not None and ablation == "resample":
             raise ValueError(RESAMPLE_MASK_ERROR)
-        self.method = method
+        self.ablation = ablation
         self.reference_mask = (
             None if reference_mask is None else check_padding_mask(reference_mask, n_ref, n_pos)
         )
         self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
         self.generator = torch.Generator().manual_seed(seed)
         self.acts: dict[str, Tensor] = {}
-        if method != "zero" and cached:
+        if ablation != "zero" and cached:
             self.acts = {name: reference[name] for name in names}  # name -> [n_ref, pos, ...]
-        elif method != "zero":
+        elif ablation != "zero":
             with torch.no_grad():  # no logits: the run stops after the last block it caches
                 _, cache = model.run_with_cache(reference, names_filter=list(names), return_type=None)
             self.acts = {name: cache[name] for name in names}
-        self.means = {name: self._means(act) for name, act in self.acts.items()} if method == "mean" else {}
+        self.means = {name: self._means(act) for name, act in self.acts.items()} if ablation == "mean" else {}
 
     def _means(self, act: Tensor) -> Float[Tensor, "group pos ..."]:
         groups = (
@@ -174,14 +172,14 @@ class Replacement:
         return masked_mean(selected, real, 0)
 
     def values(self, name: str, batch: int, groups: Int[Tensor, " batch"] | None = None) -> Tensor:
-        if self.method == "zero":
+        if self.ablation == "zero":
             return torch.zeros(())
         if (groups is None) != (self.reference_groups is None):
             raise ValueError("give groups for the input prompts exactly when reference_groups are given")
-        if self.method == "mean":
+        if self.ablation == "mean":
             means = self.means[name]
             return means if groups is None else means[groups.long().cpu()]
-        if self.method == "counterfactual":
+        if self.ablation == "counterfactual":
             if self.acts[name].shape[0] != batch:
                 raise ValueError(
                     f"counterfactual ablation pairs reference prompt i with input prompt i: "
@@ -196,6 +194,26 @@ class Replacement:
                 raise ValueError("some input prompts' groups have no reference prompt to resample from")
             scores = scores.masked_fill(~same, -1.0)
         return self.acts[name][scores.argmax(1)]
+
+    def hooks(self, sites: Sequence[Site], groups: Int[Tensor, " batch"] | None = None) -> list:
+        """fwd_hooks that overwrite `sites` with these values, for runs on the input prompts (their
+        `groups` [batch] pick per-group values) or on copies of them stacked along the batch (as
+        path patching runs them); prompts cut to their length take the values of the first positions."""
+
+        def make_hook(site: Site):
+            def hook(act: Tensor, hook) -> Tensor:
+                rows = act.shape[0] if groups is None else len(groups)
+                if act.shape[0] % rows:
+                    raise ValueError(f"{site.name}: {act.shape[0]} rows are not copies of {rows} prompts")
+                value = _fit_length(site.name, act, self.values(site.name, rows, groups))
+                if value.ndim and value.shape[0] not in (1, act.shape[0]):
+                    value = value.repeat(act.shape[0] // rows, *[1] * (value.ndim - 1))
+                value = value.to(act.device, act.dtype)
+                return torch.where(site_mask(site, act.shape, act.device), value, act)
+
+            return hook
+
+        return [(site.name, make_hook(site)) for site in sites]
 
 
 def _fit_length(name: str, act: Tensor, value: Tensor) -> Tensor:
@@ -215,7 +233,7 @@ def ablation_hooks(
     heads: Sequence[Head] = (),
     mlps: Sequence[int] = (),
     neurons: Sequence[tuple[int, int]] = (),
-    method: Ablation = "zero",
+    ablation: Ablation = "zero",
     reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
@@ -229,23 +247,14 @@ def ablation_hooks(
     """
     sites = ablation_sites(model, heads, mlps, neurons)
     replacement = Replacement(
-        model, [s.name for s in sites], method, reference, reference_groups, seed, reference_mask
+        model, [s.name for s in sites], ablation, reference, reference_groups, seed, reference_mask
     )
-
-    def make_hook(site: Site):
-        def hook(act: Tensor, hook) -> Tensor:
-            value = replacement.values(site.name, act.shape[0], groups).to(act.device, act.dtype)
-            value = _fit_length(site.name, act, value)
-            return torch.where(site_mask(site, act.shape, act.device), value, act)
-
-        return hook
-
-    return [(site.name, make_hook(site)) for site in sites]
+    return replacement.hooks(sites, groups)
 
 
 @contextmanager
 def ablate(model: HookedTransformer, **kwargs) -> Iterator[HookedTransformer]:
-    """Context manager: `with ablate(model, heads=[(9, 6)], method="mean", reference=tokens): ...`
+    """Context manager: `with ablate(model, heads=[(9, 6)], ablation="mean", reference=tokens): ...`
     (the arguments of `ablation_hooks`)."""
     with model.hooks(fwd_hooks=ablation_hooks(model, **kwargs)):
         yield model
@@ -280,7 +289,10 @@ def ablated_metrics(
     sources = {
         name: _fit_length(name, tokens, replacement.values(name, tokens.shape[0], groups)) for name in names
     }
-    return run_site_sets(model, tokens, site_sets, sources, metric, None, batch_size, logit_pos, logit_tokens)
+    return run_site_sets(
+        model, tokens, site_sets, sources, metric, logit_pos=logit_pos, logit_tokens=logit_tokens,
+        batch_size=batch_size,
+    )  # fmt: skip
 
 
 def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]:
@@ -295,20 +307,20 @@ def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]
 
 
 def circuit_hooks(
-    model: HookedTransformer, circuit: Sequence[Head], method: Ablation = "zero", **kwargs
+    model: HookedTransformer, circuit: Sequence[Head], ablation: Ablation = "zero", **kwargs
 ) -> list:
     """fwd_hooks that ablate every head except those of `circuit` (MLPs are kept), for faithfulness.
     Every member of `circuit` must be a head of the model (`interp.checks.check_heads`)."""
     circuit = check_heads(model.cfg, circuit)
-    return ablation_hooks(model, heads=_all_heads_but(model, circuit), method=method, **kwargs)
+    return ablation_hooks(model, heads=_all_heads_but(model, circuit), ablation=ablation, **kwargs)
 
 
-def faithfulness(
+def head_circuit_faithfulness(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
     metric: Metric,
     circuit: Sequence[Head],
-    method: Ablation = "zero",
+    ablation: Ablation = "zero",
     **kwargs,
 ) -> dict[str, float]:
     """How much of the model's metric `circuit`'s heads keep when every other head is ablated
@@ -324,9 +336,9 @@ def faithfulness(
     batch = tokens.shape[0]
     with torch.no_grad():
         full = check_metric_output(metric(model(tokens)), batch).mean()
-        with model.hooks(fwd_hooks=circuit_hooks(model, circuit, method, **kwargs)):
+        with model.hooks(fwd_hooks=circuit_hooks(model, circuit, ablation, **kwargs)):
             kept = check_metric_output(metric(model(tokens)), batch).mean()
-        with model.hooks(fwd_hooks=circuit_hooks(model, [], method, **kwargs)):
+        with model.hooks(fwd_hooks=circuit_hooks(model, [], ablation, **kwargs)):
             none = check_metric_output(metric(model(tokens)), batch).mean()
     check_denominator(float(full), float(full), "recovered (circuit / model)")
     return {
@@ -343,7 +355,7 @@ def ablation_sweep(
     tokens: Int[Tensor, "batch pos"],
     metric: Metric,
     component: Literal["heads", "mlps"] = "heads",
-    method: Ablation = "zero",
+    ablation: Ablation = "zero",
     reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
@@ -378,15 +390,17 @@ def ablation_sweep(
     else:
         raise ValueError(f"component must be 'heads' or 'mlps', got {component!r}")
     names = sorted({site.name for sites in units for site in sites})
-    replacement = Replacement(model, names, method, reference, reference_groups, seed, reference_mask)
+    replacement = Replacement(model, names, ablation, reference, reference_groups, seed, reference_mask)
     batch = tokens.shape[0]
     sources = {name: _fit_length(name, tokens, replacement.values(name, batch, groups)) for name in names}
     check_logit_pos(logit_pos, tokens)
-    logits, cache = cached_run(model, tokens, resid_names(model) + [final_resid_hook(model)], logit_pos)
-    resid = resid_stack(model, cache)
-    values = run_site_sets(model, tokens, units, sources, metric, resid, batch_size, logit_pos, logit_tokens)
+    logits, target = cached_run(model, tokens, start_names(model), logit_pos)
+    values = run_site_sets(
+        model, tokens, units, sources, metric, target=target, logit_pos=logit_pos,
+        logit_tokens=logit_tokens, batch_size=batch_size,
+    )  # fmt: skip
     rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
-    index = pd.DataFrame(rows).assign(component=f"{method} ablation of {component}", position="all")
+    index = pd.DataFrame(rows).assign(component=f"{ablation} ablation of {component}", position="all")
     if "head" not in index:
         index["head"] = None
     return PatchResult(
@@ -396,5 +410,5 @@ def ablation_sweep(
         coords,
         metric_name,
         target=metric_values(metric, logits, batch),
-        method=f"{method} ablation",
+        method=f"{ablation} ablation",
     )

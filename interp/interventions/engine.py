@@ -1,28 +1,33 @@
-"""The intervention engine: every patched or ablated run goes through `run_site_sets`.
+"""The intervention engine: every patched, ablated or read run goes through `run_site_sets`.
 
-A `Site` names what is overwritten: a hook, optionally one head (or several), a position (int,
-or one per prompt as a LongTensor [batch]) and units of the last dimension (e.g. MLP neurons).
-A patched run overwrites a *set* of sites at once with values from `sources` (a cached source run,
-a mean, zeros ...). `run_site_sets` runs many such sets on one batch of prompts and returns the
-metric of each: runs are sorted by what they patch, segment by segment (embeddings, each block,
-final norm), and walked breadth-first, so runs that patch the same sites in the first blocks compute
-those blocks once; an unpatched prefix comes from the target's cached residual stream
-(`cached_run`, `resid_stack`), blocks whose z every run of a pass overwrites skip the attention
-(`overwritten_z`), and logits are computed only at the positions and for the tokens the metric reads
-(`forward_logits`, `logit_tokens`). Patching (`interp.interventions.patching`) and ablation
-(`interp.interventions.ablation`) are hook values plus this scheduling.
+One primitive, an `Intervention`: a `Site` (a hook, optionally heads, positions and units of the
+last axis) and a source of the values written there (a cached run such as the clean or corrupted
+one, a tensor such as zeros or a mean over reference prompts, or a function of the activation).
+A run makes a list of interventions; `run_site_sets` runs many such lists on one batch of prompts
+and returns the metric of each (`read_site_sets`: activations instead of logits). Runs are sorted by
+what they change, segment by segment (embeddings, each block, final norm), and walked breadth-first,
+so runs that make the same interventions in the first blocks compute those blocks once; an
+unchanged prefix comes from the target's cached run (`cached_run`, `start_names`), blocks whose z
+every run of a pass overwrites skip the attention (`overwritten_z`), opt-in hook points are switched
+on only in the blocks that use them (`hook_settings_for`), and logits are computed only at the
+positions and for the tokens the metric reads (`forward_logits`, `logit_tokens`). Activation,
+attribution and path patching (`interp.interventions.patching`, `.path_patching`), ablation
+(`interp.interventions.ablation`) and the head report's causal checks are interventions plus this
+scheduling.
 
-    logits, cache = cached_run(model, corrupted, resid_names(model) + [final_resid_hook(model)])
+    _, target = cached_run(model, corrupted, start_names(model))
+    _, clean_cache = cached_run(model, clean, ["blocks.3.attn.hook_z"])
     values = run_site_sets(model, corrupted, [[Site("blocks.3.attn.hook_z", head=2)], []],
-                           sources=clean_cache, metric=metric, resid_pre=resid_stack(model, cache))
+                           clean_cache, metric, target=target)
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int
@@ -31,8 +36,9 @@ from torch import Tensor
 from interp.checks import check_pair as check_token_pair
 from interp.interventions.metrics import Metric
 from interp.model.cache import act_name
+from interp.model.hooks import opt_in_setting
 from interp.model.transformer import HookedTransformer
-from interp.types import Pos
+from interp.types import Pos, Progress
 
 _HEAD_FIRST = {"pattern", "attn_scores"}  # [batch, head, query_pos, key_pos]
 _PER_HEAD = {"q", "k", "v", "z", "result", "rot_q", "rot_k", "q_input", "k_input", "v_input"}
@@ -118,6 +124,40 @@ def site_mask(site: Site, shape: torch.Size, device: torch.device | str = "cpu")
     return mask
 
 
+Source = Mapping[str, Tensor] | Tensor | Callable[[Tensor], Tensor]
+"""Where an intervention's values come from: a run's cached activations by hook name (the clean or
+corrupted run's), a tensor broadcastable to the activation [batch, ...] (zeros, a mean, a steering
+vector ...), or a function of the activation [batch, ...] -> its new values (broadcastable)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Intervention:
+    """Overwrite what `site` selects with values from `source` (see `Source`)."""
+
+    site: Site
+    source: Source
+
+    def values(self, act: Tensor) -> Tensor:
+        """The values for activation `act` [batch, ...], on its device and in its dtype."""
+        source = self.source
+        if isinstance(source, Mapping):
+            if self.site.name not in source:
+                raise ValueError(f"no source values for {self.site.name}; cache it in the source run")
+            value = source[self.site.name]
+        elif isinstance(source, Tensor):
+            value = source
+        else:
+            value = source(act)
+            if not isinstance(value, Tensor):
+                raise TypeError(f"the source function for {self.site.name} returned {type(value).__name__}")
+        return value.to(act.device, act.dtype)
+
+
+def hook_settings_for(names: Iterable[str]) -> dict[str, bool]:
+    """The opt-in hook settings (`model.settings(...)`) under which the hooks `names` fire."""
+    return {setting: True for setting in {opt_in_setting(name) for name in names} - {None}}
+
+
 def check_sites(model: HookedTransformer, site_sets: Sequence[Sequence[Site]]) -> None:
     """Raise a ValueError naming the closest hook names if a site's hook does not exist."""
     for sites in site_sets:
@@ -128,81 +168,191 @@ def check_sites(model: HookedTransformer, site_sets: Sequence[Sequence[Site]]) -
                 raise ValueError(f"unknown activation: {error.args[0]}") from None
 
 
+def as_interventions(
+    site_sets: Sequence[Sequence[Site | Intervention]], sources: Source | None
+) -> list[list[Intervention]]:
+    """Each run's interventions: a bare Site takes its values from `sources`."""
+    runs = []
+    for entries in site_sets:
+        run = []
+        for entry in entries:
+            if isinstance(entry, Intervention):
+                run.append(entry)
+            elif isinstance(entry, Site):
+                if sources is None:
+                    raise ValueError(
+                        f"{entry.name}: a bare Site needs `sources` (a cached run, a tensor or a function); "
+                        "or pass Intervention(site, source)"
+                    )
+                run.append(Intervention(entry, sources))
+            else:
+                raise TypeError(f"a run is a list of Site or Intervention, got {type(entry).__name__}")
+        runs.append(run)
+    return runs
+
+
 def run_site_sets(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
-    site_sets: Sequence[Sequence[Site]],
-    sources: Mapping[str, Tensor],
+    site_sets: Sequence[Sequence[Site | Intervention]],
+    sources: Source | None,
     metric: Metric,
-    resid_pre: Sequence[Tensor] | None = None,
-    batch_size: int | None = None,
+    *,
+    target: Mapping[str, Tensor] | None = None,
     logit_pos: Pos = None,
     logit_tokens: Tensor | None = None,
+    batch_size: int | None = None,
+    progress: Progress | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
-    """Metric of each patched run: run i overwrites every site in site_sets[i] with `sources`.
+    """Metric of each patched run: run i makes every intervention in site_sets[i] (a bare `Site` takes
+    its values from `sources`: a cached source run, a tensor, a function; see `Intervention`).
 
-    sources[name]: the replacement values for hook `name`, broadcastable to its activation
-      [batch, ...] (a cached source run's activation, a mean, zeros, ...).
-    resid_pre: the target run's residual stream before each block and after the last (n_layers + 1
-      tensors [batch, pos, d_model]); with it a run starts at its earliest patched block instead of
-      the embeddings.
-    batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
+    target: the target run's cached activations (`cached_run(model, tokens, start_names(model))`);
+      with it a run starts at its earliest patched block, from the target's residual stream there,
+      instead of at the embeddings.
     logit_pos: see `forward_logits`.
     logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
       shape; with logit_pos): only their logits are computed, the others are NaN.
+    batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
+    progress(done, total): called as runs finish.
     Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
-
-    Runs share computation: the residual stream before block L depends only on the sites patched
-    before L, so runs that patch the same sites there (e.g. circuits that all ablate the heads of
-    the first layers) compute those blocks once. The runs are sorted by what they patch, segment by
-    segment (embeddings, blocks, final norm), and walked breadth-first in chunks, one stacked
-    forward pass per segment and group of copies.
     """
-    check_sites(model, site_sets)
+    runs = as_interventions(site_sets, sources)
+    batch = tokens.shape[0]
+    values = torch.empty(len(runs), batch)
+    buffer = LogitBuffer(logit_columns(model, logit_tokens))
+
+    def finish(indices: list[int], logits: Tensor) -> None:
+        value = metric_values(metric, logits, batch)  # before the logit buffer is reused
+        for i in indices:
+            values[i] = value
+
+    _walk(model, tokens, runs, target, (), batch_size, progress, finish, logit_pos, buffer)
+    return values
+
+
+def read_site_sets(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    site_sets: Sequence[Sequence[Site | Intervention]],
+    reads: Sequence[str],
+    readout: Callable[[dict[str, Tensor]], Any],
+    sources: Source | None = None,
+    *,
+    target: Mapping[str, Tensor] | None = None,
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+) -> list[Any]:
+    """`run_site_sets` that reads activations instead of logits: each run stops after the last block
+    holding a hook of `reads` and gives readout({name: activation [batch, ...]}) (runs that share
+    every block up to there share one readout call). A run that left a read hook's block unchanged
+    reads the target's cached value there (`target` must hold it), so the target run itself is read
+    from the cache. Returns the readouts, one per site set."""
+    if not reads:
+        raise ValueError("reads is empty: name the hooks to read, or use run_site_sets for a metric")
+    runs = as_interventions(site_sets, sources)
+    reads = sorted(set(reads))
+    out: list[Any] = [None] * len(runs)
+
+    def finish(indices: list[int], captured: dict[str, Tensor]) -> None:
+        missing = [name for name in reads if name not in captured]
+        if missing and (target is None or any(name not in target for name in missing)):
+            raise ValueError(f"the target cache lacks {missing}: cache them in the target run")
+        value = readout({name: captured[name] if name in captured else target[name] for name in reads})
+        for i in indices:
+            out[i] = value
+
+    _walk(model, tokens, runs, target, reads, batch_size, progress, finish)
+    return out
+
+
+Group = tuple[list[int], Tensor | None, dict[str, Tensor]]
+"""Runs that have made the same interventions so far, their residual stream (None: still the target
+run's) and what they read so far."""
+
+
+def _walk(
+    model: HookedTransformer,
+    tokens: Tensor,
+    runs: list[list[Intervention]],
+    target: Mapping[str, Tensor] | None,
+    reads: Sequence[str],
+    batch_size: int | None,
+    progress: Progress | None,
+    finish: Callable[[list[int], Any], None],
+    logit_pos: Pos = None,
+    buffer: LogitBuffer | None = None,
+) -> None:
+    """The scheduler behind `run_site_sets` and `read_site_sets`: runs sorted by what they patch,
+    segment by segment (-1 embeddings, L block L, n_layers final norm and unembedding), walked
+    breadth-first in chunks; finish(runs, logits) after the unembedding, or, with `reads`,
+    finish(runs, {name: activation}) after the last block that holds a read hook."""
+    n_layers = model.cfg.n_layers
+    names = {iv.site.name for run in runs for iv in run} | set(reads)
+    with model.settings(**hook_settings_for(names)):
+        check_sites(model, [[Site(name)] for name in names])
+    stop = max((_segment(Site(name), n_layers) for name in reads), default=n_layers)
+    late = sorted({iv.site.name for run in runs for iv in run if _segment(iv.site, n_layers) > stop})
+    if late:
+        raise ValueError(f"{late} fire after the last hook read ({max(reads)}): they cannot change it")
     batch = tokens.shape[0]
     batch_size = batch_size or max(1, 64 // batch)
-    n_layers = model.cfg.n_layers
-    segments = range(-1, n_layers + 1)  # -1: embeddings, L: block L, n_layers: final norm and unembed
-    keys = [_segment_keys(sites, n_layers) for sites in site_sets]
-    order = sorted(range(len(site_sets)), key=lambda i: keys[i])
+    source_ids: dict[int, int] = {}
+    keys = [_segment_keys(run, n_layers, source_ids) for run in runs]
+    order = sorted(range(len(runs)), key=lambda i: keys[i])
     node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
     chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
-    values = torch.empty(len(site_sets), batch)
-    buffer = LogitBuffer(logit_columns(model, logit_tokens))
+    done = [0]
+
+    def finished(indices: list[int], output: Any) -> None:
+        finish(indices, output)
+        done[0] += len(indices)
+        if progress:
+            progress(done[0], len(runs))
 
     with torch.no_grad():
         for start in range(0, len(order), chunk):
-            # A group: runs that have patched the same sites so far, and their residual stream
-            # (None: the unpatched target run's, taken from resid_pre when needed).
-            groups: list[tuple[list[int], Tensor | None]] = [(order[start : start + chunk], None)]
-            for segment in segments:
-                pending: list[tuple[list[int], Tensor, list[Site]]] = []
-                next_groups = []
-                for runs, resid in groups:
-                    for key, sub in _group_by(runs, [keys[i][segment + 1] for i in runs]).items():
-                        if resid is None and resid_pre is not None and not key and segment < n_layers:
-                            next_groups.append((sub, None))  # still the target run: nothing to compute
+            groups: list[Group] = [(order[start : start + chunk], None, {})]
+            for segment in range(-1, stop + 1):
+                pending: list[tuple[list[int], Tensor, list[Intervention], dict[str, Tensor]]] = []
+                next_groups: list[Group] = []
+                for indices, resid, read in groups:
+                    for key, sub in _group_by(indices, [keys[i][segment + 1] for i in indices]).items():
+                        if resid is None and target is not None and not key and segment < n_layers:
+                            next_groups.append((sub, None, read))  # still the target run
                             continue
-                        if resid is not None:
-                            parent = resid
-                        else:  # without resid_pre the target run is computed from the tokens
-                            parent = tokens if segment == -1 else resid_pre[segment]
-                        sites = [s for s in site_sets[sub[0]] if _segment(s, n_layers) == segment]
-                        pending.append((sub, parent, sites))
+                        parent = resid if resid is not None else _target_input(model, tokens, target, segment)
+                        here = [iv for iv in runs[sub[0]] if _segment(iv.site, n_layers) == segment]
+                        pending.append((sub, parent, here, read))
                 # Runs whose z is wholly overwritten here share passes that skip the attention.
                 pending.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
+                reads_here = [name for name in reads if _segment(Site(name), n_layers) == segment]
                 for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
-                    outputs = _segment_forward(model, segment, part, sources, batch, logit_pos, buffer)
-                    if segment < n_layers:
-                        next_groups += [(sub, out) for (sub, _, _), out in zip(part, outputs, strict=True)]
-                        continue
-                    # The final segment: take each run's metric before the logit buffer is reused.
-                    for (runs, _, _), logits in zip(part, outputs, strict=True):
-                        value = metric_values(metric, logits, batch)
-                        for i in runs:
-                            values[i] = value
+                    outputs, captured = _segment_forward(
+                        model, segment, [(parent, here) for _, parent, here, _ in part], batch, reads_here,
+                        logit_pos, buffer,
+                    )  # fmt: skip
+                    for k, ((sub, _, _, read), out) in enumerate(zip(part, outputs, strict=False)):
+                        if segment == n_layers:
+                            finished(sub, out)  # each copy's logits, before the buffer is reused
+                        else:
+                            next_groups.append((sub, out, read | {n: c[k] for n, c in captured.items()}))
                 groups = next_groups
-    return values
+            if stop < n_layers:
+                for indices, _, read in groups:
+                    finished(indices, read)
+
+
+def _target_input(
+    model: HookedTransformer, tokens: Tensor, target: Mapping[str, Tensor] | None, segment: int
+):
+    """What segment `segment` of the target run starts from: its tokens, or its cached residual stream."""
+    if segment == -1:
+        return tokens
+    name = final_resid_hook(model) if segment == model.cfg.n_layers else act_name("resid_pre", segment)
+    if target is None or name not in target:
+        raise ValueError(f"the target cache lacks {name}: cache start_names(model) in the target run")
+    return target[name]
 
 
 def _segment(site: Site, n_layers: int) -> int:
@@ -210,21 +360,24 @@ def _segment(site: Site, n_layers: int) -> int:
     return max(-1, min(site.layer, n_layers))
 
 
-def _site_key(site: Site) -> str:
+def _site_key(intervention: Intervention, source_ids: dict[int, int]) -> str:
     def plain(value) -> object:
         if isinstance(value, Tensor):
             return tuple(value.tolist())
         return tuple(value) if isinstance(value, Sequence) else value
 
-    return repr((site.name, plain(site.head), plain(site.pos), plain(site.unit)))
+    site = intervention.site
+    source = source_ids.setdefault(id(intervention.source), len(source_ids))  # in order of first use
+    return repr((site.name, plain(site.head), plain(site.pos), plain(site.unit), source))
 
 
-def _segment_keys(sites: Sequence[Site], n_layers: int) -> tuple[str, ...]:
-    """Per segment (-1 .. n_layers), a comparable key of the sites patched there ("" for none)."""
+def _segment_keys(run: Sequence[Intervention], n_layers: int, source_ids: dict[int, int]) -> tuple[str, ...]:
+    """Per segment (-1 .. n_layers), a comparable key of the interventions made there ("" for none),
+    in the order they are made (a later one overwrites an earlier one where they overlap)."""
     per_segment = [[] for _ in range(n_layers + 2)]
-    for site in sites:
-        per_segment[_segment(site, n_layers) + 1].append(_site_key(site))
-    return tuple("|".join(sorted(keys)) for keys in per_segment)
+    for intervention in run:
+        per_segment[_segment(intervention.site, n_layers) + 1].append(_site_key(intervention, source_ids))
+    return tuple("|".join(keys) for keys in per_segment)
 
 
 def _group_by(items: Sequence[int], keys: Sequence[str]) -> dict[str, list[int]]:
@@ -238,76 +391,92 @@ def _group_by(items: Sequence[int], keys: Sequence[str]) -> dict[str, list[int]]
 def _segment_forward(
     model: HookedTransformer,
     segment: int,
-    part: Sequence[tuple[list[int], Tensor, list[Site]]],
-    sources: Mapping[str, Tensor],
+    part: Sequence[tuple[Tensor, list[Intervention]]],
     batch: int,
+    reads: Sequence[str],
     logit_pos: Pos,
-    buffer: LogitBuffer,
-) -> list[Tensor] | Iterator[Tensor]:
-    """Run one segment for stacked copies (parent residual stream or tokens, the sites patched in
-    this segment); the outputs, split per copy (after the last segment, each copy's logits in turn,
-    in `buffer`: `forward_logit_copies`)."""
+    buffer: LogitBuffer | None,
+) -> tuple[list[Tensor] | Iterator[Tensor], dict[str, Tensor]]:
+    """Run one segment for stacked copies (parent residual stream or tokens, the interventions made in
+    this segment): (the outputs split per copy, or after the last segment each copy's logits in turn
+    in `buffer` (`forward_logit_copies`); the read hooks' activations [copy, batch, ...])."""
     n = len(part)
-    by_name: dict[str, list[tuple[int, Site]]] = {}
-    for i, (_, _, sites) in enumerate(part):
-        for site in sites:
-            by_name.setdefault(site.name, []).append((i, site))
-    missing = set(by_name) - set(sources)
-    if missing:
-        raise ValueError(f"no source values for {sorted(missing)}; cache them in the source run")
+    by_name: dict[str, list[tuple[int, Intervention]]] = {}
+    for i, (_, here) in enumerate(part):
+        for intervention in here:
+            by_name.setdefault(intervention.site.name, []).append((i, intervention))
 
     def make_hook(name: str):
         def hook(act: Tensor, hook) -> Tensor:
             act = act.unflatten(0, (n, batch)).clone()
-            source = sources[name].to(act.device, act.dtype)
-            for i, site in by_name[name]:
-                act[i] = torch.where(site_mask(site, act.shape[1:], act.device), source, act[i])
+            for i, intervention in by_name[name]:
+                mask = site_mask(intervention.site, act.shape[1:], act.device)
+                act[i] = torch.where(mask, intervention.values(act[i]), act[i])
             return act.flatten(0, 1)
 
         return hook
 
-    stacked = torch.cat([parent for _, parent, _ in part])
-    n_layers = model.cfg.n_layers
+    captured: dict[str, Tensor] = {}
+
+    def read(act: Tensor, hook) -> None:
+        captured[hook.name] = act.unflatten(0, (n, batch))
+
+    stacked = torch.cat([parent for parent, _ in part])
     given: AbstractContextManager = nullcontext()
-    if all(_overwrites_z(model, segment, sites) for _, _, sites in part):
+    if all(_overwrites_z(model, segment, here) for _, here in part):
         # every copy overwrites all of z here: the attention need not compute it
         z_name = act_name("z", segment)
         cfg = model.cfg
         shape = (batch, stacked.shape[1], cfg.n_heads, cfg.d_head)
-        z = sources[z_name].to(stacked.device, stacked.dtype).expand(shape).repeat(n, 1, 1, 1)
+        z = torch.cat([_given_z(model, segment, here, shape, stacked) for _, here in part])
         given = overwritten_z(model, segment, z)
         del by_name[z_name]
-    with given, model.hooks(fwd_hooks=[(name, make_hook(name)) for name in by_name]):
+    hooks = [(name, make_hook(name)) for name in by_name] + [(name, read) for name in reads]
+    with given, model.settings(**hook_settings_for([*by_name, *reads])), model.hooks(fwd_hooks=hooks):
         if segment == -1:
             out = model(stacked, stop_at_layer=0)
-        elif segment == n_layers:
-            return forward_logit_copies(model, stacked, batch, logit_pos, n_layers, buffer)
+        elif segment == model.cfg.n_layers:
+            return forward_logit_copies(model, stacked, batch, logit_pos, segment, buffer), captured
         else:
             out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1)
-    return list(out.split(batch))
+    return list(out.split(batch)), captured
 
 
-def _overwrites_z(model: HookedTransformer, segment: int, sites: Sequence[Site]) -> bool:
-    """Whether `sites` (of one run, in block `segment`) overwrite every head's z at every position."""
-    if not 0 <= segment < model.cfg.n_layers:
+def _covers_z(model: HookedTransformer, segment: int, intervention: Intervention) -> bool:
+    """Whether an intervention overwrites every head's z of block `segment` at every position with
+    values that do not depend on the activation."""
+    site, n_heads = intervention.site, model.cfg.n_heads
+    if site.name != act_name("z", segment) or site.pos is not None or site.unit is not None:
         return False
-    name, n_heads = act_name("z", segment), model.cfg.n_heads
-    for site in sites:
-        if site.name != name or site.pos is not None or site.unit is not None:
-            continue
-        heads = (
-            range(n_heads) if site.head is None else [site.head] if isinstance(site.head, int) else site.head
-        )
-        if {head % n_heads for head in heads} == set(range(n_heads)):
-            return True
-    return False
+    if callable(intervention.source) and not isinstance(intervention.source, Tensor | Mapping):
+        return False
+    heads = range(n_heads) if site.head is None else [site.head] if isinstance(site.head, int) else site.head
+    return {head % n_heads for head in heads} == set(range(n_heads))
+
+
+def _overwrites_z(model: HookedTransformer, segment: int, here: Sequence[Intervention]) -> bool:
+    """Whether a run's interventions in block `segment` overwrite every head's z at every position."""
+    return 0 <= segment < model.cfg.n_layers and any(_covers_z(model, segment, iv) for iv in here)
+
+
+def _given_z(
+    model: HookedTransformer, segment: int, here: Sequence[Intervention], shape: tuple[int, ...], like: Tensor
+) -> Tensor:
+    """One copy's z [batch, pos, head, d_head] in block `segment`: the values of the last intervention
+    that covers all of it, then the interventions made after it."""
+    on_z = [iv for iv in here if iv.site.name == act_name("z", segment)]
+    first = max(i for i, iv in enumerate(on_z) if _covers_z(model, segment, iv))
+    z = on_z[first].values(like).expand(shape)
+    for intervention in on_z[first + 1 :]:
+        z = torch.where(site_mask(intervention.site, shape, like.device), intervention.values(z), z)
+    return z
 
 
 def overwritten_z(model: HookedTransformer, layer: int, z: Tensor) -> AbstractContextManager:
     """A context in which block `layer`'s z [batch, pos, head, d_head] is overwritten by `z`, after any
     hooks the caller has on it: given to the attention (`model.given_z`, which then computes no
     q, k, v or pattern) when no hook is on hook_z, else a last hook on hook_z."""
-    if model.blocks[layer].attn.hook_z._forward_hooks:
+    if model.blocks[layer].attn.hook_z.has_hooks():
         return model.hooks(fwd_hooks=[(act_name("z", layer), lambda act, hook: z)])
     return model.given_z({layer: z})
 
@@ -438,7 +607,7 @@ def _logits_at(
     else:
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
     normed = model.ln_final(resid[torch.arange(rows, device=resid.device), pos][:, None])
-    return model._unembed(normed, columns)[:, 0], pos, n_pos
+    return model.unembed(normed, columns)[:, 0], pos, n_pos
 
 
 def check_logit_pos(logit_pos: Pos, tokens: Tensor) -> None:
@@ -481,9 +650,10 @@ def cached_run(
     return logits, cache
 
 
-def resid_stack(model: HookedTransformer, cache: Mapping[str, Tensor]) -> list[Tensor]:
-    """resid_pre of every block plus the final residual stream (index n_layers)."""
-    return [cache[name] for name in resid_names(model)] + [cache[final_resid_hook(model)]]
+def start_names(model: HookedTransformer) -> list[str]:
+    """What a target run caches for `run_site_sets` to start runs anywhere: the residual stream before
+    every block and after the last."""
+    return resid_names(model) + [final_resid_hook(model)]
 
 
 def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tensor]:

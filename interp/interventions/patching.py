@@ -18,30 +18,30 @@ Results are `PatchResult`s: per-example values [n_patches, batch], a labelled gr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import pandas as pd
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.catalog import COMPONENTS, HEAD_COMPONENTS
-from interp.checks import check_distinct_pair, check_layers, check_positions
+from interp.checks import check_distinct_pair, check_heads, check_layers, check_positions
 from interp.interventions.engine import (
+    Intervention,
     Site,
+    Source,
     cached_run,
     check_logit_pos,
     check_pair,
     check_sites,
-    final_resid_hook,
     forward_logits,
+    hook_settings_for,
     metric_values,
-    resid_names,
-    resid_stack,
     run_site_sets,
-    short_name,
     site_mask,
+    start_names,
 )
 from interp.interventions.metrics import Metric
 from interp.interventions.results import PatchResult, grid_index
@@ -118,16 +118,6 @@ def _component_grid(
     return dims, coords, sites
 
 
-def _settings_for(component_or_names: str | Iterable[str]) -> dict[str, bool]:
-    names = [component_or_names] if isinstance(component_or_names, str) else list(component_or_names)
-    settings = {}
-    if any(short_name(n) == "result" for n in names):
-        settings["use_attn_result"] = True
-    if any(short_name(n) in ("q_input", "k_input", "v_input") for n in names):
-        settings["use_split_qkv_input"] = True
-    return settings
-
-
 def _source_target(clean: Tensor, corrupted: Tensor, direction: Direction) -> tuple[Tensor, Tensor]:
     if direction == "denoise":
         return clean, corrupted
@@ -171,16 +161,14 @@ def patch_sites(
     )
     if len(labels) != len(site_sets):
         raise ValueError(f"got {len(labels)} labels for {len(site_sets)} site sets")
-    with model.settings(**_settings_for(names)):
+    with model.settings(**hook_settings_for(names)):
         check_sites(model, site_sets)
         source_logits, sources = cached_run(model, source_tokens, names, logit_pos)
-        target_logits, target_cache = cached_run(
-            model, target_tokens, resid_names(model) + [final_resid_hook(model)], logit_pos
-        )
-        resid = resid_stack(model, target_cache)
-        values = run_site_sets(
-            model, target_tokens, site_sets, sources, metric, resid, batch_size, logit_pos, logit_tokens
-        )
+    target_logits, target = cached_run(model, target_tokens, start_names(model), logit_pos)
+    values = run_site_sets(
+        model, target_tokens, site_sets, sources, metric, target=target, logit_pos=logit_pos,
+        logit_tokens=logit_tokens, batch_size=batch_size,
+    )  # fmt: skip
     index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
     index["layer"] = [min((s.layer for s in sites), default=None) for sites in site_sets]
     return PatchResult(
@@ -193,6 +181,49 @@ def patch_sites(
         source=metric_values(metric, source_logits, target_tokens.shape[0]),
         method=f"activation patching ({direction})",
     )
+
+
+def patch(
+    model: HookedTransformer,
+    tokens: Int[Tensor, "batch pos"] | str | Sequence[str],
+    metric: Metric,
+    *,
+    source: Int[Tensor, "batch pos"] | str | Sequence[str] | Source,
+    head: tuple[int, int] | None = None,
+    site: Site | None = None,
+    pos: Pos = None,
+    logit_pos: Pos = None,
+) -> Float[Tensor, " batch"]:
+    """The metric per prompt of the run on `tokens` with one head's output (its hook_z; at `pos`, else
+    every position) or any `site` taken from `source`; the one-call form of activation patching.
+
+    source: other prompts (token ids [batch, pos] or text, of the same shape: their run is cached and
+      patched in, e.g. the corrupted prompts), or any `Source` of the engine (a cache, a tensor such
+      as zeros, or a function of the activation).
+
+        patched = interp.patch(model, clean, metric, head=(9, 6), source=corrupted)
+        effect = patched - metric(model(clean))
+    """
+    tokens = model.input_tokens(tokens)
+    if (head is None) == (site is None):
+        raise ValueError("give exactly one of head=(layer, head) or site=Site(hook name, ...)")
+    if head is not None:
+        layer, index = check_heads(model.cfg, [head])[0]
+        site = Site(act_name("z", layer), head=index, pos=pos)
+    elif pos is not None:
+        raise ValueError("with site=, put the positions in the Site: Site(name, pos=...)")
+    if not isinstance(site, Site):
+        raise TypeError(f"site must be an interp Site, got {type(site).__name__}")
+    check_logit_pos(logit_pos, tokens)
+    if isinstance(source, str) or (isinstance(source, Sequence) and not isinstance(source, Tensor)):
+        source = model.input_tokens(source)
+    if isinstance(source, Tensor) and not (source.is_floating_point() or source.is_complex()):
+        tokens, source_tokens = check_pair(model, tokens, source)
+        check_distinct_pair(tokens, source_tokens, "the patched run (the source run is the target run)")
+        with model.settings(**hook_settings_for([site.name])):
+            _, source = cached_run(model, source_tokens, [site.name])
+    run = [Intervention(site, source)]
+    return run_site_sets(model, tokens, [run], None, metric, logit_pos=logit_pos)[0]
 
 
 def activation_patching(
@@ -264,7 +295,7 @@ def attribution_patching(
     source_tokens, target_tokens = _source_target(clean, corrupted, direction)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     names = sorted({site.name for site in sites})
-    with model.settings(**_settings_for(component)):
+    with model.settings(**hook_settings_for(names)):
         source_logits, source = cached_run(model, source_tokens, names, logit_pos)
         target = {}
 

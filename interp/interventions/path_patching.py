@@ -5,28 +5,24 @@ the intervention engine (`interp.interventions.engine`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Int
 from torch import Tensor
 
 from interp.checks import check_distinct_pair, check_int
 from interp.interventions.engine import (
-    LogitBuffer,
+    Intervention,
     Site,
     cached_run,
     check_logit_pos,
     check_pair,
-    final_resid_hook,
-    forward_logit_copies,
-    logit_columns,
     metric_values,
-    overwritten_z,
-    resid_names,
-    resid_stack,
-    site_mask,
+    read_site_sets,
+    run_site_sets,
+    start_names,
 )
 from interp.interventions.metrics import Metric
 from interp.interventions.results import PatchResult, grid_index
@@ -150,15 +146,15 @@ class PathPatcher:
         cfg = model.cfg
         names = {act_name("z", layer) for layer in range(cfg.n_layers)}
         names |= {act_name("mlp_out", layer) for layer in range(cfg.n_layers)} if not cfg.attn_only else set()
-        names |= set(resid_names(model)) | {final_resid_hook(model)}
-        self.model, self.batch, self.logit_pos = model, clean.shape[0], logit_pos
-        self._state = _model_state(model)
+        names |= set(start_names(model))
+        self.model, self.clean, self.batch, self.logit_pos = model, clean, clean.shape[0], logit_pos
+        self._state = model.run_state()
         self.clean_logits, self.clean_cache = cached_run(model, clean, names, logit_pos)
         self.corrupted_logits, self.corrupted_cache = cached_run(model, corrupted, names, logit_pos)
 
     def is_current(self) -> bool:
         """Whether the model has the hooks and weights it had when the runs were cached."""
-        return _model_state(self.model) == self._state
+        return self.model.run_state() == self._state
 
     def __call__(
         self,
@@ -193,28 +189,19 @@ class PathPatcher:
         for sender_set in sender_sets:
             _check_senders(model, sender_set)
         batch = self.batch
-        batch_size = batch_size or max(1, 64 // batch)
         values = torch.empty(len(sender_sets), batch)
-        buffer = LogitBuffer(logit_columns(model, logit_tokens))
         order = sorted(
             range(len(sender_sets)), key=lambda i: min((s[0] for s in sender_sets[i]), default=cfg.n_layers)
         )
-        with torch.no_grad():
-            for chunk in [order[i : i + batch_size] for i in range(0, len(order), batch_size)]:
-                logits = _path_patch_chunk(
-                    model,
-                    [sender_sets[i] for i in chunk],
-                    receivers,
-                    self.clean_cache,
-                    self.corrupted_cache,
-                    sender_pos,
-                    receiver_pos,
-                    freeze_mlps,
-                    self.logit_pos,
-                    buffer,
-                )
-                for i, copy in zip(chunk, logits, strict=True):
-                    values[i] = metric_values(metric, copy, batch)
+        n_reads = 1 if to_logits else len({layer for layer, _, _ in receivers})
+        run_bytes = n_reads * self.clean.numel() * cfg.d_model * torch.finfo(model.dtype).bits // 8
+        chunk = max(batch_size or 1, min(64, (2**29) // max(1, run_bytes)))  # run 2's reads: ~512 MiB
+        for start in range(0, len(order), chunk):
+            indices = order[start : start + chunk]
+            values[indices] = self._patched(
+                [sender_sets[i] for i in indices], metric, receivers, sender_pos, receiver_pos,
+                freeze_mlps, batch_size, logit_tokens,
+            )  # fmt: skip
         if grid:
             index = grid_index("z", dims, coords)
         else:
@@ -235,17 +222,83 @@ class PathPatcher:
             extra={"receivers": receivers, "freeze_mlps": freeze_mlps},
         )
 
+    def _patched(
+        self,
+        sender_sets: Sequence[Sequence[Sender]],
+        metric: Metric,
+        receivers: Sequence[Receiver] | str,
+        sender_pos: Pos,
+        receiver_pos: Pos,
+        freeze_mlps: bool,
+        batch_size: int | None,
+        logit_tokens: Tensor | None,
+    ) -> Tensor:
+        """Runs 2 and 3 of path patching for each sender set, on the engine: [n_sets, batch]."""
+        model, cfg, clean = self.model, self.model.cfg, self.clean_cache
+        settings = {"logit_pos": self.logit_pos, "logit_tokens": logit_tokens, "batch_size": batch_size}
+        if isinstance(receivers, str):  # the final residual stream: run 2 is the measured run
+            runs = [self._run2(senders, cfg.n_layers, sender_pos, freeze_mlps) for senders in sender_sets]
+            return run_site_sets(model, self.clean, runs, None, metric, target=clean, **settings)
+        layers = sorted({layer for layer, _, _ in receivers})
+        # Run 2 reads each receiver layer's input where the block before it ends (as resid_post).
+        reads = {layer: act_name("resid_post", layer - 1) for layer in layers if layer > 0}
+        clean_reads = {name: clean[act_name("resid_pre", layer)] for layer, name in reads.items()}
+        runs = [self._run2(senders, layers[-1], sender_pos, freeze_mlps) for senders in sender_sets]
+        recorded = (
+            read_site_sets(
+                model,
+                self.clean,
+                runs,
+                list(reads.values()),
+                dict,
+                target={**clean, **clean_reads},
+                batch_size=batch_size,
+            )
+            if reads
+            else [{} for _ in runs]
+        )
+        # Run 3: the clean run with the receivers' inputs replaced by what run 2 recorded.
+        runs = []
+        for inputs in recorded:
+            run = []
+            for layer in layers:
+                value = inputs[reads[layer]] if layer in reads else clean[act_name("resid_pre", layer)]
+                for letter in "qkv":
+                    heads = sorted(
+                        {
+                            h if letter == "q" else h // cfg.group_size
+                            for r_layer, h, which in receivers
+                            if r_layer == layer and letter in which
+                        }
+                    )
+                    if heads:
+                        site = Site(act_name(f"{letter}_input", layer), head=heads, pos=receiver_pos)
+                        run.append(Intervention(site, value[:, :, None, :]))  # [batch, pos, 1, d_model]
+            runs.append(run)
+        return run_site_sets(model, self.clean, runs, None, metric, target=clean, **settings)
 
-def _model_state(model: HookedTransformer) -> tuple:
-    """The model's active hooks (each registration's id) and its parameters' in-place versions."""
-    hooks = tuple(
-        (name, tuple(point._forward_hooks), tuple(point._backward_hooks))
-        for name, point in model.hook_dict.items()
-        if point._forward_hooks or point._backward_hooks
-    )
-    versions = tuple(parameter._version for parameter in model.parameters())
-    settings = tuple(getattr(model.hook_settings, name) for name in model.hook_settings.names())
-    return hooks, versions, settings
+    def _run2(self, senders: Sequence[Sender], stop: int, sender_pos: Pos, freeze_mlps: bool) -> list:
+        """Run 2's interventions for one sender set in the blocks before `stop`: from the first
+        sender's block on, every head's z frozen to clean (and the MLPs with freeze_mlps), the senders'
+        outputs corrupted at sender_pos."""
+        cfg, clean, corrupted = self.model.cfg, self.clean_cache, self.corrupted_cache
+        run = []
+        for layer in range(min((s[0] for s in senders), default=stop), stop):
+            z = act_name("z", layer)
+            run.append(Intervention(Site(z), clean))
+            run += [
+                Intervention(Site(z, head=unit, pos=sender_pos), corrupted)
+                for s_layer, unit in senders
+                if s_layer == layer and unit != "mlp"
+            ]
+            if cfg.attn_only:
+                continue
+            mlp = act_name("mlp_out", layer)
+            if freeze_mlps:
+                run.append(Intervention(Site(mlp), clean))
+            if any(s_layer == layer and unit == "mlp" for s_layer, unit in senders):
+                run.append(Intervention(Site(mlp, pos=sender_pos), corrupted))
+        return run
 
 
 def _is_sender(sender) -> bool:
@@ -256,109 +309,3 @@ def _is_sender(sender) -> bool:
 def _sender_label(sender: Sender) -> str:
     layer, unit = sender
     return f"MLP{layer}" if unit == "mlp" else f"L{layer}H{unit}"
-
-
-def _path_patch_chunk(
-    model: HookedTransformer,
-    sender_sets: Sequence[Sequence[Sender]],
-    receivers: Sequence[Receiver] | str,
-    clean: Mapping[str, Tensor],
-    corrupted: Mapping[str, Tensor],
-    sender_pos: Pos,
-    receiver_pos: Pos,
-    freeze_mlps: bool,
-    logit_pos: Pos,
-    buffer: LogitBuffer,
-) -> Iterator[Float[Tensor, "batch pos d_vocab"]]:
-    """Runs 2 and 3 of path patching for len(sender_sets) stacked copies of the clean run: each
-    copy's logits in turn (in `buffer`, `forward_logit_copies`)."""
-    cfg = model.cfg
-    n = len(sender_sets)
-    resid = resid_stack(model, clean)
-    batch = resid[0].shape[0]
-    start = min((s[0] for sender_set in sender_sets for s in sender_set), default=cfg.n_layers)
-    to_logits = isinstance(receivers, str)
-    receiver_layers = sorted({r[0] for r in receivers}) if not to_logits else []
-    stop = cfg.n_layers if to_logits else receiver_layers[-1]
-
-    # Run 2: senders corrupted, other heads (and optionally MLPs) frozen to clean; record receivers' inputs.
-    def frozen(kind: str, layer: int, act: Tensor | None = None) -> Tensor:
-        """[n * batch, ...]: clean values (or act's, for recomputed MLPs), senders' corrupted."""
-        name = act_name(kind, layer)
-        base = act.unflatten(0, (n, batch)) if act is not None else None
-        out = base.clone() if base is not None else clean[name].expand(n, *clean[name].shape).clone()
-        for i, sender_set in enumerate(sender_sets):
-            for s_layer, unit in sender_set:
-                if s_layer != layer or (unit == "mlp") != (kind == "mlp_out"):
-                    continue
-                site = Site(name, head=None if unit == "mlp" else unit, pos=sender_pos)
-                out[i] = torch.where(site_mask(site, out.shape[1:], out.device), corrupted[name], out[i])
-        return out.flatten(0, 1)
-
-    def frozen_mlp(layer: int):
-        def hook(act: Tensor, hook) -> Tensor:
-            return frozen("mlp_out", layer, None if freeze_mlps else act)
-
-        return hook
-
-    recorded: dict[int, Tensor] = {}
-
-    def record(layer: int):
-        def hook(act: Tensor, hook) -> None:
-            recorded[layer] = act.unflatten(0, (n, batch))
-
-        return hook
-
-    hooks = []
-    for layer in range(max(start, 0), stop):
-        if not cfg.attn_only and (freeze_mlps or any(s == (layer, "mlp") for ss in sender_sets for s in ss)):
-            hooks.append((act_name("mlp_out", layer), frozen_mlp(layer)))
-    hooks += [
-        (act_name("resid_pre", layer), record(layer)) for layer in receiver_layers if start <= layer < stop
-    ]
-    if start < stop:
-        run2 = resid[start].repeat(n, 1, 1)
-        with model.hooks(fwd_hooks=hooks):
-            for layer in range(start, stop):
-                with overwritten_z(model, layer, frozen("z", layer)):
-                    run2 = model(run2, start_at_layer=layer, stop_at_layer=layer + 1)
-        if to_logits:  # the receiver is the final residual stream: run 2 is the measured run
-            return forward_logit_copies(model, run2, batch, logit_pos, cfg.n_layers, buffer)
-        recorded[stop] = run2.unflatten(0, (n, batch))
-    elif to_logits:  # no sender before the end: the clean run
-        return forward_logit_copies(model, resid[-1].repeat(n, 1, 1), batch, logit_pos, cfg.n_layers, buffer)
-    for layer in receiver_layers:
-        if layer not in recorded:  # every sender is at or after this receiver: its input is clean
-            recorded[layer] = resid[layer].expand(n, *resid[layer].shape)
-
-    # Run 3: clean run with the receivers' inputs replaced by what run 2 recorded.
-    def patch_inputs(layer: int, letter: str, heads: list[int]):
-        site = Site(act_name(f"{letter}_input", layer), head=heads, pos=receiver_pos)
-
-        def hook(act: Tensor, hook) -> Tensor:
-            act = act.unflatten(0, (n, batch))
-            value = recorded[layer][:, :, :, None, :]  # [n, batch, pos, 1, d_model]
-            mask = site_mask(site, act.shape[1:], act.device)
-            return torch.where(mask, value, act).flatten(0, 1)
-
-        return hook
-
-    hooks = []
-    for layer in receiver_layers:
-        for letter in "qkv":
-            heads = sorted(
-                {
-                    h if letter == "q" else h // cfg.group_size
-                    for r_layer, h, inputs in receivers
-                    if r_layer == layer and letter in inputs
-                }
-            )
-            if heads:
-                hooks.append((act_name(f"{letter}_input", layer), patch_inputs(layer, letter, heads)))
-    # Only the receivers' blocks need separate query/key/value inputs (they cost more than one input).
-    x = resid[receiver_layers[0]].repeat(n, 1, 1)
-    with model.settings(use_split_qkv_input=True), model.hooks(fwd_hooks=hooks):
-        for layer in range(receiver_layers[0], cfg.n_layers):
-            with model.settings(use_split_qkv_input=layer in receiver_layers):
-                x = model(x, start_at_layer=layer, stop_at_layer=layer + 1)
-    return forward_logit_copies(model, x, batch, logit_pos, cfg.n_layers, buffer)

@@ -221,10 +221,8 @@ class Attention(nn.Module):
         they are soft-capped (else fused SDPA is used)."""
         return bool(
             self.cfg.attn_scores_soft_cap is not None
-            or self.hook_attn_scores._forward_hooks
-            or self.hook_pattern._forward_hooks
-            or self.hook_attn_scores._backward_hooks
-            or self.hook_pattern._backward_hooks
+            or self.hook_attn_scores.has_hooks()
+            or self.hook_pattern.has_hooks()
         )
 
     def _visible(
@@ -495,13 +493,12 @@ class Block(nn.Module):
     def _observes_attention(self) -> bool:
         """Whether a hook observes what the attention computes before z (its inputs, q, k, v, pattern)."""
         return any(
-            point._forward_hooks or point._backward_hooks
+            point.has_hooks()
             for module in (self.ln1, self.attn)
             for name, point in module.named_modules()
             if isinstance(point, HookPoint) and name not in ("hook_z", "hook_result")
         ) or any(
-            getattr(self, f"hook_{name}")._forward_hooks or getattr(self, f"hook_{name}")._backward_hooks
-            for name in ("q_input", "k_input", "v_input", "attn_in")
+            getattr(self, f"hook_{name}").has_hooks() for name in ("q_input", "k_input", "v_input", "attn_in")
         )
 
     def _mlp_in(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:

@@ -26,6 +26,14 @@ class HookPoint(hook_points.HookPoint):
     def add_hook(self, hook: Callable, dir: str = "fwd", *args: Any, **kwargs: Any) -> Any:
         return super().add_hook(checks.checked_hook(hook, dir, self.name), dir, *args, **kwargs)
 
+    def has_hooks(self) -> bool:
+        """Whether a forward or backward hook is on this point."""
+        return bool(self._forward_hooks or self._backward_hooks)
+
+    def hook_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The ids of the forward and backward hooks on this point (each registration has its own)."""
+        return tuple(self._forward_hooks), tuple(self._backward_hooks)
+
 
 @dataclass
 class HookSettings:

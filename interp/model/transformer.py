@@ -742,6 +742,15 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             for layer in values:
                 self.blocks[layer].attn.given_z = None
 
+    def run_state(self) -> tuple:
+        """What a cached run of this model stays valid under: the hooks on it (each registration's
+        id), its parameters' in-place versions and its hook settings. An equal state computes the
+        same activations."""
+        hooks = tuple((name, point.hook_ids()) for name, point in self.hook_dict.items() if point.has_hooks())
+        versions = tuple(parameter._version for parameter in self.parameters())
+        settings = tuple(getattr(self.hook_settings, name) for name in self.hook_settings.names())
+        return hooks, versions, settings
+
     @contextmanager
     def settings(self, **overrides: Any) -> Iterator[HookedTransformer]:
         """Temporarily change runtime settings, e.g. `with model.settings(use_attn_result=True):`."""
