@@ -404,8 +404,8 @@ def circuit(
 
     from circuits.edge_circuits import FORMATS, edge_task, find_edge_circuit, write_edge_report
     from interp.edges import ABLATIONS, IG_POINTS, METHODS, MIB_FRACTIONS, mib_json
+    from interp.io.files import write_text_atomic
     from interp.types import memory_bytes
-    from interp.viz import write_text
 
     check_format(format, out, FORMATS)
     check_save(save)
@@ -448,7 +448,7 @@ def circuit(
         raise fail(str(error)) from error
     write_edge_report(result, format, out, console)
     if mib_out is not None:
-        write_text(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
+        write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
     if mib_out is not None:
         console.print(f"Wrote {mib_out}", style="dim")
     save_and_tell(result, out, save)

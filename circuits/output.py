@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from interp import viz
+from interp.io.files import write_text_atomic
 
 
 def write_output(
@@ -31,8 +31,8 @@ def write_output(
     elif format == "table":
         buffer = Console(file=io.StringIO(), width=width)
         table(buffer)
-        viz.write_text(out, buffer.file.getvalue())
+        write_text_atomic(out, buffer.file.getvalue())
     elif out is None:
         console.print(text(format), markup=False, highlight=False, emoji=False, soft_wrap=True)
     else:
-        viz.write_text(out, text(format))
+        write_text_atomic(out, text(format))

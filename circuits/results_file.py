@@ -4,9 +4,11 @@
     result = load_result("heads.json")           # the same HeadReport, nothing recomputed
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
-The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch", "result": ...}: dataclasses by
-name, tensors and arrays with their dtype, data frames by column. Functions (a task's metric) are
-not stored; rendering never calls them.
+The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch", "result": ...}, the result
+in `interp.io.serialize`'s JSON (strict: NaN and infinities as {"__float__": "nan"} etc.): dataclasses
+by name, tensors and arrays with their dtype, data frames by column. Functions (a task's metric) are
+not stored; rendering never calls them. Files of the previous schema, interp-result-1 (bare NaN
+tokens, frames as {column: values}), load too.
 """
 
 from __future__ import annotations
@@ -17,9 +19,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-import torch
 from rich.console import Console
 
 from circuits.edge_circuits.find import EdgeCircuitResult
@@ -36,9 +35,12 @@ from circuits.patch_report import FORMATS as PATCH_FORMATS
 from circuits.patch_report import PatchReport, write_patch_report
 from interp import edges
 from interp.interventions.results import PatchResult
-from interp.viz import write_text
+from interp.io.files import write_text_atomic
+from interp.io.serialize import decode, encode, register_dataclass
 
-SCHEMA = "interp-result-1"
+SCHEMA = "interp-result-2"
+# interp-result-1: the same but for bare NaN tokens and frames as {column: values}, which decode reads
+READ_SCHEMAS = ("interp-result-1", SCHEMA)
 KINDS = {  # kind -> (result type, formats, writer)
     "heads": (HeadReport, HEAD_FORMATS, write_report),
     "ioi": (IOICircuitResult, IOI_FORMATS, write_ioi_report),
@@ -46,15 +48,17 @@ KINDS = {  # kind -> (result type, formats, writer)
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
 }
 RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport)
-DATACLASSES = {  # every dataclass a stored result may hold, by name: those of its types' modules
-    cls.__qualname__: cls
-    for module in [
-        *map(inspect.getmodule, (*RESULT_TYPES, EdgeTask, PatchResult)),
-        edges,
-    ]
-    for cls in vars(module).values()
-    if isinstance(cls, type) and dataclasses.is_dataclass(cls)
-}
+
+
+def _register_dataclasses() -> None:
+    """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
+    for module in [*map(inspect.getmodule, (*RESULT_TYPES, EdgeTask, PatchResult)), edges]:
+        for cls in vars(module).values():
+            if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+                register_dataclass(cls)
+
+
+_register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
@@ -69,8 +73,8 @@ def result_kind(result: Any) -> str:
 
 def save_result(result: Any, path: str | Path) -> None:
     """Write `result` (a command's full result) to `path` as JSON, atomically."""
-    document = {"schema": SCHEMA, "kind": result_kind(result), "result": _encode(result)}
-    write_text(path, json.dumps(document))
+    document = {"schema": SCHEMA, "kind": result_kind(result), "result": encode(result, drop_callables=True)}
+    write_text_atomic(path, json.dumps(document, allow_nan=False))
 
 
 def load_result(path: str | Path) -> Any:
@@ -83,7 +87,7 @@ def load_result(path: str | Path) -> Any:
         ) from error
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not JSON ({error}); pass a file written by --save.") from error
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+    if not isinstance(document, dict) or document.get("schema") not in READ_SCHEMAS:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
         raise ValueError(
             f"{path} is not a saved result (schema {found!r}, expected {SCHEMA!r}); "
@@ -94,8 +98,8 @@ def load_result(path: str | Path) -> Any:
             f"{path} holds an unknown kind {document.get('kind')!r}; expected one of {', '.join(KINDS)}."
         )
     try:
-        return _decode(document["result"])
-    except (KeyError, TypeError) as error:  # a hand-edited file, or one from another interp version
+        return decode(document["result"])
+    except (KeyError, TypeError, ValueError) as error:  # a hand-edited file, or from another interp version
         raise ValueError(
             f"{path} does not hold a readable {document['kind']} result ({type(error).__name__}: {error}); "
             "save it again with this version's --save FILE.json."
@@ -113,53 +117,3 @@ def write_result_report(result: Any, format: str, out: str | Path | None, consol
     if format not in formats:
         raise ValueError(f"a {result_kind(result)} result renders as {', '.join(formats)}, not {format!r}.")
     writer(result, format, out, console)
-
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return {"__tensor__": value.detach().cpu().tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
-    if isinstance(value, np.ndarray):
-        return {"__array__": value.tolist(), "dtype": str(value.dtype)}
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, pd.DataFrame):
-        return {
-            "__frame__": {column: _encode(value[column].tolist()) for column in value.columns},
-            "dtypes": {column: str(dtype) for column, dtype in value.dtypes.items()},
-        }
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
-        return {"__dataclass__": type(value).__qualname__, "fields": fields}
-    if isinstance(value, tuple):
-        return {"__tuple__": [_encode(item) for item in value]}
-    if isinstance(value, list):
-        return [_encode(item) for item in value]
-    if isinstance(value, dict):
-        return {"__items__": [[_encode(k), _encode(v)] for k, v in value.items()]}
-    if callable(value):
-        return None
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    if "__tensor__" in value:
-        return torch.tensor(value["__tensor__"], dtype=getattr(torch, value["dtype"]))
-    if "__array__" in value:
-        return np.array(value["__array__"], dtype=value["dtype"])
-    if "__frame__" in value:
-        frame = pd.DataFrame({column: _decode(values) for column, values in value["__frame__"].items()})
-        return frame.astype({c: d for c, d in value["dtypes"].items() if d != "object"})
-    if "__dataclass__" in value:
-        cls = DATACLASSES[value["__dataclass__"]]
-        return cls(**{name: _decode(field) for name, field in value["fields"].items()})
-    if "__tuple__" in value:
-        return tuple(_decode(item) for item in value["__tuple__"])
-    return {_hashable(_decode(k)): _decode(v) for k, v in value["__items__"]}
-
-
-def _hashable(key: Any) -> Any:
-    return tuple(key) if isinstance(key, list) else key

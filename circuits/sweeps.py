@@ -21,6 +21,7 @@ import torch
 
 import interp
 from circuits.heads import head_report
+from interp.io.files import atomic_path
 from interp.runtime.distributed import map_shards
 from interp.training import CHECKPOINTS
 
@@ -167,8 +168,6 @@ def plot_head_sweep(
     axes.grid(alpha=0.3)
     figure.tight_layout()
     if out is not None:
-        out = Path(out)
-        tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-        figure.savefig(tmp)
-        tmp.replace(out)
+        with atomic_path(out) as tmp:  # the format from out's suffix (the temporary name ends in .tmp)
+            figure.savefig(tmp, format=Path(out).suffix.removeprefix(".") or None)
     return figure

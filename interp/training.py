@@ -46,10 +46,10 @@ from interp.checks import check_count, check_number
 from interp.config import Config
 from interp.interventions.metrics import next_token_loss
 from interp.io.checkpoint import (
-    replace_dir,
     save_checkpoint,
     shipped_checkpoint,  # noqa: F401  (public here: notebooks, tests)
 )
+from interp.io.files import atomic_dir
 from interp.model import HookedTransformer
 from interp.model.loading import load_checkpoint
 from interp.tasks import (
@@ -406,9 +406,7 @@ def save_training_checkpoint(
     """A resumable checkpoint: the model (loadable by interp.load_model), optimizer.safetensors,
     trainer_state.json (step, config, optimizer hyper-parameters, data RNG state) and the log.
     Written under a hidden name and renamed into place: it exists complete or not at all."""
-    staging = directory.with_name(f".{directory.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
+    with atomic_dir(directory) as staging:
         save_checkpoint(model, staging)
         optimizer_state = optimizer.state_dict()
         tensors = {
@@ -425,10 +423,6 @@ def save_training_checkpoint(
         }
         (staging / "trainer_state.json").write_text(json.dumps(state, indent=2))
         log.write(staging)
-        replace_dir(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return directory
 
 

@@ -17,15 +17,15 @@ import hashlib
 import html
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import circuitsvis
 import numpy as np
 import torch
+
+from interp.io.files import write_text_atomic as write_text  # noqa: F401  (public: atomic HTML writes)
 
 CIRCUITSVIS_BUNDLE = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
 _NEEDS_BUNDLE = 'data-interp-needs="circuitsvis"'  # marks fragments that call CircuitsVis.render
@@ -374,20 +374,3 @@ def html_page(title: str, sections: Sequence[str]) -> str:
         "<body>\n"
         f"<h1>{title}</h1>\n{body}\n</body>\n</html>\n"
     )
-
-
-def write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write text (an HTML page, a report) to path atomically: a temp file in the same directory,
-    then os.replace, so an interrupted write leaves the old file or none, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from PIL import Image
 from playwright.sync_api import sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from interp.io.files import atomic_write  # noqa: E402
 from tests.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 NOTEBOOKS = Path(__file__).parent
@@ -83,9 +83,8 @@ def refresh(path: Path) -> None:
         client.execute()
     notebook.metadata.pop("widgets", None)
     shrink(notebook)
-    partial = path.with_suffix(f".partial-{os.getpid()}")
-    nbformat.write(notebook, partial)
-    os.replace(partial, path)
+    with atomic_write(path) as file:
+        nbformat.write(notebook, file)
 
 
 def main(names: list[str]) -> None:

@@ -6,9 +6,6 @@ knows nothing of how a model is built (see `interp.model.loading`).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,6 +15,7 @@ from torch import Tensor, nn
 
 from interp.checks import check_loaded_weights, check_regular_file
 from interp.config import Config
+from interp.io.files import atomic_dir
 
 
 class LoadedWeights(NamedTuple):
@@ -66,36 +64,14 @@ def write_checkpoint(weights: LoadedWeights, directory: str | Path, extra: dict 
     Everything is written to a temporary sibling directory first and renamed into place, so an
     interrupted save never leaves a half-written checkpoint.
     """
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; a checkpoint is an ordinary directory
-    try:
+    with atomic_dir(directory) as tmp:
         state = {k: v.detach().contiguous().cpu() for k, v in weights.state_dict.items()}
         save_file(state, tmp / "model.safetensors")
         if weights.tokenizer is not None:
             weights.tokenizer.save_pretrained(tmp / "tokenizer")
         meta = {"format": CHECKPOINT_FORMAT, "config": weights.cfg.to_dict(), **(extra or {})}
         (tmp / "config.json").write_text(json.dumps(meta, indent=2))
-        replace_dir(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return directory
-
-
-def replace_dir(source: Path, target: Path) -> None:
-    """Move the complete directory `source` to `target`, replacing any old `target`."""
-    if target.exists():
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-        source.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        source.rename(target)
+    return Path(directory)
 
 
 def read_checkpoint(directory: str | Path) -> LoadedWeights:

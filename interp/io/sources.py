@@ -33,6 +33,7 @@ from interp.io.checkpoint import (
     shipped_checkpoint,
     write_checkpoint,
 )
+from interp.io.files import write_text_atomic
 
 log = logging.getLogger("interp")
 
@@ -228,10 +229,7 @@ def content_hash(path: Path) -> str:
             for chunk in iter(lambda: file.read(1 << 20), b""):
                 digest.update(chunk)
         index = {**(index if isinstance(index, dict) else {}), seen: digest.hexdigest()}
-        index_path.parent.mkdir(parents=True, exist_ok=True)
-        partial = index_path.with_name(f".{index_path.name}.{os.getpid()}")
-        partial.write_text(json.dumps(index, indent=1))
-        os.replace(partial, index_path)
+        write_text_atomic(index_path, json.dumps(index, indent=1))
     return index[seen]
 
 

@@ -19,12 +19,10 @@ PatchResult of a single run (the same per-prompt values, to rounding).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import pickle
 import sys
@@ -32,8 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save_file
@@ -42,6 +38,8 @@ from tqdm.auto import tqdm
 
 from interp.interventions.patching import Direction, PositionAxis, activation_patching
 from interp.interventions.results import PatchResult
+from interp.io.files import atomic_path, write_text_atomic
+from interp.io.serialize import decode, encode, register_dataclass
 
 log = logging.getLogger("interp")
 
@@ -92,104 +90,30 @@ def _run_shard(fn: Callable, shard: Any, threads: int) -> Any:
 # ---------------------------------------------------------------------------------------------
 # The resume store: results as JSON + safetensors, never pickles (loading a store runs no code)
 
-STORE_FORMAT = "interp-shard-result-1"
-_RESULT_TYPES: dict[str, type] = {"PatchResult": PatchResult}
-
-
-def register_result_type(cls: type) -> type:
-    """Let `map_shards(store=...)` store results of the dataclass `cls` (its fields must be storable)."""
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"only dataclasses can be registered as stored results, got {cls!r}")
-    _RESULT_TYPES[cls.__qualname__] = cls
-    return cls
-
-
-def _encode(value: Any, tensors: dict[str, Tensor]) -> Any:
-    """`value` as JSON, its tensors moved into `tensors` (saved as safetensors)."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return {"__float__": repr(value)} if not math.isfinite(value) else value
-    if isinstance(value, Tensor):
-        name = f"t{len(tensors)}"
-        tensors[name] = value.detach().cpu().contiguous()
-        return {"__tensor__": name}
-    if isinstance(value, np.generic):
-        return _encode(value.item(), tensors)
-    if isinstance(value, np.ndarray):
-        return {"__ndarray__": _encode(torch.from_numpy(np.ascontiguousarray(value)), tensors)}
-    if isinstance(value, list):
-        return [_encode(v, tensors) for v in value]
-    if isinstance(value, tuple):
-        return {"__tuple__": [_encode(v, tensors) for v in value]}
-    if isinstance(value, dict):
-        return {"__dict__": [[_encode(k, tensors), _encode(v, tensors)] for k, v in value.items()]}
-    if isinstance(value, pd.DataFrame):
-        return {
-            "__dataframe__": [_encode(c, tensors) for c in value.columns],
-            "index": _encode(value.index.tolist(), tensors),
-            "values": [_encode(value.iloc[:, i].tolist(), tensors) for i in range(value.shape[1])],
-            "dtypes": [str(t) for t in value.dtypes],
-        }
-    if dataclasses.is_dataclass(value) and _RESULT_TYPES.get(type(value).__qualname__) is type(value):
-        fields = {f.name: _encode(getattr(value, f.name), tensors) for f in dataclasses.fields(value)}
-        return {"__dataclass__": type(value).__qualname__, "fields": fields}
-    raise TypeError(
-        f"map_shards(store=...) stores results as JSON and safetensors, never pickles; a result holds "
-        f"{type(value).__name__}, which neither can hold. Return tensors, numbers, strings, lists, tuples, "
-        "dicts, DataFrames or a dataclass registered with register_result_type, or run without store"
-    )
-
-
-def _decode(value: Any, tensors: Mapping[str, Tensor]) -> Any:
-    if isinstance(value, list):
-        return [_decode(v, tensors) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "__float__" in value:
-        return float(value["__float__"])
-    if "__tensor__" in value:
-        return tensors[value["__tensor__"]]
-    if "__ndarray__" in value:
-        return _decode(value["__ndarray__"], tensors).numpy()
-    if "__tuple__" in value:
-        return tuple(_decode(v, tensors) for v in value["__tuple__"])
-    if "__dict__" in value:
-        return {_hashable(_decode(k, tensors)): _decode(v, tensors) for k, v in value["__dict__"]}
-    if "__dataframe__" in value:
-        columns = [_decode(v, tensors) for v in value["values"]]
-        frame = pd.DataFrame(dict(enumerate(columns)), index=_decode(value["index"], tensors))
-        frame = frame.astype({i: t for i, t in enumerate(value["dtypes"]) if t != "object"})
-        frame.columns = [_decode(c, tensors) for c in value["__dataframe__"]]
-        return frame
-    if "__dataclass__" in value:
-        cls = _RESULT_TYPES.get(value["__dataclass__"])
-        if cls is None:
-            raise ValueError(f"stored result of unregistered type {value['__dataclass__']!r}")
-        return cls(**{k: _decode(v, tensors) for k, v in value["fields"].items()})
-    raise ValueError(f"unknown stored value {str(value)[:80]!r}")
-
-
-def _hashable(key: Any) -> Any:
-    return tuple(_hashable(k) for k in key) if isinstance(key, list | tuple) else key
+STORE_FORMAT = "interp-shard-result-2"  # the result in interp.io.serialize's format
+READ_FORMATS = ("interp-shard-result-1", STORE_FORMAT)  # decode reads -1's older tags too
+register_result_type = register_dataclass  # lets map_shards(store=...) store a dataclass's results
+register_dataclass(PatchResult)
 
 
 def _store_result(path: Path, result: Any, key: str) -> None:
     """shard_N.json (the result, tensors by name) + shard_N.safetensors; the JSON names the job key and
     the tensors file's hash, and is written last, so a shard counts only once both are complete."""
     tensors: dict[str, Tensor] = {}
-    encoded = _encode(result, tensors)
-    tensor_file = path.with_suffix(".safetensors")
+    try:
+        encoded = encode(result, tensors)
+    except TypeError as error:
+        raise TypeError(
+            f"map_shards(store=...) stores results as JSON and safetensors, never pickles: {error}; "
+            "or run without store"
+        ) from error
     digest = None
     if tensors:
-        tmp = tensor_file.with_name(f".{tensor_file.name}.tmp")
-        save_file(tensors, tmp)
-        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-        os.replace(tmp, tensor_file)
+        with atomic_path(path.with_suffix(".safetensors")) as tmp:
+            save_file(tensors, tmp)
+            digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
     record = {"format": STORE_FORMAT, "job": key, "tensors_sha256": digest, "result": encoded}
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(record, allow_nan=False))
 
 
 def _load_result(path: Path, key: str) -> tuple[bool, Any]:
@@ -198,7 +122,7 @@ def _load_result(path: Path, key: str) -> tuple[bool, Any]:
         return False, None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("format") != STORE_FORMAT or record.get("job") != key:
+        if record.get("format") not in READ_FORMATS or record.get("job") != key:
             return False, None
         tensors: dict[str, Tensor] = {}
         if record["tensors_sha256"] is not None:
@@ -209,7 +133,7 @@ def _load_result(path: Path, key: str) -> tuple[bool, Any]:
             if hashlib.sha256(data).hexdigest() != record["tensors_sha256"]:
                 return False, None
             tensors = load(data)
-        return True, _decode(record["result"], tensors)
+        return True, decode(record["result"], tensors)
     except (ValueError, KeyError, TypeError, SafetensorError) as error:
         log.warning("ignoring the damaged stored shard %s (%s); it is computed again", path, error)
         return False, None

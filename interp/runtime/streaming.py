@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp.io.devices import module_weight
+from interp.io.files import atomic_path, write_text_atomic
 from interp.model import HookedTransformer
 
 JOB_FILE = "job.json"
@@ -70,15 +70,6 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     return digest.hexdigest()[:32]
 
 
-def _write_atomic(tensors: dict[str, Tensor], path: Path, metadata: dict[str, str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        save_file(tensors, tmp, metadata=metadata)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _as_tokens(model: HookedTransformer, prompts: Tensor | Sequence[str]) -> Tensor:
     if isinstance(prompts, Tensor):
         return model.input_tokens(prompts).cpu()
@@ -118,9 +109,7 @@ def cache_to_disk(
                 "size); choose another out_dir or delete it."
             )
     else:
-        tmp = job_file.with_name(f".{JOB_FILE}.tmp")
-        tmp.write_text(json.dumps(job, indent=2))
-        os.replace(tmp, job_file)
+        write_text_atomic(job_file, json.dumps(job, indent=2))
     starts = range(0, len(tokens), batch_size)
     todo = [i for i in range(len(starts)) if not _shard_path(out_dir, i).exists()]
     bar = tqdm(total=len(starts), initial=len(starts) - len(todo), desc="caching", disable=not progress)
@@ -130,7 +119,8 @@ def cache_to_disk(
         _, cache = model.run_with_cache(batch, names_filter=names, return_type=None, device="cpu")
         tensors = {name: cache[name].contiguous() for name in names}
         rows = f"{start}:{start + len(batch)}"
-        _write_atomic(tensors, _shard_path(out_dir, index), {"rows": rows, "job": key})
+        with atomic_path(_shard_path(out_dir, index)) as tmp:
+            save_file(tensors, tmp, metadata={"rows": rows, "job": key})
         bar.update(1)
     bar.close()
     return out_dir

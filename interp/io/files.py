@@ -1,0 +1,95 @@
+"""Atomic writes: a file or a directory is replaced whole or not at all, never left half-written.
+
+Everything is written under a hidden temporary name in the target's own directory (same file
+system), then renamed into place with os.replace; on any error, KeyboardInterrupt included, the
+temporary file or directory is removed and the old target stays as it was. Missing parent
+directories are created. The written file or directory gets the ordinary permissions the process's
+umask gives (not the private ones of a temporary file).
+
+    write_text_atomic("report.html", page)
+    with atomic_write("scores.csv") as file:            # "w" (UTF-8 text) or "wb"
+        frame.to_csv(file)
+    with atomic_path("shard.safetensors") as tmp:       # for writers that take a file name
+        save_file(tensors, tmp)
+    with atomic_dir("checkpoint") as tmp:               # a directory, swapped in whole
+        (tmp / "config.json").write_text(...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Literal
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside `path` (`.NAME.XXXXXXXX.tmp`) to write; on leaving the block without
+    an error it replaces `path`, else it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        tmp.chmod(0o666 & ~_umask())  # mkstemp makes it private; the result is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: Literal["w", "wb"] = "w") -> Iterator[IO]:
+    """An open temporary file ("w": UTF-8 text, "wb": bytes) that replaces `path` when the block
+    ends without an error (see `atomic_path`)."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"mode must be 'w' or 'wb', got {mode!r}")
+    with atomic_path(path) as tmp, open(tmp, mode, encoding="utf-8" if mode == "w" else None) as file:
+        yield file
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` atomically; returns the path."""
+    with atomic_write(path) as file:
+        file.write(text)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_dir(directory: str | os.PathLike) -> Iterator[Path]:
+    """An empty temporary directory beside `directory` (`.NAME.XXXXXXXX`) to fill; on leaving the
+    block without an error it replaces `directory` (`replace_dir`), else it is removed."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is an ordinary directory
+        yield tmp
+        replace_dir(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def replace_dir(source: Path, target: Path) -> None:
+    """Move the complete directory `source` to `target`, replacing any old `target`."""
+    if target.exists():
+        old = target.with_name(f".{target.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+        source.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        source.rename(target)

@@ -1,0 +1,230 @@
+"""One atomic write (`interp.io.files`) and one JSON format (`interp.io.serialize`) for results files
+(`circuits.results_file`) and the map_shards resume store (`interp.runtime.distributed`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from rich.console import Console
+from safetensors.torch import save_file
+
+from circuits.results_file import SCHEMA, load_result, save_result, write_result_report
+from interp.io.files import atomic_dir, atomic_path, atomic_write, write_text_atomic
+from interp.io.serialize import decode, encode, register_dataclass
+from interp.runtime.distributed import job_key, map_shards
+
+DATA = Path(__file__).parent / "data"
+
+
+@register_dataclass
+@dataclass
+class Inner:
+    scores: torch.Tensor
+    frame: pd.DataFrame
+
+
+@register_dataclass
+@dataclass
+class Outer:
+    name: str
+    inner: Inner
+    by_head: dict
+    pair: tuple
+    ratio: float
+    array: np.ndarray
+    notes: list = field(default_factory=list)
+
+
+def _value() -> Outer:
+    nan, inf = float("nan"), float("inf")
+    frame = pd.DataFrame({"head": ["L0H1", "L1H0", "L1H2"], "score": [0.5, nan, -inf], 3: [1, 2, 3]})
+    frame.index = [10, 20, 30]
+    inner = Inner(torch.tensor([[1.0, nan], [inf, -inf]]), frame)
+    return Outer(
+        name="run",
+        inner=inner,
+        by_head={(0, 1): torch.arange(3), "half": torch.tensor([0.5, nan], dtype=torch.bfloat16), 2: [inf]},
+        pair=(nan, 1.5, None, True),
+        ratio=-inf,
+        array=np.array([[1.0, np.nan]], dtype=np.float32),
+        notes=[torch.zeros(0, 3), np.array(["a", "bc"]), {"deep": [(1, {"x": nan})]}],
+    )
+
+
+def _assert_same(a, b) -> None:
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    elif isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b)
+    elif isinstance(a, float):
+        assert a == b or (math.isnan(a) and math.isnan(b))
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _assert_same(x, y)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for key in a:
+            _assert_same(a[key], b[key])
+    elif hasattr(a, "__dataclass_fields__"):
+        for name in a.__dataclass_fields__:
+            _assert_same(getattr(a, name), getattr(b, name))
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("where", ["inline", "side file"])
+def test_one_format_round_trips_dataclasses_tensors_frames_nan_and_inf(where):
+    value = _value()
+    tensors = {} if where == "side file" else None
+    text = json.dumps(encode(value, tensors), allow_nan=False)  # strict JSON: no bare NaN / Infinity
+    assert "NaN" not in text and "Infinity" not in text and '{"__float__": "nan"}' in text
+    assert (tensors is not None) == ('__tensor__": "t0"' in text)
+    _assert_same(decode(json.loads(text), tensors), value)
+    assert encode([np.float32(1.5), np.int64(2), np.float64("nan")]) == [1.5, 2, {"__float__": "nan"}]
+
+
+def test_the_format_refuses_what_it_cannot_hold_and_reads_no_unknown_type():
+    @dataclass
+    class Unregistered:
+        x: int
+
+    for bad in (Unregistered(1), {1, 2}, b"bytes", object()):
+        with pytest.raises(TypeError, match="cannot be stored|not a registered dataclass"):
+            encode(bad)
+    assert encode({"metric": len}, drop_callables=True) == {"__items__": [["metric", None]]}
+    with pytest.raises(ValueError, match="unregistered type 'Nope'"):
+        decode({"__dataclass__": "Nope", "fields": {}})
+
+
+def test_results_files_and_the_shard_store_write_the_same_json(tmp_path):
+    """Both write interp.io.serialize's format: the store with its tensors in a safetensors file."""
+    value = _value()
+    (stored,) = map_shards(lambda v: v, [value], store=tmp_path, job="same")
+    again = map_shards(lambda v: 1 / 0, [value], store=tmp_path, job="same")[0]  # loaded
+    for result in (stored, again):
+        _assert_same(result, value)
+    (shard,) = tmp_path.glob("*/shard_00000.json")
+    record = json.loads(shard.read_text())
+    assert record["format"] == "interp-shard-result-2" and shard.with_suffix(".safetensors").is_file()
+    assert record["result"] == encode(value, {})  # the same encoder, tensors by name
+
+    report = load_result(DATA / "patch-result-1.json")
+    report.result.extra = {"value": value}
+    save_result(report, tmp_path / "report.json")
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert document["result"] == encode(report, drop_callables=True)  # the same encoder, tensors inline
+    _assert_same(load_result(tmp_path / "report.json").result.extra["value"], value)
+
+
+@pytest.mark.filterwarnings("ignore:.*bootstrap resamples give an undefined value")
+def test_a_result_file_of_the_previous_schema_still_loads(tmp_path):
+    """tests/data/patch-result-1.json was written by `save_result` at 8ef2c98 (schema interp-result-1,
+    bare NaN / Infinity tokens, frames as {column: values}): `interp patch --model toy-ioi --n-prompts 4
+    --top 3` with NaN, inf and -inf put into its values, and a frame, floats, an array and a bfloat16
+    tensor into its `extra`."""
+    old = load_result(DATA / "patch-result-1.json")
+    values = old.result.values
+    assert math.isnan(values[0, 0]) and values[1, 1] == math.inf and values[2, 2] == -math.inf
+    assert list(old.result.index.columns) == ["component", "layer", "head", "position"]
+    extra = old.result.extra
+    assert math.isnan(extra["nan"]) and extra["inf"] == math.inf
+    expected = pd.DataFrame({"w": [1.5, float("nan"), -math.inf], "name": ["a", "b", "c"]})
+    pd.testing.assert_frame_equal(extra["weights"], expected.astype({"name": extra["weights"]["name"].dtype}))
+    assert extra[("pair", 1)].dtype == np.float32 and extra["half"].dtype == torch.bfloat16
+
+    save_result(old, tmp_path / "new.json")
+    assert json.loads((tmp_path / "new.json").read_text())["schema"] == SCHEMA != "interp-result-1"
+    new = load_result(tmp_path / "new.json")
+    _assert_same(new, old)
+    for result, out in ((old, "old.md"), (new, "new.md")):
+        write_result_report(result, "markdown", tmp_path / out, Console())
+    assert (tmp_path / "old.md").read_text() == (tmp_path / "new.md").read_text()
+
+
+def test_a_shard_stored_in_the_previous_store_format_still_loads(tmp_path):
+    """interp-shard-result-1 wrote dicts as __dict__, arrays as __ndarray__ and frames as __dataframe__."""
+    directory = tmp_path / job_key("old")
+    directory.mkdir()
+    save_file(
+        {"t0": torch.tensor([1.0, float("nan")]), "t1": torch.arange(2)},
+        directory / "shard_00000.safetensors",
+    )
+    result = {
+        "__dict__": [
+            ["scores", {"__tensor__": "t0"}],
+            [{"__tuple__": [0, 1]}, {"__ndarray__": {"__tensor__": "t1"}}],
+            ["ratio", {"__float__": "-inf"}],
+            ["frame", {"__dataframe__": ["a"], "index": [0, 1], "values": [[0.5, {"__float__": "nan"}]],
+                       "dtypes": ["float64"]}],
+        ]
+    }  # fmt: skip
+    digest = __import__("hashlib").sha256((directory / "shard_00000.safetensors").read_bytes()).hexdigest()
+    record = {
+        "format": "interp-shard-result-1",
+        "job": job_key("old"),
+        "tensors_sha256": digest,
+        "result": result,
+    }
+    (directory / "shard_00000.json").write_text(json.dumps(record))
+    (loaded,) = map_shards(lambda _: 1 / 0, [None], store=tmp_path, job="old")
+    _assert_same(loaded["scores"], torch.tensor([1.0, float("nan")]))
+    _assert_same(loaded[(0, 1)], np.arange(2))
+    assert loaded["ratio"] == -math.inf
+    pd.testing.assert_frame_equal(loaded["frame"], pd.DataFrame({"a": [0.5, float("nan")]}))
+
+
+@pytest.mark.parametrize("interrupt", [RuntimeError, KeyboardInterrupt])
+def test_an_interrupted_atomic_write_leaves_the_old_file_and_no_temporary_file(tmp_path, interrupt):
+    path = tmp_path / "out" / "report.txt"
+    assert write_text_atomic(path, "old ✓") == path  # makes out/
+    with pytest.raises(interrupt), atomic_write(path) as file:
+        file.write("half of the new")
+        file.flush()
+        raise interrupt
+    with pytest.raises(interrupt), atomic_path(path) as tmp:
+        tmp.write_text("half of the new")
+        raise interrupt
+    with pytest.raises(TypeError):
+        write_text_atomic(path, None)  # fails mid-write
+    assert path.read_text(encoding="utf-8") == "old ✓"
+    assert os.listdir(path.parent) == ["report.txt"]
+
+    with atomic_write(path, "wb") as file:
+        file.write(b"\x00new")
+    assert path.read_bytes() == b"\x00new" and os.listdir(path.parent) == ["report.txt"]
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()  # an ordinary file, not mkstemp's 0o600
+
+
+@pytest.mark.parametrize("interrupt", [RuntimeError, KeyboardInterrupt])
+def test_an_interrupted_atomic_directory_write_leaves_the_old_directory(tmp_path, interrupt):
+    directory = tmp_path / "checkpoint"
+    with atomic_dir(directory) as tmp:
+        (tmp / "config.json").write_text("old")
+    with pytest.raises(interrupt), atomic_dir(directory) as tmp:
+        (tmp / "config.json").write_text("new")
+        raise interrupt
+    assert (directory / "config.json").read_text() == "old" and os.listdir(tmp_path) == ["checkpoint"]
+    with atomic_dir(directory) as tmp:
+        (tmp / "weights").write_text("new")
+    assert os.listdir(directory) == ["weights"] and os.listdir(tmp_path) == ["checkpoint"]
+    assert directory.stat().st_mode & 0o777 == 0o777 & ~_umask()
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
