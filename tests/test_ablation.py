@@ -231,7 +231,8 @@ def test_runs_that_ablate_whole_layers_skip_their_attention_and_equal_hooked_run
     replacement = ablation.Replacement(model, names, "mean", reference)
     layer0 = [(0, head) for head in range(n_heads)]
     sets = [layer0, layer0 + [(1, 1)], [(1, h) for h in range(n_heads)], [(0, 2)], layer0 + [(1, 0), (1, 3)]]
-    zeros = [engine.Intervention(site, torch.zeros(())) for site in ablation.ablation_sites(model, heads=layer0)]
+    sites = ablation.ablation_sites(model, heads=layer0)
+    zeros = [engine.Intervention(site, torch.zeros(())) for site in sites]
     assert engine._overwrites_z(model, 0, zeros)
     got = ablation.ablated_metrics(model, tokens, metric, sets, replacement)
     for heads, value in zip(sets, got, strict=True):

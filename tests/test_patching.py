@@ -114,6 +114,96 @@ def test_runs_sharing_a_prefix_equal_runs_computed_alone(model, prompts):
     assert not torch.allclose(shared[1], shared[2], atol=1e-4)  # the sets do differ
 
 
+def test_interventions_from_every_kind_of_source_equal_hand_written_hooks(model, prompts):
+    """One run may mix sources (a cached run, a tensor, a function of the activation) and hooks that
+    need a setting (hook_result, q_input): each run equals its forward pass with hand-written hooks,
+    started mid-model or not, and later interventions overwrite earlier ones where they overlap."""
+    clean, corrupted, end, metric = prompts
+    z1, result0, q2 = interp.act_name("z", 1), interp.act_name("result", 0), interp.act_name("q_input", 2)
+    with model.settings(use_attn_result=True):
+        _, source = engine.cached_run(model, clean, [z1, result0])
+    double = lambda act: 2 * act  # noqa: E731
+    steer = torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(2))
+    runs = [
+        [engine.Intervention(Site(z1), source), engine.Intervention(Site(z1, head=[0, 3]), torch.zeros(()))],
+        [engine.Intervention(Site(result0, head=2, pos=end), double)],
+        [Site(z1, head=1), engine.Intervention(Site(q2, head=0, pos=2), steer)],
+        [],
+    ]
+    _, target = engine.cached_run(model, corrupted, engine.start_names(model))
+    for start in (target, None):
+        values = engine.run_site_sets(model, corrupted, runs, source, metric, target=start, batch_size=2)
+        for run, value in zip(runs, values, strict=True):
+            hooks = []
+            for entry in run:
+                iv = entry if isinstance(entry, engine.Intervention) else engine.Intervention(entry, source)
+                hooks.append((iv.site.name, lambda act, hook, iv=iv: torch.where(
+                    engine.site_mask(iv.site, act.shape), iv.values(act), act)))  # fmt: skip
+            with model.settings(use_attn_result=True, use_split_qkv_input=True):
+                expected = metric(model.run_with_hooks(corrupted, fwd_hooks=hooks))
+            torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)
+    assert len({round(float(v.mean()), 4) for v in values}) == len(runs)  # every run changed something
+    assert not model.hook_settings.use_attn_result and not model.hook_settings.use_split_qkv_input
+    with pytest.raises(ValueError, match="bare Site needs `sources`"):
+        engine.run_site_sets(model, corrupted, [[Site(z1)]], None, metric)
+    with pytest.raises(ValueError, match=r"no source values for \['blocks.2.attn.hook_z'\]"):
+        engine.run_site_sets(model, corrupted, [[Site(interp.act_name("z", 2))]], source, metric)
+
+
+def test_read_site_sets_reads_each_runs_activations_and_the_targets_where_unchanged(model, prompts):
+    clean, corrupted, end, metric = prompts
+    z0, pattern1, resid_final = (
+        interp.act_name("z", 0),
+        interp.act_name("pattern", 1),
+        "blocks.2.hook_resid_post",
+    )
+    _, source = engine.cached_run(model, clean, [z0, interp.act_name("z", 2)])
+    _, target = engine.cached_run(model, corrupted, engine.start_names(model) + [pattern1])
+    runs = [[], [Site(z0, head=1)], [Site(interp.act_name("z", 2), pos=end)]]
+    reads = engine.read_site_sets(
+        model, corrupted, runs, [pattern1, resid_final], dict, source, target=target, batch_size=2
+    )
+    assert reads[0][pattern1] is target[pattern1]  # the target run is read from its cache
+    assert reads[2][pattern1] is target[pattern1]  # block 1 is unchanged when only block 2 is patched
+    for run, read in zip(runs, reads, strict=True):
+        hooks = [(site.name, lambda act, hook, site=site: torch.where(
+            engine.site_mask(site, act.shape), source[site.name], act)) for site in run]  # fmt: skip
+        with model.hooks(fwd_hooks=hooks):
+            _, cache = model.run_with_cache(corrupted, names_filter=[pattern1, resid_final])
+        for name in (pattern1, resid_final):
+            torch.testing.assert_close(read[name], cache[name], atol=1e-5, rtol=0)
+    assert not torch.allclose(reads[1][pattern1], reads[0][pattern1], atol=1e-4)
+    with pytest.raises(ValueError, match="fire after the last hook read"):
+        engine.read_site_sets(model, corrupted, runs, [pattern1], dict, source, target=target)
+    with pytest.raises(ValueError, match="target cache lacks"):
+        engine.read_site_sets(model, corrupted, [[]], [pattern1], dict, source, target={})
+
+
+def test_patch_one_head_equals_the_sweep_and_a_hand_written_hook(model, prompts):
+    clean, corrupted, end, metric = prompts
+    patched = interp.patch(model, clean, metric, head=(1, 2), source=corrupted, pos=end)
+    sweep = patching.activation_patching(
+        model, clean, corrupted, metric, "z", positions={"END": end}, layers=[1], direction="noise"
+    )
+    torch.testing.assert_close(patched, sweep.per_example()[0, 2, 0], atol=1e-5, rtol=0)
+    _, cache = model.run_with_cache(corrupted, names_filter=interp.act_name("z", 1))
+    site = Site(interp.act_name("z", 1), head=2, pos=end)
+    hook = lambda act, hook: torch.where(engine.site_mask(site, act.shape), cache[hook.name], act)  # noqa: E731
+    expected = metric(model.run_with_hooks(clean, fwd_hooks=[(site.name, hook)]))
+    torch.testing.assert_close(patched, expected, atol=1e-5, rtol=0)
+    zeroed = interp.patch(
+        model, clean, metric, site=Site(interp.act_name("mlp_out", 0)), source=torch.zeros(())
+    )
+    with model.hooks(fwd_hooks=[(interp.act_name("mlp_out", 0), lambda act, hook: torch.zeros_like(act))]):
+        torch.testing.assert_close(zeroed, metric(model(clean)), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="exactly one of head"):
+        interp.patch(model, clean, metric, source=corrupted)
+    with pytest.raises(ValueError, match="same"):
+        interp.patch(model, clean, metric, head=(0, 0), source=corrupted[:2])
+    with pytest.raises(ValueError, match="out of range"):
+        interp.patch(model, clean, metric, head=(5, 0), source=corrupted)
+
+
 def test_per_prompt_positions_match_a_hand_written_hook(model, prompts):
     clean, corrupted, end, metric = prompts
     _, clean_cache = model.run_with_cache(clean)

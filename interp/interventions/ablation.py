@@ -266,6 +266,7 @@ def ablated_metrics(
     metric: Metric,
     head_sets: Sequence[Sequence[Head]],
     replacement: Replacement,
+    *,
     groups: Int[Tensor, " batch"] | None = None,
     logit_pos: Pos = None,
     batch_size: int | None = None,
@@ -355,6 +356,7 @@ def ablation_sweep(
     tokens: Int[Tensor, "batch pos"],
     metric: Metric,
     component: Literal["heads", "mlps"] = "heads",
+    *,
     ablation: Ablation = "zero",
     reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
@@ -404,11 +406,11 @@ def ablation_sweep(
     if "head" not in index:
         index["head"] = None
     return PatchResult(
-        values,
-        index[["component", "layer", "head", "position"]],
-        dims,
-        coords,
-        metric_name,
+        values=values,
+        index=index[["component", "layer", "head", "position"]],
+        dims=dims,
+        coords=coords,
+        metric_name=metric_name,
         target=metric_values(metric, logits, batch),
         method=f"{ablation} ablation",
     )

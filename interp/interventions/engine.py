@@ -291,6 +291,16 @@ def _walk(
     names = {iv.site.name for run in runs for iv in run} | set(reads)
     with model.settings(**hook_settings_for(names)):
         check_sites(model, [[Site(name)] for name in names])
+    uncached = sorted(
+        {
+            iv.site.name
+            for run in runs
+            for iv in run
+            if isinstance(iv.source, Mapping) and iv.site.name not in iv.source
+        }
+    )
+    if uncached:
+        raise ValueError(f"no source values for {uncached}; cache them in the source run")
     stop = max((_segment(Site(name), n_layers) for name in reads), default=n_layers)
     late = sorted({iv.site.name for run in runs for iv in run if _segment(iv.site, n_layers) > stop})
     if late:

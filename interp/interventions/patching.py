@@ -134,6 +134,7 @@ def patch_sites(
     corrupted: Int[Tensor, "batch pos"],
     metric: Metric,
     site_sets: Sequence[Site | Sequence[Site]],
+    *,
     direction: Direction = "denoise",
     labels: Sequence[str] | None = None,
     metric_name: str = "metric",
@@ -172,11 +173,11 @@ def patch_sites(
     index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
     index["layer"] = [min((s.layer for s in sites), default=None) for sites in site_sets]
     return PatchResult(
-        values,
-        index,
-        ("patch",),
-        {"patch": labels},
-        metric_name,
+        values=values,
+        index=index,
+        dims=("patch",),
+        coords={"patch": labels},
+        metric_name=metric_name,
         target=metric_values(metric, target_logits, target_tokens.shape[0]),
         source=metric_values(metric, source_logits, target_tokens.shape[0]),
         method=f"activation patching ({direction})",
@@ -234,6 +235,7 @@ def activation_patching(
     component: str = "z",
     positions: PositionAxis = None,
     layers: Sequence[int] | None = None,
+    *,
     direction: Direction = "denoise",
     metric_name: str = "metric",
     batch_size: int | None = None,
@@ -257,8 +259,8 @@ def activation_patching(
     clean, corrupted = check_pair(model, clean, corrupted)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     result = patch_sites(
-        model, clean, corrupted, metric, sites, direction, None, metric_name, batch_size, logit_pos,
-        logit_tokens,
+        model, clean, corrupted, metric, sites, direction=direction, metric_name=metric_name,
+        batch_size=batch_size, logit_pos=logit_pos, logit_tokens=logit_tokens,
     )  # fmt: skip
     result.index = grid_index(component, dims, coords)
     result.dims, result.coords = dims, coords
@@ -277,6 +279,7 @@ def attribution_patching(
     component: str = "z",
     positions: PositionAxis = None,
     layers: Sequence[int] | None = None,
+    *,
     direction: Direction = "denoise",
     metric_name: str = "metric",
     logit_pos: Pos = None,
@@ -323,11 +326,11 @@ def attribution_patching(
         ]
     )
     return PatchResult(
-        values,
-        grid_index(component, dims, coords),
-        dims,
-        coords,
-        metric_name,
+        values=values,
+        index=grid_index(component, dims, coords),
+        dims=dims,
+        coords=coords,
+        metric_name=metric_name,
         target=base,
         source=metric_values(metric, source_logits, target_tokens.shape[0]),
         method=f"attribution patching ({direction})",

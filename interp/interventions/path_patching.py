@@ -85,6 +85,7 @@ def path_patching(
     metric: Metric,
     receivers: Sequence[Receiver] | str = "logits",
     senders: Sequence[Sender | Sequence[Sender]] | None = None,
+    *,
     sender_pos: Pos = None,
     receiver_pos: Pos = None,
     freeze_mlps: bool = False,
@@ -122,8 +123,8 @@ def path_patching(
     Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
     """
     return PathPatcher(model, clean, corrupted, logit_pos)(
-        metric, receivers, senders, sender_pos, receiver_pos, freeze_mlps, metric_name, batch_size,
-        logit_tokens,
+        metric, receivers, senders, sender_pos=sender_pos, receiver_pos=receiver_pos,
+        freeze_mlps=freeze_mlps, metric_name=metric_name, batch_size=batch_size, logit_tokens=logit_tokens,
     )  # fmt: skip
 
 
@@ -161,6 +162,7 @@ class PathPatcher:
         metric: Metric,
         receivers: Sequence[Receiver] | str = "logits",
         senders: Sequence[Sender | Sequence[Sender]] | None = None,
+        *,
         sender_pos: Pos = None,
         receiver_pos: Pos = None,
         freeze_mlps: bool = False,
@@ -211,11 +213,11 @@ class PathPatcher:
             dims, coords = ("patch",), {"patch": labels}
             index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
         return PatchResult(
-            values,
-            index,
-            dims,
-            coords,
-            metric_name,
+            values=values,
+            index=index,
+            dims=dims,
+            coords=coords,
+            metric_name=metric_name,
             target=metric_values(metric, self.clean_logits, batch),
             source=metric_values(metric, self.corrupted_logits, batch),
             method="path patching",
