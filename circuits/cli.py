@@ -43,6 +43,11 @@ EXAMPLES = {  # the end of each command's --help
             "--model toy-induction --task induction --target 0.9   # the smallest circuit reaching 0.9",
             "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
         ],
+        "icl": [
+            "--n-documents 32 --format html --out icl.html   # SmolLM2 on Brown corpus texts",
+            "--model toy-induction --induction-heads L1H0,L1H2",
+            "--model runs/induction --plot icl.png   # a training run: the score across its checkpoints",
+        ],
         "render": [
             "heads.json --format html --out heads.html   # after: interp heads --save heads.json",
             "ioi.json --format markdown",
@@ -452,6 +457,118 @@ def circuit(
     if mib_out is not None:
         console.print(f"Wrote {mib_out}", style="dim")
     save_and_tell(result, out, save)
+
+
+@app.command(epilog=EXAMPLES["icl"])
+def icl(
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
+    n_documents: int = typer.Option(
+        16,
+        min=4,
+        help="Documents (Brown corpus texts; a toy model's task sequences): half rank, half confirm.",
+    ),
+    early: int | None = typer.Option(
+        None, min=1, help="Centre of the early window (default: token 50 on text)."
+    ),
+    late: int | None = typer.Option(
+        None, min=2, help="Centre of the late window (default: token 500 on text)."
+    ),
+    window: int | None = typer.Option(
+        None,
+        min=1,
+        help="Tokens averaged around each (default 51 on text; 1: Olsson et al.'s single tokens).",
+    ),
+    ablation: Literal["mean", "zero", "resample"] = typer.Option(
+        "mean", help="mean (per position over the documents), zero or resample (another document's)."
+    ),
+    induction_heads: str | None = typer.Option(
+        None,
+        help='The class to test: "L17H3,L19H0", a result of `interp heads --save`, or "none" '
+        "(default: the heads interp heads confirms, cached after the first run).",
+    ),
+    top: int = typer.Option(3, min=0, help="Top heads by attribution to confirm by exact ablation."),
+    n_random: int = typer.Option(4, min=1, help="Random same-layer head sets to compare the class with."),
+    seed: int = typer.Option(0, min=0, help="Seed of the documents, the random sets and the bootstrap."),
+    format: str = typer.Option("table", help="table, json, markdown or html."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+    plot: str | None = typer.Option(
+        None,
+        help="Also draw a figure (.png, .svg, .pdf): a training run across its steps, else loss per token.",
+    ),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
+) -> None:
+    """The in-context learning score (late minus early loss) and the heads that carry it.
+
+    Every head is ranked by attribution on half the documents; the top heads and the induction heads
+    (against random heads of the same layers) are confirmed by exact ablation on the other half. For
+    a training run's directory, also the score and the induction scores at each checkpoint.
+    """
+    from circuits.icl import Windows, default_windows, icl_over_training, icl_report, plot_icl_over_training
+    from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
+    from interp.training import CHECKPOINTS
+
+    check_format(format, out, FORMATS)
+    check_save(save)
+    if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
+        raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
+    heads = None if induction_heads is None else _heads_option(induction_heads)
+    run = Path(model) if (Path(model) / CHECKPOINTS).is_dir() else None
+    loaded = load(model)
+    began = time.perf_counter()
+
+    def progress(stage: str, done: int, total: int) -> None:  # a line on stderr as each stage begins
+        if done == 0:
+            print(f"[icl {time.perf_counter() - began:6.1f}s] {stage} ...", file=sys.stderr, flush=True)
+
+    try:
+        defaults = default_windows(loaded)
+        windows = Windows(
+            defaults.early if early is None else early,
+            defaults.late if late is None else late,
+            defaults.width if window is None else window,
+        )
+        result = icl_report(
+            loaded, n_documents=n_documents, windows=windows, ablation=ablation, induction_heads=heads,
+            top=top, n_random=n_random, seed=seed, progress=progress,
+        )  # fmt: skip
+        if run is not None:
+            progress("ICL and induction scores at each checkpoint", 0, 1)
+            result.training = icl_over_training(run, n_documents, windows, seed, show_bar=False)
+        if plot is not None and run is not None:
+            plot_icl_over_training(result.training, plot)
+        elif plot is not None:
+            loss_curve_figure(result, plot)
+    except (ValueError, ImportError) as error:
+        raise fail(str(error)) from error
+    print(f"[icl {time.perf_counter() - began:6.1f}s] done", file=sys.stderr, flush=True)
+    write_icl_report(result, format, out, console)
+    if plot is not None:
+        console.print(f"Wrote {plot}", style="dim")
+    save_and_tell(result, out, save)
+
+
+def _heads_option(text: str) -> list[tuple[int, int]]:
+    """--induction-heads: "L17H3,L19H0", "none", or a saved head report (its confirmed induction heads)."""
+    import re
+
+    if text.strip().lower() == "none":
+        return []
+    if text.endswith(".json"):
+        from circuits.heads import HeadReport
+        from circuits.results_file import load_result
+
+        try:
+            report = load_result(text)
+        except (ValueError, FileNotFoundError) as error:
+            raise fail(str(error)) from error
+        if not isinstance(report, HeadReport):
+            raise fail(f"{text} holds no head report; write one with: interp heads --save {text}")
+        return report.heads_of_type("induction")
+    labels = [label.strip() for label in text.split(",") if label.strip()]
+    parsed = [re.fullmatch(r"L(\d+)H(\d+)", label, flags=re.IGNORECASE) for label in labels]
+    if not labels or not all(parsed):
+        raise fail(f'--induction-heads {text!r}: give heads as "L17H3,L19H0", a heads.json, or "none".')
+    return [(int(match[1]), int(match[2])) for match in parsed]
 
 
 @app.command(epilog=EXAMPLES["render"])

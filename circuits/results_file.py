@@ -4,11 +4,11 @@
     result = load_result("heads.json")           # the same HeadReport, nothing recomputed
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
-The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch", "result": ...}, the result
-in `interp.io.serialize`'s JSON (strict: NaN and infinities as {"__float__": "nan"} etc.): dataclasses
-by name, tensors and arrays with their dtype, data frames by column. Functions (a task's metric) are
-not stored; rendering never calls them. Files of the previous schema, interp-result-1 (bare NaN
-tokens, frames as {column: values}), load too.
+The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl", "result": ...},
+the result in `interp.io.serialize`'s JSON (strict: NaN and infinities as {"__float__": "nan"} etc.):
+dataclasses by name, tensors and arrays with their dtype, data frames by column. Functions (a task's
+metric) are not stored; rendering never calls them. Files of the previous schema, interp-result-1 (bare
+NaN tokens, frames as {column: values}), load too.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from circuits.edge_circuits.tasks import EdgeTask
 from circuits.heads.classify import HeadReport
 from circuits.heads.report import FORMATS as HEAD_FORMATS
 from circuits.heads.report import write_report
+from circuits.icl import ICLResult, ICLScore, Windows
+from circuits.icl.report import FORMATS as ICL_FORMATS
+from circuits.icl.report import write_icl_report
 from circuits.ioi.report import FORMATS as IOI_FORMATS
 from circuits.ioi.report import write_ioi_report
 from circuits.ioi.results import IOICircuitResult
@@ -46,13 +49,14 @@ KINDS = {  # kind -> (result type, formats, writer)
     "ioi": (IOICircuitResult, IOI_FORMATS, write_ioi_report),
     "circuit": (EdgeCircuitResult, EDGE_FORMATS, write_edge_report),
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
+    "icl": (ICLResult, ICL_FORMATS, write_icl_report),
 }
-RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport)
+RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult)
 
 
 def _register_dataclasses() -> None:
     """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
-    for module in [*map(inspect.getmodule, (*RESULT_TYPES, EdgeTask, PatchResult)), edges]:
+    for module in [*map(inspect.getmodule, (*RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows)), edges]:
         for cls in vars(module).values():
             if isinstance(cls, type) and dataclasses.is_dataclass(cls):
                 register_dataclass(cls)
@@ -62,7 +66,7 @@ _register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "ioi", "circuit" or "patch")."""
+    """The kind of a command's result ("heads", "ioi", "circuit", "patch" or "icl")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
             return kind

@@ -1,0 +1,196 @@
+"""Each head's contribution to the ICL score: the change when the head is ablated (ablated - clean, in
+nats; positive: the model uses its context less without the head).
+
+  attribution  every head at once, a first-order estimate from one forward and one backward pass:
+               change ~= sum over positions and d_head of (ablated z - z) * d(ICL score)/dz, per document
+  exact        a head, or a set of heads, ablated: runs on interp's engine (`read_site_sets`), each
+               starting at its first ablated block from the clean residual stream and reading only
+               the final residual stream, unembedded at the windows' positions
+
+The ablated values of z (zero, the mean over the documents per position, or another document's)
+come from `interp.interventions.ablation.Replacement` over the same documents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+import interp
+from circuits.heads import head_report
+from circuits.icl.score import icl_scores, token_losses
+from circuits.icl.sequences import Windows
+from interp.interventions.ablation import Replacement, ablation_sites
+from interp.interventions.engine import final_resid_hook, read_site_sets
+from interp.io.files import write_text_atomic
+from interp.io.sources import cache_dir
+from interp.types import Head, Progress
+
+ICL_ABLATIONS = ("mean", "zero", "resample")
+
+
+def check_ablation(ablation: str) -> None:
+    if ablation not in ICL_ABLATIONS:
+        raise ValueError(f"unknown ablation {ablation!r}; choose one of {', '.join(ICL_ABLATIONS)}")
+
+
+def ablated_z(
+    model: interp.HookedTransformer,
+    z: dict[str, Float[Tensor, "batch pos head d_head"]],
+    ablation: str,
+    seed: int,
+) -> dict[str, Tensor]:
+    """The values that replace each hook_z of `z` (name -> the documents' z) under `ablation`:
+    broadcastable to [batch, pos, head, d_head]."""
+    check_ablation(ablation)
+    replacement = Replacement(model, list(z), ablation, z, seed=seed)
+    return {name: replacement.values(name, len(values)) for name, values in z.items()}
+
+
+def head_attributions(
+    model: interp.HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    windows: Windows,
+    ablation: str = "mean",
+    seed: int = 0,
+    batch_size: int = 4,
+    progress: Progress | None = None,
+) -> tuple[Float[Tensor, "batch layer head"], Float[Tensor, "batch pos_minus_1"]]:
+    """(each document's attributed change of its ICL score per head, its per-token losses in nats).
+
+    One forward and one backward pass per `batch_size` documents, gradients of the ICL score taken
+    with respect to every hook_z only (not the weights); z and its gradient are kept for every
+    document (2 x batch x pos x d_model floats per layer) because the mean is over all of them."""
+    cfg = model.cfg
+    names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)]
+    z: dict[str, list[Tensor]] = {name: [] for name in names}
+    grads: dict[str, list[Tensor]] = {name: [] for name in names}
+    losses = []
+    kept: dict[str, Tensor] = {}
+
+    def keep(act: Tensor, hook) -> None:
+        kept[hook.name] = act
+
+    chunks = tokens.split(batch_size)
+    for done, chunk in enumerate(chunks):
+        if progress is not None:
+            progress("Attribution: forward and backward passes", done, len(chunks))
+        with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
+            resid = model(chunk, stop_at_layer=cfg.n_layers)
+            score = icl_scores(model, resid, chunk, windows)
+            chunk_grads = torch.autograd.grad(score.sum(), [kept[name] for name in names])
+        with torch.no_grad():
+            losses.append(token_losses(model, resid.detach(), chunk).cpu())
+        for name, grad in zip(names, chunk_grads, strict=True):
+            z[name].append(kept[name].detach())
+            grads[name].append(grad)
+    if progress is not None:
+        progress("Attribution: forward and backward passes", len(chunks), len(chunks))
+    every_z = {name: torch.cat(parts) for name, parts in z.items()}
+    values = ablated_z(model, every_z, ablation, seed)
+    per_layer = [((values[name] - every_z[name]) * torch.cat(grads[name])).sum((1, 3)) for name in names]
+    return torch.stack(per_layer, 1).float().cpu(), torch.cat(losses).float()
+
+
+@torch.inference_mode()
+def ablated_icl_scores(
+    model: interp.HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    windows: Windows,
+    head_sets: Sequence[Sequence[Head]],
+    ablation: str = "mean",
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> tuple[Float[Tensor, "batch pos_minus_1"], Float[Tensor, " batch"], Float[Tensor, "n_sets batch"]]:
+    """(the clean run's per-token losses, its ICL score per document, the ICL score per document with
+    each set of heads ablated), all in nats. One clean run caches what the ablated runs start from
+    (the residual stream before each set's first block), the values they write, and the final
+    residual stream; the ablated runs go to the engine together."""
+    final = final_resid_hook(model)
+    z_names = [
+        interp.act_name("z", layer) for layer in sorted({layer for heads in head_sets for layer, _ in heads})
+    ]
+    starts = sorted({min(layer for layer, _ in heads) for heads in head_sets if heads})
+    start_names = [interp.act_name("resid_pre", layer) for layer in starts]
+    _, cache = model.run_with_cache(tokens, names_filter=[*z_names, *start_names, final], return_type=None)
+    losses = token_losses(model, cache[final], tokens).cpu()
+
+    def score(acts: dict[str, Tensor]) -> Tensor:
+        return icl_scores(model, acts[final], tokens, windows).float().cpu()
+
+    def step(done: int, total: int) -> None:
+        if progress is not None:
+            progress("Exact ablations", done, total)
+
+    ablated = read_site_sets(
+        model,
+        tokens,
+        [ablation_sites(model, heads=heads) for heads in head_sets],
+        [final],
+        score,
+        ablated_z(model, {name: cache[name] for name in z_names}, ablation, seed),
+        target={name: cache[name] for name in [*start_names, final]},
+        progress=step,
+    )
+    clean = score({final: cache[final]})
+    return losses.float(), clean, torch.stack(ablated) if ablated else clean.new_empty(0, len(tokens))
+
+
+def random_same_layer_sets(
+    model: interp.HookedTransformer, heads: Sequence[Head], n_draws: int, seed: int = 0
+) -> list[list[Head]]:
+    """`n_draws` random sets of as many heads as `heads`, none of them in it: for each head one from
+    its layer (from any layer once its layer has none left), drawn with `seed`."""
+    generator = torch.Generator().manual_seed(seed)
+    cfg = model.cfg
+    others = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    others = [head for head in others if head not in set(heads)]
+    draws = []
+    for _ in range(n_draws):
+        chosen: list[Head] = []
+        for layer, _ in heads:
+            free = [head for head in others if head not in chosen]
+            same_layer = [head for head in free if head[0] == layer] or free
+            if same_layer:
+                chosen.append(same_layer[int(torch.randint(len(same_layer), (), generator=generator))])
+        draws.append(sorted(chosen))
+    return draws
+
+
+def weights_fingerprint(model: interp.HookedTransformer) -> str:
+    """A short hash of the model's configuration and a strided sample of every weight (~4k values
+    each): what a cached result about this model is keyed by."""
+    digest = hashlib.sha256(repr(sorted(dataclasses.asdict(model.cfg).items())).encode())
+    for name, weight in model.state_dict().items():
+        flat = weight.detach().flatten()
+        sample = flat[:: max(1, flat.numel() // 4096)].cpu().contiguous()
+        digest.update(f"{name}{tuple(weight.shape)}".encode())
+        digest.update(sample.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def confirmed_induction_heads(
+    model: interp.HookedTransformer,
+    n_samples: int = 16,
+    seed: int = 0,
+    cache: bool = True,
+    progress: Progress | None = None,
+) -> list[Head]:
+    """The induction heads `interp heads` confirms by ablation (`head_report(model, n_samples,
+    seed).heads_of_type("induction")`, strongest first). With `cache`, kept in interp's cache
+    directory ($INTERP_CACHE, ~/.cache/interp) under the weights' fingerprint, so the head report
+    runs once per model."""
+    path = cache_dir() / "induction-heads" / f"{weights_fingerprint(model)}-n{n_samples}-s{seed}.json"
+    if cache and path.is_file():
+        return [tuple(head) for head in json.loads(path.read_text())["heads"]]
+    heads = head_report(model, n_samples=n_samples, seed=seed, progress=progress).heads_of_type("induction")
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps({"model": model.cfg.model_name, "heads": heads}))
+    return heads

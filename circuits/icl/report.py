@@ -1,0 +1,281 @@
+"""Rendering an ICLResult: terminal, JSON, Markdown and a self-contained HTML page.
+
+    write_icl_report(result, "html", "icl.html", Console())   # or "table", "json", "markdown"
+
+Every format opens with the finding: the ICL score with its CI, then whether the induction heads
+carry it beyond random heads of their layers on held-out documents, then the top heads by
+attribution confirmed (or not) by exact ablation. The HTML page adds the loss per token, the
+[layer, head] map of attributed changes, and the training run's curve when there is one.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import html
+import io
+import json
+import math
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from circuits.icl.results import ICLResult
+from circuits.icl.training import plot_icl_over_training, save_figure
+from circuits.output import write_output
+from interp.viz import heatmap_html, html_page
+
+FORMATS = ("table", "json", "markdown", "html")
+LEGEND = (
+    "Change = ICL score with the head(s) ablated - without (nats); positive: without them the model "
+    "uses its context less. Attributed: a first-order estimate on the discovery documents; exact: the "
+    "ablated run on the held-out documents, which no head was chosen on; [95% bootstrap CI over documents]. "
+    "A class is confirmed when its change exceeds that of random heads from the same layers (CI of the "
+    "difference above 0); a head when its exact change is above 0."
+)
+HEAD_COLUMNS = ("head", "attributed", "exact (held-out)", "verdict")
+
+
+def _signed(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.3f}"
+
+
+def _ci(interval: tuple[float, float]) -> str:
+    return f"[{_signed(interval[0])}, {_signed(interval[1])}]"
+
+
+def summary_lines(result: ICLResult) -> list[str]:
+    """The finding, in order: the score, each class against random heads, the documents."""
+    s = result.score
+    lines = [
+        f"ICL score of {result.model_name}: {s.score:+.3f} nats {_ci(s.ci)} (loss at "
+        f"{result.windows.describe()}: {s.late_loss:.3f} - {s.early_loss:.3f}; negative: later tokens "
+        f"are predicted better, from their context)."
+    ]
+    for found in result.classes:
+        draws = ", ".join(f"{change:+.3f}" for change in found.random_changes)
+        distinct = len({tuple(heads) for heads in found.random_sets})
+        kind = "random same-layer sets" if found.random_same_layers else "random sets (from other layers too)"
+        lines.append(
+            f"{found.name.capitalize()} heads ({len(found.heads)}, {found.found_by}): ablating them changes "
+            f"the held-out ICL score by {found.change:+.3f} {_ci(found.change_ci)}; {kind} "
+            f"({draws}; {distinct} distinct); beyond random {found.difference:+.3f} "
+            f"{_ci(found.difference_ci)}: {found.verdict}."
+        )
+    if not result.classes:
+        lines.append(
+            "No class tested: interp heads confirms no induction head in this model (or none was given)."
+        )
+    confirmed = [h.head for h in result.heads if h.verdict == "confirmed"]
+    lines.append(
+        f"Top {len(result.heads)} heads by attribution: {len(confirmed)} confirmed by exact ablation on "
+        f"held-out documents ({', '.join(confirmed) or 'none'})."
+    )
+    lines.append(
+        f"Documents: {result.score.n_documents} from {result.source}; discovery "
+        f"{result.discovery.n_documents} (ICL score {result.discovery.score:+.3f}), held-out "
+        f"{result.heldout.n_documents} ({result.heldout.score:+.3f}); {result.ablation} ablation of each "
+        f"head's z."
+    )
+    return lines
+
+
+def loss_bins(result: ICLResult) -> list[tuple[str, float]]:
+    """The mean loss per token in doubling ranges of tokens: ("1", 9.8), ("2-3", 5.0), ("4-7", ...), ..."""
+    curve = result.loss_curve
+    bins, start = [], 1
+    while start <= len(curve):
+        end = min(2 * start - 1, len(curve))
+        label = str(start) if start == end else f"{start}-{end}"
+        bins.append((label, curve[start - 1 : end].mean().item()))
+        start *= 2
+    return bins
+
+
+def _head_rows(result: ICLResult) -> list[tuple[str, ...]]:
+    return [
+        (h.head, _signed(h.attributed), f"{_signed(h.exact)} {_ci(h.exact_ci)}", h.verdict)
+        for h in result.heads
+    ]
+
+
+def _training_lines(result: ICLResult) -> list[str]:
+    curve = result.training
+    if curve is None:
+        return []
+    best = curve.induction.groupby("step")["induction"].max()
+    cells = ", ".join(
+        f"{step}: {score:+.2f} (ind {best.get(step, float('nan')):.2f})"
+        for step, score in zip(curve.steps, curve.scores, strict=True)
+    )
+    return [f"Across training (step: ICL score, highest induction score): {cells}."]
+
+
+def render_table(result: ICLResult, console: Console) -> None:
+    for line in summary_lines(result):
+        console.print(line, markup=False, highlight=False)
+    table = Table(title="Top heads by attribution, confirmed by exact ablation", box=box.SIMPLE_HEAD)
+    for column in HEAD_COLUMNS:
+        table.add_column(column, justify="left" if column in ("head", "verdict") else "right", no_wrap=True)
+    for row in _head_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in loss_bins(result))
+    console.print(f"Loss by token (nats, mean over documents): {bins}", markup=False, highlight=False)
+    for line in _training_lines(result):
+        console.print(line, markup=False, highlight=False)
+    console.print(LEGEND, style="dim", markup=False)
+    console.print(f"Model: {result.provenance}.", style="dim", markup=False)
+
+
+def to_dict(result: ICLResult) -> dict[str, Any]:
+    """The report's figures as plain JSON data (`--save` writes the full result instead)."""
+
+    def score(found) -> dict[str, Any]:
+        return {
+            "score": found.score, "ci": list(found.ci), "early_loss": found.early_loss,
+            "late_loss": found.late_loss, "n_documents": found.n_documents,
+        }  # fmt: skip
+
+    return {
+        "model": result.model_name,
+        "provenance": result.provenance,
+        "documents": result.source,
+        "windows": {
+            "early": result.windows.early,
+            "late": result.windows.late,
+            "width": result.windows.width,
+        },
+        "ablation": result.ablation,
+        "icl_score": score(result.score),
+        "discovery": score(result.discovery) | {"documents": result.discovery_names},
+        "heldout": score(result.heldout) | {"documents": result.heldout_names},
+        "classes": [vars(found) for found in result.classes],
+        "heads": [vars(head) for head in result.heads],
+        "loss_by_token": dict(loss_bins(result)),
+        "training": None
+        if result.training is None
+        else {"steps": result.training.steps, "icl_scores": result.training.scores, "ci": result.training.ci},
+        "legend": LEGEND,
+    }
+
+
+def render_json(result: ICLResult) -> str:
+    return json.dumps(to_dict(result), indent=2, allow_nan=False)
+
+
+def render_markdown(result: ICLResult) -> str:
+    out = [f"# In-context learning of {result.model_name}", ""] + [
+        f"- {line}" for line in summary_lines(result)
+    ]
+    out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---:|---:|---|"]
+    out += ["| " + " | ".join(row) + " |" for row in _head_rows(result)]
+    out += [
+        "",
+        "Loss by token (nats): " + ", ".join(f"{label}: {loss:.2f}" for label, loss in loss_bins(result)),
+    ]
+    out += [f"- {line}" for line in _training_lines(result)]
+    out += ["", LEGEND, "", f"Model: {result.provenance}."]
+    return "\n".join(out) + "\n"
+
+
+def _png(figure) -> str:
+    """A matplotlib figure as an inline <img>."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return f'<img alt="" src="data:image/png;base64,{data}">'
+
+
+def loss_curve_figure(result: ICLResult, out: str | None = None):
+    """The mean loss per token (log-scaled token axis) with its 95% band and the windows shaded; with
+    `out` (.png, .svg, .pdf) also written there."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tokens = range(1, len(result.loss_curve) + 1)
+    mean, se = result.loss_curve.numpy(), result.loss_curve_se.numpy()
+    figure, axes = plt.subplots(figsize=(6.5, 3.2))
+    axes.fill_between(tokens, mean - 1.96 * se, mean + 1.96 * se, color="C0", alpha=0.2, linewidth=0)
+    axes.plot(tokens, mean, color="C0", linewidth=1)
+    for centre in (result.windows.early, result.windows.late):
+        window = result.windows.tokens(centre)
+        axes.axvspan(window[0], window[-1], color="C1", alpha=0.15)
+    axes.set_xscale("log")
+    axes.set_xlabel("token (position in the document)")
+    axes.set_ylabel("loss (nats)")
+    axes.set_title(
+        f"Loss per token, mean over {result.score.n_documents} documents (windows shaded)", fontsize=10
+    )
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    return save_figure(figure, out)
+
+
+def render_html(result: ICLResult) -> str:
+    """The full report as one self-contained page."""
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+        for row in _head_rows(result)
+    )
+    classes = "".join(
+        f"<tr><td>{html.escape(c.name)}</td><td>{html.escape(', '.join(c.heads))}</td>"
+        f"<td>{c.change:+.3f} {_ci(c.change_ci)}</td>"
+        f"<td>{html.escape(', '.join(f'{x:+.3f}' for x in c.random_changes))}</td>"
+        f"<td>{c.difference:+.3f} {_ci(c.difference_ci)}</td><td>{c.verdict}</td></tr>"
+        for c in result.classes
+    )
+    sections = [
+        "<ul class='icl-summary'>"
+        + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result))
+        + "</ul>",
+        f"<p class='legend'>{html.escape(LEGEND)}</p>",
+    ]
+    if classes:
+        sections.append(
+            "<h2>Classes against random heads (held-out documents)</h2><table class='icl-classes'><tr>"
+            "<th>class</th><th>heads</th><th>change</th><th>random same-layer sets</th>"
+            f"<th>beyond random</th><th>verdict</th></tr>{classes}</table>"
+        )
+    sections.append(
+        "<h2>Top heads by attribution</h2><table class='icl-heads'><tr>"
+        + "".join(f"<th>{html.escape(column)}</th>" for column in HEAD_COLUMNS)
+        + f"</tr>{rows}</table>"
+    )
+    sections.append("<h2>Loss per token</h2>" + _png(loss_curve_figure(result)))
+    if result.training is not None:
+        sections.append(
+            "<h2>Across training</h2>"
+            + _png(plot_icl_over_training(result.training))
+            + "".join(f"<p>{html.escape(line)}</p>" for line in _training_lines(result))
+        )
+    n_layers, n_heads = result.attributions.shape
+    sections.append(
+        "<h2>Every head</h2>"
+        + heatmap_html(
+            result.attributions,
+            [str(i) for i in range(n_layers)],
+            [str(i) for i in range(n_heads)],
+            "Attributed change of the ICL score when the head is ablated (nats)",
+            signed=True,
+            value_format="{:+.3f}",
+            caption="discovery documents; positive: the head helps the model use its context",
+        )  # fmt: skip
+    )
+    sections.append(
+        f"<p>Model: {html.escape(result.provenance)}. Discovery documents: "
+        f"{html.escape(', '.join(result.discovery_names))}. "
+        f"Held-out: {html.escape(', '.join(result.heldout_names))}.</p>"
+    )
+    return html_page(f"In-context learning of {result.model_name}", sections)
+
+
+def write_icl_report(result: ICLResult, format: str, out: str | None, console: Console) -> None:
+    """Render `result` in `format` to the file `out`, or to the console when out is None."""
+    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
+    table = functools.partial(render_table, result)
+    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=140)

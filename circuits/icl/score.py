@@ -1,0 +1,99 @@
+"""The in-context learning score (Olsson et al. 2022): the loss late in a document minus the loss early
+in it, in nats; negative when the model predicts later tokens better because it uses their context.
+
+    icl = mean loss over the late window - mean loss over the early window   (per document)
+
+Losses are computed from the final residual stream, unembedded only at the positions they need
+(`token_losses`): the vocabulary's logits at every position of a long document are most of a
+forward pass's memory and a large part of its time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+import interp
+from circuits.icl.sequences import Windows
+from interp.interventions.stats import bootstrap_ci
+
+LOGITS_PER_CHUNK = 2**22  # logits unembedded at once (16 MiB of float32)
+
+
+def token_losses(
+    model: interp.HookedTransformer,
+    final_resid: Float[Tensor, "batch pos d_model"],
+    tokens: Int[Tensor, "batch pos"],
+    at: Sequence[int] | None = None,
+) -> Float[Tensor, "batch n_at"]:
+    """The loss (nats) of each token t in `at` (default: 1 .. pos - 1): -log p(token t) from the final
+    residual stream at position t - 1, through the final norm and the unembedding there only, a
+    chunk of positions at a time. Differentiable in final_resid."""
+    at = range(1, tokens.shape[1]) if at is None else at
+    before = torch.as_tensor([t - 1 for t in at], device=final_resid.device)
+    targets = tokens[:, [t for t in at]].to(final_resid.device)
+    per_chunk = max(1, LOGITS_PER_CHUNK // (model.cfg.d_vocab * tokens.shape[0]))
+    chunks = []
+    for start in range(0, len(before), per_chunk):
+        where = before[start : start + per_chunk]
+        logits = model.unembed(model.ln_final(final_resid[:, where])).float()  # [batch, chunk, d_vocab]
+        losses = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), targets[:, start : start + per_chunk].flatten(), reduction="none"
+        )
+        chunks.append(losses.view(len(tokens), -1))
+    return torch.cat(chunks, 1)
+
+
+def icl_scores(
+    model: interp.HookedTransformer,
+    final_resid: Float[Tensor, "batch pos d_model"],
+    tokens: Int[Tensor, "batch pos"],
+    windows: Windows,
+) -> Float[Tensor, " batch"]:
+    """Each document's ICL score (nats): its mean loss over the late window minus over the early one,
+    unembedding only the windows' positions."""
+    early, late = windows.tokens(windows.early), windows.tokens(windows.late)
+    losses = token_losses(model, final_resid, tokens, [*early, *late])
+    return losses[:, len(early) :].mean(-1) - losses[:, : len(early)].mean(-1)
+
+
+def window_scores(losses: Float[Tensor, "batch pos_minus_1"], windows: Windows) -> Float[Tensor, " batch"]:
+    """The ICL score of each document from its per-token losses ([:, t - 1] is token t's loss)."""
+    early = [t - 1 for t in windows.tokens(windows.early)]
+    late = [t - 1 for t in windows.tokens(windows.late)]
+    return losses[:, late].mean(-1) - losses[:, early].mean(-1)
+
+
+@dataclass(kw_only=True)
+class ICLScore:
+    """The ICL score of a set of documents: its mean, a 95% bootstrap CI over documents, the mean
+    losses in the two windows (nats), and each document's score."""
+
+    score: float
+    ci: tuple[float, float]
+    early_loss: float
+    late_loss: float
+    per_document: Float[Tensor, " n_documents"]
+
+    @property
+    def n_documents(self) -> int:
+        return len(self.per_document)
+
+
+def summarise(losses: Float[Tensor, "batch pos_minus_1"], windows: Windows, seed: int = 0) -> ICLScore:
+    """The ICL score of documents from their per-token losses, with a bootstrap CI over documents."""
+    per_document = window_scores(losses, windows).double()
+    low, high = bootstrap_ci(per_document, seed=seed)
+    early = [t - 1 for t in windows.tokens(windows.early)]
+    late = [t - 1 for t in windows.tokens(windows.late)]
+    return ICLScore(
+        score=per_document.mean().item(),
+        ci=(low.item(), high.item()),
+        early_loss=losses[:, early].mean().item(),
+        late_loss=losses[:, late].mean().item(),
+        per_document=per_document.float(),
+    )

@@ -1,0 +1,178 @@
+"""The in-context learning score and the heads that carry it: properties every good run has."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+from rich.console import Console
+from test_sweeps import run  # noqa: F401  (the fixture: a training run whose induction head forms)
+from typer.testing import CliRunner
+
+import interp
+from circuits.cli import app
+from circuits.icl import (
+    ICLSequences,
+    Windows,
+    ablated_icl_scores,
+    confirmed_induction_heads,
+    default_sequences,
+    head_attributions,
+    icl_report,
+    plot_icl_over_training,
+    random_same_layer_sets,
+)
+from circuits.icl.report import render_html, write_icl_report
+from circuits.results_file import load_result, save_result
+from interp.interventions.ablation import ablate
+from interp.tasks.corpus import brown_documents
+
+
+@pytest.fixture(scope="module")
+def toy() -> interp.HookedTransformer:
+    return interp.load_model("toy-induction")
+
+
+@pytest.fixture(scope="module")
+def toy_result(toy):
+    heads = confirmed_induction_heads(toy, n_samples=8, cache=False)
+    return icl_report(toy, n_documents=16, induction_heads=heads, top=3, n_random=3)
+
+
+def hand_scores(model: interp.HookedTransformer, tokens: torch.Tensor, windows: Windows) -> torch.Tensor:
+    """Each document's late-window minus early-window loss, from model(tokens)'s own per-token loss."""
+    losses = model(tokens, return_type="loss", loss_per_token=True)  # [:, t - 1] is token t's loss
+    early = [t - 1 for t in windows.tokens(windows.early)]
+    late = [t - 1 for t in windows.tokens(windows.late)]
+    return (losses[:, late].mean(-1) - losses[:, early].mean(-1)).detach()
+
+
+def test_toy_induction_uses_its_context_through_its_induction_heads(toy_result):
+    result = toy_result
+    # repeated random tokens: the second copy is predictable only from the first
+    assert result.score.score < -3 and result.score.ci[1] < 0
+    assert result.heldout.score < -3 and result.discovery.score < -3
+    (induction,) = result.classes
+    assert induction.verdict == "confirmed"
+    assert induction.change > max(induction.random_changes) and induction.difference_ci[0] > 0
+    assert len(induction.random_sets) == 3 and all(
+        len(s) == len(induction.heads) for s in induction.random_sets
+    )
+    assert not set(induction.heads) & {head for s in induction.random_sets for head in s}
+    # the top heads by attribution are those that carry the score on the held-out half
+    assert [h.verdict for h in result.heads] == ["confirmed"] * 3
+    assert all(h.exact > 0 and h.attributed > 0 for h in result.heads)
+    assert result.loss_curve.shape == (result.windows.n_tokens - 1,)
+
+
+def test_icl_score_equals_the_models_own_losses(toy, toy_result):
+    sequences = default_sequences(toy, 16, seed=0)
+    hand = hand_scores(toy, sequences.tokens, sequences.windows)
+    assert torch.allclose(toy_result.discovery.per_document, hand[:8], atol=1e-5)
+    assert torch.allclose(toy_result.heldout.per_document, hand[8:], atol=1e-5)
+    assert abs(toy_result.score.score - hand.mean().item()) < 1e-5
+
+
+def test_exact_ablation_equals_a_hooked_run(toy):
+    sequences = default_sequences(toy, 8, seed=1)
+    tokens, windows = sequences.tokens, sequences.windows
+    sets = [[(1, 0)], [(0, 1), (1, 2)]]
+    for ablation in ("mean", "zero"):
+        _, clean, ablated = ablated_icl_scores(toy, tokens, windows, sets, ablation)
+        assert torch.allclose(clean, hand_scores(toy, tokens, windows), atol=1e-5)
+        for heads, scores in zip(sets, ablated, strict=True):
+            with ablate(toy, heads=heads, ablation=ablation, reference=tokens):
+                assert torch.allclose(scores, hand_scores(toy, tokens, windows), atol=1e-5)
+
+
+def test_mean_ablation_of_identical_documents_changes_nothing(toy):
+    sequences = default_sequences(toy, 4, seed=0)
+    same = sequences.tokens[:1].repeat(4, 1)  # every document the same: each z equals its mean
+    attributions, _ = head_attributions(toy, same, sequences.windows)
+    assert attributions.abs().max() < 1e-5
+    _, clean, ablated = ablated_icl_scores(toy, same, sequences.windows, [[(0, 1)], [(1, 0), (1, 3)]])
+    assert (ablated - clean).abs().max() < 1e-5
+
+
+def test_random_sets_come_from_the_class_layers_and_avoid_it():
+    model = interp.HookedTransformer(tiny_config(n_layers=24, n_heads=8))
+    heads = [(20, 1), (20, 4), (22, 0)]
+    draws = random_same_layer_sets(model, heads, 5, seed=3)
+    assert len(draws) == 5 and draws == random_same_layer_sets(model, heads, 5, seed=3)
+    for draw in draws:
+        assert sorted(layer for layer, _ in draw) == [20, 20, 22] and not set(draw) & set(heads)
+
+
+def test_result_saves_and_renders_in_every_format(toy_result, tmp_path):
+    save_result(toy_result, tmp_path / "icl.json")
+    loaded = load_result(tmp_path / "icl.json")
+    assert loaded.score.score == toy_result.score.score and loaded.windows == toy_result.windows
+    page = render_html(loaded)
+    assert "ICL score of toy-induction" in page and page.count("data:image/png;base64") == 1
+    console = Console(record=True, width=80)
+    write_icl_report(loaded, "table", None, console)
+    first = console.export_text().splitlines()[0]
+    assert first.startswith("ICL score of toy-induction:")  # the finding leads
+    for format in ("json", "markdown"):
+        write_icl_report(loaded, format, tmp_path / f"icl.{format}", console)
+        assert "confirmed" in (tmp_path / f"icl.{format}").read_text()
+
+
+def test_bad_input_says_what_to_pass(toy):
+    tokens = default_sequences(toy, 4).tokens
+    short = ICLSequences(tokens=tokens[:, :30], source="cut", names=["a"] * 4, windows=Windows(12, 35, 21))
+    with pytest.raises(ValueError, match="late window ends at token 45, beyond the documents' 30 tokens"):
+        icl_report(toy, short, induction_heads=())
+    with pytest.raises(ValueError, match="windows overlap"):
+        default_sequences(toy, 4, windows=Windows(12, 20, 21))
+    with pytest.raises(ValueError, match="token 0 has no prediction"):
+        default_sequences(toy, 4, windows=Windows(5, 35, 21))
+    with pytest.raises(ValueError, match="n_documents must be an int >= 4"):
+        default_sequences(toy, 3)
+    with pytest.raises(ValueError, match="unknown ablation 'counterfactual'"):
+        icl_report(toy, ablation="counterfactual", induction_heads=())
+    with pytest.raises(
+        ValueError, match="no tokenizer and was not trained on a task with repeated structure"
+    ):
+        default_sequences(interp.load_model("toy-ioi"), 8)
+    with pytest.raises(ValueError, match="out of range"):
+        icl_report(toy, n_documents=4, induction_heads=[(2, 0)])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--induction-heads", "L1X0"], 'give heads as "L17H3,L19H0"'),
+        (["--plot", "icl.txt"], "must end in .png, .svg or .pdf"),
+        (["--late", "100"], "late window ends at token"),
+        (["--format", "html"], "needs --out"),
+    ],
+)
+def test_cli_refuses_bad_options(options, message):
+    outcome = CliRunner().invoke(app, ["icl", "--model", "toy-induction", *options])
+    assert outcome.exit_code == 2 and message in " ".join(outcome.output.split())
+
+
+def test_brown_documents_fill_smollm2s_context(smollm2):
+    documents = brown_documents()
+    assert len(documents) == 125 and len({d.genre for d in documents}) == 15
+    lengths = [len(smollm2.to_tokens(d.text, truncate=False)[0]) for d in documents]
+    assert min(lengths) > smollm2.cfg.n_ctx // 4 and min(lengths) >= 2048
+    sequences = default_sequences(smollm2, 6, seed=0)
+    assert sequences.tokens.shape == (6, 526) and sequences.windows == Windows(50, 500, 51)
+
+
+def test_the_phase_change_shows_across_training(run, tmp_path):  # noqa: F811  (the fixture)
+    options = ["--n-documents", "8", "--top", "1", "--n-random", "2", "--induction-heads", "L1H0"]
+    files = ["--plot", str(tmp_path / "run.png"), "--save", str(tmp_path / "run.json")]
+    outcome = CliRunner().invoke(app, ["icl", "--model", str(run), *options, *files])
+    assert outcome.exit_code == 0, outcome.output
+    assert "Across training" in outcome.output and (tmp_path / "run.png").stat().st_size > 1000
+    curve = load_result(tmp_path / "run.json").training
+    assert curve.steps == [200, 400, 600]
+    induction = curve.induction.groupby("step")["induction"].max()
+    # as the induction head forms, later tokens are predicted from the first copy
+    assert induction[600] > induction[200] + 0.2
+    assert curve.scores[-1] < curve.scores[0] - 1 and curve.ci[-1][1] < curve.ci[0][0]
+    figure = plot_icl_over_training(curve, tmp_path / "icl.png")
+    assert (tmp_path / "icl.png").stat().st_size > 1000 and len(figure.axes) == 2
