@@ -1061,3 +1061,17 @@ def test_every_public_function_refuses_bad_input_naming_the_value(model, data, k
 def test_the_audit_lists_every_function_it_runs(model, data):
     calls = _audited_calls(model, *data)
     assert {kind: len(functions) for kind, functions in calls.items()} == AUDIT_FUNCTIONS
+
+
+@pytest.mark.parametrize(
+    ("pos", "error"),
+    [("last", TypeError), (1.5, TypeError), (torch.tensor([0.0, 1.0]), TypeError), (True, TypeError),
+     (torch.zeros(2, 2, dtype=torch.long), ValueError), (9, ValueError), (-10, ValueError)],
+)  # fmt: skip
+def test_a_metric_position_of_another_kind_is_refused_in_one_line(pos, error):
+    """None, an int or integer positions [batch]; anything else is refused in one line (an int
+    used to raise TypeError: 'int' object is not subscriptable)."""
+    logits = torch.randn(2, 6, 11)
+    with pytest.raises(error, match="pos") as raised:
+        metrics.logit_diff_metric(torch.tensor([1, 2]), torch.tensor([3, 4]), pos=pos)(logits)
+    assert "\n" not in str(raised.value)

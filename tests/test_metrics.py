@@ -99,3 +99,29 @@ def test_bad_input_raises(logits):
         metrics.answer_prob(logits[:, 0], answers)
     with pytest.raises(ValueError, match="differ in shape"):
         metrics.kl_divergence(logits, logits[:2])
+
+
+def test_int_and_negative_positions_count_from_the_end_as_transformer_lens(tiny_model):
+    """TL code writes pos=-1: every metric takes ints (negative from the end) and LongTensors [batch],
+    the engine's functions too."""
+    torch.manual_seed(0)
+    logits = torch.randn(2, 6, 11)
+    correct, incorrect = torch.tensor([1, 2]), torch.tensor([3, 4])
+    rows = torch.arange(2)
+    expected = logits[rows, -1, correct] - logits[rows, -1, incorrect]
+    for pos in (-1, 5, None, torch.tensor([-1, 5]), [5, -1], torch.tensor(-1)):
+        torch.testing.assert_close(metrics.logit_diff_metric(correct, incorrect, pos=pos)(logits), expected)
+        torch.testing.assert_close(metrics.logit_diff(logits, correct, incorrect, pos=pos), expected)
+    metric = metrics.prob_metric(correct, pos=-2)
+    torch.testing.assert_close(metric(logits), logits[rows, -2].softmax(-1)[rows, correct])
+    assert metric.positions(rows, 6).tolist() == [4, 4]
+    tokens = torch.randint(61, (2, 6))
+    values = [
+        interp.patch(
+            tiny_model, tokens, metrics.logit_diff_metric(correct, incorrect, pos=pos), head=(1, 0),
+            source=torch.zeros(1), logit_pos=logit_pos,
+        )
+        for pos, logit_pos in ((-1, -1), (None, None), (torch.tensor([5, -1]), torch.tensor([5, 5])))
+    ]  # fmt: skip
+    torch.testing.assert_close(values[0], values[1])
+    torch.testing.assert_close(values[2], values[1])

@@ -76,7 +76,8 @@ def induction_task(
     if model.cfg.default_prepend_bos and bos is not None:
         column = torch.full((n_prompts, 1), bos)
         clean, corrupted = torch.cat([column, clean], 1), torch.cat([column, corrupted], 1)
-    metric = edges.logit_diff_metric(first[:, -1], other[:, -1])
+    last = torch.full((n_prompts,), clean.shape[1] - 1)  # stated: a last token that is the pad id is real
+    metric = edges.logit_diff_metric(first[:, -1], other[:, -1], last)
     return EdgeTask("induction", clean, corrupted, metric, "logit_diff(A[-1] - B[-1])")
 
 

@@ -53,7 +53,7 @@ from interp.edges.intervene import (
     writer_outputs,
 )
 from interp.interventions.engine import check_pair
-from interp.interventions.metrics import for_rows
+from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.devices import module_weight
 from interp.model.cache import act_name
 from interp.model.components import Norm
@@ -119,6 +119,7 @@ def edge_attribution(
             )
         _check_method(method, steps)
         clean, corrupted = check_pair(model, clean, corrupted)
+        metric = check_reads_real_tokens(model, metric, clean)
         return _exact_scores(
             model, edge_graph(model), clean, corrupted, metric, ablation, reference,
             batch_size or DEFAULT_BATCH_SIZE, progress, reference_mask,
@@ -163,6 +164,7 @@ def edge_attribution_by_position(
             "alpha = k/steps, k = 1..steps, as the reference code does: leave ig_points='paper'."
         )
     clean, corrupted = check_pair(model, clean, corrupted)
+    metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     steps = 1 if method == "eap" else steps
     first = 0 if ig_points == "mib" and method == "eap-ig" else 1

@@ -19,7 +19,7 @@ from interp.checks import check_distinct_pair
 from interp.edges.graph import MIB_FRACTIONS, EdgeScores, edge_graph, random_scores, top_circuit
 from interp.edges.intervene import ablated_outputs, chunks, run_circuits
 from interp.interventions.engine import check_pair
-from interp.interventions.metrics import for_rows
+from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.interventions.stats import bootstrap, defined_gap, faithfulness_ratio
 from interp.model.transformer import HookedTransformer
 from interp.types import Ablation, Metric, Progress
@@ -74,6 +74,7 @@ def faithfulness(
     """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge.
     reference_mask: the reference prompts' padding mask, for mean ablation (`ablated_outputs`)."""
     clean, corrupted = check_pair(model, clean, corrupted)
+    metric = check_reads_real_tokens(model, metric, clean)
     if ablation == "counterfactual":
         check_distinct_pair(clean, corrupted, "every ablated edge (counterfactual: the corrupted run's)")
     if not isinstance(circuits, Tensor):

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from interp.checks import RESAMPLE_MASK_ERROR, check_padding_mask, check_pair
 from interp.edges.graph import EdgeGraph, edge_graph
-from interp.interventions.metrics import AnswerMetric, for_rows, takes_rows
+from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
 from interp.model.transformer import HookedTransformer
 from interp.types import ABLATIONS, Ablation, Metric
@@ -408,6 +408,7 @@ def run_circuits(
     batch_size: int | None = None,
 ) -> Float[Tensor, "K batch"]:
     """The metric of each prompt with only the `keep` edges of each of K circuits (others ablated)."""
+    metric = check_reads_real_tokens(model, metric, tokens)
     graph = edge_graph(model)
     keep = keep.to(device=model.device, dtype=model.dtype)
     if keep.ndim == 2:

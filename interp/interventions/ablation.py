@@ -54,7 +54,7 @@ from interp.interventions.engine import (
     site_mask,
     start_names,
 )
-from interp.interventions.metrics import Metric
+from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
@@ -285,6 +285,7 @@ def ablated_metrics(
     """
     tokens = model.input_tokens(tokens)
     check_logit_pos(logit_pos, tokens)
+    metric = check_reads_real_tokens(model, metric, tokens, logit_pos=logit_pos)
     site_sets = [ablation_sites(model, heads=heads) for heads in head_sets]
     names = sorted({site.name for sites in site_sets for site in sites})
     sources = {
@@ -334,6 +335,7 @@ def head_circuit_faithfulness(
     """
     circuit = check_heads(model.cfg, circuit)
     tokens = model.input_tokens(tokens)
+    metric = check_reads_real_tokens(model, metric, tokens)
     batch = tokens.shape[0]
     with torch.no_grad():
         full = check_metric_output(metric(model(tokens)), batch).mean()
@@ -377,6 +379,8 @@ def ablation_sweep(
     reference_mask: the reference's padding mask, for mean ablation (see `Replacement`)."""
     cfg = model.cfg
     tokens, base = model.input_tokens(tokens), check_heads(cfg, base)
+    check_logit_pos(logit_pos, tokens)
+    metric = check_reads_real_tokens(model, metric, tokens, logit_pos=logit_pos)
     if component == "heads":
         dims, coords = (
             ("layer", "head"),
@@ -395,7 +399,6 @@ def ablation_sweep(
     replacement = Replacement(model, names, ablation, reference, reference_groups, seed, reference_mask)
     batch = tokens.shape[0]
     sources = {name: _fit_length(name, tokens, replacement.values(name, batch, groups)) for name in names}
-    check_logit_pos(logit_pos, tokens)
     logits, target = cached_run(model, tokens, start_names(model), logit_pos)
     values = run_site_sets(
         model, tokens, units, sources, metric, target=target, logit_pos=logit_pos,

@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.checks import check_pair as check_token_pair
-from interp.interventions.metrics import Metric
+from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.model.cache import act_name
 from interp.model.hooks import opt_in_setting
 from interp.model.transformer import HookedTransformer
@@ -216,8 +216,10 @@ def run_site_sets(
     batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
     progress(done, total): called as runs finish.
     Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
+    A metric that would read right padding is refused (`metrics.check_reads_real_tokens`).
     """
     runs = as_interventions(site_sets, sources)
+    metric = check_reads_real_tokens(model, metric, tokens, logit_pos=logit_pos)
     batch = tokens.shape[0]
     values = torch.empty(len(runs), batch)
     buffer = LogitBuffer(logit_columns(model, logit_tokens))
@@ -286,8 +288,10 @@ def _walk(
     """The scheduler behind `run_site_sets` and `read_site_sets`: runs sorted by what they patch,
     segment by segment (-1 embeddings, L block L, n_layers final norm and unembedding), walked
     breadth-first in chunks; finish(runs, logits) after the unembedding, or, with `reads`,
-    finish(runs, {name: activation}) after the last block that holds a read hook."""
+    finish(runs, {name: activation}) after the last block that holds a read hook. Blocks run with
+    the attention mask the forward pass gives `tokens` (left padding)."""
     n_layers = model.cfg.n_layers
+    mask = model.attention_mask_of(tokens)
     names = {iv.site.name for run in runs for iv in run} | set(reads)
     with model.settings(**hook_settings_for(names)):
         check_sites(model, [[Site(name)] for name in names])
@@ -340,7 +344,7 @@ def _walk(
                 for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
                     outputs, captured = _segment_forward(
                         model, segment, [(parent, here) for _, parent, here, _ in part], batch, reads_here,
-                        logit_pos, buffer,
+                        logit_pos, buffer, mask,
                     )  # fmt: skip
                     for k, ((sub, _, _, read), out) in enumerate(zip(part, outputs, strict=False)):
                         if segment == n_layers:
@@ -406,10 +410,12 @@ def _segment_forward(
     reads: Sequence[str],
     logit_pos: Pos,
     buffer: LogitBuffer | None,
+    mask: Tensor | None = None,
 ) -> tuple[list[Tensor] | Iterator[Tensor], dict[str, Tensor]]:
     """Run one segment for stacked copies (parent residual stream or tokens, the interventions made in
     this segment): (the outputs split per copy, or after the last segment each copy's logits in turn
-    in `buffer` (`forward_logit_copies`); the read hooks' activations [copy, batch, ...])."""
+    in `buffer` (`forward_logit_copies`); the read hooks' activations [copy, batch, ...]). `mask`:
+    the prompts' attention mask [batch, pos] (None: nothing masked)."""
     n = len(part)
     by_name: dict[str, list[tuple[int, Intervention]]] = {}
     for i, (_, here) in enumerate(part):
@@ -448,7 +454,8 @@ def _segment_forward(
         elif segment == model.cfg.n_layers:
             return forward_logit_copies(model, stacked, batch, logit_pos, segment, buffer), captured
         else:
-            out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1)
+            copies = None if mask is None else mask.repeat(n, 1)
+            out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1, attention_mask=copies)
     return list(out.split(batch)), captured
 
 

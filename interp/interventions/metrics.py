@@ -3,10 +3,19 @@
 One metric type (`interp.types.Metric`): logits [batch, pos, d_vocab] -> [batch]. A metric with
 per-prompt answers may also take the prompts' indices, metric(logits, rows), so that it can score
 a sub-batch; `AnswerMetric` (`logit_diff_metric`, `prob_metric`) does, and every batched function
-calls metrics through `for_rows`. Positions are None (the last position), an int, or a LongTensor
-[batch] (one position per prompt, e.g. each IOI prompt's END).
+calls metrics through `for_rows`. Positions are None (the last position), an int (negative ones
+count from the end, as Python's and TransformerLens's `-1`), or a LongTensor [batch] (one position
+per prompt, e.g. each IOI prompt's END, or each prompt's last real token:
+`model.last_positions(tokens)`).
+
+Padding: `model.to_tokens([short, long])` pads on the right, so the last position of a short prompt
+is padding. A metric never reads it: None and ints are refused where they land on a prompt's
+padding (logits of the model's forward pass record their prompts' last real tokens; interp's
+patching, ablation and edge functions check their prompts, `check_reads_real_tokens`); per-prompt
+positions are read as given.
 
     metric = logit_diff_metric(io_token, s_token, pos=end)               # metric(logits[, rows])
+    metric = logit_diff_metric(io_token, s_token, pos=model.last_positions(tokens))   # padded prompts
     metric = lambda logits: logit_diff(logits, io_token, s_token, pos=end)   # all prompts at once
     metric = normalized(metric, clean_logits, corrupted_logits)   # 0 = corrupted, 1 = clean
 """
@@ -14,36 +23,104 @@ calls metrics through `for_rows`. Positions are None (the last position), an int
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.checks import check_denominator, check_metric_output
+from interp.model.tokens import LAST_POSITIONS
 from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
 from interp.types import Metric as Metric
 from interp.types import Pos
 
+if TYPE_CHECKING:
+    from interp.model.transformer import HookedTransformer
+
+MetricPos = int | Int[Tensor, " batch"] | None
+"""A metric's position: None (the last), an int (negative: from the end), or one per prompt [batch]."""
+
+PADDING_FIX = (
+    "pass pos=model.last_positions(tokens) (each prompt's last real token), or pad on the left "
+    "(model.default_padding_side = 'left')"
+)
+
+
+def check_metric_pos(pos: Any, what: str = "pos") -> MetricPos:
+    """A metric's position checked for its type: None, an int (a 0-d integer tensor too), or integer
+    positions [batch] (a LongTensor or a list of ints), returned as None, int or LongTensor."""
+    if pos is None:
+        return None
+    if isinstance(pos, numbers.Integral) and not isinstance(pos, bool):
+        return int(pos)
+    integers = isinstance(pos, Sequence) and not isinstance(pos, str) and len(pos) > 0
+    if integers and all(isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in pos):
+        return torch.tensor([int(p) for p in pos])
+    integer_tensor = isinstance(pos, Tensor) and not (pos.is_floating_point() or pos.is_complex())
+    if integer_tensor and pos.dtype != torch.bool:
+        if pos.ndim == 0:
+            return int(pos)
+        if pos.ndim == 1:
+            return pos.long()
+        raise ValueError(f"{what} must be one position per prompt [batch], got shape {tuple(pos.shape)}")
+    shown = f"{type(pos).__name__} {pos!r}"[:60]
+    raise TypeError(
+        f"{what} must be None (the last position), an int (-1: the last) or a LongTensor [batch] "
+        f"(one position per prompt), got {shown}"
+    )
+
+
+def positions_read(pos: MetricPos, batch: int, n_pos: int, what: str = "pos") -> Int[Tensor, " batch"]:
+    """The position [batch] that `pos` reads in each prompt of n_pos positions, in [0, n_pos)."""
+    pos = check_metric_pos(pos, what)
+    if pos is None:
+        return torch.full((batch,), n_pos - 1, dtype=torch.long)
+    if isinstance(pos, int):
+        if not -n_pos <= pos < n_pos:
+            raise ValueError(
+                f"{what}={pos} is out of range for {n_pos} positions; pass {-n_pos}..{n_pos - 1}"
+            )
+        return torch.full((batch,), pos % n_pos, dtype=torch.long)
+    if pos.shape != (batch,):
+        raise ValueError(f"per-prompt positions must be [batch={batch}], got {tuple(pos.shape)}")
+    if pos.numel() and (pos.min() < -n_pos or pos.max() >= n_pos):
+        raise ValueError(
+            f"positions must lie in [-{n_pos}, {n_pos}) (negative: from the end), "
+            f"got {pos.min()}..{pos.max()}"
+        )
+    return pos % n_pos
+
+
+def refuse_padding(
+    last: Int[Tensor, " batch"], read: Int[Tensor, " batch"], n_pos: int, what: str = "the metric reads"
+) -> None:
+    """Raise if a prompt is read (`read` [batch]) after its last real token (`last` [batch])."""
+    beyond = read.to(last.device) > last
+    if bool(beyond.any()):
+        i = int(beyond.nonzero()[0, 0])
+        raise ValueError(
+            f"prompt {i} is right-padded (its last real token is at position {int(last[i])} of {n_pos}), "
+            f"but {what} position {int(read[i])}, its padding; {PADDING_FIX}"
+        )
+
 
 def logits_at(logits: Float[Tensor, "batch pos d_vocab"], pos: Pos = None) -> Float[Tensor, "batch d_vocab"]:
-    """The logits at one position per prompt: None = last, int = the same for all, [batch] = per prompt."""
+    """The logits at one position per prompt: None = last, int = the same for all (negative: from the
+    end), [batch] = per prompt. None and ints are refused where they land on padding of logits that
+    record their prompts' last real tokens (the model's forward pass on right-padded prompts)."""
     if logits.ndim != 3:
         raise ValueError(f"logits must be [batch, pos, d_vocab], got shape {tuple(logits.shape)}")
-    if pos is None:
-        return logits[:, -1]
-    if isinstance(pos, int):
-        if not -logits.shape[1] <= pos < logits.shape[1]:
-            raise ValueError(f"position {pos} is out of range for {logits.shape[1]} positions")
-        return logits[:, pos]
-    pos = torch.as_tensor(pos, device=logits.device)
-    if pos.shape != (logits.shape[0],):
-        raise ValueError(f"per-prompt positions must be [batch={logits.shape[0]}], got {tuple(pos.shape)}")
-    if pos.numel() and (pos.min() < 0 or pos.max() >= logits.shape[1]):
-        raise ValueError(f"positions must lie in [0, {logits.shape[1]}), got {pos.min()}..{pos.max()}")
-    return logits[torch.arange(logits.shape[0], device=logits.device), pos]
+    batch, n_pos = logits.shape[:2]
+    pos = check_metric_pos(pos)
+    read = positions_read(pos, batch, n_pos)
+    last = getattr(logits, LAST_POSITIONS, None)
+    if last is not None and not isinstance(pos, Tensor):
+        refuse_padding(last, read, n_pos, f"the metric (pos={pos}) reads")
+    return logits[torch.arange(batch, device=logits.device), read.to(logits.device)]
 
 
 def _token_values(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Float[Tensor, " batch"]:
@@ -108,14 +185,33 @@ def kl_divergence(
 
 
 def loss(
-    logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"]
+    logits: Float[Tensor, "batch pos d_vocab"],
+    tokens: Int[Tensor, "batch pos"],
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
 ) -> Float[Tensor, " batch"]:
-    """Mean next-token cross-entropy of each prompt, in nats."""
+    """Mean next-token cross-entropy of each prompt, in nats; with `attention_mask` (1: real token,
+    from `model.to_tokens_and_mask`) over the positions where it and the next token are real."""
     if tokens.shape != logits.shape[:2]:
         raise ValueError(
             f"tokens {tuple(tokens.shape)} must match logits' [batch, pos] {tuple(logits.shape[:2])}"
         )
-    return next_token_loss(logits, tokens.to(logits.device), per_token=True).mean(-1)
+    per_token = next_token_loss(logits, tokens.to(logits.device), per_token=True)  # [batch, pos - 1]
+    if attention_mask is None:
+        last = getattr(logits, LAST_POSITIONS, None)
+        n_pos = logits.shape[1]
+        if last is not None and bool((last < n_pos - 1).any()):
+            i = int((last < n_pos - 1).nonzero()[0, 0])
+            raise ValueError(
+                f"prompt {i} is right-padded (its last real token is at position {int(last[i])} of "
+                f"{n_pos}), and the loss would count its padding; pass attention_mask= (from "
+                "model.to_tokens_and_mask)"
+            )
+        return per_token.mean(-1)
+    mask = torch.as_tensor(attention_mask, device=per_token.device)
+    if mask.shape != tokens.shape:
+        raise ValueError(f"attention_mask {tuple(mask.shape)} must match the tokens' {tuple(tokens.shape)}")
+    counted = mask[:, :-1].bool() & mask[:, 1:].bool()
+    return torch.where(counted, per_token, 0.0).sum(-1) / counted.sum(-1).clamp(min=1)
 
 
 def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -> Metric:
@@ -141,9 +237,10 @@ def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -
 
 @dataclass
 class AnswerMetric:
-    """A metric with per-prompt answers read at one position per prompt (None: the last):
-    logit(correct) - logit(incorrect) ("logit_diff") or p(correct) ("prob"); several answers per
-    prompt ([batch, n]) are averaged.
+    """A metric with per-prompt answers read at one position per prompt (None: the last; an int,
+    negative from the end, as TransformerLens's -1; a LongTensor [batch]): logit(correct) -
+    logit(incorrect) ("logit_diff") or p(correct) ("prob"); several answers per prompt ([batch, n])
+    are averaged.
 
     `metric(logits)` scores every prompt; `metric(logits, rows)` scores the prompts `rows` ([batch]
     indices into the answers) when logits hold a sub-batch. Knowing the position lets batched runs
@@ -153,36 +250,117 @@ class AnswerMetric:
     kind: Literal["logit_diff", "prob"]
     correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"]
     incorrect: Int[Tensor, " batch"] | Int[Tensor, "batch n"] | None = None
-    pos: Int[Tensor, " batch"] | None = None
+    pos: MetricPos = None
+
+    def __post_init__(self) -> None:
+        self.pos = check_metric_pos(self.pos)
 
     def __call__(
         self, logits: Float[Tensor, "batch pos d_vocab"], rows: Int[Tensor, " batch"] | None = None
     ) -> Float[Tensor, " batch"]:
         rows = torch.arange(logits.shape[0]) if rows is None else rows
-        end = logits_at(logits, None if self.pos is None else self.pos[rows]).float()
+        pos = self.pos[rows] if isinstance(self.pos, Tensor) else self.pos
+        end = logits_at(logits, pos).float()
         if self.kind == "prob":
             return _token_values(end.softmax(-1), self.correct[rows])
         return _token_values(end, self.correct[rows]) - _token_values(end, self.incorrect[rows])
 
     def positions(self, rows: Int[Tensor, " batch"], n_pos: int) -> Int[Tensor, " batch"]:
-        """The position each of `rows` is read at."""
-        return torch.full_like(rows, n_pos - 1) if self.pos is None else self.pos[rows]
+        """The position each of `rows` is read at, in [0, n_pos)."""
+        pos = self.pos[rows] if isinstance(self.pos, Tensor) else self.pos
+        return positions_read(pos, len(rows), n_pos).to(rows.device)
 
 
 def logit_diff_metric(
     correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"],
     incorrect: Int[Tensor, " batch"] | Int[Tensor, "batch n"],
-    pos: Int[Tensor, " batch"] | None = None,
+    pos: MetricPos = None,
 ) -> AnswerMetric:
-    """logit(correct) - logit(incorrect) at each prompt's position (None: the last)."""
+    """logit(correct) - logit(incorrect) at each prompt's position (None: the last; padded prompts:
+    pos=model.last_positions(tokens))."""
     return AnswerMetric("logit_diff", correct, incorrect, pos)
 
 
 def prob_metric(
-    correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"], pos: Int[Tensor, " batch"] | None = None
+    correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"], pos: MetricPos = None
 ) -> AnswerMetric:
     """p(correct) at each prompt's position (several answers: the mean probability)."""
     return AnswerMetric("prob", correct, None, pos)
+
+
+def check_reads_real_tokens(
+    model: HookedTransformer,
+    metric: Metric,
+    tokens: Int[Tensor, "batch pos"],
+    *others: Int[Tensor, "batch pos"],
+    logit_pos: Pos = None,
+) -> Metric:
+    """The metric to score runs on `tokens` (and on `others`, e.g. the source run's prompts) with,
+    never reading a right-padded prompt's padding (`model.last_positions`): the same metric where
+    no prompt is padded or it reads per-prompt positions (its `pos`, or `logit_pos`); a ValueError
+    saying what to pass where an `AnswerMetric` (pos None or an int) or an int `logit_pos` reads
+    padding; any other metric wrapped to get NaN logits at padding, refused by name if it reads
+    them."""
+    if getattr(metric, "reads_real_tokens", False):  # checked already
+        return metric
+    n_pos = tokens.shape[1]
+    last = model.last_positions(tokens)
+    for other in others:
+        last = torch.minimum(last, model.last_positions(other).to(last.device))
+    if bool((last == n_pos - 1).all()):
+        return metric
+    if logit_pos is not None and not isinstance(logit_pos, Tensor):
+        read = positions_read(logit_pos, len(last), n_pos, "logit_pos")
+        refuse_padding(last, read, n_pos, f"logit_pos={logit_pos} reads")
+    if isinstance(metric, AnswerMetric):
+        if not isinstance(metric.pos, Tensor):
+            read = positions_read(metric.pos, len(last), n_pos)
+            refuse_padding(last, read, n_pos, f"the metric (pos={metric.pos}) reads")
+        return metric
+    if isinstance(logit_pos, Tensor):  # per-prompt positions, as given: the logits are NaN elsewhere
+        return metric
+    return _nan_at_padding(metric, last.cpu())
+
+
+def _nan_at_padding(metric: Metric, last: Int[Tensor, " batch"]) -> Metric:
+    """`metric` given logits that are NaN after each prompt's last real token, refused by name where
+    its value on a padded prompt is not finite (it read the padding)."""
+
+    def scored(logits: Tensor, rows: Tensor | None) -> Tensor:
+        ends = last if rows is None else last[rows.cpu()]
+        after = torch.arange(logits.shape[1]) > ends[:, None]  # [batch, pos]: padding
+        after = after.to(logits.device)[..., None]
+        if logits.requires_grad:
+            logits = logits.masked_fill(after, float("nan"))
+        else:
+            logits.masked_fill_(after, float("nan"))  # the caller's own run: no copy of the logits
+        value = metric(logits) if rows is None else metric(logits, rows)
+        if isinstance(value, Tensor) and value.shape == ends.shape:
+            bad = ~torch.isfinite(value.detach()).cpu() & (ends < logits.shape[1] - 1)
+            if bool(bad.any()):
+                i = int(bad.nonzero()[0, 0])
+                prompt = i if rows is None else int(rows[i])
+                raise ValueError(
+                    f"the metric is {value[i].item()} on prompt {prompt}, which is right-padded (its last "
+                    f"real token is at position {int(ends[i])} of {logits.shape[1]}): it reads the "
+                    f"padding (pos=None and -1 read the last position); {PADDING_FIX}"
+                )
+        return value
+
+    if takes_rows(metric):
+
+        def with_rows(logits: Tensor, rows: Tensor | None = None) -> Tensor:
+            return scored(logits, rows)
+
+        checked = with_rows
+    else:
+
+        def without_rows(logits: Tensor) -> Tensor:
+            return scored(logits, None)
+
+        checked = without_rows
+    checked.reads_real_tokens = True
+    return checked
 
 
 def takes_rows(metric: Metric) -> bool:

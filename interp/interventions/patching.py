@@ -43,7 +43,7 @@ from interp.interventions.engine import (
     site_mask,
     start_names,
 )
-from interp.interventions.metrics import Metric
+from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.interventions.results import PatchResult, grid_index
 from interp.model import HookedTransformer
 from interp.model.cache import act_name
@@ -152,6 +152,7 @@ def patch_sites(
     clean, corrupted = check_pair(model, clean, corrupted)
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
+    metric = check_reads_real_tokens(model, metric, clean, corrupted, logit_pos=logit_pos)
     source_tokens, target_tokens = _source_target(clean, corrupted, direction)
     site_sets = [[s] if isinstance(s, Site) else list(s) for s in site_sets]
     names = {site.name for sites in site_sets for site in sites}
@@ -221,6 +222,7 @@ def patch(
     if isinstance(source, Tensor) and not (source.is_floating_point() or source.is_complex()):
         tokens, source_tokens = check_pair(model, tokens, source)
         check_distinct_pair(tokens, source_tokens, "the patched run (the source run is the target run)")
+        metric = check_reads_real_tokens(model, metric, tokens, source_tokens, logit_pos=logit_pos)
         with model.settings(**hook_settings_for([site.name])):
             _, source = cached_run(model, source_tokens, [site.name])
     run = [Intervention(site, source)]
@@ -295,6 +297,7 @@ def attribution_patching(
     clean, corrupted = check_pair(model, clean, corrupted)
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
+    metric = check_reads_real_tokens(model, metric, clean, corrupted, logit_pos=logit_pos)
     source_tokens, target_tokens = _source_target(clean, corrupted, direction)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     names = sorted({site.name for site in sites})

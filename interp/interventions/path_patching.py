@@ -24,7 +24,7 @@ from interp.interventions.engine import (
     run_site_sets,
     start_names,
 )
-from interp.interventions.metrics import Metric
+from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.interventions.results import PatchResult, grid_index
 from interp.model.cache import act_name
 from interp.model.transformer import HookedTransformer
@@ -144,6 +144,7 @@ class PathPatcher:
         clean, corrupted = check_pair(model, clean, corrupted)
         check_distinct_pair(clean, corrupted, "every path-patched run (senders carry clean values)")
         check_logit_pos(logit_pos, clean)
+        self.corrupted = corrupted
         cfg = model.cfg
         names = {act_name("z", layer) for layer in range(cfg.n_layers)}
         names |= {act_name("mlp_out", layer) for layer in range(cfg.n_layers)} if not cfg.attn_only else set()
@@ -179,6 +180,7 @@ class PathPatcher:
                 "corrupted runs; make a new PathPatcher under the hooks the sweep runs with"
             )
         model, cfg = self.model, self.model.cfg
+        metric = check_reads_real_tokens(model, metric, self.clean, self.corrupted, logit_pos=self.logit_pos)
         _check_receivers(model, receivers)
         to_logits = isinstance(receivers, str)
         last_layer = cfg.n_layers if to_logits else max(r[0] for r in receivers)

@@ -71,6 +71,40 @@ def padding_mask(
     return mask
 
 
+def last_real_positions(
+    tokens: Int[Tensor, "batch pos"], attention_mask: Tensor | None = None, pad: int | None = None
+) -> Int[Tensor, " batch"]:
+    """Each prompt's last real token [batch]: the last 1 of its attention mask (exact); else, given
+    the pad id, the last position before its trailing run of pad ids, less the batch's shortest such
+    run (one prompt fills the width, so its own trailing pad ids are tokens); else the last position."""
+    n_pos = tokens.shape[-1]
+    if attention_mask is not None:
+        mask = torch.as_tensor(attention_mask, device=tokens.device)
+        mask = (mask[None] if mask.ndim == 1 else mask).bool()
+        if mask.shape != tokens.shape:
+            shapes = f"{tuple(mask.shape)}; it must match the tokens' {tuple(tokens.shape)}"
+            raise ValueError(f"attention_mask has shape {shapes}")
+        where = torch.where(mask, torch.arange(n_pos, device=tokens.device), -1)
+        return where.amax(-1).clamp(min=0)
+    if pad is None:
+        return torch.full(tokens.shape[:1], n_pos - 1, dtype=torch.long, device=tokens.device)
+    trailing = tokens.ne(pad).flip(-1).long().cumsum(-1).eq(0).sum(-1)  # each prompt's trailing pad ids
+    return (n_pos - 1 - (trailing - trailing.min())).clamp(min=0)
+
+
+LAST_POSITIONS = "_interp_last_positions"
+"""The attribute of logits that records their prompts' last real tokens (`mark_last_positions`)."""
+
+
+def mark_last_positions(logits: Tensor, last: Int[Tensor, " batch"] | None) -> Tensor:
+    """Record on `logits` [batch, pos, d_vocab] (the forward pass's own tensor) each prompt's last
+    real token, so that interp's metrics refuse to read their padding. A tensor made from them
+    (`.cpu()`, a slice) does not keep the record."""
+    if last is not None:
+        setattr(logits, LAST_POSITIONS, last)
+    return logits
+
+
 def str_tokens(tokenizer: Any, tokens: Sequence[int] | Tensor) -> list[str]:
     """One string per token of one prompt ([pos] or [1, pos])."""
     tokens = torch.as_tensor(tokens)
@@ -158,6 +192,40 @@ class TokenMethods:
         tokenizer = self._require_tokenizer()
         tokens, mask = encode_with_mask(tokenizer, self.cfg, text, prepend_bos, side, truncate)
         return (tokens.to(self.device), mask.to(self.device)) if move_to_device else (tokens, mask)
+
+    def last_positions(
+        self,
+        input: str | Sequence[str] | Int[Tensor, "batch pos"],
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+        prepend_bos: bool | None = None,
+    ) -> Int[Tensor, " batch"]:
+        """Each prompt's last real token [batch], where a metric reads "the last token":
+        `metrics.logit_diff_metric(io, s, pos=model.last_positions(tokens))`.
+
+        Text: exact (tokenized as `to_tokens` does). Token ids: from `attention_mask` (1: real
+        token; exact) if given; padded on the left (`padding_side`, default `default_padding_side`):
+        the last position; on the right: before each prompt's trailing run of pad ids (the
+        tokenizer's pad, else EOS, id) beyond the batch's shortest such run. A prompt that ends in
+        the pad id itself needs the attention mask (`to_tokens_and_mask`).
+        """
+        if isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor)):
+            return last_real_positions(*self.to_tokens_and_mask(input, prepend_bos, padding_side))
+        tokens = self.input_tokens(input)
+        last = self._last_positions_of(tokens, attention_mask, padding_side)
+        return last_real_positions(tokens) if last is None else last
+
+    def _last_positions_of(
+        self, tokens: Tensor, attention_mask: Tensor | None, padding_side: Literal["left", "right"] | None
+    ) -> Int[Tensor, " batch"] | None:
+        """`last_positions` of checked token ids; None where nothing can be padding (no mask, and no
+        tokenizer or padding on the left)."""
+        side = self.default_padding_side if padding_side is None else padding_side
+        tokenizer = getattr(self, "tokenizer", None)
+        pad = None if side == "left" or tokenizer is None else pad_token_id(tokenizer)
+        if attention_mask is None and pad is None:
+            return None
+        return last_real_positions(tokens, attention_mask, pad)
 
     def to_str_tokens(
         self,

@@ -54,6 +54,7 @@ from interp.model.stacked import StackedWeights, WeightView
 from interp.model.tokens import (
     TokenMethods,
     key_mask_and_positions,
+    mark_last_positions,
     pad_token_id,
     padding_mask,
 )
@@ -573,6 +574,10 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             self._warn_if_non_finite(finite, start, start_at_layer is None, "the activations")
             return None
         logits = self._unembed(normalized)
+        text = isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor))
+        if start_at_layer is None and past_kv_cache is None and not (text and attention_mask is None):
+            # each prompt's last real token (text: from its exact mask), so metrics refuse padding
+            mark_last_positions(logits, self._last_positions_of(tokens, attention_mask, padding_side))
         finite.append(checks.all_finite(logits))
         self._warn_if_non_finite(finite, start, start_at_layer is None, "the logits")
         if return_type == "logits":
@@ -634,6 +639,17 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 f"{tuple(tokens.shape)}."
             )
         return tokens, (None if bool(mask.bool().all()) else mask.long())
+
+    def attention_mask_of(
+        self,
+        input: ModelInput,
+        prepend_bos: bool | None = None,
+        padding_side: Literal["left", "right"] | None = None,
+    ) -> Int[Tensor, "batch pos"] | None:
+        """The attention mask [batch, pos] (1: real token) `forward` runs `input` with: for runs that
+        start after the embedding (`start_at_layer=`, `attention_mask=`). None: nothing is masked
+        (no padding, or token ids padded on the right, whose padding no real token attends to)."""
+        return self._tokens_and_mask(input, prepend_bos, padding_side, None)[1]
 
     def input_to_embed(
         self,

@@ -1,0 +1,267 @@
+"""Padded batches at every entry point that takes prompts and a metric: a short prompt padded to a
+long one's length gives the value it gives alone (to 1e-4), or a clear error, never the padding's.
+
+`model.to_tokens([short, long])` pads on the tokenizer's side. Right padding: a metric reading "the
+last position" (pos=None, -1) would read the short prompt's padding, so it is refused and
+`pos=model.last_positions(tokens)` reads each prompt's last real token. Left padding: the last
+position is every prompt's last token, and every run masks the padding.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+import interp
+from circuits.edge_circuits.tasks import file_task
+from circuits.patch_report import pairs_patching
+from interp import edges, metrics
+from interp.interventions import ablation, engine, patching, path_patching
+
+SHORT, LONG = "w2 w3 w4 w5", "w6 w7 w8 w9 w10 w11 w12"
+SHORT_CORRUPTED, LONG_CORRUPTED = "w13 w3 w14 w5", "w15 w7 w16 w9 w17 w11 w18"
+ANSWERS = ("w20", "w21")
+TOL = dict(atol=1e-4, rtol=1e-4)
+PADDED_ERROR = "right-padded"
+
+
+def padded_model(side: str) -> interp.HookedTransformer:
+    """A random 2-layer model with rotary positions and a word-level tokenizer ("<s>" BOS, "<pad>" the
+    pad and EOS), its weights large enough that the padding's logits differ from the prompt's."""
+    vocab = {"<s>": 0, "<pad>": 1, **{f"w{i}": i for i in range(2, 40)}}
+    word_level = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    word_level.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=word_level, bos_token="<s>", eos_token="<pad>", pad_token="<pad>", unk_token="<pad>"
+    )
+    cfg = interp.Config(
+        n_layers=2, d_model=32, n_heads=4, d_vocab=40, n_ctx=16, positional="rotary", bos_token_id=0,
+        init_std=0.3,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(cfg, tokenizer=tokenizer).eval()
+    model.default_padding_side = side
+    return model
+
+
+@pytest.fixture(scope="module", params=["right", "left"])
+def model(request) -> interp.HookedTransformer:
+    return padded_model(request.param)
+
+
+def answers(model, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    correct, incorrect = (model.to_single_token(a) for a in ANSWERS)
+    return torch.full((n,), correct), torch.full((n,), incorrect)
+
+
+def batch_and_alone(model):
+    """(clean, corrupted, metric) of [short, long] and of [short] alone; the metrics read each prompt's
+    last real token."""
+    made = []
+    for clean_text, corrupted_text in ((
+        [SHORT, LONG], [SHORT_CORRUPTED, LONG_CORRUPTED]), ([SHORT], [SHORT_CORRUPTED])
+    ):  # fmt: skip
+        clean, corrupted = model.to_tokens(clean_text), model.to_tokens(corrupted_text)
+        metric = metrics.logit_diff_metric(*answers(model, len(clean_text)), pos=model.last_positions(clean))
+        made.append((clean, corrupted, metric))
+    return made
+
+
+def last_position_metric(model, n: int = 2) -> metrics.AnswerMetric:
+    return metrics.logit_diff_metric(*answers(model, n))  # pos=None: the last position
+
+
+def test_last_positions_of_text_ids_and_masks(model):
+    tokens, mask = model.to_tokens_and_mask([SHORT, LONG])
+    expected = torch.tensor([4, 7]) if model.default_padding_side == "right" else torch.tensor([7, 7])
+    assert model.last_positions([SHORT, LONG]).tolist() == expected.tolist()
+    assert model.last_positions(tokens).tolist() == expected.tolist()
+    assert model.last_positions(tokens, attention_mask=mask).tolist() == expected.tolist()
+    assert model.last_positions(model.to_tokens(SHORT)).tolist() == [4]
+
+
+def test_the_padding_reads_another_number(model):
+    """What the checks guard against: the padding's logits differ from the last real token's."""
+    if model.default_padding_side == "left":
+        pytest.skip("left padding puts every prompt's last token last")
+    tokens = model.to_tokens([SHORT, LONG])
+    logits = model(tokens)
+    assert (logits[0, -1] - logits[0, 4]).abs().max() > 0.1
+
+
+def test_a_metric_of_the_model_logits(model):
+    (tokens, _, metric), (alone, _, alone_metric) = batch_and_alone(model)
+    logits, alone_logits = model(tokens), model(alone)
+    torch.testing.assert_close(metric(logits)[0], alone_metric(alone_logits)[0], **TOL)
+    correct, _ = answers(model, 2)
+    last = model.last_positions(tokens)
+    for value, reference in (
+        (
+            metrics.logit_diff(logits, *answers(model, 2), pos=last),
+            metrics.logit_diff(alone_logits, *answers(model, 1)),
+        ),
+        (metrics.answer_logprob(logits, correct, last), metrics.answer_logprob(alone_logits, correct[:1])),
+        (metrics.answer_prob(logits, correct, last), metrics.answer_prob(alone_logits, correct[:1])),
+    ):  # fmt: skip
+        torch.testing.assert_close(value[0], reference[0], **TOL)
+    _, mask = model.to_tokens_and_mask([SHORT, LONG])
+    torch.testing.assert_close(
+        metrics.loss(logits, tokens, attention_mask=mask)[0], metrics.loss(alone_logits, alone)[0], **TOL
+    )
+    if model.default_padding_side == "right":
+        for read in (
+            lambda: last_position_metric(model)(logits),
+            lambda: metrics.logit_diff_metric(*answers(model, 2), pos=-1)(logits),
+            lambda: metrics.logit_diff(logits, *answers(model, 2)),
+            lambda: metrics.answer_prob(logits, correct, pos=-1),
+            lambda: metrics.kl_divergence(logits, logits),
+            lambda: metrics.loss(logits, tokens),
+            lambda: metrics.normalized(last_position_metric(model), logits, model(tokens.flip(0))),
+        ):
+            with pytest.raises(ValueError, match=PADDED_ERROR):
+                read()
+    else:  # the last position is each prompt's last token
+        torch.testing.assert_close(
+            last_position_metric(model)(logits)[0], alone_metric(alone_logits)[0], **TOL
+        )
+
+
+def patched(model, function):
+    """function(clean, corrupted, metric) -> per-prompt values [..., batch], on [short, long] and on
+    [short] alone: the short prompt's values agree; with pos=None they agree (left padding) or the
+    call is refused (right padding)."""
+    (clean, corrupted, metric), (alone, alone_corrupted, alone_metric) = batch_and_alone(model)
+    values = function(clean, corrupted, metric)
+    reference = function(alone, alone_corrupted, alone_metric)
+    torch.testing.assert_close(values[..., 0], reference[..., 0], **TOL)
+    if model.default_padding_side == "right":
+        with pytest.raises(ValueError, match=PADDED_ERROR):
+            function(clean, corrupted, last_position_metric(model))
+    else:
+        torch.testing.assert_close(
+            function(clean, corrupted, last_position_metric(model))[..., 0], reference[..., 0], **TOL
+        )
+
+
+HEAD = (1, 2)
+ENTRY_POINTS = {
+    "interp.patch": lambda model, clean, corrupted, metric: interp.patch(
+        model, clean, metric, head=HEAD, source=corrupted
+    ),
+    "run_site_sets": lambda model, clean, corrupted, metric: engine.run_site_sets(
+        model, clean, [[engine.Site("blocks.1.attn.hook_z", head=2)], []], torch.zeros(1), metric
+    ),
+    "activation_patching": lambda model, clean, corrupted, metric: (
+        patching.activation_patching(model, clean, corrupted, metric, "z", layers=[1]).values
+    ),
+    "activation_patching (logit_pos)": lambda model, clean, corrupted, metric: (
+        patching.activation_patching(
+            model,
+            clean,
+            corrupted,
+            metric,
+            "resid_pre",
+            logit_pos=metric.pos if metric.pos is not None else -1,
+        ).values
+    ),
+    "attribution_patching": lambda model, clean, corrupted, metric: (
+        patching.attribution_patching(model, clean, corrupted, metric, "z", layers=[1]).values
+    ),
+    "path_patching": lambda model, clean, corrupted, metric: (
+        path_patching.path_patching(model, clean, corrupted, metric, senders=[(0, 1), (0, "mlp")]).values
+    ),
+    "ablated_metrics": lambda model, clean, corrupted, metric: ablation.ablated_metrics(
+        model,
+        clean,
+        metric,
+        [[HEAD], [(0, 0), HEAD]],
+        ablation.Replacement(model, ["blocks.0.attn.hook_z", "blocks.1.attn.hook_z"], "zero"),
+    ),  # fmt: skip
+    "ablation_sweep": lambda model, clean, corrupted, metric: (
+        ablation.ablation_sweep(model, clean, metric, "mlps", ablation="zero").values
+    ),
+    "edges.faithfulness": lambda model, clean, corrupted, metric: (
+        edges.faithfulness(
+            model,
+            clean,
+            corrupted,
+            metric,
+            edges.top_circuit(edges.random_scores(edges.edge_graph(model)), 30),
+            batch_size=1,
+        ).values
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_entry_point(model, name):
+    function = ENTRY_POINTS[name]
+    patched(model, lambda clean, corrupted, metric: function(model, clean, corrupted, metric))
+
+
+def test_a_metric_of_logits_only_that_reads_the_padding_is_refused(model):
+    """A plain function of the logits: NaN where it would read padding, refused by name."""
+    (clean, corrupted, metric), (alone, alone_corrupted, alone_metric) = batch_and_alone(model)
+    correct, incorrect = answers(model, 2)
+    last = model.last_positions(clean)
+    reads_last = lambda logits: logits[:, -1, correct[0]] - logits[:, -1, incorrect[0]]  # noqa: E731
+    reads_real = lambda logits: metrics.logit_diff(logits, correct, incorrect, pos=last)  # noqa: E731
+    value = interp.patch(model, clean, reads_real, head=HEAD, source=corrupted)
+    reference = interp.patch(model, alone, alone_metric, head=HEAD, source=alone_corrupted)
+    torch.testing.assert_close(value[0], reference[0], **TOL)
+    if model.default_padding_side == "right":
+        with pytest.raises(ValueError, match="it reads the padding"):
+            interp.patch(model, clean, reads_last, head=HEAD, source=corrupted)
+    else:
+        torch.testing.assert_close(
+            interp.patch(model, clean, reads_last, head=HEAD, source=corrupted)[0], reference[0], **TOL
+        )
+
+
+def test_head_circuit_faithfulness_is_the_mean_of_the_prompts_alone(model):
+    (clean, _, metric), (alone, _, alone_metric) = batch_and_alone(model)
+    circuit = [HEAD, (0, 1)]
+    both = ablation.head_circuit_faithfulness(model, clean, metric, circuit)
+    long_tokens = model.to_tokens(LONG)
+    long_metric = metrics.logit_diff_metric(*answers(model, 1), pos=model.last_positions(long_tokens))
+    short = ablation.head_circuit_faithfulness(model, alone, alone_metric, circuit)
+    long = ablation.head_circuit_faithfulness(model, long_tokens, long_metric, circuit)
+    for key in ("model", "circuit", "no_heads"):
+        assert both[key] == pytest.approx((short[key] + long[key]) / 2, abs=1e-4)
+    if model.default_padding_side == "right":
+        with pytest.raises(ValueError, match=PADDED_ERROR):
+            ablation.head_circuit_faithfulness(model, clean, last_position_metric(model), circuit)
+
+
+def test_edge_scores_are_the_mean_of_the_prompts_alone(model):
+    (clean, corrupted, metric), (alone, alone_corrupted, alone_metric) = batch_and_alone(model)
+    long_clean, long_corrupted = model.to_tokens(LONG), model.to_tokens(LONG_CORRUPTED)
+    long_metric = metrics.logit_diff_metric(*answers(model, 1), pos=model.last_positions(long_clean))
+    for method in ("eap", "exact"):
+        both = edges.edge_attribution(model, clean, corrupted, metric, method=method).scores
+        short = edges.edge_attribution(model, alone, alone_corrupted, alone_metric, method=method).scores
+        long = edges.edge_attribution(model, long_clean, long_corrupted, long_metric, method=method).scores
+        torch.testing.assert_close(both, (short + long) / 2, **TOL)
+        if model.default_padding_side == "right":
+            with pytest.raises(ValueError, match=PADDED_ERROR):
+                edges.edge_attribution(model, clean, corrupted, last_position_metric(model), method=method)
+
+
+def test_prompt_pair_files_read_each_prompt_at_its_last_token(model, tmp_path):
+    """`interp patch` and `interp circuit` with a prompt-pair file: each pair's own last token."""
+    rows = [(SHORT, SHORT_CORRUPTED), (LONG, LONG_CORRUPTED)]
+    lines = ["clean,corrupted,correct,incorrect"] + [f"{c},{k},{ANSWERS[0]},{ANSWERS[1]}" for c, k in rows]
+    both_file, short_file = tmp_path / "both.csv", tmp_path / "short.csv"
+    both_file.write_text("\n".join(lines) + "\n")
+    short_file.write_text("\n".join(lines[:2]) + "\n")
+    both, short = file_task(model, both_file), file_task(model, short_file)
+    for task_metric, tokens, alone_metric, alone in (
+        (both.metric, both.clean, short.metric, short.clean),
+        (both.corrupted_metric, both.corrupted, short.corrupted_metric, short.corrupted),
+    ):
+        torch.testing.assert_close(task_metric(model(tokens))[0], alone_metric(model(alone))[0], **TOL)
+    assert both.metric.pos.tolist() == [4, 7]
+    report = pairs_patching(model, both_file, component="resid_pre")
+    assert torch.isfinite(report.result.values).all()
