@@ -479,7 +479,7 @@ def icl(
         help="Tokens averaged around each (default 51 on text; 1: Olsson et al.'s single tokens).",
     ),
     ablation: Literal["mean", "zero", "resample"] = typer.Option(
-        "mean", help="mean (per position over the documents), zero or resample (another document's)."
+        "mean", help="mean (over every position of the documents), zero or resample (another document's)."
     ),
     induction_heads: str | None = typer.Option(
         None,

@@ -24,7 +24,6 @@ from circuits.icl import (
 )
 from circuits.icl.report import render_html, write_icl_report
 from circuits.results_file import load_result, save_result
-from interp.interventions.ablation import ablate
 from interp.tasks.corpus import brown_documents
 
 
@@ -76,21 +75,31 @@ def test_icl_score_equals_the_models_own_losses(toy, toy_result):
 def test_exact_ablation_equals_a_hooked_run(toy):
     sequences = default_sequences(toy, 8, seed=1)
     tokens, windows = sequences.tokens, sequences.windows
+    _, cache = toy.run_with_cache(tokens)
     sets = [[(1, 0)], [(0, 1), (1, 2)]]
     for ablation in ("mean", "zero"):
         _, clean, ablated = ablated_icl_scores(toy, tokens, windows, sets, ablation)
         assert torch.allclose(clean, hand_scores(toy, tokens, windows), atol=1e-5)
         for heads, scores in zip(sets, ablated, strict=True):
-            with ablate(toy, heads=heads, ablation=ablation, reference=tokens):
+
+            def by_hand(z, hook, heads=heads, ablation=ablation):  # the mean over every position
+                for layer, head in heads:
+                    if hook.name == interp.act_name("z", layer):
+                        mean = cache[hook.name][:, :, head].mean((0, 1))
+                        z[:, :, head] = 0 if ablation == "zero" else mean
+                return z
+
+            with toy.hooks(fwd_hooks=[(interp.act_name("z", layer), by_hand) for layer in (0, 1)]):
                 assert torch.allclose(scores, hand_scores(toy, tokens, windows), atol=1e-5)
 
 
-def test_mean_ablation_of_identical_documents_changes_nothing(toy):
+def test_resampling_identical_documents_changes_nothing(toy):
     sequences = default_sequences(toy, 4, seed=0)
-    same = sequences.tokens[:1].repeat(4, 1)  # every document the same: each z equals its mean
-    attributions, _ = head_attributions(toy, same, sequences.windows)
+    same = sequences.tokens[:1].repeat(4, 1)  # every document the same: another's z is its own
+    attributions, _ = head_attributions(toy, same, sequences.windows, ablation="resample")
     assert attributions.abs().max() < 1e-5
-    _, clean, ablated = ablated_icl_scores(toy, same, sequences.windows, [[(0, 1)], [(1, 0), (1, 3)]])
+    sets = [[(0, 1)], [(1, 0), (1, 3)]]
+    _, clean, ablated = ablated_icl_scores(toy, same, sequences.windows, sets, ablation="resample")
     assert (ablated - clean).abs().max() < 1e-5
 
 

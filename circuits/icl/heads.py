@@ -7,8 +7,8 @@ nats; positive: the model uses its context less without the head).
                starting at its first ablated block from the clean residual stream and reading only
                the final residual stream, unembedded at the windows' positions
 
-The ablated values of z (zero, the mean over the documents per position, or another document's)
-come from `interp.interventions.ablation.Replacement` over the same documents.
+The ablated values of z (zero, the mean over every position of the documents, or another document's)
+come from `interp.interventions.ablation.Replacement` over the same documents (`ablated_z`).
 """
 
 from __future__ import annotations
@@ -46,10 +46,16 @@ def ablated_z(
     ablation: str,
     seed: int,
 ) -> dict[str, Tensor]:
-    """The values that replace each hook_z of `z` (name -> the documents' z) under `ablation`:
-    broadcastable to [batch, pos, head, d_head]."""
+    """The values that replace each hook_z of `z` (name -> the documents' z) under `ablation`,
+    broadcastable to [batch, pos, head, d_head]: "mean" one mean per head over every position of every
+    document (no position is padding: the documents share one length), "zero" 0, "resample" another
+    document's z at each position (drawn with `seed`)."""
     check_ablation(ablation)
-    replacement = Replacement(model, list(z), ablation, z, seed=seed)
+    if ablation == "mean":  # every (document, position) a reference row of one position
+        reference = {name: values.flatten(0, 1)[:, None] for name, values in z.items()}
+    else:
+        reference = z
+    replacement = Replacement(model, list(z), ablation, reference, seed=seed)
     return {name: replacement.values(name, len(values)) for name, values in z.items()}
 
 
@@ -127,6 +133,8 @@ def ablated_icl_scores(
     def step(done: int, total: int) -> None:
         if progress is not None:
             progress("Exact ablations", done, total)
+
+    step(0, len(head_sets))
 
     ablated = read_site_sets(
         model,

@@ -56,7 +56,7 @@ def icl_report(
     sequences: the documents and windows (default: `default_sequences(model, n_documents, seed,
       windows)`: Brown corpus texts for a model with a tokenizer, its task's sequences for a toy model).
       The first half of the documents is the discovery half, the rest the held-out half.
-    ablation: "mean" (per position over the half's documents), "zero" or "resample".
+    ablation: "mean" (over every position of the half's documents), "zero" or "resample".
     induction_heads: the class to test (default: `confirmed_induction_heads(model)`, the heads
       `interp heads` confirms, cached); () tests no class.
     top: heads confirmed by exact ablation, the largest attributed changes first.
@@ -84,7 +84,7 @@ def icl_report(
     found_by = "given"
     if induction_heads is None:
         induction_heads = confirmed_induction_heads(model, progress=progress)
-        found_by = "interp heads (confirmed by ablation)"
+        found_by = "confirmed by interp heads"
     induction_heads = check_heads(model.cfg, induction_heads)
     timings["induction heads"] = time.perf_counter() - began
 

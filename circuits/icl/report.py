@@ -59,7 +59,7 @@ def summary_lines(result: ICLResult) -> list[str]:
         distinct = len({tuple(heads) for heads in found.random_sets})
         kind = "random same-layer sets" if found.random_same_layers else "random sets (from other layers too)"
         lines.append(
-            f"{found.name.capitalize()} heads ({len(found.heads)}, {found.found_by}): ablating them changes "
+            f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
             f"the held-out ICL score by {found.change:+.3f} {_ci(found.change_ci)}; {kind} "
             f"({draws}; {distinct} distinct); beyond random {found.difference:+.3f} "
             f"{_ci(found.difference_ci)}: {found.verdict}."
@@ -238,7 +238,7 @@ def render_html(result: ICLResult) -> str:
     if classes:
         sections.append(
             "<h2>Classes against random heads (held-out documents)</h2><table class='icl-classes'><tr>"
-            "<th>class</th><th>heads</th><th>change</th><th>random same-layer sets</th>"
+            "<th>class</th><th>heads</th><th>change</th><th>random sets of their layers</th>"
             f"<th>beyond random</th><th>verdict</th></tr>{classes}</table>"
         )
     sections.append(
