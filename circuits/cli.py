@@ -9,10 +9,11 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import typer
 from rich.console import Console
@@ -21,6 +22,9 @@ from rich.markup import escape
 import interp
 from interp.catalog import CHECKPOINT_EVERY, COMPONENTS, DEFAULT_MODEL, DTYPES, OFFLINE_MODEL_NAMES, TASKS
 from interp.runtime.memory import keep_freed_memory
+
+if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
+    from interp.types import Progress
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
 EXAMPLES = {  # the end of each command's --help
@@ -130,6 +134,24 @@ def load(model: str, dtype: str = "float32") -> interp.HookedTransformer:
         raise fail(str(error)) from error
 
 
+@contextmanager
+def stage_bars() -> Iterator[Progress]:
+    """A Progress callback that draws one bar per stage on stderr (stdout may hold the report); the
+    bars are gone when the block ends."""
+    from rich.progress import Progress as Bars
+    from rich.progress import TaskID
+
+    with Bars(console=Console(stderr=True), transient=True) as bars:
+        tasks: dict[str, TaskID] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task(stage, total=total)
+            bars.update(tasks[stage], completed=done)
+
+        yield progress
+
+
 @app.command(epilog=EXAMPLES["info"])
 def info(model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP)) -> None:
     """Summarise a model and its top prediction on an IOI prompt."""
@@ -175,8 +197,6 @@ def heads(
     ),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
-    from rich.progress import Progress
-
     from circuits.heads import head_report
     from circuits.heads.report import FORMATS, write_report
     from circuits.sweeps import run_on_ray
@@ -186,14 +206,7 @@ def heads(
     loaded = load(model, dtype)
     try:
         if ray is None:
-            with Progress(console=Console(stderr=True), transient=True) as bar:  # stdout may hold the report
-                stages: dict[str, int] = {}
-
-                def progress(stage: str, done: int, total: int) -> None:
-                    if stage not in stages:
-                        stages[stage] = bar.add_task(stage, total=total)
-                    bar.update(stages[stage], completed=done)
-
+            with stage_bars() as progress:
                 report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress)
         else:
             report = run_on_ray(head_report, model, ray, dtype=dtype, n_samples=n_samples, seed=seed)
@@ -305,12 +318,17 @@ def ioi(
     loaded = load(model)
     began = time.perf_counter()
 
-    def progress(line: str) -> None:  # to stderr, so that a report on stdout stays clean
-        print(f"[ioi {time.perf_counter() - began:6.1f}s] {line}", file=sys.stderr, flush=True)
+    def line(text: str) -> None:  # to stderr, so that a report on stdout stays clean
+        print(f"[ioi {time.perf_counter() - began:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    def progress(stage: str, done: int, total: int) -> None:  # a line as each stage begins
+        if done == 0:
+            line(f"{stage} ..." if total else stage)
 
     try:
         if ray is None:
             result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed, progress=progress)
+            line(f"done in {result.timings['total']:.1f} s")
         else:
             result = run_on_ray(find_ioi_circuit, model, ray, n_prompts=n_prompts, seed=seed)
     except (ValueError, ImportError) as error:
@@ -405,8 +423,6 @@ def circuit(
     """Find an edge circuit by edge attribution patching (EAP, EAP-IG), and measure its faithfulness."""
     import json
 
-    from rich.progress import Progress
-
     from circuits.edge_circuits import FORMATS, edge_task, find_edge_circuit, write_edge_report
     from interp.edges import ABLATIONS, IG_POINTS, METHODS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
@@ -436,14 +452,7 @@ def circuit(
     loaded = load(model)
     try:
         prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
-        with Progress(console=console, transient=True) as bar:
-            stages: dict[str, int] = {}
-
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in stages:
-                    stages[stage] = bar.add_task(stage, total=total)
-                bar.update(stages[stage], completed=done)
-
+        with stage_bars() as progress:
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
@@ -479,7 +488,7 @@ def icl(
         help="Tokens averaged around each (default 51 on text; 1: Olsson et al.'s single tokens).",
     ),
     ablation: Literal["mean", "zero", "resample"] = typer.Option(
-        "mean", help="mean (over every position of the documents), zero or resample (another document's)."
+        "mean", help="mean (per position over the documents), zero or resample (another document's)."
     ),
     induction_heads: str | None = typer.Option(
         None,

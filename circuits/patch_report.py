@@ -28,7 +28,7 @@ FORMATS = ("table", "csv", "json", "markdown")
 METRIC = "normalised logit difference (0 = corrupted, 1 = clean)"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PatchReport:
     """What `interp patch` found: `result` of patching `component` on `task`, `top` rows shown."""
 
@@ -62,7 +62,10 @@ def ioi_patching(
         model, clean.tokens, corrupted.tokens, metric, component, positions, direction=direction,
         metric_name=METRIC, logit_pos=end,
     )  # fmt: skip
-    return PatchReport(model.cfg.model_name, f"ioi ({n_prompts} prompts)", component, direction, result, top)
+    return PatchReport(
+        model=model.cfg.model_name, task=f"ioi ({n_prompts} prompts)", component=component,
+        direction=direction, result=result, top=top,
+    )  # fmt: skip
 
 
 def pairs_patching(
@@ -87,8 +90,9 @@ def pairs_patching(
         metric_name=METRIC, logit_pos=end,
     )  # fmt: skip
     return PatchReport(
-        model.cfg.model_name, f"{task.name} ({task.n_prompts} pairs)", component, direction, result, top
-    )
+        model=model.cfg.model_name, task=f"{task.name} ({task.n_prompts} pairs)", component=component,
+        direction=direction, result=result, top=top,
+    )  # fmt: skip
 
 
 def _title(report: PatchReport) -> str:

@@ -41,7 +41,7 @@ def run_on_ray(
     "auto" or an address), e.g. `run_on_ray(head_report, "smollm2-135m", "auto", n_samples=16)`.
     The task asks for a GPU when the cluster has one."""
     job = {"fn": fn, "source": str(source), "dtype": dtype, "options": options}
-    return map_shards(_load_and_run, [job], ray=ray, num_gpus=_gpus_per_task(ray), progress=False)[0]
+    return map_shards(_load_and_run, [job], ray=ray, num_gpus=_gpus_per_task(ray), show_bar=False)[0]
 
 
 def _gpus_per_task(ray: str) -> float:
@@ -68,7 +68,7 @@ def head_sweep(
     causal: bool = True,
     ray: str | None = None,
     store: str | Path | None = None,
-    progress: bool = True,
+    show_bar: bool = True,
 ) -> pd.DataFrame:
     """`head_report` of every source (a model name or directory), concatenated: one row per
     (source, layer, head). labels name the sources in the `source` column (default: as given).
@@ -82,7 +82,7 @@ def head_sweep(
         for source, label in zip(sources, labels, strict=True)
     ]
     job = ("head_sweep", [_fingerprint(Path(s["source"])) for s in shards], labels, options)
-    tables = map_shards(_report_table, shards, ray=ray, store=store, job=job, progress=progress)
+    tables = map_shards(_report_table, shards, ray=ray, store=store, job=job, show_bar=show_bar)
     return pd.concat(tables, ignore_index=True)
 
 
@@ -118,7 +118,7 @@ def checkpoint_head_sweep(
     causal: bool = False,
     ray: str | None = None,
     store: str | Path | None = None,
-    progress: bool = True,
+    show_bar: bool = True,
 ) -> pd.DataFrame:
     """Head scores and types at each saved step of a training run: one row per (step, layer, head).
 
@@ -135,7 +135,7 @@ def checkpoint_head_sweep(
         )
     paths = [path for _, path in checkpoints]
     frame = head_sweep(
-        paths, [str(step) for step, _ in checkpoints], n_samples, seed, causal, ray, store, progress
+        paths, [str(step) for step, _ in checkpoints], n_samples, seed, causal, ray, store, show_bar
     )
     frame.insert(0, "step", frame.pop("source").astype(int))
     return frame.sort_values(["step", "layer", "head"], ignore_index=True)

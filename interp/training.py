@@ -115,7 +115,7 @@ class TrainConfig:
     eval_batch_size: int = 64
     checkpoint_every: int = 0
     checkpoint_steps: Sequence[int] = ()
-    progress: bool = True
+    show_bar: bool = True  # a terminal bar of the steps (tqdm)
 
     def __post_init__(self) -> None:  # every setting checked here, before a step runs
         self.steps = check_count(self.steps, "TrainConfig.steps")
@@ -156,8 +156,8 @@ class TrainConfig:
         """Learning rate of optimizer step `step` (0-based): linear warm-up, then cosine decay."""
         if step < self.warmup_steps:
             return self.lr * (step + 1) / self.warmup_steps
-        progress = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
-        cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+        decayed = (step - self.warmup_steps) / max(1, self.steps - self.warmup_steps)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(decayed, 1.0)))
         return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
 
     def is_checkpoint_step(self, step: int) -> bool:
@@ -325,8 +325,8 @@ def train(
         step, log = load_training_state(latest, model, optimizer, generator, config)
     model.train()
     state = None  # what a checkpoint on Ctrl-C saves: (model, optimizer, generator, step, log, config)
-    progress_bar = tqdm(total=config.steps, initial=step, disable=not config.progress, desc="train")
-    with progress_bar as progress, deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state):
+    bar = tqdm(total=config.steps, initial=step, disable=not config.show_bar, desc="train")
+    with bar, deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state):
         while step < config.steps:
             batch = task.sample(config.batch_size, generator).to(model.device)
             lr = config.lr_at(step)
@@ -348,8 +348,8 @@ def train(
                 directory = out / CHECKPOINTS / f"step_{step:06d}"
                 save_training_checkpoint(directory, model, optimizer, generator, step, log, config)
             recent = log.train_loss[-20:]
-            progress.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
-            progress.update()
+            bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
+            bar.update()
             if callback is not None:
                 callback(step, log)
     model.eval()
@@ -435,8 +435,11 @@ def load_training_state(
 ) -> tuple[int, TrainingLog]:
     """Restore model weights, optimizer and data RNG from a checkpoint; returns (step, log)."""
     state = json.loads((directory / "trainer_state.json").read_text())
-    saved = TrainConfig(**state["train_config"]).to_dict()
-    changed = {k for k, v in config.to_dict().items() if saved[k] != v and k != "progress"}
+    settings = dict(state["train_config"])
+    if "progress" in settings:  # written before TrainConfig.progress became show_bar
+        settings["show_bar"] = settings.pop("progress")
+    saved = TrainConfig(**settings).to_dict()
+    changed = {k for k, v in config.to_dict().items() if saved[k] != v and k != "show_bar"}
     if changed:
         raise ValueError(
             f"{directory} was trained with different settings ({sorted(changed)}); resume with the "

@@ -32,11 +32,22 @@ Metric = Callable[..., Tensor]
 per-prompt answers may also take rows [batch], the prompts' indices: metric(logits, rows)
 (see `interp.interventions.metrics.for_rows`)."""
 
-Progress = Callable[[int, int], None]
-"""progress(done, total): called as long work advances (None: silent)."""
+Progress = Callable[[str, int, int], None]
+"""progress(stage, done, total): the one progress callback, called as long work advances: `done` of
+the `total` units of the stage named `stage` ("Edge scores", "path patching: heads -> logits"; a
+function with one stage reports under its own name). A stage without countable units reports
+(stage, 0, 1) as it begins and (stage, 1, 1) as it ends; one with nothing to do, (stage, 0, 0).
+None: silent. (A bool that only shows or hides a terminal bar is called `show_bar`.)"""
 
-StageProgress = Callable[[str, int, int], None]
-"""progress(stage, done, total): called as each stage of a long procedure advances (None: silent)."""
+
+def as_stage(
+    progress: Progress | None, stage: str, offset: int = 0, total: int | None = None
+) -> Progress | None:
+    """`progress` for a callee whose work is part of the caller's `stage`: the callee's reports, under
+    whatever stage name, arrive as progress(stage, offset + done, total (default: the callee's))."""
+    if progress is None:
+        return None
+    return lambda _, done, of: progress(stage, offset + done, of if total is None else total)
 
 
 MemorySize = int | str

@@ -113,6 +113,21 @@ def test_induction_circuit_of_the_toy_model(toy_result):
     assert data["curve"]["cpr"] == pytest.approx(curve.cpr)
 
 
+def test_progress_reports_each_stage():
+    model = interp.load_model("toy-induction").eval()
+    task = induction_task(model, n_prompts=4, seed=1)
+    calls = []
+    find_edge_circuit(
+        model, task, "eap", n_edges=10, curve_fractions=(0.5, 1.0), progress=lambda *c: calls.append(c)
+    )
+    assert list(dict.fromkeys(stage for stage, _, _ in calls)) == [
+        "Edge scores",
+        "Faithfulness",
+        "Faithfulness curve",
+    ]
+    assert calls[-1] == ("Faithfulness curve", 6, 6)  # 2 sizes: top |score|, top signed, random
+
+
 def test_reports_render_offline_in_chromium(toy_result, tmp_path):
     from tests.browser import render_in_chromium
 

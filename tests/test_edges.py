@@ -630,21 +630,21 @@ def test_max_memory_picks_the_batch_size_and_keeps_the_scores(arch: str) -> None
     assert sum(saved.values()) <= attribution._saved_bytes_per_token(model, n_pos) * clean.numel()
 
     per_prompt = attribution._bytes_per_prompt(model, graph, n_pos, "eap-ig")
-    calls: list[tuple[int, int]] = []
+    calls: list[tuple[str, int, int]] = []
     budget = edges.edge_attribution(
         model, clean, corrupted, metric, steps=3, max_memory=2 * per_prompt + 1,
-        progress=lambda done, total: calls.append((done, total)),
+        progress=lambda stage, done, total: calls.append((stage, done, total)),
     )  # fmt: skip
-    assert calls[-1] == (9, 9)  # batches of 2, 2 and 1 prompts, 3 steps each
+    assert calls[-1] == ("Edge scores", 9, 9)  # batches of 2, 2 and 1 prompts, 3 steps each
     whole = edges.edge_attribution(model, clean, corrupted, metric, steps=3, batch_size=5)
     scale = float(whole.scores.abs().max())
     torch.testing.assert_close(budget.scores, whole.scores, rtol=1e-5, atol=1e-6 * scale)
     calls.clear()
     edges.edge_attribution(
         model, clean, corrupted, metric, steps=3, max_memory=f"{100 * per_prompt}B",
-        progress=lambda done, total: calls.append((done, total)),
+        progress=lambda stage, done, total: calls.append((stage, done, total)),
     )  # fmt: skip
-    assert calls[-1] == (3, 3)  # every prompt fits: one batch
+    assert calls[-1] == ("Edge scores", 3, 3)  # every prompt fits: one batch
     with pytest.raises(ValueError, match="less than one prompt"):
         edges.edge_attribution(model, clean, corrupted, metric, max_memory=per_prompt - 1)
     with pytest.raises(ValueError, match="not a size"):

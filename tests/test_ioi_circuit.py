@@ -179,7 +179,16 @@ def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
     assert validation.classes["name_mover"].writes["IO"] > 0  # it writes the answer up
     # Without held-out prompts, nothing is claimed to be confirmed.
     model, clean, abc, _ = planted
-    assert find_ioi_circuit(model, prompts=(clean, abc), evaluate=False).validation is None
+    calls = []
+    result = find_ioi_circuit(
+        model, prompts=(clean, abc), evaluate=False, progress=lambda *c: calls.append(c)
+    )
+    assert result.validation is None
+    # Each stage is reported as it begins, (stage, 0, 1), and as it ends, (stage, 1, 1).
+    first, logits = "baseline, attention and direct logit attribution", "path patching: heads -> logits"
+    assert calls[:2] == [(first, 0, 1), (first, 1, 1)]
+    assert calls.index((logits, 0, 1)) + 1 == calls.index((logits, 1, 1))
+    assert "evaluation" not in {stage for stage, _, _ in calls}
 
 
 def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
@@ -338,7 +347,7 @@ def test_a_step_runs_alone_and_selects_what_find_ioi_circuit_reports():
     settings = Settings(model="toy-ioi", n_prompts=64, seed=0)
     evidence = measure_class_evidence(model, clean, settings)
     prompts = patching_prompts(model, clean, abc, settings.n_patching_prompts)
-    step = find_name_movers(StepInputs(model, prompts, settings, evidence))
+    step = find_name_movers(StepInputs(model=model, prompts=prompts, settings=settings, evidence=evidence))
     result = find_ioi_circuit(model, n_prompts=64, seed=0, evaluate=False, validate=False)
     assert step.heads("s_suppression") == result.circuit["s_suppression"] == [(1, 0), (1, 2), (1, 3), (1, 1)]
     for cls in ("name_mover", "negative_name_mover"):
@@ -451,7 +460,10 @@ def test_a_class_that_holds_in_one_name_order_only_is_order_dependent(planted):
 
 
 def _stratum(kind: str, name: str, holds: bool) -> StratumEffect:
-    return StratumEffect(kind, name, 8, -0.1 if holds else 0.1, (-0.2, 0.0) if holds else (0.0, 0.2), holds)
+    return StratumEffect(
+        kind=kind, name=name, n_prompts=8, difference=-0.1 if holds else 0.1,
+        difference_ci=(-0.2, 0.0) if holds else (0.0, 0.2), holds=holds,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

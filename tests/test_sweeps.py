@@ -24,7 +24,7 @@ def run(tmp_path_factory):
     try:
         train_toy_model(
             "induction", n_layers=2, n_heads=1, d_model=64, steps=600, out=out, attn_only=True, seed=0,
-            lr=5e-3, d_vocab=64, seq_len=48, checkpoint_every=200, progress=False,
+            lr=5e-3, d_vocab=64, seq_len=48, checkpoint_every=200, show_bar=False,
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
@@ -33,7 +33,7 @@ def run(tmp_path_factory):
 
 def test_checkpoint_sweep_shows_the_induction_head_forming(run, tmp_path):
     assert [step for step, _ in training_checkpoints(run)] == [200, 400, 600]
-    frame = checkpoint_head_sweep(run, n_samples=8, progress=False)
+    frame = checkpoint_head_sweep(run, n_samples=8, show_bar=False)
     assert list(frame[["step", "layer", "head"]].itertuples(index=False, name=None)) == [
         (step, layer, 0) for step in (200, 400, 600) for layer in (0, 1)
     ]
@@ -51,14 +51,14 @@ def test_checkpoint_sweep_shows_the_induction_head_forming(run, tmp_path):
 
 
 def test_checkpoint_sweep_on_ray_equals_this_process(ray_cluster, run, tmp_path):
-    here = checkpoint_head_sweep(run, n_samples=8, progress=False)
-    on_ray = checkpoint_head_sweep(run, n_samples=8, ray="local", store=tmp_path, progress=False)
+    here = checkpoint_head_sweep(run, n_samples=8, show_bar=False)
+    on_ray = checkpoint_head_sweep(run, n_samples=8, ray="local", store=tmp_path, show_bar=False)
     numeric = here.select_dtypes("number").columns
     assert list(on_ray.columns) == list(here.columns) and list(on_ray["types"]) == list(here["types"])
     assert (on_ray[numeric] - here[numeric]).abs().max().max() < 1e-6
     stored = sorted(p.name for p in tmp_path.glob("*/shard_*.json"))
     assert stored == [f"shard_0000{i}.json" for i in range(3)]  # JSON + safetensors, never pickles
-    resumed = checkpoint_head_sweep(run, n_samples=8, store=tmp_path, progress=False)  # read back
+    resumed = checkpoint_head_sweep(run, n_samples=8, store=tmp_path, show_bar=False)  # read back
     pd.testing.assert_frame_equal(resumed, on_ray)
 
 

@@ -38,12 +38,12 @@ from circuits.edge_circuits.tasks import EdgeTask
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
-from interp.types import MemorySize, Progress, StageProgress
+from interp.types import MemorySize, Progress
 
 SCHEMA = "interp-edge-circuit-1"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EdgeCircuitResult:
     """What `find_edge_circuit` found. circuit: [writer, reader] bool mask of the kept edges."""
 
@@ -137,7 +137,7 @@ def find_edge_circuit(
     curve_fractions: tuple[float, ...] | None = edges.MIB_FRACTIONS,
     random_baseline: bool = True,
     batch_size: int = 16,
-    progress: StageProgress | None = None,
+    progress: Progress | None = None,
     target: float = 0.8,
     ig_points: edges.IGPoints = "paper",
     max_memory: MemorySize | None = None,
@@ -147,7 +147,8 @@ def find_edge_circuit(
     measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve.
     ig_points: EAP-IG's integration points, "paper" (alpha = k/m, k = 1..m) or "mib" (k = 0..m-1).
     max_memory (bytes or "2GiB"): the scores' memory budget, which picks their batch size instead of
-    `batch_size` (`edges.edge_attribution`)."""
+    `batch_size` (`edges.edge_attribution`). progress(stage, done, total): the stages "Edge scores",
+    "Faithfulness" (the circuit's) and "Faithfulness curve"."""
     graph = edges.edge_graph(model)
     if n_edges is not None and fraction is not None:
         raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
@@ -163,9 +164,6 @@ def find_edge_circuit(
             "over the prompts real at each position), counterfactual or zero"
         )
 
-    def stage(name: str) -> Progress | None:
-        return None if progress is None else (lambda done, total: progress(name, done, total))
-
     seconds = {}
     start = time.perf_counter()
     model.eval()
@@ -179,7 +177,7 @@ def find_edge_circuit(
         ablation,
         None,
         batch_size if max_memory is None else None,
-        stage("scores"),
+        progress,
         ig_points=ig_points,
         max_memory=max_memory,
         reference_mask=task.corrupted_mask,
@@ -196,7 +194,7 @@ def find_edge_circuit(
         requested = smallest_faithful_size(model, task, scores, target, ablation, batch_size)
     circuit = edges.top_circuit(scores, requested)
     faith = edges.faithfulness(
-        model, task.clean, task.corrupted, task.metric, circuit, ablation, None, batch_size, stage("circuit"),
+        model, task.clean, task.corrupted, task.metric, circuit, ablation, None, batch_size, progress,
         task.corrupted_mask,
     )  # fmt: skip
     corrupted_metric = task.corrupted_metric or task.metric
@@ -209,15 +207,26 @@ def find_edge_circuit(
         start = time.perf_counter()
         curve = edges.faithfulness_curve(
             model, task.clean, task.corrupted, task.metric, scores, curve_fractions, ablation, None,
-            random_baseline, batch_size=batch_size, progress=stage("curve"),
+            random_baseline, batch_size=batch_size, progress=progress,
             reference_mask=task.corrupted_mask,
         )  # fmt: skip
         seconds["curve"] = time.perf_counter() - start
     return EdgeCircuitResult(
-        model.cfg.model_name, task, scores, circuit, requested, faith, float(faith.full.mean()),
-        float(corrupted_value.mean()), curve, seconds, model.cfg.n_kv_heads, ig_points,
-        interp.provenance(model), target if searched else None,
-    )  # fmt: skip
+        model=model.cfg.model_name,
+        task=task,
+        scores=scores,
+        circuit=circuit,
+        requested_edges=requested,
+        faithfulness=faith,
+        clean_metric=float(faith.full.mean()),
+        corrupted_metric=float(corrupted_value.mean()),
+        curve=curve,
+        seconds=seconds,
+        n_kv_heads=model.cfg.n_kv_heads,
+        ig_points=ig_points,
+        provenance=interp.provenance(model),
+        target=target if searched else None,
+    )
 
 
 def smallest_faithful_size(

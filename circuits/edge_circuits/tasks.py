@@ -21,7 +21,7 @@ METRICS = ("logit_diff", "prob")
 TASKS = ("ioi", "induction")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EdgeTask:
     """Prompt pairs and a per-prompt metric. clean, corrupted: [batch, pos] right-padded to one width."""
 
@@ -43,7 +43,10 @@ def ioi_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) -> Ed
     clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
     metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
     mask = padding_mask(abc.positions["END"] + 1, abc.tokens.shape[1])
-    return EdgeTask("ioi", clean.tokens, abc.tokens, metric, "logit_diff(IO - S)", corrupted_mask=mask)
+    return EdgeTask(
+        name="ioi", clean=clean.tokens, corrupted=abc.tokens, metric=metric,
+        metric_name="logit_diff(IO - S)", corrupted_mask=mask,
+    )  # fmt: skip
 
 
 def padding_mask(lengths: Int[Tensor, " batch"], width: int) -> Int[Tensor, "batch pos"] | None:
@@ -78,7 +81,10 @@ def induction_task(
         clean, corrupted = torch.cat([column, clean], 1), torch.cat([column, corrupted], 1)
     last = torch.full((n_prompts,), clean.shape[1] - 1)  # stated: a last token that is the pad id is real
     metric = edges.logit_diff_metric(first[:, -1], other[:, -1], last)
-    return EdgeTask("induction", clean, corrupted, metric, "logit_diff(A[-1] - B[-1])")
+    return EdgeTask(
+        name="induction", clean=clean, corrupted=corrupted, metric=metric,
+        metric_name="logit_diff(A[-1] - B[-1])",
+    )  # fmt: skip
 
 
 def read_pairs(path: str | Path) -> list[dict[str, str]]:
@@ -148,7 +154,10 @@ def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_d
             edges.logit_diff_metric(correct, incorrect, corrupted_end),
         )
     mask = padding_mask(corrupted_end + 1, corrupted.shape[1])
-    return EdgeTask(Path(path).name, clean, corrupted, made[0], name, made[1], mask)
+    return EdgeTask(
+        name=Path(path).name, clean=clean, corrupted=corrupted, metric=made[0], metric_name=name,
+        corrupted_metric=made[1], corrupted_mask=mask,
+    )  # fmt: skip
 
 
 def edge_task(

@@ -16,7 +16,7 @@ from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, causal_checks
 from circuits.heads.classify import HeadReport, classify
 from circuits.heads.pipeline import head_report
 from circuits.heads.probes import NATURAL_TEXT, Probe, Probes, make_probes
-from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores, StageProgress, score_heads
+from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores, score_heads
 from circuits.heads.weights import weight_scores
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "HeadScores",
     "Probe",
     "Probes",
-    "StageProgress",
     "causal_checks",
     "classify",
     "head_report",

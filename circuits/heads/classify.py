@@ -66,7 +66,7 @@ def classify(
     return pd.DataFrame(rows)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HeadReport:
     """Scores, types and causal effects of every head; `table` has one row per (layer, head).
 

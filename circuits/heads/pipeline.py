@@ -9,9 +9,10 @@ import interp
 from circuits.heads.causal import CONFIRM_SE, MIN_EFFECT, causal_checks
 from circuits.heads.classify import HeadReport, classify
 from circuits.heads.probes import Probes, make_probes
-from circuits.heads.scores import N_BOOTSTRAP, StageProgress, score_heads
+from circuits.heads.scores import N_BOOTSTRAP, score_heads
 from circuits.heads.weights import weight_scores
 from interp.checks import check_finite_weights
+from interp.types import Progress
 
 
 def head_report(
@@ -19,7 +20,7 @@ def head_report(
     n_samples: int = 16,
     seed: int = 0,
     seq_len: int = 24,
-    progress: StageProgress | None = None,
+    progress: Progress | None = None,
     natural_text: Sequence[str] | str | None = None,
     causal: bool = True,
     max_candidates: int = 12,

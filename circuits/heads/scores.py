@@ -46,7 +46,7 @@ from circuits.heads.probes import Probe, Probes, str_tokens
 from circuits.heads.skipgrams import skip_gram_masses, skip_gram_scores
 from interp.checks import check_finite_scores
 from interp.interventions.stats import bootstrap
-from interp.types import Head, Progress, StageProgress, head_label
+from interp.types import Head, Progress, head_label
 
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
 SCORE_NAMES = (*PATTERN_SCORES, "fixed_offset", "skip_gram")  # every head type, in report order
@@ -67,8 +67,14 @@ MIN_OFFSET_QUERY_FRACTION = 1 / 3
 N_BOOTSTRAP = 500
 
 
-def stage_progress(progress: StageProgress | None, stage: str) -> Progress | None:
-    """One stage's progress(done, total), reported as progress(stage, done, total)."""
+StageProgress = Progress
+"""Transitional: the former name of `interp.types.Progress`, imported by circuits.heads.causal until it
+takes a Progress; remove with `stage_progress`."""
+
+
+def stage_progress(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:
+    """Transitional, for circuits.heads.causal until its functions report their own stages: one stage's
+    (done, total), reported as progress(stage, done, total)."""
     return None if progress is None else (lambda done, total: progress(stage, done, total))
 
 
@@ -164,8 +170,8 @@ def probe_patterns(
 
     score(pattern [batch, head, q, k], tokens, lengths) -> {name: [rows, head, ...]}, where rows is
     the batch or anything else that concatenates over batches (a batch's tokens and pattern are cut
-    to its longest sequence). Only hook_pattern is cached, one batch at a time; progress(sequences
-    done, sequences).
+    to its longest sequence). Only hook_pattern is cached, one batch at a time; progress(f"Attention
+    scores ({probe.name})", sequences done, sequences).
     """
     cfg = model.cfg
     per_batch: list[dict[str, Tensor]] = []
@@ -173,8 +179,9 @@ def probe_patterns(
     n = int(probe.lengths[0])
     example = torch.zeros(cfg.n_layers, cfg.n_heads, n, n)
     total = len(probe.tokens)
+    stage = f"Attention scores ({probe.name})"
     if progress:
-        progress(0, total)
+        progress(stage, 0, total)
     for start in range(0, total, batch_size):
         lengths = probe.lengths[start : start + batch_size]
         # Cut to the batch's longest sequence: right padding after it cannot change earlier positions.
@@ -197,7 +204,7 @@ def probe_patterns(
                 [cache["pattern", layer][0, :, :n, :n].float().cpu() for layer in range(cfg.n_layers)]
             )
         if progress:
-            progress(start + len(tokens), total)
+            progress(stage, start + len(tokens), total)
     return {name: torch.cat([b[name] for b in per_batch]) for name in per_batch[0]}, example
 
 
@@ -241,7 +248,7 @@ def summarise(
     return mean, se, confidence
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HeadScores:
     """Stage 2 of `head_report`: the attention-pattern scores of every head.
 
@@ -273,7 +280,7 @@ def score_heads(
     probes: Probes,
     seed: int = 0,
     batch_size: int = 8,
-    progress: StageProgress | None = None,
+    progress: Progress | None = None,
 ) -> HeadScores:
     """Stage 2 of `head_report`: score every head's attention on the probes, `batch_size` sequences
     per forward pass; `seed` seeds the bootstraps of the confidences."""
@@ -304,9 +311,8 @@ def score_heads(
         (probes.text, text_scores),
     ]:
         if probe is not None:
-            report = stage_progress(progress, f"Attention scores ({probe.name})")
             per_sequence[probe.name], patterns[probe.name] = probe_patterns(
-                model, probe, batch_size, score, report
+                model, probe, batch_size, score, progress
             )
             tokens[probe.name] = probe.str_tokens
     limits = score_thresholds(probes)
@@ -319,7 +325,9 @@ def score_heads(
     columns |= {"skip_gram": skip_score.view(cfg.n_layers, cfg.n_heads), "skip_gram_se": nan,
                 "confidence_skip_gram": nan.clone()}  # fmt: skip
     pairs = _token_pairs(model, types, skip_query, skip_key)
-    return HeadScores(columns, limits, pairs, patterns, tokens)
+    return HeadScores(
+        columns=columns, thresholds=limits, skip_gram_pairs=pairs, patterns=patterns, str_tokens=tokens
+    )
 
 
 def _mask_score_columns(

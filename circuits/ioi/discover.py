@@ -35,7 +35,6 @@ from circuits.ioi.evidence import clean_run, measure_class_evidence
 from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
 from circuits.ioi.results import CLASSES, Baseline, ExamplePatterns, HeadEvidence, IOICircuitResult, Settings
 from circuits.ioi.steps import (
-    ProgressLines,
     StepInputs,
     StepResult,
     find_backup_name_movers,
@@ -50,7 +49,7 @@ from interp.interventions.engine import cached_run, forward_logits
 from interp.interventions.stats import bootstrap_ci
 from interp.tasks.ioi import heldout_description, ioi_dataset_for
 from interp.tasks.ioi_prompts import IOIPrompts
-from interp.types import Head, head_label
+from interp.types import Head, Progress, head_label
 
 THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}
 
@@ -59,7 +58,7 @@ def find_ioi_circuit(
     model: interp.HookedTransformer,
     n_prompts: int = 64,
     seed: int = 0,
-    progress: ProgressLines = None,
+    progress: Progress | None = None,
     evaluate: bool = True,
     prompts: tuple[IOIPrompts, IOIPrompts] | None = None,
     heldout: tuple[IOIPrompts, IOIPrompts] | None = None,
@@ -74,7 +73,8 @@ def find_ioi_circuit(
     heldout: (clean, abc) prompts the discovery never sees, to confirm each class on; default
     ioi_dataset_for(model, n_prompts, seed, "heldout") when `prompts` is None, else no validation.
     validate: False skips the held-out validation.
-    progress: called with a line as each stage begins (None: silent).
+    progress(stage, done, total): each stage ("path patching: heads -> logits", "evaluation", ...)
+    reported as it begins, (stage, 0, 1), and ends, (stage, 1, 1); a skipped one as (stage, 0, 0).
     sender_effects: which senders each step path-patches (circuits.ioi.patching): default
     `EAPRanking` of the `exact_candidates` senders edge attribution ranks first and those whose
     estimate reaches half of `min_effect` (`path_patching_effects`, every sender, if
@@ -124,7 +124,10 @@ def find_ioi_circuit(
         min_estimate = 0.5 * settings.min_effect * abs(patching.logit_diff)
         exact = settings.exact_candidates
         sender_effects = EAPRanking(exact, min_estimate) if exact > 0 else path_patching_effects
-    inputs = StepInputs(model, patching, settings, evidence, sender_effects, progress)
+    inputs = StepInputs(
+        model=model, prompts=patching, settings=settings, evidence=evidence,
+        sender_effects=sender_effects, progress=progress,
+    )  # fmt: skip
     direct = find_name_movers(inputs)
     name_movers = direct.heads("name_mover")
     s_inhibition = find_s_inhibition_heads(inputs, name_movers, direct.heads("s_suppression"))
@@ -152,8 +155,6 @@ def find_ioi_circuit(
         with timed("example attention patterns", result.timings, progress):
             result.example = example_patterns(model, clean, result.heads)
     result.timings["total"] = time.perf_counter() - start
-    if progress:
-        progress(f"done in {result.timings['total']:.1f} s")
     return result
 
 

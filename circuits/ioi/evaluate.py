@@ -260,7 +260,14 @@ def stratum_effects(
             values = difference[members.to(difference.device)]
             ci = _ci(values, n_bootstrap, seed)
             strata.append(
-                StratumEffect("order", order, len(values), values.mean().item(), ci, _beyond_zero(ci, sign))
+                StratumEffect(
+                    kind="order",
+                    name=order,
+                    n_prompts=len(values),
+                    difference=values.mean().item(),
+                    difference_ci=ci,
+                    holds=_beyond_zero(ci, sign),
+                )
             )
     for template in prompts.template.unique().tolist():
         members = (prompts.template == template).nonzero()[:, 0]
@@ -269,7 +276,17 @@ def stratum_effects(
         example = None if prompts.texts is None else prompts.texts[int(members[0])]
         ci = _ci(values, n_bootstrap, seed)
         holds = sign * mean > 0
-        strata.append(StratumEffect("template", f"T{template}", len(values), mean, ci, holds, example))
+        strata.append(
+            StratumEffect(
+                kind="template",
+                name=f"T{template}",
+                n_prompts=len(values),
+                difference=mean,
+                difference_ci=ci,
+                holds=holds,
+                example=example,
+            )
+        )
     return strata
 
 

@@ -46,7 +46,7 @@ CLASS_WRITES = {
 }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Settings:
     """What the discovery was run with (all of it goes into the JSON report)."""
 
@@ -71,7 +71,7 @@ class Settings:
     exact_candidates: int = 16
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Baseline:
     """The model on the clean IOI prompts; *_ci are 95% bootstrap intervals over prompts."""
 
@@ -84,7 +84,7 @@ class Baseline:
     n_prompts: int
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HeadEvidence:
     """One head in the circuit: why it was selected."""
 
@@ -101,7 +101,7 @@ class HeadEvidence:
         return head_label(self.layer, self.head)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Evaluation:
     """The paper's section 4, with F(X) = mean logit diff when every head outside X is mean-ablated."""
 
@@ -119,7 +119,7 @@ class Evaluation:
     minimality: dict[str, float]  # "L9H6" -> (F(C \ K) - F(C \ (K + v))) / F(C)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StratumEffect:
     """A class's effect beyond random heads on the held-out prompts of one stratum: a name order
     ("ABBA": IO first, "BABA": S first) or a template ("T3": held-out template 3, `example` one of its
@@ -137,7 +137,7 @@ class StratumEffect:
 VERDICTS = ("confirmed", "order-dependent", "template-dependent", "unconfirmed")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ClassValidation:
     """One class on held-out prompts. Effects are changes of the mean logit diff when heads are
     mean-ablated, relative to the size of the unablated held-out logit diff; sign: the class's
@@ -167,7 +167,7 @@ class ClassValidation:
         self.confirmed = self.verdict == "confirmed"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Validation:
     """The circuit on held-out prompts the finder never used (see circuits.ioi.evaluate)."""
 
@@ -192,7 +192,7 @@ class ExamplePatterns:
     patterns: dict[str, Tensor]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class IOICircuitResult:
     settings: Settings
     baseline: Baseline

@@ -32,7 +32,7 @@ default here, the senders edge attribution ranks first in `find_ioi_circuit`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -46,11 +46,7 @@ from circuits.ioi.results import HeadEvidence, Settings
 from interp.checks import check_finite_scores
 from interp.interventions.engine import forward_logits
 from interp.tasks.ioi_prompts import IOIPrompts
-from interp.types import Head, head_label
-
-ProgressLines = Callable[[str], None] | None
-"""progress(line): called with a line ("path patching: heads -> logits ...") as each stage begins;
-None (or False) reports nothing."""
+from interp.types import Head, Progress, head_label
 
 
 @dataclass
@@ -86,7 +82,7 @@ def patching_prompts(
     return PatchingPrompts(first, first_abc, diffs.mean().item())
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepResult:
     """What one step found.
 
@@ -110,28 +106,31 @@ class StepResult:
 
 
 @contextmanager
-def timed(name: str, timings: dict[str, float], progress: ProgressLines = None) -> Iterator[None]:
-    """Report "name ..." to `progress` and record the seconds the block takes in timings[name]."""
+def timed(name: str, timings: dict[str, float], progress: Progress | None = None) -> Iterator[None]:
+    """Record the seconds the block takes in timings[name], reporting the stage `name` to `progress`
+    as it begins, progress(name, 0, 1), and ends, progress(name, 1, 1)."""
     if progress:
-        progress(f"{name} ...")
+        progress(name, 0, 1)
     began = time.perf_counter()
     yield
     timings[name] = time.perf_counter() - began
+    if progress:
+        progress(name, 1, 1)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepInputs:
     """What every step needs: the model, the path-patching prompts, the selection settings, the
     attention and direct-logit evidence that classifies heads, the strategy that measures sender
     effects (`path_patching_effects`: every sender; `EAPRanking`: the senders EAP ranks first) and
-    where progress lines go."""
+    where the steps' stages are reported (`timed`)."""
 
     model: interp.HookedTransformer
     prompts: PatchingPrompts
     settings: Settings
     evidence: ClassEvidence
     sender_effects: SenderEffects = path_patching_effects
-    progress: ProgressLines = None
+    progress: Progress | None = None
 
 
 @dataclass
@@ -142,7 +141,7 @@ class _Step:
     result: StepResult = field(default_factory=StepResult)
 
     @property
-    def progress(self) -> ProgressLines:
+    def progress(self) -> Progress | None:
         return self.inputs.progress
 
     def sweep(
@@ -214,8 +213,9 @@ class _Step:
     ) -> None:
         """Heads that lower the logit diff through the receivers' `receiver_input` at `position`."""
         if not receivers or max(layer for layer, _ in receivers) == 0:  # no heads before layer 0
-            if self.progress:
-                self.progress(f"no {receiver_class} heads after layer 0: skipping {name}")
+            if self.progress:  # a stage with nothing to do
+                skipped = f"path patching: heads -> {name} (skipped: no {receiver_class} heads after layer 0)"
+                self.progress(skipped, 0, 0)
             return
         effects = self.sweep(name, f"path patching: heads -> {name}", receivers, receiver_input, position)
         self.select(name, effects, -1, name, candidates)

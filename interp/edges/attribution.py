@@ -65,6 +65,7 @@ METHODS: tuple[str, ...] = ("eap", "eap-ig", "eap-ig-activations", "eap-ig-activ
 IGPoints = Literal["paper", "mib"]
 IG_POINTS: tuple[str, ...] = ("paper", "mib")
 DEFAULT_BATCH_SIZE = 16
+STAGE = "Edge scores"  # the stage edge scoring reports to a Progress callback
 
 
 def _score_from_grads(
@@ -109,6 +110,7 @@ def edge_attribution(
     (gradient methods). `reader_pos` ([batch], gradient methods) scores only what readers read at one
     position per prompt (a path-patching-like estimate, e.g. heads -> name movers' queries at END).
     `reference_mask`: the reference prompts' padding mask, for mean ablation (`ablated_outputs`).
+    progress("Edge scores", done, total): batches x integration steps done (exact: edges scored).
     """
     if method == "exact":
         if reader_pos is not None:
@@ -202,7 +204,7 @@ def edge_attribution_by_position(
                     _add_reader_grads(model, graph, tokens, metric, ids, grads, iv)
                 done += 1
                 if progress:
-                    progress(done, total)
+                    progress(STAGE, done, total)
             if method == "eap-ig-activations-grouped":
                 _score_positions(graph, delta, grads, reader_positions, ids, scores, group)
                 grads.zero_()
@@ -215,12 +217,12 @@ def edge_attribution_by_position(
     runs = steps * (len(groups) if method == "eap-ig-activations" else 1)
     return {
         name: EdgeScores(
-            graph,
-            (s / (clean.shape[0] * runs)).masked_fill(~graph.valid, 0.0),
-            method,
-            ablation,
-            steps,
-            clean.shape[0],
+            graph=graph,
+            scores=(s / (clean.shape[0] * runs)).masked_fill(~graph.valid, 0.0),
+            method=method,
+            ablation=ablation,
+            steps=steps,
+            n_prompts=clean.shape[0],
         )
         for name, s in scores.items()
     }
@@ -498,5 +500,7 @@ def _exact_scores(
         for k, (w, r) in enumerate(group):
             scores[w, r] = float((values[k] - base).mean())
         if progress:
-            progress(min(start + per_run, len(edges)), len(edges))
-    return EdgeScores(graph, scores, "exact", ablation, 1, clean.shape[0])
+            progress(STAGE, min(start + per_run, len(edges)), len(edges))
+    return EdgeScores(
+        graph=graph, scores=scores, method="exact", ablation=ablation, steps=1, n_prompts=clean.shape[0]
+    )

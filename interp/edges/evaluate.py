@@ -22,10 +22,10 @@ from interp.interventions.engine import check_pair
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.interventions.stats import bootstrap, defined_gap, faithfulness_ratio
 from interp.model.transformer import HookedTransformer
-from interp.types import Ablation, Metric, Progress
+from interp.types import Ablation, Metric, Progress, as_stage
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Faithfulness:
     """m(circuit) relative to the model and the empty circuit, with a bootstrap CI over prompts.
 
@@ -72,7 +72,8 @@ def faithfulness(
     reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> Faithfulness:
     """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge.
-    reference_mask: the reference prompts' padding mask, for mean ablation (`ablated_outputs`)."""
+    reference_mask: the reference prompts' padding mask, for mean ablation (`ablated_outputs`).
+    progress("Faithfulness", circuits done, circuits)."""
     clean, corrupted = check_pair(model, clean, corrupted)
     metric = check_reads_real_tokens(model, metric, clean)
     if ablation == "counterfactual":
@@ -101,11 +102,11 @@ def faithfulness(
     for k in range(circuits.shape[0]):
         values.append(run_circuits(model, clean, circuits[k : k + 1].float(), ablated, metric, batch_size)[0])
         if progress:
-            progress(k + 1, circuits.shape[0])
-    return Faithfulness(torch.stack(values), full, empty)
+            progress("Faithfulness", k + 1, circuits.shape[0])
+    return Faithfulness(values=torch.stack(values), full=full, empty=empty)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FaithfulnessCurve:
     """Faithfulness of the top circuits at several sizes, and MIB's summaries.
 
@@ -180,7 +181,8 @@ def faithfulness_curve(
     reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> FaithfulnessCurve:
     """Faithfulness of the top-|score| and the top-signed-score circuits at each fraction of edges, and
-    of random circuits. reference_mask: as `faithfulness`."""
+    of random circuits. reference_mask: as `faithfulness`. progress("Faithfulness curve", circuits done,
+    circuits)."""
     graph = scores.graph
     fractions = tuple(float(f) for f in fractions)
     if any(not 0 < f <= 1 for f in fractions) or list(fractions) != sorted(fractions):
@@ -197,25 +199,24 @@ def faithfulness_curve(
         sets.append(rand)
     total = sum(len(s) for s in sets)
 
-    def sub_progress(offset: int) -> Progress | None:
-        return None if progress is None else (lambda done, _: progress(offset + done, total))
-
     result = faithfulness(
-        model, clean, corrupted, metric, tops, ablation, reference, batch_size, sub_progress(0),
+        model, clean, corrupted, metric, tops, ablation, reference, batch_size,
+        as_stage(progress, "Faithfulness curve", 0, total),
         reference_mask=reference_mask,
     )  # fmt: skip
     random_result = None
     if rand is not None:
         random_result = faithfulness(
-            model, clean, corrupted, metric, rand, ablation, reference, batch_size, sub_progress(len(tops)),
+            model, clean, corrupted, metric, rand, ablation, reference, batch_size,
+            as_stage(progress, "Faithfulness curve", len(tops), total),
             reference_mask=reference_mask,
         )  # fmt: skip
     n = len(fractions)
     return FaithfulnessCurve(
-        fractions,
-        [int(c.sum()) for c in tops[:n]],
-        Faithfulness(result.values[:n], result.full, result.empty),
-        random_result,
-        None if rand is None else [int(c.sum()) for c in rand],
-        Faithfulness(result.values[n:], result.full, result.empty),
+        fractions=fractions,
+        n_edges=[int(c.sum()) for c in tops[:n]],
+        result=Faithfulness(values=result.values[:n], full=result.full, empty=result.empty),
+        random=random_result,
+        random_n_edges=None if rand is None else [int(c.sum()) for c in rand],
+        signed_result=Faithfulness(values=result.values[n:], full=result.full, empty=result.empty),
     )

@@ -121,7 +121,7 @@ def edge_graph(model_or_cfg: HookedTransformer | Config) -> EdgeGraph:
     return EdgeGraph.from_config(cfg)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EdgeScores:
     """Per-edge scores [writer, reader] (0 where no edge), estimating m(edge ablated) - m(clean)."""
 
@@ -210,7 +210,7 @@ def random_scores(graph: EdgeGraph, seed: int = 0) -> EdgeScores:
     """Uniform random edge scores: the random-circuit baseline."""
     generator = torch.Generator().manual_seed(seed)
     scores = torch.rand(graph.n_writers, graph.n_readers, generator=generator).masked_fill(~graph.valid, 0)
-    return EdgeScores(graph, scores, "random", "-", 0, 0)
+    return EdgeScores(graph=graph, scores=scores, method="random", ablation="-", steps=0, n_prompts=0)
 
 
 def mib_json(scores: EdgeScores, keep: Bool[Tensor, "writer reader"], cfg: Config) -> dict:

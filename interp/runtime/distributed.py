@@ -149,7 +149,7 @@ def map_shards(
     threads_per_worker: int = 1,
     num_cpus: int | None = None,
     num_gpus: float = 0,
-    progress: bool = True,
+    show_bar: bool = True,
 ) -> list[Any]:
     """[fn(shard) for shard in shards], on Ray workers when `ray` is given; see the module doc.
 
@@ -174,7 +174,7 @@ def map_shards(
             if found:
                 results[i] = result
     todo = [i for i in range(len(shards)) if i not in results]
-    bar = tqdm(total=len(shards), initial=len(results), desc="shards", disable=not progress)
+    bar = tqdm(total=len(shards), initial=len(results), desc="shards", disable=not show_bar)
 
     def finish(i: int, result: Any) -> None:
         results[i] = result
@@ -263,7 +263,7 @@ def patching_sweep(
     metric_name: str = "metric",
     logit_pos: Tensor | int | None = None,
     load_options: Mapping[str, Any] | None = None,
-    progress: bool = True,
+    show_bar: bool = True,
 ) -> PatchResult:
     """`activation_patching` of the model at `source` with the prompts split into `n_shards` shards
     (each loaded and run on a worker), merged into one PatchResult over all prompts.
@@ -302,7 +302,7 @@ def patching_sweep(
     ]
     job = ("patching_sweep", str(source), options, clean, corrupted, component, positions, layers, direction)
     job += (metric, metric_name, logit_pos, n_shards)
-    parts = map_shards(_patch_shard, shards, ray=ray, store=store, job=job, progress=progress)
+    parts = map_shards(_patch_shard, shards, ray=ray, store=store, job=job, show_bar=show_bar)
     return merge_patch_results(parts)
 
 

@@ -83,7 +83,7 @@ def cache_to_disk(
     names_filter: str | Sequence[str] | Callable[[str], bool],
     out_dir: str | Path,
     batch_size: int = 32,
-    progress: bool = True,
+    show_bar: bool = True,
 ) -> Path:
     """Cache the hooks `names_filter` selects on every prompt, one shard per batch (see module doc).
 
@@ -112,7 +112,7 @@ def cache_to_disk(
         write_text_atomic(job_file, json.dumps(job, indent=2))
     starts = range(0, len(tokens), batch_size)
     todo = [i for i in range(len(starts)) if not _shard_path(out_dir, i).exists()]
-    bar = tqdm(total=len(starts), initial=len(starts) - len(todo), desc="caching", disable=not progress)
+    bar = tqdm(total=len(starts), initial=len(starts) - len(todo), desc="caching", disable=not show_bar)
     for index in todo:
         start = starts[index]
         batch = tokens[start : start + batch_size].to(model.device)
