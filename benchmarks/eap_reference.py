@@ -59,7 +59,7 @@ same process, same thread count, after one warm-up run each (which is the one ch
 
 Printed on 2026-11-25 (`--size small`, 8 prompts, 5 steps, `--repeats 1`, 2 threads), with interp's
 eap-ig-activations as the reference defines it, on the shared 2-core CPU machine while it was still
-partly busy (load average 1 to 5): the equalities hold; the times are not figures for the README
+partly busy (load average 1 to 5): the equalities hold; the times are not figures for docs/results
 (earlier runs under heavier load moved the ratios between 0.6x and 3x); re-time on an idle machine.
 
     GPT-2 config 'small': 4 layers x 4 heads, d_model 128, vocabulary 1000, random weights (init. std 0.1)

@@ -1,8 +1,11 @@
-"""The user guide (docs/guide/*.md) and the README's library snippet run as written: each page's
-Python blocks are executed in order in one namespace, as a reader would paste them."""
+"""Every Python block of the README and of the docs (docs/**/*.md) runs as written: each page's
+blocks are executed in order in one namespace, as a reader would paste them. The results pages
+(docs/results/) are what docs/results/build.py makes from their data, and the README's links lead
+to files that exist."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -11,7 +14,9 @@ import torch
 
 ROOT = Path(__file__).parent.parent
 PAGES = sorted((ROOT / "docs" / "guide").glob("*.md"))
+DOCS = sorted(path for path in (ROOT / "docs").rglob("*.md") if path.parent.name != "guide")
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+README_LINES = 200  # the README teaches; results and reference live in docs/
 
 
 def python_blocks(path: Path) -> list[str]:
@@ -53,10 +58,39 @@ def test_guide_page_runs(page: Path, tmp_path, monkeypatch) -> None:
     run_blocks(python_blocks(page), page.name)
 
 
-def test_readme_library_snippet_runs(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "page", [p for p in DOCS if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT / "docs"))
+)
+def test_docs_page_runs(page: Path, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    readme = ROOT / "README.md"
-    section = readme.read_text().split("## Library", 1)[1].split("\n## ", 1)[0]
-    blocks = BLOCK.findall(section)
-    assert blocks, "the README's Library section has no Python block"
-    run_blocks(blocks, "README.md Library")
+    run_blocks(python_blocks(page), str(page.relative_to(ROOT)))
+
+
+def test_readme_runs(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = python_blocks(ROOT / "README.md")
+    assert blocks, "the README has no Python block"
+    run_blocks(blocks, "README.md")
+
+
+def test_readme_is_short_and_its_links_exist() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= README_LINES
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets
+    missing = [t for t in targets if "://" not in t and not (ROOT / t).exists()]
+    assert not missing, f"the README links to files that do not exist: {missing}"
+
+
+def test_results_pages_are_made_from_their_data() -> None:
+    spec = importlib.util.spec_from_file_location("results_build", ROOT / "docs" / "results" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    pages = build.build()
+    names = {path.name for path in pages}
+    assert names == {"index.md", "heads.md", "ioi.md", "circuits.md", "performance.md"}
+    for path, text in pages.items():
+        assert path.read_text() == text, f"{path.name} is out of date: run python docs/results/build.py"
+        assert "**Machine**" in text or path.name == "index.md"
+    for data in (ROOT / "docs" / "results" / "data").iterdir():
+        assert data.stat().st_size < 1_000_000, f"{data.name}: store a summary, not the whole result"

@@ -36,7 +36,7 @@ from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
 from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
 
-HELDOUT_RECOVERED = 0.2  # seeds 0-2 measured 0.46, 0.31, 0.64 on the held-out prompts (README)
+HELDOUT_RECOVERED = 0.2  # seeds 0-2 measured 0.46, 0.31, 0.64 on the held-out prompts (docs/results/ioi.md)
 
 # ---------------------------------------------------------------------------------------------
 # A 3-layer attention-only model whose head 0 of each layer implements the IOI algorithm by hand
@@ -286,7 +286,7 @@ def trained_ioi(tmp_path_factory):
 
 
 def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tmp_path):
-    """What every good training run shows (measured over seeds 0-2, in the README), checked on the
+    """What every good training run shows (measured over seeds 0-2, in docs/results/ioi.md), checked on the
     held-out toy templates and names that discovery never saw."""
     from typer.testing import CliRunner
 

@@ -1,0 +1,326 @@
+"""The results pages (docs/results/*.md), made from the JSON under docs/results/data/.
+
+    python docs/results/build.py            # rewrite the pages
+    python docs/results/build.py --check    # exit 1 if a page differs from what the data make
+
+data/<page>.json holds a page: its title, introduction and sections. A section is either a saved
+result (`interp <command> --save FILE.json`, read back with `circuits.results_file.load_result` and
+summarised here) or figures reported with their machine, date and command (tables and text in the
+JSON). data/machines.json names each machine by its CPU and cores. Every section's first line says
+where its figures come from. The tests check that the pages are up to date (tests/test_docs.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data"
+ROOT = HERE.parents[1]
+PAGES = ("heads", "ioi", "circuits", "performance")
+GENERATED = (
+    "<!-- Made by docs/results/build.py from docs/results/data/: edit the data or the script and "
+    "run `python docs/results/build.py`, not this page. -->"
+)
+
+
+def machines() -> dict[str, dict[str, str]]:
+    return json.loads((DATA / "machines.json").read_text())
+
+
+def machine_name(key: str) -> str:
+    machine = machines()[key]
+    return machine["cpu"] + (f" ({machine['rate']})" if machine["rate"] else "")
+
+
+def provenance(section: dict[str, Any]) -> str:
+    """The section's first line: machine, date, command, and where the figures come from."""
+    parts = [f"**Machine**: {machine_name(section['machine'])}", f"**date**: {section['date']}"]
+    commands = ", ".join(f"`{command}`" for command in section["commands"])
+    parts.append(f"**command{'s' if len(section['commands']) > 1 else ''}**: {commands}")
+    if "note" in section:
+        parts[-1] += f" ({section['note']})"
+    if section["kind"] == "saved":
+        parts.append(
+            f"{section['seconds']:.1f} s, interp at commit {section['commit']}; the saved result: "
+            f"[data/{section['saved']}](data/{section['saved']})"
+        )
+    else:
+        parts.append(f"source: {section['source']}")
+    return "> " + "; ".join(parts) + "."
+
+
+def table(columns: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    align = align or "l" * len(columns)
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def body(blocks: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for block in blocks:
+        if "text" in block:
+            out.append(block["text"])
+        elif "table" in block:
+            out.append(table(**block["table"]))
+        else:
+            out.append("```bash\n" + block["code"] + "\n```")
+    return out
+
+
+def pm(value: float, se: float) -> str:
+    return f"{value:.2f} ± {se:.2f}"
+
+
+def effects(row: Any, name: str) -> list[str]:
+    """A head's causal effect alone and with the other candidates ablated (blank: not measured)."""
+    if math.isnan(row[name]):
+        return ["", ""]
+    return [pm(row[name], row[f"{name}_se"]), pm(row[f"{name}_with_others"], row[f"{name}_with_others_se"])]
+
+
+def heads_section(report: Any) -> list[str]:
+    """A saved `interp heads` result: the typed heads, their scores and causal effects."""
+    table_ = report.table
+    typed = table_[table_["types"].map(len) > 0]
+    lengths = report.settings["induction_lengths"]
+    rows = []
+    for _, row in typed.iterrows():
+        types = []
+        for kind in row["types"]:
+            confirmed = f"{kind}_confirmed" in row and bool(row[f"{kind}_confirmed"])
+            types.append(kind.replace("_", "-") + (" ✓" if confirmed else ""))
+        rows.append(
+            [
+                f"L{row['layer']}H{row['head']}",
+                ", ".join(types),
+                f"{row['previous_token']:.2f}",
+                f"{row['induction']:.2f}",
+                *effects(row, "induction_effect"),
+                *effects(row, "previous_token_effect"),
+            ]
+        )
+    columns = [
+        "head",
+        "types (✓: confirmed by ablation)",
+        "previous-token",
+        f"induction (lowest of lengths {' / '.join(map(str, lengths))})",
+        "Δloss alone (nats)",
+        "Δloss, other candidates ablated",
+        "Δinduction score alone",
+        "Δinduction score, others ablated",
+    ]
+    induction = typed[typed["types"].map(lambda types: "induction" in types)]
+    previous = typed[typed["types"].map(lambda types: "previous_token" in types)]
+    lines = [
+        f"{report.provenance}; {report.settings['n_samples']} random sequences per repeat length "
+        f"({', '.join(map(str, lengths))} tokens). Δloss: the loss on the repeated half with the head "
+        "mean-ablated minus the clean loss; Δinduction score: how much ablating a previous-token head "
+        "lowers the induction heads' score (± one standard error over probe sequences).",
+        table(columns, rows, "llrrrrrr"),
+    ]
+    findings = []
+    if "induction" in report.group_effects and len(induction):
+        alone, after = induction["induction_effect"], induction["induction_effect_with_others"]
+        composition = induction["k_composition"]
+        findings.append(
+            f"The {len(induction)} induction heads back each other up: ablating any one alone moves the "
+            f"repeated-half loss by at most {alone.max():.2f} nats, ablating all {len(induction)} "
+            f"together by {pm(*report.group_effects['induction'])} nats, and each one ablated after "
+            f"the others adds {after.min():.1f}–{after.max():.1f} nats. They K-compose with the "
+            f"previous-token heads at {composition.min():.2f}–{composition.max():.2f}."
+        )
+    if "previous_token" in report.group_effects and len(previous):
+        findings.append(
+            f"The {len(previous)} previous-token heads likewise: alone they lower the induction heads' "
+            f"score by at most {previous['previous_token_effect'].max():.2f}, all together by "
+            f"{pm(*report.group_effects['previous_token'])}."
+        )
+    return lines + [" ".join(findings)]
+
+
+def percent(value: float) -> str:
+    return f"{value:+.0%}".replace("-", "−")
+
+
+def ci(low: float, high: float) -> str:
+    return f"[{percent(low)}, {percent(high)}]"
+
+
+CLASS_NAMES = {
+    "name_mover": "name movers",
+    "negative_name_mover": "negative name movers",
+    "s_inhibition": "S-inhibition",
+    "s_suppression": "S-suppression",
+    "induction": "induction",
+    "duplicate_token": "duplicate-token",
+    "previous_token": "previous-token",
+    "backup_name_mover": "backup name movers",
+}
+
+
+def ioi_section(result: Any) -> list[str]:
+    """A saved `interp ioi` result: baseline, classes with their evidence, evaluation, validation."""
+    from circuits.ioi.results import CLASS_KIND
+
+    base, evaluation, validation = result.baseline, result.evaluation, result.validation
+    rows = []
+    for name, heads in result.classes.items():
+        if not heads:
+            continue
+        kind = CLASS_KIND.get(name, "")
+        check = validation.classes.get(name)
+        rows.append(
+            [
+                CLASS_NAMES.get(name, name),
+                ", ".join(f"L{h.layer}H{h.head} ({percent(h.effect)})" for h in heads),
+                f"{kind} " + ", ".join(f"{h.attention[kind]:.2f}" for h in heads) if kind else "",
+                ", ".join(
+                    f"IO {h.direct_logit_attribution['IO']:+.2f} / S {h.direct_logit_attribution['S']:+.2f}"
+                    for h in heads
+                ),
+                f"{percent(check.difference)} {ci(*check.difference_ci)}" if check else "",
+                f"{check.verdict} (holds in {', '.join(check.holds_in)})" if check else "",
+            ]
+        )
+    if result.unclassified:
+        rows.append(
+            [
+                "unclassified",
+                ", ".join(f"L{h.layer}H{h.head} ({percent(h.effect)})" for h in result.unclassified),
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
+    columns = [
+        "class",
+        "heads (path-patching effect)",
+        "attention",
+        "direct logit attribution",
+        "held out: ablated minus random heads (95% CI)",
+        "verdict",
+    ]
+    return [
+        f"{result.settings.provenance}; {base.n_prompts} discovery prompts (seed {result.settings.seed}), "
+        f"corruption {result.settings.corrupted}. Logit diff (IO − S) {base.logit_diff:.2f} (95% CI "
+        f"{base.logit_diff_ci[0]:.2f}–{base.logit_diff_ci[1]:.2f}), accuracy {base.accuracy:.0%}, IO "
+        f"top-1 {base.top1_io:.0%}.",
+        table(columns, rows),
+        f"The circuit alone, every other head mean-ablated, recovers {evaluation.recovered:.0%} of the "
+        f"logit difference on the discovery prompts (faithfulness {evaluation.faithfulness:.0%}) and "
+        f"{validation.recovered:.0%} (95% CI {validation.recovered_ci[0]:.0%}–"
+        f"{validation.recovered_ci[1]:.0%}, faithfulness {validation.faithfulness:.0%}) on "
+        f"{validation.n_prompts} held-out prompts: {validation.prompts}. A class is *confirmed* "
+        "when it beats as many random heads from the same layers in both name orders and in most "
+        "held-out templates; a class that holds in one order only is *order-dependent*.",
+    ]
+
+
+def circuit_section(result: Any) -> list[str]:
+    """A saved `interp circuit` result: size, faithfulness, the curve's summary, the top edges."""
+    summary = result.to_json(top=8)
+    task, method, circuit, curve = summary["task"], summary["method"], summary["circuit"], summary["curve"]
+    low, high = circuit["faithfulness_ci"]
+    how = (
+        f"the smallest reaching faithfulness ≥ {circuit['size_target']}"
+        if circuit["size_target"] is not None
+        else "requested"
+    )
+    lines = [
+        f"{result.provenance}; task {task['name']}: {task['n_prompts']} prompt pairs, {task['metric']} "
+        f"clean {task['clean_metric']:.2f}, corrupted {task['corrupted_metric']:.2f}; {method['name']} "
+        f"({method['steps']} steps), {method['ablation']} ablation.",
+        f"The circuit: {circuit['n_edges']} of {summary['graph']['n_edges']} edges ({how}), "
+        f"{len(circuit['nodes'])} of {summary['graph']['n_nodes']} nodes, faithfulness "
+        f"{circuit['faithfulness']:.2f} [{low:.2f}, {high:.2f}] (95% CI over prompts).",
+    ]
+    if curve is not None:
+        random = curve["random"]
+        lines.append(
+            f"Over MIB's ten circuit sizes: CPR {curve['cpr']:.2f}, CMD {curve['cmd']:.2f} (random "
+            f"circuits of the same sizes: CPR {random['cpr']:.2f}, CMD {random['cmd']:.2f})."
+        )
+    edges = circuit["edges"][:8]
+    rows = [[f"`{edge['writer']}`", f"`{edge['reader']}`", f"{edge['score']:+.2f}"] for edge in edges]
+    lines.append(table(["writer", "reader", "score (m(edge ablated) − m(clean))"], rows, "llr"))
+    return lines
+
+
+RENDERERS = {"heads": heads_section, "ioi": ioi_section, "circuit": circuit_section}
+
+
+def saved_section(section: dict[str, Any]) -> list[str]:
+    from circuits.results_file import load_result
+
+    path = DATA / section["saved"]
+    kind = json.loads(path.read_text())["kind"]
+    return RENDERERS[kind](load_result(path))
+
+
+def page(name: str) -> str:
+    spec = json.loads((DATA / f"{name}.json").read_text())
+    parts = [f"# {spec['title']}", GENERATED, spec["intro"]]
+    for section in spec["sections"]:
+        parts.append(f"## {section['title']}")
+        parts.append(provenance(section))
+        parts += saved_section(section) if section["kind"] == "saved" else body(section["body"])
+    return "\n\n".join(parts) + "\n"
+
+
+def index() -> str:
+    rows = [[machine_name(key), machine["date"] or "per figure"] for key, machine in machines().items()]
+    titles = {name: json.loads((DATA / f"{name}.json").read_text())["title"] for name in PAGES}
+    links = "\n".join(f"- [{titles[name]}]({name}.md)" for name in PAGES)
+    return (
+        "\n\n".join(
+            [
+                "# Results",
+                GENERATED,
+                "What interp finds on the models it ships with and on SmolLM2-135M-Instruct, and how fast. "
+                "Every section states the machine, the date and the command its figures come from; the pages "
+                "are made by `python docs/results/build.py` from the JSON under `docs/results/data/` (saved "
+                "results, `interp <command> --save FILE.json`, which `interp render FILE.json` shows in any "
+                "format, and figures reported with their machine, date and command).",
+                links,
+                "The machines:",
+                table(["machine", "date"], rows),
+            ]
+        )
+        + "\n"
+    )
+
+
+def build() -> dict[Path, str]:
+    """Every page's path -> its text, made from the data."""
+    pages = {HERE / f"{name}.md": page(name) for name in PAGES}
+    pages[HERE / "index.md"] = index()
+    return pages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is not what the data make")
+    options = parser.parse_args()
+    stale = []
+    for path, text in build().items():
+        if options.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path.relative_to(ROOT))
+        else:
+            path.write_text(text)
+    if stale:
+        sys.exit(f"out of date: {', '.join(map(str, stale))}; run python docs/results/build.py")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
