@@ -401,7 +401,11 @@ def test_causal_checks_equal_full_ablated_forward_passes():
         return torch.stack(scores).mean(0)
 
     candidates = [(1, 0), (1, 2), (1, 3)]
-    found = induction_ablation_effects(model, probe, candidates)
+    calls = []
+    found = induction_ablation_effects(model, probe, candidates, progress=lambda *call: calls.append(call))
+    assert {stage for stage, _, _ in calls} == {"Ablating induction candidates"}
+    done = [d for _, d, _ in calls]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == calls[-1][2] > 0  # starts, advances, ends
     clean = loss([])
     for head in candidates:
         others = [h for h in candidates if h != head]

@@ -38,16 +38,18 @@ from torch import Tensor
 
 import interp
 from circuits.heads.probes import Probe, Probes
-from circuits.heads.scores import HeadScores, StageProgress, pattern_scores, score_masks, stage_progress
+from circuits.heads.scores import HeadScores, pattern_scores, score_masks
 from interp.interventions.ablation import Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets
-from interp.types import Head, Progress
+from interp.types import Head, Progress, as_stage
 
 CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
 CONFIRM_SE = 2.0  # a causal effect is confirmed when effect > CONFIRM_SE * standard error ...
 MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # ... and at least this large (nats; score)
 
 HEAD_VERDICTS = ("confirmed", "length-dependent", "unconfirmed")
+INDUCTION_STAGE = "Ablating induction candidates"  # the stages progress(stage, done, total) reports
+PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates"
 
 Effect = tuple[float, float]
 """(mean, standard error) over probe sequences."""
@@ -213,22 +215,14 @@ def _ablated_reads(
     width: int,
     reads: dict[str, Tensor],
     readout: Callable[[dict[str, Tensor]], Tensor],
-    progress: Callable[[], None] | None,
+    progress: Progress | None,
 ) -> list[Tensor]:
     """readout({name: activation}) of the hooks `reads` (name -> the clean run's value on `rows`, cut
-    to `width`) with each set of heads mean-ablated, on `rows` of the probe cut to `width` positions;
-    progress() is called as each set's run ends."""
+    to `width`) with each set of heads mean-ablated, on `rows` of the probe cut to `width` positions."""
     names = {interp.act_name("z", layer): layer for layer in clean.z_mean}
     target = {
         interp.act_name("resid_pre", layer): resid[rows, :width] for layer, resid in clean.resid_pre.items()
     }
-    done = [0]
-
-    def step(finished: int, total: int) -> None:
-        for _ in range(finished - done[0]):
-            progress()
-        done[0] = finished
-
     return read_site_sets(
         model,
         clean.tokens[rows, :width],
@@ -237,22 +231,8 @@ def _ablated_reads(
         readout,
         {name: clean.z_mean[layer][:, :width] for name, layer in names.items()},
         target=target | reads,
-        progress=step if progress else None,
+        progress=progress,
     )
-
-
-def _counter(progress: Progress | None, total: int) -> Callable[[], None] | None:
-    """progress(done, total) as a callable that counts one more run done."""
-    if progress is None:
-        return None
-    done = [0]
-    progress(0, total)
-
-    def step() -> None:
-        done[0] += 1
-        progress(done[0], total)
-
-    return step
 
 
 @torch.inference_mode()
@@ -275,9 +255,10 @@ def induction_ablation_effects(
     def measure(head_sets: list[list[Head]]) -> list[Tensor]:
         """Mean loss per sequence on its second copy (logits only where it is scored)."""
         values = torch.zeros(len(head_sets), len(tokens))
-        step = _counter(progress, len(head_sets) * len(groups))
         final_name = final_resid_hook(model)
-        for rows, width in groups:
+        if progress:
+            progress(INDUCTION_STAGE, 0, len(head_sets) * len(groups))
+        for g, (rows, width) in enumerate(groups):
             device_rows = rows.to(model.device)
             scored = second[device_rows, : width - 1]
             r, pos = scored.nonzero(as_tuple=True)
@@ -292,6 +273,7 @@ def induction_ablation_effects(
                 return (per_token.sum(-1) / scored.sum(-1)).float().cpu()
 
             reads = {final_name: clean.final[device_rows, :width]}
+            step = as_stage(progress, INDUCTION_STAGE, g * len(head_sets), len(head_sets) * len(groups))
             runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, loss, step)
             for i, value in enumerate(runs):
                 values[i, rows] = value
@@ -326,8 +308,9 @@ def previous_token_ablation_effects(
     def measure(head_sets: list[list[Head]]) -> list[Tensor]:
         """Mean induction score of the later targets per sequence, with each set mean-ablated."""
         values = torch.zeros(len(head_sets), len(probe.tokens))
-        step = _counter(progress, len(head_sets) * len(groups))
-        for rows, width in groups:
+        if progress:
+            progress(PREVIOUS_TOKEN_STAGE, 0, len(head_sets) * len(groups))
+        for g, (rows, width) in enumerate(groups):
             lengths = probe.lengths[rows]
             masks = {"induction": score_masks(probe.tokens[rows, :width], lengths)["induction"]}
             device_rows = rows.to(model.device)
@@ -345,6 +328,7 @@ def previous_token_ablation_effects(
                 ]
                 return torch.stack(per_target).mean(0)
 
+            step = as_stage(progress, PREVIOUS_TOKEN_STAGE, g * len(head_sets), len(head_sets) * len(groups))
             runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, score, step)
             for i, value in enumerate(runs):
                 values[i, rows] = value
@@ -358,7 +342,7 @@ def causal_checks(
     probes: Probes,
     scores: HeadScores,
     max_candidates: int = 12,
-    progress: StageProgress | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, CausalEffects]:
     """Stage 4 of `head_report`: mean-ablate up to `max_candidates` induction candidates (highest
     scores first), then as many previous-token candidates, on the repeated probe. {} when no head is
@@ -370,16 +354,14 @@ def causal_checks(
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
     clean = clean_run(model, probes.repeated, layers, [layer for layer, _ in induction], final=True)
-    induction_effects = induction_ablation_effects(
-        model, probes.repeated, induction, stage_progress(progress, "Ablating induction candidates"), clean
-    )
+    induction_effects = induction_ablation_effects(model, probes.repeated, induction, progress, clean)
     confirmed = [head for head in induction if induction_effects.confirmed(head)]
     previous_token_effects = previous_token_ablation_effects(
         model,
         probes.repeated,
         previous_token,
         confirmed or induction,
-        stage_progress(progress, "Ablating previous-token candidates"),
+        progress,
         clean,
     )
     return {"induction": induction_effects, "previous_token": previous_token_effects}

@@ -67,17 +67,6 @@ MIN_OFFSET_QUERY_FRACTION = 1 / 3
 N_BOOTSTRAP = 500
 
 
-StageProgress = Progress
-"""Transitional: the former name of `interp.types.Progress`, imported by circuits.heads.causal until it
-takes a Progress; remove with `stage_progress`."""
-
-
-def stage_progress(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:
-    """Transitional, for circuits.heads.causal until its functions report their own stages: one stage's
-    (done, total), reported as progress(stage, done, total)."""
-    return None if progress is None else (lambda done, total: progress(stage, done, total))
-
-
 Masks = dict[str, tuple[Bool[Tensor, "batch q k"], Bool[Tensor, "batch q"]]]
 
 

@@ -214,7 +214,7 @@ def run_site_sets(
     logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
       shape; with logit_pos): only their logits are computed, the others are NaN.
     batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
-    progress(done, total): called as runs finish.
+    progress(stage, done, total): called as runs finish (stage "patched runs").
     Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
     A metric that would read right padding is refused (`metrics.check_reads_real_tokens`).
     """
@@ -322,7 +322,7 @@ def _walk(
         finish(indices, output)
         done[0] += len(indices)
         if progress:
-            progress(done[0], len(runs))
+            progress("patched runs", done[0], len(runs))
 
     with torch.no_grad():
         for start in range(0, len(order), chunk):
