@@ -30,7 +30,7 @@ from interp.interventions.ablation import Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets
 from interp.io.files import write_text_atomic
 from interp.io.sources import cache_dir
-from interp.types import Head, Progress
+from interp.types import Head, Progress, as_stage
 
 ICL_ABLATIONS = ("mean", "zero", "resample")
 
@@ -130,11 +130,8 @@ def ablated_icl_scores(
     def score(acts: dict[str, Tensor]) -> Tensor:
         return icl_scores(model, acts[final], tokens, windows).float().cpu()
 
-    def step(done: int, total: int) -> None:
-        if progress is not None:
-            progress("Exact ablations", done, total)
-
-    step(0, len(head_sets))
+    if progress is not None:
+        progress("Exact ablations", 0, len(head_sets))
 
     ablated = read_site_sets(
         model,
@@ -144,7 +141,7 @@ def ablated_icl_scores(
         score,
         ablated_z(model, {name: cache[name] for name in z_names}, ablation, seed),
         target={name: cache[name] for name in [*start_names, final]},
-        progress=step,
+        progress=as_stage(progress, "Exact ablations"),
     )
     clean = score({final: cache[final]})
     return losses.float(), clean, torch.stack(ablated) if ablated else clean.new_empty(0, len(tokens))

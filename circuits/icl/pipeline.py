@@ -37,6 +37,36 @@ def _verdict(ci: tuple[float, float]) -> str:
     return "confirmed" if ci[0] > 0 else "unconfirmed"
 
 
+def _class_effect(
+    name: str,
+    heads: Sequence[Head],
+    found_by: str,
+    estimate: torch.Tensor,
+    change: torch.Tensor,
+    draws: Sequence[Sequence[Head]],
+    random_changes: torch.Tensor,
+    seed: int,
+) -> ClassEffect:
+    """A class's held-out change [document] against its random sets' ([draw, document])."""
+    difference = change - random_changes.mean(0)
+    ci = _ci(difference, seed)
+    layers = sorted(layer for layer, _ in heads)
+    return ClassEffect(
+        name=name,
+        heads=_labels(heads),
+        found_by=found_by,
+        attributed=sum(estimate[layer, head].item() for layer, head in heads),
+        change=change.mean().item(),
+        change_ci=_ci(change, seed),
+        random_sets=[_labels(draw) for draw in draws],
+        random_same_layers=all(sorted(layer for layer, _ in draw) == layers for draw in draws),
+        random_changes=random_changes.mean(1).tolist(),
+        difference=difference.mean().item(),
+        difference_ci=ci,
+        verdict=_verdict(ci),
+    )
+
+
 def icl_report(
     model: interp.HookedTransformer,
     sequences: ICLSequences | None = None,
@@ -104,9 +134,10 @@ def icl_report(
     )
     timings["exact ablations"] = time.perf_counter() - began - sum(timings.values())
     changes = ablated - clean  # [set, held-out document]
+    n_top = len(top_heads)
 
     heads = []
-    for (layer, head), change in zip(top_heads, changes, strict=False):
+    for (layer, head), change in zip(top_heads, changes[:n_top], strict=True):
         ci = _ci(change, seed)
         heads.append(
             HeadEffect(
@@ -117,32 +148,12 @@ def icl_report(
                 exact=change.mean().item(),
                 exact_ci=ci,
                 verdict=_verdict(ci),
-            )  # fmt: skip
+            )
         )
     classes = []
     if induction_heads:
-        change, random_changes = changes[top], changes[top + 1 :]
-        difference = change - random_changes.mean(0)
-        ci = _ci(difference, seed)
-        classes.append(
-            ClassEffect(
-                name="induction",
-                heads=_labels(induction_heads),
-                found_by=found_by,
-                attributed=sum(estimate[layer, head].item() for layer, head in induction_heads),
-                change=change.mean().item(),
-                change_ci=_ci(change, seed),
-                random_sets=[_labels(draw) for draw in draws],
-                random_same_layers=all(
-                    sorted(layer for layer, _ in draw) == sorted(layer for layer, _ in induction_heads)
-                    for draw in draws
-                ),
-                random_changes=random_changes.mean(1).tolist(),
-                difference=difference.mean().item(),
-                difference_ci=ci,
-                verdict=_verdict(ci),
-            )
-        )
+        tested = (induction_heads, found_by, estimate, changes[n_top], draws, changes[n_top + 1 :], seed)
+        classes.append(_class_effect("induction", *tested))
     every_loss = torch.cat([discovery_losses, heldout_losses])
     timings["total"] = time.perf_counter() - began
     return ICLResult(
