@@ -129,14 +129,14 @@ def test_check_pair_refuses(clean, corrupted, message):
 def test_ablating_non_integer_or_out_of_range_units_raises(model, data, kwargs, error):
     tokens, _ = data
     with pytest.raises(error):
-        ablation.ablation_hooks(model, method="zero", **kwargs)
+        ablation.ablation_hooks(model, ablation="zero", **kwargs)
 
 
 @pytest.mark.parametrize("circuit", [[(99, 99)], [(0, 4)], [(2, 0)], [(0, 1.5)], [(-1, 0)]])
 def test_faithfulness_of_a_circuit_outside_the_model_raises(model, data, circuit):
     tokens, metric = data
     with pytest.raises((ValueError, TypeError), match="head|integer"):
-        ablation.faithfulness(model, tokens, metric, circuit)
+        ablation.head_circuit_faithfulness(model, tokens, metric, circuit)
 
 
 @pytest.mark.parametrize("answers", [(-1, 0), (0, -1), (61, 0), (1.5, 0)])
@@ -174,7 +174,7 @@ def test_metric_reading_tokens_outside_its_logit_tokens_fails_loudly(model, data
 def test_metric_returning_a_scalar_is_refused(model, data):
     tokens, metric = data
     with pytest.raises(ValueError, match="one value per prompt"):
-        ablation.faithfulness(model, tokens, lambda logits: metric(logits).mean(), [(0, 1)])
+        ablation.head_circuit_faithfulness(model, tokens, lambda logits: metric(logits).mean(), [(0, 1)])
 
 
 @pytest.mark.parametrize("ablation_kind", ["counterfactual", "zero"])
@@ -553,8 +553,10 @@ def _patch_result():
     from interp.interventions.results import PatchResult, grid_index
 
     coords = {"layer": [0, 1], "head": [0, 1, 2]}
-    return PatchResult(torch.randn(6, 3), grid_index("z", ("layer", "head"), coords), ("layer", "head"),
-                       coords, "m", torch.randn(3), None, extra={"n": 3})  # fmt: skip
+    return PatchResult(
+        values=torch.randn(6, 3), index=grid_index("z", ("layer", "head"), coords), dims=("layer", "head"),
+        coords=coords, metric_name="m", target=torch.randn(3), extra={"n": 3},
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -964,7 +966,7 @@ def _audited_calls(model, tokens, metric):
             "ablation.ablation_sites": lambda h: ablation.ablation_sites(model, heads=[h]),
             "ablation.ablation_hooks": lambda h: ablation.ablation_hooks(model, heads=[h]),
             "ablation.circuit_hooks": lambda h: ablation.circuit_hooks(model, [h]),
-            "ablation.faithfulness": lambda h: ablation.faithfulness(model, tokens, metric, [h]),
+            "ablation.faithfulness": lambda h: ablation.head_circuit_faithfulness(model, tokens, metric, [h]),
             "ablation.ablation_sweep": lambda h: ablation.ablation_sweep(model, tokens, metric, base=[h]),
             "path_patching (senders)": lambda h: path_patching(
                 model, tokens, corrupted, metric, "logits", [h]
@@ -989,7 +991,7 @@ def _audited_calls(model, tokens, metric):
             "HookedTransformer.generate": lambda t: model.generate(t, max_new_tokens=1, verbose=False),
             "next_token_loss": lambda t: interp.next_token_loss(model(tokens), t),
             "metrics.loss": lambda t: metrics.loss(model(tokens), t),
-            "ablation.faithfulness": lambda t: ablation.faithfulness(model, t, metric, [(0, 0)]),
+            "ablation.faithfulness": lambda t: ablation.head_circuit_faithfulness(model, t, metric, [(0, 0)]),
             "ablation.ablation_sweep": lambda t: ablation.ablation_sweep(model, t, metric),
             "patching.activation_patching": lambda t: patch.activation_patching(model, t, corrupted, metric),
             "edges.edge_attribution": lambda t: edges.edge_attribution(model, t, corrupted, metric, "eap"),
@@ -1005,10 +1007,10 @@ def _audited_calls(model, tokens, metric):
         },
         "padding mask": {
             "ablation.ablation_hooks": lambda m: ablation.ablation_hooks(
-                model, heads=[(0, 0)], method="mean", reference=tokens, reference_mask=m
+                model, heads=[(0, 0)], ablation="mean", reference=tokens, reference_mask=m
             ),
             "ablation.ablation_sweep": lambda m: ablation.ablation_sweep(
-                model, tokens, metric, method="mean", reference=tokens, reference_mask=m
+                model, tokens, metric, ablation="mean", reference=tokens, reference_mask=m
             ),
             "edges.ablated_outputs": lambda m: edges.ablated_outputs(
                 model, tokens, corrupted, "mean", reference_mask=m
@@ -1026,7 +1028,7 @@ def _audited_calls(model, tokens, metric):
                 model, tokens, corrupted, m
             ),
             "path_patching": lambda m: path_patching(model, tokens, corrupted, m),
-            "ablation.faithfulness": lambda m: ablation.faithfulness(model, tokens, m, [(0, 0)]),
+            "ablation.faithfulness": lambda m: ablation.head_circuit_faithfulness(model, tokens, m, [(0, 0)]),
             "ablation.ablation_sweep": lambda m: ablation.ablation_sweep(model, tokens, m),
             "edges.edge_attribution": lambda m: edges.edge_attribution(model, tokens, corrupted, m, "eap"),
             "edges.faithfulness": lambda m: edges.faithfulness(model, tokens, corrupted, m, every_edge),

@@ -55,7 +55,7 @@ Effect = tuple[float, float]
 """(mean, standard error) over probe sequences."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CausalEffects:
     """Per candidate head: the effect of ablating it alone, and with the other candidates ablated
     (what it adds once its stand-ins are gone); and the effect of ablating all candidates.
@@ -140,7 +140,13 @@ def _candidate_effects(
     for name, rows in (strata or {}).items():
         alone_s, with_others_s = effects(rows)
         by_stratum[name] = {head: (alone_s[head], with_others_s[head]) for head in heads}
-    return CausalEffects(alone, with_others, effect(heads), min_effect, by_stratum)
+    return CausalEffects(
+        alone=alone,
+        with_others_ablated=with_others,
+        all_candidates=effect(heads),
+        min_effect=min_effect,
+        by_stratum=by_stratum,
+    )
 
 
 def length_strata(probe: Probe) -> dict[str, Tensor]:
@@ -299,7 +305,12 @@ def previous_token_ablation_effects(
     start = min((layer for layer, _ in heads), default=0)
     later = [target for target in targets if target[0] > start]
     if not heads or not later:
-        return CausalEffects({}, {}, (float("nan"), float("nan")), MIN_EFFECT["previous_token"])
+        return CausalEffects(
+            alone={},
+            with_others_ablated={},
+            all_candidates=(float("nan"), float("nan")),
+            min_effect=MIN_EFFECT["previous_token"],
+        )
     target_layers = sorted({layer for layer, _ in later})
     if clean is None:
         clean = clean_run(model, probe, [layer for layer, _ in heads], target_layers)

@@ -13,7 +13,7 @@ from torch import Tensor
 from interp.interventions.stats import bootstrap_ci
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PatchResult:
     """Per-example metric values of a set of patched runs, with labels.
 

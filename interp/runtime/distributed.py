@@ -242,8 +242,8 @@ def _patch_shard(shard: dict) -> PatchResult:
         shard["component"],
         shard["positions"],
         shard["layers"],
-        shard["direction"],
-        shard["metric_name"],
+        direction=shard["direction"],
+        metric_name=shard["metric_name"],
         logit_pos=shard["logit_pos"],
     )
 
