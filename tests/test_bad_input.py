@@ -542,6 +542,30 @@ def test_local_looking_paths_that_do_not_exist(source):
         interp.load_model(source)
 
 
+@pytest.mark.parametrize(
+    ("source", "suggestion"),
+    [("smollm-135m", "smollm2-135m"), ("smolm2", "smollm2-135m"), ("Toy_IOI", "toy-ioi"), ("gpt-2", "gpt2")],
+)
+def test_a_mistyped_model_name_gets_a_suggestion_without_the_network(monkeypatch, source, suggestion):
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the network was touched")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    with pytest.raises(ValueError, match=f"unknown model '{source}'; did you mean '{suggestion}'"):
+        interp.load_model(source)
+
+
+def test_a_hub_id_offline_fails_in_one_line(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="not in the Hugging Face cache and HF_HUB_OFFLINE is set") as error:
+        interp.load_model("no-such-org/no-such-model")
+    assert "\n" not in str(error.value)
+
+
 # --- 5. the resume store never unpickles --------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ this module reads. Messages go to the "interp" logger, never to stdout.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.util
 import json
@@ -106,7 +107,27 @@ def _read_name_or_path(source: str, tokenizer: Any) -> LoadedWeights:
             f"no such file or directory: {source!r}; pass an existing model directory or .gguf file, "
             f"a transformers model id (e.g. 'gpt2'), or one of {', '.join(OFFLINE_MODELS)}"
         )
+    if "/" not in source:
+        _check_model_name(source)
     return _read_transformers(source, tokenizer)
+
+
+def _check_model_name(name: str) -> None:
+    """Refuse a name without a '/' close to, but not, a known name (offline first, then
+    TransformerLens's names and aliases), before any network is touched."""
+    match = difflib.get_close_matches(name.lower(), OFFLINE_MODELS, 1)
+    if not match:
+        from transformer_lens.supported_models import MODEL_ALIASES, OFFICIAL_MODEL_NAMES
+
+        known = {n.lower() for n in OFFICIAL_MODEL_NAMES} | {
+            a.lower() for v in MODEL_ALIASES.values() for a in v
+        }
+        match = [] if name.lower() in known else difflib.get_close_matches(name.lower(), known, 1)
+    if match:
+        raise ValueError(
+            f"unknown model {name!r}; did you mean {match[0]!r}? (offline models: "
+            f"{', '.join(OFFLINE_MODELS)}; a hub id or a local directory also works)"
+        )
 
 
 _LAYER_INDEX = re.compile(r"\.(?:layers|h|layer|blocks|decoder\.layers)\.(\d+)\.")
@@ -148,22 +169,55 @@ def check_transformers_directory(path: Path) -> None:
 def _read_transformers(source: str, tokenizer: Any) -> LoadedWeights:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    cached = _in_hub_cache(source)
+    if not cached:
+        _check_hub_reachable(source)
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, trust_remote_code=False)
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch.float32, trust_remote_code=False, local_files_only=cached
+        )
     except (OSError, ValueError) as error:
-        known = ", ".join(OFFLINE_MODELS)
         raise ValueError(
-            f"Could not load {source!r} with transformers ({type(error).__name__}: {str(error)[:200]}).\n"
-            f"Offline models: {known}. Any transformers model id (e.g. 'gpt2', 'EleutherAI/pythia-70m', "
-            "'Qwen/Qwen2.5-0.5B') loads where the Hugging Face hub is reachable or cached; "
+            f"Could not load {source!r} with transformers ({type(error).__name__}: "
+            f"{' '.join(str(error).split())}). "
+            f"Offline models: {', '.join(OFFLINE_MODELS)}. Any transformers model id (e.g. 'gpt2', "
+            "'EleutherAI/pythia-70m') loads where the Hugging Face hub is reachable or cached; "
             "a local directory, a .gguf file or a model object also work."
         ) from error
     if tokenizer is None:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(
+                source, trust_remote_code=False, local_files_only=cached
+            )
         except (OSError, ValueError):
             log.warning("%s has no tokenizer: the model takes token ids only.", source)
     return read_hf_model(hf_model, tokenizer)
+
+
+def _in_hub_cache(model_id: str) -> bool:
+    """Whether the hub cache holds `model_id`'s config (then it loads without the network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+
+
+def _check_hub_reachable(model_id: str) -> None:
+    """Fail at once, in one line, where the hub cannot be reached (transformers would retry for
+    ~20 s and quote a cut-off message)."""
+    from huggingface_hub import constants, get_session
+
+    if constants.HF_HUB_OFFLINE:
+        reason = "HF_HUB_OFFLINE is set"
+    else:
+        try:
+            get_session().head(constants.ENDPOINT, timeout=5)
+            return
+        except Exception as error:  # any transport error: unreachable
+            reason = f"{constants.ENDPOINT} cannot be reached ({error})"
+    raise ValueError(
+        f"cannot load {model_id!r}: it is not in the Hugging Face cache and {reason}; connect to the "
+        f"network, or pass a local directory, a .gguf file or an offline model ({', '.join(OFFLINE_MODELS)})"
+    )
 
 
 def read_hf_model(hf_model: Any, tokenizer: Any = None) -> LoadedWeights:
