@@ -117,9 +117,10 @@ def test_cli_heads_in_bfloat16_says_so(tmp_path):
     assert CliRunner().invoke(app, [*args, "--dtype", "float64"]).exit_code == 2
 
 
-@pytest.mark.parametrize("width", [80, 160])
+@pytest.mark.parametrize("width", [80, 100, 160])
 def test_terminal_table_fits_the_terminal(width):
-    """At 80 columns the compact table, at 160 every column; no line is wider, no word is split."""
+    """At 80 and 100 columns the compact table, at 160 every column; no line is wider, no word is
+    split; the table shows effect/SE, what it sorts by."""
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=8)
     console = Console(file=io.StringIO(), width=width)
@@ -130,6 +131,8 @@ def test_terminal_table_fits_the_terminal(width):
     for name in SCORE_NAMES:  # every type name shown is whole (or its short column name)
         assert all(word in (name, SHORT[name]) for word in words if name.startswith(word) and len(word) > 2)
     assert "induction ✓" in text and "L1H0" in text and "…" not in text
+    assert "effect/SE" in text and "w/o" not in text
+    assert text.index("Summary per type") < text.index("Heads confirmed by ablation")
     wide = "ind@" in text
     assert wide == (width >= WIDE_TERMINAL)
     if wide:  # every score, per repeat length too

@@ -145,7 +145,7 @@ def _columns(report: HeadReport) -> list[str]:
     lengths = [f"ind@{n}" for n in report.settings["induction_lengths"]]
     scores = [SHORT[name] for name in SCORE_NAMES if name != "induction"]
     return ["head", "types", *lengths, *scores, *(SHORT[name] for name in WEIGHT_SCORES),
-            "Δloss", "Δind"]  # fmt: skip
+            "Δloss", "Δind", "effect/SE"]  # fmt: skip
 
 
 def _cells(report: HeadReport, row) -> list[str]:
@@ -157,39 +157,51 @@ def _cells(report: HeadReport, row) -> list[str]:
         else f"{row[f'{kind}_effect']:.2f}/{row[f'{kind}_effect_with_others']:.2f}"
         for kind in CAUSAL_TYPES
     ]
-    return [head, _types(row), *(_number(row[name]) for name in names), *effects]
+    return [head, _types(row), *(_number(row[name]) for name in names), *effects, _z(row)]
+
+
+def _z(row) -> str:
+    """The evidence the tables sort by (effect / standard error); blank where unconfirmed."""
+    return "" if (z := evidence(row)) == -math.inf else f"{z:.1f}"
 
 
 def _compact_cells(row) -> list[str]:
-    """head, types, the score of its main type, the causal evidence."""
+    """head, types, the score of its main type, the causal evidence, effect / standard error."""
     main = next((name for name in row["types"] if name not in ("first_token", "broad")), row["types"][0])
-    evidence = ""
+    effect = ""
     for kind, unit in (("induction", "Δloss"), ("previous_token", "Δind")):
         if kind in row["types"] and not math.isnan(row[f"{kind}_effect"]):
             alone, others = row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]
-            evidence = f"{unit} {alone:.2f} alone, {others:.2f} w/o others"
+            effect = f"{unit} {alone:.2f} / {others:.2f}"
             break
-    return [head_label(row["layer"], row["head"]), _types(row), f"{SHORT[main]} {row[main]:.2f}", evidence]
+    return [
+        head_label(row["layer"], row["head"]),
+        _types(row),
+        f"{SHORT[main]} {row[main]:.2f}",
+        effect,
+        _z(row),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # Terminal
 
 
+def evidence(row) -> float:
+    """A head's strongest confirmed effect alone / its standard error (-inf: none confirmed)."""
+    return max(
+        (
+            row[f"{kind}_effect"] / row[f"{kind}_effect_se"]
+            for kind in CAUSAL_TYPES
+            if row[f"{kind}_confirmed"]
+        ),
+        default=-math.inf,
+    )
+
+
 def confirmed_rows(report: HeadReport):
     """Typed heads confirmed by ablation, the strongest evidence (effect / standard error) first."""
     rows = classified_rows(report)
-
-    def evidence(row) -> float:
-        return max(
-            (
-                row[f"{kind}_effect"] / row[f"{kind}_effect_se"]
-                for kind in CAUSAL_TYPES
-                if row[f"{kind}_confirmed"]
-            ),
-            default=-math.inf,
-        )
-
     strength = rows.apply(evidence, axis=1) if len(rows) else rows["layer"]
     return rows[strength > -math.inf].assign(_evidence=strength).sort_values("_evidence", ascending=False)
 
@@ -235,18 +247,19 @@ def print_table(
     if all_heads:
         rows, title = (
             [ranked_rows(report)],
-            "Every typed head: confirmed by ablation first (strongest first), then by layer",
+            "Every typed head: confirmed by ablation first (by effect/SE), then by layer",
         )
     else:
         rows, title = (
             [confirmed],
-            "Heads confirmed by ablation, strongest evidence (effect / std error) first",
+            "Heads confirmed by ablation, by effect/SE (effect alone / its standard error)",
         )
     table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD if wide else box.HEAVY_HEAD)
-    columns = _columns(report) if wide else ["head", "types", "score", "causal effect (nats / score)"]
+    effect = "causal effect alone / with the others ablated (nats / score)"
+    columns = _columns(report) if wide else ["head", "types", "score", effect, "effect/SE"]
     for column in columns:  # cells wrap between words only; numbers never wrap
         table.add_column(column, justify="left" if column in ("head", "types") else "right",
-                         no_wrap=column not in ("types", columns[-1] if not wide else "types"))  # fmt: skip
+                         no_wrap=column not in ("types", effect))  # fmt: skip
     for part in rows:
         for row in part.to_dict("records"):
             table.add_row(*(_cells(report, row) if wide else _compact_cells(row)))
