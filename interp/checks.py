@@ -188,6 +188,38 @@ def check_token_ids(cfg: Config, ids: Any, what: str = "token id") -> Tensor:
     return tensor
 
 
+# The dtype names a model loads in (TransformerLens's `HookedTransformer.DTYPE_FROM_STRING`).
+DTYPE_FROM_STRING = {
+    "float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float64": torch.float64,
+}  # fmt: skip
+
+
+def check_dtype(dtype: Any) -> torch.dtype:
+    """A floating torch.dtype, or its name as TransformerLens takes it ("float16", "fp16", "bf16", ...)."""
+    if isinstance(dtype, str) and dtype in DTYPE_FROM_STRING:
+        return DTYPE_FROM_STRING[dtype]
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
+    error = ValueError if isinstance(dtype, str | torch.dtype) else TypeError
+    names = ", ".join(DTYPE_FROM_STRING)
+    raise error(f"dtype={dtype!r}: pass a floating torch.dtype (e.g. torch.float16) or one of {names}")
+
+
+def check_texts(text: Any) -> None:
+    """Text to tokenize: a string, or a non-empty list of strings (token ids go in a tensor)."""
+    if isinstance(text, str):
+        return
+    if len(text) == 0:
+        raise ValueError("the input is an empty list: pass a text, a list of texts or a tensor of token ids")
+    bad = next((item for item in text if not isinstance(item, str)), None)
+    if bad is not None:
+        raise TypeError(
+            f"a list given to the model must hold texts, got {type(bad).__name__} {_show(bad)}; pass token "
+            "ids as a tensor, e.g. torch.tensor([[1, 2, 3]])"
+        )
+
+
 def check_tokens(cfg: Config, tokens: Any, max_pos: int | None = None) -> Tensor:
     """Token ids [batch, pos] (or [pos]): integer dtype, at least one prompt and one position, ids
     within the vocabulary, and at most `max_pos` positions when given (e.g. the context n_ctx)."""

@@ -78,6 +78,40 @@ def test_check_tokens_refuses(tokens, error, message):
         checks.check_tokens(tiny_config(), tokens, max_pos=32)
 
 
+@pytest.mark.parametrize(
+    ("input", "error", "message"),
+    [
+        ([1, 2, 3], TypeError, r"must hold texts, got int 1; pass token ids as a tensor"),
+        ([], ValueError, "empty list: pass a text, a list of texts or a tensor"),
+        (["a", 3], TypeError, "must hold texts, got int 3"),
+    ],
+)
+def test_the_model_refuses_lists_of_ids_and_empty_lists(model, input, error, message):
+    with pytest.raises(error, match=message):
+        model(input)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [
+        ("float16", torch.float16),
+        ("fp16", torch.float16),
+        ("bf16", torch.bfloat16),
+        ("float32", torch.float32),
+    ],
+)
+def test_load_model_takes_dtype_names(dtype, expected):
+    assert interp.load_model("toy-induction", dtype=dtype).W_E.dtype == expected
+
+
+@pytest.mark.parametrize(
+    ("dtype", "error"), [("half", ValueError), (torch.int8, ValueError), (16, TypeError)]
+)  # fmt: skip
+def test_load_model_refuses_other_dtypes(dtype, error):
+    with pytest.raises(error, match="pass a floating torch.dtype .* or one of float32"):
+        interp.load_model("toy-induction", dtype=dtype)
+
+
 @pytest.mark.parametrize("ids", [-1, [3, -2], torch.tensor([61]), 1000])
 def test_check_token_ids_refuses_negative_and_too_large_ids(ids):
     with pytest.raises(ValueError, match="out of range"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+import interp.checks as checks
 from interp.catalog import DEFAULT_MODEL
 from interp.config import place
 from interp.io.checkpoint import read_checkpoint
@@ -25,7 +26,7 @@ from interp.model.weights import process_weights
 def load_model(
     source: Any = DEFAULT_MODEL,
     device: str | torch.device | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
     tokenizer: Any = None,
     fold_ln: bool = False,
     center_writing_weights: bool = False,
@@ -43,13 +44,15 @@ def load_model(
     log-probabilities unchanged; see `interp.model.weights.process_weights`
     (`HookedTransformer.from_pretrained` applies TransformerLens's defaults). The model is in eval
     mode. `device` defaults to `default_device()` ($INTERP_DEVICE, else CPU); `dtype` may be
-    float32, bfloat16 or float16 (norms, softmaxes and rotary angles are still computed in float32).
+    float32, bfloat16 or float16, as a torch.dtype or its name ("fp16", "bf16" too; norms, softmaxes
+    and rotary angles are still computed in float32).
 
     device_map ("auto" or {"blocks.L": device}) spreads the blocks over devices, CPU and disk
     through accelerate; see `dispatch`. max_memory ({0: "20GiB", "cpu": "64GiB"}) bounds what
     "auto" puts on each device; offload_folder (empty or new, one per model) holds the weights of
     blocks offloaded to disk.
     """
+    dtype = checks.check_dtype(dtype)
     model = HookedTransformer.from_weights(read_source(source, tokenizer))
     process_weights(model, fold_ln, center_writing_weights, center_unembed)
     if device_map is not None:

@@ -188,6 +188,7 @@ class TokenMethods:
     ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
         """`to_tokens` and the attention mask of its padding (1: real token), for
         `forward(attention_mask=)`."""
+        checks.check_texts(text)
         side = self.default_padding_side if padding_side is None else padding_side
         tokenizer = self._require_tokenizer()
         tokens, mask = encode_with_mask(tokenizer, self.cfg, text, prepend_bos, side, truncate)

@@ -65,11 +65,7 @@ ReturnType = Literal["logits", "loss", "both"] | None
 # The families TransformerLens's from_pretrained runs without a BOS (Qwen 2 and 3); it prepends
 # one for all others. interp.load_model keeps each model's own policy instead.
 TL_NO_BOS_ARCHITECTURES = frozenset({"qwen2", "qwen3"})
-# The dtype names from_pretrained takes (TransformerLens's `HookedTransformer.DTYPE_FROM_STRING`).
-DTYPE_FROM_STRING = {
-    "float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float64": torch.float64,
-}  # fmt: skip
+DTYPE_FROM_STRING = checks.DTYPE_FROM_STRING  # TransformerLens's `HookedTransformer.DTYPE_FROM_STRING`
 # Hooks whose activations are [batch, pos, head, d]: a pos_slice of the cache indexes dim -3.
 _PER_HEAD_HOOKS = tuple(
     f"hook_{name}"
@@ -229,12 +225,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 "center_writing_weights, center_unembed, fold_value_biases, device, dtype, tokenizer, "
                 "hf_model, default_padding_side, default_prepend_bos, refactor_factored_attn_matrices."
             )
-        if isinstance(dtype, str):
-            if dtype not in DTYPE_FROM_STRING:
-                raise ValueError(
-                    f"dtype={dtype!r}: pass a torch.dtype or one of {sorted(DTYPE_FROM_STRING)}."
-                )
-            dtype = DTYPE_FROM_STRING[dtype]
+        dtype = checks.check_dtype(dtype)
         source = official_name(model_name) if hf_model is None else hf_model
         model = cls.from_weights(read_source(source, tokenizer))
         model = model.to(device=transformer_lens_device() if device is None else device, dtype=dtype)
