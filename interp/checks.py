@@ -210,6 +210,8 @@ def check_texts(text: Any) -> None:
     """Text to tokenize: a string, or a non-empty list of strings (token ids go in a tensor)."""
     if isinstance(text, str):
         return
+    if not isinstance(text, Sequence):
+        raise TypeError(f"text must be a string or a list of strings, got {_show(text)}")
     if len(text) == 0:
         raise ValueError("the input is an empty list: pass a text, a list of texts or a tensor of token ids")
     bad = next((item for item in text if not isinstance(item, str)), None)

@@ -301,6 +301,33 @@ def test_edge_task_prompts_longer_than_the_context_are_refused(smollm2, tmp_path
         edge_task(_tokenizer_model(smollm2, n_ctx), str(path))
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pairs.csv", "\ufeffclean,corrupted,correct,incorrect\nA B,C B, A, C\n"),
+        ("pairs.jsonl", '\ufeff{"clean": "A B", "corrupted": "C B", "correct": " A", "incorrect": " C"}\n'),
+    ],
+)
+def test_prompt_pairs_saved_with_a_byte_order_mark_read_correctly(tmp_path, name, text):
+    from circuits.edge_circuits.tasks import read_pairs
+
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    assert read_pairs(path) == [{"clean": "A B", "corrupted": "C B", "correct": " A", "incorrect": " C"}]
+
+
+@pytest.mark.parametrize(("line", "kind"), [('["A B", "C B", " A", " C"]', "list"), ('"A B"', "str")])
+def test_a_jsonl_pair_that_is_no_object_is_named(tmp_path, line, kind):
+    from circuits.edge_circuits.tasks import read_pairs
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"clean": "A", "corrupted": "B", "correct": " A"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=f"pairs.jsonl:2 is a JSON {kind}, not an object; write each pair as"
+    ):
+        read_pairs(path)
+
+
 # --- 2. cache_to_disk: a directory holds one job -------------------------------------------------
 
 

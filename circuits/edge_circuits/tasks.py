@@ -94,14 +94,19 @@ def read_pairs(path: str | Path) -> list[dict[str, str]]:
         raise FileNotFoundError(f"No prompt-pair file at {path}.")
     if path.suffix == ".jsonl":
         rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as error:
                     raise ValueError(f"{path}:{number} is not JSON ({error.msg}).") from error
-    elif path.suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as file:
+                if not isinstance(rows[-1], dict):
+                    raise ValueError(
+                        f"{path}:{number} is a JSON {type(rows[-1]).__name__}, not an object; write each "
+                        'pair as {"clean": ..., "corrupted": ..., "correct": ..., "incorrect": ...}'
+                    )
+    elif path.suffix == ".csv":  # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not a name
+        with path.open(newline="", encoding="utf-8-sig") as file:
             rows = list(csv.DictReader(file))
     else:
         raise ValueError(f"{path} must be a .csv (with a header) or .jsonl file of prompt pairs.")
