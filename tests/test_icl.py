@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -33,9 +35,17 @@ def toy() -> interp.HookedTransformer:
 
 
 @pytest.fixture(scope="module")
-def toy_result(toy):
-    heads = confirmed_induction_heads(toy, n_samples=8, cache=False)
-    return icl_report(toy, n_documents=16, induction_heads=heads, top=3, n_random=3)
+def toy_heads(toy, tmp_path_factory):
+    """(the induction heads interp heads confirms in toy-induction, the cache directory they went to)."""
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("INTERP_CACHE", str(cache))
+        return confirmed_induction_heads(toy, n_samples=8), cache
+
+
+@pytest.fixture(scope="module")
+def toy_result(toy, toy_heads):
+    return icl_report(toy, n_documents=16, induction_heads=toy_heads[0], top=3, n_random=3)
 
 
 def hand_scores(model: interp.HookedTransformer, tokens: torch.Tensor, windows: Windows) -> torch.Tensor:
@@ -101,6 +111,38 @@ def test_resampling_identical_documents_changes_nothing(toy):
     sets = [[(0, 1)], [(1, 0), (1, 3)]]
     _, clean, ablated = ablated_icl_scores(toy, same, sequences.windows, sets, ablation="resample")
     assert (ablated - clean).abs().max() < 1e-5
+
+
+def test_the_induction_heads_are_read_from_the_cache(toy, toy_heads, monkeypatch):
+    heads, cache = toy_heads
+    assert heads and all(layer == 1 for layer, _ in heads)  # the second layer's heads
+    (stored,) = (cache / "induction-heads").glob("*.json")
+    stored.write_text(json.dumps({"model": "toy-induction", "heads": [[0, 3]]}))
+    monkeypatch.setenv("INTERP_CACHE", str(cache))
+    assert confirmed_induction_heads(toy, n_samples=8) == [(0, 3)]  # no head report ran
+    assert confirmed_induction_heads(toy, n_samples=8, cache=False) == heads
+
+
+def test_cli_takes_the_induction_heads_from_a_head_report(toy_heads, tmp_path):
+    runner = CliRunner()
+    saved = runner.invoke(
+        app, ["heads", "--model", "toy-induction", "--n-samples", "8", "--save", str(tmp_path / "h.json")]
+    )
+    assert saved.exit_code == 0, saved.output
+    options = ["--n-documents", "8", "--top", "1", "--n-random", "2", "--save", str(tmp_path / "icl.json")]
+    outcome = runner.invoke(
+        app, ["icl", "--model", "toy-induction", "--induction-heads", str(tmp_path / "h.json"), *options]
+    )
+    assert outcome.exit_code == 0, outcome.output
+    (induction,) = load_result(tmp_path / "icl.json").classes
+    assert (
+        induction.heads == [f"L{layer}H{head}" for layer, head in toy_heads[0]]
+        and induction.found_by == "given"
+    )
+    outcome = runner.invoke(
+        app, ["icl", "--model", "toy-induction", "--induction-heads", "none", *options[:4]]
+    )
+    assert outcome.exit_code == 0 and "No class tested" in outcome.output
 
 
 def test_random_sets_come_from_the_class_layers_and_avoid_it():
