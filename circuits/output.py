@@ -5,10 +5,26 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from interp.io.files import write_text_atomic
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMULA_STARTS = ("=", "+", "-", "@")
+
+
+def safe_csv(frame: pd.DataFrame) -> str:
+    """`frame` as CSV, each text cell that begins with =, +, - or @ quoted with a leading ' (a
+    spreadsheet would run it as a formula: a token string such as "=1+1" or "@SUM(A1)")."""
+
+    def quote(cell):
+        return "'" + cell if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell
+
+    return frame.map(quote).to_csv(index=False)
 
 
 def write_output(

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from circuits.edge_circuits.tasks import file_task
-from circuits.output import write_output
+from circuits.output import safe_csv, write_output
 from interp import HookedTransformer, metrics
 from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
 from interp.interventions.results import PatchResult
@@ -129,7 +129,7 @@ def render_table(report: PatchReport, console: Console) -> None:
 def render(report: PatchReport, format: str) -> str:
     """The report in a format other than "table": csv and json hold every patch, markdown the top rows."""
     if format == "csv":
-        return report.ranked().to_csv(index=False)
+        return safe_csv(report.ranked())
     if format == "json":
         return report.ranked().to_json(orient="records", indent=2)
     lines = [

@@ -328,6 +328,23 @@ def test_a_jsonl_pair_that_is_no_object_is_named(tmp_path, line, kind):
         read_pairs(path)
 
 
+@pytest.mark.parametrize("token", ["=1+1", "+A1", "-2+3", "@SUM(A1)"])
+def test_csv_reports_quote_cells_a_spreadsheet_would_run(token):
+    from circuits.patch_report import PatchReport, render
+    from interp.interventions.results import PatchResult, grid_index
+
+    coords = {"layer": [0], "position": [token, "plain"]}
+    index = grid_index("resid_pre", ("layer", "position"), coords)
+    result = PatchResult(
+        values=torch.tensor([[1.0, 2.0], [-1.5, 0.5]]), index=index, dims=("layer", "position"),
+        coords=coords, metric_name="m", target=torch.zeros(2), extra={},
+    )  # fmt: skip
+    text = render(
+        PatchReport(model="m", task="t", component="resid_pre", direction="denoise", result=result), "csv"
+    )
+    assert f",'{token}," in text and ",plain," in text and ",-0.5," in text
+
+
 # --- 2. cache_to_disk: a directory holds one job -------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from circuits.heads.causal import CAUSAL_TYPES
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
-from circuits.output import write_output
+from circuits.output import safe_csv, write_output
 from interp import viz
 from interp.types import Head, head_label
 
@@ -290,7 +290,7 @@ def print_table(
 def to_csv(report: HeadReport) -> str:
     table = report.table.copy()
     table["types"] = table["types"].apply(";".join)
-    return table.to_csv(index=False)
+    return safe_csv(table)
 
 
 def to_markdown(report: HeadReport) -> str:
