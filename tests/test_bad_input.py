@@ -248,6 +248,22 @@ def _tokenizer_model(smollm2, n_ctx: int = 64) -> interp.HookedTransformer:
     return interp.HookedTransformer(cfg, smollm2.tokenizer).eval()
 
 
+def test_ablate_takes_reference_texts_and_their_padding_mask(smollm2):
+    model = _tokenizer_model(smollm2)
+    texts = ["The cat sat on the mat", "A dog"]
+    tokens, mask = model.to_tokens_and_mask(texts)
+    prompt = model.to_tokens("The cat sat on")
+    with ablation.ablate(model, heads=[(0, 1)], ablation="mean", reference=texts):
+        from_texts = model(prompt)
+    with ablation.ablate(model, heads=[(0, 1)], ablation="mean", reference=tokens, reference_mask=mask):
+        from_tokens = model(prompt)
+    torch.testing.assert_close(from_texts, from_tokens)
+    with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
+        ablation.ablation_hooks(model, heads=[(0, 1)], ablation="resample", reference=texts)
+    with pytest.raises(TypeError, match="pass token ids as a tensor"):
+        ablation.ablation_hooks(model, heads=[(0, 1)], ablation="mean", reference=[[1, 2, 3]])
+
+
 FEW = dict(templates=["Then, [B] and [A] went to the [PLACE]. [B] gave a [OBJECT] to [A]"],
            names=["Mary", "John", "Tom", "James", "Paul"], places=["store"], objects=["drink"])  # fmt: skip
 

@@ -95,9 +95,10 @@ def ablation_sites(
 class Replacement:
     """The values that replace activations of the hooks `names` under an ablation.
 
-    `reference` is reference tokens [n_ref, pos] (run once to cache the hooks), or an
-    ActivationCache (or a dict name -> [n_ref, pos, ...]) that already holds them (e.g. the clean
-    run's own activations). `reference_mask` [n_ref, pos] (True or 1 at real tokens, False or 0 at
+    `reference` is reference tokens [n_ref, pos] (run once to cache the hooks), texts (tokenized
+    by the model; the mask of their padding is the reference_mask), or an ActivationCache (or a
+    dict name -> [n_ref, pos, ...]) that already holds them (e.g. the clean run's own
+    activations). `reference_mask` [n_ref, pos] (True or 1 at real tokens, False or 0 at
     padding): each position's mean is over the references real there, NaN where none is (a run
     that reads such a position gives NaN, not a silently wrong number); zero and counterfactual
     ablation average nothing and ignore it; resample ablation refuses it.
@@ -110,11 +111,15 @@ class Replacement:
         model: HookedTransformer,
         names: Sequence[str],
         ablation: Ablation,
-        reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
+        reference: Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | None = None,
         reference_groups: Int[Tensor, " n_ref"] | None = None,
         seed: int = 0,
         reference_mask: Int[Tensor, "n_ref pos"] | None = None,
     ):
+        if isinstance(reference, str | Sequence):  # texts
+            reference, text_mask = model.to_tokens_and_mask(reference)
+            if reference_mask is None and not bool(text_mask.all()):
+                reference_mask = text_mask
         if ablation not in ABLATIONS:
             raise ValueError(f"unknown ablation {ablation!r}; choose one of {', '.join(ABLATIONS)}")
         if ablation != "zero" and reference is None:
@@ -234,7 +239,7 @@ def ablation_hooks(
     mlps: Sequence[int] = (),
     neurons: Sequence[tuple[int, int]] = (),
     ablation: Ablation = "zero",
-    reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
+    reference: Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | None = None,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
     seed: int = 0,
@@ -242,6 +247,7 @@ def ablation_hooks(
 ) -> list[tuple[str, object]]:
     """fwd_hooks for model.run_with_hooks / model.hooks that ablate heads, MLP layers and neurons.
 
+    reference: tokens, texts or a cache (see `Replacement`).
     groups: the input prompts' groups [batch] (with reference_groups: per-group means/resampling).
     reference_mask: the reference's padding mask (mean ablation; see `Replacement`).
     """
@@ -360,7 +366,7 @@ def ablation_sweep(
     component: Literal["heads", "mlps"] = "heads",
     *,
     ablation: Ablation = "zero",
-    reference: Int[Tensor, "n_ref pos"] | ActivationCache | None = None,
+    reference: Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | None = None,
     reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
     base: Sequence[Head] = (),
