@@ -89,7 +89,7 @@ def icl_report(
     ablation: "mean" (over every position of the half's documents), "zero" or "resample".
     induction_heads: the class to test (default: `confirmed_induction_heads(model)`, the heads
       `interp heads` confirms, cached); () tests no class.
-    top: heads confirmed by exact ablation, the largest attributed changes first.
+    top: heads confirmed by exact ablation: the largest positive attributed changes.
     n_random: random same-layer sets the class is compared with.
     batch_size: documents per forward and backward pass of the attribution.
     """
@@ -126,7 +126,7 @@ def icl_report(
     estimate = attributions.mean(0)  # [layer, head]
     n_heads = model.cfg.n_heads
     ranked = [(int(i) // n_heads, int(i) % n_heads) for i in estimate.flatten().argsort(descending=True)]
-    top_heads = ranked[:top]
+    top_heads = [head for head in ranked if estimate[head] > 0][:top]  # those the model uses context through
     draws = random_same_layer_sets(model, induction_heads, n_random, seed) if induction_heads else []
     sets = [[head] for head in top_heads] + ([induction_heads, *draws] if induction_heads else [])
     heldout_losses, clean, ablated = ablated_icl_scores(
