@@ -103,12 +103,26 @@ def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
         raise fail(f"unknown format {format!r}; choose one of {', '.join(formats)}.")
     if format == "html" and out is None:
         raise fail("--format html needs --out FILE.html.")
+    if out is not None:
+        check_writable(out, "--out")
 
 
 def check_save(save: str | None) -> None:
     """Refuse a --save path that is not a .json file, before any model is loaded."""
     if save is not None and Path(save).suffix != ".json":
         raise fail(f"--save {save} must end in .json (the full result is JSON).")
+    if save is not None:
+        check_writable(save, "--save")
+
+
+def check_writable(path: str, option: str, directory: bool = False) -> None:
+    """Refuse an output that cannot be written, before any model is loaded (not after the work)."""
+    from circuits.output import check_writable as check
+
+    try:
+        check(path, option, directory)
+    except ValueError as error:
+        raise fail(str(error)) from error
 
 
 def save_and_tell(result: object, out: str | None, save: str | None) -> None:
@@ -262,8 +276,7 @@ def train(
         raise fail(f"--d-model {d_model} is not a multiple of --heads {heads}.")
     if task == "ioi" and (seq_len is not None or d_vocab is not None):
         raise fail("the ioi task has a fixed vocabulary and length: drop --seq-len and --d-vocab.")
-    if Path(out).exists() and not Path(out).is_dir():
-        raise fail(f"--out {out} is a file; give a directory.")
+    check_writable(out, "--out", directory=True)
     resumed = latest_checkpoint(Path(out))
     if resumed is not None:
         console.print(f"Resuming from {resumed} (delete {out} to start afresh).")

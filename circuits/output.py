@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,28 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FORMULA_STARTS = ("=", "+", "-", "@")
+
+
+def check_writable(path: str | Path, option: str = "--out", directory: bool = False) -> None:
+    """Refuse, before any work, an output that cannot be written: a file path that is a directory
+    (a directory's path that is a file), or one whose nearest existing directory (missing ones are
+    created) takes no new file."""
+    path = Path(path).expanduser().absolute()
+    if directory and path.is_file():
+        raise ValueError(f"{option} {path} is a file; pass a directory")
+    if not directory and path.is_dir():
+        raise ValueError(f"{option} {path} is a directory; pass a file path such as {path / 'report.html'}")
+    parent = path if directory and path.is_dir() else next(p for p in path.parents if p.exists())
+    if not parent.is_dir():
+        raise ValueError(f"{option} {path}: {parent} is a file, not a directory; pass a path in a directory")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"{option} {path} cannot be written: {parent} takes no new file ({error.strerror}); pass a path "
+            "in a writable directory"
+        ) from error
 
 
 def safe_csv(frame: pd.DataFrame) -> str:

@@ -344,6 +344,15 @@ def test_a_jsonl_pair_that_is_no_object_is_named(tmp_path, line, kind):
         read_pairs(path)
 
 
+def test_outputs_in_missing_directories_are_writable(tmp_path):
+    from circuits.output import check_writable
+
+    check_writable(tmp_path / "new" / "sub" / "report.html")  # write_text_atomic creates them
+    check_writable(tmp_path / "run", directory=True)
+    with pytest.raises(ValueError, match="takes no new file .*; pass a path in a writable directory"):
+        check_writable("/sys/report.html")
+
+
 @pytest.mark.parametrize("token", ["=1+1", "+A1", "-2+3", "@SUM(A1)"])
 def test_csv_reports_quote_cells_a_spreadsheet_would_run(token):
     from circuits.patch_report import PatchReport, render
@@ -821,6 +830,14 @@ def test_a_forward_pass_turning_non_finite_warns_naming_where(model, data):
     nan_hook = ("blocks.1.hook_mlp_out", lambda act, hook: act * float("nan"))
     with pytest.warns(RuntimeWarning, match="blocks.1.hook_resid_post .*no weight is non-finite: check hook"):
         model.run_with_hooks(tokens, fwd_hooks=[nan_hook])
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_input_warns(model, value):
+    embedded = torch.zeros(1, POS, model.cfg.d_model)
+    embedded[0, 1, 0] = value
+    with pytest.warns(RuntimeWarning, match="appear at the input residual stream of block 0 .*the logits"):
+        model(embedded, start_at_layer=0)
 
 
 def test_head_report_never_types_heads_from_nan(recwarn):

@@ -29,6 +29,11 @@ BAD_ARGUMENTS = [
     (["train", "--task", "sorting", "--out", "{out}"], "--task"),
     (["train", "--task", "ioi", "--d-vocab", "40", "--out", "{out}"], "drop --seq-len and --d-vocab"),
     (["train", "--task", "induction", "--out", "{file}"], "is a file"),
+    (["train", "--task", "induction", "--out", "/sys/interp-run"], "/sys takes no new file"),
+    (["heads", "--out", "/sys/heads.md"], "--out /sys/heads.md cannot be written: /sys takes no new file"),
+    (["heads", "--out", "{file}/sub/heads.md"], "a-file is a file, not a directory"),
+    (["patch", "--out", "{dir}"], "is a directory; pass a file path"),
+    (["ioi", "--save", "/sys/ioi.json"], "--save /sys/ioi.json cannot be written"),
     (["patch", "--component", "zz"], "--component"),
     (["patch", "--direction", "sideways"], "--direction"),
     (["patch", "--n-prompts", "0"], "--n-prompts"),
@@ -47,7 +52,7 @@ def test_bad_arguments_are_refused_before_work_starts(arguments, message, tmp_pa
     file = tmp_path / "a-file"
     file.write_text("")
     out = tmp_path / "model"
-    arguments = [a.format(out=out, file=file) for a in arguments]
+    arguments = [a.format(out=out, file=file, dir=tmp_path) for a in arguments]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.replace("│", " ").split())  # as one line, unwrapped
