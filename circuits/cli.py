@@ -534,6 +534,11 @@ def icl(
     if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
         raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
     heads = None if induction_heads is None else _heads_option(induction_heads)
+    if None not in (early, late, window):  # what does not depend on the model's context
+        try:
+            Windows(early, late, window).check(n_ctx=late + window)
+        except ValueError as error:
+            raise fail(str(error)) from error
     run = Path(model) if (Path(model) / CHECKPOINTS).is_dir() else None
     loaded = load(model)
     began = time.perf_counter()

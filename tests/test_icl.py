@@ -196,6 +196,7 @@ def test_bad_input_says_what_to_pass(toy):
         (["--induction-heads", "L1X0"], 'give heads as "L17H3,L19H0"'),
         (["--plot", "icl.txt"], "must end in .png, .svg or .pdf"),
         (["--late", "100"], "late window ends at token"),
+        (["--early", "50", "--late", "60", "--window", "51"], "the windows overlap"),
         (["--format", "html"], "needs --out"),
     ],
 )
