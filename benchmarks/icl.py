@@ -1,6 +1,6 @@
 """Timing of `interp icl` on SmolLM2-135M, stage by stage, with its compute floor.
 
-    python benchmarks/icl.py [--n-documents 16] [--threads 2] [--fresh-heads]
+    python benchmarks/icl.py [--n-documents 24] [--threads 2] [--fresh-heads]
 
 Target: under 3 minutes on an idle 2-core CPU, loading included. Runs what the command runs (load,
 `icl_report`, the terminal report) and prints the time of each stage: the induction heads (the head
@@ -36,7 +36,7 @@ from interp.runtime.memory import keep_freed_memory
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=interp.DEFAULT_MODEL)
-    parser.add_argument("--n-documents", type=int, default=16)
+    parser.add_argument("--n-documents", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fresh-heads", action="store_true", help="run the head report (a first run)")
     args = parser.parse_args()

@@ -485,7 +485,7 @@ def circuit(
 def icl(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     n_documents: int = typer.Option(
-        16,
+        24,
         min=4,
         help="Documents (Brown corpus texts; a toy model's task sequences): half rank, half confirm.",
     ),
@@ -501,7 +501,7 @@ def icl(
         help="Tokens averaged around each (default 51 on text; 1: Olsson et al.'s single tokens).",
     ),
     ablation: Literal["mean", "zero", "resample"] = typer.Option(
-        "mean", help="mean (per position over the documents), zero or resample (another document's)."
+        "mean", help="mean (over every position of the documents), zero or resample (another document's)."
     ),
     induction_heads: str | None = typer.Option(
         None,

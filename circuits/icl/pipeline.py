@@ -71,7 +71,7 @@ def icl_report(
     model: interp.HookedTransformer,
     sequences: ICLSequences | None = None,
     *,
-    n_documents: int = 16,
+    n_documents: int = 24,
     windows: Windows | None = None,
     ablation: str = "mean",
     induction_heads: Sequence[Head] | None = None,
