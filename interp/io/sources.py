@@ -169,7 +169,7 @@ def check_transformers_directory(path: Path) -> None:
 def _read_transformers(source: str, tokenizer: Any) -> LoadedWeights:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cached = _in_hub_cache(source)
+    cached = Path(source).is_dir() or _in_hub_cache(source)  # a directory needs no hub
     if not cached:
         _check_hub_reachable(source)
     try:
