@@ -1101,7 +1101,9 @@ def _audited_calls(model, tokens, metric):
             "ablation.ablation_sites": lambda h: ablation.ablation_sites(model, heads=[h]),
             "ablation.ablation_hooks": lambda h: ablation.ablation_hooks(model, heads=[h]),
             "ablation.circuit_hooks": lambda h: ablation.circuit_hooks(model, [h]),
-            "ablation.faithfulness": lambda h: ablation.head_circuit_faithfulness(model, tokens, metric, [h]),
+            "ablation.head_circuit_faithfulness": lambda h: ablation.head_circuit_faithfulness(
+                model, tokens, metric, [h]
+            ),
             "ablation.ablation_sweep": lambda h: ablation.ablation_sweep(model, tokens, metric, base=[h]),
             "path_patching (senders)": lambda h: path_patching(
                 model, tokens, corrupted, metric, "logits", [h]
@@ -1126,7 +1128,9 @@ def _audited_calls(model, tokens, metric):
             "HookedTransformer.generate": lambda t: model.generate(t, max_new_tokens=1, verbose=False),
             "next_token_loss": lambda t: interp.next_token_loss(model(tokens), t),
             "metrics.loss": lambda t: metrics.loss(model(tokens), t),
-            "ablation.faithfulness": lambda t: ablation.head_circuit_faithfulness(model, t, metric, [(0, 0)]),
+            "ablation.head_circuit_faithfulness": lambda t: ablation.head_circuit_faithfulness(
+                model, t, metric, [(0, 0)]
+            ),
             "ablation.ablation_sweep": lambda t: ablation.ablation_sweep(model, t, metric),
             "patching.activation_patching": lambda t: patch.activation_patching(model, t, corrupted, metric),
             "edges.edge_attribution": lambda t: edges.edge_attribution(model, t, corrupted, metric, "eap"),
@@ -1163,7 +1167,9 @@ def _audited_calls(model, tokens, metric):
                 model, tokens, corrupted, m
             ),
             "path_patching": lambda m: path_patching(model, tokens, corrupted, m),
-            "ablation.faithfulness": lambda m: ablation.head_circuit_faithfulness(model, tokens, m, [(0, 0)]),
+            "ablation.head_circuit_faithfulness": lambda m: ablation.head_circuit_faithfulness(
+                model, tokens, m, [(0, 0)]
+            ),
             "ablation.ablation_sweep": lambda m: ablation.ablation_sweep(model, tokens, m),
             "edges.edge_attribution": lambda m: edges.edge_attribution(model, tokens, corrupted, m, "eap"),
             "edges.faithfulness": lambda m: edges.faithfulness(model, tokens, corrupted, m, every_edge),
