@@ -83,12 +83,14 @@ def test_last_positions_of_text_ids_and_masks(model):
 
 
 def test_the_padding_reads_another_number(model):
-    """What the checks guard against: the padding's logits differ from the last real token's."""
-    if model.default_padding_side == "left":
-        pytest.skip("left padding puts every prompt's last token last")
+    """What the checks guard against: the padding's logits differ from the last real token's (the
+    padding is last on the right, first on the left)."""
     tokens = model.to_tokens([SHORT, LONG])
     logits = model(tokens)
-    assert (logits[0, -1] - logits[0, 4]).abs().max() > 0.1
+    padding = -1 if model.default_padding_side == "right" else 0
+    last = int(model.last_positions(tokens)[0])
+    assert padding % tokens.shape[1] != last
+    assert (logits[0, padding] - logits[0, last]).abs().max() > 0.1
 
 
 def test_a_metric_of_the_model_logits(model):
