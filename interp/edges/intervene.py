@@ -64,24 +64,29 @@ class Intervention:
 
 
 def _correct(coef: Tensor, diffs: Tensor, base: Tensor, n_k: int) -> Float[Tensor, "KB pos reader d_model"]:
-    """base + sum_w coef[k, w, r] * diffs[w, k, ...] over the writers that have a coefficient.
+    """base + sum_w coef[k, w, r] * diffs[k, w, ...] over the writers that have a coefficient.
 
-    coef [K, nw, R]; diffs [W, K, batch, pos, d_model]; base [K*batch, pos, R, d_model]."""
-    active = coef.ne(0).any(dim=(0, 2)).nonzero()[:, 0]
-    if active.numel() == 0:
+    coef [K, nw, R] (the first nw writers); diffs [K, W, batch, pos, d_model]; base
+    [K*batch, pos, R, d_model]. Unless only a few of the nw writers have a coefficient, the product
+    reads diffs in place (a view, zero coefficients included); else it gathers those few."""
+    used = coef.ne(0).any(dim=(0, 2))
+    n_used = int(used.sum())
+    if n_used == 0:
         return base
-    n_readers = coef.shape[-1]
-    d = diffs[active]  # [a, K, B, P, d]
-    a, _, b, p, dm = d.shape
-    c = coef[:, active, :]  # [K, a, R]
+    n_readers, n_writers = coef.shape[-1], coef.shape[1]
+    d = diffs[:, :n_writers]  # [K, nw, B, P, d], a view
+    if 4 * n_used < n_writers:  # a gather of a few costs less than reading all
+        active = used.nonzero()[:, 0]
+        d, coef = d.index_select(1, active), coef.index_select(1, active)
+    _, a, b, p, dm = d.shape
     # [K, R, a] @ [K, a, B*P*d] -> [K, R, B*P*d]
-    out = torch.bmm(c.transpose(1, 2), d.transpose(0, 1).reshape(n_k, a, b * p * dm))
+    out = torch.bmm(coef.transpose(1, 2), d.reshape(n_k, a, b * p * dm))
     return base + out.view(n_k, n_readers, b, p, dm).permute(0, 2, 3, 1, 4).reshape(n_k * b, p, n_readers, dm)
 
 
 class _EdgeRun:
     """The hooks of one edge-level run and what they share: each writer's difference from its
-    ablated output (diffs [W, K, batch, pos, d]) and their running sum over the writers so far."""
+    ablated output (diffs [K, W, batch, pos, d]) and their running sum over the writers so far."""
 
     def __init__(
         self, graph: EdgeGraph, iv: Intervention, batch: int, n_pos: int, track: list[Tensor] | None
@@ -107,17 +112,17 @@ class _EdgeRun:
         n_k, batch = self.n_k, self.batch
         if self.diffs is None:
             self.diffs = torch.empty(
-                self.graph.n_writers, n_k, batch, *value.shape[1:2], value.shape[-1],
+                n_k, self.graph.n_writers, batch, *value.shape[1:2], value.shape[-1],
                 dtype=value.dtype, device=value.device,
             )  # fmt: skip
             self.total = torch.zeros_like(value[:, :, 0] if value.ndim == 4 else value)
         per_k = value.view(n_k, batch, *value.shape[1:])
-        if per_k.ndim == 5:  # a layer's heads: [K, B, P, H, d] -> [H, K, B, P, d]
-            diff = per_k.permute(3, 0, 1, 2, 4) - self.iv.ablated[writers][:, None]
+        if per_k.ndim == 5:  # a layer's heads: [K, B, P, H, d] -> [K, H, B, P, d]
+            diff = per_k.permute(0, 3, 1, 2, 4) - self.iv.ablated[writers]
         else:
-            diff = (per_k - self.iv.ablated[writers.start])[None]
-        self.diffs[writers] = diff
-        self.total = self.total + diff.sum(0).view_as(self.total)  # not in place: snapshots keep theirs
+            diff = (per_k - self.iv.ablated[writers.start])[:, None]
+        self.diffs[:, writers] = diff
+        self.total = self.total + diff.sum(1).view_as(self.total)  # not in place: snapshots keep theirs
 
     def reader_input(self, incoming: Tensor, readers: slice, total: Tensor | None) -> Tensor:
         """Inputs [K*B, pos, R, d] of `readers` given what the model passes their hook point."""
