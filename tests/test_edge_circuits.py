@@ -125,7 +125,9 @@ def test_progress_reports_each_stage():
         "Faithfulness",
         "Faithfulness curve",
     ]
-    assert calls[-1] == ("Faithfulness curve", 6, 6)  # 2 sizes: top |score|, top signed, random
+    # 2 sizes of top |score|, top signed and random: at 1.0 all three are the model itself (no run);
+    # at 0.5 up to three runs, and one of the empty circuit
+    assert calls[-1] in [("Faithfulness curve", n, n) for n in (2, 3, 4)]
 
 
 def test_reports_render_offline_in_chromium(toy_result, tmp_path):

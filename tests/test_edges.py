@@ -443,6 +443,37 @@ def test_faithfulness_curve_and_mib_summaries() -> None:
     assert mib["edges"]["a1.h0->logits"]["in_graph"] and not mib["edges"]["a1.h1->logits"]["in_graph"]
 
 
+def test_the_curve_evaluated_in_shared_runs_equals_each_circuit_alone() -> None:
+    """The curve runs each distinct circuit once with the ablated outputs, the model's values and the
+    empty circuit shared; every value equals the circuit's own edge-level run to 1e-5."""
+    model = _random_model(seed=5)
+    clean, corrupted, last = _pairs(model.cfg.d_vocab, [7, 9, 8, 6])
+    metric = _metric(4, model.cfg.d_vocab, last)
+    scores = edges.edge_attribution(model, clean, corrupted, metric, method="eap")
+    fractions = (0.01, 0.05, 0.2, 0.5, 1.0)
+    calls = []
+    curve = edges.faithfulness_curve(
+        model, clean, corrupted, metric, scores, fractions, batch_size=3,
+        progress=lambda stage, done, total: calls.append((stage, done, total)),
+    )  # fmt: skip
+    ablated = edges.ablated_outputs(model, clean, corrupted)
+    graph = scores.graph
+    for result, ranking in [(curve.result, scores), (curve.signed_result, scores),
+                            (curve.random, edges.random_scores(graph))]:  # fmt: skip
+        signed = result is curve.signed_result
+        for k, fraction in enumerate(fractions):
+            circuit = edges.top_circuit(ranking, int(fraction * graph.n_edges), signed=signed)
+            alone = edges.run_circuits(model, clean, circuit[None].float(), ablated, metric)[0]
+            torch.testing.assert_close(result.values[k], alone, atol=1e-5, rtol=0)
+    empty = edges.run_circuits(
+        model, clean, torch.zeros(1, graph.n_writers, graph.n_readers), ablated, metric
+    )
+    torch.testing.assert_close(curve.result.empty, empty[0], atol=1e-5, rtol=0)
+    assert float(curve.faithfulness[-1]) == 1.0  # every edge kept is the model itself
+    runs = calls[-1][2]
+    assert runs < 3 * len(fractions) + 1 and calls[-1][1] == runs  # the 3 circuits of all edges: none
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 

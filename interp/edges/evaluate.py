@@ -17,8 +17,8 @@ from torch import Tensor
 
 from interp.checks import check_distinct_pair
 from interp.edges.graph import MIB_FRACTIONS, EdgeScores, edge_graph, random_scores, top_circuit
-from interp.edges.intervene import ablated_outputs, chunks, run_circuits
-from interp.interventions.engine import check_pair
+from interp.edges.intervene import ablated_outputs, chunks, logit_positions, run_circuits
+from interp.interventions.engine import check_pair, forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.interventions.stats import bootstrap, defined_gap, faithfulness_ratio
 from interp.model.transformer import HookedTransformer
@@ -73,7 +73,7 @@ def faithfulness(
 ) -> Faithfulness:
     """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge.
     reference_mask: the reference prompts' padding mask, for mean ablation (`ablated_outputs`).
-    progress("Faithfulness", circuits done, circuits)."""
+    Circuits that are the same run once (`evaluate_circuits`). progress("Faithfulness", runs done, runs)."""
     clean, corrupted = check_pair(model, clean, corrupted)
     metric = check_reads_real_tokens(model, metric, clean)
     if ablation == "counterfactual":
@@ -88,22 +88,56 @@ def faithfulness(
             f"(writers x readers), got shape {tuple(circuits.shape)}; build them with top_circuit"
         )
     ablated = ablated_outputs(model, clean, corrupted, ablation, reference, reference_mask=reference_mask)
-    ids = torch.arange(clean.shape[0])
-    with torch.no_grad():
-        full = torch.cat(
-            [
-                for_rows(metric, c, len(ids))(model(clean[c])).float().cpu()
-                for c in chunks(len(ids), batch_size)
-            ]
-        )
-    empty_keep = torch.zeros(1, graph.n_writers, graph.n_readers)
-    empty = run_circuits(model, clean, empty_keep, ablated, metric, batch_size)[0]
-    values = []
-    for k in range(circuits.shape[0]):
-        values.append(run_circuits(model, clean, circuits[k : k + 1].float(), ablated, metric, batch_size)[0])
+    return evaluate_circuits(model, clean, metric, circuits, ablated, batch_size, progress)
+
+
+def evaluate_circuits(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    metric: Metric,
+    circuits: Bool[Tensor, "K writer reader"],
+    ablated: Float[Tensor, "writer batch_or_1 pos d_model"],
+    batch_size: int = 16,
+    progress: Progress | None = None,
+) -> Faithfulness:
+    """`faithfulness` given what ablated edges carry (`ablated_outputs`): one run per distinct
+    circuit and one of the empty circuit (shared with any empty circuit among them); a circuit of
+    every edge is the model itself (its values are the model's, faithfulness 1 exactly).
+    progress("Faithfulness", runs done, runs)."""
+    graph = edge_graph(model)
+    valid = graph.valid
+    masks = torch.cat([torch.zeros_like(valid)[None], circuits.cpu().bool() & valid])  # the empty one first
+    distinct, which = torch.unique(masks.flatten(1), dim=0, return_inverse=True)
+    distinct = distinct.view(-1, *valid.shape)
+    every = [bool(torch.equal(mask, valid)) for mask in distinct]
+    full = clean_metric(model, clean, metric, batch_size)
+    runs = [i for i, whole in enumerate(every) if not whole]
+    values = torch.empty(len(distinct), clean.shape[0])
+    for done, i in enumerate(runs, 1):
+        values[i] = run_circuits(model, clean, distinct[i : i + 1].float(), ablated, metric, batch_size)[0]
         if progress:
-            progress("Faithfulness", k + 1, circuits.shape[0])
-    return Faithfulness(values=torch.stack(values), full=full, empty=empty)
+            progress("Faithfulness", done, len(runs))
+    for i, whole in enumerate(every):
+        if whole:
+            values[i] = full
+    values = values[which]
+    return Faithfulness(values=values[1:], full=full, empty=values[0])
+
+
+@torch.no_grad()
+def clean_metric(
+    model: HookedTransformer, clean: Int[Tensor, "batch pos"], metric: Metric, batch_size: int = 16
+) -> Float[Tensor, " batch"]:
+    """The metric of the model itself on each prompt, the logits made only where an AnswerMetric reads."""
+    out = []
+    for rows in chunks(clean.shape[0], batch_size):
+        logit_pos = logit_positions(metric, rows, clean.shape[1])
+        out.append(
+            for_rows(metric, rows, clean.shape[0])(forward_logits(model, clean[rows], logit_pos))
+            .float()
+            .cpu()
+        )
+    return torch.cat(out)
 
 
 @dataclass(kw_only=True)
@@ -181,8 +215,8 @@ def faithfulness_curve(
     reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> FaithfulnessCurve:
     """Faithfulness of the top-|score| and the top-signed-score circuits at each fraction of edges, and
-    of random circuits. reference_mask: as `faithfulness`. progress("Faithfulness curve", circuits done,
-    circuits)."""
+    of random circuits, all in one `faithfulness` (one run per distinct circuit). reference_mask: as
+    `faithfulness`. progress("Faithfulness curve", runs done, runs)."""
     graph = scores.graph
     fractions = tuple(float(f) for f in fractions)
     if any(not 0 < f <= 1 for f in fractions) or list(fractions) != sorted(fractions):
@@ -192,31 +226,22 @@ def faithfulness_curve(
         return torch.stack([top_circuit(s, int(f * graph.n_edges), signed=signed) for f in fractions])
 
     tops = torch.cat([circuits_of(scores), circuits_of(scores, signed=True)])  # |score|, then signed
-    sets = [tops]
-    rand = None
-    if random_baseline:
-        rand = circuits_of(random_scores(graph, seed))
-        sets.append(rand)
-    total = sum(len(s) for s in sets)
-
-    result = faithfulness(
-        model, clean, corrupted, metric, tops, ablation, reference, batch_size,
-        as_stage(progress, "Faithfulness curve", 0, total),
-        reference_mask=reference_mask,
+    rand = circuits_of(random_scores(graph, seed)) if random_baseline else None
+    evaluated = faithfulness(
+        model, clean, corrupted, metric, tops if rand is None else torch.cat([tops, rand]), ablation,
+        reference, batch_size, as_stage(progress, "Faithfulness curve"), reference_mask=reference_mask,
     )  # fmt: skip
-    random_result = None
-    if rand is not None:
-        random_result = faithfulness(
-            model, clean, corrupted, metric, rand, ablation, reference, batch_size,
-            as_stage(progress, "Faithfulness curve", len(tops), total),
-            reference_mask=reference_mask,
-        )  # fmt: skip
     n = len(fractions)
+
+    def part(start: int) -> Faithfulness:
+        values = evaluated.values[start : start + n]
+        return Faithfulness(values=values, full=evaluated.full, empty=evaluated.empty)
+
     return FaithfulnessCurve(
         fractions=fractions,
         n_edges=[int(c.sum()) for c in tops[:n]],
-        result=Faithfulness(values=result.values[:n], full=result.full, empty=result.empty),
-        random=random_result,
+        result=part(0),
+        random=None if rand is None else part(2 * n),
         random_n_edges=None if rand is None else [int(c.sum()) for c in rand],
-        signed_result=Faithfulness(values=result.values[n:], full=result.full, empty=result.empty),
+        signed_result=part(n),
     )
