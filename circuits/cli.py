@@ -150,12 +150,24 @@ def load(model: str, dtype: str = "float32") -> interp.HookedTransformer:
 
 @contextmanager
 def stage_bars() -> Iterator[Progress]:
-    """A Progress callback that draws one bar per stage on stderr (stdout may hold the report); the
-    bars are gone when the block ends."""
+    """A Progress callback that draws one bar per stage on stderr (stdout may hold the report): steps
+    done, time spent and left (estimated from the stage's rate over the last 10 minutes, so slow steps
+    get an estimate too); the bars are gone when the block ends."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        TaskID,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     from rich.progress import Progress as Bars
-    from rich.progress import TaskID
 
-    with Bars(console=Console(stderr=True), transient=True) as bars:
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("left"), TimeRemainingColumn(),
+    )  # fmt: skip
+    with Bars(*columns, console=Console(stderr=True), transient=True, speed_estimate_period=600) as bars:
         tasks: dict[str, TaskID] = {}
 
         def progress(stage: str, done: int, total: int) -> None:

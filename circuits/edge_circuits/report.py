@@ -42,12 +42,14 @@ def faithfulness_verdict(faithfulness: float, method: str, ablation: str) -> str
 
 
 def size_origin(result: EdgeCircuitResult) -> str:
-    """Where the circuit's size came from: searched for a faithfulness, or given by the user."""
+    """Where the circuit's size came from (searched for a faithfulness, or given by the user), and how
+    many of the top edges were dropped for lying on no path input -> logits (they cannot matter)."""
     n_kept, top = int(result.circuit.sum()), result.requested_edges
+    dropped = f"the top {top} by |score| less {top - n_kept} on no path input -> logits"
     if result.target is None:
-        return "requested" if n_kept == top else f"of the {top} requested, those connected input -> logits"
+        return "requested" if n_kept == top else f"requested {top}: {dropped}"
     origin = f"smallest reaching faithfulness ≥ {result.target:g}"
-    return origin if n_kept == top else f"{origin}: of its top {top}, those connected input -> logits"
+    return origin if n_kept == top else f"{origin}: {dropped}"
 
 
 def summary_lines(result: EdgeCircuitResult) -> list[str]:
@@ -62,7 +64,8 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"corrupted {task['corrupted_metric']:.3f}",
         f"method {method['name']}{steps}, {method['ablation']} "
         f"ablation; scores in {sum(result.seconds.values()):.1f} s "
-        f"in all ({result.seconds['scores']:.1f} s scoring)",
+        f"in all ({result.seconds['scores']:.1f} s scoring"
+        + (f", {result.seconds['curve']:.1f} s the curve)" if "curve" in result.seconds else ")"),
         f"circuit: {circuit['n_edges']} edges ({size_origin(result)}), {len(circuit['nodes'])} nodes, "
         f"faithfulness {circuit['faithfulness']:.3f} "
         f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]: "
