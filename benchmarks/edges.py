@@ -11,6 +11,12 @@ Run alone (two torch processes on two cores distort every figure):
    attribution_patch(granularity="edge") on a TransformerBridge with the same weights, after checking
    that the scores agree to 1e-4 (TL scores per position in the denoising convention: the clean and
    corrupted prompts swap roles, and we sum TL's positions). Target: >= 5x faster.
+3. `interp circuit --task ioi --edges 300` on SmolLM2-135M (--circuit): EAP-IG scores, the
+   circuit's faithfulness and the faithfulness curve (MIB's 10 sizes, top |score|, top signed and
+   random circuits), stage by stage, each beside its compute floor: the token positions its passes
+   run through the blocks (forward; a backward pass counted as two more) times one block's matmul
+   flops, at this process's measured matmul rate (`heads.matmul_rate`). Target: under 2 minutes on
+   2 idle cores, within 1.5x of the floor.
 Prints times, ratios and the peak extra memory (RSS) of each.
 """
 
@@ -21,10 +27,11 @@ import time
 
 import torch
 import transformers
+from heads import block_flops, matmul_rate  # benchmarks/heads.py
 from patching import timed  # benchmarks/patching.py
 
 import interp
-from circuits.edge_circuits import ioi_task
+from circuits.edge_circuits import find_edge_circuit, ioi_task
 from interp import edges
 from interp.runtime.memory import keep_freed_memory
 
@@ -47,6 +54,33 @@ def smollm2_eap_ig(n_prompts: int, batch_size: int | None) -> None:
           f"peak extra RSS {peak / 2**30:.2f} GiB (target <= 3 GiB)")  # fmt: skip
     for name, score in scores.top(5):
         print(f"    {name:<22} {score:+.4f}")
+
+
+def smollm2_circuit(n_prompts: int, n_edges: int = 300) -> None:
+    """find_edge_circuit as `interp circuit --task ioi --edges N` runs it, each stage beside its floor."""
+    model = interp.load_model("smollm2-135m").eval()
+    task = ioi_task(model, n_prompts)
+    positions = {True: 0, False: 0}  # token positions through the blocks, with and without gradients
+
+    def count(module, args) -> None:
+        positions[torch.is_grad_enabled()] += args[0].shape[0] * args[0].shape[1]
+
+    for block in model.blocks:
+        block.register_forward_pre_hook(count)
+    rate, per_position = matmul_rate(model), block_flops(model)
+    began = time.perf_counter()
+    result = find_edge_circuit(model, task, "eap-ig", n_edges)
+    total = time.perf_counter() - began
+    floor = (3 * positions[True] + positions[False]) * per_position / rate
+    print(f"\nSmolLM2-135M circuit, {n_prompts} IOI prompts of {task.clean.shape[1]} tokens, "
+          f"--edges {n_edges} (matmul rate {rate / 1e9:.0f} GFLOP/s):")  # fmt: skip
+    for stage, seconds in result.seconds.items():
+        print(f"  {stage:<8} {seconds:7.1f} s")
+    print(f"  total    {total:7.1f} s (target < 120 s); compute floor {floor:.1f} s "
+          f"({positions[True]:,} positions with gradients, {positions[False]:,} without): "
+          f"{total / floor:.1f}x the floor (target <= 1.5x)")  # fmt: skip
+    faithful = float(result.faithfulness.faithfulness[0])
+    print(f"  circuit: {int(result.circuit.sum())} edges, faithfulness {faithful:.3f}")
 
 
 def gpt2_vs_transformer_lens(n_prompts: int, n_pos: int) -> None:
@@ -101,11 +135,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-tl", action="store_true", help="skip the TransformerLens comparison")
     parser.add_argument("--no-smollm2", action="store_true", help="skip the SmolLM2 EAP-IG timing")
+    parser.add_argument("--circuit", action="store_true", help="also time `interp circuit --edges 300`")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     if not args.no_smollm2:
         smollm2_eap_ig(args.n_prompts, args.batch_size)
+    if args.circuit:
+        smollm2_circuit(args.n_prompts)
     if not args.no_tl:
         gpt2_vs_transformer_lens(args.gpt2_prompts, args.gpt2_pos)
     print(f"\ntotal {time.perf_counter() - start:.0f} s")

@@ -63,16 +63,16 @@ class Intervention:
     overrides: dict[int, Tensor] = field(default_factory=dict)
 
 
-def _correct(coef: Tensor, diffs: Tensor, base: Tensor, n_k: int) -> Float[Tensor, "KB pos reader d_model"]:
-    """base + sum_w coef[k, w, r] * diffs[k, w, ...] over the writers that have a coefficient.
+def _correction(coef: Tensor, diffs: Tensor, n_k: int) -> Float[Tensor, "KB pos reader d_model"] | None:
+    """sum_w coef[k, w, r] * diffs[k, w, ...] over the writers that have a coefficient (None: none has).
 
-    coef [K, nw, R] (the first nw writers); diffs [K, W, batch, pos, d_model]; base
-    [K*batch, pos, R, d_model]. Unless only a few of the nw writers have a coefficient, the product
-    reads diffs in place (a view, zero coefficients included); else it gathers those few."""
+    coef [K, nw, R] (the first nw writers); diffs [K, W, batch, pos, d_model]. Unless only a few of
+    the nw writers have a coefficient, the product reads diffs in place (a view, zero coefficients
+    included); else it gathers those few."""
     used = coef.ne(0).any(dim=(0, 2))
     n_used = int(used.sum())
     if n_used == 0:
-        return base
+        return None
     n_readers, n_writers = coef.shape[-1], coef.shape[1]
     d = diffs[:, :n_writers]  # [K, nw, B, P, d], a view
     if 4 * n_used < n_writers:  # a gather of a few costs less than reading all
@@ -81,7 +81,7 @@ def _correct(coef: Tensor, diffs: Tensor, base: Tensor, n_k: int) -> Float[Tenso
     _, a, b, p, dm = d.shape
     # [K, R, a] @ [K, a, B*P*d] -> [K, R, B*P*d]
     out = torch.bmm(coef.transpose(1, 2), d.reshape(n_k, a, b * p * dm))
-    return base + out.view(n_k, n_readers, b, p, dm).permute(0, 2, 3, 1, 4).reshape(n_k * b, p, n_readers, dm)
+    return out.view(n_k, n_readers, b, p, dm).permute(0, 2, 3, 1, 4).reshape(n_k * b, p, n_readers, dm)
 
 
 class _EdgeRun:
@@ -98,6 +98,7 @@ class _EdgeRun:
         self.diffs: Tensor | None = None
         self.total: Tensor | None = None  # sum of diffs over the writers so far, [K*batch, pos, d]
         self.total_before_layer: Tensor | None = None
+        self.corrections: dict[int, tuple[Tensor | None, bool]] = {}  # a reader group's, by its first reader
 
     def _override(self, writer: int, value: Tensor) -> Tensor:
         if writer not in self.iv.overrides:
@@ -124,19 +125,32 @@ class _EdgeRun:
         self.diffs[:, writers] = diff
         self.total = self.total + diff.sum(1).view_as(self.total)  # not in place: snapshots keep theirs
 
-    def reader_input(self, incoming: Tensor, readers: slice, total: Tensor | None) -> Tensor:
-        """Inputs [K*B, pos, R, d] of `readers` given what the model passes their hook point."""
-        iv = self.iv
-        if iv.keep is None:
+    def correction(self, group: slice) -> tuple[Tensor | None, bool]:
+        """What a group of readers (with the same upstream writers) add to their base input, [K*B, pos,
+        R, d] or None, and whether that base is the ablated input (True: fewer edges kept than
+        dropped, the kept ones added back) or the incoming one (the dropped ones taken away)."""
+        if group.start not in self.corrections:
+            nw = self.graph.n_upstream[group.start]
+            k_coef, d_coef = self.iv.keep[:, :nw, group], self.drop[:, :nw, group]
+            from_ablated = bool(k_coef.count_nonzero() <= d_coef.count_nonzero())
+            coef = k_coef if from_ablated else -d_coef
+            self.corrections[group.start] = (_correction(coef, self.diffs, self.n_k), from_ablated)
+        return self.corrections[group.start]
+
+    def reader_input(
+        self, incoming: Tensor, readers: slice, total: Tensor | None, group: slice | None = None
+    ) -> Tensor:
+        """Inputs [K*B, pos, R, d] of `readers` given what the model passes their hook point. group:
+        the readers (around `readers`, with the same upstream writers) whose corrections are made
+        together, once: a layer's queries, keys and values."""
+        if self.iv.keep is None:
             out = incoming
         else:
-            cols = list(range(readers.start, readers.stop))
-            nw = self.graph.n_upstream[readers.start]
-            k_coef, d_coef = iv.keep[:, :nw, cols], self.drop[:, :nw, cols]
-            if k_coef.count_nonzero() <= d_coef.count_nonzero():  # fewer kept edges: start from ablated
-                out = _correct(k_coef, self.diffs, incoming - total[:, :, None, :], self.n_k)
-            else:
-                out = _correct(-d_coef, self.diffs, incoming, self.n_k)
+            group = group or readers
+            added, from_ablated = self.correction(group)
+            out = incoming - total[:, :, None, :] if from_ablated else incoming
+            if added is not None:
+                out = out + added[:, :, readers.start - group.start : readers.stop - group.start]
         if self.track is not None:
             self.track.append(out)
         return out
@@ -168,12 +182,12 @@ class _EdgeRun:
                 self.total_before_layer = self.total
                 return x
 
-            def reader(readers: slice, before_layer: bool = False):
+            def reader(readers: slice, before_layer: bool = False, group: slice | None = None):
                 def hook_fn(x: Tensor, hook) -> Tensor:
                     total = self.total_before_layer if before_layer else self.total
                     if x.ndim == 3:  # one reader reading [batch, pos, d_model]
                         return self.reader_input(x[:, :, None], readers, total)[:, :, 0]
-                    return self.reader_input(x, readers, total)
+                    return self.reader_input(x, readers, total, group)
 
                 return hook_fn
 
@@ -222,10 +236,11 @@ class _EdgeRun:
 
             if parallel:
                 hooks.append((f"blocks.{layer}.hook_resid_pre", snapshot))
+            qkv = slice(q.start, v.stop)
             hooks += [
-                (f"blocks.{layer}.hook_q_input", reader(q)),
-                (f"blocks.{layer}.hook_k_input", reader(k)),
-                (f"blocks.{layer}.hook_v_input", reader(v)),
+                (f"blocks.{layer}.hook_q_input", reader(q, group=qkv)),
+                (f"blocks.{layer}.hook_k_input", reader(k, group=qkv)),
+                (f"blocks.{layer}.hook_v_input", reader(v, group=qkv)),
             ]
             if model.cfg.post_norm:
                 hooks += post_norm_head_writers(model.blocks[layer], heads)
