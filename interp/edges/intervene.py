@@ -437,7 +437,7 @@ def run_circuits(
     n_k, n = keep.shape[0], tokens.shape[0]
     out = torch.empty(n_k, n)
     for rows in chunks(n, batch_size or n):
-        abl = ablated if ablated.shape[1] == 1 else ablated[:, rows]
+        abl = ablated if ablated.shape[1] == 1 else ablated[:, int(rows[0]) : int(rows[-1]) + 1]  # a view
         logit_pos = logit_positions(metric, rows, tokens.shape[1], n_k)
         logits = edge_forward(
             model, graph, tokens[rows], Intervention(keep=keep, ablated=abl), None, logit_pos
