@@ -51,6 +51,7 @@ EXAMPLES = {  # the end of each command's --help
             "--n-documents 32 --format html --out icl.html   # SmolLM2 on Brown corpus texts",
             "--model toy-induction --induction-heads L1H0,L1H2",
             "--model runs/induction --plot icl.png   # a training run: the score across its checkpoints",
+            "--fv --format html --out fv.html   # function-vector heads beside induction heads",
         ],
         "render": [
             "heads.json --format html --out heads.html   # after: interp heads --save heads.json",
@@ -496,10 +497,11 @@ def circuit(
 @app.command(epilog=EXAMPLES["icl"])
 def icl(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
-    n_documents: int = typer.Option(
-        24,
+    n_documents: int | None = typer.Option(
+        None,
         min=4,
-        help="Documents (Brown corpus texts; a toy model's task sequences): half rank, half confirm.",
+        help="Documents (Brown corpus texts; a toy model's task sequences): half rank, half confirm "
+        "(default 24; with --fv 8, for the ICL score of the ablations).",
     ),
     early: int | None = typer.Option(
         None, min=1, help="Centre of the early window (default: token 50 on text)."
@@ -530,12 +532,26 @@ def icl(
         help="Also draw a figure (.png, .svg, .pdf): a training run across its steps, else loss per token.",
     ),
     save: str | None = typer.Option(None, help=SAVE_HELP),
+    fv: bool = typer.Option(
+        False,
+        "--fv",
+        help="Function-vector heads (Todd et al.) on word-pair tasks instead, beside the induction heads.",
+    ),
+    tasks: str = typer.Option(
+        "antonym,country_capital,present_past,singular_plural", help="With --fv: the word-pair tasks."
+    ),
+    n_prompts: int = typer.Option(12, min=2, help="With --fv: few-shot prompts per task and half."),
+    n_shots: int = typer.Option(5, min=2, help="With --fv: solved examples per prompt."),
+    fv_heads: int = typer.Option(10, min=1, help="With --fv: the top heads by AIE the vector sums."),
 ) -> None:
     """The in-context learning score (late minus early loss) and the heads that carry it.
 
     Every head is ranked by attribution on half the documents; the top heads and the induction heads
     (against random heads of the same layers) are confirmed by exact ablation on the other half. For
-    a training run's directory, also the score and the induction scores at each checkpoint.
+    a training run's directory, also the score and the induction scores at each checkpoint. With
+    --fv: function-vector heads by their average indirect effect on word-pair tasks, the function
+    vector added to zero-shot prompts, and which ablation (FV or induction heads) lowers few-shot
+    accuracy and which the ICL score, all tested on held-out pairs against random heads.
     """
     from circuits.icl import Windows, default_windows, icl_over_training, icl_report, plot_icl_over_training
     from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
@@ -546,6 +562,11 @@ def icl(
     if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
         raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
     heads = None if induction_heads is None else _heads_option(induction_heads)
+    if fv:
+        _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, n_random, n_documents or 8, heads, seed,
+                format, out, save, (early, late, window, plot, ablation != "mean"))  # fmt: skip
+        return
+    n_documents = 24 if n_documents is None else n_documents
     if None not in (early, late, window):  # what does not depend on the model's context
         try:
             Windows(early, late, window).check(n_ctx=late + window)
@@ -583,6 +604,38 @@ def icl(
     write_icl_report(result, format, out, console)
     if plot is not None:
         console.print(f"Wrote {plot}", style="dim")
+    save_and_tell(result, out, save)
+
+
+def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, n_random, n_documents, heads, seed,
+            format, out, save, icl_only) -> None:  # fmt: skip
+    """`interp icl --fv`: function-vector heads beside the induction heads."""
+    from circuits.icl import function_vector_report
+    from circuits.icl.fv_report import FORMATS, write_fv_report
+    from interp.tasks.icl_tasks import check_task_names
+
+    check_format(format, out, FORMATS)
+    if any(value not in (None, False) for value in icl_only):
+        raise fail("--early, --late, --window, --plot and --ablation apply to the ICL score, not to --fv.")
+    try:
+        names = check_task_names([name.strip() for name in tasks.split(",") if name.strip()])
+    except ValueError as error:
+        raise fail(str(error)) from error
+    loaded = load(model)
+    began = time.perf_counter()
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if done == 0:
+            print(f"[icl --fv {time.perf_counter() - began:6.1f}s] {stage} ...", file=sys.stderr, flush=True)
+
+    try:
+        result = function_vector_report(
+            loaded, names, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads, n_random=n_random,
+            n_documents=n_documents, induction_heads=heads, seed=seed, progress=progress,
+        )  # fmt: skip
+    except ValueError as error:
+        raise fail(str(error)) from error
+    write_fv_report(result, format, out, console)
     save_and_tell(result, out, save)
 
 

@@ -4,7 +4,7 @@
     result = load_result("heads.json")           # the same HeadReport, nothing recomputed
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
-The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl", "result": ...},
+The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl" | "fv", "result": ...},
 the result in `interp.io.serialize`'s JSON (strict: NaN and infinities as {"__float__": "nan"} etc.):
 dataclasses by name, tensors and arrays with their dtype, data frames by column. Functions (a task's
 metric) are not stored; rendering never calls them. Files of the previous schema, interp-result-1 (bare
@@ -28,7 +28,9 @@ from circuits.edge_circuits.tasks import EdgeTask
 from circuits.heads.classify import HeadReport
 from circuits.heads.report import FORMATS as HEAD_FORMATS
 from circuits.heads.report import write_report
-from circuits.icl import ICLResult, ICLScore, Windows
+from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
+from circuits.icl.fv_report import FORMATS as FV_FORMATS
+from circuits.icl.fv_report import write_fv_report
 from circuits.icl.report import FORMATS as ICL_FORMATS
 from circuits.icl.report import write_icl_report
 from circuits.ioi.report import FORMATS as IOI_FORMATS
@@ -50,8 +52,9 @@ KINDS = {  # kind -> (result type, formats, writer)
     "circuit": (EdgeCircuitResult, EDGE_FORMATS, write_edge_report),
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
     "icl": (ICLResult, ICL_FORMATS, write_icl_report),
+    "fv": (FunctionVectorResult, FV_FORMATS, write_fv_report),
 }
-RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult)
+RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult)
 
 
 def _register_dataclasses() -> None:
@@ -66,7 +69,7 @@ _register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "ioi", "circuit", "patch" or "icl")."""
+    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl" or "fv")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
             return kind

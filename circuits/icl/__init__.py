@@ -5,11 +5,22 @@
     sequences = default_sequences(model, 16)                       # documents, windows   sequences.py
     attributions, losses = head_attributions(model, sequences.tokens, sequences.windows)  # heads.py
     curve = icl_over_training("runs/induction")                    # the phase change     training.py
+    fv = function_vector_report(model)   # function-vector heads beside induction heads  fv_pipeline.py
 
-`circuits.icl.report` renders an ICLResult (terminal, JSON, Markdown, HTML). Each module's
-docstring defines what it measures, with its units.
+`circuits.icl.report` renders an ICLResult, `circuits.icl.fv_report` a FunctionVectorResult (terminal,
+JSON, Markdown, HTML). Each module's docstring defines what it measures, with its units.
 """
 
+from circuits.icl.function_vectors import (
+    TaskPrompts,
+    few_shot_accuracy,
+    function_vector,
+    head_indirect_effects,
+    mean_head_outputs,
+    task_prompts,
+    zero_shot_accuracy,
+)
+from circuits.icl.fv_pipeline import function_vector_report
 from circuits.icl.heads import (
     ICL_ABLATIONS,
     ablated_icl_scores,
@@ -18,7 +29,15 @@ from circuits.icl.heads import (
     random_same_layer_sets,
 )
 from circuits.icl.pipeline import icl_report
-from circuits.icl.results import ClassEffect, HeadEffect, ICLResult, TrainingCurve
+from circuits.icl.results import (
+    ClassEffect,
+    Comparison,
+    FunctionVectorResult,
+    HeadEffect,
+    ICLResult,
+    TaskVector,
+    TrainingCurve,
+)
 from circuits.icl.score import ICLScore, icl_scores, summarise, token_losses
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences, default_windows
 from circuits.icl.training import icl_over_training, plot_icl_over_training
@@ -26,22 +45,33 @@ from circuits.icl.training import icl_over_training, plot_icl_over_training
 __all__ = [
     "ICL_ABLATIONS",
     "ClassEffect",
+    "Comparison",
+    "FunctionVectorResult",
     "HeadEffect",
     "ICLResult",
     "ICLScore",
     "ICLSequences",
+    "TaskPrompts",
+    "TaskVector",
     "TrainingCurve",
     "Windows",
     "ablated_icl_scores",
     "confirmed_induction_heads",
     "default_sequences",
     "default_windows",
+    "few_shot_accuracy",
+    "function_vector",
+    "function_vector_report",
+    "head_indirect_effects",
     "head_attributions",
     "icl_over_training",
     "icl_report",
     "icl_scores",
+    "mean_head_outputs",
     "plot_icl_over_training",
     "random_same_layer_sets",
     "summarise",
+    "task_prompts",
     "token_losses",
+    "zero_shot_accuracy",
 ]

@@ -87,3 +87,74 @@ class ICLResult:
     classes: list[ClassEffect]
     training: TrainingCurve | None = None
     timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Comparison:
+    """A class of heads against random same-layer sets of as many heads (`random_sets`) on held-out
+    prompts or documents: `value` the class's mean effect with a 95% bootstrap CI over them,
+    `random_values` each random set's mean, `difference` the class's effect minus the random sets'
+    mean, per prompt, with its CI. `expected` is the sign of an effect the claim needs ("+" or "-");
+    "confirmed" when the difference's CI lies wholly on that side of 0, else "unconfirmed"."""
+
+    name: str  # "FV heads: AIE on held-out prompts"
+    unit: str  # "p(answer)", "accuracy", "nats"
+    heads: list[str]
+    random_sets: list[list[str]]
+    expected: str  # "+" or "-"
+    value: float
+    value_ci: tuple[float, float]
+    random_values: list[float]
+    difference: float
+    difference_ci: tuple[float, float]
+    n: int  # prompts or documents
+    verdict: str
+
+
+@dataclass(kw_only=True)
+class TaskVector:
+    """One task's function vector tested on zero-shot prompts of held-out pairs: top-1 accuracy
+    without it, with it, and with the summed mean outputs of random same-layer heads instead
+    (the mean over the random sets), each with a 95% bootstrap CI over prompts; and few-shot
+    accuracy on held-out prompts, for scale."""
+
+    task: str
+    description: str
+    n_pairs: int  # single-token pairs (discovery + held-out)
+    few_shot: float
+    zero_shot: float
+    zero_shot_ci: tuple[float, float]
+    with_fv: float
+    with_fv_ci: tuple[float, float]
+    with_random: float
+    with_random_ci: tuple[float, float]
+
+
+@dataclass(kw_only=True)
+class FunctionVectorResult:
+    """`function_vector_report`'s result. The pairs of each task are split in two: discovery pairs
+    rank every head by AIE, give the mean outputs the function vectors sum and choose the layer
+    they are added at; every claim is tested on prompts of the held-out pairs (and, for the ICL
+    score, on Brown corpus documents)."""
+
+    model_name: str
+    provenance: str
+    tasks: list[str]
+    n_shots: int
+    n_prompts: int  # per task and half
+    seed: int
+    aie: Float[Tensor, "layer head"]  # discovery AIE, mean over tasks and prompts (p(answer))
+    aie_per_task: Float[Tensor, "task layer head"]
+    fv_heads: list[str]  # top heads by discovery AIE, strongest first
+    fv_heads_heldout_aie: list[float]  # each alone, on held-out prompts
+    induction_heads: list[str]
+    induction_found_by: str
+    overlap: list[str]  # heads in both classes
+    fv_layer: int  # where the vector is added (best on discovery zero-shot prompts)
+    layer_accuracy: list[float]  # discovery zero-shot accuracy with the FV added at each layer
+    aie_test: Comparison  # FV heads patched together on held-out corrupted prompts vs random heads
+    vector_test: Comparison  # FV vs random heads' vector, zero-shot accuracy, every task pooled
+    task_vectors: list[TaskVector]
+    ablations: list[Comparison]  # {FV, induction} heads x {few-shot accuracy, ICL score}
+    n_documents: int
+    timings: dict[str, float] = field(default_factory=dict)

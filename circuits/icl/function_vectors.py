@@ -1,0 +1,223 @@
+"""Function-vector heads (Todd et al. 2024): the heads whose output at the last token carries the task
+a few-shot prompt demonstrates, and the function vector they sum to.
+
+  mean output   each head's z at the last token of a task's clean few-shot prompts, averaged:
+                means [task, layer, head, d_head] (`mean_head_outputs`)
+  AIE           a head's average indirect effect: p(answer) on a corrupted prompt (the examples'
+                answers shuffled) with the head's z at the last token set to its task's mean, minus
+                p(answer) on the corrupted prompt, averaged over prompts and tasks
+                (`head_indirect_effects`; one patched run per head on interp's engine)
+  FV            the function vector of a task: sum over the top heads by AIE of mean z @ W_O
+                [d_model] (`function_vector`), added to the residual stream (hook_resid_pre of
+                one layer) at the last token of zero-shot prompts ("Q: fast\\nA:"); accuracy is the
+                share of prompts whose top token is the answer (`zero_shot_accuracy`)
+
+Ablations set a head's z at every position to its mean over every real position of the prompts
+(or documents) they are measured on (`few_shot_accuracy`; the ICL score's `ablated_icl_scores`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+import interp
+from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
+from interp.interventions.metrics import logits_at, prob_metric
+from interp.interventions.stats import masked_mean
+from interp.tasks.icl_tasks import answer_token, few_shot_prompts
+from interp.types import Head, Progress
+
+
+@dataclass(kw_only=True)
+class TaskPrompts:
+    """Few-shot prompts of several tasks pooled into one batch (right-padded token ids), each
+    prompt's last real token, its task and its answer token."""
+
+    tasks: list[str]
+    task_index: Int[Tensor, " batch"]  # into tasks
+    clean: Int[Tensor, "batch pos"]  # n_shots solved pairs, then the query
+    clean_last: Int[Tensor, " batch"]
+    corrupted: Int[Tensor, "batch pos_c"]  # the same with the answers shuffled among the examples
+    corrupted_last: Int[Tensor, " batch"]
+    zero_shot: Int[Tensor, "batch pos_z"]  # the query alone
+    zero_shot_last: Int[Tensor, " batch"]
+    answers: Int[Tensor, " batch"]  # the token of " answer"
+
+
+def task_prompts(
+    model: interp.HookedTransformer,
+    pairs: dict[str, Sequence[tuple[str, str]]],
+    n_prompts: int,
+    n_shots: int,
+    seed: int = 0,
+) -> TaskPrompts:
+    """`n_prompts` few-shot prompts of each task (name -> its single-token pairs), drawn with `seed`."""
+    generator = torch.Generator().manual_seed(seed)
+    texts: dict[str, list[str]] = {"clean": [], "corrupted": [], "zero_shot": []}
+    task_index, answers = [], []
+    for index, task_pairs in enumerate(pairs.values()):
+        prompts = few_shot_prompts(task_pairs, n_prompts, n_shots, generator)
+        for kind in texts:
+            texts[kind] += getattr(prompts, kind)
+        task_index += [index] * n_prompts
+        answers += [answer_token(model, answer) for answer in prompts.answers]
+
+    def tokens(kind: str) -> tuple[Tensor, Tensor]:
+        return model.to_tokens(texts[kind]), model.last_positions(texts[kind])
+
+    (clean, clean_last), (corrupted, corrupted_last), (zero, zero_last) = map(tokens, texts)
+    return TaskPrompts(
+        tasks=list(pairs),
+        task_index=torch.tensor(task_index),
+        clean=clean,
+        clean_last=clean_last,
+        corrupted=corrupted,
+        corrupted_last=corrupted_last,
+        zero_shot=zero,
+        zero_shot_last=zero_last,
+        answers=torch.tensor(answers),
+    )
+
+
+def z_names(model: interp.HookedTransformer) -> list[str]:
+    return [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+
+
+@torch.inference_mode()
+def mean_head_outputs(
+    model: interp.HookedTransformer, prompts: TaskPrompts
+) -> Float[Tensor, "task layer head d_head"]:
+    """Each head's z at the last token of the clean prompts, averaged over each task's prompts."""
+    _, cache = cached_run(model, prompts.clean, z_names(model))
+    rows = torch.arange(len(prompts.clean))
+    last = torch.stack([cache[name][rows, prompts.clean_last] for name in z_names(model)], 1)  # [b, l, h, d]
+    one_hot = torch.nn.functional.one_hot(prompts.task_index, len(prompts.tasks)).to(last.dtype)  # [b, task]
+    return torch.einsum("bt,blhd->tlhd", one_hot, last) / one_hot.sum(0)[:, None, None, None]
+
+
+def per_prompt(means: Float[Tensor, "task layer head d_head"], prompts: TaskPrompts, layer: int) -> Tensor:
+    """Each prompt's task's mean z of block `layer`, as a source for hook_z: [batch, 1, head, d_head]."""
+    return means[prompts.task_index, layer][:, None].to(prompts.corrupted.device)
+
+
+@torch.inference_mode()
+def head_indirect_effects(
+    model: interp.HookedTransformer,
+    prompts: TaskPrompts,
+    means: Float[Tensor, "task layer head d_head"],
+    head_sets: Sequence[Sequence[Head]] | None = None,
+    progress: Progress | None = None,
+) -> Float[Tensor, "n_sets batch"]:
+    """The indirect effect of each set of heads on each corrupted prompt: p(answer) with the heads'
+    z at the last token set to their task's mean output, minus p(answer) without (default: every head
+    alone, in the order (0, 0), (0, 1), ...). One patched run per set on interp's engine, each starting
+    at its first patched block from the cached corrupted run."""
+    cfg = model.cfg
+    if head_sets is None:
+        head_sets = [[(layer, head)] for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    tokens, last = prompts.corrupted, prompts.corrupted_last
+    sources = {
+        layer: per_prompt(means, prompts, layer) for layer in {layer for s in head_sets for layer, _ in s}
+    }
+    runs = [
+        [
+            Intervention(
+                Site(interp.act_name("z", layer), head=[h for l_, h in heads if l_ == layer], pos=last),
+                sources[layer],
+            )
+            for layer in sorted({layer for layer, _ in heads})
+        ]
+        for heads in head_sets
+    ]
+    _, target = cached_run(model, tokens, start_names(model))
+    metric = prob_metric(prompts.answers, pos=last)
+    values = run_site_sets(
+        model, tokens, [*runs, []], None, metric, target=target, logit_pos=last, progress=progress
+    )
+    return values[:-1] - values[-1]
+
+
+def function_vector(
+    model: interp.HookedTransformer, means: Float[Tensor, "... layer head d_head"], heads: Sequence[Head]
+) -> Float[Tensor, "... d_model"]:
+    """The sum over `heads` of their mean output written to the residual stream: mean z @ W_O."""
+    return sum(means[..., layer, head, :] @ model.W_O[layer, head] for layer, head in heads)
+
+
+def accuracy_metric(answers: Int[Tensor, " batch"], last: Int[Tensor, " batch"]):
+    """1.0 where the top token at each prompt's last real token is its answer, else 0.0."""
+
+    def accuracy(logits: Tensor) -> Tensor:
+        return (logits_at(logits, last).argmax(-1).cpu() == answers.cpu()).float()
+
+    return accuracy
+
+
+@torch.inference_mode()
+def zero_shot_accuracy(
+    model: interp.HookedTransformer,
+    prompts: TaskPrompts,
+    additions: Sequence[tuple[int, Float[Tensor, "task d_model"] | None]],
+    progress: Progress | None = None,
+) -> Float[Tensor, "n_runs batch"]:
+    """Top-1 accuracy (0/1 per prompt) of the zero-shot prompts in one run per (layer, vectors):
+    each prompt's task's vector added to hook_resid_pre of `layer` at its last token (None: nothing
+    added, the plain zero-shot run)."""
+    tokens, last = prompts.zero_shot, prompts.zero_shot_last
+    runs = []
+    for layer, vectors in additions:
+        if vectors is None:
+            runs.append([])
+            continue
+        added = vectors[prompts.task_index][:, None].to(tokens.device)  # [batch, 1, d_model]
+
+        def add(resid: Tensor, added: Tensor = added) -> Tensor:
+            return resid + added
+
+        runs.append([Intervention(Site(interp.act_name("resid_pre", layer), pos=last), add)])
+    _, target = cached_run(model, tokens, start_names(model))
+    metric = accuracy_metric(prompts.answers, last)
+    return run_site_sets(model, tokens, runs, None, metric, target=target, logit_pos=last, progress=progress)
+
+
+@torch.inference_mode()
+def few_shot_accuracy(
+    model: interp.HookedTransformer,
+    prompts: TaskPrompts,
+    head_sets: Sequence[Sequence[Head]],
+    progress: Progress | None = None,
+) -> tuple[Float[Tensor, " batch"], Float[Tensor, "n_sets batch"]]:
+    """(top-1 accuracy of the clean few-shot prompts, the same with each set of heads mean-ablated):
+    0/1 per prompt. A head's z at every position is set to its mean over every real position of
+    the prompts."""
+    tokens, last = prompts.clean, prompts.clean_last
+    layers = sorted({layer for heads in head_sets for layer, _ in heads})
+    _, target = cached_run(
+        model, tokens, [*start_names(model), *(interp.act_name("z", layer) for layer in layers)]
+    )
+    real = (torch.arange(tokens.shape[1]) <= prompts.clean_last[:, None].cpu()).to(tokens.device)  # [b, pos]
+    means = {
+        layer: masked_mean(
+            target[interp.act_name("z", layer)].flatten(0, 1), real.flatten()[:, None, None], 0
+        )
+        for layer in layers
+    }  # [head, d_head]
+    runs = [
+        [
+            Intervention(
+                Site(interp.act_name("z", layer), head=[h for l_, h in heads if l_ == layer]), means[layer]
+            )
+            for layer in sorted({layer for layer, _ in heads})
+        ]
+        for heads in head_sets
+    ]
+    metric = accuracy_metric(prompts.answers, last)
+    values = run_site_sets(
+        model, tokens, [[], *runs], None, metric, target=target, logit_pos=last, progress=progress
+    )
+    return values[0], values[1:]

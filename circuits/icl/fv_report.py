@@ -1,0 +1,221 @@
+"""Rendering a FunctionVectorResult: terminal, JSON, Markdown and a self-contained HTML page.
+
+    write_fv_report(result, "html", "fv.html", Console())   # or "table", "json", "markdown"
+
+Every format opens with the finding: which ablation lowers few-shot accuracy and which the ICL
+score (each class against random heads of its layers), whether the FV heads' AIE and the function
+vector hold on held-out pairs, and the overlap of the two classes. The HTML page adds the [layer,
+head] map of AIEs.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import math
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from circuits.icl.results import Comparison, FunctionVectorResult
+from circuits.output import write_output
+from interp.viz import heatmap_html, html_page
+
+FORMATS = ("table", "json", "markdown", "html")
+LEGEND = (
+    "AIE: p(answer) on a prompt whose examples' answers are shuffled, with the head's output at the last "
+    "token set to its mean over clean few-shot prompts of the task, minus without (Todd et al. 2024). "
+    "FV heads: the top heads by AIE on discovery pairs; the function vector sums their mean outputs "
+    "(z @ W_O) and is added to the residual stream at the last token of zero-shot prompts. Ablation: "
+    "each head's z set to its mean over every position. Every test runs on held-out pairs (the ICL score "
+    "on Brown corpus texts) against random heads from the same layers: [95% bootstrap CI over prompts or "
+    "texts]; confirmed when the CI of the difference lies on the expected side of 0."
+)
+TASK_COLUMNS = ("task", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads' vector")
+
+
+def _signed(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.3f}"
+
+
+def _ci(interval: tuple[float, float]) -> str:
+    return f"[{_signed(interval[0])}, {_signed(interval[1])}]"
+
+
+def _share(value: float, interval: tuple[float, float] | None = None) -> str:
+    text = f"{value:.2f}"
+    return text if interval is None else f"{text} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def comparison_line(found: Comparison) -> str:
+    draws = ", ".join(f"{value:+.3f}" for value in found.random_values)
+    return (
+        f"{found.name}: {found.value:+.3f} {found.unit} {_ci(found.value_ci)}; random same-layer heads "
+        f"{draws}; beyond random {found.difference:+.3f} {_ci(found.difference_ci)} "
+        f"(n={found.n}): {found.verdict}."
+    )
+
+
+def summary_lines(result: FunctionVectorResult) -> list[str]:
+    """The finding, in order: the ablations, the held-out tests, the overlap."""
+    lines = []
+    by_name = {found.name: found for found in result.ablations}
+    for name in ("FV heads", "induction heads"):
+        accuracy = by_name.get(f"{name} ablated: few-shot accuracy")
+        score = by_name.get(f"{name} ablated: ICL score")
+        if accuracy is None:
+            continue
+        lines.append(
+            f"Ablating the {len(accuracy.heads)} {name} changes few-shot accuracy by {accuracy.value:+.3f} "
+            f"(beyond random {accuracy.difference:+.3f} {_ci(accuracy.difference_ci)}: {accuracy.verdict}) "
+            f"and the ICL score by {score.value:+.3f} nats (beyond random {score.difference:+.3f} "
+            f"{_ci(score.difference_ci)}: {score.verdict})."
+        )
+    lines.append(comparison_line(result.aie_test))
+    lines.append(comparison_line(result.vector_test) + f" Added at layer {result.fv_layer}.")
+    overlap = ", ".join(result.overlap) or "none"
+    lines.append(
+        f"FV heads (top {len(result.fv_heads)} by AIE): {', '.join(result.fv_heads)}. Induction heads "
+        f"({result.induction_found_by}): {', '.join(result.induction_heads) or 'none'}. Overlap: {overlap}."
+    )
+    lines.append(
+        f"Tasks: {', '.join(result.tasks)}; {result.n_prompts} prompts of {result.n_shots} examples per task "
+        f"and half (discovery pairs find the heads, held-out pairs test them); ICL score on "
+        f"{result.n_documents} Brown corpus texts."
+    )
+    return lines
+
+
+def _task_rows(result: FunctionVectorResult) -> list[tuple[str, ...]]:
+    return [
+        (
+            task.task,
+            str(task.n_pairs),
+            _share(task.few_shot),
+            _share(task.zero_shot, task.zero_shot_ci),
+            _share(task.with_fv, task.with_fv_ci),
+            _share(task.with_random, task.with_random_ci),
+        )
+        for task in result.task_vectors
+    ]
+
+
+def _head_rows(result: FunctionVectorResult) -> list[tuple[str, str, str, str]]:
+    induction = set(result.induction_heads)
+    rows = []
+    for label, heldout in zip(result.fv_heads, result.fv_heads_heldout_aie, strict=True):
+        layer, head = (int(part) for part in label[1:].split("H"))
+        also = "induction" if label in induction else ""
+        rows.append((label, f"{result.aie[layer, head].item():+.4f}", f"{heldout:+.4f}", also))
+    return rows
+
+
+HEAD_COLUMNS = ("FV head", "AIE (discovery)", "AIE (held-out)", "also")
+
+
+def render_table(result: FunctionVectorResult, console: Console) -> None:
+    for line in summary_lines(result):
+        console.print(line, markup=False, highlight=False)
+    tasks = Table(title="Zero-shot accuracy on held-out pairs [95% CI]", box=box.SIMPLE_HEAD)
+    for column in TASK_COLUMNS:
+        tasks.add_column(column, justify="left" if column == "task" else "right", no_wrap=True)
+    for row in _task_rows(result):
+        tasks.add_row(*row)
+    console.print(tasks)
+    heads = Table(title="FV heads", box=box.SIMPLE_HEAD)
+    for column in HEAD_COLUMNS:
+        heads.add_column(column, justify="right" if column.startswith("AIE") else "left", no_wrap=True)
+    for row in _head_rows(result):
+        heads.add_row(*row)
+    console.print(heads)
+    console.print(LEGEND, style="dim", markup=False)
+    console.print(f"Model: {result.provenance}.", style="dim", markup=False)
+
+
+def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
+    """The report's figures as plain JSON data (`--save` writes the full result instead)."""
+    return {
+        "model": result.model_name,
+        "provenance": result.provenance,
+        "tasks": result.tasks,
+        "n_shots": result.n_shots,
+        "n_prompts": result.n_prompts,
+        "fv_heads": [
+            {"head": label, "aie_discovery": float(discovery), "aie_heldout": heldout, "also": also}
+            for label, discovery, heldout, also in _head_rows(result)
+        ],
+        "induction_heads": result.induction_heads,
+        "overlap": result.overlap,
+        "fv_layer": result.fv_layer,
+        "aie_test": vars(result.aie_test),
+        "vector_test": vars(result.vector_test),
+        "task_vectors": [vars(task) for task in result.task_vectors],
+        "ablations": [vars(found) for found in result.ablations],
+        "n_documents": result.n_documents,
+        "legend": LEGEND,
+    }
+
+
+def render_json(result: FunctionVectorResult) -> str:
+    return json.dumps(to_dict(result), indent=2, allow_nan=False)
+
+
+def render_markdown(result: FunctionVectorResult) -> str:
+    out = [f"# Function-vector heads of {result.model_name}", ""] + [
+        f"- {line}" for line in summary_lines(result)
+    ]
+    out += ["", "| " + " | ".join(TASK_COLUMNS) + " |", "|---|---:|---:|---:|---:|---:|"]
+    out += ["| " + " | ".join(row) + " |" for row in _task_rows(result)]
+    out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---:|---:|---|"]
+    out += ["| " + " | ".join(row) + " |" for row in _head_rows(result)]
+    out += ["", LEGEND, "", f"Model: {result.provenance}."]
+    return "\n".join(out) + "\n"
+
+
+def _html_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render_html(result: FunctionVectorResult) -> str:
+    comparisons = [result.aie_test, result.vector_test, *result.ablations]
+    rows = [
+        (found.name, found.unit, f"{found.value:+.3f} {_ci(found.value_ci)}",
+         ", ".join(f"{value:+.3f}" for value in found.random_values),
+         f"{found.difference:+.3f} {_ci(found.difference_ci)}", found.verdict)
+        for found in comparisons
+    ]  # fmt: skip
+    n_layers, n_heads = result.aie.shape
+    sections = [
+        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
+        f"<p class='legend'>{html.escape(LEGEND)}</p>",
+        "<h2>Tests against random same-layer heads</h2>"
+        + _html_table(("test", "unit", "class", "random sets", "beyond random", "verdict"), rows),
+        "<h2>Zero-shot accuracy on held-out pairs</h2>" + _html_table(TASK_COLUMNS, _task_rows(result)),
+        "<h2>FV heads</h2>" + _html_table(HEAD_COLUMNS, _head_rows(result)),
+        "<h2>Every head</h2>"
+        + heatmap_html(
+            result.aie,
+            [str(i) for i in range(n_layers)],
+            [str(i) for i in range(n_heads)],
+            "Average indirect effect (p(answer), discovery prompts, mean over tasks)",
+            signed=True,
+            value_format="{:+.4f}",
+            caption="positive: the head's mean output restores the task on shuffled-label prompts",
+        ),
+        f"<p>Model: {html.escape(result.provenance)}.</p>",
+    ]
+    return html_page(f"Function-vector heads of {result.model_name}", sections)
+
+
+def write_fv_report(result: FunctionVectorResult, format: str, out: str | None, console: Console) -> None:
+    """Render `result` in `format` to the file `out`, or to the console when out is None."""
+    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
+    table = functools.partial(render_table, result)
+    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=140)
