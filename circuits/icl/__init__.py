@@ -13,6 +13,7 @@ JSON, Markdown, HTML). Each module's docstring defines what it measures, with it
 
 from circuits.icl.function_vectors import (
     TaskPrompts,
+    attributed_indirect_effects,
     few_shot_accuracy,
     function_vector,
     head_indirect_effects,
@@ -56,6 +57,7 @@ __all__ = [
     "TrainingCurve",
     "Windows",
     "ablated_icl_scores",
+    "attributed_indirect_effects",
     "confirmed_induction_heads",
     "default_sequences",
     "default_windows",

@@ -5,8 +5,9 @@ a few-shot prompt demonstrates, and the function vector they sum to.
                 means [task, layer, head, d_head] (`mean_head_outputs`)
   AIE           a head's average indirect effect: p(answer) on a corrupted prompt (the examples'
                 answers shuffled) with the head's z at the last token set to its task's mean, minus
-                p(answer) on the corrupted prompt, averaged over prompts and tasks
-                (`head_indirect_effects`; one patched run per head on interp's engine)
+                p(answer) on the corrupted prompt, averaged over prompts and tasks: exact
+                (`head_indirect_effects`, one patched run per head on interp's engine) or every head
+                at once to first order (`attributed_indirect_effects`, one forward and backward pass)
   FV            the function vector of a task: sum over the top heads by AIE of mean z @ W_O
                 [d_model] (`function_vector`), added to the residual stream (hook_resid_pre of
                 one layer) at the last token of zero-shot prompts ("Q: fast\\nA:"); accuracy is the
@@ -105,6 +106,33 @@ def per_prompt(means: Float[Tensor, "task layer head d_head"], prompts: TaskProm
     return means[prompts.task_index, layer][:, None].to(prompts.corrupted.device)
 
 
+def attributed_indirect_effects(
+    model: interp.HookedTransformer, prompts: TaskPrompts, means: Float[Tensor, "task layer head d_head"]
+) -> Float[Tensor, "batch layer head"]:
+    """Every head's indirect effect on each corrupted prompt estimated to first order, from one forward
+    and one backward pass: (mean z - z) . d p(answer) / dz at the last token (the gradient taken with
+    respect to every hook_z, not the weights)."""
+    names = z_names(model)
+    kept: dict[str, Tensor] = {}
+
+    def keep(act: Tensor, hook) -> None:
+        kept[hook.name] = act
+
+    rows, last = torch.arange(len(prompts.answers)), prompts.corrupted_last
+    with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
+        resid = model(prompts.corrupted, stop_at_layer=model.cfg.n_layers)[rows, last]  # [batch, d_model]
+        probs = model.unembed(model.ln_final(resid[:, None]))[:, 0].float().softmax(-1)
+        answer_probs = probs[rows, prompts.answers.to(probs.device)]
+        grads = torch.autograd.grad(answer_probs.sum(), [kept[name] for name in names])
+    per_layer = [
+        ((per_prompt(means, prompts, layer)[:, 0] - kept[name].detach()[rows, last]) * grad[rows, last]).sum(
+            -1
+        )
+        for layer, (name, grad) in enumerate(zip(names, grads, strict=True))
+    ]  # [batch, head] each
+    return torch.stack(per_layer, 1).detach().float().cpu()
+
+
 @torch.inference_mode()
 def head_indirect_effects(
     model: interp.HookedTransformer,
@@ -142,6 +170,7 @@ def head_indirect_effects(
     return values[:-1] - values[-1]
 
 
+@torch.inference_mode()
 def function_vector(
     model: interp.HookedTransformer, means: Float[Tensor, "... layer head d_head"], heads: Sequence[Head]
 ) -> Float[Tensor, "... d_model"]:

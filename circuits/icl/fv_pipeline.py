@@ -12,6 +12,7 @@ import torch
 
 import interp
 from circuits.icl.function_vectors import (
+    attributed_indirect_effects,
     few_shot_accuracy,
     function_vector,
     head_indirect_effects,
@@ -79,6 +80,7 @@ def function_vector_report(
     n_prompts: int = 12,
     n_shots: int = 5,
     top: int = 10,
+    candidates: int | None = 30,
     n_random: int = 4,
     n_documents: int = 8,
     induction_heads: Sequence[Head] | None = None,
@@ -90,7 +92,9 @@ def function_vector_report(
     tasks: word-pair tasks of `interp.tasks.icl_tasks.ICL_TASKS`; each task's single-token pairs are
       split into discovery and held-out halves (`split_pairs`).
     n_prompts: few-shot prompts per task in each half, of `n_shots` examples each.
-    top: FV heads: the largest AIEs on the discovery prompts (mean over tasks).
+    candidates: the heads whose AIE is computed exactly on the discovery prompts: the largest
+      attributed AIEs (None: every head, one patched run each).
+    top: FV heads: the largest exact AIEs among the candidates (mean over tasks).
     n_random: random same-layer sets each class is compared with.
     n_documents: Brown corpus documents the ICL score is measured on (for the ablations).
     induction_heads: default `confirmed_induction_heads(model)` (cached); () skips that class.
@@ -100,6 +104,8 @@ def function_vector_report(
     for name, value, least in [("n_prompts", n_prompts, 2), ("n_shots", n_shots, 2), ("top", top, 1),
                                ("n_random", n_random, 1), ("n_documents", n_documents, 4)]:  # fmt: skip
         _check_count(name, value, least)
+    if candidates is not None:
+        _check_count("candidates", candidates, top)
     pairs = {name: single_token_pairs(model, ICL_TASKS[name]) for name in tasks}
     halves = {name: split_pairs(task_pairs, seed) for name, task_pairs in pairs.items()}
     for name, (_, heldout_pairs) in halves.items():
@@ -128,17 +134,23 @@ def function_vector_report(
         model, {name: half[1] for name, half in halves.items()}, n_prompts, n_shots, seed + 1
     )
     means = mean_head_outputs(model, discovery)  # [task, layer, head, d_head]
-    if progress is not None:
-        progress("AIE of every head (discovery prompts)", 0, 1)
-    effects = head_indirect_effects(model, discovery, means, progress=as_stage(progress, "AIE of every head"))
+    attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
     one_hot = torch.nn.functional.one_hot(discovery.task_index, len(tasks)).float()  # [batch, task]
-    aie_per_task = (effects @ one_hot / one_hot.sum(0)).T.reshape(len(tasks), cfg.n_layers, cfg.n_heads)
+    aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
     aie = aie_per_task.mean(0)
-    ranked = aie.flatten().argsort(descending=True)[:top].tolist()
-    fv_heads = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
+    n_heads = cfg.n_layers * cfg.n_heads
+    ranked = aie.flatten().argsort(descending=True)[: n_heads if candidates is None else candidates].tolist()
+    candidate_heads = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
+    stage("attribution", "Exact AIE of the candidates (discovery prompts)")
+    exact = head_indirect_effects(
+        model, discovery, means, [[head] for head in candidate_heads], as_stage(progress, "Exact AIE")
+    )  # [candidate, batch]
+    exact_aie = ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # mean over tasks
+    order = exact_aie.argsort(descending=True).tolist()
+    fv_heads = [candidate_heads[i] for i in order[:top]]
     vectors = function_vector(model, means, fv_heads)  # [task, d_model]
 
-    stage("AIE", "FV added at each layer (discovery zero-shot prompts)")
+    stage("exact AIE", "FV added at each layer (discovery zero-shot prompts)")
     layer_accuracy = zero_shot_accuracy(model, discovery, [(layer, vectors) for layer in range(cfg.n_layers)])
     layer_accuracy = layer_accuracy.mean(1)
     fv_layer = int(layer_accuracy.argmax())
@@ -213,8 +225,10 @@ def function_vector_report(
         n_shots=n_shots,
         n_prompts=n_prompts,
         seed=seed,
-        aie=aie,
+        aie_attributed=aie,
         aie_per_task=aie_per_task,
+        candidates=_labels(candidate_heads),
+        candidates_aie=exact_aie.tolist(),
         fv_heads=fv_labels,
         fv_heads_heldout_aie=heldout_effects[:top].mean(1).tolist(),
         induction_heads=induction_labels,

@@ -27,8 +27,9 @@ from interp.viz import heatmap_html, html_page
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
     "AIE: p(answer) on a prompt whose examples' answers are shuffled, with the head's output at the last "
-    "token set to its mean over clean few-shot prompts of the task, minus without (Todd et al. 2024). "
-    "FV heads: the top heads by AIE on discovery pairs; the function vector sums their mean outputs "
+    "token set to its mean over clean few-shot prompts of the task, minus without (Todd et al. 2024); "
+    "attributed: its first-order estimate for every head, exact for the top candidates. FV heads: the top "
+    "heads by exact AIE on discovery pairs; the function vector sums their mean outputs "
     "(z @ W_O) and is added to the residual stream at the last token of zero-shot prompts. Ablation: "
     "each head's z set to its mean over every position. Every test runs on held-out pairs (the ICL score "
     "on Brown corpus texts) against random heads from the same layers: [95% bootstrap CI over prompts or "
@@ -103,17 +104,19 @@ def _task_rows(result: FunctionVectorResult) -> list[tuple[str, ...]]:
     ]
 
 
-def _head_rows(result: FunctionVectorResult) -> list[tuple[str, str, str, str]]:
+def _head_rows(result: FunctionVectorResult) -> list[tuple[str, str, str, str, str]]:
     induction = set(result.induction_heads)
+    exact = dict(zip(result.candidates, result.candidates_aie, strict=True))
     rows = []
     for label, heldout in zip(result.fv_heads, result.fv_heads_heldout_aie, strict=True):
         layer, head = (int(part) for part in label[1:].split("H"))
         also = "induction" if label in induction else ""
-        rows.append((label, f"{result.aie[layer, head].item():+.4f}", f"{heldout:+.4f}", also))
+        attributed = result.aie_attributed[layer, head].item()
+        rows.append((label, f"{attributed:+.4f}", f"{exact[label]:+.4f}", f"{heldout:+.4f}", also))
     return rows
 
 
-HEAD_COLUMNS = ("FV head", "AIE (discovery)", "AIE (held-out)", "also")
+HEAD_COLUMNS = ("FV head", "attributed AIE", "AIE (discovery)", "AIE (held-out)", "also")
 
 
 def render_table(result: FunctionVectorResult, console: Console) -> None:
@@ -144,8 +147,14 @@ def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
         "n_shots": result.n_shots,
         "n_prompts": result.n_prompts,
         "fv_heads": [
-            {"head": label, "aie_discovery": float(discovery), "aie_heldout": heldout, "also": also}
-            for label, discovery, heldout, also in _head_rows(result)
+            {
+                "head": head,
+                "aie_attributed": float(attributed),
+                "aie_discovery": float(discovery),
+                "aie_heldout": float(heldout),
+                "also": also,
+            }
+            for head, attributed, discovery, heldout, also in _head_rows(result)
         ],
         "induction_heads": result.induction_heads,
         "overlap": result.overlap,
@@ -169,7 +178,7 @@ def render_markdown(result: FunctionVectorResult) -> str:
     ]
     out += ["", "| " + " | ".join(TASK_COLUMNS) + " |", "|---|---:|---:|---:|---:|---:|"]
     out += ["| " + " | ".join(row) + " |" for row in _task_rows(result)]
-    out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---:|---:|---|"]
+    out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---:|---:|---:|---|"]
     out += ["| " + " | ".join(row) + " |" for row in _head_rows(result)]
     out += ["", LEGEND, "", f"Model: {result.provenance}."]
     return "\n".join(out) + "\n"
@@ -191,7 +200,7 @@ def render_html(result: FunctionVectorResult) -> str:
          f"{found.difference:+.3f} {_ci(found.difference_ci)}", found.verdict)
         for found in comparisons
     ]  # fmt: skip
-    n_layers, n_heads = result.aie.shape
+    n_layers, n_heads = result.aie_attributed.shape
     sections = [
         "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
         f"<p class='legend'>{html.escape(LEGEND)}</p>",
@@ -201,10 +210,10 @@ def render_html(result: FunctionVectorResult) -> str:
         "<h2>FV heads</h2>" + _html_table(HEAD_COLUMNS, _head_rows(result)),
         "<h2>Every head</h2>"
         + heatmap_html(
-            result.aie,
+            result.aie_attributed,
             [str(i) for i in range(n_layers)],
             [str(i) for i in range(n_heads)],
-            "Average indirect effect (p(answer), discovery prompts, mean over tasks)",
+            "Attributed average indirect effect (p(answer), discovery prompts, mean over tasks)",
             signed=True,
             value_format="{:+.4f}",
             caption="positive: the head's mean output restores the task on shuffled-label prompts",

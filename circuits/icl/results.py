@@ -133,9 +133,9 @@ class TaskVector:
 @dataclass(kw_only=True)
 class FunctionVectorResult:
     """`function_vector_report`'s result. The pairs of each task are split in two: discovery pairs
-    rank every head by AIE, give the mean outputs the function vectors sum and choose the layer
-    they are added at; every claim is tested on prompts of the held-out pairs (and, for the ICL
-    score, on Brown corpus documents)."""
+    rank every head by attributed AIE, then the candidates by exact AIE, give the mean outputs the
+    function vectors sum and choose the layer they are added at; every claim is tested on prompts of
+    the held-out pairs (and, for the ICL score, on Brown corpus documents)."""
 
     model_name: str
     provenance: str
@@ -143,9 +143,11 @@ class FunctionVectorResult:
     n_shots: int
     n_prompts: int  # per task and half
     seed: int
-    aie: Float[Tensor, "layer head"]  # discovery AIE, mean over tasks and prompts (p(answer))
-    aie_per_task: Float[Tensor, "task layer head"]
-    fv_heads: list[str]  # top heads by discovery AIE, strongest first
+    aie_attributed: Float[Tensor, "layer head"]  # every head's AIE to first order (discovery, p(answer))
+    aie_per_task: Float[Tensor, "task layer head"]  # the same per task
+    candidates: list[str]  # the top heads by attributed AIE
+    candidates_aie: list[float]  # their exact AIE (discovery prompts, mean over tasks)
+    fv_heads: list[str]  # top candidates by exact AIE, strongest first
     fv_heads_heldout_aie: list[float]  # each alone, on held-out prompts
     induction_heads: list[str]
     induction_found_by: str

@@ -1,0 +1,198 @@
+"""Function-vector heads: the word-pair tasks, AIE and the vector's addition against hand-made hooks on
+SmolLM2, and the whole report on a small random model with SmolLM2's tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+import interp
+from circuits.cli import app
+from circuits.icl import (
+    few_shot_accuracy,
+    function_vector,
+    function_vector_report,
+    head_indirect_effects,
+    mean_head_outputs,
+    task_prompts,
+    zero_shot_accuracy,
+)
+from circuits.icl.fv_report import render_html, write_fv_report
+from circuits.results_file import load_result, save_result
+from interp.tasks.icl_tasks import (
+    ICL_TASKS,
+    check_task_names,
+    few_shot_prompts,
+    single_token_pairs,
+    split_pairs,
+)
+from tests.conftest import tiny_config
+
+
+def test_word_pair_tasks_make_the_prompts_they_promise(smollm2):
+    for task in ICL_TASKS.values():
+        pairs = single_token_pairs(smollm2, task)
+        assert len(pairs) >= 30 and len({x for x, _ in pairs}) == len(pairs)
+        assert all(len(smollm2.tokenizer.encode(" " + y, add_special_tokens=False)) == 1 for _, y in pairs)
+        discovery, heldout = split_pairs(pairs, seed=1)
+        assert not set(discovery) & set(heldout) and sorted(discovery + heldout) == sorted(pairs)
+        prompts = few_shot_prompts(heldout, 6, 4, torch.Generator().manual_seed(0))
+        answers = dict(heldout)
+        for clean, corrupted, zero, answer in zip(
+            prompts.clean, prompts.corrupted, prompts.zero_shot, prompts.answers, strict=True
+        ):
+            assert clean.endswith(zero) and corrupted.endswith(zero) and answers[zero[3:-3]] == answer
+            shots = [block.split("\n") for block in clean.split("\n\n")[:-1]]
+            moved = [block.split("\n") for block in corrupted.split("\n\n")[:-1]]
+            assert len(shots) == 4 and [x for x, _ in shots] == [x for x, _ in moved]
+            assert all(answers[x[3:]] == y[3:] for x, y in shots)  # every example solved
+            assert all(answers[x[3:]] != y[3:] for x, y in moved)  # none solved: answers shuffled
+            assert sorted(y for _, y in shots) == sorted(y for _, y in moved)
+    assert len(single_token_pairs(smollm2, ICL_TASKS["country_capital"])) < len(
+        ICL_TASKS["country_capital"].pairs
+    )
+    with pytest.raises(ValueError, match="unknown ICL task"):
+        check_task_names(["antonym", "synonym"])
+
+
+@pytest.fixture(scope="module")
+def prompts(smollm2):
+    pairs = {
+        name: split_pairs(single_token_pairs(smollm2, ICL_TASKS[name]))[0]
+        for name in ("antonym", "present_past")
+    }
+    return task_prompts(smollm2, pairs, n_prompts=3, n_shots=3, seed=0)
+
+
+def _answer_probs(model, tokens, last, answers) -> torch.Tensor:
+    logits = model(tokens)
+    return logits[torch.arange(len(tokens)), last].softmax(-1)[torch.arange(len(tokens)), answers]
+
+
+def test_aie_equals_a_hooked_patch_of_the_heads(smollm2, prompts):
+    means = mean_head_outputs(smollm2, prompts)
+    clean = smollm2.run_with_cache(prompts.clean, names_filter="blocks.4.attn.hook_z")[1][
+        "blocks.4.attn.hook_z"
+    ]
+    task0 = prompts.task_index == 0
+    expected = clean[torch.arange(len(clean)), prompts.clean_last][task0].mean(0)  # [head, d_head]
+    torch.testing.assert_close(means[0, 4], expected, atol=1e-5, rtol=0)
+    head_sets = [[(4, 2)], [(12, 0), (12, 5), (20, 3)]]
+    effects = head_indirect_effects(smollm2, prompts, means, head_sets)
+    rows = torch.arange(len(prompts.answers))
+    last = prompts.corrupted_last
+    with torch.no_grad():
+        base = _answer_probs(smollm2, prompts.corrupted, last, prompts.answers)
+        for heads, effect in zip(head_sets, effects, strict=True):
+
+            def patch(z, hook, heads=heads):
+                layer = int(hook.name.split(".")[1])
+                for layer_, head in heads:
+                    if layer_ == layer:
+                        z[rows, last, head] = means[prompts.task_index, layer, head]
+                return z
+
+            hooks = [(f"blocks.{layer}.attn.hook_z", patch) for layer in {layer for layer, _ in heads}]
+            with smollm2.hooks(fwd_hooks=hooks):
+                patched = _answer_probs(smollm2, prompts.corrupted, last, prompts.answers)
+            torch.testing.assert_close(effect, patched - base, atol=1e-5, rtol=0)
+
+
+def test_the_vector_and_the_ablation_equal_hooked_runs(smollm2, prompts):
+    means = mean_head_outputs(smollm2, prompts)
+    heads = [(9, 1), (14, 6)]
+    vectors = function_vector(smollm2, means, heads)  # [task, d_model]
+    rows, last = torch.arange(len(prompts.answers)), prompts.zero_shot_last
+    with torch.no_grad():
+        expected = means[:, 9, 1] @ smollm2.W_O[9, 1] + means[:, 14, 6] @ smollm2.W_O[14, 6]
+        torch.testing.assert_close(vectors, expected)
+        plain, added = zero_shot_accuracy(smollm2, prompts, [(0, None), (6, 8 * vectors)])
+
+        def add(resid, hook):
+            resid[rows, last] += 8 * vectors[prompts.task_index]
+            return resid
+
+        for hooks, accuracy in [([], plain), ([("blocks.6.hook_resid_pre", add)], added)]:
+            with smollm2.hooks(fwd_hooks=hooks):
+                top = smollm2(prompts.zero_shot)[rows, last].argmax(-1)
+            assert torch.equal(accuracy, (top == prompts.answers).float())
+        clean, (ablated,) = few_shot_accuracy(smollm2, prompts, [heads])
+        real = torch.arange(prompts.clean.shape[1]) <= prompts.clean_last[:, None]
+
+        def ablate(z, hook):
+            head = 1 if hook.name.startswith("blocks.9.") else 6
+            z[:, :, head] = z[:, :, head][real].mean(0)
+            return z
+
+        with smollm2.hooks(fwd_hooks=[("blocks.9.attn.hook_z", ablate), ("blocks.14.attn.hook_z", ablate)]):
+            top = smollm2(prompts.clean)[rows, prompts.clean_last].argmax(-1)
+        assert torch.equal(ablated, (top == prompts.answers).float())
+        top = smollm2(prompts.clean)[rows, prompts.clean_last].argmax(-1)
+        assert torch.equal(clean, (top == prompts.answers).float())
+
+
+@pytest.fixture(scope="module")
+def small_result(smollm2):
+    """The whole report on a random 2-layer model with SmolLM2's tokenizer (so: Brown documents too)."""
+    torch.manual_seed(0)
+    config = tiny_config(n_layers=2, d_model=32, n_heads=4, d_vocab=smollm2.cfg.d_vocab, n_ctx=600)
+    model = interp.HookedTransformer(config, tokenizer=smollm2.tokenizer)
+    tasks = ["antonym", "present_past"]
+    return function_vector_report(
+        model, tasks, n_prompts=4, n_shots=3, top=2, candidates=4, n_random=2, n_documents=4,
+        induction_heads=[(1, 0)],
+    )  # fmt: skip
+
+
+def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
+    result = small_result
+    assert (
+        result.aie.shape == (2, 4)
+        and len(result.fv_heads) == 2
+        and result.tasks == ["antonym", "present_past"]
+    )
+    names = [found.name for found in result.ablations]
+    assert names == [
+        "FV heads ablated: few-shot accuracy", "FV heads ablated: ICL score",
+        "induction heads ablated: few-shot accuracy", "induction heads ablated: ICL score",
+    ]  # fmt: skip
+    for found in [result.aie_test, result.vector_test, *result.ablations]:
+        assert found.verdict in ("confirmed", "unconfirmed") and len(found.random_values) == 2
+        assert found.difference_ci[0] <= found.difference <= found.difference_ci[1]
+    assert all(not set(draw) & set(result.fv_heads) for draw in result.aie_test.random_sets)
+    save_result(result, tmp_path / "fv.json")
+    loaded = load_result(tmp_path / "fv.json")
+    assert loaded.fv_heads == result.fv_heads and torch.equal(loaded.aie_attributed, result.aie_attributed)
+    assert "Function-vector heads of" in render_html(loaded)
+    console = Console(record=True, width=100)
+    write_fv_report(loaded, "table", None, console)
+    assert console.export_text().startswith("Ablating the 2 FV heads changes few-shot accuracy")
+    for format in ("json", "markdown"):
+        write_fv_report(loaded, format, tmp_path / f"fv.{format}", console)
+        assert "beyond random" in (tmp_path / f"fv.{format}").read_text() or format == "json"
+    outcome = CliRunner().invoke(app, ["render", str(tmp_path / "fv.json"), "--format", "markdown"])
+    assert outcome.exit_code == 0 and "Function-vector heads" in outcome.output
+
+
+def test_bad_input_says_what_to_pass(smollm2):
+    with pytest.raises(ValueError, match="no tokenizer"):
+        function_vector_report(interp.load_model("toy-induction"), induction_heads=())
+    with pytest.raises(ValueError, match="too few for 40 shots"):
+        function_vector_report(smollm2, ["antonym"], n_shots=40, induction_heads=())
+    with pytest.raises(ValueError, match="top must be an int >= 1"):
+        function_vector_report(smollm2, top=0, induction_heads=())
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--tasks", "antonym,synonym"], "unknown ICL task"),
+        (["--late", "100"], "apply to the ICL score, not to --fv"),
+        (["--format", "csv"], "unknown format"),
+    ],
+)
+def test_cli_refuses_bad_options(options, message):
+    outcome = CliRunner().invoke(app, ["icl", "--fv", "--model", "no-such-model", *options])
+    assert outcome.exit_code == 2 and message in " ".join(outcome.output.split())
