@@ -60,6 +60,13 @@ def comparison_line(found: Comparison) -> str:
     )
 
 
+def _mean_aie(result: FunctionVectorResult, labels: list[str]) -> float:
+    """The mean attributed AIE of the heads `labels` ("L14H6"); NaN for none."""
+    values = [result.aie_attributed[int(layer), int(head)].item() for layer, head in
+              (label[1:].split("H") for label in labels)]  # fmt: skip
+    return sum(values) / len(values) if values else math.nan
+
+
 def summary_lines(result: FunctionVectorResult) -> list[str]:
     """The finding, in order: the ablations, the held-out tests, the overlap."""
     lines = []
@@ -78,9 +85,12 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
     lines.append(comparison_line(result.aie_test))
     lines.append(comparison_line(result.vector_test) + f" Added at layer {result.fv_layer}.")
     overlap = ", ".join(result.overlap) or "none"
+    every = result.aie_attributed.mean().item()
     lines.append(
         f"FV heads (top {len(result.fv_heads)} by AIE): {', '.join(result.fv_heads)}. Induction heads "
-        f"({result.induction_found_by}): {', '.join(result.induction_heads) or 'none'}. Overlap: {overlap}."
+        f"({result.induction_found_by}): {', '.join(result.induction_heads) or 'none'}. Overlap: {overlap}. "
+        f"Mean attributed AIE: FV heads {_mean_aie(result, result.fv_heads):+.4f}, induction heads "
+        f"{_mean_aie(result, result.induction_heads):+.4f}, every head {every:+.4f}."
     )
     lines.append(
         f"Tasks: {', '.join(result.tasks)}; {result.n_prompts} prompts of {result.n_shots} examples per task "
