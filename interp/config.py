@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-Normalization = Literal["layernorm", "rmsnorm"]
+Normalization = Literal["layernorm", "rmsnorm", "none"]
 Positional = Literal["learned", "rotary", "none"]
 Activation = Literal["gelu", "gelu_new", "silu", "relu"]
 QKNorm = Literal["none", "head", "all_heads"]
@@ -152,11 +152,15 @@ class Config:
                 raise ValueError(f"attn_types entry {kind!r} is not one of {AttentionType.__args__}.")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _HOOK_SETTINGS:
-            raise AttributeError(
-                f"{name} is a setting of the model's hook points, not of its Config: use "
-                f"model.set_{name}({value!r}) or `with model.settings({name}={value!r}):`."
-            )
+        if name in _HOOK_SETTINGS:  # TransformerLens code sets them here: switch the owning model's
+            settings = self.__dict__.get("_hook_settings")
+            if settings is None:
+                raise AttributeError(
+                    f"{name} is a setting of a model's hook points, and no model owns this Config: build "
+                    f"the model, then model.set_{name}({value!r}) (or set model.cfg.{name})."
+                )
+            settings.switch(self.group_size, **{name: value})
+            return
         if name not in _FIELD_NAMES:
             raise AttributeError(f"Config has no field {name!r}; fields: {sorted(_FIELD_NAMES)}.")
         if name in _RUNTIME_FIELDS and name in self.__dict__:
@@ -188,8 +192,8 @@ class Config:
 
     # --- TransformerLens's names for these fields (read-only) -----------------------------------
 
-    # TransformerLens's hook switches, read-only: those of the model that owns this Config
-    # (`model.hook_settings`; set with model.set_use_attn_result(...)), False for a Config no model owns.
+    # TransformerLens's hook switches: those of the model that owns this Config (`model.hook_settings`);
+    # setting one switches the model's (as model.set_use_attn_result(...)); False for a Config no model owns.
     @property
     def use_attn_result(self) -> bool:
         return self._hook_setting("use_attn_result")
@@ -218,8 +222,11 @@ class Config:
         return self.activation
 
     @property
-    def normalization_type(self) -> Literal["LN", "LNPre", "RMS", "RMSPre"]:
-        """ "LN"/"RMS", with "Pre" once fold_ln has moved the norm's weights into the next layer."""
+    def normalization_type(self) -> Literal["LN", "LNPre", "RMS", "RMSPre"] | None:
+        """ "LN"/"RMS", with "Pre" once fold_ln has moved the norm's weights into the next layer;
+        None without norms."""
+        if self.normalization == "none":
+            return None
         return _NORMALIZATION_TYPES[self.normalization] + ("Pre" if self.norm_folded else "")
 
     @property

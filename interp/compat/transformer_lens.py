@@ -32,7 +32,9 @@ HOOK_SETTINGS = (
     "use_attn_in",
     "use_hook_tokens",
 )
-_FROM_NORMALIZATION_TYPE = {"LN": "layernorm", "RMS": "rmsnorm", "LNPre": "layernorm", "RMSPre": "rmsnorm"}
+_FROM_NORMALIZATION_TYPE = {
+    "LN": "layernorm", "RMS": "rmsnorm", "LNPre": "layernorm", "RMSPre": "rmsnorm", None: "none"
+}  # fmt: skip
 _FROM_POSITIONAL_TYPE = {"standard": "learned", "rotary": "rotary"}
 # TL's activations that are interp's under another name (the same function).
 _ACTIVATION_ALIASES = {"gelu_pytorch_tanh": "gelu_new"}
@@ -152,8 +154,8 @@ class HookedTransformerConfig:
             )
         if self.normalization_type not in _FROM_NORMALIZATION_TYPE:
             raise ValueError(
-                f"normalization_type={self.normalization_type!r}: interp supports 'LN', 'LNPre', 'RMS' "
-                "and 'RMSPre'."
+                f"normalization_type={self.normalization_type!r}: interp supports 'LN', 'LNPre', 'RMS', "
+                "'RMSPre' and None (no norms)."
             )
         if self.positional_embedding_type not in _FROM_POSITIONAL_TYPE:
             raise ValueError(
@@ -224,7 +226,7 @@ class HookedTransformerConfig:
             d_mlp=self.d_mlp,
             attn_only=self.attn_only,
             normalization=_FROM_NORMALIZATION_TYPE[self.normalization_type],
-            norm_folded=self.normalization_type.endswith("Pre"),
+            norm_folded=(self.normalization_type or "").endswith("Pre"),
             norm_eps=self.eps,
             positional=_FROM_POSITIONAL_TYPE[self.positional_embedding_type],
             rotary_dim=self.rotary_dim,
@@ -246,6 +248,7 @@ class HookedTransformerConfig:
             window_size=self.window_size if self.use_local_attn else None,
             num_experts=self.num_experts,
             experts_per_token=self.experts_per_token,
+            unembed_bias=True,  # TransformerLens's models always hold b_U
         )
 
     def model_settings(self, tokenizer: Any = None) -> dict[str, Any]:

@@ -340,7 +340,8 @@ class ActivationCache:
         """Each head's output (z_h W_O[h], without b_O) in layers before `layer`, labelled "L0H3".
 
         `incl_remainder` adds the rest of the residual stream (resid_post of layer - 1 minus the
-        heads) as a last component, "remainder".
+        heads) as a last component, "remainder"; at layer 0, as in TransformerLens, the final
+        residual stream (its index layer - 1 is -1).
         """
         cfg = self.model.cfg
         if cfg.post_norm:
@@ -373,7 +374,8 @@ class ActivationCache:
         remainder of resid (if asked), normalised by the norm that reads it (if asked)."""
         stack = torch.cat(parts) if parts else _select(self["hook_embed"], pos_slice, pos)[None][:0]
         if incl_remainder:
-            resid = _select(self["resid_post", layer - 1] if layer else self["resid_pre", 0], pos_slice, pos)
+            # TransformerLens's: resid_post of layer - 1, so at layer 0 (no components) the final stream
+            resid = _select(self["resid_post", layer - 1], pos_slice, pos)
             stack = torch.cat([stack, (resid - stack.sum(0))[None]])
             labels.append("remainder")
         if apply_ln:
@@ -502,6 +504,8 @@ class ActivationCache:
             if not self.model.cfg.pre_norm:
                 return residual_stack  # no norm before attention or MLP (OLMo 2): they read the stream as is
             norm, scale_name = getattr(self.model.blocks[layer], sub), f"blocks.{layer}.{sub}.hook_scale"
+        if norm.identity:
+            return residual_stack  # a model without norms reads the stream as is
         if recompute_ln and layer == n_layers:
             stack = norm(residual_stack)
         else:

@@ -27,7 +27,8 @@ def _upcast(x: Tensor) -> Tensor:
 
 
 class Norm(nn.Module):
-    """LayerNorm or RMSNorm with hooks on the scale and the normalised output.
+    """LayerNorm or RMSNorm with hooks on the scale and the normalised output (or, for models
+    without norms, the identity, with no hooks and no parameters).
 
     Normalises the last `n_dims` dims of its input; `shape` is the shape of its weight (default
     [d_model]; q/k norms: [head, d_head]). hook_scale: the input's shape with the normalised dims
@@ -42,16 +43,20 @@ class Norm(nn.Module):
     ):
         super().__init__()
         shape = (cfg.d_model,) if shape is None else shape
-        folded = cfg.norm_folded if folded is None else folded
+        self.identity = cfg.normalization == "none"  # no norm (TransformerLens's normalization_type=None)
+        folded = self.identity or (cfg.norm_folded if folded is None else folded)
         self.center = cfg.normalization == "layernorm"
         self.eps = cfg.norm_eps
         self.dims = tuple(range(-n_dims, 0))
         self.w = nn.Parameter(torch.ones(shape)) if not folded else None
         self.b = nn.Parameter(torch.zeros(shape)) if self.center and not folded else None
-        self.hook_scale = HookPoint()
-        self.hook_normalized = HookPoint()
+        if not self.identity:
+            self.hook_scale = HookPoint()
+            self.hook_normalized = HookPoint()
 
     def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
+        if self.identity:
+            return x
         dtype = x.dtype
         x = _upcast(x)
         if self.center:
@@ -76,6 +81,8 @@ class Norm(nn.Module):
         """The norm as a linear map with a given scale (from a cached run), applied to each component
         of a stack of residual-stream contributions: w * (x - mean x) / scale (RMSNorm: w * x / scale).
         No bias: the components' normalised parts add up to the norm's output minus its bias."""
+        if self.identity:
+            return stack
         stack = stack - stack.mean(-1, keepdim=True) if self.center else stack
         stack = stack / scale
         if self.w is not None:
@@ -88,6 +95,8 @@ class Norm(nn.Module):
         """Vector-Jacobian products at x for one cotangent per reader, in closed form (float32):
         for y = w * c / s + b with c = x (- mean x for LayerNorm) and s = sqrt(mean(c^2) + eps),
         dy^T g = P(w g / s - c <w g, c> / (d s^3)), P centring for LayerNorm."""
+        if self.identity:
+            return cotangent.float()
         c = x.detach().float()[:, :, None, :]  # [B, P, 1, d]
         if self.center:
             c = c - c.mean(-1, keepdim=True)
@@ -217,13 +226,26 @@ class Attention(nn.Module):
         return angles.cos(), angles.sin()
 
     def _needs_explicit_pattern(self) -> bool:
-        """Whether the scores must be materialised: something observes the scores or pattern, or
-        they are soft-capped (else fused SDPA is used)."""
+        """Whether z must be computed from a materialised pattern: a hook may change the scores or
+        the pattern (or hooks their gradients), or they are soft-capped. Else fused SDPA computes z,
+        and the pattern is made for observers only (`hooks.observer`, e.g. `run_with_cache`'s), so
+        a cached run's outputs equal the uncached run's."""
         return bool(
             self.cfg.attn_scores_soft_cap is not None
-            or self.hook_attn_scores.has_hooks()
-            or self.hook_pattern.has_hooks()
+            or not self.hook_attn_scores.only_observed()
+            or not self.hook_pattern.only_observed()
         )
+
+    def _pattern(self, q: Tensor, k: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """The attention pattern [batch, head, q_pos, k_pos] through hook_attn_scores and hook_pattern."""
+        cfg = self.cfg
+        scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.attn_scale, cfg.attn_scores_soft_cap)
+        visible = self._visible(q.shape[1], k.shape[1], q.device, attention_mask)
+        scores = self.hook_attn_scores(scores.masked_fill(~visible, float("-inf")))
+        pattern = _upcast(scores).softmax(dim=-1)
+        if attention_mask is not None:  # queries that see nothing (left pads): zeros, not NaN (TL)
+            pattern = torch.where(pattern.isnan(), torch.zeros_like(pattern), pattern)
+        return self.hook_pattern(pattern.to(q.dtype))
 
     def _visible(
         self, q_pos: int, k_pos: int, device: torch.device, key_mask: Tensor | None = None
@@ -278,17 +300,10 @@ class Attention(nn.Module):
             v = v.repeat_interleave(cfg.group_size, dim=2)
         q_pos, k_pos = q.shape[1], k.shape[1]
         if self._needs_explicit_pattern():
-            scores = soft_cap(
-                torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.attn_scale, cfg.attn_scores_soft_cap
-            )
-            visible = self._visible(q_pos, k_pos, q.device, attention_mask)
-            scores = self.hook_attn_scores(scores.masked_fill(~visible, float("-inf")))
-            pattern = _upcast(scores).softmax(dim=-1)
-            if attention_mask is not None:  # queries that see nothing (left pads): zeros, not NaN (TL)
-                pattern = torch.where(pattern.isnan(), torch.zeros_like(pattern), pattern)
-            pattern = self.hook_pattern(pattern.to(q.dtype))
-            z = torch.einsum("bhqk,bkhe->bqhe", pattern, v)
+            z = torch.einsum("bhqk,bkhe->bqhe", self._pattern(q, k, attention_mask), v)
         else:
+            if self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks():
+                self._pattern(q, k, attention_mask)  # for the observers alone
             causal_only = offset == 0 and self.window_size is None and attention_mask is None
             mask = None if causal_only else self._visible(q_pos, k_pos, q.device, attention_mask)
             blind = None

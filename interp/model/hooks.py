@@ -8,6 +8,7 @@ their setting is on: `model.set_use_attn_result(True)`, or for a block of code
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -24,15 +25,41 @@ class HookPoint(hook_points.HookPoint):
     (`checks.checked_hook`), forward and backward."""
 
     def add_hook(self, hook: Callable, dir: str = "fwd", *args: Any, **kwargs: Any) -> Any:
-        return super().add_hook(checks.checked_hook(hook, dir, self.name), dir, *args, **kwargs)
+        handle = super().add_hook(checks.checked_hook(hook, dir, self.name), dir, *args, **kwargs)
+        if dir == "fwd" and getattr(hook, "observes_only", False):
+            live = set(self._forward_hooks)  # forget removed hooks' ids
+            observers = {i for i in getattr(self, "_observer_ids", ()) if i in live}
+            self._observer_ids = observers | {handle.hook.id}
+        return handle
 
     def has_hooks(self) -> bool:
         """Whether a forward or backward hook is on this point."""
         return bool(self._forward_hooks or self._backward_hooks)
 
+    def only_observed(self) -> bool:
+        """Whether every hook on this point is a forward `observer` (it reads, never changes, the
+        activation, and no gradient is hooked): the computation may then skip the activation and
+        make it for the observers alone."""
+        observers = getattr(self, "_observer_ids", set())
+        return not self._backward_hooks and all(i in observers for i in self._forward_hooks)
+
     def hook_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The ids of the forward and backward hooks on this point (each registration has its own)."""
         return tuple(self._forward_hooks), tuple(self._backward_hooks)
+
+
+def observer(hook: Callable) -> Callable:
+    """Mark a forward hook as one that only reads its activation (it returns None; checked), e.g.
+    `run_with_cache`'s: the computation is then the one without it (fused attention stays fused),
+    so a cached run's outputs are the uncached run's, bit for bit."""
+
+    @functools.wraps(hook)
+    def observe(tensor: Any, hook: Any) -> None:
+        if observe.__wrapped__(tensor, hook=hook) is not None:
+            raise ValueError(f"the observer hook at {hook.name!r} returned a value; an observer returns None")
+
+    observe.observes_only = True
+    return observe
 
 
 @dataclass
@@ -56,6 +83,18 @@ class HookSettings:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+    def switch(self, group_size: int, **settings: bool) -> None:
+        """Turn settings on or off (`group_size`: query heads per key/value head of the model)."""
+        unknown = set(settings) - set(self.names())
+        if unknown:
+            raise ValueError(f"{sorted(unknown)}: only {list(self.names())} can be changed at run time.")
+        if settings.get("use_attn_in") and group_size > 1:
+            raise checks.InvalidArgumentError(
+                "hook_attn_in needs one key/value head per query head; use set_use_split_qkv_input."
+            )
+        for key, value in settings.items():
+            setattr(self, key, bool(value))
 
 
 # Hook points that fire only when their setting is on: hook name suffix -> setting.

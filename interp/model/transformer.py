@@ -48,7 +48,7 @@ from interp.io.sources import LoadedWeights, official_name, read_source
 from interp.model.cache import ActivationCache
 from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
-from interp.model.hooks import OPT_IN_HOOKS, HookPoint, HookSettings, opt_in_setting
+from interp.model.hooks import OPT_IN_HOOKS, HookPoint, HookSettings, observer, opt_in_setting
 from interp.model.kv_cache import HookedTransformerKeyValueCache
 from interp.model.stacked import StackedWeights, WeightView
 from interp.model.tokens import (
@@ -136,6 +136,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             self._switch_hooks(**settings["hook_settings"])
             device = settings["device"] or transformer_lens_device()  # TL: a GPU where there is one
             self.to(device=device, dtype=settings["dtype"])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "cfg" and "hook_settings" in self.__dict__:  # a new Config (weight processing)
+            attach_hook_settings(value, self.hook_settings)
+        super().__setattr__(name, value)
 
     # --- weights -------------------------------------------------------------------------------
 
@@ -239,6 +244,9 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         )
         if refactor_factored_attn_matrices:
             model.refactor_factored_attn_matrices()
+        if model.b_U is None:  # TransformerLens's models always hold b_U (zeros where it was none)
+            model.b_U = nn.Parameter(torch.zeros(model.cfg.d_vocab, device=model.W_U.device, dtype=dtype))
+            model.cfg.unembed_bias = True
         model.default_padding_side = default_padding_side
         if default_prepend_bos is None:  # TransformerLens's default: BOS first, but where TL loads without
             bos = model.cfg.bos_token_id
@@ -277,15 +285,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         self._switch_hooks(use_hook_mlp_in=use_hook_mlp_in)
 
     def _switch_hooks(self, **settings: bool) -> None:
-        allowed = set(HookSettings.names())
-        if set(settings) - allowed:
-            raise ValueError(f"Only {sorted(allowed)} can be changed at run time.")
-        if settings.get("use_attn_in") and self.cfg.group_size > 1:
-            raise checks.InvalidArgumentError(
-                "hook_attn_in needs one key/value head per query head; use set_use_split_qkv_input."
-            )
-        for key, value in settings.items():
-            setattr(self.hook_settings, key, bool(value))
+        self.hook_settings.switch(self.cfg.group_size, **settings)
 
     # --- small helpers -------------------------------------------------------------------------------
 
@@ -404,6 +404,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             pos_dim = -3 if name.endswith(_PER_HEAD_HOOKS) else -2  # [.., pos, head, d] or [.., pos, d]
             return positions.apply(tensor, dim=pos_dim) if tensor.dim() >= -pos_dim else tensor
 
+        @observer  # reads only: the run computes what it computes uncached (fused attention too)
         def save(tensor: Tensor, hook: HookPoint) -> None:
             cache[hook.name] = kept(tensor, hook.name)
 

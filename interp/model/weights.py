@@ -56,6 +56,8 @@ def _bias(module: nn.Module, name: str, shape: tuple[int, ...], like: Tensor) ->
 def _fold_norm_into(norm: Norm, readers: list[tuple[nn.Module, str, str]]) -> None:
     """readers: (module, weight name, bias name); weights are [..., d_model, out] matrices."""
     w, b = norm.w, norm.b
+    if w is None and b is None:  # folded already, or no norm at all
+        return
     for module, weight_name, bias_name in readers:
         W = getattr(module, weight_name)
         if b is not None:

@@ -18,10 +18,6 @@ GPT2_TOKENS = "asserts GPT-2's token ids, vocabulary or tokenizer name (SmolLM2'
 HUB_LOSS = "asserts the loss of a hub model (GPT-2, SoLU, Pythia, othello-gpt) on its text"
 HUB_DTYPES = "loads GPT-2, TinyStories and Pythia from the hub in each dtype"
 TRAINED_NUMBERS = "asserts numbers of a trained hub model (solu-2l / GPT-2 small), not model-agnostic"
-SDPA = (
-    "compares two runs with torch.allclose's default atol=1e-8: interp runs fused SDPA unless the "
-    "pattern is observed, so an uncached and a cached run differ by ~5e-7 in fp32"
-)
 
 SKIPS: dict[str, str] = {
     # Files that cannot be imported: TL 4 removed the TL internals they test.
@@ -95,17 +91,6 @@ SKIPS: dict[str, str] = {
     "acceptance/test_hooked_transformer.py::test_pos_embed_hook": (
         "expects a right-padded list of texts to be run without a mask, so its pad positions get position "
         "embeddings; interp masks them (zero position embeddings at pads, as TL does for left padding)"
-    ),
-    "integration/test_stop_at_layer.py::test_manual_hooks": SDPA,
-    "integration/test_stop_at_layer.py::test_no_stop_logit_output": SDPA,
-    "integration/test_stop_at_layer.py::test_run_with_hooks": SDPA,
-    "acceptance/test_activation_cache.py::test_stack_head_results_including_remainder": (
-        "expects TL's remainder at layer=0 (the last block's resid_post: its index layer - 1 wraps to "
-        "-1); interp's is the residual stream before block 0"
-    ),
-    "acceptance/test_activation_cache.py::test_stack_neuron_results_including_remainder": (
-        "expects TL's remainder at layer=0 (the last block's resid_post: its index layer - 1 wraps to "
-        "-1); interp's is the residual stream before block 0"
     ),
     "integration/test_tokenization_methods.py::test_get_token_position_not_found": GPT2_TOKENS,
 }
