@@ -214,6 +214,10 @@ class Config:
     def use_hook_tokens(self) -> bool:
         return self._hook_setting("use_hook_tokens")
 
+    @property
+    def ungroup_grouped_query_attention(self) -> bool:
+        return self._hook_setting("ungroup_grouped_query_attention")
+
     def _hook_setting(self, name: str) -> bool:
         return bool(getattr(self.__dict__.get("_hook_settings"), name, False))
 
@@ -293,8 +297,9 @@ _LEGACY_FIELDS = frozenset(
     {"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "extra"}
 )
 _HOOK_SETTINGS = frozenset(
-    {"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "use_hook_tokens"}
-)
+    {"use_attn_result", "use_split_qkv_input", "use_hook_mlp_in", "use_attn_in", "use_hook_tokens",
+     "ungroup_grouped_query_attention"}
+)  # fmt: skip
 _NORMALIZATION_TYPES = {"layernorm": "LN", "rmsnorm": "RMS"}
 _POSITIONAL_TYPES = {"learned": "standard", "rotary": "rotary", "none": "none"}
 

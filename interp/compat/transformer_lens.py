@@ -31,6 +31,7 @@ HOOK_SETTINGS = (
     "use_hook_mlp_in",
     "use_attn_in",
     "use_hook_tokens",
+    "ungroup_grouped_query_attention",
 )
 _FROM_NORMALIZATION_TYPE = {
     "LN": "layernorm", "RMS": "rmsnorm", "LNPre": "layernorm", "RMSPre": "rmsnorm", None: "none"
@@ -145,12 +146,6 @@ class HookedTransformerConfig:
             raise ValueError(
                 f"attention_dir={self.attention_dir!r}: interp's models are decoder-only with causal "
                 "attention; only attention_dir='causal' is supported (no bidirectional/BERT attention)."
-            )
-        if self.ungroup_grouped_query_attention:
-            raise ValueError(
-                "ungroup_grouped_query_attention=True is not supported: interp's hook_k and hook_v are per "
-                "key/value head; read them per query head with x.repeat_interleave(cfg.group_size, dim=2) "
-                "(model.W_K and model.W_V are per query head already)."
             )
         if self.normalization_type not in _FROM_NORMALIZATION_TYPE:
             raise ValueError(

@@ -281,11 +281,31 @@ class Attention(nn.Module):
         if only_given_z:
             return self.output(self.given_z)
         cfg = self.cfg
+        ungrouped = self.settings.ungroup_grouped_query_attention and cfg.group_size > 1
+        if ungrouped and past_kv_cache_entry is not None:
+            raise ValueError(
+                "a KV cache holds keys and values per key/value head: switch "
+                "ungroup_grouped_query_attention off (model.set_ungroup_grouped_query_attention(False)) "
+                "to generate or continue a cache."
+            )
+        kv_weights = (
+            (self.W_K, self.b_K, self.W_V, self.b_V)
+            if ungrouped
+            else (self._W_K, self._b_K, self._W_V, self._b_V)
+        )  # per query head (each key/value head repeated for its group) when ungrouped
         q = self.hook_q(self._project(query_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
-        k = self.hook_k(self._project(key_input, self._W_K, self._b_K))  # [batch, pos, kv_head, d_head]
-        v = self.hook_v(self._project(value_input, self._W_V, self._b_V))  # [batch, pos, kv_head, d_head]
+        k = self.hook_k(self._project(key_input, *kv_weights[:2]))  # [batch, pos, kv_head, d_head]
+        v = self.hook_v(self._project(value_input, *kv_weights[2:]))  # [batch, pos, kv_head, d_head]
         if cfg.qk_norm != "none":
-            q, k = self.q_ln(q), self.k_ln(k)
+            q = self.q_ln(q)
+            if ungrouped:  # k_ln's weights are per key/value head: [.., group, kv_head, d_head]
+                k = (
+                    self.k_ln(k.unflatten(2, (cfg.n_kv_heads, -1)).transpose(2, 3))
+                    .transpose(2, 3)
+                    .flatten(2, 3)
+                )
+            else:
+                k = self.k_ln(k)
         offset = 0 if past_kv_cache_entry is None else past_kv_cache_entry.past_keys.shape[1]
         if self.rotary:
             if positions is None:
@@ -295,7 +315,7 @@ class Attention(nn.Module):
             k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
         if past_kv_cache_entry is not None:
             k, v = past_kv_cache_entry.append(k, v)
-        if cfg.group_size > 1:
+        if cfg.group_size > 1 and not ungrouped:
             k = k.repeat_interleave(cfg.group_size, dim=2)  # [batch, key_pos, head, d_head]
             v = v.repeat_interleave(cfg.group_size, dim=2)
         q_pos, k_pos = q.shape[1], k.shape[1]
@@ -476,8 +496,9 @@ class Block(nn.Module):
             attn_out = self.attn(resid_pre, resid_pre, resid_pre, only_given_z=True)
         elif self.settings.use_split_qkv_input:
             q_in = self.hook_q_input(_per_head(resid_pre, cfg.n_heads))
-            k_in = self.hook_k_input(_per_head(resid_pre, cfg.n_kv_heads))
-            v_in = self.hook_v_input(_per_head(resid_pre, cfg.n_kv_heads))
+            n_kv = cfg.n_heads if self.settings.ungroup_grouped_query_attention else cfg.n_kv_heads
+            k_in = self.hook_k_input(_per_head(resid_pre, n_kv))
+            v_in = self.hook_v_input(_per_head(resid_pre, n_kv))
             attn_out = self.attn(
                 self.ln1(q_in),
                 self.ln1(k_in),

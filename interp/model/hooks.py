@@ -72,6 +72,9 @@ class HookSettings:
     use_hook_mlp_in: `hook_mlp_in`, the MLP's input before ln2 [batch, pos, d_model].
     use_attn_in: `hook_attn_in`, one per-head attention input shared by q, k and v.
     use_hook_tokens: `hook_tokens`, the input token ids [batch, pos] (a hook may replace them).
+    ungroup_grouped_query_attention: under grouped-query attention, `hook_k`, `hook_v` (and the
+        split `hook_k_input`, `hook_v_input`) hold one copy per query head [batch, pos, head, ...]
+        (TransformerLens's switch); the weights stay per key/value head.
     """
 
     use_attn_result: bool = False
@@ -79,6 +82,7 @@ class HookSettings:
     use_hook_mlp_in: bool = False
     use_attn_in: bool = False
     use_hook_tokens: bool = False
+    ungroup_grouped_query_attention: bool = False
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

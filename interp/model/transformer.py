@@ -284,6 +284,10 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         """hook_mlp_in: the MLP's input before ln2, [batch, pos, d_model]."""
         self._switch_hooks(use_hook_mlp_in=use_hook_mlp_in)
 
+    def set_ungroup_grouped_query_attention(self, ungroup: bool) -> None:
+        """hook_k, hook_v (and hook_k_input, hook_v_input) per query head under grouped-query attention."""
+        self._switch_hooks(ungroup_grouped_query_attention=ungroup)
+
     def _switch_hooks(self, **settings: bool) -> None:
         self.hook_settings.switch(self.cfg.group_size, **settings)
 

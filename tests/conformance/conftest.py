@@ -14,6 +14,10 @@ import pytest
 
 HERE = Path(__file__).parent
 
+TL_COMPONENTS = (
+    "compares TL's own Attention/GroupedQueryAttention components (transformer_lens.components, "
+    "removed in TL 4); interp's grouped-query attention is tested against transformers"
+)
 GPT2_TOKENS = "asserts GPT-2's token ids, vocabulary or tokenizer name (SmolLM2's tokenizer here, no hub)"
 HUB_LOSS = "asserts the loss of a hub model (GPT-2, SoLU, Pythia, othello-gpt) on its text"
 HUB_DTYPES = "loads GPT-2, TinyStories and Pythia from the hub in each dtype"
@@ -24,10 +28,13 @@ SKIPS: dict[str, str] = {
     "acceptance/test_tokenizer_special_tokens.py": (
         "imports transformer_lens.loading_from_pretrained (removed in TL 4) to build hub models' configs"
     ),
-    "integration/test_grouped_query_attention.py": (
-        "compares TL's own Attention/GroupedQueryAttention components (transformer_lens.components, "
-        "removed in TL 4); interp's grouped-query attention is tested against transformers"
-    ),
+    **{
+        f"integration/test_grouped_query_attention.py::{name}": TL_COMPONENTS
+        for name in (
+            "test_grouped_query_attention_output_is_correct",
+            "test_ungroup_grouped_query_attention_flag_produces_same_result",
+        )
+    },
     "integration/test_only_tokenizer.py": (
         "imports transformer_lens.loading_from_pretrained (removed in TL 4) for hub models' configs"
     ),

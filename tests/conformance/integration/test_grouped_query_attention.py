@@ -2,7 +2,6 @@ import einops
 import torch
 
 from interp import HookedTransformer
-from transformer_lens.components import Attention, GroupedQueryAttention
 from interp import HookedTransformerConfig
 
 
@@ -11,6 +10,8 @@ def test_grouped_query_attention_output_is_correct():
     A GPA block with h query heads, n key-value heads, key parameters _K and value parameters _V should have the same output as a regular attention block
     with h heads, whose parameters K and V are _K and _V repeated h/n times respectively. This test uses torch.repeat_interleave, which is also used by
     the GPA block internally, to generate K and V from _K and _V"""
+    from transformer_lens.components import Attention, GroupedQueryAttention
+
     d_model = 512
     d_head = 32
     n_heads = 16
@@ -96,6 +97,8 @@ def test_grouped_query_attention_output_is_correct():
 
 
 def test_ungroup_grouped_query_attention_flag_produces_same_result():
+    from transformer_lens.components import Attention, GroupedQueryAttention
+
     d_model = 512
     d_head = 32
     n_heads = 16
