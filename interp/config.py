@@ -19,7 +19,7 @@ from torch import Tensor
 
 Normalization = Literal["layernorm", "rmsnorm", "none"]
 Positional = Literal["learned", "rotary", "none"]
-Activation = Literal["gelu", "gelu_new", "silu", "relu"]
+Activation = Literal["gelu", "gelu_new", "silu", "relu", "solu_ln"]  # solu_ln: SoLU then a LayerNorm
 QKNorm = Literal["none", "head", "all_heads"]
 AttentionType = Literal["global", "local"]
 
@@ -137,6 +137,10 @@ class Config:
             raise ValueError("Local attention layers need window_size.")
         if (self.num_experts is None) != (self.experts_per_token is None):
             raise ValueError("Set both num_experts and experts_per_token (or neither).")
+        if self.activation == "solu_ln" and (self.gated_mlp or self.normalization != "layernorm"):
+            raise ValueError(
+                "SoLU (activation='solu_ln') is a plain MLP with a LayerNorm: no gated_mlp, no RMSNorm."
+            )
         if self.num_experts is not None and not self.gated_mlp:
             raise ValueError("Experts are gated MLPs: set gated_mlp=True.")
         for name, value, allowed in [

@@ -196,7 +196,7 @@ class HookedTransformerConfig:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def is_layer_norm_activation(self) -> bool:
-        """Whether the activation has a norm inside (TL's "solu_ln"): never for interp's activations."""
+        """Whether the activation has a norm inside (TL's "solu_ln": SoLU, then a LayerNorm)."""
         return self.act_fn is not None and self.act_fn.endswith("_ln")
 
     def hook_settings(self) -> dict[str, bool]:

@@ -367,6 +367,7 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
     "relu": F.relu,
+    "solu_ln": lambda x: x * _upcast(x).softmax(-1).to(x.dtype),  # SoLU; its LayerNorm is the MLP's `ln`
 }
 
 
@@ -374,8 +375,11 @@ class MLP(nn.Module):
     """Feed-forward layer: act(x W_in + b_in) W_out + b_out, or gated: (act(x W_gate) * x W_in) W_out
     (SwiGLU with act = silu; biases where the architecture has them).
 
+    SoLU (activation "solu_ln", Elhage et al. 2022): post = LN(pre * softmax(pre)), with the LayerNorm
+    `ln` over d_mlp (its weights fold into W_out, as the block norms fold into their readers).
+
     Hooks: hook_pre (the activation's input; the gate in gated MLPs), hook_pre_linear (gated only),
-    hook_post (what W_out reads). All [batch, pos, d_mlp].
+    hook_mid (SoLU: before `ln`), hook_post (what W_out reads). All [batch, pos, d_mlp].
     """
 
     def __init__(self, cfg: Config):
@@ -390,13 +394,19 @@ class MLP(nn.Module):
         self.hook_pre = HookPoint()
         if cfg.gated_mlp:
             self.hook_pre_linear = HookPoint()
+        self.ln = None
+        if cfg.activation == "solu_ln":
+            self.hook_mid = HookPoint()
+            self.ln = Norm(cfg, (cfg.d_mlp,))
         self.hook_post = HookPoint()
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         linear = x @ self.W_in
         if self.b_in is not None:
             linear = linear + self.b_in
-        if self.W_gate is None:
+        if self.ln is not None:  # SoLU
+            post = self.hook_post(self.ln(self.hook_mid(self.act(self.hook_pre(linear)))))
+        elif self.W_gate is None:
             post = self.hook_post(self.act(self.hook_pre(linear)))
         else:
             gate = x @ self.W_gate

@@ -87,6 +87,10 @@ def _fold_ln(model: nn.Module) -> None:
     if cfg.norm_folded:
         return
     for block in model.blocks:
+        if (
+            getattr(block, "mlp", None) is not None and getattr(block.mlp, "ln", None) is not None
+        ):  # SoLU's LayerNorm, read by W_out
+            _fold_norm_into(block.mlp.ln, [(block.mlp, "W_out", "b_out")])
         if not cfg.pre_norm:
             continue  # nothing before attention and MLP to fold (OLMo 2); post-norms cannot fold
         attn = block.attn

@@ -89,12 +89,6 @@ SKIPS: dict[str, str] = {
     "integration/test_start_at_layer.py::test_start_at_layer_kwargs": (
         "positional_embedding_type='shortformer' raises: interp has learned and rotary positions only"
     ),
-    "unit/test_hooked_transformer_config.py::test_is_layer_norm_activation_passes": (
-        "act_fn='solu_ln' raises: interp has no SoLU activations"
-    ),
-    "integration/test_cache_hook_names.py::test_cache_hook_names": (
-        "expects SoLU's blocks.L.mlp.hook_mid and ln hooks of solu-1l; interp has no SoLU"
-    ),
     "acceptance/test_hooked_transformer.py::test_pos_embed_hook": (
         "expects a right-padded list of texts to be run without a mask, so its pad positions get position "
         "embeddings; interp masks them (zero position embeddings at pads, as TL does for left padding)"

@@ -4,6 +4,7 @@
 with SmolLM2's tokenizer, written once per process, used where the assertions hold for any model of
 the shape the test assumes:
 - "gpt2": 2 layers of 8 heads, LayerNorm, learned positions, GELU MLPs (for SoLU and TinyStories);
+- "solu-1l": 1 layer of 8 heads with a SoLU MLP (solu-1l, where a test reads its hooks);
 - "gpt2-small": the same with GPT-2 small's 12 layers; "opt": 12 layers with ReLU MLPs (OPT);
 - "attn-only": 2 layers without MLPs; "pythia": 6 layers, rotary, parallel residual (Pythia-14m);
 - "qwen2": 2 layers of grouped-query attention (2 key/value heads), RMSNorm, rotary, gated SiLU MLPs.
@@ -26,6 +27,7 @@ SMOLLM2 = "smollm2-135m"
 
 _KINDS = {
     "gpt2": dict(n_layers=2, d_model=64, n_heads=8, activation="gelu_new"),
+    "solu-1l": dict(n_layers=1, d_model=64, n_heads=8, activation="solu_ln"),
     "gpt2-small": dict(n_layers=12, d_model=64, n_heads=4, activation="gelu_new"),
     "opt": dict(n_layers=12, d_model=64, n_heads=4, activation="relu"),
     "attn-only": dict(n_layers=2, d_model=64, n_heads=4, attn_only=True),

@@ -1,7 +1,7 @@
 from conformance.models import tiny  # offline stand-ins for hub models
 from interp import HookedTransformer
 
-MODEL = tiny("gpt2")
+MODEL = tiny("solu-1l")
 
 prompt = "Hello World!"
 model = HookedTransformer.from_pretrained(MODEL)
