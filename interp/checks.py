@@ -168,9 +168,9 @@ def check_positions(positions: Any, n_pos: int, batch: int | None = None, what: 
     return positions
 
 
-def check_token_ids(cfg: Config, ids: Any, what: str = "token id") -> Tensor:
-    """Token ids (int, list or tensor) as a LongTensor within [0, d_vocab): negative ids are refused,
-    since indexing would wrap them to the end of the vocabulary."""
+def check_token_ids(cfg: Config, ids: Any, what: str = "token id", output: bool = False) -> Tensor:
+    """Token ids (int, list or tensor) as a LongTensor within [0, d_vocab) (`output`: ids of the
+    logits, [0, d_vocab_out)): negative ids are refused, since indexing would wrap them to the end."""
     if isinstance(ids, Tensor):
         if ids.is_floating_point() or ids.dtype == torch.bool or ids.is_complex():
             raise TypeError(f"{what}s must be integers, got a {ids.dtype} tensor; pass token ids")
@@ -179,10 +179,12 @@ def check_token_ids(cfg: Config, ids: Any, what: str = "token id") -> Tensor:
         tensor = torch.tensor([check_int(i, what) for i in ids], dtype=torch.long)
     else:
         tensor = torch.tensor(check_int(ids, what), dtype=torch.long)
-    if tensor.numel() and (tensor.min() < 0 or tensor.max() >= cfg.d_vocab):
-        bad = tensor[(tensor < 0) | (tensor >= cfg.d_vocab)].flatten()[0].item()
+    n = cfg.d_vocab_out if output else cfg.d_vocab
+    if tensor.numel() and (tensor.min() < 0 or tensor.max() >= n):
+        bad = tensor[(tensor < 0) | (tensor >= n)].flatten()[0].item()
+        vocabulary = "output vocabulary (the logits)" if output and n != cfg.d_vocab else "vocabulary"
         raise ValueError(
-            f"{what} {bad} out of range: the vocabulary holds ids 0..{cfg.d_vocab - 1} (negative ids are "
+            f"{what} {bad} out of range: the {vocabulary} holds ids 0..{n - 1} (negative ids are "
             "not counted from the end); pass ids from model.to_tokens or model.to_single_token"
         )
     return tensor

@@ -32,7 +32,7 @@ class Config:
     fields (`cfg.act_fn`, `cfg.normalization_type`, ...) are read-only properties below.
     `device` and `dtype` say where the model's weights are: the model keeps them current when it
     moves (`model.to(...)`); they are not saved with a checkpoint.
-    Sizes: `d_head` defaults to d_model // n_heads, `n_kv_heads` to n_heads (no grouped-query
+    Sizes: `d_vocab_out` (the logits' vocabulary) defaults to d_vocab, `d_head` to d_model // n_heads, `n_kv_heads` to n_heads (no grouped-query
     attention), `d_mlp` to 4 * d_model, `rotary_dim` to d_head (all dims rotated).
 
     Architecture quirks beyond the basics (each used in one place of `interp.model`):
@@ -63,6 +63,7 @@ class Config:
     d_vocab: int
     n_ctx: int
     d_head: int | None = None
+    d_vocab_out: int | None = None  # the logits' vocabulary, when it is not the input's (toy tasks)
     n_kv_heads: int | None = None
     d_mlp: int | None = None
     attn_only: bool = False
@@ -117,6 +118,10 @@ class Config:
                     "pass d_head explicitly."
                 )
             self.d_head = self.d_model // self.n_heads
+        if self.d_vocab_out is None:
+            self.d_vocab_out = self.d_vocab
+        if self.d_vocab_out < 1:
+            raise ValueError(f"d_vocab_out must be >= 1, got {self.d_vocab_out}.")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.n_heads % self.n_kv_heads:
@@ -245,10 +250,6 @@ class Config:
     def n_key_value_heads(self) -> int | None:
         """None without grouped-query attention, as in TransformerLens."""
         return None if self.n_kv_heads == self.n_heads else self.n_kv_heads
-
-    @property
-    def d_vocab_out(self) -> int:
-        return self.d_vocab
 
     @property
     def eps(self) -> float:

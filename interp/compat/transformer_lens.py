@@ -169,11 +169,6 @@ class HookedTransformerConfig:
             self.initializer_range = 0.8 / math.sqrt(self.d_model)  # TransformerLens's gpt2 init
         if self.d_vocab_out == -1:
             self.d_vocab_out = self.d_vocab
-        if self.d_vocab_out != self.d_vocab:
-            raise ValueError(
-                f"d_vocab_out={self.d_vocab_out} differs from d_vocab={self.d_vocab}: interp's unembedding "
-                "predicts the input vocabulary (d_vocab outputs); leave d_vocab_out=-1."
-            )
         if self.use_local_attn and (self.window_size is None or self.attn_types is None):
             raise ValueError("use_local_attn=True needs window_size and attn_types (as in TransformerLens).")
         if self.seed is not None:
@@ -215,6 +210,7 @@ class HookedTransformerConfig:
             d_model=self.d_model,
             n_heads=self.n_heads,
             d_vocab=d_vocab,
+            d_vocab_out=self.d_vocab_out if self.d_vocab_out > 0 else d_vocab,
             n_ctx=self.n_ctx,
             d_head=self.d_head,
             n_kv_heads=self.n_key_value_heads,

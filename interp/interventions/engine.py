@@ -566,9 +566,9 @@ def logit_columns(model: HookedTransformer, logit_tokens: Tensor | None) -> Int[
         raise ValueError(
             f"logit_tokens must be integer token ids, got {tokens.dtype} of shape {tuple(tokens.shape)}"
         )
-    if tokens.min() < 0 or tokens.max() >= model.cfg.d_vocab:
+    if tokens.min() < 0 or tokens.max() >= model.cfg.d_vocab_out:
         raise ValueError(
-            f"logit_tokens must lie in [0, {model.cfg.d_vocab}), "
+            f"logit_tokens must lie in [0, {model.cfg.d_vocab_out}), "
             f"got {tokens.min().item()}..{tokens.max().item()}"
         )
     return tokens.reshape(-1).long().unique()
@@ -605,7 +605,7 @@ def forward_logit_copies(
     if logit_pos is None:
         return iter(model(input, start_at_layer=start_at_layer).split(batch))
     picked, pos, n_pos = _logits_at(model, input, logit_pos, start_at_layer, buffer.columns)
-    return buffer.copies(picked, pos, n_pos, batch, model.cfg.d_vocab)
+    return buffer.copies(picked, pos, n_pos, batch, model.cfg.d_vocab_out)
 
 
 def _logits_at(

@@ -128,8 +128,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             self.hook_pos_embed = HookPoint()
         self.blocks = nn.ModuleList(Block(cfg, layer, self.hook_settings) for layer in range(cfg.n_layers))
         self.ln_final = Norm(cfg)
-        self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
-        self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab)) if cfg.unembed_bias else None
+        self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab_out))
+        self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab_out)) if cfg.unembed_bias else None
         self.init_weights()
         self.setup()
         if settings:
@@ -245,7 +245,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         if refactor_factored_attn_matrices:
             model.refactor_factored_attn_matrices()
         if model.b_U is None:  # TransformerLens's models always hold b_U (zeros where it was none)
-            model.b_U = nn.Parameter(torch.zeros(model.cfg.d_vocab, device=model.W_U.device, dtype=dtype))
+            model.b_U = nn.Parameter(torch.zeros(model.cfg.d_vocab_out, device=model.W_U.device, dtype=dtype))
             model.cfg.unembed_bias = True
         model.default_padding_side = default_padding_side
         if default_prepend_bos is None:  # TransformerLens's default: BOS first, but where TL loads without
@@ -678,7 +678,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def unembed(self) -> WeightView:
         """`model.unembed(x)`: x W_U + b_U, soft-capped where the model caps its logits (Gemma 2),
         [batch, pos, d_vocab]; `.W_U`, `.b_U` (zeros where the model has no bias, as TransformerLens)."""
-        b_U = self.b_U if self.b_U is not None else torch.zeros(self.cfg.d_vocab, device=self.W_U.device)
+        b_U = self.b_U if self.b_U is not None else torch.zeros(self.cfg.d_vocab_out, device=self.W_U.device)
         return WeightView(self._unembed, W_U=self.W_U, b_U=b_U.to(self.W_U.dtype))
 
     def _unembed(

@@ -80,12 +80,7 @@ SKIPS: dict[str, str] = {
     "integration/test_d_vocab.py::test_d_vocab_from_tokenizer": GPT2_TOKENS,
     "integration/test_d_vocab.py::test_d_vocab_from_tokenizer_name": GPT2_TOKENS,
     # Deliberate differences (docs/migrating-from-transformer-lens.md).
-    "integration/test_d_vocab.py::test_d_vocab_out_set": (
-        "d_vocab_out != d_vocab raises: interp's unembedding predicts the input vocabulary"
-    ),
-    "integration/test_d_vocab.py::test_d_vocab_out_set_d_vocab_infer": (
-        "d_vocab_out != d_vocab raises: interp's unembedding predicts the input vocabulary"
-    ),
+    "integration/test_d_vocab.py::test_d_vocab_out_set_d_vocab_infer": GPT2_TOKENS,
     "integration/test_start_at_layer.py::test_start_at_layer_kwargs": (
         "positional_embedding_type='shortformer' raises: interp has learned and rotary positions only"
     ),
