@@ -33,8 +33,8 @@ class Config:
     `device` and `dtype` say where the model's weights are: the model keeps them current when it
     moves (`model.to(...)`); they are not saved with a checkpoint.
     Sizes: `d_vocab_out` (the logits' vocabulary) defaults to d_vocab, `d_head` to d_model // n_heads,
-    `n_kv_heads` to n_heads (no grouped-query
-    attention), `d_mlp` to 4 * d_model, `rotary_dim` to d_head (all dims rotated).
+    `n_kv_heads` to n_heads (no grouped-query attention), `d_mlp` to 4 * d_model, `rotary_dim` to
+    d_head (all dims rotated).
 
     Architecture quirks beyond the basics (each used in one place of `interp.model`):
     - attn_scale: attention scores are q.k / attn_scale (default sqrt(d_head); GPT-Neo 1,

@@ -142,9 +142,7 @@ class StackedWeights:
         """The unembedding direction (a column of W_U) of each token: [*tokens.shape, d_model]."""
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
-        tokens = check_token_ids(
-            self.cfg, tokens, output=True
-        )  # a negative id would wrap to the vocabulary's end
+        tokens = check_token_ids(self.cfg, tokens, output=True)  # a negative id would wrap to the end
         return self.W_U[:, tokens.to(self.W_U.device)].movedim(0, -1)
 
     # --- embedding as TransformerLens's modules compute it -----------------------------------------
