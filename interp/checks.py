@@ -243,8 +243,11 @@ def check_tokens(cfg: Config, tokens: Any, max_pos: int | None = None) -> Tensor
             f"tokens are empty (shape {tuple(tokens.shape)}): pass at least one prompt of at least one token"
         )
     if tokens.min() < 0 or tokens.max() >= cfg.d_vocab:
+        bad = tokens[(tokens < 0) | (tokens >= cfg.d_vocab)].flatten()[0].item()
         raise ValueError(
-            f"Token ids must lie in [0, {cfg.d_vocab}); got {tokens.min().item()}..{tokens.max().item()}."
+            f"Token ids must lie in [0, {cfg.d_vocab}); got {tokens.min().item()}..{tokens.max().item()} "
+            f"(first out of range: {bad}; {cfg.model_name} embeds ids 0..{cfg.d_vocab - 1}, and negative ids "
+            "are not counted from the end); pass ids from model.to_tokens, below d_vocab"
         )
     if max_pos is not None and tokens.shape[1] > max_pos:
         raise ValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -41,6 +42,7 @@ def encode_with_mask(
         if bos is None:
             raise ValueError(f"{cfg.model_name}'s tokenizer has no BOS token; use prepend_bos=False.")
         ids = [[bos, *row] for row in ids]
+    check_encoded(cfg, texts, ids, truncate)
     if truncate:
         ids = [row[: cfg.n_ctx] for row in ids]
     width = max(len(row) for row in ids)
@@ -52,6 +54,35 @@ def encode_with_mask(
         tokens[i, where] = torch.tensor(row, dtype=torch.long)
         mask[i, where] = 1
     return tokens, mask
+
+
+def check_encoded(cfg: Config, texts: list[str], ids: list[list[int]], truncate: bool) -> None:
+    """Refuse a prompt without tokens and ids the model has no embedding for; warn when `truncate`
+    cuts a prompt to the context."""
+    one = len(texts) == 1
+    for i, (text, row) in enumerate(zip(texts, ids, strict=True)):
+        which = f"the prompt {text[:40]!r}" if one else f"prompt {i} ({text[:40]!r})"
+        if not row:
+            raise ValueError(
+                f"{which} has no tokens: {cfg.model_name} prepends no BOS (default_prepend_bos=False), "
+                "so an empty text is an empty sequence with no logits; pass a non-empty text, or "
+                "prepend_bos=True where the tokenizer has a BOS token"
+            )
+        bad = [t for t in row if t >= cfg.d_vocab]
+        if bad:
+            raise ValueError(
+                f"the tokenizer gives {which} token id {bad[0]}, but {cfg.model_name} embeds only ids "
+                f"0..{cfg.d_vocab - 1} (d_vocab={cfg.d_vocab}): this tokenizer is not the model's; pass the "
+                "model's tokenizer (model.set_tokenizer(...)) or token ids below d_vocab as a tensor"
+            )
+        if truncate and len(row) > cfg.n_ctx:
+            warnings.warn(
+                f"{which} has {len(row)} tokens, more than {cfg.model_name}'s context of {cfg.n_ctx}: "
+                f"it is cut to its first {cfg.n_ctx} tokens (to_tokens' truncate=True, as TransformerLens); "
+                "shorten it, or pass truncate=False to be refused instead",
+                UserWarning,
+                stacklevel=4,
+            )
 
 
 def padding_mask(
