@@ -4,8 +4,11 @@
 `out_dir/shard_{i:05d}.safetensors`, holding {hook name: [rows, ...]} on CPU. Only one batch's
 activations are in memory at a time, and each forward stops after the last block it needs.
 A shard is written to a temporary file and renamed into place, so an interrupted run leaves only
-complete shards; running the same job again skips them. `job.json` records what the job is (the
-model, hook names, tokens and batch size); another job cannot write into the same directory.
+complete shards; running the same job again skips them, after checking each one (readable, of this
+job and its rows, the sha256 of its tensors as written): a damaged shard is computed again, with a
+warning. `job.json` records what the job is (the model, hook names, tokens and batch size); another
+job cannot write into the same directory, and two writers cannot run in it at once (`.lock` holds the
+writer's process id and host; a lock whose process is gone is taken over, with a warning).
 
     cache_to_disk(model, tokens, ["blocks.3.hook_resid_post"], "acts/", batch_size=32)
     acts = load_activations("acts/")            # {name: [n_prompts, ...]}
@@ -18,7 +21,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
+import socket
+import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -32,6 +40,7 @@ from interp.io.files import atomic_path, write_text_atomic
 from interp.model import HookedTransformer
 
 JOB_FILE = "job.json"
+LOCK_FILE = ".lock"
 
 
 def _shard_path(out_dir: Path, index: int) -> Path:
@@ -70,6 +79,79 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     return digest.hexdigest()[:32]
 
 
+def _tensors_hash(tensors: dict[str, Tensor]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        digest.update(f"{name}{tuple(tensors[name].shape)}{tensors[name].dtype}".encode())
+        digest.update(tensor_bytes(tensors[name]))
+    return digest.hexdigest()
+
+
+def _shard_damage(path: Path, key: str, rows: str, names: Sequence[str]) -> str | None:
+    """Why the shard at `path` is not this job's complete shard of `rows` (None: it is)."""
+    try:
+        with safe_open(path, framework="pt") as shard:
+            metadata = shard.metadata() or {}
+            if metadata.get("job") != key or metadata.get("rows") != rows:
+                return f"it holds rows {metadata.get('rows')} of job {metadata.get('job')}"
+            missing = sorted(set(names) - set(shard.keys()))
+            if missing:
+                return f"it lacks {missing}"
+            tensors = {name: shard.get_tensor(name) for name in names}
+    except Exception as error:  # a truncated or overwritten file: safetensors cannot read it
+        return f"it cannot be read ({type(error).__name__}: {str(error)[:80]})"
+    if metadata.get("sha256") != _tensors_hash(tensors):
+        return "its tensors' sha256 differs from the one recorded when it was written"
+    return None
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by another user
+        return True
+    return True
+
+
+@contextmanager
+def _writer_lock(out_dir: Path) -> Iterator[None]:
+    """Hold `out_dir/.lock` while writing: a second writer is refused; a lock left by a process of
+    this host that is gone (killed) is taken over with a warning."""
+    lock = out_dir / LOCK_FILE
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = json.loads(lock.read_text())
+            except (OSError, ValueError):
+                holder = {}
+            pid, host = holder.get("pid"), holder.get("host")
+            if host == me["host"] and isinstance(pid, int) and not _process_alive(pid):
+                warnings.warn(
+                    f"{lock} was left by process {pid}, which is gone (interrupted); taking it over",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                lock.unlink(missing_ok=True)
+                continue
+            raise RuntimeError(
+                f"another cache_to_disk (process {pid} on {host}, since {holder.get('since')}) is writing "
+                f"into {out_dir}; wait for it to finish or pass another out_dir (if no such process runs, "
+                f"delete {lock})"
+            ) from None
+        with os.fdopen(fd, "w") as file:
+            json.dump(me, file)
+        break
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
 def _as_tokens(model: HookedTransformer, prompts: Tensor | Sequence[str]) -> Tensor:
     if isinstance(prompts, Tensor):
         return model.input_tokens(prompts).cpu()
@@ -88,7 +170,8 @@ def cache_to_disk(
     """Cache the hooks `names_filter` selects on every prompt, one shard per batch (see module doc).
 
     prompts: token ids [n_prompts, pos] or texts (tokenized together, right-padded).
-    Returns out_dir. Shards that exist are skipped, so an interrupted call resumes when re-run.
+    Returns out_dir. Shards that exist and check out are skipped (a damaged one is computed again), so an
+    interrupted call resumes when re-run; a second writer into out_dir at the same time is refused.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
@@ -98,6 +181,14 @@ def cache_to_disk(
         raise ValueError("names_filter selects no hook; name at least one, e.g. 'blocks.0.hook_resid_post'.")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with _writer_lock(out_dir):
+        _cache_to_disk(model, tokens, names, out_dir, batch_size, show_bar)
+    return out_dir
+
+
+def _cache_to_disk(
+    model: HookedTransformer, tokens: Tensor, names: list[str], out_dir: Path, batch_size: int, show_bar: bool
+) -> None:
     key = job_key(model, tokens, names, batch_size)
     job = {"key": key, "names": names, "n_prompts": len(tokens), "batch_size": batch_size}
     job_file = out_dir / JOB_FILE
@@ -111,7 +202,18 @@ def cache_to_disk(
     else:
         write_text_atomic(job_file, json.dumps(job, indent=2))
     starts = range(0, len(tokens), batch_size)
-    todo = [i for i in range(len(starts)) if not _shard_path(out_dir, i).exists()]
+    todo = []
+    for index, start in enumerate(starts):
+        path = _shard_path(out_dir, index)
+        if not path.exists():
+            todo.append(index)
+            continue
+        damage = _shard_damage(path, key, f"{start}:{min(start + batch_size, len(tokens))}", names)
+        if damage is not None:
+            warnings.warn(
+                f"{path.name} is damaged ({damage}); computing it again", RuntimeWarning, stacklevel=3
+            )
+            todo.append(index)
     bar = tqdm(total=len(starts), initial=len(starts) - len(todo), desc="caching", disable=not show_bar)
     for index in todo:
         start = starts[index]
@@ -120,10 +222,9 @@ def cache_to_disk(
         tensors = {name: cache[name].contiguous() for name in names}
         rows = f"{start}:{start + len(batch)}"
         with atomic_path(_shard_path(out_dir, index)) as tmp:
-            save_file(tensors, tmp, metadata={"rows": rows, "job": key})
+            save_file(tensors, tmp, metadata={"rows": rows, "job": key, "sha256": _tensors_hash(tensors)})
         bar.update(1)
     bar.close()
-    return out_dir
 
 
 def iter_shards(out_dir: str | Path, names: Sequence[str] | None = None) -> Iterator[tuple[range, dict]]:
