@@ -13,6 +13,7 @@ import importlib.util
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 from collections.abc import Callable
@@ -132,6 +133,19 @@ def _check_model_name(name: str) -> None:
 
 _LAYER_INDEX = re.compile(r"\.(?:layers|h|layer|blocks|decoder\.layers)\.(\d+)\.")
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+# The sizes a transformers config must state (under one of these names): where one is missing,
+# transformers fills in its class's default (e.g. 32 heads), which can fit the weights' shapes.
+_SIZE_KEYS = {
+    "the hidden size (hidden_size)": ("hidden_size", "n_embd", "d_model", "dim", "n_embed"),
+    "the number of attention heads (num_attention_heads)": (
+        "num_attention_heads",
+        "n_head",
+        "n_heads",
+        "num_heads",
+    ),
+    "the number of layers (num_hidden_layers)": _LAYER_KEYS,
+    "the vocabulary size (vocab_size)": ("vocab_size", "n_vocab", "padded_vocab_size"),
+}
 
 
 def check_transformers_directory(path: Path) -> None:
@@ -144,6 +158,14 @@ def check_transformers_directory(path: Path) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{config_file} is not JSON ({error}); fix or re-download the model") from error
     config = config.get("text_config", config) if isinstance(config, dict) else {}
+    missing = [
+        what for what, keys in _SIZE_KEYS.items() if not any(isinstance(config.get(k), int) for k in keys)
+    ]
+    if missing:
+        raise ValueError(
+            f"{config_file} does not state {' or '.join(missing)}, and transformers would take its default "
+            "in its place (which can fit the weights and give another model); add it to config.json"
+        )
     n_layers = next((config[key] for key in _LAYER_KEYS if isinstance(config.get(key), int)), None)
     names: list[str] = []
     index_file = path / "model.safetensors.index.json"
@@ -173,9 +195,24 @@ def _read_transformers(source: str, tokenizer: Any) -> LoadedWeights:
     if not cached:
         _check_hub_reachable(source)
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=torch.float32, trust_remote_code=False, local_files_only=cached
+        hf_model = _complete_hf_model(
+            source,
+            AutoModelForCausalLM,
+            dtype=torch.float32,
+            trust_remote_code=False,
+            local_files_only=cached,
         )
+    except pickle.UnpicklingError as error:  # torch.load(weights_only=True) met more than tensors
+        found = re.search(r"GLOBAL (\S+)", str(error))
+        what = f"the global {found.group(1)}" if found else "objects other than tensors"
+        raise ValueError(
+            f"{source}'s weights are a pickle that holds {what}, which torch refuses to unpickle "
+            "(weights_only=True); interp never runs pickled code (it has no weights_only=False). "
+            "Where you trust the file, convert it to safetensors in a separate session (transformers' "
+            "from_pretrained, then save_pretrained), or pass the model object: interp.load_model(hf_model)"
+        ) from None
+    except WeightsMissingError:
+        raise
     except (OSError, ValueError) as error:
         raise ValueError(
             f"Could not load {source!r} with transformers ({type(error).__name__}: "
@@ -192,6 +229,25 @@ def _read_transformers(source: str, tokenizer: Any) -> LoadedWeights:
         except (OSError, ValueError):
             log.warning("%s has no tokenizer: the model takes token ids only.", source)
     return read_hf_model(hf_model, tokenizer)
+
+
+def _complete_hf_model(source: str, auto_class: Any, **kwargs: Any) -> Any:
+    """transformers' model of `source`, refused where the file lacks some of its weights (transformers
+    would initialise them at random and load on)."""
+    hf_model, info = auto_class.from_pretrained(source, output_loading_info=True, **kwargs)
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        where = kwargs.get("gguf_file", source)
+        raise WeightsMissingError(
+            f"{where} lacks {len(missing)} of the model's weights ({', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}), which transformers would initialise at random; "
+            "pass a complete file (re-download or re-convert it)"
+        )
+    return hf_model
+
+
+class WeightsMissingError(ValueError):
+    """A weights file lacks some of its model's tensors."""
 
 
 def _in_hub_cache(model_id: str) -> bool:
@@ -261,9 +317,31 @@ def gguf_architecture(path: Path) -> str:
     try:
         reader = GGUFReader(path)
         field = reader.fields["general.architecture"]
-        return bytes(field.parts[field.data[0]]).decode()
+        architecture = bytes(field.parts[field.data[0]]).decode()
+        blocks = reader.fields.get(f"{architecture}.block_count")
+        n_blocks = None if blocks is None else int(blocks.parts[blocks.data[0]][0])
+        names = {tensor.name for tensor in reader.tensors}
     except (KeyError, ValueError, IndexError, OSError) as error:
         raise ValueError(f"{path} is not a readable GGUF file ({error}).") from error
+    check_gguf_tensors(path, names, n_blocks)
+    return architecture
+
+
+def check_gguf_tensors(path: Path, names: set[str], n_blocks: int | None) -> None:
+    """A GGUF holds the embedding and, in each of its `block_count` blocks, every tensor that any
+    block holds (transformers would initialise a missing one at random)."""
+    per_block = {name.split(".", 2)[2] for name in names if name.startswith("blk.")}
+    expected = {"token_embd.weight"} | {f"blk.{i}.{part}" for i in range(n_blocks or 0) for part in per_block}
+    missing = sorted(
+        expected - names, key=lambda name: [int(p) if p.isdigit() else p for p in name.split(".")]
+    )
+    if n_blocks is None or missing:
+        lacks = "its block_count" if n_blocks is None else f"{len(missing)} tensors ({', '.join(missing[:4])}"
+        lacks += "" if n_blocks is None else (", ...)" if len(missing) > 4 else ")")
+        raise WeightsMissingError(
+            f"{path.name} lacks {lacks}, which transformers would fill in at random; pass a complete GGUF "
+            "file (re-download or re-convert it)"
+        )
 
 
 def content_hash(path: Path) -> str:
@@ -308,8 +386,12 @@ def read_gguf(path: str | Path) -> LoadedWeights:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.warning("Dequantising %s (once; cached in %s) ...", path.name, cached)
-    hf_model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32, trust_remote_code=False
+    hf_model = _complete_hf_model(
+        str(path.parent),
+        AutoModelForCausalLM,
+        gguf_file=path.name,
+        dtype=torch.float32,
+        trust_remote_code=False,
     )
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     loaded = read_hf_model(hf_model, tokenizer)
