@@ -262,8 +262,7 @@ def test_config_d_vocab_from_the_tokenizer_and_lnpre():
     "kwargs, match",
     [
         (dict(attention_dir="bidirectional"), "only attention_dir='causal'"),
-        (dict(d_vocab_out=10), "d_vocab_out=10 differs"),
-        (dict(ungroup_grouped_query_attention=True), "per query head"),
+        (dict(positional_embedding_type="shortformer"), "positional_embedding_type"),
         (dict(act_fn=None), "act_fn must be specified"),
         (dict(positional_embedding_type="alibi"), "positional_embedding_type"),
         (dict(checkpoint_index=3), "one checkpoint"),
@@ -430,3 +429,122 @@ def test_from_pretrained_prepends_bos_as_transformer_lens_and_load_model_keeps_t
     assert not own.cfg.default_prepend_bos and own.to_tokens("w3 w4").tolist() == [[6, 7]]
     no_bos = interp.HookedTransformer.from_pretrained("llama", default_prepend_bos=False, **kwargs)
     assert no_bos.to_tokens("w3 w4").tolist() == [[6, 7]]
+
+
+# --- TransformerLens's remaining options: implemented, each equal to what it stands for ----------
+
+
+def test_cached_and_uncached_runs_give_the_same_logits_bit_for_bit(model):
+    """run_with_cache only observes (fused attention stays fused), so its logits are forward's; a hook
+    that may change the pattern makes the attention explicit, within rounding of the fused one."""
+    tokens = torch.tensor([[1, 5, 9, 13, 17, 21]])
+    logits, cache = model.run_with_cache(tokens)
+    assert "blocks.0.attn.hook_pattern" in cache
+    assert torch.equal(logits, model(tokens))
+    changing = model.run_with_hooks(
+        tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda x, hook: x * 1.0)]
+    )
+    torch.testing.assert_close(changing, logits, atol=1e-5, rtol=0)
+
+
+def test_setting_a_hook_switch_on_model_cfg_switches_the_models_hook():
+    model = _model("gpt2-like")
+    model.cfg.use_attn_result = True  # TransformerLens 2 code
+    assert model.hook_settings.use_attn_result and model.cfg.use_attn_result
+    _, cache = model.run_with_cache("w3 w4", names_filter="blocks.1.attn.hook_result")
+    assert cache["blocks.1.attn.hook_result"].shape == (1, 3, 4, 32)
+    interp.model.weights.process_weights(
+        model, fold_ln=True, center_writing_weights=True, center_unembed=True, fold_value_biases=True
+    )  # a new Config: still the model's switch
+    model.cfg.use_attn_result = False
+    assert not model.hook_settings.use_attn_result
+    with pytest.raises(AttributeError, match="no model owns this Config"):
+        tiny_config().use_attn_result = True
+    with pytest.raises(AssertionError, match="hook_attn_in needs one key/value head"):
+        _model("llama-gqa").cfg.use_attn_in = True
+
+
+@pytest.mark.parametrize("qk_norm", ["none", "head"])
+def test_ungroup_grouped_query_attention_gives_k_and_v_per_query_head(qk_norm):
+    model = _model("llama-gqa", qk_norm=qk_norm)
+    tokens = torch.tensor([[1, 5, 9, 13]])
+    names = ["blocks.0.attn.hook_k", "blocks.0.attn.hook_v"]
+    grouped, grouped_cache = model.run_with_cache(tokens, names_filter=names)
+    model.cfg.ungroup_grouped_query_attention = True
+    ungrouped, cache = model.run_with_cache(tokens, names_filter=names)
+    assert (
+        cache["blocks.0.attn.hook_k"].shape[2]
+        == model.cfg.n_heads
+        == 2 * grouped_cache["blocks.0.attn.hook_k"].shape[2]
+    )
+    torch.testing.assert_close(
+        cache["blocks.0.attn.hook_v"], grouped_cache["blocks.0.attn.hook_v"].repeat_interleave(2, 2)
+    )
+    torch.testing.assert_close(ungrouped, grouped, atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="KV cache holds keys and values per key/value head"):
+        model.generate(tokens, max_new_tokens=1, use_past_kv_cache=True, verbose=False)
+
+
+def test_a_config_without_norms_runs_the_stream_as_is():
+    """normalization_type=None (ARENA's toy models): no norm modules or hooks; logits are the plain
+    sum of the residual stream unembedded, and direct logit attribution adds up to them."""
+    model = interp.HookedTransformer(interp.HookedTransformerConfig(**{**SMALL, "normalization_type": None}))
+    assert model.cfg.normalization_type is None and not [
+        n for n in model.hook_dict if ".ln" in n or "ln_" in n
+    ]
+    tokens = torch.tensor([[1, 5, 9, 13]])
+    logits, cache = model.run_with_cache(tokens)
+    torch.testing.assert_close(logits, cache["resid_post", -1] @ model.W_U + model.b_U)
+    attrs = cache.logit_attrs(cache.decompose_resid(pos_slice=-1), 7, 8, pos_slice=-1)
+    torch.testing.assert_close(attrs.sum(0), logits[:, -1, 7] - logits[:, -1, 8], atol=ATOL, rtol=0)
+
+
+def test_solu_is_softmax_weighted_then_layer_normed_and_folds_exactly():
+    model = interp.HookedTransformer(interp.HookedTransformerConfig(**{**SMALL, "act_fn": "solu_ln"}))
+    with torch.no_grad():  # non-trivial norm weights, so that folding them is tested
+        model.blocks[0].mlp.ln.w.uniform_(0.5, 1.5)
+        model.blocks[0].mlp.ln.b.normal_()
+    tokens = torch.tensor([[1, 5, 9, 13]])
+    logits, cache = model.run_with_cache(tokens)
+    pre = cache["blocks.0.mlp.hook_pre"]
+    torch.testing.assert_close(cache["blocks.0.mlp.hook_mid"], pre * pre.softmax(-1))
+    ln = model.blocks[0].mlp.ln
+    expected = torch.nn.functional.layer_norm(pre * pre.softmax(-1), (pre.shape[-1],), ln.w, ln.b, 1e-5)
+    torch.testing.assert_close(cache["blocks.0.mlp.hook_post"], expected, atol=ATOL, rtol=0)
+    interp.model.weights.process_weights(
+        model, fold_ln=True, center_writing_weights=True, center_unembed=True, fold_value_biases=True
+    )
+    assert model.blocks[0].mlp.ln.w is None and model.cfg.normalization_type == "LNPre"
+    torch.testing.assert_close(model(tokens).log_softmax(-1), logits.log_softmax(-1), atol=ATOL, rtol=0)
+
+
+def test_d_vocab_out_is_the_logits_vocabulary(tmp_path):
+    model = interp.HookedTransformer(interp.HookedTransformerConfig(**{**SMALL, "d_vocab_out": 10}))
+    tokens = torch.tensor([[1, 50, 60]])  # input ids beyond the output vocabulary
+    logits, cache = model.run_with_cache(tokens)
+    assert logits.shape == (1, 3, 10) and model.cfg.d_vocab_out == 10 and model.cfg.d_vocab == 61
+    with pytest.raises(ValueError, match="output vocabulary"):
+        cache.logit_attrs(cache.decompose_resid(pos_slice=-1), 12, pos_slice=-1)
+    loaded = interp.load_model(model.save(tmp_path / "out"))
+    assert torch.equal(loaded(tokens), logits)
+
+
+def test_transformer_lens_state_dict_names_load():
+    model = _model("gpt2-like")
+    renamed = {"W_E": "embed.W_E", "W_pos": "pos_embed.W_pos", "W_U": "unembed.W_U"}
+    tl_state = {
+        renamed.get(k, k.replace("._W_", ".W_").replace("._b_", ".b_")): v
+        for k, v in model.state_dict().items()
+    }
+    tl_state["unembed.b_U"] = torch.zeros(model.cfg.d_vocab)  # TL's models always hold b_U
+    tl_state["blocks.0.attn.IGNORE"] = torch.tensor(-1e5)
+    other = _model("gpt2-like")
+    other.init_weights(seed=1)
+    other.load_state_dict(tl_state)
+    tokens = torch.tensor([[1, 5, 9]])
+    assert torch.equal(other(tokens), model(tokens))
+
+
+def test_transformer_lens_built_models_hold_b_u():
+    model = interp.HookedTransformer(interp.HookedTransformerConfig(**SMALL))
+    assert model.b_U is not None and model.b_U.shape == (61,) and not model.b_U.any()

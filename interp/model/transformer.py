@@ -95,6 +95,25 @@ def next_token_loss(
     return loss if per_token else loss.sum() / counted.sum()
 
 
+# TransformerLens's state-dict names of the embedding and unembedding -> interp's.
+_TL_OUTER_NAMES = {"embed.W_E": "W_E", "pos_embed.W_pos": "W_pos", "unembed.W_U": "W_U", "unembed.b_U": "b_U"}
+
+
+def _rename_transformer_lens_parameters(model: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+    """Load a TransformerLens state dict: its embedding names, without its attention mask buffers,
+    and without a zero b_U where this model has none (the attention's W_K names load in `Attention`)."""
+    for tl_name, name in _TL_OUTER_NAMES.items():
+        if prefix + tl_name in state_dict:
+            state_dict[prefix + name] = state_dict.pop(prefix + tl_name)
+    for key in [
+        k for k in state_dict if k.endswith((".attn.mask", ".attn.IGNORE", ".rotary_sin", ".rotary_cos"))
+    ]:
+        del state_dict[key]
+    b_U = state_dict.get(prefix + "b_U")
+    if model.b_U is None and b_U is not None and not bool(b_U.any()):
+        del state_dict[prefix + "b_U"]
+
+
 class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     """A decoder-only transformer with TransformerLens hook names. See the module docstring.
 
@@ -132,6 +151,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab_out)) if cfg.unembed_bias else None
         self.init_weights()
         self.setup()
+        self.register_load_state_dict_pre_hook(_rename_transformer_lens_parameters)
         if settings:
             self._switch_hooks(**settings["hook_settings"])
             device = settings["device"] or transformer_lens_device()  # TL: a GPU where there is one
