@@ -370,6 +370,44 @@ def test_csv_reports_quote_cells_a_spreadsheet_would_run(token):
     assert f",'{token}," in text and ",plain," in text and ",-0.5," in text
 
 
+def test_an_empty_prompt_without_bos_is_refused(smollm2):
+    """SmolLM2 prepends no BOS, so "" is no token at all: no logits to read (it gave [1, 0, d_vocab])."""
+    assert not smollm2.cfg.default_prepend_bos
+    for call in (
+        lambda: smollm2(""),
+        lambda: smollm2.run_with_cache(["", "a prompt"]),
+        lambda: smollm2.to_tokens(""),
+    ):
+        with pytest.raises(ValueError, match="has no tokens: .* prepends no BOS.*pass a non-empty text"):
+            call()
+    assert smollm2.to_tokens("", prepend_bos=True).shape == (1, 1)
+
+
+def test_tokenizer_ids_beyond_the_vocabulary_are_refused_in_one_line(smollm2):
+    """A tokenizer that is not the model's gave an IndexError deep in the embedding."""
+    model = interp.HookedTransformer(tiny_config(), smollm2.tokenizer)
+    with pytest.raises(
+        ValueError, match=r"token id \d+, but custom embeds only ids 0..60.*pass the model's tokenizer"
+    ):
+        model("a prompt")
+
+
+@pytest.mark.parametrize("ids", [[[1, -3]], [[1, 61]]])
+def test_token_ids_out_of_range_name_the_first_and_what_to_pass(model, ids):
+    with pytest.raises(ValueError, match=rf"first out of range: {ids[0][1]}.*pass ids from model.to_tokens"):
+        model(torch.tensor(ids))
+
+
+def test_a_prompt_cut_to_the_context_warns(smollm2):
+    model = _tokenizer_model(smollm2, n_ctx=4)
+    with pytest.warns(UserWarning, match="more than custom's context of 4: it is cut to its first 4 tokens"):
+        tokens = model.to_tokens("one two three four five six")
+    assert tokens.shape == (1, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model.to_tokens("one two three four five six", truncate=False).shape[1] > 4
+
+
 # --- 2. cache_to_disk: a directory holds one job -------------------------------------------------
 
 
@@ -417,6 +455,49 @@ def test_cache_to_disk_of_other_prompts_into_the_same_directory_raises(model, da
         other = torch.cat([other, other[:1]])
     with pytest.raises(ValueError, match="another job"):
         cache_to_disk(model, other, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, show_bar=False)
+
+
+def test_cache_to_disk_redoes_a_damaged_shard(model, data, tmp_path):
+    from interp.runtime.streaming import cache_to_disk, load_activations
+
+    tokens, _ = data
+    names = ["blocks.0.hook_resid_post"]
+    cache_to_disk(model, tokens, names, tmp_path, batch_size=2, show_bar=False)
+    expected = load_activations(tmp_path)[names[0]]
+    shard = tmp_path / "shard_00001.safetensors"
+    flipped = bytearray(shard.read_bytes())
+    flipped[-3] ^= 0xFF  # a bit flip in the data: the header still reads
+    for damaged, why in [(bytes(flipped), "sha256 differs"), (shard.read_bytes()[:40], "cannot be read")]:
+        shard.write_bytes(damaged)
+        with pytest.warns(
+            RuntimeWarning, match=f"shard_00001.safetensors is damaged .*{why}.*computing it again"
+        ):
+            cache_to_disk(model, tokens, names, tmp_path, batch_size=2, show_bar=False)
+        assert torch.equal(load_activations(tmp_path)[names[0]], expected)
+
+
+def test_cache_to_disk_refuses_a_second_writer_and_takes_over_a_dead_ones_lock(model, data, tmp_path):
+    import json
+    import socket
+    import subprocess
+
+    from interp.runtime.streaming import cache_to_disk
+
+    tokens, _ = data
+    writer = subprocess.Popen(["sleep", "60"])  # a live process standing for another writer
+    try:
+        lock = {"pid": writer.pid, "host": socket.gethostname(), "since": "now"}
+        (tmp_path / ".lock").write_text(json.dumps(lock))
+        with pytest.raises(
+            RuntimeError, match=f"another cache_to_disk \\(process {writer.pid} .*delete .*lock"
+        ):
+            cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, show_bar=False)
+    finally:
+        writer.kill()
+        writer.wait()
+    with pytest.warns(RuntimeWarning, match=f"left by process {writer.pid}, which is gone"):
+        cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, show_bar=False)
+    assert not (tmp_path / ".lock").exists()
 
 
 # --- 3. hooks: a returned value replaces the activation, so it is checked -----------------------
@@ -552,6 +633,87 @@ def test_loading_weights_with_non_finite_values_names_the_parameter(checkpoint, 
     _rewrite_weights(checkpoint, lambda state: state[name].view(-1).__setitem__(-1, value))
     with pytest.raises(ValueError, match=rf"non-finite values: {name} .* 1 NaN/inf"):
         interp.load_model(str(checkpoint))
+
+
+def test_a_gguf_lacking_tensors_is_refused(tmp_path):
+    """transformers would initialise a missing tensor at random and load on."""
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "broken.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 2), dtype=np.float32))
+    for name in ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.1.attn_q.weight"]:
+        writer.add_tensor(name, np.zeros((2, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(
+        ValueError, match=r"broken.gguf lacks 1 tensors \(blk.1.attn_k.weight\).*complete GGUF"
+    ):
+        interp.load_model(str(path))
+
+
+@pytest.fixture(scope="module")
+def hf_gpt2_dir(tmp_path_factory):
+    import transformers
+
+    directory = tmp_path_factory.mktemp("hf") / "gpt2"
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, n_positions=16, vocab_size=61,
+                                     bos_token_id=0, eos_token_id=0)  # fmt: skip
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(directory)
+    return directory
+
+
+def _copy_of(directory, tmp_path):
+    import shutil
+
+    return shutil.copytree(directory, tmp_path / "copy")
+
+
+@pytest.mark.parametrize("size", ["n_head", "n_embd", "vocab_size"])
+def test_a_transformers_config_missing_a_size_is_refused(hf_gpt2_dir, tmp_path, size):
+    """Without n_head, transformers took GPT-2's default of 12 heads."""
+    import json
+
+    directory = _copy_of(hf_gpt2_dir, tmp_path)
+    config = json.loads((directory / "config.json").read_text())
+    del config[size]
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config.json does not state the .*add it to config.json"):
+        interp.load_model(str(directory))
+
+
+def test_transformers_weights_lacking_a_tensor_are_refused(hf_gpt2_dir, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    directory = _copy_of(hf_gpt2_dir, tmp_path)
+    state = load_file(directory / "model.safetensors")
+    del state["transformer.h.1.mlp.c_fc.weight"]
+    save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(
+        ValueError, match=r"lacks 1 of the model's weights \(transformer.h.1.mlp.c_fc.weight\)"
+    ):
+        interp.load_model(str(directory))
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("this ran",))
+
+
+def test_pickled_weights_that_torch_refuses_are_refused_in_one_line(hf_gpt2_dir, tmp_path, capsys):
+    directory = _copy_of(hf_gpt2_dir, tmp_path)
+    (directory / "model.safetensors").unlink()
+    torch.save({"weights": _RunsCode()}, directory / "pytorch_model.bin")
+    with pytest.raises(
+        ValueError, match=r"a pickle that holds the global .*print.*never runs pickled code.*safetensors"
+    ):
+        interp.load_model(str(directory))
+    assert "this ran" not in capsys.readouterr().out
 
 
 def test_checks_name_the_first_non_finite_parameter():
