@@ -276,7 +276,12 @@ def edge_forward(
     iv = intervention or Intervention()
     run = _EdgeRun(graph, iv, tokens.shape[0], tokens.shape[1], reader_inputs)
     hooks = run.hooks(model)
-    settings = {"use_attn_result": True, "use_split_qkv_input": True, "use_hook_mlp_in": graph.has_mlp}
+    settings = {
+        "use_attn_result": True,
+        "use_split_qkv_input": True,
+        "use_hook_mlp_in": graph.has_mlp,
+        "ungroup_grouped_query_attention": False,
+    }  # fmt: skip  (readers' k/v inputs per key/value head)
     with model.settings(**settings), model.hooks(fwd_hooks=hooks):
         final = model(tokens.repeat(run.n_k, 1), stop_at_layer=cfg.n_layers)
     return unembed_at(model, final, logit_pos)
