@@ -529,13 +529,12 @@ def test_d_vocab_out_is_the_logits_vocabulary(tmp_path):
     assert torch.equal(loaded(tokens), logits)
 
 
-def test_transformer_lens_state_dict_names_load():
+def test_transformer_lens_state_dict_names_load_and_tl_parameters_give_them():
     model = _model("gpt2-like")
-    renamed = {"W_E": "embed.W_E", "W_pos": "pos_embed.W_pos", "W_U": "unembed.W_U"}
-    tl_state = {
-        renamed.get(k, k.replace("._W_", ".W_").replace("._b_", ".b_")): v
-        for k, v in model.state_dict().items()
-    }
+    tl_state = {name: p.detach().clone() for name, p in model.tl_parameters().items()}
+    assert {"embed.W_E", "pos_embed.W_pos", "unembed.W_U", "blocks.1.attn.W_K", "blocks.1.attn.W_V"} <= set(
+        tl_state
+    )
     tl_state["unembed.b_U"] = torch.zeros(model.cfg.d_vocab)  # TL's models always hold b_U
     tl_state["blocks.0.attn.IGNORE"] = torch.tensor(-1e5)
     other = _model("gpt2-like")
@@ -543,6 +542,8 @@ def test_transformer_lens_state_dict_names_load():
     other.load_state_dict(tl_state)
     tokens = torch.tensor([[1, 5, 9]])
     assert torch.equal(other(tokens), model(tokens))
+    gqa = _model("llama-gqa").tl_parameters()["blocks.0.attn.W_K"]
+    assert gqa.shape[0] == 4  # per query head, as TL's HookedTransformer gives W_K
 
 
 def test_transformer_lens_built_models_hold_b_u():

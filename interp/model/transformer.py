@@ -275,6 +275,20 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         model.cfg.default_prepend_bos = default_prepend_bos
         return model
 
+    def tl_parameters(self) -> dict[str, Tensor]:
+        """The parameters under TransformerLens's names (`embed.W_E`, `unembed.W_U`,
+        `blocks.0.attn.W_K`, ...; key/value weights per query head, as TL's HookedTransformer), for
+        TL 4's tools that read them (`SVDInterpreter`); `load_state_dict` takes these names too."""
+        outer = {name: tl_name for tl_name, name in _TL_OUTER_NAMES.items()}
+        params = {}
+        for name, param in self.named_parameters():
+            module, _, attr = name.rpartition(".")
+            if attr in ("_W_K", "_W_V", "_b_K", "_b_V"):  # per query head, as TL's
+                params[f"{module}.{attr[1:]}"] = getattr(self.get_submodule(module), attr[1:])
+            else:
+                params[outer.get(name, name)] = param
+        return params
+
     def refactor_factored_attn_matrices(self) -> None:
         """TransformerLens's rebalancing of W_Q/W_K and W_V/W_O per head, in place
         (`interp.model.weights.refactor_factored_attn_matrices`); outputs are unchanged."""
