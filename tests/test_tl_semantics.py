@@ -549,3 +549,16 @@ def test_transformer_lens_state_dict_names_load_and_tl_parameters_give_them():
 def test_transformer_lens_built_models_hold_b_u():
     model = interp.HookedTransformer(interp.HookedTransformerConfig(**SMALL))
     assert model.b_U is not None and model.b_U.shape == (61,) and not model.b_U.any()
+
+
+def test_logit_attrs_of_a_raw_residual_stream_is_refused_in_one_line_and_works_as_one_component():
+    model = _model("gpt2-like")
+    tokens = torch.tensor([[1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]])
+    logits, cache = model.run_with_cache(tokens)
+    right, wrong = torch.tensor([3, 4, 5]), torch.tensor([6, 7, 8])
+    with pytest.raises(ValueError, match=r"is one component: pass resid\[None\]"):
+        cache.logit_attrs(cache["resid_post", -1], right, wrong)  # [batch, pos, d]: a shape error before
+    attrs = cache.logit_attrs(cache["resid_post", -1][None], right, wrong)  # [1, batch, pos]
+    rows = torch.arange(3)
+    expected = logits[rows, -1, right] - logits[rows, -1, wrong]  # no b_U; ln_final's bias is 0
+    torch.testing.assert_close(attrs[0, :, -1], expected, atol=ATOL, rtol=0)

@@ -567,6 +567,15 @@ class ActivationCache:
         per_prompt = directions.ndim == 2 and directions.shape[0] == stack.shape[1]
         if has_batch_dim and stack.ndim == 4 and per_prompt and not isinstance(_pos_index(batch_slice), int):
             directions = directions.unsqueeze(-2)  # [batch, 1, d_model]: broadcast over positions
+        try:
+            torch.broadcast_shapes(stack.shape, directions.shape)
+        except RuntimeError:
+            raise ValueError(
+                f"logit_attrs takes a stack [component, batch, (pos,) d_model] and tokens [batch] (one per "
+                f"prompt) or [batch, pos]; got a stack {tuple(residual_stack.shape)} and token directions "
+                f"{tuple(directions.shape)}. A residual stream [batch, pos, d_model] is one component: pass "
+                "resid[None] (and pos_slice= for the positions it holds)"
+            ) from None
         return (stack * directions.to(stack.dtype)).sum(-1)
 
 
