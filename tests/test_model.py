@@ -12,6 +12,7 @@ from conftest import IOI_PROMPT, tiny_config
 
 import interp
 from interp.model.cache import select_pos
+from interp.model.hooks import observer
 
 
 def _models():
@@ -109,9 +110,11 @@ def test_pattern_rows_are_causal_distributions(model) -> None:
 
 
 def test_cache_equals_what_hooks_see(model) -> None:
+    """What an observer hook sees (one that only reads, as run_with_cache's) is what the cache holds."""
     tokens = _tokens(model)
     seen = {}
 
+    @observer
     def record(tensor, hook):
         seen[hook.name] = tensor.clone()
 

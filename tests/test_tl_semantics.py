@@ -560,5 +560,6 @@ def test_logit_attrs_of_a_raw_residual_stream_is_refused_in_one_line_and_works_a
         cache.logit_attrs(cache["resid_post", -1], right, wrong)  # [batch, pos, d]: a shape error before
     attrs = cache.logit_attrs(cache["resid_post", -1][None], right, wrong)  # [1, batch, pos]
     rows = torch.arange(3)
-    expected = logits[rows, -1, right] - logits[rows, -1, wrong]  # no b_U; ln_final's bias is 0
+    bias = model.ln_final.b @ (model.W_U[:, right] - model.W_U[:, wrong])  # a constant, not attributed
+    expected = logits[rows, -1, right] - logits[rows, -1, wrong] - bias  # (the model has no b_U)
     torch.testing.assert_close(attrs[0, :, -1], expected, atol=ATOL, rtol=0)
