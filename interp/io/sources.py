@@ -311,7 +311,8 @@ def official_name(model_name: Any) -> Any:
 _GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral", "gpt2": "gpt2"}
 
 
-def gguf_architecture(path: Path) -> str:
+def gguf_header(path: Path) -> tuple[str, int | None, set[str]]:
+    """A GGUF's architecture, block count (None if it states none) and tensor names."""
     from gguf import GGUFReader
 
     try:
@@ -323,8 +324,7 @@ def gguf_architecture(path: Path) -> str:
         names = {tensor.name for tensor in reader.tensors}
     except (KeyError, ValueError, IndexError, OSError) as error:
         raise ValueError(f"{path} is not a readable GGUF file ({error}).") from error
-    check_gguf_tensors(path, names, n_blocks)
-    return architecture
+    return architecture, n_blocks, names
 
 
 def check_gguf_tensors(path: Path, names: set[str], n_blocks: int | None) -> None:
@@ -377,12 +377,13 @@ def read_gguf(path: str | Path) -> LoadedWeights:
             return loaded
         except ValueError:
             shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry: rebuild it
-    architecture = gguf_architecture(path)
+    architecture, n_blocks, names = gguf_header(path)
     if architecture not in _GGUF_ARCHITECTURES:
         raise ValueError(
             f"{path.name} is a GGUF of architecture {architecture!r}; interp reads GGUF files of "
             f"{', '.join(sorted(_GGUF_ARCHITECTURES))}. Convert it to a transformers directory instead."
         )
+    check_gguf_tensors(path, names, n_blocks)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.warning("Dequantising %s (once; cached in %s) ...", path.name, cached)
