@@ -706,8 +706,15 @@ class _RunsCode:
 
 
 def test_pickled_weights_that_torch_refuses_are_refused_in_one_line(hf_gpt2_dir, tmp_path, capsys):
+    """A pickle of tensors alone loads (torch.load(weights_only=True)); one that would run code does not."""
+    from safetensors.torch import load_file
+
     directory = _copy_of(hf_gpt2_dir, tmp_path)
+    tokens = torch.tensor([[1, 2, 3]])
+    expected = interp.load_model(str(directory))(tokens)
+    torch.save(load_file(directory / "model.safetensors"), directory / "pytorch_model.bin")
     (directory / "model.safetensors").unlink()
+    assert torch.equal(interp.load_model(str(directory))(tokens), expected)
     torch.save({"weights": _RunsCode()}, directory / "pytorch_model.bin")
     with pytest.raises(
         ValueError, match=r"a pickle that holds the global .*print.*never runs pickled code.*safetensors"
