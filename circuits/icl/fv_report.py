@@ -33,9 +33,10 @@ LEGEND = (
     "(z @ W_O) and is added to the residual stream at the last token of zero-shot prompts. Ablation: "
     "each head's z set to its mean over every position. Every test runs on held-out pairs (the ICL score "
     "on Brown corpus texts) against random heads from the same layers: [95% bootstrap CI over prompts or "
-    "texts]; confirmed when the CI of the difference lies on the expected side of 0."
+    "texts]; confirmed when the CI of the difference lies on the expected side of 0. Held-out AIE and the "
+    "function vectors use the mean outputs of the discovery prompts."
 )
-TASK_COLUMNS = ("task", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads' vector")
+TASK_COLUMNS = ("task", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
 
 
 def _signed(value: float) -> str:
@@ -134,7 +135,7 @@ def render_table(result: FunctionVectorResult, console: Console) -> None:
         console.print(line, markup=False, highlight=False)
     tasks = Table(title="Zero-shot accuracy on held-out pairs [95% CI]", box=box.SIMPLE_HEAD)
     for column in TASK_COLUMNS:
-        tasks.add_column(column, justify="left" if column == "task" else "right", no_wrap=True)
+        tasks.add_column(column, justify="left" if column == "task" else "right", no_wrap=column == "task")
     for row in _task_rows(result):
         tasks.add_row(*row)
     console.print(tasks)
