@@ -543,6 +543,11 @@ def icl(
     n_prompts: int = typer.Option(12, min=2, help="With --fv: few-shot prompts per task and half."),
     n_shots: int = typer.Option(5, min=2, help="With --fv: solved examples per prompt."),
     fv_heads: int = typer.Option(10, min=1, help="With --fv: the top heads by AIE the vector sums."),
+    candidates: int = typer.Option(
+        30,
+        min=1,
+        help="With --fv: heads whose AIE is computed exactly (the top by attribution; 270: all).",
+    ),
 ) -> None:
     """The in-context learning score (late minus early loss) and the heads that carry it.
 
@@ -563,8 +568,8 @@ def icl(
         raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
     heads = None if induction_heads is None else _heads_option(induction_heads)
     if fv:
-        _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, n_random, n_documents or 8, heads, seed,
-                format, out, save, (early, late, window, plot, ablation != "mean"))  # fmt: skip
+        _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents or 8, heads,
+                seed, format, out, save, (early, late, window, plot, ablation != "mean"))  # fmt: skip
         return
     n_documents = 24 if n_documents is None else n_documents
     if None not in (early, late, window):  # what does not depend on the model's context
@@ -607,7 +612,7 @@ def icl(
     save_and_tell(result, out, save)
 
 
-def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, n_random, n_documents, heads, seed,
+def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
             format, out, save, icl_only) -> None:  # fmt: skip
     """`interp icl --fv`: function-vector heads beside the induction heads."""
     from circuits.icl import function_vector_report
@@ -615,6 +620,8 @@ def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, n_random, n_documents, h
     from interp.tasks.icl_tasks import check_task_names
 
     check_format(format, out, FORMATS)
+    if candidates < fv_heads:
+        raise fail(f"--candidates {candidates} must be at least --fv-heads {fv_heads}.")
     if any(value not in (None, False) for value in icl_only):
         raise fail("--early, --late, --window, --plot and --ablation apply to the ICL score, not to --fv.")
     try:
@@ -630,8 +637,8 @@ def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, n_random, n_documents, h
 
     try:
         result = function_vector_report(
-            loaded, names, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads, n_random=n_random,
-            n_documents=n_documents, induction_heads=heads, seed=seed, progress=progress,
+            loaded, names, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads, candidates=candidates,
+            n_random=n_random, n_documents=n_documents, induction_heads=heads, seed=seed, progress=progress,
         )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error

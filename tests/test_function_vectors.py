@@ -191,6 +191,7 @@ def test_bad_input_says_what_to_pass(smollm2):
         (["--tasks", "antonym,synonym"], "unknown ICL task"),
         (["--late", "100"], "apply to the ICL score, not to --fv"),
         (["--format", "csv"], "unknown format"),
+        (["--fv-heads", "10", "--candidates", "5"], "must be at least --fv-heads 10"),
     ],
 )
 def test_cli_refuses_bad_options(options, message):

@@ -93,7 +93,7 @@ def function_vector_report(
       split into discovery and held-out halves (`split_pairs`).
     n_prompts: few-shot prompts per task in each half, of `n_shots` examples each.
     candidates: the heads whose AIE is computed exactly on the discovery prompts: the largest
-      attributed AIEs (None: every head, one patched run each).
+      attributed AIEs (None, or as many as the model has: every head, one patched run each).
     top: FV heads: the largest exact AIEs among the candidates (mean over tasks).
     n_random: random same-layer sets each class is compared with.
     n_documents: Brown corpus documents the ICL score is measured on (for the ablations).
