@@ -412,7 +412,8 @@ def circuit(
     method: str = typer.Option(
         "eap-ig",
         help="eap, eap-ig (over inputs), eap-ig-activations (the reference code's), "
-        "eap-ig-activations-grouped or exact (small models).",
+        "eap-ig-activations-grouped, exact (small models), prune (a learned edge mask) or ensemble "
+        "(eap-ig and prune's ranks averaged).",
     ),
     edges: int | None = typer.Option(
         None,
@@ -435,6 +436,14 @@ def circuit(
     ablation: str = typer.Option(
         "counterfactual", help="counterfactual (the corrupted prompt), mean or zero."
     ),
+    bootstrap: int = typer.Option(
+        0, help="Resamples of the prompts for each edge's selection frequency (0: not measured)."
+    ),
+    prune_steps: int = typer.Option(200, help="Training steps of the edge mask (prune, ensemble)."),
+    density: float = typer.Option(0.02, help="The fraction of edges the mask keeps (prune, ensemble)."),
+    checkpoint: str | None = typer.Option(
+        None, help="The edge mask's checkpoint file: written as it trains, resumed from (prune, ensemble)."
+    ),
     metric: str = typer.Option("logit_diff", help="logit_diff or prob (prompt-pair files)."),
     n_prompts: int = typer.Option(64, help="Prompt pairs (ioi, induction)."),
     seed: int = typer.Option(0, help="Seed of the prompts."),
@@ -446,11 +455,17 @@ def circuit(
     ),
     save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
-    """Find an edge circuit by edge attribution patching (EAP, EAP-IG), and measure its faithfulness."""
+    """Find an edge circuit (EAP, EAP-IG, a learned mask or their ensemble), and measure its faithfulness."""
     import json
 
-    from circuits.edge_circuits import FORMATS, edge_task, find_edge_circuit, write_edge_report
-    from interp.edges import ABLATIONS, IG_POINTS, METHODS, MIB_FRACTIONS, mib_json
+    from circuits.edge_circuits import (
+        CIRCUIT_METHODS,
+        FORMATS,
+        edge_task,
+        find_edge_circuit,
+        write_edge_report,
+    )
+    from interp.edges import ABLATIONS, IG_POINTS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
     from interp.types import memory_bytes
 
@@ -460,6 +475,14 @@ def circuit(
         raise fail("give the circuit size as --edges N or --fraction F (one of them), or neither to search.")
     if not 0 < target <= 1:
         raise fail(f"--target {target} must lie in (0, 1]; 0.8 is a common choice.")
+    if bootstrap < 0:
+        raise fail(f"--bootstrap {bootstrap} must be 0 (not measured) or a number of resamples, e.g. 20.")
+    if not 0 < density < 1:
+        raise fail(
+            f"--density {density} must lie in (0, 1): the fraction of edges the mask keeps, e.g. 0.02."
+        )
+    if prune_steps < 1:
+        raise fail(f"--prune-steps {prune_steps} must be at least 1.")
     if ig_points is not None and method.startswith("eap-ig-activations"):
         raise fail(f"--ig-points applies to eap-ig (over inputs); {method} takes alpha = k/m, k = 1..m.")
     ig_points = ig_points or ("mib" if mib_out is not None and method == "eap-ig" else "paper")
@@ -471,7 +494,8 @@ def circuit(
         except ValueError as error:
             raise fail(f"--max-memory: {error}") from error
     for name, value, allowed in [
-        ("method", method, METHODS), ("ablation", ablation, ABLATIONS), ("ig-points", ig_points, IG_POINTS)
+        ("method", method, CIRCUIT_METHODS), ("ablation", ablation, ABLATIONS),
+        ("ig-points", ig_points, IG_POINTS),
     ]:  # fmt: skip
         if value not in allowed:
             raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
@@ -483,6 +507,7 @@ def circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
                 progress=progress, target=target, ig_points=ig_points, max_memory=max_memory,
+                bootstrap=bootstrap, prune_steps=prune_steps, density=density, checkpoint=checkpoint,
             )  # fmt: skip
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error

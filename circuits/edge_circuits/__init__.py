@@ -1,7 +1,13 @@
 """Edge circuits of a task: scores of every edge (interp.edges), the top circuit, its faithfulness
 and curve (`find`), the task's prompt pairs (`tasks`) and the report (`report`)."""
 
-from circuits.edge_circuits.find import SCHEMA, EdgeCircuitResult, find_edge_circuit
+from circuits.edge_circuits.find import (
+    CIRCUIT_METHODS,
+    ENSEMBLE_MEMBERS,
+    SCHEMA,
+    EdgeCircuitResult,
+    find_edge_circuit,
+)
 from circuits.edge_circuits.report import FORMATS, circuit_svg, render_html, write_edge_report
 from circuits.edge_circuits.tasks import (
     METRICS,
@@ -14,6 +20,7 @@ from circuits.edge_circuits.tasks import (
 )
 
 __all__ = [
+    "CIRCUIT_METHODS", "ENSEMBLE_MEMBERS",
     "FORMATS", "METRICS", "SCHEMA", "TASKS", "EdgeCircuitResult", "EdgeTask", "circuit_svg", "edge_task",
     "file_task", "find_edge_circuit", "induction_task", "ioi_task", "render_html", "write_edge_report",
 ]  # fmt: skip

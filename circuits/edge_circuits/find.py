@@ -1,7 +1,7 @@
 """Edge circuits of tasks: IOI, induction and the user's own prompt pairs, found with `interp.edges`.
 
     task = ioi_task(model, n_prompts=64)     # or induction_task(model), file_task(model, "pairs.csv")
-    result = find_edge_circuit(model, task, method="eap-ig", n_edges=200)
+    result = find_edge_circuit(model, task, method="eap-ig", n_edges=200)   # or "eap", "prune", "ensemble"
     result.to_json()                                     # the schema below
     interp.edges.mib_json(result.scores, result.circuit, model.cfg)   # MIB's submission format
 
@@ -12,21 +12,26 @@ optional with the probability metric). Clean and corrupted prompts may differ in
 JSON schema ("interp-edge-circuit-1"):
   model     {name, n_layers, n_heads, n_kv_heads}
   task      {name, n_prompts, metric, clean_metric, corrupted_metric}   (metric means over prompts)
-  method    {name, steps, ablation}
+  method    {name, steps, ablation, bootstrap}     (bootstrap: resamples of the prompts behind `frequency`)
   graph     {n_nodes, n_edges}
-  circuit   {requested_edges, size_target, n_edges, nodes: [name], edges: [{writer, reader, score}],
-             faithfulness, faithfulness_ci: [low, high]}                 (95 % bootstrap over prompts;
+  circuit   {requested_edges, size_target, n_edges, nodes: [name],
+             edges: [{writer, reader, score, frequency}], faithfulness,
+             faithfulness_ci: [low, high]}                             (95 % bootstrap over prompts;
              size_target: the faithfulness requested_edges was searched for, null when it was given)
   curve     {fractions, n_edges, faithfulness, ci_low, ci_high, cpr, cmd,
              random: {n_edges, faithfulness, cpr, cmd}} or null
-  top_edges [{edge, score}]  the strongest edges by |score|, circuit or not
-  seconds   {scores, circuit, curve}
-Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the edge helps).
+  top_edges [{edge, score, frequency}]  the strongest edges by |score|, circuit or not
+  seconds   {scores, circuit, curve, stability}
+Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune"
+and "ensemble" scores rank edges only (`interp.edges.prune`, `interp.edges.stability`). frequency: the
+fraction of bootstrap resamples of the prompts whose circuit of the same size holds the edge (null
+when not measured).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +46,8 @@ from interp.model import HookedTransformer
 from interp.types import MemorySize, Progress
 
 SCHEMA = "interp-edge-circuit-1"
+CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
+ENSEMBLE_MEMBERS: tuple[str, ...] = ("eap-ig", "prune")  # the methods `method="ensemble"` ranks with
 
 
 @dataclass(kw_only=True)
@@ -61,6 +68,8 @@ class EdgeCircuitResult:
     ig_points: str = "paper"  # EAP-IG's integration points (edges.IG_POINTS)
     provenance: str = ""  # interp.provenance(model): source, quantisation, parameters, dtype
     target: float | None = None  # the faithfulness the size was searched for; None: the size was given
+    frequency: Tensor | None = None  # [writer, reader] selection frequency over bootstrap resamples
+    n_boot: int = 0  # the resamples behind `frequency` (0: not measured)
 
     @property
     def graph(self) -> edges.EdgeGraph:
@@ -72,11 +81,23 @@ class EdgeCircuitResult:
 
     def circuit_edges(self) -> list[tuple[str, str, float]]:
         """(writer, reader, score) of the circuit's edges, strongest first."""
+        return [row[:3] for row in self.circuit_edge_rows()]
+
+    def circuit_edge_rows(self) -> list[tuple[str, str, float, float | None]]:
+        """(writer, reader, score, selection frequency or None) of the circuit's edges, strongest first."""
         rows = [
-            (self.graph.writers[w], self.graph.readers[r], float(self.scores.scores[w, r]))
+            (
+                self.graph.writers[w],
+                self.graph.readers[r],
+                float(self.scores.scores[w, r]),
+                self.edge_frequency(w, r),
+            )
             for w, r in self.graph.edges(self.circuit)
         ]
         return sorted(rows, key=lambda row: -abs(row[2]))
+
+    def edge_frequency(self, writer: int, reader: int) -> float | None:
+        return None if self.frequency is None else float(self.frequency[writer, reader])
 
     def to_json(self, top: int = 50) -> dict:
         low, high = self.faithfulness.ci()
@@ -89,19 +110,23 @@ class EdgeCircuitResult:
                      "metric": self.task.metric_name, "clean_metric": self.clean_metric,
                      "corrupted_metric": self.corrupted_metric},
             "method": {"name": self.scores.method, "steps": self.scores.steps,
-                       "ablation": self.scores.ablation, "ig_points": self.ig_points},
+                       "ablation": self.scores.ablation, "ig_points": self.ig_points,
+                       "bootstrap": self.n_boot},
             "graph": {"n_nodes": graph.n_writers + 1, "n_edges": graph.n_edges},
             "circuit": {
                 "requested_edges": self.requested_edges,
                 "size_target": self.target,
                 "n_edges": int(self.circuit.sum()),
                 "nodes": self.nodes,
-                "edges": [{"writer": w, "reader": r, "score": s} for w, r, s in self.circuit_edges()],
+                "edges": [{"writer": w, "reader": r, "score": s, "frequency": f}
+                          for w, r, s, f in self.circuit_edge_rows()],
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
                 "faithfulness_ci": [float(low[0]), float(high[0])],
             },
             "curve": None,
-            "top_edges": [{"edge": name, "score": score} for name, score in self.scores.top(top)],
+            "top_edges": [{"edge": name, "score": score,
+                           "frequency": self.edge_frequency(*graph.edge_index(name))}
+                          for name, score in self.scores.top(top)],
             "seconds": self.seconds,
         }  # fmt: skip
         curve = self.curve
@@ -129,7 +154,7 @@ class EdgeCircuitResult:
 def find_edge_circuit(
     model: HookedTransformer,
     task: EdgeTask,
-    method: edges.Method = "eap-ig",
+    method: str = "eap-ig",
     n_edges: int | None = None,
     fraction: float | None = None,
     steps: int = 5,
@@ -141,15 +166,29 @@ def find_edge_circuit(
     target: float = 0.8,
     ig_points: edges.IGPoints = "paper",
     max_memory: MemorySize | None = None,
+    bootstrap: int = 0,
+    prune_steps: int = 200,
+    density: float = 0.02,
+    checkpoint: str | None = None,
 ) -> EdgeCircuitResult:
     """Score every edge, keep the top `n_edges` (or `fraction` of all edges; neither: the smallest
     number reaching faithfulness `target`, see `smallest_faithful_size`) connected input -> logits,
     measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve.
+    method: one of `edges.METHODS` (attribution), "prune" (a learned mask, `edges.prune_edges`:
+    `prune_steps` steps towards keeping `density` of the edges, resumable from `checkpoint`) or
+    "ensemble" (the mean normalised rank of `ENSEMBLE_MEMBERS`' scores).
+    bootstrap: resamples of the prompts for each edge's selection frequency at the circuit's size
+    (0: not measured); attribution then scores each prompt alone (the same work), edge pruning runs
+    again on each resample.
     ig_points: EAP-IG's integration points, "paper" (alpha = k/m, k = 1..m) or "mib" (k = 0..m-1).
     max_memory (bytes or "2GiB"): the scores' memory budget, which picks their batch size instead of
     `batch_size` (`edges.edge_attribution`). progress(stage, done, total): the stages "Edge scores",
-    "Faithfulness" (the circuit's) and "Faithfulness curve"."""
+    "Edge pruning", "Edge stability", "Faithfulness" (the circuit's) and "Faithfulness curve"."""
     graph = edges.edge_graph(model)
+    if method not in CIRCUIT_METHODS:
+        raise ValueError(f"method={method!r} is not one of {CIRCUIT_METHODS}.")
+    if bootstrap < 0:
+        raise ValueError(f"bootstrap={bootstrap} must be 0 (no stability) or a number of resamples.")
     if n_edges is not None and fraction is not None:
         raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
     if not 0 < target <= 1:
@@ -167,21 +206,10 @@ def find_edge_circuit(
     seconds = {}
     start = time.perf_counter()
     model.eval()
-    scores = edges.edge_attribution(
-        model,
-        task.clean,
-        task.corrupted,
-        task.metric,
-        method,
-        steps,
-        ablation,
-        None,
-        batch_size if max_memory is None else None,
-        progress,
-        ig_points=ig_points,
-        max_memory=max_memory,
-        reference_mask=task.corrupted_mask,
-    )
+    options = {"ig_points": ig_points, "max_memory": max_memory, "batch_size": batch_size,
+               "progress": progress, "prune_steps": prune_steps, "density": density,
+               "checkpoint": checkpoint}  # fmt: skip
+    scores, scores_of = method_scores(model, task, method, steps, ablation, bootstrap > 0, **options)
     seconds["scores"] = time.perf_counter() - start
     check_finite_scores(
         scores.scores,
@@ -211,6 +239,13 @@ def find_edge_circuit(
             reference_mask=task.corrupted_mask,
         )  # fmt: skip
         seconds["curve"] = time.perf_counter() - start
+    frequency = None
+    if bootstrap > 0:
+        start = time.perf_counter()
+        frequency = edges.selection_frequency(
+            scores_of, task.n_prompts, requested, bootstrap, progress=progress
+        )
+        seconds["stability"] = time.perf_counter() - start
     return EdgeCircuitResult(
         model=model.cfg.model_name,
         task=task,
@@ -226,7 +261,68 @@ def find_edge_circuit(
         ig_points=ig_points,
         provenance=interp.provenance(model),
         target=target if searched else None,
+        frequency=frequency,
+        n_boot=bootstrap,
     )
+
+
+def method_scores(
+    model: HookedTransformer,
+    task: EdgeTask,
+    method: str,
+    steps: int,
+    ablation: edges.Ablation,
+    per_prompt: bool,
+    ig_points: edges.IGPoints,
+    max_memory: MemorySize | None,
+    batch_size: int,
+    progress: Progress | None,
+    prune_steps: int,
+    density: float,
+    checkpoint: str | None,
+) -> tuple[edges.EdgeScores, Callable[[Tensor], edges.EdgeScores] | None]:
+    """The method's scores on all the task's prompts, and a function scoring a resample of them
+    (prompt indices [n], with repeats; None for attribution without `per_prompt`): attribution scores
+    each prompt alone when `per_prompt` (a resample's scores are then the mean of its prompts'), edge
+    pruning runs again."""
+    graph = edges.edge_graph(model)
+
+    def attribution(name: str) -> tuple[edges.EdgeScores, Callable[[Tensor], edges.EdgeScores] | None]:
+        if per_prompt:
+            each = edges.prompt_scores(
+                model, task.clean, task.corrupted, task.metric, name, steps, ablation, task.corrupted_mask,
+                progress, ig_points=ig_points,
+            )  # fmt: skip
+            like = edges.EdgeScores(
+                graph=graph, scores=each.mean(0), method=name, ablation=ablation,
+                steps=1 if name == "eap" else steps, n_prompts=task.n_prompts,
+            )  # fmt: skip
+            return like, lambda rows: edges.mean_scores(graph, each, rows, like)
+        scores = edges.edge_attribution(
+            model, task.clean, task.corrupted, task.metric, name, steps, ablation, None,
+            batch_size if max_memory is None else None, progress, ig_points=ig_points, max_memory=max_memory,
+            reference_mask=task.corrupted_mask,
+        )  # fmt: skip
+        return scores, None
+
+    def pruned(rows: Tensor | None, report: Progress | None = None) -> edges.EdgeScores:
+        rows = torch.arange(task.n_prompts) if rows is None else rows
+        mask = None if task.corrupted_mask is None else task.corrupted_mask[rows]
+        return edges.prune_edges(
+            model, task.clean[rows], task.corrupted[rows], edges.subset_metric(task.metric, rows), density,
+            prune_steps, batch_size=batch_size, ablation=ablation, reference_mask=mask,
+            checkpoint=checkpoint if report is not None else None, progress=report,
+        )  # fmt: skip
+
+    if method == "prune":
+        return pruned(None, progress), pruned
+    if method == "ensemble":
+        first, first_of = attribution(ENSEMBLE_MEMBERS[0])
+        scores = edges.ensemble([first, pruned(None, progress)])
+        if first_of is None:
+            return scores, None
+        return scores, lambda rows: edges.ensemble([first_of(rows), pruned(rows)])
+    return attribution(method)
 
 
 def smallest_faithful_size(

@@ -89,11 +89,12 @@ def render_table(result: EdgeCircuitResult, console: Console) -> None:
     for line in summary_lines(result):
         console.print(line, markup=False, highlight=False)
     table = Table(title=f"Circuit edges (strongest {TOP_ROWS} by |score|)")
-    for column in ("writer", "reader", "score"):
-        table.add_column(column, justify="right" if column == "score" else "left")
-    for writer, reader, score in result.circuit_edges()[:TOP_ROWS]:
-        table.add_row(writer, reader, f"{score:+.4f}")
+    for column in ("writer", "reader", "score", "frequency"):
+        table.add_column(column, justify="left" if column in ("writer", "reader") else "right")
+    for writer, reader, score, frequency in result.circuit_edge_rows()[:TOP_ROWS]:
+        table.add_row(writer, reader, f"{score:+.4f}", frequency_text(frequency))
     console.print(table)
+    console.print(stability_note(result), markup=False, highlight=False)
     if result.curve is not None:
         curve = Table(title="Faithfulness curve (top-|score| circuits, everything else ablated)")
         for column in ("fraction", "edges", "faithfulness", "95% CI", "random"):
@@ -106,6 +107,22 @@ def render_table(result: EdgeCircuitResult, console: Console) -> None:
                 f"[{float(low[i]):.3f}, {float(high[i]):.3f}]", "" if random is None else f"{random[i]:.3f}",
             )  # fmt: skip
         console.print(curve)
+
+
+def frequency_text(frequency: float | None) -> str:
+    return "-" if frequency is None else f"{frequency:.2f}"
+
+
+def stability_note(result: EdgeCircuitResult) -> str:
+    """What the frequency column is, or how to measure it."""
+    if result.frequency is None:
+        return (
+            "frequency: not measured (--bootstrap N: each edge's selection over N resamples of the prompts)"
+        )
+    return (
+        f"frequency: the fraction of {result.n_boot} bootstrap resamples of the prompts whose "
+        f"{result.requested_edges}-edge circuit holds the edge"
+    )
 
 
 def render_json(result: EdgeCircuitResult) -> str:
@@ -266,12 +283,13 @@ def render_html(result: EdgeCircuitResult) -> str:
     if result.curve is not None:
         sections += ["<h2>Faithfulness curve</h2>", curve_svg(result)]
     rows = "".join(
-        f"<tr><td>{html.escape(w)}</td><td>{html.escape(r)}</td><td>{s:+.4f}</td></tr>"
-        for w, r, s in result.circuit_edges()
+        f"<tr><td>{html.escape(w)}</td><td>{html.escape(r)}</td><td>{s:+.4f}</td><td>{frequency_text(f)}</td></tr>"
+        for w, r, s, f in result.circuit_edge_rows()
     )
     sections.append(
-        "<h2>Edges</h2><table class='edges' style='border-collapse: collapse; font: 13px monospace;'>"
-        f"<tr><th>writer</th><th>reader</th><th>score</th></tr>{rows}</table>"
+        f"<h2>Edges</h2><p>{html.escape(stability_note(result))}</p>"
+        "<table class='edges' style='border-collapse: collapse; font: 13px monospace;'>"
+        f"<tr><th>writer</th><th>reader</th><th>score</th><th>frequency</th></tr>{rows}</table>"
     )
     return html_page(f"Edge circuit of {result.model} on {result.task.name}", sections)
 

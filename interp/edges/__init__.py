@@ -1,5 +1,6 @@
 """Edge-level circuits: the graph (`graph`), edge-level runs through the model's own forward pass
-(`intervene`), edge scores (`attribution`: EAP, EAP-IG, exact) and faithfulness (`evaluate`)."""
+(`intervene`), edge scores (`attribution`: EAP, EAP-IG, exact), learned masks (`prune`), selection
+frequencies and ensembles (`stability`) and faithfulness (`evaluate`)."""
 
 from interp.edges.attribution import (
     IG_POINTS,
@@ -36,15 +37,27 @@ from interp.edges.intervene import (
     run_circuits,
     writer_outputs,
 )
+from interp.edges.prune import OBJECTIVES, masked_logits, prune_edges
+from interp.edges.stability import (
+    ensemble,
+    mean_scores,
+    normalised_ranks,
+    prompt_scores,
+    selection_frequency,
+    subset_metric,
+)
 from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
 from interp.interventions.stats import auroc
 from interp.types import ABLATIONS, Ablation
 
 __all__ = [
-    "ABLATIONS", "IG_POINTS", "IGPoints", "METHODS", "MIB_FRACTIONS", "Ablation", "AnswerMetric",
+    "ABLATIONS", "IG_POINTS", "IGPoints", "METHODS", "MIB_FRACTIONS", "OBJECTIVES", "Ablation",
+    "AnswerMetric",
     "EdgeGraph", "EdgeScores",
     "Faithfulness", "FaithfulnessCurve", "Intervention", "Method", "ablated_outputs", "area_under", "auroc",
     "edge_attribution", "edge_attribution_by_position", "edge_forward", "edge_graph", "faithfulness",
     "faithfulness_curve", "fraction_to_edges", "logit_diff_metric", "mib_json", "node_circuit", "pad_pair",
     "prob_metric", "prune", "random_scores", "run_circuits", "top_circuit", "writer_outputs",
+    "ensemble", "masked_logits", "mean_scores", "normalised_ranks", "prompt_scores", "prune_edges",
+    "selection_frequency", "subset_metric",
 ]  # fmt: skip

@@ -90,6 +90,11 @@ class EdgeGraph:
     def edge_name(self, writer: int, reader: int) -> str:
         return f"{self.writers[writer]}->{self.readers[reader]}"
 
+    def edge_index(self, name: str) -> tuple[int, int]:
+        """(writer, reader) indices of an edge named as `edge_name` writes it ("a0.h1->a2.h3<q>")."""
+        writer, reader = name.split("->")
+        return self.writers.index(writer), self.readers.index(reader)
+
     def edges(self, mask: Bool[Tensor, "writer reader"] | None = None) -> list[tuple[int, int]]:
         """(writer, reader) index pairs of the valid edges (where `mask` too), in graph order."""
         mask = self.valid if mask is None else self.valid & mask

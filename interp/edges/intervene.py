@@ -15,7 +15,10 @@ at `blocks.0.hook_resid_pre` (the input), `attn.hook_result` (heads) and `hook_m
 readers' inputs are replaced at `hook_q_input`, `hook_k_input`, `hook_v_input`, `hook_mlp_in` and the
 last block's `hook_resid_post` (the logits' input). Every hook a user has put on the model fires as
 in an ordinary run, and is seen by the edge-level run (added before the run, so it fires first).
-K circuits run at once on the prompts repeated K times.
+K circuits run at once on the prompts repeated K times. A float `keep` that requires grad makes the
+run differentiable in the mask (edge pruning, `interp.edges.prune`): each reader's input is then
+incoming - sum over writers of (1 - keep) (writer - writer_ablated), with every writer's difference
+held once for the backward pass.
 """
 
 from __future__ import annotations
@@ -84,6 +87,26 @@ def _correction(coef: Tensor, diffs: Tensor, n_k: int) -> Float[Tensor, "KB pos 
     return out.view(n_k, n_readers, b, p, dm).permute(0, 2, 3, 1, 4).reshape(n_k * b, p, n_readers, dm)
 
 
+class _MaskedSum(torch.autograd.Function):
+    """sum over writers w of coef[w, r] * diff[w] for each reader r: [R, rows], from coef [nw, R] and the
+    first nw rows of `buffer` [W, rows] (every writer's diff, flattened). The gradient reaches each
+    writer group's diff tensor (`groups`, covering rows 0..nw in order), so it flows on into the model;
+    the backward pass reads the buffer's rows 0..nw, which no later writer changes."""
+
+    @staticmethod
+    def forward(ctx, coef: Tensor, buffer: Tensor, *groups: Tensor) -> Tensor:
+        ctx.save_for_backward(coef)
+        ctx.buffer, ctx.shapes = buffer, [group.shape for group in groups]
+        return coef.T @ buffer[: coef.shape[0]]
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (coef,) = ctx.saved_tensors
+        grad_coef = ctx.buffer[: coef.shape[0]] @ grad.T  # [nw, R]
+        grad_rows = (coef @ grad).split([shape[0] for shape in ctx.shapes])  # [n, rows] per group
+        return grad_coef, None, *[g.view(shape) for g, shape in zip(grad_rows, ctx.shapes, strict=True)]
+
+
 class _EdgeRun:
     """The hooks of one edge-level run and what they share: each writer's difference from its
     ablated output (diffs [K, W, batch, pos, d]) and their running sum over the writers so far."""
@@ -97,6 +120,13 @@ class _EdgeRun:
         self.n_pos = n_pos
         self.diffs: Tensor | None = None
         self.total: Tensor | None = None  # sum of diffs over the writers so far, [K*batch, pos, d]
+        # A mask that requires grad: each writer group's diffs [n, batch, pos, d] by first writer.
+        self.differentiable = iv.keep is not None and iv.keep.requires_grad and torch.is_grad_enabled()
+        self.groups: list[tuple[int, Tensor]] = []
+        self.buffer: Tensor | None = None  # [W, batch * pos * d]: every writer's diff, filled in order
+        self.removed: dict[int, Tensor] = {}  # a reader group's [R, batch * pos * d], by its first reader
+        if self.differentiable and self.n_k != 1:
+            raise ValueError("a mask that requires grad runs one circuit at a time (keep [1, W, R])")
         self.total_before_layer: Tensor | None = None
         self.corrections: dict[int, tuple[Tensor | None, bool]] = {}  # a reader group's, by its first reader
 
@@ -111,7 +141,7 @@ class _EdgeRun:
         if self.iv.keep is None:
             return
         n_k, batch = self.n_k, self.batch
-        if self.diffs is None:
+        if self.diffs is None and not self.differentiable:
             self.diffs = torch.empty(
                 n_k, self.graph.n_writers, batch, *value.shape[1:2], value.shape[-1],
                 dtype=value.dtype, device=value.device,
@@ -122,6 +152,13 @@ class _EdgeRun:
             diff = per_k.permute(0, 3, 1, 2, 4) - self.iv.ablated[writers]
         else:
             diff = (per_k - self.iv.ablated[writers.start])[:, None]
+        if self.differentiable:  # the values in one buffer, the autograd graph through each group's diff
+            diff = diff[0]  # [n, B, P, d]: one circuit
+            if self.buffer is None:
+                self.buffer = value.new_empty(self.graph.n_writers, batch * value.shape[1] * value.shape[-1])
+            self.buffer[writers] = diff.detach().reshape(diff.shape[0], -1)
+            self.groups.append((writers.start, diff))
+            return
         self.diffs[:, writers] = diff
         self.total = self.total + diff.sum(1).view_as(self.total)  # not in place: snapshots keep theirs
 
@@ -145,6 +182,8 @@ class _EdgeRun:
         together, once: a layer's queries, keys and values."""
         if self.iv.keep is None:
             out = incoming
+        elif self.differentiable:
+            out = self._masked_input(incoming, readers, group or readers)
         else:
             group = group or readers
             added, from_ablated = self.correction(group)
@@ -154,6 +193,16 @@ class _EdgeRun:
         if self.track is not None:
             self.track.append(out)
         return out
+
+    def _masked_input(self, incoming: Tensor, readers: slice, group: slice) -> Tensor:
+        """incoming - sum over upstream writers w of drop[w, r] * diffs[w]: one product (`_MaskedSum`)
+        per group of readers (a layer's queries, keys and values), kept for the group's other hooks."""
+        if group.start not in self.removed:
+            nw = self.graph.n_upstream[group.start]
+            groups = [diff for start, diff in self.groups if start < nw]
+            self.removed[group.start] = _MaskedSum.apply(self.drop[0, :nw, group], self.buffer, *groups)
+        part = self.removed[group.start][readers.start - group.start : readers.stop - group.start]
+        return incoming - part.view(part.shape[0], *incoming.shape[:2], -1).permute(1, 2, 0, 3)
 
     def hooks(self, model: HookedTransformer) -> list[tuple[str, object]]:
         graph, n_layers, has_mlp, parallel = (

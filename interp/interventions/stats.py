@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 
@@ -28,6 +28,13 @@ def masked_mean(values: Tensor, real: Bool[Tensor, "..."], dim: int, keepdim: bo
     return total / real.sum(dim, keepdim=keepdim).to(values.dtype)
 
 
+def resamples(n: int, n_boot: int, seed: int = 0) -> Int[Tensor, "n_boot n"]:
+    """The bootstrap's resamples of n prompts: indices drawn with replacement, seeded."""
+    if n < 1:
+        raise ValueError("A bootstrap needs at least one prompt.")
+    return torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
+
+
 def bootstrap(
     statistic: Callable[[Tensor], Tensor], n: int, n_boot: int = 1000, level: float = 0.95, seed: int = 0
 ) -> tuple[Tensor, Tensor]:
@@ -36,11 +43,7 @@ def bootstrap(
 
     A resample whose statistic is undefined (NaN/inf: a ratio whose denominator is 0 on those
     prompts) is left out, with a warning saying how many; if every resample is, it raises."""
-    if n < 1:
-        raise ValueError("A bootstrap needs at least one prompt.")
-    generator = torch.Generator().manual_seed(seed)
-    samples = torch.randint(n, (n_boot, n), generator=generator)
-    values = statistic(samples)
+    values = statistic(resamples(n, n_boot, seed))
     alpha = (1 - level) / 2
     undefined = ~torch.isfinite(values)
     if not undefined.any():
