@@ -14,7 +14,7 @@ from rich.table import Table
 
 from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.output import write_output
-from interp import viz
+from interp import edges, viz
 from interp.viz import html_page
 
 FORMATS = ("table", "json", "html")
@@ -24,6 +24,12 @@ FAITHFUL, PARTIAL = 0.8, 0.5  # verdict thresholds on faithfulness
 SIGN_CONVENTION = (
     "edge scores estimate m(edge ablated) - m(clean) in the metric's units: negative, the edge helps the "
     "clean answer; positive, it works against it; circuits keep the largest |score|"
+)
+
+
+RANK_CONVENTION = (
+    "edge scores rank edges (prune: -(steps the learned gate stayed open + its keep probability) / "
+    "(steps + 1); ensemble: -(mean normalised rank by |score|)); circuits keep the largest |score|"
 )
 
 
@@ -70,7 +76,7 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"faithfulness {circuit['faithfulness']:.3f} "
         f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]: "
         + faithfulness_verdict(circuit["faithfulness"], method["name"], method["ablation"]),
-        SIGN_CONVENTION,
+        SIGN_CONVENTION if result.scores.method in edges.METHODS else RANK_CONVENTION,
     ]
     if data["curve"] is not None:
         curve = data["curve"]
