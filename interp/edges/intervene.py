@@ -164,12 +164,13 @@ class _EdgeRun:
 
     def correction(self, group: slice) -> tuple[Tensor | None, bool]:
         """What a group of readers (with the same upstream writers) add to their base input, [K*B, pos,
-        R, d] or None, and whether that base is the ablated input (True: fewer edges kept than
-        dropped, the kept ones added back) or the incoming one (the dropped ones taken away)."""
+        R, d] or None, and whether that base is the ablated input (the kept edges added back) or the
+        incoming one (the dropped edges taken away): whichever reads fewer writers' differences."""
         if group.start not in self.corrections:
             nw = self.graph.n_upstream[group.start]
             k_coef, d_coef = self.iv.keep[:, :nw, group], self.drop[:, :nw, group]
-            from_ablated = bool(k_coef.count_nonzero() <= d_coef.count_nonzero())
+            kept_from, dropped_from = (coef.ne(0).any(dim=(0, 2)).sum() for coef in (k_coef, d_coef))
+            from_ablated = bool(kept_from <= dropped_from)
             coef = k_coef if from_ablated else -d_coef
             self.corrections[group.start] = (_correction(coef, self.diffs, self.n_k), from_ablated)
         return self.corrections[group.start]
