@@ -43,7 +43,7 @@ EXAMPLES = {  # the end of each command's --help
             "--model smollm2-135m --pairs pairs.csv --save patch.json   # same-length clean/corrupted",
         ],
         "circuit": [
-            "--model toy-ioi --task ioi --edges 100",
+            "--model toy-ioi --task ioi --edges 100 --curve   # and the faithfulness curve, CPR and CMD",
             "--model toy-induction --task induction --target 0.9   # the smallest circuit reaching 0.9",
             "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
         ],
@@ -447,7 +447,11 @@ def circuit(
     metric: str = typer.Option("logit_diff", help="logit_diff or prob (prompt-pair files)."),
     n_prompts: int = typer.Option(64, help="Prompt pairs (ioi, induction)."),
     seed: int = typer.Option(0, help="Seed of the prompts."),
-    curve: bool = typer.Option(True, help="Also measure the faithfulness curve (MIB's sizes) and CPR/CMD."),
+    curve: bool = typer.Option(
+        False,
+        help="Also measure the faithfulness curve (MIB's 10 sizes, top |score|, top signed and random "
+        "circuits: up to 28 more edge-level runs, several times the scores' time) and CPR/CMD.",
+    ),
     format: str = typer.Option("table", help="table, json or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     mib_out: str | None = typer.Option(

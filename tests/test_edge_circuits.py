@@ -153,7 +153,7 @@ def test_reports_render_offline_in_chromium(toy_result, tmp_path):
 def test_interp_circuit_command(tmp_path):
     report, mib = tmp_path / "circuit.json", tmp_path / "mib.json"
     args = ["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap",
-            "--fraction", "0.2", "--n-prompts", "8", "--no-curve", "--format", "json", "--out", str(report),
+            "--fraction", "0.2", "--n-prompts", "8", "--format", "json", "--out", str(report),
             "--mib-out", str(mib), "--max-memory", "64MiB"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

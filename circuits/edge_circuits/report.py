@@ -88,6 +88,8 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         if curve["random"] is not None:
             line += f" (random circuits: CPR {curve['random']['cpr']:.3f}, CMD {curve['random']['cmd']:.3f})"
         lines.append(line)
+    else:
+        lines.append("faithfulness curve: not measured (--curve: MIB's 10 sizes, CPR and CMD)")
     return lines
 
 
