@@ -1,0 +1,26 @@
+"""Retrieval from context: the heads that answer "The pet of John is" from the facts stated before it.
+
+    result = find_retrieval_circuit(model)        # discovery, held-out validation   find.py
+    write_retrieval_report(result, "terminal", None, console)                     # report.py
+
+The prompts come from `interp.tasks.retrieval`; `results.py` says what each figure means.
+"""
+
+from circuits.retrieval.find import accuracy, find_retrieval_circuit
+from circuits.retrieval.results import (
+    Accuracy,
+    ClassValidation,
+    FoundHead,
+    RetrievalResult,
+    StratumEffect,
+)
+
+__all__ = [
+    "Accuracy",
+    "ClassValidation",
+    "FoundHead",
+    "RetrievalResult",
+    "StratumEffect",
+    "accuracy",
+    "find_retrieval_circuit",
+]

@@ -1,0 +1,114 @@
+"""What `find_retrieval_circuit` finds, as data. Logit differences are logit(answer) minus the largest
+other in-context candidate's logit (logits); accuracy is the fraction of prompts whose answer ranks
+first among the candidates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+RETRIEVAL_CLASSES = ("mover", "mention", "query")
+CLASS_MEANINGS = {
+    "mover": "attends END -> the queried value and writes it (the lookup's copy)",
+    "mention": "attends END -> the earlier mention of the queried name",
+    "query": "attends END -> the queried name in the query",
+    "induction": "the induction heads `interp heads` confirms (tested as a class, not found here)",
+}
+VERDICTS = ("confirmed", "stratum-dependent", "unconfirmed")
+
+
+@dataclass(kw_only=True)
+class Accuracy:
+    """Accuracy on a set of prompts with a 95% bootstrap CI over prompts, and chance (the mean of
+    1 / candidates)."""
+
+    prompts: str
+    n_prompts: int
+    accuracy: float
+    ci: tuple[float, float]
+    chance: float
+    logit_diff: float
+
+
+@dataclass(kw_only=True)
+class FoundHead:
+    """A head discovery selected: its path-patching effect (change of the mean logit diff when its
+    path is patched from the corrupted run, logits), its mean attention from END to the queried
+    fact's name ("NAME"), its value ("VALUE") and the query's name ("QUERY"), its direct logit
+    attribution to the logit diff, and its class (None: no matching attention pattern)."""
+
+    head: str
+    layer: int
+    index: int
+    sweep: str  # "logits" or "mover_queries"
+    effect: float
+    attention: dict[str, float]
+    direct: float
+    cls: str | None
+
+
+@dataclass(kw_only=True)
+class StratumEffect:
+    """A class's effect beyond random heads on one held-out stratum (a fact count or a relation)."""
+
+    name: str
+    n_prompts: int
+    difference: float
+    difference_ci: tuple[float, float]
+    holds: bool  # the mean difference is negative: ablating the class hurts more than random heads
+
+
+@dataclass(kw_only=True)
+class ClassValidation:
+    """A class mean-ablated on the held-out prompts against random sets of as many heads from the same
+    layers (none of the class's). difference: (class's change - random sets' mean change) of the
+    logit diff per prompt (logits), 95% bootstrap CI over prompts; accuracy with the class and with
+    the random sets ablated. verdict: "confirmed" when the pooled CI lies below 0 and the mean
+    difference is negative in every stratum, "stratum-dependent" when only the pooled CI does,
+    else "unconfirmed"."""
+
+    name: str
+    heads: list[str]
+    induction_overlap: list[str]  # its heads that `interp heads` confirms as induction heads
+    change: float
+    random_change: float
+    difference: float
+    difference_ci: tuple[float, float]
+    accuracy: float
+    random_accuracy: float
+    random_sets: list[list[str]]
+    strata: list[StratumEffect]
+    verdict: str
+
+
+@dataclass(kw_only=True)
+class RetrievalResult:
+    """`find_retrieval_circuit`'s result. Discovery prompts (discovery relations, names and fact
+    count) select and classify heads; every claim (each class against random heads, per stratum;
+    the circuit's faithfulness) is tested on held-out prompts: other relations, other names, other
+    fact counts."""
+
+    model_name: str
+    provenance: str
+    seed: int
+    settings: dict[str, float | int | str]
+    discovery: Accuracy
+    heldout: Accuracy
+    heldout_by_facts: list[Accuracy]
+    question: Accuracy  # the query asked as a question (measured only)
+    two_hop: list[Accuracy]  # two-hop prompts, statement and question (measured only)
+    effects: dict[str, Tensor]  # sweep -> [layer, head] path-patching effect (NaN: not patched)
+    heads: list[FoundHead]
+    induction_heads: list[str]
+    classes: list[ClassValidation]
+    faithfulness: float  # held-out, the circuit (every classified head) kept, the rest mean-ablated
+    circuit_logit_diff: float
+    model_logit_diff: float
+    ablated_logit_diff: float
+    circuit_accuracy: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def confirmed(self, verdicts: tuple[str, ...] = ("confirmed",)) -> list[str]:
+        """The names of the classes with those verdicts."""
+        return [c.name for c in self.classes if c.verdict in verdicts]

@@ -1,0 +1,375 @@
+"""Retrieval from context: facts stated in the prompt, then a query about one of them.
+
+    The mother of Charlotte is Eve. The pet of John is dog. [...] The pet of John is  -> " dog"
+
+Every fact reads "The {attribute} of {subject} is {value}." (one token each for the attribute, the
+subject and the value, so every prompt of a fact count has one length). The query repeats the
+queried fact's opening ("statement": "The pet of John is") or asks it ("question": "Question: What
+is the pet of John? Answer:"). The candidates are the values stated in the prompt; the metric is
+the answer's logit minus the largest other candidate's (logits), and a prompt is answered right
+when that difference is positive (the answer ranks first among the candidates; chance: 1 / facts).
+
+Two-hop prompts chain two relations ("The mother of John is Helen. The job of Helen is doctor. [...]
+The job of the mother of John is" -> " doctor"); their candidates are the jobs stated.
+
+Relations, subjects and fact counts come in a discovery and a held-out split (`RELATIONS`,
+`HELDOUT_RELATIONS`, the IOI names and held-out names), so a circuit found on one is tested on the
+other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
+
+# relation -> (its attribute word, its values); each attribute and value one token after a space
+RELATIONS = {
+    "mother": ("mother", ("Eve", "Helen", "Alice", "Lucy", "Grace", "Rose", "Julia", "Kate", "Jane",
+                          "Susan", "Linda", "Anna", "Emma", "Diana", "Ruth", "Nancy")),
+    "job": ("job", ("doctor", "teacher", "lawyer", "farmer", "pilot", "nurse", "chef", "baker",
+                    "writer", "singer", "driver", "painter", "dancer", "judge", "soldier", "banker")),
+    "city": ("city", ("Paris", "London", "Berlin", "Rome", "Madrid", "Tokyo", "Boston", "Chicago",
+                      "Dublin", "Vienna", "Moscow", "Cairo", "Sydney", "Toronto", "Denver", "Seattle")),
+    "pet": ("pet", ("dog", "cat", "horse", "rabbit", "parrot", "snake", "mouse", "fish", "turtle",
+                    "goat", "duck", "pig", "sheep", "frog", "bird", "fox")),
+}  # fmt: skip
+HELDOUT_RELATIONS = {
+    "colour": ("colour", ("red", "blue", "green", "yellow", "black", "white", "purple", "orange",
+                          "pink", "brown", "grey", "gold", "silver")),
+    "sport": ("sport", ("tennis", "football", "golf", "hockey", "cricket", "rugby", "baseball",
+                        "soccer", "boxing", "chess", "swimming", "running")),
+    "drink": ("drink", ("coffee", "tea", "milk", "juice", "water", "beer", "wine", "soda",
+                        "whisky", "vodka", "lemonade", "cocoa")),
+}  # fmt: skip
+QUERY_FORMS = ("statement", "question")
+DISCOVERY_FACT_COUNTS = (4,)
+HELDOUT_FACT_COUNTS = (2, 3, 6, 8)
+
+
+def fact_text(attribute: str, subject: str, value: str) -> str:
+    return f"The {attribute} of {subject} is {value}."
+
+
+def query_text(attribute: str, subject: str, form: str) -> str:
+    """The query about `subject`'s `attribute`; its next token is the answer."""
+    if form == "statement":
+        return f"The {attribute} of {subject} is"
+    return f"Question: What is the {attribute} of {subject}? Answer:"
+
+
+@dataclass
+class RetrievalPrompts:
+    """A batch of retrieval prompts of one length (one fact count), no padding.
+
+    tokens, corrupted: [batch, pos]; corrupted has the query's subject replaced by a name the prompt
+      does not hold (nothing to retrieve), every other token the same.
+    answer: [batch] the queried value's id. candidates: [batch, n_facts] every stated value's id,
+      in the order stated (the answer among them at `queried`).
+    positions: [batch] indices of "NAME" (the queried fact's subject), "VALUE" (its value), "QUERY"
+      (the subject in the query) and "END" (the last token, whose next token is the answer).
+    names, values: [batch, n_facts] the position of each fact's subject and value.
+    relation: the relation of each prompt; n_facts, queried: per prompt; texts: the prompts.
+    """
+
+    tokens: Tensor
+    corrupted: Tensor
+    answer: Tensor
+    candidates: Tensor
+    positions: dict[str, Tensor]
+    names: Tensor
+    values: Tensor
+    queried: Tensor
+    relation: list[str]
+    texts: list[str]
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def n_facts(self) -> int:
+        return self.candidates.shape[1]
+
+    def __getitem__(self, index: slice | Sequence[int] | Tensor) -> RetrievalPrompts:
+        """The prompts `index` selects (rows; the batch dimension is kept)."""
+        rows = torch.arange(len(self))[index.cpu() if isinstance(index, Tensor) else index]
+        on = rows.to(self.tokens.device)
+        tensors = {
+            field.name: getattr(self, field.name)[on]
+            for field in dataclasses.fields(self)
+            if isinstance(getattr(self, field.name), Tensor)
+        }
+        return RetrievalPrompts(
+            **tensors,
+            positions={key: value[on] for key, value in self.positions.items()},
+            relation=[self.relation[i] for i in rows.tolist()],
+            texts=[self.texts[i] for i in rows.tolist()],
+        )
+
+    def to(self, device: torch.device | str) -> RetrievalPrompts:
+        """The tokens on `device` (the metric's indices follow the logits' device)."""
+        return dataclasses.replace(self, tokens=self.tokens.to(device), corrupted=self.corrupted.to(device))
+
+    def candidate_logits(self, logits: Tensor) -> Tensor:
+        """Each candidate's logit at END: logits [batch, pos, d_vocab] -> [batch, n_facts]."""
+        rows = torch.arange(len(self), device=logits.device)
+        end = logits[rows, self.positions["END"].to(logits.device)]  # [batch, d_vocab]
+        return end.gather(1, self.candidates.to(logits.device))
+
+    def logit_diff(self, logits: Tensor) -> Tensor:
+        """logit(answer) - the largest logit of the other candidates, at END: [batch, pos, d_vocab]
+        -> [batch]. Positive exactly when the answer ranks first among the candidates."""
+        candidate = self.candidate_logits(logits)
+        rows = torch.arange(len(self), device=logits.device)
+        queried = self.queried.to(logits.device)
+        answer = candidate[rows, queried]
+        others = candidate.scatter(1, queried[:, None], float("-inf"))
+        return answer - others.max(1).values
+
+    def correct(self, logits: Tensor) -> Tensor:
+        """[batch] bool: the answer ranks first among the candidates at END."""
+        return self.logit_diff(logits) > 0
+
+
+def _single_tokens(model: Any, words: Sequence[str]) -> dict[str, int]:
+    """{word: id} for the words that are one token after a space."""
+    ids = {}
+    for word in words:
+        try:
+            ids[word] = model.to_single_token(" " + word)
+        except ValueError:
+            continue
+    return ids
+
+
+def _relations(model: Any, relations: dict[str, tuple[str, tuple[str, ...]]], n_facts: int) -> dict:
+    """relation -> (attribute, {value: id}) for the relations this tokenizer can state in one length."""
+    usable = {}
+    for relation, (attribute, values) in relations.items():
+        ids = _single_tokens(model, values)
+        if _single_tokens(model, [attribute]) and len(ids) >= n_facts:
+            usable[relation] = (attribute, ids)
+    if not usable:
+        raise ValueError(
+            f"none of the relations {', '.join(relations)} has a one-token attribute and {n_facts} one-token "
+            "values in this model's tokenizer; retrieval prompts need a tokenizer with whole-word tokens"
+        )
+    return usable
+
+
+def _slot_positions(model: Any, text: str, slots: Sequence[tuple[int, int]], ids: Sequence[int]) -> list[int]:
+    """The token position of each slot (its character span in `text`), checked to hold its id."""
+    positions = []
+    for (_, end), token in zip(slots, ids, strict=True):
+        position = model.to_tokens(text[:end], move_to_device=False).shape[1] - 1
+        positions.append(position)
+    tokens = model.to_tokens(text, move_to_device=False)[0]
+    for position, token in zip(positions, ids, strict=True):
+        if position >= len(tokens) or int(tokens[position]) != token:
+            raise ValueError(f"{text!r}: a name or value is not its own single token in context")
+    return positions
+
+
+def _render(
+    model: Any, facts: Sequence[tuple[str, str, str]], query: str
+) -> tuple[str, list[tuple[int, int]], list[tuple[int, int]]]:
+    """The prompt text and the character spans of each fact's subject and value."""
+    parts, subjects, values, offset = [], [], [], 0
+    for attribute, subject, value in facts:
+        sentence = fact_text(attribute, subject, value)
+        start = offset + len(f"The {attribute} of")
+        subjects.append((start, start + 1 + len(subject)))
+        values.append((start + 1 + len(subject) + 3, start + 1 + len(subject) + 4 + len(value)))
+        parts.append(sentence)
+        offset += len(sentence) + 1
+    return " ".join(parts) + "\n" + query, subjects, values
+
+
+def _check_split(split: str) -> None:
+    if split not in ("discovery", "heldout"):
+        raise ValueError(f"split must be 'discovery' or 'heldout', got {split!r}")
+
+
+def make_retrieval_prompts(
+    model: Any,
+    n_prompts: int,
+    n_facts: int = 4,
+    split: str = "discovery",
+    seed: int = 0,
+    query: str = "statement",
+    relations: Sequence[str] | None = None,
+) -> RetrievalPrompts:
+    """`n_prompts` retrieval prompts of `n_facts` facts (2-8) for `model`'s tokenizer, seeded.
+
+    split: "discovery" (RELATIONS, the IOI names as subjects) or "heldout" (HELDOUT_RELATIONS,
+      HELDOUT_NAMES). Each prompt states one relation about `n_facts` distinct subjects with
+      distinct values; the queried fact takes each index in turn (balanced over the batch).
+    query: "statement" or "question" (see the module docstring).
+    relations: the relations to use (default: every one of the split the tokenizer allows).
+    """
+    _check_split(split)
+    if query not in QUERY_FORMS:
+        raise ValueError(f"query must be one of {', '.join(QUERY_FORMS)}, got {query!r}")
+    if isinstance(n_facts, bool) or not isinstance(n_facts, int) or not 2 <= n_facts <= 8:
+        raise ValueError(f"n_facts must be an int in 2..8 (facts per prompt), got {n_facts!r}")
+    if isinstance(n_prompts, bool) or not isinstance(n_prompts, int) or n_prompts < 1:
+        raise ValueError(f"n_prompts must be an int >= 1, got {n_prompts!r}")
+    table = RELATIONS if split == "discovery" else HELDOUT_RELATIONS
+    if relations is not None:
+        unknown = sorted(set(relations) - set(table))
+        if unknown:
+            raise ValueError(f"unknown {split} relations {unknown}; choose from {', '.join(table)}")
+        table = {name: table[name] for name in relations}
+    usable = _relations(model, table, n_facts)
+    taken = {value for _, values in usable.values() for value in values}
+    subjects = {
+        name: token
+        for name, token in _single_tokens(model, NAMES if split == "discovery" else HELDOUT_NAMES).items()
+        if name not in taken
+    }
+    if len(subjects) < n_facts + 1:
+        raise ValueError(f"only {len(subjects)} one-token subject names; {n_facts + 1} needed")
+    rng = random.Random(seed)
+    names = sorted(subjects)
+    order = sorted(usable)
+    rows: dict[str, list] = {key: [] for key in ("tokens", "corrupted", "answer", "candidates", "names")}
+    rows |= {"values": [], "queried": [], "relation": [], "texts": []}
+    for i in range(n_prompts):
+        relation = order[i % len(order)]
+        attribute, value_ids = usable[relation]
+        chosen = rng.sample(names, n_facts + 1)
+        people, stranger = chosen[:n_facts], chosen[n_facts]
+        stated = rng.sample(sorted(value_ids), n_facts)
+        queried = (i // len(order)) % n_facts
+        facts = [(attribute, person, value) for person, value in zip(people, stated, strict=True)]
+        text, subject_spans, value_spans = _render(
+            model, facts, query_text(attribute, people[queried], query)
+        )
+        corrupted_text, _, _ = _render(model, facts, query_text(attribute, stranger, query))
+        ids = [subjects[p] for p in people] + [value_ids[v] for v in stated]
+        positions = _slot_positions(model, text, subject_spans + value_spans, ids)
+        tokens = model.to_tokens(text, move_to_device=False)[0]
+        corrupted = model.to_tokens(corrupted_text, move_to_device=False)[0]
+        if corrupted.shape != tokens.shape or (corrupted != tokens).sum() != 1:
+            raise ValueError(
+                f"{corrupted_text!r}: the corrupted query is not one token away from the clean one"
+            )
+        rows["tokens"].append(tokens)
+        rows["corrupted"].append(corrupted)
+        rows["answer"].append(value_ids[stated[queried]])
+        rows["candidates"].append([value_ids[v] for v in stated])
+        rows["names"].append(positions[:n_facts])
+        rows["values"].append(positions[n_facts:])
+        rows["queried"].append(queried)
+        rows["relation"].append(relation)
+        rows["texts"].append(text)
+    lengths = {len(tokens) for tokens in rows["tokens"]}
+    if len(lengths) != 1:
+        raise ValueError(
+            f"prompts of {n_facts} facts tokenize to {sorted(lengths)} tokens; expected one length"
+        )
+    tokens = torch.stack(rows["tokens"])
+    corrupted = torch.stack(rows["corrupted"])
+    names_at = torch.tensor(rows["names"])
+    values_at = torch.tensor(rows["values"])
+    queried = torch.tensor(rows["queried"])
+    batch = torch.arange(n_prompts)
+    query_at = (tokens != corrupted).nonzero()[:, 1]
+    return RetrievalPrompts(
+        tokens=tokens,
+        corrupted=corrupted,
+        answer=torch.tensor(rows["answer"]),
+        candidates=torch.tensor(rows["candidates"]),
+        positions={
+            "NAME": names_at[batch, queried],
+            "VALUE": values_at[batch, queried],
+            "QUERY": query_at,
+            "END": torch.full((n_prompts,), tokens.shape[1] - 1),
+        },
+        names=names_at,
+        values=values_at,
+        queried=queried,
+        relation=rows["relation"],
+        texts=rows["texts"],
+    )
+
+
+@dataclass
+class TwoHopPrompts:
+    """Two-hop prompts ("The mother of John is Helen. The job of Helen is doctor. [...] The job of
+    the mother of John is" -> " doctor"), one length. tokens [batch, pos]; answer [batch]; candidates
+    [batch, n_people] the jobs stated (the answer at `queried`); texts."""
+
+    tokens: Tensor
+    answer: Tensor
+    candidates: Tensor
+    queried: Tensor
+    texts: list[str]
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def logit_diff(self, logits: Tensor) -> Tensor:
+        """logit(answer) - the largest other candidate's logit at the last position: [batch, pos,
+        d_vocab] -> [batch]."""
+        candidate = logits[:, -1].gather(1, self.candidates.to(logits.device))
+        queried = self.queried.to(logits.device)
+        answer = candidate[torch.arange(len(self), device=logits.device), queried]
+        return answer - candidate.scatter(1, queried[:, None], float("-inf")).max(1).values
+
+
+def make_two_hop_prompts(
+    model: Any, n_prompts: int, n_people: int = 4, seed: int = 0, query: str = "statement"
+) -> TwoHopPrompts:
+    """`n_prompts` two-hop prompts: `n_people` subjects, each with a mother (a "mother" fact) who has a
+    job (a "job" fact); the mothers' facts, then the jobs' facts, each group shuffled; the query asks
+    the job of one subject's mother ("statement": "The job of the mother of John is", "question":
+    "Question: What is the job of the mother of John? Answer:"). The queried subject takes each index
+    in turn."""
+    if query not in QUERY_FORMS:
+        raise ValueError(f"query must be one of {', '.join(QUERY_FORMS)}, got {query!r}")
+    if isinstance(n_people, bool) or not isinstance(n_people, int) or not 2 <= n_people <= 8:
+        raise ValueError(f"n_people must be an int in 2..8, got {n_people!r}")
+    mothers = _single_tokens(model, RELATIONS["mother"][1])
+    jobs = _single_tokens(model, RELATIONS["job"][1])
+    subjects = sorted(set(_single_tokens(model, NAMES)) - set(mothers))
+    if min(len(mothers), len(jobs), len(subjects)) < n_people:
+        raise ValueError(f"this tokenizer has too few one-token names and jobs for {n_people} people")
+    rng = random.Random(seed)
+    tokens, answers, candidates, queried, texts = [], [], [], [], []
+    for i in range(n_prompts):
+        people = rng.sample(subjects, n_people)
+        their_mothers = rng.sample(sorted(mothers), n_people)
+        their_jobs = rng.sample(sorted(jobs), n_people)
+        k = i % n_people
+        mother_facts = [fact_text("mother", p, m) for p, m in zip(people, their_mothers, strict=True)]
+        job_facts = [fact_text("job", m, j) for m, j in zip(their_mothers, their_jobs, strict=True)]
+        rng.shuffle(mother_facts)
+        rng.shuffle(job_facts)
+        ask = (
+            f"The job of the mother of {people[k]} is"
+            if query == "statement"
+            else f"Question: What is the job of the mother of {people[k]}? Answer:"
+        )
+        text = " ".join(mother_facts + job_facts) + "\n" + ask
+        texts.append(text)
+        tokens.append(model.to_tokens(text, move_to_device=False)[0])
+        answers.append(jobs[their_jobs[k]])
+        candidates.append([jobs[j] for j in their_jobs])
+        queried.append(k)
+    if len({len(t) for t in tokens}) != 1:
+        raise ValueError("two-hop prompts tokenize to several lengths; expected one")
+    return TwoHopPrompts(
+        tokens=torch.stack(tokens),
+        answer=torch.tensor(answers),
+        candidates=torch.tensor(candidates),
+        queried=torch.tensor(queried),
+        texts=texts,
+    )
