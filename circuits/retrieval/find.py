@@ -323,8 +323,9 @@ def find_retrieval_circuit(
     min_attention: the least mean attention from END that puts a selected head in a class;
     induction_heads: the class to compare with (default: `confirmed_induction_heads(model)`, cached).
     """
-    for name, value, low in (("n_prompts", n_prompts, 2), ("n_heldout", n_heldout, 2), ("n_exact", n_exact, 0),
-                             ("n_random", n_random, 1), ("n_two_hop", n_two_hop, 2)):  # fmt: skip
+    counts = {"n_prompts": (n_prompts, 2), "n_heldout": (n_heldout, 2), "n_exact": (n_exact, 0)}
+    counts |= {"n_random": (n_random, 1), "n_two_hop": (n_two_hop, 2)}
+    for name, (value, low) in counts.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     timings: dict[str, float] = {}
@@ -391,24 +392,27 @@ def find_retrieval_circuit(
 
     heldout_diffs = [clean_logit_diffs(model, prompts) for prompts in heldout]
     facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
-    two_hop_accuracy = [
-        accuracy(f"two-hop, {form}, 4 people", prompts.logit_diff(model(prompts.tokens.to(model.device))).cpu(),
-                 4, seed)
-        for form, prompts in two_hop.items()
-    ]  # fmt: skip
+    by_facts = [
+        accuracy(f"held-out, {p.n_facts} facts", diffs, p.n_facts, seed)
+        for p, diffs in zip(heldout, heldout_diffs, strict=True)
+    ]
+    two_hop_accuracy = []
+    for form, prompts in two_hop.items():
+        with torch.no_grad():
+            diffs = prompts.logit_diff(model(prompts.tokens.to(model.device))).float().cpu()
+        two_hop_accuracy.append(accuracy(f"two-hop, {form}, 4 people", diffs, 4, seed))
     stage("accuracy")
+    settings = {name: value for name, (value, _) in counts.items()}
+    settings |= {"effect_z": effect_z, "min_effect": min_effect, "min_share": min_share}
+    settings |= {"min_attention": min_attention}
     return RetrievalResult(
         model_name=model.cfg.model_name,
         provenance=interp.provenance(model),
         seed=seed,
-        settings={"n_prompts": n_prompts, "n_heldout": n_heldout, "n_exact": n_exact, "n_random": n_random,
-                  "n_two_hop": n_two_hop, "effect_z": effect_z, "min_effect": min_effect, "min_share": min_share,
-                  "min_attention": min_attention},
+        settings=settings,
         discovery=accuracy("discovery, 4 facts", clean_logit_diffs(model, discovery), 4, seed),
         heldout=accuracy("held-out, 2/3/6/8 facts", torch.cat(heldout_diffs), facts, seed),
-        heldout_by_facts=[
-            accuracy(f"held-out, {p.n_facts} facts", d, p.n_facts, seed) for p, d in zip(heldout, heldout_diffs, strict=True)
-        ],
+        heldout_by_facts=by_facts,
         question=accuracy("question form, 4 facts", clean_logit_diffs(model, question), 4, seed),
         two_hop=two_hop_accuracy,
         effects=effects,
@@ -417,4 +421,4 @@ def find_retrieval_circuit(
         classes=validations,
         timings=timings,
         **figures,
-    )  # fmt: skip
+    )

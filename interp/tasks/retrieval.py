@@ -166,10 +166,7 @@ def _relations(model: Any, relations: dict[str, tuple[str, tuple[str, ...]]], n_
 
 def _slot_positions(model: Any, text: str, slots: Sequence[tuple[int, int]], ids: Sequence[int]) -> list[int]:
     """The token position of each slot (its character span in `text`), checked to hold its id."""
-    positions = []
-    for (_, end), token in zip(slots, ids, strict=True):
-        position = model.to_tokens(text[:end], move_to_device=False).shape[1] - 1
-        positions.append(position)
+    positions = [model.to_tokens(text[:end], move_to_device=False).shape[1] - 1 for _, end in slots]
     tokens = model.to_tokens(text, move_to_device=False)[0]
     for position, token in zip(positions, ids, strict=True):
         if position >= len(tokens) or int(tokens[position]) != token:
