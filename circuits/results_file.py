@@ -4,7 +4,8 @@
     result = load_result("heads.json")           # the same HeadReport, nothing recomputed
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
-The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl" | "fv", "result": ...},
+The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl" | "fv" |
+"retrieval", "result": ...},
 the result in `interp.io.serialize`'s JSON (strict: NaN and infinities as {"__float__": "nan"} etc.):
 dataclasses by name, tensors and arrays with their dtype, data frames by column. Functions (a task's
 metric) are not stored; rendering never calls them. Files of the previous schema, interp-result-1 (bare
@@ -38,6 +39,9 @@ from circuits.ioi.report import write_ioi_report
 from circuits.ioi.results import IOICircuitResult
 from circuits.patch_report import FORMATS as PATCH_FORMATS
 from circuits.patch_report import PatchReport, write_patch_report
+from circuits.retrieval.report import FORMATS as RETRIEVAL_FORMATS
+from circuits.retrieval.report import write_retrieval_report
+from circuits.retrieval.results import RetrievalResult
 from interp import edges
 from interp.interventions.results import PatchResult
 from interp.io.files import write_text_atomic
@@ -53,8 +57,12 @@ KINDS = {  # kind -> (result type, formats, writer)
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
     "icl": (ICLResult, ICL_FORMATS, write_icl_report),
     "fv": (FunctionVectorResult, FV_FORMATS, write_fv_report),
+    "retrieval": (RetrievalResult, RETRIEVAL_FORMATS, write_retrieval_report),
 }
-RESULT_TYPES = (HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult)
+RESULT_TYPES = (
+    HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult,
+    RetrievalResult,
+)  # fmt: skip
 
 
 def _register_dataclasses() -> None:
@@ -69,7 +77,7 @@ _register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl" or "fv")."""
+    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl", "fv" or "retrieval")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
             return kind

@@ -8,19 +8,19 @@ The prompts come from `interp.tasks.retrieval`; `results.py` says what each figu
 
 from circuits.retrieval.find import accuracy, find_retrieval_circuit
 from circuits.retrieval.results import (
-    Accuracy,
-    ClassValidation,
-    FoundHead,
+    RetrievalAccuracy,
+    RetrievalClass,
+    RetrievalHead,
     RetrievalResult,
-    StratumEffect,
+    RetrievalStratum,
 )
 
 __all__ = [
-    "Accuracy",
-    "ClassValidation",
-    "FoundHead",
+    "RetrievalAccuracy",
+    "RetrievalClass",
+    "RetrievalHead",
     "RetrievalResult",
-    "StratumEffect",
+    "RetrievalStratum",
     "accuracy",
     "find_retrieval_circuit",
 ]

@@ -30,11 +30,11 @@ import interp
 from circuits.icl.heads import confirmed_induction_heads, random_same_layer_sets
 from circuits.ioi.evidence import select_heads
 from circuits.retrieval.results import (
-    Accuracy,
-    ClassValidation,
-    FoundHead,
+    RetrievalAccuracy,
+    RetrievalClass,
+    RetrievalHead,
     RetrievalResult,
-    StratumEffect,
+    RetrievalStratum,
 )
 from interp import edges
 from interp.interventions.ablation import Replacement, ablated_metrics
@@ -57,12 +57,12 @@ def _ci(values: Tensor, seed: int) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: int = 0) -> Accuracy:
-    """Accuracy (logit diff > 0: the answer first among the candidates) of per-prompt logit diffs
+def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: int = 0) -> RetrievalAccuracy:
+    """RetrievalAccuracy (logit diff > 0: the answer first among the candidates) of per-prompt logit diffs
     [batch] with its bootstrap CI; chance is the mean of 1 / candidates."""
     right = (diffs > 0).double()
     chance = (1 / torch.as_tensor(n_candidates, dtype=torch.float64)).mean()
-    return Accuracy(
+    return RetrievalAccuracy(
         prompts=description,
         n_prompts=len(diffs),
         accuracy=right.mean().item(),
@@ -154,7 +154,7 @@ def classify(
     attention: dict[str, Tensor],
     direct: Tensor,
     min_attention: float = 0.1,
-) -> list[FoundHead]:
+) -> list[RetrievalHead]:
     """Each head's class: where END attends most among the queried name, its value and the query's
     name, if that attention is at least `min_attention` (a "mover" must also write the answer:
     direct attribution > 0); None otherwise."""
@@ -166,7 +166,7 @@ def classify(
         if shares[target] < min_attention or (cls == "mover" and direct[layer, head] <= 0):
             cls = None
         found.append(
-            FoundHead(
+            RetrievalHead(
                 head=head_label(layer, head),
                 layer=layer,
                 index=head,
@@ -200,7 +200,7 @@ def ablated_logit_diffs(
     return values.float().cpu()
 
 
-def _strata(difference: Tensor, heldout: Sequence[RetrievalPrompts], seed: int) -> list[StratumEffect]:
+def _strata(difference: Tensor, heldout: Sequence[RetrievalPrompts], seed: int) -> list[RetrievalStratum]:
     """The class's difference [prompt] (held-out batches concatenated) per fact count and relation."""
     facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
     relations = [relation for p in heldout for relation in p.relation]
@@ -212,7 +212,7 @@ def _strata(difference: Tensor, heldout: Sequence[RetrievalPrompts], seed: int) 
     for name, members in groups:
         values = difference[members]
         strata.append(
-            StratumEffect(
+            RetrievalStratum(
                 name=name,
                 n_prompts=len(values),
                 difference=values.mean().item(),
@@ -232,7 +232,7 @@ def validate_classes(
     n_random: int,
     seed: int,
     progress: Progress | None = None,
-) -> tuple[list[ClassValidation], dict[str, float]]:
+) -> tuple[list[RetrievalClass], dict[str, float]]:
     """Each class (and `induction`) against `n_random` random same-layer sets on the held-out
     batches, and the circuit's faithfulness (see the module docstring)."""
     every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
@@ -268,7 +268,7 @@ def validate_classes(
         if pooled:
             verdict = "confirmed" if all(s.holds for s in strata) else "stratum-dependent"
         validations.append(
-            ClassValidation(
+            RetrievalClass(
                 name=name,
                 heads=[head_label(*head) for head in heads],
                 induction_overlap=[head_label(*head) for head in heads if head in set(induction)],

@@ -19,7 +19,7 @@ VERDICTS = ("confirmed", "stratum-dependent", "unconfirmed")
 
 
 @dataclass(kw_only=True)
-class Accuracy:
+class RetrievalAccuracy:
     """Accuracy on a set of prompts with a 95% bootstrap CI over prompts, and chance (the mean of
     1 / candidates)."""
 
@@ -32,7 +32,7 @@ class Accuracy:
 
 
 @dataclass(kw_only=True)
-class FoundHead:
+class RetrievalHead:
     """A head discovery selected: its path-patching effect (change of the mean logit diff when its
     path is patched from the corrupted run, logits), its mean attention from END to the queried
     fact's name ("NAME"), its value ("VALUE") and the query's name ("QUERY"), its direct logit
@@ -49,7 +49,7 @@ class FoundHead:
 
 
 @dataclass(kw_only=True)
-class StratumEffect:
+class RetrievalStratum:
     """A class's effect beyond random heads on one held-out stratum (a fact count or a relation)."""
 
     name: str
@@ -60,7 +60,7 @@ class StratumEffect:
 
 
 @dataclass(kw_only=True)
-class ClassValidation:
+class RetrievalClass:
     """A class mean-ablated on the held-out prompts against random sets of as many heads from the same
     layers (none of the class's). difference: (class's change - random sets' mean change) of the
     logit diff per prompt (logits), 95% bootstrap CI over prompts; accuracy with the class and with
@@ -78,7 +78,7 @@ class ClassValidation:
     accuracy: float
     random_accuracy: float
     random_sets: list[list[str]]
-    strata: list[StratumEffect]
+    strata: list[RetrievalStratum]
     verdict: str
 
 
@@ -93,15 +93,15 @@ class RetrievalResult:
     provenance: str
     seed: int
     settings: dict[str, float | int | str]
-    discovery: Accuracy
-    heldout: Accuracy
-    heldout_by_facts: list[Accuracy]
-    question: Accuracy  # the query asked as a question (measured only)
-    two_hop: list[Accuracy]  # two-hop prompts, statement and question (measured only)
+    discovery: RetrievalAccuracy
+    heldout: RetrievalAccuracy
+    heldout_by_facts: list[RetrievalAccuracy]
+    question: RetrievalAccuracy  # the query asked as a question (measured only)
+    two_hop: list[RetrievalAccuracy]  # two-hop prompts, statement and question (measured only)
     effects: dict[str, Tensor]  # sweep -> [layer, head] path-patching effect (NaN: not patched)
-    heads: list[FoundHead]
+    heads: list[RetrievalHead]
     induction_heads: list[str]
-    classes: list[ClassValidation]
+    classes: list[RetrievalClass]
     faithfulness: float  # held-out, the circuit (every classified head) kept, the rest mean-ablated
     circuit_logit_diff: float
     model_logit_diff: float

@@ -1,0 +1,198 @@
+"""Rendering a RetrievalResult: terminal table, JSON summary, Markdown. The finding comes first:
+accuracy against chance, each class's verdict on held-out prompts, its overlap with the induction
+heads of `interp heads`, the circuit's faithfulness; then the two-hop measurement."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from circuits.output import write_output
+from circuits.retrieval.results import CLASS_MEANINGS, RetrievalAccuracy, RetrievalResult
+
+FORMATS = ("table", "json", "markdown")
+LEGEND = (
+    "Logit diff = logit(answer) - the largest logit of the other values stated in the prompt (logits); "
+    "accuracy: the answer ranks first among them [95% bootstrap CI over prompts]; chance = mean of 1 / "
+    "facts. Heads are found on discovery prompts (relations mother, job, city, pet; 4 facts) by path "
+    "patching from prompts whose query names a stranger (EAP ranks the senders, the top ones are "
+    "path-patched exactly) and classed by where the last token attends. Every class is then "
+    "mean-ablated on held-out prompts (relations colour, sport, drink; other names; 2, 3, 6, 8 facts) "
+    "against random heads of the same layers: difference = class's change - random sets' change of "
+    "the logit diff; confirmed when its CI lies below 0 and it is negative in every stratum "
+    "(fact count, relation); stratum-dependent when only the pooled CI is. Faithfulness = (F(circuit) "
+    "- F(no heads)) / (F(model) - F(no heads)), every head outside the circuit mean-ablated."
+)
+
+
+def _signed(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:+.3f}"
+
+
+def _ci(interval: tuple[float, float], percent: bool = False) -> str:
+    if percent:
+        return f"[{100 * interval[0]:.0f}%, {100 * interval[1]:.0f}%]"
+    return f"[{_signed(interval[0])}, {_signed(interval[1])}]"
+
+
+def _accuracy(a: RetrievalAccuracy) -> str:
+    return (
+        f"{a.prompts}: {100 * a.accuracy:.0f}% {_ci(a.ci, True)} of {a.n_prompts} prompts "
+        f"(chance {100 * a.chance:.0f}%; mean logit diff {_signed(a.logit_diff)})"
+    )
+
+
+def _above_chance(a: RetrievalAccuracy) -> str:
+    return "above chance" if a.ci[0] > a.chance else "not above chance"
+
+
+def summary_lines(result: RetrievalResult) -> list[str]:
+    """The finding, in order."""
+    lines = [
+        f"Retrieval from context by {result.model_name}: " + _accuracy(result.heldout)
+        + f", {_above_chance(result.heldout)}; " + _accuracy(result.discovery) + ".",
+    ]  # fmt: skip
+    for c in result.classes:
+        overlap = ", ".join(c.induction_overlap) or "none"
+        lines.append(
+            f"{c.name} ({', '.join(c.heads)}): {c.verdict} on held-out prompts; difference from random "
+            f"heads {_signed(c.difference)} {_ci(c.difference_ci)} logits; accuracy ablated "
+            f"{100 * c.accuracy:.0f}% "
+            f"vs {100 * c.random_accuracy:.0f}% with random heads; induction heads among them: {overlap}."
+        )
+    found = {head for c in result.classes if c.name != "induction" for head in c.heads}
+    shared = sorted(found & set(result.induction_heads))
+    lines.append(
+        f"Induction heads of `interp heads` ({', '.join(result.induction_heads) or 'none'}): "
+        f"{len(shared)} of them among the {len(found)} classified retrieval heads "
+        f"({', '.join(shared) or 'none'})."
+    )
+    lines.append(
+        f"Circuit faithfulness on held-out prompts: {_signed(result.faithfulness)} (logit diff: circuit "
+        f"{_signed(result.circuit_logit_diff)}, model {_signed(result.model_logit_diff)}, no heads "
+        f"{_signed(result.ablated_logit_diff)}; accuracy with the circuit alone "
+        f"{100 * result.circuit_accuracy:.0f}%)."
+    )
+    lines.append(
+        "Measured only (no circuit claimed): "
+        + _accuracy(result.question)
+        + f", {_above_chance(result.question)}."
+    )
+    for a in result.two_hop:
+        lines.append("Measured only (no circuit claimed): " + _accuracy(a) + f", {_above_chance(a)}.")
+    return lines
+
+
+def _head_rows(result: RetrievalResult) -> list[list[str]]:
+    return [
+        [h.head, h.sweep, _signed(h.effect), f"{h.attention['VALUE']:.2f}", f"{h.attention['NAME']:.2f}",
+         f"{h.attention['QUERY']:.2f}", _signed(h.direct), h.cls or "unclassified"]
+        for h in result.heads
+    ]  # fmt: skip
+
+
+HEAD_COLUMNS = ("head", "sweep", "effect", "END->value", "END->name", "END->query", "direct", "class")
+
+
+def _stratum_rows(result: RetrievalResult) -> list[list[str]]:
+    return [
+        [c.name, s.name, str(s.n_prompts), f"{_signed(s.difference)} {_ci(s.difference_ci)}",
+         "yes" if s.holds else "no"]
+        for c in result.classes
+        for s in c.strata
+    ]  # fmt: skip
+
+
+STRATUM_COLUMNS = ("class", "stratum", "prompts", "difference", "holds")
+
+
+def render_table(result: RetrievalResult, console: Console) -> None:
+    for line in summary_lines(result):
+        console.print(f"• {line}", markup=False, highlight=False)
+    heads = Table(title="Heads found on the discovery prompts")
+    for column in HEAD_COLUMNS:
+        heads.add_column(column)
+    for row in _head_rows(result):
+        heads.add_row(*row)
+    console.print(heads)
+    strata = Table(title="Each class against random heads, per held-out stratum")
+    for column in STRATUM_COLUMNS:
+        strata.add_column(column)
+    for row in _stratum_rows(result):
+        strata.add_row(*row)
+    console.print(strata)
+    for name, meaning in CLASS_MEANINGS.items():
+        console.print(f"{name}: {meaning}", style="dim", markup=False)
+    console.print(LEGEND, style="dim", markup=False)
+    console.print(f"Model: {result.provenance}.", style="dim", markup=False)
+
+
+def to_dict(result: RetrievalResult) -> dict:
+    """The summary as plain data (the full result: `--save`)."""
+
+    def accuracy(a: RetrievalAccuracy) -> dict:
+        return {"prompts": a.prompts, "n_prompts": a.n_prompts, "accuracy": a.accuracy, "ci": list(a.ci),
+                "chance": a.chance, "logit_diff": a.logit_diff}  # fmt: skip
+
+    def number(value: float) -> float | None:
+        return None if math.isnan(value) else value
+
+    return {
+        "model": result.model_name,
+        "provenance": result.provenance,
+        "seed": result.seed,
+        "settings": result.settings,
+        "discovery": accuracy(result.discovery),
+        "heldout": accuracy(result.heldout),
+        "heldout_by_facts": [accuracy(a) for a in result.heldout_by_facts],
+        "question": accuracy(result.question),
+        "two_hop": [accuracy(a) for a in result.two_hop],
+        "induction_heads": result.induction_heads,
+        "classes": [
+            {
+                "name": c.name,
+                "heads": c.heads,
+                "verdict": c.verdict,
+                "difference": c.difference,
+                "difference_ci": list(c.difference_ci),
+                "accuracy": c.accuracy,
+                "random_accuracy": c.random_accuracy,
+                "induction_overlap": c.induction_overlap,
+                "strata": [
+                    {"name": s.name, "n_prompts": s.n_prompts, "difference": s.difference, "holds": s.holds}
+                    for s in c.strata
+                ],
+            }
+            for c in result.classes
+        ],  # fmt: skip
+        "faithfulness": number(result.faithfulness),
+        "circuit_accuracy": result.circuit_accuracy,
+    }
+
+
+def render_json(result: RetrievalResult) -> str:
+    return json.dumps(to_dict(result), indent=2, allow_nan=False)
+
+
+def render_markdown(result: RetrievalResult) -> str:
+    out = [f"# Retrieval from context in {result.model_name}", ""] + [
+        f"- {line}" for line in summary_lines(result)
+    ]
+    out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|" + "---|" * len(HEAD_COLUMNS)]
+    out += ["| " + " | ".join(row) + " |" for row in _head_rows(result)]
+    out += ["", "| " + " | ".join(STRATUM_COLUMNS) + " |", "|" + "---|" * len(STRATUM_COLUMNS)]
+    out += ["| " + " | ".join(row) + " |" for row in _stratum_rows(result)]
+    out += ["", *(f"- {name}: {meaning}" for name, meaning in CLASS_MEANINGS.items())]
+    out += ["", LEGEND, "", f"Model: {result.provenance}."]
+    return "\n".join(out) + "\n"
+
+
+def write_retrieval_report(result: RetrievalResult, format: str, out: str | None, console: Console) -> None:
+    """Render `result` in `format` to the file `out`, or to the console when out is None."""
+    renderers = {"json": render_json, "markdown": render_markdown}
+    table = functools.partial(render_table, result)
+    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=160)
