@@ -53,6 +53,10 @@ EXAMPLES = {  # the end of each command's --help
             "--model runs/induction --plot icl.png   # a training run: the score across its checkpoints",
             "--fv --format html --out fv.html   # function-vector heads beside induction heads",
         ],
+        "retrieval": [
+            "--n-prompts 24 --save retrieval.json   # SmolLM2: facts in context, then a query",
+            "--induction-heads none --format markdown --out retrieval.md",
+        ],
         "render": [
             "heads.json --format html --out heads.html   # after: interp heads --save heads.json",
             "ioi.json --format markdown",
@@ -672,6 +676,57 @@ def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_
     except ValueError as error:
         raise fail(str(error)) from error
     write_fv_report(result, format, out, console)
+    save_and_tell(result, out, save)
+
+
+@app.command(epilog=EXAMPLES["retrieval"])
+def retrieval(
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
+    n_prompts: int = typer.Option(24, min=2, help="Discovery prompts (4 facts each) that find the heads."),
+    n_heldout: int = typer.Option(
+        24, min=2, help="Held-out prompts per fact count (2, 3, 6, 8) that test them."
+    ),
+    n_exact: int = typer.Option(12, min=0, help="Senders path-patched exactly per step (EAP ranks them)."),
+    n_random: int = typer.Option(4, min=1, help="Random same-layer head sets to compare each class with."),
+    n_two_hop: int = typer.Option(40, min=2, help="Two-hop prompts per query form (measured only)."),
+    induction_heads: str | None = typer.Option(
+        None,
+        help='The induction heads to compare with: "L17H3,L19H0", a result of `interp heads --save`, or '
+        '"none" (default: the heads interp heads confirms, cached after the first run).',
+    ),
+    seed: int = typer.Option(0, min=0, help="Seed of the prompts, the random sets and the bootstrap."),
+    format: str = typer.Option("table", help="table, json or markdown."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
+) -> None:
+    """Retrieval from context: the heads that answer "The pet of John is" from facts stated before it.
+
+    Heads are found on discovery prompts by path patching (EAP-ranked) and classed by where the last
+    token attends; each class is tested against random heads on held-out relations, names and fact
+    counts, with the overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
+    """
+    from circuits.retrieval import find_retrieval_circuit
+    from circuits.retrieval.report import FORMATS, write_retrieval_report
+
+    check_format(format, out, FORMATS)
+    check_save(save)
+    heads = None if induction_heads is None else _heads_option(induction_heads)
+    loaded = load(model)
+    began = time.perf_counter()
+
+    def progress(stage: str, done: int, total: int) -> None:  # a line on stderr as each stage begins
+        if done == 0:
+            print(f"[retrieval {time.perf_counter() - began:6.1f}s] {stage} ...", file=sys.stderr, flush=True)
+
+    try:
+        result = find_retrieval_circuit(
+            loaded, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random,
+            n_two_hop=n_two_hop, induction_heads=heads, seed=seed, progress=progress,
+        )  # fmt: skip
+    except ValueError as error:
+        raise fail(str(error)) from error
+    print(f"[retrieval {time.perf_counter() - began:6.1f}s] done", file=sys.stderr, flush=True)
+    write_retrieval_report(result, format, out, console)
     save_and_tell(result, out, save)
 
 
