@@ -207,7 +207,8 @@ def make_retrieval_prompts(
 
     split: "discovery" (RELATIONS, the IOI names as subjects) or "heldout" (HELDOUT_RELATIONS,
       HELDOUT_NAMES). Each prompt states one relation about `n_facts` distinct subjects with
-      distinct values; the queried fact takes each index in turn (balanced over the batch).
+      distinct values; relations take turns, and the queried index shifts by one each round, so
+      every relation is queried at every index.
     query: "statement" or "question" (see the module docstring).
     relations: the relations to use (default: every one of the split the tokenizer allows).
     """
@@ -244,7 +245,7 @@ def make_retrieval_prompts(
         chosen = rng.sample(names, n_facts + 1)
         people, stranger = chosen[:n_facts], chosen[n_facts]
         stated = rng.sample(sorted(value_ids), n_facts)
-        queried = (i // len(order)) % n_facts
+        queried = (i + i // len(order)) % n_facts  # every relation queried at every index in turn
         facts = [(attribute, person, value) for person, value in zip(people, stated, strict=True)]
         text, subject_spans, value_spans = _render(
             model, facts, query_text(attribute, people[queried], query)

@@ -1,0 +1,140 @@
+"""Retrieval from context: the prompts (on SmolLM2's tokenizer), the metric, the finder's validation,
+and the property every good run has: ablating the retrieval heads it confirms lowers retrieval
+accuracy more than ablating random heads from the same layers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from circuits.cli import app
+from circuits.icl.heads import random_same_layer_sets
+from circuits.results_file import load_result, save_result
+from circuits.retrieval import RetrievalResult, accuracy, find_retrieval_circuit
+from circuits.retrieval.find import ablated_logit_diffs
+from circuits.retrieval.report import render_markdown, write_retrieval_report
+from interp.tasks.ioi import single_token_names
+from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
+from interp.tasks.retrieval import (
+    HELDOUT_RELATIONS,
+    RELATIONS,
+    make_retrieval_prompts,
+    make_two_hop_prompts,
+)
+
+
+@pytest.mark.parametrize(
+    ("split", "n_facts", "query"), [("discovery", 4, "statement"), ("heldout", 7, "question")]
+)
+def test_prompts_hold_their_facts_where_they_say(smollm2, split, n_facts, query) -> None:
+    prompts = make_retrieval_prompts(smollm2, 14, n_facts, split, seed=3, query=query)
+    rows = torch.arange(len(prompts))
+    tokens, pos = prompts.tokens, prompts.positions
+    assert tokens.shape[0] == 14 and prompts.n_facts == n_facts
+    assert (pos["END"] == tokens.shape[1] - 1).all()
+    assert torch.equal(tokens.gather(1, prompts.values), prompts.candidates)
+    assert torch.equal(prompts.candidates[rows, prompts.queried], prompts.answer)
+    assert torch.equal(tokens[rows, pos["VALUE"]], prompts.answer)
+    assert torch.equal(tokens[rows, pos["NAME"]], tokens[rows, pos["QUERY"]])  # the query names its subject
+    assert (pos["NAME"] < pos["VALUE"]).all() and (pos["VALUE"] < pos["QUERY"]).all()
+    for row in range(len(prompts)):  # distinct subjects and values per prompt
+        assert len(set(tokens[row, prompts.names[row]].tolist())) == n_facts
+        assert len(set(prompts.candidates[row].tolist())) == n_facts
+    changed = prompts.corrupted != tokens  # the corrupted query names a stranger, nothing else differs
+    assert torch.equal(changed.nonzero()[:, 1], pos["QUERY"])
+    assert not (prompts.corrupted[rows, pos["QUERY"]][:, None] == tokens.gather(1, prompts.names)).any()
+    assert sorted(set(prompts.queried.tolist())) == list(range(n_facts))  # every position queried
+    table = RELATIONS if split == "discovery" else HELDOUT_RELATIONS
+    assert set(prompts.relation) <= set(table)
+    names = NAMES if split == "discovery" else HELDOUT_NAMES
+    subjects = set(single_token_names(smollm2, names).values())
+    assert set(tokens.gather(1, prompts.names).flatten().tolist()) <= subjects
+    again = make_retrieval_prompts(smollm2, 14, n_facts, split, seed=3, query=query)
+    assert torch.equal(again.tokens, tokens)  # seeded
+
+
+def test_discovery_and_heldout_share_no_relation_or_name() -> None:
+    assert not set(RELATIONS) & set(HELDOUT_RELATIONS)
+    assert not set(NAMES) & set(HELDOUT_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"n_facts": 9}, "n_facts"), ({"split": "test"}, "split"), ({"query": "ask"}, "query"),
+     ({"relations": ["colour"]}, "unknown discovery relations")],
+)  # fmt: skip
+def test_bad_prompt_arguments_are_refused(smollm2, kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_retrieval_prompts(smollm2, 4, **kwargs)
+
+
+def test_metric_is_the_answer_minus_the_best_other_candidate(smollm2) -> None:
+    prompts = make_retrieval_prompts(smollm2, 6, 3, seed=1)
+    logits = torch.randn(
+        6, prompts.tokens.shape[1], smollm2.cfg.d_vocab, generator=torch.Generator().manual_seed(0)
+    )
+    expected = []
+    for row in range(6):
+        end = logits[row, -1]
+        others = [end[c] for i, c in enumerate(prompts.candidates[row].tolist()) if i != prompts.queried[row]]
+        expected.append(end[prompts.answer[row]] - max(others))
+    assert torch.allclose(prompts.logit_diff(logits), torch.stack(expected))
+    assert torch.equal(prompts.correct(logits), torch.stack(expected) > 0)
+
+
+def test_two_hop_is_measured_against_chance_with_a_ci(smollm2) -> None:
+    prompts = make_two_hop_prompts(smollm2, 8, 4, seed=0)
+    assert torch.equal(prompts.candidates[torch.arange(8), prompts.queried], prompts.answer)
+    with torch.no_grad():
+        logits = smollm2(prompts.tokens)
+    measured = accuracy("two-hop", prompts.logit_diff(logits), 4)
+    by_hand = (logits[:, -1].gather(1, prompts.candidates).argmax(1) == prompts.queried).double().mean()
+    assert measured.accuracy == pytest.approx(float(by_hand))
+    assert measured.chance == 0.25 and measured.n_prompts == 8
+    assert measured.ci[0] <= measured.accuracy <= measured.ci[1]
+
+
+@pytest.fixture(scope="module")
+def small_result(smollm2) -> RetrievalResult:
+    """The finder on few prompts, without the induction heads' head report."""
+    return find_retrieval_circuit(
+        smollm2, n_prompts=8, n_heldout=6, n_exact=4, n_random=2, n_two_hop=4, induction_heads=[(17, 3)]
+    )
+
+
+def test_ablating_the_confirmed_retrieval_heads_hurts_accuracy_more_than_random_heads(smollm2, small_result):
+    confirmed = [c for c in small_result.classes if c.verdict != "unconfirmed" and c.name != "induction"]
+    assert confirmed, [(c.name, c.verdict) for c in small_result.classes]
+    heads = sorted({(int(h[1:].split("H")[0]), int(h.split("H")[1])) for c in confirmed for h in c.heads})
+    prompts = make_retrieval_prompts(smollm2, 24, 5, "heldout", seed=11)  # a fact count the finder never saw
+    draws = random_same_layer_sets(smollm2, heads, 3, seed=0)
+    diffs = ablated_logit_diffs(smollm2, prompts, [[], heads, *draws])
+    right = (diffs > 0).double().mean(1)  # accuracy per set
+    assert right[1] < right[2:].mean(), right
+    assert right[1] < right[0]
+
+
+def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
+    r = small_result
+    assert r.discovery.chance == 0.25 and r.heldout.n_prompts == 24
+    assert [a.n_prompts for a in r.heldout_by_facts] == [6, 6, 6, 6]
+    for c in r.classes:
+        assert c.verdict in ("confirmed", "stratum-dependent", "unconfirmed")
+        assert {s.name for s in c.strata} >= {"2 facts", "8 facts"}
+        assert (c.verdict != "unconfirmed") == (c.difference_ci[1] < 0)
+    assert r.classes[-1].name == "induction" and r.classes[-1].induction_overlap == ["L17H3"]
+    path = tmp_path / "retrieval.json"
+    save_result(r, path)
+    assert render_markdown(load_result(path)) == render_markdown(r)
+    out = tmp_path / "retrieval.md"
+    write_retrieval_report(r, "markdown", str(out), Console())
+    assert out.read_text().startswith("# Retrieval from context")
+
+
+def test_cli_refuses_bad_options_before_loading_a_model() -> None:
+    result = CliRunner().invoke(app, ["retrieval", "--format", "html", "--model", "no-such-model"])
+    assert result.exit_code != 0 and "html" in result.output
+    result = CliRunner().invoke(app, ["retrieval", "--induction-heads", "L1X2", "--model", "no-such-model"])
+    assert result.exit_code != 0 and "--induction-heads" in result.output
