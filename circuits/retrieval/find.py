@@ -310,17 +310,19 @@ def find_retrieval_circuit(
     min_effect: float = 0.05,
     min_share: float = 0.1,
     min_attention: float = 0.1,
+    heldout_facts: Sequence[int] = HELDOUT_FACT_COUNTS,
     induction_heads: Sequence[Head] | None = None,
     seed: int = 0,
     progress: Progress | None = None,
 ) -> RetrievalResult:
     """Find and validate the retrieval circuit of `model` (see the module docstring).
 
-    n_prompts: discovery prompts (4 facts); n_heldout: held-out prompts per fact count (2, 3, 6, 8);
+    n_prompts: discovery prompts (4 facts); n_heldout: held-out prompts per fact count;
     n_exact: senders path-patched exactly per step (the rest keep their EAP estimate); n_random:
     random same-layer sets per class; n_two_hop: two-hop prompts per query form (measured only);
     effect_z, min_effect, min_share: the selection (`circuits.ioi.evidence.select_heads`);
     min_attention: the least mean attention from END that puts a selected head in a class;
+    heldout_facts: the held-out fact counts (each a stratum; 4 is the discovery prompts');
     induction_heads: the class to compare with (default: `confirmed_induction_heads(model)`, cached).
     """
     counts = {"n_prompts": (n_prompts, 2), "n_heldout": (n_heldout, 2), "n_exact": (n_exact, 0)}
@@ -339,7 +341,9 @@ def find_retrieval_circuit(
     induction_heads = [tuple(head) for head in induction_heads]
     stage("induction heads")
     discovery = make_retrieval_prompts(model, n_prompts, DISCOVERY_FACT_COUNTS[0], "discovery", seed)
-    heldout = [make_retrieval_prompts(model, n_heldout, n, "heldout", seed + 1) for n in HELDOUT_FACT_COUNTS]
+    if not heldout_facts:
+        raise ValueError("heldout_facts is empty: give the held-out fact counts, e.g. (2, 3, 6, 8)")
+    heldout = [make_retrieval_prompts(model, n_heldout, n, "heldout", seed + 1) for n in heldout_facts]
     question = make_retrieval_prompts(
         model, n_heldout, DISCOVERY_FACT_COUNTS[0], "discovery", seed + 2, "question"
     )
@@ -411,7 +415,9 @@ def find_retrieval_circuit(
         seed=seed,
         settings=settings,
         discovery=accuracy("discovery, 4 facts", clean_logit_diffs(model, discovery), 4, seed),
-        heldout=accuracy("held-out, 2/3/6/8 facts", torch.cat(heldout_diffs), facts, seed),
+        heldout=accuracy(
+            f"held-out, {'/'.join(map(str, heldout_facts))} facts", torch.cat(heldout_diffs), facts, seed
+        ),
         heldout_by_facts=by_facts,
         question=accuracy("question form, 4 facts", clean_logit_diffs(model, question), 4, seed),
         two_hop=two_hop_accuracy,
