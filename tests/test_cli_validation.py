@@ -70,7 +70,7 @@ def test_version_and_examples_in_help():
 
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"interp {version('interp')}"
-    for command in ("info", "heads", "train", "ioi", "patch", "circuit", "icl", "render"):
+    for command in ("info", "heads", "train", "ioi", "patch", "circuit", "icl", "retrieval", "render"):
         text = CliRunner().invoke(app, [command, "--help"]).output
         assert f"interp {command} " in text.split("Examples:")[-1], command
 
