@@ -106,7 +106,6 @@ def small_result(smollm2) -> RetrievalResult:
 
 
 def test_ablating_the_confirmed_retrieval_heads_hurts_accuracy_more_than_random_heads(smollm2, small_result):
-    print([(c.name, c.heads, c.verdict, c.difference_ci) for c in small_result.classes], small_result.timings)
     confirmed = [c for c in small_result.classes if c.verdict != "unconfirmed" and c.name != "induction"]
     assert confirmed, [(c.name, c.verdict) for c in small_result.classes]
     heads = sorted({(int(h[1:].split("H")[0]), int(h.split("H")[1])) for c in confirmed for h in c.heads})

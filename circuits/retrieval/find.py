@@ -232,9 +232,10 @@ def validate_classes(
     n_random: int,
     seed: int,
     progress: Progress | None = None,
-) -> tuple[list[RetrievalClass], dict[str, float]]:
+) -> tuple[list[RetrievalClass], dict[str, float], Tensor]:
     """Each class (and `induction`) against `n_random` random same-layer sets on the held-out
-    batches, and the circuit's faithfulness (see the module docstring)."""
+    batches, the circuit's faithfulness (see the module docstring), and the clean logit diffs
+    [prompt] of the held-out batches, concatenated."""
     every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
     plans = {
         name: [heads, *random_same_layer_sets(model, heads, n_random, seed)]
@@ -295,7 +296,7 @@ def validate_classes(
         "ablated_logit_diff": nothing.mean().item(),
         "circuit_accuracy": (kept > 0).double().mean().item(),
     }
-    return validations, figures
+    return validations, figures, clean
 
 
 def find_retrieval_circuit(
@@ -357,7 +358,7 @@ def find_retrieval_circuit(
     tokens, corrupted = discovery.tokens.to(model.device), discovery.corrupted.to(model.device)
     end = discovery.positions["END"].to(model.device)
     scores = edges.edge_attribution_by_position(
-        model, tokens, corrupted, discovery.logit_diff, {"END": end}, "eap", batch_size=len(discovery)
+        model, tokens, corrupted, discovery.logit_diff, {"END": end}, "eap", batch_size=8
     )["END"]
     if progress is not None:
         progress("Edge attribution (EAP)", 1, 1)
@@ -389,12 +390,12 @@ def find_retrieval_circuit(
     tested = dict(classes)
     if induction_heads:
         tested["induction"] = list(induction_heads)
-    validations, figures = validate_classes(
+    validations, figures, heldout_clean = validate_classes(
         model, tested, circuit, heldout, induction_heads, n_random, seed, progress
     )
     stage("validation")
 
-    heldout_diffs = [clean_logit_diffs(model, prompts) for prompts in heldout]
+    heldout_diffs = heldout_clean.split([len(prompts) for prompts in heldout])
     facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
     by_facts = [
         accuracy(f"held-out, {p.n_facts} facts", diffs, p.n_facts, seed)

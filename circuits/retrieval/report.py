@@ -56,6 +56,12 @@ def summary_lines(result: RetrievalResult) -> list[str]:
         f"Retrieval from context by {result.model_name}: " + _accuracy(result.heldout)
         + f", {_above_chance(result.heldout)}; " + _accuracy(result.discovery) + ".",
     ]  # fmt: skip
+    lines.append(_by_facts(result) + ".")
+    if result.heldout.ci[0] <= result.heldout.chance:
+        lines.append(
+            "The held-out accuracy is not above chance: the classes below move the answer's logit on "
+            "held-out prompts, but the behaviour they carry there is weak (see each fact count)."
+        )
     for c in result.classes:
         overlap = ", ".join(c.induction_overlap) or "none"
         lines.append(
@@ -85,6 +91,14 @@ def summary_lines(result: RetrievalResult) -> list[str]:
     for a in result.two_hop:
         lines.append("Measured only (no circuit claimed): " + _accuracy(a) + f", {_above_chance(a)}.")
     return lines
+
+
+def _by_facts(result: RetrievalResult) -> str:
+    return "Held-out accuracy by fact count: " + "; ".join(
+        f"{a.prompts.split(', ')[-1]} {100 * a.accuracy:.0f}% {_ci(a.ci, True)} "
+        f"(chance {100 * a.chance:.0f}%)"
+        for a in result.heldout_by_facts
+    )
 
 
 def _head_rows(result: RetrievalResult) -> list[list[str]]:
