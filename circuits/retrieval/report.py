@@ -63,12 +63,16 @@ def summary_lines(result: RetrievalResult) -> list[str]:
             "held-out prompts, but the behaviour they carry there is weak (see each fact count)."
         )
     for c in result.classes:
-        overlap = ", ".join(c.induction_overlap) or "none"
+        overlap = (
+            ""
+            if c.name == "induction"
+            else f"; induction heads among them: {', '.join(c.induction_overlap) or 'none'}"
+        )
         lines.append(
             f"{c.name} ({', '.join(c.heads)}): {c.verdict} on held-out prompts; difference from random "
             f"heads {_signed(c.difference)} {_ci(c.difference_ci)} logits; accuracy ablated "
             f"{100 * c.accuracy:.0f}% "
-            f"vs {100 * c.random_accuracy:.0f}% with random heads; induction heads among them: {overlap}."
+            f"vs {100 * c.random_accuracy:.0f}% with random heads{overlap}."
         )
     found = {head for c in result.classes if c.name != "induction" for head in c.heads}
     shared = sorted(found & set(result.induction_heads))
@@ -104,12 +108,23 @@ def _by_facts(result: RetrievalResult) -> str:
 def _head_rows(result: RetrievalResult) -> list[list[str]]:
     return [
         [h.head, h.sweep, _signed(h.effect), f"{h.attention['VALUE']:.2f}", f"{h.attention['NAME']:.2f}",
-         f"{h.attention['QUERY']:.2f}", _signed(h.direct), h.cls or "unclassified"]
+         f"{h.attention['QUERY']:.2f}", _signed(h.direct), h.cls or "unclassified",
+         "yes" if h.head in result.induction_heads else "no"]
         for h in result.heads
     ]  # fmt: skip
 
 
-HEAD_COLUMNS = ("head", "sweep", "effect", "END->value", "END->name", "END->query", "direct", "class")
+HEAD_COLUMNS = (
+    "head",
+    "sweep",
+    "effect",
+    "END->value",
+    "END->name",
+    "END->query",
+    "direct",
+    "class",
+    "induction",
+)
 
 
 def _stratum_rows(result: RetrievalResult) -> list[list[str]]:
