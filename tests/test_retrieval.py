@@ -82,6 +82,8 @@ def test_metric_is_the_answer_minus_the_best_other_candidate(smollm2) -> None:
         expected.append(end[prompts.answer[row]] - max(others))
     assert torch.allclose(prompts.logit_diff(logits), torch.stack(expected))
     assert torch.equal(prompts.correct(logits), torch.stack(expected) > 0)
+    rows = torch.tensor([2, 4])  # a sub-batch, as the engine hands it over
+    assert torch.allclose(prompts.logit_diff(logits[rows], rows), torch.stack(expected)[rows])
 
 
 def test_two_hop_is_measured_against_chance_with_a_ci(smollm2) -> None:

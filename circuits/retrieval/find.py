@@ -58,7 +58,7 @@ def _ci(values: Tensor, seed: int) -> tuple[float, float]:
 
 
 def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: int = 0) -> RetrievalAccuracy:
-    """RetrievalAccuracy (logit diff > 0: the answer first among the candidates) of per-prompt logit diffs
+    """Accuracy (logit diff > 0: the answer first among the candidates) of per-prompt logit diffs
     [batch] with its bootstrap CI; chance is the mean of 1 / candidates."""
     right = (diffs > 0).double()
     chance = (1 / torch.as_tensor(n_candidates, dtype=torch.float64)).mean()

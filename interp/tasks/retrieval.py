@@ -117,25 +117,27 @@ class RetrievalPrompts:
         """The tokens on `device` (the metric's indices follow the logits' device)."""
         return dataclasses.replace(self, tokens=self.tokens.to(device), corrupted=self.corrupted.to(device))
 
-    def candidate_logits(self, logits: Tensor) -> Tensor:
-        """Each candidate's logit at END: logits [batch, pos, d_vocab] -> [batch, n_facts]."""
-        rows = torch.arange(len(self), device=logits.device)
-        end = logits[rows, self.positions["END"].to(logits.device)]  # [batch, d_vocab]
-        return end.gather(1, self.candidates.to(logits.device))
+    def candidate_logits(self, logits: Tensor, rows: Tensor | None = None) -> Tensor:
+        """Each candidate's logit at END: logits [n, pos, d_vocab] of the prompts `rows` (default:
+        all) -> [n, n_facts]."""
+        rows = torch.arange(len(self)) if rows is None else rows.cpu()
+        at = torch.arange(len(rows), device=logits.device)
+        end = logits[at, self.positions["END"][rows].to(logits.device)]  # [n, d_vocab]
+        return end.gather(1, self.candidates[rows].to(logits.device))
 
-    def logit_diff(self, logits: Tensor) -> Tensor:
-        """logit(answer) - the largest logit of the other candidates, at END: [batch, pos, d_vocab]
-        -> [batch]. Positive exactly when the answer ranks first among the candidates."""
-        candidate = self.candidate_logits(logits)
-        rows = torch.arange(len(self), device=logits.device)
-        queried = self.queried.to(logits.device)
-        answer = candidate[rows, queried]
+    def logit_diff(self, logits: Tensor, rows: Tensor | None = None) -> Tensor:
+        """logit(answer) - the largest logit of the other candidates, at END: logits [n, pos, d_vocab]
+        of the prompts `rows` (default: all; a sub-batch when the engine splits the batch) -> [n].
+        Positive exactly when the answer ranks first among the candidates."""
+        candidate = self.candidate_logits(logits, rows)
+        queried = (self.queried if rows is None else self.queried[rows.cpu()]).to(logits.device)
+        answer = candidate.gather(1, queried[:, None])[:, 0]
         others = candidate.scatter(1, queried[:, None], float("-inf"))
         return answer - others.max(1).values
 
-    def correct(self, logits: Tensor) -> Tensor:
-        """[batch] bool: the answer ranks first among the candidates at END."""
-        return self.logit_diff(logits) > 0
+    def correct(self, logits: Tensor, rows: Tensor | None = None) -> Tensor:
+        """[n] bool: the answer ranks first among the candidates at END."""
+        return self.logit_diff(logits, rows) > 0
 
 
 def _single_tokens(model: Any, words: Sequence[str]) -> dict[str, int]:
