@@ -142,3 +142,11 @@ def test_cli_refuses_bad_options_before_loading_a_model() -> None:
     assert result.exit_code != 0 and "html" in result.output
     result = CliRunner().invoke(app, ["retrieval", "--induction-heads", "L1X2", "--model", "no-such-model"])
     assert result.exit_code != 0 and "--induction-heads" in result.output
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"), [({"n_prompts": 1}, "n_prompts"), ({"n_random": True}, "n_random")]
+)
+def test_finder_refuses_bad_counts_before_any_run(smollm2, kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        find_retrieval_circuit(smollm2, **kwargs)
