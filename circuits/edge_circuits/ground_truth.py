@@ -13,8 +13,7 @@ into subspaces, and every weight reads and writes only the ones named here:
     a1.h1  a redundant copy of a1.h0 (the other half of the output)
     a0.h1, a0.h2, a1.h2  distractors: they attend (same token, the first position, junk) and write only
            the junk subspace, which nothing but a1.h2 reads
-    unembedding reads the output subspace; the final norm is exactly linear here (its eps, 1e8,
-           swamps the residual's mean square in float32) and the blocks have none
+    unembedding reads the output subspace; the model has no norms (so nothing mixes the subspaces)
 
 The task (`task`): "A A[:-1] -> A[-1]" against "B A[:-1]" (A, B random sequences of distinct tokens,
 B[-1] != A[-1]), metric logit(A[-1]) - logit(B[-1]) at the last position. Under counterfactual
@@ -94,7 +93,7 @@ def planted_induction(
     d_model = junk + n_junk
     cfg = interp.Config(
         n_layers=2, d_model=d_model, n_heads=3, d_head=d_head, d_vocab=n_vocab, n_ctx=n_ctx,
-        attn_only=True, normalization="rmsnorm", norm_eps=1e8, pre_norm=False, attn_scale=1.0,
+        attn_only=True, normalization="none", attn_scale=1.0,
         default_prepend_bos=False, model_name="planted-induction",
     )  # fmt: skip
     model = HookedTransformer(cfg)
@@ -106,7 +105,6 @@ def planted_induction(
     state["W_E"][v, tok + v] = 1.0
     state["W_pos"][p, pos + p] = 1.0
     state["W_U"][out + v, v] = 1.0
-    state["ln_final.w"][:] = 1e4  # x / sqrt(mean(x^2) + 1e8) * 1e4 = x (to float32's precision)
     q0, k0, v0, o0 = (state[f"blocks.0.attn.{w}"] for w in ("W_Q", "W_K", "W_V", "W_O"))
     q0[0, pos + p, p] = 10.0  # previous-token head: query i matches key j = i - 1
     k0[0, pos + p[:-1], p[1:]] = 1.0
