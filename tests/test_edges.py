@@ -472,6 +472,9 @@ def test_the_curve_evaluated_in_shared_runs_equals_each_circuit_alone() -> None:
     assert float(curve.faithfulness[-1]) == 1.0  # every edge kept is the model itself
     runs = calls[-1][2]
     assert runs < 3 * len(fractions) + 1 and calls[-1][1] == runs  # the 3 circuits of all edges: none
+    soft = 0.5 * edges.top_circuit(scores, 10).float()  # a soft mask is no circuit: refused, not rounded
+    with pytest.raises(ValueError, match="0 and 1 only"):
+        edges.faithfulness(model, clean, corrupted, metric, soft)
 
 
 # --- bad input ---------------------------------------------------------------------------------

@@ -81,6 +81,10 @@ def faithfulness(
     if not isinstance(circuits, Tensor):
         raise TypeError(f"circuits must be a bool tensor [K, writer, reader], got {type(circuits).__name__}")
     circuits = circuits[None] if circuits.ndim == 2 else circuits
+    if circuits.dtype != torch.bool and not ((circuits == 0) | (circuits == 1)).all():
+        raise ValueError(
+            "circuits must be masks of kept edges (bool, or 0 and 1 only); for a soft mask use run_circuits"
+        )
     graph = edge_graph(model)
     if circuits.ndim != 3 or tuple(circuits.shape[1:]) != (graph.n_writers, graph.n_readers):
         raise ValueError(
