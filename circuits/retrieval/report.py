@@ -12,7 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from circuits.output import write_output
-from circuits.retrieval.results import CLASS_MEANINGS, RetrievalAccuracy, RetrievalResult
+from circuits.retrieval.results import (
+    CLASS_MEANINGS,
+    RETRIEVAL_CLASSES,
+    RetrievalAccuracy,
+    RetrievalResult,
+)
 
 FORMATS = ("table", "json", "markdown")
 LEGEND = (
@@ -74,6 +79,10 @@ def summary_lines(result: RetrievalResult) -> list[str]:
             f"{100 * c.accuracy:.0f}% "
             f"vs {100 * c.random_accuracy:.0f}% with random heads{overlap}."
         )
+    tested = {c.name for c in result.classes}
+    for name in RETRIEVAL_CLASSES:
+        if name not in tested:
+            lines.append(f"{name}: no head found (no selected head {CLASS_MEANINGS[name].split(' (')[0]}).")
     found = {head for c in result.classes if c.name != "induction" for head in c.heads}
     shared = sorted(found & set(result.induction_heads))
     lines.append(
