@@ -147,17 +147,24 @@ def load(model: str, dtype: str = "float32") -> interp.HookedTransformer:
     import torch
 
     try:
+        if not console.is_terminal:  # a log: a line, where a terminal shows a spinner
+            print(f"Loading {model} ...", file=sys.stderr, flush=True)
         with console.status(f"Loading {model} ..."):
             return interp.load_model(model, dtype=getattr(torch, dtype))
     except (ValueError, FileNotFoundError, NotImplementedError) as error:
         raise fail(str(error)) from error
 
 
+LINE_EVERY_S = 10.0  # without a terminal, a progress line at most this often per stage
+
+
 @contextmanager
-def stage_bars() -> Iterator[Progress]:
-    """A Progress callback that draws one bar per stage on stderr (stdout may hold the report): steps
-    done, time spent and left (estimated from the stage's rate over the last 10 minutes, so slow steps
-    get an estimate too); the bars are gone when the block ends."""
+def stage_bars(command: str = "interp") -> Iterator[Progress]:
+    """A Progress callback for `interp COMMAND`, on stderr (stdout may hold the report). On a
+    terminal one bar per stage: steps done, time spent and left (estimated from the stage's rate
+    over the last 10 minutes, so slow steps get an estimate too); the bars are gone when the block
+    ends. Otherwise (a log file, a pipe) lines: "[command 12.3s] stage ..." as each stage begins,
+    and its count and time left every LINE_EVERY_S seconds."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -168,19 +175,45 @@ def stage_bars() -> Iterator[Progress]:
     )
     from rich.progress import Progress as Bars
 
+    stderr = Console(stderr=True)
+    if not stderr.is_terminal:
+        yield progress_lines(command)
+        return
     columns = (
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("left"), TimeRemainingColumn(),
     )  # fmt: skip
-    with Bars(*columns, console=Console(stderr=True), transient=True, speed_estimate_period=600) as bars:
+    with Bars(*columns, console=stderr, transient=True, speed_estimate_period=600) as bars:
         tasks: dict[str, TaskID] = {}
 
         def progress(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
                 tasks[stage] = bars.add_task(stage, total=total)
-            bars.update(tasks[stage], completed=done)
+            bars.update(tasks[stage], completed=done, total=total)
 
         yield progress
+
+
+def progress_lines(command: str) -> Progress:
+    """The Progress callback of `stage_bars` without a terminal: plain lines on stderr."""
+    began = time.perf_counter()
+    stages: dict[str, tuple[float, float]] = {}  # stage -> (when it began, when it last printed)
+
+    def line(text: str) -> None:
+        print(f"[{command} {time.perf_counter() - began:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+    def progress(stage: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if stage not in stages:
+            stages[stage] = (now, now)
+            line(f"{stage} ..." if total else stage)
+        start, printed = stages[stage]
+        if 0 < done < total and now - printed >= LINE_EVERY_S:
+            stages[stage] = (start, now)
+            left = (now - start) / done * (total - done)
+            line(f"{stage}: {done}/{total}, about {left:.0f} s left")
+
+    return progress
 
 
 @app.command(epilog=EXAMPLES["info"])
@@ -237,7 +270,7 @@ def heads(
     loaded = load(model, dtype)
     try:
         if ray is None:
-            with stage_bars() as progress:
+            with stage_bars("heads") as progress:
                 report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress)
         else:
             report = run_on_ray(head_report, model, ray, dtype=dtype, n_samples=n_samples, seed=seed)
@@ -298,11 +331,12 @@ def train(
     if resumed is not None:
         console.print(f"Resuming from {resumed} (delete {out} to start afresh).")
     try:
-        model, log = train_toy_model(
-            task, layers, heads, d_model, steps, out, attn_only=attn_only, seed=seed, lr=lr,
-            batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
-            checkpoint_every=checkpoint_every, name=name,
-        )  # fmt: skip
+        with stage_bars("train") as progress:
+            model, log = train_toy_model(
+                task, layers, heads, d_model, steps, out, attn_only=attn_only, seed=seed, lr=lr,
+                batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
+                checkpoint_every=checkpoint_every, name=name, progress=progress, show_bar=False,
+            )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
     except KeyboardInterrupt:
@@ -346,19 +380,11 @@ def ioi(
     check_format(format, out, FORMATS)
     check_save(save)
     loaded = load(model)
-    began = time.perf_counter()
-
-    def line(text: str) -> None:  # to stderr, so that a report on stdout stays clean
-        print(f"[ioi {time.perf_counter() - began:6.1f}s] {text}", file=sys.stderr, flush=True)
-
-    def progress(stage: str, done: int, total: int) -> None:  # a line as each stage begins
-        if done == 0:
-            line(f"{stage} ..." if total else stage)
-
     try:
         if ray is None:
-            result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed, progress=progress)
-            line(f"done in {result.timings['total']:.1f} s")
+            with stage_bars("ioi") as progress:
+                result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed, progress=progress)
+            print(f"[ioi] done in {result.timings['total']:.1f} s", file=sys.stderr, flush=True)
         else:
             result = run_on_ray(find_ioi_circuit, model, ray, n_prompts=n_prompts, seed=seed)
     except (ValueError, ImportError) as error:
@@ -510,7 +536,7 @@ def circuit(
     loaded = load(model)
     try:
         prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
-        with stage_bars() as progress:
+        with stage_bars("circuit") as progress:
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
@@ -613,11 +639,6 @@ def icl(
     run = Path(model) if (Path(model) / CHECKPOINTS).is_dir() else None
     loaded = load(model)
     began = time.perf_counter()
-
-    def progress(stage: str, done: int, total: int) -> None:  # a line on stderr as each stage begins
-        if done == 0:
-            print(f"[icl {time.perf_counter() - began:6.1f}s] {stage} ...", file=sys.stderr, flush=True)
-
     try:
         defaults = default_windows(loaded)
         windows = Windows(
@@ -625,20 +646,21 @@ def icl(
             defaults.late if late is None else late,
             defaults.width if window is None else window,
         )
-        result = icl_report(
-            loaded, n_documents=n_documents, windows=windows, ablation=ablation, induction_heads=heads,
-            top=top, n_random=n_random, seed=seed, progress=progress,
-        )  # fmt: skip
-        if run is not None:
-            progress("ICL and induction scores at each checkpoint", 0, 1)
-            result.training = icl_over_training(run, n_documents, windows, seed, show_bar=False)
+        with stage_bars("icl") as progress:
+            result = icl_report(
+                loaded, n_documents=n_documents, windows=windows, ablation=ablation, induction_heads=heads,
+                top=top, n_random=n_random, seed=seed, progress=progress,
+            )  # fmt: skip
+            if run is not None:
+                progress("ICL and induction scores at each checkpoint", 0, 1)
+                result.training = icl_over_training(run, n_documents, windows, seed, show_bar=False)
         if plot is not None and run is not None:
             plot_icl_over_training(result.training, plot)
         elif plot is not None:
             loss_curve_figure(result, plot)
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
-    print(f"[icl {time.perf_counter() - began:6.1f}s] done", file=sys.stderr, flush=True)
+    print(f"[icl] done in {time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
     write_icl_report(result, format, out, console)
     if plot is not None:
         console.print(f"Wrote {plot}", style="dim")

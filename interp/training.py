@@ -62,8 +62,10 @@ from interp.tasks import (
     repeated_sequences,
     split_generator,
 )
+from interp.types import Progress
 
 CHECKPOINTS = "checkpoints"
+TRAIN_STAGE = "Training steps"  # the stage `train` reports to its progress callback
 logger = logging.getLogger("interp")
 
 
@@ -295,13 +297,15 @@ def train(
     resume: bool = True,
     callback: Callable[[int, TrainingLog], None] | None = None,
     extra: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> TrainingLog:
     """Train `model` in place on `task`; returns the training log.
 
     With `out`, writes checkpoints and the final model there (see the module docstring); with
     resume=True a run whose checkpoints exist in `out` continues from the last one (same result
     as an uninterrupted run). `callback(step, log)` runs after each optimizer step. `extra` is
-    stored in the final config.json (e.g. the task's name).
+    stored in the final config.json (e.g. the task's name). progress(TRAIN_STAGE, step, steps):
+    reported after each step.
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(
@@ -324,6 +328,8 @@ def train(
     if latest is not None:
         step, log = load_training_state(latest, model, optimizer, generator, config)
     model.train()
+    if progress is not None:
+        progress(TRAIN_STAGE, step, config.steps)
     state = None  # what a checkpoint on Ctrl-C saves: (model, optimizer, generator, step, log, config)
     bar = tqdm(total=config.steps, initial=step, disable=not config.show_bar, desc="train")
     with bar, deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state):
@@ -350,6 +356,8 @@ def train(
             recent = log.train_loss[-20:]
             bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
             bar.update()
+            if progress is not None:
+                progress(TRAIN_STAGE, step, config.steps)
             if callback is not None:
                 callback(step, log)
     model.eval()
@@ -496,6 +504,7 @@ def train_toy_model(
     positional: str = "learned",
     device: str | None = None,
     name: str | None = None,
+    progress: Progress | None = None,
     **train_options: Any,
 ) -> tuple[HookedTransformer, TrainingLog]:
     """Build a model for `task` ("induction", "markov", "ioi"), train it and write it to `out`.
@@ -504,6 +513,7 @@ def train_toy_model(
     the model's d_vocab and n_ctx match the task. Device: CUDA when available, unless given.
     steps, lr, attn_only: None takes the task's TASK_DEFAULTS entry. name: the model's name in
     reports (default: the output directory's name); the checkpoint also records the task.
+    progress: see `train`.
     """
     data = make_task(task, d_vocab, seq_len)
     n_layers, n_heads = check_count(n_layers, "n_layers"), check_count(n_heads, "n_heads")
@@ -534,5 +544,5 @@ def train_toy_model(
     model.init_weights(seed)
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
-    log = train(model, data, config, out=out, extra={"task": task})
+    log = train(model, data, config, out=out, extra={"task": task}, progress=progress)
     return model, log

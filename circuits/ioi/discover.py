@@ -49,7 +49,7 @@ from interp.interventions.engine import cached_run, forward_logits
 from interp.interventions.stats import bootstrap_ci
 from interp.tasks.ioi import heldout_description, ioi_dataset_for
 from interp.tasks.ioi_prompts import IOIPrompts
-from interp.types import Head, Progress, head_label
+from interp.types import Head, Progress, as_stage, head_label
 
 THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}
 
@@ -142,7 +142,8 @@ def find_ioi_circuit(
     if evaluate and result.heads:
         with timed("evaluation", result.timings, progress):
             n_subsets = settings.n_completeness_subsets
-            result.evaluation = evaluate_circuit(result, clean, mean_ablation, n_subsets, seed)
+            step = as_stage(progress, "evaluation")
+            result.evaluation = evaluate_circuit(result, clean, mean_ablation, n_subsets, seed, step)
     description = "held-out prompts given to find_ioi_circuit"
     if heldout is None and prompts is None:
         heldout = ioi_dataset_for(model, n_prompts, seed, split="heldout")[:2]
@@ -150,7 +151,10 @@ def find_ioi_circuit(
     if validate and heldout is not None and result.heads:
         with timed("validation on held-out prompts", result.timings, progress):
             clean_heldout, abc_heldout = (p.to(model.device) for p in heldout)
-            result.validation = validate_circuit(model, result, clean_heldout, abc_heldout, description)
+            step = as_stage(progress, "validation on held-out prompts")
+            result.validation = validate_circuit(
+                model, result, clean_heldout, abc_heldout, description, progress=step
+            )
     if result.heads:
         with timed("example attention patterns", result.timings, progress):
             result.example = example_patterns(model, clean, result.heads)

@@ -40,7 +40,7 @@ from circuits.ioi.results import (
 )
 from interp.interventions.stats import bootstrap, bootstrap_ci, faithfulness_ratio, heterogeneity
 from interp.tasks.ioi_prompts import IOIPrompts
-from interp.types import Head, head_label
+from interp.types import Head, Progress, head_label
 
 
 def _all_heads(model: interp.HookedTransformer) -> list[Head]:
@@ -60,9 +60,11 @@ def evaluate_circuit(
     mean_ablation: MeanAblation,
     n_subsets: int = 10,
     seed: int = 0,
+    progress: Progress | None = None,
 ) -> Evaluation:
     """Faithfulness, recovered fraction, completeness and minimality of result's circuit on `clean`
-    (see the module docstring); `n_subsets` random subsets K for completeness, drawn with `seed`."""
+    (see the module docstring); `n_subsets` random subsets K for completeness, drawn with `seed`.
+    progress(stage, done, total): as the ablated runs finish."""
     model = mean_ablation.model
     every_head = _all_heads(model)
     circuit = result.heads
@@ -89,7 +91,7 @@ def evaluate_circuit(
     keeps += [subtract(circuit, mates[head] | {head}) for head in circuit]
     unique = list(dict.fromkeys(frozenset(keep) for keep in keeps))
     ablated = [sorted(set(every_head) - keep) for keep in unique]
-    means = mean_ablation.logit_diffs_many(ablated, clean).mean(1).tolist()
+    means = mean_ablation.logit_diffs_many(ablated, clean, progress).mean(1).tolist()
     measured = dict(zip(unique, means, strict=True))
 
     def F(keep: Sequence[Head]) -> float:
@@ -139,9 +141,11 @@ def validate_circuit(
     heldout: IOIPrompts,
     heldout_abc: IOIPrompts,
     description: str = "held-out prompts given by the caller",
+    progress: Progress | None = None,
 ) -> Validation:
     """Confirm each class of result's circuit on held-out prompts (see the module docstring);
-    `description` says in the report what was held out."""
+    `description` says in the report what was held out. progress(stage, done, total): as the
+    ablated runs finish."""
     settings = result.settings
     ablation = MeanAblation(model, heldout_abc)
     circuit = set(result.heads)
@@ -176,7 +180,7 @@ def validate_circuit(
     sets = [[], outside_circuit, every_head]
     sets += [base for base, _ in plans.values()] + [run for _, runs in plans.values() for run in runs]
     unique = list(dict.fromkeys(tuple(sorted(heads)) for heads in sets))
-    measured = dict(zip(unique, ablation.logit_diffs_many(unique, heldout), strict=True))  # each [batch]
+    measured = dict(zip(unique, ablation.logit_diffs_many(unique, heldout, progress), strict=True))  # [batch]
 
     def ablated(heads: Sequence[Head]) -> Tensor:
         return measured[tuple(sorted(heads))]

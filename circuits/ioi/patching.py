@@ -24,7 +24,7 @@ from interp import edges
 from interp.interventions.ablation import Replacement, ablated_metrics, ablation_sites
 from interp.interventions.path_patching import PathPatcher
 from interp.tasks.ioi_prompts import IOIPrompts
-from interp.types import Head
+from interp.types import Head, Progress, as_stage
 
 
 class SenderEffects(Protocol):
@@ -279,23 +279,25 @@ class MeanAblation:
         stacked along the batch (as path patching runs them)."""
         return self.replacement.hooks(ablation_sites(self.model, heads=heads), self.groups(prompts))
 
-    def logit_diffs_many(self, head_sets: Sequence[Sequence[Head]], prompts: IOIPrompts) -> Tensor:
+    def logit_diffs_many(
+        self, head_sets: Sequence[Sequence[Head]], prompts: IOIPrompts, progress: Progress | None = None
+    ) -> Tensor:
         """Logit diff per prompt [n_sets, batch] (CPU) with each set of heads mean-ablated; sets that
-        ablate the same heads in the first layers share those layers' computation."""
-        return by_length(
-            prompts,
-            None,
-            lambda group, _: ablated_metrics(
-                self.model,
-                group.tokens,
-                group.logit_diff,
-                head_sets,
-                self.replacement,
-                groups=self.groups(group),
-                logit_pos=group.positions["END"],
-                logit_tokens=group.answers,
-            ),
-        )
+        ablate the same heads in the first layers share those layers' computation.
+        progress(stage, done, total): as the ablated runs of each prompt length finish."""
+        total = len(head_sets) * len(prompts.length_groups())
+        finished = [0]  # runs of the length groups done before this one
+
+        def run(group: IOIPrompts, _: None) -> Tensor:
+            step = as_stage(progress, "ablated runs", finished[0], total)
+            finished[0] += len(head_sets)
+            return ablated_metrics(
+                self.model, group.tokens, group.logit_diff, head_sets, self.replacement,
+                groups=self.groups(group), logit_pos=group.positions["END"], logit_tokens=group.answers,
+                progress=step,
+            )  # fmt: skip
+
+        return by_length(prompts, None, run)
 
     def logit_diffs(self, ablate: Sequence[Head], prompts: IOIPrompts) -> Tensor:
         """Logit diff per prompt [batch] (CPU) with the heads `ablate` mean-ablated."""

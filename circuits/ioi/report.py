@@ -67,14 +67,44 @@ def _percent_ci(interval: tuple[float, float]) -> str:
     return f"[{interval[0]:.1%}, {interval[1]:.1%}]"
 
 
-Z_CAP = 10  # beyond this a robust z says only "far outside the other heads" (tiny MADs blow it up)
-
-
 def _z(z: float) -> str:
-    """A robust z for people: capped at ±Z_CAP."""
-    if abs(z) <= Z_CAP:
-        return f"{z:+.1f}"
-    return f"> +{Z_CAP}" if z > 0 else f"< -{Z_CAP}"
+    """A robust z for people: one decimal below 10, whole numbers beyond (most senders' effects are
+    near 0, so the MAD is small and a head that matters scores in the tens or hundreds)."""
+    return f"{z:+.1f}" if abs(z) < 10 else f"{z:+.0f}"
+
+
+VERDICT_WORDS = {  # a held-out verdict -> how the headline says it
+    "confirmed": "confirmed on held-out prompts",
+    "order-dependent": "order-dependent (hold in one name order only)",
+    "template-dependent": "template-dependent (hold in few templates)",
+    "unconfirmed": "unconfirmed (no larger effect than random heads)",
+}
+
+
+def _headline(result: IOICircuitResult) -> list[str]:
+    """What was found, first: the circuit's size and how much it recovers, then its classes grouped
+    by their held-out verdict (with the strata where the order-dependent ones hold)."""
+    s, e, v = result.settings, result.evaluation, result.validation
+    n_classes = sum(1 for heads in result.classes.values() if heads)
+    lines = [f"IOI circuit of {s.model}: {len(result.heads)} heads in {n_classes} classes"]
+    if v is not None:
+        lines[0] += (
+            f"; on {v.n_prompts} held-out prompts it recovers {v.recovered:.0%} of the logit diff "
+            f"(95% CI {v.recovered_ci[0]:.0%} to {v.recovered_ci[1]:.0%})."
+        )
+        for verdict, words in VERDICT_WORDS.items():
+            named = [
+                cls if verdict in ("confirmed", "unconfirmed") else f"{cls} ({_where(c)})"
+                for cls, c in v.classes.items()
+                if c.verdict == verdict
+            ]
+            if named:
+                lines.append(f"{words[0].upper()}{words[1:]}: {', '.join(named)}.")
+    elif e is not None:
+        lines[0] += f"; it recovers {e.recovered:.0%} of the logit diff (not validated on held-out prompts)."
+    else:
+        lines[0] += " (neither evaluated nor validated)."
+    return lines
 
 
 def _summary_lines(result: IOICircuitResult) -> list[str]:
@@ -108,19 +138,13 @@ def _summary_lines(result: IOICircuitResult) -> list[str]:
 
 def _validation_lines(result: IOICircuitResult) -> list[str]:
     """One line on the held-out set and how much of the logit diff the circuit keeps there ([] without
-    validation)."""
+    validation; each class's verdict is in the headline)."""
     v = result.validation
     if v is None:
         return []
-    unconfirmed = (
-        "; not confirmed: " + ", ".join(f"{cls} ({v.classes[cls].verdict})" for cls in v.unconfirmed)
-        if v.unconfirmed
-        else "; every class confirmed in both name orders and most templates"
-    )
     return [
         f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
-        f"{v.recovered:.1%} (95% CI {_percent_ci(v.recovered_ci)}), "
-        f"faithfulness {v.faithfulness:.1%}{unconfirmed}"
+        f"{v.recovered:.1%} (95% CI {_percent_ci(v.recovered_ci)}), faithfulness {v.faithfulness:.1%}"
     ]
 
 
@@ -128,9 +152,10 @@ def _validation_rows(result: IOICircuitResult):
     """(class, heads, class effect, random effect, difference with CI, writes, verdict) per class."""
     v = result.validation
     for cls, c in v.classes.items() if v is not None else ():
-        writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f}, S {c.writes['S']:+.2f}"
-        difference = f"{c.difference:+.0%} [{c.difference_ci[0]:+.0%}, {c.difference_ci[1]:+.0%}]"
-        verdict = c.verdict if c.verdict in ("confirmed", "unconfirmed") else f"{c.verdict}: {_holds(c)}"
+        writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f} S {c.writes['S']:+.2f}"
+        low, high = c.difference_ci
+        difference = f"{c.difference:+.0%} [{low * 100:+.0f}, {high * 100:+.0f}]"
+        verdict = c.verdict if c.verdict in ("confirmed", "unconfirmed") else f"{c.verdict}: {_where(c)}"
         yield (
             cls,
             ", ".join(c.heads),
@@ -142,8 +167,12 @@ def _validation_rows(result: IOICircuitResult):
         )
 
 
-VALIDATION_COLUMNS = ("class", "heads", "ablated", "random", "difference (95% CI)", "writes", "held out")
-STRATA_COLUMNS = ("class", "ABBA % (95% CI)", "BABA % (95% CI)", "templates", "heterogeneity")
+VALIDATION_COLUMNS = ("class", "heads", "ablated", "random", "difference % (95% CI)", "writes", "held out")
+STRATA_COLUMNS = ("class", "ABBA % (95% CI)", "BABA % (95% CI)", "templates", "heterogeneity I^2, p")
+NARROW_HEADERS = {
+    "difference % (95% CI)": "diff. (95% CI)",
+    "heterogeneity I^2, p": "I^2, p",
+}  # < 120 columns
 STRATA_LEGEND = (
     "Per stratum: the class's effect beyond random heads (as 'difference') on the held-out prompts "
     "of each name order (ABBA: IO named first) and of each template. Negative = ablating the class "
@@ -155,9 +184,13 @@ STRATA_LEGEND = (
 )
 
 
-def _holds(c) -> str:
-    """The strata where a class holds, in words."""
-    return ", ".join(c.holds_in) or "no stratum"
+def _where(c) -> str:
+    """Where a class holds, in words: the name order of an order-dependent class ("BABA only"), the
+    share of templates of a template-dependent one ("3 of 12 templates")."""
+    if c.verdict == "order-dependent":
+        return " and ".join(s.name for s in c.strata if s.kind == "order" and s.holds) + " only"
+    templates = [s for s in c.strata if s.kind == "template"]
+    return f"{sum(s.holds for s in templates)} of {len(templates)} templates"
 
 
 def _strata_rows(result: IOICircuitResult):
@@ -174,9 +207,17 @@ def _strata_rows(result: IOICircuitResult):
             for name in ("ABBA", "BABA")
         ]
         held = [s.name for s in templates if s.holds]
+        failed = [s.name for s in templates if not s.holds]
+        listed = (
+            f": {' '.join(held)}"
+            if len(held) <= len(failed)
+            else f", not {' '.join(failed)}"
+            if failed
+            else ""
+        )
         q, df, p, i2 = c.heterogeneity
-        spread = "n/a" if df == 0 else f"I^2 {i2:.0%}, p {p:.2g}"
-        yield (cls, *cells, f"{len(held)} of {len(templates)}: {' '.join(held) or '-'}", spread)
+        spread = "n/a" if df == 0 else f"{i2:.0%}, p {p:.1g}"
+        yield (cls, *cells, f"{len(held)} of {len(templates)}{listed}", spread)
 
 
 def _template_lines(result: IOICircuitResult) -> list[str]:
@@ -191,10 +232,14 @@ def _template_lines(result: IOICircuitResult) -> list[str]:
 WIDE_TERMINAL = 120  # columns from which the terminal table shows how each head was found
 
 
+UNCONFIRMED_MARK = "*"  # after a class held-out validation did not confirm (the headline says why)
+UNCONFIRMED_NOTE = f"{UNCONFIRMED_MARK} not confirmed on held-out prompts: see the first lines."
+
+
 def _class_label(result: IOICircuitResult, cls: str) -> str:
     """The class name, marked when held-out validation did not confirm it."""
     v = result.validation
-    return f"{cls} ({v.classes[cls].verdict})" if v is not None and cls in v.unconfirmed else cls
+    return f"{cls}{UNCONFIRMED_MARK}" if v is not None and cls in v.unconfirmed else cls
 
 
 def _head_rows(result: IOICircuitResult):
@@ -202,7 +247,7 @@ def _head_rows(result: IOICircuitResult):
 
     def writes(h) -> str:
         dla = h.direct_logit_attribution
-        return f"IO {dla['IO']:+.2f}, S {dla['S']:+.2f}"
+        return f"{dla['IO']:+.2f}, {dla['S']:+.2f}"
 
     for cls in CLASSES:
         kind = CLASS_KIND[cls]
@@ -213,16 +258,17 @@ def _head_rows(result: IOICircuitResult):
         yield "unclassified", h.name, h.effect, h.z, kind, h.attention[kind], h.step, writes(h)
 
 
-HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "direct logit attribution")
+HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "writes IO, S")
 LEGEND = (
     "Signs and units. logit diff = logit(IO) - logit(S) at END, in logits. effect = (patched - clean "
     "mean logit diff) / clean mean logit diff, in %, when the head's output is path-patched from the ABC "
     "run along its step's path ('found by'): negative, the head helps predict IO (name movers, "
     "S-inhibition); positive, it works against IO (negative name movers). z: robust z-score of the "
-    "effect among the step's senders (shown capped at ±10). attention: mean attention probability "
-    "(0 to 1) from the class's query position to its key position. direct logit attribution: the head's "
-    "mean direct contribution to the IO and S logits at END, in logits (name movers: IO +; negative "
-    "name movers: IO -; S-suppression: S -)."
+    "effect among the step's senders ((effect - median) / 1.4826 MAD; most senders' effects are near 0, "
+    "so a head that matters scores in the tens or hundreds: a rank, not a probability). attention: mean "
+    "attention probability (0 to 1) from the class's query position to its key position. writes IO, S: "
+    "the head's direct logit attribution, its mean direct contribution to the IO and S logits at END, in "
+    "logits (name movers: IO +; negative name movers: IO -; S-suppression: S -)."
 )
 VALIDATION_LEGEND = (
     "Held-out validation: ablated and random = change of the mean logit diff when the class (or as many "
@@ -233,18 +279,22 @@ VALIDATION_LEGEND = (
 
 
 def render_table(result: IOICircuitResult, console: Console) -> None:
+    for line in _headline(result):
+        console.print(line, style="bold", markup=False)
     for line in _summary_lines(result) + _validation_lines(result):
-        console.print(line)
+        console.print(line, markup=False)
     wide = console.width >= WIDE_TERMINAL  # narrower: no "found by" column; cells wrap between words
     table = Table(title="IOI circuit", box=box.SIMPLE_HEAD)
     columns = [c for c in HEAD_COLUMNS if wide or c != "found by"]
     for column in columns:
         table.add_column(column, justify="right" if column in ("effect", "z") else "left",
-                         no_wrap=column != "direct logit attribution")  # fmt: skip
+                         no_wrap=True)  # fmt: skip
     for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
         cells = [cls, name, f"{effect:+.1%}", _z(z), f"{kind} {attention:.2f}", step, writes]
         table.add_row(*(cell for cell, column in zip(cells, HEAD_COLUMNS, strict=True) if column in columns))
     console.print(table)
+    if result.validation is not None and result.validation.unconfirmed:
+        console.print(UNCONFIRMED_NOTE, markup=False)
     console.print(LEGEND, style="dim", markup=False)
     if result.validation is not None:
         validation = Table(
@@ -252,20 +302,27 @@ def render_table(result: IOICircuitResult, console: Console) -> None:
         )
         # narrower: the difference only, and the heads last, where they can wrap
         order = (
-            VALIDATION_COLUMNS if wide else ("class", "difference (95% CI)", "writes", "held out", "heads")
+            VALIDATION_COLUMNS if wide else ("class", "difference % (95% CI)", "writes", "held out", "heads")
         )
-        for column in order:
+        for column in order:  # the class and the figures whole; the verdict and heads wrap
             validation.add_column(
-                column, no_wrap=column != "heads", min_width=5 if column == "heads" else None
+                column if wide else NARROW_HEADERS.get(column, column),
+                no_wrap=column not in ("heads", "held out", "writes"),
+                min_width={"heads": 6, "held out": 16}.get(column),
             )
         for row in _validation_rows(result):
             cells = dict(zip(VALIDATION_COLUMNS, row, strict=True))
+            cells["writes"] = cells["writes"].replace(" S ", " S " if wide else "\nS ")
             validation.add_row(*(cells[column] for column in order))
         console.print(validation)
         console.print(VALIDATION_LEGEND, style="dim", markup=False)
         strata = Table(title="Held-out validation per name order and template", box=box.SIMPLE_HEAD)
-        for column in STRATA_COLUMNS:
-            strata.add_column(column, no_wrap="CI" in column, overflow="fold")
+        for column in STRATA_COLUMNS:  # the class and the figures whole; templates and spread wrap
+            strata.add_column(
+                column if wide else NARROW_HEADERS.get(column, column),
+                no_wrap=column == "class" or "CI" in column,
+                min_width={"templates": 9, "heterogeneity I^2, p": 7}.get(column),
+            )
         for row in _strata_rows(result):
             strata.add_row(*row)
         console.print(strata)
@@ -282,12 +339,15 @@ def render_table(result: IOICircuitResult, console: Console) -> None:
 
 def render_markdown(result: IOICircuitResult) -> str:
     lines = _summary_lines(result) + _validation_lines(result)
-    out = ["# IOI circuit", ""] + [f"- {line}" for line in lines] + [""]
+    out = ["# IOI circuit", "", *(f"**{line}**  " for line in _headline(result)), ""]
+    out += [f"- {line}" for line in lines] + [""]
     out += ["| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---|---:|---:|---|---|---|"]
     for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
         out.append(
             f"| {cls} | {name} | {effect:+.1%} | {_z(z)} | {kind} {attention:.2f} | {step} | {writes} |"
         )
+    if result.validation is not None and result.validation.unconfirmed:
+        out += ["", UNCONFIRMED_NOTE]
     out += ["", LEGEND]
     if result.validation is not None:
         out += ["", "Held-out validation (mean-ablating each class vs as many random heads):", ""]
@@ -339,10 +399,32 @@ _COLOURS = {
 }
 
 
+HEADS_PER_LINE = 3  # head labels per line of a diagram box ("L23H10, L23H11, L23H12" fits its width)
+LINES_PER_BOX = 3  # lines of heads a box lists; more heads are counted ("+4 more")
+
+
+def _box_lines(heads: list[str]) -> list[str]:
+    """A class's heads as the lines of its diagram box ([] for none)."""
+    shown = heads[: HEADS_PER_LINE * LINES_PER_BOX]
+    lines = [", ".join(shown[i : i + HEADS_PER_LINE]) for i in range(0, len(shown), HEADS_PER_LINE)]
+    if len(heads) > len(shown):
+        lines.append(f"+{len(heads) - len(shown)} more")
+    return lines
+
+
 def circuit_svg(result: IOICircuitResult) -> str:
-    """An inline SVG of the circuit: one box per class listing its heads, arrows for the paths
+    """An inline SVG of the circuit: one box per class listing its heads (and, after held-out
+    validation, its verdict: a class not confirmed has a dashed border), arrows for the paths
     (K: into keys, V: into values, Q: into queries; unlabelled: direct to the logits)."""
-    box_w, box_h, gap_x, gap_y, margin = 170, 64, 70, 26, 20
+    v = result.validation
+    verdicts = {} if v is None else {cls: c.verdict for cls, c in v.classes.items()}
+    texts = {
+        cls: (_box_lines([h.name for h in result.classes[cls]]) or ["none found"])
+        + ([verdicts[cls]] if cls in verdicts else [])
+        for cls in CLASSES
+    }
+    box_w, gap_x, gap_y, margin, line_h = 180, 60, 26, 20, 16
+    box_h = 34 + line_h * max(len(lines) for lines in texts.values())
     boxes = {}
     columns = [*_COLUMNS, ("logits",)]
     height = max(len(c) for c in columns) * (box_h + gap_y) + 2 * margin
@@ -373,27 +455,26 @@ def circuit_svg(result: IOICircuitResult) -> str:
                 f'font-family="sans-serif" fill="#333">{label}</text>'
             )
     for cls, (x, y) in boxes.items():
-        heads = [] if cls == "logits" else [h.name for h in result.classes[cls]]
         title = "logits (IO - S)" if cls == "logits" else CLASS_TITLES[cls]
-        listed = (
-            ", ".join(heads[:6]) + (f" +{len(heads) - 6}" if len(heads) > 6 else "")
-            if heads
-            else "none found"
-        )
-        colour, opacity = _COLOURS[cls], 0.15 if heads or cls == "logits" else 0.04
-        parts.append(
-            f'<g class="ioi-class" data-class="{cls}">'
-            f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" fill="{colour}" '
-            f'fill-opacity="{opacity}" stroke="{colour}"/>'
-            f'<text x="{x + box_w / 2}" y="{y + 24}" font-size="13" font-weight="bold" text-anchor="middle" '
-            f'font-family="sans-serif" fill="{colour}">{html.escape(title)}</text>'
+        found = cls == "logits" or bool(result.classes[cls])
+        colour, opacity = _COLOURS[cls], 0.15 if found else 0.04
+        dashed = ' stroke-dasharray="6 4"' if verdicts.get(cls, "confirmed") != "confirmed" else ""
+        lines = "".join(
+            f'<text x="{x + box_w / 2}" y="{y + 44 + i * line_h}" font-size="12" text-anchor="middle" '
             + (
-                f'<text x="{x + box_w / 2}" y="{y + 46}" font-size="12" text-anchor="middle" '
-                f'font-family="monospace" fill="#222">{html.escape(listed)}</text>'
-                if cls != "logits"
-                else ""
+                f'font-family="sans-serif" font-style="italic" fill="{colour}"'
+                if cls in verdicts and i == len(texts[cls]) - 1
+                else 'font-family="monospace" fill="#222"'
             )
-            + "</g>"
+            + f">{html.escape(line)}</text>"
+            for i, line in enumerate([] if cls == "logits" else texts[cls])
+        )
+        parts.append(
+            f'<g class="ioi-class" data-class="{cls}" data-verdict="{verdicts.get(cls, "")}">'
+            f'<rect x="{x}" y="{y}" width="{box_w}" height="{box_h}" rx="8" fill="{colour}" '
+            f'fill-opacity="{opacity}" stroke="{colour}"{dashed}/>'
+            f'<text x="{x + box_w / 2}" y="{y + 22}" font-size="13" font-weight="bold" text-anchor="middle" '
+            f'font-family="sans-serif" fill="{colour}">{html.escape(title)}</text>{lines}</g>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -402,13 +483,18 @@ def circuit_svg(result: IOICircuitResult) -> str:
 def render_html(result: IOICircuitResult) -> str:
     """The full report as one self-contained HTML page."""
     sections = [
+        "<p class='ioi-headline'><b>"
+        + "<br>".join(html.escape(line) for line in _headline(result))
+        + "</b></p>",
+        circuit_svg(result),
+        "<p>Dashed: a class held-out validation did not confirm (its verdict in italics).</p>"
+        if result.validation is not None
+        else "",
         "<h2>Summary</h2><ul>"
         + "".join(
             f"<li>{html.escape(line)}</li>" for line in _summary_lines(result) + _validation_lines(result)
         )
-        + "</ul>",
-        "<h2>Circuit</h2>",
-        circuit_svg(result),
+        + "</ul><h2>Heads</h2>",
         "<table class='ioi-heads' style='border-collapse: collapse; font: 13px monospace;'><tr>"
         + "".join(f"<th>{html.escape(column)}</th>" for column in HEAD_COLUMNS)
         + "</tr>"

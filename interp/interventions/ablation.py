@@ -59,7 +59,7 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
-from interp.types import ABLATIONS, Ablation, Head, Pos
+from interp.types import ABLATIONS, Ablation, Head, Pos, Progress
 
 
 def ablation_sites(
@@ -277,6 +277,7 @@ def ablated_metrics(
     logit_pos: Pos = None,
     batch_size: int | None = None,
     logit_tokens: Tensor | None = None,
+    progress: Progress | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
     """The metric per prompt with each set of heads ablated by `replacement` (its hooks must cover
     the sets' layers' hook_z), e.g. every circuit of a completeness or minimality check.
@@ -287,7 +288,7 @@ def ablated_metrics(
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
     logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed.
     Prompts shorter than the reference (right-padded prompts cut to their length) take the values
-    of its first positions.
+    of its first positions. progress(stage, done, total): as runs finish (see `run_site_sets`).
     """
     tokens = model.input_tokens(tokens)
     check_logit_pos(logit_pos, tokens)
@@ -299,7 +300,7 @@ def ablated_metrics(
     }
     return run_site_sets(
         model, tokens, site_sets, sources, metric, logit_pos=logit_pos, logit_tokens=logit_tokens,
-        batch_size=batch_size,
+        batch_size=batch_size, progress=progress,
     )  # fmt: skip
 
 
