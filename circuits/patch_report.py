@@ -96,9 +96,26 @@ def pairs_patching(
 
 
 def _title(report: PatchReport) -> str:
+    order = "highest" if report.direction == "denoise" else "lowest"
     return (
-        f"{report.model}, {report.task}: patching {report.component} ({report.direction}); "
-        f"{METRIC}, mean and 95% bootstrap CI over prompts"
+        f"{report.model}, {report.task}: patching {report.component} ({report.direction}); {METRIC}, "
+        f"mean and 95% bootstrap CI over prompts, the {order} mean first"
+    )
+
+
+def headline(report: PatchReport) -> str:
+    """The finding in one sentence: the strongest patch, and how many patches move the metric beyond
+    its unpatched value (0 when denoising the corrupted run, 1 when noising the clean run)."""
+    ranked = report.ranked()
+    best = next(ranked.itertuples())
+    site = f"L{best.layer}" + ("" if best.head is None else f"H{best.head}")
+    site += "" if str(best.position) == "all" else f" at {best.position}"
+    unpatched = 0 if report.direction == "denoise" else 1
+    beyond = int(((ranked["ci_low"] > unpatched) | (ranked["ci_high"] < unpatched)).sum())
+    return (
+        f"{report.model}, patching {report.component} ({report.direction}): strongest {site}, "
+        f"{best.mean:.3f} [{best.ci_low:.3f}, {best.ci_high:.3f}] on the normalised logit difference; "
+        f"{beyond} of {len(ranked)} patches move it beyond {unpatched} (95% CI)."
     )
 
 
@@ -118,6 +135,7 @@ COLUMNS = ("layer", "head", "position", "mean", "95% CI")
 
 
 def render_table(report: PatchReport, console: Console) -> None:
+    console.print(headline(report), style="bold", markup=False)
     table = Table(title=_title(report))
     for column in COLUMNS:
         table.add_column(column, justify="right")
@@ -133,7 +151,9 @@ def render(report: PatchReport, format: str) -> str:
     if format == "json":
         return report.ranked().to_json(orient="records", indent=2)
     lines = [
-        f"**{html.escape(_title(report))}**",
+        f"**{html.escape(headline(report))}**",
+        "",
+        html.escape(_title(report)),
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|---" * len(COLUMNS) + "|",

@@ -62,7 +62,11 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
     data = result.to_json(top=0)
     circuit, task, method = data["circuit"], data["task"], data["method"]
     steps = f", {method['steps']} steps" if method["name"].startswith("eap-ig") else ""
-    lines = [
+    lines = [  # the finding first: the circuit and how faithful it is
+        f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
+        f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
+        f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]: "
+        + faithfulness_verdict(circuit["faithfulness"], method["name"], method["ablation"]),
         f"{result.provenance or result.model}: {data['graph']['n_edges']:,} edges between "
         f"{data['graph']['n_nodes']} nodes",
         f"task {task['name']}: {task['n_prompts']} prompt pairs, "
@@ -72,10 +76,6 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"ablation; scores in {sum(result.seconds.values()):.1f} s "
         f"in all ({result.seconds['scores']:.1f} s scoring"
         + (f", {result.seconds['curve']:.1f} s the curve)" if "curve" in result.seconds else ")"),
-        f"circuit: {circuit['n_edges']} edges ({size_origin(result)}), {len(circuit['nodes'])} nodes, "
-        f"faithfulness {circuit['faithfulness']:.3f} "
-        f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]: "
-        + faithfulness_verdict(circuit["faithfulness"], method["name"], method["ablation"]),
         SIGN_CONVENTION if result.scores.method in edges.METHODS else RANK_CONVENTION,
     ]
     if data["curve"] is not None:

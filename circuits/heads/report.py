@@ -111,6 +111,22 @@ def type_summary(report: HeadReport) -> list[tuple[str, int, list[Head]]]:
     return [(name, len(heads), heads) for name in SCORE_NAMES for heads in [report.heads_of_type(name)]]
 
 
+def headline(report: HeadReport) -> str:
+    """What the report found, in one sentence: the heads of each causally checked type confirmed by
+    ablation, and how many more heads are typed by their scores alone."""
+    rows = classified_rows(report).to_dict("records")
+    found = []
+    for kind in CAUSAL_TYPES:
+        heads = [head_label(row["layer"], row["head"]) for row in rows if row.get(f"{kind}_confirmed")]
+        listed = f" ({', '.join(heads[:4])}{' …' if len(heads) > 4 else ''})" if heads else ""
+        found.append(f"{len(heads)} {kind} heads{listed}")
+    n_confirmed = len(confirmed_rows(report))
+    return (
+        f"{report.model_name}: confirmed by ablation: {', '.join(found)}; {len(rows) - n_confirmed} more "
+        "heads typed by their attention scores alone (not confirmed)."
+    )
+
+
 def group_line(report: HeadReport) -> str:
     """One sentence on the joint ablation of all induction candidates ("" if none was run)."""
     if "induction" not in report.group_effects:
@@ -227,6 +243,7 @@ def print_table(
             "compact table. Widen the terminal, or use --format csv or markdown for every score."
         )
     wide = fits if wide is None else wide and fits
+    console.print(headline(report), style="bold")
     summary = Table(
         title=f"Summary per type: attention head types of {report.model_name}", header_style="bold"
     )
@@ -294,7 +311,7 @@ def to_csv(report: HeadReport) -> str:
 
 
 def to_markdown(report: HeadReport) -> str:
-    lines = [f"# Attention head types of {report.model_name}", ""]
+    lines = [f"# Attention head types of {report.model_name}", "", f"**{headline(report)}**", ""]
     lines += ["| type | threshold | heads | top heads |", "| --- | ---: | ---: | --- |"]
     for name, count, heads in type_summary(report):
         top = _labels(heads[:8])
@@ -401,6 +418,7 @@ def _html_summary(report: HeadReport) -> str:
     )
     header = "".join(f"<th>{html.escape(column)}</th>" for column in _columns(report))
     return (
+        f"<p><b>{html.escape(headline(report))}</b></p>"
         '<table class="interp-summary"><thead><tr><th>type</th><th>threshold</th><th>heads</th>'
         f"<th>top heads</th></tr></thead><tbody>{rows}</tbody></table>"
         f"<p>{html.escape(group_line(report))}</p><p>Model: {html.escape(report.provenance)}.</p>"
