@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import re
@@ -131,8 +132,9 @@ def test_every_faithfulness_comes_with_a_verdict(faithfulness, method, ablation,
     assert ("--method eap-ig" in verdict) == (method == "eap" and expected != "faithful")
 
 
-def test_ioi_report_states_one_unit_per_figure_and_caps_robust_z(tmp_path):
-    """Accuracy and its CI both in %; robust z beyond ±10 is shown as a bound, never as -2360.7."""
+def test_ioi_report_states_one_unit_per_figure_and_robust_z_as_a_number(tmp_path):
+    """Accuracy and its CI both in %; robust z as its value: one decimal below 10, whole numbers
+    beyond (never a bound such as "< -10", never -2360.7)."""
     markdown = tmp_path / "ioi.md"
     run = CliRunner().invoke(
         app,
@@ -143,12 +145,51 @@ def test_ioi_report_states_one_unit_per_figure_and_caps_robust_z(tmp_path):
     accuracy = re.search(r"accuracy [\d.]+% \(95% CI \[([\d.]+)%, ([\d.]+)%\]\)", text)
     assert accuracy is not None, text[:500]
     lines = text.splitlines()
-    start = lines.index("| class | head | effect | z | attention | found by | direct logit attribution |") + 2
+    start = lines.index("| class | head | effect | z | attention | found by | writes IO, S |") + 2
     rows = [line.split("|") for line in itertools.takewhile(lambda line: line.startswith("|"), lines[start:])]
     assert rows
     for row in rows:
         z = row[4].strip()
-        assert z in ("> +10", "< -10") or abs(float(z)) <= 10, z
+        assert re.fullmatch(r"[+-]\d\.\d", z) or re.fullmatch(r"[+-]\d{2,}", z), z
+
+
+SAVED_REPORTS = {  # kind -> a saved result, and words its first lines must hold (the finding)
+    "heads": ("docs/results/data/heads-toy-induction.json", "confirmed by ablation: "),
+    "ioi": ("docs/results/data/ioi-toy-ioi.json", "held-out prompts it recovers"),
+    "circuit": ("docs/results/data/circuit-toy-induction.json", "faithfulness"),
+    "patch": ("tests/data/patch-result-1.json", "strongest"),
+}
+
+
+@pytest.mark.parametrize("width", [80, 100])
+@pytest.mark.parametrize("kind", list(SAVED_REPORTS))
+def test_terminal_reports_fit_the_width_and_open_on_the_finding(kind, width):
+    """At 80 and 100 columns: no line wider than the terminal, no word cut short ("name_mov…"),
+    the finding in the first lines; IOI's first lines give every class's held-out verdict and its
+    tables name every head of the circuit whole."""
+    from rich.console import Console
+
+    from circuits.results_file import write_result_report
+
+    path, finding = SAVED_REPORTS[kind]
+    result = load_result(path)
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    write_result_report(result, "table", None, console)
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width, max(lines, key=len)
+    assert re.search(r"\w…", text) is None, re.search(r".{20}\w…", text)
+    first = " ".join(lines[:4])
+    assert finding in first, first
+    if kind == "ioi":
+        verdicts = {c.verdict for c in result.validation.classes.values()}
+        assert verdicts - {"confirmed"}, "the saved toy result should show a class that is not confirmed"
+        first = " ".join(" ".join(lines[:8]).split())  # the headline, unwrapped
+        for verdict in verdicts:
+            assert verdict.capitalize() in first, (verdict, first)
+        for cls, c in result.validation.classes.items():
+            assert cls in first, (cls, first)
+            assert all(re.search(rf"\b{head}\b", text) for head in c.heads), (cls, c.heads)
 
 
 SCREENS = {  # kind -> what must be on the first screen of its HTML report
