@@ -176,3 +176,26 @@ def test_the_command_line_starts_without_torch() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_clone_named_interp_in_the_current_directory_is_no_silent_namespace(tmp_path):
+    """A script run from the directory above a clone named interp: Python takes the clone's folder
+    (no __init__.py) for a namespace package `interp` when the install is pip's default editable
+    finder. Installed as `make` does (a path) the package wins; otherwise importing circuits says
+    what happened and what to do, not "cannot import name ... (unknown location)"."""
+    clone = tmp_path / "interp"
+    clone.mkdir()
+    for name in ("interp", "circuits", "pyproject.toml"):
+        (clone / name).symlink_to(ROOT / name)
+    only_circuits = tmp_path / "path"  # this checkout's circuits, without putting interp on the path
+    only_circuits.mkdir()
+    (only_circuits / "circuits").symlink_to(ROOT / "circuits")
+    script = tmp_path / "script.py"
+    script.write_text("import circuits.cli\nfrom interp import metrics\nprint(metrics.__file__)\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(only_circuits), "HOME": str(tmp_path)}
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env)
+    if run.returncode == 0:
+        assert run.stdout.strip().endswith("interp/interventions/metrics.py"), run.stdout
+    else:
+        assert "found the folder" in run.stderr and str(clone) in run.stderr, run.stderr[-800:]
+        assert "editable_mode=compat" in run.stderr and "unknown location" not in run.stderr
