@@ -16,12 +16,28 @@ from interp.tasks import IOIPrompts
 keep_freed_memory(True)  # the suite runs under the allocator policy the `interp` command uses
 
 if "OMP_NUM_THREADS" not in os.environ:  # OMP_NUM_THREADS=1 make test runs on one thread
-    torch.set_num_threads(2)
+    # 2 cores, shared by pytest-xdist's workers when `make test` runs them (-n 2: one thread each)
+    torch.set_num_threads(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
 # The seed of every model a test trains. Trained tests assert what any good run shows, so the suite
 # must pass with another seed too: INTERP_TEST_SEED=1 make test.
 TRAIN_SEED = int(os.environ.get("INTERP_TEST_SEED", "0"))
+
+
+# Under pytest-xdist (`make test`: -n 2 --dist loadgroup) each worker has its own session: tests that
+# share an expensive session fixture go to one worker, which computes it once (and starts Ray once;
+# the checkpointed run goes with Ray, as a sweep on Ray uses both).
+XDIST_GROUPS = {"ray_cluster": "ray", "checkpointed_run": "ray", "default_induction_run": "induction"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = next((XDIST_GROUPS[f] for f in getattr(item, "fixturenames", ()) if f in XDIST_GROUPS), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(name=group))
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +88,50 @@ def assert_ioi_invariants(prompts: IOIPrompts, pad: int) -> None:
         assert max(pos["IO"][i], pos["S1"][i]) < pos["S2"][i] < pos["END"][i]
         end = int(pos["END"][i])
         assert (prompts.tokens[i, : end + 1] != pad).all() and (prompts.tokens[i, end + 1 :] == pad).all()
+
+
+@pytest.fixture(scope="session")
+def default_induction_run(tmp_path_factory):
+    """default_induction_run(seed) -> (model, log) of `interp train --task induction --seed SEED`
+    (the library call with the command's defaults: 2 layers x 4 attention-only heads, 1500 steps),
+    trained once per seed in a session and shared (~25 s each): test_training checks what the
+    defaults promise, test_heads finds the redundant induction heads of the same model."""
+    from interp.training import train_toy_model
+
+    runs = {}
+
+    def run(seed: int):
+        if seed not in runs:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # tiny matrices: one thread is fastest
+            try:
+                out = tmp_path_factory.mktemp(f"induction-seed{seed}") / "run"
+                runs[seed] = train_toy_model("induction", 2, 4, 64, None, out, seed=seed, show_bar=False)
+            finally:
+                torch.set_num_threads(threads)
+        return runs[seed]
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def checkpointed_run(tmp_path_factory):
+    """A training run's directory: a 2-layer attention-only model, one head per layer, trained on
+    induction for 600 steps and saved every 200 (its induction head forms after step 300); shared by
+    the checkpoint sweeps (test_sweeps) and the ICL score across training (test_icl)."""
+    from interp.training import train_toy_model
+
+    out = tmp_path_factory.mktemp("run")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is fastest
+    try:
+        train_toy_model(
+            "induction", n_layers=2, n_heads=1, d_model=64, steps=600, out=out, attn_only=True, seed=0,
+            lr=5e-3, d_vocab=64, seq_len=48, checkpoint_every=200, show_bar=False,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    return out
 
 
 @pytest.fixture(scope="session")

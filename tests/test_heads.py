@@ -20,7 +20,7 @@ from circuits.heads.scores import (
     uniform_pattern,
 )
 from circuits.heads.weights import copying_scores, k_composition_scores
-from interp.tasks import InductionTask, PeriodicTask
+from interp.tasks import PeriodicTask
 from interp.training import TrainConfig, train
 
 SEQ = 6  # repeated sequence r_1..r_6 r_1..r_6 with a BOS: 13 positions
@@ -313,12 +313,10 @@ def test_a_positional_shortcut_is_not_called_induction(periodic_model):
 
 
 @pytest.fixture(scope="module")
-def induction_model() -> interp.HookedTransformer:
-    """2 layers x 4 attention-only heads trained on copied spans: redundant induction heads."""
-    cfg = interp.Config(
-        n_layers=2, n_heads=4, d_model=64, d_vocab=64, n_ctx=48, attn_only=True, bos_token_id=0
-    )
-    return _train(cfg, InductionTask(d_vocab=64, n_ctx=48, min_span=11), steps=1500)
+def induction_model(default_induction_run) -> interp.HookedTransformer:
+    """2 layers x 4 attention-only heads trained on copied spans (InductionTask, spans of at least 11
+    tokens in 48; `interp train --task induction`'s defaults): redundant induction heads."""
+    return default_induction_run(TRAIN_SEED)[0]
 
 
 def test_redundant_induction_heads_are_all_found(induction_model):

@@ -8,7 +8,6 @@ import pytest
 import torch
 from conftest import tiny_config
 from rich.console import Console
-from test_sweeps import run  # noqa: F401  (the fixture: a training run whose induction head forms)
 from typer.testing import CliRunner
 
 import interp
@@ -214,10 +213,10 @@ def test_brown_documents_fill_smollm2s_context(smollm2):
     assert sequences.tokens.shape == (6, 526) and sequences.windows == Windows(50, 500, 51)
 
 
-def test_the_phase_change_shows_across_training(run, tmp_path):  # noqa: F811  (the fixture)
+def test_the_phase_change_shows_across_training(checkpointed_run, tmp_path):
     options = ["--n-documents", "8", "--top", "1", "--n-random", "2", "--induction-heads", "L1H0"]
     files = ["--plot", str(tmp_path / "run.png"), "--save", str(tmp_path / "run.json")]
-    outcome = CliRunner().invoke(app, ["icl", "--model", str(run), *options, *files])
+    outcome = CliRunner().invoke(app, ["icl", "--model", str(checkpointed_run), *options, *files])
     assert outcome.exit_code == 0, outcome.output
     assert "Across training" in outcome.output and (tmp_path / "run.png").stat().st_size > 1000
     curve = load_result(tmp_path / "run.json").training

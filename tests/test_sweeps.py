@@ -7,33 +7,15 @@ import sys
 
 import pandas as pd
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from circuits.cli import app
 from circuits.sweeps import checkpoint_head_sweep, plot_head_sweep, training_checkpoints
-from interp.training import train_toy_model
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A 2-layer attention-only model, one head per layer, trained on induction; saved every 200 steps."""
-    out = tmp_path_factory.mktemp("run")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is fastest
-    try:
-        train_toy_model(
-            "induction", n_layers=2, n_heads=1, d_model=64, steps=600, out=out, attn_only=True, seed=0,
-            lr=5e-3, d_vocab=64, seq_len=48, checkpoint_every=200, show_bar=False,
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-    return out
-
-
-def test_checkpoint_sweep_shows_the_induction_head_forming(run, tmp_path):
-    assert [step for step, _ in training_checkpoints(run)] == [200, 400, 600]
-    frame = checkpoint_head_sweep(run, n_samples=8, show_bar=False)
+def test_checkpoint_sweep_shows_the_induction_head_forming(checkpointed_run, tmp_path):
+    assert [step for step, _ in training_checkpoints(checkpointed_run)] == [200, 400, 600]
+    frame = checkpoint_head_sweep(checkpointed_run, n_samples=8, show_bar=False)
     assert list(frame[["step", "layer", "head"]].itertuples(index=False, name=None)) == [
         (step, layer, 0) for step in (200, 400, 600) for layer in (0, 1)
     ]
@@ -50,15 +32,17 @@ def test_checkpoint_sweep_shows_the_induction_head_forming(run, tmp_path):
     assert list(lines[0].get_ydata()) == list(induction)  # steps in order
 
 
-def test_checkpoint_sweep_on_ray_equals_this_process(ray_cluster, run, tmp_path):
-    here = checkpoint_head_sweep(run, n_samples=8, show_bar=False)
-    on_ray = checkpoint_head_sweep(run, n_samples=8, ray="local", store=tmp_path, show_bar=False)
+def test_checkpoint_sweep_on_ray_equals_this_process(ray_cluster, checkpointed_run, tmp_path):
+    here = checkpoint_head_sweep(checkpointed_run, n_samples=8, show_bar=False)
+    on_ray = checkpoint_head_sweep(checkpointed_run, n_samples=8, ray="local", store=tmp_path, show_bar=False)
     numeric = here.select_dtypes("number").columns
     assert list(on_ray.columns) == list(here.columns) and list(on_ray["types"]) == list(here["types"])
     assert (on_ray[numeric] - here[numeric]).abs().max().max() < 1e-6
     stored = sorted(p.name for p in tmp_path.glob("*/shard_*.json"))
     assert stored == [f"shard_0000{i}.json" for i in range(3)]  # JSON + safetensors, never pickles
-    resumed = checkpoint_head_sweep(run, n_samples=8, store=tmp_path, show_bar=False)  # read back
+    resumed = checkpoint_head_sweep(
+        checkpointed_run, n_samples=8, store=tmp_path, show_bar=False
+    )  # read back
     pd.testing.assert_frame_equal(resumed, on_ray)
 
 

@@ -245,13 +245,13 @@ def test_cli_train_rejects_an_unknown_task(tmp_path):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_default_induction_training_gives_confirmed_induction_heads(tmp_path, seed):
+def test_default_induction_training_gives_confirmed_induction_heads(default_induction_run, seed):
     """`interp train --task induction --seed S` with no other options produces what its help
     promises: induction heads that `interp heads` types and confirms by ablation (the library calls
     of both commands with their defaults; with MLPs or the old 1000 steps at 1e-3, none form)."""
     from circuits.heads import head_report
 
-    model, log = train_toy_model("induction", 2, 4, 64, None, tmp_path / "run", seed=seed, show_bar=False)
+    model, log = default_induction_run(seed)
     assert log.evals[-1]["repeated_half_loss"] < 0.5  # it copies the repeated half
     report = head_report(model, n_samples=16, seed=0)
     induction = report.heads_of_type("induction")
