@@ -32,7 +32,7 @@ docs: $(STAMP)   # the user guide as a site (build/site); its code runs in tests
 
 test: lint docs
 	bash .ci/install_browser.sh
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2   # 2 workers on 2 cores (tests/conftest.py schedules them)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/forward.py

@@ -25,19 +25,28 @@ IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
 TRAIN_SEED = int(os.environ.get("INTERP_TEST_SEED", "0"))
 
 
-# Under pytest-xdist (`make test`: -n 2 --dist loadgroup) each worker has its own session: tests that
-# share an expensive session fixture go to one worker, which computes it once (and starts Ray once;
-# the checkpointed run goes with Ray, as a sweep on Ray uses both).
-XDIST_GROUPS = {"ray_cluster": "ray", "checkpointed_run": "ray", "default_induction_run": "induction"}
+# Under pytest-xdist (`make test`: -n 2) each worker has its own session. The files whose tests share
+# an expensive session fixture are scheduled as one unit, so that one worker computes it once (and
+# starts Ray once); every other test is scheduled alone. (xdist's own --dist loadgroup does not
+# group under pytest 9.2: it renames items through an attribute pytest no longer reads.)
+SHARED_FIXTURE_FILES = {
+    "test_distributed.py": "ray",  # ray_cluster
+    "test_sweeps.py": "ray",  # ray_cluster, checkpointed_run
+    "test_icl.py": "ray",  # checkpointed_run
+    "test_training.py": "induction",  # default_induction_run
+    "test_heads.py": "induction",  # default_induction_run
+}
 
 
-def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = next((XDIST_GROUPS[f] for f in getattr(item, "fixturenames", ()) if f in XDIST_GROUPS), None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(name=group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SHARED_FIXTURE_FILES.get(nodeid.split("::")[0].rsplit("/", 1)[-1], nodeid)
+
+    return SharedFixtureScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -161,6 +161,7 @@ SAVED_REPORTS = {  # kind -> a saved result, and words its first lines must hold
 }
 
 
+@pytest.mark.filterwarnings("ignore:.*bootstrap resamples")  # the saved patch result: 4 prompts
 @pytest.mark.parametrize("width", [80, 100])
 @pytest.mark.parametrize("kind", list(SAVED_REPORTS))
 def test_terminal_reports_fit_the_width_and_open_on_the_finding(kind, width):
