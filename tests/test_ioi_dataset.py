@@ -5,8 +5,6 @@ from conftest import assert_ioi_invariants
 import interp
 from circuits.ioi import BABA_TEMPLATES, NAMES, make_ioi_dataset, single_token_names
 
-torch.set_num_threads(2)
-
 
 def _tiny_model(tokenizer, prepend_bos: bool) -> interp.HookedTransformer:
     """A small random model carrying a tokenizer and a BOS policy (no forward pass needed)."""

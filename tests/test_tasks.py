@@ -19,8 +19,6 @@ from interp.tasks import (
 )
 from interp.tasks.ioi_templates import IOI_ORDERS, TOY_DISCOVERY_TEMPLATES
 
-torch.set_num_threads(2)
-
 
 def test_split_generator_streams_differ_and_repeat():
     draw = lambda seed, split: torch.rand(4, generator=split_generator(seed, split))  # noqa: E731
