@@ -684,17 +684,13 @@ def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_
     except ValueError as error:
         raise fail(str(error)) from error
     loaded = load(model)
-    began = time.perf_counter()
-
-    def progress(stage: str, done: int, total: int) -> None:
-        if done == 0:
-            print(f"[icl --fv {time.perf_counter() - began:6.1f}s] {stage} ...", file=sys.stderr, flush=True)
-
     try:
-        result = function_vector_report(
-            loaded, names, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads, candidates=candidates,
-            n_random=n_random, n_documents=n_documents, induction_heads=heads, seed=seed, progress=progress,
-        )  # fmt: skip
+        with stage_bars("icl --fv") as progress:
+            result = function_vector_report(
+                loaded, names, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads, candidates=candidates,
+                n_random=n_random, n_documents=n_documents, induction_heads=heads, seed=seed,
+                progress=progress,
+            )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
     write_fv_report(result, format, out, console)
