@@ -425,10 +425,11 @@ def patch(
     check_save(save)
     loaded = load(model)
     try:
-        if pairs is None:
-            report = ioi_patching(loaded, component, direction, n_prompts, seed, top)
-        else:
-            report = pairs_patching(loaded, pairs, component, direction, top)
+        with stage_bars("patch") as progress:
+            if pairs is None:
+                report = ioi_patching(loaded, component, direction, n_prompts, seed, top, progress)
+            else:
+                report = pairs_patching(loaded, pairs, component, direction, top, progress)
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     write_patch_report(report, format, out, console)

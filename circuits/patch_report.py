@@ -23,6 +23,7 @@ from interp import HookedTransformer, metrics
 from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
 from interp.interventions.results import PatchResult
 from interp.tasks.ioi import ioi_dataset_for
+from interp.types import Progress
 
 FORMATS = ("table", "csv", "json", "markdown")
 METRIC = "normalised logit difference (0 = corrupted, 1 = clean)"
@@ -46,9 +47,10 @@ class PatchReport:
 
 def ioi_patching(
     model: HookedTransformer, component: str = "z", direction: str = "denoise", n_prompts: int = 8,
-    seed: int = 0, top: int = 10,
+    seed: int = 0, top: int = 10, progress: Progress | None = None,
 ) -> PatchReport:  # fmt: skip
-    """Patch `component` on IOI prompts against ABC prompts (three other names)."""
+    """Patch `component` on IOI prompts against ABC prompts (three other names); progress(stage,
+    done, total) as the patched runs finish."""
     clean, corrupted, _ = ioi_dataset_for(model, n_prompts, seed)
     end = clean.positions["END"]
 
@@ -60,7 +62,7 @@ def ioi_patching(
     positions = None if component in HEAD_COMPONENTS else clean.positions
     result = activation_patching(
         model, clean.tokens, corrupted.tokens, metric, component, positions, direction=direction,
-        metric_name=METRIC, logit_pos=end,
+        metric_name=METRIC, logit_pos=end, progress=progress,
     )  # fmt: skip
     return PatchReport(
         model=model.cfg.model_name, task=f"ioi ({n_prompts} prompts)", component=component,
@@ -70,7 +72,7 @@ def ioi_patching(
 
 def pairs_patching(
     model: HookedTransformer, path: str | Path, component: str = "z", direction: str = "denoise",
-    top: int = 10,
+    top: int = 10, progress: Progress | None = None,
 ) -> PatchReport:  # fmt: skip
     """Patch `component` on the prompt pairs of a CSV/JSONL file (the format `interp circuit --task`
     reads). Clean and corrupted prompts of a pair must have the same number of tokens."""
@@ -87,7 +89,7 @@ def pairs_patching(
         metric = metrics.normalized(task.metric, model(task.clean), model(task.corrupted))
     result = activation_patching(
         model, task.clean, task.corrupted, metric, component, None, direction=direction,
-        metric_name=METRIC, logit_pos=end,
+        metric_name=METRIC, logit_pos=end, progress=progress,
     )  # fmt: skip
     return PatchReport(
         model=model.cfg.model_name, task=f"{task.name} ({task.n_prompts} pairs)", component=component,

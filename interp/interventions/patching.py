@@ -47,7 +47,7 @@ from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.interventions.results import PatchResult, grid_index
 from interp.model import HookedTransformer
 from interp.model.cache import act_name
-from interp.types import Pos
+from interp.types import Pos, Progress
 
 Direction = Literal["denoise", "noise"]
 PositionAxis = None | Literal["each"] | Sequence[int] | Mapping[str, Int[Tensor, " batch"]]
@@ -141,6 +141,7 @@ def patch_sites(
     batch_size: int | None = None,
     logit_pos: Pos = None,
     logit_tokens: Tensor | None = None,
+    progress: Progress | None = None,
 ) -> PatchResult:
     """The generic form: one patched run per entry of site_sets (a Site or a list patched together).
 
@@ -148,6 +149,7 @@ def patch_sites(
     logit_pos: the positions the metric reads (int or LongTensor [batch]); logits are computed
       only there (faster; NaN elsewhere). None: every position.
     logit_tokens: the token ids the metric reads there; only their logits are computed.
+    progress(stage, done, total): as the patched runs finish (see `run_site_sets`).
     """
     clean, corrupted = check_pair(model, clean, corrupted)
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
@@ -169,7 +171,7 @@ def patch_sites(
     target_logits, target = cached_run(model, target_tokens, start_names(model), logit_pos)
     values = run_site_sets(
         model, target_tokens, site_sets, sources, metric, target=target, logit_pos=logit_pos,
-        logit_tokens=logit_tokens, batch_size=batch_size,
+        logit_tokens=logit_tokens, batch_size=batch_size, progress=progress,
     )  # fmt: skip
     index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
     index["layer"] = [min((s.layer for s in sites), default=None) for sites in site_sets]
@@ -243,6 +245,7 @@ def activation_patching(
     batch_size: int | None = None,
     logit_pos: Pos = None,
     logit_tokens: Tensor | None = None,
+    progress: Progress | None = None,
 ) -> PatchResult:
     """Patch `component` at every layer (x head) x position from the source run into the target run.
 
@@ -257,12 +260,13 @@ def activation_patching(
       computed only there, which saves the unembedding elsewhere. None: every position.
     logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
       shape): only their logits are computed in the patched runs, the others are NaN.
+    progress(stage, done, total): as the patched runs finish.
     """
     clean, corrupted = check_pair(model, clean, corrupted)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     result = patch_sites(
         model, clean, corrupted, metric, sites, direction=direction, metric_name=metric_name,
-        batch_size=batch_size, logit_pos=logit_pos, logit_tokens=logit_tokens,
+        batch_size=batch_size, logit_pos=logit_pos, logit_tokens=logit_tokens, progress=progress,
     )  # fmt: skip
     result.index = grid_index(component, dims, coords)
     result.dims, result.coords = dims, coords
