@@ -1,5 +1,5 @@
-"""Ground truth: the hand-set induction model really uses exactly its planted edges, and edge
-attribution recovers them."""
+"""Ground truth: the hand-set induction models really use their planted edges, edge attribution
+recovers them, and saturation hides them from first-order attribution (EAP)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from circuits.edge_circuits.ground_truth import (
+    TRUTH_THRESHOLD,
     edge_circuit_finder,
     planted_induction,
     precision_recall,
     repeated_sequence_task,
+    saturated_induction,
     score_method,
 )
 from interp import edges
@@ -21,6 +23,11 @@ from interp import edges
 @pytest.fixture(scope="module")
 def truth():
     return planted_induction()
+
+
+@pytest.fixture(scope="module")
+def saturated():
+    return saturated_induction()
 
 
 def test_precision_and_recall_count_edges():
@@ -68,3 +75,49 @@ def test_exactly_the_planted_edges_matter(truth):
 def test_edge_attribution_recovers_the_planted_circuit(truth, method):
     precision, recall = score_method(edge_circuit_finder(method), truth)
     assert recall >= 0.9 and precision >= 0.9, (precision, recall)
+
+
+def test_the_saturated_model_solves_the_task_on_new_prompts(saturated):
+    task = repeated_sequence_task(32, 8, n_prompts=64, seed=1)
+    with torch.no_grad():
+        logits = saturated.model(task.clean)
+    assert (logits[:, -1].argmax(-1) == task.clean[:, 7]).float().mean() >= 0.95
+    assert float(task.metric(logits, torch.arange(64)).min()) > 1.0
+
+
+def test_the_saturated_truth_is_the_edges_over_the_threshold(saturated):
+    """On prompts no method saw: each planted edge ablated alone moves the metric by at least
+    TRUTH_THRESHOLD of (model - every edge ablated), every other edge by less (a0.h2's by more than
+    nothing: a real but small distractor), and the planted edges alone keep >= 0.9 of it."""
+    model, graph = saturated.model, edges.edge_graph(saturated.model)
+    task = repeated_sequence_task(32, 8, n_prompts=64, seed=1)
+    one_out = []
+    for w, r in graph.edges():
+        keep = graph.valid.clone()
+        keep[w, r] = False
+        one_out.append(keep)
+    result = edges.faithfulness(
+        model, task.clean, task.corrupted, task.metric, torch.stack([saturated.circuit, *one_out])
+    )
+    assert float(result.faithfulness[0]) >= 0.9
+    effect = 1 - result.faithfulness[1:]  # each edge's share of the full effect
+    planted = torch.tensor([bool(saturated.circuit[w, r]) for w, r in graph.edges()])
+    assert (effect[planted] >= TRUTH_THRESHOLD).all(), effect[planted]
+    assert (effect[~planted].abs() < TRUTH_THRESHOLD).all(), effect[~planted]
+    assert (effect[~planted].abs() > 0.01).sum() == 2  # a0.h2's value and output edges
+
+
+def test_saturation_hides_the_key_edges_from_eap(saturated):
+    """The gradient through the saturated keys is ~0 at the clean prompts, the exact effect is not:
+    EAP misses the planted circuit, exact ablation and EAP-IG (the path integral) recover it."""
+    model, task, graph = saturated.model, saturated.task, edges.edge_graph(saturated.model)
+    eap, exact = (
+        edges.edge_attribution(model, task.clean, task.corrupted, task.metric, m, 5, "counterfactual")
+        for m in ("eap", "exact")
+    )
+    key = graph.edge_index("a0.h0->a1.h0<k>")
+    assert abs(float(eap.scores[key])) < 1e-3 < 1.0 < abs(float(exact.scores[key]))
+    assert score_method(edge_circuit_finder("eap"), saturated)[1] <= 0.6
+    for method in ("exact", "eap-ig"):
+        precision, recall = score_method(edge_circuit_finder(method), saturated)
+        assert recall >= 0.9 and precision >= 0.9, (method, precision, recall)

@@ -28,6 +28,21 @@ prompts), or reaches no reader that reads its subspace. `tests/test_ground_truth
 model solves the task, ablating any planted edge lowers the metric, ablating all the others at once
 leaves it unchanged.
 
+Every method recovers that circuit: its non-circuit edges score exactly 0. `saturated_induction()`
+is the same model made harder for first-order attribution:
+
+    a1.h0, a1.h1  the induction heads' attention is saturated (score 20 on the matching key): the
+           gradient through their keys is ~0 at the clean prompt (EAP scores the key edges and the
+           previous-token head's value edge ~0), yet swapping the previous token moves the attention
+           and most of the metric with it
+    a0.h2  rewired as a weak real distractor: attends (partly) from the last position to position
+           seq_len - 1, where A[-1] and B[-1] stand, and writes leak x that token into the output
+
+Its truth is the same 7 edges, now defined by a threshold: an edge is in the circuit when ablating
+it alone (counterfactual) moves the metric by at least TRUTH_THRESHOLD of (model - every edge
+ablated). The planted edges move it by >= 30%, a0.h2's two edges by ~6%, every other edge by 0;
+`tests/test_ground_truth.py` checks this split and that the 7 edges alone keep >= 0.9 of the metric.
+
     truth = planted_induction()
     found = edge_circuit_finder("eap-ig")(truth.model, truth.task, truth.n_edges)
     precision, recall = precision_recall(found, truth.circuit)
@@ -54,6 +69,9 @@ PLANTED_INDUCTION_EDGES = (
     ("input", "a0.h0<v>"), ("a0.h0", "a1.h0<k>"), ("a0.h0", "a1.h1<k>"), ("input", "a1.h0<v>"),
     ("input", "a1.h1<v>"), ("a1.h0", "logits"), ("a1.h1", "logits"),
 )  # fmt: skip
+# An edge is in a thresholded truth when ablating it alone moves the metric by at least this share
+# of (model - every edge ablated).
+TRUTH_THRESHOLD = 0.1
 
 
 @dataclass(kw_only=True)
@@ -135,6 +153,28 @@ def planted_induction(
         name="planted-induction", model=model, task=task,
         circuit=circuit_of(edges.edge_graph(model), PLANTED_INDUCTION_EDGES),
     )  # fmt: skip
+
+
+def saturated_induction(
+    n_vocab: int = 32, seq_len: int = 8, n_prompts: int = 32, seed: int = 0, sharpness: float = 20.0,
+    leak: float = 0.25,
+) -> GroundTruth:  # fmt: skip
+    """The planted model with saturated induction heads and a weak real distractor (module
+    docstring): `planted_induction(sharpness=20)` with a0.h2 rewired. leak: the distractor's output
+    weight (its edges move the metric by ~6% of the full effect at 0.25, under TRUTH_THRESHOLD)."""
+    truth = planted_induction(n_vocab, seq_len, n_prompts, seed, sharpness)
+    n_ctx = 2 * seq_len
+    pos, out = n_vocab, 2 * n_vocab + n_ctx
+    state = truth.model.state_dict()
+    state = {name.replace("_W_", "W_").replace("_b_", "b_"): value.clone() for name, value in state.items()}
+    q0, k0, o0 = (state[f"blocks.0.attn.{w}"] for w in ("W_Q", "W_K", "W_O"))
+    q0[2], k0[2], o0[2] = 0.0, 0.0, 0.0
+    q0[2, pos + n_ctx - 2, 0] = 1.0  # the last position's query ...
+    k0[2, pos + seq_len - 1, 0] = 3.0  # ... matches the key at seq_len - 1 (weight e^3 / (e^3 + 14) ~ 0.6)
+    o0[2, torch.arange(n_vocab), out + torch.arange(n_vocab)] = leak  # value: the token (as before)
+    truth.model.load_state_dict(state)
+    truth.name = "saturated-induction"
+    return truth
 
 
 def repeated_sequence_task(n_vocab: int, seq_len: int, n_prompts: int, seed: int = 0) -> EdgeTask:
