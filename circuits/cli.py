@@ -35,6 +35,7 @@ EXAMPLES = {  # the end of each command's --help
         "train": [
             "--task induction --out runs/induction   # then: interp heads --model runs/induction",
             "--task ioi --seed 1 --out runs/ioi      # then: interp ioi --model runs/ioi",
+            "--task hop --hops 2 --layers 3 --out runs/hop2   # then: interp hop --model runs/hop2",
         ],
         "ioi": ["--model smollm2-135m --format markdown --out ioi.md", "--model toy-ioi"],
         "patch": [
@@ -56,6 +57,10 @@ EXAMPLES = {  # the end of each command's --help
         "retrieval": [
             "--n-prompts 24 --save retrieval.json   # SmolLM2: facts in context, then a query",
             "--induction-heads none --format markdown --out retrieval.md",
+        ],
+        "hop": [
+            "--model toy-hop --plot hop.png   # 3 layers trained on 2 hops, shipped",
+            "--model runs/hop2 --save hop.json   # after: interp train --task hop --layers 3 --out runs/hop2",
         ],
         "render": [
             "heads.json --format html --out heads.html   # after: interp heads --save heads.json",
@@ -300,16 +305,23 @@ def train(
     ),
     batch_size: int = typer.Option(32, min=1, help="Sequences per step."),
     seq_len: int | None = typer.Option(
-        None, min=5, help="Tokens per sequence (= n_ctx); induction 48, markov 64; not for ioi."
+        None, min=5, help="Tokens per sequence (= n_ctx); induction 48, markov 64, hop 32; not for ioi."
     ),
     d_vocab: int | None = typer.Option(
-        None, min=2, help="Vocabulary (induction 64) or Markov states (3); not for ioi."
+        None,
+        min=2,
+        help="Vocabulary (induction 64; hop 9: BOS and 8 symbols) or Markov states (3); not for ioi.",
     ),
     positional: Literal["learned", "rotary", "none"] = typer.Option("learned", help="Position encoding."),
     checkpoint_every: int = typer.Option(
         CHECKPOINT_EVERY, min=0, help="Checkpoint every N steps (0: only the last); Ctrl-C saves one too."
     ),
     name: str | None = typer.Option(None, help="The model's name in reports (default: OUT's name)."),
+    hops: int | None = typer.Option(
+        None,
+        min=1,
+        help="The hop task's successive induction lookups per answer (default 2); only with --task hop.",
+    ),
 ) -> None:
     """Train a toy transformer on a synthetic task and write a checkpoint directory.
 
@@ -326,6 +338,10 @@ def train(
         raise fail(f"--d-model {d_model} is not a multiple of --heads {heads}.")
     if task == "ioi" and (seq_len is not None or d_vocab is not None):
         raise fail("the ioi task has a fixed vocabulary and length: drop --seq-len and --d-vocab.")
+    if hops is not None and task != "hop":
+        raise fail(
+            f"--hops is the hop task's number of lookups: pass --task hop, or drop --hops (task {task})."
+        )
     check_writable(out, "--out", directory=True)
     resumed = latest_checkpoint(Path(out))
     if resumed is not None:
@@ -335,7 +351,8 @@ def train(
             model, log = train_toy_model(
                 task, layers, heads, d_model, steps, out, attn_only=attn_only, seed=seed, lr=lr,
                 batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
-                checkpoint_every=checkpoint_every, name=name, progress=progress, show_bar=False,
+                checkpoint_every=checkpoint_every, name=name, hops=hops, progress=progress,
+                show_bar=False,
             )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
@@ -345,6 +362,11 @@ def train(
     last = log.evals[-1]
     if task == "ioi":
         detail = "loss on the answer; ln 2 = 0.693 is a coin flip between IO and S"
+    elif task == "hop":
+        detail = (
+            f"answer accuracy {last['answer_accuracy']:.3f} after {model.cfg.hops} lookups, chance "
+            f"{1 / (model.cfg.d_vocab - 1 - model.cfg.hops):.3f}"
+        )
     elif task == "markov":
         detail = (
             f"the in-context bigram predictor {last['bigram_loss']:.3f}, uniform "
@@ -746,6 +768,56 @@ def retrieval(
         raise fail(str(error)) from error
     print(f"[retrieval {time.perf_counter() - began:6.1f}s] done", file=sys.stderr, flush=True)
     write_retrieval_report(result, format, out, console)
+    save_and_tell(result, out, save)
+
+
+@app.command(epilog=EXAMPLES["hop"])
+def hop(
+    model: str = typer.Option(..., help="A checkpoint of `interp train --task hop --hops K`."),
+    n_sequences: int = typer.Option(
+        256, min=8, help="Task sequences: half choose each hop's heads, half test them."
+    ),
+    min_attention: float = typer.Option(
+        0.3, min=0.0, max=1.0, help="The query's attention to a hop's occurrence or target that a head needs."
+    ),
+    n_random: int = typer.Option(
+        8, min=1, help="Random same-layer head sets to compare each hop's heads with."
+    ),
+    seed: int = typer.Option(
+        0, min=0, help="Seed of the sequences (the eval stream), the random sets and the bootstrap."
+    ),
+    format: str = typer.Option("table", help="table, json or markdown."),
+    out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
+    plot: str | None = typer.Option(None, help="Also draw the lookup chain (.png, .svg, .pdf)."),
+    save: str | None = typer.Option(None, help=SAVE_HELP),
+) -> None:
+    """Function composition as iterated induction: the heads that make each lookup of the k-hop task.
+
+    For each hop, the heads that attend from the query to that hop's occurrence or target and whose
+    output there the answer needs (mean ablation), chosen on half the sequences and tested on the
+    other half against random heads of the same layers.
+    """
+    from circuits.hop import hop_report, lookup_chain_figure, write_hop_report
+    from circuits.hop.report import FORMATS
+
+    check_format(format, out, FORMATS)
+    check_save(save)
+    if n_sequences % 2:
+        raise fail(f"--n-sequences must be even (half discovery, half held out), got {n_sequences}.")
+    if min_attention <= 0:
+        raise fail(f"--min-attention must be > 0, got {min_attention}.")
+    if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
+        raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
+    loaded = load(model)
+    try:
+        result = hop_report(loaded, n_sequences, seed, min_attention, n_random)
+        if plot is not None:
+            lookup_chain_figure(result, plot)
+    except (ValueError, ImportError) as error:
+        raise fail(str(error)) from error
+    write_hop_report(result, format, out, console)
+    if plot is not None:
+        console.print(f"Wrote {plot}", style="dim")
     save_and_tell(result, out, save)
 
 

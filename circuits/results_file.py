@@ -5,10 +5,10 @@
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
 The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl" | "fv" |
-"retrieval", "result": ...},
-the result in `interp.io.serialize`'s JSON (strict: NaN and infinities as {"__float__": "nan"} etc.):
-dataclasses by name, tensors and arrays with their dtype, data frames by column. Functions (a task's
-metric) are not stored; rendering never calls them. Files of the previous schema, interp-result-1 (bare
+"retrieval" | "hop", "result": ...}, the result in `interp.io.serialize`'s JSON (strict: NaN and
+infinities as {"__float__": "nan"} etc.): dataclasses by name, tensors and arrays with their dtype,
+data frames by column. Functions (a task's metric) are not stored; rendering never calls them. Files
+of the previous schema, interp-result-1 (bare
 NaN tokens, frames as {column: values}), load too.
 """
 
@@ -29,6 +29,9 @@ from circuits.edge_circuits.tasks import EdgeTask
 from circuits.heads.classify import HeadReport
 from circuits.heads.report import FORMATS as HEAD_FORMATS
 from circuits.heads.report import write_report
+from circuits.hop import HopResult
+from circuits.hop.report import FORMATS as HOP_FORMATS
+from circuits.hop.report import write_hop_report
 from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
 from circuits.icl.fv_report import FORMATS as FV_FORMATS
 from circuits.icl.fv_report import write_fv_report
@@ -58,10 +61,11 @@ KINDS = {  # kind -> (result type, formats, writer)
     "icl": (ICLResult, ICL_FORMATS, write_icl_report),
     "fv": (FunctionVectorResult, FV_FORMATS, write_fv_report),
     "retrieval": (RetrievalResult, RETRIEVAL_FORMATS, write_retrieval_report),
+    "hop": (HopResult, HOP_FORMATS, write_hop_report),
 }
 RESULT_TYPES = (
     HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult,
-    RetrievalResult,
+    RetrievalResult, HopResult,
 )  # fmt: skip
 
 
@@ -77,7 +81,8 @@ _register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl", "fv" or "retrieval")."""
+    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl", "fv", "retrieval" or
+    "hop")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
             return kind

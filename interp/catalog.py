@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MODEL = "smollm2-135m"
-OFFLINE_MODEL_NAMES = ("smollm2-135m", "toy-induction", "toy-ioi")
+OFFLINE_MODEL_NAMES = ("smollm2-135m", "toy-induction", "toy-ioi", "toy-hop")
 """Short names of the models that load offline (`interp.io.sources.OFFLINE_MODELS` says from where)."""
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -41,6 +41,7 @@ TASK_DEFAULTS = {
     "induction": TaskDefaults(1500, 5e-3, attn_only=True),
     "markov": TaskDefaults(1000, 5e-3, attn_only=True),
     "ioi": TaskDefaults(1500, 3e-3, attn_only=True),
+    "hop": TaskDefaults(4000, 5e-3, attn_only=True),
 }
 TASKS = tuple(TASK_DEFAULTS)
 CHECKPOINT_EVERY = 250  # steps between the periodic checkpoints of `interp train`

@@ -88,6 +88,7 @@ class Config:
     model_name: str = "custom"
     source: str | None = None  # the file the weights were read from when that says more (a GGUF's name)
     task: str | None = None  # the synthetic task a toy checkpoint was trained on; None for pretrained models
+    hops: int | None = None  # the hop task's number of induction lookups (task "hop"); None otherwise
     init_std: float = 0.02
     attn_scale: float | None = None
     attn_scores_soft_cap: float | None = None

@@ -53,6 +53,7 @@ from interp.io.files import atomic_dir
 from interp.model import HookedTransformer
 from interp.model.loading import load_checkpoint
 from interp.tasks import (
+    HopTask,
     InductionTask,
     MarkovChainTask,
     Task,
@@ -69,11 +70,18 @@ TRAIN_STAGE = "Training steps"  # the stage `train` reports to its progress call
 logger = logging.getLogger("interp")
 
 
-def make_task(name: str, d_vocab: int | None = None, n_ctx: int | None = None) -> Task:
+def make_task(
+    name: str, d_vocab: int | None = None, n_ctx: int | None = None, hops: int | None = None
+) -> Task:
     """A task by name: "induction" (copied spans of random tokens, loss on the copies; spans of at
     least a quarter of the context make induction heads form within a few hundred steps),
-    "markov" (in-context Markov chains over d_vocab states, default 3) or "ioi" (toy IOI; fixed vocabulary
-    and length)."""
+    "markov" (in-context Markov chains over d_vocab states, default 3), "ioi" (toy IOI; fixed vocabulary
+    and length) or "hop" (`hops` successive induction lookups, default 2, over an alphabet of
+    d_vocab - 1 tokens and BOS, default 9 in all, in sequences of n_ctx = 32 tokens)."""
+    if hops is not None and name != "hop":
+        raise ValueError(f"hops is the hop task's number of lookups; got hops={hops!r} for the {name!r} task")
+    if name == "hop":
+        return HopTask(2 if hops is None else hops, 9 if d_vocab is None else d_vocab, n_ctx or 32)
     if name == "induction":
         n_ctx = 48 if n_ctx is None else check_count(n_ctx, "the induction task's n_ctx (seq_len)", 5)
         d_vocab = 64 if d_vocab is None else d_vocab
@@ -243,14 +251,16 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
 
     eval_loss: masked loss on the task's eval batch; icl_score: its late-minus-early loss;
     bigram_loss (Markov chains only): the in-context bigram predictor's loss on that batch, what a
-    model that has learnt in-context bigram statistics approaches.
+    model that has learnt in-context bigram statistics approaches; answer_accuracy (hop task only):
+    the fraction of its answers that are the model's top prediction.
     first_half_loss / repeated_half_loss: loss on each copy of repeated random sequences
     ([BOS] r r with r of length (n_ctx - 1) // 2); prev_token_scores / induction_scores: [layer][head].
     """
     was_training = model.training
     model.eval()
     batch = task.eval_batch(batch_size, seed).to(model.device)
-    task_loss = model(batch.tokens, return_type="loss", loss_per_token=True)  # [batch, pos-1]
+    task_logits = model(batch.tokens)  # [batch, pos, d_vocab]
+    task_loss = batch.loss_per_token(task_logits)  # [batch, pos-1]
     seq_len = (model.cfg.n_ctx - 1) // 2
     tokens = repeated_sequences(model.cfg.d_vocab, seq_len, batch_size, split_generator(seed, "eval"))
     tokens = tokens.to(model.device)
@@ -264,6 +274,10 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
         states = batch.tokens.cpu()
         probs = in_context_bigram_probs(states, task.d_vocab, task.alpha)[:, :-1]  # [batch, pos-1, k]
         reference["bigram_loss"] = -probs.gather(-1, states[:, 1:, None]).log().mean().item()
+    if isinstance(task, HopTask):
+        answers = task_logits[:, task.query].argmax(-1) == batch.tokens[:, task.query + 1]
+        reference["answer_accuracy"] = answers.float().mean().item()
+        reference["answer_loss"] = task_loss[:, task.query].mean().item()
     return {
         "eval_loss": batch.masked_mean(task_loss).item(),
         **reference,
@@ -338,7 +352,7 @@ def train(
             lr = config.lr_at(step)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            loss = batch.masked_mean(model(batch.tokens, return_type="loss", loss_per_token=True))
+            loss = batch.masked_mean(batch.loss_per_token(model(batch.tokens)))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -505,17 +519,19 @@ def train_toy_model(
     device: str | None = None,
     name: str | None = None,
     progress: Progress | None = None,
+    hops: int | None = None,
     **train_options: Any,
 ) -> tuple[HookedTransformer, TrainingLog]:
-    """Build a model for `task` ("induction", "markov", "ioi"), train it and write it to `out`.
+    """Build a model for `task` ("induction", "markov", "ioi", "hop"), train it and write it to `out`.
 
-    seq_len is the task's sequence length (n_ctx), d_vocab its vocabulary (induction, markov);
+    seq_len is the task's sequence length (n_ctx), d_vocab its vocabulary (induction, markov, hop),
+    hops the hop task's number of lookups (recorded in the checkpoint's Config);
     the model's d_vocab and n_ctx match the task. Device: CUDA when available, unless given.
     steps, lr, attn_only: None takes the task's TASK_DEFAULTS entry. name: the model's name in
     reports (default: the output directory's name); the checkpoint also records the task.
     progress: see `train`.
     """
-    data = make_task(task, d_vocab, seq_len)
+    data = make_task(task, d_vocab, seq_len, hops)
     n_layers, n_heads = check_count(n_layers, "n_layers"), check_count(n_heads, "n_heads")
     d_model, seed = check_count(d_model, "d_model"), check_count(seed, "seed", 0)
     if d_model % n_heads:
@@ -538,6 +554,7 @@ def train_toy_model(
         bos_token_id=getattr(data, "bos", None),
         model_name=name or Path(out).name,
         task=task,
+        hops=getattr(data, "hops", None),
     )
     torch.manual_seed(seed)
     model = HookedTransformer(cfg)

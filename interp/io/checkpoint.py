@@ -29,12 +29,13 @@ class LoadedWeights(NamedTuple):
 
 CHECKPOINT_FORMAT = "interp-checkpoint-1"
 SHIPPED_DIR = Path(__file__).parent.parent / "data"
-SHIPPED_MODELS = ("toy-induction", "toy-ioi")
+SHIPPED_MODELS = ("toy-induction", "toy-ioi", "toy-hop")
 
 
 def shipped_checkpoint(name: str = "toy-induction") -> Path:
-    """A committed 2-layer attention-only model (see interp/data/README.md): "toy-induction"
-    (trained on copied spans) or "toy-ioi" (trained on toy IOI prompts)."""
+    """A committed small attention-only model (see interp/data/README.md): "toy-induction"
+    (trained on copied spans), "toy-ioi" (trained on toy IOI prompts) or "toy-hop" (3 layers,
+    trained on the 2-hop induction task)."""
     if name not in SHIPPED_MODELS:
         raise ValueError(f"no shipped checkpoint {name!r}; choose one of {SHIPPED_MODELS}")
     path = SHIPPED_DIR / name

@@ -61,6 +61,7 @@ _OFFLINE_LOCATIONS = {
     "smollm2-135m": _smollm2_gguf,
     "toy-induction": _shipped("toy-induction"),
     "toy-ioi": _shipped("toy-ioi"),
+    "toy-hop": _shipped("toy-hop"),
 }
 OFFLINE_MODELS = {name: _OFFLINE_LOCATIONS[name] for name in OFFLINE_MODEL_NAMES}
 

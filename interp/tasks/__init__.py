@@ -15,10 +15,12 @@ from interp.tasks.ioi_toy import ToyIOITask
 from interp.tasks.synthetic import (
     SPLITS,
     Batch,
+    HopTask,
     InductionTask,
     MarkovChainTask,
     PeriodicTask,
     Task,
+    hop_targets,
     in_context_bigram_probs,
     repeated_sequence_masks,
     repeated_sequences,
@@ -28,7 +30,8 @@ from interp.tasks.synthetic import (
 
 __all__ = [
     "IOI_ORDERS", "IOI_POSITION_KEYS", "SPLITS", "TOY_IOI_NAMES", "TOY_IOI_OBJECTS", "TOY_IOI_PLACES",
-    "TOY_IOI_SLOTS", "TOY_IOI_TEMPLATES", "Batch", "IOIPrompts", "InductionTask", "MarkovChainTask",
-    "PeriodicTask", "Task", "ToyIOITask", "in_context_bigram_probs", "ioi_prompt_template",
+    "TOY_IOI_SLOTS", "TOY_IOI_TEMPLATES", "Batch", "HopTask", "IOIPrompts", "InductionTask",
+    "MarkovChainTask", "PeriodicTask", "Task", "ToyIOITask", "hop_targets", "in_context_bigram_probs",
+    "ioi_prompt_template",
     "repeated_sequence_masks", "repeated_sequences", "sample_markov_chains", "split_generator",
 ]  # fmt: skip

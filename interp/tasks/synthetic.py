@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from interp.checks import check_count, check_int, check_number
+from interp.model.transformer import next_token_loss
 
 SPLITS = ("train", "eval")
 
@@ -83,10 +84,12 @@ def _random_tokens(
 
 @dataclass
 class Batch:
-    """A training batch: tokens [batch, pos]; loss_mask [batch, pos-1] (bool) marks counted predictions."""
+    """A training batch: tokens [batch, pos]; loss_mask [batch, pos-1] (bool) marks counted predictions;
+    targets [batch, pos-1]: what the prediction at each position is of (None: the next token)."""
 
     tokens: Tensor
     loss_mask: Tensor
+    targets: Tensor | None = None
 
     def __post_init__(self):
         batch, pos = self.tokens.shape
@@ -95,9 +98,22 @@ class Batch:
                 f"loss_mask must be a bool tensor of shape [batch, pos-1] = {(batch, pos - 1)}, "
                 f"got {self.loss_mask.dtype} {tuple(self.loss_mask.shape)}"
             )
+        if self.targets is not None and self.targets.shape != (batch, pos - 1):
+            raise ValueError(
+                f"targets must have shape [batch, pos-1] = {(batch, pos - 1)}, "
+                f"got {tuple(self.targets.shape)}"
+            )
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.tokens.to(device), self.loss_mask.to(device))
+        targets = None if self.targets is None else self.targets.to(device)
+        return Batch(self.tokens.to(device), self.loss_mask.to(device), targets)
+
+    def loss_per_token(self, logits: Tensor) -> Tensor:
+        """Cross-entropy in nats of each prediction: logits [batch, pos, d_vocab] -> [batch, pos-1]
+        (`next_token_loss`, of the targets where there are)."""
+        if self.targets is None:
+            return next_token_loss(logits, self.tokens, per_token=True)
+        return next_token_loss(logits, torch.cat([self.tokens[:, :1], self.targets], 1), per_token=True)
 
     def masked_mean(self, per_token: Tensor) -> Tensor:
         """Mean of per-token values [batch, pos-1] (e.g. loss_per_token=True) over counted predictions."""
@@ -317,3 +333,67 @@ class MarkovChainTask(Task):
         batch_size = check_count(batch_size, "batch_size")
         states, _ = sample_markov_chains(self.d_vocab, self.n_ctx, batch_size, self.alpha, generator)
         return Batch(states, torch.ones(batch_size, self.n_ctx - 1, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- k-hop induction
+
+
+def hop_targets(tokens: Tensor, hops: int) -> Tensor:
+    """The positions each induction lookup reaches from every position (Sanford, Hsu & Telgarsky 2024).
+
+    One lookup from position p: the last q < p with tokens[q] == tokens[p], then q + 1 (the token
+    after that occurrence); -1 where there is none (and from -1 on). hop_k(X) at p is the token at
+    the k-th position reached. tokens [batch, pos] -> positions [batch, hops, pos]: row j holds
+    hop j + 1's target from each position (hop 0 is the position itself).
+    """
+    batch, n = tokens.shape
+    positions = torch.arange(n)
+    earlier = positions[None, :, None] < positions[None, None, :]  # [1, key q, from p]: q < p
+    same = tokens[:, :, None] == tokens[:, None, :]  # [batch, q, p]
+    last = torch.where(same & earlier, positions[None, :, None], -1).amax(1)  # [batch, p]
+    after = torch.where(last >= 0, last + 1, -1)  # [batch, p]: one lookup from each position
+    reached, current = [], positions.expand(batch, n)
+    for _ in range(check_count(hops, "hops")):
+        current = torch.where(current >= 0, after.gather(1, current.clamp(min=0)), -1)
+        reached.append(current)
+    return torch.stack(reached, 1)
+
+
+class HopTask(Task):
+    """The k-hop induction task (Sanford, Hsu & Telgarsky 2024): [BOS] x_1..x_m a, with x uniform
+    over the alphabet 1..d_vocab-1. The prediction at each position p is of hop_k(x) at p, the token
+    that k successive induction lookups reach (`hop_targets`), counted where all k hops exist;
+    a, the last token, is the answer at the query (the last x).
+
+    At the query every row has all k hops, and the tokens reached by fewer hops (the query's own
+    token for hop 0) all differ from a, so a model that makes fewer than k lookups is wrong there;
+    rows that miss either are drawn again. Evaluations read the query.
+    """
+
+    def __init__(self, hops: int, d_vocab: int = 9, n_ctx: int = 32, bos: int = 0):
+        self.hops = check_count(hops, "hops")
+        self.d_vocab = check_count(d_vocab, "d_vocab (the alphabet and BOS)", self.hops + 2)
+        self.n_ctx = check_count(n_ctx, "n_ctx", 4 * self.hops + 3)
+        self.bos = _check_bos(bos, self.d_vocab)
+        self.query = self.n_ctx - 2  # the last x: its prediction is of the answer a
+
+    def targets(self, tokens: Tensor) -> Tensor:
+        """Each hop's target position from the query: tokens [batch, n_ctx] -> [batch, hops]."""
+        return hop_targets(tokens, self.hops)[:, :, self.query]
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> Batch:
+        batch_size, n = check_count(batch_size, "batch_size"), self.n_ctx
+        rows = torch.empty(0, n, dtype=torch.long)
+        while len(rows) < batch_size:
+            tokens = _random_tokens((2 * batch_size, n), self.d_vocab, generator, self.bos)
+            tokens[:, 0] = self.bos
+            reached = torch.cat([torch.full((2 * batch_size, 1), self.query), self.targets(tokens)], 1)
+            reached_tokens = tokens.gather(1, reached.clamp(min=0))  # [rows, hops + 1]
+            answer = reached_tokens[:, -1:]
+            good = (reached >= 0).all(1) & (reached_tokens[:, :-1] != answer).all(1)
+            tokens[:, -1] = answer[:, 0]
+            rows = torch.cat([rows, tokens[good]])
+        rows = rows[:batch_size]
+        last_hop = hop_targets(rows, self.hops)[:, -1, :-1]  # [batch, pos-1]: the k-th hop's target
+        targets = rows.gather(1, last_hop.clamp(min=0))
+        return Batch(rows, last_hop >= 0, targets)

@@ -1,0 +1,205 @@
+"""The heads that make each induction lookup of the k-hop task (Sanford, Hsu & Telgarsky 2024).
+
+Hop j's lookup lands on its target t_j (`interp.tasks.hop_targets`): the token after the last
+occurrence, before the position hop j - 1 reached, of that position's token. The answer is computed
+at the query, so each head is scored there, two ways, on the task's sequences:
+
+  attention  the query's attention to hop j's occurrence or to its target (t_j - 1 or t_j; a head
+             may find the occurrence and read the token after it from there, as a duplicate-token
+             head does), averaged over sequences
+  change     the head's output (hook_z) replaced by its mean over the sequences at each position, at
+             the query only; the change is the drop of the answer's logit minus the mean logit of the
+             other symbols (clean - ablated, in logits), per sequence
+
+The discovery half of the sequences chooses each hop's heads; the held-out half tests them against
+random heads of the same layers ablated at the query too (`circuits.icl.random_same_layer_sets`).
+Every ablated run goes through interp's engine (`run_site_sets`).
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+import interp
+from circuits.hop.results import HopLookup, HopResult
+from circuits.icl import random_same_layer_sets
+from interp.interventions.ablation import Replacement
+from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
+from interp.interventions.metrics import AnswerMetric
+from interp.interventions.stats import bootstrap_ci
+from interp.tasks import HopTask, hop_targets
+from interp.types import Head, Progress, head_label
+
+
+def hop_task_of(model: interp.HookedTransformer) -> HopTask:
+    """The hop task a checkpoint was trained on (`interp train --task hop` records it in its Config)."""
+    cfg = model.cfg
+    if cfg.task != "hop" or not cfg.hops:
+        raise ValueError(
+            f"{cfg.model_name} was not trained on the hop task (its task: {cfg.task}); "
+            "pass a checkpoint of `interp train --task hop --hops K`"
+        )
+    return HopTask(cfg.hops, cfg.d_vocab, cfg.n_ctx, bos=cfg.bos_token_id or 0)
+
+
+def lookup_positions(task: HopTask, tokens: Int[Tensor, "batch pos"]) -> Tensor:
+    """Where each hop's lookup lands from the query (its target t_j): [batch, hops]."""
+    return hop_targets(tokens, task.hops)[:, :, task.query]
+
+
+def answer_metric(task: HopTask, tokens: Int[Tensor, "batch pos"]) -> AnswerMetric:
+    """logit(answer) - mean logit of the other symbols, at the query."""
+    symbols = torch.tensor([t for t in range(task.d_vocab) if t != task.bos])
+    answers = tokens[:, -1]
+    others = symbols[None].expand(len(tokens), -1)
+    others = others[others != answers[:, None]].view(len(tokens), -1)  # [batch, symbols - 1]
+    return AnswerMetric("logit_diff", answers, others, pos=task.query)
+
+
+def attention_to_hops(
+    model: interp.HookedTransformer, tokens: Tensor, query: int, targets: Tensor
+) -> Float[Tensor, "hops layer head batch"]:
+    """Each head's attention from the query to each hop's occurrence or target (t_j - 1 or t_j),
+    per sequence; targets [batch, hops]."""
+    _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
+    rows = torch.arange(len(tokens))[:, None]  # [batch, 1]
+    per_layer = []
+    for layer in range(model.cfg.n_layers):
+        from_query = cache["pattern", layer][:, :, query].transpose(1, 2).cpu()  # [batch, key, head]
+        picked = from_query[rows, targets] + from_query[rows, targets - 1]  # [batch, hops, head]
+        per_layer.append(picked.permute(1, 2, 0))  # [hops, head, batch]
+    return torch.stack(per_layer, 1)
+
+
+def ablated_changes(
+    model: interp.HookedTransformer,
+    tokens: Tensor,
+    head_sets: list[list[Head]],
+    metric: AnswerMetric,
+    mean_z: list[Tensor],
+) -> Float[Tensor, "sets batch"]:
+    """Clean minus ablated metric per sequence when each set's heads are mean-ablated at the query
+    (the metric's position) only."""
+    runs = [
+        [
+            Intervention(Site(f"blocks.{layer}.attn.hook_z", head=head, pos=metric.pos), mean_z[layer])
+            for layer, head in heads
+        ]
+        for heads in head_sets
+    ]
+    target = cached_run(model, tokens, start_names(model))[1]
+    values = run_site_sets(model, tokens, [[], *runs], None, metric, target=target, logit_pos=metric.pos)
+    return values[0] - values[1:]
+
+
+def hop_report(
+    model: interp.HookedTransformer,
+    n_sequences: int = 256,
+    seed: int = 0,
+    min_attention: float = 0.3,
+    n_random: int = 8,
+    progress: Progress | None = None,
+) -> HopResult:
+    """Each hop's heads on a model trained on the hop task: chosen on half of `n_sequences` held-out
+    task sequences (the eval stream of `seed`, which training never draws), tested on the other half."""
+    if n_sequences < 8 or n_sequences % 2:
+        raise ValueError(f"n_sequences must be an even number of at least 8, got {n_sequences}")
+    if not 0 < min_attention <= 1:
+        raise ValueError(f"min_attention must lie in (0, 1], got {min_attention}")
+    task = hop_task_of(model)
+    cfg = model.cfg
+    tokens = task.eval_batch(n_sequences, seed).tokens.to(model.device)
+    halves = {"discovery": tokens[: n_sequences // 2], "heldout": tokens[n_sequences // 2 :]}
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(cfg.n_layers)]
+    every_head = [[(layer, head)] for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    found = {}
+    with torch.no_grad():
+        for stage, (split, part) in enumerate(halves.items()):
+            if progress is not None:
+                progress("hop lookups", stage, len(halves))
+            replacement = Replacement(model, names, "mean", part)
+            mean_z = [replacement.values(name, len(part)) for name in names]
+            metric = answer_metric(task, part.cpu())
+            targets = lookup_positions(task, part.cpu())
+            attention = attention_to_hops(model, part, task.query, targets)  # [hops, layer, head, batch]
+            found[split] = (part, attention, metric, mean_z)
+        if progress is not None:
+            progress("hop lookups", len(halves), len(halves))
+        part, attention, metric, mean_z = found["discovery"]
+        alone = ablated_changes(model, part, every_head, metric, mean_z)  # [heads, batch]
+        low, _ = bootstrap_ci(alone, seed=seed)
+        discovery_attention = attention.mean(-1).flatten(1)  # [hops, heads]
+        chosen = [
+            [heads[0] for heads, attends, lowers in zip(every_head, row, low, strict=True)
+             if attends >= min_attention and lowers > 0]
+            for row in discovery_attention
+        ]  # fmt: skip
+        part, attention, metric, mean_z = found["heldout"]
+        logits = model(part)[:, task.query]
+        correct = (logits.argmax(-1) == part[:, -1]).float().cpu()
+        accuracy_ci = bootstrap_ci(correct, seed=seed)
+        lookups = [
+            _test_lookup(model, j, heads, part, attention[j], metric, mean_z, min_attention, n_random, seed)
+            for j, heads in enumerate(chosen)
+        ]
+    path = torch.cat([torch.tensor([task.query]), lookup_positions(task, part[:1].cpu())[0]])
+    return HopResult(
+        model_name=cfg.model_name,
+        provenance=interp.provenance(model),
+        hops=task.hops,
+        n_sequences=n_sequences,
+        seed=seed,
+        min_attention=min_attention,
+        accuracy=correct.mean().item(),
+        accuracy_ci=(accuracy_ci[0].item(), accuracy_ci[1].item()),
+        chance=1 / (task.d_vocab - 1 - task.hops),
+        attention=attention.mean(-1),
+        discovery_change=alone.mean(-1).view(cfg.n_layers, cfg.n_heads),
+        lookups=lookups,
+        example_tokens=part[0].tolist(),
+        example_path=path.tolist(),
+    )
+
+
+def _test_lookup(
+    model: interp.HookedTransformer,
+    hop: int,
+    heads: list[Head],
+    tokens: Tensor,
+    attention: Float[Tensor, "layer head batch"],
+    metric: AnswerMetric,
+    mean_z: list[Tensor],
+    min_attention: float,
+    n_random: int,
+    seed: int,
+) -> HopLookup:
+    """Hop `hop` (0-based)'s heads tested on held-out sequences against random same-layer sets."""
+    labels = [head_label(layer, head) for layer, head in heads]
+    if not heads:
+        nan = float("nan")
+        return HopLookup(
+            hop=hop + 1, heads=[], layers=[], attention=[], change=nan, change_ci=(nan, nan), random_sets=[],
+            random_changes=[], difference=nan, difference_ci=(nan, nan), verdict="not found",
+        )  # fmt: skip
+    random_sets = random_same_layer_sets(model, heads, n_random, seed + hop)
+    changes = ablated_changes(model, tokens, [heads, *random_sets], metric, mean_z)  # [sets, batch]
+    difference = changes[0] - changes[1:].mean(0)
+    change_ci, difference_ci = bootstrap_ci(changes[0], seed=seed), bootstrap_ci(difference, seed=seed)
+    held_attention = [attention[layer, head].mean().item() for layer, head in heads]
+    attends = sum(held_attention) / len(held_attention) >= min_attention
+    confirmed = attends and difference_ci[0].item() > 0
+    return HopLookup(
+        hop=hop + 1,
+        heads=labels,
+        layers=sorted({layer for layer, _ in heads}),
+        attention=held_attention,
+        change=changes[0].mean().item(),
+        change_ci=(change_ci[0].item(), change_ci[1].item()),
+        random_sets=[[head_label(*head) for head in heads] for heads in random_sets],
+        random_changes=changes[1:].mean(1).tolist(),
+        difference=difference.mean().item(),
+        difference_ci=(difference_ci[0].item(), difference_ci[1].item()),
+        verdict="confirmed" if confirmed else "unconfirmed",
+    )

@@ -1,0 +1,139 @@
+"""The k-hop induction task and the heads that make each lookup: properties every good run has."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import TRAIN_SEED
+from typer.testing import CliRunner
+
+import interp
+from circuits.cli import app
+from circuits.hop import hop_report, hop_task_of, lookup_chain_figure
+from circuits.hop.report import render_markdown
+from circuits.results_file import load_result, save_result
+from interp.tasks import HopTask, hop_targets, split_generator
+from interp.training import make_task, train_toy_model
+
+
+def brute_force_hops(row: list[int], start: int, hops: int) -> list[int]:
+    """The positions k lookups reach from `start`, by reading the row: the last earlier occurrence of
+    the current token, then the position after it; -1 once one is missing."""
+    reached, current = [], start
+    for _ in range(hops):
+        if current >= 0:
+            earlier = [q for q in range(current) if row[q] == row[current]]
+            current = earlier[-1] + 1 if earlier else -1
+        reached.append(current)
+    return reached
+
+
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_hop_targets_are_the_brute_force_lookups(hops):
+    tokens = torch.randint(1, 5, (16, 20), generator=torch.Generator().manual_seed(hops))
+    reached = hop_targets(tokens, hops)  # [batch, hops, pos]
+    for b, row in enumerate(tokens.tolist()):
+        for p in range(len(row)):
+            assert reached[b, :, p].tolist() == brute_force_hops(row, p, hops)
+
+
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_every_hop_task_row_has_its_answer_after_exactly_k_lookups(hops):
+    task = HopTask(hops, d_vocab=9, n_ctx=32)
+    batch = task.sample(64, split_generator(0))
+    assert batch.tokens.shape == (64, 32) and (batch.tokens[:, 0] == task.bos).all()
+    assert (batch.tokens[:, 1:] != task.bos).all()
+    for row, mask, targets in zip(batch.tokens.tolist(), batch.loss_mask, batch.targets, strict=True):
+        path = [task.query, *brute_force_hops(row, task.query, hops)]
+        assert min(path) >= 0  # every hop exists
+        answer = row[path[-1]]
+        assert row[-1] == answer and targets[task.query] == answer
+        assert all(row[p] != answer for p in path[:-1])  # fewer lookups give another token
+        for p in range(len(row) - 1):  # every counted prediction is of its own k-hop token
+            last = brute_force_hops(row, p, hops)[-1]
+            assert bool(mask[p]) == (last >= 0)
+            if last >= 0:
+                assert targets[p] == row[last]
+
+
+def test_hop_task_is_seeded_and_its_splits_differ():
+    task = make_task("hop", hops=2)
+    first, again = task.sample(8, split_generator(3)), task.sample(8, split_generator(3))
+    assert torch.equal(first.tokens, again.tokens)
+    assert not torch.equal(task.eval_batch(8, 3).tokens, first.tokens)
+
+
+def test_hops_is_refused_without_the_hop_task():
+    with pytest.raises(ValueError, match="hop task"):
+        make_task("induction", hops=2)
+    result = CliRunner().invoke(app, ["train", "--task", "induction", "--hops", "2", "--out", "unused"])
+    assert result.exit_code == 2 and "--task hop" in result.output
+
+
+@pytest.fixture(scope="module")
+def toy_hop_result():
+    """toy-hop's lookups: a 3-layer attention-only model trained on the 2-hop task (interp/data)."""
+    return hop_report(interp.load_model("toy-hop"), n_sequences=128, n_random=4)
+
+
+def test_toy_hop_makes_its_first_lookup_in_an_earlier_layer_than_its_second(toy_hop_result):
+    result = toy_hop_result
+    assert result.accuracy_ci[0] > 2 * result.chance  # it composes the two lookups on held-out sequences
+    first, second = result.lookups
+    assert first.verdict == second.verdict == "confirmed"  # each beats random heads of its layers
+    assert max(first.layers) < min(second.layers)
+    for lookup in result.lookups:
+        assert lookup.difference_ci[0] > 0 and sum(lookup.attention) / len(lookup.attention) >= 0.3
+    for j, lookup in enumerate(result.lookups):  # its heads attend to the hop more than the other heads
+        chosen = torch.zeros(result.attention.shape[1:], dtype=torch.bool)
+        for label in lookup.heads:
+            layer, head = map(int, label[1:].split("H"))
+            chosen[layer, head] = True
+        assert result.attention[j][chosen].min() > result.attention[j][~chosen].mean()
+
+
+def test_hop_result_saves_renders_and_draws(toy_hop_result, tmp_path):
+    save_result(toy_hop_result, tmp_path / "hop.json")
+    again = load_result(tmp_path / "hop.json")
+    assert again.lookups == toy_hop_result.lookups and torch.equal(again.attention, toy_hop_result.attention)
+    markdown = render_markdown(again)
+    assert markdown.index("accuracy") < markdown.index("| hop |")  # the finding first
+    lookup_chain_figure(again, tmp_path / "chain.svg")
+    assert (tmp_path / "chain.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_hop_report_refuses_a_model_of_another_task():
+    with pytest.raises(ValueError, match="--task hop"):
+        hop_report(interp.load_model("toy-induction"))
+
+
+def test_a_short_hop_training_records_its_task_and_lowers_the_loss(tmp_path):
+    model, log = train_toy_model(
+        "hop", 2, 2, 32, 150, tmp_path / "hop", hops=1, seed=TRAIN_SEED, show_bar=False, checkpoint_every=0
+    )
+    loaded = interp.load_model(str(tmp_path / "hop"))
+    assert (loaded.cfg.task, loaded.cfg.hops) == ("hop", 1)
+    assert hop_task_of(loaded).hops == 1
+    assert log.evals[-1]["eval_loss"] < log.evals[0]["eval_loss"] - 0.1
+
+
+def test_interp_hop_saves_what_render_shows_again_and_refuses_bad_options(tmp_path):
+    direct, saved, again = tmp_path / "hop.md", tmp_path / "hop.json", tmp_path / "again.md"
+    run = CliRunner().invoke(
+        app,
+        ["hop", "--model", "toy-hop", "--n-sequences", "32", "--n-random", "2", "--format", "markdown",
+         "--out", str(direct), "--save", str(saved), "--plot", str(tmp_path / "chain.png")],
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    run = CliRunner().invoke(app, ["render", str(saved), "--format", "markdown", "--out", str(again)])
+    assert run.exit_code == 0 and again.read_text() == direct.read_text()
+    assert (tmp_path / "chain.png").stat().st_size > 1000
+    for options, message in [
+        (["--n-sequences", "33"], "even"),
+        (["--plot", "chain.gif"], ".png"),
+        (["--format", "html", "--out", "x.html"], "unknown format"),
+    ]:
+        run = CliRunner().invoke(app, ["hop", "--model", "toy-hop", *options])
+        assert run.exit_code == 2 and message in run.output, run.output
+    run = CliRunner().invoke(app, ["hop", "--model", "toy-induction"])
+    assert run.exit_code == 2 and "--task hop" in run.output
