@@ -30,7 +30,9 @@ class TaskDefaults:
     plateaus at a coin flip between IO and S (loss ln 2) for hundreds of steps at 1e-3; 3e-3 and
     1500 steps solve it. Markov: 2 attention-only layers on chains over 3 states, 1000 steps at 5e-3,
     predict as well as the in-context bigram predictor (over 8 states, or with MLPs at 1e-3, the
-    loss stays near uniform for 1000 steps)."""
+    loss stays near uniform for 1000 steps). Hop (2 hops, 8 symbols, 32 tokens): 3 attention-only
+    layers reach ~0.8 held-out accuracy after 4000 steps at 5e-3 (seed 0; chance 1/6); after 2000
+    steps, or over 16 symbols, they stay near chance."""
 
     steps: int
     lr: float
