@@ -50,6 +50,14 @@ def train_and_score(depth: int, hops: int, seed: int, steps: int) -> dict:
             "chance": 1 / (task.d_vocab - 1 - hops), "seconds": seconds}  # fmt: skip
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what platform knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
+
+
 def table(runs: list[dict]) -> str:
     """Markdown: one row per depth, one column per number of hops, the mean accuracy over seeds."""
     depths = sorted({run["depth"] for run in runs})
@@ -86,7 +94,7 @@ def main() -> None:
     record = {
         "command": "python docs/results/hop_sweep.py " + " ".join(sys.argv[1:]),
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.processor() or platform.machine()}, {multiprocessing.cpu_count()} cores",
+        "machine": f"{cpu_name()}, {multiprocessing.cpu_count()} cores",
         "runs": runs,
     }
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
