@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
+import re
+
 import pytest
 import torch
 from conftest import TRAIN_SEED
+from rich.console import Console
 from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
 from circuits.hop import hop_report, hop_task_of, lookup_chain_figure
-from circuits.hop.report import render_markdown
+from circuits.hop.report import render_markdown, write_hop_report
 from circuits.results_file import load_result, save_result
 from interp.tasks import HopTask, hop_targets, split_generator
 from interp.training import make_task, train_toy_model
@@ -137,3 +141,13 @@ def test_interp_hop_saves_what_render_shows_again_and_refuses_bad_options(tmp_pa
         assert run.exit_code == 2 and message in run.output, run.output
     run = CliRunner().invoke(app, ["hop", "--model", "toy-induction"])
     assert run.exit_code == 2 and "--task hop" in run.output
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_hop_terminal_report_fits_and_opens_on_the_accuracy(toy_hop_result, width):
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    write_hop_report(toy_hop_result, "table", None, console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert re.search(r"\w…", text) is None  # cells wrap, never cut
+    assert "accuracy" in text.splitlines()[0]

@@ -82,8 +82,8 @@ def render_table(result: HopResult, console: Console) -> None:
     for line in summary_lines(result):
         console.print(line, markup=False, highlight=False)
     table = Table(title="Each hop's heads, tested on held-out sequences", box=box.SIMPLE_HEAD)
-    for column in COLUMNS:
-        table.add_column(column, no_wrap=True)
+    for column in COLUMNS:  # long cells wrap at a space or comma, never cut
+        table.add_column(column, overflow="fold", min_width=len(column) if column != "beyond random" else 6)
     for row in _rows(result):
         table.add_row(*row)
     console.print(table)
