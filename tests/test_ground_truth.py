@@ -1,5 +1,7 @@
 """Ground truth: the hand-set induction models really use their planted edges, edge attribution
-recovers them, and saturation hides them from first-order attribution (EAP)."""
+recovers them, and saturation hides them from first-order attribution (EAP); the trained model
+with disabled heads does the task with the other heads only, and its measured truth holds on new
+prompts."""
 
 from __future__ import annotations
 
@@ -9,14 +11,18 @@ import pytest
 import torch
 
 from circuits.edge_circuits.ground_truth import (
+    DISABLED_HEADS,
     TRUTH_THRESHOLD,
+    disabled_heads_induction,
     edge_circuit_finder,
     planted_induction,
     precision_recall,
     repeated_sequence_task,
     saturated_induction,
     score_method,
+    thresholded_truth,
 )
+from circuits.edge_circuits.tasks import induction_task
 from interp import edges
 
 
@@ -28,6 +34,11 @@ def truth():
 @pytest.fixture(scope="module")
 def saturated():
     return saturated_induction()
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return disabled_heads_induction()
 
 
 def test_precision_and_recall_count_edges():
@@ -121,3 +132,33 @@ def test_saturation_hides_the_key_edges_from_eap(saturated):
     for method in ("exact", "eap-ig"):
         precision, recall = score_method(edge_circuit_finder(method), saturated)
         assert recall >= 0.9 and precision >= 0.9, (method, precision, recall)
+
+
+def test_the_disabled_heads_model_solves_the_task_without_them(trained):
+    model, graph = trained.model, edges.edge_graph(trained.model)
+    task = induction_task(model, 64, seq_len=10, seed=2000)  # neither the methods' nor the truth's prompts
+    with torch.no_grad():
+        logits = model(task.clean)
+    assert (logits[:, -1].argmax(-1) == task.clean[:, 10]).float().mean() >= 0.9  # A[-1], after BOS
+    for layer, head in DISABLED_HEADS:
+        assert not model.blocks[layer].attn.W_O[head].any()  # off: it writes nothing
+    touch = torch.zeros_like(graph.valid)
+    for layer, head in DISABLED_HEADS:
+        touch[graph.writers.index(f"a{layer}.h{head}")] = True
+        touch[:, [graph.readers.index(f"a{layer}.h{head}<{x}>") for x in "qkv"]] = True
+    exact = edges.edge_attribution(model, task.clean, task.corrupted, task.metric, "exact")
+    assert exact.scores[touch & graph.valid].abs().max() < 1e-4  # a disabled head's edges: no effect
+    assert not (trained.circuit & touch).any()
+
+
+def test_the_disabled_heads_truth_holds_on_new_prompts(trained):
+    """The thresholded truth, measured on other prompts, is the same edges, and they alone keep
+    >= 0.9 of the metric there."""
+    model = trained.model
+    task = induction_task(model, 64, seq_len=10, seed=2000)
+    assert trained.n_edges >= 5
+    assert torch.equal(thresholded_truth(model, task), trained.circuit)
+    result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, trained.circuit)
+    assert float(result.faithfulness[0]) >= 0.9
+    precision, recall = score_method(edge_circuit_finder("exact"), trained)
+    assert recall >= 0.9 and precision >= 0.9, (precision, recall)

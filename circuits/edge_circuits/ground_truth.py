@@ -43,6 +43,14 @@ it alone (counterfactual) moves the metric by at least TRUTH_THRESHOLD of (model
 ablated). The planted edges move it by >= 30%, a0.h2's two edges by ~6%, every other edge by 0;
 `tests/test_ground_truth.py` checks this split and that the 7 edges alone keep >= 0.9 of the metric.
 
+`disabled_heads_induction()` is trained, not hand-set: a 2-layer, 4-head attention-only model
+(d_model 32, vocabulary 32, context 24) trained on the induction task with four heads forced off
+(DISABLED_HEADS: their W_O zeroed before training and after every step, so they write nothing).
+Its circuit lies within the other four heads' edges by construction; which of those edges it is,
+is measured: the edges over TRUTH_THRESHOLD on 64 held-out prompts (`thresholded_truth`), not the
+prompts the methods are given. The trained checkpoint ships in interp/data/ (`train_disabled_heads`
+made it; training takes ~20 s on one thread).
+
     truth = planted_induction()
     found = edge_circuit_finder("eap-ig")(truth.model, truth.task, truth.n_edges)
     precision, recall = precision_recall(found, truth.circuit)
@@ -50,17 +58,21 @@ ablated). The planted edges move it by >= 30%, a0.h2's two edges by ~6%, every o
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from jaxtyping import Bool
 from torch import Tensor
 
 import interp
-from circuits.edge_circuits.tasks import EdgeTask
+from circuits.edge_circuits.tasks import EdgeTask, induction_task
 from interp import edges
+from interp.io.checkpoint import SHIPPED_DIR
 from interp.model import HookedTransformer
+from interp.training import CHECKPOINTS, TrainConfig, make_task, train
 
 # A method under test: (model, task, n_edges) -> its circuit of about n_edges edges, [writer, reader].
 CircuitFinder = Callable[[HookedTransformer, EdgeTask, int], Bool[Tensor, "writer reader"]]
@@ -72,6 +84,8 @@ PLANTED_INDUCTION_EDGES = (
 # An edge is in a thresholded truth when ablating it alone moves the metric by at least this share
 # of (model - every edge ablated).
 TRUTH_THRESHOLD = 0.1
+DISABLED_HEADS = ((0, 1), (0, 3), (1, 0), (1, 2))  # (layer, head) held off while training
+DISABLED_HEADS_CHECKPOINT = SHIPPED_DIR / "ground-truth-disabled-heads"
 
 
 @dataclass(kw_only=True)
@@ -227,3 +241,55 @@ def edge_circuit_finder(method: edges.Method, steps: int = 5) -> CircuitFinder:
 def score_method(find: CircuitFinder, truth: GroundTruth) -> tuple[float, float]:
     """(precision, recall) of the circuit `find` returns when asked for the true circuit's size."""
     return precision_recall(find(truth.model, truth.task, truth.n_edges), truth.circuit)
+
+
+def thresholded_truth(
+    model: HookedTransformer, task: EdgeTask, threshold: float = TRUTH_THRESHOLD
+) -> Bool[Tensor, "writer reader"]:
+    """The edges whose counterfactual ablation alone moves the metric (mean over the task's prompts)
+    by at least `threshold` of (model - every edge ablated)."""
+    graph = edges.edge_graph(model)
+    single = edges.edge_attribution(
+        model, task.clean, task.corrupted, task.metric, "exact", 1, "counterfactual"
+    )
+    whole = edges.faithfulness(model, task.clean, task.corrupted, task.metric, graph.valid)
+    full_effect = float(whole.full.mean() - whole.empty.mean())
+    return graph.valid & (single.scores.abs() >= threshold * abs(full_effect))
+
+
+def train_disabled_heads(
+    out: str | Path = DISABLED_HEADS_CHECKPOINT, steps: int = 1500, seed: int = 0
+) -> HookedTransformer:
+    """Train the disabled-heads induction model (module docstring) and write it to `out` (a
+    checkpoint directory: `interp.load_model(out)` reads it). The shipped one was made with
+    `python -c "from circuits.edge_circuits.ground_truth import train_disabled_heads as t; t()"`."""
+    cfg = interp.Config(
+        n_layers=2, n_heads=4, d_model=32, d_vocab=32, n_ctx=24, attn_only=True, bos_token_id=0,
+        model_name="ground-truth-disabled-heads", task="induction",
+    )  # fmt: skip
+    model = HookedTransformer(cfg)
+    model.init_weights(seed)
+
+    def disable(*_) -> None:
+        with torch.no_grad():
+            for layer, head in DISABLED_HEADS:
+                model.blocks[layer].attn.W_O[head] = 0.0
+
+    disable()
+    config = TrainConfig(steps=steps, lr=5e-3, seed=seed, eval_every=steps, show_bar=False)
+    task = make_task("induction", d_vocab=cfg.d_vocab, n_ctx=cfg.n_ctx)
+    train(model, task, config, out=out, callback=disable, extra={"task": "induction"})
+    shutil.rmtree(Path(out) / CHECKPOINTS)  # the resumable optimizer state: not shipped
+    return model
+
+
+def disabled_heads_induction(n_prompts: int = 32, seed: int = 0) -> GroundTruth:
+    """The shipped disabled-heads model (module docstring), its induction task (`induction_task`,
+    seq_len 10) on n_prompts prompts, and its thresholded truth measured on 64 other prompts."""
+    model = interp.load_model(DISABLED_HEADS_CHECKPOINT)
+    model.eval()
+    heldout = induction_task(model, 64, seq_len=10, seed=seed + 1000)
+    return GroundTruth(
+        name="disabled-heads-induction", model=model, task=induction_task(model, n_prompts, 10, seed),
+        circuit=thresholded_truth(model, heldout),
+    )  # fmt: skip
