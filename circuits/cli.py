@@ -754,19 +754,15 @@ def retrieval(
     heads = None if induction_heads is None else _heads_option(induction_heads)
     loaded = load(model)
     began = time.perf_counter()
-
-    def progress(stage: str, done: int, total: int) -> None:  # a line on stderr as each stage begins
-        if done == 0:
-            print(f"[retrieval {time.perf_counter() - began:6.1f}s] {stage} ...", file=sys.stderr, flush=True)
-
     try:
-        result = find_retrieval_circuit(
-            loaded, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random,
-            n_two_hop=n_two_hop, induction_heads=heads, seed=seed, progress=progress,
-        )  # fmt: skip
+        with stage_bars("retrieval") as progress:
+            result = find_retrieval_circuit(
+                loaded, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random,
+                n_two_hop=n_two_hop, induction_heads=heads, seed=seed, progress=progress,
+            )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
-    print(f"[retrieval {time.perf_counter() - began:6.1f}s] done", file=sys.stderr, flush=True)
+    print(f"[retrieval] done in {time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
     write_retrieval_report(result, format, out, console)
     save_and_tell(result, out, save)
 
