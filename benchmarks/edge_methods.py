@@ -191,7 +191,24 @@ def main() -> None:
             out.write_text(json.dumps(results, indent=1))
             print(json.dumps({k: v for k, v in row.items() if "curve" not in k}), flush=True)
     print(markdown(results))
+    print(json.dumps(docs_table(results), ensure_ascii=False))
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+
+
+def docs_table(results: dict) -> dict:
+    """The table of docs/results/circuits.md (docs/results/data/circuits.json): the figures that do not
+    depend on the machine (times and memory are printed, not documented, where the machine is shared)."""
+    rows = [
+        [f"{row['model']}, {row['task']}", row["method"],
+         f"{row['cpr']:.2f} [{row['cpr_ci'][0]:.2f}, {row['cpr_ci'][1]:.2f}]",
+         f"{row['cmd']:.2f} [{row['cmd_ci'][0]:.2f}, {row['cmd_ci'][1]:.2f}]",
+         f"{row['n_edges_08']:,} of {row['n_edges']:,}",
+         f"{row['faithfulness_08']:.2f} [{row['faithfulness_08_ci'][0]:.2f}, "
+         f"{row['faithfulness_08_ci'][1]:.2f}]"]
+        for row in results.values()
+    ]  # fmt: skip
+    columns = ["model, task", "method", "CPR ↑", "CMD ↓", "edges for faithfulness 0.8", "its faithfulness"]
+    return {"columns": columns, "rows": rows, "align": "llrrrr"}
 
 
 def markdown(results: dict) -> str:
