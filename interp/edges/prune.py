@@ -116,7 +116,7 @@ def prune_edges(
     metric: Metric,
     density: float = 0.02,
     steps: int = 200,
-    lr: float = 1.0,
+    lr: float = 0.1,
     batch_size: int = 16,
     objective: str = "kl",
     ablation: Ablation = "counterfactual",
