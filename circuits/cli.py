@@ -736,7 +736,7 @@ def retrieval(
         '"none" (default: the heads interp heads confirms, cached after the first run).',
     ),
     seed: int = typer.Option(0, min=0, help="Seed of the prompts, the random sets and the bootstrap."),
-    format: str = typer.Option("table", help="table, json or markdown."),
+    format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
@@ -782,7 +782,7 @@ def hop(
     seed: int = typer.Option(
         0, min=0, help="Seed of the sequences (the eval stream), the random sets and the bootstrap."
     ),
-    format: str = typer.Option("table", help="table, json or markdown."),
+    format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     plot: str | None = typer.Option(None, help="Also draw the lookup chain (.png, .svg, .pdf)."),
     save: str | None = typer.Option(None, help=SAVE_HELP),

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.hop import hop_report, hop_task_of, lookup_chain_figure
-from circuits.hop.report import render_markdown, write_hop_report
+from circuits.hop.report import render_html, render_markdown, write_hop_report
 from circuits.results_file import load_result, save_result
 from interp.tasks import HopTask, hop_targets, split_generator
 from interp.training import make_task, train_toy_model
@@ -96,12 +96,30 @@ def test_toy_hop_makes_its_first_lookup_in_an_earlier_layer_than_its_second(toy_
         assert result.attention[j][chosen].min() > result.attention[j][~chosen].mean()
 
 
+def test_toy_hop_carries_hop_1s_result_to_hop_2s_queries(toy_hop_result):
+    """Path patching L0H2 -> the layer-2 heads: hop 1's result reaches them through their queries and
+    through layer 1's heads, beyond random layer-0 senders; not through their keys or values."""
+    routes = {path.route: path for path in toy_hop_result.paths}
+    assert set(routes) == {"q", "k", "v", "via L1"}
+    for path in routes.values():
+        assert (path.from_hop, path.to_hop, path.senders) == (1, 2, toy_hop_result.lookups[0].heads)
+        assert path.receivers == toy_hop_result.lookups[1].heads
+    for route in ("q", "via L1"):
+        assert routes[route].carries and routes[route].effect_ci[0] > 0 and routes[route].difference_ci[0] > 0
+    assert routes["q"].effect > max(abs(routes["k"].effect), abs(routes["v"].effect)) + 0.5
+    assert not routes["k"].carries and not routes["v"].carries
+
+
 def test_hop_result_saves_renders_and_draws(toy_hop_result, tmp_path):
     save_result(toy_hop_result, tmp_path / "hop.json")
     again = load_result(tmp_path / "hop.json")
     assert again.lookups == toy_hop_result.lookups and torch.equal(again.attention, toy_hop_result.attention)
+    assert again.paths == toy_hop_result.paths
     markdown = render_markdown(again)
-    assert markdown.index("accuracy") < markdown.index("| hop |")  # the finding first
+    assert markdown.index("accuracy") < markdown.index("Hop 1 -> hop 2") < markdown.index("| hop |")
+    page = render_html(again)
+    assert page.index("accuracy") < page.index("<table") and page.count("class='legend'") == 2
+    assert "<script src" not in page and "http" not in page.split("<body>")[1]  # opens offline
     lookup_chain_figure(again, tmp_path / "chain.svg")
     assert (tmp_path / "chain.svg").read_text().lstrip().startswith("<?xml")
 
@@ -131,11 +149,15 @@ def test_interp_hop_saves_what_render_shows_again_and_refuses_bad_options(tmp_pa
     assert run.exit_code == 0, run.output
     run = CliRunner().invoke(app, ["render", str(saved), "--format", "markdown", "--out", str(again)])
     assert run.exit_code == 0 and again.read_text() == direct.read_text()
+    run = CliRunner().invoke(
+        app, ["render", str(saved), "--format", "html", "--out", str(tmp_path / "hop.html")]
+    )
+    assert run.exit_code == 0 and (tmp_path / "hop.html").read_text().startswith("<!DOCTYPE html>")
     assert (tmp_path / "chain.png").stat().st_size > 1000
     for options, message in [
         (["--n-sequences", "33"], "even"),
         (["--plot", "chain.gif"], ".png"),
-        (["--format", "html", "--out", "x.html"], "unknown format"),
+        (["--format", "html"], "--out FILE.html"),
     ]:
         run = CliRunner().invoke(app, ["hop", "--model", "toy-hop", *options])
         assert run.exit_code == 2 and message in run.output, run.output

@@ -14,6 +14,11 @@ at the query, so each head is scored there, two ways, on the task's sequences:
 The discovery half of the sequences chooses each hop's heads; the held-out half tests them against
 random heads of the same layers ablated at the query too (`circuits.icl.random_same_layer_sets`).
 Every ablated run goes through interp's engine (`run_site_sets`).
+
+What carries hop j's result to hop j + 1's heads is path-patched on the held-out half (`hop_paths`):
+hop j's heads output, at the query, their value on another sequence, along one route at a time (the
+query, key or value input of hop j + 1's heads, or the heads of the layers between the two hops),
+against random senders of the same layers.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.hop.results import HopLookup, HopResult
+from circuits.hop.results import HopLookup, HopPath, HopResult
 from circuits.icl import random_same_layer_sets
 from interp.interventions.ablation import Replacement
 from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
 from interp.interventions.metrics import AnswerMetric
+from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import bootstrap_ci
 from interp.tasks import HopTask, hop_targets
 from interp.types import Head, Progress, head_label
@@ -144,6 +150,7 @@ def hop_report(
             _test_lookup(model, j, heads, part, attention[j], metric, mean_z, min_attention, n_random, seed)
             for j, heads in enumerate(chosen)
         ]
+        paths = hop_paths(model, part, chosen, metric, n_random, seed)
     path = torch.cat([torch.tensor([task.query]), lookup_positions(task, part[:1].cpu())[0]])
     return HopResult(
         model_name=cfg.model_name,
@@ -160,7 +167,62 @@ def hop_report(
         lookups=lookups,
         example_tokens=part[0].tolist(),
         example_path=path.tolist(),
+        paths=paths,
     )
+
+
+def hop_paths(
+    model: interp.HookedTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    heads: list[list[Head]],
+    metric: AnswerMetric,
+    n_random: int,
+    seed: int,
+) -> list[HopPath]:
+    """For each pair of successive hops whose heads lie in successive layers (hop j's all before hop
+    j + 1's), the paths from hop j's heads to hop j + 1's: each route ("q", "k", "v" of the receivers,
+    or "via" every head of the layers between) path-patched with the senders' outputs at the query
+    (the metric's position) taken from the next sequence of `tokens` (rolled by one), against random
+    senders of the same layers. heads: each hop's heads, in order."""
+    corrupted = tokens.roll(1, 0)
+    patcher = PathPatcher(model, tokens, corrupted, logit_pos=metric.pos)
+    paths = []
+    for j, (senders, receivers) in enumerate(zip(heads[:-1], heads[1:], strict=True)):
+        if not senders or not receivers or max(senders)[0] >= min(receivers)[0]:
+            continue
+        first, last = max(senders)[0] + 1, min(receivers)[0] - 1  # the layers between the hops
+        routes = {letter: [(layer, head, letter) for layer, head in receivers] for letter in "qkv"}
+        if first <= last:
+            between = [
+                (layer, head, "qkv") for layer in range(first, last + 1) for head in range(model.cfg.n_heads)
+            ]
+            routes[f"via L{first}" + (f"-L{last}" if last > first else "")] = between
+        random_sets = random_same_layer_sets(model, senders, n_random, seed + 100 + j)
+        for route, inputs in routes.items():
+            patched = patcher(metric, inputs, [senders, *random_sets], sender_pos=metric.pos)
+            effects = patched.target - patched.values  # [sets, batch]: clean - patched
+            difference = effects[0] - effects[1:].mean(0)
+            effect_ci, difference_ci = (
+                bootstrap_ci(effects[0], seed=seed),
+                bootstrap_ci(difference, seed=seed),
+            )
+            paths.append(
+                HopPath(
+                    from_hop=j + 1,
+                    to_hop=j + 2,
+                    senders=[head_label(*head) for head in senders],
+                    receivers=[head_label(*head) for head in receivers],
+                    route=route,
+                    effect=effects[0].mean().item(),
+                    effect_ci=(effect_ci[0].item(), effect_ci[1].item()),
+                    random_sets=[[head_label(*head) for head in drawn] for drawn in random_sets],
+                    random_effects=effects[1:].mean(1).tolist(),
+                    difference=difference.mean().item(),
+                    difference_ci=(difference_ci[0].item(), difference_ci[1].item()),
+                    carries=difference_ci[0].item() > 0,
+                )
+            )
+    return paths
 
 
 def _test_lookup(

@@ -1,15 +1,17 @@
-"""Rendering a HopResult: terminal, JSON and Markdown, and the lookup-chain figure.
+"""Rendering a HopResult: terminal, JSON, Markdown and HTML, and the lookup-chain figure.
 
-    write_hop_report(result, "markdown", "hop.md", Console())   # or "table", "json"
+    write_hop_report(result, "html", "hop.html", Console())   # or "table", "json", "markdown"
     lookup_chain_figure(result, "hop.png")
 
 Every format opens with the finding: the held-out accuracy, then each hop's heads (their layers,
-attention to the hop's target, and the ablation change against random heads).
+attention to the hop's target, and the ablation change against random heads), then what carries one
+hop's result to the next hop's heads (path patching).
 """
 
 from __future__ import annotations
 
 import functools
+import html
 import json
 import math
 from pathlib import Path
@@ -19,11 +21,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from circuits.hop.results import HopResult
+from circuits.hop.results import HopPath, HopResult
 from circuits.icl.training import save_figure
 from circuits.output import write_output
+from interp.viz import heatmap_grid, heatmap_html, html_page
 
-FORMATS = ("table", "json", "markdown")
+FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
     "Hop j lands on t_j, the token after the last occurrence, before where hop j-1 landed (hop 1: the "
     "query), of that position's token. Attention: the query's attention to t_j - 1 or t_j, held-out mean. "
@@ -34,6 +37,25 @@ LEGEND = (
     "discovery half."
 )
 COLUMNS = ("hop", "heads", "layers", "attention", "change", "beyond random", "verdict")
+PATH_LEGEND = (
+    "Path patching, held-out sequences: hop j's heads output at the query their value on another "
+    "held-out sequence (hop j lands elsewhere there), every other head frozen to the clean run, so the "
+    "change reaches hop j+1's heads only through one route: their query (q), key (k) or value (v) "
+    "input, or every head of the layers between the hops (via; from them on, everything is recomputed). "
+    "Effect: the drop of the answer's logit "
+    "minus the other symbols' mean logit (logits, [95% bootstrap CI]); the route carries hop j's result "
+    "when the effect exceeds that of random heads of the senders' layers patched the same way (CI of "
+    "the difference above 0)."
+)
+PATH_COLUMNS = (
+    "hops",
+    "senders -> receivers",
+    "route",
+    "effect",
+    "random senders",
+    "beyond random",
+    "carries",
+)
 
 
 def _signed(value: float) -> str:
@@ -56,11 +78,46 @@ def summary_lines(result: HopResult) -> list[str]:
         for lookup in result.lookups
     ]
     lines.append("Lookup chain: " + "; ".join(chain) + ".")
+    lines += [path_line(result, j) for j in sorted({path.from_hop for path in result.paths})]
     lines.append(
         f"Sequences: {result.n_sequences} from the task's eval stream (seed {result.seed}), half to choose "
         f"heads (attention >= {result.min_attention} and a positive ablation change), half to test them."
     )
     return lines
+
+
+def path_line(result: HopResult, from_hop: int) -> str:
+    """What carries hop `from_hop`'s result to the next hop's heads: the routes that carry it first."""
+    paths = [path for path in result.paths if path.from_hop == from_hop]
+    carrying = [path for path in paths if path.carries]
+
+    def route(path: HopPath) -> str:
+        return f"{path.route} {_signed(path.difference)} {_ci(path.difference_ci)}"
+
+    found = "; ".join(map(route, carrying)) or "no route beats random senders"
+    others = ", ".join(map(route, (path for path in paths if not path.carries)))
+    first = paths[0]
+    return (
+        f"Hop {from_hop} -> hop {from_hop + 1} (path patching {', '.join(first.senders)} -> "
+        f"{', '.join(first.receivers)}, beyond random senders): carried by {found}"
+        + (f"; not by {others}" if others else "")
+        + "."
+    )
+
+
+def _path_rows(result: HopResult) -> list[tuple[str, ...]]:
+    return [
+        (
+            f"{path.from_hop} -> {path.to_hop}",
+            f"{', '.join(path.senders)} -> {', '.join(path.receivers)}",
+            path.route,
+            f"{_signed(path.effect)} {_ci(path.effect_ci)}",
+            ", ".join(f"{value:+.2f}" for value in path.random_effects),
+            f"{_signed(path.difference)} {_ci(path.difference_ci)}",
+            "yes" if path.carries else "no",
+        )
+        for path in result.paths
+    ]
 
 
 def _rows(result: HopResult) -> list[tuple[str, ...]]:
@@ -88,6 +145,14 @@ def render_table(result: HopResult, console: Console) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(LEGEND, style="dim", markup=False)
+    if result.paths:
+        paths = Table(title="What carries each hop's result to the next hop's heads", box=box.SIMPLE_HEAD)
+        for column in PATH_COLUMNS:
+            paths.add_column(column, overflow="fold", min_width=min(len(column), 7))
+        for row in _path_rows(result):
+            paths.add_row(*row)
+        console.print(paths)
+        console.print(PATH_LEGEND, style="dim", markup=False)
     console.print(f"Model: {result.provenance}.", style="dim", markup=False)
 
 
@@ -117,6 +182,22 @@ def to_dict(result: HopResult) -> dict[str, Any]:
             }  # fmt: skip
             for lookup in result.lookups
         ],
+        "paths": [
+            {
+                "from_hop": path.from_hop,
+                "to_hop": path.to_hop,
+                "senders": path.senders,
+                "receivers": path.receivers,
+                "route": path.route,
+                "effect": plain(path.effect),
+                "effect_ci": [plain(v) for v in path.effect_ci],
+                "random_effects": path.random_effects,
+                "difference": plain(path.difference),
+                "difference_ci": [plain(v) for v in path.difference_ci],
+                "carries": path.carries,
+            }  # fmt: skip
+            for path in result.paths
+        ],
         "provenance": result.provenance,
     }
 
@@ -125,8 +206,51 @@ def render_markdown(result: HopResult) -> str:
     out = [f"# Hop induction in {result.model_name}", ""] + [f"- {line}" for line in summary_lines(result)]
     out += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     out += ["| " + " | ".join(row) + " |" for row in _rows(result)]
-    out += ["", LEGEND, "", f"Model: {result.provenance}."]
+    out += ["", LEGEND]
+    if result.paths:
+        out += ["", "| " + " | ".join(PATH_COLUMNS) + " |", "|" + "---|" * len(PATH_COLUMNS)]
+        out += ["| " + " | ".join(row) + " |" for row in _path_rows(result)]
+        out += ["", PATH_LEGEND]
+    out += ["", f"Model: {result.provenance}."]
     return "\n".join(out) + "\n"
+
+
+def _html_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render_html(result: HopResult) -> str:
+    hops, n_layers, n_heads = result.attention.shape
+    sections = [
+        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
+        "<h2>Each hop's heads, tested on held-out sequences</h2>" + _html_table(COLUMNS, _rows(result)),
+        f"<p class='legend'>{html.escape(LEGEND)}</p>",
+    ]
+    if result.paths:
+        sections += [
+            "<h2>What carries each hop's result to the next hop's heads</h2>"
+            + _html_table(PATH_COLUMNS, _path_rows(result)),
+            f"<p class='legend'>{html.escape(PATH_LEGEND)}</p>",
+        ]
+    heatmaps = [
+        heatmap_html(
+            result.attention[j],
+            [str(i) for i in range(n_layers)],
+            [str(i) for i in range(n_heads)],
+            f"Hop {j + 1}: the query's attention to t_{j + 1} - 1 or t_{j + 1} (held out)",
+            signed=False,
+            limit=1.0,
+            caption=f"hop {j + 1}'s heads: {', '.join(lookup.heads) or 'none'} ({lookup.verdict})",
+        )
+        for j, lookup in enumerate(result.lookups)
+    ]
+    sections.append(heatmap_grid(heatmaps))
+    sections.append(f"<p>Model: {html.escape(result.provenance)}.</p>")
+    return html_page(f"Hop induction in {result.model_name}", sections)
 
 
 def write_hop_report(result: HopResult, format: str, out: str | None, console: Console) -> None:
@@ -134,6 +258,7 @@ def write_hop_report(result: HopResult, format: str, out: str | None, console: C
     renderers = {
         "json": lambda: json.dumps(to_dict(result), indent=2),
         "markdown": lambda: render_markdown(result),
+        "html": lambda: render_html(result),
     }
     table = functools.partial(render_table, result)
     write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](), width=140)
@@ -143,8 +268,10 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
     """The lookup chain: left, the query's held-out attention to each hop's occurrence or target for
     every [layer, head] (chosen heads outlined); right, one held-out sequence with the path of the hops
     (grey) and each hop's lookup drawn from the query as an arrow at the height of the layer of its
-    heads (dotted: not confirmed). Returns the matplotlib Figure; with `out` (.png, .svg, .pdf) also
-    writes it there."""
+    heads (dotted: not confirmed), and beside the query an arrow from each hop's heads to the next
+    hop's, labelled with the routes that carry the hop's result and their effect beyond random senders
+    (path patching, logits; dotted: none carries). Returns the matplotlib Figure; with `out` (.png,
+    .svg, .pdf) also writes it there."""
     try:
         import matplotlib
 
@@ -187,7 +314,17 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
         axes.text((query + path[j + 1]) / 2, height + 0.12, f"hop {j + 1}: {', '.join(lookup.heads)}",
                   ha="center", fontsize=8, color=colours[j])  # fmt: skip
         axes.plot([path[j + 1]] * 2, [-0.35, height], color=colours[j], lw=0.6, alpha=0.5)
-    axes.set_xlim(first - 1, len(tokens) - 1)
+    heights = [
+        sum(lookup.layers) / len(lookup.layers) if lookup.layers else None for lookup in result.lookups
+    ]
+    for from_hop in sorted({found.from_hop for found in result.paths}):
+        low, high = heights[from_hop - 1], heights[from_hop]
+        carrying = [found for found in result.paths if found.from_hop == from_hop and found.carries]
+        label = "\n".join(f"{found.route} {found.difference:+.2f}" for found in carrying) or "no route"
+        style = {"arrowstyle": "->", "color": "black", "lw": 1.2, "linestyle": "-" if carrying else ":"}
+        axes.annotate("", xy=(query + 0.5, high), xytext=(query + 0.5, low), arrowprops=style)
+        axes.text(query + 0.6, (low + high) / 2, label, fontsize=7, va="center")
+    axes.set_xlim(first - 1, len(tokens) + 0.5)
     axes.set_ylim(-1, n_layers)
     axes.set_yticks(range(n_layers))
     axes.set_ylabel("layer of the lookup's heads", fontsize=8)

@@ -4,7 +4,7 @@ answer's logit minus the mean logit of the other symbols when heads are mean-abl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jaxtyping import Float
 from torch import Tensor
@@ -39,6 +39,33 @@ class HopLookup:
 
 
 @dataclass(kw_only=True)
+class HopPath:
+    """What carries hop j's result to hop j + 1's heads, by path patching on the held-out sequences.
+
+    The senders (hop j's heads) output, at the query only, their value on another held-out sequence
+    (each sequence's hop j lands elsewhere); every other head is frozen to the clean run, so the
+    change travels only along `route`: into the receivers' (hop j + 1's heads) query, key or value
+    input ("q", "k", "v"), or into every head of the layers between the two hops ("via L1"), whose
+    outputs then reach everything after them. Effect: the drop of the answer's logit minus the other
+    symbols' mean logit (clean - patched, logits) with its 95% bootstrap CI; `difference`: that minus
+    the mean effect of `random_sets` (as many heads of the senders' layers, patched the same way);
+    `carries` when the difference's CI lies above 0."""
+
+    from_hop: int
+    to_hop: int
+    senders: list[str]
+    receivers: list[str]
+    route: str  # "q", "k", "v" or "via L<a>[-L<b>]"
+    effect: float
+    effect_ci: tuple[float, float]
+    random_sets: list[list[str]]
+    random_effects: list[float]
+    difference: float
+    difference_ci: tuple[float, float]
+    carries: bool
+
+
+@dataclass(kw_only=True)
 class HopResult:
     """`hop_report`'s result. The task's sequences are split in two: the discovery half chooses each
     hop's heads, the held-out half tests them (accuracy too is held out)."""
@@ -57,6 +84,7 @@ class HopResult:
     lookups: list[HopLookup]
     example_tokens: list[int]  # one held-out sequence, for the figure
     example_path: list[int]  # the query, then each hop's target in it
+    paths: list[HopPath] = field(default_factory=list)  # hop j -> j + 1, for hops with heads in order
 
     def lookup_layers(self) -> list[list[int]]:
         """For each hop, the layers of its confirmed heads (empty where none is confirmed)."""
