@@ -4,6 +4,8 @@ accuracy more than ablating random heads from the same layers."""
 
 from __future__ import annotations
 
+import html
+
 import pytest
 import torch
 from rich.console import Console
@@ -14,7 +16,7 @@ from circuits.icl.heads import random_same_layer_sets
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalResult, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import ablated_logit_diffs
-from circuits.retrieval.report import render_markdown, write_retrieval_report
+from circuits.retrieval.report import render_html, render_markdown, write_retrieval_report
 from interp.tasks.ioi import single_token_names
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
 from interp.tasks.retrieval import (
@@ -132,6 +134,14 @@ def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
     path = tmp_path / "retrieval.json"
     save_result(r, path)
     assert render_markdown(load_result(path)) == render_markdown(r)
+    page = tmp_path / "retrieval.html"
+    run = CliRunner().invoke(app, ["render", str(path), "--format", "html", "--out", str(page)])
+    assert run.exit_code == 0, run.output
+    text = page.read_text()
+    assert text == render_html(r) and text.index("Retrieval from context by") < text.index("<table")
+    for c in r.classes:  # every class with its verdict, in the classes' table
+        assert f"<td>{c.name}</td><td>{html.escape(', '.join(c.heads))}</td><td>{c.verdict}</td>" in text
+    assert "<script src" not in text and "http" not in text.split("<body>")[1]  # opens offline
     out = tmp_path / "retrieval.md"
     write_retrieval_report(r, "markdown", str(out), Console())
     assert out.read_text().startswith("# Retrieval from context")

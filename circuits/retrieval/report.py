@@ -1,10 +1,11 @@
-"""Rendering a RetrievalResult: terminal table, JSON summary, Markdown. The finding comes first:
+"""Rendering a RetrievalResult: terminal table, JSON summary, Markdown, HTML. The finding comes first:
 accuracy against chance, each class's verdict on held-out prompts, its overlap with the induction
 heads of `interp heads`, the circuit's faithfulness; then the two-hop measurement."""
 
 from __future__ import annotations
 
 import functools
+import html
 import json
 import math
 
@@ -18,8 +19,9 @@ from circuits.retrieval.results import (
     RetrievalAccuracy,
     RetrievalResult,
 )
+from interp.viz import heatmap_grid, heatmap_html, html_page
 
-FORMATS = ("table", "json", "markdown")
+FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
     "Logit diff = logit(answer) - the largest logit of the other values stated in the prompt (logits); "
     "accuracy: the answer ranks first among them [95% bootstrap CI over prompts]; chance = mean of 1 / "
@@ -229,8 +231,96 @@ def render_markdown(result: RetrievalResult) -> str:
     return "\n".join(out) + "\n"
 
 
+CLASS_COLUMNS = (
+    "class",
+    "heads",
+    "verdict",
+    "beyond random",
+    "accuracy ablated",
+    "random ablated",
+    "induction",
+)
+ACCURACY_COLUMNS = ("prompts", "n", "accuracy", "chance", "mean logit diff")
+
+
+def _class_rows(result: RetrievalResult) -> list[list[str]]:
+    return [
+        [c.name, ", ".join(c.heads), c.verdict, f"{_signed(c.difference)} {_ci(c.difference_ci)}",
+         f"{100 * c.accuracy:.0f}%", f"{100 * c.random_accuracy:.0f}%", ", ".join(c.induction_overlap) or "-"]
+        for c in result.classes
+    ]  # fmt: skip
+
+
+def _accuracy_rows(result: RetrievalResult) -> list[list[str]]:
+    every = [result.discovery, result.heldout, *result.heldout_by_facts, result.question, *result.two_hop]
+    return [
+        [a.prompts, str(a.n_prompts), f"{100 * a.accuracy:.0f}% {_ci(a.ci, True)}", f"{100 * a.chance:.0f}%",
+         _signed(a.logit_diff)]
+        for a in every
+    ]  # fmt: skip
+
+
+def _html_table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render_html(result: RetrievalResult) -> str:
+    """The report as one offline page: the finding, the classes with their verdicts, accuracy on every
+    prompt set, the heads and their attention from END, the path-patching effects of every head."""
+    sections = [
+        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
+        "<h2>Each class against random heads, held-out prompts</h2>"
+        + _html_table(CLASS_COLUMNS, _class_rows(result)),
+        "<h2>Accuracy</h2>" + _html_table(ACCURACY_COLUMNS, _accuracy_rows(result)),
+        "<h2>Heads found on the discovery prompts</h2>" + _html_table(HEAD_COLUMNS, _head_rows(result)),
+    ]
+    if result.heads:
+        targets = ("VALUE", "NAME", "QUERY")
+        attention = [[h.attention[target] for target in targets] for h in result.heads]
+        labels = [f"{h.head} ({h.cls or 'unclassified'})" for h in result.heads]
+        sections.append(
+            heatmap_html(
+                attention,
+                labels,
+                ["value", "name", "query"],
+                "Attention from END (discovery prompts)",
+                signed=False,
+                limit=1.0,
+                row_axis="head",
+                col_axis="END attends to",
+                caption="the queried value (mover), the name's mention (mention), the query's name (query)",
+            )
+        )
+    effects = [
+        heatmap_html(
+            grid,
+            [str(i) for i in range(grid.shape[0])],
+            [str(i) for i in range(grid.shape[1])],
+            f"Path patching to {sweep}",
+            signed=True,
+            value_format="{:+.2f}",
+            caption="change of the mean logit diff when the head's path is patched (logits): exact for "
+            "the heads EAP ranks first, EAP's estimate for the others; grey: no sender",
+        )  # fmt: skip
+        for sweep, grid in result.effects.items()
+    ]
+    if effects:
+        sections.append("<h2>Every head</h2>" + heatmap_grid(effects))
+    sections += [
+        "<h2>Per held-out stratum</h2>" + _html_table(STRATUM_COLUMNS, _stratum_rows(result)),
+        "<ul>" + "".join(f"<li>{html.escape(f'{n}: {m}')}</li>" for n, m in CLASS_MEANINGS.items()) + "</ul>",
+        f"<p class='legend'>{html.escape(LEGEND)}</p>",
+        f"<p>Model: {html.escape(result.provenance)}.</p>",
+    ]
+    return html_page(f"Retrieval from context in {result.model_name}", sections)
+
+
 def write_retrieval_report(result: RetrievalResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    renderers = {"json": render_json, "markdown": render_markdown}
+    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
     table = functools.partial(render_table, result)
     write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=160)
