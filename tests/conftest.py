@@ -16,8 +16,12 @@ from interp.tasks import IOIPrompts
 keep_freed_memory(True)  # the suite runs under the allocator policy the `interp` command uses
 
 if "OMP_NUM_THREADS" not in os.environ:  # OMP_NUM_THREADS=1 make test runs on one thread
-    # 2 cores, shared by pytest-xdist's workers when `make test` runs them (-n 2: one thread each)
-    torch.set_num_threads(max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+    # 2 cores, shared by pytest-xdist's workers when `make test` runs them (-n 2: one thread each).
+    # Set in the environment too, so the notebooks' kernels and other child processes take as many:
+    # a kernel on 2 threads beside the other worker's made a notebook's sweeps ten times slower.
+    THREADS = max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
+    torch.set_num_threads(THREADS)
 
 IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
 # The seed of every model a test trains. Trained tests assert what any good run shows, so the suite
