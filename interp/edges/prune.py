@@ -17,9 +17,8 @@ is the expected fraction of gates that are non-zero and `target` falls geometric
 `density` over the first half of the steps (Bhaskar et al.'s logarithmic warm-up). The factor n_edges
 keeps each gate's share of the penalty's gradient independent of the graph's size: without it the
 gradient of the mean density is 1 / n_edges per gate, and on 70,651 edges (SmolLM2) the multipliers
-could not grow large enough in a few hundred steps to outweigh the objective. objective "kl":
-KL(model || masked model) of the next token where the metric reads; "metric": the squared difference
-of the metric per prompt, in the metric's units squared.
+could not grow large enough in a few hundred steps to outweigh the objective. objective "kl": KL(model || masked model) of the next token where the metric reads; "metric":
+the squared difference of the metric per prompt, in the metric's units squared.
 
 The scores rank edges by how long they survive the sparsity ramp: an edge's deterministic gate is
 open while log_alpha > -log(HIGH / -LOW); the score is -(the last step its gate was open +
