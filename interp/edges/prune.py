@@ -10,14 +10,11 @@ with a float mask that requires grad):
 so z = 1 everywhere is the model and z = 0 the fully ablated graph, as in `run_circuits`. Training
 minimises, on the discovery prompts,
 
-  objective + n_edges (lambda_1 (density - target) + lambda_2 (density - target)^2)
+  objective + lambda_1 (density - target) + lambda_2 (density - target)^2
 
-over the logits while the Lagrange multipliers lambda_1, lambda_2 ascend (Adam, maximising); `density`
-is the expected fraction of gates that are non-zero and `target` falls geometrically from 1 to
-`density` over the first half of the steps (Bhaskar et al.'s logarithmic warm-up). The factor n_edges
-keeps each gate's share of the penalty's gradient independent of the graph's size: without it the
-gradient of the mean density is 1 / n_edges per gate, and on 70,651 edges (SmolLM2) the multipliers
-could not grow large enough in a few hundred steps to outweigh the objective. objective "kl": KL(model || masked model) of the next token where the metric reads; "metric":
+over the logits while the Lagrange multipliers lambda_1, lambda_2 ascend; `density` is the expected
+fraction of gates that are non-zero and `target` ramps from 1 to `density` over the first half of the
+steps. objective "kl": KL(model || masked model) of the next token where the metric reads; "metric":
 the squared difference of the metric per prompt, in the metric's units squared.
 
 The scores rank edges by how long they survive the sparsity ramp: an edge's deterministic gate is
@@ -85,12 +82,6 @@ def gates(log_alpha: Tensor, generator: torch.Generator | None) -> Tensor:
         u = torch.rand(log_alpha.shape, generator=generator).clamp(1e-6, 1 - 1e-6).to(log_alpha.device)
         s = torch.sigmoid((u.log() - (-u).log1p() + log_alpha) / BETA)
     return (s * (HIGH - LOW) + LOW).clamp(0, 1)
-
-
-def target_density(density: float, step: int, steps: int) -> float:
-    """The target at `step`: from 1 down to `density` geometrically (log-linearly) over the first half of
-    the steps, then `density`."""
-    return density ** min(1.0, step / max(1, steps // 2))
 
 
 def expected_density(log_alpha: Tensor) -> Tensor:
@@ -189,10 +180,9 @@ def prune_edges(
             logit_pos = _read_positions(metric, rows, clean.shape[1])
             logits = masked_logits(model, graph, clean[rows], mask.to(model.device), ablated, logit_pos)
             fit = _objective(logits, rows, logit_pos, targets, metric, objective, n)
-            gap = expected_density(log_alpha) - target_density(density, step, steps)
-            # n_edges times the Lagrangian of the density: each gate's gradient is (lambda_1 + 2 lambda_2
-            # gap) times its own, whatever the graph's size
-            loss = fit + graph.n_edges * (lambdas[0] * gap + lambdas[1] * gap**2)
+            target = max(density, 1 - (1 - density) * min(1.0, step / max(1, steps // 2)))
+            gap = expected_density(log_alpha) - target
+            loss = fit + lambdas[0] * gap + lambdas[1] * gap**2
             mask_opt.zero_grad()
             lambda_opt.zero_grad()
             loss.backward()
