@@ -15,13 +15,22 @@ from interp.tasks import IOIPrompts
 
 keep_freed_memory(True)  # the suite runs under the allocator policy the `interp` command uses
 
-if "OMP_NUM_THREADS" not in os.environ:  # OMP_NUM_THREADS=1 make test runs on one thread
-    # 2 cores, shared by pytest-xdist's workers when `make test` runs them (-n 2: one thread each).
-    # Set in the environment too, so the notebooks' kernels and other child processes take as many:
-    # a kernel on 2 threads beside the other worker's made a notebook's sweeps ten times slower.
-    THREADS = max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    os.environ["OMP_NUM_THREADS"] = str(THREADS)
-    torch.set_num_threads(THREADS)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Threads: 2 cores, shared by pytest-xdist's workers (`make test`: -n 2, one thread each).
+
+    Set in the environment too, so the notebooks' kernels and other child processes take as many (a
+    kernel on 2 threads beside the other worker made a notebook ten times slower). xdist's controller
+    runs no tests and sets nothing, so its workers see only what the user set
+    (`OMP_NUM_THREADS=1 make test` runs everything on one thread).
+    """
+    is_controller = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+    if is_controller or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = max(1, 2 // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
 
 IOI_PROMPT = "When Mary and John went to the store, John gave a drink to"
 # The seed of every model a test trains. Trained tests assert what any good run shows, so the suite
