@@ -362,6 +362,15 @@ svg, img { max-width: 100%; height: auto; } figure { margin: 0; } figcaption { c
 """
 
 
+def html_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain HTML table of text cells (escaped): a header row of `columns`, then `rows`."""
+    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
 def html_page(title: str, sections: Sequence[str]) -> str:
     """A complete HTML document from fragments (raw HTML); includes the circuitsvis bundle once if needed."""
     body = "\n".join(sections)

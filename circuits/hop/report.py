@@ -24,7 +24,7 @@ from rich.table import Table
 from circuits.hop.results import HopPath, HopResult
 from circuits.icl.training import save_figure
 from circuits.output import write_output
-from interp.viz import heatmap_grid, heatmap_html, html_page
+from interp.viz import heatmap_grid, heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -215,25 +215,17 @@ def render_markdown(result: HopResult) -> str:
     return "\n".join(out) + "\n"
 
 
-def _html_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 def render_html(result: HopResult) -> str:
     hops, n_layers, n_heads = result.attention.shape
     sections = [
         "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
-        "<h2>Each hop's heads, tested on held-out sequences</h2>" + _html_table(COLUMNS, _rows(result)),
+        "<h2>Each hop's heads, tested on held-out sequences</h2>" + html_table(COLUMNS, _rows(result)),
         f"<p class='legend'>{html.escape(LEGEND)}</p>",
     ]
     if result.paths:
         sections += [
             "<h2>What carries each hop's result to the next hop's heads</h2>"
-            + _html_table(PATH_COLUMNS, _path_rows(result)),
+            + html_table(PATH_COLUMNS, _path_rows(result)),
             f"<p class='legend'>{html.escape(PATH_LEGEND)}</p>",
         ]
     heatmaps = [

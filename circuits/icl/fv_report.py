@@ -22,7 +22,7 @@ from rich.table import Table
 
 from circuits.icl.results import Comparison, FunctionVectorResult
 from circuits.output import write_output
-from interp.viz import heatmap_html, html_page
+from interp.viz import heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -195,14 +195,6 @@ def render_markdown(result: FunctionVectorResult) -> str:
     return "\n".join(out) + "\n"
 
 
-def _html_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 def render_html(result: FunctionVectorResult) -> str:
     comparisons = [result.aie_test, result.vector_test, *result.ablations]
     rows = [
@@ -216,9 +208,9 @@ def render_html(result: FunctionVectorResult) -> str:
         "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
         f"<p class='legend'>{html.escape(LEGEND)}</p>",
         "<h2>Tests against random same-layer heads</h2>"
-        + _html_table(("test", "unit", "class", "random sets", "beyond random", "verdict"), rows),
-        "<h2>Zero-shot accuracy on held-out pairs</h2>" + _html_table(TASK_COLUMNS, _task_rows(result)),
-        "<h2>FV heads</h2>" + _html_table(HEAD_COLUMNS, _head_rows(result)),
+        + html_table(("test", "unit", "class", "random sets", "beyond random", "verdict"), rows),
+        "<h2>Zero-shot accuracy on held-out pairs</h2>" + html_table(TASK_COLUMNS, _task_rows(result)),
+        "<h2>FV heads</h2>" + html_table(HEAD_COLUMNS, _head_rows(result)),
         "<h2>Every head</h2>"
         + heatmap_html(
             result.aie_attributed,

@@ -19,7 +19,7 @@ from circuits.retrieval.results import (
     RetrievalAccuracy,
     RetrievalResult,
 )
-from interp.viz import heatmap_grid, heatmap_html, html_page
+from interp.viz import heatmap_grid, heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -260,23 +260,15 @@ def _accuracy_rows(result: RetrievalResult) -> list[list[str]]:
     ]  # fmt: skip
 
 
-def _html_table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 def render_html(result: RetrievalResult) -> str:
     """The report as one offline page: the finding, the classes with their verdicts, accuracy on every
     prompt set, the heads and their attention from END, the path-patching effects of every head."""
     sections = [
         "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
         "<h2>Each class against random heads, held-out prompts</h2>"
-        + _html_table(CLASS_COLUMNS, _class_rows(result)),
-        "<h2>Accuracy</h2>" + _html_table(ACCURACY_COLUMNS, _accuracy_rows(result)),
-        "<h2>Heads found on the discovery prompts</h2>" + _html_table(HEAD_COLUMNS, _head_rows(result)),
+        + html_table(CLASS_COLUMNS, _class_rows(result)),
+        "<h2>Accuracy</h2>" + html_table(ACCURACY_COLUMNS, _accuracy_rows(result)),
+        "<h2>Heads found on the discovery prompts</h2>" + html_table(HEAD_COLUMNS, _head_rows(result)),
     ]
     if result.heads:
         targets = ("VALUE", "NAME", "QUERY")
@@ -311,7 +303,7 @@ def render_html(result: RetrievalResult) -> str:
     if effects:
         sections.append("<h2>Every head</h2>" + heatmap_grid(effects))
     sections += [
-        "<h2>Per held-out stratum</h2>" + _html_table(STRATUM_COLUMNS, _stratum_rows(result)),
+        "<h2>Per held-out stratum</h2>" + html_table(STRATUM_COLUMNS, _stratum_rows(result)),
         "<ul>" + "".join(f"<li>{html.escape(f'{n}: {m}')}</li>" for n, m in CLASS_MEANINGS.items()) + "</ul>",
         f"<p class='legend'>{html.escape(LEGEND)}</p>",
         f"<p>Model: {html.escape(result.provenance)}.</p>",
