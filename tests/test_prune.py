@@ -116,8 +116,9 @@ def test_resumed_pruning_follows_the_same_trajectory(toy_induction, tmp_path):
 
 
 def test_selection_frequencies(toy_induction):
-    """Per-prompt scores average to the batch's scores; frequencies lie in [0, 1], the strongest edge
-    and an edge planted as essential on every prompt are selected in every resample."""
+    """Per-prompt scores average to the batch's scores (read at each prompt's own position too);
+    frequencies lie in [0, 1], the strongest edge and an edge planted as essential on every prompt
+    are selected in every resample."""
     model, task, _ = toy_induction
     clean, corrupted, metric = (
         task.clean[:12],
@@ -127,6 +128,10 @@ def test_selection_frequencies(toy_induction):
     each = edges.prompt_scores(model, clean, corrupted, metric, "eap")
     batch = edges.edge_attribution(model, clean, corrupted, metric, "eap")
     torch.testing.assert_close(each.mean(0), batch.scores, atol=1e-5, rtol=1e-4)
+    at = torch.arange(12) % (clean.shape[1] - 1) + 1  # each prompt read at its own position
+    each_at = edges.prompt_scores(model, clean, corrupted, metric, "eap", reader_pos=at)
+    batch_at = edges.edge_attribution(model, clean, corrupted, metric, "eap", reader_pos=at)
+    torch.testing.assert_close(each_at.mean(0), batch_at.scores, atol=1e-5, rtol=1e-4)
     graph = batch.graph
     weakest = batch.scores.abs().masked_fill(~graph.valid, torch.inf).flatten().argmin()
     writer, reader = divmod(int(weakest), graph.n_readers)

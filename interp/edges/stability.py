@@ -57,22 +57,34 @@ def prompt_scores(
     ablation: Ablation = "counterfactual",
     reference_mask: Int[Tensor, "batch pos"] | None = None,
     progress: Progress | None = None,
+    reader_pos: Int[Tensor, " batch"] | None = None,
     **options,
 ) -> Float[Tensor, "batch writer reader"]:
     """Each prompt's own edge scores (`edge_attribution` on it alone; `options` go to it). Mean and zero
-    ablation take their means over all the corrupted prompts, as a run on all of them does, so the
-    mean of these is the scores of all the prompts. progress("Edge scores", prompts done, prompts)."""
+    ablation take their means over all the corrupted prompts, as a run on all of them does, and
+    `reader_pos` ([batch]) gives each prompt its own position, so the mean of these is the scores of
+    all the prompts. progress("Edge scores", prompts done, prompts)."""
     if ablation == "resample":
         raise ValueError(
             "Scores per prompt take counterfactual, mean or zero ablation (resample draws per batch)."
         )
-    reference = None if ablation == "counterfactual" else corrupted
+    if "reference" in options:
+        raise ValueError(
+            "Scores per prompt take their reference from the ablation: the corrupted prompts (mean, "
+            "zero), each prompt's own (counterfactual); drop reference=."
+        )
     n, out = clean.shape[0], []
+    if reader_pos is not None and tuple(reader_pos.shape) != (n,):
+        raise ValueError(
+            f"reader_pos must hold one position per prompt, shape ({n},), got {tuple(reader_pos.shape)}."
+        )
+    reference = None if ablation == "counterfactual" else corrupted
     for i in range(n):
         rows = torch.tensor([i])
         scores = edge_attribution(
             model, clean[rows], corrupted[rows], subset_metric(metric, rows), method, steps, ablation,
-            reference, reference_mask=None if reference is None else reference_mask, **options,
+            reference, reference_mask=None if reference is None else reference_mask,
+            reader_pos=None if reader_pos is None else reader_pos[rows], **options,
         )  # fmt: skip
         out.append(scores.scores)
         if progress:
