@@ -109,10 +109,12 @@ def fail(message: str) -> typer.Exit:
 
 def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
     """Refuse an unknown report format, or HTML without --out, before any model is loaded."""
-    if format not in formats:
-        raise fail(f"unknown format {format!r}; choose one of {', '.join(formats)}.")
-    if format == "html" and out is None:
-        raise fail("--format html needs --out FILE.html.")
+    from circuits.output import check_format as check
+
+    try:
+        check(format, formats, out)
+    except ValueError as error:
+        raise fail(str(error)) from error
     if out is not None:
         check_writable(out, "--out")
 
@@ -123,6 +125,14 @@ def check_save(save: str | None) -> None:
         raise fail(f"--save {save} must end in .json (the full result is JSON).")
     if save is not None:
         check_writable(save, "--save")
+
+
+def check_plot(plot: str | None) -> None:
+    """Refuse a --plot path that is not a figure file (.png, .svg, .pdf), before any model is loaded."""
+    if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
+        raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
+    if plot is not None:
+        check_writable(plot, "--plot")
 
 
 def check_writable(path: str, option: str, directory: bool = False) -> None:
@@ -571,7 +581,6 @@ def circuit(
     write_edge_report(result, format, out, console)
     if mib_out is not None:
         write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
-    if mib_out is not None:
         console.print(f"Wrote {mib_out}", style="dim")
     save_and_tell(result, out, save)
 
@@ -646,8 +655,7 @@ def icl(
 
     check_format(format, out, FORMATS)
     check_save(save)
-    if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
-        raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
+    check_plot(plot)
     heads = None if induction_heads is None else _heads_option(induction_heads)
     if fv:
         _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents or 8, heads,
@@ -802,8 +810,7 @@ def hop(
         raise fail(f"--n-sequences must be even (half discovery, half held out), got {n_sequences}.")
     if min_attention <= 0:
         raise fail(f"--min-attention must be > 0, got {min_attention}.")
-    if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
-        raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
+    check_plot(plot)
     loaded = load(model)
     try:
         result = hop_report(loaded, n_sequences, seed, min_attention, n_random)

@@ -40,6 +40,14 @@ def check_writable(path: str | Path, option: str = "--out", directory: bool = Fa
         ) from error
 
 
+def check_format(format: str, formats: Sequence[str], out: str | Path | None) -> None:
+    """Refuse a format not in `formats`, or HTML without a file to write it to (`out`)."""
+    if format not in formats:
+        raise ValueError(f"unknown format {format!r}; choose one of {', '.join(formats)}.")
+    if format == "html" and out is None:
+        raise ValueError("--format html needs --out FILE.html.")
+
+
 def safe_csv(frame: pd.DataFrame) -> str:
     """`frame` as CSV, each text cell that begins with =, +, - or @ quoted with a leading ' (a
     spreadsheet would run it as a formula: a token string such as "=1+1" or "@SUM(A1)")."""
@@ -61,10 +69,7 @@ def write_output(
 ) -> None:
     """Print a report, or write it to `out` atomically: `table(console)` draws the "table" format,
     `text(format)` renders the others. HTML needs `out`."""
-    if format not in formats:
-        raise ValueError(f"Unknown format {format!r}; choose one of {', '.join(formats)}.")
-    if format == "html" and out is None:
-        raise ValueError("--format html needs --out FILE.html.")
+    check_format(format, formats, out)
     if format == "table" and out is None:
         table(console)
     elif format == "table":

@@ -181,7 +181,7 @@ def test_bad_input_says_what_to_pass(smollm2):
         function_vector_report(interp.load_model("toy-induction"), induction_heads=())
     with pytest.raises(ValueError, match="too few for 40 shots"):
         function_vector_report(smollm2, ["antonym"], n_shots=40, induction_heads=())
-    with pytest.raises(ValueError, match="top must be an int >= 1"):
+    with pytest.raises(ValueError, match="top must be an integer >= 1"):
         function_vector_report(smollm2, top=0, induction_heads=())
 
 

@@ -21,21 +21,12 @@ from circuits.icl.function_vectors import (
     zero_shot_accuracy,
 )
 from circuits.icl.heads import ablated_icl_scores, confirmed_induction_heads, random_same_layer_sets
+from circuits.icl.pipeline import head_labels, mean_ci
 from circuits.icl.results import Comparison, FunctionVectorResult, TaskVector
 from circuits.icl.sequences import default_sequences
-from interp.checks import check_heads
-from interp.interventions.stats import bootstrap_ci
+from interp.checks import check_count, check_heads
 from interp.tasks.icl_tasks import ICL_TASKS, check_task_names, single_token_pairs, split_pairs
-from interp.types import Head, Progress, as_stage, head_label
-
-
-def _labels(heads: Sequence[Head]) -> list[str]:
-    return [head_label(layer, head) for layer, head in heads]
-
-
-def _ci(values: torch.Tensor, seed: int) -> tuple[float, float]:
-    low, high = bootstrap_ci(values.double(), seed=seed)
-    return float(low), float(high)
+from interp.types import Head, Progress, as_stage
 
 
 def compare(
@@ -50,27 +41,22 @@ def compare(
 ) -> Comparison:
     """A class's effect per prompt [n] against its random sets' [draw, n]."""
     difference = values - random_values.mean(0)
-    ci = _ci(difference, seed)
+    ci = mean_ci(difference, seed)
     beyond = ci[0] > 0 if expected == "+" else ci[1] < 0
     return Comparison(
         name=name,
         unit=unit,
-        heads=_labels(heads),
-        random_sets=[_labels(draw) for draw in draws],
+        heads=head_labels(heads),
+        random_sets=[head_labels(draw) for draw in draws],
         expected=expected,
         value=values.mean().item(),
-        value_ci=_ci(values, seed),
+        value_ci=mean_ci(values, seed),
         random_values=random_values.mean(1).tolist(),
         difference=difference.mean().item(),
         difference_ci=ci,
         n=len(values),
         verdict="confirmed" if beyond else "unconfirmed",
     )
-
-
-def _check_count(name: str, value, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
 
 def function_vector_report(
@@ -103,9 +89,9 @@ def function_vector_report(
     tasks = check_task_names(list(tasks))
     for name, value, least in [("n_prompts", n_prompts, 2), ("n_shots", n_shots, 2), ("top", top, 1),
                                ("n_random", n_random, 1), ("n_documents", n_documents, 4)]:  # fmt: skip
-        _check_count(name, value, least)
+        check_count(value, name, least)
     if candidates is not None:
-        _check_count("candidates", candidates, top)
+        check_count(candidates, "candidates", top)
     pairs = {name: single_token_pairs(model, ICL_TASKS[name]) for name in tasks}
     halves = {name: split_pairs(task_pairs, seed) for name, task_pairs in pairs.items()}
     for name, (_, heldout_pairs) in halves.items():
@@ -208,16 +194,16 @@ def function_vector_report(
                 n_pairs=len(pairs[name]),
                 few_shot=few_shot[rows].mean().item(),
                 zero_shot=runs[0].mean().item(),
-                zero_shot_ci=_ci(runs[0], seed),
+                zero_shot_ci=mean_ci(runs[0], seed),
                 with_fv=runs[1].mean().item(),
-                with_fv_ci=_ci(runs[1], seed),
+                with_fv_ci=mean_ci(runs[1], seed),
                 with_random=runs[2:].mean().item(),
-                with_random_ci=_ci(runs[2:].mean(0), seed),
+                with_random_ci=mean_ci(runs[2:].mean(0), seed),
             )
         )
     stage("ablations", "done")
     timings["total"] = time.perf_counter() - began
-    fv_labels, induction_labels = _labels(fv_heads), _labels(induction_heads)
+    fv_labels, induction_labels = head_labels(fv_heads), head_labels(induction_heads)
     return FunctionVectorResult(
         model_name=cfg.model_name,
         provenance=interp.provenance(model),
@@ -227,7 +213,7 @@ def function_vector_report(
         seed=seed,
         aie_attributed=aie,
         aie_per_task=aie_per_task,
-        candidates=_labels(candidate_heads),
+        candidates=head_labels(candidate_heads),
         candidates_aie=exact_aie.tolist(),
         fv_heads=fv_labels,
         fv_heads_heldout_aie=heldout_effects[:top].mean(1).tolist(),

@@ -20,6 +20,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from circuits.icl.report import format_ci
 from circuits.icl.results import Comparison, FunctionVectorResult
 from circuits.output import write_output
 from interp.viz import heatmap_html, html_page, html_table
@@ -39,14 +40,6 @@ LEGEND = (
 TASK_COLUMNS = ("task", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
 
 
-def _signed(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.3f}"
-
-
-def _ci(interval: tuple[float, float]) -> str:
-    return f"[{_signed(interval[0])}, {_signed(interval[1])}]"
-
-
 def _share(value: float, interval: tuple[float, float] | None = None) -> str:
     text = f"{value:.2f}"
     return text if interval is None else f"{text} [{interval[0]:.2f}, {interval[1]:.2f}]"
@@ -55,8 +48,8 @@ def _share(value: float, interval: tuple[float, float] | None = None) -> str:
 def comparison_line(found: Comparison) -> str:
     draws = ", ".join(f"{value:+.3f}" for value in found.random_values)
     return (
-        f"{found.name}: {found.value:+.3f} {found.unit} {_ci(found.value_ci)}; random same-layer heads "
-        f"{draws}; beyond random {found.difference:+.3f} {_ci(found.difference_ci)} "
+        f"{found.name}: {found.value:+.3f} {found.unit} {format_ci(found.value_ci)}; random same-layer heads "
+        f"{draws}; beyond random {found.difference:+.3f} {format_ci(found.difference_ci)} "
         f"(n={found.n}): {found.verdict}."
     )
 
@@ -79,9 +72,10 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
             continue
         lines.append(
             f"Ablating the {len(accuracy.heads)} {name} changes few-shot accuracy by {accuracy.value:+.3f} "
-            f"(beyond random {accuracy.difference:+.3f} {_ci(accuracy.difference_ci)}: {accuracy.verdict}) "
+            f"(beyond random {accuracy.difference:+.3f} {format_ci(accuracy.difference_ci)}: "
+            f"{accuracy.verdict}) "
             f"and the ICL score by {score.value:+.3f} nats (beyond random {score.difference:+.3f} "
-            f"{_ci(score.difference_ci)}: {score.verdict})."
+            f"{format_ci(score.difference_ci)}: {score.verdict})."
         )
     lines.append(comparison_line(result.aie_test))
     lines.append(comparison_line(result.vector_test) + f" Added at layer {result.fv_layer}.")
@@ -198,9 +192,9 @@ def render_markdown(result: FunctionVectorResult) -> str:
 def render_html(result: FunctionVectorResult) -> str:
     comparisons = [result.aie_test, result.vector_test, *result.ablations]
     rows = [
-        (found.name, found.unit, f"{found.value:+.3f} {_ci(found.value_ci)}",
+        (found.name, found.unit, f"{found.value:+.3f} {format_ci(found.value_ci)}",
          ", ".join(f"{value:+.3f}" for value in found.random_values),
-         f"{found.difference:+.3f} {_ci(found.difference_ci)}", found.verdict)
+         f"{found.difference:+.3f} {format_ci(found.difference_ci)}", found.verdict)
         for found in comparisons
     ]  # fmt: skip
     n_layers, n_heads = result.aie_attributed.shape

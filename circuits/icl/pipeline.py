@@ -19,16 +19,18 @@ from circuits.icl.heads import (
 from circuits.icl.results import ClassEffect, HeadEffect, ICLResult
 from circuits.icl.score import summarise
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences
-from interp.checks import check_heads
+from interp.checks import check_count, check_heads
 from interp.interventions.stats import bootstrap_ci
 from interp.types import Head, Progress, head_label
 
 
-def _labels(heads: Sequence[Head]) -> list[str]:
+def head_labels(heads: Sequence[Head]) -> list[str]:
+    """Heads as reports name them: ["L9H6", ...]."""
     return [head_label(layer, head) for layer, head in heads]
 
 
-def _ci(values: torch.Tensor, seed: int) -> tuple[float, float]:
+def mean_ci(values: torch.Tensor, seed: int) -> tuple[float, float]:
+    """The 95% bootstrap CI of the mean of `values` [n] (in float64), as two floats."""
     low, high = bootstrap_ci(values.double(), seed=seed)
     return float(low), float(high)
 
@@ -49,16 +51,16 @@ def _class_effect(
 ) -> ClassEffect:
     """A class's held-out change [document] against its random sets' ([draw, document])."""
     difference = change - random_changes.mean(0)
-    ci = _ci(difference, seed)
+    ci = mean_ci(difference, seed)
     layers = sorted(layer for layer, _ in heads)
     return ClassEffect(
         name=name,
-        heads=_labels(heads),
+        heads=head_labels(heads),
         found_by=found_by,
         attributed=sum(estimate[layer, head].item() for layer, head in heads),
         change=change.mean().item(),
-        change_ci=_ci(change, seed),
-        random_sets=[_labels(draw) for draw in draws],
+        change_ci=mean_ci(change, seed),
+        random_sets=[head_labels(draw) for draw in draws],
         random_same_layers=all(sorted(layer for layer, _ in draw) == layers for draw in draws),
         random_changes=random_changes.mean(1).tolist(),
         difference=difference.mean().item(),
@@ -95,12 +97,8 @@ def icl_report(
     """
     began = time.perf_counter()
     check_ablation(ablation)
-    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
-        raise ValueError(f"top must be an int >= 0 (heads to confirm), got {top!r}")
-    if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 1:
-        raise ValueError(
-            f"n_random must be an int >= 1 (random sets to compare a class with), got {n_random!r}"
-        )
+    check_count(top, "top (heads to confirm)", 0)
+    check_count(n_random, "n_random (random sets to compare a class with)", 1)
     if sequences is None:
         sequences = default_sequences(model, n_documents, seed, windows)
     tokens, windows = sequences.tokens, sequences.windows
@@ -138,7 +136,7 @@ def icl_report(
 
     heads = []
     for (layer, head), change in zip(top_heads, changes[:n_top], strict=True):
-        ci = _ci(change, seed)
+        ci = mean_ci(change, seed)
         heads.append(
             HeadEffect(
                 head=head_label(layer, head),

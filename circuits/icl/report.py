@@ -38,19 +38,21 @@ LEGEND = (
 HEAD_COLUMNS = ("head", "attributed", "exact (held-out)", "verdict")
 
 
-def _signed(value: float) -> str:
+def format_signed(value: float) -> str:
+    """A value as reports write it: "+0.123" ("n/a" for NaN)."""
     return "n/a" if math.isnan(value) else f"{value:+.3f}"
 
 
-def _ci(interval: tuple[float, float]) -> str:
-    return f"[{_signed(interval[0])}, {_signed(interval[1])}]"
+def format_ci(interval: tuple[float, float]) -> str:
+    """A confidence interval as reports write it: "[-0.012, +0.345]"."""
+    return f"[{format_signed(interval[0])}, {format_signed(interval[1])}]"
 
 
 def summary_lines(result: ICLResult) -> list[str]:
     """The finding, in order: the score, each class against random heads, the documents."""
     s = result.score
     lines = [
-        f"ICL score of {result.model_name}: {s.score:+.3f} nats {_ci(s.ci)} (loss at "
+        f"ICL score of {result.model_name}: {s.score:+.3f} nats {format_ci(s.ci)} (loss at "
         f"{result.windows.describe()}: {s.late_loss:.3f} - {s.early_loss:.3f}; negative: later tokens "
         f"are predicted better, from their context)."
     ]
@@ -60,9 +62,9 @@ def summary_lines(result: ICLResult) -> list[str]:
         kind = "random same-layer sets" if found.random_same_layers else "random sets (from other layers too)"
         lines.append(
             f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
-            f"the held-out ICL score by {found.change:+.3f} {_ci(found.change_ci)}; {kind} "
+            f"the held-out ICL score by {found.change:+.3f} {format_ci(found.change_ci)}; {kind} "
             f"({draws}; {distinct} distinct); beyond random {found.difference:+.3f} "
-            f"{_ci(found.difference_ci)}: {found.verdict}."
+            f"{format_ci(found.difference_ci)}: {found.verdict}."
         )
     if not result.classes:
         lines.append(
@@ -96,7 +98,7 @@ def loss_bins(result: ICLResult) -> list[tuple[str, float]]:
 
 def _head_rows(result: ICLResult) -> list[tuple[str, ...]]:
     return [
-        (h.head, _signed(h.attributed), f"{_signed(h.exact)} {_ci(h.exact_ci)}", h.verdict)
+        (h.head, format_signed(h.attributed), f"{format_signed(h.exact)} {format_ci(h.exact_ci)}", h.verdict)
         for h in result.heads
     ]
 
@@ -224,9 +226,9 @@ def render_html(result: ICLResult) -> str:
     )
     classes = "".join(
         f"<tr><td>{html.escape(c.name)}</td><td>{html.escape(', '.join(c.heads))}</td>"
-        f"<td>{c.change:+.3f} {_ci(c.change_ci)}</td>"
+        f"<td>{c.change:+.3f} {format_ci(c.change_ci)}</td>"
         f"<td>{html.escape(', '.join(f'{x:+.3f}' for x in c.random_changes))}</td>"
-        f"<td>{c.difference:+.3f} {_ci(c.difference_ci)}</td><td>{c.verdict}</td></tr>"
+        f"<td>{c.difference:+.3f} {format_ci(c.difference_ci)}</td><td>{c.verdict}</td></tr>"
         for c in result.classes
     )
     sections = [

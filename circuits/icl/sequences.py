@@ -26,6 +26,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 import interp
+from interp.checks import check_count
 from interp.tasks.corpus import BROWN_SOURCE, brown_documents, document_tokens
 from interp.tasks.synthetic import MarkovChainTask, repeated_sequences, split_generator
 
@@ -125,10 +126,7 @@ def default_sequences(
 ) -> ICLSequences:
     """`n_documents` sequences for the model (see the module docstring), drawn with `seed`, cut to
     the windows' length (default: `default_windows`)."""
-    if isinstance(n_documents, bool) or not isinstance(n_documents, int) or n_documents < 4:
-        raise ValueError(
-            f"n_documents must be an int >= 4 (half find heads, half confirm them), got {n_documents!r}"
-        )
+    check_count(n_documents, "n_documents (half find heads, half confirm them)", 4)
     cfg = model.cfg
     windows = default_windows(model) if windows is None else windows
     windows.check(cfg.n_ctx)
