@@ -34,6 +34,8 @@ BAD_ARGUMENTS = [
     (["heads", "--out", "{file}/sub/heads.md"], "a-file is a file, not a directory"),
     (["patch", "--out", "{dir}"], "is a directory; pass a file path"),
     (["ioi", "--save", "/sys/ioi.json"], "--save /sys/ioi.json cannot be written"),
+    (["icl", "--plot", "/sys/icl.png"], "--plot /sys/icl.png cannot be written"),
+    (["hop", "--model", "toy-hop", "--plot", "{file}/sub/chain.png"], "a-file is a file, not a directory"),
     (["patch", "--component", "zz"], "--component"),
     (["patch", "--direction", "sideways"], "--direction"),
     (["patch", "--n-prompts", "0"], "--n-prompts"),
