@@ -16,8 +16,9 @@ prompts (seed 1), counterfactual ablation, as `interp circuit` does:
 CPR and CMD have 95% CIs from the same bootstrap over prompts. Edge pruning (`edges.prune_edges`):
 100 steps of 8 prompts, starting from EAP-IG's circuit of 24% of the edges and shrinking to 2.4% (on
 SmolLM2, 1,696 edges), metric objective, learning rate 0.003 (its time includes its EAP-IG start); the
-ensemble averages EAP-IG's and pruning's normalised ranks (its time is theirs together). Scores are cached under --cache (with their times), so an interrupted
-run resumes, and pruning resumes from its checkpoint there. Writes the JSON and prints a Markdown table.
+ensemble averages EAP-IG's and pruning's normalised ranks (its time is theirs together). Scores are
+cached under --cache (with their times), so an interrupted run resumes, and pruning resumes from its
+checkpoint there. Writes the JSON and prints a Markdown table.
 --planted: each method's edge precision and recall on the hand-set induction model whose circuit is
 known (`circuits.edge_circuits.ground_truth.planted_induction`; pruning 100 steps towards 10 %).
 """

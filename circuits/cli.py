@@ -502,8 +502,12 @@ def circuit(
     bootstrap: int = typer.Option(
         0, help="Resamples of the prompts for each edge's selection frequency (0: not measured)."
     ),
-    prune_steps: int = typer.Option(200, help="Training steps of the edge mask (prune, ensemble)."),
-    density: float = typer.Option(0.02, help="The fraction of edges the mask keeps (prune, ensemble)."),
+    prune_steps: int = typer.Option(100, help="Training steps of the edge mask (prune, ensemble)."),
+    density: float | None = typer.Option(
+        None,
+        help="The fraction of edges the mask keeps (prune, ensemble); default: the circuit's size "
+        "(--edges, --fraction), else 0.02.",
+    ),
     checkpoint: str | None = typer.Option(
         None, help="The edge mask's checkpoint file: written as it trains, resumed from (prune, ensemble)."
     ),
@@ -544,7 +548,7 @@ def circuit(
         raise fail(f"--target {target} must lie in (0, 1]; 0.8 is a common choice.")
     if bootstrap < 0:
         raise fail(f"--bootstrap {bootstrap} must be 0 (not measured) or a number of resamples, e.g. 20.")
-    if not 0 < density < 1:
+    if density is not None and not 0 < density < 1:
         raise fail(
             f"--density {density} must lie in (0, 1): the fraction of edges the mask keeps, e.g. 0.02."
         )

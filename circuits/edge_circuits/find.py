@@ -167,15 +167,16 @@ def find_edge_circuit(
     ig_points: edges.IGPoints = "paper",
     max_memory: MemorySize | None = None,
     bootstrap: int = 0,
-    prune_steps: int = 200,
-    density: float = 0.02,
+    prune_steps: int = 100,
+    density: float | None = None,
     checkpoint: str | None = None,
 ) -> EdgeCircuitResult:
     """Score every edge, keep the top `n_edges` (or `fraction` of all edges; neither: the smallest
     number reaching faithfulness `target`, see `smallest_faithful_size`) connected input -> logits,
     measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve.
     method: one of `edges.METHODS` (attribution), "prune" (a learned mask, `edges.prune_edges`:
-    `prune_steps` steps towards keeping `density` of the edges, resumable from `checkpoint`) or
+    `prune_steps` steps towards keeping `density` of the edges, by default the requested size's share,
+    else 0.02; resumable from `checkpoint`) or
     "ensemble" (the mean normalised rank of `ENSEMBLE_MEMBERS`' scores).
     bootstrap: resamples of the prompts for each edge's selection frequency at the circuit's size
     (0: not measured); attribution then scores each prompt alone (the same work), edge pruning runs
@@ -203,6 +204,8 @@ def find_edge_circuit(
             "over the prompts real at each position), counterfactual or zero"
         )
 
+    if density is None:
+        density = 0.02 if requested is None else min(requested, graph.n_edges - 1) / graph.n_edges
     seconds = {}
     start = time.perf_counter()
     model.eval()
@@ -310,7 +313,7 @@ def method_scores(
         mask = None if task.corrupted_mask is None else task.corrupted_mask[rows]
         return edges.prune_edges(
             model, task.clean[rows], task.corrupted[rows], edges.subset_metric(task.metric, rows), density,
-            prune_steps, batch_size=batch_size, ablation=ablation, reference_mask=mask,
+            prune_steps, ablation=ablation, reference_mask=mask,
             checkpoint=checkpoint if report is not None else None, progress=report,
         )  # fmt: skip
 

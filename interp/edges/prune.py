@@ -78,7 +78,7 @@ class PruneSettings:
 def mask_sizes(n_edges: int, density: float, steps: int) -> list[int]:
     """The number of edges the mask keeps at each step [steps]: geometric from min(N, 10 k) to
     k = ceil(density N) over the first 60 % of the steps, then k."""
-    final = max(1, math.ceil(density * n_edges))
+    final = max(1, math.ceil(density * n_edges - 1e-6))  # density = n / N gives n
     first = min(n_edges, START_FACTOR * final)
     ramp = max(1, math.ceil(RAMP * steps))
     return [round(first * (final / first) ** min(1.0, t / ramp)) for t in range(steps)]
