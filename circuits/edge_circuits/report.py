@@ -28,8 +28,9 @@ SIGN_CONVENTION = (
 
 
 RANK_CONVENTION = (
-    "edge scores rank edges (prune: -(steps the learned gate stayed open + its keep probability) / "
-    "(steps + 1); ensemble: -(mean normalised rank by |score|)); circuits keep the largest |score|"
+    "edge scores rank edges (prune: -(the last step the edge was in the learned mask + its learned "
+    "score's rank) / (steps + 2), the final circuit first; ensemble: -(mean normalised rank by |score|)); "
+    "circuits keep the largest |score|"
 )
 
 
