@@ -27,6 +27,7 @@ SIGN_CONVENTION = (
 )
 
 
+DENSE_EDGES = 300  # circuits with more edges are drawn fainter (circuit_svg)
 RANK_CONVENTION = (
     "edge scores rank edges (prune: -(the last step the edge was in the learned mask + its learned "
     "score's rank) / (steps + 2), the final circuit first; ensemble: -(mean normalised rank by |score|)); "
@@ -168,11 +169,14 @@ def _reader_point(result: EdgeCircuitResult, reader: str, positions) -> tuple[fl
 
 def circuit_svg(result: EdgeCircuitResult) -> str:
     """The circuit as an inline SVG: every node a dot (circuit nodes labelled), circuit edges as curves
-    coloured by what they feed (query blue, key green, value red, MLP / logits grey), width ~ |score|."""
+    coloured by what they feed (query blue, key green, value red, MLP / logits grey), width ~ |score|;
+    beyond DENSE_EDGES edges each curve is fainter (opacity ~ DENSE_EDGES / edges), so that a dense
+    circuit shows where its edges gather rather than a solid mass."""
     positions, width, height = _node_positions(result)
     in_circuit = set(result.nodes)
     rows = result.circuit_edges()
     biggest = max((abs(score) for _, _, score in rows), default=1.0) or 1.0
+    opacity = 0.7 * min(1.0, max(0.1, DENSE_EDGES / max(1, len(rows))))
     parts = ['<svg class="edge-circuit" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="circuit">']
     for writer, reader, score in reversed(rows):
         (x0, y0), (x1, y1) = positions[writer], _reader_point(result, reader, positions)
@@ -182,7 +186,8 @@ def circuit_svg(result: EdgeCircuitResult) -> str:
         parts.append(
             f'<path class="edge" d="M {x0:.1f} {y0:.1f} C {x0 + bend:.1f} {y0:.1f} {x1 - bend:.1f} {y1:.1f} '
             f'{x1:.1f} {y1:.1f}" fill="none" stroke="{READER_COLOURS[kind]}" stroke-width="{stroke:.2f}" '
-            f'stroke-opacity="0.7"><title>{html.escape(f"{writer}->{reader}: {score:+.4f}")}</title></path>'
+            f'stroke-opacity="{opacity:.2f}"><title>{html.escape(f"{writer}->{reader}: {score:+.4f}")}'
+            "</title></path>"
         )
     for name, (x, y) in positions.items():
         kept = name in in_circuit or name in ("input", "logits")
