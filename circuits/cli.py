@@ -473,10 +473,11 @@ def circuit(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     task: str = typer.Option("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs."),
     method: str = typer.Option(
-        "eap-ig",
-        help="eap, eap-ig (over inputs), eap-ig-activations (the reference code's), "
-        "eap-ig-activations-grouped, exact (small models), prune (a learned edge mask) or ensemble "
-        "(eap-ig and prune's ranks averaged).",
+        "prune",
+        help="prune (a learned edge mask, started from eap-ig's ranks: the fewest edges for a faithful "
+        "circuit in docs/results/circuits.md), eap, eap-ig (over inputs; seconds where prune takes "
+        "minutes), eap-ig-activations (the reference code's), eap-ig-activations-grouped, exact (small "
+        "models) or ensemble (eap-ig and prune's ranks averaged).",
     ),
     edges: int | None = typer.Option(
         None,

@@ -119,8 +119,9 @@ def test_patch_reads_the_users_pairs_and_refuses_unequal_lengths(smollm2, tmp_pa
     [
         (0.93, "eap-ig", "counterfactual", "faithful", None),
         (0.6, "eap-ig", "counterfactual", "partial", "more edges"),
-        (0.21, "eap", "counterfactual", "not faithful", "--method eap-ig"),
+        (0.21, "eap", "counterfactual", "not faithful", "--method prune"),
         (0.001, "eap-ig", "mean", "not faithful", "more edges"),
+        (0.6, "prune", "counterfactual", "partial", "more edges"),
     ],
 )
 def test_every_faithfulness_comes_with_a_verdict(faithfulness, method, ablation, expected, advice):
@@ -129,7 +130,7 @@ def test_every_faithfulness_comes_with_a_verdict(faithfulness, method, ablation,
     verdict = faithfulness_verdict(faithfulness, method, ablation)
     assert verdict.startswith(expected + " ("), verdict
     assert ("try" in verdict) == (advice is not None) and (advice is None or advice in verdict)
-    assert ("--method eap-ig" in verdict) == (method == "eap" and expected != "faithful")
+    assert ("--method prune" in verdict) == (method != "prune" and expected != "faithful")
 
 
 def test_ioi_report_states_one_unit_per_figure_and_robust_z_as_a_number(tmp_path):

@@ -1,7 +1,7 @@
 """Edge circuits of tasks: IOI, induction and the user's own prompt pairs, found with `interp.edges`.
 
     task = ioi_task(model, n_prompts=64)     # or induction_task(model), file_task(model, "pairs.csv")
-    result = find_edge_circuit(model, task, method="eap-ig", n_edges=200)   # or "eap", "prune", "ensemble"
+    result = find_edge_circuit(model, task, method="prune", n_edges=200)   # or "eap", "eap-ig", "ensemble"
     result.to_json()                                     # the schema below
     interp.edges.mib_json(result.scores, result.circuit, model.cfg)   # MIB's submission format
 
@@ -154,7 +154,7 @@ class EdgeCircuitResult:
 def find_edge_circuit(
     model: HookedTransformer,
     task: EdgeTask,
-    method: str = "eap-ig",
+    method: str = "prune",
     n_edges: int | None = None,
     fraction: float | None = None,
     steps: int = 5,

@@ -41,8 +41,8 @@ def faithfulness_verdict(faithfulness: float, method: str, ablation: str) -> str
     if faithfulness >= FAITHFUL:
         return f"faithful (>= {FAITHFUL})"
     tries = ["more edges (--edges, --fraction, or --target to search for the size)"]
-    if method == "eap":
-        tries.append("--method eap-ig (gradients integrated along the path, less biased than EAP)")
+    if method != "prune":
+        tries.append("--method prune (a mask learned from EAP-IG's ranks: fewer edges, same faithfulness)")
     if ablation != "mean":
         tries.append("--ablation mean")
     verdict = f"partial ({PARTIAL}-{FAITHFUL})" if faithfulness >= PARTIAL else f"not faithful (< {PARTIAL})"
