@@ -201,3 +201,27 @@ def test_pruning_recovers_the_planted_circuit():
         return edges.top_circuit(scores, n_edges)
 
     assert score_method(find, planted_induction()) == (1.0, 1.0)
+
+
+def test_the_mask_shrinks_to_its_size_and_its_circuit_ranks_first(toy_induction):
+    """The mask keeps ten times the final size at first (at most every edge), shrinks monotonically to
+    ceil(density N) and stays there; the final circuit's edges are exactly the ranking's top k; a
+    start ranking of another graph is refused."""
+    from interp.edges.prune import mask_sizes
+
+    sizes = mask_sizes(70_651, 300 / 70_651, 100)
+    assert sizes[0] == 3000 and sizes[59] > 300 and sizes[60:] == [300] * 40
+    assert all(a >= b for a, b in zip(sizes, sizes[1:], strict=False))
+    assert mask_sizes(81, 0.1, 10)[0] == 81
+    model, task, _ = toy_induction
+    scores = edges.prune_edges(model, task.clean, task.corrupted, task.metric, density=0.1, steps=20)
+    graph, k = scores.graph, mask_sizes(81, 0.1, 20)[-1]
+    values = scores.scores[graph.valid]
+    final = values < -(20 + 1) / (20 + 2)  # the final circuit: last = steps + 1
+    assert int(final.sum()) == k
+    assert bool(values[final].max() < values[~final].min())  # it ranks first
+    other = edges.EdgeScores(
+        graph=graph, scores=torch.zeros(3, 4), method="eap", ablation="counterfactual", steps=1, n_prompts=1
+    )
+    with pytest.raises(ValueError, match="another graph"):
+        edges.prune_edges(model, task.clean, task.corrupted, task.metric, start=other, steps=1)
