@@ -44,7 +44,8 @@ EXAMPLES = {  # the end of each command's --help
             "--model smollm2-135m --pairs pairs.csv --save patch.json   # same-length clean/corrupted",
         ],
         "circuit": [
-            "--model toy-ioi --task ioi --edges 100 --curve   # and the faithfulness curve, CPR and CMD",
+            "--model toy-ioi --task ioi --edges 30 --curve   # and the faithfulness curve, CPR and CMD",
+            "--task ioi --method eap-ig --edges 300   # SmolLM2 in seconds: attribution, not a learned mask",
             "--model toy-induction --task induction --target 0.9   # the smallest circuit reaching 0.9",
             "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
         ],

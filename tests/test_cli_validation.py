@@ -84,3 +84,23 @@ def test_info_counts_parameters_as_the_model_card(smollm2, smollm2_hf) -> None:
     assert parameter_count(smollm2) == smollm2_hf.num_parameters()
     untied = sum(p.numel() for p in smollm2.parameters())
     assert untied - parameter_count(smollm2) == smollm2.W_U.numel()  # the model does tie them
+
+
+def test_the_help_examples_on_toy_models_run(tmp_path, monkeypatch):
+    """Every example of a command's --help that names a shipped toy model runs as printed (the files
+    it writes land in a temporary directory)."""
+    import shlex
+
+    from circuits.cli import EXAMPLES
+
+    monkeypatch.chdir(tmp_path)
+    runs = [
+        shlex.split(line.split("#")[0])[1:]
+        for text in EXAMPLES.values()
+        for line in text.splitlines()
+        if line.strip().startswith("interp ") and "--model toy-" in line
+    ]
+    assert len(runs) >= 4
+    for arguments in runs:
+        result = CliRunner().invoke(app, arguments)
+        assert result.exit_code == 0, f"interp {' '.join(arguments)}: {result.output[-500:]}"
