@@ -130,10 +130,11 @@ def check_save(save: str | None) -> None:
 
 def check_plot(plot: str | None) -> None:
     """Refuse a --plot path that is not a figure file (.png, .svg, .pdf), before any model is loaded."""
-    if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
+    if plot is None:
+        return
+    if Path(plot).suffix not in (".png", ".svg", ".pdf"):
         raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
-    if plot is not None:
-        check_writable(plot, "--plot")
+    check_writable(plot, "--plot")
 
 
 def check_writable(path: str, option: str, directory: bool = False) -> None:

@@ -308,23 +308,32 @@ def method_scores(
         )  # fmt: skip
         return scores, None
 
-    def pruned(rows: Tensor | None, report: Progress | None = None) -> edges.EdgeScores:
+    def pruned(
+        rows: Tensor | None, report: Progress | None = None, start: edges.EdgeScores | None = None
+    ) -> edges.EdgeScores:
+        """The learned mask's scores on the prompts `rows` (all: None), started from `start` (None:
+        EAP-IG on those prompts, which `prune_edges` computes)."""
         rows = torch.arange(task.n_prompts) if rows is None else rows
         mask = None if task.corrupted_mask is None else task.corrupted_mask[rows]
         return edges.prune_edges(
             model, task.clean[rows], task.corrupted[rows], edges.subset_metric(task.metric, rows), density,
-            prune_steps, ablation=ablation, reference_mask=mask,
+            prune_steps, ablation=ablation, reference_mask=mask, start=start,
             checkpoint=checkpoint if report is not None else None, progress=report,
         )  # fmt: skip
 
     if method == "prune":
         return pruned(None, progress), pruned
-    if method == "ensemble":
+    if method == "ensemble":  # the mask starts from the EAP-IG member's scores: EAP-IG runs once
         first, first_of = attribution(ENSEMBLE_MEMBERS[0])
-        scores = edges.ensemble([first, pruned(None, progress)])
+        scores = edges.ensemble([first, pruned(None, progress, first)])
         if first_of is None:
             return scores, None
-        return scores, lambda rows: edges.ensemble([first_of(rows), pruned(rows)])
+
+        def resampled(rows: Tensor) -> edges.EdgeScores:
+            member = first_of(rows)
+            return edges.ensemble([member, pruned(rows, start=member)])
+
+        return scores, resampled
     return attribution(method)
 
 

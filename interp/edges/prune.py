@@ -46,6 +46,7 @@ from interp.edges.intervene import (
     logit_positions,
     writer_outputs,
 )
+from interp.edges.stability import normalised_ranks
 from interp.interventions.engine import check_pair
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
@@ -171,7 +172,7 @@ def prune_edges(
         )
         targets = _full_model(model, clean, metric, objective, settings.batch_size)
 
-        scores = _ranks(start.scores[valid].abs()) if state is None else state["scores"]
+        scores = normalised_ranks(start)[valid] if state is None else state["scores"]
         scores.requires_grad_(True)
         last = torch.zeros(graph.n_edges) if state is None else state["last"]
         optimizer = torch.optim.Adam([scores], lr=lr)
@@ -206,14 +207,6 @@ def prune_edges(
     out = torch.zeros(graph.n_writers, graph.n_readers)
     out[valid] = -(last + order) / (steps + 2)
     return EdgeScores(graph=graph, scores=out, method="prune", ablation=ablation, steps=steps, n_prompts=n)
-
-
-def _ranks(values: Float[Tensor, " n"]) -> Float[Tensor, " n"]:
-    """Normalised ranks in [0, 1] (0 the smallest; ties in index order)."""
-    order = values.argsort(stable=True)
-    ranks = torch.empty(len(values))
-    ranks[order] = torch.arange(len(values), dtype=torch.float32)
-    return ranks / max(1, len(values) - 1)
 
 
 def _top(scores: Float[Tensor, " n"], k: int) -> Float[Tensor, " n"]:
