@@ -206,7 +206,7 @@ def test_pruning_recovers_the_planted_circuit():
 def test_the_mask_shrinks_to_its_size_and_its_circuit_ranks_first(toy_induction):
     """The mask keeps ten times the final size at first (at most every edge), shrinks monotonically to
     ceil(density N) and stays there; the final circuit's edges are exactly the ranking's top k; a
-    start ranking of another graph is refused."""
+    start ranking of another graph or with NaN is refused, as is an objective that is not finite."""
     from interp.edges.prune import mask_sizes
 
     sizes = mask_sizes(70_651, 300 / 70_651, 100)
@@ -225,3 +225,16 @@ def test_the_mask_shrinks_to_its_size_and_its_circuit_ranks_first(toy_induction)
     )
     with pytest.raises(ValueError, match="another graph"):
         edges.prune_edges(model, task.clean, task.corrupted, task.metric, start=other, steps=1)
+    broken = scores.scores.clone()
+    broken[graph.valid.nonzero()[0].tolist()] = float("nan")
+    nan_start = edges.EdgeScores(
+        graph=graph, scores=broken, method="eap-ig", ablation="counterfactual", steps=5, n_prompts=1
+    )
+    with pytest.raises(ValueError, match="non-finite"):
+        edges.prune_edges(model, task.clean, task.corrupted, task.metric, start=nan_start, steps=1)
+
+    def nan_metric(logits, rows=None):
+        return task.metric(logits, rows) * float("nan")
+
+    with pytest.raises(ValueError, match="objective is nan at step 1"):
+        edges.prune_edges(model, task.clean, task.corrupted, nan_metric, start=scores, steps=2)

@@ -36,6 +36,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_finite_scores
 from interp.edges.attribution import edge_attribution
 from interp.edges.graph import EdgeGraph, EdgeScores, edge_graph
 from interp.edges.intervene import (
@@ -172,6 +173,8 @@ def prune_edges(
         )
         targets = _full_model(model, clean, metric, objective, settings.batch_size)
 
+        if state is None:  # NaN would rank as the largest score
+            check_finite_scores(start.scores[valid], "the start scores")
         scores = normalised_ranks(start)[valid] if state is None else state["scores"]
         scores.requires_grad_(True)
         last = torch.zeros(graph.n_edges) if state is None else state["last"]
@@ -190,6 +193,11 @@ def prune_edges(
             logit_pos = _read_positions(metric, rows, clean.shape[1])
             logits = masked_logits(model, graph, clean[rows], mask.to(model.device), ablated, logit_pos)
             loss = _objective(logits, rows, logit_pos, targets, metric, objective, n)
+            if not torch.isfinite(loss):
+                raise ValueError(
+                    f"the pruning objective is {loss.item()} at step {step + 1} (prompts {rows.tolist()}): "
+                    "check the metric and that the model's outputs are finite on these prompts"
+                )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
