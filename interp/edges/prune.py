@@ -17,7 +17,7 @@ objective "metric" (the default): the squared difference between the masked mode
 model's, per prompt, in the metric's units squared (what faithfulness measures); "kl": KL(model ||
 masked model) of the next token where the metric reads (Bhaskar et al. 2024's). The number of edges is
 exact at every step: a penalty on the expected number of open gates (hard-concrete gates with a
-Lagrangian, Bhaskar et al. 2024) still had 44 % of SmolLM2's 70,651 gates open after 160 steps.
+Lagrangian, Bhaskar et al. 2024) leaves 44 % of SmolLM2's 70,651 gates open after 160 steps.
 
 Scores rank edges by how long they stayed in the mask as k fell: -(last_e + q_e) / (steps + 2), in
 (-1, 0), q_e in (0, 1) increasing with s_e (negative: the edge is kept; the final circuit first, then
