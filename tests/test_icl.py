@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
+from circuits.evidence import random_same_layer_sets
 from circuits.icl import (
     ICLSequences,
     Windows,
@@ -21,7 +22,6 @@ from circuits.icl import (
     head_attributions,
     icl_report,
     plot_icl_over_training,
-    random_same_layer_sets,
 )
 from circuits.icl.report import render_html, write_icl_report
 from circuits.results_file import load_result, save_result

@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from circuits.cli import app
-from circuits.icl.heads import random_same_layer_sets
+from circuits.evidence import random_same_layer_sets
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalResult, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import ablated_logit_diffs

@@ -12,7 +12,7 @@ at the query, so each head is scored there, two ways, on the task's sequences:
              other symbols (clean - ablated, in logits), per sequence
 
 The discovery half of the sequences chooses each hop's heads; the held-out half tests them against
-random heads of the same layers ablated at the query too (`circuits.icl.random_same_layer_sets`).
+random heads of the same layers ablated at the query too (`circuits.evidence.random_same_layer_sets`).
 Every ablated run goes through interp's engine (`run_site_sets`).
 
 What carries hop j's result to hop j + 1's heads is path-patched on the held-out half (`hop_paths`):
@@ -28,8 +28,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
+from circuits.evidence import random_same_layer_sets
 from circuits.hop.results import HopLookup, HopPath, HopResult
-from circuits.icl import random_same_layer_sets
 from interp.interventions.ablation import Replacement
 from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
 from interp.interventions.metrics import AnswerMetric

@@ -27,7 +27,6 @@ from circuits.icl.heads import (
     ablated_icl_scores,
     confirmed_induction_heads,
     head_attributions,
-    random_same_layer_sets,
 )
 from circuits.icl.pipeline import icl_report
 from circuits.icl.results import (
@@ -71,7 +70,6 @@ __all__ = [
     "icl_scores",
     "mean_head_outputs",
     "plot_icl_over_training",
-    "random_same_layer_sets",
     "summarise",
     "task_prompts",
     "token_losses",

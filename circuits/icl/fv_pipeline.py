@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 
 import interp
+from circuits.evidence import head_labels, mean_ci, random_same_layer_sets
 from circuits.icl.function_vectors import (
     attributed_indirect_effects,
     few_shot_accuracy,
@@ -20,8 +21,7 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.heads import ablated_icl_scores, confirmed_induction_heads, random_same_layer_sets
-from circuits.icl.pipeline import head_labels, mean_ci
+from circuits.icl.heads import ablated_icl_scores, confirmed_induction_heads
 from circuits.icl.results import Comparison, FunctionVectorResult, TaskVector
 from circuits.icl.sequences import default_sequences
 from interp.checks import check_count, check_heads

@@ -147,27 +147,6 @@ def ablated_icl_scores(
     return losses.float(), clean, torch.stack(ablated) if ablated else clean.new_empty(0, len(tokens))
 
 
-def random_same_layer_sets(
-    model: interp.HookedTransformer, heads: Sequence[Head], n_draws: int, seed: int = 0
-) -> list[list[Head]]:
-    """`n_draws` random sets of as many heads as `heads`, none of them in it: for each head one from
-    its layer (from any layer once its layer has none left), drawn with `seed`."""
-    generator = torch.Generator().manual_seed(seed)
-    cfg = model.cfg
-    others = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
-    others = [head for head in others if head not in set(heads)]
-    draws = []
-    for _ in range(n_draws):
-        chosen: list[Head] = []
-        for layer, _ in heads:
-            free = [head for head in others if head not in chosen]
-            same_layer = [head for head in free if head[0] == layer] or free
-            if same_layer:
-                chosen.append(same_layer[int(torch.randint(len(same_layer), (), generator=generator))])
-        draws.append(sorted(chosen))
-    return draws
-
-
 def weights_fingerprint(model: interp.HookedTransformer) -> str:
     """A short hash of the model's configuration and a strided sample of every weight (~4k values
     each): what a cached result about this model is keyed by."""

@@ -9,34 +9,18 @@ from collections.abc import Sequence
 import torch
 
 import interp
+from circuits.evidence import ci_verdict, head_labels, mean_ci, random_same_layer_sets
 from circuits.icl.heads import (
     ablated_icl_scores,
     check_ablation,
     confirmed_induction_heads,
     head_attributions,
-    random_same_layer_sets,
 )
 from circuits.icl.results import ClassEffect, HeadEffect, ICLResult
 from circuits.icl.score import summarise
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences
 from interp.checks import check_count, check_heads
-from interp.interventions.stats import bootstrap_ci
 from interp.types import Head, Progress, head_label
-
-
-def head_labels(heads: Sequence[Head]) -> list[str]:
-    """Heads as reports name them: ["L9H6", ...]."""
-    return [head_label(layer, head) for layer, head in heads]
-
-
-def mean_ci(values: torch.Tensor, seed: int) -> tuple[float, float]:
-    """The 95% bootstrap CI of the mean of `values` [n] (in float64), as two floats."""
-    low, high = bootstrap_ci(values.double(), seed=seed)
-    return float(low), float(high)
-
-
-def _verdict(ci: tuple[float, float]) -> str:
-    return "confirmed" if ci[0] > 0 else "unconfirmed"
 
 
 def _class_effect(
@@ -65,7 +49,7 @@ def _class_effect(
         random_changes=random_changes.mean(1).tolist(),
         difference=difference.mean().item(),
         difference_ci=ci,
-        verdict=_verdict(ci),
+        verdict=ci_verdict(ci),
     )
 
 
@@ -145,7 +129,7 @@ def icl_report(
                 attributed=estimate[layer, head].item(),
                 exact=change.mean().item(),
                 exact_ci=ci,
-                verdict=_verdict(ci),
+                verdict=ci_verdict(ci),
             )
         )
     classes = []

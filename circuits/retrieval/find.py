@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.icl.heads import confirmed_induction_heads, random_same_layer_sets
+from circuits.evidence import random_same_layer_sets
+from circuits.icl.heads import confirmed_induction_heads
 from circuits.ioi.evidence import select_heads
 from circuits.retrieval.results import (
     RetrievalAccuracy,

@@ -1,0 +1,160 @@
+"""The one standard of evidence of every analysis: its sign, its baseline, its split and its verdicts.
+
+Sign. An effect is a *drop*, per prompt:
+
+    drop = metric(clean run) - metric(run with the heads ablated)     (the metric's units)
+
+positive: the heads help the behaviour the metric measures. Every report states it with
+`EFFECT_SIGN`.
+
+Baseline. A class of heads is compared with random sets of as many heads drawn from the same layers
+(`random_same_layer_sets`): `beyond_random` is the class's drop minus the random sets' mean drop,
+paired by prompt, with a bootstrap CI over prompts (`interp.interventions.stats`, the one bootstrap).
+
+Split. Heads, layers, sizes and every other choice are made on *discovery* families (templates,
+relations, word-pair tasks, documents) and every reported effect is measured on *held-out* families
+(`FamilySplit`), never on the data that chose it. `held_out_note` says when an effect shrinks there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.interventions.stats import bootstrap_ci
+from interp.types import Head, head_label
+
+EFFECT_SIGN = "drop = metric(clean) - metric(ablated), per prompt; positive: the heads help"
+VERDICTS = ("confirmed", "unconfirmed")
+
+
+def head_labels(heads: Sequence[Head]) -> list[str]:
+    """Heads as reports name them: ["L9H6", ...]."""
+    return [head_label(layer, head) for layer, head in heads]
+
+
+def mean_ci(values: Tensor, seed: int = 0, n_boot: int = 1000) -> tuple[float, float]:
+    """The 95% bootstrap CI of the mean of `values` [n] (in float64), as two floats."""
+    low, high = bootstrap_ci(values.double(), n_boot=n_boot, seed=seed)
+    return float(low), float(high)
+
+
+def ci_verdict(ci: tuple[float, float], sign: int = 1) -> str:
+    """ "confirmed" when the CI excludes zero in the direction `sign` (+1: a positive drop), else
+    "unconfirmed"."""
+    return "confirmed" if (ci[0] > 0 if sign > 0 else ci[1] < 0) else "unconfirmed"
+
+
+def random_same_layer_sets(model, heads: Sequence[Head], n_draws: int, seed: int = 0) -> list[list[Head]]:
+    """`n_draws` random sets of as many heads as `heads`, none of them in it: for each head one from
+    its layer (from any layer once its layer has none left), drawn with `seed`. model: anything with
+    `cfg.n_layers` and `cfg.n_heads`."""
+    generator = torch.Generator().manual_seed(seed)
+    cfg = model.cfg
+    others = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    others = [head for head in others if head not in set(heads)]
+    draws = []
+    for _ in range(n_draws):
+        chosen: list[Head] = []
+        for layer, _ in heads:
+            free = [head for head in others if head not in chosen]
+            same_layer = [head for head in free if head[0] == layer] or free
+            if same_layer:
+                chosen.append(same_layer[int(torch.randint(len(same_layer), (), generator=generator))])
+        draws.append(sorted(chosen))
+    return draws
+
+
+@dataclass(kw_only=True)
+class BeyondRandom:
+    """A class's drop on held-out prompts against random same-layer sets (see the module docstring).
+    drop, random_drop, beyond: means over prompts; *_ci: 95% bootstrap CIs over prompts."""
+
+    n_prompts: int
+    drop: float
+    drop_ci: tuple[float, float]
+    random_drop: float
+    beyond: float
+    beyond_ci: tuple[float, float]
+    verdict: str
+
+
+def beyond_random(
+    drop: Float[Tensor, " prompt"], random_drops: Float[Tensor, "draw prompt"], seed: int = 0
+) -> BeyondRandom:
+    """The class's drop [prompt] beyond the mean of its random sets' drops [draw, prompt], paired by
+    prompt; confirmed when the CI of the difference is above zero."""
+    difference = drop - random_drops.mean(0)
+    ci = mean_ci(difference, seed)
+    return BeyondRandom(
+        n_prompts=len(drop),
+        drop=drop.mean().item(),
+        drop_ci=mean_ci(drop, seed),
+        random_drop=random_drops.mean().item(),
+        beyond=difference.mean().item(),
+        beyond_ci=ci,
+        verdict=ci_verdict(ci),
+    )
+
+
+@dataclass(frozen=True)
+class FamilySplit:
+    """Which families chose (discovery) and which tested (held-out); never both."""
+
+    discovery: tuple[str, ...]
+    heldout: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        both = set(self.discovery) & set(self.heldout)
+        if both:
+            raise ValueError(
+                f"families {sorted(both)} are both discovery and held-out; a family is one or the other"
+            )
+        if not self.discovery or not self.heldout:
+            raise ValueError(
+                f"a split needs a discovery and a held-out family (got {len(self.discovery)} and "
+                f"{len(self.heldout)}): give more families, or name the held-out ones"
+            )
+
+    def describe(self) -> str:
+        return f"chosen on {', '.join(self.discovery)}; tested on {', '.join(self.heldout)}"
+
+
+def split_families(
+    families: Sequence[str], heldout: Sequence[str] | None = None, fraction: float = 0.5, seed: int = 0
+) -> FamilySplit:
+    """Split the distinct `families` (in order of first appearance): the named `heldout` ones, or a
+    seeded `fraction` of them (at least one each side)."""
+    distinct = list(dict.fromkeys(families))
+    if heldout is not None:
+        unknown = sorted(set(heldout) - set(distinct))
+        if unknown:
+            raise ValueError(f"held-out families {unknown} are not among the task's families {distinct}")
+        return FamilySplit(
+            tuple(f for f in distinct if f not in heldout), tuple(f for f in distinct if f in heldout)
+        )
+    if len(distinct) < 2:
+        raise ValueError(
+            f"the task has {len(distinct)} family ({distinct}); holding out whole families needs two or more "
+            "(add a family column: a template, relation, task or document per prompt)"
+        )
+    order = torch.randperm(len(distinct), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_heldout = min(len(distinct) - 1, max(1, round(fraction * len(distinct))))
+    chosen = {distinct[i] for i in order[:n_heldout]}
+    return FamilySplit(
+        tuple(f for f in distinct if f not in chosen), tuple(f for f in distinct if f in chosen)
+    )
+
+
+def held_out_note(discovery: float, heldout: float, heldout_ci: tuple[float, float]) -> str:
+    """How an effect measured on discovery families fares on held-out ones, in words."""
+    if heldout_ci[0] <= 0:
+        low, high = heldout_ci
+        return f"does not hold on held-out families ({heldout:+.3g}, CI [{low:+.3g}, {high:+.3g}])"
+    if discovery > 0 and heldout < 0.67 * discovery:
+        return f"shrinks on held-out families: {heldout:+.3g} against {discovery:+.3g} on discovery"
+    return f"holds on held-out families ({heldout:+.3g} against {discovery:+.3g} on discovery)"
