@@ -1,0 +1,107 @@
+"""The path's result as the one report structure (`circuits.sections`): headline, what chose and what
+tested, classes with verdicts, the per-stratum and per-family table, faithfulness, the heads' drops."""
+
+from __future__ import annotations
+
+from circuits.path.steps import PathResult
+from circuits.sections import Report, Section, Table
+
+
+def _ci(ci: tuple[float, float]) -> str:
+    return f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def headline(result: PathResult) -> list[str]:
+    confirmed = [c for c in result.classes if c.verdict == "confirmed"]
+    low, high = result.faithfulness_ci
+    parts = [
+        f"{len(confirmed)} of {len(result.classes)} head classes confirmed on held-out families"
+        + (f" ({', '.join(c.name + ': ' + ' '.join(c.heads) for c in confirmed)})" if confirmed else ""),
+        f"the {sum(len(c.heads) for c in result.classes)} heads alone keep faithfulness "
+        f"{result.faithfulness:.2f} [{low:.2f}, {high:.2f}] on {result.n_heldout} held-out prompts",
+    ]
+    return ["; ".join(parts) + ".", *result.notes]
+
+
+def path_sections(result: PathResult) -> list[Section]:
+    settings = result.settings
+    chose = Section(
+        title="What chose and what tested",
+        lines=[
+            f"chosen on {result.n_discovery} prompts of {len(result.chose)} families: "
+            + ", ".join(result.chose),
+            f"tested on {result.n_heldout} prompts of {len(result.tested)} other families: "
+            + ", ".join(result.tested),
+            f"ablation: {settings.ablation} (heads' outputs from the corrupted prompts"
+            + (")" if settings.ablation == "counterfactual" else ", averaged per position)"),
+            f"effects: {result.sign_rule}; 'beyond random' subtracts {settings.n_random} random same-layer "
+            "sets of as many heads, paired by prompt; CIs: 95% bootstrap over prompts",
+            f"every head ablated: drop {result.all_heads_drop:+.2f} on the held-out prompts",
+        ],
+    )
+    names = sorted({name for c in result.classes for name in c.attention})
+    classes = Section(
+        title="Head classes (held-out families)",
+        lines=[f"{c.name}: {c.verdict}; {c.note}" for c in result.classes] or ["no head was kept"],
+        table=Table(
+            columns=[
+                "class",
+                "heads",
+                *[f"attn to {n}" for n in names],
+                "drop beyond random (chose)",
+                "held out",
+                "95% CI",
+                "verdict",
+            ],
+            rows=[
+                [
+                    c.name,
+                    " ".join(c.heads),
+                    *[f"{c.attention[n]:.2f}" for n in names],
+                    f"{c.discovery.beyond:+.2f}",
+                    f"{c.heldout.beyond:+.2f}",
+                    _ci(c.heldout.beyond_ci),
+                    c.verdict,
+                ]
+                for c in result.classes
+            ],
+        ),  # fmt: skip
+    )
+    strata = Section(
+        title="Per stratum and family (held out)",
+        lines=["a stratum holds when its mean drop beyond random points the class's way"],
+        table=Table(
+            columns=["class", "kind", "name", "prompts", "beyond random", "95% CI", "holds"],
+            rows=[
+                [
+                    c.name,
+                    s.kind,
+                    s.name,
+                    str(s.n_prompts),
+                    f"{s.beyond:+.2f}",
+                    _ci(s.beyond_ci),
+                    "yes" if s.holds else "no",
+                ]
+                for c in result.classes
+                for s in c.strata
+            ],
+        ),  # fmt: skip
+    )
+    ranked = sorted((d for d in result.drops if d.exact is not None), key=lambda d: -abs(d.exact))
+    heads = Section(
+        title="Heads checked exactly (discovery families)",
+        lines=[f"the {len(ranked)} heads of largest estimated drop (attribution patching), measured exactly"],
+        table=Table(
+            columns=["head", "estimated drop", "exact drop", "95% CI"],
+            rows=[[d.head, f"{d.estimated:+.2f}", f"{d.exact:+.2f}", _ci(d.exact_ci)] for d in ranked],
+        ),
+    )
+    return [chose, classes, strata, heads]
+
+
+def path_report(result: PathResult) -> Report:
+    return Report(
+        title=f"Heads of {result.model} on {result.task}",
+        headline=headline(result),
+        sections=path_sections(result),
+    )

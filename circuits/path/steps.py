@@ -1,0 +1,330 @@
+"""The one analysis path, step by step, for any `PairTask` (a user's prompt pairs or a built-in task).
+
+    result = head_path(model, task)          # steps 1-4 below, on the task's family split
+
+1. discover (discovery families): every head's drop (`circuits.evidence.EFFECT_SIGN`) estimated by
+   attribution patching, the strongest `n_candidates` measured exactly (each head's output taken
+   from the corrupted prompt, or its mean); heads whose exact drop's CI excludes zero and whose
+   |drop| is at least `min_share` of the clean - corrupted gap are kept (at most `max_heads`).
+2. classify (discovery families): each kept head by where the last token attends among the named
+   positions (mean attention >= `attention_threshold`: "to NAME"; else "unnamed"), and by the sign
+   of its drop (a "negative" class lowers the answer).
+3. validate (held-out families): each class ablated against `n_random` random same-layer sets; its
+   drop beyond them (paired by prompt, bootstrap CI) pooled, per stratum and per family, beside the
+   same measure on the discovery families; a verdict: "confirmed" (pooled CI beyond zero in the
+   class's direction and the direction holds in more than half of the strata and of the families),
+   "stratum-dependent" / "family-dependent" (pooled holds, but not across strata / families), or
+   "unconfirmed".
+4. faithfulness (held-out families): the kept heads alone (every other head ablated) against the
+   model and against every head ablated: (m(C) - m(none)) / (m(model) - m(none)), bootstrap CI.
+Every choice is made in steps 1-2; every figure of steps 3-4 comes from held-out families.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from circuits.evidence import (
+    EFFECT_SIGN,
+    BeyondRandom,
+    beyond_random,
+    ci_verdict,
+    head_labels,
+    held_out_note,
+    mean_ci,
+    random_same_layer_sets,
+)
+from circuits.path.task import PairTask
+from interp.interventions.ablation import Replacement, ablated_metrics
+from interp.interventions.patching import attribution_patching
+from interp.interventions.stats import bootstrap, faithfulness_ratio
+from interp.model import HookedTransformer
+from interp.types import Head, Progress
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathSettings:
+    """The path's choices (see the module docstring for each step's use of them)."""
+
+    n_candidates: int = 24
+    max_heads: int = 12
+    min_share: float = 0.03
+    attention_threshold: float = 0.3
+    n_random: int = 5
+    ablation: str = "counterfactual"  # or "mean": the mean over the corrupted prompts at each position
+    heldout: tuple[str, ...] | None = None  # held-out families; None: half of them, drawn with `seed`
+    seed: int = 0
+
+
+@dataclass(kw_only=True)
+class HeadDrop:
+    """One head's drop on the discovery prompts: estimated (attribution) and exact (None: not run)."""
+
+    head: str
+    estimated: float
+    exact: float | None = None
+    exact_ci: tuple[float, float] | None = None
+
+
+@dataclass(kw_only=True)
+class Stratum:
+    """A class's drop beyond random heads in one stratum or family of the held-out prompts."""
+
+    kind: str  # "stratum" or "family"
+    name: str
+    n_prompts: int
+    beyond: float
+    beyond_ci: tuple[float, float]
+    holds: bool
+
+
+@dataclass(kw_only=True)
+class ClassCheck:
+    """A class of heads tested on held-out families (step 3)."""
+
+    name: str
+    heads: list[str]
+    sign: int  # +1: the class helps the answer; -1: it lowers it
+    attention: dict[str, float]  # mean attention from the last token to each named position
+    discovery: BeyondRandom
+    heldout: BeyondRandom
+    strata: list[Stratum]
+    verdict: str
+    note: str
+
+
+@dataclass(kw_only=True)
+class PathResult:
+    """What `head_path` found: every figure of `classes` and `faithfulness` is on held-out families."""
+
+    task: str
+    model: str
+    settings: PathSettings
+    chose: tuple[str, ...]
+    tested: tuple[str, ...]
+    n_discovery: int
+    n_heldout: int
+    all_heads_drop: float  # the mean drop with every head ablated, on the held-out prompts
+    drops: list[HeadDrop]
+    classes: list[ClassCheck]
+    faithfulness: float
+    faithfulness_ci: tuple[float, float]
+    sign_rule: str = EFFECT_SIGN
+    notes: list[str] = field(default_factory=list)
+
+
+def _z_names(model: HookedTransformer) -> list[str]:
+    return [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
+
+
+def _replacement(model: HookedTransformer, task: PairTask, ablation: str) -> Replacement:
+    """The values ablated heads take on `task`'s clean prompts: each pair's corrupted prompt's
+    ("counterfactual") or the corrupted prompts' mean at each position ("mean")."""
+    real = torch.arange(task.corrupted.shape[1]) <= task.corrupted_end[:, None]
+    mask = None if ablation != "mean" or bool(real.all()) else real.long()
+    return Replacement(model, _z_names(model), ablation, reference=task.corrupted, reference_mask=mask)
+
+
+def metric_with_heads_ablated(
+    model: HookedTransformer, task: PairTask, head_sets: Sequence[Sequence[Head]], ablation: str
+) -> Tensor:
+    """The metric [set, prompt] on `task`'s clean prompts with each set of heads ablated (an empty
+    set: the model itself), on interp's engine."""
+    with torch.no_grad():
+        return ablated_metrics(
+            model, task.clean, task.metric, [list(heads) for heads in head_sets],
+            _replacement(model, task, ablation), logit_pos=task.end,
+            logit_tokens=torch.cat([task.correct, task.incorrect]),
+        ).float().cpu()  # fmt: skip
+
+
+def discover(
+    model: HookedTransformer, task: PairTask, settings: PathSettings, progress: Progress | None = None
+) -> tuple[list[Head], dict[Head, HeadDrop]]:
+    """Step 1 on the discovery prompts: (kept heads, strongest first; every head's drop)."""
+    attribution = attribution_patching(
+        model, task.clean, task.corrupted, task.metric, "z", direction="noise", logit_pos=task.end
+    )
+    estimated = (attribution.target[None] - attribution.values).mean(-1)  # [layer * head]
+    heads = [(int(row.layer), int(row.head)) for row in attribution.index.itertuples()]
+    order = estimated.abs().argsort(descending=True)[: settings.n_candidates].tolist()
+    candidates = [heads[i] for i in order]
+    if progress is not None:
+        progress("Discovery: exact drops of the candidates", 0, 1)
+    values = metric_with_heads_ablated(model, task, [[], *[[h] for h in candidates]], settings.ablation)
+    drops = values[0][None] - values[1:]  # [candidate, prompt]
+    gap = float((values[0] - metric_with_heads_ablated(model, task, [heads], settings.ablation)[0]).mean())
+    rows = {head: HeadDrop(head=label, estimated=float(value)) for head, label, value in
+            zip(heads, head_labels(heads), estimated.tolist(), strict=True)}  # fmt: skip
+    kept = []
+    for head, drop in zip(candidates, drops, strict=True):
+        ci = mean_ci(drop, settings.seed)
+        rows[head].exact, rows[head].exact_ci = float(drop.mean()), ci
+        if (ci[0] > 0 or ci[1] < 0) and abs(float(drop.mean())) >= settings.min_share * abs(gap):
+            kept.append((abs(float(drop.mean())), head))
+    if progress is not None:
+        progress("Discovery: exact drops of the candidates", 1, 1)
+    chosen = [head for _, head in sorted(kept, reverse=True)[: settings.max_heads]]
+    return chosen, rows
+
+
+def attention_to_positions(
+    model: HookedTransformer, task: PairTask, heads: Sequence[Head]
+) -> dict[Head, dict[str, float]]:
+    """Each head's mean attention from each clean prompt's last token to each named position."""
+    if not task.positions or not heads:
+        return {head: {} for head in heads}
+    layers = sorted({layer for layer, _ in heads})
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in layers]
+    rows = torch.arange(len(task))
+    with torch.no_grad():
+        _, cache = model.run_with_cache(task.clean, names_filter=names, stop_at_layer=layers[-1] + 1)
+    out = {}
+    for layer, head in heads:
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"][:, head].float().cpu()  # [n, query, key]
+        from_end = pattern[rows, task.end]  # [n, key]
+        out[(layer, head)] = {name: float(from_end[rows, pos].mean()) for name, pos in task.positions.items()}
+    return out
+
+
+def classify(
+    heads: Sequence[Head], drops: dict[Head, float], attention: dict[Head, dict[str, float]], threshold: float
+) -> dict[str, list[Head]]:
+    """Step 2: class name -> heads (see the module docstring)."""
+    classes: dict[str, list[Head]] = {}
+    for head in heads:
+        named = max(attention[head].items(), key=lambda item: item[1], default=None)
+        name = f"to {named[0]}" if named is not None and named[1] >= threshold else "unnamed"
+        name += " (negative)" if drops[head] < 0 else ""
+        classes.setdefault(name, []).append(head)
+    return classes
+
+
+def _strata(difference: Tensor, task: PairTask, sign: int, seed: int) -> list[Stratum]:
+    out = []
+    for kind, labels in (("stratum", task.strata), ("family", task.families)):
+        if len(set(labels)) < 2:
+            continue
+        for name in dict.fromkeys(labels):
+            values = difference[torch.tensor([label == name for label in labels])]
+            ci = mean_ci(values, seed) if len(values) > 1 else (float("nan"), float("nan"))
+            out.append(Stratum(kind=kind, name=name, n_prompts=len(values), beyond=float(values.mean()),
+                               beyond_ci=ci, holds=sign * float(values.mean()) > 0))  # fmt: skip
+    return out
+
+
+def _verdict(pooled: BeyondRandom, sign: int, strata: Sequence[Stratum]) -> str:
+    if ci_verdict(pooled.beyond_ci, sign) != "confirmed":
+        return "unconfirmed"
+    for kind in ("stratum", "family"):
+        members = [s for s in strata if s.kind == kind]
+        if members and 2 * sum(s.holds for s in members) <= len(members):
+            return f"{kind}-dependent"
+    return "confirmed"
+
+
+def validate(
+    model: HookedTransformer,
+    discovery: PairTask,
+    heldout: PairTask,
+    classes: dict[str, list[Head]],
+    settings: PathSettings,
+) -> list[ClassCheck]:
+    """Step 3: each class against random same-layer sets, on held-out families (and, for the
+    comparison only, on discovery families)."""
+    plans = {
+        name: [heads, *random_same_layer_sets(model, heads, settings.n_random, settings.seed)]
+        for name, heads in classes.items()
+    }
+
+    def beyond(task: PairTask) -> dict[str, tuple[BeyondRandom, Tensor]]:
+        sets = [[], *[run for runs in plans.values() for run in runs]]
+        values = metric_with_heads_ablated(model, task, sets, settings.ablation)
+        drops, out, start = values[0][None] - values[1:], {}, 0
+        for name, runs in plans.items():
+            block = drops[start : start + len(runs)]
+            start += len(runs)
+            out[name] = beyond_random(block[0], block[1:], settings.seed), block[0] - block[1:].mean(0)
+        return out
+
+    found, held = beyond(discovery), beyond(heldout)
+    checks = []
+    for name, heads in classes.items():
+        sign = -1 if name.endswith("(negative)") else 1
+        (chosen, _), (tested, difference) = found[name], held[name]
+        strata = _strata(difference, heldout, sign, settings.seed)
+        if sign > 0:
+            note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci)
+        else:  # a negative class: the same words about the size of its (negative) effect
+            note = held_out_note(-chosen.beyond, -tested.beyond, (-tested.beyond_ci[1], -tested.beyond_ci[0]))
+        checks.append(ClassCheck(
+            name=name, heads=head_labels(heads), sign=sign, attention={}, discovery=chosen, heldout=tested,
+            strata=strata, verdict=_verdict(tested, sign, strata), note=note,
+        ))  # fmt: skip
+    return checks
+
+
+def circuit_faithfulness(
+    model: HookedTransformer, task: PairTask, circuit: Sequence[Head], ablation: str, seed: int = 0
+) -> tuple[float, tuple[float, float], float]:
+    """Step 4: (faithfulness, its bootstrap CI over prompts, the mean drop with every head ablated) of
+    the heads `circuit` on `task`."""
+    every = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    outside = [head for head in every if head not in set(circuit)]
+    full, kept, none = metric_with_heads_ablated(model, task, [[], outside, every], ablation)
+    value = float(faithfulness_ratio(kept[None], full, none)[0])
+
+    def resampled(samples: Tensor) -> Tensor:
+        return (kept[samples].mean(-1) - none[samples].mean(-1)) / (
+            full[samples].mean(-1) - none[samples].mean(-1)
+        )
+
+    low, high = bootstrap(resampled, len(full), seed=seed)
+    return value, (float(low), float(high)), float((full - none).mean())
+
+
+def head_path(
+    model: HookedTransformer,
+    task: PairTask,
+    settings: PathSettings | None = None,
+    progress: Progress | None = None,
+) -> PathResult:
+    """Steps 1-4 (see the module docstring) on `task`'s family split."""
+    settings = settings or PathSettings()
+    split = task.family_split(settings.heldout, settings.seed)
+    discovery, heldout = task.split(settings.heldout, settings.seed)
+    stages = ("1/4 discover heads", "2/4 classify heads", "3/4 validate classes", "4/4 faithfulness")
+
+    def stage(index: int) -> None:
+        if progress is not None:
+            progress(stages[index], 0, 1)
+
+    stage(0)
+    heads, drops = discover(model, discovery, settings, progress)
+    stage(1)
+    attention = attention_to_positions(model, discovery, heads)
+    classes = classify(
+        heads, {head: drops[head].exact for head in heads}, attention, settings.attention_threshold
+    )
+    stage(2)
+    checks = validate(model, discovery, heldout, classes, settings) if classes else []
+    for check in checks:
+        members = [h for h in heads if h in set(classes[check.name])]
+        check.attention = {
+            name: sum(attention[h][name] for h in members) / len(members) for name in task.positions
+        }
+    stage(3)
+    faithfulness, ci, all_heads_drop = circuit_faithfulness(
+        model, heldout, heads, settings.ablation, settings.seed
+    )
+    notes = [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
+    return PathResult(
+        task=task.name, model=model.cfg.model_name, settings=settings, chose=split.discovery,
+        tested=split.heldout, n_discovery=len(discovery), n_heldout=len(heldout),
+        all_heads_drop=all_heads_drop, drops=list(drops.values()), classes=checks,
+        faithfulness=faithfulness, faithfulness_ci=ci, notes=notes,
+    )  # fmt: skip

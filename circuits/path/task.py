@@ -1,0 +1,159 @@
+"""A task on the one analysis path: prompt pairs, answers, named positions, strata and families.
+
+    task = pair_task(model, "agreement.csv")          # or a list of row dicts: pair_task(model, rows)
+    discovery, heldout = task.split()                 # whole families held out (circuits.evidence)
+
+Rows (CSV with a header, or JSONL) have `clean`, `corrupted`, `correct` and `incorrect` (one token
+each; mind the leading space) and optionally:
+  family        the unit held out (a template, relation, document); without it prompts are held out
+  stratum       a label the verdicts are reported per (e.g. singular / plural)
+  pos:NAME      a named position in the clean prompt: text of the prompt whose last token is the
+                position, `text#k` for its k-th occurrence (e.g. `pos:S2` = ` John#2`)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from circuits.edge_circuits.tasks import read_pairs
+from circuits.evidence import FamilySplit, split_families
+from interp import edges
+from interp.interventions.metrics import AnswerMetric, logit_diff_metric
+from interp.model import HookedTransformer
+
+POSITION_PREFIX = "pos:"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairTask:
+    """Prompt pairs with their answers. clean, corrupted: [n, pos] right-padded to one width;
+    end: [n] each clean prompt's last real token (where the metric reads); positions: NAME -> [n]
+    token positions in the clean prompts; families, strata: one label per prompt."""
+
+    name: str
+    clean: Int[Tensor, "n pos"]
+    corrupted: Int[Tensor, "n pos"]
+    correct: Int[Tensor, " n"]
+    incorrect: Int[Tensor, " n"]
+    end: Int[Tensor, " n"]
+    corrupted_end: Int[Tensor, " n"]
+    positions: Mapping[str, Tensor]
+    families: tuple[str, ...]
+    strata: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return self.clean.shape[0]
+
+    @property
+    def metric(self) -> AnswerMetric:
+        """logit(correct) - logit(incorrect) at each clean prompt's last token [n]."""
+        return logit_diff_metric(self.correct, self.incorrect, self.end)
+
+    def subset(self, rows: Sequence[int] | Tensor) -> PairTask:
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        width = int(torch.maximum(self.end[rows], self.corrupted_end[rows]).max()) + 1
+        return replace(
+            self,
+            clean=self.clean[rows, :width],
+            corrupted=self.corrupted[rows, :width],
+            correct=self.correct[rows],
+            incorrect=self.incorrect[rows],
+            end=self.end[rows],
+            corrupted_end=self.corrupted_end[rows],
+            positions={name: pos[rows] for name, pos in self.positions.items()},
+            families=tuple(self.families[i] for i in rows.tolist()),
+            strata=tuple(self.strata[i] for i in rows.tolist()),
+        )
+
+    def family_split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> FamilySplit:
+        return split_families(self.families, heldout=heldout, seed=seed)
+
+    def split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> tuple[PairTask, PairTask]:
+        """(discovery, held-out) prompts: whole families on each side (see `family_split`)."""
+        split = self.family_split(heldout, seed)
+        rows = [
+            [i for i, f in enumerate(self.families) if f in side] for side in (split.discovery, split.heldout)
+        ]
+        return self.subset(rows[0]), self.subset(rows[1])
+
+
+def _position(model: HookedTransformer, tokens: list[int], text: str, spec: str, where: str) -> int:
+    """The index of the last token of the k-th occurrence of spec's text (`text#k`) in `text`."""
+    needle, _, k = spec.rpartition("#") if "#" in spec else (spec, "", "1")
+    if not needle or not k.isdigit() or int(k) < 1:
+        raise ValueError(
+            f"{where}: {spec!r} is not a position; write the text, or text#k for its k-th occurrence"
+        )
+    start = -1
+    for _ in range(int(k)):
+        start = text.find(needle, start + 1)
+        if start < 0:
+            raise ValueError(f"{where}: {needle!r} does not occur {k} time(s) in the clean prompt {text!r}")
+    last_char = start + len(needle)  # characters of the prompt up to the occurrence's end
+    for index in range(len(tokens)):
+        if len(model.tokenizer.decode(tokens[: index + 1], skip_special_tokens=True)) >= last_char:
+            return index
+    raise ValueError(f"{where}: {needle!r} could not be placed on the clean prompt's tokens")
+
+
+def pair_task(
+    model: HookedTransformer, source: str | Path | Sequence[Mapping[str, str]], name: str | None = None
+) -> PairTask:
+    """A `PairTask` from a prompt-pair file (see the module docstring) or its rows."""
+    rows = read_pairs(source) if isinstance(source, str | Path) else [dict(row) for row in source]
+    name = name or (Path(source).name if isinstance(source, str | Path) else "pairs")
+    if model.tokenizer is None:
+        raise ValueError(f"{model.cfg.model_name} has no tokenizer, so it cannot read text prompt pairs.")
+    if not rows:
+        raise ValueError(f"{name} has no prompt pairs.")
+    position_names = sorted(
+        {key[len(POSITION_PREFIX) :] for row in rows for key in row if key.startswith(POSITION_PREFIX)}
+    )
+    needed = ["clean", "corrupted", "correct", "incorrect"]
+    for number, row in enumerate(rows, 1):
+        missing = [key for key in needed + [POSITION_PREFIX + p for p in position_names] if not row.get(key)]
+        if missing:
+            raise ValueError(
+                f"{name}: pair {number} lacks {', '.join(missing)}; every pair needs each column"
+            )
+    clean_ids = [model.to_tokens(row["clean"], truncate=False)[0].tolist() for row in rows]
+    corrupted_ids = [model.to_tokens(row["corrupted"], truncate=False)[0].tolist() for row in rows]
+    longest = max(len(ids) for ids in clean_ids + corrupted_ids)
+    if longest > model.cfg.n_ctx:
+        raise ValueError(
+            f"{name}: a prompt is {longest} tokens, longer than the context of {model.cfg.n_ctx}"
+        )
+    pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
+    clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
+    positions = {
+        p: torch.tensor(
+            [
+                _position(model, ids, row["clean"], row[POSITION_PREFIX + p], f"{name}: pair {n} pos:{p}")
+                for n, (row, ids) in enumerate(zip(rows, clean_ids, strict=True), 1)
+            ]
+        )
+        for p in position_names
+    }
+    with_family = [bool(row.get("family")) for row in rows]
+    if any(with_family) and not all(with_family):
+        raise ValueError(
+            f"{name}: {with_family.count(False)} pairs lack a family; give every pair one, or none"
+        )
+    return PairTask(
+        name=name,
+        clean=clean,
+        corrupted=corrupted,
+        correct=torch.tensor([model.to_single_token(row["correct"]) for row in rows]),
+        incorrect=torch.tensor([model.to_single_token(row["incorrect"]) for row in rows]),
+        end=torch.tensor([len(ids) - 1 for ids in clean_ids]),
+        corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]),
+        positions=positions,
+        families=tuple(row["family"] if all(with_family) else f"prompt {i}" for i, row in enumerate(rows)),
+        strata=tuple(row.get("stratum") or "all" for row in rows),
+    )
