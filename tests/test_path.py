@@ -1,0 +1,133 @@
+"""The one analysis path on a user's prompt pairs: families held out whole, named positions, the
+engine's ablations, and every reported figure measured on held-out families only."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from circuits.evidence import beyond_random, random_same_layer_sets, split_families
+from circuits.path import PathSettings, head_path, pair_task
+from circuits.path.report import path_report
+from circuits.path.steps import discover, metric_with_heads_ablated
+from circuits.sections import render_html, render_json, render_markdown, write_sections
+
+AGREEMENT = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
+SETTINGS = PathSettings(n_candidates=8, max_heads=4, n_random=3)
+
+
+def agreement_rows(per_family: int = 6, families: int = 4) -> list[dict[str, str]]:
+    with AGREEMENT.open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    kept, seen = [], {}
+    for row in rows:
+        seen.setdefault(row["family"], 0)
+        if len(seen) <= families and seen[row["family"]] < per_family:
+            seen[row["family"]] += 1
+            kept.append(row)
+    return kept
+
+
+@pytest.fixture(scope="module")
+def agreement(smollm2):
+    return pair_task(smollm2, agreement_rows(), name="agreement")
+
+
+@pytest.fixture(scope="module")
+def result(smollm2, agreement):
+    return head_path(smollm2, agreement, SETTINGS)
+
+
+def test_families_are_held_out_whole(agreement):
+    split = agreement.family_split()
+    discovery, heldout = agreement.split()
+    assert set(discovery.families) == set(split.discovery) and set(heldout.families) == set(split.heldout)
+    assert not set(discovery.families) & set(heldout.families)
+    assert len(discovery) + len(heldout) == len(agreement)
+    named = split_families(agreement.families, heldout=["The N of the M"])
+    assert named.heldout == ("The N of the M",)
+    with pytest.raises(ValueError, match="not among the task's families"):
+        split_families(agreement.families, heldout=["no such frame"])
+    with pytest.raises(ValueError, match="needs two or more"):
+        split_families(["one"] * 5)
+
+
+def test_a_family_column_is_all_or_nothing(smollm2):
+    rows = agreement_rows(per_family=2, families=2)
+    rows[0] = {**rows[0], "family": ""}
+    with pytest.raises(ValueError, match="lack a family"):
+        pair_task(smollm2, rows)
+
+
+def test_named_positions_find_the_kth_occurrence(smollm2):
+    text = "When Mary and John went to the store, John gave a drink to"
+    row = {"clean": text, "corrupted": text.replace("John", "Paul"), "correct": " Mary", "incorrect": " John",
+           "pos:S1": " John", "pos:S2": " John#2", "pos:IO": " Mary"}  # fmt: skip
+    task = pair_task(smollm2, [row, row])
+    tokens = smollm2.to_str_tokens(task.clean[0])
+    johns = [i for i, token in enumerate(tokens) if token == " John"]
+    assert task.positions["S1"].tolist() == [johns[0]] * 2 and task.positions["S2"].tolist() == [johns[1]] * 2
+    assert tokens[int(task.positions["IO"][0])] == " Mary"
+    with pytest.raises(ValueError, match="does not occur 3 time"):
+        pair_task(smollm2, [{**row, "pos:S2": " John#3"}])
+
+
+def test_the_paths_ablation_is_patching_each_heads_output_from_the_corrupted_prompt(smollm2, agreement):
+    task = agreement.subset(range(6))
+    head = (26, 0)
+    with torch.no_grad():
+        _, corrupted = smollm2.run_with_cache(task.corrupted, names_filter="blocks.26.attn.hook_z")
+
+        def write(z, hook):
+            z[:, :, head[1]] = corrupted[hook.name][:, :, head[1]]
+            return z
+
+        expected = task.metric(
+            smollm2.run_with_hooks(task.clean, fwd_hooks=[("blocks.26.attn.hook_z", write)])
+        )
+    measured = metric_with_heads_ablated(smollm2, task, [[head]], "counterfactual")[0]
+    torch.testing.assert_close(measured, expected.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_every_reported_effect_is_measured_on_held_out_families(smollm2, agreement, result):
+    discovery, heldout = agreement.split()
+    assert set(result.tested) == set(heldout.families) and set(result.chose) == set(discovery.families)
+    heads, _ = discover(smollm2, discovery, SETTINGS)  # the selection sees discovery prompts only
+    assert sorted(heads) == sorted(
+        (int(label[1:].split("H")[0]), int(label.split("H")[1])) for c in result.classes for label in c.heads
+    )
+    for check in result.classes:
+        members = [(int(label[1:].split("H")[0]), int(label.split("H")[1])) for label in check.heads]
+        draws = random_same_layer_sets(smollm2, members, SETTINGS.n_random, SETTINGS.seed)
+        values = metric_with_heads_ablated(smollm2, heldout, [[], members, *draws], SETTINGS.ablation)
+        drops = values[0][None] - values[1:]
+        again = beyond_random(drops[0], drops[1:], SETTINGS.seed)
+        assert again.beyond == pytest.approx(check.heldout.beyond, abs=1e-4)
+        assert again.beyond_ci == pytest.approx(check.heldout.beyond_ci, abs=1e-4)
+        assert {s.name for s in check.strata if s.kind == "family"} == set(heldout.families)
+
+
+def test_subject_heads_carry_agreement_on_held_out_frames(result):
+    """SmolLM2 reads the subject's number at the verb: a class attending to the subject is kept,
+    confirmed beyond random same-layer heads on sentence frames that did not choose it."""
+    to_subject = [c for c in result.classes if c.name == "to subject"]
+    assert to_subject and to_subject[0].verdict == "confirmed"
+    assert to_subject[0].attention["subject"] >= SETTINGS.attention_threshold
+    assert to_subject[0].heldout.beyond_ci[0] > 0
+    assert 0 < result.faithfulness_ci[0] <= result.faithfulness <= result.faithfulness_ci[1]
+
+
+def test_the_report_renders_the_same_content_in_every_format(result, tmp_path):
+    report = path_report(result)
+    markdown = render_markdown(report)
+    assert "## What chose and what tested" in markdown and "tested on" in markdown
+    assert all(name in markdown for name in result.tested)
+    parsed = json.loads(render_json(report))
+    assert parsed["sections"][1]["table"]["rows"][0][0] == result.classes[0].name
+    assert "<table>" in render_html(report)
+    out = tmp_path / "report.md"
+    write_sections(report, "markdown", out, Console())
+    assert out.read_text() == markdown
