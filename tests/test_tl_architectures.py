@@ -270,3 +270,17 @@ def test_arena_attn_only_2l_builds_loads_transformer_lens_weights_and_scores_ind
     )  # fmt: skip
     torch.testing.assert_close(from_cache, reference, atol=ATOL, rtol=0)
     torch.testing.assert_close(induction_score_store, reference, atol=ATOL, rtol=0)
+
+
+def test_shortformer_residual_decompositions_sum_to_the_residual_and_leave_positions_out() -> None:
+    model = _model(positional="shortformer")
+    tokens = torch.randint(0, model.cfg.d_vocab, (2, 6), generator=torch.Generator().manual_seed(6))
+    _, cache = model.run_with_cache(tokens)
+    with pytest.raises(ValueError, match="not in the residual stream"):
+        cache.decompose_resid()  # TransformerLens would add hook_pos_embed as a component
+    _, cache = model.run_with_cache(tokens, names_filter=lambda name: name != "hook_pos_embed")
+    stack, labels = cache.decompose_resid(return_labels=True)
+    assert "pos_embed" not in labels
+    torch.testing.assert_close(stack.sum(0), cache["blocks.1.hook_resid_post"], atol=ATOL, rtol=0)
+    full = cache.get_full_resid_decomposition(layer=1, expand_neurons=False)
+    torch.testing.assert_close(full.sum(0), cache["blocks.1.hook_resid_pre"], atol=ATOL, rtol=0)

@@ -41,7 +41,8 @@ from interp.types import ABLATIONS, Ablation, Metric
 def pad_pair(
     clean: Sequence[Sequence[int]] | Tensor, corrupted: Sequence[Sequence[int]] | Tensor, pad: int = 0
 ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
-    """Right-pad clean and corrupted token lists to one width (causal attention ignores the tail)."""
+    """Right-pad clean and corrupted token lists to one width (causal attention ignores the tail;
+    bidirectional attention reads it, so give a bidirectional model prompts of one length)."""
     rows = [list(map(int, row)) for row in list(clean) + list(corrupted)]
     if len(clean) != len(corrupted):
         raise ValueError(f"{len(clean)} clean prompts but {len(corrupted)} corrupted: pair them one to one.")
