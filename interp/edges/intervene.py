@@ -8,7 +8,8 @@ An edge's ablation replaces the writer's contribution to that reader's input onl
 where "writer" is the writer's output in the current (intervened) run and `writer_ablated` what the
 ablation (`interp.types.Ablation`) puts there: its output on the corrupted prompt (counterfactual,
 the default), its mean over reference prompts at each position (mean), its output on a random
-reference prompt (resample) or zero. Biases that belong to no writer (attention's b_O) stay.
+reference prompt (resample) or zero. Biases that belong to no writer (attention's b_O) stay, and so
+do a shortformer model's positions (added to every block's query and key inputs, written by no writer).
 
 The run is the model's forward pass with hooks, as EAP-IG's reference code does it: writers are read
 at `blocks.0.hook_resid_pre` (the input), `attn.hook_result` (heads) and `hook_mlp_out` (MLPs);
