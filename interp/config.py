@@ -18,7 +18,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 Normalization = Literal["layernorm", "rmsnorm", "none"]
-Positional = Literal["learned", "rotary", "none"]
+Positional = Literal["learned", "rotary", "none", "shortformer"]
 Activation = Literal["gelu", "gelu_new", "silu", "relu", "solu_ln"]  # solu_ln: SoLU then a LayerNorm
 QKNorm = Literal["none", "head", "all_heads"]
 AttentionType = Literal["global", "local"]
@@ -49,7 +49,12 @@ class Config:
     - attn_types, window_size: per-layer "global" or "local"; a local layer's query at position i
       sees keys j with i - window_size < j <= i (GPT-Neo, Gemma 2/3, Mistral's sliding window).
     - rotary_base_local: RoPE base of local layers when it differs from rotary_base (Gemma 3).
-    - nope_layers: layers whose attention uses no positions at all (SmolLM3).
+    - positional "shortformer" (Press et al. 2021, TransformerLens's name): learned positions W_pos
+      added to every attention layer's query and key inputs (after ln1), not to its value input
+      and not to the residual stream.
+    - causal: False for bidirectional attention (encoders, compiled RASP programs; TransformerLens's
+      attention_dir="bidirectional"): every query sees every key, pads included.
+    - nope_layers: layers whose attention uses no positions at all (SmolLM3; rotary models).
     - rotary_adjacent_pairs: RoPE rotates dims (2i, 2i + 1) together (GPT-J), not (i, i + r/2).
     - num_experts, experts_per_token: a routed mixture of gated-MLP experts replaces the MLP
       (Mixtral): softmax over the router logits, the top experts_per_token renormalised.
@@ -94,6 +99,7 @@ class Config:
     attn_scores_soft_cap: float | None = None
     output_logits_soft_cap: float | None = None
     qk_norm: QKNorm = "none"
+    causal: bool = True
     pre_norm: bool = True
     post_norm: bool = False
     attn_types: list[AttentionType] | None = None
@@ -142,6 +148,16 @@ class Config:
             raise ValueError(f"attn_types has {len(self.attn_types)} entries for {self.n_layers} layers.")
         if "local" in self.attn_types and not self.window_size:
             raise ValueError("Local attention layers need window_size.")
+        if "local" in self.attn_types and not self.causal:
+            raise ValueError(
+                "Local (sliding-window) layers look back window_size tokens; with bidirectional attention "
+                "(causal=False) the window is undefined: use global layers."
+            )
+        if self.nope_layers and self.positional != "rotary":
+            raise ValueError(
+                f"nope_layers turn off rotary positions in some layers; this model's positions are "
+                f"{self.positional!r}: leave nope_layers empty."
+            )
         if (self.num_experts is None) != (self.experts_per_token is None):
             raise ValueError("Set both num_experts and experts_per_token (or neither).")
         if self.activation == "solu_ln" and (self.gated_mlp or self.normalization != "layernorm"):
@@ -184,6 +200,11 @@ class Config:
     def group_size(self) -> int:
         """Query heads per key/value head (1 without grouped-query attention)."""
         return self.n_heads // self.n_kv_heads
+
+    @property
+    def learned_positions(self) -> bool:
+        """Whether the model holds a position embedding W_pos (learned or shortformer positions)."""
+        return self.positional in ("learned", "shortformer")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields that describe the checkpoint (not where it is loaded: device, dtype)."""
@@ -249,6 +270,10 @@ class Config:
         return _POSITIONAL_TYPES[self.positional]
 
     @property
+    def attention_dir(self) -> Literal["causal", "bidirectional"]:
+        return "causal" if self.causal else "bidirectional"
+
+    @property
     def n_key_value_heads(self) -> int | None:
         """None without grouped-query attention, as in TransformerLens."""
         return None if self.n_kv_heads == self.n_heads else self.n_kv_heads
@@ -308,7 +333,7 @@ _HOOK_SETTINGS = frozenset(
      "ungroup_grouped_query_attention"}
 )  # fmt: skip
 _NORMALIZATION_TYPES = {"layernorm": "LN", "rmsnorm": "RMS"}
-_POSITIONAL_TYPES = {"learned": "standard", "rotary": "rotary", "none": "none"}
+_POSITIONAL_TYPES = {"learned": "standard", "rotary": "rotary", "none": "none", "shortformer": "shortformer"}
 
 
 def rotary_inv_freq(rotary_dim: int, base: float) -> Float[Tensor, " rotary_dim_half"]:

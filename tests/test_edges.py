@@ -45,6 +45,10 @@ ARCHITECTURES = {
     "olmo2-like": dict(
         pre_norm=False, post_norm=True, normalization="rmsnorm", positional="rotary", qk_norm="all_heads"
     ),
+    "one-head": dict(n_heads=1),  # a layer's heads are one writer group of one head
+    # Positions added to the queries' and keys' inputs only: no writer of the residual stream.
+    "shortformer": dict(positional="shortformer"),
+    "bidirectional": dict(causal=False),
 }  # fmt: skip
 
 
@@ -555,7 +559,7 @@ def test_scores_do_not_depend_on_the_batch_size() -> None:
     assert torch.allclose(whole.scores, split.scores, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama-gqa", "one-head", "shortformer"])
 def test_eap_ig_activations_reproduce_the_reference_definition(arch: str) -> None:
     """EAP-IG over activations as the reference code (hannamw/EAP-IG, `get_scores_ig_activations`)
     defines it, written out with hooks on the full model: for each writer group (the input, a layer's
@@ -683,3 +687,29 @@ def test_max_memory_picks_the_batch_size_and_keeps_the_scores(arch: str) -> None
         edges.edge_attribution(model, clean, corrupted, metric, max_memory=per_prompt - 1)
     with pytest.raises(ValueError, match="not a size"):
         edges.edge_attribution(model, clean, corrupted, metric, max_memory="lots")
+
+
+def test_every_edge_method_prune_and_faithfulness_run_on_one_head_layers() -> None:
+    """A layer of one head is a writer group of one head ([batch, pos, 1, d] at hook_result), not a
+    single writer like the input or an MLP: every method scores it, pruning and the faithfulness
+    curve run on it, and the circuit of every edge is the model itself."""
+    model = _random_model(seed=3, **ARCHITECTURES["one-head"])
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [6, 5, 6])
+    metric = _metric(3, model.cfg.d_vocab, pos)
+    graph = edges.edge_graph(model)
+    found = {}
+    for method in edges.METHODS:
+        found[method] = edges.edge_attribution(model, clean, corrupted, metric, method=method, steps=2)
+        scores = found[method].scores
+        assert scores.shape == (graph.n_writers, graph.n_readers) and bool(scores.isfinite().all()), method
+        assert float(scores.abs().max()) > 1e-3, method
+    # EAP over the input alone is the first step of EAP-IG over the input: one step at alpha = 1.
+    eap_ig_one_step = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=1)
+    torch.testing.assert_close(eap_ig_one_step.scores, found["eap"].scores, atol=ATOL, rtol=0)
+    pruned = edges.prune_edges(model, clean, corrupted, metric, density=0.3, steps=4, batch_size=3)
+    assert pruned.scores.shape == (graph.n_writers, graph.n_readers)
+    curve = edges.faithfulness_curve(
+        model, clean, corrupted, metric, found["eap-ig"], fractions=(0.1, 0.5, 1.0)
+    )
+    assert bool(curve.faithfulness.isfinite().all())
+    torch.testing.assert_close(curve.faithfulness[-1], torch.tensor(1.0), atol=ATOL, rtol=0)

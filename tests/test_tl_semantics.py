@@ -261,8 +261,7 @@ def test_config_d_vocab_from_the_tokenizer_and_lnpre():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(attention_dir="bidirectional"), "only attention_dir='causal'"),
-        (dict(positional_embedding_type="shortformer"), "positional_embedding_type"),
+        (dict(attention_dir="sideways"), "attention_dir"),
         (dict(act_fn=None), "act_fn must be specified"),
         (dict(positional_embedding_type="alibi"), "positional_embedding_type"),
         (dict(checkpoint_index=3), "one checkpoint"),

@@ -511,7 +511,7 @@ def test_model_from_a_transformer_lens_config():
     assert logits.shape == (1, 4, 50) and cache["pattern", -1].shape == (1, 4, 4, 4)
     with pytest.raises(ValueError, match="positional_embedding_type"):
         HookedTransformerConfig(
-            d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, positional_embedding_type="shortformer"
+            d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, positional_embedding_type="alibi"
         )
     with pytest.raises(TypeError, match="unexpected keyword"):
         HookedTransformerConfig(d_model=64, d_head=16, n_layers=1, n_ctx=8, d_vocab=5, not_a_field=True)

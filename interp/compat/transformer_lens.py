@@ -36,7 +36,8 @@ HOOK_SETTINGS = (
 _FROM_NORMALIZATION_TYPE = {
     "LN": "layernorm", "RMS": "rmsnorm", "LNPre": "layernorm", "RMSPre": "rmsnorm", None: "none"
 }  # fmt: skip
-_FROM_POSITIONAL_TYPE = {"standard": "learned", "rotary": "rotary"}
+_FROM_POSITIONAL_TYPE = {"standard": "learned", "rotary": "rotary", "shortformer": "shortformer"}
+_ATTENTION_DIRS = ("causal", "bidirectional")
 # TL's activations that are interp's under another name (the same function).
 _ACTIVATION_ALIASES = {"gelu_pytorch_tanh": "gelu_new"}
 # TL options interp has no equivalent for: accepted at their default, refused otherwise, with why.
@@ -142,11 +143,8 @@ class HookedTransformerConfig:
         for name, (default, why) in _UNSUPPORTED.items():
             if getattr(self, name) != default:
                 raise ValueError(f"{name}={getattr(self, name)!r} is not supported: {why}.")
-        if self.attention_dir != "causal":
-            raise ValueError(
-                f"attention_dir={self.attention_dir!r}: interp's models are decoder-only with causal "
-                "attention; only attention_dir='causal' is supported (no bidirectional/BERT attention)."
-            )
+        if self.attention_dir not in _ATTENTION_DIRS:
+            raise ValueError(f"attention_dir={self.attention_dir!r} is not one of {_ATTENTION_DIRS}.")
         if self.normalization_type not in _FROM_NORMALIZATION_TYPE:
             raise ValueError(
                 f"normalization_type={self.normalization_type!r}: interp supports 'LN', 'LNPre', 'RMS', "
@@ -155,7 +153,7 @@ class HookedTransformerConfig:
         if self.positional_embedding_type not in _FROM_POSITIONAL_TYPE:
             raise ValueError(
                 f"positional_embedding_type={self.positional_embedding_type!r}: interp supports "
-                "'standard', 'rotary'."
+                f"{sorted(_FROM_POSITIONAL_TYPE)} (no ALiBi or relative position biases)."
             )
         if self.act_fn is None and not self.attn_only:
             raise ValueError("act_fn must be specified for non-attn-only models (as in TransformerLens).")
@@ -234,6 +232,7 @@ class HookedTransformerConfig:
             attn_scores_soft_cap=None if self.attn_scores_soft_cap <= 0 else self.attn_scores_soft_cap,
             output_logits_soft_cap=None if self.output_logits_soft_cap <= 0 else self.output_logits_soft_cap,
             qk_norm="head" if self.use_qk_norm else "none",
+            causal=self.attention_dir == "causal",
             post_norm=self.use_normalization_before_and_after,
             attn_types=list(self.attn_types) if self.use_local_attn else None,
             window_size=self.window_size if self.use_local_attn else None,
@@ -248,7 +247,14 @@ class HookedTransformerConfig:
         if tokenizer is None and self.tokenizer_name is not None:
             import transformers
 
-            tokenizer = transformers.AutoTokenizer.from_pretrained(self.tokenizer_name)
+            try:
+                tokenizer = transformers.AutoTokenizer.from_pretrained(self.tokenizer_name)
+            except OSError as error:
+                raise ValueError(
+                    f"tokenizer_name={self.tokenizer_name!r} could not be loaded "
+                    f"({error.__class__.__name__}: offline, or no such tokenizer): pass tokenizer= (a "
+                    "transformers tokenizer or a local directory's), or tokenizer_name=None for token ids."
+                ) from error
         d_vocab = None if tokenizer is None else max(tokenizer.get_vocab().values()) + 1
         return {
             "config": self.to_config(d_vocab),

@@ -183,6 +183,7 @@ def edge_attribution_by_position(
     )
     batches = chunks(clean.shape[0], batch_size)
     groups = _writer_groups(graph) if activations else [slice(0, 1)]
+    head_groups = [graph.head_writers(layer) for layer in range(graph.n_layers)]  # one-head layers too
     total, done = len(batches) * len(groups) * steps, 0
     for ids in batches:
         tokens = clean[ids]
@@ -198,8 +199,8 @@ def edge_attribution_by_position(
                 point = start + alpha * (end - start)
                 if not activations:  # integrated gradients over the input embedding (EAP: alpha = 1)
                     _add_reader_grads(model, graph, tokens, metric, ids, grads, input_embed=point[0])
-                else:  # over one group of writers' outputs
-                    point = point[0] if group.stop - group.start == 1 else point.permute(1, 2, 0, 3)
+                else:  # over one group of writers' outputs: a layer's heads [B, P, head, d], else [B, P, d]
+                    point = point.permute(1, 2, 0, 3) if group in head_groups else point[0]
                     iv = Intervention(overrides={group.start: point})
                     _add_reader_grads(model, graph, tokens, metric, ids, grads, iv)
                 done += 1

@@ -8,7 +8,8 @@ An edge's ablation replaces the writer's contribution to that reader's input onl
 where "writer" is the writer's output in the current (intervened) run and `writer_ablated` what the
 ablation (`interp.types.Ablation`) puts there: its output on the corrupted prompt (counterfactual,
 the default), its mean over reference prompts at each position (mean), its output on a random
-reference prompt (resample) or zero. Biases that belong to no writer (attention's b_O) stay.
+reference prompt (resample) or zero. Biases that belong to no writer (attention's b_O) stay, and so
+do a shortformer model's positions (added to every block's query and key inputs, written by no writer).
 
 The run is the model's forward pass with hooks, as EAP-IG's reference code does it: writers are read
 at `blocks.0.hook_resid_pre` (the input), `attn.hook_result` (heads) and `hook_mlp_out` (MLPs);
@@ -41,7 +42,8 @@ from interp.types import ABLATIONS, Ablation, Metric
 def pad_pair(
     clean: Sequence[Sequence[int]] | Tensor, corrupted: Sequence[Sequence[int]] | Tensor, pad: int = 0
 ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
-    """Right-pad clean and corrupted token lists to one width (causal attention ignores the tail)."""
+    """Right-pad clean and corrupted token lists to one width (causal attention ignores the tail;
+    bidirectional attention reads it, so give a bidirectional model prompts of one length)."""
     rows = [list(map(int, row)) for row in list(clean) + list(corrupted)]
     if len(clean) != len(corrupted):
         raise ValueError(f"{len(clean)} clean prompts but {len(corrupted)} corrupted: pair them one to one.")

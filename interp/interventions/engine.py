@@ -289,10 +289,12 @@ def _walk(
     segment by segment (-1 embeddings, L block L, n_layers final norm and unembedding), walked
     breadth-first in chunks; finish(runs, logits) after the unembedding, or, with `reads`,
     finish(runs, {name: activation}) after the last block that holds a read hook. Blocks run with
-    the attention mask the forward pass gives `tokens` (left padding)."""
+    the attention mask the forward pass gives `tokens` (left padding) and a shortformer model's
+    positions (`shortformer_positions`)."""
     n_layers = model.cfg.n_layers
     mask = model.attention_mask_of(tokens)
     names = {iv.site.name for run in runs for iv in run} | set(reads)
+    pos_embed = shortformer_positions(model, tokens, {iv.site.name for run in runs for iv in run})
     with model.settings(**hook_settings_for(names)):
         check_sites(model, [[Site(name)] for name in names])
     uncached = sorted(
@@ -344,7 +346,7 @@ def _walk(
                 for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
                     outputs, captured = _segment_forward(
                         model, segment, [(parent, here) for _, parent, here, _ in part], batch, reads_here,
-                        logit_pos, buffer, mask,
+                        logit_pos, buffer, mask, pos_embed,
                     )  # fmt: skip
                     for k, ((sub, _, _, read), out) in enumerate(zip(part, outputs, strict=False)):
                         if segment == n_layers:
@@ -355,6 +357,24 @@ def _walk(
             if stop < n_layers:
                 for indices, _, read in groups:
                     finished(indices, read)
+
+
+def shortformer_positions(
+    model: HookedTransformer, tokens: Tensor, patched: Iterable[str] = ()
+) -> Float[Tensor, "batch pos d_model"] | None:
+    """A shortformer model's positions of `tokens` (what its blocks add to their query and key inputs,
+    not held by the residual stream the engine carries between blocks); None for other models. Runs
+    that patch hook_pos_embed there are refused: the patched positions would reach no block."""
+    if model.cfg.positional != "shortformer":
+        return None
+    if "hook_pos_embed" in patched:
+        raise ValueError(
+            "hook_pos_embed of a shortformer model feeds every block's queries and keys, not the residual "
+            "stream that patched runs carry between blocks: patch it with model.hooks(...) around an "
+            "ordinary forward pass instead."
+        )
+    with torch.no_grad():
+        return model.input_to_embed(tokens)[2]
 
 
 def _target_input(
@@ -411,11 +431,13 @@ def _segment_forward(
     logit_pos: Pos,
     buffer: LogitBuffer | None,
     mask: Tensor | None = None,
+    pos_embed: Tensor | None = None,
 ) -> tuple[list[Tensor] | Iterator[Tensor], dict[str, Tensor]]:
     """Run one segment for stacked copies (parent residual stream or tokens, the interventions made in
     this segment): (the outputs split per copy, or after the last segment each copy's logits in turn
     in `buffer` (`forward_logit_copies`); the read hooks' activations [copy, batch, ...]). `mask`:
-    the prompts' attention mask [batch, pos] (None: nothing masked)."""
+    the prompts' attention mask [batch, pos] (None: nothing masked); `pos_embed`: their shortformer
+    positions [batch, pos, d_model] (None: the model has none)."""
     n = len(part)
     by_name: dict[str, list[tuple[int, Intervention]]] = {}
     for i, (_, here) in enumerate(part):
@@ -455,7 +477,11 @@ def _segment_forward(
             return forward_logit_copies(model, stacked, batch, logit_pos, segment, buffer), captured
         else:
             copies = None if mask is None else mask.repeat(n, 1)
-            out = model(stacked, start_at_layer=segment, stop_at_layer=segment + 1, attention_mask=copies)
+            positions = None if pos_embed is None else pos_embed.repeat(n, 1, 1)
+            out = model(
+                stacked, start_at_layer=segment, stop_at_layer=segment + 1, attention_mask=copies,
+                shortformer_pos_embed=positions,
+            )  # fmt: skip
     return list(out.split(batch)), captured
 
 

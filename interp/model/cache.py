@@ -294,10 +294,9 @@ class ActivationCache:
         incl_attn, incl_mlp = mode != "mlp", mode != "attn" and not cfg.attn_only
         parts, labels = [], []
         if incl_embeds:
-            for name in ("embed", "pos_embed"):
-                if f"hook_{name}" in self.cache_dict:
-                    parts.append(self[f"hook_{name}"])
-                    labels.append(name)
+            for name in self._embedding_components():
+                parts.append(self[f"hook_{name}"])
+                labels.append(name)
         for i in range(layer):
             if incl_attn:
                 parts.append(self["attn_out", i])
@@ -312,6 +311,19 @@ class ActivationCache:
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, pos=pos)
         return (stack, labels) if return_labels else stack
+
+    def _embedding_components(self) -> list[str]:
+        """The cached embeddings that write the residual stream ("embed", "pos_embed"). A shortformer
+        model's positions do not, yet TransformerLens lists them (its components then do not sum to the
+        residual stream): refused rather than a stack of other components than TL's."""
+        names = [name for name in ("embed", "pos_embed") if f"hook_{name}" in self.cache_dict]
+        if "pos_embed" in names and self.model.cfg.positional == "shortformer":
+            raise ValueError(
+                "This shortformer model's positions (hook_pos_embed) are not in the residual stream, so they "
+                "are no component of it; TransformerLens would list them anyway. Cache without them "
+                "(names_filter=lambda name: name != 'hook_pos_embed'), or pass incl_embeds=False."
+            )
+        return names
 
     def _head_result(self, layer: int) -> Float[Tensor, "*batch pos head d_model"]:
         """Each head's output z_h W_O[h] (no b_O): cached hook_result, else computed from hook_z."""
@@ -458,10 +470,9 @@ class ActivationCache:
                 )
             parts.append(mlps)
             labels += mlp_labels
-        for name in ("embed", "pos_embed"):
-            if f"hook_{name}" in self.cache_dict:
-                parts.append(_select(self[f"hook_{name}"], pos_slice, pos)[None])
-                labels.append(name)
+        for name in self._embedding_components():
+            parts.append(_select(self[f"hook_{name}"], pos_slice, pos)[None])
+            labels.append(name)
         bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)
         parts.append(bias.to(heads.dtype).expand(1, *heads.shape[1:]))
         labels.append("bias")

@@ -138,7 +138,8 @@ def apply_rotary(
 
 
 class Attention(nn.Module):
-    """Multi-head (optionally grouped-query) causal self-attention with a hook on every step.
+    """Multi-head (optionally grouped-query) self-attention, causal or bidirectional (`cfg.causal`),
+    with a hook on every step.
 
     Key and value weights are stored per key/value head as `_W_K`, `_W_V`, `_b_K`, `_b_V`
     (TransformerLens's names); `W_K`, `W_V`, `b_K`, `b_V` are per query head, [head, ...] (each
@@ -250,12 +251,15 @@ class Attention(nn.Module):
     def _visible(
         self, q_pos: int, k_pos: int, device: torch.device, key_mask: Tensor | None = None
     ) -> Tensor:
-        """[q_pos, k_pos] bool: which keys each query sees (causal, and within the window if local).
+        """[q_pos, k_pos] bool: which keys each query sees (causal, and within the window if local;
+        every key with bidirectional attention).
         Queries are the last q_pos of k_pos positions (earlier ones come from the KV cache).
         With a key_mask ([batch, k_pos], False at padding): [batch, 1, q_pos, k_pos], pads unseen."""
         query = torch.arange(k_pos - q_pos, k_pos, device=device)[:, None]
         key = torch.arange(k_pos, device=device)[None, :]
-        visible = key <= query
+        visible = (
+            key <= query if self.cfg.causal else torch.ones(q_pos, k_pos, dtype=torch.bool, device=device)
+        )
         if self.window_size is not None:
             visible &= query - key < self.window_size
         if key_mask is not None:
@@ -324,8 +328,8 @@ class Attention(nn.Module):
         else:
             if self.hook_attn_scores.has_hooks() or self.hook_pattern.has_hooks():
                 self._pattern(q, k, attention_mask)  # for the observers alone
-            causal_only = offset == 0 and self.window_size is None and attention_mask is None
-            mask = None if causal_only else self._visible(q_pos, k_pos, q.device, attention_mask)
+            unmasked = offset == 0 and self.window_size is None and attention_mask is None
+            mask = None if unmasked else self._visible(q_pos, k_pos, q.device, attention_mask)
             blind = None
             if attention_mask is not None:  # let blind queries see themselves (no NaN), then zero them
                 blind = ~mask.any(-1, keepdim=True)  # [batch, 1, q_pos, 1]
@@ -336,7 +340,7 @@ class Attention(nn.Module):
                 k.transpose(1, 2),
                 v.transpose(1, 2),
                 attn_mask=mask,
-                is_causal=causal_only,
+                is_causal=unmasked and cfg.causal,
                 scale=1 / cfg.attn_scale,
             ).transpose(1, 2)
             if blind is not None:
@@ -491,8 +495,10 @@ class Block(nn.Module):
         past_kv_cache_entry: HookedTransformerKeyValueCacheEntry | None = None,
         attention_mask: Tensor | None = None,
         positions: Tensor | None = None,
+        shortformer_pos_embed: Float[Tensor, "batch pos d_model"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        """`past_kv_cache_entry`, `attention_mask` and `positions`: see `Attention.forward`."""
+        """`past_kv_cache_entry`, `attention_mask` and `positions`: see `Attention.forward`.
+        `shortformer_pos_embed` (shortformer positions): added to the query and key inputs after ln1."""
         cfg = self.cfg
         mask = {"attention_mask": attention_mask, "positions": positions}
         resid_pre = self.hook_resid_pre(resid_pre)
@@ -510,18 +516,24 @@ class Block(nn.Module):
             k_in = self.hook_k_input(_per_head(resid_pre, n_kv))
             v_in = self.hook_v_input(_per_head(resid_pre, n_kv))
             attn_out = self.attn(
-                self.ln1(q_in),
-                self.ln1(k_in),
+                _with_positions(self.ln1(q_in), shortformer_pos_embed),
+                _with_positions(self.ln1(k_in), shortformer_pos_embed),
                 self.ln1(v_in),
                 past_kv_cache_entry=past_kv_cache_entry,
                 **mask,
             )
         elif self.settings.use_attn_in:
             normed = self.ln1(self.hook_attn_in(_per_head(resid_pre, cfg.n_heads)))
-            attn_out = self.attn(normed, normed, normed, past_kv_cache_entry=past_kv_cache_entry, **mask)
+            positioned = _with_positions(normed, shortformer_pos_embed)
+            attn_out = self.attn(
+                positioned, positioned, normed, past_kv_cache_entry=past_kv_cache_entry, **mask
+            )
         else:
             normed = self.ln1(resid_pre)
-            attn_out = self.attn(normed, normed, normed, past_kv_cache_entry=past_kv_cache_entry, **mask)
+            positioned = _with_positions(normed, shortformer_pos_embed)
+            attn_out = self.attn(
+                positioned, positioned, normed, past_kv_cache_entry=past_kv_cache_entry, **mask
+            )
         if cfg.post_norm:
             attn_out = self.ln1_post(attn_out)
         attn_out = self.hook_attn_out(attn_out)
@@ -549,6 +561,16 @@ class Block(nn.Module):
 
     def _mlp_in(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         return self.hook_mlp_in(x.clone()) if self.settings.use_hook_mlp_in else x
+
+
+def _with_positions(
+    x: Float[Tensor, "batch pos d_model"] | Float[Tensor, "batch pos head d_model"],
+    pos_embed: Float[Tensor, "batch pos d_model"] | None,
+) -> Tensor:
+    """A query or key input plus the shortformer positions (the same for every head); x without them."""
+    if pos_embed is None:
+        return x
+    return x + (pos_embed[:, :, None, :] if x.ndim == 4 else pos_embed)
 
 
 def _per_head(x: Float[Tensor, "batch pos d_model"], n: int) -> Float[Tensor, "batch pos n d_model"]:

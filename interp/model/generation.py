@@ -42,6 +42,11 @@ def generate(
     with its attention mask, so each prompt continues as it would alone. Batched token ids must
     share one length (no padding). `verbose` shows a progress bar.
     """
+    if not model.cfg.causal:
+        raise ValueError(
+            f"{model.cfg.model_name} has bidirectional attention: each position sees the tokens after it, "
+            "so it does not predict the next token and cannot generate. Run it on whole sequences instead."
+        )
     if return_type not in ("input", "str", "tokens", "embeds"):
         raise ValueError(f"return_type must be 'input', 'str', 'tokens' or 'embeds', got {return_type!r}.")
     mask = None
@@ -127,7 +132,8 @@ def _logits_after_embeds(
     past_kv_cache: HookedTransformerKeyValueCache | None,
 ) -> Float[Tensor, "batch d_vocab"]:
     """The next token's logits after token embeddings and the tokens generated so far: the positions
-    not yet in the KV cache (all of them without one) run from block 0, learned positions added."""
+    not yet in the KV cache (all of them without one) run from block 0, with learned (or shortformer)
+    positions."""
     embeds = torch.cat([prompt_embeds, model.W_E[new_tokens]], dim=1)
     if embeds.shape[1] > model.cfg.n_ctx:
         raise ValueError(
@@ -136,6 +142,10 @@ def _logits_after_embeds(
         )
     n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
     residual = embeds[:, n_cached:]
+    pos_embed = None
+    if model.cfg.learned_positions:
+        pos_embed = model.W_pos[n_cached : embeds.shape[1]].expand_as(residual)
     if model.cfg.positional == "learned":
-        residual = residual + model.W_pos[n_cached : embeds.shape[1]]
-    return model(residual, start_at_layer=0, past_kv_cache=past_kv_cache)[:, -1].float()
+        residual, pos_embed = residual + pos_embed, None
+    logits = model(residual, start_at_layer=0, past_kv_cache=past_kv_cache, shortformer_pos_embed=pos_embed)
+    return logits[:, -1].float()

@@ -104,9 +104,11 @@ class StackedWeights:
 
     @property
     def W_E_pos(self) -> Float[Tensor, "d_vocab_plus_n_ctx d_model"]:
-        """W_E and W_pos concatenated (learned positions only)."""
+        """W_E and W_pos concatenated: what writes the residual stream before block 0 (learned positions
+        only: shortformer positions are not in the residual stream)."""
         if self.cfg.positional != "learned":
-            raise AttributeError(f"{self.cfg.model_name} has {self.cfg.positional} positions, no W_pos.")
+            why = "its W_pos does not write the residual stream" if self.cfg.learned_positions else "no W_pos"
+            raise AttributeError(f"{self.cfg.model_name} has {self.cfg.positional} positions: {why}.")
         return torch.cat([self.W_E, self.W_pos])
 
     @property
@@ -154,11 +156,11 @@ class StackedWeights:
 
     @property
     def pos_embed(self) -> WeightView:
-        """`model.pos_embed(tokens, past_kv_pos_offset=0, attention_mask=None)`: learned position
-        embeddings of tokens' positions, [batch, pos, d_model] (what hook_pos_embed sees); `.W_pos`.
+        """`model.pos_embed(tokens, past_kv_pos_offset=0, attention_mask=None)`: learned (or shortformer)
+        position embeddings of tokens' positions, [batch, pos, d_model] (what hook_pos_embed sees); `.W_pos`.
         With an attention mask (over cached and new tokens, as TransformerLens's) positions count from
         each prompt's first real token and pads get zeros."""
-        if self.cfg.positional != "learned":
+        if not self.cfg.learned_positions:
             raise AttributeError(f"{self.cfg.model_name} has {self.cfg.positional} positions, no pos_embed.")
 
         def pos_embed(

@@ -4,6 +4,8 @@ Every activation passes through a `HookPoint` named as in TransformerLens
 (`blocks.{L}.attn.hook_pattern`, ...). The forward pass, for tokens t of shape [batch, pos]:
 
   1. x = W_E[t] (+ W_pos[positions] for learned positions)              # [batch, pos, d_model]
+     (shortformer positions p = W_pos[positions] stay out of x: each block adds p to its query and key
+     inputs, after LN1)
   2. for each block L:
        sequential:  x = x + Attn(LN1(x));  x = x + MLP(LN2(x))
        parallel:    x = x + Attn(LN1(x)) + MLP(LN2(x))                    (GPT-NeoX)
@@ -17,8 +19,9 @@ Attention (per query head h; key/value head h // group_size under grouped-query 
   q = x W_Q[h] + b_Q[h],  k = x W_K + b_K,  v = x W_V + b_V              # [batch, pos, head, d_head]
   (q_ln, k_ln normalise q and k with qk_norm; rotary models then rotate the first `rotary_dim`
   dims of q and k)
-  scores = soft_cap(q k^T / attn_scale), causally masked (local layers: also beyond window_size;
-  with an attention mask also at pads, and positions count from each prompt's first real token)
+  scores = soft_cap(q k^T / attn_scale), causally masked unless bidirectional (local layers: also
+  beyond window_size; with an attention mask also at pads, and positions count from each prompt's
+  first real token)
                                                                          # [batch, head, q_pos, k_pos]
   z = softmax(scores) v;  out = sum_h z[h] W_O[h] + b_O                  # [batch, pos, d_model]
 """
@@ -142,7 +145,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.hook_tokens = HookPoint()  # opt-in (use_hook_tokens)
         self.hook_embed = HookPoint()
-        if cfg.positional == "learned":
+        if cfg.learned_positions:
             self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))
             self.hook_pos_embed = HookPoint()
         self.blocks = nn.ModuleList(Block(cfg, layer, self.hook_settings) for layer in range(cfg.n_layers))
@@ -544,7 +547,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         attention_mask: Int[Tensor, "batch pos"] | None = None,
         stop_at_layer: int | None = None,
         past_kv_cache: HookedTransformerKeyValueCache | None = None,
-        shortformer_pos_embed: None = None,
+        shortformer_pos_embed: Float[Tensor, "batch pos d_model"] | None = None,
     ) -> Any:
         """Tokens [batch, pos] (or text) -> logits [batch, pos, d_vocab], loss, or both.
 
@@ -561,13 +564,14 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         A list of texts of mixed lengths builds its mask itself (padded on `padding_side`, default
         `model.default_padding_side`); token ids get TransformerLens's mask from their pad ids when
         they are padded on the left (`padding_side`, else `default_padding_side`) or continue a KV cache.
+        Bidirectional models refuse padding masks and KV caches (`_check_bidirectional_run`).
+
+        `shortformer_pos_embed` [batch, pos, d_model]: a shortformer model's positions (what
+        `input_to_embed` returns third), which every block adds to its query and key inputs; a run
+        from tokens makes them itself, one from a residual stream (`start_at_layer=`) needs them.
         """
-        if shortformer_pos_embed is not None:
-            raise ValueError(
-                "interp has no shortformer positions, so shortformer_pos_embed must be None (what "
-                "input_to_embed returns); learned positions are added to the residual stream."
-            )
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
+        self._check_shortformer_pos_embed(shortformer_pos_embed, start_at_layer is not None and start < stop)
         if start_at_layer is None:
             tokens, attention_mask = self._tokens_and_mask(
                 input, prepend_bos, padding_side, attention_mask, past_kv_cache is not None
@@ -576,6 +580,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         else:
             residual = input
             batch, n_pos = residual.shape[:2]
+        self._check_bidirectional_run(attention_mask, past_kv_cache)
         past_mask = None if past_kv_cache is None else past_kv_cache.previous_attention_mask
         key_mask, positions = key_mask_and_positions(attention_mask, batch, n_pos, past_mask, self.device)
         n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
@@ -586,7 +591,9 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             if self.hook_settings.use_hook_tokens:
                 tokens = self.hook_tokens(tokens)
             query_mask = None if attention_mask is None else attention_mask.to(self.device)
-            residual = self._embed(tokens, n_cached, positions, query_mask)
+            residual, shortformer_pos_embed = self._embed(tokens, n_cached, positions, query_mask)
+        elif shortformer_pos_embed is not None:
+            shortformer_pos_embed = shortformer_pos_embed.to(residual.device, residual.dtype)
         finite = [checks.all_finite(residual)]  # the residual stream after each stage, read once at the end
         for layer in range(start, stop):
             residual = self.blocks[layer](
@@ -594,6 +601,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 past_kv_cache_entry=None if past_kv_cache is None else past_kv_cache[layer],
                 attention_mask=key_mask,
                 positions=positions,
+                shortformer_pos_embed=shortformer_pos_embed,
             )
             finite.append(checks.all_finite(residual))
         if stop_at_layer is not None:
@@ -616,6 +624,40 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             raise ValueError("return_type='loss' after start_at_layer needs the targets: pass tokens=.")
         loss = next_token_loss(logits, tokens, per_token=loss_per_token, attention_mask=attention_mask)
         return loss if return_type == "loss" else (logits, loss)
+
+    def _check_shortformer_pos_embed(self, pos_embed: Tensor | None, runs_blocks_from_residual: bool) -> None:
+        """Refuse positions a model does not read, and a shortformer model's blocks run from a residual
+        stream without them (TransformerLens would run them without positions)."""
+        shortformer = self.cfg.positional == "shortformer"
+        if pos_embed is not None and not shortformer:
+            raise ValueError(
+                f"shortformer_pos_embed is for shortformer positions; {self.cfg.model_name} has "
+                f"{self.cfg.positional!r} positions, so pass None (what input_to_embed returns)."
+            )
+        if shortformer and runs_blocks_from_residual and pos_embed is None:
+            raise ValueError(
+                f"{self.cfg.model_name} has shortformer positions: each block adds them to its query and key "
+                "inputs, and the residual stream does not hold them. Pass shortformer_pos_embed= "
+                "(input_to_embed's third value, [batch, pos, d_model]) with start_at_layer."
+            )
+
+    def _check_bidirectional_run(self, attention_mask: Tensor | None, past_kv_cache: Any) -> None:
+        """Bidirectional attention runs unpadded prompts without a KV cache (else raise, saying why)."""
+        if self.cfg.causal:
+            return
+        if past_kv_cache is not None:
+            raise ValueError(
+                f"{self.cfg.model_name} has bidirectional attention: every position attends to later ones, "
+                "so keys and values cached before a token was appended are not what a run of the whole "
+                "sequence computes. Run the whole sequence without past_kv_cache (generation is undefined)."
+            )
+        if attention_mask is not None and not bool(torch.as_tensor(attention_mask).bool().all()):
+            raise ValueError(
+                f"{self.cfg.model_name} has bidirectional attention and this batch is padded: "
+                "TransformerLens's bidirectional attention ignores the padding mask (real tokens attend to "
+                "pads), interp would mask them, so neither is chosen silently. Run prompts of one length "
+                "(or one prompt at a time)."
+            )
 
     def _warn_if_non_finite(self, finite: list[Tensor], start: int, embedded: bool, output: str) -> None:
         """Warn, naming the first stage, if the residual stream after the embedding (or the input), a
@@ -688,10 +730,15 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         padding_side: Literal["left", "right"] | None = None,
         attention_mask: Tensor | None = None,
         past_kv_cache: HookedTransformerKeyValueCache | None = None,
-    ) -> tuple[Float[Tensor, "batch pos d_model"], Int[Tensor, "batch pos"], None, Tensor | None]:
-        """TransformerLens's first step of forward: (residual before block 0, tokens, None (interp
-        has no shortformer positions), attention mask (None: no padding)). `model(residual,
-        start_at_layer=0, attention_mask=mask)` continues it."""
+    ) -> tuple[
+        Float[Tensor, "batch pos d_model"],
+        Int[Tensor, "batch pos"],
+        Float[Tensor, "batch pos d_model"] | None,
+        Tensor | None,
+    ]:
+        """TransformerLens's first step of forward: (residual before block 0, tokens, the shortformer
+        positions (None unless the model has them), attention mask (None: no padding)).
+        `model(residual, start_at_layer=0, attention_mask=mask, shortformer_pos_embed=...)` continues it."""
         continues_cache = past_kv_cache is not None
         tokens, mask = self._tokens_and_mask(
             input, prepend_bos, padding_side, attention_mask, continues_cache
@@ -702,7 +749,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         _, positions = key_mask_and_positions(mask, *tokens.shape, past_mask, self.device)
         query_mask = None if mask is None else mask.to(self.device)
         n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
-        return self._embed(tokens, n_cached, positions, query_mask), tokens, None, mask
+        residual, shortformer_pos_embed = self._embed(tokens, n_cached, positions, query_mask)
+        return residual, tokens, shortformer_pos_embed, mask
 
     def toggle_autodiff(self, mode: bool = False) -> None:
         """Turn autograd off (or on) globally, as TransformerLens: `torch.set_grad_enabled(mode)`."""
@@ -733,24 +781,28 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         offset: int = 0,
         positions: Tensor | None = None,
         query_mask: Tensor | None = None,
-    ) -> Tensor:
-        """The residual stream before block 0 of `tokens` that follow `offset` cached positions."""
+    ) -> tuple[Float[Tensor, "batch pos d_model"], Float[Tensor, "batch pos d_model"] | None]:
+        """(the residual stream before block 0, the shortformer positions or None) of `tokens` that
+        follow `offset` cached positions."""
         if offset + tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(
                 f"The input has {offset + tokens.shape[1]} tokens but {self.cfg.model_name} has a "
                 f"context of {self.cfg.n_ctx}; shorten or split the prompt."
             )
         residual = self.hook_embed(self.W_E[tokens])
-        if self.cfg.positional == "learned":
-            if positions is None:
-                # a copy per prompt, not a view of W_pos: a hook may edit it in place (as in TL)
-                pos_embed = self.W_pos[offset : offset + tokens.shape[1]].expand_as(residual).clone()
-            else:  # per prompt, past its left padding; zero at pads (as TransformerLens)
-                pos_embed = self.W_pos[positions.to(self.W_pos.device)]
-                if query_mask is not None:
-                    pos_embed = pos_embed * query_mask[..., None].to(pos_embed.dtype)
-            residual = residual + self.hook_pos_embed(pos_embed)
-        return residual
+        if not self.cfg.learned_positions:
+            return residual, None
+        if positions is None:
+            # a copy per prompt, not a view of W_pos: a hook may edit it in place (as in TL)
+            pos_embed = self.W_pos[offset : offset + tokens.shape[1]].expand_as(residual).clone()
+        else:  # per prompt, past its left padding; zero at pads (as TransformerLens)
+            pos_embed = self.W_pos[positions.to(self.W_pos.device)]
+            if query_mask is not None:
+                pos_embed = pos_embed * query_mask[..., None].to(pos_embed.dtype)
+        pos_embed = self.hook_pos_embed(pos_embed)
+        if self.cfg.positional == "shortformer":
+            return residual, pos_embed
+        return residual + pos_embed, None
 
     def input_tokens(self, input: ModelInput, prepend_bos: bool | None = None) -> Int[Tensor, "batch pos"]:
         """Token ids [batch, pos] on the model's device from text (tokenized with the BOS policy), a

@@ -86,6 +86,11 @@ def _fold_ln(model: nn.Module) -> None:
     cfg = model.cfg
     if cfg.norm_folded:
         return
+    if cfg.positional == "shortformer" and cfg.normalization != "none" and cfg.pre_norm:
+        raise ValueError(
+            f"fold_ln cannot fold {cfg.model_name}'s ln1: its shortformer positions are added after ln1, "
+            "so ln1's weight moved into W_Q and W_K would scale the positions too. Pass fold_ln=False."
+        )
     for block in model.blocks:
         if (
             getattr(block, "mlp", None) is not None and getattr(block.mlp, "ln", None) is not None

@@ -83,7 +83,9 @@ SKIPS: dict[str, str] = {
     # Deliberate differences (docs/migrating-from-transformer-lens.md).
     "integration/test_d_vocab.py::test_d_vocab_out_set_d_vocab_infer": GPT2_TOKENS,
     "integration/test_start_at_layer.py::test_start_at_layer_kwargs": (
-        "positional_embedding_type='shortformer' raises: interp has learned and rotary positions only"
+        "asserts input_to_embed returns an attention mask for one unpadded prompt (TL: an all-ones mask "
+        "when the tokenizer pads on the left); interp returns None, nothing to mask. Its shortformer "
+        "start_at_layer run is tests/test_tl_architectures.py's"
     ),
     "acceptance/test_hooked_transformer.py::test_pos_embed_hook": (
         "expects a right-padded list of texts to be run without a mask, so its pad positions get position "
