@@ -13,10 +13,11 @@ FRAMES = [
     "The {S} near the {A}", "The {S} of the {A}", "The {S} behind the {A}", "The {S} that the {A} saw",
     "The {S} with the {A}", "The {S} next to the {A}", "The {S} from the {A}", "The {S} above the {A}",
 ]  # fmt: skip
-NOUNS = (
-    "key dog book car girl boy tree house cat bird door table letter student teacher window flower chair "
-    "friend road bottle picture farmer player writer doctor cup lamp river song"
-).split()  # each a single token of SmolLM2, singular and with -s
+NOUNS = [  # each a single token of SmolLM2, singular and with -s
+    "key", "dog", "book", "car", "girl", "boy", "tree", "house", "cat", "bird", "door", "table", "letter",
+    "student", "teacher", "window", "flower", "chair", "friend", "road", "bottle", "picture", "farmer",
+    "player", "writer", "doctor", "cup", "lamp", "river", "song",
+]  # fmt: skip
 
 
 def rows(per_frame: int = 12, seed: int = 0) -> list[dict[str, str]]:
@@ -26,7 +27,8 @@ def rows(per_frame: int = 12, seed: int = 0) -> list[dict[str, str]]:
         for i in range(per_frame):
             subject, attractor = generator.sample(NOUNS, 2)
             plural = i % 2 == 0  # the clean prompt's subject; the attractor has the other number
-            clean_subject, corrupted_subject = (subject + "s", subject) if plural else (subject, subject + "s")
+            singular, many = subject, subject + "s"
+            clean_subject, corrupted_subject = (many, singular) if plural else (singular, many)
             noun = attractor if plural else attractor + "s"
             out.append({
                 "clean": frame.format(S=clean_subject, A=noun),
