@@ -42,7 +42,6 @@ from interp.checks import (
     check_heads,
     check_int,
     check_layers,
-    check_metric_output,
     check_padding_mask,
 )
 from interp.interventions.engine import (
@@ -330,10 +329,16 @@ def head_circuit_faithfulness(
     metric: Metric,
     circuit: Sequence[Head],
     ablation: Ablation = "zero",
-    **kwargs,
+    *,
+    reference: Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | None = None,
+    reference_groups: Int[Tensor, " n_ref"] | None = None,
+    groups: Int[Tensor, " batch"] | None = None,
+    seed: int = 0,
+    reference_mask: Int[Tensor, "n_ref pos"] | None = None,
 ) -> dict[str, float]:
     """How much of the model's metric `circuit`'s heads keep when every other head is ablated
-    (MLPs kept; `kwargs` go to `ablation_hooks`).
+    (MLPs kept; the reference arguments as `ablation_hooks`'), on interp's engine (`ablated_metrics`:
+    the three runs share what they can).
 
     Returns the batch means of the metric for the full model ("model"), the circuit ("circuit")
     and the model with every head ablated ("no_heads"); "faithfulness", interp's one definition
@@ -341,15 +346,13 @@ def head_circuit_faithfulness(
     circuit / model (what Wang et al. 2022 report as faithfulness, with mean ablation).
     """
     circuit = check_heads(model.cfg, circuit)
-    tokens = model.input_tokens(tokens)
-    metric = check_reads_real_tokens(model, metric, tokens)
-    batch = tokens.shape[0]
+    every = _all_heads_but(model, [])
+    names = sorted({site.name for site in ablation_sites(model, heads=every)})
+    replacement = Replacement(model, names, ablation, reference, reference_groups, seed, reference_mask)
     with torch.no_grad():
-        full = check_metric_output(metric(model(tokens)), batch).mean()
-        with model.hooks(fwd_hooks=circuit_hooks(model, circuit, ablation, **kwargs)):
-            kept = check_metric_output(metric(model(tokens)), batch).mean()
-        with model.hooks(fwd_hooks=circuit_hooks(model, [], ablation, **kwargs)):
-            none = check_metric_output(metric(model(tokens)), batch).mean()
+        full, kept, none = ablated_metrics(
+            model, tokens, metric, [[], _all_heads_but(model, circuit), every], replacement, groups=groups
+        ).mean(-1)
     check_denominator(float(full), float(full), "recovered (circuit / model)")
     return {
         "model": float(full),
