@@ -353,7 +353,7 @@ def test_reader_gradients_from_one_backward_pass_equal_the_edge_level_forward(ar
     fast = torch.zeros(graph.n_readers, *clean.shape, model.cfg.d_model)
     edge_level = torch.zeros_like(fast)
     attribution._add_reader_grads(model, graph, clean, metric, ids, fast)
-    attribution._add_reader_grads(model, graph, clean, metric, ids, edge_level, edges.Intervention())
+    attribution._add_reader_grads(model, graph, clean, metric, ids, edge_level, edges.EdgeRun())
     assert float(edge_level.abs().amax(dim=(1, 2, 3)).min()) > 0  # every reader has a gradient
     torch.testing.assert_close(fast, edge_level, atol=ATOL * max(1.0, float(edge_level.abs().max())), rtol=0)
 

@@ -31,9 +31,7 @@ def test_mask_of_ones_is_the_model_and_of_zeros_the_ablated_graph(config):
     ones = torch.ones(graph.n_writers, graph.n_readers)
     with torch.no_grad():
         full = model(clean)
-        none = edges.edge_forward(
-            model, graph, clean, edges.Intervention(keep=0 * ones[None], ablated=ablated)
-        )
+        none = edges.edge_forward(model, graph, clean, edges.EdgeRun(keep=0 * ones[None], ablated=ablated))
     torch.testing.assert_close(
         edges.masked_logits(model, graph, clean, ones, ablated), full, atol=1e-5, rtol=0
     )
@@ -42,9 +40,7 @@ def test_mask_of_ones_is_the_model_and_of_zeros_the_ablated_graph(config):
     )
     mask = torch.rand(graph.n_writers, graph.n_readers)
     with torch.no_grad():
-        discrete = edges.edge_forward(
-            model, graph, clean, edges.Intervention(keep=mask[None], ablated=ablated)
-        )
+        discrete = edges.edge_forward(model, graph, clean, edges.EdgeRun(keep=mask[None], ablated=ablated))
     torch.testing.assert_close(
         edges.masked_logits(model, graph, clean, mask, ablated), discrete, atol=1e-5, rtol=0
     )
@@ -207,7 +203,7 @@ def test_the_mask_shrinks_to_its_size_and_its_circuit_ranks_first(toy_induction)
     """The mask keeps ten times the final size at first (at most every edge), shrinks monotonically to
     ceil(density N) and stays there; the final circuit's edges are exactly the ranking's top k; a
     start ranking of another graph or with NaN is refused, as is an objective that is not finite."""
-    from interp.edges.prune import mask_sizes
+    from interp.edges.pruning import mask_sizes
 
     sizes = mask_sizes(70_651, 300 / 70_651, 100)
     assert sizes[0] == 3000 and sizes[59] > 300 and sizes[60:] == [300] * 40

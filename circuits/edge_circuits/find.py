@@ -23,7 +23,7 @@ JSON schema ("interp-edge-circuit-1"):
   top_edges [{edge, score, frequency}]  the strongest edges by |score|, circuit or not
   seconds   {scores, circuit, curve, stability}
 Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune"
-and "ensemble" scores rank edges only (`interp.edges.prune`, `interp.edges.stability`). frequency: the
+and "ensemble" scores rank edges only (`interp.edges.pruning`, `interp.edges.stability`). frequency: the
 fraction of bootstrap resamples of the prompts whose circuit of the same size holds the edge (null
 when not measured).
 """

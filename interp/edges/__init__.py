@@ -1,5 +1,5 @@
 """Edge-level circuits: the graph (`graph`), edge-level runs through the model's own forward pass
-(`intervene`), edge scores (`attribution`: EAP, EAP-IG, exact), learned masks (`prune`), selection
+(`intervene`), edge scores (`attribution`: EAP, EAP-IG, exact), learned masks (`pruning`), selection
 frequencies and ensembles (`stability`) and faithfulness (`evaluate`)."""
 
 from interp.edges.attribution import (
@@ -30,14 +30,14 @@ from interp.edges.graph import (
     top_circuit,
 )
 from interp.edges.intervene import (
-    Intervention,
+    EdgeRun,
     ablated_outputs,
     edge_forward,
     pad_pair,
     run_circuits,
     writer_outputs,
 )
-from interp.edges.prune import OBJECTIVES, masked_logits, prune_edges
+from interp.edges.pruning import OBJECTIVES, masked_logits, prune_edges
 from interp.edges.stability import (
     ensemble,
     mean_scores,
@@ -54,7 +54,7 @@ __all__ = [
     "ABLATIONS", "IG_POINTS", "IGPoints", "METHODS", "MIB_FRACTIONS", "OBJECTIVES", "Ablation",
     "AnswerMetric",
     "EdgeGraph", "EdgeScores",
-    "Faithfulness", "FaithfulnessCurve", "Intervention", "Method", "ablated_outputs", "area_under", "auroc",
+    "Faithfulness", "FaithfulnessCurve", "EdgeRun", "Method", "ablated_outputs", "area_under", "auroc",
     "edge_attribution", "edge_attribution_by_position", "edge_forward", "edge_graph", "faithfulness",
     "faithfulness_curve", "fraction_to_edges", "logit_diff_metric", "mib_json", "node_circuit", "pad_pair",
     "prob_metric", "prune", "random_scores", "run_circuits", "top_circuit", "writer_outputs",

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from interp.edges.graph import EdgeGraph, EdgeScores, edge_graph
 from interp.edges.intervene import (
-    Intervention,
+    EdgeRun,
     ablated_outputs,
     chunks,
     edge_forward,
@@ -201,7 +201,7 @@ def edge_attribution_by_position(
                     _add_reader_grads(model, graph, tokens, metric, ids, grads, input_embed=point[0])
                 else:  # over one group of writers' outputs: a layer's heads [B, P, head, d], else [B, P, d]
                     point = point.permute(1, 2, 0, 3) if group in head_groups else point[0]
-                    iv = Intervention(overrides={group.start: point})
+                    iv = EdgeRun(overrides={group.start: point})
                     _add_reader_grads(model, graph, tokens, metric, ids, grads, iv)
                 done += 1
                 if progress:
@@ -368,7 +368,7 @@ def _add_reader_grads(
     metric: Metric,
     ids: Tensor,
     into: Tensor,
-    intervention: Intervention | None = None,
+    intervention: EdgeRun | None = None,
     input_embed: Tensor | None = None,
 ) -> None:
     """into [R, B, P, d] += d(sum of the metric over prompts) / d(every reader's input), readers in
@@ -379,7 +379,7 @@ def _add_reader_grads(
     overrides = {i: t.detach().requires_grad_(True) for i, t in intervention.overrides.items()}
     if input_embed is not None:
         overrides[0] = input_embed.detach().requires_grad_(True)
-    intervention = Intervention(intervention.keep, intervention.ablated, overrides)
+    intervention = EdgeRun(intervention.keep, intervention.ablated, overrides)
     n_prompts = int(ids.max()) + 1 if len(ids) else 0
     with torch.enable_grad():
         logit_pos = logit_positions(metric, ids, tokens.shape[1])

@@ -17,7 +17,7 @@ readers' inputs are replaced at `hook_q_input`, `hook_k_input`, `hook_v_input`, 
 last block's `hook_resid_post` (the logits' input). Every hook a user has put on the model fires as
 in an ordinary run, and is seen by the edge-level run (added before the run, so it fires first).
 K circuits run at once on the prompts repeated K times. A float `keep` that requires grad makes the
-run differentiable in the mask (edge pruning, `interp.edges.prune`): each reader's input is then
+run differentiable in the mask (edge pruning, `interp.edges.pruning`): each reader's input is then
 incoming - sum over writers of (1 - keep) (writer - writer_ablated), with every writer's difference
 held once for the backward pass.
 """
@@ -55,7 +55,7 @@ def pad_pair(
 
 
 @dataclass
-class Intervention:
+class EdgeRun:
     """What an edge-level run changes.
 
     keep [K, W, R] (1 = kept) with ablated writer outputs [W, batch or 1, pos, d_model]: K circuits
@@ -113,9 +113,7 @@ class _EdgeRun:
     """The hooks of one edge-level run and what they share: each writer's difference from its
     ablated output (diffs [K, W, batch, pos, d]) and their running sum over the writers so far."""
 
-    def __init__(
-        self, graph: EdgeGraph, iv: Intervention, batch: int, n_pos: int, track: list[Tensor] | None
-    ):
+    def __init__(self, graph: EdgeGraph, iv: EdgeRun, batch: int, n_pos: int, track: list[Tensor] | None):
         self.graph, self.iv, self.batch, self.track = graph, iv, batch, track
         self.n_k = 1 if iv.keep is None else iv.keep.shape[0]
         self.drop = None if iv.keep is None else 1.0 - iv.keep
@@ -312,7 +310,7 @@ def edge_forward(
     model: HookedTransformer,
     graph: EdgeGraph,
     tokens: Int[Tensor, "batch pos"],
-    intervention: Intervention | None = None,
+    intervention: EdgeRun | None = None,
     reader_inputs: list[Tensor] | None = None,
     logit_pos: Int[Tensor, " KB"] | None = None,
 ) -> Float[Tensor, "KB pos d_vocab"]:
@@ -325,7 +323,7 @@ def edge_forward(
     those positions (one per row) are unembedded; the other logits are zero.
     """
     cfg = model.cfg
-    iv = intervention or Intervention()
+    iv = intervention or EdgeRun()
     run = _EdgeRun(graph, iv, tokens.shape[0], tokens.shape[1], reader_inputs)
     hooks = run.hooks(model)
     settings = {
@@ -496,9 +494,7 @@ def run_circuits(
     for rows in chunks(n, batch_size or n):
         abl = ablated if ablated.shape[1] == 1 else ablated[:, int(rows[0]) : int(rows[-1]) + 1]  # a view
         logit_pos = logit_positions(metric, rows, tokens.shape[1], n_k)
-        logits = edge_forward(
-            model, graph, tokens[rows], Intervention(keep=keep, ablated=abl), None, logit_pos
-        )
+        logits = edge_forward(model, graph, tokens[rows], EdgeRun(keep=keep, ablated=abl), None, logit_pos)
         if takes_rows(metric):
             values = metric(logits, rows.repeat(n_k))
         else:

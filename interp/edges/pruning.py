@@ -40,7 +40,7 @@ from interp.checks import check_finite_scores
 from interp.edges.attribution import edge_attribution
 from interp.edges.graph import EdgeGraph, EdgeScores, edge_graph
 from interp.edges.intervene import (
-    Intervention,
+    EdgeRun,
     ablated_outputs,
     chunks,
     edge_forward,
@@ -101,9 +101,7 @@ def masked_logits(
     if not keep.requires_grad:  # a constant mask runs through the same (differentiable) path
         keep = keep.detach().requires_grad_(True)
     with torch.enable_grad():
-        return edge_forward(
-            model, graph, tokens, Intervention(keep=keep[None], ablated=ablated), None, logit_pos
-        )
+        return edge_forward(model, graph, tokens, EdgeRun(keep=keep[None], ablated=ablated), None, logit_pos)
 
 
 def prune_edges(
