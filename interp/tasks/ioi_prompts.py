@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from interp.interventions.metrics import logit_diff
 from interp.tasks.ioi_templates import IOI_ORDERS
 from interp.tasks.synthetic import _as_generator
 
@@ -103,12 +104,10 @@ class IOIPrompts:
         return torch.stack([self.io_token, self.s_token], dim=1)
 
     def logit_diff(self, logits: Tensor) -> Tensor:
-        """logit(IO) - logit(S) at END: logits [batch, pos, d_vocab] -> [batch]."""
-        rows = torch.arange(len(self), device=logits.device)
-        end_logits = logits[rows, self.positions["END"].to(logits.device)]  # [batch, d_vocab]
-        return (
-            end_logits[rows, self.io_token.to(logits.device)]
-            - end_logits[rows, self.s_token.to(logits.device)]
+        """logit(IO) - logit(S) at END (`metrics.logit_diff`): logits [batch, pos, d_vocab] -> [batch]."""
+        device = logits.device
+        return logit_diff(
+            logits, self.io_token.to(device), self.s_token.to(device), self.positions["END"].to(device)
         )
 
     def abc(
