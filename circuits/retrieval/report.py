@@ -38,7 +38,7 @@ def legend(result: RetrievalResult) -> str:
         " by path patching from prompts whose query names a stranger (EAP ranks the senders, the top ones "
         "are path-patched exactly) and classed by where the last token attends. Every class is then "
         "mean-ablated on held-out prompts (relations "
-        f"{', '.join(tested)}; other names; 2, 3, 6, 8 facts; templates "
+        f"{', '.join(tested)}; other names; {result.heldout.prompts.split(', ')[-1]}; templates "
         f"{', '.join(result.templates['heldout'])}) against random heads of the same layers. Effects: "
         f"{EFFECT_SIGN}; beyond random = the class's drop - the random sets' mean drop, paired by prompt; "
         "confirmed when its held-out CI lies above 0 and it is positive in every stratum (fact count, "
