@@ -515,7 +515,10 @@ def circuit(
         None, help="The edge mask's checkpoint file: written as it trains, resumed from (prune, ensemble)."
     ),
     metric: str = typer.Option("logit_diff", help="logit_diff or prob (prompt-pair files)."),
-    n_prompts: int = typer.Option(64, help="Prompt pairs (ioi, induction)."),
+    n_prompts: int = typer.Option(
+        64,
+        help="Prompt pairs (ioi, induction) that find the circuit, and as many held-out ones that test it.",
+    ),
     seed: int = typer.Option(0, help="Seed of the prompts."),
     curve: bool = typer.Option(
         False,
@@ -529,7 +532,12 @@ def circuit(
     ),
     save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
-    """Find an edge circuit (EAP, EAP-IG, a learned mask or their ensemble), and measure its faithfulness."""
+    """Find an edge circuit (EAP, EAP-IG, a learned mask or their ensemble), and measure its faithfulness.
+
+    The circuit is found on discovery prompts and its faithfulness measured on held-out ones: IOI's
+    held-out templates and names, fresh induction sequences, or a prompt-pair file's held-out families
+    (its `family` column), else held-out prompts of it.
+    """
     import json
 
     from circuits.edge_circuits import (
@@ -539,6 +547,7 @@ def circuit(
         find_edge_circuit,
         write_edge_report,
     )
+    from circuits.edge_circuits.tasks import heldout_edge_task
     from interp.edges import ABLATIONS, IG_POINTS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
     from interp.types import memory_bytes
@@ -576,12 +585,14 @@ def circuit(
     loaded = load(model)
     try:
         prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
+        heldout = heldout_edge_task(loaded, task, n_prompts, seed)
         with stage_bars("circuit") as progress:
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
                 progress=progress, target=target, ig_points=ig_points, max_memory=max_memory,
                 bootstrap=bootstrap, prune_steps=prune_steps, density=density, checkpoint=checkpoint,
+                heldout=heldout,
             )  # fmt: skip
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error

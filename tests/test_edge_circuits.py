@@ -11,8 +11,10 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
-from circuits.edge_circuits import edge_task, find_edge_circuit, induction_task
+from circuits.edge_circuits import edge_task, find_edge_circuit, induction_task, ioi_task
+from circuits.edge_circuits.find import split_task
 from circuits.edge_circuits.report import circuit_svg, render_html, write_edge_report
+from circuits.edge_circuits.tasks import heldout_edge_task
 from interp import edges, metrics
 
 PAIRS = [
@@ -108,7 +110,7 @@ def test_induction_circuit_of_the_toy_model(toy_result):
     assert abs(float(curve.faithfulness[-1]) - 1) < 1e-4
     assert curve.cpr > curve.random_cpr
     data = result.to_json()
-    assert data["schema"] == "interp-edge-circuit-1" and data["graph"]["n_edges"] == 81
+    assert data["schema"] == "interp-edge-circuit-2" and data["graph"]["n_edges"] == 81
     assert len(data["circuit"]["edges"]) == data["circuit"]["n_edges"] == int(result.circuit.sum())
     assert data["curve"]["cpr"] == pytest.approx(curve.cpr)
 
@@ -216,13 +218,89 @@ def test_without_a_size_the_circuit_is_the_smallest_reaching_the_target():
     model = interp.load_model("toy-induction")
     task = induction_task(model, n_prompts=8)
     result = find_edge_circuit(model, task, "eap", curve_fractions=None, target=0.8)
-    n = result.requested_edges
+    n, found = result.requested_edges, result.task  # the size is searched on the discovery prompts
     assert size_origin(result).startswith("smallest reaching faithfulness ≥ 0.8")
     assert result.to_json()["circuit"]["size_target"] == 0.8
-    assert float(result.faithfulness.faithfulness[0]) >= 0.8
+    assert float(result.discovery_faithfulness.faithfulness[0]) >= 0.8
     one_less = interp.edges.faithfulness(
-        model, task.clean, task.corrupted, task.metric,
+        model, found.clean, found.corrupted, found.metric,
         interp.edges.top_circuit(result.scores, n - 1)[None], "counterfactual",
     )  # fmt: skip
     assert float(one_less.faithfulness[0]) < 0.8, n
-    assert smallest_faithful_size(model, task, result.scores, 1.0) >= n
+    assert smallest_faithful_size(model, found, result.scores, 1.0) >= n
+
+
+def _rows(tokens: torch.Tensor) -> set[tuple[int, ...]]:
+    return {tuple(row) for row in tokens.tolist()}
+
+
+def test_circuit_is_chosen_on_discovery_prompts_and_judged_on_held_out_ones():
+    model = interp.load_model("toy-induction").eval()
+    task = induction_task(model, n_prompts=16, seed=1)
+    result = find_edge_circuit(model, task, "eap", n_edges=12, curve_fractions=None)
+    found, held = result.task, result.heldout_task
+    assert found.n_prompts + held.n_prompts == 16 and not _rows(found.clean) & _rows(held.clean)
+    assert _rows(found.clean) | _rows(held.clean) == _rows(task.clean)
+    mask = result.circuit[None]
+    for prompts, measured in ((held, result.faithfulness), (found, result.discovery_faithfulness)):
+        again = edges.faithfulness(
+            model, prompts.clean, prompts.corrupted, prompts.metric, mask, "counterfactual"
+        )
+        assert torch.allclose(again.faithfulness, measured.faithfulness)
+    data = result.to_json()
+    assert data["task"]["n_prompts"] == found.n_prompts and data["task"]["n_heldout"] == held.n_prompts
+    assert data["circuit"]["faithfulness"] == pytest.approx(float(result.faithfulness.faithfulness[0]))
+    assert data["circuit"]["discovery_faithfulness"] == pytest.approx(
+        float(result.discovery_faithfulness.faithfulness[0])
+    )
+    assert data["circuit"]["held_out_note"] == result.held_out_note() != ""
+    # other held-out prompts: the same circuit (chosen on the discovery prompts), another faithfulness
+    fresh = induction_task(model, n_prompts=8, seed=7)
+    first = find_edge_circuit(model, found, "eap", n_edges=12, curve_fractions=None, heldout=held)
+    second = find_edge_circuit(model, found, "eap", n_edges=12, curve_fractions=None, heldout=fresh)
+    assert torch.equal(first.circuit, second.circuit) and torch.equal(first.circuit, result.circuit)
+    assert second.heldout_task is fresh and second.task is found
+    assert not torch.equal(first.faithfulness.faithfulness, second.faithfulness.faithfulness)
+
+
+def test_families_are_held_out_whole(smollm2, tmp_path):
+    rows = ["clean,corrupted,correct,incorrect,family"]
+    rows += [
+        ",".join([*(json.dumps(field) for field in row), family])
+        for row, family in zip(PAIRS * 2, "aabbcc", strict=True)
+    ]
+    path = tmp_path / "families.csv"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    task = edge_task(smollm2, str(path))
+    assert task.families == list("aabbcc")
+    found, held, described = split_task(task)
+    assert found.families and held.families and not set(found.families) & set(held.families)
+    assert sorted(found.families + held.families) == list("aabbcc") and "tested on" in described
+    csv_path, _ = _write_pairs(tmp_path)
+    plain = edge_task(smollm2, str(csv_path))
+    assert plain.families is None  # no family column: held-out prompts instead
+    found, held, described = split_task(plain)
+    assert found.n_prompts + held.n_prompts == 3 and not _rows(found.clean) & _rows(held.clean)
+    assert "no family column" in described
+
+
+def test_ioi_held_out_prompts_come_from_other_templates():
+    model = interp.load_model("toy-ioi").eval()
+    found, held = ioi_task(model, 16), heldout_edge_task(model, "ioi", 16)
+    _, _, described = split_task(found, held)
+    assert not set(found.families) & set(held.families) and "tested on held-out template" in described
+    assert not _rows(found.clean) & _rows(held.clean)
+    toy = interp.load_model("toy-induction")
+    fresh = heldout_edge_task(toy, "induction", 8)  # fresh random sequences
+    assert not _rows(fresh.clean) & _rows(induction_task(toy, 8).clean)
+
+
+def test_results_saved_before_held_out_prompts_still_load_and_say_so():
+    from pathlib import Path
+
+    from circuits.edge_circuits.report import summary_lines
+    from circuits.results_file import load_result
+
+    old = load_result(Path(__file__).parents[1] / "docs/results/data/circuit-toy-induction.json")
+    assert not old.held_out and old.to_json()["circuit"]["discovery_faithfulness"] is None
+    assert "a result saved before held-out prompts" in summary_lines(old)[0]

@@ -12,14 +12,16 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from circuits.cli import app
-from circuits.evidence import random_same_layer_sets
+from circuits.evidence import EFFECT_SIGN, random_same_layer_sets
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalResult, accuracy, find_retrieval_circuit
-from circuits.retrieval.find import ablated_logit_diffs
-from circuits.retrieval.report import render_html, render_markdown, write_retrieval_report
+from circuits.retrieval.find import ablated_logit_diffs, validate_classes
+from circuits.retrieval.report import render_html, render_markdown, to_dict, write_retrieval_report
 from interp.tasks.ioi import single_token_names
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
 from interp.tasks.retrieval import (
+    DISCOVERY_RELATIONS,
+    FACT_TEMPLATES,
     HELDOUT_RELATIONS,
     RELATIONS,
     make_retrieval_prompts,
@@ -28,10 +30,15 @@ from interp.tasks.retrieval import (
 
 
 @pytest.mark.parametrize(
-    ("split", "n_facts", "query"), [("discovery", 4, "statement"), ("heldout", 7, "question")]
+    ("split", "n_facts", "query", "template"),
+    [
+        ("discovery", 4, "statement", "of"),
+        ("heldout", 7, "question", "of"),
+        ("heldout", 3, "statement", "for"),
+    ],
 )
-def test_prompts_hold_their_facts_where_they_say(smollm2, split, n_facts, query) -> None:
-    prompts = make_retrieval_prompts(smollm2, 14, n_facts, split, seed=3, query=query)
+def test_prompts_hold_their_facts_where_they_say(smollm2, split, n_facts, query, template) -> None:
+    prompts = make_retrieval_prompts(smollm2, 14, n_facts, split, seed=3, query=query, template=template)
     rows = torch.arange(len(prompts))
     tokens, pos = prompts.tokens, prompts.positions
     assert tokens.shape[0] == 14 and prompts.n_facts == n_facts
@@ -48,24 +55,26 @@ def test_prompts_hold_their_facts_where_they_say(smollm2, split, n_facts, query)
     assert torch.equal(changed.nonzero()[:, 1], pos["QUERY"])
     assert not (prompts.corrupted[rows, pos["QUERY"]][:, None] == tokens.gather(1, prompts.names)).any()
     assert sorted(set(prompts.queried.tolist())) == list(range(n_facts))  # every position queried
-    table = RELATIONS if split == "discovery" else HELDOUT_RELATIONS
-    assert set(prompts.relation) <= set(table)
+    table = DISCOVERY_RELATIONS if split == "discovery" else HELDOUT_RELATIONS
+    assert set(prompts.relation) <= set(table) and prompts.template == template
     names = NAMES if split == "discovery" else HELDOUT_NAMES
     subjects = set(single_token_names(smollm2, names).values())
     assert set(tokens.gather(1, prompts.names).flatten().tolist()) <= subjects
-    again = make_retrieval_prompts(smollm2, 14, n_facts, split, seed=3, query=query)
+    again = make_retrieval_prompts(smollm2, 14, n_facts, split, seed=3, query=query, template=template)
     assert torch.equal(again.tokens, tokens)  # seeded
 
 
 def test_discovery_and_heldout_share_no_relation_or_name() -> None:
-    assert not set(RELATIONS) & set(HELDOUT_RELATIONS)
+    assert not set(DISCOVERY_RELATIONS) & set(HELDOUT_RELATIONS)
+    assert set(DISCOVERY_RELATIONS) | set(HELDOUT_RELATIONS) == set(RELATIONS)
+    assert len(HELDOUT_RELATIONS) >= 4 and len(FACT_TEMPLATES) >= 2  # several families, two templates
     assert not set(NAMES) & set(HELDOUT_NAMES)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"n_facts": 9}, "n_facts"), ({"split": "test"}, "split"), ({"query": "ask"}, "query"),
-     ({"relations": ["colour"]}, "unknown discovery relations")],
+     ({"relations": ["weather"]}, "unknown relations"), ({"template": "by"}, "template")],
 )  # fmt: skip
 def test_bad_prompt_arguments_are_refused(smollm2, kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
@@ -104,7 +113,7 @@ def test_two_hop_is_measured_against_chance_with_a_ci(smollm2) -> None:
 def small_result(smollm2) -> RetrievalResult:
     """The finder on few prompts, with one head for the induction class (no head report)."""
     return find_retrieval_circuit(
-        smollm2, n_prompts=12, n_heldout=24, n_exact=6, n_random=1, n_two_hop=4, heldout_facts=(3, 6),
+        smollm2, n_prompts=12, n_heldout=12, n_exact=6, n_random=1, n_two_hop=4, heldout_facts=(3, 6),
         induction_heads=[(17, 3)],
     )  # fmt: skip
 
@@ -128,8 +137,10 @@ def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
     assert [a.n_prompts for a in r.heldout_by_facts] == [24, 24]
     for c in r.classes:
         assert c.verdict in ("confirmed", "stratum-dependent", "unconfirmed")
-        assert {s.name for s in c.strata} >= {"3 facts", "6 facts"}
-        assert (c.verdict != "unconfirmed") == (c.difference_ci[1] < 0)
+        assert {s.name for s in c.strata} >= {"3 facts", "6 facts", "template of", "template for"}
+        assert (c.verdict != "unconfirmed") == (c.heldout.beyond_ci[0] > 0)  # drops: positive helps
+        assert all(s.holds == (s.beyond > 0) for s in c.strata)
+        assert c.heldout.n_prompts == 48 and c.discovery.n_prompts == 12
     assert r.classes[-1].name == "induction" and r.classes[-1].induction_overlap == ["L17H3"]
     path = tmp_path / "retrieval.json"
     save_result(r, path)
@@ -160,3 +171,44 @@ def test_cli_refuses_bad_options_before_loading_a_model() -> None:
 def test_finder_refuses_bad_counts_before_any_run(smollm2, kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         find_retrieval_circuit(smollm2, **kwargs)
+
+
+def test_relations_that_chose_the_heads_never_test_them(small_result) -> None:
+    r = small_result
+    assert r.relations.discovery and r.relations.heldout
+    assert not set(r.relations.discovery) & set(r.relations.heldout)
+    assert set(r.relations.heldout) <= set(HELDOUT_RELATIONS) and len(r.relations.heldout) >= 4
+    assert r.templates["discovery"] == ["of"] and "for" in r.templates["heldout"]  # a template never seen
+    strata = {s.name for c in r.classes for s in c.strata}
+    assert not strata & set(r.relations.discovery)  # every reported stratum is a held-out relation
+    assert set(r.relations.heldout) <= strata
+    summary = to_dict(r)
+    assert summary["effect_sign"] == EFFECT_SIGN
+    assert summary["relations"] == {
+        "discovery": list(r.relations.discovery),
+        "heldout": list(r.relations.heldout),
+    }
+    assert r.relations.describe() in render_markdown(r)
+
+
+def test_reported_effects_are_held_out_drops_whatever_the_discovery_prompts(smollm2) -> None:
+    """A fixed selection's reported effect depends only on the held-out prompts, is the drop clean -
+    ablated, and sits beside the discovery figure, which the discovery prompts alone move."""
+    classes = {"query": [(19, 1), (20, 1)]}
+    heldout = [
+        make_retrieval_prompts(smollm2, 8, n, "heldout", seed=5, template=t)
+        for n, t in ((3, "of"), (3, "for"))
+    ]
+    found = [make_retrieval_prompts(smollm2, 8, 4, "discovery", seed) for seed in (0, 1)]
+    runs = [
+        validate_classes(smollm2, classes, [], {"discovery": [one], "heldout": heldout}, [], 2, 0)[0][0]
+        for one in found
+    ]
+    assert runs[0].heldout == runs[1].heldout  # the discovery prompts do not enter the reported figure
+    assert runs[0].discovery != runs[1].discovery and runs[0].discovery.n_prompts == 8
+    draws = random_same_layer_sets(smollm2, classes["query"], 2, seed=0)
+    diffs = torch.cat([ablated_logit_diffs(smollm2, p, [[], classes["query"], *draws]) for p in heldout], 1)
+    drop, random_drop = diffs[0] - diffs[1], (diffs[0] - diffs[2:]).mean()
+    assert runs[0].heldout.drop == pytest.approx(drop.mean().item(), abs=1e-5)  # clean - ablated
+    assert runs[0].heldout.random_drop == pytest.approx(random_drop.item(), abs=1e-5)
+    assert runs[0].heldout.beyond == pytest.approx((drop.mean() - random_drop).item(), abs=1e-5)

@@ -1,25 +1,40 @@
 """Edge circuits of tasks: IOI, induction and the user's own prompt pairs, found with `interp.edges`.
 
     task = ioi_task(model, n_prompts=64)     # or induction_task(model), file_task(model, "pairs.csv")
-    result = find_edge_circuit(model, task, method="prune", n_edges=200)   # or "eap", "eap-ig", "ensemble"
+    heldout = ioi_task(model, 64, split="heldout")        # optional: else held out of `task` itself
+    result = find_edge_circuit(model, task, method="prune", n_edges=200, heldout=heldout)  # or "eap", ...
     result.to_json()                                     # the schema below
     interp.edges.mib_json(result.scores, result.circuit, model.cfg)   # MIB's submission format
 
 Prompt-pair files (CSV with a header, or JSONL, one object per line) have the fields `clean`,
 `corrupted`, `correct` and `incorrect` (answers: one token each, mind the leading space; `incorrect` is
-optional with the probability metric). Clean and corrupted prompts may differ in length.
+optional with the probability metric), and optionally `family` (a template, relation or task per
+pair: the unit held out). Clean and corrupted prompts may differ in length.
 
-JSON schema ("interp-edge-circuit-1"):
+Discovery and held-out prompts (`split_task`): the scores, the mask, the circuit's size and the edges'
+selection frequencies come from the discovery prompts; the faithfulness, its CI, the verdict and the
+curve from held-out ones, never from the prompts that chose the circuit (the discovery faithfulness
+is shown beside, with `circuits.evidence.held_out_note`). The held-out prompts are `heldout` when
+given (the CLI: IOI's held-out templates and names, fresh induction sequences), else a seeded half of
+the task's families, else of its prompts.
+
+JSON schema ("interp-edge-circuit-2"; -1 had no held-out prompts: its faithfulness was measured on the
+discovery prompts and it had no n_heldout, split, discovery_faithfulness, discovery_faithfulness_ci,
+held_out_note):
   model     {name, n_layers, n_heads, n_kv_heads}
-  task      {name, n_prompts, metric, clean_metric, corrupted_metric}   (metric means over prompts)
+  task      {name, n_prompts, n_heldout, split, metric, clean_metric, corrupted_metric}
+            (n_prompts: discovery prompts; split: which families (or prompts) chose and which tested;
+            metric means over the held-out prompts)
   method    {name, steps, ablation, bootstrap}     (bootstrap: resamples of the prompts behind `frequency`)
   graph     {n_nodes, n_edges}
   circuit   {requested_edges, size_target, n_edges, nodes: [name],
              edges: [{writer, reader, score, frequency}], faithfulness,
-             faithfulness_ci: [low, high]}                             (95 % bootstrap over prompts;
-             size_target: the faithfulness requested_edges was searched for, null when it was given)
+             faithfulness_ci: [low, high], discovery_faithfulness, discovery_faithfulness_ci,
+             held_out_note}     (faithfulness on the held-out prompts, 95 % bootstrap over prompts;
+             discovery_*: on the prompts that found the circuit, beside it; size_target: the
+             faithfulness requested_edges was searched for (on discovery prompts), null when given)
   curve     {fractions, n_edges, faithfulness, ci_low, ci_high, cpr, cmd,
-             random: {n_edges, faithfulness, cpr, cmd}} or null
+             random: {n_edges, faithfulness, cpr, cmd}} or null    (on the held-out prompts)
   top_edges [{edge, score, frequency}]  the strongest edges by |score|, circuit or not
   seconds   {scores, circuit, curve, stability}
 Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune"
@@ -30,6 +45,7 @@ when not measured).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,19 +56,24 @@ from torch import Tensor
 
 import interp
 from circuits.edge_circuits.tasks import EdgeTask
+from circuits.evidence import FamilySplit, held_out_note, split_families
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
 from interp.types import MemorySize, Progress
 
-SCHEMA = "interp-edge-circuit-1"
+SCHEMA = "interp-edge-circuit-2"
 CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
 ENSEMBLE_MEMBERS: tuple[str, ...] = ("eap-ig", "prune")  # the methods `method="ensemble"` ranks with
 
 
 @dataclass(kw_only=True)
 class EdgeCircuitResult:
-    """What `find_edge_circuit` found. circuit: [writer, reader] bool mask of the kept edges."""
+    """What `find_edge_circuit` found. circuit: [writer, reader] bool mask of the kept edges.
+    task: the discovery prompts (scores, mask, size); heldout_task: the prompts `faithfulness`,
+    `clean_metric`, `corrupted_metric` and `curve` are measured on; split: which chose and which
+    tested, in words. A result saved before held-out prompts (heldout_task None) measured everything
+    on `task`."""
 
     model: str
     task: EdgeTask
@@ -70,6 +91,25 @@ class EdgeCircuitResult:
     target: float | None = None  # the faithfulness the size was searched for; None: the size was given
     frequency: Tensor | None = None  # [writer, reader] selection frequency over bootstrap resamples
     n_boot: int = 0  # the resamples behind `frequency` (0: not measured)
+    heldout_task: EdgeTask | None = None
+    discovery_faithfulness: edges.Faithfulness | None = None  # on the discovery prompts, shown beside
+    split: str = ""
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the faithfulness was measured on held-out prompts (False: a result saved before)."""
+        return self.heldout_task is not None
+
+    def held_out_note(self) -> str:
+        """How the discovery faithfulness fares on the held-out prompts, in words ("" when not held out)."""
+        if self.discovery_faithfulness is None:
+            return ""
+        low, high = self.faithfulness.ci()
+        return held_out_note(
+            float(self.discovery_faithfulness.faithfulness[0]),
+            float(self.faithfulness.faithfulness[0]),
+            (float(low[0]), float(high[0])),
+        )
 
     @property
     def graph(self) -> edges.EdgeGraph:
@@ -102,12 +142,15 @@ class EdgeCircuitResult:
     def to_json(self, top: int = 50) -> dict:
         low, high = self.faithfulness.ci()
         graph = self.graph
+        found = self.discovery_faithfulness
+        found_ci = None if found is None else [float(bound[0]) for bound in found.ci()]
         out = {
             "schema": SCHEMA,
             "model": {"name": self.model, "provenance": self.provenance, "n_layers": graph.n_layers,
                       "n_heads": graph.n_heads, "n_kv_heads": self.n_kv_heads},
             "task": {"name": self.task.name, "n_prompts": self.task.n_prompts,
-                     "metric": self.task.metric_name, "clean_metric": self.clean_metric,
+                     "n_heldout": None if self.heldout_task is None else self.heldout_task.n_prompts,
+                     "split": self.split, "metric": self.task.metric_name, "clean_metric": self.clean_metric,
                      "corrupted_metric": self.corrupted_metric},
             "method": {"name": self.scores.method, "steps": self.scores.steps,
                        "ablation": self.scores.ablation, "ig_points": self.ig_points,
@@ -122,6 +165,9 @@ class EdgeCircuitResult:
                           for w, r, s, f in self.circuit_edge_rows()],
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
                 "faithfulness_ci": [float(low[0]), float(high[0])],
+                "discovery_faithfulness": None if found is None else float(found.faithfulness[0]),
+                "discovery_faithfulness_ci": found_ci,
+                "held_out_note": self.held_out_note(),
             },
             "curve": None,
             "top_edges": [{"edge": name, "score": score,
@@ -170,10 +216,14 @@ def find_edge_circuit(
     prune_steps: int = 100,
     density: float | None = None,
     checkpoint: str | None = None,
+    heldout: EdgeTask | None = None,
 ) -> EdgeCircuitResult:
-    """Score every edge, keep the top `n_edges` (or `fraction` of all edges; neither: the smallest
-    number reaching faithfulness `target`, see `smallest_faithful_size`) connected input -> logits,
-    measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve.
+    """Score every edge on the discovery prompts of `task`, keep the top `n_edges` (or `fraction` of
+    all edges; neither: the smallest number reaching faithfulness `target` on the discovery prompts,
+    see `smallest_faithful_size`) connected input -> logits,
+    measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve,
+    on held-out prompts: `heldout`, else a seeded half of `task`'s families, else of its prompts
+    (`split_task`; the module docstring).
     method: one of `edges.METHODS` (attribution), "prune" (a learned mask, `edges.prune_edges`:
     `prune_steps` steps towards keeping `density` of the edges, by default the requested size's share,
     else 0.02; resumable from `checkpoint`) or
@@ -206,6 +256,12 @@ def find_edge_circuit(
 
     if density is None:
         density = 0.02 if requested is None else min(requested, graph.n_edges - 1) / graph.n_edges
+    task, heldout, split = split_task(task, heldout)
+    if ablation == "resample" and heldout.corrupted_mask is not None:
+        raise ValueError(
+            f"task {heldout.name}'s held-out prompts differ in length (right-padded), and resample ablation "
+            "would give a prompt another's tokens or padding; use --ablation mean, counterfactual or zero"
+        )
     seconds = {}
     start = time.perf_counter()
     model.eval()
@@ -224,22 +280,27 @@ def find_edge_circuit(
     if searched:
         requested = smallest_faithful_size(model, task, scores, target, ablation, batch_size)
     circuit = edges.top_circuit(scores, requested)
-    faith = edges.faithfulness(
-        model, task.clean, task.corrupted, task.metric, circuit, ablation, None, batch_size, progress,
-        task.corrupted_mask,
+    found, faith = (
+        edges.faithfulness(
+            model, prompts.clean, prompts.corrupted, prompts.metric, circuit, ablation, None, batch_size,
+            progress, prompts.corrupted_mask,
+        )
+        for prompts in (task, heldout)
     )  # fmt: skip
-    corrupted_metric = task.corrupted_metric or task.metric
-    chunks = torch.arange(task.n_prompts).split(batch_size)
+    corrupted_metric = heldout.corrupted_metric or heldout.metric
+    chunks = torch.arange(heldout.n_prompts).split(batch_size)
     with torch.no_grad():
-        corrupted_value = torch.cat([corrupted_metric(model(task.corrupted[c]), c).float() for c in chunks])
+        corrupted_value = torch.cat(
+            [corrupted_metric(model(heldout.corrupted[c]), c).float() for c in chunks]
+        )
     seconds["circuit"] = time.perf_counter() - start
     curve = None
     if curve_fractions is not None:
         start = time.perf_counter()
         curve = edges.faithfulness_curve(
-            model, task.clean, task.corrupted, task.metric, scores, curve_fractions, ablation, None,
+            model, heldout.clean, heldout.corrupted, heldout.metric, scores, curve_fractions, ablation, None,
             random_baseline, batch_size=batch_size, progress=progress,
-            reference_mask=task.corrupted_mask,
+            reference_mask=heldout.corrupted_mask,
         )  # fmt: skip
         seconds["curve"] = time.perf_counter() - start
     frequency = None
@@ -266,6 +327,60 @@ def find_edge_circuit(
         target=target if searched else None,
         frequency=frequency,
         n_boot=bootstrap,
+        heldout_task=heldout,
+        discovery_faithfulness=found,
+        split=split,
+    )
+
+
+def task_rows(task: EdgeTask, rows: Tensor) -> EdgeTask:
+    """The prompts `rows` [n] of `task`, as a task of their own."""
+    return dataclasses.replace(
+        task,
+        clean=task.clean[rows],
+        corrupted=task.corrupted[rows],
+        metric=edges.subset_metric(task.metric, rows),
+        corrupted_metric=None
+        if task.corrupted_metric is None
+        else edges.subset_metric(task.corrupted_metric, rows),
+        corrupted_mask=None if task.corrupted_mask is None else task.corrupted_mask[rows],
+        families=None if task.families is None else [task.families[i] for i in rows.tolist()],
+    )
+
+
+def split_task(
+    task: EdgeTask, heldout: EdgeTask | None = None, seed: int = 0
+) -> tuple[EdgeTask, EdgeTask, str]:
+    """(discovery prompts, held-out prompts, which chose and which tested in words): `task` and
+    `heldout` when given; else `task`'s families split by `split_families` (a seeded half held out);
+    else a seeded half of its prompts (a task without families: held-out prompts, not families)."""
+    if heldout is not None:
+        if task.families is not None and heldout.families is not None:
+            families = FamilySplit(
+                tuple(dict.fromkeys(task.families)), tuple(dict.fromkeys(heldout.families))
+            )
+            return task, heldout, families.describe()
+        return task, heldout, f"chosen on {task.n_prompts} prompts; tested on {heldout.n_prompts} others"
+    if task.families is not None:
+        families = split_families(task.families, seed=seed)
+        held = torch.tensor([family in families.heldout for family in task.families])
+        return (
+            task_rows(task, (~held).nonzero()[:, 0]),
+            task_rows(task, held.nonzero()[:, 0]),
+            families.describe(),
+        )
+    if task.n_prompts < 2:
+        raise ValueError(
+            f"task {task.name} has {task.n_prompts} prompt pair; a circuit is tested on prompts that did not "
+            "find it, so give two or more (or held-out prompts)"
+        )
+    order = torch.randperm(task.n_prompts, generator=torch.Generator().manual_seed(seed))
+    held, chose = order[: task.n_prompts // 2].sort().values, order[task.n_prompts // 2 :].sort().values
+    return (
+        task_rows(task, chose),
+        task_rows(task, held),
+        f"chosen on {len(chose)} prompts; tested on the other {len(held)} (no family column: held-out "
+        "prompts, not families)",
     )
 
 

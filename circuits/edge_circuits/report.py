@@ -60,20 +60,34 @@ def size_origin(result: EdgeCircuitResult) -> str:
     return origin if n_kept == top else f"{origin}: {dropped}"
 
 
+def held_out_text(result: EdgeCircuitResult) -> str:
+    """Which prompts the faithfulness comes from, and the discovery figure beside it."""
+    if not result.held_out:
+        return "on the prompts that found it (a result saved before held-out prompts; unconfirmed)"
+    found = result.discovery_faithfulness
+    low, high = (float(bound[0]) for bound in found.ci())
+    return (
+        f"on held-out prompts ({float(found.faithfulness[0]):.3f} [{low:.3f}, {high:.3f}] on the discovery "
+        f"prompts that found it: {result.held_out_note()})"
+    )
+
+
 def summary_lines(result: EdgeCircuitResult) -> list[str]:
     data = result.to_json(top=0)
     circuit, task, method = data["circuit"], data["task"], data["method"]
     steps = f", {method['steps']} steps" if method["name"].startswith("eap-ig") else ""
-    lines = [  # the finding first: the circuit and how faithful it is
+    lines = [  # the finding first: the circuit and how faithful it is on prompts that did not find it
         f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
         f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
-        f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}]: "
+        f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}] "
+        + held_out_text(result)
+        + ": "
         + faithfulness_verdict(circuit["faithfulness"], method["name"], method["ablation"]),
         f"{result.provenance or result.model}: {data['graph']['n_edges']:,} edges between "
         f"{data['graph']['n_nodes']} nodes",
-        f"task {task['name']}: {task['n_prompts']} prompt pairs, "
-        f"{task['metric']} clean {task['clean_metric']:.3f}, "
-        f"corrupted {task['corrupted_metric']:.3f}",
+        f"task {task['name']}: {task['n_prompts']} discovery prompt pairs"
+        + ("" if task["n_heldout"] is None else f", {task['n_heldout']} held-out ({task['split']})")
+        + f"; {task['metric']} clean {task['clean_metric']:.3f}, corrupted {task['corrupted_metric']:.3f}",
         f"method {method['name']}{steps}, {method['ablation']} "
         f"ablation; scores in {sum(result.seconds.values()):.1f} s "
         f"in all ({result.seconds['scores']:.1f} s scoring"

@@ -32,20 +32,27 @@ class EdgeTask:
     metric_name: str
     corrupted_metric: Metric | None = None  # the metric at the corrupted prompts' positions
     corrupted_mask: Int[Tensor, "batch pos"] | None = None  # 1 at real tokens, 0 at padding (mean ablation)
+    families: list[str] | None = None  # each prompt's family (template, relation, ...); None: none given
 
     @property
     def n_prompts(self) -> int:
         return self.clean.shape[0]
 
 
-def ioi_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) -> EdgeTask:
-    """IOI prompts against the ABC distribution (three other names); logit(IO) - logit(S) at END."""
-    clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
+def ioi_task(
+    model: HookedTransformer, n_prompts: int = 64, seed: int = 0, split: str = "discovery"
+) -> EdgeTask:
+    """IOI prompts of `interp.tasks.ioi`'s discovery or held-out split (templates, names, places and
+    objects) against the ABC distribution (three other names); logit(IO) - logit(S) at END. The
+    family of a prompt is its template ("template 3"; "held-out template 3")."""
+    clean, abc, _ = ioi_dataset_for(model, n_prompts, seed, split)
     metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
     mask = padding_mask(abc.positions["END"] + 1, abc.tokens.shape[1])
+    prefix = "template" if split == "discovery" else "held-out template"
     return EdgeTask(
         name="ioi", clean=clean.tokens, corrupted=abc.tokens, metric=metric,
         metric_name="logit_diff(IO - S)", corrupted_mask=mask,
+        families=[f"{prefix} {int(template)}" for template in clean.template],
     )  # fmt: skip
 
 
@@ -159,9 +166,14 @@ def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_d
             edges.logit_diff_metric(correct, incorrect, corrupted_end),
         )
     mask = padding_mask(corrupted_end + 1, corrupted.shape[1])
+    families = None
+    if any("family" in row for row in rows):  # the optional family column: the unit held out
+        families = [str(row.get("family") or "") for row in rows]
+        if not all(families):
+            raise ValueError(f"{path}: pair {families.index('') + 1} lacks its family; give every pair one")
     return EdgeTask(
         name=Path(path).name, clean=clean, corrupted=corrupted, metric=made[0], metric_name=name,
-        corrupted_metric=made[1], corrupted_mask=mask,
+        corrupted_metric=made[1], corrupted_mask=mask, families=families,
     )  # fmt: skip
 
 
@@ -178,3 +190,16 @@ def edge_task(
             f"Unknown task {task!r}: choose ioi, induction, or a .csv/.jsonl file of prompt pairs."
         )
     return file_task(model, task, metric)
+
+
+def heldout_edge_task(
+    model: HookedTransformer, task: str, n_prompts: int = 64, seed: int = 0
+) -> EdgeTask | None:
+    """The prompts that test a circuit `edge_task(model, task, n_prompts, seed)` finds: IOI's held-out
+    split (other templates, names, places, objects), fresh random induction sequences; None for a
+    prompt-pair file (`find_edge_circuit` holds out its families, or else some of its prompts)."""
+    if task == "ioi":
+        return ioi_task(model, n_prompts, seed, split="heldout")
+    if task == "induction":
+        return induction_task(model, n_prompts, seed=seed + 1)
+    return None

@@ -7,15 +7,21 @@ does; the corrupted prompts name a stranger in the query (nothing to retrieve):
                               attribution (EAP) ranks every head, the `n_exact` first are
                               path-patched exactly (the others keep the estimate)
   2. heads -> movers' queries the same into the queries at END of step 1's classified heads
-Selected heads (effect below zero and standing out: `circuits.ioi.evidence.select_heads`) are
-classed by where END attends, among the queried fact's name ("mention"), its value ("mover", which
-must also write the answer: positive direct logit attribution) and the query's name ("query").
+Selected heads (a drop above zero that stands out: `circuits.ioi.evidence.select_heads`; every effect
+has the sign of `circuits.evidence.EFFECT_SIGN`, drop = clean - patched or ablated, positive: the heads
+help) are classed by where END attends, among the queried fact's name ("mention"), its value
+("mover", which must also write the answer: positive direct logit attribution) and the query's name
+("query").
 
-Validation on held-out prompts (other relations, other names, 2, 3, 6 and 8 facts): each class
-mean-ablated (per position, over the corrupted prompts of its fact count) against random same-layer
-heads, per prompt, pooled and per stratum (fact count, relation); the induction heads of `interp
-heads` are tested the same way; the circuit's faithfulness (`faithfulness_ratio`) with every head
-outside it mean-ablated.
+The relation is the family (`circuits.evidence.split_families`): heads and thresholds are chosen on
+the discovery relations only, and every reported effect is measured on the held-out relations
+(`HELDOUT_RELATIONS` by default), with other names, 2, 3, 6 and 8 facts and both fact templates
+(one of them never seen in discovery): each class mean-ablated (per position, over the corrupted
+prompts of its fact count and template) against random same-layer heads, per prompt, pooled
+(`circuits.evidence.beyond_random`) and per stratum (fact count, template, relation), beside the same
+figure on the discovery prompts that chose the heads (`held_out_note`); the induction heads of
+`interp heads` are tested the same way; the circuit's faithfulness (`faithfulness_ratio`) with every
+head outside it mean-ablated.
 """
 
 from __future__ import annotations
@@ -27,7 +33,14 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import random_same_layer_sets
+from circuits.evidence import (
+    FamilySplit,
+    beyond_random,
+    held_out_note,
+    mean_ci,
+    random_same_layer_sets,
+    split_families,
+)
 from circuits.icl.heads import confirmed_induction_heads
 from circuits.ioi.evidence import select_heads
 from circuits.retrieval.results import (
@@ -40,10 +53,14 @@ from circuits.retrieval.results import (
 from interp import edges
 from interp.interventions.ablation import Replacement, ablated_metrics
 from interp.interventions.path_patching import PathPatcher
-from interp.interventions.stats import bootstrap_ci, faithfulness_ratio
+from interp.interventions.stats import faithfulness_ratio
 from interp.tasks.retrieval import (
     DISCOVERY_FACT_COUNTS,
+    DISCOVERY_TEMPLATES,
     HELDOUT_FACT_COUNTS,
+    HELDOUT_RELATIONS,
+    HELDOUT_TEMPLATES,
+    RELATIONS,
     RetrievalPrompts,
     make_retrieval_prompts,
     make_two_hop_prompts,
@@ -51,11 +68,6 @@ from interp.tasks.retrieval import (
 from interp.types import Head, Progress, head_label
 
 ATTENTION_TARGETS = {"VALUE": "mover", "NAME": "mention", "QUERY": "query"}
-
-
-def _ci(values: Tensor, seed: int) -> tuple[float, float]:
-    low, high = bootstrap_ci(values.double().cpu(), seed=seed)
-    return float(low), float(high)
 
 
 def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: int = 0) -> RetrievalAccuracy:
@@ -67,7 +79,7 @@ def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: 
         prompts=description,
         n_prompts=len(diffs),
         accuracy=right.mean().item(),
-        ci=_ci(right, seed),
+        ci=mean_ci(right, seed),
         chance=float(chance),
         logit_diff=diffs.mean().item(),
     )
@@ -118,10 +130,11 @@ def ranked_path_patching(
     receivers: Sequence[Head] | None,
     n_exact: int,
 ) -> Tensor:
-    """[layer, head] the change of the mean logit diff (logits) when each head's path to `receivers`
-    (their queries at END; None: the logits) is patched from the corrupted run: exact path patching
-    for the `n_exact` heads EAP ranks first by |estimate|, the EAP estimate for the others, NaN for
-    heads that are no senders (at or after the last receiver's layer, or receivers)."""
+    """[layer, head] the drop of the mean logit diff (logits; clean - patched, EFFECT_SIGN: positive,
+    the path helps) when each head's path to `receivers` (their queries at END; None: the logits) is
+    patched from the corrupted run: exact path patching for the `n_exact` heads EAP ranks first by
+    |estimate|, the EAP estimate for the others, NaN for heads that are no senders (at or after the
+    last receiver's layer, or receivers)."""
     cfg = model.cfg
     graph = scores.graph
     last = cfg.n_layers if receivers is None else max(layer for layer, _ in receivers)
@@ -131,7 +144,7 @@ def ranked_path_patching(
     columns = [graph.readers.index(name) for name in readers]
     effects = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
     for layer, head in senders:
-        effects[layer, head] = scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
+        effects[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
     exact = sorted(senders, key=lambda head: -abs(float(effects[head])))[:n_exact]
     if exact:
         end = prompts.positions["END"].to(model.device)
@@ -142,8 +155,8 @@ def ranked_path_patching(
             receiver_pos=None if receivers is None else end,
             logit_tokens=prompts.candidates.to(model.device),
         )
-        change = patched.values.mean(-1) - patched.target.mean()
-        for head, value in zip(exact, change.tolist(), strict=True):
+        drop = patched.target.mean() - patched.values.mean(-1)
+        for head, value in zip(exact, drop.tolist(), strict=True):
             effects[head] = value
     return effects
 
@@ -202,13 +215,17 @@ def ablated_logit_diffs(
 
 
 def _strata(difference: Tensor, heldout: Sequence[RetrievalPrompts], seed: int) -> list[RetrievalStratum]:
-    """The class's difference [prompt] (held-out batches concatenated) per fact count and relation."""
+    """The class's drop beyond random heads [prompt] (held-out batches concatenated) per fact count,
+    template and relation."""
     facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
+    templates = [p.template for p in heldout for _ in range(len(p))]
     relations = [relation for p in heldout for relation in p.relation]
     groups = [(f"{n} facts", facts == n) for n in facts.unique().tolist()]
-    groups += [
-        (relation, torch.tensor([r == relation for r in relations])) for relation in sorted(set(relations))
-    ]
+    for labels, name in ((templates, "template {}"), (relations, "{}")):
+        groups += [
+            (name.format(label), torch.tensor([other == label for other in labels]))
+            for label in dict.fromkeys(labels)
+        ]
     strata = []
     for name, members in groups:
         values = difference[members]
@@ -216,76 +233,92 @@ def _strata(difference: Tensor, heldout: Sequence[RetrievalPrompts], seed: int) 
             RetrievalStratum(
                 name=name,
                 n_prompts=len(values),
-                difference=values.mean().item(),
-                difference_ci=_ci(values, seed),
-                holds=values.mean().item() < 0,
+                beyond=values.mean().item(),
+                beyond_ci=mean_ci(values, seed),
+                holds=values.mean().item() > 0,
             )
         )
     return strata
+
+
+def _ablated_runs(
+    model: interp.HookedTransformer,
+    head_sets: Sequence[tuple[Head, ...]],
+    batches: Sequence[RetrievalPrompts],
+    stage: str,
+    progress: Progress | None,
+) -> dict[tuple[Head, ...], Tensor]:
+    """head set -> [prompt] the logit diffs with it mean-ablated, the batches concatenated."""
+    parts = []
+    for done, prompts in enumerate(batches):
+        if progress is not None:
+            progress(stage, done, len(batches))
+        parts.append(ablated_logit_diffs(model, prompts, head_sets))
+    if progress is not None:
+        progress(stage, len(batches), len(batches))
+    return dict(zip(head_sets, torch.cat(parts, 1), strict=True))
 
 
 def validate_classes(
     model: interp.HookedTransformer,
     classes: dict[str, list[Head]],
     circuit: Sequence[Head],
-    heldout: Sequence[RetrievalPrompts],
+    prompt_sets: dict[str, Sequence[RetrievalPrompts]],
     induction: Sequence[Head],
     n_random: int,
     seed: int,
     progress: Progress | None = None,
 ) -> tuple[list[RetrievalClass], dict[str, float], Tensor]:
-    """Each class (and `induction`) against `n_random` random same-layer sets on the held-out
-    batches, the circuit's faithfulness (see the module docstring), and the clean logit diffs
-    [prompt] of the held-out batches, concatenated."""
+    """Each class (and `induction`) against `n_random` random same-layer sets, on the "discovery"
+    batches of `prompt_sets` (the prompts that chose the heads, shown beside) and on its "heldout"
+    batches (the figures reported, per stratum); the circuit's faithfulness on the held-out batches
+    (see the module docstring), and their clean logit diffs [prompt], concatenated."""
     every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
     plans = {
         name: [heads, *random_same_layer_sets(model, heads, n_random, seed)]
         for name, heads in classes.items()
     }
     outside = sorted(set(every_head) - set(circuit))
-    sets = [[], outside, every_head] + [run for runs in plans.values() for run in runs]
-    unique = list(dict.fromkeys(tuple(sorted(heads)) for heads in sets))
-    parts = []
-    for done, prompts in enumerate(heldout):
-        if progress is not None:
-            progress("Held-out ablations", done, len(heldout))
-        parts.append(ablated_logit_diffs(model, prompts, unique))
-    if progress is not None:
-        progress("Held-out ablations", len(heldout), len(heldout))
-    measured = dict(zip(unique, torch.cat(parts, 1), strict=True))  # each [prompt]
+    per_class = [tuple(sorted(heads)) for runs in plans.values() for heads in runs]
+    held_sets = list(dict.fromkeys([(), tuple(outside), tuple(every_head), *per_class]))
+    heldout = _ablated_runs(model, held_sets, prompt_sets["heldout"], "Held-out ablations", progress)
+    found_sets = list(dict.fromkeys([(), *per_class]))
+    found = _ablated_runs(model, found_sets, prompt_sets["discovery"], "Discovery ablations", progress)
 
-    def diffs(heads: Sequence[Head]) -> Tensor:
-        return measured[tuple(sorted(heads))]
+    def drops(measured: dict[tuple[Head, ...], Tensor], heads: Sequence[Head]) -> Tensor:
+        """[prompt] clean - ablated logit diff (EFFECT_SIGN)."""
+        return measured[()] - measured[tuple(sorted(heads))]
 
-    clean = diffs([])
     validations = []
     for name, (heads, *draws) in plans.items():
-        change = diffs(heads) - clean
-        random_changes = torch.stack([diffs(draw) - clean for draw in draws])  # [draw, prompt]
-        difference = change - random_changes.mean(0)
-        ci = _ci(difference, seed)
-        strata = _strata(difference, heldout, seed)
-        pooled = ci[1] < 0
+        random_drops = torch.stack([drops(heldout, draw) for draw in draws])  # [draw, prompt]
+        on_heldout = beyond_random(drops(heldout, heads), random_drops, seed)
+        on_discovery = beyond_random(
+            drops(found, heads), torch.stack([drops(found, draw) for draw in draws]), seed
+        )
+        difference = drops(heldout, heads) - random_drops.mean(0)
+        strata = _strata(difference, prompt_sets["heldout"], seed)
         verdict = "unconfirmed"
-        if pooled:
+        if on_heldout.verdict == "confirmed":
             verdict = "confirmed" if all(s.holds for s in strata) else "stratum-dependent"
+        ablated = heldout[tuple(sorted(heads))]
+        random_right = torch.stack([heldout[tuple(sorted(draw))] > 0 for draw in draws]).double()
         validations.append(
             RetrievalClass(
                 name=name,
                 heads=[head_label(*head) for head in heads],
                 induction_overlap=[head_label(*head) for head in heads if head in set(induction)],
-                change=change.mean().item(),
-                random_change=random_changes.mean().item(),
-                difference=difference.mean().item(),
-                difference_ci=ci,
-                accuracy=(diffs(heads) > 0).double().mean().item(),
-                random_accuracy=torch.stack([diffs(d) > 0 for d in draws]).double().mean().item(),
+                discovery=on_discovery,
+                heldout=on_heldout,
+                note=held_out_note(on_discovery.beyond, on_heldout.beyond, on_heldout.beyond_ci),
+                accuracy=(ablated > 0).double().mean().item(),
+                random_accuracy=random_right.mean().item(),
                 random_sets=[[head_label(*head) for head in draw] for draw in draws],
                 strata=strata,
                 verdict=verdict,
             )
         )
-    kept, nothing = diffs(outside), diffs(every_head)
+    clean, kept, nothing = heldout[()], heldout[tuple(outside)], heldout[tuple(every_head)]
     try:
         faithfulness = float(faithfulness_ratio(kept, clean, nothing))
     except ValueError:  # the model does as well with every head ablated
@@ -313,18 +346,20 @@ def find_retrieval_circuit(
     min_share: float = 0.1,
     min_attention: float = 0.1,
     heldout_facts: Sequence[int] = HELDOUT_FACT_COUNTS,
+    heldout_relations: Sequence[str] = HELDOUT_RELATIONS,
     induction_heads: Sequence[Head] | None = None,
     seed: int = 0,
     progress: Progress | None = None,
 ) -> RetrievalResult:
     """Find and validate the retrieval circuit of `model` (see the module docstring).
 
-    n_prompts: discovery prompts (4 facts); n_heldout: held-out prompts per fact count;
+    n_prompts: discovery prompts (4 facts); n_heldout: held-out prompts per fact count and template;
     n_exact: senders path-patched exactly per step (the rest keep their EAP estimate); n_random:
     random same-layer sets per class; n_two_hop: two-hop prompts per query form (measured only);
     effect_z, min_effect, min_share: the selection (`circuits.ioi.evidence.select_heads`);
     min_attention: the least mean attention from END that puts a selected head in a class;
     heldout_facts: the held-out fact counts (each a stratum; 4 is the discovery prompts');
+    heldout_relations: the relations held out (the family; every other relation of RELATIONS chooses);
     induction_heads: the class to compare with (default: `confirmed_induction_heads(model)`, cached).
     """
     counts = {"n_prompts": (n_prompts, 2), "n_heldout": (n_heldout, 2), "n_exact": (n_exact, 0)}
@@ -342,12 +377,25 @@ def find_retrieval_circuit(
         induction_heads = confirmed_induction_heads(model, progress=progress)
     induction_heads = [tuple(head) for head in induction_heads]
     stage("induction heads")
-    discovery = make_retrieval_prompts(model, n_prompts, DISCOVERY_FACT_COUNTS[0], "discovery", seed)
     if not heldout_facts:
         raise ValueError("heldout_facts is empty: give the held-out fact counts, e.g. (2, 3, 6, 8)")
-    heldout = [make_retrieval_prompts(model, n_heldout, n, "heldout", seed + 1) for n in heldout_facts]
+    relations = split_families(list(RELATIONS), heldout=heldout_relations)
+    discovery = make_retrieval_prompts(
+        model, n_prompts, DISCOVERY_FACT_COUNTS[0], "discovery", seed, relations=relations.discovery,
+        template=DISCOVERY_TEMPLATES[0],
+    )  # fmt: skip
+    heldout = [
+        make_retrieval_prompts(
+            model, n_heldout, n, "heldout", seed + 1, relations=relations.heldout, template=template
+        )
+        for n in heldout_facts
+        for template in HELDOUT_TEMPLATES
+    ]
+    relations = FamilySplit(  # the relations this tokenizer could state
+        tuple(dict.fromkeys(discovery.relation)), tuple(dict.fromkeys(r for p in heldout for r in p.relation))
+    )
     question = make_retrieval_prompts(
-        model, n_heldout, DISCOVERY_FACT_COUNTS[0], "discovery", seed + 2, "question"
+        model, n_heldout, DISCOVERY_FACT_COUNTS[0], "discovery", seed + 2, "question", relations.discovery
     )
     two_hop = {
         form: make_two_hop_prompts(model, n_two_hop, 4, seed + 3, form) for form in ("statement", "question")
@@ -369,7 +417,7 @@ def find_retrieval_circuit(
     if progress is not None:
         progress("Path patching: heads -> logits", 0, 1)
     effects = {"logits": ranked_path_patching(model, discovery, patcher, scores, None, n_exact)}
-    selected, _, _ = select_heads(effects["logits"], -1, effect_z, min_effect, min_share)
+    selected, _, _ = select_heads(effects["logits"], 1, effect_z, min_effect, min_share)
     found = classify(selected, "logits", effects["logits"], attention, direct, min_attention)
     stage("heads -> logits")
     receivers = [(h.layer, h.index) for h in found if h.cls is not None]
@@ -377,7 +425,7 @@ def find_retrieval_circuit(
         if progress is not None:
             progress("Path patching: heads -> movers' queries", 0, 1)
         effects["mover_queries"] = ranked_path_patching(model, discovery, patcher, scores, receivers, n_exact)
-        selected, _, _ = select_heads(effects["mover_queries"], -1, effect_z, min_effect, min_share)
+        selected, _, _ = select_heads(effects["mover_queries"], 1, effect_z, min_effect, min_share)
         known = {(h.layer, h.index) for h in found}
         new = [head for head in selected if head not in known]
         found += classify(new, "mover_queries", effects["mover_queries"], attention, direct, min_attention)
@@ -392,16 +440,13 @@ def find_retrieval_circuit(
     if induction_heads:
         tested["induction"] = list(induction_heads)
     validations, figures, heldout_clean = validate_classes(
-        model, tested, circuit, heldout, induction_heads, n_random, seed, progress
-    )
+        model, tested, circuit, {"discovery": [discovery], "heldout": heldout}, induction_heads, n_random,
+        seed, progress,
+    )  # fmt: skip
     stage("validation")
 
-    heldout_diffs = heldout_clean.split([len(prompts) for prompts in heldout])
     facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
-    by_facts = [
-        accuracy(f"held-out, {p.n_facts} facts", diffs, p.n_facts, seed)
-        for p, diffs in zip(heldout, heldout_diffs, strict=True)
-    ]
+    by_facts = [accuracy(f"held-out, {n} facts", heldout_clean[facts == n], n, seed) for n in heldout_facts]
     two_hop_accuracy = []
     for form, prompts in two_hop.items():
         with torch.no_grad():
@@ -416,10 +461,10 @@ def find_retrieval_circuit(
         provenance=interp.provenance(model),
         seed=seed,
         settings=settings,
+        relations=relations,
+        templates={"discovery": list(DISCOVERY_TEMPLATES), "heldout": list(HELDOUT_TEMPLATES)},
         discovery=accuracy("discovery, 4 facts", clean_logit_diffs(model, discovery), 4, seed),
-        heldout=accuracy(
-            f"held-out, {'/'.join(map(str, heldout_facts))} facts", torch.cat(heldout_diffs), facts, seed
-        ),
+        heldout=accuracy(f"held-out, {'/'.join(map(str, heldout_facts))} facts", heldout_clean, facts, seed),
         heldout_by_facts=by_facts,
         question=accuracy("question form, 4 facts", clean_logit_diffs(model, question), 4, seed),
         two_hop=two_hop_accuracy,

@@ -1,6 +1,8 @@
 """Rendering a RetrievalResult: terminal table, JSON summary, Markdown, HTML. The finding comes first:
-accuracy against chance, each class's verdict on held-out prompts, its overlap with the induction
-heads of `interp heads`, the circuit's faithfulness; then the two-hop measurement."""
+accuracy against chance, the relations that chose and those that tested, each class's verdict and
+drop beyond random heads on held-out relations (beside the same figure on the discovery prompts), its
+overlap with the induction heads of `interp heads`, the circuit's faithfulness; then the two-hop
+measurement."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import math
 from rich.console import Console
 from rich.table import Table
 
+from circuits.evidence import EFFECT_SIGN, BeyondRandom
 from circuits.output import write_output
 from circuits.retrieval.results import (
     CLASS_MEANINGS,
@@ -22,18 +25,27 @@ from circuits.retrieval.results import (
 from interp.viz import heatmap_grid, heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
-LEGEND = (
-    "Logit diff = logit(answer) - the largest logit of the other values stated in the prompt (logits); "
-    "accuracy: the answer ranks first among them [95% bootstrap CI over prompts]; chance = mean of 1 / "
-    "facts. Heads are found on discovery prompts (relations mother, job, city, pet; 4 facts) by path "
-    "patching from prompts whose query names a stranger (EAP ranks the senders, the top ones are "
-    "path-patched exactly) and classed by where the last token attends. Every class is then "
-    "mean-ablated on held-out prompts (relations colour, sport, drink; other names; 2, 3, 6, 8 facts) "
-    "against random heads of the same layers: difference = class's change - random sets' change of "
-    "the logit diff; confirmed when its CI lies below 0 and it is negative in every stratum "
-    "(fact count, relation); stratum-dependent when only the pooled CI is. Faithfulness = (F(circuit) "
-    "- F(no heads)) / (F(model) - F(no heads)), every head outside the circuit mean-ablated."
-)
+
+
+def legend(result: RetrievalResult) -> str:
+    """What every figure means, with the relations that chose the heads and those that tested them."""
+    chose, tested = result.relations.discovery, result.relations.heldout
+    return (
+        "Logit diff = logit(answer) - the largest logit of the other values stated in the prompt (logits); "
+        "accuracy: the answer ranks first among them [95% bootstrap CI over prompts]; chance = mean of 1 / "
+        "facts. The relation is the family: heads are found on discovery prompts (relations "
+        f"{', '.join(chose)}; 4 facts; template {', '.join(result.templates['discovery'])})"
+        " by path patching from prompts whose query names a stranger (EAP ranks the senders, the top ones "
+        "are path-patched exactly) and classed by where the last token attends. Every class is then "
+        "mean-ablated on held-out prompts (relations "
+        f"{', '.join(tested)}; other names; {result.heldout.prompts.split(', ')[-1]}; templates "
+        f"{', '.join(result.templates['heldout'])}) against random heads of the same layers. Effects: "
+        f"{EFFECT_SIGN}; beyond random = the class's drop - the random sets' mean drop, paired by prompt; "
+        "confirmed when its held-out CI lies above 0 and it is positive in every stratum (fact count, "
+        "template, relation); stratum-dependent when only the pooled CI is. The same figure on the "
+        "discovery prompts that chose the heads is shown beside it, never reported alone. Faithfulness = "
+        "(F(circuit) - F(no heads)) / (F(model) - F(no heads)), every head outside the circuit mean-ablated."
+    )
 
 
 def _signed(value: float) -> str:
@@ -69,6 +81,9 @@ def summary_lines(result: RetrievalResult) -> list[str]:
             "The held-out accuracy is not above chance: the classes below move the answer's logit on "
             "held-out prompts, but the behaviour they carry there is weak (see each fact count)."
         )
+    lines.append(
+        f"Relations {result.relations.describe()} (other names, fact counts and templates held out too)."
+    )
     for c in result.classes:
         overlap = (
             ""
@@ -76,9 +91,10 @@ def summary_lines(result: RetrievalResult) -> list[str]:
             else f"; induction heads among them: {', '.join(c.induction_overlap) or 'none'}"
         )
         lines.append(
-            f"{c.name} ({', '.join(c.heads)}): {c.verdict} on held-out prompts; difference from random "
-            f"heads {_signed(c.difference)} {_ci(c.difference_ci)} logits; accuracy ablated "
-            f"{100 * c.accuracy:.0f}% "
+            f"{c.name} ({', '.join(c.heads)}): {c.verdict} on held-out relations; ablated, they lower the "
+            f"logit diff by {_signed(c.heldout.beyond)} {_ci(c.heldout.beyond_ci)} logits more than random "
+            f"heads there ({_signed(c.discovery.beyond)} {_ci(c.discovery.beyond_ci)} on the discovery "
+            f"prompts that chose them: {c.note}); accuracy ablated {100 * c.accuracy:.0f}% "
             f"vs {100 * c.random_accuracy:.0f}% with random heads{overlap}."
         )
     tested = {c.name for c in result.classes}
@@ -140,14 +156,14 @@ HEAD_COLUMNS = (
 
 def _stratum_rows(result: RetrievalResult) -> list[list[str]]:
     return [
-        [c.name, s.name, str(s.n_prompts), f"{_signed(s.difference)} {_ci(s.difference_ci)}",
+        [c.name, s.name, str(s.n_prompts), f"{_signed(s.beyond)} {_ci(s.beyond_ci)}",
          "yes" if s.holds else "no"]
         for c in result.classes
         for s in c.strata
     ]  # fmt: skip
 
 
-STRATUM_COLUMNS = ("class", "stratum", "prompts", "difference", "holds")
+STRATUM_COLUMNS = ("class", "stratum", "prompts", "beyond random", "holds")
 
 
 def render_table(result: RetrievalResult, console: Console) -> None:
@@ -167,7 +183,7 @@ def render_table(result: RetrievalResult, console: Console) -> None:
     console.print(strata)
     for name, meaning in CLASS_MEANINGS.items():
         console.print(f"{name}: {meaning}", style="dim", markup=False)
-    console.print(LEGEND, style="dim", markup=False)
+    console.print(legend(result), style="dim", markup=False)
     console.print(f"Model: {result.provenance}.", style="dim", markup=False)
 
 
@@ -181,11 +197,21 @@ def to_dict(result: RetrievalResult) -> dict:
     def number(value: float) -> float | None:
         return None if math.isnan(value) else value
 
+    def effect(b: BeyondRandom) -> dict:
+        return {"n_prompts": b.n_prompts, "drop": b.drop, "drop_ci": list(b.drop_ci),
+                "random_drop": b.random_drop, "beyond": b.beyond, "beyond_ci": list(b.beyond_ci)}  # fmt: skip
+
     return {
         "model": result.model_name,
         "provenance": result.provenance,
         "seed": result.seed,
         "settings": result.settings,
+        "effect_sign": EFFECT_SIGN,
+        "relations": {
+            "discovery": list(result.relations.discovery),
+            "heldout": list(result.relations.heldout),
+        },
+        "templates": result.templates,
         "discovery": accuracy(result.discovery),
         "heldout": accuracy(result.heldout),
         "heldout_by_facts": [accuracy(a) for a in result.heldout_by_facts],
@@ -197,13 +223,20 @@ def to_dict(result: RetrievalResult) -> dict:
                 "name": c.name,
                 "heads": c.heads,
                 "verdict": c.verdict,
-                "difference": c.difference,
-                "difference_ci": list(c.difference_ci),
+                "heldout": effect(c.heldout),
+                "discovery": effect(c.discovery),
+                "note": c.note,
                 "accuracy": c.accuracy,
                 "random_accuracy": c.random_accuracy,
                 "induction_overlap": c.induction_overlap,
                 "strata": [
-                    {"name": s.name, "n_prompts": s.n_prompts, "difference": s.difference, "holds": s.holds}
+                    {
+                        "name": s.name,
+                        "n_prompts": s.n_prompts,
+                        "beyond": s.beyond,
+                        "beyond_ci": list(s.beyond_ci),
+                        "holds": s.holds,
+                    }
                     for s in c.strata
                 ],
             }
@@ -227,7 +260,7 @@ def render_markdown(result: RetrievalResult) -> str:
     out += ["", "| " + " | ".join(STRATUM_COLUMNS) + " |", "|" + "---|" * len(STRATUM_COLUMNS)]
     out += ["| " + " | ".join(row) + " |" for row in _stratum_rows(result)]
     out += ["", *(f"- {name}: {meaning}" for name, meaning in CLASS_MEANINGS.items())]
-    out += ["", LEGEND, "", f"Model: {result.provenance}."]
+    out += ["", legend(result), "", f"Model: {result.provenance}."]
     return "\n".join(out) + "\n"
 
 
@@ -235,7 +268,8 @@ CLASS_COLUMNS = (
     "class",
     "heads",
     "verdict",
-    "beyond random",
+    "beyond random, held out",
+    "beyond random, discovery",
     "accuracy ablated",
     "random ablated",
     "induction",
@@ -245,7 +279,8 @@ ACCURACY_COLUMNS = ("prompts", "n", "accuracy", "chance", "mean logit diff")
 
 def _class_rows(result: RetrievalResult) -> list[list[str]]:
     return [
-        [c.name, ", ".join(c.heads), c.verdict, f"{_signed(c.difference)} {_ci(c.difference_ci)}",
+        [c.name, ", ".join(c.heads), c.verdict, f"{_signed(c.heldout.beyond)} {_ci(c.heldout.beyond_ci)}",
+         f"{_signed(c.discovery.beyond)} {_ci(c.discovery.beyond_ci)}",
          f"{100 * c.accuracy:.0f}%", f"{100 * c.random_accuracy:.0f}%", ", ".join(c.induction_overlap) or "-"]
         for c in result.classes
     ]  # fmt: skip
@@ -295,8 +330,9 @@ def render_html(result: RetrievalResult) -> str:
             f"Path patching to {sweep}",
             signed=True,
             value_format="{:+.2f}",
-            caption="change of the mean logit diff when the head's path is patched (logits): exact for "
-            "the heads EAP ranks first, EAP's estimate for the others; grey: no sender",
+            caption="drop of the mean logit diff when the head's path is patched (clean - patched, "
+            "logits; positive: the path helps): exact for the heads EAP ranks first, EAP's estimate for "
+            "the others; grey: no sender",
         )  # fmt: skip
         for sweep, grid in result.effects.items()
     ]
@@ -305,7 +341,7 @@ def render_html(result: RetrievalResult) -> str:
     sections += [
         "<h2>Per held-out stratum</h2>" + html_table(STRATUM_COLUMNS, _stratum_rows(result)),
         "<ul>" + "".join(f"<li>{html.escape(f'{n}: {m}')}</li>" for n, m in CLASS_MEANINGS.items()) + "</ul>",
-        f"<p class='legend'>{html.escape(LEGEND)}</p>",
+        f"<p class='legend'>{html.escape(legend(result))}</p>",
         f"<p>Model: {html.escape(result.provenance)}.</p>",
     ]
     return html_page(f"Retrieval from context in {result.model_name}", sections)

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from circuits.evidence import BeyondRandom, FamilySplit
+
 RETRIEVAL_CLASSES = ("mover", "mention", "query")
 CLASS_MEANINGS = {
     "mover": "attends END -> the queried value and writes it (the lookup's copy)",
@@ -33,10 +35,11 @@ class RetrievalAccuracy:
 
 @dataclass(kw_only=True)
 class RetrievalHead:
-    """A head discovery selected: its path-patching effect (change of the mean logit diff when its
-    path is patched from the corrupted run, logits), its mean attention from END to the queried
-    fact's name ("NAME"), its value ("VALUE") and the query's name ("QUERY"), its direct logit
-    attribution to the logit diff, and its class (None: no matching attention pattern)."""
+    """A head discovery selected: its path-patching effect (the drop of the mean logit diff when its
+    path is patched from the corrupted run, clean - patched, logits; positive: the path helps), its
+    mean attention from END to the queried fact's name ("NAME"), its value ("VALUE") and the query's
+    name ("QUERY"), its direct logit attribution to the logit diff, and its class (None: no matching
+    attention pattern)."""
 
     head: str
     layer: int
@@ -50,31 +53,33 @@ class RetrievalHead:
 
 @dataclass(kw_only=True)
 class RetrievalStratum:
-    """A class's effect beyond random heads on one held-out stratum (a fact count or a relation)."""
+    """A class's drop beyond random heads on one held-out stratum (a fact count, a template or a
+    relation): mean over its prompts (logits), 95% bootstrap CI."""
 
     name: str
     n_prompts: int
-    difference: float
-    difference_ci: tuple[float, float]
-    holds: bool  # the mean difference is negative: ablating the class hurts more than random heads
+    beyond: float
+    beyond_ci: tuple[float, float]
+    holds: bool  # beyond > 0: ablating the class lowers the logit diff more than random heads do
 
 
 @dataclass(kw_only=True)
 class RetrievalClass:
-    """A class mean-ablated on the held-out prompts against random sets of as many heads from the same
-    layers (none of the class's). difference: (class's change - random sets' mean change) of the
-    logit diff per prompt (logits), 95% bootstrap CI over prompts; accuracy with the class and with
-    the random sets ablated. verdict: "confirmed" when the pooled CI lies below 0 and the mean
-    difference is negative in every stratum, "stratum-dependent" when only the pooled CI does,
-    else "unconfirmed"."""
+    """A class mean-ablated against random sets of as many heads from the same layers (none of the
+    class's), per prompt, with the sign of `circuits.evidence.EFFECT_SIGN` (drop = clean - ablated
+    logit diff; positive: the heads help). discovery: on the discovery prompts that chose the heads;
+    heldout: on the held-out relations, names, fact counts and templates, the figure reported.
+    note: `held_out_note` (whether the effect shrinks held out). accuracy with the class and with the
+    random sets ablated (held out). verdict: "confirmed" when the held-out CI of `beyond` lies above 0
+    and `beyond` is positive in every stratum, "stratum-dependent" when only the pooled CI does, else
+    "unconfirmed"."""
 
     name: str
     heads: list[str]
     induction_overlap: list[str]  # its heads that `interp heads` confirms as induction heads
-    change: float
-    random_change: float
-    difference: float
-    difference_ci: tuple[float, float]
+    discovery: BeyondRandom
+    heldout: BeyondRandom
+    note: str
     accuracy: float
     random_accuracy: float
     random_sets: list[list[str]]
@@ -84,21 +89,23 @@ class RetrievalClass:
 
 @dataclass(kw_only=True)
 class RetrievalResult:
-    """`find_retrieval_circuit`'s result. Discovery prompts (discovery relations, names and fact
-    count) select and classify heads; every claim (each class against random heads, per stratum;
-    the circuit's faithfulness) is tested on held-out prompts: other relations, other names, other
-    fact counts."""
+    """`find_retrieval_circuit`'s result. Discovery prompts (discovery relations, names, fact count
+    and template) select and classify heads; every claim (each class against random heads, per
+    stratum; the circuit's faithfulness) is tested on held-out prompts: other relations (the family,
+    `relations`), other names, other fact counts, both templates (`templates`: split -> names)."""
 
     model_name: str
     provenance: str
     seed: int
     settings: dict[str, float | int | str]
+    relations: FamilySplit
+    templates: dict[str, list[str]]
     discovery: RetrievalAccuracy
     heldout: RetrievalAccuracy
     heldout_by_facts: list[RetrievalAccuracy]
     question: RetrievalAccuracy  # the query asked as a question (measured only)
     two_hop: list[RetrievalAccuracy]  # two-hop prompts, statement and question (measured only)
-    effects: dict[str, Tensor]  # sweep -> [layer, head] path-patching effect (NaN: not patched)
+    effects: dict[str, Tensor]  # sweep -> [layer, head] path-patching drop, logits (NaN: not patched)
     heads: list[RetrievalHead]
     induction_heads: list[str]
     classes: list[RetrievalClass]

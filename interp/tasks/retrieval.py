@@ -2,9 +2,10 @@
 
     The mother of Charlotte is Eve. The pet of John is dog. [...] The pet of John is  -> " dog"
 
-Every fact reads "The {attribute} of {subject} is {value}." (one token each for the attribute, the
-subject and the value, so every prompt of a fact count has one length). The query repeats the
-queried fact's opening ("statement": "The pet of John is") or asks it ("question": "Question: What
+Every fact reads "The {attribute} of {subject} is {value}." or, in the second template, "For
+{subject}, the {attribute} is {value}." (`FACT_TEMPLATES`; one token each for the attribute, the
+subject and the value, so every prompt of a fact count and template has one length). The query
+repeats the queried fact's opening ("statement": "The pet of John is") or asks it ("question": "Question: What
 is the pet of John? Answer:"). The candidates are the values stated in the prompt; the metric is
 the answer's logit minus the largest other candidate's (logits), and a prompt is answered right
 when that difference is positive (the answer ranks first among the candidates; chance: 1 / facts).
@@ -12,9 +13,10 @@ when that difference is positive (the answer ranks first among the candidates; c
 Two-hop prompts chain two relations ("The mother of John is Helen. The job of Helen is doctor. [...]
 The job of the mother of John is" -> " doctor"); their candidates are the jobs stated.
 
-Relations, subjects and fact counts come in a discovery and a held-out split (`RELATIONS`,
-`HELDOUT_RELATIONS`, the IOI names and held-out names), so a circuit found on one is tested on the
-other.
+Relations are the families a finding is held out by: `RELATIONS` holds them all, `HELDOUT_RELATIONS`
+those held out by default, `DISCOVERY_RELATIONS` the rest. Subjects (the IOI names, the held-out
+names), fact counts and templates come in a discovery and a held-out split too, so a circuit found
+on one is tested on the other.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from torch import Tensor
 
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
 
-# relation -> (its attribute word, its values); each attribute and value one token after a space
+# relation -> (its attribute word, its values); each attribute and value one token after a space.
+# The relation is the family a finding is held out by (`circuits.evidence.split_families`).
 RELATIONS = {
     "mother": ("mother", ("Eve", "Helen", "Alice", "Lucy", "Grace", "Rose", "Julia", "Kate", "Jane",
                           "Susan", "Linda", "Anna", "Emma", "Diana", "Ruth", "Nancy")),
@@ -40,28 +43,53 @@ RELATIONS = {
                       "Dublin", "Vienna", "Moscow", "Cairo", "Sydney", "Toronto", "Denver", "Seattle")),
     "pet": ("pet", ("dog", "cat", "horse", "rabbit", "parrot", "snake", "mouse", "fish", "turtle",
                     "goat", "duck", "pig", "sheep", "frog", "bird", "fox")),
-}  # fmt: skip
-HELDOUT_RELATIONS = {
     "colour": ("colour", ("red", "blue", "green", "yellow", "black", "white", "purple", "orange",
                           "pink", "brown", "grey", "gold", "silver")),
     "sport": ("sport", ("tennis", "football", "golf", "hockey", "cricket", "rugby", "baseball",
                         "soccer", "boxing", "chess", "swimming", "running")),
     "drink": ("drink", ("coffee", "tea", "milk", "juice", "water", "beer", "wine", "soda",
                         "whisky", "vodka", "lemonade", "cocoa")),
+    "food": ("food", ("pizza", "pasta", "bread", "rice", "soup", "cake", "cheese", "salad", "steak",
+                      "bacon", "eggs", "beans", "pie", "curry", "sushi", "noodles")),
+    "country": ("country", ("France", "Spain", "Italy", "Japan", "China", "India", "Brazil", "Mexico",
+                            "Canada", "Egypt", "Kenya", "Peru", "Greece", "Norway", "Sweden", "Russia")),
+    "instrument": ("instrument", ("piano", "guitar", "violin", "drum", "flute", "harp", "trumpet",
+                                  "organ", "bass")),
+    "language": ("language", ("English", "French", "German", "Spanish", "Italian", "Russian", "Chinese",
+                              "Japanese", "Arabic", "Dutch", "Greek", "Hindi", "Polish", "Korean")),
+    "month": ("month", ("January", "February", "March", "April", "May", "June", "July", "August",
+                        "September", "October", "November", "December")),
+    "metal": ("metal", ("gold", "silver", "iron", "copper", "steel", "tin", "lead", "zinc", "nickel",
+                        "bronze", "brass", "aluminum")),
+    "fruit": ("fruit", ("apple", "banana", "orange", "grape", "lemon", "mango", "peach", "pear",
+                        "cherry", "plum", "kiwi", "lime")),
+    "hobby": ("hobby", ("reading", "painting", "cooking", "fishing", "hiking", "dancing", "singing",
+                        "swimming")),
 }  # fmt: skip
+# the relations held out by default: every other relation of RELATIONS is a discovery relation
+HELDOUT_RELATIONS = ("colour", "sport", "drink", "food", "country", "instrument", "language", "month",
+                     "metal", "fruit", "hobby")  # fmt: skip
+DISCOVERY_RELATIONS = tuple(name for name in RELATIONS if name not in HELDOUT_RELATIONS)
+# template -> one fact's sentence; the statement query is the sentence up to its value
+FACT_TEMPLATES = {
+    "of": "The {attribute} of {subject} is {value}.",
+    "for": "For {subject}, the {attribute} is {value}.",
+}
+DISCOVERY_TEMPLATES = ("of",)
+HELDOUT_TEMPLATES = ("of", "for")  # "for" is a template discovery never sees
 QUERY_FORMS = ("statement", "question")
 DISCOVERY_FACT_COUNTS = (4,)
 HELDOUT_FACT_COUNTS = (2, 3, 6, 8)
 
 
-def fact_text(attribute: str, subject: str, value: str) -> str:
-    return f"The {attribute} of {subject} is {value}."
+def fact_text(attribute: str, subject: str, value: str, template: str = "of") -> str:
+    return FACT_TEMPLATES[template].format(attribute=attribute, subject=subject, value=value)
 
 
-def query_text(attribute: str, subject: str, form: str) -> str:
+def query_text(attribute: str, subject: str, form: str, template: str = "of") -> str:
     """The query about `subject`'s `attribute`; its next token is the answer."""
     if form == "statement":
-        return f"The {attribute} of {subject} is"
+        return FACT_TEMPLATES[template].split(" {value}")[0].format(attribute=attribute, subject=subject)
     return f"Question: What is the {attribute} of {subject}? Answer:"
 
 
@@ -76,7 +104,8 @@ class RetrievalPrompts:
     positions: [batch] indices of "NAME" (the queried fact's subject), "VALUE" (its value), "QUERY"
       (the subject in the query) and "END" (the last token, whose next token is the answer).
     names, values: [batch, n_facts] the position of each fact's subject and value.
-    relation: the relation of each prompt; n_facts, queried: per prompt; texts: the prompts.
+    relation: the relation of each prompt; n_facts, queried: per prompt; texts: the prompts;
+    template: the facts' sentence (a key of FACT_TEMPLATES), one per batch (one length).
     """
 
     tokens: Tensor
@@ -89,6 +118,7 @@ class RetrievalPrompts:
     queried: Tensor
     relation: list[str]
     texts: list[str]
+    template: str = "of"
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -111,6 +141,7 @@ class RetrievalPrompts:
             positions={key: value[on] for key, value in self.positions.items()},
             relation=[self.relation[i] for i in rows.tolist()],
             texts=[self.texts[i] for i in rows.tolist()],
+            template=self.template,
         )
 
     def to(self, device: torch.device | str) -> RetrievalPrompts:
@@ -177,15 +208,16 @@ def _slot_positions(model: Any, text: str, slots: Sequence[tuple[int, int]], ids
 
 
 def _render(
-    model: Any, facts: Sequence[tuple[str, str, str]], query: str
+    facts: Sequence[tuple[str, str, str]], query: str, template: str
 ) -> tuple[str, list[tuple[int, int]], list[tuple[int, int]]]:
-    """The prompt text and the character spans of each fact's subject and value."""
+    """The prompt text and the character spans of each fact's subject and value (each with its
+    leading space)."""
     parts, subjects, values, offset = [], [], [], 0
     for attribute, subject, value in facts:
-        sentence = fact_text(attribute, subject, value)
-        start = offset + len(f"The {attribute} of")
-        subjects.append((start, start + 1 + len(subject)))
-        values.append((start + 1 + len(subject) + 3, start + 1 + len(subject) + 4 + len(value)))
+        sentence = fact_text(attribute, subject, value, template)
+        for spans, pattern, word in ((subjects, " {subject}", subject), (values, " {value}", value)):
+            before = FACT_TEMPLATES[template].split(pattern)[0].format(attribute=attribute, subject=subject)
+            spans.append((offset + len(before), offset + len(before) + 1 + len(word)))
         parts.append(sentence)
         offset += len(sentence) + 1
     return " ".join(parts) + "\n" + query, subjects, values
@@ -204,15 +236,18 @@ def make_retrieval_prompts(
     seed: int = 0,
     query: str = "statement",
     relations: Sequence[str] | None = None,
+    template: str = "of",
 ) -> RetrievalPrompts:
     """`n_prompts` retrieval prompts of `n_facts` facts (2-8) for `model`'s tokenizer, seeded.
 
-    split: "discovery" (RELATIONS, the IOI names as subjects) or "heldout" (HELDOUT_RELATIONS,
-      HELDOUT_NAMES). Each prompt states one relation about `n_facts` distinct subjects with
-      distinct values; relations take turns, and the queried index shifts by one each round, so
-      every relation is queried at every index.
+    split: "discovery" (the IOI names as subjects; by default DISCOVERY_RELATIONS) or "heldout"
+      (HELDOUT_NAMES; by default HELDOUT_RELATIONS). Each prompt states one relation about `n_facts`
+      distinct subjects with distinct values; relations take turns, and the queried index shifts by
+      one each round, so every relation is queried at every index.
     query: "statement" or "question" (see the module docstring).
-    relations: the relations to use (default: every one of the split the tokenizer allows).
+    relations: the relations to use, any of RELATIONS (default: the split's that the tokenizer allows).
+    template: the facts' sentence, a key of FACT_TEMPLATES ("of": "The pet of John is dog.", "for":
+      "For John, the pet is dog."); the statement query follows it.
     """
     _check_split(split)
     if query not in QUERY_FORMS:
@@ -221,13 +256,14 @@ def make_retrieval_prompts(
         raise ValueError(f"n_facts must be an int in 2..8 (facts per prompt), got {n_facts!r}")
     if isinstance(n_prompts, bool) or not isinstance(n_prompts, int) or n_prompts < 1:
         raise ValueError(f"n_prompts must be an int >= 1, got {n_prompts!r}")
-    table = RELATIONS if split == "discovery" else HELDOUT_RELATIONS
-    if relations is not None:
-        unknown = sorted(set(relations) - set(table))
-        if unknown:
-            raise ValueError(f"unknown {split} relations {unknown}; choose from {', '.join(table)}")
-        table = {name: table[name] for name in relations}
-    usable = _relations(model, table, n_facts)
+    if template not in FACT_TEMPLATES:
+        raise ValueError(f"template must be one of {', '.join(FACT_TEMPLATES)}, got {template!r}")
+    if relations is None:
+        relations = DISCOVERY_RELATIONS if split == "discovery" else HELDOUT_RELATIONS
+    unknown = sorted(set(relations) - set(RELATIONS))
+    if unknown:
+        raise ValueError(f"unknown relations {unknown}; choose from {', '.join(RELATIONS)}")
+    usable = _relations(model, {name: RELATIONS[name] for name in relations}, n_facts)
     taken = {value for _, values in usable.values() for value in values}
     subjects = {
         name: token
@@ -250,9 +286,9 @@ def make_retrieval_prompts(
         queried = (i + i // len(order)) % n_facts  # every relation queried at every index in turn
         facts = [(attribute, person, value) for person, value in zip(people, stated, strict=True)]
         text, subject_spans, value_spans = _render(
-            model, facts, query_text(attribute, people[queried], query)
+            facts, query_text(attribute, people[queried], query, template), template
         )
-        corrupted_text, _, _ = _render(model, facts, query_text(attribute, stranger, query))
+        corrupted_text, _, _ = _render(facts, query_text(attribute, stranger, query, template), template)
         ids = [subjects[p] for p in people] + [value_ids[v] for v in stated]
         positions = _slot_positions(model, text, subject_spans + value_spans, ids)
         tokens = model.to_tokens(text, move_to_device=False)[0]
@@ -298,6 +334,7 @@ def make_retrieval_prompts(
         queried=queried,
         relation=rows["relation"],
         texts=rows["texts"],
+        template=template,
     )
 
 
