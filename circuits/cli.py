@@ -473,7 +473,11 @@ def patch(
 @app.command(epilog=EXAMPLES["circuit"])
 def circuit(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
-    task: str = typer.Option("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs."),
+    task: str = typer.Option(
+        "ioi",
+        help="ioi, induction, or a .csv/.jsonl file of prompt pairs (columns clean, corrupted, correct, "
+        "incorrect; optional family, stratum, pos:NAME).",
+    ),
     method: str = typer.Option(
         "prune",
         help="prune (a learned edge mask, started from eap-ig's ranks: the fewest edges for a faithful "
@@ -548,6 +552,7 @@ def circuit(
         write_edge_report,
     )
     from circuits.edge_circuits.tasks import heldout_edge_task
+    from circuits.path import PathSettings, head_path, pair_task
     from interp.edges import ABLATIONS, IG_POINTS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
     from interp.types import memory_bytes
@@ -594,6 +599,10 @@ def circuit(
                 bootstrap=bootstrap, prune_steps=prune_steps, density=density, checkpoint=checkpoint,
                 heldout=heldout,
             )  # fmt: skip
+        if Path(task).suffix and metric == "logit_diff":  # the user's pairs: their head classes too
+            with stage_bars("circuit: head classes") as progress:
+                settings = PathSettings(seed=seed, ablation=ablation)
+                result.heads = head_path(loaded, pair_task(loaded, task), settings, progress)
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     write_edge_report(result, format, out, console)

@@ -26,6 +26,7 @@ from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.edge_circuits.report import FORMATS as EDGE_FORMATS
 from circuits.edge_circuits.report import write_edge_report
 from circuits.edge_circuits.tasks import EdgeTask
+from circuits.evidence import BeyondRandom
 from circuits.heads.classify import HeadReport
 from circuits.heads.report import FORMATS as HEAD_FORMATS
 from circuits.heads.report import write_report
@@ -42,6 +43,7 @@ from circuits.ioi.report import write_ioi_report
 from circuits.ioi.results import IOICircuitResult
 from circuits.patch_report import FORMATS as PATCH_FORMATS
 from circuits.patch_report import PatchReport, write_patch_report
+from circuits.path.steps import PathResult
 from circuits.retrieval.report import FORMATS as RETRIEVAL_FORMATS
 from circuits.retrieval.report import write_retrieval_report
 from circuits.retrieval.results import RetrievalResult
@@ -71,7 +73,8 @@ RESULT_TYPES = (
 
 def _register_dataclasses() -> None:
     """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
-    for module in [*map(inspect.getmodule, (*RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows)), edges]:
+    types = (*RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom)
+    for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
             if isinstance(cls, type) and dataclasses.is_dataclass(cls):
                 register_dataclass(cls)

@@ -86,8 +86,8 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_html(report: Report, extra: Sequence[str] = ()) -> str:
-    """The report as an offline HTML page; `extra`: more HTML sections (e.g. a figure) at the end."""
+def html_fragments(report: Report) -> list[str]:
+    """The report's headline and sections as HTML fragments (for a page of its own or another's)."""
     parts = ["<p>" + "<br>".join(html.escape(line) for line in report.headline) + "</p>"]
     for section in report.sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
@@ -97,7 +97,12 @@ def render_html(report: Report, extra: Sequence[str] = ()) -> str:
             )
         if section.table is not None and section.table.rows:
             parts.append(html_table(section.table.columns, section.table.rows))
-    return html_page(report.title, [*parts, *extra])
+    return parts
+
+
+def render_html(report: Report, extra: Sequence[str] = ()) -> str:
+    """The report as an offline HTML page; `extra`: more HTML sections (e.g. a figure) at the end."""
+    return html_page(report.title, [*html_fragments(report), *extra])
 
 
 def render_json(report: Report) -> str:

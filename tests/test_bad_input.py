@@ -325,7 +325,7 @@ def test_edge_task_prompts_longer_than_the_context_are_refused(smollm2, tmp_path
     ],
 )
 def test_prompt_pairs_saved_with_a_byte_order_mark_read_correctly(tmp_path, name, text):
-    from circuits.edge_circuits.tasks import read_pairs
+    from circuits.path.task import read_pairs
 
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -334,7 +334,7 @@ def test_prompt_pairs_saved_with_a_byte_order_mark_read_correctly(tmp_path, name
 
 @pytest.mark.parametrize(("line", "kind"), [('["A B", "C B", " A", " C"]', "list"), ('"A B"', "str")])
 def test_a_jsonl_pair_that_is_no_object_is_named(tmp_path, line, kind):
-    from circuits.edge_circuits.tasks import read_pairs
+    from circuits.path.task import read_pairs
 
     path = tmp_path / "pairs.jsonl"
     path.write_text('{"clean": "A", "corrupted": "B", "correct": " A"}\n' + line + "\n", encoding="utf-8")

@@ -57,6 +57,8 @@ from torch import Tensor
 import interp
 from circuits.edge_circuits.tasks import EdgeTask
 from circuits.evidence import FamilySplit, held_out_note, split_families
+from circuits.path.report import path_report
+from circuits.path.steps import PathResult
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
@@ -94,6 +96,7 @@ class EdgeCircuitResult:
     heldout_task: EdgeTask | None = None
     discovery_faithfulness: edges.Faithfulness | None = None  # on the discovery prompts, shown beside
     split: str = ""
+    heads: PathResult | None = None  # the head path on the same prompt pairs (`circuits.path`), if run
 
     @property
     def held_out(self) -> bool:
@@ -174,6 +177,7 @@ class EdgeCircuitResult:
                            "frequency": self.edge_frequency(*graph.edge_index(name))}
                           for name, score in self.scores.top(top)],
             "seconds": self.seconds,
+            "heads": None if self.heads is None else dataclasses.asdict(path_report(self.heads)),
         }  # fmt: skip
         curve = self.curve
         if curve is not None:

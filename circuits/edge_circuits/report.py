@@ -14,6 +14,8 @@ from rich.table import Table
 
 from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.output import write_output
+from circuits.path.report import path_report
+from circuits.sections import html_fragments, print_report
 from interp import edges, viz
 from interp.viz import html_page
 
@@ -131,6 +133,9 @@ def render_table(result: EdgeCircuitResult, console: Console) -> None:
                 f"[{float(low[i]):.3f}, {float(high[i]):.3f}]", "" if random is None else f"{random[i]:.3f}",
             )  # fmt: skip
         console.print(curve)
+    if result.heads is not None:
+        console.print()
+        print_report(path_report(result.heads), console)
 
 
 def frequency_text(frequency: float | None) -> str:
@@ -319,6 +324,8 @@ def render_html(result: EdgeCircuitResult) -> str:
         "<table class='edges' style='border-collapse: collapse; font: 13px monospace;'>"
         f"<tr><th>writer</th><th>reader</th><th>score</th><th>frequency</th></tr>{rows}</table>"
     )
+    if result.heads is not None:
+        sections += html_fragments(path_report(result.heads))
     return html_page(f"Edge circuit of {result.model} on {result.task.name}", sections)
 
 

@@ -3,8 +3,6 @@ file of pairs; see `circuits.edge_circuits.find` for the file format and the JSO
 
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from circuits.path.task import read_pairs
 from interp import edges
 from interp.model import HookedTransformer
 from interp.tasks.ioi import ioi_dataset_for
@@ -92,34 +91,6 @@ def induction_task(
         name="induction", clean=clean, corrupted=corrupted, metric=metric,
         metric_name="logit_diff(A[-1] - B[-1])",
     )  # fmt: skip
-
-
-def read_pairs(path: str | Path) -> list[dict[str, str]]:
-    """Rows of a CSV (with a header) or JSONL prompt-pair file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No prompt-pair file at {path}.")
-    if path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{number} is not JSON ({error.msg}).") from error
-                if not isinstance(rows[-1], dict):
-                    raise ValueError(
-                        f"{path}:{number} is a JSON {type(rows[-1]).__name__}, not an object; write each "
-                        'pair as {"clean": ..., "corrupted": ..., "correct": ..., "incorrect": ...}'
-                    )
-    elif path.suffix == ".csv":  # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not a name
-        with path.open(newline="", encoding="utf-8-sig") as file:
-            rows = list(csv.DictReader(file))
-    else:
-        raise ValueError(f"{path} must be a .csv (with a header) or .jsonl file of prompt pairs.")
-    if not rows:
-        raise ValueError(f"{path} has no prompt pairs.")
-    return rows
 
 
 def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_diff") -> EdgeTask:
