@@ -92,7 +92,7 @@ EXPECTED_TIMES = {
     "retrieval": (ExpectedTime(480, "interp retrieval", _XEON_SHARED, "docs/guide/retrieval.md"),),
     "hop": (
         ExpectedTime(
-            35, "interp hop --model toy-hop", "a 2-core x86 CPU shared with 5 other jobs", "issue 42"
+            35, "interp hop --model toy-hop", "a 2-core x86 CPU shared with 5 other jobs", "an upper bound"
         ),
     ),
     "train": (

@@ -40,9 +40,7 @@ def test_checkpoint_sweep_on_ray_equals_this_process(ray_cluster, checkpointed_r
     assert (on_ray[numeric] - here[numeric]).abs().max().max() < 1e-6
     stored = sorted(p.name for p in tmp_path.glob("*/shard_*.json"))
     assert stored == [f"shard_0000{i}.json" for i in range(3)]  # JSON + safetensors, never pickles
-    resumed = checkpoint_head_sweep(
-        checkpointed_run, n_samples=8, store=tmp_path
-    )  # read back
+    resumed = checkpoint_head_sweep(checkpointed_run, n_samples=8, store=tmp_path)  # read back
     pd.testing.assert_frame_equal(resumed, on_ray)
 
 
