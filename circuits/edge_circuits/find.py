@@ -44,7 +44,7 @@ from circuits.edge_circuits.tasks import EdgeTask
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
-from interp.types import MemorySize, Progress, as_stage
+from interp.types import MemorySize, Progress
 
 SCHEMA = "interp-edge-circuit-1"
 CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
@@ -367,9 +367,13 @@ def smallest_faithful_size(
     def faithful(sizes: list[int], total: int) -> list[float]:
         nonlocal evaluated
         circuits = torch.stack([edges.top_circuit(scores, n) for n in sizes])
+
+        def runs_done(_: str, done: int, runs: int) -> None:  # the runs (the empty circuit's too) as circuits
+            progress(SIZE_SEARCH_STAGE, evaluated + done * len(sizes) // runs, total)
+
+        report = None if progress is None else runs_done
         result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, circuits, ablation,
-                                    None, batch_size, as_stage(progress, SIZE_SEARCH_STAGE, evaluated, total),
-                                    task.corrupted_mask)  # fmt: skip
+                                    None, batch_size, report, task.corrupted_mask)  # fmt: skip
         evaluated += len(sizes)
         if progress is not None:
             progress(SIZE_SEARCH_STAGE, evaluated, total)
