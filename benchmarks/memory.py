@@ -62,7 +62,7 @@ def run_mode(mode: str, batch: int, pos: int) -> dict:
             model(tokens)
         elif mode == "streaming resid+pattern":
             with tempfile.TemporaryDirectory() as out:
-                cache_to_disk(model, tokens, names_for(range(30)), out, batch_size=2, show_bar=False)
+                cache_to_disk(model, tokens, names_for(range(30)), out, batch_size=2)
         else:
             names, kwargs = {
                 "full cache": (None, {}),

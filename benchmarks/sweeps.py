@@ -47,7 +47,7 @@ def main() -> None:
     start = time.perf_counter()
     sharded = patching_sweep(
         "smollm2-135m", clean.tokens, corrupted.tokens, metric, "z", layers=layers, logit_pos=end,
-        n_shards=args.workers, ray="local", show_bar=False,
+        n_shards=args.workers, ray="local",
     )  # fmt: skip
     ray_s = time.perf_counter() - start
     difference = (sharded.values - single.values).abs().max().item()

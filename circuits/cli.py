@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import version
@@ -20,22 +19,45 @@ from rich.console import Console
 from rich.markup import escape
 
 import interp
-from interp.catalog import CHECKPOINT_EVERY, COMPONENTS, DEFAULT_MODEL, DTYPES, OFFLINE_MODEL_NAMES, TASKS
+from interp.catalog import (
+    CHECKPOINT_EVERY,
+    COMPONENTS,
+    DEFAULT_HOPS,
+    DEFAULT_MODEL,
+    DTYPES,
+    EXPECTED_TIMES,
+    OFFLINE_MODEL_NAMES,
+    TASK_DEFAULTS,
+    TASKS,
+    expected_time_text,
+)
 from interp.runtime.memory import keep_freed_memory
 
 if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
     from interp.types import Progress
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
-EXAMPLES = {  # the end of each command's --help
-    command: "Examples:\n\n" + "\n\n".join(f"  interp {command} {line}" for line in lines)
+# The stages of `interp icl` and `interp retrieval` after the induction heads (circuits.icl.heads),
+# as circuits.icl.pipeline and circuits.retrieval.find report them ("Path patching: heads -> ...").
+ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE = "Attribution: forward and backward passes", "Exact ablations"
+CHECKPOINTS_STAGE = "ICL and induction scores at each checkpoint"
+RETRIEVAL_STAGES = ("Edge attribution (EAP)", "Path patching", "Held-out ablations")
+FV_STAGES = (  # as circuits.icl.fv_pipeline reports them
+    "Exact AIE of the candidates (discovery prompts)", "Exact AIE",
+    "FV added at each layer (discovery zero-shot prompts)", "Held-out tests: AIE, function vectors",
+    "Ablations: few-shot accuracy and the ICL score", "done",
+)  # fmt: skip
+EXAMPLES = {  # the end of each command's --help: its expected time (EXPECTED_TIMES) and examples
+    command: (expected_time_text(command) + "\n\n" if command in EXPECTED_TIMES else "")
+    + "Examples:\n\n"
+    + "\n\n".join(f"  interp {command} {line}" for line in lines)
     for command, lines in {
         "info": ["--model toy-ioi"],
         "heads": ["--model smollm2-135m", "--model toy-induction --format html --out heads.html"],
         "train": [
             "--task induction --out runs/induction   # then: interp heads --model runs/induction",
             "--task ioi --seed 1 --out runs/ioi      # then: interp ioi --model runs/ioi",
-            "--task hop --hops 2 --layers 3 --out runs/hop2   # then: interp hop --model runs/hop2",
+            "--task hop --hops 2 --out runs/hop2   # 3 layers; then: interp hop --model runs/hop2",
         ],
         "ioi": ["--model smollm2-135m --format markdown --out ioi.md", "--model toy-ioi"],
         "patch": [
@@ -172,65 +194,19 @@ def load(model: str, dtype: str = "float32") -> interp.HookedTransformer:
         raise fail(str(error)) from error
 
 
-LINE_EVERY_S = 10.0  # without a terminal, a progress line at most this often per stage
-
-
 @contextmanager
-def stage_bars(command: str = "interp") -> Iterator[Progress]:
-    """A Progress callback for `interp COMMAND`, on stderr (stdout may hold the report). On a
-    terminal one bar per stage: steps done, time spent and left (estimated from the stage's rate
-    over the last 10 minutes, so slow steps get an estimate too); the bars are gone when the block
-    ends. Otherwise (a log file, a pipe) lines: "[command 12.3s] stage ..." as each stage begins,
-    and its count and time left every LINE_EVERY_S seconds."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        TaskID,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.progress import Progress as Bars
+def stage_bars(command: str, stages: Sequence[str]) -> Iterator[Progress]:
+    """The Progress callback of `interp COMMAND`, on stderr (stdout may hold the report): its planned
+    `stages` announced with the command's expected time, then bars on a terminal, else lines with a
+    heartbeat (`circuits.progress_printer`)."""
+    from rich.console import Console
 
-    stderr = Console(stderr=True)
-    if not stderr.is_terminal:
-        yield progress_lines(command)
-        return
-    columns = (
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("left"), TimeRemainingColumn(),
-    )  # fmt: skip
-    with Bars(*columns, console=stderr, transient=True, speed_estimate_period=600) as bars:
-        tasks: dict[str, TaskID] = {}
+    from circuits.progress_printer import progress_bars, progress_lines
 
-        def progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bars.add_task(stage, total=total)
-            bars.update(tasks[stage], completed=done, total=total)
-
+    expected = expected_time_text(command) if command in EXPECTED_TIMES else None
+    printer = progress_bars if Console(stderr=True).is_terminal else progress_lines
+    with printer(command, stages, expected) as progress:
         yield progress
-
-
-def progress_lines(command: str) -> Progress:
-    """The Progress callback of `stage_bars` without a terminal: plain lines on stderr."""
-    began = time.perf_counter()
-    stages: dict[str, tuple[float, float]] = {}  # stage -> (when it began, when it last printed)
-
-    def line(text: str) -> None:
-        print(f"[{command} {time.perf_counter() - began:6.1f}s] {text}", file=sys.stderr, flush=True)
-
-    def progress(stage: str, done: int, total: int) -> None:
-        now = time.perf_counter()
-        if stage not in stages:
-            stages[stage] = (now, now)
-            line(f"{stage} ..." if total else stage)
-        start, printed = stages[stage]
-        if 0 < done < total and now - printed >= LINE_EVERY_S:
-            stages[stage] = (start, now)
-            left = (now - start) / done * (total - done)
-            line(f"{stage}: {done}/{total}, about {left:.0f} s left")
-
-    return progress
 
 
 @app.command(epilog=EXAMPLES["info"])
@@ -279,7 +255,9 @@ def heads(
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from circuits.heads import head_report
+    from circuits.heads.pipeline import head_report_stages
     from circuits.heads.report import FORMATS, write_report
+    from circuits.icl.heads import remember_induction_heads
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
@@ -287,8 +265,9 @@ def heads(
     loaded = load(model, dtype)
     try:
         if ray is None:
-            with stage_bars("heads") as progress:
+            with stage_bars("heads", head_report_stages(loaded)) as progress:
                 report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress)
+            remember_induction_heads(loaded, report, n_samples, seed)  # what interp icl, retrieval reuse
         else:
             report = run_on_ray(head_report, model, ray, dtype=dtype, n_samples=n_samples, seed=seed)
     except (ValueError, ImportError) as error:
@@ -300,7 +279,12 @@ def heads(
 @app.command(epilog=EXAMPLES["train"])
 def train(
     task: Literal[TASKS] = typer.Option(..., help="The synthetic task."),
-    layers: int = typer.Option(2, min=1, help="Number of layers."),
+    layers: int | None = typer.Option(
+        None,
+        min=1,
+        help=f"Number of layers (default: 2; hop: one more than --hops, {DEFAULT_HOPS + 1} for "
+        f"{DEFAULT_HOPS}).",
+    ),
     heads: int = typer.Option(4, min=1, help="Attention heads per layer."),
     d_model: int = typer.Option(64, min=1, help="Residual stream width (a multiple of --heads)."),
     attn_only: bool | None = typer.Option(
@@ -308,12 +292,20 @@ def train(
         "--attn-only/--with-mlps",
         help="Attention-only or with MLPs (default: attention-only).",
     ),
-    steps: int | None = typer.Option(None, min=1, help="Optimizer steps (default: 1500; markov 1000)."),
+    steps: int | None = typer.Option(
+        None,
+        min=1,
+        help="Optimizer steps (default: "
+        + ", ".join(f"{task} {defaults.steps}" for task, defaults in TASK_DEFAULTS.items())
+        + "; hop stops early once its held-out accuracy plateaus at 0.9 or more).",
+    ),
     out: str = typer.Option(..., help="Output directory; interp.load_model(OUT) loads it."),
     seed: int = typer.Option(0, min=0, help="Seed of the initial weights and the data."),
     lr: float | None = typer.Option(
         None,
-        help="Peak learning rate, warm-up and cosine decay (default: induction and markov 5e-3, ioi 3e-3).",
+        help="Peak learning rate, warm-up and cosine decay (default: "
+        + ", ".join(f"{task} {defaults.lr:g}" for task, defaults in TASK_DEFAULTS.items())
+        + ").",
     ),
     batch_size: int = typer.Option(32, min=1, help="Sequences per step."),
     seq_len: int | None = typer.Option(
@@ -332,17 +324,20 @@ def train(
     hops: int | None = typer.Option(
         None,
         min=1,
-        help="The hop task's successive induction lookups per answer (default 2); only with --task hop.",
+        help=f"The hop task's successive induction lookups per answer (default {DEFAULT_HOPS}); only with "
+        "--task hop.",
     ),
 ) -> None:
     """Train a toy transformer on a synthetic task and write a checkpoint directory.
 
     With the defaults each task shows its phenomenon: induction heads that `interp heads` confirms,
     the toy IOI circuit that `interp ioi` finds, Markov chains predicted as well as by the in-context
-    bigram statistics (the final line compares the two losses). Running the same command again
-    resumes from the last checkpoint (after Ctrl-C too).
+    bigram statistics (the final line compares the two losses), the hop task's answers well above
+    chance (held-out accuracy ~0.8 for 2 hops on 3 layers, chance 1/6; 1.0 for 1 hop on 2 layers,
+    which stops early). Running the same command again resumes from the last checkpoint (after
+    Ctrl-C too).
     """
-    from interp.training import latest_checkpoint, train_toy_model
+    from interp.training import TRAIN_STAGE, latest_checkpoint, train_toy_model
 
     if lr is not None and lr <= 0:
         raise fail(f"--lr must be > 0, got {lr}.")
@@ -359,12 +354,11 @@ def train(
     if resumed is not None:
         console.print(f"Resuming from {resumed} (delete {out} to start afresh).")
     try:
-        with stage_bars("train") as progress:
+        with stage_bars("train", [TRAIN_STAGE]) as progress:
             model, log = train_toy_model(
                 task, layers, heads, d_model, steps, out, attn_only=attn_only, seed=seed, lr=lr,
                 batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
                 checkpoint_every=checkpoint_every, name=name, hops=hops, progress=progress,
-                show_bar=False,
             )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
@@ -389,7 +383,8 @@ def train(
             f"repeated random tokens: first half {last['first_half_loss']:.3f}, "
             f"repeated half {last['repeated_half_loss']:.3f}"
         )
-    console.print(f"step {last['step']}: task loss {last['eval_loss']:.3f} ({detail}). Wrote {out}")
+    stopped = "" if log.stopped_early is None else " (stopped early: held-out accuracy on a plateau)"
+    console.print(f"step {last['step']}{stopped}: task loss {last['eval_loss']:.3f} ({detail}). Wrote {out}")
 
 
 @app.command(epilog=EXAMPLES["ioi"])
@@ -408,6 +403,7 @@ def ioi(
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
     from circuits.ioi import find_ioi_circuit
+    from circuits.ioi.discover import IOI_STAGES
     from circuits.ioi.report import FORMATS, write_ioi_report
     from circuits.sweeps import run_on_ray
 
@@ -416,9 +412,8 @@ def ioi(
     loaded = load(model)
     try:
         if ray is None:
-            with stage_bars("ioi") as progress:
+            with stage_bars("ioi", IOI_STAGES) as progress:
                 result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed, progress=progress)
-            print(f"[ioi] done in {result.timings['total']:.1f} s", file=sys.stderr, flush=True)
         else:
             result = run_on_ray(find_ioi_circuit, model, ray, n_prompts=n_prompts, seed=seed)
     except (ValueError, ImportError) as error:
@@ -459,7 +454,7 @@ def patch(
     check_save(save)
     loaded = load(model)
     try:
-        with stage_bars("patch") as progress:
+        with stage_bars("patch", ["patched runs"]) as progress:
             if pairs is None:
                 report = ioi_patching(loaded, component, direction, n_prompts, seed, top, progress)
             else:
@@ -551,8 +546,9 @@ def circuit(
         find_edge_circuit,
         write_edge_report,
     )
+    from circuits.edge_circuits.find import edge_circuit_stages
     from circuits.edge_circuits.tasks import heldout_edge_task
-    from circuits.path import PathSettings, head_path, pair_task
+    from circuits.path import PATH_STAGES, PathSettings, head_path, pair_task
     from interp.edges import ABLATIONS, IG_POINTS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
     from interp.types import memory_bytes
@@ -591,7 +587,12 @@ def circuit(
     try:
         prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
         heldout = heldout_edge_task(loaded, task, n_prompts, seed)
-        with stage_bars("circuit") as progress:
+        searched = edges is None and fraction is None
+        with_heads = bool(Path(task).suffix) and metric == "logit_diff"  # the user's pairs: head classes too
+        stages = edge_circuit_stages(method, searched, curve, bootstrap) + list(
+            PATH_STAGES if with_heads else []
+        )
+        with stage_bars("circuit", stages) as progress:
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
                 curve_fractions=MIB_FRACTIONS if curve else None,
@@ -599,8 +600,7 @@ def circuit(
                 bootstrap=bootstrap, prune_steps=prune_steps, density=density, checkpoint=checkpoint,
                 heldout=heldout,
             )  # fmt: skip
-        if Path(task).suffix and metric == "logit_diff":  # the user's pairs: their head classes too
-            with stage_bars("circuit: head classes") as progress:
+            if with_heads:
                 settings = PathSettings(seed=seed, ablation=ablation)
                 result.heads = head_path(loaded, pair_task(loaded, task), settings, progress)
     except (ValueError, FileNotFoundError) as error:
@@ -677,8 +677,10 @@ def icl(
     accuracy and which the ICL score, all tested on held-out pairs against random heads.
     """
     from circuits.icl import Windows, default_windows, icl_over_training, icl_report, plot_icl_over_training
+    from circuits.icl.heads import INDUCTION_HEADS_STAGE
     from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
     from interp.training import CHECKPOINTS
+    from interp.types import as_stage
 
     check_format(format, out, FORMATS)
     check_save(save)
@@ -696,7 +698,8 @@ def icl(
             raise fail(str(error)) from error
     run = Path(model) if (Path(model) / CHECKPOINTS).is_dir() else None
     loaded = load(model)
-    began = time.perf_counter()
+    stages = [INDUCTION_HEADS_STAGE] if heads is None else []
+    stages += [ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE] + ([CHECKPOINTS_STAGE] if run is not None else [])
     try:
         defaults = default_windows(loaded)
         windows = Windows(
@@ -704,21 +707,20 @@ def icl(
             defaults.late if late is None else late,
             defaults.width if window is None else window,
         )
-        with stage_bars("icl") as progress:
+        with stage_bars("icl", stages) as progress:
             result = icl_report(
                 loaded, n_documents=n_documents, windows=windows, ablation=ablation, induction_heads=heads,
                 top=top, n_random=n_random, seed=seed, progress=progress,
             )  # fmt: skip
             if run is not None:
-                progress("ICL and induction scores at each checkpoint", 0, 1)
-                result.training = icl_over_training(run, n_documents, windows, seed, show_bar=False)
+                step = as_stage(progress, CHECKPOINTS_STAGE)
+                result.training = icl_over_training(run, n_documents, windows, seed, progress=step)
         if plot is not None and run is not None:
             plot_icl_over_training(result.training, plot)
         elif plot is not None:
             loss_curve_figure(result, plot)
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
-    print(f"[icl] done in {time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
     write_icl_report(result, format, out, console)
     if plot is not None:
         console.print(f"Wrote {plot}", style="dim")
@@ -730,6 +732,7 @@ def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_
     """`interp icl --fv`: function-vector heads beside the induction heads."""
     from circuits.icl import function_vector_report
     from circuits.icl.fv_report import FORMATS, write_fv_report
+    from circuits.icl.heads import INDUCTION_HEADS_STAGE
     from interp.tasks.icl_tasks import check_task_names
 
     check_format(format, out, FORMATS)
@@ -743,7 +746,8 @@ def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_
         raise fail(str(error)) from error
     loaded = load(model)
     try:
-        with stage_bars("icl --fv") as progress:
+        stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(FV_STAGES)
+        with stage_bars("icl --fv", stages) as progress:
             result = function_vector_report(
                 loaded, names, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads, candidates=candidates,
                 n_random=n_random, n_documents=n_documents, induction_heads=heads, seed=seed,
@@ -781,6 +785,7 @@ def retrieval(
     token attends; each class is tested against random heads on held-out relations, names and fact
     counts, with the overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
+    from circuits.icl.heads import INDUCTION_HEADS_STAGE
     from circuits.retrieval import find_retrieval_circuit
     from circuits.retrieval.report import FORMATS, write_retrieval_report
 
@@ -788,16 +793,15 @@ def retrieval(
     check_save(save)
     heads = None if induction_heads is None else _heads_option(induction_heads)
     loaded = load(model)
-    began = time.perf_counter()
+    stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(RETRIEVAL_STAGES)
     try:
-        with stage_bars("retrieval") as progress:
+        with stage_bars("retrieval", stages) as progress:
             result = find_retrieval_circuit(
                 loaded, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random,
                 n_two_hop=n_two_hop, induction_heads=heads, seed=seed, progress=progress,
             )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
-    print(f"[retrieval] done in {time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
     write_retrieval_report(result, format, out, console)
     save_and_tell(result, out, save)
 
@@ -829,6 +833,7 @@ def hop(
     other half against random heads of the same layers.
     """
     from circuits.hop import hop_report, lookup_chain_figure, write_hop_report
+    from circuits.hop.locate import HOP_STAGES
     from circuits.hop.report import FORMATS
 
     check_format(format, out, FORMATS)
@@ -840,7 +845,8 @@ def hop(
     check_plot(plot)
     loaded = load(model)
     try:
-        result = hop_report(loaded, n_sequences, seed, min_attention, n_random)
+        with stage_bars("hop", HOP_STAGES) as progress:
+            result = hop_report(loaded, n_sequences, seed, min_attention, n_random, progress)
         if plot is not None:
             lookup_chain_figure(result, plot)
     except (ValueError, ImportError) as error:

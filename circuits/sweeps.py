@@ -24,6 +24,7 @@ from circuits.heads import head_report
 from interp.io.files import atomic_path
 from interp.runtime.distributed import map_shards
 from interp.training import CHECKPOINTS
+from interp.types import Progress
 
 
 def _load_and_run(job: dict[str, Any]) -> Any:
@@ -41,7 +42,7 @@ def run_on_ray(
     "auto" or an address), e.g. `run_on_ray(head_report, "smollm2-135m", "auto", n_samples=16)`.
     The task asks for a GPU when the cluster has one."""
     job = {"fn": fn, "source": str(source), "dtype": dtype, "options": options}
-    return map_shards(_load_and_run, [job], ray=ray, num_gpus=_gpus_per_task(ray), show_bar=False)[0]
+    return map_shards(_load_and_run, [job], ray=ray, num_gpus=_gpus_per_task(ray))[0]
 
 
 def _gpus_per_task(ray: str) -> float:
@@ -68,11 +69,11 @@ def head_sweep(
     causal: bool = True,
     ray: str | None = None,
     store: str | Path | None = None,
-    show_bar: bool = True,
+    progress: Progress | None = None,
 ) -> pd.DataFrame:
     """`head_report` of every source (a model name or directory), concatenated: one row per
     (source, layer, head). labels name the sources in the `source` column (default: as given).
-    ray, store: see interp.runtime.distributed.map_shards."""
+    ray, store, progress ("Shards", sources done, sources): see interp.runtime.distributed.map_shards."""
     labels = [str(s) for s in sources] if labels is None else list(labels)
     if len(labels) != len(sources):
         raise ValueError(f"{len(sources)} sources but {len(labels)} labels.")
@@ -82,7 +83,7 @@ def head_sweep(
         for source, label in zip(sources, labels, strict=True)
     ]
     job = ("head_sweep", [_fingerprint(Path(s["source"])) for s in shards], labels, options)
-    tables = map_shards(_report_table, shards, ray=ray, store=store, job=job, show_bar=show_bar)
+    tables = map_shards(_report_table, shards, ray=ray, store=store, job=job, progress=progress)
     return pd.concat(tables, ignore_index=True)
 
 
@@ -118,7 +119,7 @@ def checkpoint_head_sweep(
     causal: bool = False,
     ray: str | None = None,
     store: str | Path | None = None,
-    show_bar: bool = True,
+    progress: Progress | None = None,
 ) -> pd.DataFrame:
     """Head scores and types at each saved step of a training run: one row per (step, layer, head).
 
@@ -135,7 +136,7 @@ def checkpoint_head_sweep(
         )
     paths = [path for _, path in checkpoints]
     frame = head_sweep(
-        paths, [str(step) for step, _ in checkpoints], n_samples, seed, causal, ray, store, show_bar
+        paths, [str(step) for step, _ in checkpoints], n_samples, seed, causal, ray, store, progress
     )
     frame.insert(0, "step", frame.pop("source").astype(int))
     return frame.sort_values(["step", "layer", "head"], ignore_index=True)

@@ -30,20 +30,84 @@ class TaskDefaults:
     plateaus at a coin flip between IO and S (loss ln 2) for hundreds of steps at 1e-3; 3e-3 and
     1500 steps solve it. Markov: 2 attention-only layers on chains over 3 states, 1000 steps at 5e-3,
     predict as well as the in-context bigram predictor (over 8 states, or with MLPs at 1e-3, the
-    loss stays near uniform for 1000 steps). Hop (2 hops, 8 symbols, 32 tokens): 3 attention-only
-    layers reach ~0.8 accuracy on the answer after 4000 steps at 5e-3 (seed 0; chance 1/6), ~0.3 at
-    step 2000; over 16 symbols in 48 tokens, 2000 steps leave them at ~0.15."""
+    loss stays near uniform for 1000 steps). Hop: one layer more than hops (`default_layers`; two
+    layers make one lookup, three make two: docs/results/data/hop-sweep.json); 2 hops (8 symbols,
+    32 tokens) on 3 attention-only layers reach ~0.8 accuracy on the answer after 4000 steps at 5e-3
+    (seed 0; chance 1/6), ~0.3 at step 2000; 1 hop on 2 layers reaches 1.0, where the held-out
+    accuracy's plateau stops training early (`stop_patience` evaluations without a gain, once at least
+    `stop_above`; 0: never)."""
 
     steps: int
     lr: float
     attn_only: bool
+    n_layers: int = 2
+    stop_patience: int = 0
+    stop_above: float = 0.0
 
 
 TASK_DEFAULTS = {
     "induction": TaskDefaults(1500, 5e-3, attn_only=True),
     "markov": TaskDefaults(1000, 5e-3, attn_only=True),
     "ioi": TaskDefaults(1500, 3e-3, attn_only=True),
-    "hop": TaskDefaults(4000, 5e-3, attn_only=True),
+    "hop": TaskDefaults(4000, 5e-3, attn_only=True, stop_patience=5, stop_above=0.9),
 }
+DEFAULT_HOPS = 2  # the hop task's successive lookups per answer
+
+
+def default_layers(task: str, hops: int | None = None) -> int:
+    """The layers a task's model gets by default: the hop task one more than its hops (default
+    DEFAULT_HOPS), every other task its TASK_DEFAULTS entry's."""
+    if task == "hop":
+        return (DEFAULT_HOPS if hops is None else hops) + 1
+    return TASK_DEFAULTS[task].n_layers
+
+
 TASKS = tuple(TASK_DEFAULTS)
 CHECKPOINT_EVERY = 250  # steps between the periodic checkpoints of `interp train`
+
+
+@dataclass(frozen=True)
+class ExpectedTime:
+    """How long `command` took: `seconds` of wall time on `machine`, as recorded in `source`."""
+
+    seconds: float
+    command: str
+    machine: str
+    source: str
+
+    def text(self) -> str:
+        return f"about {self.seconds:.0f} s for `{self.command}` on {self.machine} ({self.source})"
+
+
+_EPYC = "a 2-core AMD EPYC"
+_XEON_SHARED = "a 2-core Intel Xeon shared with other jobs (an upper bound)"
+EXPECTED_TIMES = {
+    "heads": (ExpectedTime(65, "interp heads", _EPYC, "issue 42"),),
+    "ioi": (ExpectedTime(77, "interp ioi", _EPYC, "issue 42"),),
+    "circuit": (
+        ExpectedTime(261, "interp circuit --task ioi --edges 300", _EPYC, "issue 42"),
+        ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "issue 42"),
+    ),
+    "icl": (ExpectedTime(129, "interp icl", "a 2-core Intel Xeon", "docs/guide/icl.md"),),
+    "retrieval": (ExpectedTime(480, "interp retrieval", _XEON_SHARED, "docs/guide/retrieval.md"),),
+    "hop": (
+        ExpectedTime(
+            35, "interp hop --model toy-hop", "a 2-core x86 CPU shared with 5 other jobs", "an upper bound"
+        ),
+    ),
+    "train": (
+        ExpectedTime(
+            514,
+            "interp train --task hop --hops 2 --layers 3",
+            _XEON_SHARED,
+            "docs/results/data/hop-sweep.json",
+        ),
+    ),
+}
+"""Each long command's measured time with its defaults (the one record that its --help and the
+README's command list print: `expected_time_text`)."""
+
+
+def expected_time_text(command: str) -> str:
+    """ "Expected time: about 65 s for `interp heads` on a 2-core AMD EPYC (issue 42)." """
+    return "Expected time: " + "; ".join(time.text() for time in EXPECTED_TIMES[command]) + "."

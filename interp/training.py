@@ -39,9 +39,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
-from tqdm import tqdm
 
-from interp.catalog import TASK_DEFAULTS, TASKS
+from interp.catalog import DEFAULT_HOPS, TASK_DEFAULTS, TASKS, default_layers
 from interp.checks import check_count, check_number
 from interp.config import Config
 from interp.interventions.metrics import next_token_loss
@@ -81,7 +80,7 @@ def make_task(
     if hops is not None and name != "hop":
         raise ValueError(f"hops is the hop task's number of lookups; got hops={hops!r} for the {name!r} task")
     if name == "hop":
-        return HopTask(2 if hops is None else hops, 9 if d_vocab is None else d_vocab, n_ctx or 32)
+        return HopTask(DEFAULT_HOPS if hops is None else hops, 9 if d_vocab is None else d_vocab, n_ctx or 32)
     if name == "induction":
         n_ctx = 48 if n_ctx is None else check_count(n_ctx, "the induction task's n_ctx (seq_len)", 5)
         d_vocab = 64 if d_vocab is None else d_vocab
@@ -110,6 +109,10 @@ class TrainConfig:
 
     Checkpoints are written every `checkpoint_every` steps (0: never), at `checkpoint_steps`, and
     at the last step; evaluations every `eval_every` steps (0: steps // 50) and at the last step.
+    Early stopping: with `stop_patience` > 0, training stops (and writes its last step as the final
+    model) once the held-out accuracy (`evaluate`'s "accuracy") has stayed on a plateau: at least
+    `stop_above`, and `stop_patience` evaluations in a row without beating its best by 0.01.
+    `stop_above` keeps the plateau before learning starts (accuracy near chance) from counting.
     """
 
     steps: int
@@ -125,7 +128,8 @@ class TrainConfig:
     eval_batch_size: int = 64
     checkpoint_every: int = 0
     checkpoint_steps: Sequence[int] = ()
-    show_bar: bool = True  # a terminal bar of the steps (tqdm)
+    stop_patience: int = 0
+    stop_above: float = 0.0
 
     def __post_init__(self) -> None:  # every setting checked here, before a step runs
         self.steps = check_count(self.steps, "TrainConfig.steps")
@@ -161,6 +165,8 @@ class TrainConfig:
                 f"pass steps in 1..{self.steps}"
             )
         self.checkpoint_steps = steps
+        self.stop_patience = check_count(self.stop_patience, "TrainConfig.stop_patience", 0)
+        self.stop_above = check_number(self.stop_above, "TrainConfig.stop_above", 0, 1)
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step `step` (0-based): linear warm-up, then cosine decay."""
@@ -182,11 +188,24 @@ class TrainConfig:
 
 @dataclass
 class TrainingLog:
-    """train_loss[i], lr[i]: optimizer step i + 1. evals: one record per eval step (see `evaluate`)."""
+    """train_loss[i], lr[i]: optimizer step i + 1. evals: one record per eval step (see `evaluate`).
+    stopped_early: the step at which the held-out accuracy's plateau stopped training (None: it ran
+    every step)."""
 
     train_loss: list[float] = field(default_factory=list)
     lr: list[float] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
+    stopped_early: int | None = None
+
+    def on_plateau(self, patience: int, above: float, min_gain: float = 0.01) -> bool:
+        """Whether the held-out accuracy is on a plateau: its last `patience` evaluations (patience > 0)
+        all at least `above` and none beating the best before them by `min_gain`."""
+        accuracies = [record["accuracy"] for record in self.evals]
+        if patience < 1 or len(accuracies) <= patience:
+            return False
+        best_before = max(accuracies[:-patience])
+        recent = accuracies[-patience:]
+        return min(recent) >= above and max(recent) < best_before + min_gain
 
     def write(self, directory: Path) -> None:
         """training_log.json (everything) and training_log.csv (one flat row per eval step)."""
@@ -200,7 +219,10 @@ class TrainingLog:
 
     @classmethod
     def read(cls, directory: str | Path) -> TrainingLog:
-        return cls(**json.loads((Path(directory) / "training_log.json").read_text()))
+        log = cls(**json.loads((Path(directory) / "training_log.json").read_text()))
+        for record in log.evals:  # logs written before evaluate's "accuracy"
+            record.setdefault("accuracy", record.get("answer_accuracy", float("nan")))
+        return log
 
 
 def _flat_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -249,7 +271,9 @@ def in_context_learning_score(loss_per_token: Tensor, fraction: float = 0.2) -> 
 def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
     """Losses and per-head scores on fixed eval data (the eval seed stream, disjoint from training).
 
-    eval_loss: masked loss on the task's eval batch; icl_score: its late-minus-early loss;
+    eval_loss: masked loss on the task's eval batch; accuracy: the held-out accuracy a task's report
+    claims (the hop task: its answers; else the counted predictions), the fraction that are the
+    model's top prediction; icl_score: its late-minus-early loss;
     bigram_loss (Markov chains only): the in-context bigram predictor's loss on that batch, what a
     model that has learnt in-context bigram statistics approaches; answer_accuracy (hop task only):
     the fraction of its answers that are the model's top prediction.
@@ -261,6 +285,8 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
     batch = task.eval_batch(batch_size, seed).to(model.device)
     task_logits = model(batch.tokens)  # [batch, pos, d_vocab]
     task_loss = batch.loss_per_token(task_logits)  # [batch, pos-1]
+    targets = batch.tokens[:, 1:] if batch.targets is None else batch.targets  # [batch, pos-1]
+    correct = task_logits[:, :-1].argmax(-1) == targets
     seq_len = (model.cfg.n_ctx - 1) // 2
     tokens = repeated_sequences(model.cfg.d_vocab, seq_len, batch_size, split_generator(seed, "eval"))
     tokens = tokens.to(model.device)
@@ -278,8 +304,12 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
         answers = task_logits[:, task.query].argmax(-1) == batch.tokens[:, task.query + 1]
         reference["answer_accuracy"] = answers.float().mean().item()
         reference["answer_loss"] = task_loss[:, task.query].mean().item()
+        correct = answers[:, None]
     return {
         "eval_loss": batch.masked_mean(task_loss).item(),
+        "accuracy": (
+            correct.float().mean() if isinstance(task, HopTask) else batch.masked_mean(correct.float())
+        ).item(),
         **reference,
         "icl_score": in_context_learning_score(task_loss),
         "first_half_loss": loss[:, first_half].mean().item(),
@@ -319,7 +349,8 @@ def train(
     resume=True a run whose checkpoints exist in `out` continues from the last one (same result
     as an uninterrupted run). `callback(step, log)` runs after each optimizer step. `extra` is
     stored in the final config.json (e.g. the task's name). progress(TRAIN_STAGE, step, steps):
-    reported after each step.
+    reported after each step; on early stopping (see `TrainConfig`), progress("Training steps:
+    stopped early, held-out accuracy on a plateau", step, step) and `log.stopped_early`.
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(
@@ -345,9 +376,8 @@ def train(
     if progress is not None:
         progress(TRAIN_STAGE, step, config.steps)
     state = None  # what a checkpoint on Ctrl-C saves: (model, optimizer, generator, step, log, config)
-    bar = tqdm(total=config.steps, initial=step, disable=not config.show_bar, desc="train")
-    with bar, deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state):
-        while step < config.steps:
+    with deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state):
+        while step < config.steps and log.stopped_early is None:
             batch = task.sample(config.batch_size, generator).to(model.device)
             lr = config.lr_at(step)
             for group in optimizer.param_groups:
@@ -364,13 +394,14 @@ def train(
             log.lr.append(lr)
             if step % config.eval_every == 0 or step == config.steps:
                 log.evals.append({"step": step, **evaluate(model, task, config.eval_batch_size, config.seed)})
-            if out is not None and config.is_checkpoint_step(step):
+                if step < config.steps and log.on_plateau(config.stop_patience, config.stop_above):
+                    log.stopped_early = step
+            if out is not None and (config.is_checkpoint_step(step) or log.stopped_early is not None):
                 directory = out / CHECKPOINTS / f"step_{step:06d}"
                 save_training_checkpoint(directory, model, optimizer, generator, step, log, config)
-            recent = log.train_loss[-20:]
-            bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
-            bar.update()
-            if progress is not None:
+            if progress is not None and log.stopped_early is not None:
+                progress(f"{TRAIN_STAGE}: stopped early, held-out accuracy on a plateau", step, step)
+            elif progress is not None:
                 progress(TRAIN_STAGE, step, config.steps)
             if callback is not None:
                 callback(step, log)
@@ -457,11 +488,9 @@ def load_training_state(
 ) -> tuple[int, TrainingLog]:
     """Restore model weights, optimizer and data RNG from a checkpoint; returns (step, log)."""
     state = json.loads((directory / "trainer_state.json").read_text())
-    settings = dict(state["train_config"])
-    if "progress" in settings:  # written before TrainConfig.progress became show_bar
-        settings["show_bar"] = settings.pop("progress")
-    saved = TrainConfig(**settings).to_dict()
-    changed = {k for k, v in config.to_dict().items() if saved[k] != v and k != "show_bar"}
+    settings = {k: v for k, v in state["train_config"].items() if k not in ("progress", "show_bar")}
+    saved = TrainConfig(**settings).to_dict()  # ("progress", "show_bar": terminal bars of older versions)
+    changed = {k for k, v in config.to_dict().items() if saved[k] != v}
     if changed:
         raise ValueError(
             f"{directory} was trained with different settings ({sorted(changed)}); resume with the "
@@ -504,7 +533,7 @@ def write_final_model(out: Path, model: HookedTransformer, log: TrainingLog, ext
 
 def train_toy_model(
     task: str,
-    n_layers: int,
+    n_layers: int | None,
     n_heads: int,
     d_model: int,
     steps: int | None,
@@ -527,11 +556,14 @@ def train_toy_model(
     seq_len is the task's sequence length (n_ctx), d_vocab its vocabulary (induction, markov, hop),
     hops the hop task's number of lookups (recorded in the checkpoint's Config);
     the model's d_vocab and n_ctx match the task. Device: CUDA when available, unless given.
-    steps, lr, attn_only: None takes the task's TASK_DEFAULTS entry. name: the model's name in
+    n_layers, steps, lr, attn_only: None takes the task's defaults (`TASK_DEFAULTS`; the hop task's
+    layers follow its hops, `default_layers`), as do the early-stopping settings `stop_patience` and
+    `stop_above` unless given in `train_options` (see `TrainConfig`). name: the model's name in
     reports (default: the output directory's name); the checkpoint also records the task.
     progress: see `train`.
     """
     data = make_task(task, d_vocab, seq_len, hops)
+    n_layers = default_layers(task, getattr(data, "hops", None)) if n_layers is None else n_layers
     n_layers, n_heads = check_count(n_layers, "n_layers"), check_count(n_heads, "n_heads")
     d_model, seed = check_count(d_model, "d_model"), check_count(seed, "seed", 0)
     if d_model % n_heads:
@@ -560,6 +592,7 @@ def train_toy_model(
     model = HookedTransformer(cfg)
     model.init_weights(seed)
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, **train_options)
+    stopping = {"stop_patience": defaults.stop_patience, "stop_above": defaults.stop_above}
+    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, **(stopping | train_options))
     log = train(model, data, config, out=out, extra={"task": task}, progress=progress)
     return model, log

@@ -37,7 +37,8 @@ Progress = Callable[[str, int, int], None]
 the `total` units of the stage named `stage` ("Edge scores", "path patching: heads -> logits"; a
 function with one stage reports under its own name). A stage without countable units reports
 (stage, 0, 1) as it begins and (stage, 1, 1) as it ends; one with nothing to do, (stage, 0, 0).
-None: silent. (A bool that only shows or hides a terminal bar is called `show_bar`.)"""
+A stage named "STAGE: detail" is part of STAGE (`substages`). None: silent. Library code never
+prints: the `interp` command's progress printer shows bars on a terminal and lines in a log."""
 
 
 def as_stage(
@@ -48,6 +49,14 @@ def as_stage(
     if progress is None:
         return None
     return lambda _, done, of: progress(stage, offset + done, of if total is None else total)
+
+
+def substages(progress: Progress | None, stage: str) -> Progress | None:
+    """`progress` for a callee whose stages are parts of the caller's `stage`: the callee's
+    progress(sub, done, total) arrives as progress("stage: sub", done, total)."""
+    if progress is None:
+        return None
+    return lambda sub, done, total: progress(f"{stage}: {sub}", done, total)
 
 
 MemorySize = int | str

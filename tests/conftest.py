@@ -128,7 +128,7 @@ def default_induction_run(tmp_path_factory):
             torch.set_num_threads(1)  # tiny matrices: one thread is fastest
             try:
                 out = tmp_path_factory.mktemp(f"induction-seed{seed}") / "run"
-                runs[seed] = train_toy_model("induction", 2, 4, 64, None, out, seed=seed, show_bar=False)
+                runs[seed] = train_toy_model("induction", 2, 4, 64, None, out, seed=seed)
             finally:
                 torch.set_num_threads(threads)
         return runs[seed]
@@ -149,7 +149,7 @@ def checkpointed_run(tmp_path_factory):
     try:
         train_toy_model(
             "induction", n_layers=2, n_heads=1, d_model=64, steps=600, out=out, attn_only=True, seed=0,
-            lr=5e-3, d_vocab=64, seq_len=48, checkpoint_every=200, show_bar=False,
+            lr=5e-3, d_vocab=64, seq_len=48, checkpoint_every=200,
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)

@@ -434,12 +434,12 @@ def test_cache_to_disk_of_another_model_into_the_same_directory_raises(model, da
 
     tokens, _ = data
     names = ["blocks.0.hook_resid_post"]
-    cache_to_disk(model, tokens, names, tmp_path, batch_size=2, show_bar=False)
+    cache_to_disk(model, tokens, names, tmp_path, batch_size=2)
     other = _change(model, kind)
     assert job_key(other, tokens, names, 2) != job_key(model, tokens, names, 2)
     with pytest.raises(ValueError, match="another job"):
-        cache_to_disk(other, tokens, names, tmp_path, batch_size=2, show_bar=False)
-    cache_to_disk(model, tokens, names, tmp_path, batch_size=2, show_bar=False)  # the same job resumes
+        cache_to_disk(other, tokens, names, tmp_path, batch_size=2)
+    cache_to_disk(model, tokens, names, tmp_path, batch_size=2)  # the same job resumes
 
 
 @pytest.mark.parametrize("change", ["last_token", "one_more_prompt"])
@@ -447,14 +447,14 @@ def test_cache_to_disk_of_other_prompts_into_the_same_directory_raises(model, da
     from interp.runtime.streaming import cache_to_disk
 
     tokens, _ = data
-    cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, show_bar=False)
+    cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2)
     other = tokens.clone()
     if change == "last_token":
         other[-1, -1] = (other[-1, -1] + 1) % model.cfg.d_vocab
     else:
         other = torch.cat([other, other[:1]])
     with pytest.raises(ValueError, match="another job"):
-        cache_to_disk(model, other, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, show_bar=False)
+        cache_to_disk(model, other, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2)
 
 
 def test_cache_to_disk_redoes_a_damaged_shard(model, data, tmp_path):
@@ -462,7 +462,7 @@ def test_cache_to_disk_redoes_a_damaged_shard(model, data, tmp_path):
 
     tokens, _ = data
     names = ["blocks.0.hook_resid_post"]
-    cache_to_disk(model, tokens, names, tmp_path, batch_size=2, show_bar=False)
+    cache_to_disk(model, tokens, names, tmp_path, batch_size=2)
     expected = load_activations(tmp_path)[names[0]]
     shard = tmp_path / "shard_00001.safetensors"
     flipped = bytearray(shard.read_bytes())
@@ -472,7 +472,7 @@ def test_cache_to_disk_redoes_a_damaged_shard(model, data, tmp_path):
         with pytest.warns(
             RuntimeWarning, match=f"shard_00001.safetensors is damaged .*{why}.*computing it again"
         ):
-            cache_to_disk(model, tokens, names, tmp_path, batch_size=2, show_bar=False)
+            cache_to_disk(model, tokens, names, tmp_path, batch_size=2)
         assert torch.equal(load_activations(tmp_path)[names[0]], expected)
 
 
@@ -491,12 +491,12 @@ def test_cache_to_disk_refuses_a_second_writer_and_takes_over_a_dead_ones_lock(m
         with pytest.raises(
             RuntimeError, match=f"another cache_to_disk \\(process {writer.pid} .*delete .*lock"
         ):
-            cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, show_bar=False)
+            cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2)
     finally:
         writer.kill()
         writer.wait()
     with pytest.warns(RuntimeWarning, match=f"left by process {writer.pid}, which is gone"):
-        cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2, show_bar=False)
+        cache_to_disk(model, tokens, ["blocks.0.hook_resid_post"], tmp_path, batch_size=2)
     assert not (tmp_path / ".lock").exists()
 
 
@@ -869,8 +869,8 @@ def test_the_store_round_trips_results_without_pickle(tmp_path, result):
         result = _patch_result()
     elif result == "frame":
         result = pd.DataFrame({"source": ["a", "b"], "layer": [0, 1], "score": [0.5, float("nan")]})
-    first = map_shards(_identity, [result], store=tmp_path, show_bar=False)
-    again = map_shards(_identity, [result], store=tmp_path, show_bar=False)
+    first = map_shards(_identity, [result], store=tmp_path)
+    again = map_shards(_identity, [result], store=tmp_path)
     assert not list(tmp_path.glob("*/*.pkl"))
     for value in (first[0], again[0]):
         if isinstance(result, pd.DataFrame):
@@ -901,7 +901,7 @@ def test_a_pickle_planted_in_the_store_is_never_loaded(tmp_path):
     directory.mkdir(parents=True)
     for name in ("shard_00000.pkl", "shard_00000.json"):
         (directory / name).write_bytes(pickle.dumps(Exploit()))
-    assert map_shards(_identity, [5], store=tmp_path / "store", job="job", show_bar=False) == [5]
+    assert map_shards(_identity, [5], store=tmp_path / "store", job="job") == [5]
     assert not marker.exists()
 
 
@@ -917,7 +917,7 @@ def test_a_damaged_stored_shard_is_computed_again(tmp_path, damage):
         calls.append(shard)
         return {"x": torch.full((3,), float(shard))}
 
-    map_shards(record, [1], store=tmp_path, job="j", show_bar=False)
+    map_shards(record, [1], store=tmp_path, job="j")
     (stored,) = tmp_path.glob("*/shard_00000.json")
     if damage == "tensors":
         stored.with_suffix(".safetensors").write_bytes(b"not what was stored")
@@ -927,7 +927,7 @@ def test_a_damaged_stored_shard_is_computed_again(tmp_path, damage):
         record_json = json.loads(stored.read_text())
         record_json["job"] = "another"
         stored.write_text(json.dumps(record_json))
-    out = map_shards(record, [1], store=tmp_path, job="j", show_bar=False)
+    out = map_shards(record, [1], store=tmp_path, job="j")
     assert calls == [1, 1] and torch.equal(out[0]["x"], torch.ones(3))
 
 
@@ -936,7 +936,7 @@ def test_the_store_refuses_results_it_cannot_hold_without_pickle(tmp_path, resul
     from interp.runtime.distributed import map_shards
 
     with pytest.raises(TypeError, match="never pickles"):
-        map_shards(_identity, [result], store=tmp_path, show_bar=False)
+        map_shards(_identity, [result], store=tmp_path)
 
 
 # --- 4. reports never rank or type from NaN scores ---------------------------------------------

@@ -23,8 +23,8 @@ def threads_and_square(x: int) -> tuple[int, int, int]:
 
 
 def test_map_shards_on_ray_equals_this_process(ray_cluster):
-    on_ray = map_shards(threads_and_square, range(6), ray="local", show_bar=False)
-    here = map_shards(threads_and_square, range(6), show_bar=False)
+    on_ray = map_shards(threads_and_square, range(6), ray="local")
+    here = map_shards(threads_and_square, range(6))
     assert [r[2] for r in on_ray] == [r[2] for r in here] == [x * x for x in range(6)]
     assert {r[0] for r in on_ray} == {1}  # workers run torch on one thread each
     assert os.getpid() not in {r[1] for r in on_ray}
@@ -51,7 +51,7 @@ def flaky(args: tuple[Path, int]) -> int:
 
 def test_failed_shard_is_retried(ray_cluster, tmp_path):
     shards = [(tmp_path, i) for i in range(3)]
-    assert map_shards(flaky, shards, ray="local", show_bar=False) == [0, 10, 20]
+    assert map_shards(flaky, shards, ray="local") == [0, 10, 20]
     assert calls(tmp_path) == [0, 1, 1, 2]
 
 
@@ -68,7 +68,7 @@ def test_interrupted_sweep_resumes_from_finished_shards(ray_cluster, tmp_path):
     calls_dir.mkdir()
     (calls_dir / "broken").touch()
     shards = [(calls_dir, i) for i in range(4)]
-    run = dict(ray="local", store=tmp_path / "store", job="resume-test", max_retries=1, show_bar=False)
+    run = dict(ray="local", store=tmp_path / "store", job="resume-test", max_retries=1)
     with pytest.raises(RuntimeError, match="1 shard"):
         map_shards(broken_while_flagged, shards, **run)
     assert calls(calls_dir) == [0, 1, 2, 2, 3]  # shard 2: the first attempt and one retry
@@ -92,7 +92,7 @@ def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
     )
     sharded = patching_sweep(
         "toy-ioi", clean.tokens, abc.tokens, metric, "z", clean.positions, n_shards=3, ray="local",
-        store=tmp_path, show_bar=False,
+        store=tmp_path,
     )  # fmt: skip
     n_patches = model.cfg.n_layers * model.cfg.n_heads * len(clean.positions)
     assert sharded.values.shape == single.values.shape == (n_patches, 12)
@@ -107,4 +107,4 @@ def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
 def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if ray were not installed
     with pytest.raises(ImportError, match=r'pip install "interp\[ray\]"'):
-        map_shards(threads_and_square, range(2), ray="local", show_bar=False)
+        map_shards(threads_and_square, range(2), ray="local")

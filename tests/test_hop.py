@@ -131,7 +131,7 @@ def test_hop_report_refuses_a_model_of_another_task():
 
 def test_a_short_hop_training_records_its_task_and_lowers_the_loss(tmp_path):
     model, log = train_toy_model(
-        "hop", 2, 2, 32, 150, tmp_path / "hop", hops=1, seed=TRAIN_SEED, show_bar=False, checkpoint_every=0
+        "hop", 2, 2, 32, 150, tmp_path / "hop", hops=1, seed=TRAIN_SEED, checkpoint_every=0
     )
     loaded = interp.load_model(str(tmp_path / "hop"))
     assert (loaded.cfg.task, loaded.cfg.hops) == ("hop", 1)

@@ -84,7 +84,7 @@ def test_cache_to_disk_resumes_after_an_interruption(model, tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt), model.hooks(fwd_hooks=[("hook_embed", interrupt_on_third_batch)]):
-        cache_to_disk(model, tokens, names, out, batch_size=4, show_bar=False)
+        cache_to_disk(model, tokens, names, out, batch_size=4)
     assert sorted(p.name for p in out.iterdir()) == [
         "job.json",
         "shard_00000.safetensors",
@@ -95,7 +95,7 @@ def test_cache_to_disk_resumes_after_an_interruption(model, tmp_path):
 
     resumed = CallCounter()
     with model.hooks(fwd_hooks=[("hook_embed", resumed)]):
-        cache_to_disk(model, tokens, names, out, batch_size=4, show_bar=False)
+        cache_to_disk(model, tokens, names, out, batch_size=4)
     assert resumed.calls == 4  # shards 2..5 only
 
     _, reference = model.run_with_cache(tokens.to(model.device), names_filter=names)
@@ -107,4 +107,4 @@ def test_cache_to_disk_resumes_after_an_interruption(model, tmp_path):
     assert rows[0] == range(0, 4) and rows[-1] == range(20, 22)
 
     with pytest.raises(ValueError, match="another job"):
-        cache_to_disk(model, tokens[:8], names, out, batch_size=4, show_bar=False)
+        cache_to_disk(model, tokens[:8], names, out, batch_size=4)

@@ -85,7 +85,7 @@ def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
         models[1].generate(prompt, max_new_tokens=4), models[0].generate(prompt, max_new_tokens=4)
     )
     names = ["blocks.0.attn.hook_z", "blocks.1.hook_resid_post"]
-    cache_to_disk(models[1], clean.tokens, names, tmp_path / "acts", batch_size=6, show_bar=False)
+    cache_to_disk(models[1], clean.tokens, names, tmp_path / "acts", batch_size=6)
     _, reference = models[0].run_with_cache(clean.tokens, names_filter=names)
     for name, activations in load_activations(tmp_path / "acts").items():
         torch.testing.assert_close(activations, reference[name], rtol=1e-5, atol=1e-5)

@@ -15,7 +15,7 @@ from circuits.sweeps import checkpoint_head_sweep, plot_head_sweep, training_che
 
 def test_checkpoint_sweep_shows_the_induction_head_forming(checkpointed_run, tmp_path):
     assert [step for step, _ in training_checkpoints(checkpointed_run)] == [200, 400, 600]
-    frame = checkpoint_head_sweep(checkpointed_run, n_samples=8, show_bar=False)
+    frame = checkpoint_head_sweep(checkpointed_run, n_samples=8)
     assert list(frame[["step", "layer", "head"]].itertuples(index=False, name=None)) == [
         (step, layer, 0) for step in (200, 400, 600) for layer in (0, 1)
     ]
@@ -33,16 +33,14 @@ def test_checkpoint_sweep_shows_the_induction_head_forming(checkpointed_run, tmp
 
 
 def test_checkpoint_sweep_on_ray_equals_this_process(ray_cluster, checkpointed_run, tmp_path):
-    here = checkpoint_head_sweep(checkpointed_run, n_samples=8, show_bar=False)
-    on_ray = checkpoint_head_sweep(checkpointed_run, n_samples=8, ray="local", store=tmp_path, show_bar=False)
+    here = checkpoint_head_sweep(checkpointed_run, n_samples=8)
+    on_ray = checkpoint_head_sweep(checkpointed_run, n_samples=8, ray="local", store=tmp_path)
     numeric = here.select_dtypes("number").columns
     assert list(on_ray.columns) == list(here.columns) and list(on_ray["types"]) == list(here["types"])
     assert (on_ray[numeric] - here[numeric]).abs().max().max() < 1e-6
     stored = sorted(p.name for p in tmp_path.glob("*/shard_*.json"))
     assert stored == [f"shard_0000{i}.json" for i in range(3)]  # JSON + safetensors, never pickles
-    resumed = checkpoint_head_sweep(
-        checkpointed_run, n_samples=8, store=tmp_path, show_bar=False
-    )  # read back
+    resumed = checkpoint_head_sweep(checkpointed_run, n_samples=8, store=tmp_path)  # read back
     pd.testing.assert_frame_equal(resumed, on_ray)
 
 

@@ -57,7 +57,7 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("induction")
     model, log = train_toy_model(
         "induction", n_layers=2, n_heads=1, d_model=64, steps=800, out=out, attn_only=True,
-        seed=TRAIN_SEED, lr=5e-3, d_vocab=D_VOCAB, seq_len=N_CTX, show_bar=False,
+        seed=TRAIN_SEED, lr=5e-3, d_vocab=D_VOCAB, seq_len=N_CTX,
     )  # fmt: skip
     return model, log, out
 
@@ -107,7 +107,7 @@ def small_run(out, steps, callback=None, **options):
     cfg = interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16)
     model = interp.HookedTransformer(cfg)
     model.init_weights(seed=3)
-    config = TrainConfig(steps=steps, batch_size=8, lr=3e-3, seed=3, show_bar=False, **options)
+    config = TrainConfig(steps=steps, batch_size=8, lr=3e-3, seed=3, **options)
     log = train(model, task, config, out=out, callback=callback)
     return model, log
 
@@ -143,7 +143,7 @@ def test_resume_with_other_settings_is_refused(tmp_path):
 
 def test_failed_checkpoint_save_leaves_nothing(tmp_path):
     model = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16))
-    config = TrainConfig(steps=1, show_bar=False)
+    config = TrainConfig(steps=1)
     optimizer = torch.optim.AdamW(model.parameters())
     generator = torch.Generator().manual_seed(0)
     log = TrainingLog(evals=[{"step": 1, "bad": object()}])  # not JSON-serialisable: fails mid-save
@@ -160,7 +160,7 @@ def test_bad_settings_raise_clear_errors():
         TrainConfig(steps=0)
     model = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=1, d_model=8, d_vocab=6, n_ctx=8))
     with pytest.raises(ValueError, match="Enlarge the model"):
-        train(model, make_task("induction", d_vocab=64, n_ctx=48), TrainConfig(steps=1, show_bar=False))
+        train(model, make_task("induction", d_vocab=64, n_ctx=48), TrainConfig(steps=1))
 
 
 def test_learning_rate_schedule():
@@ -264,7 +264,7 @@ def test_default_markov_training_predicts_like_the_in_context_bigram_predictor(t
     """`interp train --task markov` with no options learns the chains' bigram statistics in context:
     its loss closes most of the gap between uniform guessing and the in-context bigram predictor
     (with the old 8 states, or MLPs at 1e-3, it stayed near uniform)."""
-    model, log = train_toy_model("markov", 2, 4, 64, None, tmp_path / "run", seed=TRAIN_SEED, show_bar=False)
+    model, log = train_toy_model("markov", 2, 4, 64, None, tmp_path / "run", seed=TRAIN_SEED)
     last = log.evals[-1]
     uniform = math.log(model.cfg.d_vocab)
     assert last["bigram_loss"] < uniform - 0.1  # the reference is far from uniform on these chains

@@ -46,6 +46,7 @@ when not measured).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -237,8 +238,8 @@ def find_edge_circuit(
     again on each resample.
     ig_points: EAP-IG's integration points, "paper" (alpha = k/m, k = 1..m) or "mib" (k = 0..m-1).
     max_memory (bytes or "2GiB"): the scores' memory budget, which picks their batch size instead of
-    `batch_size` (`edges.edge_attribution`). progress(stage, done, total): the stages "Edge scores",
-    "Edge pruning", "Edge stability", "Faithfulness" (the circuit's) and "Faithfulness curve"."""
+    `batch_size` (`edges.edge_attribution`). progress(stage, done, total): the stages
+    `edge_circuit_stages` lists."""
     graph = edges.edge_graph(model)
     if method not in CIRCUIT_METHODS:
         raise ValueError(f"method={method!r} is not one of {CIRCUIT_METHODS}.")
@@ -282,7 +283,7 @@ def find_edge_circuit(
     start = time.perf_counter()
     searched = requested is None
     if searched:
-        requested = smallest_faithful_size(model, task, scores, target, ablation, batch_size)
+        requested = smallest_faithful_size(model, task, scores, target, ablation, batch_size, progress)
     circuit = edges.top_circuit(scores, requested)
     found, faith = (
         edges.faithfulness(
@@ -456,26 +457,55 @@ def method_scores(
     return attribution(method)
 
 
+SIZE_SEARCH_STAGE = "Size search"  # the stage smallest_faithful_size reports
+
+
+def edge_circuit_stages(method: str, searched: bool, curve: bool, bootstrap: int = 0) -> list[str]:
+    """The stages `find_edge_circuit` reports to its progress, in order: the scores (edge pruning
+    ranks its start by EAP-IG, then trains the mask), the size search when no size is given, the
+    circuit's faithfulness, the curve and the selection frequencies when asked for."""
+    stages = ["Edge scores"] + (["Edge pruning"] if method in ("prune", "ensemble") else [])
+    stages += [SIZE_SEARCH_STAGE] if searched else []
+    stages += ["Faithfulness"] + (["Faithfulness curve"] if curve else [])
+    return stages + (["Edge stability"] if bootstrap > 0 else [])
+
+
 def smallest_faithful_size(
     model: HookedTransformer, task: EdgeTask, scores: edges.EdgeScores, target: float = 0.8,
-    ablation: edges.Ablation = "counterfactual", batch_size: int = 16,
+    ablation: edges.Ablation = "counterfactual", batch_size: int = 16, progress: Progress | None = None,
 ) -> int:  # fmt: skip
     """The smallest number of top-|score| edges whose circuit reaches faithfulness `target`: MIB's
     sizes first (one batched run), then bisection between the last size below and the first above
-    (faithfulness is assumed to grow with size; every edge kept gives 1 by definition)."""
+    (faithfulness is assumed to grow with size; every edge kept gives 1 by definition).
+    progress(SIZE_SEARCH_STAGE, circuits evaluated, circuits to evaluate): the bisection's count is
+    an upper bound until MIB's sizes have run, then exact."""
     n_all = scores.graph.n_edges
+    sizes = sorted({max(1, edges.fraction_to_edges(scores.graph, f)) for f in edges.MIB_FRACTIONS} | {n_all})
+    evaluated = 0
 
-    def faithful(sizes: list[int]) -> list[float]:
+    def faithful(sizes: list[int], total: int) -> list[float]:
+        nonlocal evaluated
         circuits = torch.stack([edges.top_circuit(scores, n) for n in sizes])
+
+        def runs_done(_: str, done: int, runs: int) -> None:  # the runs (the empty circuit's too) as circuits
+            progress(SIZE_SEARCH_STAGE, evaluated + done * len(sizes) // runs, total)
+
+        report = None if progress is None else runs_done
         result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, circuits, ablation,
-                                    None, batch_size, reference_mask=task.corrupted_mask)  # fmt: skip
+                                    None, batch_size, report, task.corrupted_mask)  # fmt: skip
+        evaluated += len(sizes)
+        if progress is not None:
+            progress(SIZE_SEARCH_STAGE, evaluated, total)
         return result.faithfulness.tolist()
 
-    sizes = sorted({max(1, edges.fraction_to_edges(scores.graph, f)) for f in edges.MIB_FRACTIONS} | {n_all})
-    reached = [n for n, f in zip(sizes, faithful(sizes), strict=True) if f >= target]
+    if progress is not None:
+        progress(SIZE_SEARCH_STAGE, 0, len(sizes) + math.ceil(math.log2(n_all)))
+    found = faithful(sizes, len(sizes) + math.ceil(math.log2(n_all)))
+    reached = [n for n, f in zip(sizes, found, strict=True) if f >= target]
     high = reached[0] if reached else n_all
     low = max([n for n in sizes if n < high], default=0)
+    total = evaluated + math.ceil(math.log2(max(1, high - low)))
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (low, middle) if faithful([middle])[0] >= target else (middle, high)
+        low, high = (low, middle) if faithful([middle], total)[0] >= target else (middle, high)
     return high

@@ -276,7 +276,7 @@ def train_disabled_heads(
                 model.blocks[layer].attn.W_O[head] = 0.0
 
     disable()
-    config = TrainConfig(steps=steps, lr=5e-3, seed=seed, eval_every=steps, show_bar=False)
+    config = TrainConfig(steps=steps, lr=5e-3, seed=seed, eval_every=steps)
     task = make_task("induction", d_vocab=cfg.d_vocab, n_ctx=cfg.n_ctx)
     train(model, task, config, out=out, callback=disable, extra={"task": "induction"})
     shutil.rmtree(Path(out) / CHECKPOINTS)  # the resumable optimizer state: not shipped

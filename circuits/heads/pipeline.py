@@ -12,7 +12,9 @@ from circuits.heads.probes import Probes, make_probes
 from circuits.heads.scores import N_BOOTSTRAP, score_heads
 from circuits.heads.weights import weight_scores
 from interp.checks import check_finite_weights
-from interp.types import Progress
+from interp.types import Progress, substages
+
+CAUSAL_STAGE = "Causal checks"  # the stage of the ablations (its parts: causal.INDUCTION_STAGE, ...)
 
 
 def head_report(
@@ -40,7 +42,13 @@ def head_report(
     probes = make_probes(model, n_samples, seed, seq_len, natural_text)
     scores = score_heads(model, probes, seed, batch_size, progress)
     weights = weight_scores(model, scores.candidates("previous_token", max_candidates))
-    effects = causal_checks(model, probes, scores, max_candidates, progress) if causal else {}
+    effects = {}
+    if causal:
+        if progress:
+            progress(CAUSAL_STAGE, 0, 1)
+        effects = causal_checks(model, probes, scores, max_candidates, substages(progress, CAUSAL_STAGE))
+        if progress:
+            progress(CAUSAL_STAGE, 1, 1)
     cfg = model.cfg
     return HeadReport(
         model_name=cfg.model_name,
@@ -54,6 +62,15 @@ def head_report(
         str_tokens=scores.str_tokens,
         patterns=scores.patterns,
     )
+
+
+def head_report_stages(
+    model: interp.HookedTransformer, natural_text: Sequence[str] | str | None = None, causal: bool = True
+) -> list[str]:
+    """The stages `head_report(model, natural_text=..., causal=...)` reports to its progress, in order."""
+    text = model.tokenizer is not None if natural_text is None else bool(natural_text)
+    probes = ["repeated", "random"] + (["text"] if text else [])
+    return [f"Attention scores ({probe})" for probe in probes] + ([CAUSAL_STAGE] if causal else [])
 
 
 def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candidates: int) -> dict[str, Any]:

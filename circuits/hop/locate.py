@@ -100,6 +100,9 @@ def ablated_changes(
     return values[0] - values[1:]
 
 
+HOP_STAGES = ("hop lookups", "ablations and paths")  # the stages hop_report reports, in order
+
+
 def hop_report(
     model: interp.HookedTransformer,
     n_sequences: int = 256,
@@ -109,7 +112,8 @@ def hop_report(
     progress: Progress | None = None,
 ) -> HopResult:
     """Each hop's heads on a model trained on the hop task: chosen on half of `n_sequences` held-out
-    task sequences (the eval stream of `seed`, which training never draws), tested on the other half."""
+    task sequences (the eval stream of `seed`, which training never draws), tested on the other half.
+    progress: the stages HOP_STAGES (the halves' attention read; the ablations and path patching)."""
     if n_sequences < 8 or n_sequences % 2:
         raise ValueError(f"n_sequences must be an even number of at least 8, got {n_sequences}")
     if not 0 < min_attention <= 1:
@@ -124,7 +128,7 @@ def hop_report(
     with torch.no_grad():
         for stage, (split, part) in enumerate(halves.items()):
             if progress is not None:
-                progress("hop lookups", stage, len(halves))
+                progress(HOP_STAGES[0], stage, len(halves))
             replacement = Replacement(model, names, "mean", part)
             mean_z = [replacement.values(name, len(part)) for name in names]
             metric = answer_metric(task, part.cpu())
@@ -132,7 +136,8 @@ def hop_report(
             attention = attention_to_hops(model, part, task.query, targets)  # [hops, layer, head, batch]
             found[split] = (part, attention, metric, mean_z)
         if progress is not None:
-            progress("hop lookups", len(halves), len(halves))
+            progress(HOP_STAGES[0], len(halves), len(halves))
+            progress(HOP_STAGES[1], 0, 1)
         part, attention, metric, mean_z = found["discovery"]
         alone = ablated_changes(model, part, every_head, metric, mean_z)  # [heads, batch]
         low, _ = bootstrap_ci(alone, seed=seed)
@@ -151,6 +156,8 @@ def hop_report(
             for j, heads in enumerate(chosen)
         ]
         paths = hop_paths(model, part, chosen, metric, n_random, seed)
+    if progress is not None:
+        progress(HOP_STAGES[1], 1, 1)
     path = torch.cat([torch.tensor([task.query]), lookup_positions(task, part[:1].cpu())[0]])
     return HopResult(
         model_name=cfg.model_name,

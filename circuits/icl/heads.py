@@ -17,20 +17,21 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.heads import head_report
+from circuits.heads import HeadReport, head_report
 from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
 from interp.interventions.ablation import Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets
 from interp.io.files import write_text_atomic
 from interp.io.sources import cache_dir
-from interp.types import Head, Progress, as_stage
+from interp.types import Head, Progress, as_stage, substages
 
 ICL_ABLATIONS = ("mean", "zero", "resample")
 
@@ -159,6 +160,27 @@ def weights_fingerprint(model: interp.HookedTransformer) -> str:
     return digest.hexdigest()[:16]
 
 
+INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_induction_heads reports
+
+
+def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, seed: int = 0) -> Path:
+    """Where the induction heads of `head_report(model, n_samples, seed)` are kept: interp's cache
+    directory ($INTERP_CACHE, ~/.cache/interp), under the weights' fingerprint and the settings."""
+    return cache_dir() / "induction-heads" / f"{weights_fingerprint(model)}-n{n_samples}-s{seed}.json"
+
+
+def remember_induction_heads(
+    model: interp.HookedTransformer, report: HeadReport, n_samples: int = 16, seed: int = 0
+) -> Path:
+    """Keep the induction heads of `report` (made by `head_report(model, n_samples, seed)` with its
+    other settings at their defaults) where `confirmed_induction_heads` finds them; returns the path."""
+    path = induction_heads_cache(model, n_samples, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    heads = report.heads_of_type("induction")
+    write_text_atomic(path, json.dumps({"model": model.cfg.model_name, "heads": heads}))
+    return path
+
+
 def confirmed_induction_heads(
     model: interp.HookedTransformer,
     n_samples: int = 16,
@@ -168,13 +190,17 @@ def confirmed_induction_heads(
 ) -> list[Head]:
     """The induction heads `interp heads` confirms by ablation (`head_report(model, n_samples,
     seed).heads_of_type("induction")`, strongest first). With `cache`, kept in interp's cache
-    directory ($INTERP_CACHE, ~/.cache/interp) under the weights' fingerprint, so the head report
-    runs once per model."""
-    path = cache_dir() / "induction-heads" / f"{weights_fingerprint(model)}-n{n_samples}-s{seed}.json"
+    directory (`induction_heads_cache`; `interp heads` keeps them there too), so the head report runs
+    once per model. progress: the head report's stages as parts of INDUCTION_HEADS_STAGE, or
+    (f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at PATH", 0, 0)."""
+    path = induction_heads_cache(model, n_samples, seed)
     if cache and path.is_file():
+        if progress is not None:
+            progress(f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at {path}", 0, 0)
         return [tuple(head) for head in json.loads(path.read_text())["heads"]]
-    heads = head_report(model, n_samples=n_samples, seed=seed, progress=progress).heads_of_type("induction")
+    report = head_report(
+        model, n_samples=n_samples, seed=seed, progress=substages(progress, INDUCTION_HEADS_STAGE)
+    )
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps({"model": model.cfg.model_name, "heads": heads}))
-    return heads
+        remember_induction_heads(model, report, n_samples, seed)
+    return report.heads_of_type("induction")

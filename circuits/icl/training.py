@@ -19,6 +19,7 @@ from circuits.icl.score import summarise, token_losses
 from circuits.icl.sequences import Windows, default_sequences
 from circuits.sweeps import checkpoint_head_sweep, training_checkpoints
 from interp.io.files import atomic_path
+from interp.types import Progress
 
 
 @torch.inference_mode()
@@ -28,10 +29,11 @@ def icl_over_training(
     windows: Windows | None = None,
     seed: int = 0,
     n_samples: int = 16,
-    show_bar: bool = True,
+    progress: Progress | None = None,
 ) -> TrainingCurve:
     """The ICL score (with its 95% CI over `n_documents` sequences) and every head's induction score
-    (`n_samples` probe sequences per repeat length) at each checkpoint of the training run `run`."""
+    (`n_samples` probe sequences per repeat length) at each checkpoint of the training run `run`.
+    progress("Shards", checkpoints done, checkpoints): the head sweep's."""
     steps, scores, cis = [], [], []
     for step, path in training_checkpoints(run):
         model = interp.load_model(path)
@@ -41,7 +43,7 @@ def icl_over_training(
         steps.append(step)
         scores.append(found.score)
         cis.append(found.ci)
-    frame = checkpoint_head_sweep(run, n_samples=n_samples, seed=seed, show_bar=show_bar)
+    frame = checkpoint_head_sweep(run, n_samples=n_samples, seed=seed, progress=progress)
     return TrainingCurve(
         steps=steps, scores=scores, ci=cis, induction=frame[["step", "layer", "head", "induction"]].copy()
     )

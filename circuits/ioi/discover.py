@@ -54,6 +54,12 @@ from interp.types import Head, Progress, as_stage, head_label
 THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}
 
 
+IOI_STAGES = (  # the stages find_ioi_circuit reports, in order ("path patching: heads -> logits", ...)
+    "baseline, attention and direct logit attribution", "path patching", "evaluation",
+    "validation on held-out prompts", "example attention patterns",
+)  # fmt: skip
+
+
 def find_ioi_circuit(
     model: interp.HookedTransformer,
     n_prompts: int = 64,

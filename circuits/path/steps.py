@@ -45,6 +45,8 @@ from interp.interventions.stats import bootstrap, faithfulness_ratio
 from interp.model import HookedTransformer
 from interp.types import Head, Progress
 
+PATH_STAGES = ("Discover heads", "Classify heads", "Validate classes", "Head faithfulness")
+
 
 @dataclass(frozen=True, kw_only=True)
 class PathSettings:
@@ -154,7 +156,7 @@ def discover(
     order = estimated.abs().argsort(descending=True)[: settings.n_candidates].tolist()
     candidates = [heads[i] for i in order]
     if progress is not None:
-        progress("Discovery: exact drops of the candidates", 0, 1)
+        progress(f"{PATH_STAGES[0]}: exact drops of the candidates", 0, 1)
     values = metric_with_heads_ablated(model, task, [[], *[[h] for h in candidates]], settings.ablation)
     drops = values[0][None] - values[1:]  # [candidate, prompt]
     gap = float((values[0] - metric_with_heads_ablated(model, task, [heads], settings.ablation)[0]).mean())
@@ -167,7 +169,7 @@ def discover(
         if (ci[0] > 0 or ci[1] < 0) and abs(float(drop.mean())) >= settings.min_share * abs(gap):
             kept.append((abs(float(drop.mean())), head))
     if progress is not None:
-        progress("Discovery: exact drops of the candidates", 1, 1)
+        progress(f"{PATH_STAGES[0]}: exact drops of the candidates", 1, 1)
     chosen = [head for _, head in sorted(kept, reverse=True)[: settings.max_heads]]
     return chosen, rows
 
@@ -297,11 +299,10 @@ def head_path(
     settings = settings or PathSettings()
     split = task.family_split(settings.heldout, settings.seed)
     discovery, heldout = task.split(settings.heldout, settings.seed)
-    stages = ("1/4 discover heads", "2/4 classify heads", "3/4 validate classes", "4/4 faithfulness")
 
     def stage(index: int) -> None:
         if progress is not None:
-            progress(stages[index], 0, 1)
+            progress(PATH_STAGES[index], 0, 1)
 
     stage(0)
     heads, drops = discover(model, discovery, settings, progress)

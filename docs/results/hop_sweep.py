@@ -34,9 +34,7 @@ def train_and_score(depth: int, hops: int, seed: int, steps: int) -> dict:
 
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
-        model, _ = train_toy_model(
-            "hop", depth, 4, 64, steps, out, hops=hops, seed=seed, show_bar=False, checkpoint_every=0
-        )
+        model, _ = train_toy_model("hop", depth, 4, 64, steps, out, hops=hops, seed=seed, checkpoint_every=0)
     from circuits.hop import hop_task_of
 
     task = hop_task_of(model)

@@ -34,15 +34,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save_file
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from interp.interventions.patching import Direction, PositionAxis, activation_patching
 from interp.interventions.results import PatchResult
 from interp.io.files import atomic_path, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
+from interp.types import Progress
 
 log = logging.getLogger("interp")
 
+SHARDS_STAGE = "Shards"  # the stage map_shards reports
 RAY_HINT = 'Ray is an optional extra: pip install "interp[ray]"'
 
 
@@ -149,7 +150,7 @@ def map_shards(
     threads_per_worker: int = 1,
     num_cpus: int | None = None,
     num_gpus: float = 0,
-    show_bar: bool = True,
+    progress: Progress | None = None,
 ) -> list[Any]:
     """[fn(shard) for shard in shards], on Ray workers when `ray` is given; see the module doc.
 
@@ -159,6 +160,7 @@ def map_shards(
     a store runs no code): tensors, numbers, strings, lists, tuples, dicts, DataFrames, PatchResult
     and dataclasses registered with `register_result_type`.
     fn and the shards must pickle (cloudpickle: closures and lambdas are fine).
+    progress("Shards", shards done, shards), those found in the store counted as done.
     """
     shards = list(shards)
     paths: list[Path | None] = [None] * len(shards)
@@ -174,23 +176,22 @@ def map_shards(
             if found:
                 results[i] = result
     todo = [i for i in range(len(shards)) if i not in results]
-    bar = tqdm(total=len(shards), initial=len(results), desc="shards", disable=not show_bar)
+    if progress is not None:
+        progress(SHARDS_STAGE, len(results), len(shards))
 
     def finish(i: int, result: Any) -> None:
         results[i] = result
         if paths[i] is not None:
             _store_result(paths[i], result, key)
-        bar.update(1)
+        if progress is not None:
+            progress(SHARDS_STAGE, len(results), len(shards))
 
-    try:
-        if ray is None:
-            for i in todo:
-                finish(i, fn(shards[i]))
-        else:
-            resources = {"num_cpus": 1, "num_gpus": num_gpus}
-            _map_on_ray(fn, shards, todo, ray, max_retries, threads_per_worker, num_cpus, resources, finish)
-    finally:
-        bar.close()
+    if ray is None:
+        for i in todo:
+            finish(i, fn(shards[i]))
+    else:
+        resources = {"num_cpus": 1, "num_gpus": num_gpus}
+        _map_on_ray(fn, shards, todo, ray, max_retries, threads_per_worker, num_cpus, resources, finish)
     return [results[i] for i in range(len(shards))]
 
 
@@ -263,7 +264,7 @@ def patching_sweep(
     metric_name: str = "metric",
     logit_pos: Tensor | int | None = None,
     load_options: Mapping[str, Any] | None = None,
-    show_bar: bool = True,
+    progress: Progress | None = None,
 ) -> PatchResult:
     """`activation_patching` of the model at `source` with the prompts split into `n_shards` shards
     (each loaded and run on a worker), merged into one PatchResult over all prompts.
@@ -274,6 +275,7 @@ def patching_sweep(
       Normalise after merging (a normalised metric's baselines are means over all prompts).
     positions / logit_pos: as in activation_patching; per-prompt tensors are split with the prompts.
     load_options: keyword arguments of load_model in the workers (e.g. {"dtype": torch.float64}).
+    progress: see `map_shards`.
     """
     clean, corrupted = clean.cpu(), corrupted.cpu()
     if clean.shape != corrupted.shape:
@@ -302,7 +304,7 @@ def patching_sweep(
     ]
     job = ("patching_sweep", str(source), options, clean, corrupted, component, positions, layers, direction)
     job += (metric, metric_name, logit_pos, n_shards)
-    parts = map_shards(_patch_shard, shards, ray=ray, store=store, job=job, show_bar=show_bar)
+    parts = map_shards(_patch_shard, shards, ray=ray, store=store, job=job, progress=progress)
     return merge_patch_results(parts)
 
 

@@ -33,14 +33,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from interp.io.devices import module_weight
 from interp.io.files import atomic_path, write_text_atomic
 from interp.model import HookedTransformer
+from interp.types import Progress
 
 JOB_FILE = "job.json"
 LOCK_FILE = ".lock"
+CACHING_STAGE = "Caching"  # the stage cache_to_disk reports
 
 
 def _shard_path(out_dir: Path, index: int) -> Path:
@@ -165,13 +166,14 @@ def cache_to_disk(
     names_filter: str | Sequence[str] | Callable[[str], bool],
     out_dir: str | Path,
     batch_size: int = 32,
-    show_bar: bool = True,
+    progress: Progress | None = None,
 ) -> Path:
     """Cache the hooks `names_filter` selects on every prompt, one shard per batch (see module doc).
 
     prompts: token ids [n_prompts, pos] or texts (tokenized together, right-padded).
     Returns out_dir. Shards that exist and check out are skipped (a damaged one is computed again), so an
     interrupted call resumes when re-run; a second writer into out_dir at the same time is refused.
+    progress("Caching", shards done, shards), the shards found on disk counted as done.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
@@ -182,12 +184,17 @@ def cache_to_disk(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _writer_lock(out_dir):
-        _cache_to_disk(model, tokens, names, out_dir, batch_size, show_bar)
+        _cache_to_disk(model, tokens, names, out_dir, batch_size, progress)
     return out_dir
 
 
 def _cache_to_disk(
-    model: HookedTransformer, tokens: Tensor, names: list[str], out_dir: Path, batch_size: int, show_bar: bool
+    model: HookedTransformer,
+    tokens: Tensor,
+    names: list[str],
+    out_dir: Path,
+    batch_size: int,
+    progress: Progress | None,
 ) -> None:
     key = job_key(model, tokens, names, batch_size)
     job = {"key": key, "names": names, "n_prompts": len(tokens), "batch_size": batch_size}
@@ -214,7 +221,9 @@ def _cache_to_disk(
                 f"{path.name} is damaged ({damage}); computing it again", RuntimeWarning, stacklevel=3
             )
             todo.append(index)
-    bar = tqdm(total=len(starts), initial=len(starts) - len(todo), desc="caching", disable=not show_bar)
+    done = len(starts) - len(todo)
+    if progress is not None:
+        progress(CACHING_STAGE, done, len(starts))
     for index in todo:
         start = starts[index]
         batch = tokens[start : start + batch_size].to(model.device)
@@ -223,8 +232,9 @@ def _cache_to_disk(
         rows = f"{start}:{start + len(batch)}"
         with atomic_path(_shard_path(out_dir, index)) as tmp:
             save_file(tensors, tmp, metadata={"rows": rows, "job": key, "sha256": _tensors_hash(tensors)})
-        bar.update(1)
-    bar.close()
+        done += 1
+        if progress is not None:
+            progress(CACHING_STAGE, done, len(starts))
 
 
 def iter_shards(out_dir: str | Path, names: Sequence[str] | None = None) -> Iterator[tuple[range, dict]]:
