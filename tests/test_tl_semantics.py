@@ -127,16 +127,20 @@ def test_left_padding_run_with_cache_pattern_never_attends_to_pads(model):
 
 
 def test_left_padded_token_ids_are_masked_when_the_model_pads_on_the_left():
-    """TransformerLens derives the mask from leading pad ids when the tokenizer pads on the left."""
+    """TransformerLens derives the mask from leading pad ids when the tokenizer pads on the left;
+    interp's `to_tokens` ids carry their mask whatever the model's side, and a copy of them (no
+    mask) on a model that pads on the right is refused, where TransformerLens reads its padding."""
     model = _model("llama-gqa")
     tokens = model.to_tokens(PROMPTS, padding_side="left")
-    unmasked = model(tokens)
+    carried = model(tokens)
+    with pytest.raises(ValueError, match="look padded on the left"):
+        model(tokens.clone())
     model.default_padding_side = "left"
-    masked = model(tokens)
+    masked = model(tokens.clone())
     for i, prompt in enumerate(PROMPTS):
         alone = _alone(model, prompt)
         torch.testing.assert_close(masked[i, -alone.shape[0] :], alone, atol=ATOL, rtol=0)
-    assert not torch.allclose(unmasked[1, -3:], masked[1, -3:], atol=ATOL)
+        torch.testing.assert_close(carried[i, -alone.shape[0] :], alone, atol=ATOL, rtol=0)
 
 
 def test_bos_that_is_the_pad_id_is_kept_as_transformer_lens():

@@ -53,10 +53,14 @@ from interp.model.kv_cache import HookedTransformerKeyValueCache
 from interp.model.stacked import StackedWeights, WeightView
 from interp.model.tokens import (
     TokenMethods,
+    check_no_left_padding,
+    has_pad_token,
     key_mask_and_positions,
     mark_last_positions,
     pad_token_id,
     padding_mask,
+    record_padding,
+    recorded_padding,
 )
 from interp.model.weights import process_weights, refactor_factored_attn_matrices
 from interp.types import head_label
@@ -568,6 +572,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 "input_to_embed returns); learned positions are added to the residual stream."
             )
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
+        given_mask = attention_mask
         if start_at_layer is None:
             tokens, attention_mask = self._tokens_and_mask(
                 input, prepend_bos, padding_side, attention_mask, past_kv_cache is not None
@@ -607,7 +612,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         text = isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor))
         if start_at_layer is None and past_kv_cache is None and not (text and attention_mask is None):
             # each prompt's last real token (text: from its exact mask), so metrics refuse padding
-            mark_last_positions(logits, self._last_positions_of(tokens, attention_mask, padding_side))
+            exact = recorded_padding(tokens) if given_mask is None else given_mask
+            mark_last_positions(logits, self._last_positions_of(tokens, exact))
         finite.append(checks.all_finite(logits))
         self._warn_if_non_finite(finite, start, start_at_layer is None, "the logits")
         if return_type == "logits":
@@ -651,13 +657,16 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             mask = lengths_mask if attention_mask is None else attention_mask
         else:
             tokens = self.input_tokens(input, prepend_bos)
-            mask = attention_mask
+            mask = recorded_padding(tokens) if attention_mask is None else attention_mask
             side = self.default_padding_side if padding_side is None else padding_side
-            if mask is None and self.tokenizer is not None and (side == "left" or continues_cache):
+            if mask is None and self.tokenizer is not None:
                 bos = self.cfg.bos_token_id
                 bos = self.tokenizer.bos_token_id if bos is None else bos
                 prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-                mask = padding_mask(tokens, pad_token_id(self.tokenizer), side, prepend, bos)
+                if side == "left" or continues_cache:
+                    mask = padding_mask(tokens, pad_token_id(self.tokenizer), side, prepend, bos)
+                elif padding_side is None and has_pad_token(self.tokenizer):
+                    check_no_left_padding(tokens, pad_token_id(self.tokenizer), prepend, bos)
         if mask is None:
             return tokens, None
         mask = torch.as_tensor(mask, device=self.device)
@@ -759,7 +768,9 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             return self.to_tokens(input, prepend_bos=prepend_bos)
         if not isinstance(input, Tensor):
             raise TypeError(f"Expected text or a tensor of token ids, got {type(input).__name__}.")
-        return checks.check_tokens(self.cfg, input).to(self.device).long()  # dtype, shape, empty, range
+        tokens = checks.check_tokens(self.cfg, input).to(self.device).long()  # dtype, shape, empty, range
+        mask = recorded_padding(input)
+        return tokens if mask is None else record_padding(tokens, mask.to(self.device))
 
     # --- generation -----------------------------------------------------------------------------
 
