@@ -66,6 +66,8 @@ from interp.model.weights import process_weights, refactor_factored_attn_matrice
 from interp.types import head_label
 
 ReturnType = Literal["logits", "loss", "both"] | None
+NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
+"""Hook names, or a filter of names (None: every hook point that fires)."""
 # The families TransformerLens's from_pretrained runs without a BOS (Qwen 2 and 3); it prepends
 # one for all others. interp.load_model keeps each model's own policy instead.
 TL_NO_BOS_ARCHITECTURES = frozenset({"qwen2", "qwen3"})
@@ -375,10 +377,34 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise checks.HookNameError(f"No hook point named {name!r}.{hint} List them with model.hook_dict.")
 
+    def add_hook(
+        self,
+        name: str | Callable[[str], bool],
+        hook: Callable,
+        dir: Literal["fwd", "bwd"] = "fwd",
+        is_permanent: bool = False,
+        level: int | None = None,
+        prepend: bool = False,
+    ) -> None:
+        """TransformerLens's `add_hook`: a hook name (an opt-in hook switched off raises), or a filter
+        of names, which adds the hook to the hook points it selects that fire (`hook_names`)."""
+        for point in [name] if isinstance(name, str) else self.hook_names(name):
+            super().add_hook(point, hook, dir, is_permanent, level, prepend)
+
     def _enable_hook(self, name: str | Callable, hook: Callable, dir: str) -> None:
-        if isinstance(name, str):
-            self.check_hook_name(name)
-        super()._enable_hook(name, hook, dir)
+        """`hooks()` and `run_with_hooks`: a name is checked, a filter selects hook points that fire."""
+        for point in [name] if isinstance(name, str) else self.hook_names(name):
+            self.check_hook_name(point)
+            super()._enable_hook(point, hook, dir)
+
+    def add_caching_hooks(self, names_filter: NamesFilter = None, *args: Any, **kwargs: Any) -> dict:
+        """TransformerLens's, caching the hook points `names_filter` selects that fire (`hook_names`)."""
+        return super().add_caching_hooks(self.hook_names(names_filter), *args, **kwargs)
+
+    def get_caching_hooks(self, names_filter: NamesFilter = None, *args: Any, **kwargs: Any) -> tuple:
+        """TransformerLens's (cache, fwd hooks, bwd hooks) for the hook points `names_filter` selects
+        that fire (`hook_names`)."""
+        return super().get_caching_hooks(self.hook_names(names_filter), *args, **kwargs)
 
     def remove_all_hook_fns(
         self,
