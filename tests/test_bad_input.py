@@ -353,6 +353,17 @@ def test_outputs_in_missing_directories_are_writable(tmp_path):
         check_writable("/sys/report.html")
 
 
+def test_saving_into_an_unwritable_directory_names_it(model):
+    """Issue 41: the error named the hidden temporary directory (/sys/.checkpoint.x1y2z3)."""
+    with pytest.raises(
+        OSError, match=r"cannot write /sys/checkpoint: .* in /sys; pass a path in a directory"
+    ) as error:
+        model.save("/sys/checkpoint")
+    assert "/sys/.checkpoint." not in str(error.value)
+    with pytest.raises(OSError, match=r"cannot write /sys/report.html: .* in /sys"):
+        interp.io.files.write_text_atomic("/sys/report.html", "text")
+
+
 @pytest.mark.parametrize("token", ["=1+1", "+A1", "-2+3", "@SUM(A1)"])
 def test_csv_reports_quote_cells_a_spreadsheet_would_run(token):
     from circuits.patch_report import PatchReport, render
