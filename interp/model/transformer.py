@@ -598,11 +598,12 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 "input_to_embed returns); learned positions are added to the residual stream."
             )
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
-        given_mask = attention_mask
+        exact_mask = attention_mask  # given or recorded on the ids: each prompt's last real token exactly
         if start_at_layer is None:
             tokens, attention_mask = self._tokens_and_mask(
                 input, prepend_bos, padding_side, attention_mask, past_kv_cache is not None
             )
+            exact_mask = recorded_padding(tokens) if exact_mask is None else exact_mask
             batch, n_pos = tokens.shape
         else:
             residual = input
@@ -638,8 +639,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         text = isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor))
         if start_at_layer is None and past_kv_cache is None and not (text and attention_mask is None):
             # each prompt's last real token (text: from its exact mask), so metrics refuse padding
-            exact = recorded_padding(tokens) if given_mask is None else given_mask
-            mark_last_positions(logits, self._last_positions_of(tokens, exact))
+            mark_last_positions(logits, self._last_positions_of(tokens, exact_mask))
         finite.append(checks.all_finite(logits))
         self._warn_if_non_finite(finite, start, start_at_layer is None, "the logits")
         if return_type == "logits":
