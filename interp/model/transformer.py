@@ -427,7 +427,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def run_with_cache(
         self,
         input: ModelInput,
-        names_filter: str | Sequence[str] | Callable[[str], bool] | None = None,
+        names_filter: NamesFilter = None,
         device: str | torch.device | None = None,
         return_type: ReturnType = "logits",
         incl_bwd: bool = False,
@@ -524,9 +524,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 names = [n for n in names if not n.endswith(suffix)]
         return names
 
-    def hook_names(
-        self, names_filter: str | Sequence[str] | Callable[[str], bool] | None = None
-    ) -> list[str]:
+    def hook_names(self, names_filter: NamesFilter = None) -> list[str]:
         """The hook points a names_filter selects (None: every hook that fires in the current settings);
         names given explicitly are checked (`check_hook_name`)."""
         if names_filter is None:
