@@ -353,6 +353,17 @@ def test_outputs_in_missing_directories_are_writable(tmp_path):
         check_writable("/sys/report.html")
 
 
+def test_saving_into_an_unwritable_directory_names_it(model):
+    """Issue 41: the error named the hidden temporary directory (/sys/.checkpoint.x1y2z3)."""
+    with pytest.raises(
+        OSError, match=r"cannot write /sys/checkpoint: .* in /sys; pass a path in a directory"
+    ) as error:
+        model.save("/sys/checkpoint")
+    assert "/sys/.checkpoint." not in str(error.value)
+    with pytest.raises(OSError, match=r"cannot write /sys/report.html: .* in /sys"):
+        interp.io.files.write_text_atomic("/sys/report.html", "text")
+
+
 @pytest.mark.parametrize("token", ["=1+1", "+A1", "-2+3", "@SUM(A1)"])
 def test_csv_reports_quote_cells_a_spreadsheet_would_run(token):
     from circuits.patch_report import PatchReport, render
@@ -635,23 +646,63 @@ def test_loading_weights_with_non_finite_values_names_the_parameter(checkpoint, 
         interp.load_model(str(checkpoint))
 
 
-def test_a_gguf_lacking_tensors_is_refused(tmp_path):
-    """transformers would initialise a missing tensor at random and load on."""
+def write_llama_gguf(path, leave_out: set[str] = frozenset()) -> None:
+    """A 2-block Llama GGUF of a random-weight transformers model (float32, GGUF tensor names), without
+    the tensors named in `leave_out`."""
     import gguf
-    import numpy as np
+    import transformers
 
-    path = tmp_path / "broken.gguf"
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=32, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    state = transformers.LlamaForCausalLM(config).state_dict()
+    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+    parts = {
+        "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+        "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    }  # fmt: skip
+    for i in range(2):
+        names |= {f"blk.{i}.{ours}.weight": f"model.layers.{i}.{hf}.weight" for ours, hf in parts.items()}
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_block_count(2)
-    writer.add_tensor("token_embd.weight", np.zeros((4, 2), dtype=np.float32))
-    for name in ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.1.attn_q.weight"]:
-        writer.add_tensor(name, np.zeros((2, 2), dtype=np.float32))
+    writer.add_context_length(32)
+    writer.add_embedding_length(16)
+    writer.add_feed_forward_length(32)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(64)
+    for name, hf_name in names.items():
+        if name not in leave_out:
+            writer.add_tensor(name, state[hf_name].numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def test_a_gguf_lacking_tensors_is_refused(tmp_path):
+    """transformers would initialise a missing tensor at random and load on."""
+    path = tmp_path / "broken.gguf"
+    write_llama_gguf(path, {"blk.1.attn_k.weight"})
     with pytest.raises(
         ValueError, match=r"broken.gguf lacks 1 tensors \(blk.1.attn_k.weight\).*complete GGUF"
+    ):
+        interp.load_model(str(path))
+
+
+def test_a_gguf_lacking_a_tensor_of_every_block_is_refused_before_transformers_reads_it(tmp_path):
+    """Issue 41: a tensor missing from every block (or outside them) was found by transformers, deep in
+    its loading; interp names the GGUF's missing tensors from its header."""
+    path = tmp_path / "broken.gguf"
+    write_llama_gguf(path, {"blk.0.ffn_gate.weight", "blk.1.ffn_gate.weight", "output_norm.weight"})
+    with pytest.raises(
+        ValueError,
+        match=r"broken.gguf lacks 3 tensors \(blk.0.ffn_gate.weight, blk.1.ffn_gate.weight, "
+        r"output_norm.weight\), which a llama GGUF holds.*complete GGUF",
     ):
         interp.load_model(str(path))
 

@@ -56,14 +56,15 @@ def answers(model, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.full((n,), correct), torch.full((n,), incorrect)
 
 
-def batch_and_alone(model):
-    """(clean, corrupted, metric) of [short, long] and of [short] alone; the metrics read each prompt's
-    last real token."""
+def batch_and_alone(model, side: str | None = None):
+    """(clean, corrupted, metric) of [short, long] and of [short] alone, padded on `side` (None: the
+    model's default); the metrics read each prompt's last real token."""
     made = []
     for clean_text, corrupted_text in ((
         [SHORT, LONG], [SHORT_CORRUPTED, LONG_CORRUPTED]), ([SHORT], [SHORT_CORRUPTED])
     ):  # fmt: skip
-        clean, corrupted = model.to_tokens(clean_text), model.to_tokens(corrupted_text)
+        clean = model.to_tokens(clean_text, padding_side=side)
+        corrupted = model.to_tokens(corrupted_text, padding_side=side)
         metric = metrics.logit_diff_metric(*answers(model, len(clean_text)), pos=model.last_positions(clean))
         made.append((clean, corrupted, metric))
     return made
@@ -203,6 +204,21 @@ def test_entry_point(model, name):
     patched(model, lambda clean, corrupted, metric: function(model, clean, corrupted, metric))
 
 
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_entry_point_with_ids_padded_on_the_other_side(model, name):
+    """Ids padded on the side the model does not pad on (`to_tokens(padding_side=)`) carry their
+    mask: each entry point gives the short prompt its value alone."""
+    other = "left" if model.default_padding_side == "right" else "right"
+    (clean, corrupted, metric), (alone, alone_corrupted, alone_metric) = batch_and_alone(model, other)
+    if name == "edges.faithfulness" and other == "left":  # runs sub-batches, slices without the mask
+        with pytest.raises(ValueError, match="look padded on the left"):
+            ENTRY_POINTS[name](model, clean, corrupted, metric)
+        return
+    values = ENTRY_POINTS[name](model, clean, corrupted, metric)
+    reference = ENTRY_POINTS[name](model, alone, alone_corrupted, alone_metric)
+    torch.testing.assert_close(values[..., 0], reference[..., 0], **TOL)
+
+
 def test_a_metric_of_logits_only_that_reads_the_padding_is_refused(model):
     """A plain function of the logits: NaN where it would read padding, refused by name."""
     (clean, corrupted, metric), (alone, alone_corrupted, alone_metric) = batch_and_alone(model)
@@ -267,3 +283,82 @@ def test_prompt_pair_files_read_each_prompt_at_its_last_token(model, tmp_path):
     assert both.metric.pos.tolist() == [4, 7]
     report = pairs_patching(model, both_file, component="resid_pre")
     assert torch.isfinite(report.result.values).all()
+
+
+IOI_PROMPTS = (
+    "When Mary and John went to the store, John gave a drink to",
+    "After the long and tiring meeting at the office downtown, Tom and Anna walked home, and Anna handed "
+    "a letter to",
+)
+IOI_CORRUPTED = (
+    "When Mary and John went to the store, Bob gave a drink to",
+    "After the long and tiring meeting at the office downtown, Tom and Anna walked home, and Bob handed "
+    "a letter to",
+)
+
+
+def ioi_metric(model, rows: slice = slice(None)) -> metrics.AnswerMetric:
+    io = torch.tensor([model.to_single_token(name) for name in (" Mary", " Anna")])[rows]
+    s = torch.tensor([model.to_single_token(name) for name in (" John", " Tom")])[rows]
+    return metrics.logit_diff_metric(io, s)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_smollm2_padded_ids_give_each_prompt_its_value_alone(smollm2, side):
+    """Issue 41: SmolLM2 pads on the right, and ids padded on the left by `to_tokens(padding_side=)`
+    carry their mask to the forward pass, run_with_cache and patching (the first prompt's logit
+    difference was 0.04 in the batch, 6.12 alone)."""
+    model = smollm2
+    tokens = model.to_tokens(list(IOI_PROMPTS), padding_side=side)
+    corrupted = model.to_tokens(list(IOI_CORRUPTED), padding_side=side)
+    alone = [model.to_tokens(text) for text in IOI_PROMPTS]
+    alone_corrupted = [model.to_tokens(text) for text in IOI_CORRUPTED]
+    metric = ioi_metric(model) if side == "left" else metrics.logit_diff_metric(
+        ioi_metric(model).correct, ioi_metric(model).incorrect, pos=model.last_positions(tokens)
+    )  # fmt: skip
+    expected = torch.cat([ioi_metric(model, slice(i, i + 1))(model(ids)) for i, ids in enumerate(alone)])
+    torch.testing.assert_close(metric(model(tokens)), expected, **TOL)
+    logits, cache = model.run_with_cache(tokens, names_filter="blocks.5.hook_resid_post")
+    torch.testing.assert_close(metric(logits), expected, **TOL)
+    for i, ids in enumerate(alone):
+        _, alone_cache = model.run_with_cache(ids, names_filter="blocks.5.hook_resid_post")
+        real = model.to_tokens_and_mask(list(IOI_PROMPTS), padding_side=side)[1][i].bool()
+        torch.testing.assert_close(
+            cache["blocks.5.hook_resid_post"][i, real], alone_cache["blocks.5.hook_resid_post"][0], **TOL
+        )
+    patched = interp.patch(model, tokens, metric, head=(9, 1), source=corrupted)
+    patched_alone = torch.cat([
+        interp.patch(model, ids, ioi_metric(model, slice(i, i + 1)), head=(9, 1), source=bad)
+        for i, (ids, bad) in enumerate(zip(alone, alone_corrupted, strict=True))
+    ])  # fmt: skip
+    torch.testing.assert_close(patched, patched_alone, **TOL)
+
+
+def test_smollm2_left_padded_ids_without_their_mask_are_refused(smollm2):
+    """A copy of left-padded ids carries no mask; on a model that pads on the right they are refused
+    with what to pass, at the forward pass, run_with_cache and patching; padding_side= and
+    attention_mask= give the prompts' values."""
+    model = smollm2
+    tokens, mask = model.to_tokens_and_mask(list(IOI_PROMPTS), padding_side="left")
+    copied = tokens.clone()
+    for run in (
+        lambda: model(copied),
+        lambda: model(copied[:1]),  # one row: its leading pad ids are padding too
+        lambda: model.run_with_cache(copied, names_filter="blocks.0.hook_resid_post"),
+        lambda: interp.patch(model, copied, ioi_metric(model), head=(9, 1), source=copied.flip(0)),
+    ):
+        with pytest.raises(ValueError, match="look padded on the left.*default_padding_side = 'left'"):
+            run()
+    metric, expected = ioi_metric(model), ioi_metric(model)(model(tokens))
+    torch.testing.assert_close(metric(model(copied, padding_side="left")), expected, **TOL)
+    torch.testing.assert_close(metric(model(copied, attention_mask=mask)), expected, **TOL)
+
+
+def test_patching_prompts_padded_differently_on_the_left_is_refused(smollm2):
+    """Patching goes position by position: a source prompt whose left padding differs from its
+    target's would write its padding into the target's tokens."""
+    model = smollm2
+    tokens = model.to_tokens([IOI_PROMPTS[0], IOI_PROMPTS[1]], padding_side="left")
+    source = model.to_tokens([IOI_PROMPTS[1], IOI_CORRUPTED[0]], padding_side="left")
+    with pytest.raises(ValueError, match="left-padded differently"):
+        interp.patch(model, tokens, ioi_metric(model), head=(9, 1), source=source)

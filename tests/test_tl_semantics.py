@@ -127,16 +127,20 @@ def test_left_padding_run_with_cache_pattern_never_attends_to_pads(model):
 
 
 def test_left_padded_token_ids_are_masked_when_the_model_pads_on_the_left():
-    """TransformerLens derives the mask from leading pad ids when the tokenizer pads on the left."""
+    """TransformerLens derives the mask from leading pad ids when the tokenizer pads on the left;
+    interp's `to_tokens` ids carry their mask whatever the model's side, and a copy of them (no
+    mask) on a model that pads on the right is refused, where TransformerLens reads its padding."""
     model = _model("llama-gqa")
     tokens = model.to_tokens(PROMPTS, padding_side="left")
-    unmasked = model(tokens)
+    carried = model(tokens)
+    with pytest.raises(ValueError, match="look padded on the left"):
+        model(tokens.clone())
     model.default_padding_side = "left"
-    masked = model(tokens)
+    masked = model(tokens.clone())
     for i, prompt in enumerate(PROMPTS):
         alone = _alone(model, prompt)
         torch.testing.assert_close(masked[i, -alone.shape[0] :], alone, atol=ATOL, rtol=0)
-    assert not torch.allclose(unmasked[1, -3:], masked[1, -3:], atol=ATOL)
+        torch.testing.assert_close(carried[i, -alone.shape[0] :], alone, atol=ATOL, rtol=0)
 
 
 def test_bos_that_is_the_pad_id_is_kept_as_transformer_lens():
@@ -562,3 +566,40 @@ def test_logit_attrs_of_a_raw_residual_stream_is_refused_in_one_line_and_works_a
     bias = model.ln_final.b @ (model.W_U[:, right] - model.W_U[:, wrong])  # a constant, not attributed
     expected = logits[rows, -1, right] - logits[rows, -1, wrong] - bias  # (the model has no b_U)
     torch.testing.assert_close(attrs[0, :, -1], expected, atol=ATOL, rtol=0)
+
+
+def test_logit_attrs_of_one_prompt_are_the_batched_ones_bit_for_bit(smollm2):
+    """Issue 41: TransformerLens's forms of one prompt's attributions (batch_slice=, a stack without its
+    batch dim) are the batched attributions' column exactly: every path is one product and one sum over
+    d_model. A stack without its batch dim of a cache of several prompts needs batch_slice=."""
+    from transformer_lens.utilities import Slice
+
+    model = smollm2
+    prompts = [
+        "When Mary and John went to the store, John gave a drink to",
+        "When Tom and Anna went to the park, Anna gave a ball to",
+    ]
+    tokens = model.to_tokens(prompts)
+    names = [(" Mary", " John"), (" Tom", " Anna")]
+    answers = torch.tensor([[model.to_single_token(a), model.to_single_token(b)] for a, b in names])
+    _, cache = model.run_with_cache(tokens)
+    stack = cache.accumulated_resid(layer=-1, incl_mid=True, pos_slice=-1)  # [component, batch, d_model]
+    batched = cache.logit_attrs(stack, answers[:, 0], answers[:, 1], pos_slice=-1)
+    last = len(prompts) - 1
+    for one in (
+        cache.logit_attrs(stack, answers[-1, 0], answers[-1, 1], pos_slice=Slice(-1), batch_slice=-1),
+        cache.logit_attrs(
+            stack[:, -1], answers[-1, 0], answers[-1, 1], pos_slice=-1, batch_slice=-1, has_batch_dim=False
+        ),  # fmt: skip
+        cache.logit_attrs(
+            stack[:, [0, last]],
+            answers[[0, last], 0],
+            answers[[0, last], 1],
+            pos_slice=-1,
+            batch_slice=[0, last],
+            has_batch_dim=False,
+        )[:, -1],  # fmt: skip
+    ):
+        assert torch.equal(one, batched[:, -1])
+    with pytest.raises(ValueError, match="has no batch dim .* holds 2 prompts.*pass batch_slice="):
+        cache.logit_attrs(stack[:, -1], answers[-1, 0], answers[-1, 1], pos_slice=-1, has_batch_dim=False)

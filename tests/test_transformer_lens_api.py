@@ -340,6 +340,60 @@ def test_opt_in_hooks(pair):
             ours.set_use_attn_in(True)
 
 
+def test_filter_registration_attaches_to_the_hooks_that_fire(pair):
+    """TL's Attribution Patching demo registers forward and backward caching hooks with a filter of
+    names, `model.add_hook(filter_not_qkv_input, hook, "fwd")`: the filter also matches opt-in hook
+    points that are switched off (hook_tokens, hook_mlp_in, hook_result), which stay silent; a name
+    of one still raises."""
+    from interp.model.cache import ActivationCache
+
+    ours, _, tokens = pair
+    filter_not_qkv_input = lambda name: "_input" not in name  # noqa: E731
+    correct, incorrect = ours.to_single_token(" Mary"), ours.to_single_token(" Tom")
+
+    def metric(logits):
+        return (logits[:, -1, correct] - logits[:, -1, incorrect]).mean()
+
+    ours.reset_hooks()
+    cache, grad_cache = {}, {}
+
+    def forward_cache_hook(act, hook):
+        cache[hook.name] = act.detach()
+
+    def backward_cache_hook(act, hook):
+        grad_cache[hook.name] = act.detach()
+
+    ours.add_hook(filter_not_qkv_input, forward_cache_hook, "fwd")
+    ours.add_hook(filter_not_qkv_input, backward_cache_hook, "bwd")
+    metric(ours(tokens)).backward()
+    ours.reset_hooks()
+    firing = ours.hook_names(filter_not_qkv_input)
+    assert "hook_tokens" not in firing and "blocks.0.hook_mlp_in" not in firing
+    assert set(cache) == set(firing) and set(grad_cache) <= set(firing) and grad_cache
+    _, reference = ours.run_with_cache(tokens, names_filter=filter_not_qkv_input)
+    for name in firing:
+        torch.testing.assert_close(ActivationCache(cache, ours)[name], reference[name], atol=ATOL, rtol=ATOL)
+
+    def with_hooks():
+        ours.run_with_hooks(tokens, fwd_hooks=[(filter_not_qkv_input, forward_cache_hook)])
+
+    def with_caching_hooks():
+        ours.add_caching_hooks(filter_not_qkv_input, cache=cache)
+        ours(tokens)
+
+    def with_hooks_context():
+        with ours.hooks(fwd_hooks=ours.get_caching_hooks(filter_not_qkv_input, cache=cache)[1]):
+            ours(tokens)
+
+    for run in (with_hooks, with_caching_hooks, with_hooks_context):
+        cache.clear()
+        run()
+        ours.reset_hooks()
+        assert set(cache) == set(firing), run.__name__
+    with pytest.raises(interp.checks.HookNameError, match="opt-in"):
+        ours.add_hook("hook_tokens", forward_cache_hook, "fwd")
+
+
 # --- config, modes, tokenization, generation ------------------------------------------------------
 
 

@@ -470,13 +470,13 @@ def _segment_forward(
         given = overwritten_z(model, segment, z)
         del by_name[z_name]
     hooks = [(name, make_hook(name)) for name in by_name] + [(name, read) for name in reads]
+    copies = torch.ones(stacked.shape[:2], dtype=torch.long) if mask is None else mask.repeat(n, 1)
     with given, model.settings(**hook_settings_for([*by_name, *reads])), model.hooks(fwd_hooks=hooks):
         if segment == -1:
-            out = model(stacked, stop_at_layer=0)
+            out = model(stacked, stop_at_layer=0, attention_mask=copies)
         elif segment == model.cfg.n_layers:
             return forward_logit_copies(model, stacked, batch, logit_pos, segment, buffer), captured
         else:
-            copies = None if mask is None else mask.repeat(n, 1)
             positions = None if pos_embed is None else pos_embed.repeat(n, 1, 1)
             out = model(
                 stacked, start_at_layer=segment, stop_at_layer=segment + 1, attention_mask=copies,
@@ -700,7 +700,23 @@ def start_names(model: HookedTransformer) -> list[str]:
 
 
 def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tensor]:
-    """Clean and corrupted prompts (text or token ids) as token batches of one [batch, pos] shape."""
+    """Clean and corrupted prompts (text or token ids) as token batches of one [batch, pos] shape,
+    each pair's first real token at one position (left padding alike: patching goes position by
+    position, so another padding would write one prompt's tokens into the other's padding)."""
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_token_pair(clean, corrupted)
+    firsts = [_first_real(model.attention_mask_of(tokens), len(tokens)) for tokens in (clean, corrupted)]
+    differ = (firsts[0] != firsts[1]).nonzero()[:, 0].tolist()
+    if differ:
+        raise ValueError(
+            f"prompt pairs {differ[:8]} are left-padded differently (first real tokens at "
+            f"{firsts[0][differ[:8]].tolist()} and {firsts[1][differ[:8]].tolist()}): patching goes position "
+            "by position, so one prompt's tokens would be written into the other's padding; pair prompts of "
+            "one length, or pad on the right (padding_side='right')"
+        )
     return clean, corrupted
+
+
+def _first_real(mask: Tensor | None, batch: int) -> Int[Tensor, " batch"]:
+    """Each prompt's first real token [batch] under an attention mask (None: position 0)."""
+    return torch.zeros(batch, dtype=torch.long) if mask is None else mask.long().argmax(-1).cpu()

@@ -37,8 +37,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside `path` (`.NAME.XXXXXXXX.tmp`) to write; on leaving the block without
     an error it replaces `path`, else it is removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with _naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(name)
     try:
@@ -72,15 +73,31 @@ def atomic_dir(directory: str | os.PathLike) -> Iterator[Path]:
     """An empty temporary directory beside `directory` (`.NAME.XXXXXXXX`) to fill; on leaving the
     block without an error it replaces `directory` (`replace_dir`), else it is removed."""
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    with _naming(directory):
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is an ordinary directory
         yield tmp
-        replace_dir(tmp, directory)
+        with _naming(directory):
+            replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def _naming(target: Path) -> Iterator[None]:
+    """An OSError of making or renaming the temporary file raised as one of its kind naming the
+    target (not the hidden temporary name) and its directory."""
+    try:
+        yield
+    except OSError as error:
+        raise type(error)(
+            error.errno,
+            f"cannot write {target}: {error.strerror or error} in {target.parent}; pass a path in a "
+            "directory you can write to",
+        ) from error
 
 
 def replace_dir(source: Path, target: Path) -> None:

@@ -311,6 +311,28 @@ def official_name(model_name: Any) -> Any:
 
 _GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral", "gpt2": "gpt2"}
 
+_LLAMA_BLOCK = ("attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                "ffn_norm.weight")  # fmt: skip
+_GPT2_PARTS = ("attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down")
+GGUF_TENSORS = {
+    "llama": (("token_embd.weight", "output_norm.weight"), _LLAMA_BLOCK),
+    "mistral": (("token_embd.weight", "output_norm.weight"), _LLAMA_BLOCK),
+    "qwen2": (
+        ("token_embd.weight", "output_norm.weight"),
+        (*_LLAMA_BLOCK, "attn_q.bias", "attn_k.bias", "attn_v.bias"),
+    ),
+    "gpt2": (
+        ("token_embd.weight", "position_embd.weight", "output_norm.weight", "output_norm.bias"),
+        tuple(f"{part}.{kind}" for part in _GPT2_PARTS for kind in ("weight", "bias")),
+    ),
+}
+"""The tensors every GGUF of an architecture holds: (outside the blocks, in each block). Llama's,
+Mistral's and Qwen 2's MLP tensors are those of a dense MLP or of experts (`GGUF_MLP_TENSORS`)."""
+GGUF_MLP_TENSORS = (
+    ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"),
+    ("ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
+)
+
 
 def gguf_header(path: Path) -> tuple[str, int | None, set[str]]:
     """A GGUF's architecture, block count (None if it states none) and tensor names."""
@@ -328,11 +350,17 @@ def gguf_header(path: Path) -> tuple[str, int | None, set[str]]:
     return architecture, n_blocks, names
 
 
-def check_gguf_tensors(path: Path, names: set[str], n_blocks: int | None) -> None:
-    """A GGUF holds the embedding and, in each of its `block_count` blocks, every tensor that any
-    block holds (transformers would initialise a missing one at random)."""
-    per_block = {name.split(".", 2)[2] for name in names if name.startswith("blk.")}
-    expected = {"token_embd.weight"} | {f"blk.{i}.{part}" for i in range(n_blocks or 0) for part in per_block}
+def check_gguf_tensors(path: Path, architecture: str, names: set[str], n_blocks: int | None) -> None:
+    """A GGUF holds its architecture's tensors (`GGUF_TENSORS`) and, in each of its `block_count`
+    blocks, every tensor that any block holds: transformers would initialise a missing one at random,
+    or fail on it deep inside its loading."""
+    outside, per_block = GGUF_TENSORS[architecture]
+    in_blocks = {name.split(".", 2)[2] for name in names if name.startswith("blk.")}
+    if architecture != "gpt2":  # a dense MLP or experts, whichever the blocks hold (dense if none)
+        mlp = next((kinds for kinds in GGUF_MLP_TENSORS[::-1] if in_blocks & set(kinds)), GGUF_MLP_TENSORS[0])
+        per_block = (*per_block, *mlp)
+    blocks = range(n_blocks or 0)
+    expected = set(outside) | {f"blk.{i}.{part}" for i in blocks for part in {*per_block, *in_blocks}}
     missing = sorted(
         expected - names, key=lambda name: [int(p) if p.isdigit() else p for p in name.split(".")]
     )
@@ -340,8 +368,8 @@ def check_gguf_tensors(path: Path, names: set[str], n_blocks: int | None) -> Non
         lacks = "its block_count" if n_blocks is None else f"{len(missing)} tensors ({', '.join(missing[:4])}"
         lacks += "" if n_blocks is None else (", ...)" if len(missing) > 4 else ")")
         raise WeightsMissingError(
-            f"{path.name} lacks {lacks}, which transformers would fill in at random; pass a complete GGUF "
-            "file (re-download or re-convert it)"
+            f"{path.name} lacks {lacks}, which a {architecture} GGUF holds and transformers would fill in "
+            "at random or fail on; pass a complete GGUF file (re-download or re-convert it)"
         )
 
 
@@ -384,7 +412,7 @@ def read_gguf(path: str | Path) -> LoadedWeights:
             f"{path.name} is a GGUF of architecture {architecture!r}; interp reads GGUF files of "
             f"{', '.join(sorted(_GGUF_ARCHITECTURES))}. Convert it to a transformers directory instead."
         )
-    check_gguf_tensors(path, names, n_blocks)
+    check_gguf_tensors(path, architecture, names, n_blocks)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.warning("Dequantising %s (once; cached in %s) ...", path.name, cached)

@@ -523,6 +523,12 @@ class ActivationCache:
             scale = _select(self[scale_name], pos_slice, pos)
             if batch_slice is not None and self.has_batch_dim:  # the scale has prompts, the stack may not
                 scale = _index_dim(scale, 0, batch_index)
+            elif not has_batch_dim and self.has_batch_dim and scale.shape[0] > 1:
+                raise ValueError(
+                    f"the stack has no batch dim (has_batch_dim=False) but the cache holds {scale.shape[0]} "
+                    "prompts, whose norm scales differ: pass batch_slice= (the prompt the stack is of, as "
+                    "TransformerLens), or the stack with its batch dim"
+                )
             stack = norm.apply_to_stack(residual_stack, scale)
         _NORMALISED[id(stack)] = stack
         return stack

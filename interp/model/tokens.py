@@ -20,6 +20,11 @@ def pad_token_id(tokenizer: Any) -> int:
     return pad or 0
 
 
+def has_pad_token(tokenizer: Any) -> bool:
+    """Whether the tokenizer names a pad or an EOS token (else `pad_token_id` falls back to id 0)."""
+    return tokenizer.pad_token_id is not None or tokenizer.eos_token_id is not None
+
+
 def encode_with_mask(
     tokenizer: Any,
     cfg: Config,
@@ -123,6 +128,46 @@ def last_real_positions(
     return (n_pos - 1 - (trailing - trailing.min())).clamp(min=0)
 
 
+PADDING = "_interp_attention_mask"
+"""The attribute of token ids from `to_tokens` that records their attention mask (1: real token),
+so that the forward pass, patching and metrics mask their padding, on either side, untold."""
+
+
+def record_padding(tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"]) -> Tensor:
+    """Record on `tokens` the attention mask of their padding (`to_tokens` does). A tensor made
+    from them (a slice, `.clone()`, a copy on another device) does not keep the record."""
+    setattr(tokens, PADDING, mask)
+    return tokens
+
+
+def recorded_padding(tokens: Any) -> Int[Tensor, "batch pos"] | None:
+    """The attention mask `record_padding` put on `tokens` [batch, pos], on their device; None
+    where they carry none."""
+    mask = getattr(tokens, PADDING, None)
+    if mask is None or mask.shape != tokens.shape:
+        return None
+    return mask.to(tokens.device)
+
+
+def check_no_left_padding(
+    tokens: Int[Tensor, "batch pos"], pad: int, prepend_bos: bool, bos: int | None
+) -> None:
+    """Refuse token ids without a mask that look padded on the left while the model pads on the
+    right: rows that begin with pad ids TransformerLens's left-padding mask would mask
+    (`padding_mask`), which the forward pass would read as tokens, giving a padded prompt another
+    value than it has alone."""
+    padded = (padding_mask(tokens, pad, "left", prepend_bos, bos) == 0).any(-1).nonzero()[:, 0].tolist()
+    if padded:
+        raise ValueError(
+            f"rows {padded[:8]} of these token ids begin with the pad id {pad}: they look padded on the "
+            "left, but they carry no attention mask and the model pads on the right "
+            "(default_padding_side), so the padding would be read as tokens and a padded prompt would get "
+            "another value than alone. Set model.default_padding_side = 'left' (every function reads it), "
+            "or pass padding_side='left' or attention_mask= (from model.to_tokens_and_mask) to the forward "
+            "pass; ids as model.to_tokens returns them carry their mask, a slice or copy of them does not"
+        )
+
+
 LAST_POSITIONS = "_interp_last_positions"
 """The attribute of logits that records their prompts' last real tokens (`mark_last_positions`)."""
 
@@ -203,8 +248,9 @@ class TokenMethods:
         `prepend_bos=None` uses `cfg.default_prepend_bos`: what the model saw in training
         (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none)
         for `interp.load_model`; TransformerLens's (BOS first but for Qwen 2/3) for `from_pretrained`.
-        The forward pass masks the padding of a list of texts itself; for ids from here pass
-        `attention_mask=` (from `to_tokens_and_mask`) or pad on the left by default, as TransformerLens.
+        The ids carry their attention mask (`record_padding`), so the forward pass, patching and
+        metrics mask their padding on either side; a tensor made from them (a slice, `.clone()`)
+        does not, and needs `attention_mask=` (from `to_tokens_and_mask`) where it is padded.
         """
         tokens = self.to_tokens_and_mask(text, prepend_bos, padding_side, move_to_device, truncate)[0]
         return tokens
@@ -217,13 +263,15 @@ class TokenMethods:
         move_to_device: bool = True,
         truncate: bool = True,
     ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
-        """`to_tokens` and the attention mask of its padding (1: real token), for
-        `forward(attention_mask=)`."""
+        """`to_tokens` and the attention mask of its padding (1: real token), which the tokens also
+        carry (`record_padding`): the forward pass, patching and metrics read it from them."""
         checks.check_texts(text)
         side = self.default_padding_side if padding_side is None else padding_side
         tokenizer = self._require_tokenizer()
         tokens, mask = encode_with_mask(tokenizer, self.cfg, text, prepend_bos, side, truncate)
-        return (tokens.to(self.device), mask.to(self.device)) if move_to_device else (tokens, mask)
+        if move_to_device:
+            tokens, mask = tokens.to(self.device), mask.to(self.device)
+        return record_padding(tokens, mask), mask
 
     def last_positions(
         self,
@@ -236,28 +284,26 @@ class TokenMethods:
         `metrics.logit_diff_metric(io, s, pos=model.last_positions(tokens))`.
 
         Text: exact (tokenized as `to_tokens` does). Token ids: from `attention_mask` (1: real
-        token; exact) if given; padded on the left (`padding_side`, default `default_padding_side`):
-        the last position; on the right: before each prompt's trailing run of pad ids (the
-        tokenizer's pad, else EOS, id) beyond the batch's shortest such run. A prompt that ends in
-        the pad id itself needs the attention mask (`to_tokens_and_mask`).
+        token; exact) if given, else from the mask `to_tokens` recorded on them (exact); else before
+        each prompt's trailing run of pad ids (the tokenizer's pad, else EOS, id) beyond the batch's
+        shortest such run (none on the left: the last position).
         """
         if isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor)):
             return last_real_positions(*self.to_tokens_and_mask(input, prepend_bos, padding_side))
         tokens = self.input_tokens(input)
-        last = self._last_positions_of(tokens, attention_mask, padding_side)
+        last = self._last_positions_of(
+            tokens, recorded_padding(tokens) if attention_mask is None else attention_mask
+        )
         return last_real_positions(tokens) if last is None else last
 
-    def _last_positions_of(
-        self, tokens: Tensor, attention_mask: Tensor | None, padding_side: Literal["left", "right"] | None
-    ) -> Int[Tensor, " batch"] | None:
-        """`last_positions` of checked token ids; None where nothing can be padding (no mask, and no
-        tokenizer or padding on the left)."""
-        side = self.default_padding_side if padding_side is None else padding_side
+    def _last_positions_of(self, tokens: Tensor, exact_mask: Tensor | None) -> Int[Tensor, " batch"] | None:
+        """`last_positions` of checked token ids: from their exact mask (given or recorded), else from
+        their trailing pad ids (padded on either side: TransformerLens's mask of left padding marks
+        right padding real); None where nothing can be padding (no mask and no tokenizer)."""
         tokenizer = getattr(self, "tokenizer", None)
-        pad = None if side == "left" or tokenizer is None else pad_token_id(tokenizer)
-        if attention_mask is None and pad is None:
+        if exact_mask is None and tokenizer is None:
             return None
-        return last_real_positions(tokens, attention_mask, pad)
+        return last_real_positions(tokens, exact_mask, None if tokenizer is None else pad_token_id(tokenizer))
 
     def to_str_tokens(
         self,

@@ -56,15 +56,21 @@ from interp.model.kv_cache import HookedTransformerKeyValueCache
 from interp.model.stacked import StackedWeights, WeightView
 from interp.model.tokens import (
     TokenMethods,
+    check_no_left_padding,
+    has_pad_token,
     key_mask_and_positions,
     mark_last_positions,
     pad_token_id,
     padding_mask,
+    record_padding,
+    recorded_padding,
 )
 from interp.model.weights import process_weights, refactor_factored_attn_matrices
 from interp.types import head_label
 
 ReturnType = Literal["logits", "loss", "both"] | None
+NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
+"""Hook names, or a filter of names (None: every hook point that fires)."""
 # The families TransformerLens's from_pretrained runs without a BOS (Qwen 2 and 3); it prepends
 # one for all others. interp.load_model keeps each model's own policy instead.
 TL_NO_BOS_ARCHITECTURES = frozenset({"qwen2", "qwen3"})
@@ -374,10 +380,34 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise checks.HookNameError(f"No hook point named {name!r}.{hint} List them with model.hook_dict.")
 
+    def add_hook(
+        self,
+        name: str | Callable[[str], bool],
+        hook: Callable,
+        dir: Literal["fwd", "bwd"] = "fwd",
+        is_permanent: bool = False,
+        level: int | None = None,
+        prepend: bool = False,
+    ) -> None:
+        """TransformerLens's `add_hook`: a hook name (an opt-in hook switched off raises), or a filter
+        of names, which adds the hook to the hook points it selects that fire (`hook_names`)."""
+        for point in [name] if isinstance(name, str) else self.hook_names(name):
+            super().add_hook(point, hook, dir, is_permanent, level, prepend)
+
     def _enable_hook(self, name: str | Callable, hook: Callable, dir: str) -> None:
-        if isinstance(name, str):
-            self.check_hook_name(name)
-        super()._enable_hook(name, hook, dir)
+        """`hooks()` and `run_with_hooks`: a name is checked, a filter selects hook points that fire."""
+        for point in [name] if isinstance(name, str) else self.hook_names(name):
+            self.check_hook_name(point)
+            super()._enable_hook(point, hook, dir)
+
+    def add_caching_hooks(self, names_filter: NamesFilter = None, *args: Any, **kwargs: Any) -> dict:
+        """TransformerLens's, caching the hook points `names_filter` selects that fire (`hook_names`)."""
+        return super().add_caching_hooks(self.hook_names(names_filter), *args, **kwargs)
+
+    def get_caching_hooks(self, names_filter: NamesFilter = None, *args: Any, **kwargs: Any) -> tuple:
+        """TransformerLens's (cache, fwd hooks, bwd hooks) for the hook points `names_filter` selects
+        that fire (`hook_names`)."""
+        return super().get_caching_hooks(self.hook_names(names_filter), *args, **kwargs)
 
     def remove_all_hook_fns(
         self,
@@ -400,7 +430,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def run_with_cache(
         self,
         input: ModelInput,
-        names_filter: str | Sequence[str] | Callable[[str], bool] | None = None,
+        names_filter: NamesFilter = None,
         device: str | torch.device | None = None,
         return_type: ReturnType = "logits",
         incl_bwd: bool = False,
@@ -497,9 +527,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 names = [n for n in names if not n.endswith(suffix)]
         return names
 
-    def hook_names(
-        self, names_filter: str | Sequence[str] | Callable[[str], bool] | None = None
-    ) -> list[str]:
+    def hook_names(self, names_filter: NamesFilter = None) -> list[str]:
         """The hook points a names_filter selects (None: every hook that fires in the current settings);
         names given explicitly are checked (`check_hook_name`)."""
         if names_filter is None:
@@ -572,10 +600,12 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         """
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
         self._check_shortformer_pos_embed(shortformer_pos_embed, start_at_layer is not None and start < stop)
+        exact_mask = attention_mask  # given or recorded on the ids: each prompt's last real token exactly
         if start_at_layer is None:
             tokens, attention_mask = self._tokens_and_mask(
                 input, prepend_bos, padding_side, attention_mask, past_kv_cache is not None
             )
+            exact_mask = recorded_padding(tokens) if exact_mask is None else exact_mask
             batch, n_pos = tokens.shape
         else:
             residual = input
@@ -615,7 +645,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         text = isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor))
         if start_at_layer is None and past_kv_cache is None and not (text and attention_mask is None):
             # each prompt's last real token (text: from its exact mask), so metrics refuse padding
-            mark_last_positions(logits, self._last_positions_of(tokens, attention_mask, padding_side))
+            mark_last_positions(logits, self._last_positions_of(tokens, exact_mask))
         finite.append(checks.all_finite(logits))
         self._warn_if_non_finite(finite, start, start_at_layer is None, "the logits")
         if return_type == "logits":
@@ -693,13 +723,16 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             mask = lengths_mask if attention_mask is None else attention_mask
         else:
             tokens = self.input_tokens(input, prepend_bos)
-            mask = attention_mask
+            mask = recorded_padding(tokens) if attention_mask is None else attention_mask
             side = self.default_padding_side if padding_side is None else padding_side
-            if mask is None and self.tokenizer is not None and (side == "left" or continues_cache):
+            if mask is None and self.tokenizer is not None:
                 bos = self.cfg.bos_token_id
                 bos = self.tokenizer.bos_token_id if bos is None else bos
                 prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
-                mask = padding_mask(tokens, pad_token_id(self.tokenizer), side, prepend, bos)
+                if side == "left" or continues_cache:
+                    mask = padding_mask(tokens, pad_token_id(self.tokenizer), side, prepend, bos)
+                elif padding_side is None and has_pad_token(self.tokenizer):
+                    check_no_left_padding(tokens, pad_token_id(self.tokenizer), prepend, bos)
         if mask is None:
             return tokens, None
         mask = torch.as_tensor(mask, device=self.device)
@@ -811,7 +844,9 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             return self.to_tokens(input, prepend_bos=prepend_bos)
         if not isinstance(input, Tensor):
             raise TypeError(f"Expected text or a tensor of token ids, got {type(input).__name__}.")
-        return checks.check_tokens(self.cfg, input).to(self.device).long()  # dtype, shape, empty, range
+        tokens = checks.check_tokens(self.cfg, input).to(self.device).long()  # dtype, shape, empty, range
+        mask = recorded_padding(input)
+        return tokens if mask is None else record_padding(tokens, mask.to(self.device))
 
     # --- generation -----------------------------------------------------------------------------
 
