@@ -635,8 +635,13 @@ def icl(
         "--fv",
         help="Function-vector heads (Todd et al.) on word-pair tasks instead, beside the induction heads.",
     ),
-    tasks: str = typer.Option(
-        "antonym,country_capital,present_past,singular_plural", help="With --fv: the word-pair tasks."
+    tasks: str | None = typer.Option(
+        None, help="With --fv: the word-pair tasks, the families (default: all eleven of interp's)."
+    ),
+    heldout_tasks: str | None = typer.Option(
+        None,
+        help="With --fv: the tasks that test; the others choose the heads and the layer "
+        "(default: half of them, drawn with --seed).",
     ),
     n_prompts: int = typer.Option(12, min=2, help="With --fv: few-shot prompts per task and half."),
     n_shots: int = typer.Option(5, min=2, help="With --fv: solved examples per prompt."),
@@ -665,8 +670,9 @@ def icl(
     check_plot(plot)
     heads = None if induction_heads is None else _heads_option(induction_heads)
     if fv:
-        _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents or 8, heads,
-                seed, format, out, save, (early, late, window, plot, ablation != "mean"))  # fmt: skip
+        _icl_fv(model, (tasks, heldout_tasks), n_prompts, n_shots, fv_heads, candidates, n_random,
+                n_documents or 8, heads, seed, format, out, save,
+                (early, late, window, plot, ablation != "mean"))  # fmt: skip
         return
     n_documents = 24 if n_documents is None else n_documents
     if None not in (early, late, window):  # what does not depend on the model's context
@@ -705,29 +711,37 @@ def icl(
     save_and_tell(result, out, save)
 
 
-def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
+def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
             format, out, save, icl_only) -> None:  # fmt: skip
     """`interp icl --fv`: function-vector heads beside the induction heads."""
+    from circuits.evidence import split_families
     from circuits.icl import function_vector_report
     from circuits.icl.fv_report import FORMATS, write_fv_report
-    from interp.tasks.icl_tasks import check_task_names
+    from interp.tasks.icl_tasks import ICL_TASKS, check_task_names
 
     check_format(format, out, FORMATS)
     if candidates < fv_heads:
         raise fail(f"--candidates {candidates} must be at least --fv-heads {fv_heads}.")
     if any(value not in (None, False) for value in icl_only):
         raise fail("--early, --late, --window, --plot and --ablation apply to the ICL score, not to --fv.")
+
+    def listed(text: str) -> list[str]:
+        return [name.strip() for name in text.split(",") if name.strip()]
+
+    tasks, heldout_tasks = families  # the --tasks and --heldout-tasks options
     try:
-        names = check_task_names([name.strip() for name in tasks.split(",") if name.strip()])
+        names = check_task_names(list(ICL_TASKS) if tasks is None else listed(tasks))
+        heldout = None if heldout_tasks is None else listed(heldout_tasks)
+        split_families(names, heldout, seed=seed)
     except ValueError as error:
         raise fail(str(error)) from error
     loaded = load(model)
     try:
         with stage_bars("icl --fv") as progress:
             result = function_vector_report(
-                loaded, names, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads, candidates=candidates,
-                n_random=n_random, n_documents=n_documents, induction_heads=heads, seed=seed,
-                progress=progress,
+                loaded, names, heldout_tasks=heldout, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads,
+                candidates=candidates, n_random=n_random, n_documents=n_documents, induction_heads=heads,
+                seed=seed, progress=progress,
             )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
