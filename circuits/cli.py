@@ -50,7 +50,7 @@ EXAMPLES = {  # the end of each command's --help
             "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
         ],
         "icl": [
-            "--n-documents 32 --format html --out icl.html   # SmolLM2 on Brown corpus texts",
+            "--format html --out icl.html   # SmolLM2 on 60 Brown corpus texts: 12 rank heads, 48 test",
             "--model toy-induction --induction-heads L1H0,L1H2",
             "--model runs/induction --plot icl.png   # a training run: the score across its checkpoints",
             "--fv --format html --out fv.html   # function-vector heads beside induction heads",
@@ -598,8 +598,14 @@ def icl(
     n_documents: int | None = typer.Option(
         None,
         min=4,
-        help="Documents (Brown corpus texts; a toy model's task sequences): half rank, half confirm "
-        "(default 24; with --fv 8, for the ICL score of the ablations).",
+        help="Documents (Brown corpus texts; a toy model's task sequences): --n-discovery rank the heads, "
+        "the rest are held out and scored (default 60; with --fv 8, for the ICL score of the ablations).",
+    ),
+    n_discovery: int = typer.Option(
+        12, min=2, help="Documents that rank the heads (at most half of them); the others test."
+    ),
+    n_ablated: int = typer.Option(
+        12, min=2, help="Held-out documents the exact ablations run on (each costs ~6 forward passes)."
     ),
     early: int | None = typer.Option(
         None, min=1, help="Centre of the early window (default: token 50 on text)."
@@ -661,7 +667,14 @@ def icl(
     vector added to zero-shot prompts, and which ablation (FV or induction heads) lowers few-shot
     accuracy and which the ICL score, all tested on held-out pairs against random heads.
     """
-    from circuits.icl import Windows, default_windows, icl_over_training, icl_report, plot_icl_over_training
+    from circuits.icl import (
+        DocumentSplit,
+        Windows,
+        default_windows,
+        icl_over_training,
+        icl_report,
+        plot_icl_over_training,
+    )
     from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
     from interp.training import CHECKPOINTS
 
@@ -674,7 +687,7 @@ def icl(
                 n_documents or 8, heads, seed, format, out, save,
                 (early, late, window, plot, ablation != "mean"))  # fmt: skip
         return
-    n_documents = 24 if n_documents is None else n_documents
+    n_documents = 60 if n_documents is None else n_documents
     if None not in (early, late, window):  # what does not depend on the model's context
         try:
             Windows(early, late, window).check(n_ctx=late + window)
@@ -692,8 +705,9 @@ def icl(
         )
         with stage_bars("icl") as progress:
             result = icl_report(
-                loaded, n_documents=n_documents, windows=windows, ablation=ablation, induction_heads=heads,
-                top=top, n_random=n_random, seed=seed, progress=progress,
+                loaded, n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
+                ablation=ablation, induction_heads=heads, top=top, n_random=n_random, seed=seed,
+                progress=progress,
             )  # fmt: skip
             if run is not None:
                 progress("ICL and induction scores at each checkpoint", 0, 1)

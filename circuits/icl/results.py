@@ -1,5 +1,8 @@
-"""What `icl_report` finds, as data: the ICL score, each head's contribution, classes against random
-heads, and the score across a training run's checkpoints. Changes are ablated - clean, in nats."""
+"""What `icl_report` and `function_vector_report` find, as data: the ICL score, each head's contribution,
+classes against random heads, the score across a training run's checkpoints, and function-vector heads.
+
+Signs follow `circuits.evidence.EFFECT_SIGN` (positive: the heads help). A change of the ICL score is
+ablated - clean, in nats: the drop of the context's benefit (-score) when the heads are ablated."""
 
 from __future__ import annotations
 
@@ -66,9 +69,10 @@ class TrainingCurve:
 
 @dataclass(kw_only=True)
 class ICLResult:
-    """`icl_report`'s result. Documents are split in two: the discovery half ranks every head by
-    attribution; every claim (each top head's exact change, each class against random heads) is
-    tested on the held-out half, which the ranking never saw."""
+    """`icl_report`'s result. Documents are the families: the discovery documents rank every head by
+    attribution; every claim is tested on held-out documents, which the ranking never saw: the ICL
+    score on every one of them (`heldout`: the headline), each top head's exact change and each class
+    against random heads on the first `n_ablated` of them."""
 
     model_name: str
     provenance: str
@@ -81,6 +85,7 @@ class ICLResult:
     heldout: ICLScore
     discovery_names: list[str]
     heldout_names: list[str]
+    n_ablated: int | None = None  # held-out documents the ablations ran on (None: every one; older files)
     loss_curve: Float[Tensor, " pos_minus_1"]  # mean loss of token t at [t - 1], every document
     loss_curve_se: Float[Tensor, " pos_minus_1"]  # its standard error over documents
     attributions: Float[Tensor, "layer head"]  # mean attributed change over the discovery documents
