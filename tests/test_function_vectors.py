@@ -210,6 +210,11 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     loaded = load_result(tmp_path / "fv.json")
     assert loaded.fv_heads == result.fv_heads and torch.equal(loaded.aie_attributed, result.aie_attributed)
     assert loaded.split == result.split and loaded.ablations == result.ablations
+    document = json.loads((tmp_path / "fv.json").read_text())
+    del document["result"]["fields"]["split"]  # a file saved before tasks were held out
+    (tmp_path / "old.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match="save it again with this version's --save"):
+        load_result(tmp_path / "old.json")
     assert "Function-vector heads of" in render_html(loaded)
     console = Console(record=True, width=100)
     write_fv_report(loaded, "table", None, console)
