@@ -74,13 +74,15 @@ def summary_lines(result: ICLResult) -> list[str]:
         f"{tested.early_loss:.3f}; negative: later tokens are predicted better, from their context); "
         f"that the model uses its context is {headline_verdict(result)}."
     ]
-    for found in result.classes:  # measured on the ablated held-out documents
+    n_ablated = tested.n_documents if result.n_ablated is None else result.n_ablated
+    for found in result.classes:
         draws = ", ".join(f"{change:+.3f}" for change in found.random_changes)
         distinct = len({tuple(heads) for heads in found.random_sets})
         kind = "random same-layer sets" if found.random_same_layers else "random sets (from other layers too)"
         lines.append(
             f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
-            f"the held-out ICL score by {found.change:+.3f} {format_ci(found.change_ci)}; {kind} "
+            f"the ICL score of {n_ablated} held-out documents by {found.change:+.3f} "
+            f"{format_ci(found.change_ci)}; {kind} "
             f"({draws}; {distinct} distinct); beyond random {found.difference:+.3f} "
             f"{format_ci(found.difference_ci)}: {found.verdict}."
         )
@@ -93,7 +95,6 @@ def summary_lines(result: ICLResult) -> list[str]:
         f"Top {len(result.heads)} heads by attribution: {len(confirmed)} confirmed by exact ablation on "
         f"held-out documents ({', '.join(confirmed) or 'none'})."
     )
-    n_ablated = tested.n_documents if result.n_ablated is None else result.n_ablated
     lines.append(
         f"Documents: {every.n_documents} from {result.source} (every one: {every.score:+.3f} "
         f"{format_ci(every.ci)}); {result.discovery.n_documents} discovery documents rank the heads (ICL "
