@@ -38,6 +38,7 @@ def test_word_pair_tasks_make_the_prompts_they_promise(smollm2):
     for task in ICL_TASKS.values():
         pairs = single_token_pairs(smollm2, task)
         assert len(pairs) >= 18 and len({x for x, _ in pairs}) == len(pairs)  # 6 shots + a query per half
+        assert len({y for _, y in pairs}) == len(pairs)  # a shuffled answer is always a wrong one
         assert all(len(smollm2.tokenizer.encode(" " + y, add_special_tokens=False)) == 1 for _, y in pairs)
         discovery, heldout = split_pairs(pairs, seed=1)
         assert not set(discovery) & set(heldout) and sorted(discovery + heldout) == sorted(pairs)

@@ -15,12 +15,12 @@ alone ("Q: fast\\nA:").
 
 Each task is a family: an analysis chooses its heads and settings on some tasks and tests them on the
 others (`circuits.evidence.split_families`), so there are eleven: antonym, country_capital,
-present_past, singular_plural, capitalise, comparative, animal_young, country_language,
+present_past, singular_plural, capitalise, comparative, adverb, country_language,
 first_letter, next_item and male_female.
 
 Source and licence: the pairs below were written out for interp from common knowledge (English
-antonyms, comparatives and inflection, world capitals and languages, the young of animals, letters,
-numbers, weekdays and months) and are distributed under interp's own licence; no third-party word
+antonyms, comparatives, adverbs and inflection, world capitals and languages, letters, numbers,
+weekdays and months) and are distributed under interp's own licence; no third-party word
 list was copied.
 """
 
@@ -139,12 +139,14 @@ ICL_TASKS: dict[str, WordPairTask] = {
             ),
         ),
         WordPairTask(
-            name="animal_young",
-            description="an animal -> its young",
+            name="adverb",
+            description="an adjective -> its adverb",
             pairs=_pairs(
-                "cat kitten, dog puppy, cow calf, sheep lamb, goat kid, bear cub, lion cub, tiger cub, "
-                "wolf pup, fox cub, hen chick, chicken chick, seal pup, whale calf, elephant calf, "
-                "butterfly caterpillar, fish fry, rabbit kit, human baby, giraffe calf"
+                "quick quickly, slow slowly, happy happily, sad sadly, easy easily, careful carefully, "
+                "loud loudly, quiet quietly, clear clearly, rapid rapidly, sudden suddenly, real really, "
+                "final finally, usual usually, actual actually, bad badly, nice nicely, soft softly, "
+                "kind kindly, brave bravely, proud proudly, calm calmly, strong strongly, exact exactly, "
+                "free freely, open openly, rare rarely, warm warmly, wide widely, full fully"
             ),
         ),
         WordPairTask(
@@ -155,8 +157,8 @@ ICL_TASKS: dict[str, WordPairTask] = {
                 "China Chinese, Russia Russian, Greece Greek, Portugal Portuguese, Poland Polish, "
                 "Netherlands Dutch, Sweden Swedish, Norway Norwegian, Denmark Danish, Finland Finnish, "
                 "Turkey Turkish, Hungary Hungarian, Korea Korean, Vietnam Vietnamese, Thailand Thai, "
-                "Iran Persian, Israel Hebrew, Egypt Arabic, Brazil Portuguese, Mexico Spanish, "
-                "Argentina Spanish, Ukraine Ukrainian, Romania Romanian, Czechia Czech, England English, "
+                "Iran Persian, Israel Hebrew, Egypt Arabic, Ukraine Ukrainian, "
+                "Romania Romanian, Czechia Czech, England English, "
                 "India Hindi, Indonesia Indonesian, Pakistan Urdu, Kenya Swahili, Ireland Irish, "
                 "Wales Welsh, Iceland Icelandic, Croatia Croatian, Serbia Serbian, Bulgaria Bulgarian"
             ),
@@ -167,9 +169,7 @@ ICL_TASKS: dict[str, WordPairTask] = {
             pairs=_pairs(
                 "apple a, banana b, cat c, dog d, egg e, fish f, goat g, house h, ice i, juice j, kite k, "
                 "lion l, moon m, nest n, orange o, pen p, queen q, river r, sun s, tree t, umbrella u, "
-                "violin v, water w, yellow y, zebra z, bread b, chair c, door d, eagle e, forest f, "
-                "garden g, hat h, island i, jacket j, king k, lamp l, mouse m, night n, ocean o, paper p, "
-                "rain r, snow s, table t, uncle u, valley v, window w, year y, zoo z"
+                "violin v, water w, yellow y, zebra z"
             ),
         ),
         WordPairTask(
@@ -193,7 +193,7 @@ ICL_TASKS: dict[str, WordPairTask] = {
             pairs=_pairs(
                 "king queen, man woman, boy girl, father mother, son daughter, brother sister, "
                 "uncle aunt, husband wife, actor actress, prince princess, grandfather grandmother, "
-                "he she, him her, his her, lord lady, male female, gentleman lady, "
+                "he she, him her, lord lady, male female, "
                 "waiter waitress, hero heroine, god goddess, bull cow, rooster hen, groom bride, "
                 "monk nun, dad mom, men women, boys girls, kings queens, sons daughters, "
                 "brothers sisters, fathers mothers"
