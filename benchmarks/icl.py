@@ -1,12 +1,13 @@
 """Timing of `interp icl` on SmolLM2-135M, stage by stage, with its compute floor.
 
-    python benchmarks/icl.py [--n-documents 24] [--threads 2] [--fresh-heads]
+    python benchmarks/icl.py [--n-documents 60] [--threads 2] [--fresh-heads]
 
 Target: under 3 minutes on an idle 2-core CPU, loading included. Runs what the command runs (load,
 `icl_report`, the terminal report) and prints the time of each stage: the induction heads (the head
 report, or its cache: --fresh-heads runs the report as a first run does), the attribution (one forward
-and one backward pass over the discovery documents), the exact ablations on the held-out documents
-(the clean run, the top heads alone, the induction heads and the random same-layer sets).
+and one backward pass over the discovery documents), the exact ablations on the first held-out
+documents (the clean run, the top heads alone, the induction heads and the random same-layer sets),
+the clean runs that score the other held-out documents.
 
 The compute floor is the time of the matmuls alone: the token positions that went through the blocks
 (counted by a pre-hook on each block; a position in a pass with gradients counts twice, for its
@@ -36,7 +37,7 @@ from interp.runtime.memory import keep_freed_memory
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=interp.DEFAULT_MODEL)
-    parser.add_argument("--n-documents", type=int, default=24)
+    parser.add_argument("--n-documents", type=int, default=60)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fresh-heads", action="store_true", help="run the head report (a first run)")
     args = parser.parse_args()

@@ -72,7 +72,7 @@ EXAMPLES = {  # the end of each command's --help: its expected time (EXPECTED_TI
             "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
         ],
         "icl": [
-            "--n-documents 32 --format html --out icl.html   # SmolLM2 on Brown corpus texts",
+            "--format html --out icl.html   # SmolLM2 on 60 Brown corpus texts: 12 rank heads, 48 test",
             "--model toy-induction --induction-heads L1H0,L1H2",
             "--model runs/induction --plot icl.png   # a training run: the score across its checkpoints",
             "--fv --format html --out fv.html   # function-vector heads beside induction heads",
@@ -618,8 +618,14 @@ def icl(
     n_documents: int | None = typer.Option(
         None,
         min=4,
-        help="Documents (Brown corpus texts; a toy model's task sequences): half rank, half confirm "
-        "(default 24; with --fv 8, for the ICL score of the ablations).",
+        help="Documents (Brown corpus texts; a toy model's task sequences): --n-discovery rank the heads, "
+        "the rest are held out and scored (default 60; with --fv 8, for the ICL score of the ablations).",
+    ),
+    n_discovery: int = typer.Option(
+        12, min=2, help="Documents that rank the heads (at most half of them); the others test."
+    ),
+    n_ablated: int = typer.Option(
+        12, min=2, help="Held-out documents the exact ablations run on (each costs ~6 forward passes)."
     ),
     early: int | None = typer.Option(
         None, min=1, help="Centre of the early window (default: token 50 on text)."
@@ -655,8 +661,13 @@ def icl(
         "--fv",
         help="Function-vector heads (Todd et al.) on word-pair tasks instead, beside the induction heads.",
     ),
-    tasks: str = typer.Option(
-        "antonym,country_capital,present_past,singular_plural", help="With --fv: the word-pair tasks."
+    tasks: str | None = typer.Option(
+        None, help="With --fv: the word-pair tasks, the families (default: all eleven of interp's)."
+    ),
+    heldout_tasks: str | None = typer.Option(
+        None,
+        help="With --fv: the tasks that test; the others choose the heads and the layer "
+        "(default: half of them, drawn with --seed).",
     ),
     n_prompts: int = typer.Option(12, min=2, help="With --fv: few-shot prompts per task and half."),
     n_shots: int = typer.Option(5, min=2, help="With --fv: solved examples per prompt."),
@@ -676,7 +687,14 @@ def icl(
     vector added to zero-shot prompts, and which ablation (FV or induction heads) lowers few-shot
     accuracy and which the ICL score, all tested on held-out pairs against random heads.
     """
-    from circuits.icl import Windows, default_windows, icl_over_training, icl_report, plot_icl_over_training
+    from circuits.icl import (
+        DocumentSplit,
+        Windows,
+        default_windows,
+        icl_over_training,
+        icl_report,
+        plot_icl_over_training,
+    )
     from circuits.icl.heads import INDUCTION_HEADS_STAGE
     from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
     from interp.training import CHECKPOINTS
@@ -687,10 +705,11 @@ def icl(
     check_plot(plot)
     heads = None if induction_heads is None else _heads_option(induction_heads)
     if fv:
-        _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents or 8, heads,
-                seed, format, out, save, (early, late, window, plot, ablation != "mean"))  # fmt: skip
+        _icl_fv(model, (tasks, heldout_tasks), n_prompts, n_shots, fv_heads, candidates, n_random,
+                n_documents or 8, heads, seed, format, out, save,
+                (early, late, window, plot, ablation != "mean"))  # fmt: skip
         return
-    n_documents = 24 if n_documents is None else n_documents
+    n_documents = 60 if n_documents is None else n_documents
     if None not in (early, late, window):  # what does not depend on the model's context
         try:
             Windows(early, late, window).check(n_ctx=late + window)
@@ -709,8 +728,9 @@ def icl(
         )
         with stage_bars("icl", stages) as progress:
             result = icl_report(
-                loaded, n_documents=n_documents, windows=windows, ablation=ablation, induction_heads=heads,
-                top=top, n_random=n_random, seed=seed, progress=progress,
+                loaded, n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
+                ablation=ablation, induction_heads=heads, top=top, n_random=n_random, seed=seed,
+                progress=progress,
             )  # fmt: skip
             if run is not None:
                 step = as_stage(progress, CHECKPOINTS_STAGE)
@@ -727,21 +747,29 @@ def icl(
     save_and_tell(result, out, save)
 
 
-def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
+def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
             format, out, save, icl_only) -> None:  # fmt: skip
     """`interp icl --fv`: function-vector heads beside the induction heads."""
+    from circuits.evidence import split_families
     from circuits.icl import function_vector_report
     from circuits.icl.fv_report import FORMATS, write_fv_report
     from circuits.icl.heads import INDUCTION_HEADS_STAGE
-    from interp.tasks.icl_tasks import check_task_names
+    from interp.tasks.icl_tasks import ICL_TASKS, check_task_names
 
     check_format(format, out, FORMATS)
     if candidates < fv_heads:
         raise fail(f"--candidates {candidates} must be at least --fv-heads {fv_heads}.")
     if any(value not in (None, False) for value in icl_only):
         raise fail("--early, --late, --window, --plot and --ablation apply to the ICL score, not to --fv.")
+
+    def listed(text: str) -> list[str]:
+        return [name.strip() for name in text.split(",") if name.strip()]
+
+    tasks, heldout_tasks = families  # the --tasks and --heldout-tasks options
     try:
-        names = check_task_names([name.strip() for name in tasks.split(",") if name.strip()])
+        names = check_task_names(list(ICL_TASKS) if tasks is None else listed(tasks))
+        heldout = None if heldout_tasks is None else listed(heldout_tasks)
+        split_families(names, heldout, seed=seed)
     except ValueError as error:
         raise fail(str(error)) from error
     loaded = load(model)
@@ -749,9 +777,9 @@ def _icl_fv(model, tasks, n_prompts, n_shots, fv_heads, candidates, n_random, n_
         stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(FV_STAGES)
         with stage_bars("icl --fv", stages) as progress:
             result = function_vector_report(
-                loaded, names, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads, candidates=candidates,
-                n_random=n_random, n_documents=n_documents, induction_heads=heads, seed=seed,
-                progress=progress,
+                loaded, names, heldout_tasks=heldout, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads,
+                candidates=candidates, n_random=n_random, n_documents=n_documents, induction_heads=heads,
+                seed=seed, progress=progress,
             )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error

@@ -34,9 +34,11 @@ from tests.conftest import tiny_config
 
 
 def test_word_pair_tasks_make_the_prompts_they_promise(smollm2):
+    assert len(ICL_TASKS) >= 10  # families enough to choose on some and test on others
     for task in ICL_TASKS.values():
         pairs = single_token_pairs(smollm2, task)
-        assert len(pairs) >= 30 and len({x for x, _ in pairs}) == len(pairs)
+        assert len(pairs) >= 18 and len({x for x, _ in pairs}) == len(pairs)  # 6 shots + a query per half
+        assert len({y for _, y in pairs}) == len(pairs)  # a shuffled answer is always a wrong one
         assert all(len(smollm2.tokenizer.encode(" " + y, add_special_tokens=False)) == 1 for _, y in pairs)
         discovery, heldout = split_pairs(pairs, seed=1)
         assert not set(discovery) & set(heldout) and sorted(discovery + heldout) == sorted(pairs)
@@ -136,40 +138,95 @@ def test_the_vector_and_the_ablation_equal_hooked_runs(smollm2, prompts):
 
 
 @pytest.fixture(scope="module")
-def small_result(smollm2):
-    """The whole report on a random 2-layer model with SmolLM2's tokenizer (so: Brown documents too)."""
+def tiny_model(smollm2):
+    """A random 3-layer model with SmolLM2's tokenizer (so: Brown documents too)."""
     torch.manual_seed(0)
-    config = tiny_config(n_layers=2, d_model=32, n_heads=4, d_vocab=smollm2.cfg.d_vocab, n_ctx=600)
-    model = interp.HookedTransformer(config, tokenizer=smollm2.tokenizer)
-    tasks = ["antonym", "present_past"]
+    config = tiny_config(n_layers=3, d_model=32, n_heads=4, d_vocab=smollm2.cfg.d_vocab, n_ctx=600)
+    return interp.HookedTransformer(config, tokenizer=smollm2.tokenizer)
+
+
+def _report(model, heldout_task: str):
+    tasks = ["antonym", "present_past", heldout_task]
     return function_vector_report(
-        model, tasks, n_prompts=4, n_shots=3, top=2, candidates=4, n_random=2, n_documents=4,
-        induction_heads=[(1, 0)],
+        model, tasks, heldout_tasks=[heldout_task], n_prompts=4, n_shots=3, top=2, candidates=4,
+        n_random=2, n_documents=4, induction_heads=[(1, 0)],
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small_result(tiny_model):
+    return _report(tiny_model, "comparative")
+
+
+def test_heads_and_layer_are_chosen_without_the_heldout_tasks(tiny_model, small_result):
+    result = small_result
+    assert result.split.discovery == ("antonym", "present_past") and result.split.heldout == ("comparative",)
+    assert [(t.task, t.family) for t in result.task_vectors] == [
+        ("antonym", "discovery"), ("present_past", "discovery"), ("comparative", "held-out"),
+    ]  # fmt: skip
+    assert result.aie_per_task.shape == (2, 3, 4)  # the discovery tasks only
+    assert len(result.layer_accuracy) == 3 and result.fv_layer == max(
+        range(3), key=result.layer_accuracy.__getitem__
+    )
+    other = _report(tiny_model, "first_letter")  # other held-out families: the same choices
+    assert other.fv_heads == result.fv_heads and other.candidates_aie == result.candidates_aie
+    assert other.layer_accuracy == result.layer_accuracy and other.fv_layer == result.fv_layer
+    assert other.aie_test.discovery == result.aie_test.discovery
+
+
+def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(small_result):
+    result = small_result
+    for found in [result.aie_test, result.vector_test, *result.ablations]:
+        tested = found.heldout
+        assert found.verdict == tested.verdict and len(found.random_values) == 2
+        assert tested.beyond_ci[0] <= tested.beyond <= tested.beyond_ci[1]
+        assert tested.beyond == pytest.approx(tested.drop - tested.random_drop, abs=1e-6)
+        assert found.note
+    assert result.aie_test.heldout.n_prompts == 4 and result.aie_test.discovery.n_prompts == 8
+    assert [found.discovery is None for found in result.ablations] == [False, True, False, True]
+    heldout = [task for task in result.task_vectors if task.family == "held-out"]
+    gained = sum(task.with_fv - task.zero_shot for task in heldout) / len(heldout)
+    assert result.vector_test.heldout.drop == pytest.approx(gained, abs=1e-6)  # with - without
+    few_shot = sum(task.few_shot for task in heldout) / len(heldout)
+    for found in result.ablations[::2]:  # few-shot accuracy: clean - ablated
+        assert few_shot - 1 <= found.heldout.drop <= few_shot
+    assert all(not set(draw) & set(result.fv_heads) for draw in result.aie_test.random_sets)
+
+
+def test_a_single_task_cannot_be_split(tiny_model):
+    with pytest.raises(ValueError, match="two or more"):
+        function_vector_report(tiny_model, ["antonym"], induction_heads=())
 
 
 def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     result = small_result
-    assert result.aie_attributed.shape == (2, 4) and len(result.fv_heads) == 2
-    assert result.tasks == ["antonym", "present_past"] and set(result.fv_heads) <= set(result.candidates)
+    assert result.aie_attributed.shape == (3, 4) and len(result.fv_heads) == 2
+    assert set(result.fv_heads) <= set(result.candidates)
     names = [found.name for found in result.ablations]
     assert names == [
         "FV heads ablated: few-shot accuracy", "FV heads ablated: ICL score",
         "induction heads ablated: few-shot accuracy", "induction heads ablated: ICL score",
     ]  # fmt: skip
-    for found in [result.aie_test, result.vector_test, *result.ablations]:
-        assert found.verdict in ("confirmed", "unconfirmed") and len(found.random_values) == 2
-        assert found.difference_ci[0] <= found.difference <= found.difference_ci[1]
-    assert all(not set(draw) & set(result.fv_heads) for draw in result.aie_test.random_sets)
     save_result(result, tmp_path / "fv.json")
     loaded = load_result(tmp_path / "fv.json")
     assert loaded.fv_heads == result.fv_heads and torch.equal(loaded.aie_attributed, result.aie_attributed)
+    assert loaded.split == result.split and loaded.ablations == result.ablations
+    document = json.loads((tmp_path / "fv.json").read_text())
+    del document["result"]["fields"]["split"]  # a file saved before tasks were held out
+    (tmp_path / "old.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match="save it again with this version's --save"):
+        load_result(tmp_path / "old.json")
     assert "Function-vector heads of" in render_html(loaded)
     console = Console(record=True, width=100)
     write_fv_report(loaded, "table", None, console)
-    assert console.export_text().startswith("Ablating the 2 FV heads changes few-shot accuracy")
+    text = " ".join(console.export_text().split())
+    assert text.startswith("Word-pair tasks chosen on antonym, present_past; tested on comparative")
+    assert "lowers few-shot accuracy on held-out tasks" in text
     write_fv_report(loaded, "json", tmp_path / "summary.json", console)
-    assert json.loads((tmp_path / "summary.json").read_text())["fv_heads"][0]["head"] == result.fv_heads[0]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["fv_heads"][0]["head"] == result.fv_heads[0] and summary["heldout_tasks"] == [
+        "comparative"
+    ]
     write_fv_report(loaded, "markdown", tmp_path / "fv.md", console)
     assert "beyond random" in (tmp_path / "fv.md").read_text()
     outcome = CliRunner().invoke(app, ["render", str(tmp_path / "fv.json"), "--format", "markdown"])
@@ -180,7 +237,7 @@ def test_bad_input_says_what_to_pass(smollm2):
     with pytest.raises(ValueError, match="no tokenizer"):
         function_vector_report(interp.load_model("toy-induction"), induction_heads=())
     with pytest.raises(ValueError, match="too few for 40 shots"):
-        function_vector_report(smollm2, ["antonym"], n_shots=40, induction_heads=())
+        function_vector_report(smollm2, ["antonym", "present_past"], n_shots=40, induction_heads=())
     with pytest.raises(ValueError, match="top must be an integer >= 1"):
         function_vector_report(smollm2, top=0, induction_heads=())
 
@@ -192,6 +249,11 @@ def test_bad_input_says_what_to_pass(smollm2):
         (["--late", "100"], "apply to the ICL score, not to --fv"),
         (["--format", "csv"], "unknown format"),
         (["--fv-heads", "10", "--candidates", "5"], "must be at least --fv-heads 10"),
+        (
+            ["--tasks", "antonym,comparative", "--heldout-tasks", "first_letter"],
+            "not among the task's families",
+        ),
+        (["--tasks", "antonym"], "two or more"),
     ],
 )
 def test_cli_refuses_bad_options(options, message):

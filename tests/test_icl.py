@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,6 +15,7 @@ import interp
 from circuits.cli import app
 from circuits.evidence import random_same_layer_sets
 from circuits.icl import (
+    DocumentSplit,
     ICLSequences,
     Windows,
     ablated_icl_scores,
@@ -23,7 +25,7 @@ from circuits.icl import (
     icl_report,
     plot_icl_over_training,
 )
-from circuits.icl.report import render_html, write_icl_report
+from circuits.icl.report import headline_verdict, render_html, write_icl_report
 from circuits.results_file import load_result, save_result
 from interp.tasks.corpus import brown_documents
 
@@ -79,6 +81,31 @@ def test_icl_score_equals_the_models_own_losses(toy, toy_result):
     assert torch.allclose(toy_result.discovery.per_document, hand[:8], atol=1e-5)
     assert torch.allclose(toy_result.heldout.per_document, hand[8:], atol=1e-5)
     assert abs(toy_result.score.score - hand.mean().item()) < 1e-5
+
+
+def test_every_heldout_document_is_scored_and_the_ablations_run_on_some(toy, toy_heads):
+    split = DocumentSplit(discovery=4, ablated=4)
+    result = icl_report(toy, n_documents=16, split=split, induction_heads=toy_heads[0], top=1, n_random=2)
+    sequences = default_sequences(toy, 16, seed=0)
+    hand = hand_scores(toy, sequences.tokens, sequences.windows)
+    assert result.discovery_names == sequences.names[:4] and result.heldout_names == sequences.names[4:]
+    assert not set(result.discovery_names) & set(result.heldout_names)
+    assert torch.allclose(result.discovery.per_document, hand[:4], atol=1e-5)
+    assert torch.allclose(result.heldout.per_document, hand[4:], atol=1e-5)  # the headline: 12 held out
+    assert result.n_ablated == 4 and split.sizes(16) == (4, 4) and DocumentSplit(12, None).sizes(16) == (8, 8)
+    (induction,) = result.classes  # the class test on the 4 ablated documents, as icl_report's engine runs
+    _, clean, ablated = ablated_icl_scores(toy, sequences.tokens[4:8], sequences.windows, [toy_heads[0]])
+    assert abs(induction.change - (ablated[0] - clean).mean().item()) < 1e-5
+
+
+def test_the_headline_says_when_it_is_not_established(toy_result):
+    assert headline_verdict(toy_result).startswith("established")
+    per_document = torch.tensor([-0.5, 0.3, -0.4, 0.2, -0.3, 0.1, -0.2, 0.0])
+    noisy = dataclasses.replace(toy_result.heldout, score=-0.1, ci=(-0.3, 0.1), per_document=per_document)
+    verdict = headline_verdict(dataclasses.replace(toy_result, heldout=noisy))
+    assert verdict.startswith("not established at 8 held-out documents") and "pass --n-documents" in verdict
+    worse = dataclasses.replace(noisy, score=0.05, ci=(-0.1, 0.2))
+    assert "no sign" in headline_verdict(dataclasses.replace(toy_result, heldout=worse))
 
 
 def test_exact_ablation_equals_a_hooked_run(toy):
@@ -161,8 +188,9 @@ def test_result_saves_and_renders_in_every_format(toy_result, tmp_path):
     assert "ICL score of toy-induction" in page and page.count("data:image/png;base64") == 1
     console = Console(record=True, width=80)
     write_icl_report(loaded, "table", None, console)
-    first = console.export_text().splitlines()[0]
-    assert first.startswith("ICL score of toy-induction:")  # the finding leads
+    first = " ".join(console.export_text().split())
+    assert first.startswith("ICL score of toy-induction on 8 held-out documents:")  # the finding leads
+    assert "that the model uses its context is established" in first
     for format in ("json", "markdown"):
         write_icl_report(loaded, format, tmp_path / f"icl.{format}", console)
         assert "confirmed" in (tmp_path / f"icl.{format}").read_text()

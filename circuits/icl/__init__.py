@@ -28,7 +28,7 @@ from circuits.icl.heads import (
     confirmed_induction_heads,
     head_attributions,
 )
-from circuits.icl.pipeline import icl_report
+from circuits.icl.pipeline import DocumentSplit, document_losses, icl_report
 from circuits.icl.results import (
     ClassEffect,
     Comparison,
@@ -45,6 +45,7 @@ from circuits.icl.training import icl_over_training, plot_icl_over_training
 __all__ = [
     "ICL_ABLATIONS",
     "ClassEffect",
+    "DocumentSplit",
     "Comparison",
     "FunctionVectorResult",
     "HeadEffect",
@@ -60,6 +61,7 @@ __all__ = [
     "confirmed_induction_heads",
     "default_sequences",
     "default_windows",
+    "document_losses",
     "few_shot_accuracy",
     "function_vector",
     "function_vector_report",

@@ -1,18 +1,41 @@
-"""`function_vector_report`: function-vector heads (Todd et al. 2024) found by AIE on discovery pairs of
-word-pair tasks, their function vectors tested on zero-shot prompts of held-out pairs, and both head
-classes, FV and induction, ablated: which lowers few-shot accuracy and which the ICL score (Yin &
-Steinhardt 2025), each against random same-layer heads."""
+"""`function_vector_report`: function-vector heads (Todd et al. 2024) and their function vector, chosen on
+discovery word-pair tasks and tested on held-out tasks, and both head classes, FV and induction,
+ablated: which lowers few-shot accuracy and which the ICL score (Yin & Steinhardt 2025), each against
+random same-layer heads (`circuits.evidence`).
+
+The steps:
+  1. families   the tasks split into discovery and held-out (`split_families`); each task's pairs
+                halved into a demonstration half (few-shot prompts whose mean head outputs make the
+                task's vector) and a query half (the prompts every effect is measured on)
+  2. heads      AIE on the discovery tasks' demonstration prompts: attributed for every head, exact for
+                the candidates; the FV heads are the top by exact AIE
+  3. layer      the layer where the vector most raises zero-shot accuracy on the discovery tasks' queries
+  4. effects    on the queries of the discovery tasks and, apart, of the held-out tasks: the FV heads
+                patched together, the function vector, each class mean-ablated; each against random
+                same-layer sets (`beyond_random`), the held-out figure reported beside the discovery one
+  5. ICL score  each class mean-ablated on Brown corpus texts (never used for any choice)
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 import interp
-from circuits.evidence import head_labels, mean_ci, random_same_layer_sets
+from circuits.evidence import (
+    beyond_random,
+    head_labels,
+    held_out_note,
+    mean_ci,
+    random_same_layer_sets,
+    split_families,
+)
 from circuits.icl.function_vectors import (
+    TaskPrompts,
     attributed_indirect_effects,
     few_shot_accuracy,
     function_vector,
@@ -29,40 +52,118 @@ from interp.tasks.icl_tasks import ICL_TASKS, check_task_names, single_token_pai
 from interp.types import Head, Progress, as_stage
 
 
-def compare(
-    name: str,
-    unit: str,
-    heads: Sequence[Head],
-    draws: Sequence[Sequence[Head]],
-    expected: str,
-    values: torch.Tensor,
-    random_values: torch.Tensor,
-    seed: int,
+@dataclass(kw_only=True)
+class HeadClass:
+    """A class of heads and its random same-layer sets."""
+
+    name: str  # "FV heads"
+    heads: list[Head]
+    draws: list[list[Head]]
+
+    @property
+    def sets(self) -> list[list[Head]]:
+        """The class, then its random sets."""
+        return [self.heads, *self.draws]
+
+
+@dataclass(kw_only=True)
+class QueryEffects:
+    """Per-prompt effects on the queries of one group of tasks (discovery or held-out), each [set, batch]
+    with the class first and its random sets after; signed as `circuits.evidence.EFFECT_SIGN`."""
+
+    patched: Tensor  # p(answer) gained on shuffled-label prompts, FV heads patched together
+    single_heads: Tensor  # the same, each FV head alone [head, batch]
+    zero_shot: Tensor  # accuracy of the zero-shot prompts: [plain, + FV, + random vectors ..., batch]
+    few_shot: Tensor  # few-shot accuracy of the clean prompts [batch]
+    ablation_drops: list[Tensor]  # per class: few-shot accuracy, clean - ablated [set, batch]
+
+
+def _query_effects(
+    model: interp.HookedTransformer,
+    prompts: TaskPrompts,
+    means: Tensor,
+    classes: Sequence[HeadClass],
+    fv_layer: int,
+) -> QueryEffects:
+    """Every effect on `prompts` (queries) with the heads' mean outputs `means` [task, layer, head,
+    d_head] of the same tasks' demonstrations; `classes[0]` is the FV heads."""
+    fv = classes[0]
+    patched = head_indirect_effects(model, prompts, means, [[head] for head in fv.heads] + fv.sets)
+    vectors = [function_vector(model, means, heads) for heads in fv.sets]
+    zero_shot = zero_shot_accuracy(model, prompts, [(fv_layer, None), *((fv_layer, v) for v in vectors)])
+    few_shot, ablated = few_shot_accuracy(
+        model, prompts, [heads for found in classes for heads in found.sets]
+    )
+    drops, at = [], 0
+    for found in classes:
+        drops.append(few_shot - ablated[at : at + len(found.sets)])
+        at += len(found.sets)
+    return QueryEffects(
+        patched=patched[len(fv.heads) :],
+        single_heads=patched[: len(fv.heads)],
+        zero_shot=zero_shot,
+        few_shot=few_shot,
+        ablation_drops=drops,
+    )
+
+
+def _compare(
+    name: str, unit: str, found: HeadClass, discovery: Tensor | None, heldout: Tensor, seed: int
 ) -> Comparison:
-    """A class's effect per prompt [n] against its random sets' [draw, n]."""
-    difference = values - random_values.mean(0)
-    ci = mean_ci(difference, seed)
-    beyond = ci[0] > 0 if expected == "+" else ci[1] < 0
+    """A class's effects [1 + draws, prompt] (the class first) on discovery and held-out families."""
+    tested = beyond_random(heldout[0], heldout[1:], seed)
+    chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed)
+    if chosen is None:
+        note = "measured on held-out data only (none of it chose the heads)"
+    else:
+        note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci)
     return Comparison(
         name=name,
         unit=unit,
-        heads=head_labels(heads),
-        random_sets=[head_labels(draw) for draw in draws],
-        expected=expected,
-        value=values.mean().item(),
-        value_ci=mean_ci(values, seed),
-        random_values=random_values.mean(1).tolist(),
-        difference=difference.mean().item(),
-        difference_ci=ci,
-        n=len(values),
-        verdict="confirmed" if beyond else "unconfirmed",
+        heads=head_labels(found.heads),
+        random_sets=[head_labels(draw) for draw in found.draws],
+        random_values=heldout[1:].mean(1).tolist(),
+        discovery=chosen,
+        heldout=tested,
+        note=note,
     )
+
+
+def _task_vectors(
+    tasks: Sequence[str],
+    family: str,
+    prompts: TaskPrompts,
+    effects: QueryEffects,
+    n_pairs: dict[str, int],
+    seed: int,
+) -> list[TaskVector]:
+    """One row per task of `prompts`: zero-shot accuracy without, with the FV, with random vectors."""
+    rows = []
+    for index, task in enumerate(tasks):
+        runs = effects.zero_shot[:, prompts.task_index == index]
+        rows.append(
+            TaskVector(
+                task=task,
+                description=ICL_TASKS[task].description,
+                family=family,
+                n_pairs=n_pairs[task],
+                few_shot=effects.few_shot[prompts.task_index == index].mean().item(),
+                zero_shot=runs[0].mean().item(),
+                zero_shot_ci=mean_ci(runs[0], seed),
+                with_fv=runs[1].mean().item(),
+                with_fv_ci=mean_ci(runs[1], seed),
+                with_random=runs[2:].mean().item(),
+                with_random_ci=mean_ci(runs[2:].mean(0), seed),
+            )
+        )
+    return rows
 
 
 def function_vector_report(
     model: interp.HookedTransformer,
     tasks: Sequence[str] = tuple(ICL_TASKS),
     *,
+    heldout_tasks: Sequence[str] | None = None,
     n_prompts: int = 12,
     n_shots: int = 5,
     top: int = 10,
@@ -75,12 +176,13 @@ def function_vector_report(
 ) -> FunctionVectorResult:
     """Function-vector heads of `model` beside its induction heads.
 
-    tasks: word-pair tasks of `interp.tasks.icl_tasks.ICL_TASKS`; each task's single-token pairs are
-      split into discovery and held-out halves (`split_pairs`).
-    n_prompts: few-shot prompts per task in each half, of `n_shots` examples each.
-    candidates: the heads whose AIE is computed exactly on the discovery prompts: the largest
-      attributed AIEs (None, or as many as the model has: every head, one patched run each).
-    top: FV heads: the largest exact AIEs among the candidates (mean over tasks).
+    tasks: word-pair tasks of `interp.tasks.icl_tasks.ICL_TASKS`, the families.
+    heldout_tasks: the tasks that test (default: half of `tasks`, drawn with `seed`); the others choose
+      the heads and the layer.
+    n_prompts: few-shot prompts per task and half of its pairs, of `n_shots` examples each.
+    candidates: the heads whose AIE is computed exactly on the discovery tasks: the largest attributed
+      AIEs (None, or as many as the model has: every head, one patched run each).
+    top: FV heads: the largest exact AIEs among the candidates (mean over discovery tasks).
     n_random: random same-layer sets each class is compared with.
     n_documents: Brown corpus documents the ICL score is measured on (for the ablations).
     induction_heads: default `confirmed_induction_heads(model)` (cached); () skips that class.
@@ -92,10 +194,12 @@ def function_vector_report(
         check_count(value, name, least)
     if candidates is not None:
         check_count(candidates, "candidates", top)
+    # 1. families: discovery and held-out tasks; each task's demonstration and query halves
+    split = split_families(tasks, heldout_tasks, seed=seed)
     pairs = {name: single_token_pairs(model, ICL_TASKS[name]) for name in tasks}
     halves = {name: split_pairs(task_pairs, seed) for name, task_pairs in pairs.items()}
-    for name, (_, heldout_pairs) in halves.items():
-        if len(heldout_pairs) <= n_shots:
+    for name, (_, query_pairs) in halves.items():
+        if len(query_pairs) <= n_shots:
             raise ValueError(
                 f"task {name} has {len(pairs[name])} pairs with single-token answers for this tokenizer, "
                 f"too few for {n_shots} shots in each half; pass a smaller n_shots"
@@ -112,102 +216,94 @@ def function_vector_report(
         if progress is not None:
             progress(step, 0, 1)
 
+    def prompts_of(group: Sequence[str], half: int) -> TaskPrompts:
+        chosen = {name: halves[name][half] for name in group}
+        return task_prompts(model, chosen, n_prompts, n_shots, seed + half)
+
     cfg = model.cfg
-    discovery = task_prompts(
-        model, {name: half[0] for name, half in halves.items()}, n_prompts, n_shots, seed
-    )
-    heldout = task_prompts(
-        model, {name: half[1] for name, half in halves.items()}, n_prompts, n_shots, seed + 1
-    )
-    means = mean_head_outputs(model, discovery)  # [task, layer, head, d_head]
-    attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
-    one_hot = torch.nn.functional.one_hot(discovery.task_index, len(tasks)).float()  # [batch, task]
+    demonstrations = {group: prompts_of(names, 0) for group, names in vars(split).items()}
+    queries = {group: prompts_of(names, 1) for group, names in vars(split).items()}
+    means = {group: mean_head_outputs(model, prompts) for group, prompts in demonstrations.items()}
+
+    # 2. heads, on the discovery tasks' demonstrations
+    discovery, discovery_means = demonstrations["discovery"], means["discovery"]
+    attributed = attributed_indirect_effects(model, discovery, discovery_means)  # [batch, layer, head]
+    one_hot = torch.nn.functional.one_hot(discovery.task_index, len(split.discovery)).float()  # [batch, task]
     aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
     aie = aie_per_task.mean(0)
     n_heads = cfg.n_layers * cfg.n_heads
     ranked = aie.flatten().argsort(descending=True)[: n_heads if candidates is None else candidates].tolist()
     candidate_heads = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
-    stage("attribution", "Exact AIE of the candidates (discovery prompts)")
+    stage("attribution", "Exact AIE of the candidates (discovery tasks)")
     exact = head_indirect_effects(
-        model, discovery, means, [[head] for head in candidate_heads], as_stage(progress, "Exact AIE")
+        model,
+        discovery,
+        discovery_means,
+        [[head] for head in candidate_heads],
+        as_stage(progress, "Exact AIE"),
     )  # [candidate, batch]
     exact_aie = ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # mean over tasks
-    order = exact_aie.argsort(descending=True).tolist()
-    fv_heads = [candidate_heads[i] for i in order[:top]]
-    vectors = function_vector(model, means, fv_heads)  # [task, d_model]
+    fv_heads = [candidate_heads[i] for i in exact_aie.argsort(descending=True).tolist()[:top]]
 
-    stage("exact AIE", "FV added at each layer (discovery zero-shot prompts)")
-    layer_accuracy = zero_shot_accuracy(model, discovery, [(layer, vectors) for layer in range(cfg.n_layers)])
-    layer_accuracy = layer_accuracy.mean(1)
+    # 3. layer, on the discovery tasks' queries
+    stage("exact AIE", "FV added at each layer (discovery tasks' zero-shot prompts)")
+    vectors = function_vector(model, discovery_means, fv_heads)  # [task, d_model]
+    layer_accuracy = zero_shot_accuracy(
+        model, queries["discovery"], [(layer, vectors) for layer in range(cfg.n_layers)]
+    ).mean(1)
     fv_layer = int(layer_accuracy.argmax())
 
-    stage("layer", "Held-out tests: AIE, function vectors")
-    fv_draws = random_same_layer_sets(model, fv_heads, n_random, seed)
-    heldout_effects = head_indirect_effects(
-        model, heldout, means, [[head] for head in fv_heads] + [fv_heads, *fv_draws]
-    )
-    aie_test = compare(
-        "FV heads: AIE on held-out prompts", "p(answer)", fv_heads, fv_draws, "+",
-        heldout_effects[top], heldout_effects[top + 1 :], seed,
-    )  # fmt: skip
-    random_vectors = [function_vector(model, means, draw) for draw in fv_draws]
-    additions = [(fv_layer, None), (fv_layer, vectors), *((fv_layer, vector) for vector in random_vectors)]
-    accuracy = zero_shot_accuracy(model, heldout, additions)  # [run, batch]: none, FV, random ...
-    vector_test = compare(
-        "Function vector: zero-shot accuracy (held-out pairs)", "accuracy", fv_heads, fv_draws, "+",
-        accuracy[1], accuracy[2:], seed,
+    # 4. effects on the discovery tasks' queries and on the held-out tasks'
+    stage("layer", "Effects on discovery and held-out tasks: AIE, function vectors, ablations")
+    classes = [
+        HeadClass(
+            name="FV heads", heads=fv_heads, draws=random_same_layer_sets(model, fv_heads, n_random, seed)
+        )
+    ]
+    if induction_heads:
+        draws = random_same_layer_sets(model, induction_heads, n_random, seed)
+        classes.append(HeadClass(name="induction heads", heads=list(induction_heads), draws=draws))
+    effects = {
+        group: _query_effects(model, queries[group], means[group], classes, fv_layer) for group in queries
+    }
+    chosen, tested = effects["discovery"], effects["heldout"]
+    fv = classes[0]
+    aie_test = _compare("FV heads: AIE", "p(answer)", fv, chosen.patched, tested.patched, seed)
+    vector_test = _compare(
+        "Function vector: zero-shot accuracy gained", "accuracy", fv,
+        chosen.zero_shot[1:] - chosen.zero_shot[0], tested.zero_shot[1:] - tested.zero_shot[0], seed,
     )  # fmt: skip
 
-    stage("held-out", "Ablations: few-shot accuracy and the ICL score")
-    induction_draws = (
-        random_same_layer_sets(model, induction_heads, n_random, seed) if induction_heads else []
-    )
-    classes = [("FV heads", fv_heads, fv_draws)]
-    if induction_heads:
-        classes.append(("induction heads", induction_heads, induction_draws))
-    head_sets = [heads for _, class_heads, draws in classes for heads in [class_heads, *draws]]
-    few_shot, ablated = few_shot_accuracy(model, heldout, head_sets)
+    # 5. the ICL score, on documents no choice saw
+    stage("effects", "Ablations: the ICL score")
     sequences = default_sequences(model, n_documents, seed)
+    head_sets = [heads for found in classes for heads in found.sets]
     _, clean_icl, ablated_icl = ablated_icl_scores(
         model, sequences.tokens, sequences.windows, head_sets, seed=seed
     )
-    ablations = []
-    for i, (name, class_heads, draws) in enumerate(classes):
-        at = i * (n_random + 1)
-        accuracy_change = ablated[at : at + n_random + 1] - few_shot
-        icl_change = ablated_icl[at : at + n_random + 1] - clean_icl
+    ablations, at = [], 0
+    for i, found in enumerate(classes):
+        context_drop = ablated_icl[at : at + len(found.sets)] - clean_icl  # -score: the context's benefit
+        at += len(found.sets)
         ablations += [
-            compare(f"{name} ablated: few-shot accuracy", "accuracy", class_heads, draws, "-",
-                    accuracy_change[0], accuracy_change[1:], seed),
-            compare(f"{name} ablated: ICL score", "nats", class_heads, draws, "+",
-                    icl_change[0], icl_change[1:], seed),
+            _compare(f"{found.name} ablated: few-shot accuracy", "accuracy", found,
+                     chosen.ablation_drops[i], tested.ablation_drops[i], seed),
+            _compare(f"{found.name} ablated: ICL score", "nats", found, None, context_drop, seed),
         ]  # fmt: skip
 
-    task_vectors = []
-    for index, name in enumerate(tasks):
-        rows = heldout.task_index == index
-        runs = accuracy[:, rows]
-        task_vectors.append(
-            TaskVector(
-                task=name,
-                description=ICL_TASKS[name].description,
-                n_pairs=len(pairs[name]),
-                few_shot=few_shot[rows].mean().item(),
-                zero_shot=runs[0].mean().item(),
-                zero_shot_ci=mean_ci(runs[0], seed),
-                with_fv=runs[1].mean().item(),
-                with_fv_ci=mean_ci(runs[1], seed),
-                with_random=runs[2:].mean().item(),
-                with_random_ci=mean_ci(runs[2:].mean(0), seed),
-            )
-        )
-    stage("ablations", "done")
+    n_pairs = {name: len(task_pairs) for name, task_pairs in pairs.items()}
+    task_vectors = [
+        *_task_vectors(split.discovery, "discovery", queries["discovery"], chosen, n_pairs, seed),
+        *_task_vectors(split.heldout, "held-out", queries["heldout"], tested, n_pairs, seed),
+    ]
+    stage("ICL score", "done")
     timings["total"] = time.perf_counter() - began
     fv_labels, induction_labels = head_labels(fv_heads), head_labels(induction_heads)
     return FunctionVectorResult(
         model_name=cfg.model_name,
         provenance=interp.provenance(model),
         tasks=tasks,
+        split=split,
         n_shots=n_shots,
         n_prompts=n_prompts,
         seed=seed,
@@ -216,7 +312,7 @@ def function_vector_report(
         candidates=head_labels(candidate_heads),
         candidates_aie=exact_aie.tolist(),
         fv_heads=fv_labels,
-        fv_heads_heldout_aie=heldout_effects[:top].mean(1).tolist(),
+        fv_heads_heldout_aie=tested.single_heads.mean(1).tolist(),
         induction_heads=induction_labels,
         induction_found_by=found_by,
         overlap=[label for label in fv_labels if label in induction_labels],

@@ -2,14 +2,16 @@
 
     write_fv_report(result, "html", "fv.html", Console())   # or "table", "json", "markdown"
 
-Every format opens with the finding: which ablation lowers few-shot accuracy and which the ICL
-score (each class against random heads of its layers), whether the FV heads' AIE and the function
-vector hold on held-out pairs, and the overlap of the two classes. The HTML page adds the [layer,
+Every format opens with what chose and what tested (discovery and held-out word-pair tasks), then the
+finding: which ablation lowers few-shot accuracy and which the ICL score (each class against random
+heads of its layers), whether the FV heads' AIE and the function vector hold on the held-out tasks
+(each beside its discovery figure), and the overlap of the two classes. The HTML page adds the [layer,
 head] map of AIEs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import html
 import json
@@ -20,6 +22,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from circuits.evidence import EFFECT_SIGN
 from circuits.icl.report import format_ci
 from circuits.icl.results import Comparison, FunctionVectorResult
 from circuits.output import write_output
@@ -27,17 +30,30 @@ from interp.viz import heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
-    "AIE: p(answer) on a prompt whose examples' answers are shuffled, with the head's output at the last "
-    "token set to its mean over clean few-shot prompts of the task, minus without (Todd et al. 2024); "
-    "attributed: its first-order estimate for every head, exact for the top candidates. FV heads: the top "
-    "heads by exact AIE on discovery pairs; the function vector sums their mean outputs "
-    "(z @ W_O) and is added to the residual stream at the last token of zero-shot prompts. Ablation: "
-    "each head's z set to its mean over every position. Every test runs on held-out pairs (the ICL score "
-    "on Brown corpus texts) against random heads from the same layers: [95% bootstrap CI over prompts or "
-    "texts]; confirmed when the CI of the difference lies on the expected side of 0. Held-out AIE and the "
-    "function vectors use the mean outputs of the discovery prompts."
+    "The word-pair tasks are the families: the discovery tasks choose the FV heads (AIE) and the layer the "
+    "vector is added at; every effect is reported on the held-out tasks, beside the same measure on the "
+    "discovery tasks. Each task's pairs are halved: few-shot prompts of one half give the heads' mean "
+    "outputs, prompts of the other are tested. AIE: p(answer) on a prompt whose examples' answers are "
+    "shuffled, with the head's output at the last token set to its mean over clean few-shot prompts of the "
+    "task, minus without (Todd et al. 2024); attributed: its first-order estimate for every head, exact for "
+    "the top candidates. The function vector sums the FV heads' mean outputs (z @ W_O) and is added to the "
+    "residual stream at the last token of zero-shot prompts. Ablation: each head's z set to its mean over "
+    "every position. Effects: "
+    + EFFECT_SIGN
+    + " (few-shot accuracy: clean - ablated; ICL score: ablated - clean nats, the context's benefit lost; "
+    "patches and vectors: with - without). Each class against random heads from the same layers, paired "
+    "by prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI]; confirmed when the CI of the "
+    "effect beyond random lies above 0 on the held-out tasks."
 )
-TASK_COLUMNS = ("task", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
+TASK_COLUMNS = ("task", "family", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
+COMPARISON_COLUMNS = (
+    "test",
+    "unit",
+    "held-out",
+    "beyond random (held-out)",
+    "verdict",
+    "discovery beyond random",
+)
 
 
 def _share(value: float, interval: tuple[float, float] | None = None) -> str:
@@ -45,12 +61,19 @@ def _share(value: float, interval: tuple[float, float] | None = None) -> str:
     return text if interval is None else f"{text} [{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
+def _beyond(found: Comparison, family: str) -> str:
+    """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
+    measured = getattr(found, family)
+    return "n/a" if measured is None else f"{measured.beyond:+.3f} {format_ci(measured.beyond_ci)}"
+
+
 def comparison_line(found: Comparison) -> str:
+    tested = found.heldout
     draws = ", ".join(f"{value:+.3f}" for value in found.random_values)
     return (
-        f"{found.name}: {found.value:+.3f} {found.unit} {format_ci(found.value_ci)}; random same-layer heads "
-        f"{draws}; beyond random {found.difference:+.3f} {format_ci(found.difference_ci)} "
-        f"(n={found.n}): {found.verdict}."
+        f"{found.name}: {tested.drop:+.3f} {found.unit} {format_ci(tested.drop_ci)} on held-out data; "
+        f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
+        f"{found.verdict}; on discovery tasks {_beyond(found, 'discovery')}: {found.note}."
     )
 
 
@@ -62,8 +85,12 @@ def _mean_aie(result: FunctionVectorResult, labels: list[str]) -> float:
 
 
 def summary_lines(result: FunctionVectorResult) -> list[str]:
-    """The finding, in order: the ablations, the held-out tests, the overlap."""
-    lines = []
+    """The finding, in order: what chose and what tested, the ablations, the held-out tests, the overlap."""
+    lines = [
+        f"Word-pair tasks {result.split.describe()}: the discovery tasks choose the FV heads and the "
+        f"layer {result.fv_layer} the vector is added at; every effect below is measured on the held-out "
+        "tasks."
+    ]
     by_name = {found.name: found for found in result.ablations}
     for name in ("FV heads", "induction heads"):
         accuracy = by_name.get(f"{name} ablated: few-shot accuracy")
@@ -71,11 +98,11 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
         if accuracy is None:
             continue
         lines.append(
-            f"Ablating the {len(accuracy.heads)} {name} changes few-shot accuracy by {accuracy.value:+.3f} "
-            f"(beyond random {accuracy.difference:+.3f} {format_ci(accuracy.difference_ci)}: "
-            f"{accuracy.verdict}) "
-            f"and the ICL score by {score.value:+.3f} nats (beyond random {score.difference:+.3f} "
-            f"{format_ci(score.difference_ci)}: {score.verdict})."
+            f"Ablating the {len(accuracy.heads)} {name} lowers few-shot accuracy on held-out tasks by "
+            f"{accuracy.heldout.drop:+.3f} (beyond random {_beyond(accuracy, 'heldout')}: "
+            f"{accuracy.verdict}; "
+            f"{accuracy.note}) and the context's benefit (the ICL score, ablated - clean) by "
+            f"{score.heldout.drop:+.3f} nats (beyond random {_beyond(score, 'heldout')}: {score.verdict})."
         )
     lines.append(comparison_line(result.aie_test))
     lines.append(comparison_line(result.vector_test) + f" Added at layer {result.fv_layer}.")
@@ -88,9 +115,8 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
         f"{_mean_aie(result, result.induction_heads):+.4f}, every head {every:+.4f}."
     )
     lines.append(
-        f"Tasks: {', '.join(result.tasks)}; {result.n_prompts} prompts of {result.n_shots} examples per task "
-        f"and half (discovery pairs find the heads, held-out pairs test them); ICL score on "
-        f"{result.n_documents} Brown corpus texts."
+        f"{result.n_prompts} prompts of {result.n_shots} examples per task and half of its pairs; ICL score "
+        f"on {result.n_documents} Brown corpus texts."
     )
     return lines
 
@@ -99,6 +125,7 @@ def _task_rows(result: FunctionVectorResult) -> list[tuple[str, ...]]:
     return [
         (
             task.task,
+            task.family,
             str(task.n_pairs),
             _share(task.few_shot),
             _share(task.zero_shot, task.zero_shot_ci),
@@ -107,6 +134,14 @@ def _task_rows(result: FunctionVectorResult) -> list[tuple[str, ...]]:
         )
         for task in result.task_vectors
     ]
+
+
+def _comparison_rows(result: FunctionVectorResult) -> list[tuple[str, ...]]:
+    return [
+        (found.name, found.unit, f"{found.heldout.drop:+.3f} {format_ci(found.heldout.drop_ci)}",
+         _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery"))
+        for found in [result.aie_test, result.vector_test, *result.ablations]
+    ]  # fmt: skip
 
 
 def _head_rows(result: FunctionVectorResult) -> list[tuple[str, str, str, str, str]]:
@@ -127,12 +162,18 @@ HEAD_COLUMNS = ("FV head", "attributed AIE", "AIE (discovery)", "AIE (held-out)"
 def render_table(result: FunctionVectorResult, console: Console) -> None:
     for line in summary_lines(result):
         console.print(line, markup=False, highlight=False)
-    tasks = Table(title="Zero-shot accuracy on held-out pairs [95% CI]", box=box.SIMPLE_HEAD)
+    tasks = Table(title="Zero-shot accuracy on each task's query pairs [95% CI]", box=box.SIMPLE_HEAD)
     for column in TASK_COLUMNS:
         tasks.add_column(column, justify="left" if column == "task" else "right", no_wrap=column == "task")
     for row in _task_rows(result):
         tasks.add_row(*row)
     console.print(tasks)
+    tests = Table(title="Tests against random same-layer heads", box=box.SIMPLE_HEAD)
+    for column in COMPARISON_COLUMNS:
+        tests.add_column(column, justify="left" if column in ("test", "unit", "verdict") else "right")
+    for row in _comparison_rows(result):
+        tests.add_row(*row)
+    console.print(tests)
     heads = Table(title="FV heads", box=box.SIMPLE_HEAD)
     for column in HEAD_COLUMNS:
         heads.add_column(column, justify="right" if column.startswith("AIE") else "left", no_wrap=True)
@@ -149,6 +190,9 @@ def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
         "model": result.model_name,
         "provenance": result.provenance,
         "tasks": result.tasks,
+        "discovery_tasks": list(result.split.discovery),
+        "heldout_tasks": list(result.split.heldout),
+        "effect_sign": EFFECT_SIGN,
         "n_shots": result.n_shots,
         "n_prompts": result.n_prompts,
         "fv_heads": [
@@ -164,10 +208,11 @@ def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
         "induction_heads": result.induction_heads,
         "overlap": result.overlap,
         "fv_layer": result.fv_layer,
-        "aie_test": vars(result.aie_test),
-        "vector_test": vars(result.vector_test),
-        "task_vectors": [vars(task) for task in result.task_vectors],
-        "ablations": [vars(found) for found in result.ablations],
+        "layer_accuracy_discovery": result.layer_accuracy,
+        "aie_test": dataclasses.asdict(result.aie_test),
+        "vector_test": dataclasses.asdict(result.vector_test),
+        "task_vectors": [dataclasses.asdict(task) for task in result.task_vectors],
+        "ablations": [dataclasses.asdict(found) for found in result.ablations],
         "n_documents": result.n_documents,
         "legend": LEGEND,
     }
@@ -181,7 +226,9 @@ def render_markdown(result: FunctionVectorResult) -> str:
     out = [f"# Function-vector heads of {result.model_name}", ""] + [
         f"- {line}" for line in summary_lines(result)
     ]
-    out += ["", "| " + " | ".join(TASK_COLUMNS) + " |", "|---|---:|---:|---:|---:|---:|"]
+    out += ["", "| " + " | ".join(COMPARISON_COLUMNS) + " |", "|---|---|---:|---:|---|---:|"]
+    out += ["| " + " | ".join(row) + " |" for row in _comparison_rows(result)]
+    out += ["", "| " + " | ".join(TASK_COLUMNS) + " |", "|---|---|---:|---:|---:|---:|---:|"]
     out += ["| " + " | ".join(row) + " |" for row in _task_rows(result)]
     out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---:|---:|---:|---|"]
     out += ["| " + " | ".join(row) + " |" for row in _head_rows(result)]
@@ -190,27 +237,21 @@ def render_markdown(result: FunctionVectorResult) -> str:
 
 
 def render_html(result: FunctionVectorResult) -> str:
-    comparisons = [result.aie_test, result.vector_test, *result.ablations]
-    rows = [
-        (found.name, found.unit, f"{found.value:+.3f} {format_ci(found.value_ci)}",
-         ", ".join(f"{value:+.3f}" for value in found.random_values),
-         f"{found.difference:+.3f} {format_ci(found.difference_ci)}", found.verdict)
-        for found in comparisons
-    ]  # fmt: skip
     n_layers, n_heads = result.aie_attributed.shape
     sections = [
         "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
         f"<p class='legend'>{html.escape(LEGEND)}</p>",
         "<h2>Tests against random same-layer heads</h2>"
-        + html_table(("test", "unit", "class", "random sets", "beyond random", "verdict"), rows),
-        "<h2>Zero-shot accuracy on held-out pairs</h2>" + html_table(TASK_COLUMNS, _task_rows(result)),
+        + html_table(COMPARISON_COLUMNS, _comparison_rows(result)),
+        "<h2>Zero-shot accuracy on each task's query pairs</h2>"
+        + html_table(TASK_COLUMNS, _task_rows(result)),
         "<h2>FV heads</h2>" + html_table(HEAD_COLUMNS, _head_rows(result)),
         "<h2>Every head</h2>"
         + heatmap_html(
             result.aie_attributed,
             [str(i) for i in range(n_layers)],
             [str(i) for i in range(n_heads)],
-            "Attributed average indirect effect (p(answer), discovery prompts, mean over tasks)",
+            "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
             signed=True,
             value_format="{:+.4f}",
             caption="positive: the head's mean output restores the task on shuffled-label prompts",

@@ -29,8 +29,9 @@ from interp.viz import heatmap_html, html_page
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
-    "Change = ICL score with the head(s) ablated - without (nats); positive: without them the model "
-    "uses its context less. Attributed: a first-order estimate on the discovery documents; exact: the "
+    "Change = ICL score with the head(s) ablated - without (nats): the drop of the context's benefit "
+    "(-score), as circuits.evidence signs every effect; positive: without them the model uses its context "
+    "less. Attributed: a first-order estimate on the discovery documents; exact: the "
     "ablated run on the held-out documents, which no head was chosen on; [95% bootstrap CI over documents]. "
     "A class is confirmed when its change exceeds that of random heads from the same layers (CI of the "
     "difference above 0); a head when its exact change is above 0."
@@ -48,21 +49,40 @@ def format_ci(interval: tuple[float, float]) -> str:
     return f"[{format_signed(interval[0])}, {format_signed(interval[1])}]"
 
 
+def headline_verdict(result: ICLResult) -> str:
+    """Whether the held-out ICL score establishes that the model uses its context (its CI below 0),
+    and if not, how many documents would."""
+    tested = result.heldout
+    low, high = tested.ci
+    if high < 0:
+        return f"established: its 95% CI over the {tested.n_documents} held-out documents lies below 0"
+    if tested.score >= 0:
+        return f"not established: no sign on these {tested.n_documents} held-out documents that it does"
+    needed = math.ceil(1.5 * tested.n_documents * ((high - low) / 2 / -tested.score) ** 2)
+    return (
+        f"not established at {tested.n_documents} held-out documents (the CI reaches 0); about {needed} "
+        f"would settle it: pass --n-documents {result.discovery.n_documents + needed} (n_documents)"
+    )
+
+
 def summary_lines(result: ICLResult) -> list[str]:
-    """The finding, in order: the score, each class against random heads, the documents."""
-    s = result.score
+    """The finding, in order: the held-out score, each class against random heads, the documents."""
+    tested, every = result.heldout, result.score
     lines = [
-        f"ICL score of {result.model_name}: {s.score:+.3f} nats {format_ci(s.ci)} (loss at "
-        f"{result.windows.describe()}: {s.late_loss:.3f} - {s.early_loss:.3f}; negative: later tokens "
-        f"are predicted better, from their context)."
+        f"ICL score of {result.model_name} on {tested.n_documents} held-out documents: {tested.score:+.3f} "
+        f"nats {format_ci(tested.ci)} (loss at {result.windows.describe()}: {tested.late_loss:.3f} - "
+        f"{tested.early_loss:.3f}; negative: later tokens are predicted better, from their context); "
+        f"that the model uses its context is {headline_verdict(result)}."
     ]
+    n_ablated = tested.n_documents if result.n_ablated is None else result.n_ablated
     for found in result.classes:
         draws = ", ".join(f"{change:+.3f}" for change in found.random_changes)
         distinct = len({tuple(heads) for heads in found.random_sets})
         kind = "random same-layer sets" if found.random_same_layers else "random sets (from other layers too)"
         lines.append(
             f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
-            f"the held-out ICL score by {found.change:+.3f} {format_ci(found.change_ci)}; {kind} "
+            f"the ICL score of {n_ablated} held-out documents by {found.change:+.3f} "
+            f"{format_ci(found.change_ci)}; {kind} "
             f"({draws}; {distinct} distinct); beyond random {found.difference:+.3f} "
             f"{format_ci(found.difference_ci)}: {found.verdict}."
         )
@@ -76,10 +96,10 @@ def summary_lines(result: ICLResult) -> list[str]:
         f"held-out documents ({', '.join(confirmed) or 'none'})."
     )
     lines.append(
-        f"Documents: {result.score.n_documents} from {result.source}; discovery "
-        f"{result.discovery.n_documents} (ICL score {result.discovery.score:+.3f}), held-out "
-        f"{result.heldout.n_documents} ({result.heldout.score:+.3f}); {result.ablation} ablation of each "
-        f"head's z."
+        f"Documents: {every.n_documents} from {result.source} (every one: {every.score:+.3f} "
+        f"{format_ci(every.ci)}); {result.discovery.n_documents} discovery documents rank the heads (ICL "
+        f"score {result.discovery.score:+.3f}), {tested.n_documents} held-out documents test them: each "
+        f"scored, the first {n_ablated} ablated ({result.ablation} ablation of each head's z)."
     )
     return lines
 
@@ -153,7 +173,12 @@ def to_dict(result: ICLResult) -> dict[str, Any]:
         "ablation": result.ablation,
         "icl_score": score(result.score),
         "discovery": score(result.discovery) | {"documents": result.discovery_names},
-        "heldout": score(result.heldout) | {"documents": result.heldout_names},
+        "heldout": score(result.heldout)
+        | {
+            "documents": result.heldout_names,
+            "n_ablated": result.n_ablated,
+            "headline": headline_verdict(result),
+        },
         "classes": [vars(found) for found in result.classes],
         "heads": [vars(head) for head in result.heads],
         "loss_by_token": dict(loss_bins(result)),

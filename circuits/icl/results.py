@@ -1,5 +1,8 @@
-"""What `icl_report` finds, as data: the ICL score, each head's contribution, classes against random
-heads, and the score across a training run's checkpoints. Changes are ablated - clean, in nats."""
+"""What `icl_report` and `function_vector_report` find, as data: the ICL score, each head's contribution,
+classes against random heads, the score across a training run's checkpoints, and function-vector heads.
+
+Signs follow `circuits.evidence.EFFECT_SIGN` (positive: the heads help). A change of the ICL score is
+ablated - clean, in nats: the drop of the context's benefit (-score) when the heads are ablated."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import pandas as pd
 from jaxtyping import Float
 from torch import Tensor
 
+from circuits.evidence import BeyondRandom, FamilySplit
 from circuits.icl.score import ICLScore
 from circuits.icl.sequences import Windows
 
@@ -65,9 +69,10 @@ class TrainingCurve:
 
 @dataclass(kw_only=True)
 class ICLResult:
-    """`icl_report`'s result. Documents are split in two: the discovery half ranks every head by
-    attribution; every claim (each top head's exact change, each class against random heads) is
-    tested on the held-out half, which the ranking never saw."""
+    """`icl_report`'s result. Documents are the families: the discovery documents rank every head by
+    attribution; every claim is tested on held-out documents, which the ranking never saw: the ICL
+    score on every one of them (`heldout`: the headline), each top head's exact change and each class
+    against random heads on the first `n_ablated` of them."""
 
     model_name: str
     provenance: str
@@ -80,6 +85,7 @@ class ICLResult:
     heldout: ICLScore
     discovery_names: list[str]
     heldout_names: list[str]
+    n_ablated: int | None = None  # held-out documents the ablations ran on (None: every one; older files)
     loss_curve: Float[Tensor, " pos_minus_1"]  # mean loss of token t at [t - 1], every document
     loss_curve_se: Float[Tensor, " pos_minus_1"]  # its standard error over documents
     attributions: Float[Tensor, "layer head"]  # mean attributed change over the discovery documents
@@ -91,36 +97,40 @@ class ICLResult:
 
 @dataclass(kw_only=True)
 class Comparison:
-    """A class of heads against random same-layer sets of as many heads (`random_sets`) on held-out
-    prompts or documents: `value` the class's mean effect with a 95% bootstrap CI over them,
-    `random_values` each random set's mean, `difference` the class's effect minus the random sets'
-    mean, per prompt, with its CI. `expected` is the sign of an effect the claim needs ("+" or "-");
-    "confirmed" when the difference's CI lies wholly on that side of 0, else "unconfirmed"."""
+    """A class of heads against random same-layer sets of as many heads (`random_sets`), measured on the
+    discovery families that chose the heads and, apart, on held-out families (word-pair tasks, or
+    documents) that did not. Effects follow `circuits.evidence.EFFECT_SIGN`: positive, the heads help
+    (an ablation's drop = clean - ablated; a patch's or a vector's gain = with - without).
+    `heldout` and `discovery` are `circuits.evidence.BeyondRandom` (discovery None where the families
+    played no part in the choice); `note` is `held_out_note`'s verdict on how the effect travels."""
 
-    name: str  # "FV heads: AIE on held-out prompts"
+    name: str  # "FV heads: AIE"
     unit: str  # "p(answer)", "accuracy", "nats"
     heads: list[str]
     random_sets: list[list[str]]
-    expected: str  # "+" or "-"
-    value: float
-    value_ci: tuple[float, float]
-    random_values: list[float]
-    difference: float
-    difference_ci: tuple[float, float]
-    n: int  # prompts or documents
-    verdict: str
+    random_values: list[float]  # each random set's mean effect on the held-out families
+    discovery: BeyondRandom | None
+    heldout: BeyondRandom
+    note: str
+
+    @property
+    def verdict(self) -> str:
+        """The held-out verdict: "confirmed" when the effect beyond random has a CI above 0."""
+        return self.heldout.verdict
 
 
 @dataclass(kw_only=True)
 class TaskVector:
-    """One task's function vector tested on zero-shot prompts of held-out pairs: top-1 accuracy
+    """One task's function vector tested on zero-shot prompts of its query pairs: top-1 accuracy
     without it, with it, and with the summed mean outputs of random same-layer heads instead
     (the mean over the random sets), each with a 95% bootstrap CI over prompts; and few-shot
-    accuracy on held-out prompts, for scale."""
+    accuracy on the same queries, for scale. `family`: "discovery" (the task chose the heads and the
+    layer) or "held-out"."""
 
     task: str
     description: str
-    n_pairs: int  # single-token pairs (discovery + held-out)
+    family: str
+    n_pairs: int  # single-token pairs (demonstration + query halves)
     few_shot: float
     zero_shot: float
     zero_shot_ci: tuple[float, float]
@@ -132,31 +142,34 @@ class TaskVector:
 
 @dataclass(kw_only=True)
 class FunctionVectorResult:
-    """`function_vector_report`'s result. The pairs of each task are split in two: discovery pairs
-    rank every head by attributed AIE, then the candidates by exact AIE, give the mean outputs the
-    function vectors sum and choose the layer they are added at; every claim is tested on prompts of
-    the held-out pairs (and, for the ICL score, on Brown corpus documents)."""
+    """`function_vector_report`'s result. The word-pair tasks are the families: the discovery tasks
+    (`split.discovery`) rank every head by attributed AIE, then the candidates by exact AIE, and choose
+    the layer the vector is added at; every reported effect is measured on the held-out tasks
+    (`split.heldout`), beside the same measure on the discovery tasks. Each task's pairs are halved:
+    few-shot prompts of the demonstration half give the heads' mean outputs (and, on discovery tasks,
+    the AIE), prompts of the query half are tested; the ICL score is measured on Brown corpus texts."""
 
     model_name: str
     provenance: str
     tasks: list[str]
+    split: FamilySplit  # which tasks chose (discovery) and which tested (held-out)
     n_shots: int
     n_prompts: int  # per task and half
     seed: int
     aie_attributed: Float[Tensor, "layer head"]  # every head's AIE to first order (discovery, p(answer))
-    aie_per_task: Float[Tensor, "task layer head"]  # the same per task
+    aie_per_task: Float[Tensor, "task layer head"]  # the same per discovery task
     candidates: list[str]  # the top heads by attributed AIE
-    candidates_aie: list[float]  # their exact AIE (discovery prompts, mean over tasks)
+    candidates_aie: list[float]  # their exact AIE (discovery tasks, mean over tasks)
     fv_heads: list[str]  # top candidates by exact AIE, strongest first
-    fv_heads_heldout_aie: list[float]  # each alone, on held-out prompts
+    fv_heads_heldout_aie: list[float]  # each alone, on the held-out tasks' queries
     induction_heads: list[str]
     induction_found_by: str
     overlap: list[str]  # heads in both classes
-    fv_layer: int  # where the vector is added (best on discovery zero-shot prompts)
-    layer_accuracy: list[float]  # discovery zero-shot accuracy with the FV added at each layer
-    aie_test: Comparison  # FV heads patched together on held-out corrupted prompts vs random heads
-    vector_test: Comparison  # FV vs random heads' vector, zero-shot accuracy, every task pooled
-    task_vectors: list[TaskVector]
+    fv_layer: int  # where the vector is added: the best layer on the discovery tasks' queries
+    layer_accuracy: list[float]  # discovery tasks' zero-shot accuracy with the FV added at each layer
+    aie_test: Comparison  # FV heads patched together into shuffled-label prompts
+    vector_test: Comparison  # zero-shot accuracy gained with the FV, against random heads' vectors
+    task_vectors: list[TaskVector]  # discovery tasks, then held-out tasks
     ablations: list[Comparison]  # {FV, induction} heads x {few-shot accuracy, ICL score}
     n_documents: int
     timings: dict[str, float] = field(default_factory=dict)

@@ -13,9 +13,15 @@ and its corrupted twin has the same pairs with the answers shuffled among them (
 answer unchanged), so the prompt shows the format but not the task. A zero-shot prompt is the query
 alone ("Q: fast\\nA:").
 
+Each task is a family: an analysis chooses its heads and settings on some tasks and tests them on the
+others (`circuits.evidence.split_families`), so there are eleven: antonym, country_capital,
+present_past, singular_plural, capitalise, comparative, adverb, country_language,
+first_letter, next_item and male_female.
+
 Source and licence: the pairs below were written out for interp from common knowledge (English
-antonyms, world capitals, English verb and noun inflection) and are distributed under interp's own
-licence; no third-party word list was copied.
+antonyms, comparatives, adverbs and inflection, world capitals and languages, letters, numbers,
+weekdays and months) and are distributed under interp's own licence; no third-party word
+list was copied.
 """
 
 from __future__ import annotations
@@ -105,6 +111,92 @@ ICL_TASKS: dict[str, WordPairTask] = {
                 "teacher teachers, game games, song songs, river rivers, animal animals, girl girls, "
                 "boy boys, apple apples, idea ideas, road roads, window windows, phone phones, "
                 "family families"
+            ),
+        ),
+        WordPairTask(
+            name="capitalise",
+            description="a word -> the same word capitalised",
+            pairs=_pairs(
+                "cat Cat, dog Dog, red Red, blue Blue, house House, water Water, book Book, tree Tree, "
+                "city City, music Music, river River, light Light, world World, time Time, school School, "
+                "table Table, friend Friend, garden Garden, money Money, story Story, paper Paper, "
+                "summer Summer, winter Winter, morning Morning, family Family, market Market, "
+                "church Church, island Island, mountain Mountain, forest Forest"
+            ),
+        ),
+        WordPairTask(
+            name="comparative",
+            description="an adjective -> its comparative",
+            pairs=_pairs(
+                "big bigger, small smaller, fast faster, slow slower, tall taller, short shorter, "
+                "old older, young younger, long longer, strong stronger, weak weaker, rich richer, "
+                "poor poorer, hard harder, soft softer, hot hotter, cold colder, warm warmer, cool cooler, "
+                "high higher, low lower, deep deeper, wide wider, thin thinner, thick thicker, good better, "
+                "bad worse, easy easier, happy happier, early earlier, late later, great greater, "
+                "large larger, clean cleaner, dark darker, bright brighter, loud louder, quiet quieter, "
+                "cheap cheaper, safe safer, close closer, near nearer, far farther, heavy heavier, "
+                "light lighter, new newer, sweet sweeter, smart smarter"
+            ),
+        ),
+        WordPairTask(
+            name="adverb",
+            description="an adjective -> its adverb",
+            pairs=_pairs(
+                "quick quickly, slow slowly, happy happily, sad sadly, easy easily, careful carefully, "
+                "loud loudly, quiet quietly, clear clearly, rapid rapidly, sudden suddenly, real really, "
+                "final finally, usual usually, actual actually, bad badly, nice nicely, soft softly, "
+                "kind kindly, brave bravely, proud proudly, calm calmly, strong strongly, exact exactly, "
+                "free freely, open openly, rare rarely, warm warmly, wide widely, full fully"
+            ),
+        ),
+        WordPairTask(
+            name="country_language",
+            description="a country -> its language",
+            pairs=_pairs(
+                "France French, Germany German, Spain Spanish, Italy Italian, Japan Japanese, "
+                "China Chinese, Russia Russian, Greece Greek, Portugal Portuguese, Poland Polish, "
+                "Netherlands Dutch, Sweden Swedish, Norway Norwegian, Denmark Danish, Finland Finnish, "
+                "Turkey Turkish, Hungary Hungarian, Korea Korean, Vietnam Vietnamese, Thailand Thai, "
+                "Iran Persian, Israel Hebrew, Egypt Arabic, Ukraine Ukrainian, "
+                "Romania Romanian, Czechia Czech, England English, "
+                "India Hindi, Indonesia Indonesian, Pakistan Urdu, Kenya Swahili, Ireland Irish, "
+                "Wales Welsh, Iceland Icelandic, Croatia Croatian, Serbia Serbian, Bulgaria Bulgarian"
+            ),
+        ),
+        WordPairTask(
+            name="first_letter",
+            description="a word -> its first letter",
+            pairs=_pairs(
+                "apple a, banana b, cat c, dog d, egg e, fish f, goat g, house h, ice i, juice j, kite k, "
+                "lion l, moon m, nest n, orange o, pen p, queen q, river r, sun s, tree t, umbrella u, "
+                "violin v, water w, yellow y, zebra z"
+            ),
+        ),
+        WordPairTask(
+            name="next_item",
+            description="a number, ordinal, weekday or month -> the next one",
+            pairs=_pairs(
+                "one two, two three, three four, four five, five six, six seven, seven eight, eight nine, "
+                "nine ten, ten eleven, eleven twelve, twelve thirteen, thirteen fourteen, "
+                "fourteen fifteen, fifteen sixteen, sixteen seventeen, seventeen eighteen, "
+                "eighteen nineteen, nineteen twenty, first second, second third, third fourth, "
+                "fourth fifth, fifth sixth, sixth seventh, seventh eighth, eighth ninth, ninth tenth, "
+                "Monday Tuesday, Tuesday Wednesday, Wednesday Thursday, Thursday Friday, "
+                "Friday Saturday, Saturday Sunday, Sunday Monday, January February, February March, "
+                "March April, April May, May June, June July, July August, August September, "
+                "September October, October November, November December, December January"
+            ),
+        ),
+        WordPairTask(
+            name="male_female",
+            description="a male noun or pronoun -> its female counterpart",
+            pairs=_pairs(
+                "king queen, man woman, boy girl, father mother, son daughter, brother sister, "
+                "uncle aunt, husband wife, actor actress, prince princess, grandfather grandmother, "
+                "he she, him her, lord lady, male female, "
+                "waiter waitress, hero heroine, god goddess, bull cow, rooster hen, groom bride, "
+                "monk nun, dad mom, men women, boys girls, kings queens, sons daughters, "
+                "brothers sisters, fathers mothers"
             ),
         ),
     ]
