@@ -696,6 +696,7 @@ def icl(
         plot_icl_over_training,
     )
     from circuits.icl.heads import INDUCTION_HEADS_STAGE
+    from circuits.icl.pipeline import SCORING_STAGE
     from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
     from interp.training import CHECKPOINTS
     from interp.types import as_stage
@@ -718,7 +719,8 @@ def icl(
     run = Path(model) if (Path(model) / CHECKPOINTS).is_dir() else None
     loaded = load(model)
     stages = [INDUCTION_HEADS_STAGE] if heads is None else []
-    stages += [ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE] + ([CHECKPOINTS_STAGE] if run is not None else [])
+    stages += [ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE, SCORING_STAGE]
+    stages += [CHECKPOINTS_STAGE] if run is not None else []
     try:
         defaults = default_windows(loaded)
         windows = Windows(

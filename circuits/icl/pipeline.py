@@ -65,11 +65,14 @@ def document_losses(
     chunks, losses = tokens.split(batch_size), []
     for done, chunk in enumerate(chunks):
         if progress is not None:
-            progress("Scoring held-out documents", done, len(chunks))
+            progress(SCORING_STAGE, done, len(chunks))
         losses.append(token_losses(model, model(chunk, stop_at_layer=model.cfg.n_layers), chunk).cpu())
     if progress is not None:
-        progress("Scoring held-out documents", len(chunks), len(chunks))
+        progress(SCORING_STAGE, len(chunks), len(chunks))
     return torch.cat(losses).float()
+
+
+SCORING_STAGE = "Scoring held-out documents"  # every held-out document scored: the headline
 
 
 def _class_effect(
