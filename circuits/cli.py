@@ -794,7 +794,7 @@ def retrieval(
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     n_prompts: int = typer.Option(24, min=2, help="Discovery prompts (4 facts each) that find the heads."),
     n_heldout: int = typer.Option(
-        24, min=2, help="Held-out prompts per fact count (2, 3, 6, 8) that test them."
+        24, min=2, help="Held-out prompts per fact count (2, 3, 6, 8) and template that test them."
     ),
     n_exact: int = typer.Option(12, min=0, help="Senders path-patched exactly per step (EAP ranks them)."),
     n_random: int = typer.Option(4, min=1, help="Random same-layer head sets to compare each class with."),
@@ -812,8 +812,9 @@ def retrieval(
     """Retrieval from context: the heads that answer "The pet of John is" from facts stated before it.
 
     Heads are found on discovery prompts by path patching (EAP-ranked) and classed by where the last
-    token attends; each class is tested against random heads on held-out relations, names and fact
-    counts, with the overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
+    token attends; each class's drop (clean - ablated) beyond random heads is measured on held-out
+    relations, names, fact counts and templates (beside the discovery prompts' figure), with the
+    overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
     from circuits.icl.heads import INDUCTION_HEADS_STAGE
     from circuits.retrieval import find_retrieval_circuit
