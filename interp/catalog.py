@@ -82,11 +82,11 @@ class ExpectedTime:
 _EPYC = "a 2-core AMD EPYC"
 _XEON_SHARED = "a 2-core Intel Xeon shared with other jobs (an upper bound)"
 EXPECTED_TIMES = {
-    "heads": (ExpectedTime(65, "interp heads", _EPYC, "issue 42"),),
-    "ioi": (ExpectedTime(77, "interp ioi", _EPYC, "issue 42"),),
+    "heads": (ExpectedTime(65, "interp heads", _EPYC, "idle, 2026-11"),),
+    "ioi": (ExpectedTime(77, "interp ioi", _EPYC, "idle, 2026-11"),),
     "circuit": (
-        ExpectedTime(261, "interp circuit --task ioi --edges 300", _EPYC, "issue 42"),
-        ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "issue 42"),
+        ExpectedTime(261, "interp circuit --task ioi --edges 300", _EPYC, "idle, 2026-11"),
+        ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "idle, 2026-11"),
     ),
     "icl": (ExpectedTime(129, "interp icl", "a 2-core Intel Xeon", "docs/guide/icl.md"),),
     "retrieval": (ExpectedTime(480, "interp retrieval", _XEON_SHARED, "docs/guide/retrieval.md"),),
@@ -109,5 +109,5 @@ README's command list print: `expected_time_text`)."""
 
 
 def expected_time_text(command: str) -> str:
-    """ "Expected time: about 65 s for `interp heads` on a 2-core AMD EPYC (issue 42)." """
+    """ "Expected time: about 65 s for `interp heads` on a 2-core AMD EPYC (idle, 2026-11)." """
     return "Expected time: " + "; ".join(time.text() for time in EXPECTED_TIMES[command]) + "."
