@@ -130,7 +130,8 @@ def last_real_positions(
 
 PADDING = "_interp_attention_mask"
 """The attribute of token ids from `to_tokens` that records their attention mask (1: real token),
-so that the forward pass, patching and metrics mask their padding, on either side, untold."""
+so that the forward pass masks their left padding and metrics read each prompt's last real token,
+untold."""
 
 
 def record_padding(tokens: Int[Tensor, "batch pos"], mask: Int[Tensor, "batch pos"]) -> Tensor:
@@ -248,9 +249,10 @@ class TokenMethods:
         `prepend_bos=None` uses `cfg.default_prepend_bos`: what the model saw in training
         (GPT-2 and Pythia: <|endoftext|> first, as TransformerLens; Llama: <s>; SmolLM2 and Qwen: none)
         for `interp.load_model`; TransformerLens's (BOS first but for Qwen 2/3) for `from_pretrained`.
-        The ids carry their attention mask (`record_padding`), so the forward pass, patching and
-        metrics mask their padding on either side; a tensor made from them (a slice, `.clone()`)
-        does not, and needs `attention_mask=` (from `to_tokens_and_mask`) where it is padded.
+        The ids carry their attention mask (`record_padding`): the forward pass (patching too) masks
+        their left padding and metrics read each prompt's last real token, whatever the model's
+        padding side; a tensor made from them (a slice, `.clone()`) does not, and needs
+        `attention_mask=` (from `to_tokens_and_mask`) where it is padded on the left.
         """
         tokens = self.to_tokens_and_mask(text, prepend_bos, padding_side, move_to_device, truncate)[0]
         return tokens
@@ -264,7 +266,7 @@ class TokenMethods:
         truncate: bool = True,
     ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
         """`to_tokens` and the attention mask of its padding (1: real token), which the tokens also
-        carry (`record_padding`): the forward pass, patching and metrics read it from them."""
+        carry (`record_padding`): the forward pass and metrics read it from them."""
         checks.check_texts(text)
         side = self.default_padding_side if padding_side is None else padding_side
         tokenizer = self._require_tokenizer()

@@ -723,9 +723,14 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             mask = lengths_mask if attention_mask is None else attention_mask
         else:
             tokens = self.input_tokens(input, prepend_bos)
-            mask = recorded_padding(tokens) if attention_mask is None else attention_mask
+            recorded = recorded_padding(tokens)
+            mask = attention_mask
             side = self.default_padding_side if padding_side is None else padding_side
-            if mask is None and self.tokenizer is not None:
+            if mask is None and recorded is not None:  # ids from to_tokens: their padding is known
+                # left padding masked; right padding runs unmasked, as TransformerLens's (no real token
+                # attends to it; metrics read each prompt's last real token from the record)
+                mask = recorded if bool(recorded[:, 0].eq(0).any()) else None
+            elif mask is None and self.tokenizer is not None:
                 bos = self.cfg.bos_token_id
                 bos = self.tokenizer.bos_token_id if bos is None else bos
                 prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
