@@ -80,29 +80,21 @@ class ExpectedTime:
 
 
 _EPYC = "a 2-core AMD EPYC"
+_XEON = "a 2-core Intel Xeon"
 _XEON_SHARED = "a 2-core Intel Xeon shared with other jobs (an upper bound)"
 EXPECTED_TIMES = {
-    "heads": (ExpectedTime(65, "interp heads", _EPYC, "idle, 2026-11"),),
-    "ioi": (ExpectedTime(77, "interp ioi", _EPYC, "idle, 2026-11"),),
+    "heads": (ExpectedTime(66, "interp heads", _XEON, "idle, 2026-11-27"),),
+    "ioi": (ExpectedTime(76, "interp ioi", _XEON, "idle, 2026-11-27, benchmarks/ioi.py"),),
     "circuit": (
-        ExpectedTime(261, "interp circuit --task ioi --edges 300", _EPYC, "idle, 2026-11"),
+        ExpectedTime(299, "interp circuit --task ioi --edges 300", _XEON, "idle, 2026-11-27"),
         ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "idle, 2026-11"),
     ),
-    "icl": (ExpectedTime(129, "interp icl", "a 2-core Intel Xeon", "docs/guide/icl.md"),),
+    "icl": (
+        ExpectedTime(113, "interp icl", _XEON, "idle, 2026-11-27, the head report cached by interp heads"),
+    ),
     "retrieval": (ExpectedTime(480, "interp retrieval", _XEON_SHARED, "docs/guide/retrieval.md"),),
-    "hop": (
-        ExpectedTime(
-            35, "interp hop --model toy-hop", "a 2-core x86 CPU shared with 5 other jobs", "an upper bound"
-        ),
-    ),
-    "train": (
-        ExpectedTime(
-            514,
-            "interp train --task hop --hops 2 --layers 3",
-            _XEON_SHARED,
-            "docs/results/data/hop-sweep.json",
-        ),
-    ),
+    "hop": (ExpectedTime(8, "interp hop --model toy-hop", _XEON, "idle, 2026-11-27"),),
+    "train": (ExpectedTime(65, "interp train --task hop", _XEON, "idle, 2026-11-27: 2 hops, 3 layers"),),
 }
 """Each long command's measured time with its defaults (the one record that its --help and the
 README's command list print: `expected_time_text`)."""
