@@ -150,11 +150,13 @@ def split_families(
     )
 
 
-def held_out_note(discovery: float, heldout: float, heldout_ci: tuple[float, float]) -> str:
-    """How an effect measured on discovery families fares on held-out ones, in words."""
+def held_out_note(
+    discovery: float, heldout: float, heldout_ci: tuple[float, float], unit: str = "families"
+) -> str:
+    """How an effect measured on discovery `unit` (families, or prompts) fares on held-out ones, in words."""
     if heldout_ci[0] <= 0:
         low, high = heldout_ci
-        return f"does not hold on held-out families ({heldout:+.3g}, CI [{low:+.3g}, {high:+.3g}])"
+        return f"does not hold on held-out {unit} ({heldout:+.3g}, CI [{low:+.3g}, {high:+.3g}])"
     if discovery > 0 and heldout < 0.67 * discovery:
-        return f"shrinks on held-out families: {heldout:+.3g} against {discovery:+.3g} on discovery"
-    return f"holds on held-out families ({heldout:+.3g} against {discovery:+.3g} on discovery)"
+        return f"shrinks on held-out {unit}: {heldout:+.3g} against {discovery:+.3g} on discovery"
+    return f"holds on held-out {unit} ({heldout:+.3g} against {discovery:+.3g} on discovery)"

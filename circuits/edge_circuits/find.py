@@ -113,6 +113,7 @@ class EdgeCircuitResult:
             float(self.discovery_faithfulness.faithfulness[0]),
             float(self.faithfulness.faithfulness[0]),
             (float(low[0]), float(high[0])),
+            "families" if self.heldout_task is not None and self.heldout_task.families else "prompts",
         )
 
     @property

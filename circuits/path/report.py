@@ -15,7 +15,8 @@ def headline(result: PathResult) -> list[str]:
     confirmed = [c for c in result.classes if c.verdict == "confirmed"]
     low, high = result.faithfulness_ci
     parts = [
-        f"{len(confirmed)} of {len(result.classes)} head classes confirmed on held-out families"
+        f"{len(confirmed)} of {len(result.classes)} head classes confirmed on held-out "
+        + ("families" if result.by_family else "prompts")
         + (f" ({', '.join(c.name + ': ' + ' '.join(c.heads) for c in confirmed)})" if confirmed else ""),
         f"the {sum(len(c.heads) for c in result.classes)} heads alone keep faithfulness "
         f"{result.faithfulness:.2f} [{low:.2f}, {high:.2f}] on {result.n_heldout} held-out prompts",
@@ -28,10 +29,19 @@ def path_sections(result: PathResult) -> list[Section]:
     chose = Section(
         title="What chose and what tested",
         lines=[
-            f"chosen on {result.n_discovery} prompts of {len(result.chose)} families: "
-            + ", ".join(result.chose),
-            f"tested on {result.n_heldout} prompts of {len(result.tested)} other families: "
-            + ", ".join(result.tested),
+            *(
+                [
+                    f"chosen on {result.n_discovery} prompts of {len(result.chose)} families: "
+                    + ", ".join(result.chose),
+                    f"tested on {result.n_heldout} prompts of {len(result.tested)} other families: "
+                    + ", ".join(result.tested),
+                ]
+                if result.by_family
+                else [
+                    f"chosen on {result.n_discovery} prompts, tested on {result.n_heldout} others (no family "
+                    "column: prompts are held out, not families)"
+                ]
+            ),
             f"ablation: {settings.ablation} (heads' outputs from the corrupted prompts"
             + (")" if settings.ablation == "counterfactual" else ", averaged per position)"),
             f"effects: {result.sign_rule}; 'beyond random' subtracts {settings.n_random} random same-layer "
@@ -41,7 +51,7 @@ def path_sections(result: PathResult) -> list[Section]:
     )
     names = sorted({name for c in result.classes for name in c.attention})
     classes = Section(
-        title="Head classes (held-out families)",
+        title="Head classes (held out)",
         lines=[f"{c.name}: {c.verdict}; {c.note}" for c in result.classes] or ["no head was kept"],
         table=Table(
             columns=[

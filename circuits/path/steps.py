@@ -108,6 +108,7 @@ class PathResult:
     settings: PathSettings
     chose: tuple[str, ...]
     tested: tuple[str, ...]
+    by_family: bool  # False: the task had no families, so prompts (not families) were held out
     n_discovery: int
     n_heldout: int
     all_heads_drop: float  # the mean drop with every head ablated, on the held-out prompts
@@ -208,7 +209,8 @@ def classify(
 
 def _strata(difference: Tensor, task: PairTask, sign: int, seed: int) -> list[Stratum]:
     out = []
-    for kind, labels in (("stratum", task.strata), ("family", task.families)):
+    kinds = [("stratum", task.strata)] + ([("family", task.families)] if task.has_families else [])
+    for kind, labels in kinds:
         if len(set(labels)) < 2:
             continue
         for name in dict.fromkeys(labels):
@@ -254,15 +256,17 @@ def validate(
         return out
 
     found, held = beyond(discovery), beyond(heldout)
+    unit = "families" if heldout.has_families else "prompts"
     checks = []
     for name, heads in classes.items():
         sign = -1 if name.endswith("(negative)") else 1
         (chosen, _), (tested, difference) = found[name], held[name]
         strata = _strata(difference, heldout, sign, settings.seed)
         if sign > 0:
-            note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci)
+            note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit)
         else:  # a negative class: the same words about the size of its (negative) effect
-            note = held_out_note(-chosen.beyond, -tested.beyond, (-tested.beyond_ci[1], -tested.beyond_ci[0]))
+            flipped = (-tested.beyond_ci[1], -tested.beyond_ci[0])
+            note = held_out_note(-chosen.beyond, -tested.beyond, flipped, unit)
         checks.append(ClassCheck(
             name=name, heads=head_labels(heads), sign=sign, attention={}, discovery=chosen, heldout=tested,
             strata=strata, verdict=_verdict(tested, sign, strata), note=note,
@@ -325,7 +329,8 @@ def head_path(
     notes = [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
     return PathResult(
         task=task.name, model=model.cfg.model_name, settings=settings, chose=split.discovery,
-        tested=split.heldout, n_discovery=len(discovery), n_heldout=len(heldout),
+        tested=split.heldout, by_family=task.has_families, n_discovery=len(discovery),
+        n_heldout=len(heldout),
         all_heads_drop=all_heads_drop, drops=list(drops.values()), classes=checks,
         faithfulness=faithfulness, faithfulness_ci=ci, notes=notes,
     )  # fmt: skip

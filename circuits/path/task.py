@@ -29,6 +29,7 @@ from interp.interventions.metrics import AnswerMetric, logit_diff_metric
 from interp.model import HookedTransformer
 
 POSITION_PREFIX = "pos:"
+NO_FAMILY = "prompt {}"  # each prompt its own family when the file has no family column
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +51,11 @@ class PairTask:
 
     def __len__(self) -> int:
         return self.clean.shape[0]
+
+    @property
+    def has_families(self) -> bool:
+        """Whether the prompts came with families (else each prompt is held out on its own)."""
+        return any(family != NO_FAMILY.format(i) for i, family in enumerate(self.families))
 
     @property
     def metric(self) -> AnswerMetric:
@@ -183,6 +189,8 @@ def pair_task(
         end=torch.tensor([len(ids) - 1 for ids in clean_ids]),
         corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]),
         positions=positions,
-        families=tuple(row["family"] if all(with_family) else f"prompt {i}" for i, row in enumerate(rows)),
+        families=tuple(
+            row["family"] if all(with_family) else NO_FAMILY.format(i) for i, row in enumerate(rows)
+        ),
         strata=tuple(row.get("stratum") or "all" for row in rows),
     )
