@@ -158,9 +158,10 @@ def discover(
     candidates = [heads[i] for i in order]
     if progress is not None:
         progress(f"{PATH_STAGES[0]}: exact drops of the candidates", 0, 1)
-    values = metric_with_heads_ablated(model, task, [[], *[[h] for h in candidates]], settings.ablation)
-    drops = values[0][None] - values[1:]  # [candidate, prompt]
-    gap = float((values[0] - metric_with_heads_ablated(model, task, [heads], settings.ablation)[0]).mean())
+    sets = [[], *[[h] for h in candidates], heads]  # the model, each candidate, every head
+    values = metric_with_heads_ablated(model, task, sets, settings.ablation)
+    drops = values[0][None] - values[1:-1]  # [candidate, prompt]
+    gap = float((values[0] - values[-1]).mean())  # every head ablated
     rows = {head: HeadDrop(head=label, estimated=float(value)) for head, label, value in
             zip(heads, head_labels(heads), estimated.tolist(), strict=True)}  # fmt: skip
     kept = []
@@ -301,7 +302,6 @@ def head_path(
 ) -> PathResult:
     """Steps 1-4 (see the module docstring) on `task`'s family split."""
     settings = settings or PathSettings()
-    split = task.family_split(settings.heldout, settings.seed)
     discovery, heldout = task.split(settings.heldout, settings.seed)
 
     def stage(index: int) -> None:
@@ -328,9 +328,9 @@ def head_path(
     )
     notes = [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
     return PathResult(
-        task=task.name, model=model.cfg.model_name, settings=settings, chose=split.discovery,
-        tested=split.heldout, by_family=task.has_families, n_discovery=len(discovery),
-        n_heldout=len(heldout),
+        task=task.name, model=model.cfg.model_name, settings=settings,
+        chose=tuple(dict.fromkeys(discovery.families)), tested=tuple(dict.fromkeys(heldout.families)),
+        by_family=task.has_families, n_discovery=len(discovery), n_heldout=len(heldout),
         all_heads_drop=all_heads_drop, drops=list(drops.values()), classes=checks,
         faithfulness=faithfulness, faithfulness_ci=ci, notes=notes,
     )  # fmt: skip
