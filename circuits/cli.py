@@ -592,6 +592,9 @@ def circuit(
         stages = edge_circuit_stages(method, searched, curve, bootstrap) + list(
             PATH_STAGES if with_heads else []
         )
+        pairs = pair_task(loaded, task) if with_heads else None  # checked before any long work
+        if pairs is not None:
+            pairs.check_ablation(ablation)
         with stage_bars("circuit", stages) as progress:
             result = find_edge_circuit(
                 loaded, prompt_pairs, method, edges, fraction, steps, ablation,
@@ -600,9 +603,8 @@ def circuit(
                 bootstrap=bootstrap, prune_steps=prune_steps, density=density, checkpoint=checkpoint,
                 heldout=heldout,
             )  # fmt: skip
-            if with_heads:
-                settings = PathSettings(seed=seed, ablation=ablation)
-                result.heads = head_path(loaded, pair_task(loaded, task), settings, progress)
+            if pairs is not None:
+                result.heads = head_path(loaded, pairs, PathSettings(seed=seed, ablation=ablation), progress)
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     write_edge_report(result, format, out, console)

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
+from typer.testing import CliRunner
 
+from circuits.cli import app
 from circuits.evidence import beyond_random, random_same_layer_sets, split_families
 from circuits.path import PathSettings, head_path, pair_task
 from circuits.path.report import path_report
@@ -75,6 +77,15 @@ def test_named_positions_find_the_kth_occurrence(smollm2):
         pair_task(smollm2, [{**row, "pos:S2": " John#3"}])
 
 
+def test_counterfactual_ablation_of_pairs_of_different_lengths_is_refused(smollm2):
+    row = {"clean": "The keys near the old cabinet", "corrupted": "The key near the cabinet",
+           "correct": " are", "incorrect": " is"}  # fmt: skip
+    task = pair_task(smollm2, [row, row])
+    with pytest.raises(ValueError, match="different lengths.*--ablation mean"):
+        head_path(smollm2, task, SETTINGS)
+    task.check_ablation("mean")  # the mean over the corrupted prompts reads no other prompt's padding
+
+
 def test_the_paths_ablation_is_patching_each_heads_output_from_the_corrupted_prompt(smollm2, agreement):
     task = agreement.subset(range(6))
     head = (26, 0)
@@ -131,3 +142,23 @@ def test_the_report_renders_the_same_content_in_every_format(result, tmp_path):
     out = tmp_path / "report.md"
     write_sections(report, "markdown", out, Console())
     assert out.read_text() == markdown
+
+
+def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):
+    path = tmp_path / "agreement.csv"
+    rows = agreement_rows(per_family=3)
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    run = CliRunner().invoke(app, ["circuit", "--task", str(path), "--method", "eap", "--edges", "50"])
+    assert run.exit_code == 0, run.output
+    assert "Head classes (held out)" in run.stdout and "What chose and what tested" in run.stdout
+    assert "stage 3 of 6: Discover heads" in run.stderr  # the head path's stages join the plan
+    unequal = tmp_path / "unequal.csv"
+    unequal.write_text(
+        "clean,corrupted,correct,incorrect\nThe keys near the old box,The key near the box, are, is\n"
+    )
+    run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), "--method", "eap", "--edges", "50"])
+    assert run.exit_code != 0 and "different lengths" in " ".join(run.output.split())
+    assert "Edge scores" not in run.stderr  # refused before any long work

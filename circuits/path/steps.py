@@ -302,6 +302,7 @@ def head_path(
 ) -> PathResult:
     """Steps 1-4 (see the module docstring) on `task`'s family split."""
     settings = settings or PathSettings()
+    task.check_ablation(settings.ablation)
     discovery, heldout = task.split(settings.heldout, settings.seed)
 
     def stage(index: int) -> None:

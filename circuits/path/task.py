@@ -57,6 +57,21 @@ class PairTask:
         """Whether the prompts came with families (else each prompt is held out on its own)."""
         return any(family != NO_FAMILY.format(i) for i, family in enumerate(self.families))
 
+    def check_ablation(self, ablation: str) -> None:
+        """Refuse a counterfactual ablation of pairs whose prompts differ in length: it writes each head's
+        output position by position, so a longer clean prompt would read the corrupted one's padding."""
+        if ablation != "counterfactual":
+            return
+        differ = (self.end != self.corrupted_end).nonzero()[:, 0].tolist()
+        if differ:
+            i = differ[0]
+            raise ValueError(
+                f"{self.name}: {len(differ)} pairs have clean and corrupted prompts of different lengths "
+                f"(pair {i + 1}: {int(self.end[i]) + 1} and {int(self.corrupted_end[i]) + 1} tokens); "
+                "counterfactual ablation patches heads position by position, so make each pair's prompts "
+                "the same length, or ablate with the mean over the corrupted prompts (--ablation mean)"
+            )
+
     @property
     def metric(self) -> AnswerMetric:
         """logit(correct) - logit(incorrect) at each clean prompt's last token [n]."""
