@@ -301,6 +301,6 @@ def test_results_saved_before_held_out_prompts_still_load_and_say_so():
     from circuits.edge_circuits.report import summary_lines
     from circuits.results_file import load_result
 
-    old = load_result(Path(__file__).parents[1] / "docs/results/data/circuit-toy-induction.json")
+    old = load_result(Path(__file__).parents[1] / "tests/data/circuit-saved-before-held-out.json")
     assert not old.held_out and old.to_json()["circuit"]["discovery_faithfulness"] is None
     assert "a result saved before held-out prompts" in summary_lines(old)[0]

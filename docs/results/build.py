@@ -235,19 +235,27 @@ def circuit_section(result: Any) -> list[str]:
         if circuit["size_target"] is not None
         else "requested"
     )
+    held_out = task["n_heldout"] is not None
+    tested = "held-out prompts" if held_out else "the prompts that found it"
     lines = [
-        f"{result.provenance}; task {task['name']}: {task['n_prompts']} prompt pairs, {task['metric']} "
-        f"clean {task['clean_metric']:.2f}, corrupted {task['corrupted_metric']:.2f}; {method['name']} "
-        f"({method['steps']} steps), {method['ablation']} ablation.",
-        f"The circuit: {circuit['n_edges']} of {summary['graph']['n_edges']} edges ({how}), "
-        f"{len(circuit['nodes'])} of {summary['graph']['n_nodes']} nodes, faithfulness "
-        f"{circuit['faithfulness']:.2f} [{low:.2f}, {high:.2f}] (95% CI over prompts).",
+        f"{result.provenance}; task {task['name']}: {task['n_prompts']} discovery prompt pairs"
+        + (f", {task['n_heldout']} held out ({task['split']})" if held_out else "")
+        + f"; {task['metric']} clean {task['clean_metric']:.2f}, corrupted {task['corrupted_metric']:.2f}; "
+        f"{method['name']} ({method['steps']} steps), {method['ablation']} ablation.",
+        f"The circuit: {circuit['n_edges']} of {summary['graph']['n_edges']} edges ({how}, on the discovery "
+        f"prompts), {len(circuit['nodes'])} of {summary['graph']['n_nodes']} nodes, faithfulness "
+        f"{circuit['faithfulness']:.2f} [{low:.2f}, {high:.2f}] on {tested} (95% CI over prompts)"
+        + (
+            f"; {circuit['discovery_faithfulness']:.2f} on the discovery prompts: {circuit['held_out_note']}."
+            if held_out
+            else "."
+        ),
     ]
     if curve is not None:
         random = curve["random"]
         lines.append(
-            f"Over MIB's ten circuit sizes: CPR {curve['cpr']:.2f}, CMD {curve['cmd']:.2f} (random "
-            f"circuits of the same sizes: CPR {random['cpr']:.2f}, CMD {random['cmd']:.2f})."
+            f"Over MIB's ten circuit sizes, on {tested}: CPR {curve['cpr']:.2f}, CMD {curve['cmd']:.2f} "
+            f"(random circuits of the same sizes: CPR {random['cpr']:.2f}, CMD {random['cmd']:.2f})."
         )
     edges = circuit["edges"][:8]
     rows = [[f"`{edge['writer']}`", f"`{edge['reader']}`", f"{edge['score']:+.2f}"] for edge in edges]
