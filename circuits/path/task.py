@@ -48,6 +48,7 @@ class PairTask:
     positions: Mapping[str, Tensor]
     families: tuple[str, ...]
     strata: tuple[str, ...]
+    heldout_families: tuple[str, ...] | None = None  # the task's own held-out families (None: drawn)
 
     def __len__(self) -> int:
         return self.clean.shape[0]
@@ -94,6 +95,9 @@ class PairTask:
         )
 
     def family_split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> FamilySplit:
+        """Discovery and held-out families: `heldout`, else the task's own `heldout_families`, else
+        half of them drawn with `seed`."""
+        heldout = heldout if heldout is not None else self.heldout_families
         return split_families(self.families, heldout=heldout, seed=seed)
 
     def split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> tuple[PairTask, PairTask]:

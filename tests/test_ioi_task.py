@@ -1,0 +1,43 @@
+"""IOI as a task on the one analysis path: its split, and agreement with IOI's own pipeline."""
+
+import pytest
+import torch
+
+import interp
+from circuits.ioi import find_ioi_circuit
+from circuits.ioi.task import ioi_pair_task
+from circuits.path import head_path
+
+
+@pytest.fixture(scope="module")
+def toy_ioi():
+    return interp.load_model("toy-ioi")
+
+
+def test_ioi_pair_task_holds_out_ioi_heldout_split(toy_ioi):
+    task = ioi_pair_task(toy_ioi, n_prompts=16)
+    discovery, heldout = task.split()
+    assert set(heldout.families) == set(task.heldout_families)
+    assert all(f.startswith("template") for f in discovery.families)
+    assert all(f.startswith("held-out template") for f in heldout.families)
+    assert {tuple(row.tolist()) for row in discovery.clean}.isdisjoint(
+        tuple(row.tolist()) for row in heldout.clean
+    )
+    assert set(task.strata) == {"ABBA", "BABA"}
+    rows = torch.arange(len(task))
+    assert (task.clean[rows, task.positions["S2"]] == task.incorrect).all()
+    assert (task.clean[rows, task.positions["IO"]] == task.correct).all()
+    clean_logits = toy_ioi(task.clean)
+    assert (task.metric(clean_logits) > 0).float().mean() > 0.9  # the model does the task
+
+
+def test_head_path_on_ioi_agrees_with_ioi_pipeline(toy_ioi):
+    """The shared path, with no IOI-specific step, confirms on held-out templates a class attending
+    to S2 that holds the heads IOI's own pipeline names as attending to S2."""
+    path = head_path(toy_ioi, ioi_pair_task(toy_ioi, n_prompts=64))
+    to_s2 = next(check for check in path.classes if check.name == "to S2")
+    assert to_s2.verdict == "confirmed" and to_s2.heldout.beyond_ci[0] > 0
+    ioi = find_ioi_circuit(toy_ioi, n_prompts=64, seed=0)
+    s2_classes = [name for name in ioi.circuit if name in ("s_inhibition", "s_suppression")]
+    named = {f"L{layer}H{head}" for name in s2_classes for layer, head in ioi.circuit[name]}
+    assert named and named <= set(to_s2.heads)
