@@ -120,16 +120,14 @@ class PathResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _z_names(model: HookedTransformer) -> list[str]:
-    return [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
-
-
 def _replacement(model: HookedTransformer, task: PairTask, ablation: str) -> Replacement:
     """The values ablated heads take on `task`'s clean prompts: each pair's corrupted prompt's
     ("counterfactual") or the corrupted prompts' mean at each position ("mean")."""
     real = torch.arange(task.corrupted.shape[1]) <= task.corrupted_end[:, None]
     mask = None if ablation != "mean" or bool(real.all()) else real.long()
-    return Replacement(model, _z_names(model), ablation, reference=task.corrupted, reference_mask=mask)
+    return Replacement(
+        model, model.layer_hook_names("z"), ablation, reference=task.corrupted, reference_mask=mask
+    )
 
 
 def metric_with_heads_ablated(

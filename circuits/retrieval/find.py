@@ -99,8 +99,7 @@ def attention_and_direct(
     head] mean direct logit attribution at END on the direction W_U[answer] - W_U[best other
     candidate], through the final norm's scale)."""
     cfg = model.cfg
-    names = [interp.act_name("pattern", layer) for layer in range(cfg.n_layers)]
-    names += [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
+    names = [*model.layer_hook_names("pattern"), *model.layer_hook_names("z"), interp.act_name("scale")]
     tokens = prompts.tokens.to(model.device)
     logits, cache = model.run_with_cache(tokens, names_filter=names)
     rows = torch.arange(len(prompts), device=model.device)
@@ -194,17 +193,13 @@ def classify(
     return found
 
 
-def _z_names(model: interp.HookedTransformer) -> list[str]:
-    return [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
-
-
 def ablated_logit_diffs(
     model: interp.HookedTransformer, prompts: RetrievalPrompts, head_sets: Sequence[Sequence[Head]]
 ) -> Tensor:
     """[set, batch] the logit diffs with each set's heads mean-ablated (per position, over the
     prompts' corrupted runs)."""
     tokens = prompts.tokens.to(model.device)
-    replacement = Replacement(model, _z_names(model), "mean", prompts.corrupted.to(model.device))
+    replacement = Replacement(model, model.layer_hook_names("z"), "mean", prompts.corrupted.to(model.device))
     end = prompts.positions["END"].to(model.device)
     with torch.no_grad():
         values = ablated_metrics(
