@@ -9,7 +9,8 @@ positive: the heads help the behaviour the metric measures. Every report states 
 
 Baseline. A class of heads is compared with random sets of as many heads drawn from the same layers
 (`random_same_layer_sets`): `beyond_random` is the class's drop minus the random sets' mean drop,
-paired by prompt, with a bootstrap CI over prompts (`interp.interventions.stats`, the one bootstrap).
+paired by prompt, with a bootstrap CI over prompts (`interp.interventions.stats`, the one bootstrap),
+and the same per stratum of the prompts (`stratum_drops`: name orders, templates, relations, ...).
 
 Split. Heads, layers, sizes and every other choice are made on *discovery* families (templates,
 relations, word-pair tasks, documents) and every reported effect is measured on *held-out* families
@@ -18,7 +19,7 @@ relations, word-pair tasks, documents) and every reported effect is measured on 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -99,6 +100,51 @@ def beyond_random(
         beyond_ci=ci,
         verdict=ci_verdict(ci),
     )
+
+
+@dataclass(kw_only=True)
+class StratumDrop:
+    """A class's drop beyond random same-layer heads (`BeyondRandom.beyond`, per prompt) on the
+    held-out prompts of one stratum: the mean over its prompts, in the drop's units, with a 95%
+    bootstrap CI over them (NaN with one prompt)."""
+
+    kind: str  # what divides the prompts: "order", "template", "facts", "relation", "stratum", "family"
+    name: str  # the stratum: "ABBA", "T3", "4 facts", "capital", ...
+    n_prompts: int
+    beyond: float
+    beyond_ci: tuple[float, float]
+    holds: bool  # in the class's direction: the mean, or for the kinds tested by CI the whole CI
+    example: str | None = None  # one of its prompts, where the analysis has their texts
+
+
+def label_strata(kind: str, labels: Sequence[str]) -> list[tuple[str, str, Tensor]]:
+    """(kind, label, members [prompt] bool) per distinct label of `labels` [prompt], in order of first
+    appearance: the strata `stratum_drops` takes."""
+    return [(kind, name, torch.tensor([label == name for label in labels])) for name in dict.fromkeys(labels)]
+
+
+def stratum_drops(
+    beyond: Float[Tensor, " prompt"],
+    strata: Iterable[tuple[str, str, Tensor]],
+    sign: int = 1,
+    by_ci: Collection[str] = (),
+    seed: int = 0,
+    n_boot: int = 1000,
+) -> list[StratumDrop]:
+    """A class's drop beyond random heads [prompt] in each stratum (kind, name, members [prompt] bool;
+    empty ones left out). A stratum holds when its mean points in the class's direction `sign` (+1:
+    the class helps), or, for the kinds in `by_ci`, when its CI excludes zero that way."""
+    out = []
+    for kind, name, members in strata:
+        values = beyond[members.to(beyond.device)]
+        if len(values) == 0:
+            continue
+        mean = values.mean().item()
+        ci = mean_ci(values, seed, n_boot) if len(values) > 1 else (float("nan"), float("nan"))
+        holds = ci_verdict(ci, sign) == "confirmed" if kind in by_ci else sign * mean > 0
+        out.append(StratumDrop(kind=kind, name=name, n_prompts=len(values), beyond=mean, beyond_ci=ci,
+                               holds=holds))  # fmt: skip
+    return out
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,10 @@ The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "
 infinities as {"__float__": "nan"} etc.): dataclasses by name, tensors and arrays with their dtype,
 data frames by column. Functions (a task's metric) are not stored; rendering never calls them. Files
 of the previous schema, interp-result-1 (bare
-NaN tokens, frames as {column: values}), load too.
+NaN tokens, frames as {column: values}), load too, and so do files written before every analysis
+shared one stratum type and IOI's validation reported drops (`_read_older`: each stratum becomes a
+`circuits.evidence.StratumDrop`; IOI's class effects, ablated - clean, are negated into drops, clean -
+ablated, with their class directions).
 """
 
 from __future__ import annotations
@@ -121,12 +124,77 @@ def load_result(path: str | Path) -> Any:
             f"{path} holds an unknown kind {document.get('kind')!r}; expected one of {', '.join(KINDS)}."
         )
     try:
-        return decode(document["result"])
+        return decode(_read_older(document["result"]))
     except (KeyError, TypeError, ValueError) as error:  # a hand-edited file, or from another interp version
         raise ValueError(
             f"{path} does not hold a readable {document['kind']} result ({type(error).__name__}: {error}); "
             "save it again with this version's --save FILE.json."
         ) from error
+
+
+def _negated(value: Any) -> Any:
+    """-value of a stored float (NaN and infinities stored as {"__float__": ...})."""
+    if isinstance(value, dict):
+        flipped = {"inf": "-inf", "-inf": "inf"}
+        return {"__float__": flipped.get(value["__float__"], value["__float__"])}
+    return -value
+
+
+def _negated_ci(ci: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The stored CI (low, high) of -x from that of x: (-high, -low)."""
+    low, high = ci["__tuple__"]
+    return {"__tuple__": [_negated(high), _negated(low)]}
+
+
+def _older_stratum(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A stored stratum of an older type as a StratumDrop's fields."""
+    if name == "StratumEffect":  # IOI's: the effect beyond random heads, ablated - clean
+        fields = {
+            **fields,
+            "beyond": _negated(fields["difference"]),
+            "beyond_ci": _negated_ci(fields["difference_ci"]),
+        }
+        del fields["difference"], fields["difference_ci"]
+    elif name == "RetrievalStratum":  # named "4 facts", "template statement" or the relation
+        label = fields["name"]
+        kind = (
+            "facts"
+            if label.endswith(" facts")
+            else "template"
+            if label.startswith("template ")
+            else "relation"
+        )
+        fields = {"kind": kind, **fields}
+    return {"__dataclass__": "StratumDrop", "fields": fields}
+
+
+def _older_class_validation(fields: dict[str, Any]) -> dict[str, Any]:
+    """IOI's stored class effects (ablated - clean, sign -1 for a class that helps) as drops."""
+    older = dict(fields)
+    newer = {
+        "sign": -older.pop("sign"),
+        "drop": _negated(older.pop("effect")),
+        "random_drop": _negated(older.pop("random_effect")),
+        "beyond": _negated(older.pop("difference")),
+        "beyond_ci": _negated_ci(older.pop("difference_ci")),
+    }
+    return {"__dataclass__": "ClassValidation", "fields": {**older, **newer}}
+
+
+def _read_older(node: Any) -> Any:
+    """A stored result with the strata of older files (IOI's StratumEffect, RetrievalStratum, the path's
+    Stratum) and IOI's older class effects read as this version writes them (see the module docstring)."""
+    if isinstance(node, list):
+        return [_read_older(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _read_older(value) for key, value in node.items()}
+    name = node.get("__dataclass__")
+    if name in ("StratumEffect", "RetrievalStratum", "Stratum"):
+        return _older_stratum(name, node["fields"])
+    if name == "ClassValidation" and "difference" in node["fields"]:
+        return _older_class_validation(node["fields"])
+    return node
 
 
 def result_formats(result: Any) -> tuple[str, ...]:

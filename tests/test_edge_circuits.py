@@ -161,6 +161,7 @@ def test_interp_circuit_command(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(report.read_text())
     assert data["method"]["name"] == "eap" and data["circuit"]["requested_edges"] == 16
+    assert data["method"]["score_convention"].startswith("edge scores estimate m(edge ablated) - m(clean)")
     assert data["curve"] is None
     submission = json.loads(mib.read_text())
     assert len(submission["edges"]) == 81 and submission["nodes"]["logits"]["in_graph"]

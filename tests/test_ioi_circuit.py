@@ -12,6 +12,7 @@ from conftest import TRAIN_SEED
 from rich.console import Console
 
 import interp
+from circuits.evidence import StratumDrop
 from circuits.ioi import (
     CLASSES,
     MeanAblation,
@@ -31,7 +32,7 @@ from circuits.ioi.report import (
     render_table,
     write_ioi_report,
 )
-from circuits.ioi.results import CLASS_WRITES, Settings, StratumEffect
+from circuits.ioi.results import CLASS_WRITES, Settings
 from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
 from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
@@ -175,7 +176,7 @@ def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
     assert set(validation.classes) == {"name_mover", "s_inhibition", "duplicate_token"}
     assert not validation.unconfirmed
     for found in validation.classes.values():
-        assert found.difference_ci[1] < 0 and found.effect < found.random_effect
+        assert found.sign == 1 and found.beyond_ci[0] > 0 and found.drop > found.random_drop
     assert validation.classes["name_mover"].writes["IO"] > 0  # it writes the answer up
     # Without held-out prompts, nothing is claimed to be confirmed.
     model, clean, abc, _ = planted
@@ -204,10 +205,7 @@ def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
     assert "name_mover" in validation.unconfirmed
     assert validation.logit_diff < 0 and not any(c.confirmed for c in validation.classes.values())
     # Signs stay the class's: ablating the S-inhibition head still changes the logit diff the same way.
-    assert (
-        validation.classes["s_inhibition"].difference * result.validation.classes["s_inhibition"].difference
-        > 0
-    )
+    assert validation.classes["s_inhibition"].beyond * result.validation.classes["s_inhibition"].beyond > 0
 
 
 def test_robust_selection():
@@ -302,7 +300,7 @@ def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tm
     writers = [cls for cls in ("name_mover", "s_suppression") if data["circuit"][cls]]
     # Pooled over the held-out prompts, a writer class beats random heads (per name order it may
     # not: the verdict then says order- or template-dependent, naming where it holds).
-    holding = [cls for cls in writers if validation["classes"][cls]["difference_ci"][1] < 0]
+    holding = [cls for cls in writers if validation["classes"][cls]["beyond_ci"][0] > 0]
     assert holding
     assert validation["recovered"] > HELDOUT_RECOVERED
     # On held-out prompts, mean-ablating the reported heads removes most of the logit diff, and a
@@ -451,18 +449,18 @@ def test_a_class_that_holds_in_one_name_order_only_is_order_dependent(planted):
                              heldout.order)  # fmt: skip
     validation = validate_circuit(model, result, half_broken, heldout_abc)
     name_mover = validation.classes["name_mover"]
-    assert name_mover.difference_ci[1] < 0  # pooled, it would have been confirmed
+    assert name_mover.beyond_ci[0] > 0  # pooled, it would have been confirmed
     assert name_mover.verdict == "order-dependent" and "BABA" in name_mover.holds_in
     assert "ABBA" not in name_mover.holds_in and "name_mover" in validation.unconfirmed
     orders = {s.name: s for s in name_mover.strata if s.kind == "order"}
     assert orders["ABBA"].n_prompts + orders["BABA"].n_prompts == 64
-    assert orders["BABA"].difference < orders["ABBA"].difference
+    assert orders["BABA"].beyond > orders["ABBA"].beyond
 
 
-def _stratum(kind: str, name: str, holds: bool) -> StratumEffect:
-    return StratumEffect(
-        kind=kind, name=name, n_prompts=8, difference=-0.1 if holds else 0.1,
-        difference_ci=(-0.2, 0.0) if holds else (0.0, 0.2), holds=holds,
+def _stratum(kind: str, name: str, holds: bool) -> StratumDrop:
+    return StratumDrop(
+        kind=kind, name=name, n_prompts=8, beyond=0.1 if holds else -0.1,
+        beyond_ci=(0.0, 0.2) if holds else (-0.2, 0.0), holds=holds,
     )  # fmt: skip
 
 

@@ -269,6 +269,15 @@ def test_hook_name_typo_suggests_the_nearest(tiny_model) -> None:
         interp.act_name("patern", 0)
 
 
+def test_layer_hook_names_name_one_hook_per_block_that_a_cache_holds(tiny_model) -> None:
+    names = tiny_model.layer_hook_names("z")
+    assert names == [f"blocks.{layer}.attn.hook_z" for layer in range(tiny_model.cfg.n_layers)]
+    _, cache = tiny_model.run_with_cache(torch.zeros(1, 3, dtype=torch.long), names_filter=names)
+    assert sorted(cache.keys()) == sorted(names)
+    with pytest.raises(KeyError, match="Unknown activation"):
+        tiny_model.layer_hook_names("patern")
+
+
 def test_bad_tokens_are_explained(tiny_model) -> None:
     with pytest.raises(ValueError, match="integer"):
         tiny_model(torch.zeros(1, 3))

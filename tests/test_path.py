@@ -3,6 +3,7 @@ engine's ablations, and every reported figure measured on held-out families only
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from circuits.cli import app
-from circuits.evidence import beyond_random, random_same_layer_sets, split_families
+from circuits.evidence import (
+    beyond_random,
+    label_strata,
+    random_same_layer_sets,
+    split_families,
+    stratum_drops,
+)
 from circuits.path import PathSettings, head_path, pair_task
 from circuits.path.report import path_report
 from circuits.path.steps import discover, metric_with_heads_ablated
@@ -41,6 +48,20 @@ def agreement(smollm2):
 @pytest.fixture(scope="module")
 def result(smollm2, agreement):
     return head_path(smollm2, agreement, SETTINGS)
+
+
+def test_a_stratum_holds_by_its_direction_or_by_its_ci():
+    beyond = torch.tensor([0.5, 0.7, 0.6, -0.2, 0.1, 3.0])
+    strata = label_strata("family", ["a", "a", "a", "b", "b", "c"])
+    by_mean = stratum_drops(beyond, strata)
+    assert [(s.kind, s.name, s.n_prompts, s.holds) for s in by_mean] == [
+        ("family", "a", 3, True), ("family", "b", 2, False), ("family", "c", 1, True),
+    ]  # fmt: skip
+    assert by_mean[0].beyond_ci[0] > 0 and all(math.isnan(bound) for bound in by_mean[2].beyond_ci)
+    by_ci = stratum_drops(beyond, strata, by_ci=("family",))
+    assert [s.holds for s in by_ci] == [True, False, False]  # one prompt has no CI
+    assert [s.holds for s in stratum_drops(-beyond, strata, sign=-1)] == [s.holds for s in by_mean]
+    assert stratum_drops(beyond, [("order", "none", torch.zeros(6, dtype=torch.bool))]) == []
 
 
 def test_families_are_held_out_whole(agreement):

@@ -155,6 +155,37 @@ def test_a_result_file_of_the_previous_schema_still_loads(tmp_path):
     assert (tmp_path / "old.md").read_text() == (tmp_path / "new.md").read_text()
 
 
+def test_an_ioi_result_of_effects_ablated_minus_clean_loads_as_drops(tmp_path):
+    """tests/data/ioi-result-ablated-minus-clean.json is docs/results/data/ioi-toy-ioi.json as saved at
+    399279e (its example patterns left out): IOI's held-out class effects ablated - clean, each stratum
+    a StratumEffect. It loads with every effect negated into a drop (clean - ablated), the class
+    directions with it, and the verdicts unchanged."""
+    stored = json.loads((DATA / "ioi-result-ablated-minus-clean.json").read_text())
+    classes = dict(stored["result"]["fields"]["validation"]["fields"]["classes"]["__items__"])
+    validation = load_result(DATA / "ioi-result-ablated-minus-clean.json").validation
+    assert set(validation.classes) == set(classes) and classes
+    for name, found in validation.classes.items():
+        old = classes[name]["fields"]
+        assert (found.sign, found.drop, found.random_drop) == (
+            -old["sign"],
+            -old["effect"],
+            -old["random_effect"],
+        )
+        low, high = old["difference_ci"]["__tuple__"]
+        assert (found.beyond, found.beyond_ci) == (-old["difference"], (-high, -low))
+        assert found.verdict == old["verdict"] and found.holds_in == old["holds_in"]
+        for stratum, older in zip(found.strata, old["strata"], strict=True):
+            older = older["fields"]
+            assert (stratum.kind, stratum.name, stratum.holds) == (
+                older["kind"],
+                older["name"],
+                older["holds"],
+            )
+            assert stratum.beyond == -older["difference"] and stratum.example == older["example"]
+    save_result(load_result(DATA / "ioi-result-ablated-minus-clean.json"), tmp_path / "new.json")
+    assert load_result(tmp_path / "new.json").validation == validation
+
+
 def test_a_shard_stored_in_the_previous_store_format_still_loads(tmp_path):
     """interp-shard-result-1 wrote dicts as __dict__, arrays as __ndarray__ and frames as __dataframe__."""
     directory = tmp_path / job_key("old")

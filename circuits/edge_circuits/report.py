@@ -37,6 +37,11 @@ RANK_CONVENTION = (
 )
 
 
+def score_convention(result: EdgeCircuitResult) -> str:
+    """What an edge's score means: a signed estimate (attribution methods) or a rank (prune, ensemble)."""
+    return SIGN_CONVENTION if result.scores.method in edges.METHODS else RANK_CONVENTION
+
+
 def faithfulness_verdict(faithfulness: float, method: str, ablation: str) -> str:
     """A verdict on a circuit's faithfulness (1: the circuit alone does what the model does, 0: no more
     than everything ablated) and, below "faithful", what to try next."""
@@ -94,7 +99,7 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"ablation; scores in {sum(result.seconds.values()):.1f} s "
         f"in all ({result.seconds['scores']:.1f} s scoring"
         + (f", {result.seconds['curve']:.1f} s the curve)" if "curve" in result.seconds else ")"),
-        SIGN_CONVENTION if result.scores.method in edges.METHODS else RANK_CONVENTION,
+        score_convention(result),
     ]
     if data["curve"] is not None:
         curve = data["curve"]
@@ -155,7 +160,9 @@ def stability_note(result: EdgeCircuitResult) -> str:
 
 
 def render_json(result: EdgeCircuitResult) -> str:
-    return json.dumps(result.to_json(), indent=2)
+    summary = result.to_json()
+    summary["method"]["score_convention"] = score_convention(result)  # beside the scores it explains
+    return json.dumps(summary, indent=2)
 
 
 def _node_positions(result: EdgeCircuitResult) -> tuple[dict[str, tuple[float, float]], float, float]:

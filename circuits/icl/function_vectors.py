@@ -85,18 +85,15 @@ def task_prompts(
     )
 
 
-def z_names(model: interp.HookedTransformer) -> list[str]:
-    return [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
-
-
 @torch.inference_mode()
 def mean_head_outputs(
     model: interp.HookedTransformer, prompts: TaskPrompts
 ) -> Float[Tensor, "task layer head d_head"]:
     """Each head's z at the last token of the clean prompts, averaged over each task's prompts."""
-    _, cache = cached_run(model, prompts.clean, z_names(model))
+    names = model.layer_hook_names("z")
+    _, cache = cached_run(model, prompts.clean, names)
     rows = torch.arange(len(prompts.clean))
-    last = torch.stack([cache[name][rows, prompts.clean_last] for name in z_names(model)], 1)  # [b, l, h, d]
+    last = torch.stack([cache[name][rows, prompts.clean_last] for name in names], 1)  # [b, l, h, d]
     one_hot = torch.nn.functional.one_hot(prompts.task_index, len(prompts.tasks)).to(last.dtype)  # [b, task]
     return torch.einsum("bt,blhd->tlhd", one_hot, last) / one_hot.sum(0)[:, None, None, None]
 
@@ -112,7 +109,7 @@ def attributed_indirect_effects(
     """Every head's indirect effect on each corrupted prompt estimated to first order, from one forward
     and one backward pass: (mean z - z) . d p(answer) / dz at the last token (the gradient taken with
     respect to every hook_z, not the weights)."""
-    names = z_names(model)
+    names = model.layer_hook_names("z")
     kept: dict[str, Tensor] = {}
 
     def keep(act: Tensor, hook) -> None:

@@ -75,7 +75,7 @@ def head_attributions(
     with respect to every hook_z only (not the weights); z and its gradient are kept for every
     document (2 x batch x pos x d_model floats per layer) because the mean is over all of them."""
     cfg = model.cfg
-    names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)]
+    names = model.layer_hook_names("z")
     z: dict[str, list[Tensor]] = {name: [] for name in names}
     grads: dict[str, list[Tensor]] = {name: [] for name in names}
     losses = []

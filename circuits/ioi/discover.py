@@ -111,8 +111,9 @@ def find_ioi_circuit(
     with timed("baseline, attention and direct logit attribution", timings, progress):
         clean_logits, clean_cache = clean_run(model, clean)
         # One ABC run for the baseline's ABC logit diff and the mean ablation's means.
-        z_names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
-        abc_logits, abc_cache = cached_run(model, abc.tokens, z_names, logit_pos=clean.positions["END"])
+        abc_logits, abc_cache = cached_run(
+            model, abc.tokens, model.layer_hook_names("z"), logit_pos=clean.positions["END"]
+        )
         mean_ablation = MeanAblation(model, abc, abc_cache)
         baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed, clean_logits, abc_logits)
         if baseline.logit_diff_ci[0] <= 0:

@@ -13,10 +13,12 @@ distribution, per template and position: `MeanAblation`):
 
 Validation on data the finder never saw (`validate_circuit`): held-out prompts from other templates
 with other names, places and objects (`interp.tasks.ioi.ioi_dataset_for(..., split="heldout")`).
-Per class, mean-ablating its heads is compared with mean-ablating as many random heads from the same
-layers (outside the circuit), with a bootstrap CI over prompts of the difference; a class is
-confirmed when that CI excludes zero in the class's direction and its writers still write that way
-on the held-out prompts, else it is reported as unconfirmed. The circuit's faithfulness and
+Per class, the drop of the logit diff when its heads are mean-ablated (clean - ablated,
+`circuits.evidence.EFFECT_SIGN`; positive: the class helps) is compared with the drop when as many
+random heads from the same layers (outside the circuit) are, with a bootstrap CI over prompts of the
+drop beyond them, pooled and per stratum (`circuits.evidence.stratum_drops`: name order, template);
+`stratified_verdict` says whether the class holds in the class's direction (negative name movers:
+a negative drop) and where. The circuit's faithfulness and
 recovered fraction are measured on the held-out prompts too.
 """
 
@@ -28,6 +30,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.evidence import StratumDrop, ci_verdict, mean_ci, stratum_drops
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import (
@@ -35,10 +38,9 @@ from circuits.ioi.results import (
     ClassValidation,
     Evaluation,
     IOICircuitResult,
-    StratumEffect,
     Validation,
 )
-from interp.interventions.stats import bootstrap, bootstrap_ci, faithfulness_ratio, heterogeneity
+from interp.interventions.stats import bootstrap, faithfulness_ratio, heterogeneity
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
 
@@ -187,15 +189,16 @@ def validate_circuit(
 
     clean = ablated([])
     base = clean.mean().item()
+    examples = _template_examples(heldout)
     classes = {}
     for name, (base_ablated, runs) in plans.items():
         heads = result.circuit[name]
         reference = ablated(base_ablated)
-        effect = ablated(runs[0]) - reference  # [batch]
-        draws = torch.stack([ablated(run) - reference for run in runs[1:]]).mean(0)  # [batch]
-        sign = 1 if name == "negative_name_mover" else -1
-        difference = (effect - draws) / abs(base)  # relative to the size of the logit diff, sign kept
-        low, high = _ci(difference, settings.n_bootstrap, settings.seed)
+        drop = reference - ablated(runs[0])  # [batch]
+        random_drop = torch.stack([reference - ablated(run) for run in runs[1:]]).mean(0)  # [batch]
+        sign = -1 if name == "negative_name_mover" else 1
+        beyond = (drop - random_drop) / abs(base)  # relative to the size of the logit diff, sign kept
+        ci = mean_ci(beyond, settings.seed, settings.n_bootstrap)
         writes = None
         writes_right = True
         if name in CLASS_WRITES:
@@ -203,21 +206,25 @@ def validate_circuit(
             writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
             writes_right = write_sign * writes[logit] > 0
         # nothing is confirmed on prompts where the model does not do IOI
-        pooled_holds = bool(_beyond_zero((low, high), sign) and writes_right and base > 0)
-        strata = stratum_effects(difference, heldout, sign, settings.n_bootstrap, settings.seed)
+        pooled_holds = ci_verdict(ci, sign) == "confirmed" and writes_right and base > 0
+        strata = stratum_drops(
+            beyond, _strata(heldout), sign, by_ci=("order",), seed=settings.seed, n_boot=settings.n_bootstrap
+        )
+        for stratum in strata:
+            stratum.example = examples.get(stratum.name)
         verdict, holds_in = stratified_verdict(pooled_holds, strata)
         classes[name] = ClassValidation(
             heads=[head_label(layer, head) for layer, head in heads],
             sign=sign,
-            effect=effect.mean().item() / abs(base),
-            random_effect=draws.mean().item() / abs(base),
-            difference=difference.mean().item(),
-            difference_ci=(low, high),
+            drop=drop.mean().item() / abs(base),
+            random_drop=random_drop.mean().item() / abs(base),
+            beyond=beyond.mean().item(),
+            beyond_ci=ci,
             writes=writes,
             verdict=verdict,
             holds_in=holds_in,
             strata=strata,
-            heterogeneity=heterogeneity(difference, heldout.template.to(difference.device)),
+            heterogeneity=heterogeneity(beyond, heldout.template.to(beyond.device)),
         )
     in_circuit, nothing = ablated(outside_circuit), ablated(every_head)  # each [batch]
     low, high = bootstrap(
@@ -241,60 +248,22 @@ def validate_circuit(
     )
 
 
-def _ci(values: Tensor, n_bootstrap: int, seed: int) -> tuple[float, float]:
-    low, high = bootstrap_ci(values, n_bootstrap, seed=seed)
-    return float(low), float(high)
+def _strata(prompts: IOIPrompts) -> list[tuple[str, str, Tensor]]:
+    """The held-out prompts by name order (ABBA, then BABA) and by template ("T3"), in template order."""
+    abba = torch.tensor([order == "ABBA" for order in prompts.order])
+    templates = [("template", f"T{t}", prompts.template == t) for t in prompts.template.unique().tolist()]
+    return [("order", "ABBA", abba), ("order", "BABA", ~abba), *templates]
 
 
-def _beyond_zero(ci: tuple[float, float], sign: int) -> bool:
-    """The CI excludes zero in the direction `sign`."""
-    return ci[0] > 0 if sign > 0 else ci[1] < 0
+def _template_examples(prompts: IOIPrompts) -> dict[str, str]:
+    """ "T3" -> the first prompt of template 3 (text IOI; {} without texts)."""
+    if prompts.texts is None:
+        return {}
+    indexed = list(enumerate(prompts.template.tolist()))
+    return {f"T{template}": prompts.texts[index] for index, template in reversed(indexed)}
 
 
-def stratum_effects(
-    difference: Tensor, prompts: IOIPrompts, sign: int, n_bootstrap: int, seed: int
-) -> list[StratumEffect]:
-    """A class's per-prompt effect beyond random heads (`difference`, [batch]) per name order and per
-    template of `prompts`. An order stratum (half the prompts) holds when its CI excludes zero in the
-    class's direction; a template stratum (a few prompts each) when its mean points that way."""
-    strata = []
-    orders = torch.tensor([order == "ABBA" for order in prompts.order])
-    for order, members in (("ABBA", orders), ("BABA", ~orders)):
-        if members.any():
-            values = difference[members.to(difference.device)]
-            ci = _ci(values, n_bootstrap, seed)
-            strata.append(
-                StratumEffect(
-                    kind="order",
-                    name=order,
-                    n_prompts=len(values),
-                    difference=values.mean().item(),
-                    difference_ci=ci,
-                    holds=_beyond_zero(ci, sign),
-                )
-            )
-    for template in prompts.template.unique().tolist():
-        members = (prompts.template == template).nonzero()[:, 0]
-        values = difference[members.to(difference.device)]
-        mean = values.mean().item()
-        example = None if prompts.texts is None else prompts.texts[int(members[0])]
-        ci = _ci(values, n_bootstrap, seed)
-        holds = sign * mean > 0
-        strata.append(
-            StratumEffect(
-                kind="template",
-                name=f"T{template}",
-                n_prompts=len(values),
-                difference=mean,
-                difference_ci=ci,
-                holds=holds,
-                example=example,
-            )
-        )
-    return strata
-
-
-def stratified_verdict(pooled_holds: bool, strata: Sequence[StratumEffect]) -> tuple[str, list[str]]:
+def stratified_verdict(pooled_holds: bool, strata: Sequence[StratumDrop]) -> tuple[str, list[str]]:
     """(verdict, the strata where the class holds): "unconfirmed" unless the pooled effect holds and
     at least one order does; "order-dependent" when only one name order holds; "template-dependent"
     when it holds in at most half of the templates; else "confirmed"."""

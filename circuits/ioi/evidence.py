@@ -43,7 +43,7 @@ def attention_evidence(
     """Mean attention of every head between IOI roles: kind ("END->IO", ...) -> [layer, head].
     cache: `clean_run(model, prompts)`'s, if it was run already."""
     if cache is None:
-        names = [interp.act_name("pattern", layer) for layer in range(model.cfg.n_layers)]
+        names = model.layer_hook_names("pattern")
         _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
     rows = torch.arange(len(prompts))
     evidence = {}
@@ -64,7 +64,7 @@ def direct_logit_attributions(
     cache: `clean_run(model, prompts)`'s, if it was run already."""
     cfg = model.cfg
     if cache is None:
-        names = [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
+        names = [*model.layer_hook_names("z"), interp.act_name("scale")]
         _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
     end = prompts.positions["END"].to(model.device)
     stack = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]

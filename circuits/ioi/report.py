@@ -149,34 +149,34 @@ def _validation_lines(result: IOICircuitResult) -> list[str]:
 
 
 def _validation_rows(result: IOICircuitResult):
-    """(class, heads, class effect, random effect, difference with CI, writes, verdict) per class."""
+    """(class, heads, class drop, random drop, drop beyond random with CI, writes, verdict) per class."""
     v = result.validation
     for cls, c in v.classes.items() if v is not None else ():
         writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f} S {c.writes['S']:+.2f}"
-        low, high = c.difference_ci
-        difference = f"{c.difference:+.0%} [{low * 100:+.0f}, {high * 100:+.0f}]"
+        low, high = c.beyond_ci
+        beyond = f"{c.beyond:+.0%} [{low * 100:+.0f}, {high * 100:+.0f}]"
         verdict = c.verdict if c.verdict in ("confirmed", "unconfirmed") else f"{c.verdict}: {_where(c)}"
         yield (
             cls,
             ", ".join(c.heads),
-            f"{c.effect:+.1%}",
-            f"{c.random_effect:+.1%}",
-            difference,
+            f"{c.drop:+.1%}",
+            f"{c.random_drop:+.1%}",
+            beyond,
             writes,
             verdict,
         )
 
 
-VALIDATION_COLUMNS = ("class", "heads", "ablated", "random", "difference % (95% CI)", "writes", "held out")
+VALIDATION_COLUMNS = ("class", "heads", "drop", "random", "beyond random % (95% CI)", "writes", "held out")
 STRATA_COLUMNS = ("class", "ABBA % (95% CI)", "BABA % (95% CI)", "templates", "heterogeneity I^2, p")
 NARROW_HEADERS = {
-    "difference % (95% CI)": "diff. (95% CI)",
+    "beyond random % (95% CI)": "beyond (95% CI)",
     "heterogeneity I^2, p": "I^2, p",
 }  # < 120 columns
 STRATA_LEGEND = (
-    "Per stratum: the class's effect beyond random heads (as 'difference') on the held-out prompts "
-    "of each name order (ABBA: IO named first) and of each template. Negative = ablating the class "
-    "lowers the logit diff more than random heads do (positive for negative name movers); x: the "
+    "Per stratum: the class's drop beyond random heads (as 'beyond random') on the held-out prompts "
+    "of each name order (ABBA: IO named first) and of each template. Positive = ablating the class "
+    "lowers the logit diff more than random heads do (negative for negative name movers); x: the "
     "order where it does not hold. A class "
     "is confirmed when it holds in both orders (CI beyond 0) and in most templates (mean in its "
     "direction); heterogeneity: Cochran's Q over templates (I^2: share of the spread between "
@@ -202,8 +202,8 @@ def _strata_rows(result: IOICircuitResult):
         cells = [
             "n/a"
             if name not in orders
-            else f"{orders[name].difference:+.0%} [{orders[name].difference_ci[0] * 100:+.0f}, "
-            f"{orders[name].difference_ci[1] * 100:+.0f}]{'' if orders[name].holds else ' x'}"
+            else f"{orders[name].beyond:+.0%} [{orders[name].beyond_ci[0] * 100:+.0f}, "
+            f"{orders[name].beyond_ci[1] * 100:+.0f}]{'' if orders[name].holds else ' x'}"
             for name in ("ABBA", "BABA")
         ]
         held = [s.name for s in templates if s.holds]
@@ -271,10 +271,11 @@ LEGEND = (
     "logits (name movers: IO +; negative name movers: IO -; S-suppression: S -)."
 )
 VALIDATION_LEGEND = (
-    "Held-out validation: ablated and random = change of the mean logit diff when the class (or as many "
-    "random heads from the same layers) is mean-ablated, relative to the unablated held-out logit diff, "
-    "in %; difference = ablated - random (negative: ablating the class lowers the logit diff more than "
-    "random heads do); writes: mean direct logit attribution to IO and S, in logits."
+    "Held-out validation: drop and random = drop of the mean logit diff (clean - ablated) when the class "
+    "(or as many random heads from the same layers) is mean-ablated, relative to the unablated held-out "
+    "logit diff, in %; beyond random = drop - random (positive: ablating the class lowers the logit diff "
+    "more than random heads do; negative name movers: negative); writes: mean direct logit attribution "
+    "to IO and S, in logits."
 )
 
 
@@ -300,9 +301,11 @@ def render_table(result: IOICircuitResult, console: Console) -> None:
         validation = Table(
             title="Held-out validation: each class vs as many random heads", box=box.SIMPLE_HEAD
         )
-        # narrower: the difference only, and the heads last, where they can wrap
+        # narrower: the drop beyond random only, and the heads last, where they can wrap
         order = (
-            VALIDATION_COLUMNS if wide else ("class", "difference % (95% CI)", "writes", "held out", "heads")
+            VALIDATION_COLUMNS
+            if wide
+            else ("class", "beyond random % (95% CI)", "writes", "held out", "heads")
         )
         for column in order:  # the class and the figures whole; the verdict and heads wrap
             validation.add_column(

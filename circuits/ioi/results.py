@@ -1,7 +1,9 @@
 """What the IOI circuit discovery reports: the head classes, the settings and every result type.
 
-Effects are relative changes of the mean logit difference logit(IO) - logit(S) at END (-0.3: the
-logit diff falls by 30%); attention is a mean attention probability; logit diffs are in logits.
+Path-patching effects are relative changes of the mean logit difference logit(IO) - logit(S) at END
+(patched - clean; -0.3: the logit diff falls by 30%); the held-out validation's effects are drops
+(`circuits.evidence.EFFECT_SIGN`, clean - ablated; +0.3: ablating the class lowers it by 30%);
+attention is a mean attention probability; logit diffs are in logits.
 Heads are labelled as every report of interp writes them, "L9H6" (`interp.types.head_label`).
 """
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
+from circuits.evidence import StratumDrop
 from interp.types import Head, head_label
 
 CLASSES = (
@@ -119,29 +122,15 @@ class Evaluation:
     minimality: dict[str, float]  # "L9H6" -> (F(C \ K) - F(C \ (K + v))) / F(C)
 
 
-@dataclass(kw_only=True)
-class StratumEffect:
-    """A class's effect beyond random heads on the held-out prompts of one stratum: a name order
-    ("ABBA": IO first, "BABA": S first) or a template ("T3": held-out template 3, `example` one of its
-    prompts). Units as ClassValidation.difference."""
-
-    kind: str  # "order" or "template"
-    name: str  # "ABBA", "BABA", "T0", ...
-    n_prompts: int
-    difference: float
-    difference_ci: tuple[float, float]  # 95% bootstrap over the stratum's prompts
-    holds: bool  # see circuits.ioi.evaluate: the order strata need the CI, templates the direction
-    example: str | None = None  # a prompt of the stratum (text IOI)
-
-
 VERDICTS = ("confirmed", "order-dependent", "template-dependent", "unconfirmed")
 
 
 @dataclass(kw_only=True)
 class ClassValidation:
-    """One class on held-out prompts. Effects are changes of the mean logit diff when heads are
-    mean-ablated, relative to the size of the unablated held-out logit diff; sign: the class's
-    direction. No class is confirmed where the model does not do IOI (held-out logit diff <= 0).
+    """One class on held-out prompts. Effects are drops (`circuits.evidence.EFFECT_SIGN`): the clean
+    minus the mean-ablated logit diff, relative to the size of the unablated held-out logit diff;
+    positive: the heads help predict IO. sign: the class's direction. No class is confirmed where the
+    model does not do IOI (held-out logit diff <= 0).
 
     verdict (VERDICTS): "confirmed" when the pooled effect beats random heads, in both name orders and
     in most templates; "order-dependent" or "template-dependent" when it holds only in the strata
@@ -149,15 +138,15 @@ class ClassValidation:
     do not write their way). heterogeneity: Cochran's Q over the template strata (Q, df, p, I²)."""
 
     heads: list[str]  # "L9H6", ...
-    sign: int  # -1: ablating the class should lower the logit diff (+1: raise it)
-    effect: float  # ablating the class
-    random_effect: float  # ablating as many random heads from the same layers (mean over draws)
-    difference: float  # effect - random_effect
-    difference_ci: tuple[float, float]  # 95% bootstrap over prompts
+    sign: int  # +1: the class helps (a positive drop); -1: it works against IO (negative name movers)
+    drop: float  # ablating the class
+    random_drop: float  # ablating as many random heads from the same layers (mean over draws)
+    beyond: float  # drop - random_drop
+    beyond_ci: tuple[float, float]  # 95% bootstrap over prompts
     writes: dict[str, float] | None  # writer classes: mean direct logit attribution "IO", "S" on held-out
     verdict: str
     holds_in: list[str]  # the strata where it holds (order and template names)
-    strata: list[StratumEffect]
+    strata: list[StratumDrop]  # kind "order" ("ABBA": IO first, "BABA": S first) or "template" ("T3")
     heterogeneity: tuple[float, int, float, float]
     confirmed: bool = field(init=False)  # verdict == "confirmed" (kept in the JSON for readers)
 

@@ -31,12 +31,15 @@ from torch import Tensor
 from circuits.evidence import (
     EFFECT_SIGN,
     BeyondRandom,
+    StratumDrop,
     beyond_random,
     ci_verdict,
     head_labels,
     held_out_note,
+    label_strata,
     mean_ci,
     random_same_layer_sets,
+    stratum_drops,
 )
 from circuits.path.task import PairTask
 from interp.interventions.ablation import Replacement, ablated_metrics
@@ -73,18 +76,6 @@ class HeadDrop:
 
 
 @dataclass(kw_only=True)
-class Stratum:
-    """A class's drop beyond random heads in one stratum or family of the held-out prompts."""
-
-    kind: str  # "stratum" or "family"
-    name: str
-    n_prompts: int
-    beyond: float
-    beyond_ci: tuple[float, float]
-    holds: bool
-
-
-@dataclass(kw_only=True)
 class ClassCheck:
     """A class of heads tested on held-out families (step 3)."""
 
@@ -94,7 +85,7 @@ class ClassCheck:
     attention: dict[str, float]  # mean attention from the last token to each named position
     discovery: BeyondRandom
     heldout: BeyondRandom
-    strata: list[Stratum]
+    strata: list[StratumDrop]  # kind "stratum" or "family"
     verdict: str
     note: str
 
@@ -120,16 +111,14 @@ class PathResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _z_names(model: HookedTransformer) -> list[str]:
-    return [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
-
-
 def _replacement(model: HookedTransformer, task: PairTask, ablation: str) -> Replacement:
     """The values ablated heads take on `task`'s clean prompts: each pair's corrupted prompt's
     ("counterfactual") or the corrupted prompts' mean at each position ("mean")."""
     real = torch.arange(task.corrupted.shape[1]) <= task.corrupted_end[:, None]
     mask = None if ablation != "mean" or bool(real.all()) else real.long()
-    return Replacement(model, _z_names(model), ablation, reference=task.corrupted, reference_mask=mask)
+    return Replacement(
+        model, model.layer_hook_names("z"), ablation, reference=task.corrupted, reference_mask=mask
+    )
 
 
 def metric_with_heads_ablated(
@@ -208,21 +197,15 @@ def classify(
     return classes
 
 
-def _strata(difference: Tensor, task: PairTask, sign: int, seed: int) -> list[Stratum]:
-    out = []
+def _strata(task: PairTask) -> list[tuple[str, str, Tensor]]:
+    """The held-out prompts' strata and families (`label_strata`), where there are two or more."""
     kinds = [("stratum", task.strata)] + ([("family", task.families)] if task.has_families else [])
-    for kind, labels in kinds:
-        if len(set(labels)) < 2:
-            continue
-        for name in dict.fromkeys(labels):
-            values = difference[torch.tensor([label == name for label in labels])]
-            ci = mean_ci(values, seed) if len(values) > 1 else (float("nan"), float("nan"))
-            out.append(Stratum(kind=kind, name=name, n_prompts=len(values), beyond=float(values.mean()),
-                               beyond_ci=ci, holds=sign * float(values.mean()) > 0))  # fmt: skip
-    return out
+    return [
+        stratum for kind, labels in kinds if len(set(labels)) > 1 for stratum in label_strata(kind, labels)
+    ]
 
 
-def _verdict(pooled: BeyondRandom, sign: int, strata: Sequence[Stratum]) -> str:
+def _verdict(pooled: BeyondRandom, sign: int, strata: Sequence[StratumDrop]) -> str:
     if ci_verdict(pooled.beyond_ci, sign) != "confirmed":
         return "unconfirmed"
     for kind in ("stratum", "family"):
@@ -262,7 +245,7 @@ def validate(
     for name, heads in classes.items():
         sign = -1 if name.endswith("(negative)") else 1
         (chosen, _), (tested, difference) = found[name], held[name]
-        strata = _strata(difference, heldout, sign, settings.seed)
+        strata = stratum_drops(difference, _strata(heldout), sign, seed=settings.seed)
         if sign > 0:
             note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit)
         else:  # a negative class: the same words about the size of its (negative) effect

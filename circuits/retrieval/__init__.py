@@ -12,7 +12,6 @@ from circuits.retrieval.results import (
     RetrievalClass,
     RetrievalHead,
     RetrievalResult,
-    RetrievalStratum,
 )
 
 __all__ = [
@@ -20,7 +19,6 @@ __all__ = [
     "RetrievalClass",
     "RetrievalHead",
     "RetrievalResult",
-    "RetrievalStratum",
     "accuracy",
     "find_retrieval_circuit",
 ]

@@ -37,9 +37,11 @@ from circuits.evidence import (
     FamilySplit,
     beyond_random,
     held_out_note,
+    label_strata,
     mean_ci,
     random_same_layer_sets,
     split_families,
+    stratum_drops,
 )
 from circuits.icl.heads import confirmed_induction_heads
 from circuits.ioi.evidence import select_heads
@@ -48,7 +50,6 @@ from circuits.retrieval.results import (
     RetrievalClass,
     RetrievalHead,
     RetrievalResult,
-    RetrievalStratum,
 )
 from interp import edges
 from interp.interventions.ablation import Replacement, ablated_metrics
@@ -99,8 +100,7 @@ def attention_and_direct(
     head] mean direct logit attribution at END on the direction W_U[answer] - W_U[best other
     candidate], through the final norm's scale)."""
     cfg = model.cfg
-    names = [interp.act_name("pattern", layer) for layer in range(cfg.n_layers)]
-    names += [interp.act_name("z", layer) for layer in range(cfg.n_layers)] + [interp.act_name("scale")]
+    names = [*model.layer_hook_names("pattern"), *model.layer_hook_names("z"), interp.act_name("scale")]
     tokens = prompts.tokens.to(model.device)
     logits, cache = model.run_with_cache(tokens, names_filter=names)
     rows = torch.arange(len(prompts), device=model.device)
@@ -194,17 +194,13 @@ def classify(
     return found
 
 
-def _z_names(model: interp.HookedTransformer) -> list[str]:
-    return [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
-
-
 def ablated_logit_diffs(
     model: interp.HookedTransformer, prompts: RetrievalPrompts, head_sets: Sequence[Sequence[Head]]
 ) -> Tensor:
     """[set, batch] the logit diffs with each set's heads mean-ablated (per position, over the
     prompts' corrupted runs)."""
     tokens = prompts.tokens.to(model.device)
-    replacement = Replacement(model, _z_names(model), "mean", prompts.corrupted.to(model.device))
+    replacement = Replacement(model, model.layer_hook_names("z"), "mean", prompts.corrupted.to(model.device))
     end = prompts.positions["END"].to(model.device)
     with torch.no_grad():
         values = ablated_metrics(
@@ -214,31 +210,13 @@ def ablated_logit_diffs(
     return values.float().cpu()
 
 
-def _strata(difference: Tensor, heldout: Sequence[RetrievalPrompts], seed: int) -> list[RetrievalStratum]:
-    """The class's drop beyond random heads [prompt] (held-out batches concatenated) per fact count,
-    template and relation."""
+def _strata(heldout: Sequence[RetrievalPrompts]) -> list[tuple[str, str, Tensor]]:
+    """The held-out prompts (batches concatenated) by fact count, template and relation."""
     facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
-    templates = [p.template for p in heldout for _ in range(len(p))]
+    templates = [f"template {p.template}" for p in heldout for _ in range(len(p))]
     relations = [relation for p in heldout for relation in p.relation]
-    groups = [(f"{n} facts", facts == n) for n in facts.unique().tolist()]
-    for labels, name in ((templates, "template {}"), (relations, "{}")):
-        groups += [
-            (name.format(label), torch.tensor([other == label for other in labels]))
-            for label in dict.fromkeys(labels)
-        ]
-    strata = []
-    for name, members in groups:
-        values = difference[members]
-        strata.append(
-            RetrievalStratum(
-                name=name,
-                n_prompts=len(values),
-                beyond=values.mean().item(),
-                beyond_ci=mean_ci(values, seed),
-                holds=values.mean().item() > 0,
-            )
-        )
-    return strata
+    by_facts = [("facts", f"{n} facts", facts == n) for n in facts.unique().tolist()]
+    return by_facts + label_strata("template", templates) + label_strata("relation", relations)
 
 
 def _ablated_runs(
@@ -297,7 +275,7 @@ def validate_classes(
             drops(found, heads), torch.stack([drops(found, draw) for draw in draws]), seed
         )
         difference = drops(heldout, heads) - random_drops.mean(0)
-        strata = _strata(difference, prompt_sets["heldout"], seed)
+        strata = stratum_drops(difference, _strata(prompt_sets["heldout"]), seed=seed)
         verdict = "unconfirmed"
         if on_heldout.verdict == "confirmed":
             verdict = "confirmed" if all(s.holds for s in strata) else "stratum-dependent"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from circuits.evidence import BeyondRandom, FamilySplit
+from circuits.evidence import BeyondRandom, FamilySplit, StratumDrop
 
 RETRIEVAL_CLASSES = ("mover", "mention", "query")
 CLASS_MEANINGS = {
@@ -52,18 +52,6 @@ class RetrievalHead:
 
 
 @dataclass(kw_only=True)
-class RetrievalStratum:
-    """A class's drop beyond random heads on one held-out stratum (a fact count, a template or a
-    relation): mean over its prompts (logits), 95% bootstrap CI."""
-
-    name: str
-    n_prompts: int
-    beyond: float
-    beyond_ci: tuple[float, float]
-    holds: bool  # beyond > 0: ablating the class lowers the logit diff more than random heads do
-
-
-@dataclass(kw_only=True)
 class RetrievalClass:
     """A class mean-ablated against random sets of as many heads from the same layers (none of the
     class's), per prompt, with the sign of `circuits.evidence.EFFECT_SIGN` (drop = clean - ablated
@@ -83,7 +71,7 @@ class RetrievalClass:
     accuracy: float
     random_accuracy: float
     random_sets: list[list[str]]
-    strata: list[RetrievalStratum]
+    strata: list[StratumDrop]  # kind "facts", "template" or "relation"; holds: beyond > 0
     verdict: str
 
 

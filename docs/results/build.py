@@ -186,7 +186,7 @@ def ioi_section(result: Any) -> list[str]:
                     f"IO {h.direct_logit_attribution['IO']:+.2f} / S {h.direct_logit_attribution['S']:+.2f}"
                     for h in heads
                 ),
-                f"{percent(check.difference)} {ci(*check.difference_ci)}" if check else "",
+                f"{percent(check.beyond)} {ci(*check.beyond_ci)}" if check else "",
                 f"{check.verdict} (holds in {', '.join(check.holds_in)})" if check else "",
             ]
         )
@@ -206,7 +206,7 @@ def ioi_section(result: Any) -> list[str]:
         "heads (path-patching effect)",
         "attention",
         "direct logit attribution",
-        "held out: ablated minus random heads (95% CI)",
+        "held out: drop beyond random heads (95% CI)",
         "verdict",
     ]
     return [

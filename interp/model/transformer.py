@@ -48,7 +48,7 @@ from interp.config import Config, attach_hook_settings, place
 from interp.io.checkpoint import save_checkpoint
 from interp.io.devices import transformer_lens_device
 from interp.io.sources import LoadedWeights, official_name, read_source
-from interp.model.cache import ActivationCache
+from interp.model.cache import ActivationCache, act_name
 from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
 from interp.model.hooks import OPT_IN_HOOKS, HookPoint, HookSettings, observer, opt_in_setting
@@ -539,6 +539,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         for name in names_filter:
             self.check_hook_name(name)
         return list(names_filter)
+
+    def layer_hook_names(self, name: str) -> list[str]:
+        """The hook `name` (`act_name`'s shorthand) of every block, in layer order:
+        layer_hook_names("z") -> ["blocks.0.attn.hook_z", ...], every head's z."""
+        return [act_name(name, layer) for layer in range(self.cfg.n_layers)]
 
     # --- forward -------------------------------------------------------------------------------
 
