@@ -160,8 +160,8 @@ def test_planted_circuit_is_faithful_and_heads_are_necessary(planted):
     ablation = MeanAblation(model, abc)
     others = [(layer, head) for layer in range(3) for head in range(4) if (layer, head) not in result.heads]
     assert ablation.logit_diff(others, clean) == pytest.approx(evaluation.circuit_logit_diff, rel=1e-5)
-    # The same hooks work on copies of the prompts stacked along the batch (as path patching runs them).
-    with torch.no_grad(), model.hooks(fwd_hooks=ablation.hooks(others, clean)):
+    # The same interventions, as hooks, work on copies of the prompts stacked along the batch.
+    with torch.no_grad(), interp.engine.intervened(model, ablation.interventions(others, clean)):
         stacked = model(clean.tokens.repeat(2, 1))
     assert torch.allclose(
         clean.logit_diff(stacked[16:]).mean(), torch.tensor(evaluation.circuit_logit_diff), rtol=1e-5
@@ -414,7 +414,7 @@ def test_prompts_cut_to_their_length_give_the_padded_batch_results(smollm2):
     head_sets = [[], [(3, 1), (20, 0)], [(20, 0), (23, 3)]]
     cut = ablation.logit_diffs_many(head_sets, clean)
     for heads, values in zip(head_sets, cut, strict=True):
-        with torch.no_grad(), smollm2.hooks(fwd_hooks=ablation.hooks(heads, clean)):
+        with torch.no_grad(), interp.engine.intervened(smollm2, ablation.interventions(heads, clean)):
             padded = clean.logit_diff(smollm2(clean.tokens))
         torch.testing.assert_close(values, padded, atol=1e-4, rtol=0)
     senders = [(16, 0), (20, 0), (22, 5)]
@@ -498,7 +498,7 @@ def test_mean_ablation_takes_one_mean_per_template_and_length(smollm2):
     name = interp.act_name("z", 0)
     with torch.no_grad():
         _, reference = smollm2.run_with_cache(abc.tokens, names_filter=name)
-        with smollm2.hooks(fwd_hooks=ablation.hooks([(0, 2)], clean)):
+        with interp.engine.intervened(smollm2, ablation.interventions([(0, 2)], clean)):
             _, ablated = smollm2.run_with_cache(clean.tokens, names_filter=name)
     for i in range(len(clean)):
         end = int(clean.positions["END"][i])
@@ -509,4 +509,4 @@ def test_mean_ablation_takes_one_mean_per_template_and_length(smollm2):
     longer, *_ = make_ioi_dataset(smollm2, 4, seed=3, templates=[template], places=far)
     assert int(longer.positions["END"].min()) > int(ends.max())  # a length the ABC prompts lack
     with pytest.raises(ValueError, match="no ABC prompt has the"):
-        ablation.hooks([(0, 2)], longer)
+        ablation.interventions([(0, 2)], longer)
