@@ -23,6 +23,7 @@ from circuits.ioi import (
 )
 from circuits.ioi.evaluate import stratified_verdict
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence, robust_z, select_heads
+from circuits.ioi.patching import ioi_edge_attribution
 from circuits.ioi.report import (
     circuit_svg,
     render_html,
@@ -510,3 +511,35 @@ def test_mean_ablation_takes_one_mean_per_template_and_length(smollm2):
     assert int(longer.positions["END"].min()) > int(ends.max())  # a length the ABC prompts lack
     with pytest.raises(ValueError, match="no ABC prompt has the"):
         ablation.interventions([(0, 2)], longer)
+
+
+def test_sweeps_with_heads_mean_ablated_equal_runs_under_hand_written_hooks(planted):
+    """Step 5's path patching and EAP with heads mean-ablated (the engine's base interventions) equal
+    the same under hooks that write the ABC prompts' mean z by hand (one template, one length here:
+    one mean per position), the clean, ABC and patched runs all ablated."""
+    model, clean, abc, _ = planted
+    ablated = [(1, 0), (2, 1)]
+    ablation = MeanAblation(model, abc)
+    names = {layer: interp.act_name("z", layer) for layer, _ in ablated}
+    _, abc_cache = model.run_with_cache(abc.tokens, names_filter=list(names.values()))
+
+    def mean_z(z, hook):
+        z = z.clone()
+        for layer, head in ablated:
+            if hook.name == names[layer]:
+                z[:, :, head] = abc_cache[hook.name][:, :, head].mean(0)
+        return z
+
+    hooks = [(name, mean_z) for name in set(names.values())]
+    senders = [(1, 1), (1, 2), (2, 0), (2, 3), (0, 0)]
+    effects = path_patching_effects(model, clean, abc, None, senders=senders, ablated=(ablation, ablated))
+    with model.hooks(fwd_hooks=hooks):
+        by_hand = path_patching(model, clean.tokens, abc.tokens, clean.logit_diff, "logits", senders)
+        eap = ioi_edge_attribution(model, clean, abc, {"all": None})["all"]
+    expected = by_hand.values.mean(-1) - by_hand.target.mean()
+    torch.testing.assert_close(effects[tuple(torch.tensor(senders).mT)], expected, atol=1e-4, rtol=0)
+    base = ablation.interventions(ablated, clean)
+    scores = ioi_edge_attribution(model, clean, abc, {"all": None}, base)["all"]
+    torch.testing.assert_close(scores.scores, eap.scores, atol=1e-5, rtol=1e-4)
+    unablated = path_patching_effects(model, clean, abc, None, senders=senders)
+    assert not torch.allclose(effects, unablated, equal_nan=True, atol=1e-3)  # the ablation matters
