@@ -53,7 +53,7 @@ from interp.edges.intervene import (
     unembed_at,
     writer_outputs,
 )
-from interp.interventions.engine import Intervention, check_pair, intervened
+from interp.interventions.engine import Intervention, Site, check_pair, intervened, read_with_grad
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.devices import module_weight
 from interp.model.cache import act_name
@@ -421,24 +421,20 @@ def _add_reader_grads_by_norm_vjp(
     layer's gradients are added to `into` as they are made (one layer's worth at a time)."""
     cfg = model.cfg
     graph = edge_graph(model)
-    kept: dict[str, Tensor] = {}
 
-    def keep(tensor: Tensor, hook) -> None:
-        kept[hook.name] = tensor
-
-    def set_input(tensor: Tensor, hook) -> Tensor:
-        tensor = tensor if input_embed is None else input_embed.to(tensor.dtype)
-        return tensor if tensor.requires_grad else tensor.detach().requires_grad_(True)
+    def input_point(act: Tensor) -> Tensor:
+        """The input embedding (`input_embed` where given), a tensor the gradients flow from."""
+        value = act if input_embed is None else input_embed.to(act.dtype)
+        return value if value.requires_grad else value.detach().requires_grad_(True)
 
     names = [act_name(kind, layer) for layer in range(cfg.n_layers) for kind in ("resid_pre", "q", "k", "v")]
     if not cfg.attn_only:
         names += [f"blocks.{layer}.hook_mlp_in" for layer in range(cfg.n_layers)]
     final = act_name("resid_post", cfg.n_layers - 1)
     n_prompts = int(ids.max()) + 1 if len(ids) else 0
-    hooks = [("blocks.0.hook_resid_pre", set_input)] + [(name, keep) for name in names + [final]]
-    with torch.enable_grad():
-        with model.settings(use_hook_mlp_in=not cfg.attn_only), model.hooks(fwd_hooks=hooks):
-            resid = model(tokens, stop_at_layer=cfg.n_layers)
+    set_input = Intervention(Site("blocks.0.hook_resid_pre"), input_point)
+    with intervened(model, [set_input]), read_with_grad(model, names + [final]) as kept:  # set, then kept
+        resid = model(tokens, stop_at_layer=cfg.n_layers)
         logits = unembed_at(model, resid, logit_positions(metric, ids, tokens.shape[1]))
         wanted = [name for name in names + [final] if not name.endswith("resid_pre")]
         found = torch.autograd.grad(
