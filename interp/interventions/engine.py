@@ -10,7 +10,10 @@ so runs that make the same interventions in the first blocks compute those block
 unchanged prefix comes from the target's cached run (`cached_run`, `start_names`), blocks whose z
 every run of a pass overwrites skip the attention (`overwritten_z`), opt-in hook points are switched
 on only in the blocks that use them (`hook_settings_for`), and logits are computed only at the
-positions and for the tokens the metric reads (`forward_logits`, `logit_tokens`). Activation,
+positions and for the tokens the metric reads (`forward_logits`, `logit_tokens`). Interventions
+made in every run, the target's included (e.g. heads mean-ablated throughout), are a `base`.
+Outside these runs, `intervention_hooks` and `intervened` make interventions in any forward pass,
+and `read_with_grad` keeps activations for gradients with respect to them. Activation,
 attribution and path patching (`interp.interventions.patching`, `.path_patching`), ablation
 (`interp.interventions.ablation`) and the head report's causal checks are interventions plus this
 scheduling.
