@@ -13,6 +13,7 @@ import transformers
 import interp
 from interp import edges
 from interp.edges import attribution
+from interp.interventions.engine import Intervention, Site, cached_run, site_mask
 
 ATOL = 1e-4
 
@@ -356,6 +357,35 @@ def test_reader_gradients_from_one_backward_pass_equal_the_edge_level_forward(ar
     attribution._add_reader_grads(model, graph, clean, metric, ids, edge_level, edges.EdgeRun())
     assert float(edge_level.abs().amax(dim=(1, 2, 3)).min()) > 0  # every reader has a gradient
     torch.testing.assert_close(fast, edge_level, atol=ATOL * max(1.0, float(edge_level.abs().max())), rtol=0)
+
+
+@pytest.mark.parametrize("method", ["eap", "eap-ig", "eap-ig-activations", "exact"])
+def test_base_interventions_are_made_in_every_run(method: str) -> None:
+    """Scores under base interventions (here a head set to another prompt's z, per prompt, and an MLP
+    zeroed at one position per prompt) equal the scores of one batch under the same interventions
+    written as hooks, the base's per-prompt values taken row by row in batches of two prompts."""
+    model = _random_model(seed=2)
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [6, 5, 6, 4, 6])
+    metric = _metric(5, model.cfg.d_vocab, pos)
+    z0, mlp0 = interp.act_name("z", 0), interp.act_name("mlp_out", 0)
+    _, other = cached_run(model, clean.roll(1, 0), [z0])
+    base = [Intervention(Site(z0, head=1), other), Intervention(Site(mlp0, pos=pos - 1), torch.zeros(()))]
+    batch_size = 2
+    if method == "exact":  # K circuits run at once on stacked copies of the prompts: values for all
+        base, batch_size = [Intervention(Site(z0, head=1), other[z0].mean(0))], 64
+    hooks = [(iv.site.name, lambda act, hook, iv=iv: torch.where(
+        site_mask(iv.site, act.shape), iv.values(act), act)) for iv in base]  # fmt: skip
+    kwargs = dict(method=method, steps=2)
+    scores = edges.edge_attribution(
+        model, clean, corrupted, metric, batch_size=batch_size, base=base, **kwargs
+    )
+    kwargs |= dict(batch_size=64, base=())
+    with model.hooks(fwd_hooks=hooks):
+        expected = edges.edge_attribution(model, clean, corrupted, metric, **kwargs)
+    torch.testing.assert_close(scores.scores, expected.scores, atol=1e-5, rtol=1e-4)
+    if method == "eap":
+        plain = edges.edge_attribution(model, clean, corrupted, metric, **kwargs)
+        assert not torch.allclose(scores.scores, plain.scores, atol=1e-4)
 
 
 @pytest.mark.parametrize("method", ["eap", "eap-ig"])

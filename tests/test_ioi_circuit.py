@@ -24,6 +24,7 @@ from circuits.ioi import (
 )
 from circuits.ioi.evaluate import stratified_verdict
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence, robust_z, select_heads
+from circuits.ioi.patching import ioi_edge_attribution
 from circuits.ioi.report import (
     circuit_svg,
     render_html,
@@ -161,8 +162,8 @@ def test_planted_circuit_is_faithful_and_heads_are_necessary(planted):
     ablation = MeanAblation(model, abc)
     others = [(layer, head) for layer in range(3) for head in range(4) if (layer, head) not in result.heads]
     assert ablation.logit_diff(others, clean) == pytest.approx(evaluation.circuit_logit_diff, rel=1e-5)
-    # The same hooks work on copies of the prompts stacked along the batch (as path patching runs them).
-    with torch.no_grad(), model.hooks(fwd_hooks=ablation.hooks(others, clean)):
+    # The same interventions, as hooks, work on copies of the prompts stacked along the batch.
+    with torch.no_grad(), interp.engine.intervened(model, ablation.interventions(others, clean)):
         stacked = model(clean.tokens.repeat(2, 1))
     assert torch.allclose(
         clean.logit_diff(stacked[16:]).mean(), torch.tensor(evaluation.circuit_logit_diff), rtol=1e-5
@@ -412,7 +413,7 @@ def test_prompts_cut_to_their_length_give_the_padded_batch_results(smollm2):
     head_sets = [[], [(3, 1), (20, 0)], [(20, 0), (23, 3)]]
     cut = ablation.logit_diffs_many(head_sets, clean)
     for heads, values in zip(head_sets, cut, strict=True):
-        with torch.no_grad(), smollm2.hooks(fwd_hooks=ablation.hooks(heads, clean)):
+        with torch.no_grad(), interp.engine.intervened(smollm2, ablation.interventions(heads, clean)):
             padded = clean.logit_diff(smollm2(clean.tokens))
         torch.testing.assert_close(values, padded, atol=1e-4, rtol=0)
     senders = [(16, 0), (20, 0), (22, 5)]
@@ -496,7 +497,7 @@ def test_mean_ablation_takes_one_mean_per_template_and_length(smollm2):
     name = interp.act_name("z", 0)
     with torch.no_grad():
         _, reference = smollm2.run_with_cache(abc.tokens, names_filter=name)
-        with smollm2.hooks(fwd_hooks=ablation.hooks([(0, 2)], clean)):
+        with interp.engine.intervened(smollm2, ablation.interventions([(0, 2)], clean)):
             _, ablated = smollm2.run_with_cache(clean.tokens, names_filter=name)
     for i in range(len(clean)):
         end = int(clean.positions["END"][i])
@@ -507,4 +508,36 @@ def test_mean_ablation_takes_one_mean_per_template_and_length(smollm2):
     longer, *_ = make_ioi_dataset(smollm2, 4, seed=3, templates=[template], places=far)
     assert int(longer.positions["END"].min()) > int(ends.max())  # a length the ABC prompts lack
     with pytest.raises(ValueError, match="no ABC prompt has the"):
-        ablation.hooks([(0, 2)], longer)
+        ablation.interventions([(0, 2)], longer)
+
+
+def test_sweeps_with_heads_mean_ablated_equal_runs_under_hand_written_hooks(planted):
+    """Step 5's path patching and EAP with heads mean-ablated (the engine's base interventions) equal
+    the same under hooks that write the ABC prompts' mean z by hand (one template, one length here:
+    one mean per position), the clean, ABC and patched runs all ablated."""
+    model, clean, abc, _ = planted
+    ablated = [(1, 0), (2, 1)]
+    ablation = MeanAblation(model, abc)
+    names = {layer: interp.act_name("z", layer) for layer, _ in ablated}
+    _, abc_cache = model.run_with_cache(abc.tokens, names_filter=list(names.values()))
+
+    def mean_z(z, hook):
+        z = z.clone()
+        for layer, head in ablated:
+            if hook.name == names[layer]:
+                z[:, :, head] = abc_cache[hook.name][:, :, head].mean(0)
+        return z
+
+    hooks = [(name, mean_z) for name in set(names.values())]
+    senders = [(1, 1), (1, 2), (2, 0), (2, 3), (0, 0)]
+    effects = path_patching_effects(model, clean, abc, None, senders=senders, ablated=(ablation, ablated))
+    with model.hooks(fwd_hooks=hooks):
+        by_hand = path_patching(model, clean.tokens, abc.tokens, clean.logit_diff, "logits", senders)
+        eap = ioi_edge_attribution(model, clean, abc, {"all": None})["all"]
+    expected = by_hand.values.mean(-1) - by_hand.target.mean()
+    torch.testing.assert_close(effects[tuple(torch.tensor(senders).mT)], expected, atol=1e-4, rtol=0)
+    base = ablation.interventions(ablated, clean)
+    scores = ioi_edge_attribution(model, clean, abc, {"all": None}, base)["all"]
+    torch.testing.assert_close(scores.scores, eap.scores, atol=1e-5, rtol=1e-4)
+    unablated = path_patching_effects(model, clean, abc, None, senders=senders)
+    assert not torch.allclose(effects, unablated, equal_nan=True, atol=1e-3)  # the ablation matters

@@ -543,3 +543,97 @@ def test_the_logit_buffer_holds_one_copy_of_the_batch_at_a_time(columns):
             storages.add(logits.data_ptr())
         assert i == n_copies - 1
     assert len(storages) == 1
+
+
+# --- base interventions -----------------------------------------------------------------------
+
+
+def _by_hand(interventions):
+    """Hand-written hooks making `interventions` (each overwrites what its site selects)."""
+    return [(iv.site.name, lambda act, hook, iv=iv: torch.where(
+        engine.site_mask(iv.site, act.shape), iv.values(act), act)) for iv in interventions]  # fmt: skip
+
+
+def _ablated_heads(model, tokens):
+    """Base interventions: head 0.2 zeroed, heads 1.0 and 1.3 set to their mean over `tokens`."""
+    z0, z1 = interp.act_name("z", 0), interp.act_name("z", 1)
+    _, cache = engine.cached_run(model, tokens, [z1])
+    return [
+        engine.Intervention(Site(z0, head=2), torch.zeros(())),
+        engine.Intervention(Site(z1, head=[0, 3]), cache[z1].mean(0)),
+    ]
+
+
+def test_base_interventions_are_made_in_every_run_the_target_included(model, prompts):
+    """Runs under base interventions equal forward passes with the base's and the run's own
+    interventions written as hooks (the base first), whether runs start from the cached target run
+    (cached with the base) or not, and whether they read logits or activations."""
+    clean, corrupted, end, metric = prompts
+    base = _ablated_heads(model, corrupted)
+    z1, z2, resid2 = interp.act_name("z", 1), interp.act_name("z", 2), "blocks.2.hook_resid_pre"
+    _, source = engine.cached_run(model, clean, [z1, z2])
+    runs = [[], [Site(z1, head=0)], [Site(z2, pos=end)], [Site(z1, head=[1, 2]), Site(z2, head=3)]]
+    _, target = engine.cached_run(model, corrupted, engine.start_names(model), base=base)
+    for start in (target, None):
+        values = engine.run_site_sets(model, corrupted, runs, source, metric, target=start, base=base)
+        reads = engine.read_site_sets(model, corrupted, runs, [resid2], dict, source, target=start, base=base)
+        for run, value, read in zip(runs, values, reads, strict=True):
+            hooks = _by_hand(base + [engine.Intervention(site, source) for site in run])
+            with model.hooks(fwd_hooks=hooks):
+                logits, cache = model.run_with_cache(corrupted, names_filter=[resid2])
+            torch.testing.assert_close(value, metric(logits), atol=1e-5, rtol=0)
+            torch.testing.assert_close(read[resid2], cache[resid2], atol=1e-5, rtol=0)
+    unablated = engine.run_site_sets(model, corrupted, [[]], source, metric)
+    assert not torch.allclose(values[0], unablated[0], atol=1e-4)  # the base changes the target run
+
+
+def test_path_patching_under_base_interventions_equals_the_runs_written_out_under_hooks(model, prompts):
+    """The base interventions are made in all three runs of path patching, the clean and corrupted
+    runs included: as Wang et al.'s runs written out under the base's hooks (IOI's step 5)."""
+    clean, corrupted, end, metric = prompts
+    base = _ablated_heads(model, corrupted)
+    senders = [(0, 3), (1, 2), (0, 2)]
+    for receivers in ([(2, 1, "qk"), (1, 3, "v")], "logits"):
+        result = path_patching(
+            model, clean, corrupted, metric, receivers, senders, receiver_pos=end, logit_pos=end, base=base
+        )
+        with model.hooks(fwd_hooks=_by_hand(base)):
+            hooked = path_patching(model, clean, corrupted, metric, receivers, senders, receiver_pos=end)
+            if receivers != "logits":
+                for sender, value in zip(senders, result.values, strict=True):
+                    expected = _naive_path_patch(model, clean, corrupted, metric, sender, receivers, end)
+                    torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(result.values, hooked.values, atol=1e-5, rtol=0)
+        torch.testing.assert_close(result.target, hooked.target, atol=1e-5, rtol=0)
+
+
+def test_intervention_hooks_take_a_batchs_rows_of_per_prompt_values_and_tile_copies(model, prompts):
+    clean, corrupted, _, _ = prompts
+    z1 = interp.act_name("z", 1)
+    _, source = engine.cached_run(model, clean, [z1])
+    per_prompt = [engine.Intervention(Site(z1, head=2, pos=torch.tensor([1, 2, 3])), source)]
+    with model.hooks(fwd_hooks=_by_hand(per_prompt)):
+        expected = model(corrupted)
+    rows = torch.tensor([2, 0])
+    with torch.no_grad(), engine.intervened(model, per_prompt, rows):
+        sub_batch = model(corrupted[rows])
+    torch.testing.assert_close(sub_batch, expected[rows], atol=1e-5, rtol=0)
+    with torch.no_grad(), engine.intervened(model, per_prompt):
+        copies = model(corrupted.repeat(2, 1))
+    torch.testing.assert_close(copies, expected.repeat(2, 1, 1), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="not copies of 3 prompts"), engine.intervened(model, per_prompt):
+        model(corrupted[:2])
+
+
+def test_read_with_grad_gives_the_gradient_with_respect_to_an_activation(model, prompts):
+    """As the gradient with respect to a leaf tensor written in its place."""
+    _, corrupted, _, metric = prompts
+    z1 = interp.act_name("z", 1)
+    with engine.read_with_grad(model, [z1]) as acts:
+        (grad,) = torch.autograd.grad(metric(model(corrupted)).sum(), [acts[z1]])
+    _, cache = engine.cached_run(model, corrupted, [z1])
+    leaf = cache[z1].clone().requires_grad_(True)
+    with torch.enable_grad(), model.hooks(fwd_hooks=[(z1, lambda act, hook: leaf)]):
+        (expected,) = torch.autograd.grad(metric(model(corrupted)).sum(), [leaf])
+    torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)
+    assert grad.abs().sum() > 0

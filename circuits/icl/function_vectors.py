@@ -27,7 +27,14 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
+from interp.interventions.engine import (
+    Intervention,
+    Site,
+    cached_run,
+    read_with_grad,
+    run_site_sets,
+    start_names,
+)
 from interp.interventions.metrics import logits_at, prob_metric
 from interp.interventions.stats import masked_mean
 from interp.tasks.icl_tasks import answer_token, few_shot_prompts
@@ -110,13 +117,8 @@ def attributed_indirect_effects(
     and one backward pass: (mean z - z) . d p(answer) / dz at the last token (the gradient taken with
     respect to every hook_z, not the weights)."""
     names = model.layer_hook_names("z")
-    kept: dict[str, Tensor] = {}
-
-    def keep(act: Tensor, hook) -> None:
-        kept[hook.name] = act
-
     rows, last = torch.arange(len(prompts.answers)), prompts.corrupted_last
-    with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
+    with read_with_grad(model, names) as kept:
         resid = model(prompts.corrupted, stop_at_layer=model.cfg.n_layers)[rows, last]  # [batch, d_model]
         probs = model.unembed(model.ln_final(resid[:, None]))[:, 0].float().softmax(-1)
         answer_probs = probs[rows, prompts.answers.to(probs.device)]

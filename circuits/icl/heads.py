@@ -28,7 +28,7 @@ from circuits.heads import HeadReport, head_report
 from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
 from interp.interventions.ablation import Replacement, ablation_sites
-from interp.interventions.engine import final_resid_hook, read_site_sets
+from interp.interventions.engine import final_resid_hook, read_site_sets, read_with_grad
 from interp.io.files import write_text_atomic
 from interp.io.sources import cache_dir
 from interp.types import Head, Progress, as_stage, substages
@@ -79,16 +79,11 @@ def head_attributions(
     z: dict[str, list[Tensor]] = {name: [] for name in names}
     grads: dict[str, list[Tensor]] = {name: [] for name in names}
     losses = []
-    kept: dict[str, Tensor] = {}
-
-    def keep(act: Tensor, hook) -> None:
-        kept[hook.name] = act
-
     chunks = tokens.split(batch_size)
     for done, chunk in enumerate(chunks):
         if progress is not None:
             progress("Attribution: forward and backward passes", done, len(chunks))
-        with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
+        with read_with_grad(model, names) as kept:
             resid = model(chunk, stop_at_layer=cfg.n_layers)
             score = icl_scores(model, resid, chunk, windows)
             chunk_grads = torch.autograd.grad(score.sum(), [kept[name] for name in names])

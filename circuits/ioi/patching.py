@@ -54,7 +54,7 @@ def path_patching_effects(
     position: str = "END",
     senders: Sequence[Head] | None = None,
     ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
-    patchers: dict[tuple[bytes, ...], PathPatcher] | None = None,
+    patchers: dict[tuple[bytes, ...], tuple[object, PathPatcher]] | None = None,
 ) -> Tensor:
     """Change of the mean logit diff (in logits) when each head's output is patched from the ABC
     run along its paths to the receivers: [layer, head] (NaN: not a sender). Every sender is
@@ -63,9 +63,10 @@ def path_patching_effects(
     receivers: None for the logits (direct path), else heads whose `receiver_input` ("q", "k" or
     "v") at IOI position `position` receive the patched paths. Senders: every head before the
     last receiver (or `senders`), except the receivers themselves. ablated: (mean ablation, heads)
-    mean-ablated in every run. Prompts of each length run cut to that length (`by_length`).
-    patchers: a dict kept across calls (steps) that holds each length group's cached clean and ABC
-    runs (`PathPatcher`), made again when the hooks differ (e.g. with `ablated`).
+    mean-ablated in every run (the path patcher's base interventions). Prompts of each length run
+    cut to that length (`by_length`). patchers: a dict kept across calls (steps) that holds each
+    length group's cached clean and ABC runs (`PathPatcher`) with the ablation they were made under,
+    made again when it differs.
     """
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if senders is None:
@@ -76,21 +77,22 @@ def path_patching_effects(
 
     def patch(group: IOIPrompts, group_abc: IOIPrompts) -> Tensor:
         """[n_senders + 1, batch]: each sender's patched logit diff, then the clean one."""
-        hooks = [] if ablated is None else ablated[0].hooks(ablated[1], group)
-        with model.hooks(fwd_hooks=hooks):
-            end = group.positions["END"]
-            key = tuple(t.cpu().numpy().tobytes() for t in (group.tokens, group_abc.tokens, end))
-            kept = {} if patchers is None else patchers
-            patcher = kept.get(key)
-            if patcher is None or patcher.model is not model or not patcher.is_current():
-                patcher = kept[key] = PathPatcher(model, group.tokens, group_abc.tokens, logit_pos=end)
-            patched = patcher(
-                group.logit_diff,
-                receivers=to,
-                senders=sweep_senders,
-                receiver_pos=None if receivers is None else group.positions[position],
-                logit_tokens=group.answers,
-            )
+        end = group.positions["END"]
+        key = tuple(t.cpu().numpy().tobytes() for t in (group.tokens, group_abc.tokens, end))
+        base_key = None if ablated is None else (ablated[0], tuple(ablated[1]))
+        kept = {} if patchers is None else patchers
+        made_for, patcher = kept.get(key, (None, None))
+        if patcher is None or made_for != base_key or patcher.model is not model or not patcher.is_current():
+            base = [] if ablated is None else ablated[0].interventions(ablated[1], group)
+            patcher = PathPatcher(model, group.tokens, group_abc.tokens, logit_pos=end, base=base)
+            kept[key] = (base_key, patcher)
+        patched = patcher(
+            group.logit_diff,
+            receivers=to,
+            senders=sweep_senders,
+            receiver_pos=None if receivers is None else group.positions[position],
+            logit_tokens=group.answers,
+        )
         return torch.cat([patched.values, patched.target[None]])
 
     values = by_length(clean, abc, patch)
@@ -130,7 +132,7 @@ def ranked_path_patching_effects(
     attribution: dict[str, edges.EdgeScores] | None = None,
     ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
     min_estimate: float = float("inf"),
-    patchers: dict[tuple[bytes, ...], PathPatcher] | None = None,
+    patchers: dict[tuple[bytes, ...], tuple[object, PathPatcher]] | None = None,
 ) -> Tensor:
     """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
     interp.edges) ranks first by |estimated effect|, and any other sender whose |estimate| is at
@@ -154,9 +156,8 @@ def ranked_path_patching_effects(
         )
     key = position if receivers else "all"
     if attribution is None:
-        hooks = [] if ablated is None else ablated[0].hooks(ablated[1], clean)
-        with model.hooks(fwd_hooks=hooks):
-            attribution = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None})
+        base = [] if ablated is None else ablated[0].interventions(ablated[1], clean)
+        attribution = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None}, base)
     scores = attribution[key]
     graph = scores.graph
     if receivers:
@@ -190,16 +191,18 @@ def ioi_edge_attribution(
     clean: IOIPrompts,
     abc: IOIPrompts,
     positions: dict[str, str | None] | None = None,
+    base: Sequence[interp.engine.Intervention] = (),
 ) -> dict[str, edges.EdgeScores]:
     """EAP scores of every edge for the logit diff at END, from one backward pass, per reader position:
     key -> scores of what readers read at that IOI position (None: everywhere). Default keys: "all"
-    and every role position ("END", "S2", ...)."""
+    and every role position ("END", "S2", ...). base: interventions made in every run (e.g. heads
+    mean-ablated: `MeanAblation.interventions`)."""
     if positions is None:
         positions = {"all": None} | {role: role for role in clean.positions}
     metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
     reader_positions = {key: role and clean.positions[role] for key, role in positions.items()}
     return edges.edge_attribution_by_position(
-        model, clean.tokens, abc.tokens, metric, reader_positions, "eap", batch_size=len(clean)
+        model, clean.tokens, abc.tokens, metric, reader_positions, "eap", batch_size=len(clean), base=base
     )
 
 
@@ -216,7 +219,7 @@ class EAPRanking:
         self.min_estimate = min_estimate
         self._attribution: tuple[interp.HookedTransformer, IOIPrompts, dict[str, edges.EdgeScores]] | None
         self._attribution = None
-        self._patchers: dict[tuple[bytes, ...], PathPatcher] = {}
+        self._patchers: dict[tuple[bytes, ...], tuple[object, PathPatcher]] = {}
 
     def __call__(
         self,
@@ -243,7 +246,7 @@ class EAPRanking:
 
 class MeanAblation:
     """Mean ablation of heads over the ABC distribution, one mean per template and position (as the
-    paper), computed once: `hooks(heads)` are fwd_hooks that ablate `heads`. The prompts of a
+    paper), computed once: `interventions(heads, prompts)` ablate `heads` (the engine's). The prompts of a
     template that differ in length (places or objects of several tokens) put different words at a
     position, so each (template, length) has its own means: no mean mixes words or padding."""
 
@@ -274,10 +277,12 @@ class MeanAblation:
             )
         return torch.tensor([self.group_of[key] for key in keys])
 
-    def hooks(self, heads: Sequence[Head], prompts: IOIPrompts) -> list:
-        """fwd_hooks for a run on `prompts` (their groups pick the means), or on copies of them
-        stacked along the batch (as path patching runs them)."""
-        return self.replacement.hooks(ablation_sites(self.model, heads=heads), self.groups(prompts))
+    def interventions(self, heads: Sequence[Head], prompts: IOIPrompts) -> list[interp.engine.Intervention]:
+        """The engine's interventions that ablate `heads` in runs on `prompts` (their groups pick the
+        means): a `base` of the engine, path patching and edge attribution, or hooks
+        (`engine.intervention_hooks`)."""
+        sites = ablation_sites(self.model, heads=heads)
+        return self.replacement.interventions(sites, prompts.tokens, self.groups(prompts))
 
     def logit_diffs_many(
         self, head_sets: Sequence[Sequence[Head]], prompts: IOIPrompts, progress: Progress | None = None

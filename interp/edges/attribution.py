@@ -35,6 +35,7 @@ estimate of these per prompt (`_bytes_per_prompt`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -52,7 +53,7 @@ from interp.edges.intervene import (
     unembed_at,
     writer_outputs,
 )
-from interp.interventions.engine import check_pair
+from interp.interventions.engine import Intervention, Site, check_pair, intervened, read_with_grad
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.devices import module_weight
 from interp.model.cache import act_name
@@ -100,6 +101,7 @@ def edge_attribution(
     ig_points: IGPoints = "paper",
     max_memory: MemorySize | None = None,
     reference_mask: Int[Tensor, "n pos"] | None = None,
+    base: Sequence[Intervention] = (),
 ) -> EdgeScores:
     """Score every edge of `model` on prompt pairs (see the module docstring for the methods).
 
@@ -110,6 +112,9 @@ def edge_attribution(
     (gradient methods). `reader_pos` ([batch], gradient methods) scores only what readers read at one
     position per prompt (a path-patching-like estimate, e.g. heads -> name movers' queries at END).
     `reference_mask`: the reference prompts' padding mask, for mean ablation (`ablated_outputs`).
+    `base`: the engine's interventions made in every run, clean, corrupted, reference and
+    intervened (e.g. heads mean-ablated: `ablation.ablation_interventions`; per-prompt values
+    are those of the clean prompts, taken row by row in each batch; `engine.intervention_hooks`).
     progress("Edge scores", done, total): batches x integration steps done (exact: edges scored).
     """
     if method == "exact":
@@ -122,14 +127,15 @@ def edge_attribution(
         _check_method(method, steps)
         clean, corrupted = check_pair(model, clean, corrupted)
         metric = check_reads_real_tokens(model, metric, clean)
-        return _exact_scores(
-            model, edge_graph(model), clean, corrupted, metric, ablation, reference,
-            batch_size or DEFAULT_BATCH_SIZE, progress, reference_mask,
-        )  # fmt: skip
+        with intervened(model, base, torch.arange(clean.shape[0])):
+            return _exact_scores(
+                model, edge_graph(model), clean, corrupted, metric, ablation, reference,
+                batch_size or DEFAULT_BATCH_SIZE, progress, reference_mask,
+            )  # fmt: skip
     positions = {"": reader_pos}
     return edge_attribution_by_position(
         model, clean, corrupted, metric, positions, method, steps, ablation, reference, batch_size, progress,
-        ig_points, max_memory, reference_mask,
+        ig_points, max_memory, reference_mask, base,
     )[""]  # fmt: skip
 
 
@@ -148,12 +154,13 @@ def edge_attribution_by_position(
     ig_points: IGPoints = "paper",
     max_memory: MemorySize | None = None,
     reference_mask: Int[Tensor, "n pos"] | None = None,
+    base: Sequence[Intervention] = (),
 ) -> dict[str, EdgeScores]:
     """Gradient edge scores for several reader positions from one set of gradients: name ->
     EdgeScores of what readers read at those positions ([batch], one per prompt; None: all).
     ig_points: where EAP-IG over inputs evaluates gradients (module docstring); EAP always takes
     alpha = 1, the activation methods k = 1..steps (the reference code's). batch_size, max_memory,
-    reference_mask: as `edge_attribution`."""
+    reference_mask, base: as `edge_attribution`."""
     _check_method(method, steps)
     if ig_points not in IG_POINTS:
         raise ValueError(f"ig_points={ig_points!r} is not one of {IG_POINTS}; 'mib' is MIB's convention.")
@@ -176,45 +183,46 @@ def edge_attribution_by_position(
     # Counterfactual outputs are read per batch (all prompts' writer outputs at once are the largest
     # tensor here: writers x prompts x positions x d_model); the other ablations are one mean or
     # resampled set.
-    ablated_all = (
-        None
-        if ablation == "counterfactual"
-        else ablated_outputs(model, clean, corrupted, ablation, reference, reference_mask=reference_mask)
-    )
+    if ablation == "counterfactual":
+        ablated_all = None
+    else:
+        with intervened(model, base):
+            ablated_all = ablated_outputs(model, clean, corrupted, ablation, reference, 0, reference_mask)
     batches = chunks(clean.shape[0], batch_size)
     groups = _writer_groups(graph) if activations else [slice(0, 1)]
     head_groups = [graph.head_writers(layer) for layer in range(graph.n_layers)]  # one-head layers too
     total, done = len(batches) * len(groups) * steps, 0
     for ids in batches:
-        tokens = clean[ids]
-        with torch.no_grad():  # the ends of the integration: every writer's outputs, or the input's only
-            writers = slice(0, graph.n_writers if activations else 1)
-            ablated = _ablated_outputs(model, corrupted[ids], ablated_all, ids, writers)
-            clean_out = writer_outputs(model, tokens) if activations else _input_embedding(model, tokens)
-        grads = torch.zeros(graph.n_readers, *tokens.shape, model.cfg.d_model, device=model.device)
-        delta = (ablated - clean_out).float() if activations else None
-        for group in groups:
-            start, end = ablated[group], clean_out[group]  # [n, B|1, P, d], [n, B, P, d]
-            for alpha in alphas:
-                point = start + alpha * (end - start)
-                if not activations:  # integrated gradients over the input embedding (EAP: alpha = 1)
-                    _add_reader_grads(model, graph, tokens, metric, ids, grads, input_embed=point[0])
-                else:  # over one group of writers' outputs: a layer's heads [B, P, head, d], else [B, P, d]
-                    point = point.permute(1, 2, 0, 3) if group in head_groups else point[0]
-                    iv = EdgeRun(overrides={group.start: point})
-                    _add_reader_grads(model, graph, tokens, metric, ids, grads, iv)
-                done += 1
-                if progress:
-                    progress(STAGE, done, total)
-            if method == "eap-ig-activations-grouped":
-                _score_positions(graph, delta, grads, reader_positions, ids, scores, group)
-                grads.zero_()
-        del ablated, clean_out, start, end
-        if method != "eap-ig-activations-grouped":
-            if delta is None:  # read after the backward passes: they and this never hold memory together
-                delta = _writer_deltas(model, tokens, corrupted[ids], ablated_all, ids)
-            _score_positions(graph, delta, grads, reader_positions, ids, scores)
-        del delta, grads
+        with intervened(model, base, ids):  # the base interventions in every run of the batch
+            tokens = clean[ids]
+            with torch.no_grad():  # the ends of the integration: every writer's outputs, or the input's only
+                writers = slice(0, graph.n_writers if activations else 1)
+                ablated = _ablated_outputs(model, corrupted[ids], ablated_all, ids, writers)
+                clean_out = writer_outputs(model, tokens) if activations else _input_embedding(model, tokens)
+            grads = torch.zeros(graph.n_readers, *tokens.shape, model.cfg.d_model, device=model.device)
+            delta = (ablated - clean_out).float() if activations else None
+            for group in groups:
+                start, end = ablated[group], clean_out[group]  # [n, B|1, P, d], [n, B, P, d]
+                for alpha in alphas:
+                    point = start + alpha * (end - start)
+                    if not activations:  # integrated gradients over the input embedding (EAP: alpha = 1)
+                        _add_reader_grads(model, graph, tokens, metric, ids, grads, input_embed=point[0])
+                    else:  # over one writer group's outputs: a layer's heads [B, P, head, d], else [B, P, d]
+                        point = point.permute(1, 2, 0, 3) if group in head_groups else point[0]
+                        iv = EdgeRun(overrides={group.start: point})
+                        _add_reader_grads(model, graph, tokens, metric, ids, grads, iv)
+                    done += 1
+                    if progress:
+                        progress(STAGE, done, total)
+                if method == "eap-ig-activations-grouped":
+                    _score_positions(graph, delta, grads, reader_positions, ids, scores, group)
+                    grads.zero_()
+            del ablated, clean_out, start, end
+            if method != "eap-ig-activations-grouped":
+                if delta is None:  # read after the backward passes: they and this never hold memory together
+                    delta = _writer_deltas(model, tokens, corrupted[ids], ablated_all, ids)
+                _score_positions(graph, delta, grads, reader_positions, ids, scores)
+            del delta, grads
     runs = steps * (len(groups) if method == "eap-ig-activations" else 1)
     return {
         name: EdgeScores(
@@ -413,24 +421,20 @@ def _add_reader_grads_by_norm_vjp(
     layer's gradients are added to `into` as they are made (one layer's worth at a time)."""
     cfg = model.cfg
     graph = edge_graph(model)
-    kept: dict[str, Tensor] = {}
 
-    def keep(tensor: Tensor, hook) -> None:
-        kept[hook.name] = tensor
-
-    def set_input(tensor: Tensor, hook) -> Tensor:
-        tensor = tensor if input_embed is None else input_embed.to(tensor.dtype)
-        return tensor if tensor.requires_grad else tensor.detach().requires_grad_(True)
+    def input_point(act: Tensor) -> Tensor:
+        """The input embedding (`input_embed` where given), a tensor the gradients flow from."""
+        value = act if input_embed is None else input_embed.to(act.dtype)
+        return value if value.requires_grad else value.detach().requires_grad_(True)
 
     names = [act_name(kind, layer) for layer in range(cfg.n_layers) for kind in ("resid_pre", "q", "k", "v")]
     if not cfg.attn_only:
         names += [f"blocks.{layer}.hook_mlp_in" for layer in range(cfg.n_layers)]
     final = act_name("resid_post", cfg.n_layers - 1)
     n_prompts = int(ids.max()) + 1 if len(ids) else 0
-    hooks = [("blocks.0.hook_resid_pre", set_input)] + [(name, keep) for name in names + [final]]
-    with torch.enable_grad():
-        with model.settings(use_hook_mlp_in=not cfg.attn_only), model.hooks(fwd_hooks=hooks):
-            resid = model(tokens, stop_at_layer=cfg.n_layers)
+    set_input = Intervention(Site("blocks.0.hook_resid_pre"), input_point)
+    with intervened(model, [set_input]), read_with_grad(model, names + [final]) as kept:  # set, then kept
+        resid = model(tokens, stop_at_layer=cfg.n_layers)
         logits = unembed_at(model, resid, logit_positions(metric, ids, tokens.shape[1]))
         wanted = [name for name in names + [final] if not name.endswith("resid_pre")]
         found = torch.autograd.grad(

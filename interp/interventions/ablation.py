@@ -26,7 +26,7 @@ sweeps); functions given clean and corrupted prompts default to "counterfactual"
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import product
 from typing import Literal
@@ -45,12 +45,14 @@ from interp.checks import (
     check_padding_mask,
 )
 from interp.interventions.engine import (
+    Intervention,
     Site,
     cached_run,
     check_logit_pos,
+    intervened,
+    intervention_hooks,
     metric_values,
     run_site_sets,
-    site_mask,
     start_names,
 )
 from interp.interventions.metrics import Metric, check_reads_real_tokens
@@ -199,25 +201,38 @@ class Replacement:
             scores = scores.masked_fill(~same, -1.0)
         return self.acts[name][scores.argmax(1)]
 
-    def hooks(self, sites: Sequence[Site], groups: Int[Tensor, " batch"] | None = None) -> list:
-        """fwd_hooks that overwrite `sites` with these values, for runs on the input prompts (their
-        `groups` [batch] pick per-group values) or on copies of them stacked along the batch (as
-        path patching runs them); prompts cut to their length take the values of the first positions."""
+    def sources(
+        self,
+        names: Sequence[str],
+        tokens: Int[Tensor, "batch pos"],
+        groups: Int[Tensor, " batch"] | None = None,
+    ) -> dict[str, Tensor]:
+        """name -> the values for runs on `tokens` (their `groups` [batch] pick per-group values),
+        broadcastable to the activation [batch, pos, ...]: prompts shorter than the reference take
+        the values of its first positions."""
+        return {name: _fit_length(name, tokens, self.values(name, tokens.shape[0], groups)) for name in names}
 
-        def make_hook(site: Site):
-            def hook(act: Tensor, hook) -> Tensor:
-                rows = act.shape[0] if groups is None else len(groups)
-                if act.shape[0] % rows:
-                    raise ValueError(f"{site.name}: {act.shape[0]} rows are not copies of {rows} prompts")
-                value = _fit_length(site.name, act, self.values(site.name, rows, groups))
-                if value.ndim and value.shape[0] not in (1, act.shape[0]):
-                    value = value.repeat(act.shape[0] // rows, *[1] * (value.ndim - 1))
-                value = value.to(act.device, act.dtype)
-                return torch.where(site_mask(site, act.shape, act.device), value, act)
+    def interventions(
+        self,
+        sites: Sequence[Site],
+        tokens: Int[Tensor, "batch pos"] | None = None,
+        groups: Int[Tensor, " batch"] | None = None,
+    ) -> list[Intervention]:
+        """The interventions that ablate `sites` in runs on `tokens` (`sources`); without tokens, in
+        runs on any prompts no longer than the reference (the values fit to each run, and resample
+        ablation draws again in each)."""
+        if tokens is not None:
+            sources = self.sources([site.name for site in sites], tokens, groups)
+            return [Intervention(site, sources[site.name]) for site in sites]
 
-            return hook
+        def fitted(name: str) -> Callable[[Tensor], Tensor]:
+            def values(act: Tensor) -> Tensor:
+                batch = act.shape[0] if groups is None else len(groups)
+                return _fit_length(name, act, self.values(name, batch, groups))
 
-        return [(site.name, make_hook(site)) for site in sites]
+            return values
+
+        return [Intervention(site, fitted(site.name)) for site in sites]
 
 
 def _fit_length(name: str, act: Tensor, value: Tensor) -> Tensor:
@@ -232,7 +247,7 @@ def _fit_length(name: str, act: Tensor, value: Tensor) -> Tensor:
     return value[:, : act.shape[1]]
 
 
-def ablation_hooks(
+def ablation_interventions(
     model: HookedTransformer,
     heads: Sequence[Head] = (),
     mlps: Sequence[int] = (),
@@ -243,8 +258,9 @@ def ablation_hooks(
     groups: Int[Tensor, " batch"] | None = None,
     seed: int = 0,
     reference_mask: Int[Tensor, "n_ref pos"] | None = None,
-) -> list[tuple[str, object]]:
-    """fwd_hooks for model.run_with_hooks / model.hooks that ablate heads, MLP layers and neurons.
+) -> list[Intervention]:
+    """The engine's interventions that ablate heads, MLP layers and neurons, in runs on any prompts
+    no longer than the reference (`Replacement.interventions`): e.g. the `base` of a patching run.
 
     reference: tokens, texts or a cache (see `Replacement`).
     groups: the input prompts' groups [batch] (with reference_groups: per-group means/resampling).
@@ -254,14 +270,20 @@ def ablation_hooks(
     replacement = Replacement(
         model, [s.name for s in sites], ablation, reference, reference_groups, seed, reference_mask
     )
-    return replacement.hooks(sites, groups)
+    return replacement.interventions(sites, groups=groups)
+
+
+def ablation_hooks(model: HookedTransformer, *args, **kwargs) -> list[tuple[str, Callable]]:
+    """fwd_hooks for model.run_with_hooks / model.hooks that ablate heads, MLP layers and neurons
+    (the arguments of `ablation_interventions`; `engine.intervention_hooks`)."""
+    return intervention_hooks(ablation_interventions(model, *args, **kwargs))
 
 
 @contextmanager
-def ablate(model: HookedTransformer, **kwargs) -> Iterator[HookedTransformer]:
+def ablate(model: HookedTransformer, *args, **kwargs) -> Iterator[HookedTransformer]:
     """Context manager: `with ablate(model, heads=[(9, 6)], ablation="mean", reference=tokens): ...`
-    (the arguments of `ablation_hooks`)."""
-    with model.hooks(fwd_hooks=ablation_hooks(model, **kwargs)):
+    (the arguments of `ablation_interventions`; `engine.intervened`)."""
+    with intervened(model, ablation_interventions(model, *args, **kwargs)):
         yield model
 
 
@@ -294,9 +316,7 @@ def ablated_metrics(
     metric = check_reads_real_tokens(model, metric, tokens, logit_pos=logit_pos)
     site_sets = [ablation_sites(model, heads=heads) for heads in head_sets]
     names = sorted({site.name for sites in site_sets for site in sites})
-    sources = {
-        name: _fit_length(name, tokens, replacement.values(name, tokens.shape[0], groups)) for name in names
-    }
+    sources = replacement.sources(names, tokens, groups)
     return run_site_sets(
         model, tokens, site_sets, sources, metric, logit_pos=logit_pos, logit_tokens=logit_tokens,
         batch_size=batch_size, progress=progress,
@@ -408,7 +428,7 @@ def ablation_sweep(
     names = sorted({site.name for sites in units for site in sites})
     replacement = Replacement(model, names, ablation, reference, reference_groups, seed, reference_mask)
     batch = tokens.shape[0]
-    sources = {name: _fit_length(name, tokens, replacement.values(name, batch, groups)) for name in names}
+    sources = replacement.sources(names, tokens, groups)
     logits, target = cached_run(model, tokens, start_names(model), logit_pos)
     values = run_site_sets(
         model, tokens, units, sources, metric, target=target, logit_pos=logit_pos,

@@ -10,7 +10,10 @@ so runs that make the same interventions in the first blocks compute those block
 unchanged prefix comes from the target's cached run (`cached_run`, `start_names`), blocks whose z
 every run of a pass overwrites skip the attention (`overwritten_z`), opt-in hook points are switched
 on only in the blocks that use them (`hook_settings_for`), and logits are computed only at the
-positions and for the tokens the metric reads (`forward_logits`, `logit_tokens`). Activation,
+positions and for the tokens the metric reads (`forward_logits`, `logit_tokens`). Interventions
+made in every run, the target's included (e.g. heads mean-ablated throughout), are a `base`.
+Outside these runs, `intervention_hooks` and `intervened` make interventions in any forward pass,
+and `read_with_grad` keeps activations for gradients with respect to them. Activation,
 attribution and path patching (`interp.interventions.patching`, `.path_patching`), ablation
 (`interp.interventions.ablation`) and the head report's causal checks are interventions plus this
 scheduling.
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,6 +206,7 @@ def run_site_sets(
     logit_tokens: Tensor | None = None,
     batch_size: int | None = None,
     progress: Progress | None = None,
+    base: Sequence[Intervention] = (),
 ) -> Float[Tensor, "n_sets batch"]:
     """Metric of each patched run: run i makes every intervention in site_sets[i] (a bare `Site` takes
     its values from `sources`: a cached source run, a tensor, a function; see `Intervention`).
@@ -215,10 +219,12 @@ def run_site_sets(
       shape; with logit_pos): only their logits are computed, the others are NaN.
     batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
     progress(stage, done, total): called as runs finish (stage "patched runs").
-    Returns the per-example metric [n_sets, batch]. An empty site set is the unpatched target run.
+    base: interventions made in every run before its own (e.g. heads mean-ablated throughout); the
+      target run must have been cached with them (`cached_run(..., base=base)`).
+    Returns the per-example metric [n_sets, batch]. An empty site set is the target run.
     A metric that would read right padding is refused (`metrics.check_reads_real_tokens`).
     """
-    runs = as_interventions(site_sets, sources)
+    runs, [base] = as_interventions(site_sets, sources), as_interventions([base], None)
     metric = check_reads_real_tokens(model, metric, tokens, logit_pos=logit_pos)
     batch = tokens.shape[0]
     values = torch.empty(len(runs), batch)
@@ -229,7 +235,7 @@ def run_site_sets(
         for i in indices:
             values[i] = value
 
-    _walk(model, tokens, runs, target, (), batch_size, progress, finish, logit_pos, buffer)
+    _walk(model, tokens, runs, base, target, (), batch_size, progress, finish, logit_pos, buffer)
     return values
 
 
@@ -244,15 +250,17 @@ def read_site_sets(
     target: Mapping[str, Tensor] | None = None,
     batch_size: int | None = None,
     progress: Progress | None = None,
+    base: Sequence[Intervention] = (),
 ) -> list[Any]:
     """`run_site_sets` that reads activations instead of logits: each run stops after the last block
     holding a hook of `reads` and gives readout({name: activation [batch, ...]}) (runs that share
     every block up to there share one readout call). A run that left a read hook's block unchanged
     reads the target's cached value there (`target` must hold it), so the target run itself is read
-    from the cache. Returns the readouts, one per site set."""
+    from the cache. base: interventions made in every run, the target's included (see
+    `run_site_sets`). Returns the readouts, one per site set."""
     if not reads:
         raise ValueError("reads is empty: name the hooks to read, or use run_site_sets for a metric")
-    runs = as_interventions(site_sets, sources)
+    runs, [base] = as_interventions(site_sets, sources), as_interventions([base], None)
     reads = sorted(set(reads))
     out: list[Any] = [None] * len(runs)
 
@@ -264,7 +272,7 @@ def read_site_sets(
         for i in indices:
             out[i] = value
 
-    _walk(model, tokens, runs, target, reads, batch_size, progress, finish)
+    _walk(model, tokens, runs, base, target, reads, batch_size, progress, finish)
     return out
 
 
@@ -277,6 +285,7 @@ def _walk(
     model: HookedTransformer,
     tokens: Tensor,
     runs: list[list[Intervention]],
+    base: Sequence[Intervention],
     target: Mapping[str, Tensor] | None,
     reads: Sequence[str],
     batch_size: int | None,
@@ -288,26 +297,25 @@ def _walk(
     """The scheduler behind `run_site_sets` and `read_site_sets`: runs sorted by what they patch,
     segment by segment (-1 embeddings, L block L, n_layers final norm and unembedding), walked
     breadth-first in chunks; finish(runs, logits) after the unembedding, or, with `reads`,
-    finish(runs, {name: activation}) after the last block that holds a read hook. Blocks run with
+    finish(runs, {name: activation}) after the last block that holds a read hook. The `base`
+    interventions are made in every block a run computes, before its own; they are part of the
+    target run, so runs are sorted and shared by their own interventions only. Blocks run with
     the attention mask the forward pass gives `tokens` (left padding) and a shortformer model's
     positions (`shortformer_positions`)."""
     n_layers = model.cfg.n_layers
     mask = model.attention_mask_of(tokens)
-    names = {iv.site.name for run in runs for iv in run} | set(reads)
-    pos_embed = shortformer_positions(model, tokens, {iv.site.name for run in runs for iv in run})
+    stop = max((_segment(Site(name), n_layers) for name in reads), default=n_layers)
+    base = [iv for iv in base if _segment(iv.site, n_layers) <= stop]  # later ones change nothing read
+    made = [iv for run in [*runs, base] for iv in run]
+    names = {iv.site.name for iv in made} | set(reads)
+    pos_embed = shortformer_positions(model, tokens, {iv.site.name for iv in made})
     with model.settings(**hook_settings_for(names)):
         check_sites(model, [[Site(name)] for name in names])
     uncached = sorted(
-        {
-            iv.site.name
-            for run in runs
-            for iv in run
-            if isinstance(iv.source, Mapping) and iv.site.name not in iv.source
-        }
+        {iv.site.name for iv in made if isinstance(iv.source, Mapping) and iv.site.name not in iv.source}
     )
     if uncached:
         raise ValueError(f"no source values for {uncached}; cache them in the source run")
-    stop = max((_segment(Site(name), n_layers) for name in reads), default=n_layers)
     late = sorted({iv.site.name for run in runs for iv in run if _segment(iv.site, n_layers) > stop})
     if late:
         raise ValueError(f"{late} fire after the last hook read ({max(reads)}): they cannot change it")
@@ -338,7 +346,8 @@ def _walk(
                             next_groups.append((sub, None, read))  # still the target run
                             continue
                         parent = resid if resid is not None else _target_input(model, tokens, target, segment)
-                        here = [iv for iv in runs[sub[0]] if _segment(iv.site, n_layers) == segment]
+                        made_here = [*base, *runs[sub[0]]]
+                        here = [iv for iv in made_here if _segment(iv.site, n_layers) == segment]
                         pending.append((sub, parent, here, read))
                 # Runs whose z is wholly overwritten here share passes that skip the attention.
                 pending.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
@@ -679,18 +688,108 @@ def final_resid_hook(model: HookedTransformer) -> str:
 
 
 def cached_run(
-    model: HookedTransformer, tokens: Tensor, names: Iterable[str], logit_pos: Pos = None
+    model: HookedTransformer,
+    tokens: Tensor,
+    names: Iterable[str],
+    logit_pos: Pos = None,
+    base: Sequence[Intervention] = (),
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """(logits, {name: activation}) of one run; the logits only at logit_pos (see forward_logits)."""
+    """(logits, {name: activation}) of one run, with the `base` interventions made in it (the cache
+    holds what they wrote); the logits only at logit_pos (see forward_logits)."""
     names = sorted(set(names))
     cache: dict[str, Tensor] = {}
 
     def save(act: Tensor, hook) -> None:
         cache[hook.name] = act.detach()
 
-    with torch.no_grad(), model.hooks(fwd_hooks=[(name, save) for name in names]):
+    with torch.no_grad(), intervened(model, base), model.hooks(fwd_hooks=[(name, save) for name in names]):
         logits = forward_logits(model, tokens, logit_pos)
     return logits, cache
+
+
+def intervention_hooks(
+    interventions: Sequence[Intervention], rows: Int[Tensor, " batch"] | None = None
+) -> list[tuple[str, Callable]]:
+    """fwd_hooks (`model.hooks`, `run_with_hooks`) that make `interventions`, in order, in any forward
+    pass: the one way a run outside `run_site_sets` writes activations.
+
+    rows: the prompts the passes run, as indices into the per-prompt values of the sources (those
+      whose leading axis is the batch: a cached run's activations [n, ...], per-prompt means), for
+      passes on a sub-batch of the prompts the sources were made for; None: those prompts, in order.
+    A pass may stack copies of its prompts along the batch (per-prompt values and positions are
+    tiled); a source function is given the activation of the whole pass."""
+    by_name: dict[str, list[Intervention]] = {}
+    for intervention in as_interventions([interventions], None)[0]:
+        by_name.setdefault(intervention.site.name, []).append(intervention)
+
+    def make_hook(name: str):
+        def hook(act: Tensor, hook) -> Tensor:
+            for intervention in by_name[name]:
+                act = _written(intervention, act, rows)
+            return act
+
+        return hook
+
+    return [(name, make_hook(name)) for name in by_name]
+
+
+@contextmanager
+def intervened(
+    model: HookedTransformer, interventions: Sequence[Intervention], rows: Int[Tensor, " batch"] | None = None
+) -> Iterator[HookedTransformer]:
+    """A context in which every forward pass of `model` makes `interventions` (`intervention_hooks`;
+    rows: see there), with the opt-in hook points they write switched on."""
+    names = {intervention.site.name for intervention in interventions}
+    with model.settings(**hook_settings_for(names)):
+        check_sites(model, [[intervention.site for intervention in interventions]])
+        with model.hooks(fwd_hooks=intervention_hooks(interventions, rows)):
+            yield model
+
+
+def _written(intervention: Intervention, act: Tensor, rows: Tensor | None) -> Tensor:
+    """act [batch, ...] (or stacked copies of the batch) with what the intervention selects
+    overwritten; rows: see `intervention_hooks`."""
+    site, source = intervention.site, intervention.source
+    value = intervention.values(act)
+    per_prompt = value.ndim == act.ndim and value.shape[0] > 1
+    if per_prompt and rows is not None and isinstance(source, Tensor | Mapping):
+        value = value[rows.to(value.device)]
+    pos = site.pos
+    if isinstance(pos, Tensor) and pos.ndim == 1 and pos.dtype != torch.bool:
+        pos = _tiled(site.name, pos if rows is None else pos[rows.to(pos.device)], act.shape[0])
+    value = _tiled(site.name, value, act.shape[0]) if per_prompt else value
+    mask = site_mask(Site(site.name, site.head, pos, site.unit), act.shape, act.device)
+    return torch.where(mask, value, act)
+
+
+def _tiled(name: str, per_prompt: Tensor, rows: int) -> Tensor:
+    """Per-prompt values [batch, ...] for a pass of `rows` rows that stacks copies of the batch."""
+    batch = per_prompt.shape[0]
+    if rows % batch:
+        raise ValueError(f"{name}: a pass of {rows} rows is not copies of {batch} prompts")
+    return per_prompt.repeat(rows // batch, *[1] * (per_prompt.ndim - 1))
+
+
+@contextmanager
+def read_with_grad(model: HookedTransformer, names: Iterable[str]) -> Iterator[dict[str, Tensor]]:
+    """A context with gradients on in which every forward pass keeps the activations of the hooks
+    `names` in the dict it gives, {name: activation [batch, ...]}, in the autograd graph, for
+    gradients with respect to them (not the weights):
+
+        with read_with_grad(model, names) as acts:
+            score = metric(model(tokens))
+            grads = torch.autograd.grad(score.sum(), [acts[name] for name in names])
+    """
+    names = sorted(set(names))
+    acts: dict[str, Tensor] = {}
+
+    def keep(act: Tensor, hook) -> None:
+        acts[hook.name] = act
+
+    with torch.enable_grad(), model.settings(**hook_settings_for(names)):
+        check_sites(model, [[Site(name) for name in names]])
+        with model.hooks(fwd_hooks=[(name, keep) for name in names]):
+            yield acts
 
 
 def start_names(model: HookedTransformer) -> list[str]:

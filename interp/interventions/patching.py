@@ -39,6 +39,7 @@ from interp.interventions.engine import (
     forward_logits,
     hook_settings_for,
     metric_values,
+    read_with_grad,
     run_site_sets,
     site_mask,
     start_names,
@@ -307,12 +308,7 @@ def attribution_patching(
     names = sorted({site.name for site in sites})
     with model.settings(**hook_settings_for(names)):
         source_logits, source = cached_run(model, source_tokens, names, logit_pos)
-        target = {}
-
-        def keep(act: Tensor, hook) -> None:
-            target[hook.name] = act
-
-        with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
+        with read_with_grad(model, names) as target:
             target_metric = metric(forward_logits(model, target_tokens, logit_pos))
             metric_values(lambda _: target_metric, None, target_tokens.shape[0])  # checks shape and NaN
             grads = torch.autograd.grad(target_metric.sum(), [target[name] for name in names])

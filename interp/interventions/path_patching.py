@@ -93,6 +93,7 @@ def path_patching(
     batch_size: int | None = None,
     logit_pos: Pos = None,
     logit_tokens: Tensor | None = None,
+    base: Sequence[Intervention] = (),
 ) -> PatchResult:
     """Path patching (Wang et al. 2022, sec. 3.1 and appendix B; Goldowsky-Dill et al. 2023): the
     effect of senders -> receivers paths, one patched run per sender (or per set of senders).
@@ -120,9 +121,11 @@ def path_patching(
     logit_pos: the positions the metric reads; logits only there (see forward_logits).
     logit_tokens: the token ids the metric reads there; only their logits are computed in the
       patched runs (see `PathPatcher.__call__`).
+    base: the engine's interventions made in every run, the clean and corrupted ones included
+      (e.g. heads mean-ablated: `ablation.ablation_interventions`), before the path's own.
     Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
     """
-    return PathPatcher(model, clean, corrupted, logit_pos)(
+    return PathPatcher(model, clean, corrupted, logit_pos, base)(
         metric, receivers, senders, sender_pos=sender_pos, receiver_pos=receiver_pos,
         freeze_mlps=freeze_mlps, metric_name=metric_name, batch_size=batch_size, logit_tokens=logit_tokens,
     )  # fmt: skip
@@ -131,8 +134,9 @@ def path_patching(
 class PathPatcher:
     """`path_patching` on one pair of prompt batches, run 1 (the clean and corrupted runs, cached)
     done once for any number of calls with other receivers, senders or metrics, e.g. the steps of
-    a circuit discovery. The caches hold what the model computed under the hooks active at
-    construction: a call under other hooks, or after the weights changed, raises (`is_current`)."""
+    a circuit discovery. `base`: the engine's interventions made in every run (see `path_patching`).
+    The caches hold what the model computed under the hooks active at construction: a call under
+    other hooks, or after the weights changed, raises (`is_current`)."""
 
     def __init__(
         self,
@@ -140,6 +144,7 @@ class PathPatcher:
         clean: Int[Tensor, "batch pos"],
         corrupted: Int[Tensor, "batch pos"],
         logit_pos: Pos = None,
+        base: Sequence[Intervention] = (),
     ):
         clean, corrupted = check_pair(model, clean, corrupted)
         check_distinct_pair(clean, corrupted, "every path-patched run (senders carry clean values)")
@@ -150,9 +155,10 @@ class PathPatcher:
         names |= {act_name("mlp_out", layer) for layer in range(cfg.n_layers)} if not cfg.attn_only else set()
         names |= set(start_names(model))
         self.model, self.clean, self.batch, self.logit_pos = model, clean, clean.shape[0], logit_pos
+        self.base = list(base)
         self._state = model.run_state()
-        self.clean_logits, self.clean_cache = cached_run(model, clean, names, logit_pos)
-        self.corrupted_logits, self.corrupted_cache = cached_run(model, corrupted, names, logit_pos)
+        runs = [cached_run(model, tokens, names, logit_pos, self.base) for tokens in (clean, corrupted)]
+        (self.clean_logits, self.clean_cache), (self.corrupted_logits, self.corrupted_cache) = runs
 
     def is_current(self) -> bool:
         """Whether the model has the hooks and weights it had when the runs were cached."""
@@ -240,6 +246,7 @@ class PathPatcher:
         """Runs 2 and 3 of path patching for each sender set, on the engine: [n_sets, batch]."""
         model, cfg, clean = self.model, self.model.cfg, self.clean_cache
         settings = {"logit_pos": self.logit_pos, "logit_tokens": logit_tokens, "batch_size": batch_size}
+        settings |= {"base": self.base}
         if isinstance(receivers, str):  # the final residual stream: run 2 is the measured run
             runs = [self._run2(senders, cfg.n_layers, sender_pos, freeze_mlps) for senders in sender_sets]
             return run_site_sets(model, self.clean, runs, None, metric, target=clean, **settings)
@@ -257,6 +264,7 @@ class PathPatcher:
                 dict,
                 target={**clean, **clean_reads},
                 batch_size=batch_size,
+                base=self.base,
             )
             if reads
             else [{} for _ in runs]
