@@ -46,15 +46,15 @@ def test_mask_of_ones_is_the_model_and_of_zeros_the_ablated_graph(config):
     )
 
     model = model.to(torch.float64)
-    ablated, mask = ablated.double(), mask.double().requires_grad_(True)
+    ablated, dense = ablated.double(), mask.double().requires_grad_(True)
 
     def value(m: torch.Tensor) -> torch.Tensor:
         return edges.masked_logits(model, graph, clean, m, ablated)[:, -1, :5].pow(2).sum()
 
     # A dense mask, and one that ablates most edges (the product then sums every writer less the kept).
-    sparse = torch.zeros_like(mask)
+    sparse = torch.zeros_like(dense)
     sparse[0], sparse[1, -1] = 1, 0.5
-    for mask in (mask, sparse.requires_grad_(True)):
+    for mask in (dense, sparse.requires_grad_(True)):
         with torch.no_grad():
             discrete = edges.edge_forward(
                 model, graph, clean, edges.EdgeRun(keep=mask[None], ablated=ablated)

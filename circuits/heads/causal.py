@@ -4,8 +4,9 @@ A head's z is replaced by its mean over the repeated probe's sequences at each p
 sequences that are not padding there (the mean ablation of `interp.interventions.ablation`). Each
 effect is measured two ways, because heads back each other up: alone, and with the other candidates
 of its type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are
-gone). A head that its effect alone confirms is not run with the others ablated (that effect could
-only add to it; NaN, "–" in reports): the verdicts are those of both effects, with fewer runs.
+gone). A head that its effect alone confirms, in every stratum, is not run with the others ablated
+(that effect could only add to it; NaN, "–" in reports): the verdicts and strata are those of both
+effects, with fewer runs.
 
   induction        loss increase on the second copies of the repeated sequences (nats)
   previous_token   drop of the mean induction score of the later induction heads (a fraction of
@@ -122,9 +123,10 @@ def _candidate_effects(
     """An effect is sign * (measurement with the heads ablated - measurement without them), for each
     head alone, all candidates, and each head on top of the other candidates, over all sequences and
     over each stratum's (`strata`: name -> row indices). The first call of `measure` runs no head,
-    all of them and each alone; a head confirmed by its effect alone is confirmed whatever its effect
-    with the others ablated (a second effect only adds ways to be significant and to hold), which is
-    then not measured (NaN); the second call runs the other candidates of each remaining head.
+    all of them and each alone; a head its effect alone confirms, holding in every stratum, has the
+    same verdict and strata whatever its effect with the others ablated (a second effect only adds
+    ways to be significant and to hold), which is then not measured (NaN); the second call runs the
+    other candidates of each remaining head.
     Within a call, runs share their first blocks."""
     first = {frozenset(): [], frozenset(heads): sorted(heads)}
     for head in heads:
@@ -152,7 +154,11 @@ def _candidate_effects(
             for name, rows in stratum_rows.items()
         },
     )
-    undecided = [head for head in heads if alone.verdict(head) != "confirmed"]
+    undecided = [
+        head
+        for head in heads
+        if alone.verdict(head) != "confirmed" or len(alone.holds_in(head)) < len(stratum_rows)
+    ]
     second = {frozenset(others(head)): others(head) for head in undecided if len(heads) > 1}
     second = {key: value for key, value in second.items() if key not in measured}
     if second:

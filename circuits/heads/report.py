@@ -59,7 +59,7 @@ LEGEND = (
     "entropy, 0 to 1); copying lies in [−1, +1] (+1: copies the attended token, −1: suppresses it); "
     "k_composition in [0, 1]. Causal effects are mean ablations of the head's output, ± one standard "
     "error over probe sequences, as alone / with the other candidates of its type ablated (–: not "
-    "measured, the head is confirmed alone): "
+    "measured, the head is confirmed alone at every repeat length): "
     "Δloss = ablated − clean loss on the repeated tokens, in nats (positive: the head helps predict "
     "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
     "attention (positive: the head feeds them). ✓: the effect exceeds 2 standard errors and 0.02, "
@@ -179,7 +179,7 @@ def _cells(report: HeadReport, row) -> list[str]:
 
 def _effect_pair(alone: float, with_others: float, separator: str) -> str:
     """ "0.12/0.05": the effect alone and with the other candidates ablated ("–" where not measured:
-    the head is confirmed alone)."""
+    the head is confirmed alone at every repeat length)."""
     return f"{alone:.2f}{separator}" + ("–" if math.isnan(with_others) else f"{with_others:.2f}")
 
 
