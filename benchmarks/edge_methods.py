@@ -14,8 +14,9 @@ prompts (seed 1), counterfactual ablation, as `interp circuit` does:
         faithfulness and 95% bootstrap CI over the held-out prompts
 
 CPR and CMD have 95% CIs from the same bootstrap over prompts. Edge pruning (`edges.prune_edges`):
-100 steps of 8 prompts, starting from EAP-IG's circuit of 24% of the edges and shrinking to 2.4% (on
-SmolLM2, 1,696 edges), metric objective, learning rate 0.003 (its time includes its EAP-IG start); the
+up to 100 steps of 8 prompts (it stops once the mask keeps the same edges for 10 steps at its final
+size), starting from EAP-IG's circuit of 24% of the edges and shrinking to 2.4% (on SmolLM2, 1,696
+edges), metric objective, learning rate 0.003 (its time includes its EAP-IG start); the
 ensemble averages EAP-IG's and pruning's normalised ranks (its time is theirs together). Scores are
 cached under --cache (with their times), so an interrupted run resumes, and pruning resumes from its
 checkpoint there. Writes the JSON and prints a Markdown table.

@@ -219,11 +219,17 @@ def test_toy_checkpoint_previous_token_and_induction_heads():
     previous = table[table["previous_token_confirmed"]]
     assert len(previous) >= 1 and set(previous["layer"]) == {0}
     assert all("previous_token" in types for types in previous["types"])
-    # All four layer-1 heads are induction heads; each alone matters little (they back each other
-    # up), so they are confirmed with the other candidates ablated.
+    # All four layer-1 heads are induction heads; they back each other up, so those their effect alone
+    # does not confirm at every repeat length are confirmed with the other candidates ablated (the
+    # others are not run so).
     assert sorted(report.heads_of_type("induction")) == [(1, 0), (1, 1), (1, 2), (1, 3)]
     layer1 = table[table["layer"] == 1]
-    assert (layer1["induction_effect_with_others"] > 2 * layer1["induction_effect_with_others_se"]).all()
+    tested = layer1[layer1["induction_effect_with_others"].notna()]
+    assert (
+        len(tested)
+        and (tested["induction_effect_with_others"] > 2 * tested["induction_effect_with_others_se"]).all()
+    )
+    assert (layer1["induction_verdict"] == "confirmed").all()
     effect, se = report.group_effects["induction"]
     assert effect > 1.0 and effect > 10 * se  # without its induction heads the model cannot copy
     assert effect > 5 * layer1["induction_effect"].max()
@@ -408,6 +414,8 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     for head in candidates:
         others = [h for h in candidates if h != head]
         assert found.alone[head][0] == pytest.approx(float((loss([head]) - clean).mean()), abs=1e-5)
+        if found.verdict(head) == "confirmed" and head not in found.with_others_ablated:
+            continue  # confirmed alone: not run with the others ablated
         expected = float((loss(candidates) - loss(others)).mean())
         assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
     assert found.all_candidates[0] == pytest.approx(float((loss(candidates) - clean).mean()), abs=1e-5)
@@ -426,6 +434,8 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     for head in sources:
         expected = float((clean - induction_score([head], targets)).mean())
         assert found.alone[head][0] == pytest.approx(expected, abs=1e-5)
+        if found.verdict(head) == "confirmed" and head not in found.with_others_ablated:
+            continue  # confirmed alone: not run with the others ablated
         others = [h for h in sources if h != head]
         expected = float((induction_score(others, targets) - induction_score(sources, targets)).mean())
         assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
@@ -435,7 +445,8 @@ def test_causal_checks_equal_full_ablated_forward_passes():
 def test_an_effect_at_one_repeat_length_only_is_length_dependent():
     """Planted per-sequence measurements over three repeat lengths: a head whose ablation matters at
     one length only is significant pooled but reported length-dependent, not confirmed; one that
-    matters at every length is confirmed; one that never matters is unconfirmed."""
+    matters at every length is confirmed; one that never matters is unconfirmed. Only the heads not
+    confirmed alone run again with the other candidates ablated, in a second call."""
     from circuits.heads.causal import _candidate_effects
 
     generator = torch.Generator().manual_seed(0)
@@ -448,7 +459,10 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
         never: 0,
     }
 
-    def measure(head_sets):
+    calls = []
+
+    def measure(head_sets, before, total):
+        calls.append((sorted(map(sorted, head_sets)), before, total))
         noise = [0.01 * torch.randn(3 * n, generator=generator) for _ in head_sets]
         return [
             2.0 + e + sum(planted[head] for head in heads) for e, heads in zip(noise, head_sets, strict=True)
@@ -460,3 +474,7 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
     assert found.verdict(everywhere) == "confirmed" and found.holds_in(everywhere) == list(strata)
     assert found.verdict(never) == "unconfirmed" and found.holds_in(never) == []
     assert found.verdict((0, 0)) == ""  # not a candidate
+    assert set(found.with_others_ablated) == {at_one_length, never}
+    assert math.isnan(found.by_stratum["L=13"][everywhere][1][0])  # not measured
+    assert [(before, total) for _, before, total in calls] == [(0, 8), (5, 7)]
+    assert calls[1][0] == [[at_one_length, everywhere], [everywhere, never]]  # the others of each

@@ -46,17 +46,26 @@ def test_mask_of_ones_is_the_model_and_of_zeros_the_ablated_graph(config):
     )
 
     model = model.to(torch.float64)
-    ablated, mask = ablated.double(), mask.double().requires_grad_(True)
+    ablated, dense = ablated.double(), mask.double().requires_grad_(True)
 
     def value(m: torch.Tensor) -> torch.Tensor:
         return edges.masked_logits(model, graph, clean, m, ablated)[:, -1, :5].pow(2).sum()
 
-    value(mask).backward()
-    for w, r in [(0, 0), (1, graph.n_readers - 1), (graph.n_writers - 1, graph.n_readers - 1)]:
-        step = torch.zeros_like(mask)
-        step[w, r] = 1e-6
-        difference = (value(mask.detach() + step) - value(mask.detach() - step)) / 2e-6
-        assert mask.grad[w, r].item() == pytest.approx(difference.item(), rel=1e-4, abs=1e-6)
+    # A dense mask, and one that ablates most edges (the product then sums every writer less the kept).
+    sparse = torch.zeros_like(dense)
+    sparse[0], sparse[1, -1] = 1, 0.5
+    for mask in (dense, sparse.requires_grad_(True)):
+        with torch.no_grad():
+            discrete = edges.edge_forward(
+                model, graph, clean, edges.EdgeRun(keep=mask[None], ablated=ablated)
+            )
+        torch.testing.assert_close(edges.masked_logits(model, graph, clean, mask, ablated), discrete)
+        value(mask).backward()
+        for w, r in [(0, 0), (1, graph.n_readers - 1), (graph.n_writers - 1, graph.n_readers - 1)]:
+            step = torch.zeros_like(mask)
+            step[w, r] = 1e-6
+            difference = (value(mask.detach() + step) - value(mask.detach() - step)) / 2e-6
+            assert mask.grad[w, r].item() == pytest.approx(difference.item(), rel=1e-4, abs=1e-6)
 
 
 def test_pruning_keeps_the_behaviour_with_few_edges(toy_induction):

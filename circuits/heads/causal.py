@@ -4,7 +4,9 @@ A head's z is replaced by its mean over the repeated probe's sequences at each p
 sequences that are not padding there (the mean ablation of `interp.interventions.ablation`). Each
 effect is measured two ways, because heads back each other up: alone, and with the other candidates
 of its type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are
-gone).
+gone). A head that its effect alone confirms, in every stratum, is not run with the others ablated
+(that effect could only add to it; NaN, "–" in reports): the verdicts and strata are those of both
+effects, with fewer runs.
 
   induction        loss increase on the second copies of the repeated sequences (nats)
   previous_token   drop of the mean induction score of the later induction heads (a fraction of
@@ -28,6 +30,7 @@ ablation changed them, and the probe's rows run per repeat length, cut to the lo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,11 +80,12 @@ class CausalEffects:
         )
 
     def holds_in(self, head: Head) -> list[str]:
-        """The strata where either of the head's effects exceeds min_effect."""
+        """The strata where either of the head's effects exceeds min_effect (one not measured, NaN,
+        exceeds nothing)."""
         return [
             name
             for name, effects in self.by_stratum.items()
-            if head in effects and max(effects[head][0][0], effects[head][1][0]) > self.min_effect
+            if head in effects and any(effect[0] > self.min_effect for effect in effects[head])
         ]
 
     def verdict(self, head: Head) -> str:
@@ -104,48 +108,75 @@ def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
     return float(values.mean()), se
 
 
+Measure = Callable[[list[list[Head]], int, int], list[Float[Tensor, " batch"]]]
+"""measure(head sets, sets measured before, sets to measure in all) -> per set, the per-sequence
+measurement with those heads ablated (the counts are for progress)."""
+
+
 def _candidate_effects(
     heads: Sequence[Head],
-    measure: Callable[[list[list[Head]]], list[Float[Tensor, " batch"]]],
+    measure: Measure,
     sign: int,
     min_effect: float,
     strata: dict[str, Tensor] | None = None,
 ) -> CausalEffects:
-    """measure(head sets) -> per set, the per-sequence measurement with those heads ablated; an effect
-    is sign * (measurement with the heads ablated - measurement without them), for each head alone,
-    each head on top of the other candidates, and all candidates, over all sequences and over each
-    stratum's (`strata`: name -> row indices). Each set is measured once, all in one call (so that
-    runs can share their first blocks)."""
-    sets = {frozenset(): [], frozenset(heads): sorted(heads)}
+    """An effect is sign * (measurement with the heads ablated - measurement without them), for each
+    head alone, all candidates, and each head on top of the other candidates, over all sequences and
+    over each stratum's (`strata`: name -> row indices). The first call of `measure` runs no head,
+    all of them and each alone; a head its effect alone confirms, holding in every stratum, has the
+    same verdict and strata whatever its effect with the others ablated (a second effect only adds
+    ways to be significant and to hold), which is then not measured (NaN); the second call runs the
+    other candidates of each remaining head.
+    Within a call, runs share their first blocks."""
+    first = {frozenset(): [], frozenset(heads): sorted(heads)}
     for head in heads:
-        sets.setdefault(frozenset([head]), [head])
-        others = sorted(h for h in heads if h != head)
-        sets.setdefault(frozenset(others), others)
-    measured = dict(zip(sets, measure(list(sets.values())), strict=True))
+        first.setdefault(frozenset([head]), [head])
+
+    def others(head: Head) -> list[Head]:
+        return sorted(h for h in heads if h != head)
+
+    upper = len(first) + len({frozenset(others(head)) for head in heads} - set(first))
+    measured = dict(zip(first, measure(list(first.values()), 0, upper), strict=True))
 
     def effect(ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None) -> Effect:
         values = sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)])
         return _mean_se(values if rows is None else values[rows])
 
-    def effects(rows: Tensor | None = None) -> tuple[dict[Head, Effect], dict[Head, Effect]]:
-        alone = {head: effect([head], rows=rows) for head in heads}
-        with_others = {
-            head: effect(heads, [h for h in heads if h != head], rows) if len(heads) > 1 else alone[head]
-            for head in heads
-        }
-        return alone, with_others
-
-    alone, with_others = effects()
-    by_stratum = {}
-    for name, rows in (strata or {}).items():
-        alone_s, with_others_s = effects(rows)
-        by_stratum[name] = {head: (alone_s[head], with_others_s[head]) for head in heads}
-    return CausalEffects(
-        alone=alone,
-        with_others_ablated=with_others,
+    stratum_rows = strata or {}
+    nan = (math.nan, math.nan)
+    alone = CausalEffects(
+        alone={head: effect([head]) for head in heads},
+        with_others_ablated={},
         all_candidates=effect(heads),
         min_effect=min_effect,
-        by_stratum=by_stratum,
+        by_stratum={
+            name: {head: (effect([head], rows=rows), nan) for head in heads}
+            for name, rows in stratum_rows.items()
+        },
+    )
+    undecided = [
+        head
+        for head in heads
+        if alone.verdict(head) != "confirmed" or len(alone.holds_in(head)) < len(stratum_rows)
+    ]
+    second = {frozenset(others(head)): others(head) for head in undecided if len(heads) > 1}
+    second = {key: value for key, value in second.items() if key not in measured}
+    if second:
+        found = measure(list(second.values()), len(first), len(first) + len(second))
+        measured |= dict(zip(second, found, strict=True))
+
+    def with_others(head: Head, rows: Tensor | None = None) -> Effect:
+        if head not in undecided:
+            return nan
+        return effect(heads, others(head), rows) if len(heads) > 1 else effect([head], rows=rows)
+
+    return dataclasses.replace(
+        alone,
+        with_others_ablated={head: with_others(head) for head in undecided},
+        by_stratum={
+            name: {head: (effect([head], rows=rows), with_others(head, rows)) for head in heads}
+            for name, rows in stratum_rows.items()
+        },
     )
 
 
@@ -258,12 +289,12 @@ def induction_ablation_effects(
     second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
     groups = _row_groups(probe)
 
-    def measure(head_sets: list[list[Head]]) -> list[Tensor]:
+    def measure(head_sets: list[list[Head]], before: int, total: int) -> list[Tensor]:
         """Mean loss per sequence on its second copy (logits only where it is scored)."""
         values = torch.zeros(len(head_sets), len(tokens))
         final_name = final_resid_hook(model)
         if progress:
-            progress(INDUCTION_STAGE, 0, len(head_sets) * len(groups))
+            progress(INDUCTION_STAGE, before * len(groups), total * len(groups))
         for g, (rows, width) in enumerate(groups):
             device_rows = rows.to(model.device)
             scored = second[device_rows, : width - 1]
@@ -279,7 +310,9 @@ def induction_ablation_effects(
                 return (per_token.sum(-1) / scored.sum(-1)).float().cpu()
 
             reads = {final_name: clean.final[device_rows, :width]}
-            step = as_stage(progress, INDUCTION_STAGE, g * len(head_sets), len(head_sets) * len(groups))
+            step = as_stage(
+                progress, INDUCTION_STAGE, before * len(groups) + g * len(head_sets), total * len(groups)
+            )
             runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, loss, step)
             for i, value in enumerate(runs):
                 values[i, rows] = value
@@ -316,11 +349,11 @@ def previous_token_ablation_effects(
         clean = clean_run(model, probe, [layer for layer, _ in heads], target_layers)
     groups = _row_groups(probe)
 
-    def measure(head_sets: list[list[Head]]) -> list[Tensor]:
+    def measure(head_sets: list[list[Head]], before: int, total: int) -> list[Tensor]:
         """Mean induction score of the later targets per sequence, with each set mean-ablated."""
         values = torch.zeros(len(head_sets), len(probe.tokens))
         if progress:
-            progress(PREVIOUS_TOKEN_STAGE, 0, len(head_sets) * len(groups))
+            progress(PREVIOUS_TOKEN_STAGE, before * len(groups), total * len(groups))
         for g, (rows, width) in enumerate(groups):
             lengths = probe.lengths[rows]
             masks = {"induction": score_masks(probe.tokens[rows, :width], lengths)["induction"]}
@@ -339,7 +372,9 @@ def previous_token_ablation_effects(
                 ]
                 return torch.stack(per_target).mean(0)
 
-            step = as_stage(progress, PREVIOUS_TOKEN_STAGE, g * len(head_sets), len(head_sets) * len(groups))
+            step = as_stage(
+                progress, PREVIOUS_TOKEN_STAGE, before * len(groups) + g * len(head_sets), total * len(groups)
+            )
             runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, score, step)
             for i, value in enumerate(runs):
                 values[i, rows] = value

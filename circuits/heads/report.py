@@ -58,7 +58,8 @@ LEGEND = (
     "Units and signs. Attention scores are fractions of a query's attention (0 to 1; broad: normalised "
     "entropy, 0 to 1); copying lies in [−1, +1] (+1: copies the attended token, −1: suppresses it); "
     "k_composition in [0, 1]. Causal effects are mean ablations of the head's output, ± one standard "
-    "error over probe sequences, as alone / with the other candidates of its type ablated: "
+    "error over probe sequences, as alone / with the other candidates of its type ablated (–: not "
+    "measured, the head is confirmed alone at every repeat length): "
     "Δloss = ablated − clean loss on the repeated tokens, in nats (positive: the head helps predict "
     "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
     "attention (positive: the head feeds them). ✓: the effect exceeds 2 standard errors and 0.02, "
@@ -170,10 +171,16 @@ def _cells(report: HeadReport, row) -> list[str]:
     effects = [
         ""
         if math.isnan(row[f"{kind}_effect"])
-        else f"{row[f'{kind}_effect']:.2f}/{row[f'{kind}_effect_with_others']:.2f}"
+        else _effect_pair(row[f"{kind}_effect"], row[f"{kind}_effect_with_others"], "/")
         for kind in CAUSAL_TYPES
     ]
     return [head, _types(row), *(_number(row[name]) for name in names), *effects, _z(row)]
+
+
+def _effect_pair(alone: float, with_others: float, separator: str) -> str:
+    """ "0.12/0.05": the effect alone and with the other candidates ablated ("–" where not measured:
+    the head is confirmed alone at every repeat length)."""
+    return f"{alone:.2f}{separator}" + ("–" if math.isnan(with_others) else f"{with_others:.2f}")
 
 
 def _z(row) -> str:
@@ -187,8 +194,9 @@ def _compact_cells(row) -> list[str]:
     effect = ""
     for kind, unit in (("induction", "Δloss"), ("previous_token", "Δind")):
         if kind in row["types"] and not math.isnan(row[f"{kind}_effect"]):
-            alone, others = row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]
-            effect = f"{unit} {alone:.2f} / {others:.2f}"
+            effect = f"{unit} " + _effect_pair(
+                row[f"{kind}_effect"], row[f"{kind}_effect_with_others"], " / "
+            )
             break
     return [
         head_label(row["layer"], row["head"]),

@@ -93,19 +93,33 @@ class _MaskedSum(torch.autograd.Function):
     """sum over writers w of coef[w, r] * diff[w] for each reader r: [R, rows], from coef [nw, R] and the
     first nw rows of `buffer` [W, rows] (every writer's diff, flattened). The gradient reaches each
     writer group's diff tensor (`groups`, covering rows 0..nw in order), so it flows on into the model;
-    the backward pass reads the buffer's rows 0..nw, which no later writer changes."""
+    the backward pass reads the buffer's rows 0..nw, which no later writer changes. Where few writers
+    have a coefficient other than 1 (a mask that ablates most edges), the sum over all writers less
+    those few: coef = 1 - kept, coef.T @ diff = sum_w diff[w] - kept[few].T @ diff[few], and the
+    gradient to the diffs likewise (one dense product, the mask's gradient, instead of three)."""
 
     @staticmethod
     def forward(ctx, coef: Tensor, buffer: Tensor, *groups: Tensor) -> Tensor:
         ctx.save_for_backward(coef)
         ctx.buffer, ctx.shapes = buffer, [group.shape for group in groups]
-        return coef.T @ buffer[: coef.shape[0]]
+        diffs = buffer[: coef.shape[0]]
+        kept = 1 - coef
+        few = kept.ne(0).any(1).nonzero()[:, 0]
+        ctx.few = few if 2 * len(few) < coef.shape[0] else None
+        if ctx.few is None:
+            return coef.T @ diffs
+        return diffs.sum(0) - kept[few].T @ diffs[few]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (coef,) = ctx.saved_tensors
         grad_coef = ctx.buffer[: coef.shape[0]] @ grad.T  # [nw, R]
-        grad_rows = (coef @ grad).split([shape[0] for shape in ctx.shapes])  # [n, rows] per group
+        if ctx.few is None:
+            grad_rows = coef @ grad
+        else:
+            grad_rows = grad.sum(0).repeat(coef.shape[0], 1)
+            grad_rows[ctx.few] -= (1 - coef[ctx.few]) @ grad
+        grad_rows = grad_rows.split([shape[0] for shape in ctx.shapes])  # [n, rows] per group
         return grad_coef, None, *[g.view(shape) for g, shape in zip(grad_rows, ctx.shapes, strict=True)]
 
 

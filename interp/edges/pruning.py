@@ -13,6 +13,9 @@ for kept and dropped edges alike; Ramanujan et al. 2020's edge-popup applied to 
      last_e <- t + 1 for the edges in the mask.
   3. The circuit is top-k(s) after the last step (last_e <- steps + 1).
 
+The mask stops early once it has kept the same k edges for `patience` consecutive steps at its final
+size (the steps run then stand for `steps` below); a mask that keeps changing runs every step.
+
 objective "metric" (the default): the squared difference between the masked model's metric and the
 model's, per prompt, in the metric's units squared (what faithfulness measures); "kl": KL(model ||
 masked model) of the next token where the metric reads (Bhaskar et al. 2024's). The number of edges is
@@ -59,6 +62,7 @@ OBJECTIVES = ("kl", "metric")
 CACHE_BYTES = 2**30
 START_FACTOR = 10  # the first mask keeps START_FACTOR times the final number of edges
 RAMP = 0.6  # the share of the steps over which the mask shrinks to its final size
+PATIENCE = 10  # steps the mask must keep the same edges at its final size before it stops early
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ def prune_edges(
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 20,
     progress: Progress | None = None,
+    patience: int | None = PATIENCE,
 ) -> EdgeScores:
     """Learn a 0/1 mask over the edges of `model` keeping `density` of them (the module docstring).
 
@@ -128,14 +133,16 @@ def prune_edges(
     (an epoch in a seeded order). lr: Adam's step on the scores, in normalised ranks. start: the ranking
     the scores start from (default: EAP-IG on these prompts, `edge_attribution`). checkpoint: a file the
     run's state is written to (atomically) every `checkpoint_every` steps and resumed from when it
-    exists with the same settings; it is left in place. progress("Edge pruning", steps done, steps).
-    Returns EdgeScores with method "prune"."""
+    exists with the same settings; it is left in place. patience: the steps the mask must keep the
+    same edges at its final size before it stops early (None: every step runs).
+    progress("Edge pruning", steps done, steps; steps, steps when it stops early).
+    Returns EdgeScores with method "prune" and `steps` the steps run."""
     if not 0 < density < 1:
         raise ValueError(f"density={density} must lie in (0, 1): the fraction of edges to keep, e.g. 0.02.")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES}.")
-    if steps < 1 or batch_size < 1 or checkpoint_every < 1:
-        raise ValueError("steps, batch_size and checkpoint_every must be at least 1.")
+    if steps < 1 or batch_size < 1 or checkpoint_every < 1 or (patience is not None and patience < 1):
+        raise ValueError("steps, batch_size, checkpoint_every and patience must be at least 1.")
     clean, corrupted = check_pair(model, clean, corrupted)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
@@ -179,17 +186,23 @@ def prune_edges(
         optimizer = torch.optim.Adam([scores], lr=lr)
         if state is not None:
             optimizer.load_state_dict(state["optimizer"])
-        for step in range(0 if state is None else state["step"], steps):
+        done = 0 if state is None else state["step"]
+        stable = 0 if state is None else state.get("stable", 0)  # steps the kept edges stayed the same
+        for step in range(done, steps):
+            if patience is not None and stable >= patience:
+                break
             rows = _batch_rows(n, settings.batch_size, step, seed)
             kept = _top(scores.detach(), sizes[step])
             through = kept + scores - scores.detach()  # 0/1 forward, the mask's gradient to the scores
             mask = torch.ones(graph.n_writers, graph.n_readers).masked_scatter(valid, through)
-            if per_step:
-                ablated = writer_outputs(model, corrupted[rows])
-            else:
-                ablated = shared[:, rows] if shared.shape[1] == n else shared
             logit_pos = _read_positions(metric, rows, clean.shape[1])
-            logits = masked_logits(model, graph, clean[rows], mask.to(model.device), ablated, logit_pos)
+            width = _width(model, logit_pos, clean.shape[1])
+            if per_step:
+                ablated = writer_outputs(model, corrupted[rows, :width])
+            else:
+                ablated = (shared[:, rows] if shared.shape[1] == n else shared)[:, :, :width]
+            tokens = clean[rows, :width]
+            logits = masked_logits(model, graph, tokens, mask.to(model.device), ablated, logit_pos)
             loss = _objective(logits, rows, logit_pos, targets, metric, objective, n)
             if not torch.isfinite(loss):
                 raise ValueError(
@@ -199,20 +212,25 @@ def prune_edges(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            same = (  # the same edges as the step before, both at the final size
+                step > 0 and sizes[step - 1] == sizes[-1] and bool((last[kept.bool()] == step).all())
+            )
+            stable = stable + 1 if same else 0
             done = step + 1
             last[kept.bool()] = done
-            if checkpoint is not None and (done % checkpoint_every == 0 or done == steps):
-                _save(checkpoint, settings, done, scores, last, optimizer)
+            stops = patience is not None and stable >= patience
+            if checkpoint is not None and (done % checkpoint_every == 0 or done == steps or stops):
+                _save(checkpoint, settings, done, scores, last, optimizer, stable)
             if progress:
-                progress(STAGE, done, steps)
+                progress(STAGE, steps if stops else done, steps)
     final = scores.detach()
-    last[_top(final, sizes[-1]).bool()] = steps + 1
+    last[_top(final, sizes[-1]).bool()] = done + 1
     spread = float(final.max() - final.min())
     margin = 1e-3 * spread + 1e-9
     order = (final - final.min() + margin) / (spread + 2 * margin)  # in (0, 1), increasing with s
     out = torch.zeros(graph.n_writers, graph.n_readers)
-    out[valid] = -(last + order) / (steps + 2)
-    return EdgeScores(graph=graph, scores=out, method="prune", ablation=ablation, steps=steps, n_prompts=n)
+    out[valid] = -(last + order) / (done + 2)
+    return EdgeScores(graph=graph, scores=out, method="prune", ablation=ablation, steps=done, n_prompts=n)
 
 
 def _top(scores: Float[Tensor, " n"], k: int) -> Float[Tensor, " n"]:
@@ -249,6 +267,12 @@ def _read_positions(metric: Metric, rows: Tensor, n_pos: int) -> Tensor:
     return torch.full((len(rows),), n_pos - 1) if positions is None else positions
 
 
+def _width(model: HookedTransformer, positions: Tensor, n_pos: int) -> int:
+    """The positions a step runs: up to the last one its metric reads, where attention is causal
+    (later positions cannot change it), else all."""
+    return int(positions.max()) + 1 if model.cfg.causal else n_pos
+
+
 @torch.no_grad()
 def _full_model(
     model: HookedTransformer, clean: Tensor, metric: Metric, objective: str, batch_size: int
@@ -277,10 +301,12 @@ def _objective(
     return ((values - targets[rows].to(values.device)) ** 2).mean()
 
 
-def _save(path, settings: PruneSettings, step: int, scores: Tensor, last: Tensor, optimizer) -> None:
+def _save(
+    path, settings: PruneSettings, step: int, scores: Tensor, last: Tensor, optimizer, stable: int
+) -> None:
     state = {
         "settings": asdict(settings), "step": step, "scores": scores.detach(), "last": last,
-        "optimizer": optimizer.state_dict(),
+        "optimizer": optimizer.state_dict(), "stable": stable,
     }  # fmt: skip
     with atomic_write(path, "wb") as file:
         torch.save(state, file)
