@@ -54,12 +54,17 @@ class Report:
     sections: list[Section]
 
 
+def text_sections(report: Report) -> list[Section]:
+    """The sections with text to show (those of figures only show on the HTML page)."""
+    return [s for s in report.sections if s.lines or s.notes or (s.table is not None and s.table.rows)]
+
+
 def print_report(report: Report, console: Console) -> None:
     """The report on a terminal (rich)."""
     console.print(f"[bold]{report.title}[/bold]", highlight=False)
     for line in report.headline:
         console.print(line, markup=False, highlight=False)
-    for section in report.sections:
+    for section in text_sections(report):
         console.print(f"\n[bold]{section.title}[/bold]", highlight=False)
         for line in section.lines:
             console.print(line, markup=False, highlight=False)
@@ -88,7 +93,7 @@ def _markdown_table(table: Table) -> list[str]:
 
 def render_markdown(report: Report) -> str:
     lines = [f"# {report.title}", "", *(f"{line}  " for line in report.headline)]
-    for section in report.sections:
+    for section in text_sections(report):
         lines += ["", f"## {section.title}", ""]
         lines += [f"- {line}" for line in section.lines]
         if section.table is not None and section.table.rows:
