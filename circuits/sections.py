@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from circuits.output import write_output
-from interp.viz import html_page, html_table
+from interp.viz import heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
 
@@ -57,6 +57,13 @@ class Report:
 def text_sections(report: Report) -> list[Section]:
     """The sections with text to show (those of figures only show on the HTML page)."""
     return [s for s in report.sections if s.lines or s.notes or (s.table is not None and s.table.rows)]
+
+
+def layer_head_map(grid, title: str, caption: str, **options) -> str:
+    """A figure: the heat map of `grid` [n_layers, n_heads] (HTML); options: those of
+    `interp.viz.heatmap_html` (signed, limit, value_format)."""
+    layers, heads = (list(map(str, range(n))) for n in grid.shape)
+    return heatmap_html(grid, layers, heads, title, caption=caption, **options)
 
 
 def print_report(report: Report, console: Console) -> None:

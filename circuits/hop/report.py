@@ -20,8 +20,8 @@ from rich.console import Console
 
 from circuits.hop.results import HopPath, HopResult
 from circuits.icl.training import save_figure
-from circuits.sections import Report, Section, Table, write_sections
-from interp.viz import heatmap_grid, heatmap_html
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from interp.viz import heatmap_grid
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -181,17 +181,14 @@ def to_dict(result: HopResult) -> dict[str, Any]:
 def hop_sections(result: HopResult) -> Report:
     """The report: the finding, what chose and what tested, each hop's heads (with the heat maps of
     the query's attention), what carries each hop's result to the next."""
-    hops, n_layers, n_heads = result.attention.shape
     lines = summary_lines(result)
     heatmaps = [
-        heatmap_html(
+        layer_head_map(
             result.attention[j],
-            [str(i) for i in range(n_layers)],
-            [str(i) for i in range(n_heads)],
             f"Hop {j + 1}: the query's attention to t_{j + 1} - 1 or t_{j + 1} (held out)",
+            f"hop {j + 1}'s heads: {', '.join(lookup.heads) or 'none'} ({lookup.verdict})",
             signed=False,
             limit=1.0,
-            caption=f"hop {j + 1}'s heads: {', '.join(lookup.heads) or 'none'} ({lookup.verdict})",
         )
         for j, lookup in enumerate(result.lookups)
     ]

@@ -22,8 +22,7 @@ from rich.console import Console
 from circuits.evidence import EFFECT_SIGN
 from circuits.icl.report import format_ci
 from circuits.icl.results import Comparison, FunctionVectorResult
-from circuits.sections import Report, Section, Table, write_sections
-from interp.viz import heatmap_html
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -198,15 +197,12 @@ def fv_sections(result: FunctionVectorResult) -> Report:
     """The report: what chose and what tested, the finding, the tests against random heads, zero-shot
     accuracy per task, the FV heads (with the [layer, head] map of AIEs)."""
     lines = summary_lines(result)
-    n_layers, n_heads = result.aie_attributed.shape
-    every_head = heatmap_html(
+    every_head = layer_head_map(
         result.aie_attributed,
-        [str(i) for i in range(n_layers)],
-        [str(i) for i in range(n_heads)],
         "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
+        "positive: the head's mean output restores the task on shuffled-label prompts",
         signed=True,
         value_format="{:+.4f}",
-        caption="positive: the head's mean output restores the task on shuffled-label prompts",
     )
     sections = [
         Section(

@@ -21,8 +21,7 @@ from rich.console import Console
 
 from circuits.icl.results import ICLResult
 from circuits.icl.training import plot_icl_over_training, save_figure
-from circuits.sections import Report, Section, Table, write_sections
-from interp.viz import heatmap_html
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -213,16 +212,13 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
     heads, the loss per token and across training; figures (the loss curve, the training curve, the
     [layer, head] map of attributed changes) unless `figures` is False (they need matplotlib)."""
     lines = summary_lines(result)
-    n_layers, n_heads = result.attributions.shape
-    every_head = heatmap_html(
+    every_head = layer_head_map(
         result.attributions,
-        [str(i) for i in range(n_layers)],
-        [str(i) for i in range(n_heads)],
         "Attributed change of the ICL score when the head is ablated (nats)",
+        "discovery documents; positive: the head helps the model use its context",
         signed=True,
         value_format="{:+.3f}",
-        caption="discovery documents; positive: the head helps the model use its context",
-    )  # fmt: skip
+    )
     classes = Table(
         columns=["class", "heads", "change", "random sets of their layers", "beyond random", "verdict"],
         rows=[

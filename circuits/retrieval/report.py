@@ -18,7 +18,7 @@ from circuits.retrieval.results import (
     RetrievalAccuracy,
     RetrievalResult,
 )
-from circuits.sections import Report, Section, Table, write_sections
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 from interp.viz import heatmap_grid, heatmap_html
 
 FORMATS = ("table", "json", "markdown", "html")
@@ -278,17 +278,15 @@ def retrieval_sections(result: RetrievalResult) -> Report:
             )
         )
     effects = [
-        heatmap_html(
+        layer_head_map(
             grid,
-            [str(i) for i in range(grid.shape[0])],
-            [str(i) for i in range(grid.shape[1])],
             f"Path patching to {sweep}",
+            "drop of the mean logit diff when the head's path is patched (clean - patched, logits; "
+            "positive: the path helps): exact for the heads EAP ranks first, EAP's estimate for the "
+            "others; grey: no sender",
             signed=True,
             value_format="{:+.2f}",
-            caption="drop of the mean logit diff when the head's path is patched (clean - patched, "
-            "logits; positive: the path helps): exact for the heads EAP ranks first, EAP's estimate for "
-            "the others; grey: no sender",
-        )  # fmt: skip
+        )
         for sweep, grid in result.effects.items()
     ]
     if effects:
