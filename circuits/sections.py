@@ -101,8 +101,9 @@ def _markdown_table(table: Table) -> list[str]:
 def render_markdown(report: Report) -> str:
     lines = [f"# {report.title}", "", *(f"{line}  " for line in report.headline)]
     for section in text_sections(report):
-        lines += ["", f"## {section.title}", ""]
-        lines += [f"- {line}" for line in section.lines]
+        lines += ["", f"## {section.title}"]
+        if section.lines:
+            lines += ["", *(f"- {line}" for line in section.lines)]
         if section.table is not None and section.table.rows:
             lines += ["", *_markdown_table(section.table)]
         for note in section.notes:
