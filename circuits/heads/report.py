@@ -218,8 +218,9 @@ def evidence(row) -> float:
 def confirmed_rows(report: HeadReport):
     """Typed heads confirmed by ablation, the strongest evidence (effect / standard error) first."""
     rows = classified_rows(report)
-    strength = rows.apply(evidence, axis=1) if len(rows) else rows["layer"]
-    return rows[strength > -math.inf].assign(_evidence=strength).sort_values("_evidence", ascending=False)
+    strength = [evidence(row) for row in rows.to_dict("records")]
+    rows = rows.assign(_evidence=strength)
+    return rows[rows["_evidence"] > -math.inf].sort_values("_evidence", ascending=False)
 
 
 def ranked_rows(report: HeadReport):
