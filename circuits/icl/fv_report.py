@@ -84,8 +84,8 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
     """The finding, in order: what chose and what tested, the ablations, the held-out tests, the overlap."""
     lines = [
         f"Word-pair tasks {result.split.describe()}: the discovery tasks choose the FV heads and the "
-        f"layer {result.fv_layer} the vector is added at; every effect below is measured on the held-out "
-        "tasks."
+        f"layer {result.fv_layer} the vector is added at; every effect in this report is measured on the "
+        "held-out tasks."
     ]
     by_name = {found.name: found for found in result.ablations}
     for name in ("FV heads", "induction heads"):
