@@ -439,8 +439,8 @@ def patch(
         8, min=1, help="IOI prompts; the corrupted prompts use three other names (ABC)."
     ),
     seed: int = typer.Option(0, min=0, help="Seed of the IOI dataset."),
-    top: int = typer.Option(10, min=1, help="Rows to show (table, markdown); csv and json hold every patch."),
-    format: str = typer.Option("table", help="table, csv, json or markdown."),
+    top: int = typer.Option(10, min=1, help="Rows to show; csv and json hold every patch."),
+    format: str = typer.Option("table", help="table, csv, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     save: str | None = typer.Option(None, help=SAVE_HELP),
 ) -> None:
@@ -524,7 +524,7 @@ def circuit(
         help="Also measure the faithfulness curve (MIB's 10 sizes, top |score|, top signed and random "
         "circuits: up to 28 more edge-level runs, several times the scores' time) and CPR/CMD.",
     ),
-    format: str = typer.Option("table", help="table, json or html."),
+    format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     mib_out: str | None = typer.Option(
         None, help="Also write the circuit in MIB's submission format (JSON)."

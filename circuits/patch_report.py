@@ -1,7 +1,7 @@
-"""Activation patching on IOI prompts or the user's own prompt pairs, and its report.
+"""Activation patching on IOI prompts or the user's own prompt pairs, and its report (`circuits.sections`).
 
     report = ioi_patching(model, component="z")               # or pairs_patching(model, "pairs.csv")
-    write_patch_report(report, "markdown", None, console)
+    write_patch_report(report, "markdown", None, console)   # or "table", "csv", "json", "html"
 
 The metric is normalised: 0 = the corrupted run's mean, 1 = the clean run's mean (per prompt pair,
 logit(correct) - logit(incorrect) at the prompt's last token; IOI: logit(IO) - logit(S) at END).
@@ -9,23 +9,22 @@ logit(correct) - logit(incorrect) at the prompt's last token; IOI: logit(IO) - l
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.table import Table
 
 from circuits.edge_circuits.tasks import file_task
-from circuits.output import safe_csv, write_output
+from circuits.output import safe_csv
+from circuits.sections import Report, Section, Table, write_sections
 from interp import HookedTransformer, metrics
 from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
 from interp.interventions.results import PatchResult
 from interp.tasks.ioi import ioi_dataset_for
 from interp.types import Progress
 
-FORMATS = ("table", "csv", "json", "markdown")
+FORMATS = ("table", "csv", "json", "markdown", "html")
 METRIC = "normalised logit difference (0 = corrupted, 1 = clean)"
 
 
@@ -121,50 +120,30 @@ def headline(report: PatchReport) -> str:
     )
 
 
-def _rows(report: PatchReport):
-    for row in report.ranked().head(report.top).itertuples():
-        head = "" if row.head is None else str(row.head)
-        yield (
-            str(row.layer),
-            head,
-            str(row.position),
-            f"{row.mean:.3f}",
-            f"[{row.ci_low:.3f}, {row.ci_high:.3f}]",
-        )
+COLUMNS = ["layer", "head", "position", "mean", "95% CI"]
 
 
-COLUMNS = ("layer", "head", "position", "mean", "95% CI")
-
-
-def render_table(report: PatchReport, console: Console) -> None:
-    console.print(headline(report), style="bold", markup=False)
-    table = Table(title=_title(report))
-    for column in COLUMNS:
-        table.add_column(column, justify="right")
-    for cells in _rows(report):
-        table.add_row(*cells)
-    console.print(table)
-
-
-def render(report: PatchReport, format: str) -> str:
-    """The report in a format other than "table": csv and json hold every patch, markdown the top rows."""
-    if format == "csv":
-        return safe_csv(report.ranked())
-    if format == "json":
-        return report.ranked().to_json(orient="records", indent=2)
-    lines = [
-        f"**{html.escape(headline(report))}**",
-        "",
-        html.escape(_title(report)),
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|---" * len(COLUMNS) + "|",
-    ]
-    lines += ["| " + " | ".join(cells) + " |" for cells in _rows(report)]
-    return "\n".join(lines) + "\n"
+def patch_sections(report: PatchReport) -> Report:
+    """The report: the finding, then the top `report.top` patches, the strongest first."""
+    rows = [
+        [str(row.layer), "" if row.head is None else str(row.head), str(row.position), f"{row.mean:.3f}",
+         f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"]
+        for row in report.ranked().head(report.top).itertuples()
+    ]  # fmt: skip
+    strongest = Section(
+        title=f"The {report.top} strongest patches", lines=[_title(report)],
+        table=Table(columns=COLUMNS, rows=rows, right=COLUMNS),
+    )  # fmt: skip
+    return Report(
+        title=f"Activation patching of {report.model}", headline=[headline(report)], sections=[strongest]
+    )
 
 
 def write_patch_report(report: PatchReport, format: str, out: str | Path | None, console: Console) -> None:
-    write_output(
-        format, FORMATS, out, console, lambda c: render_table(report, c), lambda f: render(report, f)
-    )
+    """Render `report` in `format` to the file `out`, or to the console when out is None: csv and json
+    hold every patch, the other formats the top rows."""
+    data = {
+        "csv": lambda: safe_csv(report.ranked()),
+        "json": lambda: report.ranked().to_json(orient="records", indent=2),
+    }
+    write_sections(patch_sections(report), format, out, console, data, width=200)

@@ -1,18 +1,19 @@
-"""One report structure: a headline and sections of lines and tables, rendered once to the terminal,
-JSON, Markdown and HTML.
+"""One report structure: a headline and sections of lines, a table, notes and figures, rendered once
+to the terminal, JSON, Markdown and HTML.
 
     report = Report(title="...", headline=["..."], sections=[Section(title="Classes", table=Table(...))])
     write_sections(report, "markdown", out=None, console=console)
 
 An analysis builds a `Report` from its result (what chose, what tested, the classes with their
-verdicts, the per-stratum table, faithfulness) and every format shows the same content.
+verdicts, the per-stratum table, faithfulness, the figures) and every format shows the same content;
+figures (heat maps, SVGs: HTML fragments) show on the HTML page only.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -20,26 +21,30 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from circuits.output import write_output
-from interp.viz import html_page, html_table
+from interp.viz import heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
 
 
 @dataclass(kw_only=True)
 class Table:
-    """Rows of cells (text), under `columns`."""
+    """Rows of cells (text), under `columns`; the columns named in `right` (numbers) align right."""
 
     columns: list[str]
     rows: list[list[str]]
+    right: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
 class Section:
-    """A titled part of a report: lines of text, then an optional table."""
+    """A titled part of a report: lines of text, an optional table, notes under it (legends, hints:
+    dim on a terminal), and figures (HTML fragments: the HTML page only)."""
 
     title: str
     lines: list[str] = field(default_factory=list)
     table: Table | None = None
+    notes: list[str] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -49,20 +54,37 @@ class Report:
     sections: list[Section]
 
 
+def text_sections(report: Report) -> list[Section]:
+    """The sections with text to show (those of figures only show on the HTML page)."""
+    return [s for s in report.sections if s.lines or s.notes or (s.table is not None and s.table.rows)]
+
+
+def layer_head_map(grid, title: str, caption: str, **options) -> str:
+    """A figure: the heat map of `grid` [n_layers, n_heads] (HTML); options: those of
+    `interp.viz.heatmap_html` (signed, limit, value_format)."""
+    layers, heads = (list(map(str, range(n))) for n in grid.shape)
+    return heatmap_html(grid, layers, heads, title, caption=caption, **options)
+
+
 def print_report(report: Report, console: Console) -> None:
     """The report on a terminal (rich)."""
     console.print(f"[bold]{report.title}[/bold]", highlight=False)
     for line in report.headline:
         console.print(line, markup=False, highlight=False)
-    for section in report.sections:
+    for section in text_sections(report):
         console.print(f"\n[bold]{section.title}[/bold]", highlight=False)
         for line in section.lines:
             console.print(line, markup=False, highlight=False)
         if section.table is not None and section.table.rows:
-            table = RichTable(*section.table.columns)
+            table = RichTable()
+            for column in section.table.columns:
+                justify = "right" if column in section.table.right else "left"
+                table.add_column(column, justify=justify, overflow="fold")  # long cells wrap, never cut
             for row in section.table.rows:
                 table.add_row(*row)
             console.print(table)
+        for note in section.notes:
+            console.print(note, style="dim", markup=False, highlight=False)
 
 
 def _markdown_table(table: Table) -> list[str]:
@@ -71,18 +93,21 @@ def _markdown_table(table: Table) -> list[str]:
 
     return [
         "| " + " | ".join(map(cell, table.columns)) + " |",
-        "|" + "---|" * len(table.columns),
+        "|" + "".join("---:|" if column in table.right else "---|" for column in table.columns),
         *("| " + " | ".join(map(cell, row)) + " |" for row in table.rows),
     ]
 
 
 def render_markdown(report: Report) -> str:
-    lines = [f"# {report.title}", "", *report.headline]
-    for section in report.sections:
-        lines += ["", f"## {section.title}", ""]
-        lines += [f"{line}  " for line in section.lines]
+    lines = [f"# {report.title}", "", *(f"{line}  " for line in report.headline)]
+    for section in text_sections(report):
+        lines += ["", f"## {section.title}"]
+        if section.lines:
+            lines += ["", *(f"- {line}" for line in section.lines)]
         if section.table is not None and section.table.rows:
             lines += ["", *_markdown_table(section.table)]
+        for note in section.notes:
+            lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -97,21 +122,32 @@ def html_fragments(report: Report) -> list[str]:
             )
         if section.table is not None and section.table.rows:
             parts.append(html_table(section.table.columns, section.table.rows))
+        parts += [f'<p class="legend">{html.escape(note)}</p>' for note in section.notes]
+        parts += section.figures
     return parts
 
 
-def render_html(report: Report, extra: Sequence[str] = ()) -> str:
-    """The report as an offline HTML page; `extra`: more HTML sections (e.g. a figure) at the end."""
-    return html_page(report.title, [*html_fragments(report), *extra])
+def render_html(report: Report) -> str:
+    """The report as an offline HTML page."""
+    return html_page(report.title, html_fragments(report))
 
 
 def render_json(report: Report) -> str:
     return json.dumps(asdict(report), indent=2, allow_nan=False)
 
 
-def write_sections(report: Report, format: str, out: str | Path | None, console: Console) -> None:
-    """Render `report` in `format` to the file `out` (atomically), or to the console when out is None."""
-    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
+def write_sections(
+    report: Report, format: str, out: str | Path | None, console: Console,
+    data: Mapping[str, Callable[[], str]] | None = None, terminal: Report | None = None, width: int = 160,
+) -> None:  # fmt: skip
+    """Render `report` in `format` to the file `out` (atomically), or to the console when out is None.
+    data: formats an analysis writes as its own data instead ({"json": ..., "csv": ...}: their schemas);
+    terminal: the report the "table" format prints where it differs (a narrower table); width: the
+    columns of the "table" format written to a file."""
+    renderers = {"json": lambda: render_json(report), "markdown": lambda: render_markdown(report),
+                 "html": lambda: render_html(report), **(data or {})}  # fmt: skip
+    shown = terminal or report
     write_output(
-        format, FORMATS, out, console, lambda c: print_report(report, c), lambda f: renderers[f](report), 160
-    )
+        format, ("table", *renderers), out, console, lambda c: print_report(shown, c),
+        lambda f: renderers[f](), width,
+    )  # fmt: skip

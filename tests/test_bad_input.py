@@ -365,8 +365,8 @@ def test_saving_into_an_unwritable_directory_names_it(model):
 
 
 @pytest.mark.parametrize("token", ["=1+1", "+A1", "-2+3", "@SUM(A1)"])
-def test_csv_reports_quote_cells_a_spreadsheet_would_run(token):
-    from circuits.patch_report import PatchReport, render
+def test_csv_reports_quote_cells_a_spreadsheet_would_run(token, tmp_path):
+    from circuits.patch_report import PatchReport, write_patch_report
     from interp.interventions.results import PatchResult, grid_index
 
     coords = {"layer": [0], "position": [token, "plain"]}
@@ -375,9 +375,9 @@ def test_csv_reports_quote_cells_a_spreadsheet_would_run(token):
         values=torch.tensor([[1.0, 2.0], [-1.5, 0.5]]), index=index, dims=("layer", "position"),
         coords=coords, metric_name="m", target=torch.zeros(2), extra={},
     )  # fmt: skip
-    text = render(
-        PatchReport(model="m", task="t", component="resid_pre", direction="denoise", result=result), "csv"
-    )
+    report = PatchReport(model="m", task="t", component="resid_pre", direction="denoise", result=result)
+    write_patch_report(report, "csv", tmp_path / "patch.csv", console=None)
+    text = (tmp_path / "patch.csv").read_text()
     assert f",'{token}," in text and ",plain," in text and ",-0.5," in text
 
 

@@ -13,8 +13,9 @@ import interp
 from circuits.cli import app
 from circuits.edge_circuits import edge_task, find_edge_circuit, induction_task, ioi_task
 from circuits.edge_circuits.find import split_task
-from circuits.edge_circuits.report import circuit_svg, render_html, write_edge_report
+from circuits.edge_circuits.report import circuit_svg, edge_sections, write_edge_report
 from circuits.edge_circuits.tasks import heldout_edge_task
+from circuits.sections import render_html
 from interp import edges, metrics
 
 PAIRS = [
@@ -139,17 +140,18 @@ def test_reports_render_offline_in_chromium(toy_result, tmp_path):
     svg = circuit_svg(result)
     assert svg.count('class="edge"') == int(result.circuit.sum())
     path = tmp_path / "circuit.html"
-    path.write_text(render_html(result), encoding="utf-8")
-    page = render_in_chromium(
-        path, selectors=("svg.edge-circuit", "svg.faithfulness-curve", "table.edges tr")
-    )
+    report = edge_sections(result)
+    (edges,) = [section for section in report.sections if section.title.startswith("Circuit edges")]
+    assert len(edges.table.rows) == int(result.circuit.sum())  # the page lists every edge
+    path.write_text(render_html(report), encoding="utf-8")
+    page = render_in_chromium(path, selectors=("svg.edge-circuit", "svg.faithfulness-curve", "table tr"))
     assert not page.script_errors and not page.external_requests and not page.missing
     assert page.counts["svg.edge-circuit"] == 1 and page.counts["svg.faithfulness-curve"] == 1
-    assert page.counts["table.edges tr"] == int(result.circuit.sum()) + 1
     assert "CPR" in page.text
     table = tmp_path / "circuit.txt"
     write_edge_report(result, "table", str(table), Console())
-    assert "faithfulness" in table.read_text()
+    assert "faithfulness" in table.read_text() and "Faithfulness curve" in table.read_text()
+    assert "Edges coloured by" not in table.read_text()  # the graph's caption: the HTML page only
 
 
 def test_interp_circuit_command(tmp_path):
@@ -299,9 +301,9 @@ def test_ioi_held_out_prompts_come_from_other_templates():
 def test_results_saved_before_held_out_prompts_still_load_and_say_so():
     from pathlib import Path
 
-    from circuits.edge_circuits.report import summary_lines
+    from circuits.edge_circuits.report import edge_sections
     from circuits.results_file import load_result
 
     old = load_result(Path(__file__).parents[1] / "tests/data/circuit-saved-before-held-out.json")
     assert not old.held_out and old.to_json()["circuit"]["discovery_faithfulness"] is None
-    assert "a result saved before held-out prompts" in summary_lines(old)[0]
+    assert "a result saved before held-out prompts" in edge_sections(old).headline[0]

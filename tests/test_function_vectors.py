@@ -21,8 +21,9 @@ from circuits.icl import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.fv_report import render_html, write_fv_report
+from circuits.icl.fv_report import fv_sections, write_fv_report
 from circuits.results_file import load_result, save_result
+from circuits.sections import render_html
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
     check_task_names,
@@ -216,12 +217,14 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(document))
     with pytest.raises(ValueError, match="save it again with this version's --save"):
         load_result(tmp_path / "old.json")
-    assert "Function-vector heads of" in render_html(loaded)
+    page = render_html(fv_sections(loaded))
+    assert "Function-vector heads of" in page and page.count('class="interp-heatmap"') == 1
     console = Console(record=True, width=100)
     write_fv_report(loaded, "table", None, console)
     text = " ".join(console.export_text().split())
-    assert text.startswith("Word-pair tasks chosen on antonym, present_past; tested on comparative")
-    assert "lowers few-shot accuracy on held-out tasks" in text
+    assert text.startswith(f"Function-vector heads of {result.model_name} Ablating the")  # the finding leads
+    chose = "Word-pair tasks chosen on antonym, present_past; tested on comparative"
+    assert text.index("lowers few-shot accuracy on held-out tasks") < text.index(chose)
     write_fv_report(loaded, "json", tmp_path / "summary.json", console)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["fv_heads"][0]["head"] == result.fv_heads[0] and summary["heldout_tasks"] == [

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.hop import hop_report, hop_task_of, lookup_chain_figure
-from circuits.hop.report import render_html, render_markdown, write_hop_report
+from circuits.hop.report import hop_sections, write_hop_report
 from circuits.results_file import load_result, save_result
+from circuits.sections import render_html, render_markdown
 from interp.tasks import HopTask, hop_targets, split_generator
 from interp.training import make_task, train_toy_model
 
@@ -115,10 +116,11 @@ def test_hop_result_saves_renders_and_draws(toy_hop_result, tmp_path):
     again = load_result(tmp_path / "hop.json")
     assert again.lookups == toy_hop_result.lookups and torch.equal(again.attention, toy_hop_result.attention)
     assert again.paths == toy_hop_result.paths
-    markdown = render_markdown(again)
+    markdown = render_markdown(hop_sections(again))
     assert markdown.index("accuracy") < markdown.index("Hop 1 -> hop 2") < markdown.index("| hop |")
-    page = render_html(again)
-    assert page.index("accuracy") < page.index("<table") and page.count("class='legend'") == 2
+    page = render_html(hop_sections(again))
+    assert page.index("accuracy") < page.index("<table") and page.count('class="legend"') == 2
+    assert page.count('class="interp-heatmap"') == len(again.lookups)
     assert "<script src" not in page and "http" not in page.split("<body>")[1]  # opens offline
     lookup_chain_figure(again, tmp_path / "chain.svg")
     assert (tmp_path / "chain.svg").read_text().lstrip().startswith("<?xml")
@@ -172,4 +174,4 @@ def test_hop_terminal_report_fits_and_opens_on_the_accuracy(toy_hop_result, widt
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= width
     assert re.search(r"\w…", text) is None  # cells wrap, never cut
-    assert "accuracy" in text.splitlines()[0]
+    assert "Hop induction" in text.splitlines()[0] and "accuracy" in text.splitlines()[1]

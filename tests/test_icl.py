@@ -25,8 +25,9 @@ from circuits.icl import (
     icl_report,
     plot_icl_over_training,
 )
-from circuits.icl.report import headline_verdict, render_html, write_icl_report
+from circuits.icl.report import headline_verdict, icl_sections, write_icl_report
 from circuits.results_file import load_result, save_result
+from circuits.sections import render_html
 from interp.tasks.corpus import brown_documents
 
 
@@ -184,12 +185,16 @@ def test_result_saves_and_renders_in_every_format(toy_result, tmp_path):
     save_result(toy_result, tmp_path / "icl.json")
     loaded = load_result(tmp_path / "icl.json")
     assert loaded.score.score == toy_result.score.score and loaded.windows == toy_result.windows
-    page = render_html(loaded)
+    page = render_html(icl_sections(loaded))
     assert "ICL score of toy-induction" in page and page.count("data:image/png;base64") == 1
+    assert page.count('class="interp-heatmap"') == 1 and "<table>" in page
     console = Console(record=True, width=80)
     write_icl_report(loaded, "table", None, console)
     first = " ".join(console.export_text().split())
-    assert first.startswith("ICL score of toy-induction on 8 held-out documents:")  # the finding leads
+    assert first.startswith(  # the finding leads
+        "In-context learning of toy-induction ICL score of toy-induction on 8 held-out documents:"
+    )
+    assert "data:image" not in first
     assert "that the model uses its context is established" in first
     for format in ("json", "markdown"):
         write_icl_report(loaded, format, tmp_path / f"icl.{format}", console)

@@ -25,11 +25,11 @@ RUNS = {  # kind -> the command on a shipped toy model, and the formats it write
     "circuit": (
         ["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap", "--fraction", "0.2",
          "--n-prompts", "8"],
-        ["table", "json", "html"],
+        ["table", "json", "markdown", "html"],
     ),
     "patch": (
         ["patch", "--model", "toy-ioi", "--n-prompts", "4", "--top", "3"],
-        ["markdown", "table", "csv", "json"],
+        ["markdown", "table", "csv", "json", "html"],
     ),
 }  # fmt: skip
 
@@ -195,7 +195,7 @@ def test_terminal_reports_fit_the_width_and_open_on_the_finding(kind, width):
 
 
 SCREENS = {  # kind -> what must be on the first screen of its HTML report
-    "heads": "table.interp-summary",
+    "heads": "table",  # the summary per type
     "ioi": "svg.ioi-circuit",
     "circuit": "svg.edge-circuit",
 }
@@ -232,7 +232,8 @@ def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
     """A 16-layer graph is ~1,600 px wide: the first view must still show the logits and the last
     layer's nodes inside the 1400x900 window; "whole graph" brings layer 0 in; "+" enlarges."""
     from circuits.edge_circuits import find_edge_circuit, induction_task
-    from circuits.edge_circuits.report import render_html, size_origin
+    from circuits.edge_circuits.report import edge_sections, size_origin
+    from circuits.sections import render_html
     from interp.viz import write_text
     from tests.conftest import tiny_config
 
@@ -242,7 +243,7 @@ def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
     result = find_edge_circuit(model, induction_task(model, n_prompts=4, seq_len=6), "eap",
                                n_edges=40, curve_fractions=None, heldout=heldout)  # fmt: skip
     assert "requested" in size_origin(result) and result.to_json()["circuit"]["size_target"] is None
-    page = write_text(tmp_path / "circuit.html", render_html(result))
+    page = write_text(tmp_path / "circuit.html", render_html(edge_sections(result)))
     last = [f"m{model.cfg.n_layers - 1}", *(f"a{model.cfg.n_layers - 1}.h{h}" for h in range(2))]
     nodes = ("logits", *last, "a0.h0")
     selectors = (".interp-zoom svg", *(f'circle[data-node="{n}"]' for n in nodes))

@@ -16,7 +16,8 @@ from circuits.evidence import EFFECT_SIGN, random_same_layer_sets
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalResult, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import ablated_logit_diffs, validate_classes
-from circuits.retrieval.report import render_html, render_markdown, to_dict, write_retrieval_report
+from circuits.retrieval.report import retrieval_sections, to_dict, write_retrieval_report
+from circuits.sections import render_html, render_markdown
 from interp.tasks.ioi import single_token_names
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
 from interp.tasks.retrieval import (
@@ -144,12 +145,13 @@ def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
     assert r.classes[-1].name == "induction" and r.classes[-1].induction_overlap == ["L17H3"]
     path = tmp_path / "retrieval.json"
     save_result(r, path)
-    assert render_markdown(load_result(path)) == render_markdown(r)
+    assert render_markdown(retrieval_sections(load_result(path))) == render_markdown(retrieval_sections(r))
     page = tmp_path / "retrieval.html"
     run = CliRunner().invoke(app, ["render", str(path), "--format", "html", "--out", str(page)])
     assert run.exit_code == 0, run.output
     text = page.read_text()
-    assert text == render_html(r) and text.index("Retrieval from context by") < text.index("<table")
+    assert text == render_html(retrieval_sections(r))
+    assert text.index("Retrieval from context by") < text.index("<table")
     for c in r.classes:  # every class with its verdict, in the classes' table
         assert f"<td>{c.name}</td><td>{html.escape(', '.join(c.heads))}</td><td>{c.verdict}</td>" in text
     assert "<script src" not in text and "http" not in text.split("<body>")[1]  # opens offline
@@ -188,7 +190,7 @@ def test_relations_that_chose_the_heads_never_test_them(small_result) -> None:
         "discovery": list(r.relations.discovery),
         "heldout": list(r.relations.heldout),
     }
-    assert r.relations.describe() in render_markdown(r)
+    assert r.relations.describe() in render_markdown(retrieval_sections(r))
 
 
 def test_reported_effects_are_held_out_drops_whatever_the_discovery_prompts(smollm2) -> None:

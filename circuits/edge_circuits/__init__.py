@@ -8,7 +8,7 @@ from circuits.edge_circuits.find import (
     EdgeCircuitResult,
     find_edge_circuit,
 )
-from circuits.edge_circuits.report import FORMATS, circuit_svg, render_html, write_edge_report
+from circuits.edge_circuits.report import FORMATS, circuit_svg, edge_sections, write_edge_report
 from circuits.edge_circuits.tasks import (
     METRICS,
     TASKS,
@@ -22,5 +22,5 @@ from circuits.edge_circuits.tasks import (
 __all__ = [
     "CIRCUIT_METHODS", "ENSEMBLE_MEMBERS",
     "FORMATS", "METRICS", "SCHEMA", "TASKS", "EdgeCircuitResult", "EdgeTask", "circuit_svg", "edge_task",
-    "file_task", "find_edge_circuit", "induction_task", "ioi_task", "render_html", "write_edge_report",
+    "file_task", "find_edge_circuit", "induction_task", "ioi_task", "edge_sections", "write_edge_report",
 ]  # fmt: skip

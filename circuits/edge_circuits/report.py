@@ -1,25 +1,21 @@
-"""Rendering an EdgeCircuitResult: rich table, JSON (schema in circuits/edge_circuits/find.py) and
-an offline HTML page with the circuit as an inline SVG graph and the faithfulness curve as an inline
-SVG plot."""
+"""An EdgeCircuitResult as the one report structure (`circuits.sections`: terminal, Markdown, an offline
+HTML page with the circuit as an inline SVG graph and the faithfulness curve as an inline SVG plot),
+and its JSON (schema in circuits/edge_circuits/find.py)."""
 
 from __future__ import annotations
 
-import functools
 import html
 import json
 import math
 
 from rich.console import Console
-from rich.table import Table
 
 from circuits.edge_circuits.find import EdgeCircuitResult
-from circuits.output import write_output
 from circuits.path.report import path_report
-from circuits.sections import html_fragments, print_report
+from circuits.sections import Report, Section, Table, write_sections
 from interp import edges, viz
-from interp.viz import html_page
 
-FORMATS = ("table", "json", "html")
+FORMATS = ("table", "json", "markdown", "html")
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
 TOP_ROWS = 25
 FAITHFUL, PARTIAL = 0.8, 0.5  # verdict thresholds on faithfulness
@@ -114,33 +110,6 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
     else:
         lines.append("faithfulness curve: not measured (--curve: MIB's 10 sizes, CPR and CMD)")
     return lines
-
-
-def render_table(result: EdgeCircuitResult, console: Console) -> None:
-    for line in summary_lines(result):
-        console.print(line, markup=False, highlight=False)
-    table = Table(title=f"Circuit edges (strongest {TOP_ROWS} by |score|)")
-    for column in ("writer", "reader", "score", "frequency"):
-        table.add_column(column, justify="left" if column in ("writer", "reader") else "right")
-    for writer, reader, score, frequency in result.circuit_edge_rows()[:TOP_ROWS]:
-        table.add_row(writer, reader, f"{score:+.4f}", frequency_text(frequency))
-    console.print(table)
-    console.print(stability_note(result), markup=False, highlight=False)
-    if result.curve is not None:
-        curve = Table(title="Faithfulness curve (top-|score| circuits, everything else ablated)")
-        for column in ("fraction", "edges", "faithfulness", "95% CI", "random"):
-            curve.add_column(column, justify="right")
-        low, high = result.curve.result.ci()
-        random = result.curve.random.faithfulness.tolist() if result.curve.random is not None else None
-        for i, fraction in enumerate(result.curve.fractions):
-            curve.add_row(
-                f"{fraction:.1%}", str(result.curve.n_edges[i]), f"{float(result.curve.faithfulness[i]):.3f}",
-                f"[{float(low[i]):.3f}, {float(high[i]):.3f}]", "" if random is None else f"{random[i]:.3f}",
-            )  # fmt: skip
-        console.print(curve)
-    if result.heads is not None:
-        console.print()
-        print_report(path_report(result.heads), console)
 
 
 def frequency_text(frequency: float | None) -> str:
@@ -311,33 +280,60 @@ def curve_svg(result: EdgeCircuitResult) -> str:
     return "".join(parts)
 
 
-def render_html(result: EdgeCircuitResult) -> str:
+def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
+    """The report: the circuit and its faithfulness, what chose and what tested, the circuit's graph,
+    its edges (the `top` strongest; default every one), the faithfulness curve, the heads' classes."""
+    lines = summary_lines(result)
+    edges = result.circuit_edge_rows()[:top]
+    shown = "every one, strongest first" if top is None else f"strongest {top} by |score|"
     sections = [
-        "<h2>Summary</h2><ul>"
-        + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result))
-        + "</ul>",
-        "<h2>Circuit</h2><p>Edges coloured by what they feed: query (blue), key (green), value (red), "
-        "MLP or logits (grey); width ~ |score|. Hover an edge for its score.</p>",
-        circuit_view(result),
-    ]
+        Section(title="What chose and what tested", lines=lines[1:]),
+        Section(
+            title="Circuit",
+            figures=[
+                "<p>Edges coloured by what they feed: query (blue), key (green), value (red), MLP or logits "
+                "(grey); width ~ |score|. Hover an edge for its score.</p>",
+                circuit_view(result),
+            ],
+        ),
+        Section(
+            title=f"Circuit edges ({shown})",
+            table=Table(
+                columns=["writer", "reader", "score", "frequency"],
+                rows=[[writer, reader, f"{score:+.4f}", frequency_text(frequency)]
+                      for writer, reader, score, frequency in edges],
+                right=["score", "frequency"],
+            ),
+            notes=[stability_note(result)],
+        ),
+    ]  # fmt: skip
     if result.curve is not None:
-        sections += ["<h2>Faithfulness curve</h2>", curve_svg(result)]
-    rows = "".join(
-        f"<tr><td>{html.escape(w)}</td><td>{html.escape(r)}</td><td>{s:+.4f}</td><td>{frequency_text(f)}</td></tr>"
-        for w, r, s, f in result.circuit_edge_rows()
-    )
-    sections.append(
-        f"<h2>Edges</h2><p>{html.escape(stability_note(result))}</p>"
-        "<table class='edges' style='border-collapse: collapse; font: 13px monospace;'>"
-        f"<tr><th>writer</th><th>reader</th><th>score</th><th>frequency</th></tr>{rows}</table>"
-    )
+        curve = result.curve
+        low, high = curve.result.ci()
+        random = curve.random.faithfulness.tolist() if curve.random is not None else None
+        columns = ["fraction", "edges", "faithfulness", "95% CI", "random"]
+        rows = [
+            [f"{fraction:.1%}", str(curve.n_edges[i]), f"{float(curve.faithfulness[i]):.3f}",
+             f"[{float(low[i]):.3f}, {float(high[i]):.3f}]", "" if random is None else f"{random[i]:.3f}"]
+            for i, fraction in enumerate(curve.fractions)
+        ]  # fmt: skip
+        sections.append(
+            Section(
+                title="Faithfulness curve (top-|score| circuits, everything else ablated)",
+                table=Table(columns=columns, rows=rows, right=columns),
+                figures=[curve_svg(result)],
+            )
+        )
     if result.heads is not None:
-        sections += html_fragments(path_report(result.heads))
-    return html_page(f"Edge circuit of {result.model} on {result.task.name}", sections)
+        heads = path_report(result.heads)
+        sections += [Section(title=heads.title, lines=heads.headline), *heads.sections]
+    title = f"Edge circuit of {result.model} on {result.task.name}"
+    return Report(title=title, headline=lines[:1], sections=sections)
 
 
 def write_edge_report(result: EdgeCircuitResult, format: str, out: str | None, console: Console) -> None:
-    """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    renderers = {"json": render_json, "html": render_html}
-    table = functools.partial(render_table, result)
-    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=140)
+    """Render `result` in `format` to the file `out`, or to the console when out is None (the terminal
+    table: the TOP_ROWS strongest edges)."""
+    data = {"json": lambda: render_json(result)}
+    terminal = edge_sections(result, TOP_ROWS)
+    write_sections(edge_sections(result), format, out, console, data, terminal=terminal, width=140)

@@ -1,23 +1,22 @@
-"""Rendering a `HeadReport`: terminal table (rich), CSV, JSON, Markdown and a self-contained HTML page.
+"""A `HeadReport` as the one report structure (`circuits.sections`: terminal, Markdown, a self-contained
+HTML page with heat maps and attention viewers) and its data (CSV, JSON).
 
 Heads are written as `interp.types.head_label` writes them: "L9H6".
 """
 
 from __future__ import annotations
 
-import functools
 import html
 import math
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from circuits.heads.causal import CAUSAL_TYPES
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
-from circuits.output import safe_csv, write_output
+from circuits.output import safe_csv
+from circuits.sections import Report, Section, Table, write_sections
 from interp import viz
 from interp.types import Head, head_label
 
@@ -66,6 +65,7 @@ LEGEND = (
     "and 0.02 at most of the probe's repeat lengths (else: length-dependent, not confirmed)."
 )
 WIDE_TERMINAL = 160  # columns from which the terminal table shows every score
+FILE_WIDTH = 200  # the columns of the table format written to a file
 
 
 def _number(value: float, digits: int = 2) -> str:
@@ -226,86 +226,15 @@ def evidence(row) -> float:
 def confirmed_rows(report: HeadReport):
     """Typed heads confirmed by ablation, the strongest evidence (effect / standard error) first."""
     rows = classified_rows(report)
-    strength = rows.apply(evidence, axis=1) if len(rows) else rows["layer"]
-    return rows[strength > -math.inf].assign(_evidence=strength).sort_values("_evidence", ascending=False)
+    strength = [evidence(row) for row in rows.to_dict("records")]
+    rows = rows.assign(_evidence=strength)
+    return rows[rows["_evidence"] > -math.inf].sort_values("_evidence", ascending=False)
 
 
 def ranked_rows(report: HeadReport):
     """Every typed head: those confirmed by ablation first (strongest evidence first), then by layer."""
     typed, confirmed = classified_rows(report), confirmed_rows(report).index
     return typed.loc[[*confirmed, *typed.index.drop(confirmed)]]
-
-
-def print_table(
-    report: HeadReport, console: Console | None = None, wide: bool | None = None, all_heads: bool = False
-) -> None:
-    """The summary per type, then the heads confirmed by ablation ranked by evidence (all typed heads
-    with `all_heads`). wide: every score column (default: when the terminal has at least
-    WIDE_TERMINAL columns; a narrower terminal gets the compact table and a note); else head, types,
-    main score, evidence."""
-    console = console or Console()
-    fits = console.width >= WIDE_TERMINAL
-    if wide and not fits:
-        console.print(
-            f"--wide needs {WIDE_TERMINAL} columns and this terminal has {console.width}: showing the "
-            "compact table. Widen the terminal, or use --format csv or markdown for every score."
-        )
-    wide = fits if wide is None else wide and fits
-    console.print(headline(report), style="bold")
-    summary = Table(
-        title=f"Summary per type: attention head types of {report.model_name}", header_style="bold"
-    )
-    summary.add_column("type", no_wrap=True)
-    summary.add_column("threshold", justify="right", no_wrap=True)
-    summary.add_column("heads", justify="right", no_wrap=True)
-    summary.add_column("top heads")
-    shown = 8 if wide else 5
-    for name, count, heads in type_summary(report):
-        top = _labels(heads[:shown]) + (" …" if count > shown else "")
-        summary.add_row(name, f"{report.thresholds[name]:.2f}", str(count), top)
-    console.print(summary)
-    if group_line(report):
-        console.print(group_line(report))
-    if report.provenance:
-        console.print(f"Model: {report.provenance}.", style="dim")
-    typed, confirmed = classified_rows(report), confirmed_rows(report)
-    if all_heads:
-        rows, title = (
-            [ranked_rows(report)],
-            "Every typed head: confirmed by ablation first (by effect/SE), then by layer",
-        )
-    else:
-        rows, title = (
-            [confirmed],
-            "Heads confirmed by ablation, by effect/SE (effect alone / its standard error)",
-        )
-    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD if wide else box.HEAVY_HEAD)
-    effect = "causal effect alone / with the others ablated (nats / score)"
-    columns = _columns(report) if wide else ["head", "types", "score", effect, "effect/SE"]
-    for column in columns:  # cells wrap between words only; numbers never wrap
-        table.add_column(column, justify="left" if column in ("head", "types") else "right",
-                         no_wrap=column not in ("types", effect))  # fmt: skip
-    for part in rows:
-        for row in part.to_dict("records"):
-            table.add_row(*(_cells(report, row) if wide else _compact_cells(row)))
-    console.print(table)
-    if not all_heads and len(typed) > len(confirmed):
-        console.print(
-            f"{len(typed) - len(confirmed)} more typed heads (by scores, not confirmed by ablation): "
-            "--all lists them."
-        )
-    console.print(
-        "✓ = confirmed by mean ablation (effect > 2 std errors and 0.02, alone or with the other "
-        "candidates ablated, and > 0.02 at most repeat lengths). Signs: Δloss = ablated − clean loss on "
-        "repeated tokens, in nats (positive: the "
-        "head helps); Δind = clean − ablated induction score of later induction heads, a fraction of "
-        "attention (positive: the head feeds them). Scores: fractions of attention (0 to 1); copying "
-        "−1 to +1 (+1: copies the attended token, −1: suppresses it)"
-        + (", each as alone/with the other candidates ablated." if wide else ".")
-    )
-    # On a line of its own, so that the hint is never wrapped mid-phrase.
-    hint = "" if wide else "--wide shows every score; "
-    console.print(hint + "--format csv/json has standard errors too.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,22 +245,6 @@ def to_csv(report: HeadReport) -> str:
     table = report.table.copy()
     table["types"] = table["types"].apply(";".join)
     return safe_csv(table)
-
-
-def to_markdown(report: HeadReport) -> str:
-    lines = [f"# Attention head types of {report.model_name}", "", f"**{headline(report)}**", ""]
-    lines += ["| type | threshold | heads | top heads |", "| --- | ---: | ---: | --- |"]
-    for name, count, heads in type_summary(report):
-        top = _labels(heads[:8])
-        lines.append(f"| {name} | {report.thresholds[name]:.2f} | {count} | {top} |")
-    columns = _columns(report)
-    lines += ["", "| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
-    for row in ranked_rows(report).to_dict("records"):
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(report, row)) + " |")
-    settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
-    lines += ["", LEGEND, "", group_line(report), "", f"Model: {report.provenance}.", "",
-              f"Settings: {settings}.", ""]  # fmt: skip
-    return "\n".join(lines)
 
 
 def _scale(name: str, report: HeadReport) -> str:
@@ -397,7 +310,7 @@ def _viewers(report: HeadReport) -> list[str]:
             f"{viz.attention_patterns_html(report.str_tokens[probe], pattern, [f'{name} {label}'])}</figure>"
         )
     intro = (
-        f"<h2>Attention of each typed head</h2><p class='note'>Up to {TOP_HEADS_SHOWN} heads per type "
+        f"<p class='note'>Up to {TOP_HEADS_SHOWN} heads per type "
         "(confirmed by ablation first), each on the first sequence of the probe its type is scored on. "
         "Hover a token to see where it attends.</p>"
     )
@@ -405,50 +318,81 @@ def _viewers(report: HeadReport) -> list[str]:
     return [intro, f'<div class="head-viewers" style="{grid}">{"".join(cards)}</div>']
 
 
-def to_html(report: HeadReport) -> str:
-    """One self-contained page: summary and legend, heat maps of every score side by side, an attention
-    viewer per typed head (a bounded number per type)."""
-    sections = [_html_summary(report), f'<p class="legend">{html.escape(LEGEND)}</p>']
-    sections += ["<h2>Scores of every head</h2>", _heatmaps(report), *_viewers(report)]
-    return viz.html_page(f"Attention head types of {report.model_name}", sections)
-
-
-def _html_summary(report: HeadReport) -> str:
-    rows = "".join(
-        f"<tr><td>{html.escape(name)}</td><td>{report.thresholds[name]:.2f}</td><td>{count}</td>"
-        f"<td>{html.escape(_labels(heads[:8]))}</td></tr>"
-        for name, count, heads in type_summary(report)
+def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True) -> Report:
+    """The report: the summary per type, the heads (every typed head with `all_heads`, else those
+    confirmed by ablation; every score column when `wide`, else head, types, main score, evidence),
+    the heat maps of every score and an attention viewer per typed head (figures: the HTML page)."""
+    shown = 8 if wide else 5
+    summary = Table(
+        columns=["type", "threshold", "heads", "top heads"],
+        rows=[
+            [name, f"{report.thresholds[name]:.2f}", str(count),
+             _labels(heads[:shown]) + (" …" if count > shown else "")]
+            for name, count, heads in type_summary(report)
+        ],
+        right=["threshold", "heads"],
+    )  # fmt: skip
+    settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
+    typed, confirmed = classified_rows(report), confirmed_rows(report)
+    if all_heads:
+        rows, title = (
+            ranked_rows(report),
+            "Every typed head: confirmed by ablation first (by effect/SE), then by layer",
+        )
+    else:
+        rows, title = (
+            confirmed,
+            "Heads confirmed by ablation, by effect/SE (effect alone / its standard error)",
+        )
+    effect = "causal effect alone / with the others ablated (nats / score)"
+    columns = _columns(report) if wide else ["head", "types", "score", effect, "effect/SE"]
+    hints = []
+    if not all_heads and len(typed) > len(confirmed):
+        hints.append(
+            f"{len(typed) - len(confirmed)} more typed heads (by scores, not confirmed by ablation): "
+            "--all lists them."
+        )
+    hints.append(
+        ("" if wide else "--wide shows every score; ") + "--format csv/json has standard errors too."
     )
-    settings = html.escape(", ".join(f"{k}={v}" for k, v in report.settings.items() if k != "natural_text"))
-    head_rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _cells(report, row)) + "</tr>"
-        for row in ranked_rows(report).to_dict("records")
+    heads = Section(
+        title=title,
+        table=Table(
+            columns=columns,
+            rows=[_cells(report, row) if wide else _compact_cells(row) for row in rows.to_dict("records")],
+            right=[column for column in columns if column not in ("head", "types")],
+        ),
+        notes=[LEGEND, *hints],
+    )  # fmt: skip
+    sections = [
+        Section(
+            title="Summary per type", lines=[line for line in [group_line(report)] if line], table=summary
+        ),
+        Section(title="Model and settings", lines=[f"Model: {report.provenance}.", f"Settings: {settings}."]),
+        heads,
+        Section(title="Scores of every head", figures=[_heatmaps(report)]),
+        Section(title="Attention of each typed head", figures=_viewers(report)),
+    ]
+    return Report(
+        title=f"Attention head types of {report.model_name}", headline=[headline(report)], sections=sections
     )
-    header = "".join(f"<th>{html.escape(column)}</th>" for column in _columns(report))
-    return (
-        f"<p><b>{html.escape(headline(report))}</b></p>"
-        '<table class="interp-summary"><thead><tr><th>type</th><th>threshold</th><th>heads</th>'
-        f"<th>top heads</th></tr></thead><tbody>{rows}</tbody></table>"
-        f"<p>{html.escape(group_line(report))}</p><p>Model: {html.escape(report.provenance)}.</p>"
-        f"<p>Settings: {settings}</p>"
-        "<h2>Classified heads: confirmed by ablation first (strongest evidence first), then by layer</h2>"
-        f'<table class="interp-heads"><thead><tr>{header}</tr></thead><tbody>{head_rows}</tbody></table>'
-    )
-
-
-def render(report: HeadReport, format: str) -> str:
-    """The report as text in one of FORMATS other than "table"."""
-    renderers = {"csv": to_csv, "json": HeadReport.to_json, "markdown": to_markdown, "html": to_html}
-    if format not in renderers:
-        raise ValueError(f"Unknown format {format!r}; choose one of {', '.join(FORMATS)}.")
-    return renderers[format](report)
 
 
 def write_report(
-    report: HeadReport, format: str, out: str | Path | None, console: Console, wide: bool | None = None,
-    all_heads: bool = False,
+    report: HeadReport, format: str, out: str | Path | None, console: Console | None,
+    wide: bool | None = None, all_heads: bool = False,
 ) -> None:  # fmt: skip
-    """Print (table, or text formats without `out`) or write the report to `out`. wide, all_heads: see
-    print_table."""
-    table = functools.partial(print_table, report, wide=wide, all_heads=all_heads)
-    write_output(format, FORMATS, out, console, table, lambda fmt: render(report, fmt))
+    """Print (table, or text formats without `out`) or write the report to `out`. The terminal table:
+    the heads confirmed by ablation (every typed head with `all_heads`), every score column when `wide`
+    (default: when the terminal, or a file, has at least WIDE_TERMINAL columns; a narrower terminal gets
+    the compact table and a note)."""
+    width = FILE_WIDTH if out is not None else console.width
+    fits = width >= WIDE_TERMINAL
+    if format == "table" and wide and not fits:
+        console.print(
+            f"--wide needs {WIDE_TERMINAL} columns and this terminal has {width}: showing the compact table. "
+            "Widen the terminal, or use --format csv or markdown for every score."
+        )
+    terminal = heads_sections(report, wide=fits if wide is None else wide and fits, all_heads=all_heads)
+    data = {"csv": lambda: to_csv(report), "json": report.to_json}
+    write_sections(heads_sections(report), format, out, console, data, terminal=terminal, width=FILE_WIDTH)

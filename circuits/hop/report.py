@@ -1,4 +1,5 @@
-"""Rendering a HopResult: terminal, JSON, Markdown and HTML, and the lookup-chain figure.
+"""A HopResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML), its JSON
+data, and the lookup-chain figure.
 
     write_hop_report(result, "html", "hop.html", Console())   # or "table", "json", "markdown"
     lookup_chain_figure(result, "hop.png")
@@ -10,21 +11,17 @@ hop's result to the next hop's heads (path patching).
 
 from __future__ import annotations
 
-import functools
-import html
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from circuits.hop.results import HopPath, HopResult
 from circuits.icl.training import save_figure
-from circuits.output import write_output
-from interp.viz import heatmap_grid, heatmap_html, html_page, html_table
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from interp.viz import heatmap_grid
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -105,9 +102,9 @@ def path_line(result: HopResult, from_hop: int) -> str:
     )
 
 
-def _path_rows(result: HopResult) -> list[tuple[str, ...]]:
+def _path_rows(result: HopResult) -> list[list[str]]:
     return [
-        (
+        [
             f"{path.from_hop} -> {path.to_hop}",
             f"{', '.join(path.senders)} -> {', '.join(path.receivers)}",
             path.route,
@@ -115,14 +112,14 @@ def _path_rows(result: HopResult) -> list[tuple[str, ...]]:
             ", ".join(f"{value:+.2f}" for value in path.random_effects),
             f"{_signed(path.difference)} {_ci(path.difference_ci)}",
             "yes" if path.carries else "no",
-        )
+        ]
         for path in result.paths
     ]
 
 
-def _rows(result: HopResult) -> list[tuple[str, ...]]:
+def _rows(result: HopResult) -> list[list[str]]:
     return [
-        (
+        [
             str(lookup.hop),
             ", ".join(lookup.heads) or "-",
             ", ".join(map(str, lookup.layers)) or "-",
@@ -130,30 +127,9 @@ def _rows(result: HopResult) -> list[tuple[str, ...]]:
             f"{_signed(lookup.change)} {_ci(lookup.change_ci)}",
             f"{_signed(lookup.difference)} {_ci(lookup.difference_ci)}",
             lookup.verdict,
-        )
+        ]
         for lookup in result.lookups
     ]
-
-
-def render_table(result: HopResult, console: Console) -> None:
-    for line in summary_lines(result):
-        console.print(line, markup=False, highlight=False)
-    table = Table(title="Each hop's heads, tested on held-out sequences", box=box.SIMPLE_HEAD)
-    for column in COLUMNS:  # long cells wrap at a space or comma, never cut
-        table.add_column(column, overflow="fold", min_width=len(column) if column != "beyond random" else 6)
-    for row in _rows(result):
-        table.add_row(*row)
-    console.print(table)
-    console.print(LEGEND, style="dim", markup=False)
-    if result.paths:
-        paths = Table(title="What carries each hop's result to the next hop's heads", box=box.SIMPLE_HEAD)
-        for column in PATH_COLUMNS:
-            paths.add_column(column, overflow="fold", min_width=min(len(column), 7))
-        for row in _path_rows(result):
-            paths.add_row(*row)
-        console.print(paths)
-        console.print(PATH_LEGEND, style="dim", markup=False)
-    console.print(f"Model: {result.provenance}.", style="dim", markup=False)
 
 
 def to_dict(result: HopResult) -> dict[str, Any]:
@@ -202,58 +178,44 @@ def to_dict(result: HopResult) -> dict[str, Any]:
     }
 
 
-def render_markdown(result: HopResult) -> str:
-    out = [f"# Hop induction in {result.model_name}", ""] + [f"- {line}" for line in summary_lines(result)]
-    out += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    out += ["| " + " | ".join(row) + " |" for row in _rows(result)]
-    out += ["", LEGEND]
-    if result.paths:
-        out += ["", "| " + " | ".join(PATH_COLUMNS) + " |", "|" + "---|" * len(PATH_COLUMNS)]
-        out += ["| " + " | ".join(row) + " |" for row in _path_rows(result)]
-        out += ["", PATH_LEGEND]
-    out += ["", f"Model: {result.provenance}."]
-    return "\n".join(out) + "\n"
-
-
-def render_html(result: HopResult) -> str:
-    hops, n_layers, n_heads = result.attention.shape
-    sections = [
-        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
-        "<h2>Each hop's heads, tested on held-out sequences</h2>" + html_table(COLUMNS, _rows(result)),
-        f"<p class='legend'>{html.escape(LEGEND)}</p>",
-    ]
-    if result.paths:
-        sections += [
-            "<h2>What carries each hop's result to the next hop's heads</h2>"
-            + html_table(PATH_COLUMNS, _path_rows(result)),
-            f"<p class='legend'>{html.escape(PATH_LEGEND)}</p>",
-        ]
+def hop_sections(result: HopResult) -> Report:
+    """The report: the finding, what chose and what tested, each hop's heads (with the heat maps of
+    the query's attention), what carries each hop's result to the next."""
+    lines = summary_lines(result)
     heatmaps = [
-        heatmap_html(
+        layer_head_map(
             result.attention[j],
-            [str(i) for i in range(n_layers)],
-            [str(i) for i in range(n_heads)],
             f"Hop {j + 1}: the query's attention to t_{j + 1} - 1 or t_{j + 1} (held out)",
+            f"hop {j + 1}'s heads: {', '.join(lookup.heads) or 'none'} ({lookup.verdict})",
             signed=False,
             limit=1.0,
-            caption=f"hop {j + 1}'s heads: {', '.join(lookup.heads) or 'none'} ({lookup.verdict})",
         )
         for j, lookup in enumerate(result.lookups)
     ]
-    sections.append(heatmap_grid(heatmaps))
-    sections.append(f"<p>Model: {html.escape(result.provenance)}.</p>")
-    return html_page(f"Hop induction in {result.model_name}", sections)
+    sections = [
+        Section(title="What chose and what tested", lines=[lines[-1], f"Model: {result.provenance}."]),
+        Section(
+            title="Each hop's heads, tested on held-out sequences",
+            table=Table(columns=list(COLUMNS), rows=_rows(result)),
+            notes=[LEGEND],
+            figures=[heatmap_grid(heatmaps)],
+        ),
+    ]
+    if result.paths:
+        sections.append(
+            Section(
+                title="What carries each hop's result to the next hop's heads",
+                table=Table(columns=list(PATH_COLUMNS), rows=_path_rows(result)),
+                notes=[PATH_LEGEND],
+            )
+        )
+    return Report(title=f"Hop induction in {result.model_name}", headline=lines[:-1], sections=sections)
 
 
 def write_hop_report(result: HopResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    renderers = {
-        "json": lambda: json.dumps(to_dict(result), indent=2),
-        "markdown": lambda: render_markdown(result),
-        "html": lambda: render_html(result),
-    }
-    table = functools.partial(render_table, result)
-    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](), width=140)
+    data = {"json": lambda: json.dumps(to_dict(result), indent=2)}
+    write_sections(hop_sections(result), format, out, console, data, width=140)
 
 
 def lookup_chain_figure(result: HopResult, out: str | Path | None = None):

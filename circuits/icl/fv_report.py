@@ -1,4 +1,5 @@
-"""Rendering a FunctionVectorResult: terminal, JSON, Markdown and a self-contained HTML page.
+"""A FunctionVectorResult as the one report structure (`circuits.sections`: terminal, Markdown, a
+self-contained HTML page) and its JSON data.
 
     write_fv_report(result, "html", "fv.html", Console())   # or "table", "json", "markdown"
 
@@ -12,21 +13,16 @@ head] map of AIEs.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import html
 import json
 import math
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from circuits.evidence import EFFECT_SIGN
 from circuits.icl.report import format_ci
 from circuits.icl.results import Comparison, FunctionVectorResult
-from circuits.output import write_output
-from interp.viz import heatmap_html, html_page, html_table
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -88,8 +84,8 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
     """The finding, in order: what chose and what tested, the ablations, the held-out tests, the overlap."""
     lines = [
         f"Word-pair tasks {result.split.describe()}: the discovery tasks choose the FV heads and the "
-        f"layer {result.fv_layer} the vector is added at; every effect below is measured on the held-out "
-        "tasks."
+        f"layer {result.fv_layer} the vector is added at; every effect in this report is measured on the "
+        "held-out tasks."
     ]
     by_name = {found.name: found for found in result.ablations}
     for name in ("FV heads", "induction heads"):
@@ -121,9 +117,9 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
     return lines
 
 
-def _task_rows(result: FunctionVectorResult) -> list[tuple[str, ...]]:
+def _task_rows(result: FunctionVectorResult) -> list[list[str]]:
     return [
-        (
+        [
             task.task,
             task.family,
             str(task.n_pairs),
@@ -131,20 +127,20 @@ def _task_rows(result: FunctionVectorResult) -> list[tuple[str, ...]]:
             _share(task.zero_shot, task.zero_shot_ci),
             _share(task.with_fv, task.with_fv_ci),
             _share(task.with_random, task.with_random_ci),
-        )
+        ]
         for task in result.task_vectors
     ]
 
 
-def _comparison_rows(result: FunctionVectorResult) -> list[tuple[str, ...]]:
+def _comparison_rows(result: FunctionVectorResult) -> list[list[str]]:
     return [
-        (found.name, found.unit, f"{found.heldout.drop:+.3f} {format_ci(found.heldout.drop_ci)}",
-         _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery"))
+        [found.name, found.unit, f"{found.heldout.drop:+.3f} {format_ci(found.heldout.drop_ci)}",
+         _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery")]
         for found in [result.aie_test, result.vector_test, *result.ablations]
     ]  # fmt: skip
 
 
-def _head_rows(result: FunctionVectorResult) -> list[tuple[str, str, str, str, str]]:
+def _head_rows(result: FunctionVectorResult) -> list[list[str]]:
     induction = set(result.induction_heads)
     exact = dict(zip(result.candidates, result.candidates_aie, strict=True))
     rows = []
@@ -152,36 +148,11 @@ def _head_rows(result: FunctionVectorResult) -> list[tuple[str, str, str, str, s
         layer, head = (int(part) for part in label[1:].split("H"))
         also = "induction" if label in induction else ""
         attributed = result.aie_attributed[layer, head].item()
-        rows.append((label, f"{attributed:+.4f}", f"{exact[label]:+.4f}", f"{heldout:+.4f}", also))
+        rows.append([label, f"{attributed:+.4f}", f"{exact[label]:+.4f}", f"{heldout:+.4f}", also])
     return rows
 
 
 HEAD_COLUMNS = ("FV head", "attributed AIE", "AIE (discovery)", "AIE (held-out)", "also")
-
-
-def render_table(result: FunctionVectorResult, console: Console) -> None:
-    for line in summary_lines(result):
-        console.print(line, markup=False, highlight=False)
-    tasks = Table(title="Zero-shot accuracy on each task's query pairs [95% CI]", box=box.SIMPLE_HEAD)
-    for column in TASK_COLUMNS:
-        tasks.add_column(column, justify="left" if column == "task" else "right", no_wrap=column == "task")
-    for row in _task_rows(result):
-        tasks.add_row(*row)
-    console.print(tasks)
-    tests = Table(title="Tests against random same-layer heads", box=box.SIMPLE_HEAD)
-    for column in COMPARISON_COLUMNS:
-        tests.add_column(column, justify="left" if column in ("test", "unit", "verdict") else "right")
-    for row in _comparison_rows(result):
-        tests.add_row(*row)
-    console.print(tests)
-    heads = Table(title="FV heads", box=box.SIMPLE_HEAD)
-    for column in HEAD_COLUMNS:
-        heads.add_column(column, justify="right" if column.startswith("AIE") else "left", no_wrap=True)
-    for row in _head_rows(result):
-        heads.add_row(*row)
-    console.print(heads)
-    console.print(LEGEND, style="dim", markup=False)
-    console.print(f"Model: {result.provenance}.", style="dim", markup=False)
 
 
 def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
@@ -222,47 +193,47 @@ def render_json(result: FunctionVectorResult) -> str:
     return json.dumps(to_dict(result), indent=2, allow_nan=False)
 
 
-def render_markdown(result: FunctionVectorResult) -> str:
-    out = [f"# Function-vector heads of {result.model_name}", ""] + [
-        f"- {line}" for line in summary_lines(result)
-    ]
-    out += ["", "| " + " | ".join(COMPARISON_COLUMNS) + " |", "|---|---|---:|---:|---|---:|"]
-    out += ["| " + " | ".join(row) + " |" for row in _comparison_rows(result)]
-    out += ["", "| " + " | ".join(TASK_COLUMNS) + " |", "|---|---|---:|---:|---:|---:|---:|"]
-    out += ["| " + " | ".join(row) + " |" for row in _task_rows(result)]
-    out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---:|---:|---:|---|"]
-    out += ["| " + " | ".join(row) + " |" for row in _head_rows(result)]
-    out += ["", LEGEND, "", f"Model: {result.provenance}."]
-    return "\n".join(out) + "\n"
-
-
-def render_html(result: FunctionVectorResult) -> str:
-    n_layers, n_heads = result.aie_attributed.shape
+def fv_sections(result: FunctionVectorResult) -> Report:
+    """The report: what chose and what tested, the finding, the tests against random heads, zero-shot
+    accuracy per task, the FV heads (with the [layer, head] map of AIEs)."""
+    lines = summary_lines(result)
+    every_head = layer_head_map(
+        result.aie_attributed,
+        "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
+        "positive: the head's mean output restores the task on shuffled-label prompts",
+        signed=True,
+        value_format="{:+.4f}",
+    )
     sections = [
-        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
-        f"<p class='legend'>{html.escape(LEGEND)}</p>",
-        "<h2>Tests against random same-layer heads</h2>"
-        + html_table(COMPARISON_COLUMNS, _comparison_rows(result)),
-        "<h2>Zero-shot accuracy on each task's query pairs</h2>"
-        + html_table(TASK_COLUMNS, _task_rows(result)),
-        "<h2>FV heads</h2>" + html_table(HEAD_COLUMNS, _head_rows(result)),
-        "<h2>Every head</h2>"
-        + heatmap_html(
-            result.aie_attributed,
-            [str(i) for i in range(n_layers)],
-            [str(i) for i in range(n_heads)],
-            "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
-            signed=True,
-            value_format="{:+.4f}",
-            caption="positive: the head's mean output restores the task on shuffled-label prompts",
+        Section(
+            title="What chose and what tested", lines=[lines[0], lines[-1], f"Model: {result.provenance}."]
         ),
-        f"<p>Model: {html.escape(result.provenance)}.</p>",
+        Section(
+            title="Tests against random same-layer heads",
+            table=Table(
+                columns=list(COMPARISON_COLUMNS),
+                rows=_comparison_rows(result),
+                right=["held-out", "beyond random (held-out)", "discovery beyond random"],
+            ),
+            notes=[LEGEND],
+        ),  # fmt: skip
+        Section(
+            title="Zero-shot accuracy on each task's query pairs [95% CI]",
+            table=Table(columns=list(TASK_COLUMNS), rows=_task_rows(result), right=list(TASK_COLUMNS[2:])),
+        ),
+        Section(
+            title="FV heads",
+            table=Table(columns=list(HEAD_COLUMNS), rows=_head_rows(result), right=list(HEAD_COLUMNS[1:4])),
+            figures=[every_head],
+        ),
     ]
-    return html_page(f"Function-vector heads of {result.model_name}", sections)
+    return Report(
+        title=f"Function-vector heads of {result.model_name}", headline=lines[1:-1], sections=sections
+    )
 
 
 def write_fv_report(result: FunctionVectorResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
-    table = functools.partial(render_table, result)
-    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=140)
+    write_sections(
+        fv_sections(result), format, out, console, {"json": lambda: render_json(result)}, width=140
+    )

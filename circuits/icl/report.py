@@ -1,4 +1,5 @@
-"""Rendering an ICLResult: terminal, JSON, Markdown and a self-contained HTML page.
+"""An ICLResult as the one report structure (`circuits.sections`: terminal, Markdown, a self-contained
+HTML page) and its JSON data.
 
     write_icl_report(result, "html", "icl.html", Console())   # or "table", "json", "markdown"
 
@@ -11,21 +12,16 @@ attribution confirmed (or not) by exact ablation. The HTML page adds the loss pe
 from __future__ import annotations
 
 import base64
-import functools
-import html
 import io
 import json
 import math
 from typing import Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from circuits.icl.results import ICLResult
 from circuits.icl.training import plot_icl_over_training, save_figure
-from circuits.output import write_output
-from interp.viz import heatmap_html, html_page
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
@@ -116,9 +112,9 @@ def loss_bins(result: ICLResult) -> list[tuple[str, float]]:
     return bins
 
 
-def _head_rows(result: ICLResult) -> list[tuple[str, ...]]:
+def _head_rows(result: ICLResult) -> list[list[str]]:
     return [
-        (h.head, format_signed(h.attributed), f"{format_signed(h.exact)} {format_ci(h.exact_ci)}", h.verdict)
+        [h.head, format_signed(h.attributed), f"{format_signed(h.exact)} {format_ci(h.exact_ci)}", h.verdict]
         for h in result.heads
     ]
 
@@ -133,23 +129,6 @@ def _training_lines(result: ICLResult) -> list[str]:
         for step, score in zip(curve.steps, curve.scores, strict=True)
     )
     return [f"Across training (step: ICL score, highest induction score): {cells}."]
-
-
-def render_table(result: ICLResult, console: Console) -> None:
-    for line in summary_lines(result):
-        console.print(line, markup=False, highlight=False)
-    table = Table(title="Top heads by attribution, confirmed by exact ablation", box=box.SIMPLE_HEAD)
-    for column in HEAD_COLUMNS:
-        table.add_column(column, justify="left" if column in ("head", "verdict") else "right", no_wrap=True)
-    for row in _head_rows(result):
-        table.add_row(*row)
-    console.print(table)
-    bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in loss_bins(result))
-    console.print(f"Loss by token (nats, mean over documents): {bins}", markup=False, highlight=False)
-    for line in _training_lines(result):
-        console.print(line, markup=False, highlight=False)
-    console.print(LEGEND, style="dim", markup=False)
-    console.print(f"Model: {result.provenance}.", style="dim", markup=False)
 
 
 def to_dict(result: ICLResult) -> dict[str, Any]:
@@ -193,21 +172,6 @@ def render_json(result: ICLResult) -> str:
     return json.dumps(to_dict(result), indent=2, allow_nan=False)
 
 
-def render_markdown(result: ICLResult) -> str:
-    out = [f"# In-context learning of {result.model_name}", ""] + [
-        f"- {line}" for line in summary_lines(result)
-    ]
-    out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---:|---:|---|"]
-    out += ["| " + " | ".join(row) + " |" for row in _head_rows(result)]
-    out += [
-        "",
-        "Loss by token (nats): " + ", ".join(f"{label}: {loss:.2f}" for label, loss in loss_bins(result)),
-    ]
-    out += [f"- {line}" for line in _training_lines(result)]
-    out += ["", LEGEND, "", f"Model: {result.provenance}."]
-    return "\n".join(out) + "\n"
-
-
 def _png(figure) -> str:
     """A matplotlib figure as an inline <img>."""
     buffer = io.BytesIO()
@@ -243,66 +207,69 @@ def loss_curve_figure(result: ICLResult, out: str | None = None):
     return save_figure(figure, out)
 
 
-def render_html(result: ICLResult) -> str:
-    """The full report as one self-contained page."""
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
-        for row in _head_rows(result)
+def icl_sections(result: ICLResult, figures: bool = True) -> Report:
+    """The report: the finding, what chose and what tested, the classes against random heads, the top
+    heads, the loss per token and across training; figures (the loss curve, the training curve, the
+    [layer, head] map of attributed changes) unless `figures` is False (they need matplotlib)."""
+    lines = summary_lines(result)
+    every_head = layer_head_map(
+        result.attributions,
+        "Attributed change of the ICL score when the head is ablated (nats)",
+        "discovery documents; positive: the head helps the model use its context",
+        signed=True,
+        value_format="{:+.3f}",
     )
-    classes = "".join(
-        f"<tr><td>{html.escape(c.name)}</td><td>{html.escape(', '.join(c.heads))}</td>"
-        f"<td>{c.change:+.3f} {format_ci(c.change_ci)}</td>"
-        f"<td>{html.escape(', '.join(f'{x:+.3f}' for x in c.random_changes))}</td>"
-        f"<td>{c.difference:+.3f} {format_ci(c.difference_ci)}</td><td>{c.verdict}</td></tr>"
-        for c in result.classes
+    classes = Table(
+        columns=["class", "heads", "change", "random sets of their layers", "beyond random", "verdict"],
+        rows=[
+            [
+                c.name,
+                ", ".join(c.heads),
+                f"{c.change:+.3f} {format_ci(c.change_ci)}",
+                ", ".join(f"{x:+.3f}" for x in c.random_changes),
+                f"{c.difference:+.3f} {format_ci(c.difference_ci)}",
+                c.verdict,
+            ]
+            for c in result.classes
+        ],  # fmt: skip
+        right=["change", "beyond random"],
     )
+    bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in loss_bins(result))
     sections = [
-        "<ul class='icl-summary'>"
-        + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result))
-        + "</ul>",
-        f"<p class='legend'>{html.escape(LEGEND)}</p>",
+        Section(
+            title="What chose and what tested",
+            lines=[
+                lines[-1],
+                f"Model: {result.provenance}.",
+                f"Discovery documents: {', '.join(result.discovery_names)}.",
+                f"Held-out documents: {', '.join(result.heldout_names)}.",
+            ],
+        ),
+        Section(title="Classes against random heads (held-out documents)", table=classes),
+        Section(
+            title="Top heads by attribution, confirmed by exact ablation",
+            table=Table(columns=list(HEAD_COLUMNS), rows=_head_rows(result), right=list(HEAD_COLUMNS[1:3])),
+            notes=[LEGEND],
+            figures=[every_head] if figures else [],
+        ),
+        Section(
+            title="Loss per token",
+            lines=[f"Loss by token (nats, mean over documents): {bins}"],
+            figures=[_png(loss_curve_figure(result))] if figures else [],
+        ),
     ]
-    if classes:
-        sections.append(
-            "<h2>Classes against random heads (held-out documents)</h2><table class='icl-classes'><tr>"
-            "<th>class</th><th>heads</th><th>change</th><th>random sets of their layers</th>"
-            f"<th>beyond random</th><th>verdict</th></tr>{classes}</table>"
-        )
-    sections.append(
-        "<h2>Top heads by attribution</h2><table class='icl-heads'><tr>"
-        + "".join(f"<th>{html.escape(column)}</th>" for column in HEAD_COLUMNS)
-        + f"</tr>{rows}</table>"
-    )
-    sections.append("<h2>Loss per token</h2>" + _png(loss_curve_figure(result)))
     if result.training is not None:
         sections.append(
-            "<h2>Across training</h2>"
-            + _png(plot_icl_over_training(result.training))
-            + "".join(f"<p>{html.escape(line)}</p>" for line in _training_lines(result))
+            Section(
+                title="Across training",
+                lines=_training_lines(result),
+                figures=[_png(plot_icl_over_training(result.training))] if figures else [],
+            )
         )
-    n_layers, n_heads = result.attributions.shape
-    sections.append(
-        "<h2>Every head</h2>"
-        + heatmap_html(
-            result.attributions,
-            [str(i) for i in range(n_layers)],
-            [str(i) for i in range(n_heads)],
-            "Attributed change of the ICL score when the head is ablated (nats)",
-            signed=True,
-            value_format="{:+.3f}",
-            caption="discovery documents; positive: the head helps the model use its context",
-        )  # fmt: skip
-    )
-    sections.append(
-        f"<p>Model: {html.escape(result.provenance)}. Discovery documents: "
-        f"{html.escape(', '.join(result.discovery_names))}. "
-        f"Held-out: {html.escape(', '.join(result.heldout_names))}.</p>"
-    )
-    return html_page(f"In-context learning of {result.model_name}", sections)
+    return Report(title=f"In-context learning of {result.model_name}", headline=lines[:-1], sections=sections)
 
 
 def write_icl_report(result: ICLResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
-    table = functools.partial(render_table, result)
-    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=140)
+    report = icl_sections(result, figures=format == "html")
+    write_sections(report, format, out, console, {"json": lambda: render_json(result)}, width=140)

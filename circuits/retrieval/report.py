@@ -1,28 +1,25 @@
-"""Rendering a RetrievalResult: terminal table, JSON summary, Markdown, HTML. The finding comes first:
-accuracy against chance, the relations that chose and those that tested, each class's verdict and
+"""A RetrievalResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML) and its
+JSON summary. The finding comes first: accuracy against chance, each class's verdict and
 drop beyond random heads on held-out relations (beside the same figure on the discovery prompts), its
 overlap with the induction heads of `interp heads`, the circuit's faithfulness; then the two-hop
-measurement."""
+measurement; then the relations that chose and those that tested."""
 
 from __future__ import annotations
 
-import functools
-import html
 import json
 import math
 
 from rich.console import Console
-from rich.table import Table
 
 from circuits.evidence import EFFECT_SIGN, BeyondRandom
-from circuits.output import write_output
 from circuits.retrieval.results import (
     CLASS_MEANINGS,
     RETRIEVAL_CLASSES,
     RetrievalAccuracy,
     RetrievalResult,
 )
-from interp.viz import heatmap_grid, heatmap_html, html_page, html_table
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from interp.viz import heatmap_grid, heatmap_html
 
 FORMATS = ("table", "json", "markdown", "html")
 
@@ -81,9 +78,6 @@ def summary_lines(result: RetrievalResult) -> list[str]:
             "The held-out accuracy is not above chance: the classes below move the answer's logit on "
             "held-out prompts, but the behaviour they carry there is weak (see each fact count)."
         )
-    lines.append(
-        f"Relations {result.relations.describe()} (other names, fact counts and templates held out too)."
-    )
     for c in result.classes:
         overlap = (
             ""
@@ -166,27 +160,6 @@ def _stratum_rows(result: RetrievalResult) -> list[list[str]]:
 STRATUM_COLUMNS = ("class", "stratum", "prompts", "beyond random", "holds")
 
 
-def render_table(result: RetrievalResult, console: Console) -> None:
-    for line in summary_lines(result):
-        console.print(f"• {line}", markup=False, highlight=False)
-    heads = Table(title="Heads found on the discovery prompts")
-    for column in HEAD_COLUMNS:
-        heads.add_column(column)
-    for row in _head_rows(result):
-        heads.add_row(*row)
-    console.print(heads)
-    strata = Table(title="Each class against random heads, per held-out stratum")
-    for column in STRATUM_COLUMNS:
-        strata.add_column(column)
-    for row in _stratum_rows(result):
-        strata.add_row(*row)
-    console.print(strata)
-    for name, meaning in CLASS_MEANINGS.items():
-        console.print(f"{name}: {meaning}", style="dim", markup=False)
-    console.print(legend(result), style="dim", markup=False)
-    console.print(f"Model: {result.provenance}.", style="dim", markup=False)
-
-
 def to_dict(result: RetrievalResult) -> dict:
     """The summary as plain data (the full result: `--save`)."""
 
@@ -251,19 +224,6 @@ def render_json(result: RetrievalResult) -> str:
     return json.dumps(to_dict(result), indent=2, allow_nan=False)
 
 
-def render_markdown(result: RetrievalResult) -> str:
-    out = [f"# Retrieval from context in {result.model_name}", ""] + [
-        f"- {line}" for line in summary_lines(result)
-    ]
-    out += ["", "| " + " | ".join(HEAD_COLUMNS) + " |", "|" + "---|" * len(HEAD_COLUMNS)]
-    out += ["| " + " | ".join(row) + " |" for row in _head_rows(result)]
-    out += ["", "| " + " | ".join(STRATUM_COLUMNS) + " |", "|" + "---|" * len(STRATUM_COLUMNS)]
-    out += ["| " + " | ".join(row) + " |" for row in _stratum_rows(result)]
-    out += ["", *(f"- {name}: {meaning}" for name, meaning in CLASS_MEANINGS.items())]
-    out += ["", legend(result), "", f"Model: {result.provenance}."]
-    return "\n".join(out) + "\n"
-
-
 CLASS_COLUMNS = (
     "class",
     "heads",
@@ -295,21 +255,16 @@ def _accuracy_rows(result: RetrievalResult) -> list[list[str]]:
     ]  # fmt: skip
 
 
-def render_html(result: RetrievalResult) -> str:
-    """The report as one offline page: the finding, the classes with their verdicts, accuracy on every
-    prompt set, the heads and their attention from END, the path-patching effects of every head."""
-    sections = [
-        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(result)) + "</ul>",
-        "<h2>Each class against random heads, held-out prompts</h2>"
-        + html_table(CLASS_COLUMNS, _class_rows(result)),
-        "<h2>Accuracy</h2>" + html_table(ACCURACY_COLUMNS, _accuracy_rows(result)),
-        "<h2>Heads found on the discovery prompts</h2>" + html_table(HEAD_COLUMNS, _head_rows(result)),
-    ]
+def retrieval_sections(result: RetrievalResult) -> Report:
+    """The report: the finding, what chose and what tested, the classes with their verdicts, per
+    held-out stratum, accuracy on every prompt set, the heads (with their attention from END and the
+    path-patching effects of every head)."""
+    figures = []
     if result.heads:
         targets = ("VALUE", "NAME", "QUERY")
         attention = [[h.attention[target] for target in targets] for h in result.heads]
         labels = [f"{h.head} ({h.cls or 'unclassified'})" for h in result.heads]
-        sections.append(
+        figures.append(
             heatmap_html(
                 attention,
                 labels,
@@ -323,32 +278,58 @@ def render_html(result: RetrievalResult) -> str:
             )
         )
     effects = [
-        heatmap_html(
+        layer_head_map(
             grid,
-            [str(i) for i in range(grid.shape[0])],
-            [str(i) for i in range(grid.shape[1])],
             f"Path patching to {sweep}",
+            "drop of the mean logit diff when the head's path is patched (clean - patched, logits; "
+            "positive: the path helps): exact for the heads EAP ranks first, EAP's estimate for the "
+            "others; grey: no sender",
             signed=True,
             value_format="{:+.2f}",
-            caption="drop of the mean logit diff when the head's path is patched (clean - patched, "
-            "logits; positive: the path helps): exact for the heads EAP ranks first, EAP's estimate for "
-            "the others; grey: no sender",
-        )  # fmt: skip
+        )
         for sweep, grid in result.effects.items()
     ]
     if effects:
-        sections.append("<h2>Every head</h2>" + heatmap_grid(effects))
-    sections += [
-        "<h2>Per held-out stratum</h2>" + html_table(STRATUM_COLUMNS, _stratum_rows(result)),
-        "<ul>" + "".join(f"<li>{html.escape(f'{n}: {m}')}</li>" for n, m in CLASS_MEANINGS.items()) + "</ul>",
-        f"<p class='legend'>{html.escape(legend(result))}</p>",
-        f"<p>Model: {html.escape(result.provenance)}.</p>",
+        figures.append(heatmap_grid(effects))
+    sections = [
+        Section(
+            title="What chose and what tested",
+            lines=[
+                f"Relations {result.relations.describe()} (other names, fact counts and templates held out "
+                "too).",
+                f"Model: {result.provenance}.",
+            ],
+        ),
+        Section(
+            title="Each class against random heads, held-out prompts",
+            table=Table(
+                columns=list(CLASS_COLUMNS), rows=_class_rows(result), right=list(CLASS_COLUMNS[3:7])
+            ),
+            notes=[*(f"{name}: {meaning}" for name, meaning in CLASS_MEANINGS.items()), legend(result)],
+        ),
+        Section(
+            title="Each class against random heads, per held-out stratum",
+            table=Table(
+                columns=list(STRATUM_COLUMNS), rows=_stratum_rows(result), right=["prompts", "beyond random"]
+            ),
+        ),
+        Section(
+            title="Accuracy",
+            table=Table(
+                columns=list(ACCURACY_COLUMNS), rows=_accuracy_rows(result), right=list(ACCURACY_COLUMNS[1:])
+            ),
+        ),
+        Section(
+            title="Heads found on the discovery prompts",
+            table=Table(columns=list(HEAD_COLUMNS), rows=_head_rows(result), right=list(HEAD_COLUMNS[2:7])),
+            figures=figures,
+        ),
     ]
-    return html_page(f"Retrieval from context in {result.model_name}", sections)
+    title = f"Retrieval from context in {result.model_name}"
+    return Report(title=title, headline=summary_lines(result), sections=sections)
 
 
 def write_retrieval_report(result: RetrievalResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
-    table = functools.partial(render_table, result)
-    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=160)
+    data = {"json": lambda: render_json(result)}
+    write_sections(retrieval_sections(result), format, out, console, data, width=160)
