@@ -100,6 +100,53 @@ EXPECTED_TIMES = {
 README's command list print: `expected_time_text`)."""
 
 
+@dataclass(frozen=True)
+class QuickPreset:
+    """What `interp COMMAND --quick` changes: options (name -> (quick value, default value); an option
+    given a value other than its default keeps it) and what that costs the report (`note`, which the
+    report's model line carries)."""
+
+    options: dict[str, tuple[object, object]]
+    note: str
+
+    def text(self) -> str:
+        changed = ", ".join(
+            f"--{name.replace('_', '-')} {quick}" for name, (quick, _) in self.options.items()
+        )
+        return f"--quick: {changed} (about a minute on {_XEON}); {self.note}"
+
+
+QUICK_PRESETS = {
+    "heads": QuickPreset(
+        options={"n_samples": (6, 16)},
+        note="quick preset: 6 probe sequences per repeat length instead of 16, standard errors about 1.6x "
+        "larger: fewer heads are confirmed by ablation",
+    ),
+    "ioi": QuickPreset(
+        options={"n_prompts": (24, 64)},
+        note="quick preset: 24 prompts (and 24 held out) instead of 64, CIs about 1.6x wider: fewer classes "
+        "are confirmed on held-out prompts",
+    ),
+    "circuit": QuickPreset(
+        options={"n_prompts": (16, 64), "prune_steps": (30, 100)},
+        note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
+        "mask trained 30 steps instead of 100: a less faithful circuit for its size",
+    ),
+    "icl": QuickPreset(
+        options={"n_documents": (24, None), "n_discovery": (6, 12), "n_ablated": (6, 12)},
+        note="quick preset: 24 documents instead of 60 (6 rank the heads, 18 held out, 6 ablated), CIs "
+        "about 1.6x wider: a headline or verdict whose CI includes 0 is not established",
+    ),
+    "retrieval": QuickPreset(
+        options={"n_prompts": (12, 24), "n_heldout": (8, 24), "n_exact": (6, 12), "n_two_hop": (10, 40)},
+        note="quick preset: 12 discovery prompts instead of 24, 8 held-out per fact count and template "
+        "instead of 24, 6 senders path-patched per step instead of 12: CIs about 1.7x wider, fewer "
+        "heads found and confirmed",
+    ),
+}
+"""What each long command's --quick changes (its --help and the README's command list say it)."""
+
+
 def expected_time_text(command: str) -> str:
     """ "Expected time: about 65 s for `interp heads` on a 2-core AMD EPYC (idle, 2026-11)." """
     return "Expected time: " + "; ".join(time.text() for time in EXPECTED_TIMES[command]) + "."

@@ -34,6 +34,8 @@ from interp.io.sources import cache_dir
 from interp.types import Head, Progress, as_stage, substages
 
 ICL_ABLATIONS = ("mean", "zero", "resample")
+ATTRIBUTION_STAGE = "Attribution: forward and backward passes"  # the stages progress(stage, done, total)
+EXACT_ABLATIONS_STAGE = "Exact ablations"  # reports: head_attributions, ablated_icl_scores
 
 
 def check_ablation(ablation: str) -> None:
@@ -87,7 +89,7 @@ def head_attributions(
     chunks = tokens.split(batch_size)
     for done, chunk in enumerate(chunks):
         if progress is not None:
-            progress("Attribution: forward and backward passes", done, len(chunks))
+            progress(ATTRIBUTION_STAGE, done, len(chunks))
         with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
             resid = model(chunk, stop_at_layer=cfg.n_layers)
             score = icl_scores(model, resid, chunk, windows)
@@ -98,7 +100,7 @@ def head_attributions(
             z[name].append(kept[name].detach())
             grads[name].append(grad)
     if progress is not None:
-        progress("Attribution: forward and backward passes", len(chunks), len(chunks))
+        progress(ATTRIBUTION_STAGE, len(chunks), len(chunks))
     every_z = {name: torch.cat(parts) for name, parts in z.items()}
     values = ablated_z(model, every_z, ablation, seed)
     per_layer = [((values[name] - every_z[name]) * torch.cat(grads[name])).sum((1, 3)) for name in names]
@@ -132,7 +134,7 @@ def ablated_icl_scores(
         return icl_scores(model, acts[final], tokens, windows).float().cpu()
 
     if progress is not None:
-        progress("Exact ablations", 0, len(head_sets))
+        progress(EXACT_ABLATIONS_STAGE, 0, len(head_sets))
 
     ablated = read_site_sets(
         model,
@@ -142,7 +144,7 @@ def ablated_icl_scores(
         score,
         ablated_z(model, {name: cache[name] for name in z_names}, ablation, seed),
         target={name: cache[name] for name in [*start_names, final]},
-        progress=as_stage(progress, "Exact ablations"),
+        progress=as_stage(progress, EXACT_ABLATIONS_STAGE),
     )
     clean = score({final: cache[final]})
     return losses.float(), clean, torch.stack(ablated) if ablated else clean.new_empty(0, len(tokens))
