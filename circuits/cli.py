@@ -206,17 +206,20 @@ def with_note(provenance: str, note: str | None) -> str:
     return provenance if note is None else f"{provenance}; {note}"
 
 
-def kept_stages(
-    save: str | None, command: str, loaded: interp.HookedTransformer, options: dict, stages, notes
-):
+def kept_stages(save: str | None, command: str, options: dict, stages, notes, loaded=None):
     """--save's `circuits.stages.StageResults` for `interp COMMAND` (None without --save): each stage
-    written to `save` as it finishes, those of an earlier run of the same options and model kept."""
+    written to `save` as it finishes, those of an earlier run with the same `options` and the weights of
+    `loaded` kept. Called before the model loads (no `loaded`), it only refuses a partial run of other
+    options."""
     if save is None:
         return None
-    from circuits.icl.heads import weights_fingerprint
     from circuits.results_file import resume_stages
 
-    settings = {"model": loaded.cfg.model_name, "weights": weights_fingerprint(loaded)} | options
+    settings = dict(options)
+    if loaded is not None:
+        from circuits.icl.heads import weights_fingerprint
+
+        settings["weights"] = weights_fingerprint(loaded)
     try:
         return resume_stages(save, command, settings, list(stages), notes)
     except ValueError as error:
@@ -469,11 +472,12 @@ def ioi(
     check_format(format, out, FORMATS)
     check_save(save)
     n_prompts, quick_note = apply_quick("ioi", quick, n_prompts=n_prompts)
+    options = {"model": model, "n_prompts": n_prompts, "seed": seed}
+    kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes)  # another run's file: refused now
     loaded = load(model)
     try:
         if ray is None:
-            options = {"n_prompts": n_prompts, "seed": seed}
-            kept = kept_stages(save, "ioi", loaded, options, KEPT_STAGES, ioi_stage_notes)
+            kept = kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes, loaded)
             with stopped_leaves(save), stage_bars("ioi", IOI_STAGES) as progress:
                 result = find_ioi_circuit(
                     loaded, n_prompts=n_prompts, seed=seed, progress=progress, stages=kept
@@ -794,8 +798,14 @@ def icl(
         except ValueError as error:
             raise fail(str(error)) from error
     run = Path(model) if (Path(model) / CHECKPOINTS).is_dir() else None
-    loaded = load(model)
     kept = icl_report_stages(find_induction_heads=heads is None)
+    options = {
+        "model": model, "n_documents": n_documents, "n_discovery": n_discovery, "n_ablated": n_ablated,
+        "windows": [early, late, window], "ablation": ablation, "induction_heads": heads, "top": top,
+        "n_random": n_random, "seed": seed,
+    }  # fmt: skip
+    kept_stages(save, "icl", options, kept, icl_stage_notes)  # another run's file: refused now
+    loaded = load(model)
     stages = kept + ([CHECKPOINTS_STAGE] if run is not None else [])
     try:
         defaults = default_windows(loaded)
@@ -804,12 +814,7 @@ def icl(
             defaults.late if late is None else late,
             defaults.width if window is None else window,
         )
-        options = {
-            "n_documents": n_documents, "n_discovery": n_discovery, "n_ablated": n_ablated,
-            "windows": [windows.early, windows.late, windows.width], "ablation": ablation,
-            "induction_heads": heads, "top": top, "n_random": n_random, "seed": seed,
-        }  # fmt: skip
-        done = kept_stages(save, "icl", loaded, options, kept, icl_stage_notes)
+        done = kept_stages(save, "icl", options, kept, icl_stage_notes, loaded)
         with stopped_leaves(save), stage_bars("icl", stages) as progress:
             result = icl_report(
                 loaded, n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
