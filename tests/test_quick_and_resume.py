@@ -1,5 +1,6 @@
-"""--save keeps each stage as it finishes: a run stopped after stage k leaves a partial result that
-`interp render` shows, and the same run resumed from it ends with the uninterrupted run's result."""
+"""Early answers, kept: --save keeps each stage as it finishes, so a run stopped after stage k leaves a
+partial result that `interp render` shows, and the same run resumed from it ends with the
+uninterrupted run's result; --quick runs a smaller preset whose report says what it costs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.discover import KEPT_STAGES, ioi_stage_notes
 from circuits.results_file import PartialResult, load_result, resume_stages, write_result_report
+from interp.catalog import QUICK_PRESETS
 from interp.io.serialize import encode
 
 ICL_OPTIONS = {"n_documents": 12, "seed": 0}
@@ -130,3 +132,17 @@ def test_interp_icl_save_resumes_and_ends_with_the_full_result(tmp_path, monkeyp
     first = CliRunner().invoke(app, command)
     assert first.exit_code == 0, first.output
     assert type(load_result(path)).__name__ == "ICLResult"
+
+
+def test_quick_runs_the_preset_and_its_report_says_so(tmp_path):
+    saved, out = tmp_path / "heads.json", tmp_path / "heads.md"
+    command = ["heads", "--model", "toy-induction", "--quick", "--format", "markdown", "--out", str(out)]
+    result = CliRunner().invoke(app, [*command, "--save", str(saved)])
+    assert result.exit_code == 0, result.output
+    preset = QUICK_PRESETS["heads"]
+    assert load_result(saved).settings["n_samples"] == preset.options["n_samples"][0]
+    assert preset.note in out.read_text() and preset.note in load_result(saved).provenance
+    given = CliRunner().invoke(app, [*command, "--n-samples", "4", "--save", str(saved)])
+    assert given.exit_code == 0 and load_result(saved).settings["n_samples"] == 4  # a given option wins
+    refused = CliRunner().invoke(app, ["icl", "--fv", "--quick"])
+    assert refused.exit_code == 2 and "--quick applies to the ICL score" in refused.output
