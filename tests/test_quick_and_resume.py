@@ -134,7 +134,8 @@ def test_interp_icl_save_resumes_and_ends_with_the_full_result(tmp_path, monkeyp
     assert type(load_result(path)).__name__ == "ICLResult"
 
 
-def test_quick_runs_the_preset_and_its_report_says_so(tmp_path):
+def test_quick_runs_the_preset_and_its_report_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))  # interp heads keeps its induction heads
     saved, out = tmp_path / "heads.json", tmp_path / "heads.md"
     command = ["heads", "--model", "toy-induction", "--quick", "--format", "markdown", "--out", str(out)]
     result = CliRunner().invoke(app, [*command, "--save", str(saved)])
