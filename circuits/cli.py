@@ -27,6 +27,7 @@ from interp.catalog import (
     DTYPES,
     EXPECTED_TIMES,
     OFFLINE_MODEL_NAMES,
+    QUICK_PRESETS,
     TASK_DEFAULTS,
     TASKS,
     expected_time_text,
@@ -37,9 +38,8 @@ if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
     from interp.types import Progress
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
-# The stages of `interp icl` and `interp retrieval` after the induction heads (circuits.icl.heads),
-# as circuits.icl.pipeline and circuits.retrieval.find report them ("Path patching: heads -> ...").
-ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE = "Attribution: forward and backward passes", "Exact ablations"
+# The stages of `interp retrieval` after the induction heads (circuits.icl.heads), as
+# circuits.retrieval.find reports them ("Path patching: heads -> ..."), and of `interp icl` on a training run.
 CHECKPOINTS_STAGE = "ICL and induction scores at each checkpoint"
 RETRIEVAL_STAGES = ("Edge attribution (EAP)", "Path patching", "Held-out ablations")
 FV_STAGES = (  # as circuits.icl.fv_pipeline reports them
@@ -121,6 +121,11 @@ MODEL_HELP = (
 
 
 SAVE_HELP = "Also write the full result to this .json file; `interp render` re-renders it in any format."
+KEPT_SAVE_HELP = (
+    SAVE_HELP + " Each stage is written to it as it finishes: a stopped run leaves the stages done "
+    "(`interp render` shows them), and the same command with the same --save resumes from them."
+)
+QUICK_HELP = {command: preset.text() for command, preset in QUICK_PRESETS.items()}
 RAY_HELP = 'Run on a Ray cluster: "local" starts one here, else its address ("auto", "ray://host:10001").'
 
 
@@ -178,6 +183,59 @@ def save_and_tell(result: object, out: str | None, save: str | None) -> None:
     for path in (out, save):
         if path is not None:
             console.print(f"Wrote {path}", style="dim")
+
+
+def apply_quick(command: str, quick: bool, **values: object) -> tuple:
+    """The options `values` (name -> value, in order) with `interp COMMAND --quick`'s preset
+    (`interp.catalog.QUICK_PRESETS`) applied to those left at their defaults, then the note the report
+    carries (None without --quick; said on stderr at once)."""
+    if not quick:
+        return (*values.values(), None)
+    preset = QUICK_PRESETS[command]
+    chosen = [
+        preset.options[name][0] if name in preset.options and value == preset.options[name][1] else value
+        for name, value in values.items()
+    ]
+    print(preset.note[0].upper() + preset.note[1:] + ".", file=sys.stderr, flush=True)
+    return (*chosen, preset.note)
+
+
+def with_note(provenance: str, note: str | None) -> str:
+    """A report's model line with the --quick preset's note (the first line, or the model line, of
+    every report)."""
+    return provenance if note is None else f"{provenance}; {note}"
+
+
+def kept_stages(save: str | None, command: str, options: dict, stages, notes, loaded=None):
+    """--save's `circuits.stages.StageResults` for `interp COMMAND` (None without --save): each stage
+    written to `save` as it finishes, those of an earlier run with the same `options` and the weights of
+    `loaded` kept. Called before the model loads (no `loaded`), it only refuses a partial run of other
+    options."""
+    if save is None:
+        return None
+    from circuits.results_file import resume_stages
+
+    settings = dict(options)
+    if loaded is not None:
+        from circuits.icl.heads import weights_fingerprint
+
+        settings["weights"] = weights_fingerprint(loaded)
+    try:
+        return resume_stages(save, command, settings, list(stages), notes)
+    except ValueError as error:
+        raise fail(str(error)) from error
+
+
+@contextmanager
+def stopped_leaves(save: str | None) -> Iterator[None]:
+    """On Ctrl-C (KeyboardInterrupt), say what --save holds and exit with status 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if save is None or not Path(save).is_file():
+            raise
+        console.print(f"Stopped: {save} holds the stages done; the same command resumes from them.")
+        raise typer.Exit(130) from None
 
 
 def load(model: str, dtype: str = "float32") -> interp.HookedTransformer:
@@ -252,6 +310,7 @@ def heads(
         "AMX, SmolLM2's report took 17 s instead of 43 s) and slower on CPUs without; it changes the "
         "numbers slightly (the report's model line says which dtype ran).",
     ),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["heads"]),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from circuits.heads import head_report
@@ -262,6 +321,7 @@ def heads(
 
     check_format(format, out, FORMATS)
     check_save(save)
+    n_samples, quick_note = apply_quick("heads", quick, n_samples=n_samples)
     loaded = load(model, dtype)
     try:
         if ray is None:
@@ -272,6 +332,7 @@ def heads(
             report = run_on_ray(head_report, model, ray, dtype=dtype, n_samples=n_samples, seed=seed)
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
+    report.provenance = with_note(report.provenance, quick_note)
     write_report(report, format, out, console, wide=wide or None, all_heads=all_heads)
     save_and_tell(report, out, save)
 
@@ -399,25 +460,33 @@ def ioi(
     format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     ray: str | None = typer.Option(None, help=RAY_HELP),
-    save: str | None = typer.Option(None, help=SAVE_HELP),
+    save: str | None = typer.Option(None, help=KEPT_SAVE_HELP),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["ioi"]),
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
     from circuits.ioi import find_ioi_circuit
-    from circuits.ioi.discover import IOI_STAGES
+    from circuits.ioi.discover import IOI_STAGES, KEPT_STAGES, ioi_stage_notes
     from circuits.ioi.report import FORMATS, write_ioi_report
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
     check_save(save)
+    n_prompts, quick_note = apply_quick("ioi", quick, n_prompts=n_prompts)
+    options = {"model": model, "n_prompts": n_prompts, "seed": seed}
+    kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes)  # another run's file: refused now
     loaded = load(model)
     try:
         if ray is None:
-            with stage_bars("ioi", IOI_STAGES) as progress:
-                result = find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed, progress=progress)
+            kept = kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes, loaded)
+            with stopped_leaves(save), stage_bars("ioi", IOI_STAGES) as progress:
+                result = find_ioi_circuit(
+                    loaded, n_prompts=n_prompts, seed=seed, progress=progress, stages=kept
+                )
         else:
             result = run_on_ray(find_ioi_circuit, model, ray, n_prompts=n_prompts, seed=seed)
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
+    result.settings.provenance = with_note(result.settings.provenance, quick_note)
     write_ioi_report(result, format, out, console)
     save_and_tell(result, out, save)
 
@@ -530,6 +599,7 @@ def circuit(
         None, help="Also write the circuit in MIB's submission format (JSON)."
     ),
     save: str | None = typer.Option(None, help=SAVE_HELP),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["circuit"]),
 ) -> None:
     """Find an edge circuit (EAP, EAP-IG, a learned mask or their ensemble), and measure its faithfulness.
 
@@ -555,6 +625,9 @@ def circuit(
 
     check_format(format, out, FORMATS)
     check_save(save)
+    n_prompts, prune_steps, quick_note = apply_quick(
+        "circuit", quick, n_prompts=n_prompts, prune_steps=prune_steps
+    )
     if edges is not None and fraction is not None:
         raise fail("give the circuit size as --edges N or --fraction F (one of them), or neither to search.")
     if not 0 < target <= 1:
@@ -607,6 +680,7 @@ def circuit(
                 result.heads = head_path(loaded, pairs, PathSettings(seed=seed, ablation=ablation), progress)
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
+    result.provenance = with_note(result.provenance, quick_note)
     write_edge_report(result, format, out, console)
     if mib_out is not None:
         write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
@@ -657,7 +731,7 @@ def icl(
         None,
         help="Also draw a figure (.png, .svg, .pdf): a training run across its steps, else loss per token.",
     ),
-    save: str | None = typer.Option(None, help=SAVE_HELP),
+    save: str | None = typer.Option(None, help=KEPT_SAVE_HELP + " (Without --fv.)"),
     fv: bool = typer.Option(
         False,
         "--fv",
@@ -679,6 +753,7 @@ def icl(
         min=1,
         help="With --fv: heads whose AIE is computed exactly (the top by attribution; 270: all).",
     ),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["icl"] + " Not with --fv."),
 ) -> None:
     """The in-context learning score (late minus early loss) and the heads that carry it.
 
@@ -697,8 +772,7 @@ def icl(
         icl_report,
         plot_icl_over_training,
     )
-    from circuits.icl.heads import INDUCTION_HEADS_STAGE
-    from circuits.icl.pipeline import SCORING_STAGE
+    from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
     from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
     from interp.training import CHECKPOINTS
     from interp.types import as_stage
@@ -707,6 +781,11 @@ def icl(
     check_save(save)
     check_plot(plot)
     heads = None if induction_heads is None else _heads_option(induction_heads)
+    if fv and quick:
+        raise fail("--quick applies to the ICL score, not to --fv (give --n-prompts, --candidates instead).")
+    n_documents, n_discovery, n_ablated, quick_note = apply_quick(
+        "icl", quick, n_documents=n_documents, n_discovery=n_discovery, n_ablated=n_ablated
+    )
     if fv:
         _icl_fv(model, (tasks, heldout_tasks), n_prompts, n_shots, fv_heads, candidates, n_random,
                 n_documents or 8, heads, seed, format, out, save,
@@ -719,10 +798,15 @@ def icl(
         except ValueError as error:
             raise fail(str(error)) from error
     run = Path(model) if (Path(model) / CHECKPOINTS).is_dir() else None
+    kept = icl_report_stages(find_induction_heads=heads is None)
+    options = {
+        "model": model, "n_documents": n_documents, "n_discovery": n_discovery, "n_ablated": n_ablated,
+        "windows": [early, late, window], "ablation": ablation, "induction_heads": heads, "top": top,
+        "n_random": n_random, "seed": seed,
+    }  # fmt: skip
+    kept_stages(save, "icl", options, kept, icl_stage_notes)  # another run's file: refused now
     loaded = load(model)
-    stages = [INDUCTION_HEADS_STAGE] if heads is None else []
-    stages += [ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE, SCORING_STAGE]
-    stages += [CHECKPOINTS_STAGE] if run is not None else []
+    stages = kept + ([CHECKPOINTS_STAGE] if run is not None else [])
     try:
         defaults = default_windows(loaded)
         windows = Windows(
@@ -730,11 +814,12 @@ def icl(
             defaults.late if late is None else late,
             defaults.width if window is None else window,
         )
-        with stage_bars("icl", stages) as progress:
+        done = kept_stages(save, "icl", options, kept, icl_stage_notes, loaded)
+        with stopped_leaves(save), stage_bars("icl", stages) as progress:
             result = icl_report(
                 loaded, n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
                 ablation=ablation, induction_heads=heads, top=top, n_random=n_random, seed=seed,
-                progress=progress,
+                progress=progress, stages=done,
             )  # fmt: skip
             if run is not None:
                 step = as_stage(progress, CHECKPOINTS_STAGE)
@@ -745,6 +830,7 @@ def icl(
             loss_curve_figure(result, plot)
     except (ValueError, ImportError) as error:
         raise fail(str(error)) from error
+    result.provenance = with_note(result.provenance, quick_note)
     write_icl_report(result, format, out, console)
     if plot is not None:
         console.print(f"Wrote {plot}", style="dim")
@@ -810,6 +896,7 @@ def retrieval(
     format: str = typer.Option("table", help="table, json, markdown or html."),
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
     save: str | None = typer.Option(None, help=SAVE_HELP),
+    quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["retrieval"]),
 ) -> None:
     """Retrieval from context: the heads that answer "The pet of John is" from facts stated before it.
 
@@ -825,6 +912,9 @@ def retrieval(
     check_format(format, out, FORMATS)
     check_save(save)
     heads = None if induction_heads is None else _heads_option(induction_heads)
+    n_prompts, n_heldout, n_exact, n_two_hop, quick_note = apply_quick(
+        "retrieval", quick, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_two_hop=n_two_hop
+    )
     loaded = load(model)
     stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(RETRIEVAL_STAGES)
     try:
@@ -835,6 +925,7 @@ def retrieval(
             )  # fmt: skip
     except ValueError as error:
         raise fail(str(error)) from error
+    result.provenance = with_note(result.provenance, quick_note)
     write_retrieval_report(result, format, out, console)
     save_and_tell(result, out, save)
 

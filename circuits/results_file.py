@@ -5,7 +5,7 @@
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
 The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl" | "fv" |
-"retrieval" | "hop", "result": ...}, the result in `interp.io.serialize`'s JSON (strict: NaN and
+"retrieval" | "hop" | "partial", "result": ...}, the result in `interp.io.serialize`'s JSON (strict: NaN and
 infinities as {"__float__": "nan"} etc.): dataclasses by name, tensors and arrays with their dtype,
 data frames by column. Functions (a task's metric) are not stored; rendering never calls them. Files
 of the previous schema, interp-result-1 (bare
@@ -13,6 +13,11 @@ NaN tokens, frames as {column: values}), load too, and so do files written befor
 shared one stratum type and IOI's validation reported drops (`_read_older`: each stratum becomes a
 `circuits.evidence.StratumDrop`; IOI's class effects, ablated - clean, are negated into drops, clean -
 ablated, with their class directions).
+
+While a command that keeps its stages (`interp ioi`, `interp icl`) runs, its --save file is a
+`PartialResult` (kind "partial"), rewritten as each stage finishes: `interp render` shows the stages
+done and those missing, and the same command with the same --save resumes from it (`resume_stages`,
+which refuses a file made with other settings or another model).
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from circuits import sections
 from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.edge_circuits.report import FORMATS as EDGE_FORMATS
 from circuits.edge_circuits.report import write_edge_report
@@ -44,16 +52,58 @@ from circuits.icl.report import write_icl_report
 from circuits.ioi.report import FORMATS as IOI_FORMATS
 from circuits.ioi.report import write_ioi_report
 from circuits.ioi.results import IOICircuitResult
+from circuits.ioi.steps import StepResult
 from circuits.patch_report import FORMATS as PATCH_FORMATS
 from circuits.patch_report import PatchReport, write_patch_report
 from circuits.path.steps import PathResult
 from circuits.retrieval.report import FORMATS as RETRIEVAL_FORMATS
 from circuits.retrieval.report import write_retrieval_report
 from circuits.retrieval.results import RetrievalResult
+from circuits.stages import StageResults
 from interp import edges
 from interp.interventions.results import PatchResult
 from interp.io.files import write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
+
+
+@dataclass(kw_only=True)
+class PartialResult:
+    """A run of `interp COMMAND` stopped (or still running) before its last stage: what its --save
+    file holds until the run ends. settings: the command's options and the model's weights
+    fingerprint (what a resumed run must match); stages: the stages it keeps, in order; done: each
+    finished stage's result; notes: a few lines on each finished stage, for `interp render`."""
+
+    command: str  # "ioi", "icl"
+    settings: dict[str, Any]
+    stages: list[str]
+    done: dict[str, Any]
+    notes: dict[str, list[str]]
+
+    @property
+    def missing(self) -> list[str]:
+        return [stage for stage in self.stages if stage not in self.done]
+
+
+def write_partial_report(
+    result: PartialResult, format: str, out: str | Path | None, console: Console
+) -> None:
+    """The stages a stopped run finished, with their notes, and those it did not."""
+    settings = ", ".join(f"{name} {value}" for name, value in result.settings.items())
+    report = sections.Report(
+        title=f"interp {result.command}: partial result ({len(result.done)} of {len(result.stages)} stages)",
+        headline=[
+            f"Missing stages: {', '.join(result.missing) or 'none'}. This is not the command's report: "
+            f"rerun `interp {result.command}` with the same options and --save to resume from here.",
+            f"Settings: {settings}.",
+        ],
+        sections=[
+            sections.Section(title=f"Done: {stage}", lines=result.notes.get(stage, []))
+            for stage in result.stages
+            if stage in result.done
+        ],
+    )
+    sections.write_sections(report, format, out, console)
+
 
 SCHEMA = "interp-result-2"
 # interp-result-1: the same but for bare NaN tokens and frames as {column: values}, which decode reads
@@ -67,16 +117,17 @@ KINDS = {  # kind -> (result type, formats, writer)
     "fv": (FunctionVectorResult, FV_FORMATS, write_fv_report),
     "retrieval": (RetrievalResult, RETRIEVAL_FORMATS, write_retrieval_report),
     "hop": (HopResult, HOP_FORMATS, write_hop_report),
+    "partial": (PartialResult, sections.FORMATS, write_partial_report),
 }
 RESULT_TYPES = (
     HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult,
-    RetrievalResult, HopResult,
+    RetrievalResult, HopResult, PartialResult,
 )  # fmt: skip
 
 
 def _register_dataclasses() -> None:
     """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
-    types = (*RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom)
+    types = (*RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom, StepResult)
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
             if isinstance(cls, type) and dataclasses.is_dataclass(cls):
@@ -195,6 +246,54 @@ def _read_older(node: Any) -> Any:
     if name == "ClassValidation" and "difference" in node["fields"]:
         return _older_class_validation(node["fields"])
     return node
+
+
+def _plain(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` as JSON reads them back (tuples as lists), to compare a saved run's with a new one's."""
+    return json.loads(json.dumps(settings))
+
+
+def resume_stages(
+    path: str | Path,
+    command: str,
+    settings: dict[str, Any],
+    stages: list[str],
+    notes: Callable[[str, Any], list[str]],
+) -> StageResults:
+    """The StageResults of `interp COMMAND --save PATH`: each stage, as it finishes, rewrites `path` as
+    a PartialResult (atomically; notes(stage, value): its lines for `interp render`). Where `path` holds
+    a PartialResult of the same command, settings and model (settings["weights"]), its stages are kept
+    and not run again; one of another command or other settings is refused (ValueError, naming what
+    differs); any other file there is replaced, as --save always does."""
+    partial = PartialResult(
+        command=command, settings=_plain(settings), stages=list(stages), done={}, notes={}
+    )
+    if Path(path).is_file():
+        try:
+            found = load_result(path)
+        except ValueError:
+            found = None
+        if isinstance(found, PartialResult):
+            differs = [
+                f"{name} {found.settings.get(name)!r} there, {value!r} now"
+                for name, value in partial.settings.items()
+                if found.settings.get(name) != value
+            ]
+            if found.command != command or differs or set(found.done) - set(stages):
+                what = "; ".join(differs) if differs else f"it is a partial `interp {found.command}` run"
+                raise ValueError(
+                    f"--save {path} holds a partial run this command cannot resume ({what}). Rerun with "
+                    "the options it was made with, or pass another --save file (or delete this one) to start "
+                    "afresh."
+                )
+            partial.done, partial.notes = found.done, found.notes
+
+    def keep(stage: str, value: Any) -> None:
+        partial.done[stage] = value
+        partial.notes[stage] = notes(stage, value)
+        save_result(partial, path)
+
+    return StageResults(done=dict(partial.done), on_done=keep, resumed_from=str(path))
 
 
 def result_formats(result: Any) -> tuple[str, ...]:

@@ -82,6 +82,7 @@ class ExpectedTime:
 _EPYC = "a 2-core AMD EPYC"
 _XEON = "a 2-core Intel Xeon"
 _XEON_SHARED = "a 2-core Intel Xeon shared with other jobs (an upper bound)"
+_ESTIMATED = "estimated from the default's time and the share of the work it keeps, 2026-11-27"
 EXPECTED_TIMES = {
     "heads": (ExpectedTime(66, "interp heads", _XEON, "idle, 2026-11-27"),),
     "ioi": (ExpectedTime(76, "interp ioi", _XEON, "idle, 2026-11-27, benchmarks/ioi.py"),),
@@ -91,6 +92,12 @@ EXPECTED_TIMES = {
     ),
     "icl": (
         ExpectedTime(113, "interp icl", _XEON, "idle, 2026-11-27, the head report cached by interp heads"),
+        ExpectedTime(
+            145,
+            "interp icl",
+            _XEON,
+            "without it: 113 s and the head report's induction part, 0.48 of interp heads' CPU time",
+        ),
     ),
     "retrieval": (ExpectedTime(480, "interp retrieval", _XEON_SHARED, "docs/guide/retrieval.md"),),
     "hop": (ExpectedTime(8, "interp hop --model toy-hop", _XEON, "idle, 2026-11-27"),),
@@ -98,6 +105,67 @@ EXPECTED_TIMES = {
 }
 """Each long command's measured time with its defaults (the one record that its --help and the
 README's command list print: `expected_time_text`)."""
+
+
+@dataclass(frozen=True)
+class QuickPreset:
+    """What `interp COMMAND --quick` changes: options (name -> (quick value, default value); an option
+    given a value other than its default keeps it), what that costs the report (`note`, which the
+    report's model line carries) and how long it takes (`time`)."""
+
+    options: dict[str, tuple[object, object]]
+    note: str
+    time: ExpectedTime
+
+    def changes(self) -> str:
+        """ "--n-samples 6, --seed 1" """
+        return ", ".join(f"--{name.replace('_', '-')} {quick}" for name, (quick, _) in self.options.items())
+
+    def text(self) -> str:
+        """The --quick option's help."""
+        return f"A smaller run ({self.changes()}), {self.time.text()}. Its report says: {self.note}."
+
+
+QUICK_PRESETS = {
+    "heads": QuickPreset(
+        time=ExpectedTime(35, "interp heads --quick", _XEON, _ESTIMATED),
+        options={"n_samples": (8, 16)},
+        note="quick preset: 8 probe sequences per repeat length instead of 16, standard errors about 1.4x "
+        "larger: fewer heads are confirmed by ablation",
+    ),
+    "ioi": QuickPreset(
+        time=ExpectedTime(55, "interp ioi --quick", _XEON, _ESTIMATED),
+        options={"n_prompts": (24, 64)},
+        note="quick preset: 24 prompts (and 24 held out) instead of 64, CIs about 1.6x wider: fewer classes "
+        "are confirmed on held-out prompts",
+    ),
+    "circuit": QuickPreset(
+        time=ExpectedTime(40, "interp circuit --task ioi --edges 300 --quick", _XEON, _ESTIMATED),
+        options={"n_prompts": (16, 64), "prune_steps": (30, 100)},
+        note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
+        "mask trained 30 steps instead of 100: a less faithful circuit for its size",
+    ),
+    "icl": QuickPreset(
+        time=ExpectedTime(55, "interp icl --quick", _XEON, _ESTIMATED + ", the head report cached"),
+        options={"n_documents": (24, None), "n_discovery": (6, 12), "n_ablated": (6, 12)},
+        note="quick preset: 24 documents instead of 60 (6 rank the heads, 18 held out, 6 ablated), CIs "
+        "about 1.6x wider: a headline or verdict whose CI includes 0 is not established",
+    ),
+    "retrieval": QuickPreset(
+        time=ExpectedTime(100, "interp retrieval --quick", _XEON, _ESTIMATED),
+        options={"n_prompts": (12, 24), "n_heldout": (8, 24), "n_exact": (6, 12), "n_two_hop": (10, 40)},
+        note="quick preset: 12 discovery prompts instead of 24, 8 held-out per fact count and template "
+        "instead of 24, 6 senders path-patched per step instead of 12: CIs about 1.7x wider, fewer "
+        "heads found and confirmed",
+    ),
+}
+"""What each long command's --quick changes (its --help and the README's command list say it)."""
+
+
+def quick_time_text(command: str) -> str:
+    """ "With --quick (--n-samples 6): about 25 s for `interp heads --quick` on ... (...)." """
+    preset = QUICK_PRESETS[command]
+    return f"With --quick ({preset.changes()}): {preset.time.text()}."
 
 
 def expected_time_text(command: str) -> str:

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.evidence import random_same_layer_sets
+from circuits.heads import confirmed_induction, head_report
 from circuits.icl import (
     DocumentSplit,
     ICLSequences,
@@ -148,6 +149,14 @@ def test_the_induction_heads_are_read_from_the_cache(toy, toy_heads, monkeypatch
     monkeypatch.setenv("INTERP_CACHE", str(cache))
     assert confirmed_induction_heads(toy, n_samples=8) == [(0, 3)]  # no head report ran
     assert confirmed_induction_heads(toy, n_samples=8, cache=False) == heads
+
+
+@pytest.mark.parametrize("n_samples", [4, 8])
+def test_the_induction_part_of_the_head_report_finds_its_induction_heads(toy, n_samples):
+    """What `interp icl` computes without a cached head report: the head report's induction heads, in
+    order, from the repeated probe and the induction check alone."""
+    full = head_report(toy, n_samples=n_samples).heads_of_type("induction")
+    assert full and confirmed_induction(toy, n_samples=n_samples) == full
 
 
 def test_cli_takes_the_induction_heads_from_a_head_report(toy_heads, tmp_path):

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.progress_printer import ESTIMATE_AFTER_ITEMS, ESTIMATE_AFTER_S, ProgressPrinter
-from interp.catalog import EXPECTED_TIMES, expected_time_text
+from interp.catalog import EXPECTED_TIMES, QUICK_PRESETS, expected_time_text, quick_time_text
 
 ROOT = Path(__file__).resolve().parents[1]
 HEARTBEAT_S = 1.0  # the heartbeat the subprocess runs with
@@ -180,6 +180,13 @@ def test_expected_times_are_in_help_and_the_readme(command):
     text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.replace("│", " ").split())
     assert " ".join(expected_time_text(command).split()) in text
     assert expected_time_text(command) in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("command", sorted(QUICK_PRESETS))
+def test_quick_presets_are_in_help_and_the_readme(command):
+    text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.replace("│", " ").split())
+    assert " ".join(QUICK_PRESETS[command].text().split()) in text
+    assert quick_time_text(command) in (ROOT / "README.md").read_text()
 
 
 def test_training_stops_early_on_a_held_out_accuracy_plateau(tmp_path):

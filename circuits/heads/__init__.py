@@ -8,13 +8,14 @@
     effects = causal_checks(model, probes, scores)                 # 4. mean ablation       causal.py
     table = classify(scores, weights, effects)                     # 5. head types          classify.py
 
-`circuits.heads.report` renders a HeadReport (terminal table, CSV, JSON, Markdown, HTML). Each
-module's docstring defines what it measures, with its units.
+`confirmed_induction(model)` is `head_report(model).heads_of_type("induction")` for the cost of its
+induction part only (pipeline.py). `circuits.heads.report` renders a HeadReport (terminal table,
+CSV, JSON, Markdown, HTML). Each module's docstring defines what it measures, with its units.
 """
 
 from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, causal_checks
 from circuits.heads.classify import HeadReport, classify
-from circuits.heads.pipeline import head_report
+from circuits.heads.pipeline import confirmed_induction, head_report
 from circuits.heads.probes import NATURAL_TEXT, Probe, Probes, make_probes
 from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores, score_heads
 from circuits.heads.weights import weight_scores
@@ -31,6 +32,7 @@ __all__ = [
     "Probes",
     "causal_checks",
     "classify",
+    "confirmed_induction",
     "head_report",
     "make_probes",
     "score_heads",

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import interp
-from circuits.heads.causal import CONFIRM_SE, MIN_EFFECT, causal_checks
+from circuits.heads.causal import (
+    CONFIRM_SE,
+    INDUCTION_STAGE,
+    MIN_EFFECT,
+    causal_checks,
+    clean_run,
+    induction_ablation_effects,
+)
 from circuits.heads.classify import HeadReport, classify
 from circuits.heads.probes import Probes, make_probes
-from circuits.heads.scores import N_BOOTSTRAP, score_heads
+from circuits.heads.scores import (
+    N_BOOTSTRAP,
+    HeadScores,
+    mask_score_columns,
+    mask_scores,
+    probe_patterns,
+    score_heads,
+    score_thresholds,
+)
 from circuits.heads.weights import weight_scores
 from interp.checks import check_finite_weights
-from interp.types import Progress, substages
+from interp.types import Head, Progress, substages
 
 CAUSAL_STAGE = "Causal checks"  # the stage of the ablations (its parts: causal.INDUCTION_STAGE, ...)
 
@@ -62,6 +78,40 @@ def head_report(
         str_tokens=scores.str_tokens,
         patterns=scores.patterns,
     )
+
+
+INDUCTION_ONLY_STAGES = ("Attention scores (repeated)", INDUCTION_STAGE)  # what confirmed_induction reports
+
+
+def confirmed_induction(
+    model: interp.HookedTransformer,
+    n_samples: int = 16,
+    seed: int = 0,
+    seq_len: int = 24,
+    max_candidates: int = 12,
+    batch_size: int = 8,
+    progress: Progress | None = None,
+) -> list[Head]:
+    """`head_report(model, n_samples, seed, seq_len, max_candidates=..., batch_size=...)
+    .heads_of_type("induction")` (strongest first), for the cost of the repeated probe and the
+    induction candidates' ablations only: the induction type reads nothing else (its score and
+    threshold come from the repeated probe, its confirmation from the induction check), so the other
+    probes, the weight scores and the previous-token check are skipped. progress: INDUCTION_ONLY_STAGES."""
+    if max_candidates < 1:
+        raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
+    check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")
+    probes = dataclasses.replace(make_probes(model, n_samples, seed, seq_len, ()), text=None)
+    repeated, _ = probe_patterns(model, probes.repeated, batch_size, mask_scores, progress)
+    limits = score_thresholds(probes)
+    columns = mask_score_columns({"repeated": repeated}, probes, limits, seed)
+    scores = HeadScores(columns=columns, thresholds=limits, skip_gram_pairs=[], patterns={}, str_tokens={})
+    candidates = scores.candidates("induction", max_candidates)
+    if not candidates:
+        return []
+    layers = [layer for layer, _ in candidates]
+    clean = clean_run(model, probes.repeated, layers, final=True)
+    effects = induction_ablation_effects(model, probes.repeated, candidates, progress, clean)
+    return [head for head in candidates if effects.confirmed(head)]
 
 
 def head_report_stages(

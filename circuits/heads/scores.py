@@ -305,7 +305,7 @@ def score_heads(
             )
             tokens[probe.name] = probe.str_tokens
     limits = score_thresholds(probes)
-    columns = _mask_score_columns(per_sequence, probes, limits, seed)
+    columns = mask_score_columns(per_sequence, probes, limits, seed)
     columns |= _fixed_offset_columns(per_sequence["random"]["offsets"], limits["fixed_offset"], seed)
     skip_score, skip_query, skip_key = skip_gram_scores(
         per_sequence[skip_probe.name]["mass"].flatten(1, 2), keys, skip_probe.lengths
@@ -319,7 +319,7 @@ def score_heads(
     )
 
 
-def _mask_score_columns(
+def mask_score_columns(
     per_sequence: dict[str, dict[str, Tensor]], probes: Probes, limits: dict[str, float], seed: int
 ) -> dict[str, Tensor]:
     """The mask scores on the repeated probe (induction: the lowest over repeat lengths, confident

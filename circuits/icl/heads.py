@@ -24,7 +24,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.heads import HeadReport, head_report
+from circuits.heads import HeadReport, confirmed_induction
 from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
 from interp.interventions.ablation import Replacement, ablation_sites
@@ -34,6 +34,8 @@ from interp.io.sources import cache_dir
 from interp.types import Head, Progress, as_stage, substages
 
 ICL_ABLATIONS = ("mean", "zero", "resample")
+ATTRIBUTION_STAGE = "Attribution: forward and backward passes"  # the stages progress(stage, done, total)
+EXACT_ABLATIONS_STAGE = "Exact ablations"  # reports: head_attributions, ablated_icl_scores
 
 
 def check_ablation(ablation: str) -> None:
@@ -82,7 +84,7 @@ def head_attributions(
     chunks = tokens.split(batch_size)
     for done, chunk in enumerate(chunks):
         if progress is not None:
-            progress("Attribution: forward and backward passes", done, len(chunks))
+            progress(ATTRIBUTION_STAGE, done, len(chunks))
         with read_with_grad(model, names) as kept:
             resid = model(chunk, stop_at_layer=cfg.n_layers)
             score = icl_scores(model, resid, chunk, windows)
@@ -93,7 +95,7 @@ def head_attributions(
             z[name].append(kept[name].detach())
             grads[name].append(grad)
     if progress is not None:
-        progress("Attribution: forward and backward passes", len(chunks), len(chunks))
+        progress(ATTRIBUTION_STAGE, len(chunks), len(chunks))
     every_z = {name: torch.cat(parts) for name, parts in z.items()}
     values = ablated_z(model, every_z, ablation, seed)
     per_layer = [((values[name] - every_z[name]) * torch.cat(grads[name])).sum((1, 3)) for name in names]
@@ -127,7 +129,7 @@ def ablated_icl_scores(
         return icl_scores(model, acts[final], tokens, windows).float().cpu()
 
     if progress is not None:
-        progress("Exact ablations", 0, len(head_sets))
+        progress(EXACT_ABLATIONS_STAGE, 0, len(head_sets))
 
     ablated = read_site_sets(
         model,
@@ -137,7 +139,7 @@ def ablated_icl_scores(
         score,
         ablated_z(model, {name: cache[name] for name in z_names}, ablation, seed),
         target={name: cache[name] for name in [*start_names, final]},
-        progress=as_stage(progress, "Exact ablations"),
+        progress=as_stage(progress, EXACT_ABLATIONS_STAGE),
     )
     clean = score({final: cache[final]})
     return losses.float(), clean, torch.stack(ablated) if ablated else clean.new_empty(0, len(tokens))
@@ -169,9 +171,14 @@ def remember_induction_heads(
 ) -> Path:
     """Keep the induction heads of `report` (made by `head_report(model, n_samples, seed)` with its
     other settings at their defaults) where `confirmed_induction_heads` finds them; returns the path."""
+    return _keep_induction_heads(model, report.heads_of_type("induction"), n_samples, seed)
+
+
+def _keep_induction_heads(
+    model: interp.HookedTransformer, heads: list[Head], n_samples: int, seed: int
+) -> Path:
     path = induction_heads_cache(model, n_samples, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
-    heads = report.heads_of_type("induction")
     write_text_atomic(path, json.dumps({"model": model.cfg.model_name, "heads": heads}))
     return path
 
@@ -184,18 +191,19 @@ def confirmed_induction_heads(
     progress: Progress | None = None,
 ) -> list[Head]:
     """The induction heads `interp heads` confirms by ablation (`head_report(model, n_samples,
-    seed).heads_of_type("induction")`, strongest first). With `cache`, kept in interp's cache
-    directory (`induction_heads_cache`; `interp heads` keeps them there too), so the head report runs
-    once per model. progress: the head report's stages as parts of INDUCTION_HEADS_STAGE, or
+    seed).heads_of_type("induction")`, strongest first), computed by `circuits.heads.confirmed_induction`
+    (the head report's induction part only). With `cache`, kept in interp's cache directory
+    (`induction_heads_cache`; `interp heads` keeps them there too), so they are found once per model.
+    progress: confirmed_induction's stages as parts of INDUCTION_HEADS_STAGE, or
     (f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at PATH", 0, 0)."""
     path = induction_heads_cache(model, n_samples, seed)
     if cache and path.is_file():
         if progress is not None:
             progress(f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at {path}", 0, 0)
         return [tuple(head) for head in json.loads(path.read_text())["heads"]]
-    report = head_report(
+    heads = confirmed_induction(
         model, n_samples=n_samples, seed=seed, progress=substages(progress, INDUCTION_HEADS_STAGE)
     )
     if cache:
-        remember_induction_heads(model, report, n_samples, seed)
-    return report.heads_of_type("induction")
+        _keep_induction_heads(model, heads, n_samples, seed)
+    return heads

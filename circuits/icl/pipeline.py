@@ -12,12 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 import interp
 from circuits.evidence import ci_verdict, head_labels, mean_ci, random_same_layer_sets
 from circuits.icl.heads import (
+    ATTRIBUTION_STAGE,
+    EXACT_ABLATIONS_STAGE,
+    INDUCTION_HEADS_STAGE,
     ablated_icl_scores,
     check_ablation,
     confirmed_induction_heads,
@@ -26,6 +30,7 @@ from circuits.icl.heads import (
 from circuits.icl.results import ClassEffect, HeadEffect, ICLResult
 from circuits.icl.score import summarise, token_losses
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences
+from circuits.stages import StageResults
 from interp.checks import check_count, check_heads
 from interp.types import Head, Progress, head_label
 
@@ -75,6 +80,33 @@ def document_losses(
 SCORING_STAGE = "Scoring held-out documents"  # every held-out document scored: the headline
 
 
+def icl_stage_notes(stage: str, value: Any) -> list[str]:
+    """A line on a finished stage of `icl_report` (its kept `value`), for a partial result."""
+    if stage == INDUCTION_HEADS_STAGE:
+        return [f"Induction heads: {', '.join(head_labels(value)) or 'none'}."]
+    if stage == ATTRIBUTION_STAGE:
+        attributions, _ = value  # [document, layer, head]
+        estimate = attributions.mean(0)
+        order = estimate.flatten().argsort(descending=True)[:3].tolist()
+        n_heads = estimate.shape[1]
+        top = [f"{head_label(i // n_heads, i % n_heads)} ({estimate.flatten()[i]:+.3f} nats)" for i in order]
+        return [f"Top heads by attribution on {len(attributions)} discovery documents: {', '.join(top)}."]
+    if stage == EXACT_ABLATIONS_STAGE:
+        _, clean, ablated = value
+        return [
+            f"{len(ablated)} sets of heads ablated on {len(clean)} held-out documents (their clean ICL "
+            f"score {clean.mean():+.3f} nats)."
+        ]
+    return [f"{len(value)} further held-out documents scored."]
+
+
+def icl_report_stages(find_induction_heads: bool) -> list[str]:
+    """The stages `icl_report` reports and keeps (`StageResults`), in order; the first only when it
+    finds the induction heads (`induction_heads=None`)."""
+    first = [INDUCTION_HEADS_STAGE] if find_induction_heads else []
+    return [*first, ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE, SCORING_STAGE]
+
+
 def _class_effect(
     name: str,
     heads: Sequence[Head],
@@ -119,6 +151,7 @@ def icl_report(
     seed: int = 0,
     batch_size: int = 4,
     progress: Progress | None = None,
+    stages: StageResults | None = None,
 ) -> ICLResult:
     """The in-context learning score of `model` and the heads that carry it.
 
@@ -132,6 +165,8 @@ def icl_report(
     top: heads confirmed by exact ablation: the largest positive attributed changes.
     n_random: random same-layer sets the class is compared with.
     batch_size: documents per forward and backward pass of the attribution.
+    stages: each stage's result (`icl_report_stages`) kept as it finishes; the stages already in it
+      (a resumed run's, made with the same settings) are not run again.
     """
     began = time.perf_counter()
     check_ablation(ablation)
@@ -146,17 +181,23 @@ def icl_report(
             f"got shape {tuple(tokens.shape)}"
         )
     windows.check(model.cfg.n_ctx, tokens.shape[1])
+    stages = StageResults() if stages is None else stages
     timings = {}
     found_by = "given"
     if induction_heads is None:
-        induction_heads = confirmed_induction_heads(model, progress=progress)
+        found = stages.run(
+            INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
+        )
+        induction_heads = [tuple(head) for head in found]
         found_by = "confirmed by interp heads"
     induction_heads = check_heads(model.cfg, induction_heads)
     timings["induction heads"] = time.perf_counter() - began
 
     half, n_ablated = split.sizes(len(tokens))
-    attributions, discovery_losses = head_attributions(
-        model, tokens[:half], windows, ablation, seed, batch_size, progress
+    attributions, discovery_losses = stages.run(
+        ATTRIBUTION_STAGE,
+        lambda: head_attributions(model, tokens[:half], windows, ablation, seed, batch_size, progress),
+        progress,
     )
     timings["attribution"] = time.perf_counter() - began - sum(timings.values())
     estimate = attributions.mean(0)  # [layer, head]
@@ -165,11 +206,19 @@ def icl_report(
     top_heads = [head for head in ranked if estimate[head] > 0][:top]  # those the model uses context through
     draws = random_same_layer_sets(model, induction_heads, n_random, seed) if induction_heads else []
     sets = [[head] for head in top_heads] + ([induction_heads, *draws] if induction_heads else [])
-    ablated_losses, clean, ablated = ablated_icl_scores(
-        model, tokens[half : half + n_ablated], windows, sets, ablation, seed, progress
+    ablated_losses, clean, ablated = stages.run(
+        EXACT_ABLATIONS_STAGE,
+        lambda: ablated_icl_scores(
+            model, tokens[half : half + n_ablated], windows, sets, ablation, seed, progress
+        ),
+        progress,
     )
     timings["exact ablations"] = time.perf_counter() - began - sum(timings.values())
-    scored_losses = document_losses(model, tokens[half + n_ablated :], batch_size, progress)
+    scored_losses = stages.run(
+        SCORING_STAGE,
+        lambda: document_losses(model, tokens[half + n_ablated :], batch_size, progress),
+        progress,
+    )
     heldout_losses = torch.cat([ablated_losses, scored_losses])
     timings["scoring"] = time.perf_counter() - began - sum(timings.values())
     changes = ablated - clean  # [set, held-out document]

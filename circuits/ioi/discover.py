@@ -24,7 +24,8 @@ evaluation use all of them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -33,7 +34,16 @@ import interp
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
 from circuits.ioi.evidence import clean_run, measure_class_evidence
 from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
-from circuits.ioi.results import CLASSES, Baseline, ExamplePatterns, HeadEvidence, IOICircuitResult, Settings
+from circuits.ioi.results import (
+    CLASSES,
+    Baseline,
+    Evaluation,
+    ExamplePatterns,
+    HeadEvidence,
+    IOICircuitResult,
+    Settings,
+    Validation,
+)
 from circuits.ioi.steps import (
     StepInputs,
     StepResult,
@@ -45,6 +55,7 @@ from circuits.ioi.steps import (
     patching_prompts,
     timed,
 )
+from circuits.stages import StageResults
 from interp.interventions.engine import cached_run, forward_logits
 from interp.interventions.stats import bootstrap_ci
 from interp.tasks.ioi import heldout_description, ioi_dataset_for
@@ -58,6 +69,28 @@ IOI_STAGES = (  # the stages find_ioi_circuit reports, in order ("path patching:
     "baseline, attention and direct logit attribution", "path patching", "evaluation",
     "validation on held-out prompts", "example attention patterns",
 )  # fmt: skip
+KEPT_STAGES = (  # what find_ioi_circuit keeps in its StageResults: each step's result, then the tests
+    "path patching: name movers", "path patching: S-inhibition",
+    "path patching: induction and duplicate-token", "path patching: previous-token",
+    "path patching: backup name movers", "evaluation", "validation on held-out prompts",
+)  # fmt: skip
+
+
+def ioi_stage_notes(stage: str, value: Any) -> list[str]:
+    """A few lines on a finished stage of `find_ioi_circuit` (one of KEPT_STAGES, its kept `value`), for
+    a partial result."""
+    if isinstance(value, StepResult):
+        found = [
+            f"{cls}: {', '.join(h.name for h in heads)}" for cls, heads in value.classes.items() if heads
+        ]
+        return found or ["No heads in this step's classes."]
+    if isinstance(value, Evaluation):
+        return [f"Discovery prompts: faithfulness {value.faithfulness:.2f}, recovered {value.recovered:.2f}."]
+    low, high = value.recovered_ci
+    verdicts = [f"{name}: {found.verdict}" for name, found in value.classes.items()]
+    return [
+        f"Held-out prompts: recovered {value.recovered:.2f} [{low:.2f}, {high:.2f}]; {'; '.join(verdicts)}."
+    ]
 
 
 def find_ioi_circuit(
@@ -70,6 +103,7 @@ def find_ioi_circuit(
     heldout: tuple[IOIPrompts, IOIPrompts] | None = None,
     validate: bool = True,
     sender_effects: SenderEffects | None = None,
+    stages: StageResults | None = None,
     **thresholds: float,
 ) -> IOICircuitResult:
     """Find the IOI circuit of `model` by path patching from the logits backwards; see the module doc.
@@ -85,6 +119,8 @@ def find_ioi_circuit(
     `EAPRanking` of the `exact_candidates` senders edge attribution ranks first and those whose
     estimate reaches half of `min_effect` (`path_patching_effects`, every sender, if
     exact_candidates is 0).
+    stages: each of KEPT_STAGES' results kept as it finishes; those already in it (a resumed run's,
+    made with the same settings) are not run again (the first stage, a few forward passes, always runs).
     thresholds: override Settings fields effect_z, min_effect, min_share, attention_z,
     min_attention, large_attention, n_bootstrap, n_completeness_subsets, n_random_draws,
     n_patching_prompts, exact_candidates.
@@ -135,33 +171,53 @@ def find_ioi_circuit(
         model=model, prompts=patching, settings=settings, evidence=evidence,
         sender_effects=sender_effects, progress=progress,
     )  # fmt: skip
-    direct = find_name_movers(inputs)
+    stages = StageResults() if stages is None else stages
+
+    def kept_step(index: int, find: Callable[[], StepResult]) -> StepResult:
+        return stages.run(KEPT_STAGES[index], find, progress)
+
+    direct = kept_step(0, lambda: find_name_movers(inputs))
     name_movers = direct.heads("name_mover")
-    s_inhibition = find_s_inhibition_heads(inputs, name_movers, direct.heads("s_suppression"))
-    values = find_induction_and_duplicate_token_heads(inputs, s_inhibition.heads("s_inhibition"))
-    keys = find_previous_token_heads(inputs, values.heads("induction"))
+    s_inhibition = kept_step(
+        1, lambda: find_s_inhibition_heads(inputs, name_movers, direct.heads("s_suppression"))
+    )
+    values = kept_step(
+        2, lambda: find_induction_and_duplicate_token_heads(inputs, s_inhibition.heads("s_inhibition"))
+    )
+    keys = kept_step(3, lambda: find_previous_token_heads(inputs, values.heads("induction")))
     steps = [direct, s_inhibition, values, keys]
     classified = {head for step in steps for heads in step.classes.values() for head in _heads(heads)}
-    backup = find_backup_name_movers(inputs, name_movers, direct.effects["logits"], classified, mean_ablation)
+    backup = kept_step(
+        4,
+        lambda: find_backup_name_movers(
+            inputs, name_movers, direct.effects["logits"], classified, mean_ablation
+        ),
+    )
     result = _combine(settings, baseline, evidence.attention, evidence.thresholds, [*steps, backup])
     result.timings = timings | {name: t for step in [*steps, backup] for name, t in step.timings.items()}
 
     if evaluate and result.heads:
-        with timed("evaluation", result.timings, progress):
-            n_subsets = settings.n_completeness_subsets
-            step = as_stage(progress, "evaluation")
-            result.evaluation = evaluate_circuit(result, clean, mean_ablation, n_subsets, seed, step)
+
+        def evaluation() -> Evaluation:
+            with timed("evaluation", result.timings, progress):
+                n_subsets = settings.n_completeness_subsets
+                step = as_stage(progress, "evaluation")
+                return evaluate_circuit(result, clean, mean_ablation, n_subsets, seed, step)
+
+        result.evaluation = stages.run("evaluation", evaluation, progress)
     description = "held-out prompts given to find_ioi_circuit"
     if heldout is None and prompts is None:
         heldout = ioi_dataset_for(model, n_prompts, seed, split="heldout")[:2]
         description = heldout_description(model)
     if validate and heldout is not None and result.heads:
-        with timed("validation on held-out prompts", result.timings, progress):
-            clean_heldout, abc_heldout = (p.to(model.device) for p in heldout)
-            step = as_stage(progress, "validation on held-out prompts")
-            result.validation = validate_circuit(
-                model, result, clean_heldout, abc_heldout, description, progress=step
-            )
+
+        def validation() -> Validation:
+            with timed("validation on held-out prompts", result.timings, progress):
+                clean_heldout, abc_heldout = (p.to(model.device) for p in heldout)
+                step = as_stage(progress, "validation on held-out prompts")
+                return validate_circuit(model, result, clean_heldout, abc_heldout, description, progress=step)
+
+        result.validation = stages.run("validation on held-out prompts", validation, progress)
     if result.heads:
         with timed("example attention patterns", result.timings, progress):
             result.example = example_patterns(model, clean, result.heads)
