@@ -82,22 +82,17 @@ class ExpectedTime:
 _EPYC = "a 2-core AMD EPYC"
 _XEON = "a 2-core Intel Xeon"
 _XEON_SHARED = "a 2-core Intel Xeon shared with other jobs (an upper bound)"
-_ESTIMATED = "estimated from the default's time and the share of the work it keeps, 2026-11-27"
+_IDLE = "idle, 2026-11-27"
 EXPECTED_TIMES = {
-    "heads": (ExpectedTime(66, "interp heads", _XEON, "idle, 2026-11-27"),),
+    "heads": (ExpectedTime(51, "interp heads", _XEON, "idle, 2026-11-27"),),
     "ioi": (ExpectedTime(76, "interp ioi", _XEON, "idle, 2026-11-27, benchmarks/ioi.py"),),
     "circuit": (
-        ExpectedTime(299, "interp circuit --task ioi --edges 300", _XEON, "idle, 2026-11-27"),
+        ExpectedTime(286, "interp circuit --task ioi --edges 300", _XEON, "idle, 2026-11-27"),
         ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "idle, 2026-11"),
     ),
     "icl": (
         ExpectedTime(113, "interp icl", _XEON, "idle, 2026-11-27, the head report cached by interp heads"),
-        ExpectedTime(
-            145,
-            "interp icl",
-            _XEON,
-            "without it: 113 s and the head report's induction part, 0.48 of interp heads' CPU time",
-        ),
+        ExpectedTime(124, "interp icl", _XEON, "idle, 2026-11-27, without it"),
     ),
     "retrieval": (ExpectedTime(480, "interp retrieval", _XEON_SHARED, "docs/guide/retrieval.md"),),
     "hop": (ExpectedTime(8, "interp hop --model toy-hop", _XEON, "idle, 2026-11-27"),),
@@ -128,31 +123,31 @@ class QuickPreset:
 
 QUICK_PRESETS = {
     "heads": QuickPreset(
-        time=ExpectedTime(35, "interp heads --quick", _XEON, _ESTIMATED),
+        time=ExpectedTime(31, "interp heads --quick", _XEON, _IDLE),
         options={"n_samples": (8, 16)},
         note="quick preset: 8 probe sequences per repeat length instead of 16, standard errors about 1.4x "
         "larger: fewer heads are confirmed by ablation",
     ),
     "ioi": QuickPreset(
-        time=ExpectedTime(55, "interp ioi --quick", _XEON, _ESTIMATED),
+        time=ExpectedTime(46, "interp ioi --quick", _XEON, _IDLE),
         options={"n_prompts": (24, 64)},
         note="quick preset: 24 prompts (and 24 held out) instead of 64, CIs about 1.6x wider: fewer classes "
         "are confirmed on held-out prompts",
     ),
     "circuit": QuickPreset(
-        time=ExpectedTime(40, "interp circuit --task ioi --edges 300 --quick", _XEON, _ESTIMATED),
+        time=ExpectedTime(80, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
         options={"n_prompts": (16, 64), "prune_steps": (30, 100)},
         note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
         "mask trained 30 steps instead of 100: a less faithful circuit for its size",
     ),
     "icl": QuickPreset(
-        time=ExpectedTime(55, "interp icl --quick", _XEON, _ESTIMATED + ", the head report cached"),
+        time=ExpectedTime(45, "interp icl --quick", _XEON, _IDLE + ", the head report cached"),
         options={"n_documents": (24, None), "n_discovery": (6, 12), "n_ablated": (6, 12)},
         note="quick preset: 24 documents instead of 60 (6 rank the heads, 18 held out, 6 ablated), CIs "
         "about 1.6x wider: a headline or verdict whose CI includes 0 is not established",
     ),
     "retrieval": QuickPreset(
-        time=ExpectedTime(100, "interp retrieval --quick", _XEON, _ESTIMATED),
+        time=ExpectedTime(56, "interp retrieval --quick", _XEON, _IDLE),
         options={"n_prompts": (12, 24), "n_heldout": (8, 24), "n_exact": (6, 12), "n_two_hop": (10, 40)},
         note="quick preset: 12 discovery prompts instead of 24, 8 held-out per fact count and template "
         "instead of 24, 6 senders path-patched per step instead of 12: CIs about 1.7x wider, fewer "
