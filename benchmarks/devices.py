@@ -42,10 +42,13 @@ def synchronised_clock(device: torch.device) -> Callable[[], float]:
     return clock
 
 
-def timed(clock: Callable[[], float], fn: Callable[[], Any]) -> tuple[float, Any]:
+def timed(clock: Callable[[], float], label: str, fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, result) of `fn()`, printed as soon as it is known."""
     began = clock()
     result = fn()
-    return clock() - began, result
+    seconds = clock() - began
+    print(f"  {label:<28} {seconds:9.3f} s", flush=True)
+    return seconds, result
 
 
 def forward_seconds(model, hf, clock: Callable[[], float], repeats: int = 5) -> dict[str, float]:
@@ -56,7 +59,13 @@ def forward_seconds(model, hf, clock: Callable[[], float], repeats: int = 5) -> 
     for name, fn in (("transformers forward", lambda: hf(tokens)), ("interp forward", lambda: model(tokens))):
         with torch.no_grad():
             fn()
-            medians[name] = statistics.median(timed(clock, fn)[0] for _ in range(repeats))
+            runs = []
+            for _ in range(repeats):
+                began = clock()
+                fn()
+                runs.append(clock() - began)
+            medians[name] = statistics.median(runs)
+            print(f"  {name:<28} {medians[name]:9.3f} s (median of {repeats})", flush=True)
     return medians
 
 
@@ -64,14 +73,15 @@ def findings(model, clock: Callable[[], float], n_edges: int) -> tuple[dict[str,
     """Seconds of each command's work and what it found."""
     seconds, found = {}, {}
     seconds["all-heads sweep"] = all_heads_sweep_seconds(model, clock=clock)
-    seconds["interp heads"], report = timed(clock, lambda: head_report(model))
+    print(f"  {'all-heads sweep':<28} {seconds['all-heads sweep']:9.3f} s", flush=True)
+    seconds["interp heads"], report = timed(clock, "interp heads", lambda: head_report(model))
     confirmed = confirmed_rows(report).to_dict("records")
     found["confirmed heads"] = {f"L{row['layer']}H{row['head']}": list(row["types"]) for row in confirmed}
-    seconds["interp ioi"], ioi = timed(clock, lambda: find_ioi_circuit(model))
+    seconds["interp ioi"], ioi = timed(clock, "interp ioi", lambda: find_ioi_circuit(model))
     found["ioi classes"] = {name: [f"L{h.layer}H{h.head}" for h in hs] for name, hs in ioi.classes.items()}
     task, heldout = ioi_task(model, 64, 0), heldout_edge_task(model, "ioi", 64, 0)
     seconds["interp circuit"], circuit = timed(
-        clock, lambda: find_edge_circuit(model, task, n_edges=n_edges, heldout=heldout)
+        clock, "interp circuit", lambda: find_edge_circuit(model, task, n_edges=n_edges, heldout=heldout)
     )
     out = circuit.to_json()["circuit"]
     found["edge circuit held-out faithfulness"] = [out["faithfulness"], *out["faithfulness_ci"]]
@@ -95,6 +105,7 @@ def main() -> None:
     results: dict[str, Any] = {"device": name, "torch": torch.__version__, "dtypes": {}}
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
+        print(f"{dtype_name}:", flush=True)
         model = interp.load_model("smollm2-135m", device=device, dtype=dtype).eval()
         hf = AutoModelForCausalLM.from_pretrained(
             str(path.parent), gguf_file=path.name, dtype=dtype, attn_implementation="eager"
@@ -106,7 +117,7 @@ def main() -> None:
         seconds |= work
         results["dtypes"][dtype_name] = {"seconds": seconds, "found": found}
         sweep = seconds["all-heads sweep"]
-        print(f"\n{dtype_name}: {'seconds':>9} {'x sweep':>8}")
+        print(f"\n{dtype_name}, summary: {'seconds':>9} {'x sweep':>8}")
         for stage, value in seconds.items():
             ratio = f"{value / sweep:8.2f}" if "forward" not in stage else ""
             print(f"  {stage:<28} {value:9.3f} {ratio}")
