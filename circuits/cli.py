@@ -303,7 +303,7 @@ def heads(
         False, "--all", help="Every typed head in the terminal table, not only those confirmed by ablation."
     ),
     ray: str | None = typer.Option(None, help=RAY_HELP),
-    save: str | None = typer.Option(None, help=SAVE_HELP),
+    save: str | None = typer.Option(None, help=KEPT_SAVE_HELP),
     dtype: Literal[DTYPES] = typer.Option(
         "float32",
         help="Load the model in this dtype. bfloat16 runs faster on CPUs with bf16 units (on one with "
@@ -314,7 +314,7 @@ def heads(
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from circuits.heads import head_report
-    from circuits.heads.pipeline import head_report_stages
+    from circuits.heads.pipeline import KEPT_STAGES, head_report_stages, heads_stage_notes
     from circuits.heads.report import FORMATS, write_report
     from circuits.icl.heads import remember_induction_heads
     from circuits.sweeps import run_on_ray
@@ -322,11 +322,14 @@ def heads(
     check_format(format, out, FORMATS)
     check_save(save)
     n_samples, quick_note = apply_quick("heads", quick, n_samples=n_samples)
+    options = {"model": model, "n_samples": n_samples, "seed": seed, "dtype": dtype}
+    kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes)  # another run's file: refused now
     loaded = load(model, dtype)
     try:
         if ray is None:
-            with stage_bars("heads", head_report_stages(loaded)) as progress:
-                report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress)
+            kept = kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes, loaded)
+            with stopped_leaves(save), stage_bars("heads", head_report_stages(loaded)) as progress:
+                report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress, stages=kept)
             remember_induction_heads(loaded, report, n_samples, seed)  # what interp icl, retrieval reuse
         else:
             report = run_on_ray(head_report, model, ray, dtype=dtype, n_samples=n_samples, seed=seed)
