@@ -14,10 +14,10 @@ shared one stratum type and IOI's validation reported drops (`_read_older`: each
 `circuits.evidence.StratumDrop`; IOI's class effects, ablated - clean, are negated into drops, clean -
 ablated, with their class directions).
 
-While a command that keeps its stages (`interp heads`, `interp ioi`, `interp icl`, `interp icl --fv`) runs, its --save file is a
-`PartialResult` (kind "partial"), rewritten as each stage finishes: `interp render` shows the stages
-done and those missing, and the same command with the same --save resumes from it (`resume_stages`,
-which refuses a file made with other settings or another model).
+While a command that keeps its stages (`interp heads`, `interp ioi`, `interp icl`, `interp icl --fv`)
+runs, its --save file is a `PartialResult` (kind "partial"), rewritten as each stage finishes:
+`interp render` shows the stages done and those missing, and the same command with the same --save
+resumes from it (`resume_stages`, which refuses a file made with other settings or another model).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from circuits.hop import HopResult
 from circuits.hop.report import FORMATS as HOP_FORMATS
 from circuits.hop.report import write_hop_report
 from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
-from circuits.icl.fv_report import FORMATS as FV_FORMATS
 from circuits.icl.fv_pipeline import QueryEffects
+from circuits.icl.fv_report import FORMATS as FV_FORMATS
 from circuits.icl.fv_report import write_fv_report
 from circuits.icl.report import FORMATS as ICL_FORMATS
 from circuits.icl.report import write_icl_report

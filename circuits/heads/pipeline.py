@@ -143,10 +143,8 @@ def heads_stage_notes(stage: str, value: HeadScores | CausalEffects) -> list[str
     """A line on a finished stage of `head_report` (its kept `value`), for a partial result."""
     if isinstance(value, HeadScores):
         over = {kind: value.candidates(kind, value.columns[kind].numel()) for kind in CAUSAL_TYPES}
-        return [
-            f"Over the {kind.replace('_', '-')} threshold: {', '.join(head_label(*h) for h in heads) or 'none'}."
-            for kind, heads in over.items()
-        ]
+        labels = {kind: ", ".join(head_label(*head) for head in heads) for kind, heads in over.items()}
+        return [f"Over the {kind.replace('_', '-')} threshold: {labels[kind] or 'none'}." for kind in labels]
     confirmed = [head_label(*head) for head in value.alone if value.confirmed(head)]
     return [f"Confirmed by ablation: {', '.join(confirmed) or 'none'} (of {len(value.alone)} candidates)."]
 
