@@ -3,7 +3,8 @@
     stages = StageResults(on_done=keep)          # keep(stage, value): e.g. write the --save file
     heads = stages.run("Induction heads", lambda: confirmed_induction_heads(model), progress)
 
-A pipeline that takes `stages` runs each of its stages through `run`: a stage already in `done`
+A pipeline that takes `stages` (`head_report`, `find_ioi_circuit`, `icl_report`,
+`function_vector_report`) runs each of its stages through `run`: a stage already in `done`
 (read back from a partial result file, `circuits.results_file.resume_stages`) is not run again, and
 each stage that finishes is recorded in `done` and handed to `on_done`. Stage values are what
 `interp.io.serialize` stores: dataclasses registered there, tensors, lists, dicts, numbers.
