@@ -216,6 +216,8 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
     resumed = _report(tiny_model, "comparative", stages=stages(), progress=lambda *call: calls.append(call))
     kept_from = [stage for stage, _, _ in calls if stage.endswith(f"kept from {path}")]
     assert kept_from == [f"{stage}: kept from {path}" for stage in FV_STAGES[:2]]  # not run again
+    reported = {stage.split(": ")[0] for stage, _, _ in calls}
+    assert reported == set(FV_STAGES)  # what `interp icl --fv` announces is what runs
     assert without_timings(resumed) == without_timings(small_result)
 
 

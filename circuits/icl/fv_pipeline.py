@@ -56,8 +56,8 @@ from interp.types import Head, Progress, as_stage, head_label
 FV_STAGES = (  # the stages function_vector_report reports and keeps, after the induction heads
     "AIE of every head (discovery tasks)",
     "FV added at each layer (discovery tasks' zero-shot prompts)",
-    "Effects on discovery and held-out tasks: AIE, function vectors, ablations",
-    "Ablations: the ICL score",
+    "Effects on discovery and held-out tasks (AIE, function vectors, ablations)",
+    "Ablations (the ICL score)",
 )
 
 
