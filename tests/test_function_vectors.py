@@ -212,6 +212,8 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
     assert isinstance(partial, PartialResult) and partial.missing == list(FV_STAGES[2:])
     text = rendered(path, tmp_path)
     assert "partial result (2 of 4 stages)" in text and "Top heads by exact AIE" in text
+    other = CliRunner().invoke(app, ["icl", "--fv", "--model", "toy-induction", "--save", str(path)])
+    assert other.exit_code == 2 and "cannot resume" in other.output  # refused before any model loads
     calls = []
     resumed = _report(tiny_model, "comparative", stages=stages(), progress=lambda *call: calls.append(call))
     kept_from = [stage for stage, _, _ in calls if stage.endswith(f"kept from {path}")]
