@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -44,12 +45,20 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.heads import ablated_icl_scores, confirmed_induction_heads
+from circuits.icl.heads import INDUCTION_HEADS_STAGE, ablated_icl_scores, confirmed_induction_heads
 from circuits.icl.results import Comparison, FunctionVectorResult, TaskVector
 from circuits.icl.sequences import default_sequences
+from circuits.stages import StageResults
 from interp.checks import check_count, check_heads
 from interp.tasks.icl_tasks import ICL_TASKS, check_task_names, single_token_pairs, split_pairs
-from interp.types import Head, Progress, as_stage
+from interp.types import Head, Progress, as_stage, head_label
+
+FV_STAGES = (  # the stages function_vector_report reports and keeps, after the induction heads
+    "AIE of every head (discovery tasks)",
+    "FV added at each layer (discovery tasks' zero-shot prompts)",
+    "Effects on discovery and held-out tasks (AIE, function vectors, ablations)",
+    "Ablations (the ICL score)",
+)
 
 
 @dataclass(kw_only=True)
@@ -105,6 +114,29 @@ def _query_effects(
         few_shot=few_shot,
         ablation_drops=drops,
     )
+
+
+def function_vector_stages(find_induction_heads: bool) -> list[str]:
+    """The stages `function_vector_report` reports and keeps (`StageResults`), in order; the first only
+    when it finds the induction heads (`induction_heads=None`)."""
+    return ([INDUCTION_HEADS_STAGE] if find_induction_heads else []) + list(FV_STAGES)
+
+
+def fv_stage_notes(stage: str, value: Any) -> list[str]:
+    """A line on a finished stage of `function_vector_report` (its kept `value`), for a partial result."""
+    if stage == INDUCTION_HEADS_STAGE:
+        return [f"Induction heads: {', '.join(head_labels(value)) or 'none'}."]
+    if stage == FV_STAGES[0]:
+        _, candidates, exact_aie = value
+        order = exact_aie.argsort(descending=True)[:3].tolist()
+        top = [f"{head_label(*candidates[i])} ({exact_aie[i]:+.3f})" for i in order]
+        return [f"Top heads by exact AIE (p(answer)) of {len(candidates)} candidates: {', '.join(top)}."]
+    if stage == FV_STAGES[1]:
+        return [f"Zero-shot accuracy with the FV at each layer: {', '.join(f'{a:.2f}' for a in value)}."]
+    if stage == FV_STAGES[2]:
+        return [f"Effects measured on the {' and '.join(value)} tasks' queries."]
+    _, ablated = value
+    return [f"{len(ablated)} sets of heads ablated on the ICL score."]
 
 
 def _compare(
@@ -173,6 +205,7 @@ def function_vector_report(
     induction_heads: Sequence[Head] | None = None,
     seed: int = 0,
     progress: Progress | None = None,
+    stages: StageResults | None = None,
 ) -> FunctionVectorResult:
     """Function-vector heads of `model` beside its induction heads.
 
@@ -186,6 +219,8 @@ def function_vector_report(
     n_random: random same-layer sets each class is compared with.
     n_documents: Brown corpus documents the ICL score is measured on (for the ablations).
     induction_heads: default `confirmed_induction_heads(model)` (cached); () skips that class.
+    stages: each stage's result (`function_vector_stages`) kept as it finishes; the stages already in
+      it (a resumed run's, made with the same settings) are not run again.
     """
     began = time.perf_counter()
     tasks = check_task_names(list(tasks))
@@ -204,17 +239,24 @@ def function_vector_report(
                 f"task {name} has {len(pairs[name])} pairs with single-token answers for this tokenizer, "
                 f"too few for {n_shots} shots in each half; pass a smaller n_shots"
             )
+    stages = StageResults() if stages is None else stages
     found_by = "given"
     if induction_heads is None:
-        induction_heads = confirmed_induction_heads(model, progress=progress)
+        induction_heads = stages.run(
+            INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
+        )
+        induction_heads = [tuple(head) for head in induction_heads]
         found_by = "confirmed by interp heads"
     induction_heads = check_heads(model.cfg, induction_heads)
     timings = {"induction heads": time.perf_counter() - began}
 
-    def stage(name: str, step: str) -> None:
+    def timed(name: str) -> None:
         timings[name] = time.perf_counter() - began - sum(timings.values())
+
+    def reported(stage: str) -> Progress | None:
         if progress is not None:
-            progress(step, 0, 1)
+            progress(stage, 0, 1)
+        return as_stage(progress, stage)
 
     def prompts_of(group: Sequence[str], half: int) -> TaskPrompts:
         chosen = {name: halves[name][half] for name in group}
@@ -227,34 +269,38 @@ def function_vector_report(
 
     # 2. heads, on the discovery tasks' demonstrations
     discovery, discovery_means = demonstrations["discovery"], means["discovery"]
-    attributed = attributed_indirect_effects(model, discovery, discovery_means)  # [batch, layer, head]
     one_hot = torch.nn.functional.one_hot(discovery.task_index, len(split.discovery)).float()  # [batch, task]
-    aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
+
+    def head_effects() -> tuple[Tensor, list[Head], Tensor]:
+        """AIE attributed per discovery task [task, layer, head], the candidates, their exact AIE."""
+        step = reported(FV_STAGES[0])
+        attributed = attributed_indirect_effects(model, discovery, discovery_means)  # [batch, layer, head]
+        per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
+        n_heads = cfg.n_layers * cfg.n_heads
+        ranked = per_task.mean(0).flatten().argsort(descending=True)
+        ranked = ranked[: n_heads if candidates is None else candidates].tolist()
+        chosen = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
+        exact = head_indirect_effects(model, discovery, discovery_means, [[head] for head in chosen], step)
+        return per_task, chosen, ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
+
+    aie_per_task, candidate_heads, exact_aie = stages.run(FV_STAGES[0], head_effects, progress)
     aie = aie_per_task.mean(0)
-    n_heads = cfg.n_layers * cfg.n_heads
-    ranked = aie.flatten().argsort(descending=True)[: n_heads if candidates is None else candidates].tolist()
-    candidate_heads = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
-    stage("attribution", "Exact AIE of the candidates (discovery tasks)")
-    exact = head_indirect_effects(
-        model,
-        discovery,
-        discovery_means,
-        [[head] for head in candidate_heads],
-        as_stage(progress, "Exact AIE"),
-    )  # [candidate, batch]
-    exact_aie = ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # mean over tasks
     fv_heads = [candidate_heads[i] for i in exact_aie.argsort(descending=True).tolist()[:top]]
+    timed("AIE")
 
     # 3. layer, on the discovery tasks' queries
-    stage("exact AIE", "FV added at each layer (discovery tasks' zero-shot prompts)")
-    vectors = function_vector(model, discovery_means, fv_heads)  # [task, d_model]
-    layer_accuracy = zero_shot_accuracy(
-        model, queries["discovery"], [(layer, vectors) for layer in range(cfg.n_layers)]
-    ).mean(1)
+    def layer_accuracies() -> Tensor:
+        """Zero-shot accuracy of the discovery tasks' queries with the FV added at each layer [layer]."""
+        reported(FV_STAGES[1])
+        vectors = function_vector(model, discovery_means, fv_heads)  # [task, d_model]
+        runs = [(layer, vectors) for layer in range(cfg.n_layers)]
+        return zero_shot_accuracy(model, queries["discovery"], runs).mean(1)
+
+    layer_accuracy = stages.run(FV_STAGES[1], layer_accuracies, progress)
     fv_layer = int(layer_accuracy.argmax())
+    timed("layer")
 
     # 4. effects on the discovery tasks' queries and on the held-out tasks'
-    stage("layer", "Effects on discovery and held-out tasks: AIE, function vectors, ablations")
     classes = [
         HeadClass(
             name="FV heads", heads=fv_heads, draws=random_same_layer_sets(model, fv_heads, n_random, seed)
@@ -263,9 +309,15 @@ def function_vector_report(
     if induction_heads:
         draws = random_same_layer_sets(model, induction_heads, n_random, seed)
         classes.append(HeadClass(name="induction heads", heads=list(induction_heads), draws=draws))
-    effects = {
-        group: _query_effects(model, queries[group], means[group], classes, fv_layer) for group in queries
-    }
+
+    def query_effects() -> dict[str, QueryEffects]:
+        reported(FV_STAGES[2])
+        return {
+            group: _query_effects(model, queries[group], means[group], classes, fv_layer) for group in queries
+        }
+
+    effects = stages.run(FV_STAGES[2], query_effects, progress)
+    timed("effects")
     chosen, tested = effects["discovery"], effects["heldout"]
     fv = classes[0]
     aie_test = _compare("FV heads: AIE", "p(answer)", fv, chosen.patched, tested.patched, seed)
@@ -275,12 +327,17 @@ def function_vector_report(
     )  # fmt: skip
 
     # 5. the ICL score, on documents no choice saw
-    stage("effects", "Ablations: the ICL score")
-    sequences = default_sequences(model, n_documents, seed)
-    head_sets = [heads for found in classes for heads in found.sets]
-    _, clean_icl, ablated_icl = ablated_icl_scores(
-        model, sequences.tokens, sequences.windows, head_sets, seed=seed
-    )
+    def icl_scores() -> tuple[Tensor, Tensor]:
+        """The ICL score of each document, clean [document] and with each set ablated [set, document]."""
+        reported(FV_STAGES[3])
+        sequences = default_sequences(model, n_documents, seed)
+        head_sets = [heads for found in classes for heads in found.sets]
+        _, clean, ablated = ablated_icl_scores(
+            model, sequences.tokens, sequences.windows, head_sets, seed=seed
+        )
+        return clean, ablated
+
+    clean_icl, ablated_icl = stages.run(FV_STAGES[3], icl_scores, progress)
     ablations, at = [], 0
     for i, found in enumerate(classes):
         context_drop = ablated_icl[at : at + len(found.sets)] - clean_icl  # -score: the context's benefit
@@ -296,7 +353,9 @@ def function_vector_report(
         *_task_vectors(split.discovery, "discovery", queries["discovery"], chosen, n_pairs, seed),
         *_task_vectors(split.heldout, "held-out", queries["heldout"], tested, n_pairs, seed),
     ]
-    stage("ICL score", "done")
+    timed("ICL score")
+    if progress is not None:
+        progress(FV_STAGES[3], 1, 1)
     timings["total"] = time.perf_counter() - began
     fv_labels, induction_labels = head_labels(fv_heads), head_labels(induction_heads)
     return FunctionVectorResult(
