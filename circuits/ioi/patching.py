@@ -3,9 +3,9 @@ the strategies that choose which sender heads a step path-patches.
 
 A step measures, for each sender head, the drop of the mean logit diff when the sender's output is
 patched from the ABC run along its paths to the step's receivers (`path_patching_effects`; clean -
-patched, `circuits.evidence.EFFECT_SIGN`: positive, the path helps predict IO). That
-is one patched forward pass per sender, the cost of the whole discovery, so a `SenderEffects`
-strategy decides which senders are path-patched exactly:
+patched, `circuits.evidence.EFFECT_SIGN`: positive, the path helps predict IO). That is one patched
+forward pass per sender, the cost of the whole discovery, so a `SenderEffects` strategy decides which
+senders are path-patched exactly:
 
   path_patching_effects   every sender (exhaustive: the paper's procedure)
   EAPRanking              the senders edge attribution patching (EAP, interp.edges) ranks first, and
@@ -59,8 +59,8 @@ def path_patching_effects(
 ) -> Tensor:
     """Drop of the mean logit diff (in logits; clean - patched, positive: the path helps predict IO)
     when each head's output is patched from the ABC run along its paths to the receivers:
-    [layer, head] (NaN: not a sender). Every sender is
-    path-patched: the exhaustive `SenderEffects` strategy.
+    [layer, head] (NaN: not a sender). Every sender is path-patched: the exhaustive `SenderEffects`
+    strategy.
 
     receivers: None for the logits (direct path), else heads whose `receiver_input` ("q", "k" or
     "v") at IOI position `position` receive the patched paths. Senders: every head before the
