@@ -20,7 +20,8 @@ import torch
 
 import interp
 from circuits.ioi import find_ioi_circuit
-from circuits.ioi.report import render_markdown
+from circuits.ioi.report import ioi_sections
+from circuits.sections import render_markdown
 from interp import metrics
 from interp.interventions.patching import activation_patching
 from interp.runtime.memory import keep_freed_memory
@@ -46,7 +47,7 @@ def main() -> None:
     result = find_ioi_circuit(
         model, n_prompts=args.n_prompts, seed=args.seed, n_patching_prompts=args.n_patching_prompts
     )
-    print(render_markdown(result))
+    print(render_markdown(ioi_sections(result)))
     print(f"load {load_s:.1f} s")
     for stage, seconds in result.timings.items():
         print(f"{stage:<55} {seconds:7.1f} s")

@@ -16,7 +16,8 @@ import torch
 
 import interp
 from circuits.ioi import CLASSES, find_ioi_circuit
-from circuits.ioi.report import render_markdown
+from circuits.ioi.report import ioi_sections
+from circuits.sections import render_markdown
 from interp.types import head_label
 
 # Wang et al. 2022, figure 2 / section 3 (layer, head).
@@ -70,7 +71,7 @@ def main() -> None:
     result = find_ioi_circuit(
         model, n_prompts=args.n_prompts, seed=args.seed, n_patching_prompts=args.n_patching_prompts
     )
-    print(render_markdown(result))
+    print(render_markdown(ioi_sections(result)))
     print("\n".join(compare(result.circuit)))
 
 

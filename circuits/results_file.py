@@ -8,11 +8,12 @@ The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "
 "retrieval" | "hop" | "partial", "result": ...}, the result in `interp.io.serialize`'s JSON (strict: NaN and
 infinities as {"__float__": "nan"} etc.): dataclasses by name, tensors and arrays with their dtype,
 data frames by column. Functions (a task's metric) are not stored; rendering never calls them. Files
-of the previous schema, interp-result-1 (bare
-NaN tokens, frames as {column: values}), load too, and so do files written before every analysis
-shared one stratum type and IOI's validation reported drops (`_read_older`: each stratum becomes a
-`circuits.evidence.StratumDrop`; IOI's class effects, ablated - clean, are negated into drops, clean -
-ablated, with their class directions).
+of the older schemas load too (`_read_older`): interp-result-1 (bare NaN tokens, frames as {column:
+values}), files written before every analysis shared one stratum type and IOI's validation reported
+drops (each stratum becomes a `circuits.evidence.StratumDrop`; IOI's class effects, ablated - clean,
+are negated into drops, clean - ablated, with their class directions), and files of interp-result-1
+and -2, whose IOI path-patching effects were patched - clean (each head's effect and robust z, the
+effect grids and the selection's medians are negated into drops, clean - patched).
 
 While a command that keeps its stages (`interp heads`, `interp ioi`, `interp icl`, `interp icl --fv`)
 runs, its --save file is a `PartialResult` (kind "partial"), rewritten as each stage finishes:
@@ -108,9 +109,11 @@ def write_partial_report(
     sections.write_sections(report, format, out, console)
 
 
-SCHEMA = "interp-result-2"
-# interp-result-1: the same but for bare NaN tokens and frames as {column: values}, which decode reads
-READ_SCHEMAS = ("interp-result-1", SCHEMA)
+SCHEMA = "interp-result-3"
+# interp-result-1: bare NaN tokens and frames as {column: values}, which decode reads; interp-result-1
+# and -2: IOI's path-patching effects patched - clean, which `_read_older` negates into drops
+PATCHED_MINUS_CLEAN_SCHEMAS = ("interp-result-1", "interp-result-2")
+READ_SCHEMAS = (*PATCHED_MINUS_CLEAN_SCHEMAS, SCHEMA)
 KINDS = {  # kind -> (result type, formats, writer)
     "heads": (HeadReport, HEAD_FORMATS, write_report),
     "ioi": (IOICircuitResult, IOI_FORMATS, write_ioi_report),
@@ -181,7 +184,8 @@ def load_result(path: str | Path) -> Any:
             f"{path} holds an unknown kind {document.get('kind')!r}; expected one of {', '.join(KINDS)}."
         )
     try:
-        return decode(_read_older(document["result"]))
+        older = document["schema"] in PATCHED_MINUS_CLEAN_SCHEMAS
+        return decode(_read_older(document["result"], older))
     except (KeyError, TypeError, ValueError) as error:  # a hand-edited file, or from another interp version
         raise ValueError(
             f"{path} does not hold a readable {document['kind']} result ({type(error).__name__}: {error}); "
@@ -190,11 +194,14 @@ def load_result(path: str | Path) -> Any:
 
 
 def _negated(value: Any) -> Any:
-    """-value of a stored float (NaN and infinities stored as {"__float__": ...})."""
+    """-value of a stored float (NaN and infinities stored as {"__float__": ...}), or of each number of
+    a stored tensor's nested lists (0.0 - value: a zero stays +0.0)."""
+    if isinstance(value, list):
+        return [_negated(item) for item in value]
     if isinstance(value, dict):
         flipped = {"inf": "-inf", "-inf": "inf"}
         return {"__float__": flipped.get(value["__float__"], value["__float__"])}
-    return -value
+    return 0.0 - value
 
 
 def _negated_ci(ci: dict[str, list[Any]]) -> dict[str, list[Any]]:
@@ -238,19 +245,41 @@ def _older_class_validation(fields: dict[str, Any]) -> dict[str, Any]:
     return {"__dataclass__": "ClassValidation", "fields": {**older, **newer}}
 
 
-def _read_older(node: Any) -> Any:
+def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): a head's effect
+    and robust z (HeadEvidence), and a step's or the circuit's effect grids and the selections'
+    medians (StepResult, IOICircuitResult; the attention thresholds have no sign)."""
+    fields = dict(fields)
+    if name == "HeadEvidence":
+        fields["effect"], fields["z"] = _negated(fields["effect"]), _negated(fields["z"])
+        return fields
+    grids = fields["effects"]["__items__"]
+    fields["effects"] = {"__items__": [[step, {**grid, "__tensor__": _negated(grid["__tensor__"])}]
+                                       for step, grid in grids]}  # fmt: skip
+    thresholds = []
+    for label, figures in fields["thresholds"]["__items__"]:
+        items = [[key, _negated(value) if key == "median" else value] for key, value in figures["__items__"]]
+        thresholds.append([label, {"__items__": items}])
+    fields["thresholds"] = {"__items__": thresholds}
+    return fields
+
+
+def _read_older(node: Any, patched_minus_clean: bool) -> Any:
     """A stored result with the strata of older files (IOI's StratumEffect, RetrievalStratum, the path's
-    Stratum) and IOI's older class effects read as this version writes them (see the module docstring)."""
+    Stratum), IOI's older class effects and, where `patched_minus_clean` (the file's schema says so),
+    IOI's path-patching effects read as this version writes them (see the module docstring)."""
     if isinstance(node, list):
-        return [_read_older(item) for item in node]
+        return [_read_older(item, patched_minus_clean) for item in node]
     if not isinstance(node, dict):
         return node
-    node = {key: _read_older(value) for key, value in node.items()}
+    node = {key: _read_older(value, patched_minus_clean) for key, value in node.items()}
     name = node.get("__dataclass__")
     if name in ("StratumEffect", "RetrievalStratum", "Stratum"):
         return _older_stratum(name, node["fields"])
     if name == "ClassValidation" and "difference" in node["fields"]:
         return _older_class_validation(node["fields"])
+    if patched_minus_clean and name in ("HeadEvidence", "StepResult", "IOICircuitResult"):
+        return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node
 
 

@@ -25,16 +25,10 @@ from circuits.ioi import (
 from circuits.ioi.evaluate import stratified_verdict
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence, robust_z, select_heads
 from circuits.ioi.patching import ioi_edge_attribution
-from circuits.ioi.report import (
-    circuit_svg,
-    render_html,
-    render_json,
-    render_markdown,
-    render_table,
-    write_ioi_report,
-)
+from circuits.ioi.report import circuit_svg, ioi_sections, render_json, write_ioi_report
 from circuits.ioi.results import CLASS_WRITES, Settings
 from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
+from circuits.sections import render_html, render_markdown
 from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
 
@@ -144,7 +138,7 @@ def test_discovery_finds_the_planted_circuit(planted):
     assert all(not result.circuit[cls] for cls in ("induction", "previous_token", "negative_name_mover"))
     assert not result.unclassified
     name_mover = result.classes["name_mover"][0]
-    assert name_mover.effect < -0.5 and name_mover.attention["END->IO"] > 0.5
+    assert name_mover.effect > 0.5 and name_mover.attention["END->IO"] > 0.5  # a drop: it helps
     assert result.classes["s_inhibition"][0].attention["END->S2"] > 0.5
     assert result.classes["duplicate_token"][0].attention["S2->S1"] > 0.5
 
@@ -210,16 +204,18 @@ def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
 
 
 def test_robust_selection():
-    effects = torch.tensor([[0.01, -0.02, 0.0], [0.015, -0.9, float("nan")], [0.3, -0.01, 0.005]])
-    heads, z, figures = select_heads(effects, -1, effect_z=3.0, min_effect=0.05, min_share=1.0)
-    assert heads == [(1, 1)]
+    """Effects are drops: +1 selects the heads that help (a positive drop), -1 those that work
+    against the behaviour."""
+    drops = torch.tensor([[-0.01, 0.02, 0.0], [-0.015, 0.9, float("nan")], [-0.3, 0.01, -0.005]])
+    heads, z, figures = select_heads(drops, 1, effect_z=3.0, min_effect=0.05, min_share=1.0)
+    assert heads == [(1, 1)] and z[1, 1] > 3.0
     assert z[1, 2].isnan() and robust_z(torch.zeros(3)).abs().max() == 0
-    assert select_heads(effects, 1, 3.0, 0.05, 1.0)[0] == [(2, 0)]
-    assert figures["median"] == 0.0  # the lower middle value, as torch.median
-    # Few heads sharing the work: -0.24 is no robust outlier (z = -2.7) but 36% of the summed effect.
-    few = torch.tensor([[-0.05, -0.15, -0.10], [-0.24, -0.02, -0.12]])
-    assert select_heads(few, -1, 3.0, 0.05, min_share=0.5)[0] == []
-    assert select_heads(few, -1, 3.0, 0.05, min_share=0.2)[0] == [(1, 0), (0, 1)]
+    assert select_heads(drops, -1, 3.0, 0.05, 1.0)[0] == [(2, 0)]
+    assert figures["median"] == pytest.approx(-0.005)  # the lower middle value, as torch.median
+    # Few heads sharing the work: 0.24 is no robust outlier (z = 1.9) but 35% of the summed effect.
+    few = torch.tensor([[0.05, 0.15, 0.10], [0.24, 0.02, 0.12]])
+    assert select_heads(few, 1, 3.0, 0.05, min_share=0.5)[0] == []
+    assert select_heads(few, 1, 3.0, 0.05, min_share=0.2)[0] == [(1, 0), (0, 1)]
 
 
 def test_bad_settings_raise(planted):
@@ -243,10 +239,12 @@ def test_reports(planted, tmp_path):
     assert data["logit_diff"] == pytest.approx(result.baseline.logit_diff)
     assert data["faithfulness"] == pytest.approx(result.evaluation.faithfulness)
     assert data["settings"]["n_prompts"] == 16
-    assert "| name_mover | L2H0 |" in render_markdown(result)
+    markdown = render_markdown(ioi_sections(result))
+    assert "| name_mover | L2H0 |" in markdown
+    assert markdown.index("## What chose and what tested") < markdown.index("## Heads of the circuit")
     for width in (80, 160):  # fits the terminal, class names whole
         console = Console(file=io.StringIO(), width=width)
-        render_table(result, console)
+        write_ioi_report(result, "table", None, console)
         text = console.file.getvalue()
         assert max(map(len, text.splitlines())) <= width and "name_mover " in text and "…" not in text
     table = tmp_path / "ioi.txt"
@@ -255,7 +253,7 @@ def test_reports(planted, tmp_path):
     svg = circuit_svg(result)
     assert svg.count('class="ioi-class"') == len(CLASSES) + 1 and "L2H0" in svg
     path = tmp_path / "ioi.html"
-    path.write_text(render_html(result), encoding="utf-8")
+    path.write_text(render_html(ioi_sections(result)), encoding="utf-8")
     page = render_in_chromium(
         path,
         selectors=("svg.ioi-circuit", "h3.ioi-pattern-class", ".interp-heatmap"),
@@ -326,7 +324,8 @@ def test_shipped_toy_ioi_report(tmp_path):
 
     cli = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--n-prompts", "32"], terminal_width=200)
     assert cli.exit_code == 0, cli.output
-    assert "model toy-ioi, " in cli.output and "parameters, run in float32, 32 prompts" in cli.output
+    assert cli.output.index("What chose and what tested") < cli.output.index("Heads of the circuit")
+    assert "Model: toy-ioi, " in cli.output and "chosen on 32 discovery prompts" in cli.output
     assert "s_suppression" in cli.output
     assert "held out: 32 prompts from held-out toy templates and names" in " ".join(cli.output.split())
     page = tmp_path / "toy.html"
@@ -379,7 +378,7 @@ def test_smollm2_name_movers_attend_to_io_and_matter(smollm2):
     with torch.no_grad():
         clean_diff = clean.logit_diff(smollm2(clean.tokens)).mean().item()
     effects = path_patching_effects(smollm2, clean, abc, None, senders=late) / clean_diff
-    heads, _, _ = select_heads(effects, -1, effect_z=3.0, min_effect=0.02, min_share=0.1)
+    heads, _, _ = select_heads(effects, 1, effect_z=3.0, min_effect=0.02, min_share=0.1)
     ablation = MeanAblation(smollm2, abc)
     _, cache = smollm2.run_with_cache(clean.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
     rows = torch.arange(len(clean))
@@ -391,7 +390,7 @@ def test_smollm2_name_movers_attend_to_io_and_matter(smollm2):
     assert len(attends_io) >= 2  # name movers: direct effect and END -> IO attention
     knocked_out = ablation.logit_diff(attends_io, clean)
     # Random heads of the same layers, among those without a significant direct effect of either sign.
-    significant = set(heads) | set(select_heads(effects, 1, effect_z=3.0, min_effect=0.02, min_share=0.1)[0])
+    significant = set(heads) | set(select_heads(effects, -1, effect_z=3.0, min_effect=0.02, min_share=0.1)[0])
     generator = torch.Generator().manual_seed(0)
     random_drops = []
     for _ in range(5):
@@ -422,7 +421,7 @@ def test_prompts_cut_to_their_length_give_the_padded_batch_results(smollm2):
         smollm2, clean.tokens, abc.tokens, clean.logit_diff, [(23, 0, "q"), (23, 3, "q")], senders,
         receiver_pos=clean.positions["END"],
     )  # fmt: skip
-    expected = padded.values.mean(-1) - padded.target.mean()
+    expected = padded.target.mean() - padded.values.mean(-1)  # drops: clean - patched
     torch.testing.assert_close(effects[tuple(torch.tensor(senders).mT)], expected, atol=1e-4, rtol=0)
 
 
@@ -534,7 +533,7 @@ def test_sweeps_with_heads_mean_ablated_equal_runs_under_hand_written_hooks(plan
     with model.hooks(fwd_hooks=hooks):
         by_hand = path_patching(model, clean.tokens, abc.tokens, clean.logit_diff, "logits", senders)
         eap = ioi_edge_attribution(model, clean, abc, {"all": None})["all"]
-    expected = by_hand.values.mean(-1) - by_hand.target.mean()
+    expected = by_hand.target.mean() - by_hand.values.mean(-1)  # drops: clean - patched
     torch.testing.assert_close(effects[tuple(torch.tensor(senders).mT)], expected, atol=1e-4, rtol=0)
     base = ablation.interventions(ablated, clean)
     scores = ioi_edge_attribution(model, clean, abc, {"all": None}, base)["all"]

@@ -295,7 +295,7 @@ def test_heads_page_puts_heat_maps_side_by_side_with_a_viewer_per_typed_head(tmp
 
 @pytest.mark.parametrize(
     ("kind", "legend"),
-    [("heads", "Δloss = ablated − clean loss"), ("ioi", "effect = (patched - clean mean logit diff)")],
+    [("heads", "Δloss = ablated − clean loss"), ("ioi", "effect = (clean - patched mean logit diff)")],
 )
 def test_reports_state_their_sign_conventions_in_every_format(kind, legend, tmp_path):
     command, formats = RUNS[kind]

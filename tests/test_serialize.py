@@ -186,6 +186,42 @@ def test_an_ioi_result_of_effects_ablated_minus_clean_loads_as_drops(tmp_path):
     assert load_result(tmp_path / "new.json").validation == validation
 
 
+def test_an_ioi_result_of_path_patching_effects_patched_minus_clean_loads_as_drops(tmp_path):
+    """The same file (schema interp-result-2) stored IOI's path-patching effects as patched - clean. It
+    loads with them negated into drops (clean - patched): each head's effect and robust z, the effect
+    grids and the selections' medians; the attention thresholds stay. The step's heads, selected again
+    from the loaded grid in the drops' direction (+1: the heads that help), are those the file holds."""
+    from circuits.ioi.evidence import select_heads
+
+    path = DATA / "ioi-result-ablated-minus-clean.json"
+    stored = json.loads(path.read_text())
+    assert stored["schema"] == "interp-result-2"
+    fields = stored["result"]["fields"]
+    result = load_result(path)
+    old_heads = dict(fields["classes"]["__items__"])
+    for cls, found in result.classes.items():
+        older = [h["fields"] for h in old_heads[cls]]
+        assert [(h.layer, h.head, h.step) for h in found] == [
+            (h["layer"], h["head"], h["step"]) for h in older
+        ]
+        assert [(h.effect, h.z) for h in found] == [(-h["effect"], -h["z"]) for h in older]
+    older = [h["fields"] for h in fields["unclassified"]]
+    assert [(h.effect, h.z) for h in result.unclassified] == [(-h["effect"], -h["z"]) for h in older]
+    for step, grid in fields["effects"]["__items__"]:
+        torch.testing.assert_close(result.effects[step], -decode(grid), equal_nan=True, rtol=0, atol=0)
+    for label, figures in fields["thresholds"]["__items__"]:
+        figures = dict(figures["__items__"])
+        expected = {**figures, "median": -figures["median"]} if "median" in figures else figures
+        assert result.thresholds[label] == expected
+    s = result.settings
+    chosen, _, _ = select_heads(result.effects["logits"], 1, s.effect_z, s.min_effect, s.min_share)
+    assert chosen == result.circuit["s_suppression"] == [(1, 0), (1, 2), (1, 3), (1, 1)]
+    assert result.classes["s_suppression"][0].effect > 0  # the strongest head helps: a positive drop
+    save_result(result, tmp_path / "new.json")  # this schema: read as it is, not negated again
+    again = load_result(tmp_path / "new.json")
+    assert again.classes == result.classes and again.thresholds == result.thresholds
+
+
 def test_a_shard_stored_in_the_previous_store_format_still_loads(tmp_path):
     """interp-shard-result-1 wrote dicts as __dict__, arrays as __ndarray__ and frames as __dataframe__."""
     directory = tmp_path / job_key("old")

@@ -1,15 +1,16 @@
 """What selects and classifies a head: robust outliers of a step's effects, attention between IOI
 roles and direct logit attribution.
 
-A head is selected when its effect, in the step's direction, is at least `min_effect` (relative
-change) and either an outlier among all the senders of that step (robust z-score
-(effect - median) / (1.4826 MAD) beyond `effect_z`) or at least `min_share` of the summed effect of
-all senders in that direction (in a toy model with a few heads, which share the work, the median
-and MAD are no reference for what is large). Its class is the candidate class whose attention
-pattern it shows most strongly (`ClassEvidence`): its mean attention there must clear an adaptive
-threshold (median + `attention_z` robust SDs over all heads, at least `min_attention`;
-`large_attention` always suffices), and a head that acts on the logits directly must write the
-way its class says (direct logit attribution at END through the final norm, `CLASS_WRITES`).
+A head is selected when its effect (a relative drop of the logit diff, clean - patched:
+`circuits.evidence.EFFECT_SIGN`), in the step's direction, is at least `min_effect` and either an
+outlier among all the senders of that step (robust z-score (effect - median) / (1.4826 MAD) beyond
+`effect_z`) or at least `min_share` of the summed effect of all senders in that direction (in a toy
+model with a few heads, which share the work, the median and MAD are no reference for what is
+large). Its class is the candidate class whose attention pattern it shows most strongly
+(`ClassEvidence`): its mean attention there must clear an adaptive threshold (median + `attention_z`
+robust SDs over all heads, at least `min_attention`; `large_attention` always suffices), and a head
+that acts on the logits directly must write the way its class says (direct logit attribution at END
+through the final norm, `CLASS_WRITES`).
 """
 
 from __future__ import annotations
@@ -107,10 +108,11 @@ def attention_threshold(scores: Tensor, z: float, floor: float, ceiling: float) 
 def select_heads(
     effects: Tensor, sign: int, effect_z: float, min_effect: float, min_share: float
 ) -> tuple[list[Head], Tensor, dict[str, float]]:
-    """Heads whose effect [layer, head] in direction `sign` (-1: patching lowers the logit diff) is
-    at least `min_effect` and either an outlier (robust z >= effect_z) or at least `min_share` of
-    the summed effect of all heads in that direction. Returns the heads (strongest first), the
-    robust z-scores [layer, head] and the threshold figures."""
+    """Heads whose effect [layer, head] (a drop: clean - patched) in direction `sign` (+1: the head
+    helps, its drop is positive; -1: it works against the behaviour) is at least `min_effect` and
+    either an outlier (sign * robust z >= effect_z) or at least `min_share` of the summed effect of
+    all heads in that direction. Returns the heads (strongest first), the robust z-scores
+    [layer, head] and the threshold figures."""
     z = robust_z(effects)
     signed = (sign * effects).nan_to_num(nan=0.0)
     share = signed / signed.clamp_min(0).sum().clamp_min(1e-12)

@@ -1,10 +1,11 @@
 """Path patching and mean ablation on IOI prompts (interp.interventions.patching and .ablation), and
 the strategies that choose which sender heads a step path-patches.
 
-A step measures, for each sender head, the change of the mean logit diff when the sender's output
-is patched from the ABC run along its paths to the step's receivers (`path_patching_effects`). That
-is one patched forward pass per sender, the cost of the whole discovery, so a `SenderEffects`
-strategy decides which senders are path-patched exactly:
+A step measures, for each sender head, the drop of the mean logit diff when the sender's output is
+patched from the ABC run along its paths to the step's receivers (`path_patching_effects`; clean -
+patched, `circuits.evidence.EFFECT_SIGN`: positive, the path helps predict IO). That is one patched
+forward pass per sender, the cost of the whole discovery, so a `SenderEffects` strategy decides which
+senders are path-patched exactly:
 
   path_patching_effects   every sender (exhaustive: the paper's procedure)
   EAPRanking              the senders edge attribution patching (EAP, interp.edges) ranks first, and
@@ -28,9 +29,9 @@ from interp.types import Head, Progress, as_stage
 
 
 class SenderEffects(Protocol):
-    """A strategy for a step's sender effects: the change of the mean logit diff (logits) when each
-    sender's output is patched from ABC along its paths to the receivers, [layer, head] (NaN: not a
-    sender). The arguments are those of `path_patching_effects`."""
+    """A strategy for a step's sender effects: the drop of the mean logit diff (logits; clean -
+    patched) when each sender's output is patched from ABC along its paths to the receivers,
+    [layer, head] (NaN: not a sender). The arguments are those of `path_patching_effects`."""
 
     def __call__(
         self,
@@ -56,9 +57,10 @@ def path_patching_effects(
     ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
     patchers: dict[tuple[bytes, ...], tuple[object, PathPatcher]] | None = None,
 ) -> Tensor:
-    """Change of the mean logit diff (in logits) when each head's output is patched from the ABC
-    run along its paths to the receivers: [layer, head] (NaN: not a sender). Every sender is
-    path-patched: the exhaustive `SenderEffects` strategy.
+    """Drop of the mean logit diff (in logits; clean - patched, positive: the path helps predict IO)
+    when each head's output is patched from the ABC run along its paths to the receivers:
+    [layer, head] (NaN: not a sender). Every sender is path-patched: the exhaustive `SenderEffects`
+    strategy.
 
     receivers: None for the logits (direct path), else heads whose `receiver_input` ("q", "k" or
     "v") at IOI position `position` receive the patched paths. Senders: every head before the
@@ -96,9 +98,9 @@ def path_patching_effects(
         return torch.cat([patched.values, patched.target[None]])
 
     values = by_length(clean, abc, patch)
-    change = values[:-1].mean(-1) - values[-1].mean()  # [n_senders]
+    drop = values[-1].mean() - values[:-1].mean(-1)  # [n_senders]
     effects = torch.full((n_layers, n_heads), float("nan"))
-    effects[tuple(torch.tensor(sweep_senders).mT)] = change
+    effects[tuple(torch.tensor(sweep_senders).mT)] = drop
     for layer, head in receivers or []:
         effects[layer, head] = float("nan")
     return effects
@@ -138,8 +140,9 @@ def ranked_path_patching_effects(
     interp.edges) ranks first by |estimated effect|, and any other sender whose |estimate| is at
     least `min_estimate` (logits); the other senders keep the estimate.
 
-    The estimate of a sender is the sum of its edges' EAP scores into the receivers' `receiver_input`
-    (key and value inputs: the receivers' key/value heads) read at `position`, or into the logits.
+    The estimate of a sender's drop is minus the sum of its edges' EAP scores (each the estimated
+    patched - clean change) into the receivers' `receiver_input` (key and value inputs: the receivers'
+    key/value heads) read at `position`, or into the logits.
     attribution: `ioi_edge_attribution(model, clean, abc)`, computed once for every step (default:
     computed here, with the `ablated` heads mean-ablated). patchers: see `path_patching_effects`.
     """
@@ -174,7 +177,7 @@ def ranked_path_patching_effects(
     columns = [graph.readers.index(name) for name in sorted(names)]
     estimate = torch.full((n_layers, n_heads), float("nan"))
     for layer, head in senders:
-        estimate[layer, head] = scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
+        estimate[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
     ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))
     n_large = sum(abs(float(estimate[head])) >= min_estimate for head in senders)
     ranked = ranked[: max(n_exact, n_large)]

@@ -1,28 +1,30 @@
-"""Rendering an IOICircuitResult: rich table, Markdown, JSON and a self-contained HTML page.
+"""An IOICircuitResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML) and
+its JSON data (`render_json`, `IOICircuitResult.to_json`'s schema).
 
     result = find_ioi_circuit(model)
-    print(render_markdown(result))
+    print(render_markdown(ioi_sections(result)))     # circuits.sections.render_markdown
     write_ioi_report(result, "html", "ioi.html", Console())  # or "table", "json", "markdown"
 
-The HTML page (offline: no network requests) has an inline-SVG diagram of the circuit (classes and
-the paths between them), the path-patching effects as [layer, head] heat maps, and circuitsvis
-attention patterns of each class's heads on an example prompt.
+The finding comes first: the circuit's size and what it recovers on held-out prompts, each class's
+held-out verdict; then what chose and what tested, the heads with their path-patching effects, each
+class against random heads (pooled, per name order and per template), minimality. The HTML page
+(offline: no network requests) adds an inline-SVG diagram of the circuit (classes and the paths
+between them), the path-patching effects as [layer, head] heat maps, and circuitsvis attention
+patterns of each class's heads on an example prompt.
 """
 
 from __future__ import annotations
 
-import functools
 import html
 import json
 import math
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
+from circuits.evidence import EFFECT_SIGN
 from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, IOICircuitResult
-from circuits.output import write_output
-from interp.viz import attention_patterns_html, heatmap_html, html_page
+from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from interp.viz import attention_patterns_html
 
 CLASS_TITLES = {
     "name_mover": "Name movers",
@@ -107,17 +109,28 @@ def _headline(result: IOICircuitResult) -> list[str]:
     return lines
 
 
-def _summary_lines(result: IOICircuitResult) -> list[str]:
-    b, s = result.baseline, result.settings
+def _chose_lines(result: IOICircuitResult) -> list[str]:
+    """The prompts and rules that chose the heads, the held-out prompts that tested them, the sign."""
+    s = result.settings
+    return [
+        f"chosen on {s.n_prompts} discovery prompts (seed {s.seed}), corrupted distribution {s.corrupted}",
+        f"selection: |effect| >= {s.min_effect:.0%} and (|robust z| >= {s.effect_z} or >= {s.min_share:.0%} "
+        f"of the step's summed effect in its direction); attention >= min(max(median + {s.attention_z} "
+        f"robust SD, {s.min_attention}), {s.large_attention})",
+        *_validation_lines(result),
+        f"effects: {EFFECT_SIGN} (path patching: the run with the head's path patched from "
+        f"{s.corrupted}; relative to the clean logit diff, in %)",
+        f"Model: {s.provenance or s.model}.",
+    ]
+
+
+def _circuit_lines(result: IOICircuitResult) -> list[str]:
+    """The model on the discovery prompts, and how much of it the circuit recovers there."""
+    b = result.baseline
     lines = [
-        f"model {s.provenance or s.model}, {s.n_prompts} prompts (seed {s.seed}), corrupted distribution "
-        f"{s.corrupted}",
         f"logit diff (IO - S) {b.logit_diff:.3f} (95% CI {_ci(b.logit_diff_ci)}), "
         f"accuracy {b.accuracy:.1%} (95% CI {_percent_ci(b.accuracy_ci)}), top-1 = IO {b.top1_io:.1%}, "
         f"ABC logit diff {b.abc_logit_diff:.3f}",
-        f"selection: |effect| >= {s.min_effect:.0%} and (robust z >= {s.effect_z} or >= {s.min_share:.0%} of "
-        f"the step's summed effect); attention >= min(max(median + {s.attention_z} robust SD, "
-        f"{s.min_attention}), {s.large_attention})",
     ]
     e = result.evaluation
     if e is not None:
@@ -260,10 +273,10 @@ def _head_rows(result: IOICircuitResult):
 
 HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "writes IO, S")
 LEGEND = (
-    "Signs and units. logit diff = logit(IO) - logit(S) at END, in logits. effect = (patched - clean "
+    "Signs and units. logit diff = logit(IO) - logit(S) at END, in logits. effect = (clean - patched "
     "mean logit diff) / clean mean logit diff, in %, when the head's output is path-patched from the ABC "
-    "run along its step's path ('found by'): negative, the head helps predict IO (name movers, "
-    "S-inhibition); positive, it works against IO (negative name movers). z: robust z-score of the "
+    "run along its step's path ('found by'): positive, the head helps predict IO (name movers, "
+    "S-inhibition); negative, it works against IO (negative name movers). z: robust z-score of the "
     "effect among the step's senders ((effect - median) / 1.4826 MAD; most senders' effects are near 0, "
     "so a head that matters scores in the tens or hundreds: a rank, not a probability). attention: mean "
     "attention probability (0 to 1) from the class's query position to its key position. writes IO, S: "
@@ -277,99 +290,6 @@ VALIDATION_LEGEND = (
     "more than random heads do; negative name movers: negative); writes: mean direct logit attribution "
     "to IO and S, in logits."
 )
-
-
-def render_table(result: IOICircuitResult, console: Console) -> None:
-    for line in _headline(result):
-        console.print(line, style="bold", markup=False)
-    for line in _summary_lines(result) + _validation_lines(result):
-        console.print(line, markup=False)
-    wide = console.width >= WIDE_TERMINAL  # narrower: no "found by" column; cells wrap between words
-    table = Table(title="IOI circuit", box=box.SIMPLE_HEAD)
-    columns = [c for c in HEAD_COLUMNS if wide or c != "found by"]
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("effect", "z") else "left",
-                         no_wrap=True)  # fmt: skip
-    for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
-        cells = [cls, name, f"{effect:+.1%}", _z(z), f"{kind} {attention:.2f}", step, writes]
-        table.add_row(*(cell for cell, column in zip(cells, HEAD_COLUMNS, strict=True) if column in columns))
-    console.print(table)
-    if result.validation is not None and result.validation.unconfirmed:
-        console.print(UNCONFIRMED_NOTE, markup=False)
-    console.print(LEGEND, style="dim", markup=False)
-    if result.validation is not None:
-        validation = Table(
-            title="Held-out validation: each class vs as many random heads", box=box.SIMPLE_HEAD
-        )
-        # narrower: the drop beyond random only, and the heads last, where they can wrap
-        order = (
-            VALIDATION_COLUMNS
-            if wide
-            else ("class", "beyond random % (95% CI)", "writes", "held out", "heads")
-        )
-        for column in order:  # the class and the figures whole; the verdict and heads wrap
-            validation.add_column(
-                column if wide else NARROW_HEADERS.get(column, column),
-                no_wrap=column not in ("heads", "held out", "writes"),
-                min_width={"heads": 6, "held out": 16}.get(column),
-            )
-        for row in _validation_rows(result):
-            cells = dict(zip(VALIDATION_COLUMNS, row, strict=True))
-            cells["writes"] = cells["writes"].replace(" S ", " S " if wide else "\nS ")
-            validation.add_row(*(cells[column] for column in order))
-        console.print(validation)
-        console.print(VALIDATION_LEGEND, style="dim", markup=False)
-        strata = Table(title="Held-out validation per name order and template", box=box.SIMPLE_HEAD)
-        for column in STRATA_COLUMNS:  # the class and the figures whole; templates and spread wrap
-            strata.add_column(
-                column if wide else NARROW_HEADERS.get(column, column),
-                no_wrap=column == "class" or "CI" in column,
-                min_width={"templates": 9, "heterogeneity I^2, p": 7}.get(column),
-            )
-        for row in _strata_rows(result):
-            strata.add_row(*row)
-        console.print(strata)
-        console.print(STRATA_LEGEND, style="dim")
-        for line in _template_lines(result):
-            console.print(line, style="dim", markup=False)
-    e = result.evaluation
-    if e is not None and e.minimality:
-        minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
-        console.print(
-            f"minimality (drop when removing the head, its class-mates already removed): {minimality}"
-        )
-
-
-def render_markdown(result: IOICircuitResult) -> str:
-    lines = _summary_lines(result) + _validation_lines(result)
-    out = ["# IOI circuit", "", *(f"**{line}**  " for line in _headline(result)), ""]
-    out += [f"- {line}" for line in lines] + [""]
-    out += ["| " + " | ".join(HEAD_COLUMNS) + " |", "|---|---|---:|---:|---|---|---|"]
-    for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
-        out.append(
-            f"| {cls} | {name} | {effect:+.1%} | {_z(z)} | {kind} {attention:.2f} | {step} | {writes} |"
-        )
-    if result.validation is not None and result.validation.unconfirmed:
-        out += ["", UNCONFIRMED_NOTE]
-    out += ["", LEGEND]
-    if result.validation is not None:
-        out += ["", "Held-out validation (mean-ablating each class vs as many random heads):", ""]
-        out += ["| " + " | ".join(VALIDATION_COLUMNS) + " |", "|" + "---|" * len(VALIDATION_COLUMNS)]
-        out += ["| " + " | ".join(row) + " |" for row in _validation_rows(result)]
-        out += ["", VALIDATION_LEGEND]
-        out += ["", "Per name order and template:", ""]
-        out += ["| " + " | ".join(STRATA_COLUMNS) + " |", "|" + "---|" * len(STRATA_COLUMNS)]
-        out += ["| " + " | ".join(row) + " |" for row in _strata_rows(result)]
-        out += ["", STRATA_LEGEND, ""] + [f"- {line}" for line in _template_lines(result)]
-    e = result.evaluation
-    if e is not None and e.minimality:
-        out += [
-            "",
-            "Minimality (drop of the circuit's logit diff when removing the head, class-mates removed):",
-            "",
-        ]
-        out += [f"- {head}: {value:+.1%}" for head, value in e.minimality.items()]
-    return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -483,96 +403,133 @@ def circuit_svg(result: IOICircuitResult) -> str:
     return "".join(parts)
 
 
-def render_html(result: IOICircuitResult) -> str:
-    """The full report as one self-contained HTML page."""
-    sections = [
-        "<p class='ioi-headline'><b>"
-        + "<br>".join(html.escape(line) for line in _headline(result))
-        + "</b></p>",
-        circuit_svg(result),
-        "<p>Dashed: a class held-out validation did not confirm (its verdict in italics).</p>"
-        if result.validation is not None
-        else "",
-        "<h2>Summary</h2><ul>"
-        + "".join(
-            f"<li>{html.escape(line)}</li>" for line in _summary_lines(result) + _validation_lines(result)
+def _head_table(result: IOICircuitResult, wide: bool) -> Table:
+    """The circuit's heads; `wide`: with the step that found each ("found by")."""
+    columns = [c for c in HEAD_COLUMNS if wide or c != "found by"]
+    rows = []
+    for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
+        cells = [cls, name, f"{effect:+.1%}", _z(z), f"{kind} {attention:.2f}", step, writes]
+        rows.append([cell for cell, column in zip(cells, HEAD_COLUMNS, strict=True) if column in columns])
+    return Table(columns=columns, rows=rows, right=["effect", "z"])
+
+
+def _validation_table(result: IOICircuitResult, wide: bool) -> Table:
+    """Each class against random heads; narrower (not `wide`): the drop beyond random only, the heads
+    last and IO and S on lines of their own."""
+    order = (
+        VALIDATION_COLUMNS if wide else ("class", "beyond random % (95% CI)", "writes", "held out", "heads")
+    )
+    rows = []
+    for row in _validation_rows(result):
+        cells = dict(zip(VALIDATION_COLUMNS, row, strict=True))
+        cells["writes"] = cells["writes"].replace(" S ", " S " if wide else "\nS ")
+        rows.append([cells[column] for column in order])
+    return Table(
+        columns=[column if wide else NARROW_HEADERS.get(column, column) for column in order], rows=rows
+    )
+
+
+def _figures(result: IOICircuitResult) -> tuple[list[str], list[str], list[str]]:
+    """The HTML page's figures: the path-patching effects and the attention as [layer, head] heat maps,
+    and the attention patterns of each class's heads on the example prompt."""
+    effects = [
+        layer_head_map(
+            values * 100,
+            f"{STEP_TITLES.get(step, step)} (%)",
+            "drop of the logit diff when the sender's path is patched from the ABC run ((clean - patched) "
+            "/ clean, %; positive: the head helps predict IO); grey: not a sender in that step",
+            signed=True,
+            value_format="{:.1f}",
         )
-        + "</ul><h2>Heads</h2>",
-        "<table class='ioi-heads' style='border-collapse: collapse; font: 13px monospace;'><tr>"
-        + "".join(f"<th>{html.escape(column)}</th>" for column in HEAD_COLUMNS)
-        + "</tr>"
-        + "".join(
-            f"<tr><td>{html.escape(cls)}</td><td>{name}</td><td>{effect:+.1%}</td><td>{html.escape(_z(z))}</td>"
-            f"<td>{html.escape(kind)} {attention:.2f}</td><td>{html.escape(step)}</td>"
-            f"<td>{html.escape(writes)}</td></tr>"
-            for cls, name, effect, z, kind, attention, step, writes in _head_rows(result)
-        )
-        + "</table>",
-        f"<p class='legend ioi-legend'>{html.escape(LEGEND)}</p>",
+        for step, values in result.effects.items()
+        if values.isfinite().any()
     ]
-    if result.validation is not None:
-        sections.append(
-            "<h2>Held-out validation</h2><table class='ioi-validation' style='border-collapse: collapse; "
-            "font: 13px monospace;'><tr>"
-            + "".join(f"<th>{html.escape(column)}</th>" for column in VALIDATION_COLUMNS)
-            + "</tr>"
-            + "".join(
-                "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
-                for row in _validation_rows(result)
-            )
-            + "</table>"
-            + f"<p class='legend'>{html.escape(VALIDATION_LEGEND)}</p>"
-            + "<h3>Per name order and template</h3><table class='ioi-strata'><tr>"
-            + "".join(f"<th>{html.escape(column)}</th>" for column in STRATA_COLUMNS)
-            + "</tr>"
-            + "".join(
-                "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
-                for row in _strata_rows(result)
-            )
-            + "</table>"
-            + f"<p>{html.escape(STRATA_LEGEND)}</p><ul>"
-            + "".join(f"<li>{html.escape(line)}</li>" for line in _template_lines(result))
-            + "</ul>"
-        )
-    n_layers, n_heads = next(iter(result.attention.values())).shape
-    layers, heads = [str(i) for i in range(n_layers)], [str(i) for i in range(n_heads)]
-    sections.append(
-        "<h2>Path-patching effects</h2><p>Relative change of the logit diff when a sender's path is "
-        "patched from the ABC run (grey: not a sender in that step).</p>"
-    )
-    for step, values in result.effects.items():
-        if not values.isfinite().any():
-            continue
-        sections.append(heatmap_html(values * 100, layers, heads, f"{STEP_TITLES.get(step, step)} (%)",
-                                     signed=True, value_format="{:.1f}"))  # fmt: skip
-    sections.append(
-        "<h2>Attention evidence</h2><p>Mean attention between IOI positions on the clean prompts.</p>"
-    )
-    for kind, values in result.attention.items():
-        sections.append(heatmap_html(values, layers, heads, f"attention {kind}", signed=False))
+    attention = [
+        layer_head_map(values, f"attention {kind}", "mean attention on the clean prompts", signed=False)
+        for kind, values in result.attention.items()
+    ]
+    patterns = []
     example = result.example
     if example is not None:
-        sections.append(
-            f"<h2>Attention patterns</h2><p>Example prompt: {html.escape(''.join(example.tokens))}</p>"
-        )
+        patterns.append(f"<p>Example prompt: {html.escape(''.join(example.tokens))}</p>")
         for cls in CLASSES:
             names = [h.name for h in result.classes[cls] if h.name in example.patterns]
             if not names:
                 continue
             query, key = CLASS_ATTENTION[cls]
             title = f"{CLASS_TITLES[cls]}: expected {query} -> {key}"
-            sections.append(f"<h3 class='ioi-pattern-class'>{html.escape(title)}</h3>")
-            sections.append(
+            patterns.append(f"<h3 class='ioi-pattern-class'>{html.escape(title)}</h3>")
+            patterns.append(
                 attention_patterns_html(example.tokens, [example.patterns[n] for n in names], names)
             )
-    return html_page(f"IOI circuit of {result.settings.model}", sections)
+    return effects, attention, patterns
+
+
+def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
+    """The report: the finding (headline), what chose and what tested, the circuit's diagram (HTML),
+    the model and the circuit on the discovery prompts, the heads, each class against random heads
+    (pooled, then per name order and template), minimality, and the heat maps and attention patterns
+    (HTML). `wide`: every column; narrower (a terminal under WIDE_TERMINAL columns): the heads without
+    the step that found them, the held-out table with the drop beyond random only."""
+    v, e = result.validation, result.evaluation
+    dashed = "Dashed: a class held-out validation did not confirm (its verdict in italics)."
+    sections = [
+        Section(title="What chose and what tested", lines=_chose_lines(result)),
+        Section(
+            title="Circuit", figures=[circuit_svg(result), *([f"<p>{dashed}</p>"] if v is not None else [])]
+        ),
+        Section(title="The model and the circuit on the discovery prompts", lines=_circuit_lines(result)),
+        Section(
+            title="Heads of the circuit",
+            table=_head_table(result, wide),
+            notes=[*([UNCONFIRMED_NOTE] if v is not None and v.unconfirmed else []), LEGEND],
+        ),
+    ]
+    if v is not None:
+        strata = Table(
+            columns=[column if wide else NARROW_HEADERS.get(column, column) for column in STRATA_COLUMNS],
+            rows=[list(row) for row in _strata_rows(result)],
+        )
+        sections += [
+            Section(
+                title="Held-out validation: each class vs as many random heads",
+                table=_validation_table(result, wide),
+                notes=[VALIDATION_LEGEND],
+            ),
+            Section(
+                title="Held-out validation per name order and template",
+                table=strata,
+                notes=[STRATA_LEGEND, *_template_lines(result)],
+            ),
+        ]
+    if e is not None and e.minimality:
+        minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
+        sections.append(
+            Section(
+                title="Minimality",
+                lines=[
+                    f"drop of the circuit's logit diff without the head (class-mates removed): {minimality}"
+                ],
+            )
+        )
+    effects, attention, patterns = _figures(result)
+    sections += [
+        Section(title="Path-patching effects", figures=effects),
+        Section(title="Attention evidence", figures=attention),
+        Section(title="Attention patterns", figures=patterns),
+    ]
+    return Report(
+        title=f"IOI circuit of {result.settings.model}", headline=_headline(result), sections=sections
+    )
 
 
 FORMATS = ("table", "json", "markdown", "html")
+FILE_WIDTH = 140  # columns of the "table" format written to a file
 
 
 def write_ioi_report(result: IOICircuitResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    renderers = {"json": render_json, "markdown": render_markdown, "html": render_html}
-    table = functools.partial(render_table, result)
-    write_output(format, FORMATS, out, console, table, lambda fmt: renderers[fmt](result), width=140)
+    width = FILE_WIDTH if out is not None or console is None else console.width
+    terminal = ioi_sections(result, wide=width >= WIDE_TERMINAL)
+    data = {"json": lambda: render_json(result)}
+    write_sections(ioi_sections(result), format, out, console, data, terminal=terminal, width=FILE_WIDTH)

@@ -1,9 +1,10 @@
 """What the IOI circuit discovery reports: the head classes, the settings and every result type.
 
-Path-patching effects are relative changes of the mean logit difference logit(IO) - logit(S) at END
-(patched - clean; -0.3: the logit diff falls by 30%); the held-out validation's effects are drops
-(`circuits.evidence.EFFECT_SIGN`, clean - ablated; +0.3: ablating the class lowers it by 30%);
-attention is a mean attention probability; logit diffs are in logits.
+Every effect is a drop (`circuits.evidence.EFFECT_SIGN`): path-patching effects are relative drops
+of the mean logit difference logit(IO) - logit(S) at END ((clean - patched) / clean; +0.3: patching
+the head's path lowers it by 30%, the head helps), the held-out validation's are drops when a class is
+mean-ablated (clean - ablated, relative to the clean one); attention is a mean attention probability;
+logit diffs are in logits.
 Heads are labelled as every report of interp writes them, "L9H6" (`interp.types.head_label`).
 """
 
@@ -93,7 +94,7 @@ class HeadEvidence:
 
     layer: int
     head: int
-    effect: float  # relative change of the logit diff when its path is patched from ABC
+    effect: float  # relative drop of the logit diff when its path is patched from ABC (+: it helps)
     z: float  # robust z-score of `effect` among the step's senders
     step: str  # the path-patching sweep that found it
     attention: dict[str, float]  # mean attention for each of ATTENTION_KINDS
@@ -187,7 +188,7 @@ class IOICircuitResult:
     baseline: Baseline
     classes: dict[str, list[HeadEvidence]]  # class name -> heads, strongest effect first
     unclassified: list[HeadEvidence]  # causal outliers without the matching attention
-    effects: dict[str, Tensor]  # sweep -> [layer, head] relative effects (NaN: not a sender)
+    effects: dict[str, Tensor]  # sweep -> [layer, head] relative drops (NaN: not a sender)
     attention: dict[str, Tensor]  # kind -> [layer, head] mean attention on clean prompts
     thresholds: dict[str, dict[str, float]]  # sweep or attention kind -> threshold figures
     evaluation: Evaluation | None = None

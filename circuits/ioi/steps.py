@@ -2,12 +2,14 @@
 
 Discovery walks back from the logits, as the paper does. Every step path-patches each sender head's
 output from the ABC run (three unrelated names) into the clean run, through one path only (into the
-previous step's heads, the receivers), and measures the relative change of the logit difference
-logit(IO) - logit(S) at END. It selects the heads whose effect stands out and classifies them by
-their attention pattern and direct logit attribution (circuits.ioi.evidence):
+previous step's heads, the receivers), and measures the drop of the logit difference
+logit(IO) - logit(S) at END, relative to the clean one ((clean - patched) / clean,
+`circuits.evidence.EFFECT_SIGN`: positive, the head helps predict IO). It selects the heads whose
+effect stands out and classifies them by their attention pattern and direct logit attribution
+(circuits.ioi.evidence):
 
-  1. find_name_movers                          heads -> logits (direct path): name movers (-),
-                                               negative name movers (+), S-suppression heads (-)
+  1. find_name_movers                          heads -> logits (direct path): name movers (+),
+                                               negative name movers (-), S-suppression heads (+)
   2. find_s_inhibition_heads                   heads -> name movers' queries at END, then heads ->
                                                S-suppression heads' queries at END (two sweeps: a head
                                                can be both an S-suppression receiver and a sender)
@@ -55,7 +57,7 @@ class PatchingPrompts:
 
     clean, abc: the first `n_patching_prompts` clean and ABC prompts (path patching runs one forward
     pass per sender, the cost of the whole discovery, so it uses fewer prompts than the rest).
-    logit_diff: their mean clean logit diff (logits); a step's effects are changes relative to it.
+    logit_diff: their mean clean logit diff (logits); a step's effects are drops relative to it.
     """
 
     clean: IOIPrompts
@@ -86,8 +88,9 @@ def patching_prompts(
 class StepResult:
     """What one step found.
 
-    effects: sweep ("logits", "name_mover_queries", ...) -> [layer, head] relative change of the
-      logit diff when the sender's path is patched from ABC (NaN: not a sender in that sweep).
+    effects: sweep ("logits", "name_mover_queries", ...) -> [layer, head] relative drop of the
+      logit diff when the sender's path is patched from ABC ((clean - patched) / clean; positive:
+      the path helps predict IO; NaN: not a sender in that sweep).
     classes: class -> the heads the step put in it, strongest effect first.
     unclassified: selected heads without the matching attention pattern (or writing).
     thresholds: selection ("logits (negative_name_mover)", ...) -> its figures (median, MAD, ...).
@@ -154,11 +157,11 @@ class _Step:
         senders: Sequence[Head] | None = None,
         ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
     ) -> Tensor:
-        """Relative effects [layer, head] of the senders' paths to `receivers` (None: the logits)."""
+        """Relative drops [layer, head] of the senders' paths to `receivers` (None: the logits)."""
         inputs = self.inputs
         clean, abc = inputs.prompts.clean, inputs.prompts.abc
         with timed(stage, self.result.timings, self.progress):
-            change = inputs.sender_effects(
+            drop = inputs.sender_effects(
                 inputs.model,
                 clean,
                 abc,
@@ -168,7 +171,7 @@ class _Step:
                 senders=senders,
                 ablated=ablated,
             )
-            effects = change / inputs.prompts.logit_diff
+            effects = drop / inputs.prompts.logit_diff
         senders = ~effects.isnan()  # NaN marks heads that are not senders in this sweep
         check_finite_scores(
             effects.where(senders, 0.0) if senders.any() else effects,
@@ -187,8 +190,9 @@ class _Step:
         candidates: Sequence[str],
         exclude: Collection[Head] = (),
     ) -> None:
-        """Select heads by their effects in direction `sign` and put each (except `exclude`) into the
-        candidate class it shows most strongly, or among the unclassified."""
+        """Select heads by their effects in direction `sign` (+1: heads that help, -1: heads that work
+        against IO) and put each (except `exclude`) into the candidate class it shows most strongly,
+        or among the unclassified."""
         s = self.inputs.settings
         heads, z, figures = select_heads(effects, sign, s.effect_z, s.min_effect, s.min_share)
         self.result.thresholds[label] = figures
@@ -211,24 +215,25 @@ class _Step:
         position: str,
         candidates: Sequence[str],
     ) -> None:
-        """Heads that lower the logit diff through the receivers' `receiver_input` at `position`."""
+        """Heads that help through the receivers' `receiver_input` at `position` (a positive drop)."""
         if not receivers or max(layer for layer, _ in receivers) == 0:  # no heads before layer 0
             if self.progress:  # a stage with nothing to do
                 skipped = f"path patching: heads -> {name} (skipped: no {receiver_class} heads after layer 0)"
                 self.progress(skipped, 0, 0)
             return
         effects = self.sweep(name, f"path patching: heads -> {name}", receivers, receiver_input, position)
-        self.select(name, effects, -1, name, candidates)
+        self.select(name, effects, 1, name, candidates)
 
 
 def find_name_movers(inputs: StepInputs) -> StepResult:
     """Step 1, heads -> logits (the direct path), sweep "logits": name movers (attend END->IO, write
-    IO) and S-suppression heads (attend END->S2, write against S) lower the logit diff when patched
-    from ABC; negative name movers (attend END->IO, write against IO) raise it."""
+    IO) and S-suppression heads (attend END->S2, write against S) help (patched from ABC, the logit
+    diff drops); negative name movers (attend END->IO, write against IO) work against IO (it
+    rises: a negative drop)."""
     step = _Step(inputs)
     effects = step.sweep("logits", "path patching: heads -> logits")
-    step.select("logits", effects, -1, "logits (name_mover, s_suppression)", ("name_mover", "s_suppression"))
-    step.select("logits", effects, 1, "logits (negative_name_mover)", ("negative_name_mover",))
+    step.select("logits", effects, 1, "logits (name_mover, s_suppression)", ("name_mover", "s_suppression"))
+    step.select("logits", effects, -1, "logits (negative_name_mover)", ("negative_name_mover",))
     return step.result
 
 
@@ -271,8 +276,8 @@ def find_backup_name_movers(
 ) -> StepResult:
     """Step 5, heads -> logits with step 1's name movers mean-ablated (sweep
     "logits_without_name_movers"): backup name movers are heads after the first name mover's layer
-    whose direct effect grows (sweep "backup_growth": that effect minus step 1's `direct_effects`
-    [layer, head], more negative) and that attend END->IO and write IO like name movers. Heads
+    whose direct effect grows (sweep "backup_growth": that drop minus step 1's `direct_effects`
+    [layer, head], positive) and that attend END->IO and write IO like name movers. Heads
     already `classified` by earlier steps are not backups."""
     step = _Step(inputs)
     n_layers, n_heads = inputs.model.cfg.n_layers, inputs.model.cfg.n_heads
@@ -290,5 +295,5 @@ def find_backup_name_movers(
     )
     growth = ablated - direct_effects
     step.result.effects["backup_growth"] = growth
-    step.select("backup_growth", growth, -1, "backup_growth", ("backup_name_mover",), exclude=classified)
+    step.select("backup_growth", growth, 1, "backup_growth", ("backup_name_mover",), exclude=classified)
     return step.result

@@ -203,7 +203,7 @@ def ioi_section(result: Any) -> list[str]:
         )
     columns = [
         "class",
-        "heads (path-patching effect)",
+        "heads (path-patching drop)",
         "attention",
         "direct logit attribution",
         "held out: drop beyond random heads (95% CI)",
@@ -215,6 +215,9 @@ def ioi_section(result: Any) -> list[str]:
         f"{base.logit_diff_ci[0]:.2f}–{base.logit_diff_ci[1]:.2f}), accuracy {base.accuracy:.0%}, IO "
         f"top-1 {base.top1_io:.0%}.",
         table(columns, rows),
+        "Beside each head: its path-patching drop, (clean − patched) / clean logit diff when its path is "
+        "patched from the ABC run (positive: the head helps predict IO); held out, each class's drop is "
+        "clean − ablated. "
         f"The circuit alone, every other head mean-ablated, recovers {evaluation.recovered:.0%} of the "
         f"logit difference on the discovery prompts (faithfulness {evaluation.faithfulness:.0%}) and "
         f"{validation.recovered:.0%} (95% CI {validation.recovered_ci[0]:.0%}–"
