@@ -18,8 +18,9 @@ last block's `hook_resid_post` (the logits' input). Every hook a user has put on
 in an ordinary run, and is seen by the edge-level run (added before the run, so it fires first).
 K circuits run at once on the prompts repeated K times. A float `keep` that requires grad makes the
 run differentiable in the mask (edge pruning, `interp.edges.pruning`): each reader's input is then
-incoming - sum over writers of (1 - keep) (writer - writer_ablated), with every writer's difference
-held once for the backward pass.
+incoming - sum over writers of (writer - writer_ablated) + sum over writers of keep (writer -
+writer_ablated), the last sum over the writers with a kept edge only, every writer's difference held
+once for the mask's gradient.
 """
 
 from __future__ import annotations
@@ -89,38 +90,37 @@ def _correction(coef: Tensor, diffs: Tensor, n_k: int) -> Float[Tensor, "KB pos 
     return out.view(n_k, n_readers, b, p, dm).permute(0, 2, 3, 1, 4).reshape(n_k * b, p, n_readers, dm)
 
 
-class _MaskedSum(torch.autograd.Function):
-    """sum over writers w of coef[w, r] * diff[w] for each reader r: [R, rows], from coef [nw, R] and the
-    first nw rows of `buffer` [W, rows] (every writer's diff, flattened). The gradient reaches each
-    writer group's diff tensor (`groups`, covering rows 0..nw in order), so it flows on into the model;
-    the backward pass reads the buffer's rows 0..nw, which no later writer changes. Where few writers
-    have a coefficient other than 1 (a mask that ablates most edges), the sum over all writers less
-    those few: coef = 1 - kept, coef.T @ diff = sum_w diff[w] - kept[few].T @ diff[few], and the
-    gradient to the diffs likewise (one dense product, the mask's gradient, instead of three)."""
+class _KeptSum(torch.autograd.Function):
+    """sum over writers w of keep[w, r] * diff[w] for each reader r: [R, rows], from keep [nw, R] and the
+    first nw rows of `buffer` [W, rows] (every writer's diff, flattened), reading only the writers with
+    a kept edge. The gradient reaches those writers' diffs through their group's tensor (`groups`,
+    covering rows 0..nw in order; a group without a kept writer gets none), so it flows on into the
+    model; the mask's gradient is every writer's, buffer @ grad.T. The backward pass reads the
+    buffer's rows 0..nw, which no later writer changes."""
 
     @staticmethod
-    def forward(ctx, coef: Tensor, buffer: Tensor, *groups: Tensor) -> Tensor:
-        ctx.save_for_backward(coef)
+    def forward(ctx, keep: Tensor, buffer: Tensor, *groups: Tensor) -> Tensor:
+        ctx.save_for_backward(keep)
         ctx.buffer, ctx.shapes = buffer, [group.shape for group in groups]
-        diffs = buffer[: coef.shape[0]]
-        kept = 1 - coef
-        few = kept.ne(0).any(1).nonzero()[:, 0]
-        ctx.few = few if 2 * len(few) < coef.shape[0] else None
-        if ctx.few is None:
-            return coef.T @ diffs
-        return diffs.sum(0) - kept[few].T @ diffs[few]
+        ctx.kept = keep.ne(0).any(1).nonzero()[:, 0]
+        return keep[ctx.kept].T @ buffer[ctx.kept]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        (coef,) = ctx.saved_tensors
-        grad_coef = ctx.buffer[: coef.shape[0]] @ grad.T  # [nw, R]
-        if ctx.few is None:
-            grad_rows = coef @ grad
-        else:
-            grad_rows = grad.sum(0).repeat(coef.shape[0], 1)
-            grad_rows[ctx.few] -= (1 - coef[ctx.few]) @ grad
-        grad_rows = grad_rows.split([shape[0] for shape in ctx.shapes])  # [n, rows] per group
-        return grad_coef, None, *[g.view(shape) for g, shape in zip(grad_rows, ctx.shapes, strict=True)]
+        (keep,) = ctx.saved_tensors
+        grad_keep = ctx.buffer[: keep.shape[0]] @ grad.T  # [nw, R]
+        grad_kept = keep[ctx.kept] @ grad  # [kept writers, rows]
+        grads, start = [], 0
+        for shape in ctx.shapes:
+            inside = (ctx.kept >= start) & (ctx.kept < start + shape[0])
+            if inside.any():
+                rows = grad.new_zeros(shape[0], grad.shape[1])
+                rows[ctx.kept[inside] - start] = grad_kept[inside]
+                grads.append(rows.view(shape))
+            else:
+                grads.append(None)
+            start += shape[0]
+        return grad_keep, None, *grads
 
 
 class _EdgeRun:
@@ -138,7 +138,7 @@ class _EdgeRun:
         self.differentiable = iv.keep is not None and iv.keep.requires_grad and torch.is_grad_enabled()
         self.groups: list[tuple[int, Tensor]] = []
         self.buffer: Tensor | None = None  # [W, batch * pos * d]: every writer's diff, filled in order
-        self.removed: dict[int, Tensor] = {}  # a reader group's [R, batch * pos * d], by its first reader
+        self.added: dict[int, Tensor] = {}  # a reader group's [R, batch * pos * d], by its first reader
         if self.differentiable and self.n_k != 1:
             raise ValueError("a mask that requires grad runs one circuit at a time (keep [1, W, R])")
         self.total_before_layer: Tensor | None = None
@@ -172,6 +172,8 @@ class _EdgeRun:
                 self.buffer = value.new_empty(self.graph.n_writers, batch * value.shape[1] * value.shape[-1])
             self.buffer[writers] = diff.detach().reshape(diff.shape[0], -1)
             self.groups.append((writers.start, diff))
+            summed = diff.sum(0)
+            self.total = summed if self.total is None else self.total + summed
             return
         self.diffs[:, writers] = diff
         self.total = self.total + diff.sum(1).view_as(self.total)  # not in place: snapshots keep theirs
@@ -198,7 +200,7 @@ class _EdgeRun:
         if self.iv.keep is None:
             out = incoming
         elif self.differentiable:
-            out = self._masked_input(incoming, readers, group or readers)
+            out = self._masked_input(incoming, readers, total, group or readers)
         else:
             group = group or readers
             added, from_ablated = self.correction(group)
@@ -209,15 +211,18 @@ class _EdgeRun:
             self.track.append(out)
         return out
 
-    def _masked_input(self, incoming: Tensor, readers: slice, group: slice) -> Tensor:
-        """incoming - sum over upstream writers w of drop[w, r] * diffs[w]: one product (`_MaskedSum`)
-        per group of readers (a layer's queries, keys and values), kept for the group's other hooks."""
-        if group.start not in self.removed:
+    def _masked_input(self, incoming: Tensor, readers: slice, total: Tensor, group: slice) -> Tensor:
+        """incoming - total + sum over upstream writers w of keep[w, r] * diffs[w] (total: the sum of
+        the upstream writers' diffs [B, pos, d]): the kept edges added to the ablated input, one product
+        (`_KeptSum`) per group of readers (a layer's queries, keys and values), kept for the group's
+        other hooks."""
+        if group.start not in self.added:
             nw = self.graph.n_upstream[group.start]
             groups = [diff for start, diff in self.groups if start < nw]
-            self.removed[group.start] = _MaskedSum.apply(self.drop[0, :nw, group], self.buffer, *groups)
-        part = self.removed[group.start][readers.start - group.start : readers.stop - group.start]
-        return incoming - part.view(part.shape[0], *incoming.shape[:2], -1).permute(1, 2, 0, 3)
+            self.added[group.start] = _KeptSum.apply(self.iv.keep[0, :nw, group], self.buffer, *groups)
+        part = self.added[group.start][readers.start - group.start : readers.stop - group.start]
+        kept = part.view(part.shape[0], *incoming.shape[:2], -1).permute(1, 2, 0, 3)
+        return incoming - total[:, :, None, :] + kept
 
     def hooks(self, model: HookedTransformer) -> list[tuple[str, object]]:
         graph, n_layers, has_mlp, parallel = (
