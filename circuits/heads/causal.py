@@ -42,6 +42,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import torch
 from jaxtyping import Float, Int
@@ -58,6 +59,7 @@ CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
 CONFIRM_SE = 2.0  # a causal effect is confirmed when effect > CONFIRM_SE * standard error ...
 MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # ... and at least this large (nats; score)
 FUTILITY_SE = 3.0  # after the first look, an effect below MIN_EFFECT by this many standard errors stops
+FUTILITY_ERROR = NormalDist().cdf(-FUTILITY_SE)  # the chance an effect truly at MIN_EFFECT stops (0.13%)
 
 HEAD_VERDICTS = ("confirmed", "length-dependent", "unconfirmed")
 INDUCTION_STAGE = "Ablating induction candidates"  # the stages progress(stage, done, total) reports

@@ -9,6 +9,7 @@ from typing import Any
 import interp
 from circuits.heads.causal import (
     CONFIRM_SE,
+    FUTILITY_ERROR,
     FUTILITY_SE,
     INDUCTION_STAGE,
     MIN_EFFECT,
@@ -144,7 +145,7 @@ def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candi
             "stopping in two looks (half of each repeat length's sequences, then the rest): an effect "
             "whose mean + futility_se_times standard errors is below the minimum effect after the first "
             "look is not run on the rest (an effect truly at the minimum is stopped so with probability "
-            "at most 0.13%, normal approximation)"
+            f"at most {FUTILITY_ERROR:.2%}, normal approximation)"
         ),
         "confirm_if_effect_exceeds_se_times": CONFIRM_SE,
         "futility_se_times": FUTILITY_SE,

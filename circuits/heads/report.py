@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from circuits.heads.causal import CAUSAL_TYPES
+from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
 from circuits.output import safe_csv
@@ -64,9 +64,9 @@ LEGEND = (
     "attention (positive: the head feeds them). ✓: the effect exceeds 2 standard errors and 0.02, "
     "and 0.02 at most of the probe's repeat lengths (else: length-dependent, not confirmed). "
     "†: stopped early as futile (sequential stopping in two looks): on the first half of each repeat "
-    "length's sequences the effect + 3 standard errors was below 0.02, so it was not run on the second "
-    "half and is over the first; an effect truly at least 0.02 is stopped so with probability at most "
-    "0.13% (normal approximation), and stopping never confirms a head."
+    f"length's sequences the effect + {FUTILITY_SE:g} standard errors was below 0.02, so it was not run "
+    "on the second half and is over the first; an effect truly at least 0.02 is stopped so with "
+    f"probability at most {FUTILITY_ERROR:.2%} (normal approximation), and stopping never confirms a head."
 )
 WIDE_TERMINAL = 160  # columns from which the terminal table shows every score
 FILE_WIDTH = 200  # the columns of the table format written to a file
