@@ -367,10 +367,11 @@ def test_planted_skip_gram_head_is_found():
 
 
 def test_causal_checks_equal_full_ablated_forward_passes():
-    """The causal checks' runs (one clean run, shared first blocks, rows cut per repeat length) give
-    what whole forward passes of the whole probe with the heads mean-ablated give, the means taken
-    over the sequences real at each position (padding excluded)."""
-    from circuits.heads.causal import induction_ablation_effects, previous_token_ablation_effects
+    """The causal checks' runs (one clean run, shared first blocks, rows cut per repeat length, two
+    looks) give what whole forward passes of the whole probe with the heads mean-ablated give, the
+    means taken over the sequences real at each position (padding excluded), and an effect stopped
+    at the first look is over that look's sequences."""
+    from circuits.heads.causal import induction_ablation_effects, looks, previous_token_ablation_effects
     from interp.interventions.ablation import ablate
 
     model = interp.load_model("toy-induction")
@@ -404,6 +405,14 @@ def test_causal_checks_equal_full_ablated_forward_passes():
         ]
         return torch.stack(scores).mean(0)
 
+    first_look = torch.zeros(len(tokens), dtype=torch.bool)
+    first_look[looks(probe)[0]] = True
+    assert 0 < first_look.sum() < len(tokens)
+
+    def rows_of(found, head, effect: str) -> torch.Tensor:
+        """The sequences behind one of the head's effects (a mask)."""
+        return first_look if effect in found.stopped_early.get(head, []) else torch.ones_like(first_look)
+
     candidates = [(1, 0), (1, 2), (1, 3)]
     calls = []
     found = induction_ablation_effects(model, probe, candidates, progress=lambda *call: calls.append(call))
@@ -413,10 +422,12 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     clean = loss([])
     for head in candidates:
         others = [h for h in candidates if h != head]
-        assert found.alone[head][0] == pytest.approx(float((loss([head]) - clean).mean()), abs=1e-5)
+        expected = float((loss([head]) - clean)[rows_of(found, head, "alone")].mean())
+        assert found.alone[head][0] == pytest.approx(expected, abs=1e-5)
         if found.verdict(head) == "confirmed" and head not in found.with_others_ablated:
             continue  # confirmed alone: not run with the others ablated
-        expected = float((loss(candidates) - loss(others)).mean())
+        rows = rows_of(found, head, "with_others_ablated")
+        expected = float((loss(candidates) - loss(others))[rows].mean())
         assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
     assert found.all_candidates[0] == pytest.approx(float((loss(candidates) - clean).mean()), abs=1e-5)
     assert found.all_candidates[0] > 0.1  # the effects tested are not all zero
@@ -425,19 +436,20 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     for name, per_head in found.by_stratum.items():
         rows = probe.repeat_len == int(name[2:])
         for head in candidates:
-            expected = float((loss([head]) - clean)[rows].mean())
+            expected = float((loss([head]) - clean)[rows & rows_of(found, head, "alone")].mean())
             assert per_head[head][0][0] == pytest.approx(expected, abs=1e-5)
 
     sources, targets = [(0, 0), (0, 1), (0, 3)], [(1, 1), (1, 2)]
     found = previous_token_ablation_effects(model, probe, sources, targets)
     clean = induction_score([], targets)
     for head in sources:
-        expected = float((clean - induction_score([head], targets)).mean())
+        expected = float((clean - induction_score([head], targets))[rows_of(found, head, "alone")].mean())
         assert found.alone[head][0] == pytest.approx(expected, abs=1e-5)
         if found.verdict(head) == "confirmed" and head not in found.with_others_ablated:
             continue  # confirmed alone: not run with the others ablated
         others = [h for h in sources if h != head]
-        expected = float((induction_score(others, targets) - induction_score(sources, targets)).mean())
+        rows = rows_of(found, head, "with_others_ablated")
+        expected = float((induction_score(others, targets) - induction_score(sources, targets))[rows].mean())
         assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
     assert found.all_candidates[0] > 0.01
 
@@ -446,29 +458,34 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
     """Planted per-sequence measurements over three repeat lengths: a head whose ablation matters at
     one length only is significant pooled but reported length-dependent, not confirmed; one that
     matters at every length is confirmed; one that never matters is unconfirmed. Only the heads not
-    confirmed alone run again with the other candidates ablated, in a second call."""
+    confirmed alone run again with the other candidates ablated, in a second call; an effect futile
+    after the first look (half of each length's sequences) is not run on the second."""
     from circuits.heads.causal import _candidate_effects
 
     generator = torch.Generator().manual_seed(0)
     n = 16
     strata = {f"L={length}": torch.arange(i * n, (i + 1) * n) for i, length in enumerate((13, 18, 24))}
+    looks = [torch.cat([rows[: n // 2] for rows in strata.values()])]
+    looks.append(torch.cat([rows[n // 2 :] for rows in strata.values()]))
     at_one_length, everywhere, never = (1, 0), (1, 1), (1, 2)
     planted = {
         at_one_length: torch.cat([torch.full((n,), 0.6), torch.zeros(2 * n)]),
         everywhere: 0.3,
         never: 0,
     }
-
+    noise = {}  # per set, fixed per sequence: a set measured in two looks reads one draw
     calls = []
 
-    def measure(head_sets, before, total):
-        calls.append((sorted(map(sorted, head_sets)), before, total))
-        noise = [0.01 * torch.randn(3 * n, generator=generator) for _ in head_sets]
-        return [
-            2.0 + e + sum(planted[head] for head in heads) for e, heads in zip(noise, head_sets, strict=True)
-        ]
+    def measure(head_sets, rows, before, total):
+        calls.append((sorted(map(sorted, head_sets)), len(rows), before, total))
+        values = []
+        for heads in head_sets:
+            key = frozenset(heads)
+            noise.setdefault(key, 0.01 * torch.randn(3 * n, generator=generator))
+            values.append((2.0 + noise[key] + sum(planted[head] for head in heads))[rows])
+        return values
 
-    found = _candidate_effects([at_one_length, everywhere, never], measure, 1, 0.02, strata)
+    found = _candidate_effects([at_one_length, everywhere, never], measure, 1, 0.02, looks, strata)
     assert found.significant(at_one_length) and found.holds_in(at_one_length) == ["L=13"]
     assert found.verdict(at_one_length) == "length-dependent" and not found.confirmed(at_one_length)
     assert found.verdict(everywhere) == "confirmed" and found.holds_in(everywhere) == list(strata)
@@ -476,5 +493,14 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
     assert found.verdict((0, 0)) == ""  # not a candidate
     assert set(found.with_others_ablated) == {at_one_length, never}
     assert math.isnan(found.by_stratum["L=13"][everywhere][1][0])  # not measured
-    assert [(before, total) for _, before, total in calls] == [(0, 8), (5, 7)]
-    assert calls[1][0] == [[at_one_length, everywhere], [everywhere, never]]  # the others of each
+    # Calls: the first sets in two looks, "never" alone stopped after the first; then the others of
+    # each undecided head, "never"'s stopped after the first look.
+    assert [(len(sets), rows) for sets, rows, _, _ in calls] == [(5, 24), (4, 24), (2, 24), (1, 24)]
+    assert [before for _, _, before, _ in calls] == [0, 5, 9, 11]
+    assert calls[-1][3] == 12  # the last call's total: every run done
+    assert calls[2][0] == [[at_one_length, everywhere], [everywhere, never]]  # the others of each
+    assert found.stopped_early == {never: ["alone", "with_others_ablated"]}
+    first_look = noise[frozenset([never])][looks[0]] - noise[frozenset()][looks[0]]
+    assert found.alone[never][0] == pytest.approx(float(first_look.mean()), abs=1e-6)
+    everywhere_all = 0.3 + noise[frozenset([everywhere])] - noise[frozenset()]
+    assert found.alone[everywhere][0] == pytest.approx(float(everywhere_all.mean()), abs=1e-6)

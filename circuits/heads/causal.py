@@ -19,6 +19,14 @@ lengths are strata: a stratum holds when either effect on its sequences exceeds 
 (significant, holding in half the strata or fewer: a positional shortcut looks like this),
 "unconfirmed".
 
+Sequential stopping (two looks): the sequences run in two halves, the first half of each repeat
+length's first. After the first look, an effect whose upper bound, mean + FUTILITY_SE (3) standard
+errors, is below MIN_EFFECT is futile: it is not measured on the second half, and is reported over the
+first (`stopped_early`). A stopped effect is below MIN_EFFECT, so stopping never makes an effect
+significant; an effect whose true value is at least MIN_EFFECT is stopped with probability at most
+Phi(-3) = 0.13% (normal approximation of the mean; at most 0.27% per head, its two effects
+together). Effects not stopped are over every sequence, as without stopping.
+
 Runs: one clean run of the probe serves both checks (`clean_run`). Every set of heads to ablate is
 known before any is run, so the ablated runs go to interp's intervention engine together
 (`interp.interventions.engine.read_site_sets`): each starts at its first ablated block from the
@@ -34,6 +42,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import torch
 from jaxtyping import Float, Int
@@ -50,6 +59,8 @@ from interp.types import Head, Progress, as_stage
 CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
 CONFIRM_SE = 2.0  # a causal effect is confirmed when effect > CONFIRM_SE * standard error ...
 MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # ... and at least this large (nats; score)
+FUTILITY_SE = 3.0  # after the first look, an effect below MIN_EFFECT by this many standard errors stops
+FUTILITY_ERROR = NormalDist().cdf(-FUTILITY_SE)  # the chance an effect truly at MIN_EFFECT stops (0.13%)
 
 HEAD_VERDICTS = ("confirmed", "length-dependent", "unconfirmed")
 INDUCTION_STAGE = "Ablating induction candidates"  # the stages progress(stage, done, total) reports
@@ -71,6 +82,8 @@ class CausalEffects:
     all_candidates: Effect
     min_effect: float  # an effect below this is negligible, however small its error
     by_stratum: dict[str, dict[Head, tuple[Effect, Effect]]] = field(default_factory=dict)
+    stopped_early: dict[Head, list[str]] = field(default_factory=dict)  # head -> its effects ("alone",
+    # "with_others_ablated") stopped as futile at the first look: over its sequences only
 
     def significant(self, head: Head) -> bool:
         """Either pooled effect exceeds CONFIRM_SE standard errors and min_effect."""
@@ -109,9 +122,15 @@ def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
     return float(values.mean()), se
 
 
-Measure = Callable[[list[list[Head]], int, int], list[Float[Tensor, " batch"]]]
-"""measure(head sets, sets measured before, sets to measure in all) -> per set, the per-sequence
-measurement with those heads ablated (the counts are for progress)."""
+Measure = Callable[[list[list[Head]], Tensor, int, int], list[Float[Tensor, " rows"]]]
+"""measure(head sets, rows, runs before, runs in all) -> per set, the measurement on each of the probe
+sequences `rows` with those heads ablated (the counts, of sets times looks, are for progress)."""
+
+
+def _futile(effect: Effect, min_effect: float) -> bool:
+    """The effect's upper bound, mean + FUTILITY_SE standard errors, is below min_effect."""
+    mean, se = effect
+    return mean + FUTILITY_SE * se < min_effect
 
 
 def _candidate_effects(
@@ -119,29 +138,58 @@ def _candidate_effects(
     measure: Measure,
     sign: int,
     min_effect: float,
+    looks: Sequence[Tensor],
     strata: dict[str, Tensor] | None = None,
 ) -> CausalEffects:
     """An effect is sign * (measurement with the heads ablated - measurement without them), for each
     head alone, all candidates, and each head on top of the other candidates, over all sequences and
-    over each stratum's (`strata`: name -> row indices). The first call of `measure` runs no head,
-    all of them and each alone; a head its effect alone confirms, holding in every stratum, has the
-    same verdict and strata whatever its effect with the others ablated (a second effect only adds
-    ways to be significant and to hold), which is then not measured (NaN); the second call runs the
-    other candidates of each remaining head.
-    Within a call, runs share their first blocks."""
-    first = {frozenset(): [], frozenset(heads): sorted(heads)}
-    for head in heads:
-        first.setdefault(frozenset([head]), [head])
+    over each stratum's (`strata`: name -> row indices). The sets run look by look (`looks`: row
+    indices, each sequence in one): no head, all of them and each alone first; a head its effect
+    alone confirms, holding in every stratum, has the same verdict and strata whatever its effect with
+    the others ablated (a second effect only adds ways to be significant and to hold), which is then
+    not measured (NaN); the other candidates of each remaining head next. After each look but the
+    last, a head's effect (alone, or with the others ablated) that is futile (`_futile`) is not
+    measured in the later looks: it stays over the sequences measured so far (`stopped_early`).
+    Within a call of `measure`, runs share their first blocks."""
+    n_sequences = sum(len(rows) for rows in looks)
+    measured: dict[frozenset[Head], Tensor] = {}  # per sequence, NaN where not measured
+    runs_done = 0
+
+    def effect(ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None) -> Effect:
+        values = sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)])
+        values = values if rows is None else values[rows]
+        return _mean_se(values[~values.isnan()])
+
+    def run_looks(
+        sets: dict[frozenset[Head], list[Head]],
+        effects: dict[frozenset[Head], Callable[[], Effect]],
+        later: int,
+    ) -> None:
+        """Measure `sets` look by look, each set in `effects` until its effect is futile; `later`:
+        sets to run after these (for progress)."""
+        nonlocal runs_done
+        active = dict(sets)
+        for look, rows in enumerate(looks):
+            total = runs_done + len(active) * (len(looks) - look) + later * len(looks)
+            found = measure(list(active.values()), rows, runs_done, total)
+            runs_done += len(active)
+            for key, values in zip(active, found, strict=True):
+                measured.setdefault(key, torch.full((n_sequences,), math.nan))[rows] = values
+            if look < len(looks) - 1:
+                active = {
+                    key: value
+                    for key, value in active.items()
+                    if key not in effects or not _futile(effects[key](), min_effect)
+                }
 
     def others(head: Head) -> list[Head]:
         return sorted(h for h in heads if h != head)
 
-    upper = len(first) + len({frozenset(others(head)) for head in heads} - set(first))
-    measured = dict(zip(first, measure(list(first.values()), 0, upper), strict=True))
-
-    def effect(ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None) -> Effect:
-        values = sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)])
-        return _mean_se(values if rows is None else values[rows])
+    first = {frozenset(): [], frozenset(heads): sorted(heads)}
+    alone_sets = {frozenset([head]): head for head in heads if frozenset([head]) not in first}
+    first |= {key: [head] for key, head in alone_sets.items()}
+    upper = len({frozenset(others(head)) for head in heads} - set(first)) if len(heads) > 1 else 0
+    run_looks(first, {key: (lambda head=head: effect([head])) for key, head in alone_sets.items()}, upper)
 
     stratum_rows = strata or {}
     nan = (math.nan, math.nan)
@@ -160,16 +208,28 @@ def _candidate_effects(
         for head in heads
         if alone.verdict(head) != "confirmed" or len(alone.holds_in(head)) < len(stratum_rows)
     ]
-    second = {frozenset(others(head)): others(head) for head in undecided if len(heads) > 1}
-    second = {key: value for key, value in second.items() if key not in measured}
-    if second:
-        found = measure(list(second.values()), len(first), len(first) + len(second))
-        measured |= dict(zip(second, found, strict=True))
+    second = {frozenset(others(head)): head for head in undecided if len(heads) > 1}
+    second = {key: head for key, head in second.items() if key not in measured}
+    run_looks(
+        {key: others(head) for key, head in second.items()},
+        {key: (lambda head=head: effect(heads, others(head))) for key, head in second.items()},
+        0,
+    )
 
     def with_others(head: Head, rows: Tensor | None = None) -> Effect:
         if head not in undecided:
             return nan
         return effect(heads, others(head), rows) if len(heads) > 1 else effect([head], rows=rows)
+
+    def stopped(head: Head) -> list[str]:
+        """Which of the head's effects are over fewer than all sequences (stopped early as futile)."""
+        sets = {"alone": [[head], []], "with_others_ablated": [heads, others(head)] if len(heads) > 1 else []}
+        return [
+            name
+            for name, used in sets.items()
+            if (name == "alone" or head in undecided)
+            and any(int((~measured[frozenset(s)].isnan()).sum()) < n_sequences for s in used)
+        ]
 
     return dataclasses.replace(
         alone,
@@ -178,6 +238,7 @@ def _candidate_effects(
             name: {head: (effect([head], rows=rows), with_others(head, rows)) for head in heads}
             for name, rows in stratum_rows.items()
         },
+        stopped_early={head: names for head in heads if (names := stopped(head))},
     )
 
 
@@ -232,16 +293,35 @@ def clean_run(
     )
 
 
-def _row_groups(probe: Probe) -> list[tuple[Tensor, int]]:
-    """(rows, width) per repeat length (all rows if none): the rows run together, cut to the longest
-    of them (right padding after it cannot change earlier positions: attention is causal)."""
-    kinds = (
-        probe.repeat_len if probe.repeat_len is not None else torch.zeros(len(probe.tokens), dtype=torch.long)
+def _repeat_kinds(probe: Probe) -> Int[Tensor, " batch"]:
+    """Each sequence's repeat length (0 for all if the probe has none)."""
+    if probe.repeat_len is None:
+        return torch.zeros(len(probe.tokens), dtype=torch.long)
+    return probe.repeat_len
+
+
+def looks(probe: Probe) -> list[Tensor]:
+    """The probe's rows in two looks (row indices): the first half of each repeat length's sequences,
+    then the rest (one look if no repeat length has two sequences)."""
+    kinds = _repeat_kinds(probe)
+    first = torch.cat(
+        [rows[: len(rows) // 2] for kind in kinds.unique() for rows in [(kinds == kind).nonzero()[:, 0]]]
     )
+    is_first = torch.zeros(len(kinds), dtype=torch.bool)
+    is_first[first] = True
+    if not len(first):
+        return [torch.arange(len(kinds))]
+    return [is_first.nonzero()[:, 0], (~is_first).nonzero()[:, 0]]
+
+
+def _row_groups(probe: Probe, rows: Tensor) -> list[tuple[Tensor, int]]:
+    """(rows, width) per repeat length among `rows`: the rows run together, cut to the longest of them
+    (right padding after it cannot change earlier positions: attention is causal)."""
+    kinds = _repeat_kinds(probe)
     groups = []
-    for kind in kinds.unique().tolist():
-        rows = (kinds == kind).nonzero()[:, 0]
-        groups.append((rows, int(probe.lengths[rows].max())))
+    for kind in kinds[rows].unique().tolist():
+        group = rows[kinds[rows] == kind]
+        groups.append((group, int(probe.lengths[group].max())))
     return groups
 
 
@@ -288,15 +368,15 @@ def induction_ablation_effects(
         clean = clean_run(model, probe, [layer for layer, _ in heads], final=True)
     tokens = probe.tokens.to(model.device)
     second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
-    groups = _row_groups(probe)
+    n_groups = len(_row_groups(probe, torch.arange(len(tokens))))
 
-    def measure(head_sets: list[list[Head]], before: int, total: int) -> list[Tensor]:
-        """Mean loss per sequence on its second copy (logits only where it is scored)."""
+    def measure(head_sets: list[list[Head]], look: Tensor, before: int, total: int) -> list[Tensor]:
+        """Mean loss per sequence of `look` on its second copy (logits only where it is scored)."""
         values = torch.zeros(len(head_sets), len(tokens))
         final_name = final_resid_hook(model)
         if progress:
-            progress(INDUCTION_STAGE, before * len(groups), total * len(groups))
-        for g, (rows, width) in enumerate(groups):
+            progress(INDUCTION_STAGE, before * n_groups, total * n_groups)
+        for g, (rows, width) in enumerate(_row_groups(probe, look)):
             device_rows = rows.to(model.device)
             scored = second[device_rows, : width - 1]
             r, pos = scored.nonzero(as_tuple=True)
@@ -312,14 +392,14 @@ def induction_ablation_effects(
 
             reads = {final_name: clean.final[device_rows, :width]}
             step = as_stage(
-                progress, INDUCTION_STAGE, before * len(groups) + g * len(head_sets), total * len(groups)
+                progress, INDUCTION_STAGE, before * n_groups + g * len(head_sets), total * n_groups
             )
             runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, loss, step)
             for i, value in enumerate(runs):
                 values[i, rows] = value
-        return list(values)
+        return list(values[:, look])
 
-    return _candidate_effects(heads, measure, 1, MIN_EFFECT["induction"], length_strata(probe))
+    return _candidate_effects(heads, measure, 1, MIN_EFFECT["induction"], looks(probe), length_strata(probe))
 
 
 @torch.inference_mode()
@@ -348,14 +428,14 @@ def previous_token_ablation_effects(
     target_layers = sorted({layer for layer, _ in later})
     if clean is None:
         clean = clean_run(model, probe, [layer for layer, _ in heads], target_layers)
-    groups = _row_groups(probe)
+    n_groups = len(_row_groups(probe, torch.arange(len(probe.tokens))))
 
-    def measure(head_sets: list[list[Head]], before: int, total: int) -> list[Tensor]:
-        """Mean induction score of the later targets per sequence, with each set mean-ablated."""
+    def measure(head_sets: list[list[Head]], look: Tensor, before: int, total: int) -> list[Tensor]:
+        """Mean induction score of the later targets per sequence of `look`, with each set mean-ablated."""
         values = torch.zeros(len(head_sets), len(probe.tokens))
         if progress:
-            progress(PREVIOUS_TOKEN_STAGE, before * len(groups), total * len(groups))
-        for g, (rows, width) in enumerate(groups):
+            progress(PREVIOUS_TOKEN_STAGE, before * n_groups, total * n_groups)
+        for g, (rows, width) in enumerate(_row_groups(probe, look)):
             lengths = probe.lengths[rows]
             masks = {"induction": score_masks(probe.tokens[rows, :width], lengths)["induction"]}
             device_rows = rows.to(model.device)
@@ -374,14 +454,15 @@ def previous_token_ablation_effects(
                 return torch.stack(per_target).mean(0)
 
             step = as_stage(
-                progress, PREVIOUS_TOKEN_STAGE, before * len(groups) + g * len(head_sets), total * len(groups)
+                progress, PREVIOUS_TOKEN_STAGE, before * n_groups + g * len(head_sets), total * n_groups
             )
             runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, score, step)
             for i, value in enumerate(runs):
                 values[i, rows] = value
-        return list(values)
+        return list(values[:, look])
 
-    return _candidate_effects(heads, measure, -1, MIN_EFFECT["previous_token"], length_strata(probe))
+    strata = length_strata(probe)
+    return _candidate_effects(heads, measure, -1, MIN_EFFECT["previous_token"], looks(probe), strata)
 
 
 def causal_checks(

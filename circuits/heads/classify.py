@@ -53,6 +53,7 @@ def classify(
                 row[f"{kind}_confirmed"] = bool(found and found.confirmed((layer, head)))
                 row[f"{kind}_verdict"] = found.verdict((layer, head)) if found else ""
                 row[f"{kind}_holds_in"] = found.holds_in((layer, head)) if found else []
+                row[f"{kind}_stopped_early"] = found.stopped_early.get((layer, head), []) if found else []
                 for stratum in found.by_stratum if found else ():
                     per_stratum = found.by_stratum[stratum].get((layer, head), (nan, nan))
                     alone_s, with_others_s = per_stratum
@@ -77,9 +78,10 @@ class HeadReport:
     (induction, previous_token): <type>_effect(_se) ablating the head alone,
     <type>_effect_with_others(_se) ablating it with the other candidates already ablated (NaN when
     not tested), <type>_verdict (HEAD_VERDICTS, "" when not tested), <type>_holds_in (the
-    repeat-length strata where an effect exceeds the minimum), <type>_confirmed (the verdict is
-    "confirmed"), and the same effects per repeat length, <type>_effect[L=13] and so on; types (list
-    of type names).
+    repeat-length strata where an effect exceeds the minimum), <type>_stopped_early (its effects,
+    "alone" or "with_others_ablated", stopped as futile at the first look: over half the sequences),
+    <type>_confirmed (the verdict is "confirmed"), and the same effects per repeat length,
+    <type>_effect[L=13] and so on; types (list of type names).
     """
 
     model_name: str
@@ -132,6 +134,7 @@ class HeadReport:
                             "confirmed": bool(row[f"{kind}_confirmed"]),
                             "verdict": row.get(f"{kind}_verdict") or None,
                             "holds_in": list(row.get(f"{kind}_holds_in", [])),
+                            "stopped_early": list(row.get(f"{kind}_stopped_early", [])),
                             "by_stratum": {
                                 stratum: {
                                     "effect": _float(row[f"{kind}_effect[{stratum}]"]),

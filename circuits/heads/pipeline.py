@@ -10,6 +10,8 @@ import interp
 from circuits.heads.causal import (
     CAUSAL_TYPES,
     CONFIRM_SE,
+    FUTILITY_ERROR,
+    FUTILITY_SE,
     INDUCTION_STAGE,
     MIN_EFFECT,
     PREVIOUS_TOKEN_STAGE,
@@ -165,9 +167,14 @@ def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candi
         "ablation": "mean of hook_z per position over the probe sequences real there (padding excluded)",
         "causal_method": (
             "each candidate mean-ablated alone and with the other candidates of its type already "
-            "ablated (minimality); confirmed when either effect exceeds the threshold"
+            "ablated (minimality); confirmed when either effect exceeds the threshold; sequential "
+            "stopping in two looks (half of each repeat length's sequences, then the rest): an effect "
+            "whose mean + futility_se_times standard errors is below the minimum effect after the first "
+            "look is not run on the rest (an effect truly at the minimum is stopped so with probability "
+            f"at most {FUTILITY_ERROR:.2%}, normal approximation)"
         ),
         "confirm_if_effect_exceeds_se_times": CONFIRM_SE,
+        "futility_se_times": FUTILITY_SE,
         "confirm_if_effect_at_least": MIN_EFFECT,
         "n_bootstrap": N_BOOTSTRAP,
     }

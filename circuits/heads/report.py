@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from circuits.heads.causal import CAUSAL_TYPES
+from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
 from circuits.output import safe_csv
@@ -62,7 +62,11 @@ LEGEND = (
     "Δloss = ablated − clean loss on the repeated tokens, in nats (positive: the head helps predict "
     "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
     "attention (positive: the head feeds them). ✓: the effect exceeds 2 standard errors and 0.02, "
-    "and 0.02 at most of the probe's repeat lengths (else: length-dependent, not confirmed)."
+    "and 0.02 at most of the probe's repeat lengths (else: length-dependent, not confirmed). "
+    "†: stopped early as futile (sequential stopping in two looks): on the first half of each repeat "
+    f"length's sequences the effect + {FUTILITY_SE:g} standard errors was below 0.02, so it was not run "
+    "on the second half and is over the first; an effect truly at least 0.02 is stopped so with "
+    f"probability at most {FUTILITY_ERROR:.2%} (normal approximation), and stopping never confirms a head."
 )
 WIDE_TERMINAL = 160  # columns from which the terminal table shows every score
 FILE_WIDTH = 200  # the columns of the table format written to a file
@@ -169,18 +173,21 @@ def _cells(report: HeadReport, row) -> list[str]:
     names = [*_length_columns(report), *(n for n in SCORE_NAMES if n != "induction"), *WEIGHT_SCORES]
     head = head_label(row["layer"], row["head"])
     effects = [
-        ""
-        if math.isnan(row[f"{kind}_effect"])
-        else _effect_pair(row[f"{kind}_effect"], row[f"{kind}_effect_with_others"], "/")
-        for kind in CAUSAL_TYPES
+        "" if math.isnan(row[f"{kind}_effect"]) else _effect_pair(row, kind, "/") for kind in CAUSAL_TYPES
     ]
     return [head, _types(row), *(_number(row[name]) for name in names), *effects, _z(row)]
 
 
-def _effect_pair(alone: float, with_others: float, separator: str) -> str:
+def _effect_pair(row, kind: str, separator: str) -> str:
     """ "0.12/0.05": the effect alone and with the other candidates ablated ("–" where not measured:
-    the head is confirmed alone at every repeat length)."""
-    return f"{alone:.2f}{separator}" + ("–" if math.isnan(with_others) else f"{with_others:.2f}")
+    the head is confirmed alone at every repeat length; "†" after one stopped early as futile)."""
+    stopped = row.get(f"{kind}_stopped_early", [])
+    alone, with_others = row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]
+    cells = [
+        "–" if math.isnan(value) else f"{value:.2f}" + ("†" if name in stopped else "")
+        for name, value in (("alone", alone), ("with_others_ablated", with_others))
+    ]
+    return separator.join(cells)
 
 
 def _z(row) -> str:
@@ -194,9 +201,7 @@ def _compact_cells(row) -> list[str]:
     effect = ""
     for kind, unit in (("induction", "Δloss"), ("previous_token", "Δind")):
         if kind in row["types"] and not math.isnan(row[f"{kind}_effect"]):
-            effect = f"{unit} " + _effect_pair(
-                row[f"{kind}_effect"], row[f"{kind}_effect_with_others"], " / "
-            )
+            effect = f"{unit} " + _effect_pair(row, kind, " / ")
             break
     return [
         head_label(row["layer"], row["head"]),
