@@ -211,8 +211,9 @@ def test_robust_selection():
     assert heads == [(1, 1)] and z[1, 1] > 3.0
     assert z[1, 2].isnan() and robust_z(torch.zeros(3)).abs().max() == 0
     assert select_heads(drops, -1, 3.0, 0.05, 1.0)[0] == [(2, 0)]
-    assert figures["median"] == pytest.approx(-0.005)  # the lower middle value, as torch.median
-    # Few heads sharing the work: 0.24 is no robust outlier (z = 1.9) but 35% of the summed effect.
+    assert figures["median"] == pytest.approx(-0.0025)  # of 8 values, the mean of the middle two
+    torch.testing.assert_close(robust_z(-drops), -z, equal_nan=True)  # the sign convention moves no z
+    # Few heads sharing the work: 0.24 is no robust outlier (z = 1.8) but 35% of the summed effect.
     few = torch.tensor([[0.05, 0.15, 0.10], [0.24, 0.02, 0.12]])
     assert select_heads(few, 1, 3.0, 0.05, min_share=0.5)[0] == []
     assert select_heads(few, 1, 3.0, 0.05, min_share=0.2)[0] == [(1, 0), (0, 1)]

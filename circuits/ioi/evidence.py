@@ -78,10 +78,11 @@ def direct_logit_attributions(
 
 
 def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
-    """Median and median absolute deviation of the finite entries of `values`."""
+    """Median and median absolute deviation of the finite entries of `values`; of an even count, the
+    mean of the two middle values (so negating `values` negates the median and keeps the MAD)."""
     finite = values[values.isfinite()]
-    median = finite.median()
-    return median, (finite - median).abs().median()
+    median = finite.quantile(0.5)
+    return median, (finite - median).abs().quantile(0.5)
 
 
 def robust_z(values: Tensor) -> Tensor:
