@@ -766,6 +766,7 @@ def icl(
     """
     from circuits.icl import (
         DocumentSplit,
+        ICLSettings,
         Windows,
         default_windows,
         icl_over_training,
@@ -816,11 +817,11 @@ def icl(
         )
         done = kept_stages(save, "icl", options, kept, icl_stage_notes, loaded)
         with stopped_leaves(save), stage_bars("icl", stages) as progress:
-            result = icl_report(
-                loaded, n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
-                ablation=ablation, induction_heads=heads, top=top, n_random=n_random, seed=seed,
-                progress=progress, stages=done,
+            settings = ICLSettings(
+                n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
+                ablation=ablation, top=top, n_random=n_random, seed=seed,
             )  # fmt: skip
+            result = icl_report(loaded, settings, induction_heads=heads, progress=progress, stages=done)
             if run is not None:
                 step = as_stage(progress, CHECKPOINTS_STAGE)
                 result.training = icl_over_training(run, n_documents, windows, seed, progress=step)
@@ -840,11 +841,10 @@ def icl(
 def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
             format, out, save, icl_only) -> None:  # fmt: skip
     """`interp icl --fv`: function-vector heads beside the induction heads."""
-    from circuits.evidence import split_families
-    from circuits.icl import function_vector_report
+    from circuits.icl import FunctionVectorSettings, function_vector_report
     from circuits.icl.fv_report import FORMATS, write_fv_report
     from circuits.icl.heads import INDUCTION_HEADS_STAGE
-    from interp.tasks.icl_tasks import ICL_TASKS, check_task_names
+    from interp.tasks.icl_tasks import ICL_TASKS
 
     check_format(format, out, FORMATS)
     if candidates < fv_heads:
@@ -857,20 +857,20 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
 
     tasks, heldout_tasks = families  # the --tasks and --heldout-tasks options
     try:
-        names = check_task_names(list(ICL_TASKS) if tasks is None else listed(tasks))
-        heldout = None if heldout_tasks is None else listed(heldout_tasks)
-        split_families(names, heldout, seed=seed)
+        settings = FunctionVectorSettings(
+            tasks=tuple(ICL_TASKS) if tasks is None else listed(tasks),
+            heldout_tasks=None if heldout_tasks is None else listed(heldout_tasks), n_prompts=n_prompts,
+            n_shots=n_shots, top=fv_heads, candidates=candidates, n_random=n_random, n_documents=n_documents,
+            seed=seed,
+        )  # fmt: skip
+        settings.family_split()
     except ValueError as error:
         raise fail(str(error)) from error
     loaded = load(model)
     try:
         stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(FV_STAGES)
         with stage_bars("icl --fv", stages) as progress:
-            result = function_vector_report(
-                loaded, names, heldout_tasks=heldout, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads,
-                candidates=candidates, n_random=n_random, n_documents=n_documents, induction_heads=heads,
-                seed=seed, progress=progress,
-            )  # fmt: skip
+            result = function_vector_report(loaded, settings, induction_heads=heads, progress=progress)
     except ValueError as error:
         raise fail(str(error)) from error
     write_fv_report(result, format, out, console)
@@ -906,7 +906,7 @@ def retrieval(
     overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
     from circuits.icl.heads import INDUCTION_HEADS_STAGE
-    from circuits.retrieval import find_retrieval_circuit
+    from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.report import FORMATS, write_retrieval_report
 
     check_format(format, out, FORMATS)
@@ -915,14 +915,15 @@ def retrieval(
     n_prompts, n_heldout, n_exact, n_two_hop, quick_note = apply_quick(
         "retrieval", quick, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_two_hop=n_two_hop
     )
+    settings = RetrievalSettings(
+        n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random, n_two_hop=n_two_hop,
+        seed=seed,
+    )  # fmt: skip
     loaded = load(model)
     stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(RETRIEVAL_STAGES)
     try:
         with stage_bars("retrieval", stages) as progress:
-            result = find_retrieval_circuit(
-                loaded, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random,
-                n_two_hop=n_two_hop, induction_heads=heads, seed=seed, progress=progress,
-            )  # fmt: skip
+            result = find_retrieval_circuit(loaded, settings, induction_heads=heads, progress=progress)
     except ValueError as error:
         raise fail(str(error)) from error
     result.provenance = with_note(result.provenance, quick_note)

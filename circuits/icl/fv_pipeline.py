@@ -27,6 +27,7 @@ from torch import Tensor
 
 import interp
 from circuits.evidence import (
+    FamilySplit,
     beyond_random,
     head_labels,
     held_out_note,
@@ -129,154 +130,252 @@ def _compare(
     )
 
 
-def _task_vectors(
-    tasks: Sequence[str],
-    family: str,
-    prompts: TaskPrompts,
-    effects: QueryEffects,
-    n_pairs: dict[str, int],
-    seed: int,
-) -> list[TaskVector]:
-    """One row per task of `prompts`: zero-shot accuracy without, with the FV, with random vectors."""
-    rows = []
-    for index, task in enumerate(tasks):
-        runs = effects.zero_shot[:, prompts.task_index == index]
-        rows.append(
-            TaskVector(
-                task=task,
-                description=ICL_TASKS[task].description,
-                family=family,
-                n_pairs=n_pairs[task],
-                few_shot=effects.few_shot[prompts.task_index == index].mean().item(),
-                zero_shot=runs[0].mean().item(),
-                zero_shot_ci=mean_ci(runs[0], seed),
-                with_fv=runs[1].mean().item(),
-                with_fv_ci=mean_ci(runs[1], seed),
-                with_random=runs[2:].mean().item(),
-                with_random_ci=mean_ci(runs[2:].mean(0), seed),
-            )
-        )
-    return rows
-
-
-def function_vector_report(
-    model: interp.HookedTransformer,
-    tasks: Sequence[str] = tuple(ICL_TASKS),
-    *,
-    heldout_tasks: Sequence[str] | None = None,
-    n_prompts: int = 12,
-    n_shots: int = 5,
-    top: int = 10,
-    candidates: int | None = 30,
-    n_random: int = 4,
-    n_documents: int = 8,
-    induction_heads: Sequence[Head] | None = None,
-    seed: int = 0,
-    progress: Progress | None = None,
-) -> FunctionVectorResult:
-    """Function-vector heads of `model` beside its induction heads.
+@dataclass(frozen=True, kw_only=True)
+class FunctionVectorSettings:
+    """The tasks and sizes of `function_vector_report`.
 
     tasks: word-pair tasks of `interp.tasks.icl_tasks.ICL_TASKS`, the families.
     heldout_tasks: the tasks that test (default: half of `tasks`, drawn with `seed`); the others choose
       the heads and the layer.
     n_prompts: few-shot prompts per task and half of its pairs, of `n_shots` examples each.
+    top: FV heads: the largest exact AIEs among the candidates (mean over discovery tasks).
     candidates: the heads whose AIE is computed exactly on the discovery tasks: the largest attributed
       AIEs (None, or as many as the model has: every head, one patched run each).
-    top: FV heads: the largest exact AIEs among the candidates (mean over discovery tasks).
     n_random: random same-layer sets each class is compared with.
     n_documents: Brown corpus documents the ICL score is measured on (for the ablations).
-    induction_heads: default `confirmed_induction_heads(model)` (cached); () skips that class.
+    seed: the split, the prompts, the random sets and the bootstrap.
     """
-    began = time.perf_counter()
-    tasks = check_task_names(list(tasks))
-    for name, value, least in [("n_prompts", n_prompts, 2), ("n_shots", n_shots, 2), ("top", top, 1),
-                               ("n_random", n_random, 1), ("n_documents", n_documents, 4)]:  # fmt: skip
-        check_count(value, name, least)
-    if candidates is not None:
-        check_count(candidates, "candidates", top)
-    # 1. families: discovery and held-out tasks; each task's demonstration and query halves
-    split = split_families(tasks, heldout_tasks, seed=seed)
+
+    tasks: Sequence[str] = tuple(ICL_TASKS)
+    heldout_tasks: Sequence[str] | None = None
+    n_prompts: int = 12
+    n_shots: int = 5
+    top: int = 10
+    candidates: int | None = 30
+    n_random: int = 4
+    n_documents: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, least in [
+            ("n_prompts", 2),
+            ("n_shots", 2),
+            ("top", 1),
+            ("n_random", 1),
+            ("n_documents", 4),
+        ]:
+            check_count(getattr(self, name), name, least)
+        if self.candidates is not None:
+            check_count(self.candidates, "candidates", self.top)
+
+    @property
+    def task_names(self) -> list[str]:
+        """The tasks, checked against ICL_TASKS, in order."""
+        return check_task_names(list(self.tasks))
+
+    def family_split(self) -> FamilySplit:
+        """Which tasks choose (discovery) and which test (held-out): `split_families`."""
+        return split_families(self.task_names, self.heldout_tasks, seed=self.seed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskFamilies:
+    """Step 1: the tasks split, and each task's single-token pairs halved (`split_pairs`) into a
+    demonstration half (0) and a query half (1)."""
+
+    tasks: list[str]
+    split: FamilySplit
+    halves: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]
+    n_pairs: dict[str, int]  # each task's single-token pairs
+
+    def prompts(
+        self, model: interp.HookedTransformer, half: int, settings: FunctionVectorSettings
+    ) -> dict[str, TaskPrompts]:
+        """ "discovery" and "heldout" -> the few-shot prompts of that group's tasks' `half`."""
+        return {
+            group: task_prompts(
+                model,
+                {name: self.halves[name][half] for name in names},
+                settings.n_prompts,
+                settings.n_shots,
+                settings.seed + half,
+            )  # fmt: skip
+            for group, names in vars(self.split).items()
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadChoice:
+    """Step 2, on the discovery tasks' demonstrations: AIE attributed [layer, head] (mean over tasks)
+    and per task [task, layer, head], the candidates and their exact AIE [candidate], the FV heads."""
+
+    aie: Tensor
+    aie_per_task: Tensor
+    candidates: list[Head]
+    candidates_aie: Tensor
+    fv_heads: list[Head]
+
+
+def _task_vectors(
+    families: TaskFamilies, queries: dict[str, TaskPrompts], effects: dict[str, QueryEffects], seed: int
+) -> list[TaskVector]:
+    """One row per task, the discovery tasks first: zero-shot accuracy without, with the FV, with
+    random vectors, on its queries."""
+    rows = []
+    for group, family in (("discovery", "discovery"), ("heldout", "held-out")):
+        prompts, measured = queries[group], effects[group]
+        for index, task in enumerate(getattr(families.split, group)):
+            runs = measured.zero_shot[:, prompts.task_index == index]
+            rows.append(
+                TaskVector(
+                    task=task,
+                    description=ICL_TASKS[task].description,
+                    family=family,
+                    n_pairs=families.n_pairs[task],
+                    few_shot=measured.few_shot[prompts.task_index == index].mean().item(),
+                    zero_shot=runs[0].mean().item(),
+                    zero_shot_ci=mean_ci(runs[0], seed),
+                    with_fv=runs[1].mean().item(),
+                    with_fv_ci=mean_ci(runs[1], seed),
+                    with_random=runs[2:].mean().item(),
+                    with_random_ci=mean_ci(runs[2:].mean(0), seed),
+                )
+            )
+    return rows
+
+
+def task_families(model: interp.HookedTransformer, settings: FunctionVectorSettings) -> TaskFamilies:
+    """Step 1: the tasks split, each task's pairs halved; refused where a half has too few pairs."""
+    tasks, split = settings.task_names, settings.family_split()
     pairs = {name: single_token_pairs(model, ICL_TASKS[name]) for name in tasks}
-    halves = {name: split_pairs(task_pairs, seed) for name, task_pairs in pairs.items()}
+    halves = {name: split_pairs(task_pairs, settings.seed) for name, task_pairs in pairs.items()}
     for name, (_, query_pairs) in halves.items():
-        if len(query_pairs) <= n_shots:
+        if len(query_pairs) <= settings.n_shots:
             raise ValueError(
                 f"task {name} has {len(pairs[name])} pairs with single-token answers for this tokenizer, "
-                f"too few for {n_shots} shots in each half; pass a smaller n_shots"
+                f"too few for {settings.n_shots} shots in each half; pass a smaller n_shots"
             )
-    found_by = "given"
-    if induction_heads is None:
-        induction_heads = confirmed_induction_heads(model, progress=progress)
-        found_by = "confirmed by interp heads"
-    induction_heads = check_heads(model.cfg, induction_heads)
-    timings = {"induction heads": time.perf_counter() - began}
+    n_pairs = {name: len(task_pairs) for name, task_pairs in pairs.items()}
+    return TaskFamilies(tasks=tasks, split=split, halves=halves, n_pairs=n_pairs)
 
-    def stage(name: str, step: str) -> None:
-        timings[name] = time.perf_counter() - began - sum(timings.values())
-        if progress is not None:
-            progress(step, 0, 1)
 
-    def prompts_of(group: Sequence[str], half: int) -> TaskPrompts:
-        chosen = {name: halves[name][half] for name in group}
-        return task_prompts(model, chosen, n_prompts, n_shots, seed + half)
-
+def attributed_candidates(
+    model: interp.HookedTransformer,
+    discovery: TaskPrompts,
+    means: Tensor,
+    n_tasks: int,
+    candidates: int | None,
+) -> tuple[Tensor, Tensor, list[Head]]:
+    """Step 2a: (AIE attributed [layer, head], per task [task, layer, head], the `candidates` heads
+    of the largest) on the `n_tasks` discovery tasks' demonstrations."""
     cfg = model.cfg
-    demonstrations = {group: prompts_of(names, 0) for group, names in vars(split).items()}
-    queries = {group: prompts_of(names, 1) for group, names in vars(split).items()}
-    means = {group: mean_head_outputs(model, prompts) for group, prompts in demonstrations.items()}
-
-    # 2. heads, on the discovery tasks' demonstrations
-    discovery, discovery_means = demonstrations["discovery"], means["discovery"]
-    attributed = attributed_indirect_effects(model, discovery, discovery_means)  # [batch, layer, head]
-    one_hot = torch.nn.functional.one_hot(discovery.task_index, len(split.discovery)).float()  # [batch, task]
+    attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
+    one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
     aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
     aie = aie_per_task.mean(0)
     n_heads = cfg.n_layers * cfg.n_heads
     ranked = aie.flatten().argsort(descending=True)[: n_heads if candidates is None else candidates].tolist()
-    candidate_heads = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
-    stage("attribution", "Exact AIE of the candidates (discovery tasks)")
+    return aie, aie_per_task, [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
+
+
+def exact_fv_heads(
+    model: interp.HookedTransformer,
+    discovery: TaskPrompts,
+    means: Tensor,
+    attributed: tuple[Tensor, Tensor, list[Head]],
+    top: int,
+    progress: Progress | None,
+) -> HeadChoice:
+    """Step 2b: each candidate's exact AIE on the discovery tasks' demonstrations; the `top` are the
+    FV heads."""
+    aie, aie_per_task, candidates = attributed
+    one_hot = torch.nn.functional.one_hot(discovery.task_index, aie_per_task.shape[0]).float()
     exact = head_indirect_effects(
-        model,
-        discovery,
-        discovery_means,
-        [[head] for head in candidate_heads],
-        as_stage(progress, "Exact AIE"),
+        model, discovery, means, [[head] for head in candidates], as_stage(progress, "Exact AIE")
     )  # [candidate, batch]
     exact_aie = ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # mean over tasks
-    fv_heads = [candidate_heads[i] for i in exact_aie.argsort(descending=True).tolist()[:top]]
+    fv_heads = [candidates[i] for i in exact_aie.argsort(descending=True).tolist()[:top]]
+    return HeadChoice(
+        aie=aie, aie_per_task=aie_per_task, candidates=candidates, candidates_aie=exact_aie, fv_heads=fv_heads
+    )
 
-    # 3. layer, on the discovery tasks' queries
-    stage("exact AIE", "FV added at each layer (discovery tasks' zero-shot prompts)")
-    vectors = function_vector(model, discovery_means, fv_heads)  # [task, d_model]
+
+def fv_layer(
+    model: interp.HookedTransformer, queries: TaskPrompts, means: Tensor, fv_heads: Sequence[Head]
+) -> tuple[int, Tensor]:
+    """Step 3: (the layer where the function vector most raises zero-shot accuracy, the accuracy
+    with it added at each layer [layer]) on the discovery tasks' queries."""
+    vectors = function_vector(model, means, fv_heads)  # [task, d_model]
     layer_accuracy = zero_shot_accuracy(
-        model, queries["discovery"], [(layer, vectors) for layer in range(cfg.n_layers)]
+        model, queries, [(layer, vectors) for layer in range(model.cfg.n_layers)]
     ).mean(1)
-    fv_layer = int(layer_accuracy.argmax())
+    return int(layer_accuracy.argmax()), layer_accuracy
 
-    # 4. effects on the discovery tasks' queries and on the held-out tasks'
-    stage("layer", "Effects on discovery and held-out tasks: AIE, function vectors, ablations")
+
+def head_classes(
+    model: interp.HookedTransformer,
+    fv_heads: list[Head],
+    induction_heads: Sequence[Head],
+    settings: FunctionVectorSettings,
+) -> list[HeadClass]:
+    """The FV heads, then the induction heads (if any), each with its random same-layer sets."""
     classes = [
         HeadClass(
-            name="FV heads", heads=fv_heads, draws=random_same_layer_sets(model, fv_heads, n_random, seed)
+            name="FV heads",
+            heads=fv_heads,
+            draws=random_same_layer_sets(model, fv_heads, settings.n_random, settings.seed),
         )
     ]
     if induction_heads:
-        draws = random_same_layer_sets(model, induction_heads, n_random, seed)
+        draws = random_same_layer_sets(model, induction_heads, settings.n_random, settings.seed)
         classes.append(HeadClass(name="induction heads", heads=list(induction_heads), draws=draws))
+    return classes
+
+
+def induction_class(
+    model: interp.HookedTransformer, induction_heads: Sequence[Head] | None, progress: Progress | None
+) -> tuple[list[Head], str]:
+    """(the induction heads, how they were found): the given heads, else `confirmed_induction_heads`."""
+    if induction_heads is not None:
+        return check_heads(model.cfg, induction_heads), "given"
+    found = confirmed_induction_heads(model, progress=progress)
+    return check_heads(model.cfg, found), "confirmed by interp heads"
+
+
+def effects_on_queries(
+    model: interp.HookedTransformer,
+    queries: dict[str, TaskPrompts],
+    means: dict[str, Tensor],
+    classes: Sequence[HeadClass],
+    layer: int,
+    seed: int,
+) -> tuple[dict[str, QueryEffects], Comparison, Comparison]:
+    """Step 4: every effect on the discovery tasks' queries and, apart, on the held-out tasks'
+    ("discovery", "heldout" -> `QueryEffects`), and the FV heads' AIE and the function vector's
+    zero-shot gain, each against random same-layer heads."""
     effects = {
-        group: _query_effects(model, queries[group], means[group], classes, fv_layer) for group in queries
+        group: _query_effects(model, queries[group], means[group], classes, layer) for group in queries
     }
     chosen, tested = effects["discovery"], effects["heldout"]
-    fv = classes[0]
-    aie_test = _compare("FV heads: AIE", "p(answer)", fv, chosen.patched, tested.patched, seed)
+    aie_test = _compare("FV heads: AIE", "p(answer)", classes[0], chosen.patched, tested.patched, seed)
     vector_test = _compare(
-        "Function vector: zero-shot accuracy gained", "accuracy", fv,
+        "Function vector: zero-shot accuracy gained", "accuracy", classes[0],
         chosen.zero_shot[1:] - chosen.zero_shot[0], tested.zero_shot[1:] - tested.zero_shot[0], seed,
     )  # fmt: skip
+    return effects, aie_test, vector_test
 
-    # 5. the ICL score, on documents no choice saw
-    stage("effects", "Ablations: the ICL score")
-    sequences = default_sequences(model, n_documents, seed)
+
+def icl_score_ablations(
+    model: interp.HookedTransformer,
+    classes: Sequence[HeadClass],
+    chosen: QueryEffects,
+    tested: QueryEffects,
+    settings: FunctionVectorSettings,
+) -> list[Comparison]:
+    """Step 5: each class ablated: few-shot accuracy (`chosen` and `tested` queries' drops), and the
+    ICL score on Brown corpus documents that no choice saw."""
+    seed = settings.seed
+    sequences = default_sequences(model, settings.n_documents, seed)
     head_sets = [heads for found in classes for heads in found.sets]
     _, clean_icl, ablated_icl = ablated_icl_scores(
         model, sequences.tokens, sequences.windows, head_sets, seed=seed
@@ -290,38 +389,69 @@ def function_vector_report(
                      chosen.ablation_drops[i], tested.ablation_drops[i], seed),
             _compare(f"{found.name} ablated: ICL score", "nats", found, None, context_drop, seed),
         ]  # fmt: skip
+    return ablations
 
-    n_pairs = {name: len(task_pairs) for name, task_pairs in pairs.items()}
-    task_vectors = [
-        *_task_vectors(split.discovery, "discovery", queries["discovery"], chosen, n_pairs, seed),
-        *_task_vectors(split.heldout, "held-out", queries["heldout"], tested, n_pairs, seed),
-    ]
+
+def function_vector_report(
+    model: interp.HookedTransformer,
+    settings: FunctionVectorSettings = FunctionVectorSettings(),
+    *,
+    induction_heads: Sequence[Head] | None = None,
+    progress: Progress | None = None,
+) -> FunctionVectorResult:
+    """Function-vector heads of `model` beside its induction heads, on the tasks and with the sizes of
+    `settings` (the steps: the module docstring). induction_heads: default
+    `confirmed_induction_heads(model)` (cached); () skips that class."""
+    began, seed = time.perf_counter(), settings.seed
+    families = task_families(model, settings)  # 1. families
+    induction_heads, found_by = induction_class(model, induction_heads, progress)
+    timings = {"induction heads": time.perf_counter() - began}
+
+    def stage(name: str, step: str) -> None:
+        timings[name] = time.perf_counter() - began - sum(timings.values())
+        if progress is not None:
+            progress(step, 0, 1)
+
+    demonstrations, queries = families.prompts(model, 0, settings), families.prompts(model, 1, settings)
+    means = {group: mean_head_outputs(model, prompts) for group, prompts in demonstrations.items()}
+    discovery, n_discovery = demonstrations["discovery"], len(families.split.discovery)
+    attributed = attributed_candidates(model, discovery, means["discovery"], n_discovery, settings.candidates)
+    stage("attribution", "Exact AIE of the candidates (discovery tasks)")  # 2. heads
+    chosen_heads = exact_fv_heads(model, discovery, means["discovery"], attributed, settings.top, progress)
+    stage("exact AIE", "FV added at each layer (discovery tasks' zero-shot prompts)")  # 3. layer
+    layer, layer_accuracy = fv_layer(model, queries["discovery"], means["discovery"], chosen_heads.fv_heads)
+    stage("layer", "Effects on discovery and held-out tasks: AIE, function vectors, ablations")  # 4.
+    classes = head_classes(model, chosen_heads.fv_heads, induction_heads, settings)
+    effects, aie_test, vector_test = effects_on_queries(model, queries, means, classes, layer, seed)
+    chosen, tested = effects["discovery"], effects["heldout"]
+    stage("effects", "Ablations: the ICL score")  # 5. the ICL score, on documents no choice saw
+    ablations = icl_score_ablations(model, classes, chosen, tested, settings)
     stage("ICL score", "done")
     timings["total"] = time.perf_counter() - began
-    fv_labels, induction_labels = head_labels(fv_heads), head_labels(induction_heads)
+    fv_labels, induction_labels = head_labels(chosen_heads.fv_heads), head_labels(induction_heads)
     return FunctionVectorResult(
-        model_name=cfg.model_name,
+        model_name=model.cfg.model_name,
         provenance=interp.provenance(model),
-        tasks=tasks,
-        split=split,
-        n_shots=n_shots,
-        n_prompts=n_prompts,
+        tasks=families.tasks,
+        split=families.split,
+        n_shots=settings.n_shots,
+        n_prompts=settings.n_prompts,
         seed=seed,
-        aie_attributed=aie,
-        aie_per_task=aie_per_task,
-        candidates=head_labels(candidate_heads),
-        candidates_aie=exact_aie.tolist(),
+        aie_attributed=chosen_heads.aie,
+        aie_per_task=chosen_heads.aie_per_task,
+        candidates=head_labels(chosen_heads.candidates),
+        candidates_aie=chosen_heads.candidates_aie.tolist(),
         fv_heads=fv_labels,
         fv_heads_heldout_aie=tested.single_heads.mean(1).tolist(),
         induction_heads=induction_labels,
         induction_found_by=found_by,
         overlap=[label for label in fv_labels if label in induction_labels],
-        fv_layer=fv_layer,
+        fv_layer=layer,
         layer_accuracy=layer_accuracy.tolist(),
         aie_test=aie_test,
         vector_test=vector_test,
-        task_vectors=task_vectors,
+        task_vectors=_task_vectors(families, queries, effects, seed),
         ablations=ablations,
-        n_documents=n_documents,
+        n_documents=settings.n_documents,
         timings=timings,
     )
