@@ -35,6 +35,7 @@ from interp.catalog import (
 from interp.runtime.memory import keep_freed_memory
 
 if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
+    from circuits.edge_circuits.tasks import EdgeTask
     from interp.types import Progress
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
@@ -588,6 +589,11 @@ def circuit(
         help="Prompt pairs (ioi, induction) that find the circuit, and as many held-out ones that test it.",
     ),
     seed: int = typer.Option(0, help="Seed of the prompts."),
+    heldout_families: str | None = typer.Option(
+        None,
+        help="With a prompt-pair file: the families (its family column) held out to test the circuit and "
+        "the head classes, comma-separated (default: half of them, drawn with --seed).",
+    ),
     curve: bool = typer.Option(
         False,
         help="Also measure the faithfulness curve (MIB's 10 sizes, top |score|, top signed and random "
@@ -605,7 +611,7 @@ def circuit(
 
     The circuit is found on discovery prompts and its faithfulness measured on held-out ones: IOI's
     held-out templates and names, fresh induction sequences, or a prompt-pair file's held-out families
-    (its `family` column), else held-out prompts of it.
+    (its `family` column; --heldout-families names them), else held-out prompts of it.
     """
     import json
 
@@ -625,6 +631,7 @@ def circuit(
 
     check_format(format, out, FORMATS)
     check_save(save)
+    heldout_names = _heldout_families(task, heldout_families)
     n_prompts, prune_steps, quick_note = apply_quick(
         "circuit", quick, n_prompts=n_prompts, prune_steps=prune_steps
     )
@@ -660,6 +667,8 @@ def circuit(
     try:
         prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
         heldout = heldout_edge_task(loaded, task, n_prompts, seed)
+        if heldout_names is not None:
+            prompt_pairs, heldout = _split_by_families(prompt_pairs, heldout_names)
         searched = edges is None and fraction is None
         with_heads = bool(Path(task).suffix) and metric == "logit_diff"  # the user's pairs: head classes too
         stages = edge_circuit_stages(method, searched, curve, bootstrap) + list(
@@ -677,7 +686,8 @@ def circuit(
                 heldout=heldout,
             )  # fmt: skip
             if pairs is not None:
-                result.heads = head_path(loaded, pairs, PathSettings(seed=seed, ablation=ablation), progress)
+                settings = PathSettings(seed=seed, ablation=ablation, heldout=heldout_names)
+                result.heads = head_path(loaded, pairs, settings, progress)
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     result.provenance = with_note(result.provenance, quick_note)
@@ -686,6 +696,40 @@ def circuit(
         write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
         console.print(f"Wrote {mib_out}", style="dim")
     save_and_tell(result, out, save)
+
+
+def _heldout_families(task: str, option: str | None) -> tuple[str, ...] | None:
+    """--heldout-families: the families named, checked against the prompt-pair file's family column
+    before any model loads (None: half of them drawn)."""
+    from circuits.evidence import split_families
+    from circuits.path.task import read_pairs
+
+    if option is None:
+        return None
+    if not Path(task).suffix:
+        raise fail(
+            f"--heldout-families names families of a prompt-pair file's family column; --task {task} holds "
+            "out its own (IOI's held-out templates, fresh induction sequences)."
+        )
+    names = tuple(dict.fromkeys(name.strip() for name in option.split(",") if name.strip()))
+    try:
+        families = [str(row.get("family") or "") for row in read_pairs(task)]
+        if not any(families):
+            raise ValueError(f"{task} has no family column, so it has no families to hold out")
+        split_families(families, heldout=names)
+    except (ValueError, FileNotFoundError) as error:
+        raise fail(f"--heldout-families: {error}") from error
+    return names
+
+
+def _split_by_families(task: EdgeTask, heldout: Sequence[str]) -> tuple[EdgeTask, EdgeTask]:
+    """(the prompts of the other families, the prompts of the `heldout` families) of `task`."""
+    import torch
+
+    from circuits.edge_circuits.find import task_rows
+
+    held = torch.tensor([family in heldout for family in task.families])
+    return task_rows(task, (~held).nonzero()[:, 0]), task_rows(task, held.nonzero()[:, 0])
 
 
 @app.command(epilog=EXAMPLES["icl"])
