@@ -43,11 +43,6 @@ MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
 # circuits.retrieval.find reports them ("Path patching: heads -> ..."), and of `interp icl` on a training run.
 CHECKPOINTS_STAGE = "ICL and induction scores at each checkpoint"
 RETRIEVAL_STAGES = ("Edge attribution (EAP)", "Path patching", "Held-out ablations")
-FV_STAGES = (  # as circuits.icl.fv_pipeline reports them
-    "Exact AIE of the candidates (discovery prompts)", "Exact AIE",
-    "FV added at each layer (discovery zero-shot prompts)", "Held-out tests: AIE, function vectors",
-    "Ablations: few-shot accuracy and the ICL score", "done",
-)  # fmt: skip
 EXAMPLES = {  # the end of each command's --help: its expected time (EXPECTED_TIMES) and examples
     command: (expected_time_text(command) + "\n\n" if command in EXPECTED_TIMES else "")
     + "Examples:\n\n"
@@ -304,7 +299,7 @@ def heads(
         False, "--all", help="Every typed head in the terminal table, not only those confirmed by ablation."
     ),
     ray: str | None = typer.Option(None, help=RAY_HELP),
-    save: str | None = typer.Option(None, help=SAVE_HELP),
+    save: str | None = typer.Option(None, help=KEPT_SAVE_HELP),
     dtype: Literal[DTYPES] = typer.Option(
         "float32",
         help="Load the model in this dtype. bfloat16 runs faster on CPUs with bf16 units (on one with "
@@ -315,7 +310,7 @@ def heads(
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from circuits.heads import head_report
-    from circuits.heads.pipeline import head_report_stages
+    from circuits.heads.pipeline import KEPT_STAGES, head_report_stages, heads_stage_notes
     from circuits.heads.report import FORMATS, write_report
     from circuits.icl.heads import remember_induction_heads
     from circuits.sweeps import run_on_ray
@@ -323,11 +318,14 @@ def heads(
     check_format(format, out, FORMATS)
     check_save(save)
     n_samples, quick_note = apply_quick("heads", quick, n_samples=n_samples)
+    options = {"model": model, "n_samples": n_samples, "seed": seed, "dtype": dtype}
+    kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes)  # another run's file: refused now
     loaded = load(model, dtype)
     try:
         if ray is None:
-            with stage_bars("heads", head_report_stages(loaded)) as progress:
-                report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress)
+            kept = kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes, loaded)
+            with stopped_leaves(save), stage_bars("heads", head_report_stages(loaded)) as progress:
+                report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress, stages=kept)
             remember_induction_heads(loaded, report, n_samples, seed)  # what interp icl, retrieval reuse
         else:
             report = run_on_ray(head_report, model, ray, dtype=dtype, n_samples=n_samples, seed=seed)
@@ -775,7 +773,7 @@ def icl(
         None,
         help="Also draw a figure (.png, .svg, .pdf): a training run across its steps, else loss per token.",
     ),
-    save: str | None = typer.Option(None, help=KEPT_SAVE_HELP + " (Without --fv.)"),
+    save: str | None = typer.Option(None, help=KEPT_SAVE_HELP),
     fv: bool = typer.Option(
         False,
         "--fv",
@@ -886,8 +884,8 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
             format, out, save, icl_only) -> None:  # fmt: skip
     """`interp icl --fv`: function-vector heads beside the induction heads."""
     from circuits.icl import FunctionVectorSettings, function_vector_report
+    from circuits.icl.fv_pipeline import function_vector_stages, fv_stage_notes
     from circuits.icl.fv_report import FORMATS, write_fv_report
-    from circuits.icl.heads import INDUCTION_HEADS_STAGE
     from interp.tasks.icl_tasks import ICL_TASKS
 
     check_format(format, out, FORMATS)
@@ -910,11 +908,21 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
         settings.family_split()
     except ValueError as error:
         raise fail(str(error)) from error
+    stages = function_vector_stages(find_induction_heads=heads is None)
+    heldout = None if settings.heldout_tasks is None else list(settings.heldout_tasks)
+    options = {
+        "model": model, "tasks": settings.task_names, "heldout_tasks": heldout, "n_prompts": n_prompts,
+        "n_shots": n_shots, "fv_heads": fv_heads, "candidates": candidates, "n_random": n_random,
+        "n_documents": n_documents, "induction_heads": heads, "seed": seed,
+    }  # fmt: skip
+    kept_stages(save, "icl --fv", options, stages, fv_stage_notes)  # another run's file: refused now
     loaded = load(model)
     try:
-        stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(FV_STAGES)
-        with stage_bars("icl --fv", stages) as progress:
-            result = function_vector_report(loaded, settings, induction_heads=heads, progress=progress)
+        done = kept_stages(save, "icl --fv", options, stages, fv_stage_notes, loaded)
+        with stopped_leaves(save), stage_bars("icl --fv", stages) as progress:
+            result = function_vector_report(
+                loaded, settings, induction_heads=heads, progress=progress, stages=done
+            )
     except ValueError as error:
         raise fail(str(error)) from error
     write_fv_report(result, format, out, console)

@@ -14,10 +14,10 @@ shared one stratum type and IOI's validation reported drops (`_read_older`: each
 `circuits.evidence.StratumDrop`; IOI's class effects, ablated - clean, are negated into drops, clean -
 ablated, with their class directions).
 
-While a command that keeps its stages (`interp ioi`, `interp icl`) runs, its --save file is a
-`PartialResult` (kind "partial"), rewritten as each stage finishes: `interp render` shows the stages
-done and those missing, and the same command with the same --save resumes from it (`resume_stages`,
-which refuses a file made with other settings or another model).
+While a command that keeps its stages (`interp heads`, `interp ioi`, `interp icl`, `interp icl --fv`)
+runs, its --save file is a `PartialResult` (kind "partial"), rewritten as each stage finishes:
+`interp render` shows the stages done and those missing, and the same command with the same --save
+resumes from it (`resume_stages`, which refuses a file made with other settings or another model).
 """
 
 from __future__ import annotations
@@ -38,13 +38,16 @@ from circuits.edge_circuits.report import FORMATS as EDGE_FORMATS
 from circuits.edge_circuits.report import write_edge_report
 from circuits.edge_circuits.tasks import EdgeTask
 from circuits.evidence import BeyondRandom
+from circuits.heads.causal import CausalEffects
 from circuits.heads.classify import HeadReport
 from circuits.heads.report import FORMATS as HEAD_FORMATS
 from circuits.heads.report import write_report
+from circuits.heads.scores import HeadScores
 from circuits.hop import HopResult
 from circuits.hop.report import FORMATS as HOP_FORMATS
 from circuits.hop.report import write_hop_report
 from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
+from circuits.icl.fv_pipeline import QueryEffects
 from circuits.icl.fv_report import FORMATS as FV_FORMATS
 from circuits.icl.fv_report import write_fv_report
 from circuits.icl.report import FORMATS as ICL_FORMATS
@@ -73,7 +76,7 @@ class PartialResult:
     fingerprint (what a resumed run must match); stages: the stages it keeps, in order; done: each
     finished stage's result; notes: a few lines on each finished stage, for `interp render`."""
 
-    command: str  # "ioi", "icl"
+    command: str  # "heads", "ioi", "icl", "icl --fv"
     settings: dict[str, Any]
     stages: list[str]
     done: dict[str, Any]
@@ -127,7 +130,10 @@ RESULT_TYPES = (
 
 def _register_dataclasses() -> None:
     """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
-    types = (*RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom, StepResult)
+    types = (
+        *RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom, StepResult,
+        HeadScores, CausalEffects, QueryEffects,
+    )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
             if isinstance(cls, type) and dataclasses.is_dataclass(cls):

@@ -3,7 +3,8 @@
     stages = StageResults(on_done=keep)          # keep(stage, value): e.g. write the --save file
     heads = stages.run("Induction heads", lambda: confirmed_induction_heads(model), progress)
 
-A pipeline that takes `stages` runs each of its stages through `run`: a stage already in `done`
+A pipeline that takes `stages` (`head_report`, `find_ioi_circuit`, `icl_report`,
+`function_vector_report`) runs each of its stages through `run`: a stage already in `done`
 (read back from a partial result file, `circuits.results_file.resume_stages`) is not run again, and
 each stage that finishes is recorded in `done` and handed to `on_done`. Stage values are what
 `interp.io.serialize` stores: dataclasses registered there, tensors, lists, dicts, numbers.
@@ -11,7 +12,7 @@ each stage that finishes is recorded in `done` and handed to `on_done`. Stage va
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,12 +30,20 @@ class StageResults:
     on_done: Callable[[str, Any], None] | None = None
     resumed_from: str = "an earlier run"  # where `done` came from, for the progress line
 
-    def run(self, stage: str, compute: Callable[[], T], progress: Progress | None = None) -> T:
-        """compute()'s value, or the stage's kept value (reported as progress(f"{stage}: kept from
-        ...", 0, 0)) without running it."""
+    def run(
+        self,
+        stage: str,
+        compute: Callable[[], T],
+        progress: Progress | None = None,
+        reported_as: Sequence[str] = (),
+    ) -> T:
+        """compute()'s value, or the stage's kept value without running it, reported as
+        progress(f"{name}: kept from ...", 0, 0) for each name of `reported_as` (the progress stages
+        compute reports; default: the stage's own name)."""
         if stage in self.done:
             if progress is not None:
-                progress(f"{stage}: kept from {self.resumed_from}", 0, 0)
+                for name in reported_as or [stage]:
+                    progress(f"{name}: kept from {self.resumed_from}", 0, 0)
             return self.done[stage]
         value = compute()
         self.done[stage] = value

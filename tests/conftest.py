@@ -81,7 +81,7 @@ def smollm2_hf():
     model = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
     )
-    return model.eval()
+    return model.to(interp.default_device()).eval()
 
 
 def tiny_config(**overrides) -> interp.Config:

@@ -21,7 +21,7 @@ def _random_hf_model(config: transformers.PretrainedConfig, seed: int = 0):
                 param.add_(torch.randn_like(param) * 0.1)
             if any(part in name for part in QUERY_KEY_WEIGHTS):
                 param.mul_(QUERY_KEY_GAIN)  # peaked attention: positions, windows and caps matter
-    return model
+    return model.to(interp.default_device())  # beside the model under test ($INTERP_DEVICE)
 
 
 # Query/key projection weights (fused ones include values) are scaled up so that attention
@@ -279,6 +279,7 @@ def test_logits_match_transformers(name: str) -> None:
     hf_model = _random_hf_model(HF_CONFIGS[name]())
     model = interp.load_model(hf_model)
     tokens = torch.randint(0, hf_model.config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
+    tokens = tokens.to(hf_model.device)
     with torch.no_grad():
         expected = hf_model(tokens).logits
         ours = model(tokens)
@@ -308,6 +309,7 @@ BF16_RTOL_OF_SCALE = 0.05
 def test_bf16_logits_match_transformers_bf16(name: str) -> None:
     hf_model = _random_hf_model(HF_CONFIGS[name]())
     tokens = torch.randint(0, hf_model.config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
+    tokens = tokens.to(hf_model.device)
     model = interp.load_model(hf_model, dtype=torch.bfloat16)
     with torch.no_grad():
         fp32 = hf_model(tokens).logits
@@ -343,6 +345,7 @@ def test_kv_cache_greedy_generation_matches_transformers(name: str) -> None:
     hf_model.generation_config.pad_token_id = 0
     model = interp.load_model(hf_model)
     prompts = torch.randint(0, hf_model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(2))
+    prompts = prompts.to(hf_model.device)
     with torch.no_grad():
         theirs = hf_model.generate(
             prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=10, do_sample=False

@@ -102,7 +102,7 @@ def test_new_hook_points_fire(gemma2, mixtral) -> None:
     assert cache[mlp + "hook_router_logits"].shape == (BATCH, POS, 4)
     indices, weights = cache[mlp + "hook_expert_indices"], cache[mlp + "hook_expert_weights"]
     assert indices.shape == (BATCH, POS, 2)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(BATCH, POS))
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]))
     assert ((weights > 0).sum(-1) == 2).all() and (weights.gather(-1, indices) > 0).all()
     expert_out = cache[mlp + "hook_expert_out"]  # [batch, pos, expert, d_model]
     torch.testing.assert_close(expert_out.sum(2), cache["mlp_out", 1], atol=1e-6, rtol=0)
@@ -125,7 +125,7 @@ def test_patching_matches_a_hand_written_hook(family, request) -> None:
 
     expected = metric(model.run_with_hooks(corrupted, fwd_hooks=[(interp.act_name("z", 1), patch_head)]))
     result = patching.activation_patching(model, clean, corrupted, metric, "z", positions={"END": end})
-    torch.testing.assert_close(result.per_example()[1, 2, 0], expected.detach(), atol=ATOL, rtol=0)
+    torch.testing.assert_close(result.per_example()[1, 2, 0], expected.detach().cpu(), atol=ATOL, rtol=0)
     whole = patching.activation_patching(model, clean, corrupted, metric, "resid_pre")
     torch.testing.assert_close(whole.values, whole.source.expand_as(whole.values), atol=ATOL, rtol=0)
     assert not torch.allclose(whole.source, whole.target, atol=1e-3)  # the patch did something

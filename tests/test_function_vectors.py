@@ -22,8 +22,10 @@ from circuits.icl import (
     task_prompts,
     zero_shot_accuracy,
 )
+from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
 from circuits.icl.fv_report import fv_sections, write_fv_report
-from circuits.results_file import load_result, save_result
+from circuits.icl.heads import weights_fingerprint
+from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
@@ -33,6 +35,7 @@ from interp.tasks.icl_tasks import (
     split_pairs,
 )
 from tests.conftest import tiny_config
+from tests.test_quick_and_resume import rendered, stop_after, without_timings
 
 
 def test_word_pair_tasks_make_the_prompts_they_promise(smollm2):
@@ -147,12 +150,12 @@ def tiny_model(smollm2):
     return interp.HookedTransformer(config, tokenizer=smollm2.tokenizer)
 
 
-def _report(model, heldout_task: str):
+def _report(model, heldout_task: str, **kept):
     settings = FunctionVectorSettings(
         tasks=["antonym", "present_past", heldout_task], heldout_tasks=[heldout_task], n_prompts=4,
         n_shots=3, top=2, candidates=4, n_random=2, n_documents=4,
     )  # fmt: skip
-    return function_vector_report(model, settings, induction_heads=[(1, 0)])
+    return function_vector_report(model, settings, induction_heads=[(1, 0)], **kept)
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +196,32 @@ def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(sm
     for found in result.ablations[::2]:  # few-shot accuracy: clean - ablated
         assert few_shot - 1 <= found.heldout.drop <= few_shot
     assert all(not set(draw) & set(result.fv_heads) for draw in result.aie_test.random_sets)
+
+
+def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_model, small_result, tmp_path):
+    path = tmp_path / "fv.json"
+    settings = {"model": "tiny", "weights": weights_fingerprint(tiny_model), "heldout_tasks": ["comparative"]}
+    kept = function_vector_stages(find_induction_heads=False)
+    assert kept == list(FV_STAGES)
+
+    def stages():
+        return resume_stages(path, "icl --fv", settings, kept, fv_stage_notes)
+
+    with pytest.raises(KeyboardInterrupt):
+        _report(tiny_model, "comparative", stages=stop_after(stages(), FV_STAGES[1]))
+    partial = load_result(path)
+    assert isinstance(partial, PartialResult) and partial.missing == list(FV_STAGES[2:])
+    text = rendered(path, tmp_path)
+    assert "partial result (2 of 4 stages)" in text and "Top heads by exact AIE" in text
+    other = CliRunner().invoke(app, ["icl", "--fv", "--model", "toy-induction", "--save", str(path)])
+    assert other.exit_code == 2 and "cannot resume" in other.output  # refused before any model loads
+    calls = []
+    resumed = _report(tiny_model, "comparative", stages=stages(), progress=lambda *call: calls.append(call))
+    kept_from = [stage for stage, _, _ in calls if stage.endswith(f"kept from {path}")]
+    assert kept_from == [f"{stage}: kept from {path}" for stage in FV_STAGES[:2]]  # not run again
+    reported = {stage.split(": ")[0] for stage, _, _ in calls}
+    assert reported == set(FV_STAGES)  # what `interp icl --fv` announces is what runs
+    assert without_timings(resumed) == without_timings(small_result)
 
 
 def test_a_single_task_cannot_be_split(tiny_model):

@@ -376,11 +376,11 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     model = interp.load_model("toy-induction")
     probe = make_probes(model, n_samples=6, seed=1).repeated
     assert len(probe.lengths.unique()) > 1  # rows of different lengths: cut runs are tested
-    tokens = probe.tokens
+    tokens = probe.tokens.to(model.device)
     z_names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
     _, reference = model.run_with_cache(tokens, names_filter=z_names, return_type=None)
-    second = probe.second_copy_predictions()
-    real = torch.arange(tokens.shape[1]) < probe.lengths[:, None]
+    second = probe.second_copy_predictions().to(model.device)
+    real = (torch.arange(tokens.shape[1]) < probe.lengths[:, None]).to(model.device)
     mean_ablation = {"ablation": "mean", "reference": reference, "reference_mask": real}
 
     @torch.no_grad()

@@ -198,7 +198,7 @@ def test_weight_processing_keeps_log_probs(model, fold_ln, center_writing, cente
 def test_save_and_load_round_trip(model, tmp_path) -> None:
     interp.model.weights.process_weights(model, fold_ln=True)
     model.save(tmp_path / "ckpt")
-    loaded = interp.load_model(tmp_path / "ckpt")
+    loaded = interp.load_model(tmp_path / "ckpt", device=model.device)
     assert loaded.cfg == model.cfg
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), name

@@ -63,7 +63,7 @@ def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
     """Toy IOI with its first block on disk: patching, ablation, generation and streaming agree."""
     device_map = {"blocks.0": "disk", "blocks.1": "cpu"}
     models = [
-        interp.load_model("toy-ioi"),
+        interp.load_model("toy-ioi", device="cpu"),  # beside its offloaded copy, whose device is the CPU
         interp.load_model("toy-ioi", device_map=device_map, offload_folder=tmp_path),
     ]
     clean, abc, _ = ioi_dataset_for(models[0], 16, seed=2)
@@ -109,7 +109,7 @@ def test_device_map_errors(tmp_path):
         "toy-induction", device_map={"blocks.0": "disk", "blocks.1": "cpu"}, offload_folder=tmp_path / "2"
     )
     tokens = torch.randint(64, (2, 20))
-    torch.testing.assert_close(model(tokens), interp.load_model("toy-induction")(tokens))
+    torch.testing.assert_close(model(tokens), interp.load_model("toy-induction", device="cpu")(tokens))
 
 
 def test_reports_on_offloaded_models(tmp_path):
@@ -117,7 +117,7 @@ def test_reports_on_offloaded_models(tmp_path):
     device_map = {"blocks.0": "disk", "blocks.1": "cpu"}
     for name in ("toy-induction", "toy-ioi"):
         models = [
-            interp.load_model(name),
+            interp.load_model(name, device="cpu"),
             interp.load_model(name, device_map=device_map, offload_folder=tmp_path / name),
         ]
         if name == "toy-induction":

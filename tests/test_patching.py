@@ -337,7 +337,7 @@ def test_equals_transformer_lens_patching(bridge_and_model, tl_function, compone
         got = got[..., 0]  # [layer, head] (the single "all" position)
     elif got.ndim == 3:
         got = got.transpose(1, 2)  # TransformerLens: [layer, pos, head]
-    torch.testing.assert_close(got, expected.float(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(got, expected.float().cpu(), atol=1e-4, rtol=0)
 
 
 # --- path patching ----------------------------------------------------------------------------

@@ -4,12 +4,21 @@ uninterrupted run's result; --quick runs a smaller preset whose report says what
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
+from circuits.heads import head_report
+from circuits.heads.pipeline import KEPT_STAGES as HEAD_STAGES
 from circuits.icl import ICLSettings, icl_report
 from circuits.icl.heads import ATTRIBUTION_STAGE, weights_fingerprint
 from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
@@ -20,6 +29,27 @@ from interp.catalog import QUICK_PRESETS
 from interp.io.serialize import encode
 
 ICL_OPTIONS = {"n_documents": 12, "seed": 0}
+ROOT = Path(__file__).resolve().parents[1]
+FILE_WAIT_S = 300.0  # the longest wait for a stage's file: generous, never a timing assertion
+# `interp ARGS` that stops once its --save file holds STALL_AT stages (0: never): it waits there for
+# the test's signal, so the signal always finds the run with exactly those stages kept.
+STALLING_INTERP = """
+import sys, time
+import circuits.cli as cli
+import circuits.results_file as results_file
+
+stall_at, arguments = int(sys.argv[1]), sys.argv[2:]
+save = results_file.save_result
+
+def save_then_stall(result, path):
+    save(result, path)
+    if isinstance(result, results_file.PartialResult) and len(result.done) == stall_at:
+        while True:
+            time.sleep(0.1)
+
+results_file.save_result = save_then_stall
+cli.app(arguments)
+"""
 
 
 def stop_after(stages, last: str):
@@ -156,3 +186,47 @@ def test_quick_runs_the_preset_and_its_report_says_so(tmp_path, monkeypatch):
     assert given.exit_code == 0 and load_result(saved).settings["n_samples"] == 4  # a given option wins
     refused = CliRunner().invoke(app, ["icl", "--fv", "--quick"])
     assert refused.exit_code == 2 and "--quick applies to the ICL score" in refused.output
+
+
+def test_interp_heads_interrupted_or_killed_resumes_from_its_file(tmp_path):
+    """Real signals to a real `interp heads --save` process: Ctrl-C (SIGINT) after the first stage and
+    SIGKILL after the second each leave a readable partial result, and each rerun resumes from it: the
+    kept stages are not run again and the last rerun's report is the uninterrupted run's."""
+    path, log = tmp_path / "heads.json", tmp_path / "interp.log"
+    options = ["--model", "toy-induction", "--n-samples", "4", "--save", str(path)]
+    command = ["heads", *options, "--format", "markdown", "--out", str(tmp_path / "heads.md")]
+    env = os.environ | {"INTERP_CACHE": str(tmp_path / "cache")}
+
+    def start(stall_at: int) -> subprocess.Popen:  # a new process, its output in `log`
+        with log.open("w") as output:
+            script = [sys.executable, "-c", STALLING_INTERP, str(stall_at), *command]
+            return subprocess.Popen(script, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+
+    def stop_once_kept(process: subprocess.Popen, n_stages: int, signal_number: int) -> int:
+        deadline = time.monotonic() + FILE_WAIT_S
+        while not (path.is_file() and len(getattr(load_result(path), "done", ())) == n_stages):
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        process.send_signal(signal_number)
+        return process.wait(FILE_WAIT_S)
+
+    assert stop_once_kept(start(1), 1, signal.SIGINT) == 130, log.read_text()
+    assert f"Stopped: {path} holds the stages done" in " ".join(log.read_text().split())
+    partial = load_result(path)
+    assert list(partial.done) == [HEAD_STAGES[0]] and partial.missing == list(HEAD_STAGES[1:])
+    assert "partial result (1 of 3 stages)" in rendered(path, tmp_path)
+    other = CliRunner().invoke(app, ["heads", *options[:2], "--n-samples", "5", "--save", str(path)])
+    assert other.exit_code == 2 and "n_samples 4 there, 5 now" in " ".join(other.output.split())
+
+    assert stop_once_kept(start(2), 2, signal.SIGKILL) == -signal.SIGKILL
+    lines = log.read_text()
+    assert f"Attention scores (repeated): kept from {path}" in lines
+    assert "Attention scores (repeated) ..." not in lines  # the kept stage did not run again
+    assert list(load_result(path).done) == list(HEAD_STAGES[:2])  # written atomically: readable
+
+    resumed = CliRunner().invoke(app, command, env={"INTERP_CACHE": str(tmp_path / "cache")})
+    assert resumed.exit_code == 0, resumed.output
+    assert f"Causal checks: {HEAD_STAGES[1]}: kept from {path}" in resumed.output
+    assert "Attention scores (repeated) ..." not in resumed.output
+    uninterrupted = head_report(interp.load_model("toy-induction"), n_samples=4)
+    assert without_timings(load_result(path)) == without_timings(uninterrupted)

@@ -242,7 +242,7 @@ def test_arena_attn_only_2l_builds_loads_transformer_lens_weights_and_scores_ind
         state[f"blocks.{layer}.attn.IGNORE"] = torch.tensor(-torch.inf)
     assert {"embed.W_E", "pos_embed.W_pos", "blocks.1.attn.W_K", "unembed.b_U"} <= set(state)
     model.load_state_dict(state)
-    torch.testing.assert_close(model.tl_parameters()["pos_embed.W_pos"], state["pos_embed.W_pos"])
+    torch.testing.assert_close(model.tl_parameters()["pos_embed.W_pos"].cpu(), state["pos_embed.W_pos"])
     seq_len = 10
     prefix = torch.tensor([[model.tokenizer.bos_token_id]])
     half = torch.randint(0, cfg.d_vocab, (1, seq_len), generator=generator)

@@ -528,7 +528,7 @@ def test_d_vocab_out_is_the_logits_vocabulary(tmp_path):
     assert logits.shape == (1, 3, 10) and model.cfg.d_vocab_out == 10 and model.cfg.d_vocab == 61
     with pytest.raises(ValueError, match="output vocabulary"):
         cache.logit_attrs(cache.decompose_resid(pos_slice=-1), 12, pos_slice=-1)
-    loaded = interp.load_model(model.save(tmp_path / "out"))
+    loaded = interp.load_model(model.save(tmp_path / "out"), device=model.device)
     assert torch.equal(loaded(tokens), logits)
 
 

@@ -42,6 +42,7 @@ from torch import Tensor
 import interp
 from circuits.heads.probes import Probe, Probes
 from circuits.heads.scores import HeadScores, pattern_scores, score_masks
+from circuits.stages import StageResults
 from interp.interventions.ablation import Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets
 from interp.types import Head, Progress, as_stage
@@ -389,10 +390,12 @@ def causal_checks(
     scores: HeadScores,
     max_candidates: int = 12,
     progress: Progress | None = None,
+    stages: StageResults | None = None,
 ) -> dict[str, CausalEffects]:
     """Stage 4 of `head_report`: mean-ablate up to `max_candidates` induction candidates (highest
     scores first), then as many previous-token candidates, on the repeated probe. {} when no head is
-    an induction candidate."""
+    an induction candidate. stages: each check's effects kept as it finishes (INDUCTION_STAGE, then
+    PREVIOUS_TOKEN_STAGE); a check already in it is not run again."""
     induction = scores.candidates("induction", max_candidates)
     if not induction:
         return {}
@@ -400,14 +403,23 @@ def causal_checks(
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
     clean = clean_run(model, probes.repeated, layers, [layer for layer, _ in induction], final=True)
-    induction_effects = induction_ablation_effects(model, probes.repeated, induction, progress, clean)
-    confirmed = [head for head in induction if induction_effects.confirmed(head)]
-    previous_token_effects = previous_token_ablation_effects(
-        model,
-        probes.repeated,
-        previous_token,
-        confirmed or induction,
+    stages = StageResults() if stages is None else stages
+    induction_effects = stages.run(
+        INDUCTION_STAGE,
+        lambda: induction_ablation_effects(model, probes.repeated, induction, progress, clean),
         progress,
-        clean,
+    )
+    confirmed = [head for head in induction if induction_effects.confirmed(head)]
+    previous_token_effects = stages.run(
+        PREVIOUS_TOKEN_STAGE,
+        lambda: previous_token_ablation_effects(
+            model,
+            probes.repeated,
+            previous_token,
+            confirmed or induction,
+            progress,
+            clean,
+        ),
+        progress,
     )
     return {"induction": induction_effects, "previous_token": previous_token_effects}

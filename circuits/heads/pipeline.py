@@ -8,9 +8,12 @@ from typing import Any
 
 import interp
 from circuits.heads.causal import (
+    CAUSAL_TYPES,
     CONFIRM_SE,
     INDUCTION_STAGE,
     MIN_EFFECT,
+    PREVIOUS_TOKEN_STAGE,
+    CausalEffects,
     causal_checks,
     clean_run,
     induction_ablation_effects,
@@ -27,10 +30,13 @@ from circuits.heads.scores import (
     score_thresholds,
 )
 from circuits.heads.weights import weight_scores
+from circuits.stages import StageResults
 from interp.checks import check_finite_weights
-from interp.types import Head, Progress, substages
+from interp.types import Head, Progress, head_label, substages
 
 CAUSAL_STAGE = "Causal checks"  # the stage of the ablations (its parts: causal.INDUCTION_STAGE, ...)
+SCORES_STAGE = "Attention scores"  # every probe's scores (`HeadScores`), kept as one stage
+KEPT_STAGES = (SCORES_STAGE, INDUCTION_STAGE, PREVIOUS_TOKEN_STAGE)  # what head_report keeps, in order
 
 
 def head_report(
@@ -43,6 +49,7 @@ def head_report(
     causal: bool = True,
     max_candidates: int = 12,
     batch_size: int = 8,
+    stages: StageResults | None = None,
 ) -> HeadReport:
     """Score, causally check and classify every attention head of `model`.
 
@@ -51,18 +58,27 @@ def head_report(
     Causal checks (unless causal=False) run on at most `max_candidates` induction and previous-token
     candidates each (highest scores first); `batch_size` sequences per forward pass while scoring.
     progress(stage, done, total) is called as each stage advances (None: nothing is reported).
+    stages: each of KEPT_STAGES' results kept as it finishes; those already in it (a resumed run's,
+    made with the same settings) are not run again.
     """
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")  # NaN would type no head
+    stages = StageResults() if stages is None else stages
     probes = make_probes(model, n_samples, seed, seq_len, natural_text)
-    scores = score_heads(model, probes, seed, batch_size, progress)
+    scores = stages.run(
+        SCORES_STAGE,
+        lambda: score_heads(model, probes, seed, batch_size, progress),
+        progress,
+        reported_as=head_report_stages(model, natural_text, causal=False),
+    )
     weights = weight_scores(model, scores.candidates("previous_token", max_candidates))
     effects = {}
     if causal:
         if progress:
             progress(CAUSAL_STAGE, 0, 1)
-        effects = causal_checks(model, probes, scores, max_candidates, substages(progress, CAUSAL_STAGE))
+        checks = substages(progress, CAUSAL_STAGE)
+        effects = causal_checks(model, probes, scores, max_candidates, checks, stages)
         if progress:
             progress(CAUSAL_STAGE, 1, 1)
     cfg = model.cfg
@@ -121,6 +137,16 @@ def head_report_stages(
     text = model.tokenizer is not None if natural_text is None else bool(natural_text)
     probes = ["repeated", "random"] + (["text"] if text else [])
     return [f"Attention scores ({probe})" for probe in probes] + ([CAUSAL_STAGE] if causal else [])
+
+
+def heads_stage_notes(stage: str, value: HeadScores | CausalEffects) -> list[str]:
+    """A line on a finished stage of `head_report` (its kept `value`), for a partial result."""
+    if isinstance(value, HeadScores):
+        over = {kind: value.candidates(kind, value.columns[kind].numel()) for kind in CAUSAL_TYPES}
+        labels = {kind: ", ".join(head_label(*head) for head in heads) for kind, heads in over.items()}
+        return [f"Over the {kind.replace('_', '-')} threshold: {labels[kind] or 'none'}." for kind in labels]
+    confirmed = [head_label(*head) for head in value.alone if value.confirmed(head)]
+    return [f"Confirmed by ablation: {', '.join(confirmed) or 'none'} (of {len(value.alone)} candidates)."]
 
 
 def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candidates: int) -> dict[str, Any]:

@@ -19,8 +19,9 @@ The steps:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -45,12 +46,22 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.heads import ablated_icl_scores, confirmed_induction_heads
+from circuits.icl.heads import INDUCTION_HEADS_STAGE, ablated_icl_scores, confirmed_induction_heads
 from circuits.icl.results import Comparison, FunctionVectorResult, TaskVector
 from circuits.icl.sequences import default_sequences
+from circuits.stages import StageResults
 from interp.checks import check_count, check_heads
 from interp.tasks.icl_tasks import ICL_TASKS, check_task_names, single_token_pairs, split_pairs
-from interp.types import Head, Progress, as_stage
+from interp.types import Head, Progress, as_stage, head_label
+
+FV_STAGES = (  # the stages function_vector_report reports and keeps, after the induction heads
+    "AIE of every head (discovery tasks)",
+    "FV added at each layer (discovery tasks' zero-shot prompts)",
+    "Effects on discovery and held-out tasks (AIE, function vectors, ablations)",
+    "Ablations (the ICL score)",
+)
+
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True)
@@ -106,6 +117,29 @@ def _query_effects(
         few_shot=few_shot,
         ablation_drops=drops,
     )
+
+
+def function_vector_stages(find_induction_heads: bool) -> list[str]:
+    """The stages `function_vector_report` reports and keeps (`StageResults`), in order; the first only
+    when it finds the induction heads (`induction_heads=None`)."""
+    return ([INDUCTION_HEADS_STAGE] if find_induction_heads else []) + list(FV_STAGES)
+
+
+def fv_stage_notes(stage: str, value: Any) -> list[str]:
+    """A line on a finished stage of `function_vector_report` (its kept `value`), for a partial result."""
+    if stage == INDUCTION_HEADS_STAGE:
+        return [f"Induction heads: {', '.join(head_labels(value)) or 'none'}."]
+    if stage == FV_STAGES[0]:
+        _, candidates, exact_aie = value
+        order = exact_aie.argsort(descending=True)[:3].tolist()
+        top = [f"{head_label(*candidates[i])} ({exact_aie[i]:+.3f})" for i in order]
+        return [f"Top heads by exact AIE (p(answer)) of {len(candidates)} candidates: {', '.join(top)}."]
+    if stage == FV_STAGES[1]:
+        return [f"Zero-shot accuracy with the FV at each layer: {', '.join(f'{a:.2f}' for a in value)}."]
+    if stage == FV_STAGES[2]:
+        return [f"Effects measured on the {' and '.join(value)} tasks' queries."]
+    _, ablated = value
+    return [f"{len(ablated)} sets of heads ablated on the ICL score."]
 
 
 def _compare(
@@ -206,14 +240,18 @@ class TaskFamilies:
 
 @dataclass(frozen=True, kw_only=True)
 class HeadChoice:
-    """Step 2, on the discovery tasks' demonstrations: AIE attributed [layer, head] (mean over tasks)
-    and per task [task, layer, head], the candidates and their exact AIE [candidate], the FV heads."""
+    """Step 2, on the discovery tasks' demonstrations: AIE attributed per task [task, layer, head], the
+    candidates and their exact AIE [candidate] (mean over tasks), the FV heads: the top by exact AIE."""
 
-    aie: Tensor
     aie_per_task: Tensor
     candidates: list[Head]
     candidates_aie: Tensor
     fv_heads: list[Head]
+
+    @property
+    def aie(self) -> Tensor:
+        """AIE attributed [layer, head], mean over the discovery tasks."""
+        return self.aie_per_task.mean(0)
 
 
 def _task_vectors(
@@ -265,51 +303,52 @@ def attributed_candidates(
     means: Tensor,
     n_tasks: int,
     candidates: int | None,
-) -> tuple[Tensor, Tensor, list[Head]]:
-    """Step 2a: (AIE attributed [layer, head], per task [task, layer, head], the `candidates` heads
-    of the largest) on the `n_tasks` discovery tasks' demonstrations."""
+) -> tuple[Tensor, list[Head]]:
+    """Step 2a: (AIE attributed per task [task, layer, head], the `candidates` heads of the largest mean
+    over tasks) on the `n_tasks` discovery tasks' demonstrations."""
     cfg = model.cfg
     attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
     one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
     aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
-    aie = aie_per_task.mean(0)
     n_heads = cfg.n_layers * cfg.n_heads
-    ranked = aie.flatten().argsort(descending=True)[: n_heads if candidates is None else candidates].tolist()
-    return aie, aie_per_task, [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
+    ranked = aie_per_task.mean(0).flatten().argsort(descending=True)
+    ranked = ranked[: n_heads if candidates is None else candidates].tolist()
+    return aie_per_task, [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
 
 
-def exact_fv_heads(
+def exact_aie(
     model: interp.HookedTransformer,
     discovery: TaskPrompts,
     means: Tensor,
-    attributed: tuple[Tensor, Tensor, list[Head]],
-    top: int,
+    candidates: Sequence[Head],
+    n_tasks: int,
     progress: Progress | None,
+) -> Tensor:
+    """Step 2b: each candidate's exact AIE on the `n_tasks` discovery tasks' demonstrations, mean over
+    tasks [candidate]."""
+    one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
+    exact = head_indirect_effects(model, discovery, means, [[head] for head in candidates], progress)
+    return ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
+
+
+def choose_fv_heads(
+    aie_per_task: Tensor, candidates: list[Head], candidates_aie: Tensor, top: int
 ) -> HeadChoice:
-    """Step 2b: each candidate's exact AIE on the discovery tasks' demonstrations; the `top` are the
-    FV heads."""
-    aie, aie_per_task, candidates = attributed
-    one_hot = torch.nn.functional.one_hot(discovery.task_index, aie_per_task.shape[0]).float()
-    exact = head_indirect_effects(
-        model, discovery, means, [[head] for head in candidates], as_stage(progress, "Exact AIE")
-    )  # [candidate, batch]
-    exact_aie = ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # mean over tasks
-    fv_heads = [candidates[i] for i in exact_aie.argsort(descending=True).tolist()[:top]]
+    """Step 2c: the FV heads, the `top` candidates by exact AIE."""
+    fv_heads = [candidates[i] for i in candidates_aie.argsort(descending=True).tolist()[:top]]
     return HeadChoice(
-        aie=aie, aie_per_task=aie_per_task, candidates=candidates, candidates_aie=exact_aie, fv_heads=fv_heads
+        aie_per_task=aie_per_task, candidates=candidates, candidates_aie=candidates_aie, fv_heads=fv_heads
     )
 
 
-def fv_layer(
+def layer_accuracies(
     model: interp.HookedTransformer, queries: TaskPrompts, means: Tensor, fv_heads: Sequence[Head]
-) -> tuple[int, Tensor]:
-    """Step 3: (the layer where the function vector most raises zero-shot accuracy, the accuracy
-    with it added at each layer [layer]) on the discovery tasks' queries."""
+) -> Tensor:
+    """Step 3: zero-shot accuracy of the discovery tasks' queries with the function vector added at each
+    layer [layer]; the FV's layer is the most accurate."""
     vectors = function_vector(model, means, fv_heads)  # [task, d_model]
-    layer_accuracy = zero_shot_accuracy(
-        model, queries, [(layer, vectors) for layer in range(model.cfg.n_layers)]
-    ).mean(1)
-    return int(layer_accuracy.argmax()), layer_accuracy
+    runs = [(layer, vectors) for layer in range(model.cfg.n_layers)]
+    return zero_shot_accuracy(model, queries, runs).mean(1)
 
 
 def head_classes(
@@ -333,53 +372,70 @@ def head_classes(
 
 
 def induction_class(
-    model: interp.HookedTransformer, induction_heads: Sequence[Head] | None, progress: Progress | None
+    model: interp.HookedTransformer,
+    induction_heads: Sequence[Head] | None,
+    stages: StageResults,
+    progress: Progress | None,
 ) -> tuple[list[Head], str]:
-    """(the induction heads, how they were found): the given heads, else `confirmed_induction_heads`."""
+    """(the induction heads, how they were found): the given heads, else `confirmed_induction_heads`
+    (kept in `stages` as `INDUCTION_HEADS_STAGE`)."""
     if induction_heads is not None:
         return check_heads(model.cfg, induction_heads), "given"
-    found = confirmed_induction_heads(model, progress=progress)
-    return check_heads(model.cfg, found), "confirmed by interp heads"
+    found = stages.run(
+        INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
+    )
+    return check_heads(model.cfg, [tuple(head) for head in found]), "confirmed by interp heads"
 
 
-def effects_on_queries(
+def query_effects(
     model: interp.HookedTransformer,
     queries: dict[str, TaskPrompts],
     means: dict[str, Tensor],
     classes: Sequence[HeadClass],
     layer: int,
-    seed: int,
-) -> tuple[dict[str, QueryEffects], Comparison, Comparison]:
-    """Step 4: every effect on the discovery tasks' queries and, apart, on the held-out tasks'
-    ("discovery", "heldout" -> `QueryEffects`), and the FV heads' AIE and the function vector's
-    zero-shot gain, each against random same-layer heads."""
-    effects = {
-        group: _query_effects(model, queries[group], means[group], classes, layer) for group in queries
-    }
+) -> dict[str, QueryEffects]:
+    """Step 4a: every effect on the discovery tasks' queries and, apart, on the held-out tasks'
+    ("discovery", "heldout" -> `QueryEffects`), the function vector added at `layer`."""
+    return {group: _query_effects(model, queries[group], means[group], classes, layer) for group in queries}
+
+
+def effect_tests(
+    classes: Sequence[HeadClass], effects: dict[str, QueryEffects], seed: int
+) -> tuple[Comparison, Comparison]:
+    """Step 4b: the FV heads' AIE and the function vector's zero-shot gain, each against random
+    same-layer heads, held-out beside discovery."""
     chosen, tested = effects["discovery"], effects["heldout"]
     aie_test = _compare("FV heads: AIE", "p(answer)", classes[0], chosen.patched, tested.patched, seed)
     vector_test = _compare(
         "Function vector: zero-shot accuracy gained", "accuracy", classes[0],
         chosen.zero_shot[1:] - chosen.zero_shot[0], tested.zero_shot[1:] - tested.zero_shot[0], seed,
     )  # fmt: skip
-    return effects, aie_test, vector_test
+    return aie_test, vector_test
 
 
-def icl_score_ablations(
-    model: interp.HookedTransformer,
-    classes: Sequence[HeadClass],
-    chosen: QueryEffects,
-    tested: QueryEffects,
-    settings: FunctionVectorSettings,
-) -> list[Comparison]:
-    """Step 5: each class ablated: few-shot accuracy (`chosen` and `tested` queries' drops), and the
-    ICL score on Brown corpus documents that no choice saw."""
-    seed = settings.seed
-    sequences = default_sequences(model, settings.n_documents, seed)
+def icl_scores(
+    model: interp.HookedTransformer, classes: Sequence[HeadClass], settings: FunctionVectorSettings
+) -> tuple[Tensor, Tensor]:
+    """Step 5a: the ICL score of each Brown corpus document that no choice saw, clean [document] and
+    with each class and random set ablated [set, document]."""
+    sequences = default_sequences(model, settings.n_documents, settings.seed)
     head_sets = [heads for found in classes for heads in found.sets]
-    _, clean_icl, ablated_icl = ablated_icl_scores(
-        model, sequences.tokens, sequences.windows, head_sets, seed=seed
+    _, clean, ablated = ablated_icl_scores(
+        model, sequences.tokens, sequences.windows, head_sets, seed=settings.seed
     )
+    return clean, ablated
+
+
+def ablation_tests(
+    classes: Sequence[HeadClass],
+    effects: dict[str, QueryEffects],
+    scores: tuple[Tensor, Tensor],
+    seed: int,
+) -> list[Comparison]:
+    """Step 5b: each class ablated against its random sets: few-shot accuracy (the discovery and
+    held-out queries' drops, `effects`) and the ICL score (`icl_scores`)."""
+    chosen, tested = effects["discovery"], effects["heldout"]
+    clean_icl, ablated_icl = scores
     ablations, at = [], 0
     for i, found in enumerate(classes):
         context_drop = ablated_icl[at : at + len(found.sets)] - clean_icl  # -score: the context's benefit
@@ -398,35 +454,62 @@ def function_vector_report(
     *,
     induction_heads: Sequence[Head] | None = None,
     progress: Progress | None = None,
+    stages: StageResults | None = None,
 ) -> FunctionVectorResult:
     """Function-vector heads of `model` beside its induction heads, on the tasks and with the sizes of
     `settings` (the steps: the module docstring). induction_heads: default
-    `confirmed_induction_heads(model)` (cached); () skips that class."""
+    `confirmed_induction_heads(model)` (cached); () skips that class. stages: each stage's result
+    (`function_vector_stages`) kept as it finishes; the stages already in it (a resumed run's, made
+    with the same settings) are not run again."""
     began, seed = time.perf_counter(), settings.seed
+    stages = StageResults() if stages is None else stages
     families = task_families(model, settings)  # 1. families
-    induction_heads, found_by = induction_class(model, induction_heads, progress)
+    induction_heads, found_by = induction_class(model, induction_heads, stages, progress)
     timings = {"induction heads": time.perf_counter() - began}
 
-    def stage(name: str, step: str) -> None:
+    def timed(name: str) -> None:
         timings[name] = time.perf_counter() - began - sum(timings.values())
-        if progress is not None:
-            progress(step, 0, 1)
+
+    def step(stage: str, compute: Callable[[Progress | None], T]) -> T:
+        """compute(the stage's progress), reported as `stage` as it begins, or the stage's kept value."""
+
+        def begun() -> T:
+            if progress is not None:
+                progress(stage, 0, 1)
+            return compute(as_stage(progress, stage))
+
+        return stages.run(stage, begun, progress)
 
     demonstrations, queries = families.prompts(model, 0, settings), families.prompts(model, 1, settings)
     means = {group: mean_head_outputs(model, prompts) for group, prompts in demonstrations.items()}
     discovery, n_discovery = demonstrations["discovery"], len(families.split.discovery)
-    attributed = attributed_candidates(model, discovery, means["discovery"], n_discovery, settings.candidates)
-    stage("attribution", "Exact AIE of the candidates (discovery tasks)")  # 2. heads
-    chosen_heads = exact_fv_heads(model, discovery, means["discovery"], attributed, settings.top, progress)
-    stage("exact AIE", "FV added at each layer (discovery tasks' zero-shot prompts)")  # 3. layer
-    layer, layer_accuracy = fv_layer(model, queries["discovery"], means["discovery"], chosen_heads.fv_heads)
-    stage("layer", "Effects on discovery and held-out tasks: AIE, function vectors, ablations")  # 4.
-    classes = head_classes(model, chosen_heads.fv_heads, induction_heads, settings)
-    effects, aie_test, vector_test = effects_on_queries(model, queries, means, classes, layer, seed)
-    chosen, tested = effects["discovery"], effects["heldout"]
-    stage("effects", "Ablations: the ICL score")  # 5. the ICL score, on documents no choice saw
-    ablations = icl_score_ablations(model, classes, chosen, tested, settings)
-    stage("ICL score", "done")
+
+    def head_effects(heads_progress: Progress | None) -> tuple[Tensor, list[Head], Tensor]:
+        """Steps 2a and 2b: AIE attributed per task, the candidates, their exact AIE."""
+        aie_per_task, candidates = attributed_candidates(
+            model, discovery, means["discovery"], n_discovery, settings.candidates
+        )
+        exact = exact_aie(model, discovery, means["discovery"], candidates, n_discovery, heads_progress)
+        return aie_per_task, candidates, exact
+
+    chosen_heads = choose_fv_heads(*step(FV_STAGES[0], head_effects), settings.top)  # 2. heads
+    timed("AIE")
+    layer_accuracy = step(  # 3. layer
+        FV_STAGES[1],
+        lambda _: layer_accuracies(model, queries["discovery"], means["discovery"], chosen_heads.fv_heads),
+    )
+    layer = int(layer_accuracy.argmax())
+    timed("layer")
+    classes = head_classes(model, chosen_heads.fv_heads, induction_heads, settings)  # 4. effects
+    effects = step(FV_STAGES[2], lambda _: query_effects(model, queries, means, classes, layer))
+    timed("effects")
+    aie_test, vector_test = effect_tests(classes, effects, seed)
+    scores = step(FV_STAGES[3], lambda _: icl_scores(model, classes, settings))  # 5. the ICL score
+    ablations = ablation_tests(classes, effects, scores, seed)
+    task_vectors = _task_vectors(families, queries, effects, seed)
+    timed("ICL score")
+    if progress is not None:
+        progress(FV_STAGES[3], 1, 1)
     timings["total"] = time.perf_counter() - began
     fv_labels, induction_labels = head_labels(chosen_heads.fv_heads), head_labels(induction_heads)
     return FunctionVectorResult(
@@ -442,7 +525,7 @@ def function_vector_report(
         candidates=head_labels(chosen_heads.candidates),
         candidates_aie=chosen_heads.candidates_aie.tolist(),
         fv_heads=fv_labels,
-        fv_heads_heldout_aie=tested.single_heads.mean(1).tolist(),
+        fv_heads_heldout_aie=effects["heldout"].single_heads.mean(1).tolist(),
         induction_heads=induction_labels,
         induction_found_by=found_by,
         overlap=[label for label in fv_labels if label in induction_labels],
@@ -450,7 +533,7 @@ def function_vector_report(
         layer_accuracy=layer_accuracy.tolist(),
         aie_test=aie_test,
         vector_test=vector_test,
-        task_vectors=_task_vectors(families, queries, effects, seed),
+        task_vectors=task_vectors,
         ablations=ablations,
         n_documents=settings.n_documents,
         timings=timings,

@@ -48,7 +48,7 @@ def attention_evidence(
     rows = torch.arange(len(prompts))
     evidence = {}
     for kind, (query, key) in ATTENTION_KINDS.items():
-        q, k = prompts.positions[query], prompts.positions[key]
+        q, k = prompts.positions[query].cpu(), prompts.positions[key].cpu()
         evidence[kind] = torch.stack(
             [cache["pattern", layer].cpu()[rows, :, q, k].mean(0) for layer in range(model.cfg.n_layers)]
         )  # [layer, head]
