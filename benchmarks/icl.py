@@ -29,7 +29,7 @@ from heads import block_flops, matmul_rate
 from rich.console import Console
 
 import interp
-from circuits.icl import icl_report
+from circuits.icl import ICLSettings, icl_report
 from circuits.icl.report import write_icl_report
 from interp.runtime.memory import keep_freed_memory
 
@@ -71,7 +71,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         if args.fresh_heads:
             os.environ["INTERP_CACHE"] = cache  # an empty cache (the model is loaded): the head report runs
-        result = icl_report(model, n_documents=args.n_documents)
+        result = icl_report(model, ICLSettings(n_documents=args.n_documents))
     rendered = time.perf_counter()
     write_icl_report(result, "table", None, Console(file=io.StringIO(), width=100))
     render = time.perf_counter() - rendered

@@ -35,6 +35,7 @@ from interp.catalog import (
 from interp.runtime.memory import keep_freed_memory
 
 if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
+    from circuits.edge_circuits.tasks import EdgeTask
     from interp.types import Progress
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
@@ -586,6 +587,11 @@ def circuit(
         help="Prompt pairs (ioi, induction) that find the circuit, and as many held-out ones that test it.",
     ),
     seed: int = typer.Option(0, help="Seed of the prompts."),
+    heldout_families: str | None = typer.Option(
+        None,
+        help="With a prompt-pair file: the families (its family column) held out to test the circuit and "
+        "the head classes, comma-separated (default: half of them, drawn with --seed).",
+    ),
     curve: bool = typer.Option(
         False,
         help="Also measure the faithfulness curve (MIB's 10 sizes, top |score|, top signed and random "
@@ -603,7 +609,7 @@ def circuit(
 
     The circuit is found on discovery prompts and its faithfulness measured on held-out ones: IOI's
     held-out templates and names, fresh induction sequences, or a prompt-pair file's held-out families
-    (its `family` column), else held-out prompts of it.
+    (its `family` column; --heldout-families names them), else held-out prompts of it.
     """
     import json
 
@@ -623,6 +629,7 @@ def circuit(
 
     check_format(format, out, FORMATS)
     check_save(save)
+    heldout_names = _heldout_families(task, heldout_families)
     n_prompts, prune_steps, quick_note = apply_quick(
         "circuit", quick, n_prompts=n_prompts, prune_steps=prune_steps
     )
@@ -658,6 +665,8 @@ def circuit(
     try:
         prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
         heldout = heldout_edge_task(loaded, task, n_prompts, seed)
+        if heldout_names is not None:
+            prompt_pairs, heldout = _split_by_families(prompt_pairs, heldout_names)
         searched = edges is None and fraction is None
         with_heads = bool(Path(task).suffix) and metric == "logit_diff"  # the user's pairs: head classes too
         stages = edge_circuit_stages(method, searched, curve, bootstrap) + list(
@@ -675,7 +684,8 @@ def circuit(
                 heldout=heldout,
             )  # fmt: skip
             if pairs is not None:
-                result.heads = head_path(loaded, pairs, PathSettings(seed=seed, ablation=ablation), progress)
+                settings = PathSettings(seed=seed, ablation=ablation, heldout=heldout_names)
+                result.heads = head_path(loaded, pairs, settings, progress)
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     result.provenance = with_note(result.provenance, quick_note)
@@ -684,6 +694,40 @@ def circuit(
         write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
         console.print(f"Wrote {mib_out}", style="dim")
     save_and_tell(result, out, save)
+
+
+def _heldout_families(task: str, option: str | None) -> tuple[str, ...] | None:
+    """--heldout-families: the families named, checked against the prompt-pair file's family column
+    before any model loads (None: half of them drawn)."""
+    from circuits.evidence import split_families
+    from circuits.path.task import read_pairs
+
+    if option is None:
+        return None
+    if not Path(task).suffix:
+        raise fail(
+            f"--heldout-families names families of a prompt-pair file's family column; --task {task} holds "
+            "out its own (IOI's held-out templates, fresh induction sequences)."
+        )
+    names = tuple(dict.fromkeys(name.strip() for name in option.split(",") if name.strip()))
+    try:
+        families = [str(row.get("family") or "") for row in read_pairs(task)]
+        if not any(families):
+            raise ValueError(f"{task} has no family column, so it has no families to hold out")
+        split_families(families, heldout=names)
+    except (ValueError, FileNotFoundError) as error:
+        raise fail(f"--heldout-families: {error}") from error
+    return names
+
+
+def _split_by_families(task: EdgeTask, heldout: Sequence[str]) -> tuple[EdgeTask, EdgeTask]:
+    """(the prompts of the other families, the prompts of the `heldout` families) of `task`."""
+    import torch
+
+    from circuits.edge_circuits.find import task_rows
+
+    held = torch.tensor([family in heldout for family in task.families])
+    return task_rows(task, (~held).nonzero()[:, 0]), task_rows(task, held.nonzero()[:, 0])
 
 
 @app.command(epilog=EXAMPLES["icl"])
@@ -764,6 +808,7 @@ def icl(
     """
     from circuits.icl import (
         DocumentSplit,
+        ICLSettings,
         Windows,
         default_windows,
         icl_over_training,
@@ -814,11 +859,11 @@ def icl(
         )
         done = kept_stages(save, "icl", options, kept, icl_stage_notes, loaded)
         with stopped_leaves(save), stage_bars("icl", stages) as progress:
-            result = icl_report(
-                loaded, n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
-                ablation=ablation, induction_heads=heads, top=top, n_random=n_random, seed=seed,
-                progress=progress, stages=done,
+            settings = ICLSettings(
+                n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
+                ablation=ablation, top=top, n_random=n_random, seed=seed,
             )  # fmt: skip
+            result = icl_report(loaded, settings, induction_heads=heads, progress=progress, stages=done)
             if run is not None:
                 step = as_stage(progress, CHECKPOINTS_STAGE)
                 result.training = icl_over_training(run, n_documents, windows, seed, progress=step)
@@ -838,11 +883,10 @@ def icl(
 def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
             format, out, save, icl_only) -> None:  # fmt: skip
     """`interp icl --fv`: function-vector heads beside the induction heads."""
-    from circuits.evidence import split_families
-    from circuits.icl import function_vector_report
+    from circuits.icl import FunctionVectorSettings, function_vector_report
     from circuits.icl.fv_pipeline import function_vector_stages, fv_stage_notes
     from circuits.icl.fv_report import FORMATS, write_fv_report
-    from interp.tasks.icl_tasks import ICL_TASKS, check_task_names
+    from interp.tasks.icl_tasks import ICL_TASKS
 
     check_format(format, out, FORMATS)
     if candidates < fv_heads:
@@ -855,16 +899,21 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
 
     tasks, heldout_tasks = families  # the --tasks and --heldout-tasks options
     try:
-        names = check_task_names(list(ICL_TASKS) if tasks is None else listed(tasks))
-        heldout = None if heldout_tasks is None else listed(heldout_tasks)
-        split_families(names, heldout, seed=seed)
+        settings = FunctionVectorSettings(
+            tasks=tuple(ICL_TASKS) if tasks is None else listed(tasks),
+            heldout_tasks=None if heldout_tasks is None else listed(heldout_tasks), n_prompts=n_prompts,
+            n_shots=n_shots, top=fv_heads, candidates=candidates, n_random=n_random, n_documents=n_documents,
+            seed=seed,
+        )  # fmt: skip
+        settings.family_split()
     except ValueError as error:
         raise fail(str(error)) from error
     stages = function_vector_stages(find_induction_heads=heads is None)
+    heldout = None if settings.heldout_tasks is None else list(settings.heldout_tasks)
     options = {
-        "model": model, "tasks": names, "heldout_tasks": heldout, "n_prompts": n_prompts, "n_shots": n_shots,
-        "fv_heads": fv_heads, "candidates": candidates, "n_random": n_random, "n_documents": n_documents,
-        "induction_heads": heads, "seed": seed,
+        "model": model, "tasks": settings.task_names, "heldout_tasks": heldout, "n_prompts": n_prompts,
+        "n_shots": n_shots, "fv_heads": fv_heads, "candidates": candidates, "n_random": n_random,
+        "n_documents": n_documents, "induction_heads": heads, "seed": seed,
     }  # fmt: skip
     kept_stages(save, "icl --fv", options, stages, fv_stage_notes)  # another run's file: refused now
     loaded = load(model)
@@ -872,10 +921,8 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
         done = kept_stages(save, "icl --fv", options, stages, fv_stage_notes, loaded)
         with stopped_leaves(save), stage_bars("icl --fv", stages) as progress:
             result = function_vector_report(
-                loaded, names, heldout_tasks=heldout, n_prompts=n_prompts, n_shots=n_shots, top=fv_heads,
-                candidates=candidates, n_random=n_random, n_documents=n_documents, induction_heads=heads,
-                seed=seed, progress=progress, stages=done,
-            )  # fmt: skip
+                loaded, settings, induction_heads=heads, progress=progress, stages=done
+            )
     except ValueError as error:
         raise fail(str(error)) from error
     write_fv_report(result, format, out, console)
@@ -911,7 +958,7 @@ def retrieval(
     overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
     from circuits.icl.heads import INDUCTION_HEADS_STAGE
-    from circuits.retrieval import find_retrieval_circuit
+    from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.report import FORMATS, write_retrieval_report
 
     check_format(format, out, FORMATS)
@@ -920,14 +967,15 @@ def retrieval(
     n_prompts, n_heldout, n_exact, n_two_hop, quick_note = apply_quick(
         "retrieval", quick, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_two_hop=n_two_hop
     )
+    settings = RetrievalSettings(
+        n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random, n_two_hop=n_two_hop,
+        seed=seed,
+    )  # fmt: skip
     loaded = load(model)
     stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(RETRIEVAL_STAGES)
     try:
         with stage_bars("retrieval", stages) as progress:
-            result = find_retrieval_circuit(
-                loaded, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random,
-                n_two_hop=n_two_hop, induction_heads=heads, seed=seed, progress=progress,
-            )  # fmt: skip
+            result = find_retrieval_circuit(loaded, settings, induction_heads=heads, progress=progress)
     except ValueError as error:
         raise fail(str(error)) from error
     result.provenance = with_note(result.provenance, quick_note)

@@ -173,13 +173,19 @@ class FamilySplit:
 def split_families(
     families: Sequence[str], heldout: Sequence[str] | None = None, fraction: float = 0.5, seed: int = 0
 ) -> FamilySplit:
-    """Split the distinct `families` (in order of first appearance): the named `heldout` ones, or a
-    seeded `fraction` of them (at least one each side)."""
+    """Split the distinct `families` (in order of first appearance): the named `heldout` ones (at
+    least one, not all), or a seeded `fraction` of them (at least one each side)."""
     distinct = list(dict.fromkeys(families))
     if heldout is not None:
         unknown = sorted(set(heldout) - set(distinct))
         if unknown:
             raise ValueError(f"held-out families {unknown} are not among the task's families {distinct}")
+        if not heldout:
+            raise ValueError(f"no held-out family named; name one or more of the task's families {distinct}")
+        if set(distinct) <= set(heldout):
+            raise ValueError(
+                f"every family of the task is held out ({distinct}): none is left to choose; hold out fewer"
+            )
         return FamilySplit(
             tuple(f for f in distinct if f not in heldout), tuple(f for f in distinct if f in heldout)
         )

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
 from circuits.cli import app
 
+PAIRS = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
+AGREEMENT_FRAMES = [
+    f"The N {frame} the M" for frame in ("near", "of", "behind", "with", "next to", "from", "above")
+] + ["The N that the M saw"]
 BAD_ARGUMENTS = [
     # (command line, what the error names)
     (["heads", "--n-samples", "1"], "--n-samples"),
@@ -44,6 +50,14 @@ BAD_ARGUMENTS = [
     (["circuit", "--max-memory", "0GiB"], "--max-memory"),
     (["circuit", "--method", "exact", "--max-memory", "2GiB"], "--max-memory"),
     (["circuit", "--method", "eap-ig-activations", "--ig-points", "mib"], "--ig-points"),
+    (["circuit", "--heldout-families", "template 1"], "--task ioi holds out its own"),
+    (
+        ["circuit", "--task", "{pairs}", "--heldout-families", "The N near the M,The N under the M"],
+        "held-out families ['The N under the M'] are not among the task's families ['The N near the M', ",
+    ),
+    (["circuit", "--task", "{pairs}", "--heldout-families", ", "], "no held-out family named"),
+    (["circuit", "--task", "{pairs}", "--heldout-families", ",".join(AGREEMENT_FRAMES)], "every family"),
+    (["circuit", "--task", "{file}.csv", "--heldout-families", "a"], "has no family column"),
 ]
 
 
@@ -53,8 +67,9 @@ BAD_ARGUMENTS = [
 def test_bad_arguments_are_refused_before_work_starts(arguments, message, tmp_path):
     file = tmp_path / "a-file"
     file.write_text("")
+    (tmp_path / "a-file.csv").write_text("clean,corrupted,correct,incorrect\nA B,C B, A, C\n")
     out = tmp_path / "model"
-    arguments = [a.format(out=out, file=file, dir=tmp_path) for a in arguments]
+    arguments = [a.format(out=out, file=file, dir=tmp_path, pairs=PAIRS) for a in arguments]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.replace("│", " ").split())  # as one line, unwrapped

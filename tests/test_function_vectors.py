@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.icl import (
+    FunctionVectorSettings,
     few_shot_accuracy,
     function_vector,
     function_vector_report,
@@ -150,11 +151,11 @@ def tiny_model(smollm2):
 
 
 def _report(model, heldout_task: str, **kept):
-    tasks = ["antonym", "present_past", heldout_task]
-    return function_vector_report(
-        model, tasks, heldout_tasks=[heldout_task], n_prompts=4, n_shots=3, top=2, candidates=4,
-        n_random=2, n_documents=4, induction_heads=[(1, 0)], **kept,
+    settings = FunctionVectorSettings(
+        tasks=["antonym", "present_past", heldout_task], heldout_tasks=[heldout_task], n_prompts=4,
+        n_shots=3, top=2, candidates=4, n_random=2, n_documents=4,
     )  # fmt: skip
+    return function_vector_report(model, settings, induction_heads=[(1, 0)], **kept)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +226,7 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
 
 def test_a_single_task_cannot_be_split(tiny_model):
     with pytest.raises(ValueError, match="two or more"):
-        function_vector_report(tiny_model, ["antonym"], induction_heads=())
+        function_vector_report(tiny_model, FunctionVectorSettings(tasks=["antonym"]), induction_heads=())
 
 
 def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
@@ -269,9 +270,10 @@ def test_bad_input_says_what_to_pass(smollm2):
     with pytest.raises(ValueError, match="no tokenizer"):
         function_vector_report(interp.load_model("toy-induction"), induction_heads=())
     with pytest.raises(ValueError, match="too few for 40 shots"):
-        function_vector_report(smollm2, ["antonym", "present_past"], n_shots=40, induction_heads=())
+        settings = FunctionVectorSettings(tasks=["antonym", "present_past"], n_shots=40)
+        function_vector_report(smollm2, settings, induction_heads=())
     with pytest.raises(ValueError, match="top must be an integer >= 1"):
-        function_vector_report(smollm2, top=0, induction_heads=())
+        FunctionVectorSettings(top=0)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from circuits.heads import confirmed_induction, head_report
 from circuits.icl import (
     DocumentSplit,
     ICLSequences,
+    ICLSettings,
     Windows,
     ablated_icl_scores,
     confirmed_induction_heads,
@@ -48,7 +49,7 @@ def toy_heads(toy, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def toy_result(toy, toy_heads):
-    return icl_report(toy, n_documents=16, induction_heads=toy_heads[0], top=3, n_random=3)
+    return icl_report(toy, ICLSettings(n_documents=16, top=3, n_random=3), induction_heads=toy_heads[0])
 
 
 def hand_scores(model: interp.HookedTransformer, tokens: torch.Tensor, windows: Windows) -> torch.Tensor:
@@ -87,7 +88,8 @@ def test_icl_score_equals_the_models_own_losses(toy, toy_result):
 
 def test_every_heldout_document_is_scored_and_the_ablations_run_on_some(toy, toy_heads):
     split = DocumentSplit(discovery=4, ablated=4)
-    result = icl_report(toy, n_documents=16, split=split, induction_heads=toy_heads[0], top=1, n_random=2)
+    settings = ICLSettings(n_documents=16, split=split, top=1, n_random=2)
+    result = icl_report(toy, settings, induction_heads=toy_heads[0])
     sequences = default_sequences(toy, 16, seed=0)
     hand = hand_scores(toy, sequences.tokens, sequences.windows)
     assert result.discovery_names == sequences.names[:4] and result.heldout_names == sequences.names[4:]
@@ -214,7 +216,7 @@ def test_bad_input_says_what_to_pass(toy):
     tokens = default_sequences(toy, 4).tokens
     short = ICLSequences(tokens=tokens[:, :30], source="cut", names=["a"] * 4, windows=Windows(12, 35, 21))
     with pytest.raises(ValueError, match="late window ends at token 45, beyond the documents' 30 tokens"):
-        icl_report(toy, short, induction_heads=())
+        icl_report(toy, sequences=short, induction_heads=())
     with pytest.raises(ValueError, match="windows overlap"):
         default_sequences(toy, 4, windows=Windows(12, 20, 21))
     with pytest.raises(ValueError, match="token 0 has no prediction"):
@@ -222,13 +224,13 @@ def test_bad_input_says_what_to_pass(toy):
     with pytest.raises(ValueError, match=r"n_documents \(.*\) must be an integer >= 4"):
         default_sequences(toy, 3)
     with pytest.raises(ValueError, match="unknown ablation 'counterfactual'"):
-        icl_report(toy, ablation="counterfactual", induction_heads=())
+        ICLSettings(ablation="counterfactual")
     with pytest.raises(
         ValueError, match="no tokenizer and was not trained on a task with repeated structure"
     ):
         default_sequences(interp.load_model("toy-ioi"), 8)
     with pytest.raises(ValueError, match="out of range"):
-        icl_report(toy, n_documents=4, induction_heads=[(2, 0)])
+        icl_report(toy, ICLSettings(n_documents=4), induction_heads=[(2, 0)])
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from circuits.evidence import (
 from circuits.path import PathSettings, head_path, pair_task
 from circuits.path.report import path_report
 from circuits.path.steps import discover, metric_with_heads_ablated
+from circuits.results_file import load_result
 from circuits.sections import render_html, render_json, render_markdown, write_sections
 
 AGREEMENT = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
@@ -74,6 +75,10 @@ def test_families_are_held_out_whole(agreement):
     assert named.heldout == ("The N of the M",)
     with pytest.raises(ValueError, match="not among the task's families"):
         split_families(agreement.families, heldout=["no such frame"])
+    with pytest.raises(ValueError, match="every family of the task is held out"):
+        split_families(agreement.families, heldout=sorted(set(agreement.families)))
+    with pytest.raises(ValueError, match="no held-out family named"):
+        split_families(agreement.families, heldout=[])
     with pytest.raises(ValueError, match="needs two or more"):
         split_families(["one"] * 5)
 
@@ -163,6 +168,26 @@ def test_the_report_renders_the_same_content_in_every_format(result, tmp_path):
     out = tmp_path / "report.md"
     write_sections(report, "markdown", out, Console())
     assert out.read_text() == markdown
+
+
+def test_interp_circuit_holds_out_the_families_named(tmp_path):
+    path, saved = tmp_path / "agreement.csv", tmp_path / "circuit.json"
+    rows = agreement_rows(per_family=3)
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    named = ("The N of the M", "The N that the M saw")
+    run = CliRunner().invoke(
+        app,
+        ["circuit", "--task", str(path), "--method", "eap", "--edges", "50", "--save", str(saved),
+         "--heldout-families", ",".join(named)],
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    result = load_result(saved)
+    assert result.heads.tested == named and result.heads.chose == ("The N near the M", "The N behind the M")
+    assert set(result.heldout_task.families) == set(named)  # the edge circuit's held-out prompts too
+    assert not set(result.task.families) & set(named) and "tested on" in result.split
 
 
 def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):

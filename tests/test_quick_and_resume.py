@@ -19,7 +19,7 @@ import interp
 from circuits.cli import app
 from circuits.heads import head_report
 from circuits.heads.pipeline import KEPT_STAGES as HEAD_STAGES
-from circuits.icl import icl_report
+from circuits.icl import ICLSettings, icl_report
 from circuits.icl.heads import ATTRIBUTION_STAGE, weights_fingerprint
 from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
 from circuits.ioi import find_ioi_circuit
@@ -105,7 +105,9 @@ def test_a_stopped_icl_run_leaves_its_stages_and_resumes_to_the_same_result(toy,
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))  # the induction heads found afresh
     path = tmp_path / "icl.json"
     with pytest.raises(KeyboardInterrupt):
-        icl_report(toy, **ICL_OPTIONS, stages=stop_after(icl_stages(toy, path), ATTRIBUTION_STAGE))
+        icl_report(
+            toy, ICLSettings(**ICL_OPTIONS), stages=stop_after(icl_stages(toy, path), ATTRIBUTION_STAGE)
+        )
     partial = load_result(path)
     assert isinstance(partial, PartialResult)
     assert list(partial.done) == icl_report_stages(True)[:2]
@@ -116,11 +118,14 @@ def test_a_stopped_icl_run_leaves_its_stages_and_resumes_to_the_same_result(toy,
 
     calls = []
     resumed = icl_report(
-        toy, **ICL_OPTIONS, stages=icl_stages(toy, path), progress=lambda *call: calls.append(call)
+        toy,
+        ICLSettings(**ICL_OPTIONS),
+        stages=icl_stages(toy, path),
+        progress=lambda *call: calls.append(call),
     )
     kept = [stage for stage, _, _ in calls if stage.endswith(f"kept from {path}")]
     assert len(kept) == 2  # the induction heads and the attribution were not run again
-    uninterrupted = icl_report(toy, **ICL_OPTIONS)
+    uninterrupted = icl_report(toy, ICLSettings(**ICL_OPTIONS))
     assert without_timings(resumed) == without_timings(uninterrupted)
     assert load_result(path).missing == []  # every stage kept: a third run would only assemble
 
@@ -129,7 +134,11 @@ def test_a_partial_run_of_other_settings_or_another_command_is_refused(toy, tmp_
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "icl.json"
     with pytest.raises(KeyboardInterrupt):
-        icl_report(toy, **ICL_OPTIONS, stages=stop_after(icl_stages(toy, path), icl_report_stages(True)[0]))
+        icl_report(
+            toy,
+            ICLSettings(**ICL_OPTIONS),
+            stages=stop_after(icl_stages(toy, path), icl_report_stages(True)[0]),
+        )
     with pytest.raises(ValueError, match="seed 0 there, 1 now"):
         icl_stages(toy, path, seed=1)
     with pytest.raises(ValueError, match="partial `interp icl` run"):

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from circuits.cli import app
 from circuits.evidence import EFFECT_SIGN, random_same_layer_sets
 from circuits.results_file import load_result, save_result
-from circuits.retrieval import RetrievalResult, accuracy, find_retrieval_circuit
+from circuits.retrieval import RetrievalResult, RetrievalSettings, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import ablated_logit_diffs, validate_classes
 from circuits.retrieval.report import retrieval_sections, to_dict, write_retrieval_report
 from circuits.sections import render_html, render_markdown
@@ -113,10 +113,10 @@ def test_two_hop_is_measured_against_chance_with_a_ci(smollm2) -> None:
 @pytest.fixture(scope="module")
 def small_result(smollm2) -> RetrievalResult:
     """The finder on few prompts, with one head for the induction class (no head report)."""
-    return find_retrieval_circuit(
-        smollm2, n_prompts=12, n_heldout=12, n_exact=6, n_random=1, n_two_hop=4, heldout_facts=(3, 6),
-        induction_heads=[(17, 3)],
-    )  # fmt: skip
+    settings = RetrievalSettings(
+        n_prompts=12, n_heldout=12, n_exact=6, n_random=1, n_two_hop=4, heldout_facts=(3, 6)
+    )
+    return find_retrieval_circuit(smollm2, settings, induction_heads=[(17, 3)])
 
 
 def test_ablating_the_confirmed_retrieval_heads_hurts_accuracy_more_than_random_heads(smollm2, small_result):
@@ -170,9 +170,9 @@ def test_cli_refuses_bad_options_before_loading_a_model() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"), [({"n_prompts": 1}, "n_prompts"), ({"n_random": True}, "n_random")]
 )
-def test_finder_refuses_bad_counts_before_any_run(smollm2, kwargs, message) -> None:
+def test_settings_refuse_bad_counts_before_any_run(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
-        find_retrieval_circuit(smollm2, **kwargs)
+        RetrievalSettings(**kwargs)
 
 
 def test_relations_that_chose_the_heads_never_test_them(small_result) -> None:

@@ -1,6 +1,7 @@
 """In-context learning: the ICL score (Olsson et al. 2022) and the heads that carry it.
 
     result = icl_report(model)      # the score, every head by attribution, exact checks (pipeline.py)
+    result = icl_report(model, ICLSettings(n_documents=120, top=5))           # other settings
 
     sequences = default_sequences(model, 16)                       # documents, windows   sequences.py
     attributions, losses = head_attributions(model, sequences.tokens, sequences.windows)  # heads.py
@@ -21,14 +22,14 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.fv_pipeline import function_vector_report
+from circuits.icl.fv_pipeline import FunctionVectorSettings, function_vector_report
 from circuits.icl.heads import (
     ICL_ABLATIONS,
     ablated_icl_scores,
     confirmed_induction_heads,
     head_attributions,
 )
-from circuits.icl.pipeline import DocumentSplit, document_losses, icl_report
+from circuits.icl.pipeline import DocumentSplit, ICLSettings, document_losses, icl_report
 from circuits.icl.results import (
     ClassEffect,
     Comparison,
@@ -48,9 +49,11 @@ __all__ = [
     "DocumentSplit",
     "Comparison",
     "FunctionVectorResult",
+    "FunctionVectorSettings",
     "HeadEffect",
     "ICLResult",
     "ICLScore",
+    "ICLSettings",
     "ICLSequences",
     "TaskPrompts",
     "TaskVector",

@@ -19,15 +19,16 @@ The steps:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 import interp
 from circuits.evidence import (
+    FamilySplit,
     beyond_random,
     head_labels,
     held_out_note,
@@ -59,6 +60,8 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
     "Effects on discovery and held-out tasks (AIE, function vectors, ablations)",
     "Ablations (the ICL score)",
 )
+
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True)
@@ -161,183 +164,278 @@ def _compare(
     )
 
 
-def _task_vectors(
-    tasks: Sequence[str],
-    family: str,
-    prompts: TaskPrompts,
-    effects: QueryEffects,
-    n_pairs: dict[str, int],
-    seed: int,
-) -> list[TaskVector]:
-    """One row per task of `prompts`: zero-shot accuracy without, with the FV, with random vectors."""
-    rows = []
-    for index, task in enumerate(tasks):
-        runs = effects.zero_shot[:, prompts.task_index == index]
-        rows.append(
-            TaskVector(
-                task=task,
-                description=ICL_TASKS[task].description,
-                family=family,
-                n_pairs=n_pairs[task],
-                few_shot=effects.few_shot[prompts.task_index == index].mean().item(),
-                zero_shot=runs[0].mean().item(),
-                zero_shot_ci=mean_ci(runs[0], seed),
-                with_fv=runs[1].mean().item(),
-                with_fv_ci=mean_ci(runs[1], seed),
-                with_random=runs[2:].mean().item(),
-                with_random_ci=mean_ci(runs[2:].mean(0), seed),
-            )
-        )
-    return rows
-
-
-def function_vector_report(
-    model: interp.HookedTransformer,
-    tasks: Sequence[str] = tuple(ICL_TASKS),
-    *,
-    heldout_tasks: Sequence[str] | None = None,
-    n_prompts: int = 12,
-    n_shots: int = 5,
-    top: int = 10,
-    candidates: int | None = 30,
-    n_random: int = 4,
-    n_documents: int = 8,
-    induction_heads: Sequence[Head] | None = None,
-    seed: int = 0,
-    progress: Progress | None = None,
-    stages: StageResults | None = None,
-) -> FunctionVectorResult:
-    """Function-vector heads of `model` beside its induction heads.
+@dataclass(frozen=True, kw_only=True)
+class FunctionVectorSettings:
+    """The tasks and sizes of `function_vector_report`.
 
     tasks: word-pair tasks of `interp.tasks.icl_tasks.ICL_TASKS`, the families.
     heldout_tasks: the tasks that test (default: half of `tasks`, drawn with `seed`); the others choose
       the heads and the layer.
     n_prompts: few-shot prompts per task and half of its pairs, of `n_shots` examples each.
+    top: FV heads: the largest exact AIEs among the candidates (mean over discovery tasks).
     candidates: the heads whose AIE is computed exactly on the discovery tasks: the largest attributed
       AIEs (None, or as many as the model has: every head, one patched run each).
-    top: FV heads: the largest exact AIEs among the candidates (mean over discovery tasks).
     n_random: random same-layer sets each class is compared with.
     n_documents: Brown corpus documents the ICL score is measured on (for the ablations).
-    induction_heads: default `confirmed_induction_heads(model)` (cached); () skips that class.
-    stages: each stage's result (`function_vector_stages`) kept as it finishes; the stages already in
-      it (a resumed run's, made with the same settings) are not run again.
+    seed: the split, the prompts, the random sets and the bootstrap.
     """
-    began = time.perf_counter()
-    tasks = check_task_names(list(tasks))
-    for name, value, least in [("n_prompts", n_prompts, 2), ("n_shots", n_shots, 2), ("top", top, 1),
-                               ("n_random", n_random, 1), ("n_documents", n_documents, 4)]:  # fmt: skip
-        check_count(value, name, least)
-    if candidates is not None:
-        check_count(candidates, "candidates", top)
-    # 1. families: discovery and held-out tasks; each task's demonstration and query halves
-    split = split_families(tasks, heldout_tasks, seed=seed)
+
+    tasks: Sequence[str] = tuple(ICL_TASKS)
+    heldout_tasks: Sequence[str] | None = None
+    n_prompts: int = 12
+    n_shots: int = 5
+    top: int = 10
+    candidates: int | None = 30
+    n_random: int = 4
+    n_documents: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, least in [
+            ("n_prompts", 2),
+            ("n_shots", 2),
+            ("top", 1),
+            ("n_random", 1),
+            ("n_documents", 4),
+        ]:
+            check_count(getattr(self, name), name, least)
+        if self.candidates is not None:
+            check_count(self.candidates, "candidates", self.top)
+
+    @property
+    def task_names(self) -> list[str]:
+        """The tasks, checked against ICL_TASKS, in order."""
+        return check_task_names(list(self.tasks))
+
+    def family_split(self) -> FamilySplit:
+        """Which tasks choose (discovery) and which test (held-out): `split_families`."""
+        return split_families(self.task_names, self.heldout_tasks, seed=self.seed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskFamilies:
+    """Step 1: the tasks split, and each task's single-token pairs halved (`split_pairs`) into a
+    demonstration half (0) and a query half (1)."""
+
+    tasks: list[str]
+    split: FamilySplit
+    halves: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]
+    n_pairs: dict[str, int]  # each task's single-token pairs
+
+    def prompts(
+        self, model: interp.HookedTransformer, half: int, settings: FunctionVectorSettings
+    ) -> dict[str, TaskPrompts]:
+        """ "discovery" and "heldout" -> the few-shot prompts of that group's tasks' `half`."""
+        return {
+            group: task_prompts(
+                model,
+                {name: self.halves[name][half] for name in names},
+                settings.n_prompts,
+                settings.n_shots,
+                settings.seed + half,
+            )  # fmt: skip
+            for group, names in vars(self.split).items()
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadChoice:
+    """Step 2, on the discovery tasks' demonstrations: AIE attributed per task [task, layer, head], the
+    candidates and their exact AIE [candidate] (mean over tasks), the FV heads: the top by exact AIE."""
+
+    aie_per_task: Tensor
+    candidates: list[Head]
+    candidates_aie: Tensor
+    fv_heads: list[Head]
+
+    @property
+    def aie(self) -> Tensor:
+        """AIE attributed [layer, head], mean over the discovery tasks."""
+        return self.aie_per_task.mean(0)
+
+
+def _task_vectors(
+    families: TaskFamilies, queries: dict[str, TaskPrompts], effects: dict[str, QueryEffects], seed: int
+) -> list[TaskVector]:
+    """One row per task, the discovery tasks first: zero-shot accuracy without, with the FV, with
+    random vectors, on its queries."""
+    rows = []
+    for group, family in (("discovery", "discovery"), ("heldout", "held-out")):
+        prompts, measured = queries[group], effects[group]
+        for index, task in enumerate(getattr(families.split, group)):
+            runs = measured.zero_shot[:, prompts.task_index == index]
+            rows.append(
+                TaskVector(
+                    task=task,
+                    description=ICL_TASKS[task].description,
+                    family=family,
+                    n_pairs=families.n_pairs[task],
+                    few_shot=measured.few_shot[prompts.task_index == index].mean().item(),
+                    zero_shot=runs[0].mean().item(),
+                    zero_shot_ci=mean_ci(runs[0], seed),
+                    with_fv=runs[1].mean().item(),
+                    with_fv_ci=mean_ci(runs[1], seed),
+                    with_random=runs[2:].mean().item(),
+                    with_random_ci=mean_ci(runs[2:].mean(0), seed),
+                )
+            )
+    return rows
+
+
+def task_families(model: interp.HookedTransformer, settings: FunctionVectorSettings) -> TaskFamilies:
+    """Step 1: the tasks split, each task's pairs halved; refused where a half has too few pairs."""
+    tasks, split = settings.task_names, settings.family_split()
     pairs = {name: single_token_pairs(model, ICL_TASKS[name]) for name in tasks}
-    halves = {name: split_pairs(task_pairs, seed) for name, task_pairs in pairs.items()}
+    halves = {name: split_pairs(task_pairs, settings.seed) for name, task_pairs in pairs.items()}
     for name, (_, query_pairs) in halves.items():
-        if len(query_pairs) <= n_shots:
+        if len(query_pairs) <= settings.n_shots:
             raise ValueError(
                 f"task {name} has {len(pairs[name])} pairs with single-token answers for this tokenizer, "
-                f"too few for {n_shots} shots in each half; pass a smaller n_shots"
+                f"too few for {settings.n_shots} shots in each half; pass a smaller n_shots"
             )
-    stages = StageResults() if stages is None else stages
-    found_by = "given"
-    if induction_heads is None:
-        induction_heads = stages.run(
-            INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
-        )
-        induction_heads = [tuple(head) for head in induction_heads]
-        found_by = "confirmed by interp heads"
-    induction_heads = check_heads(model.cfg, induction_heads)
-    timings = {"induction heads": time.perf_counter() - began}
+    n_pairs = {name: len(task_pairs) for name, task_pairs in pairs.items()}
+    return TaskFamilies(tasks=tasks, split=split, halves=halves, n_pairs=n_pairs)
 
-    def timed(name: str) -> None:
-        timings[name] = time.perf_counter() - began - sum(timings.values())
 
-    def reported(stage: str) -> Progress | None:
-        if progress is not None:
-            progress(stage, 0, 1)
-        return as_stage(progress, stage)
-
-    def prompts_of(group: Sequence[str], half: int) -> TaskPrompts:
-        chosen = {name: halves[name][half] for name in group}
-        return task_prompts(model, chosen, n_prompts, n_shots, seed + half)
-
+def attributed_candidates(
+    model: interp.HookedTransformer,
+    discovery: TaskPrompts,
+    means: Tensor,
+    n_tasks: int,
+    candidates: int | None,
+) -> tuple[Tensor, list[Head]]:
+    """Step 2a: (AIE attributed per task [task, layer, head], the `candidates` heads of the largest mean
+    over tasks) on the `n_tasks` discovery tasks' demonstrations."""
     cfg = model.cfg
-    demonstrations = {group: prompts_of(names, 0) for group, names in vars(split).items()}
-    queries = {group: prompts_of(names, 1) for group, names in vars(split).items()}
-    means = {group: mean_head_outputs(model, prompts) for group, prompts in demonstrations.items()}
+    attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
+    one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
+    aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
+    n_heads = cfg.n_layers * cfg.n_heads
+    ranked = aie_per_task.mean(0).flatten().argsort(descending=True)
+    ranked = ranked[: n_heads if candidates is None else candidates].tolist()
+    return aie_per_task, [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
 
-    # 2. heads, on the discovery tasks' demonstrations
-    discovery, discovery_means = demonstrations["discovery"], means["discovery"]
-    one_hot = torch.nn.functional.one_hot(discovery.task_index, len(split.discovery)).float()  # [batch, task]
 
-    def head_effects() -> tuple[Tensor, list[Head], Tensor]:
-        """AIE attributed per discovery task [task, layer, head], the candidates, their exact AIE."""
-        step = reported(FV_STAGES[0])
-        attributed = attributed_indirect_effects(model, discovery, discovery_means)  # [batch, layer, head]
-        per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
-        n_heads = cfg.n_layers * cfg.n_heads
-        ranked = per_task.mean(0).flatten().argsort(descending=True)
-        ranked = ranked[: n_heads if candidates is None else candidates].tolist()
-        chosen = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
-        exact = head_indirect_effects(model, discovery, discovery_means, [[head] for head in chosen], step)
-        return per_task, chosen, ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
+def exact_aie(
+    model: interp.HookedTransformer,
+    discovery: TaskPrompts,
+    means: Tensor,
+    candidates: Sequence[Head],
+    n_tasks: int,
+    progress: Progress | None,
+) -> Tensor:
+    """Step 2b: each candidate's exact AIE on the `n_tasks` discovery tasks' demonstrations, mean over
+    tasks [candidate]."""
+    one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
+    exact = head_indirect_effects(model, discovery, means, [[head] for head in candidates], progress)
+    return ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
 
-    aie_per_task, candidate_heads, exact_aie = stages.run(FV_STAGES[0], head_effects, progress)
-    aie = aie_per_task.mean(0)
-    fv_heads = [candidate_heads[i] for i in exact_aie.argsort(descending=True).tolist()[:top]]
-    timed("AIE")
 
-    # 3. layer, on the discovery tasks' queries
-    def layer_accuracies() -> Tensor:
-        """Zero-shot accuracy of the discovery tasks' queries with the FV added at each layer [layer]."""
-        reported(FV_STAGES[1])
-        vectors = function_vector(model, discovery_means, fv_heads)  # [task, d_model]
-        runs = [(layer, vectors) for layer in range(cfg.n_layers)]
-        return zero_shot_accuracy(model, queries["discovery"], runs).mean(1)
+def choose_fv_heads(
+    aie_per_task: Tensor, candidates: list[Head], candidates_aie: Tensor, top: int
+) -> HeadChoice:
+    """Step 2c: the FV heads, the `top` candidates by exact AIE."""
+    fv_heads = [candidates[i] for i in candidates_aie.argsort(descending=True).tolist()[:top]]
+    return HeadChoice(
+        aie_per_task=aie_per_task, candidates=candidates, candidates_aie=candidates_aie, fv_heads=fv_heads
+    )
 
-    layer_accuracy = stages.run(FV_STAGES[1], layer_accuracies, progress)
-    fv_layer = int(layer_accuracy.argmax())
-    timed("layer")
 
-    # 4. effects on the discovery tasks' queries and on the held-out tasks'
+def layer_accuracies(
+    model: interp.HookedTransformer, queries: TaskPrompts, means: Tensor, fv_heads: Sequence[Head]
+) -> Tensor:
+    """Step 3: zero-shot accuracy of the discovery tasks' queries with the function vector added at each
+    layer [layer]; the FV's layer is the most accurate."""
+    vectors = function_vector(model, means, fv_heads)  # [task, d_model]
+    runs = [(layer, vectors) for layer in range(model.cfg.n_layers)]
+    return zero_shot_accuracy(model, queries, runs).mean(1)
+
+
+def head_classes(
+    model: interp.HookedTransformer,
+    fv_heads: list[Head],
+    induction_heads: Sequence[Head],
+    settings: FunctionVectorSettings,
+) -> list[HeadClass]:
+    """The FV heads, then the induction heads (if any), each with its random same-layer sets."""
     classes = [
         HeadClass(
-            name="FV heads", heads=fv_heads, draws=random_same_layer_sets(model, fv_heads, n_random, seed)
+            name="FV heads",
+            heads=fv_heads,
+            draws=random_same_layer_sets(model, fv_heads, settings.n_random, settings.seed),
         )
     ]
     if induction_heads:
-        draws = random_same_layer_sets(model, induction_heads, n_random, seed)
+        draws = random_same_layer_sets(model, induction_heads, settings.n_random, settings.seed)
         classes.append(HeadClass(name="induction heads", heads=list(induction_heads), draws=draws))
+    return classes
 
-    def query_effects() -> dict[str, QueryEffects]:
-        reported(FV_STAGES[2])
-        return {
-            group: _query_effects(model, queries[group], means[group], classes, fv_layer) for group in queries
-        }
 
-    effects = stages.run(FV_STAGES[2], query_effects, progress)
-    timed("effects")
+def induction_class(
+    model: interp.HookedTransformer,
+    induction_heads: Sequence[Head] | None,
+    stages: StageResults,
+    progress: Progress | None,
+) -> tuple[list[Head], str]:
+    """(the induction heads, how they were found): the given heads, else `confirmed_induction_heads`
+    (kept in `stages` as `INDUCTION_HEADS_STAGE`)."""
+    if induction_heads is not None:
+        return check_heads(model.cfg, induction_heads), "given"
+    found = stages.run(
+        INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
+    )
+    return check_heads(model.cfg, [tuple(head) for head in found]), "confirmed by interp heads"
+
+
+def query_effects(
+    model: interp.HookedTransformer,
+    queries: dict[str, TaskPrompts],
+    means: dict[str, Tensor],
+    classes: Sequence[HeadClass],
+    layer: int,
+) -> dict[str, QueryEffects]:
+    """Step 4a: every effect on the discovery tasks' queries and, apart, on the held-out tasks'
+    ("discovery", "heldout" -> `QueryEffects`), the function vector added at `layer`."""
+    return {group: _query_effects(model, queries[group], means[group], classes, layer) for group in queries}
+
+
+def effect_tests(
+    classes: Sequence[HeadClass], effects: dict[str, QueryEffects], seed: int
+) -> tuple[Comparison, Comparison]:
+    """Step 4b: the FV heads' AIE and the function vector's zero-shot gain, each against random
+    same-layer heads, held-out beside discovery."""
     chosen, tested = effects["discovery"], effects["heldout"]
-    fv = classes[0]
-    aie_test = _compare("FV heads: AIE", "p(answer)", fv, chosen.patched, tested.patched, seed)
+    aie_test = _compare("FV heads: AIE", "p(answer)", classes[0], chosen.patched, tested.patched, seed)
     vector_test = _compare(
-        "Function vector: zero-shot accuracy gained", "accuracy", fv,
+        "Function vector: zero-shot accuracy gained", "accuracy", classes[0],
         chosen.zero_shot[1:] - chosen.zero_shot[0], tested.zero_shot[1:] - tested.zero_shot[0], seed,
     )  # fmt: skip
+    return aie_test, vector_test
 
-    # 5. the ICL score, on documents no choice saw
-    def icl_scores() -> tuple[Tensor, Tensor]:
-        """The ICL score of each document, clean [document] and with each set ablated [set, document]."""
-        reported(FV_STAGES[3])
-        sequences = default_sequences(model, n_documents, seed)
-        head_sets = [heads for found in classes for heads in found.sets]
-        _, clean, ablated = ablated_icl_scores(
-            model, sequences.tokens, sequences.windows, head_sets, seed=seed
-        )
-        return clean, ablated
 
-    clean_icl, ablated_icl = stages.run(FV_STAGES[3], icl_scores, progress)
+def icl_scores(
+    model: interp.HookedTransformer, classes: Sequence[HeadClass], settings: FunctionVectorSettings
+) -> tuple[Tensor, Tensor]:
+    """Step 5a: the ICL score of each Brown corpus document that no choice saw, clean [document] and
+    with each class and random set ablated [set, document]."""
+    sequences = default_sequences(model, settings.n_documents, settings.seed)
+    head_sets = [heads for found in classes for heads in found.sets]
+    _, clean, ablated = ablated_icl_scores(
+        model, sequences.tokens, sequences.windows, head_sets, seed=settings.seed
+    )
+    return clean, ablated
+
+
+def ablation_tests(
+    classes: Sequence[HeadClass],
+    effects: dict[str, QueryEffects],
+    scores: tuple[Tensor, Tensor],
+    seed: int,
+) -> list[Comparison]:
+    """Step 5b: each class ablated against its random sets: few-shot accuracy (the discovery and
+    held-out queries' drops, `effects`) and the ICL score (`icl_scores`)."""
+    chosen, tested = effects["discovery"], effects["heldout"]
+    clean_icl, ablated_icl = scores
     ablations, at = [], 0
     for i, found in enumerate(classes):
         context_drop = ablated_icl[at : at + len(found.sets)] - clean_icl  # -score: the context's benefit
@@ -347,40 +445,96 @@ def function_vector_report(
                      chosen.ablation_drops[i], tested.ablation_drops[i], seed),
             _compare(f"{found.name} ablated: ICL score", "nats", found, None, context_drop, seed),
         ]  # fmt: skip
+    return ablations
 
-    n_pairs = {name: len(task_pairs) for name, task_pairs in pairs.items()}
-    task_vectors = [
-        *_task_vectors(split.discovery, "discovery", queries["discovery"], chosen, n_pairs, seed),
-        *_task_vectors(split.heldout, "held-out", queries["heldout"], tested, n_pairs, seed),
-    ]
+
+def function_vector_report(
+    model: interp.HookedTransformer,
+    settings: FunctionVectorSettings = FunctionVectorSettings(),
+    *,
+    induction_heads: Sequence[Head] | None = None,
+    progress: Progress | None = None,
+    stages: StageResults | None = None,
+) -> FunctionVectorResult:
+    """Function-vector heads of `model` beside its induction heads, on the tasks and with the sizes of
+    `settings` (the steps: the module docstring). induction_heads: default
+    `confirmed_induction_heads(model)` (cached); () skips that class. stages: each stage's result
+    (`function_vector_stages`) kept as it finishes; the stages already in it (a resumed run's, made
+    with the same settings) are not run again."""
+    began, seed = time.perf_counter(), settings.seed
+    stages = StageResults() if stages is None else stages
+    families = task_families(model, settings)  # 1. families
+    induction_heads, found_by = induction_class(model, induction_heads, stages, progress)
+    timings = {"induction heads": time.perf_counter() - began}
+
+    def timed(name: str) -> None:
+        timings[name] = time.perf_counter() - began - sum(timings.values())
+
+    def step(stage: str, compute: Callable[[Progress | None], T]) -> T:
+        """compute(the stage's progress), reported as `stage` as it begins, or the stage's kept value."""
+
+        def begun() -> T:
+            if progress is not None:
+                progress(stage, 0, 1)
+            return compute(as_stage(progress, stage))
+
+        return stages.run(stage, begun, progress)
+
+    demonstrations, queries = families.prompts(model, 0, settings), families.prompts(model, 1, settings)
+    means = {group: mean_head_outputs(model, prompts) for group, prompts in demonstrations.items()}
+    discovery, n_discovery = demonstrations["discovery"], len(families.split.discovery)
+
+    def head_effects(heads_progress: Progress | None) -> tuple[Tensor, list[Head], Tensor]:
+        """Steps 2a and 2b: AIE attributed per task, the candidates, their exact AIE."""
+        aie_per_task, candidates = attributed_candidates(
+            model, discovery, means["discovery"], n_discovery, settings.candidates
+        )
+        exact = exact_aie(model, discovery, means["discovery"], candidates, n_discovery, heads_progress)
+        return aie_per_task, candidates, exact
+
+    chosen_heads = choose_fv_heads(*step(FV_STAGES[0], head_effects), settings.top)  # 2. heads
+    timed("AIE")
+    layer_accuracy = step(  # 3. layer
+        FV_STAGES[1],
+        lambda _: layer_accuracies(model, queries["discovery"], means["discovery"], chosen_heads.fv_heads),
+    )
+    layer = int(layer_accuracy.argmax())
+    timed("layer")
+    classes = head_classes(model, chosen_heads.fv_heads, induction_heads, settings)  # 4. effects
+    effects = step(FV_STAGES[2], lambda _: query_effects(model, queries, means, classes, layer))
+    timed("effects")
+    aie_test, vector_test = effect_tests(classes, effects, seed)
+    scores = step(FV_STAGES[3], lambda _: icl_scores(model, classes, settings))  # 5. the ICL score
+    ablations = ablation_tests(classes, effects, scores, seed)
+    task_vectors = _task_vectors(families, queries, effects, seed)
     timed("ICL score")
     if progress is not None:
         progress(FV_STAGES[3], 1, 1)
     timings["total"] = time.perf_counter() - began
-    fv_labels, induction_labels = head_labels(fv_heads), head_labels(induction_heads)
+    fv_labels, induction_labels = head_labels(chosen_heads.fv_heads), head_labels(induction_heads)
     return FunctionVectorResult(
-        model_name=cfg.model_name,
+        model_name=model.cfg.model_name,
         provenance=interp.provenance(model),
-        tasks=tasks,
-        split=split,
-        n_shots=n_shots,
-        n_prompts=n_prompts,
+        tasks=families.tasks,
+        split=families.split,
+        n_shots=settings.n_shots,
+        n_prompts=settings.n_prompts,
         seed=seed,
-        aie_attributed=aie,
-        aie_per_task=aie_per_task,
-        candidates=head_labels(candidate_heads),
-        candidates_aie=exact_aie.tolist(),
+        aie_attributed=chosen_heads.aie,
+        aie_per_task=chosen_heads.aie_per_task,
+        candidates=head_labels(chosen_heads.candidates),
+        candidates_aie=chosen_heads.candidates_aie.tolist(),
         fv_heads=fv_labels,
-        fv_heads_heldout_aie=tested.single_heads.mean(1).tolist(),
+        fv_heads_heldout_aie=effects["heldout"].single_heads.mean(1).tolist(),
         induction_heads=induction_labels,
         induction_found_by=found_by,
         overlap=[label for label in fv_labels if label in induction_labels],
-        fv_layer=fv_layer,
+        fv_layer=layer,
         layer_accuracy=layer_accuracy.tolist(),
         aie_test=aie_test,
         vector_test=vector_test,
         task_vectors=task_vectors,
         ablations=ablations,
-        n_documents=n_documents,
+        n_documents=settings.n_documents,
         timings=timings,
     )

@@ -5,7 +5,16 @@ Documents are the families (`DocumentSplit`): the discovery documents rank every
 document is held out and scored, so the headline ICL score is measured on documents that chose nothing;
 the exact ablations, which cost a run per set of heads, run on the first `ablated` held-out documents.
 One clean forward pass scores a held-out document; its ablations cost about six more, so scoring
-many documents and ablating a few is how the default run affords a headline whose CI can exclude 0."""
+many documents and ablating a few is how the default run affords a headline whose CI can exclude 0.
+
+The steps (`ICLSettings` holds their sizes and choices; each of 1-4 is a kept stage):
+  0. documents        the given documents, else `default_sequences`; checked against the windows
+  1. induction heads  the class to test: given, else the heads `interp heads` confirms
+  2. attribution      every head's change of the ICL score, on the discovery documents
+  3. exact ablations  the `top` heads alone and the induction heads against random same-layer
+                      sets, on the first `ablated` held-out documents
+  4. scoring          every other held-out document scored clean (the headline: all held-out ones)
+"""
 
 from __future__ import annotations
 
@@ -54,6 +63,37 @@ class DocumentSplit:
         discovery = min(self.discovery, n_documents // 2)
         heldout = n_documents - discovery
         return discovery, heldout if self.ablated is None else min(self.ablated, heldout)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ICLSettings:
+    """The sizes and choices of `icl_report`.
+
+    n_documents, windows: the documents when none are given (`default_sequences(model, n_documents,
+      seed, windows)`: Brown corpus texts for a model with a tokenizer, its task's sequences for a toy
+      model; windows None: `default_windows`).
+    split: how many documents rank the heads (the first) and how many held-out ones the exact
+      ablations run on; every held-out document is scored (`DocumentSplit`).
+    ablation: "mean" (over every position of the half's documents), "zero" or "resample".
+    top: heads confirmed by exact ablation: the largest positive attributed changes.
+    n_random: random same-layer sets the induction heads are compared with.
+    seed: the documents, the random sets and the bootstrap.
+    batch_size: documents per forward and backward pass of the attribution.
+    """
+
+    n_documents: int = 60
+    split: DocumentSplit = DocumentSplit()
+    windows: Windows | None = None
+    ablation: str = "mean"
+    top: int = 3
+    n_random: int = 4
+    seed: int = 0
+    batch_size: int = 4
+
+    def __post_init__(self) -> None:
+        check_ablation(self.ablation)
+        check_count(self.top, "top (heads to confirm)", 0)
+        check_count(self.n_random, "n_random (random sets to compare a class with)", 1)
 
 
 @torch.inference_mode()
@@ -137,52 +177,31 @@ def _class_effect(
     )
 
 
-def icl_report(
-    model: interp.HookedTransformer,
-    sequences: ICLSequences | None = None,
-    *,
-    n_documents: int = 60,
-    split: DocumentSplit = DocumentSplit(),
-    windows: Windows | None = None,
-    ablation: str = "mean",
-    induction_heads: Sequence[Head] | None = None,
-    top: int = 3,
-    n_random: int = 4,
-    seed: int = 0,
-    batch_size: int = 4,
-    progress: Progress | None = None,
-    stages: StageResults | None = None,
-) -> ICLResult:
-    """The in-context learning score of `model` and the heads that carry it.
-
-    sequences: the documents and windows (default: `default_sequences(model, n_documents, seed,
-      windows)`: Brown corpus texts for a model with a tokenizer, its task's sequences for a toy model).
-    split: how many documents rank the heads (the first) and how many held-out ones the exact
-      ablations run on; every held-out document is scored (`DocumentSplit`).
-    ablation: "mean" (over every position of the half's documents), "zero" or "resample".
-    induction_heads: the class to test (default: `confirmed_induction_heads(model)`, the heads
-      `interp heads` confirms, cached); () tests no class.
-    top: heads confirmed by exact ablation: the largest positive attributed changes.
-    n_random: random same-layer sets the class is compared with.
-    batch_size: documents per forward and backward pass of the attribution.
-    stages: each stage's result (`icl_report_stages`) kept as it finishes; the stages already in it
-      (a resumed run's, made with the same settings) are not run again.
-    """
-    began = time.perf_counter()
-    check_ablation(ablation)
-    check_count(top, "top (heads to confirm)", 0)
-    check_count(n_random, "n_random (random sets to compare a class with)", 1)
+def _documents(
+    model: interp.HookedTransformer, settings: ICLSettings, sequences: ICLSequences | None
+) -> ICLSequences:
+    """Step 0: the documents (`sequences`, else the settings' default ones), checked against the
+    model's context and the windows."""
     if sequences is None:
-        sequences = default_sequences(model, n_documents, seed, windows)
-    tokens, windows = sequences.tokens, sequences.windows
+        sequences = default_sequences(model, settings.n_documents, settings.seed, settings.windows)
+    tokens = sequences.tokens
     if tokens.ndim != 2 or len(tokens) < 4:
         raise ValueError(
             f"need at least 4 documents [n_documents, n_tokens] (half find heads, half confirm them), "
             f"got shape {tuple(tokens.shape)}"
         )
-    windows.check(model.cfg.n_ctx, tokens.shape[1])
-    stages = StageResults() if stages is None else stages
-    timings = {}
+    sequences.windows.check(model.cfg.n_ctx, tokens.shape[1])
+    return sequences
+
+
+def _induction_heads(
+    model: interp.HookedTransformer,
+    induction_heads: Sequence[Head] | None,
+    stages: StageResults,
+    progress: Progress | None,
+) -> tuple[list[Head], str]:
+    """Step 1: (the class to test, how it was found): the given heads, else the heads `interp heads`
+    confirms (a kept stage)."""
     found_by = "given"
     if induction_heads is None:
         found = stages.run(
@@ -190,44 +209,25 @@ def icl_report(
         )
         induction_heads = [tuple(head) for head in found]
         found_by = "confirmed by interp heads"
-    induction_heads = check_heads(model.cfg, induction_heads)
-    timings["induction heads"] = time.perf_counter() - began
+    return check_heads(model.cfg, induction_heads), found_by
 
-    half, n_ablated = split.sizes(len(tokens))
-    attributions, discovery_losses = stages.run(
-        ATTRIBUTION_STAGE,
-        lambda: head_attributions(model, tokens[:half], windows, ablation, seed, batch_size, progress),
-        progress,
-    )
-    timings["attribution"] = time.perf_counter() - began - sum(timings.values())
-    estimate = attributions.mean(0)  # [layer, head]
-    n_heads = model.cfg.n_heads
+
+def _top_heads(estimate: torch.Tensor, top: int) -> list[Head]:
+    """The `top` heads of the largest positive attributed changes (those the model uses context
+    through), from estimate [layer, head]."""
+    n_heads = estimate.shape[1]
     ranked = [(int(i) // n_heads, int(i) % n_heads) for i in estimate.flatten().argsort(descending=True)]
-    top_heads = [head for head in ranked if estimate[head] > 0][:top]  # those the model uses context through
-    draws = random_same_layer_sets(model, induction_heads, n_random, seed) if induction_heads else []
-    sets = [[head] for head in top_heads] + ([induction_heads, *draws] if induction_heads else [])
-    ablated_losses, clean, ablated = stages.run(
-        EXACT_ABLATIONS_STAGE,
-        lambda: ablated_icl_scores(
-            model, tokens[half : half + n_ablated], windows, sets, ablation, seed, progress
-        ),
-        progress,
-    )
-    timings["exact ablations"] = time.perf_counter() - began - sum(timings.values())
-    scored_losses = stages.run(
-        SCORING_STAGE,
-        lambda: document_losses(model, tokens[half + n_ablated :], batch_size, progress),
-        progress,
-    )
-    heldout_losses = torch.cat([ablated_losses, scored_losses])
-    timings["scoring"] = time.perf_counter() - began - sum(timings.values())
-    changes = ablated - clean  # [set, held-out document]
-    n_top = len(top_heads)
+    return [head for head in ranked if estimate[head] > 0][:top]
 
-    heads = []
-    for (layer, head), change in zip(top_heads, changes[:n_top], strict=True):
+
+def _head_effects(
+    top_heads: Sequence[Head], changes: torch.Tensor, estimate: torch.Tensor, seed: int
+) -> list[HeadEffect]:
+    """Each top head's exact change [document] beside its attributed one (estimate [layer, head])."""
+    effects = []
+    for (layer, head), change in zip(top_heads, changes, strict=True):
         ci = mean_ci(change, seed)
-        heads.append(
+        effects.append(
             HeadEffect(
                 head=head_label(layer, head),
                 layer=layer,
@@ -238,11 +238,88 @@ def icl_report(
                 verdict=ci_verdict(ci),
             )
         )
+    return effects
+
+
+def _ablated_sets(
+    model: interp.HookedTransformer, top_heads: list[Head], induction_heads: list[Head], settings: ICLSettings
+) -> tuple[list[list[Head]], list[list[Head]]]:
+    """Step 3's sets: (the induction heads' random same-layer sets, every set ablated: each top head
+    alone, then the induction heads and their random sets)."""
+    if not induction_heads:
+        return [], [[head] for head in top_heads]
+    draws = random_same_layer_sets(model, induction_heads, settings.n_random, settings.seed)
+    return draws, [[head] for head in top_heads] + [induction_heads, *draws]
+
+
+def _scores(
+    discovery_losses: torch.Tensor, heldout_losses: torch.Tensor, windows: Windows, seed: int
+) -> dict[str, Any]:
+    """The ICL scores (every, discovery and held-out document) and the loss curve with its standard
+    error, from per-token losses [document, pos - 1] (`ICLResult`'s fields)."""
+    every_loss = torch.cat([discovery_losses, heldout_losses])
+    return {
+        "score": summarise(every_loss, windows, seed),
+        "discovery": summarise(discovery_losses, windows, seed),
+        "heldout": summarise(heldout_losses, windows, seed),
+        "loss_curve": every_loss.mean(0),
+        "loss_curve_se": every_loss.std(0) / len(every_loss) ** 0.5,
+    }
+
+
+def icl_report(
+    model: interp.HookedTransformer,
+    settings: ICLSettings = ICLSettings(),
+    *,
+    sequences: ICLSequences | None = None,
+    induction_heads: Sequence[Head] | None = None,
+    progress: Progress | None = None,
+    stages: StageResults | None = None,
+) -> ICLResult:
+    """The in-context learning score of `model` and the heads that carry it (`ICLSettings`).
+
+    sequences: the documents and windows (default: the settings' `default_sequences`).
+    induction_heads: the class to test (default: `confirmed_induction_heads(model)`, the heads
+      `interp heads` confirms, cached); () tests no class.
+    stages: each stage's result (`icl_report_stages`) kept as it finishes; the stages already in it
+      (a resumed run's, made with the same settings) are not run again.
+    """
+    began, timings = time.perf_counter(), {}
+
+    def stage(name: str) -> None:
+        timings[name] = time.perf_counter() - began - sum(timings.values())
+
+    stages = StageResults() if stages is None else stages
+    sequences = _documents(model, settings, sequences)  # 0. documents
+    tokens, windows, seed, ablation = sequences.tokens, sequences.windows, settings.seed, settings.ablation
+    induction_heads, found_by = _induction_heads(model, induction_heads, stages, progress)  # 1.
+    stage("induction heads")
+    half, n_ablated = settings.split.sizes(len(tokens))
+    discovery, ablated_documents, scored = tokens.split([half, n_ablated, len(tokens) - half - n_ablated])
+    attributions, discovery_losses = stages.run(  # 2. every head ranked on the discovery documents
+        ATTRIBUTION_STAGE,
+        lambda: head_attributions(model, discovery, windows, ablation, seed, settings.batch_size, progress),
+        progress,
+    )
+    stage("attribution")
+    estimate = attributions.mean(0)  # [layer, head]
+    top_heads = _top_heads(estimate, settings.top)
+    draws, sets = _ablated_sets(model, top_heads, induction_heads, settings)
+    ablated_losses, clean, ablated = stages.run(  # 3. exact ablations on the first held-out documents
+        EXACT_ABLATIONS_STAGE,
+        lambda: ablated_icl_scores(model, ablated_documents, windows, sets, ablation, seed, progress),
+        progress,
+    )
+    stage("exact ablations")
+    scored_losses = stages.run(  # 4. every other held-out document scored
+        SCORING_STAGE, lambda: document_losses(model, scored, settings.batch_size, progress), progress
+    )
+    stage("scoring")
+    changes, n_top = ablated - clean, len(top_heads)  # [set, held-out document]
     classes = []
     if induction_heads:
         tested = (induction_heads, found_by, estimate, changes[n_top], draws, changes[n_top + 1 :], seed)
         classes.append(_class_effect("induction", *tested))
-    every_loss = torch.cat([discovery_losses, heldout_losses])
     timings["total"] = time.perf_counter() - began
     return ICLResult(
         model_name=model.cfg.model_name,
@@ -251,16 +328,12 @@ def icl_report(
         windows=windows,
         ablation=ablation,
         seed=seed,
-        score=summarise(every_loss, windows, seed),
-        discovery=summarise(discovery_losses, windows, seed),
-        heldout=summarise(heldout_losses, windows, seed),
         discovery_names=sequences.names[:half],
         heldout_names=sequences.names[half:],
         n_ablated=n_ablated,
-        loss_curve=every_loss.mean(0),
-        loss_curve_se=every_loss.std(0) / len(every_loss) ** 0.5,
         attributions=estimate,
-        heads=heads,
+        heads=_head_effects(top_heads, changes[:n_top], estimate, seed),
         classes=classes,
         timings=timings,
+        **_scores(discovery_losses, torch.cat([ablated_losses, scored_losses]), windows, seed),
     )

@@ -209,7 +209,7 @@ def pair_task(
         corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]),
         positions=positions,
         families=tuple(
-            row["family"] if all(with_family) else NO_FAMILY.format(i) for i, row in enumerate(rows)
+            str(row["family"]) if all(with_family) else NO_FAMILY.format(i) for i, row in enumerate(rows)
         ),
         strata=tuple(row.get("stratum") or "all" for row in rows),
     )

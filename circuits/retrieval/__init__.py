@@ -1,12 +1,13 @@
 """Retrieval from context: the heads that answer "The pet of John is" from the facts stated before it.
 
     result = find_retrieval_circuit(model)        # discovery, held-out validation   find.py
+    result = find_retrieval_circuit(model, RetrievalSettings(n_prompts=48, seed=1))   # other settings
     write_retrieval_report(result, "terminal", None, console)                     # report.py
 
 The prompts come from `interp.tasks.retrieval`; `results.py` says what each figure means.
 """
 
-from circuits.retrieval.find import accuracy, find_retrieval_circuit
+from circuits.retrieval.find import RetrievalSettings, accuracy, find_retrieval_circuit
 from circuits.retrieval.results import (
     RetrievalAccuracy,
     RetrievalClass,
@@ -19,6 +20,7 @@ __all__ = [
     "RetrievalClass",
     "RetrievalHead",
     "RetrievalResult",
+    "RetrievalSettings",
     "accuracy",
     "find_retrieval_circuit",
 ]

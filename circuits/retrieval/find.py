@@ -1,33 +1,37 @@
 """`find_retrieval_circuit`: the heads that retrieve a fact from context, found on discovery prompts
 and tested on held-out ones (`interp.tasks.retrieval`).
 
-Discovery (discovery relations and names, 4 facts), walking back from the logits as `interp ioi`
-does; the corrupted prompts name a stranger in the query (nothing to retrieve):
+The relation is the family (`circuits.evidence.split_families`): heads and thresholds are chosen on
+the discovery relations only (discovery names, 4 facts), and every reported effect is measured on the
+held-out relations (`HELDOUT_RELATIONS` by default), with other names, 2, 3, 6 and 8 facts and both
+fact templates (one of them never seen in discovery). The corrupted prompts name a stranger in the
+query (nothing to retrieve). The steps (`RetrievalSettings` holds their sizes and thresholds):
+  0. prompts                  the relations split; discovery, held-out, question and two-hop prompts
   1. heads -> logits          each head's direct path patched from the corrupted run; edge
                               attribution (EAP) ranks every head, the `n_exact` first are
                               path-patched exactly (the others keep the estimate)
   2. heads -> movers' queries the same into the queries at END of step 1's classified heads
+  3. validation               each class mean-ablated (per position, over the corrupted prompts of
+                              its fact count and template) against random same-layer heads, per
+                              prompt, pooled (`circuits.evidence.beyond_random`) and per stratum (fact
+                              count, template, relation), beside the same figure on the discovery
+                              prompts that chose the heads (`held_out_note`); the induction heads of
+                              `interp heads` tested the same way; the circuit's faithfulness
+                              (`faithfulness_ratio`) with every head outside it mean-ablated
+  4. accuracy                 each prompt set's clean accuracy against chance (the question and
+                              two-hop forms measured only)
 Selected heads (a drop above zero that stands out: `circuits.ioi.evidence.select_heads`; every effect
 has the sign of `circuits.evidence.EFFECT_SIGN`, drop = clean - patched or ablated, positive: the heads
 help) are classed by where END attends, among the queried fact's name ("mention"), its value
 ("mover", which must also write the answer: positive direct logit attribution) and the query's name
 ("query").
-
-The relation is the family (`circuits.evidence.split_families`): heads and thresholds are chosen on
-the discovery relations only, and every reported effect is measured on the held-out relations
-(`HELDOUT_RELATIONS` by default), with other names, 2, 3, 6 and 8 facts and both fact templates
-(one of them never seen in discovery): each class mean-ablated (per position, over the corrupted
-prompts of its fact count and template) against random same-layer heads, per prompt, pooled
-(`circuits.evidence.beyond_random`) and per stratum (fact count, template, relation), beside the same
-figure on the discovery prompts that chose the heads (`held_out_note`); the induction heads of
-`interp heads` are tested the same way; the circuit's faithfulness (`faithfulness_ratio`) with every
-head outside it mean-ablated.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -69,6 +73,73 @@ from interp.tasks.retrieval import (
 from interp.types import Head, Progress, head_label
 
 ATTENTION_TARGETS = {"VALUE": "mover", "NAME": "mention", "QUERY": "query"}
+COUNT_MINIMUMS = {"n_prompts": 2, "n_heldout": 2, "n_exact": 0, "n_random": 1, "n_two_hop": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrievalSettings:
+    """The sizes and choices of `find_retrieval_circuit` (see the module docstring).
+
+    n_prompts: discovery prompts (4 facts); n_heldout: held-out prompts per fact count and template;
+    n_exact: senders path-patched exactly per step (the rest keep their EAP estimate); n_random:
+    random same-layer sets per class; n_two_hop: two-hop prompts per query form (measured only);
+    effect_z, min_effect, min_share: the selection (`circuits.ioi.evidence.select_heads`);
+    min_attention: the least mean attention from END that puts a selected head in a class;
+    heldout_facts: the held-out fact counts (each a stratum; 4 is the discovery prompts');
+    heldout_relations: the relations held out (the family; every other relation of RELATIONS chooses);
+    seed: the prompts, the random sets and the bootstrap.
+    """
+
+    n_prompts: int = 24
+    n_heldout: int = 24
+    n_exact: int = 12
+    n_random: int = 4
+    n_two_hop: int = 40
+    effect_z: float = 3.0
+    min_effect: float = 0.05
+    min_share: float = 0.1
+    min_attention: float = 0.1
+    heldout_facts: Sequence[int] = HELDOUT_FACT_COUNTS
+    heldout_relations: Sequence[str] = HELDOUT_RELATIONS
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, low in COUNT_MINIMUMS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if not self.heldout_facts:
+            raise ValueError("heldout_facts is empty: give the held-out fact counts, e.g. (2, 3, 6, 8)")
+
+    def recorded(self) -> dict[str, float | int]:
+        """The sizes and thresholds a result records (`RetrievalResult.settings`)."""
+        names = [*COUNT_MINIMUMS, "effect_z", "min_effect", "min_share", "min_attention"]
+        return {name: getattr(self, name) for name in names}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrievalPromptSets:
+    """The finder's prompts: `discovery` (4 facts, the discovery relations and template), `heldout`
+    (a batch per held-out fact count and template, the held-out relations), `question` and
+    `two_hop` (form -> prompts; both measured only), and the relations each side could state."""
+
+    discovery: RetrievalPrompts
+    heldout: list[RetrievalPrompts]
+    question: RetrievalPrompts
+    two_hop: dict[str, RetrievalPrompts]
+    relations: FamilySplit
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiscoveryEvidence:
+    """What both path-patching steps read on the discovery prompts: the EAP scores that rank the
+    senders, the patcher of the clean and corrupted runs, and `attention_and_direct`'s figures."""
+
+    prompts: RetrievalPrompts
+    scores: edges.EdgeScores
+    patcher: PathPatcher
+    attention: dict[str, Tensor]
+    direct: Tensor
 
 
 def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: int = 0) -> RetrievalAccuracy:
@@ -237,6 +308,65 @@ def _ablated_runs(
     return dict(zip(head_sets, torch.cat(parts, 1), strict=True))
 
 
+def _class_check(
+    name: str,
+    heads: Sequence[Head],
+    draws: Sequence[Sequence[Head]],
+    ablated: dict[str, dict[tuple[Head, ...], Tensor]],
+    heldout: Sequence[RetrievalPrompts],
+    induction: Sequence[Head],
+    seed: int,
+) -> RetrievalClass:
+    """One class against its random same-layer `draws`: `ablated` holds "heldout" and "discovery"
+    head set -> [prompt] ablated logit diffs, () the clean run's; strata of the `heldout` batches."""
+
+    def drops(side: str, heads: Sequence[Head]) -> Tensor:
+        """[prompt] clean - ablated logit diff (EFFECT_SIGN)."""
+        return ablated[side][()] - ablated[side][tuple(sorted(heads))]
+
+    random_drops = torch.stack([drops("heldout", draw) for draw in draws])  # [draw, prompt]
+    on_heldout = beyond_random(drops("heldout", heads), random_drops, seed)
+    on_discovery = beyond_random(
+        drops("discovery", heads), torch.stack([drops("discovery", draw) for draw in draws]), seed
+    )
+    difference = drops("heldout", heads) - random_drops.mean(0)
+    strata = stratum_drops(difference, _strata(heldout), seed=seed)
+    verdict = "unconfirmed"
+    if on_heldout.verdict == "confirmed":
+        verdict = "confirmed" if all(s.holds for s in strata) else "stratum-dependent"
+    measured = ablated["heldout"]
+    random_right = torch.stack([measured[tuple(sorted(draw))] > 0 for draw in draws]).double()
+    return RetrievalClass(
+        name=name,
+        heads=[head_label(*head) for head in heads],
+        induction_overlap=[head_label(*head) for head in heads if head in set(induction)],
+        discovery=on_discovery,
+        heldout=on_heldout,
+        note=held_out_note(on_discovery.beyond, on_heldout.beyond, on_heldout.beyond_ci),
+        accuracy=(measured[tuple(sorted(heads))] > 0).double().mean().item(),
+        random_accuracy=random_right.mean().item(),
+        random_sets=[[head_label(*head) for head in draw] for draw in draws],
+        strata=strata,
+        verdict=verdict,
+    )
+
+
+def _faithfulness_figures(clean: Tensor, kept: Tensor, nothing: Tensor) -> dict[str, float]:
+    """The circuit's figures from [prompt] logit diffs: clean, with only the circuit kept, with every
+    head ablated."""
+    try:
+        faithfulness = float(faithfulness_ratio(kept, clean, nothing))
+    except ValueError:  # the model does as well with every head ablated
+        faithfulness = float("nan")
+    return {
+        "faithfulness": faithfulness,
+        "circuit_logit_diff": kept.mean().item(),
+        "model_logit_diff": clean.mean().item(),
+        "ablated_logit_diff": nothing.mean().item(),
+        "circuit_accuracy": (kept > 0).double().mean().item(),
+    }
+
+
 def validate_classes(
     model: interp.HookedTransformer,
     classes: dict[str, list[Head]],
@@ -259,92 +389,169 @@ def validate_classes(
     outside = sorted(set(every_head) - set(circuit))
     per_class = [tuple(sorted(heads)) for runs in plans.values() for heads in runs]
     held_sets = list(dict.fromkeys([(), tuple(outside), tuple(every_head), *per_class]))
-    heldout = _ablated_runs(model, held_sets, prompt_sets["heldout"], "Held-out ablations", progress)
     found_sets = list(dict.fromkeys([(), *per_class]))
-    found = _ablated_runs(model, found_sets, prompt_sets["discovery"], "Discovery ablations", progress)
-
-    def drops(measured: dict[tuple[Head, ...], Tensor], heads: Sequence[Head]) -> Tensor:
-        """[prompt] clean - ablated logit diff (EFFECT_SIGN)."""
-        return measured[()] - measured[tuple(sorted(heads))]
-
-    validations = []
-    for name, (heads, *draws) in plans.items():
-        random_drops = torch.stack([drops(heldout, draw) for draw in draws])  # [draw, prompt]
-        on_heldout = beyond_random(drops(heldout, heads), random_drops, seed)
-        on_discovery = beyond_random(
-            drops(found, heads), torch.stack([drops(found, draw) for draw in draws]), seed
-        )
-        difference = drops(heldout, heads) - random_drops.mean(0)
-        strata = stratum_drops(difference, _strata(prompt_sets["heldout"]), seed=seed)
-        verdict = "unconfirmed"
-        if on_heldout.verdict == "confirmed":
-            verdict = "confirmed" if all(s.holds for s in strata) else "stratum-dependent"
-        ablated = heldout[tuple(sorted(heads))]
-        random_right = torch.stack([heldout[tuple(sorted(draw))] > 0 for draw in draws]).double()
-        validations.append(
-            RetrievalClass(
-                name=name,
-                heads=[head_label(*head) for head in heads],
-                induction_overlap=[head_label(*head) for head in heads if head in set(induction)],
-                discovery=on_discovery,
-                heldout=on_heldout,
-                note=held_out_note(on_discovery.beyond, on_heldout.beyond, on_heldout.beyond_ci),
-                accuracy=(ablated > 0).double().mean().item(),
-                random_accuracy=random_right.mean().item(),
-                random_sets=[[head_label(*head) for head in draw] for draw in draws],
-                strata=strata,
-                verdict=verdict,
-            )
-        )
-    clean, kept, nothing = heldout[()], heldout[tuple(outside)], heldout[tuple(every_head)]
-    try:
-        faithfulness = float(faithfulness_ratio(kept, clean, nothing))
-    except ValueError:  # the model does as well with every head ablated
-        faithfulness = float("nan")
-    figures = {
-        "faithfulness": faithfulness,
-        "circuit_logit_diff": kept.mean().item(),
-        "model_logit_diff": clean.mean().item(),
-        "ablated_logit_diff": nothing.mean().item(),
-        "circuit_accuracy": (kept > 0).double().mean().item(),
+    ablated = {
+        "heldout": _ablated_runs(model, held_sets, prompt_sets["heldout"], "Held-out ablations", progress),
+        "discovery": _ablated_runs(
+            model, found_sets, prompt_sets["discovery"], "Discovery ablations", progress
+        ),
     }
-    return validations, figures, clean
+    validations = [
+        _class_check(name, heads, draws, ablated, prompt_sets["heldout"], induction, seed)
+        for name, (heads, *draws) in plans.items()
+    ]
+    heldout = ablated["heldout"]
+    clean = heldout[()]
+    return (
+        validations,
+        _faithfulness_figures(clean, heldout[tuple(outside)], heldout[tuple(every_head)]),
+        clean,
+    )
+
+
+def make_prompt_sets(model: interp.HookedTransformer, settings: RetrievalSettings) -> RetrievalPromptSets:
+    """Step 0: the relations split into discovery and held-out (`split_families`), and every prompt."""
+    seed = settings.seed
+    relations = split_families(list(RELATIONS), heldout=settings.heldout_relations)
+    discovery = make_retrieval_prompts(
+        model, settings.n_prompts, DISCOVERY_FACT_COUNTS[0], "discovery", seed,
+        relations=relations.discovery, template=DISCOVERY_TEMPLATES[0],
+    )  # fmt: skip
+    heldout = [
+        make_retrieval_prompts(
+            model, settings.n_heldout, n, "heldout", seed + 1, relations=relations.heldout, template=template
+        )
+        for n in settings.heldout_facts
+        for template in HELDOUT_TEMPLATES
+    ]
+    relations = FamilySplit(  # the relations this tokenizer could state
+        tuple(dict.fromkeys(discovery.relation)), tuple(dict.fromkeys(r for p in heldout for r in p.relation))
+    )
+    question = make_retrieval_prompts(
+        model, settings.n_heldout, DISCOVERY_FACT_COUNTS[0], "discovery", seed + 2, "question",
+        relations.discovery,
+    )  # fmt: skip
+    two_hop = {
+        form: make_two_hop_prompts(model, settings.n_two_hop, 4, seed + 3, form)
+        for form in ("statement", "question")
+    }
+    return RetrievalPromptSets(
+        discovery=discovery, heldout=heldout, question=question, two_hop=two_hop, relations=relations
+    )
+
+
+def edge_scores(
+    model: interp.HookedTransformer, discovery: RetrievalPrompts, progress: Progress | None
+) -> edges.EdgeScores:
+    """Edge attribution (EAP) of the discovery prompts at END: what ranks each step's senders."""
+    if progress is not None:
+        progress("Edge attribution (EAP)", 0, 1)
+    tokens, corrupted = discovery.tokens.to(model.device), discovery.corrupted.to(model.device)
+    end = {"END": discovery.positions["END"].to(model.device)}
+    scores = edges.edge_attribution_by_position(
+        model, tokens, corrupted, discovery.logit_diff, end, "eap", batch_size=8
+    )["END"]
+    if progress is not None:
+        progress("Edge attribution (EAP)", 1, 1)
+    return scores
+
+
+def discovery_evidence(
+    model: interp.HookedTransformer, discovery: RetrievalPrompts, scores: edges.EdgeScores
+) -> DiscoveryEvidence:
+    """The EAP `scores`, END's attention and the heads' direct logit attribution, and the patcher
+    both path-patching steps share."""
+    attention, direct = attention_and_direct(model, discovery)
+    tokens, corrupted = discovery.tokens.to(model.device), discovery.corrupted.to(model.device)
+    patcher = PathPatcher(model, tokens, corrupted, logit_pos=discovery.positions["END"].to(model.device))
+    return DiscoveryEvidence(
+        prompts=discovery, scores=scores, patcher=patcher, attention=attention, direct=direct
+    )
+
+
+def path_patching_step(
+    model: interp.HookedTransformer,
+    evidence: DiscoveryEvidence,
+    receivers: Sequence[Head] | None,
+    sweep: str,
+    settings: RetrievalSettings,
+) -> tuple[Tensor, list[RetrievalHead]]:
+    """([layer, head] each sender's drop into `receivers` (None: the logits), the selected heads
+    classified) of one step of the walk back from the logits."""
+    effects = ranked_path_patching(
+        model, evidence.prompts, evidence.patcher, evidence.scores, receivers, settings.n_exact
+    )
+    selected, _, _ = select_heads(effects, 1, settings.effect_z, settings.min_effect, settings.min_share)
+    classified = classify(
+        selected, sweep, effects, evidence.attention, evidence.direct, settings.min_attention
+    )
+    return effects, classified
+
+
+def heads_into_queries(
+    model: interp.HookedTransformer,
+    evidence: DiscoveryEvidence,
+    found: list[RetrievalHead],
+    settings: RetrievalSettings,
+    progress: Progress | None,
+) -> tuple[Tensor | None, list[RetrievalHead]]:
+    """Step 2: the heads into the queries at END of step 1's classified heads (None and no heads
+    where those sit in layer 0 or none was classified); heads step 1 found are not classified again."""
+    receivers = [(h.layer, h.index) for h in found if h.cls is not None]
+    if not receivers or max(layer for layer, _ in receivers) == 0:
+        return None, []
+    if progress is not None:
+        progress("Path patching: heads -> movers' queries", 0, 1)
+    effects, classified = path_patching_step(model, evidence, receivers, "mover_queries", settings)
+    known = {(h.layer, h.index) for h in found}
+    return effects, [h for h in classified if (h.layer, h.index) not in known]
+
+
+def head_classes(found: Sequence[RetrievalHead]) -> dict[str, list[Head]]:
+    """Class -> its heads, in the order found (unclassified heads left out)."""
+    classes: dict[str, list[Head]] = {}
+    for head in found:
+        if head.cls is not None:
+            classes.setdefault(head.cls, []).append((head.layer, head.index))
+    return classes
+
+
+def accuracies(
+    model: interp.HookedTransformer,
+    prompts: RetrievalPromptSets,
+    heldout_clean: Tensor,
+    settings: RetrievalSettings,
+) -> dict[str, RetrievalAccuracy | list[RetrievalAccuracy]]:
+    """Step 4: the clean accuracy of each prompt set against chance (`RetrievalResult`'s fields);
+    heldout_clean: [prompt] the held-out batches' clean logit diffs, concatenated."""
+    seed, heldout_facts = settings.seed, settings.heldout_facts
+    facts = torch.cat([torch.full((len(p),), p.n_facts) for p in prompts.heldout])
+    return {
+        "discovery": accuracy("discovery, 4 facts", clean_logit_diffs(model, prompts.discovery), 4, seed),
+        "heldout": accuracy(
+            f"held-out, {'/'.join(map(str, heldout_facts))} facts", heldout_clean, facts, seed
+        ),
+        "heldout_by_facts": [
+            accuracy(f"held-out, {n} facts", heldout_clean[facts == n], n, seed) for n in heldout_facts
+        ],
+        "question": accuracy("question form, 4 facts", clean_logit_diffs(model, prompts.question), 4, seed),
+        "two_hop": [
+            accuracy(f"two-hop, {form}, 4 people", clean_logit_diffs(model, hop_prompts), 4, seed)
+            for form, hop_prompts in prompts.two_hop.items()
+        ],
+    }
 
 
 def find_retrieval_circuit(
     model: interp.HookedTransformer,
+    settings: RetrievalSettings = RetrievalSettings(),
     *,
-    n_prompts: int = 24,
-    n_heldout: int = 24,
-    n_exact: int = 12,
-    n_random: int = 4,
-    n_two_hop: int = 40,
-    effect_z: float = 3.0,
-    min_effect: float = 0.05,
-    min_share: float = 0.1,
-    min_attention: float = 0.1,
-    heldout_facts: Sequence[int] = HELDOUT_FACT_COUNTS,
-    heldout_relations: Sequence[str] = HELDOUT_RELATIONS,
     induction_heads: Sequence[Head] | None = None,
-    seed: int = 0,
     progress: Progress | None = None,
 ) -> RetrievalResult:
-    """Find and validate the retrieval circuit of `model` (see the module docstring).
-
-    n_prompts: discovery prompts (4 facts); n_heldout: held-out prompts per fact count and template;
-    n_exact: senders path-patched exactly per step (the rest keep their EAP estimate); n_random:
-    random same-layer sets per class; n_two_hop: two-hop prompts per query form (measured only);
-    effect_z, min_effect, min_share: the selection (`circuits.ioi.evidence.select_heads`);
-    min_attention: the least mean attention from END that puts a selected head in a class;
-    heldout_facts: the held-out fact counts (each a stratum; 4 is the discovery prompts');
-    heldout_relations: the relations held out (the family; every other relation of RELATIONS chooses);
-    induction_heads: the class to compare with (default: `confirmed_induction_heads(model)`, cached).
-    """
-    counts = {"n_prompts": (n_prompts, 2), "n_heldout": (n_heldout, 2), "n_exact": (n_exact, 0)}
-    counts |= {"n_random": (n_random, 1), "n_two_hop": (n_two_hop, 2)}
-    for name, (value, low) in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    """Find and validate the retrieval circuit of `model` (see the module docstring), with the sizes
+    and thresholds of `settings`. induction_heads: the class to compare with (default:
+    `confirmed_induction_heads(model)`, cached)."""
     timings: dict[str, float] = {}
     began = time.perf_counter()
 
@@ -355,101 +562,43 @@ def find_retrieval_circuit(
         induction_heads = confirmed_induction_heads(model, progress=progress)
     induction_heads = [tuple(head) for head in induction_heads]
     stage("induction heads")
-    if not heldout_facts:
-        raise ValueError("heldout_facts is empty: give the held-out fact counts, e.g. (2, 3, 6, 8)")
-    relations = split_families(list(RELATIONS), heldout=heldout_relations)
-    discovery = make_retrieval_prompts(
-        model, n_prompts, DISCOVERY_FACT_COUNTS[0], "discovery", seed, relations=relations.discovery,
-        template=DISCOVERY_TEMPLATES[0],
-    )  # fmt: skip
-    heldout = [
-        make_retrieval_prompts(
-            model, n_heldout, n, "heldout", seed + 1, relations=relations.heldout, template=template
-        )
-        for n in heldout_facts
-        for template in HELDOUT_TEMPLATES
-    ]
-    relations = FamilySplit(  # the relations this tokenizer could state
-        tuple(dict.fromkeys(discovery.relation)), tuple(dict.fromkeys(r for p in heldout for r in p.relation))
-    )
-    question = make_retrieval_prompts(
-        model, n_heldout, DISCOVERY_FACT_COUNTS[0], "discovery", seed + 2, "question", relations.discovery
-    )
-    two_hop = {
-        form: make_two_hop_prompts(model, n_two_hop, 4, seed + 3, form) for form in ("statement", "question")
-    }
+    prompts = make_prompt_sets(model, settings)  # 0. prompts
     stage("prompts")
-
-    if progress is not None:
-        progress("Edge attribution (EAP)", 0, 1)
-    tokens, corrupted = discovery.tokens.to(model.device), discovery.corrupted.to(model.device)
-    end = discovery.positions["END"].to(model.device)
-    scores = edges.edge_attribution_by_position(
-        model, tokens, corrupted, discovery.logit_diff, {"END": end}, "eap", batch_size=8
-    )["END"]
-    if progress is not None:
-        progress("Edge attribution (EAP)", 1, 1)
+    scores = edge_scores(model, prompts.discovery, progress)
     stage("edge attribution")
-    attention, direct = attention_and_direct(model, discovery)
-    patcher = PathPatcher(model, tokens, corrupted, logit_pos=end)
-    if progress is not None:
+    if progress is not None:  # 1. heads -> logits
         progress("Path patching: heads -> logits", 0, 1)
-    effects = {"logits": ranked_path_patching(model, discovery, patcher, scores, None, n_exact)}
-    selected, _, _ = select_heads(effects["logits"], 1, effect_z, min_effect, min_share)
-    found = classify(selected, "logits", effects["logits"], attention, direct, min_attention)
+    evidence = discovery_evidence(model, prompts.discovery, scores)
+    effects, found = path_patching_step(model, evidence, None, "logits", settings)
+    effects = {"logits": effects}
     stage("heads -> logits")
-    receivers = [(h.layer, h.index) for h in found if h.cls is not None]
-    if receivers and max(layer for layer, _ in receivers) > 0:
-        if progress is not None:
-            progress("Path patching: heads -> movers' queries", 0, 1)
-        effects["mover_queries"] = ranked_path_patching(model, discovery, patcher, scores, receivers, n_exact)
-        selected, _, _ = select_heads(effects["mover_queries"], 1, effect_z, min_effect, min_share)
-        known = {(h.layer, h.index) for h in found}
-        new = [head for head in selected if head not in known]
-        found += classify(new, "mover_queries", effects["mover_queries"], attention, direct, min_attention)
+    into_queries, new = heads_into_queries(model, evidence, found, settings, progress)  # 2.
+    if into_queries is not None:
+        effects["mover_queries"] = into_queries
+    found += new
     stage("heads -> queries")
-
-    classes: dict[str, list[Head]] = {}
-    for head in found:
-        if head.cls is not None:
-            classes.setdefault(head.cls, []).append((head.layer, head.index))
+    classes = head_classes(found)  # 3. each class and the induction heads on held-out prompts
     circuit = sorted({head for heads in classes.values() for head in heads})
-    tested = dict(classes)
-    if induction_heads:
-        tested["induction"] = list(induction_heads)
+    tested = classes | ({"induction": list(induction_heads)} if induction_heads else {})
     validations, figures, heldout_clean = validate_classes(
-        model, tested, circuit, {"discovery": [discovery], "heldout": heldout}, induction_heads, n_random,
-        seed, progress,
+        model, tested, circuit, {"discovery": [prompts.discovery], "heldout": prompts.heldout},
+        induction_heads, settings.n_random, settings.seed, progress,
     )  # fmt: skip
     stage("validation")
-
-    facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
-    by_facts = [accuracy(f"held-out, {n} facts", heldout_clean[facts == n], n, seed) for n in heldout_facts]
-    two_hop_accuracy = []
-    for form, prompts in two_hop.items():
-        with torch.no_grad():
-            diffs = prompts.logit_diff(model(prompts.tokens.to(model.device))).float().cpu()
-        two_hop_accuracy.append(accuracy(f"two-hop, {form}, 4 people", diffs, 4, seed))
+    measured = accuracies(model, prompts, heldout_clean, settings)  # 4. accuracy
     stage("accuracy")
-    settings = {name: value for name, (value, _) in counts.items()}
-    settings |= {"effect_z": effect_z, "min_effect": min_effect, "min_share": min_share}
-    settings |= {"min_attention": min_attention}
     return RetrievalResult(
         model_name=model.cfg.model_name,
         provenance=interp.provenance(model),
-        seed=seed,
-        settings=settings,
-        relations=relations,
+        seed=settings.seed,
+        settings=settings.recorded(),
+        relations=prompts.relations,
         templates={"discovery": list(DISCOVERY_TEMPLATES), "heldout": list(HELDOUT_TEMPLATES)},
-        discovery=accuracy("discovery, 4 facts", clean_logit_diffs(model, discovery), 4, seed),
-        heldout=accuracy(f"held-out, {'/'.join(map(str, heldout_facts))} facts", heldout_clean, facts, seed),
-        heldout_by_facts=by_facts,
-        question=accuracy("question form, 4 facts", clean_logit_diffs(model, question), 4, seed),
-        two_hop=two_hop_accuracy,
         effects=effects,
         heads=found,
         induction_heads=[head_label(*head) for head in induction_heads],
         classes=validations,
         timings=timings,
+        **measured,
         **figures,
     )
