@@ -185,7 +185,8 @@ def probe_patterns(
                 ),
             )
         layer_scores = [
-            score(cache["pattern", layer].float().cpu(), tokens, lengths) for layer in range(cfg.n_layers)
+            score(cache["pattern", layer].float().cpu(), tokens.cpu(), lengths.cpu())
+            for layer in range(cfg.n_layers)
         ]
         per_batch.append({name: torch.stack([s[name] for s in layer_scores], 1) for name in layer_scores[0]})
         if start == 0:

@@ -83,7 +83,7 @@ def _score_from_grads(
         return
     products = delta[first:last].reshape(last - first, -1) @ grads.reshape(grads.shape[0], -1).T
     valid = graph.valid[first:last].to(products.device)
-    scores[first:last] += products.masked_fill_(~valid, 0).to(scores.dtype)
+    scores[first:last] += products.masked_fill_(~valid, 0).to(scores.device, scores.dtype)
 
 
 def edge_attribution(
@@ -503,7 +503,7 @@ def _exact_scores(
             keep[k, w, r] = 0.0
         values = run_circuits(model, clean, keep, ablated, metric)  # [K, batch]
         for k, (w, r) in enumerate(group):
-            scores[w, r] = float((values[k] - base).mean())
+            scores[w, r] = float((values[k].to(base.device) - base).mean())
         if progress:
             progress(STAGE, min(start + per_run, len(edges)), len(edges))
     return EdgeScores(

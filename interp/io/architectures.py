@@ -115,6 +115,7 @@ def convert_hf_model(hf_model: Any) -> tuple[Config, dict[str, Tensor]]:
         weights = spec.fold(weights, hf_model.config)
     if cfg.positional == "rotary" and cfg.rotary_inv_freq is None:
         inv_freq = rotary_inv_freq_from_hf(hf_model)
+        inv_freq = None if inv_freq is None else inv_freq.cpu()  # a model on a GPU keeps it there
         if inv_freq is not None and not torch.allclose(
             inv_freq, rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base)
         ):
