@@ -84,10 +84,10 @@ _XEON = "a 2-core Intel Xeon"
 _XEON_SHARED = "a 2-core Intel Xeon shared with other jobs (an upper bound)"
 _IDLE = "idle, 2026-11-27"
 EXPECTED_TIMES = {
-    "heads": (ExpectedTime(51, "interp heads", _XEON, "idle, 2026-11-27"),),
+    "heads": (ExpectedTime(40, "interp heads", _XEON, "idle, 2026-11-27"),),
     "ioi": (ExpectedTime(76, "interp ioi", _XEON, "idle, 2026-11-27, benchmarks/ioi.py"),),
     "circuit": (
-        ExpectedTime(286, "interp circuit --task ioi --edges 300", _XEON, "idle, 2026-11-27"),
+        ExpectedTime(224, "interp circuit --task ioi --edges 300", _XEON, "idle, 2026-11-27"),
         ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "idle, 2026-11"),
     ),
     "icl": (
@@ -123,7 +123,7 @@ class QuickPreset:
 
 QUICK_PRESETS = {
     "heads": QuickPreset(
-        time=ExpectedTime(31, "interp heads --quick", _XEON, _IDLE),
+        time=ExpectedTime(24, "interp heads --quick", _XEON, _IDLE),
         options={"n_samples": (8, 16)},
         note="quick preset: 8 probe sequences per repeat length instead of 16, standard errors about 1.4x "
         "larger: fewer heads are confirmed by ablation",
@@ -135,7 +135,7 @@ QUICK_PRESETS = {
         "are confirmed on held-out prompts",
     ),
     "circuit": QuickPreset(
-        time=ExpectedTime(80, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
+        time=ExpectedTime(64, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
         options={"n_prompts": (16, 64), "prune_steps": (30, 100)},
         note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
         "mask trained 30 steps instead of 100: a less faithful circuit for its size",
