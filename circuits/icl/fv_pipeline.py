@@ -46,11 +46,11 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.heads import INDUCTION_HEADS_STAGE, ablated_icl_scores, confirmed_induction_heads
+from circuits.icl.heads import INDUCTION_HEADS_STAGE, ablated_icl_scores, induction_heads_or_confirmed
 from circuits.icl.results import Comparison, FunctionVectorResult, TaskVector
 from circuits.icl.sequences import default_sequences
 from circuits.stages import StageResults
-from interp.checks import check_count, check_heads
+from interp.checks import check_count
 from interp.tasks.icl_tasks import ICL_TASKS, check_task_names, single_token_pairs, split_pairs
 from interp.types import Head, Progress, as_stage, head_label
 
@@ -371,22 +371,6 @@ def head_classes(
     return classes
 
 
-def induction_class(
-    model: interp.HookedTransformer,
-    induction_heads: Sequence[Head] | None,
-    stages: StageResults,
-    progress: Progress | None,
-) -> tuple[list[Head], str]:
-    """(the induction heads, how they were found): the given heads, else `confirmed_induction_heads`
-    (kept in `stages` as `INDUCTION_HEADS_STAGE`)."""
-    if induction_heads is not None:
-        return check_heads(model.cfg, induction_heads), "given"
-    found = stages.run(
-        INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
-    )
-    return check_heads(model.cfg, [tuple(head) for head in found]), "confirmed by interp heads"
-
-
 def query_effects(
     model: interp.HookedTransformer,
     queries: dict[str, TaskPrompts],
@@ -464,7 +448,7 @@ def function_vector_report(
     began, seed = time.perf_counter(), settings.seed
     stages = StageResults() if stages is None else stages
     families = task_families(model, settings)  # 1. families
-    induction_heads, found_by = induction_class(model, induction_heads, stages, progress)
+    induction_heads, found_by = induction_heads_or_confirmed(model, induction_heads, stages, progress)
     timings = {"induction heads": time.perf_counter() - began}
 
     def timed(name: str) -> None:

@@ -27,6 +27,8 @@ import interp
 from circuits.heads import HeadReport, confirmed_induction
 from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
+from circuits.stages import StageResults
+from interp.checks import check_heads
 from interp.interventions.ablation import Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets, read_with_grad
 from interp.io.files import write_text_atomic
@@ -207,3 +209,19 @@ def confirmed_induction_heads(
     if cache:
         _keep_induction_heads(model, heads, n_samples, seed)
     return heads
+
+
+def induction_heads_or_confirmed(
+    model: interp.HookedTransformer,
+    induction_heads: Sequence[Head] | None,
+    stages: StageResults,
+    progress: Progress | None,
+) -> tuple[list[Head], str]:
+    """(the induction heads, how they were found): the given heads, else `confirmed_induction_heads`
+    (kept in `stages` as `INDUCTION_HEADS_STAGE`)."""
+    if induction_heads is not None:
+        return check_heads(model.cfg, induction_heads), "given"
+    found = stages.run(
+        INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
+    )
+    return check_heads(model.cfg, [tuple(head) for head in found]), "confirmed by interp heads"

@@ -33,14 +33,14 @@ from circuits.icl.heads import (
     INDUCTION_HEADS_STAGE,
     ablated_icl_scores,
     check_ablation,
-    confirmed_induction_heads,
     head_attributions,
+    induction_heads_or_confirmed,
 )
 from circuits.icl.results import ClassEffect, HeadEffect, ICLResult
 from circuits.icl.score import summarise, token_losses
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences
 from circuits.stages import StageResults
-from interp.checks import check_count, check_heads
+from interp.checks import check_count
 from interp.types import Head, Progress, head_label
 
 
@@ -194,24 +194,6 @@ def _documents(
     return sequences
 
 
-def _induction_heads(
-    model: interp.HookedTransformer,
-    induction_heads: Sequence[Head] | None,
-    stages: StageResults,
-    progress: Progress | None,
-) -> tuple[list[Head], str]:
-    """Step 1: (the class to test, how it was found): the given heads, else the heads `interp heads`
-    confirms (a kept stage)."""
-    found_by = "given"
-    if induction_heads is None:
-        found = stages.run(
-            INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
-        )
-        induction_heads = [tuple(head) for head in found]
-        found_by = "confirmed by interp heads"
-    return check_heads(model.cfg, induction_heads), found_by
-
-
 def _top_heads(estimate: torch.Tensor, top: int) -> list[Head]:
     """The `top` heads of the largest positive attributed changes (those the model uses context
     through), from estimate [layer, head]."""
@@ -292,7 +274,7 @@ def icl_report(
     stages = StageResults() if stages is None else stages
     sequences = _documents(model, settings, sequences)  # 0. documents
     tokens, windows, seed, ablation = sequences.tokens, sequences.windows, settings.seed, settings.ablation
-    induction_heads, found_by = _induction_heads(model, induction_heads, stages, progress)  # 1.
+    induction_heads, found_by = induction_heads_or_confirmed(model, induction_heads, stages, progress)  # 1.
     stage("induction heads")
     half, n_ablated = settings.split.sizes(len(tokens))
     discovery, ablated_documents, scored = tokens.split([half, n_ablated, len(tokens) - half - n_ablated])
