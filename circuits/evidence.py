@@ -15,6 +15,9 @@ and the same per stratum of the prompts (`stratum_drops`: name orders, templates
 Split. Heads, layers, sizes and every other choice are made on *discovery* families (templates,
 relations, word-pair tasks, documents) and every reported effect is measured on *held-out* families
 (`FamilySplit`), never on the data that chose it. `held_out_note` says when an effect shrinks there.
+
+Selection. A head stands out when its robust z-score (`robust_z`: the distance from the median of
+all heads in 1.4826 MADs) or its share of the summed effect is large (`select_heads`).
 """
 
 from __future__ import annotations
@@ -212,3 +215,50 @@ def held_out_note(
     if discovery > 0 and heldout < 0.67 * discovery:
         return f"shrinks on held-out {unit}: {heldout:+.3g} against {discovery:+.3g} on discovery"
     return f"holds on held-out {unit} ({heldout:+.3g} against {discovery:+.3g} on discovery)"
+
+
+def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
+    """Median and median absolute deviation of the finite entries of `values`; of an even count, the
+    mean of the two middle values (so negating `values` negates the median and keeps the MAD)."""
+    finite = values[values.isfinite()]
+    median = finite.quantile(0.5)
+    return median, (finite - median).abs().quantile(0.5)
+
+
+def robust_z(values: Tensor) -> Tensor:
+    """(x - median) / (1.4826 MAD) over the finite entries; NaN stays NaN.
+
+    1.4826 MAD estimates the standard deviation of normal data, and unlike it ignores the outliers
+    we are looking for. A zero MAD (most values equal) falls back to the mean absolute deviation.
+    """
+    median, mad = median_mad(values)
+    spread = 1.4826 * mad
+    if spread <= 1e-12:
+        finite = values[values.isfinite()]
+        spread = (finite - median).abs().mean().clamp_min(1e-12)
+    return (values - median) / spread
+
+
+def select_heads(
+    effects: Tensor, sign: int, effect_z: float, min_effect: float, min_share: float
+) -> tuple[list[Head], Tensor, dict[str, float]]:
+    """Heads whose effect [layer, head] (a drop: clean - patched) in direction `sign` (+1: the head
+    helps, its drop is positive; -1: it works against the behaviour) is at least `min_effect` and
+    either an outlier (sign * robust z >= effect_z) or at least `min_share` of the summed effect of
+    all heads in that direction. Returns the heads (strongest first), the robust z-scores
+    [layer, head] and the threshold figures."""
+    z = robust_z(effects)
+    signed = (sign * effects).nan_to_num(nan=0.0)
+    share = signed / signed.clamp_min(0).sum().clamp_min(1e-12)
+    chosen = ((sign * z >= effect_z) | (share >= min_share)) & (signed >= min_effect)
+    heads = [tuple(map(int, index)) for index in chosen.nonzero()]
+    heads.sort(key=lambda head: -sign * effects[head].item())
+    median, mad = median_mad(effects)
+    figures = {
+        "median": median.item(),
+        "mad": mad.item(),
+        "effect_z": effect_z,
+        "min_effect": min_effect,
+        "min_share": min_share,
+    }
+    return heads, z, figures

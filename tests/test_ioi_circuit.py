@@ -12,7 +12,7 @@ from conftest import TRAIN_SEED
 from rich.console import Console
 
 import interp
-from circuits.evidence import StratumDrop
+from circuits.evidence import StratumDrop, robust_z, select_heads
 from circuits.ioi import (
     CLASSES,
     MeanAblation,
@@ -23,7 +23,7 @@ from circuits.ioi import (
     validate_circuit,
 )
 from circuits.ioi.evaluate import stratified_verdict
-from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence, robust_z, select_heads
+from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence
 from circuits.ioi.patching import ioi_edge_attribution
 from circuits.ioi.report import circuit_svg, ioi_sections, render_json, write_ioi_report
 from circuits.ioi.results import CLASS_WRITES, Settings

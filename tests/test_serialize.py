@@ -191,7 +191,7 @@ def test_an_ioi_result_of_path_patching_effects_patched_minus_clean_loads_as_dro
     loads with them negated into drops (clean - patched): each head's effect and robust z, the effect
     grids and the selections' medians; the attention thresholds stay. The step's heads, selected again
     from the loaded grid in the drops' direction (+1: the heads that help), are those the file holds."""
-    from circuits.ioi.evidence import select_heads
+    from circuits.evidence import select_heads
 
     path = DATA / "ioi-result-ablated-minus-clean.json"
     stored = json.loads(path.read_text())

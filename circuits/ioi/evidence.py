@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.evidence import median_mad
 from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
@@ -77,58 +78,11 @@ def direct_logit_attributions(
     return attributions
 
 
-def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
-    """Median and median absolute deviation of the finite entries of `values`; of an even count, the
-    mean of the two middle values (so negating `values` negates the median and keeps the MAD)."""
-    finite = values[values.isfinite()]
-    median = finite.quantile(0.5)
-    return median, (finite - median).abs().quantile(0.5)
-
-
-def robust_z(values: Tensor) -> Tensor:
-    """(x - median) / (1.4826 MAD) over the finite entries; NaN stays NaN.
-
-    1.4826 MAD estimates the standard deviation of normal data, and unlike it ignores the outliers
-    we are looking for. A zero MAD (most values equal) falls back to the mean absolute deviation.
-    """
-    median, mad = median_mad(values)
-    spread = 1.4826 * mad
-    if spread <= 1e-12:
-        finite = values[values.isfinite()]
-        spread = (finite - median).abs().mean().clamp_min(1e-12)
-    return (values - median) / spread
-
-
 def attention_threshold(scores: Tensor, z: float, floor: float, ceiling: float) -> float:
     """Attention a head needs to count as showing a pattern: median + z robust SDs over all heads,
     at least `floor`; at most `ceiling` (a head that puts that much attention there shows it)."""
     median, mad = median_mad(scores)
     return min(max((median + z * 1.4826 * mad).item(), floor), max(ceiling, floor))
-
-
-def select_heads(
-    effects: Tensor, sign: int, effect_z: float, min_effect: float, min_share: float
-) -> tuple[list[Head], Tensor, dict[str, float]]:
-    """Heads whose effect [layer, head] (a drop: clean - patched) in direction `sign` (+1: the head
-    helps, its drop is positive; -1: it works against the behaviour) is at least `min_effect` and
-    either an outlier (sign * robust z >= effect_z) or at least `min_share` of the summed effect of
-    all heads in that direction. Returns the heads (strongest first), the robust z-scores
-    [layer, head] and the threshold figures."""
-    z = robust_z(effects)
-    signed = (sign * effects).nan_to_num(nan=0.0)
-    share = signed / signed.clamp_min(0).sum().clamp_min(1e-12)
-    chosen = ((sign * z >= effect_z) | (share >= min_share)) & (signed >= min_effect)
-    heads = [tuple(map(int, index)) for index in chosen.nonzero()]
-    heads.sort(key=lambda head: -sign * effects[head].item())
-    median, mad = median_mad(effects)
-    figures = {
-        "median": median.item(),
-        "mad": mad.item(),
-        "effect_z": effect_z,
-        "min_effect": min_effect,
-        "min_share": min_share,
-    }
-    return heads, z, figures
 
 
 @dataclass

@@ -42,7 +42,8 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.ioi.evidence import ClassEvidence, select_heads
+from circuits.evidence import select_heads
+from circuits.ioi.evidence import ClassEvidence
 from circuits.ioi.patching import MeanAblation, SenderEffects, path_patching_effects
 from circuits.ioi.results import HeadEvidence, Settings
 from interp.checks import check_finite_scores

@@ -20,7 +20,7 @@ query (nothing to retrieve). The steps (`RetrievalSettings` holds their sizes an
                               (`faithfulness_ratio`) with every head outside it mean-ablated
   4. accuracy                 each prompt set's clean accuracy against chance (the question and
                               two-hop forms measured only)
-Selected heads (a drop above zero that stands out: `circuits.ioi.evidence.select_heads`; every effect
+Selected heads (a drop above zero that stands out: `circuits.evidence.select_heads`; every effect
 has the sign of `circuits.evidence.EFFECT_SIGN`, drop = clean - patched or ablated, positive: the heads
 help) are classed by where END attends, among the queried fact's name ("mention"), its value
 ("mover", which must also write the answer: positive direct logit attribution) and the query's name
@@ -44,11 +44,11 @@ from circuits.evidence import (
     label_strata,
     mean_ci,
     random_same_layer_sets,
+    select_heads,
     split_families,
     stratum_drops,
 )
 from circuits.icl.heads import confirmed_induction_heads
-from circuits.ioi.evidence import select_heads
 from circuits.retrieval.results import (
     RetrievalAccuracy,
     RetrievalClass,
@@ -83,7 +83,7 @@ class RetrievalSettings:
     n_prompts: discovery prompts (4 facts); n_heldout: held-out prompts per fact count and template;
     n_exact: senders path-patched exactly per step (the rest keep their EAP estimate); n_random:
     random same-layer sets per class; n_two_hop: two-hop prompts per query form (measured only);
-    effect_z, min_effect, min_share: the selection (`circuits.ioi.evidence.select_heads`);
+    effect_z, min_effect, min_share: the selection (`circuits.evidence.select_heads`);
     min_attention: the least mean attention from END that puts a selected head in a class;
     heldout_facts: the held-out fact counts (each a stratum; 4 is the discovery prompts');
     heldout_relations: the relations held out (the family; every other relation of RELATIONS chooses);
