@@ -220,7 +220,7 @@ def held_out_note(
 def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
     """Median and median absolute deviation of the finite entries of `values`; of an even count, the
     mean of the two middle values (so negating `values` negates the median and keeps the MAD)."""
-    finite = values[values.isfinite()]
+    finite = values[values.isfinite()].float()  # quantile takes float32 or float64 only
     median = finite.quantile(0.5)
     return median, (finite - median).abs().quantile(0.5)
 
