@@ -152,13 +152,16 @@ def _candidate_effects(
     measured in the later looks: it stays over the sequences measured so far (`stopped_early`).
     Within a call of `measure`, runs share their first blocks."""
     n_sequences = sum(len(rows) for rows in looks)
-    measured: dict[frozenset[Head], Tensor] = {}  # per sequence, NaN where not measured
+    measured: dict[frozenset[Head], Tensor] = {}  # per sequence (NaN where not measured)
+    seen: dict[frozenset[Head], Tensor] = {}  # per sequence: measured (a NaN measured stays NaN)
     runs_done = 0
 
     def effect(ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None) -> Effect:
-        values = sign * (measured[frozenset(ablated)] - measured[frozenset(baseline)])
-        values = values if rows is None else values[rows]
-        return _mean_se(values[~values.isnan()])
+        a, b = frozenset(ablated), frozenset(baseline)
+        values, both = sign * (measured[a] - measured[b]), seen[a] & seen[b]
+        if rows is not None:
+            values, both = values[rows], both[rows]
+        return _mean_se(values[both])
 
     def run_looks(
         sets: dict[frozenset[Head], list[Head]],
@@ -175,6 +178,7 @@ def _candidate_effects(
             runs_done += len(active)
             for key, values in zip(active, found, strict=True):
                 measured.setdefault(key, torch.full((n_sequences,), math.nan))[rows] = values
+                seen.setdefault(key, torch.zeros(n_sequences, dtype=torch.bool))[rows] = True
             if look < len(looks) - 1:
                 active = {
                     key: value
@@ -228,7 +232,7 @@ def _candidate_effects(
             name
             for name, used in sets.items()
             if (name == "alone" or head in undecided)
-            and any(int((~measured[frozenset(s)].isnan()).sum()) < n_sequences for s in used)
+            and any(not bool(seen[frozenset(s)].all()) for s in used)
         ]
 
     return dataclasses.replace(
