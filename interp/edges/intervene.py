@@ -90,36 +90,39 @@ def _correction(coef: Tensor, diffs: Tensor, n_k: int) -> Float[Tensor, "KB pos 
     return out.view(n_k, n_readers, b, p, dm).permute(0, 2, 3, 1, 4).reshape(n_k * b, p, n_readers, dm)
 
 
+DENSE_SHARE = 0.2  # _KeptSum multiplies every upstream row once this share of them has a kept edge
+
+
 class _KeptSum(torch.autograd.Function):
     """sum over writers w of keep[w, r] * diff[w] for each reader r: [R, rows], from keep [nw, R] and the
     first nw rows of `buffer` [W, rows] (every writer's diff, flattened), reading only the writers with
-    a kept edge. The gradient reaches those writers' diffs through their group's tensor (`groups`,
-    covering rows 0..nw in order; a group without a kept writer gets none), so it flows on into the
-    model; the mask's gradient is every writer's, buffer @ grad.T. The backward pass reads the
-    buffer's rows 0..nw, which no later writer changes."""
+    a kept edge where they are few (below DENSE_SHARE of nw; else all rows, a view: copying the kept
+    rows out would cost more than the zero rows' products). The gradient reaches the kept writers' diffs
+    through their group's tensor (`groups`, covering rows 0..nw in order; a group without a kept writer
+    gets none), so it flows on into the model; the mask's gradient is every writer's, buffer @ grad.T.
+    The backward pass reads the buffer's rows 0..nw, which no later writer changes."""
 
     @staticmethod
     def forward(ctx, keep: Tensor, buffer: Tensor, *groups: Tensor) -> Tensor:
         ctx.save_for_backward(keep)
         ctx.buffer, ctx.shapes = buffer, [group.shape for group in groups]
-        ctx.kept = keep.ne(0).any(1).nonzero()[:, 0]
-        return keep[ctx.kept].T @ buffer[ctx.kept]
+        nw = keep.shape[0]
+        kept = keep.ne(0).any(1)
+        ctx.kept = kept
+        if int(kept.sum()) >= DENSE_SHARE * nw:
+            return keep.T @ buffer[:nw]
+        rows = kept.nonzero()[:, 0]
+        return keep[rows].T @ buffer[rows]
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (keep,) = ctx.saved_tensors
         grad_keep = ctx.buffer[: keep.shape[0]] @ grad.T  # [nw, R]
-        grad_kept = keep[ctx.kept] @ grad  # [kept writers, rows]
         grads, start = [], 0
         for shape in ctx.shapes:
-            inside = (ctx.kept >= start) & (ctx.kept < start + shape[0])
-            if inside.any():
-                rows = grad.new_zeros(shape[0], grad.shape[1])
-                rows[ctx.kept[inside] - start] = grad_kept[inside]
-                grads.append(rows.view(shape))
-            else:
-                grads.append(None)
-            start += shape[0]
+            stop = start + shape[0]
+            grads.append((keep[start:stop] @ grad).view(shape) if ctx.kept[start:stop].any() else None)
+            start = stop
         return grad_keep, None, *grads
 
 
