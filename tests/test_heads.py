@@ -262,9 +262,10 @@ def test_scores_stage_alone_agrees_with_head_report():
 
 @pytest.mark.parametrize("model_name", ["toy-induction", "smollm2-135m"])
 def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, request):
-    """The scores' random-token probes and the causal checks' probe share no token but the BOS (and
-    neither holds a special token); the causal checks' effects are those measured on the held-out
-    probe, at the scores' repeat lengths; the report names both families and the seeds."""
+    """The repeated probe, whose scores choose the candidates, and the causal checks' probe share no
+    token but the BOS (and neither holds a special token); the causal checks' effects are those
+    measured on the held-out probe, at the scores' repeat lengths; the report names both families and
+    the seeds."""
     from circuits.heads.causal import induction_ablation_effects
     from circuits.heads.probes import bos_token
     from circuits.heads.report import heads_sections
@@ -275,11 +276,10 @@ def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, r
     probes = make_probes(model, n_samples=4, seed=5)
     bos = {bos_token(model)} - {None}
 
-    def tokens_of(*probes_read: Probe) -> set[int]:
-        return {t for probe in probes_read for row, n in zip(probe.tokens, probe.lengths, strict=True)
-                for t in row[:n].tolist()}  # fmt: skip
+    def tokens_of(probe: Probe) -> set[int]:
+        return {t for row, n in zip(probe.tokens, probe.lengths, strict=True) for t in row[:n].tolist()}
 
-    chose, tested = tokens_of(probes.repeated, probes.random), tokens_of(probes.held_out)
+    chose, tested = tokens_of(probes.repeated), tokens_of(probes.held_out)
     assert chose & tested == bos and len(chose) > 10 and len(tested) > 10
     special = set(getattr(model.tokenizer, "all_special_ids", None) or [])
     assert not (chose | tested) & (special - bos)

@@ -10,11 +10,13 @@
              prefixes) at the same repeat lengths, which no score reads: the causal checks run on it
 
 Token families (`TOKEN_FAMILIES`): the vocabulary split by the parity of the token id, never the BOS
-or a special token of the tokenizer. The scores, which choose the candidates, read random tokens of
-the discovery family (even ids); the causal checks, which test them, read the held-out family (odd
-ids). So the two share no token but the BOS, and the effects reported are not measured on the
-sequences that chose the heads. Tokens are uniform over their family, drawn from `seed` (the random
-probe from seed + 1, the held-out probe from seed + 2).
+or a special token of the tokenizer. The repeated probe, whose scores choose the candidates of the
+causal checks, draws from the discovery family (even ids); the held-out probe, on which the causal
+checks test them, from the held-out family (odd ids). So the two share no token but the BOS, and the
+effects reported are not measured on the sequences that chose the heads. The random probe, which
+chooses no candidate (its scores type fixed-offset heads, and skip-grams without a tokenizer), draws
+from every token but the BOS. Tokens are uniform, drawn from `seed` (the random probe from seed + 1,
+the held-out probe from seed + 2).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class Probe:
 class Probes:
     """The probes of one report and the settings they were made with."""
 
-    repeated: Probe  # of the discovery family, like `random`: what the scores read
+    repeated: Probe  # of the discovery family: its scores choose the causal checks' candidates
     random: Probe
     text: Probe | None  # None: no natural text (no tokenizer, or natural_text=())
     held_out: Probe  # the repeated probe's held-out twin: what the causal checks read
@@ -127,16 +129,21 @@ def induction_lengths(longest: int, n: int = 3) -> list[int]:
     return sorted(lengths, reverse=True)
 
 
-def family_tokens(model: interp.HookedTransformer, family: str) -> Int[Tensor, " tokens"]:
-    """The token ids of `family` (a key of TOKEN_FAMILIES): those of its parity in the model's
-    vocabulary, without the BOS and the tokenizer's special tokens."""
-    ids = torch.arange(TOKEN_FAMILIES[family], model.cfg.d_vocab, 2)
-    special = set(getattr(model.tokenizer, "all_special_ids", None) or []) | {bos_token(model)}
-    kept = ids[~torch.isin(ids, torch.tensor(sorted(special - {None}), dtype=torch.long))]
+def family_tokens(model: interp.HookedTransformer, family: str | None) -> Int[Tensor, " tokens"]:
+    """The token ids a random probe draws from: those of `family` (a key of TOKEN_FAMILIES: the ids
+    of its parity, without the BOS and the tokenizer's special tokens), or with family=None every id
+    but the BOS."""
+    bos = {bos_token(model)} - {None}
+    if family is None:
+        ids, excluded = torch.arange(model.cfg.d_vocab), bos
+    else:
+        ids = torch.arange(TOKEN_FAMILIES[family], model.cfg.d_vocab, 2)
+        excluded = bos | set(getattr(model.tokenizer, "all_special_ids", None) or [])
+    kept = ids[~torch.isin(ids, torch.tensor(sorted(excluded), dtype=torch.long))]
     if len(kept) < 2:
         raise ValueError(
-            f"the {family} token family of {model.cfg.model_name} ({FAMILY_NAMES[TOKEN_FAMILIES[family]]}) "
-            f"has {len(kept)} tokens; random probes need at least 2."
+            f"{model.cfg.model_name}'s vocabulary has {len(kept)} tokens for the {family or 'random'} "
+            "probe; random probes need at least 2."
         )
     return kept
 
@@ -186,10 +193,10 @@ def repeated_probe(
 
 
 def random_probe(model: interp.HookedTransformer, n_samples: int, n_tokens: int, seed: int) -> Probe:
-    """[BOS] and n_tokens random tokens of the discovery family per row, nothing repeated on purpose."""
+    """[BOS] and n_tokens random tokens (any but the BOS) per row, nothing repeated on purpose."""
     bos = bos_token(model)
     generator = torch.Generator().manual_seed(seed + 1)  # not the repeated probe's numbers
-    tokens = _random_rows(family_tokens(model, "discovery"), n_tokens, n_samples, generator)
+    tokens = _random_rows(family_tokens(model, None), n_tokens, n_samples, generator)
     if bos is not None:
         tokens = torch.cat([torch.full((n_samples, 1), bos), tokens], dim=1)
     lengths = torch.full((n_samples,), tokens.shape[1])
@@ -217,8 +224,8 @@ def make_probes(
 ) -> Probes:
     """Stage 1 of `head_report`: n_samples repeated sequences per repeat length
     (induction_lengths(seq_len), each after a random prefix of up to seq_len // 3 tokens; both
-    shorter in a short context) and n_samples random sequences as long as the longest repeated one,
-    of the discovery token family; natural_text (default NATURAL_TEXT when the model has a
+    shorter in a short context) of the discovery token family, n_samples random sequences as long as
+    the longest repeated one (any token but the BOS), natural_text (default NATURAL_TEXT when the model has a
     tokenizer; () skips it); and n_samples fresh repeated sequences per repeat length of the held-out
     family (drawn from seed + HELD_OUT_SEED_OFFSET), for the causal checks."""
     if n_samples < 2:

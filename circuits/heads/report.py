@@ -164,27 +164,29 @@ def chose_lines(report: HeadReport) -> list[str]:
     lengths = "/".join(map(str, s["induction_lengths"]))
     chose = (
         f"chosen: up to {s['max_candidates']} induction and {s['max_candidates']} previous-token candidates "
-        f"(over the threshold, highest score first) by attention scores on {s['n_samples']} repeated "
-        f"sequences per repeat length ({lengths} tokens) and {s['n_samples']} unrepeated ones"
+        f"(over the threshold, highest score first) by their attention scores on {s['n_samples']} repeated "
+        f"sequences per repeat length ({lengths} tokens)"
     )
-    text = " (natural text has its own scores; it chooses no candidate)" if s["natural_text"] else ""
+    others = (
+        "The unrepeated random sequences (any token but the BOS)"
+        + (" and natural text" if s["natural_text"] else "")
+        + " type other heads and choose no candidate."
+    )
     if "held_out_tokens" not in s:  # a file saved before the causal checks ran on a held-out family
         return [
-            f"{chose}, random tokens, seed {s['seed']}{text}.",
+            f"{chose} of random tokens, seed {s['seed']}. {others}",
             "tested: on the same repeated sequences (this file was saved before the causal checks ran on a "
             "held-out token family: its effects are measured on the sequences that chose the heads).",
         ]
+    chose = f"{chose} of the discovery family: random {s['discovery_tokens']}, seed {s['seed']}. {others}"
     if not s["causal"]:
-        return [
-            f"{chose}, random {s['discovery_tokens']}, seed {s['seed']}{text}.",
-            "tested: no causal check was run (causal=False).",
-        ]
+        return [chose, "tested: no causal check was run (causal=False)."]
     return [
-        f"{chose} (the discovery family: random {s['discovery_tokens']}, seed {s['seed']}){text}.",
+        chose,
         f"tested: every causal effect and verdict on {s['n_samples']} fresh repeated sequences per repeat "
         f"length (the same lengths, the strata) of the held-out family: random {s['held_out_tokens']}, "
         f"seed {s['held_out_seed']}. No score read them, and they share no token with the sequences that "
-        "chose the heads but the BOS (never a special token in either).",
+        "chose the heads but the BOS (neither holds a special token).",
         "effects: Δloss = ablated − clean loss on the repeated tokens (nats); Δind = clean − ablated "
         "induction score of the later induction heads (positive: the head helps).",
     ]
