@@ -311,6 +311,7 @@ def heads(
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from circuits.heads import head_report
     from circuits.heads.pipeline import KEPT_STAGES, head_report_stages, heads_stage_notes
+    from circuits.heads.probes import HELD_OUT_RULE
     from circuits.heads.report import FORMATS, write_report
     from circuits.icl.heads import remember_induction_heads
     from circuits.sweeps import run_on_ray
@@ -318,7 +319,13 @@ def heads(
     check_format(format, out, FORMATS)
     check_save(save)
     n_samples, quick_note = apply_quick("heads", quick, n_samples=n_samples)
-    options = {"model": model, "n_samples": n_samples, "seed": seed, "dtype": dtype}
+    options = {
+        "model": model,
+        "n_samples": n_samples,
+        "seed": seed,
+        "dtype": dtype,
+        "held_out": HELD_OUT_RULE,
+    }
     kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes)  # another run's file: refused now
     loaded = load(model, dtype)
     try:

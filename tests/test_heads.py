@@ -220,15 +220,12 @@ def test_toy_checkpoint_previous_token_and_induction_heads():
     assert len(previous) >= 1 and set(previous["layer"]) == {0}
     assert all("previous_token" in types for types in previous["types"])
     # All four layer-1 heads are induction heads; they back each other up, so those their effect alone
-    # does not confirm at every repeat length are confirmed with the other candidates ablated (the
-    # others are not run so).
+    # does not confirm at every repeat length are confirmed with the other candidates ablated (those it
+    # confirms are not run so).
     assert sorted(report.heads_of_type("induction")) == [(1, 0), (1, 1), (1, 2), (1, 3)]
     layer1 = table[table["layer"] == 1]
     tested = layer1[layer1["induction_effect_with_others"].notna()]
-    assert (
-        len(tested)
-        and (tested["induction_effect_with_others"] > 2 * tested["induction_effect_with_others_se"]).all()
-    )
+    assert (tested["induction_effect_with_others"] > 2 * tested["induction_effect_with_others_se"]).all()
     assert (layer1["induction_verdict"] == "confirmed").all()
     effect, se = report.group_effects["induction"]
     assert effect > 1.0 and effect > 10 * se  # without its induction heads the model cannot copy
@@ -258,6 +255,46 @@ def test_scores_stage_alone_agrees_with_head_report():
     assert {stage for stage, _, _ in calls} == {"Attention scores (repeated)", "Attention scores (random)"}
     assert calls[-1] == ("Attention scores (random)", 8, 8)
     assert ("Attention scores (repeated)", 24, 24) in calls  # 8 sequences per repeat length
+
+
+@pytest.mark.parametrize("model_name", ["toy-induction", "smollm2-135m"])
+def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, request):
+    """The repeated probe, whose scores choose the candidates, and the causal checks' probe share no
+    token but the BOS (and neither holds a special token); the causal checks' effects are those
+    measured on the held-out probe, at the scores' repeat lengths; the report names both families and
+    the seeds."""
+    from circuits.heads.causal import induction_ablation_effects
+    from circuits.heads.probes import bos_token
+    from circuits.heads.report import heads_sections
+
+    model = (
+        request.getfixturevalue("smollm2") if model_name == "smollm2-135m" else interp.load_model(model_name)
+    )
+    probes = make_probes(model, n_samples=4, seed=5)
+    bos = {bos_token(model)} - {None}
+
+    def tokens_of(probe: Probe) -> set[int]:
+        return {t for row, n in zip(probe.tokens, probe.lengths, strict=True) for t in row[:n].tolist()}
+
+    chose, tested = tokens_of(probes.repeated), tokens_of(probes.held_out)
+    assert chose & tested == bos and len(chose) > 10 and len(tested) > 10
+    special = set(getattr(model.tokenizer, "all_special_ids", None) or [])
+    assert not (chose | tested) & (special - bos)
+    assert probes.held_out.repeat_len.tolist() == probes.repeated.repeat_len.tolist()  # the same strata
+    if model_name != "toy-induction":
+        return
+    report = head_report(model, n_samples=4, seed=5)
+    table = report.table.set_index(["layer", "head"])
+    candidates = list(table.index[table["induction_effect"].notna()])
+    on_held_out = induction_ablation_effects(model, probes.held_out, candidates)
+    assert len(candidates) and all(
+        table.loc[head, "induction_effect"] == on_held_out.alone[head][0] for head in candidates
+    )
+    chose_lines = next(
+        s for s in heads_sections(report).sections if s.title == "What chose and what tested"
+    ).lines
+    assert "random even token ids, seed 5" in chose_lines[0]
+    assert "random odd token ids, seed 7" in chose_lines[1]
 
 
 def test_induction_lengths_are_not_multiples():

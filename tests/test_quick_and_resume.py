@@ -24,7 +24,7 @@ from circuits.icl.heads import ATTRIBUTION_STAGE, weights_fingerprint
 from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.discover import KEPT_STAGES, ioi_stage_notes
-from circuits.results_file import PartialResult, load_result, resume_stages, write_result_report
+from circuits.results_file import PartialResult, load_result, resume_stages, save_result, write_result_report
 from interp.catalog import QUICK_PRESETS
 from interp.io.serialize import encode
 
@@ -145,6 +145,20 @@ def test_a_partial_run_of_other_settings_or_another_command_is_refused(toy, tmp_
         resume_stages(path, "ioi", icl_settings(toy), list(KEPT_STAGES), ioi_stage_notes)
     result = CliRunner().invoke(app, ["icl", "--model", "toy-induction", "--seed", "1", "--save", str(path)])
     assert result.exit_code == 2 and "cannot resume" in result.output
+
+
+def test_a_heads_partial_run_of_the_same_options_before_the_held_out_rule_is_refused(tmp_path):
+    """A partial `interp heads` file whose causal checks ran on the sequences that chose the heads (its
+    settings without the held-out rule) is not resumed: its kept stages would mix the two rules."""
+    path = tmp_path / "heads.json"
+    options = {"model": "toy-induction", "n_samples": 4, "seed": 0, "dtype": "float32"}
+    save_result(
+        PartialResult(command="heads", settings=options, stages=list(HEAD_STAGES), done={}, notes={}), path
+    )
+    result = CliRunner().invoke(
+        app, ["heads", "--model", "toy-induction", "--n-samples", "4", "--save", str(path)]
+    )
+    assert result.exit_code == 2 and "held_out None there" in " ".join(result.output.split())
 
 
 def test_a_stopped_ioi_run_resumes_to_the_same_circuit(tmp_path):

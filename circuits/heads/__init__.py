@@ -8,6 +8,9 @@
     effects = causal_checks(model, probes, scores)                 # 4. mean ablation       causal.py
     table = classify(scores, weights, effects)                     # 5. head types          classify.py
 
+The candidates are chosen by their scores on one token family (`probes.repeated`: even ids) and
+tested by the causal checks on another (`probes.held_out`: fresh sequences of odd ids).
+
 `confirmed_induction(model)` is `head_report(model).heads_of_type("induction")` for the cost of its
 induction part only (pipeline.py). `circuits.heads.report` renders a HeadReport (terminal table,
 CSV, JSON, Markdown, HTML). Each module's docstring defines what it measures, with its units.

@@ -1,18 +1,21 @@
 """Causal checks of induction and previous-token candidates, by mean ablation of a head's output z.
 
-A head's z is replaced by its mean over the repeated probe's sequences at each position, over the
-sequences that are not padding there (the mean ablation of `interp.interventions.ablation`). Each
-effect is measured two ways, because heads back each other up: alone, and with the other candidates
-of its type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are
-gone). A head that its effect alone confirms, in every stratum, is not run with the others ablated
-(that effect could only add to it; NaN, "–" in reports): the verdicts and strata are those of both
+The checks run on the held-out probe (`Probes.held_out`): repeated sequences of the held-out token
+family, fresh tokens and prefixes at the scores' repeat lengths, so the heads are chosen on one token
+family (the scores) and their effects measured on another (no winner's curse). A head's z is
+replaced by its mean over the held-out probe's sequences at each position, over the sequences that
+are not padding there (the mean ablation of `interp.interventions.ablation`). Each effect is
+measured two ways, because heads back each other up: alone, and with the other candidates of its
+type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are gone).
+A head that its effect alone confirms, in every stratum, is not run with the others ablated (that
+effect could only add to it; NaN, "–" in reports): the verdicts and strata are those of both
 effects, with fewer runs.
 
   induction        loss increase on the second copies of the repeated sequences (nats)
   previous_token   drop of the mean induction score of the later induction heads (a fraction of
                    attention), from the confirmed induction heads (all candidates if none is confirmed)
 
-A candidate's effect is significant if either way it exceeds CONFIRM_SE standard errors (over probe
+A candidate's effect is significant if either way it exceeds CONFIRM_SE standard errors (over held-out
 sequences) and MIN_EFFECT (a significant but negligible effect confirms nothing). The probe's repeat
 lengths are strata: a stratum holds when either effect on its sequences exceeds MIN_EFFECT. Verdicts
 (HEAD_VERDICTS): "confirmed" (significant, and holding in most strata), "length-dependent"
@@ -27,7 +30,7 @@ significant; an effect whose true value is at least MIN_EFFECT is stopped with p
 Phi(-3) = 0.13% (normal approximation of the mean; at most 0.27% per head, its two effects
 together). Effects not stopped are over every sequence, as without stopping.
 
-Runs: one clean run of the probe serves both checks (`clean_run`). Every set of heads to ablate is
+Runs: one clean run of the held-out probe serves both checks (`clean_run`). Every set of heads to ablate is
 known before any is run, so the ablated runs go to interp's intervention engine together
 (`interp.interventions.engine.read_site_sets`): each starts at its first ablated block from the
 clean residual stream, runs that ablate the same heads in their first blocks compute those once,
@@ -478,20 +481,21 @@ def causal_checks(
     stages: StageResults | None = None,
 ) -> dict[str, CausalEffects]:
     """Stage 4 of `head_report`: mean-ablate up to `max_candidates` induction candidates (highest
-    scores first), then as many previous-token candidates, on the repeated probe. {} when no head is
-    an induction candidate. stages: each check's effects kept as it finishes (INDUCTION_STAGE, then
-    PREVIOUS_TOKEN_STAGE); a check already in it is not run again."""
+    scores first), then as many previous-token candidates, on the held-out probe (`probes.held_out`:
+    a token family the scores never read). {} when no head is an induction candidate. stages: each
+    check's effects kept as it finishes (INDUCTION_STAGE, then PREVIOUS_TOKEN_STAGE); a check already
+    in it is not run again."""
     induction = scores.candidates("induction", max_candidates)
     if not induction:
         return {}
     previous_token = scores.candidates("previous_token", max_candidates)
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
-    clean = clean_run(model, probes.repeated, layers, [layer for layer, _ in induction], final=True)
+    clean = clean_run(model, probes.held_out, layers, [layer for layer, _ in induction], final=True)
     stages = StageResults() if stages is None else stages
     induction_effects = stages.run(
         INDUCTION_STAGE,
-        lambda: induction_ablation_effects(model, probes.repeated, induction, progress, clean),
+        lambda: induction_ablation_effects(model, probes.held_out, induction, progress, clean),
         progress,
     )
     confirmed = [head for head in induction if induction_effects.confirmed(head)]
@@ -499,7 +503,7 @@ def causal_checks(
         PREVIOUS_TOKEN_STAGE,
         lambda: previous_token_ablation_effects(
             model,
-            probes.repeated,
+            probes.held_out,
             previous_token,
             confirmed or induction,
             progress,

@@ -1,4 +1,7 @@
-"""`head_report`: probes -> scores -> weight evidence -> causal checks -> classification."""
+"""`head_report`: probes -> scores -> weight evidence -> causal checks -> classification.
+
+The scores choose the candidates on the discovery token family's probes; the causal checks test them
+on the held-out family's (`probes.TOKEN_FAMILIES`): `confirmed_induction` follows the same rule."""
 
 from __future__ import annotations
 
@@ -21,7 +24,13 @@ from circuits.heads.causal import (
     induction_ablation_effects,
 )
 from circuits.heads.classify import HeadReport, classify
-from circuits.heads.probes import Probes, make_probes
+from circuits.heads.probes import (
+    FAMILY_NAMES,
+    HELD_OUT_SEED_OFFSET,
+    TOKEN_FAMILIES,
+    Probes,
+    make_probes,
+)
 from circuits.heads.scores import (
     N_BOOTSTRAP,
     HeadScores,
@@ -56,9 +65,11 @@ def head_report(
     """Score, causally check and classify every attention head of `model`.
 
     Probes (`make_probes`): n_samples repeated random sequences per repeat length up to seq_len,
-    n_samples unrepeated ones, and natural_text (default NATURAL_TEXT with a tokenizer; () skips it).
-    Causal checks (unless causal=False) run on at most `max_candidates` induction and previous-token
-    candidates each (highest scores first); `batch_size` sequences per forward pass while scoring.
+    n_samples unrepeated ones, and natural_text (default NATURAL_TEXT with a tokenizer; () skips it),
+    the random ones of the discovery token family. Causal checks (unless causal=False) run on at most
+    `max_candidates` induction and previous-token candidates each (highest scores first), on n_samples
+    fresh repeated sequences per repeat length of the held-out family; `batch_size` sequences per
+    forward pass while scoring.
     progress(stage, done, total) is called as each stage advances (None: nothing is reported).
     stages: each of KEPT_STAGES' results kept as it finishes; those already in it (a resumed run's,
     made with the same settings) are not run again.
@@ -111,10 +122,11 @@ def confirmed_induction(
     progress: Progress | None = None,
 ) -> list[Head]:
     """`head_report(model, n_samples, seed, seq_len, max_candidates=..., batch_size=...)
-    .heads_of_type("induction")` (strongest first), for the cost of the repeated probe and the
-    induction candidates' ablations only: the induction type reads nothing else (its score and
-    threshold come from the repeated probe, its confirmation from the induction check), so the other
-    probes, the weight scores and the previous-token check are skipped. progress: INDUCTION_ONLY_STAGES."""
+    .heads_of_type("induction")` (strongest first), for the cost of the repeated probe, the held-out
+    probe's clean run and the induction candidates' ablations on it only: the induction type reads
+    nothing else (its score and threshold come from the repeated probe, its confirmation from the
+    induction check on the held-out probe), so the other probes, the weight scores and the
+    previous-token check are skipped. progress: INDUCTION_ONLY_STAGES."""
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")
@@ -127,8 +139,8 @@ def confirmed_induction(
     if not candidates:
         return []
     layers = [layer for layer, _ in candidates]
-    clean = clean_run(model, probes.repeated, layers, final=True)
-    effects = induction_ablation_effects(model, probes.repeated, candidates, progress, clean)
+    clean = clean_run(model, probes.held_out, layers, final=True)
+    effects = induction_ablation_effects(model, probes.held_out, candidates, progress, clean)
     return [head for head in candidates if effects.confirmed(head)]
 
 
@@ -164,7 +176,12 @@ def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candi
         "skip_gram_probe": probes.skip_gram.name,
         "causal": causal,
         "max_candidates": max_candidates,
-        "ablation": "mean of hook_z per position over the probe sequences real there (padding excluded)",
+        "discovery_tokens": FAMILY_NAMES[TOKEN_FAMILIES["discovery"]],
+        "held_out_tokens": FAMILY_NAMES[TOKEN_FAMILIES["held_out"]],
+        "held_out_seed": seed + HELD_OUT_SEED_OFFSET,
+        "ablation": (
+            "mean of hook_z per position over the held-out probe's sequences real there (padding excluded)"
+        ),
         "causal_method": (
             "each candidate mean-ablated alone and with the other candidates of its type already "
             "ablated (minimality); confirmed when either effect exceeds the threshold; sequential "

@@ -6,8 +6,17 @@
              positional shortcut) matches the repeat at one length only
   random     [BOS] and random tokens, nothing repeated on purpose: what positional heads attend to
   text       natural text (models with a tokenizer): where skip-grams and text scores are measured
+  held_out   the repeated probe again, of the held-out token family: fresh sequences (new tokens, new
+             prefixes) at the same repeat lengths, which no score reads: the causal checks run on it
 
-Tokens are uniform over the model's vocabulary (never the BOS), drawn from `seed`.
+Token families (`TOKEN_FAMILIES`): the vocabulary split by the parity of the token id, never the BOS
+or a special token of the tokenizer. The repeated probe, whose scores choose the candidates of the
+causal checks, draws from the discovery family (even ids); the held-out probe, on which the causal
+checks test them, from the held-out family (odd ids). So the two share no token but the BOS, and the
+effects reported are not measured on the sequences that chose the heads. The random probe, which
+chooses no candidate (its scores type fixed-offset heads, and skip-grams without a tokenizer), draws
+from every token but the BOS. Tokens are uniform, drawn from `seed` (the random probe from seed + 1,
+the held-out probe from seed + 2).
 """
 
 from __future__ import annotations
@@ -20,7 +29,6 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 import interp
-from interp.tasks import repeated_sequences
 
 NATURAL_TEXT = (
     "The cat sat on the mat, and then the cat slept on the mat all afternoon.",
@@ -34,6 +42,12 @@ NATURAL_TEXT = (
     "<i>notes</i> on $\\left\\{ z \\right\\}$, <b>see</b> the table",
     "<b>Proof.</b> By $\\left| x \\right|$ and <i>induction</i> on $n$.",
 )
+
+TOKEN_FAMILIES = {"discovery": 0, "held_out": 1}  # family -> the parity of its token ids
+FAMILY_NAMES = {0: "even token ids", 1: "odd token ids"}
+HELD_OUT_FAMILY_TAG = "odd-ids"  # in the names of files of heads confirmed under this rule
+HELD_OUT_SEED_OFFSET = 2  # the held-out probe is drawn from seed + 2 (the random probe: seed + 1)
+HELD_OUT_RULE = "scores on even token ids, causal checks on fresh odd ones (seed + 2)"  # for --save files
 
 
 @dataclass
@@ -63,9 +77,10 @@ class Probe:
 class Probes:
     """The probes of one report and the settings they were made with."""
 
-    repeated: Probe
+    repeated: Probe  # of the discovery family: its scores choose the causal checks' candidates
     random: Probe
     text: Probe | None  # None: no natural text (no tokenizer, or natural_text=())
+    held_out: Probe  # the repeated probe's held-out twin: what the causal checks read
     induction_lengths: list[int]  # repeat lengths L of the repeated probe, longest first
     seq_len: int  # the longest repeat length
     max_prefix: int  # the longest random prefix before a repeat
@@ -114,30 +129,53 @@ def induction_lengths(longest: int, n: int = 3) -> list[int]:
     return sorted(lengths, reverse=True)
 
 
+def family_tokens(model: interp.HookedTransformer, family: str | None) -> Int[Tensor, " tokens"]:
+    """The token ids a random probe draws from: those of `family` (a key of TOKEN_FAMILIES: the ids
+    of its parity, without the BOS and the tokenizer's special tokens), or with family=None every id
+    but the BOS."""
+    bos = {bos_token(model)} - {None}
+    if family is None:
+        ids, excluded = torch.arange(model.cfg.d_vocab), bos
+    else:
+        ids = torch.arange(TOKEN_FAMILIES[family], model.cfg.d_vocab, 2)
+        excluded = bos | set(getattr(model.tokenizer, "all_special_ids", None) or [])
+    kept = ids[~torch.isin(ids, torch.tensor(sorted(excluded), dtype=torch.long))]
+    if len(kept) < 2:
+        raise ValueError(
+            f"{model.cfg.model_name}'s vocabulary has {len(kept)} tokens for the {family or 'random'} "
+            "probe; random probes need at least 2."
+        )
+    return kept
+
+
 def _random_rows(
-    d_vocab: int, n_tokens: int, n_rows: int, generator: torch.Generator, bos: int | None
+    tokens: Int[Tensor, " tokens"], n_tokens: int, n_rows: int, generator: torch.Generator
 ) -> Int[Tensor, "n_rows n_tokens"]:
-    """Uniform random tokens (never `bos`)."""
-    start = int(bos is not None)
-    return repeated_sequences(d_vocab, n_tokens, n_rows, generator=generator, bos=bos)[
-        :, start : start + n_tokens
-    ]
+    """Tokens drawn uniformly from `tokens`."""
+    return tokens[torch.randint(len(tokens), (n_rows, n_tokens), generator=generator)]
 
 
 def repeated_probe(
-    model: interp.HookedTransformer, n_samples: int, lengths: Sequence[int], max_prefix: int, seed: int
+    model: interp.HookedTransformer,
+    n_samples: int,
+    lengths: Sequence[int],
+    max_prefix: int,
+    seed: int,
+    family: str = "discovery",
 ) -> Probe:
-    """n_samples rows per repeat length L: [BOS] p_1..p_o r_1..r_L r_1..r_L [pad], random tokens from
-    the model's vocabulary, with a random prefix length o in [0, max_prefix] per row."""
+    """n_samples rows per repeat length L: [BOS] p_1..p_o r_1..r_L r_1..r_L [pad], random tokens of
+    the token `family`, with a random prefix length o in [0, max_prefix] per row. Named "repeated"
+    (discovery) or "held-out" (held_out)."""
     bos = bos_token(model)
     head = [] if bos is None else [bos]
+    tokens_of_family = family_tokens(model, family)
     generator = torch.Generator().manual_seed(seed)
     width = len(head) + max_prefix + 2 * max(lengths)
     rows, repeat_len, repeat_start = [], [], []
     for length in lengths:
         offsets = torch.randint(max_prefix + 1, (n_samples,), generator=generator).tolist()
-        copies = _random_rows(model.cfg.d_vocab, length, n_samples, generator, bos)
-        prefixes = _random_rows(model.cfg.d_vocab, max_prefix + 1, n_samples, generator, bos)
+        copies = _random_rows(tokens_of_family, length, n_samples, generator)
+        prefixes = _random_rows(tokens_of_family, max_prefix + 1, n_samples, generator)
         for offset, copy, prefix in zip(offsets, copies, prefixes, strict=True):
             rows.append(torch.cat([torch.tensor(head, dtype=torch.long), prefix[:offset], copy, copy]))
             repeat_len.append(length)
@@ -145,7 +183,7 @@ def repeated_probe(
     row_lengths = torch.tensor([len(row) for row in rows])
     tokens = torch.stack([torch.nn.functional.pad(row, (0, width - len(row))) for row in rows])
     return Probe(
-        "repeated",
+        "repeated" if family == "discovery" else "held-out",
         tokens,
         row_lengths,
         str_tokens(model, tokens[0, : row_lengths[0]]),
@@ -155,10 +193,10 @@ def repeated_probe(
 
 
 def random_probe(model: interp.HookedTransformer, n_samples: int, n_tokens: int, seed: int) -> Probe:
-    """[BOS] and n_tokens random tokens per row, nothing repeated on purpose."""
+    """[BOS] and n_tokens random tokens (any but the BOS) per row, nothing repeated on purpose."""
     bos = bos_token(model)
     generator = torch.Generator().manual_seed(seed + 1)  # not the repeated probe's numbers
-    tokens = _random_rows(model.cfg.d_vocab, n_tokens, n_samples, generator, bos)
+    tokens = _random_rows(family_tokens(model, None), n_tokens, n_samples, generator)
     if bos is not None:
         tokens = torch.cat([torch.full((n_samples, 1), bos), tokens], dim=1)
     lengths = torch.full((n_samples,), tokens.shape[1])
@@ -186,8 +224,10 @@ def make_probes(
 ) -> Probes:
     """Stage 1 of `head_report`: n_samples repeated sequences per repeat length
     (induction_lengths(seq_len), each after a random prefix of up to seq_len // 3 tokens; both
-    shorter in a short context), n_samples random sequences as long as the longest repeated one, and
-    natural_text (default NATURAL_TEXT when the model has a tokenizer; () skips it)."""
+    shorter in a short context) of the discovery token family, n_samples random sequences as long as
+    the longest repeated one (any token but the BOS), natural_text (default NATURAL_TEXT when the model has a
+    tokenizer; () skips it); and n_samples fresh repeated sequences per repeat length of the held-out
+    family (drawn from seed + HELD_OUT_SEED_OFFSET), for the causal checks."""
     if n_samples < 2:
         raise ValueError(f"n_samples must be >= 2 (standard errors need two sequences), got {n_samples}.")
     cfg = model.cfg
@@ -202,6 +242,9 @@ def make_probes(
         repeated=repeated_probe(model, n_samples, lengths, max_prefix, seed),
         random=random_probe(model, n_samples, max_prefix + 2 * longest, seed),
         text=text_probe(model, natural_text) if natural_text else None,
+        held_out=repeated_probe(
+            model, n_samples, lengths, max_prefix, seed + HELD_OUT_SEED_OFFSET, "held_out"
+        ),
         induction_lengths=lengths,
         seq_len=longest,
         max_prefix=max_prefix,

@@ -56,9 +56,9 @@ CAPTIONS = {  # what each heat map's cell means
 LEGEND = (
     "Units and signs. Attention scores are fractions of a query's attention (0 to 1; broad: normalised "
     "entropy, 0 to 1); copying lies in [−1, +1] (+1: copies the attended token, −1: suppresses it); "
-    "k_composition in [0, 1]. Causal effects are mean ablations of the head's output, ± one standard "
-    "error over probe sequences, as alone / with the other candidates of its type ablated (–: not "
-    "measured, the head is confirmed alone at every repeat length): "
+    "k_composition in [0, 1]. Causal effects are mean ablations of the head's output on the held-out "
+    "sequences, ± one standard error over them, as alone / with the other candidates of its type "
+    "ablated (–: not measured, the head is confirmed alone at every repeat length): "
     "Δloss = ablated − clean loss on the repeated tokens, in nats (positive: the head helps predict "
     "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
     "attention (positive: the head feeds them). ✓: the effect exceeds 2 standard errors and 0.02, "
@@ -155,6 +155,41 @@ def group_line(report: HeadReport) -> str:
             f"fewer, not confirmed): {'; '.join(dependent)}."
         )
     return line
+
+
+def chose_lines(report: HeadReport) -> list[str]:
+    """What chose the causally checked heads (the scores, on the discovery token family), what tested
+    them (the causal checks, on the held-out family), how many sequences each, and the seeds."""
+    s = report.settings
+    lengths = "/".join(map(str, s["induction_lengths"]))
+    chose = (
+        f"chosen: up to {s['max_candidates']} induction and {s['max_candidates']} previous-token candidates "
+        f"(over the threshold, highest score first) by their attention scores on {s['n_samples']} repeated "
+        f"sequences per repeat length ({lengths} tokens)"
+    )
+    others = (
+        "The unrepeated random sequences (any token but the BOS)"
+        + (" and natural text" if s["natural_text"] else "")
+        + " type other heads and choose no candidate."
+    )
+    if "held_out_tokens" not in s:  # a file saved before the causal checks ran on a held-out family
+        return [
+            f"{chose} of random tokens, seed {s['seed']}. {others}",
+            "tested: on the same repeated sequences (this file was saved before the causal checks ran on a "
+            "held-out token family: its effects are measured on the sequences that chose the heads).",
+        ]
+    chose = f"{chose} of the discovery family: random {s['discovery_tokens']}, seed {s['seed']}. {others}"
+    if not s["causal"]:
+        return [chose, "tested: no causal check was run (causal=False)."]
+    return [
+        chose,
+        f"tested: every causal effect and verdict on {s['n_samples']} fresh repeated sequences per repeat "
+        f"length (the same lengths, the strata) of the held-out family: random {s['held_out_tokens']}, "
+        f"seed {s['held_out_seed']}. No score read them, and they share no token with the sequences that "
+        "chose the heads but the BOS (neither holds a special token).",
+        "effects: Δloss = ablated − clean loss on the repeated tokens (nats); Δind = clean − ablated "
+        "induction score of the later induction heads (positive: the head helps).",
+    ]
 
 
 def _length_columns(report: HeadReport) -> list[str]:
@@ -370,6 +405,7 @@ def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True
         notes=[LEGEND, *hints],
     )  # fmt: skip
     sections = [
+        Section(title="What chose and what tested", lines=chose_lines(report)),
         Section(
             title="Summary per type", lines=[line for line in [group_line(report)] if line], table=summary
         ),

@@ -25,6 +25,7 @@ from torch import Tensor
 
 import interp
 from circuits.heads import HeadReport, confirmed_induction
+from circuits.heads.probes import HELD_OUT_FAMILY_TAG
 from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
 from circuits.stages import StageResults
@@ -164,8 +165,10 @@ INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_
 
 def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, seed: int = 0) -> Path:
     """Where the induction heads of `head_report(model, n_samples, seed)` are kept: interp's cache
-    directory ($INTERP_CACHE, ~/.cache/interp), under the weights' fingerprint and the settings."""
-    return cache_dir() / "induction-heads" / f"{weights_fingerprint(model)}-n{n_samples}-s{seed}.json"
+    directory ($INTERP_CACHE, ~/.cache/interp), under the weights' fingerprint, the settings and the
+    token family the causal checks ran on (heads confirmed under another rule are not reused)."""
+    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-tested-on-{HELD_OUT_FAMILY_TAG}.json"
+    return cache_dir() / "induction-heads" / name
 
 
 def remember_induction_heads(

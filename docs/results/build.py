@@ -80,10 +80,15 @@ def pm(value: float, se: float) -> str:
 
 
 def effects(row: Any, name: str) -> list[str]:
-    """A head's causal effect alone and with the other candidates ablated (blank: not measured)."""
+    """A head's causal effect alone and with the other candidates ablated (blank: not a candidate; "–":
+    not measured with the others ablated, the head is confirmed alone at every repeat length)."""
     if math.isnan(row[name]):
         return ["", ""]
-    return [pm(row[name], row[f"{name}_se"]), pm(row[f"{name}_with_others"], row[f"{name}_with_others_se"])]
+    with_others = row[f"{name}_with_others"]
+    return [
+        pm(row[name], row[f"{name}_se"]),
+        "–" if math.isnan(with_others) else pm(with_others, row[f"{name}_with_others_se"]),
+    ]
 
 
 def heads_section(report: Any) -> list[str]:
@@ -119,22 +124,36 @@ def heads_section(report: Any) -> list[str]:
     ]
     induction = typed[typed["types"].map(lambda types: "induction" in types)]
     previous = typed[typed["types"].map(lambda types: "previous_token" in types)]
+    s = report.settings
     lines = [
-        f"{report.provenance}; {report.settings['n_samples']} random sequences per repeat length "
-        f"({', '.join(map(str, lengths))} tokens). Δloss: the loss on the repeated half with the head "
-        "mean-ablated minus the clean loss; Δinduction score: how much ablating a previous-token head "
-        "lowers the induction heads' score (± one standard error over probe sequences).",
+        f"{report.provenance}; {s['n_samples']} random sequences per repeat length "
+        f"({', '.join(map(str, lengths))} tokens) of {s['discovery_tokens']} choose the candidates, "
+        f"{s['n_samples']} fresh ones per length of {s['held_out_tokens']} (seed {s['held_out_seed']}) test "
+        "them. Δloss: the loss on the repeated half with the head mean-ablated minus the clean loss; "
+        "Δinduction score: how much ablating a previous-token head lowers the induction heads' score (± one "
+        "standard error over the held-out sequences; –: not measured with the others ablated, the head is "
+        "confirmed alone at every repeat length).",
         table(columns, rows, "llrrrrrr"),
     ]
     findings = []
     if "induction" in report.group_effects and len(induction):
-        alone, after = induction["induction_effect"], induction["induction_effect_with_others"]
-        composition = induction["k_composition"]
+        alone, composition = induction["induction_effect"], induction["k_composition"]
+        measured = induction[induction["induction_effect_with_others"].notna()]  # not confirmed alone
+        after = measured["induction_effect_with_others"]
+        heads = ", ".join(
+            f"L{layer}H{head}" for layer, head in zip(measured["layer"], measured["head"], strict=True)
+        )
+        values = f"{after.min():.1f}–{after.max():.1f}" if len(after) > 1 else f"{after.max():.1f}"
+        added = (
+            f"; ablated after the others, {heads} add{'s' * (len(after) == 1)} {values} nats (the rest are "
+            "confirmed alone, not run so)"
+            if len(after)
+            else ""
+        )
         findings.append(
             f"The {len(induction)} induction heads back each other up: ablating any one alone moves the "
             f"repeated-half loss by at most {alone.max():.2f} nats, ablating all {len(induction)} "
-            f"together by {pm(*report.group_effects['induction'])} nats, and each one ablated after "
-            f"the others adds {after.min():.1f}–{after.max():.1f} nats. They K-compose with the "
+            f"together by {pm(*report.group_effects['induction'])} nats{added}. They K-compose with the "
             f"previous-token heads at {composition.min():.2f}–{composition.max():.2f}."
         )
     if "previous_token" in report.group_effects and len(previous):
