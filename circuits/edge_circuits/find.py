@@ -251,7 +251,7 @@ class EdgeCircuitSettings:
 
     def requested_edges(self, graph: edges.EdgeGraph) -> int | None:
         """The circuit's size in edges (`n_edges`, or `fraction` of the graph's); None: searched for."""
-        requested = edges.fraction_to_edges(graph, self.fraction) if self.fraction is not None else self.n_edges
+        requested = self.n_edges if self.fraction is None else edges.fraction_to_edges(graph, self.fraction)
         if requested is not None and not 0 < requested <= graph.n_edges:
             raise ValueError(f"The circuit size must lie in 1..{graph.n_edges} edges, got {requested}.")
         return requested
@@ -314,14 +314,14 @@ def find_edge_circuit(
         model, task, scores, settings.target, settings.ablation, settings.batch_size, progress
     )
     circuit = edges.top_circuit(scores, size)
-    found, faith, corrupted_metric = circuit_faithfulness(model, task, heldout, circuit, settings, progress)  # 4.
+    found, faith, corrupted = circuit_faithfulness(model, task, heldout, circuit, settings, progress)  # 4.
     stage("circuit")
     curve = None
     if settings.curve_fractions is not None:  # 5.
         curve = edges.faithfulness_curve(
             model, heldout.clean, heldout.corrupted, heldout.metric, scores, settings.curve_fractions,
-            settings.ablation, None, settings.random_baseline, settings.seed, settings.batch_size,
-            progress, heldout.corrupted_mask,
+            ablation=settings.ablation, random_baseline=settings.random_baseline, seed=settings.seed,
+            batch_size=settings.batch_size, progress=progress, reference_mask=heldout.corrupted_mask,
         )  # fmt: skip
         stage("curve")
     frequency = None
@@ -338,7 +338,7 @@ def find_edge_circuit(
         requested_edges=size,
         faithfulness=faith,
         clean_metric=float(faith.full.mean()),
-        corrupted_metric=corrupted_metric,
+        corrupted_metric=corrupted,
         curve=curve,
         seconds=seconds,
         n_kv_heads=model.cfg.n_kv_heads,
@@ -375,8 +375,8 @@ def circuit_faithfulness(
     mean metric on the held-out corrupted prompts (at their own positions)."""
     found, faith = (
         edges.faithfulness(
-            model, prompts.clean, prompts.corrupted, prompts.metric, circuit, settings.ablation, None,
-            settings.batch_size, progress, prompts.corrupted_mask,
+            model, prompts.clean, prompts.corrupted, prompts.metric, circuit, ablation=settings.ablation,
+            batch_size=settings.batch_size, progress=progress, reference_mask=prompts.corrupted_mask,
         )
         for prompts in (task, heldout)
     )  # fmt: skip
@@ -468,9 +468,9 @@ def method_scores(
             )  # fmt: skip
             return like, lambda rows: edges.mean_scores(graph, each, rows, like)
         scores = edges.edge_attribution(
-            model, task.clean, task.corrupted, task.metric, name, steps, ablation, None,
-            batch_size if max_memory is None else None, progress, ig_points=ig_points, max_memory=max_memory,
-            reference_mask=task.corrupted_mask,
+            model, task.clean, task.corrupted, task.metric, name, steps, ablation=ablation,
+            batch_size=batch_size if max_memory is None else None, progress=progress, ig_points=ig_points,
+            max_memory=max_memory, reference_mask=task.corrupted_mask,
         )  # fmt: skip
         return scores, None
 
@@ -537,8 +537,17 @@ def smallest_faithful_size(
             progress(SIZE_SEARCH_STAGE, evaluated + done * len(sizes) // runs, total)
 
         report = None if progress is None else runs_done
-        result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, circuits, ablation,
-                                    None, batch_size, report, task.corrupted_mask)  # fmt: skip
+        result = edges.faithfulness(
+            model,
+            task.clean,
+            task.corrupted,
+            task.metric,
+            circuits,
+            ablation=ablation,
+            batch_size=batch_size,
+            progress=report,
+            reference_mask=task.corrupted_mask,
+        )
         evaluated += len(sizes)
         if progress is not None:
             progress(SIZE_SEARCH_STAGE, evaluated, total)

@@ -324,9 +324,7 @@ def _objective(
     return ((values - targets[rows].to(values.device)) ** 2).mean()
 
 
-def _save(
-    path, settings: _RunKey, step: int, scores: Tensor, last: Tensor, optimizer, stable: int
-) -> None:
+def _save(path, settings: _RunKey, step: int, scores: Tensor, last: Tensor, optimizer, stable: int) -> None:
     state = {
         "settings": asdict(settings), "step": step, "scores": scores.detach(), "last": last,
         "optimizer": optimizer.state_dict(), "stable": stable,
