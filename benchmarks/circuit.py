@@ -53,13 +53,8 @@ def main() -> None:
             steps[0] = done
 
     began_cpu, began_wall = time.process_time(), time.perf_counter()
-    result = find_edge_circuit(
-        model,
-        task,
-        EdgeCircuitSettings(n_edges=args.edges, curve_fractions=MIB_FRACTIONS if args.curve else None),
-        heldout=heldout,
-        progress=progress,
-    )
+    settings = EdgeCircuitSettings(n_edges=args.edges, curve_fractions=MIB_FRACTIONS if args.curve else None)
+    result = find_edge_circuit(model, task, settings, heldout=heldout, progress=progress)
     total_cpu, total_wall = time.process_time() - began_cpu, time.perf_counter() - began_wall
     out = result.to_json()
     circuit = out["circuit"]

@@ -152,13 +152,8 @@ def planted() -> dict[str, list[float]]:
     def finder(method: str):
         def find(model, task, n_edges):
             if method in ("prune", "ensemble"):
-                pruned = edges.prune_edges(
-                    model,
-                    task.clean,
-                    task.corrupted,
-                    task.metric,
-                    edges.PruneSettings(density=0.1, steps=100),
-                )
+                pruning = edges.PruneSettings(density=0.1, steps=100)
+                pruned = edges.prune_edges(model, task.clean, task.corrupted, task.metric, pruning)
             if method == "prune":
                 return edges.top_circuit(pruned, n_edges)
             scores = edges.edge_attribution(model, task.clean, task.corrupted, task.metric, "eap-ig")

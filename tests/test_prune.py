@@ -166,11 +166,10 @@ def test_ensemble_ranks():
 def test_circuit_methods_report_frequencies(toy_induction):
     model, _, _ = toy_induction
     task = induction_task(model, 8, seed=0)
-    result = find_edge_circuit(
-        model,
-        task,
-        EdgeCircuitSettings(method="ensemble", n_edges=10, curve_fractions=None, bootstrap=3, prune_steps=10),
+    settings = EdgeCircuitSettings(
+        method="ensemble", n_edges=10, curve_fractions=None, bootstrap=3, prune_steps=10
     )
+    result = find_edge_circuit(model, task, settings)
     data = result.to_json()
     assert data["method"]["name"] == "ensemble(eap-ig,prune)" and data["method"]["bootstrap"] == 3
     assert all(0 <= edge["frequency"] <= 1 for edge in data["circuit"]["edges"])
