@@ -21,7 +21,7 @@ import torch
 from ioi import all_heads_sweep_seconds  # benchmarks/ioi.py
 
 import interp
-from circuits.edge_circuits import find_edge_circuit
+from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit
 from circuits.edge_circuits.tasks import heldout_edge_task, ioi_task
 from interp.edges import MIB_FRACTIONS
 from interp.runtime.memory import keep_freed_memory
@@ -53,10 +53,8 @@ def main() -> None:
             steps[0] = done
 
     began_cpu, began_wall = time.process_time(), time.perf_counter()
-    result = find_edge_circuit(
-        model, task, n_edges=args.edges, heldout=heldout, progress=progress,
-        curve_fractions=MIB_FRACTIONS if args.curve else None,
-    )  # fmt: skip
+    settings = EdgeCircuitSettings(n_edges=args.edges, curve_fractions=MIB_FRACTIONS if args.curve else None)
+    result = find_edge_circuit(model, task, settings, heldout=heldout, progress=progress)
     total_cpu, total_wall = time.process_time() - began_cpu, time.perf_counter() - began_wall
     out = result.to_json()
     circuit = out["circuit"]

@@ -23,7 +23,7 @@ import torch
 from ioi import all_heads_sweep_seconds  # benchmarks/ioi.py
 
 import interp
-from circuits.edge_circuits import find_edge_circuit
+from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit
 from circuits.edge_circuits.tasks import heldout_edge_task, ioi_task
 from circuits.heads import head_report
 from circuits.heads.report import confirmed_rows
@@ -81,7 +81,9 @@ def findings(model, clock: Callable[[], float], n_edges: int) -> tuple[dict[str,
     found["ioi classes"] = {name: [f"L{h.layer}H{h.head}" for h in hs] for name, hs in ioi.classes.items()}
     task, heldout = ioi_task(model, 64, 0), heldout_edge_task(model, "ioi", 64, 0)
     seconds["interp circuit"], circuit = timed(
-        clock, "interp circuit", lambda: find_edge_circuit(model, task, n_edges=n_edges, heldout=heldout)
+        clock,
+        "interp circuit",
+        lambda: find_edge_circuit(model, task, EdgeCircuitSettings(n_edges=n_edges), heldout=heldout),
     )
     out = circuit.to_json()["circuit"]
     found["edge circuit held-out faithfulness"] = [out["faithfulness"], *out["faithfulness_ci"]]

@@ -47,7 +47,7 @@ from interp import edges
 from interp.interventions.stats import bootstrap
 
 N_PROMPTS = 32
-PRUNE = {"density": 0.024, "steps": 100, "batch_size": 8, "objective": "metric", "lr": 0.003}
+PRUNE = edges.PruneSettings(density=0.024, steps=100, batch_size=8, objective="metric", lr=0.003)
 METHODS = ("eap", "eap-ig", "prune", "ensemble")
 TASKS = {"toy-ioi": "ioi", "toy-induction": "induction", "smollm2-135m": "ioi"}
 
@@ -68,7 +68,7 @@ def score(name: str, method: str, cache: str) -> None:
 
         def run():
             return edges.prune_edges(
-                model, task.clean, task.corrupted, task.metric, **PRUNE, checkpoint=checkpoint,
+                model, task.clean, task.corrupted, task.metric, PRUNE, checkpoint=checkpoint,
                 reference_mask=task.corrupted_mask,
             )  # fmt: skip
     else:
@@ -152,9 +152,8 @@ def planted() -> dict[str, list[float]]:
     def finder(method: str):
         def find(model, task, n_edges):
             if method in ("prune", "ensemble"):
-                pruned = edges.prune_edges(
-                    model, task.clean, task.corrupted, task.metric, density=0.1, steps=100
-                )
+                pruning = edges.PruneSettings(density=0.1, steps=100)
+                pruned = edges.prune_edges(model, task.clean, task.corrupted, task.metric, pruning)
             if method == "prune":
                 return edges.top_circuit(pruned, n_edges)
             scores = edges.edge_attribution(model, task.clean, task.corrupted, task.metric, "eap-ig")

@@ -31,7 +31,7 @@ from heads import block_flops, matmul_rate  # benchmarks/heads.py
 from patching import timed  # benchmarks/patching.py
 
 import interp
-from circuits.edge_circuits import find_edge_circuit, ioi_task
+from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit, ioi_task
 from interp import edges
 from interp.runtime.memory import keep_freed_memory
 
@@ -69,7 +69,7 @@ def smollm2_circuit(n_prompts: int, n_edges: int = 300) -> None:
         block.register_forward_pre_hook(count)
     rate, per_position = matmul_rate(model), block_flops(model)
     began = time.perf_counter()
-    result = find_edge_circuit(model, task, "eap-ig", n_edges)
+    result = find_edge_circuit(model, task, EdgeCircuitSettings(method="eap-ig", n_edges=n_edges))
     total = time.perf_counter() - began
     floor = (3 * positions[True] + positions[False]) * per_position / rate
     print(f"\nSmolLM2-135M circuit, {n_prompts} IOI prompts of {task.clean.shape[1]} tokens, "

@@ -593,7 +593,11 @@ def circuit(
         64,
         help="Prompt pairs (ioi, induction) that find the circuit, and as many held-out ones that test it.",
     ),
-    seed: int = typer.Option(0, help="Seed of the prompts."),
+    seed: int = typer.Option(
+        0,
+        help="Seed of the prompts, the held-out families (or prompts) when none are named, the edge "
+        "mask's prompt order and the random circuits and resamples.",
+    ),
     heldout_families: str | None = typer.Option(
         None,
         help="With a prompt-pair file: the families (its family column) held out to test the circuit and "
@@ -623,6 +627,7 @@ def circuit(
     from circuits.edge_circuits import (
         CIRCUIT_METHODS,
         FORMATS,
+        EdgeCircuitSettings,
         edge_task,
         find_edge_circuit,
         write_edge_report,
@@ -682,17 +687,19 @@ def circuit(
         pairs = pair_task(loaded, task) if with_heads else None  # checked before any long work
         if pairs is not None:
             pairs.check_ablation(ablation)
+        settings = EdgeCircuitSettings(
+            method=method, n_edges=edges, fraction=fraction, target=target, steps=steps,
+            ig_points=ig_points, ablation=ablation, max_memory=max_memory,
+            curve_fractions=MIB_FRACTIONS if curve else None, bootstrap=bootstrap,
+            prune_steps=prune_steps, density=density, seed=seed,
+        )  # fmt: skip
         with stage_bars("circuit", stages) as progress:
             result = find_edge_circuit(
-                loaded, prompt_pairs, method, edges, fraction, steps, ablation,
-                curve_fractions=MIB_FRACTIONS if curve else None,
-                progress=progress, target=target, ig_points=ig_points, max_memory=max_memory,
-                bootstrap=bootstrap, prune_steps=prune_steps, density=density, checkpoint=checkpoint,
-                heldout=heldout,
-            )  # fmt: skip
+                loaded, prompt_pairs, settings, heldout=heldout, checkpoint=checkpoint, progress=progress
+            )
             if pairs is not None:
-                settings = PathSettings(seed=seed, ablation=ablation, heldout=heldout_names)
-                result.heads = head_path(loaded, pairs, settings, progress)
+                path_settings = PathSettings(seed=seed, ablation=ablation, heldout=heldout_names)
+                result.heads = head_path(loaded, pairs, path_settings, progress)
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     result.provenance = with_note(result.provenance, quick_note)

@@ -221,7 +221,7 @@ def test_edge_faithfulness_of_identical_clean_and_corrupted_raises(model, data, 
             edges.faithfulness(model, tokens, tokens.clone(), metric, circuit)
     else:  # zero ablation of a constant metric: the denominator is 0
         with pytest.raises(ValueError, match="undefined"):
-            edges.faithfulness(model, tokens, tokens, lambda x: torch.zeros(len(x)), circuit, "zero")
+            edges.faithfulness(model, tokens, tokens, lambda x: torch.zeros(len(x)), circuit, ablation="zero")
 
 
 @pytest.mark.parametrize("shape", [(3, 3), (1, 2, 2)])
@@ -1005,12 +1005,12 @@ def _with_nan(model: interp.HookedTransformer, where: str) -> interp.HookedTrans
 @pytest.mark.filterwarnings("ignore:NaN/inf first appear")  # the forward passes warn, as they should
 @pytest.mark.parametrize("where", ["blocks.1.attn.W_O", "blocks.0.attn.W_Q"])
 def test_edge_circuit_of_nan_scores_raises(model, where):
-    from circuits.edge_circuits import find_edge_circuit, induction_task
+    from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit, induction_task
 
     broken = _with_nan(model, where)
     task = induction_task(broken, n_prompts=4, seq_len=5)
     with pytest.raises(ValueError, match="edge scores hold .* non-finite"):
-        find_edge_circuit(broken, task, "eap", n_edges=5, curve_fractions=None)
+        find_edge_circuit(broken, task, EdgeCircuitSettings(method="eap", n_edges=5, curve_fractions=None))
 
 
 @pytest.mark.filterwarnings("ignore:NaN/inf first appear")  # the forward passes warn, as they should
@@ -1378,7 +1378,7 @@ def _audited_calls(model, tokens, metric):
                 model, tokens, corrupted, metric, "eap", ablation="mean", reference_mask=m
             ),
             "edges.faithfulness": lambda m: edges.faithfulness(
-                model, tokens, corrupted, metric, every_edge, "mean", reference_mask=m
+                model, tokens, corrupted, metric, every_edge, ablation="mean", reference_mask=m
             ),
         },
         "metric": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,10 +12,11 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
-from circuits.edge_circuits import edge_task, find_edge_circuit, induction_task, ioi_task
+from circuits.edge_circuits import EdgeCircuitSettings, edge_task, find_edge_circuit, induction_task, ioi_task
 from circuits.edge_circuits.find import split_task
 from circuits.edge_circuits.report import circuit_svg, edge_sections, write_edge_report
 from circuits.edge_circuits.tasks import heldout_edge_task
+from circuits.evidence import split_families
 from circuits.sections import render_html
 from interp import edges, metrics
 
@@ -64,7 +66,7 @@ def test_prompt_pair_files_of_different_lengths(smollm2, tmp_path):
     lengths = [smollm2.to_tokens(corrupted, truncate=False).shape[1] for _, corrupted, *_ in PAIRS]
     assert task.corrupted_mask.sum(1).tolist() == lengths and len(set(lengths)) > 1
     with pytest.raises(ValueError, match="resample ablation would give a prompt another's tokens"):
-        find_edge_circuit(smollm2, task, n_edges=10, ablation="resample")
+        find_edge_circuit(smollm2, task, EdgeCircuitSettings(n_edges=10, ablation="resample"))
     prob = edge_task(smollm2, str(csv_path), metric="prob")
     with torch.no_grad():
         assert (
@@ -92,7 +94,7 @@ def toy_result():
     model = interp.load_model("toy-induction").eval()
     task = induction_task(model, n_prompts=16, seed=1)
     return model, find_edge_circuit(
-        model, task, method="eap-ig", n_edges=30, curve_fractions=(0.05, 0.2, 0.5, 1.0)
+        model, task, EdgeCircuitSettings(method="eap-ig", n_edges=30, curve_fractions=(0.05, 0.2, 0.5, 1.0))
     )
 
 
@@ -121,7 +123,10 @@ def test_progress_reports_each_stage():
     task = induction_task(model, n_prompts=4, seed=1)
     calls = []
     find_edge_circuit(
-        model, task, "eap", n_edges=10, curve_fractions=(0.5, 1.0), progress=lambda *c: calls.append(c)
+        model,
+        task,
+        EdgeCircuitSettings(method="eap", n_edges=10, curve_fractions=(0.5, 1.0)),
+        progress=lambda *c: calls.append(c),
     )
     assert list(dict.fromkeys(stage for stage, _, _ in calls)) == [
         "Edge scores",
@@ -214,20 +219,21 @@ def test_ranked_path_patching_confirms_the_top_candidates_exactly():
 
 
 def test_without_a_size_the_circuit_is_the_smallest_reaching_the_target():
-    from circuits.edge_circuits import find_edge_circuit, induction_task
     from circuits.edge_circuits.find import smallest_faithful_size
     from circuits.edge_circuits.report import size_origin
 
     model = interp.load_model("toy-induction")
     task = induction_task(model, n_prompts=8)
-    result = find_edge_circuit(model, task, "eap", curve_fractions=None, target=0.8)
+    result = find_edge_circuit(
+        model, task, EdgeCircuitSettings(method="eap", curve_fractions=None, target=0.8)
+    )
     n, found = result.requested_edges, result.task  # the size is searched on the discovery prompts
     assert size_origin(result).startswith("smallest reaching faithfulness ≥ 0.8")
     assert result.to_json()["circuit"]["size_target"] == 0.8
     assert float(result.discovery_faithfulness.faithfulness[0]) >= 0.8
     one_less = interp.edges.faithfulness(
         model, found.clean, found.corrupted, found.metric,
-        interp.edges.top_circuit(result.scores, n - 1)[None], "counterfactual",
+        interp.edges.top_circuit(result.scores, n - 1)[None],
     )  # fmt: skip
     assert float(one_less.faithfulness[0]) < 0.8, n
     assert smallest_faithful_size(model, found, result.scores, 1.0) >= n
@@ -240,15 +246,15 @@ def _rows(tokens: torch.Tensor) -> set[tuple[int, ...]]:
 def test_circuit_is_chosen_on_discovery_prompts_and_judged_on_held_out_ones():
     model = interp.load_model("toy-induction").eval()
     task = induction_task(model, n_prompts=16, seed=1)
-    result = find_edge_circuit(model, task, "eap", n_edges=12, curve_fractions=None)
+    result = find_edge_circuit(
+        model, task, EdgeCircuitSettings(method="eap", n_edges=12, curve_fractions=None)
+    )
     found, held = result.task, result.heldout_task
     assert found.n_prompts + held.n_prompts == 16 and not _rows(found.clean) & _rows(held.clean)
     assert _rows(found.clean) | _rows(held.clean) == _rows(task.clean)
     mask = result.circuit[None]
     for prompts, measured in ((held, result.faithfulness), (found, result.discovery_faithfulness)):
-        again = edges.faithfulness(
-            model, prompts.clean, prompts.corrupted, prompts.metric, mask, "counterfactual"
-        )
+        again = edges.faithfulness(model, prompts.clean, prompts.corrupted, prompts.metric, mask)
         assert torch.allclose(again.faithfulness, measured.faithfulness)
     data = result.to_json()
     assert data["task"]["n_prompts"] == found.n_prompts and data["task"]["n_heldout"] == held.n_prompts
@@ -259,8 +265,12 @@ def test_circuit_is_chosen_on_discovery_prompts_and_judged_on_held_out_ones():
     assert data["circuit"]["held_out_note"] == result.held_out_note() != ""
     # other held-out prompts: the same circuit (chosen on the discovery prompts), another faithfulness
     fresh = induction_task(model, n_prompts=8, seed=7)
-    first = find_edge_circuit(model, found, "eap", n_edges=12, curve_fractions=None, heldout=held)
-    second = find_edge_circuit(model, found, "eap", n_edges=12, curve_fractions=None, heldout=fresh)
+    first = find_edge_circuit(
+        model, found, EdgeCircuitSettings(method="eap", n_edges=12, curve_fractions=None), heldout=held
+    )
+    second = find_edge_circuit(
+        model, found, EdgeCircuitSettings(method="eap", n_edges=12, curve_fractions=None), heldout=fresh
+    )
     assert torch.equal(first.circuit, second.circuit) and torch.equal(first.circuit, result.circuit)
     assert second.heldout_task is fresh and second.task is found
     assert not torch.equal(first.faithfulness.faithfulness, second.faithfulness.faithfulness)
@@ -285,6 +295,36 @@ def test_families_are_held_out_whole(smollm2, tmp_path):
     found, held, described = split_task(plain)
     assert found.n_prompts + held.n_prompts == 3 and not _rows(found.clean) & _rows(held.clean)
     assert "no family column" in described
+
+
+def test_the_seed_draws_the_family_split():
+    """One seed draws the held-out families (as `split_families`, the head path's split, does with it)
+    and orders the edge mask's prompts: the same seed gives the same split and circuit, seeds differ."""
+    model = interp.load_model("toy-induction").eval()
+    task = induction_task(model, n_prompts=16, seed=1)
+    task = dataclasses.replace(task, families=[f"f{i % 8}" for i in range(task.n_prompts)])
+    held_out = {}
+    for seed in range(20):
+        found, held, described = split_task(task, seed=seed)
+        drawn = split_families(task.families, seed=seed)
+        assert set(held.families) == set(drawn.heldout) and set(found.families) == set(drawn.discovery)
+        again = split_task(task, seed=seed)
+        assert torch.equal(again[1].clean, held.clean) and again[2] == described
+        held_out[seed] = frozenset(held.families)
+    assert len(set(held_out.values())) > 10  # of the 70 ways to hold out 4 of 8 families
+    other = next(seed for seed in range(1, 20) if held_out[seed] != held_out[0])
+
+    def found_with(seed: int):
+        settings = EdgeCircuitSettings(method="eap", n_edges=10, curve_fractions=None, seed=seed)
+        return find_edge_circuit(model, task, settings)
+
+    first, second, repeated = found_with(0), found_with(other), found_with(other)
+    assert set(first.heldout_task.families) == held_out[0]
+    assert set(second.heldout_task.families) == held_out[other] != held_out[0]
+    assert repeated.split == second.split and torch.equal(repeated.scores.scores, second.scores.scores)
+    assert torch.equal(repeated.faithfulness.values, second.faithfulness.values)
+    graph = edges.edge_graph(model)
+    assert EdgeCircuitSettings(seed=other).pruning(graph, 10).seed == other  # the mask's prompt order
 
 
 def test_ioi_held_out_prompts_come_from_other_templates():

@@ -150,7 +150,7 @@ def test_mean_ablation_of_padded_prompts_averages_their_real_tokens_only() -> No
         expected = torch.stack([outputs[:, mask[:, p].bool(), p].mean(1) for p in range(7)], 1)[:, None]
         torch.testing.assert_close(means[pad], expected)
         faithful[pad] = edges.faithfulness(
-            model, clean, corrupted, metric, circuit, "mean", reference_mask=mask
+            model, clean, corrupted, metric, circuit, ablation="mean", reference_mask=mask
         )
     torch.testing.assert_close(means[0], means[5])  # the padding's tokens do not matter
     torch.testing.assert_close(faithful[0].values, faithful[5].values)
@@ -736,7 +736,9 @@ def test_every_edge_method_prune_and_faithfulness_run_on_one_head_layers() -> No
     # EAP over the input alone is the first step of EAP-IG over the input: one step at alpha = 1.
     eap_ig_one_step = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=1)
     torch.testing.assert_close(eap_ig_one_step.scores, found["eap"].scores, atol=ATOL, rtol=0)
-    pruned = edges.prune_edges(model, clean, corrupted, metric, density=0.3, steps=4, batch_size=3)
+    pruned = edges.prune_edges(
+        model, clean, corrupted, metric, edges.PruneSettings(density=0.3, steps=4, batch_size=3)
+    )
     assert pruned.scores.shape == (graph.n_writers, graph.n_readers)
     curve = edges.faithfulness_curve(
         model, clean, corrupted, metric, found["eap-ig"], fractions=(0.1, 0.5, 1.0)

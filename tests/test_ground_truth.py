@@ -123,8 +123,7 @@ def test_saturation_hides_the_key_edges_from_eap(saturated):
     EAP misses the planted circuit, exact ablation and EAP-IG (the path integral) recover it."""
     model, task, graph = saturated.model, saturated.task, edges.edge_graph(saturated.model)
     eap, exact = (
-        edges.edge_attribution(model, task.clean, task.corrupted, task.metric, m, 5, "counterfactual")
-        for m in ("eap", "exact")
+        edges.edge_attribution(model, task.clean, task.corrupted, task.metric, m, 5) for m in ("eap", "exact")
     )
     key = graph.edge_index("a0.h0->a1.h0<k>")
     assert abs(float(eap.scores[key])) < 1e-3 < 1.0 < abs(float(exact.scores[key]))

@@ -125,7 +125,7 @@ def _planned(stages: list[str], calls: list[tuple[str, int, int]]) -> list[str]:
 
 
 def test_the_planned_stages_are_the_stages_reported(tmp_path):
-    from circuits.edge_circuits import edge_task, find_edge_circuit
+    from circuits.edge_circuits import EdgeCircuitSettings, edge_task, find_edge_circuit
     from circuits.edge_circuits.find import edge_circuit_stages
     from circuits.heads import head_report
     from circuits.heads.pipeline import head_report_stages
@@ -138,8 +138,12 @@ def test_the_planned_stages_are_the_stages_reported(tmp_path):
     task = edge_task(model, "induction", 8, 0, "logit_diff")
     for method, size in [("prune", None), ("eap", 10)]:
         reported = []
-        find_edge_circuit(model, task, method, n_edges=size, curve_fractions=None, prune_steps=5,
-                          progress=lambda *call, into=reported: into.append(call))  # fmt: skip
+        find_edge_circuit(
+            model,
+            task,
+            EdgeCircuitSettings(method=method, n_edges=size, curve_fractions=None, prune_steps=5),
+            progress=lambda *call, into=reported: into.append(call),
+        )
         stages = edge_circuit_stages(method, size is None, curve=False)
         assert _planned(stages, reported) == stages
     calls = []

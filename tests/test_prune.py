@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
-from circuits.edge_circuits import find_edge_circuit, induction_task
+from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit, induction_task
 from interp import edges
 from tests.conftest import tiny_config
 
@@ -72,7 +72,9 @@ def test_pruning_keeps_the_behaviour_with_few_edges(toy_induction):
     """A mask trained towards 10 % of toy-induction's edges ranks them so that a small circuit is faithful
     on held-out prompts, as faithful as EAP-IG's at MIB's sizes (CMD no worse than EAP-IG's + 0.1)."""
     model, task, held = toy_induction
-    scores = edges.prune_edges(model, task.clean, task.corrupted, task.metric, density=0.1, steps=60)
+    scores = edges.prune_edges(
+        model, task.clean, task.corrupted, task.metric, edges.PruneSettings(density=0.1, steps=60)
+    )
     graph = scores.graph
     assert scores.method == "prune" and bool((scores.scores[graph.valid] < 0).all())
     half = edges.top_circuit(scores, graph.n_edges // 2)
@@ -94,7 +96,8 @@ def test_resumed_pruning_follows_the_same_trajectory(toy_induction, tmp_path):
     where the uninterrupted run ends."""
     model, task, _ = toy_induction
     args = (model, task.clean[:8], task.corrupted[:8], edges.subset_metric(task.metric, torch.arange(8)))
-    whole = edges.prune_edges(*args, steps=12, batch_size=4)
+    pruning = edges.PruneSettings(steps=12, batch_size=4, checkpoint_every=5)
+    whole = edges.prune_edges(*args, pruning)
     path = tmp_path / "mask.pt"
 
     def stop_at_7(stage: str, done: int, total: int) -> None:
@@ -102,22 +105,15 @@ def test_resumed_pruning_follows_the_same_trajectory(toy_induction, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        edges.prune_edges(
-            *args, steps=12, batch_size=4, checkpoint=path, checkpoint_every=5, progress=stop_at_7
-        )
+        edges.prune_edges(*args, pruning, checkpoint=path, progress=stop_at_7)
     seen = []
     resumed = edges.prune_edges(
-        *args,
-        steps=12,
-        batch_size=4,
-        checkpoint=path,
-        checkpoint_every=5,
-        progress=lambda stage, d, t: seen.append((stage, d)),
+        *args, pruning, checkpoint=path, progress=lambda stage, d, t: seen.append((stage, d))
     )
     assert seen == [("Edge pruning", d) for d in range(6, 13)]  # no start ranking on resuming
     torch.testing.assert_close(resumed.scores, whole.scores, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="checkpoint of another pruning run"):
-        edges.prune_edges(*args, steps=13, batch_size=4, checkpoint=path)
+        edges.prune_edges(*args, edges.PruneSettings(steps=13, batch_size=4), checkpoint=path)
 
 
 def test_selection_frequencies(toy_induction):
@@ -170,9 +166,10 @@ def test_ensemble_ranks():
 def test_circuit_methods_report_frequencies(toy_induction):
     model, _, _ = toy_induction
     task = induction_task(model, 8, seed=0)
-    result = find_edge_circuit(
-        model, task, "ensemble", n_edges=10, curve_fractions=None, bootstrap=3, prune_steps=10
+    settings = EdgeCircuitSettings(
+        method="ensemble", n_edges=10, curve_fractions=None, bootstrap=3, prune_steps=10
     )
+    result = find_edge_circuit(model, task, settings)
     data = result.to_json()
     assert data["method"]["name"] == "ensemble(eap-ig,prune)" and data["method"]["bootstrap"] == 3
     assert all(0 <= edge["frequency"] <= 1 for edge in data["circuit"]["edges"])
@@ -202,7 +199,9 @@ def test_pruning_recovers_the_planted_circuit():
     from circuits.edge_circuits.ground_truth import planted_induction, score_method
 
     def find(model, task, n_edges):
-        scores = edges.prune_edges(model, task.clean, task.corrupted, task.metric, density=0.1, steps=40)
+        scores = edges.prune_edges(
+            model, task.clean, task.corrupted, task.metric, edges.PruneSettings(density=0.1, steps=40)
+        )
         return edges.top_circuit(scores, n_edges)
 
     assert score_method(find, planted_induction()) == (1.0, 1.0)
@@ -219,7 +218,9 @@ def test_the_mask_shrinks_to_its_size_and_its_circuit_ranks_first(toy_induction)
     assert all(a >= b for a, b in zip(sizes, sizes[1:], strict=False))
     assert mask_sizes(81, 0.1, 10)[0] == 81
     model, task, _ = toy_induction
-    scores = edges.prune_edges(model, task.clean, task.corrupted, task.metric, density=0.1, steps=20)
+    scores = edges.prune_edges(
+        model, task.clean, task.corrupted, task.metric, edges.PruneSettings(density=0.1, steps=20)
+    )
     graph, k = scores.graph, mask_sizes(81, 0.1, 20)[-1]
     values = scores.scores[graph.valid]
     final = values < -(20 + 1) / (20 + 2)  # the final circuit: last = steps + 1
@@ -229,17 +230,23 @@ def test_the_mask_shrinks_to_its_size_and_its_circuit_ranks_first(toy_induction)
         graph=graph, scores=torch.zeros(3, 4), method="eap", ablation="counterfactual", steps=1, n_prompts=1
     )
     with pytest.raises(ValueError, match="another graph"):
-        edges.prune_edges(model, task.clean, task.corrupted, task.metric, start=other, steps=1)
+        edges.prune_edges(
+            model, task.clean, task.corrupted, task.metric, edges.PruneSettings(steps=1), start=other
+        )
     broken = scores.scores.clone()
     broken[graph.valid.nonzero()[0].tolist()] = float("nan")
     nan_start = edges.EdgeScores(
         graph=graph, scores=broken, method="eap-ig", ablation="counterfactual", steps=5, n_prompts=1
     )
     with pytest.raises(ValueError, match="non-finite"):
-        edges.prune_edges(model, task.clean, task.corrupted, task.metric, start=nan_start, steps=1)
+        edges.prune_edges(
+            model, task.clean, task.corrupted, task.metric, edges.PruneSettings(steps=1), start=nan_start
+        )
 
     def nan_metric(logits, rows=None):
         return task.metric(logits, rows) * float("nan")
 
     with pytest.raises(ValueError, match="objective is nan at step 1"):
-        edges.prune_edges(model, task.clean, task.corrupted, nan_metric, start=scores, steps=2)
+        edges.prune_edges(
+            model, task.clean, task.corrupted, nan_metric, edges.PruneSettings(steps=2), start=scores
+        )

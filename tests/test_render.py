@@ -231,7 +231,7 @@ def _inside(box, frame) -> bool:
 def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
     """A 16-layer graph is ~1,600 px wide: the first view must still show the logits and the last
     layer's nodes inside the 1400x900 window; "whole graph" brings layer 0 in; "+" enlarges."""
-    from circuits.edge_circuits import find_edge_circuit, induction_task
+    from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit, induction_task
     from circuits.edge_circuits.report import edge_sections, size_origin
     from circuits.sections import render_html
     from interp.viz import write_text
@@ -240,8 +240,9 @@ def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
     torch.manual_seed(0)
     model = interp.HookedTransformer(tiny_config(n_layers=16, n_heads=2))
     heldout = induction_task(model, n_prompts=4, seq_len=6, seed=1)
-    result = find_edge_circuit(model, induction_task(model, n_prompts=4, seq_len=6), "eap",
-                               n_edges=40, curve_fractions=None, heldout=heldout)  # fmt: skip
+    settings = EdgeCircuitSettings(method="eap", n_edges=40, curve_fractions=None)
+    task = induction_task(model, n_prompts=4, seq_len=6)
+    result = find_edge_circuit(model, task, settings, heldout=heldout)
     assert "requested" in size_origin(result) and result.to_json()["circuit"]["size_target"] is None
     page = write_text(tmp_path / "circuit.html", render_html(edge_sections(result)))
     last = [f"m{model.cfg.n_layers - 1}", *(f"a{model.cfg.n_layers - 1}.h{h}" for h in range(2))]

@@ -6,6 +6,7 @@ from circuits.edge_circuits.find import (
     ENSEMBLE_MEMBERS,
     SCHEMA,
     EdgeCircuitResult,
+    EdgeCircuitSettings,
     find_edge_circuit,
 )
 from circuits.edge_circuits.report import FORMATS, circuit_svg, edge_sections, write_edge_report
@@ -21,6 +22,7 @@ from circuits.edge_circuits.tasks import (
 
 __all__ = [
     "CIRCUIT_METHODS", "ENSEMBLE_MEMBERS",
-    "FORMATS", "METRICS", "SCHEMA", "TASKS", "EdgeCircuitResult", "EdgeTask", "circuit_svg", "edge_task",
+    "FORMATS", "METRICS", "SCHEMA", "TASKS", "EdgeCircuitResult", "EdgeCircuitSettings",
+    "EdgeTask", "circuit_svg", "edge_task",
     "file_task", "find_edge_circuit", "induction_task", "ioi_task", "edge_sections", "write_edge_report",
 ]  # fmt: skip

@@ -2,7 +2,8 @@
 
     task = ioi_task(model, n_prompts=64)     # or induction_task(model), file_task(model, "pairs.csv")
     heldout = ioi_task(model, 64, split="heldout")        # optional: else held out of `task` itself
-    result = find_edge_circuit(model, task, method="prune", n_edges=200, heldout=heldout)  # or "eap", ...
+    result = find_edge_circuit(model, task, EdgeCircuitSettings(n_edges=200), heldout=heldout)
+    # EdgeCircuitSettings(method="eap-ig", fraction=0.05, seed=1, ...): the method, size and the rest
     result.to_json()                                     # the schema below
     interp.edges.mib_json(result.scores, result.circuit, model.cfg)   # MIB's submission format
 
@@ -203,140 +204,189 @@ class EdgeCircuitResult:
         return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class EdgeCircuitSettings:
+    """The choices of `find_edge_circuit`.
+
+    method: one of `edges.METHODS` (attribution), "prune" (a learned mask, `edges.prune_edges`:
+    `prune_steps` steps towards keeping `density` of the edges, by default the requested size's share,
+    else `edges.PruneSettings`' density) or "ensemble" (the mean normalised rank of `ENSEMBLE_MEMBERS`'
+    scores). n_edges or fraction (of all edges): the circuit's size; neither: the smallest number of
+    edges reaching faithfulness `target` on the discovery prompts (`smallest_faithful_size`).
+    steps: EAP-IG's integration steps; ig_points: its points, "paper" (alpha = k/m, k = 1..m) or
+    "mib" (k = 0..m-1). ablation: what ablated edges carry. batch_size: prompts per run; max_memory
+    (bytes or "2GiB"): the scores' memory budget, which picks their batch size instead
+    (`edges.edge_attribution`). curve_fractions: the faithfulness curve's sizes (None: no curve), with
+    random circuits of each size when `random_baseline`. bootstrap: resamples of the prompts for each
+    edge's selection frequency at the circuit's size (0: not measured); attribution then scores each
+    prompt alone (the same work), edge pruning runs again on each resample. seed: the held-out half of
+    the families (or prompts), the mask's batch order, the curve's random circuits and the resamples.
+    """
+
+    method: str = "prune"
+    n_edges: int | None = None
+    fraction: float | None = None
+    target: float = 0.8
+    steps: int = 5
+    ig_points: edges.IGPoints = "paper"
+    ablation: edges.Ablation = "counterfactual"
+    batch_size: int = 16
+    max_memory: MemorySize | None = None
+    curve_fractions: tuple[float, ...] | None = edges.MIB_FRACTIONS
+    random_baseline: bool = True
+    bootstrap: int = 0
+    prune_steps: int = 100
+    density: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in CIRCUIT_METHODS:
+            raise ValueError(f"method={self.method!r} is not one of {CIRCUIT_METHODS}.")
+        if self.bootstrap < 0:
+            raise ValueError(f"bootstrap={self.bootstrap} must be 0 (no stability) or a number of resamples.")
+        if self.n_edges is not None and self.fraction is not None:
+            raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
+        if not 0 < self.target <= 1:
+            raise ValueError(f"target={self.target} must lie in (0, 1]; 0.8 is a common choice.")
+
+    def requested_edges(self, graph: edges.EdgeGraph) -> int | None:
+        """The circuit's size in edges (`n_edges`, or `fraction` of the graph's); None: searched for."""
+        requested = self.n_edges if self.fraction is None else edges.fraction_to_edges(graph, self.fraction)
+        if requested is not None and not 0 < requested <= graph.n_edges:
+            raise ValueError(f"The circuit size must lie in 1..{graph.n_edges} edges, got {requested}.")
+        return requested
+
+    def pruning(self, graph: edges.EdgeGraph, requested: int | None) -> edges.PruneSettings:
+        """The mask's training (`edges.prune_edges`): `prune_steps` steps, batches drawn with `seed`,
+        towards `density`, else the requested size's share, else the default density."""
+        density = self.density
+        if density is None:
+            default = edges.PruneSettings().density
+            density = default if requested is None else min(requested, graph.n_edges - 1) / graph.n_edges
+        return edges.PruneSettings(density=density, steps=self.prune_steps, seed=self.seed)
+
+
 def find_edge_circuit(
     model: HookedTransformer,
     task: EdgeTask,
-    method: str = "prune",
-    n_edges: int | None = None,
-    fraction: float | None = None,
-    steps: int = 5,
-    ablation: edges.Ablation = "counterfactual",
-    curve_fractions: tuple[float, ...] | None = edges.MIB_FRACTIONS,
-    random_baseline: bool = True,
-    batch_size: int = 16,
-    progress: Progress | None = None,
-    target: float = 0.8,
-    ig_points: edges.IGPoints = "paper",
-    max_memory: MemorySize | None = None,
-    bootstrap: int = 0,
-    prune_steps: int = 100,
-    density: float | None = None,
-    checkpoint: str | None = None,
+    settings: EdgeCircuitSettings = EdgeCircuitSettings(),
+    *,
     heldout: EdgeTask | None = None,
+    checkpoint: str | None = None,
+    progress: Progress | None = None,
 ) -> EdgeCircuitResult:
-    """Score every edge on the discovery prompts of `task`, keep the top `n_edges` (or `fraction` of
-    all edges; neither: the smallest number reaching faithfulness `target` on the discovery prompts,
-    see `smallest_faithful_size`) connected input -> logits,
-    measure the circuit's faithfulness and, unless `curve_fractions` is None, the faithfulness curve,
-    on held-out prompts: `heldout`, else a seeded half of `task`'s families, else of its prompts
-    (`split_task`; the module docstring).
-    method: one of `edges.METHODS` (attribution), "prune" (a learned mask, `edges.prune_edges`:
-    `prune_steps` steps towards keeping `density` of the edges, by default the requested size's share,
-    else 0.02; resumable from `checkpoint`) or
-    "ensemble" (the mean normalised rank of `ENSEMBLE_MEMBERS`' scores).
-    bootstrap: resamples of the prompts for each edge's selection frequency at the circuit's size
-    (0: not measured); attribution then scores each prompt alone (the same work), edge pruning runs
-    again on each resample.
-    ig_points: EAP-IG's integration points, "paper" (alpha = k/m, k = 1..m) or "mib" (k = 0..m-1).
-    max_memory (bytes or "2GiB"): the scores' memory budget, which picks their batch size instead of
-    `batch_size` (`edges.edge_attribution`). progress(stage, done, total): the stages
-    `edge_circuit_stages` lists."""
-    graph = edges.edge_graph(model)
-    if method not in CIRCUIT_METHODS:
-        raise ValueError(f"method={method!r} is not one of {CIRCUIT_METHODS}.")
-    if bootstrap < 0:
-        raise ValueError(f"bootstrap={bootstrap} must be 0 (no stability) or a number of resamples.")
-    if n_edges is not None and fraction is not None:
-        raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
-    if not 0 < target <= 1:
-        raise ValueError(f"target={target} must lie in (0, 1]; 0.8 is a common choice.")
-    requested = edges.fraction_to_edges(graph, fraction) if fraction is not None else n_edges
-    if requested is not None and not 0 < requested <= graph.n_edges:
-        raise ValueError(f"The circuit size must lie in 1..{graph.n_edges} edges, got {requested}.")
-    if ablation == "resample" and task.corrupted_mask is not None:
-        raise ValueError(
-            f"task {task.name}'s prompts differ in length (right-padded), and resample ablation would "
-            "give a prompt another's tokens or padding at its positions; use --ablation mean (the mean "
-            "over the prompts real at each position), counterfactual or zero"
-        )
+    """Find the edge circuit of `task` on its discovery prompts and measure it on held-out ones
+    (`EdgeCircuitSettings` holds the choices; the module docstring the split):
 
-    if density is None:
-        density = 0.02 if requested is None else min(requested, graph.n_edges - 1) / graph.n_edges
-    task, heldout, split = split_task(task, heldout)
-    if ablation == "resample" and heldout.corrupted_mask is not None:
-        raise ValueError(
-            f"task {heldout.name}'s held-out prompts differ in length (right-padded), and resample ablation "
-            "would give a prompt another's tokens or padding; use --ablation mean, counterfactual or zero"
-        )
-    seconds = {}
-    start = time.perf_counter()
+      1. the discovery and held-out prompts: `heldout`, else a seeded half of `task`'s families,
+         else of its prompts (`split_task`);
+      2. every edge's score on the discovery prompts (`method_scores`; the mask resumable from
+         `checkpoint`);
+      3. the circuit: the top edges by |score| (connected input -> logits), as many as requested,
+         else the fewest reaching the target faithfulness on the discovery prompts;
+      4. its faithfulness on the held-out prompts, the discovery faithfulness beside
+         (`circuit_faithfulness`);
+      5. the faithfulness curve on the held-out prompts, unless `curve_fractions` is None;
+      6. each edge's selection frequency over `bootstrap` resamples of the discovery prompts.
+
+    progress(stage, done, total): the stages `edge_circuit_stages` lists."""
+    graph = edges.edge_graph(model)
+    requested = settings.requested_edges(graph)
+    check_ablation(task, settings.ablation, "prompts")
+    task, heldout, split = split_task(task, heldout, settings.seed)  # 1.
+    check_ablation(heldout, settings.ablation, "held-out prompts")
     model.eval()
-    options = {"ig_points": ig_points, "max_memory": max_memory, "batch_size": batch_size,
-               "progress": progress, "prune_steps": prune_steps, "density": density,
-               "checkpoint": checkpoint}  # fmt: skip
-    scores, scores_of = method_scores(model, task, method, steps, ablation, bootstrap > 0, **options)
-    seconds["scores"] = time.perf_counter() - start
+    seconds: dict[str, float] = {}
+    began = time.perf_counter()
+
+    def stage(name: str) -> None:  # the seconds since the last stage ended
+        seconds[name] = time.perf_counter() - began - sum(seconds.values())
+
+    pruning = settings.pruning(graph, requested)  # 2.
+    scores, scores_of = method_scores(model, task, settings, pruning, checkpoint, progress)
+    stage("scores")
     check_finite_scores(
         scores.scores,
         "the edge scores",
         lambda i: f"{scores.graph.writers[i[0]]} -> {scores.graph.readers[i[1]]}",
     )
-    start = time.perf_counter()
-    searched = requested is None
-    if searched:
-        requested = smallest_faithful_size(model, task, scores, target, ablation, batch_size, progress)
-    circuit = edges.top_circuit(scores, requested)
-    found, faith = (
-        edges.faithfulness(
-            model, prompts.clean, prompts.corrupted, prompts.metric, circuit, ablation, None, batch_size,
-            progress, prompts.corrupted_mask,
-        )
-        for prompts in (task, heldout)
-    )  # fmt: skip
-    corrupted_metric = heldout.corrupted_metric or heldout.metric
-    chunks = torch.arange(heldout.n_prompts).split(batch_size)
-    with torch.no_grad():
-        corrupted_value = torch.cat(
-            [corrupted_metric(model(heldout.corrupted[c]), c).float() for c in chunks]
-        )
-    seconds["circuit"] = time.perf_counter() - start
+    size = requested or smallest_faithful_size(  # 3.
+        model, task, scores, settings.target, settings.ablation, settings.batch_size, progress
+    )
+    circuit = edges.top_circuit(scores, size)
+    found, faith, corrupted = circuit_faithfulness(model, task, heldout, circuit, settings, progress)  # 4.
+    stage("circuit")
     curve = None
-    if curve_fractions is not None:
-        start = time.perf_counter()
+    if settings.curve_fractions is not None:  # 5.
         curve = edges.faithfulness_curve(
-            model, heldout.clean, heldout.corrupted, heldout.metric, scores, curve_fractions, ablation, None,
-            random_baseline, batch_size=batch_size, progress=progress,
-            reference_mask=heldout.corrupted_mask,
+            model, heldout.clean, heldout.corrupted, heldout.metric, scores, settings.curve_fractions,
+            ablation=settings.ablation, random_baseline=settings.random_baseline, seed=settings.seed,
+            batch_size=settings.batch_size, progress=progress, reference_mask=heldout.corrupted_mask,
         )  # fmt: skip
-        seconds["curve"] = time.perf_counter() - start
+        stage("curve")
     frequency = None
-    if bootstrap > 0:
-        start = time.perf_counter()
+    if settings.bootstrap > 0:  # 6.
         frequency = edges.selection_frequency(
-            scores_of, task.n_prompts, requested, bootstrap, progress=progress
+            scores_of, task.n_prompts, size, settings.bootstrap, settings.seed, progress
         )
-        seconds["stability"] = time.perf_counter() - start
+        stage("stability")
     return EdgeCircuitResult(
         model=model.cfg.model_name,
         task=task,
         scores=scores,
         circuit=circuit,
-        requested_edges=requested,
+        requested_edges=size,
         faithfulness=faith,
         clean_metric=float(faith.full.mean()),
-        corrupted_metric=float(corrupted_value.mean()),
+        corrupted_metric=corrupted,
         curve=curve,
         seconds=seconds,
         n_kv_heads=model.cfg.n_kv_heads,
-        ig_points=ig_points,
+        ig_points=settings.ig_points,
         provenance=interp.provenance(model),
-        target=target if searched else None,
+        target=settings.target if requested is None else None,
         frequency=frequency,
-        n_boot=bootstrap,
+        n_boot=settings.bootstrap,
         heldout_task=heldout,
         discovery_faithfulness=found,
         split=split,
     )
+
+
+def check_ablation(task: EdgeTask, ablation: edges.Ablation, which: str) -> None:
+    """Refuse resample ablation on prompts of different lengths (`which`: the task's prompts in words)."""
+    if ablation == "resample" and task.corrupted_mask is not None:
+        raise ValueError(
+            f"task {task.name}'s {which} differ in length (right-padded), and resample ablation would "
+            "give a prompt another's tokens or padding at its positions; use --ablation mean (the mean "
+            "over the prompts real at each position), counterfactual or zero"
+        )
+
+
+def circuit_faithfulness(
+    model: HookedTransformer,
+    task: EdgeTask,
+    heldout: EdgeTask,
+    circuit: Bool[Tensor, "writer reader"],
+    settings: EdgeCircuitSettings,
+    progress: Progress | None,
+) -> tuple[edges.Faithfulness, edges.Faithfulness, float]:
+    """The circuit's faithfulness on the discovery prompts and on the held-out ones, and the model's
+    mean metric on the held-out corrupted prompts (at their own positions)."""
+    found, faith = (
+        edges.faithfulness(
+            model, prompts.clean, prompts.corrupted, prompts.metric, circuit, ablation=settings.ablation,
+            batch_size=settings.batch_size, progress=progress, reference_mask=prompts.corrupted_mask,
+        )
+        for prompts in (task, heldout)
+    )  # fmt: skip
+    corrupted_metric = heldout.corrupted_metric or heldout.metric
+    chunks = torch.arange(heldout.n_prompts).split(settings.batch_size)
+    with torch.no_grad():
+        corrupted_value = torch.cat(
+            [corrupted_metric(model(heldout.corrupted[c]), c).float() for c in chunks]
+        )
+    return found, faith, float(corrupted_value.mean())
 
 
 def task_rows(task: EdgeTask, rows: Tensor) -> EdgeTask:
@@ -393,26 +443,21 @@ def split_task(
 def method_scores(
     model: HookedTransformer,
     task: EdgeTask,
-    method: str,
-    steps: int,
-    ablation: edges.Ablation,
-    per_prompt: bool,
-    ig_points: edges.IGPoints,
-    max_memory: MemorySize | None,
-    batch_size: int,
-    progress: Progress | None,
-    prune_steps: int,
-    density: float,
-    checkpoint: str | None,
+    settings: EdgeCircuitSettings,
+    pruning: edges.PruneSettings,
+    checkpoint: str | None = None,
+    progress: Progress | None = None,
 ) -> tuple[edges.EdgeScores, Callable[[Tensor], edges.EdgeScores] | None]:
-    """The method's scores on all the task's prompts, and a function scoring a resample of them
-    (prompt indices [n], with repeats; None for attribution without `per_prompt`): attribution scores
-    each prompt alone when `per_prompt` (a resample's scores are then the mean of its prompts'), edge
-    pruning runs again."""
+    """`settings.method`'s scores on all the task's prompts, and a function scoring a resample of
+    them (prompt indices [n], with repeats; None for attribution without `settings.bootstrap`):
+    attribution scores each prompt alone when bootstrapped (a resample's scores are then the mean of
+    its prompts'), edge pruning (trained as `pruning` says) runs again."""
     graph = edges.edge_graph(model)
+    method, steps, ablation = settings.method, settings.steps, settings.ablation
+    ig_points, max_memory, batch_size = settings.ig_points, settings.max_memory, settings.batch_size
 
     def attribution(name: str) -> tuple[edges.EdgeScores, Callable[[Tensor], edges.EdgeScores] | None]:
-        if per_prompt:
+        if settings.bootstrap > 0:
             each = edges.prompt_scores(
                 model, task.clean, task.corrupted, task.metric, name, steps, ablation, task.corrupted_mask,
                 progress, ig_points=ig_points,
@@ -423,9 +468,9 @@ def method_scores(
             )  # fmt: skip
             return like, lambda rows: edges.mean_scores(graph, each, rows, like)
         scores = edges.edge_attribution(
-            model, task.clean, task.corrupted, task.metric, name, steps, ablation, None,
-            batch_size if max_memory is None else None, progress, ig_points=ig_points, max_memory=max_memory,
-            reference_mask=task.corrupted_mask,
+            model, task.clean, task.corrupted, task.metric, name, steps, ablation=ablation,
+            batch_size=batch_size if max_memory is None else None, progress=progress, ig_points=ig_points,
+            max_memory=max_memory, reference_mask=task.corrupted_mask,
         )  # fmt: skip
         return scores, None
 
@@ -437,8 +482,8 @@ def method_scores(
         rows = torch.arange(task.n_prompts) if rows is None else rows
         mask = None if task.corrupted_mask is None else task.corrupted_mask[rows]
         return edges.prune_edges(
-            model, task.clean[rows], task.corrupted[rows], edges.subset_metric(task.metric, rows), density,
-            prune_steps, ablation=ablation, reference_mask=mask, start=start,
+            model, task.clean[rows], task.corrupted[rows], edges.subset_metric(task.metric, rows), pruning,
+            ablation=ablation, reference_mask=mask, start=start,
             checkpoint=checkpoint if report is not None else None, progress=report,
         )  # fmt: skip
 
@@ -492,8 +537,17 @@ def smallest_faithful_size(
             progress(SIZE_SEARCH_STAGE, evaluated + done * len(sizes) // runs, total)
 
         report = None if progress is None else runs_done
-        result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, circuits, ablation,
-                                    None, batch_size, report, task.corrupted_mask)  # fmt: skip
+        result = edges.faithfulness(
+            model,
+            task.clean,
+            task.corrupted,
+            task.metric,
+            circuits,
+            ablation=ablation,
+            batch_size=batch_size,
+            progress=report,
+            reference_mask=task.corrupted_mask,
+        )
         evaluated += len(sizes)
         if progress is not None:
             progress(SIZE_SEARCH_STAGE, evaluated, total)

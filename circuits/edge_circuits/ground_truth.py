@@ -230,9 +230,7 @@ def edge_circuit_finder(method: edges.Method, steps: int = 5) -> CircuitFinder:
     connected input -> logits: `edges.top_circuit`)."""
 
     def find(model: HookedTransformer, task: EdgeTask, n_edges: int) -> Bool[Tensor, "writer reader"]:
-        scores = edges.edge_attribution(
-            model, task.clean, task.corrupted, task.metric, method, steps, "counterfactual"
-        )
+        scores = edges.edge_attribution(model, task.clean, task.corrupted, task.metric, method, steps)
         return edges.top_circuit(scores, n_edges)
 
     return find
@@ -249,9 +247,7 @@ def thresholded_truth(
     """The edges whose counterfactual ablation alone moves the metric (mean over the task's prompts)
     by at least `threshold` of (model - every edge ablated)."""
     graph = edges.edge_graph(model)
-    single = edges.edge_attribution(
-        model, task.clean, task.corrupted, task.metric, "exact", 1, "counterfactual"
-    )
+    single = edges.edge_attribution(model, task.clean, task.corrupted, task.metric, "exact", 1)
     whole = edges.faithfulness(model, task.clean, task.corrupted, task.metric, graph.valid)
     full_effect = float(whole.full.mean() - whole.empty.mean())
     return graph.valid & (single.scores.abs() >= threshold * abs(full_effect))

@@ -37,7 +37,7 @@ from interp.edges.intervene import (
     run_circuits,
     writer_outputs,
 )
-from interp.edges.pruning import OBJECTIVES, masked_logits, prune_edges
+from interp.edges.pruning import OBJECTIVES, PruneSettings, masked_logits, prune_edges
 from interp.edges.stability import (
     ensemble,
     mean_scores,
@@ -58,6 +58,7 @@ __all__ = [
     "edge_attribution", "edge_attribution_by_position", "edge_forward", "edge_graph", "faithfulness",
     "faithfulness_curve", "fraction_to_edges", "logit_diff_metric", "mib_json", "node_circuit", "pad_pair",
     "prob_metric", "prune", "random_scores", "run_circuits", "top_circuit", "writer_outputs",
-    "ensemble", "masked_logits", "mean_scores", "normalised_ranks", "prompt_scores", "prune_edges",
+    "ensemble", "masked_logits", "mean_scores", "normalised_ranks", "prompt_scores", "PruneSettings",
+    "prune_edges",
     "selection_frequency", "subset_metric",
 ]  # fmt: skip

@@ -93,6 +93,7 @@ def edge_attribution(
     metric: Metric,
     method: Method = "eap-ig",
     steps: int = 5,
+    *,
     ablation: Ablation = "counterfactual",
     reference: Int[Tensor, "n pos"] | None = None,
     batch_size: int | None = None,
@@ -134,8 +135,9 @@ def edge_attribution(
             )  # fmt: skip
     positions = {"": reader_pos}
     return edge_attribution_by_position(
-        model, clean, corrupted, metric, positions, method, steps, ablation, reference, batch_size, progress,
-        ig_points, max_memory, reference_mask, base,
+        model, clean, corrupted, metric, positions, method, steps, ablation=ablation, reference=reference,
+        batch_size=batch_size, progress=progress, ig_points=ig_points, max_memory=max_memory,
+        reference_mask=reference_mask, base=base,
     )[""]  # fmt: skip
 
 
@@ -147,6 +149,7 @@ def edge_attribution_by_position(
     reader_positions: dict[str, Int[Tensor, " batch"] | None],
     method: Literal["eap", "eap-ig", "eap-ig-activations", "eap-ig-activations-grouped"] = "eap",
     steps: int = 5,
+    *,
     ablation: Ablation = "counterfactual",
     reference: Int[Tensor, "n pos"] | None = None,
     batch_size: int | None = None,

@@ -65,6 +65,7 @@ def faithfulness(
     corrupted: Int[Tensor, "batch pos"],
     metric: Metric,
     circuits: Bool[Tensor, "K writer reader"] | Bool[Tensor, "writer reader"],
+    *,
     ablation: Ablation = "counterfactual",
     reference: Int[Tensor, "n pos"] | None = None,
     batch_size: int = 16,
@@ -210,6 +211,7 @@ def faithfulness_curve(
     metric: Metric,
     scores: EdgeScores,
     fractions: Sequence[float] = MIB_FRACTIONS,
+    *,
     ablation: Ablation = "counterfactual",
     reference: Int[Tensor, "n pos"] | None = None,
     random_baseline: bool = True,
@@ -232,8 +234,9 @@ def faithfulness_curve(
     tops = torch.cat([circuits_of(scores), circuits_of(scores, signed=True)])  # |score|, then signed
     rand = circuits_of(random_scores(graph, seed)) if random_baseline else None
     evaluated = faithfulness(
-        model, clean, corrupted, metric, tops if rand is None else torch.cat([tops, rand]), ablation,
-        reference, batch_size, as_stage(progress, "Faithfulness curve"), reference_mask=reference_mask,
+        model, clean, corrupted, metric, tops if rand is None else torch.cat([tops, rand]), ablation=ablation,
+        reference=reference, batch_size=batch_size, progress=as_stage(progress, "Faithfulness curve"),
+        reference_mask=reference_mask,
     )  # fmt: skip
     n = len(fractions)
 

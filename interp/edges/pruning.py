@@ -65,9 +65,41 @@ RAMP = 0.6  # the share of the steps over which the mask shrinks to its final si
 PATIENCE = 10  # steps the mask must keep the same edges at its final size before it stops early
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PruneSettings:
-    """What a run depends on; a checkpoint resumes only a run with the same settings."""
+    """How `prune_edges` trains its mask (the module docstring).
+
+    density: the fraction of the edges the final mask keeps; steps: training steps;
+    lr: Adam's step on the scores, in normalised ranks; batch_size: prompts per step (an epoch in an
+    order drawn with `seed`); objective: one of OBJECTIVES; patience: the steps the mask must keep the
+    same edges at its final size before it stops early (None: every step runs); checkpoint_every: the
+    steps between checkpoints (when `prune_edges` is given a checkpoint file).
+    """
+
+    density: float = 0.02
+    steps: int = 100
+    lr: float = 0.003
+    batch_size: int = 8
+    objective: str = "metric"
+    seed: int = 0
+    patience: int | None = PATIENCE
+    checkpoint_every: int = 20
+
+    def __post_init__(self) -> None:
+        if not 0 < self.density < 1:
+            raise ValueError(
+                f"density={self.density} must lie in (0, 1): the fraction of edges to keep, e.g. 0.02."
+            )
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective={self.objective!r} is not one of {OBJECTIVES}.")
+        counts = (self.steps, self.batch_size, self.checkpoint_every)
+        if min(counts) < 1 or (self.patience is not None and self.patience < 1):
+            raise ValueError("steps, batch_size, checkpoint_every and patience must be at least 1.")
+
+
+@dataclass(frozen=True)
+class _RunKey:
+    """What a run depends on; a checkpoint resumes only a run with the same key."""
 
     density: float  # target fraction of edges kept
     steps: int
@@ -113,36 +145,27 @@ def prune_edges(
     clean: Int[Tensor, "batch pos"],
     corrupted: Int[Tensor, "batch pos"],
     metric: Metric,
-    density: float = 0.02,
-    steps: int = 100,
-    lr: float = 0.003,
-    batch_size: int = 8,
-    objective: str = "metric",
+    pruning: PruneSettings = PruneSettings(),
+    *,
     ablation: Ablation = "counterfactual",
     reference_mask: Int[Tensor, "n pos"] | None = None,
     start: EdgeScores | None = None,
-    seed: int = 0,
     checkpoint: str | os.PathLike | None = None,
-    checkpoint_every: int = 20,
     progress: Progress | None = None,
-    patience: int | None = PATIENCE,
 ) -> EdgeScores:
-    """Learn a 0/1 mask over the edges of `model` keeping `density` of them (the module docstring).
+    """Learn a 0/1 mask over the edges of `model` keeping `pruning.density` of them (the module
+    docstring; `PruneSettings`).
 
-    clean, corrupted: the discovery prompt pairs [batch, pos]; each step trains on `batch_size` of them
-    (an epoch in a seeded order). lr: Adam's step on the scores, in normalised ranks. start: the ranking
-    the scores start from (default: EAP-IG on these prompts, `edge_attribution`). checkpoint: a file the
-    run's state is written to (atomically) every `checkpoint_every` steps and resumed from when it
-    exists with the same settings; it is left in place. patience: the steps the mask must keep the
-    same edges at its final size before it stops early (None: every step runs).
+    clean, corrupted: the discovery prompt pairs [batch, pos]; each step trains on `pruning.batch_size`
+    of them. start: the ranking the scores start from (default: EAP-IG on these prompts,
+    `edge_attribution`). checkpoint: a file the run's state is written to (atomically) every
+    `pruning.checkpoint_every` steps and resumed from when it exists with the same settings; it is
+    left in place. reference_mask: the reference prompts' padding mask, for mean ablation.
     progress("Edge pruning", steps done, steps; steps, steps when it stops early).
     Returns EdgeScores with method "prune" and `steps` the steps run."""
-    if not 0 < density < 1:
-        raise ValueError(f"density={density} must lie in (0, 1): the fraction of edges to keep, e.g. 0.02.")
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES}.")
-    if steps < 1 or batch_size < 1 or checkpoint_every < 1 or (patience is not None and patience < 1):
-        raise ValueError("steps, batch_size, checkpoint_every and patience must be at least 1.")
+    density, steps, lr, batch_size = pruning.density, pruning.steps, pruning.lr, pruning.batch_size
+    objective = pruning.objective
+    seed, patience, checkpoint_every = pruning.seed, pruning.patience, pruning.checkpoint_every
     clean, corrupted = check_pair(model, clean, corrupted)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
@@ -152,7 +175,7 @@ def prune_edges(
             f"{(graph.n_writers, graph.n_readers)}): score this model's edges, e.g. with edge_attribution"
         )
     n = clean.shape[0]
-    settings = PruneSettings(
+    settings = _RunKey(
         density=density, steps=steps, lr=lr, batch_size=min(batch_size, n), objective=objective,
         seed=seed, ablation=ablation, n_prompts=n, n_edges=graph.n_edges,
         start="eap-ig" if start is None else start.method,
@@ -301,9 +324,7 @@ def _objective(
     return ((values - targets[rows].to(values.device)) ** 2).mean()
 
 
-def _save(
-    path, settings: PruneSettings, step: int, scores: Tensor, last: Tensor, optimizer, stable: int
-) -> None:
+def _save(path, settings: _RunKey, step: int, scores: Tensor, last: Tensor, optimizer, stable: int) -> None:
     state = {
         "settings": asdict(settings), "step": step, "scores": scores.detach(), "last": last,
         "optimizer": optimizer.state_dict(), "stable": stable,
@@ -312,7 +333,7 @@ def _save(
         torch.save(state, file)
 
 
-def _load(path, settings: PruneSettings) -> dict | None:
+def _load(path, settings: _RunKey) -> dict | None:
     """The checkpoint's state, None where there is none; refused where it is another run's."""
     if path is None or not os.path.exists(path):
         return None

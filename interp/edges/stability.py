@@ -82,8 +82,9 @@ def prompt_scores(
     for i in range(n):
         rows = torch.tensor([i])
         scores = edge_attribution(
-            model, clean[rows], corrupted[rows], subset_metric(metric, rows), method, steps, ablation,
-            reference, reference_mask=None if reference is None else reference_mask,
+            model, clean[rows], corrupted[rows], subset_metric(metric, rows), method, steps,
+            ablation=ablation, reference=reference,
+            reference_mask=None if reference is None else reference_mask,
             reader_pos=None if reader_pos is None else reader_pos[rows], **options,
         )  # fmt: skip
         out.append(scores.scores)
