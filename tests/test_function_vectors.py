@@ -24,9 +24,9 @@ from circuits.icl import (
 )
 from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
 from circuits.icl.fv_report import fv_sections, write_fv_report
-from circuits.icl.heads import weights_fingerprint
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html
+from circuits.stages import weights_fingerprint
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
     check_task_names,
