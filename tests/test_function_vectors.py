@@ -253,7 +253,8 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     write_fv_report(loaded, "table", None, console)
     text = " ".join(console.export_text().split())
     assert text.startswith(f"Function-vector heads of {result.model_name} Ablating the")  # the finding leads
-    chose = "Word-pair tasks chosen on antonym, present_past; tested on comparative"
+    chose = "chosen on the discovery word-pair tasks (antonym, present_past)"
+    assert "tested on the held-out word-pair tasks (comparative)" in text
     assert text.index("lowers few-shot accuracy on held-out tasks") < text.index(chose)
     write_fv_report(loaded, "json", tmp_path / "summary.json", console)
     summary = json.loads((tmp_path / "summary.json").read_text())
