@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
     from interp.types import Progress
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
-# The stages of `interp retrieval` after the induction heads (circuits.icl.heads), as
+# The stages of `interp retrieval` after the induction heads (circuits.heads.cache), as
 # circuits.retrieval.find reports them ("Path patching: heads -> ..."), and of `interp icl` on a training run.
 CHECKPOINTS_STAGE = "ICL and induction scores at each checkpoint"
 RETRIEVAL_STAGES = ("Edge attribution (EAP)", "Path patching", "Held-out ablations")
@@ -213,7 +213,7 @@ def kept_stages(save: str | None, command: str, options: dict, stages, notes, lo
 
     settings = dict(options)
     if loaded is not None:
-        from circuits.icl.heads import weights_fingerprint
+        from circuits.stages import weights_fingerprint
 
         settings["weights"] = weights_fingerprint(loaded)
     try:
@@ -309,11 +309,10 @@ def heads(
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["heads"]),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
-    from circuits.heads import head_report
+    from circuits.heads import head_report, remember_induction_heads
     from circuits.heads.pipeline import KEPT_STAGES, head_report_stages, heads_stage_notes
     from circuits.heads.probes import HELD_OUT_RULE
     from circuits.heads.report import FORMATS, write_report
-    from circuits.icl.heads import remember_induction_heads
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
@@ -971,7 +970,7 @@ def retrieval(
     relations, names, fact counts and templates (beside the discovery prompts' figure), with the
     overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
-    from circuits.icl.heads import INDUCTION_HEADS_STAGE
+    from circuits.heads.cache import INDUCTION_HEADS_STAGE
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.report import FORMATS, write_retrieval_report
 

@@ -1,4 +1,5 @@
-"""Writing a rendered report: to the terminal, or atomically to a file (every report command)."""
+"""Writing a rendered report: to the terminal, or atomically to a file (every report command); a
+report's figure to an image file (`save_figure`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from interp.io.files import write_text_atomic
+from interp.io.files import atomic_path, write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,3 +81,11 @@ def write_output(
         console.print(text(format), markup=False, highlight=False, emoji=False, soft_wrap=True)
     else:
         write_text_atomic(out, text(format))
+
+
+def save_figure(figure, out: str | Path | None):
+    """Write a matplotlib figure to `out` (.png, .svg, .pdf) atomically, if given; returns it."""
+    if out is not None:
+        with atomic_path(out) as tmp:  # the format from out's suffix (the temporary name ends in .tmp)
+            figure.savefig(tmp, format=Path(out).suffix.removeprefix(".") or None)
+    return figure

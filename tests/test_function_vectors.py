@@ -24,9 +24,9 @@ from circuits.icl import (
 )
 from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
 from circuits.icl.fv_report import fv_sections, write_fv_report
-from circuits.icl.heads import weights_fingerprint
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html
+from circuits.stages import weights_fingerprint
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
     check_task_names,
@@ -253,7 +253,8 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     write_fv_report(loaded, "table", None, console)
     text = " ".join(console.export_text().split())
     assert text.startswith(f"Function-vector heads of {result.model_name} Ablating the")  # the finding leads
-    chose = "Word-pair tasks chosen on antonym, present_past; tested on comparative"
+    chose = "chosen on the discovery word-pair tasks (antonym, present_past)"
+    assert "tested on the held-out word-pair tasks (comparative)" in text
     assert text.index("lowers few-shot accuracy on held-out tasks") < text.index(chose)
     write_fv_report(loaded, "json", tmp_path / "summary.json", console)
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -14,14 +14,13 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.evidence import random_same_layer_sets
-from circuits.heads import confirmed_induction, head_report
+from circuits.heads import confirmed_induction, confirmed_induction_heads, head_report
 from circuits.icl import (
     DocumentSplit,
     ICLSequences,
     ICLSettings,
     Windows,
     ablated_icl_scores,
-    confirmed_induction_heads,
     default_sequences,
     head_attributions,
     icl_report,

@@ -166,7 +166,7 @@ def test_the_size_search_reports_its_progress():
 
 
 def test_interp_icl_reuses_the_head_report_of_interp_heads(tmp_path, monkeypatch):
-    from circuits.icl.heads import INDUCTION_HEADS_STAGE, confirmed_induction_heads
+    from circuits.heads.cache import INDUCTION_HEADS_STAGE, confirmed_induction_heads
 
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
     result = CliRunner().invoke(app, ["heads", "--model", "toy-induction"])

@@ -20,11 +20,12 @@ from circuits.cli import app
 from circuits.heads import head_report
 from circuits.heads.pipeline import KEPT_STAGES as HEAD_STAGES
 from circuits.icl import ICLSettings, icl_report
-from circuits.icl.heads import ATTRIBUTION_STAGE, weights_fingerprint
+from circuits.icl.heads import ATTRIBUTION_STAGE
 from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.discover import KEPT_STAGES, ioi_stage_notes
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result, write_result_report
+from circuits.stages import weights_fingerprint
 from interp.catalog import QUICK_PRESETS
 from interp.io.serialize import encode
 

@@ -12,10 +12,13 @@ The candidates are chosen by their scores on one token family (`probes.repeated`
 tested by the causal checks on another (`probes.held_out`: fresh sequences of odd ids).
 
 `confirmed_induction(model)` is `head_report(model).heads_of_type("induction")` for the cost of its
-induction part only (pipeline.py). `circuits.heads.report` renders a HeadReport (terminal table,
-CSV, JSON, Markdown, HTML). Each module's docstring defines what it measures, with its units.
+induction part only (pipeline.py); `confirmed_induction_heads(model)` keeps it per model (cache.py):
+the induction class the ICL, function-vector and retrieval analyses test. `circuits.heads.report`
+renders a HeadReport (terminal table, CSV, JSON, Markdown, HTML). Each module's docstring defines
+what it measures, with its units.
 """
 
+from circuits.heads.cache import confirmed_induction_heads, remember_induction_heads
 from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, causal_checks
 from circuits.heads.classify import HeadReport, classify
 from circuits.heads.pipeline import confirmed_induction, head_report
@@ -36,8 +39,10 @@ __all__ = [
     "causal_checks",
     "classify",
     "confirmed_induction",
+    "confirmed_induction_heads",
     "head_report",
     "make_probes",
+    "remember_induction_heads",
     "score_heads",
     "weight_scores",
 ]

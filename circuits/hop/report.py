@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from circuits.hop.results import HopPath, HopResult
-from circuits.icl.training import save_figure
+from circuits.output import save_figure
 from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 from interp.viz import heatmap_grid
 

@@ -26,7 +26,6 @@ from circuits.icl.fv_pipeline import FunctionVectorSettings, function_vector_rep
 from circuits.icl.heads import (
     ICL_ABLATIONS,
     ablated_icl_scores,
-    confirmed_induction_heads,
     head_attributions,
 )
 from circuits.icl.pipeline import DocumentSplit, ICLSettings, document_losses, icl_report
@@ -61,7 +60,6 @@ __all__ = [
     "Windows",
     "ablated_icl_scores",
     "attributed_indirect_effects",
-    "confirmed_induction_heads",
     "default_sequences",
     "default_windows",
     "document_losses",

@@ -36,6 +36,7 @@ from circuits.evidence import (
     random_same_layer_sets,
     split_families,
 )
+from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
 from circuits.icl.function_vectors import (
     TaskPrompts,
     attributed_indirect_effects,
@@ -46,7 +47,7 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.heads import INDUCTION_HEADS_STAGE, ablated_icl_scores, induction_heads_or_confirmed
+from circuits.icl.heads import ablated_icl_scores
 from circuits.icl.results import Comparison, FunctionVectorResult, TaskVector
 from circuits.icl.sequences import default_sequences
 from circuits.stages import StageResults

@@ -3,11 +3,11 @@ self-contained HTML page) and its JSON data.
 
     write_fv_report(result, "html", "fv.html", Console())   # or "table", "json", "markdown"
 
-Every format opens with what chose and what tested (discovery and held-out word-pair tasks), then the
-finding: which ablation lowers few-shot accuracy and which the ICL score (each class against random
-heads of its layers), whether the FV heads' AIE and the function vector hold on the held-out tasks
-(each beside its discovery figure), and the overlap of the two classes. The HTML page adds the [layer,
-head] map of AIEs.
+Every format opens with the finding: which ablation lowers few-shot accuracy and which the ICL score
+(each class against random heads of its layers), whether the FV heads' AIE and the function vector
+hold on the held-out tasks (each beside its discovery figure), and the overlap of the two classes;
+then what chose and what tested (`chose_lines`: the discovery word-pair tasks chose the heads and the
+vector's layer, the held-out tasks tested). The HTML page adds the [layer, head] map of AIEs.
 """
 
 from __future__ import annotations
@@ -80,13 +80,29 @@ def _mean_aie(result: FunctionVectorResult, labels: list[str]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def summary_lines(result: FunctionVectorResult) -> list[str]:
-    """The finding, in order: what chose and what tested, the ablations, the held-out tests, the overlap."""
-    lines = [
-        f"Word-pair tasks {result.split.describe()}: the discovery tasks choose the FV heads and the "
-        f"layer {result.fv_layer} the vector is added at; every effect in this report is measured on the "
-        "held-out tasks."
+def chose_lines(result: FunctionVectorResult) -> list[str]:
+    """What chose and what tested: the discovery word-pair tasks (the FV heads and the vector's layer),
+    the held-out tasks (every effect), where the induction heads come from, the prompts, the model."""
+    split = result.split
+    return [
+        f"chosen on the discovery word-pair tasks ({', '.join(split.discovery)}): the "
+        f"{len(result.candidates)} heads of largest attributed AIE, the {len(result.fv_heads)} FV heads of "
+        f"largest exact AIE among them, and layer {result.fv_layer}, where the vector is added (the best "
+        "zero-shot accuracy on their query pairs of every layer's)",
+        f"tested on the held-out word-pair tasks ({', '.join(split.heldout)}): every effect in this report "
+        "(the FV heads' AIE, the vector's zero-shot accuracy, few-shot accuracy under ablation), each beside "
+        "the same measure on the discovery tasks",
+        f"induction heads ({', '.join(result.induction_heads) or 'none'}): {result.induction_found_by}, not "
+        "chosen on these tasks",
+        f"{result.n_prompts} prompts of {result.n_shots} examples per task and half of its pairs (seed "
+        f"{result.seed}); ICL score on {result.n_documents} Brown corpus texts",
+        f"Model: {result.provenance}.",
     ]
+
+
+def summary_lines(result: FunctionVectorResult) -> list[str]:
+    """The finding, in order: the ablations, the held-out tests, the overlap."""
+    lines = []
     by_name = {found.name: found for found in result.ablations}
     for name in ("FV heads", "induction heads"):
         accuracy = by_name.get(f"{name} ablated: few-shot accuracy")
@@ -109,10 +125,6 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
         f"({result.induction_found_by}): {', '.join(result.induction_heads) or 'none'}. Overlap: {overlap}. "
         f"Mean attributed AIE: FV heads {_mean_aie(result, result.fv_heads):+.4f}, induction heads "
         f"{_mean_aie(result, result.induction_heads):+.4f}, every head {every:+.4f}."
-    )
-    lines.append(
-        f"{result.n_prompts} prompts of {result.n_shots} examples per task and half of its pairs; ICL score "
-        f"on {result.n_documents} Brown corpus texts."
     )
     return lines
 
@@ -196,7 +208,6 @@ def render_json(result: FunctionVectorResult) -> str:
 def fv_sections(result: FunctionVectorResult) -> Report:
     """The report: what chose and what tested, the finding, the tests against random heads, zero-shot
     accuracy per task, the FV heads (with the [layer, head] map of AIEs)."""
-    lines = summary_lines(result)
     every_head = layer_head_map(
         result.aie_attributed,
         "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
@@ -205,9 +216,7 @@ def fv_sections(result: FunctionVectorResult) -> Report:
         value_format="{:+.4f}",
     )
     sections = [
-        Section(
-            title="What chose and what tested", lines=[lines[0], lines[-1], f"Model: {result.provenance}."]
-        ),
+        Section(title="What chose and what tested", lines=chose_lines(result)),
         Section(
             title="Tests against random same-layer heads",
             table=Table(
@@ -228,7 +237,9 @@ def fv_sections(result: FunctionVectorResult) -> Report:
         ),
     ]
     return Report(
-        title=f"Function-vector heads of {result.model_name}", headline=lines[1:-1], sections=sections
+        title=f"Function-vector heads of {result.model_name}",
+        headline=summary_lines(result),
+        sections=sections,
     )
 
 

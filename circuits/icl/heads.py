@@ -13,28 +13,18 @@ come from `interp.interventions.ablation.Replacement` over the same documents (`
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.heads import HeadReport, confirmed_induction
-from circuits.heads.probes import HELD_OUT_FAMILY_TAG
 from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
-from circuits.stages import StageResults
-from interp.checks import check_heads
 from interp.interventions.ablation import Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets, read_with_grad
-from interp.io.files import write_text_atomic
-from interp.io.sources import cache_dir
-from interp.types import Head, Progress, as_stage, substages
+from interp.types import Head, Progress, as_stage
 
 ICL_ABLATIONS = ("mean", "zero", "resample")
 ATTRIBUTION_STAGE = "Attribution: forward and backward passes"  # the stages progress(stage, done, total)
@@ -146,85 +136,3 @@ def ablated_icl_scores(
     )
     clean = score({final: cache[final]})
     return losses.float(), clean, torch.stack(ablated) if ablated else clean.new_empty(0, len(tokens))
-
-
-def weights_fingerprint(model: interp.HookedTransformer) -> str:
-    """A short hash of the model's configuration and a strided sample of every weight (~4k values
-    each): what a cached result about this model is keyed by."""
-    digest = hashlib.sha256(repr(sorted(dataclasses.asdict(model.cfg).items())).encode())
-    for name, weight in model.state_dict().items():
-        flat = weight.detach().flatten()
-        sample = flat[:: max(1, flat.numel() // 4096)].cpu().contiguous()
-        digest.update(f"{name}{tuple(weight.shape)}".encode())
-        digest.update(sample.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
-INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_induction_heads reports
-
-
-def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, seed: int = 0) -> Path:
-    """Where the induction heads of `head_report(model, n_samples, seed)` are kept: interp's cache
-    directory ($INTERP_CACHE, ~/.cache/interp), under the weights' fingerprint, the settings and the
-    token family the causal checks ran on (heads confirmed under another rule are not reused)."""
-    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-tested-on-{HELD_OUT_FAMILY_TAG}.json"
-    return cache_dir() / "induction-heads" / name
-
-
-def remember_induction_heads(
-    model: interp.HookedTransformer, report: HeadReport, n_samples: int = 16, seed: int = 0
-) -> Path:
-    """Keep the induction heads of `report` (made by `head_report(model, n_samples, seed)` with its
-    other settings at their defaults) where `confirmed_induction_heads` finds them; returns the path."""
-    return _keep_induction_heads(model, report.heads_of_type("induction"), n_samples, seed)
-
-
-def _keep_induction_heads(
-    model: interp.HookedTransformer, heads: list[Head], n_samples: int, seed: int
-) -> Path:
-    path = induction_heads_cache(model, n_samples, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps({"model": model.cfg.model_name, "heads": heads}))
-    return path
-
-
-def confirmed_induction_heads(
-    model: interp.HookedTransformer,
-    n_samples: int = 16,
-    seed: int = 0,
-    cache: bool = True,
-    progress: Progress | None = None,
-) -> list[Head]:
-    """The induction heads `interp heads` confirms by ablation (`head_report(model, n_samples,
-    seed).heads_of_type("induction")`, strongest first), computed by `circuits.heads.confirmed_induction`
-    (the head report's induction part only). With `cache`, kept in interp's cache directory
-    (`induction_heads_cache`; `interp heads` keeps them there too), so they are found once per model.
-    progress: confirmed_induction's stages as parts of INDUCTION_HEADS_STAGE, or
-    (f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at PATH", 0, 0)."""
-    path = induction_heads_cache(model, n_samples, seed)
-    if cache and path.is_file():
-        if progress is not None:
-            progress(f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at {path}", 0, 0)
-        return [tuple(head) for head in json.loads(path.read_text())["heads"]]
-    heads = confirmed_induction(
-        model, n_samples=n_samples, seed=seed, progress=substages(progress, INDUCTION_HEADS_STAGE)
-    )
-    if cache:
-        _keep_induction_heads(model, heads, n_samples, seed)
-    return heads
-
-
-def induction_heads_or_confirmed(
-    model: interp.HookedTransformer,
-    induction_heads: Sequence[Head] | None,
-    stages: StageResults,
-    progress: Progress | None,
-) -> tuple[list[Head], str]:
-    """(the induction heads, how they were found): the given heads, else `confirmed_induction_heads`
-    (kept in `stages` as `INDUCTION_HEADS_STAGE`)."""
-    if induction_heads is not None:
-        return check_heads(model.cfg, induction_heads), "given"
-    found = stages.run(
-        INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
-    )
-    return check_heads(model.cfg, [tuple(head) for head in found]), "confirmed by interp heads"

@@ -27,14 +27,13 @@ import torch
 
 import interp
 from circuits.evidence import ci_verdict, head_labels, mean_ci, random_same_layer_sets
+from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
 from circuits.icl.heads import (
     ATTRIBUTION_STAGE,
     EXACT_ABLATIONS_STAGE,
-    INDUCTION_HEADS_STAGE,
     ablated_icl_scores,
     check_ablation,
     head_attributions,
-    induction_heads_or_confirmed,
 )
 from circuits.icl.results import ClassEffect, HeadEffect, ICLResult
 from circuits.icl.score import summarise, token_losses

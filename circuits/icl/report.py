@@ -20,7 +20,8 @@ from typing import Any
 from rich.console import Console
 
 from circuits.icl.results import ICLResult
-from circuits.icl.training import plot_icl_over_training, save_figure
+from circuits.icl.training import plot_icl_over_training
+from circuits.output import save_figure
 from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 
 FORMATS = ("table", "json", "markdown", "html")

@@ -17,8 +17,8 @@ import interp
 from circuits.icl.results import TrainingCurve
 from circuits.icl.score import summarise, token_losses
 from circuits.icl.sequences import Windows, default_sequences
+from circuits.output import save_figure
 from circuits.sweeps import checkpoint_head_sweep, training_checkpoints
-from interp.io.files import atomic_path
 from interp.types import Progress
 
 
@@ -83,11 +83,3 @@ def plot_icl_over_training(curve: TrainingCurve, out: str | Path | None = None, 
     score_axes.set_title("In-context learning and induction heads across training", fontsize=10)
     figure.tight_layout()
     return save_figure(figure, out)
-
-
-def save_figure(figure, out: str | Path | None):
-    """Write a matplotlib figure to `out` (.png, .svg, .pdf) atomically, if given; returns it."""
-    if out is not None:
-        with atomic_path(out) as tmp:  # the format from out's suffix (the temporary name ends in .tmp)
-            figure.savefig(tmp, format=Path(out).suffix.removeprefix(".") or None)
-    return figure

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,7 +33,7 @@ from torch import Tensor
 
 import interp
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
-from circuits.ioi.evidence import clean_run, measure_class_evidence
+from circuits.ioi.evidence import ClassEvidence, clean_run, measure_class_evidence
 from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
 from circuits.ioi.results import (
     CLASSES,
@@ -45,6 +46,7 @@ from circuits.ioi.results import (
     Validation,
 )
 from circuits.ioi.steps import (
+    PatchingPrompts,
     StepInputs,
     StepResult,
     find_backup_name_movers,
@@ -108,6 +110,13 @@ def find_ioi_circuit(
 ) -> IOICircuitResult:
     """Find the IOI circuit of `model` by path patching from the logits backwards; see the module doc.
 
+    1. the discovery prompts and the run's settings (`discovery_prompts`)
+    2. the clean and ABC runs: baseline, attention and direct logit attribution (`measure_prompts`)
+    3. the paper's steps in order, each on the heads the previous ones found (`run_steps`)
+    4. the circuit evaluated on the discovery prompts (`evaluation_stage`)
+    5. each class validated on held-out prompts (`heldout_prompts`, `validation_stage`)
+    6. the heads' attention patterns on the first prompt (`example_patterns`)
+
     prompts: (clean, abc) IOIPrompts to use instead of ioi_dataset_for(model, n_prompts, seed)
     (the paper's templates; the toy task's for a model trained on it, `model.cfg.task == "ioi"`).
     heldout: (clean, abc) prompts the discovery never sees, to confirm each class on; default
@@ -125,11 +134,40 @@ def find_ioi_circuit(
     min_attention, large_attention, n_bootstrap, n_completeness_subsets, n_random_draws,
     n_patching_prompts, exact_candidates.
     """
+    start = time.perf_counter()
+    clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
+    timings = {"dataset": time.perf_counter() - start}
+    measured = measure_prompts(model, clean, abc, settings, timings, progress)  # 2.
+    stages = StageResults() if stages is None else stages
+    steps = run_steps(model, measured, settings, sender_effects, stages, progress)  # 3.
+    evidence = measured.evidence
+    result = _combine(settings, measured.baseline, evidence.attention, evidence.thresholds, steps)
+    result.timings = timings | {name: t for step in steps for name, t in step.timings.items()}
+    if evaluate and result.heads:
+        result.evaluation = evaluation_stage(result, clean, measured.mean_ablation, stages, progress)  # 4.
+    heldout, description = heldout_prompts(model, n_prompts, seed, prompts, heldout)
+    if validate and heldout is not None and result.heads:
+        result.validation = validation_stage(model, result, heldout, description, stages, progress)  # 5.
+    if result.heads:
+        with timed("example attention patterns", result.timings, progress):
+            result.example = example_patterns(model, clean, result.heads)  # 6.
+    result.timings["total"] = time.perf_counter() - start
+    return result
+
+
+def discovery_prompts(
+    model: interp.HookedTransformer,
+    n_prompts: int,
+    seed: int,
+    prompts: tuple[IOIPrompts, IOIPrompts] | None,
+    thresholds: dict[str, float],
+) -> tuple[IOIPrompts, IOIPrompts, Settings]:
+    """1. The (clean, abc) discovery prompts on the model's device (`prompts`, else
+    ioi_dataset_for(model, n_prompts, seed)) and the run's Settings (`thresholds` override its
+    fields; unknown names refused)."""
     unknown = set(thresholds) - THRESHOLDS
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; choose from {', '.join(sorted(THRESHOLDS))}")
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
     if prompts is None:
         clean, abc, _ = ioi_dataset_for(model, n_prompts, seed)
     else:
@@ -141,17 +179,43 @@ def find_ioi_circuit(
         provenance=interp.provenance(model),
         **thresholds,
     )
-    clean, abc = clean.to(model.device), abc.to(model.device)
-    timings["dataset"] = time.perf_counter() - start
+    return clean.to(model.device), abc.to(model.device), settings
 
+
+@dataclass
+class Measurements:
+    """What the steps read of the clean and ABC runs on the discovery prompts.
+
+    baseline: the model's logit diff and accuracy; evidence: attention and direct logit attribution
+    of every head; patching: the prompts path patching runs on; mean_ablation: the ABC run's means.
+    """
+
+    baseline: Baseline
+    evidence: ClassEvidence
+    patching: PatchingPrompts
+    mean_ablation: MeanAblation
+
+
+def measure_prompts(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    settings: Settings,
+    timings: dict[str, float],
+    progress: Progress | None,
+) -> Measurements:
+    """2. One clean run (baseline, attention, direct logit attribution) and one ABC run (the ABC logit
+    diff and the mean ablation's means), timed as the stage "baseline, attention and direct logit
+    attribution"; refused if the model's logit diff is not above 0 (no circuit to find)."""
     with timed("baseline, attention and direct logit attribution", timings, progress):
         clean_logits, clean_cache = clean_run(model, clean)
-        # One ABC run for the baseline's ABC logit diff and the mean ablation's means.
         abc_logits, abc_cache = cached_run(
             model, abc.tokens, model.layer_hook_names("z"), logit_pos=clean.positions["END"]
         )
         mean_ablation = MeanAblation(model, abc, abc_cache)
-        baseline = measure_baseline(model, clean, abc, settings.n_bootstrap, seed, clean_logits, abc_logits)
+        baseline = measure_baseline(
+            model, clean, abc, settings.n_bootstrap, settings.seed, clean_logits, abc_logits
+        )
         if baseline.logit_diff_ci[0] <= 0:
             low, high = baseline.logit_diff_ci
             raise ValueError(
@@ -162,16 +226,29 @@ def find_ioi_circuit(
             )
         evidence = measure_class_evidence(model, clean, settings, clean_cache)
         patching = patching_prompts(model, clean, abc, settings.n_patching_prompts, clean_logits)
-        del clean_logits, clean_cache, abc_logits, abc_cache
+    return Measurements(baseline=baseline, evidence=evidence, patching=patching, mean_ablation=mean_ablation)
+
+
+def run_steps(
+    model: interp.HookedTransformer,
+    measured: Measurements,
+    settings: Settings,
+    sender_effects: SenderEffects | None,
+    stages: StageResults,
+    progress: Progress | None,
+) -> list[StepResult]:
+    """3. The paper's steps (circuits.ioi.steps), each kept in `stages` as KEPT_STAGES[0..4]: name
+    movers, S-inhibition, induction and duplicate-token, previous-token, backup name movers (the
+    heads with a direct effect that no earlier step classified). sender_effects: default
+    `EAPRanking(exact_candidates, half of min_effect)`, or every sender if exact_candidates is 0."""
     if sender_effects is None:
-        min_estimate = 0.5 * settings.min_effect * abs(patching.logit_diff)
+        min_estimate = 0.5 * settings.min_effect * abs(measured.patching.logit_diff)
         exact = settings.exact_candidates
         sender_effects = EAPRanking(exact, min_estimate) if exact > 0 else path_patching_effects
     inputs = StepInputs(
-        model=model, prompts=patching, settings=settings, evidence=evidence,
+        model=model, prompts=measured.patching, settings=settings, evidence=measured.evidence,
         sender_effects=sender_effects, progress=progress,
     )  # fmt: skip
-    stages = StageResults() if stages is None else stages
 
     def kept_step(index: int, find: Callable[[], StepResult]) -> StepResult:
         return stages.run(KEPT_STAGES[index], find, progress)
@@ -190,39 +267,65 @@ def find_ioi_circuit(
     backup = kept_step(
         4,
         lambda: find_backup_name_movers(
-            inputs, name_movers, direct.effects["logits"], classified, mean_ablation
+            inputs, name_movers, direct.effects["logits"], classified, measured.mean_ablation
         ),
     )
-    result = _combine(settings, baseline, evidence.attention, evidence.thresholds, [*steps, backup])
-    result.timings = timings | {name: t for step in [*steps, backup] for name, t in step.timings.items()}
+    return [*steps, backup]
 
-    if evaluate and result.heads:
 
-        def evaluation() -> Evaluation:
-            with timed("evaluation", result.timings, progress):
-                n_subsets = settings.n_completeness_subsets
-                step = as_stage(progress, "evaluation")
-                return evaluate_circuit(result, clean, mean_ablation, n_subsets, seed, step)
+def evaluation_stage(
+    result: IOICircuitResult,
+    clean: IOIPrompts,
+    mean_ablation: MeanAblation,
+    stages: StageResults,
+    progress: Progress | None,
+) -> Evaluation:
+    """4. `evaluate_circuit` on the discovery prompts (faithfulness, completeness, minimality), kept in
+    `stages` as "evaluation"."""
+    settings = result.settings
 
-        result.evaluation = stages.run("evaluation", evaluation, progress)
-    description = "held-out prompts given to find_ioi_circuit"
+    def evaluation() -> Evaluation:
+        with timed("evaluation", result.timings, progress):
+            n_subsets = settings.n_completeness_subsets
+            step = as_stage(progress, "evaluation")
+            return evaluate_circuit(result, clean, mean_ablation, n_subsets, settings.seed, step)
+
+    return stages.run("evaluation", evaluation, progress)
+
+
+def heldout_prompts(
+    model: interp.HookedTransformer,
+    n_prompts: int,
+    seed: int,
+    prompts: tuple[IOIPrompts, IOIPrompts] | None,
+    heldout: tuple[IOIPrompts, IOIPrompts] | None,
+) -> tuple[tuple[IOIPrompts, IOIPrompts] | None, str]:
+    """5. ((clean, abc) held-out prompts, their description): `heldout` if given; else, when the
+    discovery prompts were not given either, ioi_dataset_for(model, n_prompts, seed, "heldout");
+    else None (no validation)."""
     if heldout is None and prompts is None:
-        heldout = ioi_dataset_for(model, n_prompts, seed, split="heldout")[:2]
-        description = heldout_description(model)
-    if validate and heldout is not None and result.heads:
+        return ioi_dataset_for(model, n_prompts, seed, split="heldout")[:2], heldout_description(model)
+    return heldout, "held-out prompts given to find_ioi_circuit"
 
-        def validation() -> Validation:
-            with timed("validation on held-out prompts", result.timings, progress):
-                clean_heldout, abc_heldout = (p.to(model.device) for p in heldout)
-                step = as_stage(progress, "validation on held-out prompts")
-                return validate_circuit(model, result, clean_heldout, abc_heldout, description, progress=step)
 
-        result.validation = stages.run("validation on held-out prompts", validation, progress)
-    if result.heads:
-        with timed("example attention patterns", result.timings, progress):
-            result.example = example_patterns(model, clean, result.heads)
-    result.timings["total"] = time.perf_counter() - start
-    return result
+def validation_stage(
+    model: interp.HookedTransformer,
+    result: IOICircuitResult,
+    heldout: tuple[IOIPrompts, IOIPrompts],
+    description: str,
+    stages: StageResults,
+    progress: Progress | None,
+) -> Validation:
+    """5. `validate_circuit` on the held-out prompts (each class against random heads, per name order
+    and template), kept in `stages` as "validation on held-out prompts"."""
+
+    def validation() -> Validation:
+        with timed("validation on held-out prompts", result.timings, progress):
+            clean_heldout, abc_heldout = (p.to(model.device) for p in heldout)
+            step = as_stage(progress, "validation on held-out prompts")
+            return validate_circuit(model, result, clean_heldout, abc_heldout, description, progress=step)
+
+    return stages.run("validation on held-out prompts", validation, progress)
 
 
 def _heads(found: Sequence[HeadEvidence]) -> list[Head]:

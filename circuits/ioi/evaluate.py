@@ -24,7 +24,8 @@ recovered fraction are measured on the held-out prompts too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -146,21 +147,58 @@ def validate_circuit(
     progress: Progress | None = None,
 ) -> Validation:
     """Confirm each class of result's circuit on held-out prompts (see the module docstring);
-    `description` says in the report what was held out. progress(stage, done, total): as the
-    ablated runs finish."""
-    settings = result.settings
+    `description` says in the report what was held out.
+
+    1. per class, the head sets to ablate: the class and `n_random_draws` random sets (`ablation_plans`)
+    2. every set mean-ablated on the held-out prompts, the runs together (`ablated_logit_diffs`)
+    3. per class, its drop beyond the random sets', pooled and per stratum, a verdict (`class_validation`)
+    4. the circuit's faithfulness and recovered fraction on the held-out prompts (`heldout_faithfulness`)
+
+    progress(stage, done, total): as the ablated runs of step 2 finish."""
     ablation = MeanAblation(model, heldout_abc)
-    circuit = set(result.heads)
-    every_head = _all_heads(model)
-    generator = torch.Generator().manual_seed(settings.seed)
     dla = direct_logit_attributions(model, heldout)
-    name_movers = result.circuit["name_mover"]
+    plans = ablation_plans(model, result)  # 1.
+    ablated = ablated_logit_diffs(model, result, plans, ablation, heldout, progress)  # 2.
+    classes = {
+        name: class_validation(name, plan, result, ablated, dla, heldout) for name, plan in plans.items()
+    }  # 3.
+    faithfulness, recovered, recovered_ci = heldout_faithfulness(model, result, ablated)  # 4.
+    return Validation(
+        prompts=description,
+        n_prompts=len(heldout),
+        logit_diff=ablated([]).mean().item(),
+        faithfulness=faithfulness,
+        recovered=recovered,
+        recovered_ci=recovered_ci,
+        classes=classes,
+    )
+
+
+@dataclass(frozen=True)
+class AblationPlan:
+    """One class's ablated runs. base: the heads ablated in each of its runs and in its reference
+    (the name movers not in the class, for the backup name movers, which act once those are gone;
+    else none); runs: base + the class, then base + each random set."""
+
+    base: list[Head]
+    runs: list[list[Head]]
+
+
+def _outside_circuit(model: interp.HookedTransformer, result: IOICircuitResult) -> list[Head]:
+    """Every head of the model not in the circuit, in (layer, head) order."""
+    return sorted(set(_all_heads(model)) - set(result.heads))
+
+
+def ablation_plans(model: interp.HookedTransformer, result: IOICircuitResult) -> dict[str, AblationPlan]:
+    """1. class -> its `AblationPlan` (classes with heads only): `n_random_draws` random sets, each a
+    random head outside the circuit per head of the class, from its layer where the layer has one left,
+    else from any layer (fewer heads when the circuit leaves fewer); drawn with the result's seed."""
+    settings = result.settings
+    outside = _outside_circuit(model, result)
+    generator = torch.Generator().manual_seed(settings.seed)
 
     def random_heads(heads: Sequence[Head]) -> list[Head]:
-        """A random head outside the circuit per head of `heads`, from its layer where the layer has
-        one left, else from any layer (fewer heads when the circuit leaves fewer)."""
         chosen: list[Head] = []
-        outside = [head for head in every_head if head not in circuit]
         for layer, _ in heads:
             for pool in ([h for h in outside if h[0] == layer], outside):
                 pool = [h for h in pool if h not in chosen]
@@ -169,64 +207,96 @@ def validate_circuit(
                     break
         return chosen
 
-    # Every ablated run first, measured together (runs share the blocks before their first head).
+    name_movers = result.circuit["name_mover"]
     plans = {}
     for name, heads in result.circuit.items():
         if not heads:
             continue
-        # Backup name movers act once the name movers are gone: measure them on top of that.
-        base_ablated = [h for h in name_movers if h not in heads] if name == "backup_name_mover" else []
-        draws = [base_ablated + random_heads(heads) for _ in range(settings.n_random_draws)]
-        plans[name] = (base_ablated, [base_ablated + list(heads)] + draws)
-    outside_circuit = sorted(set(every_head) - circuit)
-    sets = [[], outside_circuit, every_head]
-    sets += [base for base, _ in plans.values()] + [run for _, runs in plans.values() for run in runs]
+        base = [h for h in name_movers if h not in heads] if name == "backup_name_mover" else []
+        draws = [base + random_heads(heads) for _ in range(settings.n_random_draws)]
+        plans[name] = AblationPlan(base=base, runs=[base + list(heads)] + draws)
+    return plans
+
+
+def ablated_logit_diffs(
+    model: interp.HookedTransformer,
+    result: IOICircuitResult,
+    plans: dict[str, AblationPlan],
+    ablation: MeanAblation,
+    heldout: IOIPrompts,
+    progress: Progress | None,
+) -> Callable[[Sequence[Head]], Tensor]:
+    """2. heads -> the held-out logit diff per prompt [batch] with those heads mean-ablated, for no
+    head, every head outside the circuit, every head, and each plan's base and runs: every set
+    measured in one `logit_diffs_many` (runs share the blocks before their first head)."""
+    every_head = _all_heads(model)
+    sets = [[], _outside_circuit(model, result), every_head]
+    sets += [plan.base for plan in plans.values()] + [run for plan in plans.values() for run in plan.runs]
     unique = list(dict.fromkeys(tuple(sorted(heads)) for heads in sets))
-    measured = dict(zip(unique, ablation.logit_diffs_many(unique, heldout, progress), strict=True))  # [batch]
+    measured = dict(zip(unique, ablation.logit_diffs_many(unique, heldout, progress), strict=True))
+    return lambda heads: measured[tuple(sorted(heads))]
 
-    def ablated(heads: Sequence[Head]) -> Tensor:
-        return measured[tuple(sorted(heads))]
 
-    clean = ablated([])
-    base = clean.mean().item()
+def class_validation(
+    name: str,
+    plan: AblationPlan,
+    result: IOICircuitResult,
+    ablated: Callable[[Sequence[Head]], Tensor],
+    dla: dict[str, Tensor],
+    heldout: IOIPrompts,
+) -> ClassValidation:
+    """3. Class `name`'s drop of the held-out logit diff beyond its random sets' (relative to the
+    clean logit diff, sign kept), with a bootstrap CI, pooled and per stratum (name order, template);
+    its direct writes to the IO and S logits (`dla`: "IO", "S" -> [layer, head], on the held-out
+    prompts) for the classes that write; the verdict (`stratified_verdict`)."""
+    settings = result.settings
+    heads = result.circuit[name]
+    base = ablated([]).mean().item()
+    reference = ablated(plan.base)
+    drop = reference - ablated(plan.runs[0])  # [batch]
+    random_drop = torch.stack([reference - ablated(run) for run in plan.runs[1:]]).mean(0)  # [batch]
+    sign = -1 if name == "negative_name_mover" else 1
+    beyond = (drop - random_drop) / abs(base)  # relative to the size of the logit diff, sign kept
+    ci = mean_ci(beyond, settings.seed, settings.n_bootstrap)
+    writes = None
+    writes_right = True
+    if name in CLASS_WRITES:
+        logit, write_sign = CLASS_WRITES[name]
+        writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
+        writes_right = write_sign * writes[logit] > 0
+    # nothing is confirmed on prompts where the model does not do IOI
+    pooled_holds = ci_verdict(ci, sign) == "confirmed" and writes_right and base > 0
+    strata = stratum_drops(
+        beyond, _strata(heldout), sign, by_ci=("order",), seed=settings.seed, n_boot=settings.n_bootstrap
+    )
     examples = _template_examples(heldout)
-    classes = {}
-    for name, (base_ablated, runs) in plans.items():
-        heads = result.circuit[name]
-        reference = ablated(base_ablated)
-        drop = reference - ablated(runs[0])  # [batch]
-        random_drop = torch.stack([reference - ablated(run) for run in runs[1:]]).mean(0)  # [batch]
-        sign = -1 if name == "negative_name_mover" else 1
-        beyond = (drop - random_drop) / abs(base)  # relative to the size of the logit diff, sign kept
-        ci = mean_ci(beyond, settings.seed, settings.n_bootstrap)
-        writes = None
-        writes_right = True
-        if name in CLASS_WRITES:
-            logit, write_sign = CLASS_WRITES[name]
-            writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
-            writes_right = write_sign * writes[logit] > 0
-        # nothing is confirmed on prompts where the model does not do IOI
-        pooled_holds = ci_verdict(ci, sign) == "confirmed" and writes_right and base > 0
-        strata = stratum_drops(
-            beyond, _strata(heldout), sign, by_ci=("order",), seed=settings.seed, n_boot=settings.n_bootstrap
-        )
-        for stratum in strata:
-            stratum.example = examples.get(stratum.name)
-        verdict, holds_in = stratified_verdict(pooled_holds, strata)
-        classes[name] = ClassValidation(
-            heads=[head_label(layer, head) for layer, head in heads],
-            sign=sign,
-            drop=drop.mean().item() / abs(base),
-            random_drop=random_drop.mean().item() / abs(base),
-            beyond=beyond.mean().item(),
-            beyond_ci=ci,
-            writes=writes,
-            verdict=verdict,
-            holds_in=holds_in,
-            strata=strata,
-            heterogeneity=heterogeneity(beyond, heldout.template.to(beyond.device)),
-        )
-    in_circuit, nothing = ablated(outside_circuit), ablated(every_head)  # each [batch]
+    for stratum in strata:
+        stratum.example = examples.get(stratum.name)
+    verdict, holds_in = stratified_verdict(pooled_holds, strata)
+    return ClassValidation(
+        heads=[head_label(layer, head) for layer, head in heads],
+        sign=sign,
+        drop=drop.mean().item() / abs(base),
+        random_drop=random_drop.mean().item() / abs(base),
+        beyond=beyond.mean().item(),
+        beyond_ci=ci,
+        writes=writes,
+        verdict=verdict,
+        holds_in=holds_in,
+        strata=strata,
+        heterogeneity=heterogeneity(beyond, heldout.template.to(beyond.device)),
+    )
+
+
+def heldout_faithfulness(
+    model: interp.HookedTransformer, result: IOICircuitResult, ablated: Callable[[Sequence[Head]], Tensor]
+) -> tuple[float, float, tuple[float, float]]:
+    """4. (faithfulness, recovered, recovered's bootstrap CI) of the circuit on the held-out prompts:
+    every head outside it mean-ablated; faithfulness NaN where the model does as well with every head
+    ablated (undefined there)."""
+    settings = result.settings
+    clean, nothing = ablated([]), ablated(_all_heads(model))  # each [batch]
+    in_circuit = ablated(_outside_circuit(model, result))
     low, high = bootstrap(
         lambda samples: in_circuit[samples].mean(-1) / clean[samples].mean(-1),
         len(clean),
@@ -235,17 +305,9 @@ def validate_circuit(
     )
     try:
         faithfulness = float(faithfulness_ratio(in_circuit, clean, nothing))
-    except ValueError:  # the model does as well with every head ablated: undefined on these prompts
+    except ValueError:
         faithfulness = float("nan")
-    return Validation(
-        prompts=description,
-        n_prompts=len(heldout),
-        logit_diff=base,
-        faithfulness=faithfulness,
-        recovered=in_circuit.mean().item() / base,
-        recovered_ci=(float(low), float(high)),
-        classes=classes,
-    )
+    return faithfulness, in_circuit.mean().item() / clean.mean().item(), (float(low), float(high))
 
 
 def _strata(prompts: IOIPrompts) -> list[tuple[str, str, Tensor]]:

@@ -48,7 +48,7 @@ from circuits.evidence import (
     split_families,
     stratum_drops,
 )
-from circuits.icl.heads import confirmed_induction_heads
+from circuits.heads.cache import confirmed_induction_heads
 from circuits.retrieval.results import (
     RetrievalAccuracy,
     RetrievalClass,

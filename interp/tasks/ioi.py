@@ -73,6 +73,12 @@ def make_ioi_dataset(
 ) -> tuple[IOIPrompts, IOIPrompts, IOIPrompts]:
     """(clean, abc, swap) IOI prompts tokenized for `model` (CPU tensors; use `.to(device)`).
 
+    1. each template in both orders, checked (`_prompt_templates`)
+    2. the names that are single tokens (`_usable_names`)
+    3. each prompt's order, template, names, place and object, repeats redrawn (`_draw_prompts`)
+    4. the clean texts, tokenized, the names located and checked (`_clean_prompts`)
+    5. the ABC and swapped prompts, with their texts (`_with_texts`)
+
     model: needs `tokenizer`, `to_tokens(texts)` (its BOS policy is kept) and `to_single_token`.
     templates: BABA-form templates (default: the paper's 15, `BABA_TEMPLATES`); each is used
     in both orders. Orders alternate ABBA, BABA, ...; templates, names (IO != S), places and
@@ -85,6 +91,28 @@ def make_ioi_dataset(
     template k mod len(templates)), so every (template, order) stratum holds the same number of
     prompts, +-1: what validation per template and order needs.
     """
+    prompt_templates = _prompt_templates(n_prompts, templates, places, objects)  # 1.
+    name_tokens = _usable_names(model, names)  # 2.
+    generator = torch.Generator().manual_seed(seed)
+    draws = _draw_prompts(
+        n_prompts, prompt_templates, len(name_tokens), places, objects, generator, balanced, allow_duplicates
+    )  # 3.
+    fillers = [
+        (prompt_templates[draws.order[i]][draws.template[i]], places[draws.place[i]], objects[draws.obj[i]])
+        for i in range(n_prompts)
+    ]
+    clean = _clean_prompts(model, draws, fillers, name_tokens)  # 4.
+    name_of_token = {token: name for name, token in name_tokens.items()}
+    abc = _with_texts(clean.abc(list(name_tokens.values()), generator), fillers, name_of_token)  # 5.
+    return clean, abc, _with_texts(clean.swap(), fillers, name_of_token)
+
+
+def _prompt_templates(
+    n_prompts: int, templates: Sequence[str] | None, places: Sequence[str], objects: Sequence[str]
+) -> dict[str, list[str]]:
+    """1. order ("ABBA", "BABA") -> each template in that order's role slots (default templates:
+    `BABA_TEMPLATES`); refuses no prompts, no places or objects, no templates, and names that do not
+    follow a space."""
     if n_prompts < 1:
         raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
     templates = BABA_TEMPLATES if templates is None else tuple(templates)
@@ -96,6 +124,12 @@ def make_ioi_dataset(
     for template in prompt_templates["BABA"]:
         if any(f" [{role}]" not in template for role in _NAME_ROLES):
             raise ValueError(f"names in IOI templates must follow a space (' [A]', ' [B]'); got {template!r}")
+    return prompt_templates
+
+
+def _usable_names(model: Any, names: Sequence[str]) -> dict[str, int]:
+    """2. {name: token id} of the `names` that are single tokens with a leading space; refuses a model
+    without a tokenizer, and fewer than 5 such names (IO, S and three ABC names)."""
     if model.tokenizer is None:
         raise ValueError(
             "this model has no tokenizer, so text IOI prompts cannot be tokenized; models trained by "
@@ -108,71 +142,100 @@ def make_ioi_dataset(
             f"tokenizer ({sorted(name_tokens)}); IOI needs at least 5 (IO, S and three ABC names). "
             "Pass more names."
         )
-    name_list = list(name_tokens)
-    name_of_token = {token: name for name, token in name_tokens.items()}
+    return name_tokens
 
-    generator = torch.Generator().manual_seed(seed)
+
+@dataclasses.dataclass
+class _Draws:
+    """Each prompt's choices: its order ("ABBA", "BABA") and, as [n_prompts] indices, its template,
+    IO and S names (of the usable names), place and object."""
+
+    order: list[str]
+    template: Tensor
+    io_index: Tensor
+    s_index: Tensor
+    place: Tensor
+    obj: Tensor
+
+
+def _draw_prompts(
+    n_prompts: int,
+    prompt_templates: dict[str, list[str]],
+    n_names: int,
+    places: Sequence[str],
+    objects: Sequence[str],
+    generator: torch.Generator,
+    balanced: bool,
+    allow_duplicates: bool,
+) -> _Draws:
+    """3. Orders alternating ABBA, BABA; templates in turn (`balanced`) or drawn; two different names,
+    a place and an object drawn, all with `generator`; repeated prompts redrawn unless
+    `allow_duplicates` (`_redraw_duplicates`)."""
+    n_templates = len(prompt_templates["BABA"])
     template = (
-        torch.arange(n_prompts) // 2 % len(templates)
+        torch.arange(n_prompts) // 2 % n_templates
         if balanced
-        else torch.randint(len(templates), (n_prompts,), generator=generator)
+        else torch.randint(n_templates, (n_prompts,), generator=generator)
     )
-    io_index, s_index = (
-        torch.rand(n_prompts, len(name_list), generator=generator).topk(2, dim=1).indices.unbind(1)
+    io_index, s_index = torch.rand(n_prompts, n_names, generator=generator).topk(2, dim=1).indices.unbind(1)
+    draws = _Draws(
+        order=[IOI_ORDERS[i % 2] for i in range(n_prompts)],
+        template=template,
+        io_index=io_index,
+        s_index=s_index,
+        place=torch.randint(len(places), (n_prompts,), generator=generator),
+        obj=torch.randint(len(objects), (n_prompts,), generator=generator),
     )
-    place = torch.randint(len(places), (n_prompts,), generator=generator)
-    obj = torch.randint(len(objects), (n_prompts,), generator=generator)
-    order = [IOI_ORDERS[i % 2] for i in range(n_prompts)]
     if not allow_duplicates:
         _redraw_duplicates(
-            n_prompts, order, prompt_templates, template, io_index, s_index, place, obj,
-            len(name_list), places, objects, generator, redraw_template=not balanced,
-        )  # fmt: skip
-    fillers = [
-        (prompt_templates[order[i]][template[i]], places[place[i]], objects[obj[i]]) for i in range(n_prompts)
-    ]
+            draws, prompt_templates, n_names, places, objects, generator, redraw_template=not balanced
+        )
+    return draws
 
+
+def _clean_prompts(
+    model: Any, draws: _Draws, fillers: list[tuple[str, str, str]], name_tokens: dict[str, int]
+) -> IOIPrompts:
+    """4. The clean prompts: each filler (role-slot template, place, object) rendered with its drawn
+    names, tokenized, the names located; refuses a name that is not its single token in context."""
+    name_list = list(name_tokens)
     texts, slot_chars = [], []
     for i, (prompt_template, place_i, obj_i) in enumerate(fillers):
-        io, s = name_list[io_index[i]], name_list[s_index[i]]
+        io, s = name_list[draws.io_index[i]], name_list[draws.s_index[i]]
         text, chars = _render(prompt_template, {"IO": io, "S1": s, "S2": s}, place_i, obj_i)
         texts.append(text)
         slot_chars.append(chars)
     tokens, positions = _tokenize_with_positions(model, texts, slot_chars)
-    io_token = torch.tensor([name_tokens[name_list[i]] for i in io_index])
-    s_token = torch.tensor([name_tokens[name_list[i]] for i in s_index])
+    io_token = torch.tensor([name_tokens[name_list[i]] for i in draws.io_index])
+    s_token = torch.tensor([name_tokens[name_list[i]] for i in draws.s_index])
     for role, expected in (("IO", io_token), ("S1", s_token), ("S2", s_token)):
-        found = tokens[torch.arange(n_prompts), positions[role]]
+        found = tokens[torch.arange(len(texts)), positions[role]]
         if not torch.equal(found, expected):
             bad = int((found != expected).nonzero()[0])
             raise ValueError(
                 f"{role} name in {texts[bad]!r} is not its single token in context "
                 f"(found {model.tokenizer.decode([int(found[bad])])!r}); remove that name from `names`."
             )
-    clean = IOIPrompts(tokens, io_token, s_token, positions, template, order, texts)
+    return IOIPrompts(tokens, io_token, s_token, positions, draws.template, draws.order, texts)
 
-    def with_texts(prompts: IOIPrompts) -> IOIPrompts:
-        rows = torch.arange(len(prompts))
-        role_names = {role: prompts.tokens[rows, prompts.positions[role]].tolist() for role in _NAME_ROLES}
-        texts = [
-            _render(t, {role: name_of_token[role_names[role][i]] for role in _NAME_ROLES}, p, o)[0]
-            for i, (t, p, o) in enumerate(fillers)
-        ]
-        return dataclasses.replace(prompts, texts=texts)
 
-    abc = with_texts(clean.abc(list(name_tokens.values()), generator))
-    return clean, abc, with_texts(clean.swap())
+def _with_texts(
+    prompts: IOIPrompts, fillers: list[tuple[str, str, str]], name_of_token: dict[int, str]
+) -> IOIPrompts:
+    """5. `prompts` (the clean prompts' ABC or swapped tokens) with their texts: each filler rendered
+    with the names at the prompts' IO, S1 and S2 positions."""
+    rows = torch.arange(len(prompts))
+    role_names = {role: prompts.tokens[rows, prompts.positions[role]].tolist() for role in _NAME_ROLES}
+    texts = [
+        _render(t, {role: name_of_token[role_names[role][i]] for role in _NAME_ROLES}, p, o)[0]
+        for i, (t, p, o) in enumerate(fillers)
+    ]
+    return dataclasses.replace(prompts, texts=texts)
 
 
 def _redraw_duplicates(
-    n_prompts: int,
-    order: Sequence[str],
+    draws: _Draws,
     prompt_templates: dict[str, list[str]],
-    template: Tensor,
-    io_index: Tensor,
-    s_index: Tensor,
-    place: Tensor,
-    obj: Tensor,
     n_names: int,
     places: Sequence[str],
     objects: Sequence[str],
@@ -182,6 +245,10 @@ def _redraw_duplicates(
     """Redraw (in place, with `generator`) each prompt that repeats an earlier one (its template too
     unless `redraw_template` is False), so that the prompts are distinct; raise if there are fewer
     distinct prompts of an order than asked for."""
+    order, template, io_index, s_index, place, obj = (
+        draws.order, draws.template, draws.io_index, draws.s_index, draws.place, draws.obj
+    )  # fmt: skip
+    n_prompts = len(order)
     n_distinct = {
         o: len(set(prompt_templates[o])) * n_names * (n_names - 1) * len(set(places)) * len(set(objects))
         for o in IOI_ORDERS

@@ -240,6 +240,12 @@ def make_retrieval_prompts(
 ) -> RetrievalPrompts:
     """`n_prompts` retrieval prompts of `n_facts` facts (2-8) for `model`'s tokenizer, seeded.
 
+    1. the arguments checked, the relations chosen (`_check_arguments`)
+    2. the relations and subject names the tokenizer states in one token each (`_vocabulary`)
+    3. each prompt's relation, subjects, values, queried fact and stranger drawn (`_draw_facts`)
+    4. each prompt rendered and tokenized, clean and corrupted, its slots located (`_tokenize_prompt`)
+    5. the prompts batched, one length (`_batch`)
+
     split: "discovery" (the IOI names as subjects; by default DISCOVERY_RELATIONS) or "heldout"
       (HELDOUT_NAMES; by default HELDOUT_RELATIONS). Each prompt states one relation about `n_facts`
       distinct subjects with distinct values; relations take turns, and the queried index shifts by
@@ -249,6 +255,18 @@ def make_retrieval_prompts(
     template: the facts' sentence, a key of FACT_TEMPLATES ("of": "The pet of John is dog.", "for":
       "For John, the pet is dog."); the statement query follows it.
     """
+    relations = _check_arguments(n_prompts, n_facts, split, query, relations, template)  # 1.
+    usable, subjects = _vocabulary(model, relations, n_facts, split)  # 2.
+    drawn = _draw_facts(n_prompts, n_facts, usable, sorted(subjects), seed)  # 3.
+    prompts = [_tokenize_prompt(model, facts, subjects, usable, query, template) for facts in drawn]  # 4.
+    return _batch(prompts, n_facts, template)  # 5.
+
+
+def _check_arguments(
+    n_prompts: int, n_facts: int, split: str, query: str, relations: Sequence[str] | None, template: str
+) -> Sequence[str]:
+    """1. The relations to use (default: the split's), every argument of make_retrieval_prompts
+    checked."""
     _check_split(split)
     if query not in QUERY_FORMS:
         raise ValueError(f"query must be one of {', '.join(QUERY_FORMS)}, got {query!r}")
@@ -263,6 +281,14 @@ def make_retrieval_prompts(
     unknown = sorted(set(relations) - set(RELATIONS))
     if unknown:
         raise ValueError(f"unknown relations {unknown}; choose from {', '.join(RELATIONS)}")
+    return relations
+
+
+def _vocabulary(
+    model: Any, relations: Sequence[str], n_facts: int, split: str
+) -> tuple[dict[str, tuple[str, dict[str, int]]], dict[str, int]]:
+    """2. (relation -> (attribute, {value: id}) for the relations the tokenizer can state,
+    {subject name: id} for the split's names that are one token and no relation's value)."""
     usable = _relations(model, {name: RELATIONS[name] for name in relations}, n_facts)
     taken = {value for _, values in usable.values() for value in values}
     subjects = {
@@ -272,11 +298,29 @@ def make_retrieval_prompts(
     }
     if len(subjects) < n_facts + 1:
         raise ValueError(f"only {len(subjects)} one-token subject names; {n_facts + 1} needed")
+    return usable, subjects
+
+
+@dataclass
+class _Facts:
+    """One prompt's draw: its relation, its facts (attribute, subject, value) in the order stated,
+    the queried fact's index, and a name stated in none of them (the corrupted query's subject)."""
+
+    relation: str
+    facts: list[tuple[str, str, str]]
+    queried: int
+    stranger: str
+
+
+def _draw_facts(
+    n_prompts: int, n_facts: int, usable: dict[str, tuple[str, dict[str, int]]], names: list[str], seed: int
+) -> list[_Facts]:
+    """3. Each prompt's facts, drawn with random.Random(seed): relations in turn (sorted), the queried
+    index shifting by one each round (every relation queried at every index); `n_facts` + 1 distinct
+    `names` (the last one the stranger) and `n_facts` distinct values."""
     rng = random.Random(seed)
-    names = sorted(subjects)
     order = sorted(usable)
-    rows: dict[str, list] = {key: [] for key in ("tokens", "corrupted", "answer", "candidates", "names")}
-    rows |= {"values": [], "queried": [], "relation": [], "texts": []}
+    drawn = []
     for i in range(n_prompts):
         relation = order[i % len(order)]
         attribute, value_ids = usable[relation]
@@ -285,55 +329,94 @@ def make_retrieval_prompts(
         stated = rng.sample(sorted(value_ids), n_facts)
         queried = (i + i // len(order)) % n_facts  # every relation queried at every index in turn
         facts = [(attribute, person, value) for person, value in zip(people, stated, strict=True)]
-        text, subject_spans, value_spans = _render(
-            facts, query_text(attribute, people[queried], query, template), template
-        )
-        corrupted_text, _, _ = _render(facts, query_text(attribute, stranger, query, template), template)
-        ids = [subjects[p] for p in people] + [value_ids[v] for v in stated]
-        positions = _slot_positions(model, text, subject_spans + value_spans, ids)
-        tokens = model.to_tokens(text, move_to_device=False)[0]
-        corrupted = model.to_tokens(corrupted_text, move_to_device=False)[0]
-        if corrupted.shape != tokens.shape or (corrupted != tokens).sum() != 1:
-            raise ValueError(
-                f"{corrupted_text!r}: the corrupted query is not one token away from the clean one"
-            )
-        rows["tokens"].append(tokens)
-        rows["corrupted"].append(corrupted)
-        rows["answer"].append(value_ids[stated[queried]])
-        rows["candidates"].append([value_ids[v] for v in stated])
-        rows["names"].append(positions[:n_facts])
-        rows["values"].append(positions[n_facts:])
-        rows["queried"].append(queried)
-        rows["relation"].append(relation)
-        rows["texts"].append(text)
-    lengths = {len(tokens) for tokens in rows["tokens"]}
+        drawn.append(_Facts(relation=relation, facts=facts, queried=queried, stranger=stranger))
+    return drawn
+
+
+@dataclass
+class _Prompt:
+    """One prompt tokenized: tokens and corrupted [pos]; the answer's and every stated value's id;
+    the positions of each fact's subject and value."""
+
+    drawn: _Facts
+    text: str
+    tokens: Tensor
+    corrupted: Tensor
+    answer: int
+    candidates: list[int]
+    names: list[int]
+    values: list[int]
+
+
+def _tokenize_prompt(
+    model: Any,
+    drawn: _Facts,
+    subjects: dict[str, int],
+    usable: dict[str, tuple[str, dict[str, int]]],
+    query: str,
+    template: str,
+) -> _Prompt:
+    """4. The prompt of `drawn` and its corrupted form (the stranger queried) rendered and tokenized,
+    each subject and value located; refuses a slot that is not its own token in context and a
+    corrupted query more than one token away from the clean one."""
+    attribute, value_ids = usable[drawn.relation]
+    people = [person for _, person, _ in drawn.facts]
+    stated = [value for _, _, value in drawn.facts]
+    text, subject_spans, value_spans = _render(
+        drawn.facts, query_text(attribute, people[drawn.queried], query, template), template
+    )
+    corrupted_text, _, _ = _render(
+        drawn.facts, query_text(attribute, drawn.stranger, query, template), template
+    )
+    ids = [subjects[p] for p in people] + [value_ids[v] for v in stated]
+    positions = _slot_positions(model, text, subject_spans + value_spans, ids)
+    tokens = model.to_tokens(text, move_to_device=False)[0]
+    corrupted = model.to_tokens(corrupted_text, move_to_device=False)[0]
+    if corrupted.shape != tokens.shape or (corrupted != tokens).sum() != 1:
+        raise ValueError(f"{corrupted_text!r}: the corrupted query is not one token away from the clean one")
+    n_facts = len(drawn.facts)
+    return _Prompt(
+        drawn=drawn,
+        text=text,
+        tokens=tokens,
+        corrupted=corrupted,
+        answer=value_ids[stated[drawn.queried]],
+        candidates=[value_ids[v] for v in stated],
+        names=positions[:n_facts],
+        values=positions[n_facts:],
+    )
+
+
+def _batch(prompts: list[_Prompt], n_facts: int, template: str) -> RetrievalPrompts:
+    """5. The prompts as one batch; refuses prompts of more than one length."""
+    lengths = {len(prompt.tokens) for prompt in prompts}
     if len(lengths) != 1:
         raise ValueError(
             f"prompts of {n_facts} facts tokenize to {sorted(lengths)} tokens; expected one length"
         )
-    tokens = torch.stack(rows["tokens"])
-    corrupted = torch.stack(rows["corrupted"])
-    names_at = torch.tensor(rows["names"])
-    values_at = torch.tensor(rows["values"])
-    queried = torch.tensor(rows["queried"])
-    batch = torch.arange(n_prompts)
+    tokens = torch.stack([prompt.tokens for prompt in prompts])
+    corrupted = torch.stack([prompt.corrupted for prompt in prompts])
+    names_at = torch.tensor([prompt.names for prompt in prompts])
+    values_at = torch.tensor([prompt.values for prompt in prompts])
+    queried = torch.tensor([prompt.drawn.queried for prompt in prompts])
+    batch = torch.arange(len(prompts))
     query_at = (tokens != corrupted).nonzero()[:, 1]
     return RetrievalPrompts(
         tokens=tokens,
         corrupted=corrupted,
-        answer=torch.tensor(rows["answer"]),
-        candidates=torch.tensor(rows["candidates"]),
+        answer=torch.tensor([prompt.answer for prompt in prompts]),
+        candidates=torch.tensor([prompt.candidates for prompt in prompts]),
         positions={
             "NAME": names_at[batch, queried],
             "VALUE": values_at[batch, queried],
             "QUERY": query_at,
-            "END": torch.full((n_prompts,), tokens.shape[1] - 1),
+            "END": torch.full((len(prompts),), tokens.shape[1] - 1),
         },
         names=names_at,
         values=values_at,
         queried=queried,
-        relation=rows["relation"],
-        texts=rows["texts"],
+        relation=[prompt.drawn.relation for prompt in prompts],
+        texts=[prompt.text for prompt in prompts],
         template=template,
     )
 

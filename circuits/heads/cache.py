@@ -1,0 +1,94 @@
+"""The induction heads `interp heads` confirms, kept per model: the class every analysis that tests
+induction heads (ICL, function vectors, retrieval) takes from here.
+
+    heads = confirmed_induction_heads(model)       # found once per model, then read back
+    remember_induction_heads(model, report)        # what `interp heads` keeps of its head report
+
+Kept in interp's cache directory ($INTERP_CACHE, ~/.cache/interp) under the weights' fingerprint
+(`circuits.stages.weights_fingerprint`) and the head report's settings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import interp
+from circuits.heads.classify import HeadReport
+from circuits.heads.pipeline import confirmed_induction
+from circuits.heads.probes import HELD_OUT_FAMILY_TAG
+from circuits.stages import StageResults, weights_fingerprint
+from interp.checks import check_heads
+from interp.io.files import write_text_atomic
+from interp.io.sources import cache_dir
+from interp.types import Head, Progress, substages
+
+INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_induction_heads reports
+
+
+def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, seed: int = 0) -> Path:
+    """Where the induction heads of `head_report(model, n_samples, seed)` are kept: interp's cache
+    directory ($INTERP_CACHE, ~/.cache/interp), under the weights' fingerprint, the settings and the
+    token family the causal checks ran on (heads confirmed under another rule are not reused)."""
+    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-tested-on-{HELD_OUT_FAMILY_TAG}.json"
+    return cache_dir() / "induction-heads" / name
+
+
+def remember_induction_heads(
+    model: interp.HookedTransformer, report: HeadReport, n_samples: int = 16, seed: int = 0
+) -> Path:
+    """Keep the induction heads of `report` (made by `head_report(model, n_samples, seed)` with its
+    other settings at their defaults) where `confirmed_induction_heads` finds them; returns the path."""
+    return _keep_induction_heads(model, report.heads_of_type("induction"), n_samples, seed)
+
+
+def _keep_induction_heads(
+    model: interp.HookedTransformer, heads: list[Head], n_samples: int, seed: int
+) -> Path:
+    path = induction_heads_cache(model, n_samples, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps({"model": model.cfg.model_name, "heads": heads}))
+    return path
+
+
+def confirmed_induction_heads(
+    model: interp.HookedTransformer,
+    n_samples: int = 16,
+    seed: int = 0,
+    cache: bool = True,
+    progress: Progress | None = None,
+) -> list[Head]:
+    """The induction heads `interp heads` confirms by ablation (`head_report(model, n_samples,
+    seed).heads_of_type("induction")`, strongest first), computed by `confirmed_induction` (the head
+    report's induction part only). With `cache`, kept in interp's cache directory
+    (`induction_heads_cache`; `interp heads` keeps them there too), so they are found once per model.
+    progress: confirmed_induction's stages as parts of INDUCTION_HEADS_STAGE, or
+    (f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at PATH", 0, 0)."""
+    path = induction_heads_cache(model, n_samples, seed)
+    if cache and path.is_file():
+        if progress is not None:
+            progress(f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at {path}", 0, 0)
+        return [tuple(head) for head in json.loads(path.read_text())["heads"]]
+    heads = confirmed_induction(
+        model, n_samples=n_samples, seed=seed, progress=substages(progress, INDUCTION_HEADS_STAGE)
+    )
+    if cache:
+        _keep_induction_heads(model, heads, n_samples, seed)
+    return heads
+
+
+def induction_heads_or_confirmed(
+    model: interp.HookedTransformer,
+    induction_heads: Sequence[Head] | None,
+    stages: StageResults,
+    progress: Progress | None,
+) -> tuple[list[Head], str]:
+    """(the induction heads, how they were found): the given heads, else `confirmed_induction_heads`
+    (kept in `stages` as `INDUCTION_HEADS_STAGE`)."""
+    if induction_heads is not None:
+        return check_heads(model.cfg, induction_heads), "given"
+    found = stages.run(
+        INDUCTION_HEADS_STAGE, lambda: confirmed_induction_heads(model, progress=progress), progress
+    )
+    return check_heads(model.cfg, [tuple(head) for head in found]), "confirmed by interp heads"
