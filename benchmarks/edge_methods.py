@@ -47,7 +47,9 @@ from interp import edges
 from interp.interventions.stats import bootstrap
 
 N_PROMPTS = 32
-PRUNE = edges.PruneSettings(density=0.024, steps=100, batch_size=8, objective="metric", lr=0.003)
+PRUNE = edges.PruneSettings(
+    density=0.024, steps=100, batch_size=8, objective="metric", lr=0.003, start_factor=10, ramp=0.6
+)
 METHODS = ("eap", "eap-ig", "prune", "ensemble")
 TASKS = {"toy-ioi": "ioi", "toy-induction": "induction", "smollm2-135m": "ioi"}
 
@@ -152,7 +154,7 @@ def planted() -> dict[str, list[float]]:
     def finder(method: str):
         def find(model, task, n_edges):
             if method in ("prune", "ensemble"):
-                pruning = edges.PruneSettings(density=0.1, steps=100)
+                pruning = edges.PruneSettings(density=0.1, steps=100, lr=0.003, start_factor=10, ramp=0.6)
                 pruned = edges.prune_edges(model, task.clean, task.corrupted, task.metric, pruning)
             if method == "prune":
                 return edges.top_circuit(pruned, n_edges)

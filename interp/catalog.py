@@ -136,9 +136,9 @@ QUICK_PRESETS = {
     ),
     "circuit": QuickPreset(
         time=ExpectedTime(64, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
-        options={"n_prompts": (16, 64), "prune_steps": (30, 100)},
+        options={"n_prompts": (16, 64), "prune_steps": (30, 45)},
         note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
-        "mask trained 30 steps instead of 100: a less faithful circuit for its size",
+        "mask trained 30 steps instead of 45: a less faithful circuit for its size",
     ),
     "icl": QuickPreset(
         time=ExpectedTime(45, "interp icl --quick", _XEON, _IDLE + ", the head report cached"),

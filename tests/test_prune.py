@@ -208,20 +208,24 @@ def test_pruning_recovers_the_planted_circuit():
 
 
 def test_the_mask_shrinks_to_its_size_and_its_circuit_ranks_first(toy_induction):
-    """The mask keeps ten times the final size at first (at most every edge), shrinks monotonically to
-    ceil(density N) and stays there; the final circuit's edges are exactly the ranking's top k; a
-    start ranking of another graph or with NaN is refused, as is an objective that is not finite."""
+    """The mask keeps start_factor times the final size at first (at most every edge), shrinks
+    monotonically over the ramp's share of the steps to ceil(density N) and stays there; the final
+    circuit's edges are exactly the ranking's top k; a start ranking of another graph or with NaN is
+    refused, as is an objective that is not finite."""
     from interp.edges.pruning import mask_sizes
 
-    sizes = mask_sizes(70_651, 300 / 70_651, 100)
+    old = edges.PruneSettings(density=300 / 70_651, steps=100, start_factor=10, ramp=0.6)
+    sizes = mask_sizes(70_651, old)
     assert sizes[0] == 3000 and sizes[59] > 300 and sizes[60:] == [300] * 40
     assert all(a >= b for a, b in zip(sizes, sizes[1:], strict=False))
-    assert mask_sizes(81, 0.1, 10)[0] == 81
+    sizes = mask_sizes(70_651, edges.PruneSettings(density=300 / 70_651))  # the defaults: 45 steps, 3x, 40 %
+    assert sizes[0] == 900 and sizes[17] > 300 and sizes[18:] == [300] * 27
+    assert mask_sizes(81, edges.PruneSettings(density=0.1, steps=10, start_factor=10))[0] == 81
     model, task, _ = toy_induction
     scores = edges.prune_edges(
         model, task.clean, task.corrupted, task.metric, edges.PruneSettings(density=0.1, steps=20)
     )
-    graph, k = scores.graph, mask_sizes(81, 0.1, 20)[-1]
+    graph, k = scores.graph, mask_sizes(81, edges.PruneSettings(density=0.1, steps=20))[-1]
     values = scores.scores[graph.valid]
     final = values < -(20 + 1) / (20 + 2)  # the final circuit: last = steps + 1
     assert int(final.sum()) == k

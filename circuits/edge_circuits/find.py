@@ -235,7 +235,7 @@ class EdgeCircuitSettings:
     curve_fractions: tuple[float, ...] | None = edges.MIB_FRACTIONS
     random_baseline: bool = True
     bootstrap: int = 0
-    prune_steps: int = 100
+    prune_steps: int = edges.PruneSettings.steps  # the mask's training steps
     density: float | None = None
     seed: int = 0
 
