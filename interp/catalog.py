@@ -87,7 +87,7 @@ EXPECTED_TIMES = {
     "heads": (ExpectedTime(40, "interp heads", _XEON, "idle, 2026-11-27"),),
     "ioi": (ExpectedTime(76, "interp ioi", _XEON, "idle, 2026-11-27, benchmarks/ioi.py"),),
     "circuit": (
-        ExpectedTime(224, "interp circuit --task ioi --edges 300", _XEON, "idle, 2026-11-27"),
+        ExpectedTime(112, "interp circuit --task ioi --edges 300", _XEON, "idle, 2026-11-27"),
         ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "idle, 2026-11"),
     ),
     "icl": (
@@ -135,7 +135,7 @@ QUICK_PRESETS = {
         "are confirmed on held-out prompts",
     ),
     "circuit": QuickPreset(
-        time=ExpectedTime(64, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
+        time=ExpectedTime(57, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
         options={"n_prompts": (16, 64), "prune_steps": (30, 45)},
         note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
         "mask trained 30 steps instead of 45: a less faithful circuit for its size",
