@@ -202,6 +202,14 @@ def with_note(provenance: str, note: str | None) -> str:
     return provenance if note is None else f"{provenance}; {note}"
 
 
+def induction_class(heads: list | None) -> list | str:
+    """The induction heads in a --save file's options: those given, else the rule by which `interp
+    heads` confirms them (so a file whose heads were confirmed under another rule is refused)."""
+    from circuits.heads.probes import HELD_OUT_RULE
+
+    return heads if heads is not None else f"confirmed by interp heads: {HELD_OUT_RULE}"
+
+
 def kept_stages(save: str | None, command: str, options: dict, stages, notes, loaded=None):
     """--save's `circuits.stages.StageResults` for `interp COMMAND` (None without --save): each stage
     written to `save` as it finishes, those of an earlier run with the same `options` and the weights of
@@ -857,8 +865,8 @@ def icl(
     kept = icl_report_stages(find_induction_heads=heads is None)
     options = {
         "model": model, "n_documents": n_documents, "n_discovery": n_discovery, "n_ablated": n_ablated,
-        "windows": [early, late, window], "ablation": ablation, "induction_heads": heads, "top": top,
-        "n_random": n_random, "seed": seed,
+        "windows": [early, late, window], "ablation": ablation, "induction_heads": induction_class(heads),
+        "top": top, "n_random": n_random, "seed": seed,
     }  # fmt: skip
     kept_stages(save, "icl", options, kept, icl_stage_notes)  # another run's file: refused now
     loaded = load(model)
@@ -926,7 +934,7 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
     options = {
         "model": model, "tasks": settings.task_names, "heldout_tasks": heldout, "n_prompts": n_prompts,
         "n_shots": n_shots, "fv_heads": fv_heads, "candidates": candidates, "n_random": n_random,
-        "n_documents": n_documents, "induction_heads": heads, "seed": seed,
+        "n_documents": n_documents, "induction_heads": induction_class(heads), "seed": seed,
     }  # fmt: skip
     kept_stages(save, "icl --fv", options, stages, fv_stage_notes)  # another run's file: refused now
     loaded = load(model)

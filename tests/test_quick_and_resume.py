@@ -162,6 +162,21 @@ def test_a_heads_partial_run_of_the_same_options_before_the_held_out_rule_is_ref
     assert result.exit_code == 2 and "held_out None there" in " ".join(result.output.split())
 
 
+@pytest.mark.parametrize("command", [["icl"], ["icl", "--fv"]], ids=" ".join)
+def test_an_icl_partial_run_with_heads_confirmed_before_the_held_out_rule_is_refused(command, tmp_path):
+    """A partial `interp icl` or `icl --fv` file whose induction heads `interp heads` confirmed on the
+    sequences that chose them (no rule among its options) is not resumed: its kept heads would be
+    another rule's."""
+    path = tmp_path / "icl.json"
+    options = {"model": "toy-induction", "induction_heads": None}
+    save_result(
+        PartialResult(command=" ".join(command), settings=options, stages=[], done={}, notes={}), path
+    )
+    result = CliRunner().invoke(app, [*command, "--model", "toy-induction", "--save", str(path)])
+    assert result.exit_code == 2, result.output
+    assert "induction_heads None there, 'confirmed by interp heads" in " ".join(result.output.split())
+
+
 def test_a_stopped_ioi_run_resumes_to_the_same_circuit(tmp_path):
     model = interp.load_model("toy-ioi")
     path = tmp_path / "ioi.json"
