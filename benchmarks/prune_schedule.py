@@ -39,6 +39,7 @@ def main() -> None:
     keep_freed_memory()
     torch.set_num_threads(1)
     model = interp.load_model(args.model).eval()
+    density = args.edges / edges.edge_graph(model).n_edges
     held_out: dict[str, list[float]] = {name: [] for name in SCHEDULES}
     for seed in args.seeds:
         task = ioi_task(model, args.n_prompts, seed)
@@ -48,7 +49,7 @@ def main() -> None:
         )
         for name, schedule in SCHEDULES.items():
             began = time.process_time()
-            pruning = dataclasses.replace(schedule, density=args.edges / edges.edge_graph(model).n_edges)
+            pruning = dataclasses.replace(schedule, density=density)
             scores = edges.prune_edges(
                 model, task.clean, task.corrupted, task.metric, pruning, start=start,
                 reference_mask=task.corrupted_mask,

@@ -27,6 +27,7 @@ from interp.catalog import (
     DTYPES,
     EXPECTED_TIMES,
     OFFLINE_MODEL_NAMES,
+    PRUNE_STEPS,
     QUICK_PRESETS,
     TASK_DEFAULTS,
     TASKS,
@@ -586,7 +587,7 @@ def circuit(
     bootstrap: int = typer.Option(
         0, help="Resamples of the prompts for each edge's selection frequency (0: not measured)."
     ),
-    prune_steps: int = typer.Option(45, help="Training steps of the edge mask (prune, ensemble)."),
+    prune_steps: int = typer.Option(PRUNE_STEPS, help="Training steps of the edge mask (prune, ensemble)."),
     density: float | None = typer.Option(
         None,
         help="The fraction of edges the mask keeps (prune, ensemble); default: the circuit's size "

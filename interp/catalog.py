@@ -64,6 +64,7 @@ def default_layers(task: str, hops: int | None = None) -> int:
 
 TASKS = tuple(TASK_DEFAULTS)
 CHECKPOINT_EVERY = 250  # steps between the periodic checkpoints of `interp train`
+PRUNE_STEPS = 45  # the edge mask's training steps (`interp.edges.PruneSettings`, `interp circuit`)
 
 
 @dataclass(frozen=True)
@@ -136,9 +137,9 @@ QUICK_PRESETS = {
     ),
     "circuit": QuickPreset(
         time=ExpectedTime(57, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
-        options={"n_prompts": (16, 64), "prune_steps": (30, 45)},
+        options={"n_prompts": (16, 64), "prune_steps": (30, PRUNE_STEPS)},
         note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
-        "mask trained 30 steps instead of 45: a less faithful circuit for its size",
+        f"mask trained 30 steps instead of {PRUNE_STEPS}: a less faithful circuit for its size",
     ),
     "icl": QuickPreset(
         time=ExpectedTime(45, "interp icl --quick", _XEON, _IDLE + ", the head report cached"),

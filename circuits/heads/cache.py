@@ -17,7 +17,7 @@ from pathlib import Path
 import interp
 from circuits.heads.classify import HeadReport
 from circuits.heads.pipeline import confirmed_induction
-from circuits.heads.probes import HELD_OUT_FAMILY_TAG
+from circuits.heads.probes import FAMILY_NAMES
 from circuits.stages import StageResults, weights_fingerprint
 from interp.checks import check_heads
 from interp.io.files import write_text_atomic
@@ -31,7 +31,8 @@ def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, 
     """Where the induction heads of `head_report(model, n_samples, seed)` are kept: interp's cache
     directory ($INTERP_CACHE, ~/.cache/interp), under the weights' fingerprint, the settings and the
     token family the causal checks ran on (heads confirmed under another rule are not reused)."""
-    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-tested-on-{HELD_OUT_FAMILY_TAG}.json"
+    tested_on = FAMILY_NAMES["held_out"].replace(" ", "-")
+    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-tested-on-{tested_on}.json"
     return cache_dir() / "induction-heads" / name
 
 

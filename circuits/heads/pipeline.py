@@ -27,7 +27,6 @@ from circuits.heads.classify import HeadReport, classify
 from circuits.heads.probes import (
     FAMILY_NAMES,
     HELD_OUT_SEED_OFFSET,
-    TOKEN_FAMILIES,
     Probes,
     make_probes,
 )
@@ -176,8 +175,8 @@ def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candi
         "skip_gram_probe": probes.skip_gram.name,
         "causal": causal,
         "max_candidates": max_candidates,
-        "discovery_tokens": FAMILY_NAMES[TOKEN_FAMILIES["discovery"]],
-        "held_out_tokens": FAMILY_NAMES[TOKEN_FAMILIES["held_out"]],
+        "discovery_tokens": FAMILY_NAMES["discovery"],
+        "held_out_tokens": FAMILY_NAMES["held_out"],
         "held_out_seed": seed + HELD_OUT_SEED_OFFSET,
         "ablation": (
             "mean of hook_z per position over the held-out probe's sequences real there (padding excluded)"

@@ -44,10 +44,12 @@ NATURAL_TEXT = (
 )
 
 TOKEN_FAMILIES = {"discovery": 0, "held_out": 1}  # family -> the parity of its token ids
-FAMILY_NAMES = {0: "even token ids", 1: "odd token ids"}
-HELD_OUT_FAMILY_TAG = "odd-ids"  # in the names of files of heads confirmed under this rule
+FAMILY_NAMES = {"discovery": "even token ids", "held_out": "odd token ids"}
 HELD_OUT_SEED_OFFSET = 2  # the held-out probe is drawn from seed + 2 (the random probe: seed + 1)
-HELD_OUT_RULE = "scores on even token ids, causal checks on fresh odd ones (seed + 2)"  # for --save files
+HELD_OUT_RULE = (  # in --save files' options and the names of cached heads' files: another rule's are refused
+    f"scores on {FAMILY_NAMES['discovery']}, causal checks on fresh {FAMILY_NAMES['held_out']} "
+    f"(seed + {HELD_OUT_SEED_OFFSET})"
+)
 
 
 @dataclass

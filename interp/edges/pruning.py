@@ -40,6 +40,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.catalog import PRUNE_STEPS
 from interp.checks import check_finite_scores
 from interp.edges.attribution import edge_attribution
 from interp.edges.graph import EdgeGraph, EdgeScores, edge_graph
@@ -82,7 +83,7 @@ class PruneSettings:
     """
 
     density: float = 0.02
-    steps: int = 45
+    steps: int = PRUNE_STEPS
     lr: float = 0.0067
     batch_size: int = 8
     objective: str = "metric"
