@@ -302,7 +302,9 @@ def heads(
         16, min=2, help="Random sequences per probe (repeat length) to score and ablate on."
     ),
     wide: bool = typer.Option(
-        False, "--wide", help="Every score column in the terminal table (the default from 160 columns)."
+        False,
+        "--wide",
+        help="Every score column in the terminal table (the default on a terminal wide enough for it).",
     ),
     all_heads: bool = typer.Option(
         False, "--all", help="Every typed head in the terminal table, not only those confirmed by ablation."

@@ -355,7 +355,7 @@ body { font: 15px/1.5 system-ui, sans-serif; margin: 24px auto; max-width: 1320p
 h1 { font-size: 1.6em; margin: 0 0 .6em; }
 h2 { font-size: 1.25em; margin: 1.6em 0 .5em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: .5em 0 1em; font-variant-numeric: tabular-nums; }
-th, td { padding: 4px 12px; border-bottom: 1px solid #e4e4e4; text-align: left; vertical-align: top; }
+th, td { padding: 4px 10px; border-bottom: 1px solid #e4e4e4; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; font-weight: 600; } tr:nth-child(even) td { background: #fafafa; }
 svg, img { max-width: 100%; height: auto; } figure { margin: 0; } figcaption { color: #555; font-size: .9em; }
 .legend, .note { color: #444; background: #f7f7f2; border-left: 3px solid #bbb; padding: 6px 12px; }

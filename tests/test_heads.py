@@ -297,6 +297,69 @@ def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, r
     assert "random odd token ids, seed 7" in chose_lines[1]
 
 
+def test_held_out_scores_are_the_discovery_statistic_on_the_held_out_probe():
+    """The scores the causal checks measure again on the held-out probe equal the scores stage's
+    columns computed with the held-out probe in the repeated probe's place (toy-induction); every
+    candidate's induction and previous-token score is there."""
+    import dataclasses
+
+    from circuits.heads.causal import causal_checks
+
+    model = interp.load_model("toy-induction")
+    probes = make_probes(model, n_samples=6, seed=4)
+    scores = score_heads(model, probes, seed=4)
+    effects = causal_checks(model, probes, scores)
+    held_out_as_repeated = dataclasses.replace(probes.held_out, name=probes.repeated.name)
+    swapped = score_heads(model, dataclasses.replace(probes, repeated=held_out_as_repeated), seed=4)
+    for kind in ("induction", "previous_token"):
+        candidates = scores.candidates(kind, 12)
+        held_out = effects[kind].held_out_scores
+        assert sorted(held_out) == sorted(candidates) and candidates
+        for layer, head in candidates:
+            assert held_out[layer, head] == pytest.approx(float(swapped.columns[kind][layer, head]), abs=1e-6)
+            assert held_out[layer, head] != float(scores.columns[kind][layer, head])  # other sequences
+
+
+def test_a_head_whose_score_does_not_hold_out_is_not_confirmed():
+    """A candidate whose attention score on the held-out family falls below its type's threshold gets
+    the verdict "score-not-held", whatever its effect, loses the induction type, and the report's
+    "What chose and what tested" names it with both scores (toy-induction, its threshold raised
+    between its heads' held-out scores)."""
+    import dataclasses
+
+    from circuits.heads.causal import causal_checks
+    from circuits.heads.classify import HeadReport, classify
+    from circuits.heads.report import heads_sections
+    from circuits.heads.weights import weight_scores
+
+    model = interp.load_model("toy-induction")
+    report = head_report(model, n_samples=6, seed=4)
+    probes = make_probes(model, n_samples=6, seed=4)
+    scores = score_heads(model, probes, seed=4)
+    effects = causal_checks(model, probes, scores)
+    held_out = effects["induction"].held_out_scores
+    assert all(effects["induction"].confirmed(head) for head in held_out)
+    low, high = sorted(held_out.values())[:2]
+    raised = scores.thresholds | {"induction": (low + high) / 2}
+    weakest = min(held_out, key=held_out.get)
+    assert float(scores.columns["induction"][weakest]) > raised["induction"]  # chosen by its discovery score
+    stricter = dataclasses.replace(effects["induction"], score_threshold=raised["induction"])
+    assert stricter.verdict(weakest) == "score-not-held" and stricter.significant(weakest)
+    assert all(stricter.confirmed(head) for head in held_out if head != weakest)
+    weights = weight_scores(model, scores.candidates("previous_token", 12))
+    table = classify(
+        dataclasses.replace(scores, thresholds=raised), weights, effects | {"induction": stricter}
+    )
+    row = table[(table["layer"] == weakest[0]) & (table["head"] == weakest[1])].iloc[0]
+    assert "induction" not in row["types"] and row["induction_verdict"] == "score-not-held"
+    stricter_report = dataclasses.replace(report, table=table, thresholds=raised)
+    assert isinstance(stricter_report, HeadReport)
+    section = next(
+        s for s in heads_sections(stricter_report).sections if s.title == "What chose and what tested"
+    )
+    assert f"1 fall below it there, so not confirmed: L{weakest[0]}H{weakest[1]}" in " ".join(section.lines)
+
+
 def test_induction_lengths_are_not_multiples():
     for longest in (9, 12, 19, 24, 40):
         lengths = induction_lengths(longest)

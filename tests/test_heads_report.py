@@ -119,9 +119,9 @@ def test_cli_heads_in_bfloat16_says_so(tmp_path):
     assert CliRunner().invoke(app, [*args, "--dtype", "float64"]).exit_code == 2
 
 
-@pytest.mark.parametrize("width", [80, 100, 160])
+@pytest.mark.parametrize("width", [80, 100, WIDE_TERMINAL])
 def test_terminal_table_fits_the_terminal(width):
-    """At 80 and 100 columns the compact table, at 160 every column; no line is wider, no word is
+    """At 80 and 100 columns the compact table, at WIDE_TERMINAL every column; no line is wider, no word is
     split; the table shows effect/SE, what it sorts by."""
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=8)
@@ -151,7 +151,7 @@ def test_cli_heads_wide(tmp_path):
     assert narrow.exit_code == 0 and wide.exit_code == 0
     assert "--wide shows every score" in narrow.output and "ind@" not in narrow.output
     # The test terminal has 80 columns: --wide says it cannot fit and shows the compact table.
-    assert "--wide needs 160 columns and this terminal has 80" in " ".join(wide.output.split())
+    assert f"--wide needs {WIDE_TERMINAL} columns and this terminal has 80" in " ".join(wide.output.split())
     assert max(len(line) for line in wide.stdout.splitlines()) <= 80  # the report; stderr logs progress
     out = tmp_path / "wide.txt"  # a file is 200 columns wide: every score
     wide = CliRunner().invoke(

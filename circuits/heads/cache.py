@@ -10,6 +10,7 @@ Kept in interp's cache directory ($INTERP_CACHE, ~/.cache/interp) under the weig
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import interp
 from circuits.heads.classify import HeadReport
 from circuits.heads.pipeline import confirmed_induction
-from circuits.heads.probes import FAMILY_NAMES
+from circuits.heads.probes import HELD_OUT_RULE
 from circuits.stages import StageResults, weights_fingerprint
 from interp.checks import check_heads
 from interp.io.files import write_text_atomic
@@ -30,9 +31,10 @@ INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_
 def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, seed: int = 0) -> Path:
     """Where the induction heads of `head_report(model, n_samples, seed)` are kept: interp's cache
     directory ($INTERP_CACHE, ~/.cache/interp), under the weights' fingerprint, the settings and the
-    token family the causal checks ran on (heads confirmed under another rule are not reused)."""
-    tested_on = FAMILY_NAMES["held_out"].replace(" ", "-")
-    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-tested-on-{tested_on}.json"
+    held-out rule they were confirmed by (`HELD_OUT_RULE`: heads confirmed under another rule are not
+    reused)."""
+    rule = hashlib.sha256(HELD_OUT_RULE.encode()).hexdigest()[:8]
+    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-rule-{rule}.json"
     return cache_dir() / "induction-heads" / name
 
 

@@ -17,10 +17,13 @@ effects, with fewer runs.
 
 A candidate's effect is significant if either way it exceeds CONFIRM_SE standard errors (over held-out
 sequences) and MIN_EFFECT (a significant but negligible effect confirms nothing). The probe's repeat
-lengths are strata: a stratum holds when either effect on its sequences exceeds MIN_EFFECT. Verdicts
-(HEAD_VERDICTS): "confirmed" (significant, and holding in most strata), "length-dependent"
-(significant, holding in half the strata or fewer: a positional shortcut looks like this),
-"unconfirmed".
+lengths are strata: a stratum holds when either effect on its sequences exceeds MIN_EFFECT. The
+attention score that chose a candidate is measured again on the held-out probe's clean run
+(`held_out_scores`, the same statistic as the discovery score). Verdicts (HEAD_VERDICTS):
+"confirmed" (significant, holding in most strata, and its held-out score over the type's threshold),
+"score-not-held" (its held-out score below the threshold: the pattern that chose it does not carry
+to new tokens, whatever its effect), "length-dependent" (significant, holding in half the strata or
+fewer: a positional shortcut looks like this), "unconfirmed".
 
 Sequential stopping (two looks): the sequences run in two halves, the first half of each repeat
 length's first. After the first look, an effect whose upper bound, mean + FUTILITY_SE (3) standard
@@ -53,7 +56,7 @@ from torch import Tensor
 
 import interp
 from circuits.heads.probes import Probe, Probes
-from circuits.heads.scores import HeadScores, pattern_scores, score_masks
+from circuits.heads.scores import HeadScores, mask_scores, pattern_scores, score_masks, type_score
 from circuits.stages import StageResults
 from interp.interventions.ablation import Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets
@@ -65,7 +68,7 @@ MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # ... and at least thi
 FUTILITY_SE = 3.0  # after the first look, an effect below MIN_EFFECT by this many standard errors stops
 FUTILITY_ERROR = NormalDist().cdf(-FUTILITY_SE)  # the chance an effect truly at MIN_EFFECT stops (0.13%)
 
-HEAD_VERDICTS = ("confirmed", "length-dependent", "unconfirmed")
+HEAD_VERDICTS = ("confirmed", "score-not-held", "length-dependent", "unconfirmed")
 INDUCTION_STAGE = "Ablating induction candidates"  # the stages progress(stage, done, total) reports
 PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates"
 
@@ -87,6 +90,9 @@ class CausalEffects:
     by_stratum: dict[str, dict[Head, tuple[Effect, Effect]]] = field(default_factory=dict)
     stopped_early: dict[Head, list[str]] = field(default_factory=dict)  # head -> its effects ("alone",
     # "with_others_ablated") stopped as futile at the first look: over its sequences only
+    held_out_scores: dict[Head, float] = field(default_factory=dict)  # head -> the attention score of its
+    # type on the held-out probe (`held_out_scores`); a head without one is judged on its effects only
+    score_threshold: float = math.nan  # the type's score threshold (the discovery scores')
 
     def significant(self, head: Head) -> bool:
         """Either pooled effect exceeds CONFIRM_SE standard errors and min_effect."""
@@ -109,6 +115,8 @@ class CausalEffects:
         """One of HEAD_VERDICTS (see the module docstring); "" for a head that was not tested."""
         if head not in self.alone:
             return ""
+        if head in self.held_out_scores and not self.held_out_scores[head] >= self.score_threshold:
+            return "score-not-held"
         if not self.significant(head):
             return "unconfirmed"
         if self.by_stratum and 2 * len(self.holds_in(head)) <= len(self.by_stratum):
@@ -298,6 +306,20 @@ def clean_run(
         patterns={layer: cache["pattern", layer] for layer in pattern_layers},
         final=cache[last] if final else None,
     )
+
+
+def held_out_scores(
+    probe: Probe, clean: CleanRun, heads: Sequence[Head], head_type: str
+) -> dict[Head, float]:
+    """Each head's `head_type` attention score on `probe` (`scores.type_score` of the clean run's
+    patterns, which must hold the heads' layers): the discovery score's statistic on held-out tokens."""
+    found = {}
+    for layer in sorted({layer for layer, _ in heads}):
+        pattern = clean.patterns[layer].float().cpu()  # [batch, head, q, k]
+        per_sequence = mask_scores(pattern, probe.tokens, probe.lengths)[head_type]  # [batch, head]
+        score = type_score(head_type, per_sequence, probe.repeat_len)  # [head]
+        found |= {(layer, head): float(score[head]) for lh, head in heads if lh == layer}
+    return found
 
 
 def _repeat_kinds(probe: Probe) -> Int[Tensor, " batch"]:
@@ -491,12 +513,19 @@ def causal_checks(
     previous_token = scores.candidates("previous_token", max_candidates)
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
-    clean = clean_run(model, probes.held_out, layers, [layer for layer, _ in induction], final=True)
+    clean = clean_run(model, probes.held_out, layers, layers, final=True)
     stages = StageResults() if stages is None else stages
-    induction_effects = stages.run(
-        INDUCTION_STAGE,
-        lambda: induction_ablation_effects(model, probes.held_out, induction, progress, clean),
-        progress,
+    induction_effects = with_held_out_scores(
+        stages.run(
+            INDUCTION_STAGE,
+            lambda: induction_ablation_effects(model, probes.held_out, induction, progress, clean),
+            progress,
+        ),
+        probes.held_out,
+        clean,
+        induction,
+        "induction",
+        scores.thresholds,
     )
     confirmed = [head for head in induction if induction_effects.confirmed(head)]
     previous_token_effects = stages.run(
@@ -511,4 +540,31 @@ def causal_checks(
         ),
         progress,
     )
-    return {"induction": induction_effects, "previous_token": previous_token_effects}
+    return {
+        "induction": induction_effects,
+        "previous_token": with_held_out_scores(
+            previous_token_effects,
+            probes.held_out,
+            clean,
+            previous_token,
+            "previous_token",
+            scores.thresholds,
+        ),
+    }
+
+
+def with_held_out_scores(
+    effects: CausalEffects,
+    probe: Probe,
+    clean: CleanRun,
+    heads: Sequence[Head],
+    head_type: str,
+    thresholds: dict[str, float],
+) -> CausalEffects:
+    """`effects` with the candidates' held-out scores (`held_out_scores`) and the type's threshold,
+    which their verdicts then need cleared."""
+    return dataclasses.replace(
+        effects,
+        held_out_scores=held_out_scores(probe, clean, heads, head_type),
+        score_threshold=thresholds[head_type],
+    )

@@ -50,6 +50,9 @@ def classify(
                 with_others = found.with_others_ablated.get((layer, head), nan) if found else nan
                 row[f"{kind}_effect"], row[f"{kind}_effect_se"] = alone
                 row[f"{kind}_effect_with_others"], row[f"{kind}_effect_with_others_se"] = with_others
+                row[f"{kind}_held_out_score"] = (
+                    found.held_out_scores.get((layer, head), nan[0]) if found else nan[0]
+                )
                 row[f"{kind}_confirmed"] = bool(found and found.confirmed((layer, head)))
                 row[f"{kind}_verdict"] = found.verdict((layer, head)) if found else ""
                 row[f"{kind}_holds_in"] = found.holds_in((layer, head)) if found else []
@@ -77,7 +80,8 @@ class HeadReport:
     confidence_<type> (bootstrap probability the score clears the threshold); for each causal type
     (induction, previous_token): <type>_effect(_se) ablating the head alone,
     <type>_effect_with_others(_se) ablating it with the other candidates already ablated (NaN when
-    not tested), <type>_verdict (HEAD_VERDICTS, "" when not tested), <type>_holds_in (the
+    not tested), <type>_held_out_score (the type's attention score on the held-out probe, NaN when not
+    a candidate), <type>_verdict (HEAD_VERDICTS, "" when not tested), <type>_holds_in (the
     repeat-length strata where an effect exceeds the minimum), <type>_stopped_early (its effects,
     "alone" or "with_others_ablated", stopped as futile at the first look: over half the sequences),
     <type>_confirmed (the verdict is "confirmed"), and the same effects per repeat length,

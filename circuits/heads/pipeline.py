@@ -22,6 +22,7 @@ from circuits.heads.causal import (
     causal_checks,
     clean_run,
     induction_ablation_effects,
+    with_held_out_scores,
 )
 from circuits.heads.classify import HeadReport, classify
 from circuits.heads.probes import (
@@ -124,8 +125,8 @@ def confirmed_induction(
     .heads_of_type("induction")` (strongest first), for the cost of the repeated probe, the held-out
     probe's clean run and the induction candidates' ablations on it only: the induction type reads
     nothing else (its score and threshold come from the repeated probe, its confirmation from the
-    induction check on the held-out probe), so the other probes, the weight scores and the
-    previous-token check are skipped. progress: INDUCTION_ONLY_STAGES."""
+    induction check and the held-out score on the held-out probe), so the other probes, the weight
+    scores and the previous-token check are skipped. progress: INDUCTION_ONLY_STAGES."""
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")
@@ -138,8 +139,9 @@ def confirmed_induction(
     if not candidates:
         return []
     layers = [layer for layer, _ in candidates]
-    clean = clean_run(model, probes.held_out, layers, final=True)
+    clean = clean_run(model, probes.held_out, layers, layers, final=True)
     effects = induction_ablation_effects(model, probes.held_out, candidates, progress, clean)
+    effects = with_held_out_scores(effects, probes.held_out, clean, candidates, "induction", limits)
     return [head for head in candidates if effects.confirmed(head)]
 
 
@@ -183,7 +185,8 @@ def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candi
         ),
         "causal_method": (
             "each candidate mean-ablated alone and with the other candidates of its type already "
-            "ablated (minimality); confirmed when either effect exceeds the threshold; sequential "
+            "ablated (minimality); confirmed when either effect exceeds the threshold and the head's "
+            "score on the held-out probe clears its type's threshold; sequential "
             "stopping in two looks (half of each repeat length's sequences, then the rest): an effect "
             "whose mean + futility_se_times standard errors is below the minimum effect after the first "
             "look is not run on the rest (an effect truly at the minimum is stopped so with probability "

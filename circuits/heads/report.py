@@ -61,14 +61,18 @@ LEGEND = (
     "ablated (–: not measured, the head is confirmed alone at every repeat length): "
     "Δloss = ablated − clean loss on the repeated tokens, in nats (positive: the head helps predict "
     "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
-    "attention (positive: the head feeds them). ✓: the effect exceeds 2 standard errors and 0.02, "
-    "and 0.02 at most of the probe's repeat lengths (else: length-dependent, not confirmed). "
+    "attention (positive: the head feeds them). score: the attention score that chose the head, on the "
+    "discovery token family → the same score on the held-out family (held out: that score of its "
+    "induction type, else its previous-token type). ✓: the effect exceeds 2 standard "
+    "errors and 0.02, and 0.02 at most of the probe's repeat lengths (else: length-dependent, not "
+    "confirmed), and the held-out score clears the type's threshold (else: score not held out, not "
+    "confirmed). "
     "†: stopped early as futile (sequential stopping in two looks): on the first half of each repeat "
     f"length's sequences the effect + {FUTILITY_SE:g} standard errors was below 0.02, so it was not run "
     "on the second half and is over the first; an effect truly at least 0.02 is stopped so with "
     f"probability at most {FUTILITY_ERROR:.2%} (normal approximation), and stopping never confirms a head."
 )
-WIDE_TERMINAL = 160  # columns from which the terminal table shows every score
+WIDE_TERMINAL = 172  # columns from which the terminal table shows every score
 FILE_WIDTH = 200  # the columns of the table format written to a file
 
 
@@ -89,6 +93,8 @@ def _type_label(row, name: str) -> str:
         return f"{name} ✓"
     if name in CAUSAL_TYPES and row.get(f"{name}_verdict") == "length-dependent":
         return f"{name} (length-dependent)"
+    if name in CAUSAL_TYPES and row.get(f"{name}_verdict") == "score-not-held":
+        return f"{name} (score not held out)"
     if name == "fixed_offset":
         return f"{name} {int(row['fixed_offset_distance'])}"
     if name == "skip_gram":
@@ -183,13 +189,45 @@ def chose_lines(report: HeadReport) -> list[str]:
         return [chose, "tested: no causal check was run (causal=False)."]
     return [
         chose,
-        f"tested: every causal effect and verdict on {s['n_samples']} fresh repeated sequences per repeat "
-        f"length (the same lengths, the strata) of the held-out family: random {s['held_out_tokens']}, "
-        f"seed {s['held_out_seed']}. No score read them, and they share no token with the sequences that "
-        "chose the heads but the BOS (neither holds a special token).",
+        f"tested: every causal effect, verdict and held-out score on {s['n_samples']} fresh repeated "
+        f"sequences per repeat length (the same lengths, the strata) of the held-out family: random "
+        f"{s['held_out_tokens']}, seed {s['held_out_seed']}. Nothing that chose the candidates read them, "
+        "and they share no token with the sequences that chose them but the BOS (neither holds a special "
+        "token).",
+        *held_out_score_lines(report),
         "effects: Δloss = ablated − clean loss on the repeated tokens (nats); Δind = clean − ablated "
         "induction score of the later induction heads (positive: the head helps).",
     ]
+
+
+def held_out_score_lines(report: HeadReport) -> list[str]:
+    """How the attention scores that chose the candidates fare on the held-out token family: their mean
+    on each family and the candidates whose held-out score falls below the type's threshold."""
+    table = report.table
+    lines = []
+    for kind in CAUSAL_TYPES:
+        column = f"{kind}_held_out_score"
+        if column not in table:  # a file saved before the scores were measured held out
+            return []
+        rows = table[table[column].notna()]
+        if rows.empty:
+            continue
+        threshold = report.thresholds[kind]
+        below = rows[~(rows[column] >= threshold)]
+        chosen, tested = rows[kind].mean(), rows[column].mean()
+        lowest = rows.loc[rows[column].idxmin()]
+        closest = f"{head_label(lowest['layer'], lowest['head'])} {lowest[kind]:.3f} → {lowest[column]:.3f}"
+        fate = f"every one clears the threshold there (the lowest: {closest})" if below.empty else (
+            f"{len(below)} fall below it there, so not confirmed: " + ", ".join(
+                f"{head_label(row['layer'], row['head'])} {row[kind]:.2f} → {row[column]:.2f}"
+                for row in below.to_dict("records")
+            )
+        )  # fmt: skip
+        lines.append(
+            f"{kind.replace('_', '-')} scores held out: the {len(rows)} candidates' mean {chosen:.3f} on the "
+            f"discovery family → {tested:.3f} on the held-out family (threshold {threshold:.3f}); {fate}."
+        )
+    return lines
 
 
 def _length_columns(report: HeadReport) -> list[str]:
@@ -197,10 +235,11 @@ def _length_columns(report: HeadReport) -> list[str]:
 
 
 def _columns(report: HeadReport) -> list[str]:
-    """Every score: the main scores, induction per repeat length, weights, the causal effects."""
+    """Every score: the main scores, induction per repeat length, weights, the held-out score of the
+    head's causal type (induction, else previous-token), the causal effects."""
     lengths = [f"ind@{n}" for n in report.settings["induction_lengths"]]
     scores = [SHORT[name] for name in SCORE_NAMES if name != "induction"]
-    return ["head", "types", *lengths, *scores, *(SHORT[name] for name in WEIGHT_SCORES),
+    return ["head", "types", *lengths, *scores, *(SHORT[name] for name in WEIGHT_SCORES), "held out",
             "Δloss", "Δind", "effect/SE"]  # fmt: skip
 
 
@@ -210,7 +249,15 @@ def _cells(report: HeadReport, row) -> list[str]:
     effects = [
         "" if math.isnan(row[f"{kind}_effect"]) else _effect_pair(row, kind, "/") for kind in CAUSAL_TYPES
     ]
-    return [head, _types(row), *(_number(row[name]) for name in names), *effects, _z(row)]
+    held_out = next(
+        (row[f"{kind}_held_out_score"] for kind in CAUSAL_TYPES if _was_candidate(row, kind)), None
+    )
+    return [head, _types(row), *(_number(row[name]) for name in names), _number(held_out), *effects, _z(row)]
+
+
+def _was_candidate(row, kind: str) -> bool:
+    """The head was a causal candidate of `kind` (its score was measured on the held-out family)."""
+    return not math.isnan(row.get(f"{kind}_held_out_score", math.nan))
 
 
 def _effect_pair(row, kind: str, separator: str) -> str:
@@ -238,10 +285,11 @@ def _compact_cells(row) -> list[str]:
         if kind in row["types"] and not math.isnan(row[f"{kind}_effect"]):
             effect = f"{unit} " + _effect_pair(row, kind, " / ")
             break
+    held_out = row.get(f"{main}_held_out_score", math.nan)
     return [
         head_label(row["layer"], row["head"]),
         _types(row),
-        f"{SHORT[main]} {row[main]:.2f}",
+        f"{SHORT[main]} {row[main]:.2f}" + ("" if math.isnan(held_out) else f" → {held_out:.2f}"),
         effect,
         _z(row),
     ]

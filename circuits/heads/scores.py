@@ -120,6 +120,18 @@ def mask_scores(
     return pattern_scores(pattern, score_masks(tokens, lengths), lengths)
 
 
+def type_score(
+    head_type: str, per_sequence: Float[Tensor, "seq ..."], repeat_len: Int[Tensor, " seq"]
+) -> Tensor:
+    """The mean a head is typed by, from a repeated probe's per-sequence scores [seq, ...] (NaNs
+    skipped): induction the lowest mean over the repeat lengths (`repeat_len` [seq]; the weakest
+    length, as `mask_score_columns`), any other type the mean over sequences."""
+    if head_type != "induction":
+        return per_sequence.nanmean(0)
+    means = torch.stack([per_sequence[repeat_len == length].nanmean(0) for length in repeat_len.unique()])
+    return means.gather(0, means.nan_to_num(float("inf")).argmin(0, keepdim=True))[0]
+
+
 def uniform_pattern(lengths: Int[Tensor, " batch"], n: int) -> Float[Tensor, "batch 1 n n"]:
     """Uniform causal attention: 1/(q+1) on every key k <= q."""
     causal = torch.tril(torch.ones(n, n))

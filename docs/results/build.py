@@ -91,6 +91,13 @@ def effects(row: Any, name: str) -> list[str]:
     ]
 
 
+def chosen_and_held_out(row: Any, kind: str) -> str:
+    """A type's score on the discovery token family, and "→" its score on the held-out one where the
+    head was a candidate."""
+    held_out = row.get(f"{kind}_held_out_score", math.nan)
+    return f"{row[kind]:.2f}" + ("" if math.isnan(held_out) else f" → {held_out:.2f}")
+
+
 def heads_section(report: Any) -> list[str]:
     """A saved `interp heads` result: the typed heads, their scores and causal effects."""
     table_ = report.table
@@ -106,8 +113,8 @@ def heads_section(report: Any) -> list[str]:
             [
                 f"L{row['layer']}H{row['head']}",
                 ", ".join(types),
-                f"{row['previous_token']:.2f}",
-                f"{row['induction']:.2f}",
+                chosen_and_held_out(row, "previous_token"),
+                chosen_and_held_out(row, "induction"),
                 *effects(row, "induction_effect"),
                 *effects(row, "previous_token_effect"),
             ]
@@ -115,8 +122,8 @@ def heads_section(report: Any) -> list[str]:
     columns = [
         "head",
         "types (✓: confirmed by ablation)",
-        "previous-token",
-        f"induction (lowest of lengths {' / '.join(map(str, lengths))})",
+        "previous-token (chosen → held out)",
+        f"induction (lowest of lengths {' / '.join(map(str, lengths))}; chosen → held out)",
         "Δloss alone (nats)",
         "Δloss, other candidates ablated",
         "Δinduction score alone",
@@ -129,7 +136,7 @@ def heads_section(report: Any) -> list[str]:
         f"{report.provenance}; {s['n_samples']} random sequences per repeat length "
         f"({', '.join(map(str, lengths))} tokens) of {s['discovery_tokens']} choose the candidates, "
         f"{s['n_samples']} fresh ones per length of {s['held_out_tokens']} (seed {s['held_out_seed']}) test "
-        "them. Δloss: the loss on the repeated half with the head mean-ablated minus the clean loss; "
+        "them: their scores again (after →; ✓ needs it over the type's threshold) and their effects. Δloss: the loss on the repeated half with the head mean-ablated minus the clean loss; "
         "Δinduction score: how much ablating a previous-token head lowers the induction heads' score (± one "
         "standard error over the held-out sequences; –: not measured with the others ablated, the head is "
         "confirmed alone at every repeat length).",
