@@ -130,7 +130,7 @@ class Ablation:
             f"ablation must be an Ablation or one of {', '.join(ABLATIONS)}, got {type(ablation).__name__}"
         )
 
-    def needs_reference(self) -> None:
+    def require_reference(self) -> None:
         """Refuse a kind that reads reference prompts without them (where no default reference exists)."""
         if self.kind != "zero" and self.reference is None:
             raise ValueError(
@@ -177,7 +177,7 @@ class Replacement:
 
     def __init__(self, model: HookedTransformer, names: Sequence[str], ablation: Ablation | AblationKind):
         ablation = Ablation.of(ablation)
-        ablation.needs_reference()
+        ablation.require_reference()
         reference, reference_mask = ablation.reference, ablation.mask
         if isinstance(reference, str | Sequence):  # texts
             reference, text_mask = model.to_tokens_and_mask(reference)
