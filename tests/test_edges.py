@@ -169,6 +169,11 @@ def test_mean_ablation_of_padded_prompts_averages_their_real_tokens_only() -> No
         edges.ablated_outputs(model, clean, corrupted, edges.Ablation("counterfactual", reference=corrupted))
     with pytest.raises(ValueError, match=r"reference tokens \[n, pos\] .* not a cache"):
         edges.ablated_outputs(model, clean, corrupted, edges.Ablation("mean", reference={"x": corrupted}))
+    with_reference = edges.Ablation("mean", reference=corrupted)  # per prompt and pruning: the corrupted
+    with pytest.raises(ValueError, match="without a reference"):
+        edges.prompt_scores(model, clean, corrupted, metric, "eap", ablation=with_reference)
+    with pytest.raises(ValueError, match="without a reference"):
+        edges.prune_edges(model, clean, corrupted, metric, ablation=with_reference)
     with pytest.raises(TypeError, match="reference_mask"):  # the loose keyword of old code
         edges.faithfulness(model, clean, corrupted, metric, circuit, ablation="mean", reference_mask=mask)
 
