@@ -70,16 +70,13 @@ def score(name: str, method: str, cache: str) -> None:
 
         def run():
             return edges.prune_edges(
-                model, task.clean, task.corrupted, task.metric, PRUNE, checkpoint=checkpoint,
-                reference_mask=task.corrupted_mask,
-            )  # fmt: skip
+                model, task.clean, task.corrupted, task.metric, PRUNE, checkpoint=checkpoint
+            )
     else:
         resumed = False
 
         def run():
-            return edges.edge_attribution(
-                model, task.clean, task.corrupted, task.metric, method, reference_mask=task.corrupted_mask
-            )
+            return edges.edge_attribution(model, task.clean, task.corrupted, task.metric, method)
 
     cpu = time.process_time()
     scores, seconds, peak = timed(run)
@@ -117,9 +114,8 @@ def scores_of(name: str, method: str, graph: edges.EdgeGraph, cache: Path) -> tu
 def evaluate(model, held, scores: edges.EdgeScores) -> dict:
     """CPR, CMD (with CIs) and the smallest circuit reaching 0.8, on the held-out prompts."""
     curve = edges.faithfulness_curve(
-        model, held.clean, held.corrupted, held.metric, scores, random_baseline=False,
-        reference_mask=held.corrupted_mask,
-    )  # fmt: skip
+        model, held.clean, held.corrupted, held.metric, scores, random_baseline=False
+    )
     fractions = curve.fractions
 
     def areas(result: edges.Faithfulness, absolute: bool):
@@ -134,8 +130,7 @@ def evaluate(model, held, scores: edges.EdgeScores) -> dict:
 
     size = smallest_faithful_size(model, held, scores, 0.8)
     circuit = edges.top_circuit(scores, size)
-    faith = edges.faithfulness(model, held.clean, held.corrupted, held.metric, circuit,
-                               reference_mask=held.corrupted_mask)  # fmt: skip
+    faith = edges.faithfulness(model, held.clean, held.corrupted, held.metric, circuit)
     low, high = faith.ci()
     return {
         "cpr": curve.cpr, "cpr_ci": areas(curve.signed_result, False), "cmd": curve.cmd,
@@ -186,8 +181,7 @@ def fresh(n_prompts: int, cache: Path, out: Path) -> None:
     circuits = torch.stack(
         [with_count(scores_of(name, row["method"], graph, cache)[0], row["n_edges_08"]) for row in rows]
     )
-    result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, circuits,
-                                reference_mask=task.corrupted_mask)  # fmt: skip
+    result = edges.faithfulness(model, task.clean, task.corrupted, task.metric, circuits)
     low, high = result.ci()
     print(f"| SmolLM2-135M, IOI | edges | faithfulness on 32 prompts | on {n_prompts} new prompts |")
     print("| --- | ---: | ---: | ---: |")

@@ -44,27 +44,15 @@ def main() -> None:
     for seed in args.seeds:
         task = ioi_task(model, args.n_prompts, seed)
         heldout = heldout_edge_task(model, "ioi", args.n_prompts, seed)
-        start = edges.edge_attribution(
-            model, task.clean, task.corrupted, task.metric, "eap-ig", reference_mask=task.corrupted_mask
-        )
+        start = edges.edge_attribution(model, task.clean, task.corrupted, task.metric, "eap-ig")
         for name, schedule in SCHEDULES.items():
             began = time.process_time()
             pruning = dataclasses.replace(schedule, density=density)
-            scores = edges.prune_edges(
-                model, task.clean, task.corrupted, task.metric, pruning, start=start,
-                reference_mask=task.corrupted_mask,
-            )  # fmt: skip
+            scores = edges.prune_edges(model, task.clean, task.corrupted, task.metric, pruning, start=start)
             seconds = time.process_time() - began
             circuit = edges.top_circuit(scores, args.edges)
             found, held = (
-                edges.faithfulness(
-                    model,
-                    prompts.clean,
-                    prompts.corrupted,
-                    prompts.metric,
-                    circuit,
-                    reference_mask=prompts.corrupted_mask,
-                )  # fmt: skip
+                edges.faithfulness(model, prompts.clean, prompts.corrupted, prompts.metric, circuit)
                 for prompts in (task, heldout)
             )
             held_out[name].append(float(held.faithfulness[0]))

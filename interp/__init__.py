@@ -14,6 +14,7 @@ import importlib
 from typing import Any
 
 _PUBLIC = {
+    "Ablation": "interp.interventions.ablation",
     "DEFAULT_MODEL": "interp.catalog",
     "OFFLINE_MODELS": "interp.io.sources",
     "ActivationCache": "interp.model",

@@ -25,7 +25,7 @@ from interp.config import Config
 from interp.types import Head
 
 RESAMPLE_MASK_ERROR = (
-    "reference_mask (1 at real tokens, 0 at padding) is for mean ablation (zero and counterfactual "
+    "Ablation.mask (1 at real tokens, 0 at padding) is for mean ablation (zero and counterfactual "
     "ablation ignore it); resample ablation draws whole reference prompts, so give unpadded references "
     "at least as long as the inputs"
 )
@@ -293,7 +293,7 @@ def check_pair(clean: Tensor, corrupted: Tensor) -> None:
 
 
 def check_padding_mask(
-    mask: Any, n_rows: int | None, n_pos: int | None, what: str = "reference_mask"
+    mask: Any, n_rows: int | None, n_pos: int | None, what: str = "Ablation.mask"
 ) -> Tensor:
     """A padding mask [n_rows, n_pos] (None: any) of 1/True at real tokens and 0/False at padding, as
     a bool tensor on the CPU."""

@@ -21,10 +21,11 @@ every position where activations are selected (a patching `Site`)."""
 Head = tuple[int, int]
 """(layer, head)."""
 
-Ablation = Literal["zero", "mean", "resample", "counterfactual"]
+AblationKind = Literal["zero", "mean", "resample", "counterfactual"]
 """What an ablated activation becomes (heads, MLPs, neurons and edges alike): zero; its mean over
 reference prompts at each position; its value on a random reference prompt; its value on the
-reference prompt paired with each input (the corrupted prompt of a clean/corrupted pair)."""
+reference prompt paired with each input (the corrupted prompt of a clean/corrupted pair). An
+ablation with its reference prompts is `interp.Ablation`."""
 ABLATIONS: tuple[str, ...] = ("zero", "mean", "resample", "counterfactual")
 
 Metric = Callable[..., Tensor]

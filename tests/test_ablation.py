@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_config
 
 import interp
-from interp import ablation, metrics
+from interp import Ablation, ablation, metrics
 from interp.interventions import engine
 
 BATCH, POS = 3, 6
@@ -40,7 +40,7 @@ def test_ablating_nothing_is_the_identity(model, data):
     tokens, reference, _ = data
     expected = model(tokens)
     for method in ("zero", "mean", "resample"):
-        with ablation.ablate(model, ablation=method, reference=reference):
+        with ablation.ablate(model, ablation=Ablation(method, reference=reference)):
             torch.testing.assert_close(model(tokens), expected)
 
 
@@ -61,56 +61,55 @@ def test_mean_ablation_uses_the_reference_means(model, data):
     _, ref_cache = model.run_with_cache(reference)
     ref_z = ref_cache["z", 0][:, :, 1]  # [n_ref, pos, d_head]
     # "mean" is one mean per position, as everywhere in interp (edges included)
-    z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=reference)
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation=Ablation("mean", reference=reference))
     torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
     groups, reference_groups = torch.tensor([1, 0, 1]), torch.tensor([0, 1, 1, 0, 0])
-    z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=reference,
-           reference_groups=reference_groups, groups=groups)  # fmt: skip
+    by_group = Ablation("mean", reference=reference, groups=reference_groups)
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation=by_group, groups=groups)
     for prompt, group in enumerate(groups):
         torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
     # an ActivationCache of the reference run serves as the reference without a second run
-    z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=ref_cache)
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation=Ablation("mean", reference=ref_cache))
     torch.testing.assert_close(z[:, :, 1], ref_z.mean(0).expand_as(z[:, :, 1]))
     # ... with groups too, as an ActivationCache or a plain dict of the hooks
     for cached in (ref_cache, {interp.act_name("z", 0): ref_cache["z", 0]}):
-        z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=cached,
-               reference_groups=reference_groups, groups=groups)  # fmt: skip
+        by_group = Ablation("mean", reference=cached, groups=reference_groups)
+        z = _z(model, tokens, 0, heads=[(0, 1)], ablation=by_group, groups=groups)
         for prompt, group in enumerate(groups):
             torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
     names = [interp.act_name("z", 0), interp.act_name("z", 1)]
     with pytest.raises(ValueError, match="lacks.*blocks.1.attn.hook_z"):
-        ablation.Replacement(model, names, "mean", {names[0]: ref_cache["z", 0]})
+        ablation.Replacement(model, names, Ablation("mean", reference={names[0]: ref_cache["z", 0]}))
     with pytest.raises(ValueError, match="one group per reference prompt"):
-        ablation.Replacement(model, names, "mean", ref_cache, reference_groups=torch.tensor([0, 1]))
+        ablation.Replacement(model, names, Ablation("mean", reference=ref_cache, groups=torch.tensor([0, 1])))
 
 
 def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(model, data):
-    """With reference_mask, each position's mean is over the references real there (per group too),
+    """With the reference's mask, each position's mean is over the references real there (per group too),
     NaN where none is; without it the padding's activations would join the mean."""
     tokens, reference, _ = data
     real = torch.arange(POS) < torch.tensor([6, 3, 6, 2, 4])[:, None]  # [n_ref, pos]: right padding
     _, ref_cache = model.run_with_cache(reference)
     ref_z = ref_cache["z", 0][:, :, 1]  # [n_ref, pos, d_head]
     expected = torch.stack([ref_z[real[:, p], p].mean(0) for p in range(POS)])  # [pos, d_head]
-    z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=reference, reference_mask=real)
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation=Ablation("mean", reference=reference, mask=real))
     torch.testing.assert_close(z[:, :, 1], expected.expand_as(z[:, :, 1]))
     assert not torch.allclose(expected, ref_z.mean(0))  # the padding would have changed the means
     reference_groups, groups = torch.tensor([0, 1, 0, 0, 1]), torch.tensor([1, 0, 1])
     with pytest.warns(RuntimeWarning, match="NaN/inf first appear at blocks.0.attn.hook_z"):
-        z = _z(model, tokens, 0, heads=[(0, 1)], ablation="mean", reference=ref_cache, reference_mask=real,
-               reference_groups=reference_groups, groups=groups)  # fmt: skip
+        by_group = Ablation("mean", reference=ref_cache, mask=real, groups=reference_groups)
+        z = _z(model, tokens, 0, heads=[(0, 1)], ablation=by_group, groups=groups)
     for prompt, group in enumerate(groups.tolist()):
         for p in range(POS):
             rows = real[:, p] & (reference_groups == group)
             torch.testing.assert_close(z[prompt, p, 1], ref_z[rows, p].mean(0), equal_nan=True)
     assert z[[0, 2], 4:, 1].isnan().all() and not z[:, :4, 1].isnan().any()  # group 1 ends at 4
     assert not z[1, :, 1].isnan().any()
-    with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
-        ablation.Replacement(model, [interp.act_name("z", 0)], "resample", reference, reference_mask=real)
+    names = [interp.act_name("z", 0)]
     with pytest.raises(ValueError, match="one row per reference prompt"):
-        ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference, reference_mask=real[:2])
-    with pytest.raises(ValueError, match=r"reference_mask is \(5, 5\): it must be \[5, 6\]"):
-        ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference, reference_mask=real[:, :5])
+        ablation.Replacement(model, names, Ablation("mean", reference=ref_cache, mask=real[:2]))
+    with pytest.raises(ValueError, match=r"Ablation.mask is \(5, 5\): it must be \[5, 6\]"):
+        ablation.Replacement(model, names, Ablation("mean", reference=ref_cache, mask=real[:, :5]))
 
 
 def test_resample_ablation_takes_a_reference_prompts_activation(model, data):
@@ -118,8 +117,8 @@ def test_resample_ablation_takes_a_reference_prompts_activation(model, data):
     _, ref_cache = model.run_with_cache(reference)
     ref_z = ref_cache["z", 1][:, :, 3]
     reference_groups = torch.tensor([0, 1, 1, 0, 0])
-    z = _z(model, tokens, 1, heads=[(1, 3)], ablation="resample", reference=reference,
-           reference_groups=reference_groups, groups=torch.tensor([1, 1, 0]))  # fmt: skip
+    by_group = Ablation("resample", reference=reference, groups=reference_groups)
+    z = _z(model, tokens, 1, heads=[(1, 3)], ablation=by_group, groups=torch.tensor([1, 1, 0]))
     for prompt, group in enumerate([1, 1, 0]):
         matches = [(z[prompt, :, 3] - ref_z[i]).abs().max() < 1e-6 for i in range(5)]
         assert sum(matches) == 1 and reference_groups[matches.index(True)] == group
@@ -129,10 +128,10 @@ def test_counterfactual_ablation_takes_the_paired_prompts_activation(model, data
     tokens, reference, _ = data
     paired = reference[:BATCH]
     _, ref_cache = model.run_with_cache(paired)
-    z = _z(model, tokens, 1, heads=[(1, 3)], ablation="counterfactual", reference=paired)
+    z = _z(model, tokens, 1, heads=[(1, 3)], ablation=Ablation("counterfactual", reference=paired))
     torch.testing.assert_close(z[:, :, 3], ref_cache["z", 1][:, :, 3], atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="pairs reference prompt i with input prompt i"):
-        _z(model, tokens, 1, heads=[(1, 3)], ablation="counterfactual", reference=reference)
+        _z(model, tokens, 1, heads=[(1, 3)], ablation=Ablation("counterfactual", reference=reference))
 
 
 def test_the_four_ablations_are_one_vocabulary_for_heads_and_edges(model, data):
@@ -144,13 +143,10 @@ def test_the_four_ablations_are_one_vocabulary_for_heads_and_edges(model, data):
     paired = reference[:BATCH]
     graph = edges.edge_graph(model)
     for method in interp.types.ABLATIONS:
-        out = edges.ablated_outputs(model, tokens, paired, method, reference=reference)
-        with ablation.ablate(
-            model,
-            heads=[(0, 1)],
-            ablation=method,
-            reference=paired if method == "counterfactual" else reference,
-        ):
+        edge_reference = None if method == "counterfactual" else reference  # edges: the corrupted prompts
+        out = edges.ablated_outputs(model, tokens, paired, Ablation(method, reference=edge_reference))
+        paired_or_not = paired if method == "counterfactual" else reference
+        with ablation.ablate(model, heads=[(0, 1)], ablation=Ablation(method, reference=paired_or_not)):
             _, cache = model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_z")
         assert out.shape[0] == graph.n_writers
         if method in ("zero", "mean", "counterfactual"):  # resample draws its own prompts in each
@@ -163,22 +159,21 @@ def test_the_four_ablations_are_one_vocabulary_for_heads_and_edges(model, data):
 def test_ablation_sweep_matches_one_ablation_at_a_time(model, data):
     tokens, reference, metric = data
     for method in ("zero", "mean"):
-        sweep = ablation.ablation_sweep(model, tokens, metric, "heads", ablation=method, reference=reference)
+        ablated = Ablation(method, reference=reference)
+        sweep = ablation.ablation_sweep(model, tokens, metric, "heads", ablation=ablated)
         assert sweep.mean().shape == (model.cfg.n_layers, model.cfg.n_heads)
         for layer, head in [(0, 2), (1, 0)]:
-            hooks = ablation.ablation_hooks(
-                model, heads=[(layer, head)], ablation=method, reference=reference
-            )
+            hooks = ablation.ablation_hooks(model, heads=[(layer, head)], ablation=ablated)
             expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
             torch.testing.assert_close(sweep.per_example()[layer, head], expected, atol=1e-5, rtol=0)
     # Padded references with their mask; logits only at the last position, for the two tokens read.
     real = torch.arange(POS) < torch.tensor([6, 3, 6, 2, 4])[:, None]
     answers = torch.stack([tokens[:, 0], tokens[:, 1]], -1)
-    sweep = ablation.ablation_sweep(model, tokens, metric, ablation="mean", reference=reference,
-                                    reference_mask=real, logit_pos=-1, logit_tokens=answers)  # fmt: skip
-    hooks = ablation.ablation_hooks(
-        model, heads=[(1, 3)], ablation="mean", reference=reference, reference_mask=real
+    padded = Ablation("mean", reference=reference, mask=real)
+    sweep = ablation.ablation_sweep(
+        model, tokens, metric, ablation=padded, logit_pos=-1, logit_tokens=answers
     )
+    hooks = ablation.ablation_hooks(model, heads=[(1, 3)], ablation=padded)
     expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
     torch.testing.assert_close(sweep.per_example()[1, 3], expected, atol=1e-5, rtol=0)
     mlps = ablation.ablation_sweep(model, tokens, metric, "mlps", base=[(0, 1)])
@@ -191,7 +186,7 @@ def test_ablation_sweep_matches_one_ablation_at_a_time(model, data):
 def test_keeping_the_whole_model_as_the_circuit_is_faithful(model, data):
     tokens, reference, metric = data
     every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-    result = ablation.head_circuit_faithfulness(model, tokens, metric, every_head, reference=reference)
+    result = ablation.head_circuit_faithfulness(model, tokens, metric, every_head)
     assert result["circuit"] == pytest.approx(result["model"]) and result["faithfulness"] == pytest.approx(
         1.0
     )
@@ -207,13 +202,13 @@ def test_bad_input_raises(model, data):
         ablation.ablation_hooks(model, heads=[(2, 0)])
     with pytest.raises(ValueError, match="out of range"):
         ablation.ablation_hooks(model, neurons=[(0, 40)])
-    with pytest.raises(ValueError, match="needs reference tokens"):
+    with pytest.raises(ValueError, match=r'needs reference prompts: give Ablation\("mean", reference=...\)'):
         ablation.ablation_hooks(model, heads=[(0, 0)], ablation="mean")
     with pytest.raises(ValueError, match="unknown ablation"):
         ablation.ablation_hooks(model, heads=[(0, 0)], ablation="random")
     with pytest.raises(ValueError, match="positions"):
         hooks = ablation.ablation_hooks(
-            model, heads=[(0, 0)], ablation="resample", reference=reference[:, :4]
+            model, heads=[(0, 0)], ablation=Ablation("resample", reference=reference[:, :4])
         )
         model.run_with_hooks(tokens, fwd_hooks=hooks)
     with pytest.raises(ValueError, match="attention-only"):
@@ -228,7 +223,7 @@ def test_runs_that_ablate_whole_layers_skip_their_attention_and_equal_hooked_run
     tokens, reference, metric = data
     n_heads = model.cfg.n_heads
     names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
-    replacement = ablation.Replacement(model, names, "mean", reference)
+    replacement = ablation.Replacement(model, names, Ablation("mean", reference=reference))
     layer0 = [(0, head) for head in range(n_heads)]
     sets = [layer0, layer0 + [(1, 1)], [(1, h) for h in range(n_heads)], [(0, 2)], layer0 + [(1, 0), (1, 3)]]
     sites = ablation.ablation_sites(model, heads=layer0)
@@ -236,6 +231,50 @@ def test_runs_that_ablate_whole_layers_skip_their_attention_and_equal_hooked_run
     assert engine._overwrites_z(model, 0, zeros)
     got = ablation.ablated_metrics(model, tokens, metric, sets, replacement)
     for heads, value in zip(sets, got, strict=True):
-        hooks = ablation.ablation_hooks(model, heads=heads, ablation="mean", reference=reference)
+        hooks = ablation.ablation_hooks(model, heads=heads, ablation=Ablation("mean", reference=reference))
         expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
         torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)
+
+
+def test_an_ablation_refuses_wrong_combinations_and_the_old_keywords(model, data):
+    """An Ablation refuses what no function could use, with the reason; a bare kind is Ablation(kind);
+    code written for the loose parameters (reference=, reference_mask=, ...) fails, never computes."""
+    tokens, reference, metric = data
+    real = torch.ones(5, POS, dtype=torch.bool)
+    with pytest.raises(ValueError, match="unknown ablation 'random'; choose one of zero, mean"):
+        Ablation("random")
+    with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
+        Ablation("resample", reference=reference, mask=real)
+    for kind in ("counterfactual", "zero"):
+        with pytest.raises(ValueError, match=r"groups must be .* \(mean and resample ablations"):
+            Ablation(kind, reference=reference, groups=torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="one group per reference prompt"):
+        Ablation("mean", reference=reference, groups=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="one group per reference prompt"):
+        Ablation("mean", groups=torch.zeros(5, dtype=torch.long))  # groups of no reference
+    with pytest.raises(ValueError, match=r"Ablation.mask is \(5, 5\): it must be \[5, 6\]"):
+        Ablation("mean", reference=reference, mask=real[:, :5])
+    with pytest.raises(TypeError, match="Ablation.seed must be an integer"):
+        Ablation("resample", reference=reference, seed=1.5)
+    with pytest.raises(TypeError, match="ablation must be an Ablation or one of zero, mean"):
+        ablation.ablation_hooks(model, heads=[(0, 0)], ablation=None)
+    with pytest.raises(
+        ValueError, match=r'resample ablation needs reference prompts: give Ablation\("resample"'
+    ):
+        ablation.ablation_sweep(model, tokens, metric, ablation="resample")
+    assert torch.equal(
+        ablation.ablation_sweep(model, tokens, metric, ablation="zero").values,
+        ablation.ablation_sweep(model, tokens, metric, ablation=Ablation("zero")).values,
+    )
+    with pytest.raises(TypeError, match="reference"):
+        ablation.ablation_hooks(model, heads=[(0, 0)], ablation="mean", reference=reference)
+    with pytest.raises(TypeError, match="reference_mask"):
+        ablation.ablation_sweep(
+            model, tokens, metric, ablation=Ablation("mean", reference=reference), reference_mask=real
+        )
+    with pytest.raises(TypeError, match="seed"):
+        ablation.head_circuit_faithfulness(model, tokens, metric, [(0, 0)], seed=1)
+    with pytest.raises(TypeError):  # Replacement(model, names, kind, reference) is one argument too many
+        ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference)
+    with pytest.raises(TypeError):  # ablation_interventions' old positional reference
+        ablation.ablation_interventions(model, [(0, 0)], (), (), "mean", reference)

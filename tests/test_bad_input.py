@@ -253,15 +253,19 @@ def test_ablate_takes_reference_texts_and_their_padding_mask(smollm2):
     texts = ["The cat sat on the mat", "A dog"]
     tokens, mask = model.to_tokens_and_mask(texts)
     prompt = model.to_tokens("The cat sat on")
-    with ablation.ablate(model, heads=[(0, 1)], ablation="mean", reference=texts):
+    with ablation.ablate(model, heads=[(0, 1)], ablation=interp.Ablation("mean", reference=texts)):
         from_texts = model(prompt)
-    with ablation.ablate(model, heads=[(0, 1)], ablation="mean", reference=tokens, reference_mask=mask):
+    with ablation.ablate(
+        model, heads=[(0, 1)], ablation=interp.Ablation("mean", reference=tokens, mask=mask)
+    ):
         from_tokens = model(prompt)
     torch.testing.assert_close(from_texts, from_tokens)
     with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
-        ablation.ablation_hooks(model, heads=[(0, 1)], ablation="resample", reference=texts)
+        ablation.ablation_hooks(model, heads=[(0, 1)], ablation=interp.Ablation("resample", reference=texts))
     with pytest.raises(TypeError, match="pass token ids as a tensor"):
-        ablation.ablation_hooks(model, heads=[(0, 1)], ablation="mean", reference=[[1, 2, 3]])
+        ablation.ablation_hooks(
+            model, heads=[(0, 1)], ablation=interp.Ablation("mean", reference=[[1, 2, 3]])
+        )
 
 
 FEW = dict(templates=["Then, [B] and [A] went to the [PLACE]. [B] gave a [OBJECT] to [A]"],
@@ -1366,19 +1370,19 @@ def _audited_calls(model, tokens, metric):
         },
         "padding mask": {
             "ablation.ablation_hooks": lambda m: ablation.ablation_hooks(
-                model, heads=[(0, 0)], ablation="mean", reference=tokens, reference_mask=m
+                model, heads=[(0, 0)], ablation=interp.Ablation("mean", reference=tokens, mask=m)
             ),
             "ablation.ablation_sweep": lambda m: ablation.ablation_sweep(
-                model, tokens, metric, ablation="mean", reference=tokens, reference_mask=m
+                model, tokens, metric, ablation=interp.Ablation("mean", reference=tokens, mask=m)
             ),
             "edges.ablated_outputs": lambda m: edges.ablated_outputs(
-                model, tokens, corrupted, "mean", reference_mask=m
+                model, tokens, corrupted, interp.Ablation("mean", mask=m)
             ),
             "edges.edge_attribution": lambda m: edges.edge_attribution(
-                model, tokens, corrupted, metric, "eap", ablation="mean", reference_mask=m
+                model, tokens, corrupted, metric, "eap", ablation=interp.Ablation("mean", mask=m)
             ),
             "edges.faithfulness": lambda m: edges.faithfulness(
-                model, tokens, corrupted, metric, every_edge, ablation="mean", reference_mask=m
+                model, tokens, corrupted, metric, every_edge, ablation=interp.Ablation("mean", mask=m)
             ),
         },
         "metric": {

@@ -146,20 +146,36 @@ def test_mean_ablation_of_padded_prompts_averages_their_real_tokens_only() -> No
     for pad in (0, 5):
         clean, corrupted = edges.pad_pair(rows, [row[::-1] for row in rows], pad)
         outputs = edges.writer_outputs(model, corrupted)  # [writer, batch, pos, d_model]
-        means[pad] = edges.ablated_outputs(model, clean, corrupted, "mean", reference_mask=mask)
+        means[pad] = edges.ablated_outputs(model, clean, corrupted, edges.Ablation("mean", mask=mask))
         expected = torch.stack([outputs[:, mask[:, p].bool(), p].mean(1) for p in range(7)], 1)[:, None]
         torch.testing.assert_close(means[pad], expected)
         faithful[pad] = edges.faithfulness(
-            model, clean, corrupted, metric, circuit, ablation="mean", reference_mask=mask
+            model, clean, corrupted, metric, circuit, ablation=edges.Ablation("mean", mask=mask)
         )
     torch.testing.assert_close(means[0], means[5])  # the padding's tokens do not matter
     torch.testing.assert_close(faithful[0].values, faithful[5].values)
     unmasked = edges.ablated_outputs(model, clean, corrupted, "mean")  # the pad = 5 prompts
     assert not torch.allclose(unmasked[:, :, 3:], means[5][:, :, 3:])  # without the mask, they would
-    with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
-        edges.ablated_outputs(model, clean, corrupted, "resample", reference_mask=mask)
-    with pytest.raises(ValueError, match=r"reference_mask is \(4, 6\)"):
-        edges.ablated_outputs(model, clean, corrupted, "mean", reference_mask=mask[:, :6])
+    with pytest.raises(ValueError, match=r"Ablation.mask is \(4, 6\)"):
+        edges.ablated_outputs(model, clean, corrupted, edges.Ablation("mean", mask=mask[:, :6]))
+    with pytest.raises(ValueError, match="edge ablations take no groups"):
+        edges.ablated_outputs(
+            model,
+            clean,
+            corrupted,
+            edges.Ablation("mean", reference=corrupted, groups=torch.zeros(4, dtype=torch.long)),
+        )
+    with pytest.raises(ValueError, match=r"without a reference"):
+        edges.ablated_outputs(model, clean, corrupted, edges.Ablation("counterfactual", reference=corrupted))
+    with pytest.raises(ValueError, match=r"reference tokens \[n, pos\] .* not a cache"):
+        edges.ablated_outputs(model, clean, corrupted, edges.Ablation("mean", reference={"x": corrupted}))
+    with_reference = edges.Ablation("mean", reference=corrupted)  # per prompt and pruning: the corrupted
+    with pytest.raises(ValueError, match="without a reference"):
+        edges.prompt_scores(model, clean, corrupted, metric, "eap", ablation=with_reference)
+    with pytest.raises(ValueError, match="without a reference"):
+        edges.prune_edges(model, clean, corrupted, metric, ablation=with_reference)
+    with pytest.raises(TypeError, match="reference_mask"):  # the loose keyword of old code
+        edges.faithfulness(model, clean, corrupted, metric, circuit, ablation="mean", reference_mask=mask)
 
 
 # --- exact edge patching = path patching built by hand ------------------------------------------

@@ -482,11 +482,11 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     _, reference = model.run_with_cache(tokens, names_filter=z_names, return_type=None)
     second = probe.second_copy_predictions().to(model.device)
     real = (torch.arange(tokens.shape[1]) < probe.lengths[:, None]).to(model.device)
-    mean_ablation = {"ablation": "mean", "reference": reference, "reference_mask": real}
+    mean_ablation = interp.Ablation("mean", reference=reference, mask=real)
 
     @torch.no_grad()
     def loss(heads) -> torch.Tensor:
-        with ablate(model, heads=heads, **mean_ablation):
+        with ablate(model, heads=heads, ablation=mean_ablation):
             logits = model(tokens)
         per_token = torch.nn.functional.cross_entropy(
             logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none"
@@ -496,7 +496,7 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     @torch.no_grad()
     def induction_score(heads, targets) -> torch.Tensor:
         names = [interp.act_name("pattern", layer) for layer, _ in targets]
-        with ablate(model, heads=heads, **mean_ablation):
+        with ablate(model, heads=heads, ablation=mean_ablation):
             _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
         masks = {"induction": score_masks(tokens, probe.lengths)["induction"]}
         scores = [

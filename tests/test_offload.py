@@ -73,7 +73,10 @@ def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
     for model in models:
         patched = activation_patching(model, clean.tokens, abc.tokens, diff, "z", clean.positions)
         paths = path_patching(model, clean.tokens, abc.tokens, diff, logit_pos=end)
-        with ablate(model, heads=[(1, 0)], ablation="mean", reference=abc.tokens), torch.no_grad():
+        with (
+            ablate(model, heads=[(1, 0)], ablation=interp.Ablation("mean", reference=abc.tokens)),
+            torch.no_grad(),
+        ):
             ablated = diff(model(clean.tokens))
         results.append((patched.values, paths.values, ablated))
     for reference, offloaded in zip(*results, strict=True):

@@ -229,7 +229,7 @@ class EdgeCircuitSettings:
     target: float = 0.8
     steps: int = 5
     ig_points: edges.IGPoints = "paper"
-    ablation: edges.Ablation = "counterfactual"
+    ablation: edges.AblationKind = "counterfactual"
     batch_size: int = 16
     max_memory: MemorySize | None = None
     curve_fractions: tuple[float, ...] | None = edges.MIB_FRACTIONS
@@ -320,8 +320,8 @@ def find_edge_circuit(
     if settings.curve_fractions is not None:  # 5.
         curve = edges.faithfulness_curve(
             model, heldout.clean, heldout.corrupted, heldout.metric, scores, settings.curve_fractions,
-            ablation=settings.ablation, random_baseline=settings.random_baseline, seed=settings.seed,
-            batch_size=settings.batch_size, progress=progress, reference_mask=heldout.corrupted_mask,
+            ablation=task_ablation(heldout, settings.ablation), random_baseline=settings.random_baseline,
+            seed=settings.seed, batch_size=settings.batch_size, progress=progress,
         )  # fmt: skip
         stage("curve")
     frequency = None
@@ -353,7 +353,12 @@ def find_edge_circuit(
     )
 
 
-def check_ablation(task: EdgeTask, ablation: edges.Ablation, which: str) -> None:
+def task_ablation(task: EdgeTask, kind: edges.AblationKind) -> edges.Ablation:
+    """`kind` of ablation on `task`'s prompts: mean over the corrupted prompts real at each position."""
+    return edges.Ablation(kind, mask=task.corrupted_mask)
+
+
+def check_ablation(task: EdgeTask, ablation: edges.AblationKind, which: str) -> None:
     """Refuse resample ablation on prompts of different lengths (`which`: the task's prompts in words)."""
     if ablation == "resample" and task.corrupted_mask is not None:
         raise ValueError(
@@ -375,8 +380,9 @@ def circuit_faithfulness(
     mean metric on the held-out corrupted prompts (at their own positions)."""
     found, faith = (
         edges.faithfulness(
-            model, prompts.clean, prompts.corrupted, prompts.metric, circuit, ablation=settings.ablation,
-            batch_size=settings.batch_size, progress=progress, reference_mask=prompts.corrupted_mask,
+            model, prompts.clean, prompts.corrupted, prompts.metric, circuit,
+            ablation=task_ablation(prompts, settings.ablation), batch_size=settings.batch_size,
+            progress=progress,
         )
         for prompts in (task, heldout)
     )  # fmt: skip
@@ -459,7 +465,7 @@ def method_scores(
     def attribution(name: str) -> tuple[edges.EdgeScores, Callable[[Tensor], edges.EdgeScores] | None]:
         if settings.bootstrap > 0:
             each = edges.prompt_scores(
-                model, task.clean, task.corrupted, task.metric, name, steps, ablation, task.corrupted_mask,
+                model, task.clean, task.corrupted, task.metric, name, steps, task_ablation(task, ablation),
                 progress, ig_points=ig_points,
             )  # fmt: skip
             like = edges.EdgeScores(
@@ -468,9 +474,9 @@ def method_scores(
             )  # fmt: skip
             return like, lambda rows: edges.mean_scores(graph, each, rows, like)
         scores = edges.edge_attribution(
-            model, task.clean, task.corrupted, task.metric, name, steps, ablation=ablation,
-            batch_size=batch_size if max_memory is None else None, progress=progress, ig_points=ig_points,
-            max_memory=max_memory, reference_mask=task.corrupted_mask,
+            model, task.clean, task.corrupted, task.metric, name, steps,
+            ablation=task_ablation(task, ablation), batch_size=batch_size if max_memory is None else None,
+            progress=progress, ig_points=ig_points, max_memory=max_memory,
         )  # fmt: skip
         return scores, None
 
@@ -483,7 +489,7 @@ def method_scores(
         mask = None if task.corrupted_mask is None else task.corrupted_mask[rows]
         return edges.prune_edges(
             model, task.clean[rows], task.corrupted[rows], edges.subset_metric(task.metric, rows), pruning,
-            ablation=ablation, reference_mask=mask, start=start,
+            ablation=edges.Ablation(ablation, mask=mask), start=start,
             checkpoint=checkpoint if report is not None else None, progress=report,
         )  # fmt: skip
 
@@ -518,7 +524,7 @@ def edge_circuit_stages(method: str, searched: bool, curve: bool, bootstrap: int
 
 def smallest_faithful_size(
     model: HookedTransformer, task: EdgeTask, scores: edges.EdgeScores, target: float = 0.8,
-    ablation: edges.Ablation = "counterfactual", batch_size: int = 16, progress: Progress | None = None,
+    ablation: edges.AblationKind = "counterfactual", batch_size: int = 16, progress: Progress | None = None,
 ) -> int:  # fmt: skip
     """The smallest number of top-|score| edges whose circuit reaches faithfulness `target`: MIB's
     sizes first (one batched run), then bisection between the last size below and the first above
@@ -543,10 +549,9 @@ def smallest_faithful_size(
             task.corrupted,
             task.metric,
             circuits,
-            ablation=ablation,
+            ablation=task_ablation(task, ablation),
             batch_size=batch_size,
             progress=report,
-            reference_mask=task.corrupted_mask,
         )
         evaluated += len(sizes)
         if progress is not None:

@@ -96,7 +96,7 @@ class GroundTruth:
     model: HookedTransformer
     task: EdgeTask
     circuit: Bool[Tensor, "writer reader"]
-    ablation: edges.Ablation = "counterfactual"
+    ablation: edges.AblationKind = "counterfactual"
 
     @property
     def n_edges(self) -> int:

@@ -58,7 +58,7 @@ import interp
 from circuits.heads.probes import Probe, Probes
 from circuits.heads.scores import HeadScores, mask_scores, pattern_scores, score_masks, type_score
 from circuits.stages import StageResults
-from interp.interventions.ablation import Replacement, ablation_sites
+from interp.interventions.ablation import Ablation, Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets
 from interp.types import Head, Progress, as_stage
 
@@ -298,7 +298,9 @@ def clean_run(
     _, cache = model.run_with_cache(tokens, names_filter=names + [last] * final, return_type=None)
     real = torch.arange(probe.tokens.shape[1]) < probe.lengths[:, None]  # [batch, pos]: not padding
     z_names = [interp.act_name("z", layer) for layer in layers]
-    means = Replacement(model, z_names, "mean", {name: cache[name] for name in z_names}, reference_mask=real)
+    means = Replacement(
+        model, z_names, Ablation("mean", reference={name: cache[name] for name in z_names}, mask=real)
+    )
     return CleanRun(
         tokens=tokens,
         resid_pre={layer: cache["resid_pre", layer] for layer in layers},

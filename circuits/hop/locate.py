@@ -30,7 +30,7 @@ from torch import Tensor
 import interp
 from circuits.evidence import random_same_layer_sets
 from circuits.hop.results import HopLookup, HopPath, HopResult
-from interp.interventions.ablation import Replacement
+from interp.interventions.ablation import Ablation, Replacement
 from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
 from interp.interventions.metrics import AnswerMetric
 from interp.interventions.path_patching import PathPatcher
@@ -129,7 +129,7 @@ def hop_report(
         for stage, (split, part) in enumerate(halves.items()):
             if progress is not None:
                 progress(HOP_STAGES[0], stage, len(halves))
-            replacement = Replacement(model, names, "mean", part)
+            replacement = Replacement(model, names, Ablation("mean", reference=part))
             mean_z = [replacement.values(name, len(part)) for name in names]
             metric = answer_metric(task, part.cpu())
             targets = lookup_positions(task, part.cpu())

@@ -22,7 +22,7 @@ from torch import Tensor
 import interp
 from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
-from interp.interventions.ablation import Replacement, ablation_sites
+from interp.interventions.ablation import Ablation, Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets, read_with_grad
 from interp.types import Head, Progress, as_stage
 
@@ -51,7 +51,7 @@ def ablated_z(
         reference = {name: values.flatten(0, 1)[:, None] for name, values in z.items()}
     else:
         reference = z
-    replacement = Replacement(model, list(z), ablation, reference, seed=seed)
+    replacement = Replacement(model, list(z), Ablation(ablation, reference=reference, seed=seed))
     return {name: replacement.values(name, len(values)) for name, values in z.items()}
 
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 import interp
 from interp import edges
-from interp.interventions.ablation import Replacement, ablated_metrics, ablation_sites
+from interp.interventions.ablation import Ablation, Replacement, ablated_metrics, ablation_sites
 from interp.interventions.path_patching import PathPatcher
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, as_stage
@@ -263,7 +263,7 @@ class MeanAblation:
         keys = sorted(set(self._keys(abc)))
         self.group_of = {key: group for group, key in enumerate(keys)}  # (template, END) -> group
         groups = self.groups(abc)
-        self.replacement = Replacement(model, names, "mean", reference, reference_groups=groups)
+        self.replacement = Replacement(model, names, Ablation("mean", reference=reference, groups=groups))
 
     @staticmethod
     def _keys(prompts: IOIPrompts) -> list[tuple[int, int]]:

@@ -42,7 +42,7 @@ from circuits.evidence import (
     stratum_drops,
 )
 from circuits.path.task import PairTask
-from interp.interventions.ablation import Replacement, ablated_metrics
+from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.patching import attribution_patching
 from interp.interventions.stats import bootstrap, faithfulness_ratio
 from interp.model import HookedTransformer
@@ -117,7 +117,7 @@ def _replacement(model: HookedTransformer, task: PairTask, ablation: str) -> Rep
     real = torch.arange(task.corrupted.shape[1]) <= task.corrupted_end[:, None]
     mask = None if ablation != "mean" or bool(real.all()) else real.long()
     return Replacement(
-        model, model.layer_hook_names("z"), ablation, reference=task.corrupted, reference_mask=mask
+        model, model.layer_hook_names("z"), Ablation(ablation, reference=task.corrupted, mask=mask)
     )
 
 

@@ -56,7 +56,7 @@ from circuits.retrieval.results import (
     RetrievalResult,
 )
 from interp import edges
-from interp.interventions.ablation import Replacement, ablated_metrics
+from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import faithfulness_ratio
 from interp.tasks.retrieval import (
@@ -271,7 +271,8 @@ def ablated_logit_diffs(
     """[set, batch] the logit diffs with each set's heads mean-ablated (per position, over the
     prompts' corrupted runs)."""
     tokens = prompts.tokens.to(model.device)
-    replacement = Replacement(model, model.layer_hook_names("z"), "mean", prompts.corrupted.to(model.device))
+    mean = Ablation("mean", reference=prompts.corrupted.to(model.device))
+    replacement = Replacement(model, model.layer_hook_names("z"), mean)
     end = prompts.positions["END"].to(model.device)
     with torch.no_grad():
         values = ablated_metrics(

@@ -46,13 +46,14 @@ from interp.edges.stability import (
     selection_frequency,
     subset_metric,
 )
+from interp.interventions.ablation import Ablation
 from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
 from interp.interventions.stats import auroc
-from interp.types import ABLATIONS, Ablation
+from interp.types import ABLATIONS, AblationKind
 
 __all__ = [
     "ABLATIONS", "IG_POINTS", "IGPoints", "METHODS", "MIB_FRACTIONS", "OBJECTIVES", "Ablation",
-    "AnswerMetric",
+    "AblationKind", "AnswerMetric",
     "EdgeGraph", "EdgeScores",
     "Faithfulness", "FaithfulnessCurve", "EdgeRun", "Method", "ablated_outputs", "area_under", "auroc",
     "edge_attribution", "edge_attribution_by_position", "edge_forward", "edge_graph", "faithfulness",

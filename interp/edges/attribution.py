@@ -47,19 +47,21 @@ from interp.edges.intervene import (
     EdgeRun,
     ablated_outputs,
     chunks,
+    edge_ablation,
     edge_forward,
     logit_positions,
     run_circuits,
     unembed_at,
     writer_outputs,
 )
+from interp.interventions.ablation import Ablation
 from interp.interventions.engine import Intervention, Site, check_pair, intervened, read_with_grad
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.devices import module_weight
 from interp.model.cache import act_name
 from interp.model.components import Norm
 from interp.model.transformer import HookedTransformer
-from interp.types import Ablation, MemorySize, Metric, Progress, memory_bytes
+from interp.types import AblationKind, MemorySize, Metric, Progress, memory_bytes
 
 Method = Literal["eap", "eap-ig", "eap-ig-activations", "eap-ig-activations-grouped", "exact"]
 METHODS: tuple[str, ...] = ("eap", "eap-ig", "eap-ig-activations", "eap-ig-activations-grouped", "exact")
@@ -94,14 +96,12 @@ def edge_attribution(
     method: Method = "eap-ig",
     steps: int = 5,
     *,
-    ablation: Ablation = "counterfactual",
-    reference: Int[Tensor, "n pos"] | None = None,
+    ablation: Ablation | AblationKind = "counterfactual",
     batch_size: int | None = None,
     progress: Progress | None = None,
     reader_pos: Int[Tensor, " batch"] | None = None,
     ig_points: IGPoints = "paper",
     max_memory: MemorySize | None = None,
-    reference_mask: Int[Tensor, "n pos"] | None = None,
     base: Sequence[Intervention] = (),
 ) -> EdgeScores:
     """Score every edge of `model` on prompt pairs (see the module docstring for the methods).
@@ -112,7 +112,8 @@ def edge_attribution(
     or "2GiB") picks the largest batch whose estimated memory fits, at most `batch_size` where given
     (gradient methods). `reader_pos` ([batch], gradient methods) scores only what readers read at one
     position per prompt (a path-patching-like estimate, e.g. heads -> name movers' queries at END).
-    `reference_mask`: the reference prompts' padding mask, for mean ablation (`ablated_outputs`).
+    `ablation`: what ablated edges carry (`ablated_outputs`; mean and resample read the corrupted
+    prompts unless the Ablation has its own reference tokens).
     `base`: the engine's interventions made in every run, clean, corrupted, reference and
     intervened (e.g. heads mean-ablated: `ablation.ablation_interventions`; per-prompt values
     are those of the clean prompts, taken row by row in each batch; `engine.intervention_hooks`).
@@ -126,18 +127,18 @@ def edge_attribution(
                 "max_memory applies to the gradient methods (eap, eap-ig); exact runs batch_size prompts."
             )
         _check_method(method, steps)
+        ablation = edge_ablation(ablation)
         clean, corrupted = check_pair(model, clean, corrupted)
         metric = check_reads_real_tokens(model, metric, clean)
         with intervened(model, base, torch.arange(clean.shape[0])):
             return _exact_scores(
-                model, edge_graph(model), clean, corrupted, metric, ablation, reference,
-                batch_size or DEFAULT_BATCH_SIZE, progress, reference_mask,
+                model, edge_graph(model), clean, corrupted, metric, ablation,
+                batch_size or DEFAULT_BATCH_SIZE, progress,
             )  # fmt: skip
     positions = {"": reader_pos}
     return edge_attribution_by_position(
-        model, clean, corrupted, metric, positions, method, steps, ablation=ablation, reference=reference,
-        batch_size=batch_size, progress=progress, ig_points=ig_points, max_memory=max_memory,
-        reference_mask=reference_mask, base=base,
+        model, clean, corrupted, metric, positions, method, steps, ablation=ablation,
+        batch_size=batch_size, progress=progress, ig_points=ig_points, max_memory=max_memory, base=base,
     )[""]  # fmt: skip
 
 
@@ -150,21 +151,20 @@ def edge_attribution_by_position(
     method: Literal["eap", "eap-ig", "eap-ig-activations", "eap-ig-activations-grouped"] = "eap",
     steps: int = 5,
     *,
-    ablation: Ablation = "counterfactual",
-    reference: Int[Tensor, "n pos"] | None = None,
+    ablation: Ablation | AblationKind = "counterfactual",
     batch_size: int | None = None,
     progress: Progress | None = None,
     ig_points: IGPoints = "paper",
     max_memory: MemorySize | None = None,
-    reference_mask: Int[Tensor, "n pos"] | None = None,
     base: Sequence[Intervention] = (),
 ) -> dict[str, EdgeScores]:
     """Gradient edge scores for several reader positions from one set of gradients: name ->
     EdgeScores of what readers read at those positions ([batch], one per prompt; None: all).
     ig_points: where EAP-IG over inputs evaluates gradients (module docstring); EAP always takes
-    alpha = 1, the activation methods k = 1..steps (the reference code's). batch_size, max_memory,
-    reference_mask, base: as `edge_attribution`."""
+    alpha = 1, the activation methods k = 1..steps (the reference code's). ablation, batch_size,
+    max_memory, base: as `edge_attribution`."""
     _check_method(method, steps)
+    ablation = edge_ablation(ablation)
     if ig_points not in IG_POINTS:
         raise ValueError(f"ig_points={ig_points!r} is not one of {IG_POINTS}; 'mib' is MIB's convention.")
     if method == "exact":
@@ -181,16 +181,16 @@ def edge_attribution_by_position(
     steps = 1 if method == "eap" else steps
     first = 0 if ig_points == "mib" and method == "eap-ig" else 1
     alphas = [k / steps for k in range(first, first + steps)]
-    batch_size = _batch_size(model, graph, clean.shape, method, ablation, batch_size, max_memory)
+    batch_size = _batch_size(model, graph, clean.shape, method, ablation.kind, batch_size, max_memory)
     scores = {name: torch.zeros(graph.n_writers, graph.n_readers) for name in reader_positions}
     # Counterfactual outputs are read per batch (all prompts' writer outputs at once are the largest
     # tensor here: writers x prompts x positions x d_model); the other ablations are one mean or
     # resampled set.
-    if ablation == "counterfactual":
+    if ablation.kind == "counterfactual":
         ablated_all = None
     else:
         with intervened(model, base):
-            ablated_all = ablated_outputs(model, clean, corrupted, ablation, reference, 0, reference_mask)
+            ablated_all = ablated_outputs(model, clean, corrupted, ablation)
     batches = chunks(clean.shape[0], batch_size)
     groups = _writer_groups(graph) if activations else [slice(0, 1)]
     head_groups = [graph.head_writers(layer) for layer in range(graph.n_layers)]  # one-head layers too
@@ -232,7 +232,7 @@ def edge_attribution_by_position(
             graph=graph,
             scores=(s / (clean.shape[0] * runs)).masked_fill(~graph.valid, 0.0),
             method=method,
-            ablation=ablation,
+            ablation=ablation.kind,
             steps=steps,
             n_prompts=clean.shape[0],
         )
@@ -319,7 +319,7 @@ def _batch_size(
     graph: EdgeGraph,
     shape: torch.Size,
     method: str,
-    ablation: Ablation,
+    kind: AblationKind,
     batch_size: int | None,
     max_memory: MemorySize | None,
 ) -> int:
@@ -332,7 +332,7 @@ def _batch_size(
     budget = memory_bytes(max_memory)
     n_prompts, n_pos = shape
     fixed = graph.n_writers * n_prompts * n_pos * model.cfg.d_model * model.dtype.itemsize
-    fixed = fixed if ablation == "resample" else 0
+    fixed = fixed if kind == "resample" else 0
     per_prompt = _bytes_per_prompt(model, graph, n_pos, method)
     fits = (budget - fixed) // per_prompt
     if fits < 1:
@@ -484,14 +484,12 @@ def _exact_scores(
     corrupted: Tensor,
     metric: Metric,
     ablation: Ablation,
-    reference: Tensor | None,
     batch_size: int,
     progress: Progress | None,
-    reference_mask: Tensor | None = None,
 ) -> EdgeScores:
     """m(edge ablated) - m(clean), averaged over prompts: one intervened run per edge."""
     edges = graph.edges()
-    ablated = ablated_outputs(model, clean, corrupted, ablation, reference, reference_mask=reference_mask)
+    ablated = ablated_outputs(model, clean, corrupted, ablation)
     ids = torch.arange(clean.shape[0])
     with torch.no_grad():
         base = for_rows(metric, ids, len(ids))(model(clean)).float()
@@ -510,5 +508,5 @@ def _exact_scores(
         if progress:
             progress(STAGE, min(start + per_run, len(edges)), len(edges))
     return EdgeScores(
-        graph=graph, scores=scores, method="exact", ablation=ablation, steps=1, n_prompts=clean.shape[0]
+        graph=graph, scores=scores, method="exact", ablation=ablation.kind, steps=1, n_prompts=clean.shape[0]
     )

@@ -17,12 +17,13 @@ from torch import Tensor
 
 from interp.checks import check_distinct_pair
 from interp.edges.graph import MIB_FRACTIONS, EdgeScores, edge_graph, random_scores, top_circuit
-from interp.edges.intervene import ablated_outputs, chunks, logit_positions, run_circuits
+from interp.edges.intervene import ablated_outputs, chunks, edge_ablation, logit_positions, run_circuits
+from interp.interventions.ablation import Ablation
 from interp.interventions.engine import check_pair, forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.interventions.stats import bootstrap, defined_gap, faithfulness_ratio
 from interp.model.transformer import HookedTransformer
-from interp.types import Ablation, Metric, Progress, as_stage
+from interp.types import AblationKind, Metric, Progress, as_stage
 
 
 @dataclass(kw_only=True)
@@ -66,18 +67,17 @@ def faithfulness(
     metric: Metric,
     circuits: Bool[Tensor, "K writer reader"] | Bool[Tensor, "writer reader"],
     *,
-    ablation: Ablation = "counterfactual",
-    reference: Int[Tensor, "n pos"] | None = None,
+    ablation: Ablation | AblationKind = "counterfactual",
     batch_size: int = 16,
     progress: Progress | None = None,
-    reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> Faithfulness:
-    """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge.
-    reference_mask: the reference prompts' padding mask, for mean ablation (`ablated_outputs`).
-    Circuits that are the same run once (`evaluate_circuits`). progress("Faithfulness", runs done, runs)."""
+    """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge
+    (`ablation`: what ablated edges carry, `ablated_outputs`). Circuits that are the same run once
+    (`evaluate_circuits`). progress("Faithfulness", runs done, runs)."""
+    ablation = edge_ablation(ablation)
     clean, corrupted = check_pair(model, clean, corrupted)
     metric = check_reads_real_tokens(model, metric, clean)
-    if ablation == "counterfactual":
+    if ablation.kind == "counterfactual":
         check_distinct_pair(clean, corrupted, "every ablated edge (counterfactual: the corrupted run's)")
     if not isinstance(circuits, Tensor):
         raise TypeError(f"circuits must be a bool tensor [K, writer, reader], got {type(circuits).__name__}")
@@ -92,7 +92,7 @@ def faithfulness(
             f"circuits must be [K, {graph.n_writers}, {graph.n_readers}] masks of this model's edge graph "
             f"(writers x readers), got shape {tuple(circuits.shape)}; build them with top_circuit"
         )
-    ablated = ablated_outputs(model, clean, corrupted, ablation, reference, reference_mask=reference_mask)
+    ablated = ablated_outputs(model, clean, corrupted, ablation)
     return evaluate_circuits(model, clean, metric, circuits, ablated, batch_size, progress)
 
 
@@ -212,17 +212,15 @@ def faithfulness_curve(
     scores: EdgeScores,
     fractions: Sequence[float] = MIB_FRACTIONS,
     *,
-    ablation: Ablation = "counterfactual",
-    reference: Int[Tensor, "n pos"] | None = None,
+    ablation: Ablation | AblationKind = "counterfactual",
     random_baseline: bool = True,
     seed: int = 0,
     batch_size: int = 16,
     progress: Progress | None = None,
-    reference_mask: Int[Tensor, "n pos"] | None = None,
 ) -> FaithfulnessCurve:
     """Faithfulness of the top-|score| and the top-signed-score circuits at each fraction of edges, and
-    of random circuits, all in one `faithfulness` (one run per distinct circuit). reference_mask: as
-    `faithfulness`. progress("Faithfulness curve", runs done, runs)."""
+    of random circuits (drawn with `seed`), all in one `faithfulness` (one run per distinct circuit).
+    ablation: as `faithfulness`. progress("Faithfulness curve", runs done, runs)."""
     graph = scores.graph
     fractions = tuple(float(f) for f in fractions)
     if any(not 0 < f <= 1 for f in fractions) or list(fractions) != sorted(fractions):
@@ -235,8 +233,7 @@ def faithfulness_curve(
     rand = circuits_of(random_scores(graph, seed)) if random_baseline else None
     evaluated = faithfulness(
         model, clean, corrupted, metric, tops if rand is None else torch.cat([tops, rand]), ablation=ablation,
-        reference=reference, batch_size=batch_size, progress=as_stage(progress, "Faithfulness curve"),
-        reference_mask=reference_mask,
+        batch_size=batch_size, progress=as_stage(progress, "Faithfulness curve"),
     )  # fmt: skip
     n = len(fractions)
 

@@ -6,7 +6,7 @@ An edge's ablation replaces the writer's contribution to that reader's input onl
                  - sum over ablated edges (writer -> reader) of (writer - writer_ablated)
 
 where "writer" is the writer's output in the current (intervened) run and `writer_ablated` what the
-ablation (`interp.types.Ablation`) puts there: its output on the corrupted prompt (counterfactual,
+ablation (`interp.Ablation`) puts there: its output on the corrupted prompt (counterfactual,
 the default), its mean over reference prompts at each position (mean), its output on a random
 reference prompt (resample) or zero. Biases that belong to no writer (attention's b_O) stay, and so
 do a shortformer model's positions (added to every block's query and key inputs, written by no writer).
@@ -25,19 +25,21 @@ once for the mask's gradient.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import RESAMPLE_MASK_ERROR, check_padding_mask, check_pair
+from interp.checks import check_padding_mask, check_pair
 from interp.edges.graph import EdgeGraph, edge_graph
+from interp.interventions.ablation import Ablation
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
+from interp.model.cache import ActivationCache
 from interp.model.transformer import HookedTransformer
-from interp.types import ABLATIONS, Ablation, Metric
+from interp.types import AblationKind, Metric
 
 
 def pad_pair(
@@ -448,46 +450,62 @@ def ablated_outputs(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],
     corrupted: Int[Tensor, "batch pos"],
-    ablation: Ablation = "counterfactual",
-    reference: Int[Tensor, "n pos"] | None = None,
-    seed: int = 0,
-    reference_mask: Int[Tensor, "n pos"] | None = None,
+    ablation: Ablation | AblationKind = "counterfactual",
 ) -> Float[Tensor, "writer batch_or_1 pos d_model"]:
     """What ablated edges carry: the writers' outputs on the corrupted prompts (counterfactual), their
-    mean over `reference` prompts (default: the corrupted ones) at each position (mean), their
-    outputs on a random reference prompt per clean prompt (resample, seeded), or zero.
-    reference_mask: the reference prompts' padding mask [n, pos] (1 at real tokens, 0 at padding;
-    the corrupted prompts' where reference is None): each position's mean is over the prompts real
+    mean over the Ablation's reference tokens [n, pos] (default: the corrupted prompts) at each
+    position (mean), their outputs on a random reference prompt per clean prompt (resample, drawn with
+    the Ablation's seed), or zero. The Ablation's mask: the reference prompts' padding mask [n, pos]
+    (the corrupted prompts' where it has no reference): each position's mean is over the prompts real
     there, NaN where none is. Without it, right padding's outputs join the means."""
-    if ablation not in ABLATIONS:
-        raise ValueError(f"ablation={ablation!r} is not one of {ABLATIONS}.")
+    ablation = edge_ablation(ablation)
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_pair(clean, corrupted)
-    if reference_mask is not None and ablation == "resample":
-        raise ValueError(RESAMPLE_MASK_ERROR)
-    if ablation == "counterfactual":
+    if ablation.kind == "counterfactual":
         return writer_outputs(model, corrupted)
     n_writers = edge_graph(model).n_writers
-    if ablation == "zero":
+    if ablation.kind == "zero":
         return torch.zeros(
             n_writers, 1, clean.shape[1], model.cfg.d_model, dtype=model.dtype, device=model.device
         )
-    reference = corrupted if reference is None else model.input_tokens(reference)
+    reference = corrupted if ablation.reference is None else model.input_tokens(ablation.reference)
     if reference.shape[1] < clean.shape[1]:
         raise ValueError(
-            f"{ablation} ablation needs reference prompts at least as long as the clean ones "
+            f"{ablation.kind} ablation needs reference prompts at least as long as the clean ones "
             f"({clean.shape[1]} tokens); got {reference.shape[1]}."
         )
     outputs = writer_outputs(model, reference[:, : clean.shape[1]])  # [writer, n, pos, d_model]
-    if ablation == "mean":
-        if reference_mask is None:
+    if ablation.kind == "mean":
+        if ablation.mask is None:
             return outputs.mean(1, keepdim=True)
-        real = check_padding_mask(reference_mask, *reference.shape)[:, : clean.shape[1]]
+        real = check_padding_mask(ablation.mask, *reference.shape)[:, : clean.shape[1]]
         return masked_mean(outputs, real[None, :, :, None], 1, keepdim=True)
     drawn = torch.randint(
-        reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(seed)
+        reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(ablation.seed)
     )
     return outputs[:, drawn.to(outputs.device)]
+
+
+def edge_ablation(ablation: Ablation | AblationKind) -> Ablation:
+    """`ablation` as an Ablation of edges (`Ablation.of`), refused where edges cannot take it: edges
+    take reference tokens without groups, and counterfactual edges carry the corrupted prompts'."""
+    ablation = Ablation.of(ablation)
+    if ablation.groups is not None:
+        raise ValueError(
+            "edge ablations take no groups: give an Ablation without groups (one mean or draw for all "
+            "prompts)."
+        )
+    if ablation.kind == "counterfactual" and ablation.reference is not None:
+        raise ValueError(
+            "counterfactual edge ablation carries each pair's corrupted prompt: give "
+            'Ablation("counterfactual") without a reference.'
+        )
+    if isinstance(ablation.reference, ActivationCache | Mapping):
+        raise ValueError(
+            "edge ablations need reference tokens [n, pos] (the writers' outputs are read from a run on "
+            "them), not a cache."
+        )
+    return ablation
 
 
 def chunks(n: int, size: int) -> list[Tensor]:

@@ -48,16 +48,18 @@ from interp.edges.intervene import (
     EdgeRun,
     ablated_outputs,
     chunks,
+    edge_ablation,
     edge_forward,
     logit_positions,
     writer_outputs,
 )
 from interp.edges.stability import normalised_ranks
+from interp.interventions.ablation import Ablation
 from interp.interventions.engine import check_pair
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
 from interp.model.transformer import HookedTransformer
-from interp.types import Ablation, Metric, Progress
+from interp.types import AblationKind, Metric, Progress
 
 STAGE = "Edge pruning"
 OBJECTIVES = ("kl", "metric")
@@ -162,8 +164,7 @@ def prune_edges(
     metric: Metric,
     pruning: PruneSettings = PruneSettings(),
     *,
-    ablation: Ablation = "counterfactual",
-    reference_mask: Int[Tensor, "n pos"] | None = None,
+    ablation: Ablation | AblationKind = "counterfactual",
     start: EdgeScores | None = None,
     checkpoint: str | os.PathLike | None = None,
     progress: Progress | None = None,
@@ -175,12 +176,19 @@ def prune_edges(
     of them. start: the ranking the scores start from (default: EAP-IG on these prompts,
     `edge_attribution`). checkpoint: a file the run's state is written to (atomically) every
     `pruning.checkpoint_every` steps and resumed from when it exists with the same settings; it is
-    left in place. reference_mask: the reference prompts' padding mask, for mean ablation.
+    left in place. ablation: what ablated edges carry (`ablated_outputs`): mean and resample read the
+    corrupted prompts (the Ablation's mask: theirs).
     progress("Edge pruning", steps done, steps; steps, steps when it stops early).
     Returns EdgeScores with method "prune" and `steps` the steps run."""
     density, steps, lr, batch_size = pruning.density, pruning.steps, pruning.lr, pruning.batch_size
     objective = pruning.objective
     seed, patience, checkpoint_every = pruning.seed, pruning.patience, pruning.checkpoint_every
+    ablation = edge_ablation(ablation)
+    if ablation.reference is not None:
+        raise ValueError(
+            "prune_edges ablates with the corrupted prompts as the reference (mean, resample): give an "
+            "Ablation without a reference."
+        )
     clean, corrupted = check_pair(model, clean, corrupted)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
@@ -192,7 +200,7 @@ def prune_edges(
     n = clean.shape[0]
     settings = _RunKey(
         density=density, steps=steps, lr=lr, batch_size=min(batch_size, n), objective=objective,
-        seed=seed, ablation=ablation, n_prompts=n, n_edges=graph.n_edges,
+        seed=seed, ablation=ablation.kind, n_prompts=n, n_edges=graph.n_edges,
         start="eap-ig" if start is None else start.method, start_factor=pruning.start_factor,
         ramp=pruning.ramp,
     )  # fmt: skip
@@ -200,21 +208,17 @@ def prune_edges(
     if state is None and start is None:
         start = edge_attribution(
             model, clean, corrupted, metric, "eap-ig", ablation=ablation, batch_size=settings.batch_size,
-            progress=progress, reference_mask=reference_mask,
+            progress=progress,
         )  # fmt: skip
     valid = graph.valid
     sizes = mask_sizes(graph.n_edges, pruning)
     with _frozen(model):  # the scores alone learn
         # What ablated edges carry: every corrupted prompt's writer outputs at once where they fit in
         # CACHE_BYTES (counterfactual), else read per step; one mean or zero tensor otherwise.
-        per_step = ablation == "counterfactual" and (
+        per_step = ablation.kind == "counterfactual" and (
             graph.n_writers * clean.numel() * model.cfg.d_model * model.dtype.itemsize > CACHE_BYTES
         )
-        shared = (
-            None
-            if per_step
-            else ablated_outputs(model, clean, corrupted, ablation, reference_mask=reference_mask)
-        )
+        shared = None if per_step else ablated_outputs(model, clean, corrupted, ablation)
         targets = _full_model(model, clean, metric, objective, settings.batch_size)
 
         if state is None:  # NaN would rank as the largest score
@@ -269,7 +273,9 @@ def prune_edges(
     order = (final - final.min() + margin) / (spread + 2 * margin)  # in (0, 1), increasing with s
     out = torch.zeros(graph.n_writers, graph.n_readers)
     out[valid] = -(last + order) / (done + 2)
-    return EdgeScores(graph=graph, scores=out, method="prune", ablation=ablation, steps=done, n_prompts=n)
+    return EdgeScores(
+        graph=graph, scores=out, method="prune", ablation=ablation.kind, steps=done, n_prompts=n
+    )
 
 
 def _top(scores: Float[Tensor, " n"], k: int) -> Float[Tensor, " n"]:

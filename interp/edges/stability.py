@@ -14,6 +14,7 @@ that are not means (edge pruning) are run again on each resample.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 from jaxtyping import Float, Int
@@ -21,10 +22,11 @@ from torch import Tensor
 
 from interp.edges.attribution import Method, edge_attribution
 from interp.edges.graph import EdgeGraph, EdgeScores, top_circuit
+from interp.interventions.ablation import Ablation
 from interp.interventions.metrics import AnswerMetric, takes_rows
 from interp.interventions.stats import resamples
 from interp.model.transformer import HookedTransformer
-from interp.types import Ablation, Metric, Progress
+from interp.types import AblationKind, Metric, Progress
 
 STAGE = "Edge stability"
 
@@ -54,38 +56,37 @@ def prompt_scores(
     metric: Metric,
     method: Method = "eap-ig",
     steps: int = 5,
-    ablation: Ablation = "counterfactual",
-    reference_mask: Int[Tensor, "batch pos"] | None = None,
+    ablation: Ablation | AblationKind = "counterfactual",
     progress: Progress | None = None,
     reader_pos: Int[Tensor, " batch"] | None = None,
     **options,
 ) -> Float[Tensor, "batch writer reader"]:
     """Each prompt's own edge scores (`edge_attribution` on it alone; `options` go to it). Mean and zero
-    ablation take their means over all the corrupted prompts, as a run on all of them does, and
-    `reader_pos` ([batch]) gives each prompt its own position, so the mean of these is the scores of
-    all the prompts. progress("Edge scores", prompts done, prompts)."""
-    if ablation == "resample":
+    ablation take their means over all the corrupted prompts (the Ablation's mask: theirs), as a run on
+    all of them does, and `reader_pos` ([batch]) gives each prompt its own position, so the mean of
+    these is the scores of all the prompts. progress("Edge scores", prompts done, prompts)."""
+    ablation = Ablation.of(ablation)
+    if ablation.kind == "resample":
         raise ValueError(
             "Scores per prompt take counterfactual, mean or zero ablation (resample draws per batch)."
         )
-    if "reference" in options:
+    if ablation.reference is not None:
         raise ValueError(
             "Scores per prompt take their reference from the ablation: the corrupted prompts (mean, "
-            "zero), each prompt's own (counterfactual); drop reference=."
+            "zero), each prompt's own (counterfactual); give an Ablation without a reference."
         )
     n, out = clean.shape[0], []
     if reader_pos is not None and tuple(reader_pos.shape) != (n,):
         raise ValueError(
             f"reader_pos must hold one position per prompt, shape ({n},), got {tuple(reader_pos.shape)}."
         )
-    reference = None if ablation == "counterfactual" else corrupted
+    if ablation.kind != "counterfactual":  # every prompt's means over all the corrupted prompts
+        ablation = replace(ablation, reference=corrupted)
     for i in range(n):
         rows = torch.tensor([i])
         scores = edge_attribution(
             model, clean[rows], corrupted[rows], subset_metric(metric, rows), method, steps,
-            ablation=ablation, reference=reference,
-            reference_mask=None if reference is None else reference_mask,
-            reader_pos=None if reader_pos is None else reader_pos[rows], **options,
+            ablation=ablation, reader_pos=None if reader_pos is None else reader_pos[rows], **options,
         )  # fmt: skip
         out.append(scores.scores)
         if progress:

@@ -5,21 +5,11 @@ What is ablated:
   mlps    [layer, ...]            at blocks.L.hook_mlp_out [batch, pos, d_model]
   neurons [(layer, neuron), ...]  at blocks.L.mlp.hook_post [batch, pos, d_mlp] (that unit)
 
-Ablations (`interp.types.Ablation`, the same four words for heads, MLPs, neurons and edges):
-  "zero":           0.
-  "mean":           the mean over a reference dataset ([n_ref, pos] tokens) of the same
-                    activation, one mean per position (the reference must be at least as long as
-                    the input); with groups (e.g. IOI templates) one mean per group and position,
-                    each input prompt getting its own group's mean. Right-padded references need
-                    their mask (`reference_mask`), or the padding's activations join the means.
-  "resample":       the activation of a random reference prompt (of the same group if groups
-                    are given), drawn per input prompt with a seeded generator.
-  "counterfactual": the activation of the reference prompt paired with each input prompt
-                    (reference[i] for prompt i: the corrupted prompt of a clean/corrupted pair).
-The default is "zero" where no reference prompts are needed (ablation_hooks, ablate, ablation
-sweeps); functions given clean and corrupted prompts default to "counterfactual".
+What it becomes is an `Ablation` (its kind and reference prompts: the same for heads, MLPs, neurons
+and edges). The default is "zero" where no reference prompts are needed (ablation_hooks, ablate,
+ablation sweeps); functions given clean and corrupted prompts default to "counterfactual".
 
-    with ablate(model, heads=[(9, 6), (9, 9)], ablation="mean", reference=abc.tokens):
+    with ablate(model, heads=[(9, 6), (9, 9)], ablation=Ablation("mean", reference=abc.tokens)):
         logits = model(clean.tokens)
     model.run_with_hooks(tokens, fwd_hooks=ablation_hooks(model, mlps=[0]))
 """
@@ -28,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from itertools import product
 from typing import Literal
 
@@ -60,7 +51,92 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
-from interp.types import ABLATIONS, Ablation, Head, Pos, Progress
+from interp.types import ABLATIONS, AblationKind, Head, Pos, Progress
+
+Reference = Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | Mapping[str, Tensor]
+"""Reference prompts: tokens [n_ref, pos], texts, or a cache of their activations (name -> [n_ref,
+pos, ...])."""
+
+GROUPS_ERROR = (
+    "Ablation.groups must be a LongTensor [n_ref], one group per reference prompt (mean and resample "
+    "ablations with a reference only)"
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Ablation:
+    """What an ablated activation becomes (heads, MLPs, neurons and edges alike).
+
+    kind:
+      "zero":           0.
+      "mean":           the mean over the reference prompts of the same activation, one mean per
+                        position (the reference must be at least as long as the input); with
+                        `groups` (e.g. IOI templates) one mean per group and position, each input
+                        prompt getting its own group's mean (the inputs' groups [batch] are the
+                        function's `groups`). Right-padded references need their `mask`, or the
+                        padding's activations join the means.
+      "resample":       the activation of a random reference prompt (of the same group if `groups`
+                        are given), drawn per input prompt with a generator seeded with `seed`.
+      "counterfactual": the activation of the reference prompt paired with each input prompt
+                        (reference[i] for prompt i: the corrupted prompt of a clean/corrupted pair).
+    reference: tokens [n_ref, pos] (run once to cache the hooks), texts (tokenized by the model; the
+      mask of their padding is the mask), or an ActivationCache (or a dict name -> [n_ref, pos, ...])
+      that already holds them (e.g. the clean run's own activations). Edge functions take tokens
+      only and default to the corrupted prompts (mean, resample).
+    mask: the reference's padding mask [n_ref, pos] (True or 1 at real tokens, False or 0 at padding;
+      in edge functions without a reference, the corrupted prompts'): each position's mean is over the
+      references real there, NaN where none is (a run that reads such a position gives NaN, not a
+      silently wrong number); zero and counterfactual ablation average nothing and ignore it;
+      resample ablation refuses it.
+    groups: the reference prompts' groups [n_ref] (mean and resample).
+    seed: seeds resample's draw.
+
+    `Ablation.of("mean")` is `Ablation("mean")`: every function that ablates takes either.
+    """
+
+    kind: AblationKind = "zero"
+    reference: Reference | None = None
+    mask: Int[Tensor, "n_ref pos"] | None = None
+    groups: Int[Tensor, " n_ref"] | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ABLATIONS:
+            raise ValueError(f"unknown ablation {self.kind!r}; choose one of {', '.join(ABLATIONS)}")
+        check_int(self.seed, "Ablation.seed")
+        if self.mask is not None and self.kind == "resample":
+            raise ValueError(RESAMPLE_MASK_ERROR)
+        tokens = isinstance(self.reference, Tensor)
+        if self.mask is not None:
+            shape = tuple(self.reference.shape) if tokens and self.reference.ndim == 2 else (None, None)
+            check_padding_mask(self.mask, *shape)
+        if self.groups is not None and (
+            self.kind not in ("mean", "resample")
+            or self.reference is None
+            or not isinstance(self.groups, Tensor)
+            or self.groups.ndim != 1
+            or (tokens and self.groups.shape[0] != self.reference.shape[0])
+        ):
+            raise ValueError(GROUPS_ERROR)
+
+    @classmethod
+    def of(cls, ablation: Ablation | AblationKind) -> Ablation:
+        """`ablation` as an Ablation: a bare kind ("mean") is `Ablation(kind)`."""
+        if isinstance(ablation, Ablation):
+            return ablation
+        if isinstance(ablation, str):
+            return cls(ablation)
+        raise TypeError(
+            f"ablation must be an Ablation or one of {', '.join(ABLATIONS)}, got {type(ablation).__name__}"
+        )
+
+    def require_reference(self) -> None:
+        """Refuse a kind that reads reference prompts without them (where no default reference exists)."""
+        if self.kind != "zero" and self.reference is None:
+            raise ValueError(
+                f'{self.kind} ablation needs reference prompts: give Ablation("{self.kind}", reference=...) '
+                "with tokens [n_ref, pos], texts or a cache (e.g. a corrupted dataset)"
+            )
 
 
 def ablation_sites(
@@ -94,41 +170,21 @@ def ablation_sites(
 
 
 class Replacement:
-    """The values that replace activations of the hooks `names` under an ablation.
-
-    `reference` is reference tokens [n_ref, pos] (run once to cache the hooks), texts (tokenized
-    by the model; the mask of their padding is the reference_mask), or an ActivationCache (or a
-    dict name -> [n_ref, pos, ...]) that already holds them (e.g. the clean run's own
-    activations). `reference_mask` [n_ref, pos] (True or 1 at real tokens, False or 0 at
-    padding): each position's mean is over the references real there, NaN where none is (a run
-    that reads such a position gives NaN, not a silently wrong number); zero and counterfactual
-    ablation average nothing and ignore it; resample ablation refuses it.
+    """The values that replace activations of the hooks `names` under `ablation` (`Ablation`).
 
     `values(name, batch, groups)` -> a tensor broadcastable to the activation [batch, pos, ...].
     """
 
-    def __init__(
-        self,
-        model: HookedTransformer,
-        names: Sequence[str],
-        ablation: Ablation,
-        reference: Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | None = None,
-        reference_groups: Int[Tensor, " n_ref"] | None = None,
-        seed: int = 0,
-        reference_mask: Int[Tensor, "n_ref pos"] | None = None,
-    ):
+    def __init__(self, model: HookedTransformer, names: Sequence[str], ablation: Ablation | AblationKind):
+        ablation = Ablation.of(ablation)
+        ablation.require_reference()
+        reference, reference_mask = ablation.reference, ablation.mask
         if isinstance(reference, str | Sequence):  # texts
             reference, text_mask = model.to_tokens_and_mask(reference)
             if reference_mask is None and not bool(text_mask.all()):
                 reference_mask = text_mask
-        if ablation not in ABLATIONS:
-            raise ValueError(f"unknown ablation {ablation!r}; choose one of {', '.join(ABLATIONS)}")
-        if ablation != "zero" and reference is None:
-            raise ValueError(
-                f"{ablation} ablation needs reference tokens [n_ref, pos] (e.g. a corrupted dataset)"
-            )
         cached = isinstance(reference, ActivationCache | Mapping)
-        missing = [name for name in names if name not in reference] if cached and ablation != "zero" else []
+        missing = [name for name in names if cached and ablation.kind != "zero" and name not in reference]
         if missing:
             raise ValueError(f"the reference cache lacks {missing}: cache these hooks in its run")
         if reference is None or not cached:
@@ -136,29 +192,26 @@ class Replacement:
         else:
             shape = next((reference[name].shape for name in names if name in reference), None)
         n_ref, n_pos = (None, None) if shape is None else shape[:2]
-        if reference_groups is not None and (
-            n_ref is None or ablation == "counterfactual" or tuple(reference_groups.shape) != (n_ref,)
-        ):
-            raise ValueError(
-                "reference_groups must be a LongTensor [n_ref], one group per reference prompt "
-                "(mean and resample ablations only)"
-            )
-        if reference_mask is not None and ablation == "resample":
-            raise ValueError(RESAMPLE_MASK_ERROR)
-        self.ablation = ablation
+        if ablation.groups is not None and (n_ref is None or tuple(ablation.groups.shape) != (n_ref,)):
+            raise ValueError(GROUPS_ERROR)
+        if reference_mask is not None and ablation.kind == "resample":
+            raise ValueError(RESAMPLE_MASK_ERROR)  # padded texts
+        self.kind = ablation.kind
         self.reference_mask = (
             None if reference_mask is None else check_padding_mask(reference_mask, n_ref, n_pos)
         )
-        self.reference_groups = None if reference_groups is None else reference_groups.long().cpu()
-        self.generator = torch.Generator().manual_seed(seed)
+        self.reference_groups = None if ablation.groups is None else ablation.groups.long().cpu()
+        self.generator = torch.Generator().manual_seed(ablation.seed)
         self.acts: dict[str, Tensor] = {}
-        if ablation != "zero" and cached:
+        if ablation.kind != "zero" and cached:
             self.acts = {name: reference[name] for name in names}  # name -> [n_ref, pos, ...]
-        elif ablation != "zero":
+        elif ablation.kind != "zero":
             with torch.no_grad():  # no logits: the run stops after the last block it caches
                 _, cache = model.run_with_cache(reference, names_filter=list(names), return_type=None)
             self.acts = {name: cache[name] for name in names}
-        self.means = {name: self._means(act) for name, act in self.acts.items()} if ablation == "mean" else {}
+        self.means = (
+            {name: self._means(act) for name, act in self.acts.items()} if ablation.kind == "mean" else {}
+        )
 
     def _means(self, act: Tensor) -> Float[Tensor, "group pos ..."]:
         groups = (
@@ -170,7 +223,7 @@ class Replacement:
 
     def _mean(self, act: Tensor, rows: Tensor) -> Float[Tensor, "pos ..."]:
         """The mean over the reference prompts `rows` [n_ref] (bool), over those real at each
-        position if a reference_mask was given."""
+        position if a mask was given."""
         selected = act[rows.to(act.device)]  # [n, pos, ...]
         if self.reference_mask is None:
             return selected.mean(0)
@@ -178,14 +231,14 @@ class Replacement:
         return masked_mean(selected, real, 0)
 
     def values(self, name: str, batch: int, groups: Int[Tensor, " batch"] | None = None) -> Tensor:
-        if self.ablation == "zero":
+        if self.kind == "zero":
             return torch.zeros(())
         if (groups is None) != (self.reference_groups is None):
-            raise ValueError("give groups for the input prompts exactly when reference_groups are given")
-        if self.ablation == "mean":
+            raise ValueError("give groups for the input prompts exactly when the Ablation has groups")
+        if self.kind == "mean":
             means = self.means[name]
             return means if groups is None else means[groups.long().cpu()]
-        if self.ablation == "counterfactual":
+        if self.kind == "counterfactual":
             if self.acts[name].shape[0] != batch:
                 raise ValueError(
                     f"counterfactual ablation pairs reference prompt i with input prompt i: "
@@ -252,24 +305,18 @@ def ablation_interventions(
     heads: Sequence[Head] = (),
     mlps: Sequence[int] = (),
     neurons: Sequence[tuple[int, int]] = (),
-    ablation: Ablation = "zero",
-    reference: Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | None = None,
-    reference_groups: Int[Tensor, " n_ref"] | None = None,
+    ablation: Ablation | AblationKind = "zero",
+    *,
     groups: Int[Tensor, " batch"] | None = None,
-    seed: int = 0,
-    reference_mask: Int[Tensor, "n_ref pos"] | None = None,
 ) -> list[Intervention]:
     """The engine's interventions that ablate heads, MLP layers and neurons, in runs on any prompts
     no longer than the reference (`Replacement.interventions`): e.g. the `base` of a patching run.
 
-    reference: tokens, texts or a cache (see `Replacement`).
-    groups: the input prompts' groups [batch] (with reference_groups: per-group means/resampling).
-    reference_mask: the reference's padding mask (mean ablation; see `Replacement`).
+    ablation: an `Ablation` (its kind and reference prompts) or a kind that needs none ("zero").
+    groups: the input prompts' groups [batch] (with the Ablation's groups: per-group means/resampling).
     """
     sites = ablation_sites(model, heads, mlps, neurons)
-    replacement = Replacement(
-        model, [s.name for s in sites], ablation, reference, reference_groups, seed, reference_mask
-    )
+    replacement = Replacement(model, [s.name for s in sites], ablation)
     return replacement.interventions(sites, groups=groups)
 
 
@@ -281,7 +328,7 @@ def ablation_hooks(model: HookedTransformer, *args, **kwargs) -> list[tuple[str,
 
 @contextmanager
 def ablate(model: HookedTransformer, *args, **kwargs) -> Iterator[HookedTransformer]:
-    """Context manager: `with ablate(model, heads=[(9, 6)], ablation="mean", reference=tokens): ...`
+    """Context manager: `with ablate(model, heads=[(9, 6)], ablation=Ablation("mean", reference=tokens)): ...`
     (the arguments of `ablation_interventions`; `engine.intervened`)."""
     with intervened(model, ablation_interventions(model, *args, **kwargs)):
         yield model
@@ -305,7 +352,7 @@ def ablated_metrics(
 
     Runs that ablate the same heads in the first blocks compute those blocks once (see
     `patching.run_site_sets`), so many sets cost far less than as many forward passes.
-    groups: the prompts' groups [batch] (with reference groups: per-group means or resampling).
+    groups: the prompts' groups [batch] (with the Ablation's groups: per-group means or resampling).
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
     logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed.
     Prompts shorter than the reference (right-padded prompts cut to their length) take the values
@@ -335,12 +382,17 @@ def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]
 
 
 def circuit_hooks(
-    model: HookedTransformer, circuit: Sequence[Head], ablation: Ablation = "zero", **kwargs
+    model: HookedTransformer,
+    circuit: Sequence[Head],
+    ablation: Ablation | AblationKind = "zero",
+    *,
+    groups: Int[Tensor, " batch"] | None = None,
 ) -> list:
     """fwd_hooks that ablate every head except those of `circuit` (MLPs are kept), for faithfulness.
-    Every member of `circuit` must be a head of the model (`interp.checks.check_heads`)."""
+    Every member of `circuit` must be a head of the model (`interp.checks.check_heads`); ablation and
+    groups as `ablation_interventions`'."""
     circuit = check_heads(model.cfg, circuit)
-    return ablation_hooks(model, heads=_all_heads_but(model, circuit), ablation=ablation, **kwargs)
+    return ablation_hooks(model, heads=_all_heads_but(model, circuit), ablation=ablation, groups=groups)
 
 
 def head_circuit_faithfulness(
@@ -348,17 +400,13 @@ def head_circuit_faithfulness(
     tokens: Int[Tensor, "batch pos"],
     metric: Metric,
     circuit: Sequence[Head],
-    ablation: Ablation = "zero",
+    ablation: Ablation | AblationKind = "zero",
     *,
-    reference: Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | None = None,
-    reference_groups: Int[Tensor, " n_ref"] | None = None,
     groups: Int[Tensor, " batch"] | None = None,
-    seed: int = 0,
-    reference_mask: Int[Tensor, "n_ref pos"] | None = None,
 ) -> dict[str, float]:
     """How much of the model's metric `circuit`'s heads keep when every other head is ablated
-    (MLPs kept; the reference arguments as `ablation_hooks`'), on interp's engine (`ablated_metrics`:
-    the three runs share what they can).
+    (MLPs kept; ablation and groups as `ablation_interventions`'), on interp's engine
+    (`ablated_metrics`: the three runs share what they can).
 
     Returns the batch means of the metric for the full model ("model"), the circuit ("circuit")
     and the model with every head ablated ("no_heads"); "faithfulness", interp's one definition
@@ -368,7 +416,7 @@ def head_circuit_faithfulness(
     circuit = check_heads(model.cfg, circuit)
     every = _all_heads_but(model, [])
     names = sorted({site.name for site in ablation_sites(model, heads=every)})
-    replacement = Replacement(model, names, ablation, reference, reference_groups, seed, reference_mask)
+    replacement = Replacement(model, names, ablation)
     with torch.no_grad():
         full, kept, none = ablated_metrics(
             model, tokens, metric, [[], _all_heads_but(model, circuit), every], replacement, groups=groups
@@ -389,24 +437,21 @@ def ablation_sweep(
     metric: Metric,
     component: Literal["heads", "mlps"] = "heads",
     *,
-    ablation: Ablation = "zero",
-    reference: Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | None = None,
-    reference_groups: Int[Tensor, " n_ref"] | None = None,
+    ablation: Ablation | AblationKind = "zero",
     groups: Int[Tensor, " batch"] | None = None,
     base: Sequence[Head] = (),
-    seed: int = 0,
     metric_name: str = "metric",
     batch_size: int | None = None,
     logit_pos: Pos = None,
     logit_tokens: Tensor | None = None,
-    reference_mask: Int[Tensor, "n_ref pos"] | None = None,
 ) -> PatchResult:
     """Ablate each head ([layer, head] grid) or each MLP layer ([layer] grid) in turn, on top of
     the heads in `base` (ablated in every run). Batches several ablated runs per forward and
     starts each at the ablated layer. `result.target` is the metric of the unablated model.
+    ablation, groups: as `ablation_interventions`'.
     logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
-    logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed.
-    reference_mask: the reference's padding mask, for mean ablation (see `Replacement`)."""
+    logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed."""
+    ablation = Ablation.of(ablation)
     cfg = model.cfg
     tokens, base = model.input_tokens(tokens), check_heads(cfg, base)
     check_logit_pos(logit_pos, tokens)
@@ -426,7 +471,7 @@ def ablation_sweep(
     else:
         raise ValueError(f"component must be 'heads' or 'mlps', got {component!r}")
     names = sorted({site.name for sites in units for site in sites})
-    replacement = Replacement(model, names, ablation, reference, reference_groups, seed, reference_mask)
+    replacement = Replacement(model, names, ablation)
     batch = tokens.shape[0]
     sources = replacement.sources(names, tokens, groups)
     logits, target = cached_run(model, tokens, start_names(model), logit_pos)
@@ -435,7 +480,7 @@ def ablation_sweep(
         logit_tokens=logit_tokens, batch_size=batch_size,
     )  # fmt: skip
     rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
-    index = pd.DataFrame(rows).assign(component=f"{ablation} ablation of {component}", position="all")
+    index = pd.DataFrame(rows).assign(component=f"{ablation.kind} ablation of {component}", position="all")
     if "head" not in index:
         index["head"] = None
     return PatchResult(
@@ -445,5 +490,5 @@ def ablation_sweep(
         coords=coords,
         metric_name=metric_name,
         target=metric_values(metric, logits, batch),
-        method=f"{ablation} ablation",
+        method=f"{ablation.kind} ablation",
     )
