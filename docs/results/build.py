@@ -136,7 +136,8 @@ def heads_section(report: Any) -> list[str]:
         f"{report.provenance}; {s['n_samples']} random sequences per repeat length "
         f"({', '.join(map(str, lengths))} tokens) of {s['discovery_tokens']} choose the candidates, "
         f"{s['n_samples']} fresh ones per length of {s['held_out_tokens']} (seed {s['held_out_seed']}) test "
-        "them: their scores again (after →; ✓ needs it over the type's threshold) and their effects. Δloss: the loss on the repeated half with the head mean-ablated minus the clean loss; "
+        "them: their scores again (after →; ✓ needs it over the type's threshold) and their effects. "
+        "Δloss: the loss on the repeated half with the head mean-ablated minus the clean loss; "
         "Δinduction score: how much ablating a previous-token head lowers the induction heads' score (± one "
         "standard error over the held-out sequences; –: not measured with the others ablated, the head is "
         "confirmed alone at every repeat length).",
