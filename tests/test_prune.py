@@ -114,6 +114,13 @@ def test_resumed_pruning_follows_the_same_trajectory(toy_induction, tmp_path):
     torch.testing.assert_close(resumed.scores, whole.scores, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="checkpoint of another pruning run"):
         edges.prune_edges(*args, edges.PruneSettings(steps=13, batch_size=4), checkpoint=path)
+    # A resample run's checkpoint is its seed's: another seed draws other prompts, so it starts over.
+    short = edges.PruneSettings(steps=2, batch_size=4)
+    edges.prune_edges(*args, short, ablation=interp.Ablation("resample"), checkpoint=tmp_path / "resample.pt")
+    with pytest.raises(ValueError, match="checkpoint of another pruning run"):
+        edges.prune_edges(
+            *args, short, ablation=interp.Ablation("resample", seed=1), checkpoint=tmp_path / "resample.pt"
+        )
 
 
 def test_selection_frequencies(toy_induction):

@@ -122,7 +122,7 @@ class _RunKey:
     batch_size: int
     objective: str
     seed: int
-    ablation: str
+    ablation: str  # `_ablation_key`
     n_prompts: int
     n_edges: int
     start: str  # the method of the start ranking
@@ -200,7 +200,7 @@ def prune_edges(
     n = clean.shape[0]
     settings = _RunKey(
         density=density, steps=steps, lr=lr, batch_size=min(batch_size, n), objective=objective,
-        seed=seed, ablation=ablation.kind, n_prompts=n, n_edges=graph.n_edges,
+        seed=seed, ablation=_ablation_key(ablation), n_prompts=n, n_edges=graph.n_edges,
         start="eap-ig" if start is None else start.method, start_factor=pruning.start_factor,
         ramp=pruning.ramp,
     )  # fmt: skip
@@ -353,6 +353,16 @@ def _save(path, settings: _RunKey, step: int, scores: Tensor, last: Tensor, opti
     }  # fmt: skip
     with atomic_write(path, "wb") as file:
         torch.save(state, file)
+
+
+def _ablation_key(ablation: Ablation) -> str:
+    """The ablation as a checkpoint's key records it: its kind and what else changes what ablated
+    edges carry (mean's padding mask, resample's seed)."""
+    if ablation.kind == "mean" and ablation.mask is not None:
+        return "mean over real tokens (masked)"
+    if ablation.kind == "resample":
+        return f"resample, seed {ablation.seed}"
+    return ablation.kind
 
 
 def _load(path, settings: _RunKey) -> dict | None:
