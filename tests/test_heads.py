@@ -344,6 +344,8 @@ def test_a_head_whose_score_does_not_hold_out_is_not_confirmed():
     weakest = min(held_out, key=held_out.get)
     assert float(scores.columns["induction"][weakest]) > raised["induction"]  # chosen by its discovery score
     stricter = dataclasses.replace(effects["induction"], score_threshold=raised["induction"])
+    with pytest.raises(ValueError, match="score_threshold"):  # scores with no threshold would fail every head
+        dataclasses.replace(effects["induction"], score_threshold=math.nan)
     assert stricter.verdict(weakest) == "score-not-held" and stricter.significant(weakest)
     assert all(stricter.confirmed(head) for head in held_out if head != weakest)
     weights = weight_scores(model, scores.candidates("previous_token", 12))

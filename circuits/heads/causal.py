@@ -56,7 +56,7 @@ from torch import Tensor
 
 import interp
 from circuits.heads.probes import Probe, Probes
-from circuits.heads.scores import HeadScores, mask_scores, pattern_scores, score_masks, type_score
+from circuits.heads.scores import HeadScores, pattern_scores, score_masks, type_score
 from circuits.stages import StageResults
 from interp.interventions.ablation import Ablation, Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets
@@ -93,6 +93,10 @@ class CausalEffects:
     held_out_scores: dict[Head, float] = field(default_factory=dict)  # head -> the attention score of its
     # type on the held-out probe (`held_out_scores`); a head without one is judged on its effects only
     score_threshold: float = math.nan  # the type's score threshold (the discovery scores')
+
+    def __post_init__(self) -> None:
+        if self.held_out_scores and math.isnan(self.score_threshold):  # every verdict would be score-not-held
+            raise ValueError("held-out scores need their type's score_threshold to be judged against")
 
     def significant(self, head: Head) -> bool:
         """Either pooled effect exceeds CONFIRM_SE standard errors and min_effect."""
@@ -315,12 +319,14 @@ def held_out_scores(
 ) -> dict[Head, float]:
     """Each head's `head_type` attention score on `probe` (`scores.type_score` of the clean run's
     patterns, which must hold the heads' layers): the discovery score's statistic on held-out tokens."""
+    masks = {head_type: score_masks(probe.tokens, probe.lengths)[head_type]}  # the same for every layer
     found = {}
     for layer in sorted({layer for layer, _ in heads}):
-        pattern = clean.patterns[layer].float().cpu()  # [batch, head, q, k]
-        per_sequence = mask_scores(pattern, probe.tokens, probe.lengths)[head_type]  # [batch, head]
+        of_layer = [head for lh, head in heads if lh == layer]
+        pattern = clean.patterns[layer][:, of_layer].float().cpu()  # [batch, head, q, k]
+        per_sequence = pattern_scores(pattern, masks, probe.lengths)[head_type]  # [batch, head]
         score = type_score(head_type, per_sequence, probe.repeat_len)  # [head]
-        found |= {(layer, head): float(score[head]) for lh, head in heads if lh == layer}
+        found |= {(layer, head): float(value) for head, value in zip(of_layer, score, strict=True)}
     return found
 
 

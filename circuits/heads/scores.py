@@ -129,7 +129,13 @@ def type_score(
     if head_type != "induction":
         return per_sequence.nanmean(0)
     means = torch.stack([per_sequence[repeat_len == length].nanmean(0) for length in repeat_len.unique()])
-    return means.gather(0, means.nan_to_num(float("inf")).argmin(0, keepdim=True))[0]
+    return means.gather(0, weakest_length(means))[0]
+
+
+def weakest_length(means: Float[Tensor, "length ..."]) -> Int[Tensor, "1 ..."]:
+    """The index of the lowest of each head's means over repeat lengths (a NaN mean is never the
+    lowest), kept as a leading dimension of 1 for `gather`."""
+    return means.nan_to_num(float("inf")).argmin(0, keepdim=True)
 
 
 def uniform_pattern(lengths: Int[Tensor, " batch"], n: int) -> Float[Tensor, "batch 1 n n"]:
@@ -345,7 +351,7 @@ def mask_score_columns(
         for length in probes.induction_lengths
     }
     means, ses, confidences = (torch.stack([found[i] for found in by_length.values()]) for i in range(3))
-    lowest = means.nan_to_num(float("inf")).argmin(0, keepdim=True)  # [1, layer, head]: the weakest length
+    lowest = weakest_length(means)  # [1, layer, head]
     columns = {}
     for name in PATTERN_SCORES:
         if name == "induction":
