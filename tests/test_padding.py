@@ -362,3 +362,29 @@ def test_patching_prompts_padded_differently_on_the_left_is_refused(smollm2):
     source = model.to_tokens([IOI_PROMPTS[1], IOI_CORRUPTED[0]], padding_side="left")
     with pytest.raises(ValueError, match="left-padded differently"):
         interp.patch(model, tokens, ioi_metric(model), head=(9, 1), source=source)
+
+
+@pytest.mark.parametrize("prefix_padding", ["left", "right", None])
+@pytest.mark.parametrize("continuation_padding", ["left", "right", None])
+def test_smollm2_kv_cache_continues_each_padded_prompt_as_alone(smollm2, prefix_padding, continuation_padding):
+    """Issue 49 (11): TransformerLens's `test_multi_token_batch` on a real model, by logits. A right-padded
+    prefix is cached with its mask, so the continuation neither attends to its padding nor counts it
+    among its positions (the first prompt's probabilities differed by 0.26 from its uncached run)."""
+    model = smollm2
+    prefixes = ["It's always locked", "I'd rather be burned in Canada"]
+    continuations = [" by the magistrate", " than to freeze here in the South"]
+    if prefix_padding is None:
+        prefixes[1] = "It's always blocked"
+    if continuation_padding is None:
+        continuations[1] = " by the candidate"
+    first = model.to_tokens(continuations[0], prepend_bos=False)
+    n_new = first.shape[1]
+    expected = model(torch.cat([model.to_tokens(prefixes[0]), first], dim=1))[0, -n_new:]
+    prefix = model.to_tokens(prefixes, padding_side=prefix_padding)
+    continuation = model.to_tokens(continuations, prepend_bos=False, padding_side=continuation_padding)
+    cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.cfg.device, 2)
+    model(prefix, past_kv_cache=cache, padding_side=prefix_padding)
+    cache.freeze()
+    logits = model(continuation, past_kv_cache=cache, padding_side=continuation_padding)
+    cached = logits[0, :n_new] if continuation_padding == "right" else logits[0, -n_new:]
+    torch.testing.assert_close(cached, expected, **TOL)

@@ -733,8 +733,10 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             side = self.default_padding_side if padding_side is None else padding_side
             if mask is None and recorded is not None:  # ids from to_tokens: their padding is known
                 # left padding masked; right padding runs unmasked, as TransformerLens's (no real token
-                # attends to it; metrics read each prompt's last real token from the record)
-                mask = recorded if bool(recorded[:, 0].eq(0).any()) else None
+                # attends to it; metrics read each prompt's last real token from the record), but not
+                # into a KV cache: the tokens that continue it follow the padding and must not read it
+                left_padded = bool(recorded[:, 0].eq(0).any())
+                mask = recorded if left_padded or continues_cache else None
             elif mask is None and self.tokenizer is not None:
                 bos = self.cfg.bos_token_id
                 bos = self.tokenizer.bos_token_id if bos is None else bos
