@@ -366,7 +366,7 @@ def test_patching_prompts_padded_differently_on_the_left_is_refused(smollm2):
 
 @pytest.mark.parametrize("prefix_padding", ["left", "right", None])
 @pytest.mark.parametrize("continuation_padding", ["left", "right", None])
-def test_smollm2_kv_cache_continues_each_padded_prompt_as_alone(smollm2, prefix_padding, continuation_padding):
+def test_smollm2_kv_cache_continues_padded_prompts_as_alone(smollm2, prefix_padding, continuation_padding):
     """Issue 49 (11): TransformerLens's `test_multi_token_batch` on a real model, by logits. A right-padded
     prefix is cached with its mask, so the continuation neither attends to its padding nor counts it
     among its positions (the first prompt's probabilities differed by 0.26 from its uncached run)."""
