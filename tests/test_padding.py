@@ -388,3 +388,202 @@ def test_smollm2_kv_cache_continues_padded_prompts_as_alone(smollm2, prefix_padd
     logits = model(continuation, past_kv_cache=cache, padding_side=continuation_padding)
     cached = logits[0, :n_new] if continuation_padding == "right" else logits[0, -n_new:]
     torch.testing.assert_close(cached, expected, **TOL)
+
+
+# Every read of an ActivationCache at positions: (cache, positions) -> [..., batch, d] (positions
+# either pos_slice=... or pos=..., the same for every read).
+CACHE_READS = {
+    "accumulated_resid": lambda cache, **at: cache.accumulated_resid(apply_ln=True, **at),
+    "decompose_resid": lambda cache, **at: cache.decompose_resid(apply_ln=True, **at),
+    "stack_head_results": lambda cache, **at: cache.stack_head_results(incl_remainder=True, **at),
+    "get_neuron_results": lambda cache, **at: cache.get_neuron_results(1, **at).movedim(-2, 0),
+    "stack_neuron_results": lambda cache, **at: cache.stack_neuron_results(2, apply_ln=True, **at),
+    "get_full_resid_decomposition": lambda cache, **at: cache.get_full_resid_decomposition(**at),
+    "apply_ln_to_stack": lambda cache, **at: cache.apply_ln_to_stack(cache.decompose_resid(**at), **at),
+    "logit_attrs": lambda cache, **at: cache.logit_attrs(
+        cache.decompose_resid(**at), tokens=torch.tensor([5, 5]), incorrect_tokens=torch.tensor([6, 6]), **at
+    )[..., None],
+}
+
+
+def cache_of(model, texts, side=None):
+    return model.run_with_cache(model.to_tokens(texts, padding_side=side))[1]
+
+
+@pytest.mark.parametrize("name", list(CACHE_READS))
+def test_cache_reads_each_prompt_at_its_own_position_or_refuses(model, name):
+    """Issue 49 (1): a cache of a right-padded batch refuses pos_slice=-1 (it reads the short prompt's
+    padding) and reads pos=model.last_positions(tokens) as each prompt alone; on the left, -1 is every
+    prompt's last token."""
+    read = CACHE_READS[name]
+    tokens = model.to_tokens([SHORT, LONG])
+    cache, alone = cache_of(model, [SHORT, LONG]), cache_of(model, [SHORT])
+    expected = read(alone, pos_slice=-1)[..., 0, :]
+    torch.testing.assert_close(read(cache, pos=model.last_positions(tokens))[..., 0, :], expected, **TOL)
+    if model.default_padding_side == "right":
+        with pytest.raises(ValueError, match="reads position 7 of prompt 0, its padding.*last_positions"):
+            read(cache, pos_slice=-1)
+        with pytest.raises(ValueError, match="its padding"):
+            read(cache, pos_slice=(2, None))
+    else:
+        torch.testing.assert_close(read(cache, pos_slice=-1)[..., 0, :], expected, **TOL)
+        with pytest.raises(ValueError, match="reads position 0 of prompt 0, its padding"):
+            read(cache, pos_slice=0)
+    long_alone = read(cache_of(model, [LONG]), pos_slice=-1)[..., 0, :]
+    torch.testing.assert_close(read(cache, pos=model.last_positions(tokens))[..., 1, :], long_alone, **TOL)
+
+
+def test_a_cache_sliced_to_one_prompt_keeps_its_padding(model):
+    """The prompts a batch_slice or apply_slice_to_batch_dim keeps are the ones checked."""
+    cache = cache_of(model, [SHORT, LONG])
+    long_only = cache.apply_slice_to_batch_dim(slice(1, 2))
+    torch.testing.assert_close(
+        long_only.decompose_resid(pos_slice=-1),
+        cache.decompose_resid(pos=model.last_positions(model.to_tokens([SHORT, LONG])))[:, 1:],
+    )
+    stack = cache.decompose_resid()[:, :, -1]
+    cache.apply_ln_to_stack(stack[:, 1:], pos_slice=-1, batch_slice=slice(1, 2))  # the long prompt: real
+    short_only = cache.apply_slice_to_batch_dim(0)
+    if model.default_padding_side == "right":
+        with pytest.raises(ValueError, match="its padding"):
+            short_only.decompose_resid(pos_slice=-1)
+        with pytest.raises(ValueError, match="its padding"):
+            cache.apply_ln_to_stack(stack[:, :1], pos_slice=-1, batch_slice=slice(0, 1))
+
+
+def test_run_with_cache_refuses_to_keep_only_padding(model):
+    tokens = model.to_tokens([SHORT, LONG])
+    if model.default_padding_side == "right":
+        with pytest.raises(
+            ValueError, match="run_with_cache of a padded batch: pos_slice=-1 reads position 7"
+        ):
+            model.run_with_cache(tokens, pos_slice=-1)
+    else:
+        _, cache = model.run_with_cache(tokens, pos_slice=-1)
+        torch.testing.assert_close(
+            cache["resid_post", 1][0, 0], cache_of(model, [SHORT])["resid_post", 1][0, -1], **TOL
+        )
+
+
+POSITION_PARAMETERS = {"pos", "pos_slice", "logit_pos"}
+# Every public function of interp that takes a position, and the test here that reads padded batches
+# through it (metrics: test_a_metric_of_the_model_logits; runs: ENTRY_POINTS; caches: CACHE_READS).
+READ_THROUGH = {
+    **{f"ActivationCache.{name}": "CACHE_READS" for name in CACHE_READS},
+    "HookedTransformer.run_with_cache": "test_run_with_cache_refuses_to_keep_only_padding",
+    **{name: "test_a_metric_of_the_model_logits" for name in (
+        "metrics.logit_diff", "metrics.logit_diff_metric", "metrics.answer_prob", "metrics.answer_logprob",
+        "metrics.prob_metric", "metrics.kl_divergence", "metrics.logits_at",
+    )},
+    "patch": "ENTRY_POINTS", "engine.run_site_sets": "ENTRY_POINTS", "patching.patch_sites": "ENTRY_POINTS",
+    "patching.activation_patching": "ENTRY_POINTS", "patching.attribution_patching": "ENTRY_POINTS",
+    "path_patching.path_patching": "ENTRY_POINTS", "ablation.ablated_metrics": "ENTRY_POINTS",
+    "ablation.ablation_sweep": "ENTRY_POINTS",
+    **{name: "test_logits_at_an_int_position_refuse_padding" for name in (
+        "engine.forward_logits", "engine.forward_logit_copies", "engine.cached_run", "LogitBuffer.copies",
+    )},
+    "edges.edge_forward": "test_edge_runs_take_one_position_per_prompt",
+    "edges.masked_logits": "test_edge_runs_take_one_position_per_prompt",
+}  # fmt: skip
+
+
+def test_logits_at_an_int_position_refuse_padding(model):
+    """The engine's logits at logit_pos (and the cached runs and stacked copies built on them): an
+    int that lands on a right-padded prompt's padding is refused; per-prompt positions are read."""
+    tokens = model.to_tokens([SHORT, LONG])
+    last = model.last_positions(tokens)
+    alone = model(model.to_tokens([SHORT]))[0, -1]
+    buffer = engine.LogitBuffer()
+    reads = {
+        "forward_logits": lambda pos: engine.forward_logits(model, tokens, pos),
+        "cached_run": lambda pos: engine.cached_run(model, tokens, ["blocks.0.hook_resid_post"], pos)[0],
+        "forward_logit_copies": lambda pos: next(
+            engine.forward_logit_copies(model, torch.cat([tokens, tokens]), 2, pos, None, buffer)
+        ),  # fmt: skip
+    }
+    for name, read in reads.items():
+        torch.testing.assert_close(read(last)[0, int(last[0])], alone, **TOL, msg=name)
+        if model.default_padding_side == "right":
+            with pytest.raises(ValueError, match="logit_pos=-1 reads position 7, its padding"):
+                read(-1)
+        else:
+            torch.testing.assert_close(read(-1)[0, -1], alone, **TOL, msg=name)
+
+
+def test_edge_runs_take_one_position_per_prompt(model):
+    """Edge-level runs read the logits at one position per prompt, given: each prompt's own."""
+    graph = edges.edge_graph(model)
+    tokens = model.to_tokens([SHORT, LONG])
+    last = model.last_positions(tokens)
+    logits = edges.edge_forward(model, graph, tokens, logit_pos=last)
+    torch.testing.assert_close(logits[0, int(last[0])], model(model.to_tokens([SHORT]))[0, -1], **TOL)
+    with pytest.raises(ValueError, match="one position per prompt"):
+        edges.edge_forward(model, graph, tokens, logit_pos=-1)
+
+
+def public_functions_taking_a_position() -> dict[str, object]:
+    """Every public function and method of interp's modules with a position parameter, by one name
+    (re-exports counted once); validators of positions (check_*, positions_read) aside."""
+    import inspect
+
+    from interp import ablation as ablation_module
+    from interp import engine as engine_module
+    from interp import patching as patching_module
+    from interp import path_patching as path_patching_module
+
+    found: dict[object, str] = {}
+    modules = {
+        "metrics": metrics, "engine": engine_module, "patching": patching_module,
+        "path_patching": path_patching_module, "ablation": ablation_module, "edges": edges,
+    }  # fmt: skip
+    candidates = [("patch", interp.patch), ("ActivationCache", interp.ActivationCache),
+                  ("HookedTransformer", interp.HookedTransformer)]  # fmt: skip
+    for module_name, module in modules.items():
+        candidates += [(f"{module_name}.{name}", getattr(module, name)) for name in dir(module)]
+    for label, obj in candidates:
+        if label.rsplit(".", 1)[-1].startswith(("_", "check_", "positions_read")):
+            continue
+        members = [(label, obj)]
+        if inspect.isclass(obj) and obj.__module__.startswith("interp"):
+            members = [
+                (f"{obj.__name__}.{name}", f) for name, f in vars(obj).items() if not name.startswith("_")
+            ]
+        for name, function in members:
+            if not (inspect.isfunction(function) and function.__module__.startswith("interp")):
+                continue
+            if POSITION_PARAMETERS & set(inspect.signature(function).parameters) and function not in found:
+                found[function] = name
+    return {name: function for function, name in found.items()}
+
+
+def test_every_public_function_taking_a_position_is_read_on_padded_batches():
+    """A new function with a position parameter must join one of the padded-batch tests above."""
+    untested = {name for name in public_functions_taking_a_position()} - set(READ_THROUGH)
+    assert not untested, f"add these to a padded-batch test and to READ_THROUGH: {sorted(untested)}"
+
+
+def test_smollm2_readme_recipe_on_a_padded_batch(smollm2):
+    """Issue 49 (1): the README's direct logit attribution on three IOI prompts of different lengths
+    (right-padded) sums to each prompt's value alone with pos=model.last_positions(tokens), and
+    refuses pos_slice=-1 (it read the padding: [1.85, 6.40, -3.88] against [6.12, 6.40, 6.46])."""
+    model = smollm2
+    prompts = [
+        "When Mary and John went to the store, John gave a drink to",
+        "When Tom and Anna went to the big old park, Anna gave a ball to",
+        "Then, Kate and Jack had a long argument. Afterwards Jack said to",
+    ]
+    io = model.to_tokens([" Mary", " Tom", " Kate"], prepend_bos=False)[:, 0]
+    s = model.to_tokens([" John", " Anna", " Jack"], prepend_bos=False)[:, 0]
+    tokens = model.to_tokens(prompts)
+    _, cache = model.run_with_cache(tokens)
+    with pytest.raises(ValueError, match="pos=model.last_positions"):
+        cache.decompose_resid(pos_slice=-1)
+    last = model.last_positions(tokens)
+    attributions = cache.logit_attrs(cache.decompose_resid(pos=last), tokens=io, incorrect_tokens=s, pos=last)
+    alone = []
+    for i, prompt in enumerate(prompts):
+        _, one = model.run_with_cache(model.to_tokens(prompt))
+        alone.append(
+            one.logit_attrs(one.decompose_resid(pos_slice=-1), io[i : i + 1], s[i : i + 1], pos_slice=-1)
+        )
+    torch.testing.assert_close(attributions, torch.cat(alone, dim=1), **TOL)

@@ -346,6 +346,11 @@ def edge_forward(
     [B, P, KV, d], MLP and logits [B, P, d]) as part of the autograd graph. With `logit_pos` only
     those positions (one per row) are unembedded; the other logits are zero.
     """
+    if logit_pos is not None and not (isinstance(logit_pos, Tensor) and logit_pos.ndim == 1):
+        raise ValueError(
+            f"logit_pos takes one position per prompt (a LongTensor [batch]), got {logit_pos!r}: pass "
+            "model.last_positions(tokens) for each prompt's last real token."
+        )
     cfg = model.cfg
     iv = intervention or EdgeRun()
     run = _EdgeRun(graph, iv, tokens.shape[0], tokens.shape[1], reader_inputs)

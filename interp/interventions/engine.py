@@ -37,7 +37,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.checks import check_pair as check_token_pair
-from interp.interventions.metrics import Metric, check_reads_real_tokens
+from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import act_name
 from interp.model.hooks import opt_in_setting
 from interp.model.transformer import HookedTransformer
@@ -651,11 +651,13 @@ def _logits_at(
     columns: Tensor | None,
 ) -> tuple[Float[Tensor, "rows k"], Int[Tensor, " rows"], int]:
     """(the logits at logit_pos, of every token or of `columns`; those positions; the input's
-    number of positions)."""
+    number of positions). An int logit_pos that lands on a right-padded prompt's padding is refused."""
     resid = model(input, start_at_layer=start_at_layer, stop_at_layer=model.cfg.n_layers)
     rows, n_pos = resid.shape[:2]
     if isinstance(logit_pos, int):
         pos = torch.full((rows,), logit_pos % n_pos, device=resid.device)
+        if start_at_layer is None:  # token ids: each prompt's last real token is known
+            refuse_padding(model.last_positions(input), pos, n_pos, f"logit_pos={logit_pos} reads")
     else:
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
     normed = model.ln_final(resid[torch.arange(rows, device=resid.device), pos][:, None])

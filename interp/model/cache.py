@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Literal
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 import interp.checks as checks
@@ -126,6 +126,46 @@ def _select(x: Float[Tensor, "... pos d"], pos_slice: PosSlice, pos: Tensor | No
     return select_pos(x, pos)
 
 
+READ_REAL_TOKENS = (
+    "pass pos=model.last_positions(tokens) (each prompt's last real token) or pos= one position per "
+    "prompt [batch]; or pad on the left (model.default_padding_side = 'left'), where -1 is every "
+    "prompt's last token"
+)
+
+
+def refuse_reading_padding(
+    real_tokens: Bool[Tensor, "batch pos"] | None, pos_slice: PosSlice, pos: Tensor | None, what: str
+) -> None:
+    """Raise, saying what to pass, where `pos_slice` (the same positions in every prompt) or `pos` (one
+    per prompt) reads a prompt's padding: a position where `real_tokens` [batch, pos] is False.
+    Every position (pos_slice None) is TransformerLens's whole tensor, padding included, and passes."""
+    index = _pos_index(pos_slice)
+    if real_tokens is None or (pos is None and isinstance(index, slice) and index == slice(None)):
+        return
+    real = real_tokens if real_tokens.ndim == 2 else real_tokens[None]
+    batch, n_pos = real.shape
+    rows = torch.arange(batch, device=real.device)
+    if pos is not None:
+        read = torch.as_tensor(pos, device=real.device).reshape(-1) % n_pos
+        padding = ~real[rows, read] if read.numel() == batch else torch.zeros(batch, dtype=torch.bool)
+        read_of = read
+    else:
+        columns = torch.arange(n_pos, device=real.device)[index].reshape(-1)
+        read_padding = ~real[:, columns]  # [batch, k]
+        padding = read_padding.any(-1)
+        read_of = columns[read_padding.long().argmax(-1)] if columns.numel() else rows
+    if not bool(padding.any()):
+        return
+    i = int(padding.nonzero()[0, 0])
+    where = real[i].nonzero()[:, 0]
+    span = f"{int(where[0])}..{int(where[-1])}" if where.numel() else "none"
+    asked = f"pos_slice={pos_slice!r}" if pos is None else "pos"
+    raise ValueError(
+        f"{what}: {asked} reads position {int(read_of[i])} of prompt {i}, its padding (its real tokens "
+        f"are positions {span} of {n_pos}); {READ_REAL_TOKENS}."
+    )
+
+
 # Stacks returned by apply_ln_to_stack, so that logit_attrs can refuse to normalise one twice.
 _NORMALISED: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
@@ -139,12 +179,34 @@ class ActivationCache:
     cache["blocks.3.attn.hook_pattern"], cache["pattern", 3], cache["pattern", -1] (the last layer),
     cache["scale", 2, "ln1"]. After `remove_batch_dim()` (a one-prompt cache) tensors lose their
     batch dim and `has_batch_dim` is False.
+
+    `real_tokens` [batch, pos] (True: a prompt's real token; None: no padding, or not known) is the
+    run's padding, which `run_with_cache` records: a `pos_slice` or `pos` that would read a prompt's
+    padding (-1 on a right-padded batch) is refused, saying what to pass, in every function here.
     """
 
-    def __init__(self, cache_dict: dict[str, Tensor], model: nn.Module, has_batch_dim: bool = True):
+    def __init__(
+        self,
+        cache_dict: dict[str, Tensor],
+        model: nn.Module,
+        has_batch_dim: bool = True,
+        real_tokens: Bool[Tensor, "batch pos"] | None = None,
+    ):
         self.cache_dict = cache_dict
         self.model = model
         self.has_batch_dim = has_batch_dim
+        self.real_tokens = real_tokens
+
+    def _select(
+        self, x: Float[Tensor, "... pos d"], pos_slice: PosSlice, pos: Tensor | None, rows: PosSlice = None
+    ) -> Tensor:
+        """`x`'s positions `pos_slice` or `pos`, refused where they read the padding of a prompt
+        (of those `rows` selects: a batch_slice)."""
+        real = self.real_tokens
+        if real is not None and rows is not None:
+            real = _index_dim(real if real.ndim == 2 else real[None], 0, _pos_index(rows))
+        refuse_reading_padding(real, pos_slice, pos, "This cache is of a padded batch")
+        return _select(x, pos_slice, pos)
 
     def __getitem__(self, key: str | tuple) -> Tensor:
         if isinstance(key, str) and key in self.cache_dict:
@@ -209,6 +271,7 @@ class ActivationCache:
                 f"remove_batch_dim needs a cache of one prompt; this one has batch size {max(sizes)}."
             )
         self.cache_dict = {k: v[0] if v.ndim else v for k, v in self.cache_dict.items()}
+        self.real_tokens = None if self.real_tokens is None else self.real_tokens[0]
         self.has_batch_dim = False
         return self
 
@@ -221,7 +284,9 @@ class ActivationCache:
             k: v.index_select(0, index.to(v.device)) if isinstance(index, Tensor) else v[index]
             for k, v in self.cache_dict.items()
         }
-        return ActivationCache(sliced, self.model, has_batch_dim=not isinstance(index, int))
+        real = self.real_tokens
+        real = None if real is None else _index_dim(real, 0, index)
+        return ActivationCache(sliced, self.model, has_batch_dim=not isinstance(index, int), real_tokens=real)
 
     def _layer(self, layer: int | None) -> int:
         """A residual-stream index in [0, n_layers]: None and -1 mean n_layers (the final stream)."""
@@ -262,7 +327,7 @@ class ActivationCache:
             if (incl_mid and i < layer) or (mlp_input and i == layer):
                 parts.append(self["resid_mid", i])
                 labels.append(f"{i}_mid")
-        stack = torch.stack([_select(p, pos_slice, pos) for p in parts])
+        stack = torch.stack([self._select(p, pos_slice, pos) for p in parts])
         if apply_ln:
             recompute = layer == cfg.n_layers
             stack = self.apply_ln_to_stack(
@@ -307,7 +372,7 @@ class ActivationCache:
         if mlp_input and incl_attn:
             parts.append(self["attn_out", layer])
             labels.append(f"{layer}_attn_out")
-        stack = torch.stack([_select(p, pos_slice, pos) for p in parts])
+        stack = torch.stack([self._select(p, pos_slice, pos) for p in parts])
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, pos=pos)
         return (stack, labels) if return_labels else stack
@@ -365,7 +430,7 @@ class ActivationCache:
         layer = self._layer(layer)
         parts, labels = [], []
         for i in range(layer):
-            parts.append(_select(self._head_result(i).movedim(-2, 0), pos_slice, pos))  # [head, ...]
+            parts.append(self._select(self._head_result(i).movedim(-2, 0), pos_slice, pos))  # [head, ...]
             labels += [f"L{i}H{h}" for h in range(cfg.n_heads)]
         return self._finish_stack(
             parts, labels, layer, incl_remainder, apply_ln, return_labels, pos_slice, pos
@@ -384,10 +449,10 @@ class ActivationCache:
     ) -> Stack | tuple[Stack, list[str]]:
         """Concatenate per-component parts [component, ...] of the stream before `layer`, with the
         remainder of resid (if asked), normalised by the norm that reads it (if asked)."""
-        stack = torch.cat(parts) if parts else _select(self["hook_embed"], pos_slice, pos)[None][:0]
+        stack = torch.cat(parts) if parts else self._select(self["hook_embed"], pos_slice, pos)[None][:0]
         if incl_remainder:
             # TransformerLens's: resid_post of layer - 1, so at layer 0 (no components) the final stream
-            resid = _select(self["resid_post", layer - 1], pos_slice, pos)
+            resid = self._select(self["resid_post", layer - 1], pos_slice, pos)
             stack = torch.cat([stack, (resid - stack.sum(0))[None]])
             labels.append("remainder")
         if apply_ln:
@@ -403,7 +468,7 @@ class ActivationCache:
         pos: Tensor | None = None,
     ) -> Float[Tensor, "*batch_and_pos neuron d_model"]:
         """Each neuron's contribution post[n] W_out[n] to the residual stream (not cached)."""
-        post = _select(self["post", layer], pos_slice, pos)  # [*batch_and_pos, d_mlp]
+        post = self._select(self["post", layer], pos_slice, pos)  # [*batch_and_pos, d_mlp]
         W_out = self.model.blocks[layer].mlp.W_out  # [d_mlp, d_model]
         index = _pos_index(neuron_slice)
         if isinstance(index, Tensor):
@@ -471,7 +536,7 @@ class ActivationCache:
             parts.append(mlps)
             labels += mlp_labels
         for name in self._embedding_components():
-            parts.append(_select(self[f"hook_{name}"], pos_slice, pos)[None])
+            parts.append(self._select(self[f"hook_{name}"], pos_slice, pos)[None])
             labels.append(name)
         bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)
         parts.append(bias.to(heads.dtype).expand(1, *heads.shape[1:]))
@@ -520,7 +585,8 @@ class ActivationCache:
         if recompute_ln and layer == n_layers:
             stack = norm(residual_stack)
         else:
-            scale = _select(self[scale_name], pos_slice, pos)
+            rows = batch_slice if self.has_batch_dim and pos is None else None  # the prompts the stack holds
+            scale = self._select(self[scale_name], pos_slice, pos, rows)
             if batch_slice is not None and self.has_batch_dim:  # the scale has prompts, the stack may not
                 scale = _index_dim(scale, 0, batch_index)
             elif not has_batch_dim and self.has_batch_dim and scale.shape[0] > 1:

@@ -48,7 +48,7 @@ from interp.config import Config, attach_hook_settings, place
 from interp.io.checkpoint import save_checkpoint
 from interp.io.devices import transformer_lens_device
 from interp.io.sources import LoadedWeights, official_name, read_source
-from interp.model.cache import ActivationCache, act_name
+from interp.model.cache import ActivationCache, act_name, refuse_reading_padding
 from interp.model.components import Block, Norm, soft_cap
 from interp.model.generation import generate
 from interp.model.hooks import OPT_IN_HOOKS, HookPoint, HookSettings, observer, opt_in_setting
@@ -466,7 +466,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             forward_kwargs["stop_at_layer"] = max(self._blocks_needed(names), start)
         cache: dict[str, Tensor] = {}
 
+        real_tokens = self._real_tokens(input, forward_kwargs)
         positions = None if pos_slice is None else Slice.unwrap(pos_slice)
+        if positions is not None:  # only these positions are kept: every prompt's must be real
+            refuse_reading_padding(real_tokens, pos_slice, None, "run_with_cache of a padded batch")
+            real_tokens = None
 
         def kept(tensor: Tensor, name: str) -> Tensor:
             tensor = tensor.detach().to(device) if device else tensor.detach()
@@ -491,8 +495,30 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         finally:
             self.is_caching = was_caching
         self._warn_if_cache_non_finite(cache, out)
-        cache = ActivationCache(cache, self)
+        cache = ActivationCache(cache, self, real_tokens=real_tokens)
         return (None if stop_early else out), (cache.remove_batch_dim() if remove_batch_dim else cache)
+
+    def _real_tokens(self, input: ModelInput, forward_kwargs: dict[str, Any]) -> Tensor | None:
+        """Each prompt's real tokens [batch, pos] (bool) in a run of `forward(input, **forward_kwargs)`:
+        its exact mask (text, ids from `to_tokens`, `attention_mask=`), else the positions up to each
+        prompt's last real token (`last_positions`); None where no prompt is padded."""
+        mask = forward_kwargs.get("attention_mask")
+        if forward_kwargs.get("start_at_layer") is None:
+            tokens, mask = self._tokens_and_mask(
+                input,
+                forward_kwargs.get("prepend_bos"),
+                forward_kwargs.get("padding_side"),
+                mask,
+                forward_kwargs.get("past_kv_cache") is not None,
+            )
+            mask = recorded_padding(tokens) if mask is None else mask
+            last = None if mask is not None else self._last_positions_of(tokens, None)
+            if last is not None:
+                mask = torch.arange(tokens.shape[1], device=last.device) <= last[:, None]
+        if mask is None:
+            return None
+        mask = torch.as_tensor(mask).bool()
+        return None if bool(mask.all()) else mask
 
     def _warn_if_cache_non_finite(self, cache: dict[str, Tensor], out: Any) -> None:
         """Warn, naming the first cached hook (in the order they fired) that holds NaN/inf, if the output
