@@ -8,9 +8,12 @@ positive: the heads help the behaviour the metric measures. Every report states 
 `EFFECT_SIGN`.
 
 Baseline. A class of heads is compared with random sets of as many heads drawn from the same layers
-(`random_same_layer_sets`): `beyond_random` is the class's drop minus the random sets' mean drop,
-paired by prompt, with a bootstrap CI over prompts (`interp.interventions.stats`, the one bootstrap),
-and the same per stratum of the prompts (`stratum_drops`: name orders, templates, relations, ...).
+(`head_class` draws them, `random_same_layer_sets`): `beyond_random` is the class's drop minus the
+random sets' mean drop, paired by prompt, with a bootstrap CI over prompts
+(`interp.interventions.stats`, the one bootstrap), and the same per stratum of the prompts
+(`stratum_drops`: name orders, templates, relations, ...). `judge_class` is the one judge every
+analysis calls: pooled, per stratum and per family on held-out prompts, beside the discovery figure,
+with one verdict (`class_verdict`) whose strata kinds are the analysis's.
 
 Split. Heads, layers, sizes and every other choice are made on *discovery* families (templates,
 relations, word-pair tasks, documents) and every reported effect is measured on *held-out* families
@@ -22,7 +25,7 @@ all heads in 1.4826 MADs) or its share of the summed effect is large (`select_he
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +37,7 @@ from interp.types import Head, head_label
 
 EFFECT_SIGN = "drop = metric(clean) - metric(ablated), per prompt; positive: the heads help"
 VERDICTS = ("confirmed", "unconfirmed")
+DEPENDENCE_RULES = ("all", "most")  # a kind's strata must hold in every one, or in more than half
 
 
 def head_labels(heads: Sequence[Head]) -> list[str]:
@@ -53,14 +57,19 @@ def ci_verdict(ci: tuple[float, float], sign: int = 1) -> str:
     return "confirmed" if (ci[0] > 0 if sign > 0 else ci[1] < 0) else "unconfirmed"
 
 
-def random_same_layer_sets(model, heads: Sequence[Head], n_draws: int, seed: int = 0) -> list[list[Head]]:
-    """`n_draws` random sets of as many heads as `heads`, none of them in it: for each head one from
-    its layer (from any layer once its layer has none left), drawn with `seed`. model: anything with
-    `cfg.n_layers` and `cfg.n_heads`."""
+def random_same_layer_sets(
+    model, heads: Sequence[Head], n_draws: int, seed: int = 0, outside: Sequence[Head] | None = None
+) -> list[list[Head]]:
+    """`n_draws` random sets of as many heads as `heads`, drawn from `outside` (default: every head not
+    in `heads`): for each head one from its layer (from any layer once its layer has none left), drawn
+    with `seed`. model: anything with `cfg.n_layers` and `cfg.n_heads`."""
     generator = torch.Generator().manual_seed(seed)
     cfg = model.cfg
-    others = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
-    others = [head for head in others if head not in set(heads)]
+    if outside is None:
+        others = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+        others = [head for head in others if head not in set(heads)]
+    else:
+        others = [tuple(head) for head in outside if tuple(head) not in set(heads)]
     draws = []
     for _ in range(n_draws):
         chosen: list[Head] = []
@@ -88,20 +97,24 @@ class BeyondRandom:
 
 
 def beyond_random(
-    drop: Float[Tensor, " prompt"], random_drops: Float[Tensor, "draw prompt"], seed: int = 0
+    drop: Float[Tensor, " prompt"],
+    random_drops: Float[Tensor, "draw prompt"],
+    seed: int = 0,
+    sign: int = 1,
+    n_boot: int = 1000,
 ) -> BeyondRandom:
     """The class's drop [prompt] beyond the mean of its random sets' drops [draw, prompt], paired by
-    prompt; confirmed when the CI of the difference is above zero."""
+    prompt; confirmed when the CI of the difference excludes zero in the class's direction `sign`."""
     difference = drop - random_drops.mean(0)
-    ci = mean_ci(difference, seed)
+    ci = mean_ci(difference, seed, n_boot)
     return BeyondRandom(
         n_prompts=len(drop),
         drop=drop.mean().item(),
-        drop_ci=mean_ci(drop, seed),
+        drop_ci=mean_ci(drop, seed, n_boot),
         random_drop=random_drops.mean().item(),
         beyond=difference.mean().item(),
         beyond_ci=ci,
-        verdict=ci_verdict(ci),
+        verdict=ci_verdict(ci, sign),
     )
 
 
@@ -215,6 +228,138 @@ def held_out_note(
     if discovery > 0 and heldout < 0.67 * discovery:
         return f"shrinks on held-out {unit}: {heldout:+.3g} against {discovery:+.3g} on discovery"
     return f"holds on held-out {unit} ({heldout:+.3g} against {discovery:+.3g} on discovery)"
+
+
+@dataclass(kw_only=True)
+class HeadClass:
+    """A class of heads and the random same-layer sets it is compared with (`head_class` draws them).
+    sign: +1, the class helps the behaviour (its drop is positive); -1, it works against it."""
+
+    name: str
+    heads: list[Head]
+    draws: list[list[Head]]
+    sign: int = 1
+
+    @property
+    def sets(self) -> list[list[Head]]:
+        """The class, then its random sets: the rows of the effects `judge_class` takes."""
+        return [self.heads, *self.draws]
+
+
+def head_class(
+    model,
+    name: str,
+    heads: Sequence[Head],
+    n_random: int,
+    seed: int = 0,
+    sign: int = 1,
+    outside: Sequence[Head] | None = None,
+) -> HeadClass:
+    """The class `heads` with `n_random` random same-layer sets drawn with `seed` from `outside`
+    (default: every other head; `random_same_layer_sets`)."""
+    heads = [tuple(head) for head in heads]
+    draws = random_same_layer_sets(model, heads, n_random, seed, outside)
+    return HeadClass(name=name, heads=heads, draws=draws, sign=sign)
+
+
+@dataclass(kw_only=True)
+class ClassVerdict:
+    """A class judged against its random same-layer sets (`judge_class`): pooled on the held-out prompts
+    (`heldout`) beside the same figure on the discovery prompts that chose it (`discovery`; None where
+    none did), per stratum and family of the held-out prompts (`strata`), one verdict and a note on how
+    the effect travels from discovery to held-out data. random_effects: each random set's mean held-out
+    effect; per_prompt: the class's held-out effect beyond random [prompt]."""
+
+    name: str
+    heads: list[str]
+    sign: int
+    random_sets: list[list[str]]
+    random_effects: list[float]
+    heldout: BeyondRandom
+    discovery: BeyondRandom | None
+    strata: list[StratumDrop]
+    verdict: str
+    note: str
+    per_prompt: Tensor
+
+
+def class_verdict(
+    pooled_holds: bool, strata: Sequence[StratumDrop], dependent_kinds: Mapping[str, str]
+) -> str:
+    """The one verdict of a class: "unconfirmed" unless the pooled effect holds and, in each kind of
+    `dependent_kinds`, at least one stratum does; else "<kind>-dependent" for the first kind (in the
+    mapping's order) whose strata do not hold as its rule asks ("all": every one; "most": more than
+    half); else "confirmed". Kinds: "order", "template", "relation", "facts", "stratum", "family", ..."""
+    unknown = set(dependent_kinds.values()) - set(DEPENDENCE_RULES)
+    if unknown:
+        raise ValueError(f"unknown dependence rule(s) {sorted(unknown)}; choose from {DEPENDENCE_RULES}")
+    if not pooled_holds:
+        return "unconfirmed"
+    judged = {kind: [s.holds for s in strata if s.kind == kind] for kind in dependent_kinds}
+    if any(holds and not any(holds) for holds in judged.values()):
+        return "unconfirmed"
+    for kind, rule in dependent_kinds.items():
+        holds = judged[kind]
+        if holds and not (all(holds) if rule == "all" else 2 * sum(holds) > len(holds)):
+            return f"{kind}-dependent"
+    return "confirmed"
+
+
+HELD_OUT_ONLY = "measured on held-out data only (none of it chose the heads)"
+
+
+def judge_class(
+    found: HeadClass,
+    heldout: Float[Tensor, "set prompt"],
+    *,
+    discovery: Float[Tensor, "set prompt"] | None = None,
+    strata: Iterable[tuple[str, str, Tensor]] = (),
+    dependent_kinds: Mapping[str, str] | None = None,
+    by_ci: Collection[str] = (),
+    evidence_holds: bool = True,
+    unit: str = "families",
+    seed: int = 0,
+    n_boot: int = 1000,
+) -> ClassVerdict:
+    """The one judge of a class of heads against its random same-layer sets.
+
+    heldout: each of `found.sets`' effect per held-out prompt [1 + draws, prompt], the class first,
+      signed as `EFFECT_SIGN` (a drop: metric(clean) - metric(ablated); or a gain the analysis makes);
+      the analysis's own ablation and metric make it.
+    discovery: the same on the discovery prompts that chose the class (shown beside, never judged).
+    strata: (kind, name, members [prompt] bool) of the held-out prompts (`label_strata`); the class's
+      effect beyond random in each (`stratum_drops`, the kinds in `by_ci` held to their CI).
+    dependent_kinds: kind -> rule ("all" or "most") of the strata the verdict reads (`class_verdict`);
+      default: none, so "confirmed" or "unconfirmed" by the pooled CI.
+    evidence_holds: the analysis's other evidence for the class (IOI: it writes the logit it should;
+      hop: it attends to the hop); False makes it "unconfirmed" whatever its effect.
+    unit: what was held out ("families", "prompts"), for the note."""
+    sign = found.sign
+    tested = beyond_random(heldout[0], heldout[1:], seed, sign, n_boot)
+    chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, sign, n_boot)
+    per_prompt = heldout[0] - heldout[1:].mean(0)
+    by_stratum = stratum_drops(per_prompt, strata, sign, by_ci, seed, n_boot)
+    pooled_holds = evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
+    if chosen is None:
+        note = HELD_OUT_ONLY
+    elif sign > 0:
+        note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit)
+    else:  # a class against the behaviour: the same words about the size of its (negative) effect
+        flipped = (-tested.beyond_ci[1], -tested.beyond_ci[0])
+        note = held_out_note(-chosen.beyond, -tested.beyond, flipped, unit)
+    return ClassVerdict(
+        name=found.name,
+        heads=head_labels(found.heads),
+        sign=sign,
+        random_sets=[head_labels(draw) for draw in found.draws],
+        random_effects=heldout[1:].mean(1).tolist(),
+        heldout=tested,
+        discovery=chosen,
+        strata=by_stratum,
+        verdict=class_verdict(pooled_holds, by_stratum, dependent_kinds or {}),
+        note=note,
+        per_prompt=per_prompt,
+    )
 
 
 def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:

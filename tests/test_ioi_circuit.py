@@ -12,7 +12,7 @@ from conftest import TRAIN_SEED
 from rich.console import Console
 
 import interp
-from circuits.evidence import StratumDrop, robust_z, select_heads
+from circuits.evidence import StratumDrop, class_verdict, robust_z, select_heads
 from circuits.ioi import (
     CLASSES,
     MeanAblation,
@@ -22,7 +22,7 @@ from circuits.ioi import (
     path_patching_effects,
     validate_circuit,
 )
-from circuits.ioi.evaluate import stratified_verdict
+from circuits.ioi.evaluate import DEPENDENT_KINDS
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence
 from circuits.ioi.patching import ioi_edge_attribution
 from circuits.ioi.report import circuit_svg, ioi_sections, render_json, write_ioi_report
@@ -479,9 +479,7 @@ def _stratum(kind: str, name: str, holds: bool) -> StratumDrop:
 def test_stratified_verdicts(pooled, orders, templates, verdict):
     strata = [_stratum("order", name, holds) for name, holds in zip(("ABBA", "BABA"), orders, strict=True)]
     strata += [_stratum("template", f"T{i}", holds) for i, holds in enumerate(templates)]
-    found, holds_in = stratified_verdict(pooled, strata)
-    assert found == verdict
-    assert holds_in == [s.name for s in strata if s.holds]
+    assert class_verdict(pooled, strata, DEPENDENT_KINDS) == verdict
 
 
 def test_mean_ablation_takes_one_mean_per_template_and_length(smollm2):

@@ -4,6 +4,7 @@ engine's ablations, and every reported figure measured on held-out families only
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,9 @@ from typer.testing import CliRunner
 from circuits.cli import app
 from circuits.evidence import (
     beyond_random,
+    class_verdict,
+    head_class,
+    judge_class,
     label_strata,
     random_same_layer_sets,
     split_families,
@@ -63,6 +67,52 @@ def test_a_stratum_holds_by_its_direction_or_by_its_ci():
     assert [s.holds for s in by_ci] == [True, False, False]  # one prompt has no CI
     assert [s.holds for s in stratum_drops(-beyond, strata, sign=-1)] == [s.holds for s in by_mean]
     assert stratum_drops(beyond, [("order", "none", torch.zeros(6, dtype=torch.bool))]) == []
+
+
+ANALYSES = ("path/steps.py", "ioi/evaluate.py", "retrieval/find.py", "icl/pipeline.py", "icl/fv_pipeline.py",
+            "hop/locate.py")  # fmt: skip
+
+
+def test_random_same_layer_baselines_are_drawn_and_compared_in_one_module():
+    circuits = Path(__file__).parents[1] / "circuits"
+    for path in circuits.rglob("*.py"):
+        if path != circuits / "evidence.py":
+            calls = re.findall(r"\b(random_same_layer_sets|beyond_random|stratum_drops)\(", path.read_text())
+            assert not calls, f"{path} draws or compares random heads itself ({calls}); call judge_class"
+    assert all("judge_class(" in (circuits / name).read_text() for name in ANALYSES)
+
+
+def test_one_judge_reads_the_strata_kinds_it_is_given(tiny_model):
+    found = head_class(tiny_model, "movers", [(1, 2)], 4, seed=3)
+    assert found.draws == random_same_layer_sets(tiny_model, [(1, 2)], 4, seed=3)
+    assert all(draw[0][0] == 1 and draw != [(1, 2)] for draw in found.draws)
+    outside = [(0, 0), (1, 0)]
+    assert head_class(tiny_model, "m", [(1, 2)], 3, outside=outside).draws == [[(1, 0)]] * 3
+    generator = torch.Generator().manual_seed(0)
+    random = 0.1 * torch.randn(4, 24, generator=generator)  # [draw, prompt]
+    helps = 1 + 0.1 * torch.randn(24, generator=generator)
+    helps[16:] = -0.5  # not in the third template
+    strata = label_strata("order", ["ABBA", "BABA"] * 12) + label_strata(
+        "template", [f"T{i // 8}" for i in range(24)]
+    )
+    kinds = {"order": "all", "template": "most"}
+    judged = judge_class(found, torch.cat([helps[None], random]), strata=strata, dependent_kinds=kinds)
+    assert judged.verdict == "confirmed" and judged.heldout.verdict == "confirmed"
+    assert [s.holds for s in judged.strata] == [True, True, True, True, False]
+    assert judged.note == "measured on held-out data only (none of it chose the heads)"
+    helps[:8], helps[8:] = 3.0, -0.2  # holds in one template of three (pooled, it still holds)
+    assert judge_class(found, torch.cat([helps[None], random]), strata=strata,
+                       dependent_kinds=kinds).verdict == "template-dependent"  # fmt: skip
+    assert judge_class(found, torch.cat([helps[None], random]), strata=strata).verdict == "confirmed"
+    against = head_class(tiny_model, "negative", [(1, 2)], 4, seed=3, sign=-1)
+    lowers = torch.cat([-1 - 0.1 * torch.rand(1, 24, generator=generator), random])
+    judged = judge_class(against, lowers, discovery=lowers, strata=strata, dependent_kinds=kinds)
+    assert judged.verdict == "confirmed" and judged.heldout.verdict == "confirmed"  # in its direction
+    assert judged.note.startswith("holds on held-out families")
+    assert judge_class(against, lowers, evidence_holds=False).verdict == "unconfirmed"
+    assert class_verdict(True, judged.strata, {"order": "all", "relation": "all"}) == "confirmed"
+    with pytest.raises(ValueError, match="unknown dependence rule"):
+        class_verdict(True, judged.strata, {"order": "every"})
 
 
 def test_families_are_held_out_whole(agreement):

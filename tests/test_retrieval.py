@@ -17,6 +17,7 @@ from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalResult, RetrievalSettings, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import ablated_logit_diffs, validate_classes
 from circuits.retrieval.report import retrieval_sections, to_dict, write_retrieval_report
+from circuits.retrieval.results import VERDICTS
 from circuits.sections import render_html, render_markdown
 from interp.tasks.ioi import single_token_names
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
@@ -137,10 +138,13 @@ def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
     assert r.heldout.chance == pytest.approx((1 / 3 + 1 / 6) / 2)
     assert [a.n_prompts for a in r.heldout_by_facts] == [24, 24]
     for c in r.classes:
-        assert c.verdict in ("confirmed", "stratum-dependent", "unconfirmed")
+        assert c.verdict in VERDICTS
         assert {s.name for s in c.strata} >= {"3 facts", "6 facts", "template of", "template for"}
         assert (c.verdict != "unconfirmed") == (c.heldout.beyond_ci[0] > 0)  # drops: positive helps
         assert all(s.holds == (s.beyond > 0) for s in c.strata)
+        failing = [s.kind for s in c.strata if not s.holds]  # in the order facts, template, relation
+        if c.verdict != "unconfirmed":
+            assert c.verdict == (f"{failing[0]}-dependent" if failing else "confirmed")
         assert c.heldout.n_prompts == 48 and c.discovery.n_prompts == 12
     assert r.classes[-1].name == "induction" and r.classes[-1].induction_overlap == ["L17H3"]
     path = tmp_path / "retrieval.json"

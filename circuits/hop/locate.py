@@ -12,7 +12,7 @@ at the query, so each head is scored there, two ways, on the task's sequences:
              other symbols (clean - ablated, in logits), per sequence
 
 The discovery half of the sequences chooses each hop's heads; the held-out half tests them against
-random heads of the same layers ablated at the query too (`circuits.evidence.random_same_layer_sets`).
+random heads of the same layers ablated at the query too (`circuits.evidence.judge_class`).
 Every ablated run goes through interp's engine (`run_site_sets`).
 
 What carries hop j's result to hop j + 1's heads is path-patched on the held-out half (`hop_paths`):
@@ -28,7 +28,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.evidence import random_same_layer_sets
+from circuits.evidence import head_class, judge_class
 from circuits.hop.results import HopLookup, HopPath, HopResult
 from interp.interventions.ablation import Ablation, Replacement
 from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
@@ -204,29 +204,24 @@ def hop_paths(
                 (layer, head, "qkv") for layer in range(first, last + 1) for head in range(model.cfg.n_heads)
             ]
             routes[f"via L{first}" + (f"-L{last}" if last > first else "")] = between
-        random_sets = random_same_layer_sets(model, senders, n_random, seed + 100 + j)
+        found = head_class(model, f"hop {j + 1}", senders, n_random, seed + 100 + j)
         for route, inputs in routes.items():
-            patched = patcher(metric, inputs, [senders, *random_sets], sender_pos=metric.pos)
-            effects = patched.target - patched.values  # [sets, batch]: clean - patched
-            difference = effects[0] - effects[1:].mean(0)
-            effect_ci, difference_ci = (
-                bootstrap_ci(effects[0], seed=seed),
-                bootstrap_ci(difference, seed=seed),
-            )
+            patched = patcher(metric, inputs, found.sets, sender_pos=metric.pos)
+            verdict = judge_class(found, patched.target - patched.values, seed=seed)  # clean - patched
             paths.append(
                 HopPath(
                     from_hop=j + 1,
                     to_hop=j + 2,
-                    senders=[head_label(*head) for head in senders],
+                    senders=verdict.heads,
                     receivers=[head_label(*head) for head in receivers],
                     route=route,
-                    effect=effects[0].mean().item(),
-                    effect_ci=(effect_ci[0].item(), effect_ci[1].item()),
-                    random_sets=[[head_label(*head) for head in drawn] for drawn in random_sets],
-                    random_effects=effects[1:].mean(1).tolist(),
-                    difference=difference.mean().item(),
-                    difference_ci=(difference_ci[0].item(), difference_ci[1].item()),
-                    carries=difference_ci[0].item() > 0,
+                    effect=verdict.heldout.drop,
+                    effect_ci=verdict.heldout.drop_ci,
+                    random_sets=verdict.random_sets,
+                    random_effects=verdict.random_effects,
+                    difference=verdict.heldout.beyond,
+                    difference_ci=verdict.heldout.beyond_ci,
+                    carries=verdict.verdict == "confirmed",
                 )
             )
     return paths
@@ -252,23 +247,21 @@ def _test_lookup(
             hop=hop + 1, heads=[], layers=[], attention=[], change=nan, change_ci=(nan, nan), random_sets=[],
             random_changes=[], difference=nan, difference_ci=(nan, nan), verdict="not found",
         )  # fmt: skip
-    random_sets = random_same_layer_sets(model, heads, n_random, seed + hop)
-    changes = ablated_changes(model, tokens, [heads, *random_sets], metric, mean_z)  # [sets, batch]
-    difference = changes[0] - changes[1:].mean(0)
-    change_ci, difference_ci = bootstrap_ci(changes[0], seed=seed), bootstrap_ci(difference, seed=seed)
+    found = head_class(model, f"hop {hop + 1}", heads, n_random, seed + hop)
+    changes = ablated_changes(model, tokens, found.sets, metric, mean_z)  # [sets, batch]
     held_attention = [attention[layer, head].mean().item() for layer, head in heads]
     attends = sum(held_attention) / len(held_attention) >= min_attention
-    confirmed = attends and difference_ci[0].item() > 0
+    verdict = judge_class(found, changes, evidence_holds=attends, seed=seed)
     return HopLookup(
         hop=hop + 1,
         heads=labels,
         layers=sorted({layer for layer, _ in heads}),
         attention=held_attention,
-        change=changes[0].mean().item(),
-        change_ci=(change_ci[0].item(), change_ci[1].item()),
-        random_sets=[[head_label(*head) for head in heads] for heads in random_sets],
-        random_changes=changes[1:].mean(1).tolist(),
-        difference=difference.mean().item(),
-        difference_ci=(difference_ci[0].item(), difference_ci[1].item()),
-        verdict="confirmed" if confirmed else "unconfirmed",
+        change=verdict.heldout.drop,
+        change_ci=verdict.heldout.drop_ci,
+        random_sets=verdict.random_sets,
+        random_changes=verdict.random_effects,
+        difference=verdict.heldout.beyond,
+        difference_ci=verdict.heldout.beyond_ci,
+        verdict=verdict.verdict,
     )

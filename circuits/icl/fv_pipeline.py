@@ -12,7 +12,7 @@ The steps:
   3. layer      the layer where the vector most raises zero-shot accuracy on the discovery tasks' queries
   4. effects    on the queries of the discovery tasks and, apart, of the held-out tasks: the FV heads
                 patched together, the function vector, each class mean-ablated; each against random
-                same-layer sets (`beyond_random`), the held-out figure reported beside the discovery one
+                same-layer sets (`circuits.evidence.judge_class`), held-out beside discovery
   5. ICL score  each class mean-ablated on Brown corpus texts (never used for any choice)
 """
 
@@ -29,11 +29,11 @@ from torch import Tensor
 import interp
 from circuits.evidence import (
     FamilySplit,
-    beyond_random,
+    HeadClass,
+    head_class,
     head_labels,
-    held_out_note,
+    judge_class,
     mean_ci,
-    random_same_layer_sets,
     split_families,
 )
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
@@ -63,20 +63,6 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
 )
 
 T = TypeVar("T")
-
-
-@dataclass(kw_only=True)
-class HeadClass:
-    """A class of heads and its random same-layer sets."""
-
-    name: str  # "FV heads"
-    heads: list[Head]
-    draws: list[list[Head]]
-
-    @property
-    def sets(self) -> list[list[Head]]:
-        """The class, then its random sets."""
-        return [self.heads, *self.draws]
 
 
 @dataclass(kw_only=True)
@@ -146,22 +132,18 @@ def fv_stage_notes(stage: str, value: Any) -> list[str]:
 def _compare(
     name: str, unit: str, found: HeadClass, discovery: Tensor | None, heldout: Tensor, seed: int
 ) -> Comparison:
-    """A class's effects [1 + draws, prompt] (the class first) on discovery and held-out families."""
-    tested = beyond_random(heldout[0], heldout[1:], seed)
-    chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed)
-    if chosen is None:
-        note = "measured on held-out data only (none of it chose the heads)"
-    else:
-        note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci)
+    """A class's effects [1 + draws, prompt] (the class first) on discovery and held-out families,
+    judged by `circuits.evidence.judge_class`."""
+    verdict = judge_class(found, heldout, discovery=discovery, seed=seed)
     return Comparison(
         name=name,
         unit=unit,
-        heads=head_labels(found.heads),
-        random_sets=[head_labels(draw) for draw in found.draws],
-        random_values=heldout[1:].mean(1).tolist(),
-        discovery=chosen,
-        heldout=tested,
-        note=note,
+        heads=verdict.heads,
+        random_sets=verdict.random_sets,
+        random_values=verdict.random_effects,
+        discovery=verdict.discovery,
+        heldout=verdict.heldout,
+        note=verdict.note,
     )
 
 
@@ -359,17 +341,8 @@ def head_classes(
     settings: FunctionVectorSettings,
 ) -> list[HeadClass]:
     """The FV heads, then the induction heads (if any), each with its random same-layer sets."""
-    classes = [
-        HeadClass(
-            name="FV heads",
-            heads=fv_heads,
-            draws=random_same_layer_sets(model, fv_heads, settings.n_random, settings.seed),
-        )
-    ]
-    if induction_heads:
-        draws = random_same_layer_sets(model, induction_heads, settings.n_random, settings.seed)
-        classes.append(HeadClass(name="induction heads", heads=list(induction_heads), draws=draws))
-    return classes
+    names = {"FV heads": fv_heads} | ({"induction heads": list(induction_heads)} if induction_heads else {})
+    return [head_class(model, name, heads, settings.n_random, settings.seed) for name, heads in names.items()]
 
 
 def query_effects(

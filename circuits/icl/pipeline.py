@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 import interp
-from circuits.evidence import ci_verdict, head_labels, mean_ci, random_same_layer_sets
+from circuits.evidence import HeadClass, ci_verdict, head_class, head_labels, judge_class, mean_ci
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
 from circuits.icl.heads import (
     ATTRIBUTION_STAGE,
@@ -147,32 +147,25 @@ def icl_report_stages(find_induction_heads: bool) -> list[str]:
 
 
 def _class_effect(
-    name: str,
-    heads: Sequence[Head],
-    found_by: str,
-    estimate: torch.Tensor,
-    change: torch.Tensor,
-    draws: Sequence[Sequence[Head]],
-    random_changes: torch.Tensor,
-    seed: int,
+    found: HeadClass, found_by: str, estimate: torch.Tensor, changes: torch.Tensor, seed: int
 ) -> ClassEffect:
-    """A class's held-out change [document] against its random sets' ([draw, document])."""
-    difference = change - random_changes.mean(0)
-    ci = mean_ci(difference, seed)
-    layers = sorted(layer for layer, _ in heads)
+    """A class's held-out changes against its random sets' (changes [1 + draws, document], the class
+    first), judged by `circuits.evidence.judge_class`."""
+    verdict = judge_class(found, changes, seed=seed)
+    layers = sorted(layer for layer, _ in found.heads)
     return ClassEffect(
-        name=name,
-        heads=head_labels(heads),
+        name=found.name,
+        heads=verdict.heads,
         found_by=found_by,
-        attributed=sum(estimate[layer, head].item() for layer, head in heads),
-        change=change.mean().item(),
-        change_ci=mean_ci(change, seed),
-        random_sets=[head_labels(draw) for draw in draws],
-        random_same_layers=all(sorted(layer for layer, _ in draw) == layers for draw in draws),
-        random_changes=random_changes.mean(1).tolist(),
-        difference=difference.mean().item(),
-        difference_ci=ci,
-        verdict=ci_verdict(ci),
+        attributed=sum(estimate[layer, head].item() for layer, head in found.heads),
+        change=verdict.heldout.drop,
+        change_ci=verdict.heldout.drop_ci,
+        random_sets=verdict.random_sets,
+        random_same_layers=all(sorted(layer for layer, _ in draw) == layers for draw in found.draws),
+        random_changes=verdict.random_effects,
+        difference=verdict.heldout.beyond,
+        difference_ci=verdict.heldout.beyond_ci,
+        verdict=verdict.verdict,
     )
 
 
@@ -224,13 +217,13 @@ def _head_effects(
 
 def _ablated_sets(
     model: interp.HookedTransformer, top_heads: list[Head], induction_heads: list[Head], settings: ICLSettings
-) -> tuple[list[list[Head]], list[list[Head]]]:
-    """Step 3's sets: (the induction heads' random same-layer sets, every set ablated: each top head
-    alone, then the induction heads and their random sets)."""
+) -> tuple[HeadClass | None, list[list[Head]]]:
+    """Step 3's sets: (the induction class with its random same-layer sets (None without induction
+    heads), every set ablated: each top head alone, then the induction heads and their random sets)."""
     if not induction_heads:
-        return [], [[head] for head in top_heads]
-    draws = random_same_layer_sets(model, induction_heads, settings.n_random, settings.seed)
-    return draws, [[head] for head in top_heads] + [induction_heads, *draws]
+        return None, [[head] for head in top_heads]
+    found = head_class(model, "induction", induction_heads, settings.n_random, settings.seed)
+    return found, [[head] for head in top_heads] + found.sets
 
 
 def _scores(
@@ -285,7 +278,7 @@ def icl_report(
     stage("attribution")
     estimate = attributions.mean(0)  # [layer, head]
     top_heads = _top_heads(estimate, settings.top)
-    draws, sets = _ablated_sets(model, top_heads, induction_heads, settings)
+    induction, sets = _ablated_sets(model, top_heads, induction_heads, settings)
     ablated_losses, clean, ablated = stages.run(  # 3. exact ablations on the first held-out documents
         EXACT_ABLATIONS_STAGE,
         lambda: ablated_icl_scores(model, ablated_documents, windows, sets, ablation, seed, progress),
@@ -297,10 +290,9 @@ def icl_report(
     )
     stage("scoring")
     changes, n_top = ablated - clean, len(top_heads)  # [set, held-out document]
-    classes = []
-    if induction_heads:
-        tested = (induction_heads, found_by, estimate, changes[n_top], draws, changes[n_top + 1 :], seed)
-        classes.append(_class_effect("induction", *tested))
+    classes = (
+        [] if induction is None else [_class_effect(induction, found_by, estimate, changes[n_top:], seed)]
+    )
     timings["total"] = time.perf_counter() - began
     return ICLResult(
         model_name=model.cfg.model_name,

@@ -16,10 +16,10 @@ with other names, places and objects (`interp.tasks.ioi.ioi_dataset_for(..., spl
 Per class, the drop of the logit diff when its heads are mean-ablated (clean - ablated,
 `circuits.evidence.EFFECT_SIGN`; positive: the class helps) is compared with the drop when as many
 random heads from the same layers (outside the circuit) are, with a bootstrap CI over prompts of the
-drop beyond them, pooled and per stratum (`circuits.evidence.stratum_drops`: name order, template);
-`stratified_verdict` says whether the class holds in the class's direction (negative name movers:
-a negative drop) and where. The circuit's faithfulness and
-recovered fraction are measured on the held-out prompts too.
+drop beyond them, pooled and per stratum (name order, template), judged by
+`circuits.evidence.judge_class`: whether the class holds in the class's direction (negative name
+movers: a negative drop) and where (`DEPENDENT_KINDS`). The circuit's faithfulness and recovered
+fraction are measured on the held-out prompts too.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import StratumDrop, ci_verdict, mean_ci, stratum_drops
+from circuits.evidence import HeadClass, head_class, judge_class
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import (
@@ -178,10 +178,15 @@ def validate_circuit(
 class AblationPlan:
     """One class's ablated runs. base: the heads ablated in each of its runs and in its reference
     (the name movers not in the class, for the backup name movers, which act once those are gone;
-    else none); runs: base + the class, then base + each random set."""
+    else none); found: the class and its random sets, each run with base ablated too."""
 
     base: list[Head]
-    runs: list[list[Head]]
+    found: HeadClass
+
+    @property
+    def runs(self) -> list[list[Head]]:
+        """base + the class, then base + each random set."""
+        return [self.base + list(heads) for heads in self.found.sets]
 
 
 def _outside_circuit(model: interp.HookedTransformer, result: IOICircuitResult) -> list[Head]:
@@ -190,31 +195,19 @@ def _outside_circuit(model: interp.HookedTransformer, result: IOICircuitResult) 
 
 
 def ablation_plans(model: interp.HookedTransformer, result: IOICircuitResult) -> dict[str, AblationPlan]:
-    """1. class -> its `AblationPlan` (classes with heads only): `n_random_draws` random sets, each a
-    random head outside the circuit per head of the class, from its layer where the layer has one left,
-    else from any layer (fewer heads when the circuit leaves fewer); drawn with the result's seed."""
+    """1. class -> its `AblationPlan` (classes with heads only): `n_random_draws` random same-layer sets
+    of heads outside the circuit (`circuits.evidence.head_class`, drawn with the result's seed)."""
     settings = result.settings
     outside = _outside_circuit(model, result)
-    generator = torch.Generator().manual_seed(settings.seed)
-
-    def random_heads(heads: Sequence[Head]) -> list[Head]:
-        chosen: list[Head] = []
-        for layer, _ in heads:
-            for pool in ([h for h in outside if h[0] == layer], outside):
-                pool = [h for h in pool if h not in chosen]
-                if pool:
-                    chosen.append(pool[int(torch.randint(len(pool), (1,), generator=generator))])
-                    break
-        return chosen
-
     name_movers = result.circuit["name_mover"]
     plans = {}
     for name, heads in result.circuit.items():
         if not heads:
             continue
         base = [h for h in name_movers if h not in heads] if name == "backup_name_mover" else []
-        draws = [base + random_heads(heads) for _ in range(settings.n_random_draws)]
-        plans[name] = AblationPlan(base=base, runs=[base + list(heads)] + draws)
+        sign = -1 if name == "negative_name_mover" else 1
+        found = head_class(model, name, heads, settings.n_random_draws, settings.seed, sign, outside)
+        plans[name] = AblationPlan(base=base, found=found)
     return plans
 
 
@@ -237,6 +230,9 @@ def ablated_logit_diffs(
     return lambda heads: measured[tuple(sorted(heads))]
 
 
+DEPENDENT_KINDS = {"order": "all", "template": "most"}  # the verdict's strata (`class_verdict`)
+
+
 def class_validation(
     name: str,
     plan: AblationPlan,
@@ -246,45 +242,40 @@ def class_validation(
     heldout: IOIPrompts,
 ) -> ClassValidation:
     """3. Class `name`'s drop of the held-out logit diff beyond its random sets' (relative to the
-    clean logit diff, sign kept), with a bootstrap CI, pooled and per stratum (name order, template);
-    its direct writes to the IO and S logits (`dla`: "IO", "S" -> [layer, head], on the held-out
-    prompts) for the classes that write; the verdict (`stratified_verdict`)."""
+    clean logit diff, sign kept), with a bootstrap CI, pooled and per stratum (name order, by CI;
+    template), judged by `circuits.evidence.judge_class`; its direct writes to the IO and S logits
+    (`dla`: "IO", "S" -> [layer, head], on the held-out prompts) for the classes that write."""
     settings = result.settings
     heads = result.circuit[name]
     base = ablated([]).mean().item()
     reference = ablated(plan.base)
-    drop = reference - ablated(plan.runs[0])  # [batch]
-    random_drop = torch.stack([reference - ablated(run) for run in plan.runs[1:]]).mean(0)  # [batch]
-    sign = -1 if name == "negative_name_mover" else 1
-    beyond = (drop - random_drop) / abs(base)  # relative to the size of the logit diff, sign kept
-    ci = mean_ci(beyond, settings.seed, settings.n_bootstrap)
+    drops = torch.stack([reference - ablated(run) for run in plan.runs]) / abs(base)  # [1 + draws, batch]
     writes = None
     writes_right = True
     if name in CLASS_WRITES:
         logit, write_sign = CLASS_WRITES[name]
         writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
         writes_right = write_sign * writes[logit] > 0
-    # nothing is confirmed on prompts where the model does not do IOI
-    pooled_holds = ci_verdict(ci, sign) == "confirmed" and writes_right and base > 0
-    strata = stratum_drops(
-        beyond, _strata(heldout), sign, by_ci=("order",), seed=settings.seed, n_boot=settings.n_bootstrap
-    )
+    verdict = judge_class(
+        plan.found, drops, strata=_strata(heldout), dependent_kinds=DEPENDENT_KINDS, by_ci=("order",),
+        evidence_holds=writes_right and base > 0,  # nothing is confirmed where the model does not do IOI
+        seed=settings.seed, n_boot=settings.n_bootstrap,
+    )  # fmt: skip
     examples = _template_examples(heldout)
-    for stratum in strata:
+    for stratum in verdict.strata:
         stratum.example = examples.get(stratum.name)
-    verdict, holds_in = stratified_verdict(pooled_holds, strata)
     return ClassValidation(
-        heads=[head_label(layer, head) for layer, head in heads],
-        sign=sign,
-        drop=drop.mean().item() / abs(base),
-        random_drop=random_drop.mean().item() / abs(base),
-        beyond=beyond.mean().item(),
-        beyond_ci=ci,
+        heads=verdict.heads,
+        sign=verdict.sign,
+        drop=verdict.heldout.drop,
+        random_drop=verdict.heldout.random_drop,
+        beyond=verdict.heldout.beyond,
+        beyond_ci=verdict.heldout.beyond_ci,
         writes=writes,
-        verdict=verdict,
-        holds_in=holds_in,
-        strata=strata,
-        heterogeneity=heterogeneity(beyond, heldout.template.to(beyond.device)),
+        verdict=verdict.verdict,
+        holds_in=[stratum.name for stratum in verdict.strata if stratum.holds],
+        strata=verdict.strata,
+        heterogeneity=heterogeneity(verdict.per_prompt, heldout.template.to(verdict.per_prompt.device)),
     )
 
 
@@ -323,19 +314,3 @@ def _template_examples(prompts: IOIPrompts) -> dict[str, str]:
         return {}
     indexed = list(enumerate(prompts.template.tolist()))
     return {f"T{template}": prompts.texts[index] for index, template in reversed(indexed)}
-
-
-def stratified_verdict(pooled_holds: bool, strata: Sequence[StratumDrop]) -> tuple[str, list[str]]:
-    """(verdict, the strata where the class holds): "unconfirmed" unless the pooled effect holds and
-    at least one order does; "order-dependent" when only one name order holds; "template-dependent"
-    when it holds in at most half of the templates; else "confirmed"."""
-    holds_in = [stratum.name for stratum in strata if stratum.holds]
-    orders = [stratum for stratum in strata if stratum.kind == "order"]
-    templates = [stratum for stratum in strata if stratum.kind == "template"]
-    if not pooled_holds or not any(stratum.holds for stratum in orders):
-        return "unconfirmed", holds_in
-    if not all(stratum.holds for stratum in orders):
-        return "order-dependent", holds_in
-    if 2 * sum(stratum.holds for stratum in templates) <= len(templates):
-        return "template-dependent", holds_in
-    return "confirmed", holds_in

@@ -32,14 +32,11 @@ from circuits.evidence import (
     EFFECT_SIGN,
     BeyondRandom,
     StratumDrop,
-    beyond_random,
-    ci_verdict,
+    head_class,
     head_labels,
-    held_out_note,
+    judge_class,
     label_strata,
     mean_ci,
-    random_same_layer_sets,
-    stratum_drops,
 )
 from circuits.path.task import PairTask
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
@@ -205,14 +202,7 @@ def _strata(task: PairTask) -> list[tuple[str, str, Tensor]]:
     ]
 
 
-def _verdict(pooled: BeyondRandom, sign: int, strata: Sequence[StratumDrop]) -> str:
-    if ci_verdict(pooled.beyond_ci, sign) != "confirmed":
-        return "unconfirmed"
-    for kind in ("stratum", "family"):
-        members = [s for s in strata if s.kind == kind]
-        if members and 2 * sum(s.holds for s in members) <= len(members):
-            return f"{kind}-dependent"
-    return "confirmed"
+DEPENDENT_KINDS = {"stratum": "most", "family": "most"}  # the verdict's strata (`class_verdict`)
 
 
 def validate(
@@ -223,37 +213,31 @@ def validate(
     settings: PathSettings,
 ) -> list[ClassCheck]:
     """Step 3: each class against random same-layer sets, on held-out families (and, for the
-    comparison only, on discovery families)."""
-    plans = {
-        name: [heads, *random_same_layer_sets(model, heads, settings.n_random, settings.seed)]
+    comparison only, on discovery families), judged by `circuits.evidence.judge_class`."""
+    found = [
+        head_class(
+            model, name, heads, settings.n_random, settings.seed, -1 if name.endswith("(negative)") else 1
+        )
         for name, heads in classes.items()
-    }
+    ]
 
-    def beyond(task: PairTask) -> dict[str, tuple[BeyondRandom, Tensor]]:
-        sets = [[], *[run for runs in plans.values() for run in runs]]
-        values = metric_with_heads_ablated(model, task, sets, settings.ablation)
-        drops, out, start = values[0][None] - values[1:], {}, 0
-        for name, runs in plans.items():
-            block = drops[start : start + len(runs)]
-            start += len(runs)
-            out[name] = beyond_random(block[0], block[1:], settings.seed), block[0] - block[1:].mean(0)
-        return out
+    def drops(task: PairTask) -> list[Tensor]:
+        """Each class's drops [1 + draws, prompt] on `task`, every set measured in one run."""
+        values = metric_with_heads_ablated(
+            model, task, [[], *[s for c in found for s in c.sets]], settings.ablation
+        )
+        return list((values[0][None] - values[1:]).split([len(c.sets) for c in found]))
 
-    found, held = beyond(discovery), beyond(heldout)
     unit = "families" if heldout.has_families else "prompts"
     checks = []
-    for name, heads in classes.items():
-        sign = -1 if name.endswith("(negative)") else 1
-        (chosen, _), (tested, difference) = found[name], held[name]
-        strata = stratum_drops(difference, _strata(heldout), sign, seed=settings.seed)
-        if sign > 0:
-            note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit)
-        else:  # a negative class: the same words about the size of its (negative) effect
-            flipped = (-tested.beyond_ci[1], -tested.beyond_ci[0])
-            note = held_out_note(-chosen.beyond, -tested.beyond, flipped, unit)
+    for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True):
+        verdict = judge_class(
+            check, tested, discovery=chose, strata=_strata(heldout), dependent_kinds=DEPENDENT_KINDS,
+            unit=unit, seed=settings.seed,
+        )  # fmt: skip
         checks.append(ClassCheck(
-            name=name, heads=head_labels(heads), sign=sign, attention={}, discovery=chosen, heldout=tested,
-            strata=strata, verdict=_verdict(tested, sign, strata), note=note,
+            name=check.name, heads=verdict.heads, sign=check.sign, attention={}, discovery=verdict.discovery,
+            heldout=verdict.heldout, strata=verdict.strata, verdict=verdict.verdict, note=verdict.note,
         ))  # fmt: skip
     return checks
 

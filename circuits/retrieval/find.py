@@ -13,9 +13,9 @@ query (nothing to retrieve). The steps (`RetrievalSettings` holds their sizes an
   2. heads -> movers' queries the same into the queries at END of step 1's classified heads
   3. validation               each class mean-ablated (per position, over the corrupted prompts of
                               its fact count and template) against random same-layer heads, per
-                              prompt, pooled (`circuits.evidence.beyond_random`) and per stratum (fact
-                              count, template, relation), beside the same figure on the discovery
-                              prompts that chose the heads (`held_out_note`); the induction heads of
+                              prompt, pooled and per stratum (fact count, template, relation), beside
+                              the same figure on the discovery prompts that chose the heads
+                              (`circuits.evidence.judge_class`); the induction heads of
                               `interp heads` tested the same way; the circuit's faithfulness
                               (`faithfulness_ratio`) with every head outside it mean-ablated
   4. accuracy                 each prompt set's clean accuracy against chance (the question and
@@ -39,14 +39,13 @@ from torch import Tensor
 import interp
 from circuits.evidence import (
     FamilySplit,
-    beyond_random,
-    held_out_note,
+    HeadClass,
+    head_class,
+    judge_class,
     label_strata,
     mean_ci,
-    random_same_layer_sets,
     select_heads,
     split_families,
-    stratum_drops,
 )
 from circuits.heads.cache import confirmed_induction_heads
 from circuits.retrieval.results import (
@@ -309,46 +308,42 @@ def _ablated_runs(
     return dict(zip(head_sets, torch.cat(parts, 1), strict=True))
 
 
+DEPENDENT_KINDS = {"facts": "all", "template": "all", "relation": "all"}  # the verdict's strata
+
+
 def _class_check(
-    name: str,
-    heads: Sequence[Head],
-    draws: Sequence[Sequence[Head]],
+    found: HeadClass,
     ablated: dict[str, dict[tuple[Head, ...], Tensor]],
     heldout: Sequence[RetrievalPrompts],
     induction: Sequence[Head],
     seed: int,
 ) -> RetrievalClass:
-    """One class against its random same-layer `draws`: `ablated` holds "heldout" and "discovery"
-    head set -> [prompt] ablated logit diffs, () the clean run's; strata of the `heldout` batches."""
+    """One class against its random same-layer sets (`circuits.evidence.judge_class`): `ablated` holds
+    "heldout" and "discovery" head set -> [prompt] ablated logit diffs, () the clean run's; strata of
+    the `heldout` batches."""
 
-    def drops(side: str, heads: Sequence[Head]) -> Tensor:
-        """[prompt] clean - ablated logit diff (EFFECT_SIGN)."""
-        return ablated[side][()] - ablated[side][tuple(sorted(heads))]
+    def drops(side: str) -> Tensor:
+        """[1 + draws, prompt] clean - ablated logit diff (EFFECT_SIGN), the class first."""
+        return torch.stack([ablated[side][()] - ablated[side][tuple(sorted(heads))] for heads in found.sets])
 
-    random_drops = torch.stack([drops("heldout", draw) for draw in draws])  # [draw, prompt]
-    on_heldout = beyond_random(drops("heldout", heads), random_drops, seed)
-    on_discovery = beyond_random(
-        drops("discovery", heads), torch.stack([drops("discovery", draw) for draw in draws]), seed
-    )
-    difference = drops("heldout", heads) - random_drops.mean(0)
-    strata = stratum_drops(difference, _strata(heldout), seed=seed)
-    verdict = "unconfirmed"
-    if on_heldout.verdict == "confirmed":
-        verdict = "confirmed" if all(s.holds for s in strata) else "stratum-dependent"
+    verdict = judge_class(
+        found, drops("heldout"), discovery=drops("discovery"), strata=_strata(heldout),
+        dependent_kinds=DEPENDENT_KINDS, seed=seed,
+    )  # fmt: skip
     measured = ablated["heldout"]
-    random_right = torch.stack([measured[tuple(sorted(draw))] > 0 for draw in draws]).double()
+    random_right = torch.stack([measured[tuple(sorted(draw))] > 0 for draw in found.draws]).double()
     return RetrievalClass(
-        name=name,
-        heads=[head_label(*head) for head in heads],
-        induction_overlap=[head_label(*head) for head in heads if head in set(induction)],
-        discovery=on_discovery,
-        heldout=on_heldout,
-        note=held_out_note(on_discovery.beyond, on_heldout.beyond, on_heldout.beyond_ci),
-        accuracy=(measured[tuple(sorted(heads))] > 0).double().mean().item(),
+        name=found.name,
+        heads=verdict.heads,
+        induction_overlap=[head_label(*head) for head in found.heads if head in set(induction)],
+        discovery=verdict.discovery,
+        heldout=verdict.heldout,
+        note=verdict.note,
+        accuracy=(measured[tuple(sorted(found.heads))] > 0).double().mean().item(),
         random_accuracy=random_right.mean().item(),
-        random_sets=[[head_label(*head) for head in draw] for draw in draws],
-        strata=strata,
-        verdict=verdict,
+        random_sets=verdict.random_sets,
+        strata=verdict.strata,
+        verdict=verdict.verdict,
     )
 
 
@@ -383,12 +378,9 @@ def validate_classes(
     batches (the figures reported, per stratum); the circuit's faithfulness on the held-out batches
     (see the module docstring), and their clean logit diffs [prompt], concatenated."""
     every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
-    plans = {
-        name: [heads, *random_same_layer_sets(model, heads, n_random, seed)]
-        for name, heads in classes.items()
-    }
+    found = [head_class(model, name, heads, n_random, seed) for name, heads in classes.items()]
     outside = sorted(set(every_head) - set(circuit))
-    per_class = [tuple(sorted(heads)) for runs in plans.values() for heads in runs]
+    per_class = [tuple(sorted(heads)) for each in found for heads in each.sets]
     held_sets = list(dict.fromkeys([(), tuple(outside), tuple(every_head), *per_class]))
     found_sets = list(dict.fromkeys([(), *per_class]))
     ablated = {
@@ -397,10 +389,7 @@ def validate_classes(
             model, found_sets, prompt_sets["discovery"], "Discovery ablations", progress
         ),
     }
-    validations = [
-        _class_check(name, heads, draws, ablated, prompt_sets["heldout"], induction, seed)
-        for name, (heads, *draws) in plans.items()
-    ]
+    validations = [_class_check(each, ablated, prompt_sets["heldout"], induction, seed) for each in found]
     heldout = ablated["heldout"]
     clean = heldout[()]
     return (

@@ -39,7 +39,8 @@ def legend(result: RetrievalResult) -> str:
         f"{', '.join(result.templates['heldout'])}) against random heads of the same layers. Effects: "
         f"{EFFECT_SIGN}; beyond random = the class's drop - the random sets' mean drop, paired by prompt; "
         "confirmed when its held-out CI lies above 0 and it is positive in every stratum (fact count, "
-        "template, relation); stratum-dependent when only the pooled CI is. The same figure on the "
+        "template, relation); facts-, template- or relation-dependent when only the pooled CI is (the "
+        "first kind of stratum where it is not). The same figure on the "
         "discovery prompts that chose the heads is shown beside it, never reported alone. Faithfulness = "
         "(F(circuit) - F(no heads)) / (F(model) - F(no heads)), every head outside the circuit mean-ablated."
     )

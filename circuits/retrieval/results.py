@@ -17,7 +17,7 @@ CLASS_MEANINGS = {
     "query": "attends END -> the queried name in the query",
     "induction": "the induction heads `interp heads` confirms (tested as a class, not found here)",
 }
-VERDICTS = ("confirmed", "stratum-dependent", "unconfirmed")
+VERDICTS = ("confirmed", "facts-dependent", "template-dependent", "relation-dependent", "unconfirmed")
 
 
 @dataclass(kw_only=True)
@@ -58,9 +58,10 @@ class RetrievalClass:
     logit diff; positive: the heads help). discovery: on the discovery prompts that chose the heads;
     heldout: on the held-out relations, names, fact counts and templates, the figure reported.
     note: `held_out_note` (whether the effect shrinks held out). accuracy with the class and with the
-    random sets ablated (held out). verdict: "confirmed" when the held-out CI of `beyond` lies above 0
-    and `beyond` is positive in every stratum, "stratum-dependent" when only the pooled CI does, else
-    "unconfirmed"."""
+    random sets ablated (held out). verdict (`circuits.evidence.judge_class`): "confirmed" when the
+    held-out CI of `beyond` lies above 0 and `beyond` is positive in every stratum; "facts-dependent",
+    "template-dependent" or "relation-dependent" when only the pooled CI does (the first kind of
+    stratum where it is not positive in every one); else "unconfirmed"."""
 
     name: str
     heads: list[str]
