@@ -11,7 +11,8 @@ Baseline. A class of heads is compared with random sets of as many heads drawn f
 (`head_class` draws them, `random_same_layer_sets`): `beyond_random` is the class's drop minus the
 random sets' mean drop, paired by prompt, with a bootstrap CI over prompts
 (`interp.interventions.stats`, the one bootstrap), and the same per stratum of the prompts
-(`stratum_drops`: name orders, templates, relations, ...). `judge_class` is the one judge every
+(`stratum_drops`: name orders, templates, relations, ...; one of fewer than `MIN_STRATUM_PROMPTS`
+prompts gets neither a CI nor a verdict: "too few prompts"). `judge_class` is the one judge every
 analysis calls: pooled, per stratum and per family on held-out prompts, beside the discovery figure,
 with one verdict (`class_verdict`) whose strata kinds are the analysis's.
 
@@ -37,6 +38,12 @@ from interp.types import Head, head_label
 
 EFFECT_SIGN = "drop = metric(clean) - metric(ablated), per prompt; positive: the heads help"
 VERDICTS = ("confirmed", "unconfirmed")
+MIN_STRATUM_PROMPTS = 4
+"""The fewest prompts a stratum or family needs for a CI and a verdict. With n prompts, the bootstrap
+resample that repeats the smallest value n times has probability n**-n: 1/27 (3.7%) for n = 3, above
+the 2.5% tail, so the 95% CI of 3 prompts or fewer is the range of their values and says nothing
+they do not; for n = 4 it is 1/256 (0.4%)."""
+TOO_FEW_PROMPTS = "too few prompts"  # what a stratum of fewer than MIN_STRATUM_PROMPTS shows for its verdict
 DEPENDENCE_RULES = ("all", "most")  # a kind's strata must hold in every one, or in more than half
 
 
@@ -122,14 +129,15 @@ def beyond_random(
 class StratumDrop:
     """A class's drop beyond random same-layer heads (`BeyondRandom.beyond`, per prompt) on the
     held-out prompts of one stratum: the mean over its prompts, in the drop's units, with a 95%
-    bootstrap CI over them (NaN with one prompt)."""
+    bootstrap CI over them; a stratum of fewer than `MIN_STRATUM_PROMPTS` prompts has neither a CI nor
+    a verdict (both None: `TOO_FEW_PROMPTS`)."""
 
     kind: str  # what divides the prompts: "order", "template", "facts", "relation", "stratum", "family"
     name: str  # the stratum: "ABBA", "T3", "4 facts", "capital", ...
     n_prompts: int
     beyond: float
-    beyond_ci: tuple[float, float]
-    holds: bool  # in the class's direction: the mean, or for the kinds tested by CI the whole CI
+    beyond_ci: tuple[float, float] | None  # None: too few prompts
+    holds: bool | None  # in the class's direction: the mean, or for the kinds tested by CI the whole CI
     example: str | None = None  # one of its prompts, where the analysis has their texts
 
 
@@ -149,15 +157,19 @@ def stratum_drops(
 ) -> list[StratumDrop]:
     """A class's drop beyond random heads [prompt] in each stratum (kind, name, members [prompt] bool;
     empty ones left out). A stratum holds when its mean points in the class's direction `sign` (+1:
-    the class helps), or, for the kinds in `by_ci`, when its CI excludes zero that way."""
+    the class helps), or, for the kinds in `by_ci`, when its CI excludes zero that way. One of fewer
+    than `MIN_STRATUM_PROMPTS` prompts gets no CI and no verdict (None)."""
     out = []
     for kind, name, members in strata:
         values = beyond[members.to(beyond.device)]
         if len(values) == 0:
             continue
         mean = values.mean().item()
-        ci = mean_ci(values, seed, n_boot) if len(values) > 1 else (float("nan"), float("nan"))
-        holds = ci_verdict(ci, sign) == "confirmed" if kind in by_ci else sign * mean > 0
+        if len(values) < MIN_STRATUM_PROMPTS:
+            ci, holds = None, None
+        else:
+            ci = mean_ci(values, seed, n_boot)
+            holds = ci_verdict(ci, sign) == "confirmed" if kind in by_ci else sign * mean > 0
         out.append(StratumDrop(kind=kind, name=name, n_prompts=len(values), beyond=mean, beyond_ci=ci,
                                holds=holds))  # fmt: skip
     return out
@@ -289,13 +301,16 @@ def class_verdict(
     """The one verdict of a class: "unconfirmed" unless the pooled effect holds and, in each kind of
     `dependent_kinds`, at least one stratum does; else "<kind>-dependent" for the first kind (in the
     mapping's order) whose strata do not hold as its rule asks ("all": every one; "most": more than
-    half); else "confirmed". Kinds: "order", "template", "relation", "facts", "stratum", "family", ..."""
+    half); else "confirmed". Strata of too few prompts (holds None) are left out: a kind with none
+    left does not change the verdict. Kinds: "order", "template", "relation", "facts", "family", ..."""
     unknown = set(dependent_kinds.values()) - set(DEPENDENCE_RULES)
     if unknown:
         raise ValueError(f"unknown dependence rule(s) {sorted(unknown)}; choose from {DEPENDENCE_RULES}")
     if not pooled_holds:
         return "unconfirmed"
-    judged = {kind: [s.holds for s in strata if s.kind == kind] for kind in dependent_kinds}
+    judged = {
+        kind: [s.holds for s in strata if s.kind == kind and s.holds is not None] for kind in dependent_kinds
+    }
     if any(holds and not any(holds) for holds in judged.values()):
         return "unconfirmed"
     for kind, rule in dependent_kinds.items():

@@ -133,7 +133,7 @@ QUICK_PRESETS = {
         time=ExpectedTime(46, "interp ioi --quick", _XEON, _IDLE),
         options={"n_prompts": (24, 64)},
         note="quick preset: 24 prompts (and 24 held out) instead of 64, CIs about 1.6x wider: fewer classes "
-        "are confirmed on held-out prompts",
+        "are confirmed on held-out prompts; a template of fewer than 4 held-out prompts gets no verdict",
     ),
     "circuit": QuickPreset(
         time=ExpectedTime(57, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),

@@ -12,7 +12,14 @@ from conftest import TRAIN_SEED
 from rich.console import Console
 
 import interp
-from circuits.evidence import StratumDrop, class_verdict, robust_z, select_heads
+from circuits.evidence import (
+    MIN_STRATUM_PROMPTS,
+    TOO_FEW_PROMPTS,
+    StratumDrop,
+    class_verdict,
+    robust_z,
+    select_heads,
+)
 from circuits.ioi import (
     CLASSES,
     MeanAblation,
@@ -336,6 +343,22 @@ def test_shipped_toy_ioi_report(tmp_path):
     prompt = ioi_dataset_for(interp.load_model("toy-ioi"), 64, seed=0)[0].texts[0]
     assert f"Example prompt: &lt;1&gt; {prompt}" in page.read_text()
     assert "Held-out validation" in page.read_text()
+
+
+def test_strata_of_too_few_held_out_prompts_get_no_ci_and_no_verdict():
+    """toy-ioi on 6 prompts: 3 held out per name order, too few for a CI; such a stratum keeps its mean
+    and is marked, and takes no part in the verdict (no class is order-dependent)."""
+    result = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=6, seed=0, evaluate=False)
+    strata = [s for c in result.validation.classes.values() for s in c.strata]
+    assert all(s.n_prompts < MIN_STRATUM_PROMPTS for s in strata if s.kind == "order")
+    assert all(
+        (s.holds is None) == (s.beyond_ci is None) == (s.n_prompts < MIN_STRATUM_PROMPTS) for s in strata
+    )
+    assert not any(math.isnan(s.beyond) for s in strata)
+    for c in result.validation.classes.values():
+        assert c.holds_in == [s.name for s in c.strata if s.holds] and c.verdict != "order-dependent"
+    report = render_markdown(ioi_sections(result))
+    assert TOO_FEW_PROMPTS in report and "nan" not in report.lower()
 
 
 def test_a_step_runs_alone_and_selects_what_find_ioi_circuit_reports():

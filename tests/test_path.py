@@ -2,8 +2,8 @@
 engine's ablations, and every reported figure measured on held-out families only."""
 
 import csv
+import dataclasses
 import json
-import math
 import re
 from pathlib import Path
 
@@ -12,7 +12,9 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
+import interp
 from circuits.cli import app
+from circuits.edge_circuits.report import edges_against_heads
 from circuits.evidence import (
     beyond_random,
     class_verdict,
@@ -23,9 +25,11 @@ from circuits.evidence import (
     split_families,
     stratum_drops,
 )
+from circuits.ioi.task import IOI_POSITIONS, ioi_pair_task
 from circuits.path import PathSettings, head_path, pair_task
 from circuits.path.report import path_report
 from circuits.path.steps import discover, metric_with_heads_ablated
+from circuits.path.task import NO_FAMILY
 from circuits.results_file import load_result
 from circuits.sections import render_html, render_json, render_markdown, write_sections
 
@@ -56,17 +60,47 @@ def result(smollm2, agreement):
 
 
 def test_a_stratum_holds_by_its_direction_or_by_its_ci():
-    beyond = torch.tensor([0.5, 0.7, 0.6, -0.2, 0.1, 3.0])
-    strata = label_strata("family", ["a", "a", "a", "b", "b", "c"])
+    beyond = torch.tensor([0.5, 0.7, 0.6, 0.4, -0.2, 0.1, -0.3, 0.2, 3.0, 2.0, 4.0])
+    strata = label_strata("family", ["a"] * 4 + ["b"] * 4 + ["c"] * 3)
     by_mean = stratum_drops(beyond, strata)
     assert [(s.kind, s.name, s.n_prompts, s.holds) for s in by_mean] == [
-        ("family", "a", 3, True), ("family", "b", 2, False), ("family", "c", 1, True),
+        ("family", "a", 4, True), ("family", "b", 4, False), ("family", "c", 3, None),
     ]  # fmt: skip
-    assert by_mean[0].beyond_ci[0] > 0 and all(math.isnan(bound) for bound in by_mean[2].beyond_ci)
+    assert by_mean[0].beyond_ci[0] > 0 and by_mean[2].beyond_ci is None  # 3 prompts: no CI, no verdict
+    assert by_mean[2].beyond == pytest.approx(3.0)
     by_ci = stratum_drops(beyond, strata, by_ci=("family",))
-    assert [s.holds for s in by_ci] == [True, False, False]  # one prompt has no CI
+    assert [s.holds for s in by_ci] == [True, False, None]
     assert [s.holds for s in stratum_drops(-beyond, strata, sign=-1)] == [s.holds for s in by_mean]
-    assert stratum_drops(beyond, [("order", "none", torch.zeros(6, dtype=torch.bool))]) == []
+    assert stratum_drops(beyond, [("order", "none", torch.zeros(11, dtype=torch.bool))]) == []
+    assert class_verdict(True, by_mean, {"family": "all"}) == "family-dependent"  # c does not count
+    assert class_verdict(True, by_mean[:1] + by_mean[2:], {"family": "all"}) == "confirmed"
+    assert class_verdict(True, by_mean[2:], {"family": "most"}) == "confirmed"  # no family to judge by
+
+
+def test_a_task_without_positions_or_families_names_the_positions_where_its_prompts_differ():
+    """toy-ioi's IOI prompts against their ABC corruptions (the three names changed), given as a user's
+    pairs with no named position and no family: the changed positions are IO, S1 and S2, classes are
+    named by attention to them, and each prompt, its own family, gets no row of its own."""
+    toy = interp.load_model("toy-ioi")
+    ioi = ioi_pair_task(toy, 16)
+    n = len(ioi)
+    task = dataclasses.replace(
+        ioi, positions={}, families=tuple(NO_FAMILY.format(i) for i in range(n)), strata=("all",) * n,
+        heldout_families=None, has_families=False,
+    )  # fmt: skip
+    named = task.with_changed_positions()
+    assert list(named.positions) == ["changed 1", "changed 2", "changed 3"]
+    names = torch.stack([ioi.positions[name] for name in IOI_POSITIONS]).sort(0).values
+    assert torch.equal(torch.stack(list(named.positions.values())), names)
+    assert not task.split()[1].has_families
+    result = head_path(toy, task, PathSettings(n_candidates=8, max_heads=6, n_random=4))
+    assert not result.by_family and result.notes[0].startswith("no position was named")
+    assert any(c.name.startswith("to changed") for c in result.classes)
+    assert all(set(c.attention) == set(named.positions) for c in result.classes)
+    assert all(s.kind != "family" for c in result.classes for s in c.strata)
+    assert "nan" not in render_markdown(path_report(result)).lower()
+    same = dataclasses.replace(task, corrupted=task.clean, corrupted_end=task.end)
+    assert same.with_changed_positions().positions == {}  # nothing differs: nothing to name
 
 
 ANALYSES = ("path/steps.py", "ioi/evaluate.py", "retrieval/find.py", "icl/pipeline.py", "icl/fv_pipeline.py",
@@ -258,3 +292,35 @@ def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):
     run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), "--method", "eap", "--edges", "50"])
     assert run.exit_code != 0 and "different lengths" in " ".join(run.output.split())
     assert "Edge scores" not in run.stderr  # refused before any long work
+
+
+def test_interp_circuit_on_pairs_without_positions_or_families(tmp_path):
+    """A user's pairs with neither named positions nor families: the classes are named by the positions
+    where the prompts differ, no prompt gets a row (or a verdict) of its own, no figure is NaN, and an
+    edge circuit that keeps less than the heads alone is explained."""
+    path, saved = tmp_path / "pairs.csv", tmp_path / "circuit.json"
+    columns = ("clean", "corrupted", "correct", "incorrect")
+    rows = [{key: row[key] for key in columns} for row in agreement_rows()]
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    run = CliRunner().invoke(
+        app, ["circuit", "--task", str(path), "--method", "eap", "--edges", "50", "--save", str(saved)]
+    )
+    assert run.exit_code == 0, run.output
+    result = load_result(saved)
+    heads = result.heads
+    assert not heads.by_family and "held out" in run.stdout and "nan" not in run.stdout.lower()
+    assert "changed (pair 1: ' lamps' -> ' lamp')" in heads.notes[0]  # the subject, where the pairs differ
+    assert "to changed" in [c.name for c in heads.classes]
+    assert not [s for c in heads.classes for s in c.strata]  # no stratum column, no family column
+    explained = edges_against_heads(result)
+    edges_kept = float(result.faithfulness.faithfulness[0])
+    assert bool(explained) == (edges_kept < heads.faithfulness)
+    assert all(" ".join(line.split()) in " ".join(run.stdout.split()) for line in explained)
+    less = dataclasses.replace(result, heads=dataclasses.replace(heads, faithfulness=edges_kept + 0.5))
+    assert "ablate different things" in edges_against_heads(less)[0]
+    assert f"({heads.all_heads_drop:+.2f})" in edges_against_heads(less)[2]
+    more = dataclasses.replace(less, heads=dataclasses.replace(heads, faithfulness=edges_kept - 0.5))
+    assert edges_against_heads(more) == []

@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from circuits.cli import app
-from circuits.evidence import EFFECT_SIGN, random_same_layer_sets
+from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, random_same_layer_sets
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalResult, RetrievalSettings, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import ablated_logit_diffs, validate_classes
@@ -141,8 +141,9 @@ def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
         assert c.verdict in VERDICTS
         assert {s.name for s in c.strata} >= {"3 facts", "6 facts", "template of", "template for"}
         assert (c.verdict != "unconfirmed") == (c.heldout.beyond_ci[0] > 0)  # drops: positive helps
-        assert all(s.holds == (s.beyond > 0) for s in c.strata)
-        failing = [s.kind for s in c.strata if not s.holds]  # in the order facts, template, relation
+        assert all((s.holds is None) == (s.n_prompts < MIN_STRATUM_PROMPTS) for s in c.strata)
+        assert all(s.holds == (s.beyond > 0) for s in c.strata if s.holds is not None)
+        failing = [s.kind for s in c.strata if s.holds is False]  # in the order facts, template, relation
         if c.verdict != "unconfirmed":
             assert c.verdict == (f"{failing[0]}-dependent" if failing else "confirmed")
         assert c.heldout.n_prompts == 48 and c.discovery.n_prompts == 12

@@ -280,6 +280,34 @@ def curve_svg(result: EdgeCircuitResult) -> str:
     return "".join(parts)
 
 
+def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
+    """Why the edge circuit keeps less of the metric than the head classes' heads alone (none where it
+    keeps as much or more): the two ratios ablate different things against different baselines."""
+    heads = result.heads
+    edges_kept = float(result.faithfulness.faithfulness[0])
+    if heads is None or not heads.classes or edges_kept >= heads.faithfulness:
+        return []
+    n_edges, n_heads = int(result.circuit.sum()), sum(len(c.heads) for c in heads.classes)
+    every_edge = float(result.faithfulness.full.mean() - result.faithfulness.empty.mean())
+    lines = [
+        f"the circuit's {n_edges:,} edges keep {edges_kept:.2f} of the metric, the {n_heads} heads alone "
+        f"{heads.faithfulness:.2f}: the two ratios ablate different things",
+        f"the edges' ratio ablates every edge outside the circuit, the MLPs' and the embeddings' too, and is "
+        f"relative to what ablating every edge removes ({every_edge:+.2f} on the held-out prompts)",
+        "the heads' ratio ablates only the other heads' outputs (every MLP, the embeddings and every path "
+        "between the components kept stay whole) and is relative to what ablating every head removes "
+        f"({heads.all_heads_drop:+.2f})",
+        f"so the {n_edges:,} edges miss paths the heads' ratio never removes: through MLPs, from the "
+        "embeddings, or between heads beyond the circuit's edges; a larger circuit (--edges, --target) "
+        "keeps more of them",
+    ]
+    if heads.faithfulness > 1:
+        lines.append(
+            "the heads alone keep more than 1: the other heads, ablated together, had lowered the answer"
+        )
+    return lines
+
+
 def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
     """The report: the circuit and its faithfulness, what chose and what tested, the circuit's graph,
     its edges (the `top` strongest; default every one), the faithfulness curve, the heads' classes."""
@@ -326,7 +354,10 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
         )
     if result.heads is not None:
         heads = path_report(result.heads)
-        sections += [Section(title=heads.title, lines=heads.headline), *heads.sections]
+        sections += [
+            Section(title=heads.title, lines=heads.headline + edges_against_heads(result)),
+            *heads.sections,
+        ]
     title = f"Edge circuit of {result.model} on {result.task.name}"
     return Report(title=title, headline=lines[:1], sections=sections)
 

@@ -21,7 +21,7 @@ import math
 
 from rich.console import Console
 
-from circuits.evidence import EFFECT_SIGN
+from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
 from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, IOICircuitResult
 from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 from interp.viz import attention_patterns_html
@@ -193,7 +193,8 @@ STRATA_LEGEND = (
     "order where it does not hold. A class "
     "is confirmed when it holds in both orders (CI beyond 0) and in most templates (mean in its "
     "direction); heterogeneity: Cochran's Q over templates (I^2: share of the spread between "
-    "templates beyond chance)."
+    f"templates beyond chance). A stratum of fewer than {MIN_STRATUM_PROMPTS} prompts has no CI and no "
+    "verdict and does not count."
 )
 
 
@@ -202,7 +203,7 @@ def _where(c) -> str:
     share of templates of a template-dependent one ("3 of 12 templates")."""
     if c.verdict == "order-dependent":
         return " and ".join(s.name for s in c.strata if s.kind == "order" and s.holds) + " only"
-    templates = [s for s in c.strata if s.kind == "template"]
+    templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
     return f"{sum(s.holds for s in templates)} of {len(templates)} templates"
 
 
@@ -211,14 +212,9 @@ def _strata_rows(result: IOICircuitResult):
     v = result.validation
     for cls, c in v.classes.items() if v is not None else ():
         orders = {s.name: s for s in c.strata if s.kind == "order"}
-        templates = [s for s in c.strata if s.kind == "template"]
-        cells = [
-            "n/a"
-            if name not in orders
-            else f"{orders[name].beyond:+.0%} [{orders[name].beyond_ci[0] * 100:+.0f}, "
-            f"{orders[name].beyond_ci[1] * 100:+.0f}]{'' if orders[name].holds else ' x'}"
-            for name in ("ABBA", "BABA")
-        ]
+        templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
+        too_few = [s.name for s in c.strata if s.kind == "template" and s.holds is None]
+        cells = [_order_cell(orders.get(name)) for name in ("ABBA", "BABA")]
         held = [s.name for s in templates if s.holds]
         failed = [s.name for s in templates if not s.holds]
         listed = (
@@ -228,9 +224,21 @@ def _strata_rows(result: IOICircuitResult):
             if failed
             else ""
         )
+        judged = [f"{len(held)} of {len(templates)}{listed}"] if templates else []
+        judged += [f"{len(too_few)} with {TOO_FEW_PROMPTS}"] if too_few else []
         q, df, p, i2 = c.heterogeneity
         spread = "n/a" if df == 0 else f"{i2:.0%}, p {p:.1g}"
-        yield (cls, *cells, f"{len(held)} of {len(templates)}{listed}", spread)
+        yield (cls, *cells, "; ".join(judged), spread)
+
+
+def _order_cell(stratum) -> str:
+    """A name order's drop beyond random heads: "+12% [+5, +20]" (" x" where it does not hold)."""
+    if stratum is None:
+        return "n/a"
+    if stratum.holds is None:
+        return f"{stratum.beyond:+.0%}, {TOO_FEW_PROMPTS}"
+    low, high = stratum.beyond_ci
+    return f"{stratum.beyond:+.0%} [{low * 100:+.0f}, {high * 100:+.0f}]{'' if stratum.holds else ' x'}"
 
 
 def _template_lines(result: IOICircuitResult) -> list[str]:

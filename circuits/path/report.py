@@ -3,6 +3,7 @@ tested, classes with verdicts, the per-stratum and per-family table, faithfulnes
 
 from __future__ import annotations
 
+from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
 from circuits.path.steps import PathResult
 from circuits.sections import Report, Section, Table
 
@@ -79,7 +80,16 @@ def path_sections(result: PathResult) -> list[Section]:
     )
     strata = Section(
         title="Per stratum and family (held out)",
-        lines=["a stratum holds when its mean drop beyond random points the class's way"],
+        lines=[
+            "a stratum holds when its mean drop beyond random points the class's way; one of fewer than "
+            f"{MIN_STRATUM_PROMPTS} prompts has no CI and no verdict ('{TOO_FEW_PROMPTS}') and does not "
+            "count in the class's verdict"
+        ]
+        + (
+            []
+            if any(c.strata for c in result.classes)
+            else ["the prompts have no stratum or family column: each class is judged on them pooled"]
+        ),
         table=Table(
             columns=["class", "kind", "name", "prompts", "beyond random", "95% CI", "holds"],
             rows=[
@@ -89,8 +99,8 @@ def path_sections(result: PathResult) -> list[Section]:
                     s.name,
                     str(s.n_prompts),
                     f"{s.beyond:+.2f}",
-                    _ci(s.beyond_ci),
-                    "yes" if s.holds else "no",
+                    "" if s.beyond_ci is None else _ci(s.beyond_ci),
+                    TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no",
                 ]
                 for c in result.classes
                 for s in c.strata

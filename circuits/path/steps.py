@@ -8,13 +8,16 @@
    |drop| is at least `min_share` of the clean - corrupted gap are kept (at most `max_heads`).
 2. classify (discovery families): each kept head by where the last token attends among the named
    positions (mean attention >= `attention_threshold`: "to NAME"; else "unnamed"), and by the sign
-   of its drop (a "negative" class lowers the answer).
+   of its drop (a "negative" class lowers the answer). A task without named positions has the
+   positions where its clean and corrupted prompts differ named ("changed", ...:
+   `PairTask.with_changed_positions`).
 3. validate (held-out families): each class ablated against `n_random` random same-layer sets; its
    drop beyond them (paired by prompt, bootstrap CI) pooled, per stratum and per family, beside the
    same measure on the discovery families; a verdict: "confirmed" (pooled CI beyond zero in the
    class's direction and the direction holds in more than half of the strata and of the families),
    "stratum-dependent" / "family-dependent" (pooled holds, but not across strata / families), or
-   "unconfirmed".
+   "unconfirmed"; a stratum or family of fewer than `circuits.evidence.MIN_STRATUM_PROMPTS` prompts
+   has no CI and no verdict and does not count.
 4. faithfulness (held-out families): the kept heads alone (every other head ablated) against the
    model and against every head ablated: (m(C) - m(none)) / (m(model) - m(none)), bootstrap CI.
 Every choice is made in steps 1-2; every figure of steps 3-4 comes from held-out families.
@@ -195,7 +198,8 @@ def classify(
 
 
 def _strata(task: PairTask) -> list[tuple[str, str, Tensor]]:
-    """The held-out prompts' strata and families (`label_strata`), where there are two or more."""
+    """The held-out prompts' strata and families (`label_strata`), where there are two or more (a task
+    without families has none: each prompt is its own)."""
     kinds = [("stratum", task.strata)] + ([("family", task.families)] if task.has_families else [])
     return [
         stratum for kind, labels in kinds if len(set(labels)) > 1 for stratum in label_strata(kind, labels)
@@ -261,6 +265,31 @@ def circuit_faithfulness(
     return value, (float(low), float(high)), float((full - none).mean())
 
 
+def _changed_positions_note(model: HookedTransformer, task: PairTask) -> str:
+    """What the positions of a task without named ones were named, with the first pair's tokens there."""
+    named = task.with_changed_positions()
+    if not named.positions:
+        return (
+            "no position was named and some pair's clean prompt does not differ from its corrupted one, "
+            "so the classes are not named by attention (name positions with pos:NAME columns)"
+        )
+
+    def token(tokens: Tensor, position: Tensor) -> str:
+        index = int(tokens[int(position)])
+        return repr(model.tokenizer.decode([index])) if model.tokenizer is not None else str(index)
+
+    first = [
+        f"{name} (pair 1: {token(task.clean[0], pos[0])} -> {token(task.corrupted[0], pos[0])})"
+        if int(pos[0]) <= int(task.corrupted_end[0])
+        else f"{name} (pair 1: {token(task.clean[0], pos[0])}, past the corrupted prompt's end)"
+        for name, pos in named.positions.items()
+    ]
+    return (
+        "no position was named, so the positions where clean and corrupted prompts differ are: "
+        + "; ".join(first)
+    )
+
+
 def head_path(
     model: HookedTransformer,
     task: PairTask,
@@ -270,6 +299,8 @@ def head_path(
     """Steps 1-4 (see the module docstring) on `task`'s family split."""
     settings = settings or PathSettings()
     task.check_ablation(settings.ablation)
+    notes = [] if task.positions else [_changed_positions_note(model, task)]
+    task = task if task.positions else task.with_changed_positions()
     discovery, heldout = task.split(settings.heldout, settings.seed)
 
     def stage(index: int) -> None:
@@ -294,7 +325,7 @@ def head_path(
     faithfulness, ci, all_heads_drop = circuit_faithfulness(
         model, heldout, heads, settings.ablation, settings.seed
     )
-    notes = [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
+    notes += [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
     return PathResult(
         task=task.name, model=model.cfg.model_name, settings=settings,
         chose=tuple(dict.fromkeys(discovery.families)), tested=tuple(dict.fromkeys(heldout.families)),

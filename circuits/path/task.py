@@ -8,7 +8,9 @@ each; mind the leading space) and optionally:
   family        the unit held out (a template, relation, document); without it prompts are held out
   stratum       a label the verdicts are reported per (e.g. singular / plural)
   pos:NAME      a named position in the clean prompt: text of the prompt whose last token is the
-                position, `text#k` for its k-th occurrence (e.g. `pos:S2` = ` John#2`)
+                position, `text#k` for its k-th occurrence (e.g. `pos:S2` = ` John#2`); without any,
+                the positions where clean and corrupted prompts differ are named
+                (`PairTask.with_changed_positions`)
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Bool, Int
 from torch import Tensor
 
 from circuits.evidence import FamilySplit, split_families
@@ -30,6 +32,8 @@ from interp.model import HookedTransformer
 
 POSITION_PREFIX = "pos:"
 NO_FAMILY = "prompt {}"  # each prompt its own family when the file has no family column
+CHANGED = "changed"  # the name of the positions where clean and corrupted prompts differ
+MAX_CHANGED = 4  # positions named one by one ("changed 1", ...) at most; more: the first and the last
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,14 +53,38 @@ class PairTask:
     families: tuple[str, ...]
     strata: tuple[str, ...]
     heldout_families: tuple[str, ...] | None = None  # the task's own held-out families (None: drawn)
+    has_families: bool = True  # False: each prompt is its own family (`NO_FAMILY`), held out alone
 
     def __len__(self) -> int:
         return self.clean.shape[0]
 
-    @property
-    def has_families(self) -> bool:
-        """Whether the prompts came with families (else each prompt is held out on its own)."""
-        return any(family != NO_FAMILY.format(i) for i, family in enumerate(self.families))
+    def changed_positions(self) -> Bool[Tensor, "n pos"]:
+        """Where each clean prompt differs from its corrupted one: a different token, or a position past
+        the corrupted prompt's end."""
+        position = torch.arange(self.clean.shape[1])
+        past_end = position[None] > self.corrupted_end[:, None]
+        return ((self.clean != self.corrupted) | past_end) & (position[None] <= self.end[:, None])
+
+    def with_changed_positions(self) -> PairTask:
+        """The task with the positions where clean and corrupted prompts differ named: "changed" where
+        each pair differs at one, "changed 1" .. "changed k" where each differs at the same k <=
+        `MAX_CHANGED` (in order), else "first changed" and "last changed"; unchanged where a pair does
+        not differ within its clean prompt."""
+        changed = self.changed_positions()
+        counts = changed.sum(1)
+        if len(self) == 0 or bool((counts == 0).any()):
+            return self
+        rows = [row.nonzero()[:, 0] for row in changed]
+        k = int(counts[0])
+        if bool((counts == k).all()) and k <= MAX_CHANGED:
+            names = [CHANGED] if k == 1 else [f"{CHANGED} {i + 1}" for i in range(k)]
+            positions = {name: torch.stack([row[i] for row in rows]) for i, name in enumerate(names)}
+        else:
+            positions = {
+                f"first {CHANGED}": torch.stack([row[0] for row in rows]),
+                f"last {CHANGED}": torch.stack([row[-1] for row in rows]),
+            }
+        return replace(self, positions=positions)
 
     def check_ablation(self, ablation: str) -> None:
         """Refuse a counterfactual ablation of pairs whose prompts differ in length: it writes each head's
@@ -212,4 +240,5 @@ def pair_task(
             str(row["family"]) if all(with_family) else NO_FAMILY.format(i) for i, row in enumerate(rows)
         ),
         strata=tuple(row.get("stratum") or "all" for row in rows),
+        has_families=all(with_family),
     )

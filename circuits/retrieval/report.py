@@ -11,7 +11,7 @@ import math
 
 from rich.console import Console
 
-from circuits.evidence import EFFECT_SIGN, BeyondRandom
+from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS, BeyondRandom
 from circuits.retrieval.results import (
     CLASS_MEANINGS,
     RETRIEVAL_CLASSES,
@@ -39,8 +39,10 @@ def legend(result: RetrievalResult) -> str:
         f"{', '.join(result.templates['heldout'])}) against random heads of the same layers. Effects: "
         f"{EFFECT_SIGN}; beyond random = the class's drop - the random sets' mean drop, paired by prompt; "
         "confirmed when its held-out CI lies above 0 and it is positive in every stratum (fact count, "
-        "template, relation); facts-, template- or relation-dependent when only the pooled CI is (the "
-        "first kind of stratum where it is not). The same figure on the "
+        "template, relation; one of fewer than "
+        f"{MIN_STRATUM_PROMPTS} prompts has no CI and no verdict and does not count); facts-, template- or "
+        "relation-dependent when only the pooled CI is (the first kind of stratum where it is not). The "
+        "same figure on the "
         "discovery prompts that chose the heads is shown beside it, never reported alone. Faithfulness = "
         "(F(circuit) - F(no heads)) / (F(model) - F(no heads)), every head outside the circuit mean-ablated."
     )
@@ -151,8 +153,9 @@ HEAD_COLUMNS = (
 
 def _stratum_rows(result: RetrievalResult) -> list[list[str]]:
     return [
-        [c.name, s.name, str(s.n_prompts), f"{_signed(s.beyond)} {_ci(s.beyond_ci)}",
-         "yes" if s.holds else "no"]
+        [c.name, s.name, str(s.n_prompts),
+         _signed(s.beyond) + ("" if s.beyond_ci is None else f" {_ci(s.beyond_ci)}"),
+         TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no"]
         for c in result.classes
         for s in c.strata
     ]  # fmt: skip
@@ -208,7 +211,7 @@ def to_dict(result: RetrievalResult) -> dict:
                         "name": s.name,
                         "n_prompts": s.n_prompts,
                         "beyond": s.beyond,
-                        "beyond_ci": list(s.beyond_ci),
+                        "beyond_ci": None if s.beyond_ci is None else list(s.beyond_ci),
                         "holds": s.holds,
                     }
                     for s in c.strata
