@@ -66,6 +66,7 @@ from circuits.retrieval.results import RetrievalResult
 from circuits.stages import StageResults
 from interp import edges
 from interp.interventions.results import PatchResult
+from interp.interventions.stats import FaithfulnessSummary
 from interp.io.files import write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
 
@@ -135,7 +136,7 @@ def _register_dataclasses() -> None:
     """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
     types = (
         *RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom, StepResult,
-        HeadScores, CausalEffects, QueryEffects,
+        HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary,
     )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():

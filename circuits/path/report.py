@@ -4,7 +4,7 @@ tested, classes with verdicts, the per-stratum and per-family table, faithfulnes
 from __future__ import annotations
 
 from circuits.path.steps import PathResult
-from circuits.sections import Report, Section, Table
+from circuits.sections import Report, Section, Table, faithfulness_section
 
 
 def _ci(ci: tuple[float, float]) -> str:
@@ -106,7 +106,12 @@ def path_sections(result: PathResult) -> list[Section]:
             rows=[[d.head, f"{d.estimated:+.2f}", f"{d.exact:+.2f}", _ci(d.exact_ci)] for d in ranked],
         ),
     )
-    return [chose, classes, strata, heads]
+    sections = [chose, classes, strata]
+    if result.faithfulness_summary is not None:
+        n_heads = len({head for c in result.classes for head in c.heads})
+        what = f"the {n_heads} heads of the classes kept, every other head ablated"
+        sections.append(faithfulness_section(result.faithfulness_summary, result.faithfulness_strata, what))
+    return [*sections, heads]
 
 
 def path_report(result: PathResult) -> Report:

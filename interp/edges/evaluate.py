@@ -21,7 +21,12 @@ from interp.edges.intervene import ablated_outputs, chunks, edge_ablation, logit
 from interp.interventions.ablation import Ablation
 from interp.interventions.engine import check_pair, forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
-from interp.interventions.stats import bootstrap, defined_gap, faithfulness_ratio
+from interp.interventions.stats import (
+    FaithfulnessSummary,
+    faithfulness_ci,
+    faithfulness_ratio,
+    faithfulness_summary,
+)
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric, Progress, as_stage
 
@@ -46,18 +51,12 @@ class Faithfulness:
 
     def ci(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[Tensor, Tensor]:
         """Percentile bootstrap CI of the faithfulness (prompts resampled, ratio recomputed); resamples
-        whose denominator is 0 are left out, with a warning saying how many (`stats.bootstrap`)."""
+        whose denominator is 0 are left out, with a warning saying how many (`stats.faithfulness_ci`)."""
+        return faithfulness_ci(self.values, self.full, self.empty, n_boot, level, seed)
 
-        scale = float(self.full.abs().mean())
-
-        def ratio(samples: Tensor) -> Tensor:  # samples [n_boot, n] -> [K, n_boot]; NaN where undefined
-            empty, full = self.empty[samples].mean(1), self.full[samples].mean(1)
-            gap = full - empty
-            return torch.where(
-                defined_gap(gap, scale), (self.values[:, samples].mean(-1) - empty) / gap, torch.nan
-            )
-
-        return bootstrap(ratio, self.full.shape[0], n_boot, level, seed)
+    def summary(self, k: int = 0, seed: int = 0) -> FaithfulnessSummary:
+        """Circuit k's ratio with its CI and per-prompt figures (`stats.faithfulness_summary`)."""
+        return faithfulness_summary(self.values[k], self.full, self.empty, seed=seed)
 
 
 def faithfulness(
