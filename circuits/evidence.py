@@ -309,6 +309,11 @@ def faithfulness_by_stratum(
     return out
 
 
+def _band(ratio: float) -> str:
+    """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND."""
+    return "overshoots" if ratio > OVERSHOOT else "partial" if ratio < 1 - FAITHFUL_BAND else "within"
+
+
 def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumFaithfulness] = ()) -> str:
     """In words: whether the circuit reproduces the model (ratio within 1 ± 0.2 and most prompts within
     it), overshoots (ratio above 1.2: it leaves out components that work against the answer), falls
@@ -327,12 +332,10 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     else:
         verdict = f"faithful: within {band}, and so are {summary.within:.0%} of prompts"
     off = [
-        f"{s.name} {s.summary.ratio:.2f}"
+        f"{s.name} {s.summary.ratio:.2f} ({_band(s.summary.ratio)})"
         for s in strata
-        if s.summary is not None and abs(s.summary.ratio - 1) > FAITHFUL_BAND
+        if s.summary is not None and _band(s.summary.ratio) != _band(summary.ratio)
     ]
-    if off and not summary.overshoots and summary.ratio >= 1 - FAITHFUL_BAND:
+    if off:
         verdict += f"; not in every stratum: {', '.join(off)}"
-    elif off:
-        verdict += f"; by stratum: {', '.join(off)}"
     return verdict

@@ -145,7 +145,7 @@ def test_faithfulness_summary_shows_what_a_ratio_of_means_hides():
         model + swings, model, ablated, label_strata("order", ["ABBA", "BABA"] * 20)
     )
     assert [round(s.summary.ratio, 2) for s in strata] == [1.5, 0.5]
-    assert "ABBA 1.50" in faithfulness_verdict(summary, strata)
+    assert "ABBA 1.50 (overshoots), BABA 0.50 (partial)" in faithfulness_verdict(summary, strata)
     exact = faithfulness_summary(model, model, ablated)
     assert exact.error == 0 and exact.within == 1 and faithfulness_verdict(exact).startswith("faithful:")
     assert faithfulness_verdict(faithfulness_summary(1.3 * model, model, ablated)).startswith("overshoots")

@@ -58,7 +58,13 @@ from torch import Tensor
 
 import interp
 from circuits.edge_circuits.tasks import EdgeTask
-from circuits.evidence import FamilySplit, held_out_note, split_families
+from circuits.evidence import (
+    FamilySplit,
+    StratumFaithfulness,
+    faithfulness_by_stratum,
+    held_out_note,
+    split_families,
+)
 from circuits.path.report import path_report
 from circuits.path.steps import PathResult
 from interp import edges
@@ -145,8 +151,16 @@ class EdgeCircuitResult:
     def edge_frequency(self, writer: int, reader: int) -> float | None:
         return None if self.frequency is None else float(self.frequency[writer, reader])
 
+    def faithfulness_strata(self) -> list[StratumFaithfulness]:
+        """The circuit's faithfulness per stratum (IOI: name order) and family of the prompts it is
+        measured on (`circuits.evidence.faithfulness_by_stratum`)."""
+        task = self.heldout_task or self.task
+        faith = self.faithfulness
+        return faithfulness_by_stratum(faith.values[0], faith.full, faith.empty, task.stratum_masks())
+
     def to_json(self, top: int = 50) -> dict:
         low, high = self.faithfulness.ci()
+        summary = self.faithfulness.summary()
         graph = self.graph
         found = self.discovery_faithfulness
         found_ci = None if found is None else [float(bound[0]) for bound in found.ci()]
@@ -171,6 +185,15 @@ class EdgeCircuitResult:
                           for w, r, s, f in self.circuit_edge_rows()],
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
                 "faithfulness_ci": [float(low[0]), float(high[0])],
+                "faithfulness_error": summary.error,
+                "faithfulness_within": summary.within,
+                "faithfulness_strata": [
+                    {"kind": s.kind, "name": s.name, "n_prompts": s.n_prompts,
+                     **({} if s.summary is None else {"faithfulness": s.summary.ratio,
+                        "faithfulness_ci": list(s.summary.ratio_ci), "faithfulness_error": s.summary.error,
+                        "faithfulness_within": s.summary.within})}
+                    for s in self.faithfulness_strata()
+                ],
                 "discovery_faithfulness": None if found is None else float(found.faithfulness[0]),
                 "discovery_faithfulness_ci": found_ci,
                 "held_out_note": self.held_out_note(),
@@ -407,6 +430,7 @@ def task_rows(task: EdgeTask, rows: Tensor) -> EdgeTask:
         else edges.subset_metric(task.corrupted_metric, rows),
         corrupted_mask=None if task.corrupted_mask is None else task.corrupted_mask[rows],
         families=None if task.families is None else [task.families[i] for i in rows.tolist()],
+        strata=None if task.strata is None else [task.strata[i] for i in rows.tolist()],
     )
 
 

@@ -12,8 +12,9 @@ from rich.console import Console
 
 from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.path.report import path_report
-from circuits.sections import Report, Section, Table, write_sections
+from circuits.sections import Report, Section, Table, faithfulness_section, write_sections
 from interp import edges, viz
+from interp.interventions.stats import OVERSHOOT
 
 FORMATS = ("table", "json", "markdown", "html")
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
@@ -38,9 +39,15 @@ def score_convention(result: EdgeCircuitResult) -> str:
     return SIGN_CONVENTION if result.scores.method in edges.METHODS else RANK_CONVENTION
 
 
-def faithfulness_verdict(faithfulness: float, method: str, ablation: str) -> str:
+def faithfulness_advice(faithfulness: float, method: str, ablation: str) -> str:
     """A verdict on a circuit's faithfulness (1: the circuit alone does what the model does, 0: no more
-    than everything ablated) and, below "faithful", what to try next."""
+    than everything ablated; above OVERSHOOT it does more, so edges left out work against the answer)
+    and, below "faithful", what to try next."""
+    if faithfulness > OVERSHOOT:
+        return (
+            f"overshoots (> {OVERSHOOT:g}): the circuit alone keeps more than the model, so edges left out "
+            "work against the answer; try more edges"
+        )
     if faithfulness >= FAITHFUL:
         return f"faithful (>= {FAITHFUL})"
     tries = ["more edges (--edges, --fraction, or --target to search for the size)"]
@@ -85,7 +92,7 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}] "
         + held_out_text(result)
         + ": "
-        + faithfulness_verdict(circuit["faithfulness"], method["name"], method["ablation"]),
+        + faithfulness_advice(circuit["faithfulness"], method["name"], method["ablation"]),
         f"{result.provenance or result.model}: {data['graph']['n_edges']:,} edges between "
         f"{data['graph']['n_nodes']} nodes",
         f"task {task['name']}: {task['n_prompts']} discovery prompt pairs"
@@ -286,8 +293,15 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
     lines = summary_lines(result)
     edges = result.circuit_edge_rows()[:top]
     shown = "every one, strongest first" if top is None else f"strongest {top} by |score|"
+    kept = f"the circuit's {int(result.circuit.sum())} edges kept, every other edge ablated"
     sections = [
         Section(title="What chose and what tested", lines=lines[1:]),
+        faithfulness_section(
+            result.faithfulness.summary(),
+            result.faithfulness_strata(),
+            kept,
+            "Faithfulness (held out)" if result.held_out else "Faithfulness (on the prompts that found it)",
+        ),
         Section(
             title="Circuit",
             figures=[

@@ -32,6 +32,17 @@ class EdgeTask:
     corrupted_metric: Metric | None = None  # the metric at the corrupted prompts' positions
     corrupted_mask: Int[Tensor, "batch pos"] | None = None  # 1 at real tokens, 0 at padding (mean ablation)
     families: list[str] | None = None  # each prompt's family (template, relation, ...); None: none given
+    strata: list[str] | None = None  # each prompt's stratum within families (IOI: its name order); None: none
+
+    def stratum_masks(self) -> list[tuple[str, str, Tensor]]:
+        """(kind, name, members [prompt] bool) of each stratum and family with two or more of them."""
+        kinds = [("stratum", self.strata), ("family", self.families)]
+        return [
+            (kind, name, torch.tensor([label == name for label in labels]))
+            for kind, labels in kinds
+            if labels is not None and len(set(labels)) > 1
+            for name in dict.fromkeys(labels)
+        ]
 
     @property
     def n_prompts(self) -> int:
@@ -51,7 +62,7 @@ def ioi_task(
     return EdgeTask(
         name="ioi", clean=clean.tokens, corrupted=abc.tokens, metric=metric,
         metric_name="logit_diff(IO - S)", corrupted_mask=mask,
-        families=[f"{prefix} {int(template)}" for template in clean.template],
+        families=[f"{prefix} {int(template)}" for template in clean.template], strata=list(clean.order),
     )  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from circuits.evidence import EFFECT_SIGN
 from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, IOICircuitResult
-from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from circuits.sections import Report, Section, Table, faithfulness_section, layer_head_map, write_sections
 from interp.viz import attention_patterns_html
 
 CLASS_TITLES = {
@@ -502,6 +502,9 @@ def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
                 notes=[STRATA_LEGEND, *_template_lines(result)],
             ),
         ]
+        if v.faithfulness_summary is not None:
+            kept = f"the circuit's {len(result.heads)} heads kept, every other head mean-ablated"
+            sections.append(faithfulness_section(v.faithfulness_summary, v.faithfulness_strata, kept))
     if e is not None and e.minimality:
         minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
         sections.append(
