@@ -6,6 +6,13 @@ from __future__ import annotations
 from circuits.path.steps import PathResult
 from circuits.sections import Report, Section, Table, faithfulness_section
 
+ABLATION_WORDS = {
+    "counterfactual": "each head's output from its pair's corrupted prompt",
+    "mean": "each head's output averaged over the corrupted prompts real at each position",
+    "zero": "each head's output set to zero",
+    "resample": "each head's output from another pair's corrupted prompt",
+}
+
 
 def _ci(ci: tuple[float, float]) -> str:
     return f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
@@ -42,8 +49,7 @@ def path_sections(result: PathResult) -> list[Section]:
                     "column: prompts are held out, not families)"
                 ]
             ),
-            f"ablation: {settings.ablation} (heads' outputs from the corrupted prompts"
-            + (")" if settings.ablation == "counterfactual" else ", averaged per position)"),
+            f"ablation: {settings.ablation} ({ABLATION_WORDS.get(settings.ablation, settings.ablation)})",
             f"effects: {result.sign_rule}; 'beyond random' subtracts {settings.n_random} random same-layer "
             "sets of as many heads, paired by prompt; CIs: 95% bootstrap over prompts",
             f"every head ablated: drop {result.all_heads_drop:+.2f} on the held-out prompts",
