@@ -296,12 +296,6 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
     kept = f"the circuit's {int(result.circuit.sum())} edges kept, every other edge ablated"
     sections = [
         Section(title="What chose and what tested", lines=lines[1:]),
-        faithfulness_section(
-            result.faithfulness.summary(),
-            result.faithfulness_strata(),
-            kept,
-            "Faithfulness (held out)" if result.held_out else "Faithfulness (on the prompts that found it)",
-        ),
         Section(
             title="Circuit",
             figures=[
@@ -309,6 +303,12 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
                 "(grey); width ~ |score|. Hover an edge for its score.</p>",
                 circuit_view(result),
             ],
+        ),
+        faithfulness_section(
+            result.faithfulness.summary(),
+            result.faithfulness_strata(),
+            kept,
+            "Faithfulness (held out)" if result.held_out else "Faithfulness (on the prompts that found it)",
         ),
         Section(
             title=f"Circuit edges ({shown})",
