@@ -462,6 +462,13 @@ def train(
         )
     stopped = "" if log.stopped_early is None else " (stopped early: held-out accuracy on a plateau)"
     console.print(f"step {last['step']}{stopped}: task loss {last['eval_loss']:.3f} ({detail}). Wrote {out}")
+    target = TASK_DEFAULTS[task].stop_above
+    if target and last["accuracy"] < target:
+        console.print(
+            f"[yellow]The held-out accuracy {last['accuracy']:.3f} did not reach {target}: the model has not "
+            f"learned the task yet (when it learns depends on the seed and the machine). Train again into a "
+            f"fresh --out with more steps (--steps {2 * last['step']}) or another --seed.[/yellow]"
+        )
 
 
 @app.command(epilog=EXAMPLES["ioi"])
