@@ -29,7 +29,7 @@ held_out_note):
   method    {name, steps, ablation, bootstrap}     (bootstrap: resamples of the prompts behind `frequency`)
   graph     {n_nodes, n_edges}
   circuit   {requested_edges, size_target, n_edges, nodes: [name],
-             edges: [{writer, reader, score, frequency}], faithfulness,
+             edges: [{writer, reader, score, frequency, removal_effect, removal_measured}], faithfulness,
              faithfulness_ci: [low, high], discovery_faithfulness, discovery_faithfulness_ci,
              held_out_note}     (faithfulness on the held-out prompts, 95 % bootstrap over prompts;
              discovery_*: on the prompts that found the circuit, beside it; size_target: the
@@ -41,7 +41,10 @@ held_out_note):
 Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune"
 and "ensemble" scores rank edges only (`interp.edges.pruning`, `interp.edges.stability`). frequency: the
 fraction of bootstrap resamples of the prompts whose circuit of the same size holds the edge (null
-when not measured).
+when not measured). removal_effect ("prune" and "ensemble" only, else null): m(circuit without the
+edge) - m(circuit) on the held-out prompts, in the metric's units (negative: the edge helps), measured
+(removal_measured true) for the `measured_edges` of largest first-order estimate, estimated for the
+rest (`interp.edges.removal_effects`); the circuit's edges are listed by it, largest measured first.
 """
 
 from __future__ import annotations
@@ -77,6 +80,20 @@ CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
 ENSEMBLE_MEMBERS: tuple[str, ...] = ("eap-ig", "prune")  # the methods `method="ensemble"` ranks with
 
 
+@dataclass(frozen=True, kw_only=True)
+class CircuitEdge:
+    """One edge of a circuit as reports list it: its score, selection frequency (None: not measured),
+    and effect of removal from the circuit in the metric's units (None: not measured, attribution
+    scores), measured or a first-order estimate (`interp.edges.RemovalEffects`)."""
+
+    writer: str
+    reader: str
+    score: float
+    frequency: float | None
+    removal_effect: float | None
+    removal_measured: bool | None
+
+
 @dataclass(kw_only=True)
 class EdgeCircuitResult:
     """What `find_edge_circuit` found. circuit: [writer, reader] bool mask of the kept edges.
@@ -105,6 +122,8 @@ class EdgeCircuitResult:
     discovery_faithfulness: edges.Faithfulness | None = None  # on the discovery prompts, shown beside
     split: str = ""
     heads: PathResult | None = None  # the head path on the same prompt pairs (`circuits.path`), if run
+    removal: edges.RemovalEffects | None = None  # rank-scored methods: each edge's effect of removal
+    # from the circuit on the held-out prompts (None: attribution scores, or a result saved before)
 
     @property
     def held_out(self) -> bool:
@@ -132,21 +151,31 @@ class EdgeCircuitResult:
         return edges.node_circuit(self.graph, self.circuit)
 
     def circuit_edges(self) -> list[tuple[str, str, float]]:
-        """(writer, reader, score) of the circuit's edges, strongest first."""
-        return [row[:3] for row in self.circuit_edge_rows()]
-
-    def circuit_edge_rows(self) -> list[tuple[str, str, float, float | None]]:
-        """(writer, reader, score, selection frequency or None) of the circuit's edges, strongest first."""
-        rows = [
-            (
-                self.graph.writers[w],
-                self.graph.readers[r],
-                float(self.scores.scores[w, r]),
-                self.edge_frequency(w, r),
-            )
-            for w, r in self.graph.edges(self.circuit)
+        """(writer, reader, strength) of the circuit's edges, strongest first: the effect of removal
+        where measured or estimated (`removal`), else the score."""
+        return [
+            (row.writer, row.reader, row.score if row.removal_effect is None else row.removal_effect)
+            for row in self.circuit_edge_rows()
         ]
-        return sorted(rows, key=lambda row: -abs(row[2]))
+
+    def circuit_edge_rows(self) -> list[CircuitEdge]:
+        """The circuit's edges, strongest first: by |score|, or with `removal` those measured by their
+        |effect of removal|, then the others by |estimate| (ties: the stronger score first)."""
+        rows = []
+        effects = {} if self.removal is None else self.removal.effects()
+        for w, r in self.graph.edges(self.circuit):
+            effect, measured = effects.get((w, r), (None, None))
+            rows.append(
+                CircuitEdge(
+                    writer=self.graph.writers[w], reader=self.graph.readers[r],
+                    score=float(self.scores.scores[w, r]), frequency=self.edge_frequency(w, r),
+                    removal_effect=effect, removal_measured=measured,
+                )
+            )  # fmt: skip
+        rows.sort(key=lambda row: -abs(row.score))
+        if self.removal is not None:
+            rows.sort(key=lambda row: (not row.removal_measured, -abs(row.removal_effect)))
+        return rows
 
     def edge_frequency(self, writer: int, reader: int) -> float | None:
         return None if self.frequency is None else float(self.frequency[writer, reader])
@@ -181,8 +210,7 @@ class EdgeCircuitResult:
                 "size_target": self.target,
                 "n_edges": int(self.circuit.sum()),
                 "nodes": self.nodes,
-                "edges": [{"writer": w, "reader": r, "score": s, "frequency": f}
-                          for w, r, s, f in self.circuit_edge_rows()],
+                "edges": [dataclasses.asdict(row) for row in self.circuit_edge_rows()],
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
                 "faithfulness_ci": [float(low[0]), float(high[0])],
                 "faithfulness_error": summary.error,
@@ -244,6 +272,9 @@ class EdgeCircuitSettings:
     edge's selection frequency at the circuit's size (0: not measured); attribution then scores each
     prompt alone (the same work), edge pruning runs again on each resample. seed: the held-out half of
     the families (or prompts), the mask's batch order, the curve's random circuits and the resamples.
+    measured_edges: with "prune" and "ensemble", whose scores only rank, each edge's effect of removal
+    from the circuit on the held-out prompts is estimated, and measured for this many edges (those of
+    largest estimate; `edges.removal_effects`): what the report lists the circuit's edges by.
     """
 
     method: str = "prune"
@@ -261,12 +292,17 @@ class EdgeCircuitSettings:
     prune_steps: int = edges.PruneSettings.steps  # the mask's training steps
     density: float | None = None
     seed: int = 0
+    measured_edges: int = 25  # rank-scored methods: edges whose removal from the circuit is measured
 
     def __post_init__(self) -> None:
         if self.method not in CIRCUIT_METHODS:
             raise ValueError(f"method={self.method!r} is not one of {CIRCUIT_METHODS}.")
         if self.bootstrap < 0:
             raise ValueError(f"bootstrap={self.bootstrap} must be 0 (no stability) or a number of resamples.")
+        if self.measured_edges < 0:
+            raise ValueError(
+                f"measured_edges={self.measured_edges} must be 0 (estimates only) or a number of edges."
+            )
         if self.n_edges is not None and self.fraction is not None:
             raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
         if not 0 < self.target <= 1:
@@ -310,7 +346,9 @@ def find_edge_circuit(
       4. its faithfulness on the held-out prompts, the discovery faithfulness beside
          (`circuit_faithfulness`);
       5. the faithfulness curve on the held-out prompts, unless `curve_fractions` is None;
-      6. each edge's selection frequency over `bootstrap` resamples of the discovery prompts.
+      6. each edge's selection frequency over `bootstrap` resamples of the discovery prompts;
+      7. with a rank-scored method (prune, ensemble), each edge's effect of removal from the circuit on
+         the held-out prompts (`edges.removal_effects`): the report lists the edges by it.
 
     progress(stage, done, total): the stages `edge_circuit_stages` lists."""
     graph = edges.edge_graph(model)
@@ -353,6 +391,14 @@ def find_edge_circuit(
             scores_of, task.n_prompts, size, settings.bootstrap, settings.seed, progress
         )
         stage("stability")
+    removal = None
+    if settings.method not in edges.METHODS:  # 7.
+        removal = edges.removal_effects(
+            model, heldout.clean, heldout.corrupted, heldout.metric, circuit, settings.measured_edges,
+            ablation=task_ablation(heldout, settings.ablation), batch_size=settings.batch_size,
+            progress=progress,
+        )  # fmt: skip
+        stage("effects")
     return EdgeCircuitResult(
         model=model.cfg.model_name,
         task=task,
@@ -373,6 +419,7 @@ def find_edge_circuit(
         heldout_task=heldout,
         discovery_faithfulness=found,
         split=split,
+        removal=removal,
     )
 
 
@@ -539,11 +586,13 @@ SIZE_SEARCH_STAGE = "Size search"  # the stage smallest_faithful_size reports
 def edge_circuit_stages(method: str, searched: bool, curve: bool, bootstrap: int = 0) -> list[str]:
     """The stages `find_edge_circuit` reports to its progress, in order: the scores (edge pruning
     ranks its start by EAP-IG, then trains the mask), the size search when no size is given, the
-    circuit's faithfulness, the curve and the selection frequencies when asked for."""
-    stages = ["Edge scores"] + (["Edge pruning"] if method in ("prune", "ensemble") else [])
+    circuit's faithfulness, the curve and the selection frequencies when asked for, and the edges'
+    effects of removal (rank-scored methods)."""
+    ranked = method in ("prune", "ensemble")
+    stages = ["Edge scores"] + (["Edge pruning"] if ranked else [])
     stages += [SIZE_SEARCH_STAGE] if searched else []
     stages += ["Faithfulness"] + (["Faithfulness curve"] if curve else [])
-    return stages + (["Edge stability"] if bootstrap > 0 else [])
+    return stages + (["Edge stability"] if bootstrap > 0 else []) + ([edges.REMOVAL_STAGE] if ranked else [])
 
 
 def smallest_faithful_size(

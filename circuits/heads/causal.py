@@ -101,7 +101,7 @@ class CausalEffects:
     def significant(self, head: Head) -> bool:
         """Either pooled effect exceeds CONFIRM_SE standard errors and min_effect."""
         return any(
-            effects[head][0] > max(CONFIRM_SE * effects[head][1], self.min_effect)
+            significant_effect(effects[head], self.min_effect)
             for effects in (self.alone, self.with_others_ablated)
             if head in effects
         )
@@ -129,6 +129,12 @@ class CausalEffects:
 
     def confirmed(self, head: Head) -> bool:
         return self.verdict(head) == "confirmed"
+
+
+def significant_effect(effect: Effect, min_effect: float) -> bool:
+    """An effect (mean, standard error) exceeds CONFIRM_SE standard errors and min_effect (NaN: not
+    measured, never significant)."""
+    return effect[0] > max(CONFIRM_SE * effect[1], min_effect)
 
 
 def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
