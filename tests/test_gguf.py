@@ -8,6 +8,8 @@ back is the model they came from, exactly.
 
 from __future__ import annotations
 
+import json
+
 import gguf
 import pytest
 import torch
@@ -94,6 +96,7 @@ def test_a_gemma3_gguf_loads_through_transformers_and_equals_its_model(tmp_path,
     model = interp.load_model(path)
     assert model.cfg.architecture == "gemma3_text" and model.cfg.attn_types.count("global") == 1
     assert model.tokenizer is not None and model.cfg.default_prepend_bos  # the GGUF's tokenizer adds <bos>
+    assert interp.parameter_count(model) == sum(p.numel() for p in model.parameters()) - model.W_U.numel()
     tokens = torch.randint(4, 64, (2, 12))
     with torch.no_grad():
         torch.testing.assert_close(model(tokens), hf(tokens).logits, atol=1e-4, rtol=0)
@@ -101,6 +104,22 @@ def test_a_gemma3_gguf_loads_through_transformers_and_equals_its_model(tmp_path,
         again = interp.load_model(path)
         torch.testing.assert_close(again(tokens), model(tokens), atol=0, rtol=0)
     assert [p for p in cache.iterdir() if p.is_dir()] == [entry]
+    assert again.cfg.tied_embeddings
+
+
+def test_a_gguf_cached_by_an_older_interp_is_read_again(tmp_path, cache):
+    """A cache entry whose config lacks a field Config has now (there, tied_embeddings) would be read
+    at the field's default: it is rebuilt from the GGUF."""
+    path = tmp_path / "gemma3-tiny.gguf"
+    write_gemma3_gguf(path, gemma3_model())
+    interp.load_model(path)
+    [entry] = [p for p in cache.iterdir() if p.is_dir()]
+    meta = json.loads((entry / "config.json").read_text())
+    del meta["config"]["tied_embeddings"]
+    (entry / "config.json").write_text(json.dumps(meta))
+    assert not interp.load_model(entry).cfg.tied_embeddings  # what the old entry says
+    assert interp.load_model(path).cfg.tied_embeddings
+    assert "tied_embeddings" in json.loads((entry / "config.json").read_text())["config"]
 
 
 def test_a_gemma3_gguf_lacking_a_tensor_of_one_block_is_refused_before_transformers_reads_it(tmp_path, cache):

@@ -520,10 +520,14 @@ def read_gguf(path: str | Path) -> LoadedWeights:
     if is_checkpoint(cached):
         try:
             loaded = read_checkpoint(cached)
-            loaded.cfg.source = path.name
-            return loaded
+            stated = json.loads((cached / "config.json").read_text())["config"]
+            if set(loaded.cfg.to_dict()) <= set(stated):
+                loaded.cfg.source = path.name
+                return loaded
+            log.warning("%s was cached by an older interp (fields missing): rebuilding it", path.name)
         except ValueError:
-            shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry: rebuild it
+            pass
+        shutil.rmtree(cached, ignore_errors=True)  # a damaged or older cache entry: rebuild it
     n_blocks, names = gguf_header(path, architecture)
     check_gguf_tensors(path, architecture, names, n_blocks)
     from transformers import AutoModelForCausalLM, AutoTokenizer
