@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import StratumDrop, ci_verdict, mean_ci, stratum_drops
+from circuits.evidence import StratumDrop, check_direct_logit_attribution, ci_verdict, mean_ci, stratum_drops
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import (
@@ -155,6 +155,7 @@ def validate_circuit(
     4. the circuit's faithfulness and recovered fraction on the held-out prompts (`heldout_faithfulness`)
 
     progress(stage, done, total): as the ablated runs of step 2 finish."""
+    check_direct_logit_attribution(model.cfg, "validate_circuit")  # before the mean-ablation runs
     ablation = MeanAblation(model, heldout_abc)
     dla = direct_logit_attributions(model, heldout)
     plans = ablation_plans(model, result)  # 1.
