@@ -117,7 +117,10 @@ MODEL_HELP = (
 )
 
 
-SAVE_HELP = "Also write the full result to this .json file; `interp render` re-renders it in any format."
+SAVE_HELP = (
+    "Also write the full result to this .json file; `interp render` re-renders it in any format. A file "
+    "there of another run (other options or weights) is refused, not replaced."
+)
 KEPT_SAVE_HELP = (
     SAVE_HELP + " Each stage is written to it as it finishes: a stopped run leaves the stages done "
     "(`interp render` shows them), and the same command with the same --save resumes from them."
@@ -144,12 +147,32 @@ def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
         check_writable(out, "--out")
 
 
-def check_save(save: str | None) -> None:
-    """Refuse a --save path that is not a .json file, before any model is loaded."""
-    if save is not None and Path(save).suffix != ".json":
+def check_save(
+    save: str | None, command: str, options: dict, loaded: interp.HookedTransformer | None = None
+) -> dict | None:
+    """Refuse a --save path that is not a .json file, cannot be written, or holds what `interp COMMAND`
+    with `options` may not replace (`circuits.results_file.check_save_file`: no result, another
+    command's, or one of other options), before any model is loaded; with the `loaded` model, one of
+    other weights too, before the work. Returns what the file is keyed by: `options` and, with
+    `loaded`, its weights' fingerprint (None without --save)."""
+    if save is None:
+        return None
+    if Path(save).suffix != ".json":
         raise fail(f"--save {save} must end in .json (the full result is JSON).")
-    if save is not None:
-        check_writable(save, "--save")
+    check_writable(save, "--save")
+    settings = dict(options)
+    if loaded is not None:
+        from circuits.stages import weights_fingerprint
+
+        settings["weights"] = weights_fingerprint(loaded)
+    if Path(save).is_file():
+        from circuits.results_file import check_save_file
+
+        try:
+            check_save_file(save, command, settings)
+        except ValueError as error:
+            raise fail(str(error)) from error
+    return settings
 
 
 def check_plot(plot: str | None) -> None:
@@ -171,12 +194,15 @@ def check_writable(path: str, option: str, directory: bool = False) -> None:
         raise fail(str(error)) from error
 
 
-def save_and_tell(result: object, out: str | None, save: str | None) -> None:
-    """Write the full result to `save` (if given) and say which files were written."""
+def save_and_tell(
+    result: object, out: str | None, save: str | None, command: str, settings: dict | None
+) -> None:
+    """Write the full result to `save` (if given) with the `command` and `settings` that made it (what
+    `check_save` returned), and say which files were written."""
     from circuits.results_file import save_result
 
     if save is not None:
-        save_result(result, save)
+        save_result(result, save, command, settings)
     for path in (out, save):
         if path is not None:
             console.print(f"Wrote {path}", style="dim")
@@ -211,20 +237,22 @@ def induction_class(heads: list | None) -> list | str:
     return heads if heads is not None else f"confirmed by interp heads: {HELD_OUT_RULE}"
 
 
-def kept_stages(save: str | None, command: str, options: dict, stages, notes, loaded=None):
+def file_digest(path: str) -> str | None:
+    """A short hash of the file at `path` (None if there is none): a --save file's key for an input
+    file, whose contents the result depends on."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if Path(path).is_file() else None
+
+
+def kept_stages(save: str | None, command: str, settings: dict | None, stages, notes):
     """--save's `circuits.stages.StageResults` for `interp COMMAND` (None without --save): each stage
-    written to `save` as it finishes, those of an earlier run with the same `options` and the weights of
-    `loaded` kept. Called before the model loads (no `loaded`), it only refuses a partial run of other
-    options."""
+    written to `save` as it finishes, those of an earlier run with the same `settings` (what
+    `check_save` returned, the weights' fingerprint among them) kept."""
     if save is None:
         return None
     from circuits.results_file import resume_stages
 
-    settings = dict(options)
-    if loaded is not None:
-        from circuits.stages import weights_fingerprint
-
-        settings["weights"] = weights_fingerprint(loaded)
     try:
         return resume_stages(save, command, settings, list(stages), notes)
     except ValueError as error:
@@ -258,17 +286,21 @@ def load(model: str, dtype: str = "float32") -> interp.HookedTransformer:
 
 
 @contextmanager
-def stage_bars(command: str, stages: Sequence[str]) -> Iterator[Progress]:
+def stage_bars(
+    command: str, stages: Sequence[str], between: Sequence[str] = (), kept=None, save: str | None = None
+) -> Iterator[Progress]:
     """The Progress callback of `interp COMMAND`, on stderr (stdout may hold the report): its planned
-    `stages` announced with the command's expected time, then bars on a terminal, else lines with a
-    heartbeat (`circuits.progress_printer`)."""
+    `stages` announced with the command's expected time (and, with `kept`, --save's StageResults, as
+    saved to `save` one by one; `between`: the work reported outside them), then bars on a terminal,
+    else lines with a heartbeat (`circuits.progress_printer`)."""
     from rich.console import Console
 
     from circuits.progress_printer import progress_bars, progress_lines
 
     expected = expected_time_text(command) if command in EXPECTED_TIMES else None
     printer = progress_bars if Console(stderr=True).is_terminal else progress_lines
-    with printer(command, stages, expected) as progress:
+    saved_to = None if kept is None else save
+    with printer(command, stages, expected, between, kept, saved_to) as progress:
         yield progress
 
 
@@ -321,13 +353,12 @@ def heads(
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
     from circuits.heads import head_report, remember_induction_heads
-    from circuits.heads.pipeline import KEPT_STAGES, head_report_stages, heads_stage_notes
+    from circuits.heads.pipeline import BETWEEN_STAGES, KEPT_STAGES, heads_stage_notes
     from circuits.heads.probes import HELD_OUT_RULE
     from circuits.heads.report import FORMATS, write_report
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
-    check_save(save)
     n_samples, quick_note = apply_quick("heads", quick, n_samples=n_samples)
     options = {
         "model": model,
@@ -336,12 +367,14 @@ def heads(
         "dtype": dtype,
         "held_out": HELD_OUT_RULE,
     }
-    kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes)  # another run's file: refused now
+    check_save(save, "heads", options)
     loaded = load(model, dtype)
+    keyed = check_save(save, "heads", options, loaded)
     try:
         if ray is None:
-            kept = kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes, loaded)
-            with stopped_leaves(save), stage_bars("heads", head_report_stages(loaded)) as progress:
+            kept = kept_stages(save, "heads", keyed, KEPT_STAGES, heads_stage_notes)
+            bars = stage_bars("heads", KEPT_STAGES, BETWEEN_STAGES, kept, save)
+            with stopped_leaves(save), bars as progress:
                 report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress, stages=kept)
             remember_induction_heads(loaded, report, n_samples, seed)  # what interp icl, retrieval reuse
         else:
@@ -350,7 +383,7 @@ def heads(
         raise fail(str(error)) from error
     report.provenance = with_note(report.provenance, quick_note)
     write_report(report, format, out, console, wide=wide or None, all_heads=all_heads)
-    save_and_tell(report, out, save)
+    save_and_tell(report, out, save, "heads", keyed)
 
 
 @app.command(epilog=EXAMPLES["train"])
@@ -481,20 +514,20 @@ def ioi(
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
     from circuits.ioi import find_ioi_circuit
-    from circuits.ioi.discover import IOI_STAGES, KEPT_STAGES, ioi_stage_notes
+    from circuits.ioi.discover import BETWEEN_STAGES, KEPT_STAGES, ioi_stage_notes
     from circuits.ioi.report import FORMATS, write_ioi_report
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
-    check_save(save)
     n_prompts, quick_note = apply_quick("ioi", quick, n_prompts=n_prompts)
     options = {"model": model, "n_prompts": n_prompts, "seed": seed}
-    kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes)  # another run's file: refused now
+    check_save(save, "ioi", options)
     loaded = load(model)
+    keyed = check_save(save, "ioi", options, loaded)
     try:
         if ray is None:
-            kept = kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes, loaded)
-            with stopped_leaves(save), stage_bars("ioi", IOI_STAGES) as progress:
+            kept = kept_stages(save, "ioi", keyed, KEPT_STAGES, ioi_stage_notes)
+            with stopped_leaves(save), stage_bars("ioi", KEPT_STAGES, BETWEEN_STAGES, kept, save) as progress:
                 result = find_ioi_circuit(
                     loaded, n_prompts=n_prompts, seed=seed, progress=progress, stages=kept
                 )
@@ -504,7 +537,7 @@ def ioi(
         raise fail(str(error)) from error
     result.settings.provenance = with_note(result.settings.provenance, quick_note)
     write_ioi_report(result, format, out, console)
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "ioi", keyed)
 
 
 @app.command(epilog=EXAMPLES["patch"])
@@ -536,8 +569,13 @@ def patch(
     from circuits.patch_report import FORMATS, ioi_patching, pairs_patching, write_patch_report
 
     check_format(format, out, FORMATS)
-    check_save(save)
+    options = {
+        "model": model, "component": component, "direction": direction, "pairs": pairs,
+        "pairs_file": None if pairs is None else file_digest(pairs), "n_prompts": n_prompts, "seed": seed,
+    }  # fmt: skip
+    check_save(save, "patch", options)
     loaded = load(model)
+    keyed = check_save(save, "patch", options, loaded)
     try:
         with stage_bars("patch", ["patched runs"]) as progress:
             if pairs is None:
@@ -547,7 +585,7 @@ def patch(
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     write_patch_report(report, format, out, console)
-    save_and_tell(report, out, save)
+    save_and_tell(report, out, save, "patch", keyed)
 
 
 @app.command(epilog=EXAMPLES["circuit"])
@@ -650,7 +688,6 @@ def circuit(
     from interp.types import memory_bytes
 
     check_format(format, out, FORMATS)
-    check_save(save)
     heldout_names = _heldout_families(task, heldout_families)
     n_prompts, prune_steps, quick_note = apply_quick(
         "circuit", quick, n_prompts=n_prompts, prune_steps=prune_steps
@@ -683,7 +720,16 @@ def circuit(
     ]:  # fmt: skip
         if value not in allowed:
             raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
+    options = {
+        "model": model, "task": task, "task_file": file_digest(task) if Path(task).suffix else None,
+        "method": method, "edges": edges, "fraction": fraction, "target": target, "steps": steps,
+        "ig_points": ig_points, "ablation": ablation, "bootstrap": bootstrap, "prune_steps": prune_steps,
+        "density": density, "metric": metric, "n_prompts": n_prompts, "seed": seed,
+        "heldout_families": heldout_names, "curve": curve,
+    }  # fmt: skip
+    check_save(save, "circuit", options)
     loaded = load(model)
+    keyed = check_save(save, "circuit", options, loaded)
     try:
         prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
         heldout = heldout_edge_task(loaded, task, n_prompts, seed)
@@ -717,7 +763,7 @@ def circuit(
     if mib_out is not None:
         write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
         console.print(f"Wrote {mib_out}", style="dim")
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "circuit", keyed)
 
 
 def _heldout_families(task: str, option: str | None) -> tuple[str, ...] | None:
@@ -845,7 +891,6 @@ def icl(
     from interp.types import as_stage
 
     check_format(format, out, FORMATS)
-    check_save(save)
     check_plot(plot)
     heads = None if induction_heads is None else _heads_option(induction_heads)
     if fv and quick:
@@ -871,9 +916,9 @@ def icl(
         "windows": [early, late, window], "ablation": ablation, "induction_heads": induction_class(heads),
         "top": top, "n_random": n_random, "seed": seed,
     }  # fmt: skip
-    kept_stages(save, "icl", options, kept, icl_stage_notes)  # another run's file: refused now
+    check_save(save, "icl", options)
     loaded = load(model)
-    stages = kept + ([CHECKPOINTS_STAGE] if run is not None else [])
+    keyed = check_save(save, "icl", options, loaded)
     try:
         defaults = default_windows(loaded)
         windows = Windows(
@@ -881,8 +926,9 @@ def icl(
             defaults.late if late is None else late,
             defaults.width if window is None else window,
         )
-        done = kept_stages(save, "icl", options, kept, icl_stage_notes, loaded)
-        with stopped_leaves(save), stage_bars("icl", stages) as progress:
+        done = kept_stages(save, "icl", keyed, kept, icl_stage_notes)
+        between = [CHECKPOINTS_STAGE] if run is not None else []
+        with stopped_leaves(save), stage_bars("icl", kept, between, done, save) as progress:
             settings = ICLSettings(
                 n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
                 ablation=ablation, top=top, n_random=n_random, seed=seed,
@@ -901,7 +947,7 @@ def icl(
     write_icl_report(result, format, out, console)
     if plot is not None:
         console.print(f"Wrote {plot}", style="dim")
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "icl", keyed)
 
 
 def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
@@ -939,18 +985,19 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
         "n_shots": n_shots, "fv_heads": fv_heads, "candidates": candidates, "n_random": n_random,
         "n_documents": n_documents, "induction_heads": induction_class(heads), "seed": seed,
     }  # fmt: skip
-    kept_stages(save, "icl --fv", options, stages, fv_stage_notes)  # another run's file: refused now
+    check_save(save, "icl --fv", options)
     loaded = load(model)
+    keyed = check_save(save, "icl --fv", options, loaded)
     try:
-        done = kept_stages(save, "icl --fv", options, stages, fv_stage_notes, loaded)
-        with stopped_leaves(save), stage_bars("icl --fv", stages) as progress:
+        done = kept_stages(save, "icl --fv", keyed, stages, fv_stage_notes)
+        with stopped_leaves(save), stage_bars("icl --fv", stages, (), done, save) as progress:
             result = function_vector_report(
                 loaded, settings, induction_heads=heads, progress=progress, stages=done
             )
     except ValueError as error:
         raise fail(str(error)) from error
     write_fv_report(result, format, out, console)
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "icl --fv", keyed)
 
 
 @app.command(epilog=EXAMPLES["retrieval"])
@@ -986,7 +1033,6 @@ def retrieval(
     from circuits.retrieval.report import FORMATS, write_retrieval_report
 
     check_format(format, out, FORMATS)
-    check_save(save)
     heads = None if induction_heads is None else _heads_option(induction_heads)
     n_prompts, n_heldout, n_exact, n_two_hop, quick_note = apply_quick(
         "retrieval", quick, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_two_hop=n_two_hop
@@ -995,7 +1041,10 @@ def retrieval(
         n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random, n_two_hop=n_two_hop,
         seed=seed,
     )  # fmt: skip
+    options = {"model": model, **settings.recorded(), "induction_heads": induction_class(heads), "seed": seed}
+    check_save(save, "retrieval", options)
     loaded = load(model)
+    keyed = check_save(save, "retrieval", options, loaded)
     stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(RETRIEVAL_STAGES)
     try:
         with stage_bars("retrieval", stages) as progress:
@@ -1004,7 +1053,7 @@ def retrieval(
         raise fail(str(error)) from error
     result.provenance = with_note(result.provenance, quick_note)
     write_retrieval_report(result, format, out, console)
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "retrieval", keyed)
 
 
 @app.command(epilog=EXAMPLES["hop"])
@@ -1038,13 +1087,18 @@ def hop(
     from circuits.hop.report import FORMATS
 
     check_format(format, out, FORMATS)
-    check_save(save)
     if n_sequences % 2:
         raise fail(f"--n-sequences must be even (half discovery, half held out), got {n_sequences}.")
     if min_attention <= 0:
         raise fail(f"--min-attention must be > 0, got {min_attention}.")
     check_plot(plot)
+    options = {
+        "model": model, "n_sequences": n_sequences, "min_attention": min_attention, "n_random": n_random,
+        "seed": seed,
+    }  # fmt: skip
+    check_save(save, "hop", options)
     loaded = load(model)
+    keyed = check_save(save, "hop", options, loaded)
     try:
         with stage_bars("hop", HOP_STAGES) as progress:
             result = hop_report(loaded, n_sequences, seed, min_attention, n_random, progress)
@@ -1055,7 +1109,7 @@ def hop(
     write_hop_report(result, format, out, console)
     if plot is not None:
         console.print(f"Wrote {plot}", style="dim")
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "hop", keyed)
 
 
 def _heads_option(text: str) -> list[tuple[int, int]]:
