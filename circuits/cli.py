@@ -175,6 +175,36 @@ def check_save(
     return settings
 
 
+def check_model(model: str) -> None:
+    """Refuse a --model that names local files which are not a model (`interp.io.model_paths`: a
+    missing directory or .gguf file), before anything is imported or loaded."""
+    from interp.io.model_paths import check_local_source
+
+    try:
+        check_local_source(model)
+    except (ValueError, FileNotFoundError) as error:
+        raise fail(str(error)) from error
+
+
+def check_pairs_file(option: str, path: str, metric: str = "logit_diff") -> None:
+    """Refuse the prompt-pair file of `option` (--task, --pairs) when it is missing, unreadable or its
+    pairs lack what `metric` reads (`circuits.pairs_file`), before anything is imported or loaded."""
+    from circuits.pairs_file import check_pairs, read_pairs
+
+    try:
+        check_pairs(read_pairs(path), path, metric)
+    except (ValueError, OSError) as error:
+        raise fail(f"{option}: {error}") from error
+
+
+def check_heads_file(induction_heads: str | None) -> None:
+    """Refuse --induction-heads naming a result file that is not there, before anything is imported or
+    loaded (`_heads_option` reads it)."""
+    file = induction_heads if induction_heads is not None and induction_heads.endswith(".json") else None
+    if file is not None and not Path(file).is_file():
+        raise fail(f"--induction-heads {file}: no such file; write one with: interp heads --save {file}")
+
+
 def check_plot(plot: str | None) -> None:
     """Refuse a --plot path that is not a figure file (.png, .svg, .pdf), before any model is loaded."""
     if plot is None:
@@ -307,6 +337,7 @@ def stage_bars(
 @app.command(epilog=EXAMPLES["info"])
 def info(model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP)) -> None:
     """Summarise a model and its top prediction on an IOI prompt."""
+    check_model(model)
     loaded = load(model)
     cfg = loaded.cfg
     console.print(
@@ -352,6 +383,7 @@ def heads(
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["heads"]),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
+    check_model(model)
     from circuits.heads import head_report, remember_induction_heads
     from circuits.heads.pipeline import BETWEEN_STAGES, KEPT_STAGES, heads_stage_notes
     from circuits.heads.probes import HELD_OUT_RULE
@@ -513,6 +545,7 @@ def ioi(
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["ioi"]),
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
+    check_model(model)
     from circuits.ioi import find_ioi_circuit
     from circuits.ioi.discover import BETWEEN_STAGES, KEPT_STAGES, ioi_stage_notes
     from circuits.ioi.report import FORMATS, write_ioi_report
@@ -566,6 +599,9 @@ def patch(
 
     The metric is the normalised logit difference: 0 = the corrupted run, 1 = the clean run.
     """
+    check_model(model)
+    if pairs is not None:
+        check_pairs_file("--pairs", pairs)
     from circuits.patch_report import FORMATS, ioi_patching, pairs_patching, write_patch_report
 
     check_format(format, out, FORMATS)
@@ -606,13 +642,14 @@ def circuit(
     edges: int | None = typer.Option(
         None,
         "--edges",
+        min=1,
         help="Circuit size in edges (or --fraction; neither: the smallest reaching --target).",
     ),
     fraction: float | None = typer.Option(None, help="Circuit size as a fraction of all edges."),
     target: float = typer.Option(
         0.8, help="Without --edges/--fraction: the faithfulness the circuit must reach."
     ),
-    steps: int = typer.Option(5, help="Integrated-gradient steps (eap-ig)."),
+    steps: int = typer.Option(5, min=1, help="Integrated-gradient steps (eap-ig)."),
     ig_points: str | None = typer.Option(
         None,
         help="EAP-IG's points over inputs: paper (alpha = k/m, k = 1..m) or mib (k = 0..m-1, the reference "
@@ -639,6 +676,7 @@ def circuit(
     metric: str = typer.Option("logit_diff", help="logit_diff or prob (prompt-pair files)."),
     n_prompts: int = typer.Option(
         64,
+        min=1,
         help="Prompt pairs (ioi, induction) that find the circuit, and as many held-out ones that test it.",
     ),
     seed: int = typer.Option(
@@ -670,18 +708,22 @@ def circuit(
     held-out templates and names, fresh induction sequences, or a prompt-pair file's held-out families
     (its `family` column; --heldout-families names them), else held-out prompts of it.
     """
+    check_model(model)
+    if Path(task).suffix:
+        check_pairs_file("--task", task, metric)
     import json
 
     from circuits.edge_circuits import (
         CIRCUIT_METHODS,
         FORMATS,
+        METRICS,
         EdgeCircuitSettings,
         edge_task,
         find_edge_circuit,
         write_edge_report,
     )
     from circuits.edge_circuits.find import edge_circuit_stages
-    from circuits.edge_circuits.tasks import heldout_edge_task
+    from circuits.edge_circuits.tasks import check_task_name, heldout_edge_task
     from circuits.path import PATH_STAGES, PathSettings, head_path, pair_task
     from interp.edges import ABLATIONS, IG_POINTS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
@@ -694,6 +736,8 @@ def circuit(
     )
     if edges is not None and fraction is not None:
         raise fail("give the circuit size as --edges N or --fraction F (one of them), or neither to search.")
+    if fraction is not None and not 0 < fraction <= 1:
+        raise fail(f"--fraction {fraction} must lie in (0, 1]: the fraction of all edges, e.g. 0.05.")
     if not 0 < target <= 1:
         raise fail(f"--target {target} must lie in (0, 1]; 0.8 is a common choice.")
     if bootstrap < 0:
@@ -716,10 +760,17 @@ def circuit(
             raise fail(f"--max-memory: {error}") from error
     for name, value, allowed in [
         ("method", method, CIRCUIT_METHODS), ("ablation", ablation, ABLATIONS),
-        ("ig-points", ig_points, IG_POINTS),
+        ("ig-points", ig_points, IG_POINTS), ("metric", metric, METRICS),
     ]:  # fmt: skip
         if value not in allowed:
             raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
+    try:
+        check_task_name(task)
+    except ValueError as error:
+        raise fail(str(error)) from error
+    for path, option in ((mib_out, "--mib-out"), (checkpoint, "--checkpoint")):
+        if path is not None:
+            check_writable(path, option)
     options = {
         "model": model, "task": task, "task_file": file_digest(task) if Path(task).suffix else None,
         "method": method, "edges": edges, "fraction": fraction, "target": target, "steps": steps,
@@ -876,6 +927,8 @@ def icl(
     vector added to zero-shot prompts, and which ablation (FV or induction heads) lowers few-shot
     accuracy and which the ICL score, all tested on held-out pairs against random heads.
     """
+    check_model(model)
+    check_heads_file(induction_heads)
     from circuits.icl import (
         DocumentSplit,
         ICLSettings,
@@ -1028,6 +1081,8 @@ def retrieval(
     relations, names, fact counts and templates (beside the discovery prompts' figure), with the
     overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
+    check_model(model)
+    check_heads_file(induction_heads)
     from circuits.heads.cache import INDUCTION_HEADS_STAGE
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.report import FORMATS, write_retrieval_report
@@ -1082,6 +1137,7 @@ def hop(
     output there the answer needs (mean ablation), chosen on half the sequences and tested on the
     other half against random heads of the same layers.
     """
+    check_model(model)
     from circuits.hop import hop_report, lookup_chain_figure, write_hop_report
     from circuits.hop.locate import HOP_STAGES
     from circuits.hop.report import FORMATS
@@ -1143,6 +1199,8 @@ def render(
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
 ) -> None:
     """Render a saved result again in another format, without recomputing it."""
+    if not Path(result).is_file():
+        raise fail(f"no result file {result}; write one with a command's --save FILE.json.")
     from circuits.results_file import load_result, result_formats, write_result_report
 
     try:
