@@ -240,17 +240,27 @@ def save_and_tell(
 
 def apply_quick(command: str, quick: bool, **values: object) -> tuple:
     """The options `values` (name -> value, in order) with `interp COMMAND --quick`'s preset
-    (`interp.catalog.QUICK_PRESETS`) applied to those left at their defaults, then the note the report
-    carries (None without --quick; said on stderr at once)."""
+    (`interp.catalog.QUICK_PRESETS`) applied to those left at their defaults, then {name: (the value
+    with --quick, the value without)} (None without --quick), from which the command's note is made
+    (`circuits.quick`, `quick_said`)."""
     if not quick:
         return (*values.values(), None)
     preset = QUICK_PRESETS[command]
-    chosen = [
-        preset.options[name][0] if name in preset.options and value == preset.options[name][1] else value
-        for name, value in values.items()
-    ]
-    print(preset.note[0].upper() + preset.note[1:] + ".", file=sys.stderr, flush=True)
-    return (*chosen, preset.note)
+
+    def with_quick(name: str, value: object) -> object:
+        quick_value, default = preset.options.get(name, (value, value))
+        return quick_value if value == default else value
+
+    chosen = {name: with_quick(name, value) for name, value in values.items()}
+    return (*chosen.values(), {name: (chosen[name], values[name]) for name in values})
+
+
+def quick_said(note: str | None) -> str | None:
+    """Say the --quick note (what the run uses instead of the defaults) on stderr; the note, which the
+    report's model line carries (None without --quick)."""
+    if note is not None:
+        print(note[0].upper() + note[1:] + ".", file=sys.stderr, flush=True)
+    return note
 
 
 def with_note(provenance: str, note: str | None) -> str:
@@ -388,10 +398,12 @@ def heads(
     from circuits.heads.pipeline import BETWEEN_STAGES, KEPT_STAGES, heads_stage_notes
     from circuits.heads.probes import HELD_OUT_RULE
     from circuits.heads.report import FORMATS, write_report
+    from circuits.quick import heads_note
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
-    n_samples, quick_note = apply_quick("heads", quick, n_samples=n_samples)
+    n_samples, quick_sizes = apply_quick("heads", quick, n_samples=n_samples)
+    quick_note = quick_said(heads_note(quick_sizes["n_samples"]) if quick_sizes else None)
     options = {
         "model": model,
         "n_samples": n_samples,
@@ -549,10 +561,12 @@ def ioi(
     from circuits.ioi import find_ioi_circuit
     from circuits.ioi.discover import BETWEEN_STAGES, KEPT_STAGES, ioi_stage_notes
     from circuits.ioi.report import FORMATS, write_ioi_report
+    from circuits.quick import ioi_note
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
-    n_prompts, quick_note = apply_quick("ioi", quick, n_prompts=n_prompts)
+    n_prompts, quick_sizes = apply_quick("ioi", quick, n_prompts=n_prompts)
+    quick_note = quick_said(ioi_note(quick_sizes["n_prompts"]) if quick_sizes else None)
     options = {"model": model, "n_prompts": n_prompts, "seed": seed}
     check_save(save, "ioi", options)
     loaded = load(model)
@@ -722,16 +736,17 @@ def circuit(
         find_edge_circuit,
         write_edge_report,
     )
-    from circuits.edge_circuits.find import edge_circuit_stages
+    from circuits.edge_circuits.find import MASK_METHODS, edge_circuit_stages, split_task
     from circuits.edge_circuits.tasks import check_task_name, heldout_edge_task
     from circuits.path import PATH_STAGES, PathSettings, head_path, pair_task
+    from circuits.quick import circuit_note
     from interp.edges import ABLATIONS, IG_POINTS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
     from interp.types import memory_bytes
 
     check_format(format, out, FORMATS)
     heldout_names = _heldout_families(task, heldout_families)
-    n_prompts, prune_steps, quick_note = apply_quick(
+    n_prompts, prune_steps, quick_sizes = apply_quick(
         "circuit", quick, n_prompts=n_prompts, prune_steps=prune_steps
     )
     if edges is not None and fraction is not None:
@@ -800,6 +815,13 @@ def circuit(
             curve_fractions=MIB_FRACTIONS if curve else None, bootstrap=bootstrap,
             prune_steps=prune_steps, density=density, seed=seed,
         )  # fmt: skip
+        quick_note = None
+        if quick_sizes is not None:  # the sizes of the split find_edge_circuit makes
+            discovery, tested, _ = split_task(prompt_pairs, heldout, seed)
+            prompts = None if Path(task).suffix else quick_sizes["n_prompts"]
+            mask_steps = quick_sizes["prune_steps"] if method in MASK_METHODS else None
+            note = circuit_note(discovery.n_prompts, tested.n_prompts, prompts, mask_steps, method)
+            quick_note = quick_said(note)
         with stage_bars("circuit", stages) as progress:
             result = find_edge_circuit(
                 loaded, prompt_pairs, settings, heldout=heldout, checkpoint=checkpoint, progress=progress
@@ -940,6 +962,7 @@ def icl(
     )
     from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
     from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
+    from circuits.quick import DocumentSizes, icl_note
     from interp.training import CHECKPOINTS
     from interp.types import as_stage
 
@@ -948,7 +971,7 @@ def icl(
     heads = None if induction_heads is None else _heads_option(induction_heads)
     if fv and quick:
         raise fail("--quick applies to the ICL score, not to --fv (give --n-prompts, --candidates instead).")
-    n_documents, n_discovery, n_ablated, quick_note = apply_quick(
+    n_documents, n_discovery, n_ablated, quick_sizes = apply_quick(
         "icl", quick, n_documents=n_documents, n_discovery=n_discovery, n_ablated=n_ablated
     )
     if fv:
@@ -956,7 +979,13 @@ def icl(
                 n_documents or 8, heads, seed, format, out, save,
                 (early, late, window, plot, ablation != "mean"))  # fmt: skip
         return
-    n_documents = 60 if n_documents is None else n_documents
+    n_documents = ICLSettings().n_documents if n_documents is None else n_documents
+    quick_note = None
+    if quick_sizes is not None:
+        given, default = {name: value for name, (_, value) in quick_sizes.items()}, ICLSettings().n_documents
+        used = DocumentSizes.of(n_documents, DocumentSplit(n_discovery, n_ablated))
+        without = DocumentSplit(given["n_discovery"], given["n_ablated"])
+        quick_note = quick_said(icl_note(used, DocumentSizes.of(given["n_documents"] or default, without)))
     if None not in (early, late, window):  # what does not depend on the model's context
         try:
             Windows(early, late, window).check(n_ctx=late + window)
@@ -1084,14 +1113,16 @@ def retrieval(
     check_model(model)
     check_heads_file(induction_heads)
     from circuits.heads.cache import INDUCTION_HEADS_STAGE
+    from circuits.quick import retrieval_note
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.report import FORMATS, write_retrieval_report
 
     check_format(format, out, FORMATS)
     heads = None if induction_heads is None else _heads_option(induction_heads)
-    n_prompts, n_heldout, n_exact, n_two_hop, quick_note = apply_quick(
+    n_prompts, n_heldout, n_exact, n_two_hop, quick_sizes = apply_quick(
         "retrieval", quick, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_two_hop=n_two_hop
     )
+    quick_note = quick_said(retrieval_note(quick_sizes) if quick_sizes else None)
     settings = RetrievalSettings(
         n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random, n_two_hop=n_two_hop,
         seed=seed,

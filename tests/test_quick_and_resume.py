@@ -4,6 +4,7 @@ uninterrupted run's result; --quick runs a smaller preset whose report says what
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ from interp.catalog import QUICK_PRESETS
 from interp.io.serialize import encode
 
 ICL_OPTIONS = {"n_documents": 12, "seed": 0}
+PAIRS = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
 ROOT = Path(__file__).resolve().parents[1]
 FILE_WAIT_S = 300.0  # the longest wait for a stage's file: generous, never a timing assertion
 # `interp ARGS` that stops once its progress has said "stage STALL_AT of N done" (0: never): it waits
@@ -206,20 +208,111 @@ def test_interp_icl_save_resumes_and_ends_with_the_full_result(tmp_path, monkeyp
     assert type(load_result(path)).__name__ == "ICLResult"
 
 
-def test_quick_runs_the_preset_and_its_report_says_so(tmp_path, monkeypatch):
+def said_quick_note(output: str) -> str:
+    """The --quick note a command said on stderr (its line "Quick preset: ..."), as its report carries
+    it (lower case, no full stop)."""
+    said = next(line for line in output.splitlines() if line.startswith("Quick preset: "))
+    return "q" + said[1:-1]
+
+
+def test_quick_runs_the_preset_and_says_the_sizes_it_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))  # interp heads keeps its induction heads
     saved, out = tmp_path / "heads.json", tmp_path / "heads.md"
     command = ["heads", "--model", "toy-induction", "--quick", "--format", "markdown", "--out", str(out)]
     result = CliRunner().invoke(app, [*command, "--save", str(saved)])
     assert result.exit_code == 0, result.output
-    preset = QUICK_PRESETS["heads"]
-    assert load_result(saved).settings["n_samples"] == preset.options["n_samples"][0]
-    assert preset.note in out.read_text() and preset.note in load_result(saved).provenance
+    n_samples = load_result(saved).settings["n_samples"]
+    assert n_samples == QUICK_PRESETS["heads"].options["n_samples"][0]
+    note = said_quick_note(result.output)
+    assert f"{n_samples} probe sequences per repeat length instead of 16" in note
+    assert note in load_result(saved).provenance and note in out.read_text()
     other = tmp_path / "heads-4.json"
     given = CliRunner().invoke(app, [*command, "--n-samples", "4", "--save", str(other)])
     assert given.exit_code == 0 and load_result(other).settings["n_samples"] == 4  # a given option wins
+    assert "nothing smaller (4 probe sequences per repeat length, as given)" in said_quick_note(given.output)
     refused = CliRunner().invoke(app, ["icl", "--fv", "--quick"])
     assert refused.exit_code == 2 and "--quick applies to the ICL score" in refused.output
+
+
+def circuit_sizes(result) -> str:
+    return (
+        f"{result.task.n_prompts} prompt pairs find the circuit and {result.heldout_task.n_prompts} "
+        "held-out ones test it"
+    )
+
+
+def icl_sizes(result) -> str:
+    n_discovery, n_heldout = len(result.discovery_names), len(result.heldout_names)
+    return (
+        f"{n_discovery + n_heldout} documents ({n_discovery} rank the heads, {n_heldout} held out, "
+        f"{result.n_ablated} ablated)"
+    )
+
+
+QUICK_RUNS = {  # a --quick run on a toy model -> (the sizes its result used, in the note's words, and more)
+    "circuit --task ioi": (
+        ["circuit", "--model", "toy-ioi", "--task", "ioi", "--method", "eap", "--edges", "10"],
+        lambda result: [circuit_sizes(result) + ", instead of 64 and 64", "eap trains no edge mask"],
+    ),
+    "circuit --task induction": (
+        ["circuit", "--model", "toy-induction", "--task", "induction", "--edges", "10"],
+        lambda result: [circuit_sizes(result), "the edge mask trained 30 steps instead of 45"],
+    ),
+    "icl": (
+        ["icl", "--model", "toy-induction"],
+        lambda result: [
+            icl_sizes(result) + " instead of 60 documents (12 rank the heads, 48 held out, 12 ablated)"
+        ],
+    ),
+    "icl --n-documents 10": (  # its preset's 6 and 6 are cut to half of the 10, as without --quick
+        ["icl", "--model", "toy-induction", "--n-documents", "10"],
+        lambda result: [f"quick preset: nothing smaller ({icl_sizes(result)}, as without --quick)"],
+    ),
+    "ioi": (
+        ["ioi", "--model", "toy-ioi"],
+        lambda result: [f"{result.settings.n_prompts} prompts (and {result.validation.n_prompts} held out)"],
+    ),
+}
+
+
+@pytest.mark.parametrize("run", sorted(QUICK_RUNS))
+def test_quick_says_the_sizes_each_task_kind_runs(run, tmp_path, monkeypatch):
+    """What --quick says on stderr and in the report's model line are the sizes the saved result used."""
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    arguments, sizes = QUICK_RUNS[run]
+    saved = tmp_path / "result.json"
+    result = CliRunner().invoke(app, [*arguments, "--quick", "--save", str(saved)])
+    assert result.exit_code == 0, result.output
+    note, found = said_quick_note(result.output), load_result(saved)
+    for words in sizes(found):
+        assert words in note
+    provenance = found.settings.provenance if run == "ioi" else found.provenance
+    assert provenance.endswith(note)
+
+
+def test_quick_on_a_prompt_pair_file_says_the_pairs_it_runs(tmp_path):
+    """A file's pairs are all used whatever --n-prompts: --quick says the split of them that ran (not the
+    preset's 16 prompt pairs), on families of unequal sizes."""
+    rows = list(csv.DictReader(PAIRS.open()))
+    by_family = {}
+    for row in rows:
+        by_family.setdefault(row["family"], []).append(row)
+    chosen = [row for i, family in enumerate(list(by_family)[:5]) for row in by_family[family][: 2 * i + 2]]
+    pairs = tmp_path / "pairs.csv"
+    with pairs.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(chosen)
+    saved = tmp_path / "circuit.json"
+    arguments = ["circuit", "--task", str(pairs), "--method", "eap", "--edges", "10", "--metric", "prob"]
+    result = CliRunner().invoke(app, [*arguments, "--quick", "--save", str(saved)])
+    assert result.exit_code == 0, result.output
+    note, found = said_quick_note(result.output), load_result(saved)
+    assert found.task.n_prompts + found.heldout_task.n_prompts == len(chosen)
+    assert found.task.n_prompts != found.heldout_task.n_prompts  # families of unequal sizes
+    assert f"the file's pairs are all used: {circuit_sizes(found)}" in note
+    assert "eap trains no edge mask" in note and "instead of" not in note
+    assert found.provenance.endswith(note)
 
 
 KILLED_RUNS = {  # command -> (its options on a toy model, the stages its progress numbers and --save keeps)

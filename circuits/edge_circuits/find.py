@@ -69,6 +69,7 @@ from interp.types import MemorySize, Progress
 SCHEMA = "interp-edge-circuit-2"
 CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
 ENSEMBLE_MEMBERS: tuple[str, ...] = ("eap-ig", "prune")  # the methods `method="ensemble"` ranks with
+MASK_METHODS: tuple[str, ...] = ("prune", "ensemble")  # the methods that train an edge mask (prune_steps)
 
 
 @dataclass(kw_only=True)
@@ -516,7 +517,7 @@ def edge_circuit_stages(method: str, searched: bool, curve: bool, bootstrap: int
     """The stages `find_edge_circuit` reports to its progress, in order: the scores (edge pruning
     ranks its start by EAP-IG, then trains the mask), the size search when no size is given, the
     circuit's faithfulness, the curve and the selection frequencies when asked for."""
-    stages = ["Edge scores"] + (["Edge pruning"] if method in ("prune", "ensemble") else [])
+    stages = ["Edge scores"] + (["Edge pruning"] if method in MASK_METHODS else [])
     stages += [SIZE_SEARCH_STAGE] if searched else []
     stages += ["Faithfulness"] + (["Faithfulness curve"] if curve else [])
     return stages + (["Edge stability"] if bootstrap > 0 else [])
