@@ -112,11 +112,11 @@ README's command list print: `expected_time_text`)."""
 @dataclass(frozen=True)
 class QuickPreset:
     """What `interp COMMAND --quick` changes: options (name -> (quick value, default value); an option
-    given a value other than its default keeps it), what that costs the report (`note`, which the
-    report's model line carries) and how long it takes (`time`)."""
+    given a value other than its default keeps it) and how long it takes (`time`). What a run of it
+    uses and what that costs is said from the run's own sizes (`circuits.quick`), on stderr and in the
+    report's model line."""
 
     options: dict[str, tuple[object, object]]
-    note: str
     time: ExpectedTime
 
     def changes(self) -> str:
@@ -125,40 +125,32 @@ class QuickPreset:
 
     def text(self) -> str:
         """The --quick option's help."""
-        return f"A smaller run ({self.changes()}), {self.time.text()}. Its report says: {self.note}."
+        return (
+            f"A smaller run ({self.changes()}), {self.time.text()}. It says, as does its report's model "
+            "line, which sizes it runs instead of the defaults and what that costs."
+        )
 
 
 QUICK_PRESETS = {
     "heads": QuickPreset(
         time=ExpectedTime(24, "interp heads --quick", _XEON, _IDLE),
         options={"n_samples": (8, 16)},
-        note="quick preset: 8 probe sequences per repeat length instead of 16, standard errors about 1.4x "
-        "larger: fewer heads are confirmed by ablation",
     ),
     "ioi": QuickPreset(
         time=ExpectedTime(46, "interp ioi --quick", _XEON, _IDLE),
         options={"n_prompts": (24, 64)},
-        note="quick preset: 24 prompts (and 24 held out) instead of 64, CIs about 1.6x wider: fewer classes "
-        "are confirmed on held-out prompts",
     ),
     "circuit": QuickPreset(
         time=ExpectedTime(57, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
         options={"n_prompts": (16, 64), "prune_steps": (30, PRUNE_STEPS)},
-        note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
-        f"mask trained 30 steps instead of {PRUNE_STEPS}: a less faithful circuit for its size",
     ),
     "icl": QuickPreset(
         time=ExpectedTime(45, "interp icl --quick", _XEON, _IDLE + ", the head report cached"),
         options={"n_documents": (24, None), "n_discovery": (6, 12), "n_ablated": (6, 12)},
-        note="quick preset: 24 documents instead of 60 (6 rank the heads, 18 held out, 6 ablated), CIs "
-        "about 1.6x wider: a headline or verdict whose CI includes 0 is not established",
     ),
     "retrieval": QuickPreset(
         time=ExpectedTime(56, "interp retrieval --quick", _XEON, _IDLE),
         options={"n_prompts": (12, 24), "n_heldout": (8, 24), "n_exact": (6, 12), "n_two_hop": (10, 40)},
-        note="quick preset: 12 discovery prompts instead of 24, 8 held-out per fact count and template "
-        "instead of 24, 6 senders path-patched per step instead of 12: CIs about 1.7x wider, fewer "
-        "heads found and confirmed",
     ),
 }
 """What each long command's --quick changes (its --help and the README's command list say it)."""

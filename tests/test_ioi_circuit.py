@@ -181,7 +181,8 @@ def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
     )
     assert result.validation is None
     # Each stage is reported as it begins, (stage, 0, 1), and as it ends, (stage, 1, 1).
-    first, logits = "baseline, attention and direct logit attribution", "path patching: heads -> logits"
+    first = "baseline, attention and direct logit attribution"
+    logits = "path patching: name movers: heads -> logits"
     assert calls[:2] == [(first, 0, 1), (first, 1, 1)]
     assert calls.index((logits, 0, 1)) + 1 == calls.index((logits, 1, 1))
     assert "evaluation" not in {stage for stage, _, _ in calls}

@@ -78,6 +78,7 @@ from interp.types import MemorySize, Progress
 SCHEMA = "interp-edge-circuit-2"
 CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
 ENSEMBLE_MEMBERS: tuple[str, ...] = ("eap-ig", "prune")  # the methods `method="ensemble"` ranks with
+MASK_METHODS: tuple[str, ...] = ("prune", "ensemble")  # the methods that train an edge mask (prune_steps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -587,8 +588,8 @@ def edge_circuit_stages(method: str, searched: bool, curve: bool, bootstrap: int
     """The stages `find_edge_circuit` reports to its progress, in order: the scores (edge pruning
     ranks its start by EAP-IG, then trains the mask), the size search when no size is given, the
     circuit's faithfulness, the curve and the selection frequencies when asked for, and the edges'
-    effects of removal (rank-scored methods)."""
-    ranked = method in ("prune", "ensemble")
+    effects of removal (rank-scored methods: those that train an edge mask)."""
+    ranked = method in MASK_METHODS
     stages = ["Edge scores"] + (["Edge pruning"] if ranked else [])
     stages += [SIZE_SEARCH_STAGE] if searched else []
     stages += ["Faithfulness"] + (["Faithfulness curve"] if curve else [])

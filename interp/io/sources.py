@@ -37,11 +37,9 @@ from interp.io.checkpoint import (
     write_checkpoint,
 )
 from interp.io.files import atomic_path, write_text_atomic
+from interp.io.model_paths import check_local_source
 
 log = logging.getLogger("interp")
-
-# Suffixes of files, never of hub ids: a missing path with one of them is a missing file.
-LOCAL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth", ".json", ".ckpt")
 
 
 def _shipped(name: str) -> Callable[[], Path]:
@@ -117,27 +115,15 @@ def _read_name_or_path(source: str, tokenizer: Any) -> LoadedWeights:
         loaded = read_checkpoint(path) if path.is_dir() else read_gguf(path)
         loaded.cfg.model_name = key
         return loaded
+    check_local_source(source)
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         return read_gguf(check_regular_file(path, "GGUF file"))
     if path.is_dir():
         if is_checkpoint(path):
             return read_checkpoint(path)
-        if (path / "config.json").is_file():
-            check_transformers_directory(path)
-            return _read_transformers(str(path), tokenizer)
-        raise ValueError(f"{path} holds neither an interp checkpoint nor a transformers model.")
-    if path.exists():
-        raise ValueError(f"{source} is not a model directory or a .gguf file.")
-    if (
-        source.startswith((".", "/", "~", "\\"))
-        or path.suffix in LOCAL_SUFFIXES
-        or (len(path.parts) > 2 and not source.startswith(("http:", "https:")))
-    ):
-        raise FileNotFoundError(
-            f"no such file or directory: {source!r}; pass an existing model directory or .gguf file, "
-            f"a transformers model id (e.g. 'gpt2'), or one of {', '.join(OFFLINE_MODELS)}"
-        )
+        check_transformers_directory(path)  # a directory with a config.json (check_local_source)
+        return _read_transformers(str(path), tokenizer)
     if "/" not in source:
         _check_model_name(source)
     return _read_transformers(source, tokenizer)
