@@ -319,7 +319,7 @@ def _band(ratio: float) -> str:
 def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumFaithfulness] = ()) -> str:
     """In words: whether the circuit reproduces the model (ratio within 1 ± 0.2 and most prompts within
     it), overshoots (ratio above 1.2: it leaves out components that work against the answer), falls
-    short, or does so only on average or only in some strata."""
+    short, or does so only on average; and the strata that fall elsewhere, their CI excluding 1."""
     band = f"1 ± {FAITHFUL_BAND:g}"
     if summary.overshoots:
         verdict = f"overshoots: keeps {summary.ratio:.2f} of the model's effect (above {OVERSHOOT:g}), so "
@@ -336,7 +336,9 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     off = [
         f"{s.name} {s.summary.ratio:.2f} ({_band(s.summary.ratio)})"
         for s in strata
-        if s.summary is not None and _band(s.summary.ratio) != _band(summary.ratio)
+        if s.summary is not None
+        and _band(s.summary.ratio) != _band(summary.ratio)
+        and not s.summary.ratio_ci[0] <= 1 <= s.summary.ratio_ci[1]  # its CI excludes reproducing the model
     ]
     if off:
         verdict += f"; not in every stratum: {', '.join(off)}"

@@ -121,6 +121,8 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
         f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
         f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}] "
+        f"(per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
+        "prompts within ±20%) "
         + held_out_text(result)
         + ": "
         + faithfulness_advice(circuit["faithfulness"], method["name"], method["ablation"]),
