@@ -117,7 +117,10 @@ MODEL_HELP = (
 )
 
 
-SAVE_HELP = "Also write the full result to this .json file; `interp render` re-renders it in any format."
+SAVE_HELP = (
+    "Also write the full result to this .json file; `interp render` re-renders it in any format. A file "
+    "there of another run (other options or weights) is refused, not replaced."
+)
 KEPT_SAVE_HELP = (
     SAVE_HELP + " Each stage is written to it as it finishes: a stopped run leaves the stages done "
     "(`interp render` shows them), and the same command with the same --save resumes from them."
@@ -144,12 +147,62 @@ def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
         check_writable(out, "--out")
 
 
-def check_save(save: str | None) -> None:
-    """Refuse a --save path that is not a .json file, before any model is loaded."""
-    if save is not None and Path(save).suffix != ".json":
+def check_save(
+    save: str | None, command: str, options: dict, loaded: interp.HookedTransformer | None = None
+) -> dict | None:
+    """Refuse a --save path that is not a .json file, cannot be written, or holds what `interp COMMAND`
+    with `options` may not replace (`circuits.results_file.check_save_file`: no result, another
+    command's, or one of other options), before any model is loaded; with the `loaded` model, one of
+    other weights too, before the work. Returns what the file is keyed by: `options` and, with
+    `loaded`, its weights' fingerprint (None without --save)."""
+    if save is None:
+        return None
+    if Path(save).suffix != ".json":
         raise fail(f"--save {save} must end in .json (the full result is JSON).")
-    if save is not None:
-        check_writable(save, "--save")
+    check_writable(save, "--save")
+    settings = dict(options)
+    if loaded is not None:
+        from circuits.stages import weights_fingerprint
+
+        settings["weights"] = weights_fingerprint(loaded)
+    if Path(save).is_file():
+        from circuits.results_file import check_save_file
+
+        try:
+            check_save_file(save, command, settings)
+        except ValueError as error:
+            raise fail(str(error)) from error
+    return settings
+
+
+def check_model(model: str) -> None:
+    """Refuse a --model that names local files which are not a model (`interp.io.model_paths`: a
+    missing directory or .gguf file), before anything is imported or loaded."""
+    from interp.io.model_paths import check_local_source
+
+    try:
+        check_local_source(model)
+    except (ValueError, FileNotFoundError) as error:
+        raise fail(str(error)) from error
+
+
+def check_pairs_file(option: str, path: str, metric: str = "logit_diff") -> None:
+    """Refuse the prompt-pair file of `option` (--task, --pairs) when it is missing, unreadable or its
+    pairs lack what `metric` reads (`circuits.pairs_file`), before anything is imported or loaded."""
+    from circuits.pairs_file import check_pairs, read_pairs
+
+    try:
+        check_pairs(read_pairs(path), path, metric)
+    except (ValueError, OSError) as error:
+        raise fail(f"{option}: {error}") from error
+
+
+def check_heads_file(induction_heads: str | None) -> None:
+    """Refuse --induction-heads naming a result file that is not there, before anything is imported or
+    loaded (`_heads_option` reads it)."""
+    file = induction_heads if induction_heads is not None and induction_heads.endswith(".json") else None
+    if file is not None and not Path(file).is_file():
+        raise fail(f"--induction-heads {file}: no such file; write one with: interp heads --save {file}")
 
 
 def check_plot(plot: str | None) -> None:
@@ -171,12 +224,15 @@ def check_writable(path: str, option: str, directory: bool = False) -> None:
         raise fail(str(error)) from error
 
 
-def save_and_tell(result: object, out: str | None, save: str | None) -> None:
-    """Write the full result to `save` (if given) and say which files were written."""
+def save_and_tell(
+    result: object, out: str | None, save: str | None, command: str, settings: dict | None
+) -> None:
+    """Write the full result to `save` (if given) with the `command` and `settings` that made it (what
+    `check_save` returned), and say which files were written."""
     from circuits.results_file import save_result
 
     if save is not None:
-        save_result(result, save)
+        save_result(result, save, command, settings)
     for path in (out, save):
         if path is not None:
             console.print(f"Wrote {path}", style="dim")
@@ -184,17 +240,27 @@ def save_and_tell(result: object, out: str | None, save: str | None) -> None:
 
 def apply_quick(command: str, quick: bool, **values: object) -> tuple:
     """The options `values` (name -> value, in order) with `interp COMMAND --quick`'s preset
-    (`interp.catalog.QUICK_PRESETS`) applied to those left at their defaults, then the note the report
-    carries (None without --quick; said on stderr at once)."""
+    (`interp.catalog.QUICK_PRESETS`) applied to those left at their defaults, then {name: (the value
+    with --quick, the value without)} (None without --quick), from which the command's note is made
+    (`circuits.quick`, `quick_said`)."""
     if not quick:
         return (*values.values(), None)
     preset = QUICK_PRESETS[command]
-    chosen = [
-        preset.options[name][0] if name in preset.options and value == preset.options[name][1] else value
-        for name, value in values.items()
-    ]
-    print(preset.note[0].upper() + preset.note[1:] + ".", file=sys.stderr, flush=True)
-    return (*chosen, preset.note)
+
+    def with_quick(name: str, value: object) -> object:
+        quick_value, default = preset.options.get(name, (value, value))
+        return quick_value if value == default else value
+
+    chosen = {name: with_quick(name, value) for name, value in values.items()}
+    return (*chosen.values(), {name: (chosen[name], values[name]) for name in values})
+
+
+def quick_said(note: str | None) -> str | None:
+    """Say the --quick note (what the run uses instead of the defaults) on stderr; the note, which the
+    report's model line carries (None without --quick)."""
+    if note is not None:
+        print(note[0].upper() + note[1:] + ".", file=sys.stderr, flush=True)
+    return note
 
 
 def with_note(provenance: str, note: str | None) -> str:
@@ -211,20 +277,22 @@ def induction_class(heads: list | None) -> list | str:
     return heads if heads is not None else f"confirmed by interp heads: {HELD_OUT_RULE}"
 
 
-def kept_stages(save: str | None, command: str, options: dict, stages, notes, loaded=None):
+def file_digest(path: str) -> str | None:
+    """A short hash of the file at `path` (None if there is none): a --save file's key for an input
+    file, whose contents the result depends on."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if Path(path).is_file() else None
+
+
+def kept_stages(save: str | None, command: str, settings: dict | None, stages, notes):
     """--save's `circuits.stages.StageResults` for `interp COMMAND` (None without --save): each stage
-    written to `save` as it finishes, those of an earlier run with the same `options` and the weights of
-    `loaded` kept. Called before the model loads (no `loaded`), it only refuses a partial run of other
-    options."""
+    written to `save` as it finishes, those of an earlier run with the same `settings` (what
+    `check_save` returned, the weights' fingerprint among them) kept."""
     if save is None:
         return None
     from circuits.results_file import resume_stages
 
-    settings = dict(options)
-    if loaded is not None:
-        from circuits.stages import weights_fingerprint
-
-        settings["weights"] = weights_fingerprint(loaded)
     try:
         return resume_stages(save, command, settings, list(stages), notes)
     except ValueError as error:
@@ -258,23 +326,28 @@ def load(model: str, dtype: str = "float32") -> interp.HookedTransformer:
 
 
 @contextmanager
-def stage_bars(command: str, stages: Sequence[str]) -> Iterator[Progress]:
+def stage_bars(
+    command: str, stages: Sequence[str], between: Sequence[str] = (), kept=None, save: str | None = None
+) -> Iterator[Progress]:
     """The Progress callback of `interp COMMAND`, on stderr (stdout may hold the report): its planned
-    `stages` announced with the command's expected time, then bars on a terminal, else lines with a
-    heartbeat (`circuits.progress_printer`)."""
+    `stages` announced with the command's expected time (and, with `kept`, --save's StageResults, as
+    saved to `save` one by one; `between`: the work reported outside them), then bars on a terminal,
+    else lines with a heartbeat (`circuits.progress_printer`)."""
     from rich.console import Console
 
     from circuits.progress_printer import progress_bars, progress_lines
 
     expected = expected_time_text(command) if command in EXPECTED_TIMES else None
     printer = progress_bars if Console(stderr=True).is_terminal else progress_lines
-    with printer(command, stages, expected) as progress:
+    saved_to = None if kept is None else save
+    with printer(command, stages, expected, between, kept, saved_to) as progress:
         yield progress
 
 
 @app.command(epilog=EXAMPLES["info"])
 def info(model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP)) -> None:
     """Summarise a model and its top prediction on an IOI prompt."""
+    check_model(model)
     loaded = load(model)
     cfg = loaded.cfg
     console.print(
@@ -320,15 +393,17 @@ def heads(
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["heads"]),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
+    check_model(model)
     from circuits.heads import head_report, remember_induction_heads
-    from circuits.heads.pipeline import KEPT_STAGES, head_report_stages, heads_stage_notes
+    from circuits.heads.pipeline import BETWEEN_STAGES, KEPT_STAGES, heads_stage_notes
     from circuits.heads.probes import HELD_OUT_RULE
     from circuits.heads.report import FORMATS, write_report
+    from circuits.quick import heads_note
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
-    check_save(save)
-    n_samples, quick_note = apply_quick("heads", quick, n_samples=n_samples)
+    n_samples, quick_sizes = apply_quick("heads", quick, n_samples=n_samples)
+    quick_note = quick_said(heads_note(quick_sizes["n_samples"]) if quick_sizes else None)
     options = {
         "model": model,
         "n_samples": n_samples,
@@ -336,12 +411,14 @@ def heads(
         "dtype": dtype,
         "held_out": HELD_OUT_RULE,
     }
-    kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes)  # another run's file: refused now
+    check_save(save, "heads", options)
     loaded = load(model, dtype)
+    keyed = check_save(save, "heads", options, loaded)
     try:
         if ray is None:
-            kept = kept_stages(save, "heads", options, KEPT_STAGES, heads_stage_notes, loaded)
-            with stopped_leaves(save), stage_bars("heads", head_report_stages(loaded)) as progress:
+            kept = kept_stages(save, "heads", keyed, KEPT_STAGES, heads_stage_notes)
+            bars = stage_bars("heads", KEPT_STAGES, BETWEEN_STAGES, kept, save)
+            with stopped_leaves(save), bars as progress:
                 report = head_report(loaded, n_samples=n_samples, seed=seed, progress=progress, stages=kept)
             remember_induction_heads(loaded, report, n_samples, seed)  # what interp icl, retrieval reuse
         else:
@@ -350,7 +427,7 @@ def heads(
         raise fail(str(error)) from error
     report.provenance = with_note(report.provenance, quick_note)
     write_report(report, format, out, console, wide=wide or None, all_heads=all_heads)
-    save_and_tell(report, out, save)
+    save_and_tell(report, out, save, "heads", keyed)
 
 
 @app.command(epilog=EXAMPLES["train"])
@@ -462,6 +539,13 @@ def train(
         )
     stopped = "" if log.stopped_early is None else " (stopped early: held-out accuracy on a plateau)"
     console.print(f"step {last['step']}{stopped}: task loss {last['eval_loss']:.3f} ({detail}). Wrote {out}")
+    target = TASK_DEFAULTS[task].stop_above
+    if target and last["accuracy"] < target:
+        console.print(
+            f"[yellow]The held-out accuracy {last['accuracy']:.3f} did not reach {target}: the model has not "
+            f"learned the task yet (when it learns depends on the seed and the machine). Train again into a "
+            f"fresh --out with more steps (--steps {2 * last['step']}) or another --seed.[/yellow]"
+        )
 
 
 @app.command(epilog=EXAMPLES["ioi"])
@@ -480,21 +564,26 @@ def ioi(
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["ioi"]),
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
+    check_model(model)
+    from circuits.evidence import check_direct_logit_attribution
     from circuits.ioi import find_ioi_circuit
-    from circuits.ioi.discover import IOI_STAGES, KEPT_STAGES, ioi_stage_notes
+    from circuits.ioi.discover import BETWEEN_STAGES, KEPT_STAGES, ioi_stage_notes
     from circuits.ioi.report import FORMATS, write_ioi_report
+    from circuits.quick import ioi_note
     from circuits.sweeps import run_on_ray
 
     check_format(format, out, FORMATS)
-    check_save(save)
-    n_prompts, quick_note = apply_quick("ioi", quick, n_prompts=n_prompts)
+    n_prompts, quick_sizes = apply_quick("ioi", quick, n_prompts=n_prompts)
+    quick_note = quick_said(ioi_note(quick_sizes["n_prompts"]) if quick_sizes else None)
     options = {"model": model, "n_prompts": n_prompts, "seed": seed}
-    kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes)  # another run's file: refused now
+    check_save(save, "ioi", options)
     loaded = load(model)
+    keyed = check_save(save, "ioi", options, loaded)
     try:
+        check_direct_logit_attribution(loaded.cfg, "interp ioi")  # before its stages, here or on Ray
         if ray is None:
-            kept = kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes, loaded)
-            with stopped_leaves(save), stage_bars("ioi", IOI_STAGES) as progress:
+            kept = kept_stages(save, "ioi", keyed, KEPT_STAGES, ioi_stage_notes)
+            with stopped_leaves(save), stage_bars("ioi", KEPT_STAGES, BETWEEN_STAGES, kept, save) as progress:
                 result = find_ioi_circuit(
                     loaded, n_prompts=n_prompts, seed=seed, progress=progress, stages=kept
                 )
@@ -504,7 +593,7 @@ def ioi(
         raise fail(str(error)) from error
     result.settings.provenance = with_note(result.settings.provenance, quick_note)
     write_ioi_report(result, format, out, console)
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "ioi", keyed)
 
 
 @app.command(epilog=EXAMPLES["patch"])
@@ -533,11 +622,19 @@ def patch(
 
     The metric is the normalised logit difference: 0 = the corrupted run, 1 = the clean run.
     """
+    check_model(model)
+    if pairs is not None:
+        check_pairs_file("--pairs", pairs)
     from circuits.patch_report import FORMATS, ioi_patching, pairs_patching, write_patch_report
 
     check_format(format, out, FORMATS)
-    check_save(save)
+    options = {
+        "model": model, "component": component, "direction": direction, "pairs": pairs,
+        "pairs_file": None if pairs is None else file_digest(pairs), "n_prompts": n_prompts, "seed": seed,
+    }  # fmt: skip
+    check_save(save, "patch", options)
     loaded = load(model)
+    keyed = check_save(save, "patch", options, loaded)
     try:
         with stage_bars("patch", ["patched runs"]) as progress:
             if pairs is None:
@@ -547,7 +644,7 @@ def patch(
     except (ValueError, FileNotFoundError) as error:
         raise fail(str(error)) from error
     write_patch_report(report, format, out, console)
-    save_and_tell(report, out, save)
+    save_and_tell(report, out, save, "patch", keyed)
 
 
 @app.command(epilog=EXAMPLES["circuit"])
@@ -568,13 +665,14 @@ def circuit(
     edges: int | None = typer.Option(
         None,
         "--edges",
+        min=1,
         help="Circuit size in edges (or --fraction; neither: the smallest reaching --target).",
     ),
     fraction: float | None = typer.Option(None, help="Circuit size as a fraction of all edges."),
     target: float = typer.Option(
         0.8, help="Without --edges/--fraction: the faithfulness the circuit must reach."
     ),
-    steps: int = typer.Option(5, help="Integrated-gradient steps (eap-ig)."),
+    steps: int = typer.Option(5, min=1, help="Integrated-gradient steps (eap-ig)."),
     ig_points: str | None = typer.Option(
         None,
         help="EAP-IG's points over inputs: paper (alpha = k/m, k = 1..m) or mib (k = 0..m-1, the reference "
@@ -601,6 +699,7 @@ def circuit(
     metric: str = typer.Option("logit_diff", help="logit_diff or prob (prompt-pair files)."),
     n_prompts: int = typer.Option(
         64,
+        min=1,
         help="Prompt pairs (ioi, induction) that find the circuit, and as many held-out ones that test it.",
     ),
     seed: int = typer.Option(
@@ -632,31 +731,37 @@ def circuit(
     held-out templates and names, fresh induction sequences, or a prompt-pair file's held-out families
     (its `family` column; --heldout-families names them), else held-out prompts of it.
     """
+    check_model(model)
+    if Path(task).suffix:
+        check_pairs_file("--task", task, metric)
     import json
 
     from circuits.edge_circuits import (
         CIRCUIT_METHODS,
         FORMATS,
+        METRICS,
         EdgeCircuitSettings,
         edge_task,
         find_edge_circuit,
         write_edge_report,
     )
-    from circuits.edge_circuits.find import edge_circuit_stages
-    from circuits.edge_circuits.tasks import heldout_edge_task
+    from circuits.edge_circuits.find import MASK_METHODS, edge_circuit_stages, split_task
+    from circuits.edge_circuits.tasks import check_task_name, heldout_edge_task
     from circuits.path import PATH_STAGES, PathSettings, head_path, pair_task
+    from circuits.quick import circuit_note
     from interp.edges import ABLATIONS, IG_POINTS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
     from interp.types import memory_bytes
 
     check_format(format, out, FORMATS)
-    check_save(save)
     heldout_names = _heldout_families(task, heldout_families)
-    n_prompts, prune_steps, quick_note = apply_quick(
+    n_prompts, prune_steps, quick_sizes = apply_quick(
         "circuit", quick, n_prompts=n_prompts, prune_steps=prune_steps
     )
     if edges is not None and fraction is not None:
         raise fail("give the circuit size as --edges N or --fraction F (one of them), or neither to search.")
+    if fraction is not None and not 0 < fraction <= 1:
+        raise fail(f"--fraction {fraction} must lie in (0, 1]: the fraction of all edges, e.g. 0.05.")
     if not 0 < target <= 1:
         raise fail(f"--target {target} must lie in (0, 1]; 0.8 is a common choice.")
     if bootstrap < 0:
@@ -679,11 +784,27 @@ def circuit(
             raise fail(f"--max-memory: {error}") from error
     for name, value, allowed in [
         ("method", method, CIRCUIT_METHODS), ("ablation", ablation, ABLATIONS),
-        ("ig-points", ig_points, IG_POINTS),
+        ("ig-points", ig_points, IG_POINTS), ("metric", metric, METRICS),
     ]:  # fmt: skip
         if value not in allowed:
             raise fail(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
+    try:
+        check_task_name(task)
+    except ValueError as error:
+        raise fail(str(error)) from error
+    for path, option in ((mib_out, "--mib-out"), (checkpoint, "--checkpoint")):
+        if path is not None:
+            check_writable(path, option)
+    options = {
+        "model": model, "task": task, "task_file": file_digest(task) if Path(task).suffix else None,
+        "method": method, "edges": edges, "fraction": fraction, "target": target, "steps": steps,
+        "ig_points": ig_points, "ablation": ablation, "bootstrap": bootstrap, "prune_steps": prune_steps,
+        "density": density, "metric": metric, "n_prompts": n_prompts, "seed": seed,
+        "heldout_families": heldout_names, "curve": curve,
+    }  # fmt: skip
+    check_save(save, "circuit", options)
     loaded = load(model)
+    keyed = check_save(save, "circuit", options, loaded)
     try:
         prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
         heldout = heldout_edge_task(loaded, task, n_prompts, seed)
@@ -703,6 +824,13 @@ def circuit(
             curve_fractions=MIB_FRACTIONS if curve else None, bootstrap=bootstrap,
             prune_steps=prune_steps, density=density, seed=seed,
         )  # fmt: skip
+        quick_note = None
+        if quick_sizes is not None:  # the sizes of the split find_edge_circuit makes
+            discovery, tested, _ = split_task(prompt_pairs, heldout, seed)
+            prompts = None if Path(task).suffix else quick_sizes["n_prompts"]
+            mask_steps = quick_sizes["prune_steps"] if method in MASK_METHODS else None
+            note = circuit_note(discovery.n_prompts, tested.n_prompts, prompts, mask_steps, method)
+            quick_note = quick_said(note)
         with stage_bars("circuit", stages) as progress:
             result = find_edge_circuit(
                 loaded, prompt_pairs, settings, heldout=heldout, checkpoint=checkpoint, progress=progress
@@ -717,7 +845,7 @@ def circuit(
     if mib_out is not None:
         write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, loaded.cfg)))
         console.print(f"Wrote {mib_out}", style="dim")
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "circuit", keyed)
 
 
 def _heldout_families(task: str, option: str | None) -> tuple[str, ...] | None:
@@ -830,6 +958,8 @@ def icl(
     vector added to zero-shot prompts, and which ablation (FV or induction heads) lowers few-shot
     accuracy and which the ICL score, all tested on held-out pairs against random heads.
     """
+    check_model(model)
+    check_heads_file(induction_heads)
     from circuits.icl import (
         DocumentSplit,
         ICLSettings,
@@ -841,16 +971,16 @@ def icl(
     )
     from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
     from circuits.icl.report import FORMATS, loss_curve_figure, write_icl_report
+    from circuits.quick import DocumentSizes, icl_note
     from interp.training import CHECKPOINTS
     from interp.types import as_stage
 
     check_format(format, out, FORMATS)
-    check_save(save)
     check_plot(plot)
     heads = None if induction_heads is None else _heads_option(induction_heads)
     if fv and quick:
         raise fail("--quick applies to the ICL score, not to --fv (give --n-prompts, --candidates instead).")
-    n_documents, n_discovery, n_ablated, quick_note = apply_quick(
+    n_documents, n_discovery, n_ablated, quick_sizes = apply_quick(
         "icl", quick, n_documents=n_documents, n_discovery=n_discovery, n_ablated=n_ablated
     )
     if fv:
@@ -858,7 +988,13 @@ def icl(
                 n_documents or 8, heads, seed, format, out, save,
                 (early, late, window, plot, ablation != "mean"))  # fmt: skip
         return
-    n_documents = 60 if n_documents is None else n_documents
+    n_documents = ICLSettings().n_documents if n_documents is None else n_documents
+    quick_note = None
+    if quick_sizes is not None:
+        given, default = {name: value for name, (_, value) in quick_sizes.items()}, ICLSettings().n_documents
+        used = DocumentSizes.of(n_documents, DocumentSplit(n_discovery, n_ablated))
+        without = DocumentSplit(given["n_discovery"], given["n_ablated"])
+        quick_note = quick_said(icl_note(used, DocumentSizes.of(given["n_documents"] or default, without)))
     if None not in (early, late, window):  # what does not depend on the model's context
         try:
             Windows(early, late, window).check(n_ctx=late + window)
@@ -871,9 +1007,9 @@ def icl(
         "windows": [early, late, window], "ablation": ablation, "induction_heads": induction_class(heads),
         "top": top, "n_random": n_random, "seed": seed,
     }  # fmt: skip
-    kept_stages(save, "icl", options, kept, icl_stage_notes)  # another run's file: refused now
+    check_save(save, "icl", options)
     loaded = load(model)
-    stages = kept + ([CHECKPOINTS_STAGE] if run is not None else [])
+    keyed = check_save(save, "icl", options, loaded)
     try:
         defaults = default_windows(loaded)
         windows = Windows(
@@ -881,8 +1017,9 @@ def icl(
             defaults.late if late is None else late,
             defaults.width if window is None else window,
         )
-        done = kept_stages(save, "icl", options, kept, icl_stage_notes, loaded)
-        with stopped_leaves(save), stage_bars("icl", stages) as progress:
+        done = kept_stages(save, "icl", keyed, kept, icl_stage_notes)
+        between = [CHECKPOINTS_STAGE] if run is not None else []
+        with stopped_leaves(save), stage_bars("icl", kept, between, done, save) as progress:
             settings = ICLSettings(
                 n_documents=n_documents, split=DocumentSplit(n_discovery, n_ablated), windows=windows,
                 ablation=ablation, top=top, n_random=n_random, seed=seed,
@@ -901,7 +1038,7 @@ def icl(
     write_icl_report(result, format, out, console)
     if plot is not None:
         console.print(f"Wrote {plot}", style="dim")
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "icl", keyed)
 
 
 def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random, n_documents, heads, seed,
@@ -939,18 +1076,19 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
         "n_shots": n_shots, "fv_heads": fv_heads, "candidates": candidates, "n_random": n_random,
         "n_documents": n_documents, "induction_heads": induction_class(heads), "seed": seed,
     }  # fmt: skip
-    kept_stages(save, "icl --fv", options, stages, fv_stage_notes)  # another run's file: refused now
+    check_save(save, "icl --fv", options)
     loaded = load(model)
+    keyed = check_save(save, "icl --fv", options, loaded)
     try:
-        done = kept_stages(save, "icl --fv", options, stages, fv_stage_notes, loaded)
-        with stopped_leaves(save), stage_bars("icl --fv", stages) as progress:
+        done = kept_stages(save, "icl --fv", keyed, stages, fv_stage_notes)
+        with stopped_leaves(save), stage_bars("icl --fv", stages, (), done, save) as progress:
             result = function_vector_report(
                 loaded, settings, induction_heads=heads, progress=progress, stages=done
             )
     except ValueError as error:
         raise fail(str(error)) from error
     write_fv_report(result, format, out, console)
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "icl --fv", keyed)
 
 
 @app.command(epilog=EXAMPLES["retrieval"])
@@ -981,30 +1119,38 @@ def retrieval(
     relations, names, fact counts and templates (beside the discovery prompts' figure), with the
     overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
+    check_model(model)
+    check_heads_file(induction_heads)
+    from circuits.evidence import check_direct_logit_attribution
     from circuits.heads.cache import INDUCTION_HEADS_STAGE
+    from circuits.quick import retrieval_note
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.report import FORMATS, write_retrieval_report
 
     check_format(format, out, FORMATS)
-    check_save(save)
     heads = None if induction_heads is None else _heads_option(induction_heads)
-    n_prompts, n_heldout, n_exact, n_two_hop, quick_note = apply_quick(
+    n_prompts, n_heldout, n_exact, n_two_hop, quick_sizes = apply_quick(
         "retrieval", quick, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_two_hop=n_two_hop
     )
+    quick_note = quick_said(retrieval_note(quick_sizes) if quick_sizes else None)
     settings = RetrievalSettings(
         n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_random=n_random, n_two_hop=n_two_hop,
         seed=seed,
     )  # fmt: skip
+    options = {"model": model, **settings.recorded(), "induction_heads": induction_class(heads), "seed": seed}
+    check_save(save, "retrieval", options)
     loaded = load(model)
+    keyed = check_save(save, "retrieval", options, loaded)
     stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(RETRIEVAL_STAGES)
     try:
+        check_direct_logit_attribution(loaded.cfg, "interp retrieval")  # before its stages are announced
         with stage_bars("retrieval", stages) as progress:
             result = find_retrieval_circuit(loaded, settings, induction_heads=heads, progress=progress)
     except ValueError as error:
         raise fail(str(error)) from error
     result.provenance = with_note(result.provenance, quick_note)
     write_retrieval_report(result, format, out, console)
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "retrieval", keyed)
 
 
 @app.command(epilog=EXAMPLES["hop"])
@@ -1033,18 +1179,24 @@ def hop(
     output there the answer needs (mean ablation), chosen on half the sequences and tested on the
     other half against random heads of the same layers.
     """
+    check_model(model)
     from circuits.hop import hop_report, lookup_chain_figure, write_hop_report
     from circuits.hop.locate import HOP_STAGES
     from circuits.hop.report import FORMATS
 
     check_format(format, out, FORMATS)
-    check_save(save)
     if n_sequences % 2:
         raise fail(f"--n-sequences must be even (half discovery, half held out), got {n_sequences}.")
     if min_attention <= 0:
         raise fail(f"--min-attention must be > 0, got {min_attention}.")
     check_plot(plot)
+    options = {
+        "model": model, "n_sequences": n_sequences, "min_attention": min_attention, "n_random": n_random,
+        "seed": seed,
+    }  # fmt: skip
+    check_save(save, "hop", options)
     loaded = load(model)
+    keyed = check_save(save, "hop", options, loaded)
     try:
         with stage_bars("hop", HOP_STAGES) as progress:
             result = hop_report(loaded, n_sequences, seed, min_attention, n_random, progress)
@@ -1055,7 +1207,7 @@ def hop(
     write_hop_report(result, format, out, console)
     if plot is not None:
         console.print(f"Wrote {plot}", style="dim")
-    save_and_tell(result, out, save)
+    save_and_tell(result, out, save, "hop", keyed)
 
 
 def _heads_option(text: str) -> list[tuple[int, int]]:
@@ -1089,6 +1241,8 @@ def render(
     out: str | None = typer.Option(None, help="Write the report to this file instead of the terminal."),
 ) -> None:
     """Render a saved result again in another format, without recomputing it."""
+    if not Path(result).is_file():
+        raise fail(f"no result file {result}; write one with a command's --save FILE.json.")
     from circuits.results_file import load_result, result_formats, write_result_report
 
     try:

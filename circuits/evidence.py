@@ -33,7 +33,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.interventions.stats import bootstrap_ci
+from interp.checks import check_heads_add_up
+from interp.config import Config
+from interp.interventions.stats import (
+    FAITHFUL_BAND,
+    OVERSHOOT,
+    FaithfulnessSummary,
+    bootstrap_ci,
+    faithfulness_summary,
+)
 from interp.types import Head, head_label
 
 EFFECT_SIGN = "drop = metric(clean) - metric(ablated), per prompt; positive: the heads help"
@@ -422,3 +430,86 @@ def select_heads(
         "min_share": min_share,
     }
     return heads, z, figures
+
+
+@dataclass(kw_only=True)
+class StratumFaithfulness:
+    """A circuit's faithfulness on the prompts of one stratum or family (`faithfulness_summary` of
+    their own model and ablated means); None with fewer than `MIN_STRATUM_PROMPTS` prompts or where
+    the model does as well with everything ablated there (undefined)."""
+
+    kind: str
+    name: str
+    n_prompts: int
+    summary: FaithfulnessSummary | None
+
+
+def faithfulness_by_stratum(
+    circuit: Float[Tensor, " prompt"],
+    model: Float[Tensor, " prompt"],
+    ablated: Float[Tensor, " prompt"],
+    strata: Iterable[tuple[str, str, Tensor]],
+    seed: int = 0,
+) -> list[StratumFaithfulness]:
+    """The circuit's faithfulness in each stratum (kind, name, members [prompt] bool; empty ones left
+    out), from the metric per prompt with the circuit alone, the model and everything ablated."""
+    out = []
+    for kind, name, members in strata:
+        n = int(members.sum())
+        if n == 0:
+            continue
+        summary = None
+        if n >= MIN_STRATUM_PROMPTS:
+            try:
+                summary = faithfulness_summary(circuit[members], model[members], ablated[members], seed=seed)
+            except ValueError:  # no gap between the model and everything ablated in this stratum
+                summary = None
+        out.append(StratumFaithfulness(kind=kind, name=name, n_prompts=n, summary=summary))
+    return out
+
+
+def _band(ratio: float) -> str:
+    """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND."""
+    return "overshoots" if ratio > OVERSHOOT else "partial" if ratio < 1 - FAITHFUL_BAND else "within"
+
+
+def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumFaithfulness] = ()) -> str:
+    """In words: whether the circuit reproduces the model (ratio within 1 ± 0.2 and most prompts within
+    it), overshoots (ratio above 1.2: it leaves out components that work against the answer), falls
+    short, or does so only on average; and the strata that fall elsewhere, their CI excluding 1."""
+    band = f"1 ± {FAITHFUL_BAND:g}"
+    if summary.overshoots:
+        verdict = f"overshoots: keeps {summary.ratio:.2f} of the model's effect (above {OVERSHOOT:g}), so "
+        verdict += "components left out work against the answer"
+    elif summary.ratio < 1 - FAITHFUL_BAND:
+        verdict = f"partial: keeps {summary.ratio:.2f} of the model's effect (below {1 - FAITHFUL_BAND:g})"
+    elif summary.within < 0.5:
+        verdict = (
+            f"faithful on average only: the ratio is within {band} but {1 - summary.within:.0%} of prompts "
+            f"are not (per-prompt error {summary.error:.2f})"
+        )
+    else:
+        verdict = f"faithful: within {band}, and so are {summary.within:.0%} of prompts"
+    off = [
+        f"{s.name} {s.summary.ratio:.2f} ({_band(s.summary.ratio)})"
+        for s in strata
+        if s.summary is not None
+        and _band(s.summary.ratio) != _band(summary.ratio)
+        and not s.summary.ratio_ci[0] <= 1 <= s.summary.ratio_ci[1]  # its CI excludes reproducing the model
+    ]
+    if off:
+        verdict += f"; not in every stratum: {', '.join(off)}"
+    return verdict
+
+
+def check_direct_logit_attribution(cfg: Config, analysis: str) -> None:
+    """Refuse, before any run, an `analysis` that classes heads by their direct logit attribution (each
+    head's output z_h W_O[h] through the final norm onto the unembedding) on a model whose heads'
+    outputs are not parts of its residual stream (post-norm models: Gemma 2 and 3, OLMo 2)."""
+    check_heads_add_up(
+        cfg,
+        f"{analysis} classes heads by their direct logit attribution, each head's output read as a part of "
+        "the residual stream",
+        "interp circuit (edges: each head's share of the attention output at its run's norm scale) and "
+        "interp patch (heads patched at hook_z) run on it.",
+    )

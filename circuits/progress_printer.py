@@ -2,11 +2,15 @@
 
 A command announces its stages up front ("3 stages: 1. Edge scores, 2. Edge pruning, 3. Faithfulness")
 and names each as it begins ("stage 2 of 3: Edge pruning"). A reported stage "STAGE: detail" is part
-of the planned STAGE. Without a terminal (a log, a pipe) it writes lines, and a background timer
-repeats the current stage with its elapsed time whenever HEARTBEAT_S passes without a line, so a long
-single step (one torch call) is not silent. On a terminal, one bar per stage, refreshed by the same
-timer. Time left comes from the stage's measured rate and is shown only once it is stable
-(`StageClock.seconds_left`); it is recomputed at every line from the time now, never frozen.
+of the planned STAGE. Work outside the numbered stages (a quick preparation that a resumed run does
+again) is named by where it falls ("before stage 1: ...", "after stage 2: ..."). With --save, the
+numbered stages are the units written to the file: the plan says so, and each stage's "stage 2 of 3
+done: ..., saved to FILE" line comes once the file holds it. Without a terminal (a log, a pipe) it
+writes lines, and a background timer repeats the current stage with its elapsed time whenever
+HEARTBEAT_S passes without a line, so a long single step (one torch call) is not silent. On a
+terminal, one bar per stage, refreshed by the same timer. Time left comes from the stage's measured
+rate and is shown only once it is stable (`StageClock.seconds_left`); it is recomputed at every line
+from the time now, never frozen.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # circuits.stages imports torch; the printer needs only its on_done
+    from circuits.stages import StageResults
 
 HEARTBEAT_S = 10.0  # without a terminal, the longest silence between two lines
 LINE_EVERY_S = 5.0  # without a terminal, a stage's count is printed at most this often
@@ -59,8 +67,10 @@ class StageClock:
 class ProgressPrinter:
     """A `Progress` callback that writes lines through `write` (stderr without a terminal).
 
-    stages: the command's planned stages, announced at once; a reported stage outside the plan is
-    named "extra stage" and kept in `unplanned`. clock: seconds, monotonic."""
+    stages: the command's planned stages, announced at once, numbered; between: the work reported
+    outside them (not numbered, not saved); a reported stage in neither is named "extra stage" and
+    kept in `unplanned`. saved_to: the file each stage is written to as it finishes (`saved`).
+    clock: seconds, monotonic."""
 
     def __init__(
         self,
@@ -69,8 +79,11 @@ class ProgressPrinter:
         write: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
         expected: str | None = None,
+        between: Sequence[str] = (),
+        saved_to: str | None = None,
     ) -> None:
         self.command, self.stages, self.write, self.clock = command, list(stages), write, clock
+        self.between, self.saved_to = list(between), saved_to
         self.began = clock()
         self.clocks: dict[str, StageClock] = {}
         self.seen: list[str] = []  # the planned stages reported, in order
@@ -81,21 +94,34 @@ class ProgressPrinter:
         self.lock = threading.RLock()
         plan = ", ".join(f"{i}. {stage}" for i, stage in enumerate(self.stages, 1))
         count = f"{len(self.stages)} stage{'s' if len(self.stages) != 1 else ''}"
+        if saved_to is not None:
+            count += f", each saved to {saved_to} as it finishes"
         self.line(f"{count}: {plan}" + (f" ({expected})" if expected else ""))
 
     def planned_stage(self, stage: str) -> str | None:
         """The planned stage `stage` is, or is part of ("STAGE: detail"); None if unplanned."""
-        for planned in self.stages:
-            if stage == planned or stage.startswith(f"{planned}: "):
-                return planned
-        return None
+        return _part_of(stage, self.stages)
+
+    def number(self, planned: str) -> str:
+        """ "stage 2 of 3" """
+        return f"stage {self.stages.index(planned) + 1} of {len(self.stages)}"
 
     def title(self, stage: str) -> str:
-        """ "stage 2 of 3: Edge pruning" (or "extra stage: ...")."""
+        """ "stage 2 of 3: Edge pruning", "after stage 2: ..." (work between stages) or "extra stage: ..."."""
         planned = self.planned_stage(stage)
-        if planned is None:
+        if planned is not None:
+            return f"{self.number(planned)}: {stage}"
+        if _part_of(stage, self.between) is None:
             return f"extra stage: {stage}"
-        return f"stage {self.stages.index(planned) + 1} of {len(self.stages)}: {stage}"
+        if not self.seen:
+            return f"before stage 1: {stage}"
+        return f"after stage {self.stages.index(self.seen[-1]) + 1}: {stage}"
+
+    def saved(self, stage: str) -> None:
+        """Say that the planned `stage` is done and written to `saved_to`."""
+        with self.lock:
+            self.line(f"{self.number(stage)} done: {stage}, saved to {self.saved_to}")
+            self.current = None  # what follows until the next stage is reported is no stage's
 
     def line(self, text: str) -> None:
         with self.lock:
@@ -120,9 +146,9 @@ class ProgressPrinter:
             self.clocks[stage] = StageClock(began=now)
             self.last_count[stage] = now
             planned = self.planned_stage(stage)
-            if planned is None:
+            if planned is None and _part_of(stage, self.between) is None:
                 self.unplanned.append(stage)
-            elif planned not in self.seen:
+            elif planned is not None and planned not in self.seen:
                 self.seen.append(planned)
         self.current = stage
         self.clocks[stage].advance(done, total, now)
@@ -143,10 +169,41 @@ class ProgressPrinter:
             now = self.clock()
             if now - self.last_line < HEARTBEAT_S:
                 return
-            if self.current is None:
+            if self.current is None and not self.seen:
                 self.line("starting ...")
+            elif self.current is None:
+                self.line(f"after {self.number(self.seen[-1])}: still working")
             else:
                 self.line(f"{self.status(self.current, now)} (still working)")
+
+
+def _part_of(stage: str, names: Sequence[str]) -> str | None:
+    """The name of `names` that `stage` is, or is part of ("NAME: detail"); None if none."""
+    for name in names:
+        if stage == name or stage.startswith(f"{name}: "):
+            return name
+    return None
+
+
+@contextmanager
+def said_when_saved(printer: ProgressPrinter, kept: StageResults | None) -> Iterator[None]:
+    """While the block runs, each stage `kept` writes to its file (its `on_done`) is then said done
+    (`printer.saved`)."""
+    if kept is None:
+        yield
+        return
+    keep = kept.on_done
+
+    def keep_and_say(stage: str, value: object) -> None:
+        if keep is not None:
+            keep(stage, value)
+        printer.saved(stage)
+
+    kept.on_done = keep_and_say
+    try:
+        yield
+    finally:
+        kept.on_done = keep
 
 
 @contextmanager
@@ -169,31 +226,46 @@ def heartbeat_thread(beat: Callable[[], None], every_s: float = 1.0) -> Iterator
 
 @contextmanager
 def progress_lines(
-    command: str, stages: Sequence[str], expected: str | None = None
+    command: str,
+    stages: Sequence[str],
+    expected: str | None = None,
+    between: Sequence[str] = (),
+    kept: StageResults | None = None,
+    saved_to: str | None = None,
 ) -> Iterator[ProgressPrinter]:
-    """A ProgressPrinter on stderr with its heartbeat running, and a closing "done in" line."""
+    """A ProgressPrinter on stderr with its heartbeat running, and a closing "done in" line; each
+    stage `kept` writes to `saved_to` said done as it is written."""
 
     def write(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    printer = ProgressPrinter(command, stages, write, expected=expected)
-    with heartbeat_thread(printer.heartbeat):
+    printer = ProgressPrinter(command, stages, write, expected=expected, between=between, saved_to=saved_to)
+    with heartbeat_thread(printer.heartbeat), said_when_saved(printer, kept):
         yield printer
     printer.line(f"done in {printer.clock() - printer.began:.1f} s")
 
 
 @contextmanager
-def progress_bars(command: str, stages: Sequence[str], expected: str | None = None) -> Iterator[Callable]:
+def progress_bars(
+    command: str,
+    stages: Sequence[str],
+    expected: str | None = None,
+    between: Sequence[str] = (),
+    kept: StageResults | None = None,
+    saved_to: str | None = None,
+) -> Iterator[Callable]:
     """On a terminal: the plan printed once, then one bar per stage ("stage 2 of 3: ..."), its count,
-    elapsed time and (once stable) time left, refreshed every second; gone when the block ends."""
+    elapsed time and (once stable) time left, refreshed every second; gone when the block ends. Each
+    stage `kept` writes to `saved_to` is said done as it is written."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bars
 
     stderr = Console(stderr=True)
     printer = ProgressPrinter(
-        command, stages, lambda text: stderr.print(text, markup=False), expected=expected
-    )
+        command, stages, lambda text: stderr.print(text, markup=False), expected=expected, between=between,
+        saved_to=saved_to,
+    )  # fmt: skip
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[left]}"))  # fmt: skip
     with Bars(*columns, console=stderr, transient=True) as bars:
@@ -212,6 +284,6 @@ def progress_bars(command: str, stages: Sequence[str], expected: str | None = No
                     tasks[stage] = bars.add_task(printer.title(stage), total=total or 1, left="")
                 bars.update(tasks[stage], completed=done if total else 1, total=total or 1)
 
-        with heartbeat_thread(refresh):
+        with heartbeat_thread(refresh), said_when_saved(printer, kept):
             yield progress
     printer.line(f"done in {printer.clock() - printer.began:.1f} s")

@@ -5,7 +5,9 @@
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
 The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl" | "fv" |
-"retrieval" | "hop" | "partial", "result": ...}, the result in `interp.io.serialize`'s JSON (strict: NaN and
+"retrieval" | "hop" | "partial", "command": ..., "settings": ..., "result": ...} (the command and
+settings that made it, when `save_result` is given them: what `check_save_file` compares), the
+result in `interp.io.serialize`'s JSON (strict: NaN and
 infinities as {"__float__": "nan"} etc.): dataclasses by name, tensors and arrays with their dtype,
 data frames by column. Functions (a task's metric) are not stored; rendering never calls them. Files
 of the older schemas load too (`_read_older`): interp-result-1 (bare NaN tokens, frames as {column:
@@ -19,6 +21,8 @@ While a command that keeps its stages (`interp heads`, `interp ioi`, `interp icl
 runs, its --save file is a `PartialResult` (kind "partial"), rewritten as each stage finishes:
 `interp render` shows the stages done and those missing, and the same command with the same --save
 resumes from it (`resume_stages`, which refuses a file made with other settings or another model).
+--save never replaces a result (partial or complete) of another command, other settings or other
+weights, nor a file that holds no result (`check_save_file`).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from circuits.retrieval.results import RetrievalResult
 from circuits.stages import StageResults
 from interp import edges
 from interp.interventions.results import PatchResult
+from interp.interventions.stats import FaithfulnessSummary
 from interp.io.files import write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
 
@@ -135,7 +140,7 @@ def _register_dataclasses() -> None:
     """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
     types = (
         *RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom, StepResult,
-        HeadScores, CausalEffects, QueryEffects,
+        HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary,
     )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
@@ -157,9 +162,16 @@ def result_kind(result: Any) -> str:
     )
 
 
-def save_result(result: Any, path: str | Path) -> None:
-    """Write `result` (a command's full result) to `path` as JSON, atomically."""
-    document = {"schema": SCHEMA, "kind": result_kind(result), "result": encode(result, drop_callables=True)}
+def save_result(
+    result: Any, path: str | Path, command: str | None = None, settings: dict[str, Any] | None = None
+) -> None:
+    """Write `result` (a command's full result) to `path` as JSON, atomically, with the `command`
+    ("heads", "icl --fv", ...) and `settings` (its options and the weights' fingerprint) that made it,
+    when given: what `check_save_file` compares a later --save with."""
+    document = {"schema": SCHEMA, "kind": result_kind(result)}
+    if command is not None:
+        document |= {"command": command, "settings": _plain(settings or {})}
+    document["result"] = encode(result, drop_callables=True)
     write_text_atomic(path, json.dumps(document, allow_nan=False))
 
 
@@ -288,6 +300,74 @@ def _plain(settings: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(settings))
 
 
+KIND_COMMANDS = {"fv": "icl --fv"}  # a result's kind -> the command that makes it, where they differ
+
+
+def _recorded_run(path: Path) -> tuple[str, dict[str, Any] | None, Any]:
+    """(the command, its settings (None where the file does not record them: saved by an older
+    interp), the result) of the result file at `path`; ValueError if it holds none."""
+    try:
+        document = json.loads(path.read_text())
+    except ValueError as error:  # not JSON, or not text
+        raise ValueError("it is not a result file of interp") from error
+    if not isinstance(document, dict) or document.get("schema") not in READ_SCHEMAS:
+        raise ValueError("it is not a result file of interp")
+    result = load_result(path)
+    if "command" in document:
+        return document["command"], document["settings"], result
+    if isinstance(result, PartialResult):
+        return result.command, result.settings, result
+    kind = result_kind(result)
+    return KIND_COMMANDS.get(kind, kind), None, result
+
+
+def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) -> PartialResult | None:
+    """Refuse (ValueError, naming what differs and how to start afresh) to let `interp COMMAND --save
+    PATH` with `settings` replace what `path` holds: a file that is not a result, a result (complete
+    or partial) of another command, or of settings that differ from `settings` in any of its names
+    (those of a result saved without its settings are unknown, so it is refused too). Returns the
+    partial result there that this run may resume, else None (no file, or a complete result of the
+    same command and settings: this run replaces it)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    afresh = f"delete {path} or pass another --save path to start afresh"
+    try:
+        command_there, settings_there, found = _recorded_run(path)
+    except ValueError as error:
+        raise ValueError(f"--save {path} exists and {error}; --save does not replace it: {afresh}.") from (
+            error
+        )
+    state = "partial" if isinstance(found, PartialResult) else "complete"
+    if command_there != command:
+        raise ValueError(
+            f"--save {path} holds a {state} `interp {command_there}` result, not one of `interp {command}`; "
+            f"--save does not replace it: {afresh}."
+        )
+    if settings_there is None:
+        raise ValueError(
+            f"--save {path} holds a complete `interp {command}` result whose settings it does not record "
+            f"(saved by an older interp), so it may be of other settings; --save does not replace it: "
+            f"{afresh}."
+        )
+    differs = [
+        f"{name} {settings_there.get(name)!r} there, {value!r} now"
+        for name, value in _plain(settings).items()
+        if settings_there.get(name) != value
+    ]
+    if differs and state == "partial":
+        raise ValueError(
+            f"--save {path} holds a partial run this command cannot resume ({'; '.join(differs)}). Rerun "
+            f"with the options it was made with, or {afresh}."
+        )
+    if differs:
+        raise ValueError(
+            f"--save {path} holds a complete `interp {command}` result of other settings "
+            f"({'; '.join(differs)}); --save does not replace it: {afresh}, or rerun with its settings."
+        )
+    return found if state == "partial" else None
+
+
 def resume_stages(
     path: str | Path,
     command: str,
@@ -298,35 +378,25 @@ def resume_stages(
     """The StageResults of `interp COMMAND --save PATH`: each stage, as it finishes, rewrites `path` as
     a PartialResult (atomically; notes(stage, value): its lines for `interp render`). Where `path` holds
     a PartialResult of the same command, settings and model (settings["weights"]), its stages are kept
-    and not run again; one of another command or other settings is refused (ValueError, naming what
-    differs); any other file there is replaced, as --save always does."""
+    and not run again; whatever `check_save_file` refuses is refused (ValueError, naming what
+    differs), and so is a partial run of other stages."""
     partial = PartialResult(
         command=command, settings=_plain(settings), stages=list(stages), done={}, notes={}
     )
-    if Path(path).is_file():
-        try:
-            found = load_result(path)
-        except ValueError:
-            found = None
-        if isinstance(found, PartialResult):
-            differs = [
-                f"{name} {found.settings.get(name)!r} there, {value!r} now"
-                for name, value in partial.settings.items()
-                if found.settings.get(name) != value
-            ]
-            if found.command != command or differs or set(found.done) - set(stages):
-                what = "; ".join(differs) if differs else f"it is a partial `interp {found.command}` run"
-                raise ValueError(
-                    f"--save {path} holds a partial run this command cannot resume ({what}). Rerun with "
-                    "the options it was made with, or pass another --save file (or delete this one) to start "
-                    "afresh."
-                )
-            partial.done, partial.notes = found.done, found.notes
+    found = check_save_file(path, command, settings)
+    if found is not None:
+        if set(found.done) - set(stages):
+            raise ValueError(
+                f"--save {path} holds a partial run this command cannot resume (its stages "
+                f"{', '.join(sorted(set(found.done) - set(stages)))} are not this run's). Rerun with the "
+                f"options it was made with, or delete {path} or pass another --save path to start afresh."
+            )
+        partial.done, partial.notes = found.done, found.notes
 
     def keep(stage: str, value: Any) -> None:
         partial.done[stage] = value
         partial.notes[stage] = notes(stage, value)
-        save_result(partial, path)
+        save_result(partial, path, command, settings)
 
     return StageResults(done=dict(partial.done), on_done=keep, resumed_from=str(path))
 

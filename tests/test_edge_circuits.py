@@ -116,6 +116,8 @@ def test_induction_circuit_of_the_toy_model(toy_result):
     assert data["schema"] == "interp-edge-circuit-2" and data["graph"]["n_edges"] == 81
     assert len(data["circuit"]["edges"]) == data["circuit"]["n_edges"] == int(result.circuit.sum())
     assert data["curve"]["cpr"] == pytest.approx(curve.cpr)
+    # EAP-IG's scores are effects in the metric's units already: the edges are listed by them
+    assert result.removal is None and all(edge["removal_effect"] is None for edge in data["circuit"]["edges"])
 
 
 def test_progress_reports_each_stage():
@@ -347,3 +349,51 @@ def test_results_saved_before_held_out_prompts_still_load_and_say_so():
     old = load_result(Path(__file__).parents[1] / "tests/data/circuit-saved-before-held-out.json")
     assert not old.held_out and old.to_json()["circuit"]["discovery_faithfulness"] is None
     assert "a result saved before held-out prompts" in edge_sections(old).headline[0]
+
+
+def test_a_learned_circuit_lists_its_edges_by_their_measured_effect_of_removal():
+    """Edge pruning's scores only rank (all near -1): the report lists the circuit's edges by each
+    edge's effect of removal on the held-out prompts, m(circuit without it) - m(circuit) in the metric's
+    units, measured for the edges of largest estimate; the circuit itself is the mask's."""
+    model = interp.load_model("toy-induction").eval()
+    task = induction_task(model, n_prompts=16, seed=1)
+    settings = EdgeCircuitSettings(method="prune", n_edges=20, curve_fractions=None, measured_edges=6)
+    result = find_edge_circuit(model, task, settings)
+    assert torch.equal(result.circuit, edges.top_circuit(result.scores, 20))  # the ordering changes no edge
+    removal, circuit, graph = result.removal, result.circuit, result.graph
+    kept = graph.edges(circuit)
+    assert removal.edges.tolist() == [list(edge) for edge in kept] and removal.estimate.isfinite().all()
+    assert removal.n_measured == min(6, len(kept))
+    # each measured effect is m(circuit without the edge) - m(circuit), the faithfulness runs' values
+    held = result.heldout_task
+    measured = [edge for edge, (_, exact) in removal.effects().items() if exact]
+    without = [circuit.clone() for _ in measured]
+    for mask, (w, r) in zip(without, measured, strict=True):
+        mask[w, r] = False
+    circuits = torch.stack([circuit, *without])
+    runs = edges.faithfulness(model, held.clean, held.corrupted, held.metric, circuits)
+    effects = removal.effects()
+    for k, edge in enumerate(measured, 1):
+        assert effects[edge][0] == pytest.approx(float((runs.values[k] - runs.values[0]).mean()), abs=1e-4)
+    # the measured edges are those of largest estimate, and the largest measured one hurts the circuit
+    estimates = sorted(((abs(value), edge) for edge, (value, exact) in effects.items() if not exact))
+    smallest_measured = min(abs(float(removal.estimate[kept.index(edge)])) for edge in measured)
+    assert all(size <= smallest_measured for size, _ in estimates)
+    rows = result.circuit_edge_rows()
+    assert rows[0].removal_measured and rows[0].removal_effect < 0
+    flags = [row.removal_measured for row in rows]
+    assert flags == sorted(flags, reverse=True)  # measured first ...
+    sizes = [abs(row.removal_effect) for row in rows if row.removal_measured]
+    assert sizes == sorted(sizes, reverse=True)  # ... by |effect|
+    (table,) = [s for s in edge_sections(result).sections if s.title.startswith("Circuit edges")]
+    assert table.table.columns[2] == "effect of removal"
+    assert [cell[2].startswith("≈") for cell in table.table.rows] == [not flag for flag in flags]
+    assert float(table.table.rows[0][2]) == pytest.approx(rows[0].removal_effect, abs=1e-3)
+    note = " ".join(table.notes)
+    assert "m(circuit without the edge) - m(circuit)" in note and task.metric_name in note
+    data = result.to_json()
+    assert [edge["removal_effect"] for edge in data["circuit"]["edges"]] == [r.removal_effect for r in rows]
+    with pytest.raises(ValueError, match="measured_edges=-1"):
+        EdgeCircuitSettings(measured_edges=-1)
+    with pytest.raises(ValueError, match="mask of this model's edge graph"):
+        edges.removal_effects(model, held.clean, held.corrupted, held.metric, circuit[:, :3])

@@ -252,9 +252,12 @@ def test_scores_stage_alone_agrees_with_head_report():
     assert sorted(scores.candidates("induction", 12)) == list(
         zip(tested["layer"], tested["head"], strict=True)
     )
-    assert {stage for stage, _, _ in calls} == {"Attention scores (repeated)", "Attention scores (random)"}
-    assert calls[-1] == ("Attention scores (random)", 8, 8)
-    assert ("Attention scores (repeated)", 24, 24) in calls  # 8 sequences per repeat length
+    assert {stage for stage, _, _ in calls} == {
+        "Attention scores: repeated probe",
+        "Attention scores: random probe",
+    }
+    assert calls[-1] == ("Attention scores: random probe", 8, 8)
+    assert ("Attention scores: repeated probe", 24, 24) in calls  # 8 sequences per repeat length
 
 
 @pytest.mark.parametrize("model_name", ["toy-induction", "smollm2-135m"])

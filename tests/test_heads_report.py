@@ -175,8 +175,65 @@ def test_terminal_report_leads_with_the_summary_and_the_confirmed_heads():
     unconfirmed = classified_rows(report).drop(confirmed.index)
     for row in unconfirmed.itertuples():
         assert head_label(row.layer, row.head) in all_text
-    if len(unconfirmed):
-        assert f"{len(unconfirmed)} more typed heads" in text and "--all lists them" in text
+    typed = report.table[report.table["types"].map(len) > 0].drop(confirmed.index)  # first_token too
+    if len(typed):
+        assert f"{len(typed)} more typed head" in " ".join(text.split())
+
+
+def test_a_head_confirmed_only_with_the_others_ablated_is_marked_and_ranked_by_that_effect():
+    """The saved toy-induction report: L1H3 and L0H3 are confirmed only with the other candidates of
+    their type ablated. Their ✓ carries the mark the legend explains, and effect/SE (the table's
+    order) is that of the effect that confirmed them, not of their effect alone."""
+    from circuits.heads.causal import MIN_EFFECT, significant_effect
+    from circuits.heads.report import LEGEND, WITH_OTHERS_MARK, confirmed_with_others_only
+    from circuits.results_file import load_result
+
+    report = load_result("docs/results/data/heads-toy-induction.json")
+    confirmed = confirmed_rows(report)
+    rows = heads_sections(report, wide=False, all_heads=False).sections[3].table.rows
+    marked = 0
+    for row, cells in zip(confirmed.to_dict("records"), rows, strict=True):
+        for kind in ("induction", "previous_token"):
+            if not row[f"{kind}_confirmed"]:
+                continue
+            alone = (row[f"{kind}_effect"], row[f"{kind}_effect_se"])
+            only_with_others = not significant_effect(alone, MIN_EFFECT[kind])
+            assert confirmed_with_others_only(row, kind) == only_with_others
+            assert (f"{kind} ✓{WITH_OTHERS_MARK}" in cells[1]) == only_with_others, cells
+            if only_with_others:
+                marked += 1
+                with_others = row[f"{kind}_effect_with_others"] / row[f"{kind}_effect_with_others_se"]
+                assert cells[-1] == f"{with_others:.1f}", cells
+    assert marked >= 1
+    evidence = [float(cells[-1]) for cells in rows]
+    assert evidence == sorted(evidence, reverse=True)
+    legend = " ".join(LEGEND.split())
+    assert f"✓{WITH_OTHERS_MARK}: confirmed only with the other candidates" in legend
+    assert "0.02 at most of the probe's repeat lengths" not in legend
+    assert "exceeds 0.02 on the sequences of more than half of the probe's repeat lengths" in legend
+
+
+def test_the_heads_left_out_of_the_table_are_counted_by_type(smollm2_report):
+    """SmolLM2 types most heads first_token (attention sinks): the note under the table counts every
+    typed head it leaves out, per type, and says that --all leaves out the first_token-only ones."""
+    from circuits.heads.report import headline
+
+    table = smollm2_report.table
+    typed = table[table["types"].map(len) > 0]
+    sinks = table[table["types"].map(lambda types: list(types) == ["first_token"])]
+    assert len(sinks) > len(classified_rows(smollm2_report)) > 0  # most typed heads are sinks
+    shown = heads_sections(smollm2_report, wide=False, all_heads=False).sections[3]
+    note = " ".join(" ".join(shown.notes).split())
+    assert len(shown.table.rows) == len(confirmed_rows(smollm2_report))
+    assert f"{len(typed) - len(shown.table.rows)} more typed heads" in note
+    for name in {name for types in typed["types"] for name in types}:
+        count = sum(name in types for types in typed.drop(confirmed_rows(smollm2_report).index)["types"])
+        assert f"{count} {name}" in note, (name, note)
+    assert f"the {len(sinks)} typed first_token only" in note
+    listed = heads_sections(smollm2_report, wide=False, all_heads=True).sections[3]
+    assert len(listed.table.rows) == len(classified_rows(smollm2_report))
+    assert f"Not listed: {len(sinks)} heads typed first_token only" in " ".join(listed.notes)
+    assert f"{len(typed) - len(confirmed_rows(smollm2_report))} more heads typed" in headline(smollm2_report)
 
 
 def test_cli_heads_bad_options():

@@ -175,3 +175,14 @@ def test_hop_terminal_report_fits_and_opens_on_the_accuracy(toy_hop_result, widt
     assert max(len(line) for line in text.splitlines()) <= width
     assert re.search(r"\w…", text) is None  # cells wrap, never cut
     assert "Hop induction" in text.splitlines()[0] and "accuracy" in text.splitlines()[1]
+
+
+def test_a_hop_run_ending_below_its_target_says_so(tmp_path):
+    """Issue 49 (12): the hop task learns at a step that varies with the seed and the machine; a run
+    that ends before its held-out accuracy reaches the early-stopping target says so, with what to do."""
+    result = CliRunner().invoke(
+        app, ["train", "--task", "hop", "--steps", "240", "--out", str(tmp_path / "run")]
+    )
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "did not reach 0.9" in text and "Train again into a fresh --out" in text

@@ -188,7 +188,8 @@ def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
     )
     assert result.validation is None
     # Each stage is reported as it begins, (stage, 0, 1), and as it ends, (stage, 1, 1).
-    first, logits = "baseline, attention and direct logit attribution", "path patching: heads -> logits"
+    first = "baseline, attention and direct logit attribution"
+    logits = "path patching: name movers: heads -> logits"
     assert calls[:2] == [(first, 0, 1), (first, 1, 1)]
     assert calls.index((logits, 0, 1)) + 1 == calls.index((logits, 1, 1))
     assert "evaluation" not in {stage for stage, _, _ in calls}
@@ -562,3 +563,43 @@ def test_sweeps_with_heads_mean_ablated_equal_runs_under_hand_written_hooks(plan
     torch.testing.assert_close(scores.scores, eap.scores, atol=1e-5, rtol=1e-4)
     unablated = path_patching_effects(model, clean, abc, None, senders=senders)
     assert not torch.allclose(effects, unablated, equal_nan=True, atol=1e-3)  # the ablation matters
+
+
+@pytest.mark.parametrize("saved", ["tests/data/ioi-smollm2.json", "docs/results/data/ioi-toy-ioi.json"])
+def test_ioi_report_explains_completeness_and_the_unclassified_heads(saved):
+    """tests/data/ioi-smollm2.json is `interp ioi --save` on SmolLM2-135M (at 86d81f0): 5 unclassified
+    heads, two as large as the circuit's (L29H1, L29H0), and keeping them lowers what the circuit
+    recovers; the toy's one unclassified head raises it. The headline names the largest, the circuit's
+    section names each with its effect, says which way keeping them moves the share recovered and why,
+    and says what completeness is, its largest gap and the subset with it."""
+    from circuits.ioi.report import HEADLINE_UNCLASSIFIED
+    from circuits.results_file import load_result
+
+    result = load_result(saved)
+    e, heads = result.evaluation, sorted(result.unclassified, key=lambda h: -abs(h.effect))
+    assert heads and e.recovered_with_unclassified is not None
+    report = ioi_sections(result)
+    headline = " ".join(report.headline)
+    assert f"Not among the {len(result.heads)} heads" in headline
+    assert all(f"{h.name} {h.effect:+.1%}" in headline for h in heads[:HEADLINE_UNCLASSIFIED])
+    (section,) = [s for s in report.sections if s.title.startswith("The model and the circuit")]
+    unclassified = next(line for line in section.lines if line.startswith("unclassified:"))
+    assert all(f"{h.name} {h.effect:+.1%}" in unclassified for h in heads)
+    way = "lowers" if e.recovered_with_unclassified < e.recovered else "raises"
+    assert (
+        f"{way} what it recovers from {e.recovered:.1%} to {e.recovered_with_unclassified:.1%}"
+        in unclassified
+    )
+    against = [h for h in heads if h.effect < 0]
+    if way == "lowers" and sum(h.effect for h in heads) < 0:  # the heads against IO named as the reason
+        assert f"those that work against IO ({', '.join(f'{h.name} {h.effect:+.1%}' for h in against)}" in (
+            unclassified
+        )
+    completeness = next(line for line in section.lines if line.startswith("completeness"))
+    worst = max(e.completeness, key=lambda c: c["gap"])
+    assert "Wang et al." in completeness and f"{e.completeness_max_gap:.1%} at most" in completeness
+    assert all(f"L{layer}H{head}" in completeness for layer, head in worst["heads"])
+    assert (
+        f"keeps a logit diff of {worst['circuit_logit_diff']:.3f}, the model {worst['model_logit_diff']:.3f}"
+        in (completeness)
+    )

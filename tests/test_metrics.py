@@ -125,3 +125,29 @@ def test_int_and_negative_positions_count_from_the_end_as_transformer_lens(tiny_
     ]  # fmt: skip
     torch.testing.assert_close(values[0], values[1])
     torch.testing.assert_close(values[2], values[1])
+
+
+def test_faithfulness_summary_shows_what_a_ratio_of_means_hides():
+    """A circuit that overshoots on half the prompts and falls short on the other half keeps the
+    model's mean (ratio 1) but reproduces no prompt: the per-prompt figures and the verdict say so;
+    a ratio above 1.2 is named an overshoot."""
+    from circuits.evidence import faithfulness_by_stratum, faithfulness_verdict, label_strata
+    from interp.interventions.stats import faithfulness_summary
+
+    model = torch.full((40,), 4.0)
+    ablated = torch.zeros(40)
+    swings = torch.tensor([2.0, -2.0]).repeat(20)
+    summary = faithfulness_summary(model + swings, model, ablated)
+    assert summary.ratio == pytest.approx(1.0) and summary.ratio_ci[0] < 1 < summary.ratio_ci[1]
+    assert summary.error == pytest.approx(0.5) and summary.within == 0
+    assert faithfulness_verdict(summary).startswith("faithful on average only")
+    strata = faithfulness_by_stratum(
+        model + swings, model, ablated, label_strata("order", ["ABBA", "BABA"] * 20)
+    )
+    assert [round(s.summary.ratio, 2) for s in strata] == [1.5, 0.5]
+    assert "ABBA 1.50 (overshoots), BABA 0.50 (partial)" in faithfulness_verdict(summary, strata)
+    exact = faithfulness_summary(model, model, ablated)
+    assert exact.error == 0 and exact.within == 1 and faithfulness_verdict(exact).startswith("faithful:")
+    assert faithfulness_verdict(faithfulness_summary(1.3 * model, model, ablated)).startswith("overshoots")
+    few = faithfulness_by_stratum(model, model, ablated, [("family", "tiny", torch.arange(40) < 3)])
+    assert few[0].summary is None and few[0].n_prompts == 3

@@ -359,6 +359,34 @@ def test_gguf_cache_is_keyed_by_content(tmp_path, monkeypatch) -> None:
     assert content_hash(first) == hashlib.sha256(b"edited bytes").hexdigest()
 
 
+_SMALL_DECODER = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=48, vocab_size=97, max_position_embeddings=32)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        transformers.LlamaConfig(**_SMALL_DECODER, tie_word_embeddings=True),
+        transformers.LlamaConfig(**_SMALL_DECODER, tie_word_embeddings=False),
+        transformers.GemmaConfig(**_SMALL_DECODER, head_dim=8, tie_word_embeddings=True),
+        transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=97, n_positions=32),
+    ],
+    ids=["llama-tied", "llama-untied", "gemma-tied", "gpt2-tied"],
+)
+def test_parameter_count_is_transformers_count(config, tmp_path) -> None:
+    """A tied embedding counts once, as transformers counts it, also where interp's W_E is scaled
+    (Gemma's sqrt(d_model)), W_U is centred (TransformerLens's processing) or the model comes back from
+    a checkpoint: the count reads the tie the source states, not the weights."""
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(config).eval()
+    expected = sum(p.numel() for p in hf.parameters())
+    model = interp.load_model(hf)
+    assert model.cfg.tied_embeddings == config.tie_word_embeddings
+    assert interp.parameter_count(model) == expected
+    assert interp.parameter_count(interp.load_model(hf, center_unembed=True)) == expected
+    assert interp.parameter_count(interp.load_model(model.save(tmp_path / "ckpt"))) == expected
+
+
 def test_checkpoint_config_is_json(tiny_model, tmp_path) -> None:
     meta = json.loads((tiny_model.save(tmp_path / "c") / "config.json").read_text())
     assert meta["config"]["n_layers"] == 2

@@ -324,3 +324,28 @@ def test_interp_circuit_on_pairs_without_positions_or_families(tmp_path):
     assert f"({heads.all_heads_drop:+.2f})" in edges_against_heads(less)[2]
     more = dataclasses.replace(less, heads=dataclasses.replace(heads, faithfulness=edges_kept - 0.5))
     assert edges_against_heads(more) == []
+
+
+def test_faithfulness_gives_the_per_prompt_error_beside_the_ratio(smollm2, agreement, result):
+    """Issue 49 (7): the heads' faithfulness on held-out families with its per-prompt error and the
+    share of prompts within ±20%, recomputed here from the metric per prompt; per family too."""
+    _, heldout = agreement.split()
+    heads = [
+        (int(label[1:].split("H")[0]), int(label.split("H")[1])) for c in result.classes for label in c.heads
+    ]
+    every = [(layer, head) for layer in range(smollm2.cfg.n_layers) for head in range(smollm2.cfg.n_heads)]
+    outside = [head for head in every if head not in set(heads)]
+    full, kept, none = metric_with_heads_ablated(smollm2, heldout, [[], outside, every], SETTINGS.ablation)
+    summary = result.faithfulness_summary
+    assert summary.ratio == pytest.approx(
+        float((kept.mean() - none.mean()) / (full.mean() - none.mean())), abs=1e-4
+    )
+    assert summary.error == pytest.approx(
+        float((kept - full).abs().mean() / (full.mean() - none.mean()).abs()), abs=1e-4
+    )
+    within = ((kept - full).abs() <= 0.2 * (full - none).abs()).float().mean()
+    assert summary.within == pytest.approx(float(within), abs=1e-6)
+    families = {s.name: s for s in result.faithfulness_strata if s.kind == "family"}
+    assert set(families) == set(heldout.families)
+    markdown = render_markdown(path_report(result))
+    assert "## Faithfulness (held out)" in markdown and "per-prompt error" in markdown

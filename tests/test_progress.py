@@ -115,9 +115,29 @@ def test_the_heartbeat_repeats_the_current_stage_with_its_elapsed_time():
     assert [int(re.search(r"(\d+) s in this stage", line).group(1)) for line in beats] == [12, 25]
 
 
-def _planned(stages: list[str], calls: list[tuple[str, int, int]]) -> list[str]:
-    """The planned stages the calls reported, in order (asserting none is outside the plan)."""
-    printer = ProgressPrinter("test", stages, lambda _: None)
+def test_work_between_stages_is_named_by_where_it_falls_and_each_saved_stage_is_said_done():
+    clock, lines = Clock(), []
+    printer = ProgressPrinter("test", ["A", "B"], lines.append, clock, between=["prep"], saved_to="r.json")
+    assert "2 stages, each saved to r.json as it finishes: 1. A, 2. B" in lines[0]
+    printer("prep", 0, 1)
+    assert lines[-1].endswith("] before stage 1: prep ...")
+    printer("A: first part", 0, 2)
+    assert lines[-1].endswith("] stage 1 of 2: A: first part ...")
+    printer.saved("A")
+    assert lines[-1].endswith("] stage 1 of 2 done: A, saved to r.json")
+    clock.now = 20.0  # the heartbeat no longer says stage 1 is still working: it is done and saved
+    printer.heartbeat()
+    assert lines[-1].endswith("] after stage 1 of 2: still working")
+    printer("prep: again", 0, 1)
+    assert lines[-1].endswith("] after stage 1: prep: again ...")
+    printer("other", 0, 1)
+    assert lines[-1].endswith("] extra stage: other ...") and printer.unplanned == ["other"]
+
+
+def _planned(stages: list[str], calls: list[tuple[str, int, int]], between=()) -> list[str]:
+    """The planned stages the calls reported, in order (asserting none is outside the plan and the
+    work `between` them)."""
+    printer = ProgressPrinter("test", stages, lambda _: None, between=between)
     for call in calls:
         printer(*call)
     assert printer.unplanned == []
@@ -128,13 +148,19 @@ def test_the_planned_stages_are_the_stages_reported(tmp_path):
     from circuits.edge_circuits import EdgeCircuitSettings, edge_task, find_edge_circuit
     from circuits.edge_circuits.find import edge_circuit_stages
     from circuits.heads import head_report
-    from circuits.heads.pipeline import head_report_stages
+    from circuits.heads.pipeline import BETWEEN_STAGES, KEPT_STAGES
+    from circuits.ioi import find_ioi_circuit
+    from circuits.ioi.discover import BETWEEN_STAGES as IOI_BETWEEN
+    from circuits.ioi.discover import KEPT_STAGES as IOI_STAGES
     from interp.training import TRAIN_STAGE, train_toy_model
 
     model = interp.load_model("toy-induction")
     calls = []
     head_report(model, n_samples=4, progress=lambda *call: calls.append(call))
-    assert _planned(head_report_stages(model), calls) == head_report_stages(model)
+    assert _planned(list(KEPT_STAGES), calls, BETWEEN_STAGES) == list(KEPT_STAGES)
+    calls = []
+    find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=16, progress=lambda *call: calls.append(call))
+    assert _planned(list(IOI_STAGES), calls, IOI_BETWEEN) == list(IOI_STAGES)
     task = edge_task(model, "induction", 8, 0, "logit_diff")
     for method, size in [("prune", None), ("eap", 10)]:
         reported = []

@@ -4,7 +4,10 @@ uninterrupted run's result; --quick runs a smaller preset whose report says what
 
 from __future__ import annotations
 
+import csv
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +18,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+import circuits.cli as cli
 import interp
 from circuits.cli import app
 from circuits.heads import head_report
@@ -30,25 +34,26 @@ from interp.catalog import QUICK_PRESETS
 from interp.io.serialize import encode
 
 ICL_OPTIONS = {"n_documents": 12, "seed": 0}
+PAIRS = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
 ROOT = Path(__file__).resolve().parents[1]
 FILE_WAIT_S = 300.0  # the longest wait for a stage's file: generous, never a timing assertion
-# `interp ARGS` that stops once its --save file holds STALL_AT stages (0: never): it waits there for
-# the test's signal, so the signal always finds the run with exactly those stages kept.
+# `interp ARGS` that stops once its progress has said "stage STALL_AT of N done" (0: never): it waits
+# there for the test's signal, so the signal finds the run just after the user saw that stage done.
 STALLING_INTERP = """
 import sys, time
 import circuits.cli as cli
-import circuits.results_file as results_file
+import circuits.progress_printer as printer
 
 stall_at, arguments = int(sys.argv[1]), sys.argv[2:]
-save = results_file.save_result
+line = printer.ProgressPrinter.line
 
-def save_then_stall(result, path):
-    save(result, path)
-    if isinstance(result, results_file.PartialResult) and len(result.done) == stall_at:
+def line_then_stall(self, text):
+    line(self, text)
+    if text.startswith(f"stage {stall_at} of ") and " done: " in text:
         while True:
             time.sleep(0.1)
 
-results_file.save_result = save_then_stall
+printer.ProgressPrinter.line = line_then_stall
 cli.app(arguments)
 """
 
@@ -142,7 +147,7 @@ def test_a_partial_run_of_other_settings_or_another_command_is_refused(toy, tmp_
         )
     with pytest.raises(ValueError, match="seed 0 there, 1 now"):
         icl_stages(toy, path, seed=1)
-    with pytest.raises(ValueError, match="partial `interp icl` run"):
+    with pytest.raises(ValueError, match="partial `interp icl` result, not one of `interp ioi`"):
         resume_stages(path, "ioi", icl_settings(toy), list(KEPT_STAGES), ioi_stage_notes)
     result = CliRunner().invoke(app, ["icl", "--model", "toy-induction", "--seed", "1", "--save", str(path)])
     assert result.exit_code == 2 and "cannot resume" in result.output
@@ -203,61 +208,253 @@ def test_interp_icl_save_resumes_and_ends_with_the_full_result(tmp_path, monkeyp
     assert type(load_result(path)).__name__ == "ICLResult"
 
 
-def test_quick_runs_the_preset_and_its_report_says_so(tmp_path, monkeypatch):
+def said_quick_note(output: str) -> str:
+    """The --quick note a command said on stderr (its line "Quick preset: ..."), as its report carries
+    it (lower case, no full stop)."""
+    said = next(line for line in output.splitlines() if line.startswith("Quick preset: "))
+    return "q" + said[1:-1]
+
+
+def test_quick_runs_the_preset_and_says_the_sizes_it_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))  # interp heads keeps its induction heads
     saved, out = tmp_path / "heads.json", tmp_path / "heads.md"
     command = ["heads", "--model", "toy-induction", "--quick", "--format", "markdown", "--out", str(out)]
     result = CliRunner().invoke(app, [*command, "--save", str(saved)])
     assert result.exit_code == 0, result.output
-    preset = QUICK_PRESETS["heads"]
-    assert load_result(saved).settings["n_samples"] == preset.options["n_samples"][0]
-    assert preset.note in out.read_text() and preset.note in load_result(saved).provenance
-    given = CliRunner().invoke(app, [*command, "--n-samples", "4", "--save", str(saved)])
-    assert given.exit_code == 0 and load_result(saved).settings["n_samples"] == 4  # a given option wins
+    n_samples = load_result(saved).settings["n_samples"]
+    assert n_samples == QUICK_PRESETS["heads"].options["n_samples"][0]
+    note = said_quick_note(result.output)
+    assert f"{n_samples} probe sequences per repeat length instead of 16" in note
+    assert note in load_result(saved).provenance and note in out.read_text()
+    other = tmp_path / "heads-4.json"
+    given = CliRunner().invoke(app, [*command, "--n-samples", "4", "--save", str(other)])
+    assert given.exit_code == 0 and load_result(other).settings["n_samples"] == 4  # a given option wins
+    assert "nothing smaller (4 probe sequences per repeat length, as given)" in said_quick_note(given.output)
     refused = CliRunner().invoke(app, ["icl", "--fv", "--quick"])
     assert refused.exit_code == 2 and "--quick applies to the ICL score" in refused.output
 
 
-def test_interp_heads_interrupted_or_killed_resumes_from_its_file(tmp_path):
-    """Real signals to a real `interp heads --save` process: Ctrl-C (SIGINT) after the first stage and
-    SIGKILL after the second each leave a readable partial result, and each rerun resumes from it: the
-    kept stages are not run again and the last rerun's report is the uninterrupted run's."""
-    path, log = tmp_path / "heads.json", tmp_path / "interp.log"
-    options = ["--model", "toy-induction", "--n-samples", "4", "--save", str(path)]
-    command = ["heads", *options, "--format", "markdown", "--out", str(tmp_path / "heads.md")]
+def circuit_sizes(result) -> str:
+    return (
+        f"{result.task.n_prompts} prompt pairs find the circuit and {result.heldout_task.n_prompts} "
+        "held-out ones test it"
+    )
+
+
+def icl_sizes(result) -> str:
+    n_discovery, n_heldout = len(result.discovery_names), len(result.heldout_names)
+    return (
+        f"{n_discovery + n_heldout} documents ({n_discovery} rank the heads, {n_heldout} held out, "
+        f"{result.n_ablated} ablated)"
+    )
+
+
+QUICK_RUNS = {  # a --quick run on a toy model -> (the sizes its result used, in the note's words, and more)
+    "circuit --task ioi": (
+        ["circuit", "--model", "toy-ioi", "--task", "ioi", "--method", "eap", "--edges", "10"],
+        lambda result: [circuit_sizes(result) + ", instead of 64 and 64", "eap trains no edge mask"],
+    ),
+    "circuit --task induction": (
+        ["circuit", "--model", "toy-induction", "--task", "induction", "--edges", "10"],
+        lambda result: [circuit_sizes(result), "the edge mask trained 30 steps instead of 45"],
+    ),
+    "icl": (
+        ["icl", "--model", "toy-induction"],
+        lambda result: [
+            icl_sizes(result) + " instead of 60 documents (12 rank the heads, 48 held out, 12 ablated)"
+        ],
+    ),
+    "icl --n-documents 10": (  # its preset's 6 and 6 are cut to half of the 10, as without --quick
+        ["icl", "--model", "toy-induction", "--n-documents", "10"],
+        lambda result: [f"quick preset: nothing smaller ({icl_sizes(result)}, as without --quick)"],
+    ),
+    "ioi": (
+        ["ioi", "--model", "toy-ioi"],
+        lambda result: [f"{result.settings.n_prompts} prompts (and {result.validation.n_prompts} held out)"],
+    ),
+}
+
+
+@pytest.mark.parametrize("run", sorted(QUICK_RUNS))
+def test_quick_says_the_sizes_each_task_kind_runs(run, tmp_path, monkeypatch):
+    """What --quick says on stderr and in the report's model line are the sizes the saved result used."""
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    arguments, sizes = QUICK_RUNS[run]
+    saved = tmp_path / "result.json"
+    result = CliRunner().invoke(app, [*arguments, "--quick", "--save", str(saved)])
+    assert result.exit_code == 0, result.output
+    note, found = said_quick_note(result.output), load_result(saved)
+    for words in sizes(found):
+        assert words in note
+    provenance = found.settings.provenance if run == "ioi" else found.provenance
+    assert provenance.endswith(note)
+
+
+def test_quick_on_a_prompt_pair_file_says_the_pairs_it_runs(tmp_path):
+    """A file's pairs are all used whatever --n-prompts: --quick says the split of them that ran (not the
+    preset's 16 prompt pairs), on families of unequal sizes."""
+    rows = list(csv.DictReader(PAIRS.open()))
+    by_family = {}
+    for row in rows:
+        by_family.setdefault(row["family"], []).append(row)
+    chosen = [row for i, family in enumerate(list(by_family)[:5]) for row in by_family[family][: 2 * i + 2]]
+    pairs = tmp_path / "pairs.csv"
+    with pairs.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(chosen)
+    saved = tmp_path / "circuit.json"
+    arguments = ["circuit", "--task", str(pairs), "--method", "eap", "--edges", "10", "--metric", "prob"]
+    result = CliRunner().invoke(app, [*arguments, "--quick", "--save", str(saved)])
+    assert result.exit_code == 0, result.output
+    note, found = said_quick_note(result.output), load_result(saved)
+    assert found.task.n_prompts + found.heldout_task.n_prompts == len(chosen)
+    assert found.task.n_prompts != found.heldout_task.n_prompts  # families of unequal sizes
+    assert f"the file's pairs are all used: {circuit_sizes(found)}" in note
+    assert "eap trains no edge mask" in note and "instead of" not in note
+    assert found.provenance.endswith(note)
+
+
+KILLED_RUNS = {  # command -> (its options on a toy model, the stages its progress numbers and --save keeps)
+    "heads": (["--model", "toy-induction", "--n-samples", "4"], HEAD_STAGES),
+    "ioi": (["--model", "toy-ioi", "--n-prompts", "16"], KEPT_STAGES),
+}
+
+
+@pytest.mark.parametrize("command", sorted(KILLED_RUNS))
+def test_a_run_killed_after_each_stage_shows_done_resumes_without_running_it_again(command, tmp_path):
+    """Real signals to real `interp heads|ioi --save` processes: the run is stopped just after its
+    progress says "stage k of N done", for every k, alternately by Ctrl-C (SIGINT) and SIGKILL, and
+    each stopped run is resumed by the next: its file holds stages 1..k, the resumed run says they are
+    kept and starts none of them again, and the last run's result is the uninterrupted run's."""
+    options, stages = KILLED_RUNS[command]
+    path, log = tmp_path / f"{command}.json", tmp_path / "interp.log"
+    arguments = [command, *options, "--save", str(path), "--format", "json", "--out", str(tmp_path / "out")]
     env = os.environ | {"INTERP_CACHE": str(tmp_path / "cache")}
+    n = len(stages)
 
-    def start(stall_at: int) -> subprocess.Popen:  # a new process, its output in `log`
+    def run(stall_at: int, signal_number: int | None = None) -> tuple[int, list[str]]:
+        """The exit status and progress lines of a run stopped by `signal_number` once it says stage
+        `stall_at` is done (none: a run to its end)."""
         with log.open("w") as output:
-            script = [sys.executable, "-c", STALLING_INTERP, str(stall_at), *command]
-            return subprocess.Popen(script, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+            script = [sys.executable, "-c", STALLING_INTERP, str(stall_at), *arguments]
+            process = subprocess.Popen(script, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+        if signal_number is not None:
+            deadline = time.monotonic() + FILE_WAIT_S
+            said = f"stage {stall_at} of {n} done: {stages[stall_at - 1]}, saved to {path}"
+            while said not in log.read_text():
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            process.send_signal(signal_number)
+        status = process.wait(FILE_WAIT_S)
+        return status, log.read_text().splitlines()
 
-    def stop_once_kept(process: subprocess.Popen, n_stages: int, signal_number: int) -> int:
-        deadline = time.monotonic() + FILE_WAIT_S
-        while not (path.is_file() and len(getattr(load_result(path), "done", ())) == n_stages):
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        process.send_signal(signal_number)
-        return process.wait(FILE_WAIT_S)
+    def started(lines: list[str], k: int) -> bool:
+        """Whether the run began any work of stage k (a line "stage k of N: ... ...")."""
+        return any(re.search(rf"\] stage {k} of {n}: .* \.\.\.$", line) for line in lines)
 
-    assert stop_once_kept(start(1), 1, signal.SIGINT) == 130, log.read_text()
-    unwrapped = "".join(log.read_text().split())  # the console wraps long paths anywhere
-    assert "".join(f"Stopped: {path} holds the stages done".split()) in unwrapped
-    partial = load_result(path)
-    assert list(partial.done) == [HEAD_STAGES[0]] and partial.missing == list(HEAD_STAGES[1:])
-    assert "partial result (1 of 3 stages)" in rendered(path, tmp_path)
-    other = CliRunner().invoke(app, ["heads", *options[:2], "--n-samples", "5", "--save", str(path)])
-    assert other.exit_code == 2 and "n_samples 4 there, 5 now" in " ".join(other.output.split())
+    for k in range(1, n + 1):
+        signal_number = signal.SIGINT if k % 2 else signal.SIGKILL
+        status, lines = run(k, signal_number)
+        assert status == (130 if signal_number == signal.SIGINT else -signal.SIGKILL), "\n".join(lines)
+        assert list(load_result(path).done) == list(stages[:k])  # written atomically: readable
+        if signal_number == signal.SIGINT:  # the console wraps long paths anywhere
+            stopped = "".join(f"Stopped: {path} holds the stages done".split())
+            assert stopped in "".join("".join(lines).split())
+        for j in range(1, k):  # kept by the runs before: not run again
+            assert f"stage {j} of {n}: {stages[j - 1]}: kept from {path}" in "\n".join(lines)
+            assert not started(lines, j), "\n".join(lines)
+        assert started(lines, k)
+    assert "partial result" in rendered(path, tmp_path)
 
-    assert stop_once_kept(start(2), 2, signal.SIGKILL) == -signal.SIGKILL
-    lines = log.read_text()
-    assert f"Attention scores (repeated): kept from {path}" in lines
-    assert "Attention scores (repeated) ..." not in lines  # the kept stage did not run again
-    assert list(load_result(path).done) == list(HEAD_STAGES[:2])  # written atomically: readable
-
-    resumed = CliRunner().invoke(app, command, env={"INTERP_CACHE": str(tmp_path / "cache")})
-    assert resumed.exit_code == 0, resumed.output
-    assert f"Causal checks: {HEAD_STAGES[1]}: kept from {path}" in resumed.output
-    assert "Attention scores (repeated) ..." not in resumed.output
-    uninterrupted = head_report(interp.load_model("toy-induction"), n_samples=4)
+    status, lines = run(0)
+    assert status == 0, "\n".join(lines)
+    assert not any(started(lines, k) for k in range(1, n + 1)), "\n".join(lines)
+    model = interp.load_model(options[1])
+    if command == "heads":
+        uninterrupted = head_report(model, n_samples=4)
+    else:
+        uninterrupted = find_ioi_circuit(model, n_prompts=16)
     assert without_timings(load_result(path)) == without_timings(uninterrupted)
+
+
+def no_model_loads(monkeypatch) -> None:
+    """Make any model load of the `interp` command fail the test: what is refused is refused first."""
+
+    def load(model, dtype="float32"):
+        raise AssertionError(f"the model {model} was loaded before --save was checked")
+
+    monkeypatch.setattr(cli, "load", load)
+
+
+SAVED_RUNS = {  # command -> (the options of a result on a toy model, an option that changes it, its key)
+    "heads": (["heads", "--model", "toy-induction", "--n-samples", "4"], ["--seed", "1"],
+              "seed 0 there, 1 now"),
+    "hop": (["hop", "--model", "toy-hop", "--n-sequences", "16"], ["--seed", "1"], "seed 0 there, 1 now"),
+    "patch": (
+        ["patch", "--model", "toy-ioi", "--n-prompts", "4", "--component", "resid_pre"],
+        ["--direction", "noise"],
+        "direction 'denoise' there, 'noise' now",
+    ),
+    "circuit": (
+        ["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap", "--edges", "10",
+         "--n-prompts", "8"],
+        ["--n-prompts", "10"],
+        "n_prompts 8 there, 10 now",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(SAVED_RUNS))
+def test_save_never_replaces_a_result_of_other_settings(command, tmp_path, monkeypatch):
+    """--save over a complete result of other options is refused before the model loads, naming the
+    option and how to start afresh, and leaves the file as it was; so is --save over a file that is no
+    result; a result of the same options is replaced (the run is the same)."""
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    arguments, other, difference = SAVED_RUNS[command]
+    path = tmp_path / "result.json"
+    first = CliRunner().invoke(app, [*arguments, "--save", str(path)])
+    assert first.exit_code == 0, first.output
+    saved = path.read_bytes()
+    with monkeypatch.context() as patched:
+        no_model_loads(patched)
+        refused = CliRunner().invoke(app, [*arguments, *other, "--save", str(path)])
+        text = " ".join(refused.output.split())
+        assert refused.exit_code == 2 and difference in text, text
+        unwrapped = "".join(refused.output.split())  # the console wraps long paths anywhere
+        assert "".join(f"delete {path} or pass another --save path".split()) in unwrapped
+        assert path.read_bytes() == saved
+        notes = tmp_path / "notes.json"
+        notes.write_text('{"my": "notes"}')
+        kept = CliRunner().invoke(app, [*arguments, "--save", str(notes)])
+        assert kept.exit_code == 2 and "is not a result file of interp" in " ".join(kept.output.split())
+        assert notes.read_text() == '{"my": "notes"}'
+    again = CliRunner().invoke(app, [*arguments, "--save", str(path)])
+    assert again.exit_code == 0, again.output
+
+
+def test_save_refuses_a_result_of_other_weights_and_one_that_records_no_settings(tmp_path, monkeypatch):
+    """The same options on another model's weights (a checkpoint directory trained again) are refused
+    once the model loads, before any work; a result saved without its settings (an older interp's) is
+    refused before."""
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    model, path = tmp_path / "model", tmp_path / "hop.json"
+    for seed in ("0", "1"):
+        trained = CliRunner().invoke(
+            app, ["train", "--task", "hop", "--steps", "1", "--seed", seed, "--out", str(tmp_path / seed)]
+        )
+        assert trained.exit_code == 0, trained.output
+    (tmp_path / "0").rename(model)
+    arguments = ["hop", "--model", str(model), "--n-sequences", "16", "--save", str(path)]
+    assert CliRunner().invoke(app, arguments).exit_code == 0
+    saved = path.read_bytes()
+    shutil.rmtree(model)
+    (tmp_path / "1").rename(model)
+    refused = CliRunner().invoke(app, arguments)
+    assert refused.exit_code == 2 and "weights '" in refused.output and "there, '" in refused.output
+    assert path.read_bytes() == saved
+    save_result(load_result(path), path)  # as an older interp wrote it: no command, no settings
+    with monkeypatch.context() as patched:
+        no_model_loads(patched)
+        older = CliRunner().invoke(app, arguments)
+    assert older.exit_code == 2 and "settings it does not record" in " ".join(older.output.split())

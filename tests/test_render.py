@@ -118,6 +118,7 @@ def test_patch_reads_the_users_pairs_and_refuses_unequal_lengths(smollm2, tmp_pa
     ("faithfulness", "method", "ablation", "expected", "advice"),
     [
         (0.93, "eap-ig", "counterfactual", "faithful", None),
+        (1.31, "eap-ig", "counterfactual", "overshoots", "more edges"),
         (0.6, "eap-ig", "counterfactual", "partial", "more edges"),
         (0.21, "eap", "counterfactual", "not faithful", "--method prune"),
         (0.001, "eap-ig", "mean", "not faithful", "more edges"),
@@ -125,12 +126,12 @@ def test_patch_reads_the_users_pairs_and_refuses_unequal_lengths(smollm2, tmp_pa
     ],
 )
 def test_every_faithfulness_comes_with_a_verdict(faithfulness, method, ablation, expected, advice):
-    from circuits.edge_circuits.report import faithfulness_verdict
+    from circuits.edge_circuits.report import faithfulness_advice
 
-    verdict = faithfulness_verdict(faithfulness, method, ablation)
+    verdict = faithfulness_advice(faithfulness, method, ablation)
     assert verdict.startswith(expected + " ("), verdict
     assert ("try" in verdict) == (advice is not None) and (advice is None or advice in verdict)
-    assert ("--method prune" in verdict) == (method != "prune" and expected != "faithful")
+    assert ("--method prune" in verdict) == (method != "prune" and expected not in ("faithful", "overshoots"))
 
 
 def test_ioi_report_states_one_unit_per_figure_and_robust_z_as_a_number(tmp_path):

@@ -11,7 +11,6 @@ from circuits.edge_circuits.find import (
 )
 from circuits.edge_circuits.report import FORMATS, circuit_svg, edge_sections, write_edge_report
 from circuits.edge_circuits.tasks import (
-    METRICS,
     TASKS,
     EdgeTask,
     edge_task,
@@ -19,6 +18,7 @@ from circuits.edge_circuits.tasks import (
     induction_task,
     ioi_task,
 )
+from circuits.pairs_file import METRICS
 
 __all__ = [
     "CIRCUIT_METHODS", "ENSEMBLE_MEMBERS",

@@ -29,7 +29,7 @@ held_out_note):
   method    {name, steps, ablation, bootstrap}     (bootstrap: resamples of the prompts behind `frequency`)
   graph     {n_nodes, n_edges}
   circuit   {requested_edges, size_target, n_edges, nodes: [name],
-             edges: [{writer, reader, score, frequency}], faithfulness,
+             edges: [{writer, reader, score, frequency, removal_effect, removal_measured}], faithfulness,
              faithfulness_ci: [low, high], discovery_faithfulness, discovery_faithfulness_ci,
              held_out_note}     (faithfulness on the held-out prompts, 95 % bootstrap over prompts;
              discovery_*: on the prompts that found the circuit, beside it; size_target: the
@@ -41,7 +41,10 @@ held_out_note):
 Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune"
 and "ensemble" scores rank edges only (`interp.edges.pruning`, `interp.edges.stability`). frequency: the
 fraction of bootstrap resamples of the prompts whose circuit of the same size holds the edge (null
-when not measured).
+when not measured). removal_effect ("prune" and "ensemble" only, else null): m(circuit without the
+edge) - m(circuit) on the held-out prompts, in the metric's units (negative: the edge helps), measured
+(removal_measured true) for the `measured_edges` of largest first-order estimate, estimated for the
+rest (`interp.edges.removal_effects`); the circuit's edges are listed by it, largest measured first.
 """
 
 from __future__ import annotations
@@ -58,7 +61,13 @@ from torch import Tensor
 
 import interp
 from circuits.edge_circuits.tasks import EdgeTask
-from circuits.evidence import FamilySplit, held_out_note, split_families
+from circuits.evidence import (
+    FamilySplit,
+    StratumFaithfulness,
+    faithfulness_by_stratum,
+    held_out_note,
+    split_families,
+)
 from circuits.path.report import path_report
 from circuits.path.steps import PathResult
 from interp import edges
@@ -69,6 +78,21 @@ from interp.types import MemorySize, Progress
 SCHEMA = "interp-edge-circuit-2"
 CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
 ENSEMBLE_MEMBERS: tuple[str, ...] = ("eap-ig", "prune")  # the methods `method="ensemble"` ranks with
+MASK_METHODS: tuple[str, ...] = ("prune", "ensemble")  # the methods that train an edge mask (prune_steps)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CircuitEdge:
+    """One edge of a circuit as reports list it: its score, selection frequency (None: not measured),
+    and effect of removal from the circuit in the metric's units (None: not measured, attribution
+    scores), measured or a first-order estimate (`interp.edges.RemovalEffects`)."""
+
+    writer: str
+    reader: str
+    score: float
+    frequency: float | None
+    removal_effect: float | None
+    removal_measured: bool | None
 
 
 @dataclass(kw_only=True)
@@ -99,6 +123,8 @@ class EdgeCircuitResult:
     discovery_faithfulness: edges.Faithfulness | None = None  # on the discovery prompts, shown beside
     split: str = ""
     heads: PathResult | None = None  # the head path on the same prompt pairs (`circuits.path`), if run
+    removal: edges.RemovalEffects | None = None  # rank-scored methods: each edge's effect of removal
+    # from the circuit on the held-out prompts (None: attribution scores, or a result saved before)
 
     @property
     def held_out(self) -> bool:
@@ -126,27 +152,45 @@ class EdgeCircuitResult:
         return edges.node_circuit(self.graph, self.circuit)
 
     def circuit_edges(self) -> list[tuple[str, str, float]]:
-        """(writer, reader, score) of the circuit's edges, strongest first."""
-        return [row[:3] for row in self.circuit_edge_rows()]
-
-    def circuit_edge_rows(self) -> list[tuple[str, str, float, float | None]]:
-        """(writer, reader, score, selection frequency or None) of the circuit's edges, strongest first."""
-        rows = [
-            (
-                self.graph.writers[w],
-                self.graph.readers[r],
-                float(self.scores.scores[w, r]),
-                self.edge_frequency(w, r),
-            )
-            for w, r in self.graph.edges(self.circuit)
+        """(writer, reader, strength) of the circuit's edges, strongest first: the effect of removal
+        where measured or estimated (`removal`), else the score."""
+        return [
+            (row.writer, row.reader, row.score if row.removal_effect is None else row.removal_effect)
+            for row in self.circuit_edge_rows()
         ]
-        return sorted(rows, key=lambda row: -abs(row[2]))
+
+    def circuit_edge_rows(self) -> list[CircuitEdge]:
+        """The circuit's edges, strongest first: by |score|, or with `removal` those measured by their
+        |effect of removal|, then the others by |estimate| (ties: the stronger score first)."""
+        rows = []
+        effects = {} if self.removal is None else self.removal.effects()
+        for w, r in self.graph.edges(self.circuit):
+            effect, measured = effects.get((w, r), (None, None))
+            rows.append(
+                CircuitEdge(
+                    writer=self.graph.writers[w], reader=self.graph.readers[r],
+                    score=float(self.scores.scores[w, r]), frequency=self.edge_frequency(w, r),
+                    removal_effect=effect, removal_measured=measured,
+                )
+            )  # fmt: skip
+        rows.sort(key=lambda row: -abs(row.score))
+        if self.removal is not None:
+            rows.sort(key=lambda row: (not row.removal_measured, -abs(row.removal_effect)))
+        return rows
 
     def edge_frequency(self, writer: int, reader: int) -> float | None:
         return None if self.frequency is None else float(self.frequency[writer, reader])
 
+    def faithfulness_strata(self) -> list[StratumFaithfulness]:
+        """The circuit's faithfulness per stratum (IOI: name order) and family of the prompts it is
+        measured on (`circuits.evidence.faithfulness_by_stratum`)."""
+        task = self.heldout_task or self.task
+        faith = self.faithfulness
+        return faithfulness_by_stratum(faith.values[0], faith.full, faith.empty, task.stratum_masks())
+
     def to_json(self, top: int = 50) -> dict:
         low, high = self.faithfulness.ci()
+        summary = self.faithfulness.summary()
         graph = self.graph
         found = self.discovery_faithfulness
         found_ci = None if found is None else [float(bound[0]) for bound in found.ci()]
@@ -167,10 +211,18 @@ class EdgeCircuitResult:
                 "size_target": self.target,
                 "n_edges": int(self.circuit.sum()),
                 "nodes": self.nodes,
-                "edges": [{"writer": w, "reader": r, "score": s, "frequency": f}
-                          for w, r, s, f in self.circuit_edge_rows()],
+                "edges": [dataclasses.asdict(row) for row in self.circuit_edge_rows()],
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
                 "faithfulness_ci": [float(low[0]), float(high[0])],
+                "faithfulness_error": summary.error,
+                "faithfulness_within": summary.within,
+                "faithfulness_strata": [
+                    {"kind": s.kind, "name": s.name, "n_prompts": s.n_prompts,
+                     **({} if s.summary is None else {"faithfulness": s.summary.ratio,
+                        "faithfulness_ci": list(s.summary.ratio_ci), "faithfulness_error": s.summary.error,
+                        "faithfulness_within": s.summary.within})}
+                    for s in self.faithfulness_strata()
+                ],
                 "discovery_faithfulness": None if found is None else float(found.faithfulness[0]),
                 "discovery_faithfulness_ci": found_ci,
                 "held_out_note": self.held_out_note(),
@@ -221,6 +273,9 @@ class EdgeCircuitSettings:
     edge's selection frequency at the circuit's size (0: not measured); attribution then scores each
     prompt alone (the same work), edge pruning runs again on each resample. seed: the held-out half of
     the families (or prompts), the mask's batch order, the curve's random circuits and the resamples.
+    measured_edges: with "prune" and "ensemble", whose scores only rank, each edge's effect of removal
+    from the circuit on the held-out prompts is estimated, and measured for this many edges (those of
+    largest estimate; `edges.removal_effects`): what the report lists the circuit's edges by.
     """
 
     method: str = "prune"
@@ -238,12 +293,17 @@ class EdgeCircuitSettings:
     prune_steps: int = edges.PruneSettings.steps  # the mask's training steps
     density: float | None = None
     seed: int = 0
+    measured_edges: int = 25  # rank-scored methods: edges whose removal from the circuit is measured
 
     def __post_init__(self) -> None:
         if self.method not in CIRCUIT_METHODS:
             raise ValueError(f"method={self.method!r} is not one of {CIRCUIT_METHODS}.")
         if self.bootstrap < 0:
             raise ValueError(f"bootstrap={self.bootstrap} must be 0 (no stability) or a number of resamples.")
+        if self.measured_edges < 0:
+            raise ValueError(
+                f"measured_edges={self.measured_edges} must be 0 (estimates only) or a number of edges."
+            )
         if self.n_edges is not None and self.fraction is not None:
             raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
         if not 0 < self.target <= 1:
@@ -287,7 +347,9 @@ def find_edge_circuit(
       4. its faithfulness on the held-out prompts, the discovery faithfulness beside
          (`circuit_faithfulness`);
       5. the faithfulness curve on the held-out prompts, unless `curve_fractions` is None;
-      6. each edge's selection frequency over `bootstrap` resamples of the discovery prompts.
+      6. each edge's selection frequency over `bootstrap` resamples of the discovery prompts;
+      7. with a rank-scored method (prune, ensemble), each edge's effect of removal from the circuit on
+         the held-out prompts (`edges.removal_effects`): the report lists the edges by it.
 
     progress(stage, done, total): the stages `edge_circuit_stages` lists."""
     graph = edges.edge_graph(model)
@@ -330,6 +392,14 @@ def find_edge_circuit(
             scores_of, task.n_prompts, size, settings.bootstrap, settings.seed, progress
         )
         stage("stability")
+    removal = None
+    if settings.method not in edges.METHODS:  # 7.
+        removal = edges.removal_effects(
+            model, heldout.clean, heldout.corrupted, heldout.metric, circuit, settings.measured_edges,
+            ablation=task_ablation(heldout, settings.ablation), batch_size=settings.batch_size,
+            progress=progress,
+        )  # fmt: skip
+        stage("effects")
     return EdgeCircuitResult(
         model=model.cfg.model_name,
         task=task,
@@ -350,6 +420,7 @@ def find_edge_circuit(
         heldout_task=heldout,
         discovery_faithfulness=found,
         split=split,
+        removal=removal,
     )
 
 
@@ -407,6 +478,7 @@ def task_rows(task: EdgeTask, rows: Tensor) -> EdgeTask:
         else edges.subset_metric(task.corrupted_metric, rows),
         corrupted_mask=None if task.corrupted_mask is None else task.corrupted_mask[rows],
         families=None if task.families is None else [task.families[i] for i in rows.tolist()],
+        strata=None if task.strata is None else [task.strata[i] for i in rows.tolist()],
     )
 
 
@@ -515,11 +587,13 @@ SIZE_SEARCH_STAGE = "Size search"  # the stage smallest_faithful_size reports
 def edge_circuit_stages(method: str, searched: bool, curve: bool, bootstrap: int = 0) -> list[str]:
     """The stages `find_edge_circuit` reports to its progress, in order: the scores (edge pruning
     ranks its start by EAP-IG, then trains the mask), the size search when no size is given, the
-    circuit's faithfulness, the curve and the selection frequencies when asked for."""
-    stages = ["Edge scores"] + (["Edge pruning"] if method in ("prune", "ensemble") else [])
+    circuit's faithfulness, the curve and the selection frequencies when asked for, and the edges'
+    effects of removal (rank-scored methods: those that train an edge mask)."""
+    ranked = method in MASK_METHODS
+    stages = ["Edge scores"] + (["Edge pruning"] if ranked else [])
     stages += [SIZE_SEARCH_STAGE] if searched else []
     stages += ["Faithfulness"] + (["Faithfulness curve"] if curve else [])
-    return stages + (["Edge stability"] if bootstrap > 0 else [])
+    return stages + (["Edge stability"] if bootstrap > 0 else []) + ([edges.REMOVAL_STAGE] if ranked else [])
 
 
 def smallest_faithful_size(

@@ -10,10 +10,11 @@ import math
 
 from rich.console import Console
 
-from circuits.edge_circuits.find import EdgeCircuitResult
+from circuits.edge_circuits.find import CircuitEdge, EdgeCircuitResult
 from circuits.path.report import path_report
-from circuits.sections import Report, Section, Table, write_sections
+from circuits.sections import Report, Section, Table, faithfulness_section, write_sections
 from interp import edges, viz
+from interp.interventions.stats import OVERSHOOT
 
 FORMATS = ("table", "json", "markdown", "html")
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
@@ -31,16 +32,53 @@ RANK_CONVENTION = (
     "score's rank) / (steps + 2), the final circuit first; ensemble: -(mean normalised rank by |score|)); "
     "circuits keep the largest |score|"
 )
+REMOVAL_CONVENTION = (
+    "; the circuit's edges are listed by their effect of removal instead: m(circuit without the edge) - "
+    "m(circuit) on the held-out prompts, in the metric's units (negative: the edge helps the circuit), "
+    "which orders the edges and changes none of them"
+)
 
 
 def score_convention(result: EdgeCircuitResult) -> str:
-    """What an edge's score means: a signed estimate (attribution methods) or a rank (prune, ensemble)."""
-    return SIGN_CONVENTION if result.scores.method in edges.METHODS else RANK_CONVENTION
+    """What an edge's score means: a signed estimate (attribution methods) or a rank (prune, ensemble),
+    and what the circuit's edges are listed by when that is their effect of removal."""
+    if result.scores.method in edges.METHODS:
+        return SIGN_CONVENTION
+    return RANK_CONVENTION + ("" if result.removal is None else REMOVAL_CONVENTION)
 
 
-def faithfulness_verdict(faithfulness: float, method: str, ablation: str) -> str:
+def removal_note(result: EdgeCircuitResult) -> str:
+    """What the table's effect of removal is, its unit, and which values are measured."""
+    removal, n_edges = result.removal, int(result.circuit.sum())
+    measured = (
+        "measured for every edge (the circuit run without it)"
+        if removal.n_measured >= n_edges
+        else f"measured (the circuit run without the edge) for the {removal.n_measured} edges of largest "
+        "estimated effect, listed first; ≈: a first-order estimate for the others (the metric's gradient "
+        "with respect to the edge's mask at the circuit)"
+    )
+    return (
+        "effect of removal: m(circuit without the edge) - m(circuit) on the held-out prompts, in the "
+        f"metric's units ({result.task.metric_name}; the circuit's own {removal.circuit_metric:.3f}); "
+        f"negative: the edge helps the circuit; {measured}. The order changes no edge of the circuit (the "
+        "method's scores chose them; they only rank: --format json has them)."
+    )
+
+
+def effect_text(row: CircuitEdge) -> str:
+    """The effect of removal as the table shows it: measured, or "≈" an estimate."""
+    return ("" if row.removal_measured else "≈") + f"{row.removal_effect:+.3f}"
+
+
+def faithfulness_advice(faithfulness: float, method: str, ablation: str) -> str:
     """A verdict on a circuit's faithfulness (1: the circuit alone does what the model does, 0: no more
-    than everything ablated) and, below "faithful", what to try next."""
+    than everything ablated; above OVERSHOOT it does more, so edges left out work against the answer)
+    and, below "faithful", what to try next."""
+    if faithfulness > OVERSHOOT:
+        return (
+            f"overshoots (> {OVERSHOOT:g}): the circuit alone keeps more than the model, so edges left out "
+            "work against the answer; try more edges"
+        )
     if faithfulness >= FAITHFUL:
         return f"faithful (>= {FAITHFUL})"
     tries = ["more edges (--edges, --fraction, or --target to search for the size)"]
@@ -83,9 +121,11 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
         f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
         f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}] "
+        f"(per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
+        "prompts within ±20%) "
         + held_out_text(result)
         + ": "
-        + faithfulness_verdict(circuit["faithfulness"], method["name"], method["ablation"]),
+        + faithfulness_advice(circuit["faithfulness"], method["name"], method["ablation"]),
         f"{result.provenance or result.model}: {data['graph']['n_edges']:,} edges between "
         f"{data['graph']['n_nodes']} nodes",
         f"task {task['name']}: {task['n_prompts']} discovery prompt pairs"
@@ -94,7 +134,9 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         f"method {method['name']}{steps}, {method['ablation']} "
         f"ablation; scores in {sum(result.seconds.values()):.1f} s "
         f"in all ({result.seconds['scores']:.1f} s scoring"
-        + (f", {result.seconds['curve']:.1f} s the curve)" if "curve" in result.seconds else ")"),
+        + (f", {result.seconds['curve']:.1f} s the curve" if "curve" in result.seconds else "")
+        + (f", {result.seconds['effects']:.1f} s the edges' effects" if "effects" in result.seconds else "")
+        + ")",
         score_convention(result),
     ]
     if data["curve"] is not None:
@@ -313,28 +355,38 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
     its edges (the `top` strongest; default every one), the faithfulness curve, the heads' classes."""
     lines = summary_lines(result)
     edges = result.circuit_edge_rows()[:top]
-    shown = "every one, strongest first" if top is None else f"strongest {top} by |score|"
+    kept = f"the circuit's {int(result.circuit.sum())} edges kept, every other edge ablated"
+    by = "|score|" if result.removal is None else "|effect of removal|, measured first"
+    shown = "every one, strongest first" if top is None else f"strongest {top} by {by}"
+    value, notes = ("score", []) if result.removal is None else ("effect of removal", [removal_note(result)])
+    right = [value, "frequency"]
+    cells = [
+        [row.writer, row.reader, f"{row.score:+.4f}" if result.removal is None else effect_text(row),
+         frequency_text(row.frequency)]
+        for row in edges
+    ]  # fmt: skip
     sections = [
         Section(title="What chose and what tested", lines=lines[1:]),
         Section(
             title="Circuit",
             figures=[
                 "<p>Edges coloured by what they feed: query (blue), key (green), value (red), MLP or logits "
-                "(grey); width ~ |score|. Hover an edge for its score.</p>",
+                f"(grey); width ~ |{value}|. Hover an edge for its {value}.</p>",
                 circuit_view(result),
             ],
         ),
+        faithfulness_section(
+            result.faithfulness.summary(),
+            result.faithfulness_strata(),
+            kept,
+            "Faithfulness (held out)" if result.held_out else "Faithfulness (on the prompts that found it)",
+        ),
         Section(
             title=f"Circuit edges ({shown})",
-            table=Table(
-                columns=["writer", "reader", "score", "frequency"],
-                rows=[[writer, reader, f"{score:+.4f}", frequency_text(frequency)]
-                      for writer, reader, score, frequency in edges],
-                right=["score", "frequency"],
-            ),
-            notes=[stability_note(result)],
+            table=Table(columns=["writer", "reader", value, "frequency"], rows=cells, right=right),
+            notes=[*notes, stability_note(result)],
         ),
-    ]  # fmt: skip
+    ]
     if result.curve is not None:
         curve = result.curve
         low, high = curve.result.ci()

@@ -10,13 +10,12 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from circuits.path.task import read_pairs
+from circuits.pairs_file import check_pairs, read_pairs
 from interp import edges
 from interp.model import HookedTransformer
 from interp.tasks.ioi import ioi_dataset_for
 from interp.types import Metric
 
-METRICS = ("logit_diff", "prob")
 TASKS = ("ioi", "induction")
 
 
@@ -32,6 +31,17 @@ class EdgeTask:
     corrupted_metric: Metric | None = None  # the metric at the corrupted prompts' positions
     corrupted_mask: Int[Tensor, "batch pos"] | None = None  # 1 at real tokens, 0 at padding (mean ablation)
     families: list[str] | None = None  # each prompt's family (template, relation, ...); None: none given
+    strata: list[str] | None = None  # each prompt's stratum within families (IOI: its name order); None: none
+
+    def stratum_masks(self) -> list[tuple[str, str, Tensor]]:
+        """(kind, name, members [prompt] bool) of each stratum and family with two or more of them."""
+        kinds = [("stratum", self.strata), ("family", self.families)]
+        return [
+            (kind, name, torch.tensor([label == name for label in labels]))
+            for kind, labels in kinds
+            if labels is not None and len(set(labels)) > 1
+            for name in dict.fromkeys(labels)
+        ]
 
     @property
     def n_prompts(self) -> int:
@@ -51,7 +61,7 @@ def ioi_task(
     return EdgeTask(
         name="ioi", clean=clean.tokens, corrupted=abc.tokens, metric=metric,
         metric_name="logit_diff(IO - S)", corrupted_mask=mask,
-        families=[f"{prefix} {int(template)}" for template in clean.template],
+        families=[f"{prefix} {int(template)}" for template in clean.template], strata=list(clean.order),
     )  # fmt: skip
 
 
@@ -95,17 +105,8 @@ def induction_task(
 
 def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_diff") -> EdgeTask:
     """The user's prompt pairs (see the module docstring) with a logit-difference or probability metric."""
-    if metric not in METRICS:
-        raise ValueError(f"metric={metric!r} is not one of {METRICS}.")
     rows = read_pairs(path)
-    needed = ["clean", "corrupted", "correct"] + (["incorrect"] if metric == "logit_diff" else [])
-    for number, row in enumerate(rows, 1):
-        missing = [key for key in needed if not row.get(key)]
-        if missing:
-            raise ValueError(
-                f"{path}: pair {number} lacks {', '.join(missing)}; every pair needs {', '.join(needed)} "
-                f"(for a probability metric without an incorrect answer use --metric prob)."
-            )
+    check_pairs(rows, path, metric)
     if model.tokenizer is None:
         raise ValueError(f"{model.cfg.model_name} has no tokenizer, so it cannot read text prompt pairs.")
 
@@ -138,28 +139,31 @@ def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_d
         )
     mask = padding_mask(corrupted_end + 1, corrupted.shape[1])
     families = None
-    if any("family" in row for row in rows):  # the optional family column: the unit held out
-        families = [str(row.get("family") or "") for row in rows]
-        if not all(families):
-            raise ValueError(f"{path}: pair {families.index('') + 1} lacks its family; give every pair one")
+    if any("family" in row for row in rows):  # the optional family column (`check_pairs`: in every pair)
+        families = [str(row["family"]) for row in rows]
     return EdgeTask(
         name=Path(path).name, clean=clean, corrupted=corrupted, metric=made[0], metric_name=name,
         corrupted_metric=made[1], corrupted_mask=mask, families=families,
     )  # fmt: skip
 
 
+def check_task_name(task: str) -> None:
+    """Refuse a task that is neither one of TASKS nor a file's path (a name with a suffix)."""
+    if task not in TASKS and not Path(task).suffix:
+        raise ValueError(
+            f"Unknown task {task!r}: choose ioi, induction, or a .csv/.jsonl file of prompt pairs."
+        )
+
+
 def edge_task(
     model: HookedTransformer, task: str, n_prompts: int = 64, seed: int = 0, metric: str = "logit_diff"
 ) -> EdgeTask:
     """ "ioi", "induction", or the path of a prompt-pair file."""
+    check_task_name(task)
     if task == "ioi":
         return ioi_task(model, n_prompts, seed)
     if task == "induction":
         return induction_task(model, n_prompts, seed=seed)
-    if not Path(task).suffix:
-        raise ValueError(
-            f"Unknown task {task!r}: choose ioi, induction, or a .csv/.jsonl file of prompt pairs."
-        )
     return file_task(model, task, metric)
 
 

@@ -71,6 +71,7 @@ FUTILITY_ERROR = NormalDist().cdf(-FUTILITY_SE)  # the chance an effect truly at
 HEAD_VERDICTS = ("confirmed", "score-not-held", "length-dependent", "unconfirmed")
 INDUCTION_STAGE = "Ablating induction candidates"  # the stages progress(stage, done, total) reports
 PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates"
+CLEAN_RUN_STAGE = "Clean run of the held-out probe"  # before the checks; not kept (one forward pass)
 
 Effect = tuple[float, float]
 """(mean, standard error) over probe sequences."""
@@ -101,7 +102,7 @@ class CausalEffects:
     def significant(self, head: Head) -> bool:
         """Either pooled effect exceeds CONFIRM_SE standard errors and min_effect."""
         return any(
-            effects[head][0] > max(CONFIRM_SE * effects[head][1], self.min_effect)
+            significant_effect(effects[head], self.min_effect)
             for effects in (self.alone, self.with_others_ablated)
             if head in effects
         )
@@ -129,6 +130,12 @@ class CausalEffects:
 
     def confirmed(self, head: Head) -> bool:
         return self.verdict(head) == "confirmed"
+
+
+def significant_effect(effect: Effect, min_effect: float) -> bool:
+    """An effect (mean, standard error) exceeds CONFIRM_SE standard errors and min_effect (NaN: not
+    measured, never significant)."""
+    return effect[0] > max(CONFIRM_SE * effect[1], min_effect)
 
 
 def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
@@ -514,14 +521,21 @@ def causal_checks(
     scores first), then as many previous-token candidates, on the held-out probe (`probes.held_out`:
     a token family the scores never read). {} when no head is an induction candidate. stages: each
     check's effects kept as it finishes (INDUCTION_STAGE, then PREVIOUS_TOKEN_STAGE); a check already
-    in it is not run again."""
+    in it is not run again. progress: CLEAN_RUN_STAGE, then the two checks."""
     induction = scores.candidates("induction", max_candidates)
     if not induction:
+        if progress is not None:
+            for stage in (INDUCTION_STAGE, PREVIOUS_TOKEN_STAGE):
+                progress(f"{stage}: no induction candidate", 0, 0)
         return {}
     previous_token = scores.candidates("previous_token", max_candidates)
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
+    if progress is not None:
+        progress(CLEAN_RUN_STAGE, 0, 1)
     clean = clean_run(model, probes.held_out, layers, layers, final=True)
+    if progress is not None:
+        progress(CLEAN_RUN_STAGE, 1, 1)
     stages = StageResults() if stages is None else stages
     induction_effects = with_held_out_scores(
         stages.run(

@@ -12,6 +12,7 @@ from typing import Any
 import interp
 from circuits.heads.causal import (
     CAUSAL_TYPES,
+    CLEAN_RUN_STAGE,
     CONFIRM_SE,
     FUTILITY_ERROR,
     FUTILITY_SE,
@@ -33,6 +34,7 @@ from circuits.heads.probes import (
 )
 from circuits.heads.scores import (
     N_BOOTSTRAP,
+    SCORES_STAGE,
     HeadScores,
     mask_score_columns,
     mask_scores,
@@ -43,11 +45,10 @@ from circuits.heads.scores import (
 from circuits.heads.weights import weight_scores
 from circuits.stages import StageResults
 from interp.checks import check_finite_weights
-from interp.types import Head, Progress, head_label, substages
+from interp.types import Head, Progress, head_label
 
-CAUSAL_STAGE = "Causal checks"  # the stage of the ablations (its parts: causal.INDUCTION_STAGE, ...)
-SCORES_STAGE = "Attention scores"  # every probe's scores (`HeadScores`), kept as one stage
-KEPT_STAGES = (SCORES_STAGE, INDUCTION_STAGE, PREVIOUS_TOKEN_STAGE)  # what head_report keeps, in order
+KEPT_STAGES = (SCORES_STAGE, INDUCTION_STAGE, PREVIOUS_TOKEN_STAGE)  # what head_report reports and keeps
+BETWEEN_STAGES = (CLEAN_RUN_STAGE,)  # what head_report reports between them (not kept: one forward pass)
 
 
 def head_report(
@@ -70,7 +71,8 @@ def head_report(
     `max_candidates` induction and previous-token candidates each (highest scores first), on n_samples
     fresh repeated sequences per repeat length of the held-out family; `batch_size` sequences per
     forward pass while scoring.
-    progress(stage, done, total) is called as each stage advances (None: nothing is reported).
+    progress(stage, done, total) is called as each stage advances (None: nothing is reported): the
+    stages of KEPT_STAGES (the first only without `causal`) and BETWEEN_STAGES.
     stages: each of KEPT_STAGES' results kept as it finishes; those already in it (a resumed run's,
     made with the same settings) are not run again.
     """
@@ -80,20 +82,12 @@ def head_report(
     stages = StageResults() if stages is None else stages
     probes = make_probes(model, n_samples, seed, seq_len, natural_text)
     scores = stages.run(
-        SCORES_STAGE,
-        lambda: score_heads(model, probes, seed, batch_size, progress),
-        progress,
-        reported_as=head_report_stages(model, natural_text, causal=False),
+        SCORES_STAGE, lambda: score_heads(model, probes, seed, batch_size, progress), progress
     )
     weights = weight_scores(model, scores.candidates("previous_token", max_candidates))
     effects = {}
     if causal:
-        if progress:
-            progress(CAUSAL_STAGE, 0, 1)
-        checks = substages(progress, CAUSAL_STAGE)
-        effects = causal_checks(model, probes, scores, max_candidates, checks, stages)
-        if progress:
-            progress(CAUSAL_STAGE, 1, 1)
+        effects = causal_checks(model, probes, scores, max_candidates, progress, stages)
     cfg = model.cfg
     return HeadReport(
         model_name=cfg.model_name,
@@ -109,7 +103,7 @@ def head_report(
     )
 
 
-INDUCTION_ONLY_STAGES = ("Attention scores (repeated)", INDUCTION_STAGE)  # what confirmed_induction reports
+INDUCTION_ONLY_STAGES = (SCORES_STAGE, INDUCTION_STAGE)  # what confirmed_induction reports
 
 
 def confirmed_induction(
@@ -143,15 +137,6 @@ def confirmed_induction(
     effects = induction_ablation_effects(model, probes.held_out, candidates, progress, clean)
     effects = with_held_out_scores(effects, probes.held_out, clean, candidates, "induction", limits)
     return [head for head in candidates if effects.confirmed(head)]
-
-
-def head_report_stages(
-    model: interp.HookedTransformer, natural_text: Sequence[str] | str | None = None, causal: bool = True
-) -> list[str]:
-    """The stages `head_report(model, natural_text=..., causal=...)` reports to its progress, in order."""
-    text = model.tokenizer is not None if natural_text is None else bool(natural_text)
-    probes = ["repeated", "random"] + (["text"] if text else [])
-    return [f"Attention scores ({probe})" for probe in probes] + ([CAUSAL_STAGE] if causal else [])
 
 
 def heads_stage_notes(stage: str, value: HeadScores | CausalEffects) -> list[str]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import html
 import math
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
 
-from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE
+from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE, MIN_EFFECT, significant_effect
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
 from circuits.output import safe_csv
@@ -34,6 +35,7 @@ SHORT = {
     "copying": "copy",
     "k_composition": "kcomp",
 }
+WITH_OTHERS_MARK = "*"  # after ✓: confirmed only with the other candidates of its type ablated
 TOP_HEADS_SHOWN = 3  # attention viewers per type in the HTML page (confirmed heads first)
 CAPTIONS = {  # what each heat map's cell means
     "previous_token": "fraction of a query's attention on the previous token",
@@ -63,10 +65,14 @@ LEGEND = (
     "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
     "attention (positive: the head feeds them). score: the attention score that chose the head, on the "
     "discovery token family → the same score on the held-out family (held out: that score of its "
-    "induction type, else its previous-token type). ✓: the effect exceeds 2 standard "
-    "errors and 0.02, and 0.02 at most of the probe's repeat lengths (else: length-dependent, not "
-    "confirmed), and the held-out score clears the type's threshold (else: score not held out, not "
-    "confirmed). "
+    "induction type, else its previous-token type). ✓: confirmed by ablation: the effect (alone or with "
+    "the others ablated) exceeds 2 standard errors and 0.02 over all the held-out sequences; it exceeds "
+    "0.02 on the sequences of more than half of the probe's repeat lengths (else: length-dependent, not "
+    "confirmed); and the held-out score clears the type's threshold (else: score not held out, not "
+    f"confirmed). ✓{WITH_OTHERS_MARK}: confirmed only with the other candidates of its type ablated (alone "
+    "its effect is under 2 standard errors or 0.02: the others stand in for it). effect/SE: the effect "
+    f"that confirmed the head / its standard error (alone; with the others ablated for ✓{WITH_OTHERS_MARK}), "
+    "the order of the table. "
     "†: stopped early as futile (sequential stopping in two looks): on the first half of each repeat "
     f"length's sequences the effect + {FUTILITY_SE:g} standard errors was below 0.02, so it was not run "
     "on the second half and is over the first; an effect truly at least 0.02 is stopped so with "
@@ -90,7 +96,7 @@ def _effect(row, kind: str, suffix: str = "") -> str:
 def _type_label(row, name: str) -> str:
     """A type as shown: "induction ✓" (confirmed), "fixed_offset 18" (offset), "skip_gram a->b"."""
     if name in CAUSAL_TYPES and row[f"{name}_confirmed"]:
-        return f"{name} ✓"
+        return f"{name} ✓" + (WITH_OTHERS_MARK if confirmed_with_others_only(row, name) else "")
     if name in CAUSAL_TYPES and row.get(f"{name}_verdict") == "length-dependent":
         return f"{name} (length-dependent)"
     if name in CAUSAL_TYPES and row.get(f"{name}_verdict") == "score-not-held":
@@ -124,17 +130,63 @@ def type_summary(report: HeadReport) -> list[tuple[str, int, list[Head]]]:
 
 def headline(report: HeadReport) -> str:
     """What the report found, in one sentence: the heads of each causally checked type confirmed by
-    ablation, and how many more heads are typed by their scores alone."""
+    ablation, and how many more heads are typed by their scores alone (those typed first_token only
+    counted apart)."""
     rows = classified_rows(report).to_dict("records")
     found = []
     for kind in CAUSAL_TYPES:
         heads = [head_label(row["layer"], row["head"]) for row in rows if row.get(f"{kind}_confirmed")]
         listed = f" ({', '.join(heads[:4])}{' …' if len(heads) > 4 else ''})" if heads else ""
         found.append(f"{len(heads)} {kind} heads{listed}")
-    n_confirmed = len(confirmed_rows(report))
+    unconfirmed, sinks = len(unconfirmed_typed_rows(report)), len(first_token_only_rows(report))
     return (
-        f"{report.model_name}: confirmed by ablation: {', '.join(found)}; {len(rows) - n_confirmed} more "
-        "heads typed by their attention scores alone (not confirmed)."
+        f"{report.model_name}: confirmed by ablation: {', '.join(found)}; {_heads(unconfirmed, 'more')} "
+        "typed by their attention scores alone (not confirmed)"
+        + (f", {sinks} of them first_token only." if sinks else ".")
+    )
+
+
+def _heads(n: int, adjective: str = "") -> str:
+    """ "1 more head", "5 more heads"."""
+    return f"{n} {adjective + ' ' if adjective else ''}head{'s' * (n != 1)}"
+
+
+def first_token_only_rows(report: HeadReport):
+    """Heads whose one type is first_token (attention sinks: most heads of a large model)."""
+    return report.table[report.table["types"].apply(lambda types: list(types) == ["first_token"])]
+
+
+def unconfirmed_typed_rows(report: HeadReport):
+    """Heads with at least one type (first_token included) and none confirmed by ablation."""
+    table = report.table
+    typed = table[table["types"].apply(len) > 0]
+    return typed.drop(confirmed_rows(report).index)
+
+
+def unlisted_note(report: HeadReport, all_heads: bool) -> str:
+    """What the heads table leaves out: without `all_heads`, every typed head not confirmed by ablation,
+    counted per type; with it, the heads typed first_token only ("" when nothing is left out)."""
+    sinks = len(first_token_only_rows(report))
+    where = "the first_token heat map of the HTML page and --format csv/json have them"
+    if all_heads:
+        return (
+            f"Not listed: {_heads(sinks)} typed first_token only (attention sinks); {where}." if sinks else ""
+        )
+    unconfirmed = unconfirmed_typed_rows(report)
+    if unconfirmed.empty:
+        return ""
+    counts = Counter(name for types in unconfirmed["types"] for name in types)
+    per_type = ", ".join(f"{count} {name}" for name, count in counts.most_common())
+    listed = len(unconfirmed) - sinks
+    note = (
+        f"{_heads(len(unconfirmed), 'more typed')}, not confirmed by ablation (typed by their scores; a head "
+        f"may have several types): {per_type}."
+    )
+    if not sinks:
+        return f"{note} --all lists them."
+    return (
+        f"{note} --all lists the {listed} with a type besides first_token; the {sinks} typed first_token "
+        f"only (attention sinks) are not listed: {where}."
     )
 
 
@@ -273,7 +325,8 @@ def _effect_pair(row, kind: str, separator: str) -> str:
 
 
 def _z(row) -> str:
-    """The evidence the tables sort by (effect / standard error); blank where unconfirmed."""
+    """The evidence the tables sort by (the confirming effect / its standard error); blank where
+    unconfirmed."""
     return "" if (z := evidence(row)) == -math.inf else f"{z:.1f}"
 
 
@@ -299,16 +352,23 @@ def _compact_cells(row) -> list[str]:
 # Terminal
 
 
-def evidence(row) -> float:
-    """A head's strongest confirmed effect alone / its standard error (-inf: none confirmed)."""
-    return max(
-        (
-            row[f"{kind}_effect"] / row[f"{kind}_effect_se"]
-            for kind in CAUSAL_TYPES
-            if row[f"{kind}_confirmed"]
-        ),
-        default=-math.inf,
+def confirmed_with_others_only(row, kind: str) -> bool:
+    """The head is confirmed as `kind` by its effect with the other candidates ablated, its effect alone
+    not significant (the others stand in for it)."""
+    return bool(row[f"{kind}_confirmed"]) and not significant_effect(
+        (row[f"{kind}_effect"], row[f"{kind}_effect_se"]), MIN_EFFECT[kind]
     )
+
+
+def evidence(row) -> float:
+    """A head's strongest confirming effect / its standard error, over its confirmed types: the effect
+    alone, or with the others ablated where only that one is significant (-inf: none confirmed)."""
+    ratios = []
+    for kind in CAUSAL_TYPES:
+        if row[f"{kind}_confirmed"]:
+            effect = f"{kind}_effect" + ("_with_others" if confirmed_with_others_only(row, kind) else "")
+            ratios.append(row[effect] / row[f"{effect}_se"])
+    return max(ratios, default=-math.inf)
 
 
 def confirmed_rows(report: HeadReport):
@@ -421,7 +481,7 @@ def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True
         right=["threshold", "heads"],
     )  # fmt: skip
     settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
-    typed, confirmed = classified_rows(report), confirmed_rows(report)
+    confirmed = confirmed_rows(report)
     if all_heads:
         rows, title = (
             ranked_rows(report),
@@ -430,16 +490,11 @@ def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True
     else:
         rows, title = (
             confirmed,
-            "Heads confirmed by ablation, by effect/SE (effect alone / its standard error)",
+            "Heads confirmed by ablation, by effect/SE (the confirming effect / its standard error)",
         )
     effect = "causal effect alone / with the others ablated (nats / score)"
     columns = _columns(report) if wide else ["head", "types", "score", effect, "effect/SE"]
-    hints = []
-    if not all_heads and len(typed) > len(confirmed):
-        hints.append(
-            f"{len(typed) - len(confirmed)} more typed heads (by scores, not confirmed by ablation): "
-            "--all lists them."
-        )
+    hints = [note for note in [unlisted_note(report, all_heads)] if note]
     hints.append(
         ("" if wide else "--wide shows every score; ") + "--format csv/json has standard errors too."
     )

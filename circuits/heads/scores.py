@@ -65,6 +65,7 @@ BROAD_MIN_QUERY = 4
 MIN_OFFSET_QUERIES = 4
 MIN_OFFSET_QUERY_FRACTION = 1 / 3
 N_BOOTSTRAP = 500
+SCORES_STAGE = "Attention scores"  # every probe's scores (`HeadScores`): one stage, each probe a part
 
 
 Masks = dict[str, tuple[Bool[Tensor, "batch q k"], Bool[Tensor, "batch q"]]]
@@ -178,7 +179,7 @@ def probe_patterns(
     score(pattern [batch, head, q, k], tokens, lengths) -> {name: [rows, head, ...]}, where rows is
     the batch or anything else that concatenates over batches (a batch's tokens and pattern are cut
     to its longest sequence). Only hook_pattern is cached, one batch at a time; progress(f"Attention
-    scores ({probe.name})", sequences done, sequences).
+    scores: {probe.name} probe", sequences done, sequences): a part of SCORES_STAGE.
     """
     cfg = model.cfg
     per_batch: list[dict[str, Tensor]] = []
@@ -186,7 +187,7 @@ def probe_patterns(
     n = int(probe.lengths[0])
     example = torch.zeros(cfg.n_layers, cfg.n_heads, n, n)
     total = len(probe.tokens)
-    stage = f"Attention scores ({probe.name})"
+    stage = f"{SCORES_STAGE}: {probe.name} probe"
     if progress:
         progress(stage, 0, total)
     for start in range(0, total, batch_size):

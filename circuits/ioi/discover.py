@@ -23,6 +23,7 @@ evaluation use all of them.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.evidence import check_direct_logit_attribution
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
 from circuits.ioi.evidence import ClassEvidence, clean_run, measure_class_evidence
 from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
@@ -67,15 +69,14 @@ from interp.types import Head, Progress, as_stage, head_label
 THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}
 
 
-IOI_STAGES = (  # the stages find_ioi_circuit reports, in order ("path patching: heads -> logits", ...)
-    "baseline, attention and direct logit attribution", "path patching", "evaluation",
-    "validation on held-out prompts", "example attention patterns",
-)  # fmt: skip
-KEPT_STAGES = (  # what find_ioi_circuit keeps in its StageResults: each step's result, then the tests
+KEPT_STAGES = (  # the stages find_ioi_circuit reports and keeps in its StageResults: each step, the tests
     "path patching: name movers", "path patching: S-inhibition",
     "path patching: induction and duplicate-token", "path patching: previous-token",
     "path patching: backup name movers", "evaluation", "validation on held-out prompts",
 )  # fmt: skip
+BASELINE_STAGE = "baseline, attention and direct logit attribution"
+EXAMPLE_STAGE = "example attention patterns"
+BETWEEN_STAGES = (BASELINE_STAGE, EXAMPLE_STAGE)  # reported before and after them, not kept (quick)
 
 
 def ioi_stage_notes(stage: str, value: Any) -> list[str]:
@@ -122,8 +123,9 @@ def find_ioi_circuit(
     heldout: (clean, abc) prompts the discovery never sees, to confirm each class on; default
     ioi_dataset_for(model, n_prompts, seed, "heldout") when `prompts` is None, else no validation.
     validate: False skips the held-out validation.
-    progress(stage, done, total): each stage ("path patching: heads -> logits", "evaluation", ...)
-    reported as it begins, (stage, 0, 1), and ends, (stage, 1, 1); a skipped one as (stage, 0, 0).
+    progress(stage, done, total): each stage of KEPT_STAGES and BETWEEN_STAGES reported as it
+    begins, (stage, 0, 1), and ends, (stage, 1, 1); a step's sweeps as its parts ("path patching:
+    name movers: heads -> logits"); a skipped sweep as (stage, 0, 0).
     sender_effects: which senders each step path-patches (circuits.ioi.patching): default
     `EAPRanking` of the `exact_candidates` senders edge attribution ranks first and those whose
     estimate reaches half of `min_effect` (`path_patching_effects`, every sender, if
@@ -134,6 +136,7 @@ def find_ioi_circuit(
     min_attention, large_attention, n_bootstrap, n_completeness_subsets, n_random_draws,
     n_patching_prompts, exact_candidates.
     """
+    check_direct_logit_attribution(model.cfg, "find_ioi_circuit (interp ioi)")  # before any run
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
     timings = {"dataset": time.perf_counter() - start}
@@ -149,7 +152,7 @@ def find_ioi_circuit(
     if validate and heldout is not None and result.heads:
         result.validation = validation_stage(model, result, heldout, description, stages, progress)  # 5.
     if result.heads:
-        with timed("example attention patterns", result.timings, progress):
+        with timed(EXAMPLE_STAGE, result.timings, progress):
             result.example = example_patterns(model, clean, result.heads)  # 6.
     result.timings["total"] = time.perf_counter() - start
     return result
@@ -207,7 +210,7 @@ def measure_prompts(
     """2. One clean run (baseline, attention, direct logit attribution) and one ABC run (the ABC logit
     diff and the mean ablation's means), timed as the stage "baseline, attention and direct logit
     attribution"; refused if the model's logit diff is not above 0 (no circuit to find)."""
-    with timed("baseline, attention and direct logit attribution", timings, progress):
+    with timed(BASELINE_STAGE, timings, progress):
         clean_logits, clean_cache = clean_run(model, clean)
         abc_logits, abc_cache = cached_run(
             model, abc.tokens, model.layer_hook_names("z"), logit_pos=clean.positions["END"]
@@ -250,27 +253,48 @@ def run_steps(
         sender_effects=sender_effects, progress=progress,
     )  # fmt: skip
 
-    def kept_step(index: int, find: Callable[[], StepResult]) -> StepResult:
-        return stages.run(KEPT_STAGES[index], find, progress)
+    def kept_step(index: int, find: Callable[[StepInputs], StepResult]) -> StepResult:
+        """find(the inputs, its sweeps reported as parts of the step's stage), or the step's kept result."""
+        stage = KEPT_STAGES[index]
 
-    direct = kept_step(0, lambda: find_name_movers(inputs))
+        def run() -> StepResult:
+            if progress is not None:
+                progress(stage, 0, 1)
+            found = find(dataclasses.replace(inputs, progress=_sweeps_of(progress, stage)))
+            if progress is not None:
+                progress(stage, 1, 1)
+            return found
+
+        return stages.run(stage, run, progress)
+
+    direct = kept_step(0, find_name_movers)
     name_movers = direct.heads("name_mover")
     s_inhibition = kept_step(
-        1, lambda: find_s_inhibition_heads(inputs, name_movers, direct.heads("s_suppression"))
+        1, lambda step: find_s_inhibition_heads(step, name_movers, direct.heads("s_suppression"))
     )
     values = kept_step(
-        2, lambda: find_induction_and_duplicate_token_heads(inputs, s_inhibition.heads("s_inhibition"))
+        2, lambda step: find_induction_and_duplicate_token_heads(step, s_inhibition.heads("s_inhibition"))
     )
-    keys = kept_step(3, lambda: find_previous_token_heads(inputs, values.heads("induction")))
+    keys = kept_step(3, lambda step: find_previous_token_heads(step, values.heads("induction")))
     steps = [direct, s_inhibition, values, keys]
     classified = {head for step in steps for heads in step.classes.values() for head in _heads(heads)}
     backup = kept_step(
         4,
-        lambda: find_backup_name_movers(
-            inputs, name_movers, direct.effects["logits"], classified, measured.mean_ablation
+        lambda step: find_backup_name_movers(
+            step, name_movers, direct.effects["logits"], classified, measured.mean_ablation
         ),
     )
     return [*steps, backup]
+
+
+def _sweeps_of(progress: Progress | None, stage: str) -> Progress | None:
+    """`progress` for a step's path-patching sweeps ("path patching: heads -> logits"), each reported
+    as a part of the step's `stage` ("path patching: name movers: heads -> logits")."""
+    if progress is None:
+        return None
+    return lambda sweep, done, total: progress(
+        f"{stage}: {sweep.removeprefix('path patching: ')}", done, total
+    )
 
 
 def evaluation_stage(

@@ -31,7 +31,14 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import HeadClass, head_class, judge_class
+from circuits.evidence import (
+    HeadClass,
+    StratumFaithfulness,
+    check_direct_logit_attribution,
+    faithfulness_by_stratum,
+    head_class,
+    judge_class,
+)
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import (
@@ -41,7 +48,13 @@ from circuits.ioi.results import (
     IOICircuitResult,
     Validation,
 )
-from interp.interventions.stats import bootstrap, faithfulness_ratio, heterogeneity
+from interp.interventions.stats import (
+    FaithfulnessSummary,
+    bootstrap,
+    faithfulness_ratio,
+    faithfulness_summary,
+    heterogeneity,
+)
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
 
@@ -155,6 +168,7 @@ def validate_circuit(
     4. the circuit's faithfulness and recovered fraction on the held-out prompts (`heldout_faithfulness`)
 
     progress(stage, done, total): as the ablated runs of step 2 finish."""
+    check_direct_logit_attribution(model.cfg, "validate_circuit")  # before the mean-ablation runs
     ablation = MeanAblation(model, heldout_abc)
     dla = direct_logit_attributions(model, heldout)
     plans = ablation_plans(model, result)  # 1.
@@ -163,6 +177,7 @@ def validate_circuit(
         name: class_validation(name, plan, result, ablated, dla, heldout) for name, plan in plans.items()
     }  # 3.
     faithfulness, recovered, recovered_ci = heldout_faithfulness(model, result, ablated)  # 4.
+    summary, strata = heldout_faithfulness_summary(model, result, ablated, heldout)
     return Validation(
         prompts=description,
         n_prompts=len(heldout),
@@ -171,6 +186,8 @@ def validate_circuit(
         recovered=recovered,
         recovered_ci=recovered_ci,
         classes=classes,
+        faithfulness_summary=summary,
+        faithfulness_strata=strata,
     )
 
 
@@ -299,6 +316,24 @@ def heldout_faithfulness(
     except ValueError:
         faithfulness = float("nan")
     return faithfulness, in_circuit.mean().item() / clean.mean().item(), (float(low), float(high))
+
+
+def heldout_faithfulness_summary(
+    model: interp.HookedTransformer,
+    result: IOICircuitResult,
+    ablated: Callable[[Sequence[Head]], Tensor],
+    heldout: IOIPrompts,
+) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
+    """4. the circuit's faithfulness on the held-out prompts with its per-prompt error, pooled and per
+    name order and template (`faithfulness_summary`; None where undefined: no gap to keep)."""
+    clean, nothing = ablated([]), ablated(_all_heads(model))
+    in_circuit = ablated(_outside_circuit(model, result))
+    seed = result.settings.seed
+    try:
+        summary = faithfulness_summary(in_circuit, clean, nothing, result.settings.n_bootstrap, seed)
+    except ValueError:
+        return None, []
+    return summary, faithfulness_by_stratum(in_circuit, clean, nothing, _strata(heldout), seed)
 
 
 def _strata(prompts: IOIPrompts) -> list[tuple[str, str, Tensor]]:

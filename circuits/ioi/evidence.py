@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import median_mad
+from circuits.evidence import check_direct_logit_attribution, median_mad
 from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
@@ -65,6 +65,7 @@ def direct_logit_attributions(
     scale taken from the run): {"IO": [layer, head], "S": [layer, head]}, means over prompts.
     cache: `clean_run(model, prompts)`'s, if it was run already."""
     cfg = model.cfg
+    check_direct_logit_attribution(cfg, "direct_logit_attributions")
     if cache is None:
         names = [*model.layer_hook_names("z"), interp.act_name("scale")]
         _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)

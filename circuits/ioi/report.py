@@ -18,12 +18,14 @@ from __future__ import annotations
 import html
 import json
 import math
+import statistics
 
 from rich.console import Console
 
 from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
-from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, IOICircuitResult
-from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, HeadEvidence, IOICircuitResult
+from circuits.sections import Report, Section, Table, faithfulness_section, layer_head_map, write_sections
+from interp.types import head_label
 from interp.viz import attention_patterns_html
 
 CLASS_TITLES = {
@@ -106,7 +108,34 @@ def _headline(result: IOICircuitResult) -> list[str]:
         lines[0] += f"; it recovers {e.recovered:.0%} of the logit diff (not validated on held-out prompts)."
     else:
         lines[0] += " (neither evaluated nor validated)."
+    if result.unclassified:
+        largest = _by_size(result.unclassified)
+        named, more = largest[:HEADLINE_UNCLASSIFIED], len(largest) - HEADLINE_UNCLASSIFIED
+        lines.append(
+            f"Not among the {len(result.heads)} heads: {_count(len(largest), 'unclassified head')}, selected "
+            f"by path patching but attending as no class does: {'the largest ' * (more > 0)}{_effects(named)}"
+            + (f" and {more} more" if more > 0 else "")
+            + " (path-patching effect)."
+        )
     return lines
+
+
+HEADLINE_UNCLASSIFIED = 3  # unclassified heads the headline names, largest |effect| first
+
+
+def _by_size(heads: list[HeadEvidence]) -> list[HeadEvidence]:
+    """Heads by the size of their path-patching effect, largest first."""
+    return sorted(heads, key=lambda h: -abs(h.effect))
+
+
+def _effects(heads: list[HeadEvidence]) -> str:
+    """ "L29H1 +29.9%, L29H0 -22.5%": heads with their path-patching effects."""
+    return ", ".join(f"{h.name} {h.effect:+.1%}" for h in heads)
+
+
+def _summed(heads: list[HeadEvidence]) -> str:
+    """ "L29H0 -22.5%, L24H5 -8.6%: -31.1% together" ("none" for no head)."""
+    return f"{_effects(heads)}: {sum(h.effect for h in heads):+.1%} together" if heads else "none"
 
 
 def _chose_lines(result: IOICircuitResult) -> list[str]:
@@ -134,19 +163,80 @@ def _circuit_lines(result: IOICircuitResult) -> list[str]:
     ]
     e = result.evaluation
     if e is not None:
-        with_unclassified = (
-            f" ({e.recovered_with_unclassified:.1%} and {e.faithfulness_with_unclassified:.1%} with the "
-            "unclassified heads)"
-            if e.recovered_with_unclassified is not None
-            else ""
-        )
         lines.append(
             f"recovered {e.recovered:.1%} of the logit diff (circuit {e.circuit_logit_diff:.3f} / model "
             f"{e.model_logit_diff:.3f}), faithfulness {e.faithfulness:.1%} (all heads ablated "
-            f"{e.ablated_logit_diff:.3f}){with_unclassified}; completeness: max "
-            f"|F(C\\K) - F(M\\K)| / F(M) = {e.completeness_max_gap:.1%} over {len(e.completeness)} subsets"
+            f"{e.ablated_logit_diff:.3f})"
         )
+        lines += [*_unclassified_lines(result), _completeness_line(result)]
     return lines
+
+
+def _unclassified_lines(result: IOICircuitResult) -> list[str]:
+    """The unclassified heads, largest first, and what keeping them with the circuit does to what it
+    recovers, with the likely reason: the heads that work against IO or those that help ([] without)."""
+    e, heads = result.evaluation, _by_size(result.unclassified)
+    if not heads or e.recovered_with_unclassified is None:
+        return []
+    before, after = e.recovered, e.recovered_with_unclassified
+    lowers = after < before
+    helping, against = [h for h in heads if h.effect > 0], [h for h in heads if h.effect < 0]
+    net = sum(h.effect for h in heads)
+    change = (
+        f"keeping {'it' if len(heads) == 1 else 'them'} with the circuit {'lowers' if lowers else 'raises'} "
+        f"what it recovers from {before:.1%} to {after:.1%} (faithfulness {e.faithfulness:.1%} to "
+        f"{e.faithfulness_with_unclassified:.1%})"
+    )
+    if lowers != (net < 0):
+        reason = (
+            f"though their path-patching effects sum to {net:+.1%}: effects measured one head at a time in "
+            "the whole model need not add up once every other head is mean-ablated"
+        )
+    elif not (helping and against):
+        reason = ("every one " if len(heads) > 1 else "it ") + (
+            "works against IO" if lowers else "helps predict IO"
+        )
+    else:
+        weigh = "outweigh" if lowers else "weigh less than"
+        reason = f"those that work against IO ({_summed(against)}) {weigh} those that help "
+        reason += f"({_summed(helping)})"
+    return [
+        f"unclassified: {_count(len(heads), 'head')} selected by path patching whose attention fits no "
+        f"class, not counted in the circuit: {_effects(heads)} (path-patching effect; negative: the head "
+        f"works against IO); {change}: {reason}"
+    ]
+
+
+def _count(n: int, noun: str) -> str:
+    """ "1 head", "5 heads"."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _completeness_line(result: IOICircuitResult) -> str:
+    """Completeness in words (Wang et al.'s): its largest gap, the subset with it, and which way it
+    goes."""
+    e = result.evaluation
+    gaps = [c["gap"] for c in e.completeness]
+    worst = max(e.completeness, key=lambda c: c["gap"])
+    heads = sorted(tuple(head) for head in worst["heads"])
+    names = ", ".join(head_label(*head) for head in heads)
+    classes = [cls for cls, members in result.circuit.items() if members and sorted(members) == heads]
+    subset = f"the {classes[0]} class ({names})" if classes else f"{len(heads)} of its heads ({names})"
+    circuit, model = worst["circuit_logit_diff"], worst["model_logit_diff"]
+    way = (
+        "heads outside the circuit make up for K in the model, and the circuit lacks them"
+        if model > circuit
+        else "heads outside the circuit work against IO once K is gone"
+    )
+    n_classes = sum(1 for members in result.circuit.values() if members)
+    return (
+        "completeness (Wang et al.): knocking a subset K of the circuit's heads out of the circuit and out "
+        "of the whole model should hurt both alike; the gap |F(C\\K) - F(M\\K)| / F(M) (F: the logit diff "
+        f"with the heads outside the set mean-ablated; 0: alike) over {len(gaps)} subsets (each of the "
+        f"{n_classes} classes and {len(gaps) - n_classes} random subsets) is {max(gaps):.1%} at most "
+        f"(median {statistics.median(gaps):.1%}); the largest for K = {subset}: without it the circuit keeps "
+        f"a logit diff of {circuit:.3f}, the model {model:.3f}: {way}"
+    )
 
 
 def _validation_lines(result: IOICircuitResult) -> list[str]:
@@ -510,6 +600,9 @@ def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
                 notes=[STRATA_LEGEND, *_template_lines(result)],
             ),
         ]
+        if v.faithfulness_summary is not None:
+            kept = f"the circuit's {len(result.heads)} heads kept, every other head mean-ablated"
+            sections.append(faithfulness_section(v.faithfulness_summary, v.faithfulness_strata, kept))
     if e is not None and e.minimality:
         minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
         sections.append(

@@ -15,7 +15,8 @@ from typing import Any
 
 from torch import Tensor
 
-from circuits.evidence import StratumDrop
+from circuits.evidence import StratumDrop, StratumFaithfulness
+from interp.interventions.stats import FaithfulnessSummary
 from interp.types import Head, head_label
 
 CLASSES = (
@@ -168,6 +169,8 @@ class Validation:
     recovered: float  # F(circuit) / F(model) on the held-out prompts
     recovered_ci: tuple[float, float]  # 95% bootstrap over prompts
     classes: dict[str, ClassValidation]  # non-empty classes only
+    faithfulness_summary: FaithfulnessSummary | None = None  # with its per-prompt error (None: saved before)
+    faithfulness_strata: list[StratumFaithfulness] = field(default_factory=list)  # per order and template
 
     @property
     def unconfirmed(self) -> list[str]:

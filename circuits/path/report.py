@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
 from circuits.path.steps import PathResult
-from circuits.sections import Report, Section, Table
+from circuits.sections import Report, Section, Table, faithfulness_section
+
+ABLATION_WORDS = {
+    "counterfactual": "each head's output from its pair's corrupted prompt",
+    "mean": "each head's output averaged over the corrupted prompts real at each position",
+    "zero": "each head's output set to zero",
+    "resample": "each head's output from another pair's corrupted prompt",
+}
 
 
 def _ci(ci: tuple[float, float]) -> str:
@@ -43,8 +50,7 @@ def path_sections(result: PathResult) -> list[Section]:
                     "column: prompts are held out, not families)"
                 ]
             ),
-            f"ablation: {settings.ablation} (heads' outputs from the corrupted prompts"
-            + (")" if settings.ablation == "counterfactual" else ", averaged per position)"),
+            f"ablation: {settings.ablation} ({ABLATION_WORDS.get(settings.ablation, settings.ablation)})",
             f"effects: {result.sign_rule}; 'beyond random' subtracts {settings.n_random} random same-layer "
             "sets of as many heads, paired by prompt; CIs: 95% bootstrap over prompts",
             f"every head ablated: drop {result.all_heads_drop:+.2f} on the held-out prompts",
@@ -116,7 +122,12 @@ def path_sections(result: PathResult) -> list[Section]:
             rows=[[d.head, f"{d.estimated:+.2f}", f"{d.exact:+.2f}", _ci(d.exact_ci)] for d in ranked],
         ),
     )
-    return [chose, classes, strata, heads]
+    sections = [chose, classes, strata]
+    if result.faithfulness_summary is not None:
+        n_heads = len({head for c in result.classes for head in c.heads})
+        what = f"the {n_heads} heads of the classes kept, every other head ablated"
+        sections.append(faithfulness_section(result.faithfulness_summary, result.faithfulness_strata, what))
+    return [*sections, heads]
 
 
 def path_report(result: PathResult) -> Report:

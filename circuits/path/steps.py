@@ -35,6 +35,8 @@ from circuits.evidence import (
     EFFECT_SIGN,
     BeyondRandom,
     StratumDrop,
+    StratumFaithfulness,
+    faithfulness_by_stratum,
     head_class,
     head_labels,
     judge_class,
@@ -44,7 +46,7 @@ from circuits.evidence import (
 from circuits.path.task import PairTask
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.patching import attribution_patching
-from interp.interventions.stats import bootstrap, faithfulness_ratio
+from interp.interventions.stats import FaithfulnessSummary, faithfulness_summary
 from interp.model import HookedTransformer
 from interp.types import Head, Progress
 
@@ -107,6 +109,8 @@ class PathResult:
     classes: list[ClassCheck]
     faithfulness: float
     faithfulness_ci: tuple[float, float]
+    faithfulness_summary: FaithfulnessSummary | None = None  # with per-prompt error (None: saved before)
+    faithfulness_strata: list[StratumFaithfulness] = field(default_factory=list)
     sign_rule: str = EFFECT_SIGN
     notes: list[str] = field(default_factory=list)
 
@@ -248,21 +252,16 @@ def validate(
 
 def circuit_faithfulness(
     model: HookedTransformer, task: PairTask, circuit: Sequence[Head], ablation: str, seed: int = 0
-) -> tuple[float, tuple[float, float], float]:
-    """Step 4: (faithfulness, its bootstrap CI over prompts, the mean drop with every head ablated) of
-    the heads `circuit` on `task`."""
+) -> tuple[FaithfulnessSummary, list[StratumFaithfulness], float]:
+    """Step 4: the heads `circuit`'s faithfulness on `task` (ratio of means with its bootstrap CI over
+    prompts, per-prompt error; `stats.faithfulness_summary`), the same per stratum and family, and the
+    mean drop with every head ablated."""
     every = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
     outside = [head for head in every if head not in set(circuit)]
     full, kept, none = metric_with_heads_ablated(model, task, [[], outside, every], ablation)
-    value = float(faithfulness_ratio(kept[None], full, none)[0])
-
-    def resampled(samples: Tensor) -> Tensor:
-        return (kept[samples].mean(-1) - none[samples].mean(-1)) / (
-            full[samples].mean(-1) - none[samples].mean(-1)
-        )
-
-    low, high = bootstrap(resampled, len(full), seed=seed)
-    return value, (float(low), float(high)), float((full - none).mean())
+    summary = faithfulness_summary(kept, full, none, seed=seed)
+    strata = faithfulness_by_stratum(kept, full, none, _strata(task), seed)
+    return summary, strata, float((full - none).mean())
 
 
 def _changed_positions_note(model: HookedTransformer, task: PairTask) -> str:
@@ -322,7 +321,7 @@ def head_path(
             name: sum(attention[h][name] for h in members) / len(members) for name in task.positions
         }
     stage(3)
-    faithfulness, ci, all_heads_drop = circuit_faithfulness(
+    faithfulness, faithfulness_strata, all_heads_drop = circuit_faithfulness(
         model, heldout, heads, settings.ablation, settings.seed
     )
     notes += [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
@@ -331,5 +330,6 @@ def head_path(
         chose=tuple(dict.fromkeys(discovery.families)), tested=tuple(dict.fromkeys(heldout.families)),
         by_family=task.has_families, n_discovery=len(discovery), n_heldout=len(heldout),
         all_heads_drop=all_heads_drop, drops=list(drops.values()), classes=checks,
-        faithfulness=faithfulness, faithfulness_ci=ci, notes=notes,
+        faithfulness=faithfulness.ratio, faithfulness_ci=faithfulness.ratio_ci,
+        faithfulness_summary=faithfulness, faithfulness_strata=faithfulness_strata, notes=notes,
     )  # fmt: skip

@@ -15,8 +15,6 @@ each; mind the leading space) and optionally:
 
 from __future__ import annotations
 
-import csv
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +24,7 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from circuits.evidence import FamilySplit, split_families
+from circuits.pairs_file import read_pairs
 from interp import edges
 from interp.interventions.metrics import AnswerMetric, logit_diff_metric
 from interp.model import HookedTransformer
@@ -135,34 +134,6 @@ class PairTask:
             [i for i, f in enumerate(self.families) if f in side] for side in (split.discovery, split.heldout)
         ]
         return self.subset(rows[0]), self.subset(rows[1])
-
-
-def read_pairs(path: str | Path) -> list[dict[str, str]]:
-    """Rows of a CSV (with a header) or JSONL prompt-pair file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No prompt-pair file at {path}.")
-    if path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{number} is not JSON ({error.msg}).") from error
-                if not isinstance(rows[-1], dict):
-                    raise ValueError(
-                        f"{path}:{number} is a JSON {type(rows[-1]).__name__}, not an object; write each "
-                        'pair as {"clean": ..., "corrupted": ..., "correct": ..., "incorrect": ...}'
-                    )
-    elif path.suffix == ".csv":  # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not a name
-        with path.open(newline="", encoding="utf-8-sig") as file:
-            rows = list(csv.DictReader(file))
-    else:
-        raise ValueError(f"{path} must be a .csv (with a header) or .jsonl file of prompt pairs.")
-    if not rows:
-        raise ValueError(f"{path} has no prompt pairs.")
-    return rows
 
 
 def _position(model: HookedTransformer, tokens: list[int], text: str, spec: str, where: str) -> int:

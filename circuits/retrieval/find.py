@@ -40,6 +40,7 @@ import interp
 from circuits.evidence import (
     FamilySplit,
     HeadClass,
+    check_direct_logit_attribution,
     head_class,
     judge_class,
     label_strata,
@@ -170,6 +171,7 @@ def attention_and_direct(
     head] mean direct logit attribution at END on the direction W_U[answer] - W_U[best other
     candidate], through the final norm's scale)."""
     cfg = model.cfg
+    check_direct_logit_attribution(cfg, "attention_and_direct")
     names = [*model.layer_hook_names("pattern"), *model.layer_hook_names("z"), interp.act_name("scale")]
     tokens = prompts.tokens.to(model.device)
     logits, cache = model.run_with_cache(tokens, names_filter=names)
@@ -542,6 +544,7 @@ def find_retrieval_circuit(
     """Find and validate the retrieval circuit of `model` (see the module docstring), with the sizes
     and thresholds of `settings`. induction_heads: the class to compare with (default:
     `confirmed_induction_heads(model)`, cached)."""
+    check_direct_logit_attribution(model.cfg, "find_retrieval_circuit (interp retrieval)")  # before any run
     timings: dict[str, float] = {}
     began = time.perf_counter()
 

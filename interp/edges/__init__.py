@@ -1,6 +1,7 @@
 """Edge-level circuits: the graph (`graph`), edge-level runs through the model's own forward pass
 (`intervene`), edge scores (`attribution`: EAP, EAP-IG, exact), learned masks (`pruning`), selection
-frequencies and ensembles (`stability`) and faithfulness (`evaluate`)."""
+frequencies and ensembles (`stability`), faithfulness and each edge's effect of removal from a circuit
+(`evaluate`)."""
 
 from interp.edges.attribution import (
     IG_POINTS,
@@ -11,11 +12,14 @@ from interp.edges.attribution import (
     edge_attribution_by_position,
 )
 from interp.edges.evaluate import (
+    REMOVAL_STAGE,
     Faithfulness,
     FaithfulnessCurve,
+    RemovalEffects,
     area_under,
     faithfulness,
     faithfulness_curve,
+    removal_effects,
 )
 from interp.edges.graph import (
     MIB_FRACTIONS,
@@ -61,5 +65,5 @@ __all__ = [
     "prob_metric", "prune", "random_scores", "run_circuits", "top_circuit", "writer_outputs",
     "ensemble", "masked_logits", "mean_scores", "normalised_ranks", "prompt_scores", "PruneSettings",
     "prune_edges",
-    "selection_frequency", "subset_metric",
+    "selection_frequency", "subset_metric", "REMOVAL_STAGE", "RemovalEffects", "removal_effects",
 ]  # fmt: skip

@@ -3,7 +3,8 @@
   faithfulness(C) = (m(C) - m(empty)) / (m(model) - m(empty)), means over prompts
 
 with a bootstrap CI over prompts; `faithfulness_curve` evaluates the top circuits at MIB's sizes and
-summarises the curve as MIB's CPR and CMD.
+summarises the curve as MIB's CPR and CMD. `removal_effects`: what each edge of a circuit does there,
+m(circuit without the edge) - m(circuit), in the metric's units.
 """
 
 from __future__ import annotations
@@ -18,12 +19,20 @@ from torch import Tensor
 from interp.checks import check_distinct_pair
 from interp.edges.graph import MIB_FRACTIONS, EdgeScores, edge_graph, random_scores, top_circuit
 from interp.edges.intervene import ablated_outputs, chunks, edge_ablation, logit_positions, run_circuits
+from interp.edges.pruning import masked_logits
 from interp.interventions.ablation import Ablation
 from interp.interventions.engine import check_pair, forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
-from interp.interventions.stats import bootstrap, defined_gap, faithfulness_ratio
+from interp.interventions.stats import (
+    FaithfulnessSummary,
+    faithfulness_ci,
+    faithfulness_ratio,
+    faithfulness_summary,
+)
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric, Progress, as_stage
+
+REMOVAL_STAGE = "Edge effects"  # the stage removal_effects reports
 
 
 @dataclass(kw_only=True)
@@ -46,18 +55,12 @@ class Faithfulness:
 
     def ci(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[Tensor, Tensor]:
         """Percentile bootstrap CI of the faithfulness (prompts resampled, ratio recomputed); resamples
-        whose denominator is 0 are left out, with a warning saying how many (`stats.bootstrap`)."""
+        whose denominator is 0 are left out, with a warning saying how many (`stats.faithfulness_ci`)."""
+        return faithfulness_ci(self.values, self.full, self.empty, n_boot, level, seed)
 
-        scale = float(self.full.abs().mean())
-
-        def ratio(samples: Tensor) -> Tensor:  # samples [n_boot, n] -> [K, n_boot]; NaN where undefined
-            empty, full = self.empty[samples].mean(1), self.full[samples].mean(1)
-            gap = full - empty
-            return torch.where(
-                defined_gap(gap, scale), (self.values[:, samples].mean(-1) - empty) / gap, torch.nan
-            )
-
-        return bootstrap(ratio, self.full.shape[0], n_boot, level, seed)
+    def summary(self, k: int = 0, seed: int = 0) -> FaithfulnessSummary:
+        """Circuit k's ratio with its CI and per-prompt figures (`stats.faithfulness_summary`)."""
+        return faithfulness_summary(self.values[k], self.full, self.empty, seed=seed)
 
 
 def faithfulness(
@@ -249,3 +252,103 @@ def faithfulness_curve(
         random_n_edges=None if rand is None else [int(c.sum()) for c in rand],
         signed_result=part(n),
     )
+
+
+@dataclass(kw_only=True)
+class RemovalEffects:
+    """Each edge's effect of removal from a circuit (the rest of the circuit kept, every other edge
+    ablated): m(circuit without the edge) - m(circuit), mean over prompts, in the metric's units
+    (negative: the edge helps the circuit's metric; the sign of attribution scores, relative to the
+    circuit instead of the model).
+
+    edges: (writer, reader) of the circuit's edges [n, 2], in graph order; estimate [n]: first order,
+    -d m / d keep[edge] at the circuit; measured [n]: the circuit run without the edge, for the edges
+    of largest |estimate| (NaN for the others); circuit_metric: m(circuit), the mean over the prompts."""
+
+    edges: Int[Tensor, "n 2"]
+    estimate: Float[Tensor, " n"]
+    measured: Float[Tensor, " n"]
+    circuit_metric: float
+
+    @property
+    def n_measured(self) -> int:
+        return int(self.measured.isfinite().sum())
+
+    def effects(self) -> dict[tuple[int, int], tuple[float, bool]]:
+        """(writer, reader) -> (the edge's effect, whether measured): measured where it was, else the
+        estimate."""
+        return {
+            (writer, reader): (estimate, False) if measured != measured else (measured, True)
+            for (writer, reader), estimate, measured in zip(
+                self.edges.tolist(), self.estimate.tolist(), self.measured.tolist(), strict=True
+            )
+        }
+
+
+def removal_effects(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    metric: Metric,
+    circuit: Bool[Tensor, "writer reader"],
+    n_measured: int = 25,
+    *,
+    ablation: Ablation | AblationKind = "counterfactual",
+    batch_size: int = 16,
+    progress: Progress | None = None,
+) -> RemovalEffects:
+    """Each edge of `circuit`'s effect of removal on these prompts (`RemovalEffects`): estimated for
+    every edge by one forward and backward pass of the circuit per batch, then measured for the
+    `n_measured` edges of largest |estimate| (ties: graph order) by one run of the circuit without each.
+    ablation: what ablated edges carry (`ablated_outputs`). progress("Edge effects", batches and
+    runs done, batches and runs)."""
+    ablation = edge_ablation(ablation)
+    clean, corrupted = check_pair(model, clean, corrupted)
+    metric = check_reads_real_tokens(model, metric, clean)
+    graph = edge_graph(model)
+    if not isinstance(circuit, Tensor) or tuple(circuit.shape) != (graph.n_writers, graph.n_readers):
+        raise ValueError(
+            f"circuit must be a [{graph.n_writers}, {graph.n_readers}] mask of this model's edge graph "
+            "(writers x readers); build it with top_circuit"
+        )
+    if circuit.dtype != torch.bool and not ((circuit == 0) | (circuit == 1)).all():
+        raise ValueError("circuit must be a mask of kept edges (bool, or 0 and 1 only)")
+    if n_measured < 0:
+        raise ValueError(f"n_measured={n_measured} must be 0 (estimates only) or a number of edges.")
+    if ablation.kind == "counterfactual":
+        check_distinct_pair(clean, corrupted, "every ablated edge (counterfactual: the corrupted run's)")
+    kept = circuit.cpu().bool() & graph.valid
+    ablated = ablated_outputs(model, clean, corrupted, ablation)
+    n = clean.shape[0]
+    batches = chunks(n, batch_size)
+    edges = graph.edges(kept)
+    n_runs = len(batches) + 1 + min(n_measured, len(edges))  # the gradient's batches, the circuit, each edge
+    gradient = torch.zeros(graph.n_writers, graph.n_readers)
+    with torch.enable_grad():
+        for done, rows in enumerate(batches, 1):
+            keep = kept.float().to(model.device).requires_grad_(True)
+            abl = ablated if ablated.shape[1] == 1 else ablated[:, rows.to(ablated.device)]
+            logits = masked_logits(
+                model, graph, clean[rows], keep, abl, logit_positions(metric, rows, clean.shape[1])
+            )
+            values = for_rows(metric, rows, n)(logits).float()
+            gradient += torch.autograd.grad(values.sum(), keep)[0].float().cpu()
+            if progress:
+                progress(REMOVAL_STAGE, done, n_runs)
+    estimate = -gradient[kept] / n  # [n_edges], graph order (row-major, as graph.edges)
+    measured = torch.full_like(estimate, torch.nan)
+    order = sorted(range(len(edges)), key=lambda i: -abs(float(estimate[i])))[:n_measured]
+    circuit_values = run_circuits(model, clean, kept[None].float(), ablated, metric, batch_size)[0]
+    if progress:
+        progress(REMOVAL_STAGE, len(batches) + 1, n_runs)
+    for done, i in enumerate(order, len(batches) + 2):
+        without = kept.clone()
+        without[edges[i]] = False
+        values = run_circuits(model, clean, without[None].float(), ablated, metric, batch_size)[0]
+        measured[i] = float((values - circuit_values).mean())
+        if progress:
+            progress(REMOVAL_STAGE, done, n_runs)
+    return RemovalEffects(
+        edges=torch.tensor(edges, dtype=torch.long).view(-1, 2), estimate=estimate, measured=measured,
+        circuit_metric=float(circuit_values.mean()),
+    )  # fmt: skip

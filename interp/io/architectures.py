@@ -97,6 +97,12 @@ def rotary_inv_freq_from_hf(hf_model: Any) -> Tensor | None:
     return None
 
 
+def ties_embeddings(hf_model: Any) -> bool:
+    """Whether a `transformers` model's output embedding is its input embedding (one tensor)."""
+    output = getattr(hf_model.get_output_embeddings(), "weight", None)
+    return output is not None and output.data_ptr() == hf_model.get_input_embeddings().weight.data_ptr()
+
+
 def convert_hf_model(hf_model: Any) -> tuple[Config, dict[str, Tensor]]:
     """(Config, state dict) of a `transformers` causal LM, for `HookedTransformer.load_state_dict`."""
     model_type = hf_model.config.model_type
@@ -109,6 +115,7 @@ def convert_hf_model(hf_model: Any) -> tuple[Config, dict[str, Tensor]]:
     spec = ARCHITECTURES[model_type]
     cfg = spec.config(hf_model.config)
     cfg.model_name = getattr(hf_model.config, "name_or_path", "") or model_type
+    cfg.tied_embeddings = ties_embeddings(hf_model)
     state = {k: v.detach() for k, v in hf_model.state_dict().items()}
     weights = spec.weights(state, cfg)
     if spec.fold is not None:

