@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
+from circuits.evidence import stratum_drops
 from circuits.icl import (
     FunctionVectorSettings,
     few_shot_accuracy,
@@ -23,8 +24,9 @@ from circuits.icl import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
+from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes, template_verdict
 from circuits.icl.fv_report import fv_sections, write_fv_report
+from circuits.icl.results import TEMPLATE_KINDS
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html
 from circuits.stages import weights_fingerprint
@@ -229,6 +231,7 @@ def test_the_heldout_templates_alone_test_and_each_template_is_reported(small_re
         (tested,) = [s for s in found.strata if s.kind == "held-out template"]
         assert tested.n_prompts == found.heldout.n_prompts == 4  # 1 held-out task x 1 template x 4
         assert tested.beyond == pytest.approx(found.heldout.beyond, abs=1e-6)  # the test: arrow alone
+        assert all(s.holds == (s.beyond_ci[0] > 0) for s in found.strata)  # by CI
         assert found.verdict in ("confirmed", "template-dependent", "unconfirmed")
         assert found.verdict == "unconfirmed" or found.heldout.verdict == "confirmed"
     assert [(row.template, row.family) for row in result.template_vectors] == [
@@ -240,6 +243,23 @@ def test_the_heldout_templates_alone_test_and_each_template_is_reported(small_re
         (comparative.zero_shot, comparative.with_fv, comparative.few_shot), abs=1e-6
     )  # a held-out task is measured in the held-out templates only
     assert all(not s.strata for s in result.ablations[1::2])  # the ICL score: no templates
+
+
+def test_a_heldout_template_without_the_effect_makes_it_template_dependent():
+    helps = torch.linspace(0.2, 0.6, 12)  # the effect beyond random per prompt: clearly above 0
+    around_zero = torch.linspace(-0.25, 0.35, 12)  # mean +0.05, its CI across 0
+    beyond = torch.cat([helps, around_zero, around_zero])
+    first, second, third = (torch.arange(36) // 12 == i for i in range(3))
+    held, chose = TEMPLATE_KINDS
+    strata = stratum_drops(
+        beyond,
+        [(held, "qa", first), (held, "input_output", second), (chose, "arrow", third)],
+        by_ci=TEMPLATE_KINDS,
+    )
+    assert [s.holds for s in strata] == [True, False, False]  # by CI, not by the mean alone
+    assert template_verdict("confirmed", strata) == "template-dependent"
+    assert template_verdict("confirmed", [strata[0], strata[2]]) == "confirmed"  # a discovery one: shown
+    assert template_verdict("unconfirmed", strata) == "unconfirmed"
 
 
 def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(small_result):

@@ -56,7 +56,13 @@ from circuits.icl.function_vectors import (
     zero_shot_accuracy,
 )
 from circuits.icl.heads import ablated_icl_scores
-from circuits.icl.results import Comparison, FunctionVectorResult, TaskVector, TemplateVector
+from circuits.icl.results import (
+    TEMPLATE_KINDS,
+    Comparison,
+    FunctionVectorResult,
+    TaskVector,
+    TemplateVector,
+)
 from circuits.icl.sequences import default_sequences
 from circuits.stages import StageResults
 from interp.checks import check_count
@@ -164,7 +170,7 @@ def fv_stage_notes(stage: str, value: Any) -> list[str]:
 class HeldOutRows:
     """The held-out tasks' queries (in every template) as the tests read them: `tested` [prompt], those
     in the held-out templates (the test); `strata`, the prompts of each template (`stratum_drops`'s
-    kind "held-out template" or "discovery template")."""
+    kind: one of `TEMPLATE_KINDS`)."""
 
     tested: Tensor
     strata: list[tuple[str, str, Tensor]]
@@ -175,16 +181,17 @@ def held_out_rows(prompts: TaskPrompts, template_split: FamilySplit) -> HeldOutR
     templates = prompts.prompt_templates()
     heldout = set(template_split.heldout)
     strata = [
-        ("held-out template" if name in heldout else "discovery template", name, members)
+        (TEMPLATE_KINDS[0] if name in heldout else TEMPLATE_KINDS[1], name, members)
         for _, name, members in label_strata("template", templates)
     ]
     return HeldOutRows(tested=torch.tensor([name in heldout for name in templates]), strata=strata)
 
 
-def _verdict(tested: str, strata: Sequence[StratumDrop]) -> str:
-    """`Comparison.verdict`: the held-out verdict, "template-dependent" where a held-out template's mean
-    is not in the class's direction."""
-    if tested == "confirmed" and not all(s.holds for s in strata if s.kind == "held-out template"):
+def template_verdict(tested: str, strata: Sequence[StratumDrop]) -> str:
+    """`Comparison.verdict` from the held-out verdict `tested` and the per-template `strata`
+    (`stratum_drops` with `by_ci=TEMPLATE_KINDS`): "template-dependent" where it is "confirmed" but
+    some held-out template's CI does not lie above 0."""
+    if tested == "confirmed" and not all(s.holds for s in strata if s.kind == TEMPLATE_KINDS[0]):
         return "template-dependent"
     return tested
 
@@ -203,12 +210,17 @@ def _compare(
     (None: every prompt tests, no strata)."""
     measured = heldout if rows is None else heldout[:, rows.tested]
     tested = beyond_random(measured[0], measured[1:], seed)
-    strata = [] if rows is None else stratum_drops(heldout[0] - heldout[1:].mean(0), rows.strata, seed=seed)
+    beyond = heldout[0] - heldout[1:].mean(0)  # [prompt]
+    strata = [] if rows is None else stratum_drops(beyond, rows.strata, by_ci=TEMPLATE_KINDS, seed=seed)
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed)
     if chosen is None:
         note = "measured on held-out data only (none of it chose the heads)"
     else:
         note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, HELD_OUT_UNIT)
+    failing = [s.name for s in strata if s.kind == TEMPLATE_KINDS[0] and not s.holds]
+    verdict = template_verdict(tested.verdict, strata)
+    if verdict == "template-dependent":
+        note += f"; does not hold in the held-out template(s) {', '.join(failing)} alone"
     return Comparison(
         name=name,
         unit=unit,
@@ -218,7 +230,7 @@ def _compare(
         discovery=chosen,
         heldout=tested,
         strata=strata,
-        verdict=_verdict(tested.verdict, strata),
+        verdict=verdict,
         note=note,
     )
 
@@ -379,14 +391,12 @@ def _task_vectors(
     return vectors
 
 
-def _template_vectors(
-    families: TaskFamilies, heldout: QueryEffects, rows: HeldOutRows, seed: int
-) -> list[TemplateVector]:
+def _template_vectors(heldout: QueryEffects, rows: HeldOutRows, seed: int) -> list[TemplateVector]:
     """One row per template: the held-out tasks' queries in it, pooled over the tasks."""
     return [
         TemplateVector(
             template=name,
-            family="held-out" if kind == "held-out template" else "discovery",
+            family="held-out" if kind == TEMPLATE_KINDS[0] else "discovery",
             n_prompts=int(members.sum()),
             **_accuracies(heldout, members, seed),
         )
@@ -642,7 +652,7 @@ def function_vector_report(
         aie_test=aie_test,
         vector_test=vector_test,
         task_vectors=task_vectors,
-        template_vectors=_template_vectors(families, effects["heldout"], rows, seed),
+        template_vectors=_template_vectors(effects["heldout"], rows, seed),
         ablations=ablations,
         n_documents=settings.n_documents,
         timings=timings,

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from circuits.evidence import EFFECT_SIGN
 from circuits.icl.report import format_ci
-from circuits.icl.results import Comparison, FunctionVectorResult
+from circuits.icl.results import TEMPLATE_KINDS, Comparison, FunctionVectorResult
 from circuits.sections import Report, Section, Table, layer_head_map, write_sections
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 
@@ -44,9 +44,8 @@ LEGEND = (
     + " (few-shot accuracy: clean - ablated; ICL score: ablated - clean nats, the context's benefit lost; "
     "patches and vectors: with - without). Each class against random heads from the same layers, paired "
     "by prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI]; confirmed when the CI of the "
-    "effect beyond random lies above 0 on the held-out tasks in the held-out templates and its mean is "
-    "above 0 in each held-out template (template-dependent when the CI is and a held-out template's mean "
-    "is not)."
+    "effect beyond random lies above 0 on the held-out tasks in the held-out templates and in each "
+    "held-out template alone (template-dependent when the pooled CI is and a held-out template's is not)."
 )
 TASK_COLUMNS = ("task", "family", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
 TEMPLATE_COLUMNS = (
@@ -83,10 +82,12 @@ def _beyond(found: Comparison, family: str) -> str:
 
 
 def _per_template(found: Comparison) -> str:
-    """The effect beyond random on the held-out tasks in each template, the held-out ones first."""
-    ordered = sorted(found.strata, key=lambda s: s.kind != "held-out template")
+    """The effect beyond random on the held-out tasks in each template, the held-out ones first, and
+    where its CI does not lie above 0."""
+    ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])
     return "; ".join(
-        f"{s.name} ({'held out' if s.kind == 'held-out template' else 'discovery template'}) {s.beyond:+.3f}"
+        f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) {s.beyond:+.3f} "
+        f"{format_ci(s.beyond_ci)}" + ("" if s.holds else ", does not hold")
         for s in ordered
     )
 

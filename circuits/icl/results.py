@@ -17,6 +17,7 @@ from circuits.icl.score import ICLScore
 from circuits.icl.sequences import Windows
 
 VERDICTS = ("confirmed", "unconfirmed")
+TEMPLATE_KINDS = ("held-out template", "discovery template")  # `Comparison.strata`'s kinds
 
 
 @dataclass(kw_only=True)
@@ -105,9 +106,10 @@ class Comparison:
     `circuits.evidence.BeyondRandom` (discovery None where the families played no part in the choice);
     `note` is `held_out_note`'s verdict on how the effect travels. `strata`: the effect beyond random on
     the held-out tasks in each template (kind "held-out template", the test, or "discovery template":
-    held out by task only), none for documents. verdict: "confirmed" when the held-out effect beyond
-    random has a CI above 0 and its mean is above 0 in every held-out template, "template-dependent"
-    when the CI is above 0 but some held-out template's mean is not, else "unconfirmed"."""
+    held out by task only; holds: its CI lies above 0), none for documents. verdict: "confirmed" when
+    the held-out effect beyond random has a CI above 0 and so has each held-out template's,
+    "template-dependent" when the pooled CI is above 0 but some held-out template's is not, else
+    "unconfirmed"."""
 
     name: str  # "FV heads: AIE"
     unit: str  # "p(answer)", "accuracy", "nats"
