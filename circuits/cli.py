@@ -939,7 +939,12 @@ def icl(
         help="With --fv: the tasks that test; the others choose the heads and the layer "
         "(default: half of them, drawn with --seed).",
     ),
-    n_prompts: int = typer.Option(12, min=2, help="With --fv: few-shot prompts per task and half."),
+    heldout_templates: str | None = typer.Option(
+        None,
+        help="With --fv: the prompt templates that test (of qa, input_output, arrow, colon): the held-out "
+        "tasks are tested in them, the discovery tasks in the others choose (default: half, by --seed).",
+    ),
+    n_prompts: int = typer.Option(8, min=2, help="With --fv: few-shot prompts per task, template and half."),
     n_shots: int = typer.Option(5, min=2, help="With --fv: solved examples per prompt."),
     fv_heads: int = typer.Option(10, min=1, help="With --fv: the top heads by AIE the vector sums."),
     candidates: int = typer.Option(
@@ -984,8 +989,8 @@ def icl(
         "icl", quick, n_documents=n_documents, n_discovery=n_discovery, n_ablated=n_ablated
     )
     if fv:
-        _icl_fv(model, (tasks, heldout_tasks), n_prompts, n_shots, fv_heads, candidates, n_random,
-                n_documents or 8, heads, seed, format, out, save,
+        _icl_fv(model, (tasks, heldout_tasks, heldout_templates), n_prompts, n_shots, fv_heads, candidates,
+                n_random, n_documents or 8, heads, seed, format, out, save,
                 (early, late, window, plot, ablation != "mean"))  # fmt: skip
         return
     n_documents = ICLSettings().n_documents if n_documents is None else n_documents
@@ -1058,23 +1063,26 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
     def listed(text: str) -> list[str]:
         return [name.strip() for name in text.split(",") if name.strip()]
 
-    tasks, heldout_tasks = families  # the --tasks and --heldout-tasks options
+    tasks, heldout_tasks, heldout_templates = families  # --tasks, --heldout-tasks, --heldout-templates
     try:
         settings = FunctionVectorSettings(
             tasks=tuple(ICL_TASKS) if tasks is None else listed(tasks),
             heldout_tasks=None if heldout_tasks is None else listed(heldout_tasks), n_prompts=n_prompts,
             n_shots=n_shots, top=fv_heads, candidates=candidates, n_random=n_random, n_documents=n_documents,
-            seed=seed,
+            seed=seed, heldout_templates=None if heldout_templates is None else listed(heldout_templates),
         )  # fmt: skip
         settings.family_split()
+        settings.template_split()
     except ValueError as error:
         raise fail(str(error)) from error
     stages = function_vector_stages(find_induction_heads=heads is None)
     heldout = None if settings.heldout_tasks is None else list(settings.heldout_tasks)
+    templates = None if settings.heldout_templates is None else list(settings.heldout_templates)
     options = {
         "model": model, "tasks": settings.task_names, "heldout_tasks": heldout, "n_prompts": n_prompts,
         "n_shots": n_shots, "fv_heads": fv_heads, "candidates": candidates, "n_random": n_random,
         "n_documents": n_documents, "induction_heads": induction_class(heads), "seed": seed,
+        "heldout_templates": templates,
     }  # fmt: skip
     check_save(save, "icl --fv", options)
     loaded = load(model)

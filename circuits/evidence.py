@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from interp.checks import check_heads_add_up
@@ -340,6 +340,7 @@ def judge_class(
     dependent_kinds: Mapping[str, str] | None = None,
     by_ci: Collection[str] = (),
     evidence_holds: bool = True,
+    tested: Bool[Tensor, " prompt"] | None = None,
     unit: str = "families",
     seed: int = 0,
     n_boot: int = 1000,
@@ -356,9 +357,13 @@ def judge_class(
       default: none, so "confirmed" or "unconfirmed" by the pooled CI.
     evidence_holds: the analysis's other evidence for the class (IOI: it writes the logit it should;
       hop: it attends to the hop); False makes it "unconfirmed" whatever its effect.
+    tested: the held-out prompts the pooled figure is judged on [prompt] (default: all of them); the
+      strata may also divide prompts held out on fewer axes (function vectors: held-out tasks in
+      discovery templates), shown beside.
     unit: what was held out ("families", "prompts"), for the note."""
     sign = found.sign
-    tested = beyond_random(heldout[0], heldout[1:], seed, sign, n_boot)
+    judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
+    tested = beyond_random(judged[0], judged[1:], seed, sign, n_boot)
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, sign, n_boot)
     per_prompt = heldout[0] - heldout[1:].mean(0)
     by_stratum = stratum_drops(per_prompt, strata, sign, by_ci, seed, n_boot)
@@ -375,7 +380,7 @@ def judge_class(
         heads=head_labels(found.heads),
         sign=sign,
         random_sets=[head_labels(draw) for draw in found.draws],
-        random_effects=heldout[1:].mean(1).tolist(),
+        random_effects=judged[1:].mean(1).tolist(),
         heldout=tested,
         discovery=chosen,
         strata=by_stratum,

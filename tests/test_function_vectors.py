@@ -1,5 +1,6 @@
-"""Function-vector heads: the word-pair tasks, AIE and the vector's addition against hand-made hooks on
-SmolLM2, and the whole report on a small random model with SmolLM2's tokenizer."""
+"""Function-vector heads: the word-pair tasks and their prompt templates, AIE and the vector's addition
+against hand-made hooks on SmolLM2, and the whole report on a small random model with SmolLM2's
+tokenizer."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
+from circuits.evidence import class_verdict, stratum_drops
 from circuits.icl import (
     FunctionVectorSettings,
     few_shot_accuracy,
@@ -24,11 +26,13 @@ from circuits.icl import (
 )
 from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
 from circuits.icl.fv_report import fv_sections, write_fv_report
+from circuits.icl.results import TEMPLATE_KINDS
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html
 from circuits.stages import weights_fingerprint
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
+    ICL_TEMPLATES,
     check_task_names,
     few_shot_prompts,
     single_token_pairs,
@@ -64,6 +68,39 @@ def test_word_pair_tasks_make_the_prompts_they_promise(smollm2):
     )
     with pytest.raises(ValueError, match="unknown ICL task"):
         check_task_names(["antonym", "synonym"])
+
+
+def test_every_template_asks_the_same_pairs(smollm2):
+    assert len(ICL_TEMPLATES) >= 4  # families enough to choose in some and test in others
+    pairs = split_pairs(single_token_pairs(smollm2, ICL_TASKS["antonym"]))[1]
+    answers = dict(pairs)
+    qa = few_shot_prompts(pairs, 3, 2, torch.Generator().manual_seed(4))
+    for name, template in ICL_TEMPLATES.items():
+        written = few_shot_prompts(pairs, 3, 2, torch.Generator().manual_seed(4), name)
+        assert written.answers == qa.answers
+        for kind in ("clean", "corrupted"):
+            for text, solved in zip(getattr(written, kind), getattr(qa, kind), strict=True):
+                shots = [block.split("\n") for block in solved.split("\n\n")]  # the same pairs as "qa"
+                *examples, (query, _) = [(x[3:], y[3:]) for x, y in shots]
+                assert answers[query] and text == "".join(template.shot(*shot) for shot in examples) + (
+                    template.ask(query)
+                )
+        assert written.zero_shot == [template.ask(text[3:-3]) for text in qa.zero_shot]
+    with pytest.raises(ValueError, match="unknown prompt template"):
+        few_shot_prompts(pairs, 3, 2, torch.Generator(), "table")
+
+
+def test_groups_are_tasks_in_templates(smollm2):
+    tasks = ("antonym", "adverb")
+    pairs = {name: split_pairs(single_token_pairs(smollm2, ICL_TASKS[name]))[0] for name in tasks}
+    both = task_prompts(smollm2, pairs, n_prompts=2, n_shots=2, seed=3, templates=["arrow", "input_output"])
+    assert both.n_groups == 4 and both.group_index.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert both.prompt_templates() == ["arrow", "arrow", "input_output", "input_output"] * 2
+    means = mean_head_outputs(smollm2, both)  # [group, layer, head, d_head]
+    for at, name in enumerate(["arrow", "input_output"]):
+        alone = task_prompts(smollm2, pairs, n_prompts=2, n_shots=2, seed=3, templates=[name])
+        assert torch.equal(alone.answers, both.answers[both.template_index == at])
+        torch.testing.assert_close(means[at::2], mean_head_outputs(smollm2, alone), atol=1e-4, rtol=0)
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +187,10 @@ def tiny_model(smollm2):
     return interp.HookedTransformer(config, tokenizer=smollm2.tokenizer)
 
 
-def _report(model, heldout_task: str, **kept):
+def _report(model, heldout_task: str, heldout_template: str = "arrow", **kept):
     settings = FunctionVectorSettings(
-        tasks=["antonym", "present_past", heldout_task], heldout_tasks=[heldout_task], n_prompts=4,
+        tasks=["antonym", "present_past", heldout_task], heldout_tasks=[heldout_task],
+        templates=["qa", "input_output", heldout_template], heldout_templates=[heldout_template], n_prompts=4,
         n_shots=3, top=2, candidates=4, n_random=2, n_documents=4,
     )  # fmt: skip
     return function_vector_report(model, settings, induction_heads=[(1, 0)], **kept)
@@ -163,9 +201,11 @@ def small_result(tiny_model):
     return _report(tiny_model, "comparative")
 
 
-def test_heads_and_layer_are_chosen_without_the_heldout_tasks(tiny_model, small_result):
+def test_heads_and_layer_are_chosen_without_the_heldout_tasks_and_templates(tiny_model, small_result):
     result = small_result
     assert result.split.discovery == ("antonym", "present_past") and result.split.heldout == ("comparative",)
+    assert result.template_split.discovery == ("qa", "input_output")
+    assert result.template_split.heldout == ("arrow",)
     assert [(t.task, t.family) for t in result.task_vectors] == [
         ("antonym", "discovery"), ("present_past", "discovery"), ("comparative", "held-out"),
     ]  # fmt: skip
@@ -173,10 +213,54 @@ def test_heads_and_layer_are_chosen_without_the_heldout_tasks(tiny_model, small_
     assert len(result.layer_accuracy) == 3 and result.fv_layer == max(
         range(3), key=result.layer_accuracy.__getitem__
     )
-    other = _report(tiny_model, "first_letter")  # other held-out families: the same choices
+    other = _report(tiny_model, "first_letter", "colon")  # other held-out tasks and templates: same choices
+    assert other.template_split.heldout == ("colon",)
     assert other.fv_heads == result.fv_heads and other.candidates_aie == result.candidates_aie
     assert other.layer_accuracy == result.layer_accuracy and other.fv_layer == result.fv_layer
     assert other.aie_test.discovery == result.aie_test.discovery
+    assert other.vector_test.discovery == result.vector_test.discovery
+    with pytest.raises(ValueError, match="every family"):  # a template either chooses or tests
+        FunctionVectorSettings(templates=["qa", "arrow"], heldout_templates=["arrow", "qa"]).template_split()
+
+
+def test_the_heldout_templates_alone_test_and_each_template_is_reported(small_result):
+    result = small_result
+    roles = {"qa": "discovery template", "input_output": "discovery template", "arrow": "held-out template"}
+    for found in [result.aie_test, result.vector_test, *result.ablations[::2]]:
+        assert {s.name: s.kind for s in found.strata} == roles  # the held-out task in every template
+        (tested,) = [s for s in found.strata if s.kind == "held-out template"]
+        assert tested.n_prompts == found.heldout.n_prompts == 4  # 1 held-out task x 1 template x 4
+        assert tested.beyond == pytest.approx(found.heldout.beyond, abs=1e-6)  # the test: arrow alone
+        assert all(s.holds == (s.beyond_ci[0] > 0) for s in found.strata)  # by CI
+        assert found.verdict in ("confirmed", "template-dependent", "unconfirmed")
+        assert found.verdict == "unconfirmed" or found.heldout.verdict == "confirmed"
+    assert [(row.template, row.family) for row in result.template_vectors] == [
+        ("qa", "discovery"), ("input_output", "discovery"), ("arrow", "held-out"),
+    ]  # fmt: skip
+    (arrow,) = [row for row in result.template_vectors if row.family == "held-out"]
+    (comparative,) = [task for task in result.task_vectors if task.family == "held-out"]
+    assert (arrow.zero_shot, arrow.with_fv, arrow.few_shot) == pytest.approx(
+        (comparative.zero_shot, comparative.with_fv, comparative.few_shot), abs=1e-6
+    )  # a held-out task is measured in the held-out templates only
+    assert all(not s.strata for s in result.ablations[1::2])  # the ICL score: no templates
+
+
+def test_a_heldout_template_without_the_effect_makes_it_template_dependent():
+    helps = torch.linspace(0.2, 0.6, 12)  # the effect beyond random per prompt: clearly above 0
+    around_zero = torch.linspace(-0.25, 0.35, 12)  # mean +0.05, its CI across 0
+    beyond = torch.cat([helps, around_zero, around_zero])
+    first, second, third = (torch.arange(36) // 12 == i for i in range(3))
+    held, chose = TEMPLATE_KINDS
+    strata = stratum_drops(
+        beyond,
+        [(held, "qa", first), (held, "input_output", second), (chose, "arrow", third)],
+        by_ci=TEMPLATE_KINDS,
+    )
+    assert [s.holds for s in strata] == [True, False, False]  # by CI, not by the mean alone
+    rule = {held: "all"}  # the function vectors' rule (fv_pipeline._compare)
+    assert class_verdict(True, strata, rule) == f"{held}-dependent"
+    assert class_verdict(True, [strata[0], strata[2]], rule) == "confirmed"  # a discovery one: shown
+    assert class_verdict(False, strata, rule) == "unconfirmed"
 
 
 def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(small_result):
@@ -187,7 +271,7 @@ def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(sm
         assert tested.beyond_ci[0] <= tested.beyond <= tested.beyond_ci[1]
         assert tested.beyond == pytest.approx(tested.drop - tested.random_drop, abs=1e-6)
         assert found.note
-    assert result.aie_test.heldout.n_prompts == 4 and result.aie_test.discovery.n_prompts == 8
+    assert result.aie_test.heldout.n_prompts == 4 and result.aie_test.discovery.n_prompts == 16  # 2 x 2 x 4
     assert [found.discovery is None for found in result.ablations] == [False, True, False, True]
     heldout = [task for task in result.task_vectors if task.family == "held-out"]
     gained = sum(task.with_fv - task.zero_shot for task in heldout) / len(heldout)
@@ -200,7 +284,7 @@ def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(sm
 
 def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_model, small_result, tmp_path):
     path = tmp_path / "fv.json"
-    settings = {"model": "tiny", "weights": weights_fingerprint(tiny_model), "heldout_tasks": ["comparative"]}
+    settings = {"model": "tiny", "weights": weights_fingerprint(tiny_model), "heldout_templates": ["arrow"]}
     kept = function_vector_stages(find_induction_heads=False)
     assert kept == list(FV_STAGES)
 
@@ -224,9 +308,11 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
     assert without_timings(resumed) == without_timings(small_result)
 
 
-def test_a_single_task_cannot_be_split(tiny_model):
+def test_a_single_task_or_template_cannot_be_split(tiny_model):
     with pytest.raises(ValueError, match="two or more"):
         function_vector_report(tiny_model, FunctionVectorSettings(tasks=["antonym"]), induction_heads=())
+    with pytest.raises(ValueError, match="two or more"):
+        function_vector_report(tiny_model, FunctionVectorSettings(templates=["qa"]), induction_heads=())
 
 
 def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
@@ -242,6 +328,9 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     loaded = load_result(tmp_path / "fv.json")
     assert loaded.fv_heads == result.fv_heads and torch.equal(loaded.aie_attributed, result.aie_attributed)
     assert loaded.split == result.split and loaded.ablations == result.ablations
+    assert (
+        loaded.template_split == result.template_split and loaded.template_vectors == result.template_vectors
+    )
     document = json.loads((tmp_path / "fv.json").read_text())
     del document["result"]["fields"]["split"]  # a file saved before tasks were held out
     (tmp_path / "old.json").write_text(json.dumps(document))
@@ -253,14 +342,25 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     write_fv_report(loaded, "table", None, console)
     text = " ".join(console.export_text().split())
     assert text.startswith(f"Function-vector heads of {result.model_name} Ablating the")  # the finding leads
-    chose = "chosen on the discovery word-pair tasks (antonym, present_past)"
-    assert "tested on the held-out word-pair tasks (comparative)" in text
-    assert text.index("lowers few-shot accuracy on held-out tasks") < text.index(chose)
+    chose = (
+        'chosen on the discovery word-pair tasks (antonym, present_past) in the discovery templates (qa "Q: '
+        'x\\nA: y", input_output "Input: x\\nOutput: y")'
+    )
+    assert (
+        'tested on the held-out word-pair tasks (comparative) in the held-out templates (arrow "x -> y")'
+        in text
+    )
+    assert text.index("lowers few-shot accuracy on held-out tasks in held-out templates") < text.index(chose)
+    assert "arrow (held out)" in text and "qa (discovery template)" in text  # the effects per template
     write_fv_report(loaded, "json", tmp_path / "summary.json", console)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["fv_heads"][0]["head"] == result.fv_heads[0] and summary["heldout_tasks"] == [
         "comparative"
     ]
+    assert summary["discovery_templates"] == ["qa", "input_output"] and summary["heldout_templates"] == [
+        "arrow"
+    ]
+    assert [row["template"] for row in summary["template_vectors"]] == ["qa", "input_output", "arrow"]
     write_fv_report(loaded, "markdown", tmp_path / "fv.md", console)
     assert "beyond random" in (tmp_path / "fv.md").read_text()
     outcome = CliRunner().invoke(app, ["render", str(tmp_path / "fv.json"), "--format", "markdown"])
@@ -289,6 +389,8 @@ def test_bad_input_says_what_to_pass(smollm2):
             "not among the task's families",
         ),
         (["--tasks", "antonym"], "two or more"),
+        (["--heldout-templates", "qa,input_output,arrow,colon"], "every family"),
+        (["--heldout-templates", "qa,table"], "unknown prompt template"),
     ],
 )
 def test_cli_refuses_bad_options(options, message):

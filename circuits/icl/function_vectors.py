@@ -1,17 +1,20 @@
 """Function-vector heads (Todd et al. 2024): the heads whose output at the last token carries the task
 a few-shot prompt demonstrates, and the function vector they sum to.
 
-  mean output   each head's z at the last token of a task's clean few-shot prompts, averaged:
-                means [task, layer, head, d_head] (`mean_head_outputs`)
+  group         a task asked in one prompt template (`interp.tasks.icl_tasks.ICL_TEMPLATES`): its
+                prompts share one mean output and one function vector
+  mean output   each head's z at the last token of a group's clean few-shot prompts, averaged:
+                means [group, layer, head, d_head] (`mean_head_outputs`)
   AIE           a head's average indirect effect: p(answer) on a corrupted prompt (the examples'
                 answers shuffled) with the head's z at the last token set to its task's mean, minus
-                p(answer) on the corrupted prompt, averaged over prompts and tasks: exact
+                p(answer) on the corrupted prompt, averaged over prompts and groups: exact
                 (`head_indirect_effects`, one patched run per head on interp's engine) or every head
                 at once to first order (`attributed_indirect_effects`, one forward and backward pass)
-  FV            the function vector of a task: sum over the top heads by AIE of mean z @ W_O
+  FV            the function vector of a group: sum over the top heads by AIE of mean z @ W_O
                 [d_model] (`function_vector`), added to the residual stream (hook_resid_pre of
-                one layer) at the last token of zero-shot prompts ("Q: fast\\nA:"); accuracy is the
-                share of prompts whose top token is the answer (`zero_shot_accuracy`)
+                one layer) at the last token of zero-shot prompts in the group's template
+                ("Q: fast\\nA:"); accuracy is the share of prompts whose top token is the answer
+                (`zero_shot_accuracy`)
 
 Ablations set a head's z at every position to its mean over every real position of the prompts
 (or documents) they are measured on (`few_shot_accuracy`; the ICL score's `ablated_icl_scores`).
@@ -37,17 +40,20 @@ from interp.interventions.engine import (
 )
 from interp.interventions.metrics import logits_at, prob_metric
 from interp.interventions.stats import masked_mean
-from interp.tasks.icl_tasks import answer_token, few_shot_prompts
+from interp.tasks.icl_tasks import DEFAULT_TEMPLATE, answer_token, check_template_names, few_shot_prompts
 from interp.types import Head, Progress
 
 
 @dataclass(kw_only=True)
 class TaskPrompts:
-    """Few-shot prompts of several tasks pooled into one batch (right-padded token ids), each
-    prompt's last real token, its task and its answer token."""
+    """Few-shot prompts of several tasks, each in one or more templates, pooled into one batch
+    (right-padded token ids): each prompt's last real token, its task, its template and its answer
+    token. A group is a task in one template (`group_index`, task-major)."""
 
     tasks: list[str]
+    templates: list[str]  # names of interp.tasks.icl_tasks.ICL_TEMPLATES
     task_index: Int[Tensor, " batch"]  # into tasks
+    template_index: Int[Tensor, " batch"]  # into templates
     clean: Int[Tensor, "batch pos"]  # n_shots solved pairs, then the query
     clean_last: Int[Tensor, " batch"]
     corrupted: Int[Tensor, "batch pos_c"]  # the same with the answers shuffled among the examples
@@ -56,6 +62,20 @@ class TaskPrompts:
     zero_shot_last: Int[Tensor, " batch"]
     answers: Int[Tensor, " batch"]  # the token of " answer"
 
+    @property
+    def n_groups(self) -> int:
+        """Tasks × templates."""
+        return len(self.tasks) * len(self.templates)
+
+    @property
+    def group_index(self) -> Int[Tensor, " batch"]:
+        """Each prompt's group, task-major: task_index * len(templates) + template_index."""
+        return self.task_index * len(self.templates) + self.template_index
+
+    def prompt_templates(self) -> list[str]:
+        """Each prompt's template name [batch]."""
+        return [self.templates[index] for index in self.template_index.tolist()]
+
 
 def task_prompts(
     model: interp.HookedTransformer,
@@ -63,17 +83,24 @@ def task_prompts(
     n_prompts: int,
     n_shots: int,
     seed: int = 0,
+    templates: Sequence[str] = (DEFAULT_TEMPLATE,),
 ) -> TaskPrompts:
-    """`n_prompts` few-shot prompts of each task (name -> its single-token pairs), drawn with `seed`."""
+    """`n_prompts` few-shot prompts of each task (name -> its single-token pairs) in each of `templates`
+    (names of ICL_TEMPLATES), drawn with `seed`: a task's prompts hold the same pairs in every template."""
+    templates = check_template_names(templates)
     generator = torch.Generator().manual_seed(seed)
     texts: dict[str, list[str]] = {"clean": [], "corrupted": [], "zero_shot": []}
-    task_index, answers = [], []
+    task_index, template_index, answers = [], [], []
     for index, task_pairs in enumerate(pairs.values()):
-        prompts = few_shot_prompts(task_pairs, n_prompts, n_shots, generator)
-        for kind in texts:
-            texts[kind] += getattr(prompts, kind)
-        task_index += [index] * n_prompts
-        answers += [answer_token(model, answer) for answer in prompts.answers]
+        drawn = generator.get_state()
+        for template_at, template in enumerate(templates):
+            generator.set_state(drawn)  # the same draws in each template
+            prompts = few_shot_prompts(task_pairs, n_prompts, n_shots, generator, template)
+            for kind in texts:
+                texts[kind] += getattr(prompts, kind)
+            task_index += [index] * n_prompts
+            template_index += [template_at] * n_prompts
+            answers += [answer_token(model, answer) for answer in prompts.answers]
 
     def tokens(kind: str) -> tuple[Tensor, Tensor]:
         return model.to_tokens(texts[kind]), model.last_positions(texts[kind])
@@ -81,7 +108,9 @@ def task_prompts(
     (clean, clean_last), (corrupted, corrupted_last), (zero, zero_last) = map(tokens, texts)
     return TaskPrompts(
         tasks=list(pairs),
+        templates=templates,
         task_index=torch.tensor(task_index),
+        template_index=torch.tensor(template_index),
         clean=clean,
         clean_last=clean_last,
         corrupted=corrupted,
@@ -95,23 +124,24 @@ def task_prompts(
 @torch.inference_mode()
 def mean_head_outputs(
     model: interp.HookedTransformer, prompts: TaskPrompts
-) -> Float[Tensor, "task layer head d_head"]:
-    """Each head's z at the last token of the clean prompts, averaged over each task's prompts."""
+) -> Float[Tensor, "group layer head d_head"]:
+    """Each head's z at the last token of the clean prompts, averaged over each group's prompts (one
+    group per task with one template)."""
     names = model.layer_hook_names("z")
     _, cache = cached_run(model, prompts.clean, names)
     rows = torch.arange(len(prompts.clean))
     last = torch.stack([cache[name][rows, prompts.clean_last] for name in names], 1)  # [b, l, h, d]
-    one_hot = torch.nn.functional.one_hot(prompts.task_index, len(prompts.tasks)).to(last.dtype)  # [b, task]
-    return torch.einsum("bt,blhd->tlhd", one_hot, last) / one_hot.sum(0)[:, None, None, None]
+    one_hot = torch.nn.functional.one_hot(prompts.group_index, prompts.n_groups).to(last.dtype)  # [b, group]
+    return torch.einsum("bg,blhd->glhd", one_hot, last) / one_hot.sum(0)[:, None, None, None]
 
 
-def per_prompt(means: Float[Tensor, "task layer head d_head"], prompts: TaskPrompts, layer: int) -> Tensor:
-    """Each prompt's task's mean z of block `layer`, as a source for hook_z: [batch, 1, head, d_head]."""
-    return means[prompts.task_index, layer][:, None].to(prompts.corrupted.device)
+def per_prompt(means: Float[Tensor, "group layer head d_head"], prompts: TaskPrompts, layer: int) -> Tensor:
+    """Each prompt's group's mean z of block `layer`, as a source for hook_z: [batch, 1, head, d_head]."""
+    return means[prompts.group_index, layer][:, None].to(prompts.corrupted.device)
 
 
 def attributed_indirect_effects(
-    model: interp.HookedTransformer, prompts: TaskPrompts, means: Float[Tensor, "task layer head d_head"]
+    model: interp.HookedTransformer, prompts: TaskPrompts, means: Float[Tensor, "group layer head d_head"]
 ) -> Float[Tensor, "batch layer head"]:
     """Every head's indirect effect on each corrupted prompt estimated to first order, from one forward
     and one backward pass: (mean z - z) . d p(answer) / dz at the last token (the gradient taken with
@@ -136,12 +166,12 @@ def attributed_indirect_effects(
 def head_indirect_effects(
     model: interp.HookedTransformer,
     prompts: TaskPrompts,
-    means: Float[Tensor, "task layer head d_head"],
+    means: Float[Tensor, "group layer head d_head"],
     head_sets: Sequence[Sequence[Head]] | None = None,
     progress: Progress | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
     """The indirect effect of each set of heads on each corrupted prompt: p(answer) with the heads'
-    z at the last token set to their task's mean output, minus p(answer) without (default: every head
+    z at the last token set to their group's mean output, minus p(answer) without (default: every head
     alone, in the order (0, 0), (0, 1), ...). One patched run per set on interp's engine, each starting
     at its first patched block from the cached corrupted run."""
     cfg = model.cfg
@@ -190,11 +220,11 @@ def accuracy_metric(answers: Int[Tensor, " batch"], last: Int[Tensor, " batch"])
 def zero_shot_accuracy(
     model: interp.HookedTransformer,
     prompts: TaskPrompts,
-    additions: Sequence[tuple[int, Float[Tensor, "task d_model"] | None]],
+    additions: Sequence[tuple[int, Float[Tensor, "group d_model"] | None]],
     progress: Progress | None = None,
 ) -> Float[Tensor, "n_runs batch"]:
     """Top-1 accuracy (0/1 per prompt) of the zero-shot prompts in one run per (layer, vectors):
-    each prompt's task's vector added to hook_resid_pre of `layer` at its last token (None: nothing
+    each prompt's group's vector added to hook_resid_pre of `layer` at its last token (None: nothing
     added, the plain zero-shot run)."""
     tokens, last = prompts.zero_shot, prompts.zero_shot_last
     runs = []
@@ -202,7 +232,7 @@ def zero_shot_accuracy(
         if vectors is None:
             runs.append([])
             continue
-        added = vectors[prompts.task_index][:, None].to(tokens.device)  # [batch, 1, d_model]
+        added = vectors[prompts.group_index][:, None].to(tokens.device)  # [batch, 1, d_model]
 
         def add(resid: Tensor, added: Tensor = added) -> Tensor:
             return resid + added

@@ -1,18 +1,23 @@
 """`function_vector_report`: function-vector heads (Todd et al. 2024) and their function vector, chosen on
-discovery word-pair tasks and tested on held-out tasks, and both head classes, FV and induction,
-ablated: which lowers few-shot accuracy and which the ICL score (Yin & Steinhardt 2025), each against
-random same-layer heads (`circuits.evidence`).
+discovery word-pair tasks in discovery prompt templates and tested on held-out tasks in held-out
+templates, and both head classes, FV and induction, ablated: which lowers few-shot accuracy and which
+the ICL score (Yin & Steinhardt 2025), each against random same-layer heads (`circuits.evidence`).
 
 The steps:
-  1. families   the tasks split into discovery and held-out (`split_families`); each task's pairs
-                halved into a demonstration half (few-shot prompts whose mean head outputs make the
-                task's vector) and a query half (the prompts every effect is measured on)
-  2. heads      AIE on the discovery tasks' demonstration prompts: attributed for every head, exact for
-                the candidates; the FV heads are the top by exact AIE
-  3. layer      the layer where the vector most raises zero-shot accuracy on the discovery tasks' queries
-  4. effects    on the queries of the discovery tasks and, apart, of the held-out tasks: the FV heads
-                patched together, the function vector, each class mean-ablated; each against random
-                same-layer sets (`circuits.evidence.judge_class`), held-out beside discovery
+  1. families   the tasks and, apart, the templates split into discovery and held-out
+                (`split_families`, with the settings' seed); each task's pairs halved into a
+                demonstration half (few-shot prompts whose mean head outputs make the vector of the
+                task in one template) and a query half (the prompts every effect is measured on)
+  2. heads      AIE on the discovery tasks' demonstration prompts in the discovery templates:
+                attributed for every head, exact for the candidates; the FV heads are the top by exact AIE
+  3. layer      the layer where the vector most raises zero-shot accuracy on the discovery tasks'
+                queries in the discovery templates
+  4. effects    on the queries of the discovery tasks in the discovery templates and, apart, of the
+                held-out tasks in every template: the FV heads patched together, the function vector,
+                each class mean-ablated; each against random same-layer sets
+                (`circuits.evidence.judge_class`); the test is the held-out tasks in the held-out
+                templates, reported beside the discovery figure and per template (the held-out tasks in
+                a discovery template are held out by task only)
   5. ICL score  each class mean-ablated on Brown corpus texts (never used for any choice)
 """
 
@@ -33,6 +38,7 @@ from circuits.evidence import (
     head_class,
     head_labels,
     judge_class,
+    label_strata,
     mean_ci,
     split_families,
 )
@@ -48,27 +54,42 @@ from circuits.icl.function_vectors import (
     zero_shot_accuracy,
 )
 from circuits.icl.heads import ablated_icl_scores
-from circuits.icl.results import Comparison, FunctionVectorResult, TaskVector
+from circuits.icl.results import (
+    TEMPLATE_KINDS,
+    Comparison,
+    FunctionVectorResult,
+    TaskVector,
+    TemplateVector,
+)
 from circuits.icl.sequences import default_sequences
 from circuits.stages import StageResults
 from interp.checks import check_count
-from interp.tasks.icl_tasks import ICL_TASKS, check_task_names, single_token_pairs, split_pairs
+from interp.tasks.icl_tasks import (
+    ICL_TASKS,
+    ICL_TEMPLATES,
+    check_task_names,
+    check_template_names,
+    single_token_pairs,
+    split_pairs,
+)
 from interp.types import Head, Progress, as_stage, head_label
 
 FV_STAGES = (  # the stages function_vector_report reports and keeps, after the induction heads
-    "AIE of every head (discovery tasks)",
-    "FV added at each layer (discovery tasks' zero-shot prompts)",
-    "Effects on discovery and held-out tasks (AIE, function vectors, ablations)",
+    "AIE of every head (discovery tasks and templates)",
+    "FV added at each layer (discovery tasks and templates, zero-shot prompts)",
+    "Effects on discovery tasks and held-out tasks in every template (AIE, function vectors, ablations)",
     "Ablations (the ICL score)",
 )
+HELD_OUT_UNIT = "tasks in held-out templates"  # what `held_out_note` calls the held-out families
 
 T = TypeVar("T")
 
 
 @dataclass(kw_only=True)
 class QueryEffects:
-    """Per-prompt effects on the queries of one group of tasks (discovery or held-out), each [set, batch]
-    with the class first and its random sets after; signed as `circuits.evidence.EFFECT_SIGN`."""
+    """Per-prompt effects on the queries of one group of tasks (discovery or held-out, in their
+    templates), each [set, batch] with the class first and its random sets after; signed as
+    `circuits.evidence.EFFECT_SIGN`."""
 
     patched: Tensor  # p(answer) gained on shuffled-label prompts, FV heads patched together
     single_heads: Tensor  # the same, each FV head alone [head, batch]
@@ -84,8 +105,8 @@ def _query_effects(
     classes: Sequence[HeadClass],
     fv_layer: int,
 ) -> QueryEffects:
-    """Every effect on `prompts` (queries) with the heads' mean outputs `means` [task, layer, head,
-    d_head] of the same tasks' demonstrations; `classes[0]` is the FV heads."""
+    """Every effect on `prompts` (queries) with the heads' mean outputs `means` [group, layer, head,
+    d_head] of the same groups' demonstrations (a task in one template); `classes[0]` is the FV heads."""
     fv = classes[0]
     patched = head_indirect_effects(model, prompts, means, [[head] for head in fv.heads] + fv.sets)
     vectors = [function_vector(model, means, heads) for heads in fv.sets]
@@ -124,17 +145,53 @@ def fv_stage_notes(stage: str, value: Any) -> list[str]:
     if stage == FV_STAGES[1]:
         return [f"Zero-shot accuracy with the FV at each layer: {', '.join(f'{a:.2f}' for a in value)}."]
     if stage == FV_STAGES[2]:
-        return [f"Effects measured on the {' and '.join(value)} tasks' queries."]
+        return [f"Effects measured on the {' and '.join(value)} queries."]
     _, ablated = value
     return [f"{len(ablated)} sets of heads ablated on the ICL score."]
 
 
+@dataclass(frozen=True, kw_only=True)
+class HeldOutRows:
+    """The held-out tasks' queries (in every template) as the tests read them: `tested` [prompt], those
+    in the held-out templates (the test); `strata`, the prompts of each template (`stratum_drops`'s
+    kind: one of `TEMPLATE_KINDS`)."""
+
+    tested: Tensor
+    strata: list[tuple[str, str, Tensor]]
+
+
+def held_out_rows(prompts: TaskPrompts, template_split: FamilySplit) -> HeldOutRows:
+    """`HeldOutRows` of the held-out tasks' `prompts`, by the templates' `template_split`."""
+    templates = prompts.prompt_templates()
+    heldout = set(template_split.heldout)
+    strata = [
+        (TEMPLATE_KINDS[0] if name in heldout else TEMPLATE_KINDS[1], name, members)
+        for _, name, members in label_strata("template", templates)
+    ]
+    return HeldOutRows(tested=torch.tensor([name in heldout for name in templates]), strata=strata)
+
+
 def _compare(
-    name: str, unit: str, found: HeadClass, discovery: Tensor | None, heldout: Tensor, seed: int
+    name: str,
+    unit: str,
+    found: HeadClass,
+    discovery: Tensor | None,
+    heldout: Tensor,
+    seed: int,
+    rows: HeldOutRows | None = None,
 ) -> Comparison:
-    """A class's effects [1 + draws, prompt] (the class first) on discovery and held-out families,
-    judged by `circuits.evidence.judge_class`."""
-    verdict = judge_class(found, heldout, discovery=discovery, seed=seed)
+    """A class's effects [1 + draws, prompt] (the class first) on the discovery and the held-out
+    families, judged by `circuits.evidence.judge_class`: of `heldout`, the `rows.tested` prompts test
+    and `rows.strata` divide them per template (None: every prompt tests, no strata)."""
+    verdict = judge_class(  # template-dependent: pooled above 0, but not each held-out template's CI
+        found, heldout, discovery=discovery, seed=seed, unit=HELD_OUT_UNIT,
+        strata=() if rows is None else rows.strata, tested=None if rows is None else rows.tested,
+        by_ci=TEMPLATE_KINDS, dependent_kinds={TEMPLATE_KINDS[0]: "all"},
+    )  # fmt: skip
+    note, dependent = verdict.note, f"{TEMPLATE_KINDS[0]}-dependent"
+    if verdict.verdict == dependent:
+        failing = [s.name for s in verdict.strata if s.kind == TEMPLATE_KINDS[0] and s.holds is False]
+        note += f"; does not hold in the held-out template(s) {', '.join(failing)} alone"
     return Comparison(
         name=name,
         unit=unit,
@@ -143,7 +200,11 @@ def _compare(
         random_values=verdict.random_effects,
         discovery=verdict.discovery,
         heldout=verdict.heldout,
-        note=verdict.note,
+        strata=verdict.strata,
+        verdict="template-dependent"
+        if verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent"
+        else verdict.verdict,
+        note=note,
     )
 
 
@@ -154,7 +215,11 @@ class FunctionVectorSettings:
     tasks: word-pair tasks of `interp.tasks.icl_tasks.ICL_TASKS`, the families.
     heldout_tasks: the tasks that test (default: half of `tasks`, drawn with `seed`); the others choose
       the heads and the layer.
-    n_prompts: few-shot prompts per task and half of its pairs, of `n_shots` examples each.
+    templates: prompt templates of `interp.tasks.icl_tasks.ICL_TEMPLATES`, the second family axis (a
+      few-shot prompt and its zero-shot prompt share one).
+    heldout_templates: the templates that test (default: half of `templates`, drawn with `seed`); the
+      discovery tasks in the others choose the heads and the layer, and the held-out tasks in these test.
+    n_prompts: few-shot prompts per task, template and half of its pairs, of `n_shots` examples each.
     top: FV heads: the largest exact AIEs among the candidates (mean over discovery tasks).
     candidates: the heads whose AIE is computed exactly on the discovery tasks: the largest attributed
       AIEs (None, or as many as the model has: every head, one patched run each).
@@ -165,7 +230,9 @@ class FunctionVectorSettings:
 
     tasks: Sequence[str] = tuple(ICL_TASKS)
     heldout_tasks: Sequence[str] | None = None
-    n_prompts: int = 12
+    templates: Sequence[str] = tuple(ICL_TEMPLATES)
+    heldout_templates: Sequence[str] | None = None
+    n_prompts: int = 8
     n_shots: int = 5
     top: int = 10
     candidates: int | None = 30
@@ -190,34 +257,51 @@ class FunctionVectorSettings:
         """The tasks, checked against ICL_TASKS, in order."""
         return check_task_names(list(self.tasks))
 
+    @property
+    def template_names(self) -> list[str]:
+        """The templates, checked against ICL_TEMPLATES, in order."""
+        return check_template_names(list(self.templates))
+
     def family_split(self) -> FamilySplit:
         """Which tasks choose (discovery) and which test (held-out): `split_families`."""
         return split_families(self.task_names, self.heldout_tasks, seed=self.seed)
 
+    def template_split(self) -> FamilySplit:
+        """Which templates choose (discovery) and which test (held-out): `split_families`."""
+        named = self.heldout_templates
+        heldout = None if named is None else check_template_names(list(named))
+        return split_families(self.template_names, heldout, seed=self.seed)
+
 
 @dataclass(frozen=True, kw_only=True)
 class TaskFamilies:
-    """Step 1: the tasks split, and each task's single-token pairs halved (`split_pairs`) into a
-    demonstration half (0) and a query half (1)."""
+    """Step 1: the tasks split, the templates split, and each task's single-token pairs halved
+    (`split_pairs`) into a demonstration half (0) and a query half (1)."""
 
     tasks: list[str]
     split: FamilySplit
+    templates: list[str]
+    template_split: FamilySplit
     halves: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]
     n_pairs: dict[str, int]  # each task's single-token pairs
 
     def prompts(
         self, model: interp.HookedTransformer, half: int, settings: FunctionVectorSettings
     ) -> dict[str, TaskPrompts]:
-        """ "discovery" and "heldout" -> the few-shot prompts of that group's tasks' `half`."""
+        """The few-shot prompts of `half` of the tasks' pairs: "discovery", the discovery tasks' in the
+        discovery templates; "heldout", the held-out tasks' in every template (the held-out templates
+        test; the discovery ones show the held-out tasks held out by task only)."""
+        templates = {"discovery": self.template_split.discovery, "heldout": tuple(self.templates)}
         return {
             group: task_prompts(
                 model,
-                {name: self.halves[name][half] for name in names},
+                {name: self.halves[name][half] for name in getattr(self.split, group)},
                 settings.n_prompts,
                 settings.n_shots,
                 settings.seed + half,
-            )  # fmt: skip
-            for group, names in vars(self.split).items()
+                templates[group],
+            )
+            for group in ("discovery", "heldout")
         }
 
 
@@ -237,37 +321,67 @@ class HeadChoice:
         return self.aie_per_task.mean(0)
 
 
+def _accuracies(measured: QueryEffects, rows: Tensor, seed: int) -> dict[str, Any]:
+    """Few-shot and zero-shot accuracy (without, with the FV, with random vectors) of the prompts
+    `rows` [batch] bool, with 95% CIs: the fields `TaskVector` and `TemplateVector` share."""
+    runs = measured.zero_shot[:, rows]
+    return {
+        "few_shot": measured.few_shot[rows].mean().item(),
+        "zero_shot": runs[0].mean().item(),
+        "zero_shot_ci": mean_ci(runs[0], seed),
+        "with_fv": runs[1].mean().item(),
+        "with_fv_ci": mean_ci(runs[1], seed),
+        "with_random": runs[2:].mean().item(),
+        "with_random_ci": mean_ci(runs[2:].mean(0), seed),
+    }
+
+
 def _task_vectors(
-    families: TaskFamilies, queries: dict[str, TaskPrompts], effects: dict[str, QueryEffects], seed: int
+    families: TaskFamilies,
+    queries: dict[str, TaskPrompts],
+    effects: dict[str, QueryEffects],
+    rows: HeldOutRows,
+    seed: int,
 ) -> list[TaskVector]:
     """One row per task, the discovery tasks first: zero-shot accuracy without, with the FV, with
-    random vectors, on its queries."""
-    rows = []
+    random vectors, on its queries in the templates that test it (a discovery task's: the discovery
+    templates; a held-out task's: the held-out templates)."""
+    every = torch.ones(len(queries["discovery"].answers), dtype=torch.bool)
+    tested = {"discovery": every, "heldout": rows.tested}
+    vectors = []
     for group, family in (("discovery", "discovery"), ("heldout", "held-out")):
-        prompts, measured = queries[group], effects[group]
+        prompts = queries[group]
         for index, task in enumerate(getattr(families.split, group)):
-            runs = measured.zero_shot[:, prompts.task_index == index]
-            rows.append(
+            vectors.append(
                 TaskVector(
                     task=task,
                     description=ICL_TASKS[task].description,
                     family=family,
                     n_pairs=families.n_pairs[task],
-                    few_shot=measured.few_shot[prompts.task_index == index].mean().item(),
-                    zero_shot=runs[0].mean().item(),
-                    zero_shot_ci=mean_ci(runs[0], seed),
-                    with_fv=runs[1].mean().item(),
-                    with_fv_ci=mean_ci(runs[1], seed),
-                    with_random=runs[2:].mean().item(),
-                    with_random_ci=mean_ci(runs[2:].mean(0), seed),
+                    **_accuracies(effects[group], (prompts.task_index == index) & tested[group], seed),
                 )
             )
-    return rows
+    return vectors
+
+
+def _template_vectors(heldout: QueryEffects, rows: HeldOutRows, seed: int) -> list[TemplateVector]:
+    """One row per template: the held-out tasks' queries in it, pooled over the tasks."""
+    return [
+        TemplateVector(
+            template=name,
+            family="held-out" if kind == TEMPLATE_KINDS[0] else "discovery",
+            n_prompts=int(members.sum()),
+            **_accuracies(heldout, members, seed),
+        )
+        for kind, name, members in rows.strata
+    ]
 
 
 def task_families(model: interp.HookedTransformer, settings: FunctionVectorSettings) -> TaskFamilies:
-    """Step 1: the tasks split, each task's pairs halved; refused where a half has too few pairs."""
+    """Step 1: the tasks split, the templates split, each task's pairs halved; refused where a half has
+    too few pairs."""
     tasks, split = settings.task_names, settings.family_split()
+    templates, template_split = settings.template_names, settings.template_split()
     pairs = {name: single_token_pairs(model, ICL_TASKS[name]) for name in tasks}
     halves = {name: split_pairs(task_pairs, settings.seed) for name, task_pairs in pairs.items()}
     for name, (_, query_pairs) in halves.items():
@@ -277,7 +391,10 @@ def task_families(model: interp.HookedTransformer, settings: FunctionVectorSetti
                 f"too few for {settings.n_shots} shots in each half; pass a smaller n_shots"
             )
     n_pairs = {name: len(task_pairs) for name, task_pairs in pairs.items()}
-    return TaskFamilies(tasks=tasks, split=split, halves=halves, n_pairs=n_pairs)
+    return TaskFamilies(
+        tasks=tasks, split=split, templates=templates, template_split=template_split, halves=halves,
+        n_pairs=n_pairs,
+    )  # fmt: skip
 
 
 def attributed_candidates(
@@ -288,7 +405,7 @@ def attributed_candidates(
     candidates: int | None,
 ) -> tuple[Tensor, list[Head]]:
     """Step 2a: (AIE attributed per task [task, layer, head], the `candidates` heads of the largest mean
-    over tasks) on the `n_tasks` discovery tasks' demonstrations."""
+    over tasks) on the `n_tasks` discovery tasks' demonstrations (in the discovery templates)."""
     cfg = model.cfg
     attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
     one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
@@ -307,8 +424,8 @@ def exact_aie(
     n_tasks: int,
     progress: Progress | None,
 ) -> Tensor:
-    """Step 2b: each candidate's exact AIE on the `n_tasks` discovery tasks' demonstrations, mean over
-    tasks [candidate]."""
+    """Step 2b: each candidate's exact AIE on the `n_tasks` discovery tasks' demonstrations (in the
+    discovery templates), mean over tasks [candidate]."""
     one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
     exact = head_indirect_effects(model, discovery, means, [[head] for head in candidates], progress)
     return ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
@@ -327,9 +444,9 @@ def choose_fv_heads(
 def layer_accuracies(
     model: interp.HookedTransformer, queries: TaskPrompts, means: Tensor, fv_heads: Sequence[Head]
 ) -> Tensor:
-    """Step 3: zero-shot accuracy of the discovery tasks' queries with the function vector added at each
-    layer [layer]; the FV's layer is the most accurate."""
-    vectors = function_vector(model, means, fv_heads)  # [task, d_model]
+    """Step 3: zero-shot accuracy of the discovery tasks' queries in the discovery templates with the
+    function vector added at each layer [layer]; the FV's layer is the most accurate."""
+    vectors = function_vector(model, means, fv_heads)  # [group, d_model]
     runs = [(layer, vectors) for layer in range(model.cfg.n_layers)]
     return zero_shot_accuracy(model, queries, runs).mean(1)
 
@@ -352,21 +469,23 @@ def query_effects(
     classes: Sequence[HeadClass],
     layer: int,
 ) -> dict[str, QueryEffects]:
-    """Step 4a: every effect on the discovery tasks' queries and, apart, on the held-out tasks'
-    ("discovery", "heldout" -> `QueryEffects`), the function vector added at `layer`."""
+    """Step 4a: every effect on the discovery tasks' queries in the discovery templates and, apart, on
+    the held-out tasks' in every template ("discovery", "heldout" -> `QueryEffects`), the function
+    vector added at `layer`."""
     return {group: _query_effects(model, queries[group], means[group], classes, layer) for group in queries}
 
 
 def effect_tests(
-    classes: Sequence[HeadClass], effects: dict[str, QueryEffects], seed: int
+    classes: Sequence[HeadClass], effects: dict[str, QueryEffects], rows: HeldOutRows, seed: int
 ) -> tuple[Comparison, Comparison]:
     """Step 4b: the FV heads' AIE and the function vector's zero-shot gain, each against random
-    same-layer heads, held-out beside discovery."""
+    same-layer heads: on the held-out tasks in the held-out templates (`rows`), beside discovery and
+    per template."""
     chosen, tested = effects["discovery"], effects["heldout"]
-    aie_test = _compare("FV heads: AIE", "p(answer)", classes[0], chosen.patched, tested.patched, seed)
+    aie_test = _compare("FV heads: AIE", "p(answer)", classes[0], chosen.patched, tested.patched, seed, rows)
     vector_test = _compare(
         "Function vector: zero-shot accuracy gained", "accuracy", classes[0],
-        chosen.zero_shot[1:] - chosen.zero_shot[0], tested.zero_shot[1:] - tested.zero_shot[0], seed,
+        chosen.zero_shot[1:] - chosen.zero_shot[0], tested.zero_shot[1:] - tested.zero_shot[0], seed, rows,
     )  # fmt: skip
     return aie_test, vector_test
 
@@ -387,11 +506,13 @@ def icl_scores(
 def ablation_tests(
     classes: Sequence[HeadClass],
     effects: dict[str, QueryEffects],
+    rows: HeldOutRows,
     scores: tuple[Tensor, Tensor],
     seed: int,
 ) -> list[Comparison]:
     """Step 5b: each class ablated against its random sets: few-shot accuracy (the discovery and
-    held-out queries' drops, `effects`) and the ICL score (`icl_scores`)."""
+    held-out queries' drops, `effects`; the held-out tasks in the held-out templates test, `rows`) and
+    the ICL score (`icl_scores`)."""
     chosen, tested = effects["discovery"], effects["heldout"]
     clean_icl, ablated_icl = scores
     ablations, at = [], 0
@@ -400,7 +521,7 @@ def ablation_tests(
         at += len(found.sets)
         ablations += [
             _compare(f"{found.name} ablated: few-shot accuracy", "accuracy", found,
-                     chosen.ablation_drops[i], tested.ablation_drops[i], seed),
+                     chosen.ablation_drops[i], tested.ablation_drops[i], seed, rows),
             _compare(f"{found.name} ablated: ICL score", "nats", found, None, context_drop, seed),
         ]  # fmt: skip
     return ablations
@@ -461,10 +582,11 @@ def function_vector_report(
     classes = head_classes(model, chosen_heads.fv_heads, induction_heads, settings)  # 4. effects
     effects = step(FV_STAGES[2], lambda _: query_effects(model, queries, means, classes, layer))
     timed("effects")
-    aie_test, vector_test = effect_tests(classes, effects, seed)
+    rows = held_out_rows(queries["heldout"], families.template_split)
+    aie_test, vector_test = effect_tests(classes, effects, rows, seed)
     scores = step(FV_STAGES[3], lambda _: icl_scores(model, classes, settings))  # 5. the ICL score
-    ablations = ablation_tests(classes, effects, scores, seed)
-    task_vectors = _task_vectors(families, queries, effects, seed)
+    ablations = ablation_tests(classes, effects, rows, scores, seed)
+    task_vectors = _task_vectors(families, queries, effects, rows, seed)
     timed("ICL score")
     if progress is not None:
         progress(FV_STAGES[3], 1, 1)
@@ -475,6 +597,8 @@ def function_vector_report(
         provenance=interp.provenance(model),
         tasks=families.tasks,
         split=families.split,
+        templates=families.templates,
+        template_split=families.template_split,
         n_shots=settings.n_shots,
         n_prompts=settings.n_prompts,
         seed=seed,
@@ -483,7 +607,7 @@ def function_vector_report(
         candidates=head_labels(chosen_heads.candidates),
         candidates_aie=chosen_heads.candidates_aie.tolist(),
         fv_heads=fv_labels,
-        fv_heads_heldout_aie=effects["heldout"].single_heads.mean(1).tolist(),
+        fv_heads_heldout_aie=effects["heldout"].single_heads[:, rows.tested].mean(1).tolist(),
         induction_heads=induction_labels,
         induction_found_by=found_by,
         overlap=[label for label in fv_labels if label in induction_labels],
@@ -492,6 +616,7 @@ def function_vector_report(
         aie_test=aie_test,
         vector_test=vector_test,
         task_vectors=task_vectors,
+        template_vectors=_template_vectors(effects["heldout"], rows, seed),
         ablations=ablations,
         n_documents=settings.n_documents,
         timings=timings,

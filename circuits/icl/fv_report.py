@@ -5,9 +5,10 @@ self-contained HTML page) and its JSON data.
 
 Every format opens with the finding: which ablation lowers few-shot accuracy and which the ICL score
 (each class against random heads of its layers), whether the FV heads' AIE and the function vector
-hold on the held-out tasks (each beside its discovery figure), and the overlap of the two classes;
-then what chose and what tested (`chose_lines`: the discovery word-pair tasks chose the heads and the
-vector's layer, the held-out tasks tested). The HTML page adds the [layer, head] map of AIEs.
+hold on the held-out tasks in the held-out prompt templates (each beside its discovery figure and
+per template), and the overlap of the two classes; then what chose and what tested (`chose_lines`:
+the discovery word-pair tasks in the discovery templates chose the heads and the vector's layer, the
+held-out tasks in the held-out templates tested). The HTML page adds the [layer, head] map of AIEs.
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ from rich.console import Console
 
 from circuits.evidence import EFFECT_SIGN
 from circuits.icl.report import format_ci
-from circuits.icl.results import Comparison, FunctionVectorResult
+from circuits.icl.results import TEMPLATE_KINDS, Comparison, FunctionVectorResult
 from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from interp.tasks.icl_tasks import ICL_TEMPLATES
 
 FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
-    "The word-pair tasks are the families: the discovery tasks choose the FV heads (AIE) and the layer the "
-    "vector is added at; every effect is reported on the held-out tasks, beside the same measure on the "
-    "discovery tasks. Each task's pairs are halved: few-shot prompts of one half give the heads' mean "
-    "outputs, prompts of the other are tested. AIE: p(answer) on a prompt whose examples' answers are "
+    "The word-pair tasks and the prompt templates are the families: the discovery tasks in the discovery "
+    "templates choose the FV heads (AIE) and the layer the vector is added at; every effect is reported on "
+    "the held-out tasks in the held-out templates, beside the same measure on the discovery tasks in the "
+    "discovery templates, and per template on the held-out tasks (in a discovery template they are held "
+    "out by task only). Each task's pairs are halved: few-shot prompts of one half give the heads' mean "
+    "outputs (per task and template), prompts of the other, the same pairs in every template, are tested. "
+    "AIE: p(answer) on a prompt whose examples' answers are "
     "shuffled, with the head's output at the last token set to its mean over clean few-shot prompts of the "
     "task, minus without (Todd et al. 2024); attributed: its first-order estimate for every head, exact for "
     "the top candidates. The function vector sums the FV heads' mean outputs (z @ W_O) and is added to the "
@@ -39,9 +44,22 @@ LEGEND = (
     + " (few-shot accuracy: clean - ablated; ICL score: ablated - clean nats, the context's benefit lost; "
     "patches and vectors: with - without). Each class against random heads from the same layers, paired "
     "by prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI]; confirmed when the CI of the "
-    "effect beyond random lies above 0 on the held-out tasks."
+    "effect beyond random lies above 0 on the held-out tasks in the held-out templates and in each "
+    "held-out template alone (template-dependent when the pooled CI is and a held-out template's is not)."
 )
 TASK_COLUMNS = ("task", "family", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
+TEMPLATE_COLUMNS = (
+    "template",
+    "prompt",
+    "chose",
+    "prompts",
+    "few-shot",
+    "zero-shot",
+    "+ FV",
+    "+ random heads",
+    "FV beyond random",
+    "FV heads ablated beyond random",
+)
 COMPARISON_COLUMNS = (
     "test",
     "unit",
@@ -63,13 +81,27 @@ def _beyond(found: Comparison, family: str) -> str:
     return "n/a" if measured is None else f"{measured.beyond:+.3f} {format_ci(measured.beyond_ci)}"
 
 
+def _per_template(found: Comparison) -> str:
+    """The effect beyond random on the held-out tasks in each template, the held-out ones first, and
+    where its CI does not lie above 0."""
+    ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])
+    return "; ".join(
+        f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) {s.beyond:+.3f} "
+        f"{format_ci(s.beyond_ci)}" + ("" if s.holds else ", does not hold")
+        for s in ordered
+    )
+
+
 def comparison_line(found: Comparison) -> str:
     tested = found.heldout
     draws = ", ".join(f"{value:+.3f}" for value in found.random_values)
+    where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
+    templates = f" Per template, held-out tasks: {_per_template(found)}." if found.strata else ""
     return (
-        f"{found.name}: {tested.drop:+.3f} {found.unit} {format_ci(tested.drop_ci)} on held-out data; "
+        f"{found.name}: {tested.drop:+.3f} {found.unit} {format_ci(tested.drop_ci)} {where}; "
         f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
-        f"{found.verdict}; on discovery tasks {_beyond(found, 'discovery')}: {found.note}."
+        f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
+        + templates
     )
 
 
@@ -80,22 +112,30 @@ def _mean_aie(result: FunctionVectorResult, labels: list[str]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+def _templates(names) -> str:
+    """Template names with their prompts: 'qa "Q: x\\nA: y", ...'."""
+    return ", ".join(f'{name} "{ICL_TEMPLATES[name].pattern}"' for name in names)
+
+
 def chose_lines(result: FunctionVectorResult) -> list[str]:
-    """What chose and what tested: the discovery word-pair tasks (the FV heads and the vector's layer),
-    the held-out tasks (every effect), where the induction heads come from, the prompts, the model."""
-    split = result.split
+    """What chose and what tested: the discovery word-pair tasks in the discovery templates (the FV
+    heads and the vector's layer), the held-out tasks in the held-out templates (every effect), where
+    the induction heads come from, the prompts, the model."""
+    split, templates = result.split, result.template_split
     return [
-        f"chosen on the discovery word-pair tasks ({', '.join(split.discovery)}): the "
-        f"{len(result.candidates)} heads of largest attributed AIE, the {len(result.fv_heads)} FV heads of "
-        f"largest exact AIE among them, and layer {result.fv_layer}, where the vector is added (the best "
-        "zero-shot accuracy on their query pairs of every layer's)",
-        f"tested on the held-out word-pair tasks ({', '.join(split.heldout)}): every effect in this report "
-        "(the FV heads' AIE, the vector's zero-shot accuracy, few-shot accuracy under ablation), each beside "
-        "the same measure on the discovery tasks",
+        f"chosen on the discovery word-pair tasks ({', '.join(split.discovery)}) in the discovery templates "
+        f"({_templates(templates.discovery)}): the {len(result.candidates)} heads of largest attributed AIE, "
+        f"the {len(result.fv_heads)} FV heads of largest exact AIE among them, and layer {result.fv_layer}, "
+        "where the vector is added (the best zero-shot accuracy on their query pairs of every layer's)",
+        f"tested on the held-out word-pair tasks ({', '.join(split.heldout)}) in the held-out templates "
+        f"({_templates(templates.heldout)}): every effect in this report (the FV heads' AIE, the vector's "
+        "zero-shot accuracy, few-shot accuracy under ablation), each beside the same measure on the "
+        "discovery tasks in the discovery templates, and per template on the held-out tasks (held out by "
+        "task only in a discovery template)",
         f"induction heads ({', '.join(result.induction_heads) or 'none'}): {result.induction_found_by}, not "
         "chosen on these tasks",
-        f"{result.n_prompts} prompts of {result.n_shots} examples per task and half of its pairs (seed "
-        f"{result.seed}); ICL score on {result.n_documents} Brown corpus texts",
+        f"{result.n_prompts} prompts of {result.n_shots} examples per task, template and half of its pairs "
+        f"(seed {result.seed}); ICL score on {result.n_documents} Brown corpus texts",
         f"Model: {result.provenance}.",
     ]
 
@@ -110,7 +150,8 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
         if accuracy is None:
             continue
         lines.append(
-            f"Ablating the {len(accuracy.heads)} {name} lowers few-shot accuracy on held-out tasks by "
+            f"Ablating the {len(accuracy.heads)} {name} lowers few-shot accuracy on held-out tasks in "
+            "held-out templates by "
             f"{accuracy.heldout.drop:+.3f} (beyond random {_beyond(accuracy, 'heldout')}: "
             f"{accuracy.verdict}; "
             f"{accuracy.note}) and the context's benefit (the ICL score, ablated - clean) by "
@@ -144,6 +185,21 @@ def _task_rows(result: FunctionVectorResult) -> list[list[str]]:
     ]
 
 
+def _template_rows(result: FunctionVectorResult) -> list[list[str]]:
+    """Per template, the held-out tasks' accuracies and the FV's and the FV heads' ablation's effects
+    beyond random there."""
+    vector = {s.name: s for s in result.vector_test.strata}
+    ablated = {s.name: s for s in result.ablations[0].strata}  # the FV heads' few-shot accuracy
+    return [
+        [row.template, ICL_TEMPLATES[row.template].pattern, "yes" if row.family == "discovery" else "no",
+         str(row.n_prompts), _share(row.few_shot), _share(row.zero_shot), _share(row.with_fv),
+         _share(row.with_random),
+         f"{vector[row.template].beyond:+.3f} {format_ci(vector[row.template].beyond_ci)}",
+         f"{ablated[row.template].beyond:+.3f} {format_ci(ablated[row.template].beyond_ci)}"]
+        for row in result.template_vectors
+    ]  # fmt: skip
+
+
 def _comparison_rows(result: FunctionVectorResult) -> list[list[str]]:
     return [
         [found.name, found.unit, f"{found.heldout.drop:+.3f} {format_ci(found.heldout.drop_ci)}",
@@ -175,6 +231,9 @@ def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
         "tasks": result.tasks,
         "discovery_tasks": list(result.split.discovery),
         "heldout_tasks": list(result.split.heldout),
+        "templates": {name: ICL_TEMPLATES[name].pattern for name in result.templates},
+        "discovery_templates": list(result.template_split.discovery),
+        "heldout_templates": list(result.template_split.heldout),
         "effect_sign": EFFECT_SIGN,
         "n_shots": result.n_shots,
         "n_prompts": result.n_prompts,
@@ -195,6 +254,7 @@ def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
         "aie_test": dataclasses.asdict(result.aie_test),
         "vector_test": dataclasses.asdict(result.vector_test),
         "task_vectors": [dataclasses.asdict(task) for task in result.task_vectors],
+        "template_vectors": [dataclasses.asdict(row) for row in result.template_vectors],
         "ablations": [dataclasses.asdict(found) for found in result.ablations],
         "n_documents": result.n_documents,
         "legend": LEGEND,
@@ -227,7 +287,19 @@ def fv_sections(result: FunctionVectorResult) -> Report:
             notes=[LEGEND],
         ),  # fmt: skip
         Section(
-            title="Zero-shot accuracy on each task's query pairs [95% CI]",
+            title="Per template: the held-out tasks' query pairs",
+            table=Table(
+                columns=list(TEMPLATE_COLUMNS), rows=_template_rows(result), right=list(TEMPLATE_COLUMNS[3:])
+            ),
+            notes=[
+                "chose: the template is a discovery template (the held-out tasks in it are held out by "
+                "task only); the others are the test. Beyond random: the vector's zero-shot gain and the FV "
+                "heads' ablation's few-shot drop, each minus random same-layer heads', paired by prompt "
+                "[95% CI]."
+            ],
+        ),
+        Section(
+            title="Zero-shot accuracy on each task's query pairs, in the templates that test it [95% CI]",
             table=Table(columns=list(TASK_COLUMNS), rows=_task_rows(result), right=list(TASK_COLUMNS[2:])),
         ),
         Section(

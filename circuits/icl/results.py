@@ -12,11 +12,12 @@ import pandas as pd
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.evidence import BeyondRandom, FamilySplit
+from circuits.evidence import BeyondRandom, FamilySplit, StratumDrop
 from circuits.icl.score import ICLScore
 from circuits.icl.sequences import Windows
 
 VERDICTS = ("confirmed", "unconfirmed")
+TEMPLATE_KINDS = ("held-out template", "discovery template")  # `Comparison.strata`'s kinds
 
 
 @dataclass(kw_only=True)
@@ -98,11 +99,17 @@ class ICLResult:
 @dataclass(kw_only=True)
 class Comparison:
     """A class of heads against random same-layer sets of as many heads (`random_sets`), measured on the
-    discovery families that chose the heads and, apart, on held-out families (word-pair tasks, or
-    documents) that did not. Effects follow `circuits.evidence.EFFECT_SIGN`: positive, the heads help
-    (an ablation's drop = clean - ablated; a patch's or a vector's gain = with - without).
-    `heldout` and `discovery` are `circuits.evidence.BeyondRandom` (discovery None where the families
-    played no part in the choice); `note` is `held_out_note`'s verdict on how the effect travels."""
+    discovery families that chose the heads and, apart, on held-out families that did not: held-out
+    word-pair tasks in held-out prompt templates, or documents. Effects follow
+    `circuits.evidence.EFFECT_SIGN`: positive, the heads help (an ablation's drop = clean - ablated; a
+    patch's or a vector's gain = with - without). `heldout` and `discovery` are
+    `circuits.evidence.BeyondRandom` (discovery None where the families played no part in the choice);
+    `note` is `held_out_note`'s verdict on how the effect travels. `strata`: the effect beyond random on
+    the held-out tasks in each template (kind "held-out template", the test, or "discovery template":
+    held out by task only; holds: its CI lies above 0), none for documents. verdict: "confirmed" when
+    the held-out effect beyond random has a CI above 0 and so has each held-out template's,
+    "template-dependent" when the pooled CI is above 0 and some held-out template's but not every
+    one's is, else "unconfirmed" (`circuits.evidence.class_verdict`, the one verdict)."""
 
     name: str  # "FV heads: AIE"
     unit: str  # "p(answer)", "accuracy", "nats"
@@ -111,12 +118,9 @@ class Comparison:
     random_values: list[float]  # each random set's mean effect on the held-out families
     discovery: BeyondRandom | None
     heldout: BeyondRandom
+    strata: list[StratumDrop]
+    verdict: str
     note: str
-
-    @property
-    def verdict(self) -> str:
-        """The held-out verdict: "confirmed" when the effect beyond random has a CI above 0."""
-        return self.heldout.verdict
 
 
 @dataclass(kw_only=True)
@@ -125,7 +129,7 @@ class TaskVector:
     without it, with it, and with the summed mean outputs of random same-layer heads instead
     (the mean over the random sets), each with a 95% bootstrap CI over prompts; and few-shot
     accuracy on the same queries, for scale. `family`: "discovery" (the task chose the heads and the
-    layer) or "held-out"."""
+    layer; measured in the discovery templates) or "held-out" (measured in the held-out templates)."""
 
     task: str
     description: str
@@ -141,35 +145,60 @@ class TaskVector:
 
 
 @dataclass(kw_only=True)
+class TemplateVector:
+    """The held-out tasks' queries in one prompt template, pooled over those tasks: few-shot accuracy,
+    and zero-shot accuracy without the function vector, with it and with random same-layer heads'
+    vectors (the mean over the random sets), each with a 95% bootstrap CI over prompts. `family`:
+    "discovery" (the template chose the heads and the layer, on the discovery tasks) or "held-out"."""
+
+    template: str  # a name of interp.tasks.icl_tasks.ICL_TEMPLATES
+    family: str
+    n_prompts: int
+    few_shot: float
+    zero_shot: float
+    zero_shot_ci: tuple[float, float]
+    with_fv: float
+    with_fv_ci: tuple[float, float]
+    with_random: float
+    with_random_ci: tuple[float, float]
+
+
+@dataclass(kw_only=True)
 class FunctionVectorResult:
-    """`function_vector_report`'s result. The word-pair tasks are the families: the discovery tasks
-    (`split.discovery`) rank every head by attributed AIE, then the candidates by exact AIE, and choose
-    the layer the vector is added at; every reported effect is measured on the held-out tasks
-    (`split.heldout`), beside the same measure on the discovery tasks. Each task's pairs are halved:
-    few-shot prompts of the demonstration half give the heads' mean outputs (and, on discovery tasks,
-    the AIE), prompts of the query half are tested; the ICL score is measured on Brown corpus texts."""
+    """`function_vector_report`'s result. The word-pair tasks and the prompt templates are the
+    families: the discovery tasks (`split.discovery`) in the discovery templates
+    (`template_split.discovery`) rank every head by attributed AIE, then the candidates by exact AIE,
+    and choose the layer the vector is added at; every reported effect is measured on the held-out
+    tasks in the held-out templates, beside the same measure on the discovery tasks in the discovery
+    templates, and per template on the held-out tasks (`Comparison.strata`, `template_vectors`). Each
+    task's pairs are halved: few-shot prompts of the demonstration half give the heads' mean outputs
+    (and, on discovery tasks, the AIE), prompts of the query half, the same pairs in every template,
+    are tested; the ICL score is measured on Brown corpus texts."""
 
     model_name: str
     provenance: str
     tasks: list[str]
     split: FamilySplit  # which tasks chose (discovery) and which tested (held-out)
+    templates: list[str]  # names of interp.tasks.icl_tasks.ICL_TEMPLATES
+    template_split: FamilySplit  # which templates chose (discovery) and which tested (held-out)
     n_shots: int
-    n_prompts: int  # per task and half
+    n_prompts: int  # per task, template and half
     seed: int
     aie_attributed: Float[Tensor, "layer head"]  # every head's AIE to first order (discovery, p(answer))
-    aie_per_task: Float[Tensor, "task layer head"]  # the same per discovery task
+    aie_per_task: Float[Tensor, "task layer head"]  # the same per discovery task (its discovery templates)
     candidates: list[str]  # the top heads by attributed AIE
-    candidates_aie: list[float]  # their exact AIE (discovery tasks, mean over tasks)
+    candidates_aie: list[float]  # their exact AIE (discovery tasks and templates, mean over tasks)
     fv_heads: list[str]  # top candidates by exact AIE, strongest first
-    fv_heads_heldout_aie: list[float]  # each alone, on the held-out tasks' queries
+    fv_heads_heldout_aie: list[float]  # each alone, on the held-out tasks' queries in held-out templates
     induction_heads: list[str]
     induction_found_by: str
     overlap: list[str]  # heads in both classes
     fv_layer: int  # where the vector is added: the best layer on the discovery tasks' queries
-    layer_accuracy: list[float]  # discovery tasks' zero-shot accuracy with the FV added at each layer
+    layer_accuracy: list[float]  # discovery prompts' zero-shot accuracy with the FV added at each layer
     aie_test: Comparison  # FV heads patched together into shuffled-label prompts
     vector_test: Comparison  # zero-shot accuracy gained with the FV, against random heads' vectors
-    task_vectors: list[TaskVector]  # discovery tasks, then held-out tasks
+    task_vectors: list[TaskVector]  # discovery tasks, then held-out tasks (in the templates that test)
+    template_vectors: list[TemplateVector]  # the held-out tasks in each template
     ablations: list[Comparison]  # {FV, induction} heads x {few-shot accuracy, ICL score}
     n_documents: int
     timings: dict[str, float] = field(default_factory=dict)

@@ -1,22 +1,26 @@
-"""Word-pair tasks for in-context learning (Todd et al. 2024's "function vector" tasks, written out here).
+"""Word-pair tasks for in-context learning (Todd et al. 2024's "function vector" tasks, written out here),
+and the prompt templates they are asked in.
 
     task = ICL_TASKS["antonym"]                        # ("hot", "cold"), ...
     pairs = single_token_pairs(model, task)            # those whose answer is one token of the model's
     discovery, heldout = split_pairs(pairs, seed=0)    # disjoint halves: find heads, then test them
     prompts = few_shot_prompts(discovery, 8, n_shots=5, generator=torch.Generator().manual_seed(0))
 
-A few-shot prompt is Todd et al.'s template, `n_shots` solved pairs then the query:
+A few-shot prompt is `n_shots` solved pairs then the query, in one template (`ICL_TEMPLATES`); the
+default, "qa", is Todd et al.'s:
 
     "Q: hot\\nA: cold\\n\\nQ: big\\nA: small\\n\\nQ: fast\\nA:"       -> the answer " slow"
 
 and its corrupted twin has the same pairs with the answers shuffled among them (the query and its
 answer unchanged), so the prompt shows the format but not the task. A zero-shot prompt is the query
-alone ("Q: fast\\nA:").
+alone ("Q: fast\\nA:"). The templates are "qa" (Q: x / A: y), "input_output" (Input: x / Output: y),
+"arrow" (x -> y) and "colon" (x: y); every template's answer follows its query after a space.
 
 Each task is a family: an analysis chooses its heads and settings on some tasks and tests them on the
 others (`circuits.evidence.split_families`), so there are eleven: antonym, country_capital,
 present_past, singular_plural, capitalise, comparative, adverb, country_language,
-first_letter, next_item and male_female.
+first_letter, next_item and male_female. The templates are families too: a function vector chosen
+in some templates is tested in the others.
 
 Source and licence: the pairs below were written out for interp from common knowledge (English
 antonyms, comparatives, adverbs and inflection, world capitals and languages, letters, numbers,
@@ -33,8 +37,6 @@ import torch
 
 from interp.model.transformer import HookedTransformer
 
-QUESTION, ANSWER, SEPARATOR = "Q:", "A:", "\n\n"
-
 
 @dataclass(frozen=True)
 class WordPairTask:
@@ -43,6 +45,41 @@ class WordPairTask:
     name: str
     description: str
     pairs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """How a pair is written in a prompt: `query` with the input word in place of {x}, then " " + the
+    answer word, then `separator` before the next pair."""
+
+    name: str
+    query: str  # "Q: {x}\nA:"
+    separator: str  # "\n\n"
+
+    def ask(self, x: str) -> str:
+        """The query alone, the answer to come: "Q: fast\nA:"."""
+        return self.query.format(x=x)
+
+    def shot(self, x: str, y: str) -> str:
+        """A solved pair and the separator: "Q: hot\nA: cold\n\n"."""
+        return f"{self.ask(x)} {y}{self.separator}"
+
+    @property
+    def pattern(self) -> str:
+        """One solved pair as reports show it, newlines escaped: "Q: x\\nA: y"."""
+        return self.shot("x", "y").strip().replace("\n", "\\n")
+
+
+ICL_TEMPLATES: dict[str, PromptTemplate] = {
+    template.name: template
+    for template in [
+        PromptTemplate("qa", "Q: {x}\nA:", "\n\n"),
+        PromptTemplate("input_output", "Input: {x}\nOutput:", "\n\n"),
+        PromptTemplate("arrow", "{x} ->", "\n"),
+        PromptTemplate("colon", "{x}:", "\n"),
+    ]
+}
+DEFAULT_TEMPLATE = "qa"
 
 
 def _pairs(text: str) -> tuple[tuple[str, str], ...]:
@@ -214,9 +251,21 @@ def check_task_names(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def check_template_names(names: Sequence[str]) -> list[str]:
+    """The names checked against ICL_TEMPLATES (a ValueError naming the choices otherwise), in order."""
+    unknown = [name for name in names if name not in ICL_TEMPLATES]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown prompt template(s) {unknown or names!r}; choose from {', '.join(ICL_TEMPLATES)} "
+            "(a comma-separated list)"
+        )
+    return list(dict.fromkeys(names))
+
+
 def single_token_pairs(model: HookedTransformer, task: WordPairTask) -> list[tuple[str, str]]:
     """The task's pairs whose answer, after a space (" cold"), is one token of the model's tokenizer:
-    the token the model must predict after "A:" (a ValueError if the model has no tokenizer)."""
+    the token the model must predict after the query, "Q: hot\nA:" (a ValueError if the model has no
+    tokenizer)."""
     if model.tokenizer is None:
         raise ValueError(
             f"{model.cfg.model_name} has no tokenizer; word-pair tasks need a model with one "
@@ -254,17 +303,19 @@ class FewShotPrompts:
     answers: list[str]  # the query's answer word (predicted as " " + answer)
 
 
-def _shot(x: str, y: str) -> str:
-    return f"{QUESTION} {x}\n{ANSWER} {y}{SEPARATOR}"
-
-
 def few_shot_prompts(
-    pairs: Sequence[tuple[str, str]], n_prompts: int, n_shots: int, generator: torch.Generator
+    pairs: Sequence[tuple[str, str]],
+    n_prompts: int,
+    n_shots: int,
+    generator: torch.Generator,
+    template: str = DEFAULT_TEMPLATE,
 ) -> FewShotPrompts:
-    """`n_prompts` prompts from `pairs`: each query a different pair where there are enough (drawn
-    with `generator`), its `n_shots` examples other pairs of the same list. The corrupted prompt's
-    answers are a permutation of the examples' answers that moves every one (a derangement), so no
-    example is solved."""
+    """`n_prompts` prompts from `pairs` in `template` (a name of ICL_TEMPLATES): each query a different
+    pair where there are enough (drawn with `generator`; the draws do not depend on the template), its
+    `n_shots` examples other pairs of the same list. The corrupted prompt's answers are a permutation of
+    the examples' answers that moves every one (a derangement), so no example is solved."""
+    (name,) = check_template_names([template])
+    written = ICL_TEMPLATES[name]
     if n_shots < 2 or len(pairs) < n_shots + 1:
         raise ValueError(
             f"need n_shots >= 2 and more than n_shots pairs; got {n_shots} shots of {len(pairs)}"
@@ -282,10 +333,10 @@ def few_shot_prompts(
         examples = [pairs[i] for i in shots]
         moved = [examples[(i + shift) % n_shots][1] for i in range(n_shots)]
         x, y = pairs[query]
-        ask = f"{QUESTION} {x}\n{ANSWER}"
-        clean.append("".join(_shot(*example) for example in examples) + ask)
+        ask = written.ask(x)
+        clean.append("".join(written.shot(*example) for example in examples) + ask)
         corrupted.append(
-            "".join(_shot(example[0], z) for example, z in zip(examples, moved, strict=True)) + ask
+            "".join(written.shot(example[0], z) for example, z in zip(examples, moved, strict=True)) + ask
         )
         zero_shot.append(ask)
         answers.append(y)
