@@ -487,7 +487,6 @@ def ioi(
     quick: bool = typer.Option(False, "--quick", help=QUICK_HELP["ioi"]),
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
-    from circuits.evidence import check_direct_logit_attribution
     from circuits.ioi import find_ioi_circuit
     from circuits.ioi.discover import IOI_STAGES, KEPT_STAGES, ioi_stage_notes
     from circuits.ioi.report import FORMATS, write_ioi_report
@@ -500,7 +499,6 @@ def ioi(
     kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes)  # another run's file: refused now
     loaded = load(model)
     try:
-        check_direct_logit_attribution(loaded.cfg, "interp ioi")  # before its stages, here or on Ray
         if ray is None:
             kept = kept_stages(save, "ioi", options, KEPT_STAGES, ioi_stage_notes, loaded)
             with stopped_leaves(save), stage_bars("ioi", IOI_STAGES) as progress:
@@ -990,7 +988,6 @@ def retrieval(
     relations, names, fact counts and templates (beside the discovery prompts' figure), with the
     overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
-    from circuits.evidence import check_direct_logit_attribution
     from circuits.heads.cache import INDUCTION_HEADS_STAGE
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.report import FORMATS, write_retrieval_report
@@ -1008,7 +1005,6 @@ def retrieval(
     loaded = load(model)
     stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(RETRIEVAL_STAGES)
     try:
-        check_direct_logit_attribution(loaded.cfg, "interp retrieval")  # before its stages are announced
         with stage_bars("retrieval", stages) as progress:
             result = find_retrieval_circuit(loaded, settings, induction_heads=heads, progress=progress)
     except ValueError as error:

@@ -5,11 +5,27 @@ scale (the linearisation direct logit attribution makes), and patching at hook_z
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 import torch
+import transformers
 
 import interp
-from tests.test_equivalence import HF_CONFIGS, _random_hf_model
+from circuits.ioi import find_ioi_circuit
+from circuits.ioi.evidence import direct_logit_attributions
+from circuits.ioi.report import ioi_sections
+from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
+from circuits.retrieval.find import attention_and_direct
+from circuits.retrieval.report import retrieval_sections
+from circuits.sections import render_markdown
+from interp.io.sources import read_source
+from interp.tasks import IOIPrompts
+from interp.tasks.ioi import ioi_dataset_for
+from interp.tasks.ioi_toy import ToyIOITask
+from interp.tasks.retrieval import make_retrieval_prompts
+from tests.test_equivalence import _SMALL, HF_CONFIGS, _random_hf_model
 
 ATOL = 1e-4
 BATCH, POS = 3, 12
@@ -119,3 +135,119 @@ def test_patching_a_head_at_hook_z_equals_transformers(gemma3, layer: int) -> No
         unpatched = hf(clean).logits
     torch.testing.assert_close(patched, logit_diff(expected), atol=ATOL, rtol=0)
     assert not torch.allclose(logit_diff(expected), logit_diff(unpatched), atol=1e-3)  # the patch acted
+
+
+# ---------------------------------------------------------------------------------------------
+# The analyses that class heads by their direct logit attribution, on random Gemma 3 models.
+
+
+def _gemma3_config(vocab_size: int) -> transformers.Gemma3TextConfig:
+    """HF_CONFIGS' random Gemma 3 (local, global, local; grouped-query) with another vocabulary."""
+    return transformers.Gemma3TextConfig(
+        **{**_SMALL, "num_hidden_layers": 3, "vocab_size": vocab_size, "max_position_embeddings": 256},
+        head_dim=16,
+        sliding_window=5,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    )
+
+
+@pytest.fixture(scope="module")
+def gemma3_toy_ioi() -> interp.HookedTransformer:
+    """A random Gemma 3 over the toy IOI task's vocabulary, recorded as a model of that task."""
+    loaded = read_source(_random_hf_model(_gemma3_config(ToyIOITask().d_vocab)))
+    cfg = dataclasses.replace(loaded.cfg, task="ioi", model_name="gemma3-toy-ioi")
+    return interp.HookedTransformer.from_weights(loaded._replace(cfg=cfg))
+
+
+@pytest.fixture(scope="module")
+def gemma3_text(smollm2) -> interp.HookedTransformer:
+    """A random Gemma 3 with SmolLM2's tokenizer (retrieval's prompts are text)."""
+    return interp.load_model(
+        _random_hf_model(_gemma3_config(len(smollm2.tokenizer))), tokenizer=smollm2.tokenizer
+    )
+
+
+def _answered(model: interp.HookedTransformer, split: str) -> tuple[IOIPrompts, IOIPrompts]:
+    """The toy IOI prompts of `split` (clean, ABC) on which the random model prefers the indirect
+    object, so that the analysis has a logit difference to explain."""
+    clean, abc, _ = ioi_dataset_for(model, 64, 0, split)
+    with torch.no_grad():
+        keep = (clean.logit_diff(model(clean.tokens)) > 0).nonzero()[:, 0]
+    return clean[keep], abc[keep]
+
+
+def _frozen_norm_removals(model, tokens, read) -> torch.Tensor:
+    """[head] the mean change of read(logits) [batch] when each last-layer head's output is removed with
+    the norms between it and the logits (its ln1_post, the final norm) held at the clean run's scales,
+    and the MLP after it held too: minus each head's direct attribution, if that linearises the norms."""
+    last = model.cfg.n_layers - 1
+    held = (f"blocks.{last}.ln1_post.hook_scale", f"blocks.{last}.hook_mlp_out", "ln_final.hook_scale")
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens, names_filter=list(held))
+        changes = []
+        for head in range(model.cfg.n_heads):
+
+            def remove(z: torch.Tensor, hook, head: int = head) -> torch.Tensor:
+                z = z.clone()
+                z[:, :, head] = 0
+                return z
+
+            hooks = [
+                (interp.act_name("z", last), remove),
+                *((name, lambda act, hook: cache[hook.name]) for name in held),
+            ]
+            changes.append((read(model.run_with_hooks(tokens, fwd_hooks=hooks)) - read(logits)).mean())
+    return torch.stack(changes).cpu()
+
+
+def test_ioi_direct_logit_attribution_is_the_change_with_the_norms_frozen(gemma3_toy_ioi) -> None:
+    model = gemma3_toy_ioi
+    clean, _ = _answered(model, "discovery")
+    attributions = direct_logit_attributions(model, clean)  # {"IO", "S"}: [layer, head]
+    rows, end = torch.arange(len(clean)), clean.positions["END"]
+    for role, token in (("IO", clean.io_token), ("S", clean.s_token)):
+        removed = _frozen_norm_removals(
+            model, clean.tokens, lambda logits, token=token: logits[rows, end, token]
+        )
+        torch.testing.assert_close(removed, -attributions[role][-1], atol=ATOL, rtol=0)
+
+
+def test_retrieval_direct_attribution_is_the_change_with_the_norms_frozen(gemma3_text) -> None:
+    model = gemma3_text
+    prompts = make_retrieval_prompts(model, 8, 4, "discovery", seed=0)
+    _, direct = attention_and_direct(model, prompts)  # [layer, head], along answer - best other value
+    with torch.no_grad():
+        candidate = prompts.candidate_logits(model(prompts.tokens))
+    rows = torch.arange(len(prompts))
+    other = prompts.candidates[rows, candidate.scatter(1, prompts.queried[:, None], float("-inf")).argmax(1)]
+    end = prompts.positions["END"]
+    removed = _frozen_norm_removals(
+        model, prompts.tokens, lambda logits: logits[rows, end, prompts.answer] - logits[rows, end, other]
+    )
+    torch.testing.assert_close(removed, -direct[-1], atol=ATOL, rtol=0)
+
+
+def test_the_ioi_circuit_runs_on_a_post_norm_model_and_its_report_states_the_linearisation(gemma3_toy_ioi):
+    """Every stage (path patching, classes, evaluation, held-out validation) on a random Gemma 3, with
+    thresholds that let heads through; the report says how the heads' attributions were read."""
+    model = gemma3_toy_ioi
+    loose = dict(effect_z=0.0, min_effect=0.0, min_share=0.0, attention_z=0.0, min_attention=0.0)
+    result = find_ioi_circuit(
+        model, prompts=_answered(model, "discovery"), heldout=_answered(model, "heldout"), **loose
+    )
+    assert result.heads and result.evaluation is not None and result.validation is not None
+    heads = [h for heads in result.classes.values() for h in heads]
+    assert all(math.isfinite(v) for h in heads for v in h.direct_logit_attribution.values())
+    text = " ".join(render_markdown(ioi_sections(result)).split())
+    assert "Direct logit attribution: each head's share of its layer's attention output with the " in text
+    assert "post-attention norm (ln1_post) frozen at its scale in the clean run" in text
+
+
+def test_retrieval_runs_on_a_post_norm_model_and_its_report_states_the_linearisation(gemma3_text) -> None:
+    settings = RetrievalSettings(
+        n_prompts=8, n_heldout=8, n_exact=4, n_random=1, n_two_hop=4, heldout_facts=(3,)
+    )
+    result = find_retrieval_circuit(gemma3_text, settings, induction_heads=[(1, 0)])
+    assert [c.name for c in result.classes][-1] == "induction" and math.isfinite(result.heldout.accuracy)
+    text = " ".join(render_markdown(retrieval_sections(result)).split())
+    assert "post-attention norm (ln1_post) frozen at its scale in the clean run" in text

@@ -34,7 +34,6 @@ import interp
 from circuits.evidence import (
     StratumDrop,
     StratumFaithfulness,
-    check_direct_logit_attribution,
     ci_verdict,
     faithfulness_by_stratum,
     mean_ci,
@@ -169,7 +168,6 @@ def validate_circuit(
     4. the circuit's faithfulness and recovered fraction on the held-out prompts (`heldout_faithfulness`)
 
     progress(stage, done, total): as the ablated runs of step 2 finish."""
-    check_direct_logit_attribution(model.cfg, "validate_circuit")  # before the mean-ablation runs
     ablation = MeanAblation(model, heldout_abc)
     dla = direct_logit_attributions(model, heldout)
     plans = ablation_plans(model, result)  # 1.

@@ -40,7 +40,6 @@ import interp
 from circuits.evidence import (
     FamilySplit,
     beyond_random,
-    check_direct_logit_attribution,
     held_out_note,
     label_strata,
     mean_ci,
@@ -60,6 +59,7 @@ from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import faithfulness_ratio
+from interp.model.cache import direct_attribution_linearisation
 from interp.tasks.retrieval import (
     DISCOVERY_FACT_COUNTS,
     DISCOVERY_TEMPLATES,
@@ -170,10 +170,13 @@ def attention_and_direct(
 ) -> tuple[dict[str, Tensor], Tensor]:
     """({"VALUE", "NAME", "QUERY"} -> [layer, head] mean attention from END to that position, [layer,
     head] mean direct logit attribution at END on the direction W_U[answer] - W_U[best other
-    candidate], through the final norm's scale)."""
+    candidate], through the final norm (and a post-norm model's ln1_post) at its scale in the run)."""
     cfg = model.cfg
-    check_direct_logit_attribution(cfg, "attention_and_direct")
-    names = [*model.layer_hook_names("pattern"), *model.layer_hook_names("z"), interp.act_name("scale")]
+    names = [
+        *model.layer_hook_names("pattern"),
+        *model.head_contribution_hook_names(),
+        interp.act_name("scale"),
+    ]
     tokens = prompts.tokens.to(model.device)
     logits, cache = model.run_with_cache(tokens, names_filter=names)
     rows = torch.arange(len(prompts), device=model.device)
@@ -190,7 +193,7 @@ def attention_and_direct(
     best_other = candidate.scatter(1, queried[:, None], float("-inf")).argmax(1)
     other = prompts.candidates.to(model.device)[rows, best_other]
     direction = (model.W_U[:, prompts.answer.to(model.device)] - model.W_U[:, other]).T  # [batch, d_model]
-    stack = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
+    stack = cache.stack_head_contributions(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
     direct = (stack * direction).sum(-1).mean(-1).view(cfg.n_layers, cfg.n_heads).float().cpu()
     return attention, direct
 
@@ -555,7 +558,6 @@ def find_retrieval_circuit(
     """Find and validate the retrieval circuit of `model` (see the module docstring), with the sizes
     and thresholds of `settings`. induction_heads: the class to compare with (default:
     `confirmed_induction_heads(model)`, cached)."""
-    check_direct_logit_attribution(model.cfg, "find_retrieval_circuit (interp retrieval)")  # before any run
     timings: dict[str, float] = {}
     began = time.perf_counter()
 
@@ -594,6 +596,7 @@ def find_retrieval_circuit(
     return RetrievalResult(
         model_name=model.cfg.model_name,
         provenance=interp.provenance(model),
+        attribution=direct_attribution_linearisation(model.cfg),
         seed=settings.seed,
         settings=settings.recorded(),
         relations=prompts.relations,

@@ -19,6 +19,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 import interp.checks as checks
+from interp.config import Config
 from interp.io.devices import module_weight
 from interp.types import Pos
 
@@ -163,6 +164,20 @@ def refuse_reading_padding(
     raise ValueError(
         f"{what}: {asked} reads position {int(read_of[i])} of prompt {i}, its padding (its real tokens "
         f"are positions {span} of {n_pos}); {READ_REAL_TOKENS}."
+    )
+
+
+def direct_attribution_linearisation(cfg: Config) -> str:
+    """In words, for reports: how a head's direct logit attribution (`stack_head_contributions` with
+    the final norm applied, `apply_ln_to_stack`) linearises the norms between its output and the logits."""
+    final = "the final norm at its scale in the clean run (its scale frozen, as TransformerLens does)"
+    if not cfg.post_norm:
+        return f"each head's output z_h W_O[h] through {final}"
+    return (
+        "each head's share of its layer's attention output with the post-attention norm (ln1_post) frozen "
+        f"at its scale in the clean run, w * z_h W_O[h] / s, then through {final}: the standard "
+        "linearisation; the shares add up to each attention output in that run, while removing a head "
+        "would also move the norms' scales"
     )
 
 
