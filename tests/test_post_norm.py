@@ -13,6 +13,7 @@ import torch
 import transformers
 
 import interp
+from circuits.heads.weights import copying_scores, k_composition_scores
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.report import ioi_sections
@@ -251,3 +252,33 @@ def test_retrieval_runs_on_a_post_norm_model_and_its_report_states_the_linearisa
     assert [c.name for c in result.classes][-1] == "induction" and math.isfinite(result.heldout.accuracy)
     text = " ".join(render_markdown(retrieval_sections(result)).split())
     assert "post-attention norm (ln1_post) frozen at its scale in the clean run" in text
+
+
+def test_weight_scores_read_the_post_attention_norm_weight(gemma3) -> None:
+    """`interp heads`' copying and K-composition scores are those of the dense circuits with each
+    norm's weight in place, ln1_post's between W_O and the residual stream included."""
+    _, model = gemma3
+    d_model = model.cfg.d_model
+    post = [block.ln1_post.weight(d_model) for block in model.blocks]
+    copying = copying_scores(model)
+    W_U = model.W_U.detach() * model.ln_final.weight(d_model)[:, None]
+    for layer, block in enumerate(model.blocks):
+        W_V = model.W_V[layer].detach() * block.ln1.weight(d_model)[None, :, None]
+        full = (
+            model.W_E.detach() @ W_V @ (model.W_O[layer].detach() * post[layer]) @ W_U
+        )  # [head, vocab, vocab]
+        eig = torch.linalg.eigvals(full.double())
+        torch.testing.assert_close(
+            copying[layer].double(), eig.sum(-1).real / eig.abs().sum(-1), atol=1e-4, rtol=0
+        )
+    sources = [(0, 1), (1, 2)]
+    k_composition = k_composition_scores(model, sources)
+    ln1 = [block.ln1.weight(d_model)[:, None] for block in model.blocks]
+    for layer, head in [(1, 0), (2, 3)]:
+        QK = (model.W_Q[layer, head].detach() * ln1[layer]) @ (model.W_K[layer, head].detach() * ln1[layer]).T
+        values = []
+        for lp, hp in sources:
+            if lp < layer:
+                OV = (model.W_V[lp, hp].detach() * ln1[lp]) @ (model.W_O[lp, hp].detach() * post[lp])
+                values.append((QK @ OV.T).norm() / (QK.norm() * OV.norm()))
+        assert float(k_composition[layer, head]) == pytest.approx(float(max(values)), rel=1e-4)
