@@ -87,7 +87,7 @@ def test_aie_equals_a_hooked_patch_of_the_heads(smollm2, prompts):
     ]
     task0 = prompts.task_index == 0
     expected = clean[torch.arange(len(clean)), prompts.clean_last][task0].mean(0)  # [head, d_head]
-    torch.testing.assert_close(means[0, 4], expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(means.z[0, 4], expected, atol=1e-5, rtol=0)
     head_sets = [[(4, 2)], [(12, 0), (12, 5), (20, 3)]]
     effects = head_indirect_effects(smollm2, prompts, means, head_sets)
     rows = torch.arange(len(prompts.answers))
@@ -100,7 +100,7 @@ def test_aie_equals_a_hooked_patch_of_the_heads(smollm2, prompts):
                 layer = int(hook.name.split(".")[1])
                 for layer_, head in heads:
                     if layer_ == layer:
-                        z[rows, last, head] = means[prompts.task_index, layer, head]
+                        z[rows, last, head] = means.z[prompts.task_index, layer, head]
                 return z
 
             hooks = [(f"blocks.{layer}.attn.hook_z", patch) for layer in {layer for layer, _ in heads}]
@@ -112,10 +112,10 @@ def test_aie_equals_a_hooked_patch_of_the_heads(smollm2, prompts):
 def test_the_vector_and_the_ablation_equal_hooked_runs(smollm2, prompts):
     means = mean_head_outputs(smollm2, prompts)
     heads = [(9, 1), (14, 6)]
-    vectors = function_vector(smollm2, means, heads)  # [task, d_model]
+    vectors = function_vector(means, heads)  # [task, d_model]
     rows, last = torch.arange(len(prompts.answers)), prompts.zero_shot_last
     with torch.no_grad():
-        expected = means[:, 9, 1] @ smollm2.W_O[9, 1] + means[:, 14, 6] @ smollm2.W_O[14, 6]
+        expected = means.z[:, 9, 1] @ smollm2.W_O[9, 1] + means.z[:, 14, 6] @ smollm2.W_O[14, 6]
         torch.testing.assert_close(vectors, expected)
         plain, added = zero_shot_accuracy(smollm2, prompts, [(0, None), (6, 8 * vectors)])
 

@@ -14,6 +14,7 @@ import transformers
 
 import interp
 from circuits.heads.weights import copying_scores, k_composition_scores
+from circuits.icl import function_vector, mean_head_outputs, task_prompts
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.report import ioi_sections
@@ -23,6 +24,7 @@ from circuits.retrieval.report import retrieval_sections
 from circuits.sections import render_markdown
 from interp.io.sources import read_source
 from interp.tasks import IOIPrompts
+from interp.tasks.icl_tasks import ICL_TASKS, single_token_pairs, split_pairs
 from interp.tasks.ioi import ioi_dataset_for
 from interp.tasks.ioi_toy import ToyIOITask
 from interp.tasks.retrieval import make_retrieval_prompts
@@ -282,3 +284,27 @@ def test_weight_scores_read_the_post_attention_norm_weight(gemma3) -> None:
                 OV = (model.W_V[lp, hp].detach() * ln1[lp]) @ (model.W_O[lp, hp].detach() * post[lp])
                 values.append((QK @ OV.T).norm() / (QK.norm() * OV.norm()))
         assert float(k_composition[layer, head]) == pytest.approx(float(max(values)), rel=1e-4)
+
+
+def test_the_function_vector_sums_what_the_heads_write_to_the_residual_stream(gemma3_text, smollm2) -> None:
+    """Every head of a layer in the vector: the mean of that layer's attention output at the last token
+    (less its bias, none here), which the post-norm scales per prompt."""
+    model = gemma3_text
+    pairs = {
+        name: split_pairs(single_token_pairs(smollm2, ICL_TASKS[name]))[0]
+        for name in ("antonym", "present_past")
+    }
+    prompts = task_prompts(model, pairs, n_prompts=3, n_shots=3, seed=0)
+    means = mean_head_outputs(model, prompts)
+    assert all(block.attn.b_O is None for block in model.blocks)
+    _, cache = model.run_with_cache(prompts.clean)
+    rows = torch.arange(len(prompts.clean))
+    for layer in range(model.cfg.n_layers):
+        vectors = function_vector(
+            means, [(layer, head) for head in range(model.cfg.n_heads)]
+        )  # [task, d_model]
+        out = cache["attn_out", layer][rows, prompts.clean_last]  # [batch, d_model]
+        expected = torch.stack(
+            [out[prompts.task_index == task].mean(0) for task in range(len(prompts.tasks))]
+        )
+        torch.testing.assert_close(vectors, expected, atol=ATOL, rtol=0)

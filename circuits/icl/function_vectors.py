@@ -1,15 +1,17 @@
 """Function-vector heads (Todd et al. 2024): the heads whose output at the last token carries the task
 a few-shot prompt demonstrates, and the function vector they sum to.
 
-  mean output   each head's z at the last token of a task's clean few-shot prompts, averaged:
-                means [task, layer, head, d_head] (`mean_head_outputs`)
+  mean output   each head's z at the last token of a task's clean few-shot prompts, averaged (`HeadMeans.z`
+                [task, layer, head, d_head]), and what it writes to the residual stream there, averaged
+                (`HeadMeans.written` [task, layer, head, d_model]: z_h W_O[h], or on a post-norm model its
+                share with ln1_post frozen at each prompt's scale: `mean_head_outputs`)
   AIE           a head's average indirect effect: p(answer) on a corrupted prompt (the examples'
                 answers shuffled) with the head's z at the last token set to its task's mean, minus
                 p(answer) on the corrupted prompt, averaged over prompts and tasks: exact
                 (`head_indirect_effects`, one patched run per head on interp's engine) or every head
                 at once to first order (`attributed_indirect_effects`, one forward and backward pass)
-  FV            the function vector of a task: sum over the top heads by AIE of mean z @ W_O
-                [d_model] (`function_vector`), added to the residual stream (hook_resid_pre of
+  FV            the function vector of a task: sum over the top heads by AIE of their mean written
+                output [d_model] (`function_vector`), added to the residual stream (hook_resid_pre of
                 one layer) at the last token of zero-shot prompts ("Q: fast\\nA:"); accuracy is the
                 share of prompts whose top token is the answer (`zero_shot_accuracy`)
 
@@ -92,26 +94,45 @@ def task_prompts(
     )
 
 
+@dataclass(frozen=True)
+class HeadMeans:
+    """Each head's output at the last token of a task's clean few-shot prompts, averaged over the task's
+    prompts: `z` [task, layer, head, d_head], what the AIE patches in at hook_z, and `written` [task,
+    layer, head, d_model], what the head writes to the residual stream there
+    (`ActivationCache.stack_head_contributions`: z_h W_O[h]; on a post-norm model, Gemma 2 and 3, its
+    share of the attention output with ln1_post frozen at each prompt's scale), which the function vector
+    sums."""
+
+    z: Float[Tensor, "task layer head d_head"]
+    written: Float[Tensor, "task layer head d_model"]
+
+
 @torch.inference_mode()
-def mean_head_outputs(
-    model: interp.HookedTransformer, prompts: TaskPrompts
-) -> Float[Tensor, "task layer head d_head"]:
-    """Each head's z at the last token of the clean prompts, averaged over each task's prompts."""
+def mean_head_outputs(model: interp.HookedTransformer, prompts: TaskPrompts) -> HeadMeans:
+    """Each head's z and written output at the last token of the clean prompts, averaged over each
+    task's prompts (one run)."""
+    cfg = model.cfg
     names = model.layer_hook_names("z")
-    _, cache = cached_run(model, prompts.clean, names)
-    rows = torch.arange(len(prompts.clean))
-    last = torch.stack([cache[name][rows, prompts.clean_last] for name in names], 1)  # [b, l, h, d]
-    one_hot = torch.nn.functional.one_hot(prompts.task_index, len(prompts.tasks)).to(last.dtype)  # [b, task]
-    return torch.einsum("bt,blhd->tlhd", one_hot, last) / one_hot.sum(0)[:, None, None, None]
+    _, cached = cached_run(model, prompts.clean, model.head_contribution_hook_names())
+    rows, last = torch.arange(len(prompts.clean)), prompts.clean_last
+    z = torch.stack([cached[name][rows, last] for name in names], 1)  # [b, l, h, d_head]
+    written = interp.ActivationCache(cached, model).stack_head_contributions(pos=last.to(z.device))
+    written = written.unflatten(0, (cfg.n_layers, cfg.n_heads)).permute(2, 0, 1, 3)  # [b, l, h, d_model]
+    one_hot = torch.nn.functional.one_hot(prompts.task_index, len(prompts.tasks)).to(z.dtype)  # [b, task]
+    counts = one_hot.sum(0)[:, None, None, None]
+    return HeadMeans(
+        z=torch.einsum("bt,blhd->tlhd", one_hot, z) / counts,
+        written=torch.einsum("bt,blhd->tlhd", one_hot, written) / counts,
+    )
 
 
-def per_prompt(means: Float[Tensor, "task layer head d_head"], prompts: TaskPrompts, layer: int) -> Tensor:
+def per_prompt(means: HeadMeans, prompts: TaskPrompts, layer: int) -> Tensor:
     """Each prompt's task's mean z of block `layer`, as a source for hook_z: [batch, 1, head, d_head]."""
-    return means[prompts.task_index, layer][:, None].to(prompts.corrupted.device)
+    return means.z[prompts.task_index, layer][:, None].to(prompts.corrupted.device)
 
 
 def attributed_indirect_effects(
-    model: interp.HookedTransformer, prompts: TaskPrompts, means: Float[Tensor, "task layer head d_head"]
+    model: interp.HookedTransformer, prompts: TaskPrompts, means: HeadMeans
 ) -> Float[Tensor, "batch layer head"]:
     """Every head's indirect effect on each corrupted prompt estimated to first order, from one forward
     and one backward pass: (mean z - z) . d p(answer) / dz at the last token (the gradient taken with
@@ -136,7 +157,7 @@ def attributed_indirect_effects(
 def head_indirect_effects(
     model: interp.HookedTransformer,
     prompts: TaskPrompts,
-    means: Float[Tensor, "task layer head d_head"],
+    means: HeadMeans,
     head_sets: Sequence[Sequence[Head]] | None = None,
     progress: Progress | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
@@ -169,12 +190,9 @@ def head_indirect_effects(
     return values[:-1] - values[-1]
 
 
-@torch.inference_mode()
-def function_vector(
-    model: interp.HookedTransformer, means: Float[Tensor, "... layer head d_head"], heads: Sequence[Head]
-) -> Float[Tensor, "... d_model"]:
-    """The sum over `heads` of their mean output written to the residual stream: mean z @ W_O."""
-    return sum(means[..., layer, head, :] @ model.W_O[layer, head] for layer, head in heads)
+def function_vector(means: HeadMeans, heads: Sequence[Head]) -> Float[Tensor, "task d_model"]:
+    """The sum over `heads` of their mean output written to the residual stream (`HeadMeans.written`)."""
+    return sum(means.written[:, layer, head] for layer, head in heads)
 
 
 def accuracy_metric(answers: Int[Tensor, " batch"], last: Int[Tensor, " batch"]):

@@ -32,7 +32,8 @@ LEGEND = (
     "outputs, prompts of the other are tested. AIE: p(answer) on a prompt whose examples' answers are "
     "shuffled, with the head's output at the last token set to its mean over clean few-shot prompts of the "
     "task, minus without (Todd et al. 2024); attributed: its first-order estimate for every head, exact for "
-    "the top candidates. The function vector sums the FV heads' mean outputs (z @ W_O) and is added to the "
+    "the top candidates. The function vector sums the FV heads' mean outputs as written to the residual "
+    "stream (z @ W_O; on a post-norm model, through ln1_post at each prompt's scale) and is added to the "
     "residual stream at the last token of zero-shot prompts. Ablation: each head's z set to its mean over "
     "every position. Effects: "
     + EFFECT_SIGN
@@ -198,11 +199,17 @@ def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
         "ablations": [dataclasses.asdict(found) for found in result.ablations],
         "n_documents": result.n_documents,
         "legend": LEGEND,
+        "written": result.written,
     }
 
 
 def render_json(result: FunctionVectorResult) -> str:
     return json.dumps(to_dict(result), indent=2, allow_nan=False)
+
+
+def _written(result: FunctionVectorResult) -> list[str]:
+    """What the function vector sums as each head's mean output, where the result records it."""
+    return [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
 
 
 def fv_sections(result: FunctionVectorResult) -> Report:
@@ -224,7 +231,7 @@ def fv_sections(result: FunctionVectorResult) -> Report:
                 rows=_comparison_rows(result),
                 right=["held-out", "beyond random (held-out)", "discovery beyond random"],
             ),
-            notes=[LEGEND],
+            notes=[LEGEND, *_written(result)],
         ),  # fmt: skip
         Section(
             title="Zero-shot accuracy on each task's query pairs [95% CI]",

@@ -172,4 +172,7 @@ class FunctionVectorResult:
     task_vectors: list[TaskVector]  # discovery tasks, then held-out tasks
     ablations: list[Comparison]  # {FV, induction} heads x {few-shot accuracy, ICL score}
     n_documents: int
+    # what each head's mean output written to the residual stream is (interp.model.cache's
+    # head_contribution_linearisation); "" in results saved before it was recorded
+    written: str = ""
     timings: dict[str, float] = field(default_factory=dict)

@@ -167,17 +167,24 @@ def refuse_reading_padding(
     )
 
 
+def head_contribution_linearisation(cfg: Config) -> str:
+    """In words, for reports: what `ActivationCache.stack_head_contributions` takes as each head's
+    contribution to the residual stream on a model of `cfg`."""
+    if not cfg.post_norm:
+        return "each head's output z_h W_O[h]"
+    return (
+        "each head's share of its layer's attention output with the post-attention norm (ln1_post) frozen "
+        "at its scale in the clean run, w * z_h W_O[h] / s (the standard linearisation: the shares add up "
+        "to each attention output in that run, while removing a head would also move the norm's scale)"
+    )
+
+
 def direct_attribution_linearisation(cfg: Config) -> str:
     """In words, for reports: how a head's direct logit attribution (`stack_head_contributions` with
     the final norm applied, `apply_ln_to_stack`) linearises the norms between its output and the logits."""
-    final = "the final norm at its scale in the clean run (its scale frozen, as TransformerLens does)"
-    if not cfg.post_norm:
-        return f"each head's output z_h W_O[h] through {final}"
     return (
-        "each head's share of its layer's attention output with the post-attention norm (ln1_post) frozen "
-        f"at its scale in the clean run, w * z_h W_O[h] / s, then through {final}: the standard "
-        "linearisation; the shares add up to each attention output in that run, while removing a head "
-        "would also move the norms' scales"
+        f"{head_contribution_linearisation(cfg)}, through the final norm at its scale in the clean run "
+        "(frozen, as TransformerLens does)"
     )
 
 
