@@ -16,12 +16,13 @@ import interp
 from circuits.heads.weights import copying_scores, k_composition_scores
 from circuits.icl import function_vector, mean_head_outputs, task_prompts
 from circuits.ioi import find_ioi_circuit
-from circuits.ioi.evidence import direct_logit_attributions
+from circuits.ioi.evidence import clean_run, direct_logit_attributions
 from circuits.ioi.report import ioi_sections
 from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
 from circuits.retrieval.find import attention_and_direct
 from circuits.retrieval.report import retrieval_sections
 from circuits.sections import render_markdown
+from interp.interventions.engine import cached_run, start_names
 from interp.io.sources import read_source
 from interp.tasks import IOIPrompts
 from interp.tasks.icl_tasks import ICL_TASKS, single_token_pairs, split_pairs
@@ -308,3 +309,30 @@ def test_the_function_vector_sums_what_the_heads_write_to_the_residual_stream(ge
             [out[prompts.task_index == task].mean(0) for task in range(len(prompts.tasks))]
         )
         torch.testing.assert_close(vectors, expected, atol=ATOL, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# A 262k vocabulary makes the unembedding the costliest part of a run: logits only where read.
+
+
+def test_cached_runs_without_logits_cache_the_same_activations(gemma3) -> None:
+    _, model = gemma3
+    tokens = _tokens(model, 1)
+    names = [*start_names(model), "ln_final.hook_scale"]
+    logits, with_logits = cached_run(model, tokens, names)
+    none, without = cached_run(model, tokens, names, logits=False)
+    assert none is None and logits.shape == (*tokens.shape, model.cfg.d_vocab)
+    assert with_logits.keys() == without.keys()
+    for name, value in with_logits.items():
+        torch.testing.assert_close(without[name], value, atol=0, rtol=0)
+
+
+def test_the_ioi_clean_run_makes_logits_at_end_only(gemma3_toy_ioi) -> None:
+    model = gemma3_toy_ioi
+    clean, _ = _answered(model, "discovery")
+    logits, cache = clean_run(model, clean)
+    rows, end = torch.arange(len(clean)), clean.positions["END"]
+    made = ~logits.isnan().all(-1)  # [batch, pos]
+    assert made.sum(-1).eq(1).all() and made[rows, end].all()
+    torch.testing.assert_close(logits[rows, end], model(clean.tokens)[rows, end], atol=ATOL, rtol=0)
+    assert cache["ln_final.hook_scale"].shape[:2] == clean.tokens.shape  # the final norm at every position

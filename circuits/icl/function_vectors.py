@@ -113,7 +113,7 @@ def mean_head_outputs(model: interp.HookedTransformer, prompts: TaskPrompts) -> 
     task's prompts (one run)."""
     cfg = model.cfg
     names = model.layer_hook_names("z")
-    _, cached = cached_run(model, prompts.clean, model.head_contribution_hook_names())
+    _, cached = cached_run(model, prompts.clean, model.head_contribution_hook_names(), logits=False)
     rows, last = torch.arange(len(prompts.clean)), prompts.clean_last
     z = torch.stack([cached[name][rows, last] for name in names], 1)  # [b, l, h, d_head]
     written = interp.ActivationCache(cached, model).stack_head_contributions(pos=last.to(z.device))
@@ -182,7 +182,7 @@ def head_indirect_effects(
         ]
         for heads in head_sets
     ]
-    _, target = cached_run(model, tokens, start_names(model))
+    _, target = cached_run(model, tokens, start_names(model), logits=False)
     metric = prob_metric(prompts.answers, pos=last)
     values = run_site_sets(
         model, tokens, [*runs, []], None, metric, target=target, logit_pos=last, progress=progress
@@ -226,7 +226,7 @@ def zero_shot_accuracy(
             return resid + added
 
         runs.append([Intervention(Site(interp.act_name("resid_pre", layer), pos=last), add)])
-    _, target = cached_run(model, tokens, start_names(model))
+    _, target = cached_run(model, tokens, start_names(model), logits=False)
     metric = accuracy_metric(prompts.answers, last)
     return run_site_sets(model, tokens, runs, None, metric, target=target, logit_pos=last, progress=progress)
 
@@ -244,7 +244,7 @@ def few_shot_accuracy(
     tokens, last = prompts.clean, prompts.clean_last
     layers = sorted({layer for heads in head_sets for layer, _ in heads})
     _, target = cached_run(
-        model, tokens, [*start_names(model), *(interp.act_name("z", layer) for layer in layers)]
+        model, tokens, [*start_names(model), *(interp.act_name("z", layer) for layer in layers)], logits=False
     )
     real = (torch.arange(tokens.shape[1]) <= prompts.clean_last[:, None].cpu()).to(tokens.device)  # [b, pos]
     means = {

@@ -26,21 +26,26 @@ from torch import Tensor
 import interp
 from circuits.evidence import median_mad
 from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
+from interp.interventions.engine import forward_logits
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
 
 
 @torch.no_grad()
 def clean_run(model: interp.HookedTransformer, prompts: IOIPrompts) -> tuple[Tensor, interp.ActivationCache]:
-    """One run on `prompts` with what the discovery reads of it: logits [batch, pos, d_vocab] and a
-    cache of every layer's attention pattern and z (with a post-norm model's ln1_post scales) and the
-    final norm's scale."""
+    """One run on `prompts` with what the discovery reads of it: logits [batch, pos, d_vocab], made only
+    at END (NaN elsewhere: `forward_logits`), and a cache of every layer's attention pattern and z (with
+    a post-norm model's ln1_post scales), the final norm's scale and the final residual stream."""
+    final = interp.act_name("resid_post", model.cfg.n_layers - 1)
     names = [
         *model.layer_hook_names("pattern"),
         *model.head_contribution_hook_names(),
         interp.act_name("scale"),
+        final,
     ]
-    return model.run_with_cache(prompts.tokens.to(model.device), names_filter=names)
+    _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
+    end = prompts.positions["END"].to(model.device)
+    return forward_logits(model, cache[final], end, start_at_layer=model.cfg.n_layers), cache
 
 
 @torch.no_grad()

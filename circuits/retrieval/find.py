@@ -57,6 +57,7 @@ from circuits.retrieval.results import (
 )
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
+from interp.interventions.engine import forward_logits
 from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import faithfulness_ratio
 from interp.model.cache import direct_attribution_linearisation
@@ -160,8 +161,8 @@ def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: 
 
 @torch.no_grad()
 def clean_logit_diffs(model: interp.HookedTransformer, prompts: RetrievalPrompts) -> Tensor:
-    """[batch] the clean run's logit diffs (logits)."""
-    return prompts.logit_diff(model(prompts.tokens.to(model.device))).float().cpu()
+    """[batch] the clean run's logit diffs (logits; made only at the last position, which they read)."""
+    return prompts.logit_diff(forward_logits(model, prompts.tokens.to(model.device), -1)).float().cpu()
 
 
 @torch.no_grad()
@@ -172,15 +173,18 @@ def attention_and_direct(
     head] mean direct logit attribution at END on the direction W_U[answer] - W_U[best other
     candidate], through the final norm (and a post-norm model's ln1_post) at its scale in the run)."""
     cfg = model.cfg
+    final = interp.act_name("resid_post", cfg.n_layers - 1)
     names = [
         *model.layer_hook_names("pattern"),
         *model.head_contribution_hook_names(),
         interp.act_name("scale"),
+        final,
     ]
     tokens = prompts.tokens.to(model.device)
-    logits, cache = model.run_with_cache(tokens, names_filter=names)
+    _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
     rows = torch.arange(len(prompts), device=model.device)
     end = prompts.positions["END"].to(model.device)
+    logits = forward_logits(model, cache[final], end, start_at_layer=cfg.n_layers)  # at END only
     attention = {}
     for target in ATTENTION_TARGETS:
         keys = prompts.positions[target].to(model.device)
