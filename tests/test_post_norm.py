@@ -259,7 +259,7 @@ def test_retrieval_runs_on_a_post_norm_model_and_its_report_states_the_linearisa
 
 def test_weight_scores_read_the_post_attention_norm_weight(gemma3) -> None:
     """`interp heads`' copying and K-composition scores are those of the dense circuits with each
-    norm's weight in place, ln1_post's between W_O and the residual stream included."""
+    norm's weight in place: ln1_post's between W_O and the residual stream, and the q/k norms'."""
     _, model = gemma3
     d_model = model.cfg.d_model
     post = [block.ln1_post.weight(d_model) for block in model.blocks]
@@ -278,7 +278,10 @@ def test_weight_scores_read_the_post_attention_norm_weight(gemma3) -> None:
     k_composition = k_composition_scores(model, sources)
     ln1 = [block.ln1.weight(d_model)[:, None] for block in model.blocks]
     for layer, head in [(1, 0), (2, 3)]:
-        QK = (model.W_Q[layer, head].detach() * ln1[layer]) @ (model.W_K[layer, head].detach() * ln1[layer]).T
+        attn, kv_head = model.blocks[layer].attn, head // (model.cfg.n_heads // model.cfg.n_kv_heads)
+        Q = model.W_Q[layer, head].detach() * ln1[layer] * attn.q_ln.weight(0)[head]  # q/k norms' weights too
+        K = model.W_K[layer, head].detach() * ln1[layer] * attn.k_ln.weight(0)[kv_head]
+        QK = Q @ K.T
         values = []
         for lp, hp in sources:
             if lp < layer:
