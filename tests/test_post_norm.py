@@ -24,6 +24,7 @@ from circuits.retrieval.report import retrieval_sections
 from circuits.sections import render_markdown
 from interp.interventions.engine import cached_run, start_names
 from interp.io.sources import read_source
+from interp.model.cache import direct_attribution_linearisation
 from interp.tasks import IOIPrompts
 from interp.tasks.icl_tasks import ICL_TASKS, single_token_pairs, split_pairs
 from interp.tasks.ioi import ioi_dataset_for
@@ -339,3 +340,10 @@ def test_the_ioi_clean_run_makes_logits_at_end_only(gemma3_toy_ioi) -> None:
     assert made.sum(-1).eq(1).all() and made[rows, end].all()
     torch.testing.assert_close(logits[rows, end], model(clean.tokens)[rows, end], atol=ATOL, rtol=0)
     assert cache["ln_final.hook_scale"].shape[:2] == clean.tokens.shape  # the final norm at every position
+
+
+def test_reports_say_when_attributions_are_of_logits_before_a_soft_cap(gemma3) -> None:
+    """Gemma 2 soft-caps its logits: the attributions that class heads are of the logits before the cap."""
+    gemma2 = interp.load_model(_random_hf_model(HF_CONFIGS["gemma2-softcap-sliding"]()))
+    assert "before their soft cap (0.5 * tanh(x / 0.5))" in direct_attribution_linearisation(gemma2.cfg)
+    assert "soft cap" not in direct_attribution_linearisation(gemma3[1].cfg)

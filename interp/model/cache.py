@@ -182,10 +182,17 @@ def head_contribution_linearisation(cfg: Config) -> str:
 def direct_attribution_linearisation(cfg: Config) -> str:
     """In words, for reports: how a head's direct logit attribution (`stack_head_contributions` with
     the final norm applied, `apply_ln_to_stack`) linearises the norms between its output and the logits."""
-    return (
+    words = (
         f"{head_contribution_linearisation(cfg)}, through the final norm at its scale in the clean run "
         "(frozen, as TransformerLens does)"
     )
+    cap = cfg.output_logits_soft_cap
+    if cap is not None:
+        words += (
+            f", onto the logits before their soft cap ({cap} * tanh(x / {cap})): the cap is monotone, so an "
+            "attribution's sign carries over to the capped logits, its size and the attributions' sum do not"
+        )
+    return words
 
 
 # Stacks returned by apply_ln_to_stack, so that logit_attrs can refuse to normalise one twice.
