@@ -101,6 +101,17 @@ def chose_lines(result: FunctionVectorResult) -> list[str]:
     ]
 
 
+def _where_added(result: FunctionVectorResult) -> str:
+    """The vector's layer, and whether any layer let it raise the discovery tasks' zero-shot accuracy."""
+    best = max(result.layer_accuracy, default=0.0)
+    if best <= 0:
+        return (
+            f"Added at layer {result.fv_layer}, the first of a tie: at no layer does the vector raise the "
+            "discovery tasks' zero-shot accuracy above 0."
+        )
+    return f"Added at layer {result.fv_layer} (discovery tasks' zero-shot accuracy {best:.2f} there)."
+
+
 def summary_lines(result: FunctionVectorResult) -> list[str]:
     """The finding, in order: the ablations, the held-out tests, the overlap."""
     lines = []
@@ -118,7 +129,7 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
             f"{score.heldout.drop:+.3f} nats (beyond random {_beyond(score, 'heldout')}: {score.verdict})."
         )
     lines.append(comparison_line(result.aie_test))
-    lines.append(comparison_line(result.vector_test) + f" Added at layer {result.fv_layer}.")
+    lines.append(comparison_line(result.vector_test) + f" {_where_added(result)}")
     overlap = ", ".join(result.overlap) or "none"
     every = result.aie_attributed.mean().item()
     lines.append(
