@@ -565,7 +565,6 @@ def ioi(
 ) -> None:
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
     check_model(model)
-    from circuits.evidence import check_direct_logit_attribution
     from circuits.ioi import find_ioi_circuit
     from circuits.ioi.discover import BETWEEN_STAGES, KEPT_STAGES, ioi_stage_notes
     from circuits.ioi.report import FORMATS, write_ioi_report
@@ -580,7 +579,6 @@ def ioi(
     loaded = load(model)
     keyed = check_save(save, "ioi", options, loaded)
     try:
-        check_direct_logit_attribution(loaded.cfg, "interp ioi")  # before its stages, here or on Ray
         if ray is None:
             kept = kept_stages(save, "ioi", keyed, KEPT_STAGES, ioi_stage_notes)
             with stopped_leaves(save), stage_bars("ioi", KEPT_STAGES, BETWEEN_STAGES, kept, save) as progress:
@@ -1129,7 +1127,6 @@ def retrieval(
     """
     check_model(model)
     check_heads_file(induction_heads)
-    from circuits.evidence import check_direct_logit_attribution
     from circuits.heads.cache import INDUCTION_HEADS_STAGE
     from circuits.quick import retrieval_note
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
@@ -1151,7 +1148,6 @@ def retrieval(
     keyed = check_save(save, "retrieval", options, loaded)
     stages = ([INDUCTION_HEADS_STAGE] if heads is None else []) + list(RETRIEVAL_STAGES)
     try:
-        check_direct_logit_attribution(loaded.cfg, "interp retrieval")  # before its stages are announced
         with stage_bars("retrieval", stages) as progress:
             result = find_retrieval_circuit(loaded, settings, induction_heads=heads, progress=progress)
     except ValueError as error:

@@ -33,8 +33,6 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from interp.checks import check_heads_add_up
-from interp.config import Config
 from interp.interventions.stats import (
     FAITHFUL_BAND,
     OVERSHOOT,
@@ -505,16 +503,3 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     if off:
         verdict += f"; not in every stratum: {', '.join(off)}"
     return verdict
-
-
-def check_direct_logit_attribution(cfg: Config, analysis: str) -> None:
-    """Refuse, before any run, an `analysis` that classes heads by their direct logit attribution (each
-    head's output z_h W_O[h] through the final norm onto the unembedding) on a model whose heads'
-    outputs are not parts of its residual stream (post-norm models: Gemma 2 and 3, OLMo 2)."""
-    check_heads_add_up(
-        cfg,
-        f"{analysis} classes heads by their direct logit attribution, each head's output read as a part of "
-        "the residual stream",
-        "interp circuit (edges: each head's share of the attention output at its run's norm scale) and "
-        "interp patch (heads patched at hook_z) run on it.",
-    )

@@ -77,21 +77,6 @@ def test_bad_arguments_are_refused_before_work_starts(arguments, message, tmp_pa
     assert not out.exists()  # nothing was trained or written
 
 
-@pytest.mark.parametrize("command", ["ioi", "retrieval"])
-def test_a_post_norm_model_is_refused_before_any_stage(command, tmp_path):
-    """The analyses that read each head's direct logit attribution refuse a post-norm model (Gemma 2
-    and 3) once it is loaded, before their stages are announced or run."""
-    from test_families import post_norm_toy_ioi
-
-    directory = post_norm_toy_ioi().save(tmp_path / "post-norm")
-    result = CliRunner().invoke(app, [command, "--model", str(directory)])
-    assert result.exit_code == 2, result.output
-    text = " ".join(result.output.replace("│", " ").split())
-    assert f"interp {command} classes heads by their direct logit attribution" in text
-    assert "normalises each attention output as a whole (ln1_post)" in text
-    assert "stage" not in result.output.lower() and "Traceback" not in result.output
-
-
 # (command line, what the error names): a file or an option refused before any model loads; {missing}
 # is a path under the test's directory that does not exist, {empty} an existing directory with no model.
 REFUSED_BEFORE_LOADING = [

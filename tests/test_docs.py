@@ -88,7 +88,7 @@ def test_results_pages_are_made_from_their_data() -> None:
     spec.loader.exec_module(build)
     pages = build.build()
     names = {path.name for path in pages}
-    assert names == {"index.md", "heads.md", "ioi.md", "circuits.md", "performance.md"}
+    assert names == {"index.md", "heads.md", "ioi.md", "circuits.md", "icl.md", "performance.md"}
     for path, text in pages.items():
         assert path.read_text() == text, f"{path.name} is out of date: run python docs/results/build.py"
         assert "**Machine**" in text or path.name == "index.md"

@@ -4,6 +4,7 @@ tokenizer."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -25,7 +26,7 @@ from circuits.icl import (
     zero_shot_accuracy,
 )
 from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
-from circuits.icl.fv_report import fv_sections, write_fv_report
+from circuits.icl.fv_report import fv_sections, summary_lines, write_fv_report
 from circuits.icl.results import TEMPLATE_KINDS
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html
@@ -124,7 +125,7 @@ def test_aie_equals_a_hooked_patch_of_the_heads(smollm2, prompts):
     ]
     task0 = prompts.task_index == 0
     expected = clean[torch.arange(len(clean)), prompts.clean_last][task0].mean(0)  # [head, d_head]
-    torch.testing.assert_close(means[0, 4], expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(means.z[0, 4], expected, atol=1e-5, rtol=0)
     head_sets = [[(4, 2)], [(12, 0), (12, 5), (20, 3)]]
     effects = head_indirect_effects(smollm2, prompts, means, head_sets)
     rows = torch.arange(len(prompts.answers))
@@ -137,7 +138,7 @@ def test_aie_equals_a_hooked_patch_of_the_heads(smollm2, prompts):
                 layer = int(hook.name.split(".")[1])
                 for layer_, head in heads:
                     if layer_ == layer:
-                        z[rows, last, head] = means[prompts.task_index, layer, head]
+                        z[rows, last, head] = means.z[prompts.task_index, layer, head]
                 return z
 
             hooks = [(f"blocks.{layer}.attn.hook_z", patch) for layer in {layer for layer, _ in heads}]
@@ -149,10 +150,10 @@ def test_aie_equals_a_hooked_patch_of_the_heads(smollm2, prompts):
 def test_the_vector_and_the_ablation_equal_hooked_runs(smollm2, prompts):
     means = mean_head_outputs(smollm2, prompts)
     heads = [(9, 1), (14, 6)]
-    vectors = function_vector(smollm2, means, heads)  # [task, d_model]
+    vectors = function_vector(means, heads)  # [task, d_model]
     rows, last = torch.arange(len(prompts.answers)), prompts.zero_shot_last
     with torch.no_grad():
-        expected = means[:, 9, 1] @ smollm2.W_O[9, 1] + means[:, 14, 6] @ smollm2.W_O[14, 6]
+        expected = means.z[:, 9, 1] @ smollm2.W_O[9, 1] + means.z[:, 14, 6] @ smollm2.W_O[14, 6]
         torch.testing.assert_close(vectors, expected)
         plain, added = zero_shot_accuracy(smollm2, prompts, [(0, None), (6, 8 * vectors)])
 
@@ -396,3 +397,13 @@ def test_bad_input_says_what_to_pass(smollm2):
 def test_cli_refuses_bad_options(options, message):
     outcome = CliRunner().invoke(app, ["icl", "--fv", "--model", "no-such-model", *options])
     assert outcome.exit_code == 2 and message in " ".join(outcome.output.split())
+
+
+def test_the_report_says_when_no_layer_lets_the_vector_help(small_result):
+    """Every layer at zero-shot accuracy 0 (as on Gemma 3 270M): the chosen layer is the first of a tie."""
+    tied = dataclasses.replace(small_result, layer_accuracy=[0.0] * len(small_result.layer_accuracy))
+    assert "the first of a tie: at no layer does the vector raise" in " ".join(summary_lines(tied))
+    helped = dataclasses.replace(small_result, layer_accuracy=[0.0, 0.5, 0.25], fv_layer=1)
+    assert "Added at layer 1 (discovery tasks' zero-shot accuracy 0.50 there)." in " ".join(
+        summary_lines(helped)
+    )

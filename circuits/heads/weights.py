@@ -5,8 +5,11 @@
   k_composition    max over earlier previous-token heads p of ||QK_h OV_p^T||_F / (||QK_h||_F ||OV_p||_F)
 
 Both are unitless in [-1, 1] (copying) or [0, 1] (composition). Norm weights are multiplied into the
-matrices that read the normalised stream; biases and rotary positions are ignored. Weights are read
-in float32 on the CPU, also from blocks that accelerate offloaded.
+matrices that read the normalised stream, a post-norm model's post-attention norm weight (Gemma 2 and
+3: ln1_post, between the heads' summed output and the residual stream) into W_O, and q/k norms' weights
+(Gemma 3, Qwen3, OLMo 2) into W_Q's and W_K's columns; norms' scales are
+positive numbers per position, which neither score depends on; biases and rotary positions are ignored.
+Weights are read in float32 on the CPU, also from blocks that accelerate offloaded.
 """
 
 from __future__ import annotations
@@ -28,6 +31,30 @@ def _norm_weight(norm: nn.Module, d_model: int) -> Float[Tensor, " d_model"]:
     return norm.weight(d_model) if isinstance(norm, Norm) else torch.ones(d_model)
 
 
+def _query_key_weights(model: interp.HookedTransformer) -> tuple[Tensor, Tensor]:
+    """The q/k norms' elementwise weights per query head ([layer, head, 1, d_head] each: ones without
+    q/k norms; a key/value head's repeated for its group), which scale W_Q's and W_K's columns."""
+    cfg = model.cfg
+    ones = torch.ones(cfg.n_heads, cfg.d_head)
+    q_weights, k_weights = [], []
+    for block in model.blocks:
+        attn = block.attn
+        if cfg.qk_norm == "none":
+            q_weights.append(ones)
+            k_weights.append(ones)
+            continue
+        q_weights.append(attn.q_ln.weight(cfg.d_head).expand(cfg.n_heads, cfg.d_head).cpu())
+        k = attn.k_ln.weight(cfg.d_head).expand(cfg.n_kv_heads, cfg.d_head).cpu()
+        k_weights.append(k.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, 0))
+    return torch.stack(q_weights)[:, :, None], torch.stack(k_weights)[:, :, None]
+
+
+def _output_weight(block: nn.Module, d_model: int) -> Float[Tensor, " d_model"]:
+    """The post-attention norm's elementwise weight, which scales every head's output (ones without one)."""
+    post_norm = getattr(block, "ln1_post", None)
+    return post_norm.weight(d_model) if post_norm is not None else torch.ones(d_model)
+
+
 @torch.inference_mode()
 def copying_scores(model: interp.HookedTransformer) -> Float[Tensor, "layer head"]:
     """sum(eig) / sum(|eig|) of each head's full OV circuit (norm weights included, biases not)."""
@@ -39,7 +66,8 @@ def copying_scores(model: interp.HookedTransformer) -> Float[Tensor, "layer head
     scores = torch.zeros(cfg.n_layers, cfg.n_heads)
     for layer in range(cfg.n_layers):
         W_V_normed = W_V[layer] * _norm_weight(model.blocks[layer].ln1, cfg.d_model)[None, :, None]
-        small = W_O[layer] @ U_E @ W_V_normed  # [head, d_head, d_head], same nonzero eigenvalues
+        W_O_out = W_O[layer] * _output_weight(model.blocks[layer], cfg.d_model)  # what reaches the stream
+        small = W_O_out @ U_E @ W_V_normed  # [head, d_head, d_head], same nonzero eigenvalues
         eig = torch.linalg.eigvals(small.double())
         scores[layer] = (eig.sum(-1).real / eig.abs().sum(-1)).float()
     return scores
@@ -63,11 +91,12 @@ def k_composition_scores(
     W_Q, W_K = model.W_Q.detach().float().cpu(), model.W_K.detach().float().cpu()
     W_V, W_O = model.W_V.detach().float().cpu(), model.W_O.detach().float().cpu()
     ln1 = torch.stack([_norm_weight(block.ln1, cfg.d_model) for block in model.blocks])[:, None, :, None]
-    Q, K = W_Q * ln1, W_K * ln1  # [layer, head, d_model, d_head]
+    q_norm, k_norm = _query_key_weights(model)
+    Q, K = W_Q * ln1 * q_norm, W_K * ln1 * k_norm  # [layer, head, d_model, d_head]
     QtQ, KtK = Q.mT @ Q, K.mT @ K  # Gram matrices [layer, head, d_head, d_head]
     source_layers = torch.tensor([layer for layer, _ in sources])
     V = torch.stack([W_V[lp, hp] * ln1[lp, 0] for lp, hp in sources])  # [source, d_model, d_head]
-    W = torch.stack([W_O[lp, hp] for lp, hp in sources])  # [source, d_head, d_model]
+    W = torch.stack([W_O[lp, hp] * _output_weight(model.blocks[lp], cfg.d_model) for lp, hp in sources])
     VtV, WWt = V.mT @ V, W @ W.mT
     ov_norm = (VtV * WWt).sum((-2, -1)).sqrt()  # ||V O||_F per source
     qk_norm = (QtQ * KtK.mT).sum((-2, -1)).clamp_min(0).sqrt()  # ||Q K^T||_F [layer, head]

@@ -95,7 +95,7 @@ def ablated_changes(
         ]
         for heads in head_sets
     ]
-    target = cached_run(model, tokens, start_names(model))[1]
+    target = cached_run(model, tokens, start_names(model), logits=False)[1]
     values = run_site_sets(model, tokens, [[], *runs], None, metric, target=target, logit_pos=metric.pos)
     return values[0] - values[1:]
 

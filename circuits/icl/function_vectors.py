@@ -3,15 +3,17 @@ a few-shot prompt demonstrates, and the function vector they sum to.
 
   group         a task asked in one prompt template (`interp.tasks.icl_tasks.ICL_TEMPLATES`): its
                 prompts share one mean output and one function vector
-  mean output   each head's z at the last token of a group's clean few-shot prompts, averaged:
-                means [group, layer, head, d_head] (`mean_head_outputs`)
+  mean output   each head's z at the last token of a group's clean few-shot prompts, averaged (`HeadMeans.z`
+                [group, layer, head, d_head]), and what it writes to the residual stream there, averaged
+                (`HeadMeans.written` [group, layer, head, d_model]: z_h W_O[h], or on a post-norm model its
+                share with ln1_post frozen at each prompt's scale: `mean_head_outputs`)
   AIE           a head's average indirect effect: p(answer) on a corrupted prompt (the examples'
                 answers shuffled) with the head's z at the last token set to its task's mean, minus
                 p(answer) on the corrupted prompt, averaged over prompts and groups: exact
                 (`head_indirect_effects`, one patched run per head on interp's engine) or every head
                 at once to first order (`attributed_indirect_effects`, one forward and backward pass)
-  FV            the function vector of a group: sum over the top heads by AIE of mean z @ W_O
-                [d_model] (`function_vector`), added to the residual stream (hook_resid_pre of
+  FV            the function vector of a group: sum over the top heads by AIE of their mean written
+                output [d_model] (`function_vector`), added to the residual stream (hook_resid_pre of
                 one layer) at the last token of zero-shot prompts in the group's template
                 ("Q: fast\\nA:"); accuracy is the share of prompts whose top token is the answer
                 (`zero_shot_accuracy`)
@@ -121,27 +123,45 @@ def task_prompts(
     )
 
 
+@dataclass(frozen=True)
+class HeadMeans:
+    """Each head's output at the last token of a group's clean few-shot prompts, averaged over the group's
+    prompts: `z` [group, layer, head, d_head], what the AIE patches in at hook_z, and `written` [group,
+    layer, head, d_model], what the head writes to the residual stream there
+    (`ActivationCache.stack_head_contributions`: z_h W_O[h]; on a post-norm model, Gemma 2 and 3, its
+    share of the attention output with ln1_post frozen at each prompt's scale), which the function vector
+    sums."""
+
+    z: Float[Tensor, "group layer head d_head"]
+    written: Float[Tensor, "group layer head d_model"]
+
+
 @torch.inference_mode()
-def mean_head_outputs(
-    model: interp.HookedTransformer, prompts: TaskPrompts
-) -> Float[Tensor, "group layer head d_head"]:
-    """Each head's z at the last token of the clean prompts, averaged over each group's prompts (one
-    group per task with one template)."""
+def mean_head_outputs(model: interp.HookedTransformer, prompts: TaskPrompts) -> HeadMeans:
+    """Each head's z and written output at the last token of the clean prompts, averaged over each
+    group's prompts (one group per task with one template; one run)."""
+    cfg = model.cfg
     names = model.layer_hook_names("z")
-    _, cache = cached_run(model, prompts.clean, names)
-    rows = torch.arange(len(prompts.clean))
-    last = torch.stack([cache[name][rows, prompts.clean_last] for name in names], 1)  # [b, l, h, d]
-    one_hot = torch.nn.functional.one_hot(prompts.group_index, prompts.n_groups).to(last.dtype)  # [b, group]
-    return torch.einsum("bg,blhd->glhd", one_hot, last) / one_hot.sum(0)[:, None, None, None]
+    _, cached = cached_run(model, prompts.clean, model.head_contribution_hook_names(), logits=False)
+    rows, last = torch.arange(len(prompts.clean)), prompts.clean_last
+    z = torch.stack([cached[name][rows, last] for name in names], 1)  # [b, l, h, d_head]
+    written = interp.ActivationCache(cached, model).stack_head_contributions(pos=last.to(z.device))
+    written = written.unflatten(0, (cfg.n_layers, cfg.n_heads)).permute(2, 0, 1, 3)  # [b, l, h, d_model]
+    one_hot = torch.nn.functional.one_hot(prompts.group_index, prompts.n_groups).to(z.dtype)  # [b, group]
+    counts = one_hot.sum(0)[:, None, None, None]
+    return HeadMeans(
+        z=torch.einsum("bg,blhd->glhd", one_hot, z) / counts,
+        written=torch.einsum("bg,blhd->glhd", one_hot, written) / counts,
+    )
 
 
-def per_prompt(means: Float[Tensor, "group layer head d_head"], prompts: TaskPrompts, layer: int) -> Tensor:
+def per_prompt(means: HeadMeans, prompts: TaskPrompts, layer: int) -> Tensor:
     """Each prompt's group's mean z of block `layer`, as a source for hook_z: [batch, 1, head, d_head]."""
-    return means[prompts.group_index, layer][:, None].to(prompts.corrupted.device)
+    return means.z[prompts.group_index, layer][:, None].to(prompts.corrupted.device)
 
 
 def attributed_indirect_effects(
-    model: interp.HookedTransformer, prompts: TaskPrompts, means: Float[Tensor, "group layer head d_head"]
+    model: interp.HookedTransformer, prompts: TaskPrompts, means: HeadMeans
 ) -> Float[Tensor, "batch layer head"]:
     """Every head's indirect effect on each corrupted prompt estimated to first order, from one forward
     and one backward pass: (mean z - z) . d p(answer) / dz at the last token (the gradient taken with
@@ -166,7 +186,7 @@ def attributed_indirect_effects(
 def head_indirect_effects(
     model: interp.HookedTransformer,
     prompts: TaskPrompts,
-    means: Float[Tensor, "group layer head d_head"],
+    means: HeadMeans,
     head_sets: Sequence[Sequence[Head]] | None = None,
     progress: Progress | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
@@ -191,7 +211,7 @@ def head_indirect_effects(
         ]
         for heads in head_sets
     ]
-    _, target = cached_run(model, tokens, start_names(model))
+    _, target = cached_run(model, tokens, start_names(model), logits=False)
     metric = prob_metric(prompts.answers, pos=last)
     values = run_site_sets(
         model, tokens, [*runs, []], None, metric, target=target, logit_pos=last, progress=progress
@@ -199,12 +219,9 @@ def head_indirect_effects(
     return values[:-1] - values[-1]
 
 
-@torch.inference_mode()
-def function_vector(
-    model: interp.HookedTransformer, means: Float[Tensor, "... layer head d_head"], heads: Sequence[Head]
-) -> Float[Tensor, "... d_model"]:
-    """The sum over `heads` of their mean output written to the residual stream: mean z @ W_O."""
-    return sum(means[..., layer, head, :] @ model.W_O[layer, head] for layer, head in heads)
+def function_vector(means: HeadMeans, heads: Sequence[Head]) -> Float[Tensor, "group d_model"]:
+    """The sum over `heads` of their mean output written to the residual stream (`HeadMeans.written`)."""
+    return sum(means.written[:, layer, head] for layer, head in heads)
 
 
 def accuracy_metric(answers: Int[Tensor, " batch"], last: Int[Tensor, " batch"]):
@@ -238,7 +255,7 @@ def zero_shot_accuracy(
             return resid + added
 
         runs.append([Intervention(Site(interp.act_name("resid_pre", layer), pos=last), add)])
-    _, target = cached_run(model, tokens, start_names(model))
+    _, target = cached_run(model, tokens, start_names(model), logits=False)
     metric = accuracy_metric(prompts.answers, last)
     return run_site_sets(model, tokens, runs, None, metric, target=target, logit_pos=last, progress=progress)
 
@@ -256,7 +273,7 @@ def few_shot_accuracy(
     tokens, last = prompts.clean, prompts.clean_last
     layers = sorted({layer for heads in head_sets for layer, _ in heads})
     _, target = cached_run(
-        model, tokens, [*start_names(model), *(interp.act_name("z", layer) for layer in layers)]
+        model, tokens, [*start_names(model), *(interp.act_name("z", layer) for layer in layers)], logits=False
     )
     real = (torch.arange(tokens.shape[1]) <= prompts.clean_last[:, None].cpu()).to(tokens.device)  # [b, pos]
     means = {

@@ -44,6 +44,7 @@ from circuits.evidence import (
 )
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
 from circuits.icl.function_vectors import (
+    HeadMeans,
     TaskPrompts,
     attributed_indirect_effects,
     few_shot_accuracy,
@@ -64,6 +65,7 @@ from circuits.icl.results import (
 from circuits.icl.sequences import default_sequences
 from circuits.stages import StageResults
 from interp.checks import check_count
+from interp.model.cache import head_contribution_linearisation
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
     ICL_TEMPLATES,
@@ -101,15 +103,15 @@ class QueryEffects:
 def _query_effects(
     model: interp.HookedTransformer,
     prompts: TaskPrompts,
-    means: Tensor,
+    means: HeadMeans,
     classes: Sequence[HeadClass],
     fv_layer: int,
 ) -> QueryEffects:
-    """Every effect on `prompts` (queries) with the heads' mean outputs `means` [group, layer, head,
-    d_head] of the same groups' demonstrations (a task in one template); `classes[0]` is the FV heads."""
+    """Every effect on `prompts` (queries) with the heads' mean outputs `means` of the same groups'
+    demonstrations (a task in one template); `classes[0]` is the FV heads."""
     fv = classes[0]
     patched = head_indirect_effects(model, prompts, means, [[head] for head in fv.heads] + fv.sets)
-    vectors = [function_vector(model, means, heads) for heads in fv.sets]
+    vectors = [function_vector(means, heads) for heads in fv.sets]
     zero_shot = zero_shot_accuracy(model, prompts, [(fv_layer, None), *((fv_layer, v) for v in vectors)])
     few_shot, ablated = few_shot_accuracy(
         model, prompts, [heads for found in classes for heads in found.sets]
@@ -400,7 +402,7 @@ def task_families(model: interp.HookedTransformer, settings: FunctionVectorSetti
 def attributed_candidates(
     model: interp.HookedTransformer,
     discovery: TaskPrompts,
-    means: Tensor,
+    means: HeadMeans,
     n_tasks: int,
     candidates: int | None,
 ) -> tuple[Tensor, list[Head]]:
@@ -419,7 +421,7 @@ def attributed_candidates(
 def exact_aie(
     model: interp.HookedTransformer,
     discovery: TaskPrompts,
-    means: Tensor,
+    means: HeadMeans,
     candidates: Sequence[Head],
     n_tasks: int,
     progress: Progress | None,
@@ -442,11 +444,11 @@ def choose_fv_heads(
 
 
 def layer_accuracies(
-    model: interp.HookedTransformer, queries: TaskPrompts, means: Tensor, fv_heads: Sequence[Head]
+    model: interp.HookedTransformer, queries: TaskPrompts, means: HeadMeans, fv_heads: Sequence[Head]
 ) -> Tensor:
     """Step 3: zero-shot accuracy of the discovery tasks' queries in the discovery templates with the
     function vector added at each layer [layer]; the FV's layer is the most accurate."""
-    vectors = function_vector(model, means, fv_heads)  # [group, d_model]
+    vectors = function_vector(means, fv_heads)  # [group, d_model]
     runs = [(layer, vectors) for layer in range(model.cfg.n_layers)]
     return zero_shot_accuracy(model, queries, runs).mean(1)
 
@@ -465,7 +467,7 @@ def head_classes(
 def query_effects(
     model: interp.HookedTransformer,
     queries: dict[str, TaskPrompts],
-    means: dict[str, Tensor],
+    means: dict[str, HeadMeans],
     classes: Sequence[HeadClass],
     layer: int,
 ) -> dict[str, QueryEffects]:
@@ -595,6 +597,7 @@ def function_vector_report(
     return FunctionVectorResult(
         model_name=model.cfg.model_name,
         provenance=interp.provenance(model),
+        written=head_contribution_linearisation(model.cfg),
         tasks=families.tasks,
         split=families.split,
         templates=families.templates,

@@ -37,7 +37,8 @@ LEGEND = (
     "AIE: p(answer) on a prompt whose examples' answers are "
     "shuffled, with the head's output at the last token set to its mean over clean few-shot prompts of the "
     "task, minus without (Todd et al. 2024); attributed: its first-order estimate for every head, exact for "
-    "the top candidates. The function vector sums the FV heads' mean outputs (z @ W_O) and is added to the "
+    "the top candidates. The function vector sums the FV heads' mean outputs as written to the residual "
+    "stream (z @ W_O; on a post-norm model, through ln1_post at each prompt's scale) and is added to the "
     "residual stream at the last token of zero-shot prompts. Ablation: each head's z set to its mean over "
     "every position. Effects: "
     + EFFECT_SIGN
@@ -140,6 +141,17 @@ def chose_lines(result: FunctionVectorResult) -> list[str]:
     ]
 
 
+def _where_added(result: FunctionVectorResult) -> str:
+    """The vector's layer, and whether any layer let it raise the discovery tasks' zero-shot accuracy."""
+    best = max(result.layer_accuracy, default=0.0)
+    if best <= 0:
+        return (
+            f"Added at layer {result.fv_layer}, the first of a tie: at no layer does the vector raise the "
+            "discovery tasks' zero-shot accuracy above 0."
+        )
+    return f"Added at layer {result.fv_layer} (discovery tasks' zero-shot accuracy {best:.2f} there)."
+
+
 def summary_lines(result: FunctionVectorResult) -> list[str]:
     """The finding, in order: the ablations, the held-out tests, the overlap."""
     lines = []
@@ -158,7 +170,7 @@ def summary_lines(result: FunctionVectorResult) -> list[str]:
             f"{score.heldout.drop:+.3f} nats (beyond random {_beyond(score, 'heldout')}: {score.verdict})."
         )
     lines.append(comparison_line(result.aie_test))
-    lines.append(comparison_line(result.vector_test) + f" Added at layer {result.fv_layer}.")
+    lines.append(comparison_line(result.vector_test) + f" {_where_added(result)}")
     overlap = ", ".join(result.overlap) or "none"
     every = result.aie_attributed.mean().item()
     lines.append(
@@ -258,11 +270,17 @@ def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
         "ablations": [dataclasses.asdict(found) for found in result.ablations],
         "n_documents": result.n_documents,
         "legend": LEGEND,
+        "written": result.written,
     }
 
 
 def render_json(result: FunctionVectorResult) -> str:
     return json.dumps(to_dict(result), indent=2, allow_nan=False)
+
+
+def _written(result: FunctionVectorResult) -> list[str]:
+    """What the function vector sums as each head's mean output, where the result records it."""
+    return [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
 
 
 def fv_sections(result: FunctionVectorResult) -> Report:
@@ -284,7 +302,7 @@ def fv_sections(result: FunctionVectorResult) -> Report:
                 rows=_comparison_rows(result),
                 right=["held-out", "beyond random (held-out)", "discovery beyond random"],
             ),
-            notes=[LEGEND],
+            notes=[LEGEND, *_written(result)],
         ),  # fmt: skip
         Section(
             title="Per template: the held-out tasks' query pairs",

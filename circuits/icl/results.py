@@ -201,4 +201,7 @@ class FunctionVectorResult:
     template_vectors: list[TemplateVector]  # the held-out tasks in each template
     ablations: list[Comparison]  # {FV, induction} heads x {few-shot accuracy, ICL score}
     n_documents: int
+    # what each head's mean output written to the residual stream is (interp.model.cache's
+    # head_contribution_linearisation); "" in results saved before it was recorded
+    written: str = ""
     timings: dict[str, float] = field(default_factory=dict)

@@ -33,7 +33,6 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import check_direct_logit_attribution
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
 from circuits.ioi.evidence import ClassEvidence, clean_run, measure_class_evidence
 from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
@@ -62,11 +61,12 @@ from circuits.ioi.steps import (
 from circuits.stages import StageResults
 from interp.interventions.engine import cached_run, forward_logits
 from interp.interventions.stats import bootstrap_ci
+from interp.model.cache import direct_attribution_linearisation
 from interp.tasks.ioi import heldout_description, ioi_dataset_for
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, as_stage, head_label
 
-THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "corrupted"}
+THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "attribution", "corrupted"}
 
 
 KEPT_STAGES = (  # the stages find_ioi_circuit reports and keeps in its StageResults: each step, the tests
@@ -136,7 +136,6 @@ def find_ioi_circuit(
     min_attention, large_attention, n_bootstrap, n_completeness_subsets, n_random_draws,
     n_patching_prompts, exact_candidates.
     """
-    check_direct_logit_attribution(model.cfg, "find_ioi_circuit (interp ioi)")  # before any run
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
     timings = {"dataset": time.perf_counter() - start}
@@ -180,6 +179,7 @@ def discovery_prompts(
         n_prompts=len(clean),
         seed=seed,
         provenance=interp.provenance(model),
+        attribution=direct_attribution_linearisation(model.cfg),
         **thresholds,
     )
     return clean.to(model.device), abc.to(model.device), settings

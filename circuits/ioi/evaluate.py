@@ -34,7 +34,6 @@ import interp
 from circuits.evidence import (
     HeadClass,
     StratumFaithfulness,
-    check_direct_logit_attribution,
     faithfulness_by_stratum,
     head_class,
     judge_class,
@@ -168,7 +167,6 @@ def validate_circuit(
     4. the circuit's faithfulness and recovered fraction on the held-out prompts (`heldout_faithfulness`)
 
     progress(stage, done, total): as the ablated runs of step 2 finish."""
-    check_direct_logit_attribution(model.cfg, "validate_circuit")  # before the mean-ablation runs
     ablation = MeanAblation(model, heldout_abc)
     dla = direct_logit_attributions(model, heldout)
     plans = ablation_plans(model, result)  # 1.

@@ -10,7 +10,9 @@ large). Its class is the candidate class whose attention pattern it shows most s
 (`ClassEvidence`): its mean attention there must clear an adaptive threshold (median + `attention_z`
 robust SDs over all heads, at least `min_attention`; `large_attention` always suffices), and a head
 that acts on the logits directly must write the way its class says (direct logit attribution at END
-through the final norm, `CLASS_WRITES`).
+through the final norm, `CLASS_WRITES`). In a post-norm model (Gemma 2 and 3) each head's output
+passes its layer's post-attention norm first: the attribution takes its share with that norm, as the
+final norm, frozen at the clean run's scale (`ActivationCache.stack_head_contributions`).
 """
 
 from __future__ import annotations
@@ -22,20 +24,28 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import check_direct_logit_attribution, median_mad
+from circuits.evidence import median_mad
 from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
+from interp.interventions.engine import forward_logits
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
 
 
 @torch.no_grad()
 def clean_run(model: interp.HookedTransformer, prompts: IOIPrompts) -> tuple[Tensor, interp.ActivationCache]:
-    """One run on `prompts` with what the discovery reads of it: logits [batch, pos, d_vocab] and a
-    cache of every layer's attention pattern and z and the final norm's scale."""
-    names = [interp.act_name(kind, layer) for layer in range(model.cfg.n_layers) for kind in ("pattern", "z")]
-    return model.run_with_cache(
-        prompts.tokens.to(model.device), names_filter=names + [interp.act_name("scale")]
-    )
+    """One run on `prompts` with what the discovery reads of it: logits [batch, pos, d_vocab], made only
+    at END (NaN elsewhere: `forward_logits`), and a cache of every layer's attention pattern and z (with
+    a post-norm model's ln1_post scales), the final norm's scale and the final residual stream."""
+    final = interp.act_name("resid_post", model.cfg.n_layers - 1)
+    names = [
+        *model.layer_hook_names("pattern"),
+        *model.head_contribution_hook_names(),
+        interp.act_name("scale"),
+        final,
+    ]
+    _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
+    end = prompts.positions["END"].to(model.device)
+    return forward_logits(model, cache[final], end, start_at_layer=model.cfg.n_layers), cache
 
 
 @torch.no_grad()
@@ -61,16 +71,15 @@ def attention_evidence(
 def direct_logit_attributions(
     model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache | None = None
 ) -> dict[str, Tensor]:
-    """Each head's direct effect on the IO and S logits at END (logits), through the final norm (its
-    scale taken from the run): {"IO": [layer, head], "S": [layer, head]}, means over prompts.
-    cache: `clean_run(model, prompts)`'s, if it was run already."""
+    """Each head's direct effect on the IO and S logits at END (logits), through the final norm (and a
+    post-norm model's ln1_post) at its scale in the run: {"IO": [layer, head], "S": [layer, head]}, means
+    over prompts. cache: `clean_run(model, prompts)`'s, if it was run already."""
     cfg = model.cfg
-    check_direct_logit_attribution(cfg, "direct_logit_attributions")
     if cache is None:
-        names = [*model.layer_hook_names("z"), interp.act_name("scale")]
+        names = [*model.head_contribution_hook_names(), interp.act_name("scale")]
         _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
     end = prompts.positions["END"].to(model.device)
-    stack = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
+    stack = cache.stack_head_contributions(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
     attributions = {}
     for role, tokens in (("IO", prompts.io_token), ("S", prompts.s_token)):
         directions = model.W_U[:, tokens.to(model.device)].T  # [batch, d_model]

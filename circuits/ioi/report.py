@@ -353,6 +353,12 @@ def _class_label(result: IOICircuitResult, cls: str) -> str:
     return f"{cls}{UNCONFIRMED_MARK}" if v is not None and cls in v.unconfirmed else cls
 
 
+def _attribution(result: IOICircuitResult) -> list[str]:
+    """How the direct logit attributions ('writes') were read, where the result records it."""
+    attribution = result.settings.attribution
+    return [f"Direct logit attribution: {attribution}."] if attribution else []
+
+
 def _head_rows(result: IOICircuitResult):
     """(class, head name, effect, z, attention kind, attention, step, writes) per circuit head."""
 
@@ -580,7 +586,11 @@ def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
         Section(
             title="Heads of the circuit",
             table=_head_table(result, wide),
-            notes=[*([UNCONFIRMED_NOTE] if v is not None and v.unconfirmed else []), LEGEND],
+            notes=[
+                *([UNCONFIRMED_NOTE] if v is not None and v.unconfirmed else []),
+                LEGEND,
+                *_attribution(result),
+            ],
         ),
     ]
     if v is not None:

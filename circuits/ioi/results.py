@@ -59,6 +59,9 @@ class Settings:
     n_prompts: int
     seed: int
     provenance: str = ""  # interp.provenance(model): source, quantisation, parameters, dtype
+    # how each head's direct logit attribution linearises the norms (interp.model.cache's
+    # direct_attribution_linearisation); "" in results saved before it was recorded
+    attribution: str = ""
     corrupted: str = "ABC"
     n_patching_prompts: int = 16
     effect_z: float = 3.0

@@ -40,7 +40,6 @@ import interp
 from circuits.evidence import (
     FamilySplit,
     HeadClass,
-    check_direct_logit_attribution,
     head_class,
     judge_class,
     label_strata,
@@ -57,8 +56,10 @@ from circuits.retrieval.results import (
 )
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
+from interp.interventions.engine import forward_logits
 from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import faithfulness_ratio
+from interp.model.cache import direct_attribution_linearisation
 from interp.tasks.retrieval import (
     DISCOVERY_FACT_COUNTS,
     DISCOVERY_TEMPLATES,
@@ -159,8 +160,8 @@ def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: 
 
 @torch.no_grad()
 def clean_logit_diffs(model: interp.HookedTransformer, prompts: RetrievalPrompts) -> Tensor:
-    """[batch] the clean run's logit diffs (logits)."""
-    return prompts.logit_diff(model(prompts.tokens.to(model.device))).float().cpu()
+    """[batch] the clean run's logit diffs (logits; made only at the last position, which they read)."""
+    return prompts.logit_diff(forward_logits(model, prompts.tokens.to(model.device), -1)).float().cpu()
 
 
 @torch.no_grad()
@@ -169,14 +170,20 @@ def attention_and_direct(
 ) -> tuple[dict[str, Tensor], Tensor]:
     """({"VALUE", "NAME", "QUERY"} -> [layer, head] mean attention from END to that position, [layer,
     head] mean direct logit attribution at END on the direction W_U[answer] - W_U[best other
-    candidate], through the final norm's scale)."""
+    candidate], through the final norm (and a post-norm model's ln1_post) at its scale in the run)."""
     cfg = model.cfg
-    check_direct_logit_attribution(cfg, "attention_and_direct")
-    names = [*model.layer_hook_names("pattern"), *model.layer_hook_names("z"), interp.act_name("scale")]
+    final = interp.act_name("resid_post", cfg.n_layers - 1)
+    names = [
+        *model.layer_hook_names("pattern"),
+        *model.head_contribution_hook_names(),
+        interp.act_name("scale"),
+        final,
+    ]
     tokens = prompts.tokens.to(model.device)
-    logits, cache = model.run_with_cache(tokens, names_filter=names)
+    _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
     rows = torch.arange(len(prompts), device=model.device)
     end = prompts.positions["END"].to(model.device)
+    logits = forward_logits(model, cache[final], end, start_at_layer=cfg.n_layers)  # at END only
     attention = {}
     for target in ATTENTION_TARGETS:
         keys = prompts.positions[target].to(model.device)
@@ -189,7 +196,7 @@ def attention_and_direct(
     best_other = candidate.scatter(1, queried[:, None], float("-inf")).argmax(1)
     other = prompts.candidates.to(model.device)[rows, best_other]
     direction = (model.W_U[:, prompts.answer.to(model.device)] - model.W_U[:, other]).T  # [batch, d_model]
-    stack = cache.stack_head_results(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
+    stack = cache.stack_head_contributions(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
     direct = (stack * direction).sum(-1).mean(-1).view(cfg.n_layers, cfg.n_heads).float().cpu()
     return attention, direct
 
@@ -544,7 +551,6 @@ def find_retrieval_circuit(
     """Find and validate the retrieval circuit of `model` (see the module docstring), with the sizes
     and thresholds of `settings`. induction_heads: the class to compare with (default:
     `confirmed_induction_heads(model)`, cached)."""
-    check_direct_logit_attribution(model.cfg, "find_retrieval_circuit (interp retrieval)")  # before any run
     timings: dict[str, float] = {}
     began = time.perf_counter()
 
@@ -583,6 +589,7 @@ def find_retrieval_circuit(
     return RetrievalResult(
         model_name=model.cfg.model_name,
         provenance=interp.provenance(model),
+        attribution=direct_attribution_linearisation(model.cfg),
         seed=settings.seed,
         settings=settings.recorded(),
         relations=prompts.relations,

@@ -151,6 +151,13 @@ HEAD_COLUMNS = (
 )
 
 
+HEADS_LEGEND = (
+    "effect: the drop of the mean logit diff (logits) when the head's path ('sweep') is patched from the "
+    "corrupted run; END->: mean attention from the last token; direct: the head's mean direct logit "
+    "attribution at END along W_U[answer] - W_U[best other in-context value], in logits."
+)
+
+
 def _stratum_rows(result: RetrievalResult) -> list[list[str]]:
     return [
         [c.name, s.name, str(s.n_prompts),
@@ -181,6 +188,7 @@ def to_dict(result: RetrievalResult) -> dict:
     return {
         "model": result.model_name,
         "provenance": result.provenance,
+        "attribution": result.attribution,
         "seed": result.seed,
         "settings": result.settings,
         "effect_sign": EFFECT_SIGN,
@@ -326,6 +334,7 @@ def retrieval_sections(result: RetrievalResult) -> Report:
         Section(
             title="Heads found on the discovery prompts",
             table=Table(columns=list(HEAD_COLUMNS), rows=_head_rows(result), right=list(HEAD_COLUMNS[2:7])),
+            notes=[HEADS_LEGEND + (f" Read as {result.attribution}." if result.attribution else "")],
             figures=figures,
         ),
     ]

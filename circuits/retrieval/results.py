@@ -85,6 +85,9 @@ class RetrievalResult:
 
     model_name: str
     provenance: str
+    # how each head's direct logit attribution linearises the norms (interp.model.cache's
+    # direct_attribution_linearisation); "" in results saved before it was recorded
+    attribution: str = ""
     seed: int
     settings: dict[str, float | int | str]
     relations: FamilySplit

@@ -22,7 +22,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 ROOT = HERE.parents[1]
-PAGES = ("heads", "ioi", "circuits", "performance")
+PAGES = ("heads", "ioi", "circuits", "icl", "performance")
 GENERATED = (
     "<!-- Made by docs/results/build.py from docs/results/data/: edit the data or the script and "
     "run `python docs/results/build.py`, not this page. -->"
@@ -102,6 +102,8 @@ def heads_section(report: Any) -> list[str]:
     """A saved `interp heads` result: the typed heads, their scores and causal effects."""
     table_ = report.table
     typed = table_[table_["types"].map(len) > 0]
+    sinks = typed["types"].map(lambda types: list(types) == ["first_token"])
+    n_sinks, typed = int(sinks.sum()), typed[~sinks]
     lengths = report.settings["induction_lengths"]
     rows = []
     for _, row in typed.iterrows():
@@ -140,7 +142,8 @@ def heads_section(report: Any) -> list[str]:
         "Δloss: the loss on the repeated half with the head mean-ablated minus the clean loss; "
         "Δinduction score: how much ablating a previous-token head lowers the induction heads' score (± one "
         "standard error over the held-out sequences; –: not measured with the others ablated, the head is "
-        "confirmed alone at every repeat length).",
+        "confirmed alone at every repeat length)."
+        + (f" Not listed: {n_sinks} heads typed first-token only (attention sinks)." if n_sinks else ""),
         table(columns, rows, "llrrrrrr"),
     ]
     findings = []
@@ -158,15 +161,23 @@ def heads_section(report: Any) -> list[str]:
             if len(after)
             else ""
         )
+        together = report.group_effects["induction"][0]
+        strongest = induction.loc[alone.idxmax()]
+        pattern = (
+            f"back each other up: ablating any one alone moves the repeated-half loss by at most "
+            f"{alone.max():.2f} nats"
+            if alone.max() < together / 2
+            else f"do not back each other up: L{strongest['layer']}H{strongest['head']} alone moves the "
+            f"repeated-half loss by {alone.max():.2f} nats"
+        )
         findings.append(
-            f"The {len(induction)} induction heads back each other up: ablating any one alone moves the "
-            f"repeated-half loss by at most {alone.max():.2f} nats, ablating all {len(induction)} "
-            f"together by {pm(*report.group_effects['induction'])} nats{added}. They K-compose with the "
-            f"previous-token heads at {composition.min():.2f}–{composition.max():.2f}."
+            f"The {len(induction)} induction heads {pattern}, ablating all {len(induction)} together by "
+            f"{pm(*report.group_effects['induction'])} nats{added}. They K-compose with the previous-token "
+            f"heads at {composition.min():.2f}–{composition.max():.2f}."
         )
     if "previous_token" in report.group_effects and len(previous):
         findings.append(
-            f"The {len(previous)} previous-token heads likewise: alone they lower the induction heads' "
+            f"The {len(previous)} previous-token heads: alone they lower the induction heads' "
             f"score by at most {previous['previous_token_effect'].max():.2f}, all together by "
             f"{pm(*report.group_effects['previous_token'])}."
         )
@@ -251,7 +262,12 @@ def ioi_section(result: Any) -> list[str]:
         f"{validation.recovered_ci[1]:.0%}, faithfulness {validation.faithfulness:.0%}) on "
         f"{validation.n_prompts} held-out prompts: {validation.prompts}. A class is *confirmed* "
         "when it beats as many random heads from the same layers in both name orders and in most "
-        "held-out templates; a class that holds in one order only is *order-dependent*.",
+        "held-out templates; a class that holds in one order only is *order-dependent*."
+        + (
+            f" Direct logit attribution: {result.settings.attribution}."
+            if result.settings.attribution
+            else ""
+        ),
     ]
 
 
@@ -288,12 +304,44 @@ def circuit_section(result: Any) -> list[str]:
             f"(random circuits of the same sizes: CPR {random['cpr']:.2f}, CMD {random['cmd']:.2f})."
         )
     edges = circuit["edges"][:8]
+    if any(edge.get("removal_effect") is not None for edge in edges):  # rank-only scores (prune, ensemble)
+        rows = [
+            [f"`{edge['writer']}`", f"`{edge['reader']}`", f"{edge['removal_effect']:+.2f}"]
+            + ["measured" if edge["removal_measured"] else "estimated (gradient)"]
+            for edge in edges
+        ]
+        column = f"effect of removal (m(circuit without it) − m(circuit), on {tested})"
+        lines.append(table(["writer", "reader", column, ""], rows, "llrl"))
+        return lines
     rows = [[f"`{edge['writer']}`", f"`{edge['reader']}`", f"{edge['score']:+.2f}"] for edge in edges]
     lines.append(table(["writer", "reader", "score (m(edge ablated) − m(clean))"], rows, "llr"))
     return lines
 
 
-RENDERERS = {"heads": heads_section, "ioi": ioi_section, "circuit": circuit_section}
+def icl_section(result: Any) -> list[str]:
+    """A saved `interp icl` result: the held-out ICL score, each class against random heads, the top heads."""
+    from circuits.icl.report import summary_lines
+
+    return [f"Model: {result.provenance}.", *summary_lines(result)]
+
+
+def fv_section(result: Any) -> list[str]:
+    """A saved `interp icl --fv` result: what chose and what tested, the held-out tests, the FV heads."""
+    from circuits.icl.fv_report import chose_lines, summary_lines
+
+    chose = chose_lines(result)
+    return [chose[-1], "; ".join(chose[:-1]) + ".", *summary_lines(result)] + (
+        [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
+    )
+
+
+RENDERERS = {
+    "heads": heads_section,
+    "ioi": ioi_section,
+    "circuit": circuit_section,
+    "icl": icl_section,
+    "fv": fv_section,
+}
 
 
 def saved_section(section: dict[str, Any]) -> list[str]:
@@ -323,7 +371,8 @@ def index() -> str:
             [
                 "# Results",
                 GENERATED,
-                "What interp finds on the models it ships with and on SmolLM2-135M-Instruct, and how fast. "
+                "What interp finds on the models it ships with, on SmolLM2-135M-Instruct and on Gemma 3 "
+                "270M, and how fast. "
                 "Every section states the machine, the date and the command its figures come from; the pages "
                 "are made by `python docs/results/build.py` from the JSON under `docs/results/data/` (saved "
                 "results, `interp <command> --save FILE.json`, which `interp render FILE.json` shows in any "

@@ -121,7 +121,7 @@ class EdgeGraph:
 def edge_graph(model_or_cfg: HookedTransformer | Config) -> EdgeGraph:
     """The edge graph of a model (or of a config: no weights needed to count edges). In post-norm
     models (Gemma 2/3, OLMo 2) a head writes its share of the normalised attention output
-    (`interp.edges.intervene.head_contributions`)."""
+    (`Block.head_contributions`: ln1_post at the run's scale)."""
     cfg = model_or_cfg.cfg if isinstance(model_or_cfg, HookedTransformer) else model_or_cfg
     return EdgeGraph.from_config(cfg)
 

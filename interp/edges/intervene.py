@@ -283,7 +283,7 @@ class _EdgeRun:
                     return result
 
                 def keep_scale(scale: Tensor, hook) -> Tensor:
-                    stash["contribution"] = head_contributions(block, stash.pop("result"), scale)
+                    stash["contribution"] = block.head_contributions(stash.pop("result"), scale)
                     return scale
 
                 def write(out: Tensor, hook) -> Tensor:
@@ -419,7 +419,7 @@ def writer_outputs(
 
     def post_norm_heads(block, heads: slice):
         def hook_fn(scale: Tensor, hook) -> None:
-            put(heads, head_contributions(block, stash.pop("result"), scale))
+            put(heads, block.head_contributions(stash.pop("result"), scale))
 
         return hook_fn
 
@@ -438,17 +438,6 @@ def writer_outputs(
     with model.settings(use_attn_result=True), model.hooks(fwd_hooks=hooks):
         model(tokens, stop_at_layer=cfg.n_layers)
     return out
-
-
-def head_contributions(
-    block: torch.nn.Module,
-    result: Float[Tensor, "batch pos head d_model"],
-    scale: Float[Tensor, "batch pos 1"],
-) -> Float[Tensor, "batch pos head d_model"]:
-    """Each head's share of a post-normed attention output (Gemma 2/3, OLMo 2): the post-norm as a
-    linear map at this run's scale (`Norm.apply_to_stack`). The shares and the norm of b_O (plus
-    its bias) add up to the block's attention output exactly."""
-    return block.ln1_post.apply_to_stack(result, scale[:, :, None])
 
 
 def ablated_outputs(

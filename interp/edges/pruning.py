@@ -55,7 +55,7 @@ from interp.edges.intervene import (
 )
 from interp.edges.stability import normalised_ranks
 from interp.interventions.ablation import Ablation
-from interp.interventions.engine import check_pair
+from interp.interventions.engine import check_pair, forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
 from interp.model.transformer import HookedTransformer
@@ -323,14 +323,16 @@ def _full_model(
     model: HookedTransformer, clean: Tensor, metric: Metric, objective: str, batch_size: int
 ) -> Tensor:
     """What the masked model is fitted to, per prompt: the log-probabilities where the metric reads
-    [n, d_vocab] ("kl"), or the metric [n] ("metric")."""
+    [n, d_vocab] ("kl"), or the metric [n] ("metric"); logits are made only where they are read (every
+    position for a metric that does not say where it reads)."""
     n, out = clean.shape[0], []
     for rows in chunks(n, batch_size):
-        logits = model(clean[rows])
         if objective == "kl":
-            positions = _read_positions(metric, rows, clean.shape[1]).to(logits.device)
+            positions = _read_positions(metric, rows, clean.shape[1]).to(model.device)
+            logits = forward_logits(model, clean[rows], positions)
             out.append(logits[torch.arange(len(rows)), positions].float().log_softmax(-1).cpu())
         else:
+            logits = forward_logits(model, clean[rows], logit_positions(metric, rows, clean.shape[1]))
             out.append(for_rows(metric, rows, n)(logits).float().cpu())
     return torch.cat(out)
 

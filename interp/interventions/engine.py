@@ -18,8 +18,8 @@ attribution and path patching (`interp.interventions.patching`, `.path_patching`
 (`interp.interventions.ablation`) and the head report's causal checks are interventions plus this
 scheduling.
 
-    _, target = cached_run(model, corrupted, start_names(model))
-    _, clean_cache = cached_run(model, clean, ["blocks.3.attn.hook_z"])
+    _, target = cached_run(model, corrupted, start_names(model), logits=False)
+    _, clean_cache = cached_run(model, clean, ["blocks.3.attn.hook_z"], logits=False)
     values = run_site_sets(model, corrupted, [[Site("blocks.3.attn.hook_z", head=2)], []],
                            clean_cache, metric, target=target)
 """
@@ -695,9 +695,12 @@ def cached_run(
     names: Iterable[str],
     logit_pos: Pos = None,
     base: Sequence[Intervention] = (),
-) -> tuple[Tensor, dict[str, Tensor]]:
+    logits: bool = True,
+) -> tuple[Tensor | None, dict[str, Tensor]]:
     """(logits, {name: activation}) of one run, with the `base` interventions made in it (the cache
-    holds what they wrote); the logits only at logit_pos (see forward_logits)."""
+    holds what they wrote); the logits only at logit_pos (see forward_logits). logits=False: no
+    unembedding (None; the final norm still runs, so its hooks are cached), for runs whose activations
+    alone are read (a target run, a mean), where a large vocabulary makes the logits the costliest part."""
     names = sorted(set(names))
     cache: dict[str, Tensor] = {}
 
@@ -705,8 +708,10 @@ def cached_run(
         cache[hook.name] = act.detach()
 
     with torch.no_grad(), intervened(model, base), model.hooks(fwd_hooks=[(name, save) for name in names]):
-        logits = forward_logits(model, tokens, logit_pos)
-    return logits, cache
+        if not logits:
+            model(tokens, return_type=None)
+            return None, cache
+        return forward_logits(model, tokens, logit_pos), cache
 
 
 def intervention_hooks(

@@ -227,7 +227,7 @@ def patch(
         check_distinct_pair(tokens, source_tokens, "the patched run (the source run is the target run)")
         metric = check_reads_real_tokens(model, metric, tokens, source_tokens, logit_pos=logit_pos)
         with model.settings(**hook_settings_for([site.name])):
-            _, source = cached_run(model, source_tokens, [site.name])
+            _, source = cached_run(model, source_tokens, [site.name], logits=False)
     run = [Intervention(site, source)]
     return run_site_sets(model, tokens, [run], None, metric, logit_pos=logit_pos)[0]
 

@@ -19,6 +19,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 import interp.checks as checks
+from interp.config import Config
 from interp.io.devices import module_weight
 from interp.types import Pos
 
@@ -164,6 +165,34 @@ def refuse_reading_padding(
         f"{what}: {asked} reads position {int(read_of[i])} of prompt {i}, its padding (its real tokens "
         f"are positions {span} of {n_pos}); {READ_REAL_TOKENS}."
     )
+
+
+def head_contribution_linearisation(cfg: Config) -> str:
+    """In words, for reports: what `ActivationCache.stack_head_contributions` takes as each head's
+    contribution to the residual stream on a model of `cfg`."""
+    if not cfg.post_norm:
+        return "each head's output z_h W_O[h]"
+    return (
+        "each head's share of its layer's attention output with the post-attention norm (ln1_post) frozen "
+        "at its scale in the clean run, w * z_h W_O[h] / s (the standard linearisation: the shares add up "
+        "to each attention output in that run, while removing a head would also move the norm's scale)"
+    )
+
+
+def direct_attribution_linearisation(cfg: Config) -> str:
+    """In words, for reports: how a head's direct logit attribution (`stack_head_contributions` with
+    the final norm applied, `apply_ln_to_stack`) linearises the norms between its output and the logits."""
+    words = (
+        f"{head_contribution_linearisation(cfg)}, through the final norm at its scale in the clean run "
+        "(frozen, as TransformerLens does)"
+    )
+    cap = cfg.output_logits_soft_cap
+    if cap is not None:
+        words += (
+            f", onto the logits before their soft cap ({cap} * tanh(x / {cap})): the cap is monotone, so an "
+            "attribution's sign carries over to the capped logits, its size and the attributions' sum do not"
+        )
+    return words
 
 
 # Stacks returned by apply_ln_to_stack, so that logit_attrs can refuse to normalise one twice.
@@ -399,6 +428,16 @@ class ActivationCache:
         W_O = module_weight(self.model.blocks[layer].attn, "W_O", z.device)  # read in if offloaded
         return torch.einsum("...he,hed->...hd", z, W_O)
 
+    def _head_outputs_at(self, layer: int, pos_slice: PosSlice, pos: Tensor | None) -> Tensor:
+        """Each head's output z_h W_O[h] at the positions read, [head, *batch_and_pos, d_model]: cached
+        hook_result's, else hook_z's selected first, then through W_O."""
+        name = f"blocks.{layer}.attn.hook_result"
+        if name in self.cache_dict:
+            return self._select(self.cache_dict[name].movedim(-2, 0), pos_slice, pos)
+        z = self._select(self["z", layer].movedim(-2, 0), pos_slice, pos)  # [head, *batch_and_pos, d_head]
+        W_O = module_weight(self.model.blocks[layer].attn, "W_O", z.device)  # read in if offloaded
+        return torch.einsum("h...e,hed->h...d", z, W_O)
+
     def compute_head_results(self) -> None:
         """Add each layer's hook_result (per-head outputs) to the cache, computed from hook_z."""
         for layer in range(self.model.cfg.n_layers):
@@ -418,18 +457,52 @@ class ActivationCache:
 
         `incl_remainder` adds the rest of the residual stream (resid_post of layer - 1 minus the
         heads) as a last component, "remainder"; at layer 0, as in TransformerLens, the final
-        residual stream (its index layer - 1 is -1).
+        residual stream (its index layer - 1 is -1). Refused on post-norm models, whose heads' outputs
+        are no parts of the residual stream (TransformerLens returns them anyway):
+        `stack_head_contributions` is their linearised share.
+        """
+        checks.check_heads_add_up(
+            self.model.cfg,
+            "stack_head_results splits the residual stream into each head's output",
+            "stack_head_contributions gives each head's share with ln1_post frozen at this run's scale (a "
+            "linearisation; cache blocks.L.ln1_post.hook_scale too: model.head_contribution_hook_names()); "
+            "decompose_resid splits it into each layer's hook_attn_out, which add up; or patch/ablate heads "
+            "at hook_z.",
+        )
+        return self.stack_head_contributions(
+            layer, return_labels, incl_remainder, pos_slice, apply_ln, pos=pos
+        )
+
+    def stack_head_contributions(
+        self,
+        layer: int = -1,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        pos_slice: PosSlice = None,
+        apply_ln: bool = False,
+        *,
+        pos: Tensor | None = None,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """Each head's contribution to the residual stream in layers before `layer`, labelled "L0H3";
+        arguments as `stack_head_results`. Where attention outputs join the stream as they are, each
+        head's output z_h W_O[h] (`stack_head_results`'s stack). In a post-norm model (Gemma 2 and 3,
+        OLMo 2), which normalises each attention output as a whole (ln1_post), each head's share of it
+        with the norm frozen at this run's scale, w * z_h W_O[h] / s (`Block.head_contributions`): the
+        standard linearisation, as TransformerLens freezes the final norm for direct logit attribution.
+        The shares add up exactly to each attention output (less its normalised b_O and ln1_post's
+        bias) in this run; they are not what removing a head would change, which also moves the scale.
+        Reads hook_z (or hook_result) and, post-norm, ln1_post.hook_scale of each layer
+        (`model.head_contribution_hook_names()`).
         """
         cfg = self.model.cfg
-        checks.check_heads_add_up(
-            cfg,
-            "stack_head_results splits the residual stream into each head's output",
-            "Use decompose_resid (each layer's hook_attn_out adds up), or patch/ablate heads at hook_z.",
-        )
         layer = self._layer(layer)
         parts, labels = [], []
         for i in range(layer):
-            parts.append(self._select(self._head_result(i).movedim(-2, 0), pos_slice, pos))  # [head, ...]
+            result = self._head_outputs_at(i, pos_slice, pos)  # [head, *batch_and_pos, d_model]
+            if cfg.post_norm:
+                scale = self._select(self[f"blocks.{i}.ln1_post.hook_scale"], pos_slice, pos)
+                result = self.model.blocks[i].head_contributions(result.movedim(0, -2), scale).movedim(-2, 0)
+            parts.append(result)
             labels += [f"L{i}H{h}" for h in range(cfg.n_heads)]
         return self._finish_stack(
             parts, labels, layer, incl_remainder, apply_ln, return_labels, pos_slice, pos

@@ -548,6 +548,26 @@ class Block(nn.Module):
             return self.hook_resid_post(resid_pre + attn_out + mlp_out)
         return self.hook_resid_post(resid_mid + mlp_out)
 
+    def head_contributions(
+        self,
+        result: Float[Tensor, "*batch pos head d_model"],
+        post_scale: Float[Tensor, "*batch pos 1"] | None = None,
+    ) -> Float[Tensor, "*batch pos head d_model"]:
+        """Each head's contribution to the residual stream, from its output z_h W_O[h] (`result`, as
+        hook_result): the output itself, or in a post-norm block (Gemma 2 and 3, OLMo 2) its share of the
+        normalised attention output with ln1_post frozen at a run's scale (`post_scale`, its hook_scale):
+        w * z_h W_O[h] / s (LayerNorm: centred too). The shares plus the normalised b_O and ln1_post's bias
+        add up to the block's hook_attn_out exactly, in that run; the linearisation is exact only there."""
+        if not self.cfg.post_norm:
+            return result
+        if post_scale is None:
+            raise ValueError(
+                f"block {self.attn.layer} normalises its attention output as a whole (ln1_post), so each "
+                "head's contribution needs that norm's scale in the run: pass post_scale= its "
+                f"blocks.{self.attn.layer}.ln1_post.hook_scale"
+            )
+        return self.ln1_post.apply_to_stack(result, post_scale.unsqueeze(-2))
+
     def _observes_attention(self) -> bool:
         """Whether a hook observes what the attention computes before z (its inputs, q, k, v, pattern)."""
         return any(

@@ -571,6 +571,14 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         layer_hook_names("z") -> ["blocks.0.attn.hook_z", ...], every head's z."""
         return [act_name(name, layer) for layer in range(self.cfg.n_layers)]
 
+    def head_contribution_hook_names(self) -> list[str]:
+        """What `ActivationCache.stack_head_contributions` reads of a run: every block's hook_z and, in a
+        post-norm model, its ln1_post.hook_scale (each head's share is taken at that scale)."""
+        names = self.layer_hook_names("z")
+        if self.cfg.post_norm:
+            names += [f"blocks.{layer}.ln1_post.hook_scale" for layer in range(self.cfg.n_layers)]
+        return names
+
     # --- forward -------------------------------------------------------------------------------
 
     def _layer_range(self, start_at_layer: int | None, stop_at_layer: int | None) -> tuple[int, int]:
