@@ -97,11 +97,11 @@ def test_groups_are_tasks_in_templates(smollm2):
     both = task_prompts(smollm2, pairs, n_prompts=2, n_shots=2, seed=3, templates=["arrow", "input_output"])
     assert both.n_groups == 4 and both.group_index.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
     assert both.prompt_templates() == ["arrow", "arrow", "input_output", "input_output"] * 2
-    means = mean_head_outputs(smollm2, both)  # [group, layer, head, d_head]
+    means = mean_head_outputs(smollm2, both)  # .z [group, layer, head, d_head]
     for at, name in enumerate(["arrow", "input_output"]):
         alone = task_prompts(smollm2, pairs, n_prompts=2, n_shots=2, seed=3, templates=[name])
         assert torch.equal(alone.answers, both.answers[both.template_index == at])
-        torch.testing.assert_close(means[at::2], mean_head_outputs(smollm2, alone), atol=1e-4, rtol=0)
+        torch.testing.assert_close(means.z[at::2], mean_head_outputs(smollm2, alone).z, atol=1e-4, rtol=0)
 
 
 @pytest.fixture(scope="module")

@@ -396,6 +396,7 @@ CACHE_READS = {
     "accumulated_resid": lambda cache, **at: cache.accumulated_resid(apply_ln=True, **at),
     "decompose_resid": lambda cache, **at: cache.decompose_resid(apply_ln=True, **at),
     "stack_head_results": lambda cache, **at: cache.stack_head_results(incl_remainder=True, **at),
+    "stack_head_contributions": lambda cache, **at: cache.stack_head_contributions(**at),
     "get_neuron_results": lambda cache, **at: cache.get_neuron_results(1, **at).movedim(-2, 0),
     "stack_neuron_results": lambda cache, **at: cache.stack_neuron_results(2, apply_ln=True, **at),
     "get_full_resid_decomposition": lambda cache, **at: cache.get_full_resid_decomposition(**at),

@@ -451,7 +451,8 @@ def test_save_refuses_a_result_of_other_weights_and_one_that_records_no_settings
     shutil.rmtree(model)
     (tmp_path / "1").rename(model)
     refused = CliRunner().invoke(app, arguments)
-    assert refused.exit_code == 2 and "weights '" in refused.output and "there, '" in refused.output
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "weights '" in said and "there, '" in said, refused.output
     assert path.read_bytes() == saved
     save_result(load_result(path), path)  # as an older interp wrote it: no command, no settings
     with monkeypatch.context() as patched:
