@@ -120,14 +120,6 @@ class FaithfulnessSummary:
         """The circuit alone does more than the model: left-out components work against the answer."""
         return self.ratio > OVERSHOOT
 
-    def describe(self) -> str:
-        """ "0.97 [0.79, 1.19]; per-prompt error 0.64, 41% of prompts within ±20%"."""
-        low, high = self.ratio_ci
-        return (
-            f"{self.ratio:.3g} [{low:.3g}, {high:.3g}]; per-prompt error {self.error:.2g}, "
-            f"{self.within:.0%} of prompts within ±{FAITHFUL_BAND:.0%}"
-        )
-
 
 def faithfulness_ci(
     circuit: Float[Tensor, "K batch"],
