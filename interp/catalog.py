@@ -75,12 +75,14 @@ PRUNE_STEPS = 45  # the edge mask's training steps (`interp.edges.PruneSettings`
 
 @dataclass(frozen=True)
 class ExpectedTime:
-    """How long `command` took: `seconds` of wall time on `machine`, as recorded in `source`."""
+    """How long `command` took on `model`: `seconds` of wall time on `machine`, as recorded in
+    `source`."""
 
     seconds: float
     command: str
     machine: str
     source: str
+    model: str = DEFAULT_MODEL
 
     def text(self) -> str:
         return f"about {self.seconds:.0f} s for `{self.command}` on {self.machine} ({self.source})"
@@ -162,6 +164,8 @@ def quick_time_text(command: str) -> str:
     return f"With --quick ({preset.changes()}): {preset.time.text()}."
 
 
-def expected_time_text(command: str) -> str:
-    """ "Expected time: about 65 s for `interp heads` on a 2-core AMD EPYC (idle, 2026-11)." """
-    return "Expected time: " + "; ".join(time.text() for time in EXPECTED_TIMES[command]) + "."
+def expected_time_text(command: str, model: str | None = None) -> str | None:
+    """ "Expected time: about 65 s for `interp heads` on a 2-core AMD EPYC (idle, 2026-11)." for every
+    measured run of `command`, or of `command` on `model` only (None where it was not measured)."""
+    times = [time for time in EXPECTED_TIMES.get(command, ()) if model in (None, time.model)]
+    return "Expected time: " + "; ".join(time.text() for time in times) + "." if times else None
