@@ -658,8 +658,8 @@ def causal_checks(
 ) -> dict[str, CausalEffects]:
     """Stage 4 of `head_report`: mean-ablate up to `max_candidates` induction candidates (highest
     scores first), then as many previous-token candidates, on the held-out probe (`probes.held_out`:
-    a token family the scores never read), each against `n_random` random heads of its layer not over
-    its type's threshold (drawn with `seed`). {} when no head is an induction candidate. stages: each
+    a token family the scores never read), each against `n_random` random heads of its layer over
+    neither type's threshold (drawn with `seed`). {} when no head is an induction candidate. stages: each
     check's effects kept as it finishes (INDUCTION_STAGE, then PREVIOUS_TOKEN_STAGE); a check already
     in it is not run again. progress: CLEAN_RUN_STAGE, then the two checks."""
     induction = scores.candidates("induction", max_candidates)
@@ -669,12 +669,13 @@ def causal_checks(
                 progress(f"{stage}: no induction candidate", 0, 0)
         return {}
     previous_token = scores.candidates("previous_token", max_candidates)
-    typed = {kind: typed_heads(scores, kind) for kind in CAUSAL_TYPES}
+    # Random heads are of neither checked type: an induction head is not compared with previous-token heads.
+    typed = sorted({head for kind in CAUSAL_TYPES for head in typed_heads(scores, kind)})
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
     ablated = [
-        *ablated_layers(random_head_classes(model, induction, typed["induction"], n_random, seed)),
-        *ablated_layers(random_head_classes(model, previous_token, typed["previous_token"], n_random, seed)),
+        *ablated_layers(random_head_classes(model, induction, typed, n_random, seed)),
+        *ablated_layers(random_head_classes(model, previous_token, typed, n_random, seed)),
     ]
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 0, 1)
@@ -686,7 +687,7 @@ def causal_checks(
         stages.run(
             INDUCTION_STAGE,
             lambda: induction_ablation_effects(
-                model, probes.held_out, induction, progress, clean, typed["induction"], n_random, seed
+                model, probes.held_out, induction, progress, clean, typed, n_random, seed
             ),
             progress,
         ),
@@ -706,7 +707,7 @@ def causal_checks(
             confirmed or induction,
             progress,
             clean,
-            typed["previous_token"],
+            typed,
             n_random,
             seed,
         ),

@@ -186,7 +186,7 @@ def _settings(
         "causal_method": (
             "each candidate mean-ablated alone and with the other candidates of its type already "
             "ablated (minimality), each effect against n_random random heads of the candidate's layer "
-            "not over its type's threshold (drawn once per layer with the seed + the layer), ablated "
+            "over neither checked type's threshold (drawn once per layer with the seed + the layer), ablated "
             "alone and on top of all the candidates: its effect beyond their mean, paired per held-out "
             "sequence, with a 95% "
             "bootstrap CI (circuits.evidence.judge_class); confirmed when, for either effect, that CI "

@@ -65,7 +65,7 @@ LEGEND = (
     "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
     'attention (positive: the head feeds them). beyond random, "+0.40 [+0.35, +0.45] (0.05)": the '
     "confirming effect (else the effect alone) minus the mean effect of random heads of the head's "
-    "layer not over its type's threshold (ablated alone; on top of all the candidates for the effect "
+    "layer over neither checked type's threshold (ablated alone; on top of all the candidates for the effect "
     "with the others ablated), paired per held-out sequence, its 95% bootstrap CI over the sequences, "
     "and that mean in "
     "parentheses. score: the "
@@ -285,9 +285,9 @@ def random_heads_lines(report: HeadReport) -> list[str]:
                      if any(not label.startswith(f"L{layer}H") for label in heads)]  # fmt: skip
         lines.append(
             f"{kind.replace('_', '-')} candidates against random heads: each effect is compared with "
-            f"{report.settings['n_random']} random heads of the candidate's layer not over the "
-            f"{kind.replace('_', '-')} threshold (drawn once per layer, seed {report.settings['seed']} + "
-            "the layer), "
+            f"{report.settings['n_random']} random heads of the candidate's layer over neither the "
+            "induction nor the previous-token threshold (drawn once per layer, seed "
+            f"{report.settings['seed']} + the layer), "
             f"paired per held-out sequence, 95% bootstrap CI; {listed}."
             + (
                 f" {', '.join(elsewhere)} had no such head left, so "
