@@ -92,6 +92,12 @@ class PartialResult:
     def missing(self) -> list[str]:
         return [stage for stage in self.stages if stage not in self.done]
 
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds (`circuits.sections.result_json`): the command, its settings, the
+        stages done and missing with their notes (the stages' results: `--save`'s file)."""
+        return {"command": self.command, "settings": self.settings, "stages": self.stages,
+                "done": list(self.done), "missing": self.missing, "notes": self.notes}  # fmt: skip
+
 
 def write_partial_report(
     result: PartialResult, format: str, out: str | Path | None, console: Console
@@ -111,7 +117,7 @@ def write_partial_report(
             if stage in result.done
         ],
     )
-    sections.write_sections(report, format, out, console)
+    sections.write_sections(report, format, out, console, result)
 
 
 SCHEMA = "interp-result-3"

@@ -1,21 +1,24 @@
 """One report structure: a headline and sections of lines, a table, notes and figures, rendered once
-to the terminal, JSON, Markdown and HTML.
+to the terminal, Markdown and HTML; and one JSON of any result (`result_json`).
 
     report = Report(title="...", headline=["..."], sections=[Section(title="Classes", table=Table(...))])
-    write_sections(report, "markdown", out=None, console=console)
+    write_sections(report, "markdown", out=None, console=console, result=result)
 
 An analysis builds a `Report` from its result (what chose, what tested, the classes with their
 verdicts, the per-stratum table, faithfulness, the figures) and every format shows the same content;
-figures (heat maps, SVGs: HTML fragments) show on the HTML page only.
+figures (heat maps, SVGs: HTML fragments) show on the HTML page only. The JSON holds the result's
+numbers, never text made of them.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -23,6 +26,7 @@ from rich.table import Table as RichTable
 from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS, StratumFaithfulness, faithfulness_verdict
 from circuits.output import write_output
 from interp.interventions.stats import FaithfulnessSummary
+from interp.io.serialize import plain
 from interp.viz import heatmap_html, html_page, html_table
 
 FORMATS = ("table", "json", "markdown", "html")
@@ -54,6 +58,25 @@ class Report:
     title: str
     headline: list[str]
     sections: list[Section]
+
+
+def signed(value: float, digits: int = 3) -> str:
+    """A signed figure as reports write it: "+0.123" ("n/a" for NaN: a figure that could not be had)."""
+    return "n/a" if math.isnan(value) else f"{value:+.{digits}f}"
+
+
+def ci_text(interval: tuple[float, float], digits: int = 3, sign: bool = True) -> str:
+    """A confidence interval as reports write it: "[-0.012, +0.345]" (each bound as `signed`), or
+    without signs "[0.01, 0.35]"."""
+    low, high = interval
+    if sign:
+        return f"[{signed(low, digits)}, {signed(high, digits)}]"
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def percent_ci(interval: tuple[float, float], digits: int = 0) -> str:
+    """A CI of a fraction in %, the unit of the value it goes with: "[12%, 34%]"."""
+    return f"[{interval[0]:.{digits}%}, {interval[1]:.{digits}%}]"
 
 
 def text_sections(report: Report) -> list[Section]:
@@ -134,19 +157,24 @@ def render_html(report: Report) -> str:
     return html_page(report.title, html_fragments(report))
 
 
-def render_json(report: Report) -> str:
-    return json.dumps(asdict(report), indent=2, allow_nan=False)
+def result_json(result: Any) -> str:
+    """The `--format json` output of any command's result: `result.json_data()` where its type has one
+    (figures derived from its fields, a schema of its own), else every field of the result, as plain
+    JSON (`interp.io.serialize.plain`): numbers stay numbers (a CI is [low, high]), tensors are
+    nested lists, NaN and infinities null. `--save` writes the full result instead, to be read back."""
+    data = result.json_data() if hasattr(result, "json_data") else result
+    return json.dumps(plain(data), indent=2, allow_nan=False)
 
 
 def write_sections(
-    report: Report, format: str, out: str | Path | None, console: Console,
+    report: Report, format: str, out: str | Path | None, console: Console, result: Any,
     data: Mapping[str, Callable[[], str]] | None = None, terminal: Report | None = None, width: int = 160,
 ) -> None:  # fmt: skip
-    """Render `report` in `format` to the file `out` (atomically), or to the console when out is None.
-    data: formats an analysis writes as its own data instead ({"json": ..., "csv": ...}: their schemas);
-    terminal: the report the "table" format prints where it differs (a narrower table); width: the
-    columns of the "table" format written to a file."""
-    renderers = {"json": lambda: render_json(report), "markdown": lambda: render_markdown(report),
+    """Render `report` in `format` to the file `out` (atomically), or to the console when out is None;
+    the "json" format is `result_json(result)`. data: formats an analysis writes as its own data
+    ({"csv": ...}); terminal: the report the "table" format prints where it differs (a narrower
+    table); width: the columns of the "table" format written to a file."""
+    renderers = {"json": lambda: result_json(result), "markdown": lambda: render_markdown(report),
                  "html": lambda: render_html(report), **(data or {})}  # fmt: skip
     shown = terminal or report
     write_output(
@@ -187,11 +215,10 @@ def _faithfulness_cells(n_prompts: int, summary: FaithfulnessSummary | None) -> 
     if summary is None:
         reason = TOO_FEW_PROMPTS if n_prompts < MIN_STRATUM_PROMPTS else "undefined (no effect to keep)"
         return [str(n_prompts), reason, "", "", ""]
-    low, high = summary.ratio_ci
     return [
         str(n_prompts),
         f"{summary.ratio:.2f}",
-        f"[{low:.2f}, {high:.2f}]",
+        ci_text(summary.ratio_ci, 2, sign=False),
         f"{summary.error:.2f}",
         f"{summary.within:.0%}",
     ]

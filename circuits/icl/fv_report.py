@@ -1,53 +1,27 @@
 """A FunctionVectorResult as the one report structure (`circuits.sections`: terminal, Markdown, a
-self-contained HTML page) and its JSON data.
+self-contained HTML page).
 
     write_fv_report(result, "html", "fv.html", Console())   # or "table", "json", "markdown"
 
 Every format opens with the finding: which ablation lowers few-shot accuracy and which the ICL score
 (each class against random heads of its layers), whether the FV heads' AIE and the function vector
 hold on the held-out tasks in the held-out prompt templates (each beside its discovery figure and
-per template), and the overlap of the two classes; then what chose and what tested (`chose_lines`:
+per template), and the overlap of the two classes; then what chose and what tested (`fv_chose_lines`:
 the discovery word-pair tasks in the discovery templates chose the heads and the vector's layer, the
 held-out tasks in the held-out templates tested). The HTML page adds the [layer, head] map of AIEs.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-from typing import Any
 
 from rich.console import Console
 
-from circuits.evidence import EFFECT_SIGN
-from circuits.icl.report import format_ci
-from circuits.icl.results import TEMPLATE_KINDS, Comparison, FunctionVectorResult
-from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from circuits.icl.results import FV_LEGEND, TEMPLATE_KINDS, Comparison, FunctionVectorResult
+from circuits.sections import Report, Section, Table, ci_text, layer_head_map, write_sections
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 
 FORMATS = ("table", "json", "markdown", "html")
-LEGEND = (
-    "The word-pair tasks and the prompt templates are the families: the discovery tasks in the discovery "
-    "templates choose the FV heads (AIE) and the layer the vector is added at; every effect is reported on "
-    "the held-out tasks in the held-out templates, beside the same measure on the discovery tasks in the "
-    "discovery templates, and per template on the held-out tasks (in a discovery template they are held "
-    "out by task only). Each task's pairs are halved: few-shot prompts of one half give the heads' mean "
-    "outputs (per task and template), prompts of the other, the same pairs in every template, are tested. "
-    "AIE: p(answer) on a prompt whose examples' answers are "
-    "shuffled, with the head's output at the last token set to its mean over clean few-shot prompts of the "
-    "task, minus without (Todd et al. 2024); attributed: its first-order estimate for every head, exact for "
-    "the top candidates. The function vector sums the FV heads' mean outputs as written to the residual "
-    "stream (z @ W_O; on a post-norm model, through ln1_post at each prompt's scale) and is added to the "
-    "residual stream at the last token of zero-shot prompts. Ablation: each head's z set to its mean over "
-    "every position. Effects: "
-    + EFFECT_SIGN
-    + " (few-shot accuracy: clean - ablated; ICL score: ablated - clean nats, the context's benefit lost; "
-    "patches and vectors: with - without). Each class against random heads from the same layers, paired "
-    "by prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI]; confirmed when the CI of the "
-    "effect beyond random lies above 0 on the held-out tasks in the held-out templates and in each "
-    "held-out template alone (template-dependent when the pooled CI is and a held-out template's is not)."
-)
 TASK_COLUMNS = ("task", "family", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
 TEMPLATE_COLUMNS = (
     "template",
@@ -73,13 +47,13 @@ COMPARISON_COLUMNS = (
 
 def _share(value: float, interval: tuple[float, float] | None = None) -> str:
     text = f"{value:.2f}"
-    return text if interval is None else f"{text} [{interval[0]:.2f}, {interval[1]:.2f}]"
+    return text if interval is None else f"{text} {ci_text(interval, 2, sign=False)}"
 
 
 def _beyond(found: Comparison, family: str) -> str:
     """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
     measured = getattr(found, family)
-    return "n/a" if measured is None else f"{measured.beyond:+.3f} {format_ci(measured.beyond_ci)}"
+    return "n/a" if measured is None else f"{measured.beyond:+.3f} {ci_text(measured.beyond_ci)}"
 
 
 def _per_template(found: Comparison) -> str:
@@ -88,7 +62,7 @@ def _per_template(found: Comparison) -> str:
     ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])
     return "; ".join(
         f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) {s.beyond:+.3f} "
-        f"{format_ci(s.beyond_ci)}" + ("" if s.holds else ", does not hold")
+        f"{ci_text(s.beyond_ci)}" + ("" if s.holds else ", does not hold")
         for s in ordered
     )
 
@@ -99,7 +73,7 @@ def comparison_line(found: Comparison) -> str:
     where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
     templates = f" Per template, held-out tasks: {_per_template(found)}." if found.strata else ""
     return (
-        f"{found.name}: {tested.drop:+.3f} {found.unit} {format_ci(tested.drop_ci)} {where}; "
+        f"{found.name}: {tested.drop:+.3f} {found.unit} {ci_text(tested.drop_ci)} {where}; "
         f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
         f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
         + templates
@@ -118,7 +92,7 @@ def _templates(names) -> str:
     return ", ".join(f'{name} "{ICL_TEMPLATES[name].pattern}"' for name in names)
 
 
-def chose_lines(result: FunctionVectorResult) -> list[str]:
+def fv_chose_lines(result: FunctionVectorResult) -> list[str]:
     """What chose and what tested: the discovery word-pair tasks in the discovery templates (the FV
     heads and the vector's layer), the held-out tasks in the held-out templates (every effect), where
     the induction heads come from, the prompts, the model."""
@@ -152,7 +126,7 @@ def _where_added(result: FunctionVectorResult) -> str:
     return f"Added at layer {result.fv_layer} (discovery tasks' zero-shot accuracy {best:.2f} there)."
 
 
-def summary_lines(result: FunctionVectorResult) -> list[str]:
+def fv_headline(result: FunctionVectorResult) -> list[str]:
     """The finding, in order: the ablations, the held-out tests, the overlap."""
     lines = []
     by_name = {found.name: found for found in result.ablations}
@@ -206,76 +180,29 @@ def _template_rows(result: FunctionVectorResult) -> list[list[str]]:
         [row.template, ICL_TEMPLATES[row.template].pattern, "yes" if row.family == "discovery" else "no",
          str(row.n_prompts), _share(row.few_shot), _share(row.zero_shot), _share(row.with_fv),
          _share(row.with_random),
-         f"{vector[row.template].beyond:+.3f} {format_ci(vector[row.template].beyond_ci)}",
-         f"{ablated[row.template].beyond:+.3f} {format_ci(ablated[row.template].beyond_ci)}"]
+         f"{vector[row.template].beyond:+.3f} {ci_text(vector[row.template].beyond_ci)}",
+         f"{ablated[row.template].beyond:+.3f} {ci_text(ablated[row.template].beyond_ci)}"]
         for row in result.template_vectors
     ]  # fmt: skip
 
 
 def _comparison_rows(result: FunctionVectorResult) -> list[list[str]]:
     return [
-        [found.name, found.unit, f"{found.heldout.drop:+.3f} {format_ci(found.heldout.drop_ci)}",
+        [found.name, found.unit, f"{found.heldout.drop:+.3f} {ci_text(found.heldout.drop_ci)}",
          _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery")]
         for found in [result.aie_test, result.vector_test, *result.ablations]
     ]  # fmt: skip
 
 
 def _head_rows(result: FunctionVectorResult) -> list[list[str]]:
-    induction = set(result.induction_heads)
-    exact = dict(zip(result.candidates, result.candidates_aie, strict=True))
-    rows = []
-    for label, heldout in zip(result.fv_heads, result.fv_heads_heldout_aie, strict=True):
-        layer, head = (int(part) for part in label[1:].split("H"))
-        also = "induction" if label in induction else ""
-        attributed = result.aie_attributed[layer, head].item()
-        rows.append([label, f"{attributed:+.4f}", f"{exact[label]:+.4f}", f"{heldout:+.4f}", also])
-    return rows
+    return [
+        [row["head"], f"{row['aie_attributed']:+.4f}", f"{row['aie_discovery']:+.4f}",
+         f"{row['aie_heldout']:+.4f}", row["also"]]
+        for row in result.fv_head_figures()
+    ]  # fmt: skip
 
 
 HEAD_COLUMNS = ("FV head", "attributed AIE", "AIE (discovery)", "AIE (held-out)", "also")
-
-
-def to_dict(result: FunctionVectorResult) -> dict[str, Any]:
-    """The report's figures as plain JSON data (`--save` writes the full result instead)."""
-    return {
-        "model": result.model_name,
-        "provenance": result.provenance,
-        "tasks": result.tasks,
-        "discovery_tasks": list(result.split.discovery),
-        "heldout_tasks": list(result.split.heldout),
-        "templates": {name: ICL_TEMPLATES[name].pattern for name in result.templates},
-        "discovery_templates": list(result.template_split.discovery),
-        "heldout_templates": list(result.template_split.heldout),
-        "effect_sign": EFFECT_SIGN,
-        "n_shots": result.n_shots,
-        "n_prompts": result.n_prompts,
-        "fv_heads": [
-            {
-                "head": head,
-                "aie_attributed": float(attributed),
-                "aie_discovery": float(discovery),
-                "aie_heldout": float(heldout),
-                "also": also,
-            }
-            for head, attributed, discovery, heldout, also in _head_rows(result)
-        ],
-        "induction_heads": result.induction_heads,
-        "overlap": result.overlap,
-        "fv_layer": result.fv_layer,
-        "layer_accuracy_discovery": result.layer_accuracy,
-        "aie_test": dataclasses.asdict(result.aie_test),
-        "vector_test": dataclasses.asdict(result.vector_test),
-        "task_vectors": [dataclasses.asdict(task) for task in result.task_vectors],
-        "template_vectors": [dataclasses.asdict(row) for row in result.template_vectors],
-        "ablations": [dataclasses.asdict(found) for found in result.ablations],
-        "n_documents": result.n_documents,
-        "legend": LEGEND,
-        "written": result.written,
-    }
-
-
-def render_json(result: FunctionVectorResult) -> str:
-    return json.dumps(to_dict(result), indent=2, allow_nan=False)
 
 
 def _written(result: FunctionVectorResult) -> list[str]:
@@ -294,7 +221,7 @@ def fv_sections(result: FunctionVectorResult) -> Report:
         value_format="{:+.4f}",
     )
     sections = [
-        Section(title="What chose and what tested", lines=chose_lines(result)),
+        Section(title="What chose and what tested", lines=fv_chose_lines(result)),
         Section(
             title="Tests against random same-layer heads",
             table=Table(
@@ -302,7 +229,7 @@ def fv_sections(result: FunctionVectorResult) -> Report:
                 rows=_comparison_rows(result),
                 right=["held-out", "beyond random (held-out)", "discovery beyond random"],
             ),
-            notes=[LEGEND, *_written(result)],
+            notes=[FV_LEGEND, *_written(result)],
         ),  # fmt: skip
         Section(
             title="Per template: the held-out tasks' query pairs",
@@ -328,13 +255,11 @@ def fv_sections(result: FunctionVectorResult) -> Report:
     ]
     return Report(
         title=f"Function-vector heads of {result.model_name}",
-        headline=summary_lines(result),
+        headline=fv_headline(result),
         sections=sections,
     )
 
 
 def write_fv_report(result: FunctionVectorResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    write_sections(
-        fv_sections(result), format, out, console, {"json": lambda: render_json(result)}, width=140
-    )
+    write_sections(fv_sections(result), format, out, console, result, width=140)

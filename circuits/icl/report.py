@@ -1,5 +1,5 @@
 """An ICLResult as the one report structure (`circuits.sections`: terminal, Markdown, a self-contained
-HTML page) and its JSON data.
+HTML page).
 
     write_icl_report(result, "html", "icl.html", Console())   # or "table", "json", "markdown"
 
@@ -13,63 +13,26 @@ from __future__ import annotations
 
 import base64
 import io
-import json
-import math
-from typing import Any
 
 from rich.console import Console
 
-from circuits.icl.results import ICLResult
+from circuits.icl.results import LEGEND, ICLResult
 from circuits.icl.training import plot_icl_over_training
 from circuits.output import save_figure
-from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from circuits.sections import Report, Section, Table, ci_text, layer_head_map, signed, write_sections
 
 FORMATS = ("table", "json", "markdown", "html")
-LEGEND = (
-    "Change = ICL score with the head(s) ablated - without (nats): the drop of the context's benefit "
-    "(-score), as circuits.evidence signs every effect; positive: without them the model uses its context "
-    "less. Attributed: a first-order estimate on the discovery documents; exact: the "
-    "ablated run on the held-out documents, which no head was chosen on; [95% bootstrap CI over documents]. "
-    "A class is confirmed when its change exceeds that of random heads from the same layers (CI of the "
-    "difference above 0); a head when its exact change is above 0."
-)
 HEAD_COLUMNS = ("head", "attributed", "exact (held-out)", "verdict")
 
 
-def format_signed(value: float) -> str:
-    """A value as reports write it: "+0.123" ("n/a" for NaN)."""
-    return "n/a" if math.isnan(value) else f"{value:+.3f}"
-
-
-def format_ci(interval: tuple[float, float]) -> str:
-    """A confidence interval as reports write it: "[-0.012, +0.345]"."""
-    return f"[{format_signed(interval[0])}, {format_signed(interval[1])}]"
-
-
-def headline_verdict(result: ICLResult) -> str:
-    """Whether the held-out ICL score establishes that the model uses its context (its CI below 0),
-    and if not, how many documents would."""
-    tested = result.heldout
-    low, high = tested.ci
-    if high < 0:
-        return f"established: its 95% CI over the {tested.n_documents} held-out documents lies below 0"
-    if tested.score >= 0:
-        return f"not established: no sign on these {tested.n_documents} held-out documents that it does"
-    needed = math.ceil(1.5 * tested.n_documents * ((high - low) / 2 / -tested.score) ** 2)
-    return (
-        f"not established at {tested.n_documents} held-out documents (the CI reaches 0); about {needed} "
-        f"would settle it: pass --n-documents {result.discovery.n_documents + needed} (n_documents)"
-    )
-
-
-def summary_lines(result: ICLResult) -> list[str]:
+def icl_headline(result: ICLResult) -> list[str]:
     """The finding, in order: the held-out score, each class against random heads, the documents."""
     tested, every = result.heldout, result.score
     lines = [
         f"ICL score of {result.model_name} on {tested.n_documents} held-out documents: {tested.score:+.3f} "
-        f"nats {format_ci(tested.ci)} (loss at {result.windows.describe()}: {tested.late_loss:.3f} - "
+        f"nats {ci_text(tested.ci)} (loss at {result.windows.describe()}: {tested.late_loss:.3f} - "
         f"{tested.early_loss:.3f}; negative: later tokens are predicted better, from their context); "
-        f"that the model uses its context is {headline_verdict(result)}."
+        f"that the model uses its context is {result.headline_verdict()}."
     ]
     n_ablated = tested.n_documents if result.n_ablated is None else result.n_ablated
     for found in result.classes:
@@ -79,9 +42,9 @@ def summary_lines(result: ICLResult) -> list[str]:
         lines.append(
             f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
             f"the ICL score of {n_ablated} held-out documents by {found.change:+.3f} "
-            f"{format_ci(found.change_ci)}; {kind} "
+            f"{ci_text(found.change_ci)}; {kind} "
             f"({draws}; {distinct} distinct); beyond random {found.difference:+.3f} "
-            f"{format_ci(found.difference_ci)}: {found.verdict}."
+            f"{ci_text(found.difference_ci)}: {found.verdict}."
         )
     if not result.classes:
         lines.append(
@@ -94,28 +57,16 @@ def summary_lines(result: ICLResult) -> list[str]:
     )
     lines.append(
         f"Documents: {every.n_documents} from {result.source} (every one: {every.score:+.3f} "
-        f"{format_ci(every.ci)}); {result.discovery.n_documents} discovery documents rank the heads (ICL "
+        f"{ci_text(every.ci)}); {result.discovery.n_documents} discovery documents rank the heads (ICL "
         f"score {result.discovery.score:+.3f}), {tested.n_documents} held-out documents test them: each "
         f"scored, the first {n_ablated} ablated ({result.ablation} ablation of each head's z)."
     )
     return lines
 
 
-def loss_bins(result: ICLResult) -> list[tuple[str, float]]:
-    """The mean loss per token in doubling ranges of tokens: ("1", 9.8), ("2-3", 5.0), ("4-7", ...), ..."""
-    curve = result.loss_curve
-    bins, start = [], 1
-    while start <= len(curve):
-        end = min(2 * start - 1, len(curve))
-        label = str(start) if start == end else f"{start}-{end}"
-        bins.append((label, curve[start - 1 : end].mean().item()))
-        start *= 2
-    return bins
-
-
 def _head_rows(result: ICLResult) -> list[list[str]]:
     return [
-        [h.head, format_signed(h.attributed), f"{format_signed(h.exact)} {format_ci(h.exact_ci)}", h.verdict]
+        [h.head, signed(h.attributed), f"{signed(h.exact)} {ci_text(h.exact_ci)}", h.verdict]
         for h in result.heads
     ]
 
@@ -130,47 +81,6 @@ def _training_lines(result: ICLResult) -> list[str]:
         for step, score in zip(curve.steps, curve.scores, strict=True)
     )
     return [f"Across training (step: ICL score, highest induction score): {cells}."]
-
-
-def to_dict(result: ICLResult) -> dict[str, Any]:
-    """The report's figures as plain JSON data (`--save` writes the full result instead)."""
-
-    def score(found) -> dict[str, Any]:
-        return {
-            "score": found.score, "ci": list(found.ci), "early_loss": found.early_loss,
-            "late_loss": found.late_loss, "n_documents": found.n_documents,
-        }  # fmt: skip
-
-    return {
-        "model": result.model_name,
-        "provenance": result.provenance,
-        "documents": result.source,
-        "windows": {
-            "early": result.windows.early,
-            "late": result.windows.late,
-            "width": result.windows.width,
-        },
-        "ablation": result.ablation,
-        "icl_score": score(result.score),
-        "discovery": score(result.discovery) | {"documents": result.discovery_names},
-        "heldout": score(result.heldout)
-        | {
-            "documents": result.heldout_names,
-            "n_ablated": result.n_ablated,
-            "headline": headline_verdict(result),
-        },
-        "classes": [vars(found) for found in result.classes],
-        "heads": [vars(head) for head in result.heads],
-        "loss_by_token": dict(loss_bins(result)),
-        "training": None
-        if result.training is None
-        else {"steps": result.training.steps, "icl_scores": result.training.scores, "ci": result.training.ci},
-        "legend": LEGEND,
-    }
-
-
-def render_json(result: ICLResult) -> str:
-    return json.dumps(to_dict(result), indent=2, allow_nan=False)
 
 
 def _png(figure) -> str:
@@ -212,7 +122,7 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
     """The report: the finding, what chose and what tested, the classes against random heads, the top
     heads, the loss per token and across training; figures (the loss curve, the training curve, the
     [layer, head] map of attributed changes) unless `figures` is False (they need matplotlib)."""
-    lines = summary_lines(result)
+    lines = icl_headline(result)
     every_head = layer_head_map(
         result.attributions,
         "Attributed change of the ICL score when the head is ablated (nats)",
@@ -226,16 +136,16 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
             [
                 c.name,
                 ", ".join(c.heads),
-                f"{c.change:+.3f} {format_ci(c.change_ci)}",
+                f"{c.change:+.3f} {ci_text(c.change_ci)}",
                 ", ".join(f"{x:+.3f}" for x in c.random_changes),
-                f"{c.difference:+.3f} {format_ci(c.difference_ci)}",
+                f"{c.difference:+.3f} {ci_text(c.difference_ci)}",
                 c.verdict,
             ]
             for c in result.classes
         ],  # fmt: skip
         right=["change", "beyond random"],
     )
-    bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in loss_bins(result))
+    bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in result.loss_bins())
     sections = [
         Section(
             title="What chose and what tested",
@@ -273,4 +183,4 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
 def write_icl_report(result: ICLResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
     report = icl_sections(result, figures=format == "html")
-    write_sections(report, format, out, console, {"json": lambda: render_json(result)}, width=140)
+    write_sections(report, format, out, console, result, width=140)

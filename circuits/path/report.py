@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
 from circuits.path.steps import PathResult
-from circuits.sections import Report, Section, Table, faithfulness_section
+from circuits.sections import Report, Section, Table, ci_text, faithfulness_section
 
 ABLATION_WORDS = {
     "counterfactual": "each head's output from its pair's corrupted prompt",
@@ -15,19 +15,15 @@ ABLATION_WORDS = {
 }
 
 
-def _ci(ci: tuple[float, float]) -> str:
-    return f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
-
-
-def headline(result: PathResult) -> list[str]:
+def path_headline(result: PathResult) -> list[str]:
     confirmed = [c for c in result.classes if c.verdict == "confirmed"]
-    low, high = result.faithfulness_ci
     parts = [
         f"{len(confirmed)} of {len(result.classes)} head classes confirmed on held-out "
         + ("families" if result.by_family else "prompts")
         + (f" ({', '.join(c.name + ': ' + ' '.join(c.heads) for c in confirmed)})" if confirmed else ""),
         f"the {sum(len(c.heads) for c in result.classes)} heads alone keep faithfulness "
-        f"{result.faithfulness:.2f} [{low:.2f}, {high:.2f}] on {result.n_heldout} held-out prompts",
+        f"{result.faithfulness:.2f} {ci_text(result.faithfulness_ci, 2, sign=False)} on {result.n_heldout} "
+        "held-out prompts",
     ]
     return ["; ".join(parts) + ".", *result.notes]
 
@@ -77,7 +73,7 @@ def path_sections(result: PathResult) -> list[Section]:
                     *[f"{c.attention[n]:.2f}" for n in names],
                     f"{c.discovery.beyond:+.2f}",
                     f"{c.heldout.beyond:+.2f}",
-                    _ci(c.heldout.beyond_ci),
+                    ci_text(c.heldout.beyond_ci, 2),
                     c.verdict,
                 ]
                 for c in result.classes
@@ -105,7 +101,7 @@ def path_sections(result: PathResult) -> list[Section]:
                     s.name,
                     str(s.n_prompts),
                     f"{s.beyond:+.2f}",
-                    "" if s.beyond_ci is None else _ci(s.beyond_ci),
+                    "" if s.beyond_ci is None else ci_text(s.beyond_ci, 2),
                     TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no",
                 ]
                 for c in result.classes
@@ -119,7 +115,7 @@ def path_sections(result: PathResult) -> list[Section]:
         lines=[f"the {len(ranked)} heads of largest estimated drop (attribution patching), measured exactly"],
         table=Table(
             columns=["head", "estimated drop", "exact drop", "95% CI"],
-            rows=[[d.head, f"{d.estimated:+.2f}", f"{d.exact:+.2f}", _ci(d.exact_ci)] for d in ranked],
+            rows=[[d.head, f"{d.estimated:+.2f}", f"{d.exact:+.2f}", ci_text(d.exact_ci, 2)] for d in ranked],
         ),
     )
     sections = [chose, classes, strata]
@@ -133,6 +129,6 @@ def path_sections(result: PathResult) -> list[Section]:
 def path_report(result: PathResult) -> Report:
     return Report(
         title=f"Heads of {result.model} on {result.task}",
-        headline=headline(result),
+        headline=path_headline(result),
         sections=path_sections(result),
     )
