@@ -27,11 +27,10 @@ from circuits.evidence import (
 )
 from circuits.ioi.task import IOI_POSITIONS, ioi_pair_task
 from circuits.path import PathSettings, head_path, pair_task
-from circuits.path.report import path_report
 from circuits.path.steps import discover, metric_with_heads_ablated
 from circuits.path.task import NO_FAMILY
 from circuits.results_file import load_result
-from circuits.sections import render_html, render_markdown, result_json, write_sections
+from circuits.sections import path_report, render_html, render_markdown, result_json, write_sections
 
 AGREEMENT = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
 SETTINGS = PathSettings(n_candidates=8, max_heads=4, n_random=3)

@@ -10,8 +10,15 @@ import math
 from rich.console import Console
 
 from circuits.edge_circuits.find import CircuitEdge, EdgeCircuitResult
-from circuits.path.report import path_report
-from circuits.sections import Report, Section, Table, ci_text, faithfulness_section, write_sections
+from circuits.sections import (
+    Report,
+    Section,
+    Table,
+    ci_text,
+    faithfulness_section,
+    path_report,
+    write_sections,
+)
 from interp import viz
 from interp.interventions.stats import OVERSHOOT
 
