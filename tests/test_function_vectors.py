@@ -358,6 +358,10 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     assert summary["fv_heads"][0]["head"] == result.fv_heads[0] and summary["heldout_tasks"] == [
         "comparative"
     ]
+    layer, head = (int(part) for part in result.fv_heads[0][1:].split("H"))
+    exact = summary["fv_heads"][0]  # the figures themselves, not read back from the table's text
+    assert exact["aie_attributed"] == result.aie_attributed[layer, head].item()
+    assert exact["aie_heldout"] == result.fv_heads_heldout_aie[0]
     assert summary["discovery_templates"] == ["qa", "input_output"] and summary["heldout_templates"] == [
         "arrow"
     ]
