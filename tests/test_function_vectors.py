@@ -26,7 +26,7 @@ from circuits.icl import (
     zero_shot_accuracy,
 )
 from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
-from circuits.icl.fv_report import fv_headline, fv_sections, write_fv_report
+from circuits.icl.report import fv_headline, fv_sections, write_fv_report
 from circuits.icl.results import TEMPLATE_KINDS
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html

@@ -327,7 +327,7 @@ def icl_section(result: Any) -> list[str]:
 
 def fv_section(result: Any) -> list[str]:
     """A saved `interp icl --fv` result: what chose and what tested, the held-out tests, the FV heads."""
-    from circuits.icl.fv_report import fv_chose_lines, fv_headline
+    from circuits.icl.report import fv_chose_lines, fv_headline
 
     chose = fv_chose_lines(result)
     return [chose[-1], "; ".join(chose[:-1]) + ".", *fv_headline(result)] + (
