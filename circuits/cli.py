@@ -36,7 +36,6 @@ from interp.catalog import (
 from interp.runtime.memory import keep_freed_memory
 
 if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
-    from circuits.edge_circuits.tasks import EdgeTask
     from interp.types import Progress
 
 MIN_IOI_PROMPTS = 8  # fewer gives no meaningful bootstrap interval
@@ -739,13 +738,12 @@ def circuit(
         FORMATS,
         METRICS,
         EdgeCircuitSettings,
-        edge_task,
         find_edge_circuit,
         write_edge_report,
     )
-    from circuits.edge_circuits.find import MASK_METHODS, edge_circuit_stages, split_task
-    from circuits.edge_circuits.tasks import check_task_name, heldout_edge_task
-    from circuits.path import PATH_STAGES, PathSettings, head_path, pair_task
+    from circuits.edge_circuits.find import MASK_METHODS, edge_circuit_stages
+    from circuits.edge_circuits.tasks import check_task_name, circuit_tasks
+    from circuits.path import PATH_STAGES, PathSettings, head_path
     from circuits.quick import circuit_note
     from interp.edges import ABLATIONS, IG_POINTS, MIB_FRACTIONS, mib_json
     from interp.io.files import write_text_atomic
@@ -804,17 +802,14 @@ def circuit(
     loaded = load(model)
     keyed = check_save(save, "circuit", options, loaded)
     try:
-        prompt_pairs = edge_task(loaded, task, n_prompts, seed, metric)
-        heldout = heldout_edge_task(loaded, task, n_prompts, seed)
-        if heldout_names is not None:
-            prompt_pairs, heldout = _split_by_families(prompt_pairs, heldout_names)
+        # a file: read once, split once by whole families, for the edges and the head classes alike
+        prompt_pairs, heldout, pairs = circuit_tasks(loaded, task, n_prompts, seed, metric, heldout_names)
         searched = edges is None and fraction is None
-        with_heads = bool(Path(task).suffix) and metric == "logit_diff"  # the user's pairs: head classes too
+        with_heads = pairs is not None and metric == "logit_diff"  # the user's pairs: head classes too
         stages = edge_circuit_stages(method, searched, curve, bootstrap) + list(
             PATH_STAGES if with_heads else []
         )
-        pairs = pair_task(loaded, task) if with_heads else None  # checked before any long work
-        if pairs is not None:
+        if with_heads:  # checked before any long work
             pairs.check_ablation(ablation)
         settings = EdgeCircuitSettings(
             method=method, n_edges=edges, fraction=fraction, target=target, steps=steps,
@@ -823,17 +818,16 @@ def circuit(
             prune_steps=prune_steps, density=density, seed=seed,
         )  # fmt: skip
         quick_note = None
-        if quick_sizes is not None:  # the sizes of the split find_edge_circuit makes
-            discovery, tested, _ = split_task(prompt_pairs, heldout, seed)
+        if quick_sizes is not None:
             prompts = None if Path(task).suffix else quick_sizes["n_prompts"]
             mask_steps = quick_sizes["prune_steps"] if method in MASK_METHODS else None
-            note = circuit_note(discovery.n_prompts, tested.n_prompts, prompts, mask_steps, method)
+            note = circuit_note(prompt_pairs.n_prompts, heldout.n_prompts, prompts, mask_steps, method)
             quick_note = quick_said(note)
         with stage_bars("circuit", stages) as progress:
             result = find_edge_circuit(
                 loaded, prompt_pairs, settings, heldout=heldout, checkpoint=checkpoint, progress=progress
             )
-            if pairs is not None:
+            if with_heads:
                 path_settings = PathSettings(seed=seed, ablation=ablation, heldout=heldout_names)
                 result.heads = head_path(loaded, pairs, path_settings, progress)
     except (ValueError, FileNotFoundError) as error:
@@ -868,16 +862,6 @@ def _heldout_families(task: str, option: str | None) -> tuple[str, ...] | None:
     except (ValueError, FileNotFoundError) as error:
         raise fail(f"--heldout-families: {error}") from error
     return names
-
-
-def _split_by_families(task: EdgeTask, heldout: Sequence[str]) -> tuple[EdgeTask, EdgeTask]:
-    """(the prompts of the other families, the prompts of the `heldout` families) of `task`."""
-    import torch
-
-    from circuits.edge_circuits.find import task_rows
-
-    held = torch.tensor([family in heldout for family in task.families])
-    return task_rows(task, (~held).nonzero()[:, 0]), task_rows(task, held.nonzero()[:, 0])
 
 
 @app.command(epilog=EXAMPLES["icl"])

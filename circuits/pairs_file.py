@@ -1,6 +1,6 @@
 """Prompt-pair files (CSV with a header, or JSONL), read and checked without a model (no torch): what
 `interp circuit --task` and `interp patch --pairs` check before a model loads, and what
-`circuits.edge_circuits.tasks.file_task` and `circuits.path.task.pair_task` read.
+`circuits.path.task.pair_task` reads (the one task of a file).
 
     rows = read_pairs("agreement.csv")        # [{"clean": ..., "corrupted": ..., ...}, ...]
     check_pairs(rows, "agreement.csv")        # every pair has what its metric reads
@@ -62,4 +62,7 @@ def check_pairs(rows: list[dict[str, str]], name: str | Path, metric: str = "log
     if any("family" in row for row in rows):  # the optional family column: the unit held out
         families = [str(row.get("family") or "") for row in rows]
         if not all(families):
-            raise ValueError(f"{name}: pair {families.index('') + 1} lacks its family; give every pair one")
+            raise ValueError(
+                f"{name}: {families.count('')} pairs lack a family (the first: pair "
+                f"{families.index('') + 1}); give every pair one, or none"
+            )

@@ -75,12 +75,14 @@ PRUNE_STEPS = 45  # the edge mask's training steps (`interp.edges.PruneSettings`
 
 @dataclass(frozen=True)
 class ExpectedTime:
-    """How long `command` took: `seconds` of wall time on `machine`, as recorded in `source`."""
+    """How long `command` took on `model`: `seconds` of wall time on `machine`, as recorded in
+    `source`."""
 
     seconds: float
     command: str
     machine: str
     source: str
+    model: str = DEFAULT_MODEL
 
     def text(self) -> str:
         return f"about {self.seconds:.0f} s for `{self.command}` on {self.machine} ({self.source})"
@@ -90,19 +92,34 @@ _EPYC = "a 2-core AMD EPYC"
 _XEON = "a 2-core Intel Xeon"
 _XEON_SHARED = "a 2-core Intel Xeon shared with other jobs (an upper bound)"
 _IDLE = "idle, 2026-11-27"
+_MEASURED = "idle, 2026-11-29, benchmarks/two_models.py"
+_GEMMA = "gemma3-270m"
 EXPECTED_TIMES = {
-    "heads": (ExpectedTime(40, "interp heads", _XEON, "idle, 2026-11-27"),),
-    "ioi": (ExpectedTime(76, "interp ioi", _XEON, "idle, 2026-11-27, benchmarks/ioi.py"),),
+    "heads": (
+        ExpectedTime(46, "interp heads", _EPYC, _MEASURED),
+        ExpectedTime(66, "interp heads --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
+    ),
+    "ioi": (
+        ExpectedTime(82, "interp ioi", _EPYC, _MEASURED),
+        ExpectedTime(104, "interp ioi --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
+    ),
     "circuit": (
-        ExpectedTime(112, "interp circuit --task ioi --edges 300", _XEON, "idle, 2026-11-27"),
+        ExpectedTime(205, "interp circuit --task ioi --edges 300", _EPYC, _MEASURED),
         ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "idle, 2026-11"),
+        ExpectedTime(
+            185, "interp circuit --task ioi --edges 300 --model gemma3-270m", _EPYC, _MEASURED, _GEMMA
+        ),
     ),
     "icl": (
-        ExpectedTime(113, "interp icl", _XEON, "idle, 2026-11-27, the head report cached by interp heads"),
-        ExpectedTime(124, "interp icl", _XEON, "idle, 2026-11-27, without it"),
+        ExpectedTime(110, "interp icl", _EPYC, "idle, 2026-11-29, benchmarks/icl.py, the head report cached"),
+        ExpectedTime(306, "interp icl --fv", _EPYC, _MEASURED),
+        ExpectedTime(
+            214, "interp icl --model gemma3-270m", _EPYC, "idle, 2026-11-29, benchmarks/icl.py", _GEMMA
+        ),
+        ExpectedTime(466, "interp icl --fv --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
     ),
     "retrieval": (ExpectedTime(480, "interp retrieval", _XEON_SHARED, "docs/guide/retrieval.md"),),
-    "hop": (ExpectedTime(8, "interp hop --model toy-hop", _XEON, "idle, 2026-11-27"),),
+    "hop": (ExpectedTime(8, "interp hop --model toy-hop", _XEON, "idle, 2026-11-27", "toy-hop"),),
     "train": (ExpectedTime(65, "interp train --task hop", _XEON, "idle, 2026-11-27: 2 hops, 3 layers"),),
 }
 """Each long command's measured time with its defaults (the one record that its --help and the
@@ -162,6 +179,8 @@ def quick_time_text(command: str) -> str:
     return f"With --quick ({preset.changes()}): {preset.time.text()}."
 
 
-def expected_time_text(command: str) -> str:
-    """ "Expected time: about 65 s for `interp heads` on a 2-core AMD EPYC (idle, 2026-11)." """
-    return "Expected time: " + "; ".join(time.text() for time in EXPECTED_TIMES[command]) + "."
+def expected_time_text(command: str, model: str | None = None) -> str | None:
+    """ "Expected time: about 65 s for `interp heads` on a 2-core AMD EPYC (idle, 2026-11)." for every
+    measured run of `command`, or of `command` on `model` only (None where it was not measured)."""
+    times = [time for time in EXPECTED_TIMES.get(command, ()) if model in (None, time.model)]
+    return "Expected time: " + "; ".join(time.text() for time in times) + "." if times else None

@@ -516,8 +516,10 @@ def test_edge_runs_take_one_position_per_prompt(model):
     graph = edges.edge_graph(model)
     tokens = model.to_tokens([SHORT, LONG])
     last = model.last_positions(tokens)
-    logits = edges.edge_forward(model, graph, tokens, logit_pos=last)
-    torch.testing.assert_close(logits[0, int(last[0])], model(model.to_tokens([SHORT]))[0, -1], **TOL)
+    logits = edges.edge_forward(model, graph, tokens, logit_pos=last)  # [batch, 1, d_vocab]: made there only
+    assert logits.shape == (2, 1, model.cfg.d_vocab_out)
+    torch.testing.assert_close(logits[0, 0], model(model.to_tokens([SHORT]))[0, -1], **TOL)
+    torch.testing.assert_close(logits[1, 0], model(model.to_tokens([LONG]))[0, -1], **TOL)
     with pytest.raises(ValueError, match="one position per prompt"):
         edges.edge_forward(model, graph, tokens, logit_pos=-1)
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.edge_circuits.report import edges_against_heads
+from circuits.edge_circuits.tasks import circuit_tasks
 from circuits.evidence import (
     beyond_random,
     class_verdict,
@@ -281,6 +282,36 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
         assert found["heads"] == check.heads and found["heldout"]["beyond"] == check.heldout.beyond
 
 
+def test_the_edge_circuit_and_the_head_classes_are_tested_on_the_same_held_out_prompts(smollm2, tmp_path):
+    """Issue 50: a file is read once and split once by whole families. Seven pairs without a family
+    column (each prompt its own family): the edge circuit chooses and tests on exactly the prompts the
+    head classes do (the path's rounded half, 4 held out, not 7 // 2); with families drawn by a seed,
+    the edge circuit's held-out prompts are the head path's held-out families' prompts."""
+    path, saved = tmp_path / "seven.csv", tmp_path / "circuit.json"
+    columns = ("clean", "corrupted", "correct", "incorrect")
+    rows = [{key: row[key] for key in columns} for row in agreement_rows(per_family=2)][:7]
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
+    run = CliRunner().invoke(
+        app, ["circuit", "--task", str(path), "--method", "eap", "--edges", "20", "--save", str(saved)]
+    )
+    assert run.exit_code == 0, run.output
+    result, task = load_result(saved), pair_task(smollm2, path)
+    chose = [task.families.index(label) for label in result.heads.chose]
+    tested = [task.families.index(label) for label in result.heads.tested]
+    assert (len(chose), len(tested)) == (result.heads.n_discovery, result.heads.n_heldout) == (3, 4)
+    assert torch.equal(result.task.clean, task.clean[chose])
+    assert torch.equal(result.heldout_task.clean, task.clean[tested])
+    drawn = pair_task(smollm2, AGREEMENT)
+    for seed in range(4):
+        discovery, heldout, pairs = circuit_tasks(smollm2, str(AGREEMENT), seed=seed)
+        found, held = drawn.split(seed=seed)  # as head_path draws it with PathSettings(seed=seed)
+        assert heldout.families == list(held.families) and discovery.families == list(found.families)
+        assert pairs.heldout_families == tuple(dict.fromkeys(held.families))
+
+
 def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):
     path = tmp_path / "agreement.csv"
     rows = agreement_rows(per_family=3)
@@ -294,7 +325,8 @@ def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):
     assert "stage 3 of 6: Discover heads" in run.stderr  # the head path's stages join the plan
     unequal = tmp_path / "unequal.csv"
     unequal.write_text(
-        "clean,corrupted,correct,incorrect\nThe keys near the old box,The key near the box, are, is\n"
+        "clean,corrupted,correct,incorrect\n"
+        + "The keys near the old box,The key near the box, are, is\n" * 2,
     )
     run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), "--method", "eap", "--edges", "50"])
     assert run.exit_code != 0 and "different lengths" in " ".join(run.output.split())

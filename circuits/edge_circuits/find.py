@@ -2,6 +2,8 @@
 
     task = ioi_task(model, n_prompts=64)     # or induction_task(model), file_task(model, "pairs.csv")
     heldout = ioi_task(model, 64, split="heldout")        # optional: else held out of `task` itself
+    # a prompt-pair file as `interp circuit` splits it, once for the edges and the head classes:
+    # task, heldout, pairs = circuit_tasks(model, "pairs.csv", heldout_families=("frame 2",))
     result = find_edge_circuit(model, task, EdgeCircuitSettings(n_edges=200), heldout=heldout)
     # EdgeCircuitSettings(method="eap-ig", fraction=0.05, seed=1, ...): the method, size and the rest
     result_json(result)          # circuits.sections: the `--format json` output, the schema below
@@ -10,14 +12,16 @@
 Prompt-pair files (CSV with a header, or JSONL, one object per line) have the fields `clean`,
 `corrupted`, `correct` and `incorrect` (answers: one token each, mind the leading space; `incorrect` is
 optional with the probability metric), and optionally `family` (a template, relation or task per
-pair: the unit held out). Clean and corrupted prompts may differ in length.
+pair: the unit held out) and the rest `circuits.path.task` reads (the one read of a file). Clean and
+corrupted prompts may differ in length.
 
 Discovery and held-out prompts (`split_task`): the scores, the mask, the circuit's size and the edges'
 selection frequencies come from the discovery prompts; the faithfulness, its CI, the verdict and the
 curve from held-out ones, never from the prompts that chose the circuit (the discovery faithfulness
 is shown beside, with `circuits.evidence.held_out_note`). The held-out prompts are `heldout` when
-given (the CLI: IOI's held-out templates and names, fresh induction sequences), else a seeded half of
-the task's families, else of its prompts.
+given (the CLI: IOI's held-out templates and names, fresh induction sequences, a prompt-pair file's
+held-out families from `tasks.circuit_tasks`: the head classes' own), else a seeded half of the task's
+families, each prompt its own family where it has none (`circuits.evidence.split_families`).
 
 JSON schema ("interp-edge-circuit-3"; -2 held the heads as the head path's report, text; -1 had no
 held-out prompts: its faithfulness was measured on the discovery prompts and it had no n_heldout,
@@ -365,8 +369,8 @@ def find_edge_circuit(
     """Find the edge circuit of `task` on its discovery prompts and measure it on held-out ones
     (`EdgeCircuitSettings` holds the choices; the module docstring the split):
 
-      1. the discovery and held-out prompts: `heldout`, else a seeded half of `task`'s families,
-         else of its prompts (`split_task`);
+      1. the discovery and held-out prompts: `heldout`, else a seeded half of `task`'s families
+         (each prompt its own where it has none: `split_task`);
       2. every edge's score on the discovery prompts (`method_scores`; the mask resumable from
          `checkpoint`);
       3. the circuit: the top edges by |score| (connected input -> logits), as many as requested,
@@ -493,28 +497,13 @@ def circuit_faithfulness(
     return found, faith, float(corrupted_value.mean())
 
 
-def task_rows(task: EdgeTask, rows: Tensor) -> EdgeTask:
-    """The prompts `rows` [n] of `task`, as a task of their own."""
-    return dataclasses.replace(
-        task,
-        clean=task.clean[rows],
-        corrupted=task.corrupted[rows],
-        metric=edges.subset_metric(task.metric, rows),
-        corrupted_metric=None
-        if task.corrupted_metric is None
-        else edges.subset_metric(task.corrupted_metric, rows),
-        corrupted_mask=None if task.corrupted_mask is None else task.corrupted_mask[rows],
-        families=None if task.families is None else [task.families[i] for i in rows.tolist()],
-        strata=None if task.strata is None else [task.strata[i] for i in rows.tolist()],
-    )
-
-
 def split_task(
     task: EdgeTask, heldout: EdgeTask | None = None, seed: int = 0
 ) -> tuple[EdgeTask, EdgeTask, str]:
     """(discovery prompts, held-out prompts, which chose and which tested in words): `task` and
-    `heldout` when given; else `task`'s families split by `split_families` (a seeded half held out);
-    else a seeded half of its prompts (a task without families: held-out prompts, not families)."""
+    `heldout` when given; else whole families of `task` split by `split_families` (a seeded half held
+    out), each prompt its own family where it has none (held-out prompts, not families): the head
+    path's split (`circuits.path.task.PairTask.split`)."""
     if heldout is not None:
         if task.families is not None and heldout.families is not None:
             families = FamilySplit(
@@ -522,26 +511,22 @@ def split_task(
             )
             return task, heldout, families.describe()
         return task, heldout, f"chosen on {task.n_prompts} prompts; tested on {heldout.n_prompts} others"
-    if task.families is not None:
-        families = split_families(task.families, seed=seed)
-        held = torch.tensor([family in families.heldout for family in task.families])
-        return (
-            task_rows(task, (~held).nonzero()[:, 0]),
-            task_rows(task, held.nonzero()[:, 0]),
-            families.describe(),
-        )
-    if task.n_prompts < 2:
+    if task.families is None and task.n_prompts < 2:
         raise ValueError(
             f"task {task.name} has {task.n_prompts} prompt pair; a circuit is tested on prompts that did not "
             "find it, so give two or more (or held-out prompts)"
         )
-    order = torch.randperm(task.n_prompts, generator=torch.Generator().manual_seed(seed))
-    held, chose = order[: task.n_prompts // 2].sort().values, order[task.n_prompts // 2 :].sort().values
+    labels = task.families if task.families is not None else [str(i) for i in range(task.n_prompts)]
+    families = split_families(labels, seed=seed)
+    held = torch.tensor([label in families.heldout for label in labels])
+    chose, tested = task.subset((~held).nonzero()[:, 0]), task.subset(held.nonzero()[:, 0])
+    if task.families is not None:
+        return chose, tested, families.describe()
     return (
-        task_rows(task, chose),
-        task_rows(task, held),
-        f"chosen on {len(chose)} prompts; tested on the other {len(held)} (no family column: held-out "
-        "prompts, not families)",
+        chose,
+        tested,
+        f"chosen on {chose.n_prompts} prompts; tested on the other {tested.n_prompts} (no family column: "
+        "held-out prompts, not families)",
     )
 
 

@@ -1,16 +1,18 @@
 """Edge-circuit tasks: prompt pairs and a per-prompt metric (IOI, induction, or the user's CSV/JSONL
-file of pairs; see `circuits.edge_circuits.find` for the file format and the JSON schema)."""
+file of pairs, read once as the one `circuits.path.task.PairTask` and viewed here: `pair_edge_task`;
+see `circuits.edge_circuits.find` for the JSON schema)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from circuits.pairs_file import check_pairs, read_pairs
+from circuits.path.task import PairTask, pair_task
 from interp import edges
 from interp.model import HookedTransformer
 from interp.tasks.ioi import ioi_dataset_for
@@ -46,6 +48,21 @@ class EdgeTask:
     @property
     def n_prompts(self) -> int:
         return self.clean.shape[0]
+
+    def subset(self, rows: Int[Tensor, " n"]) -> EdgeTask:
+        """The prompts `rows` of the task, as a task of their own (at the task's width)."""
+        return replace(
+            self,
+            clean=self.clean[rows],
+            corrupted=self.corrupted[rows],
+            metric=edges.subset_metric(self.metric, rows),
+            corrupted_metric=None
+            if self.corrupted_metric is None
+            else edges.subset_metric(self.corrupted_metric, rows),
+            corrupted_mask=None if self.corrupted_mask is None else self.corrupted_mask[rows],
+            families=None if self.families is None else [self.families[i] for i in rows.tolist()],
+            strata=None if self.strata is None else [self.strata[i] for i in rows.tolist()],
+        )
 
 
 def ioi_task(
@@ -103,48 +120,23 @@ def induction_task(
     )  # fmt: skip
 
 
-def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_diff") -> EdgeTask:
-    """The user's prompt pairs (see the module docstring) with a logit-difference or probability metric."""
-    rows = read_pairs(path)
-    check_pairs(rows, path, metric)
-    if model.tokenizer is None:
-        raise ValueError(f"{model.cfg.model_name} has no tokenizer, so it cannot read text prompt pairs.")
-
-    def ids(text: str, number: int, which: str) -> list[int]:
-        tokens = model.to_tokens(text, truncate=False)[0].tolist()
-        if len(tokens) > model.cfg.n_ctx:  # never cut a prompt: its end is where the metric reads
-            raise ValueError(
-                f"{path}: pair {number}'s {which} prompt is {len(tokens)} tokens long, longer than "
-                f"{model.cfg.model_name}'s context of {model.cfg.n_ctx} tokens; shorten it to at most "
-                f"{model.cfg.n_ctx} tokens"
-            )
-        return tokens
-
-    clean_ids = [ids(row["clean"], number, "clean") for number, row in enumerate(rows, 1)]
-    corrupted_ids = [ids(row["corrupted"], number, "corrupted") for number, row in enumerate(rows, 1)]
-    pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
-    clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
-    clean_end = torch.tensor([len(row) - 1 for row in clean_ids])
-    corrupted_end = torch.tensor([len(row) - 1 for row in corrupted_ids])
-    correct = torch.tensor([model.to_single_token(row["correct"]) for row in rows])
-    if metric == "prob":
-        name = "p(correct)"
-        made = edges.prob_metric(correct, clean_end), edges.prob_metric(correct, corrupted_end)
-    else:
-        incorrect = torch.tensor([model.to_single_token(row["incorrect"]) for row in rows])
-        name = "logit_diff(correct - incorrect)"
-        made = (
-            edges.logit_diff_metric(correct, incorrect, clean_end),
-            edges.logit_diff_metric(correct, incorrect, corrupted_end),
-        )
-    mask = padding_mask(corrupted_end + 1, corrupted.shape[1])
-    families = None
-    if any("family" in row for row in rows):  # the optional family column (`check_pairs`: in every pair)
-        families = [str(row["family"]) for row in rows]
+def pair_edge_task(task: PairTask) -> EdgeTask:
+    """The edge circuit's view of the one task of prompt pairs: its tokens, its metric at each clean and
+    corrupted prompt's last token, its families (None where the file has no family column: then prompts
+    are held out, not families) and strata; nothing read or tokenised again."""
     return EdgeTask(
-        name=Path(path).name, clean=clean, corrupted=corrupted, metric=made[0], metric_name=name,
-        corrupted_metric=made[1], corrupted_mask=mask, families=families,
+        name=task.name, clean=task.clean, corrupted=task.corrupted, metric=task.metric,
+        metric_name="p(correct)" if task.metric_kind == "prob" else "logit_diff(correct - incorrect)",
+        corrupted_metric=task.corrupted_metric,
+        corrupted_mask=padding_mask(task.corrupted_end + 1, task.corrupted.shape[1]),
+        families=list(task.families) if task.has_families else None, strata=list(task.strata),
     )  # fmt: skip
+
+
+def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_diff") -> EdgeTask:
+    """The user's prompt pairs (`circuits.path.task.pair_task`'s file format) with a logit-difference or
+    probability metric, all of them (`circuit_tasks`: split into discovery and held-out prompts)."""
+    return pair_edge_task(pair_task(model, path, metric=metric))
 
 
 def check_task_name(task: str) -> None:
@@ -178,3 +170,27 @@ def heldout_edge_task(
     if task == "induction":
         return induction_task(model, n_prompts, seed=seed + 1)
     return None
+
+
+def circuit_tasks(
+    model: HookedTransformer,
+    task: str,
+    n_prompts: int = 64,
+    seed: int = 0,
+    metric: str = "logit_diff",
+    heldout_families: Sequence[str] | None = None,
+) -> tuple[EdgeTask, EdgeTask, PairTask | None]:
+    """The prompts `interp circuit --task` chooses on and tests on, and for a prompt-pair file its one
+    `PairTask` (what the head classes run on): (discovery, held-out, the pair task or None).
+
+    "ioi", "induction": `edge_task` and `heldout_edge_task`. A file: read and tokenised once, split once
+    by whole families (`PairTask.split_rows`: `heldout_families`, else half of them drawn with `seed`;
+    each prompt its own family without a family column), the edge circuit's prompts taken from that
+    split, and the pair task carrying it as its own held-out families, so `head_path` draws the same."""
+    if not Path(task).suffix:
+        heldout = heldout_edge_task(model, task, n_prompts, seed)
+        return edge_task(model, task, n_prompts, seed, metric), heldout, None
+    pairs = pair_task(model, task, metric=metric)
+    pairs = replace(pairs, heldout_families=pairs.family_split(heldout_families, seed).heldout)
+    edge, (discovery, heldout) = pair_edge_task(pairs), pairs.split_rows()
+    return edge.subset(discovery), edge.subset(heldout), pairs

@@ -21,7 +21,7 @@ import interp
 from circuits.icl.sequences import Windows
 from interp.interventions.stats import bootstrap_ci
 
-LOGITS_PER_CHUNK = 2**22  # logits unembedded at once (16 MiB of float32)
+LOGITS_PER_CHUNK = 2**26  # logits unembedded at once (256 MiB of float32)
 
 
 def token_losses(
@@ -32,20 +32,19 @@ def token_losses(
 ) -> Float[Tensor, "batch n_at"]:
     """The loss (nats) of each token t in `at` (default: 1 .. pos - 1): -log p(token t) from the final
     residual stream at position t - 1, through the final norm and the unembedding there only, a
-    chunk of positions at a time. Differentiable in final_resid."""
+    chunk of (document, position) rows at a time: each chunk reads the whole unembedding, so chunks
+    hold as many rows as LOGITS_PER_CHUNK logits allow (256 rows with a 262k vocabulary).
+    Differentiable in final_resid."""
     at = range(1, tokens.shape[1]) if at is None else at
     before = torch.as_tensor([t - 1 for t in at], device=final_resid.device)
-    targets = tokens[:, [t for t in at]].to(final_resid.device)
-    per_chunk = max(1, LOGITS_PER_CHUNK // (model.cfg.d_vocab * tokens.shape[0]))
-    chunks = []
-    for start in range(0, len(before), per_chunk):
-        where = before[start : start + per_chunk]
-        logits = model.unembed(model.ln_final(final_resid[:, where])).float()  # [batch, chunk, d_vocab]
-        losses = torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), targets[:, start : start + per_chunk].flatten(), reduction="none"
-        )
-        chunks.append(losses.view(len(tokens), -1))
-    return torch.cat(chunks, 1)
+    targets = tokens[:, [t for t in at]].to(final_resid.device).flatten()  # [batch * n_at]
+    normed = model.ln_final(final_resid[:, before]).flatten(0, 1)  # [batch * n_at, d_model]
+    per_chunk = max(1, LOGITS_PER_CHUNK // model.cfg.d_vocab_out)
+    losses = [
+        torch.nn.functional.cross_entropy(model.unembed(rows[None])[0].float(), target, reduction="none")
+        for rows, target in zip(normed.split(per_chunk), targets.split(per_chunk), strict=True)
+    ]
+    return torch.cat(losses).view(len(tokens), len(before))
 
 
 def icl_scores(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -33,7 +34,6 @@ from torch import Tensor
 import interp
 from circuits.evidence import (
     HeadClass,
-    StratumFaithfulness,
     faithfulness_by_stratum,
     head_class,
     judge_class,
@@ -48,7 +48,6 @@ from circuits.ioi.results import (
     Validation,
 )
 from interp.interventions.stats import (
-    FaithfulnessSummary,
     bootstrap,
     faithfulness_ratio,
     faithfulness_summary,
@@ -174,18 +173,12 @@ def validate_circuit(
     classes = {
         name: class_validation(name, plan, result, ablated, dla, heldout) for name, plan in plans.items()
     }  # 3.
-    faithfulness, recovered, recovered_ci = heldout_faithfulness(model, result, ablated)  # 4.
-    summary, strata = heldout_faithfulness_summary(model, result, ablated, heldout)
     return Validation(
         prompts=description,
         n_prompts=len(heldout),
         logit_diff=ablated([]).mean().item(),
-        faithfulness=faithfulness,
-        recovered=recovered,
-        recovered_ci=recovered_ci,
         classes=classes,
-        faithfulness_summary=summary,
-        faithfulness_strata=strata,
+        **heldout_faithfulness(model, result, ablated, heldout),  # 4.
     )
 
 
@@ -295,11 +288,16 @@ def class_validation(
 
 
 def heldout_faithfulness(
-    model: interp.HookedTransformer, result: IOICircuitResult, ablated: Callable[[Sequence[Head]], Tensor]
-) -> tuple[float, float, tuple[float, float]]:
-    """4. (faithfulness, recovered, recovered's bootstrap CI) of the circuit on the held-out prompts:
-    every head outside it mean-ablated; faithfulness NaN where the model does as well with every head
-    ablated (undefined there)."""
+    model: interp.HookedTransformer,
+    result: IOICircuitResult,
+    ablated: Callable[[Sequence[Head]], Tensor],
+    heldout: IOIPrompts,
+) -> dict[str, Any]:
+    """4. The circuit's faithfulness on the held-out prompts, every head outside it mean-ablated, as
+    `Validation`'s fields: the ratio of means (NaN where the model does as well with every head
+    ablated: undefined there), the recovered fraction with its bootstrap CI, and the per-prompt
+    error pooled and per name order and template (`faithfulness_summary`; None and no strata where
+    undefined)."""
     settings = result.settings
     clean, nothing = ablated([]), ablated(_all_heads(model))  # each [batch]
     in_circuit = ablated(_outside_circuit(model, result))
@@ -309,29 +307,24 @@ def heldout_faithfulness(
         settings.n_bootstrap,
         seed=settings.seed,
     )
+    fields = {
+        "faithfulness": float("nan"),
+        "recovered": in_circuit.mean().item() / clean.mean().item(),
+        "recovered_ci": (float(low), float(high)),
+        "faithfulness_summary": None,
+        "faithfulness_strata": [],
+    }
     try:
-        faithfulness = float(faithfulness_ratio(in_circuit, clean, nothing))
+        fields["faithfulness"] = float(faithfulness_ratio(in_circuit, clean, nothing))
+        fields["faithfulness_summary"] = faithfulness_summary(
+            in_circuit, clean, nothing, settings.n_bootstrap, settings.seed
+        )
     except ValueError:
-        faithfulness = float("nan")
-    return faithfulness, in_circuit.mean().item() / clean.mean().item(), (float(low), float(high))
-
-
-def heldout_faithfulness_summary(
-    model: interp.HookedTransformer,
-    result: IOICircuitResult,
-    ablated: Callable[[Sequence[Head]], Tensor],
-    heldout: IOIPrompts,
-) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
-    """4. the circuit's faithfulness on the held-out prompts with its per-prompt error, pooled and per
-    name order and template (`faithfulness_summary`; None where undefined: no gap to keep)."""
-    clean, nothing = ablated([]), ablated(_all_heads(model))
-    in_circuit = ablated(_outside_circuit(model, result))
-    seed = result.settings.seed
-    try:
-        summary = faithfulness_summary(in_circuit, clean, nothing, result.settings.n_bootstrap, seed)
-    except ValueError:
-        return None, []
-    return summary, faithfulness_by_stratum(in_circuit, clean, nothing, _strata(heldout), seed)
+        return fields
+    fields["faithfulness_strata"] = faithfulness_by_stratum(
+        in_circuit, clean, nothing, _strata(heldout), settings.seed
+    )
+    return fields
 
 
 def _strata(prompts: IOIPrompts) -> list[tuple[str, str, Tensor]]:

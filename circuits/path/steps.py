@@ -297,6 +297,11 @@ def head_path(
 ) -> PathResult:
     """Steps 1-4 (see the module docstring) on `task`'s family split."""
     settings = settings or PathSettings()
+    if task.metric_kind != "logit_diff":
+        raise ValueError(
+            f"{task.name}: the head path measures logit(correct) - logit(incorrect), not {task.metric_kind}; "
+            "build the task with metric='logit_diff' (every pair needs an incorrect answer)"
+        )
     task.check_ablation(settings.ablation)
     notes = [] if task.positions else [_changed_positions_note(model, task)]
     task = task if task.positions else task.with_changed_positions()

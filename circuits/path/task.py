@@ -1,11 +1,15 @@
-"""A task on the one analysis path: prompt pairs, answers, named positions, strata and families.
+"""The one task of prompt pairs: tokens, answers, a per-prompt metric, named positions, strata, families.
 
     task = pair_task(model, "agreement.csv")          # or a list of row dicts: pair_task(model, rows)
     discovery, heldout = task.split()                 # whole families held out (circuits.evidence)
 
-Rows (CSV with a header, or JSONL) have `clean`, `corrupted`, `correct` and `incorrect` (one token
-each; mind the leading space) and optionally:
-  family        the unit held out (a template, relation, document); without it prompts are held out
+A prompt-pair file is read and tokenised once, here: the head path (`circuits.path.steps`) runs on the
+task, and the edge circuit on its view (`circuits.edge_circuits.tasks.pair_edge_task`, the same split:
+`circuit_tasks`). Rows (CSV with a header, or JSONL) have `clean`, `corrupted`, `correct` and
+`incorrect` (one token each; mind the leading space; `incorrect` is not read with the probability
+metric) and optionally:
+  family        the unit held out (a template, relation, document); without it each prompt is its own
+                family, held out alone
   stratum       a label the verdicts are reported per (e.g. singular / plural)
   pos:NAME      a named position in the clean prompt: text of the prompt whose last token is the
                 position, `text#k` for its k-th occurrence (e.g. `pos:S2` = ` John#2`); without any,
@@ -24,9 +28,9 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from circuits.evidence import FamilySplit, split_families
-from circuits.pairs_file import read_pairs
+from circuits.pairs_file import check_pairs, read_pairs
 from interp import edges
-from interp.interventions.metrics import AnswerMetric, logit_diff_metric
+from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
 from interp.model import HookedTransformer
 
 POSITION_PREFIX = "pos:"
@@ -38,14 +42,15 @@ MAX_CHANGED = 4  # positions named one by one ("changed 1", ...) at most; more: 
 @dataclass(frozen=True, kw_only=True)
 class PairTask:
     """Prompt pairs with their answers. clean, corrupted: [n, pos] right-padded to one width;
-    end: [n] each clean prompt's last real token (where the metric reads); positions: NAME -> [n]
-    token positions in the clean prompts; families, strata: one label per prompt."""
+    end, corrupted_end: [n] each prompt's last real token (where the metric reads); incorrect: None
+    with the probability metric; metric_kind: "logit_diff" or "prob" (`circuits.pairs_file.METRICS`);
+    positions: NAME -> [n] token positions in the clean prompts; families, strata: one label per prompt."""
 
     name: str
     clean: Int[Tensor, "n pos"]
     corrupted: Int[Tensor, "n pos"]
     correct: Int[Tensor, " n"]
-    incorrect: Int[Tensor, " n"]
+    incorrect: Int[Tensor, " n"] | None
     end: Int[Tensor, " n"]
     corrupted_end: Int[Tensor, " n"]
     positions: Mapping[str, Tensor]
@@ -53,6 +58,7 @@ class PairTask:
     strata: tuple[str, ...]
     heldout_families: tuple[str, ...] | None = None  # the task's own held-out families (None: drawn)
     has_families: bool = True  # False: each prompt is its own family (`NO_FAMILY`), held out alone
+    metric_kind: str = "logit_diff"
 
     def __len__(self) -> int:
         return self.clean.shape[0]
@@ -102,8 +108,18 @@ class PairTask:
 
     @property
     def metric(self) -> AnswerMetric:
-        """logit(correct) - logit(incorrect) at each clean prompt's last token [n]."""
-        return logit_diff_metric(self.correct, self.incorrect, self.end)
+        """logit(correct) - logit(incorrect), or p(correct), at each clean prompt's last token [n]."""
+        return self._metric_at(self.end)
+
+    @property
+    def corrupted_metric(self) -> AnswerMetric:
+        """The metric at each corrupted prompt's last token [n]."""
+        return self._metric_at(self.corrupted_end)
+
+    def _metric_at(self, pos: Int[Tensor, " n"]) -> AnswerMetric:
+        if self.metric_kind == "prob":
+            return prob_metric(self.correct, pos)
+        return logit_diff_metric(self.correct, self.incorrect, pos)
 
     def subset(self, rows: Sequence[int] | Tensor) -> PairTask:
         rows = torch.as_tensor(rows, dtype=torch.long)
@@ -113,7 +129,7 @@ class PairTask:
             clean=self.clean[rows, :width],
             corrupted=self.corrupted[rows, :width],
             correct=self.correct[rows],
-            incorrect=self.incorrect[rows],
+            incorrect=None if self.incorrect is None else self.incorrect[rows],
             end=self.end[rows],
             corrupted_end=self.corrupted_end[rows],
             positions={name: pos[rows] for name, pos in self.positions.items()},
@@ -124,16 +140,25 @@ class PairTask:
     def family_split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> FamilySplit:
         """Discovery and held-out families: `heldout`, else the task's own `heldout_families`, else
         half of them drawn with `seed`."""
+        if not self.has_families and len(self) < 2:
+            raise ValueError(
+                f"{self.name} has {len(self)} prompt pair; what is found is tested on prompts that did not "
+                "find it, so give two or more"
+            )
         heldout = heldout if heldout is not None else self.heldout_families
         return split_families(self.families, heldout=heldout, seed=seed)
 
+    def split_rows(self, heldout: Sequence[str] | None = None, seed: int = 0) -> tuple[Tensor, Tensor]:
+        """(discovery, held-out) prompts' rows [n_side], ascending: whole families on each side (see
+        `family_split`)."""
+        split = self.family_split(heldout, seed)
+        held = torch.tensor([family in split.heldout for family in self.families])
+        return (~held).nonzero()[:, 0], held.nonzero()[:, 0]
+
     def split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> tuple[PairTask, PairTask]:
         """(discovery, held-out) prompts: whole families on each side (see `family_split`)."""
-        split = self.family_split(heldout, seed)
-        rows = [
-            [i for i, f in enumerate(self.families) if f in side] for side in (split.discovery, split.heldout)
-        ]
-        return self.subset(rows[0]), self.subset(rows[1])
+        discovery, heldout_rows = self.split_rows(heldout, seed)
+        return self.subset(discovery), self.subset(heldout_rows)
 
 
 def _position(model: HookedTransformer, tokens: list[int], text: str, spec: str, where: str) -> int:
@@ -156,32 +181,43 @@ def _position(model: HookedTransformer, tokens: list[int], text: str, spec: str,
 
 
 def pair_task(
-    model: HookedTransformer, source: str | Path | Sequence[Mapping[str, str]], name: str | None = None
+    model: HookedTransformer,
+    source: str | Path | Sequence[Mapping[str, str]],
+    name: str | None = None,
+    metric: str = "logit_diff",
 ) -> PairTask:
-    """A `PairTask` from a prompt-pair file (see the module docstring) or its rows."""
+    """A `PairTask` from a prompt-pair file (see the module docstring) or its rows, with `metric`
+    ("logit_diff" or "prob": `circuits.pairs_file.METRICS`); every prompt whole, never cut to the
+    context (its end is where the metric reads)."""
     rows = read_pairs(source) if isinstance(source, str | Path) else [dict(row) for row in source]
     name = name or (Path(source).name if isinstance(source, str | Path) else "pairs")
-    if model.tokenizer is None:
-        raise ValueError(f"{model.cfg.model_name} has no tokenizer, so it cannot read text prompt pairs.")
     if not rows:
         raise ValueError(f"{name} has no prompt pairs.")
+    check_pairs(rows, name, metric)
+    if model.tokenizer is None:
+        raise ValueError(f"{model.cfg.model_name} has no tokenizer, so it cannot read text prompt pairs.")
     position_names = sorted(
         {key[len(POSITION_PREFIX) :] for row in rows for key in row if key.startswith(POSITION_PREFIX)}
     )
-    needed = ["clean", "corrupted", "correct", "incorrect"]
     for number, row in enumerate(rows, 1):
-        missing = [key for key in needed + [POSITION_PREFIX + p for p in position_names] if not row.get(key)]
+        missing = [POSITION_PREFIX + p for p in position_names if not row.get(POSITION_PREFIX + p)]
         if missing:
             raise ValueError(
                 f"{name}: pair {number} lacks {', '.join(missing)}; every pair needs each column"
             )
-    clean_ids = [model.to_tokens(row["clean"], truncate=False)[0].tolist() for row in rows]
-    corrupted_ids = [model.to_tokens(row["corrupted"], truncate=False)[0].tolist() for row in rows]
-    longest = max(len(ids) for ids in clean_ids + corrupted_ids)
-    if longest > model.cfg.n_ctx:
-        raise ValueError(
-            f"{name}: a prompt is {longest} tokens, longer than the context of {model.cfg.n_ctx}"
-        )
+
+    def tokens_of(text: str, number: int, which: str) -> list[int]:
+        tokens = model.to_tokens(text, truncate=False)[0].tolist()
+        if len(tokens) > model.cfg.n_ctx:
+            raise ValueError(
+                f"{name}: pair {number}'s {which} prompt is {len(tokens)} tokens long, longer than "
+                f"{model.cfg.model_name}'s context of {model.cfg.n_ctx} tokens; shorten it to at most "
+                f"{model.cfg.n_ctx} tokens"
+            )
+        return tokens
+
+    clean_ids = [tokens_of(row["clean"], number, "clean") for number, row in enumerate(rows, 1)]
+    corrupted_ids = [tokens_of(row["corrupted"], number, "corrupted") for number, row in enumerate(rows, 1)]
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
     positions = {
@@ -193,23 +229,22 @@ def pair_task(
         )
         for p in position_names
     }
-    with_family = [bool(row.get("family")) for row in rows]
-    if any(with_family) and not all(with_family):
-        raise ValueError(
-            f"{name}: {with_family.count(False)} pairs lack a family; give every pair one, or none"
-        )
+    has_families = any("family" in row for row in rows)  # `check_pairs`: then every pair has one
     return PairTask(
         name=name,
         clean=clean,
         corrupted=corrupted,
         correct=torch.tensor([model.to_single_token(row["correct"]) for row in rows]),
-        incorrect=torch.tensor([model.to_single_token(row["incorrect"]) for row in rows]),
+        incorrect=None
+        if metric == "prob"
+        else torch.tensor([model.to_single_token(row["incorrect"]) for row in rows]),
         end=torch.tensor([len(ids) - 1 for ids in clean_ids]),
         corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]),
         positions=positions,
         families=tuple(
-            str(row["family"]) if all(with_family) else NO_FAMILY.format(i) for i, row in enumerate(rows)
+            str(row["family"]) if has_families else NO_FAMILY.format(i) for i, row in enumerate(rows)
         ),
         strata=tuple(row.get("stratum") or "all" for row in rows),
-        has_families=all(with_family),
+        has_families=has_families,
+        metric_kind=metric,
     )

@@ -50,6 +50,7 @@ from interp.edges.intervene import (
     edge_ablation,
     edge_forward,
     logit_positions,
+    read_at,
     run_circuits,
     unembed_at,
     writer_outputs,
@@ -395,7 +396,7 @@ def _add_reader_grads(
     with torch.enable_grad():
         logit_pos = logit_positions(metric, ids, tokens.shape[1])
         logits = edge_forward(model, graph, tokens, intervention, inputs, logit_pos)
-        values = for_rows(metric, ids, n_prompts)(logits)
+        values = for_rows(read_at(metric, logit_pos), ids, n_prompts)(logits)
         grads = torch.autograd.grad(values.sum(), inputs, allow_unused=True)
     reader = 0
     for x, g in zip(inputs, grads, strict=True):
@@ -438,10 +439,13 @@ def _add_reader_grads_by_norm_vjp(
     set_input = Intervention(Site("blocks.0.hook_resid_pre"), input_point)
     with intervened(model, [set_input]), read_with_grad(model, names + [final]) as kept:  # set, then kept
         resid = model(tokens, stop_at_layer=cfg.n_layers)
-        logits = unembed_at(model, resid, logit_positions(metric, ids, tokens.shape[1]))
+        logit_pos = logit_positions(metric, ids, tokens.shape[1])
+        logits = unembed_at(model, resid, logit_pos)
         wanted = [name for name in names + [final] if not name.endswith("resid_pre")]
         found = torch.autograd.grad(
-            for_rows(metric, ids, n_prompts)(logits).sum(), [kept[n] for n in wanted], allow_unused=True
+            for_rows(read_at(metric, logit_pos), ids, n_prompts)(logits).sum(),
+            [kept[n] for n in wanted],
+            allow_unused=True,
         )
     grads = dict(zip(wanted, found, strict=True))
     del found, logits, resid

@@ -18,7 +18,14 @@ from torch import Tensor
 
 from interp.checks import check_distinct_pair
 from interp.edges.graph import MIB_FRACTIONS, EdgeScores, edge_graph, random_scores, top_circuit
-from interp.edges.intervene import ablated_outputs, chunks, edge_ablation, logit_positions, run_circuits
+from interp.edges.intervene import (
+    ablated_outputs,
+    chunks,
+    edge_ablation,
+    logit_positions,
+    read_at,
+    run_circuits,
+)
 from interp.edges.pruning import masked_logits
 from interp.interventions.ablation import Ablation
 from interp.interventions.engine import check_pair, forward_logits
@@ -328,10 +335,9 @@ def removal_effects(
         for done, rows in enumerate(batches, 1):
             keep = kept.float().to(model.device).requires_grad_(True)
             abl = ablated if ablated.shape[1] == 1 else ablated[:, rows.to(ablated.device)]
-            logits = masked_logits(
-                model, graph, clean[rows], keep, abl, logit_positions(metric, rows, clean.shape[1])
-            )
-            values = for_rows(metric, rows, n)(logits).float()
+            logit_pos = logit_positions(metric, rows, clean.shape[1])
+            logits = masked_logits(model, graph, clean[rows], keep, abl, logit_pos)
+            values = for_rows(read_at(metric, logit_pos), rows, n)(logits).float()
             gradient += torch.autograd.grad(values.sum(), keep)[0].float().cpu()
             if progress:
                 progress(REMOVAL_STAGE, done, n_runs)

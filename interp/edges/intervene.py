@@ -344,7 +344,7 @@ def edge_forward(
     edges' current writer outputs and the other edges' ablated outputs. When `reader_inputs` is a
     list, every reader input is appended to it in graph order (queries [B, P, H, d], keys and values
     [B, P, KV, d], MLP and logits [B, P, d]) as part of the autograd graph. With `logit_pos` only
-    those positions (one per row) are unembedded; the other logits are zero.
+    those positions (one per row) are unembedded: [KB, 1, d_vocab] (`unembed_at`, `read_at`).
     """
     if logit_pos is not None and not (isinstance(logit_pos, Tensor) and logit_pos.ndim == 1):
         raise ValueError(
@@ -369,14 +369,21 @@ def edge_forward(
 def unembed_at(
     model: HookedTransformer, final: Float[Tensor, "rows pos d_model"], logit_pos: Int[Tensor, " rows"] | None
 ) -> Float[Tensor, "rows pos d_vocab"]:
-    """Logits of the final residual stream; with `logit_pos` only there (one position per row, zero
-    elsewhere), differentiably."""
+    """Logits of the final residual stream, differentiably; with `logit_pos` only there, one position
+    per row: [rows, 1, d_vocab] (a metric reads them through `read_at`), so no [rows, pos, d_vocab]
+    tensor is made (gigabytes with a 262k vocabulary)."""
     if logit_pos is None:
         return model.unembed(model.ln_final(final))
     rows = torch.arange(final.shape[0], device=final.device)
-    read = model.unembed(model.ln_final(final[rows, logit_pos][:, None]))[:, 0]  # [rows, d_vocab]
-    logits = torch.zeros(*final.shape[:2], read.shape[-1], dtype=read.dtype, device=read.device)
-    return logits.index_put((rows, logit_pos), read)
+    return model.unembed(model.ln_final(final[rows, logit_pos.to(final.device)][:, None]))
+
+
+def read_at(metric: Metric, logit_pos: Tensor | None) -> Metric:
+    """The metric of `unembed_at`'s logits: with `logit_pos`, an AnswerMetric reads their one
+    position (made at its own positions, `logit_positions`); otherwise the metric itself."""
+    if logit_pos is not None and isinstance(metric, AnswerMetric):
+        return metric.at_read_positions()
+    return metric
 
 
 def logit_positions(metric: Metric, rows: Tensor, n_pos: int, n_k: int = 1) -> Tensor | None:
@@ -529,9 +536,10 @@ def run_circuits(
         abl = ablated if ablated.shape[1] == 1 else ablated[:, int(rows[0]) : int(rows[-1]) + 1]  # a view
         logit_pos = logit_positions(metric, rows, tokens.shape[1], n_k)
         logits = edge_forward(model, graph, tokens[rows], EdgeRun(keep=keep, ablated=abl), None, logit_pos)
-        if takes_rows(metric):
-            values = metric(logits, rows.repeat(n_k))
+        read = read_at(metric, logit_pos)
+        if takes_rows(read):
+            values = read(logits, rows.repeat(n_k))
         else:
-            values = torch.cat([for_rows(metric, rows, n)(part) for part in logits.split(len(rows))])
+            values = torch.cat([for_rows(read, rows, n)(part) for part in logits.split(len(rows))])
         out[:, rows] = values.float().view(n_k, len(rows)).cpu()
     return out

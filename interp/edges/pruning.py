@@ -51,6 +51,7 @@ from interp.edges.intervene import (
     edge_ablation,
     edge_forward,
     logit_positions,
+    read_at,
     writer_outputs,
 )
 from interp.edges.stability import normalised_ranks
@@ -148,7 +149,8 @@ def masked_logits(
     logit_pos: Int[Tensor, " batch"] | None = None,
 ) -> Float[Tensor, "batch pos d_vocab"]:
     """Logits with each edge (w, r) scaled by mask[w, r] in [0, 1] (the rest of its writer's output
-    ablated), differentiable in `mask`; entries off the graph are ignored (kept)."""
+    ablated), differentiable in `mask`; entries off the graph are ignored (kept). With `logit_pos`,
+    those positions' only: [batch, 1, d_vocab] (`edge_forward`)."""
     valid = graph.valid.to(mask.device)
     keep = torch.where(valid, mask, torch.ones_like(mask)).to(model.dtype)
     if not keep.requires_grad:  # a constant mask runs through the same (differentiable) path
@@ -238,15 +240,16 @@ def prune_edges(
             kept = _top(scores.detach(), sizes[step])
             through = kept + scores - scores.detach()  # 0/1 forward, the mask's gradient to the scores
             mask = torch.ones(graph.n_writers, graph.n_readers).masked_scatter(valid, through)
-            logit_pos = _read_positions(metric, rows, clean.shape[1])
-            width = _width(model, logit_pos, clean.shape[1])
+            positions = _read_positions(metric, rows, clean.shape[1])
+            width = _width(model, positions, clean.shape[1])
             if per_step:
                 ablated = writer_outputs(model, corrupted[rows, :width])
             else:
                 ablated = (shared[:, rows] if shared.shape[1] == n else shared)[:, :, :width]
             tokens = clean[rows, :width]
+            logit_pos = logit_positions(metric, rows, width)  # None: every position (the metric's choice)
             logits = masked_logits(model, graph, tokens, mask.to(model.device), ablated, logit_pos)
-            loss = _objective(logits, rows, logit_pos, targets, metric, objective, n)
+            loss = _objective(logits, rows, positions, logit_pos, targets, metric, objective, n)
             if not torch.isfinite(loss):
                 raise ValueError(
                     f"the pruning objective is {loss.item()} at step {step + 1} (prompts {rows.tolist()}): "
@@ -338,13 +341,28 @@ def _full_model(
 
 
 def _objective(
-    logits: Tensor, rows: Tensor, positions: Tensor, targets: Tensor, metric: Metric, objective: str, n: int
+    logits: Tensor,
+    rows: Tensor,
+    positions: Tensor,
+    logit_pos: Tensor | None,
+    targets: Tensor,
+    metric: Metric,
+    objective: str,
+    n: int,
 ) -> Tensor:
+    """The loss of a step: KL from the full model's log-probabilities at `positions` ("kl") or the
+    squared error of the metric ("metric"); logits made at `logit_pos` only ([rows, 1, d_vocab]) or at
+    every position (None)."""
     if objective == "kl":
-        read = logits[torch.arange(len(rows)), positions.to(logits.device)].float().log_softmax(-1)
+        at = (
+            logits[:, 0]
+            if logit_pos is not None
+            else logits[torch.arange(len(rows)), positions.to(logits.device)]
+        )
+        read = at.float().log_softmax(-1)
         full = targets[rows].to(read.device)
         return (full.exp() * (full - read)).sum(-1).mean()
-    values = for_rows(metric, rows, n)(logits).float()
+    values = for_rows(read_at(metric, logit_pos), rows, n)(logits).float()
     return ((values - targets[rows].to(values.device)) ** 2).mean()
 
 

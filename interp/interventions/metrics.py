@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -264,6 +264,11 @@ class AnswerMetric:
         if self.kind == "prob":
             return _token_values(end.softmax(-1), self.correct[rows])
         return _token_values(end, self.correct[rows]) - _token_values(end, self.incorrect[rows])
+
+    def at_read_positions(self) -> AnswerMetric:
+        """This metric of logits made only at the positions it reads, one per prompt ([batch, 1,
+        d_vocab]: `interp.edges.unembed_at`)."""
+        return replace(self, pos=None)
 
     def positions(self, rows: Int[Tensor, " batch"], n_pos: int) -> Int[Tensor, " batch"]:
         """The position each of `rows` is read at, in [0, n_pos)."""
