@@ -95,6 +95,12 @@ def random_same_layer_sets(
     return draws
 
 
+def beyond_per_prompt(effects: Float[Tensor, "set prompt"]) -> Float[Tensor, " prompt"]:
+    """A class's effect beyond the mean of its random sets' effects, paired by prompt: effects[0] minus
+    the mean of effects[1:] (the rows of `HeadClass.sets`, the class first)."""
+    return effects[0] - effects[1:].mean(0)
+
+
 @dataclass(kw_only=True)
 class BeyondRandom:
     """A class's drop on held-out prompts against random same-layer sets (see the module docstring).
@@ -363,7 +369,7 @@ def judge_class(
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
     tested = beyond_random(judged[0], judged[1:], seed, sign, n_boot)
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, sign, n_boot)
-    per_prompt = heldout[0] - heldout[1:].mean(0)
+    per_prompt = beyond_per_prompt(heldout)
     by_stratum = stratum_drops(per_prompt, strata, sign, by_ci, seed, n_boot)
     pooled_holds = evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
     if chosen is None:

@@ -133,8 +133,8 @@ def test_mean_and_zero_ablation_of_every_edge_forget_the_prompt() -> None:
 
 
 def test_mean_ablation_of_padded_prompts_averages_their_real_tokens_only() -> None:
-    """With the corrupted prompts' mask, each position's mean is over the prompts real there (NaN where
-    none is), so what the padding holds changes nothing; without it, it does."""
+    """With the corrupted prompts' mask, each position's mean is over the prompts real there, so what
+    the padding holds changes nothing; without it, it does."""
     model = _random_model()
     lengths = [7, 4, 6, 3]
     generator = torch.Generator().manual_seed(3)

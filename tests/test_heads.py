@@ -102,6 +102,25 @@ def test_random_model_has_no_content_heads():
     assert report.table["induction_effect"].isna().all()  # no candidates, nothing ablated
 
 
+def test_a_random_weight_model_confirms_no_head_beyond_random():
+    """Random initial weights, every head of the last layer but two put through the induction check:
+    each is compared with the two left (its layer's random heads, paired per held-out sequence, with a
+    CI), and none is confirmed."""
+    from circuits.heads.causal import induction_ablation_effects
+
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(tiny_config(n_ctx=64, attn_only=True))
+    probe = make_probes(model, n_samples=8, seq_len=12).held_out
+    candidates = [(1, 0), (1, 1)]
+    found = induction_ablation_effects(model, probe, candidates, seed=3)
+    for head in candidates:
+        assert found.verdict(head) != "confirmed"
+        judged = found.judged[head]["alone"]
+        assert judged.random_sets and all(draw in (["L1H2"], ["L1H3"]) for draw in judged.random_sets)
+        low, high = judged.heldout.beyond_ci
+        assert low <= judged.heldout.beyond <= high and judged.heldout.n_prompts >= len(probe.tokens) // 2
+
+
 def test_copying_score_equals_eigenvalues_of_full_ov_circuit():
     torch.manual_seed(1)
     model = interp.HookedTransformer(tiny_config())
@@ -193,11 +212,17 @@ def test_smollm2_induction_heads_confirmed_causally(smollm2):
             min(row[f"induction_len{n}"] for n in report.settings["induction_lengths"])
             >= report.thresholds["induction"]
         )
-        effect, se = max(
-            (row["induction_effect"], row["induction_effect_se"]),
-            (row["induction_effect_with_others"], row["induction_effect_with_others_se"]),
+        # Confirmed beyond random heads of its layer not typed induction, alone or with the others ablated.
+        suffix = {"alone": "", "with_others_ablated": "_with_others"}[row["induction_confirmed_by"]]
+        beyond = row[f"induction_beyond_random{suffix}"]
+        assert row[f"induction_beyond_random{suffix}_ci_low"] > 0 and beyond >= 0.02
+        assert beyond == pytest.approx(
+            row[f"induction_effect{suffix}"] - row[f"induction_random_effect{suffix}"]
         )
-        assert effect > max(2 * se, 0.02) and se > 0  # confirmed alone or with the other candidates ablated
+        randoms = [tuple(map(int, label[1:].split("H"))) for label in row["induction_random_heads"]]
+        assert len(randoms) == 5 and all(r[0] == layer for r in randoms)  # 9 heads a layer: some left
+        typed = table.set_index(["layer", "head"]).loc[randoms, "induction"]
+        assert (typed < report.thresholds["induction"]).all()
     # Layer 0 has no earlier layer to compose with: induction needs two layers.
     assert all(layer > 0 for layer, _ in induction)
     # The previous-token heads that feed them: ablating one lowers their prefix-matching score.
@@ -227,6 +252,15 @@ def test_toy_checkpoint_previous_token_and_induction_heads():
     tested = layer1[layer1["induction_effect_with_others"].notna()]
     assert (tested["induction_effect_with_others"] > 2 * tested["induction_effect_with_others_se"]).all()
     assert (layer1["induction_verdict"] == "confirmed").all()
+    # Each beyond random heads, by its confirming effect (its CI above 0); every layer-1 head is over the
+    # induction threshold, so their random heads come from layer 0 (ablated on top of all four, they add
+    # next to nothing: the others' stand-ins are gone).
+    for row in layer1.to_dict("records"):
+        suffix = {"alone": "", "with_others_ablated": "_with_others"}[row["induction_confirmed_by"]]
+        assert row[f"induction_beyond_random{suffix}_ci_low"] > 0.02
+        assert row["induction_random_heads"] and all(
+            label.startswith("L0H") for label in row["induction_random_heads"]
+        )
     effect, se = report.group_effects["induction"]
     assert effect > 1.0 and effect > 10 * se  # without its induction heads the model cannot copy
     assert effect > 5 * layer1["induction_effect"].max()
@@ -289,7 +323,8 @@ def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, r
     report = head_report(model, n_samples=4, seed=5)
     table = report.table.set_index(["layer", "head"])
     candidates = list(table.index[table["induction_effect"].notna()])
-    on_held_out = induction_ablation_effects(model, probes.held_out, candidates)
+    typed = [tuple(head) for head in table.index[table["induction"] >= report.thresholds["induction"]]]
+    on_held_out = induction_ablation_effects(model, probes.held_out, candidates, typed=typed, seed=5)
     assert len(candidates) and all(
         table.loc[head, "induction_effect"] == on_held_out.alone[head][0] for head in candidates
     )
@@ -476,7 +511,12 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     looks) give what whole forward passes of the whole probe with the heads mean-ablated give, the
     means taken over the sequences real at each position (padding excluded), and an effect stopped
     at the first look is over that look's sequences."""
-    from circuits.heads.causal import induction_ablation_effects, looks, previous_token_ablation_effects
+    from circuits.heads.causal import (
+        INDUCTION_STAGE,
+        induction_ablation_effects,
+        looks,
+        previous_token_ablation_effects,
+    )
     from interp.interventions.ablation import ablate
 
     model = interp.load_model("toy-induction")
@@ -521,7 +561,7 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     candidates = [(1, 0), (1, 2), (1, 3)]
     calls = []
     found = induction_ablation_effects(model, probe, candidates, progress=lambda *call: calls.append(call))
-    assert {stage for stage, _, _ in calls} == {"Ablating induction candidates"}
+    assert {stage for stage, _, _ in calls} == {INDUCTION_STAGE}
     done = [d for _, d, _ in calls]
     assert done == sorted(done) and done[0] == 0 and done[-1] == calls[-1][2] > 0  # starts, advances, ends
     clean = loss([])
@@ -536,6 +576,20 @@ def test_causal_checks_equal_full_ablated_forward_passes():
         assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
     assert found.all_candidates[0] == pytest.approx(float((loss(candidates) - clean).mean()), abs=1e-5)
     assert found.all_candidates[0] > 0.1  # the effects tested are not all zero
+    # The random heads of the candidates' layer: ablated alone, and on top of all the candidates.
+    for head in candidates:
+        judged = found.judged[head]
+        draws = [
+            [tuple(map(int, label[1:].split("H"))) for label in draw] for draw in judged["alone"].random_sets
+        ]
+        assert draws and all(h[0] == 1 and h not in candidates for draw in draws for h in draw)
+        rows = rows_of(found, head, "alone")
+        expected = [float((loss(draw) - clean)[rows].mean()) for draw in draws]
+        assert judged["alone"].random_effects == pytest.approx(expected, abs=1e-5)
+        if "with_others_ablated" in judged:
+            rows = rows_of(found, head, "with_others_ablated")
+            expected = [float((loss(candidates + draw) - loss(candidates))[rows].mean()) for draw in draws]
+            assert judged["with_others_ablated"].random_effects == pytest.approx(expected, abs=1e-5)
     # Per repeat length: the same effects on that length's sequences.
     assert sorted(found.by_stratum) == sorted(f"L={n}" for n in probe.repeat_len.unique().tolist())
     for name, per_head in found.by_stratum.items():
@@ -560,11 +614,15 @@ def test_causal_checks_equal_full_ablated_forward_passes():
 
 
 def test_an_effect_at_one_repeat_length_only_is_length_dependent():
-    """Planted per-sequence measurements over three repeat lengths: a head whose ablation matters at
-    one length only is significant pooled but reported length-dependent, not confirmed; one that
-    matters at every length is confirmed; one that never matters is unconfirmed. Only the heads not
-    confirmed alone run again with the other candidates ablated, in a second call; an effect futile
-    after the first look (half of each length's sequences) is not run on the second."""
+    """Planted per-sequence measurements over three repeat lengths, against two random heads of the
+    candidates' layer whose ablation raises the measurement by 0.05: a head whose ablation matters at
+    one length only is beyond random pooled but reported length-dependent, not confirmed; one that
+    matters at every length is confirmed; one that never matters, and one that matters as much as the
+    random heads (significant, over 0.02, but not beyond random), are unconfirmed. Only the heads not
+    confirmed alone run again with the other candidates ablated, with the random heads on top of all the
+    candidates, in a second call; an effect futile beyond random after the first look (half of each
+    length's sequences) is not run on the second, nor are random heads no effect still needs."""
+    from circuits.evidence import HeadClass
     from circuits.heads.causal import _candidate_effects
 
     generator = torch.Generator().manual_seed(0)
@@ -572,11 +630,14 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
     strata = {f"L={length}": torch.arange(i * n, (i + 1) * n) for i, length in enumerate((13, 18, 24))}
     looks = [torch.cat([rows[: n // 2] for rows in strata.values()])]
     looks.append(torch.cat([rows[n // 2 :] for rows in strata.values()]))
-    at_one_length, everywhere, never = (1, 0), (1, 1), (1, 2)
+    at_one_length, everywhere, never, like_random = (1, 0), (1, 1), (1, 2), (1, 5)
+    randoms = [(1, 3), (1, 4)]
     planted = {
         at_one_length: torch.cat([torch.full((n,), 0.6), torch.zeros(2 * n)]),
         everywhere: 0.3,
         never: 0,
+        like_random: 0.05,
+        **dict.fromkeys(randoms, 0.05),
     }
     noise = {}  # per set, fixed per sequence: a set measured in two looks reads one draw
     calls = []
@@ -586,25 +647,41 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
         values = []
         for heads in head_sets:
             key = frozenset(heads)
-            noise.setdefault(key, 0.01 * torch.randn(3 * n, generator=generator))
+            noise.setdefault(key, 0.005 * torch.randn(3 * n, generator=generator))
             values.append((2.0 + noise[key] + sum(planted[head] for head in heads))[rows])
         return values
 
-    found = _candidate_effects([at_one_length, everywhere, never], measure, 1, 0.02, looks, strata)
+    candidates = [at_one_length, everywhere, never, like_random]
+    classes = {
+        head: HeadClass(name=str(head), heads=[head], draws=[[r] for r in randoms]) for head in candidates
+    }
+    found = _candidate_effects(classes, measure, 1, 0.02, looks, strata)
     assert found.significant(at_one_length) and found.holds_in(at_one_length) == ["L=13"]
     assert found.verdict(at_one_length) == "length-dependent" and not found.confirmed(at_one_length)
     assert found.verdict(everywhere) == "confirmed" and found.holds_in(everywhere) == list(strata)
+    assert found.confirmed_by(everywhere) == "alone"
     assert found.verdict(never) == "unconfirmed" and found.holds_in(never) == []
+    # As large as the random heads' effect: over 2 standard errors and 0.02, yet nothing beyond random.
+    effect, se = found.alone[like_random]
+    assert effect > max(2 * se, 0.02) and found.verdict(like_random) == "unconfirmed"
+    judged = found.judged[everywhere]["alone"]
+    assert judged.random_sets == [["L1H3"], ["L1H4"]] and judged.heldout.random_drop == pytest.approx(
+        0.05, abs=0.01
+    )
+    assert judged.heldout.beyond == pytest.approx(0.25, abs=0.01) and judged.heldout.beyond_ci[0] > 0.2
+    assert found.judged[like_random]["alone"].heldout.beyond == pytest.approx(0, abs=0.01)
     assert found.verdict((0, 0)) == ""  # not a candidate
-    assert set(found.with_others_ablated) == {at_one_length, never}
+    assert set(found.with_others_ablated) == {at_one_length, never, like_random}
     assert math.isnan(found.by_stratum["L=13"][everywhere][1][0])  # not measured
-    # Calls: the first sets in two looks, "never" alone stopped after the first; then the others of
-    # each undecided head, "never"'s stopped after the first look.
-    assert [(len(sets), rows) for sets, rows, _, _ in calls] == [(5, 24), (4, 24), (2, 24), (1, 24)]
-    assert [before for _, _, before, _ in calls] == [0, 5, 9, 11]
-    assert calls[-1][3] == 12  # the last call's total: every run done
-    assert calls[2][0] == [[at_one_length, everywhere], [everywhere, never]]  # the others of each
-    assert found.stopped_early == {never: ["alone", "with_others_ablated"]}
+    # Calls: the first sets (none, all, each alone, each random head alone) in two looks, "never" and
+    # "like_random" alone stopped after the first; then the others of each undecided head and the random
+    # heads on top of all the candidates, those of "never" and "like_random" stopped after the first look.
+    assert [(len(sets), rows) for sets, rows, _, _ in calls] == [(8, 24), (6, 24), (5, 24), (3, 24)]
+    assert [before for _, _, before, _ in calls] == [0, 8, 14, 19]
+    assert calls[-1][3] == 22  # the last call's total: every run done
+    assert [[r] for r in randoms] == [s for s in calls[1][0] if len(s) == 1 and s[0] in randoms]  # both looks
+    assert sorted(candidates + [randoms[0]]) in calls[3][0]  # a random head on top of all the candidates
+    assert found.stopped_early == {head: ["alone", "with_others_ablated"] for head in (never, like_random)}
     first_look = noise[frozenset([never])][looks[0]] - noise[frozenset()][looks[0]]
     assert found.alone[never][0] == pytest.approx(float(first_look.mean()), abs=1e-6)
     everywhere_all = 0.3 + noise[frozenset([everywhere])] - noise[frozenset()]

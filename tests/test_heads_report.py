@@ -122,7 +122,8 @@ def test_cli_heads_in_bfloat16_says_so(tmp_path):
 @pytest.mark.parametrize("width", [80, 100, WIDE_TERMINAL])
 def test_terminal_table_fits_the_terminal(width):
     """At 80 and 100 columns the compact table, at WIDE_TERMINAL every column; no line is wider, no word is
-    split; the table shows effect/SE, what it sorts by."""
+    split; the table names beyond/SE, what it sorts by, and shows the figure beyond random heads with its
+    CI and the random heads' mean effect."""
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=8)
     console = Console(file=io.StringIO(), width=width)
@@ -133,7 +134,7 @@ def test_terminal_table_fits_the_terminal(width):
     for name in SCORE_NAMES:  # every type name shown is whole (or its short column name)
         assert all(word in (name, SHORT[name]) for word in words if name.startswith(word) and len(word) > 2)
     assert "induction ✓" in text and "L1H0" in text and "…" not in text
-    assert "effect/SE" in text and "w/o" not in text
+    assert "beyond/SE" in text and "beyond random" in text and "(0." in text and "w/o" not in text
     assert text.index("Summary per type") < text.index("Heads confirmed by ablation")
     wide = "ind@" in text
     assert wide == (width >= WIDE_TERMINAL)
@@ -180,15 +181,17 @@ def test_terminal_report_leads_with_the_summary_and_the_confirmed_heads():
         assert f"{len(typed)} more typed head" in " ".join(text.split())
 
 
-def test_a_head_confirmed_only_with_the_others_ablated_is_marked_and_ranked_by_that_effect():
-    """The saved toy-induction report: L1H3 and L0H3 are confirmed only with the other candidates of
-    their type ablated. Their ✓ carries the mark the legend explains, and effect/SE (the table's
-    order) is that of the effect that confirmed them, not of their effect alone."""
-    from circuits.heads.causal import MIN_EFFECT, significant_effect
-    from circuits.heads.report import LEGEND, WITH_OTHERS_MARK, confirmed_with_others_only
+def test_a_file_saved_before_the_random_baseline_still_renders_its_marks_and_order():
+    """The toy-induction report saved before the random baseline (its effects confirmed over 2 standard
+    errors and 0.02): L1H3 and L0H3 are confirmed only with the other candidates of their type ablated.
+    Their ✓ carries the mark the legend explains, and the table's order is the effect/SE of the effect
+    that confirmed them, not of their effect alone."""
+    from circuits.heads.causal import MIN_EFFECT
+    from circuits.heads.report import WITH_OTHERS_MARK, confirmed_with_others_only
     from circuits.results_file import load_result
 
     report = load_result("docs/results/data/heads-toy-induction.json")
+    assert "induction_beyond_random" not in report.table  # saved before the random baseline
     confirmed = confirmed_rows(report)
     rows = heads_sections(report, wide=False, all_heads=False).sections[3].table.rows
     marked = 0
@@ -196,21 +199,64 @@ def test_a_head_confirmed_only_with_the_others_ablated_is_marked_and_ranked_by_t
         for kind in ("induction", "previous_token"):
             if not row[f"{kind}_confirmed"]:
                 continue
-            alone = (row[f"{kind}_effect"], row[f"{kind}_effect_se"])
-            only_with_others = not significant_effect(alone, MIN_EFFECT[kind])
+            effect, se = row[f"{kind}_effect"], row[f"{kind}_effect_se"]
+            only_with_others = not effect > max(2 * se, MIN_EFFECT[kind])  # the rule it was saved under
             assert confirmed_with_others_only(row, kind) == only_with_others
             assert (f"{kind} ✓{WITH_OTHERS_MARK}" in cells[1]) == only_with_others, cells
             if only_with_others:
                 marked += 1
                 with_others = row[f"{kind}_effect_with_others"] / row[f"{kind}_effect_with_others_se"]
-                assert cells[-1] == f"{with_others:.1f}", cells
+                assert row["_evidence"] == pytest.approx(with_others), cells
     assert marked >= 1
-    evidence = [float(cells[-1]) for cells in rows]
+    evidence = confirmed["_evidence"].tolist()
     assert evidence == sorted(evidence, reverse=True)
+    assert all(cells[-1] == "" for cells in rows)  # no random baseline to show
+    assert "beyond random" not in heads_sections(report).headline[0]
+
+
+def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
+    """toy-induction: every head the report confirms has, for the effect that confirms it, its random
+    heads' mean effect and its figure beyond them with a 95% CI above 0 and at least 0.02, in the table,
+    the JSON and the terminal; ✓ carries the with-others mark exactly when that effect is the one with
+    the others ablated; "What chose and what tested" names the random heads of each layer."""
+    from circuits.heads.report import LEGEND, WITH_OTHERS_MARK
+
+    model = interp.load_model("toy-induction")
+    report = head_report(model, n_samples=8)
+    data = {(h["layer"], h["head"]): h for h in json.loads(result_json(report))["heads"]}
+    confirmed = confirmed_rows(report)
+    assert {(1, h) for h in range(4)} & set(zip(confirmed["layer"], confirmed["head"], strict=True))
+    rows = heads_sections(report, wide=False, all_heads=False).sections[3].table.rows
+    for row, cells in zip(confirmed.to_dict("records"), rows, strict=True):
+        for kind in ("induction", "previous_token"):
+            if not row[f"{kind}_confirmed"]:
+                continue
+            by = row[f"{kind}_confirmed_by"]
+            assert by in ("alone", "with_others_ablated")
+            figures = data[row["layer"], row["head"]]["causal"][kind]["beyond_random"][by]
+            assert figures["ci"][0] > 0 and figures["beyond"] >= 0.02
+            assert figures["beyond"] == pytest.approx(
+                data[row["layer"], row["head"]]["causal"][kind][
+                    "effect" if by == "alone" else "effect_with_others_ablated"
+                ]
+                - figures["random_effect"],
+                abs=1e-5,
+            )
+            assert len(data[row["layer"], row["head"]]["causal"][kind]["random_heads"]) == 5
+            assert (f"{kind} ✓{WITH_OTHERS_MARK}" in cells[1]) == (by == "with_others_ablated"), cells
+        if sum(row[f"{kind}_confirmed"] for kind in ("induction", "previous_token")) == 1:  # the one shown
+            beyond = f"{figures['beyond']:+.2f} [{figures['ci'][0]:+.2f}, {figures['ci'][1]:+.2f}]"
+            assert cells[-1] == f"{beyond} ({figures['random_effect']:.2f})"
+    evidence = confirmed["_evidence"].tolist()
+    assert evidence == sorted(evidence, reverse=True)
+    chose = " ".join(
+        next(s for s in heads_sections(report).sections if s.title == "What chose and what tested").lines
+    )
+    assert "induction candidates against random heads" in chose and "L1: " in chose
+    assert "beyond random heads of their layers" in heads_sections(report).headline[0]
     legend = " ".join(LEGEND.split())
     assert f"✓{WITH_OTHERS_MARK}: confirmed only with the other candidates" in legend
-    assert "0.02 at most of the probe's repeat lengths" not in legend
-    assert "exceeds 0.02 on the sequences of more than half of the probe's repeat lengths" in legend
+    assert "beyond random at more than half of the probe's repeat lengths" in legend
 
 
 def test_the_heads_left_out_of_the_table_are_counted_by_type(smollm2_report):

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 import interp
 from circuits.edge_circuits.tasks import file_task
 from circuits.patch_report import pairs_patching
-from interp import edges, metrics
+from interp import Ablation, edges, metrics
 from interp.interventions import ablation, engine, patching, path_patching
 
 SHORT, LONG = "w2 w3 w4 w5", "w6 w7 w8 w9 w10 w11 w12"
@@ -590,3 +590,29 @@ def test_smollm2_readme_recipe_on_a_padded_batch(smollm2):
             one.logit_attrs(one.decompose_resid(pos_slice=-1), io[i : i + 1], s[i : i + 1], pos_slice=-1)
         )
     torch.testing.assert_close(attributions, torch.cat(alone, dim=1), **TOL)
+
+
+def test_mean_ablation_has_no_mean_where_no_reference_prompt_is_real(model):
+    """Per-group means of padded references: a position where none of a group's references is real
+    has no mean. A prompt padded there equals the prompt alone (before: NaN, reaching its real tokens
+    through attention, 0 x NaN); a prompt real there is refused, for heads and for edges."""
+    names = model.layer_hook_names("z")
+    tokens = model.to_tokens([SHORT, LONG])
+    correct, incorrect = answers(model, 2)
+    metric = metrics.logit_diff_metric(correct, incorrect, model.last_positions(tokens))
+    heads = [[(0, 1), (1, 2)]]
+    by_length = Ablation("mean", reference=[SHORT_CORRUPTED, LONG_CORRUPTED], groups=torch.tensor([0, 1]))
+    replacement = ablation.Replacement(model, names, by_length)
+    both = ablation.ablated_metrics(model, tokens, metric, heads, replacement, groups=torch.tensor([0, 1]))[0]
+    for k, (text, reference) in enumerate([(SHORT, SHORT_CORRUPTED), (LONG, LONG_CORRUPTED)]):
+        alone = model.to_tokens([text])
+        alone_metric = metrics.logit_diff_metric(correct[:1], incorrect[:1], model.last_positions(alone))
+        own = ablation.Replacement(model, names, Ablation("mean", reference=[reference]))
+        by_itself = ablation.ablated_metrics(model, alone, alone_metric, heads, own)[0, 0]
+        torch.testing.assert_close(both[k], by_itself)
+    with pytest.raises(ValueError, match="input prompt 1 is real at position .*, where none of the refer"):
+        ablation.ablated_metrics(model, tokens, metric, heads, replacement, groups=torch.tensor([1, 0]))
+    corrupted = model.to_tokens([SHORT_CORRUPTED, LONG_CORRUPTED])
+    short_only = model.to_tokens([SHORT_CORRUPTED, SHORT_CORRUPTED, LONG])[:2] != model.tokenizer.pad_token_id
+    with pytest.raises(ValueError, match="edges' mean ablation: input prompt 1 is real at position"):
+        edges.ablated_outputs(model, tokens, corrupted, edges.Ablation("mean", mask=short_only.long()))

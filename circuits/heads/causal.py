@@ -1,52 +1,65 @@
-"""Causal checks of induction and previous-token candidates, by mean ablation of a head's output z.
+"""Causal checks of induction and previous-token candidates, by mean ablation of a head's output z,
+each judged against random heads of its layer by the one judge (`circuits.evidence.judge_class`).
 
 The checks run on the held-out probe (`Probes.held_out`): repeated sequences of the held-out token
 family, fresh tokens and prefixes at the scores' repeat lengths, so the heads are chosen on one token
-family (the scores) and their effects measured on another (no winner's curse). A head's z is
-replaced by its mean over the held-out probe's sequences at each position, over the sequences that
-are not padding there (the mean ablation of `interp.interventions.ablation`). Each effect is
-measured two ways, because heads back each other up: alone, and with the other candidates of its
-type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are gone).
-A head that its effect alone confirms, in every stratum, is not run with the others ablated (that
-effect could only add to it; NaN, "–" in reports): the verdicts and strata are those of both
-effects, with fewer runs.
+family (the scores: discovery) and their effects measured on another (held out; no winner's curse). A
+head's z is replaced by its mean over the held-out probe's sequences at each position, over the
+sequences that are not padding there (the mean ablation of `interp.interventions.ablation`). Each
+effect is measured two ways, because heads back each other up: alone, and with the other candidates
+of its type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are
+gone). A head that its effect alone confirms, holding at every repeat length, is not run with the
+others ablated (that effect could only add to it; NaN, "–" in reports).
 
   induction        loss increase on the second copies of the repeated sequences (nats)
   previous_token   drop of the mean induction score of the later induction heads (a fraction of
                    attention), from the confirmed induction heads (all candidates if none is confirmed)
 
-A candidate's effect is significant if either way it exceeds CONFIRM_SE standard errors (over held-out
-sequences) and MIN_EFFECT (a significant but negligible effect confirms nothing). The probe's repeat
-lengths are strata: a stratum holds when either effect on its sequences exceeds MIN_EFFECT. The
-attention score that chose a candidate is measured again on the held-out probe's clean run
-(`held_out_scores`, the same statistic as the discovery score). Verdicts (HEAD_VERDICTS):
-"confirmed" (significant, holding in most strata, and its held-out score over the type's threshold),
-"score-not-held" (its held-out score below the threshold: the pattern that chose it does not carry
-to new tokens, whatever its effect), "length-dependent" (significant, holding in half the strata or
-fewer: a positional shortcut looks like this), "unconfirmed".
+Random baseline. Each layer with candidates gets `n_random` (N_RANDOM) random heads drawn once (with
+the report's seed + the layer), each
+a head of that layer not typed as the type (over its score threshold) nor a candidate
+(`random_head_classes`, by `circuits.evidence.head_class`; from other layers once the layer has none
+left, as `random_same_layer_sets` draws), and every candidate of the layer is compared with them. The
+same measurement gives their effects: each random head ablated alone (the baseline of the effect
+alone), and ablated on top of all the candidates (the baseline of the effect with the others
+ablated: what a random head of the layer adds once the candidates are gone). An effect's figure
+beyond random is its value minus the mean of its random heads', paired per held-out sequence, with a
+95% bootstrap CI over the sequences (`judge_class`); per repeat length (the strata, "length") the
+same mean, holding where it is positive.
+
+An effect confirms its head when the judge confirms it (its CI beyond random excludes 0, and it holds
+at most repeat lengths, else "length-dependent") and its figure beyond random is at least MIN_EFFECT
+(a significant but negligible effect confirms nothing). The attention score that chose a candidate is
+measured again on the held-out probe's clean run (`held_out_scores`, the same statistic as the
+discovery score). Verdicts (HEAD_VERDICTS): "confirmed" (either effect confirms it, and its held-out
+score clears the type's threshold), "score-not-held" (its held-out score below the threshold: the
+pattern that chose it does not carry to new tokens, whatever its effect), "length-dependent"
+(significant beyond random but holding at half the repeat lengths or fewer: a positional shortcut
+looks like this), "unconfirmed".
 
 Sequential stopping (two looks): the sequences run in two halves, the first half of each repeat
-length's first. After the first look, an effect whose upper bound, mean + FUTILITY_SE (3) standard
-errors, is below MIN_EFFECT is futile: it is not measured on the second half, and is reported over the
-first (`stopped_early`). A stopped effect is below MIN_EFFECT, so stopping never makes an effect
-significant; an effect whose true value is at least MIN_EFFECT is stopped with probability at most
+length's first. After the first look, an effect whose figure beyond random has an upper bound, mean +
+FUTILITY_SE (3) standard errors, below MIN_EFFECT is futile: it is not measured on the second half
+(nor are the random heads no other effect needs), and is reported and judged over the first
+(`stopped_early`). A stopped effect's figure is below MIN_EFFECT, so stopping never confirms a head;
+an effect whose true figure is at least MIN_EFFECT is stopped with probability at most
 Phi(-3) = 0.13% (normal approximation of the mean; at most 0.27% per head, its two effects
 together). Effects not stopped are over every sequence, as without stopping.
 
 Runs: one clean run of the held-out probe serves both checks (`clean_run`). Every set of heads to ablate is
-known before any is run, so the ablated runs go to interp's intervention engine together
-(`interp.interventions.engine.read_site_sets`): each starts at its first ablated block from the
-clean residual stream, runs that ablate the same heads in their first blocks compute those once,
-the previous-token check stops after the last target's block and reads the clean patterns where no
-ablation changed them, and the probe's rows run per repeat length, cut to the longest of them
-(attention is causal: the padding after it changes nothing before it).
+known before any is run, so the ablated runs (the random heads' with the candidates') go to interp's
+intervention engine together (`interp.interventions.engine.read_site_sets`): each starts at its
+first ablated block from the clean residual stream, runs that ablate the same heads in their first
+blocks compute those once, the previous-token check stops after the last target's block and reads
+the clean patterns where no ablation changed them, and the probe's rows run per repeat length, cut
+to the longest of them (attention is causal: the padding after it changes nothing before it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
@@ -55,22 +68,26 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
+from circuits.evidence import ClassVerdict, HeadClass, beyond_per_prompt, head_class, judge_class
 from circuits.heads.probes import Probe, Probes
 from circuits.heads.scores import HeadScores, pattern_scores, score_masks, type_score
 from circuits.stages import StageResults
 from interp.interventions.ablation import Ablation, Replacement, ablation_sites
 from interp.interventions.engine import final_resid_hook, read_site_sets
-from interp.types import Head, Progress, as_stage
+from interp.types import Head, Progress, as_stage, head_label
 
 CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
-CONFIRM_SE = 2.0  # a causal effect is confirmed when effect > CONFIRM_SE * standard error ...
-MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # ... and at least this large (nats; score)
+EFFECTS = ("alone", "with_others_ablated")  # a candidate's two effects, in the order they confirm it
+N_RANDOM = 5  # random heads drawn per layer with candidates (as IOI's n_random_draws)
+MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # a confirming effect beyond random is at least
+# this large (nats; score)
+LENGTH_RULE = {"length": "most"}  # a confirmed effect holds beyond random at most repeat lengths
 FUTILITY_SE = 3.0  # after the first look, an effect below MIN_EFFECT by this many standard errors stops
 FUTILITY_ERROR = NormalDist().cdf(-FUTILITY_SE)  # the chance an effect truly at MIN_EFFECT stops (0.13%)
 
 HEAD_VERDICTS = ("confirmed", "score-not-held", "length-dependent", "unconfirmed")
-INDUCTION_STAGE = "Ablating induction candidates"  # the stages progress(stage, done, total) reports
-PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates"
+INDUCTION_STAGE = "Ablating induction candidates and random heads"  # the stages progress(stage, done,
+PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates and random heads"  # total) reports
 CLEAN_RUN_STAGE = "Clean run of the held-out probe"  # before the checks; not kept (one forward pass)
 
 Effect = tuple[float, float]
@@ -82,39 +99,51 @@ class CausalEffects:
     """Per candidate head: the effect of ablating it alone, and with the other candidates ablated
     (what it adds once its stand-ins are gone); and the effect of ablating all candidates.
     by_stratum: stratum name ("L=13": the sequences of one repeat length) -> head -> (alone, with
-    the others ablated) on that stratum's sequences."""
+    the others ablated) on that stratum's sequences. judged: head -> effect (EFFECTS) -> that effect
+    against the random heads of the head's layer, on the sequences it was measured on
+    (`circuits.evidence.judge_class`; the strata of kind "length")."""
 
     alone: dict[Head, Effect]
     with_others_ablated: dict[Head, Effect]
     all_candidates: Effect
-    min_effect: float  # an effect below this is negligible, however small its error
+    min_effect: float  # an effect beyond random below this is negligible, however small its CI
     by_stratum: dict[str, dict[Head, tuple[Effect, Effect]]] = field(default_factory=dict)
     stopped_early: dict[Head, list[str]] = field(default_factory=dict)  # head -> its effects ("alone",
     # "with_others_ablated") stopped as futile at the first look: over its sequences only
     held_out_scores: dict[Head, float] = field(default_factory=dict)  # head -> the attention score of its
     # type on the held-out probe (`held_out_scores`); a head without one is judged on its effects only
     score_threshold: float = math.nan  # the type's score threshold (the discovery scores')
+    judged: dict[Head, dict[str, ClassVerdict]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.held_out_scores and math.isnan(self.score_threshold):  # every verdict would be score-not-held
             raise ValueError("held-out scores need their type's score_threshold to be judged against")
 
+    def effect_verdict(self, head: Head, effect: str) -> str:
+        """The verdict of one of the head's effects (EFFECTS): the judge's ("confirmed",
+        "length-dependent", "unconfirmed") where its figure beyond random is at least min_effect, else
+        "unconfirmed"; "" where it was not measured."""
+        judged = self.judged.get(head, {}).get(effect)
+        if judged is None:
+            return ""
+        return judged.verdict if judged.heldout.beyond >= self.min_effect else "unconfirmed"
+
+    def confirmed_by(self, head: Head) -> str:
+        """The first of the head's effects (EFFECTS) that confirms it ("" if none)."""
+        return next((name for name in EFFECTS if self.effect_verdict(head, name) == "confirmed"), "")
+
     def significant(self, head: Head) -> bool:
-        """Either pooled effect exceeds CONFIRM_SE standard errors and min_effect."""
+        """Either pooled effect is beyond random: its CI excludes 0 and it is at least min_effect."""
         return any(
-            significant_effect(effects[head], self.min_effect)
-            for effects in (self.alone, self.with_others_ablated)
-            if head in effects
+            judged.heldout.beyond_ci[0] > 0 and judged.heldout.beyond >= self.min_effect
+            for judged in self.judged.get(head, {}).values()
         )
 
     def holds_in(self, head: Head) -> list[str]:
-        """The strata where either of the head's effects exceeds min_effect (one not measured, NaN,
-        exceeds nothing)."""
-        return [
-            name
-            for name, effects in self.by_stratum.items()
-            if head in effects and any(effect[0] > self.min_effect for effect in effects[head])
-        ]
+        """The strata where either of the head's effects beyond random is positive (one not measured
+        holds nowhere)."""
+        held = {s.name for judged in self.judged.get(head, {}).values() for s in judged.strata if s.holds}
+        return [name for name in self.by_stratum if name in held]
 
     def verdict(self, head: Head) -> str:
         """One of HEAD_VERDICTS (see the module docstring); "" for a head that was not tested."""
@@ -122,26 +151,54 @@ class CausalEffects:
             return ""
         if head in self.held_out_scores and not self.held_out_scores[head] >= self.score_threshold:
             return "score-not-held"
-        if not self.significant(head):
-            return "unconfirmed"
-        if self.by_stratum and 2 * len(self.holds_in(head)) <= len(self.by_stratum):
-            return "length-dependent"
-        return "confirmed"
+        verdicts = {self.effect_verdict(head, name) for name in EFFECTS}
+        return next((v for v in ("confirmed", "length-dependent") if v in verdicts), "unconfirmed")
 
     def confirmed(self, head: Head) -> bool:
         return self.verdict(head) == "confirmed"
-
-
-def significant_effect(effect: Effect, min_effect: float) -> bool:
-    """An effect (mean, standard error) exceeds CONFIRM_SE standard errors and min_effect (NaN: not
-    measured, never significant)."""
-    return effect[0] > max(CONFIRM_SE * effect[1], min_effect)
 
 
 def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
     values = values.double()
     se = float(values.std() / math.sqrt(len(values))) if len(values) > 1 else float("nan")
     return float(values.mean()), se
+
+
+def random_head_classes(
+    model: interp.HookedTransformer,
+    heads: Sequence[Head],
+    typed: Sequence[Head] = (),
+    n_random: int = N_RANDOM,
+    seed: int = 0,
+) -> dict[Head, HeadClass]:
+    """Each candidate as a class of one head with `n_random` random heads of its layer (one head a
+    draw), drawn once per layer by `circuits.evidence.head_class` (with seed + layer, so layers draw
+    apart) from the heads that are neither candidates nor `typed` (over the type's score threshold): the
+    candidates of a layer share their random heads. A layer with no such head left draws from the other
+    layers; where no head is left at all, a draw is empty (no ablation, no effect)."""
+    if n_random < 1:
+        raise ValueError(
+            f"n_random must be >= 1 (the random heads a candidate is compared with), got {n_random}"
+        )
+    excluded = {tuple(head) for head in [*heads, *typed]}
+    cfg = model.cfg
+    outside = [
+        (layer, head)
+        for layer in range(cfg.n_layers)
+        for head in range(cfg.n_heads)
+        if (layer, head) not in excluded
+    ]
+    draws: dict[int, list[list[Head]]] = {}
+    for head in heads:
+        if head[0] not in draws:
+            found = head_class(model, f"L{head[0]}", [head], n_random, seed + head[0], outside=outside)
+            draws[head[0]] = found.draws
+    return {head: HeadClass(name=head_label(*head), heads=[head], draws=draws[head[0]]) for head in heads}
+
+
+def ablated_layers(classes: Mapping[Head, HeadClass]) -> list[int]:
+    """The layers whose heads the checks of `classes` ablate (the candidates' and their random heads')."""
+    return sorted({layer for found in classes.values() for heads in found.sets for layer, _ in heads})
 
 
 Measure = Callable[[list[list[Head]], Tensor, int, int], list[Float[Tensor, " rows"]]]
@@ -155,69 +212,122 @@ def _futile(effect: Effect, min_effect: float) -> bool:
     return mean + FUTILITY_SE * se < min_effect
 
 
+Key = frozenset[Head]  # a set of heads ablated together
+
+
 def _candidate_effects(
-    heads: Sequence[Head],
+    classes: Mapping[Head, HeadClass],
     measure: Measure,
     sign: int,
     min_effect: float,
     looks: Sequence[Tensor],
     strata: dict[str, Tensor] | None = None,
+    seed: int = 0,
 ) -> CausalEffects:
     """An effect is sign * (measurement with the heads ablated - measurement without them), for each
-    head alone, all candidates, and each head on top of the other candidates, over all sequences and
-    over each stratum's (`strata`: name -> row indices). The sets run look by look (`looks`: row
-    indices, each sequence in one): no head, all of them and each alone first; a head its effect
-    alone confirms, holding in every stratum, has the same verdict and strata whatever its effect with
-    the others ablated (a second effect only adds ways to be significant and to hold), which is then
-    not measured (NaN); the other candidates of each remaining head next. After each look but the
-    last, a head's effect (alone, or with the others ablated) that is futile (`_futile`) is not
-    measured in the later looks: it stays over the sequences measured so far (`stopped_early`).
-    Within a call of `measure`, runs share their first blocks."""
+    candidate (the keys of `classes`) alone, all candidates, and each on top of the other candidates,
+    over all sequences and over each stratum's (`strata`: name -> row indices); each candidate's
+    effects are judged against its class's random heads (`random_head_classes`): each ablated alone,
+    and on top of all the candidates (`judge_class`, the strata of kind "length", `LENGTH_RULE`).
+
+    The sets run look by look (`looks`: row indices, each sequence in one): no head, all candidates,
+    each alone and the random heads alone first; a head its effect alone confirms, holding in every
+    stratum, has the same verdict and strata whatever its effect with the others ablated (a second
+    effect only adds ways to be confirmed and to hold), which is then not measured (NaN); the other
+    candidates of each remaining head, and the random heads of their layers on top of all the
+    candidates, next. After each look but the last, a head's effect (alone, or with the others
+    ablated) whose figure beyond random is futile (`_futile`) is not measured in the later looks, nor
+    are random heads no effect still measured needs: it stays over the sequences measured so far
+    (`stopped_early`), and is judged there. Within a call of `measure`, runs share their first blocks."""
+    heads = list(classes)
     n_sequences = sum(len(rows) for rows in looks)
-    measured: dict[frozenset[Head], Tensor] = {}  # per sequence (NaN where not measured)
-    seen: dict[frozenset[Head], Tensor] = {}  # per sequence: measured (a NaN measured stays NaN)
+    stratum_rows = strata or {}
+    measured: dict[Key, Tensor] = {}  # per sequence (NaN where not measured)
+    seen: dict[Key, Tensor] = {}  # per sequence: measured (a NaN measured stays NaN)
     runs_done = 0
 
-    def effect(ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None) -> Effect:
+    def values(ablated: Sequence[Head], baseline: Sequence[Head] = ()) -> tuple[Tensor, Tensor]:
+        """sign * (measured with `ablated` - with `baseline`) per sequence, and where both were measured."""
         a, b = frozenset(ablated), frozenset(baseline)
-        values, both = sign * (measured[a] - measured[b]), seen[a] & seen[b]
-        if rows is not None:
-            values, both = values[rows], both[rows]
-        return _mean_se(values[both])
+        return sign * (measured[a] - measured[b]), seen[a] & seen[b]
 
-    def run_looks(
-        sets: dict[frozenset[Head], list[Head]],
-        effects: dict[frozenset[Head], Callable[[], Effect]],
-        later: int,
-    ) -> None:
-        """Measure `sets` look by look, each set in `effects` until its effect is futile; `later`:
-        sets to run after these (for progress)."""
-        nonlocal runs_done
-        active = dict(sets)
-        for look, rows in enumerate(looks):
-            total = runs_done + len(active) * (len(looks) - look) + later * len(looks)
-            found = measure(list(active.values()), rows, runs_done, total)
-            runs_done += len(active)
-            for key, values in zip(active, found, strict=True):
-                measured.setdefault(key, torch.full((n_sequences,), math.nan))[rows] = values
-                seen.setdefault(key, torch.zeros(n_sequences, dtype=torch.bool))[rows] = True
-            if look < len(looks) - 1:
-                active = {
-                    key: value
-                    for key, value in active.items()
-                    if key not in effects or not _futile(effects[key](), min_effect)
-                }
+    def effect(ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None) -> Effect:
+        found, both = values(ablated, baseline)
+        if rows is not None:
+            found, both = found[rows], both[rows]
+        return _mean_se(found[both])
 
     def others(head: Head) -> list[Head]:
         return sorted(h for h in heads if h != head)
 
-    first = {frozenset(): [], frozenset(heads): sorted(heads)}
-    alone_sets = {frozenset([head]): head for head in heads if frozenset([head]) not in first}
-    first |= {key: [head] for key, head in alone_sets.items()}
-    upper = len({frozenset(others(head)) for head in heads} - set(first)) if len(heads) > 1 else 0
-    run_looks(first, {key: (lambda head=head: effect([head])) for key, head in alone_sets.items()}, upper)
+    def effect_sets(head: Head, name: str) -> list[tuple[list[Head], list[Head]]]:
+        """(ablated, baseline) of the head's effect `name` (EFFECTS), then of each of its random heads'
+        (the rows of its class's `sets`); with one candidate, ablating the others is ablating none."""
+        draws = classes[head].draws
+        if name == "alone" or len(heads) == 1:
+            return [([head], []), *[(draw, []) for draw in draws]]
+        return [(heads, others(head)), *[(sorted({*heads, *draw}), heads) for draw in draws]]
 
-    stratum_rows = strata or {}
+    def effects_of(head: Head, name: str) -> tuple[Tensor, Tensor]:
+        """The head's effect and its random heads' [1 + draws, sequence] where all were measured, and
+        that mask [sequence]."""
+        rows = [values(ablated, baseline) for ablated, baseline in effect_sets(head, name)]
+        both = torch.stack([mask for _, mask in rows]).all(0)
+        return torch.stack([found for found, _ in rows])[:, both], both
+
+    def futile(head: Head, name: str) -> bool:
+        return _futile(_mean_se(beyond_per_prompt(effects_of(head, name)[0])), min_effect)
+
+    def judge(head: Head, name: str) -> ClassVerdict:
+        found, both = effects_of(head, name)
+        members = []
+        for stratum, rows in stratum_rows.items():
+            mask = torch.zeros(n_sequences, dtype=torch.bool)
+            mask[rows] = True
+            members.append(("length", stratum, mask[both]))
+        return judge_class(
+            classes[head], found, strata=members, dependent_kinds=LENGTH_RULE, unit="sequences", seed=seed
+        )
+
+    def run_looks(
+        sets: dict[Key, list[Head]],
+        futility: dict[Key, Callable[[], bool]],
+        needs: dict[Key, set[Key]],
+        later: int,
+    ) -> None:
+        """Measure `sets` look by look; after each look but the last, drop the sets of `futility`
+        whose effect is futile, and the random sets (those in `needs`' values) that no remaining set
+        of `futility` needs; `later`: sets to run after these (for progress)."""
+        nonlocal runs_done
+        active = dict(sets)
+        randoms = set().union(*needs.values()) - set(futility) - {frozenset(), everything}  # baselines stay
+        for look, rows in enumerate(looks):
+            total = runs_done + len(active) * (len(looks) - look) + later * len(looks)
+            found = measure(list(active.values()), rows, runs_done, total)
+            runs_done += len(active)
+            for key, value in zip(active, found, strict=True):
+                measured.setdefault(key, torch.full((n_sequences,), math.nan))[rows] = value
+                seen.setdefault(key, torch.zeros(n_sequences, dtype=torch.bool))[rows] = True
+            if look < len(looks) - 1:
+                going = {key for key in active if key in futility and not futility[key]()}
+                needed = set().union(*(needs.get(key, set()) for key in going))
+                active = {
+                    key: value
+                    for key, value in active.items()
+                    if key in going or (key not in futility and (key not in randoms or key in needed))
+                }
+
+    everything = frozenset(heads)
+    first = {frozenset(): [], everything: sorted(heads)}
+    alone_keys = {frozenset([head]): head for head in heads if frozenset([head]) not in first}
+    first |= {key: [head] for key, head in alone_keys.items()}
+    first |= {frozenset(draw): sorted(draw) for found in classes.values() for draw in found.draws}
+    alone_needs = {key: {frozenset(draw) for draw in classes[head].draws} for key, head in alone_keys.items()}
+    with_others_randoms = {everything | frozenset(draw) for found in classes.values() for draw in found.draws}
+    upper = len({frozenset(others(head)) for head in heads} | with_others_randoms) if len(heads) > 1 else 0
+    run_looks(first, {key: (lambda head=head: futile(head, "alone")) for key, head in alone_keys.items()},
+              alone_needs, upper)  # fmt: skip
+
     nan = (math.nan, math.nan)
     alone = CausalEffects(
         alone={head: effect([head]) for head in heads},
@@ -228,6 +338,7 @@ def _candidate_effects(
             name: {head: (effect([head], rows=rows), nan) for head in heads}
             for name, rows in stratum_rows.items()
         },
+        judged={head: {"alone": judge(head, "alone")} for head in heads},
     )
     undecided = [
         head
@@ -236,9 +347,17 @@ def _candidate_effects(
     ]
     second = {frozenset(others(head)): head for head in undecided if len(heads) > 1}
     second = {key: head for key, head in second.items() if key not in measured}
+    randoms = {
+        everything | frozenset(draw): sorted({*heads, *draw})
+        for head in undecided
+        if len(heads) > 1
+        for draw in classes[head].draws
+    }
     run_looks(
-        {key: others(head) for key, head in second.items()},
-        {key: (lambda head=head: effect(heads, others(head))) for key, head in second.items()},
+        {key: others(head) for key, head in second.items()}
+        | {key: value for key, value in randoms.items() if key not in measured},
+        {key: (lambda head=head: futile(head, "with_others_ablated")) for key, head in second.items()},
+        {key: {everything | frozenset(draw) for draw in classes[head].draws} for key, head in second.items()},
         0,
     )
 
@@ -265,6 +384,11 @@ def _candidate_effects(
             for name, rows in stratum_rows.items()
         },
         stopped_early={head: names for head in heads if (names := stopped(head))},
+        judged={
+            head: alone.judged[head]
+            | ({"with_others_ablated": judge(head, "with_others_ablated")} if head in undecided else {})
+            for head in heads
+        },  # fmt: skip
     )
 
 
@@ -404,12 +528,18 @@ def induction_ablation_effects(
     heads: Sequence[Head],
     progress: Progress | None = None,
     clean: CleanRun | None = None,
+    typed: Sequence[Head] = (),
+    n_random: int = N_RANDOM,
+    seed: int = 0,
 ) -> CausalEffects:
     """Loss increase on the second copies (nats) when candidate heads are mean-ablated: each alone,
-    each with the other candidates ablated, all together. `clean`: the probe's clean run (with the
-    candidates' layers and the final residual stream), if already made."""
+    each with the other candidates ablated, all together; each judged against `n_random` random heads
+    of its layer not `typed` nor candidates (`random_head_classes`, drawn with `seed`). `clean`: the
+    probe's clean run (with the layers of the candidates and their random heads, `ablated_layers`, and
+    the final residual stream), if already made."""
+    classes = random_head_classes(model, heads, typed, n_random, seed)
     if clean is None:
-        clean = clean_run(model, probe, [layer for layer, _ in heads], final=True)
+        clean = clean_run(model, probe, ablated_layers(classes), final=True)
     tokens = probe.tokens.to(model.device)
     second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
     n_groups = len(_row_groups(probe, torch.arange(len(tokens))))
@@ -443,7 +573,8 @@ def induction_ablation_effects(
                 values[i, rows] = value
         return list(values[:, look])
 
-    return _candidate_effects(heads, measure, 1, MIN_EFFECT["induction"], looks(probe), length_strata(probe))
+    strata = length_strata(probe)
+    return _candidate_effects(classes, measure, 1, MIN_EFFECT["induction"], looks(probe), strata, seed)
 
 
 @torch.inference_mode()
@@ -454,11 +585,16 @@ def previous_token_ablation_effects(
     targets: Sequence[Head],
     progress: Progress | None = None,
     clean: CleanRun | None = None,
+    typed: Sequence[Head] = (),
+    n_random: int = N_RANDOM,
+    seed: int = 0,
 ) -> CausalEffects:
     """Drop in the mean induction score of the `targets` (induction heads) in layers after the
     earliest candidate when candidates are mean-ablated: each alone, each with the other candidates
-    ablated, all together. Candidates in or after the last target's layer are not tested. `clean`:
-    the probe's clean run (with the candidates' layers and the targets' patterns), if already made."""
+    ablated, all together; each judged against `n_random` random heads of its layer not `typed` nor
+    candidates (`random_head_classes`, drawn with `seed`). Candidates in or after the last target's
+    layer are not tested. `clean`: the probe's clean run (with the layers of the candidates and their
+    random heads, `ablated_layers`, and the targets' patterns), if already made."""
     heads = [head for head in heads if any(lt > head[0] for lt, _ in targets)]
     start = min((layer for layer, _ in heads), default=0)
     later = [target for target in targets if target[0] > start]
@@ -470,8 +606,9 @@ def previous_token_ablation_effects(
             min_effect=MIN_EFFECT["previous_token"],
         )
     target_layers = sorted({layer for layer, _ in later})
+    classes = random_head_classes(model, heads, typed, n_random, seed)
     if clean is None:
-        clean = clean_run(model, probe, [layer for layer, _ in heads], target_layers)
+        clean = clean_run(model, probe, ablated_layers(classes), target_layers)
     n_groups = len(_row_groups(probe, torch.arange(len(probe.tokens))))
 
     def measure(head_sets: list[list[Head]], look: Tensor, before: int, total: int) -> list[Tensor]:
@@ -506,7 +643,7 @@ def previous_token_ablation_effects(
         return list(values[:, look])
 
     strata = length_strata(probe)
-    return _candidate_effects(heads, measure, -1, MIN_EFFECT["previous_token"], looks(probe), strata)
+    return _candidate_effects(classes, measure, -1, MIN_EFFECT["previous_token"], looks(probe), strata, seed)
 
 
 def causal_checks(
@@ -516,10 +653,13 @@ def causal_checks(
     max_candidates: int = 12,
     progress: Progress | None = None,
     stages: StageResults | None = None,
+    n_random: int = N_RANDOM,
+    seed: int = 0,
 ) -> dict[str, CausalEffects]:
     """Stage 4 of `head_report`: mean-ablate up to `max_candidates` induction candidates (highest
     scores first), then as many previous-token candidates, on the held-out probe (`probes.held_out`:
-    a token family the scores never read). {} when no head is an induction candidate. stages: each
+    a token family the scores never read), each against `n_random` random heads of its layer not over
+    its type's threshold (drawn with `seed`). {} when no head is an induction candidate. stages: each
     check's effects kept as it finishes (INDUCTION_STAGE, then PREVIOUS_TOKEN_STAGE); a check already
     in it is not run again. progress: CLEAN_RUN_STAGE, then the two checks."""
     induction = scores.candidates("induction", max_candidates)
@@ -529,18 +669,25 @@ def causal_checks(
                 progress(f"{stage}: no induction candidate", 0, 0)
         return {}
     previous_token = scores.candidates("previous_token", max_candidates)
+    typed = {kind: typed_heads(scores, kind) for kind in CAUSAL_TYPES}
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
+    ablated = [
+        *ablated_layers(random_head_classes(model, induction, typed["induction"], n_random, seed)),
+        *ablated_layers(random_head_classes(model, previous_token, typed["previous_token"], n_random, seed)),
+    ]
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 0, 1)
-    clean = clean_run(model, probes.held_out, layers, layers, final=True)
+    clean = clean_run(model, probes.held_out, ablated, layers, final=True)
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 1, 1)
     stages = StageResults() if stages is None else stages
     induction_effects = with_held_out_scores(
         stages.run(
             INDUCTION_STAGE,
-            lambda: induction_ablation_effects(model, probes.held_out, induction, progress, clean),
+            lambda: induction_ablation_effects(
+                model, probes.held_out, induction, progress, clean, typed["induction"], n_random, seed
+            ),
             progress,
         ),
         probes.held_out,
@@ -559,6 +706,9 @@ def causal_checks(
             confirmed or induction,
             progress,
             clean,
+            typed["previous_token"],
+            n_random,
+            seed,
         ),
         progress,
     )
@@ -573,6 +723,11 @@ def causal_checks(
             scores.thresholds,
         ),
     }
+
+
+def typed_heads(scores: HeadScores, head_type: str) -> list[Head]:
+    """Every head over `head_type`'s score threshold (highest first): never a random head of the type."""
+    return scores.candidates(head_type, scores.columns[head_type].numel())
 
 
 def with_held_out_scores(

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
-from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, Effect
+from circuits.heads.causal import CAUSAL_TYPES, EFFECTS, CausalEffects, Effect
 from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores
 from interp.types import Head
 
@@ -56,6 +56,7 @@ def classify(
                 row[f"{kind}_verdict"] = found.verdict((layer, head)) if found else ""
                 row[f"{kind}_holds_in"] = found.holds_in((layer, head)) if found else []
                 row[f"{kind}_stopped_early"] = found.stopped_early.get((layer, head), []) if found else []
+                row.update(_beyond_random_cells(found, (layer, head), kind))
                 for stratum in found.by_stratum if found else ():
                     per_stratum = found.by_stratum[stratum].get((layer, head), (nan, nan))
                     alone_s, with_others_s = per_stratum
@@ -64,9 +65,47 @@ def classify(
                         row[f"{kind}_effect_with_others[{stratum}]"],
                         row[f"{kind}_effect_with_others_se[{stratum}]"],
                     ) = with_others_s
+                    for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True):
+                        judged = found.judged.get((layer, head), {}).get(effect)
+                        beyond = (
+                            next((s.beyond for s in judged.strata if s.name == stratum), nan[0])
+                            if judged
+                            else nan[0]
+                        )
+                        row[f"{kind}_beyond_random{suffix}[{stratum}]"] = beyond
             row["types"] = head_types(row, scores.thresholds)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+SUFFIXES = ("", "_with_others")  # the table's column suffix of each of EFFECTS
+
+
+def _beyond_random_cells(found: CausalEffects | None, head: Head, kind: str) -> dict[str, Any]:
+    """The head's `kind` effects against random heads of its layer (`CausalEffects.judged`): per effect
+    (EFFECTS, column suffixes SUFFIXES) the random heads' mean effect, the effect beyond it (paired per
+    sequence), its standard error and 95% bootstrap CI over the sequences (NaN where not measured);
+    the random heads; the effect that confirms the head ("" if none)."""
+    judged = found.judged.get(head, {}) if found else {}
+    cells: dict[str, Any] = {}
+    for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True):
+        verdict = judged.get(effect)
+        figures = verdict.heldout if verdict else None
+        cells[f"{kind}_random_effect{suffix}"] = figures.random_drop if figures else math.nan
+        cells[f"{kind}_beyond_random{suffix}"] = figures.beyond if figures else math.nan
+        per_sequence = verdict.per_prompt.double() if verdict else None
+        cells[f"{kind}_beyond_random{suffix}_se"] = (
+            float(per_sequence.std() / math.sqrt(len(per_sequence)))
+            if per_sequence is not None and len(per_sequence) > 1
+            else math.nan
+        )
+        low, high = figures.beyond_ci if figures else (math.nan, math.nan)
+        cells[f"{kind}_beyond_random{suffix}_ci_low"] = low
+        cells[f"{kind}_beyond_random{suffix}_ci_high"] = high
+    alone = judged.get("alone")
+    cells[f"{kind}_random_heads"] = [label for draw in alone.random_sets for label in draw] if alone else []
+    cells[f"{kind}_confirmed_by"] = found.confirmed_by(head) if found and found.confirmed(head) else ""
+    return cells
 
 
 @dataclass(kw_only=True)
@@ -81,10 +120,15 @@ class HeadReport:
     <type>_effect_with_others(_se) ablating it with the other candidates already ablated (NaN when
     not tested), <type>_held_out_score (the type's attention score on the held-out probe, NaN when not
     a candidate), <type>_verdict (HEAD_VERDICTS, "" when not tested), <type>_holds_in (the
-    repeat-length strata where an effect exceeds the minimum), <type>_stopped_early (its effects,
+    repeat-length strata where an effect beyond random is positive), <type>_stopped_early (its effects,
     "alone" or "with_others_ablated", stopped as futile at the first look: over half the sequences),
-    <type>_confirmed (the verdict is "confirmed"), and the same effects per repeat length,
-    <type>_effect[L=13] and so on; types (list of type names).
+    <type>_confirmed (the verdict is "confirmed"); against the random heads of its layer
+    (<type>_random_heads, labels): <type>_random_effect(_with_others) (their mean effect, ablated alone;
+    on top of all the candidates), <type>_beyond_random(_with_others) (the head's effect minus theirs,
+    paired per sequence) with _se and its 95% bootstrap CI _ci_low, _ci_high, <type>_confirmed_by (the
+    effect that confirms the head, "alone" or "with_others_ablated"; "" if none); and the same effects
+    per repeat length, <type>_effect[L=13], <type>_beyond_random[L=13] and so on; types (list of type
+    names). Units: nats (induction), a fraction of attention (previous_token).
     """
 
     model_name: str
@@ -140,6 +184,12 @@ class HeadReport:
                             "verdict": row.get(f"{kind}_verdict") or None,
                             "holds_in": list(row.get(f"{kind}_holds_in", [])),
                             "stopped_early": list(row.get(f"{kind}_stopped_early", [])),
+                            "random_heads": list(row.get(f"{kind}_random_heads", [])),
+                            "confirmed_by": row.get(f"{kind}_confirmed_by") or None,
+                            "beyond_random": {
+                                effect: _beyond_random_data(row, kind, suffix)
+                                for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True)
+                            },
                             "by_stratum": {
                                 stratum: {
                                     "effect": _float(row[f"{kind}_effect[{stratum}]"]),
@@ -149,6 +199,10 @@ class HeadReport:
                                     ),
                                     "se_with_others_ablated": _float(
                                         row[f"{kind}_effect_with_others_se[{stratum}]"]
+                                    ),
+                                    "beyond_random": _float(row.get(f"{kind}_beyond_random[{stratum}]")),
+                                    "beyond_random_with_others_ablated": _float(
+                                        row.get(f"{kind}_beyond_random_with_others[{stratum}]")
                                     ),
                                 }
                                 for stratum in _strata(row, kind)
@@ -168,6 +222,23 @@ class HeadReport:
             "group_effects": groups,
             "heads": heads,
         }
+
+
+def _beyond_random_data(row: dict[str, Any], kind: str, suffix: str) -> dict[str, Any] | None:
+    """One effect against random heads of the head's layer, as JSON numbers (None: not measured, or a
+    file saved before the random baseline)."""
+    beyond = _float(row.get(f"{kind}_beyond_random{suffix}"))
+    if beyond is None:
+        return None
+    return {
+        "random_effect": _float(row[f"{kind}_random_effect{suffix}"]),
+        "beyond": beyond,
+        "se": _float(row[f"{kind}_beyond_random{suffix}_se"]),
+        "ci": [
+            _float(row[f"{kind}_beyond_random{suffix}_ci_low"]),
+            _float(row[f"{kind}_beyond_random{suffix}_ci_high"]),
+        ],
+    }
 
 
 def _strata(row: dict[str, Any], kind: str) -> list[str]:

@@ -13,16 +13,19 @@ import interp
 from circuits.heads.causal import (
     CAUSAL_TYPES,
     CLEAN_RUN_STAGE,
-    CONFIRM_SE,
     FUTILITY_ERROR,
     FUTILITY_SE,
     INDUCTION_STAGE,
     MIN_EFFECT,
+    N_RANDOM,
     PREVIOUS_TOKEN_STAGE,
     CausalEffects,
+    ablated_layers,
     causal_checks,
     clean_run,
     induction_ablation_effects,
+    random_head_classes,
+    typed_heads,
     with_held_out_scores,
 )
 from circuits.heads.classify import HeadReport, classify
@@ -62,6 +65,7 @@ def head_report(
     max_candidates: int = 12,
     batch_size: int = 8,
     stages: StageResults | None = None,
+    n_random: int = N_RANDOM,
 ) -> HeadReport:
     """Score, causally check and classify every attention head of `model`.
 
@@ -69,8 +73,9 @@ def head_report(
     n_samples unrepeated ones, and natural_text (default NATURAL_TEXT with a tokenizer; () skips it),
     the random ones of the discovery token family. Causal checks (unless causal=False) run on at most
     `max_candidates` induction and previous-token candidates each (highest scores first), on n_samples
-    fresh repeated sequences per repeat length of the held-out family; `batch_size` sequences per
-    forward pass while scoring.
+    fresh repeated sequences per repeat length of the held-out family, each candidate against `n_random`
+    random heads of its layer (`causal.random_head_classes`); `batch_size` sequences per forward pass
+    while scoring.
     progress(stage, done, total) is called as each stage advances (None: nothing is reported): the
     stages of KEPT_STAGES (the first only without `causal`) and BETWEEN_STAGES.
     stages: each of KEPT_STAGES' results kept as it finishes; those already in it (a resumed run's,
@@ -78,6 +83,10 @@ def head_report(
     """
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
+    if n_random < 1:
+        raise ValueError(
+            f"n_random must be >= 1 (the random heads a candidate is compared with), got {n_random}."
+        )
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")  # NaN would type no head
     stages = StageResults() if stages is None else stages
     probes = make_probes(model, n_samples, seed, seq_len, natural_text)
@@ -87,13 +96,13 @@ def head_report(
     weights = weight_scores(model, scores.candidates("previous_token", max_candidates))
     effects = {}
     if causal:
-        effects = causal_checks(model, probes, scores, max_candidates, progress, stages)
+        effects = causal_checks(model, probes, scores, max_candidates, progress, stages, n_random, seed)
     cfg = model.cfg
     return HeadReport(
         model_name=cfg.model_name,
         provenance=interp.provenance(model),
         table=classify(scores, weights, effects),
-        settings=_settings(probes, n_samples, seed, causal, max_candidates),
+        settings=_settings(probes, n_samples, seed, causal, max_candidates, n_random),
         thresholds=scores.thresholds,
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
@@ -132,9 +141,13 @@ def confirmed_induction(
     candidates = scores.candidates("induction", max_candidates)
     if not candidates:
         return []
+    typed = typed_heads(scores, "induction")
     layers = [layer for layer, _ in candidates]
-    clean = clean_run(model, probes.held_out, layers, layers, final=True)
-    effects = induction_ablation_effects(model, probes.held_out, candidates, progress, clean)
+    ablated = ablated_layers(random_head_classes(model, candidates, typed, N_RANDOM, seed))
+    clean = clean_run(model, probes.held_out, ablated, layers, final=True)
+    effects = induction_ablation_effects(
+        model, probes.held_out, candidates, progress, clean, typed, N_RANDOM, seed
+    )
     effects = with_held_out_scores(effects, probes.held_out, clean, candidates, "induction", limits)
     return [head for head in candidates if effects.confirmed(head)]
 
@@ -149,7 +162,9 @@ def heads_stage_notes(stage: str, value: HeadScores | CausalEffects) -> list[str
     return [f"Confirmed by ablation: {', '.join(confirmed) or 'none'} (of {len(value.alone)} candidates)."]
 
 
-def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candidates: int) -> dict[str, Any]:
+def _settings(
+    probes: Probes, n_samples: int, seed: int, causal: bool, max_candidates: int, n_random: int
+) -> dict[str, Any]:
     """What the report was made with (its JSON's "settings")."""
     return {
         "n_samples": n_samples,
@@ -170,15 +185,20 @@ def _settings(probes: Probes, n_samples: int, seed: int, causal: bool, max_candi
         ),
         "causal_method": (
             "each candidate mean-ablated alone and with the other candidates of its type already "
-            "ablated (minimality); confirmed when either effect exceeds the threshold and the head's "
-            "score on the held-out probe clears its type's threshold; sequential "
-            "stopping in two looks (half of each repeat length's sequences, then the rest): an effect "
-            "whose mean + futility_se_times standard errors is below the minimum effect after the first "
-            "look is not run on the rest (an effect truly at the minimum is stopped so with probability "
-            f"at most {FUTILITY_ERROR:.2%}, normal approximation)"
+            "ablated (minimality), each effect against n_random random heads of the candidate's layer "
+            "not over its type's threshold (drawn once per layer with the seed + the layer), ablated "
+            "alone and on top of all the candidates: its effect beyond their mean, paired per held-out "
+            "sequence, with a 95% "
+            "bootstrap CI (circuits.evidence.judge_class); confirmed when, for either effect, that CI "
+            "excludes 0, the figure beyond random is at least the minimum effect and positive at most "
+            "repeat lengths, and the head's score on the held-out probe clears its type's threshold; "
+            "sequential stopping in two looks (half of each repeat length's sequences, then the rest): "
+            "an effect whose figure beyond random + futility_se_times standard errors is below the minimum "
+            "effect after the first look is not run on the rest (an effect truly at the minimum is "
+            f"stopped so with probability at most {FUTILITY_ERROR:.2%}, normal approximation)"
         ),
-        "confirm_if_effect_exceeds_se_times": CONFIRM_SE,
+        "n_random": n_random,
         "futility_se_times": FUTILITY_SE,
-        "confirm_if_effect_at_least": MIN_EFFECT,
+        "confirm_if_beyond_random_at_least": MIN_EFFECT,
         "n_bootstrap": N_BOOTSTRAP,
     }

@@ -48,7 +48,8 @@ FAMILY_NAMES = {"discovery": "even token ids", "held_out": "odd token ids"}
 HELD_OUT_SEED_OFFSET = 2  # the held-out probe is drawn from seed + 2 (the random probe: seed + 1)
 HELD_OUT_RULE = (  # in --save files' options and the names of cached heads' files: another rule's are refused
     f"scores on {FAMILY_NAMES['discovery']}, causal checks and scores again on fresh "
-    f"{FAMILY_NAMES['held_out']} (seed + {HELD_OUT_SEED_OFFSET})"
+    f"{FAMILY_NAMES['held_out']} (seed + {HELD_OUT_SEED_OFFSET}), each effect against random heads of "
+    "its layer"
 )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE, MIN_EFFECT, significant_effect
+from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE, MIN_EFFECT
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
 from circuits.output import safe_csv
@@ -59,26 +59,32 @@ LEGEND = (
     "Units and signs. Attention scores are fractions of a query's attention (0 to 1; broad: normalised "
     "entropy, 0 to 1); copying lies in [−1, +1] (+1: copies the attended token, −1: suppresses it); "
     "k_composition in [0, 1]. Causal effects are mean ablations of the head's output on the held-out "
-    "sequences, ± one standard error over them, as alone / with the other candidates of its type "
-    "ablated (–: not measured, the head is confirmed alone at every repeat length): "
+    "sequences, as alone / with the other candidates of its type ablated (–: not measured, the head is "
+    "confirmed alone at every repeat length): "
     "Δloss = ablated − clean loss on the repeated tokens, in nats (positive: the head helps predict "
     "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
-    "attention (positive: the head feeds them). score: the attention score that chose the head, on the "
-    "discovery token family → the same score on the held-out family (held out: that score of its "
-    "induction type, else its previous-token type). ✓: confirmed by ablation: the effect (alone or with "
-    "the others ablated) exceeds 2 standard errors and 0.02 over all the held-out sequences; it exceeds "
-    "0.02 on the sequences of more than half of the probe's repeat lengths (else: length-dependent, not "
-    "confirmed); and the held-out score clears the type's threshold (else: score not held out, not "
-    f"confirmed). ✓{WITH_OTHERS_MARK}: confirmed only with the other candidates of its type ablated (alone "
-    "its effect is under 2 standard errors or 0.02: the others stand in for it). effect/SE: the effect "
-    f"that confirmed the head / its standard error (alone; with the others ablated for ✓{WITH_OTHERS_MARK}), "
-    "the order of the table. "
+    'attention (positive: the head feeds them). beyond random, "+0.40 [+0.35, +0.45] (0.05)": the '
+    "confirming effect (else the effect alone) minus the mean effect of random heads of the head's "
+    "layer not over its type's threshold (ablated alone; on top of all the candidates for the effect "
+    "with the others ablated), paired per held-out sequence, its 95% bootstrap CI over the sequences, "
+    "and that mean in "
+    "parentheses. score: the "
+    "attention score that chose the head, on the discovery token family → the same score on the "
+    "held-out family (held out: that score of its induction type, else its previous-token type). ✓: "
+    "confirmed by ablation: an effect (alone or with the others ablated) is beyond random, its CI "
+    "excluding 0, by at least 0.02 over all the held-out sequences; beyond random at more than half of "
+    "the probe's repeat lengths (else: length-dependent, not confirmed); and the held-out score clears "
+    f"the type's threshold (else: score not held out, not confirmed). ✓{WITH_OTHERS_MARK}: confirmed "
+    "only with the other candidates of its type ablated (alone its effect is not beyond random: the "
+    "others stand in for it). The table's order: beyond/SE, the confirming effect beyond random / its "
+    "standard error over the sequences (--format csv/json have both). "
     "†: stopped early as futile (sequential stopping in two looks): on the first half of each repeat "
-    f"length's sequences the effect + {FUTILITY_SE:g} standard errors was below 0.02, so it was not run "
-    "on the second half and is over the first; an effect truly at least 0.02 is stopped so with "
-    f"probability at most {FUTILITY_ERROR:.2%} (normal approximation), and stopping never confirms a head."
+    f"length's sequences the effect beyond random + {FUTILITY_SE:g} standard errors was below 0.02, so "
+    "it was not run on the second half and is over the first; an effect truly at least 0.02 beyond "
+    f"random is stopped so with probability at most {FUTILITY_ERROR:.2%} (normal approximation), and "
+    "stopping never confirms a head."
 )
-WIDE_TERMINAL = 172  # columns from which the terminal table shows every score
+WIDE_TERMINAL = 184  # columns from which the terminal table shows every score
 FILE_WIDTH = 200  # the columns of the table format written to a file
 
 
@@ -139,8 +145,14 @@ def headline(report: HeadReport) -> str:
         listed = f" ({', '.join(heads[:4])}{' …' if len(heads) > 4 else ''})" if heads else ""
         found.append(f"{len(heads)} {kind} heads{listed}")
     unconfirmed, sinks = len(unconfirmed_typed_rows(report)), len(first_token_only_rows(report))
+    against = (
+        " beyond random heads of their layers"
+        if report.settings.get("n_random") and report.settings["causal"]
+        else ""
+    )
     return (
-        f"{report.model_name}: confirmed by ablation: {', '.join(found)}; {_heads(unconfirmed, 'more')} "
+        f"{report.model_name}: confirmed by ablation{against}: {', '.join(found)}; "
+        f"{_heads(unconfirmed, 'more')} "
         "typed by their attention scores alone (not confirmed)"
         + (f", {sinks} of them first_token only." if sinks else ".")
     )
@@ -247,9 +259,44 @@ def chose_lines(report: HeadReport) -> list[str]:
         "and they share no token with the sequences that chose them but the BOS (neither holds a special "
         "token).",
         *held_out_score_lines(report),
+        *random_heads_lines(report),
         "effects: Δloss = ablated − clean loss on the repeated tokens (nats); Δind = clean − ablated "
         "induction score of the later induction heads (positive: the head helps).",
     ]
+
+
+def random_heads_lines(report: HeadReport) -> list[str]:
+    """What the candidates' effects are compared with: the random heads of each layer with candidates,
+    per type, and the layers whose random heads come from other layers (none of theirs was left)."""
+    table = report.table
+    lines = []
+    for kind in CAUSAL_TYPES:
+        column = f"{kind}_random_heads"
+        if column not in table:  # a file saved before the random baseline
+            return []
+        by_layer = {}
+        for row in table.to_dict("records"):
+            if row[column]:
+                by_layer.setdefault(row["layer"], row[column])
+        if not by_layer:
+            continue
+        listed = "; ".join(f"L{layer}: {', '.join(heads)}" for layer, heads in sorted(by_layer.items()))
+        elsewhere = [f"L{layer}" for layer, heads in sorted(by_layer.items())
+                     if any(not label.startswith(f"L{layer}H") for label in heads)]  # fmt: skip
+        lines.append(
+            f"{kind.replace('_', '-')} candidates against random heads: each effect is compared with "
+            f"{report.settings['n_random']} random heads of the candidate's layer not over the "
+            f"{kind.replace('_', '-')} threshold (drawn once per layer, seed {report.settings['seed']} + "
+            "the layer), "
+            f"paired per held-out sequence, 95% bootstrap CI; {listed}."
+            + (
+                f" {', '.join(elsewhere)} had no such head left, so "
+                f"{'its' if len(elsewhere) == 1 else 'their'} random heads come from other layers."
+                if elsewhere
+                else ""
+            )
+        )
+    return lines
 
 
 def held_out_score_lines(report: HeadReport) -> list[str]:
@@ -292,7 +339,7 @@ def _columns(report: HeadReport) -> list[str]:
     lengths = [f"ind@{n}" for n in report.settings["induction_lengths"]]
     scores = [SHORT[name] for name in SCORE_NAMES if name != "induction"]
     return ["head", "types", *lengths, *scores, *(SHORT[name] for name in WEIGHT_SCORES), "held out",
-            "Δloss", "Δind", "effect/SE"]  # fmt: skip
+            "Δloss", "Δind", BEYOND_COLUMN]  # fmt: skip
 
 
 def _cells(report: HeadReport, row) -> list[str]:
@@ -304,7 +351,8 @@ def _cells(report: HeadReport, row) -> list[str]:
     held_out = next(
         (row[f"{kind}_held_out_score"] for kind in CAUSAL_TYPES if _was_candidate(row, kind)), None
     )
-    return [head, _types(row), *(_number(row[name]) for name in names), _number(held_out), *effects, _z(row)]
+    return [head, _types(row), *(_number(row[name]) for name in names), _number(held_out), *effects,
+            _beyond_cell(row)]  # fmt: skip
 
 
 def _was_candidate(row, kind: str) -> bool:
@@ -324,14 +372,36 @@ def _effect_pair(row, kind: str, separator: str) -> str:
     return separator.join(cells)
 
 
-def _z(row) -> str:
-    """The evidence the tables sort by (the confirming effect / its standard error); blank where
-    unconfirmed."""
-    return "" if (z := evidence(row)) == -math.inf else f"{z:.1f}"
+BEYOND_COLUMN = "beyond random"  # cells: "+0.40 [+0.35, +0.45] (0.05)": its 95% CI, (random)
+
+
+def _shown_effect(row) -> tuple[str, str] | None:
+    """(type, column suffix) of the effect the tables show against random heads: the confirming effect
+    of the head's strongest confirmed type (`evidence`), else its effect alone as the first type it was
+    a candidate of; None where it was none's (or the file holds no random baseline)."""
+    confirmed = [kind for kind in CAUSAL_TYPES if row[f"{kind}_confirmed"]]
+    if confirmed:
+        kind = max(confirmed, key=lambda kind: _evidence_of(row, kind))
+        return kind, "_with_others" if confirmed_with_others_only(row, kind) else ""
+    measured = [kind for kind in CAUSAL_TYPES if not math.isnan(row.get(f"{kind}_beyond_random", math.nan))]
+    return (measured[0], "") if measured else None
+
+
+def _beyond_cell(row) -> str:
+    """ "+0.40 [+0.35, +0.45] (0.05)": the shown effect (`_shown_effect`) beyond random heads of its
+    layer, its 95% CI, and the random heads' mean effect ("" where none)."""
+    shown = _shown_effect(row)
+    if shown is None or math.isnan(row.get(f"{shown[0]}_beyond_random{shown[1]}", math.nan)):
+        return ""
+    column = f"{shown[0]}_beyond_random{shown[1]}"
+    low, high = row[f"{column}_ci_low"], row[f"{column}_ci_high"]
+    random = row[f"{shown[0]}_random_effect{shown[1]}"]
+    return f"{row[column]:+.2f} [{low:+.2f}, {high:+.2f}] ({random:.2f})"
 
 
 def _compact_cells(row) -> list[str]:
-    """head, types, the score of its main type, the causal evidence, effect / standard error."""
+    """head, types, the score of its main type, the causal evidence and its comparison with random
+    heads (`_beyond_cell`)."""
     main = next((name for name in row["types"] if name not in ("first_token", "broad")), row["types"][0])
     effect = ""
     for kind, unit in (("induction", "Δloss"), ("previous_token", "Δind")):
@@ -344,7 +414,7 @@ def _compact_cells(row) -> list[str]:
         _types(row),
         f"{SHORT[main]} {row[main]:.2f}" + ("" if math.isnan(held_out) else f" → {held_out:.2f}"),
         effect,
-        _z(row),
+        _beyond_cell(row),
     ]
 
 
@@ -352,27 +422,39 @@ def _compact_cells(row) -> list[str]:
 # Terminal
 
 
+SAVED_BEFORE_RANDOM_SE = 2.0  # files saved before the random baseline confirmed an effect > 2 standard errors
+
+
 def confirmed_with_others_only(row, kind: str) -> bool:
     """The head is confirmed as `kind` by its effect with the other candidates ablated, its effect alone
-    not significant (the others stand in for it)."""
-    return bool(row[f"{kind}_confirmed"]) and not significant_effect(
-        (row[f"{kind}_effect"], row[f"{kind}_effect_se"]), MIN_EFFECT[kind]
-    )
+    not confirmed (the others stand in for it): `<kind>_confirmed_by`; in a file saved before the random
+    baseline, its effect alone was not over 2 standard errors and 0.02."""
+    if not row[f"{kind}_confirmed"]:
+        return False
+    if f"{kind}_confirmed_by" in row:
+        return row[f"{kind}_confirmed_by"] == "with_others_ablated"
+    effect, se = row[f"{kind}_effect"], row[f"{kind}_effect_se"]
+    return not effect > max(SAVED_BEFORE_RANDOM_SE * se, MIN_EFFECT[kind])
+
+
+def _evidence_of(row, kind: str) -> float:
+    """The confirming effect of `kind` beyond random / its standard error (in a file saved before the
+    random baseline: the confirming effect / its standard error)."""
+    suffix = "_with_others" if confirmed_with_others_only(row, kind) else ""
+    column = f"{kind}_beyond_random{suffix}" if f"{kind}_confirmed_by" in row else f"{kind}_effect{suffix}"
+    return row[column] / row[f"{column}_se"]
 
 
 def evidence(row) -> float:
-    """A head's strongest confirming effect / its standard error, over its confirmed types: the effect
-    alone, or with the others ablated where only that one is significant (-inf: none confirmed)."""
-    ratios = []
-    for kind in CAUSAL_TYPES:
-        if row[f"{kind}_confirmed"]:
-            effect = f"{kind}_effect" + ("_with_others" if confirmed_with_others_only(row, kind) else "")
-            ratios.append(row[effect] / row[f"{effect}_se"])
-    return max(ratios, default=-math.inf)
+    """A head's strongest confirming effect beyond random / its standard error, over its confirmed
+    types (`_evidence_of`; -inf: none confirmed)."""
+    return max(
+        (_evidence_of(row, kind) for kind in CAUSAL_TYPES if row[f"{kind}_confirmed"]), default=-math.inf
+    )
 
 
 def confirmed_rows(report: HeadReport):
-    """Typed heads confirmed by ablation, the strongest evidence (effect / standard error) first."""
+    """Typed heads confirmed by ablation, the strongest evidence (beyond random / standard error) first."""
     rows = classified_rows(report)
     strength = [evidence(row) for row in rows.to_dict("records")]
     rows = rows.assign(_evidence=strength)
@@ -485,15 +567,16 @@ def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True
     if all_heads:
         rows, title = (
             ranked_rows(report),
-            "Every typed head: confirmed by ablation first (by effect/SE), then by layer",
+            "Every typed head: confirmed by ablation first (by beyond/SE), then by layer",
         )
     else:
         rows, title = (
             confirmed,
-            "Heads confirmed by ablation, by effect/SE (the confirming effect / its standard error)",
+            "Heads confirmed by ablation, by beyond/SE (the confirming effect beyond random heads / its "
+            "standard error)",
         )
     effect = "causal effect alone / with the others ablated (nats / score)"
-    columns = _columns(report) if wide else ["head", "types", "score", effect, "effect/SE"]
+    columns = _columns(report) if wide else ["head", "types", "score", effect, BEYOND_COLUMN]
     hints = [note for note in [unlisted_note(report, all_heads)] if note]
     hints.append(
         ("" if wide else "--wide shows every score; ") + "--format csv/json has standard errors too."

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from interp.checks import check_padding_mask, check_pair
 from interp.edges.graph import EdgeGraph, edge_graph
-from interp.interventions.ablation import Ablation
+from interp.interventions.ablation import Ablation, check_means_defined
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
 from interp.model.cache import ActivationCache
@@ -458,7 +458,8 @@ def ablated_outputs(
     position (mean), their outputs on a random reference prompt per clean prompt (resample, drawn with
     the Ablation's seed), or zero. The Ablation's mask: the reference prompts' padding mask [n, pos]
     (the corrupted prompts' where it has no reference): each position's mean is over the prompts real
-    there, NaN where none is. Without it, right padding's outputs join the means."""
+    there; a position where none is has no mean, refused where a clean prompt is real and 0 at
+    padding (`check_means_defined`). Without it, right padding's outputs join the means."""
     ablation = edge_ablation(ablation)
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_pair(clean, corrupted)
@@ -479,8 +480,11 @@ def ablated_outputs(
     if ablation.kind == "mean":
         if ablation.mask is None:
             return outputs.mean(1, keepdim=True)
-        real = check_padding_mask(ablation.mask, *reference.shape)[:, : clean.shape[1]]
-        return masked_mean(outputs, real[None, :, :, None], 1, keepdim=True)
+        real = check_padding_mask(ablation.mask, *reference.shape)[:, : clean.shape[1]].bool()
+        undefined = ~real.any(0, keepdim=True)  # [1, pos]: no reference prompt real there
+        check_means_defined(undefined, model._real_tokens(clean, {}), "edges' mean ablation")
+        mean = masked_mean(outputs, real[None, :, :, None], 1, keepdim=True)
+        return mean.masked_fill(undefined.to(mean.device)[None, :, :, None], 0.0)
     drawn = torch.randint(
         reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(ablation.seed)
     )

@@ -24,7 +24,7 @@ from typing import Literal
 
 import pandas as pd
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from interp.checks import (
@@ -85,9 +85,9 @@ class Ablation:
       only and default to the corrupted prompts (mean, resample).
     mask: the reference's padding mask [n_ref, pos] (True or 1 at real tokens, False or 0 at padding;
       in edge functions without a reference, the corrupted prompts'): each position's mean is over the
-      references real there, NaN where none is (a run that reads such a position gives NaN, not a
-      silently wrong number); zero and counterfactual ablation average nothing and ignore it;
-      resample ablation refuses it.
+      references real there; where none is there is no mean: refused where an input prompt is real,
+      0 where it is padding (`check_means_defined`); zero and counterfactual ablation average
+      nothing and ignore it; resample ablation refuses it.
     groups: the reference prompts' groups [n_ref] (mean and resample).
     seed: seeds resample's draw.
 
@@ -196,7 +196,7 @@ class Replacement:
             raise ValueError(GROUPS_ERROR)
         if reference_mask is not None and ablation.kind == "resample":
             raise ValueError(RESAMPLE_MASK_ERROR)  # padded texts
-        self.kind = ablation.kind
+        self.model, self.kind = model, ablation.kind
         self.reference_mask = (
             None if reference_mask is None else check_padding_mask(reference_mask, n_ref, n_pos)
         )
@@ -262,8 +262,14 @@ class Replacement:
     ) -> dict[str, Tensor]:
         """name -> the values for runs on `tokens` (their `groups` [batch] pick per-group values),
         broadcastable to the activation [batch, pos, ...]: prompts shorter than the reference take
-        the values of its first positions."""
-        return {name: _fit_length(name, tokens, self.values(name, tokens.shape[0], groups)) for name in names}
+        the values of its first positions. A mean undefined at a position (no reference prompt real
+        there) is refused where a prompt of `tokens` is real, and 0 at padding."""
+        batch = tokens.shape[0]
+        values = {name: _fit_length(name, tokens, self.values(name, batch, groups)) for name in names}
+        if self.kind != "mean" or self.reference_mask is None:
+            return values
+        real = self.model._real_tokens(tokens, {})
+        return {name: _defined_means(name, value, real) for name, value in values.items()}
 
     def interventions(
         self,
@@ -286,6 +292,35 @@ class Replacement:
             return values
 
         return [Intervention(site, fitted(site.name)) for site in sites]
+
+
+def check_means_defined(
+    undefined: Bool[Tensor, "rows pos"], real: Bool[Tensor, "batch pos"] | None, where: str
+) -> None:
+    """Refuse a mean ablation that would write an undefined mean (no reference prompt real at the
+    position: `undefined`, rows 1 or batch) at a real token of an input prompt (`real`; None: every
+    token is real). Where only padding takes it, the caller writes 0 instead of NaN: a NaN there
+    would reach the real tokens through attention (0 x NaN)."""
+    needed = torch.ones_like(undefined, dtype=torch.bool) if real is None else real.to(undefined.device)
+    bad = undefined & needed
+    if bool(bad.any()):
+        prompt, pos = bad.nonzero()[0].tolist()
+        raise ValueError(
+            f"{where}: input prompt {prompt} is real at position {pos}, where none of the reference prompts "
+            "(of its group) is, so mean ablation has no mean to write there; give reference prompts at least "
+            "as long as each input prompt (e.g. the longer prompts of the pair), or ablate with zero or "
+            "counterfactual"
+        )
+
+
+def _defined_means(name: str, values: Tensor, real: Tensor | None) -> Tensor:
+    """Mean-ablation values [rows, pos, ...] for runs on prompts whose real tokens are `real`:
+    refused where a real token would take an undefined (NaN) mean, 0 where only padding does."""
+    undefined = values.isnan()
+    if not bool(undefined.any()):
+        return values
+    check_means_defined(undefined.flatten(2).any(-1) if values.ndim > 2 else undefined, real, name)
+    return values.masked_fill(undefined, 0.0)
 
 
 def _fit_length(name: str, act: Tensor, value: Tensor) -> Tensor:
