@@ -56,7 +56,7 @@ def main() -> None:
     settings = EdgeCircuitSettings(n_edges=args.edges, curve_fractions=MIB_FRACTIONS if args.curve else None)
     result = find_edge_circuit(model, task, settings, heldout=heldout, progress=progress)
     total_cpu, total_wall = time.process_time() - began_cpu, time.perf_counter() - began_wall
-    out = result.to_json()
+    out = result.json_data()
     circuit = out["circuit"]
     print(f"circuit of {circuit['n_edges']} edges, mask steps run: {steps[0]}")
     print(

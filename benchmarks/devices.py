@@ -85,7 +85,7 @@ def findings(model, clock: Callable[[], float], n_edges: int) -> tuple[dict[str,
         "interp circuit",
         lambda: find_edge_circuit(model, task, EdgeCircuitSettings(n_edges=n_edges), heldout=heldout),
     )
-    out = circuit.to_json()["circuit"]
+    out = circuit.json_data()["circuit"]
     found["edge circuit held-out faithfulness"] = [out["faithfulness"], *out["faithfulness_ci"]]
     return seconds, found
 

@@ -12,7 +12,6 @@ each stage, discovery, evaluation and held-out validation separately, and the ra
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 
@@ -21,7 +20,7 @@ import torch
 import interp
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.report import ioi_sections
-from circuits.sections import render_markdown
+from circuits.sections import render_markdown, result_json
 from interp import metrics
 from interp.interventions.patching import activation_patching
 from interp.runtime.memory import keep_freed_memory
@@ -61,7 +60,7 @@ def main() -> None:
     print(f"interp ioi / all-heads sweep: {ratio:.1f}x (target <= 3x: {verdict})")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:
-            json.dump(result.to_json(), file, indent=2)
+            file.write(result_json(result))
 
 
 def all_heads_sweep_seconds(

@@ -1033,7 +1033,7 @@ def _icl_fv(model, families, n_prompts, n_shots, fv_heads, candidates, n_random,
     """`interp icl --fv`: function-vector heads beside the induction heads."""
     from circuits.icl import FunctionVectorSettings, function_vector_report
     from circuits.icl.fv_pipeline import function_vector_stages, fv_stage_notes
-    from circuits.icl.fv_report import FORMATS, write_fv_report
+    from circuits.icl.report import FORMATS, write_fv_report
     from interp.tasks.icl_tasks import ICL_TASKS
 
     check_format(format, out, FORMATS)

@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import torch
 from rich.console import Console
 
 from circuits.edge_circuits.tasks import file_task
 from circuits.output import safe_csv
-from circuits.sections import Report, Section, Table, write_sections
+from circuits.sections import Report, Section, Table, ci_text, write_sections
 from interp import HookedTransformer, metrics
 from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
 from interp.interventions.results import PatchResult
@@ -38,6 +39,10 @@ class PatchReport:
     direction: str
     result: PatchResult
     top: int = 10
+
+    def json_data(self) -> pd.DataFrame:
+        """What `--format json` holds (`circuits.sections.result_json`): every patch's row of `ranked`."""
+        return self.ranked()
 
     def ranked(self):
         """Summary rows (mean and 95 % bootstrap CI per patch), the strongest effect first."""
@@ -104,7 +109,7 @@ def _title(report: PatchReport) -> str:
     )
 
 
-def headline(report: PatchReport) -> str:
+def patch_headline(report: PatchReport) -> str:
     """The finding in one sentence: the strongest patch, and how many patches move the metric beyond
     its unpatched value (0 when denoising the corrupted run, 1 when noising the clean run)."""
     ranked = report.ranked()
@@ -115,7 +120,8 @@ def headline(report: PatchReport) -> str:
     beyond = int(((ranked["ci_low"] > unpatched) | (ranked["ci_high"] < unpatched)).sum())
     return (
         f"{report.model}, patching {report.component} ({report.direction}): strongest {site}, "
-        f"{best.mean:.3f} [{best.ci_low:.3f}, {best.ci_high:.3f}] on the normalised logit difference; "
+        f"{best.mean:.3f} {ci_text((best.ci_low, best.ci_high), 3, sign=False)} on the normalised logit "
+        "difference; "
         f"{beyond} of {len(ranked)} patches move it beyond {unpatched} (95% CI)."
     )
 
@@ -127,7 +133,7 @@ def patch_sections(report: PatchReport) -> Report:
     """The report: the finding, then the top `report.top` patches, the strongest first."""
     rows = [
         [str(row.layer), "" if row.head is None else str(row.head), str(row.position), f"{row.mean:.3f}",
-         f"[{row.ci_low:.3f}, {row.ci_high:.3f}]"]
+         ci_text((row.ci_low, row.ci_high), 3, sign=False)]
         for row in report.ranked().head(report.top).itertuples()
     ]  # fmt: skip
     strongest = Section(
@@ -135,15 +141,14 @@ def patch_sections(report: PatchReport) -> Report:
         table=Table(columns=COLUMNS, rows=rows, right=COLUMNS),
     )  # fmt: skip
     return Report(
-        title=f"Activation patching of {report.model}", headline=[headline(report)], sections=[strongest]
+        title=f"Activation patching of {report.model}",
+        headline=[patch_headline(report)],
+        sections=[strongest],
     )
 
 
 def write_patch_report(report: PatchReport, format: str, out: str | Path | None, console: Console) -> None:
     """Render `report` in `format` to the file `out`, or to the console when out is None: csv and json
     hold every patch, the other formats the top rows."""
-    data = {
-        "csv": lambda: safe_csv(report.ranked()),
-        "json": lambda: report.ranked().to_json(orient="records", indent=2),
-    }
-    write_sections(patch_sections(report), format, out, console, data, width=200)
+    data = {"csv": lambda: safe_csv(report.ranked())}
+    write_sections(patch_sections(report), format, out, console, report, data, width=200)

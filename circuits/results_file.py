@@ -53,10 +53,8 @@ from circuits.hop.report import FORMATS as HOP_FORMATS
 from circuits.hop.report import write_hop_report
 from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
 from circuits.icl.fv_pipeline import QueryEffects
-from circuits.icl.fv_report import FORMATS as FV_FORMATS
-from circuits.icl.fv_report import write_fv_report
 from circuits.icl.report import FORMATS as ICL_FORMATS
-from circuits.icl.report import write_icl_report
+from circuits.icl.report import write_fv_report, write_icl_report
 from circuits.ioi.report import FORMATS as IOI_FORMATS
 from circuits.ioi.report import write_ioi_report
 from circuits.ioi.results import IOICircuitResult
@@ -92,6 +90,12 @@ class PartialResult:
     def missing(self) -> list[str]:
         return [stage for stage in self.stages if stage not in self.done]
 
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds (`circuits.sections.result_json`): the command, its settings, the
+        stages done and missing with their notes (the stages' results: `--save`'s file)."""
+        return {"command": self.command, "settings": self.settings, "stages": self.stages,
+                "done": list(self.done), "missing": self.missing, "notes": self.notes}  # fmt: skip
+
 
 def write_partial_report(
     result: PartialResult, format: str, out: str | Path | None, console: Console
@@ -111,7 +115,7 @@ def write_partial_report(
             if stage in result.done
         ],
     )
-    sections.write_sections(report, format, out, console)
+    sections.write_sections(report, format, out, console, result)
 
 
 SCHEMA = "interp-result-3"
@@ -125,7 +129,7 @@ KINDS = {  # kind -> (result type, formats, writer)
     "circuit": (EdgeCircuitResult, EDGE_FORMATS, write_edge_report),
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
     "icl": (ICLResult, ICL_FORMATS, write_icl_report),
-    "fv": (FunctionVectorResult, FV_FORMATS, write_fv_report),
+    "fv": (FunctionVectorResult, ICL_FORMATS, write_fv_report),
     "retrieval": (RetrievalResult, RETRIEVAL_FORMATS, write_retrieval_report),
     "hop": (HopResult, HOP_FORMATS, write_hop_report),
     "partial": (PartialResult, sections.FORMATS, write_partial_report),

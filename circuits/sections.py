@@ -1,21 +1,26 @@
 """One report structure: a headline and sections of lines, a table, notes and figures, rendered once
-to the terminal, JSON, Markdown and HTML.
+to the terminal, Markdown and HTML; and one JSON of any result (`result_json`).
 
     report = Report(title="...", headline=["..."], sections=[Section(title="Classes", table=Table(...))])
-    write_sections(report, "markdown", out=None, console=console)
+    write_sections(report, "markdown", out=None, console=console, result=result)
 
 An analysis builds a `Report` from its result (what chose, what tested, the classes with their
 verdicts, the per-stratum table, faithfulness, the figures) and every format shows the same content;
-figures (heat maps, SVGs: HTML fragments) show on the HTML page only.
+figures (heat maps, SVGs: HTML fragments) show on the HTML page only. The JSON holds the result's
+numbers, never text made of them. The standard sections are here: faithfulness
+(`faithfulness_section`) and the one path's result (`path_report`: what chose and what tested, the
+classes with their verdicts, the per-stratum and per-family table, faithfulness, the heads' drops).
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -23,7 +28,11 @@ from rich.table import Table as RichTable
 from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS, StratumFaithfulness, faithfulness_verdict
 from circuits.output import write_output
 from interp.interventions.stats import FaithfulnessSummary
+from interp.io.serialize import plain
 from interp.viz import heatmap_html, html_page, html_table
+
+if TYPE_CHECKING:
+    from circuits.path.steps import PathResult
 
 FORMATS = ("table", "json", "markdown", "html")
 
@@ -54,6 +63,25 @@ class Report:
     title: str
     headline: list[str]
     sections: list[Section]
+
+
+def signed(value: float, digits: int = 3) -> str:
+    """A signed figure as reports write it: "+0.123" ("n/a" for NaN: a figure that could not be had)."""
+    return "n/a" if math.isnan(value) else f"{value:+.{digits}f}"
+
+
+def ci_text(interval: tuple[float, float], digits: int = 3, sign: bool = True) -> str:
+    """A confidence interval as reports write it: "[-0.012, +0.345]" (each bound as `signed`), or
+    without signs "[0.01, 0.35]"."""
+    low, high = interval
+    if sign:
+        return f"[{signed(low, digits)}, {signed(high, digits)}]"
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def percent_ci(interval: tuple[float, float], digits: int = 0) -> str:
+    """A CI of a fraction in %, the unit of the value it goes with: "[12%, 34%]"."""
+    return f"[{interval[0]:.{digits}%}, {interval[1]:.{digits}%}]"
 
 
 def text_sections(report: Report) -> list[Section]:
@@ -134,19 +162,24 @@ def render_html(report: Report) -> str:
     return html_page(report.title, html_fragments(report))
 
 
-def render_json(report: Report) -> str:
-    return json.dumps(asdict(report), indent=2, allow_nan=False)
+def result_json(result: Any) -> str:
+    """The `--format json` output of any command's result: `result.json_data()` where its type has one
+    (figures derived from its fields, a schema of its own), else every field of the result, as plain
+    JSON (`interp.io.serialize.plain`): numbers stay numbers (a CI is [low, high]), tensors are
+    nested lists, NaN and infinities null. `--save` writes the full result instead, to be read back."""
+    data = result.json_data() if hasattr(result, "json_data") else result
+    return json.dumps(plain(data), indent=2, allow_nan=False)
 
 
 def write_sections(
-    report: Report, format: str, out: str | Path | None, console: Console,
+    report: Report, format: str, out: str | Path | None, console: Console, result: Any,
     data: Mapping[str, Callable[[], str]] | None = None, terminal: Report | None = None, width: int = 160,
 ) -> None:  # fmt: skip
-    """Render `report` in `format` to the file `out` (atomically), or to the console when out is None.
-    data: formats an analysis writes as its own data instead ({"json": ..., "csv": ...}: their schemas);
-    terminal: the report the "table" format prints where it differs (a narrower table); width: the
-    columns of the "table" format written to a file."""
-    renderers = {"json": lambda: render_json(report), "markdown": lambda: render_markdown(report),
+    """Render `report` in `format` to the file `out` (atomically), or to the console when out is None;
+    the "json" format is `result_json(result)`. data: formats an analysis writes as its own data
+    ({"csv": ...}); terminal: the report the "table" format prints where it differs (a narrower
+    table); width: the columns of the "table" format written to a file."""
+    renderers = {"json": lambda: result_json(result), "markdown": lambda: render_markdown(report),
                  "html": lambda: render_html(report), **(data or {})}  # fmt: skip
     shown = terminal or report
     write_output(
@@ -187,11 +220,137 @@ def _faithfulness_cells(n_prompts: int, summary: FaithfulnessSummary | None) -> 
     if summary is None:
         reason = TOO_FEW_PROMPTS if n_prompts < MIN_STRATUM_PROMPTS else "undefined (no effect to keep)"
         return [str(n_prompts), reason, "", "", ""]
-    low, high = summary.ratio_ci
     return [
         str(n_prompts),
         f"{summary.ratio:.2f}",
-        f"[{low:.2f}, {high:.2f}]",
+        ci_text(summary.ratio_ci, 2, sign=False),
         f"{summary.error:.2f}",
         f"{summary.within:.0%}",
     ]
+
+
+ABLATION_WORDS = {
+    "counterfactual": "each head's output from its pair's corrupted prompt",
+    "mean": "each head's output averaged over the corrupted prompts real at each position",
+    "zero": "each head's output set to zero",
+    "resample": "each head's output from another pair's corrupted prompt",
+}
+
+
+def path_headline(result: PathResult) -> list[str]:
+    confirmed = [c for c in result.classes if c.verdict == "confirmed"]
+    parts = [
+        f"{len(confirmed)} of {len(result.classes)} head classes confirmed on held-out "
+        + ("families" if result.by_family else "prompts")
+        + (f" ({', '.join(c.name + ': ' + ' '.join(c.heads) for c in confirmed)})" if confirmed else ""),
+        f"the {sum(len(c.heads) for c in result.classes)} heads alone keep faithfulness "
+        f"{result.faithfulness:.2f} {ci_text(result.faithfulness_ci, 2, sign=False)} on {result.n_heldout} "
+        "held-out prompts",
+    ]
+    return ["; ".join(parts) + ".", *result.notes]
+
+
+def path_sections(result: PathResult) -> list[Section]:
+    settings = result.settings
+    chose = Section(
+        title="What chose and what tested",
+        lines=[
+            *(
+                [
+                    f"chosen on {result.n_discovery} prompts of {len(result.chose)} families: "
+                    + ", ".join(result.chose),
+                    f"tested on {result.n_heldout} prompts of {len(result.tested)} other families: "
+                    + ", ".join(result.tested),
+                ]
+                if result.by_family
+                else [
+                    f"chosen on {result.n_discovery} prompts, tested on {result.n_heldout} others (no family "
+                    "column: prompts are held out, not families)"
+                ]
+            ),
+            f"ablation: {settings.ablation} ({ABLATION_WORDS.get(settings.ablation, settings.ablation)})",
+            f"effects: {result.sign_rule}; 'beyond random' subtracts {settings.n_random} random same-layer "
+            "sets of as many heads, paired by prompt; CIs: 95% bootstrap over prompts",
+            f"every head ablated: drop {result.all_heads_drop:+.2f} on the held-out prompts",
+        ],
+    )
+    names = sorted({name for c in result.classes for name in c.attention})
+    classes = Section(
+        title="Head classes (held out)",
+        lines=[f"{c.name}: {c.verdict}; {c.note}" for c in result.classes] or ["no head was kept"],
+        table=Table(
+            columns=[
+                "class",
+                "heads",
+                *[f"attn to {n}" for n in names],
+                "drop beyond random (chose)",
+                "held out",
+                "95% CI",
+                "verdict",
+            ],
+            rows=[
+                [
+                    c.name,
+                    " ".join(c.heads),
+                    *[f"{c.attention[n]:.2f}" for n in names],
+                    f"{c.discovery.beyond:+.2f}",
+                    f"{c.heldout.beyond:+.2f}",
+                    ci_text(c.heldout.beyond_ci, 2),
+                    c.verdict,
+                ]
+                for c in result.classes
+            ],
+        ),  # fmt: skip
+    )
+    strata = Section(
+        title="Per stratum and family (held out)",
+        lines=[
+            "a stratum holds when its mean drop beyond random points the class's way; one of fewer than "
+            f"{MIN_STRATUM_PROMPTS} prompts has no CI and no verdict ('{TOO_FEW_PROMPTS}') and does not "
+            "count in the class's verdict"
+        ]
+        + (
+            []
+            if any(c.strata for c in result.classes)
+            else ["the prompts have no stratum or family column: each class is judged on them pooled"]
+        ),
+        table=Table(
+            columns=["class", "kind", "name", "prompts", "beyond random", "95% CI", "holds"],
+            rows=[
+                [
+                    c.name,
+                    s.kind,
+                    s.name,
+                    str(s.n_prompts),
+                    f"{s.beyond:+.2f}",
+                    "" if s.beyond_ci is None else ci_text(s.beyond_ci, 2),
+                    TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no",
+                ]
+                for c in result.classes
+                for s in c.strata
+            ],
+        ),  # fmt: skip
+    )
+    ranked = sorted((d for d in result.drops if d.exact is not None), key=lambda d: -abs(d.exact))
+    heads = Section(
+        title="Heads checked exactly (discovery families)",
+        lines=[f"the {len(ranked)} heads of largest estimated drop (attribution patching), measured exactly"],
+        table=Table(
+            columns=["head", "estimated drop", "exact drop", "95% CI"],
+            rows=[[d.head, f"{d.estimated:+.2f}", f"{d.exact:+.2f}", ci_text(d.exact_ci, 2)] for d in ranked],
+        ),
+    )
+    sections = [chose, classes, strata]
+    if result.faithfulness_summary is not None:
+        n_heads = len({head for c in result.classes for head in c.heads})
+        what = f"the {n_heads} heads of the classes kept, every other head ablated"
+        sections.append(faithfulness_section(result.faithfulness_summary, result.faithfulness_strata, what))
+    return [*sections, heads]
+
+
+def path_report(result: PathResult) -> Report:
+    return Report(
+        title=f"Heads of {result.model} on {result.task}",
+        headline=path_headline(result),
+        sections=path_sections(result),
+    )

@@ -112,8 +112,8 @@ def test_induction_circuit_of_the_toy_model(toy_result):
     curve = result.curve
     assert abs(float(curve.faithfulness[-1]) - 1) < 1e-4
     assert curve.cpr > curve.random_cpr
-    data = result.to_json()
-    assert data["schema"] == "interp-edge-circuit-2" and data["graph"]["n_edges"] == 81
+    data = result.json_data()
+    assert data["schema"] == "interp-edge-circuit-3" and data["graph"]["n_edges"] == 81
     assert len(data["circuit"]["edges"]) == data["circuit"]["n_edges"] == int(result.circuit.sum())
     assert data["curve"]["cpr"] == pytest.approx(curve.cpr)
     # EAP-IG's scores are effects in the metric's units already: the edges are listed by them
@@ -231,7 +231,7 @@ def test_without_a_size_the_circuit_is_the_smallest_reaching_the_target():
     )
     n, found = result.requested_edges, result.task  # the size is searched on the discovery prompts
     assert size_origin(result).startswith("smallest reaching faithfulness ≥ 0.8")
-    assert result.to_json()["circuit"]["size_target"] == 0.8
+    assert result.json_data()["circuit"]["size_target"] == 0.8
     assert float(result.discovery_faithfulness.faithfulness[0]) >= 0.8
     one_less = interp.edges.faithfulness(
         model, found.clean, found.corrupted, found.metric,
@@ -258,7 +258,7 @@ def test_circuit_is_chosen_on_discovery_prompts_and_judged_on_held_out_ones():
     for prompts, measured in ((held, result.faithfulness), (found, result.discovery_faithfulness)):
         again = edges.faithfulness(model, prompts.clean, prompts.corrupted, prompts.metric, mask)
         assert torch.allclose(again.faithfulness, measured.faithfulness)
-    data = result.to_json()
+    data = result.json_data()
     assert data["task"]["n_prompts"] == found.n_prompts and data["task"]["n_heldout"] == held.n_prompts
     assert data["circuit"]["faithfulness"] == pytest.approx(float(result.faithfulness.faithfulness[0]))
     assert data["circuit"]["discovery_faithfulness"] == pytest.approx(
@@ -347,7 +347,7 @@ def test_results_saved_before_held_out_prompts_still_load_and_say_so():
     from circuits.results_file import load_result
 
     old = load_result(Path(__file__).parents[1] / "tests/data/circuit-saved-before-held-out.json")
-    assert not old.held_out and old.to_json()["circuit"]["discovery_faithfulness"] is None
+    assert not old.held_out and old.json_data()["circuit"]["discovery_faithfulness"] is None
     assert "a result saved before held-out prompts" in edge_sections(old).headline[0]
 
 
@@ -391,7 +391,7 @@ def test_a_learned_circuit_lists_its_edges_by_their_measured_effect_of_removal()
     assert float(table.table.rows[0][2]) == pytest.approx(rows[0].removal_effect, abs=1e-3)
     note = " ".join(table.notes)
     assert "m(circuit without the edge) - m(circuit)" in note and task.metric_name in note
-    data = result.to_json()
+    data = result.json_data()
     assert [edge["removal_effect"] for edge in data["circuit"]["edges"]] == [r.removal_effect for r in rows]
     with pytest.raises(ValueError, match="measured_edges=-1"):
         EdgeCircuitSettings(measured_edges=-1)

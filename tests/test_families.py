@@ -12,6 +12,7 @@ import torch
 
 import interp
 from circuits.heads import SCORE_NAMES, head_report
+from circuits.sections import result_json
 from interp import metrics, patching
 from interp.interventions.ablation import ablate
 from tests.test_equivalence import HF_CONFIGS, _one_config_per_family, _random_hf_model
@@ -159,7 +160,7 @@ def test_head_report_runs_with_causal_checks(family, request) -> None:
     model = request.getfixturevalue(family)
     max_candidates = 2
     report = head_report(model, n_samples=4, seq_len=10, causal=True, max_candidates=max_candidates)
-    data = json.loads(report.to_json())
+    data = json.loads(result_json(report))
     assert len(data["heads"]) == model.cfg.n_layers * model.cfg.n_heads
     crossing = 0
     for head in data["heads"]:

@@ -26,7 +26,7 @@ from circuits.icl import (
     zero_shot_accuracy,
 )
 from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
-from circuits.icl.fv_report import fv_sections, summary_lines, write_fv_report
+from circuits.icl.report import fv_headline, fv_sections, write_fv_report
 from circuits.icl.results import TEMPLATE_KINDS
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html
@@ -358,6 +358,10 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     assert summary["fv_heads"][0]["head"] == result.fv_heads[0] and summary["heldout_tasks"] == [
         "comparative"
     ]
+    layer, head = (int(part) for part in result.fv_heads[0][1:].split("H"))
+    exact = summary["fv_heads"][0]  # the figures themselves, not read back from the table's text
+    assert exact["aie_attributed"] == result.aie_attributed[layer, head].item()
+    assert exact["aie_heldout"] == result.fv_heads_heldout_aie[0]
     assert summary["discovery_templates"] == ["qa", "input_output"] and summary["heldout_templates"] == [
         "arrow"
     ]
@@ -402,8 +406,8 @@ def test_cli_refuses_bad_options(options, message):
 def test_the_report_says_when_no_layer_lets_the_vector_help(small_result):
     """Every layer at zero-shot accuracy 0 (as on Gemma 3 270M): the chosen layer is the first of a tie."""
     tied = dataclasses.replace(small_result, layer_accuracy=[0.0] * len(small_result.layer_accuracy))
-    assert "the first of a tie: at no layer does the vector raise" in " ".join(summary_lines(tied))
+    assert "the first of a tie: at no layer does the vector raise" in " ".join(fv_headline(tied))
     helped = dataclasses.replace(small_result, layer_accuracy=[0.0, 0.5, 0.25], fv_layer=1)
     assert "Added at layer 1 (discovery tasks' zero-shot accuracy 0.50 there)." in " ".join(
-        summary_lines(helped)
+        fv_headline(helped)
     )

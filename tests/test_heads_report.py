@@ -24,7 +24,7 @@ from circuits.heads.report import (
     viewer_heads,
     write_report,
 )
-from circuits.sections import render_markdown
+from circuits.sections import render_markdown, result_json
 from interp.types import head_label
 from tests.browser import render_in_chromium
 
@@ -39,7 +39,7 @@ def smollm2_report(smollm2):
 
 
 def test_json_has_every_head_with_scores_types_and_effects(smollm2_report, smollm2):
-    data = json.loads(smollm2_report.to_json())
+    data = json.loads(result_json(smollm2_report))
     assert data["model"] == smollm2.cfg.model_name
     assert data["settings"]["n_samples"] == 4 and data["settings"]["natural_text"][0] == XSS
     assert len(data["heads"]) == smollm2.cfg.n_layers * smollm2.cfg.n_heads
@@ -223,7 +223,7 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
 
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=8)
-    data = {(h["layer"], h["head"]): h for h in json.loads(report.to_json())["heads"]}
+    data = {(h["layer"], h["head"]): h for h in json.loads(result_json(report))["heads"]}
     confirmed = confirmed_rows(report)
     assert {(1, h) for h in range(4)} & set(zip(confirmed["layer"], confirmed["head"], strict=True))
     rows = heads_sections(report, wide=False, all_heads=False).sections[3].table.rows

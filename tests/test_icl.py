@@ -26,7 +26,7 @@ from circuits.icl import (
     icl_report,
     plot_icl_over_training,
 )
-from circuits.icl.report import headline_verdict, icl_sections, write_icl_report
+from circuits.icl.report import icl_sections, write_icl_report
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html
 from interp.tasks.corpus import brown_documents
@@ -102,13 +102,13 @@ def test_every_heldout_document_is_scored_and_the_ablations_run_on_some(toy, toy
 
 
 def test_the_headline_says_when_it_is_not_established(toy_result):
-    assert headline_verdict(toy_result).startswith("established")
+    assert toy_result.headline_verdict().startswith("established")
     per_document = torch.tensor([-0.5, 0.3, -0.4, 0.2, -0.3, 0.1, -0.2, 0.0])
     noisy = dataclasses.replace(toy_result.heldout, score=-0.1, ci=(-0.3, 0.1), per_document=per_document)
-    verdict = headline_verdict(dataclasses.replace(toy_result, heldout=noisy))
+    verdict = dataclasses.replace(toy_result, heldout=noisy).headline_verdict()
     assert verdict.startswith("not established at 8 held-out documents") and "pass --n-documents" in verdict
     worse = dataclasses.replace(noisy, score=0.05, ci=(-0.1, 0.2))
-    assert "no sign" in headline_verdict(dataclasses.replace(toy_result, heldout=worse))
+    assert "no sign" in dataclasses.replace(toy_result, heldout=worse).headline_verdict()
 
 
 def test_exact_ablation_equals_a_hooked_run(toy):

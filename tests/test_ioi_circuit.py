@@ -32,10 +32,10 @@ from circuits.ioi import (
 from circuits.ioi.evaluate import DEPENDENT_KINDS
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence
 from circuits.ioi.patching import ioi_edge_attribution
-from circuits.ioi.report import circuit_svg, ioi_sections, render_json, write_ioi_report
+from circuits.ioi.report import circuit_svg, ioi_sections, write_ioi_report
 from circuits.ioi.results import CLASS_WRITES, Settings
 from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
-from circuits.sections import render_html, render_markdown
+from circuits.sections import render_html, render_markdown, result_json
 from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
 
@@ -242,7 +242,7 @@ def test_reports(planted, tmp_path):
     from tests.browser import render_in_chromium
 
     *_, result = planted
-    data = json.loads(render_json(result))
+    data = json.loads(result_json(result))
     assert set(data["circuit"]) == set(CLASSES)
     assert data["circuit"]["name_mover"] == [[2, 0]]
     assert data["logit_diff"] == pytest.approx(result.baseline.logit_diff)

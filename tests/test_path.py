@@ -28,11 +28,10 @@ from circuits.evidence import (
 )
 from circuits.ioi.task import IOI_POSITIONS, ioi_pair_task
 from circuits.path import PathSettings, head_path, pair_task
-from circuits.path.report import path_report
 from circuits.path.steps import discover, metric_with_heads_ablated
 from circuits.path.task import NO_FAMILY
 from circuits.results_file import load_result
-from circuits.sections import render_html, render_json, render_markdown, write_sections
+from circuits.sections import path_report, render_html, render_markdown, result_json, write_sections
 
 AGREEMENT = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
 SETTINGS = PathSettings(n_candidates=8, max_heads=4, n_random=3)
@@ -247,11 +246,12 @@ def test_the_report_renders_the_same_content_in_every_format(result, tmp_path):
     markdown = render_markdown(report)
     assert "## What chose and what tested" in markdown and "tested on" in markdown
     assert all(name in markdown for name in result.tested)
-    parsed = json.loads(render_json(report))
-    assert parsed["sections"][1]["table"]["rows"][0][0] == result.classes[0].name
+    parsed = json.loads(result_json(result))  # numbers, not the report's text
+    assert parsed["classes"][0]["name"] == result.classes[0].name
+    assert parsed["classes"][0]["heldout"]["beyond_ci"] == list(result.classes[0].heldout.beyond_ci)
     assert "<table>" in render_html(report)
     out = tmp_path / "report.md"
-    write_sections(report, "markdown", out, Console())
+    write_sections(report, "markdown", out, Console(), result)
     assert out.read_text() == markdown
 
 
@@ -273,6 +273,13 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
     assert result.heads.tested == named and result.heads.chose == ("The N near the M", "The N behind the M")
     assert set(result.heldout_task.families) == set(named)  # the edge circuit's held-out prompts too
     assert not set(result.task.families) & set(named) and "tested on" in result.split
+    rendered = tmp_path / "circuit-summary.json"
+    run = CliRunner().invoke(app, ["render", str(saved), "--format", "json", "--out", str(rendered)])
+    assert run.exit_code == 0, run.output
+    heads = json.loads(rendered.read_text())["heads"]  # the head path's numbers, not its report's text
+    assert heads["tested"] == list(named) and heads["faithfulness_ci"] == list(result.heads.faithfulness_ci)
+    for found, check in zip(heads["classes"], result.heads.classes, strict=True):
+        assert found["heads"] == check.heads and found["heldout"]["beyond"] == check.heldout.beyond
 
 
 def test_the_edge_circuit_and_the_head_classes_are_tested_on_the_same_held_out_prompts(smollm2, tmp_path):

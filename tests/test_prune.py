@@ -177,7 +177,7 @@ def test_circuit_methods_report_frequencies(toy_induction):
         method="ensemble", n_edges=10, curve_fractions=None, bootstrap=3, prune_steps=10
     )
     result = find_edge_circuit(model, task, settings)
-    data = result.to_json()
+    data = result.json_data()
     assert data["method"]["name"] == "ensemble(eap-ig,prune)" and data["method"]["bootstrap"] == 3
     assert all(0 <= edge["frequency"] <= 1 for edge in data["circuit"]["edges"])
     assert all(edge["frequency"] is not None for edge in data["top_edges"])

@@ -244,7 +244,7 @@ def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
     settings = EdgeCircuitSettings(method="eap", n_edges=40, curve_fractions=None)
     task = induction_task(model, n_prompts=4, seq_len=6)
     result = find_edge_circuit(model, task, settings, heldout=heldout)
-    assert "requested" in size_origin(result) and result.to_json()["circuit"]["size_target"] is None
+    assert "requested" in size_origin(result) and result.json_data()["circuit"]["size_target"] is None
     page = write_text(tmp_path / "circuit.html", render_html(edge_sections(result)))
     last = [f"m{model.cfg.n_layers - 1}", *(f"a{model.cfg.n_layers - 1}.h{h}" for h in range(2))]
     nodes = ("logits", *last, "a0.h0")

@@ -5,6 +5,7 @@ accuracy more than ablating random heads from the same layers."""
 from __future__ import annotations
 
 import html
+import json
 
 import pytest
 import torch
@@ -16,9 +17,9 @@ from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, random_same_laye
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalResult, RetrievalSettings, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import ablated_logit_diffs, validate_classes
-from circuits.retrieval.report import retrieval_sections, to_dict, write_retrieval_report
+from circuits.retrieval.report import retrieval_sections, write_retrieval_report
 from circuits.retrieval.results import VERDICTS
-from circuits.sections import render_html, render_markdown
+from circuits.sections import render_html, render_markdown, result_json
 from interp.tasks.ioi import single_token_names
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
 from interp.tasks.retrieval import (
@@ -189,7 +190,7 @@ def test_relations_that_chose_the_heads_never_test_them(small_result) -> None:
     strata = {s.name for c in r.classes for s in c.strata}
     assert not strata & set(r.relations.discovery)  # every reported stratum is a held-out relation
     assert set(r.relations.heldout) <= strata
-    summary = to_dict(r)
+    summary = json.loads(result_json(r))
     assert summary["effect_sign"] == EFFECT_SIGN
     assert summary["relations"] == {
         "discovery": list(r.relations.discovery),

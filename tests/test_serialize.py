@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from circuits.results_file import SCHEMA, load_result, save_result, write_result_report
 from interp.io.files import atomic_dir, atomic_path, atomic_write, write_text_atomic
-from interp.io.serialize import decode, encode, register_dataclass
+from interp.io.serialize import decode, encode, plain, register_dataclass
 from interp.runtime.distributed import job_key, map_shards
 
 DATA = Path(__file__).parent / "data"
@@ -95,6 +95,22 @@ def test_one_format_round_trips_dataclasses_tensors_frames_nan_and_inf(where):
     assert (tensors is not None) == ('__tensor__": "t0"' in text)
     _assert_same(decode(json.loads(text), tensors), value)
     assert encode([np.float32(1.5), np.int64(2), np.float64("nan")]) == [1.5, 2, {"__float__": "nan"}]
+
+
+def test_plain_json_holds_numbers_as_numbers_and_nan_as_null():
+    """`--format json`'s form (`circuits.sections.result_json`): untagged, strict, every number a number."""
+    data = plain(_value())
+    text = json.dumps(data, allow_nan=False)  # strict JSON
+    assert "__" not in text  # no type tags
+    assert data["inner"]["scores"] == [[1.0, None], [None, None]] and data["ratio"] is None
+    rows = [("L0H1", 0.5, 1), ("L1H0", None, 2), ("L1H2", None, 3)]
+    assert data["inner"]["frame"] == [{"head": head, "score": score, 3: n} for head, score, n in rows]
+    assert data["by_head"] == {"(0, 1)": [0, 1, 2], "half": [0.5, None], 2: [None]}
+    assert data["pair"] == [None, 1.5, None, True] and data["array"] == [[1.0, None]]
+    assert data["notes"] == [[], ["a", "bc"], {"deep": [[1, {"x": None}]]}]
+    assert plain([np.float32(1.5), np.int64(2)]) == [1.5, 2] and type(plain(np.int64(2))) is int
+    with pytest.raises(TypeError, match="no plain JSON form"):
+        plain({"metric": len})
 
 
 def test_the_format_refuses_what_it_cannot_hold_and_reads_no_unknown_type():

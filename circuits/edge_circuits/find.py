@@ -6,7 +6,7 @@
     # task, heldout, pairs = circuit_tasks(model, "pairs.csv", heldout_families=("frame 2",))
     result = find_edge_circuit(model, task, EdgeCircuitSettings(n_edges=200), heldout=heldout)
     # EdgeCircuitSettings(method="eap-ig", fraction=0.05, seed=1, ...): the method, size and the rest
-    result.to_json()                                     # the schema below
+    result_json(result)          # circuits.sections: the `--format json` output, the schema below
     interp.edges.mib_json(result.scores, result.circuit, model.cfg)   # MIB's submission format
 
 Prompt-pair files (CSV with a header, or JSONL, one object per line) have the fields `clean`,
@@ -23,25 +23,30 @@ given (the CLI: IOI's held-out templates and names, fresh induction sequences, a
 held-out families from `tasks.circuit_tasks`: the head classes' own), else a seeded half of the task's
 families, each prompt its own family where it has none (`circuits.evidence.split_families`).
 
-JSON schema ("interp-edge-circuit-2"; -1 had no held-out prompts: its faithfulness was measured on the
-discovery prompts and it had no n_heldout, split, discovery_faithfulness, discovery_faithfulness_ci,
-held_out_note):
-  model     {name, n_layers, n_heads, n_kv_heads}
+JSON schema ("interp-edge-circuit-3"; -2 held the heads as the head path's report, text; -1 had no
+held-out prompts: its faithfulness was measured on the discovery prompts and it had no n_heldout,
+split, discovery_faithfulness, discovery_faithfulness_ci, held_out_note):
+  model     {name, provenance, n_layers, n_heads, n_kv_heads}
   task      {name, n_prompts, n_heldout, split, metric, clean_metric, corrupted_metric}
             (n_prompts: discovery prompts; split: which families (or prompts) chose and which tested;
             metric means over the held-out prompts)
-  method    {name, steps, ablation, bootstrap}     (bootstrap: resamples of the prompts behind `frequency`)
+  method    {name, steps, ablation, ig_points, bootstrap, score_convention}
+            (bootstrap: resamples of the prompts behind `frequency`; score_convention: what a score means)
   graph     {n_nodes, n_edges}
   circuit   {requested_edges, size_target, n_edges, nodes: [name],
              edges: [{writer, reader, score, frequency, removal_effect, removal_measured}], faithfulness,
-             faithfulness_ci: [low, high], discovery_faithfulness, discovery_faithfulness_ci,
-             held_out_note}     (faithfulness on the held-out prompts, 95 % bootstrap over prompts;
+             faithfulness_ci: [low, high], faithfulness_error, faithfulness_within, faithfulness_strata,
+             discovery_faithfulness, discovery_faithfulness_ci, held_out_note}
+            (faithfulness on the held-out prompts, 95 % bootstrap over prompts;
              discovery_*: on the prompts that found the circuit, beside it; size_target: the
              faithfulness requested_edges was searched for (on discovery prompts), null when given)
   curve     {fractions, n_edges, faithfulness, ci_low, ci_high, cpr, cmd,
-             random: {n_edges, faithfulness, cpr, cmd}} or null    (on the held-out prompts)
+             cpr_abs, cmd_signed, faithfulness_signed, random: {n_edges, faithfulness, cpr, cmd}} or null
+            (on the held-out prompts)
   top_edges [{edge, score, frequency}]  the strongest edges by |score|, circuit or not
   seconds   {scores, circuit, curve, stability}
+  heads     the head path on the same prompt pairs (`circuits.path.PathResult`'s fields: classes with
+            their drops beyond random, CIs as [low, high], strata, faithfulness), or null
 Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune"
 and "ensemble" scores rank edges only (`interp.edges.pruning`, `interp.edges.stability`). frequency: the
 fraction of bootstrap resamples of the prompts whose circuit of the same size holds the edge (null
@@ -72,17 +77,30 @@ from circuits.evidence import (
     held_out_note,
     split_families,
 )
-from circuits.path.report import path_report
 from circuits.path.steps import PathResult
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
 from interp.types import MemorySize, Progress
 
-SCHEMA = "interp-edge-circuit-2"
+SCHEMA = "interp-edge-circuit-3"
 CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
 ENSEMBLE_MEMBERS: tuple[str, ...] = ("eap-ig", "prune")  # the methods `method="ensemble"` ranks with
 MASK_METHODS: tuple[str, ...] = ("prune", "ensemble")  # the methods that train an edge mask (prune_steps)
+SIGN_CONVENTION = (
+    "edge scores estimate m(edge ablated) - m(clean) in the metric's units: negative, the edge helps the "
+    "clean answer; positive, it works against it; circuits keep the largest |score|"
+)
+RANK_CONVENTION = (
+    "edge scores rank edges (prune: -(the last step the edge was in the learned mask + its learned "
+    "score's rank) / (steps + 2), the final circuit first; ensemble: -(mean normalised rank by |score|)); "
+    "circuits keep the largest |score|"
+)
+REMOVAL_CONVENTION = (
+    "; the circuit's edges are listed by their effect of removal instead: m(circuit without the edge) - "
+    "m(circuit) on the held-out prompts, in the metric's units (negative: the edge helps the circuit), "
+    "which orders the edges and changes none of them"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,7 +210,16 @@ class EdgeCircuitResult:
         faith = self.faithfulness
         return faithfulness_by_stratum(faith.values[0], faith.full, faith.empty, task.stratum_masks())
 
-    def to_json(self, top: int = 50) -> dict:
+    def score_convention(self) -> str:
+        """What an edge's score means: a signed estimate (attribution methods) or a rank (prune,
+        ensemble), and what the circuit's edges are listed by when that is their effect of removal."""
+        if self.scores.method in edges.METHODS:
+            return SIGN_CONVENTION
+        return RANK_CONVENTION + ("" if self.removal is None else REMOVAL_CONVENTION)
+
+    def json_data(self, top: int = 50) -> dict:
+        """What `--format json` holds (`circuits.sections.result_json`; the module doc's schema), with
+        the `top` strongest edges by |score|."""
         low, high = self.faithfulness.ci()
         summary = self.faithfulness.summary()
         graph = self.graph
@@ -208,7 +235,7 @@ class EdgeCircuitResult:
                      "corrupted_metric": self.corrupted_metric},
             "method": {"name": self.scores.method, "steps": self.scores.steps,
                        "ablation": self.scores.ablation, "ig_points": self.ig_points,
-                       "bootstrap": self.n_boot},
+                       "bootstrap": self.n_boot, "score_convention": self.score_convention()},
             "graph": {"n_nodes": graph.n_writers + 1, "n_edges": graph.n_edges},
             "circuit": {
                 "requested_edges": self.requested_edges,
@@ -236,7 +263,7 @@ class EdgeCircuitResult:
                            "frequency": self.edge_frequency(*graph.edge_index(name))}
                           for name, score in self.scores.top(top)],
             "seconds": self.seconds,
-            "heads": None if self.heads is None else dataclasses.asdict(path_report(self.heads)),
+            "heads": self.heads,
         }  # fmt: skip
         curve = self.curve
         if curve is not None:

@@ -1,50 +1,32 @@
 """An EdgeCircuitResult as the one report structure (`circuits.sections`: terminal, Markdown, an offline
-HTML page with the circuit as an inline SVG graph and the faithfulness curve as an inline SVG plot),
-and its JSON (schema in circuits/edge_circuits/find.py)."""
+HTML page with the circuit as an inline SVG graph and the faithfulness curve as an inline SVG plot);
+its JSON: `EdgeCircuitResult.json_data` (the schema in circuits/edge_circuits/find.py)."""
 
 from __future__ import annotations
 
 import html
-import json
 import math
 
 from rich.console import Console
 
 from circuits.edge_circuits.find import CircuitEdge, EdgeCircuitResult
-from circuits.path.report import path_report
-from circuits.sections import Report, Section, Table, faithfulness_section, write_sections
-from interp import edges, viz
+from circuits.sections import (
+    Report,
+    Section,
+    Table,
+    ci_text,
+    faithfulness_section,
+    path_report,
+    write_sections,
+)
+from interp import viz
 from interp.interventions.stats import OVERSHOOT
 
 FORMATS = ("table", "json", "markdown", "html")
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
 TOP_ROWS = 25
 FAITHFUL, PARTIAL = 0.8, 0.5  # verdict thresholds on faithfulness
-SIGN_CONVENTION = (
-    "edge scores estimate m(edge ablated) - m(clean) in the metric's units: negative, the edge helps the "
-    "clean answer; positive, it works against it; circuits keep the largest |score|"
-)
-
-
 DENSE_EDGES = 300  # circuits with more edges are drawn fainter (circuit_svg)
-RANK_CONVENTION = (
-    "edge scores rank edges (prune: -(the last step the edge was in the learned mask + its learned "
-    "score's rank) / (steps + 2), the final circuit first; ensemble: -(mean normalised rank by |score|)); "
-    "circuits keep the largest |score|"
-)
-REMOVAL_CONVENTION = (
-    "; the circuit's edges are listed by their effect of removal instead: m(circuit without the edge) - "
-    "m(circuit) on the held-out prompts, in the metric's units (negative: the edge helps the circuit), "
-    "which orders the edges and changes none of them"
-)
-
-
-def score_convention(result: EdgeCircuitResult) -> str:
-    """What an edge's score means: a signed estimate (attribution methods) or a rank (prune, ensemble),
-    and what the circuit's edges are listed by when that is their effect of removal."""
-    if result.scores.method in edges.METHODS:
-        return SIGN_CONVENTION
-    return RANK_CONVENTION + ("" if result.removal is None else REMOVAL_CONVENTION)
 
 
 def removal_note(result: EdgeCircuitResult) -> str:
@@ -106,21 +88,21 @@ def held_out_text(result: EdgeCircuitResult) -> str:
     if not result.held_out:
         return "on the prompts that found it (a result saved before held-out prompts; unconfirmed)"
     found = result.discovery_faithfulness
-    low, high = (float(bound[0]) for bound in found.ci())
+    interval = tuple(float(bound[0]) for bound in found.ci())
     return (
-        f"on held-out prompts ({float(found.faithfulness[0]):.3f} [{low:.3f}, {high:.3f}] on the discovery "
-        f"prompts that found it: {result.held_out_note()})"
+        f"on held-out prompts ({float(found.faithfulness[0]):.3f} {ci_text(interval, 3, sign=False)} on the "
+        f"discovery prompts that found it: {result.held_out_note()})"
     )
 
 
-def summary_lines(result: EdgeCircuitResult) -> list[str]:
-    data = result.to_json(top=0)
+def edge_headline(result: EdgeCircuitResult) -> list[str]:
+    data = result.json_data(top=0)
     circuit, task, method = data["circuit"], data["task"], data["method"]
     steps = f", {method['steps']} steps" if method["name"].startswith("eap-ig") else ""
     lines = [  # the finding first: the circuit and how faithful it is on prompts that did not find it
         f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
         f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
-        f"[{circuit['faithfulness_ci'][0]:.3f}, {circuit['faithfulness_ci'][1]:.3f}] "
+        f"{ci_text(circuit['faithfulness_ci'], 3, sign=False)} "
         f"(per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
         "prompts within ±20%) "
         + held_out_text(result)
@@ -137,7 +119,7 @@ def summary_lines(result: EdgeCircuitResult) -> list[str]:
         + (f", {result.seconds['curve']:.1f} s the curve" if "curve" in result.seconds else "")
         + (f", {result.seconds['effects']:.1f} s the edges' effects" if "effects" in result.seconds else "")
         + ")",
-        score_convention(result),
+        result.score_convention(),
     ]
     if data["curve"] is not None:
         curve = data["curve"]
@@ -168,12 +150,6 @@ def stability_note(result: EdgeCircuitResult) -> str:
         f"frequency: the fraction of {result.n_boot} bootstrap resamples of the prompts whose "
         f"{result.requested_edges}-edge circuit holds the edge"
     )
-
-
-def render_json(result: EdgeCircuitResult) -> str:
-    summary = result.to_json()
-    summary["method"]["score_convention"] = score_convention(result)  # beside the scores it explains
-    return json.dumps(summary, indent=2)
 
 
 def _node_positions(result: EdgeCircuitResult) -> tuple[dict[str, tuple[float, float]], float, float]:
@@ -353,7 +329,7 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
 def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
     """The report: the circuit and its faithfulness, what chose and what tested, the circuit's graph,
     its edges (the `top` strongest; default every one), the faithfulness curve, the heads' classes."""
-    lines = summary_lines(result)
+    lines = edge_headline(result)
     edges = result.circuit_edge_rows()[:top]
     kept = f"the circuit's {int(result.circuit.sum())} edges kept, every other edge ablated"
     by = "|score|" if result.removal is None else "|effect of removal|, measured first"
@@ -394,7 +370,8 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
         columns = ["fraction", "edges", "faithfulness", "95% CI", "random"]
         rows = [
             [f"{fraction:.1%}", str(curve.n_edges[i]), f"{float(curve.faithfulness[i]):.3f}",
-             f"[{float(low[i]):.3f}, {float(high[i]):.3f}]", "" if random is None else f"{random[i]:.3f}"]
+             ci_text((float(low[i]), float(high[i])), 3, sign=False),
+             "" if random is None else f"{random[i]:.3f}"]
             for i, fraction in enumerate(curve.fractions)
         ]  # fmt: skip
         sections.append(
@@ -417,6 +394,5 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
 def write_edge_report(result: EdgeCircuitResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None (the terminal
     table: the TOP_ROWS strongest edges)."""
-    data = {"json": lambda: render_json(result)}
     terminal = edge_sections(result, TOP_ROWS)
-    write_sections(edge_sections(result), format, out, console, data, terminal=terminal, width=140)
+    write_sections(edge_sections(result), format, out, console, result, terminal=terminal, width=140)

@@ -8,7 +8,6 @@ first with its causal effect as evidence.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,7 +154,9 @@ class HeadReport:
         rows = rows.sort_values(head_type, ascending=False)
         return list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
 
-    def to_dict(self) -> dict[str, Any]:
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds (`circuits.sections.result_json`): the settings, thresholds and
+        group effects, and every head's scores, types and causal effects (NaN: null)."""
         lengths = self.settings["induction_lengths"]
         heads = []
         for row in self.table.to_dict("records"):
@@ -221,9 +222,6 @@ class HeadReport:
             "group_effects": groups,
             "heads": heads,
         }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
 
 def _beyond_random_data(row: dict[str, Any], kind: str, suffix: str) -> dict[str, Any] | None:

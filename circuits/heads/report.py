@@ -621,5 +621,7 @@ def write_report(
             "Widen the terminal, or use --format csv or markdown for every score."
         )
     terminal = heads_sections(report, wide=fits if wide is None else wide and fits, all_heads=all_heads)
-    data = {"csv": lambda: to_csv(report), "json": report.to_json}
-    write_sections(heads_sections(report), format, out, console, data, terminal=terminal, width=FILE_WIDTH)
+    data = {"csv": lambda: to_csv(report)}
+    write_sections(
+        heads_sections(report), format, out, console, report, data, terminal=terminal, width=FILE_WIDTH
+    )

@@ -1,5 +1,5 @@
-"""A HopResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML), its JSON
-data, and the lookup-chain figure.
+"""A HopResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML) and the
+lookup-chain figure.
 
     write_hop_report(result, "html", "hop.html", Console())   # or "table", "json", "markdown"
     lookup_chain_figure(result, "hop.png")
@@ -11,16 +11,13 @@ hop's result to the next hop's heads (path patching).
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from circuits.hop.results import HopPath, HopResult
 from circuits.output import save_figure
-from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from circuits.sections import Report, Section, Table, ci_text, layer_head_map, signed, write_sections
 from interp.viz import heatmap_grid
 
 FORMATS = ("table", "json", "markdown", "html")
@@ -55,20 +52,11 @@ PATH_COLUMNS = (
 )
 
 
-def _signed(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.2f}"
-
-
-def _ci(interval: tuple[float, float]) -> str:
-    return f"[{_signed(interval[0])}, {_signed(interval[1])}]"
-
-
-def summary_lines(result: HopResult) -> list[str]:
+def hop_headline(result: HopResult) -> list[str]:
     """The finding: accuracy, then the layer of each hop's lookup."""
-    low, high = result.accuracy_ci
     lines = [
         f"{result.model_name} answers {result.hops}-hop induction with accuracy {result.accuracy:.2f} "
-        f"[{low:.2f}, {high:.2f}] on held-out sequences (chance {result.chance:.2f})."
+        f"{ci_text(result.accuracy_ci, 2, sign=False)} on held-out sequences (chance {result.chance:.2f})."
     ]
     chain = [
         f"hop {lookup.hop}: " + (", ".join(lookup.heads) if lookup.heads else "none") + f" ({lookup.verdict})"
@@ -89,7 +77,7 @@ def path_line(result: HopResult, from_hop: int) -> str:
     carrying = [path for path in paths if path.carries]
 
     def route(path: HopPath) -> str:
-        return f"{path.route} {_signed(path.difference)} {_ci(path.difference_ci)}"
+        return f"{path.route} {signed(path.difference, 2)} {ci_text(path.difference_ci, 2)}"
 
     found = "; ".join(map(route, carrying)) or "no route beats random senders"
     others = ", ".join(map(route, (path for path in paths if not path.carries)))
@@ -108,9 +96,9 @@ def _path_rows(result: HopResult) -> list[list[str]]:
             f"{path.from_hop} -> {path.to_hop}",
             f"{', '.join(path.senders)} -> {', '.join(path.receivers)}",
             path.route,
-            f"{_signed(path.effect)} {_ci(path.effect_ci)}",
+            f"{signed(path.effect, 2)} {ci_text(path.effect_ci, 2)}",
             ", ".join(f"{value:+.2f}" for value in path.random_effects),
-            f"{_signed(path.difference)} {_ci(path.difference_ci)}",
+            f"{signed(path.difference, 2)} {ci_text(path.difference_ci, 2)}",
             "yes" if path.carries else "no",
         ]
         for path in result.paths
@@ -124,64 +112,18 @@ def _rows(result: HopResult) -> list[list[str]]:
             ", ".join(lookup.heads) or "-",
             ", ".join(map(str, lookup.layers)) or "-",
             ", ".join(f"{value:.2f}" for value in lookup.attention) or "-",
-            f"{_signed(lookup.change)} {_ci(lookup.change_ci)}",
-            f"{_signed(lookup.difference)} {_ci(lookup.difference_ci)}",
+            f"{signed(lookup.change, 2)} {ci_text(lookup.change_ci, 2)}",
+            f"{signed(lookup.difference, 2)} {ci_text(lookup.difference_ci, 2)}",
             lookup.verdict,
         ]
         for lookup in result.lookups
     ]
 
 
-def to_dict(result: HopResult) -> dict[str, Any]:
-    """The report's figures as plain JSON data (`--save` writes the full result instead)."""
-
-    def plain(value: float) -> float | None:
-        return None if math.isnan(value) else value
-
-    return {
-        "model": result.model_name,
-        "hops": result.hops,
-        "accuracy": result.accuracy,
-        "accuracy_ci": list(result.accuracy_ci),
-        "chance": result.chance,
-        "lookups": [
-            {
-                "hop": lookup.hop,
-                "heads": lookup.heads,
-                "layers": lookup.layers,
-                "attention": lookup.attention,
-                "change": plain(lookup.change),
-                "change_ci": [plain(v) for v in lookup.change_ci],
-                "difference": plain(lookup.difference),
-                "difference_ci": [plain(v) for v in lookup.difference_ci],
-                "verdict": lookup.verdict,
-            }  # fmt: skip
-            for lookup in result.lookups
-        ],
-        "paths": [
-            {
-                "from_hop": path.from_hop,
-                "to_hop": path.to_hop,
-                "senders": path.senders,
-                "receivers": path.receivers,
-                "route": path.route,
-                "effect": plain(path.effect),
-                "effect_ci": [plain(v) for v in path.effect_ci],
-                "random_effects": path.random_effects,
-                "difference": plain(path.difference),
-                "difference_ci": [plain(v) for v in path.difference_ci],
-                "carries": path.carries,
-            }  # fmt: skip
-            for path in result.paths
-        ],
-        "provenance": result.provenance,
-    }
-
-
 def hop_sections(result: HopResult) -> Report:
     """The report: the finding, what chose and what tested, each hop's heads (with the heat maps of
     the query's attention), what carries each hop's result to the next."""
-    lines = summary_lines(result)
+    lines = hop_headline(result)
     heatmaps = [
         layer_head_map(
             result.attention[j],
@@ -214,8 +156,7 @@ def hop_sections(result: HopResult) -> Report:
 
 def write_hop_report(result: HopResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    data = {"json": lambda: json.dumps(to_dict(result), indent=2)}
-    write_sections(hop_sections(result), format, out, console, data, width=140)
+    write_sections(hop_sections(result), format, out, console, result, width=140)
 
 
 def lookup_chain_figure(result: HopResult, out: str | Path | None = None):

@@ -5,6 +5,7 @@ answer's logit minus the mean logit of the other symbols when heads are mean-abl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from jaxtyping import Float
 from torch import Tensor
@@ -85,6 +86,12 @@ class HopResult:
     example_tokens: list[int]  # one held-out sequence, for the figure
     example_path: list[int]  # the query, then each hop's target in it
     paths: list[HopPath] = field(default_factory=list)  # hop j -> j + 1, for hops with heads in order
+
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds (`circuits.sections.result_json`): every field, the model's name
+        as "model"."""
+        fields = dict(vars(self))
+        return {"model": fields.pop("model_name"), **fields}
 
     def lookup_layers(self) -> list[list[int]]:
         """For each hop, the layers of its confirmed heads (empty where none is confirmed)."""

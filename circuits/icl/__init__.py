@@ -8,8 +8,8 @@
     curve = icl_over_training("runs/induction")                    # the phase change     training.py
     fv = function_vector_report(model)   # function-vector heads beside induction heads  fv_pipeline.py
 
-`circuits.icl.report` renders an ICLResult, `circuits.icl.fv_report` a FunctionVectorResult (terminal,
-JSON, Markdown, HTML). Each module's docstring defines what it measures, with its units.
+`circuits.icl.report` renders an ICLResult and a FunctionVectorResult (terminal, JSON, Markdown,
+HTML). Each module's docstring defines what it measures, with its units.
 """
 
 from circuits.icl.function_vectors import (

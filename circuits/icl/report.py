@@ -1,75 +1,56 @@
-"""An ICLResult as the one report structure (`circuits.sections`: terminal, Markdown, a self-contained
-HTML page) and its JSON data.
+"""An ICLResult and a FunctionVectorResult as the one report structure (`circuits.sections`: terminal,
+Markdown, a self-contained HTML page).
 
     write_icl_report(result, "html", "icl.html", Console())   # or "table", "json", "markdown"
+    write_fv_report(result, "html", "fv.html", Console())     # interp icl --fv
 
 Every format opens with the finding: the ICL score with its CI, then whether the induction heads
 carry it beyond random heads of their layers on held-out documents, then the top heads by
 attribution confirmed (or not) by exact ablation. The HTML page adds the loss per token, the
 [layer, head] map of attributed changes, and the training run's curve when there is one.
+
+The function-vector report opens with its finding: which ablation lowers few-shot accuracy and which
+the ICL score (each class against random heads of its layers), whether the FV heads' AIE and the
+function vector hold on the held-out tasks in the held-out prompt templates (each beside its
+discovery figure and per template), and the overlap of the two classes; then what chose and what
+tested (`fv_chose_lines`: the discovery word-pair tasks in the discovery templates chose the heads
+and the vector's layer, the held-out tasks in the held-out templates tested). Its HTML page adds
+the [layer, head] map of AIEs.
 """
 
 from __future__ import annotations
 
 import base64
 import io
-import json
 import math
-from typing import Any
 
 from rich.console import Console
 
-from circuits.icl.results import ICLResult
+from circuits.icl.results import (
+    FV_LEGEND,
+    LEGEND,
+    TEMPLATE_KINDS,
+    Comparison,
+    FunctionVectorResult,
+    ICLResult,
+)
 from circuits.icl.training import plot_icl_over_training
 from circuits.output import save_figure
-from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from circuits.sections import Report, Section, Table, ci_text, layer_head_map, signed, write_sections
+from interp.tasks.icl_tasks import ICL_TEMPLATES
 
 FORMATS = ("table", "json", "markdown", "html")
-LEGEND = (
-    "Change = ICL score with the head(s) ablated - without (nats): the drop of the context's benefit "
-    "(-score), as circuits.evidence signs every effect; positive: without them the model uses its context "
-    "less. Attributed: a first-order estimate on the discovery documents; exact: the "
-    "ablated run on the held-out documents, which no head was chosen on; [95% bootstrap CI over documents]. "
-    "A class is confirmed when its change exceeds that of random heads from the same layers (CI of the "
-    "difference above 0); a head when its exact change is above 0."
-)
 HEAD_COLUMNS = ("head", "attributed", "exact (held-out)", "verdict")
 
 
-def format_signed(value: float) -> str:
-    """A value as reports write it: "+0.123" ("n/a" for NaN)."""
-    return "n/a" if math.isnan(value) else f"{value:+.3f}"
-
-
-def format_ci(interval: tuple[float, float]) -> str:
-    """A confidence interval as reports write it: "[-0.012, +0.345]"."""
-    return f"[{format_signed(interval[0])}, {format_signed(interval[1])}]"
-
-
-def headline_verdict(result: ICLResult) -> str:
-    """Whether the held-out ICL score establishes that the model uses its context (its CI below 0),
-    and if not, how many documents would."""
-    tested = result.heldout
-    low, high = tested.ci
-    if high < 0:
-        return f"established: its 95% CI over the {tested.n_documents} held-out documents lies below 0"
-    if tested.score >= 0:
-        return f"not established: no sign on these {tested.n_documents} held-out documents that it does"
-    needed = math.ceil(1.5 * tested.n_documents * ((high - low) / 2 / -tested.score) ** 2)
-    return (
-        f"not established at {tested.n_documents} held-out documents (the CI reaches 0); about {needed} "
-        f"would settle it: pass --n-documents {result.discovery.n_documents + needed} (n_documents)"
-    )
-
-
-def summary_lines(result: ICLResult) -> list[str]:
+def icl_headline(result: ICLResult) -> list[str]:
     """The finding, in order: the held-out score, each class against random heads, the documents."""
     tested, every = result.heldout, result.score
     lines = [
         f"ICL score of {result.model_name} on {tested.n_documents} held-out documents: {tested.score:+.3f} "
-        f"nats {format_ci(tested.ci)} (loss at {result.windows.describe()}: {tested.late_loss:.3f} - "
+        f"nats {ci_text(tested.ci)} (loss at {result.windows.describe()}: {tested.late_loss:.3f} - "
         f"{tested.early_loss:.3f}; negative: later tokens are predicted better, from their context); "
-        f"that the model uses its context is {headline_verdict(result)}."
+        f"that the model uses its context is {result.headline_verdict()}."
     ]
     n_ablated = tested.n_documents if result.n_ablated is None else result.n_ablated
     for found in result.classes:
@@ -79,9 +60,9 @@ def summary_lines(result: ICLResult) -> list[str]:
         lines.append(
             f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
             f"the ICL score of {n_ablated} held-out documents by {found.change:+.3f} "
-            f"{format_ci(found.change_ci)}; {kind} "
+            f"{ci_text(found.change_ci)}; {kind} "
             f"({draws}; {distinct} distinct); beyond random {found.difference:+.3f} "
-            f"{format_ci(found.difference_ci)}: {found.verdict}."
+            f"{ci_text(found.difference_ci)}: {found.verdict}."
         )
     if not result.classes:
         lines.append(
@@ -94,28 +75,16 @@ def summary_lines(result: ICLResult) -> list[str]:
     )
     lines.append(
         f"Documents: {every.n_documents} from {result.source} (every one: {every.score:+.3f} "
-        f"{format_ci(every.ci)}); {result.discovery.n_documents} discovery documents rank the heads (ICL "
+        f"{ci_text(every.ci)}); {result.discovery.n_documents} discovery documents rank the heads (ICL "
         f"score {result.discovery.score:+.3f}), {tested.n_documents} held-out documents test them: each "
         f"scored, the first {n_ablated} ablated ({result.ablation} ablation of each head's z)."
     )
     return lines
 
 
-def loss_bins(result: ICLResult) -> list[tuple[str, float]]:
-    """The mean loss per token in doubling ranges of tokens: ("1", 9.8), ("2-3", 5.0), ("4-7", ...), ..."""
-    curve = result.loss_curve
-    bins, start = [], 1
-    while start <= len(curve):
-        end = min(2 * start - 1, len(curve))
-        label = str(start) if start == end else f"{start}-{end}"
-        bins.append((label, curve[start - 1 : end].mean().item()))
-        start *= 2
-    return bins
-
-
 def _head_rows(result: ICLResult) -> list[list[str]]:
     return [
-        [h.head, format_signed(h.attributed), f"{format_signed(h.exact)} {format_ci(h.exact_ci)}", h.verdict]
+        [h.head, signed(h.attributed), f"{signed(h.exact)} {ci_text(h.exact_ci)}", h.verdict]
         for h in result.heads
     ]
 
@@ -130,47 +99,6 @@ def _training_lines(result: ICLResult) -> list[str]:
         for step, score in zip(curve.steps, curve.scores, strict=True)
     )
     return [f"Across training (step: ICL score, highest induction score): {cells}."]
-
-
-def to_dict(result: ICLResult) -> dict[str, Any]:
-    """The report's figures as plain JSON data (`--save` writes the full result instead)."""
-
-    def score(found) -> dict[str, Any]:
-        return {
-            "score": found.score, "ci": list(found.ci), "early_loss": found.early_loss,
-            "late_loss": found.late_loss, "n_documents": found.n_documents,
-        }  # fmt: skip
-
-    return {
-        "model": result.model_name,
-        "provenance": result.provenance,
-        "documents": result.source,
-        "windows": {
-            "early": result.windows.early,
-            "late": result.windows.late,
-            "width": result.windows.width,
-        },
-        "ablation": result.ablation,
-        "icl_score": score(result.score),
-        "discovery": score(result.discovery) | {"documents": result.discovery_names},
-        "heldout": score(result.heldout)
-        | {
-            "documents": result.heldout_names,
-            "n_ablated": result.n_ablated,
-            "headline": headline_verdict(result),
-        },
-        "classes": [vars(found) for found in result.classes],
-        "heads": [vars(head) for head in result.heads],
-        "loss_by_token": dict(loss_bins(result)),
-        "training": None
-        if result.training is None
-        else {"steps": result.training.steps, "icl_scores": result.training.scores, "ci": result.training.ci},
-        "legend": LEGEND,
-    }
-
-
-def render_json(result: ICLResult) -> str:
-    return json.dumps(to_dict(result), indent=2, allow_nan=False)
 
 
 def _png(figure) -> str:
@@ -212,7 +140,7 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
     """The report: the finding, what chose and what tested, the classes against random heads, the top
     heads, the loss per token and across training; figures (the loss curve, the training curve, the
     [layer, head] map of attributed changes) unless `figures` is False (they need matplotlib)."""
-    lines = summary_lines(result)
+    lines = icl_headline(result)
     every_head = layer_head_map(
         result.attributions,
         "Attributed change of the ICL score when the head is ablated (nats)",
@@ -226,16 +154,16 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
             [
                 c.name,
                 ", ".join(c.heads),
-                f"{c.change:+.3f} {format_ci(c.change_ci)}",
+                f"{c.change:+.3f} {ci_text(c.change_ci)}",
                 ", ".join(f"{x:+.3f}" for x in c.random_changes),
-                f"{c.difference:+.3f} {format_ci(c.difference_ci)}",
+                f"{c.difference:+.3f} {ci_text(c.difference_ci)}",
                 c.verdict,
             ]
             for c in result.classes
         ],  # fmt: skip
         right=["change", "beyond random"],
     )
-    bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in loss_bins(result))
+    bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in result.loss_bins())
     sections = [
         Section(
             title="What chose and what tested",
@@ -273,4 +201,249 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
 def write_icl_report(result: ICLResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
     report = icl_sections(result, figures=format == "html")
-    write_sections(report, format, out, console, {"json": lambda: render_json(result)}, width=140)
+    write_sections(report, format, out, console, result, width=140)
+
+
+TASK_COLUMNS = ("task", "family", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
+TEMPLATE_COLUMNS = (
+    "template",
+    "prompt",
+    "chose",
+    "prompts",
+    "few-shot",
+    "zero-shot",
+    "+ FV",
+    "+ random heads",
+    "FV beyond random",
+    "FV heads ablated beyond random",
+)
+COMPARISON_COLUMNS = (
+    "test",
+    "unit",
+    "held-out",
+    "beyond random (held-out)",
+    "verdict",
+    "discovery beyond random",
+)
+
+
+def _share(value: float, interval: tuple[float, float] | None = None) -> str:
+    text = f"{value:.2f}"
+    return text if interval is None else f"{text} {ci_text(interval, 2, sign=False)}"
+
+
+def _beyond(found: Comparison, family: str) -> str:
+    """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
+    measured = getattr(found, family)
+    return "n/a" if measured is None else f"{measured.beyond:+.3f} {ci_text(measured.beyond_ci)}"
+
+
+def _per_template(found: Comparison) -> str:
+    """The effect beyond random on the held-out tasks in each template, the held-out ones first, and
+    where its CI does not lie above 0."""
+    ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])
+    return "; ".join(
+        f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) {s.beyond:+.3f} "
+        f"{ci_text(s.beyond_ci)}" + ("" if s.holds else ", does not hold")
+        for s in ordered
+    )
+
+
+def comparison_line(found: Comparison) -> str:
+    tested = found.heldout
+    draws = ", ".join(f"{value:+.3f}" for value in found.random_values)
+    where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
+    templates = f" Per template, held-out tasks: {_per_template(found)}." if found.strata else ""
+    return (
+        f"{found.name}: {tested.drop:+.3f} {found.unit} {ci_text(tested.drop_ci)} {where}; "
+        f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
+        f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
+        + templates
+    )
+
+
+def _mean_aie(result: FunctionVectorResult, labels: list[str]) -> float:
+    """The mean attributed AIE of the heads `labels` ("L14H6"); NaN for none."""
+    values = [result.aie_attributed[int(layer), int(head)].item() for layer, head in
+              (label[1:].split("H") for label in labels)]  # fmt: skip
+    return sum(values) / len(values) if values else math.nan
+
+
+def _templates(names) -> str:
+    """Template names with their prompts: 'qa "Q: x\\nA: y", ...'."""
+    return ", ".join(f'{name} "{ICL_TEMPLATES[name].pattern}"' for name in names)
+
+
+def fv_chose_lines(result: FunctionVectorResult) -> list[str]:
+    """What chose and what tested: the discovery word-pair tasks in the discovery templates (the FV
+    heads and the vector's layer), the held-out tasks in the held-out templates (every effect), where
+    the induction heads come from, the prompts, the model."""
+    split, templates = result.split, result.template_split
+    return [
+        f"chosen on the discovery word-pair tasks ({', '.join(split.discovery)}) in the discovery templates "
+        f"({_templates(templates.discovery)}): the {len(result.candidates)} heads of largest attributed AIE, "
+        f"the {len(result.fv_heads)} FV heads of largest exact AIE among them, and layer {result.fv_layer}, "
+        "where the vector is added (the best zero-shot accuracy on their query pairs of every layer's)",
+        f"tested on the held-out word-pair tasks ({', '.join(split.heldout)}) in the held-out templates "
+        f"({_templates(templates.heldout)}): every effect in this report (the FV heads' AIE, the vector's "
+        "zero-shot accuracy, few-shot accuracy under ablation), each beside the same measure on the "
+        "discovery tasks in the discovery templates, and per template on the held-out tasks (held out by "
+        "task only in a discovery template)",
+        f"induction heads ({', '.join(result.induction_heads) or 'none'}): {result.induction_found_by}, not "
+        "chosen on these tasks",
+        f"{result.n_prompts} prompts of {result.n_shots} examples per task, template and half of its pairs "
+        f"(seed {result.seed}); ICL score on {result.n_documents} Brown corpus texts",
+        f"Model: {result.provenance}.",
+    ]
+
+
+def _where_added(result: FunctionVectorResult) -> str:
+    """The vector's layer, and whether any layer let it raise the discovery tasks' zero-shot accuracy."""
+    best = max(result.layer_accuracy, default=0.0)
+    if best <= 0:
+        return (
+            f"Added at layer {result.fv_layer}, the first of a tie: at no layer does the vector raise the "
+            "discovery tasks' zero-shot accuracy above 0."
+        )
+    return f"Added at layer {result.fv_layer} (discovery tasks' zero-shot accuracy {best:.2f} there)."
+
+
+def fv_headline(result: FunctionVectorResult) -> list[str]:
+    """The finding, in order: the ablations, the held-out tests, the overlap."""
+    lines = []
+    by_name = {found.name: found for found in result.ablations}
+    for name in ("FV heads", "induction heads"):
+        accuracy = by_name.get(f"{name} ablated: few-shot accuracy")
+        score = by_name.get(f"{name} ablated: ICL score")
+        if accuracy is None:
+            continue
+        lines.append(
+            f"Ablating the {len(accuracy.heads)} {name} lowers few-shot accuracy on held-out tasks in "
+            "held-out templates by "
+            f"{accuracy.heldout.drop:+.3f} (beyond random {_beyond(accuracy, 'heldout')}: "
+            f"{accuracy.verdict}; "
+            f"{accuracy.note}) and the context's benefit (the ICL score, ablated - clean) by "
+            f"{score.heldout.drop:+.3f} nats (beyond random {_beyond(score, 'heldout')}: {score.verdict})."
+        )
+    lines.append(comparison_line(result.aie_test))
+    lines.append(comparison_line(result.vector_test) + f" {_where_added(result)}")
+    overlap = ", ".join(result.overlap) or "none"
+    every = result.aie_attributed.mean().item()
+    lines.append(
+        f"FV heads (top {len(result.fv_heads)} by AIE): {', '.join(result.fv_heads)}. Induction heads "
+        f"({result.induction_found_by}): {', '.join(result.induction_heads) or 'none'}. Overlap: {overlap}. "
+        f"Mean attributed AIE: FV heads {_mean_aie(result, result.fv_heads):+.4f}, induction heads "
+        f"{_mean_aie(result, result.induction_heads):+.4f}, every head {every:+.4f}."
+    )
+    return lines
+
+
+def _task_rows(result: FunctionVectorResult) -> list[list[str]]:
+    return [
+        [
+            task.task,
+            task.family,
+            str(task.n_pairs),
+            _share(task.few_shot),
+            _share(task.zero_shot, task.zero_shot_ci),
+            _share(task.with_fv, task.with_fv_ci),
+            _share(task.with_random, task.with_random_ci),
+        ]
+        for task in result.task_vectors
+    ]
+
+
+def _template_rows(result: FunctionVectorResult) -> list[list[str]]:
+    """Per template, the held-out tasks' accuracies and the FV's and the FV heads' ablation's effects
+    beyond random there."""
+    vector = {s.name: s for s in result.vector_test.strata}
+    ablated = {s.name: s for s in result.ablations[0].strata}  # the FV heads' few-shot accuracy
+    return [
+        [row.template, ICL_TEMPLATES[row.template].pattern, "yes" if row.family == "discovery" else "no",
+         str(row.n_prompts), _share(row.few_shot), _share(row.zero_shot), _share(row.with_fv),
+         _share(row.with_random),
+         f"{vector[row.template].beyond:+.3f} {ci_text(vector[row.template].beyond_ci)}",
+         f"{ablated[row.template].beyond:+.3f} {ci_text(ablated[row.template].beyond_ci)}"]
+        for row in result.template_vectors
+    ]  # fmt: skip
+
+
+def _comparison_rows(result: FunctionVectorResult) -> list[list[str]]:
+    return [
+        [found.name, found.unit, f"{found.heldout.drop:+.3f} {ci_text(found.heldout.drop_ci)}",
+         _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery")]
+        for found in [result.aie_test, result.vector_test, *result.ablations]
+    ]  # fmt: skip
+
+
+def _fv_head_rows(result: FunctionVectorResult) -> list[list[str]]:
+    return [
+        [row["head"], f"{row['aie_attributed']:+.4f}", f"{row['aie_discovery']:+.4f}",
+         f"{row['aie_heldout']:+.4f}", row["also"]]
+        for row in result.fv_head_figures()
+    ]  # fmt: skip
+
+
+FV_HEAD_COLUMNS = ("FV head", "attributed AIE", "AIE (discovery)", "AIE (held-out)", "also")
+
+
+def _written(result: FunctionVectorResult) -> list[str]:
+    """What the function vector sums as each head's mean output, where the result records it."""
+    return [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
+
+
+def fv_sections(result: FunctionVectorResult) -> Report:
+    """The report: what chose and what tested, the finding, the tests against random heads, zero-shot
+    accuracy per task, the FV heads (with the [layer, head] map of AIEs)."""
+    every_head = layer_head_map(
+        result.aie_attributed,
+        "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
+        "positive: the head's mean output restores the task on shuffled-label prompts",
+        signed=True,
+        value_format="{:+.4f}",
+    )
+    sections = [
+        Section(title="What chose and what tested", lines=fv_chose_lines(result)),
+        Section(
+            title="Tests against random same-layer heads",
+            table=Table(
+                columns=list(COMPARISON_COLUMNS),
+                rows=_comparison_rows(result),
+                right=["held-out", "beyond random (held-out)", "discovery beyond random"],
+            ),
+            notes=[FV_LEGEND, *_written(result)],
+        ),  # fmt: skip
+        Section(
+            title="Per template: the held-out tasks' query pairs",
+            table=Table(
+                columns=list(TEMPLATE_COLUMNS), rows=_template_rows(result), right=list(TEMPLATE_COLUMNS[3:])
+            ),
+            notes=[
+                "chose: the template is a discovery template (the held-out tasks in it are held out by "
+                "task only); the others are the test. Beyond random: the vector's zero-shot gain and the FV "
+                "heads' ablation's few-shot drop, each minus random same-layer heads', paired by prompt "
+                "[95% CI]."
+            ],
+        ),
+        Section(
+            title="Zero-shot accuracy on each task's query pairs, in the templates that test it [95% CI]",
+            table=Table(columns=list(TASK_COLUMNS), rows=_task_rows(result), right=list(TASK_COLUMNS[2:])),
+        ),
+        Section(
+            title="FV heads",
+            table=Table(
+                columns=list(FV_HEAD_COLUMNS), rows=_fv_head_rows(result), right=list(FV_HEAD_COLUMNS[1:4])
+            ),
+            figures=[every_head],
+        ),
+    ]
+    return Report(
+        title=f"Function-vector heads of {result.model_name}",
+        headline=fv_headline(result),
+        sections=sections,
+    )
+
+
+def write_fv_report(result: FunctionVectorResult, format: str, out: str | None, console: Console) -> None:
+    """Render `result` in `format` to the file `out`, or to the console when out is None."""
+    write_sections(fv_sections(result), format, out, console, result, width=140)

@@ -6,17 +6,49 @@ ablated - clean, in nats: the drop of the context's benefit (-score) when the he
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.evidence import BeyondRandom, FamilySplit, StratumDrop
+from circuits.evidence import EFFECT_SIGN, BeyondRandom, FamilySplit, StratumDrop
 from circuits.icl.score import ICLScore
 from circuits.icl.sequences import Windows
+from interp.tasks.icl_tasks import ICL_TEMPLATES
 
 VERDICTS = ("confirmed", "unconfirmed")
+LEGEND = (  # the ICL report's legend, in its JSON too
+    "Change = ICL score with the head(s) ablated - without (nats): the drop of the context's benefit "
+    "(-score), as circuits.evidence signs every effect; positive: without them the model uses its context "
+    "less. Attributed: a first-order estimate on the discovery documents; exact: the "
+    "ablated run on the held-out documents, which no head was chosen on; [95% bootstrap CI over documents]. "
+    "A class is confirmed when its change exceeds that of random heads from the same layers (CI of the "
+    "difference above 0); a head when its exact change is above 0."
+)
+FV_LEGEND = (  # the function-vector report's legend, in its JSON too
+    "The word-pair tasks and the prompt templates are the families: the discovery tasks in the discovery "
+    "templates choose the FV heads (AIE) and the layer the vector is added at; every effect is reported on "
+    "the held-out tasks in the held-out templates, beside the same measure on the discovery tasks in the "
+    "discovery templates, and per template on the held-out tasks (in a discovery template they are held "
+    "out by task only). Each task's pairs are halved: few-shot prompts of one half give the heads' mean "
+    "outputs (per task and template), prompts of the other, the same pairs in every template, are tested. "
+    "AIE: p(answer) on a prompt whose examples' answers are "
+    "shuffled, with the head's output at the last token set to its mean over clean few-shot prompts of the "
+    "task, minus without (Todd et al. 2024); attributed: its first-order estimate for every head, exact for "
+    "the top candidates. The function vector sums the FV heads' mean outputs as written to the residual "
+    "stream (z @ W_O; on a post-norm model, through ln1_post at each prompt's scale) and is added to the "
+    "residual stream at the last token of zero-shot prompts. Ablation: each head's z set to its mean over "
+    "every position. Effects: "
+    + EFFECT_SIGN
+    + " (few-shot accuracy: clean - ablated; ICL score: ablated - clean nats, the context's benefit lost; "
+    "patches and vectors: with - without). Each class against random heads from the same layers, paired "
+    "by prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI]; confirmed when the CI of the "
+    "effect beyond random lies above 0 on the held-out tasks in the held-out templates and in each "
+    "held-out template alone (template-dependent when the pooled CI is and a held-out template's is not)."
+)
 TEMPLATE_KINDS = ("held-out template", "discovery template")  # `Comparison.strata`'s kinds
 
 
@@ -94,6 +126,61 @@ class ICLResult:
     classes: list[ClassEffect]
     training: TrainingCurve | None = None
     timings: dict[str, float] = field(default_factory=dict)
+
+    def headline_verdict(self) -> str:
+        """Whether the held-out ICL score establishes that the model uses its context (its CI below 0),
+        and if not, how many documents would."""
+        tested = self.heldout
+        low, high = tested.ci
+        if high < 0:
+            return f"established: its 95% CI over the {tested.n_documents} held-out documents lies below 0"
+        if tested.score >= 0:
+            return f"not established: no sign on these {tested.n_documents} held-out documents that it does"
+        needed = math.ceil(1.5 * tested.n_documents * ((high - low) / 2 / -tested.score) ** 2)
+        return (
+            f"not established at {tested.n_documents} held-out documents (the CI reaches 0); about {needed} "
+            f"would settle it: pass --n-documents {self.discovery.n_documents + needed} (n_documents)"
+        )
+
+    def loss_bins(self) -> list[tuple[str, float]]:
+        """The mean loss per token in doubling ranges of tokens: ("1", 9.8), ("2-3", 5.0), ("4-7", ...)..."""
+        curve = self.loss_curve
+        bins, start = [], 1
+        while start <= len(curve):
+            end = min(2 * start - 1, len(curve))
+            label = str(start) if start == end else f"{start}-{end}"
+            bins.append((label, curve[start - 1 : end].mean().item()))
+            start *= 2
+        return bins
+
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds (`circuits.sections.result_json`): every field (the scores with
+        their documents and sizes), the headline's verdict, the mean loss per range of tokens
+        (`loss_bins`), the legend."""
+
+        def score(found: ICLScore, **more: Any) -> dict[str, Any]:
+            return {**vars(found), "n_documents": found.n_documents, **more}
+
+        renamed = ("model_name", "source", "score", "discovery_names", "heldout_names", "n_ablated")
+        training = self.training
+        return {
+            "model": self.model_name,
+            "documents": self.source,
+            **{name: value for name, value in vars(self).items() if name not in renamed},
+            "icl_score": score(self.score),
+            "discovery": score(self.discovery, documents=self.discovery_names),
+            "heldout": score(
+                self.heldout,
+                documents=self.heldout_names,
+                n_ablated=self.n_ablated,
+                headline=self.headline_verdict(),
+            ),
+            "loss_by_token": dict(self.loss_bins()),
+            "training": None
+            if training is None
+            else {"steps": training.steps, "icl_scores": training.scores, "ci": training.ci},
+            "legend": LEGEND,
+        }
 
 
 @dataclass(kw_only=True)
@@ -205,3 +292,37 @@ class FunctionVectorResult:
     # head_contribution_linearisation); "" in results saved before it was recorded
     written: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+
+    def fv_head_figures(self) -> list[dict[str, Any]]:
+        """Each FV head, strongest first: its attributed AIE (every head's first-order estimate), its
+        exact AIE on the discovery tasks and alone on the held-out ones, and "induction" in `also`
+        where it is an induction head too."""
+        exact = dict(zip(self.candidates, self.candidates_aie, strict=True))
+        rows = []
+        for label, heldout in zip(self.fv_heads, self.fv_heads_heldout_aie, strict=True):
+            layer, head = (int(part) for part in label[1:].split("H"))
+            rows.append({
+                "head": label, "aie_attributed": self.aie_attributed[layer, head].item(),
+                "aie_discovery": exact[label], "aie_heldout": heldout,
+                "also": "induction" if label in self.induction_heads else "",
+            })  # fmt: skip
+        return rows
+
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds (`circuits.sections.result_json`): every field, the FV heads with
+        their AIEs (`fv_head_figures`), the tasks and templates of each family, each template's
+        pattern, the sign of the effects and the legend."""
+        renamed = ("model_name", "fv_heads", "templates", "layer_accuracy")
+        return {
+            "model": self.model_name,
+            **{name: value for name, value in vars(self).items() if name not in renamed},
+            "discovery_tasks": self.split.discovery,
+            "heldout_tasks": self.split.heldout,
+            "templates": {name: ICL_TEMPLATES[name].pattern for name in self.templates},
+            "discovery_templates": self.template_split.discovery,
+            "heldout_templates": self.template_split.heldout,
+            "effect_sign": EFFECT_SIGN,
+            "fv_heads": self.fv_head_figures(),
+            "layer_accuracy_discovery": self.layer_accuracy,
+            "legend": FV_LEGEND,
+        }

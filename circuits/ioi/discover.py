@@ -2,7 +2,7 @@
 
     result = find_ioi_circuit(model, n_prompts=64, seed=0)
     result.circuit            # {"name_mover": [(9, 9), ...], "s_inhibition": [...], ...}
-    result.to_json()
+    result_json(result)       # circuits.sections: its `--format json` output
 
 `find_ioi_circuit` measures the model on the clean prompts (baseline, attention, direct logit
 attribution), runs the paper's steps in order (circuits.ioi.steps: name movers, S-inhibition,

@@ -1,5 +1,5 @@
-"""An IOICircuitResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML) and
-its JSON data (`render_json`, `IOICircuitResult.to_json`'s schema).
+"""An IOICircuitResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML; its
+JSON: `circuits.sections.result_json`, `IOICircuitResult.json_data`).
 
     result = find_ioi_circuit(model)
     print(render_markdown(ioi_sections(result)))     # circuits.sections.render_markdown
@@ -16,15 +16,22 @@ patterns of each class's heads on an example prompt.
 from __future__ import annotations
 
 import html
-import json
-import math
 import statistics
 
 from rich.console import Console
 
 from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
 from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, HeadEvidence, IOICircuitResult
-from circuits.sections import Report, Section, Table, faithfulness_section, layer_head_map, write_sections
+from circuits.sections import (
+    Report,
+    Section,
+    Table,
+    ci_text,
+    faithfulness_section,
+    layer_head_map,
+    percent_ci,
+    write_sections,
+)
 from interp.types import head_label
 from interp.viz import attention_patterns_html
 
@@ -47,28 +54,6 @@ STEP_TITLES = {
     "logits_without_name_movers": "heads -> logits, name movers mean-ablated",
     "backup_growth": "growth of the direct effect when name movers are ablated",
 }
-
-
-def render_json(result: IOICircuitResult) -> str:
-    """Strict JSON: NaN (a figure that could not be computed) becomes null."""
-    return json.dumps(_without_nan(result.to_json()), indent=2, allow_nan=False)
-
-
-def _without_nan(value):
-    if isinstance(value, dict):
-        return {key: _without_nan(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_without_nan(item) for item in value]
-    return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def _ci(interval: tuple[float, float]) -> str:
-    return f"[{interval[0]:.2f}, {interval[1]:.2f}]"
-
-
-def _percent_ci(interval: tuple[float, float]) -> str:
-    """A CI of a fraction in %, the unit of the value it goes with."""
-    return f"[{interval[0]:.1%}, {interval[1]:.1%}]"
 
 
 def _z(z: float) -> str:
@@ -157,8 +142,8 @@ def _circuit_lines(result: IOICircuitResult) -> list[str]:
     """The model on the discovery prompts, and how much of it the circuit recovers there."""
     b = result.baseline
     lines = [
-        f"logit diff (IO - S) {b.logit_diff:.3f} (95% CI {_ci(b.logit_diff_ci)}), "
-        f"accuracy {b.accuracy:.1%} (95% CI {_percent_ci(b.accuracy_ci)}), top-1 = IO {b.top1_io:.1%}, "
+        f"logit diff (IO - S) {b.logit_diff:.3f} (95% CI {ci_text(b.logit_diff_ci, 2, sign=False)}), "
+        f"accuracy {b.accuracy:.1%} (95% CI {percent_ci(b.accuracy_ci, 1)}), top-1 = IO {b.top1_io:.1%}, "
         f"ABC logit diff {b.abc_logit_diff:.3f}",
     ]
     e = result.evaluation
@@ -247,7 +232,7 @@ def _validation_lines(result: IOICircuitResult) -> list[str]:
         return []
     return [
         f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
-        f"{v.recovered:.1%} (95% CI {_percent_ci(v.recovered_ci)}), faithfulness {v.faithfulness:.1%}"
+        f"{v.recovered:.1%} (95% CI {percent_ci(v.recovered_ci, 1)}), faithfulness {v.faithfulness:.1%}"
     ]
 
 
@@ -642,5 +627,4 @@ def write_ioi_report(result: IOICircuitResult, format: str, out: str | None, con
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
     width = FILE_WIDTH if out is not None or console is None else console.width
     terminal = ioi_sections(result, wide=width >= WIDE_TERMINAL)
-    data = {"json": lambda: render_json(result)}
-    write_sections(ioi_sections(result), format, out, console, data, terminal=terminal, width=FILE_WIDTH)
+    write_sections(ioi_sections(result), format, out, console, result, terminal=terminal, width=FILE_WIDTH)

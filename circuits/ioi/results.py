@@ -10,7 +10,7 @@ Heads are labelled as every report of interp writes them, "L9H6" (`interp.types.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
@@ -210,24 +210,23 @@ class IOICircuitResult:
     def heads(self) -> list[Head]:
         return sorted({head for heads in self.circuit.values() for head in heads})
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-serialisable summary (the `interp ioi --format json` output)."""
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds (`circuits.sections.result_json`): every field (each class's heads
+        and the unclassified ones with their labels, "heads" and "unclassified"), the circuit as
+        [layer, head] pairs per class, the logit diff, faithfulness and share recovered."""
         evaluation = self.evaluation
+        renamed = ("classes", "unclassified", "timings")
         return {
-            "settings": asdict(self.settings),
+            **{name: value for name, value in vars(self).items() if name not in renamed},
             "logit_diff": self.baseline.logit_diff,
-            "baseline": asdict(self.baseline),
-            "circuit": {name: [list(head) for head in heads] for name, heads in self.circuit.items()},
-            "heads": {name: [_evidence_json(h) for h in heads] for name, heads in self.classes.items()},
-            "unclassified": [_evidence_json(h) for h in self.unclassified],
+            "circuit": self.circuit,
+            "heads": {name: [_labelled(h) for h in heads] for name, heads in self.classes.items()},
+            "unclassified": [_labelled(h) for h in self.unclassified],
             "faithfulness": None if evaluation is None else evaluation.faithfulness,
             "recovered": None if evaluation is None else evaluation.recovered,
-            "evaluation": None if evaluation is None else asdict(evaluation),
-            "validation": None if self.validation is None else asdict(self.validation),
-            "thresholds": self.thresholds,
             "timings_s": self.timings,
         }
 
 
-def _evidence_json(evidence: HeadEvidence) -> dict[str, Any]:
-    return {**asdict(evidence), "name": evidence.name}
+def _labelled(evidence: HeadEvidence) -> dict[str, Any]:
+    return {**vars(evidence), "name": evidence.name}

@@ -1,24 +1,30 @@
-"""A RetrievalResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML) and its
-JSON summary. The finding comes first: accuracy against chance, each class's verdict and
+"""A RetrievalResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML). The
+finding comes first: accuracy against chance, each class's verdict and
 drop beyond random heads on held-out relations (beside the same figure on the discovery prompts), its
 overlap with the induction heads of `interp heads`, the circuit's faithfulness; then the two-hop
 measurement; then the relations that chose and those that tested."""
 
 from __future__ import annotations
 
-import json
-import math
-
 from rich.console import Console
 
-from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS, BeyondRandom
+from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
 from circuits.retrieval.results import (
     CLASS_MEANINGS,
     RETRIEVAL_CLASSES,
     RetrievalAccuracy,
     RetrievalResult,
 )
-from circuits.sections import Report, Section, Table, layer_head_map, write_sections
+from circuits.sections import (
+    Report,
+    Section,
+    Table,
+    ci_text,
+    layer_head_map,
+    percent_ci,
+    signed,
+    write_sections,
+)
 from interp.viz import heatmap_grid, heatmap_html
 
 FORMATS = ("table", "json", "markdown", "html")
@@ -48,20 +54,10 @@ def legend(result: RetrievalResult) -> str:
     )
 
 
-def _signed(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:+.3f}"
-
-
-def _ci(interval: tuple[float, float], percent: bool = False) -> str:
-    if percent:
-        return f"[{100 * interval[0]:.0f}%, {100 * interval[1]:.0f}%]"
-    return f"[{_signed(interval[0])}, {_signed(interval[1])}]"
-
-
 def _accuracy(a: RetrievalAccuracy) -> str:
     return (
-        f"{a.prompts}: {100 * a.accuracy:.0f}% {_ci(a.ci, True)} of {a.n_prompts} prompts "
-        f"(chance {100 * a.chance:.0f}%; mean logit diff {_signed(a.logit_diff)})"
+        f"{a.prompts}: {100 * a.accuracy:.0f}% {percent_ci(a.ci)} of {a.n_prompts} prompts "
+        f"(chance {100 * a.chance:.0f}%; mean logit diff {signed(a.logit_diff)})"
     )
 
 
@@ -69,7 +65,7 @@ def _above_chance(a: RetrievalAccuracy) -> str:
     return "above chance" if a.ci[0] > a.chance else "not above chance"
 
 
-def summary_lines(result: RetrievalResult) -> list[str]:
+def retrieval_headline(result: RetrievalResult) -> list[str]:
     """The finding, in order."""
     lines = [
         f"Retrieval from context by {result.model_name}: " + _accuracy(result.heldout)
@@ -89,9 +85,9 @@ def summary_lines(result: RetrievalResult) -> list[str]:
         )
         lines.append(
             f"{c.name} ({', '.join(c.heads)}): {c.verdict} on held-out relations; ablated, they lower the "
-            f"logit diff by {_signed(c.heldout.beyond)} {_ci(c.heldout.beyond_ci)} logits more than random "
-            f"heads there ({_signed(c.discovery.beyond)} {_ci(c.discovery.beyond_ci)} on the discovery "
-            f"prompts that chose them: {c.note}); accuracy ablated {100 * c.accuracy:.0f}% "
+            f"logit diff by {signed(c.heldout.beyond)} {ci_text(c.heldout.beyond_ci)} logits more than "
+            f"random heads there ({signed(c.discovery.beyond)} {ci_text(c.discovery.beyond_ci)} on the "
+            f"discovery prompts that chose them: {c.note}); accuracy ablated {100 * c.accuracy:.0f}% "
             f"vs {100 * c.random_accuracy:.0f}% with random heads{overlap}."
         )
     tested = {c.name for c in result.classes}
@@ -106,9 +102,9 @@ def summary_lines(result: RetrievalResult) -> list[str]:
         f"({', '.join(shared) or 'none'})."
     )
     lines.append(
-        f"Circuit faithfulness on held-out prompts: {_signed(result.faithfulness)} (logit diff: circuit "
-        f"{_signed(result.circuit_logit_diff)}, model {_signed(result.model_logit_diff)}, no heads "
-        f"{_signed(result.ablated_logit_diff)}; accuracy with the circuit alone "
+        f"Circuit faithfulness on held-out prompts: {signed(result.faithfulness)} (logit diff: circuit "
+        f"{signed(result.circuit_logit_diff)}, model {signed(result.model_logit_diff)}, no heads "
+        f"{signed(result.ablated_logit_diff)}; accuracy with the circuit alone "
         f"{100 * result.circuit_accuracy:.0f}%)."
     )
     lines.append(
@@ -123,7 +119,7 @@ def summary_lines(result: RetrievalResult) -> list[str]:
 
 def _by_facts(result: RetrievalResult) -> str:
     return "Held-out accuracy by fact count: " + "; ".join(
-        f"{a.prompts.split(', ')[-1]} {100 * a.accuracy:.0f}% {_ci(a.ci, True)} "
+        f"{a.prompts.split(', ')[-1]} {100 * a.accuracy:.0f}% {percent_ci(a.ci)} "
         f"(chance {100 * a.chance:.0f}%)"
         for a in result.heldout_by_facts
     )
@@ -131,8 +127,8 @@ def _by_facts(result: RetrievalResult) -> str:
 
 def _head_rows(result: RetrievalResult) -> list[list[str]]:
     return [
-        [h.head, h.sweep, _signed(h.effect), f"{h.attention['VALUE']:.2f}", f"{h.attention['NAME']:.2f}",
-         f"{h.attention['QUERY']:.2f}", _signed(h.direct), h.cls or "unclassified",
+        [h.head, h.sweep, signed(h.effect), f"{h.attention['VALUE']:.2f}", f"{h.attention['NAME']:.2f}",
+         f"{h.attention['QUERY']:.2f}", signed(h.direct), h.cls or "unclassified",
          "yes" if h.head in result.induction_heads else "no"]
         for h in result.heads
     ]  # fmt: skip
@@ -161,7 +157,7 @@ HEADS_LEGEND = (
 def _stratum_rows(result: RetrievalResult) -> list[list[str]]:
     return [
         [c.name, s.name, str(s.n_prompts),
-         _signed(s.beyond) + ("" if s.beyond_ci is None else f" {_ci(s.beyond_ci)}"),
+         signed(s.beyond) + ("" if s.beyond_ci is None else f" {ci_text(s.beyond_ci)}"),
          TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no"]
         for c in result.classes
         for s in c.strata
@@ -169,71 +165,6 @@ def _stratum_rows(result: RetrievalResult) -> list[list[str]]:
 
 
 STRATUM_COLUMNS = ("class", "stratum", "prompts", "beyond random", "holds")
-
-
-def to_dict(result: RetrievalResult) -> dict:
-    """The summary as plain data (the full result: `--save`)."""
-
-    def accuracy(a: RetrievalAccuracy) -> dict:
-        return {"prompts": a.prompts, "n_prompts": a.n_prompts, "accuracy": a.accuracy, "ci": list(a.ci),
-                "chance": a.chance, "logit_diff": a.logit_diff}  # fmt: skip
-
-    def number(value: float) -> float | None:
-        return None if math.isnan(value) else value
-
-    def effect(b: BeyondRandom) -> dict:
-        return {"n_prompts": b.n_prompts, "drop": b.drop, "drop_ci": list(b.drop_ci),
-                "random_drop": b.random_drop, "beyond": b.beyond, "beyond_ci": list(b.beyond_ci)}  # fmt: skip
-
-    return {
-        "model": result.model_name,
-        "provenance": result.provenance,
-        "attribution": result.attribution,
-        "seed": result.seed,
-        "settings": result.settings,
-        "effect_sign": EFFECT_SIGN,
-        "relations": {
-            "discovery": list(result.relations.discovery),
-            "heldout": list(result.relations.heldout),
-        },
-        "templates": result.templates,
-        "discovery": accuracy(result.discovery),
-        "heldout": accuracy(result.heldout),
-        "heldout_by_facts": [accuracy(a) for a in result.heldout_by_facts],
-        "question": accuracy(result.question),
-        "two_hop": [accuracy(a) for a in result.two_hop],
-        "induction_heads": result.induction_heads,
-        "classes": [
-            {
-                "name": c.name,
-                "heads": c.heads,
-                "verdict": c.verdict,
-                "heldout": effect(c.heldout),
-                "discovery": effect(c.discovery),
-                "note": c.note,
-                "accuracy": c.accuracy,
-                "random_accuracy": c.random_accuracy,
-                "induction_overlap": c.induction_overlap,
-                "strata": [
-                    {
-                        "name": s.name,
-                        "n_prompts": s.n_prompts,
-                        "beyond": s.beyond,
-                        "beyond_ci": None if s.beyond_ci is None else list(s.beyond_ci),
-                        "holds": s.holds,
-                    }
-                    for s in c.strata
-                ],
-            }
-            for c in result.classes
-        ],  # fmt: skip
-        "faithfulness": number(result.faithfulness),
-        "circuit_accuracy": result.circuit_accuracy,
-    }
-
-
-def render_json(result: RetrievalResult) -> str:
-    return json.dumps(to_dict(result), indent=2, allow_nan=False)
 
 
 CLASS_COLUMNS = (
@@ -251,8 +182,8 @@ ACCURACY_COLUMNS = ("prompts", "n", "accuracy", "chance", "mean logit diff")
 
 def _class_rows(result: RetrievalResult) -> list[list[str]]:
     return [
-        [c.name, ", ".join(c.heads), c.verdict, f"{_signed(c.heldout.beyond)} {_ci(c.heldout.beyond_ci)}",
-         f"{_signed(c.discovery.beyond)} {_ci(c.discovery.beyond_ci)}",
+        [c.name, ", ".join(c.heads), c.verdict, f"{signed(c.heldout.beyond)} {ci_text(c.heldout.beyond_ci)}",
+         f"{signed(c.discovery.beyond)} {ci_text(c.discovery.beyond_ci)}",
          f"{100 * c.accuracy:.0f}%", f"{100 * c.random_accuracy:.0f}%", ", ".join(c.induction_overlap) or "-"]
         for c in result.classes
     ]  # fmt: skip
@@ -261,8 +192,8 @@ def _class_rows(result: RetrievalResult) -> list[list[str]]:
 def _accuracy_rows(result: RetrievalResult) -> list[list[str]]:
     every = [result.discovery, result.heldout, *result.heldout_by_facts, result.question, *result.two_hop]
     return [
-        [a.prompts, str(a.n_prompts), f"{100 * a.accuracy:.0f}% {_ci(a.ci, True)}", f"{100 * a.chance:.0f}%",
-         _signed(a.logit_diff)]
+        [a.prompts, str(a.n_prompts), f"{100 * a.accuracy:.0f}% {percent_ci(a.ci)}", f"{100 * a.chance:.0f}%",
+         signed(a.logit_diff)]
         for a in every
     ]  # fmt: skip
 
@@ -339,10 +270,9 @@ def retrieval_sections(result: RetrievalResult) -> Report:
         ),
     ]
     title = f"Retrieval from context in {result.model_name}"
-    return Report(title=title, headline=summary_lines(result), sections=sections)
+    return Report(title=title, headline=retrieval_headline(result), sections=sections)
 
 
 def write_retrieval_report(result: RetrievalResult, format: str, out: str | None, console: Console) -> None:
     """Render `result` in `format` to the file `out`, or to the console when out is None."""
-    data = {"json": lambda: render_json(result)}
-    write_sections(retrieval_sections(result), format, out, console, data, width=160)
+    write_sections(retrieval_sections(result), format, out, console, result, width=160)

@@ -5,10 +5,11 @@ first among the candidates."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor
 
-from circuits.evidence import BeyondRandom, FamilySplit, StratumDrop
+from circuits.evidence import EFFECT_SIGN, BeyondRandom, FamilySplit, StratumDrop
 
 RETRIEVAL_CLASSES = ("mover", "mention", "query")
 CLASS_MEANINGS = {
@@ -107,6 +108,12 @@ class RetrievalResult:
     ablated_logit_diff: float
     circuit_accuracy: float
     timings: dict[str, float] = field(default_factory=dict)
+
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds (`circuits.sections.result_json`): every field, the model's name
+        as "model", and the sign of the effects."""
+        fields = dict(vars(self))
+        return {"model": fields.pop("model_name"), **fields, "effect_sign": EFFECT_SIGN}
 
     def confirmed(self, verdicts: tuple[str, ...] = ("confirmed",)) -> list[str]:
         """The names of the classes with those verdicts."""

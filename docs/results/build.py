@@ -273,7 +273,7 @@ def ioi_section(result: Any) -> list[str]:
 
 def circuit_section(result: Any) -> list[str]:
     """A saved `interp circuit` result: size, faithfulness, the curve's summary, the top edges."""
-    summary = result.to_json(top=8)
+    summary = result.json_data(top=8)
     task, method, circuit, curve = summary["task"], summary["method"], summary["circuit"], summary["curve"]
     low, high = circuit["faithfulness_ci"]
     how = (
@@ -320,17 +320,17 @@ def circuit_section(result: Any) -> list[str]:
 
 def icl_section(result: Any) -> list[str]:
     """A saved `interp icl` result: the held-out ICL score, each class against random heads, the top heads."""
-    from circuits.icl.report import summary_lines
+    from circuits.icl.report import icl_headline
 
-    return [f"Model: {result.provenance}.", *summary_lines(result)]
+    return [f"Model: {result.provenance}.", *icl_headline(result)]
 
 
 def fv_section(result: Any) -> list[str]:
     """A saved `interp icl --fv` result: what chose and what tested, the held-out tests, the FV heads."""
-    from circuits.icl.fv_report import chose_lines, summary_lines
+    from circuits.icl.report import fv_chose_lines, fv_headline
 
-    chose = chose_lines(result)
-    return [chose[-1], "; ".join(chose[:-1]) + ".", *summary_lines(result)] + (
+    chose = fv_chose_lines(result)
+    return [chose[-1], "; ".join(chose[:-1]) + ".", *fv_headline(result)] + (
         [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
     )
 

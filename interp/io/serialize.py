@@ -25,6 +25,10 @@ or {"__float__": "-inf"}, and the text is strict JSON: write it with `json.dumps
 `decode` also reads the bare NaN / Infinity tokens of files written before this rule (Python's
 `json.loads` parses them), and the older tags "__dict__", "__ndarray__", "__dataframe__" (the
 map_shards store) and a "__frame__" that maps column names to values (results files).
+
+`plain` is the other direction's plain form, for people and scripts, never read back: numbers as
+numbers, NaN and infinities as null, tuples as lists, tensors and arrays as nested lists, frames as
+lists of rows, dataclasses as objects of their fields (what `--format json` prints).
 """
 
 from __future__ import annotations
@@ -100,6 +104,32 @@ def encode(value: Any, tensors: dict[str, Tensor] | None = None, drop_callables:
         f"a value of type {type(value).__name__} cannot be stored as JSON; store tensors, arrays, numbers, "
         "strings, lists, tuples, dicts, DataFrames or dataclasses registered with register_dataclass"
     )
+
+
+def plain(value: Any) -> Any:
+    """`value` as plain JSON data (see the module doc): untagged, so not read back by `decode`.
+    Dict keys that JSON cannot hold (a tuple, a head) become their text; anything else it cannot
+    write (a function) is refused."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, np.generic):
+        return plain(value.item())
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Tensor):
+        return plain(value.detach().cpu().tolist())
+    if isinstance(value, np.ndarray):
+        return plain(value.tolist())
+    if isinstance(value, pd.DataFrame):
+        return plain(value.to_dict("records"))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key if isinstance(key, str | int | float | bool) else str(key): plain(item)
+                for key, item in value.items()}  # fmt: skip
+    raise TypeError(f"a value of type {type(value).__name__} has no plain JSON form")
 
 
 def _array_data(value: Tensor | np.ndarray, tensors: dict[str, Tensor] | None) -> dict:
