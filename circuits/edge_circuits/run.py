@@ -1,0 +1,132 @@
+"""`interp circuit` as one library call: the edge circuit of a task and, for a prompt-pair file, the
+head classes of the same pairs (`circuits.path`), on the same held-out families.
+
+    task = CircuitTask(task="pairs.csv", heldout_families=("template 3",))   # checked, no model needed
+    result = run_circuit(model, task, EdgeCircuitSettings(method="eap-ig", n_edges=300))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from circuits.edge_circuits.find import (
+    EdgeCircuitResult,
+    EdgeCircuitSettings,
+    edge_circuit_stages,
+    find_edge_circuit,
+    split_task,
+    task_rows,
+)
+from circuits.edge_circuits.tasks import EdgeTask, check_task_name, edge_task, heldout_edge_task
+from circuits.evidence import split_families
+from circuits.pairs_file import METRICS, read_pairs
+from circuits.path import PATH_STAGES, PathSettings, head_path, pair_task
+from interp.edges import mib_json
+from interp.io.files import write_text_atomic
+from interp.model import HookedTransformer
+from interp.types import Progress
+
+
+@dataclass(frozen=True, kw_only=True)
+class CircuitTask:
+    """What `run_circuit` finds a circuit of. task: "ioi", "induction" or a prompt-pair file's path;
+    n_prompts: the prompts of ioi and induction (as many held out); metric: one of METRICS (a file's
+    pairs); heldout_families: a file's families that test the circuit and the head classes (None: half
+    of them, drawn with the settings' seed). Checked on construction, reading the file's families only."""
+
+    task: str = "ioi"
+    n_prompts: int = 64
+    metric: str = "logit_diff"
+    heldout_families: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_task_name(self.task)
+        if self.metric not in METRICS:
+            raise ValueError(f"unknown metric {self.metric!r}; choose one of {', '.join(METRICS)}.")
+        if self.heldout_families is None:
+            return
+        if not self.is_file:
+            raise ValueError(
+                "--heldout-families names families of a prompt-pair file's family column; "
+                f"--task {self.task} holds out its own (IOI's held-out templates, fresh induction sequences)."
+            )
+        try:
+            families = [str(row.get("family") or "") for row in read_pairs(self.task)]
+            if not any(families):
+                raise ValueError(f"{self.task} has no family column, so it has no families to hold out")
+            split_families(families, heldout=self.heldout_families)
+        except (ValueError, FileNotFoundError) as error:
+            raise ValueError(f"--heldout-families: {error}") from error
+
+    @property
+    def is_file(self) -> bool:
+        return bool(Path(self.task).suffix)
+
+    @property
+    def with_heads(self) -> bool:
+        """Whether the head classes are found too: a prompt-pair file's, by the logit difference."""
+        return self.is_file and self.metric == "logit_diff"
+
+    def heads_absent(self) -> str | None:
+        """Why a prompt-pair file gets no head classes, in words (None where it gets them, or is no file)."""
+        if not self.is_file or self.with_heads:
+            return None
+        return (
+            f"no head classes with --metric {self.metric}: the head path (circuits.path) measures heads by "
+            "the logit difference only; run with --metric logit_diff for them"
+        )
+
+    def stages(self, settings: EdgeCircuitSettings) -> list[str]:
+        """The stages `run_circuit` reports, in order."""
+        searched = settings.n_edges is None and settings.fraction is None
+        curve = settings.curve_fractions is not None
+        return edge_circuit_stages(settings.method, searched, curve, settings.bootstrap) + list(
+            PATH_STAGES if self.with_heads else []
+        )
+
+
+def run_circuit(
+    model: HookedTransformer,
+    task: CircuitTask,
+    settings: EdgeCircuitSettings,
+    checkpoint: str | None = None,
+    mib_out: str | None = None,
+    progress: Progress | None = None,
+    on_split: Callable[[int, int], None] | None = None,
+) -> EdgeCircuitResult:
+    """The edge circuit of `task` (`find_edge_circuit`) and, for a file, its head classes (`head_path`,
+    as `result.heads`). checkpoint: the edge mask's (prune, ensemble); mib_out: also write the circuit
+    in MIB's submission format (JSON); on_split(discovery prompts, held-out prompts): told the split's
+    sizes before the long work."""
+    prompt_pairs = edge_task(model, task.task, task.n_prompts, settings.seed, task.metric)
+    heldout = heldout_edge_task(model, task.task, task.n_prompts, settings.seed)
+    if task.heldout_families is not None:
+        prompt_pairs, heldout = split_by_families(prompt_pairs, task.heldout_families)
+    pairs = pair_task(model, task.task) if task.with_heads else None  # checked before any long work
+    if pairs is not None:
+        pairs.check_ablation(settings.ablation)
+    if on_split is not None:  # the sizes of the split find_edge_circuit makes
+        discovery, tested, _ = split_task(prompt_pairs, heldout, settings.seed)
+        on_split(discovery.n_prompts, tested.n_prompts)
+    result = find_edge_circuit(
+        model, prompt_pairs, settings, heldout=heldout, checkpoint=checkpoint, progress=progress
+    )
+    if pairs is not None:
+        path_settings = PathSettings(
+            seed=settings.seed, ablation=settings.ablation, heldout=task.heldout_families
+        )
+        result.heads = head_path(model, pairs, path_settings, progress)
+    if mib_out is not None:
+        write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, model.cfg)))
+    return result
+
+
+def split_by_families(task: EdgeTask, heldout: Sequence[str]) -> tuple[EdgeTask, EdgeTask]:
+    """(the prompts of the other families, the prompts of the `heldout` families) of `task`."""
+    held = torch.tensor([family in heldout for family in task.families])
+    return task_rows(task, (~held).nonzero()[:, 0]), task_rows(task, held.nonzero()[:, 0])
