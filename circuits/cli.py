@@ -279,9 +279,7 @@ def circuit(
     command = Command("circuit", model, format, out, save, files=files, outputs={"--mib-out": mib_out})
     skeleton.check_writable(checkpoint, "--checkpoint")
     from circuits.edge_circuits import EdgeCircuitSettings
-    from circuits.edge_circuits.find import MASK_METHODS
-    from circuits.edge_circuits.run import CircuitTask, run_circuit
-    from circuits.quick import circuit_note
+    from circuits.edge_circuits.run import CircuitTask, circuit_prompts, run_circuit
     from interp.edges import MIB_FRACTIONS
     n_prompts, prune_steps, sizes = command.quick(quick, n_prompts=n_prompts, prune_steps=prune_steps)
     heldout = None if heldout_families is None else tuple(dict.fromkeys(listed(heldout_families)))
@@ -298,13 +296,13 @@ def circuit(
                    prune_steps=prune_steps, density=density, metric=metric, n_prompts=n_prompts,
                    heldout_families=heldout)
     command.tell(circuit_task.heads_absent())
-    def said(n_discovery: int, n_heldout: int) -> None:  # --quick: the sizes of the run's split
-        mask_steps, prompts = sizes["prune_steps"] if method in MASK_METHODS else None, sizes["n_prompts"]
-        command.say(circuit_note(n_discovery, n_heldout, None if is_file else prompts, mask_steps, method))
+    def prepare(loaded):  # the prompts, checked before the stages start; --quick says their split's sizes
+        prompts = circuit_prompts(loaded, circuit_task, settings)
+        command.say(prompts.quick_note(sizes, settings) if sizes else None)
+        return prompts
 
-    command.run(options, lambda loaded, progress, _: run_circuit(
-        loaded, circuit_task, settings, checkpoint, mib_out, progress, said if sizes else None),
-        circuit_task.stages(settings))
+    command.run(options, lambda prompts, progress, _: run_circuit(prompts, settings, checkpoint, mib_out,
+                progress), circuit_task.stages(settings), prepare=prepare)
 
 
 @app.command(epilog=EXAMPLES["icl"])

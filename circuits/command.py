@@ -321,13 +321,15 @@ class Command:
         notes: Callable | None = None,
         dtype: str = "float32",
         remote: bool = False,
+        prepare: Callable[[HookedTransformer], Any] | None = None,
         **render: Any,
     ) -> Any:
         """Check --save against `options`, load the model (in `dtype`), run analyse(model, progress,
         kept stages) with `stages` announced and, given the stages' `notes`, --save's kept stages (resumed;
         Ctrl-C says what the file holds); `remote`: it runs on a Ray cluster (no stages shown or kept
-        here). Then the report, written in the chosen format (`render`: the writer's options), and the
-        files written named. The result."""
+        here); `prepare`: what analyse gets instead of the model, made of it before the stages start
+        (inputs checked before any long work). Then the report, written in the chosen format (`render`:
+        the writer's options), and the files written named. The result."""
         stages, notes = (None, None) if remote else (stages, notes)
         self.keyed(options)
         loaded = load(self.model, dtype)
@@ -337,8 +339,9 @@ class Command:
             bars = (
                 nullcontext() if stages is None else stage_bars(self.name, stages, between, kept, self.save)
             )
+            prepared = loaded if prepare is None else prepare(loaded)
             with self._stopped_leaves(kept is not None), bars as progress:
-                result = analyse(loaded, progress, kept)
+                result = analyse(prepared, progress, kept)
         except ERRORS as error:
             raise fail(str(error)) from error
         if self.note is not None:

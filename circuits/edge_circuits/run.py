@@ -2,19 +2,21 @@
 head classes of the same pairs (`circuits.path`), on the same held-out families.
 
     task = CircuitTask(task="pairs.csv", heldout_families=("template 3",))   # checked, no model needed
-    result = run_circuit(model, task, EdgeCircuitSettings(method="eap-ig", n_edges=300))
+    settings = EdgeCircuitSettings(method="eap-ig", n_edges=300)
+    result = run_circuit(circuit_prompts(model, task, settings), settings)  # prompts built, then the work
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from circuits.edge_circuits.find import (
+    MASK_METHODS,
     EdgeCircuitResult,
     EdgeCircuitSettings,
     edge_circuit_stages,
@@ -25,7 +27,8 @@ from circuits.edge_circuits.find import (
 from circuits.edge_circuits.tasks import EdgeTask, check_task_name, edge_task, heldout_edge_task
 from circuits.evidence import split_families
 from circuits.pairs_file import METRICS, read_pairs
-from circuits.path import PATH_STAGES, PathSettings, head_path, pair_task
+from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
+from circuits.quick import circuit_note
 from interp.edges import mib_json
 from interp.io.files import write_text_atomic
 from interp.model import HookedTransformer
@@ -90,19 +93,32 @@ class CircuitTask:
         )
 
 
-def run_circuit(
-    model: HookedTransformer,
-    task: CircuitTask,
-    settings: EdgeCircuitSettings,
-    checkpoint: str | None = None,
-    mib_out: str | None = None,
-    progress: Progress | None = None,
-    on_split: Callable[[int, int], None] | None = None,
-) -> EdgeCircuitResult:
-    """The edge circuit of `task` (`find_edge_circuit`) and, for a file, its head classes (`head_path`,
-    as `result.heads`). checkpoint: the edge mask's (prune, ensemble); mib_out: also write the circuit
-    in MIB's submission format (JSON); on_split(discovery prompts, held-out prompts): told the split's
-    sizes before the long work."""
+@dataclass(frozen=True)
+class CircuitPrompts:
+    """The prompts of one `run_circuit`, built and checked before any long work (`circuit_prompts`):
+    the edge task, its held-out prompts (None: held out of it) and, for the head classes, the pairs."""
+
+    model: HookedTransformer
+    task: CircuitTask
+    prompt_pairs: EdgeTask
+    heldout: EdgeTask | None
+    pairs: PairTask | None
+
+    def quick_note(self, sizes: dict[str, tuple[int, int]], settings: EdgeCircuitSettings) -> str:
+        """`interp circuit --quick`'s note (`circuits.quick.circuit_note`): the split `find_edge_circuit`
+        makes of these prompts with `settings`, against `sizes` (n_prompts, prune_steps: (with --quick,
+        without))."""
+        discovery, tested, _ = split_task(self.prompt_pairs, self.heldout, settings.seed)
+        prompts = None if self.task.is_file else sizes["n_prompts"]  # a file's pairs are all used
+        mask_steps = sizes["prune_steps"] if settings.method in MASK_METHODS else None
+        return circuit_note(discovery.n_prompts, tested.n_prompts, prompts, mask_steps, settings.method)
+
+
+def circuit_prompts(
+    model: HookedTransformer, task: CircuitTask, settings: EdgeCircuitSettings
+) -> CircuitPrompts:
+    """`task`'s prompts on `model` (read, tokenised and checked: a file whose pairs cannot run is refused
+    here, before the long work of `run_circuit`)."""
     prompt_pairs = edge_task(model, task.task, task.n_prompts, settings.seed, task.metric)
     heldout = heldout_edge_task(model, task.task, task.n_prompts, settings.seed)
     if task.heldout_families is not None:
@@ -110,17 +126,33 @@ def run_circuit(
     pairs = pair_task(model, task.task) if task.with_heads else None  # checked before any long work
     if pairs is not None:
         pairs.check_ablation(settings.ablation)
-    if on_split is not None:  # the sizes of the split find_edge_circuit makes
-        discovery, tested, _ = split_task(prompt_pairs, heldout, settings.seed)
-        on_split(discovery.n_prompts, tested.n_prompts)
+    return CircuitPrompts(model, task, prompt_pairs, heldout, pairs)
+
+
+def run_circuit(
+    prompts: CircuitPrompts,
+    settings: EdgeCircuitSettings,
+    checkpoint: str | None = None,
+    mib_out: str | None = None,
+    progress: Progress | None = None,
+) -> EdgeCircuitResult:
+    """The edge circuit of `prompts` (`find_edge_circuit`) and, for a file, its head classes
+    (`head_path`, as `result.heads`). checkpoint: the edge mask's (prune, ensemble); mib_out: also write
+    the circuit in MIB's submission format (JSON)."""
+    model = prompts.model
     result = find_edge_circuit(
-        model, prompt_pairs, settings, heldout=heldout, checkpoint=checkpoint, progress=progress
+        model,
+        prompts.prompt_pairs,
+        settings,
+        heldout=prompts.heldout,
+        checkpoint=checkpoint,
+        progress=progress,
     )
-    if pairs is not None:
+    if prompts.pairs is not None:
         path_settings = PathSettings(
-            seed=settings.seed, ablation=settings.ablation, heldout=task.heldout_families
+            seed=settings.seed, ablation=settings.ablation, heldout=prompts.task.heldout_families
         )
-        result.heads = head_path(model, pairs, path_settings, progress)
+        result.heads = head_path(model, prompts.pairs, path_settings, progress)
     if mib_out is not None:
         write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, model.cfg)))
     return result
