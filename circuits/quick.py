@@ -123,6 +123,18 @@ def icl_note(used: DocumentSizes, without: DocumentSizes) -> str:
     )
 
 
+def icl_sizes_note(sizes: dict[str, Size], split: type, default_documents: int) -> str:
+    """`interp icl --quick`'s note from its options' sizes (n_documents, n_discovery, n_ablated: (with
+    --quick, without); n_documents None: `default_documents`), split by `split` (`DocumentSplit`)."""
+    used, without = (
+        DocumentSizes.of(
+            values["n_documents"] or default_documents, split(values["n_discovery"], values["n_ablated"])
+        )
+        for values in ({name: size[side] for name, size in sizes.items()} for side in (0, 1))
+    )
+    return icl_note(used, without)
+
+
 RETRIEVAL_SIZES = {  # option -> what its number counts in `interp retrieval`
     "n_prompts": "discovery prompts",
     "n_heldout": "held-out prompts per fact count and template",

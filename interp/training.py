@@ -531,6 +531,65 @@ def write_final_model(out: Path, model: HookedTransformer, log: TrainingLog, ext
 # ------------------------------------------------------------------ one call for the CLI
 
 
+def check_toy_options(
+    task: str,
+    n_heads: int,
+    d_model: int,
+    lr: float | None = None,
+    seq_len: int | None = None,
+    d_vocab: int | None = None,
+    hops: int | None = None,
+) -> None:
+    """Refuse `train_toy_model` options that cannot go together (each named also as its `interp train`
+    option), before anything is built or written."""
+    if lr is not None and lr <= 0:
+        raise ValueError(f"--lr must be > 0, got {lr}.")
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model {d_model} is not divisible by n_heads {n_heads}: --d-model is not a multiple of "
+            f"--heads (each head gets d_model / n_heads dimensions); pass a d_model such as "
+            f"{n_heads * max(1, round(d_model / n_heads))}"
+        )
+    if task == "ioi" and (seq_len is not None or d_vocab is not None):
+        raise ValueError("the ioi task has a fixed vocabulary and length: drop --seq-len and --d-vocab.")
+    if hops is not None and task != "hop":
+        raise ValueError(
+            f"--hops is the hop task's number of lookups: pass --task hop, or drop --hops (task {task})."
+        )
+
+
+def training_summary(model: HookedTransformer, log: TrainingLog) -> tuple[str, str | None]:
+    """The last evaluation of `model`'s training in words (its step, task loss and the task's own
+    measure), and what to do when its held-out accuracy missed the task's `stop_above` (else None)."""
+    task, cfg, last = model.cfg.task, model.cfg, log.evals[-1]
+    if task == "ioi":
+        detail = "loss on the answer; ln 2 = 0.693 is a coin flip between IO and S"
+    elif task == "hop":
+        chance = HopTask(cfg.hops, cfg.d_vocab, cfg.n_ctx).chance
+        detail = (
+            f"answer accuracy {last['answer_accuracy']:.3f} after {cfg.hops} lookups, chance {chance:.3f}"
+        )
+    elif task == "markov":
+        detail = (
+            f"the in-context bigram predictor {last['bigram_loss']:.3f}, uniform {math.log(cfg.d_vocab):.3f}"
+        )
+    else:
+        detail = (
+            f"repeated random tokens: first half {last['first_half_loss']:.3f}, "
+            f"repeated half {last['repeated_half_loss']:.3f}"
+        )
+    stopped = "" if log.stopped_early is None else " (stopped early: held-out accuracy on a plateau)"
+    line = f"step {last['step']}{stopped}: task loss {last['eval_loss']:.3f} ({detail})."
+    target = TASK_DEFAULTS[task].stop_above
+    if not (target and last["accuracy"] < target):
+        return line, None
+    return line, (
+        f"The held-out accuracy {last['accuracy']:.3f} did not reach {target}: the model has not learned the "
+        f"task yet (when it learns depends on the seed and the machine). Train again into a fresh --out "
+        f"with more steps (--steps {2 * last['step']}) or another --seed."
+    )
+
+
 def train_toy_model(
     task: str,
     n_layers: int | None,
@@ -566,11 +625,7 @@ def train_toy_model(
     n_layers = default_layers(task, getattr(data, "hops", None)) if n_layers is None else n_layers
     n_layers, n_heads = check_count(n_layers, "n_layers"), check_count(n_heads, "n_heads")
     d_model, seed = check_count(d_model, "d_model"), check_count(seed, "seed", 0)
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model {d_model} is not divisible by n_heads {n_heads} (each head gets d_model / n_heads "
-            f"dimensions); pass a d_model such as {n_heads * max(1, round(d_model / n_heads))}"
-        )
+    check_toy_options(task, n_heads, d_model, lr, seq_len, d_vocab, hops)
     defaults = TASK_DEFAULTS[task]
     steps = defaults.steps if steps is None else steps
     lr = defaults.lr if lr is None else lr

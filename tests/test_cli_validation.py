@@ -110,12 +110,12 @@ def test_files_and_options_are_refused_before_a_model_loads(arguments, message, 
     """No model loads before the refusal (a load fails the test), and a missing file is refused before
     torch is imported (its import is most of the seconds before a model loads: the refusal comes in
     well under 2 s on a busy machine)."""
-    import circuits.cli as cli
+    import circuits.command as skeleton
 
     def load(model, dtype="float32"):
         raise AssertionError(f"{model} was loaded before the bad input was refused")
 
-    monkeypatch.setattr(cli, "load", load)
+    monkeypatch.setattr(skeleton, "load", load)
     (tmp_path / "empty").mkdir()
     (tmp_path / "headless.csv").write_text("prompt,answer\nA B,A\n")
     names = {"missing": tmp_path / "missing", "empty": tmp_path / "empty",

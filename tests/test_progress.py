@@ -25,6 +25,7 @@ SLOW_COMMAND = """
 import sys, time
 import interp
 import circuits.cli as cli
+import circuits.command as skeleton
 import circuits.progress_printer as printer
 
 printer.HEARTBEAT_S = {heartbeat}
@@ -37,7 +38,7 @@ def slow(activation, hook):
     return activation
 
 model.add_hook("blocks.1.hook_resid_post", slow)
-cli.load = lambda name, dtype="float32": model
+skeleton.load = lambda name, dtype="float32": model
 cli.app(["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap", "--edges", "10",
          "--n-prompts", "8"])
 """

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-import circuits.cli as cli
+import circuits.command as skeleton
 import interp
 from circuits.cli import app
 from circuits.heads import head_report
@@ -384,7 +384,7 @@ def no_model_loads(monkeypatch) -> None:
     def load(model, dtype="float32"):
         raise AssertionError(f"the model {model} was loaded before --save was checked")
 
-    monkeypatch.setattr(cli, "load", load)
+    monkeypatch.setattr(skeleton, "load", load)
 
 
 SAVED_RUNS = {  # command -> (the options of a result on a toy model, an option that changes it, its key)

@@ -81,7 +81,7 @@ from circuits.path.steps import PathResult
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
-from interp.types import MemorySize, Progress
+from interp.types import MemorySize, Progress, memory_bytes
 
 SCHEMA = "interp-edge-circuit-3"
 CIRCUIT_METHODS: tuple[str, ...] = (*edges.METHODS, "prune", "ensemble")
@@ -327,18 +327,52 @@ class EdgeCircuitSettings:
     measured_edges: int = 25  # rank-scored methods: edges whose removal from the circuit is measured
 
     def __post_init__(self) -> None:
-        if self.method not in CIRCUIT_METHODS:
-            raise ValueError(f"method={self.method!r} is not one of {CIRCUIT_METHODS}.")
+        """Refuse choices that cannot run, saying what to pass (each named as its `interp circuit`
+        option), before any model loads."""
+        if self.n_edges is not None and self.fraction is not None:
+            raise ValueError(
+                "give the circuit size as --edges N or --fraction F (one of them), or neither to search."
+            )
+        if self.fraction is not None and not 0 < self.fraction <= 1:
+            raise ValueError(
+                f"--fraction {self.fraction} must lie in (0, 1]: the fraction of all edges, e.g. 0.05."
+            )
+        if not 0 < self.target <= 1:
+            raise ValueError(f"--target {self.target} must lie in (0, 1]; 0.8 is a common choice.")
         if self.bootstrap < 0:
-            raise ValueError(f"bootstrap={self.bootstrap} must be 0 (no stability) or a number of resamples.")
+            raise ValueError(
+                f"--bootstrap {self.bootstrap} must be 0 (not measured) or a number of resamples, e.g. 20."
+            )
+        if self.density is not None and not 0 < self.density < 1:
+            raise ValueError(
+                f"--density {self.density} must lie in (0, 1): the fraction of edges the mask keeps, e.g. "
+                "0.02."
+            )
+        if self.prune_steps < 1:
+            raise ValueError(f"--prune-steps {self.prune_steps} must be at least 1.")
+        if self.ig_points != "paper" and self.method.startswith("eap-ig-activations"):
+            raise ValueError(
+                f"--ig-points applies to eap-ig (over inputs); {self.method} takes alpha = k/m, k = 1..m."
+            )
+        if self.max_memory is not None:
+            if self.method == "exact":
+                raise ValueError(
+                    "--max-memory applies to the gradient methods (eap, eap-ig, ...), not to exact."
+                )
+            try:
+                memory_bytes(self.max_memory)
+            except ValueError as error:
+                raise ValueError(f"--max-memory: {error}") from error
+        for name, value, allowed in [
+            ("method", self.method, CIRCUIT_METHODS), ("ablation", self.ablation, edges.ABLATIONS),
+            ("ig-points", self.ig_points, edges.IG_POINTS),
+        ]:  # fmt: skip
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}.")
         if self.measured_edges < 0:
             raise ValueError(
                 f"measured_edges={self.measured_edges} must be 0 (estimates only) or a number of edges."
             )
-        if self.n_edges is not None and self.fraction is not None:
-            raise ValueError("Give at most one of n_edges (--edges N) and fraction (--fraction F).")
-        if not 0 < self.target <= 1:
-            raise ValueError(f"target={self.target} must lie in (0, 1]; 0.8 is a common choice.")
 
     def requested_edges(self, graph: edges.EdgeGraph) -> int | None:
         """The circuit's size in edges (`n_edges`, or `fraction` of the graph's); None: searched for."""

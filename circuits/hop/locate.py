@@ -23,6 +23,8 @@ against random senders of the same layers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -103,6 +105,25 @@ def ablated_changes(
 HOP_STAGES = ("hop lookups", "ablations and paths")  # the stages hop_report reports, in order
 
 
+@dataclass(frozen=True, kw_only=True)
+class HopSettings:
+    """The sizes of `hop_report` (`hop_report(model, **vars(settings))`), checked on construction."""
+
+    n_sequences: int = 256
+    seed: int = 0
+    min_attention: float = 0.3
+    n_random: int = 8
+
+    def __post_init__(self) -> None:
+        if self.n_sequences < 8 or self.n_sequences % 2:
+            raise ValueError(
+                f"--n-sequences must be an even number of at least 8 (half discovery, half held out), got "
+                f"{self.n_sequences}."
+            )
+        if not 0 < self.min_attention <= 1:
+            raise ValueError(f"--min-attention must lie in (0, 1], got {self.min_attention}.")
+
+
 def hop_report(
     model: interp.HookedTransformer,
     n_sequences: int = 256,
@@ -114,10 +135,7 @@ def hop_report(
     """Each hop's heads on a model trained on the hop task: chosen on half of `n_sequences` held-out
     task sequences (the eval stream of `seed`, which training never draws), tested on the other half.
     progress: the stages HOP_STAGES (the halves' attention read; the ablations and path patching)."""
-    if n_sequences < 8 or n_sequences % 2:
-        raise ValueError(f"n_sequences must be an even number of at least 8, got {n_sequences}")
-    if not 0 < min_attention <= 1:
-        raise ValueError(f"min_attention must lie in (0, 1], got {min_attention}")
+    HopSettings(n_sequences=n_sequences, seed=seed, min_attention=min_attention, n_random=n_random)
     task = hop_task_of(model)
     cfg = model.cfg
     tokens = task.eval_batch(n_sequences, seed).tokens.to(model.device)
@@ -168,7 +186,7 @@ def hop_report(
         min_attention=min_attention,
         accuracy=correct.mean().item(),
         accuracy_ci=(accuracy_ci[0].item(), accuracy_ci[1].item()),
-        chance=1 / (task.d_vocab - 1 - task.hops),
+        chance=task.chance,
         attention=attention.mean(-1),
         discovery_change=alone.mean(-1).view(cfg.n_layers, cfg.n_heads),
         lookups=lookups,

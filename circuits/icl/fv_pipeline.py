@@ -252,7 +252,14 @@ class FunctionVectorSettings:
         ]:
             check_count(getattr(self, name), name, least)
         if self.candidates is not None:
+            if isinstance(self.candidates, int) and self.candidates < self.top:
+                raise ValueError(
+                    f"--candidates {self.candidates} must be at least --fv-heads {self.top} (the candidates "
+                    "the top heads are chosen from)."
+                )
             check_count(self.candidates, "candidates", self.top)
+        self.family_split()  # the task and template names and splits, before any model loads
+        self.template_split()
 
     @property
     def task_names(self) -> list[str]:

@@ -91,6 +91,8 @@ class ICLSettings:
 
     def __post_init__(self) -> None:
         check_ablation(self.ablation)
+        if self.windows is not None:  # what does not depend on the model's context
+            self.windows.check(n_ctx=self.windows.late + self.windows.width)
         check_count(self.top, "top (heads to confirm)", 0)
         check_count(self.n_random, "n_random (random sets to compare a class with)", 1)
 

@@ -74,6 +74,9 @@ from interp.tasks.retrieval import (
 from interp.types import Head, Progress, head_label
 
 ATTENTION_TARGETS = {"VALUE": "mover", "NAME": "mention", "QUERY": "query"}
+# The stages find_retrieval_circuit reports after the induction heads (circuits.heads.cache), in order
+# ("Path patching: heads -> ..." are stages of "Path patching").
+RETRIEVAL_STAGES = ("Edge attribution (EAP)", "Path patching", "Held-out ablations")
 COUNT_MINIMUMS = {"n_prompts": 2, "n_heldout": 2, "n_exact": 0, "n_random": 1, "n_two_hop": 2}
 
 

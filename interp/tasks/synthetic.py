@@ -377,6 +377,12 @@ class HopTask(Task):
         self.bos = _check_bos(bos, self.d_vocab)
         self.query = self.n_ctx - 2  # the last x: its prediction is of the answer a
 
+    @property
+    def chance(self) -> float:
+        """The answer accuracy of a uniform guess: 1 / the symbols that can be the answer (the alphabet
+        less the hops' own tokens)."""
+        return 1 / (self.d_vocab - 1 - self.hops)
+
     def targets(self, tokens: Tensor) -> Tensor:
         """Each hop's target position from the query: tokens [batch, n_ctx] -> [batch, hops]."""
         return hop_targets(tokens, self.hops)[:, :, self.query]

@@ -1,0 +1,387 @@
+"""The skeleton every analysis command of `interp` runs through, written once (`Command`).
+
+    command = Command("hop", model, format, out, save, plot=plot)  # the model, files, format checked
+    result = command.run(options, lambda loaded, progress, kept: hop_report(loaded, ...), HOP_STAGES)
+
+Before any model loads: the model path, the input files (before torch is imported), the format and
+every output path, the --quick preset (`quick`, `say`: its note on stderr) and --save (refused where it
+holds another run). Then the model loads, the analysis runs with its announced stages (bars or log
+lines; with --save, each kept stage written as it finishes and an earlier run's resumed), its errors
+become one-line messages (exit status 2), the report is written in the chosen format with the --quick
+note on its model line, and the files written are named. With `circuits.cli`, the only code that prints.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from interp.catalog import EXPECTED_TIMES, QUICK_PRESETS, expected_time_text
+
+if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
+    from circuits.stages import StageResults
+    from interp import HookedTransformer
+    from interp.types import Progress
+
+console = Console()
+# The result kind (circuits.results_file.KINDS) of a command whose name is not its kind.
+KIND_OF = {"icl --fv": "fv"}
+ERRORS = (ValueError, ImportError, FileNotFoundError)  # a run's errors said in one line (exit status 2)
+
+
+# Each command's examples, the end of its --help (`help_epilog`), after its expected time.
+COMMAND_EXAMPLES = {
+    "info": ["--model toy-ioi"],
+    "heads": ["--model smollm2-135m", "--model toy-induction --format html --out heads.html"],
+    "train": [
+        "--task induction --out runs/induction   # then: interp heads --model runs/induction",
+        "--task ioi --seed 1 --out runs/ioi      # then: interp ioi --model runs/ioi",
+        "--task hop --hops 2 --out runs/hop2   # 3 layers; then: interp hop --model runs/hop2",
+    ],
+    "ioi": ["--model smollm2-135m --format markdown --out ioi.md", "--model toy-ioi"],
+    "patch": [
+        "--component z --top 5",
+        "--component resid_pre --format csv --out patch.csv",
+        "--model smollm2-135m --pairs pairs.csv --save patch.json   # same-length clean/corrupted",
+    ],
+    "circuit": [
+        "--model toy-ioi --task ioi --edges 30 --curve   # and the faithfulness curve, CPR and CMD",
+        "--task ioi --method eap-ig --edges 300   # SmolLM2 in seconds: attribution, not a learned mask",
+        "--model toy-induction --task induction --target 0.9   # the smallest circuit reaching 0.9",
+        "--model smollm2-135m --task pairs.csv --fraction 0.05 --format html --out circuit.html",
+    ],
+    "icl": [
+        "--format html --out icl.html   # SmolLM2 on 60 Brown corpus texts: 12 rank heads, 48 test",
+        "--model toy-induction --induction-heads L1H0,L1H2",
+        "--model runs/induction --plot icl.png   # a training run: the score across its checkpoints",
+        "--fv --format html --out fv.html   # function-vector heads beside induction heads",
+    ],
+    "retrieval": [
+        "--n-prompts 24 --save retrieval.json   # SmolLM2: facts in context, then a query",
+        "--induction-heads none --format markdown --out retrieval.md",
+    ],
+    "hop": [
+        "--model toy-hop --plot hop.png   # 3 layers trained on 2 hops, shipped",
+        "--model runs/hop2 --save hop.json   # after: interp train --task hop --layers 3 --out runs/hop2",
+    ],
+    "render": [
+        "heads.json --format html --out heads.html   # after: interp heads --save heads.json",
+        "ioi.json --format markdown",
+    ],
+}
+
+
+def help_epilog(command: str) -> str:
+    """The end of `interp COMMAND --help`: its expected time (EXPECTED_TIMES) and its examples."""
+    expected = expected_time_text(command) + "\n\n" if command in EXPECTED_TIMES else ""
+    examples = "\n\n".join(f"  interp {command} {line}" for line in COMMAND_EXAMPLES[command])
+    return expected + "Examples:\n\n" + examples
+
+
+def fail(message: str) -> typer.Exit:
+    """Print a one-line error; the caller raises the returned exit (status 2)."""
+    console.print(f"[red]error:[/red] {escape(message)}")  # escaped: messages may hold [brackets]
+    return typer.Exit(2)
+
+
+@contextmanager
+def refused(prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError, OSError)) -> Iterator[None]:
+    """An error of `errors` inside (a ValueError or an unreadable file) becomes a one-line error (with
+    `prefix`) and exit status 2."""
+    try:
+        yield
+    except errors as error:
+        raise fail(f"{prefix}{error}") from error
+
+
+def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
+    """Refuse an unknown report format, or HTML without --out, before any model is loaded."""
+    from circuits.output import check_format as check
+
+    with refused():
+        check(format, formats, out)
+    if out is not None:
+        check_writable(out, "--out")
+
+
+def check_writable(path: str | None, option: str, directory: bool = False) -> None:
+    """Refuse an output that cannot be written, before any model is loaded (not after the work)."""
+    from circuits.output import check_writable as check
+
+    if path is not None:
+        with refused():
+            check(path, option, directory)
+
+
+def check_plot(plot: str | None) -> None:
+    """Refuse a --plot path that is not a figure file (.png, .svg, .pdf), before any model is loaded."""
+    if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
+        raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
+    check_writable(plot, "--plot")
+
+
+def check_model(model: str) -> None:
+    """Refuse a --model that names local files which are not a model (`interp.io.model_paths`: a
+    missing directory or .gguf file), before anything is imported or loaded."""
+    from interp.io.model_paths import check_local_source
+
+    with refused():
+        check_local_source(model)
+
+
+def check_pairs_file(option: str, path: str, metric: str = "logit_diff") -> None:
+    """Refuse the prompt-pair file of `option` (--task, --pairs) when it is missing, unreadable or its
+    pairs lack what `metric` reads (`circuits.pairs_file`), before anything is imported or loaded."""
+    from circuits.pairs_file import check_pairs, read_pairs
+
+    with refused(f"{option}: "):
+        check_pairs(read_pairs(path), path, metric)
+
+
+def check_heads_file(induction_heads: str | None) -> None:
+    """Refuse --induction-heads naming a result file that is not there, before anything is imported."""
+    if (
+        induction_heads is not None
+        and induction_heads.endswith(".json")
+        and not Path(induction_heads).is_file()
+    ):
+        raise fail(
+            f"--induction-heads {induction_heads}: no such file; write one with: interp heads --save "
+            f"{induction_heads}"
+        )
+
+
+def heads_option(text: str | None) -> list[tuple[int, int]] | None:
+    """--induction-heads: "L17H3,L19H0", "none", or a saved head report (its confirmed induction heads);
+    None when not given (the heads `interp heads` confirms)."""
+    import re
+
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return []
+    if text.endswith(".json"):
+        from circuits.heads import HeadReport
+        from circuits.results_file import load_result
+
+        with refused():
+            report = load_result(text)
+        if not isinstance(report, HeadReport):
+            raise fail(f"{text} holds no head report; write one with: interp heads --save {text}")
+        return report.heads_of_type("induction")
+    labels = [label.strip() for label in text.split(",") if label.strip()]
+    parsed = [re.fullmatch(r"L(\d+)H(\d+)", label, flags=re.IGNORECASE) for label in labels]
+    if not labels or not all(parsed):
+        raise fail(f'--induction-heads {text!r}: give heads as "L17H3,L19H0", a heads.json, or "none".')
+    return [(int(match[1]), int(match[2])) for match in parsed]
+
+
+def induction_class(heads: list | None) -> list | str:
+    """The induction heads in a --save file's options: those given, else the rule by which `interp
+    heads` confirms them (so a file whose heads were confirmed under another rule is refused)."""
+    from circuits.heads.probes import HELD_OUT_RULE
+
+    return heads if heads is not None else f"confirmed by interp heads: {HELD_OUT_RULE}"
+
+
+def file_digest(path: str) -> str | None:
+    """A short hash of the file at `path` (None if there is none): a --save file's key for an input
+    file, whose contents the result depends on."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if Path(path).is_file() else None
+
+
+def load(model: str, dtype: str = "float32") -> HookedTransformer:
+    """Load a model for a command (in `dtype`, a name from DTYPES), turning loading errors into a
+    one-line message."""
+    import torch
+
+    import interp
+
+    with refused(errors=(ValueError, FileNotFoundError, NotImplementedError)):
+        if not console.is_terminal:  # a log: a line, where a terminal shows a spinner
+            print(f"Loading {model} ...", file=sys.stderr, flush=True)
+        with console.status(f"Loading {model} ..."):
+            return interp.load_model(model, dtype=getattr(torch, dtype))
+
+
+@contextmanager
+def stage_bars(
+    command: str,
+    stages: Sequence[str],
+    between: Sequence[str] = (),
+    kept=None,
+    save: str | None = None,
+    model: str | None = None,
+) -> Iterator[Progress]:
+    """The Progress callback of `interp COMMAND`, on stderr (stdout may hold the report): its planned
+    `stages` announced with the command's expected time on `model` where it was measured (None: the
+    command takes no model; every measured time) (and, with `kept`, --save's StageResults, as
+    saved to `save` one by one; `between`: the work reported outside them), then bars on a terminal,
+    else lines with a heartbeat (`circuits.progress_printer`)."""
+    from circuits.progress_printer import progress_bars, progress_lines
+
+    expected = expected_time_text(command, model)
+    printer = progress_bars if Console(stderr=True).is_terminal else progress_lines
+    with printer(command, stages, expected, between, kept, None if kept is None else save) as progress:
+        yield progress
+
+
+class Command:
+    """One run of `interp NAME`: `model`'s path, the `files` checks (each a callable, run before torch
+    is imported), the report's `format` and `out`, the --save file and the --plot or other `outputs`
+    (paths the analysis writes) checked on construction, before any model loads."""
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        format: str,
+        out: str | None,
+        save: str | None = None,
+        *,
+        files: Sequence[Callable[[], None]] = (),
+        plot: str | None = None,
+        outputs: dict[str, str | None] | None = None,
+    ) -> None:
+        self.name, self.model, self.format, self.out, self.save = name, model, format, out, save
+        self.outputs = {"--plot": plot, **(outputs or {})}  # the files the analysis writes
+        self.note: str | None = None  # the --quick note, which the report's model line carries
+        check_model(model)
+        for check in files:
+            check()
+        from circuits.results_file import KINDS
+
+        self.kind = KINDS[KIND_OF.get(name, name)]
+        check_format(format, out, self.kind[1])
+        check_plot(plot)
+        for option, path in (outputs or {}).items():
+            check_writable(path, option)
+        if save is not None and Path(save).suffix != ".json":
+            raise fail(f"--save {save} must end in .json (the full result is JSON).")
+        check_writable(save, "--save")
+
+    def quick(self, quick: bool, note: Callable[[dict], str] | None = None, **values: Any) -> tuple:
+        """The options `values` (name -> value, in order) with `interp NAME --quick`'s preset
+        (`interp.catalog.QUICK_PRESETS`) applied to those left at their defaults, then {name: (the value
+        with --quick, the value without)} (None without --quick), of which `note` makes the note said
+        (`circuits.quick`, `say`)."""
+        if not quick:
+            return (*values.values(), None)
+        preset = QUICK_PRESETS[self.name]
+
+        def with_quick(name: str, value: object) -> object:
+            quick_value, default = preset.options.get(name, (value, value))
+            return quick_value if value == default else value
+
+        chosen = {name: with_quick(name, value) for name, value in values.items()}
+        sizes = {name: (chosen[name], values[name]) for name in values}
+        if note is not None:
+            self.say(note(sizes))
+        return (*chosen.values(), sizes)
+
+    def say(self, note: str | None) -> None:
+        """Say the --quick `note` (what the run uses instead of the defaults) on stderr; the report's
+        model line carries it."""
+        if note is not None:
+            self.tell(note)
+            self.note = note
+
+    def tell(self, text: str | None) -> None:
+        """Say `text` (a sentence without its full stop) on stderr, before the work."""
+        if text is not None:
+            print(text[0].upper() + text[1:] + ".", file=sys.stderr, flush=True)
+
+    def keyed(self, options: dict, loaded: HookedTransformer | None = None) -> dict | None:
+        """Refuse a --save file that holds what this command with `options` may not replace
+        (`circuits.results_file.check_save_file`: no result, another command's, one of other options;
+        with the `loaded` model, one of other weights); what the file is keyed by (None without --save)."""
+        if self.save is None:
+            return None
+        settings = dict(options)
+        if loaded is not None:
+            from circuits.stages import weights_fingerprint
+
+            settings["weights"] = weights_fingerprint(loaded)
+        if Path(self.save).is_file():
+            from circuits.results_file import check_save_file
+
+            with refused():
+                check_save_file(self.save, self.name, settings)
+        return settings
+
+    def run(
+        self,
+        options: dict,
+        analyse: Callable[[HookedTransformer, Progress | None, StageResults | None], Any],
+        stages: Sequence[str] | None,
+        between: Sequence[str] = (),
+        notes: Callable | None = None,
+        dtype: str = "float32",
+        remote: bool = False,
+        prepare: Callable[[HookedTransformer], Any] | None = None,
+        **render: Any,
+    ) -> Any:
+        """Check --save against `options`, load the model (in `dtype`), run analyse(model, progress,
+        kept stages) with `stages` announced and, given the stages' `notes`, --save's kept stages (resumed;
+        Ctrl-C says what the file holds); `remote`: it runs on a Ray cluster (no stages shown or kept
+        here); `prepare`: what analyse gets instead of the model, made of it before the stages start
+        (inputs checked before any long work). Then the report, written in the chosen format (`render`:
+        the writer's options), and the files written named. The result."""
+        stages, notes = (None, None) if remote else (stages, notes)
+        self.keyed(options)
+        loaded = load(self.model, dtype)
+        keyed = self.keyed(options, loaded)
+        try:
+            kept = None if notes is None else self._kept(keyed, stages, notes)
+            bars = (
+                nullcontext()
+                if stages is None
+                else stage_bars(self.name, stages, between, kept, self.save, self.model)
+            )
+            prepared = loaded if prepare is None else prepare(loaded)
+            with self._stopped_leaves(kept is not None), bars as progress:
+                result = analyse(prepared, progress, kept)
+        except ERRORS as error:
+            raise fail(str(error)) from error
+        if self.note is not None:
+            holder = result if hasattr(result, "provenance") else result.settings  # IOI's: in its settings
+            holder.provenance = f"{holder.provenance}; {self.note}"
+        self.kind[2](result, self.format, self.out, console, **render)
+        if self.save is not None:
+            from circuits.results_file import save_result
+
+            save_result(result, self.save, self.name, keyed)
+        for path in [*self.outputs.values(), self.out, self.save]:
+            if path is not None:
+                console.print(f"Wrote {path}", style="dim")
+        return result
+
+    def _kept(self, keyed: dict | None, stages: Sequence[str], notes: Callable) -> StageResults | None:
+        """--save's StageResults (None without --save): each stage written as it finishes, those of an
+        earlier run keyed alike kept."""
+        if self.save is None:
+            return None
+        from circuits.results_file import resume_stages
+
+        with refused():
+            return resume_stages(self.save, self.name, keyed, list(stages), notes)
+
+    @contextmanager
+    def _stopped_leaves(self, keeps: bool) -> Iterator[None]:
+        """With kept stages, on Ctrl-C (KeyboardInterrupt), say what --save holds and exit with status 130."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            if not keeps or self.save is None or not Path(self.save).is_file():
+                raise
+            console.print(f"Stopped: {self.save} holds the stages done; the same command resumes from them.")
+            raise typer.Exit(130) from None

@@ -1,0 +1,154 @@
+"""`interp circuit` as one library call: the edge circuit of a task and, for a prompt-pair file, the
+head classes of the same pairs (`circuits.path`), on the same held-out families.
+
+    task = CircuitTask(task="pairs.csv", heldout_families=("template 3",))   # checked, no model needed
+    settings = EdgeCircuitSettings(method="eap-ig", n_edges=300)
+    result = run_circuit(circuit_prompts(model, task, settings), settings)  # prompts built, then the work
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from circuits.edge_circuits.find import (
+    MASK_METHODS,
+    EdgeCircuitResult,
+    EdgeCircuitSettings,
+    edge_circuit_stages,
+    find_edge_circuit,
+)
+from circuits.edge_circuits.tasks import EdgeTask, check_task_name, circuit_tasks
+from circuits.evidence import split_families
+from circuits.pairs_file import METRICS, read_pairs
+from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path
+from circuits.quick import circuit_note
+from interp.edges import mib_json
+from interp.io.files import write_text_atomic
+from interp.model import HookedTransformer
+from interp.types import Progress
+
+
+@dataclass(frozen=True, kw_only=True)
+class CircuitTask:
+    """What `run_circuit` finds a circuit of. task: "ioi", "induction" or a prompt-pair file's path;
+    n_prompts: the prompts of ioi and induction (as many held out); metric: one of METRICS (a file's
+    pairs); heldout_families: a file's families that test the circuit and the head classes (None: half
+    of them, drawn with the settings' seed). Checked on construction, reading the file's families only."""
+
+    task: str = "ioi"
+    n_prompts: int = 64
+    metric: str = "logit_diff"
+    heldout_families: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_task_name(self.task)
+        if self.metric not in METRICS:
+            raise ValueError(f"unknown metric {self.metric!r}; choose one of {', '.join(METRICS)}.")
+        if self.heldout_families is None:
+            return
+        if not self.is_file:
+            raise ValueError(
+                "--heldout-families names families of a prompt-pair file's family column; "
+                f"--task {self.task} holds out its own (IOI's held-out templates, fresh induction sequences)."
+            )
+        try:
+            families = [str(row.get("family") or "") for row in read_pairs(self.task)]
+            if not any(families):
+                raise ValueError(f"{self.task} has no family column, so it has no families to hold out")
+            split_families(families, heldout=self.heldout_families)
+        except (ValueError, FileNotFoundError) as error:
+            raise ValueError(f"--heldout-families: {error}") from error
+
+    @property
+    def is_file(self) -> bool:
+        return bool(Path(self.task).suffix)
+
+    @property
+    def with_heads(self) -> bool:
+        """Whether the head classes are found too: a prompt-pair file's, by the logit difference."""
+        return self.is_file and self.metric == "logit_diff"
+
+    def heads_absent(self) -> str | None:
+        """Why a prompt-pair file gets no head classes, in words (None where it gets them, or is no file)."""
+        if not self.is_file or self.with_heads:
+            return None
+        return (
+            f"no head classes with --metric {self.metric}: the head path (circuits.path) measures heads by "
+            "the logit difference only; run with --metric logit_diff for them"
+        )
+
+    def stages(self, settings: EdgeCircuitSettings) -> list[str]:
+        """The stages `run_circuit` reports, in order."""
+        searched = settings.n_edges is None and settings.fraction is None
+        curve = settings.curve_fractions is not None
+        return edge_circuit_stages(settings.method, searched, curve, settings.bootstrap) + list(
+            PATH_STAGES if self.with_heads else []
+        )
+
+
+@dataclass(frozen=True)
+class CircuitPrompts:
+    """The prompts of one `run_circuit`, built and checked before any long work (`circuit_prompts`):
+    the edge circuit's discovery and held-out prompts and, for the head classes, the pairs (a file's
+    one task, split the same way)."""
+
+    model: HookedTransformer
+    task: CircuitTask
+    prompt_pairs: EdgeTask
+    heldout: EdgeTask
+    pairs: PairTask | None
+
+    def quick_note(self, sizes: dict[str, tuple[int, int]], settings: EdgeCircuitSettings) -> str:
+        """`interp circuit --quick`'s note (`circuits.quick.circuit_note`): the split `find_edge_circuit`
+        makes of these prompts with `settings`, against `sizes` (n_prompts, prune_steps: (with --quick,
+        without))."""
+        prompts = None if self.task.is_file else sizes["n_prompts"]  # a file's pairs are all used
+        mask_steps = sizes["prune_steps"] if settings.method in MASK_METHODS else None
+        discovery, tested = self.prompt_pairs.n_prompts, self.heldout.n_prompts
+        return circuit_note(discovery, tested, prompts, mask_steps, settings.method)
+
+
+def circuit_prompts(
+    model: HookedTransformer, task: CircuitTask, settings: EdgeCircuitSettings
+) -> CircuitPrompts:
+    """`task`'s prompts on `model` (read, tokenised and checked: a file whose pairs cannot run is refused
+    here, before the long work of `run_circuit`). A file is read and tokenised once and split once by
+    whole families, for the edge circuit and the head classes alike (`tasks.circuit_tasks`)."""
+    prompt_pairs, heldout, pairs = circuit_tasks(
+        model, task.task, task.n_prompts, settings.seed, task.metric, task.heldout_families
+    )
+    pairs = pairs if task.with_heads else None
+    if pairs is not None:  # checked before any long work
+        pairs.check_ablation(settings.ablation)
+    return CircuitPrompts(model, task, prompt_pairs, heldout, pairs)
+
+
+def run_circuit(
+    prompts: CircuitPrompts,
+    settings: EdgeCircuitSettings,
+    checkpoint: str | None = None,
+    mib_out: str | None = None,
+    progress: Progress | None = None,
+) -> EdgeCircuitResult:
+    """The edge circuit of `prompts` (`find_edge_circuit`) and, for a file, its head classes
+    (`head_path`, as `result.heads`). checkpoint: the edge mask's (prune, ensemble); mib_out: also write
+    the circuit in MIB's submission format (JSON)."""
+    model = prompts.model
+    result = find_edge_circuit(
+        model,
+        prompts.prompt_pairs,
+        settings,
+        heldout=prompts.heldout,
+        checkpoint=checkpoint,
+        progress=progress,
+    )
+    if prompts.pairs is not None:
+        path_settings = PathSettings(
+            seed=settings.seed, ablation=settings.ablation, heldout=prompts.task.heldout_families
+        )
+        result.heads = head_path(model, prompts.pairs, path_settings, progress)
+    if mib_out is not None:
+        write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, model.cfg)))
+    return result
