@@ -6,6 +6,7 @@ import io
 import itertools
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -310,3 +311,24 @@ def test_reports_state_their_sign_conventions_in_every_format(kind, legend, tmp_
         run = CliRunner().invoke(app, ["render", str(saved), "--format", format, "--out", str(out)])
         assert run.exit_code == 0, run.output
         assert legend in " ".join(out.read_text().split()), format
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DATA = ROOT / "docs" / "results" / "data"
+SAVED_RESULTS = sorted(  # the saved results (not the pages' own data files)
+    path for path in RESULTS_DATA.glob("*.json") if "kind" in json.loads(path.read_text())
+)
+
+
+@pytest.mark.parametrize("path", SAVED_RESULTS, ids=lambda path: path.name)
+def test_every_result_on_the_results_pages_renders_in_every_format(path, tmp_path):
+    """A result the results pages show renders in each format its kind writes (a head report saved
+    without its attention patterns too: no viewer, not a KeyError)."""
+    from circuits.results_file import result_formats
+
+    result = load_result(path)
+    for format in result_formats(result):
+        out = tmp_path / f"report.{format}"
+        rendered = CliRunner().invoke(app, ["render", str(path), "--format", format, "--out", str(out)])
+        assert rendered.exit_code == 0, (format, rendered.output)
+        assert out.stat().st_size > 0

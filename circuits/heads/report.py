@@ -529,6 +529,8 @@ def _viewers(report: HeadReport) -> list[str]:
     cards = []
     for name, (layer, head) in shown:
         probe = _probe_of(name, report)
+        if probe not in report.patterns:  # a report saved without its patterns: no viewer to draw
+            continue
         label = head_label(layer, head)
         confirmed = name in CAUSAL_TYPES and table.loc[(layer, head), f"{name}_confirmed"]
         title = f"{name} {label}" + (" ✓" if confirmed else "") + f" ({probe} probe)"
