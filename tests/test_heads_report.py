@@ -190,7 +190,7 @@ def test_a_file_saved_before_the_random_baseline_still_renders_its_marks_and_ord
     from circuits.heads.report import WITH_OTHERS_MARK, confirmed_with_others_only
     from circuits.results_file import load_result
 
-    report = load_result("docs/results/data/heads-toy-induction.json")
+    report = load_result("tests/data/heads-toy-induction-before-random-baseline.json")
     assert "induction_beyond_random" not in report.table  # saved before the random baseline
     confirmed = confirmed_rows(report)
     rows = heads_sections(report, wide=False, all_heads=False).sections[3].table.rows
