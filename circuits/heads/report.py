@@ -455,7 +455,7 @@ def evidence(row) -> float:
 
 def confirmed_rows(report: HeadReport):
     """Typed heads confirmed by ablation, the strongest evidence (beyond random / standard error) first."""
-    rows = classified_rows(report)
+    rows = classified_rows(report).copy()  # one block: the table's many columns were added one by one
     strength = [evidence(row) for row in rows.to_dict("records")]
     rows = rows.assign(_evidence=strength)
     return rows[rows["_evidence"] > -math.inf].sort_values("_evidence", ascending=False)
