@@ -173,7 +173,7 @@ def random_head_classes(
 ) -> dict[Head, HeadClass]:
     """Each candidate as a class of one head with `n_random` random heads of its layer (one head a
     draw), drawn once per layer by `circuits.evidence.head_class` (with seed + layer, so layers draw
-    apart) from the heads that are neither candidates nor `typed` (over the type's score threshold): the
+    apart) from the heads that are neither candidates nor `typed` (over a checked type's threshold): the
     candidates of a layer share their random heads. A layer with no such head left draws from the other
     layers; where no head is left at all, a draw is empty (no ablation, no effect)."""
     if n_random < 1:

@@ -16,6 +16,7 @@ ablation sweeps); functions given clean and corrupted prompts default to "counte
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -268,7 +269,7 @@ class Replacement:
         values = {name: _fit_length(name, tokens, self.values(name, batch, groups)) for name in names}
         if self.kind != "mean" or self.reference_mask is None:
             return values
-        real = self.model._real_tokens(tokens, {})
+        real = functools.cache(lambda: self.model._real_tokens(tokens, {}))  # made where a mean is undefined
         return {name: _defined_means(name, value, real) for name, value in values.items()}
 
     def interventions(
@@ -313,13 +314,13 @@ def check_means_defined(
         )
 
 
-def _defined_means(name: str, values: Tensor, real: Tensor | None) -> Tensor:
-    """Mean-ablation values [rows, pos, ...] for runs on prompts whose real tokens are `real`:
+def _defined_means(name: str, values: Tensor, real: Callable[[], Tensor | None]) -> Tensor:
+    """Mean-ablation values [rows, pos, ...] for runs on prompts whose real tokens are `real()`:
     refused where a real token would take an undefined (NaN) mean, 0 where only padding does."""
     undefined = values.isnan()
     if not bool(undefined.any()):
         return values
-    check_means_defined(undefined.flatten(2).any(-1) if values.ndim > 2 else undefined, real, name)
+    check_means_defined(undefined.flatten(2).any(-1) if values.ndim > 2 else undefined, real(), name)
     return values.masked_fill(undefined, 0.0)
 
 
