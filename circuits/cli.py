@@ -157,7 +157,7 @@ def train(
     import interp.training as training
     with refused():
         training.check_toy_options(task, heads, d_model, lr, seq_len, d_vocab, hops)
-    skeleton.check_writable(out, "--out", directory=True)
+    skeleton.refuse_unwritable(out, "--out", directory=True)
     if (resumed := training.latest_checkpoint(Path(out))) is not None:
         console.print(f"Resuming from {resumed} (delete {out} to start afresh).")
     try:
@@ -277,7 +277,7 @@ def circuit(
     is_file = bool(Path(task).suffix)
     files = [lambda: skeleton.check_pairs_file("--task", task, metric)] if is_file else []
     command = Command("circuit", model, format, out, save, files=files, outputs={"--mib-out": mib_out})
-    skeleton.check_writable(checkpoint, "--checkpoint")
+    skeleton.refuse_unwritable(checkpoint, "--checkpoint")
     from circuits.edge_circuits import EdgeCircuitSettings
     from circuits.edge_circuits.run import CircuitTask, circuit_prompts, run_circuit
     from interp.edges import MIB_FRACTIONS
@@ -490,7 +490,7 @@ def render(
 
     with refused():
         loaded = load_result(result)
-        skeleton.check_format(format, out, result_formats(loaded))
+        skeleton.refuse_bad_format(format, out, result_formats(loaded))
         write_result_report(loaded, format, out, console)
     if out is not None:
         console.print(f"Wrote {out}", style="dim")

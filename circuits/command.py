@@ -101,30 +101,30 @@ def refused(prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError,
         raise fail(f"{prefix}{error}") from error
 
 
-def check_format(format: str, out: str | None, formats: Sequence[str]) -> None:
-    """Refuse an unknown report format, or HTML without --out, before any model is loaded."""
-    from circuits.output import check_format as check
+def refuse_bad_format(format: str, out: str | None, formats: Sequence[str]) -> None:
+    """Exit with an error for an unknown report format, or HTML without --out, or an --out that
+    cannot be written, before any model is loaded."""
+    from circuits.output import check_format
 
     with refused():
-        check(format, formats, out)
-    if out is not None:
-        check_writable(out, "--out")
+        check_format(format, formats, out)
+    refuse_unwritable(out, "--out")
 
 
-def check_writable(path: str | None, option: str, directory: bool = False) -> None:
-    """Refuse an output that cannot be written, before any model is loaded (not after the work)."""
-    from circuits.output import check_writable as check
+def refuse_unwritable(path: str | None, option: str, directory: bool = False) -> None:
+    """Exit with an error for an output path that cannot be written, before any model is loaded."""
+    from circuits.output import check_writable
 
     if path is not None:
         with refused():
-            check(path, option, directory)
+            check_writable(path, option, directory)
 
 
 def check_plot(plot: str | None) -> None:
     """Refuse a --plot path that is not a figure file (.png, .svg, .pdf), before any model is loaded."""
     if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
         raise fail(f"--plot {plot} must end in .png, .svg or .pdf.")
-    check_writable(plot, "--plot")
+    refuse_unwritable(plot, "--plot")
 
 
 def check_model(model: str) -> None:
@@ -261,13 +261,13 @@ class Command:
         from circuits.results_file import KINDS
 
         self.kind = KINDS[KIND_OF.get(name, name)]
-        check_format(format, out, self.kind[1])
+        refuse_bad_format(format, out, self.kind[1])
         check_plot(plot)
         for option, path in (outputs or {}).items():
-            check_writable(path, option)
+            refuse_unwritable(path, option)
         if save is not None and Path(save).suffix != ".json":
             raise fail(f"--save {save} must end in .json (the full result is JSON).")
-        check_writable(save, "--save")
+        refuse_unwritable(save, "--save")
 
     def quick(self, quick: bool, note: Callable[[dict], str] | None = None, **values: Any) -> tuple:
         """The options `values` (name -> value, in order) with `interp NAME --quick`'s preset
