@@ -22,7 +22,7 @@ import torch
 import interp
 from circuits.heads import head_report
 from interp.io.files import atomic_path
-from interp.runtime.distributed import map_shards
+from interp.runtime.distributed import RayCluster, map_shards
 from interp.training import CHECKPOINTS
 from interp.types import Progress
 
@@ -42,7 +42,7 @@ def run_on_ray(
     "auto" or an address), e.g. `run_on_ray(head_report, "smollm2-135m", "auto", n_samples=16)`.
     The task asks for a GPU when the cluster has one."""
     job = {"fn": fn, "source": str(source), "dtype": dtype, "options": options}
-    return map_shards(_load_and_run, [job], ray=ray, num_gpus=_gpus_per_task(ray))[0]
+    return map_shards(_load_and_run, [job], ray=RayCluster(ray, num_gpus=_gpus_per_task(ray)))[0]
 
 
 def _gpus_per_task(ray: str) -> float:

@@ -14,7 +14,7 @@ import torch
 import interp
 from interp import metrics
 from interp.interventions.patching import activation_patching
-from interp.runtime.distributed import map_shards, patching_sweep
+from interp.runtime.distributed import RayCluster, map_shards, patching_sweep
 from interp.tasks.ioi import ioi_dataset_for
 
 
@@ -68,7 +68,7 @@ def test_interrupted_sweep_resumes_from_finished_shards(ray_cluster, tmp_path):
     calls_dir.mkdir()
     (calls_dir / "broken").touch()
     shards = [(calls_dir, i) for i in range(4)]
-    run = dict(ray="local", store=tmp_path / "store", job="resume-test", max_retries=1)
+    run = dict(ray=RayCluster("local", max_retries=1), store=tmp_path / "store", job="resume-test")
     with pytest.raises(RuntimeError, match="1 shard"):
         map_shards(broken_while_flagged, shards, **run)
     assert calls(calls_dir) == [0, 1, 2, 2, 3]  # shard 2: the first attempt and one retry

@@ -4,13 +4,13 @@
 on a Ray cluster with `ray="local"` (start one here) or `ray="ADDRESS"` ("auto", "ray://host:10001"),
 else one shard after another in this process. Ray is an optional extra: pip install "interp[ray]".
 
-  - A shard whose task fails (an exception or a dead worker) is retried `max_retries` times.
+  - A shard whose task fails (an exception or a dead worker) is retried (`RayCluster.max_retries`).
   - With `store=DIR` each finished shard's result is written to DIR/<job key>/shard_NNNNN.json
     (+ .safetensors; atomically, never pickled) as soon as it finishes; running the same job again
     loads those and computes only the rest, so an interrupted sweep resumes. The job key hashes
     `job` (anything that names the job's inputs, e.g. a model path and the prompts; by default the
     function and the shards).
-  - Workers run torch on `threads_per_worker` threads (default 1), so that several workers on one
+  - Workers run torch on `RayCluster.threads_per_worker` threads (default 1), so that several workers on one
     machine do not oversubscribe its cores.
 
 `patching_sweep` shards activation patching over prompts and merges the shards into the
@@ -27,6 +27,7 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -140,22 +141,32 @@ def _load_result(path: Path, key: str) -> tuple[bool, Any]:
         return False, None
 
 
+@dataclass(frozen=True)
+class RayCluster:
+    """Where and how `map_shards` runs its shards on Ray. address: "local" (start a cluster here of
+    `num_cpus` workers, default one per core) or an existing one's ("auto", "ray://host:10001");
+    num_gpus: GPUs each task asks for (0: CPU tasks); threads_per_worker: torch threads per worker;
+    max_retries: retries of a failed shard."""
+
+    address: str = "local"
+    num_cpus: int | None = None
+    num_gpus: float = 0
+    threads_per_worker: int = 1
+    max_retries: int = 2
+
+
 def map_shards(
     fn: Callable[[Any], Any],
     shards: Sequence[Any],
-    ray: str | None = None,
+    ray: str | RayCluster | None = None,
     store: str | Path | None = None,
     job: Any = None,
-    max_retries: int = 2,
-    threads_per_worker: int = 1,
-    num_cpus: int | None = None,
-    num_gpus: float = 0,
     progress: Progress | None = None,
 ) -> list[Any]:
     """[fn(shard) for shard in shards], on Ray workers when `ray` is given; see the module doc.
 
-    ray: None (this process), "local" (start a local cluster of `num_cpus` workers) or an address.
-    num_gpus: GPUs each task asks Ray for (0: CPU tasks).
+    ray: None (this process), an address ("local" starts a cluster here; "auto", "ray://...") or a
+    `RayCluster` (the address with workers, GPUs, threads and retries).
     store, job: resume support. Results are stored as JSON + safetensors (never pickled, so reading
     a store runs no code): tensors, numbers, strings, lists, tuples, dicts, DataFrames, PatchResult
     and dataclasses registered with `register_result_type`.
@@ -190,18 +201,19 @@ def map_shards(
         for i in todo:
             finish(i, fn(shards[i]))
     else:
-        resources = {"num_cpus": 1, "num_gpus": num_gpus}
-        _map_on_ray(fn, shards, todo, ray, max_retries, threads_per_worker, num_cpus, resources, finish)
+        _map_on_ray(fn, shards, todo, RayCluster(ray) if isinstance(ray, str) else ray, finish)
     return [results[i] for i in range(len(shards))]
 
 
-def _map_on_ray(fn, shards, todo, ray_address, max_retries, threads, num_cpus, resources, finish) -> None:
+def _map_on_ray(fn, shards, todo, cluster: RayCluster, finish) -> None:
     """Submit every shard in `todo`, and finish() each as it completes (failures raise at the end)."""
     ray = require_ray()
-    connect(ray_address, num_cpus)
+    connect(cluster.address, cluster.num_cpus)
+    max_retries = cluster.max_retries
+    resources = {"num_cpus": 1, "num_gpus": cluster.num_gpus}
     task = ray.remote(max_retries=max_retries, retry_exceptions=True, **resources)(_run_shard)
     fn_ref = ray.put(fn)
-    pending = {task.remote(fn_ref, shards[i], threads): i for i in todo}
+    pending = {task.remote(fn_ref, shards[i], cluster.threads_per_worker): i for i in todo}
     failures: list[tuple[int, BaseException]] = []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
@@ -259,7 +271,7 @@ def patching_sweep(
     layers: Sequence[int] | None = None,
     direction: Direction = "denoise",
     n_shards: int = 2,
-    ray: str | None = None,
+    ray: str | RayCluster | None = None,
     store: str | Path | None = None,
     metric_name: str = "metric",
     logit_pos: Tensor | int | None = None,
