@@ -22,14 +22,14 @@ from interp.types import Head
 
 
 def head_types(row: dict[str, Any], thresholds: dict[str, float]) -> list[str]:
-    """The types of one head (a row of `classify`'s table, its `<type>_confirmed` included)."""
+    """The types of one head (a row of `head_table`, its `<type>_confirmed` included)."""
     types = [name for name in SCORE_NAMES if row[name] >= thresholds[name]]
     if "induction" in types and not row["induction_confirmed"]:
         types.remove("induction")
     return types
 
 
-def classify(
+def head_table(
     scores: HeadScores, weights: dict[str, Tensor], effects: dict[str, CausalEffects]
 ) -> pd.DataFrame:
     """Stage 5 of `head_report`: one row per (layer, head) with every score, weight score and causal
