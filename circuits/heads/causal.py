@@ -55,12 +55,9 @@ Effect = tuple[float, float]
 
 @dataclass(kw_only=True)
 class CausalEffects:
-    """Per candidate head: the effect of ablating it alone, and with the other candidates ablated
-    (what it adds once its stand-ins are gone); and the effect of ablating all candidates.
-    by_stratum: stratum name ("L=13": the sequences of one repeat length) -> head -> (alone, with
-    the others ablated) on that stratum's sequences. judged: head -> effect (EFFECTS) -> that effect
-    against the random heads of the head's layer, on the sequences it was measured on
-    (`circuits.evidence.judge_class`; the strata of kind "length")."""
+    """Per candidate: its effect ablated alone and with the other candidates ablated; all candidates'.
+    by_stratum: "L=13" (one repeat length) -> head -> (alone, with others). judged: head -> effect
+    (EFFECTS) -> its verdict against the random heads of its layer (`judge_class`)."""
 
     alone: dict[Head, Effect]
     with_others_ablated: dict[Head, Effect]
@@ -79,9 +76,8 @@ class CausalEffects:
             raise ValueError("held-out scores need their type's score_threshold to be judged against")
 
     def effect_verdict(self, head: Head, effect: str) -> str:
-        """The verdict of one of the head's effects (EFFECTS): the judge's ("confirmed",
-        "length-dependent", "unconfirmed") where its figure beyond random is at least min_effect, else
-        "unconfirmed"; "" where it was not measured."""
+        """The judge's verdict of one effect (EFFECTS) if its figure beyond random is at least
+        min_effect, else "unconfirmed"; "" where not measured."""
         judged = self.judged.get(head, {}).get(effect)
         if judged is None:
             return ""
@@ -99,8 +95,7 @@ class CausalEffects:
         )
 
     def holds_in(self, head: Head) -> list[str]:
-        """The strata where either of the head's effects beyond random is positive (one not measured
-        holds nowhere)."""
+        """The strata where either of the head's effects beyond random is positive."""
         held = {s.name for judged in self.judged.get(head, {}).values() for s in judged.strata if s.holds}
         return [name for name in self.by_stratum if name in held]
 
@@ -130,11 +125,9 @@ def random_head_classes(
     n_random: int = N_RANDOM,
     seed: int = 0,
 ) -> dict[Head, HeadClass]:
-    """Each candidate as a class of one head with `n_random` random heads of its layer (one head a
-    draw), drawn once per layer by `circuits.evidence.head_class` (with seed + layer, so layers draw
-    apart) from the heads that are neither candidates nor `typed` (over a checked type's threshold): the
-    candidates of a layer share their random heads. A layer with no such head left draws from the other
-    layers; where no head is left at all, a draw is empty (no ablation, no effect)."""
+    """Each candidate as a class of one head with `n_random` random heads of its layer, drawn once per
+    layer (`circuits.evidence.head_class`, seed + layer) from the heads neither candidates nor `typed`,
+    and shared by the layer's candidates; from other layers where the layer has none left."""
     if n_random < 1:
         raise ValueError(
             f"n_random must be >= 1 (the random heads a candidate is compared with), got {n_random}"
@@ -183,21 +176,12 @@ def _candidate_effects(
     strata: dict[str, Tensor] | None = None,
     seed: int = 0,
 ) -> CausalEffects:
-    """An effect is sign * (measurement with the heads ablated - measurement without them), for each
-    candidate (the keys of `classes`) alone, all candidates, and each on top of the other candidates,
-    over all sequences and over each stratum's (`strata`: name -> row indices); each candidate's
-    effects are judged against its class's random heads (`random_head_classes`): each ablated alone,
-    and on top of all the candidates (`judge_class`, the strata of kind "length", `LENGTH_RULE`).
-
-    The sets run look by look (`looks`: row indices, each sequence in one): no head, all candidates,
-    each alone and the random heads alone first; a head its effect alone confirms, holding in every
-    stratum, has the same verdict and strata whatever its effect with the others ablated (a second
-    effect only adds ways to be confirmed and to hold), which is then not measured (NaN); the other
-    candidates of each remaining head, and the random heads of their layers on top of all the
-    candidates, next. After each look but the last, a head's effect (alone, or with the others
-    ablated) whose figure beyond random is futile (`_futile`) is not measured in the later looks, nor
-    are random heads no effect still measured needs: it stays over the sequences measured so far
-    (`stopped_early`), and is judged there. Within a call of `measure`, runs share their first blocks."""
+    """Each candidate's (the keys of `classes`) effects, sign * (ablated - clean measurement), alone
+    and on top of the other candidates, judged against its class's random heads ablated alone and on
+    top of all candidates. Sets run look by look (`looks`: row indices): first the heads alone (and
+    random heads alone, all candidates); then, for heads not confirmed alone at every stratum, the
+    others ablated. After each look but the last, futile effects (`_futile`) and the random sets
+    only they need stop (`stopped_early`)."""
     heads = list(classes)
     n_sequences = sum(len(rows) for rows in looks)
     stratum_rows = strata or {}
@@ -363,10 +347,8 @@ def length_strata(probe: Probe) -> dict[str, Tensor]:
 
 @dataclass
 class CleanRun:
-    """What the ablated runs of a probe start from and compare with, from one unablated run: the
-    residual stream before the blocks whose heads are ablated, the mean of their hook_z over the
-    probe's sequences per position, padding excluded (the mean ablation's values), attention
-    patterns, and the residual stream after the last block (None where not asked for)."""
+    """One unablated run of a probe: resid_pre of the ablated layers, their z's mean per position over
+    the real sequences (the ablation's values), patterns, the final residual stream (or None)."""
 
     tokens: Int[Tensor, "batch pos"]
     resid_pre: dict[int, Float[Tensor, "batch pos d_model"]]
