@@ -130,7 +130,7 @@ def profile(
         began, spans = time.perf_counter(), {}
         effects = timed("causal_checks", heads.causal_checks, model, probes, scores, progress=progress)
         sub_stages("causal_checks", began)
-        table = timed("classify", heads.classify, scores, weights, effects)
+        table = timed("head_table", heads.head_table, scores, weights, effects)
     stages["total CPU"] = time.process_time() - began_cpu
     stages["sweep CPU"] = all_heads_sweep_seconds(model, clock=time.process_time)
     if operators is not None:

@@ -366,7 +366,7 @@ def test_a_head_whose_score_does_not_hold_out_is_not_confirmed():
     import dataclasses
 
     from circuits.heads.causal import causal_checks
-    from circuits.heads.classify import HeadReport, classify
+    from circuits.heads.classify import HeadReport, head_table
     from circuits.heads.report import heads_sections
     from circuits.heads.weights import weight_scores
 
@@ -387,7 +387,7 @@ def test_a_head_whose_score_does_not_hold_out_is_not_confirmed():
     assert stricter.verdict(weakest) == "score-not-held" and stricter.significant(weakest)
     assert all(stricter.confirmed(head) for head in held_out if head != weakest)
     weights = weight_scores(model, scores.candidates("previous_token", 12))
-    table = classify(
+    table = head_table(
         dataclasses.replace(scores, thresholds=raised), weights, effects | {"induction": stricter}
     )
     row = table[(table["layer"] == weakest[0]) & (table["head"] == weakest[1])].iloc[0]

@@ -6,7 +6,7 @@
     scores = score_heads(model, probes)                            # 2. attention scores    scores.py
     weights = weight_scores(model, scores.candidates("previous_token", 12))  # 3. weights  weights.py
     effects = causal_checks(model, probes, scores)                 # 4. mean ablation       causal.py
-    table = classify(scores, weights, effects)                     # 5. head types          classify.py
+    table = head_table(scores, weights, effects)                   # 5. head types          classify.py
 
 The candidates are chosen by their scores on one token family (`probes.repeated`: even ids) and
 tested by the causal checks on another (`probes.held_out`: fresh sequences of odd ids).
@@ -20,7 +20,7 @@ what it measures, with its units.
 
 from circuits.heads.cache import confirmed_induction_heads, remember_induction_heads
 from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, causal_checks
-from circuits.heads.classify import HeadReport, classify
+from circuits.heads.classify import HeadReport, head_table
 from circuits.heads.pipeline import confirmed_induction, head_report
 from circuits.heads.probes import NATURAL_TEXT, Probe, Probes, make_probes
 from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores, score_heads
@@ -37,7 +37,7 @@ __all__ = [
     "Probe",
     "Probes",
     "causal_checks",
-    "classify",
+    "head_table",
     "confirmed_induction",
     "confirmed_induction_heads",
     "head_report",

@@ -1,58 +1,17 @@
-"""Causal checks of induction and previous-token candidates, by mean ablation of a head's output z,
-each judged against random heads of its layer by the one judge (`circuits.evidence.judge_class`).
-
-The checks run on the held-out probe (`Probes.held_out`): repeated sequences of the held-out token
-family, fresh tokens and prefixes at the scores' repeat lengths, so the heads are chosen on one token
-family (the scores: discovery) and their effects measured on another (held out; no winner's curse). A
-head's z is replaced by its mean over the held-out probe's sequences at each position, over the
-sequences that are not padding there (the mean ablation of `interp.interventions.ablation`). Each
-effect is measured two ways, because heads back each other up: alone, and with the other candidates
-of its type already ablated (the IOI paper's minimality: what the head adds once its stand-ins are
-gone). A head that its effect alone confirms, holding at every repeat length, is not run with the
-others ablated (that effect could only add to it; NaN, "–" in reports).
+"""Causal checks of induction and previous-token candidates on the held-out probe (`Probes.held_out`):
+each head's z mean-ablated (its mean over the probe's real sequences at each position), alone and
+with the other candidates of its type ablated, each effect judged against random heads of its layer
+(`random_head_classes`) by `circuits.evidence.judge_class` (paired per sequence, strata: repeat
+lengths, `LENGTH_RULE`); confirming needs a figure beyond random of at least MIN_EFFECT and the
+held-out attention score over the type's threshold (verdicts: HEAD_VERDICTS, `CausalEffects.verdict`).
 
   induction        loss increase on the second copies of the repeated sequences (nats)
-  previous_token   drop of the mean induction score of the later induction heads (a fraction of
-                   attention), from the confirmed induction heads (all candidates if none is confirmed)
+  previous_token   drop of the later induction heads' mean induction score (a fraction of attention)
 
-Random baseline. Each layer with candidates gets `n_random` (N_RANDOM) random heads drawn once (with
-the report's seed + the layer), each
-a head of that layer not typed as the type (over its score threshold) nor a candidate
-(`random_head_classes`, by `circuits.evidence.head_class`; from other layers once the layer has none
-left, as `random_same_layer_sets` draws), and every candidate of the layer is compared with them. The
-same measurement gives their effects: each random head ablated alone (the baseline of the effect
-alone), and ablated on top of all the candidates (the baseline of the effect with the others
-ablated: what a random head of the layer adds once the candidates are gone). An effect's figure
-beyond random is its value minus the mean of its random heads', paired per held-out sequence, with a
-95% bootstrap CI over the sequences (`judge_class`); per repeat length (the strata, "length") the
-same mean, holding where it is positive.
-
-An effect confirms its head when the judge confirms it (its CI beyond random excludes 0, and it holds
-at most repeat lengths, else "length-dependent") and its figure beyond random is at least MIN_EFFECT
-(a significant but negligible effect confirms nothing). The attention score that chose a candidate is
-measured again on the held-out probe's clean run (`held_out_scores`, the same statistic as the
-discovery score). Verdicts (HEAD_VERDICTS): "confirmed" (either effect confirms it, and its held-out
-score clears the type's threshold), "score-not-held" (its held-out score below the threshold: the
-pattern that chose it does not carry to new tokens, whatever its effect), "length-dependent"
-(significant beyond random but holding at half the repeat lengths or fewer: a positional shortcut
-looks like this), "unconfirmed".
-
-Sequential stopping (two looks): the sequences run in two halves, the first half of each repeat
-length's first. After the first look, an effect whose figure beyond random has an upper bound, mean +
-FUTILITY_SE (3) standard errors, below MIN_EFFECT is futile: it is not measured on the second half
-(nor are the random heads no other effect needs), and is reported and judged over the first
-(`stopped_early`). A stopped effect's figure is below MIN_EFFECT, so stopping never confirms a head;
-an effect whose true figure is at least MIN_EFFECT is stopped with probability at most
-Phi(-3) = 0.13% (normal approximation of the mean; at most 0.27% per head, its two effects
-together). Effects not stopped are over every sequence, as without stopping.
-
-Runs: one clean run of the held-out probe serves both checks (`clean_run`). Every set of heads to ablate is
-known before any is run, so the ablated runs (the random heads' with the candidates') go to interp's
-intervention engine together (`interp.interventions.engine.read_site_sets`): each starts at its
-first ablated block from the clean residual stream, runs that ablate the same heads in their first
-blocks compute those once, the previous-token check stops after the last target's block and reads
-the clean patterns where no ablation changed them, and the probe's rows run per repeat length, cut
-to the longest of them (attention is causal: the padding after it changes nothing before it).
+Two looks: after half of each repeat length's sequences, an effect whose figure beyond random + 3
+standard errors (FUTILITY_SE) is below MIN_EFFECT stops (`stopped_early`; a true MIN_EFFECT stops with
+probability FUTILITY_ERROR). All ablated runs of a look go to the engine together (`read_site_sets`),
+starting from one clean run's residual stream (`clean_run_for_ablations`).
 """
 
 from __future__ import annotations
@@ -96,12 +55,9 @@ Effect = tuple[float, float]
 
 @dataclass(kw_only=True)
 class CausalEffects:
-    """Per candidate head: the effect of ablating it alone, and with the other candidates ablated
-    (what it adds once its stand-ins are gone); and the effect of ablating all candidates.
-    by_stratum: stratum name ("L=13": the sequences of one repeat length) -> head -> (alone, with
-    the others ablated) on that stratum's sequences. judged: head -> effect (EFFECTS) -> that effect
-    against the random heads of the head's layer, on the sequences it was measured on
-    (`circuits.evidence.judge_class`; the strata of kind "length")."""
+    """Per candidate: its effect ablated alone and with the other candidates ablated; all candidates'.
+    by_stratum: "L=13" (one repeat length) -> head -> (alone, with others). judged: head -> effect
+    (EFFECTS) -> its verdict against the random heads of its layer (`judge_class`)."""
 
     alone: dict[Head, Effect]
     with_others_ablated: dict[Head, Effect]
@@ -120,9 +76,8 @@ class CausalEffects:
             raise ValueError("held-out scores need their type's score_threshold to be judged against")
 
     def effect_verdict(self, head: Head, effect: str) -> str:
-        """The verdict of one of the head's effects (EFFECTS): the judge's ("confirmed",
-        "length-dependent", "unconfirmed") where its figure beyond random is at least min_effect, else
-        "unconfirmed"; "" where it was not measured."""
+        """The judge's verdict of one effect (EFFECTS) if its figure beyond random is at least
+        min_effect, else "unconfirmed"; "" where not measured."""
         judged = self.judged.get(head, {}).get(effect)
         if judged is None:
             return ""
@@ -140,8 +95,7 @@ class CausalEffects:
         )
 
     def holds_in(self, head: Head) -> list[str]:
-        """The strata where either of the head's effects beyond random is positive (one not measured
-        holds nowhere)."""
+        """The strata where either of the head's effects beyond random is positive."""
         held = {s.name for judged in self.judged.get(head, {}).values() for s in judged.strata if s.holds}
         return [name for name in self.by_stratum if name in held]
 
@@ -171,11 +125,9 @@ def random_head_classes(
     n_random: int = N_RANDOM,
     seed: int = 0,
 ) -> dict[Head, HeadClass]:
-    """Each candidate as a class of one head with `n_random` random heads of its layer (one head a
-    draw), drawn once per layer by `circuits.evidence.head_class` (with seed + layer, so layers draw
-    apart) from the heads that are neither candidates nor `typed` (over a checked type's threshold): the
-    candidates of a layer share their random heads. A layer with no such head left draws from the other
-    layers; where no head is left at all, a draw is empty (no ablation, no effect)."""
+    """Each candidate as a class of one head with `n_random` random heads of its layer, drawn once per
+    layer (`circuits.evidence.head_class`, seed + layer) from the heads neither candidates nor `typed`,
+    and shared by the layer's candidates; from other layers where the layer has none left."""
     if n_random < 1:
         raise ValueError(
             f"n_random must be >= 1 (the random heads a candidate is compared with), got {n_random}"
@@ -224,21 +176,12 @@ def _candidate_effects(
     strata: dict[str, Tensor] | None = None,
     seed: int = 0,
 ) -> CausalEffects:
-    """An effect is sign * (measurement with the heads ablated - measurement without them), for each
-    candidate (the keys of `classes`) alone, all candidates, and each on top of the other candidates,
-    over all sequences and over each stratum's (`strata`: name -> row indices); each candidate's
-    effects are judged against its class's random heads (`random_head_classes`): each ablated alone,
-    and on top of all the candidates (`judge_class`, the strata of kind "length", `LENGTH_RULE`).
-
-    The sets run look by look (`looks`: row indices, each sequence in one): no head, all candidates,
-    each alone and the random heads alone first; a head its effect alone confirms, holding in every
-    stratum, has the same verdict and strata whatever its effect with the others ablated (a second
-    effect only adds ways to be confirmed and to hold), which is then not measured (NaN); the other
-    candidates of each remaining head, and the random heads of their layers on top of all the
-    candidates, next. After each look but the last, a head's effect (alone, or with the others
-    ablated) whose figure beyond random is futile (`_futile`) is not measured in the later looks, nor
-    are random heads no effect still measured needs: it stays over the sequences measured so far
-    (`stopped_early`), and is judged there. Within a call of `measure`, runs share their first blocks."""
+    """Each candidate's (the keys of `classes`) effects, sign * (ablated - clean measurement), alone
+    and on top of the other candidates, judged against its class's random heads ablated alone and on
+    top of all candidates. Sets run look by look (`looks`: row indices): first the heads alone (and
+    random heads alone, all candidates); then, for heads not confirmed alone at every stratum, the
+    others ablated. After each look but the last, futile effects (`_futile`) and the random sets
+    only they need stop (`stopped_early`)."""
     heads = list(classes)
     n_sequences = sum(len(rows) for rows in looks)
     stratum_rows = strata or {}
@@ -404,10 +347,8 @@ def length_strata(probe: Probe) -> dict[str, Tensor]:
 
 @dataclass
 class CleanRun:
-    """What the ablated runs of a probe start from and compare with, from one unablated run: the
-    residual stream before the blocks whose heads are ablated, the mean of their hook_z over the
-    probe's sequences per position, padding excluded (the mean ablation's values), attention
-    patterns, and the residual stream after the last block (None where not asked for)."""
+    """One unablated run of a probe: resid_pre of the ablated layers, their z's mean per position over
+    the real sequences (the ablation's values), patterns, the final residual stream (or None)."""
 
     tokens: Int[Tensor, "batch pos"]
     resid_pre: dict[int, Float[Tensor, "batch pos d_model"]]
@@ -417,7 +358,7 @@ class CleanRun:
 
 
 @torch.inference_mode()
-def clean_run(
+def clean_run_for_ablations(
     model: interp.HookedTransformer,
     probe: Probe,
     ablated_layers: Sequence[int],
@@ -539,7 +480,7 @@ def induction_ablation_effects(
     the final residual stream), if already made."""
     classes = random_head_classes(model, heads, typed, n_random, seed)
     if clean is None:
-        clean = clean_run(model, probe, ablated_layers(classes), final=True)
+        clean = clean_run_for_ablations(model, probe, ablated_layers(classes), final=True)
     tokens = probe.tokens.to(model.device)
     second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
     n_groups = len(_row_groups(probe, torch.arange(len(tokens))))
@@ -608,7 +549,7 @@ def previous_token_ablation_effects(
     target_layers = sorted({layer for layer, _ in later})
     classes = random_head_classes(model, heads, typed, n_random, seed)
     if clean is None:
-        clean = clean_run(model, probe, ablated_layers(classes), target_layers)
+        clean = clean_run_for_ablations(model, probe, ablated_layers(classes), target_layers)
     n_groups = len(_row_groups(probe, torch.arange(len(probe.tokens))))
 
     def measure(head_sets: list[list[Head]], look: Tensor, before: int, total: int) -> list[Tensor]:
@@ -679,7 +620,7 @@ def causal_checks(
     ]
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 0, 1)
-    clean = clean_run(model, probes.held_out, ablated, layers, final=True)
+    clean = clean_run_for_ablations(model, probes.held_out, ablated, layers, final=True)
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 1, 1)
     stages = StageResults() if stages is None else stages

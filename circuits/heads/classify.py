@@ -22,71 +22,63 @@ from interp.types import Head
 
 
 def head_types(row: dict[str, Any], thresholds: dict[str, float]) -> list[str]:
-    """The types of one head (a row of `classify`'s table, its `<type>_confirmed` included)."""
+    """The types of one head (a row of `head_table`, its `<type>_confirmed` included)."""
     types = [name for name in SCORE_NAMES if row[name] >= thresholds[name]]
     if "induction" in types and not row["induction_confirmed"]:
         types.remove("induction")
     return types
 
 
-def classify(
+def head_table(
     scores: HeadScores, weights: dict[str, Tensor], effects: dict[str, CausalEffects]
 ) -> pd.DataFrame:
     """Stage 5 of `head_report`: one row per (layer, head) with every score, weight score and causal
     effect (NaN where not tested) and its types; the columns are described in `HeadReport`."""
     columns = scores.columns | weights
     n_layers, n_heads = columns[SCORE_NAMES[0]].shape
-    nan = (float("nan"), float("nan"))
+    nan = (math.nan, math.nan)
+    untested = CausalEffects(alone={}, with_others_ablated={}, all_candidates=nan, min_effect=math.nan)
     rows = []
-    for layer in range(n_layers):
-        for head in range(n_heads):
-            row: dict[str, Any] = {"layer": layer, "head": head}
-            row.update({name: float(values[layer, head]) for name, values in columns.items()})
-            row["skip_gram_pair"] = scores.skip_gram_pairs[layer * n_heads + head]
-            for kind in CAUSAL_TYPES:
-                found = effects.get(kind)
-                alone = found.alone.get((layer, head), nan) if found else nan
-                with_others = found.with_others_ablated.get((layer, head), nan) if found else nan
-                row[f"{kind}_effect"], row[f"{kind}_effect_se"] = alone
-                row[f"{kind}_effect_with_others"], row[f"{kind}_effect_with_others_se"] = with_others
-                row[f"{kind}_held_out_score"] = (
-                    found.held_out_scores.get((layer, head), nan[0]) if found else nan[0]
-                )
-                row[f"{kind}_confirmed"] = bool(found and found.confirmed((layer, head)))
-                row[f"{kind}_verdict"] = found.verdict((layer, head)) if found else ""
-                row[f"{kind}_holds_in"] = found.holds_in((layer, head)) if found else []
-                row[f"{kind}_stopped_early"] = found.stopped_early.get((layer, head), []) if found else []
-                row.update(_beyond_random_cells(found, (layer, head), kind))
-                for stratum in found.by_stratum if found else ():
-                    per_stratum = found.by_stratum[stratum].get((layer, head), (nan, nan))
-                    alone_s, with_others_s = per_stratum
-                    row[f"{kind}_effect[{stratum}]"], row[f"{kind}_effect_se[{stratum}]"] = alone_s
-                    (
-                        row[f"{kind}_effect_with_others[{stratum}]"],
-                        row[f"{kind}_effect_with_others_se[{stratum}]"],
-                    ) = with_others_s
-                    for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True):
-                        judged = found.judged.get((layer, head), {}).get(effect)
-                        beyond = (
-                            next((s.beyond for s in judged.strata if s.name == stratum), nan[0])
-                            if judged
-                            else nan[0]
-                        )
-                        row[f"{kind}_beyond_random{suffix}[{stratum}]"] = beyond
-            row["types"] = head_types(row, scores.thresholds)
-            rows.append(row)
+    for layer, head in np.ndindex(n_layers, n_heads):
+        at = (layer, head)
+        row: dict[str, Any] = {"layer": layer, "head": head}
+        row.update({name: float(values[layer, head]) for name, values in columns.items()})
+        row["skip_gram_pair"] = scores.skip_gram_pairs[layer * n_heads + head]
+        for kind in CAUSAL_TYPES:
+            found = effects.get(kind, untested)
+            row[f"{kind}_effect"], row[f"{kind}_effect_se"] = found.alone.get(at, nan)
+            row[f"{kind}_effect_with_others"], row[f"{kind}_effect_with_others_se"] = (
+                found.with_others_ablated.get(at, nan)
+            )
+            row[f"{kind}_held_out_score"] = found.held_out_scores.get(at, math.nan)
+            row[f"{kind}_confirmed"] = found.confirmed(at)
+            row[f"{kind}_verdict"] = found.verdict(at)
+            row[f"{kind}_holds_in"] = found.holds_in(at)
+            row[f"{kind}_stopped_early"] = found.stopped_early.get(at, [])
+            row.update(_beyond_random_cells(found, at, kind))
+            for stratum, by_head in found.by_stratum.items():
+                alone, with_others = by_head.get(at, (nan, nan))
+                row[f"{kind}_effect[{stratum}]"], row[f"{kind}_effect_se[{stratum}]"] = alone
+                row[f"{kind}_effect_with_others[{stratum}]"] = with_others[0]
+                row[f"{kind}_effect_with_others_se[{stratum}]"] = with_others[1]
+                for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True):
+                    judged = found.judged.get(at, {}).get(effect)
+                    strata = {s.name: s.beyond for s in judged.strata} if judged else {}
+                    row[f"{kind}_beyond_random{suffix}[{stratum}]"] = strata.get(stratum, math.nan)
+        row["types"] = head_types(row, scores.thresholds)
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
 SUFFIXES = ("", "_with_others")  # the table's column suffix of each of EFFECTS
 
 
-def _beyond_random_cells(found: CausalEffects | None, head: Head, kind: str) -> dict[str, Any]:
+def _beyond_random_cells(found: CausalEffects, head: Head, kind: str) -> dict[str, Any]:
     """The head's `kind` effects against random heads of its layer (`CausalEffects.judged`): per effect
     (EFFECTS, column suffixes SUFFIXES) the random heads' mean effect, the effect beyond it (paired per
     sequence), its standard error and 95% bootstrap CI over the sequences (NaN where not measured);
     the random heads; the effect that confirms the head ("" if none)."""
-    judged = found.judged.get(head, {}) if found else {}
+    judged = found.judged.get(head, {})
     cells: dict[str, Any] = {}
     for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True):
         verdict = judged.get(effect)
@@ -104,7 +96,7 @@ def _beyond_random_cells(found: CausalEffects | None, head: Head, kind: str) -> 
         cells[f"{kind}_beyond_random{suffix}_ci_high"] = high
     alone = judged.get("alone")
     cells[f"{kind}_random_heads"] = [label for draw in alone.random_sets for label in draw] if alone else []
-    cells[f"{kind}_confirmed_by"] = found.confirmed_by(head) if found and found.confirmed(head) else ""
+    cells[f"{kind}_confirmed_by"] = found.confirmed_by(head) if found.confirmed(head) else ""
     return cells
 
 
@@ -174,42 +166,7 @@ class HeadReport:
                     "skip_gram_pair": row["skip_gram_pair"] or None,
                     "types": list(row["types"]),
                     "confidence": {name: _float(row[f"confidence_{name}"]) for name in SCORE_NAMES},
-                    "causal": {
-                        kind: {
-                            "effect": _float(row[f"{kind}_effect"]),
-                            "se": _float(row[f"{kind}_effect_se"]),
-                            "effect_with_others_ablated": _float(row[f"{kind}_effect_with_others"]),
-                            "se_with_others_ablated": _float(row[f"{kind}_effect_with_others_se"]),
-                            "confirmed": bool(row[f"{kind}_confirmed"]),
-                            "verdict": row.get(f"{kind}_verdict") or None,
-                            "holds_in": list(row.get(f"{kind}_holds_in", [])),
-                            "stopped_early": list(row.get(f"{kind}_stopped_early", [])),
-                            "random_heads": list(row.get(f"{kind}_random_heads", [])),
-                            "confirmed_by": row.get(f"{kind}_confirmed_by") or None,
-                            "beyond_random": {
-                                effect: _beyond_random_data(row, kind, suffix)
-                                for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True)
-                            },
-                            "by_stratum": {
-                                stratum: {
-                                    "effect": _float(row[f"{kind}_effect[{stratum}]"]),
-                                    "se": _float(row[f"{kind}_effect_se[{stratum}]"]),
-                                    "effect_with_others_ablated": _float(
-                                        row[f"{kind}_effect_with_others[{stratum}]"]
-                                    ),
-                                    "se_with_others_ablated": _float(
-                                        row[f"{kind}_effect_with_others_se[{stratum}]"]
-                                    ),
-                                    "beyond_random": _float(row.get(f"{kind}_beyond_random[{stratum}]")),
-                                    "beyond_random_with_others_ablated": _float(
-                                        row.get(f"{kind}_beyond_random_with_others[{stratum}]")
-                                    ),
-                                }
-                                for stratum in _strata(row, kind)
-                            },
-                        }
-                        for kind in CAUSAL_TYPES
-                    },
+                    "causal": {kind: _causal_data(row, kind) for kind in CAUSAL_TYPES},
                 }
             )
         groups = {
@@ -222,6 +179,42 @@ class HeadReport:
             "group_effects": groups,
             "heads": heads,
         }
+
+
+def _causal_data(row: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A head's `kind` causal check as JSON (NaN: None)."""
+
+    def effects(key: str = "") -> dict[str, float | None]:
+        return {
+            "effect": _float(row[f"{kind}_effect{key}"]),
+            "se": _float(row[f"{kind}_effect_se{key}"]),
+            "effect_with_others_ablated": _float(row[f"{kind}_effect_with_others{key}"]),
+            "se_with_others_ablated": _float(row[f"{kind}_effect_with_others_se{key}"]),
+        }
+
+    return {
+        **effects(),
+        "confirmed": bool(row[f"{kind}_confirmed"]),
+        "verdict": row.get(f"{kind}_verdict") or None,
+        "holds_in": list(row.get(f"{kind}_holds_in", [])),
+        "stopped_early": list(row.get(f"{kind}_stopped_early", [])),
+        "random_heads": list(row.get(f"{kind}_random_heads", [])),
+        "confirmed_by": row.get(f"{kind}_confirmed_by") or None,
+        "beyond_random": {
+            effect: _beyond_random_data(row, kind, suffix)
+            for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True)
+        },
+        "by_stratum": {
+            stratum: {
+                **effects(f"[{stratum}]"),
+                "beyond_random": _float(row.get(f"{kind}_beyond_random[{stratum}]")),
+                "beyond_random_with_others_ablated": _float(
+                    row.get(f"{kind}_beyond_random_with_others[{stratum}]")
+                ),
+            }
+            for stratum in _strata(row, kind)
+        },
+    }
 
 
 def _beyond_random_data(row: dict[str, Any], kind: str, suffix: str) -> dict[str, Any] | None:

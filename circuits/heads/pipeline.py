@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import interp
@@ -22,13 +23,13 @@ from circuits.heads.causal import (
     CausalEffects,
     ablated_layers,
     causal_checks,
-    clean_run,
+    clean_run_for_ablations,
     induction_ablation_effects,
     random_head_classes,
     typed_heads,
     with_held_out_scores,
 )
-from circuits.heads.classify import HeadReport, classify
+from circuits.heads.classify import HeadReport, head_table
 from circuits.heads.probes import (
     FAMILY_NAMES,
     HELD_OUT_SEED_OFFSET,
@@ -54,55 +55,63 @@ KEPT_STAGES = (SCORES_STAGE, INDUCTION_STAGE, PREVIOUS_TOKEN_STAGE)  # what head
 BETWEEN_STAGES = (CLEAN_RUN_STAGE,)  # what head_report reports between them (not kept: one forward pass)
 
 
+@dataclass(frozen=True)
+class HeadSettings:
+    """What `head_report` runs: n_samples random sequences per probe (repeat length), up to seq_len
+    tokens, natural_text (default NATURAL_TEXT with a tokenizer; () skips it); the causal checks
+    (unless causal=False) on at most max_candidates induction and previous-token candidates each,
+    each against n_random random heads of its layer; batch_size sequences per pass while scoring."""
+
+    n_samples: int = 16
+    seed: int = 0
+    seq_len: int = 24
+    natural_text: Sequence[str] | str | None = None
+    causal: bool = True
+    max_candidates: int = 12
+    batch_size: int = 8
+    n_random: int = N_RANDOM
+
+    def __post_init__(self) -> None:
+        if self.max_candidates < 1:
+            raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}.")
+        if self.n_random < 1:
+            raise ValueError(
+                f"n_random must be >= 1 (the random heads a candidate is compared with), got {self.n_random}."
+            )
+
+
 def head_report(
     model: interp.HookedTransformer,
-    n_samples: int = 16,
-    seed: int = 0,
-    seq_len: int = 24,
+    settings: HeadSettings | None = None,
     progress: Progress | None = None,
-    natural_text: Sequence[str] | str | None = None,
-    causal: bool = True,
-    max_candidates: int = 12,
-    batch_size: int = 8,
     stages: StageResults | None = None,
-    n_random: int = N_RANDOM,
+    **options: Any,
 ) -> HeadReport:
-    """Score, causally check and classify every attention head of `model`.
+    """Score, causally check and classify every attention head of `model` with `settings`, its fields
+    replaced by `options` (`head_report(model, n_samples=8)`).
 
-    Probes (`make_probes`): n_samples repeated random sequences per repeat length up to seq_len,
-    n_samples unrepeated ones, and natural_text (default NATURAL_TEXT with a tokenizer; () skips it),
-    the random ones of the discovery token family. Causal checks (unless causal=False) run on at most
-    `max_candidates` induction and previous-token candidates each (highest scores first), on n_samples
-    fresh repeated sequences per repeat length of the held-out family, each candidate against `n_random`
-    random heads of its layer (`causal.random_head_classes`); `batch_size` sequences per forward pass
-    while scoring.
-    progress(stage, done, total) is called as each stage advances (None: nothing is reported): the
-    stages of KEPT_STAGES (the first only without `causal`) and BETWEEN_STAGES.
-    stages: each of KEPT_STAGES' results kept as it finishes; those already in it (a resumed run's,
-    made with the same settings) are not run again.
+    progress(stage, done, total): the stages of KEPT_STAGES (the first only without causal checks)
+    and BETWEEN_STAGES. stages: each of KEPT_STAGES' results kept as it finishes; those already in it
+    (a resumed run's, made with the same settings) are not run again.
     """
-    if max_candidates < 1:
-        raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
-    if n_random < 1:
-        raise ValueError(
-            f"n_random must be >= 1 (the random heads a candidate is compared with), got {n_random}."
-        )
+    settings = dataclasses.replace(settings or HeadSettings(), **options)
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")  # NaN would type no head
     stages = StageResults() if stages is None else stages
-    probes = make_probes(model, n_samples, seed, seq_len, natural_text)
+    n, seed, top = settings.n_samples, settings.seed, settings.max_candidates
+    probes = make_probes(model, n, seed, settings.seq_len, settings.natural_text)
     scores = stages.run(
-        SCORES_STAGE, lambda: score_heads(model, probes, seed, batch_size, progress), progress
+        SCORES_STAGE, lambda: score_heads(model, probes, seed, settings.batch_size, progress), progress
     )
-    weights = weight_scores(model, scores.candidates("previous_token", max_candidates))
+    weights = weight_scores(model, scores.candidates("previous_token", top))
     effects = {}
-    if causal:
-        effects = causal_checks(model, probes, scores, max_candidates, progress, stages, n_random, seed)
+    if settings.causal:
+        effects = causal_checks(model, probes, scores, top, progress, stages, settings.n_random, seed)
     cfg = model.cfg
     return HeadReport(
         model_name=cfg.model_name,
         provenance=interp.provenance(model),
-        table=classify(scores, weights, effects),
-        settings=_settings(probes, n_samples, seed, causal, max_candidates, n_random),
+        table=head_table(scores, weights, effects),
+        settings=_settings(probes, settings),
         thresholds=scores.thresholds,
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
@@ -144,7 +153,7 @@ def confirmed_induction(
     typed = typed_heads(scores, "induction")
     layers = [layer for layer, _ in candidates]
     ablated = ablated_layers(random_head_classes(model, candidates, typed, N_RANDOM, seed))
-    clean = clean_run(model, probes.held_out, ablated, layers, final=True)
+    clean = clean_run_for_ablations(model, probes.held_out, ablated, layers, final=True)
     effects = induction_ablation_effects(
         model, probes.held_out, candidates, progress, clean, typed, N_RANDOM, seed
     )
@@ -162,12 +171,11 @@ def heads_stage_notes(stage: str, value: HeadScores | CausalEffects) -> list[str
     return [f"Confirmed by ablation: {', '.join(confirmed) or 'none'} (of {len(value.alone)} candidates)."]
 
 
-def _settings(
-    probes: Probes, n_samples: int, seed: int, causal: bool, max_candidates: int, n_random: int
-) -> dict[str, Any]:
+def _settings(probes: Probes, settings: HeadSettings) -> dict[str, Any]:
     """What the report was made with (its JSON's "settings")."""
+    seed = settings.seed
     return {
-        "n_samples": n_samples,
+        "n_samples": settings.n_samples,
         "seed": seed,
         "seq_len": probes.seq_len,
         "induction_lengths": probes.induction_lengths,
@@ -175,8 +183,8 @@ def _settings(
         "has_bos": probes.has_bos,
         "natural_text": probes.natural_text,
         "skip_gram_probe": probes.skip_gram.name,
-        "causal": causal,
-        "max_candidates": max_candidates,
+        "causal": settings.causal,
+        "max_candidates": settings.max_candidates,
         "discovery_tokens": FAMILY_NAMES["discovery"],
         "held_out_tokens": FAMILY_NAMES["held_out"],
         "held_out_seed": seed + HELD_OUT_SEED_OFFSET,
@@ -197,7 +205,7 @@ def _settings(
             "effect after the first look is not run on the rest (an effect truly at the minimum is "
             f"stopped so with probability at most {FUTILITY_ERROR:.2%}, normal approximation)"
         ),
-        "n_random": n_random,
+        "n_random": settings.n_random,
         "futility_se_times": FUTILITY_SE,
         "confirm_if_beyond_random_at_least": MIN_EFFECT,
         "n_bootstrap": N_BOOTSTRAP,
