@@ -206,17 +206,17 @@ def test_mib_export_names_grouped_query_edges_per_query_head():
 
 
 def test_ranked_path_patching_confirms_the_top_candidates_exactly():
-    from circuits.ioi.patching import path_patching_effects, ranked_path_patching_effects
+    from circuits.ioi.patching import EAPRanking, path_patching_effects
     from interp.tasks.ioi import ioi_dataset_for
 
     model = interp.load_model("toy-ioi").eval()
     clean, abc, _ = ioi_dataset_for(model, 16)
     for receivers, receiver_input in [(None, None), ([(1, 0), (1, 2)], "q"), ([(1, 1)], "k")]:
         exhaustive = path_patching_effects(model, clean, abc, receivers, receiver_input)
-        ranked = ranked_path_patching_effects(model, clean, abc, receivers, receiver_input, n_exact=2)
+        ranked = EAPRanking(n_exact=2)(model, clean, abc, receivers, receiver_input)
         assert torch.equal(ranked.isnan(), exhaustive.isnan())  # the same senders
         assert ((ranked - exhaustive).abs() < 1e-5).sum() >= 2  # two of them path-patched
-        every = ranked_path_patching_effects(model, clean, abc, receivers, receiver_input, n_exact=8)
+        every = EAPRanking(n_exact=8)(model, clean, abc, receivers, receiver_input)
         torch.testing.assert_close(every, exhaustive, equal_nan=True)  # all candidates: the sweep itself
 
 

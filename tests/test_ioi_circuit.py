@@ -32,7 +32,7 @@ from circuits.ioi import (
 from circuits.ioi.evaluate import DEPENDENT_KINDS
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence
 from circuits.ioi.patching import ioi_edge_attribution
-from circuits.ioi.report import circuit_svg, ioi_sections, write_ioi_report
+from circuits.ioi.report import ioi_circuit_diagram, ioi_sections, write_ioi_report
 from circuits.ioi.results import CLASS_WRITES, Settings
 from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
 from circuits.sections import render_html, render_markdown, result_json
@@ -259,7 +259,7 @@ def test_reports(planted, tmp_path):
     table = tmp_path / "ioi.txt"
     write_ioi_report(result, "table", str(table), Console())
     assert "name_mover" in table.read_text() and "faithfulness" in table.read_text()
-    svg = circuit_svg(result)
+    svg = ioi_circuit_diagram(result)
     assert svg.count('class="ioi-class"') == len(CLASSES) + 1 and "L2H0" in svg
     path = tmp_path / "ioi.html"
     path.write_text(render_html(ioi_sections(result)), encoding="utf-8")

@@ -16,7 +16,7 @@ import interp
 from circuits.heads.weights import copying_scores, k_composition_scores
 from circuits.icl import function_vector, mean_head_outputs, task_prompts
 from circuits.ioi import find_ioi_circuit
-from circuits.ioi.evidence import clean_run, direct_logit_attributions
+from circuits.ioi.evidence import direct_logit_attributions, end_logits_and_cache
 from circuits.ioi.report import ioi_sections
 from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
 from circuits.retrieval.find import attention_and_direct
@@ -334,7 +334,7 @@ def test_cached_runs_without_logits_cache_the_same_activations(gemma3) -> None:
 def test_the_ioi_clean_run_makes_logits_at_end_only(gemma3_toy_ioi) -> None:
     model = gemma3_toy_ioi
     clean, _ = _answered(model, "discovery")
-    logits, cache = clean_run(model, clean)
+    logits, cache = end_logits_and_cache(model, clean)
     rows, end = torch.arange(len(clean)), clean.positions["END"]
     made = ~logits.isnan().all(-1)  # [batch, pos]
     assert made.sum(-1).eq(1).all() and made[rows, end].all()

@@ -3,12 +3,6 @@ patching backwards from the logits, evaluated and validated on held-out prompts.
 
     from circuits.ioi import find_ioi_circuit
     result = find_ioi_circuit(model, n_prompts=64, seed=0)
-
-Modules: `results` (classes and result types), `evidence` (selection and classification of heads),
-`patching` (path patching, mean ablation, sender strategies), `steps` (one function per step of the
-paper, to run alone: `from circuits.ioi.steps import find_name_movers`), `discover`
-(`find_ioi_circuit`), `evaluate` (faithfulness, completeness, minimality, held-out validation),
-`report` (table, Markdown, JSON, HTML). The prompts live in interp.tasks.ioi (and ioi_templates, ioi_prompts).
 """
 
 from circuits.ioi.discover import find_ioi_circuit, measure_baseline

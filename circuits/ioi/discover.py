@@ -1,24 +1,10 @@
-"""Discovering the IOI circuit (Wang et al. 2022) by path patching backwards from the logits.
-
-    result = find_ioi_circuit(model, n_prompts=64, seed=0)
-    result.circuit            # {"name_mover": [(9, 9), ...], "s_inhibition": [...], ...}
-    result_json(result)       # circuits.sections: its `--format json` output
-
+"""Discovering the IOI circuit (Wang et al. 2022) by path patching backwards from the logits:
 `find_ioi_circuit` measures the model on the clean prompts (baseline, attention, direct logit
-attribution), runs the paper's steps in order (circuits.ioi.steps: name movers, S-inhibition,
-induction and duplicate-token, previous-token, backup name movers), each on the heads the previous
-ones found, then evaluates the circuit and validates it on held-out prompts (circuits.ioi.evaluate).
+attribution), runs the paper's steps in order (`circuits.ioi.steps`), each on the heads the previous
+ones found, then evaluates the circuit and validates it on held-out prompts (`circuits.ioi.evaluate`).
 
-One class is not in the paper: S-suppression heads act directly on the logits like name movers but
-attend END->S2 and write against S (copy suppression of the subject, the mirror image of the
-negative name movers' suppression of IO). SmolLM2's strongest direct head is one, and toy models
-trained on IOI solve it with them. A head may hold several roles: an S-suppression head that also
-steers the name movers' queries is an S-inhibition head too.
-
-Path patching runs one patched forward pass per sender head, the cost of the whole discovery, so it
-uses the first `n_patching_prompts` prompts, and by default path-patches only the senders edge
-attribution ranks first (`sender_effects`, circuits.ioi.patching); the baseline, attention and
-evaluation use all of them.
+One class is not in the paper: S-suppression heads act on the logits like name movers but attend
+END->S2 and write against S (SmolLM2's strongest direct head is one; toy IOI models use them).
 """
 
 from __future__ import annotations
@@ -34,8 +20,8 @@ from torch import Tensor
 
 import interp
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
-from circuits.ioi.evidence import ClassEvidence, clean_run, measure_class_evidence
-from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_patching_effects
+from circuits.ioi.evidence import ClassEvidence, end_logits_and_cache, measure_class_evidence
+from circuits.ioi.patching import EAPRanking, MeanAblation, path_patching_effects
 from circuits.ioi.results import (
     CLASSES,
     Baseline,
@@ -44,7 +30,6 @@ from circuits.ioi.results import (
     HeadEvidence,
     IOICircuitResult,
     Settings,
-    Validation,
 )
 from circuits.ioi.steps import (
     PatchingPrompts,
@@ -80,8 +65,7 @@ BETWEEN_STAGES = (BASELINE_STAGE, EXAMPLE_STAGE)  # reported before and after th
 
 
 def ioi_stage_notes(stage: str, value: Any) -> list[str]:
-    """A few lines on a finished stage of `find_ioi_circuit` (one of KEPT_STAGES, its kept `value`), for
-    a partial result."""
+    """A few lines on a kept stage's `value` (one of KEPT_STAGES), for a partial result."""
     if isinstance(value, StepResult):
         found = [
             f"{cls}: {', '.join(h.name for h in heads)}" for cls, heads in value.classes.items() if heads
@@ -105,51 +89,58 @@ def find_ioi_circuit(
     prompts: tuple[IOIPrompts, IOIPrompts] | None = None,
     heldout: tuple[IOIPrompts, IOIPrompts] | None = None,
     validate: bool = True,
-    sender_effects: SenderEffects | None = None,
     stages: StageResults | None = None,
     **thresholds: float,
 ) -> IOICircuitResult:
-    """Find the IOI circuit of `model` by path patching from the logits backwards; see the module doc.
+    """Find the IOI circuit of `model` by path patching from the logits backwards (module docstring):
+    1. the discovery prompts and settings, 2. the clean and ABC runs, 3. the paper's steps, 4. the
+    evaluation, 5. the held-out validation, 6. the heads' attention patterns on the first prompt.
 
-    1. the discovery prompts and the run's settings (`discovery_prompts`)
-    2. the clean and ABC runs: baseline, attention and direct logit attribution (`measure_prompts`)
-    3. the paper's steps in order, each on the heads the previous ones found (`run_steps`)
-    4. the circuit evaluated on the discovery prompts (`evaluation_stage`)
-    5. each class validated on held-out prompts (`heldout_prompts`, `validation_stage`)
-    6. the heads' attention patterns on the first prompt (`example_patterns`)
-
-    prompts: (clean, abc) IOIPrompts to use instead of ioi_dataset_for(model, n_prompts, seed)
-    (the paper's templates; the toy task's for a model trained on it, `model.cfg.task == "ioi"`).
-    heldout: (clean, abc) prompts the discovery never sees, to confirm each class on; default
-    ioi_dataset_for(model, n_prompts, seed, "heldout") when `prompts` is None, else no validation.
-    validate: False skips the held-out validation.
-    progress(stage, done, total): each stage of KEPT_STAGES and BETWEEN_STAGES reported as it
-    begins, (stage, 0, 1), and ends, (stage, 1, 1); a step's sweeps as its parts ("path patching:
-    name movers: heads -> logits"); a skipped sweep as (stage, 0, 0).
-    sender_effects: which senders each step path-patches (circuits.ioi.patching): default
-    `EAPRanking` of the `exact_candidates` senders edge attribution ranks first and those whose
-    estimate reaches half of `min_effect` (`path_patching_effects`, every sender, if
-    exact_candidates is 0).
-    stages: each of KEPT_STAGES' results kept as it finishes; those already in it (a resumed run's,
-    made with the same settings) are not run again (the first stage, a few forward passes, always runs).
-    thresholds: override Settings fields effect_z, min_effect, min_share, attention_z,
-    min_attention, large_attention, n_bootstrap, n_completeness_subsets, n_random_draws,
-    n_patching_prompts, exact_candidates.
+    prompts: (clean, abc) instead of ioi_dataset_for(model, n_prompts, seed). heldout: (clean, abc)
+    to validate on; default the "heldout" split when `prompts` is None, else no validation.
+    evaluate, validate: False skips that stage. progress(stage, done, total): each stage of
+    KEPT_STAGES and BETWEEN_STAGES as it begins (0, 1) and ends (1, 1), a step's sweeps as its parts,
+    a skipped sweep as (stage, 0, 0). stages: the kept stages' results, those already in it not run
+    again. thresholds: `Settings` fields to override (THRESHOLDS); exact_candidates 0 path-patches
+    every sender, else the senders EAP ranks first (`EAPRanking`).
     """
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
     timings = {"dataset": time.perf_counter() - start}
     measured = measure_prompts(model, clean, abc, settings, timings, progress)  # 2.
     stages = StageResults() if stages is None else stages
-    steps = run_steps(model, measured, settings, sender_effects, stages, progress)  # 3.
+    steps = run_steps(model, measured, settings, stages, progress)  # 3.
     evidence = measured.evidence
     result = _combine(settings, measured.baseline, evidence.attention, evidence.thresholds, steps)
     result.timings = timings | {name: t for step in steps for name, t in step.timings.items()}
-    if evaluate and result.heads:
-        result.evaluation = evaluation_stage(result, clean, measured.mean_ablation, stages, progress)  # 4.
-    heldout, description = heldout_prompts(model, n_prompts, seed, prompts, heldout)
-    if validate and heldout is not None and result.heads:
-        result.validation = validation_stage(model, result, heldout, description, stages, progress)  # 5.
+
+    def kept(stage: str, compute: Callable[[Progress | None], Any]) -> Any:
+        """compute(the stage's progress), timed, kept in `stages` as `stage` (not run again if there)."""
+
+        def run() -> Any:
+            with timed(stage, result.timings, progress):
+                return compute(as_stage(progress, stage))
+
+        return stages.run(stage, run, progress)
+
+    if evaluate and result.heads:  # 4.
+        n_subsets, ablation = settings.n_completeness_subsets, measured.mean_ablation
+        result.evaluation = kept(
+            "evaluation",
+            lambda step: evaluate_circuit(result, clean, ablation, n_subsets, settings.seed, step),
+        )
+    description = "held-out prompts given to find_ioi_circuit"
+    if heldout is None and prompts is None:
+        heldout, description = (
+            ioi_dataset_for(model, n_prompts, seed, "heldout")[:2],
+            heldout_description(model),
+        )
+    if validate and heldout is not None and result.heads:  # 5.
+        tested, tested_abc = (p.to(model.device) for p in heldout)
+        result.validation = kept(
+            "validation on held-out prompts",
+            lambda step: validate_circuit(model, result, tested, tested_abc, description, step),
+        )
     if result.heads:
         with timed(EXAMPLE_STAGE, result.timings, progress):
             result.example = example_patterns(model, clean, result.heads)  # 6.
@@ -164,9 +155,8 @@ def discovery_prompts(
     prompts: tuple[IOIPrompts, IOIPrompts] | None,
     thresholds: dict[str, float],
 ) -> tuple[IOIPrompts, IOIPrompts, Settings]:
-    """1. The (clean, abc) discovery prompts on the model's device (`prompts`, else
-    ioi_dataset_for(model, n_prompts, seed)) and the run's Settings (`thresholds` override its
-    fields; unknown names refused)."""
+    """1. The (clean, abc) discovery prompts on the model's device and the run's Settings (unknown
+    `thresholds` refused)."""
     unknown = set(thresholds) - THRESHOLDS
     if unknown:
         raise ValueError(f"unknown settings {sorted(unknown)}; choose from {', '.join(sorted(THRESHOLDS))}")
@@ -187,11 +177,7 @@ def discovery_prompts(
 
 @dataclass
 class Measurements:
-    """What the steps read of the clean and ABC runs on the discovery prompts.
-
-    baseline: the model's logit diff and accuracy; evidence: attention and direct logit attribution
-    of every head; patching: the prompts path patching runs on; mean_ablation: the ABC run's means.
-    """
+    """What the steps read of the clean and ABC runs on the discovery prompts."""
 
     baseline: Baseline
     evidence: ClassEvidence
@@ -207,11 +193,10 @@ def measure_prompts(
     timings: dict[str, float],
     progress: Progress | None,
 ) -> Measurements:
-    """2. One clean run (baseline, attention, direct logit attribution) and one ABC run (the ABC logit
-    diff and the mean ablation's means), timed as the stage "baseline, attention and direct logit
-    attribution"; refused if the model's logit diff is not above 0 (no circuit to find)."""
+    """2. One clean run (baseline, attention, direct logit attribution) and one ABC run (the mean
+    ablation's means); refused if the model's logit diff is not above 0 (no circuit to find)."""
     with timed(BASELINE_STAGE, timings, progress):
-        clean_logits, clean_cache = clean_run(model, clean)
+        clean_logits, clean_cache = end_logits_and_cache(model, clean)
         abc_logits, abc_cache = cached_run(
             model, abc.tokens, model.layer_hook_names("z"), logit_pos=clean.positions["END"]
         )
@@ -236,25 +221,20 @@ def run_steps(
     model: interp.HookedTransformer,
     measured: Measurements,
     settings: Settings,
-    sender_effects: SenderEffects | None,
     stages: StageResults,
     progress: Progress | None,
 ) -> list[StepResult]:
-    """3. The paper's steps (circuits.ioi.steps), each kept in `stages` as KEPT_STAGES[0..4]: name
-    movers, S-inhibition, induction and duplicate-token, previous-token, backup name movers (the
-    heads with a direct effect that no earlier step classified). sender_effects: default
-    `EAPRanking(exact_candidates, half of min_effect)`, or every sender if exact_candidates is 0."""
-    if sender_effects is None:
-        min_estimate = 0.5 * settings.min_effect * abs(measured.patching.logit_diff)
-        exact = settings.exact_candidates
-        sender_effects = EAPRanking(exact, min_estimate) if exact > 0 else path_patching_effects
+    """3. The paper's steps (circuits.ioi.steps), each kept in `stages` as KEPT_STAGES[0..4]; senders
+    ranked by `EAPRanking(exact_candidates, half of min_effect)`, or all patched if exact_candidates is 0."""
+    min_estimate = 0.5 * settings.min_effect * abs(measured.patching.logit_diff)
+    exact = settings.exact_candidates
+    sender_effects = EAPRanking(exact, min_estimate) if exact > 0 else path_patching_effects
     inputs = StepInputs(
         model=model, prompts=measured.patching, settings=settings, evidence=measured.evidence,
         sender_effects=sender_effects, progress=progress,
     )  # fmt: skip
 
     def kept_step(index: int, find: Callable[[StepInputs], StepResult]) -> StepResult:
-        """find(the inputs, its sweeps reported as parts of the step's stage), or the step's kept result."""
         stage = KEPT_STAGES[index]
 
         def run() -> StepResult:
@@ -288,68 +268,12 @@ def run_steps(
 
 
 def _sweeps_of(progress: Progress | None, stage: str) -> Progress | None:
-    """`progress` for a step's path-patching sweeps ("path patching: heads -> logits"), each reported
-    as a part of the step's `stage` ("path patching: name movers: heads -> logits")."""
+    """`progress` for a step's sweeps, each reported as a part of the step's stage."""
     if progress is None:
         return None
     return lambda sweep, done, total: progress(
         f"{stage}: {sweep.removeprefix('path patching: ')}", done, total
     )
-
-
-def evaluation_stage(
-    result: IOICircuitResult,
-    clean: IOIPrompts,
-    mean_ablation: MeanAblation,
-    stages: StageResults,
-    progress: Progress | None,
-) -> Evaluation:
-    """4. `evaluate_circuit` on the discovery prompts (faithfulness, completeness, minimality), kept in
-    `stages` as "evaluation"."""
-    settings = result.settings
-
-    def evaluation() -> Evaluation:
-        with timed("evaluation", result.timings, progress):
-            n_subsets = settings.n_completeness_subsets
-            step = as_stage(progress, "evaluation")
-            return evaluate_circuit(result, clean, mean_ablation, n_subsets, settings.seed, step)
-
-    return stages.run("evaluation", evaluation, progress)
-
-
-def heldout_prompts(
-    model: interp.HookedTransformer,
-    n_prompts: int,
-    seed: int,
-    prompts: tuple[IOIPrompts, IOIPrompts] | None,
-    heldout: tuple[IOIPrompts, IOIPrompts] | None,
-) -> tuple[tuple[IOIPrompts, IOIPrompts] | None, str]:
-    """5. ((clean, abc) held-out prompts, their description): `heldout` if given; else, when the
-    discovery prompts were not given either, ioi_dataset_for(model, n_prompts, seed, "heldout");
-    else None (no validation)."""
-    if heldout is None and prompts is None:
-        return ioi_dataset_for(model, n_prompts, seed, split="heldout")[:2], heldout_description(model)
-    return heldout, "held-out prompts given to find_ioi_circuit"
-
-
-def validation_stage(
-    model: interp.HookedTransformer,
-    result: IOICircuitResult,
-    heldout: tuple[IOIPrompts, IOIPrompts],
-    description: str,
-    stages: StageResults,
-    progress: Progress | None,
-) -> Validation:
-    """5. `validate_circuit` on the held-out prompts (each class against random heads, per name order
-    and template), kept in `stages` as "validation on held-out prompts"."""
-
-    def validation() -> Validation:
-        with timed("validation on held-out prompts", result.timings, progress):
-            clean_heldout, abc_heldout = (p.to(model.device) for p in heldout)
-            step = as_stage(progress, "validation on held-out prompts")
-            return validate_circuit(model, result, clean_heldout, abc_heldout, description, progress=step)
-
-    return stages.run("validation on held-out prompts", validation, progress)
 
 
 def _heads(found: Sequence[HeadEvidence]) -> list[Head]:
@@ -363,9 +287,8 @@ def _combine(
     attention_thresholds: dict[str, float],
     steps: Sequence[StepResult],
 ) -> IOICircuitResult:
-    """One result from the steps' findings, in step order: a head joins a class once (with the
-    evidence of the first step that put it there); a head is unclassified only if no step classified
-    it (once, with the evidence of the first step that selected it)."""
+    """One result from the steps' findings: a head joins a class once, with the evidence of the first
+    step that put it there; unclassified only if no step classified it."""
     classes: dict[str, list[HeadEvidence]] = {name: [] for name in CLASSES}
     for step in steps:
         for cls, found in step.classes.items():
@@ -404,8 +327,7 @@ def measure_baseline(
     abc_logits: Tensor | None = None,
 ) -> Baseline:
     """Logit difference and accuracy of the model on the clean prompts, with bootstrap intervals
-    (clean_logits, abc_logits [batch, pos, d_vocab]: the clean and ABC runs' logits, at least at
-    END, if they were run already)."""
+    (clean_logits, abc_logits [batch, pos, d_vocab]: the runs' logits at END, if run already)."""
     end = clean.positions["END"].to(model.device)
     if clean_logits is None:
         clean_logits = forward_logits(model, clean.tokens.to(model.device), end)  # logits at END only

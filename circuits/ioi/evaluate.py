@@ -1,64 +1,38 @@
-"""Evaluating an IOI circuit by mean ablation (the paper's section 4), and validating it on held-out
-prompts.
+"""An IOI circuit by mean ablation (the paper's section 4) on the discovery prompts, and validated on
+held-out prompts. F(X): the mean logit diff with every head outside X mean-ablated (`MeanAblation`).
 
-F(X) is the mean logit difference when every head outside X is mean-ablated (mean over the ABC
-distribution, per template and position: `MeanAblation`):
-  faithfulness  (F(circuit) - F(empty)) / (F(model) - F(empty)), interp's one faithfulness
-                (`interp.interventions.stats.faithfulness_ratio`, F(empty): every head ablated)
-  recovered     F(circuit) / F(model): the fraction of the model's logit difference the circuit
-                recovers, as Wang et al. report it (they call it faithfulness)
-  completeness  for random subsets K of the circuit, |F(circuit \\ K) - F(model \\ K)| (small = complete)
-  minimality    per head v, with K = the other heads of v's classes: F(C \\ K) - F(C \\ (K + v)),
-                relative to F(C)
+  faithfulness  (F(circuit) - F(empty)) / (F(model) - F(empty))  (`interp.interventions.stats`)
+  recovered     F(circuit) / F(model), as Wang et al. report it (they call it faithfulness)
+  completeness  |F(circuit \\ K) - F(model \\ K)| / F(model) for each class and random subsets K
+  minimality    per head v, K its class-mates: (F(C \\ K) - F(C \\ (K + v))) / F(C)
 
-Validation on data the finder never saw (`validate_circuit`): held-out prompts from other templates
-with other names, places and objects (`interp.tasks.ioi.ioi_dataset_for(..., split="heldout")`).
-Per class, the drop of the logit diff when its heads are mean-ablated (clean - ablated,
-`circuits.evidence.EFFECT_SIGN`; positive: the class helps) is compared with the drop when as many
-random heads from the same layers (outside the circuit) are, with a bootstrap CI over prompts of the
-drop beyond them, pooled and per stratum (name order, template), judged by
-`circuits.evidence.judge_class`: whether the class holds in the class's direction (negative name
-movers: a negative drop) and where (`DEPENDENT_KINDS`). The circuit's faithfulness and recovered
-fraction are measured on the held-out prompts too.
+Validation (`validate_circuit`): on held-out templates, names, places and objects, each class's drop
+(clean - mean-ablated, relative to the held-out logit diff; `circuits.evidence.EFFECT_SIGN`) against
+random same-layer heads outside the circuit, pooled and per name order and template, judged by
+`circuits.evidence.judge_class`; the circuit's faithfulness there too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import (
-    HeadClass,
-    faithfulness_by_stratum,
-    head_class,
-    judge_class,
-)
+from circuits.evidence import HeadClass, faithfulness_by_stratum, head_class, judge_class
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
-from circuits.ioi.results import (
-    CLASS_WRITES,
-    ClassValidation,
-    Evaluation,
-    IOICircuitResult,
-    Validation,
-)
-from interp.interventions.stats import (
-    bootstrap,
-    faithfulness_ratio,
-    faithfulness_summary,
-    heterogeneity,
-)
+from circuits.ioi.results import CLASS_WRITES, ClassValidation, Evaluation, IOICircuitResult, Validation
+from interp.interventions.stats import bootstrap, faithfulness_ratio, faithfulness_summary, heterogeneity
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
 
+DEPENDENT_KINDS = {"order": "all", "template": "most"}  # the verdict's strata (`class_verdict`)
+
 
 def _all_heads(model: interp.HookedTransformer) -> list[Head]:
-    """Every (layer, head) of the model, layer by layer."""
     return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 
 
@@ -76,25 +50,22 @@ def evaluate_circuit(
     seed: int = 0,
     progress: Progress | None = None,
 ) -> Evaluation:
-    """Faithfulness, recovered fraction, completeness and minimality of result's circuit on `clean`
-    (see the module docstring); `n_subsets` random subsets K for completeness, drawn with `seed`.
-    progress(stage, done, total): as the ablated runs finish."""
-    model = mean_ablation.model
-    every_head = _all_heads(model)
+    """Faithfulness, recovered fraction, completeness (`n_subsets` random subsets drawn with `seed`
+    besides the classes) and minimality of result's circuit on `clean`; every F in one batch of runs."""
+    every_head = _all_heads(model=mean_ablation.model)
     circuit = result.heads
 
     def subtract(keep: Sequence[Head], heads: Sequence[Head]) -> list[Head]:
         return sorted(set(keep) - set(heads))
 
-    # Completeness: knock K out of both the circuit and the model; a complete circuit is hurt alike.
     subsets = [heads for heads in result.circuit.values() if heads]
+    n_classes = len(subsets)
     generator = torch.Generator().manual_seed(seed)
-    while len(subsets) < len([s for s in result.circuit.values() if s]) + n_subsets:
+    while len(subsets) < n_classes + n_subsets:
         chosen = torch.rand(len(circuit), generator=generator) < 0.5
         if chosen.any():
             subsets.append([head for head, keep in zip(circuit, chosen.tolist(), strict=True) if keep])
-    # Minimality: what each head adds once its class-mates (which may stand in for it) are gone.
-    mates = {
+    mates = {  # minimality: what each head adds once its class-mates (which may stand in for it) are gone
         head: {mate for heads in result.circuit.values() if head in heads for mate in heads} - {head}
         for head in circuit
     }
@@ -109,29 +80,23 @@ def evaluate_circuit(
     measured = dict(zip(unique, means, strict=True))
 
     def F(keep: Sequence[Head]) -> float:
-        """Mean logit diff with every head outside `keep` mean-ablated."""
         return measured[frozenset(keep)]
 
-    f_model = result.baseline.logit_diff
-    f_circuit = F(circuit)
-    f_empty = F([])
-    completeness = []
-    for subset in subsets:
-        without_circuit = F(subtract(circuit, subset))
-        without_model = F(subtract(every_head, subset))
-        completeness.append(
-            {
-                "heads": [list(head) for head in subset],
-                "circuit_logit_diff": without_circuit,
-                "model_logit_diff": without_model,
-                "gap": abs(without_circuit - without_model) / f_model,
-            }
-        )
-    minimality = {}
-    for head in circuit:
-        f_without_mates = F(subtract(circuit, mates[head]))
-        f_without_head = F(subtract(circuit, mates[head] | {head}))
-        minimality[head_label(*head)] = (f_without_mates - f_without_head) / f_circuit
+    f_model, f_circuit, f_empty = result.baseline.logit_diff, F(circuit), F([])
+    completeness = [
+        {
+            "heads": [list(head) for head in subset],
+            "circuit_logit_diff": F(subtract(circuit, subset)),
+            "model_logit_diff": F(subtract(every_head, subset)),
+            "gap": abs(F(subtract(circuit, subset)) - F(subtract(every_head, subset))) / f_model,
+        }
+        for subset in subsets
+    ]
+    minimality = {
+        head_label(*head): (F(subtract(circuit, mates[head])) - F(subtract(circuit, mates[head] | {head})))
+        / f_circuit
+        for head in circuit
+    }
     f_with_unclassified = F(circuit + unclassified) if unclassified else None
     return Evaluation(
         model_logit_diff=f_model,
@@ -157,121 +122,74 @@ def validate_circuit(
     description: str = "held-out prompts given by the caller",
     progress: Progress | None = None,
 ) -> Validation:
-    """Confirm each class of result's circuit on held-out prompts (see the module docstring);
-    `description` says in the report what was held out.
+    """Each class of result's circuit on held-out prompts (see the module docstring); `description`
+    says in the report what was held out. Every ablated run (each class with its random sets, the
+    backup name movers with the other name movers ablated in each run and in its reference) is made
+    in one `logit_diffs_many`."""
+    settings = result.settings
+    outside = sorted(set(_all_heads(model)) - set(result.heads))
+    name_movers = result.circuit["name_mover"]
+    classes: dict[str, tuple[list[Head], HeadClass]] = {}  # class -> (base ablated in its runs, the class)
+    for name, heads in result.circuit.items():
+        if heads:
+            base = [h for h in name_movers if h not in heads] if name == "backup_name_mover" else []
+            sign = -1 if name == "negative_name_mover" else 1
+            found = head_class(model, name, heads, settings.n_random_draws, settings.seed, sign, outside)
+            classes[name] = (base, found)
+    sets = [[], outside, _all_heads(model)] + [base for base, _ in classes.values()]
+    sets += [base + list(heads) for base, found in classes.values() for heads in found.sets]
+    unique = list(dict.fromkeys(tuple(sorted(heads)) for heads in sets))
+    runs = MeanAblation(model, heldout_abc).logit_diffs_many(unique, heldout, progress)
+    measured = dict(zip(unique, runs, strict=True))
 
-    1. per class, the head sets to ablate: the class and `n_random_draws` random sets (`ablation_plans`)
-    2. every set mean-ablated on the held-out prompts, the runs together (`ablated_logit_diffs`)
-    3. per class, its drop beyond the random sets', pooled and per stratum, a verdict (`class_validation`)
-    4. the circuit's faithfulness and recovered fraction on the held-out prompts (`heldout_faithfulness`)
+    def ablated(heads: Sequence[Head]) -> Tensor:  # the held-out logit diff per prompt [batch]
+        return measured[tuple(sorted(heads))]
 
-    progress(stage, done, total): as the ablated runs of step 2 finish."""
-    ablation = MeanAblation(model, heldout_abc)
     dla = direct_logit_attributions(model, heldout)
-    plans = ablation_plans(model, result)  # 1.
-    ablated = ablated_logit_diffs(model, result, plans, ablation, heldout, progress)  # 2.
-    classes = {
-        name: class_validation(name, plan, result, ablated, dla, heldout) for name, plan in plans.items()
-    }  # 3.
     return Validation(
         prompts=description,
         n_prompts=len(heldout),
         logit_diff=ablated([]).mean().item(),
-        classes=classes,
-        **heldout_faithfulness(model, result, ablated, heldout),  # 4.
+        classes={
+            name: _class_validation(base, found, result, ablated, dla, heldout)
+            for name, (base, found) in classes.items()
+        },
+        **_heldout_faithfulness(result, ablated(outside), ablated([]), ablated(_all_heads(model)), heldout),
     )
 
 
-@dataclass(frozen=True)
-class AblationPlan:
-    """One class's ablated runs. base: the heads ablated in each of its runs and in its reference
-    (the name movers not in the class, for the backup name movers, which act once those are gone;
-    else none); found: the class and its random sets, each run with base ablated too."""
-
-    base: list[Head]
-    found: HeadClass
-
-    @property
-    def runs(self) -> list[list[Head]]:
-        """base + the class, then base + each random set."""
-        return [self.base + list(heads) for heads in self.found.sets]
-
-
-def _outside_circuit(model: interp.HookedTransformer, result: IOICircuitResult) -> list[Head]:
-    """Every head of the model not in the circuit, in (layer, head) order."""
-    return sorted(set(_all_heads(model)) - set(result.heads))
-
-
-def ablation_plans(model: interp.HookedTransformer, result: IOICircuitResult) -> dict[str, AblationPlan]:
-    """1. class -> its `AblationPlan` (classes with heads only): `n_random_draws` random same-layer sets
-    of heads outside the circuit (`circuits.evidence.head_class`, drawn with the result's seed)."""
-    settings = result.settings
-    outside = _outside_circuit(model, result)
-    name_movers = result.circuit["name_mover"]
-    plans = {}
-    for name, heads in result.circuit.items():
-        if not heads:
-            continue
-        base = [h for h in name_movers if h not in heads] if name == "backup_name_mover" else []
-        sign = -1 if name == "negative_name_mover" else 1
-        found = head_class(model, name, heads, settings.n_random_draws, settings.seed, sign, outside)
-        plans[name] = AblationPlan(base=base, found=found)
-    return plans
-
-
-def ablated_logit_diffs(
-    model: interp.HookedTransformer,
-    result: IOICircuitResult,
-    plans: dict[str, AblationPlan],
-    ablation: MeanAblation,
-    heldout: IOIPrompts,
-    progress: Progress | None,
-) -> Callable[[Sequence[Head]], Tensor]:
-    """2. heads -> the held-out logit diff per prompt [batch] with those heads mean-ablated, for no
-    head, every head outside the circuit, every head, and each plan's base and runs: every set
-    measured in one `logit_diffs_many` (runs share the blocks before their first head)."""
-    every_head = _all_heads(model)
-    sets = [[], _outside_circuit(model, result), every_head]
-    sets += [plan.base for plan in plans.values()] + [run for plan in plans.values() for run in plan.runs]
-    unique = list(dict.fromkeys(tuple(sorted(heads)) for heads in sets))
-    measured = dict(zip(unique, ablation.logit_diffs_many(unique, heldout, progress), strict=True))
-    return lambda heads: measured[tuple(sorted(heads))]
-
-
-DEPENDENT_KINDS = {"order": "all", "template": "most"}  # the verdict's strata (`class_verdict`)
-
-
-def class_validation(
-    name: str,
-    plan: AblationPlan,
+def _class_validation(
+    base: list[Head],
+    found: HeadClass,
     result: IOICircuitResult,
     ablated: Callable[[Sequence[Head]], Tensor],
     dla: dict[str, Tensor],
     heldout: IOIPrompts,
 ) -> ClassValidation:
-    """3. Class `name`'s drop of the held-out logit diff beyond its random sets' (relative to the
-    clean logit diff, sign kept), with a bootstrap CI, pooled and per stratum (name order, by CI;
-    template), judged by `circuits.evidence.judge_class`; its direct writes to the IO and S logits
-    (`dla`: "IO", "S" -> [layer, head], on the held-out prompts) for the classes that write."""
+    """A class's drop beyond its random sets' (its runs and reference with `base` ablated, relative to
+    the held-out logit diff), judged pooled and per name order (by CI) and template; the writers'
+    direct writes to IO and S (`dla`: "IO", "S" -> [layer, head] on the held-out prompts)."""
     settings = result.settings
-    heads = result.circuit[name]
-    base = ablated([]).mean().item()
-    reference = ablated(plan.base)
-    drops = torch.stack([reference - ablated(run) for run in plan.runs]) / abs(base)  # [1 + draws, batch]
-    writes = None
-    writes_right = True
-    if name in CLASS_WRITES:
-        logit, write_sign = CLASS_WRITES[name]
+    clean = ablated([]).mean().item()
+    reference = ablated(base)
+    drops = torch.stack([reference - ablated(base + list(heads)) for heads in found.sets]) / abs(clean)
+    writes, writes_right = None, True
+    if found.name in CLASS_WRITES:
+        logit, write_sign = CLASS_WRITES[found.name]
+        heads = result.circuit[found.name]
         writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
         writes_right = write_sign * writes[logit] > 0
     verdict = judge_class(
-        plan.found, drops, strata=_strata(heldout), dependent_kinds=DEPENDENT_KINDS, by_ci=("order",),
-        evidence_holds=writes_right and base > 0,  # nothing is confirmed where the model does not do IOI
+        found, drops, strata=_strata(heldout), dependent_kinds=DEPENDENT_KINDS, by_ci=("order",),
+        evidence_holds=writes_right and clean > 0,  # nothing is confirmed where the model does not do IOI
         seed=settings.seed, n_boot=settings.n_bootstrap,
     )  # fmt: skip
-    examples = _template_examples(heldout)
-    for stratum in verdict.strata:
-        stratum.example = examples.get(stratum.name)
+    if heldout.texts is not None:  # each template's first prompt
+        examples = {
+            f"T{t}": heldout.texts[i] for i, t in reversed(list(enumerate(heldout.template.tolist())))
+        }
+        for stratum in verdict.strata:
+            stratum.example = examples.get(stratum.name)
     return ClassValidation(
         heads=verdict.heads,
         sign=verdict.sign,
@@ -287,20 +205,13 @@ def class_validation(
     )
 
 
-def heldout_faithfulness(
-    model: interp.HookedTransformer,
-    result: IOICircuitResult,
-    ablated: Callable[[Sequence[Head]], Tensor],
-    heldout: IOIPrompts,
+def _heldout_faithfulness(
+    result: IOICircuitResult, in_circuit: Tensor, clean: Tensor, nothing: Tensor, heldout: IOIPrompts
 ) -> dict[str, Any]:
-    """4. The circuit's faithfulness on the held-out prompts, every head outside it mean-ablated, as
-    `Validation`'s fields: the ratio of means (NaN where the model does as well with every head
-    ablated: undefined there), the recovered fraction with its bootstrap CI, and the per-prompt
-    error pooled and per name order and template (`faithfulness_summary`; None and no strata where
-    undefined)."""
+    """`Validation`'s faithfulness fields from the logit diff per prompt [batch] with the circuit alone,
+    no head and every head ablated: the recovered fraction with its CI; the faithfulness pooled and per
+    stratum (NaN, None and no strata where the model does as well with every head ablated)."""
     settings = result.settings
-    clean, nothing = ablated([]), ablated(_all_heads(model))  # each [batch]
-    in_circuit = ablated(_outside_circuit(model, result))
     low, high = bootstrap(
         lambda samples: in_circuit[samples].mean(-1) / clean[samples].mean(-1),
         len(clean),
@@ -332,11 +243,3 @@ def _strata(prompts: IOIPrompts) -> list[tuple[str, str, Tensor]]:
     abba = torch.tensor([order == "ABBA" for order in prompts.order])
     templates = [("template", f"T{t}", prompts.template == t) for t in prompts.template.unique().tolist()]
     return [("order", "ABBA", abba), ("order", "BABA", ~abba), *templates]
-
-
-def _template_examples(prompts: IOIPrompts) -> dict[str, str]:
-    """ "T3" -> the first prompt of template 3 (text IOI; {} without texts)."""
-    if prompts.texts is None:
-        return {}
-    indexed = list(enumerate(prompts.template.tolist()))
-    return {f"T{template}": prompts.texts[index] for index, template in reversed(indexed)}

@@ -1,19 +1,8 @@
-"""What selects and classifies a head: robust outliers of a step's effects, attention between IOI
-roles and direct logit attribution.
-
-A head is selected when its effect (a relative drop of the logit diff, clean - patched:
-`circuits.evidence.EFFECT_SIGN`), in the step's direction, is at least `min_effect` and either an
-outlier among all the senders of that step (robust z-score (effect - median) / (1.4826 MAD) beyond
-`effect_z`) or at least `min_share` of the summed effect of all senders in that direction (in a toy
-model with a few heads, which share the work, the median and MAD are no reference for what is
-large). Its class is the candidate class whose attention pattern it shows most strongly
-(`ClassEvidence`): its mean attention there must clear an adaptive threshold (median + `attention_z`
-robust SDs over all heads, at least `min_attention`; `large_attention` always suffices), and a head
-that acts on the logits directly must write the way its class says (direct logit attribution at END
-through the final norm, `CLASS_WRITES`). In a post-norm model (Gemma 2 and 3) each head's output
-passes its layer's post-attention norm first: the attribution takes its share with that norm, as the
-final norm, frozen at the clean run's scale (`ActivationCache.stack_head_contributions`).
-"""
+"""What classifies a selected head (selection: `circuits.evidence.select_heads`): the candidate class
+whose attention between IOI roles it shows most strongly (mean attention above an adaptive threshold,
+`attention_threshold`) and, for a class that writes to the logits, its direct logit attribution at END
+the class's way (`CLASS_WRITES`; through the final norm, and a post-norm model's ln1_post, frozen at
+the clean run's scale)."""
 
 from __future__ import annotations
 
@@ -32,10 +21,11 @@ from interp.types import Head
 
 
 @torch.no_grad()
-def clean_run(model: interp.HookedTransformer, prompts: IOIPrompts) -> tuple[Tensor, interp.ActivationCache]:
-    """One run on `prompts` with what the discovery reads of it: logits [batch, pos, d_vocab], made only
-    at END (NaN elsewhere: `forward_logits`), and a cache of every layer's attention pattern and z (with
-    a post-norm model's ln1_post scales), the final norm's scale and the final residual stream."""
+def end_logits_and_cache(
+    model: interp.HookedTransformer, prompts: IOIPrompts
+) -> tuple[Tensor, interp.ActivationCache]:
+    """One run on `prompts`: logits [batch, pos, d_vocab] at END only (NaN elsewhere), and a cache of
+    what the class evidence reads (attention patterns, z, scales, the final residual stream)."""
     final = interp.act_name("resid_post", model.cfg.n_layers - 1)
     names = [
         *model.layer_hook_names("pattern"),
@@ -50,13 +40,9 @@ def clean_run(model: interp.HookedTransformer, prompts: IOIPrompts) -> tuple[Ten
 
 @torch.no_grad()
 def attention_evidence(
-    model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache | None = None
+    model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache
 ) -> dict[str, Tensor]:
-    """Mean attention of every head between IOI roles: kind ("END->IO", ...) -> [layer, head].
-    cache: `clean_run(model, prompts)`'s, if it was run already."""
-    if cache is None:
-        names = model.layer_hook_names("pattern")
-        _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
+    """Mean attention of every head between IOI roles: kind ("END->IO", ...) -> [layer, head]."""
     rows = torch.arange(len(prompts))
     evidence = {}
     for kind, (query, key) in ATTENTION_KINDS.items():
@@ -71,9 +57,8 @@ def attention_evidence(
 def direct_logit_attributions(
     model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache | None = None
 ) -> dict[str, Tensor]:
-    """Each head's direct effect on the IO and S logits at END (logits), through the final norm (and a
-    post-norm model's ln1_post) at its scale in the run: {"IO": [layer, head], "S": [layer, head]}, means
-    over prompts. cache: `clean_run(model, prompts)`'s, if it was run already."""
+    """Each head's mean direct effect on the IO and S logits at END, in logits: {"IO", "S"} ->
+    [layer, head]. cache: `end_logits_and_cache`'s, if run already."""
     cfg = model.cfg
     if cache is None:
         names = [*model.head_contribution_hook_names(), interp.act_name("scale")]
@@ -89,27 +74,23 @@ def direct_logit_attributions(
 
 
 def attention_threshold(scores: Tensor, z: float, floor: float, ceiling: float) -> float:
-    """Attention a head needs to count as showing a pattern: median + z robust SDs over all heads,
-    at least `floor`; at most `ceiling` (a head that puts that much attention there shows it)."""
+    """Attention a head needs to show a pattern: median + z robust SDs over all heads, at least `floor`,
+    at most `ceiling`."""
     median, mad = median_mad(scores)
     return min(max((median + z * 1.4826 * mad).item(), floor), max(ceiling, floor))
 
 
 @dataclass
 class ClassEvidence:
-    """What classifies a head, measured once on the clean prompts.
-
-    attention: kind ("END->IO", ...) -> [layer, head] mean attention between the IOI roles.
-    thresholds: kind -> the attention a head needs to show that pattern (`attention_threshold`).
-    direct_logit_attribution: "IO", "S" -> [layer, head] mean direct effect on that logit at END.
-    """
+    """What classifies a head, measured once on the clean prompts: attention kind ("END->IO", ...) ->
+    [layer, head] mean attention and its threshold; "IO", "S" -> [layer, head] direct logit attribution."""
 
     attention: dict[str, Tensor]
     thresholds: dict[str, float]
     direct_logit_attribution: dict[str, Tensor]
 
     def shows(self, head: Head, cls: str) -> bool:
-        """The head shows the class's attention pattern and, for writers, writes the class's way."""
+        """The head shows the class's attention pattern (and, for writers, writes its way)."""
         kind = CLASS_KIND[cls]
         if self.attention[kind][head].item() < self.thresholds[kind]:
             return False
@@ -117,7 +98,7 @@ class ClassEvidence:
         return logit is None or sign * self.direct_logit_attribution[logit][head].item() > 0
 
     def strongest(self, candidates: Sequence[str], head: Head) -> str | None:
-        """The candidate class whose attention pattern the head shows most strongly (None: none)."""
+        """The candidate class whose attention the head shows most strongly (None: none)."""
         shown = [cls for cls in candidates if self.shows(head, cls)]
         return max(shown, key=lambda cls: self.attention[CLASS_KIND[cls]][head].item(), default=None)
 
@@ -142,15 +123,14 @@ def measure_class_evidence(
     settings: Settings,
     cache: interp.ActivationCache | None = None,
 ) -> ClassEvidence:
-    """Attention, attention thresholds and direct logit attribution of every head on `prompts`
-    (cache: `clean_run(model, prompts)`'s, if it was run already)."""
+    """Attention, thresholds and direct logit attribution of every head on `prompts` (cache:
+    `end_logits_and_cache`'s, if run already)."""
     if cache is None:
-        _, cache = clean_run(model, prompts)
+        _, cache = end_logits_and_cache(model, prompts)
     attention = attention_evidence(model, prompts, cache)
+    s = settings
     thresholds = {
-        kind: attention_threshold(
-            scores, settings.attention_z, settings.min_attention, settings.large_attention
-        )
+        kind: attention_threshold(scores, s.attention_z, s.min_attention, s.large_attention)
         for kind, scores in attention.items()
     }
     return ClassEvidence(attention, thresholds, direct_logit_attributions(model, prompts, cache))

@@ -1,21 +1,11 @@
-"""Path patching and mean ablation on IOI prompts (interp.interventions.patching and .ablation), and
-the strategies that choose which sender heads a step path-patches.
-
-A step measures, for each sender head, the drop of the mean logit diff when the sender's output is
-patched from the ABC run along its paths to the step's receivers (`path_patching_effects`; clean -
-patched, `circuits.evidence.EFFECT_SIGN`: positive, the path helps predict IO). That is one patched
-forward pass per sender, the cost of the whole discovery, so a `SenderEffects` strategy decides which
-senders are path-patched exactly:
-
-  path_patching_effects   every sender (exhaustive: the paper's procedure)
-  EAPRanking              the senders edge attribution patching (EAP, interp.edges) ranks first, and
-                          every sender whose estimate is large; the others keep the estimate
-"""
+"""Path patching and mean ablation on IOI prompts, and the `SenderEffects` strategies that choose which
+sender heads a step path-patches exactly (one patched forward pass per sender, the cost of the whole
+discovery): `path_patching_effects`, every sender (the paper's procedure); `EAPRanking`, the senders
+edge attribution (EAP) ranks first and every sender whose estimate is large (the others keep it)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -27,23 +17,9 @@ from interp.interventions.path_patching import PathPatcher
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, as_stage
 
-
-class SenderEffects(Protocol):
-    """A strategy for a step's sender effects: the drop of the mean logit diff (logits; clean -
-    patched) when each sender's output is patched from ABC along its paths to the receivers,
-    [layer, head] (NaN: not a sender). The arguments are those of `path_patching_effects`."""
-
-    def __call__(
-        self,
-        model: interp.HookedTransformer,
-        clean: IOIPrompts,
-        abc: IOIPrompts,
-        receivers: Sequence[Head] | None,
-        receiver_input: str | None = None,
-        position: str = "END",
-        senders: Sequence[Head] | None = None,
-        ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
-    ) -> Tensor: ...
+SenderEffects = Callable[..., Tensor]
+"""A strategy for a step's sender effects, called as `path_patching_effects` (without `patchers`):
+each sender's drop of the mean logit diff (logits; clean - patched) [layer, head], NaN: not a sender."""
 
 
 def path_patching_effects(
@@ -57,19 +33,14 @@ def path_patching_effects(
     ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
     patchers: dict[tuple[bytes, ...], tuple[object, PathPatcher]] | None = None,
 ) -> Tensor:
-    """Drop of the mean logit diff (in logits; clean - patched, positive: the path helps predict IO)
-    when each head's output is patched from the ABC run along its paths to the receivers:
-    [layer, head] (NaN: not a sender). Every sender is path-patched: the exhaustive `SenderEffects`
-    strategy.
+    """Drop of the mean logit diff (logits; clean - patched, positive: the path helps predict IO) when
+    each sender's output is patched from ABC along its paths to the receivers: [layer, head] (NaN: not
+    a sender). Every sender is path-patched.
 
-    receivers: None for the logits (direct path), else heads whose `receiver_input` ("q", "k" or
-    "v") at IOI position `position` receive the patched paths. Senders: every head before the
-    last receiver (or `senders`), except the receivers themselves. ablated: (mean ablation, heads)
-    mean-ablated in every run (the path patcher's base interventions). Prompts of each length run
-    cut to that length (`by_length`). patchers: a dict kept across calls (steps) that holds each
-    length group's cached clean and ABC runs (`PathPatcher`) with the ablation they were made under,
-    made again when it differs.
-    """
+    receivers: None for the logits, else heads whose `receiver_input` ("q", "k", "v") at IOI position
+    `position` receive the paths. senders: default every head before the last receiver, never the
+    receivers. ablated: (mean ablation, heads) mean-ablated in every run. patchers: a dict kept across
+    calls holding each length group's cached clean and ABC runs (`PathPatcher`) and their ablation."""
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if senders is None:
         last = n_layers if receivers is None else max(layer for layer, _ in receivers)
@@ -109,8 +80,8 @@ def path_patching_effects(
 def by_length(
     clean: IOIPrompts, abc: IOIPrompts | None, run: Callable[[IOIPrompts, IOIPrompts | None], Tensor]
 ) -> Tensor:
-    """run(prompts, abc prompts) [..., n] on each group of prompts of one length, cut to that length
-    (no padding is computed), reassembled in the prompts' order: [..., batch]."""
+    """run(prompts, abc prompts) [..., n] on each group of prompts of one length, cut to that length,
+    reassembled in the prompts' order: [..., batch]."""
     parts = []
     for rows in clean.length_groups():
         width = int(clean.positions["END"][rows[0]]) + 1
@@ -122,73 +93,6 @@ def by_length(
     return out
 
 
-def ranked_path_patching_effects(
-    model: interp.HookedTransformer,
-    clean: IOIPrompts,
-    abc: IOIPrompts,
-    receivers: Sequence[Head] | None,
-    receiver_input: str | None = None,
-    position: str = "END",
-    senders: Sequence[Head] | None = None,
-    n_exact: int = 16,
-    attribution: dict[str, edges.EdgeScores] | None = None,
-    ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
-    min_estimate: float = float("inf"),
-    patchers: dict[tuple[bytes, ...], tuple[object, PathPatcher]] | None = None,
-) -> Tensor:
-    """`path_patching_effects`, path-patching only the `n_exact` senders that edge attribution (EAP,
-    interp.edges) ranks first by |estimated effect|, and any other sender whose |estimate| is at
-    least `min_estimate` (logits); the other senders keep the estimate.
-
-    The estimate of a sender's drop is minus the sum of its edges' EAP scores (each the estimated
-    patched - clean change) into the receivers' `receiver_input` (key and value inputs: the receivers'
-    key/value heads) read at `position`, or into the logits.
-    attribution: `ioi_edge_attribution(model, clean, abc)`, computed once for every step (default:
-    computed here, with the `ablated` heads mean-ablated). patchers: see `path_patching_effects`.
-    """
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    given = senders
-    receivers = list(receivers or [])
-    if senders is None:
-        last = n_layers if not receivers else max(layer for layer, _ in receivers)
-        senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
-    senders = [head for head in senders if head not in receivers]
-    if len(senders) <= n_exact:  # every sender is a candidate: the exhaustive sweep
-        return path_patching_effects(
-            model, clean, abc, receivers or None, receiver_input, position, given, ablated, patchers
-        )
-    key = position if receivers else "all"
-    if attribution is None:
-        base = [] if ablated is None else ablated[0].interventions(ablated[1], clean)
-        attribution = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None}, base)
-    scores = attribution[key]
-    graph = scores.graph
-    if receivers:
-        group = n_heads // model.cfg.n_kv_heads
-        kv = "h" if group == 1 else "kv"
-        names = {
-            f"a{layer}.h{head}<q>"
-            if receiver_input == "q"
-            else f"a{layer}.{kv}{head // group}<{receiver_input}>"
-            for layer, head in receivers
-        }
-    else:
-        names = {"logits"}
-    columns = [graph.readers.index(name) for name in sorted(names)]
-    estimate = torch.full((n_layers, n_heads), float("nan"))
-    for layer, head in senders:
-        estimate[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
-    ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))
-    n_large = sum(abs(float(estimate[head])) >= min_estimate for head in senders)
-    ranked = ranked[: max(n_exact, n_large)]
-    exact = path_patching_effects(
-        model, clean, abc, receivers or None, receiver_input, position, ranked, ablated, patchers
-    )
-    confirmed = ~exact.isnan()
-    estimate[confirmed] = exact[confirmed]
-    return estimate
-
-
 def ioi_edge_attribution(
     model: interp.HookedTransformer,
     clean: IOIPrompts,
@@ -196,10 +100,9 @@ def ioi_edge_attribution(
     positions: dict[str, str | None] | None = None,
     base: Sequence[interp.engine.Intervention] = (),
 ) -> dict[str, edges.EdgeScores]:
-    """EAP scores of every edge for the logit diff at END, from one backward pass, per reader position:
-    key -> scores of what readers read at that IOI position (None: everywhere). Default keys: "all"
-    and every role position ("END", "S2", ...). base: interventions made in every run (e.g. heads
-    mean-ablated: `MeanAblation.interventions`)."""
+    """EAP scores of every edge for the logit diff at END (one backward pass) per reader position: key ->
+    scores of what readers read at that IOI position (None: everywhere); default "all" and every role.
+    base: interventions made in every run (heads mean-ablated: `MeanAblation.interventions`)."""
     if positions is None:
         positions = {"all": None} | {role: role for role in clean.positions}
     metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
@@ -210,12 +113,12 @@ def ioi_edge_attribution(
 
 
 class EAPRanking:
-    """The `SenderEffects` strategy that path-patches only the `n_exact` senders EAP ranks first and
-    every sender whose |estimate| is at least `min_estimate` (logits); see
-    `ranked_path_patching_effects`. The attribution of the unablated model is computed once, on the
-    first call, and reused by every later call on the same model and prompts (one backward pass for
-    every step), as are the clean and ABC runs that path patching caches; a call with heads ablated
-    attributes and caches with them ablated."""
+    """The `SenderEffects` strategy that path-patches only the `n_exact` senders EAP ranks first by
+    |estimated drop| and every sender whose |estimate| is at least `min_estimate` (logits); the others
+    keep the estimate: minus the sum of the sender's edges' EAP scores into the receivers'
+    `receiver_input` at `position` (or into the logits). The unablated attribution (one backward pass)
+    and the path patcher's cached runs are made once and reused by every later step; a call with heads
+    ablated attributes with them ablated."""
 
     def __init__(self, n_exact: int = 16, min_estimate: float = float("inf")):
         self.n_exact = n_exact
@@ -235,23 +138,56 @@ class EAPRanking:
         senders: Sequence[Head] | None = None,
         ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
     ) -> Tensor:
-        attribution = None
+        n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+        given = senders
+        receivers = list(receivers or [])
+        if senders is None:
+            last = n_layers if not receivers else max(layer for layer, _ in receivers)
+            senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
+        senders = [head for head in senders if head not in receivers]
+        exact = lambda chosen: path_patching_effects(  # noqa: E731
+            model, clean, abc, receivers or None, receiver_input, position, chosen, ablated, self._patchers
+        )
+        if len(senders) <= self.n_exact:  # every sender is a candidate: the exhaustive sweep
+            return exact(given)
+        key = position if receivers else "all"
         if ablated is None:
             cached = self._attribution
             if cached is None or cached[0] is not model or cached[1] is not clean:
                 self._attribution = cached = (model, clean, ioi_edge_attribution(model, clean, abc))
-            attribution = cached[2]
-        return ranked_path_patching_effects(
-            model, clean, abc, receivers, receiver_input, position, senders,
-            self.n_exact, attribution, ablated, self.min_estimate, self._patchers,
-        )  # fmt: skip
+            scores = cached[2][key]
+        else:
+            base = ablated[0].interventions(ablated[1], clean)
+            scores = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None}, base)[
+                key
+            ]
+        graph = scores.graph
+        if receivers:
+            group = n_heads // model.cfg.n_kv_heads
+            kv = "h" if group == 1 else "kv"
+            names = {
+                f"a{layer}.h{head}<q>"
+                if receiver_input == "q"
+                else f"a{layer}.{kv}{head // group}<{receiver_input}>"
+                for layer, head in receivers
+            }
+        else:
+            names = {"logits"}
+        columns = [graph.readers.index(name) for name in sorted(names)]
+        estimate = torch.full((n_layers, n_heads), float("nan"))
+        for layer, head in senders:
+            estimate[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
+        ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))
+        n_large = sum(abs(float(estimate[head])) >= self.min_estimate for head in senders)
+        measured = exact(ranked[: max(self.n_exact, n_large)])
+        confirmed = ~measured.isnan()
+        estimate[confirmed] = measured[confirmed]
+        return estimate
 
 
 class MeanAblation:
-    """Mean ablation of heads over the ABC distribution, one mean per template and position (as the
-    paper), computed once: `interventions(heads, prompts)` ablate `heads` (the engine's). The prompts of a
-    template that differ in length (places or objects of several tokens) put different words at a
-    position, so each (template, length) has its own means: no mean mixes words or padding."""
+    """Mean ablation of heads over the ABC distribution, one mean per (template, length) and position
+    (as the paper, no mean mixing words or padding), computed once."""
 
     def __init__(
         self, model: interp.HookedTransformer, abc: IOIPrompts, cache: Mapping[str, Tensor] | None = None
@@ -281,18 +217,15 @@ class MeanAblation:
         return torch.tensor([self.group_of[key] for key in keys])
 
     def interventions(self, heads: Sequence[Head], prompts: IOIPrompts) -> list[interp.engine.Intervention]:
-        """The engine's interventions that ablate `heads` in runs on `prompts` (their groups pick the
-        means): a `base` of the engine, path patching and edge attribution, or hooks
-        (`engine.intervention_hooks`)."""
+        """The engine's interventions that ablate `heads` in runs on `prompts` (their groups: the means)."""
         sites = ablation_sites(self.model, heads=heads)
         return self.replacement.interventions(sites, prompts.tokens, self.groups(prompts))
 
     def logit_diffs_many(
         self, head_sets: Sequence[Sequence[Head]], prompts: IOIPrompts, progress: Progress | None = None
     ) -> Tensor:
-        """Logit diff per prompt [n_sets, batch] (CPU) with each set of heads mean-ablated; sets that
-        ablate the same heads in the first layers share those layers' computation.
-        progress(stage, done, total): as the ablated runs of each prompt length finish."""
+        """Logit diff per prompt [n_sets, batch] (CPU) with each set of heads mean-ablated (sets sharing
+        their first layers' heads share those layers' runs)."""
         total = len(head_sets) * len(prompts.length_groups())
         finished = [0]  # runs of the length groups done before this one
 
@@ -307,10 +240,6 @@ class MeanAblation:
 
         return by_length(prompts, None, run)
 
-    def logit_diffs(self, ablate: Sequence[Head], prompts: IOIPrompts) -> Tensor:
-        """Logit diff per prompt [batch] (CPU) with the heads `ablate` mean-ablated."""
-        return self.logit_diffs_many([ablate], prompts)[0]
-
     def logit_diff(self, ablate: Sequence[Head], prompts: IOIPrompts) -> float:
         """Mean logit diff on `prompts` with the heads `ablate` mean-ablated."""
-        return self.logit_diffs(ablate, prompts).mean().item()
+        return self.logit_diffs_many([ablate], prompts)[0].mean().item()

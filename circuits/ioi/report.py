@@ -1,17 +1,7 @@
-"""An IOICircuitResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML; its
-JSON: `circuits.sections.result_json`, `IOICircuitResult.json_data`).
-
-    result = find_ioi_circuit(model)
-    print(render_markdown(ioi_sections(result)))     # circuits.sections.render_markdown
-    write_ioi_report(result, "html", "ioi.html", Console())  # or "table", "json", "markdown"
-
-The finding comes first: the circuit's size and what it recovers on held-out prompts, each class's
-held-out verdict; then what chose and what tested, the heads with their path-patching effects, each
-class against random heads (pooled, per name order and per template), minimality. The HTML page
-(offline: no network requests) adds an inline-SVG diagram of the circuit (classes and the paths
-between them), the path-patching effects as [layer, head] heat maps, and circuitsvis attention
-patterns of each class's heads on an example prompt.
-"""
+"""An IOICircuitResult as the one report (`circuits.sections`: terminal, Markdown, HTML; JSON:
+`IOICircuitResult.json_data`): the finding first, then what chose and what tested, the heads, each
+class against random heads (pooled, per name order and template), minimality; the HTML page adds the
+circuit's diagram (`ioi_circuit_diagram`), heat maps and attention patterns."""
 
 from __future__ import annotations
 
@@ -36,15 +26,11 @@ from interp.types import head_label
 from interp.viz import attention_patterns_html
 
 CLASS_TITLES = {
-    "name_mover": "Name movers",
-    "negative_name_mover": "Negative name movers",
-    "backup_name_mover": "Backup name movers",
-    "s_inhibition": "S-inhibition",
-    "s_suppression": "S-suppression",
-    "induction": "Induction",
-    "duplicate_token": "Duplicate-token",
+    "name_mover": "Name movers", "negative_name_mover": "Negative name movers",
+    "backup_name_mover": "Backup name movers", "s_inhibition": "S-inhibition",
+    "s_suppression": "S-suppression", "induction": "Induction", "duplicate_token": "Duplicate-token",
     "previous_token": "Previous-token",
-}
+}  # fmt: skip
 STEP_TITLES = {
     "logits": "heads -> logits (direct path)",
     "name_mover_queries": "heads -> name movers' queries at END",
@@ -54,25 +40,54 @@ STEP_TITLES = {
     "logits_without_name_movers": "heads -> logits, name movers mean-ablated",
     "backup_growth": "growth of the direct effect when name movers are ablated",
 }
-
-
-def _z(z: float) -> str:
-    """A robust z for people: one decimal below 10, whole numbers beyond (most senders' effects are
-    near 0, so the MAD is small and a head that matters scores in the tens or hundreds)."""
-    return f"{z:+.1f}" if abs(z) < 10 else f"{z:+.0f}"
-
-
 VERDICT_WORDS = {  # a held-out verdict -> how the headline says it
     "confirmed": "confirmed on held-out prompts",
     "order-dependent": "order-dependent (hold in one name order only)",
     "template-dependent": "template-dependent (hold in few templates)",
     "unconfirmed": "unconfirmed (no larger effect than random heads)",
 }
+HEADLINE_UNCLASSIFIED = 3  # unclassified heads the headline names, largest |effect| first
+UNCONFIRMED_MARK = "*"  # after a class held-out validation did not confirm (the headline says why)
+UNCONFIRMED_NOTE = f"{UNCONFIRMED_MARK} not confirmed on held-out prompts: see the first lines."
+WIDE_TERMINAL = 120  # columns from which the terminal table shows how each head was found
+FILE_WIDTH = 140  # columns of the "table" format written to a file
+FORMATS = ("table", "json", "markdown", "html")
+
+
+def _z(z: float) -> str:
+    """A robust z: one decimal below 10, whole numbers beyond (a head that matters scores in the tens)."""
+    return f"{z:+.1f}" if abs(z) < 10 else f"{z:+.0f}"
+
+
+def _count(n: int, noun: str) -> str:
+    """ "1 head", "5 heads"."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _by_size(heads: list[HeadEvidence]) -> list[HeadEvidence]:
+    return sorted(heads, key=lambda h: -abs(h.effect))
+
+
+def _effects(heads: list[HeadEvidence]) -> str:
+    """ "L29H1 +29.9%, L29H0 -22.5%": heads with their path-patching effects."""
+    return ", ".join(f"{h.name} {h.effect:+.1%}" for h in heads)
+
+
+def _summed(heads: list[HeadEvidence]) -> str:
+    """ "L29H0 -22.5%, L24H5 -8.6%: -31.1% together" ("none" for no head)."""
+    return f"{_effects(heads)}: {sum(h.effect for h in heads):+.1%} together" if heads else "none"
+
+
+def _where(c) -> str:
+    """Where a class holds: "BABA only" (order-dependent), "3 of 12 templates" (template-dependent)."""
+    if c.verdict == "order-dependent":
+        return " and ".join(s.name for s in c.strata if s.kind == "order" and s.holds) + " only"
+    templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
+    return f"{sum(s.holds for s in templates)} of {len(templates)} templates"
 
 
 def _headline(result: IOICircuitResult) -> list[str]:
-    """What was found, first: the circuit's size and how much it recovers, then its classes grouped
-    by their held-out verdict (with the strata where the order-dependent ones hold)."""
+    """The circuit's size and what it recovers, its classes by held-out verdict, the unclassified heads."""
     s, e, v = result.settings, result.evaluation, result.validation
     n_classes = sum(1 for heads in result.classes.values() if heads)
     lines = [f"IOI circuit of {s.model}: {len(result.heads)} heads in {n_classes} classes"]
@@ -105,33 +120,19 @@ def _headline(result: IOICircuitResult) -> list[str]:
     return lines
 
 
-HEADLINE_UNCLASSIFIED = 3  # unclassified heads the headline names, largest |effect| first
-
-
-def _by_size(heads: list[HeadEvidence]) -> list[HeadEvidence]:
-    """Heads by the size of their path-patching effect, largest first."""
-    return sorted(heads, key=lambda h: -abs(h.effect))
-
-
-def _effects(heads: list[HeadEvidence]) -> str:
-    """ "L29H1 +29.9%, L29H0 -22.5%": heads with their path-patching effects."""
-    return ", ".join(f"{h.name} {h.effect:+.1%}" for h in heads)
-
-
-def _summed(heads: list[HeadEvidence]) -> str:
-    """ "L29H0 -22.5%, L24H5 -8.6%: -31.1% together" ("none" for no head)."""
-    return f"{_effects(heads)}: {sum(h.effect for h in heads):+.1%} together" if heads else "none"
-
-
 def _chose_lines(result: IOICircuitResult) -> list[str]:
     """The prompts and rules that chose the heads, the held-out prompts that tested them, the sign."""
-    s = result.settings
+    s, v = result.settings, result.validation
+    heldout = [] if v is None else [
+        f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
+        f"{v.recovered:.1%} (95% CI {percent_ci(v.recovered_ci, 1)}), faithfulness {v.faithfulness:.1%}"
+    ]  # fmt: skip
     return [
         f"chosen on {s.n_prompts} discovery prompts (seed {s.seed}), corrupted distribution {s.corrupted}",
         f"selection: |effect| >= {s.min_effect:.0%} and (|robust z| >= {s.effect_z} or >= {s.min_share:.0%} "
         f"of the step's summed effect in its direction); attention >= min(max(median + {s.attention_z} "
         f"robust SD, {s.min_attention}), {s.large_attention})",
-        *_validation_lines(result),
+        *heldout,
         f"effects: {EFFECT_SIGN} (path patching: the run with the head's path patched from "
         f"{s.corrupted}; relative to the clean logit diff, in %)",
         f"Model: {s.provenance or s.model}.",
@@ -140,13 +141,12 @@ def _chose_lines(result: IOICircuitResult) -> list[str]:
 
 def _circuit_lines(result: IOICircuitResult) -> list[str]:
     """The model on the discovery prompts, and how much of it the circuit recovers there."""
-    b = result.baseline
+    b, e = result.baseline, result.evaluation
     lines = [
         f"logit diff (IO - S) {b.logit_diff:.3f} (95% CI {ci_text(b.logit_diff_ci, 2, sign=False)}), "
         f"accuracy {b.accuracy:.1%} (95% CI {percent_ci(b.accuracy_ci, 1)}), top-1 = IO {b.top1_io:.1%}, "
         f"ABC logit diff {b.abc_logit_diff:.3f}",
     ]
-    e = result.evaluation
     if e is not None:
         lines.append(
             f"recovered {e.recovered:.1%} of the logit diff (circuit {e.circuit_logit_diff:.3f} / model "
@@ -158,8 +158,7 @@ def _circuit_lines(result: IOICircuitResult) -> list[str]:
 
 
 def _unclassified_lines(result: IOICircuitResult) -> list[str]:
-    """The unclassified heads, largest first, and what keeping them with the circuit does to what it
-    recovers, with the likely reason: the heads that work against IO or those that help ([] without)."""
+    """The unclassified heads and what keeping them with the circuit does to what it recovers, and why."""
     e, heads = result.evaluation, _by_size(result.unclassified)
     if not heads or e.recovered_with_unclassified is None:
         return []
@@ -192,14 +191,8 @@ def _unclassified_lines(result: IOICircuitResult) -> list[str]:
     ]
 
 
-def _count(n: int, noun: str) -> str:
-    """ "1 head", "5 heads"."""
-    return f"{n} {noun}{'s' * (n != 1)}"
-
-
 def _completeness_line(result: IOICircuitResult) -> str:
-    """Completeness in words (Wang et al.'s): its largest gap, the subset with it, and which way it
-    goes."""
+    """Completeness (Wang et al.'s) in words: its largest gap, the subset with it, which way it goes."""
     e = result.evaluation
     gaps = [c["gap"] for c in e.completeness]
     worst = max(e.completeness, key=lambda c: c["gap"])
@@ -224,43 +217,34 @@ def _completeness_line(result: IOICircuitResult) -> str:
     )
 
 
-def _validation_lines(result: IOICircuitResult) -> list[str]:
-    """One line on the held-out set and how much of the logit diff the circuit keeps there ([] without
-    validation; each class's verdict is in the headline)."""
-    v = result.validation
-    if v is None:
-        return []
-    return [
-        f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
-        f"{v.recovered:.1%} (95% CI {percent_ci(v.recovered_ci, 1)}), faithfulness {v.faithfulness:.1%}"
-    ]
+def _beyond_cell(beyond: float, ci: tuple[float, float]) -> str:
+    """A drop beyond random heads in %, its CI in points: "+12% [+5, +20]"."""
+    return f"{beyond:+.0%} [{ci[0] * 100:+.0f}, {ci[1] * 100:+.0f}]"
 
 
-def _validation_rows(result: IOICircuitResult):
-    """(class, heads, class drop, random drop, drop beyond random with CI, writes, verdict) per class."""
-    v = result.validation
-    for cls, c in v.classes.items() if v is not None else ():
-        writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f} S {c.writes['S']:+.2f}"
-        low, high = c.beyond_ci
-        beyond = f"{c.beyond:+.0%} [{low * 100:+.0f}, {high * 100:+.0f}]"
-        verdict = c.verdict if c.verdict in ("confirmed", "unconfirmed") else f"{c.verdict}: {_where(c)}"
-        yield (
-            cls,
-            ", ".join(c.heads),
-            f"{c.drop:+.1%}",
-            f"{c.random_drop:+.1%}",
-            beyond,
-            writes,
-            verdict,
-        )
+def _order_cell(stratum) -> str:
+    """A name order's drop beyond random heads (" x" where it does not hold)."""
+    if stratum is None:
+        return "n/a"
+    if stratum.holds is None:
+        return f"{stratum.beyond:+.0%}, {TOO_FEW_PROMPTS}"
+    return _beyond_cell(stratum.beyond, stratum.beyond_ci) + ("" if stratum.holds else " x")
 
 
-VALIDATION_COLUMNS = ("class", "heads", "drop", "random", "beyond random % (95% CI)", "writes", "held out")
-STRATA_COLUMNS = ("class", "ABBA % (95% CI)", "BABA % (95% CI)", "templates", "heterogeneity I^2, p")
-NARROW_HEADERS = {
-    "beyond random % (95% CI)": "beyond (95% CI)",
-    "heterogeneity I^2, p": "I^2, p",
-}  # < 120 columns
+def _templates_cell(c) -> str:
+    """The templates where a class holds: "9 of 12, not T1 T4 T7" (and how many have too few prompts)."""
+    templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
+    too_few = [s.name for s in c.strata if s.kind == "template" and s.holds is None]
+    held = [s.name for s in templates if s.holds]
+    failed = [s.name for s in templates if not s.holds]
+    listed = (
+        f": {' '.join(held)}" if len(held) <= len(failed) else f", not {' '.join(failed)}" if failed else ""
+    )
+    judged = [f"{len(held)} of {len(templates)}{listed}"] if templates else []
+    judged += [f"{len(too_few)} with {TOO_FEW_PROMPTS}"] if too_few else []
+    return "; ".join(judged)
+
+
 STRATA_LEGEND = (
     "Per stratum: the class's drop beyond random heads (as 'beyond random') on the held-out prompts "
     "of each name order (ABBA: IO named first) and of each template. Positive = ablating the class "
@@ -271,107 +255,6 @@ STRATA_LEGEND = (
     f"templates beyond chance). A stratum of fewer than {MIN_STRATUM_PROMPTS} prompts has no CI and no "
     "verdict and does not count."
 )
-
-
-def _where(c) -> str:
-    """Where a class holds, in words: the name order of an order-dependent class ("BABA only"), the
-    share of templates of a template-dependent one ("3 of 12 templates")."""
-    if c.verdict == "order-dependent":
-        return " and ".join(s.name for s in c.strata if s.kind == "order" and s.holds) + " only"
-    templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
-    return f"{sum(s.holds for s in templates)} of {len(templates)} templates"
-
-
-def _strata_rows(result: IOICircuitResult):
-    """(class, ABBA, BABA, templates that hold, heterogeneity) per validated class."""
-    v = result.validation
-    for cls, c in v.classes.items() if v is not None else ():
-        orders = {s.name: s for s in c.strata if s.kind == "order"}
-        templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
-        too_few = [s.name for s in c.strata if s.kind == "template" and s.holds is None]
-        cells = [_order_cell(orders.get(name)) for name in ("ABBA", "BABA")]
-        held = [s.name for s in templates if s.holds]
-        failed = [s.name for s in templates if not s.holds]
-        listed = (
-            f": {' '.join(held)}"
-            if len(held) <= len(failed)
-            else f", not {' '.join(failed)}"
-            if failed
-            else ""
-        )
-        judged = [f"{len(held)} of {len(templates)}{listed}"] if templates else []
-        judged += [f"{len(too_few)} with {TOO_FEW_PROMPTS}"] if too_few else []
-        q, df, p, i2 = c.heterogeneity
-        spread = "n/a" if df == 0 else f"{i2:.0%}, p {p:.1g}"
-        yield (cls, *cells, "; ".join(judged), spread)
-
-
-def _order_cell(stratum) -> str:
-    """A name order's drop beyond random heads: "+12% [+5, +20]" (" x" where it does not hold)."""
-    if stratum is None:
-        return "n/a"
-    if stratum.holds is None:
-        return f"{stratum.beyond:+.0%}, {TOO_FEW_PROMPTS}"
-    low, high = stratum.beyond_ci
-    return f"{stratum.beyond:+.0%} [{low * 100:+.0f}, {high * 100:+.0f}]{'' if stratum.holds else ' x'}"
-
-
-def _template_lines(result: IOICircuitResult) -> list[str]:
-    """ "T3: <a prompt of template 3>" per held-out template (text IOI)."""
-    v = result.validation
-    if v is None or not v.classes:
-        return []
-    first = next(iter(v.classes.values()))
-    return [f"{s.name}: {s.example}" for s in first.strata if s.kind == "template" and s.example]
-
-
-WIDE_TERMINAL = 120  # columns from which the terminal table shows how each head was found
-
-
-UNCONFIRMED_MARK = "*"  # after a class held-out validation did not confirm (the headline says why)
-UNCONFIRMED_NOTE = f"{UNCONFIRMED_MARK} not confirmed on held-out prompts: see the first lines."
-
-
-def _class_label(result: IOICircuitResult, cls: str) -> str:
-    """The class name, marked when held-out validation did not confirm it."""
-    v = result.validation
-    return f"{cls}{UNCONFIRMED_MARK}" if v is not None and cls in v.unconfirmed else cls
-
-
-def _attribution(result: IOICircuitResult) -> list[str]:
-    """How the direct logit attributions ('writes') were read, where the result records it."""
-    attribution = result.settings.attribution
-    return [f"Direct logit attribution: {attribution}."] if attribution else []
-
-
-def _head_rows(result: IOICircuitResult):
-    """(class, head name, effect, z, attention kind, attention, step, writes) per circuit head."""
-
-    def writes(h) -> str:
-        dla = h.direct_logit_attribution
-        return f"{dla['IO']:+.2f}, {dla['S']:+.2f}"
-
-    for cls in CLASSES:
-        kind = CLASS_KIND[cls]
-        for h in result.classes[cls]:
-            yield _class_label(result, cls), h.name, h.effect, h.z, kind, h.attention[kind], h.step, writes(h)
-    for h in result.unclassified:
-        kind = max(h.attention, key=h.attention.get)
-        yield "unclassified", h.name, h.effect, h.z, kind, h.attention[kind], h.step, writes(h)
-
-
-HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "writes IO, S")
-LEGEND = (
-    "Signs and units. logit diff = logit(IO) - logit(S) at END, in logits. effect = (clean - patched "
-    "mean logit diff) / clean mean logit diff, in %, when the head's output is path-patched from the ABC "
-    "run along its step's path ('found by'): positive, the head helps predict IO (name movers, "
-    "S-inhibition); negative, it works against IO (negative name movers). z: robust z-score of the "
-    "effect among the step's senders ((effect - median) / 1.4826 MAD; most senders' effects are near 0, "
-    "so a head that matters scores in the tens or hundreds: a rank, not a probability). attention: mean "
-    "attention probability (0 to 1) from the class's query position to its key position. writes IO, S: "
-    "the head's direct logit attribution, its mean direct contribution to the IO and S logits at END, in "
-    "logits (name movers: IO +; negative name movers: IO -; S-suppression: S -)."
-)
 VALIDATION_LEGEND = (
     "Held-out validation: drop and random = drop of the mean logit diff (clean - ablated) when the class "
     "(or as many random heads from the same layers) is mean-ablated, relative to the unablated held-out "
@@ -379,36 +262,71 @@ VALIDATION_LEGEND = (
     "more than random heads do; negative name movers: negative); writes: mean direct logit attribution "
     "to IO and S, in logits."
 )
+NARROW_HEADERS = {"beyond random % (95% CI)": "beyond (95% CI)", "heterogeneity I^2, p": "I^2, p"}
 
 
-# ---------------------------------------------------------------------------------------------
-# HTML
+def _class_sections(result: IOICircuitResult, wide: bool) -> list[Section]:
+    """The held-out classes: each against random heads (pooled), then per name order and template.
+    Narrower (not `wide`): the drop beyond random only, the heads last, IO and S on lines of their own."""
+    v = result.validation
+    pooled, strata = [], []
+    for cls, c in v.classes.items():
+        separator = " " if wide else "\n"
+        writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f}{separator}S {c.writes['S']:+.2f}"
+        verdict = c.verdict if c.verdict in ("confirmed", "unconfirmed") else f"{c.verdict}: {_where(c)}"
+        beyond = _beyond_cell(c.beyond, c.beyond_ci)
+        pooled.append({
+            "class": cls, "heads": ", ".join(c.heads), "drop": f"{c.drop:+.1%}",
+            "random": f"{c.random_drop:+.1%}", "beyond random % (95% CI)": beyond, "writes": writes,
+            "held out": verdict,
+        })  # fmt: skip
+        orders = {s.name: s for s in c.strata if s.kind == "order"}
+        q, df, p, i2 = c.heterogeneity
+        spread = "n/a" if df == 0 else f"{i2:.0%}, p {p:.1g}"
+        cells = [_order_cell(orders.get("ABBA")), _order_cell(orders.get("BABA")), _templates_cell(c)]
+        strata.append([cls, *cells, spread])
+    columns = (
+        ["class", "heads", "drop", "random", "beyond random % (95% CI)", "writes", "held out"]
+        if wide
+        else ["class", "beyond random % (95% CI)", "writes", "held out", "heads"]
+    )
+    strata_columns = ["class", "ABBA % (95% CI)", "BABA % (95% CI)", "templates", "heterogeneity I^2, p"]
+    first = next(iter(v.classes.values()), None)
+    strata_of_first = [] if first is None else first.strata
+    examples = [f"{s.name}: {s.example}" for s in strata_of_first if s.kind == "template" and s.example]
+    return [
+        Section(
+            title="Held-out validation: each class vs as many random heads",
+            table=Table(columns=_headers(columns, wide), rows=[[row[c] for c in columns] for row in pooled]),
+            notes=[VALIDATION_LEGEND],
+        ),
+        Section(
+            title="Held-out validation per name order and template",
+            table=Table(columns=_headers(strata_columns, wide), rows=strata),
+            notes=[STRATA_LEGEND, *examples],
+        ),
+    ]
+
+
+def _headers(columns: list[str], wide: bool) -> list[str]:
+    return columns if wide else [NARROW_HEADERS.get(column, column) for column in columns]
+
 
 # Columns of the diagram, left (early layers) to right (logits), and the paths between classes.
 _COLUMNS = (("previous_token",), ("duplicate_token", "induction"), ("s_inhibition",),
             ("name_mover", "backup_name_mover", "negative_name_mover", "s_suppression"))  # fmt: skip
 _EDGES = (
-    ("previous_token", "induction", "K"),
-    ("induction", "s_inhibition", "V"),
-    ("duplicate_token", "s_inhibition", "V"),
-    ("s_inhibition", "name_mover", "Q"),
-    ("s_inhibition", "backup_name_mover", "Q"),
-    ("name_mover", "logits", ""),
-    ("backup_name_mover", "logits", ""),
-    ("negative_name_mover", "logits", ""),
+    ("previous_token", "induction", "K"), ("induction", "s_inhibition", "V"),
+    ("duplicate_token", "s_inhibition", "V"), ("s_inhibition", "name_mover", "Q"),
+    ("s_inhibition", "backup_name_mover", "Q"), ("name_mover", "logits", ""),
+    ("backup_name_mover", "logits", ""), ("negative_name_mover", "logits", ""),
     ("s_suppression", "logits", ""),
-)
+)  # fmt: skip
 _COLOURS = {
-    "name_mover": "#2e7d32",
-    "backup_name_mover": "#81c784",
-    "negative_name_mover": "#c62828",
-    "s_inhibition": "#6a1b9a",
-    "s_suppression": "#ad1457",
-    "induction": "#1565c0",
-    "duplicate_token": "#00838f",
-    "previous_token": "#ef6c00",
-    "logits": "#424242",
-}
+    "name_mover": "#2e7d32", "backup_name_mover": "#81c784", "negative_name_mover": "#c62828",
+    "s_inhibition": "#6a1b9a", "s_suppression": "#ad1457", "induction": "#1565c0",
+    "duplicate_token": "#00838f", "previous_token": "#ef6c00", "logits": "#424242",
+}  # fmt: skip
 
 
 HEADS_PER_LINE = 3  # head labels per line of a diagram box ("L23H10, L23H11, L23H12" fits its width)
@@ -416,7 +334,6 @@ LINES_PER_BOX = 3  # lines of heads a box lists; more heads are counted ("+4 mor
 
 
 def _box_lines(heads: list[str]) -> list[str]:
-    """A class's heads as the lines of its diagram box ([] for none)."""
     shown = heads[: HEADS_PER_LINE * LINES_PER_BOX]
     lines = [", ".join(shown[i : i + HEADS_PER_LINE]) for i in range(0, len(shown), HEADS_PER_LINE)]
     if len(heads) > len(shown):
@@ -424,7 +341,7 @@ def _box_lines(heads: list[str]) -> list[str]:
     return lines
 
 
-def circuit_svg(result: IOICircuitResult) -> str:
+def ioi_circuit_diagram(result: IOICircuitResult) -> str:
     """An inline SVG of the circuit: one box per class listing its heads (and, after held-out
     validation, its verdict: a class not confirmed has a dashed border), arrows for the paths
     (K: into keys, V: into values, Q: into queries; unlabelled: direct to the logits)."""
@@ -492,35 +409,45 @@ def circuit_svg(result: IOICircuitResult) -> str:
     return "".join(parts)
 
 
+HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "writes IO, S")
+LEGEND = (
+    "Signs and units. logit diff = logit(IO) - logit(S) at END, in logits. effect = (clean - patched "
+    "mean logit diff) / clean mean logit diff, in %, when the head's output is path-patched from the ABC "
+    "run along its step's path ('found by'): positive, the head helps predict IO (name movers, "
+    "S-inhibition); negative, it works against IO (negative name movers). z: robust z-score of the "
+    "effect among the step's senders ((effect - median) / 1.4826 MAD; most senders' effects are near 0, "
+    "so a head that matters scores in the tens or hundreds: a rank, not a probability). attention: mean "
+    "attention probability (0 to 1) from the class's query position to its key position. writes IO, S: "
+    "the head's direct logit attribution, its mean direct contribution to the IO and S logits at END, in "
+    "logits (name movers: IO +; negative name movers: IO -; S-suppression: S -)."
+)
+
+
 def _head_table(result: IOICircuitResult, wide: bool) -> Table:
-    """The circuit's heads; `wide`: with the step that found each ("found by")."""
-    columns = [c for c in HEAD_COLUMNS if wide or c != "found by"]
+    """The circuit's heads, then the unclassified ones; `wide`: with the step that found each."""
+    v = result.validation
+    labelled = [
+        (f"{cls}{UNCONFIRMED_MARK}" if v is not None and cls in v.unconfirmed else cls, CLASS_KIND[cls], h)
+        for cls in CLASSES
+        for h in result.classes[cls]
+    ]
+    labelled += [("unclassified", max(h.attention, key=h.attention.get), h) for h in result.unclassified]
     rows = []
-    for cls, name, effect, z, kind, attention, step, writes in _head_rows(result):
-        cells = [cls, name, f"{effect:+.1%}", _z(z), f"{kind} {attention:.2f}", step, writes]
-        rows.append([cell for cell, column in zip(cells, HEAD_COLUMNS, strict=True) if column in columns])
-    return Table(columns=columns, rows=rows, right=["effect", "z"])
-
-
-def _validation_table(result: IOICircuitResult, wide: bool) -> Table:
-    """Each class against random heads; narrower (not `wide`): the drop beyond random only, the heads
-    last and IO and S on lines of their own."""
-    order = (
-        VALIDATION_COLUMNS if wide else ("class", "beyond random % (95% CI)", "writes", "held out", "heads")
-    )
-    rows = []
-    for row in _validation_rows(result):
-        cells = dict(zip(VALIDATION_COLUMNS, row, strict=True))
-        cells["writes"] = cells["writes"].replace(" S ", " S " if wide else "\nS ")
-        rows.append([cells[column] for column in order])
+    for cls, kind, h in labelled:
+        dla = h.direct_logit_attribution
+        cells = [cls, h.name, f"{h.effect:+.1%}", _z(h.z), f"{kind} {h.attention[kind]:.2f}", h.step,
+                 f"{dla['IO']:+.2f}, {dla['S']:+.2f}"]  # fmt: skip
+        rows.append(
+            [cell for cell, column in zip(cells, HEAD_COLUMNS, strict=True) if wide or column != "found by"]
+        )
     return Table(
-        columns=[column if wide else NARROW_HEADERS.get(column, column) for column in order], rows=rows
+        columns=[c for c in HEAD_COLUMNS if wide or c != "found by"], rows=rows, right=["effect", "z"]
     )
 
 
 def _figures(result: IOICircuitResult) -> tuple[list[str], list[str], list[str]]:
-    """The HTML page's figures: the path-patching effects and the attention as [layer, head] heat maps,
-    and the attention patterns of each class's heads on the example prompt."""
+    """The HTML page's figures: path-patching effects and attention as [layer, head] heat maps, and
+    the attention patterns of each class's heads on the example prompt."""
     effects = [
         layer_head_map(
             values * 100,
@@ -555,17 +482,16 @@ def _figures(result: IOICircuitResult) -> tuple[list[str], list[str], list[str]]
 
 
 def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
-    """The report: the finding (headline), what chose and what tested, the circuit's diagram (HTML),
-    the model and the circuit on the discovery prompts, the heads, each class against random heads
-    (pooled, then per name order and template), minimality, and the heat maps and attention patterns
-    (HTML). `wide`: every column; narrower (a terminal under WIDE_TERMINAL columns): the heads without
-    the step that found them, the held-out table with the drop beyond random only."""
+    """The report (see the module docstring). `wide`: every column; narrower (a terminal under
+    WIDE_TERMINAL columns): the heads without the step that found them, the drop beyond random only."""
     v, e = result.validation, result.evaluation
     dashed = "Dashed: a class held-out validation did not confirm (its verdict in italics)."
+    attribution = result.settings.attribution
     sections = [
         Section(title="What chose and what tested", lines=_chose_lines(result)),
         Section(
-            title="Circuit", figures=[circuit_svg(result), *([f"<p>{dashed}</p>"] if v is not None else [])]
+            title="Circuit",
+            figures=[ioi_circuit_diagram(result), *([f"<p>{dashed}</p>"] if v is not None else [])],
         ),
         Section(title="The model and the circuit on the discovery prompts", lines=_circuit_lines(result)),
         Section(
@@ -574,40 +500,19 @@ def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
             notes=[
                 *([UNCONFIRMED_NOTE] if v is not None and v.unconfirmed else []),
                 LEGEND,
-                *_attribution(result),
+                *([f"Direct logit attribution: {attribution}."] if attribution else []),
             ],
         ),
     ]
     if v is not None:
-        strata = Table(
-            columns=[column if wide else NARROW_HEADERS.get(column, column) for column in STRATA_COLUMNS],
-            rows=[list(row) for row in _strata_rows(result)],
-        )
-        sections += [
-            Section(
-                title="Held-out validation: each class vs as many random heads",
-                table=_validation_table(result, wide),
-                notes=[VALIDATION_LEGEND],
-            ),
-            Section(
-                title="Held-out validation per name order and template",
-                table=strata,
-                notes=[STRATA_LEGEND, *_template_lines(result)],
-            ),
-        ]
+        sections += _class_sections(result, wide)
         if v.faithfulness_summary is not None:
             kept = f"the circuit's {len(result.heads)} heads kept, every other head mean-ablated"
             sections.append(faithfulness_section(v.faithfulness_summary, v.faithfulness_strata, kept))
     if e is not None and e.minimality:
         minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
-        sections.append(
-            Section(
-                title="Minimality",
-                lines=[
-                    f"drop of the circuit's logit diff without the head (class-mates removed): {minimality}"
-                ],
-            )
-        )
+        line = f"drop of the circuit's logit diff without the head (class-mates removed): {minimality}"
+        sections.append(Section(title="Minimality", lines=[line]))
     effects, attention, patterns = _figures(result)
     sections += [
         Section(title="Path-patching effects", figures=effects),
@@ -617,10 +522,6 @@ def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
     return Report(
         title=f"IOI circuit of {result.settings.model}", headline=_headline(result), sections=sections
     )
-
-
-FORMATS = ("table", "json", "markdown", "html")
-FILE_WIDTH = 140  # columns of the "table" format written to a file
 
 
 def write_ioi_report(result: IOICircuitResult, format: str, out: str | None, console: Console) -> None:

@@ -1,12 +1,7 @@
-"""What the IOI circuit discovery reports: the head classes, the settings and every result type.
-
-Every effect is a drop (`circuits.evidence.EFFECT_SIGN`): path-patching effects are relative drops
-of the mean logit difference logit(IO) - logit(S) at END ((clean - patched) / clean; +0.3: patching
-the head's path lowers it by 30%, the head helps), the held-out validation's are drops when a class is
-mean-ablated (clean - ablated, relative to the clean one); attention is a mean attention probability;
-logit diffs are in logits.
-Heads are labelled as every report of interp writes them, "L9H6" (`interp.types.head_label`).
-"""
+"""The IOI circuit's classes, settings and result types. Every effect is a drop
+(`circuits.evidence.EFFECT_SIGN`): path patching's relative to the clean logit diff logit(IO) - logit(S)
+at END ((clean - patched) / clean; +0.3: the head's path lowers it by 30%, it helps), held-out
+validation's when a class is mean-ablated; attention is a mean probability, logit diffs in logits."""
 
 from __future__ import annotations
 
@@ -19,36 +14,18 @@ from circuits.evidence import StratumDrop, StratumFaithfulness
 from interp.interventions.stats import FaithfulnessSummary
 from interp.types import Head, head_label
 
-CLASSES = (
-    "name_mover",
-    "negative_name_mover",
-    "s_inhibition",
-    "s_suppression",
-    "induction",
-    "duplicate_token",
-    "previous_token",
-    "backup_name_mover",
-)
-# The attention each class shows in the paper: (query position, key position) of the IOI roles.
+# Each class, in report order, and the attention it shows: (query position, key position) of IOI roles.
 CLASS_ATTENTION = {
-    "name_mover": ("END", "IO"),
-    "negative_name_mover": ("END", "IO"),
-    "backup_name_mover": ("END", "IO"),
-    "s_inhibition": ("END", "S2"),
-    "s_suppression": ("END", "S2"),
-    "induction": ("S2", "S1+1"),
-    "duplicate_token": ("S2", "S1"),
-    "previous_token": ("S1+1", "S1"),
-}
+    "name_mover": ("END", "IO"), "negative_name_mover": ("END", "IO"), "s_inhibition": ("END", "S2"),
+    "s_suppression": ("END", "S2"), "induction": ("S2", "S1+1"), "duplicate_token": ("S2", "S1"),
+    "previous_token": ("S1+1", "S1"), "backup_name_mover": ("END", "IO"),
+}  # fmt: skip
+CLASSES = tuple(CLASS_ATTENTION)
 CLASS_KIND = {cls: "->".join(pair) for cls, pair in CLASS_ATTENTION.items()}  # "name_mover" -> "END->IO"
 ATTENTION_KINDS = {"->".join(pair): pair for pair in CLASS_ATTENTION.values()}  # "END->IO" -> ("END", "IO")
 # How each class that writes to the logits must write: (logit, sign of its direct attribution).
-CLASS_WRITES = {
-    "name_mover": ("IO", 1),
-    "backup_name_mover": ("IO", 1),
-    "negative_name_mover": ("IO", -1),
-    "s_suppression": ("S", -1),
-}
+CLASS_WRITES = {"name_mover": ("IO", 1), "backup_name_mover": ("IO", 1), "negative_name_mover": ("IO", -1),
+                "s_suppression": ("S", -1)}  # fmt: skip
 
 
 @dataclass(kw_only=True)
@@ -59,9 +36,7 @@ class Settings:
     n_prompts: int
     seed: int
     provenance: str = ""  # interp.provenance(model): source, quantisation, parameters, dtype
-    # how each head's direct logit attribution linearises the norms (interp.model.cache's
-    # direct_attribution_linearisation); "" in results saved before it was recorded
-    attribution: str = ""
+    attribution: str = ""  # how direct logit attribution linearises the norms ("": saved before)
     corrupted: str = "ABC"
     n_patching_prompts: int = 16
     effect_z: float = 3.0
@@ -73,10 +48,7 @@ class Settings:
     n_bootstrap: int = 1000
     n_completeness_subsets: int = 10
     n_random_draws: int = 5  # random head sets per class in held-out validation
-    # The default sender strategy (`patching.EAPRanking`) path-patches only the senders edge
-    # attribution ranks first, and every sender whose estimate is at least half of min_effect
-    # (0: path-patch every sender).
-    exact_candidates: int = 16
+    exact_candidates: int = 16  # senders EAP ranks first that are path-patched (`EAPRanking`; 0: all)
 
 
 @dataclass(kw_only=True)
@@ -117,9 +89,7 @@ class Evaluation:
     circuit_logit_diff: float  # F(circuit)
     ablated_logit_diff: float  # F(empty): every head mean-ablated
     faithfulness: float  # (F(circuit) - F(empty)) / (F(model) - F(empty)) (interp.interventions.stats)
-    recovered: (
-        float  # F(circuit) / F(model): the fraction of the logit diff recovered, as Wang et al. report it
-    )
+    recovered: float  # F(circuit) / F(model), as Wang et al. report it
     faithfulness_with_unclassified: float | None  # the same with the unclassified heads kept too
     recovered_with_unclassified: float | None
     completeness: list[dict]  # per subset K: heads, circuit_logit_diff, model_logit_diff, gap
@@ -132,15 +102,11 @@ VERDICTS = ("confirmed", "order-dependent", "template-dependent", "unconfirmed")
 
 @dataclass(kw_only=True)
 class ClassValidation:
-    """One class on held-out prompts. Effects are drops (`circuits.evidence.EFFECT_SIGN`): the clean
-    minus the mean-ablated logit diff, relative to the size of the unablated held-out logit diff;
-    positive: the heads help predict IO. sign: the class's direction. No class is confirmed where the
-    model does not do IOI (held-out logit diff <= 0).
-
-    verdict (VERDICTS): "confirmed" when the pooled effect beats random heads, in both name orders and
-    in most templates; "order-dependent" or "template-dependent" when it holds only in the strata
-    `holds_in` names; "unconfirmed" when the pooled effect does not beat random heads (or the writers
-    do not write their way). heterogeneity: Cochran's Q over the template strata (Q, df, p, I²)."""
+    """One class on held-out prompts: drops (clean - mean-ablated logit diff, relative to the held-out
+    one; positive: the heads help). verdict: "confirmed" (beats random heads pooled, in both name
+    orders and most templates), "order-dependent", "template-dependent" (holds only in `holds_in`) or
+    "unconfirmed" (also where writers write the wrong way or the model does not do IOI).
+    heterogeneity: Cochran's Q over templates (Q, df, p, I²)."""
 
     heads: list[str]  # "L9H6", ...
     sign: int  # +1: the class helps (a positive drop); -1: it works against IO (negative name movers)
@@ -211,9 +177,8 @@ class IOICircuitResult:
         return sorted({head for heads in self.circuit.values() for head in heads})
 
     def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`): every field (each class's heads
-        and the unclassified ones with their labels, "heads" and "unclassified"), the circuit as
-        [layer, head] pairs per class, the logit diff, faithfulness and share recovered."""
+        """`--format json`: every field (the heads labelled), the circuit as [layer, head] pairs per
+        class, the logit diff, faithfulness and share recovered."""
         evaluation = self.evaluation
         renamed = ("classes", "unclassified", "timings")
         return {

@@ -1,34 +1,21 @@
-"""The steps of the IOI circuit discovery (Wang et al. 2022, section 3), one function per step.
+"""The steps of the IOI circuit discovery (Wang et al. 2022, section 3), one function per step, walking
+back from the logits. Each path-patches each sender's output from the ABC run along one path (into the
+previous step's heads) and measures the drop of logit(IO) - logit(S) at END, relative to the clean one
+((clean - patched) / clean; positive: the head helps predict IO), selects the heads that stand out and
+classifies them (`circuits.ioi.evidence`):
 
-Discovery walks back from the logits, as the paper does. Every step path-patches each sender head's
-output from the ABC run (three unrelated names) into the clean run, through one path only (into the
-previous step's heads, the receivers), and measures the drop of the logit difference
-logit(IO) - logit(S) at END, relative to the clean one ((clean - patched) / clean,
-`circuits.evidence.EFFECT_SIGN`: positive, the head helps predict IO). It selects the heads whose
-effect stands out and classifies them by their attention pattern and direct logit attribution
-(circuits.ioi.evidence):
-
-  1. find_name_movers                          heads -> logits (direct path): name movers (+),
-                                               negative name movers (-), S-suppression heads (+)
-  2. find_s_inhibition_heads                   heads -> name movers' queries at END, then heads ->
-                                               S-suppression heads' queries at END (two sweeps: a head
-                                               can be both an S-suppression receiver and a sender)
+  1. find_name_movers                          heads -> logits: name movers, negative name movers,
+                                               S-suppression heads
+  2. find_s_inhibition_heads                   heads -> name movers' (then S-suppression heads')
+                                               queries at END
   3. find_induction_and_duplicate_token_heads  heads -> S-inhibition heads' values at S2
   4. find_previous_token_heads                 heads -> induction heads' keys at S1+1
-  5. find_backup_name_movers                   heads -> logits again, name movers mean-ablated:
-                                               backup name movers (their direct effect grows)
-
-Each takes the model, the path-patching prompts, the previous steps' heads, the settings and the
-class evidence, and returns a `StepResult`: its sweeps' effects and the heads it selected, by class.
-One step runs alone as well as within `find_ioi_circuit`:
+  5. find_backup_name_movers                   heads -> logits, name movers mean-ablated (growth)
 
     evidence = measure_class_evidence(model, clean, settings)
     prompts = patching_prompts(model, clean, abc, settings.n_patching_prompts)
-    step = find_name_movers(model, prompts, settings, evidence)
+    step = find_name_movers(StepInputs(model=model, prompts=prompts, settings=settings, evidence=evidence))
     step.heads("name_mover"), step.effects["logits"]  # [(9, 9), ...], [layer, head]
-
-`sender_effects` chooses which senders are path-patched (circuits.ioi.patching): every sender by
-default here, the senders edge attribution ranks first in `find_ioi_circuit`.
 """
 
 from __future__ import annotations
@@ -54,12 +41,8 @@ from interp.types import Head, Progress, head_label
 
 @dataclass
 class PatchingPrompts:
-    """The prompts path patching runs on, and the unit of every effect.
-
-    clean, abc: the first `n_patching_prompts` clean and ABC prompts (path patching runs one forward
-    pass per sender, the cost of the whole discovery, so it uses fewer prompts than the rest).
-    logit_diff: their mean clean logit diff (logits); a step's effects are drops relative to it.
-    """
+    """The first `n_patching_prompts` clean and ABC prompts (one forward pass per sender, the cost of
+    the discovery) and their mean clean logit diff (logits), which every step's effect is relative to."""
 
     clean: IOIPrompts
     abc: IOIPrompts
@@ -74,7 +57,7 @@ def patching_prompts(
     clean_logits: Tensor | None = None,
 ) -> PatchingPrompts:
     """The first `n_prompts` of (clean, abc) on the model's device, with their mean clean logit diff
-    (clean_logits [batch, pos, d_vocab]: the clean run's on all of `clean`, if it was run already)."""
+    (clean_logits [batch, pos, d_vocab]: the clean run's on all of `clean`, if run already)."""
     n = min(n_prompts, len(clean))
     first, first_abc = clean[:n].to(model.device), abc[:n].to(model.device)
     if clean_logits is None:
@@ -87,16 +70,8 @@ def patching_prompts(
 
 @dataclass(kw_only=True)
 class StepResult:
-    """What one step found.
-
-    effects: sweep ("logits", "name_mover_queries", ...) -> [layer, head] relative drop of the
-      logit diff when the sender's path is patched from ABC ((clean - patched) / clean; positive:
-      the path helps predict IO; NaN: not a sender in that sweep).
-    classes: class -> the heads the step put in it, strongest effect first.
-    unclassified: selected heads without the matching attention pattern (or writing).
-    thresholds: selection ("logits (negative_name_mover)", ...) -> its figures (median, MAD, ...).
-    timings: stage -> seconds.
-    """
+    """What one step found: sweep -> [layer, head] relative drops (NaN: not a sender), class -> heads
+    (strongest first), selected heads no class fits, selection -> its figures, stage -> seconds."""
 
     effects: dict[str, Tensor] = field(default_factory=dict)
     classes: dict[str, list[HeadEvidence]] = field(default_factory=dict)
@@ -111,8 +86,7 @@ class StepResult:
 
 @contextmanager
 def timed(name: str, timings: dict[str, float], progress: Progress | None = None) -> Iterator[None]:
-    """Record the seconds the block takes in timings[name], reporting the stage `name` to `progress`
-    as it begins, progress(name, 0, 1), and ends, progress(name, 1, 1)."""
+    """Record the block's seconds in timings[name], reported to `progress` as (name, 0, 1), (name, 1, 1)."""
     if progress:
         progress(name, 0, 1)
     began = time.perf_counter()
@@ -124,10 +98,7 @@ def timed(name: str, timings: dict[str, float], progress: Progress | None = None
 
 @dataclass(kw_only=True)
 class StepInputs:
-    """What every step needs: the model, the path-patching prompts, the selection settings, the
-    attention and direct-logit evidence that classifies heads, the strategy that measures sender
-    effects (`path_patching_effects`: every sender; `EAPRanking`: the senders EAP ranks first) and
-    where the steps' stages are reported (`timed`)."""
+    """What every step needs; sender_effects: `path_patching_effects` (every sender) or `EAPRanking`."""
 
     model: interp.HookedTransformer
     prompts: PatchingPrompts
@@ -144,10 +115,6 @@ class _Step:
     inputs: StepInputs
     result: StepResult = field(default_factory=StepResult)
 
-    @property
-    def progress(self) -> Progress | None:
-        return self.inputs.progress
-
     def sweep(
         self,
         name: str,
@@ -161,16 +128,9 @@ class _Step:
         """Relative drops [layer, head] of the senders' paths to `receivers` (None: the logits)."""
         inputs = self.inputs
         clean, abc = inputs.prompts.clean, inputs.prompts.abc
-        with timed(stage, self.result.timings, self.progress):
+        with timed(stage, self.result.timings, self.inputs.progress):
             drop = inputs.sender_effects(
-                inputs.model,
-                clean,
-                abc,
-                receivers,
-                receiver_input,
-                position,
-                senders=senders,
-                ablated=ablated,
+                inputs.model, clean, abc, receivers, receiver_input, position, senders, ablated
             )
             effects = drop / inputs.prompts.logit_diff
         senders = ~effects.isnan()  # NaN marks heads that are not senders in this sweep
@@ -191,9 +151,8 @@ class _Step:
         candidates: Sequence[str],
         exclude: Collection[Head] = (),
     ) -> None:
-        """Select heads by their effects in direction `sign` (+1: heads that help, -1: heads that work
-        against IO) and put each (except `exclude`) into the candidate class it shows most strongly,
-        or among the unclassified."""
+        """Select heads by their effects in direction `sign` (+1: they help) and put each (except
+        `exclude`) into the candidate class it shows most strongly, or among the unclassified."""
         s = self.inputs.settings
         heads, z, figures = select_heads(effects, sign, s.effect_z, s.min_effect, s.min_share)
         self.result.thresholds[label] = figures
@@ -218,19 +177,17 @@ class _Step:
     ) -> None:
         """Heads that help through the receivers' `receiver_input` at `position` (a positive drop)."""
         if not receivers or max(layer for layer, _ in receivers) == 0:  # no heads before layer 0
-            if self.progress:  # a stage with nothing to do
+            if self.inputs.progress:  # a stage with nothing to do
                 skipped = f"path patching: heads -> {name} (skipped: no {receiver_class} heads after layer 0)"
-                self.progress(skipped, 0, 0)
+                self.inputs.progress(skipped, 0, 0)
             return
         effects = self.sweep(name, f"path patching: heads -> {name}", receivers, receiver_input, position)
         self.select(name, effects, 1, name, candidates)
 
 
 def find_name_movers(inputs: StepInputs) -> StepResult:
-    """Step 1, heads -> logits (the direct path), sweep "logits": name movers (attend END->IO, write
-    IO) and S-suppression heads (attend END->S2, write against S) help (patched from ABC, the logit
-    diff drops); negative name movers (attend END->IO, write against IO) work against IO (it
-    rises: a negative drop)."""
+    """Step 1, heads -> logits, sweep "logits": name movers (END->IO, write IO) and S-suppression heads
+    (END->S2, write against S) help; negative name movers (END->IO, write against IO) work against IO."""
     step = _Step(inputs)
     effects = step.sweep("logits", "path patching: heads -> logits")
     step.select("logits", effects, 1, "logits (name_mover, s_suppression)", ("name_mover", "s_suppression"))
@@ -241,8 +198,8 @@ def find_name_movers(inputs: StepInputs) -> StepResult:
 def find_s_inhibition_heads(
     inputs: StepInputs, name_movers: Sequence[Head], s_suppression: Sequence[Head]
 ) -> StepResult:
-    """Step 2, heads -> the queries at END of step 1's name movers (sweep "name_mover_queries"), then
-    of its S-suppression heads ("s_suppression_queries"): S-inhibition heads (attend END->S2)."""
+    """Step 2, heads -> the queries at END of the name movers ("name_mover_queries"), then of the
+    S-suppression heads ("s_suppression_queries"): S-inhibition heads (END->S2)."""
     step = _Step(inputs)
     step.sweep_receivers("name_mover_queries", "name_mover", name_movers, "q", "END", ("s_inhibition",))
     step.sweep_receivers(
@@ -252,8 +209,8 @@ def find_s_inhibition_heads(
 
 
 def find_induction_and_duplicate_token_heads(inputs: StepInputs, s_inhibition: Sequence[Head]) -> StepResult:
-    """Step 3, heads -> the values at S2 of step 2's S-inhibition heads (sweep "s_inhibition_values"):
-    induction heads (attend S2->S1+1) and duplicate-token heads (attend S2->S1)."""
+    """Step 3, heads -> the S-inhibition heads' values at S2 ("s_inhibition_values"): induction heads
+    (S2->S1+1) and duplicate-token heads (S2->S1)."""
     step = _Step(inputs)
     candidates = ("induction", "duplicate_token")
     step.sweep_receivers("s_inhibition_values", "s_inhibition", s_inhibition, "v", "S2", candidates)
@@ -261,8 +218,7 @@ def find_induction_and_duplicate_token_heads(inputs: StepInputs, s_inhibition: S
 
 
 def find_previous_token_heads(inputs: StepInputs, induction: Sequence[Head]) -> StepResult:
-    """Step 4, heads -> the keys at S1+1 of step 3's induction heads (sweep "induction_keys"):
-    previous-token heads (attend S1+1->S1)."""
+    """Step 4, heads -> the induction heads' keys at S1+1 ("induction_keys"): previous-token heads."""
     step = _Step(inputs)
     step.sweep_receivers("induction_keys", "induction", induction, "k", "S1+1", ("previous_token",))
     return step.result
@@ -275,14 +231,12 @@ def find_backup_name_movers(
     classified: Collection[Head],
     mean_ablation: MeanAblation,
 ) -> StepResult:
-    """Step 5, heads -> logits with step 1's name movers mean-ablated (sweep
-    "logits_without_name_movers"): backup name movers are heads after the first name mover's layer
-    whose direct effect grows (sweep "backup_growth": that drop minus step 1's `direct_effects`
-    [layer, head], positive) and that attend END->IO and write IO like name movers. Heads
-    already `classified` by earlier steps are not backups."""
+    """Step 5, heads -> logits with the name movers mean-ablated ("logits_without_name_movers"): backup
+    name movers are heads after the first name mover's layer whose direct effect grows ("backup_growth":
+    minus step 1's `direct_effects` [layer, head]) and that attend and write like name movers; heads
+    already `classified` are not backups."""
     step = _Step(inputs)
     n_layers, n_heads = inputs.model.cfg.n_layers, inputs.model.cfg.n_heads
-    # Only heads after the first name mover's layer can react to the name movers' ablation.
     first_layer = min(name_movers)[0] if name_movers else n_layers
     senders = [(layer, head) for layer in range(first_layer + 1, n_layers)
                for head in range(n_heads) if (layer, head) not in name_movers]  # fmt: skip

@@ -1,13 +1,6 @@
-"""IOI as a task on the one analysis path (`circuits.path`): prompt pairs whose families are the
-templates, the held-out families IOI's held-out split (templates, names, places and objects that
-discovery never sees), the strata the two name orders.
-
-    task = ioi_pair_task(model, n_prompts=64)
-    result = head_path(model, task)      # classes by attention from END to IO, S1 and S2, held out
-
-The IOI pipeline (`find_ioi_circuit`) adds its own steps (path patching from the logits back,
-classes named as the paper's); this task puts IOI's prompts through the steps every task shares.
-"""
+"""IOI as a task of prompt pairs on the one analysis path (`circuits.path.head_path`): families the
+templates, held-out families IOI's held-out split, strata the two name orders; `find_ioi_circuit`
+adds IOI's own steps (path patching from the logits back, the paper's classes)."""
 
 from __future__ import annotations
 
@@ -23,10 +16,8 @@ SPLITS = (("discovery", "template"), ("heldout", "held-out template"))
 
 
 def ioi_pair_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) -> PairTask:
-    """`n_prompts` IOI prompts of the discovery split and `n_prompts` of the held-out split, each
-    against its ABC corruption (three other names, same length); answer IO, wrong answer S, read at
-    END; named positions IO, S1, S2; family "template k" or "held-out template k"; stratum the name
-    order (ABBA, BABA). The held-out split is the task's held-out families."""
+    """`n_prompts` IOI prompts of each split against their ABC corruptions: answer IO, wrong answer S at
+    END; positions IO, S1, S2; family "template k" or "held-out template k"; stratum the name order."""
     parts = [(ioi_dataset_for(model, n_prompts, seed, split)[:2], prefix) for split, prefix in SPLITS]
     width = max(prompts.tokens.shape[1] for (clean, abc), _ in parts for prompts in (clean, abc))
 
