@@ -38,7 +38,7 @@ from circuits.icl.results import (
     TaskVector,
     TrainingCurve,
 )
-from circuits.icl.score import ICLScore, icl_scores, summarise, token_losses
+from circuits.icl.score import ICLScore, icl_score, icl_scores, token_losses
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences, default_windows
 from circuits.icl.training import icl_over_training, plot_icl_over_training
 
@@ -70,10 +70,10 @@ __all__ = [
     "head_attributions",
     "icl_over_training",
     "icl_report",
+    "icl_score",
     "icl_scores",
     "mean_head_outputs",
     "plot_icl_over_training",
-    "summarise",
     "task_prompts",
     "token_losses",
     "zero_shot_accuracy",

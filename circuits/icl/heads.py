@@ -31,7 +31,7 @@ ATTRIBUTION_STAGE = "Attribution: forward and backward passes"  # the stages pro
 EXACT_ABLATIONS_STAGE = "Exact ablations"  # reports: head_attributions, ablated_icl_scores
 
 
-def check_ablation(ablation: str) -> None:
+def check_icl_ablation(ablation: str) -> None:
     if ablation not in ICL_ABLATIONS:
         raise ValueError(f"unknown ablation {ablation!r}; choose one of {', '.join(ICL_ABLATIONS)}")
 
@@ -46,7 +46,7 @@ def ablated_z(
     broadcastable to [batch, pos, head, d_head]: "mean" one mean per head over every position of every
     document (no position is padding: the documents share one length), "zero" 0, "resample" another
     document's z at each position (drawn with `seed`)."""
-    check_ablation(ablation)
+    check_icl_ablation(ablation)
     if ablation == "mean":  # every (document, position) a reference row of one position
         reference = {name: values.flatten(0, 1)[:, None] for name, values in z.items()}
     else:

@@ -32,11 +32,11 @@ from circuits.icl.heads import (
     ATTRIBUTION_STAGE,
     EXACT_ABLATIONS_STAGE,
     ablated_icl_scores,
-    check_ablation,
+    check_icl_ablation,
     head_attributions,
 )
 from circuits.icl.results import ClassEffect, HeadEffect, ICLResult
-from circuits.icl.score import summarise, token_losses
+from circuits.icl.score import icl_score, token_losses
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences
 from circuits.stages import StageResults
 from interp.checks import check_count
@@ -90,7 +90,7 @@ class ICLSettings:
     batch_size: int = 4
 
     def __post_init__(self) -> None:
-        check_ablation(self.ablation)
+        check_icl_ablation(self.ablation)
         if self.windows is not None:  # what does not depend on the model's context
             self.windows.check(n_ctx=self.windows.late + self.windows.width)
         check_count(self.top, "top (heads to confirm)", 0)
@@ -235,9 +235,9 @@ def _scores(
     error, from per-token losses [document, pos - 1] (`ICLResult`'s fields)."""
     every_loss = torch.cat([discovery_losses, heldout_losses])
     return {
-        "score": summarise(every_loss, windows, seed),
-        "discovery": summarise(discovery_losses, windows, seed),
-        "heldout": summarise(heldout_losses, windows, seed),
+        "score": icl_score(every_loss, windows, seed),
+        "discovery": icl_score(discovery_losses, windows, seed),
+        "heldout": icl_score(heldout_losses, windows, seed),
         "loss_curve": every_loss.mean(0),
         "loss_curve_se": every_loss.std(0) / len(every_loss) ** 0.5,
     }

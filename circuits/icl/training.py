@@ -15,7 +15,7 @@ import torch
 
 import interp
 from circuits.icl.results import TrainingCurve
-from circuits.icl.score import summarise, token_losses
+from circuits.icl.score import icl_score, token_losses
 from circuits.icl.sequences import Windows, default_sequences
 from circuits.output import save_figure
 from circuits.sweeps import checkpoint_head_sweep, training_checkpoints
@@ -39,7 +39,7 @@ def icl_over_training(
         model = interp.load_model(path)
         sequences = default_sequences(model, n_documents, seed, windows)
         final = model(sequences.tokens, stop_at_layer=model.cfg.n_layers)
-        found = summarise(token_losses(model, final, sequences.tokens), sequences.windows, seed)
+        found = icl_score(token_losses(model, final, sequences.tokens), sequences.windows, seed)
         steps.append(step)
         scores.append(found.score)
         cis.append(found.ci)
