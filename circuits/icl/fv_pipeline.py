@@ -70,9 +70,8 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
     "Ablations (the ICL score)",
 )
 HELD_OUT_UNIT = "tasks in held-out templates"  # what `held_out_note` calls the held-out families
-TemplateRows = tuple[
-    Tensor, list[tuple[str, str, Tensor]]
-]  # (the prompts that test [prompt], each template's)
+# (the held-out tasks' prompts that test [prompt] bool, each template's (kind, name, members))
+TemplateRows = tuple[Tensor, list[tuple[str, str, Tensor]]]
 T = TypeVar("T")
 
 
@@ -104,10 +103,7 @@ def _query_effects(
     few_shot, ablated = few_shot_accuracy(
         model, prompts, [heads for found in classes for heads in found.sets]
     )
-    drops, at = [], 0
-    for found in classes:
-        drops.append(few_shot - ablated[at : at + len(found.sets)])
-        at += len(found.sets)
+    drops = [few_shot - sets for sets in ablated.split([len(found.sets) for found in classes])]
     return QueryEffects(
         patched=patched[len(fv.heads) :],
         single_heads=patched[: len(fv.heads)],
@@ -282,10 +278,9 @@ def _tests(
         _compare("FV heads: AIE", "p(answer)", fv, chosen.patched, tested.patched, seed, rows),
         _compare("Function vector: zero-shot accuracy gained", "accuracy", fv, *gained, seed, rows),
     ]
-    at = 0
-    for i, found in enumerate(classes):
-        context_drop = ablated_icl[at : at + len(found.sets)] - clean_icl  # -score: the context's benefit
-        at += len(found.sets)
+    per_class = ablated_icl.split([len(found.sets) for found in classes])
+    for i, (found, ablated) in enumerate(zip(classes, per_class, strict=True)):
+        context_drop = ablated - clean_icl  # -score: the context's benefit lost
         tests += [
             _compare(f"{found.name} ablated: few-shot accuracy", "accuracy", found,
                      chosen.ablation_drops[i], tested.ablation_drops[i], seed, rows),
