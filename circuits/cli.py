@@ -380,9 +380,8 @@ def icl(
             loaded, settings, induction_heads=heads, progress=progress, stages=kept),
             function_vector_stages(find_induction_heads=heads is None), (), fv_stage_notes)
         return
-    from circuits.icl import DocumentSplit, ICLSettings, Windows
-    from circuits.icl.analysis import CHECKPOINTS_STAGE, icl_analysis, training_run
-    from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
+    from circuits.icl import DocumentSplit, ICLSettings, Windows, icl_analysis, training_run
+    from circuits.icl.pipeline import CHECKPOINTS_STAGE, icl_report_stages, icl_stage_notes
     from circuits.quick import icl_sizes_note
     default = ICLSettings().n_documents
     n_documents, n_discovery, n_ablated, _ = command.quick(

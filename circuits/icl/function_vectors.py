@@ -1,25 +1,17 @@
 """Function-vector heads (Todd et al. 2024): the heads whose output at the last token carries the task
 a few-shot prompt demonstrates, and the function vector they sum to.
 
-  group         a task asked in one prompt template (`interp.tasks.icl_tasks.ICL_TEMPLATES`): its
-                prompts share one mean output and one function vector
-  mean output   each head's z at the last token of a group's clean few-shot prompts, averaged (`HeadMeans.z`
-                [group, layer, head, d_head]), and what it writes to the residual stream there, averaged
-                (`HeadMeans.written` [group, layer, head, d_model]: z_h W_O[h], or on a post-norm model its
-                share with ln1_post frozen at each prompt's scale: `mean_head_outputs`)
-  AIE           a head's average indirect effect: p(answer) on a corrupted prompt (the examples'
-                answers shuffled) with the head's z at the last token set to its task's mean, minus
-                p(answer) on the corrupted prompt, averaged over prompts and groups: exact
-                (`head_indirect_effects`, one patched run per head on interp's engine) or every head
-                at once to first order (`attributed_indirect_effects`, one forward and backward pass)
-  FV            the function vector of a group: sum over the top heads by AIE of their mean written
-                output [d_model] (`function_vector`), added to the residual stream (hook_resid_pre of
-                one layer) at the last token of zero-shot prompts in the group's template
-                ("Q: fast\\nA:"); accuracy is the share of prompts whose top token is the answer
-                (`zero_shot_accuracy`)
+  group        a task asked in one prompt template (`ICL_TEMPLATES`): one mean output, one vector
+  mean output  a head's z at the last token of a group's clean prompts, averaged (`HeadMeans.z`), and
+               what it writes to the residual stream there (`HeadMeans.written`: z_h W_O[h]; post-norm:
+               through ln1_post at each prompt's scale)
+  AIE          p(answer) on a corrupted prompt (the examples' answers shuffled) with the head's z at the
+               last token set to its group's mean, minus without: exact (`head_indirect_effects`) or to
+               first order for every head (`attributed_indirect_effects`)
+  FV           a group's mean written outputs of the FV heads summed (`function_vector`), added to
+               hook_resid_pre of one layer at the last token of zero-shot prompts (`zero_shot_accuracy`)
 
-Ablations set a head's z at every position to its mean over every real position of the prompts
-(or documents) they are measured on (`few_shot_accuracy`; the ICL score's `ablated_icl_scores`).
+Ablations set a head's z at every position to its mean over every real position (`few_shot_accuracy`).
 """
 
 from __future__ import annotations
@@ -48,9 +40,8 @@ from interp.types import Head, Progress
 
 @dataclass(kw_only=True)
 class TaskPrompts:
-    """Few-shot prompts of several tasks, each in one or more templates, pooled into one batch
-    (right-padded token ids): each prompt's last real token, its task, its template and its answer
-    token. A group is a task in one template (`group_index`, task-major)."""
+    """Few-shot prompts of several tasks in one or more templates, in one right-padded batch; a group is
+    a task in one template (`group_index`, task-major)."""
 
     tasks: list[str]
     templates: list[str]  # names of interp.tasks.icl_tasks.ICL_TEMPLATES
@@ -66,7 +57,6 @@ class TaskPrompts:
 
     @property
     def n_groups(self) -> int:
-        """Tasks × templates."""
         return len(self.tasks) * len(self.templates)
 
     @property
@@ -125,12 +115,9 @@ def task_prompts(
 
 @dataclass(frozen=True)
 class HeadMeans:
-    """Each head's output at the last token of a group's clean few-shot prompts, averaged over the group's
-    prompts: `z` [group, layer, head, d_head], what the AIE patches in at hook_z, and `written` [group,
-    layer, head, d_model], what the head writes to the residual stream there
-    (`ActivationCache.stack_head_contributions`: z_h W_O[h]; on a post-norm model, Gemma 2 and 3, its
-    share of the attention output with ln1_post frozen at each prompt's scale), which the function vector
-    sums."""
+    """Each head's output at the last token of a group's clean prompts, averaged over them: `z`, what the
+    AIE patches in at hook_z, and `written`, what the function vector sums
+    (`ActivationCache.stack_head_contributions`; post-norm: ln1_post frozen at each prompt's scale)."""
 
     z: Float[Tensor, "group layer head d_head"]
     written: Float[Tensor, "group layer head d_model"]
@@ -138,8 +125,7 @@ class HeadMeans:
 
 @torch.inference_mode()
 def mean_head_outputs(model: interp.HookedTransformer, prompts: TaskPrompts) -> HeadMeans:
-    """Each head's z and written output at the last token of the clean prompts, averaged over each
-    group's prompts (one group per task with one template; one run)."""
+    """Each head's z and written output at the last token of the clean prompts, per group (one run)."""
     cfg = model.cfg
     names = model.layer_hook_names("z")
     _, cached = cached_run(model, prompts.clean, model.head_contribution_hook_names(), logits=False)
@@ -163,9 +149,8 @@ def per_prompt(means: HeadMeans, prompts: TaskPrompts, layer: int) -> Tensor:
 def attributed_indirect_effects(
     model: interp.HookedTransformer, prompts: TaskPrompts, means: HeadMeans
 ) -> Float[Tensor, "batch layer head"]:
-    """Every head's indirect effect on each corrupted prompt estimated to first order, from one forward
-    and one backward pass: (mean z - z) . d p(answer) / dz at the last token (the gradient taken with
-    respect to every hook_z, not the weights)."""
+    """Every head's indirect effect on each corrupted prompt to first order (one forward and backward
+    pass): (mean z - z) . d p(answer) / dz at the last token."""
     names = model.layer_hook_names("z")
     rows, last = torch.arange(len(prompts.answers)), prompts.corrupted_last
     with read_with_grad(model, names) as kept:
@@ -173,13 +158,11 @@ def attributed_indirect_effects(
         probs = model.unembed(model.ln_final(resid[:, None]))[:, 0].float().softmax(-1)
         answer_probs = probs[rows, prompts.answers.to(probs.device)]
         grads = torch.autograd.grad(answer_probs.sum(), [kept[name] for name in names])
-    per_layer = [
-        ((per_prompt(means, prompts, layer)[:, 0] - kept[name].detach()[rows, last]) * grad[rows, last]).sum(
-            -1
-        )
+    per_layer = [  # [batch, head] each
+        (per_prompt(means, prompts, layer)[:, 0] - kept[name].detach()[rows, last]) * grad[rows, last]
         for layer, (name, grad) in enumerate(zip(names, grads, strict=True))
-    ]  # [batch, head] each
-    return torch.stack(per_layer, 1).detach().float().cpu()
+    ]
+    return torch.stack([effect.sum(-1) for effect in per_layer], 1).detach().float().cpu()
 
 
 @torch.inference_mode()
@@ -190,10 +173,9 @@ def head_indirect_effects(
     head_sets: Sequence[Sequence[Head]] | None = None,
     progress: Progress | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
-    """The indirect effect of each set of heads on each corrupted prompt: p(answer) with the heads'
-    z at the last token set to their group's mean output, minus p(answer) without (default: every head
-    alone, in the order (0, 0), (0, 1), ...). One patched run per set on interp's engine, each starting
-    at its first patched block from the cached corrupted run."""
+    """Each set of heads' indirect effect on each corrupted prompt: p(answer) with the heads' z at the
+    last token set to their group's mean, minus without (default: each head alone, (0, 0), (0, 1), ...);
+    one patched run per set on interp's engine."""
     cfg = model.cfg
     if head_sets is None:
         head_sets = [[(layer, head)] for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
@@ -201,22 +183,30 @@ def head_indirect_effects(
     sources = {
         layer: per_prompt(means, prompts, layer) for layer in {layer for s in head_sets for layer, _ in s}
     }
-    runs = [
+    _, target = cached_run(model, tokens, start_names(model), logits=False)
+    metric = prob_metric(prompts.answers, pos=last)
+    runs = [*_head_runs(head_sets, sources, last), []]
+    values = run_site_sets(
+        model, tokens, runs, None, metric, target=target, logit_pos=last, progress=progress
+    )
+    return values[:-1] - values[-1]
+
+
+def _head_runs(
+    head_sets: Sequence[Sequence[Head]], values: dict[int, Tensor], pos: Tensor | None = None
+) -> list[list[Intervention]]:
+    """One run per set of heads: each head's hook_z (at `pos`, default every position) set to
+    values[its layer] (broadcast to [batch, pos, head, d_head])."""
+    return [
         [
             Intervention(
-                Site(interp.act_name("z", layer), head=[h for l_, h in heads if l_ == layer], pos=last),
-                sources[layer],
+                Site(interp.act_name("z", layer), head=[h for l_, h in heads if l_ == layer], pos=pos),
+                values[layer],
             )
             for layer in sorted({layer for layer, _ in heads})
         ]
         for heads in head_sets
     ]
-    _, target = cached_run(model, tokens, start_names(model), logits=False)
-    metric = prob_metric(prompts.answers, pos=last)
-    values = run_site_sets(
-        model, tokens, [*runs, []], None, metric, target=target, logit_pos=last, progress=progress
-    )
-    return values[:-1] - values[-1]
 
 
 def function_vector(means: HeadMeans, heads: Sequence[Head]) -> Float[Tensor, "group d_model"]:
@@ -240,9 +230,8 @@ def zero_shot_accuracy(
     additions: Sequence[tuple[int, Float[Tensor, "group d_model"] | None]],
     progress: Progress | None = None,
 ) -> Float[Tensor, "n_runs batch"]:
-    """Top-1 accuracy (0/1 per prompt) of the zero-shot prompts in one run per (layer, vectors):
-    each prompt's group's vector added to hook_resid_pre of `layer` at its last token (None: nothing
-    added, the plain zero-shot run)."""
+    """Top-1 accuracy (0/1 per prompt) of the zero-shot prompts, one run per (layer, vectors): each
+    prompt's group's vector added to hook_resid_pre of `layer` at its last token (None: nothing)."""
     tokens, last = prompts.zero_shot, prompts.zero_shot_last
     runs = []
     for layer, vectors in additions:
@@ -267,9 +256,8 @@ def few_shot_accuracy(
     head_sets: Sequence[Sequence[Head]],
     progress: Progress | None = None,
 ) -> tuple[Float[Tensor, " batch"], Float[Tensor, "n_sets batch"]]:
-    """(top-1 accuracy of the clean few-shot prompts, the same with each set of heads mean-ablated):
-    0/1 per prompt. A head's z at every position is set to its mean over every real position of
-    the prompts."""
+    """(top-1 accuracy (0/1) of the clean few-shot prompts, the same with each set of heads' z set to
+    its mean over every real position of the prompts)."""
     tokens, last = prompts.clean, prompts.clean_last
     layers = sorted({layer for heads in head_sets for layer, _ in heads})
     _, target = cached_run(
@@ -282,17 +270,9 @@ def few_shot_accuracy(
         )
         for layer in layers
     }  # [head, d_head]
-    runs = [
-        [
-            Intervention(
-                Site(interp.act_name("z", layer), head=[h for l_, h in heads if l_ == layer]), means[layer]
-            )
-            for layer in sorted({layer for layer, _ in heads})
-        ]
-        for heads in head_sets
-    ]
     metric = accuracy_metric(prompts.answers, last)
+    runs = [[], *_head_runs(head_sets, means)]
     values = run_site_sets(
-        model, tokens, [[], *runs], None, metric, target=target, logit_pos=last, progress=progress
+        model, tokens, runs, None, metric, target=target, logit_pos=last, progress=progress
     )
     return values[0], values[1:]

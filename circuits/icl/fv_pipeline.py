@@ -1,23 +1,16 @@
 """`function_vector_report`: function-vector heads (Todd et al. 2024) and their function vector, chosen on
-discovery word-pair tasks in discovery prompt templates and tested on held-out tasks in held-out
-templates, and both head classes, FV and induction, ablated: which lowers few-shot accuracy and which
-the ICL score (Yin & Steinhardt 2025), each against random same-layer heads (`circuits.evidence`).
+discovery word-pair tasks in discovery templates and tested on held-out tasks in held-out templates; the
+FV and the induction heads ablated (few-shot accuracy, the ICL score: Yin & Steinhardt 2025); each class
+against random same-layer heads (`circuits.evidence.judge_class`). The steps:
 
-The steps:
-  1. families   the tasks and, apart, the templates split into discovery and held-out
-                (`split_families`, with the settings' seed); each task's pairs halved into a
-                demonstration half (few-shot prompts whose mean head outputs make the vector of the
-                task in one template) and a query half (the prompts every effect is measured on)
-  2. heads      AIE on the discovery tasks' demonstration prompts in the discovery templates:
-                attributed for every head, exact for the candidates; the FV heads are the top by exact AIE
-  3. layer      the layer where the vector most raises zero-shot accuracy on the discovery tasks'
-                queries in the discovery templates
-  4. effects    on the queries of the discovery tasks in the discovery templates and, apart, of the
-                held-out tasks in every template: the FV heads patched together, the function vector,
-                each class mean-ablated; each against random same-layer sets
-                (`circuits.evidence.judge_class`); the test is the held-out tasks in the held-out
-                templates, reported beside the discovery figure and per template (the held-out tasks in
-                a discovery template are held out by task only)
+  1. families   tasks and templates split (`split_families`); each task's pairs halved into
+                demonstrations (the heads' mean outputs) and queries (where effects are measured)
+  2. heads      AIE on the discovery demonstrations: attributed for every head, exact for the
+                candidates; the FV heads are the top by exact AIE
+  3. layer      where the vector most raises the discovery queries' zero-shot accuracy
+  4. effects    on the discovery queries and the held-out tasks' queries in every template: the FV
+                heads patched, the vector added, each class mean-ablated; tested on the held-out
+                templates, beside discovery and per template (a discovery template: held out by task only)
   5. ICL score  each class mean-ablated on Brown corpus texts (never used for any choice)
 """
 
@@ -55,13 +48,7 @@ from circuits.icl.function_vectors import (
     zero_shot_accuracy,
 )
 from circuits.icl.heads import ablated_icl_scores
-from circuits.icl.results import (
-    TEMPLATE_KINDS,
-    Comparison,
-    FunctionVectorResult,
-    TaskVector,
-    TemplateVector,
-)
+from circuits.icl.results import TEMPLATE_KINDS, Comparison, FunctionVectorResult, TaskVector, TemplateVector
 from circuits.icl.sequences import default_sequences
 from circuits.stages import StageResults
 from interp.checks import check_count
@@ -83,15 +70,15 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
     "Ablations (the ICL score)",
 )
 HELD_OUT_UNIT = "tasks in held-out templates"  # what `held_out_note` calls the held-out families
-
+# (the held-out tasks' prompts that test [prompt] bool, each template's (kind, name, members))
+TemplateRows = tuple[Tensor, list[tuple[str, str, Tensor]]]
 T = TypeVar("T")
 
 
 @dataclass(kw_only=True)
 class QueryEffects:
-    """Per-prompt effects on the queries of one group of tasks (discovery or held-out, in their
-    templates), each [set, batch] with the class first and its random sets after; signed as
-    `circuits.evidence.EFFECT_SIGN`."""
+    """Per-prompt effects on the queries of one group of tasks, signed as `circuits.evidence.EFFECT_SIGN`;
+    rows [set, batch] hold the class first, then its random sets."""
 
     patched: Tensor  # p(answer) gained on shuffled-label prompts, FV heads patched together
     single_heads: Tensor  # the same, each FV head alone [head, batch]
@@ -107,8 +94,8 @@ def _query_effects(
     classes: Sequence[HeadClass],
     fv_layer: int,
 ) -> QueryEffects:
-    """Every effect on `prompts` (queries) with the heads' mean outputs `means` of the same groups'
-    demonstrations (a task in one template); `classes[0]` is the FV heads."""
+    """Every effect on the queries `prompts`, with `means` from the same groups' demonstrations;
+    `classes[0]` is the FV heads."""
     fv = classes[0]
     patched = head_indirect_effects(model, prompts, means, [[head] for head in fv.heads] + fv.sets)
     vectors = [function_vector(means, heads) for heads in fv.sets]
@@ -116,10 +103,7 @@ def _query_effects(
     few_shot, ablated = few_shot_accuracy(
         model, prompts, [heads for found in classes for heads in found.sets]
     )
-    drops, at = [], 0
-    for found in classes:
-        drops.append(few_shot - ablated[at : at + len(found.sets)])
-        at += len(found.sets)
+    drops = [few_shot - sets for sets in ablated.split([len(found.sets) for found in classes])]
     return QueryEffects(
         patched=patched[len(fv.heads) :],
         single_heads=patched[: len(fv.heads)],
@@ -130,13 +114,13 @@ def _query_effects(
 
 
 def function_vector_stages(find_induction_heads: bool) -> list[str]:
-    """The stages `function_vector_report` reports and keeps (`StageResults`), in order; the first only
-    when it finds the induction heads (`induction_heads=None`)."""
+    """The stages `function_vector_report` keeps, in order; the first only when it finds the induction
+    heads (`induction_heads=None`)."""
     return ([INDUCTION_HEADS_STAGE] if find_induction_heads else []) + list(FV_STAGES)
 
 
 def fv_stage_notes(stage: str, value: Any) -> list[str]:
-    """A line on a finished stage of `function_vector_report` (its kept `value`), for a partial result."""
+    """A line on a finished stage (its kept `value`), for a partial result."""
     if stage == INDUCTION_HEADS_STAGE:
         return [f"Induction heads: {', '.join(head_labels(value)) or 'none'}."]
     if stage == FV_STAGES[0]:
@@ -152,81 +136,48 @@ def fv_stage_notes(stage: str, value: Any) -> list[str]:
     return [f"{len(ablated)} sets of heads ablated on the ICL score."]
 
 
-@dataclass(frozen=True, kw_only=True)
-class HeldOutRows:
-    """The held-out tasks' queries (in every template) as the tests read them: `tested` [prompt], those
-    in the held-out templates (the test); `strata`, the prompts of each template (`stratum_drops`'s
-    kind: one of `TEMPLATE_KINDS`)."""
-
-    tested: Tensor
-    strata: list[tuple[str, str, Tensor]]
-
-
-def held_out_rows(prompts: TaskPrompts, template_split: FamilySplit) -> HeldOutRows:
-    """`HeldOutRows` of the held-out tasks' `prompts`, by the templates' `template_split`."""
-    templates = prompts.prompt_templates()
-    heldout = set(template_split.heldout)
+def _template_rows(prompts: TaskPrompts, template_split: FamilySplit) -> TemplateRows:
+    """Of the held-out tasks' queries in every template: those in the held-out templates (the test), and
+    each template's (kind one of `TEMPLATE_KINDS`)."""
+    templates, heldout = prompts.prompt_templates(), set(template_split.heldout)
     strata = [
         (TEMPLATE_KINDS[0] if name in heldout else TEMPLATE_KINDS[1], name, members)
         for _, name, members in label_strata("template", templates)
     ]
-    return HeldOutRows(tested=torch.tensor([name in heldout for name in templates]), strata=strata)
+    return torch.tensor([name in heldout for name in templates]), strata
 
 
 def _compare(
-    name: str,
-    unit: str,
-    found: HeadClass,
-    discovery: Tensor | None,
-    heldout: Tensor,
-    seed: int,
-    rows: HeldOutRows | None = None,
-) -> Comparison:
-    """A class's effects [1 + draws, prompt] (the class first) on the discovery and the held-out
-    families, judged by `circuits.evidence.judge_class`: of `heldout`, the `rows.tested` prompts test
-    and `rows.strata` divide them per template (None: every prompt tests, no strata)."""
+    name: str, unit: str, found: HeadClass, discovery: Tensor | None, heldout: Tensor, seed: int,
+    rows: TemplateRows | None = None,
+) -> Comparison:  # fmt: skip
+    """A class's effects [1 + draws, prompt] (the class first) judged by `judge_class`: of `heldout`,
+    the prompts `rows` marks test, its strata divide them per template (None: all test, no strata)."""
+    tested, strata = (None, ()) if rows is None else rows
     verdict = judge_class(  # template-dependent: pooled above 0, but not each held-out template's CI
-        found, heldout, discovery=discovery, seed=seed, unit=HELD_OUT_UNIT,
-        strata=() if rows is None else rows.strata, tested=None if rows is None else rows.tested,
+        found, heldout, discovery=discovery, seed=seed, unit=HELD_OUT_UNIT, strata=strata, tested=tested,
         by_ci=TEMPLATE_KINDS, dependent_kinds={TEMPLATE_KINDS[0]: "all"},
     )  # fmt: skip
-    note, dependent = verdict.note, f"{TEMPLATE_KINDS[0]}-dependent"
-    if verdict.verdict == dependent:
+    note, dependent = verdict.note, verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent"
+    if dependent:
         failing = [s.name for s in verdict.strata if s.kind == TEMPLATE_KINDS[0] and s.holds is False]
         note += f"; does not hold in the held-out template(s) {', '.join(failing)} alone"
     return Comparison(
-        name=name,
-        unit=unit,
-        heads=verdict.heads,
-        random_sets=verdict.random_sets,
-        random_values=verdict.random_effects,
-        discovery=verdict.discovery,
-        heldout=verdict.heldout,
-        strata=verdict.strata,
-        verdict="template-dependent"
-        if verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent"
-        else verdict.verdict,
-        note=note,
-    )
+        name=name, unit=unit, heads=verdict.heads, random_sets=verdict.random_sets,
+        random_values=verdict.random_effects, discovery=verdict.discovery, heldout=verdict.heldout,
+        strata=verdict.strata, verdict="template-dependent" if dependent else verdict.verdict, note=note,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
 class FunctionVectorSettings:
     """The tasks and sizes of `function_vector_report`.
 
-    tasks: word-pair tasks of `interp.tasks.icl_tasks.ICL_TASKS`, the families.
-    heldout_tasks: the tasks that test (default: half of `tasks`, drawn with `seed`); the others choose
-      the heads and the layer.
-    templates: prompt templates of `interp.tasks.icl_tasks.ICL_TEMPLATES`, the second family axis (a
-      few-shot prompt and its zero-shot prompt share one).
-    heldout_templates: the templates that test (default: half of `templates`, drawn with `seed`); the
-      discovery tasks in the others choose the heads and the layer, and the held-out tasks in these test.
+    tasks, templates: the word-pair tasks (`ICL_TASKS`) and prompt templates (`ICL_TEMPLATES`), the two
+      family axes; heldout_tasks, heldout_templates: those that test (default: half, drawn with `seed`).
     n_prompts: few-shot prompts per task, template and half of its pairs, of `n_shots` examples each.
-    top: FV heads: the largest exact AIEs among the candidates (mean over discovery tasks).
-    candidates: the heads whose AIE is computed exactly on the discovery tasks: the largest attributed
-      AIEs (None, or as many as the model has: every head, one patched run each).
-    n_random: random same-layer sets each class is compared with.
-    n_documents: Brown corpus documents the ICL score is measured on (for the ablations).
+    top: FV heads, the largest exact AIEs among the `candidates` heads of largest attributed AIE (None:
+      every head). n_random: random same-layer sets per class. n_documents: Brown texts of the ICL score.
     seed: the split, the prompts, the random sets and the bootstrap.
     """
 
@@ -263,71 +214,79 @@ class FunctionVectorSettings:
 
     @property
     def task_names(self) -> list[str]:
-        """The tasks, checked against ICL_TASKS, in order."""
         return check_task_names(list(self.tasks))
 
     @property
     def template_names(self) -> list[str]:
-        """The templates, checked against ICL_TEMPLATES, in order."""
         return check_template_names(list(self.templates))
 
     def family_split(self) -> FamilySplit:
-        """Which tasks choose (discovery) and which test (held-out): `split_families`."""
+        """Which tasks choose (discovery) and which test (held-out)."""
         return split_families(self.task_names, self.heldout_tasks, seed=self.seed)
 
     def template_split(self) -> FamilySplit:
-        """Which templates choose (discovery) and which test (held-out): `split_families`."""
+        """Which templates choose (discovery) and which test (held-out)."""
         named = self.heldout_templates
         heldout = None if named is None else check_template_names(list(named))
         return split_families(self.template_names, heldout, seed=self.seed)
 
 
-@dataclass(frozen=True, kw_only=True)
-class TaskFamilies:
-    """Step 1: the tasks split, the templates split, and each task's single-token pairs halved
-    (`split_pairs`) into a demonstration half (0) and a query half (1)."""
-
-    tasks: list[str]
-    split: FamilySplit
-    templates: list[str]
-    template_split: FamilySplit
-    halves: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]
-    n_pairs: dict[str, int]  # each task's single-token pairs
-
-    def prompts(
-        self, model: interp.HookedTransformer, half: int, settings: FunctionVectorSettings
-    ) -> dict[str, TaskPrompts]:
-        """The few-shot prompts of `half` of the tasks' pairs: "discovery", the discovery tasks' in the
-        discovery templates; "heldout", the held-out tasks' in every template (the held-out templates
-        test; the discovery ones show the held-out tasks held out by task only)."""
-        templates = {"discovery": self.template_split.discovery, "heldout": tuple(self.templates)}
-        return {
-            group: task_prompts(
-                model,
-                {name: self.halves[name][half] for name in getattr(self.split, group)},
-                settings.n_prompts,
-                settings.n_shots,
-                settings.seed + half,
-                templates[group],
+def _halved_pairs(model: interp.HookedTransformer, settings: FunctionVectorSettings):
+    """Step 1: (each task's single-token pairs halved (`split_pairs`) into demonstrations and queries,
+    their number per task); refused where a half has too few pairs."""
+    pairs = {name: single_token_pairs(model, ICL_TASKS[name]) for name in settings.task_names}
+    halves = {name: split_pairs(task_pairs, settings.seed) for name, task_pairs in pairs.items()}
+    for name, (_, query_pairs) in halves.items():
+        if len(query_pairs) <= settings.n_shots:
+            raise ValueError(
+                f"task {name} has {len(pairs[name])} pairs with single-token answers for this tokenizer, "
+                f"too few for {settings.n_shots} shots in each half; pass a smaller n_shots"
             )
-            for group in ("discovery", "heldout")
-        }
+    return halves, {name: len(task_pairs) for name, task_pairs in pairs.items()}
 
 
-@dataclass(frozen=True, kw_only=True)
-class HeadChoice:
-    """Step 2, on the discovery tasks' demonstrations: AIE attributed per task [task, layer, head], the
-    candidates and their exact AIE [candidate] (mean over tasks), the FV heads: the top by exact AIE."""
+def _head_aies(
+    model: interp.HookedTransformer, discovery: TaskPrompts, means: HeadMeans, candidates: int | None,
+    progress: Progress | None,
+) -> tuple[Tensor, list[Head], Tensor]:  # fmt: skip
+    """Step 2 on the discovery demonstrations: (AIE attributed per task [task, layer, head], the
+    `candidates` heads of the largest mean over tasks, their exact AIE, mean over tasks [candidate])."""
+    cfg = model.cfg
+    one_hot = torch.nn.functional.one_hot(discovery.task_index, len(discovery.tasks)).float()  # [batch, task]
+    attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
+    aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
+    ranked = aie_per_task.mean(0).flatten().argsort(descending=True)
+    ranked = ranked[: cfg.n_layers * cfg.n_heads if candidates is None else candidates].tolist()
+    heads = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
+    exact = head_indirect_effects(model, discovery, means, [[head] for head in heads], progress)
+    return aie_per_task, heads, ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
 
-    aie_per_task: Tensor
-    candidates: list[Head]
-    candidates_aie: Tensor
-    fv_heads: list[Head]
 
-    @property
-    def aie(self) -> Tensor:
-        """AIE attributed [layer, head], mean over the discovery tasks."""
-        return self.aie_per_task.mean(0)
+def _tests(
+    classes: Sequence[HeadClass],
+    effects: dict[str, QueryEffects],
+    rows: TemplateRows,
+    icl: tuple[Tensor, Tensor],
+    seed: int,
+) -> list[Comparison]:
+    """Against random same-layer heads: the FV heads' AIE, the vector's zero-shot gain, then each class
+    ablated on few-shot accuracy and on the ICL score (`icl`: clean [document], ablated [set, document])."""
+    chosen, tested = effects["discovery"], effects["heldout"]
+    fv, (clean_icl, ablated_icl) = classes[0], icl
+    gained = [found.zero_shot[1:] - found.zero_shot[0] for found in (chosen, tested)]  # with - without
+    tests = [
+        _compare("FV heads: AIE", "p(answer)", fv, chosen.patched, tested.patched, seed, rows),
+        _compare("Function vector: zero-shot accuracy gained", "accuracy", fv, *gained, seed, rows),
+    ]
+    per_class = ablated_icl.split([len(found.sets) for found in classes])
+    for i, (found, ablated) in enumerate(zip(classes, per_class, strict=True)):
+        context_drop = ablated - clean_icl  # -score: the context's benefit lost
+        tests += [
+            _compare(f"{found.name} ablated: few-shot accuracy", "accuracy", found,
+                     chosen.ablation_drops[i], tested.ablation_drops[i], seed, rows),
+            _compare(f"{found.name} ablated: ICL score", "nats", found, None, context_drop, seed),
+        ]  # fmt: skip
+    return tests
 
 
 def _accuracies(measured: QueryEffects, rows: Tensor, seed: int) -> dict[str, Any]:
@@ -346,194 +305,33 @@ def _accuracies(measured: QueryEffects, rows: Tensor, seed: int) -> dict[str, An
 
 
 def _task_vectors(
-    families: TaskFamilies,
-    queries: dict[str, TaskPrompts],
-    effects: dict[str, QueryEffects],
-    rows: HeldOutRows,
-    seed: int,
-) -> list[TaskVector]:
-    """One row per task, the discovery tasks first: zero-shot accuracy without, with the FV, with
-    random vectors, on its queries in the templates that test it (a discovery task's: the discovery
-    templates; a held-out task's: the held-out templates)."""
-    every = torch.ones(len(queries["discovery"].answers), dtype=torch.bool)
-    tested = {"discovery": every, "heldout": rows.tested}
-    vectors = []
-    for group, family in (("discovery", "discovery"), ("heldout", "held-out")):
-        prompts = queries[group]
-        for index, task in enumerate(getattr(families.split, group)):
-            vectors.append(
-                TaskVector(
-                    task=task,
-                    description=ICL_TASKS[task].description,
-                    family=family,
-                    n_pairs=families.n_pairs[task],
-                    **_accuracies(effects[group], (prompts.task_index == index) & tested[group], seed),
-                )
-            )
-    return vectors
-
-
-def _template_vectors(heldout: QueryEffects, rows: HeldOutRows, seed: int) -> list[TemplateVector]:
-    """One row per template: the held-out tasks' queries in it, pooled over the tasks."""
+    split: FamilySplit, n_pairs: dict[str, int], queries: dict[str, TaskPrompts],
+    effects: dict[str, QueryEffects], tested: Tensor, seed: int,
+) -> list[TaskVector]:  # fmt: skip
+    """Per task, the discovery ones first: its queries in the templates that test it (a discovery
+    task's: the discovery templates; a held-out task's: the held-out ones, `tested`)."""
+    tested = {"discovery": torch.ones(len(queries["discovery"].answers), dtype=torch.bool), "heldout": tested}
     return [
-        TemplateVector(
-            template=name,
-            family="held-out" if kind == TEMPLATE_KINDS[0] else "discovery",
-            n_prompts=int(members.sum()),
-            **_accuracies(heldout, members, seed),
+        TaskVector(
+            task=task, description=ICL_TASKS[task].description, family=family, n_pairs=n_pairs[task],
+            **_accuracies(effects[group], (queries[group].task_index == index) & tested[group], seed),
         )
-        for kind, name, members in rows.strata
-    ]
+        for group, family in (("discovery", "discovery"), ("heldout", "held-out"))
+        for index, task in enumerate(getattr(split, group))
+    ]  # fmt: skip
 
 
-def task_families(model: interp.HookedTransformer, settings: FunctionVectorSettings) -> TaskFamilies:
-    """Step 1: the tasks split, the templates split, each task's pairs halved; refused where a half has
-    too few pairs."""
-    tasks, split = settings.task_names, settings.family_split()
-    templates, template_split = settings.template_names, settings.template_split()
-    pairs = {name: single_token_pairs(model, ICL_TASKS[name]) for name in tasks}
-    halves = {name: split_pairs(task_pairs, settings.seed) for name, task_pairs in pairs.items()}
-    for name, (_, query_pairs) in halves.items():
-        if len(query_pairs) <= settings.n_shots:
-            raise ValueError(
-                f"task {name} has {len(pairs[name])} pairs with single-token answers for this tokenizer, "
-                f"too few for {settings.n_shots} shots in each half; pass a smaller n_shots"
-            )
-    n_pairs = {name: len(task_pairs) for name, task_pairs in pairs.items()}
-    return TaskFamilies(
-        tasks=tasks, split=split, templates=templates, template_split=template_split, halves=halves,
-        n_pairs=n_pairs,
-    )  # fmt: skip
-
-
-def attributed_candidates(
-    model: interp.HookedTransformer,
-    discovery: TaskPrompts,
-    means: HeadMeans,
-    n_tasks: int,
-    candidates: int | None,
-) -> tuple[Tensor, list[Head]]:
-    """Step 2a: (AIE attributed per task [task, layer, head], the `candidates` heads of the largest mean
-    over tasks) on the `n_tasks` discovery tasks' demonstrations (in the discovery templates)."""
-    cfg = model.cfg
-    attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
-    one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
-    aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
-    n_heads = cfg.n_layers * cfg.n_heads
-    ranked = aie_per_task.mean(0).flatten().argsort(descending=True)
-    ranked = ranked[: n_heads if candidates is None else candidates].tolist()
-    return aie_per_task, [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
-
-
-def exact_aie(
-    model: interp.HookedTransformer,
-    discovery: TaskPrompts,
-    means: HeadMeans,
-    candidates: Sequence[Head],
-    n_tasks: int,
-    progress: Progress | None,
-) -> Tensor:
-    """Step 2b: each candidate's exact AIE on the `n_tasks` discovery tasks' demonstrations (in the
-    discovery templates), mean over tasks [candidate]."""
-    one_hot = torch.nn.functional.one_hot(discovery.task_index, n_tasks).float()  # [batch, task]
-    exact = head_indirect_effects(model, discovery, means, [[head] for head in candidates], progress)
-    return ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
-
-
-def choose_fv_heads(
-    aie_per_task: Tensor, candidates: list[Head], candidates_aie: Tensor, top: int
-) -> HeadChoice:
-    """Step 2c: the FV heads, the `top` candidates by exact AIE."""
-    fv_heads = [candidates[i] for i in candidates_aie.argsort(descending=True).tolist()[:top]]
-    return HeadChoice(
-        aie_per_task=aie_per_task, candidates=candidates, candidates_aie=candidates_aie, fv_heads=fv_heads
-    )
-
-
-def layer_accuracies(
-    model: interp.HookedTransformer, queries: TaskPrompts, means: HeadMeans, fv_heads: Sequence[Head]
-) -> Tensor:
-    """Step 3: zero-shot accuracy of the discovery tasks' queries in the discovery templates with the
-    function vector added at each layer [layer]; the FV's layer is the most accurate."""
-    vectors = function_vector(means, fv_heads)  # [group, d_model]
-    runs = [(layer, vectors) for layer in range(model.cfg.n_layers)]
-    return zero_shot_accuracy(model, queries, runs).mean(1)
-
-
-def head_classes(
-    model: interp.HookedTransformer,
-    fv_heads: list[Head],
-    induction_heads: Sequence[Head],
-    settings: FunctionVectorSettings,
-) -> list[HeadClass]:
-    """The FV heads, then the induction heads (if any), each with its random same-layer sets."""
-    names = {"FV heads": fv_heads} | ({"induction heads": list(induction_heads)} if induction_heads else {})
-    return [head_class(model, name, heads, settings.n_random, settings.seed) for name, heads in names.items()]
-
-
-def query_effects(
-    model: interp.HookedTransformer,
-    queries: dict[str, TaskPrompts],
-    means: dict[str, HeadMeans],
-    classes: Sequence[HeadClass],
-    layer: int,
-) -> dict[str, QueryEffects]:
-    """Step 4a: every effect on the discovery tasks' queries in the discovery templates and, apart, on
-    the held-out tasks' in every template ("discovery", "heldout" -> `QueryEffects`), the function
-    vector added at `layer`."""
-    return {group: _query_effects(model, queries[group], means[group], classes, layer) for group in queries}
-
-
-def effect_tests(
-    classes: Sequence[HeadClass], effects: dict[str, QueryEffects], rows: HeldOutRows, seed: int
-) -> tuple[Comparison, Comparison]:
-    """Step 4b: the FV heads' AIE and the function vector's zero-shot gain, each against random
-    same-layer heads: on the held-out tasks in the held-out templates (`rows`), beside discovery and
-    per template."""
-    chosen, tested = effects["discovery"], effects["heldout"]
-    aie_test = _compare("FV heads: AIE", "p(answer)", classes[0], chosen.patched, tested.patched, seed, rows)
-    vector_test = _compare(
-        "Function vector: zero-shot accuracy gained", "accuracy", classes[0],
-        chosen.zero_shot[1:] - chosen.zero_shot[0], tested.zero_shot[1:] - tested.zero_shot[0], seed, rows,
-    )  # fmt: skip
-    return aie_test, vector_test
-
-
-def icl_scores(
+def _brown_icl_scores(
     model: interp.HookedTransformer, classes: Sequence[HeadClass], settings: FunctionVectorSettings
 ) -> tuple[Tensor, Tensor]:
-    """Step 5a: the ICL score of each Brown corpus document that no choice saw, clean [document] and
-    with each class and random set ablated [set, document]."""
+    """Step 5: the ICL score of Brown corpus texts no choice saw, clean [document] and with each class
+    and random set ablated [set, document]."""
     sequences = default_sequences(model, settings.n_documents, settings.seed)
     head_sets = [heads for found in classes for heads in found.sets]
     _, clean, ablated = ablated_icl_scores(
         model, sequences.tokens, sequences.windows, head_sets, seed=settings.seed
     )
     return clean, ablated
-
-
-def ablation_tests(
-    classes: Sequence[HeadClass],
-    effects: dict[str, QueryEffects],
-    rows: HeldOutRows,
-    scores: tuple[Tensor, Tensor],
-    seed: int,
-) -> list[Comparison]:
-    """Step 5b: each class ablated against its random sets: few-shot accuracy (the discovery and
-    held-out queries' drops, `effects`; the held-out tasks in the held-out templates test, `rows`) and
-    the ICL score (`icl_scores`)."""
-    chosen, tested = effects["discovery"], effects["heldout"]
-    clean_icl, ablated_icl = scores
-    ablations, at = [], 0
-    for i, found in enumerate(classes):
-        context_drop = ablated_icl[at : at + len(found.sets)] - clean_icl  # -score: the context's benefit
-        at += len(found.sets)
-        ablations += [
-            _compare(f"{found.name} ablated: few-shot accuracy", "accuracy", found,
-                     chosen.ablation_drops[i], tested.ablation_drops[i], seed, rows),
-            _compare(f"{found.name} ablated: ICL score", "nats", found, None, context_drop, seed),
-        ]  # fmt: skip
-    return ablations
 
 
 def function_vector_report(
@@ -544,14 +342,13 @@ def function_vector_report(
     progress: Progress | None = None,
     stages: StageResults | None = None,
 ) -> FunctionVectorResult:
-    """Function-vector heads of `model` beside its induction heads, on the tasks and with the sizes of
-    `settings` (the steps: the module docstring). induction_heads: default
-    `confirmed_induction_heads(model)` (cached); () skips that class. stages: each stage's result
-    (`function_vector_stages`) kept as it finishes; the stages already in it (a resumed run's, made
-    with the same settings) are not run again."""
+    """Function-vector heads of `model` beside its induction heads (the steps: the module docstring).
+    induction_heads: default `confirmed_induction_heads(model)` (cached); () skips that class.
+    stages: each stage's result kept as it finishes; those already in it are not run again."""
     began, seed = time.perf_counter(), settings.seed
     stages = StageResults() if stages is None else stages
-    families = task_families(model, settings)  # 1. families
+    split, template_split = settings.family_split(), settings.template_split()  # 1. families
+    halves, n_pairs = _halved_pairs(model, settings)
     induction_heads, found_by = induction_heads_or_confirmed(model, induction_heads, stages, progress)
     timings = {"induction heads": time.perf_counter() - began}
 
@@ -568,56 +365,72 @@ def function_vector_report(
 
         return stages.run(stage, begun, progress)
 
-    demonstrations, queries = families.prompts(model, 0, settings), families.prompts(model, 1, settings)
-    means = {group: mean_head_outputs(model, prompts) for group, prompts in demonstrations.items()}
-    discovery, n_discovery = demonstrations["discovery"], len(families.split.discovery)
+    def prompts(half: int) -> dict[str, TaskPrompts]:
+        """Prompts of `half` of the pairs: the discovery tasks' in the discovery templates, the held-out
+        tasks' in every template."""
+        templates = {"discovery": template_split.discovery, "heldout": tuple(settings.template_names)}
+        return {
+            group: task_prompts(model, {name: halves[name][half] for name in getattr(split, group)},
+                                settings.n_prompts, settings.n_shots, seed + half, templates[group])
+            for group in ("discovery", "heldout")
+        }  # fmt: skip
 
-    def head_effects(heads_progress: Progress | None) -> tuple[Tensor, list[Head], Tensor]:
-        """Steps 2a and 2b: AIE attributed per task, the candidates, their exact AIE."""
-        aie_per_task, candidates = attributed_candidates(
-            model, discovery, means["discovery"], n_discovery, settings.candidates
-        )
-        exact = exact_aie(model, discovery, means["discovery"], candidates, n_discovery, heads_progress)
-        return aie_per_task, candidates, exact
-
-    chosen_heads = choose_fv_heads(*step(FV_STAGES[0], head_effects), settings.top)  # 2. heads
+    demonstrations, queries = prompts(0), prompts(1)
+    means = {
+        group: mean_head_outputs(model, group_prompts) for group, group_prompts in demonstrations.items()
+    }
+    aie_per_task, candidates, candidates_aie = step(  # 2. heads
+        FV_STAGES[0],
+        lambda heads_progress: _head_aies(
+            model, demonstrations["discovery"], means["discovery"], settings.candidates, heads_progress
+        ),
+    )
+    fv_heads = [candidates[i] for i in candidates_aie.argsort(descending=True).tolist()[: settings.top]]
     timed("AIE")
-    layer_accuracy = step(  # 3. layer
+    vectors = function_vector(means["discovery"], fv_heads)  # 3. layer
+    layer_accuracy = step(
         FV_STAGES[1],
-        lambda _: layer_accuracies(model, queries["discovery"], means["discovery"], chosen_heads.fv_heads),
+        lambda _: zero_shot_accuracy(
+            model, queries["discovery"], [(layer, vectors) for layer in range(model.cfg.n_layers)]
+        ).mean(1),
     )
     layer = int(layer_accuracy.argmax())
     timed("layer")
-    classes = head_classes(model, chosen_heads.fv_heads, induction_heads, settings)  # 4. effects
-    effects = step(FV_STAGES[2], lambda _: query_effects(model, queries, means, classes, layer))
+    named = {"FV heads": fv_heads} | ({"induction heads": list(induction_heads)} if induction_heads else {})
+    classes = [head_class(model, name, heads, settings.n_random, seed) for name, heads in named.items()]
+    effects = step(  # 4. effects
+        FV_STAGES[2],
+        lambda _: {
+            group: _query_effects(model, queries[group], means[group], classes, layer) for group in queries
+        },
+    )
     timed("effects")
-    rows = held_out_rows(queries["heldout"], families.template_split)
-    aie_test, vector_test = effect_tests(classes, effects, rows, seed)
-    scores = step(FV_STAGES[3], lambda _: icl_scores(model, classes, settings))  # 5. the ICL score
-    ablations = ablation_tests(classes, effects, rows, scores, seed)
-    task_vectors = _task_vectors(families, queries, effects, rows, seed)
+    rows = _template_rows(queries["heldout"], template_split)
+    icl = step(FV_STAGES[3], lambda _: _brown_icl_scores(model, classes, settings))  # 5. the ICL score
+    aie_test, vector_test, *ablations = _tests(classes, effects, rows, icl, seed)
+    task_vectors = _task_vectors(split, n_pairs, queries, effects, rows[0], seed)
     timed("ICL score")
     if progress is not None:
         progress(FV_STAGES[3], 1, 1)
     timings["total"] = time.perf_counter() - began
-    fv_labels, induction_labels = head_labels(chosen_heads.fv_heads), head_labels(induction_heads)
+    fv_labels, induction_labels = head_labels(fv_heads), head_labels(induction_heads)
     return FunctionVectorResult(
         model_name=model.cfg.model_name,
         provenance=interp.provenance(model),
         written=head_contribution_linearisation(model.cfg),
-        tasks=families.tasks,
-        split=families.split,
-        templates=families.templates,
-        template_split=families.template_split,
+        tasks=settings.task_names,
+        split=split,
+        templates=settings.template_names,
+        template_split=template_split,
         n_shots=settings.n_shots,
         n_prompts=settings.n_prompts,
         seed=seed,
-        aie_attributed=chosen_heads.aie,
-        aie_per_task=chosen_heads.aie_per_task,
-        candidates=head_labels(chosen_heads.candidates),
-        candidates_aie=chosen_heads.candidates_aie.tolist(),
+        aie_attributed=aie_per_task.mean(0),
+        aie_per_task=aie_per_task,
+        candidates=head_labels(candidates),
+        candidates_aie=candidates_aie.tolist(),
         fv_heads=fv_labels,
-        fv_heads_heldout_aie=effects["heldout"].single_heads[:, rows.tested].mean(1).tolist(),
+        fv_heads_heldout_aie=effects["heldout"].single_heads[:, rows[0]].mean(1).tolist(),
         induction_heads=induction_labels,
         induction_found_by=found_by,
         overlap=[label for label in fv_labels if label in induction_labels],
@@ -626,7 +439,15 @@ def function_vector_report(
         aie_test=aie_test,
         vector_test=vector_test,
         task_vectors=task_vectors,
-        template_vectors=_template_vectors(effects["heldout"], rows, seed),
+        template_vectors=[
+            TemplateVector(
+                template=name,
+                family="held-out" if kind == TEMPLATE_KINDS[0] else "discovery",
+                n_prompts=int(members.sum()),
+                **_accuracies(effects["heldout"], members, seed),
+            )
+            for kind, name, members in rows[1]
+        ],  # fmt: skip
         ablations=ablations,
         n_documents=settings.n_documents,
         timings=timings,

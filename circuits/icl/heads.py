@@ -1,15 +1,8 @@
-"""Each head's contribution to the ICL score: the change when the head is ablated (ablated - clean, in
-nats; positive: the model uses its context less without the head).
-
-  attribution  every head at once, a first-order estimate from one forward and one backward pass:
-               change ~= sum over positions and d_head of (ablated z - z) * d(ICL score)/dz, per document
-  exact        a head, or a set of heads, ablated: runs on interp's engine (`read_site_sets`), each
-               starting at its first ablated block from the clean residual stream and reading only
-               the final residual stream, unembedded at the windows' positions
-
-The ablated values of z (zero, the mean over every position of the documents, or another document's)
-come from `interp.interventions.ablation.Replacement` over the same documents (`ablated_z`).
-"""
+"""Each head's change of the ICL score when ablated (ablated - clean, nats; positive: the model uses its
+context less without it): attributed for every head at once (one forward and backward pass: the sum
+over positions and d_head of (ablated z - z) * d(ICL score)/dz), or exact for a set of heads (interp's
+engine, `read_site_sets`, from the clean run's residual stream at the set's first block). The ablated z
+(zero, mean over every position, another document's) come from `interp.interventions.ablation`."""
 
 from __future__ import annotations
 
@@ -31,7 +24,8 @@ ATTRIBUTION_STAGE = "Attribution: forward and backward passes"  # the stages pro
 EXACT_ABLATIONS_STAGE = "Exact ablations"  # reports: head_attributions, ablated_icl_scores
 
 
-def check_ablation(ablation: str) -> None:
+def check_icl_ablation(ablation: str) -> None:
+    """Refuse an ablation the ICL score does not take (not one of ICL_ABLATIONS)."""
     if ablation not in ICL_ABLATIONS:
         raise ValueError(f"unknown ablation {ablation!r}; choose one of {', '.join(ICL_ABLATIONS)}")
 
@@ -42,11 +36,10 @@ def ablated_z(
     ablation: str,
     seed: int,
 ) -> dict[str, Tensor]:
-    """The values that replace each hook_z of `z` (name -> the documents' z) under `ablation`,
-    broadcastable to [batch, pos, head, d_head]: "mean" one mean per head over every position of every
-    document (no position is padding: the documents share one length), "zero" 0, "resample" another
-    document's z at each position (drawn with `seed`)."""
-    check_ablation(ablation)
+    """What replaces each hook_z of `z` (name -> the documents' z) under `ablation`, broadcastable to
+    [batch, pos, head, d_head]: "mean" one mean per head over every position of every document, "zero"
+    0, "resample" another document's z at each position (drawn with `seed`)."""
+    check_icl_ablation(ablation)
     if ablation == "mean":  # every (document, position) a reference row of one position
         reference = {name: values.flatten(0, 1)[:, None] for name, values in z.items()}
     else:
@@ -64,11 +57,9 @@ def head_attributions(
     batch_size: int = 4,
     progress: Progress | None = None,
 ) -> tuple[Float[Tensor, "batch layer head"], Float[Tensor, "batch pos_minus_1"]]:
-    """(each document's attributed change of its ICL score per head, its per-token losses in nats).
-
-    One forward and one backward pass per `batch_size` documents, gradients of the ICL score taken
-    with respect to every hook_z only (not the weights); z and its gradient are kept for every
-    document (2 x batch x pos x d_model floats per layer) because the mean is over all of them."""
+    """(each document's attributed change of its ICL score per head, its per-token losses), in nats: one
+    forward and backward pass per `batch_size` documents, keeping every document's z and gradient (2 x
+    batch x pos x d_model floats per layer) for the mean ablation."""
     cfg = model.cfg
     names = model.layer_hook_names("z")
     z: dict[str, list[Tensor]] = {name: [] for name in names}
@@ -106,9 +97,7 @@ def ablated_icl_scores(
     progress: Progress | None = None,
 ) -> tuple[Float[Tensor, "batch pos_minus_1"], Float[Tensor, " batch"], Float[Tensor, "n_sets batch"]]:
     """(the clean run's per-token losses, its ICL score per document, the ICL score per document with
-    each set of heads ablated), all in nats. One clean run caches what the ablated runs start from
-    (the residual stream before each set's first block), the values they write, and the final
-    residual stream; the ablated runs go to the engine together."""
+    each set of heads ablated), in nats; one clean run caches what the ablated runs start from."""
     final = final_resid_hook(model)
     z_names = [
         interp.act_name("z", layer) for layer in sorted({layer for heads in head_sets for layer, _ in heads})

@@ -1,26 +1,23 @@
 """`icl_report`: the ICL score, every head ranked by attribution, the top heads and the induction heads
-confirmed by exact ablation on held-out documents.
+confirmed by exact ablation on held-out documents; `icl_analysis`: `interp icl` as one call.
 
-Documents are the families (`DocumentSplit`): the discovery documents rank every head; every other
-document is held out and scored, so the headline ICL score is measured on documents that chose nothing;
-the exact ablations, which cost a run per set of heads, run on the first `ablated` held-out documents.
-One clean forward pass scores a held-out document; its ablations cost about six more, so scoring
-many documents and ablating a few is how the default run affords a headline whose CI can exclude 0.
-
-The steps (`ICLSettings` holds their sizes and choices; each of 1-4 is a kept stage):
+Documents are the families (`DocumentSplit`): the discovery documents rank every head, every other one
+is held out and scored (the headline); the exact ablations (~6 forward passes a document) run on the
+first `ablated` held-out ones. The steps (1-4 kept as stages):
   0. documents        the given documents, else `default_sequences`; checked against the windows
   1. induction heads  the class to test: given, else the heads `interp heads` confirms
   2. attribution      every head's change of the ICL score, on the discovery documents
-  3. exact ablations  the `top` heads alone and the induction heads against random same-layer
-                      sets, on the first `ablated` held-out documents
-  4. scoring          every other held-out document scored clean (the headline: all held-out ones)
+  3. exact ablations  the `top` heads alone, the induction heads against random same-layer sets
+  4. scoring          every other held-out document scored clean
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,22 +29,27 @@ from circuits.icl.heads import (
     ATTRIBUTION_STAGE,
     EXACT_ABLATIONS_STAGE,
     ablated_icl_scores,
-    check_ablation,
+    check_icl_ablation,
     head_attributions,
 )
+from circuits.icl.report import loss_curve_figure
 from circuits.icl.results import ClassEffect, HeadEffect, ICLResult
-from circuits.icl.score import summarise, token_losses
-from circuits.icl.sequences import ICLSequences, Windows, default_sequences
+from circuits.icl.score import icl_score, token_losses
+from circuits.icl.sequences import ICLSequences, Windows, default_sequences, default_windows
+from circuits.icl.training import icl_over_training, plot_icl_over_training
 from circuits.stages import StageResults
 from interp.checks import check_count
-from interp.types import Head, Progress, head_label
+from interp.training import CHECKPOINTS
+from interp.types import Head, Progress, as_stage, head_label
+
+SCORING_STAGE = "Scoring held-out documents"  # every held-out document scored: the headline
+CHECKPOINTS_STAGE = "ICL and induction scores at each checkpoint"  # icl_analysis's, after icl_report's
 
 
 @dataclass(frozen=True)
 class DocumentSplit:
-    """How `icl_report` uses its documents: the first `discovery` rank every head by attribution (at most
-    half of them); all the others are held out and each is scored; the exact ablations run on the first
-    `ablated` held-out documents (None: every one)."""
+    """The first `discovery` documents (at most half) rank every head by attribution; all the others are
+    held out and scored; the exact ablations run on the first `ablated` held-out ones (None: all)."""
 
     discovery: int = 12
     ablated: int | None = 12
@@ -68,16 +70,13 @@ class DocumentSplit:
 class ICLSettings:
     """The sizes and choices of `icl_report`.
 
-    n_documents, windows: the documents when none are given (`default_sequences(model, n_documents,
-      seed, windows)`: Brown corpus texts for a model with a tokenizer, its task's sequences for a toy
-      model; windows None: `default_windows`).
-    split: how many documents rank the heads (the first) and how many held-out ones the exact
-      ablations run on; every held-out document is scored (`DocumentSplit`).
-    ablation: "mean" (over every position of the half's documents), "zero" or "resample".
-    top: heads confirmed by exact ablation: the largest positive attributed changes.
+    n_documents, windows: the documents when none are given: `default_sequences(model, n_documents,
+      seed, windows)` (windows None: `default_windows`).
+    split: the documents that rank the heads and those the exact ablations run on (`DocumentSplit`).
+    ablation: "mean" (over every position of the documents), "zero" or "resample".
+    top: heads confirmed by exact ablation, the largest positive attributed changes.
     n_random: random same-layer sets the induction heads are compared with.
-    seed: the documents, the random sets and the bootstrap.
-    batch_size: documents per forward and backward pass of the attribution.
+    seed: the documents, the random sets and the bootstrap. batch_size: documents per attribution pass.
     """
 
     n_documents: int = 60
@@ -90,7 +89,7 @@ class ICLSettings:
     batch_size: int = 4
 
     def __post_init__(self) -> None:
-        check_ablation(self.ablation)
+        check_icl_ablation(self.ablation)
         if self.windows is not None:  # what does not depend on the model's context
             self.windows.check(n_ctx=self.windows.late + self.windows.width)
         check_count(self.top, "top (heads to confirm)", 0)
@@ -118,9 +117,6 @@ def document_losses(
     return torch.cat(losses).float()
 
 
-SCORING_STAGE = "Scoring held-out documents"  # every held-out document scored: the headline
-
-
 def icl_stage_notes(stage: str, value: Any) -> list[str]:
     """A line on a finished stage of `icl_report` (its kept `value`), for a partial result."""
     if stage == INDUCTION_HEADS_STAGE:
@@ -142,8 +138,7 @@ def icl_stage_notes(stage: str, value: Any) -> list[str]:
 
 
 def icl_report_stages(find_induction_heads: bool) -> list[str]:
-    """The stages `icl_report` reports and keeps (`StageResults`), in order; the first only when it
-    finds the induction heads (`induction_heads=None`)."""
+    """The stages `icl_report` keeps, in order; the first only when it finds the induction heads."""
     first = [INDUCTION_HEADS_STAGE] if find_induction_heads else []
     return [*first, ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE, SCORING_STAGE]
 
@@ -152,7 +147,7 @@ def _class_effect(
     found: HeadClass, found_by: str, estimate: torch.Tensor, changes: torch.Tensor, seed: int
 ) -> ClassEffect:
     """A class's held-out changes against its random sets' (changes [1 + draws, document], the class
-    first), judged by `circuits.evidence.judge_class`."""
+    first), judged by `judge_class`."""
     verdict = judge_class(found, changes, seed=seed)
     layers = sorted(layer for layer, _ in found.heads)
     return ClassEffect(
@@ -171,11 +166,25 @@ def _class_effect(
     )
 
 
+def _head_effect(head: Head, change: torch.Tensor, estimate: torch.Tensor, seed: int) -> HeadEffect:
+    """A top head's exact change [document] beside its attributed one (estimate [layer, head])."""
+    layer, index = head
+    ci = mean_ci(change, seed)
+    return HeadEffect(
+        head=head_label(layer, index),
+        layer=layer,
+        index=index,
+        attributed=estimate[layer, index].item(),
+        exact=change.mean().item(),
+        exact_ci=ci,
+        verdict=ci_verdict(ci),
+    )
+
+
 def _documents(
     model: interp.HookedTransformer, settings: ICLSettings, sequences: ICLSequences | None
 ) -> ICLSequences:
-    """Step 0: the documents (`sequences`, else the settings' default ones), checked against the
-    model's context and the windows."""
+    """Step 0: `sequences`, else the settings' default ones, checked against the model and the windows."""
     if sequences is None:
         sequences = default_sequences(model, settings.n_documents, settings.seed, settings.windows)
     tokens = sequences.tokens
@@ -188,61 +197,6 @@ def _documents(
     return sequences
 
 
-def _top_heads(estimate: torch.Tensor, top: int) -> list[Head]:
-    """The `top` heads of the largest positive attributed changes (those the model uses context
-    through), from estimate [layer, head]."""
-    n_heads = estimate.shape[1]
-    ranked = [(int(i) // n_heads, int(i) % n_heads) for i in estimate.flatten().argsort(descending=True)]
-    return [head for head in ranked if estimate[head] > 0][:top]
-
-
-def _head_effects(
-    top_heads: Sequence[Head], changes: torch.Tensor, estimate: torch.Tensor, seed: int
-) -> list[HeadEffect]:
-    """Each top head's exact change [document] beside its attributed one (estimate [layer, head])."""
-    effects = []
-    for (layer, head), change in zip(top_heads, changes, strict=True):
-        ci = mean_ci(change, seed)
-        effects.append(
-            HeadEffect(
-                head=head_label(layer, head),
-                layer=layer,
-                index=head,
-                attributed=estimate[layer, head].item(),
-                exact=change.mean().item(),
-                exact_ci=ci,
-                verdict=ci_verdict(ci),
-            )
-        )
-    return effects
-
-
-def _ablated_sets(
-    model: interp.HookedTransformer, top_heads: list[Head], induction_heads: list[Head], settings: ICLSettings
-) -> tuple[HeadClass | None, list[list[Head]]]:
-    """Step 3's sets: (the induction class with its random same-layer sets (None without induction
-    heads), every set ablated: each top head alone, then the induction heads and their random sets)."""
-    if not induction_heads:
-        return None, [[head] for head in top_heads]
-    found = head_class(model, "induction", induction_heads, settings.n_random, settings.seed)
-    return found, [[head] for head in top_heads] + found.sets
-
-
-def _scores(
-    discovery_losses: torch.Tensor, heldout_losses: torch.Tensor, windows: Windows, seed: int
-) -> dict[str, Any]:
-    """The ICL scores (every, discovery and held-out document) and the loss curve with its standard
-    error, from per-token losses [document, pos - 1] (`ICLResult`'s fields)."""
-    every_loss = torch.cat([discovery_losses, heldout_losses])
-    return {
-        "score": summarise(every_loss, windows, seed),
-        "discovery": summarise(discovery_losses, windows, seed),
-        "heldout": summarise(heldout_losses, windows, seed),
-        "loss_curve": every_loss.mean(0),
-        "loss_curve_se": every_loss.std(0) / len(every_loss) ** 0.5,
-    }
-
-
 def icl_report(
     model: interp.HookedTransformer,
     settings: ICLSettings = ICLSettings(),
@@ -252,14 +206,10 @@ def icl_report(
     progress: Progress | None = None,
     stages: StageResults | None = None,
 ) -> ICLResult:
-    """The in-context learning score of `model` and the heads that carry it (`ICLSettings`).
-
-    sequences: the documents and windows (default: the settings' `default_sequences`).
-    induction_heads: the class to test (default: `confirmed_induction_heads(model)`, the heads
-      `interp heads` confirms, cached); () tests no class.
-    stages: each stage's result (`icl_report_stages`) kept as it finishes; the stages already in it
-      (a resumed run's, made with the same settings) are not run again.
-    """
+    """The in-context learning score of `model` and the heads that carry it (the steps: the module
+    docstring). sequences: the documents and windows (default: the settings' `default_sequences`).
+    induction_heads: the class to test (default: `confirmed_induction_heads(model)`, cached); () none.
+    stages: each stage's result kept as it finishes; those already in it are not run again."""
     began, timings = time.perf_counter(), {}
 
     def stage(name: str) -> None:
@@ -279,8 +229,13 @@ def icl_report(
     )
     stage("attribution")
     estimate = attributions.mean(0)  # [layer, head]
-    top_heads = _top_heads(estimate, settings.top)
-    induction, sets = _ablated_sets(model, top_heads, induction_heads, settings)
+    n_heads = estimate.shape[1]
+    ranked = [(int(i) // n_heads, int(i) % n_heads) for i in estimate.flatten().argsort(descending=True)]
+    top_heads = [head for head in ranked if estimate[head] > 0][: settings.top]
+    induction = (
+        head_class(model, "induction", induction_heads, settings.n_random, seed) if induction_heads else None
+    )
+    sets = [[head] for head in top_heads] + ([] if induction is None else induction.sets)
     ablated_losses, clean, ablated = stages.run(  # 3. exact ablations on the first held-out documents
         EXACT_ABLATIONS_STAGE,
         lambda: ablated_icl_scores(model, ablated_documents, windows, sets, ablation, seed, progress),
@@ -292,9 +247,8 @@ def icl_report(
     )
     stage("scoring")
     changes, n_top = ablated - clean, len(top_heads)  # [set, held-out document]
-    classes = (
-        [] if induction is None else [_class_effect(induction, found_by, estimate, changes[n_top:], seed)]
-    )
+    heldout_losses = torch.cat([ablated_losses, scored_losses])
+    every_loss = torch.cat([discovery_losses, heldout_losses])  # [document, pos - 1]
     timings["total"] = time.perf_counter() - began
     return ICLResult(
         model_name=model.cfg.model_name,
@@ -303,12 +257,59 @@ def icl_report(
         windows=windows,
         ablation=ablation,
         seed=seed,
+        score=icl_score(every_loss, windows, seed),
+        discovery=icl_score(discovery_losses, windows, seed),
+        heldout=icl_score(heldout_losses, windows, seed),
         discovery_names=sequences.names[:half],
         heldout_names=sequences.names[half:],
         n_ablated=n_ablated,
+        loss_curve=every_loss.mean(0),
+        loss_curve_se=every_loss.std(0) / len(every_loss) ** 0.5,
         attributions=estimate,
-        heads=_head_effects(top_heads, changes[:n_top], estimate, seed),
-        classes=classes,
+        heads=[
+            _head_effect(head, change, estimate, seed)
+            for head, change in zip(top_heads, changes[:n_top], strict=True)
+        ],
+        classes=[]
+        if induction is None
+        else [_class_effect(induction, found_by, estimate, changes[n_top:], seed)],
         timings=timings,
-        **_scores(discovery_losses, torch.cat([ablated_losses, scored_losses]), windows, seed),
     )
+
+
+def training_run(source: str | Path) -> Path | None:
+    """The training run's directory a model source names (one with checkpoints), else None."""
+    return Path(source) if (Path(source) / CHECKPOINTS).is_dir() else None
+
+
+def icl_analysis(
+    model: interp.HookedTransformer,
+    settings: ICLSettings,
+    windows: Sequence[int | None] = (None, None, None),
+    source: str | Path = "",
+    induction_heads: Sequence[Head] | None = None,
+    plot: str | None = None,
+    progress: Progress | None = None,
+    stages: StageResults | None = None,
+) -> ICLResult:
+    """`icl_report` with the settings' windows, else the (early, late, width) `windows` given, those None
+    from `default_windows(model)`; for a training run's directory `source`, `result.training` across its
+    checkpoints (stage CHECKPOINTS_STAGE). plot: that run's curve, else the loss per token, to this file."""
+    if settings.windows is None:
+        defaults = dataclasses.astuple(default_windows(model))  # (early, late, width)
+        given = [
+            default if value is None else value for value, default in zip(windows, defaults, strict=True)
+        ]
+        settings = dataclasses.replace(settings, windows=Windows(*given))
+    result = icl_report(model, settings, induction_heads=induction_heads, progress=progress, stages=stages)
+    run = training_run(source)
+    if run is not None:
+        step = as_stage(progress, CHECKPOINTS_STAGE)
+        result.training = icl_over_training(
+            run, settings.n_documents, settings.windows, settings.seed, progress=step
+        )
+    if plot is not None and run is not None:
+        plot_icl_over_training(result.training, plot)
+    elif plot is not None:
+        loss_curve_figure(result, plot)
+    return result

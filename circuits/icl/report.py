@@ -1,21 +1,10 @@
-"""An ICLResult and a FunctionVectorResult as the one report structure (`circuits.sections`: terminal,
-Markdown, a self-contained HTML page).
+"""An ICLResult and a FunctionVectorResult as `circuits.sections` reports (terminal, JSON, Markdown, HTML).
 
     write_icl_report(result, "html", "icl.html", Console())   # or "table", "json", "markdown"
     write_fv_report(result, "html", "fv.html", Console())     # interp icl --fv
 
-Every format opens with the finding: the ICL score with its CI, then whether the induction heads
-carry it beyond random heads of their layers on held-out documents, then the top heads by
-attribution confirmed (or not) by exact ablation. The HTML page adds the loss per token, the
-[layer, head] map of attributed changes, and the training run's curve when there is one.
-
-The function-vector report opens with its finding: which ablation lowers few-shot accuracy and which
-the ICL score (each class against random heads of its layers), whether the FV heads' AIE and the
-function vector hold on the held-out tasks in the held-out prompt templates (each beside its
-discovery figure and per template), and the overlap of the two classes; then what chose and what
-tested (`fv_chose_lines`: the discovery word-pair tasks in the discovery templates chose the heads
-and the vector's layer, the held-out tasks in the held-out templates tested). Its HTML page adds
-the [layer, head] map of AIEs.
+Each opens with its finding; the HTML page adds the figures: the [layer, head] map of attributed
+changes (or AIEs), the loss per token and the training run's curve.
 """
 
 from __future__ import annotations
@@ -40,7 +29,11 @@ from circuits.sections import Report, Section, Table, ci_text, layer_head_map, s
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 
 FORMATS = ("table", "json", "markdown", "html")
-HEAD_COLUMNS = ("head", "attributed", "exact (held-out)", "verdict")
+
+
+def _effect(value: float, interval: tuple[float, float]) -> str:
+    """A signed effect with its CI: "+0.123 [+0.010, +0.250]"."""
+    return f"{signed(value)} {ci_text(interval)}"
 
 
 def icl_headline(result: ICLResult) -> list[str]:
@@ -59,10 +52,9 @@ def icl_headline(result: ICLResult) -> list[str]:
         kind = "random same-layer sets" if found.random_same_layers else "random sets (from other layers too)"
         lines.append(
             f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
-            f"the ICL score of {n_ablated} held-out documents by {found.change:+.3f} "
-            f"{ci_text(found.change_ci)}; {kind} "
-            f"({draws}; {distinct} distinct); beyond random {found.difference:+.3f} "
-            f"{ci_text(found.difference_ci)}: {found.verdict}."
+            f"the ICL score of {n_ablated} held-out documents by {_effect(found.change, found.change_ci)}; "
+            f"{kind} ({draws}; {distinct} distinct); beyond random "
+            f"{_effect(found.difference, found.difference_ci)}: {found.verdict}."
         )
     if not result.classes:
         lines.append(
@@ -74,39 +66,19 @@ def icl_headline(result: ICLResult) -> list[str]:
         f"held-out documents ({', '.join(confirmed) or 'none'})."
     )
     lines.append(
-        f"Documents: {every.n_documents} from {result.source} (every one: {every.score:+.3f} "
-        f"{ci_text(every.ci)}); {result.discovery.n_documents} discovery documents rank the heads (ICL "
-        f"score {result.discovery.score:+.3f}), {tested.n_documents} held-out documents test them: each "
+        f"Documents: {every.n_documents} from {result.source} (every one: {_effect(every.score, every.ci)}); "
+        f"{result.discovery.n_documents} discovery documents rank the heads (ICL score "
+        f"{result.discovery.score:+.3f}), {tested.n_documents} held-out documents test them: each "
         f"scored, the first {n_ablated} ablated ({result.ablation} ablation of each head's z)."
     )
     return lines
-
-
-def _head_rows(result: ICLResult) -> list[list[str]]:
-    return [
-        [h.head, signed(h.attributed), f"{signed(h.exact)} {ci_text(h.exact_ci)}", h.verdict]
-        for h in result.heads
-    ]
-
-
-def _training_lines(result: ICLResult) -> list[str]:
-    curve = result.training
-    if curve is None:
-        return []
-    best = curve.induction.groupby("step")["induction"].max()
-    cells = ", ".join(
-        f"{step}: {score:+.2f} (ind {best.get(step, float('nan')):.2f})"
-        for step, score in zip(curve.steps, curve.scores, strict=True)
-    )
-    return [f"Across training (step: ICL score, highest induction score): {cells}."]
 
 
 def _png(figure) -> str:
     """A matplotlib figure as an inline <img>."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110)
-    data = base64.b64encode(buffer.getvalue()).decode()
-    return f'<img alt="" src="data:image/png;base64,{data}">'
+    return f'<img alt="" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
 
 
 def loss_curve_figure(result: ICLResult, out: str | None = None):
@@ -138,8 +110,7 @@ def loss_curve_figure(result: ICLResult, out: str | None = None):
 
 def icl_sections(result: ICLResult, figures: bool = True) -> Report:
     """The report: the finding, what chose and what tested, the classes against random heads, the top
-    heads, the loss per token and across training; figures (the loss curve, the training curve, the
-    [layer, head] map of attributed changes) unless `figures` is False (they need matplotlib)."""
+    heads, the loss per token and across training; `figures` (they need matplotlib) for HTML."""
     lines = icl_headline(result)
     every_head = layer_head_map(
         result.attributions,
@@ -150,18 +121,15 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
     )
     classes = Table(
         columns=["class", "heads", "change", "random sets of their layers", "beyond random", "verdict"],
-        rows=[
-            [
-                c.name,
-                ", ".join(c.heads),
-                f"{c.change:+.3f} {ci_text(c.change_ci)}",
-                ", ".join(f"{x:+.3f}" for x in c.random_changes),
-                f"{c.difference:+.3f} {ci_text(c.difference_ci)}",
-                c.verdict,
-            ]
-            for c in result.classes
-        ],  # fmt: skip
+        rows=[[c.name, ", ".join(c.heads), _effect(c.change, c.change_ci),
+               ", ".join(f"{x:+.3f}" for x in c.random_changes), _effect(c.difference, c.difference_ci),
+               c.verdict] for c in result.classes],
         right=["change", "beyond random"],
+    )  # fmt: skip
+    heads = Table(
+        columns=["head", "attributed", "exact (held-out)", "verdict"],
+        rows=[[h.head, signed(h.attributed), _effect(h.exact, h.exact_ci), h.verdict] for h in result.heads],
+        right=["attributed", "exact (held-out)"],
     )
     bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in result.loss_bins())
     sections = [
@@ -177,7 +145,7 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
         Section(title="Classes against random heads (held-out documents)", table=classes),
         Section(
             title="Top heads by attribution, confirmed by exact ablation",
-            table=Table(columns=list(HEAD_COLUMNS), rows=_head_rows(result), right=list(HEAD_COLUMNS[1:3])),
+            table=heads,
             notes=[LEGEND],
             figures=[every_head] if figures else [],
         ),
@@ -187,12 +155,18 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
             figures=[_png(loss_curve_figure(result))] if figures else [],
         ),
     ]
-    if result.training is not None:
+    curve = result.training
+    if curve is not None:
+        best = curve.induction.groupby("step")["induction"].max()
+        cells = ", ".join(
+            f"{step}: {score:+.2f} (ind {best.get(step, float('nan')):.2f})"
+            for step, score in zip(curve.steps, curve.scores, strict=True)
+        )
         sections.append(
             Section(
                 title="Across training",
-                lines=_training_lines(result),
-                figures=[_png(plot_icl_over_training(result.training))] if figures else [],
+                lines=[f"Across training (step: ICL score, highest induction score): {cells}."],
+                figures=[_png(plot_icl_over_training(curve))] if figures else [],
             )
         )
     return Report(title=f"In-context learning of {result.model_name}", headline=lines[:-1], sections=sections)
@@ -204,29 +178,6 @@ def write_icl_report(result: ICLResult, format: str, out: str | None, console: C
     write_sections(report, format, out, console, result, width=140)
 
 
-TASK_COLUMNS = ("task", "family", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads")
-TEMPLATE_COLUMNS = (
-    "template",
-    "prompt",
-    "chose",
-    "prompts",
-    "few-shot",
-    "zero-shot",
-    "+ FV",
-    "+ random heads",
-    "FV beyond random",
-    "FV heads ablated beyond random",
-)
-COMPARISON_COLUMNS = (
-    "test",
-    "unit",
-    "held-out",
-    "beyond random (held-out)",
-    "verdict",
-    "discovery beyond random",
-)
-
-
 def _share(value: float, interval: tuple[float, float] | None = None) -> str:
     text = f"{value:.2f}"
     return text if interval is None else f"{text} {ci_text(interval, 2, sign=False)}"
@@ -235,30 +186,24 @@ def _share(value: float, interval: tuple[float, float] | None = None) -> str:
 def _beyond(found: Comparison, family: str) -> str:
     """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
     measured = getattr(found, family)
-    return "n/a" if measured is None else f"{measured.beyond:+.3f} {ci_text(measured.beyond_ci)}"
+    return "n/a" if measured is None else _effect(measured.beyond, measured.beyond_ci)
 
 
-def _per_template(found: Comparison) -> str:
-    """The effect beyond random on the held-out tasks in each template, the held-out ones first, and
-    where its CI does not lie above 0."""
-    ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])
-    return "; ".join(
-        f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) {s.beyond:+.3f} "
-        f"{ci_text(s.beyond_ci)}" + ("" if s.holds else ", does not hold")
-        for s in ordered
-    )
-
-
-def comparison_line(found: Comparison) -> str:
+def _comparison_line(found: Comparison) -> str:
     tested = found.heldout
     draws = ", ".join(f"{value:+.3f}" for value in found.random_values)
     where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
-    templates = f" Per template, held-out tasks: {_per_template(found)}." if found.strata else ""
+    ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])  # the held-out ones first
+    per_template = "; ".join(
+        f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) "
+        f"{_effect(s.beyond, s.beyond_ci)}" + ("" if s.holds else ", does not hold")
+        for s in ordered
+    )
     return (
         f"{found.name}: {tested.drop:+.3f} {found.unit} {ci_text(tested.drop_ci)} {where}; "
         f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
         f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
-        + templates
+        + (f" Per template, held-out tasks: {per_template}." if found.strata else "")
     )
 
 
@@ -275,9 +220,8 @@ def _templates(names) -> str:
 
 
 def fv_chose_lines(result: FunctionVectorResult) -> list[str]:
-    """What chose and what tested: the discovery word-pair tasks in the discovery templates (the FV
-    heads and the vector's layer), the held-out tasks in the held-out templates (every effect), where
-    the induction heads come from, the prompts, the model."""
+    """What chose (the discovery tasks in the discovery templates) and what tested (the held-out tasks in
+    the held-out templates), the induction heads' source, the prompts, the model."""
     split, templates = result.split, result.template_split
     return [
         f"chosen on the discovery word-pair tasks ({', '.join(split.discovery)}) in the discovery templates "
@@ -297,17 +241,6 @@ def fv_chose_lines(result: FunctionVectorResult) -> list[str]:
     ]
 
 
-def _where_added(result: FunctionVectorResult) -> str:
-    """The vector's layer, and whether any layer let it raise the discovery tasks' zero-shot accuracy."""
-    best = max(result.layer_accuracy, default=0.0)
-    if best <= 0:
-        return (
-            f"Added at layer {result.fv_layer}, the first of a tie: at no layer does the vector raise the "
-            "discovery tasks' zero-shot accuracy above 0."
-        )
-    return f"Added at layer {result.fv_layer} (discovery tasks' zero-shot accuracy {best:.2f} there)."
-
-
 def fv_headline(result: FunctionVectorResult) -> list[str]:
     """The finding, in order: the ablations, the held-out tests, the overlap."""
     lines = []
@@ -319,82 +252,33 @@ def fv_headline(result: FunctionVectorResult) -> list[str]:
             continue
         lines.append(
             f"Ablating the {len(accuracy.heads)} {name} lowers few-shot accuracy on held-out tasks in "
-            "held-out templates by "
-            f"{accuracy.heldout.drop:+.3f} (beyond random {_beyond(accuracy, 'heldout')}: "
-            f"{accuracy.verdict}; "
-            f"{accuracy.note}) and the context's benefit (the ICL score, ablated - clean) by "
-            f"{score.heldout.drop:+.3f} nats (beyond random {_beyond(score, 'heldout')}: {score.verdict})."
+            f"held-out templates by {accuracy.heldout.drop:+.3f} (beyond random "
+            f"{_beyond(accuracy, 'heldout')}: {accuracy.verdict}; {accuracy.note}) and the context's benefit "
+            f"(the ICL score, ablated - clean) by {score.heldout.drop:+.3f} nats (beyond random "
+            f"{_beyond(score, 'heldout')}: {score.verdict})."
         )
-    lines.append(comparison_line(result.aie_test))
-    lines.append(comparison_line(result.vector_test) + f" {_where_added(result)}")
-    overlap = ", ".join(result.overlap) or "none"
-    every = result.aie_attributed.mean().item()
+    best = max(result.layer_accuracy, default=0.0)
+    where = (
+        f"Added at layer {result.fv_layer} (discovery tasks' zero-shot accuracy {best:.2f} there)."
+        if best > 0
+        else f"Added at layer {result.fv_layer}, the first of a tie: at no layer does the vector raise the "
+        "discovery tasks' zero-shot accuracy above 0."
+    )
+    lines += [_comparison_line(result.aie_test), f"{_comparison_line(result.vector_test)} {where}"]
     lines.append(
         f"FV heads (top {len(result.fv_heads)} by AIE): {', '.join(result.fv_heads)}. Induction heads "
-        f"({result.induction_found_by}): {', '.join(result.induction_heads) or 'none'}. Overlap: {overlap}. "
-        f"Mean attributed AIE: FV heads {_mean_aie(result, result.fv_heads):+.4f}, induction heads "
-        f"{_mean_aie(result, result.induction_heads):+.4f}, every head {every:+.4f}."
+        f"({result.induction_found_by}): {', '.join(result.induction_heads) or 'none'}. Overlap: "
+        f"{', '.join(result.overlap) or 'none'}. Mean attributed AIE: FV heads "
+        f"{_mean_aie(result, result.fv_heads):+.4f}, induction heads "
+        f"{_mean_aie(result, result.induction_heads):+.4f}, every head "
+        f"{result.aie_attributed.mean().item():+.4f}."
     )
     return lines
 
 
-def _task_rows(result: FunctionVectorResult) -> list[list[str]]:
-    return [
-        [
-            task.task,
-            task.family,
-            str(task.n_pairs),
-            _share(task.few_shot),
-            _share(task.zero_shot, task.zero_shot_ci),
-            _share(task.with_fv, task.with_fv_ci),
-            _share(task.with_random, task.with_random_ci),
-        ]
-        for task in result.task_vectors
-    ]
-
-
-def _template_rows(result: FunctionVectorResult) -> list[list[str]]:
-    """Per template, the held-out tasks' accuracies and the FV's and the FV heads' ablation's effects
-    beyond random there."""
-    vector = {s.name: s for s in result.vector_test.strata}
-    ablated = {s.name: s for s in result.ablations[0].strata}  # the FV heads' few-shot accuracy
-    return [
-        [row.template, ICL_TEMPLATES[row.template].pattern, "yes" if row.family == "discovery" else "no",
-         str(row.n_prompts), _share(row.few_shot), _share(row.zero_shot), _share(row.with_fv),
-         _share(row.with_random),
-         f"{vector[row.template].beyond:+.3f} {ci_text(vector[row.template].beyond_ci)}",
-         f"{ablated[row.template].beyond:+.3f} {ci_text(ablated[row.template].beyond_ci)}"]
-        for row in result.template_vectors
-    ]  # fmt: skip
-
-
-def _comparison_rows(result: FunctionVectorResult) -> list[list[str]]:
-    return [
-        [found.name, found.unit, f"{found.heldout.drop:+.3f} {ci_text(found.heldout.drop_ci)}",
-         _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery")]
-        for found in [result.aie_test, result.vector_test, *result.ablations]
-    ]  # fmt: skip
-
-
-def _fv_head_rows(result: FunctionVectorResult) -> list[list[str]]:
-    return [
-        [row["head"], f"{row['aie_attributed']:+.4f}", f"{row['aie_discovery']:+.4f}",
-         f"{row['aie_heldout']:+.4f}", row["also"]]
-        for row in result.fv_head_figures()
-    ]  # fmt: skip
-
-
-FV_HEAD_COLUMNS = ("FV head", "attributed AIE", "AIE (discovery)", "AIE (held-out)", "also")
-
-
-def _written(result: FunctionVectorResult) -> list[str]:
-    """What the function vector sums as each head's mean output, where the result records it."""
-    return [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
-
-
 def fv_sections(result: FunctionVectorResult) -> Report:
-    """The report: what chose and what tested, the finding, the tests against random heads, zero-shot
-    accuracy per task, the FV heads (with the [layer, head] map of AIEs)."""
+    """The report: what chose and what tested, the finding, the tests against random heads, per
+    template, zero-shot accuracy per task, the FV heads (with the [layer, head] map of AIEs)."""
     every_head = layer_head_map(
         result.aie_attributed,
         "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
@@ -402,22 +286,51 @@ def fv_sections(result: FunctionVectorResult) -> Report:
         signed=True,
         value_format="{:+.4f}",
     )
+    tests = Table(
+        columns=["test", "unit", "held-out", "beyond random (held-out)", "verdict",
+                 "discovery beyond random"],
+        rows=[[found.name, found.unit, _effect(found.heldout.drop, found.heldout.drop_ci),
+               _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery")]
+              for found in [result.aie_test, result.vector_test, *result.ablations]],
+        right=["held-out", "beyond random (held-out)", "discovery beyond random"],
+    )  # fmt: skip
+    vector = {s.name: s for s in result.vector_test.strata}
+    ablated = {s.name: s for s in result.ablations[0].strata}  # the FV heads' few-shot accuracy
+    template_columns = ["template", "prompt", "chose", "prompts", "few-shot", "zero-shot", "+ FV",
+                        "+ random heads", "FV beyond random", "FV heads ablated beyond random"]  # fmt: skip
+    templates = Table(
+        columns=template_columns,
+        rows=[[row.template, ICL_TEMPLATES[row.template].pattern,
+               "yes" if row.family == "discovery" else "no", str(row.n_prompts),
+               *map(_share, (row.few_shot, row.zero_shot, row.with_fv, row.with_random)),
+               *(_effect(s[row.template].beyond, s[row.template].beyond_ci) for s in (vector, ablated))]
+              for row in result.template_vectors],
+        right=template_columns[3:],
+    )  # fmt: skip
+    task_columns = ["task", "family", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads"]
+    tasks = Table(
+        columns=task_columns,
+        rows=[[task.task, task.family, str(task.n_pairs), _share(task.few_shot),
+               _share(task.zero_shot, task.zero_shot_ci), _share(task.with_fv, task.with_fv_ci),
+               _share(task.with_random, task.with_random_ci)] for task in result.task_vectors],
+        right=task_columns[2:],
+    )  # fmt: skip
+    head_columns = ["FV head", "attributed AIE", "AIE (discovery)", "AIE (held-out)", "also"]
+    fv_heads = Table(
+        columns=head_columns,
+        rows=[[row["head"], f"{row['aie_attributed']:+.4f}", f"{row['aie_discovery']:+.4f}",
+               f"{row['aie_heldout']:+.4f}", row["also"]] for row in result.fv_head_figures()],
+        right=head_columns[1:4],
+    )  # fmt: skip
+    written = (
+        [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
+    )
     sections = [
         Section(title="What chose and what tested", lines=fv_chose_lines(result)),
-        Section(
-            title="Tests against random same-layer heads",
-            table=Table(
-                columns=list(COMPARISON_COLUMNS),
-                rows=_comparison_rows(result),
-                right=["held-out", "beyond random (held-out)", "discovery beyond random"],
-            ),
-            notes=[FV_LEGEND, *_written(result)],
-        ),  # fmt: skip
+        Section(title="Tests against random same-layer heads", table=tests, notes=[FV_LEGEND, *written]),
         Section(
             title="Per template: the held-out tasks' query pairs",
-            table=Table(
-                columns=list(TEMPLATE_COLUMNS), rows=_template_rows(result), right=list(TEMPLATE_COLUMNS[3:])
-            ),
+            table=templates,
             notes=[
                 "chose: the template is a discovery template (the held-out tasks in it are held out by "
                 "task only); the others are the test. Beyond random: the vector's zero-shot gain and the FV "
@@ -427,20 +340,12 @@ def fv_sections(result: FunctionVectorResult) -> Report:
         ),
         Section(
             title="Zero-shot accuracy on each task's query pairs, in the templates that test it [95% CI]",
-            table=Table(columns=list(TASK_COLUMNS), rows=_task_rows(result), right=list(TASK_COLUMNS[2:])),
+            table=tasks,
         ),
-        Section(
-            title="FV heads",
-            table=Table(
-                columns=list(FV_HEAD_COLUMNS), rows=_fv_head_rows(result), right=list(FV_HEAD_COLUMNS[1:4])
-            ),
-            figures=[every_head],
-        ),
+        Section(title="FV heads", table=fv_heads, figures=[every_head]),
     ]
     return Report(
-        title=f"Function-vector heads of {result.model_name}",
-        headline=fv_headline(result),
-        sections=sections,
+        title=f"Function-vector heads of {result.model_name}", headline=fv_headline(result), sections=sections
     )
 
 

@@ -1,8 +1,6 @@
-"""What `icl_report` and `function_vector_report` find, as data: the ICL score, each head's contribution,
-classes against random heads, the score across a training run's checkpoints, and function-vector heads.
-
-Signs follow `circuits.evidence.EFFECT_SIGN` (positive: the heads help). A change of the ICL score is
-ablated - clean, in nats: the drop of the context's benefit (-score) when the heads are ablated."""
+"""What `icl_report` and `function_vector_report` find, as data. Signs follow
+`circuits.evidence.EFFECT_SIGN` (positive: the heads help); a change of the ICL score is ablated - clean,
+in nats: the drop of the context's benefit (-score) when the heads are ablated."""
 
 from __future__ import annotations
 
@@ -19,7 +17,6 @@ from circuits.icl.score import ICLScore
 from circuits.icl.sequences import Windows
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 
-VERDICTS = ("confirmed", "unconfirmed")
 LEGEND = (  # the ICL report's legend, in its JSON too
     "Change = ICL score with the head(s) ablated - without (nats): the drop of the context's benefit "
     "(-score), as circuits.evidence signs every effect; positive: without them the model uses its context "
@@ -54,9 +51,8 @@ TEMPLATE_KINDS = ("held-out template", "discovery template")  # `Comparison.stra
 
 @dataclass(kw_only=True)
 class HeadEffect:
-    """One head ablated alone: its attributed change of the ICL score on the discovery documents, and
-    the exact change on the held-out documents with a 95% bootstrap CI over them. "confirmed" when
-    that CI lies above 0 (without the head, the model uses its context less on unseen documents)."""
+    """One head ablated alone: its attributed change of the ICL score (discovery documents) and its exact
+    change (held-out documents, 95% bootstrap CI); "confirmed" when that CI lies above 0."""
 
     head: str  # "L20H1"
     layer: int
@@ -69,11 +65,9 @@ class HeadEffect:
 
 @dataclass(kw_only=True)
 class ClassEffect:
-    """A class of heads ablated together on the held-out documents, against random sets of as many
-    heads from the same layers (`random_sets`, none of the class's heads; from other layers where the
-    class leaves too few in its own). `difference`: the class's
-    change minus the random sets' mean change, per document, with a 95% bootstrap CI over documents;
-    "confirmed" when that CI lies above 0, else "unconfirmed"."""
+    """A class of heads ablated together on the held-out documents against random same-layer sets
+    (`circuits.evidence.ClassVerdict`'s figures): `difference`, the class's change minus the random
+    sets' mean, per document, with a 95% bootstrap CI; "confirmed" when that CI lies above 0."""
 
     name: str  # "induction"
     heads: list[str]
@@ -91,8 +85,7 @@ class ClassEffect:
 
 @dataclass(kw_only=True)
 class TrainingCurve:
-    """The ICL score (on the same sequences) and every head's induction score (`interp heads`'s
-    `induction` column, scores only) at each saved step of a training run."""
+    """The ICL score and every head's induction score at each saved step of a training run."""
 
     steps: list[int]
     scores: list[float]
@@ -102,10 +95,8 @@ class TrainingCurve:
 
 @dataclass(kw_only=True)
 class ICLResult:
-    """`icl_report`'s result. Documents are the families: the discovery documents rank every head by
-    attribution; every claim is tested on held-out documents, which the ranking never saw: the ICL
-    score on every one of them (`heldout`: the headline), each top head's exact change and each class
-    against random heads on the first `n_ablated` of them."""
+    """`icl_report`'s result: the discovery documents rank every head; the held-out ones test (`heldout`,
+    the headline; the exact ablations on the first `n_ablated`)."""
 
     model_name: str
     provenance: str
@@ -128,8 +119,7 @@ class ICLResult:
     timings: dict[str, float] = field(default_factory=dict)
 
     def headline_verdict(self) -> str:
-        """Whether the held-out ICL score establishes that the model uses its context (its CI below 0),
-        and if not, how many documents would."""
+        """Whether the held-out score's CI lies below 0, and if not, how many documents would settle it."""
         tested = self.heldout
         low, high = tested.ci
         if high < 0:
@@ -154,9 +144,7 @@ class ICLResult:
         return bins
 
     def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`): every field (the scores with
-        their documents and sizes), the headline's verdict, the mean loss per range of tokens
-        (`loss_bins`), the legend."""
+        """`--format json`: every field, the headline's verdict, `loss_bins`, the legend."""
 
         def score(found: ICLScore, **more: Any) -> dict[str, Any]:
             return {**vars(found), "n_documents": found.n_documents, **more}
@@ -185,18 +173,10 @@ class ICLResult:
 
 @dataclass(kw_only=True)
 class Comparison:
-    """A class of heads against random same-layer sets of as many heads (`random_sets`), measured on the
-    discovery families that chose the heads and, apart, on held-out families that did not: held-out
-    word-pair tasks in held-out prompt templates, or documents. Effects follow
-    `circuits.evidence.EFFECT_SIGN`: positive, the heads help (an ablation's drop = clean - ablated; a
-    patch's or a vector's gain = with - without). `heldout` and `discovery` are
-    `circuits.evidence.BeyondRandom` (discovery None where the families played no part in the choice);
-    `note` is `held_out_note`'s verdict on how the effect travels. `strata`: the effect beyond random on
-    the held-out tasks in each template (kind "held-out template", the test, or "discovery template":
-    held out by task only; holds: its CI lies above 0), none for documents. verdict: "confirmed" when
-    the held-out effect beyond random has a CI above 0 and so has each held-out template's,
-    "template-dependent" when the pooled CI is above 0 and some held-out template's but not every
-    one's is, else "unconfirmed" (`circuits.evidence.class_verdict`, the one verdict)."""
+    """A class of heads against random same-layer sets (`circuits.evidence.judge_class`) on the held-out
+    families (held-out tasks in held-out templates, or documents) beside the discovery ones (None: they
+    chose nothing); `strata`: per template on the held-out tasks (`TEMPLATE_KINDS`); verdict:
+    "confirmed", "template-dependent" (pooled CI above 0, some held-out template's not) or "unconfirmed"."""
 
     name: str  # "FV heads: AIE"
     unit: str  # "p(answer)", "accuracy", "nats"
@@ -212,11 +192,9 @@ class Comparison:
 
 @dataclass(kw_only=True)
 class TaskVector:
-    """One task's function vector tested on zero-shot prompts of its query pairs: top-1 accuracy
-    without it, with it, and with the summed mean outputs of random same-layer heads instead
-    (the mean over the random sets), each with a 95% bootstrap CI over prompts; and few-shot
-    accuracy on the same queries, for scale. `family`: "discovery" (the task chose the heads and the
-    layer; measured in the discovery templates) or "held-out" (measured in the held-out templates)."""
+    """One task's queries in the templates that test it: few-shot accuracy, and zero-shot accuracy
+    without the vector, with it and with random same-layer heads' (mean over the sets), 95% CIs over
+    prompts. `family`: "discovery" (in the discovery templates) or "held-out" (the held-out ones)."""
 
     task: str
     description: str
@@ -233,10 +211,8 @@ class TaskVector:
 
 @dataclass(kw_only=True)
 class TemplateVector:
-    """The held-out tasks' queries in one prompt template, pooled over those tasks: few-shot accuracy,
-    and zero-shot accuracy without the function vector, with it and with random same-layer heads'
-    vectors (the mean over the random sets), each with a 95% bootstrap CI over prompts. `family`:
-    "discovery" (the template chose the heads and the layer, on the discovery tasks) or "held-out"."""
+    """The held-out tasks' queries in one template, as `TaskVector`; `family`: whether the template
+    chose ("discovery") or tests ("held-out")."""
 
     template: str  # a name of interp.tasks.icl_tasks.ICL_TEMPLATES
     family: str
@@ -252,15 +228,9 @@ class TemplateVector:
 
 @dataclass(kw_only=True)
 class FunctionVectorResult:
-    """`function_vector_report`'s result. The word-pair tasks and the prompt templates are the
-    families: the discovery tasks (`split.discovery`) in the discovery templates
-    (`template_split.discovery`) rank every head by attributed AIE, then the candidates by exact AIE,
-    and choose the layer the vector is added at; every reported effect is measured on the held-out
-    tasks in the held-out templates, beside the same measure on the discovery tasks in the discovery
-    templates, and per template on the held-out tasks (`Comparison.strata`, `template_vectors`). Each
-    task's pairs are halved: few-shot prompts of the demonstration half give the heads' mean outputs
-    (and, on discovery tasks, the AIE), prompts of the query half, the same pairs in every template,
-    are tested; the ICL score is measured on Brown corpus texts."""
+    """`function_vector_report`'s result: the discovery tasks in the discovery templates choose the heads
+    and the layer; every effect is measured on the held-out tasks in the held-out templates, beside
+    discovery and per template (see `FV_LEGEND`)."""
 
     model_name: str
     provenance: str
@@ -294,9 +264,8 @@ class FunctionVectorResult:
     timings: dict[str, float] = field(default_factory=dict)
 
     def fv_head_figures(self) -> list[dict[str, Any]]:
-        """Each FV head, strongest first: its attributed AIE (every head's first-order estimate), its
-        exact AIE on the discovery tasks and alone on the held-out ones, and "induction" in `also`
-        where it is an induction head too."""
+        """Each FV head, strongest first: its attributed AIE, its exact AIE on the discovery tasks and
+        alone on the held-out ones, and "induction" in `also` where it is an induction head too."""
         exact = dict(zip(self.candidates, self.candidates_aie, strict=True))
         rows = []
         for label, heldout in zip(self.fv_heads, self.fv_heads_heldout_aie, strict=True):
@@ -309,9 +278,8 @@ class FunctionVectorResult:
         return rows
 
     def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`): every field, the FV heads with
-        their AIEs (`fv_head_figures`), the tasks and templates of each family, each template's
-        pattern, the sign of the effects and the legend."""
+        """`--format json`: every field, `fv_head_figures`, each family's tasks and templates, each
+        template's pattern, the sign of the effects, the legend."""
         renamed = ("model_name", "fv_heads", "templates", "layer_accuracy")
         return {
             "model": self.model_name,

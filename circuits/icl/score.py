@@ -1,11 +1,9 @@
-"""The in-context learning score (Olsson et al. 2022): the loss late in a document minus the loss early
-in it, in nats; negative when the model predicts later tokens better because it uses their context.
+"""The in-context learning score (Olsson et al. 2022), per document, in nats:
 
-    icl = mean loss over the late window - mean loss over the early window   (per document)
+    icl = mean loss over the late window - mean loss over the early window
 
-Losses are computed from the final residual stream, unembedded only at the positions they need
-(`token_losses`): the vocabulary's logits at every position of a long document are most of a
-forward pass's memory and a large part of its time.
+negative when the model predicts later tokens better, from their context. Losses are unembedded only
+at the positions read (`token_losses`): a long document's logits are most of a forward pass's memory.
 """
 
 from __future__ import annotations
@@ -18,8 +16,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
+from circuits.evidence import mean_ci
 from circuits.icl.sequences import Windows
-from interp.interventions.stats import bootstrap_ci
 
 LOGITS_PER_CHUNK = 2**26  # logits unembedded at once (256 MiB of float32)
 
@@ -30,11 +28,9 @@ def token_losses(
     tokens: Int[Tensor, "batch pos"],
     at: Sequence[int] | None = None,
 ) -> Float[Tensor, "batch n_at"]:
-    """The loss (nats) of each token t in `at` (default: 1 .. pos - 1): -log p(token t) from the final
-    residual stream at position t - 1, through the final norm and the unembedding there only, a
-    chunk of (document, position) rows at a time: each chunk reads the whole unembedding, so chunks
-    hold as many rows as LOGITS_PER_CHUNK logits allow (256 rows with a 262k vocabulary).
-    Differentiable in final_resid."""
+    """The loss (nats) of each token t in `at` (default: 1 .. pos - 1), -log p(token t), from the final
+    residual stream at t - 1 through the final norm and the unembedding, LOGITS_PER_CHUNK logits at a
+    time. Differentiable in final_resid."""
     at = range(1, tokens.shape[1]) if at is None else at
     before = torch.as_tensor([t - 1 for t in at], device=final_resid.device)
     targets = tokens[:, [t for t in at]].to(final_resid.device).flatten()  # [batch * n_at]
@@ -53,24 +49,16 @@ def icl_scores(
     tokens: Int[Tensor, "batch pos"],
     windows: Windows,
 ) -> Float[Tensor, " batch"]:
-    """Each document's ICL score (nats): its mean loss over the late window minus over the early one,
-    unembedding only the windows' positions."""
+    """Each document's ICL score (nats), unembedding only the windows' positions."""
     early, late = windows.tokens(windows.early), windows.tokens(windows.late)
     losses = token_losses(model, final_resid, tokens, [*early, *late])
     return losses[:, len(early) :].mean(-1) - losses[:, : len(early)].mean(-1)
 
 
-def window_scores(losses: Float[Tensor, "batch pos_minus_1"], windows: Windows) -> Float[Tensor, " batch"]:
-    """The ICL score of each document from its per-token losses ([:, t - 1] is token t's loss)."""
-    early = [t - 1 for t in windows.tokens(windows.early)]
-    late = [t - 1 for t in windows.tokens(windows.late)]
-    return losses[:, late].mean(-1) - losses[:, early].mean(-1)
-
-
 @dataclass(kw_only=True)
 class ICLScore:
-    """The ICL score of a set of documents: its mean, a 95% bootstrap CI over documents, the mean
-    losses in the two windows (nats), and each document's score."""
+    """The ICL score of documents: its mean, a 95% bootstrap CI over documents, the mean losses in the
+    two windows (nats), and each document's score."""
 
     score: float
     ci: tuple[float, float]
@@ -83,15 +71,14 @@ class ICLScore:
         return len(self.per_document)
 
 
-def summarise(losses: Float[Tensor, "batch pos_minus_1"], windows: Windows, seed: int = 0) -> ICLScore:
-    """The ICL score of documents from their per-token losses, with a bootstrap CI over documents."""
-    per_document = window_scores(losses, windows).double()
-    low, high = bootstrap_ci(per_document, seed=seed)
+def icl_score(losses: Float[Tensor, "batch pos_minus_1"], windows: Windows, seed: int = 0) -> ICLScore:
+    """The ICL score of documents from their per-token losses ([:, t - 1] is token t's)."""
     early = [t - 1 for t in windows.tokens(windows.early)]
     late = [t - 1 for t in windows.tokens(windows.late)]
+    per_document = (losses[:, late].mean(-1) - losses[:, early].mean(-1)).double()
     return ICLScore(
         score=per_document.mean().item(),
-        ci=(low.item(), high.item()),
+        ci=mean_ci(per_document, seed),
         early_loss=losses[:, early].mean().item(),
         late_loss=losses[:, late].mean().item(),
         per_document=per_document.float(),

@@ -1,20 +1,11 @@
-"""What the in-context learning score is measured on: documents and the two windows of tokens.
+"""What the ICL score is measured on: documents of one length (no padding) and two windows of tokens.
 
-The loss at token t is -log p(token t | the tokens before it), read from the logits at position
-t - 1 (positions count from the model's first input token, BOS included where the model prepends
-one). The score reads it in two windows of `width` tokens, centred on an early token and a late one.
-
-Sequences by model (`default_sequences`):
-  a model with a tokenizer   Brown corpus documents (`interp.tasks.corpus`), tokens 25-75 vs 475-525
-                             by default: Olsson et al.'s tokens 50 and 500, each averaged over 51
-                             tokens (one token's loss varies by ~5 nats between documents; width=1
-                             is their single-token definition)
-  a toy model of `interp train --task induction`   the task's repeated random sequences
-                             [BOS] r_1..r_n r_1..r_n: the first copy's tokens vs the second copy's
-  `--task markov`            the task's in-context Markov chains: the first sixteenth of the
-                             context vs the last
-
-Every document is cut to the same length (`Windows.n_tokens`), so no position is padding.
+The loss at token t is -log p(token t | the tokens before it), read at position t - 1 (BOS counted where
+the model prepends one). `default_sequences` by model:
+  a tokenizer                Brown corpus texts, tokens 25-75 vs 475-525 (Olsson et al.'s tokens 50 and
+                             500, each averaged over 51 tokens; width=1 is their single-token definition)
+  `interp train --task induction`   its repeated random sequences: the first copy vs the second
+  `--task markov`            its in-context Markov chains: the first sixteenth of the context vs the last
 """
 
 from __future__ import annotations
@@ -58,8 +49,8 @@ class Windows:
         return f"tokens {late[0]}-{late[-1]} vs {early[0]}-{early[-1]}"
 
     def check(self, n_ctx: int, n_tokens: int | None = None) -> None:
-        """Raise a ValueError saying what to pass if the windows do not fit documents of `n_tokens`
-        tokens (default: the context n_ctx), start before token 1, or overlap."""
+        """A ValueError saying what to pass where the windows overlap, start before token 1 or do not fit
+        documents of `n_tokens` tokens (default: the context n_ctx)."""
         for name, value in (("early", self.early), ("late", self.late), ("window", self.width)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, got {value!r}")
@@ -98,7 +89,7 @@ class ICLSequences:
 
 
 def default_windows(model: interp.HookedTransformer) -> Windows:
-    """The windows of the sequences `default_sequences` gives this model (see the module docstring)."""
+    """The windows of `default_sequences` for this model (the module docstring)."""
     cfg = model.cfg
     if model.tokenizer is not None:
         return Windows(*TEXT_WINDOWS)
@@ -124,8 +115,8 @@ def _no_sequences(model: interp.HookedTransformer) -> ValueError:
 def default_sequences(
     model: interp.HookedTransformer, n_documents: int, seed: int = 0, windows: Windows | None = None
 ) -> ICLSequences:
-    """`n_documents` sequences for the model (see the module docstring), drawn with `seed`, cut to
-    the windows' length (default: `default_windows`)."""
+    """`n_documents` sequences for the model (the module docstring) drawn with `seed`, cut to the
+    windows' length (default: `default_windows`)."""
     check_count(n_documents, "n_documents (half find heads, half confirm them)", 4)
     cfg = model.cfg
     windows = default_windows(model) if windows is None else windows

@@ -1,11 +1,5 @@
-"""The phase change: the ICL score and the induction scores across a training run's checkpoints.
-
-    curve = icl_over_training("runs/induction")      # every checkpoints/step_* of `interp train`
-    plot_icl_over_training(curve, "icl.png")         # both against the step, in one figure
-
-The ICL score is measured at every step on the same sequences (the run's task's, `default_sequences`),
-the induction scores are `interp heads`'s (`circuits.sweeps.checkpoint_head_sweep`, scores only).
-"""
+"""The phase change: the ICL score (on the same sequences) and `interp heads`'s induction scores at every
+checkpoint of a training run (`icl_over_training`), drawn against the step (`plot_icl_over_training`)."""
 
 from __future__ import annotations
 
@@ -15,7 +9,7 @@ import torch
 
 import interp
 from circuits.icl.results import TrainingCurve
-from circuits.icl.score import summarise, token_losses
+from circuits.icl.score import icl_score, token_losses
 from circuits.icl.sequences import Windows, default_sequences
 from circuits.output import save_figure
 from circuits.sweeps import checkpoint_head_sweep, training_checkpoints
@@ -31,15 +25,14 @@ def icl_over_training(
     n_samples: int = 16,
     progress: Progress | None = None,
 ) -> TrainingCurve:
-    """The ICL score (with its 95% CI over `n_documents` sequences) and every head's induction score
-    (`n_samples` probe sequences per repeat length) at each checkpoint of the training run `run`.
-    progress("Shards", checkpoints done, checkpoints): the head sweep's."""
+    """The ICL score (95% CI over `n_documents` sequences) and every head's induction score (`n_samples`
+    probe sequences per repeat length) at each checkpoint of the training run `run`."""
     steps, scores, cis = [], [], []
     for step, path in training_checkpoints(run):
         model = interp.load_model(path)
         sequences = default_sequences(model, n_documents, seed, windows)
         final = model(sequences.tokens, stop_at_layer=model.cfg.n_layers)
-        found = summarise(token_losses(model, final, sequences.tokens), sequences.windows, seed)
+        found = icl_score(token_losses(model, final, sequences.tokens), sequences.windows, seed)
         steps.append(step)
         scores.append(found.score)
         cis.append(found.ci)
@@ -51,8 +44,7 @@ def icl_over_training(
 
 def plot_icl_over_training(curve: TrainingCurve, out: str | Path | None = None, top: int = 4):
     """The ICL score (left axis, with its CI) and the induction score of the `top` heads by final score
-    (right axis) against the training step. Returns the matplotlib Figure; with `out` (.png, .svg,
-    .pdf) also writes it there."""
+    (right axis) against the training step: a matplotlib Figure, also written to `out` if given."""
     try:
         import matplotlib
 
