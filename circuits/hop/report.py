@@ -145,8 +145,7 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
             layer, head = (int(part) for part in label[1:].split("H"))
             axes.add_patch(plt.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, lw=2, ec=colours[j]))
         axes.set_title(f"hop {j + 1}: query's attention", fontsize=9, color=colours[j])
-        axes.set_xticks(range(n_heads))
-        axes.set_yticks(range(n_layers))
+        axes.set(xticks=range(n_heads), yticks=range(n_layers))
         axes.set_xlabel("head", fontsize=8)
         if j == 0:
             axes.set_ylabel("layer", fontsize=8)
@@ -157,21 +156,18 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
         axes.text(position, -0.6, str(tokens[position]), ha="center", va="center", fontsize=8,
                   fontweight="bold" if position in path else "normal")  # fmt: skip
     query = path[0]
-    for j, lookup in enumerate(result.lookups):
+    heights = [sum(look.layers) / len(look.layers) if look.layers else None for look in result.lookups]
+    for j, (lookup, height) in enumerate(zip(result.lookups, heights, strict=True)):
         path_arrow = {"arrowstyle": "->", "color": "grey", "connectionstyle": "arc3,rad=0.3"}
         axes.annotate("", xy=(path[j + 1], -0.3), xytext=(path[j], -0.3), arrowprops=path_arrow)
-        if not lookup.layers:
+        if height is None:
             continue
-        height = sum(lookup.layers) / len(lookup.layers)
         style = "-" if lookup.verdict == "confirmed" else ":"
         lookup_arrow = {"arrowstyle": "->", "color": colours[j], "linestyle": style, "lw": 1.8}
         axes.annotate("", xy=(path[j + 1], height), xytext=(query, height), arrowprops=lookup_arrow)
         axes.text((query + path[j + 1]) / 2, height + 0.12, f"hop {j + 1}: {', '.join(lookup.heads)}",
                   ha="center", fontsize=8, color=colours[j])  # fmt: skip
         axes.plot([path[j + 1]] * 2, [-0.35, height], color=colours[j], lw=0.6, alpha=0.5)
-    heights = [
-        sum(lookup.layers) / len(lookup.layers) if lookup.layers else None for lookup in result.lookups
-    ]
     for from_hop in sorted({found.from_hop for found in result.paths}):
         low, high = heights[from_hop - 1], heights[from_hop]
         carrying = [found for found in result.paths if found.from_hop == from_hop and found.carries]
@@ -179,9 +175,7 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
         style = {"arrowstyle": "->", "color": "black", "lw": 1.2, "linestyle": "-" if carrying else ":"}
         axes.annotate("", xy=(query + 0.5, high), xytext=(query + 0.5, low), arrowprops=style)
         axes.text(query + 0.6, (low + high) / 2, label, fontsize=7, va="center")
-    axes.set_xlim(first - 1, len(tokens) + 0.5)
-    axes.set_ylim(-1, n_layers)
-    axes.set_yticks(range(n_layers))
+    axes.set(xlim=(first - 1, len(tokens) + 0.5), ylim=(-1, n_layers), yticks=range(n_layers))
     axes.set_ylabel("layer of the lookup's heads", fontsize=8)
     axes.set_xlabel("position in a held-out sequence (the query is the last)", fontsize=8)
     axes.set_title(f"{result.model_name}: the lookup chain (accuracy {result.accuracy:.2f})", fontsize=9)

@@ -134,12 +134,6 @@ def accuracy(description: str, diffs: Tensor, n_candidates: Tensor | int, seed: 
 
 
 @torch.no_grad()
-def clean_logit_diffs(model: interp.HookedTransformer, prompts: RetrievalPrompts) -> Tensor:
-    """[batch] the clean run's logit diffs (logits; made only at the last position, which they read)."""
-    return prompts.logit_diff(forward_logits(model, prompts.tokens.to(model.device), -1)).float().cpu()
-
-
-@torch.no_grad()
 def attention_and_direct(
     model: interp.HookedTransformer, prompts: RetrievalPrompts
 ) -> tuple[dict[str, Tensor], Tensor]:
@@ -419,21 +413,22 @@ def accuracies(
 ) -> dict[str, RetrievalAccuracy | list[RetrievalAccuracy]]:
     """Step 4: each prompt set's clean accuracy against chance (`RetrievalResult`'s fields);
     heldout_clean: [prompt] the held-out batches' clean logit diffs, concatenated."""
-    seed, heldout_facts = settings.seed, settings.heldout_facts
+    seed, counts = settings.seed, settings.heldout_facts
     facts = torch.cat([torch.full((len(p),), p.n_facts) for p in prompts.heldout])
+
+    @torch.no_grad()
+    def clean(description: str, some: RetrievalPrompts) -> RetrievalAccuracy:  # 4 candidates each
+        logits = forward_logits(model, some.tokens.to(model.device), -1)  # at the last position only
+        return accuracy(description, some.logit_diff(logits).float().cpu(), 4, seed)
+
     return {
-        "discovery": accuracy("discovery, 4 facts", clean_logit_diffs(model, prompts.discovery), 4, seed),
-        "heldout": accuracy(
-            f"held-out, {'/'.join(map(str, heldout_facts))} facts", heldout_clean, facts, seed
-        ),
+        "discovery": clean("discovery, 4 facts", prompts.discovery),
+        "heldout": accuracy(f"held-out, {'/'.join(map(str, counts))} facts", heldout_clean, facts, seed),
         "heldout_by_facts": [
-            accuracy(f"held-out, {n} facts", heldout_clean[facts == n], n, seed) for n in heldout_facts
+            accuracy(f"held-out, {n} facts", heldout_clean[facts == n], n, seed) for n in counts
         ],
-        "question": accuracy("question form, 4 facts", clean_logit_diffs(model, prompts.question), 4, seed),
-        "two_hop": [
-            accuracy(f"two-hop, {form}, 4 people", clean_logit_diffs(model, hop_prompts), 4, seed)
-            for form, hop_prompts in prompts.two_hop.items()
-        ],
+        "question": clean("question form, 4 facts", prompts.question),
+        "two_hop": [clean(f"two-hop, {form}, 4 people", p) for form, p in prompts.two_hop.items()],
     }
 
 
