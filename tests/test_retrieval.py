@@ -16,10 +16,11 @@ from circuits.cli import app
 from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, random_same_layer_sets
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalResult, RetrievalSettings, accuracy, find_retrieval_circuit
-from circuits.retrieval.find import ablated_logit_diffs, validate_classes
+from circuits.retrieval.find import validate_classes
 from circuits.retrieval.report import retrieval_sections, write_retrieval_report
 from circuits.retrieval.results import VERDICTS
 from circuits.sections import render_html, render_markdown, result_json
+from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.tasks.ioi import single_token_names
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
 from interp.tasks.retrieval import (
@@ -112,6 +113,14 @@ def test_two_hop_is_measured_against_chance_with_a_ci(smollm2) -> None:
     assert measured.ci[0] <= measured.accuracy <= measured.ci[1]
 
 
+def ablated_diffs(model, prompts, head_sets) -> torch.Tensor:
+    """[set, prompt] the logit diffs with each set's heads mean-ablated over the corrupted prompts."""
+    mean = Ablation("mean", reference=prompts.corrupted)
+    replacement = Replacement(model, model.layer_hook_names("z"), mean)
+    with torch.no_grad():
+        return ablated_metrics(model, prompts.tokens, prompts.logit_diff, head_sets, replacement).float()
+
+
 @pytest.fixture(scope="module")
 def small_result(smollm2) -> RetrievalResult:
     """The finder on few prompts, with one head for the induction class (no head report)."""
@@ -127,7 +136,7 @@ def test_ablating_the_confirmed_retrieval_heads_hurts_accuracy_more_than_random_
     heads = sorted({(int(h[1:].split("H")[0]), int(h.split("H")[1])) for c in confirmed for h in c.heads})
     prompts = make_retrieval_prompts(smollm2, 16, 5, "heldout", seed=11)  # a fact count the finder never saw
     draws = random_same_layer_sets(smollm2, heads, 2, seed=0)
-    diffs = ablated_logit_diffs(smollm2, prompts, [[], heads, *draws])
+    diffs = ablated_diffs(smollm2, prompts, [[], heads, *draws])
     right = (diffs > 0).double().mean(1)  # accuracy per set
     assert right[1] < right[2:].mean(), right
     assert right[1] < right[0]
@@ -215,7 +224,7 @@ def test_reported_effects_are_held_out_drops_whatever_the_discovery_prompts(smol
     assert runs[0].heldout == runs[1].heldout  # the discovery prompts do not enter the reported figure
     assert runs[0].discovery != runs[1].discovery and runs[0].discovery.n_prompts == 8
     draws = random_same_layer_sets(smollm2, classes["query"], 2, seed=0)
-    diffs = torch.cat([ablated_logit_diffs(smollm2, p, [[], classes["query"], *draws]) for p in heldout], 1)
+    diffs = torch.cat([ablated_diffs(smollm2, p, [[], classes["query"], *draws]) for p in heldout], 1)
     drop, random_drop = diffs[0] - diffs[1], (diffs[0] - diffs[2:]).mean()
     assert runs[0].heldout.drop == pytest.approx(drop.mean().item(), abs=1e-5)  # clean - ablated
     assert runs[0].heldout.random_drop == pytest.approx(random_drop.item(), abs=1e-5)

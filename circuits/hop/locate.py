@@ -1,29 +1,17 @@
 """The heads that make each induction lookup of the k-hop task (Sanford, Hsu & Telgarsky 2024).
 
-Hop j's lookup lands on its target t_j (`interp.tasks.hop_targets`): the token after the last
-occurrence, before the position hop j - 1 reached, of that position's token. The answer is computed
-at the query, so each head is scored there, two ways, on the task's sequences:
-
-  attention  the query's attention to hop j's occurrence or to its target (t_j - 1 or t_j; a head
-             may find the occurrence and read the token after it from there, as a duplicate-token
-             head does), averaged over sequences
-  change     the head's output (hook_z) replaced by its mean over the sequences at each position, at
-             the query only; the change is the drop of the answer's logit minus the mean logit of the
-             other symbols (clean - ablated, in logits), per sequence
-
-The discovery half of the sequences chooses each hop's heads; the held-out half tests them against
-random heads of the same layers ablated at the query too (`circuits.evidence.judge_class`).
-Every ablated run goes through interp's engine (`run_site_sets`).
-
-What carries hop j's result to hop j + 1's heads is path-patched on the held-out half (`hop_paths`):
-hop j's heads output, at the query, their value on another sequence, along one route at a time (the
-query, key or value input of hop j + 1's heads, or the heads of the layers between the two hops),
-against random senders of the same layers.
+Hop j lands on its target t_j (`interp.tasks.hop_targets`). Each head is scored at the query by its
+attention to hop j's occurrence or target (t_j - 1 or t_j) and by the drop of the answer's logit minus
+the other symbols' mean logit (clean - ablated, logits) when its output (hook_z) is mean-ablated at the
+query. The discovery half of the sequences chooses each hop's heads; the held-out half tests them
+against random same-layer heads (`circuits.evidence.judge_class`), and path-patches what carries hop
+j's result to hop j + 1's heads (`hop_paths`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from jaxtyping import Float, Int
@@ -39,6 +27,8 @@ from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import bootstrap_ci
 from interp.tasks import HopTask, hop_targets
 from interp.types import Head, Progress, head_label
+
+HOP_STAGES = ("hop lookups", "ablations and paths")  # the stages hop_report reports, in order
 
 
 def hop_task_of(model: interp.HookedTransformer) -> HopTask:
@@ -81,28 +71,31 @@ def attention_to_hops(
     return torch.stack(per_layer, 1)
 
 
-def ablated_changes(
-    model: interp.HookedTransformer,
-    tokens: Tensor,
-    head_sets: list[list[Head]],
-    metric: AnswerMetric,
-    mean_z: list[Tensor],
+class _Half(NamedTuple):
+    """One half of the sequences with what both steps read of it."""
+
+    tokens: Int[Tensor, "batch pos"]
+    attention: Float[Tensor, "hops layer head batch"]
+    metric: AnswerMetric
+    mean_z: list[Tensor]  # per layer, hook_z's mean over the half at each position
+
+
+def _ablated_changes(
+    model: interp.HookedTransformer, half: _Half, head_sets: list[list[Head]]
 ) -> Float[Tensor, "sets batch"]:
-    """Clean minus ablated metric per sequence when each set's heads are mean-ablated at the query
-    (the metric's position) only."""
+    """Clean minus ablated metric per sequence of `half` when each set's heads are mean-ablated at the
+    query (the metric's position) only."""
+    pos = half.metric.pos
     runs = [
         [
-            Intervention(Site(f"blocks.{layer}.attn.hook_z", head=head, pos=metric.pos), mean_z[layer])
+            Intervention(Site(f"blocks.{layer}.attn.hook_z", head=head, pos=pos), half.mean_z[layer])
             for layer, head in heads
         ]
         for heads in head_sets
     ]
-    target = cached_run(model, tokens, start_names(model), logits=False)[1]
-    values = run_site_sets(model, tokens, [[], *runs], None, metric, target=target, logit_pos=metric.pos)
+    target = cached_run(model, half.tokens, start_names(model), logits=False)[1]
+    values = run_site_sets(model, half.tokens, [[], *runs], None, half.metric, target=target, logit_pos=pos)
     return values[0] - values[1:]
-
-
-HOP_STAGES = ("hop lookups", "ablations and paths")  # the stages hop_report reports, in order
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +117,15 @@ class HopSettings:
             raise ValueError(f"--min-attention must lie in (0, 1], got {self.min_attention}.")
 
 
+def _read_half(model: interp.HookedTransformer, task: HopTask, tokens: Tensor) -> _Half:
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
+    replacement = Replacement(model, names, Ablation("mean", reference=tokens))
+    mean_z = [replacement.values(name, len(tokens)) for name in names]
+    metric = answer_metric(task, tokens.cpu())
+    attention = attention_to_hops(model, tokens, task.query, lookup_positions(task, tokens.cpu()))
+    return _Half(tokens, attention, metric, mean_z)
+
+
 def hop_report(
     model: interp.HookedTransformer,
     n_sequences: int = 256,
@@ -134,48 +136,33 @@ def hop_report(
 ) -> HopResult:
     """Each hop's heads on a model trained on the hop task: chosen on half of `n_sequences` held-out
     task sequences (the eval stream of `seed`, which training never draws), tested on the other half.
-    progress: the stages HOP_STAGES (the halves' attention read; the ablations and path patching)."""
-    HopSettings(n_sequences=n_sequences, seed=seed, min_attention=min_attention, n_random=n_random)
+    progress: the stages HOP_STAGES."""
+    settings = HopSettings(n_sequences=n_sequences, seed=seed, min_attention=min_attention, n_random=n_random)
+    say = progress or (lambda *_: None)
     task = hop_task_of(model)
     cfg = model.cfg
     tokens = task.eval_batch(n_sequences, seed).tokens.to(model.device)
-    halves = {"discovery": tokens[: n_sequences // 2], "heldout": tokens[n_sequences // 2 :]}
-    names = [f"blocks.{layer}.attn.hook_z" for layer in range(cfg.n_layers)]
     every_head = [[(layer, head)] for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
-    found = {}
     with torch.no_grad():
-        for stage, (split, part) in enumerate(halves.items()):
-            if progress is not None:
-                progress(HOP_STAGES[0], stage, len(halves))
-            replacement = Replacement(model, names, Ablation("mean", reference=part))
-            mean_z = [replacement.values(name, len(part)) for name in names]
-            metric = answer_metric(task, part.cpu())
-            targets = lookup_positions(task, part.cpu())
-            attention = attention_to_hops(model, part, task.query, targets)  # [hops, layer, head, batch]
-            found[split] = (part, attention, metric, mean_z)
-        if progress is not None:
-            progress(HOP_STAGES[0], len(halves), len(halves))
-            progress(HOP_STAGES[1], 0, 1)
-        part, attention, metric, mean_z = found["discovery"]
-        alone = ablated_changes(model, part, every_head, metric, mean_z)  # [heads, batch]
-        low, _ = bootstrap_ci(alone, seed=seed)
-        discovery_attention = attention.mean(-1).flatten(1)  # [hops, heads]
+        say(HOP_STAGES[0], 0, 2)
+        discovery = _read_half(model, task, tokens[: n_sequences // 2])
+        say(HOP_STAGES[0], 1, 2)
+        heldout = _read_half(model, task, tokens[n_sequences // 2 :])
+        say(HOP_STAGES[0], 2, 2)
+        say(HOP_STAGES[1], 0, 1)
+        alone = _ablated_changes(model, discovery, every_head)
+        low, _ = bootstrap_ci(alone, seed=seed)  # [heads]
         chosen = [
             [heads[0] for heads, attends, lowers in zip(every_head, row, low, strict=True)
              if attends >= min_attention and lowers > 0]
-            for row in discovery_attention
+            for row in discovery.attention.mean(-1).flatten(1)  # [hops, heads]
         ]  # fmt: skip
-        part, attention, metric, mean_z = found["heldout"]
-        logits = model(part)[:, task.query]
-        correct = (logits.argmax(-1) == part[:, -1]).float().cpu()
+        part = heldout.tokens
+        correct = (model(part)[:, task.query].argmax(-1) == part[:, -1]).float().cpu()
         accuracy_ci = bootstrap_ci(correct, seed=seed)
-        lookups = [
-            _test_lookup(model, j, heads, part, attention[j], metric, mean_z, min_attention, n_random, seed)
-            for j, heads in enumerate(chosen)
-        ]
-        paths = hop_paths(model, part, chosen, metric, n_random, seed)
-    if progress is not None:
-        progress(HOP_STAGES[1], 1, 1)
+        lookups = [_test_lookup(model, j, heads, heldout, settings) for j, heads in enumerate(chosen)]
+        paths = hop_paths(model, part, chosen, heldout.metric, n_random, seed)
+    say(HOP_STAGES[1], 1, 1)
     path = torch.cat([torch.tensor([task.query]), lookup_positions(task, part[:1].cpu())[0]])
     return HopResult(
         model_name=cfg.model_name,
@@ -187,7 +174,7 @@ def hop_report(
         accuracy=correct.mean().item(),
         accuracy_ci=(accuracy_ci[0].item(), accuracy_ci[1].item()),
         chance=task.chance,
-        attention=attention.mean(-1),
+        attention=heldout.attention.mean(-1),
         discovery_change=alone.mean(-1).view(cfg.n_layers, cfg.n_heads),
         lookups=lookups,
         example_tokens=part[0].tolist(),
@@ -205,12 +192,11 @@ def hop_paths(
     seed: int,
 ) -> list[HopPath]:
     """For each pair of successive hops whose heads lie in successive layers (hop j's all before hop
-    j + 1's), the paths from hop j's heads to hop j + 1's: each route ("q", "k", "v" of the receivers,
-    or "via" every head of the layers between) path-patched with the senders' outputs at the query
-    (the metric's position) taken from the next sequence of `tokens` (rolled by one), against random
-    senders of the same layers. heads: each hop's heads, in order."""
-    corrupted = tokens.roll(1, 0)
-    patcher = PathPatcher(model, tokens, corrupted, logit_pos=metric.pos)
+    j + 1's; heads: each hop's, in order), each route from hop j's heads to hop j + 1's ("q", "k", "v"
+    of the receivers, or "via" every head of the layers between) path-patched with the senders' outputs
+    at the query taken from the next sequence (`tokens` rolled by one), against random same-layer
+    senders."""
+    patcher = PathPatcher(model, tokens, tokens.roll(1, 0), logit_pos=metric.pos)
     paths = []
     for j, (senders, receivers) in enumerate(zip(heads[:-1], heads[1:], strict=True)):
         if not senders or not receivers or max(senders)[0] >= min(receivers)[0]:
@@ -226,60 +212,35 @@ def hop_paths(
         for route, inputs in routes.items():
             patched = patcher(metric, inputs, found.sets, sender_pos=metric.pos)
             verdict = judge_class(found, patched.target - patched.values, seed=seed)  # clean - patched
-            paths.append(
-                HopPath(
-                    from_hop=j + 1,
-                    to_hop=j + 2,
-                    senders=verdict.heads,
-                    receivers=[head_label(*head) for head in receivers],
-                    route=route,
-                    effect=verdict.heldout.drop,
-                    effect_ci=verdict.heldout.drop_ci,
-                    random_sets=verdict.random_sets,
-                    random_effects=verdict.random_effects,
-                    difference=verdict.heldout.beyond,
-                    difference_ci=verdict.heldout.beyond_ci,
-                    carries=verdict.verdict == "confirmed",
-                )
-            )
+            paths.append(HopPath(
+                from_hop=j + 1, to_hop=j + 2, senders=verdict.heads,
+                receivers=[head_label(*head) for head in receivers], route=route,
+                effect=verdict.heldout.drop, effect_ci=verdict.heldout.drop_ci,
+                random_sets=verdict.random_sets, random_effects=verdict.random_effects,
+                difference=verdict.heldout.beyond, difference_ci=verdict.heldout.beyond_ci,
+                carries=verdict.verdict == "confirmed",
+            ))  # fmt: skip
     return paths
 
 
 def _test_lookup(
-    model: interp.HookedTransformer,
-    hop: int,
-    heads: list[Head],
-    tokens: Tensor,
-    attention: Float[Tensor, "layer head batch"],
-    metric: AnswerMetric,
-    mean_z: list[Tensor],
-    min_attention: float,
-    n_random: int,
-    seed: int,
+    model: interp.HookedTransformer, hop: int, heads: list[Head], heldout: _Half, settings: HopSettings
 ) -> HopLookup:
-    """Hop `hop` (0-based)'s heads tested on held-out sequences against random same-layer sets."""
-    labels = [head_label(layer, head) for layer, head in heads]
+    """Hop `hop` (0-based)'s heads tested on the held-out half against random same-layer sets."""
     if not heads:
         nan = float("nan")
         return HopLookup(
             hop=hop + 1, heads=[], layers=[], attention=[], change=nan, change_ci=(nan, nan), random_sets=[],
             random_changes=[], difference=nan, difference_ci=(nan, nan), verdict="not found",
         )  # fmt: skip
-    found = head_class(model, f"hop {hop + 1}", heads, n_random, seed + hop)
-    changes = ablated_changes(model, tokens, found.sets, metric, mean_z)  # [sets, batch]
-    held_attention = [attention[layer, head].mean().item() for layer, head in heads]
-    attends = sum(held_attention) / len(held_attention) >= min_attention
-    verdict = judge_class(found, changes, evidence_holds=attends, seed=seed)
+    found = head_class(model, f"hop {hop + 1}", heads, settings.n_random, settings.seed + hop)
+    changes = _ablated_changes(model, heldout, found.sets)
+    attention = [heldout.attention[hop, layer, head].mean().item() for layer, head in heads]
+    attends = sum(attention) / len(attention) >= settings.min_attention
+    verdict = judge_class(found, changes, evidence_holds=attends, seed=settings.seed)
     return HopLookup(
-        hop=hop + 1,
-        heads=labels,
-        layers=sorted({layer for layer, _ in heads}),
-        attention=held_attention,
-        change=verdict.heldout.drop,
-        change_ci=verdict.heldout.drop_ci,
-        random_sets=verdict.random_sets,
-        random_changes=verdict.random_effects,
-        difference=verdict.heldout.beyond,
-        difference_ci=verdict.heldout.beyond_ci,
-        verdict=verdict.verdict,
-    )
+        hop=hop + 1, heads=verdict.heads, layers=sorted({layer for layer, _ in heads}), attention=attention,
+        change=verdict.heldout.drop, change_ci=verdict.heldout.drop_ci, random_sets=verdict.random_sets,
+        random_changes=verdict.random_effects, difference=verdict.heldout.beyond,
+        difference_ci=verdict.heldout.beyond_ci, verdict=verdict.verdict,
+    )  # fmt: skip

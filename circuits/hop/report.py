@@ -1,13 +1,5 @@
-"""A HopResult as the one report structure (`circuits.sections`: terminal, Markdown, HTML) and the
-lookup-chain figure.
-
-    write_hop_report(result, "html", "hop.html", Console())   # or "table", "json", "markdown"
-    lookup_chain_figure(result, "hop.png")
-
-Every format opens with the finding: the held-out accuracy, then each hop's heads (their layers,
-attention to the hop's target, and the ablation change against random heads), then what carries one
-hop's result to the next hop's heads (path patching).
-"""
+"""A HopResult as the one report structure (`circuits.sections`) and the lookup-chain figure: the held-out
+accuracy, each hop's heads against random heads, then what carries one hop's result to the next."""
 
 from __future__ import annotations
 
@@ -17,107 +9,66 @@ from rich.console import Console
 
 from circuits.hop.results import HopPath, HopResult
 from circuits.output import save_figure
+from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import Report, Section, Table, ci_text, layer_head_map, signed, write_sections
 from interp.viz import heatmap_grid
 
-FORMATS = ("table", "json", "markdown", "html")
 LEGEND = (
     "Hop j lands on t_j, the token after the last occurrence, before where hop j-1 landed (hop 1: the "
     "query), of that position's token. Attention: the query's attention to t_j - 1 or t_j, held-out mean. "
     "Change: the drop of the answer's logit minus the other symbols' mean logit when the heads' outputs are "
-    "mean-ablated at the query only (logits; [95% bootstrap CI over held-out sequences]); confirmed when "
-    "it exceeds the change of random heads of the same layers (CI of the difference above 0) and the "
-    "heads' mean attention is at least the threshold on held-out sequences too. Heads are chosen on the "
-    "discovery half."
+    "mean-ablated at the query only (logits; [95% bootstrap CI over held-out sequences]); confirmed when it "
+    "exceeds the change of random heads of the same layers (CI of the difference above 0) and the heads' "
+    "mean attention is at least the threshold on held-out sequences too. Heads are chosen on the discovery "
+    "half."
 )
 COLUMNS = ("hop", "heads", "layers", "attention", "change", "beyond random", "verdict")
 PATH_LEGEND = (
-    "Path patching, held-out sequences: hop j's heads output at the query their value on another "
-    "held-out sequence (hop j lands elsewhere there), every other head frozen to the clean run, so the "
-    "change reaches hop j+1's heads only through one route: their query (q), key (k) or value (v) "
-    "input, or every head of the layers between the hops (via; from them on, everything is recomputed). "
-    "Effect: the drop of the answer's logit "
-    "minus the other symbols' mean logit (logits, [95% bootstrap CI]); the route carries hop j's result "
-    "when the effect exceeds that of random heads of the senders' layers patched the same way (CI of "
-    "the difference above 0)."
+    "Path patching, held-out sequences: hop j's heads output at the query their value on another held-out "
+    "sequence (hop j lands elsewhere there), every other head frozen to the clean run, so the change reaches "
+    "hop j+1's heads only through one route: their query (q), key (k) or value (v) input, or every head of "
+    "the layers between the hops (via; from them on, everything is recomputed). Effect: the drop of the "
+    "answer's logit minus the other symbols' mean logit (logits, [95% bootstrap CI]); the route carries hop "
+    "j's result when the effect exceeds that of random heads of the senders' layers patched the same way (CI "
+    "of the difference above 0)."
 )
 PATH_COLUMNS = (
-    "hops",
-    "senders -> receivers",
-    "route",
-    "effect",
-    "random senders",
-    "beyond random",
-    "carries",
-)
+    "hops", "senders -> receivers", "route", "effect", "random senders", "beyond random", "carries"
+)  # fmt: skip
+
+
+def _with_ci(value: float, ci: tuple[float, float]) -> str:
+    return f"{signed(value, 2)} {ci_text(ci, 2)}"
 
 
 def hop_headline(result: HopResult) -> list[str]:
-    """The finding: accuracy, then the layer of each hop's lookup."""
-    lines = [
+    """The finding: accuracy, each hop's heads, what carries each hop's result; last, the sequences."""
+    chain = [f"hop {look.hop}: {', '.join(look.heads) or 'none'} ({look.verdict})" for look in result.lookups]
+    return [
         f"{result.model_name} answers {result.hops}-hop induction with accuracy {result.accuracy:.2f} "
-        f"{ci_text(result.accuracy_ci, 2, sign=False)} on held-out sequences (chance {result.chance:.2f})."
-    ]
-    chain = [
-        f"hop {lookup.hop}: " + (", ".join(lookup.heads) if lookup.heads else "none") + f" ({lookup.verdict})"
-        for lookup in result.lookups
-    ]
-    lines.append("Lookup chain: " + "; ".join(chain) + ".")
-    lines += [path_line(result, j) for j in sorted({path.from_hop for path in result.paths})]
-    lines.append(
+        f"{ci_text(result.accuracy_ci, 2, sign=False)} on held-out sequences (chance {result.chance:.2f}).",
+        "Lookup chain: " + "; ".join(chain) + ".",
+        *(path_line(result, j) for j in sorted({path.from_hop for path in result.paths})),
         f"Sequences: {result.n_sequences} from the task's eval stream (seed {result.seed}), half to choose "
-        f"heads (attention >= {result.min_attention} and a positive ablation change), half to test them."
-    )
-    return lines
+        f"heads (attention >= {result.min_attention} and a positive ablation change), half to test them.",
+    ]
 
 
 def path_line(result: HopResult, from_hop: int) -> str:
     """What carries hop `from_hop`'s result to the next hop's heads: the routes that carry it first."""
     paths = [path for path in result.paths if path.from_hop == from_hop]
-    carrying = [path for path in paths if path.carries]
 
     def route(path: HopPath) -> str:
-        return f"{path.route} {signed(path.difference, 2)} {ci_text(path.difference_ci, 2)}"
+        return f"{path.route} {_with_ci(path.difference, path.difference_ci)}"
 
-    found = "; ".join(map(route, carrying)) or "no route beats random senders"
-    others = ", ".join(map(route, (path for path in paths if not path.carries)))
-    first = paths[0]
+    found = "; ".join(route(path) for path in paths if path.carries) or "no route beats random senders"
+    others = ", ".join(route(path) for path in paths if not path.carries)
     return (
-        f"Hop {from_hop} -> hop {from_hop + 1} (path patching {', '.join(first.senders)} -> "
-        f"{', '.join(first.receivers)}, beyond random senders): carried by {found}"
+        f"Hop {from_hop} -> hop {from_hop + 1} (path patching {', '.join(paths[0].senders)} -> "
+        f"{', '.join(paths[0].receivers)}, beyond random senders): carried by {found}"
         + (f"; not by {others}" if others else "")
         + "."
     )
-
-
-def _path_rows(result: HopResult) -> list[list[str]]:
-    return [
-        [
-            f"{path.from_hop} -> {path.to_hop}",
-            f"{', '.join(path.senders)} -> {', '.join(path.receivers)}",
-            path.route,
-            f"{signed(path.effect, 2)} {ci_text(path.effect_ci, 2)}",
-            ", ".join(f"{value:+.2f}" for value in path.random_effects),
-            f"{signed(path.difference, 2)} {ci_text(path.difference_ci, 2)}",
-            "yes" if path.carries else "no",
-        ]
-        for path in result.paths
-    ]
-
-
-def _rows(result: HopResult) -> list[list[str]]:
-    return [
-        [
-            str(lookup.hop),
-            ", ".join(lookup.heads) or "-",
-            ", ".join(map(str, lookup.layers)) or "-",
-            ", ".join(f"{value:.2f}" for value in lookup.attention) or "-",
-            f"{signed(lookup.change, 2)} {ci_text(lookup.change_ci, 2)}",
-            f"{signed(lookup.difference, 2)} {ci_text(lookup.difference_ci, 2)}",
-            lookup.verdict,
-        ]
-        for lookup in result.lookups
-    ]
 
 
 def hop_sections(result: HopResult) -> Report:
@@ -134,11 +85,23 @@ def hop_sections(result: HopResult) -> Report:
         )
         for j, lookup in enumerate(result.lookups)
     ]
+    rows = [
+        [str(look.hop), ", ".join(look.heads) or "-", ", ".join(map(str, look.layers)) or "-",
+         ", ".join(f"{value:.2f}" for value in look.attention) or "-", _with_ci(look.change, look.change_ci),
+         _with_ci(look.difference, look.difference_ci), look.verdict]
+        for look in result.lookups
+    ]  # fmt: skip
+    path_rows = [
+        [f"{p.from_hop} -> {p.to_hop}", f"{', '.join(p.senders)} -> {', '.join(p.receivers)}", p.route,
+         _with_ci(p.effect, p.effect_ci), ", ".join(f"{e:+.2f}" for e in p.random_effects),
+         _with_ci(p.difference, p.difference_ci), "yes" if p.carries else "no"]
+        for p in result.paths
+    ]  # fmt: skip
     sections = [
         Section(title="What chose and what tested", lines=[lines[-1], f"Model: {result.provenance}."]),
         Section(
             title="Each hop's heads, tested on held-out sequences",
-            table=Table(columns=list(COLUMNS), rows=_rows(result)),
+            table=Table(columns=list(COLUMNS), rows=rows),
             notes=[LEGEND],
             figures=[heatmap_grid(heatmaps)],
         ),
@@ -147,7 +110,7 @@ def hop_sections(result: HopResult) -> Report:
         sections.append(
             Section(
                 title="What carries each hop's result to the next hop's heads",
-                table=Table(columns=list(PATH_COLUMNS), rows=_path_rows(result)),
+                table=Table(columns=list(PATH_COLUMNS), rows=path_rows),
                 notes=[PATH_LEGEND],
             )
         )
@@ -160,13 +123,10 @@ def write_hop_report(result: HopResult, format: str, out: str | None, console: C
 
 
 def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
-    """The lookup chain: left, the query's held-out attention to each hop's occurrence or target for
-    every [layer, head] (chosen heads outlined); right, one held-out sequence with the path of the hops
-    (grey) and each hop's lookup drawn from the query as an arrow at the height of the layer of its
-    heads (dotted: not confirmed), and beside the query an arrow from each hop's heads to the next
-    hop's, labelled with the routes that carry the hop's result and their effect beyond random senders
-    (path patching, logits; dotted: none carries). Returns the matplotlib Figure; with `out` (.png,
-    .svg, .pdf) also writes it there."""
+    """The lookup chain: left, the query's held-out attention per hop [layer, head] (chosen heads
+    outlined); right, a held-out sequence with each hop's lookup as an arrow from the query at its heads'
+    layer (dotted: not confirmed) and the routes carrying each hop's result to the next (path patching,
+    beyond random senders, logits). Returns the matplotlib Figure; with `out` (.png, .svg, .pdf) writes it."""
     try:
         import matplotlib
 
@@ -185,8 +145,7 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
             layer, head = (int(part) for part in label[1:].split("H"))
             axes.add_patch(plt.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, lw=2, ec=colours[j]))
         axes.set_title(f"hop {j + 1}: query's attention", fontsize=9, color=colours[j])
-        axes.set_xticks(range(n_heads))
-        axes.set_yticks(range(n_layers))
+        axes.set(xticks=range(n_heads), yticks=range(n_layers))
         axes.set_xlabel("head", fontsize=8)
         if j == 0:
             axes.set_ylabel("layer", fontsize=8)
@@ -197,21 +156,18 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
         axes.text(position, -0.6, str(tokens[position]), ha="center", va="center", fontsize=8,
                   fontweight="bold" if position in path else "normal")  # fmt: skip
     query = path[0]
-    for j, lookup in enumerate(result.lookups):
+    heights = [sum(look.layers) / len(look.layers) if look.layers else None for look in result.lookups]
+    for j, (lookup, height) in enumerate(zip(result.lookups, heights, strict=True)):
         path_arrow = {"arrowstyle": "->", "color": "grey", "connectionstyle": "arc3,rad=0.3"}
         axes.annotate("", xy=(path[j + 1], -0.3), xytext=(path[j], -0.3), arrowprops=path_arrow)
-        if not lookup.layers:
+        if height is None:
             continue
-        height = sum(lookup.layers) / len(lookup.layers)
         style = "-" if lookup.verdict == "confirmed" else ":"
         lookup_arrow = {"arrowstyle": "->", "color": colours[j], "linestyle": style, "lw": 1.8}
         axes.annotate("", xy=(path[j + 1], height), xytext=(query, height), arrowprops=lookup_arrow)
         axes.text((query + path[j + 1]) / 2, height + 0.12, f"hop {j + 1}: {', '.join(lookup.heads)}",
                   ha="center", fontsize=8, color=colours[j])  # fmt: skip
         axes.plot([path[j + 1]] * 2, [-0.35, height], color=colours[j], lw=0.6, alpha=0.5)
-    heights = [
-        sum(lookup.layers) / len(lookup.layers) if lookup.layers else None for lookup in result.lookups
-    ]
     for from_hop in sorted({found.from_hop for found in result.paths}):
         low, high = heights[from_hop - 1], heights[from_hop]
         carrying = [found for found in result.paths if found.from_hop == from_hop and found.carries]
@@ -219,9 +175,7 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
         style = {"arrowstyle": "->", "color": "black", "lw": 1.2, "linestyle": "-" if carrying else ":"}
         axes.annotate("", xy=(query + 0.5, high), xytext=(query + 0.5, low), arrowprops=style)
         axes.text(query + 0.6, (low + high) / 2, label, fontsize=7, va="center")
-    axes.set_xlim(first - 1, len(tokens) + 0.5)
-    axes.set_ylim(-1, n_layers)
-    axes.set_yticks(range(n_layers))
+    axes.set(xlim=(first - 1, len(tokens) + 0.5), ylim=(-1, n_layers), yticks=range(n_layers))
     axes.set_ylabel("layer of the lookup's heads", fontsize=8)
     axes.set_xlabel("position in a held-out sequence (the query is the last)", fontsize=8)
     axes.set_title(f"{result.model_name}: the lookup chain (accuracy {result.accuracy:.2f})", fontsize=9)

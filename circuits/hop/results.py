@@ -1,6 +1,5 @@
-"""What `hop_report` finds, as data: the model's accuracy on the k-hop task and, for each hop, the heads
-that make its induction lookup, tested on held-out sequences. Effects are in logits: the drop of the
-answer's logit minus the mean logit of the other symbols when heads are mean-ablated (clean - ablated)."""
+"""What `hop_report` finds, as data. Effects are in logits: the drop of the answer's logit minus the mean
+logit of the other symbols (clean - ablated or patched; positive: the heads help)."""
 
 from __future__ import annotations
 
@@ -10,21 +9,14 @@ from typing import Any
 from jaxtyping import Float
 from torch import Tensor
 
-VERDICTS = ("confirmed", "unconfirmed", "not found")
-
 
 @dataclass(kw_only=True)
 class HopLookup:
-    """Hop j's lookup: to the token after the last earlier occurrence of the token the previous hop
-    reached (the query's own token for hop 1), t_j, seen from the query.
-
-    heads: the heads chosen on the discovery sequences: the query's attention to hop j's occurrence
-    or target (t_j - 1 or t_j) of at least `min_attention` there, and a mean ablation at the query
-    (that head's output only there) that lowers the answer's logit difference, with a 95% bootstrap
-    CI above 0. On the held-out sequences: their mean attention, the change when they are ablated
-    together at the query, and that change minus the mean change of `random_sets` (as many heads of
-    the same layers, ablated there too) with its CI; "confirmed" when that CI lies above 0 and the
-    heads' mean held-out attention is at least `min_attention` too."""
+    """Hop j's lookup (to t_j, seen from the query). heads: chosen on the discovery half (attention to
+    t_j - 1 or t_j >= `min_attention`, ablated alone a drop whose CI lies above 0). On the held-out
+    half: their attention, their `change` ablated together at the query, and `difference`: that minus
+    the mean change of `random_sets` (same layers); "confirmed" when its CI lies above 0 and their mean
+    held-out attention is at least `min_attention`."""
 
     hop: int  # 1..hops
     heads: list[str]
@@ -36,21 +28,16 @@ class HopLookup:
     random_changes: list[float]
     difference: float
     difference_ci: tuple[float, float]
-    verdict: str
+    verdict: str  # "confirmed", "unconfirmed" or "not found" (no head chosen)
 
 
 @dataclass(kw_only=True)
 class HopPath:
-    """What carries hop j's result to hop j + 1's heads, by path patching on the held-out sequences.
-
-    The senders (hop j's heads) output, at the query only, their value on another held-out sequence
-    (each sequence's hop j lands elsewhere); every other head is frozen to the clean run, so the
-    change travels only along `route`: into the receivers' (hop j + 1's heads) query, key or value
-    input ("q", "k", "v"), or into every head of the layers between the two hops ("via L1"), whose
-    outputs then reach everything after them. Effect: the drop of the answer's logit minus the other
-    symbols' mean logit (clean - patched, logits) with its 95% bootstrap CI; `difference`: that minus
-    the mean effect of `random_sets` (as many heads of the senders' layers, patched the same way);
-    `carries` when the difference's CI lies above 0."""
+    """What carries hop j's result to hop j + 1's heads (path patching, held-out half): the senders
+    output at the query their value on another sequence, every other head frozen, so the change travels
+    only along `route` (the receivers' "q", "k" or "v", or "via L<a>[-L<b>]": every head between).
+    effect: the drop with its CI; difference: minus the mean effect of `random_sets` (the senders'
+    layers); `carries` when the difference's CI lies above 0."""
 
     from_hop: int
     to_hop: int
@@ -68,8 +55,8 @@ class HopPath:
 
 @dataclass(kw_only=True)
 class HopResult:
-    """`hop_report`'s result. The task's sequences are split in two: the discovery half chooses each
-    hop's heads, the held-out half tests them (accuracy too is held out)."""
+    """`hop_report`'s result: the discovery half of the sequences chooses each hop's heads, the held-out
+    half tests them (accuracy too is held out)."""
 
     model_name: str
     provenance: str
@@ -88,11 +75,6 @@ class HopResult:
     paths: list[HopPath] = field(default_factory=list)  # hop j -> j + 1, for hops with heads in order
 
     def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`): every field, the model's name
-        as "model"."""
+        """What `--format json` holds: every field, the model's name as "model"."""
         fields = dict(vars(self))
         return {"model": fields.pop("model_name"), **fields}
-
-    def lookup_layers(self) -> list[list[int]]:
-        """For each hop, the layers of its confirmed heads (empty where none is confirmed)."""
-        return [lookup.layers if lookup.verdict == "confirmed" else [] for lookup in self.lookups]

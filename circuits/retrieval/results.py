@@ -1,6 +1,5 @@
-"""What `find_retrieval_circuit` finds, as data. Logit differences are logit(answer) minus the largest
-other in-context candidate's logit (logits); accuracy is the fraction of prompts whose answer ranks
-first among the candidates."""
+"""What `find_retrieval_circuit` finds, as data. Logit diff: logit(answer) minus the largest other
+in-context candidate's logit (logits); accuracy: the share of prompts whose answer ranks first."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ VERDICTS = ("confirmed", "facts-dependent", "template-dependent", "relation-depe
 
 @dataclass(kw_only=True)
 class RetrievalAccuracy:
-    """Accuracy on a set of prompts with a 95% bootstrap CI over prompts, and chance (the mean of
-    1 / candidates)."""
+    """Accuracy on a set of prompts with its 95% bootstrap CI, and chance (the mean of 1 / candidates)."""
 
     prompts: str
     n_prompts: int
@@ -36,11 +34,9 @@ class RetrievalAccuracy:
 
 @dataclass(kw_only=True)
 class RetrievalHead:
-    """A head discovery selected: its path-patching effect (the drop of the mean logit diff when its
-    path is patched from the corrupted run, clean - patched, logits; positive: the path helps), its
-    mean attention from END to the queried fact's name ("NAME"), its value ("VALUE") and the query's
-    name ("QUERY"), its direct logit attribution to the logit diff, and its class (None: no matching
-    attention pattern)."""
+    """A head discovery selected: its path-patching drop (clean - patched, logits), its mean attention
+    from END to the queried fact's name ("NAME"), value ("VALUE") and the query's name ("QUERY"), its
+    direct logit attribution, its class (None: no matching attention pattern)."""
 
     head: str
     layer: int
@@ -54,15 +50,10 @@ class RetrievalHead:
 
 @dataclass(kw_only=True)
 class RetrievalClass:
-    """A class mean-ablated against random sets of as many heads from the same layers (none of the
-    class's), per prompt, with the sign of `circuits.evidence.EFFECT_SIGN` (drop = clean - ablated
-    logit diff; positive: the heads help). discovery: on the discovery prompts that chose the heads;
-    heldout: on the held-out relations, names, fact counts and templates, the figure reported.
-    note: `held_out_note` (whether the effect shrinks held out). accuracy with the class and with the
-    random sets ablated (held out). verdict (`circuits.evidence.judge_class`): "confirmed" when the
-    held-out CI of `beyond` lies above 0 and `beyond` is positive in every stratum; "facts-dependent",
-    "template-dependent" or "relation-dependent" when only the pooled CI does (the first kind of
-    stratum where it is not positive in every one); else "unconfirmed"."""
+    """A class mean-ablated against random same-layer sets (drops, `EFFECT_SIGN`): discovery on the
+    prompts that chose it, heldout the figure reported; accuracy with the class and with the random
+    sets ablated (held out); verdict (`judge_class`): "confirmed", "facts-", "template-" or
+    "relation-dependent" (the first kind of stratum that does not hold), or "unconfirmed"."""
 
     name: str
     heads: list[str]
@@ -79,16 +70,12 @@ class RetrievalClass:
 
 @dataclass(kw_only=True)
 class RetrievalResult:
-    """`find_retrieval_circuit`'s result. Discovery prompts (discovery relations, names, fact count
-    and template) select and classify heads; every claim (each class against random heads, per
-    stratum; the circuit's faithfulness) is tested on held-out prompts: other relations (the family,
-    `relations`), other names, other fact counts, both templates (`templates`: split -> names)."""
+    """`find_retrieval_circuit`'s result: heads chosen on discovery prompts, every claim tested on
+    held-out relations (`relations`), names, fact counts and templates (`templates`: split -> names)."""
 
     model_name: str
     provenance: str
-    # how each head's direct logit attribution linearises the norms (interp.model.cache's
-    # direct_attribution_linearisation); "" in results saved before it was recorded
-    attribution: str = ""
+    attribution: str = ""  # direct_attribution_linearisation; "" in results saved before it was recorded
     seed: int
     settings: dict[str, float | int | str]
     relations: FamilySplit
@@ -110,11 +97,6 @@ class RetrievalResult:
     timings: dict[str, float] = field(default_factory=dict)
 
     def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`): every field, the model's name
-        as "model", and the sign of the effects."""
+        """What `--format json` holds: every field, the model's name as "model", the effects' sign."""
         fields = dict(vars(self))
         return {"model": fields.pop("model_name"), **fields, "effect_sign": EFFECT_SIGN}
-
-    def confirmed(self, verdicts: tuple[str, ...] = ("confirmed",)) -> list[str]:
-        """The names of the classes with those verdicts."""
-        return [c.name for c in self.classes if c.verdict in verdicts]
