@@ -1,59 +1,28 @@
-"""Edge circuits of tasks: IOI, induction and the user's own prompt pairs, found with `interp.edges`.
+"""Edge circuits found on discovery prompts and measured on held-out ones (`interp.edges`).
 
-    task = ioi_task(model, n_prompts=64)     # or induction_task(model), file_task(model, "pairs.csv")
-    heldout = ioi_task(model, 64, split="heldout")        # optional: else held out of `task` itself
-    # a prompt-pair file as `interp circuit` splits it, once for the edges and the head classes:
-    # task, heldout, pairs = circuit_tasks(model, "pairs.csv", heldout_families=("frame 2",))
-    result = find_edge_circuit(model, task, EdgeCircuitSettings(n_edges=200), heldout=heldout)
-    # EdgeCircuitSettings(method="eap-ig", fraction=0.05, seed=1, ...): the method, size and the rest
-    result_json(result)          # circuits.sections: the `--format json` output, the schema below
-    interp.edges.mib_json(result.scores, result.circuit, model.cfg)   # MIB's submission format
+    result = find_edge_circuit(model, ioi_task(model, 64), EdgeCircuitSettings(n_edges=200),
+                               heldout=ioi_task(model, 64, split="heldout"))  # else half its families
 
-Prompt-pair files (CSV with a header, or JSONL, one object per line) have the fields `clean`,
-`corrupted`, `correct` and `incorrect` (answers: one token each, mind the leading space; `incorrect` is
-optional with the probability metric), and optionally `family` (a template, relation or task per
-pair: the unit held out) and the rest `circuits.path.task` reads (the one read of a file). Clean and
-corrupted prompts may differ in length.
+Scores, mask, size and selection frequencies come from the discovery prompts; faithfulness, its CI and
+curve from held-out ones (`split_task`), the discovery faithfulness beside. Scores estimate
+m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune" and "ensemble"
+scores only rank, and their circuit's edges are listed by their effect of removal,
+m(circuit without the edge) - m(circuit) on the held-out prompts (`interp.edges.removal_effects`).
 
-Discovery and held-out prompts (`split_task`): the scores, the mask, the circuit's size and the edges'
-selection frequencies come from the discovery prompts; the faithfulness, its CI, the verdict and the
-curve from held-out ones, never from the prompts that chose the circuit (the discovery faithfulness
-is shown beside, with `circuits.evidence.held_out_note`). The held-out prompts are `heldout` when
-given (the CLI: IOI's held-out templates and names, fresh induction sequences, a prompt-pair file's
-held-out families from `tasks.circuit_tasks`: the head classes' own), else a seeded half of the task's
-families, each prompt its own family where it has none (`circuits.evidence.split_families`).
-
-JSON schema ("interp-edge-circuit-3"; -2 held the heads as the head path's report, text; -1 had no
-held-out prompts: its faithfulness was measured on the discovery prompts and it had no n_heldout,
-split, discovery_faithfulness, discovery_faithfulness_ci, held_out_note):
+JSON schema "interp-edge-circuit-3" (`EdgeCircuitResult.json_data`; -1 had no held-out prompts):
   model     {name, provenance, n_layers, n_heads, n_kv_heads}
-  task      {name, n_prompts, n_heldout, split, metric, clean_metric, corrupted_metric}
-            (n_prompts: discovery prompts; split: which families (or prompts) chose and which tested;
-            metric means over the held-out prompts)
+  task      {name, n_prompts (discovery), n_heldout, split, metric, clean_metric, corrupted_metric}
   method    {name, steps, ablation, ig_points, bootstrap, score_convention}
-            (bootstrap: resamples of the prompts behind `frequency`; score_convention: what a score means)
   graph     {n_nodes, n_edges}
-  circuit   {requested_edges, size_target, n_edges, nodes: [name],
-             edges: [{writer, reader, score, frequency, removal_effect, removal_measured}], faithfulness,
-             faithfulness_ci: [low, high], faithfulness_error, faithfulness_within, faithfulness_strata,
-             discovery_faithfulness, discovery_faithfulness_ci, held_out_note}
-            (faithfulness on the held-out prompts, 95 % bootstrap over prompts;
-             discovery_*: on the prompts that found the circuit, beside it; size_target: the
-             faithfulness requested_edges was searched for (on discovery prompts), null when given)
-  curve     {fractions, n_edges, faithfulness, ci_low, ci_high, cpr, cmd,
-             cpr_abs, cmd_signed, faithfulness_signed, random: {n_edges, faithfulness, cpr, cmd}} or null
-            (on the held-out prompts)
-  top_edges [{edge, score, frequency}]  the strongest edges by |score|, circuit or not
-  seconds   {scores, circuit, curve, stability}
-  heads     the head path on the same prompt pairs (`circuits.path.PathResult`'s fields: classes with
-            their drops beyond random, CIs as [low, high], strata, faithfulness), or null
-Scores estimate m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune"
-and "ensemble" scores rank edges only (`interp.edges.pruning`, `interp.edges.stability`). frequency: the
-fraction of bootstrap resamples of the prompts whose circuit of the same size holds the edge (null
-when not measured). removal_effect ("prune" and "ensemble" only, else null): m(circuit without the
-edge) - m(circuit) on the held-out prompts, in the metric's units (negative: the edge helps), measured
-(removal_measured true) for the `measured_edges` of largest first-order estimate, estimated for the
-rest (`interp.edges.removal_effects`); the circuit's edges are listed by it, largest measured first.
+  circuit   {requested_edges, size_target, n_edges, nodes, edges: [{writer, reader, score, frequency,
+             removal_effect, removal_measured}], faithfulness, faithfulness_ci, faithfulness_error,
+             faithfulness_within, faithfulness_strata, discovery_faithfulness, discovery_faithfulness_ci,
+             held_out_note}
+  curve     {fractions, n_edges, faithfulness, ci_low, ci_high, cpr, cmd, cpr_abs, cmd_signed,
+             faithfulness_signed, random: {n_edges, faithfulness, cpr, cmd}} or null (held out)
+  top_edges [{edge, score, frequency}]  the strongest edges by |score|
+  seconds   {scores, circuit, curve, stability, effects}
+  heads     a prompt-pair file's head classes (`circuits.path.PathResult`'s fields) or null
 """
 
 from __future__ import annotations
@@ -105,9 +74,9 @@ REMOVAL_CONVENTION = (
 
 @dataclass(frozen=True, kw_only=True)
 class CircuitEdge:
-    """One edge of a circuit as reports list it: its score, selection frequency (None: not measured),
-    and effect of removal from the circuit in the metric's units (None: not measured, attribution
-    scores), measured or a first-order estimate (`interp.edges.RemovalEffects`)."""
+    """One edge of a circuit as reports list it. frequency: selection frequency (None: not measured);
+    removal_effect: m(circuit without it) - m(circuit) in the metric's units (None: attribution scores),
+    measured or a first-order estimate (`removal_measured`)."""
 
     writer: str
     reader: str
@@ -119,11 +88,9 @@ class CircuitEdge:
 
 @dataclass(kw_only=True)
 class EdgeCircuitResult:
-    """What `find_edge_circuit` found. circuit: [writer, reader] bool mask of the kept edges.
-    task: the discovery prompts (scores, mask, size); heldout_task: the prompts `faithfulness`,
-    `clean_metric`, `corrupted_metric` and `curve` are measured on; split: which chose and which
-    tested, in words. A result saved before held-out prompts (heldout_task None) measured everything
-    on `task`."""
+    """What `find_edge_circuit` found. circuit: [writer, reader] bool mask of the kept edges; task: the
+    discovery prompts; heldout_task: those `faithfulness`, the metrics and `curve` are measured on (None
+    in a result saved before held-out prompts: everything on `task`); split: the split in words."""
 
     model: str
     task: EdgeTask
@@ -137,7 +104,7 @@ class EdgeCircuitResult:
     seconds: dict[str, float]
     n_kv_heads: int
     ig_points: str = "paper"  # EAP-IG's integration points (edges.IG_POINTS)
-    provenance: str = ""  # interp.provenance(model): source, quantisation, parameters, dtype
+    provenance: str = ""  # interp.provenance(model)
     target: float | None = None  # the faithfulness the size was searched for; None: the size was given
     frequency: Tensor | None = None  # [writer, reader] selection frequency over bootstrap resamples
     n_boot: int = 0  # the resamples behind `frequency` (0: not measured)
@@ -146,11 +113,9 @@ class EdgeCircuitResult:
     split: str = ""
     heads: PathResult | None = None  # the head path on the same prompt pairs (`circuits.path`), if run
     removal: edges.RemovalEffects | None = None  # rank-scored methods: each edge's effect of removal
-    # from the circuit on the held-out prompts (None: attribution scores, or a result saved before)
 
     @property
     def held_out(self) -> bool:
-        """Whether the faithfulness was measured on held-out prompts (False: a result saved before)."""
         return self.heldout_task is not None
 
     def held_out_note(self) -> str:
@@ -158,11 +123,10 @@ class EdgeCircuitResult:
         if self.discovery_faithfulness is None:
             return ""
         low, high = self.faithfulness.ci()
+        unit = "families" if self.heldout_task is not None and self.heldout_task.families else "prompts"
+        found = float(self.discovery_faithfulness.faithfulness[0])
         return held_out_note(
-            float(self.discovery_faithfulness.faithfulness[0]),
-            float(self.faithfulness.faithfulness[0]),
-            (float(low[0]), float(high[0])),
-            "families" if self.heldout_task is not None and self.heldout_task.families else "prompts",
+            found, float(self.faithfulness.faithfulness[0]), (float(low[0]), float(high[0])), unit
         )
 
     @property
@@ -175,26 +139,26 @@ class EdgeCircuitResult:
 
     def circuit_edges(self) -> list[tuple[str, str, float]]:
         """(writer, reader, strength) of the circuit's edges, strongest first: the effect of removal
-        where measured or estimated (`removal`), else the score."""
+        where there is one, else the score."""
+        rows = self.circuit_edge_rows()
         return [
             (row.writer, row.reader, row.score if row.removal_effect is None else row.removal_effect)
-            for row in self.circuit_edge_rows()
+            for row in rows
         ]
 
     def circuit_edge_rows(self) -> list[CircuitEdge]:
-        """The circuit's edges, strongest first: by |score|, or with `removal` those measured by their
+        """The circuit's edges, strongest first: by |score|, or with `removal` the measured ones by
         |effect of removal|, then the others by |estimate| (ties: the stronger score first)."""
-        rows = []
         effects = {} if self.removal is None else self.removal.effects()
-        for w, r in self.graph.edges(self.circuit):
-            effect, measured = effects.get((w, r), (None, None))
-            rows.append(
-                CircuitEdge(
-                    writer=self.graph.writers[w], reader=self.graph.readers[r],
-                    score=float(self.scores.scores[w, r]), frequency=self.edge_frequency(w, r),
-                    removal_effect=effect, removal_measured=measured,
-                )
-            )  # fmt: skip
+        rows = [
+            CircuitEdge(
+                writer=self.graph.writers[w], reader=self.graph.readers[r],
+                score=float(self.scores.scores[w, r]), frequency=self.edge_frequency(w, r),
+                removal_effect=effects.get((w, r), (None, None))[0],
+                removal_measured=effects.get((w, r), (None, None))[1],
+            )
+            for w, r in self.graph.edges(self.circuit)
+        ]  # fmt: skip
         rows.sort(key=lambda row: -abs(row.score))
         if self.removal is not None:
             rows.sort(key=lambda row: (not row.removal_measured, -abs(row.removal_effect)))
@@ -204,28 +168,30 @@ class EdgeCircuitResult:
         return None if self.frequency is None else float(self.frequency[writer, reader])
 
     def faithfulness_strata(self) -> list[StratumFaithfulness]:
-        """The circuit's faithfulness per stratum (IOI: name order) and family of the prompts it is
-        measured on (`circuits.evidence.faithfulness_by_stratum`)."""
-        task = self.heldout_task or self.task
+        """The faithfulness per stratum and family of the prompts it is measured on."""
         faith = self.faithfulness
-        return faithfulness_by_stratum(faith.values[0], faith.full, faith.empty, task.stratum_masks())
+        masks = (self.heldout_task or self.task).stratum_masks()
+        return faithfulness_by_stratum(faith.values[0], faith.full, faith.empty, masks)
 
     def score_convention(self) -> str:
-        """What an edge's score means: a signed estimate (attribution methods) or a rank (prune,
-        ensemble), and what the circuit's edges are listed by when that is their effect of removal."""
+        """What an edge's score means, and what the circuit's edges are listed by."""
         if self.scores.method in edges.METHODS:
             return SIGN_CONVENTION
         return RANK_CONVENTION + ("" if self.removal is None else REMOVAL_CONVENTION)
 
     def json_data(self, top: int = 50) -> dict:
-        """What `--format json` holds (`circuits.sections.result_json`; the module doc's schema), with
-        the `top` strongest edges by |score|."""
+        """What `--format json` holds (the module docstring's schema), with the `top` strongest edges."""
         low, high = self.faithfulness.ci()
         summary = self.faithfulness.summary()
-        graph = self.graph
-        found = self.discovery_faithfulness
-        found_ci = None if found is None else [float(bound[0]) for bound in found.ci()]
-        out = {
+        graph, found, curve = self.graph, self.discovery_faithfulness, self.curve
+        strata = [
+            {"kind": s.kind, "name": s.name, "n_prompts": s.n_prompts,
+             **({} if s.summary is None else {"faithfulness": s.summary.ratio,
+                "faithfulness_ci": list(s.summary.ratio_ci), "faithfulness_error": s.summary.error,
+                "faithfulness_within": s.summary.within})}
+            for s in self.faithfulness_strata()
+        ]  # fmt: skip
+        return {
             "schema": SCHEMA,
             "model": {"name": self.model, "provenance": self.provenance, "n_layers": graph.n_layers,
                       "n_heads": graph.n_heads, "n_kv_heads": self.n_kv_heads},
@@ -238,75 +204,49 @@ class EdgeCircuitResult:
                        "bootstrap": self.n_boot, "score_convention": self.score_convention()},
             "graph": {"n_nodes": graph.n_writers + 1, "n_edges": graph.n_edges},
             "circuit": {
-                "requested_edges": self.requested_edges,
-                "size_target": self.target,
-                "n_edges": int(self.circuit.sum()),
-                "nodes": self.nodes,
+                "requested_edges": self.requested_edges, "size_target": self.target,
+                "n_edges": int(self.circuit.sum()), "nodes": self.nodes,
                 "edges": [dataclasses.asdict(row) for row in self.circuit_edge_rows()],
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
                 "faithfulness_ci": [float(low[0]), float(high[0])],
-                "faithfulness_error": summary.error,
-                "faithfulness_within": summary.within,
-                "faithfulness_strata": [
-                    {"kind": s.kind, "name": s.name, "n_prompts": s.n_prompts,
-                     **({} if s.summary is None else {"faithfulness": s.summary.ratio,
-                        "faithfulness_ci": list(s.summary.ratio_ci), "faithfulness_error": s.summary.error,
-                        "faithfulness_within": s.summary.within})}
-                    for s in self.faithfulness_strata()
-                ],
+                "faithfulness_error": summary.error, "faithfulness_within": summary.within,
+                "faithfulness_strata": strata,
                 "discovery_faithfulness": None if found is None else float(found.faithfulness[0]),
-                "discovery_faithfulness_ci": found_ci,
+                "discovery_faithfulness_ci": None if found is None else [float(b[0]) for b in found.ci()],
                 "held_out_note": self.held_out_note(),
             },
-            "curve": None,
+            "curve": None if curve is None else {
+                "fractions": list(curve.fractions), "n_edges": curve.n_edges,
+                "faithfulness": curve.faithfulness.tolist(),
+                "ci_low": curve.result.ci()[0].tolist(), "ci_high": curve.result.ci()[1].tolist(),
+                "cpr": curve.cpr, "cmd": curve.cmd,  # MIB's: ranked by signed score, by |score|
+                "cpr_abs": curve.cpr_abs, "cmd_signed": curve.cmd_signed,
+                "faithfulness_signed": curve.signed_result.faithfulness.tolist(),
+                "random": None if curve.random is None else {
+                    "n_edges": curve.random_n_edges, "faithfulness": curve.random.faithfulness.tolist(),
+                    "cpr": curve.random_cpr, "cmd": curve.random_cmd},
+            },
             "top_edges": [{"edge": name, "score": score,
                            "frequency": self.edge_frequency(*graph.edge_index(name))}
                           for name, score in self.scores.top(top)],
             "seconds": self.seconds,
             "heads": self.heads,
         }  # fmt: skip
-        curve = self.curve
-        if curve is not None:
-            c_low, c_high = curve.result.ci()
-            out["curve"] = {
-                "fractions": list(curve.fractions),
-                "n_edges": curve.n_edges,
-                "faithfulness": curve.faithfulness.tolist(),
-                "ci_low": c_low.tolist(),
-                "ci_high": c_high.tolist(),
-                "cpr": curve.cpr,  # MIB's: circuits ranked by signed score
-                "cmd": curve.cmd,  # MIB's: circuits ranked by |score|
-                "cpr_abs": curve.cpr_abs,
-                "cmd_signed": curve.cmd_signed,
-                "faithfulness_signed": curve.signed_result.faithfulness.tolist(),
-                "random": None
-                if curve.random is None
-                else {"n_edges": curve.random_n_edges, "faithfulness": curve.random.faithfulness.tolist(),
-                      "cpr": curve.random_cpr, "cmd": curve.random_cmd},
-            }  # fmt: skip
-        return out
 
 
 @dataclass(frozen=True, kw_only=True)
 class EdgeCircuitSettings:
-    """The choices of `find_edge_circuit`.
+    """The choices of `find_edge_circuit` (each checked as its `interp circuit` option).
 
-    method: one of `edges.METHODS` (attribution), "prune" (a learned mask, `edges.prune_edges`:
-    `prune_steps` steps towards keeping `density` of the edges, by default the requested size's share,
-    else `edges.PruneSettings`' density) or "ensemble" (the mean normalised rank of `ENSEMBLE_MEMBERS`'
-    scores). n_edges or fraction (of all edges): the circuit's size; neither: the smallest number of
-    edges reaching faithfulness `target` on the discovery prompts (`smallest_faithful_size`).
-    steps: EAP-IG's integration steps; ig_points: its points, "paper" (alpha = k/m, k = 1..m) or
-    "mib" (k = 0..m-1). ablation: what ablated edges carry. batch_size: prompts per run; max_memory
-    (bytes or "2GiB"): the scores' memory budget, which picks their batch size instead
-    (`edges.edge_attribution`). curve_fractions: the faithfulness curve's sizes (None: no curve), with
-    random circuits of each size when `random_baseline`. bootstrap: resamples of the prompts for each
-    edge's selection frequency at the circuit's size (0: not measured); attribution then scores each
-    prompt alone (the same work), edge pruning runs again on each resample. seed: the held-out half of
-    the families (or prompts), the mask's batch order, the curve's random circuits and the resamples.
-    measured_edges: with "prune" and "ensemble", whose scores only rank, each edge's effect of removal
-    from the circuit on the held-out prompts is estimated, and measured for this many edges (those of
-    largest estimate; `edges.removal_effects`): what the report lists the circuit's edges by.
+    method: one of `edges.METHODS` (attribution), "prune" (a mask learned in `prune_steps` steps towards
+    keeping `density` of the edges: by default the requested size's share) or "ensemble" (the mean
+    normalised rank of `ENSEMBLE_MEMBERS`). n_edges or fraction (of all edges): the circuit's size;
+    neither: the fewest edges reaching faithfulness `target` on the discovery prompts. steps, ig_points:
+    EAP-IG's integration. batch_size: prompts per run; max_memory (bytes or "2GiB"): picks the scores'
+    batch size instead. curve_fractions: the faithfulness curve's sizes (None: no curve), with random
+    circuits when `random_baseline`. bootstrap: resamples of the prompts for each edge's selection
+    frequency (0: not measured). seed: the held-out half, the mask's batch order, the random circuits
+    and resamples. measured_edges: rank-scored methods' edges whose effect of removal is measured.
     """
 
     method: str = "prune"
@@ -321,14 +261,12 @@ class EdgeCircuitSettings:
     curve_fractions: tuple[float, ...] | None = edges.MIB_FRACTIONS
     random_baseline: bool = True
     bootstrap: int = 0
-    prune_steps: int = edges.PruneSettings.steps  # the mask's training steps
+    prune_steps: int = edges.PruneSettings.steps
     density: float | None = None
     seed: int = 0
-    measured_edges: int = 25  # rank-scored methods: edges whose removal from the circuit is measured
+    measured_edges: int = 25
 
     def __post_init__(self) -> None:
-        """Refuse choices that cannot run, saying what to pass (each named as its `interp circuit`
-        option), before any model loads."""
         if self.n_edges is not None and self.fraction is not None:
             raise ValueError(
                 "give the circuit size as --edges N or --fraction F (one of them), or neither to search."
@@ -382,8 +320,7 @@ class EdgeCircuitSettings:
         return requested
 
     def pruning(self, graph: edges.EdgeGraph, requested: int | None) -> edges.PruneSettings:
-        """The mask's training (`edges.prune_edges`): `prune_steps` steps, batches drawn with `seed`,
-        towards `density`, else the requested size's share, else the default density."""
+        """The mask's training: towards `density`, else the requested size's share, else the default."""
         density = self.density
         if density is None:
             default = edges.PruneSettings().density
@@ -400,23 +337,12 @@ def find_edge_circuit(
     checkpoint: str | None = None,
     progress: Progress | None = None,
 ) -> EdgeCircuitResult:
-    """Find the edge circuit of `task` on its discovery prompts and measure it on held-out ones
-    (`EdgeCircuitSettings` holds the choices; the module docstring the split):
-
-      1. the discovery and held-out prompts: `heldout`, else a seeded half of `task`'s families
-         (each prompt its own where it has none: `split_task`);
-      2. every edge's score on the discovery prompts (`method_scores`; the mask resumable from
-         `checkpoint`);
-      3. the circuit: the top edges by |score| (connected input -> logits), as many as requested,
-         else the fewest reaching the target faithfulness on the discovery prompts;
-      4. its faithfulness on the held-out prompts, the discovery faithfulness beside
-         (`circuit_faithfulness`);
-      5. the faithfulness curve on the held-out prompts, unless `curve_fractions` is None;
-      6. each edge's selection frequency over `bootstrap` resamples of the discovery prompts;
-      7. with a rank-scored method (prune, ensemble), each edge's effect of removal from the circuit on
-         the held-out prompts (`edges.removal_effects`): the report lists the edges by it.
-
-    progress(stage, done, total): the stages `edge_circuit_stages` lists."""
+    """The edge circuit of `task`: 1. the split (`heldout`, else half of `task`'s families:
+    `split_task`); 2. every edge's score on the discovery prompts (`method_scores`; the mask resumable
+    from `checkpoint`); 3. the top edges by |score|, as many as requested, else the fewest reaching the
+    target faithfulness; 4. its faithfulness on held-out and discovery prompts; 5. the curve (held out);
+    6. selection frequencies over bootstrap resamples; 7. rank-scored methods: each edge's effect of
+    removal (held out). progress(stage, done, total): the stages `edge_circuit_stages` lists."""
     graph = edges.edge_graph(model)
     requested = settings.requested_edges(graph)
     check_ablation(task, settings.ablation, "prompts")
@@ -432,10 +358,9 @@ def find_edge_circuit(
     pruning = settings.pruning(graph, requested)  # 2.
     scores, scores_of = method_scores(model, task, settings, pruning, checkpoint, progress)
     stage("scores")
+    graph = scores.graph
     check_finite_scores(
-        scores.scores,
-        "the edge scores",
-        lambda i: f"{scores.graph.writers[i[0]]} -> {scores.graph.readers[i[1]]}",
+        scores.scores, "the edge scores", lambda i: f"{graph.writers[i[0]]} -> {graph.readers[i[1]]}"
     )
     size = requested or smallest_faithful_size(  # 3.
         model, task, scores, settings.target, settings.ablation, settings.batch_size, progress
@@ -443,55 +368,32 @@ def find_edge_circuit(
     circuit = edges.top_circuit(scores, size)
     found, faith, corrupted = circuit_faithfulness(model, task, heldout, circuit, settings, progress)  # 4.
     stage("circuit")
-    curve = None
+    held = dict(
+        ablation=heldout.ablation(settings.ablation), batch_size=settings.batch_size, progress=progress
+    )
+    curve = frequency = removal = None
     if settings.curve_fractions is not None:  # 5.
         curve = edges.faithfulness_curve(
-            model, heldout.clean, heldout.corrupted, heldout.metric, scores, settings.curve_fractions,
-            ablation=task_ablation(heldout, settings.ablation), random_baseline=settings.random_baseline,
-            seed=settings.seed, batch_size=settings.batch_size, progress=progress,
+            model, *heldout.pair, scores, settings.curve_fractions, random_baseline=settings.random_baseline,
+            seed=settings.seed, **held,
         )  # fmt: skip
         stage("curve")
-    frequency = None
     if settings.bootstrap > 0:  # 6.
         frequency = edges.selection_frequency(
             scores_of, task.n_prompts, size, settings.bootstrap, settings.seed, progress
         )
         stage("stability")
-    removal = None
     if settings.method not in edges.METHODS:  # 7.
-        removal = edges.removal_effects(
-            model, heldout.clean, heldout.corrupted, heldout.metric, circuit, settings.measured_edges,
-            ablation=task_ablation(heldout, settings.ablation), batch_size=settings.batch_size,
-            progress=progress,
-        )  # fmt: skip
+        removal = edges.removal_effects(model, *heldout.pair, circuit, settings.measured_edges, **held)
         stage("effects")
     return EdgeCircuitResult(
-        model=model.cfg.model_name,
-        task=task,
-        scores=scores,
-        circuit=circuit,
-        requested_edges=size,
-        faithfulness=faith,
-        clean_metric=float(faith.full.mean()),
-        corrupted_metric=corrupted,
-        curve=curve,
-        seconds=seconds,
-        n_kv_heads=model.cfg.n_kv_heads,
-        ig_points=settings.ig_points,
-        provenance=interp.provenance(model),
-        target=settings.target if requested is None else None,
-        frequency=frequency,
-        n_boot=settings.bootstrap,
-        heldout_task=heldout,
-        discovery_faithfulness=found,
-        split=split,
-        removal=removal,
-    )
-
-
-def task_ablation(task: EdgeTask, kind: edges.AblationKind) -> edges.Ablation:
-    """`kind` of ablation on `task`'s prompts: mean over the corrupted prompts real at each position."""
-    return edges.Ablation(kind, mask=task.corrupted_mask)
+        model=model.cfg.model_name, task=task, scores=scores, circuit=circuit, requested_edges=size,
+        faithfulness=faith, clean_metric=float(faith.full.mean()), corrupted_metric=corrupted, curve=curve,
+        seconds=seconds, n_kv_heads=model.cfg.n_kv_heads, ig_points=settings.ig_points,
+        provenance=interp.provenance(model), target=settings.target if requested is None else None,
+        frequency=frequency, n_boot=settings.bootstrap, heldout_task=heldout, discovery_faithfulness=found,
+        split=split, removal=removal,
+    )  # fmt: skip
 
 
 def check_ablation(task: EdgeTask, ablation: edges.AblationKind, which: str) -> None:
@@ -512,13 +414,12 @@ def circuit_faithfulness(
     settings: EdgeCircuitSettings,
     progress: Progress | None,
 ) -> tuple[edges.Faithfulness, edges.Faithfulness, float]:
-    """The circuit's faithfulness on the discovery prompts and on the held-out ones, and the model's
-    mean metric on the held-out corrupted prompts (at their own positions)."""
+    """The circuit's faithfulness on the discovery and on the held-out prompts, and the model's mean
+    metric on the held-out corrupted prompts (at their own positions)."""
     found, faith = (
         edges.faithfulness(
-            model, prompts.clean, prompts.corrupted, prompts.metric, circuit,
-            ablation=task_ablation(prompts, settings.ablation), batch_size=settings.batch_size,
-            progress=progress,
+            model, *prompts.pair, circuit, ablation=prompts.ablation(settings.ablation),
+            batch_size=settings.batch_size, progress=progress,
         )
         for prompts in (task, heldout)
     )  # fmt: skip
@@ -534,16 +435,13 @@ def circuit_faithfulness(
 def split_task(
     task: EdgeTask, heldout: EdgeTask | None = None, seed: int = 0
 ) -> tuple[EdgeTask, EdgeTask, str]:
-    """(discovery prompts, held-out prompts, which chose and which tested in words): `task` and
-    `heldout` when given; else whole families of `task` split by `split_families` (a seeded half held
-    out), each prompt its own family where it has none (held-out prompts, not families): the head
-    path's split (`circuits.path.task.PairTask.split`)."""
+    """(discovery prompts, held-out prompts, the split in words): `task` and `heldout` when given; else
+    whole families of `task` (each prompt its own where it has none), a seeded half held out
+    (`circuits.evidence.split_families`, the head path's rule)."""
     if heldout is not None:
         if task.families is not None and heldout.families is not None:
-            families = FamilySplit(
-                tuple(dict.fromkeys(task.families)), tuple(dict.fromkeys(heldout.families))
-            )
-            return task, heldout, families.describe()
+            chose, tested = tuple(dict.fromkeys(task.families)), tuple(dict.fromkeys(heldout.families))
+            return task, heldout, FamilySplit(chose, tested).describe()
         return task, heldout, f"chosen on {task.n_prompts} prompts; tested on {heldout.n_prompts} others"
     if task.families is None and task.n_prompts < 2:
         raise ValueError(
@@ -556,12 +454,10 @@ def split_task(
     chose, tested = task.subset((~held).nonzero()[:, 0]), task.subset(held.nonzero()[:, 0])
     if task.families is not None:
         return chose, tested, families.describe()
-    return (
-        chose,
-        tested,
+    return chose, tested, (
         f"chosen on {chose.n_prompts} prompts; tested on the other {tested.n_prompts} (no family column: "
-        "held-out prompts, not families)",
-    )
+        "held-out prompts, not families)"
+    )  # fmt: skip
 
 
 def method_scores(
@@ -572,37 +468,34 @@ def method_scores(
     checkpoint: str | None = None,
     progress: Progress | None = None,
 ) -> tuple[edges.EdgeScores, Callable[[Tensor], edges.EdgeScores] | None]:
-    """`settings.method`'s scores on all the task's prompts, and a function scoring a resample of
-    them (prompt indices [n], with repeats; None for attribution without `settings.bootstrap`):
-    attribution scores each prompt alone when bootstrapped (a resample's scores are then the mean of
-    its prompts'), edge pruning (trained as `pruning` says) runs again."""
+    """`settings.method`'s scores on the task's prompts, and a function scoring a resample of them
+    (prompt indices [n]; None for attribution without bootstrap): attribution then scores each prompt
+    alone (a resample's scores are its prompts' mean), edge pruning runs again."""
     graph = edges.edge_graph(model)
-    method, steps, ablation = settings.method, settings.steps, settings.ablation
-    ig_points, max_memory, batch_size = settings.ig_points, settings.max_memory, settings.batch_size
+    steps, ablation, ig_points = settings.steps, settings.ablation, settings.ig_points
 
     def attribution(name: str) -> tuple[edges.EdgeScores, Callable[[Tensor], edges.EdgeScores] | None]:
         if settings.bootstrap > 0:
             each = edges.prompt_scores(
-                model, task.clean, task.corrupted, task.metric, name, steps, task_ablation(task, ablation),
-                progress, ig_points=ig_points,
-            )  # fmt: skip
+                model, *task.pair, name, steps, task.ablation(ablation), progress, ig_points=ig_points
+            )
             like = edges.EdgeScores(
                 graph=graph, scores=each.mean(0), method=name, ablation=ablation,
                 steps=1 if name == "eap" else steps, n_prompts=task.n_prompts,
             )  # fmt: skip
             return like, lambda rows: edges.mean_scores(graph, each, rows, like)
         scores = edges.edge_attribution(
-            model, task.clean, task.corrupted, task.metric, name, steps,
-            ablation=task_ablation(task, ablation), batch_size=batch_size if max_memory is None else None,
-            progress=progress, ig_points=ig_points, max_memory=max_memory,
+            model, *task.pair, name, steps, ablation=task.ablation(ablation), progress=progress,
+            batch_size=settings.batch_size if settings.max_memory is None else None, ig_points=ig_points,
+            max_memory=settings.max_memory,
         )  # fmt: skip
         return scores, None
 
     def pruned(
         rows: Tensor | None, report: Progress | None = None, start: edges.EdgeScores | None = None
     ) -> edges.EdgeScores:
-        """The learned mask's scores on the prompts `rows` (all: None), started from `start` (None:
-        EAP-IG on those prompts, which `prune_edges` computes)."""
+        """The learned mask's scores on the prompts `rows` (None: all), started from `start` (None:
+        EAP-IG on those prompts)."""
         rows = torch.arange(task.n_prompts) if rows is None else rows
         mask = None if task.corrupted_mask is None else task.corrupted_mask[rows]
         return edges.prune_edges(
@@ -611,9 +504,9 @@ def method_scores(
             checkpoint=checkpoint if report is not None else None, progress=report,
         )  # fmt: skip
 
-    if method == "prune":
+    if settings.method == "prune":
         return pruned(None, progress), pruned
-    if method == "ensemble":  # the mask starts from the EAP-IG member's scores: EAP-IG runs once
+    if settings.method == "ensemble":  # the mask starts from the EAP-IG member's scores: EAP-IG runs once
         first, first_of = attribution(ENSEMBLE_MEMBERS[0])
         scores = edges.ensemble([first, pruned(None, progress, first)])
         if first_of is None:
@@ -624,17 +517,14 @@ def method_scores(
             return edges.ensemble([member, pruned(rows, start=member)])
 
         return scores, resampled
-    return attribution(method)
+    return attribution(settings.method)
 
 
 SIZE_SEARCH_STAGE = "Size search"  # the stage smallest_faithful_size reports
 
 
 def edge_circuit_stages(method: str, searched: bool, curve: bool, bootstrap: int = 0) -> list[str]:
-    """The stages `find_edge_circuit` reports to its progress, in order: the scores (edge pruning
-    ranks its start by EAP-IG, then trains the mask), the size search when no size is given, the
-    circuit's faithfulness, the curve and the selection frequencies when asked for, and the edges'
-    effects of removal (rank-scored methods: those that train an edge mask)."""
+    """The stages `find_edge_circuit` reports, in order."""
     ranked = method in MASK_METHODS
     stages = ["Edge scores"] + (["Edge pruning"] if ranked else [])
     stages += [SIZE_SEARCH_STAGE] if searched else []
@@ -646,11 +536,9 @@ def smallest_faithful_size(
     model: HookedTransformer, task: EdgeTask, scores: edges.EdgeScores, target: float = 0.8,
     ablation: edges.AblationKind = "counterfactual", batch_size: int = 16, progress: Progress | None = None,
 ) -> int:  # fmt: skip
-    """The smallest number of top-|score| edges whose circuit reaches faithfulness `target`: MIB's
-    sizes first (one batched run), then bisection between the last size below and the first above
-    (faithfulness is assumed to grow with size; every edge kept gives 1 by definition).
-    progress(SIZE_SEARCH_STAGE, circuits evaluated, circuits to evaluate): the bisection's count is
-    an upper bound until MIB's sizes have run, then exact."""
+    """The fewest top-|score| edges whose circuit reaches faithfulness `target`: MIB's sizes first (one
+    batched run), then bisection (faithfulness assumed to grow with size). progress(SIZE_SEARCH_STAGE,
+    circuits evaluated, circuits to evaluate: an upper bound until MIB's sizes have run)."""
     n_all = scores.graph.n_edges
     sizes = sorted({max(1, edges.fraction_to_edges(scores.graph, f)) for f in edges.MIB_FRACTIONS} | {n_all})
     evaluated = 0
@@ -662,17 +550,10 @@ def smallest_faithful_size(
         def runs_done(_: str, done: int, runs: int) -> None:  # the runs (the empty circuit's too) as circuits
             progress(SIZE_SEARCH_STAGE, evaluated + done * len(sizes) // runs, total)
 
-        report = None if progress is None else runs_done
         result = edges.faithfulness(
-            model,
-            task.clean,
-            task.corrupted,
-            task.metric,
-            circuits,
-            ablation=task_ablation(task, ablation),
-            batch_size=batch_size,
-            progress=report,
-        )
+            model, *task.pair, circuits, ablation=task.ablation(ablation), batch_size=batch_size,
+            progress=None if progress is None else runs_done,
+        )  # fmt: skip
         evaluated += len(sizes)
         if progress is not None:
             progress(SIZE_SEARCH_STAGE, evaluated, total)

@@ -1,6 +1,5 @@
-"""An EdgeCircuitResult as the one report structure (`circuits.sections`: terminal, Markdown, an offline
-HTML page with the circuit as an inline SVG graph and the faithfulness curve as an inline SVG plot);
-its JSON: `EdgeCircuitResult.json_data` (the schema in circuits/edge_circuits/find.py)."""
+"""An EdgeCircuitResult as the one report structure (`circuits.sections`), the HTML page with the circuit
+and the faithfulness curve as inline SVG; its JSON: `EdgeCircuitResult.json_data`."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import math
 
 from rich.console import Console
 
-from circuits.edge_circuits.find import CircuitEdge, EdgeCircuitResult
+from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.sections import (
     Report,
     Section,
@@ -30,7 +29,6 @@ DENSE_EDGES = 300  # circuits with more edges are drawn fainter (circuit_svg)
 
 
 def removal_note(result: EdgeCircuitResult) -> str:
-    """What the table's effect of removal is, its unit, and which values are measured."""
     removal, n_edges = result.removal, int(result.circuit.sum())
     measured = (
         "measured for every edge (the circuit run without it)"
@@ -47,15 +45,9 @@ def removal_note(result: EdgeCircuitResult) -> str:
     )
 
 
-def effect_text(row: CircuitEdge) -> str:
-    """The effect of removal as the table shows it: measured, or "≈" an estimate."""
-    return ("" if row.removal_measured else "≈") + f"{row.removal_effect:+.3f}"
-
-
 def faithfulness_advice(faithfulness: float, method: str, ablation: str) -> str:
-    """A verdict on a circuit's faithfulness (1: the circuit alone does what the model does, 0: no more
-    than everything ablated; above OVERSHOOT it does more, so edges left out work against the answer)
-    and, below "faithful", what to try next."""
+    """A verdict on a circuit's faithfulness (1: it does what the model does, 0: no more than everything
+    ablated, above OVERSHOOT more) and, below "faithful", what to try next."""
     if faithfulness > OVERSHOOT:
         return (
             f"overshoots (> {OVERSHOOT:g}): the circuit alone keeps more than the model, so edges left out "
@@ -73,8 +65,8 @@ def faithfulness_advice(faithfulness: float, method: str, ablation: str) -> str:
 
 
 def size_origin(result: EdgeCircuitResult) -> str:
-    """Where the circuit's size came from (searched for a faithfulness, or given by the user), and how
-    many of the top edges were dropped for lying on no path input -> logits (they cannot matter)."""
+    """Where the circuit's size came from (searched or given), and the top edges on no path input ->
+    logits that it dropped."""
     n_kept, top = int(result.circuit.sum()), result.requested_edges
     dropped = f"the top {top} by |score| less {top - n_kept} on no path input -> logits"
     if result.target is None:
@@ -83,30 +75,22 @@ def size_origin(result: EdgeCircuitResult) -> str:
     return origin if n_kept == top else f"{origin}: {dropped}"
 
 
-def held_out_text(result: EdgeCircuitResult) -> str:
-    """Which prompts the faithfulness comes from, and the discovery figure beside it."""
-    if not result.held_out:
-        return "on the prompts that found it (a result saved before held-out prompts; unconfirmed)"
-    found = result.discovery_faithfulness
-    interval = tuple(float(bound[0]) for bound in found.ci())
-    return (
-        f"on held-out prompts ({float(found.faithfulness[0]):.3f} {ci_text(interval, 3, sign=False)} on the "
-        f"discovery prompts that found it: {result.held_out_note()})"
-    )
-
-
 def edge_headline(result: EdgeCircuitResult) -> list[str]:
+    """The finding (the circuit and its faithfulness on prompts that did not find it), then its setting."""
     data = result.json_data(top=0)
     circuit, task, method = data["circuit"], data["task"], data["method"]
     steps = f", {method['steps']} steps" if method["name"].startswith("eap-ig") else ""
-    lines = [  # the finding first: the circuit and how faithful it is on prompts that did not find it
+    held_out = "on the prompts that found it (a result saved before held-out prompts; unconfirmed)"
+    if result.held_out:
+        found = ci_text(circuit["discovery_faithfulness_ci"], 3, sign=False)
+        found = f"{circuit['discovery_faithfulness']:.3f} {found} on the discovery prompts that found it"
+        held_out = f"on held-out prompts ({found}: {circuit['held_out_note']})"
+    lines = [
         f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
         f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
         f"{ci_text(circuit['faithfulness_ci'], 3, sign=False)} "
         f"(per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
-        "prompts within ±20%) "
-        + held_out_text(result)
-        + ": "
+        f"prompts within ±20%) {held_out}: "
         + faithfulness_advice(circuit["faithfulness"], method["name"], method["ablation"]),
         f"{result.provenance or result.model}: {data['graph']['n_edges']:,} edges between "
         f"{data['graph']['n_nodes']} nodes",
@@ -136,12 +120,7 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
     return lines
 
 
-def frequency_text(frequency: float | None) -> str:
-    return "-" if frequency is None else f"{frequency:.2f}"
-
-
 def stability_note(result: EdgeCircuitResult) -> str:
-    """What the frequency column is, or how to measure it."""
     if result.frequency is None:
         return (
             "frequency: not measured (--bootstrap N: each edge's selection over N resamples of the prompts)"
@@ -182,9 +161,9 @@ def _reader_point(result: EdgeCircuitResult, reader: str, positions) -> tuple[fl
 
 def circuit_svg(result: EdgeCircuitResult) -> str:
     """The circuit as an inline SVG: every node a dot (circuit nodes labelled), circuit edges as curves
-    coloured by what they feed (query blue, key green, value red, MLP / logits grey), width ~ |score|;
-    beyond DENSE_EDGES edges each curve is fainter (opacity ~ DENSE_EDGES / edges), so that a dense
-    circuit shows where its edges gather rather than a solid mass."""
+    coloured by what they feed (query blue, key green, value red, MLP / logits grey), width ~ |score|,
+    fainter beyond DENSE_EDGES edges (opacity ~ DENSE_EDGES / edges) so a dense circuit shows where
+    its edges gather."""
     positions, width, height = _node_positions(result)
     in_circuit = set(result.nodes)
     rows = result.circuit_edges()
@@ -193,34 +172,32 @@ def circuit_svg(result: EdgeCircuitResult) -> str:
     parts = ['<svg class="edge-circuit" xmlns="http://www.w3.org/2000/svg" role="img" aria-label="circuit">']
     for writer, reader, score in reversed(rows):
         (x0, y0), (x1, y1) = positions[writer], _reader_point(result, reader, positions)
-        kind = reader[-2] if reader.endswith(">") else ""
-        stroke = 0.6 + 3.4 * abs(score) / biggest
-        bend = (x1 - x0) / 2
+        colour = READER_COLOURS[reader[-2] if reader.endswith(">") else ""]
+        stroke, bend, title = (
+            0.6 + 3.4 * abs(score) / biggest,
+            (x1 - x0) / 2,
+            f"{writer}->{reader}: {score:+.4f}",
+        )
         parts.append(
             f'<path class="edge" d="M {x0:.1f} {y0:.1f} C {x0 + bend:.1f} {y0:.1f} {x1 - bend:.1f} {y1:.1f} '
-            f'{x1:.1f} {y1:.1f}" fill="none" stroke="{READER_COLOURS[kind]}" stroke-width="{stroke:.2f}" '
-            f'stroke-opacity="{opacity:.2f}"><title>{html.escape(f"{writer}->{reader}: {score:+.4f}")}'
-            "</title></path>"
+            f'{x1:.1f} {y1:.1f}" fill="none" stroke="{colour}" stroke-width="{stroke:.2f}" '
+            f'stroke-opacity="{opacity:.2f}"><title>{html.escape(title)}</title></path>'
         )
     for name, (x, y) in positions.items():
         kept = name in in_circuit or name in ("input", "logits")
         radius, fill = (6, "#222") if kept else (2.5, "#ccc")
-        parts.append(
+        node = (
             f'<circle class="node" data-node="{name}" cx="{x:.1f}" cy="{y:.1f}" r="{radius}" fill="{fill}"/>'
         )
-        if kept:
-            parts.append(
-                f'<text x="{x:.1f}" y="{y - 8:.1f}" font-size="10" '
-                'text-anchor="middle" font-family="monospace">'
-                f"{html.escape(name)}</text>"
-            )
-    parts.append("</svg>")
-    return "".join(parts)
+        label = (
+            f'<text x="{x:.1f}" y="{y - 8:.1f}" font-size="10" text-anchor="middle" font-family="monospace">'
+        )
+        parts.append(node + (f"{label}{html.escape(name)}</text>" if kept else ""))
+    return "".join(parts) + "</svg>"
 
 
 def circuit_view(result: EdgeCircuitResult) -> str:
-    """The circuit graph in a zoomable frame whose first view is fitted to the circuit's nodes and the
-    logits (from the logits end when it is too wide to read whole)."""
+    """The circuit graph in a zoomable frame, its first view fitted to the circuit's nodes and the logits."""
     positions, width, height = _node_positions(result)
     shown = [positions[name] for name in (*result.nodes, "logits") if name != "input"]
     pad = 30
@@ -234,8 +211,7 @@ def circuit_view(result: EdgeCircuitResult) -> str:
 
 def curve_svg(result: EdgeCircuitResult) -> str:
     """Faithfulness against the fraction of edges kept (log scale), with its CI and random circuits."""
-    curve = result.curve
-    width, height, margin = 560, 320, 50
+    curve, (width, height, margin) = result.curve, (560, 320, 50)
     xs = [math.log10(f) for f in curve.fractions]
     series = {"circuit": curve.faithfulness.tolist()}
     if curve.random is not None:
@@ -251,56 +227,52 @@ def curve_svg(result: EdgeCircuitResult) -> str:
     def py(y: float) -> float:
         return height - margin - (y - y_min) / (y_max - y_min or 1) * (height - 2 * margin)
 
+    def points(ys: list[float], order=lambda pairs: pairs) -> list[str]:
+        return [f"{px(x):.1f},{py(y):.1f}" for x, y in order(list(zip(xs, ys, strict=True)))]
+
+    band = " ".join(points(high) + points(low, reversed))
     parts = [
-        '<svg class="faithfulness-curve" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" '
-        'aria-label="faithfulness curve" font-family="sans-serif">',
+        f'<svg class="faithfulness-curve" xmlns="http://www.w3.org/2000/svg" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="faithfulness curve" '
+        'font-family="sans-serif">',
         f'<line x1="{margin}" y1="{py(1):.1f}" x2="{width - margin}" '
         f'y2="{py(1):.1f}" stroke="#999" stroke-dasharray="3 3"/>',
         f'<line x1="{margin}" y1="{py(0):.1f}" x2="{width - margin}" y2="{py(0):.1f}" stroke="#999"/>',
-    ]
-    band = [f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, high, strict=True)]
-    band += [f"{px(x):.1f},{py(y):.1f}" for x, y in reversed(list(zip(xs, low, strict=True)))]
-    parts.append(f'<polygon points="{" ".join(band)}" fill="#1f77b4" fill-opacity="0.15"/>')
+        f'<polygon points="{band}" fill="#1f77b4" fill-opacity="0.15"/>',
+    ]  # fmt: skip
     for name, colour in (("random", "#999999"), ("circuit", "#1f77b4")):
-        if name not in series:
-            continue
-        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, series[name], strict=True))
-        parts.append(
-            f'<polyline class="curve-{name}" points="{points}" fill="none" stroke="{colour}" '
-            'stroke-width="2"/>'
-        )
-        parts += [
-            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>'
-            for x, y in zip(xs, series[name], strict=True)
-        ]
-    for fraction, x in zip(curve.fractions, xs, strict=True):
-        parts.append(
-            f'<text x="{px(x):.1f}" y="{height - margin + 16}" '
-            f'font-size="10" text-anchor="middle">{fraction:.1%}</text>'
-        )
-    for y in (0.0, 0.5, 1.0):
-        parts.append(
-            f'<text x="{margin - 6}" y="{py(y) + 3:.1f}" font-size="10" text-anchor="end">{y:.1f}</text>'
-        )
+        if name in series:
+            line = " ".join(points(series[name]))
+            parts.append(
+                f'<polyline class="curve-{name}" points="{line}" fill="none" stroke="{colour}" '
+                'stroke-width="2"/>'
+            )
+            parts += [
+                f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>'
+                for x, y in zip(xs, series[name], strict=True)
+            ]
+    parts += [
+        f'<text x="{px(x):.1f}" y="{height - margin + 16}" font-size="10" text-anchor="middle">'
+        f"{fraction:.1%}</text>"
+        for fraction, x in zip(curve.fractions, xs, strict=True)
+    ] + [
+        f'<text x="{margin - 6}" y="{py(y) + 3:.1f}" font-size="10" text-anchor="end">{y:.1f}</text>'
+        for y in (0.0, 0.5, 1.0)
+    ]
+    random = "" if curve.random is None else f" · random CPR {curve.random_cpr:.3f}"
     parts.append(
-        f'<text x="{width / 2}" y="{height - 10}" font-size="12" '
-        'text-anchor="middle">fraction of edges kept</text>'
-        f'<text x="14" y="{height / 2}" font-size="12" '
-        f'text-anchor="middle" transform="rotate(-90 14 {height / 2})">'
-        "faithfulness</text>"
-        f'<text x="{width - margin}" y="{margin - 14}" font-size="11" text-anchor="end">'
-        f"CPR {curve.cpr:.3f} (signed ranking) · CMD {curve.cmd:.3f} (|score| ranking)"
-        + ("" if curve.random is None else f" · random CPR {curve.random_cpr:.3f}")
-        + "</text></svg>"
-    )
+        f'<text x="{width / 2}" y="{height - 10}" font-size="12" text-anchor="middle">fraction of edges '
+        f'kept</text><text x="14" y="{height / 2}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(-90 14 {height / 2})">faithfulness</text><text x="{width - margin}" '
+        f'y="{margin - 14}" font-size="11" text-anchor="end">'
+        f"CPR {curve.cpr:.3f} (signed ranking) · CMD {curve.cmd:.3f} (|score| ranking){random}</text></svg>"
+    )  # fmt: skip
     return "".join(parts)
 
 
 def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
-    """Why the edge circuit keeps less of the metric than the head classes' heads alone (none where it
-    keeps as much or more): the two ratios ablate different things against different baselines."""
+    """Why the edge circuit keeps less of the metric than the head classes' heads alone (where it does):
+    the two ratios ablate different things against different baselines."""
     heads = result.heads
     edges_kept = float(result.faithfulness.faithfulness[0])
     if heads is None or not heads.classes or edges_kept >= heads.faithfulness:
@@ -327,8 +299,8 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
 
 
 def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
-    """The report: the circuit and its faithfulness, what chose and what tested, the circuit's graph,
-    its edges (the `top` strongest; default every one), the faithfulness curve, the heads' classes."""
+    """The report: the finding, the split, the circuit's graph, its faithfulness, its edges (the `top`
+    strongest; None: every one), the faithfulness curve, the head classes."""
     lines = edge_headline(result)
     edges = result.circuit_edge_rows()[:top]
     kept = f"the circuit's {int(result.circuit.sum())} edges kept, every other edge ablated"
@@ -337,8 +309,9 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
     value, notes = ("score", []) if result.removal is None else ("effect of removal", [removal_note(result)])
     right = [value, "frequency"]
     cells = [
-        [row.writer, row.reader, f"{row.score:+.4f}" if result.removal is None else effect_text(row),
-         frequency_text(row.frequency)]
+        [row.writer, row.reader, f"{row.score:+.4f}" if result.removal is None
+         else ("" if row.removal_measured else "≈") + f"{row.removal_effect:+.3f}",
+         "-" if row.frequency is None else f"{row.frequency:.2f}"]
         for row in edges
     ]  # fmt: skip
     sections = [
@@ -392,7 +365,6 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
 
 
 def write_edge_report(result: EdgeCircuitResult, format: str, out: str | None, console: Console) -> None:
-    """Render `result` in `format` to the file `out`, or to the console when out is None (the terminal
-    table: the TOP_ROWS strongest edges)."""
+    """Render `result` in `format` to `out`, or to the console (the TOP_ROWS strongest edges)."""
     terminal = edge_sections(result, TOP_ROWS)
     write_sections(edge_sections(result), format, out, console, result, terminal=terminal, width=140)

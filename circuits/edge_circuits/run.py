@@ -1,15 +1,14 @@
 """`interp circuit` as one library call: the edge circuit of a task and, for a prompt-pair file, the
-head classes of the same pairs (`circuits.path`), on the same held-out families.
+head classes of the same pairs (`circuits.path`) on the same held-out families.
 
-    task = CircuitTask(task="pairs.csv", heldout_families=("template 3",))   # checked, no model needed
-    settings = EdgeCircuitSettings(method="eap-ig", n_edges=300)
-    result = run_circuit(circuit_prompts(model, task, settings), settings)  # prompts built, then the work
+    task = CircuitTask(task="pairs.csv", heldout_families=("template 3",))   # read and checked, no model
+    result = run_circuit(circuit_prompts(model, task, settings), settings)  # tokenised, then the work
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from circuits.edge_circuits.find import (
@@ -21,7 +20,7 @@ from circuits.edge_circuits.find import (
 )
 from circuits.edge_circuits.tasks import EdgeTask, check_task_name, circuit_tasks
 from circuits.evidence import split_families
-from circuits.pairs_file import METRICS, read_pairs
+from circuits.pairs_file import METRICS, check_pairs, read_pairs
 from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path
 from circuits.quick import circuit_note
 from interp.edges import mib_json
@@ -32,33 +31,37 @@ from interp.types import Progress
 
 @dataclass(frozen=True, kw_only=True)
 class CircuitTask:
-    """What `run_circuit` finds a circuit of. task: "ioi", "induction" or a prompt-pair file's path;
-    n_prompts: the prompts of ioi and induction (as many held out); metric: one of METRICS (a file's
-    pairs); heldout_families: a file's families that test the circuit and the head classes (None: half
-    of them, drawn with the settings' seed). Checked on construction, reading the file's families only."""
+    """What `run_circuit` finds a circuit of. task: "ioi", "induction" or a prompt-pair file's path (read
+    and checked here, once: `rows`); n_prompts: ioi's and induction's prompts (as many held out); metric:
+    one of METRICS; heldout_families: a file's families that test the circuit (None: half, by seed)."""
 
     task: str = "ioi"
     n_prompts: int = 64
     metric: str = "logit_diff"
     heldout_families: tuple[str, ...] | None = None
+    rows: list[dict[str, str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_task_name(self.task)
         if self.metric not in METRICS:
             raise ValueError(f"unknown metric {self.metric!r}; choose one of {', '.join(METRICS)}.")
-        if self.heldout_families is None:
-            return
-        if not self.is_file:
+        if self.heldout_families is not None and not self.is_file:
             raise ValueError(
                 "--heldout-families names families of a prompt-pair file's family column; "
                 f"--task {self.task} holds out its own (IOI's held-out templates, fresh induction sequences)."
             )
+        if not self.is_file:
+            return
+        object.__setattr__(self, "rows", read_pairs(self.task))
+        check_pairs(self.rows, self.task, self.metric)
+        if self.heldout_families is None:
+            return
         try:
-            families = [str(row.get("family") or "") for row in read_pairs(self.task)]
+            families = [str(row.get("family") or "") for row in self.rows]
             if not any(families):
                 raise ValueError(f"{self.task} has no family column, so it has no families to hold out")
             split_families(families, heldout=self.heldout_families)
-        except (ValueError, FileNotFoundError) as error:
+        except ValueError as error:
             raise ValueError(f"--heldout-families: {error}") from error
 
     @property
@@ -71,7 +74,7 @@ class CircuitTask:
         return self.is_file and self.metric == "logit_diff"
 
     def heads_absent(self) -> str | None:
-        """Why a prompt-pair file gets no head classes, in words (None where it gets them, or is no file)."""
+        """Why a prompt-pair file gets no head classes (None where it gets them, or is no file)."""
         if not self.is_file or self.with_heads:
             return None
         return (
@@ -83,16 +86,14 @@ class CircuitTask:
         """The stages `run_circuit` reports, in order."""
         searched = settings.n_edges is None and settings.fraction is None
         curve = settings.curve_fractions is not None
-        return edge_circuit_stages(settings.method, searched, curve, settings.bootstrap) + list(
-            PATH_STAGES if self.with_heads else []
-        )
+        edge_stages = edge_circuit_stages(settings.method, searched, curve, settings.bootstrap)
+        return edge_stages + list(PATH_STAGES if self.with_heads else [])
 
 
 @dataclass(frozen=True)
 class CircuitPrompts:
-    """The prompts of one `run_circuit`, built and checked before any long work (`circuit_prompts`):
-    the edge circuit's discovery and held-out prompts and, for the head classes, the pairs (a file's
-    one task, split the same way)."""
+    """One `run_circuit`'s prompts, built and checked before any long work: the edge circuit's
+    discovery and held-out prompts and, for the head classes, the file's pairs (split the same way)."""
 
     model: HookedTransformer
     task: CircuitTask
@@ -101,9 +102,8 @@ class CircuitPrompts:
     pairs: PairTask | None
 
     def quick_note(self, sizes: dict[str, tuple[int, int]], settings: EdgeCircuitSettings) -> str:
-        """`interp circuit --quick`'s note (`circuits.quick.circuit_note`): the split `find_edge_circuit`
-        makes of these prompts with `settings`, against `sizes` (n_prompts, prune_steps: (with --quick,
-        without))."""
+        """`interp circuit --quick`'s note (`circuits.quick.circuit_note`) against `sizes` (n_prompts,
+        prune_steps: (with --quick, without))."""
         prompts = None if self.task.is_file else sizes["n_prompts"]  # a file's pairs are all used
         mask_steps = sizes["prune_steps"] if settings.method in MASK_METHODS else None
         discovery, tested = self.prompt_pairs.n_prompts, self.heldout.n_prompts
@@ -113,11 +113,10 @@ class CircuitPrompts:
 def circuit_prompts(
     model: HookedTransformer, task: CircuitTask, settings: EdgeCircuitSettings
 ) -> CircuitPrompts:
-    """`task`'s prompts on `model` (read, tokenised and checked: a file whose pairs cannot run is refused
-    here, before the long work of `run_circuit`). A file is read and tokenised once and split once by
-    whole families, for the edge circuit and the head classes alike (`tasks.circuit_tasks`)."""
+    """`task`'s prompts on `model`, tokenised and checked (pairs that cannot run are refused here); a
+    file's rows split once by whole families for the edge circuit and the head classes alike."""
     prompt_pairs, heldout, pairs = circuit_tasks(
-        model, task.task, task.n_prompts, settings.seed, task.metric, task.heldout_families
+        model, task.task, task.n_prompts, settings.seed, task.metric, task.heldout_families, task.rows
     )
     pairs = pairs if task.with_heads else None
     if pairs is not None:  # checked before any long work
@@ -132,9 +131,8 @@ def run_circuit(
     mib_out: str | None = None,
     progress: Progress | None = None,
 ) -> EdgeCircuitResult:
-    """The edge circuit of `prompts` (`find_edge_circuit`) and, for a file, its head classes
-    (`head_path`, as `result.heads`). checkpoint: the edge mask's (prune, ensemble); mib_out: also write
-    the circuit in MIB's submission format (JSON)."""
+    """The edge circuit of `prompts` and, for a file, its head classes (`result.heads`). checkpoint: the
+    edge mask's (prune, ensemble); mib_out: also write the circuit in MIB's submission format."""
     model = prompts.model
     result = find_edge_circuit(
         model,
@@ -145,9 +143,8 @@ def run_circuit(
         progress=progress,
     )
     if prompts.pairs is not None:
-        path_settings = PathSettings(
-            seed=settings.seed, ablation=settings.ablation, heldout=prompts.task.heldout_families
-        )
+        heldout = prompts.task.heldout_families
+        path_settings = PathSettings(seed=settings.seed, ablation=settings.ablation, heldout=heldout)
         result.heads = head_path(model, prompts.pairs, path_settings, progress)
     if mib_out is not None:
         write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, model.cfg)))

@@ -1,6 +1,5 @@
-"""Edge-circuit tasks: prompt pairs and a per-prompt metric (IOI, induction, or the user's CSV/JSONL
-file of pairs, read once as the one `circuits.path.task.PairTask` and viewed here: `pair_edge_task`;
-see `circuits.edge_circuits.find` for the JSON schema)."""
+"""Edge-circuit tasks: prompt pairs and a per-prompt metric (IOI, induction, or a prompt-pair file read
+once as `circuits.path.task.PairTask` and viewed here: `pair_edge_task`)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from circuits.path.task import PairTask, pair_task
+from circuits.path.task import PairTask, label_masks, pair_task
 from interp import edges
 from interp.model import HookedTransformer
 from interp.tasks.ioi import ioi_dataset_for
@@ -36,63 +35,64 @@ class EdgeTask:
     strata: list[str] | None = None  # each prompt's stratum within families (IOI: its name order); None: none
 
     def stratum_masks(self) -> list[tuple[str, str, Tensor]]:
-        """(kind, name, members [prompt] bool) of each stratum and family with two or more of them."""
-        kinds = [("stratum", self.strata), ("family", self.families)]
-        return [
-            (kind, name, torch.tensor([label == name for label in labels]))
-            for kind, labels in kinds
-            if labels is not None and len(set(labels)) > 1
-            for name in dict.fromkeys(labels)
-        ]
+        """(kind, name, members [prompt] bool) of each stratum and family, where there are two or more."""
+        return label_masks([("stratum", self.strata), ("family", self.families)])
 
     @property
     def n_prompts(self) -> int:
         return self.clean.shape[0]
 
+    @property
+    def pair(self) -> tuple[Tensor, Tensor, Metric]:
+        """(clean, corrupted, metric): the arguments every `interp.edges` run starts with."""
+        return self.clean, self.corrupted, self.metric
+
+    def ablation(self, kind: edges.AblationKind) -> edges.Ablation:
+        """`kind` of ablation on these prompts: a mean over the corrupted prompts real at each position."""
+        return edges.Ablation(kind, mask=self.corrupted_mask)
+
     def subset(self, rows: Int[Tensor, " n"]) -> EdgeTask:
-        """The prompts `rows` of the task, as a task of their own (at the task's width)."""
+        """The prompts `rows`, as a task of their own (at the task's width)."""
+
+        def pick(values: list[str] | None) -> list[str] | None:
+            return None if values is None else [values[i] for i in rows.tolist()]
+
         return replace(
-            self,
-            clean=self.clean[rows],
-            corrupted=self.corrupted[rows],
-            metric=edges.subset_metric(self.metric, rows),
-            corrupted_metric=None
-            if self.corrupted_metric is None
-            else edges.subset_metric(self.corrupted_metric, rows),
+            self, clean=self.clean[rows], corrupted=self.corrupted[rows],
+            metric=edges.subset_metric(self.metric, rows), families=pick(self.families),
+            strata=pick(self.strata), corrupted_metric=None
+            if self.corrupted_metric is None else edges.subset_metric(self.corrupted_metric, rows),
             corrupted_mask=None if self.corrupted_mask is None else self.corrupted_mask[rows],
-            families=None if self.families is None else [self.families[i] for i in rows.tolist()],
-            strata=None if self.strata is None else [self.strata[i] for i in rows.tolist()],
-        )
+        )  # fmt: skip
 
 
 def ioi_task(
     model: HookedTransformer, n_prompts: int = 64, seed: int = 0, split: str = "discovery"
 ) -> EdgeTask:
-    """IOI prompts of `interp.tasks.ioi`'s discovery or held-out split (templates, names, places and
-    objects) against the ABC distribution (three other names); logit(IO) - logit(S) at END. The
-    family of a prompt is its template ("template 3"; "held-out template 3")."""
+    """IOI prompts of `interp.tasks.ioi`'s discovery or held-out split against ABC prompts (three other
+    names); logit(IO) - logit(S) at END; a prompt's family is its template."""
     clean, abc, _ = ioi_dataset_for(model, n_prompts, seed, split)
     metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
-    mask = padding_mask(abc.positions["END"] + 1, abc.tokens.shape[1])
     prefix = "template" if split == "discovery" else "held-out template"
     return EdgeTask(
         name="ioi", clean=clean.tokens, corrupted=abc.tokens, metric=metric,
-        metric_name="logit_diff(IO - S)", corrupted_mask=mask,
+        metric_name="logit_diff(IO - S)",
+        corrupted_mask=padding_mask(abc.positions["END"], abc.tokens.shape[1]),
         families=[f"{prefix} {int(template)}" for template in clean.template], strata=list(clean.order),
     )  # fmt: skip
 
 
-def padding_mask(lengths: Int[Tensor, " batch"], width: int) -> Int[Tensor, "batch pos"] | None:
-    """The mask of right-padded prompts of these lengths (1 at real tokens, 0 at padding); None where
-    no prompt is padded."""
-    return None if bool((lengths == width).all()) else (torch.arange(width) < lengths[:, None]).long()
+def padding_mask(ends: Int[Tensor, " batch"], width: int) -> Int[Tensor, "batch pos"] | None:
+    """1 at right-padded prompts' tokens up to `ends` (each one's last real token), 0 at padding; None
+    where no prompt is padded."""
+    return None if bool((ends + 1 == width).all()) else (torch.arange(width) <= ends[:, None]).long()
 
 
 def induction_task(
     model: HookedTransformer, n_prompts: int = 64, seq_len: int = 10, seed: int = 0
 ) -> EdgeTask:
-    """[BOS] A A[:-1] -> A[-1] against [BOS] B A[:-1] (B random, B[-1] != A[-1]): the model must find
-    A[-2] earlier and copy what followed it. Metric: logit(A[-1]) - logit(B[-1]) at the last position."""
+    """[BOS] A A[:-1] -> A[-1] against [BOS] B A[:-1] (B random, B[-1] != A[-1]); metric logit(A[-1]) -
+    logit(B[-1]) at the last position."""
     generator = torch.Generator().manual_seed(seed)
     bos = model.cfg.bos_token_id
     if bos is None and model.tokenizer is not None:
@@ -121,21 +121,19 @@ def induction_task(
 
 
 def pair_edge_task(task: PairTask) -> EdgeTask:
-    """The edge circuit's view of the one task of prompt pairs: its tokens, its metric at each clean and
-    corrupted prompt's last token, its families (None where the file has no family column: then prompts
-    are held out, not families) and strata; nothing read or tokenised again."""
+    """The edge circuit's view of a `PairTask` (nothing read or tokenised again): its metric at each
+    clean and corrupted prompt's last token; families None where each prompt is its own."""
     return EdgeTask(
         name=task.name, clean=task.clean, corrupted=task.corrupted, metric=task.metric,
         metric_name="p(correct)" if task.metric_kind == "prob" else "logit_diff(correct - incorrect)",
         corrupted_metric=task.corrupted_metric,
-        corrupted_mask=padding_mask(task.corrupted_end + 1, task.corrupted.shape[1]),
+        corrupted_mask=padding_mask(task.corrupted_end, task.corrupted.shape[1]),
         families=list(task.families) if task.has_families else None, strata=list(task.strata),
     )  # fmt: skip
 
 
 def file_task(model: HookedTransformer, path: str | Path, metric: str = "logit_diff") -> EdgeTask:
-    """The user's prompt pairs (`circuits.path.task.pair_task`'s file format) with a logit-difference or
-    probability metric, all of them (`circuit_tasks`: split into discovery and held-out prompts)."""
+    """Every prompt pair of a file (`circuits.path.task.pair_task`'s format) with `metric`."""
     return pair_edge_task(pair_task(model, path, metric=metric))
 
 
@@ -162,9 +160,8 @@ def edge_task(
 def heldout_edge_task(
     model: HookedTransformer, task: str, n_prompts: int = 64, seed: int = 0
 ) -> EdgeTask | None:
-    """The prompts that test a circuit `edge_task(model, task, n_prompts, seed)` finds: IOI's held-out
-    split (other templates, names, places, objects), fresh random induction sequences; None for a
-    prompt-pair file (`find_edge_circuit` holds out its families, or else some of its prompts)."""
+    """The prompts that test a circuit of `edge_task(model, task, n_prompts, seed)`: IOI's held-out
+    split, fresh induction sequences; None for a file (`find_edge_circuit` splits it)."""
     if task == "ioi":
         return ioi_task(model, n_prompts, seed, split="heldout")
     if task == "induction":
@@ -179,18 +176,16 @@ def circuit_tasks(
     seed: int = 0,
     metric: str = "logit_diff",
     heldout_families: Sequence[str] | None = None,
+    rows: Sequence[dict[str, str]] | None = None,
 ) -> tuple[EdgeTask, EdgeTask, PairTask | None]:
-    """The prompts `interp circuit --task` chooses on and tests on, and for a prompt-pair file its one
-    `PairTask` (what the head classes run on): (discovery, held-out, the pair task or None).
-
-    "ioi", "induction": `edge_task` and `heldout_edge_task`. A file: read and tokenised once, split once
-    by whole families (`PairTask.split_rows`: `heldout_families`, else half of them drawn with `seed`;
-    each prompt its own family without a family column), the edge circuit's prompts taken from that
-    split, and the pair task carrying it as its own held-out families, so `head_path` draws the same."""
+    """`interp circuit --task`'s (discovery, held-out, the file's `PairTask` or None). "ioi", "induction":
+    `edge_task` and `heldout_edge_task`. A file (its `rows` when already read): tokenised once and split
+    once by whole families (`heldout_families`, else half drawn with `seed`), the pair task carrying the
+    split as its own held-out families so that `head_path` draws the same."""
     if not Path(task).suffix:
         heldout = heldout_edge_task(model, task, n_prompts, seed)
         return edge_task(model, task, n_prompts, seed, metric), heldout, None
-    pairs = pair_task(model, task, metric=metric)
+    pairs = pair_task(model, task if rows is None else rows, name=Path(task).name, metric=metric)
     pairs = replace(pairs, heldout_families=pairs.family_split(heldout_families, seed).heldout)
     edge, (discovery, heldout) = pair_edge_task(pairs), pairs.split_rows()
     return edge.subset(discovery), edge.subset(heldout), pairs

@@ -40,10 +40,9 @@ from circuits.evidence import (
     head_class,
     head_labels,
     judge_class,
-    label_strata,
     mean_ci,
 )
-from circuits.path.task import PairTask
+from circuits.path.task import PairTask, label_masks
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.patching import attribution_patching
 from interp.interventions.stats import FaithfulnessSummary, faithfulness_summary
@@ -202,12 +201,8 @@ def classify(
 
 
 def _strata(task: PairTask) -> list[tuple[str, str, Tensor]]:
-    """The held-out prompts' strata and families (`label_strata`), where there are two or more (a task
-    without families has none: each prompt is its own)."""
-    kinds = [("stratum", task.strata)] + ([("family", task.families)] if task.has_families else [])
-    return [
-        stratum for kind, labels in kinds if len(set(labels)) > 1 for stratum in label_strata(kind, labels)
-    ]
+    """The prompts' strata and families, where there are two or more (without families: strata only)."""
+    return label_masks([("stratum", task.strata), ("family", task.families if task.has_families else None)])
 
 
 DEPENDENT_KINDS = {"stratum": "most", "family": "most"}  # the verdict's strata (`class_verdict`)

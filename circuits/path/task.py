@@ -27,7 +27,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from circuits.evidence import FamilySplit, split_families
+from circuits.evidence import FamilySplit, label_strata, split_families
 from circuits.pairs_file import check_pairs, read_pairs
 from interp import edges
 from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
@@ -159,6 +159,17 @@ class PairTask:
         """(discovery, held-out) prompts: whole families on each side (see `family_split`)."""
         discovery, heldout_rows = self.split_rows(heldout, seed)
         return self.subset(discovery), self.subset(heldout_rows)
+
+
+def label_masks(kinds: Sequence[tuple[str, Sequence[str] | None]]) -> list[tuple[str, str, Tensor]]:
+    """(kind, label, members [prompt] bool) of each kind's labels (`circuits.evidence.label_strata`),
+    for the kinds with two or more distinct labels (None: no labels)."""
+    return [
+        stratum
+        for kind, labels in kinds
+        if labels is not None and len(set(labels)) > 1
+        for stratum in label_strata(kind, labels)
+    ]
 
 
 def _position(model: HookedTransformer, tokens: list[int], text: str, spec: str, where: str) -> int:
