@@ -253,14 +253,12 @@ def validate_classes(
     found = [head_class(model, name, heads, n_random, seed) for name, heads in classes.items()]
     outside = tuple(sorted(set(every_head) - set(circuit)))
     per_class = [tuple(sorted(heads)) for each in found for heads in each.sets]
-    held_sets = list(dict.fromkeys([(), outside, tuple(every_head), *per_class]))
+    tested = list(dict.fromkeys([(), outside, tuple(every_head), *per_class]))  # on held-out prompts
+    chose = list(dict.fromkeys([(), *per_class]))  # on the discovery prompts
     ablated = {
-        "heldout": _ablated_runs(model, held_sets, prompt_sets["heldout"], "Held-out ablations", progress),
-        "discovery": _ablated_runs(
-            model, list(dict.fromkeys([(), *per_class])), prompt_sets["discovery"], "Discovery ablations",
-            progress,
-        ),
-    }  # fmt: skip
+        "heldout": _ablated_runs(model, tested, prompt_sets["heldout"], "Held-out ablations", progress),
+        "discovery": _ablated_runs(model, chose, prompt_sets["discovery"], "Discovery ablations", progress),
+    }
     strata = _strata(prompt_sets["heldout"])
     validations = [_class_check(each, ablated, strata, induction, seed) for each in found]
     clean, kept, nothing = (ablated["heldout"][heads] for heads in ((), outside, tuple(every_head)))
