@@ -57,11 +57,12 @@ class EdgeTask:
         def pick(values: list[str] | None) -> list[str] | None:
             return None if values is None else [values[i] for i in rows.tolist()]
 
+        at_corrupted = self.corrupted_metric
         return replace(
             self, clean=self.clean[rows], corrupted=self.corrupted[rows],
             metric=edges.subset_metric(self.metric, rows), families=pick(self.families),
-            strata=pick(self.strata), corrupted_metric=None
-            if self.corrupted_metric is None else edges.subset_metric(self.corrupted_metric, rows),
+            strata=pick(self.strata),
+            corrupted_metric=None if at_corrupted is None else edges.subset_metric(at_corrupted, rows),
             corrupted_mask=None if self.corrupted_mask is None else self.corrupted_mask[rows],
         )  # fmt: skip
 

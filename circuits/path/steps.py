@@ -9,6 +9,7 @@
 3. validate (held-out families): each class against `n_random` random same-layer sets, pooled, per
    stratum and per family (`circuits.evidence.judge_class`);
 4. faithfulness (held-out families): the kept heads alone against the model and every head ablated.
+Every choice is made in steps 1-2; every figure of steps 3-4 comes from held-out families.
 """
 
 from __future__ import annotations
