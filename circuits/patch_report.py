@@ -53,21 +53,16 @@ def ioi_patching(
     model: HookedTransformer, component: str = "z", direction: str = "denoise", n_prompts: int = 8,
     seed: int = 0, top: int = 10, progress: Progress | None = None,
 ) -> PatchReport:  # fmt: skip
-    """Patch `component` on IOI prompts against ABC prompts (three other names); progress(stage,
-    done, total) as the patched runs finish."""
+    """Patch `component` on IOI prompts against ABC prompts (three other names)."""
     clean, corrupted, _ = ioi_dataset_for(model, n_prompts, seed)
     end = clean.positions["END"]
 
     def logit_diff(logits):
         return metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)
 
-    with torch.no_grad():  # the baselines are constants of the metric
-        metric = metrics.normalized(logit_diff, model(clean.tokens), model(corrupted.tokens))
     positions = None if component in HEAD_COMPONENTS else clean.positions
-    result = activation_patching(
-        model, clean.tokens, corrupted.tokens, metric, component, positions, direction=direction,
-        metric_name=METRIC, logit_pos=end, progress=progress,
-    )  # fmt: skip
+    pair = (clean.tokens, corrupted.tokens, logit_diff)
+    result = _patching(model, pair, end, positions, component, direction, progress)
     return PatchReport(
         model=model.cfg.model_name, task=f"ioi ({n_prompts} prompts)", component=component,
         direction=direction, result=result, top=top,
@@ -79,7 +74,7 @@ def pairs_patching(
     top: int = 10, progress: Progress | None = None,
 ) -> PatchReport:  # fmt: skip
     """Patch `component` on the prompt pairs of a CSV/JSONL file (the format `interp circuit --task`
-    reads). Clean and corrupted prompts of a pair must have the same number of tokens."""
+    reads), whose clean and corrupted prompts have the same number of tokens."""
     task = file_task(model, path)
     end = task.metric.pos
     if not (task.corrupted_metric.pos == end).all():
@@ -89,24 +84,23 @@ def pairs_patching(
             "activation patching aligns positions, so give pairs of equal token length "
             "(interp circuit --task accepts unequal ones)."
         )
-    with torch.no_grad():
-        metric = metrics.normalized(task.metric, model(task.clean), model(task.corrupted))
-    result = activation_patching(
-        model, task.clean, task.corrupted, metric, component, None, direction=direction,
-        metric_name=METRIC, logit_pos=end, progress=progress,
-    )  # fmt: skip
+    result = _patching(model, task.pair, end, None, component, direction, progress)
     return PatchReport(
         model=model.cfg.model_name, task=f"{task.name} ({task.n_prompts} pairs)", component=component,
         direction=direction, result=result, top=top,
     )  # fmt: skip
 
 
-def _title(report: PatchReport) -> str:
-    order = "highest" if report.direction == "denoise" else "lowest"
-    return (
-        f"{report.model}, {report.task}: patching {report.component} ({report.direction}); {METRIC}, "
-        f"mean and 95% bootstrap CI over prompts, the {order} mean first"
-    )
+def _patching(model, pair, end, positions, component, direction, progress) -> PatchResult:
+    """Patch `component` of the pair's (clean, corrupted) prompts, its metric normalised by the two
+    runs' means; progress(stage, done, total) as the patched runs finish."""
+    clean, corrupted, metric = pair
+    with torch.no_grad():  # the baselines are constants of the metric
+        metric = metrics.normalized(metric, model(clean), model(corrupted))
+    return activation_patching(
+        model, clean, corrupted, metric, component, positions, direction=direction, metric_name=METRIC,
+        logit_pos=end, progress=progress,
+    )  # fmt: skip
 
 
 def patch_headline(report: PatchReport) -> str:
@@ -136,15 +130,15 @@ def patch_sections(report: PatchReport) -> Report:
          ci_text((row.ci_low, row.ci_high), 3, sign=False)]
         for row in report.ranked().head(report.top).itertuples()
     ]  # fmt: skip
-    strongest = Section(
-        title=f"The {report.top} strongest patches", lines=[_title(report)],
-        table=Table(columns=COLUMNS, rows=rows, right=COLUMNS),
-    )  # fmt: skip
-    return Report(
-        title=f"Activation patching of {report.model}",
-        headline=[patch_headline(report)],
-        sections=[strongest],
+    order = "highest" if report.direction == "denoise" else "lowest"
+    what = (
+        f"{report.model}, {report.task}: patching {report.component} ({report.direction}); {METRIC}, "
+        f"mean and 95% bootstrap CI over prompts, the {order} mean first"
     )
+    table = Table(columns=COLUMNS, rows=rows, right=COLUMNS)
+    strongest = Section(title=f"The {report.top} strongest patches", lines=[what], table=table)
+    title = f"Activation patching of {report.model}"
+    return Report(title=title, headline=[patch_headline(report)], sections=[strongest])
 
 
 def write_patch_report(report: PatchReport, format: str, out: str | Path | None, console: Console) -> None:

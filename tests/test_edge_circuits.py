@@ -397,3 +397,20 @@ def test_a_learned_circuit_lists_its_edges_by_their_measured_effect_of_removal()
         EdgeCircuitSettings(measured_edges=-1)
     with pytest.raises(ValueError, match="mask of this model's edge graph"):
         edges.removal_effects(model, held.clean, held.corrupted, held.metric, circuit[:, :3])
+
+
+def test_circuit_task_reads_and_checks_a_pairs_file_once_before_a_model_loads(smollm2, tmp_path):
+    """`CircuitTask` reads a prompt-pair file and refuses pairs its metric cannot read before any model
+    is loaded; the prompts are then built from the rows it read, not from a second read of the file."""
+    from circuits.edge_circuits.run import CircuitTask, circuit_prompts
+
+    csv_path, _ = _write_pairs(tmp_path)
+    no_incorrect = tmp_path / "no-incorrect.csv"
+    no_incorrect.write_text("clean,corrupted,correct\nThe cat sat on the,The dog sat on the, mat\n")
+    with pytest.raises(ValueError, match="lacks incorrect"):
+        CircuitTask(task=str(no_incorrect))
+    task = CircuitTask(task=str(csv_path))
+    csv_path.unlink()  # read once, at construction
+    prompts = circuit_prompts(smollm2, task, EdgeCircuitSettings(method="eap", n_edges=5, ablation="mean"))
+    assert prompts.prompt_pairs.n_prompts + prompts.heldout.n_prompts == len(PAIRS)
+    assert prompts.pairs is not None and prompts.pairs.name == "pairs.csv"

@@ -267,36 +267,27 @@ class EdgeCircuitSettings:
     measured_edges: int = 25
 
     def __post_init__(self) -> None:
-        if self.n_edges is not None and self.fraction is not None:
-            raise ValueError(
-                "give the circuit size as --edges N or --fraction F (one of them), or neither to search."
-            )
-        if self.fraction is not None and not 0 < self.fraction <= 1:
-            raise ValueError(
-                f"--fraction {self.fraction} must lie in (0, 1]: the fraction of all edges, e.g. 0.05."
-            )
-        if not 0 < self.target <= 1:
-            raise ValueError(f"--target {self.target} must lie in (0, 1]; 0.8 is a common choice.")
-        if self.bootstrap < 0:
-            raise ValueError(
-                f"--bootstrap {self.bootstrap} must be 0 (not measured) or a number of resamples, e.g. 20."
-            )
-        if self.density is not None and not 0 < self.density < 1:
-            raise ValueError(
-                f"--density {self.density} must lie in (0, 1): the fraction of edges the mask keeps, e.g. "
-                "0.02."
-            )
-        if self.prune_steps < 1:
-            raise ValueError(f"--prune-steps {self.prune_steps} must be at least 1.")
-        if self.ig_points != "paper" and self.method.startswith("eap-ig-activations"):
-            raise ValueError(
-                f"--ig-points applies to eap-ig (over inputs); {self.method} takes alpha = k/m, k = 1..m."
-            )
+        refusals = [  # (refused, what to pass instead), in the order checked
+            (self.n_edges is not None and self.fraction is not None,
+             "give the circuit size as --edges N or --fraction F (one of them), or neither to search."),
+            (self.fraction is not None and not 0 < self.fraction <= 1,
+             f"--fraction {self.fraction} must lie in (0, 1]: the fraction of all edges, e.g. 0.05."),
+            (not 0 < self.target <= 1, f"--target {self.target} must lie in (0, 1]; 0.8 is a common choice."),
+            (self.bootstrap < 0,
+             f"--bootstrap {self.bootstrap} must be 0 (not measured) or a number of resamples, e.g. 20."),
+            (self.density is not None and not 0 < self.density < 1,
+             f"--density {self.density} must lie in (0, 1): the fraction of edges the mask keeps, e.g. "
+             "0.02."),
+            (self.prune_steps < 1, f"--prune-steps {self.prune_steps} must be at least 1."),
+            (self.ig_points != "paper" and self.method.startswith("eap-ig-activations"),
+             f"--ig-points applies to eap-ig (over inputs); {self.method} takes alpha = k/m, k = 1..m."),
+            (self.max_memory is not None and self.method == "exact",
+             "--max-memory applies to the gradient methods (eap, eap-ig, ...), not to exact."),
+        ]  # fmt: skip
+        for refused, message in refusals:
+            if refused:
+                raise ValueError(message)
         if self.max_memory is not None:
-            if self.method == "exact":
-                raise ValueError(
-                    "--max-memory applies to the gradient methods (eap, eap-ig, ...), not to exact."
-                )
             try:
                 memory_bytes(self.max_memory)
             except ValueError as error:

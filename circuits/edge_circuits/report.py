@@ -105,19 +105,16 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
         + ")",
         result.score_convention(),
     ]
-    if data["curve"] is not None:
-        curve = data["curve"]
-        line = f"faithfulness curve over {len(curve['fractions'])} sizes: "
-        line += (
-            f"CPR {curve['cpr']:.3f} (edges ranked by signed score, as MIB's leaderboard; by |score|: "
-            f"{curve['cpr_abs']:.3f}), CMD {curve['cmd']:.3f} (ranked by |score|)"
-        )
-        if curve["random"] is not None:
-            line += f" (random circuits: CPR {curve['random']['cpr']:.3f}, CMD {curve['random']['cmd']:.3f})"
-        lines.append(line)
-    else:
-        lines.append("faithfulness curve: not measured (--curve: MIB's 10 sizes, CPR and CMD)")
-    return lines
+    curve = data["curve"]
+    if curve is None:
+        return [*lines, "faithfulness curve: not measured (--curve: MIB's 10 sizes, CPR and CMD)"]
+    random = curve["random"]
+    return [*lines, (
+        f"faithfulness curve over {len(curve['fractions'])} sizes: CPR {curve['cpr']:.3f} (edges ranked by "
+        f"signed score, as MIB's leaderboard; by |score|: {curve['cpr_abs']:.3f}), CMD {curve['cmd']:.3f} "
+        "(ranked by |score|)"
+        + ("" if random is None else f" (random circuits: CPR {random['cpr']:.3f}, CMD {random['cmd']:.3f})")
+    )]  # fmt: skip
 
 
 def stability_note(result: EdgeCircuitResult) -> str:
@@ -291,11 +288,8 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
         "embeddings, or between heads beyond the circuit's edges; a larger circuit (--edges, --target) "
         "keeps more of them",
     ]
-    if heads.faithfulness > 1:
-        lines.append(
-            "the heads alone keep more than 1: the other heads, ablated together, had lowered the answer"
-        )
-    return lines
+    above = "the heads alone keep more than 1: the other heads, ablated together, had lowered the answer"
+    return lines + ([above] if heads.faithfulness > 1 else [])
 
 
 def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
@@ -307,35 +301,29 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
     by = "|score|" if result.removal is None else "|effect of removal|, measured first"
     shown = "every one, strongest first" if top is None else f"strongest {top} by {by}"
     value, notes = ("score", []) if result.removal is None else ("effect of removal", [removal_note(result)])
-    right = [value, "frequency"]
     cells = [
         [row.writer, row.reader, f"{row.score:+.4f}" if result.removal is None
          else ("" if row.removal_measured else "≈") + f"{row.removal_effect:+.3f}",
          "-" if row.frequency is None else f"{row.frequency:.2f}"]
         for row in edges
     ]  # fmt: skip
+    caption = (
+        "<p>Edges coloured by what they feed: query (blue), key (green), value (red), MLP or logits "
+        f"(grey); width ~ |{value}|. Hover an edge for its {value}.</p>"
+    )
+    faithfulness = (
+        "Faithfulness (held out)" if result.held_out else "Faithfulness (on the prompts that found it)"
+    )
+    columns = ["writer", "reader", value, "frequency"]
     sections = [
         Section(title="What chose and what tested", lines=lines[1:]),
+        Section(title="Circuit", figures=[caption, circuit_view(result)]),
+        faithfulness_section(result.faithfulness.summary(), result.faithfulness_strata(), kept, faithfulness),
         Section(
-            title="Circuit",
-            figures=[
-                "<p>Edges coloured by what they feed: query (blue), key (green), value (red), MLP or logits "
-                f"(grey); width ~ |{value}|. Hover an edge for its {value}.</p>",
-                circuit_view(result),
-            ],
+            title=f"Circuit edges ({shown})", notes=[*notes, stability_note(result)],
+            table=Table(columns=columns, rows=cells, right=columns[2:]),
         ),
-        faithfulness_section(
-            result.faithfulness.summary(),
-            result.faithfulness_strata(),
-            kept,
-            "Faithfulness (held out)" if result.held_out else "Faithfulness (on the prompts that found it)",
-        ),
-        Section(
-            title=f"Circuit edges ({shown})",
-            table=Table(columns=["writer", "reader", value, "frequency"], rows=cells, right=right),
-            notes=[*notes, stability_note(result)],
-        ),
-    ]
+    ]  # fmt: skip
     if result.curve is not None:
         curve = result.curve
         low, high = curve.result.ci()
@@ -347,13 +335,9 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
              "" if random is None else f"{random[i]:.3f}"]
             for i, fraction in enumerate(curve.fractions)
         ]  # fmt: skip
-        sections.append(
-            Section(
-                title="Faithfulness curve (top-|score| circuits, everything else ablated)",
-                table=Table(columns=columns, rows=rows, right=columns),
-                figures=[curve_svg(result)],
-            )
-        )
+        title = "Faithfulness curve (top-|score| circuits, everything else ablated)"
+        table = Table(columns=columns, rows=rows, right=columns)
+        sections.append(Section(title=title, table=table, figures=[curve_svg(result)]))
     if result.heads is not None:
         heads = path_report(result.heads)
         sections += [

@@ -2,6 +2,7 @@
 head classes of the same pairs (`circuits.path`) on the same held-out families.
 
     task = CircuitTask(task="pairs.csv", heldout_families=("template 3",))   # read and checked, no model
+    settings = EdgeCircuitSettings(method="eap-ig", n_edges=300)
     result = run_circuit(circuit_prompts(model, task, settings), settings)  # tokenised, then the work
 """
 

@@ -11,7 +11,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from circuits.path.task import PairTask, label_masks, pair_task
+from circuits.path.task import PairTask, label_masks, padding_mask, pair_task
 from interp import edges
 from interp.model import HookedTransformer
 from interp.tasks.ioi import ioi_dataset_for
@@ -57,11 +57,12 @@ class EdgeTask:
         def pick(values: list[str] | None) -> list[str] | None:
             return None if values is None else [values[i] for i in rows.tolist()]
 
+        at_corrupted = self.corrupted_metric
         return replace(
             self, clean=self.clean[rows], corrupted=self.corrupted[rows],
             metric=edges.subset_metric(self.metric, rows), families=pick(self.families),
-            strata=pick(self.strata), corrupted_metric=None
-            if self.corrupted_metric is None else edges.subset_metric(self.corrupted_metric, rows),
+            strata=pick(self.strata),
+            corrupted_metric=None if at_corrupted is None else edges.subset_metric(at_corrupted, rows),
             corrupted_mask=None if self.corrupted_mask is None else self.corrupted_mask[rows],
         )  # fmt: skip
 
@@ -80,12 +81,6 @@ def ioi_task(
         corrupted_mask=padding_mask(abc.positions["END"], abc.tokens.shape[1]),
         families=[f"{prefix} {int(template)}" for template in clean.template], strata=list(clean.order),
     )  # fmt: skip
-
-
-def padding_mask(ends: Int[Tensor, " batch"], width: int) -> Int[Tensor, "batch pos"] | None:
-    """1 at right-padded prompts' tokens up to `ends` (each one's last real token), 0 at padding; None
-    where no prompt is padded."""
-    return None if bool((ends + 1 == width).all()) else (torch.arange(width) <= ends[:, None]).long()
 
 
 def induction_task(
@@ -107,17 +102,25 @@ def induction_task(
     other = torch.randint(low, high, (n_prompts, seq_len), generator=generator)
     same = other[:, -1] == first[:, -1]
     other[same, -1] = (first[same, -1] + 1 - low) % (high - low) + low
-    clean = torch.cat([first, first[:, :-1]], 1)
-    corrupted = torch.cat([other, first[:, :-1]], 1)
-    if model.cfg.default_prepend_bos and bos is not None:
-        column = torch.full((n_prompts, 1), bos)
+    return repeated_sequence_pairs("induction", first, other, bos if model.cfg.default_prepend_bos else None)
+
+
+def repeated_sequence_pairs(
+    name: str, first: Int[Tensor, "n seq"], other: Int[Tensor, "n seq"], bos: int | None = None
+) -> EdgeTask:
+    """[bos] A A[:-1] -> A[-1] against [bos] B A[:-1] (A: `first`, B: `other`); metric logit(A[-1]) -
+    logit(B[-1]) at the last position."""
+    clean, corrupted = torch.cat([first, first[:, :-1]], 1), torch.cat([other, first[:, :-1]], 1)
+    if bos is not None:
+        column = torch.full((first.shape[0], 1), bos)
         clean, corrupted = torch.cat([column, clean], 1), torch.cat([column, corrupted], 1)
-    last = torch.full((n_prompts,), clean.shape[1] - 1)  # stated: a last token that is the pad id is real
+    last = torch.full(
+        (first.shape[0],), clean.shape[1] - 1
+    )  # stated: a last token that is the pad id is real
     metric = edges.logit_diff_metric(first[:, -1], other[:, -1], last)
     return EdgeTask(
-        name="induction", clean=clean, corrupted=corrupted, metric=metric,
-        metric_name="logit_diff(A[-1] - B[-1])",
-    )  # fmt: skip
+        name=name, clean=clean, corrupted=corrupted, metric=metric, metric_name="logit_diff(A[-1] - B[-1])"
+    )
 
 
 def pair_edge_task(task: PairTask) -> EdgeTask:
@@ -127,7 +130,7 @@ def pair_edge_task(task: PairTask) -> EdgeTask:
         name=task.name, clean=task.clean, corrupted=task.corrupted, metric=task.metric,
         metric_name="p(correct)" if task.metric_kind == "prob" else "logit_diff(correct - incorrect)",
         corrupted_metric=task.corrupted_metric,
-        corrupted_mask=padding_mask(task.corrupted_end, task.corrupted.shape[1]),
+        corrupted_mask=task.corrupted_mask,
         families=list(task.families) if task.has_families else None, strata=list(task.strata),
     )  # fmt: skip
 

@@ -1,25 +1,14 @@
-"""The one analysis path, step by step, for any `PairTask` (a user's prompt pairs or a built-in task).
-
-    result = head_path(model, task)          # steps 1-4 below, on the task's family split
+"""The one analysis path for any `PairTask`: `head_path(model, task)` runs, on the task's family split,
 
 1. discover (discovery families): every head's drop (`circuits.evidence.EFFECT_SIGN`) estimated by
-   attribution patching, the strongest `n_candidates` measured exactly (each head's output taken
-   from the corrupted prompt, or its mean); heads whose exact drop's CI excludes zero and whose
-   |drop| is at least `min_share` of the clean - corrupted gap are kept (at most `max_heads`).
-2. classify (discovery families): each kept head by where the last token attends among the named
-   positions (mean attention >= `attention_threshold`: "to NAME"; else "unnamed"), and by the sign
-   of its drop (a "negative" class lowers the answer). A task without named positions has the
-   positions where its clean and corrupted prompts differ named ("changed", ...:
-   `PairTask.with_changed_positions`).
-3. validate (held-out families): each class ablated against `n_random` random same-layer sets; its
-   drop beyond them (paired by prompt, bootstrap CI) pooled, per stratum and per family, beside the
-   same measure on the discovery families; a verdict: "confirmed" (pooled CI beyond zero in the
-   class's direction and the direction holds in more than half of the strata and of the families),
-   "stratum-dependent" / "family-dependent" (pooled holds, but not across strata / families), or
-   "unconfirmed"; a stratum or family of fewer than `circuits.evidence.MIN_STRATUM_PROMPTS` prompts
-   has no CI and no verdict and does not count.
-4. faithfulness (held-out families): the kept heads alone (every other head ablated) against the
-   model and against every head ablated: (m(C) - m(none)) / (m(model) - m(none)), bootstrap CI.
+   attribution patching, the `n_candidates` strongest measured exactly; kept (at most `max_heads`)
+   where the exact drop's CI excludes zero and |drop| >= `min_share` of the clean - corrupted gap;
+2. classify (discovery families): by where the last token attends among the named positions (mean
+   >= `attention_threshold`: "to NAME", else "unnamed"; without named positions, those where clean
+   and corrupted differ), and by sign ("negative" lowers the answer);
+3. validate (held-out families): each class against `n_random` random same-layer sets, pooled, per
+   stratum and per family (`circuits.evidence.judge_class`);
+4. faithfulness (held-out families): the kept heads alone against the model and every head ablated.
 Every choice is made in steps 1-2; every figure of steps 3-4 comes from held-out families.
 """
 
@@ -54,7 +43,7 @@ PATH_STAGES = ("Discover heads", "Classify heads", "Validate classes", "Head fai
 
 @dataclass(frozen=True, kw_only=True)
 class PathSettings:
-    """The path's choices (see the module docstring for each step's use of them)."""
+    """The path's choices (the module docstring says each step's use of them)."""
 
     n_candidates: int = 24
     max_heads: int = 12
@@ -117,8 +106,7 @@ class PathResult:
 def _replacement(model: HookedTransformer, task: PairTask, ablation: str) -> Replacement:
     """The values ablated heads take on `task`'s clean prompts: each pair's corrupted prompt's
     ("counterfactual") or the corrupted prompts' mean at each position ("mean")."""
-    real = torch.arange(task.corrupted.shape[1]) <= task.corrupted_end[:, None]
-    mask = None if ablation != "mean" or bool(real.all()) else real.long()
+    mask = task.corrupted_mask if ablation == "mean" else None
     return Replacement(
         model, model.layer_hook_names("z"), Ablation(ablation, reference=task.corrupted, mask=mask)
     )
@@ -245,7 +233,7 @@ def validate(
     return checks
 
 
-def circuit_faithfulness(
+def head_faithfulness(
     model: HookedTransformer, task: PairTask, circuit: Sequence[Head], ablation: str, seed: int = 0
 ) -> tuple[FaithfulnessSummary, list[StratumFaithfulness], float]:
     """Step 4: the heads `circuit`'s faithfulness on `task` (ratio of means with its bootstrap CI over
@@ -321,7 +309,7 @@ def head_path(
             name: sum(attention[h][name] for h in members) / len(members) for name in task.positions
         }
     stage(3)
-    faithfulness, faithfulness_strata, all_heads_drop = circuit_faithfulness(
+    faithfulness, faithfulness_strata, all_heads_drop = head_faithfulness(
         model, heldout, heads, settings.ablation, settings.seed
     )
     notes += [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]

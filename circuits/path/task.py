@@ -3,18 +3,11 @@
     task = pair_task(model, "agreement.csv")          # or a list of row dicts: pair_task(model, rows)
     discovery, heldout = task.split()                 # whole families held out (circuits.evidence)
 
-A prompt-pair file is read and tokenised once, here: the head path (`circuits.path.steps`) runs on the
-task, and the edge circuit on its view (`circuits.edge_circuits.tasks.pair_edge_task`, the same split:
-`circuit_tasks`). Rows (CSV with a header, or JSONL) have `clean`, `corrupted`, `correct` and
-`incorrect` (one token each; mind the leading space; `incorrect` is not read with the probability
-metric) and optionally:
-  family        the unit held out (a template, relation, document); without it each prompt is its own
-                family, held out alone
-  stratum       a label the verdicts are reported per (e.g. singular / plural)
-  pos:NAME      a named position in the clean prompt: text of the prompt whose last token is the
-                position, `text#k` for its k-th occurrence (e.g. `pos:S2` = ` John#2`); without any,
-                the positions where clean and corrupted prompts differ are named
-                (`PairTask.with_changed_positions`)
+Rows (CSV with a header, or JSONL; docs/guide/own-task.md) have `clean`, `corrupted`, `correct`,
+`incorrect` (one token each; not read with the probability metric) and optionally `family` (the unit
+held out; without it each prompt is its own), `stratum` and `pos:NAME` (text of the clean prompt whose
+last token is the position, `text#k` its k-th occurrence). The edge circuit views the same task
+(`circuits.edge_circuits.tasks.pair_edge_task`).
 """
 
 from __future__ import annotations
@@ -62,6 +55,11 @@ class PairTask:
 
     def __len__(self) -> int:
         return self.clean.shape[0]
+
+    @property
+    def corrupted_mask(self) -> Int[Tensor, "n pos"] | None:
+        """1 at the corrupted prompts' real tokens, 0 at padding (None: none is padded)."""
+        return padding_mask(self.corrupted_end, self.corrupted.shape[1])
 
     def changed_positions(self) -> Bool[Tensor, "n pos"]:
         """Where each clean prompt differs from its corrupted one: a different token, or a position past
@@ -125,17 +123,13 @@ class PairTask:
         rows = torch.as_tensor(rows, dtype=torch.long)
         width = int(torch.maximum(self.end[rows], self.corrupted_end[rows]).max()) + 1
         return replace(
-            self,
-            clean=self.clean[rows, :width],
-            corrupted=self.corrupted[rows, :width],
-            correct=self.correct[rows],
-            incorrect=None if self.incorrect is None else self.incorrect[rows],
-            end=self.end[rows],
-            corrupted_end=self.corrupted_end[rows],
+            self, clean=self.clean[rows, :width], corrupted=self.corrupted[rows, :width],
+            correct=self.correct[rows], incorrect=None if self.incorrect is None else self.incorrect[rows],
+            end=self.end[rows], corrupted_end=self.corrupted_end[rows],
             positions={name: pos[rows] for name, pos in self.positions.items()},
             families=tuple(self.families[i] for i in rows.tolist()),
             strata=tuple(self.strata[i] for i in rows.tolist()),
-        )
+        )  # fmt: skip
 
     def family_split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> FamilySplit:
         """Discovery and held-out families: `heldout`, else the task's own `heldout_families`, else
@@ -159,6 +153,12 @@ class PairTask:
         """(discovery, held-out) prompts: whole families on each side (see `family_split`)."""
         discovery, heldout_rows = self.split_rows(heldout, seed)
         return self.subset(discovery), self.subset(heldout_rows)
+
+
+def padding_mask(ends: Int[Tensor, " n"], width: int) -> Int[Tensor, "n pos"] | None:
+    """1 at right-padded prompts' tokens up to `ends` (each one's last real token), 0 at padding; None
+    where no prompt is padded."""
+    return None if bool((ends + 1 == width).all()) else (torch.arange(width) <= ends[:, None]).long()
 
 
 def label_masks(kinds: Sequence[tuple[str, Sequence[str] | None]]) -> list[tuple[str, str, Tensor]]:
@@ -232,30 +232,25 @@ def pair_task(
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
     positions = {
-        p: torch.tensor(
-            [
-                _position(model, ids, row["clean"], row[POSITION_PREFIX + p], f"{name}: pair {n} pos:{p}")
-                for n, (row, ids) in enumerate(zip(rows, clean_ids, strict=True), 1)
-            ]
-        )
+        p: torch.tensor([
+            _position(model, ids, row["clean"], row[POSITION_PREFIX + p], f"{name}: pair {n} pos:{p}")
+            for n, (row, ids) in enumerate(zip(rows, clean_ids, strict=True), 1)
+        ])
         for p in position_names
-    }
+    }  # fmt: skip
     has_families = any("family" in row for row in rows)  # `check_pairs`: then every pair has one
+
+    def answers(key: str) -> Tensor:
+        return torch.tensor([model.to_single_token(row[key]) for row in rows])
+
     return PairTask(
-        name=name,
-        clean=clean,
-        corrupted=corrupted,
-        correct=torch.tensor([model.to_single_token(row["correct"]) for row in rows]),
-        incorrect=None
-        if metric == "prob"
-        else torch.tensor([model.to_single_token(row["incorrect"]) for row in rows]),
+        name=name, clean=clean, corrupted=corrupted, correct=answers("correct"),
+        incorrect=None if metric == "prob" else answers("incorrect"),
         end=torch.tensor([len(ids) - 1 for ids in clean_ids]),
-        corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]),
-        positions=positions,
+        corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]), positions=positions,
         families=tuple(
             str(row["family"]) if has_families else NO_FAMILY.format(i) for i, row in enumerate(rows)
         ),
-        strata=tuple(row.get("stratum") or "all" for row in rows),
-        has_families=has_families,
+        strata=tuple(row.get("stratum") or "all" for row in rows), has_families=has_families,
         metric_kind=metric,
-    )
+    )  # fmt: skip
