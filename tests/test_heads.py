@@ -160,6 +160,22 @@ def test_bad_settings_raise():
         head_report(model, n_samples=1)
     with pytest.raises(ValueError, match="tokenizer"):
         head_report(model, natural_text=["hello"])
+    from circuits.heads import HeadSettings
+
+    with pytest.raises(ValueError, match="max_candidates"):  # refused before any model runs
+        HeadSettings(max_candidates=0)
+    with pytest.raises(ValueError, match="n_random"):
+        head_report(model, HeadSettings(causal=False), n_random=0)
+
+
+def test_settings_and_keyword_options_make_the_same_report():
+    from circuits.heads import HeadSettings
+
+    model = interp.load_model("toy-induction")
+    given = head_report(model, HeadSettings(n_samples=4, seed=2, causal=False))
+    keywords = head_report(model, n_samples=4, seed=2, causal=False)
+    assert given.settings == keywords.settings and given.settings["n_samples"] == 4
+    assert given.table.equals(keywords.table)
 
 
 def test_attention_scores_agree_with_transformer_lens_head_detector(smollm2):

@@ -21,7 +21,7 @@ what it measures, with its units.
 from circuits.heads.cache import confirmed_induction_heads, remember_induction_heads
 from circuits.heads.causal import CAUSAL_TYPES, CausalEffects, causal_checks
 from circuits.heads.classify import HeadReport, head_table
-from circuits.heads.pipeline import confirmed_induction, head_report
+from circuits.heads.pipeline import HeadSettings, confirmed_induction, head_report
 from circuits.heads.probes import NATURAL_TEXT, Probe, Probes, make_probes
 from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores, score_heads
 from circuits.heads.weights import weight_scores
@@ -34,6 +34,7 @@ __all__ = [
     "CausalEffects",
     "HeadReport",
     "HeadScores",
+    "HeadSettings",
     "Probe",
     "Probes",
     "causal_checks",

@@ -434,32 +434,48 @@ def _row_groups(probe: Probe, rows: Tensor) -> list[tuple[Tensor, int]]:
     return groups
 
 
-def _ablated_reads(
+Readout = Callable[[Tensor, Tensor, int], tuple[dict[str, Tensor], Callable[[dict[str, Tensor]], Tensor]]]
+"""readout(rows, the rows on the model's device, width) -> (the hooks read: name -> the clean run's value
+on those rows cut to width; {name: activation} -> the measurement per row)."""
+
+
+def _measure(
     model: interp.HookedTransformer,
+    probe: Probe,
     clean: CleanRun,
-    head_sets: Sequence[Sequence[Head]],
-    rows: Tensor,
-    width: int,
-    reads: dict[str, Tensor],
-    readout: Callable[[dict[str, Tensor]], Tensor],
+    stage: str,
     progress: Progress | None,
-) -> list[Tensor]:
-    """readout({name: activation}) of the hooks `reads` (name -> the clean run's value on `rows`, cut
-    to `width`) with each set of heads mean-ablated, on `rows` of the probe cut to `width` positions."""
-    names = {interp.act_name("z", layer): layer for layer in clean.z_mean}
-    target = {
-        interp.act_name("resid_pre", layer): resid[rows, :width] for layer, resid in clean.resid_pre.items()
-    }
-    return read_site_sets(
-        model,
-        clean.tokens[rows, :width],
-        [ablation_sites(model, heads=heads) for heads in head_sets],
-        list(reads),
-        readout,
-        {name: clean.z_mean[layer][:, :width] for name, layer in names.items()},
-        target=target | reads,
-        progress=progress,
-    )
+    readout: Readout,
+) -> Measure:
+    """The `Measure` of a check: each set of heads mean-ablated on a look's rows, per repeat length cut
+    to its longest sequence, starting from the clean run at the first ablated block (`read_site_sets`)."""
+    n_groups = len(_row_groups(probe, torch.arange(len(probe.tokens))))
+    z_names = {interp.act_name("z", layer): layer for layer in clean.z_mean}
+
+    def measure(head_sets: list[list[Head]], look: Tensor, before: int, total: int) -> list[Tensor]:
+        values = torch.zeros(len(head_sets), len(probe.tokens))
+        if progress:
+            progress(stage, before * n_groups, total * n_groups)
+        for g, (rows, width) in enumerate(_row_groups(probe, look)):
+            device_rows = rows.to(model.device)
+            reads, read = readout(rows, device_rows, width)
+            starts = {interp.act_name("resid_pre", layer): resid[device_rows, :width]
+                      for layer, resid in clean.resid_pre.items()}  # fmt: skip
+            runs = read_site_sets(
+                model,
+                clean.tokens[device_rows, :width],
+                [ablation_sites(model, heads=heads) for heads in head_sets],
+                list(reads),
+                read,
+                {name: clean.z_mean[layer][:, :width] for name, layer in z_names.items()},
+                target=starts | reads,
+                progress=as_stage(progress, stage, before * n_groups + g * len(head_sets), total * n_groups),
+            )
+            for i, value in enumerate(runs):
+                values[i, rows] = value
+        return list(values[:, look])
+
+    return measure
 
 
 @torch.inference_mode()
@@ -483,37 +499,23 @@ def induction_ablation_effects(
         clean = clean_run_for_ablations(model, probe, ablated_layers(classes), final=True)
     tokens = probe.tokens.to(model.device)
     second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
-    n_groups = len(_row_groups(probe, torch.arange(len(tokens))))
+    final_name = final_resid_hook(model)
 
-    def measure(head_sets: list[list[Head]], look: Tensor, before: int, total: int) -> list[Tensor]:
-        """Mean loss per sequence of `look` on its second copy (logits only where it is scored)."""
-        values = torch.zeros(len(head_sets), len(tokens))
-        final_name = final_resid_hook(model)
-        if progress:
-            progress(INDUCTION_STAGE, before * n_groups, total * n_groups)
-        for g, (rows, width) in enumerate(_row_groups(probe, look)):
-            device_rows = rows.to(model.device)
-            scored = second[device_rows, : width - 1]
-            r, pos = scored.nonzero(as_tuple=True)
-            targets = tokens[device_rows][r, pos + 1]
+    def readout(rows: Tensor, device_rows: Tensor, width: int):
+        """Mean loss per sequence on its second copy (logits only where it is scored)."""
+        scored = second[device_rows, : width - 1]
+        r, pos = scored.nonzero(as_tuple=True)
+        targets = tokens[device_rows][r, pos + 1]
 
-            def loss(acts: dict[str, Tensor], scored=scored, r=r, pos=pos, targets=targets) -> Tensor:
-                logits = model.unembed(model.ln_final(acts[final_name][r, pos][:, None]))[:, 0]
-                per_token = torch.zeros(scored.shape, dtype=torch.float32, device=scored.device)
-                per_token[r, pos] = torch.nn.functional.cross_entropy(
-                    logits.float(), targets, reduction="none"
-                )
-                return (per_token.sum(-1) / scored.sum(-1)).float().cpu()
+        def loss(acts: dict[str, Tensor]) -> Tensor:
+            logits = model.unembed(model.ln_final(acts[final_name][r, pos][:, None]))[:, 0]
+            per_token = torch.zeros(scored.shape, dtype=torch.float32, device=scored.device)
+            per_token[r, pos] = torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+            return (per_token.sum(-1) / scored.sum(-1)).float().cpu()
 
-            reads = {final_name: clean.final[device_rows, :width]}
-            step = as_stage(
-                progress, INDUCTION_STAGE, before * n_groups + g * len(head_sets), total * n_groups
-            )
-            runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, loss, step)
-            for i, value in enumerate(runs):
-                values[i, rows] = value
-        return list(values[:, look])
+        return {final_name: clean.final[device_rows, :width]}, loss
 
+    measure = _measure(model, probe, clean, INDUCTION_STAGE, progress, readout)
     strata = length_strata(probe)
     return _candidate_effects(classes, measure, 1, MIN_EFFECT["induction"], looks(probe), strata, seed)
 
@@ -550,39 +552,28 @@ def previous_token_ablation_effects(
     classes = random_head_classes(model, heads, typed, n_random, seed)
     if clean is None:
         clean = clean_run_for_ablations(model, probe, ablated_layers(classes), target_layers)
-    n_groups = len(_row_groups(probe, torch.arange(len(probe.tokens))))
 
-    def measure(head_sets: list[list[Head]], look: Tensor, before: int, total: int) -> list[Tensor]:
-        """Mean induction score of the later targets per sequence of `look`, with each set mean-ablated."""
-        values = torch.zeros(len(head_sets), len(probe.tokens))
-        if progress:
-            progress(PREVIOUS_TOKEN_STAGE, before * n_groups, total * n_groups)
-        for g, (rows, width) in enumerate(_row_groups(probe, look)):
-            lengths = probe.lengths[rows]
-            masks = {"induction": score_masks(probe.tokens[rows, :width], lengths)["induction"]}
-            device_rows = rows.to(model.device)
-            reads = {
-                interp.act_name("pattern", layer): clean.patterns[layer][device_rows][:, :, :width, :width]
-                for layer in target_layers
-            }
+    def readout(rows: Tensor, device_rows: Tensor, width: int):
+        """Mean induction score of the later targets per sequence."""
+        lengths = probe.lengths[rows]
+        masks = {"induction": score_masks(probe.tokens[rows, :width], lengths)["induction"]}
 
-            def score(patterns: dict[str, Tensor], masks=masks, lengths=lengths) -> Tensor:
-                per_target = [
-                    pattern_scores(
-                        patterns[interp.act_name("pattern", lt)][:, ht : ht + 1].float().cpu(), masks, lengths
-                    )["induction"][:, 0]
-                    for lt, ht in later
-                ]
-                return torch.stack(per_target).mean(0)
+        def score(patterns: dict[str, Tensor]) -> Tensor:
+            per_target = [
+                pattern_scores(
+                    patterns[interp.act_name("pattern", lt)][:, ht : ht + 1].float().cpu(), masks, lengths
+                )["induction"][:, 0]
+                for lt, ht in later
+            ]
+            return torch.stack(per_target).mean(0)
 
-            step = as_stage(
-                progress, PREVIOUS_TOKEN_STAGE, before * n_groups + g * len(head_sets), total * n_groups
-            )
-            runs = _ablated_reads(model, clean, head_sets, device_rows, width, reads, score, step)
-            for i, value in enumerate(runs):
-                values[i, rows] = value
-        return list(values[:, look])
+        reads = {
+            interp.act_name("pattern", layer): clean.patterns[layer][device_rows][:, :, :width, :width]
+            for layer in target_layers
+        }
+        return reads, score
 
+    measure = _measure(model, probe, clean, PREVIOUS_TOKEN_STAGE, progress, readout)
     strata = length_strata(probe)
     return _candidate_effects(classes, measure, -1, MIN_EFFECT["previous_token"], looks(probe), strata, seed)
 
@@ -623,47 +614,27 @@ def causal_checks(
     clean = clean_run_for_ablations(model, probes.held_out, ablated, layers, final=True)
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 1, 1)
-    stages = StageResults() if stages is None else stages
-    induction_effects = with_held_out_scores(
-        stages.run(
-            INDUCTION_STAGE,
-            lambda: induction_ablation_effects(
-                model, probes.held_out, induction, progress, clean, typed, n_random, seed
-            ),
-            progress,
-        ),
-        probes.held_out,
-        clean,
-        induction,
-        "induction",
-        scores.thresholds,
-    )
-    confirmed = [head for head in induction if induction_effects.confirmed(head)]
-    previous_token_effects = stages.run(
-        PREVIOUS_TOKEN_STAGE,
-        lambda: previous_token_ablation_effects(
-            model,
-            probes.held_out,
-            previous_token,
-            confirmed or induction,
-            progress,
-            clean,
-            typed,
-            n_random,
-            seed,
-        ),
-        progress,
-    )
+    stages, probe = StageResults() if stages is None else stages, probes.held_out
+
+    def checked(kind: str, stage: str, heads: list[Head], run: Callable[[], CausalEffects]) -> CausalEffects:
+        return with_held_out_scores(
+            stages.run(stage, run, progress), probe, clean, heads, kind, scores.thresholds
+        )
+
+    found = checked("induction", INDUCTION_STAGE, induction, lambda: induction_ablation_effects(
+        model, probe, induction, progress, clean, typed, n_random, seed
+    ))  # fmt: skip
+    targets = [head for head in induction if found.confirmed(head)] or induction
     return {
-        "induction": induction_effects,
-        "previous_token": with_held_out_scores(
-            previous_token_effects,
-            probes.held_out,
-            clean,
-            previous_token,
+        "induction": found,
+        "previous_token": checked(
             "previous_token",
-            scores.thresholds,
-        ),
+            PREVIOUS_TOKEN_STAGE,
+            previous_token,
+            lambda: previous_token_ablation_effects(
+                model, probe, previous_token, targets, progress, clean, typed, n_random, seed
+            ),
+        ),  # fmt: skip
     }
 
 

@@ -239,7 +239,7 @@ def score_thresholds(probes: Probes) -> dict[str, float]:
     return found
 
 
-def summarise(
+def _mean_se_confidence(
     per_sequence: Float[Tensor, "seq layer head"], threshold: float, seed: int
 ) -> tuple[Float[Tensor, "layer head"], Float[Tensor, "layer head"], Float[Tensor, "layer head"]]:
     """(mean, standard error, confidence) over probe sequences (NaNs skipped); confidence is the
@@ -346,7 +346,7 @@ def mask_score_columns(
     when every length clears), on natural text, and induction per repeat length."""
     repeated = per_sequence["repeated"]
     by_length = {
-        length: summarise(
+        length: _mean_se_confidence(
             repeated["induction"][probes.repeated.repeat_len == length], limits["induction"], seed
         )
         for length in probes.induction_lengths
@@ -358,7 +358,7 @@ def mask_score_columns(
         if name == "induction":
             found = means.gather(0, lowest)[0], ses.gather(0, lowest)[0], confidences.prod(0)
         else:
-            found = summarise(repeated[name], limits[name], seed)
+            found = _mean_se_confidence(repeated[name], limits[name], seed)
         columns[name], columns[f"{name}_se"], columns[f"confidence_{name}"] = found
         if probes.text is not None:
             columns[f"{name}_text"] = per_sequence["text"][name].nanmean(0)
@@ -373,7 +373,7 @@ def _fixed_offset_columns(
     """fixed_offset at each head's best offset d >= 2 (by mean), and that offset."""
     distance = offsets.nanmean(0)[..., 2:].nan_to_num(-1.0).argmax(-1)  # [layer, head]: d - 2
     best = offsets[..., 2:].gather(-1, distance[None, ..., None].expand(len(offsets), -1, -1, 1))[..., 0]
-    mean, se, confidence = summarise(best, threshold, seed)
+    mean, se, confidence = _mean_se_confidence(best, threshold, seed)
     return {
         "fixed_offset": mean,
         "fixed_offset_se": se,
