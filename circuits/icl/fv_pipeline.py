@@ -194,13 +194,7 @@ class FunctionVectorSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name, least in [
-            ("n_prompts", 2),
-            ("n_shots", 2),
-            ("top", 1),
-            ("n_random", 1),
-            ("n_documents", 4),
-        ]:
+        for name, least in {"n_prompts": 2, "n_shots": 2, "top": 1, "n_random": 1, "n_documents": 4}.items():
             check_count(getattr(self, name), name, least)
         if self.candidates is not None:
             if isinstance(self.candidates, int) and self.candidates < self.top:
