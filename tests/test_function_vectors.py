@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
-from circuits.evidence import class_verdict, stratum_drops
+from circuits.evidence import TOO_FEW_PROMPTS, class_verdict, stratum_drops
 from circuits.icl import (
     FunctionVectorSettings,
     few_shot_accuracy,
@@ -411,3 +411,19 @@ def test_the_report_says_when_no_layer_lets_the_vector_help(small_result):
     assert "Added at layer 1 (discovery tasks' zero-shot accuracy 0.50 there)." in " ".join(
         fv_headline(helped)
     )
+
+
+def test_a_template_of_too_few_prompts_is_reported_without_a_ci(tiny_model):
+    """3 prompts of one held-out task in a template: too few for a CI, so its stratum has none and the
+    report says so (it raised a TypeError at rendering, after the whole run)."""
+    settings = FunctionVectorSettings(
+        tasks=["antonym", "present_past", "comparative"], heldout_tasks=["comparative"],
+        templates=["qa", "input_output", "arrow"], heldout_templates=["arrow"], n_prompts=3, n_shots=3, top=2,
+        candidates=4, n_random=2, n_documents=4,
+    )  # fmt: skip
+    result = function_vector_report(tiny_model, settings, induction_heads=[(1, 0)])
+    assert all(s.n_prompts == 3 and s.beyond_ci is None and s.holds is None for s in result.aie_test.strata)
+    console = Console(record=True, width=100)
+    write_fv_report(result, "table", None, console)
+    text = " ".join(console.export_text().split())
+    assert "arrow (held out)" in text and f"({TOO_FEW_PROMPTS})" in text

@@ -194,13 +194,7 @@ class FunctionVectorSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name, least in [
-            ("n_prompts", 2),
-            ("n_shots", 2),
-            ("top", 1),
-            ("n_random", 1),
-            ("n_documents", 4),
-        ]:
+        for name, least in {"n_prompts": 2, "n_shots": 2, "top": 1, "n_random": 1, "n_documents": 4}.items():
             check_count(getattr(self, name), name, least)
         if self.candidates is not None:
             if isinstance(self.candidates, int) and self.candidates < self.top:
@@ -321,6 +315,46 @@ def _task_vectors(
     ]  # fmt: skip
 
 
+def _template_vectors(
+    heldout: QueryEffects, strata: list[tuple[str, str, Tensor]], seed: int
+) -> list[TemplateVector]:
+    """Per template, the held-out tasks' queries in it."""
+    return [
+        TemplateVector(
+            template=name, family="held-out" if kind == TEMPLATE_KINDS[0] else "discovery",
+            n_prompts=int(members.sum()), **_accuracies(heldout, members, seed),
+        )
+        for kind, name, members in strata
+    ]  # fmt: skip
+
+
+def _prompts(
+    model: interp.HookedTransformer, settings: FunctionVectorSettings, halves: dict, half: int
+) -> dict[str, TaskPrompts]:
+    """Prompts of `half` of the pairs (`halves`): the discovery tasks' in the discovery templates, the
+    held-out tasks' in every template."""
+    split, template_split = settings.family_split(), settings.template_split()
+    templates = {"discovery": template_split.discovery, "heldout": tuple(settings.template_names)}
+    return {
+        group: task_prompts(model, {name: halves[name][half] for name in getattr(split, group)},
+                            settings.n_prompts, settings.n_shots, settings.seed + half, templates[group])
+        for group in ("discovery", "heldout")
+    }  # fmt: skip
+
+
+def _run_stage(
+    stages: StageResults, stage: str, compute: Callable[[Progress | None], T], progress: Progress | None
+) -> T:
+    """compute(the stage's progress), reported as `stage` as it begins, or the stage's kept value."""
+
+    def begun() -> T:
+        if progress is not None:
+            progress(stage, 0, 1)
+        return compute(as_stage(progress, stage))
+
+    return stages.run(stage, begun, progress)
+
+
 def _brown_icl_scores(
     model: interp.HookedTransformer, classes: Sequence[HeadClass], settings: FunctionVectorSettings
 ) -> tuple[Tensor, Tensor]:
@@ -356,26 +390,9 @@ def function_vector_report(
         timings[name] = time.perf_counter() - began - sum(timings.values())
 
     def step(stage: str, compute: Callable[[Progress | None], T]) -> T:
-        """compute(the stage's progress), reported as `stage` as it begins, or the stage's kept value."""
+        return _run_stage(stages, stage, compute, progress)
 
-        def begun() -> T:
-            if progress is not None:
-                progress(stage, 0, 1)
-            return compute(as_stage(progress, stage))
-
-        return stages.run(stage, begun, progress)
-
-    def prompts(half: int) -> dict[str, TaskPrompts]:
-        """Prompts of `half` of the pairs: the discovery tasks' in the discovery templates, the held-out
-        tasks' in every template."""
-        templates = {"discovery": template_split.discovery, "heldout": tuple(settings.template_names)}
-        return {
-            group: task_prompts(model, {name: halves[name][half] for name in getattr(split, group)},
-                                settings.n_prompts, settings.n_shots, seed + half, templates[group])
-            for group in ("discovery", "heldout")
-        }  # fmt: skip
-
-    demonstrations, queries = prompts(0), prompts(1)
+    demonstrations, queries = (_prompts(model, settings, halves, half) for half in (0, 1))
     means = {
         group: mean_head_outputs(model, group_prompts) for group, group_prompts in demonstrations.items()
     }
@@ -439,15 +456,7 @@ def function_vector_report(
         aie_test=aie_test,
         vector_test=vector_test,
         task_vectors=task_vectors,
-        template_vectors=[
-            TemplateVector(
-                template=name,
-                family="held-out" if kind == TEMPLATE_KINDS[0] else "discovery",
-                n_prompts=int(members.sum()),
-                **_accuracies(effects["heldout"], members, seed),
-            )
-            for kind, name, members in rows[1]
-        ],  # fmt: skip
+        template_vectors=_template_vectors(effects["heldout"], rows[1], seed),
         ablations=ablations,
         n_documents=settings.n_documents,
         timings=timings,

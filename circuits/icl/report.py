@@ -15,6 +15,7 @@ import math
 
 from rich.console import Console
 
+from circuits.evidence import TOO_FEW_PROMPTS
 from circuits.icl.results import (
     FV_LEGEND,
     LEGEND,
@@ -31,9 +32,9 @@ from interp.tasks.icl_tasks import ICL_TEMPLATES
 FORMATS = ("table", "json", "markdown", "html")
 
 
-def _effect(value: float, interval: tuple[float, float]) -> str:
-    """A signed effect with its CI: "+0.123 [+0.010, +0.250]"."""
-    return f"{signed(value)} {ci_text(interval)}"
+def _effect(value: float, interval: tuple[float, float] | None) -> str:
+    """A signed effect with its CI: "+0.123 [+0.010, +0.250]"; a stratum of too few prompts has none."""
+    return f"{signed(value)} " + (f"({TOO_FEW_PROMPTS})" if interval is None else ci_text(interval))
 
 
 def icl_headline(result: ICLResult) -> list[str]:
@@ -196,7 +197,7 @@ def _comparison_line(found: Comparison) -> str:
     ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])  # the held-out ones first
     per_template = "; ".join(
         f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) "
-        f"{_effect(s.beyond, s.beyond_ci)}" + ("" if s.holds else ", does not hold")
+        f"{_effect(s.beyond, s.beyond_ci)}" + (", does not hold" if s.holds is False else "")
         for s in ordered
     )
     return (
