@@ -1,5 +1,5 @@
 """Writing a rendered report: to the terminal, or atomically to a file (every report command); a
-report's figure to an image file (`save_figure`)."""
+report's figure to an image file (`save_figure`; `pyplot`: matplotlib without a display)."""
 
 from __future__ import annotations
 
@@ -81,6 +81,19 @@ def write_output(
         console.print(text(format), markup=False, highlight=False, emoji=False, soft_wrap=True)
     else:
         write_text_atomic(out, text(format))
+
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (figures are written, never shown), or an
+    ImportError saying how to install it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise ImportError("Plotting needs matplotlib: pip install matplotlib") from error
+    return plt
 
 
 def save_figure(figure, out: str | Path | None):

@@ -21,6 +21,7 @@ import torch
 
 import interp
 from circuits.heads import head_report
+from circuits.output import pyplot
 from interp.io.files import atomic_path
 from interp.runtime.distributed import RayCluster, map_shards
 from interp.training import CHECKPOINTS
@@ -149,13 +150,7 @@ def plot_head_sweep(
 
     Returns the matplotlib Figure; with `out` (.png, .svg, .pdf) also writes it there.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise ImportError("Plotting needs matplotlib: pip install matplotlib") from error
+    plt = pyplot()
     if score not in frame:
         raise ValueError(f"no column {score!r}; choose one of {', '.join(map(str, frame.columns))}.")
     last = frame[frame["step"] == frame["step"].max()].nlargest(top, score)

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from circuits.hop.results import HopPath, HopResult
-from circuits.output import save_figure
+from circuits.output import pyplot, save_figure
 from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import Report, Section, Table, ci_text, layer_head_map, signed, write_sections
 from interp.viz import heatmap_grid
@@ -127,13 +127,7 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
     outlined); right, a held-out sequence with each hop's lookup as an arrow from the query at its heads'
     layer (dotted: not confirmed) and the routes carrying each hop's result to the next (path patching,
     beyond random senders, logits). Returns the matplotlib Figure; with `out` (.png, .svg, .pdf) writes it."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise ImportError("Plotting needs matplotlib: pip install matplotlib") from error
+    plt = pyplot()
     hops, n_layers, n_heads = result.attention.shape
     colours = plt.get_cmap("tab10").colors
     figure = plt.figure(figsize=(2.2 * hops + 7, 3.2))

@@ -25,7 +25,7 @@ from circuits.icl.results import (
     ICLResult,
 )
 from circuits.icl.training import plot_icl_over_training
-from circuits.output import save_figure
+from circuits.output import pyplot, save_figure
 from circuits.sections import Report, Section, Table, ci_text, layer_head_map, signed, write_sections
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 
@@ -85,10 +85,7 @@ def _png(figure) -> str:
 def loss_curve_figure(result: ICLResult, out: str | None = None):
     """The mean loss per token (log-scaled token axis) with its 95% band and the windows shaded; with
     `out` (.png, .svg, .pdf) also written there."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tokens = range(1, len(result.loss_curve) + 1)
     mean, se = result.loss_curve.numpy(), result.loss_curve_se.numpy()

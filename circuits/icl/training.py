@@ -11,7 +11,7 @@ import interp
 from circuits.icl.results import TrainingCurve
 from circuits.icl.score import icl_score, token_losses
 from circuits.icl.sequences import Windows, default_sequences
-from circuits.output import save_figure
+from circuits.output import pyplot, save_figure
 from circuits.sweeps import checkpoint_head_sweep, training_checkpoints
 from interp.types import Progress
 
@@ -45,13 +45,7 @@ def icl_over_training(
 def plot_icl_over_training(curve: TrainingCurve, out: str | Path | None = None, top: int = 4):
     """The ICL score (left axis, with its CI) and the induction score of the `top` heads by final score
     (right axis) against the training step: a matplotlib Figure, also written to `out` if given."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise ImportError("Plotting needs matplotlib: pip install matplotlib") from error
+    plt = pyplot()
     figure, score_axes = plt.subplots(figsize=(6.5, 3.6))
     low, high = zip(*curve.ci, strict=True)
     score_axes.fill_between(curve.steps, low, high, color="black", alpha=0.12, linewidth=0)
