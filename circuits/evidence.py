@@ -27,7 +27,7 @@ all heads in 1.4826 MADs) or its share of the summed effect is large (`select_he
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Bool, Float
@@ -335,14 +335,24 @@ def class_verdict(
 HELD_OUT_ONLY = "measured on held-out data only (none of it chose the heads)"
 
 
+@dataclass(frozen=True)
+class Strata:
+    """The strata of a class's held-out prompts and how its verdict reads them. groups: (kind, name,
+    members [prompt] bool), e.g. from `label_strata`; dependent_kinds: kind -> "all" or "most", the
+    kinds whose strata must hold (`class_verdict`); by_ci: the kinds whose stratum holds only where
+    its CI excludes zero (else where its mean points the class's way)."""
+
+    groups: Sequence[tuple[str, str, Tensor]] = ()
+    dependent_kinds: Mapping[str, str] = field(default_factory=dict)
+    by_ci: Collection[str] = ()
+
+
 def judge_class(
     found: HeadClass,
     heldout: Float[Tensor, "set prompt"],
     *,
     discovery: Float[Tensor, "set prompt"] | None = None,
-    strata: Iterable[tuple[str, str, Tensor]] = (),
-    dependent_kinds: Mapping[str, str] | None = None,
-    by_ci: Collection[str] = (),
+    strata: Strata = Strata(),
     evidence_holds: bool = True,
     tested: Bool[Tensor, " prompt"] | None = None,
     unit: str = "families",
@@ -355,10 +365,9 @@ def judge_class(
       signed as `EFFECT_SIGN` (a drop: metric(clean) - metric(ablated); or a gain the analysis makes);
       the analysis's own ablation and metric make it.
     discovery: the same on the discovery prompts that chose the class (shown beside, never judged).
-    strata: (kind, name, members [prompt] bool) of the held-out prompts (`label_strata`); the class's
-      effect beyond random in each (`stratum_drops`, the kinds in `by_ci` held to their CI).
-    dependent_kinds: kind -> rule ("all" or "most") of the strata the verdict reads (`class_verdict`);
-      default: none, so "confirmed" or "unconfirmed" by the pooled CI.
+    strata: the held-out prompts' strata and the rules the verdict reads them by (`Strata`); the
+      class's effect beyond random in each (`stratum_drops`); default: none, so "confirmed" or
+      "unconfirmed" by the pooled CI.
     evidence_holds: the analysis's other evidence for the class (IOI: it writes the logit it should;
       hop: it attends to the hop); False makes it "unconfirmed" whatever its effect.
     tested: the held-out prompts the pooled figure is judged on [prompt] (default: all of them); the
@@ -370,7 +379,7 @@ def judge_class(
     tested = beyond_random(judged[0], judged[1:], seed, sign, n_boot)
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, sign, n_boot)
     per_prompt = beyond_per_prompt(heldout)
-    by_stratum = stratum_drops(per_prompt, strata, sign, by_ci, seed, n_boot)
+    by_stratum = stratum_drops(per_prompt, strata.groups, sign, strata.by_ci, seed, n_boot)
     pooled_holds = evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
     if chosen is None:
         note = HELD_OUT_ONLY
@@ -388,7 +397,7 @@ def judge_class(
         heldout=tested,
         discovery=chosen,
         strata=by_stratum,
-        verdict=class_verdict(pooled_holds, by_stratum, dependent_kinds or {}),
+        verdict=class_verdict(pooled_holds, by_stratum, strata.dependent_kinds),
         note=note,
         per_prompt=per_prompt,
     )

@@ -90,17 +90,16 @@ class ExpectedTime:
 
 _EPYC = "a 2-core AMD EPYC"
 _XEON = "a 2-core Intel Xeon"
-_XEON_SHARED = "a 2-core Intel Xeon shared with other jobs (an upper bound)"
-_IDLE = "idle, 2026-11-27"
 _MEASURED = "idle, 2026-11-29, benchmarks/two_models.py"
+_TIMED = "idle, 2026-11-29, the whole command"
 _GEMMA = "gemma3-270m"
 EXPECTED_TIMES = {
     "heads": (
-        ExpectedTime(108, "interp heads", _EPYC, "idle, 2026-11-29"),
-        ExpectedTime(95, "interp heads --model gemma3-270m", _EPYC, "idle, 2026-11-29", _GEMMA),
+        ExpectedTime(104, "interp heads", _EPYC, _TIMED),
+        ExpectedTime(90, "interp heads --model gemma3-270m", _EPYC, _TIMED, _GEMMA),
     ),
     "ioi": (
-        ExpectedTime(82, "interp ioi", _EPYC, _MEASURED),
+        ExpectedTime(76, "interp ioi", _EPYC, _TIMED),
         ExpectedTime(104, "interp ioi --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
     ),
     "circuit": (
@@ -118,7 +117,7 @@ EXPECTED_TIMES = {
         ),
         ExpectedTime(466, "interp icl --fv --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
     ),
-    "retrieval": (ExpectedTime(480, "interp retrieval", _XEON_SHARED, "docs/guide/retrieval.md"),),
+    "retrieval": (ExpectedTime(126, "interp retrieval", _EPYC, _TIMED + ", the head report cached"),),
     "hop": (ExpectedTime(8, "interp hop --model toy-hop", _XEON, "idle, 2026-11-27", "toy-hop"),),
     "train": (ExpectedTime(65, "interp train --task hop", _XEON, "idle, 2026-11-27: 2 hops, 3 layers"),),
 }
@@ -150,23 +149,23 @@ class QuickPreset:
 
 QUICK_PRESETS = {
     "heads": QuickPreset(
-        time=ExpectedTime(24, "interp heads --quick", _XEON, _IDLE),
+        time=ExpectedTime(54, "interp heads --quick", _EPYC, _TIMED),
         options={"n_samples": (8, 16)},
     ),
     "ioi": QuickPreset(
-        time=ExpectedTime(46, "interp ioi --quick", _XEON, _IDLE),
+        time=ExpectedTime(45, "interp ioi --quick", _EPYC, _TIMED),
         options={"n_prompts": (24, 64)},
     ),
     "circuit": QuickPreset(
-        time=ExpectedTime(57, "interp circuit --task ioi --edges 300 --quick", _XEON, _IDLE),
+        time=ExpectedTime(69, "interp circuit --task ioi --edges 300 --quick", _EPYC, _TIMED),
         options={"n_prompts": (16, 64), "prune_steps": (30, PRUNE_STEPS)},
     ),
     "icl": QuickPreset(
-        time=ExpectedTime(45, "interp icl --quick", _XEON, _IDLE + ", the head report cached"),
+        time=ExpectedTime(50, "interp icl --quick", _EPYC, _TIMED + ", the head report cached"),
         options={"n_documents": (24, None), "n_discovery": (6, 12), "n_ablated": (6, 12)},
     ),
     "retrieval": QuickPreset(
-        time=ExpectedTime(56, "interp retrieval --quick", _XEON, _IDLE),
+        time=ExpectedTime(51, "interp retrieval --quick", _EPYC, _TIMED + ", the head report cached"),
         options={"n_prompts": (12, 24), "n_heldout": (8, 24), "n_exact": (6, 12), "n_two_hop": (10, 40)},
     ),
 }

@@ -17,6 +17,7 @@ from circuits.cli import app
 from circuits.edge_circuits.report import edges_against_heads
 from circuits.edge_circuits.tasks import circuit_tasks
 from circuits.evidence import (
+    Strata,
     beyond_random,
     class_verdict,
     head_class,
@@ -129,18 +130,17 @@ def test_one_judge_reads_the_strata_kinds_it_is_given(tiny_model):
     strata = label_strata("order", ["ABBA", "BABA"] * 12) + label_strata(
         "template", [f"T{i // 8}" for i in range(24)]
     )
-    kinds = {"order": "all", "template": "most"}
-    judged = judge_class(found, torch.cat([helps[None], random]), strata=strata, dependent_kinds=kinds)
+    ruled = Strata(strata, {"order": "all", "template": "most"})
+    judged = judge_class(found, torch.cat([helps[None], random]), strata=ruled)
     assert judged.verdict == "confirmed" and judged.heldout.verdict == "confirmed"
     assert [s.holds for s in judged.strata] == [True, True, True, True, False]
     assert judged.note == "measured on held-out data only (none of it chose the heads)"
     helps[:8], helps[8:] = 3.0, -0.2  # holds in one template of three (pooled, it still holds)
-    assert judge_class(found, torch.cat([helps[None], random]), strata=strata,
-                       dependent_kinds=kinds).verdict == "template-dependent"  # fmt: skip
-    assert judge_class(found, torch.cat([helps[None], random]), strata=strata).verdict == "confirmed"
+    assert judge_class(found, torch.cat([helps[None], random]), strata=ruled).verdict == "template-dependent"
+    assert judge_class(found, torch.cat([helps[None], random]), strata=Strata(strata)).verdict == "confirmed"
     against = head_class(tiny_model, "negative", [(1, 2)], 4, seed=3, sign=-1)
     lowers = torch.cat([-1 - 0.1 * torch.rand(1, 24, generator=generator), random])
-    judged = judge_class(against, lowers, discovery=lowers, strata=strata, dependent_kinds=kinds)
+    judged = judge_class(against, lowers, discovery=lowers, strata=ruled)
     assert judged.verdict == "confirmed" and judged.heldout.verdict == "confirmed"  # in its direction
     assert judged.note.startswith("holds on held-out families")
     assert judge_class(against, lowers, evidence_holds=False).verdict == "unconfirmed"

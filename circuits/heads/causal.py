@@ -27,7 +27,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.evidence import ClassVerdict, HeadClass, beyond_per_prompt, head_class, judge_class
+from circuits.evidence import ClassVerdict, HeadClass, Strata, beyond_per_prompt, head_class, judge_class
 from circuits.heads.probes import Probe, Probes
 from circuits.heads.scores import HeadScores, pattern_scores, score_masks, type_score
 from circuits.stages import StageResults
@@ -229,7 +229,7 @@ def _candidate_effects(
             mask[rows] = True
             members.append(("length", stratum, mask[both]))
         return judge_class(
-            classes[head], found, strata=members, dependent_kinds=LENGTH_RULE, unit="sequences", seed=seed
+            classes[head], found, strata=Strata(members, LENGTH_RULE), unit="sequences", seed=seed
         )
 
     def run_looks(

@@ -28,6 +28,7 @@ import interp
 from circuits.evidence import (
     FamilySplit,
     HeadClass,
+    Strata,
     head_class,
     head_labels,
     judge_class,
@@ -155,8 +156,8 @@ def _compare(
     the prompts `rows` marks test, its strata divide them per template (None: all test, no strata)."""
     tested, strata = (None, ()) if rows is None else rows
     verdict = judge_class(  # template-dependent: pooled above 0, but not each held-out template's CI
-        found, heldout, discovery=discovery, seed=seed, unit=HELD_OUT_UNIT, strata=strata, tested=tested,
-        by_ci=TEMPLATE_KINDS, dependent_kinds={TEMPLATE_KINDS[0]: "all"},
+        found, heldout, discovery=discovery, seed=seed, unit=HELD_OUT_UNIT, tested=tested,
+        strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS),
     )  # fmt: skip
     note, dependent = verdict.note, verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent"
     if dependent:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import HeadClass, faithfulness_by_stratum, head_class, judge_class
+from circuits.evidence import HeadClass, Strata, faithfulness_by_stratum, head_class, judge_class
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import CLASS_WRITES, ClassValidation, Evaluation, IOICircuitResult, Validation
@@ -180,7 +180,7 @@ def _class_validation(
         writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
         writes_right = write_sign * writes[logit] > 0
     verdict = judge_class(
-        found, drops, strata=_strata(heldout), dependent_kinds=DEPENDENT_KINDS, by_ci=("order",),
+        found, drops, strata=Strata(_strata(heldout), DEPENDENT_KINDS, by_ci=("order",)),
         evidence_holds=writes_right and clean > 0,  # nothing is confirmed where the model does not do IOI
         seed=settings.seed, n_boot=settings.n_bootstrap,
     )  # fmt: skip

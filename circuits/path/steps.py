@@ -23,6 +23,7 @@ from torch import Tensor
 from circuits.evidence import (
     EFFECT_SIGN,
     BeyondRandom,
+    Strata,
     StratumDrop,
     StratumFaithfulness,
     faithfulness_by_stratum,
@@ -223,7 +224,7 @@ def validate(
     checks = []
     for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True):
         verdict = judge_class(
-            check, tested, discovery=chose, strata=_strata(heldout), dependent_kinds=DEPENDENT_KINDS,
+            check, tested, discovery=chose, strata=Strata(_strata(heldout), DEPENDENT_KINDS),
             unit=unit, seed=settings.seed,
         )  # fmt: skip
         checks.append(ClassCheck(

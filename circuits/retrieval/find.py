@@ -25,6 +25,7 @@ import interp
 from circuits.evidence import (
     FamilySplit,
     HeadClass,
+    Strata,
     head_class,
     judge_class,
     label_strata,
@@ -221,7 +222,7 @@ def _class_check(
         return torch.stack([ablated[side][()] - ablated[side][tuple(sorted(heads))] for heads in found.sets])
 
     verdict = judge_class(
-        found, drops("heldout"), discovery=drops("discovery"), strata=strata, dependent_kinds=DEPENDENT_KINDS,
+        found, drops("heldout"), discovery=drops("discovery"), strata=Strata(strata, DEPENDENT_KINDS),
         seed=seed,
     )  # fmt: skip
     measured = ablated["heldout"]
