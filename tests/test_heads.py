@@ -400,7 +400,7 @@ def test_a_head_whose_score_does_not_hold_out_is_not_confirmed():
     stricter = dataclasses.replace(effects["induction"], score_threshold=raised["induction"])
     with pytest.raises(ValueError, match="score_threshold"):  # scores with no threshold would fail every head
         dataclasses.replace(effects["induction"], score_threshold=math.nan)
-    assert stricter.verdict(weakest) == "score-not-held" and stricter.significant(weakest)
+    assert stricter.verdict(weakest) == "score-not-held" and stricter.confirmed_by(weakest)
     assert all(stricter.confirmed(head) for head in held_out if head != weakest)
     weights = weight_scores(model, scores.candidates("previous_token", 12))
     table = head_table(
@@ -672,7 +672,7 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
         head: HeadClass(name=str(head), heads=[head], draws=[[r] for r in randoms]) for head in candidates
     }
     found = _candidate_effects(classes, measure, 1, 0.02, looks, strata)
-    assert found.significant(at_one_length) and found.holds_in(at_one_length) == ["L=13"]
+    assert found.holds_in(at_one_length) == ["L=13"]
     assert found.verdict(at_one_length) == "length-dependent" and not found.confirmed(at_one_length)
     assert found.verdict(everywhere) == "confirmed" and found.holds_in(everywhere) == list(strata)
     assert found.confirmed_by(everywhere) == "alone"

@@ -3,7 +3,7 @@ each head's z mean-ablated (its mean over the probe's real sequences at each pos
 with the other candidates of its type ablated, each effect judged against random heads of its layer
 (`random_head_classes`) by `circuits.evidence.judge_class` (paired per sequence, strata: repeat
 lengths, `LENGTH_RULE`); confirming needs a figure beyond random of at least MIN_EFFECT and the
-held-out attention score over the type's threshold (verdicts: HEAD_VERDICTS, `CausalEffects.verdict`).
+held-out attention score over the type's threshold (`CausalEffects.verdict`).
 
   induction        loss increase on the second copies of the repeated sequences (nats)
   previous_token   drop of the later induction heads' mean induction score (a fraction of attention)
@@ -44,7 +44,6 @@ LENGTH_RULE = {"length": "most"}  # a confirmed effect holds beyond random at mo
 FUTILITY_SE = 3.0  # after the first look, an effect below MIN_EFFECT by this many standard errors stops
 FUTILITY_ERROR = NormalDist().cdf(-FUTILITY_SE)  # the chance an effect truly at MIN_EFFECT stops (0.13%)
 
-HEAD_VERDICTS = ("confirmed", "score-not-held", "length-dependent", "unconfirmed")
 INDUCTION_STAGE = "Ablating induction candidates and random heads"  # the stages progress(stage, done,
 PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates and random heads"  # total) reports
 CLEAN_RUN_STAGE = "Clean run of the held-out probe"  # before the checks; not kept (one forward pass)
@@ -87,20 +86,13 @@ class CausalEffects:
         """The first of the head's effects (EFFECTS) that confirms it ("" if none)."""
         return next((name for name in EFFECTS if self.effect_verdict(head, name) == "confirmed"), "")
 
-    def significant(self, head: Head) -> bool:
-        """Either pooled effect is beyond random: its CI excludes 0 and it is at least min_effect."""
-        return any(
-            judged.heldout.beyond_ci[0] > 0 and judged.heldout.beyond >= self.min_effect
-            for judged in self.judged.get(head, {}).values()
-        )
-
     def holds_in(self, head: Head) -> list[str]:
         """The strata where either of the head's effects beyond random is positive."""
         held = {s.name for judged in self.judged.get(head, {}).values() for s in judged.strata if s.holds}
         return [name for name in self.by_stratum if name in held]
 
     def verdict(self, head: Head) -> str:
-        """One of HEAD_VERDICTS (see the module docstring); "" for a head that was not tested."""
+        """The head's verdict: confirmed, score-not-held, length-dependent, unconfirmed ("": not tested)."""
         if head not in self.alone:
             return ""
         if head in self.held_out_scores and not self.held_out_scores[head] >= self.score_threshold:

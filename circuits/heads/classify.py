@@ -111,7 +111,7 @@ class HeadReport:
     (induction, previous_token): <type>_effect(_se) ablating the head alone,
     <type>_effect_with_others(_se) ablating it with the other candidates already ablated (NaN when
     not tested), <type>_held_out_score (the type's attention score on the held-out probe, NaN when not
-    a candidate), <type>_verdict (HEAD_VERDICTS, "" when not tested), <type>_holds_in (the
+    a candidate), <type>_verdict (`CausalEffects.verdict`), <type>_holds_in (the
     repeat-length strata where an effect beyond random is positive), <type>_stopped_early (its effects,
     "alone" or "with_others_ablated", stopped as futile at the first look: over half the sequences),
     <type>_confirmed (the verdict is "confirmed"); against the random heads of its layer

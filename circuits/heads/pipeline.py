@@ -121,9 +121,6 @@ def head_report(
     )
 
 
-INDUCTION_ONLY_STAGES = (SCORES_STAGE, INDUCTION_STAGE)  # what confirmed_induction reports
-
-
 def confirmed_induction(
     model: interp.HookedTransformer,
     n_samples: int = 16,
@@ -138,7 +135,7 @@ def confirmed_induction(
     probe's clean run and the induction candidates' ablations on it only: the induction type reads
     nothing else (its score and threshold come from the repeated probe, its confirmation from the
     induction check and the held-out score on the held-out probe), so the other probes, the weight
-    scores and the previous-token check are skipped. progress: INDUCTION_ONLY_STAGES."""
+    scores and the previous-token check are skipped. progress: SCORES_STAGE, then INDUCTION_STAGE."""
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")

@@ -92,13 +92,6 @@ def _number(value: float, digits: int = 2) -> str:
     return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
-def _effect(row, kind: str, suffix: str = "") -> str:
-    effect, se = row[f"{kind}_effect{suffix}"], row[f"{kind}_effect{suffix}_se"]
-    if math.isnan(effect):
-        return ""
-    return f"{effect:.3f} ± {se:.3f}"
-
-
 def _type_label(row, name: str) -> str:
     """A type as shown: "induction ✓" (confirmed), "fixed_offset 18" (offset), "skip_gram a->b"."""
     if name in CAUSAL_TYPES and row[f"{name}_confirmed"]:
