@@ -1,17 +1,13 @@
-"""Causal checks of induction and previous-token candidates on the held-out probe (`Probes.held_out`):
-each head's z mean-ablated (its mean over the probe's real sequences at each position), alone and
-with the other candidates of its type ablated, each effect judged against random heads of its layer
-(`random_head_classes`) by `circuits.evidence.judge_class` (paired per sequence, strata: repeat
-lengths, `LENGTH_RULE`); confirming needs a figure beyond random of at least MIN_EFFECT and the
-held-out attention score over the type's threshold (`CausalEffects.verdict`).
+"""Causal checks of induction and previous-token candidates on the held-out probe: each head's z
+mean-ablated (per position, over real sequences), alone and with the other candidates of its type
+ablated, judged against random heads of its layer by `circuits.evidence.judge_class` (paired per
+sequence; strata: repeat lengths). Effects (sign: positive when the head helps):
 
   induction        loss increase on the second copies of the repeated sequences (nats)
   previous_token   drop of the later induction heads' mean induction score (a fraction of attention)
 
-Two looks: after half of each repeat length's sequences, an effect whose figure beyond random + 3
-standard errors (FUTILITY_SE) is below MIN_EFFECT stops (`stopped_early`; a true MIN_EFFECT stops with
-probability FUTILITY_ERROR). All ablated runs of a look go to the engine together (`read_site_sets`),
-starting from one clean run's residual stream (`clean_run_for_ablations`).
+Two looks: after the first half of each repeat length's sequences, an effect whose figure beyond random
++ FUTILITY_SE standard errors is below MIN_EFFECT stops (`stopped_early`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
-"""Probe inputs: the sequences every head is scored on.
+"""Probe inputs: the sequences every head is scored on ([batch, pos] token ids, right-padded).
 
-  repeated   [BOS] p_1..p_o r_1..r_L r_1..r_L [pad]: random tokens repeated once, at three repeat
-             lengths L (`induction_lengths`, none a multiple of another), each after a random prefix
-             of o in [0, max_prefix] random tokens, so a head attending to one fixed offset (a
-             positional shortcut) matches the repeat at one length only
-  random     [BOS] and random tokens, nothing repeated on purpose: what positional heads attend to
-  text       natural text (models with a tokenizer): where skip-grams and text scores are measured
-  held_out   the repeated probe again, of the held-out token family: fresh sequences (new tokens, new
-             prefixes) at the same repeat lengths, which no score reads: the causal checks run on it
+  repeated   [BOS] p_1..p_o r_1..r_L r_1..r_L [pad]: random tokens repeated once at three repeat lengths L
+             (`induction_lengths`, none a multiple of another) after a random prefix of o <= max_prefix
+             tokens, so a fixed-offset head matches the repeat at one length only
+  random     [BOS] and random tokens, nothing repeated on purpose
+  text       natural text (models with a tokenizer): skip-grams and `<score>_text`
+  held_out   the repeated probe again from the held-out token family: what the causal checks run on
 
-Token families (`TOKEN_FAMILIES`): the vocabulary split by the parity of the token id, never the BOS
-or a special token of the tokenizer. The repeated probe, whose scores choose the candidates of the
-causal checks, draws from the discovery family (even ids); the held-out probe, on which the causal
-checks test them, from the held-out family (odd ids). So the two share no token but the BOS, and the
-effects reported are not measured on the sequences that chose the heads. The random probe, which
-chooses no candidate (its scores type fixed-offset heads, and skip-grams without a tokenizer), draws
-from every token but the BOS. Tokens are uniform, drawn from `seed` (the random probe from seed + 1,
-the held-out probe from seed + 2).
+`TOKEN_FAMILIES` splits the vocabulary by token-id parity (never the BOS or a special token): the
+repeated probe (which chooses candidates) draws even ids, the held-out probe odd ids, so they share no
+token but the BOS; the random probe draws any token but the BOS. Seeds: seed, seed + 1 (random),
+seed + 2 (held out).
 """
 
 from __future__ import annotations

@@ -1,35 +1,21 @@
-"""Attention-pattern scores of every head on the probes, and the thresholds they are judged by.
+"""Attention-pattern scores of every head on the probes, and their thresholds.
 
-Scores (per head, averaged over queries, then over probe sequences):
+Per head, a mean over queries, then over probe sequences (fractions of attention, 0 to 1):
 
   previous_token   attention from token i to token i-1                                (queries i >= 1)
-  induction        attention from token i to every token right after an earlier copy of token i
-                   (prefix matching; on repeated random sequences: the second copy)   (queries with a copy)
-  duplicate_token  attention from token i to earlier copies of token i                (queries with a copy)
-  current_token    attention from token i to itself                                   (queries i >= 1)
+  induction        attention from i to every token right after an earlier copy of i   (queries with a copy)
+  duplicate_token  attention from i to earlier copies of i                            (queries with a copy)
+  current_token    attention from i to itself                                         (queries i >= 1)
   first_token      attention to position 0 (BOS, or the first token without one)      (queries i >= 1)
   broad            normalised entropy H(row) / log(i+1): 1 is uniform over the prefix (queries i >= 4)
-  fixed_offset     on random (unrepeated) tokens, attention from token i to token i-d at the head's best
-                   offset d >= 2 (queries i > d; the offset is reported as fixed_offset_distance)
-  skip_gram        on natural text (random tokens without a tokenizer): the query token t attends to one
-                   specific earlier token v at varying distances (a backslash attends to `left`);
-                   see `skipgrams`
+  fixed_offset     on random tokens, attention from i to i-d at the head's best offset d >= 2
+  skip_gram        on natural text, a query token t attends to one earlier token v (`skipgrams`)
 
-The first six are mask scores on the repeated probe (also on natural text: `<score>_text`). The masks
-are TransformerLens's head_detector patterns ("mul" measure), averaged per query rather than per row
-of the whole matrix, so a score is "the fraction of a query's attention on the keys its type
-predicts". Induction is scored at each repeat length (`induction_len<L>`); `induction` is the lowest.
-
-Thresholds. A head that ignores content and position attends uniformly, 1/(i+1) to each key: that is
-also what a randomly initialised head does (its scores are near zero). A mask score's threshold is
-this uniform baseline (computed exactly on the same probes) plus a margin: 0.3 for previous_token,
-induction, duplicate_token and current_token (30 percentage points more attention on the predicted
-keys than chance), 0.4 for first_token (sinks are common; "most of the attention"), 0.3 for
-fixed_offset above the best uniform offset score, 0.3 for skip_gram (whose uniform score is ~0). broad
-needs normalised entropy >= 0.8: as spread out as uniform attention over half a 40-token prefix
-(log 20 / log 40 = 0.81). Confidence = the bootstrap probability (resampling probe sequences,
-`interp.interventions.stats.bootstrap`) that the score clears its threshold; induction's is the
-product over repeat lengths. All scores stay in the table, so users can apply their own cut.
+The first six are TransformerLens head_detector masks ("mul"), averaged per query, on the repeated
+probe (`<score>_text`: on natural text); induction is the lowest over repeat lengths
+(`induction_len<L>`). Threshold: the score of uniform causal attention on the same probes plus MARGINS
+(broad: BROAD_THRESHOLD). Confidence: the bootstrap probability over probe sequences that the score
+clears it (induction: the product over repeat lengths).
 """
 
 from __future__ import annotations

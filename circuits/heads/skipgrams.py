@@ -1,9 +1,6 @@
-"""Cross-fitted skip-gram scores: does a query token t attend to one specific earlier token v?
-
-A skip-gram head attends from t to v at varying distances (a backslash attends to `left`). The pair
-is chosen on some probe sequences and scored on the others (cross-fitting), so one coincidence in one
-sequence cannot make it; attention that v gets from every query (a sink) does not count. Tokens are
-given as compact type ids (`Tensor.unique(return_inverse=True)` of the probe's tokens).
+"""Cross-fitted skip-gram scores: does a query token t attend to one specific earlier token v (at
+varying distances)? The pair is chosen on some probe sequences and scored on the others; attention v
+gets from every query (a sink) does not count. Tokens are compact type ids (`unique(return_inverse=True)`).
 """
 
 from __future__ import annotations
@@ -63,18 +60,14 @@ def skip_gram_scores(
     lengths: Int[Tensor, " batch"],
     min_distance: int = 2,
 ) -> tuple[Float[Tensor, " head"], Int[Tensor, " head"], Int[Tensor, " head"]]:
-    """Cross-fitted skip-gram score of each head (a fraction of attention), and its (query type,
-    key type) pair.
+    """Each head's cross-fitted skip-gram score [head] (a fraction of attention) and its (query type,
+    key type) pair ([head] each; -1 where no type is seen in enough sequences). mass: skip_gram_masses
+    over the whole probe.
 
-    mass: from skip_gram_masses over the whole probe. For each query type t seen in at least
-    2 * MIN_SKIP_GRAM_SEQUENCES sequences, those sequences alternate between two folds. In each fold,
-    the preferred key type v*(t) is the one the *other* fold's sequences attend to most (median over
-    sequences of their mean attention from t), so the choice is never scored on the sequences that
-    made it, and one coincidence in one sequence cannot make it. A sequence scores its mean attention
-    from t on v*(t) minus the mean attention that queries of other types give v*(t) where it is
-    present (a head that attends to one token from everywhere is a sink, not a skip-gram). A type's
-    score is the mean of the two folds' medians over sequences; the head's is its best type's (that
-    pair is returned; -1 where no type is seen in enough sequences).
+    Sequences of each query type t (seen in >= 2 * MIN_SKIP_GRAM_SEQUENCES) alternate between two folds;
+    in each, v*(t) is the key the other fold attends to most (median over sequences), and a sequence
+    scores its attention from t on v*(t) minus what other query types give v*(t). A type's score is the
+    mean of the folds' medians; the head's is its best type's.
     """
     rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
     query = keys[rows, queries]  # [occurrence]

@@ -1,15 +1,13 @@
-"""Weight-based evidence of head types (Elhage et al. 2021), from the weights alone:
+"""Weight-based evidence of head types (Elhage et al. 2021), unitless:
 
-  copying          sum(eig) / sum(|eig|) of the full OV circuit W_E W_V W_O W_U ([vocab, vocab]); its
-                   nonzero eigenvalues are those of the [d_head, d_head] matrix W_O W_U W_E W_V
-  k_composition    max over earlier previous-token heads p of ||QK_h OV_p^T||_F / (||QK_h||_F ||OV_p||_F)
+  copying          sum(eig) / sum(|eig|) of the full OV circuit W_E W_V W_O W_U, in [-1, 1] (eigenvalues
+                   from the [d_head, d_head] W_O W_U W_E W_V)
+  k_composition    max over earlier previous-token heads p of ||QK_h OV_p^T||_F / (||QK_h||_F ||OV_p||_F),
+                   in [0, 1]
 
-Both are unitless in [-1, 1] (copying) or [0, 1] (composition). Norm weights are multiplied into the
-matrices that read the normalised stream, a post-norm model's post-attention norm weight (Gemma 2 and
-3: ln1_post, between the heads' summed output and the residual stream) into W_O, and q/k norms' weights
-(Gemma 3, Qwen3, OLMo 2) into W_Q's and W_K's columns; norms' scales are
-positive numbers per position, which neither score depends on; biases and rotary positions are ignored.
-Weights are read in float32 on the CPU, also from blocks that accelerate offloaded.
+Norm weights are folded into the matrices they scale (pre-norms into the readers, a post-attention norm
+into W_O, q/k norms into W_Q's and W_K's columns); biases and rotary positions are ignored. Read in
+float32 on the CPU.
 """
 
 from __future__ import annotations
