@@ -155,6 +155,103 @@ def _futile(effect: Effect, min_effect: float) -> bool:
 Key = frozenset[Head]  # a set of heads ablated together
 
 
+@dataclass
+class _Runs:
+    """The ablated runs of one check, look by look (`looks`: row indices), and the effects and
+    verdicts read from them. measured: per set of heads, the measurement per sequence (NaN where not
+    measured); seen: where it was measured."""
+
+    classes: Mapping[Head, HeadClass]
+    measure: Measure
+    sign: int
+    min_effect: float
+    looks: Sequence[Tensor]
+    strata: dict[str, Tensor]
+    seed: int
+    measured: dict[Key, Tensor] = field(default_factory=dict)
+    seen: dict[Key, Tensor] = field(default_factory=dict)
+    runs_done: int = 0
+
+    def __post_init__(self) -> None:
+        self.heads = list(self.classes)
+        self.everything = frozenset(self.heads)
+        self.n_sequences = sum(len(rows) for rows in self.looks)
+
+    def values(self, ablated: Sequence[Head], baseline: Sequence[Head] = ()) -> tuple[Tensor, Tensor]:
+        """sign * (measured with `ablated` - with `baseline`) per sequence, and where both were measured."""
+        a, b = frozenset(ablated), frozenset(baseline)
+        return self.sign * (self.measured[a] - self.measured[b]), self.seen[a] & self.seen[b]
+
+    def effect(
+        self, ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None
+    ) -> Effect:
+        found, both = self.values(ablated, baseline)
+        if rows is not None:
+            found, both = found[rows], both[rows]
+        return _mean_se(found[both])
+
+    def others(self, head: Head) -> list[Head]:
+        return sorted(h for h in self.heads if h != head)
+
+    def effect_sets(self, head: Head, name: str) -> list[tuple[list[Head], list[Head]]]:
+        """(ablated, baseline) of the head's effect `name` (EFFECTS), then of each of its random heads'
+        (the rows of its class's `sets`); with one candidate, ablating the others is ablating none."""
+        draws, heads = self.classes[head].draws, self.heads
+        if name == "alone" or len(heads) == 1:
+            return [([head], []), *[(draw, []) for draw in draws]]
+        return [(heads, self.others(head)), *[(sorted({*heads, *draw}), heads) for draw in draws]]
+
+    def effects_of(self, head: Head, name: str) -> tuple[Tensor, Tensor]:
+        """The head's effect and its random heads' [1 + draws, sequence] where all were measured, and
+        that mask [sequence]."""
+        rows = [self.values(ablated, baseline) for ablated, baseline in self.effect_sets(head, name)]
+        both = torch.stack([mask for _, mask in rows]).all(0)
+        return torch.stack([found for found, _ in rows])[:, both], both
+
+    def futile(self, head: Head, name: str) -> bool:
+        return _futile(_mean_se(beyond_per_prompt(self.effects_of(head, name)[0])), self.min_effect)
+
+    def judge(self, head: Head, name: str) -> ClassVerdict:
+        found, both = self.effects_of(head, name)
+        members = []
+        for stratum, rows in self.strata.items():
+            mask = torch.zeros(self.n_sequences, dtype=torch.bool)
+            mask[rows] = True
+            members.append(("length", stratum, mask[both]))
+        return judge_class(
+            self.classes[head], found, strata=Strata(members, LENGTH_RULE), unit="sequences", seed=self.seed
+        )
+
+    def run(
+        self,
+        sets: dict[Key, list[Head]],
+        futility: dict[Key, Callable[[], bool]],
+        needs: dict[Key, set[Key]],
+        later: int,
+    ) -> None:
+        """Measure `sets` look by look; after each look but the last, drop the sets of `futility`
+        whose effect is futile, and the random sets (those in `needs`' values) that no remaining set
+        of `futility` needs; `later`: sets to run after these (for progress)."""
+        looks, active = self.looks, dict(sets)
+        baselines = {frozenset(), self.everything}  # always run
+        randoms = set().union(*needs.values()) - set(futility) - baselines
+        for look, rows in enumerate(looks):
+            total = self.runs_done + len(active) * (len(looks) - look) + later * len(looks)
+            found = self.measure(list(active.values()), rows, self.runs_done, total)
+            self.runs_done += len(active)
+            for key, value in zip(active, found, strict=True):
+                self.measured.setdefault(key, torch.full((self.n_sequences,), math.nan))[rows] = value
+                self.seen.setdefault(key, torch.zeros(self.n_sequences, dtype=torch.bool))[rows] = True
+            if look < len(looks) - 1:
+                going = {key for key in active if key in futility and not futility[key]()}
+                needed = set().union(*(needs.get(key, set()) for key in going))
+                active = {
+                    key: value
+                    for key, value in active.items()
+                    if key in going or (key not in futility and (key not in randoms or key in needed))
+                }
+
+
 def _candidate_effects(
     classes: Mapping[Head, HeadClass],
     measure: Measure,
@@ -170,85 +267,8 @@ def _candidate_effects(
     random heads alone, all candidates); then, for heads not confirmed alone at every stratum, the
     others ablated. After each look but the last, futile effects (`_futile`) and the random sets
     only they need stop (`stopped_early`)."""
-    heads = list(classes)
-    n_sequences = sum(len(rows) for rows in looks)
-    stratum_rows = strata or {}
-    measured: dict[Key, Tensor] = {}  # per sequence (NaN where not measured)
-    seen: dict[Key, Tensor] = {}  # per sequence: measured (a NaN measured stays NaN)
-    runs_done = 0
-
-    def values(ablated: Sequence[Head], baseline: Sequence[Head] = ()) -> tuple[Tensor, Tensor]:
-        """sign * (measured with `ablated` - with `baseline`) per sequence, and where both were measured."""
-        a, b = frozenset(ablated), frozenset(baseline)
-        return sign * (measured[a] - measured[b]), seen[a] & seen[b]
-
-    def effect(ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None) -> Effect:
-        found, both = values(ablated, baseline)
-        if rows is not None:
-            found, both = found[rows], both[rows]
-        return _mean_se(found[both])
-
-    def others(head: Head) -> list[Head]:
-        return sorted(h for h in heads if h != head)
-
-    def effect_sets(head: Head, name: str) -> list[tuple[list[Head], list[Head]]]:
-        """(ablated, baseline) of the head's effect `name` (EFFECTS), then of each of its random heads'
-        (the rows of its class's `sets`); with one candidate, ablating the others is ablating none."""
-        draws = classes[head].draws
-        if name == "alone" or len(heads) == 1:
-            return [([head], []), *[(draw, []) for draw in draws]]
-        return [(heads, others(head)), *[(sorted({*heads, *draw}), heads) for draw in draws]]
-
-    def effects_of(head: Head, name: str) -> tuple[Tensor, Tensor]:
-        """The head's effect and its random heads' [1 + draws, sequence] where all were measured, and
-        that mask [sequence]."""
-        rows = [values(ablated, baseline) for ablated, baseline in effect_sets(head, name)]
-        both = torch.stack([mask for _, mask in rows]).all(0)
-        return torch.stack([found for found, _ in rows])[:, both], both
-
-    def futile(head: Head, name: str) -> bool:
-        return _futile(_mean_se(beyond_per_prompt(effects_of(head, name)[0])), min_effect)
-
-    def judge(head: Head, name: str) -> ClassVerdict:
-        found, both = effects_of(head, name)
-        members = []
-        for stratum, rows in stratum_rows.items():
-            mask = torch.zeros(n_sequences, dtype=torch.bool)
-            mask[rows] = True
-            members.append(("length", stratum, mask[both]))
-        return judge_class(
-            classes[head], found, strata=Strata(members, LENGTH_RULE), unit="sequences", seed=seed
-        )
-
-    def run_looks(
-        sets: dict[Key, list[Head]],
-        futility: dict[Key, Callable[[], bool]],
-        needs: dict[Key, set[Key]],
-        later: int,
-    ) -> None:
-        """Measure `sets` look by look; after each look but the last, drop the sets of `futility`
-        whose effect is futile, and the random sets (those in `needs`' values) that no remaining set
-        of `futility` needs; `later`: sets to run after these (for progress)."""
-        nonlocal runs_done
-        active = dict(sets)
-        randoms = set().union(*needs.values()) - set(futility) - {frozenset(), everything}  # baselines stay
-        for look, rows in enumerate(looks):
-            total = runs_done + len(active) * (len(looks) - look) + later * len(looks)
-            found = measure(list(active.values()), rows, runs_done, total)
-            runs_done += len(active)
-            for key, value in zip(active, found, strict=True):
-                measured.setdefault(key, torch.full((n_sequences,), math.nan))[rows] = value
-                seen.setdefault(key, torch.zeros(n_sequences, dtype=torch.bool))[rows] = True
-            if look < len(looks) - 1:
-                going = {key for key in active if key in futility and not futility[key]()}
-                needed = set().union(*(needs.get(key, set()) for key in going))
-                active = {
-                    key: value
-                    for key, value in active.items()
-                    if key in going or (key not in futility and (key not in randoms or key in needed))
-                }
-
-    everything = frozenset(heads)
+    runs = _Runs(classes, measure, sign, min_effect, looks, strata or {}, seed)
+    heads, everything, stratum_rows, others = runs.heads, runs.everything, runs.strata, runs.others
     first = {frozenset(): [], everything: sorted(heads)}
     alone_keys = {frozenset([head]): head for head in heads if frozenset([head]) not in first}
     first |= {key: [head] for key, head in alone_keys.items()}
@@ -256,20 +276,20 @@ def _candidate_effects(
     alone_needs = {key: {frozenset(draw) for draw in classes[head].draws} for key, head in alone_keys.items()}
     with_others_randoms = {everything | frozenset(draw) for found in classes.values() for draw in found.draws}
     upper = len({frozenset(others(head)) for head in heads} | with_others_randoms) if len(heads) > 1 else 0
-    run_looks(first, {key: (lambda head=head: futile(head, "alone")) for key, head in alone_keys.items()},
-              alone_needs, upper)  # fmt: skip
+    runs.run(first, {key: (lambda head=head: runs.futile(head, "alone")) for key, head in alone_keys.items()},
+             alone_needs, upper)  # fmt: skip
 
     nan = (math.nan, math.nan)
     alone = CausalEffects(
-        alone={head: effect([head]) for head in heads},
+        alone={head: runs.effect([head]) for head in heads},
         with_others_ablated={},
-        all_candidates=effect(heads),
+        all_candidates=runs.effect(heads),
         min_effect=min_effect,
         by_stratum={
-            name: {head: (effect([head], rows=rows), nan) for head in heads}
+            name: {head: (runs.effect([head], rows=rows), nan) for head in heads}
             for name, rows in stratum_rows.items()
         },
-        judged={head: {"alone": judge(head, "alone")} for head in heads},
+        judged={head: {"alone": runs.judge(head, "alone")} for head in heads},
     )
     undecided = [
         head
@@ -277,17 +297,17 @@ def _candidate_effects(
         if alone.verdict(head) != "confirmed" or len(alone.holds_in(head)) < len(stratum_rows)
     ]
     second = {frozenset(others(head)): head for head in undecided if len(heads) > 1}
-    second = {key: head for key, head in second.items() if key not in measured}
+    second = {key: head for key, head in second.items() if key not in runs.measured}
     randoms = {
         everything | frozenset(draw): sorted({*heads, *draw})
         for head in undecided
         if len(heads) > 1
         for draw in classes[head].draws
     }
-    run_looks(
+    runs.run(
         {key: others(head) for key, head in second.items()}
-        | {key: value for key, value in randoms.items() if key not in measured},
-        {key: (lambda head=head: futile(head, "with_others_ablated")) for key, head in second.items()},
+        | {key: value for key, value in randoms.items() if key not in runs.measured},
+        {key: (lambda head=head: runs.futile(head, "with_others_ablated")) for key, head in second.items()},
         {key: {everything | frozenset(draw) for draw in classes[head].draws} for key, head in second.items()},
         0,
     )
@@ -295,7 +315,7 @@ def _candidate_effects(
     def with_others(head: Head, rows: Tensor | None = None) -> Effect:
         if head not in undecided:
             return nan
-        return effect(heads, others(head), rows) if len(heads) > 1 else effect([head], rows=rows)
+        return runs.effect(heads, others(head), rows) if len(heads) > 1 else runs.effect([head], rows=rows)
 
     def stopped(head: Head) -> list[str]:
         """Which of the head's effects are over fewer than all sequences (stopped early as futile)."""
@@ -304,20 +324,20 @@ def _candidate_effects(
             name
             for name, used in sets.items()
             if (name == "alone" or head in undecided)
-            and any(not bool(seen[frozenset(s)].all()) for s in used)
+            and any(not bool(runs.seen[frozenset(s)].all()) for s in used)
         ]
 
     return dataclasses.replace(
         alone,
         with_others_ablated={head: with_others(head) for head in undecided},
         by_stratum={
-            name: {head: (effect([head], rows=rows), with_others(head, rows)) for head in heads}
+            name: {head: (runs.effect([head], rows=rows), with_others(head, rows)) for head in heads}
             for name, rows in stratum_rows.items()
         },
         stopped_early={head: names for head in heads if (names := stopped(head))},
         judged={
             head: alone.judged[head]
-            | ({"with_others_ablated": judge(head, "with_others_ablated")} if head in undecided else {})
+            | ({"with_others_ablated": runs.judge(head, "with_others_ablated")} if head in undecided else {})
             for head in heads
         },  # fmt: skip
     )
