@@ -35,6 +35,7 @@ SHORT = {
     "copying": "copy",
     "k_composition": "kcomp",
 }
+UNCONFIRMED_LABELS = {"length-dependent": "length-dependent", "score-not-held": "score not held out"}
 WITH_OTHERS_MARK = "*"  # after ✓: confirmed only with the other candidates of its type ablated
 TOP_HEADS_SHOWN = 3  # attention viewers per type in the HTML page (confirmed heads first)
 CAPTIONS = {  # what each heat map's cell means
@@ -96,10 +97,8 @@ def _type_label(row, name: str) -> str:
     """A type as shown: "induction ✓" (confirmed), "fixed_offset 18" (offset), "skip_gram a->b"."""
     if name in CAUSAL_TYPES and row[f"{name}_confirmed"]:
         return f"{name} ✓" + (WITH_OTHERS_MARK if confirmed_with_others_only(row, name) else "")
-    if name in CAUSAL_TYPES and row.get(f"{name}_verdict") == "length-dependent":
-        return f"{name} (length-dependent)"
-    if name in CAUSAL_TYPES and row.get(f"{name}_verdict") == "score-not-held":
-        return f"{name} (score not held out)"
+    if name in CAUSAL_TYPES and row.get(f"{name}_verdict") in UNCONFIRMED_LABELS:
+        return f"{name} ({UNCONFIRMED_LABELS[row[f'{name}_verdict']]})"
     if name == "fixed_offset":
         return f"{name} {int(row['fixed_offset_distance'])}"
     if name == "skip_gram":
@@ -322,21 +321,22 @@ def held_out_score_lines(report: HeadReport) -> list[str]:
     return lines
 
 
-def _length_columns(report: HeadReport) -> list[str]:
-    return [f"induction_len{n}" for n in report.settings["induction_lengths"]]
+def _score_columns(report: HeadReport) -> dict[str, str]:
+    """The wide table's score columns, header -> the table's column: induction per repeat length, the
+    other scores, the weight scores."""
+    lengths = {f"ind@{n}": f"induction_len{n}" for n in report.settings["induction_lengths"]}
+    names = [*(name for name in SCORE_NAMES if name != "induction"), *WEIGHT_SCORES]
+    return lengths | {SHORT[name]: name for name in names}
 
 
 def _columns(report: HeadReport) -> list[str]:
-    """Every score: the main scores, induction per repeat length, weights, the held-out score of the
-    head's causal type (induction, else previous-token), the causal effects."""
-    lengths = [f"ind@{n}" for n in report.settings["induction_lengths"]]
-    scores = [SHORT[name] for name in SCORE_NAMES if name != "induction"]
-    return ["head", "types", *lengths, *scores, *(SHORT[name] for name in WEIGHT_SCORES), "held out",
-            "Δloss", "Δind", BEYOND_COLUMN]  # fmt: skip
+    """Every score (`_score_columns`), the held-out score of the head's causal type (induction, else
+    previous-token), the causal effects."""
+    return ["head", "types", *_score_columns(report), "held out", "Δloss", "Δind", BEYOND_COLUMN]
 
 
 def _cells(report: HeadReport, row) -> list[str]:
-    names = [*_length_columns(report), *(n for n in SCORE_NAMES if n != "induction"), *WEIGHT_SCORES]
+    names = _score_columns(report).values()
     head = head_label(row["layer"], row["head"])
     effects = [
         "" if math.isnan(row[f"{kind}_effect"]) else _effect_pair(row, kind, "/") for kind in CAUSAL_TYPES
@@ -558,18 +558,13 @@ def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True
         right=["threshold", "heads"],
     )  # fmt: skip
     settings = ", ".join(f"{key}={value}" for key, value in report.settings.items() if key != "natural_text")
-    confirmed = confirmed_rows(report)
-    if all_heads:
-        rows, title = (
-            ranked_rows(report),
-            "Every typed head: confirmed by ablation first (by beyond/SE), then by layer",
-        )
-    else:
-        rows, title = (
-            confirmed,
-            "Heads confirmed by ablation, by beyond/SE (the confirming effect beyond random heads / its "
-            "standard error)",
-        )
+    rows = ranked_rows(report) if all_heads else confirmed_rows(report)
+    title = (
+        "Every typed head: confirmed by ablation first (by beyond/SE), then by layer"
+        if all_heads
+        else "Heads confirmed by ablation, by beyond/SE (the confirming effect beyond random heads / its "
+        "standard error)"
+    )
     effect = "causal effect alone / with the others ablated (nats / score)"
     columns = _columns(report) if wide else ["head", "types", "score", effect, BEYOND_COLUMN]
     hints = [note for note in [unlisted_note(report, all_heads)] if note]
