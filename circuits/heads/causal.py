@@ -100,7 +100,8 @@ class CausalEffects:
         return self.verdict(head) == "confirmed"
 
 
-def _mean_se(values: Float[Tensor, " batch"]) -> Effect:
+def mean_se(values: Float[Tensor, " batch"]) -> Effect:
+    """(mean, standard error) of `values` in float64 (standard error NaN for one value)."""
     values = values.double()
     se = float(values.std() / math.sqrt(len(values))) if len(values) > 1 else float("nan")
     return float(values.mean()), se
@@ -188,7 +189,7 @@ class _Runs:
         found, both = self.values(ablated, baseline)
         if rows is not None:
             found, both = found[rows], both[rows]
-        return _mean_se(found[both])
+        return mean_se(found[both])
 
     def others(self, head: Head) -> list[Head]:
         return sorted(h for h in self.heads if h != head)
@@ -209,7 +210,7 @@ class _Runs:
         return torch.stack([found for found, _ in rows])[:, both], both
 
     def futile(self, head: Head, name: str) -> bool:
-        return _futile(_mean_se(beyond_per_prompt(self.effects_of(head, name)[0])), self.min_effect)
+        return _futile(mean_se(beyond_per_prompt(self.effects_of(head, name)[0])), self.min_effect)
 
     def judge(self, head: Head, name: str) -> ClassVerdict:
         found, both = self.effects_of(head, name)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
-from circuits.heads.causal import CAUSAL_TYPES, EFFECTS, CausalEffects, Effect
+from circuits.heads.causal import CAUSAL_TYPES, EFFECTS, CausalEffects, Effect, mean_se
 from circuits.heads.scores import PATTERN_SCORES, SCORE_NAMES, HeadScores
 from interp.types import Head
 
@@ -85,12 +85,7 @@ def _beyond_random_cells(found: CausalEffects, head: Head, kind: str) -> dict[st
         figures = verdict.heldout if verdict else None
         cells[f"{kind}_random_effect{suffix}"] = figures.random_drop if figures else math.nan
         cells[f"{kind}_beyond_random{suffix}"] = figures.beyond if figures else math.nan
-        per_sequence = verdict.per_prompt.double() if verdict else None
-        cells[f"{kind}_beyond_random{suffix}_se"] = (
-            float(per_sequence.std() / math.sqrt(len(per_sequence)))
-            if per_sequence is not None and len(per_sequence) > 1
-            else math.nan
-        )
+        cells[f"{kind}_beyond_random{suffix}_se"] = mean_se(verdict.per_prompt)[1] if verdict else math.nan
         low, high = figures.beyond_ci if figures else (math.nan, math.nan)
         cells[f"{kind}_beyond_random{suffix}_ci_low"] = low
         cells[f"{kind}_beyond_random{suffix}_ci_high"] = high
