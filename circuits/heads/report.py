@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from circuits.evidence import head_labels
 from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE, MIN_EFFECT
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
@@ -89,8 +90,8 @@ WIDE_TERMINAL = 184  # columns from which the terminal table shows every score
 FILE_WIDTH = 200  # the columns of the table format written to a file
 
 
-def _number(value: float, digits: int = 2) -> str:
-    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+def _number(value: float) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
 def _type_label(row, name: str) -> str:
@@ -104,10 +105,6 @@ def _type_label(row, name: str) -> str:
     if name == "skip_gram":
         return f"{name} {row['skip_gram_pair']}"
     return name
-
-
-def _labels(heads: list[Head]) -> str:
-    return ", ".join(head_label(layer, head) for layer, head in heads)
 
 
 def _types(row) -> str:
@@ -341,16 +338,10 @@ def _cells(report: HeadReport, row) -> list[str]:
     effects = [
         "" if math.isnan(row[f"{kind}_effect"]) else _effect_pair(row, kind, "/") for kind in CAUSAL_TYPES
     ]
-    held_out = next(
-        (row[f"{kind}_held_out_score"] for kind in CAUSAL_TYPES if _was_candidate(row, kind)), None
-    )
+    scores = [row.get(f"{kind}_held_out_score", math.nan) for kind in CAUSAL_TYPES]
+    held_out = next((score for score in scores if not math.isnan(score)), math.nan)  # its first candidacy's
     return [head, _types(row), *(_number(row[name]) for name in names), _number(held_out), *effects,
             _beyond_cell(row)]  # fmt: skip
-
-
-def _was_candidate(row, kind: str) -> bool:
-    """The head was a causal candidate of `kind` (its score was measured on the held-out family)."""
-    return not math.isnan(row.get(f"{kind}_held_out_score", math.nan))
 
 
 def _effect_pair(row, kind: str, separator: str) -> str:
@@ -552,7 +543,7 @@ def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True
         columns=["type", "threshold", "heads", "top heads"],
         rows=[
             [name, f"{report.thresholds[name]:.2f}", str(count),
-             _labels(heads[:shown]) + (" …" if count > shown else "")]
+             ", ".join(head_labels(heads[:shown])) + (" …" if count > shown else "")]
             for name, count, heads in type_summary(report)
         ],
         right=["threshold", "heads"],
