@@ -131,11 +131,9 @@ def confirmed_induction(
     progress: Progress | None = None,
 ) -> list[Head]:
     """`head_report(model, n_samples, seed, seq_len, max_candidates=..., batch_size=...)
-    .heads_of_type("induction")` (strongest first), for the cost of the repeated probe, the held-out
-    probe's clean run and the induction candidates' ablations on it only: the induction type reads
-    nothing else (its score and threshold come from the repeated probe, its confirmation from the
-    induction check and the held-out score on the held-out probe), so the other probes, the weight
-    scores and the previous-token check are skipped. progress: SCORES_STAGE, then INDUCTION_STAGE."""
+    .heads_of_type("induction")` (strongest first), running only what the induction type reads: the
+    repeated probe's scores, the held-out probe's clean run and the induction check. progress:
+    SCORES_STAGE, then INDUCTION_STAGE."""
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")
