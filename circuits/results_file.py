@@ -4,25 +4,12 @@
     result = load_result("heads.json")           # the same HeadReport, nothing recomputed
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
-The file is {"schema": SCHEMA, "kind": "heads" | "ioi" | "circuit" | "patch" | "icl" | "fv" |
-"retrieval" | "hop" | "partial", "command": ..., "settings": ..., "result": ...} (the command and
-settings that made it, when `save_result` is given them: what `check_save_file` compares), the
-result in `interp.io.serialize`'s JSON (strict: NaN and
-infinities as {"__float__": "nan"} etc.): dataclasses by name, tensors and arrays with their dtype,
-data frames by column. Functions (a task's metric) are not stored; rendering never calls them. Files
-of the older schemas load too (`_read_older`): interp-result-1 (bare NaN tokens, frames as {column:
-values}), files written before every analysis shared one stratum type and IOI's validation reported
-drops (each stratum becomes a `circuits.evidence.StratumDrop`; IOI's class effects, ablated - clean,
-are negated into drops, clean - ablated, with their class directions), and files of interp-result-1
-and -2, whose IOI path-patching effects were patched - clean (each head's effect and robust z, the
-effect grids and the selection's medians are negated into drops, clean - patched).
-
-While a command that keeps its stages (`interp heads`, `interp ioi`, `interp icl`, `interp icl --fv`)
-runs, its --save file is a `PartialResult` (kind "partial"), rewritten as each stage finishes:
-`interp render` shows the stages done and those missing, and the same command with the same --save
-resumes from it (`resume_stages`, which refuses a file made with other settings or another model).
---save never replaces a result (partial or complete) of another command, other settings or other
-weights, nor a file that holds no result (`check_save_file`).
+The file is {"schema": SCHEMA, "kind": one of KINDS, "command": ..., "settings": ..., "result": ...}
+(the command and settings that made it, what `check_save_file` compares), the result in
+`interp.io.serialize`'s strict JSON; functions (a task's metric) are not stored. Files of older
+schemas load too (`_read_older`). While a command that keeps its stages runs, its --save file is a
+`PartialResult`, rewritten as each stage finishes and resumed by the same command with the same
+settings (`resume_stages`); --save never replaces a result of another command, settings or weights.
 """
 
 from __future__ import annotations
@@ -281,9 +268,10 @@ def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_older(node: Any, patched_minus_clean: bool) -> Any:
-    """A stored result with the strata of older files (IOI's StratumEffect, RetrievalStratum, the path's
-    Stratum), IOI's older class effects and, where `patched_minus_clean` (the file's schema says so),
-    IOI's path-patching effects read as this version writes them (see the module docstring)."""
+    """A stored result as this version writes it: the strata of older files (IOI's StratumEffect,
+    RetrievalStratum, the path's Stratum) as `StratumDrop`s, IOI's older class effects (ablated -
+    clean) as drops, and where `patched_minus_clean` (schemas interp-result-1 and -2) IOI's
+    path-patching effects (patched - clean) as drops (clean - patched)."""
     if isinstance(node, list):
         return [_read_older(item, patched_minus_clean) for item in node]
     if not isinstance(node, dict):
