@@ -79,6 +79,14 @@ def ci_text(interval: tuple[float, float], digits: int = 3, sign: bool = True) -
     return f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def value_ci(value: float, interval: tuple[float, float] | None, digits: int = 3) -> str:
+    """A signed figure with its CI: "+0.123 [+0.010, +0.250]"; with no CI (a stratum of too few
+    prompts) "+0.123 (too few prompts)"."""
+    return f"{signed(value, digits)} " + (
+        f"({TOO_FEW_PROMPTS})" if interval is None else ci_text(interval, digits)
+    )
+
+
 def percent_ci(interval: tuple[float, float], digits: int = 0) -> str:
     """A CI of a fraction in %, the unit of the value it goes with: "[12%, 34%]"."""
     return f"[{interval[0]:.{digits}%}, {interval[1]:.{digits}%}]"

@@ -10,7 +10,15 @@ from rich.console import Console
 from circuits.hop.results import HopPath, HopResult
 from circuits.output import pyplot, save_figure
 from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
-from circuits.sections import Report, Section, Table, ci_text, layer_head_map, signed, write_sections
+from circuits.sections import (
+    Report,
+    Section,
+    Table,
+    ci_text,
+    layer_head_map,
+    value_ci,
+    write_sections,
+)
 from interp.viz import heatmap_grid
 
 LEGEND = (
@@ -37,10 +45,6 @@ PATH_COLUMNS = (
 )  # fmt: skip
 
 
-def _with_ci(value: float, ci: tuple[float, float]) -> str:
-    return f"{signed(value, 2)} {ci_text(ci, 2)}"
-
-
 def hop_headline(result: HopResult) -> list[str]:
     """The finding: accuracy, each hop's heads, what carries each hop's result; last, the sequences."""
     chain = [f"hop {look.hop}: {', '.join(look.heads) or 'none'} ({look.verdict})" for look in result.lookups]
@@ -59,7 +63,7 @@ def path_line(result: HopResult, from_hop: int) -> str:
     paths = [path for path in result.paths if path.from_hop == from_hop]
 
     def route(path: HopPath) -> str:
-        return f"{path.route} {_with_ci(path.difference, path.difference_ci)}"
+        return f"{path.route} {value_ci(path.difference, path.difference_ci, 2)}"
 
     found = "; ".join(route(path) for path in paths if path.carries) or "no route beats random senders"
     others = ", ".join(route(path) for path in paths if not path.carries)
@@ -87,14 +91,15 @@ def hop_sections(result: HopResult) -> Report:
     ]
     rows = [
         [str(look.hop), ", ".join(look.heads) or "-", ", ".join(map(str, look.layers)) or "-",
-         ", ".join(f"{value:.2f}" for value in look.attention) or "-", _with_ci(look.change, look.change_ci),
-         _with_ci(look.difference, look.difference_ci), look.verdict]
+         ", ".join(f"{value:.2f}" for value in look.attention) or "-",
+         value_ci(look.change, look.change_ci, 2), value_ci(look.difference, look.difference_ci, 2),
+         look.verdict]
         for look in result.lookups
     ]  # fmt: skip
     path_rows = [
         [f"{p.from_hop} -> {p.to_hop}", f"{', '.join(p.senders)} -> {', '.join(p.receivers)}", p.route,
-         _with_ci(p.effect, p.effect_ci), ", ".join(f"{e:+.2f}" for e in p.random_effects),
-         _with_ci(p.difference, p.difference_ci), "yes" if p.carries else "no"]
+         value_ci(p.effect, p.effect_ci, 2), ", ".join(f"{e:+.2f}" for e in p.random_effects),
+         value_ci(p.difference, p.difference_ci, 2), "yes" if p.carries else "no"]
         for p in result.paths
     ]  # fmt: skip
     sections = [

@@ -15,7 +15,6 @@ import math
 
 from rich.console import Console
 
-from circuits.evidence import TOO_FEW_PROMPTS
 from circuits.icl.results import (
     FV_LEGEND,
     LEGEND,
@@ -26,15 +25,19 @@ from circuits.icl.results import (
 )
 from circuits.icl.training import plot_icl_over_training
 from circuits.output import pyplot, save_figure
-from circuits.sections import Report, Section, Table, ci_text, layer_head_map, signed, write_sections
+from circuits.sections import (
+    Report,
+    Section,
+    Table,
+    ci_text,
+    layer_head_map,
+    signed,
+    value_ci,
+    write_sections,
+)
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 
 FORMATS = ("table", "json", "markdown", "html")
-
-
-def _effect(value: float, interval: tuple[float, float] | None) -> str:
-    """A signed effect with its CI: "+0.123 [+0.010, +0.250]"; a stratum of too few prompts has none."""
-    return f"{signed(value)} " + (f"({TOO_FEW_PROMPTS})" if interval is None else ci_text(interval))
 
 
 def icl_headline(result: ICLResult) -> list[str]:
@@ -53,9 +56,9 @@ def icl_headline(result: ICLResult) -> list[str]:
         kind = "random same-layer sets" if found.random_same_layers else "random sets (from other layers too)"
         lines.append(
             f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
-            f"the ICL score of {n_ablated} held-out documents by {_effect(found.change, found.change_ci)}; "
+            f"the ICL score of {n_ablated} held-out documents by {value_ci(found.change, found.change_ci)}; "
             f"{kind} ({draws}; {distinct} distinct); beyond random "
-            f"{_effect(found.difference, found.difference_ci)}: {found.verdict}."
+            f"{value_ci(found.difference, found.difference_ci)}: {found.verdict}."
         )
     if not result.classes:
         lines.append(
@@ -67,7 +70,8 @@ def icl_headline(result: ICLResult) -> list[str]:
         f"held-out documents ({', '.join(confirmed) or 'none'})."
     )
     lines.append(
-        f"Documents: {every.n_documents} from {result.source} (every one: {_effect(every.score, every.ci)}); "
+        f"Documents: {every.n_documents} from {result.source} "
+        f"(every one: {value_ci(every.score, every.ci)}); "
         f"{result.discovery.n_documents} discovery documents rank the heads (ICL score "
         f"{result.discovery.score:+.3f}), {tested.n_documents} held-out documents test them: each "
         f"scored, the first {n_ablated} ablated ({result.ablation} ablation of each head's z)."
@@ -119,14 +123,14 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
     )
     classes = Table(
         columns=["class", "heads", "change", "random sets of their layers", "beyond random", "verdict"],
-        rows=[[c.name, ", ".join(c.heads), _effect(c.change, c.change_ci),
-               ", ".join(f"{x:+.3f}" for x in c.random_changes), _effect(c.difference, c.difference_ci),
+        rows=[[c.name, ", ".join(c.heads), value_ci(c.change, c.change_ci),
+               ", ".join(f"{x:+.3f}" for x in c.random_changes), value_ci(c.difference, c.difference_ci),
                c.verdict] for c in result.classes],
         right=["change", "beyond random"],
     )  # fmt: skip
     heads = Table(
         columns=["head", "attributed", "exact (held-out)", "verdict"],
-        rows=[[h.head, signed(h.attributed), _effect(h.exact, h.exact_ci), h.verdict] for h in result.heads],
+        rows=[[h.head, signed(h.attributed), value_ci(h.exact, h.exact_ci), h.verdict] for h in result.heads],
         right=["attributed", "exact (held-out)"],
     )
     bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in result.loss_bins())
@@ -184,7 +188,7 @@ def _share(value: float, interval: tuple[float, float] | None = None) -> str:
 def _beyond(found: Comparison, family: str) -> str:
     """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
     measured = getattr(found, family)
-    return "n/a" if measured is None else _effect(measured.beyond, measured.beyond_ci)
+    return "n/a" if measured is None else value_ci(measured.beyond, measured.beyond_ci)
 
 
 def _comparison_line(found: Comparison) -> str:
@@ -194,7 +198,7 @@ def _comparison_line(found: Comparison) -> str:
     ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])  # the held-out ones first
     per_template = "; ".join(
         f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) "
-        f"{_effect(s.beyond, s.beyond_ci)}" + (", does not hold" if s.holds is False else "")
+        f"{value_ci(s.beyond, s.beyond_ci)}" + (", does not hold" if s.holds is False else "")
         for s in ordered
     )
     return (
@@ -287,7 +291,7 @@ def fv_sections(result: FunctionVectorResult) -> Report:
     tests = Table(
         columns=["test", "unit", "held-out", "beyond random (held-out)", "verdict",
                  "discovery beyond random"],
-        rows=[[found.name, found.unit, _effect(found.heldout.drop, found.heldout.drop_ci),
+        rows=[[found.name, found.unit, value_ci(found.heldout.drop, found.heldout.drop_ci),
                _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery")]
               for found in [result.aie_test, result.vector_test, *result.ablations]],
         right=["held-out", "beyond random (held-out)", "discovery beyond random"],
@@ -301,7 +305,7 @@ def fv_sections(result: FunctionVectorResult) -> Report:
         rows=[[row.template, ICL_TEMPLATES[row.template].pattern,
                "yes" if row.family == "discovery" else "no", str(row.n_prompts),
                *map(_share, (row.few_shot, row.zero_shot, row.with_fv, row.with_random)),
-               *(_effect(s[row.template].beyond, s[row.template].beyond_ci) for s in (vector, ablated))]
+               *(value_ci(s[row.template].beyond, s[row.template].beyond_ci) for s in (vector, ablated))]
               for row in result.template_vectors],
         right=template_columns[3:],
     )  # fmt: skip

@@ -13,10 +13,10 @@ from circuits.sections import (
     Report,
     Section,
     Table,
-    ci_text,
     layer_head_map,
     percent_ci,
     signed,
+    value_ci,
     write_sections,
 )
 from interp.viz import heatmap_grid, heatmap_html
@@ -60,10 +60,6 @@ def legend(result: RetrievalResult) -> str:
     )
 
 
-def _with_ci(value: float, ci: tuple[float, float]) -> str:
-    return f"{signed(value)} {ci_text(ci)}"
-
-
 def _accuracy(a: RetrievalAccuracy, against_chance: bool = False) -> str:
     text = (
         f"{a.prompts}: {100 * a.accuracy:.0f}% {percent_ci(a.ci)} of {a.n_prompts} prompts "
@@ -96,8 +92,8 @@ def retrieval_headline(result: RetrievalResult) -> list[str]:
         overlap = "" if c.name == "induction" else f"; induction heads among them: {overlap}"
         lines.append(
             f"{c.name} ({', '.join(c.heads)}): {c.verdict} on held-out relations; ablated, they lower the "
-            f"logit diff by {_with_ci(c.heldout.beyond, c.heldout.beyond_ci)} logits more than random heads "
-            f"there ({_with_ci(c.discovery.beyond, c.discovery.beyond_ci)} on the discovery prompts that "
+            f"logit diff by {value_ci(c.heldout.beyond, c.heldout.beyond_ci)} logits more than random heads "
+            f"there ({value_ci(c.discovery.beyond, c.discovery.beyond_ci)} on the discovery prompts that "
             f"chose them: {c.note}); accuracy ablated {100 * c.accuracy:.0f}% vs "
             f"{100 * c.random_accuracy:.0f}% with random heads{overlap}."
         )
@@ -161,14 +157,14 @@ def retrieval_sections(result: RetrievalResult) -> Report:
     """The report: the finding, what chose and what tested, the classes with their verdicts, per
     held-out stratum, accuracy on every prompt set, the heads found."""
     class_rows = [
-        [c.name, ", ".join(c.heads), c.verdict, _with_ci(c.heldout.beyond, c.heldout.beyond_ci),
-         _with_ci(c.discovery.beyond, c.discovery.beyond_ci), f"{100 * c.accuracy:.0f}%",
+        [c.name, ", ".join(c.heads), c.verdict, value_ci(c.heldout.beyond, c.heldout.beyond_ci),
+         value_ci(c.discovery.beyond, c.discovery.beyond_ci), f"{100 * c.accuracy:.0f}%",
          f"{100 * c.random_accuracy:.0f}%", ", ".join(c.induction_overlap) or "-"]
         for c in result.classes
     ]  # fmt: skip
     stratum_rows = [
         [c.name, s.name, str(s.n_prompts),
-         signed(s.beyond) if s.beyond_ci is None else _with_ci(s.beyond, s.beyond_ci),
+         signed(s.beyond) if s.beyond_ci is None else value_ci(s.beyond, s.beyond_ci),
          TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no"]
         for c in result.classes
         for s in c.strata
