@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from jaxtyping import Bool, Float
@@ -292,7 +293,10 @@ class ClassVerdict:
     (`heldout`) beside the same figure on the discovery prompts that chose it (`discovery`; None where
     none did), per stratum and family of the held-out prompts (`strata`), one verdict and a note on how
     the effect travels from discovery to held-out data. random_effects: each random set's mean held-out
-    effect; per_prompt: the class's held-out effect beyond random [prompt]."""
+    effect; per_prompt: the class's held-out effect beyond random [prompt]. The one record of a class
+    in every result; `details`: the analysis's own figures of it, numbers by name (the path's mean
+    attention to each named position, IOI's direct logit attribution, ...), shown by
+    `circuits.sections.class_sections`."""
 
     name: str
     heads: list[str]
@@ -305,6 +309,7 @@ class ClassVerdict:
     verdict: str
     note: str
     per_prompt: Tensor
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def class_verdict(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,6 +248,17 @@ def _older_class_validation(fields: dict[str, Any]) -> dict[str, Any]:
     return {"__dataclass__": "ClassValidation", "fields": {**older, **newer}}
 
 
+def _older_class(fields: dict[str, Any], details: Sequence[str]) -> dict[str, Any]:
+    """An older result's own record of a judged class (the path's ClassCheck) as a ClassVerdict: its
+    `details` fields moved under `details`; the random sets' effects and the per-prompt effect, which
+    such files do not hold, empty."""
+    fields = dict(fields)
+    moved = {"__items__": [[name, fields.pop(name)] for name in details]}
+    empty = {"__tensor__": [], "dtype": "float32", "shape": [0]}
+    fields = {"random_sets": [], "random_effects": [], "per_prompt": empty, **fields, "details": moved}
+    return {"__dataclass__": "ClassVerdict", "fields": fields}
+
+
 def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): a head's effect
     and robust z (HeadEvidence), and a step's or the circuit's effect grids and the selections'
@@ -282,6 +293,8 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return _older_stratum(name, node["fields"])
     if name == "ClassValidation" and "difference" in node["fields"]:
         return _older_class_validation(node["fields"])
+    if name == "ClassCheck":
+        return _older_class(node["fields"], ["attention"])
     if patched_minus_clean and name in ("HeadEvidence", "StepResult", "IOICircuitResult"):
         return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS, StratumFaithfulness, faithfulness_verdict
+from circuits.evidence import (
+    MIN_STRATUM_PROMPTS,
+    TOO_FEW_PROMPTS,
+    ClassVerdict,
+    StratumFaithfulness,
+    faithfulness_verdict,
+)
 from circuits.output import write_output
 from interp.interventions.stats import FaithfulnessSummary
 from interp.io.serialize import plain
@@ -258,6 +264,55 @@ def path_headline(result: PathResult) -> list[str]:
     return ["; ".join(parts) + ".", *result.notes]
 
 
+def class_sections(
+    classes: Sequence[ClassVerdict],
+    *,
+    details: Sequence[tuple[str, Callable[[ClassVerdict], str]]] = (),
+    effect: str = "drop",
+    holds: str = "its mean beyond random points the class's way",
+    digits: int = 2,
+) -> list[Section]:
+    """The standard sections of classes judged by `circuits.evidence.judge_class`: each class with its
+    verdict (its effect beyond random same-layer sets held out, with the CI, beside the same figure on
+    the prompts that chose it) and the per-stratum and per-family table. details: the analysis's own
+    columns (title, the cell of a class); effect: what a class's figure is ("drop", "gain"); holds: when
+    a stratum holds (`Strata.by_ci`)."""
+    table = Table(
+        columns=["class", "heads", *[title for title, _ in details], f"{effect} beyond random (chose)",
+                 "held out", "95% CI", "verdict"],
+        rows=[
+            [c.name, " ".join(c.heads), *[cell(c) for _, cell in details],
+             "held out only" if c.discovery is None else signed(c.discovery.beyond, digits),
+             signed(c.heldout.beyond, digits), ci_text(c.heldout.beyond_ci, digits), c.verdict]
+            for c in classes
+        ],
+    )  # fmt: skip
+    head_classes = Section(
+        title="Head classes (held out)",
+        lines=[f"{c.name}: {c.verdict}; {c.note}" for c in classes] or ["no head was kept"],
+        table=table,
+    )
+    strata = Section(
+        title="Per stratum and family (held out)",
+        lines=[
+            f"a stratum holds when {holds}; one of fewer than {MIN_STRATUM_PROMPTS} prompts has no CI and no "
+            f"verdict ('{TOO_FEW_PROMPTS}') and does not count in the class's verdict"
+        ]
+        + ([] if any(c.strata for c in classes) else ["no strata or families: each class is judged pooled"]),
+        table=Table(
+            columns=["class", "kind", "name", "prompts", f"{effect} beyond random", "95% CI", "holds"],
+            rows=[
+                [c.name, s.kind, s.name, str(s.n_prompts), signed(s.beyond, digits),
+                 "" if s.beyond_ci is None else ci_text(s.beyond_ci, digits),
+                 TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no"]
+                for c in classes
+                for s in c.strata
+            ],
+        ),
+    )  # fmt: skip
+    return [head_classes, strata]
+
+
 def path_sections(result: PathResult) -> list[Section]:
     settings = result.settings
     chose = Section(
@@ -282,63 +337,8 @@ def path_sections(result: PathResult) -> list[Section]:
             f"every head ablated: drop {result.all_heads_drop:+.2f} on the held-out prompts",
         ],
     )
-    names = sorted({name for c in result.classes for name in c.attention})
-    classes = Section(
-        title="Head classes (held out)",
-        lines=[f"{c.name}: {c.verdict}; {c.note}" for c in result.classes] or ["no head was kept"],
-        table=Table(
-            columns=[
-                "class",
-                "heads",
-                *[f"attn to {n}" for n in names],
-                "drop beyond random (chose)",
-                "held out",
-                "95% CI",
-                "verdict",
-            ],
-            rows=[
-                [
-                    c.name,
-                    " ".join(c.heads),
-                    *[f"{c.attention[n]:.2f}" for n in names],
-                    f"{c.discovery.beyond:+.2f}",
-                    f"{c.heldout.beyond:+.2f}",
-                    ci_text(c.heldout.beyond_ci, 2),
-                    c.verdict,
-                ]
-                for c in result.classes
-            ],
-        ),  # fmt: skip
-    )
-    strata = Section(
-        title="Per stratum and family (held out)",
-        lines=[
-            "a stratum holds when its mean drop beyond random points the class's way; one of fewer than "
-            f"{MIN_STRATUM_PROMPTS} prompts has no CI and no verdict ('{TOO_FEW_PROMPTS}') and does not "
-            "count in the class's verdict"
-        ]
-        + (
-            []
-            if any(c.strata for c in result.classes)
-            else ["the prompts have no stratum or family column: each class is judged on them pooled"]
-        ),
-        table=Table(
-            columns=["class", "kind", "name", "prompts", "beyond random", "95% CI", "holds"],
-            rows=[
-                [
-                    c.name,
-                    s.kind,
-                    s.name,
-                    str(s.n_prompts),
-                    f"{s.beyond:+.2f}",
-                    "" if s.beyond_ci is None else ci_text(s.beyond_ci, 2),
-                    TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no",
-                ]
-                for c in result.classes
-                for s in c.strata
-            ],
-        ),  # fmt: skip
-    )
+    names = sorted({name for c in result.classes for name in c.details["attention"]})
+    attention = [(f"attn to {n}", lambda c, n=n: f"{c.details['attention'][n]:.2f}") for n in names]
     ranked = sorted((d for d in result.drops if d.exact is not None), key=lambda d: -abs(d.exact))
     heads = Section(
         title="Heads checked exactly (discovery families)",
@@ -348,7 +348,7 @@ def path_sections(result: PathResult) -> list[Section]:
             rows=[[d.head, f"{d.estimated:+.2f}", f"{d.exact:+.2f}", ci_text(d.exact_ci, 2)] for d in ranked],
         ),
     )
-    sections = [chose, classes, strata]
+    sections = [chose, *class_sections(result.classes, details=attention)]
     if result.faithfulness_summary is not None:
         n_heads = len({head for c in result.classes for head in c.heads})
         what = f"the {n_heads} heads of the classes kept, every other head ablated"

@@ -97,7 +97,7 @@ def test_a_task_without_positions_or_families_names_the_positions_where_its_prom
     result = head_path(toy, task, PathSettings(n_candidates=8, max_heads=6, n_random=4))
     assert not result.by_family and result.notes[0].startswith("no position was named")
     assert any(c.name.startswith("to changed") for c in result.classes)
-    assert all(set(c.attention) == set(named.positions) for c in result.classes)
+    assert all(set(c.details["attention"]) == set(named.positions) for c in result.classes)
     assert all(s.kind != "family" for c in result.classes for s in c.strata)
     assert "nan" not in render_markdown(path_report(result)).lower()
     same = dataclasses.replace(task, corrupted=task.clean, corrupted_end=task.end)
@@ -236,7 +236,7 @@ def test_subject_heads_carry_agreement_on_held_out_frames(result):
     confirmed beyond random same-layer heads on sentence frames that did not choose it."""
     to_subject = [c for c in result.classes if c.name == "to subject"]
     assert to_subject and to_subject[0].verdict == "confirmed"
-    assert to_subject[0].attention["subject"] >= SETTINGS.attention_threshold
+    assert to_subject[0].details["attention"]["subject"] >= SETTINGS.attention_threshold
     assert to_subject[0].heldout.beyond_ci[0] > 0
     assert 0 < result.faithfulness_ci[0] <= result.faithfulness <= result.faithfulness_ci[1]
 
@@ -280,6 +280,19 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
     assert heads["tested"] == list(named) and heads["faithfulness_ci"] == list(result.heads.faithfulness_ci)
     for found, check in zip(heads["classes"], result.heads.classes, strict=True):
         assert found["heads"] == check.heads and found["heldout"]["beyond"] == check.heldout.beyond
+    older = tmp_path / "older.json"  # the path's classes as files saved before 2026-11-29 hold them
+    document = json.loads(saved.read_text())
+    for node in document["result"]["fields"]["heads"]["fields"]["classes"]:
+        fields = node["fields"]
+        attention = dict(fields.pop("details")["__items__"])["attention"]
+        for name in ("random_sets", "random_effects", "per_prompt"):
+            del fields[name]
+        node.update(__dataclass__="ClassCheck", fields={**fields, "attention": attention})
+    older.write_text(json.dumps(document))
+    read = load_result(older).heads
+    for found, check in zip(read.classes, result.heads.classes, strict=True):
+        assert (found.details, found.heldout, found.strata) == (check.details, check.heldout, check.strata)
+    assert render_markdown(path_report(read)) == render_markdown(path_report(result.heads))
 
 
 def test_the_edge_circuit_and_the_head_classes_are_tested_on_the_same_held_out_prompts(smollm2, tmp_path):

@@ -22,9 +22,8 @@ from torch import Tensor
 
 from circuits.evidence import (
     EFFECT_SIGN,
-    BeyondRandom,
+    ClassVerdict,
     Strata,
-    StratumDrop,
     StratumFaithfulness,
     faithfulness_by_stratum,
     head_class,
@@ -67,21 +66,6 @@ class HeadDrop:
 
 
 @dataclass(kw_only=True)
-class ClassCheck:
-    """A class of heads tested on held-out families (step 3)."""
-
-    name: str
-    heads: list[str]
-    sign: int  # +1: the class helps the answer; -1: it lowers it
-    attention: dict[str, float]  # mean attention from the last token to each named position
-    discovery: BeyondRandom
-    heldout: BeyondRandom
-    strata: list[StratumDrop]  # kind "stratum" or "family"
-    verdict: str
-    note: str
-
-
-@dataclass(kw_only=True)
 class PathResult:
     """What `head_path` found: every figure of `classes` and `faithfulness` is on held-out families."""
 
@@ -95,7 +79,7 @@ class PathResult:
     n_heldout: int
     all_heads_drop: float  # the mean drop with every head ablated, on the held-out prompts
     drops: list[HeadDrop]
-    classes: list[ClassCheck]
+    classes: list[ClassVerdict]  # details["attention"]: mean attention from the last token to each position
     faithfulness: float
     faithfulness_ci: tuple[float, float]
     faithfulness_summary: FaithfulnessSummary | None = None  # with per-prompt error (None: saved before)
@@ -203,7 +187,7 @@ def validate(
     heldout: PairTask,
     classes: dict[str, list[Head]],
     settings: PathSettings,
-) -> list[ClassCheck]:
+) -> list[ClassVerdict]:
     """Step 3: each class against random same-layer sets, on held-out families (and, for the
     comparison only, on discovery families), judged by `circuits.evidence.judge_class`."""
     found = [
@@ -221,17 +205,13 @@ def validate(
         return list((values[0][None] - values[1:]).split([len(c.sets) for c in found]))
 
     unit = "families" if heldout.has_families else "prompts"
-    checks = []
-    for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True):
-        verdict = judge_class(
+    return [
+        judge_class(
             check, tested, discovery=chose, strata=Strata(_strata(heldout), DEPENDENT_KINDS),
             unit=unit, seed=settings.seed,
-        )  # fmt: skip
-        checks.append(ClassCheck(
-            name=check.name, heads=verdict.heads, sign=check.sign, attention={}, discovery=verdict.discovery,
-            heldout=verdict.heldout, strata=verdict.strata, verdict=verdict.verdict, note=verdict.note,
-        ))  # fmt: skip
-    return checks
+        )
+        for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True)
+    ]  # fmt: skip
 
 
 def head_faithfulness(
@@ -306,7 +286,7 @@ def head_path(
     checks = validate(model, discovery, heldout, classes, settings) if classes else []
     for check in checks:
         members = [h for h in heads if h in set(classes[check.name])]
-        check.attention = {
+        check.details["attention"] = {
             name: sum(attention[h][name] for h in members) / len(members) for name in task.positions
         }
     stage(3)
