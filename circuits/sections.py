@@ -7,9 +7,10 @@ to the terminal, Markdown and HTML; and one JSON of any result (`result_json`).
 An analysis builds a `Report` from its result (what chose, what tested, the classes with their
 verdicts, the per-stratum table, faithfulness, the figures) and every format shows the same content;
 figures (heat maps, SVGs: HTML fragments) show on the HTML page only. The JSON holds the result's
-numbers, never text made of them. The standard sections are here: faithfulness
-(`faithfulness_section`) and the one path's result (`path_report`: what chose and what tested, the
-classes with their verdicts, the per-stratum and per-family table, faithfulness, the heads' drops).
+numbers, never text made of them. The standard sections are here: the classes judged by
+`circuits.evidence.judge_class` with their verdicts and their per-stratum and per-family table
+(`class_sections`, every analysis's), faithfulness (`faithfulness_section`) and the one path's result
+(`path_report`: what chose and what tested, the classes, faithfulness, the heads' drops).
 """
 
 from __future__ import annotations
