@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from circuits.evidence import (
     MIN_STRATUM_PROMPTS,
@@ -113,20 +114,20 @@ def layer_head_map(grid, title: str, caption: str, **options) -> str:
 
 def print_report(report: Report, console: Console) -> None:
     """The report on a terminal (rich)."""
-    console.print(f"[bold]{report.title}[/bold]", highlight=False)
+    console.print(Text(report.title, style="bold"))
     for line in report.headline:
         console.print(line, markup=False, highlight=False)
     for section in text_sections(report):
-        console.print(f"\n[bold]{section.title}[/bold]", highlight=False)
+        console.print(Text("\n" + section.title, style="bold"))
         for line in section.lines:
             console.print(line, markup=False, highlight=False)
         if section.table is not None and section.table.rows:
             table = RichTable()
             for column in section.table.columns:
                 justify = "right" if column in section.table.right else "left"
-                table.add_column(column, justify=justify, overflow="fold")  # long cells wrap, never cut
+                table.add_column(Text(column), justify=justify, overflow="fold")  # long cells wrap, never cut
             for row in section.table.rows:
-                table.add_row(*row)
+                table.add_row(*map(Text, row))  # text, not markup: "[n/a, n/a]" is shown as it is
             console.print(table)
         for note in section.notes:
             console.print(note, style="dim", markup=False, highlight=False)

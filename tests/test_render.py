@@ -332,3 +332,21 @@ def test_every_result_on_the_results_pages_renders_in_every_format(path, tmp_pat
         rendered = CliRunner().invoke(app, ["render", str(path), "--format", format, "--out", str(out)])
         assert rendered.exit_code == 0, (format, rendered.output)
         assert out.stat().st_size > 0
+
+
+def test_the_terminal_shows_bracketed_cells_and_titles_as_written():
+    """Rich reads "[n/a, n/a]" (a CI that could not be had) as a markup tag and drops it; the terminal
+    report shows every cell, column and title as text."""
+    from rich.console import Console
+
+    from circuits.sections import Report, Section, Table, print_report
+
+    report = Report(
+        title="Heads of [model]",
+        headline=["one line"],
+        sections=[Section(title="[a] classes", table=Table(columns=["[CI]"], rows=[["[n/a, n/a]"]]))],
+    )
+    console = Console(file=io.StringIO(), width=100)
+    print_report(report, console)
+    shown = console.file.getvalue()
+    assert all(text in shown for text in ("Heads of [model]", "[a] classes", "[CI]", "[n/a, n/a]"))
