@@ -29,13 +29,14 @@ from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.edge_circuits.report import FORMATS as EDGE_FORMATS
 from circuits.edge_circuits.report import write_edge_report
 from circuits.edge_circuits.tasks import EdgeTask
-from circuits.evidence import BeyondRandom
+from circuits.evidence import HELD_OUT_ONLY, BeyondRandom, ci_verdict
 from circuits.heads.causal import CausalEffects
 from circuits.heads.classify import HeadReport
 from circuits.heads.report import FORMATS as HEAD_FORMATS
 from circuits.heads.report import write_report
 from circuits.heads.scores import HeadScores
 from circuits.hop import HopResult
+from circuits.hop.locate import not_found_lookup
 from circuits.hop.report import FORMATS as HOP_FORMATS
 from circuits.hop.report import write_hop_report
 from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
@@ -259,6 +260,30 @@ def _older_class(fields: dict[str, Any], details: Sequence[str]) -> dict[str, An
     return {"__dataclass__": "ClassVerdict", "fields": fields}
 
 
+def _older_hop_lookups(fields: dict[str, Any]) -> dict[str, Any]:
+    """A HopResult's HopLookups (files saved before 2026-11-29) as ClassVerdicts "hop j": change and
+    difference as the held-out figures of its n_sequences // 2 sequences (random_drop: the mean of the
+    random sets' changes), hop, layers and attention under details; a hop with no head as
+    `not_found_lookup`."""
+    lookups = []
+    for node in fields["lookups"]:
+        older = {name: decode(value) for name, value in node["fields"].items()}
+        if not older["heads"]:
+            lookups.append(encode(not_found_lookup(older["hop"])))
+            continue
+        random, ci = older.pop("random_changes"), older.pop("difference_ci")
+        heldout = BeyondRandom(
+            n_prompts=fields["n_sequences"] // 2, drop=older.pop("change"), drop_ci=older.pop("change_ci"),
+            random_drop=sum(random) / len(random), beyond=older.pop("difference"), beyond_ci=ci,
+            verdict=ci_verdict(ci),
+        )  # fmt: skip
+        new = {"name": f"hop {older['hop']}", "sign": 1, "random_effects": random, "heldout": heldout,
+               "discovery": None, "strata": [], "note": HELD_OUT_ONLY}  # fmt: skip
+        fields_now = {name: encode(value) for name, value in {**older, **new}.items()}
+        lookups.append(_older_class(fields_now, ["hop", "layers", "attention"]))
+    return {**fields, "lookups": lookups}
+
+
 def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): a head's effect
     and robust z (HeadEvidence), and a step's or the circuit's effect grids and the selections'
@@ -295,6 +320,10 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return _older_class_validation(node["fields"])
     if name == "ClassCheck":
         return _older_class(node["fields"], ["attention"])
+    if name == "HopResult" and any(
+        look["__dataclass__"] == "HopLookup" for look in node["fields"]["lookups"]
+    ):
+        return {**node, "fields": _older_hop_lookups(node["fields"])}
     if patched_minus_clean and name in ("HeadEvidence", "StepResult", "IOICircuitResult"):
         return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
 import re
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +20,7 @@ from circuits.hop import hop_report, hop_task_of, lookup_chain_figure
 from circuits.hop.report import hop_sections, write_hop_report
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown
+from interp.io.serialize import encode
 from interp.tasks import HopTask, hop_targets, split_generator
 from interp.training import make_task, train_toy_model
 
@@ -86,9 +90,10 @@ def test_toy_hop_makes_its_first_lookup_in_an_earlier_layer_than_its_second(toy_
     assert result.accuracy_ci[0] > 2 * result.chance  # it composes the two lookups on held-out sequences
     first, second = result.lookups
     assert first.verdict == second.verdict == "confirmed"  # each beats random heads of its layers
-    assert max(first.layers) < min(second.layers)
+    assert max(first.details["layers"]) < min(second.details["layers"])
     for lookup in result.lookups:
-        assert lookup.difference_ci[0] > 0 and sum(lookup.attention) / len(lookup.attention) >= 0.3
+        attention = lookup.details["attention"]
+        assert lookup.heldout.beyond_ci[0] > 0 and sum(attention) / len(attention) >= 0.3
     for j, lookup in enumerate(result.lookups):  # its heads attend to the hop more than the other heads
         chosen = torch.zeros(result.attention.shape[1:], dtype=torch.bool)
         for label in lookup.heads:
@@ -114,16 +119,54 @@ def test_toy_hop_carries_hop_1s_result_to_hop_2s_queries(toy_hop_result):
 def test_hop_result_saves_renders_and_draws(toy_hop_result, tmp_path):
     save_result(toy_hop_result, tmp_path / "hop.json")
     again = load_result(tmp_path / "hop.json")
-    assert again.lookups == toy_hop_result.lookups and torch.equal(again.attention, toy_hop_result.attention)
+    assert list(map(encode, again.lookups)) == list(map(encode, toy_hop_result.lookups))
+    assert torch.equal(again.attention, toy_hop_result.attention)
     assert again.paths == toy_hop_result.paths
     markdown = render_markdown(hop_sections(again))
-    assert markdown.index("accuracy") < markdown.index("Hop 1 -> hop 2") < markdown.index("| hop |")
+    assert markdown.index("accuracy") < markdown.index("Hop 1 -> hop 2") < markdown.index("| class |")
     page = render_html(hop_sections(again))
     assert page.index("accuracy") < page.index("<table") and page.count('class="legend"') == 2
     assert page.count('class="interp-heatmap"') == len(again.lookups)
     assert "<script src" not in page and "http" not in page.split("<body>")[1]  # opens offline
     lookup_chain_figure(again, tmp_path / "chain.svg")
     assert (tmp_path / "chain.svg").read_text().lstrip().startswith("<?xml")
+
+
+def older_hop_file(saved: Path, older: Path) -> None:
+    """Rewrite the saved hop result `saved` as files saved before 2026-11-29 hold it (each hop a
+    HopLookup) into `older`."""
+    document = json.loads(saved.read_text())
+    for node in document["result"]["fields"]["lookups"]:
+        fields, heldout = node["fields"], node["fields"]["heldout"]["fields"]
+        details = dict(fields["details"]["__items__"])
+        node.update(__dataclass__="HopLookup", fields={
+            "hop": details["hop"], "heads": fields["heads"], "layers": details["layers"],
+            "attention": details["attention"], "change": heldout["drop"], "change_ci": heldout["drop_ci"],
+            "random_sets": fields["random_sets"], "random_changes": fields["random_effects"],
+            "difference": heldout["beyond"], "difference_ci": heldout["beyond_ci"],
+            "verdict": fields["verdict"],
+        })  # fmt: skip
+    older.write_text(json.dumps(document))
+
+
+def test_an_older_hop_file_reads_with_the_same_numbers_and_renders_the_same(toy_hop_result, tmp_path):
+    """Hops saved as HopLookups (before 2026-11-29), a hop with no head among them, read as the
+    ClassVerdicts a fresh run holds; the per-prompt effects, which they do not hold, empty."""
+    none_found = hop_report(interp.load_model("toy-hop"), n_sequences=32, n_random=2, min_attention=0.9)
+    assert none_found.lookups[-1].verdict == "not found" and not none_found.lookups[-1].heads
+    for result in (toy_hop_result, none_found):
+        save_result(result, tmp_path / "hop.json")
+        older_hop_file(tmp_path / "hop.json", tmp_path / "older.json")
+        read = load_result(tmp_path / "older.json")
+        for found, fresh in zip(read.lookups, result.lookups, strict=True):
+            assert len(found.per_prompt) == 0
+            assert found.heldout.random_drop == pytest.approx(fresh.heldout.random_drop, nan_ok=True)
+            same = {
+                "per_prompt": fresh.per_prompt,
+                "heldout": replace(found.heldout, random_drop=fresh.heldout.random_drop),
+            }
+            assert encode(replace(found, **same)) == encode(fresh)  # NaN equals NaN here
+        assert render_markdown(hop_sections(read)) == render_markdown(hop_sections(result))
 
 
 def test_hop_report_refuses_a_model_of_another_task():

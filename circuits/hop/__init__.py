@@ -10,10 +10,9 @@ HopResult (terminal, JSON, Markdown).
 
 from circuits.hop.locate import hop_paths, hop_report, hop_task_of, lookup_positions
 from circuits.hop.report import lookup_chain_figure, write_hop_report
-from circuits.hop.results import HopLookup, HopPath, HopResult
+from circuits.hop.results import HopPath, HopResult
 
 __all__ = [
-    "HopLookup",
     "HopPath",
     "HopResult",
     "hop_paths",

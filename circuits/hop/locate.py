@@ -18,8 +18,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.evidence import head_class, judge_class
-from circuits.hop.results import HopLookup, HopPath, HopResult
+from circuits.evidence import BeyondRandom, ClassVerdict, head_class, judge_class
+from circuits.hop.results import HopPath, HopResult
 from interp.interventions.ablation import Ablation, Replacement
 from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
 from interp.interventions.metrics import AnswerMetric
@@ -29,6 +29,8 @@ from interp.tasks import HopTask, hop_targets
 from interp.types import Head, Progress, head_label
 
 HOP_STAGES = ("hop lookups", "ablations and paths")  # the stages hop_report reports, in order
+NOT_FOUND = "not found"  # the verdict of a hop whose discovery half chose no head
+NOT_FOUND_NOTE = "no head attends to the hop and lowers the answer's logit difference on the discovery half"
 
 
 def hop_task_of(model: interp.HookedTransformer) -> HopTask:
@@ -223,24 +225,30 @@ def hop_paths(
     return paths
 
 
+def not_found_lookup(hop: int) -> ClassVerdict:
+    """Hop `hop` (1-based) where the discovery half chose no head: NaN figures, verdict "not found"
+    (older files' hops without heads read as this too)."""
+    nan = float("nan")
+    nothing = BeyondRandom(n_prompts=0, drop=nan, drop_ci=(nan, nan), random_drop=nan, beyond=nan,
+                           beyond_ci=(nan, nan), verdict=NOT_FOUND)  # fmt: skip
+    return ClassVerdict(
+        name=f"hop {hop}", heads=[], sign=1, random_sets=[], random_effects=[], heldout=nothing,
+        discovery=None, strata=[], verdict=NOT_FOUND, note=NOT_FOUND_NOTE, per_prompt=torch.empty(0),
+        details={"hop": hop, "layers": [], "attention": []},
+    )  # fmt: skip
+
+
 def _test_lookup(
     model: interp.HookedTransformer, hop: int, heads: list[Head], heldout: _Half, settings: HopSettings
-) -> HopLookup:
+) -> ClassVerdict:
     """Hop `hop` (0-based)'s heads tested on the held-out half against random same-layer sets."""
     if not heads:
-        nan = float("nan")
-        return HopLookup(
-            hop=hop + 1, heads=[], layers=[], attention=[], change=nan, change_ci=(nan, nan), random_sets=[],
-            random_changes=[], difference=nan, difference_ci=(nan, nan), verdict="not found",
-        )  # fmt: skip
+        return not_found_lookup(hop + 1)
     found = head_class(model, f"hop {hop + 1}", heads, settings.n_random, settings.seed + hop)
     changes = _ablated_changes(model, heldout, found.sets)
     attention = [heldout.attention[hop, layer, head].mean().item() for layer, head in heads]
     attends = sum(attention) / len(attention) >= settings.min_attention
     verdict = judge_class(found, changes, evidence_holds=attends, seed=settings.seed)
-    return HopLookup(
-        hop=hop + 1, heads=verdict.heads, layers=sorted({layer for layer, _ in heads}), attention=attention,
-        change=verdict.heldout.drop, change_ci=verdict.heldout.drop_ci, random_sets=verdict.random_sets,
-        random_changes=verdict.random_effects, difference=verdict.heldout.beyond,
-        difference_ci=verdict.heldout.beyond_ci, verdict=verdict.verdict,
-    )  # fmt: skip
+    layers = sorted({layer for layer, _ in heads})
+    verdict.details = {"hop": hop + 1, "layers": layers, "attention": attention}
+    return verdict

@@ -3,6 +3,7 @@ accuracy, each hop's heads against random heads, then what carries one hop's res
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -15,6 +16,7 @@ from circuits.sections import (
     Section,
     Table,
     ci_text,
+    class_sections,
     layer_head_map,
     value_ci,
     write_sections,
@@ -24,13 +26,17 @@ from interp.viz import heatmap_grid
 LEGEND = (
     "Hop j lands on t_j, the token after the last occurrence, before where hop j-1 landed (hop 1: the "
     "query), of that position's token. Attention: the query's attention to t_j - 1 or t_j, held-out mean. "
-    "Change: the drop of the answer's logit minus the other symbols' mean logit when the heads' outputs are "
+    "Drop: the drop of the answer's logit minus the other symbols' mean logit when the heads' outputs are "
     "mean-ablated at the query only (logits; [95% bootstrap CI over held-out sequences]); confirmed when it "
-    "exceeds the change of random heads of the same layers (CI of the difference above 0) and the heads' "
+    "exceeds the drop of random heads of the same layers (CI of the difference above 0) and the heads' "
     "mean attention is at least the threshold on held-out sequences too. Heads are chosen on the discovery "
     "half."
 )
-COLUMNS = ("hop", "heads", "layers", "attention", "change", "beyond random", "verdict")
+LOOKUP_COLUMNS = [
+    ("layers", lambda c: ", ".join(map(str, c.details["layers"])) or "-"),
+    ("attention", lambda c: ", ".join(f"{value:.2f}" for value in c.details["attention"]) or "-"),
+    ("drop", lambda c: value_ci(c.heldout.drop, c.heldout.drop_ci, 2)),
+]  # each hop's own columns in the standard class table (`class_sections`)
 PATH_LEGEND = (
     "Path patching, held-out sequences: hop j's heads output at the query their value on another held-out "
     "sequence (hop j lands elsewhere there), every other head frozen to the clean run, so the change reaches "
@@ -47,7 +53,7 @@ PATH_COLUMNS = (
 
 def hop_headline(result: HopResult) -> list[str]:
     """The finding: accuracy, each hop's heads, what carries each hop's result; last, the sequences."""
-    chain = [f"hop {look.hop}: {', '.join(look.heads) or 'none'} ({look.verdict})" for look in result.lookups]
+    chain = [f"{look.name}: {', '.join(look.heads) or 'none'} ({look.verdict})" for look in result.lookups]
     return [
         f"{result.model_name} answers {result.hops}-hop induction with accuracy {result.accuracy:.2f} "
         f"{ci_text(result.accuracy_ci, 2, sign=False)} on held-out sequences (chance {result.chance:.2f}).",
@@ -76,8 +82,9 @@ def path_line(result: HopResult, from_hop: int) -> str:
 
 
 def hop_sections(result: HopResult) -> Report:
-    """The report: the finding, what chose and what tested, each hop's heads (with the heat maps of
-    the query's attention), what carries each hop's result to the next."""
+    """The report: the finding, what chose and what tested, each hop's heads as the standard classes
+    (`class_sections`, with the heat maps of the query's attention), what carries each hop's result to
+    the next."""
     lines = hop_headline(result)
     heatmaps = [
         layer_head_map(
@@ -89,27 +96,17 @@ def hop_sections(result: HopResult) -> Report:
         )
         for j, lookup in enumerate(result.lookups)
     ]
-    rows = [
-        [str(look.hop), ", ".join(look.heads) or "-", ", ".join(map(str, look.layers)) or "-",
-         ", ".join(f"{value:.2f}" for value in look.attention) or "-",
-         value_ci(look.change, look.change_ci, 2), value_ci(look.difference, look.difference_ci, 2),
-         look.verdict]
-        for look in result.lookups
-    ]  # fmt: skip
     path_rows = [
         [f"{p.from_hop} -> {p.to_hop}", f"{', '.join(p.senders)} -> {', '.join(p.receivers)}", p.route,
          value_ci(p.effect, p.effect_ci, 2), ", ".join(f"{e:+.2f}" for e in p.random_effects),
          value_ci(p.difference, p.difference_ci, 2), "yes" if p.carries else "no"]
         for p in result.paths
     ]  # fmt: skip
+    classes, strata = class_sections(result.lookups, details=LOOKUP_COLUMNS)
     sections = [
         Section(title="What chose and what tested", lines=[lines[-1], f"Model: {result.provenance}."]),
-        Section(
-            title="Each hop's heads, tested on held-out sequences",
-            table=Table(columns=list(COLUMNS), rows=rows),
-            notes=[LEGEND],
-            figures=[heatmap_grid(heatmaps)],
-        ),
+        replace(classes, notes=[LEGEND], figures=[heatmap_grid(heatmaps)]),
+        strata,
     ]
     if result.paths:
         sections.append(
@@ -155,7 +152,8 @@ def lookup_chain_figure(result: HopResult, out: str | Path | None = None):
         axes.text(position, -0.6, str(tokens[position]), ha="center", va="center", fontsize=8,
                   fontweight="bold" if position in path else "normal")  # fmt: skip
     query = path[0]
-    heights = [sum(look.layers) / len(look.layers) if look.layers else None for look in result.lookups]
+    layers = [look.details["layers"] for look in result.lookups]
+    heights = [sum(found) / len(found) if found else None for found in layers]
     for j, (lookup, height) in enumerate(zip(result.lookups, heights, strict=True)):
         path_arrow = {"arrowstyle": "->", "color": "grey", "connectionstyle": "arc3,rad=0.3"}
         axes.annotate("", xy=(path[j + 1], -0.3), xytext=(path[j], -0.3), arrowprops=path_arrow)

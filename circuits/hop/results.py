@@ -9,26 +9,7 @@ from typing import Any
 from jaxtyping import Float
 from torch import Tensor
 
-
-@dataclass(kw_only=True)
-class HopLookup:
-    """Hop j's lookup (to t_j, seen from the query). heads: chosen on the discovery half (attention to
-    t_j - 1 or t_j >= `min_attention`, ablated alone a drop whose CI lies above 0). On the held-out
-    half: their attention, their `change` ablated together at the query, and `difference`: that minus
-    the mean change of `random_sets` (same layers); "confirmed" when its CI lies above 0 and their mean
-    held-out attention is at least `min_attention`."""
-
-    hop: int  # 1..hops
-    heads: list[str]
-    layers: list[int]
-    attention: list[float]  # held-out, one per head
-    change: float
-    change_ci: tuple[float, float]
-    random_sets: list[list[str]]
-    random_changes: list[float]
-    difference: float
-    difference_ci: tuple[float, float]
-    verdict: str  # "confirmed", "unconfirmed" or "not found" (no head chosen)
+from circuits.evidence import ClassVerdict
 
 
 @dataclass(kw_only=True)
@@ -56,7 +37,12 @@ class HopPath:
 @dataclass(kw_only=True)
 class HopResult:
     """`hop_report`'s result: the discovery half of the sequences chooses each hop's heads, the held-out
-    half tests them (accuracy too is held out)."""
+    half tests them (accuracy too is held out). lookups: hop j's lookup (to t_j, seen from the query) as
+    a class "hop j": its heads chosen on the discovery half (attention to t_j - 1 or t_j >=
+    `min_attention`, ablated alone a drop whose CI lies above 0), ablated together at the query on the
+    held-out half against random same-layer sets; "confirmed" when the drop beyond random has its CI
+    above 0 and their mean held-out attention is at least `min_attention`; "not found" when no head was
+    chosen (NaN figures). details: "hop" (1..hops), "layers", "attention" (held out, one per head)."""
 
     model_name: str
     provenance: str
@@ -69,7 +55,7 @@ class HopResult:
     chance: float  # 1 / the symbols that can be the answer
     attention: Float[Tensor, "hops layer head"]  # held out: the query's attention to t_j - 1 or t_j
     discovery_change: Float[Tensor, "layer head"]  # each head ablated alone at the query
-    lookups: list[HopLookup]
+    lookups: list[ClassVerdict]  # one per hop, in order
     example_tokens: list[int]  # one held-out sequence, for the figure
     example_path: list[int]  # the query, then each hop's target in it
     paths: list[HopPath] = field(default_factory=list)  # hop j -> j + 1, for hops with heads in order
