@@ -172,9 +172,14 @@ def attention_and_direct(
     return attention, direct
 
 
+def _fact_counts(batches: Sequence[RetrievalPrompts]) -> Tensor:
+    """[prompt] each prompt's fact count, the batches concatenated."""
+    return torch.cat([torch.full((len(p),), p.n_facts) for p in batches])
+
+
 def _strata(heldout: Sequence[RetrievalPrompts]) -> list[tuple[str, str, Tensor]]:
     """The held-out prompts (batches concatenated) by fact count, template and relation."""
-    facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
+    facts = _fact_counts(heldout)
     templates = [f"template {p.template}" for p in heldout for _ in range(len(p))]
     relations = [relation for p in heldout for relation in p.relation]
     by_facts = [("facts", f"{n} facts", facts == n) for n in facts.unique().tolist()]
@@ -412,7 +417,7 @@ def accuracies(
     """Step 4: each prompt set's clean accuracy against chance (`RetrievalResult`'s fields);
     heldout_clean: [prompt] the held-out batches' clean logit diffs, concatenated."""
     seed, counts = settings.seed, settings.heldout_facts
-    facts = torch.cat([torch.full((len(p),), p.n_facts) for p in prompts.heldout])
+    facts = _fact_counts(prompts.heldout)
 
     @torch.no_grad()
     def clean(description: str, some: RetrievalPrompts) -> RetrievalAccuracy:  # 4 candidates each

@@ -62,9 +62,14 @@ def legend(result: RetrievalResult) -> str:
     )
 
 
+def _percent(a: RetrievalAccuracy) -> str:
+    """An accuracy with its CI: "50% [38%, 61%]"."""
+    return f"{100 * a.accuracy:.0f}% {percent_ci(a.ci)}"
+
+
 def _accuracy(a: RetrievalAccuracy, against_chance: bool = False) -> str:
     text = (
-        f"{a.prompts}: {100 * a.accuracy:.0f}% {percent_ci(a.ci)} of {a.n_prompts} prompts "
+        f"{a.prompts}: {_percent(a)} of {a.n_prompts} prompts "
         f"(chance {100 * a.chance:.0f}%; mean logit diff {signed(a.logit_diff)})"
     )
     if against_chance:
@@ -75,8 +80,7 @@ def _accuracy(a: RetrievalAccuracy, against_chance: bool = False) -> str:
 def retrieval_headline(result: RetrievalResult) -> list[str]:
     """The finding, in order."""
     by_facts = "; ".join(
-        f"{a.prompts.split(', ')[-1]} {100 * a.accuracy:.0f}% {percent_ci(a.ci)} "
-        f"(chance {100 * a.chance:.0f}%)"
+        f"{a.prompts.split(', ')[-1]} {_percent(a)} (chance {100 * a.chance:.0f}%)"
         for a in result.heldout_by_facts
     )
     lines = [
@@ -162,10 +166,9 @@ def retrieval_sections(result: RetrievalResult) -> Report:
     classes.notes = [*(f"{name}: {meaning}" for name, meaning in CLASS_MEANINGS.items()), legend(result)]
     every = [result.discovery, result.heldout, *result.heldout_by_facts, result.question, *result.two_hop]
     accuracy_rows = [
-        [a.prompts, str(a.n_prompts), f"{100 * a.accuracy:.0f}% {percent_ci(a.ci)}", f"{100 * a.chance:.0f}%",
-         signed(a.logit_diff)]
+        [a.prompts, str(a.n_prompts), _percent(a), f"{100 * a.chance:.0f}%", signed(a.logit_diff)]
         for a in every
-    ]  # fmt: skip
+    ]
     head_rows = [
         [h.head, h.sweep, signed(h.effect), *(f"{h.attention[t]:.2f}" for t in ("VALUE", "NAME", "QUERY")),
          signed(h.direct), h.cls or "unclassified", "yes" if h.head in result.induction_heads else "no"]
