@@ -324,6 +324,9 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         look["__dataclass__"] == "HopLookup" for look in node["fields"]["lookups"]
     ):
         return {**node, "fields": _older_hop_lookups(node["fields"])}
+    if name == "RetrievalClass":  # retrieval's, before 2026-11-29; every retrieval class helps: sign +1
+        details = ["induction_overlap", "accuracy", "random_accuracy"]
+        return _older_class({"sign": 1, **node["fields"]}, details)
     if patched_minus_clean and name in ("HeadEvidence", "StepResult", "IOICircuitResult"):
         return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node

@@ -157,10 +157,24 @@ def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
         if c.verdict != "unconfirmed":
             assert c.verdict == (f"{failing[0]}-dependent" if failing else "confirmed")
         assert c.heldout.n_prompts == 48 and c.discovery.n_prompts == 12
-    assert r.classes[-1].name == "induction" and r.classes[-1].induction_overlap == ["L17H3"]
+        assert 0 <= c.details["accuracy"] <= 1 and 0 <= c.details["random_accuracy"] <= 1
+    assert r.classes[-1].name == "induction" and r.classes[-1].details["induction_overlap"] == ["L17H3"]
     path = tmp_path / "retrieval.json"
     save_result(r, path)
     assert render_markdown(retrieval_sections(load_result(path))) == render_markdown(retrieval_sections(r))
+    older = tmp_path / "older.json"  # the classes as files saved before 2026-11-29 hold them
+    document = json.loads(path.read_text())
+    for node in document["result"]["fields"]["classes"]:
+        fields = node["fields"]
+        details = dict(fields.pop("details")["__items__"])
+        for name in ("sign", "random_effects", "per_prompt"):
+            del fields[name]
+        node.update(__dataclass__="RetrievalClass", fields={**fields, **details})
+    older.write_text(json.dumps(document))
+    read = load_result(older)
+    judged = [(c.sign, c.details, c.heldout, c.discovery, c.strata) for c in r.classes]
+    assert [(c.sign, c.details, c.heldout, c.discovery, c.strata) for c in read.classes] == judged
+    assert render_markdown(retrieval_sections(read)) == render_markdown(retrieval_sections(r))
     page = tmp_path / "retrieval.html"
     run = CliRunner().invoke(app, ["render", str(path), "--format", "html", "--out", str(page)])
     assert run.exit_code == 0, run.output
@@ -168,7 +182,8 @@ def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
     assert text == render_html(retrieval_sections(r))
     assert text.index("Retrieval from context by") < text.index("<table")
     for c in r.classes:  # every class with its verdict, in the classes' table
-        assert f"<td>{c.name}</td><td>{html.escape(', '.join(c.heads))}</td><td>{c.verdict}</td>" in text
+        assert f"<td>{c.name}</td><td>{html.escape(' '.join(c.heads))}</td>" in text
+        assert f"<td>{c.verdict}</td></tr>" in text
     assert "<script src" not in text and "http" not in text.split("<body>")[1]  # opens offline
     out = tmp_path / "retrieval.md"
     write_retrieval_report(r, "markdown", str(out), Console())

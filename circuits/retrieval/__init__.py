@@ -8,11 +8,10 @@ The prompts come from `interp.tasks.retrieval`; `results.py` says what each figu
 """
 
 from circuits.retrieval.find import RetrievalSettings, accuracy, find_retrieval_circuit
-from circuits.retrieval.results import RetrievalAccuracy, RetrievalClass, RetrievalHead, RetrievalResult
+from circuits.retrieval.results import RetrievalAccuracy, RetrievalHead, RetrievalResult
 
 __all__ = [
     "RetrievalAccuracy",
-    "RetrievalClass",
     "RetrievalHead",
     "RetrievalResult",
     "RetrievalSettings",

@@ -23,6 +23,7 @@ from torch import Tensor
 
 import interp
 from circuits.evidence import (
+    ClassVerdict,
     FamilySplit,
     HeadClass,
     Strata,
@@ -34,7 +35,7 @@ from circuits.evidence import (
     split_families,
 )
 from circuits.heads.cache import confirmed_induction_heads
-from circuits.retrieval.results import RetrievalAccuracy, RetrievalClass, RetrievalHead, RetrievalResult
+from circuits.retrieval.results import RetrievalAccuracy, RetrievalHead, RetrievalResult
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.engine import forward_logits
@@ -171,9 +172,14 @@ def attention_and_direct(
     return attention, direct
 
 
+def _fact_counts(batches: Sequence[RetrievalPrompts]) -> Tensor:
+    """[prompt] each prompt's fact count, the batches concatenated."""
+    return torch.cat([torch.full((len(p),), p.n_facts) for p in batches])
+
+
 def _strata(heldout: Sequence[RetrievalPrompts]) -> list[tuple[str, str, Tensor]]:
     """The held-out prompts (batches concatenated) by fact count, template and relation."""
-    facts = torch.cat([torch.full((len(p),), p.n_facts) for p in heldout])
+    facts = _fact_counts(heldout)
     templates = [f"template {p.template}" for p in heldout for _ in range(len(p))]
     relations = [relation for p in heldout for relation in p.relation]
     by_facts = [("facts", f"{n} facts", facts == n) for n in facts.unique().tolist()]
@@ -208,15 +214,15 @@ def _ablated_runs(
 DEPENDENT_KINDS = {"facts": "all", "template": "all", "relation": "all"}  # the verdict's strata
 
 
-def _class_check(
+def _judged(
     found: HeadClass,
     ablated: dict[str, dict[tuple[Head, ...], Tensor]],
     strata: list[tuple[str, str, Tensor]],
     induction: Sequence[Head],
     seed: int,
-) -> RetrievalClass:
-    """One class judged against its random sets (`judge_class`); `ablated`: "heldout" and "discovery"
-    head set -> [prompt] ablated logit diffs, () the clean run's."""
+) -> ClassVerdict:
+    """One class judged against its random sets (`judge_class`), with its details (`RetrievalResult`);
+    `ablated`: "heldout" and "discovery" head set -> [prompt] ablated logit diffs, () the clean run's."""
 
     def drops(side: str) -> Tensor:  # [1 + draws, prompt] clean - ablated, the class first
         return torch.stack([ablated[side][()] - ablated[side][tuple(sorted(heads))] for heads in found.sets])
@@ -227,14 +233,12 @@ def _class_check(
     )  # fmt: skip
     measured = ablated["heldout"]
     random_right = torch.stack([measured[tuple(sorted(draw))] > 0 for draw in found.draws]).double()
-    return RetrievalClass(
-        name=found.name, heads=verdict.heads,
-        induction_overlap=[head_label(*head) for head in found.heads if head in set(induction)],
-        discovery=verdict.discovery, heldout=verdict.heldout, note=verdict.note,
-        accuracy=(measured[tuple(sorted(found.heads))] > 0).double().mean().item(),
-        random_accuracy=random_right.mean().item(), random_sets=verdict.random_sets, strata=verdict.strata,
-        verdict=verdict.verdict,
-    )  # fmt: skip
+    verdict.details = {
+        "induction_overlap": [head_label(*head) for head in found.heads if head in set(induction)],
+        "accuracy": (measured[tuple(sorted(found.heads))] > 0).double().mean().item(),
+        "random_accuracy": random_right.mean().item(),
+    }
+    return verdict
 
 
 def validate_classes(
@@ -246,7 +250,7 @@ def validate_classes(
     n_random: int,
     seed: int,
     progress: Progress | None = None,
-) -> tuple[list[RetrievalClass], dict[str, float], Tensor]:
+) -> tuple[list[ClassVerdict], dict[str, float], Tensor]:
     """Step 3: each class against `n_random` random same-layer sets on the "discovery" and "heldout"
     batches of `prompt_sets`; the circuit's figures on the held-out batches (faithfulness with every
     head outside it ablated); their clean logit diffs [prompt], concatenated."""
@@ -261,7 +265,7 @@ def validate_classes(
         "discovery": _ablated_runs(model, chose, prompt_sets["discovery"], "Discovery ablations", progress),
     }
     strata = _strata(prompt_sets["heldout"])
-    validations = [_class_check(each, ablated, strata, induction, seed) for each in found]
+    validations = [_judged(each, ablated, strata, induction, seed) for each in found]
     clean, kept, nothing = (ablated["heldout"][heads] for heads in ((), outside, tuple(every_head)))
     try:
         faithfulness = float(faithfulness_ratio(kept, clean, nothing))
@@ -413,7 +417,7 @@ def accuracies(
     """Step 4: each prompt set's clean accuracy against chance (`RetrievalResult`'s fields);
     heldout_clean: [prompt] the held-out batches' clean logit diffs, concatenated."""
     seed, counts = settings.seed, settings.heldout_facts
-    facts = torch.cat([torch.full((len(p),), p.n_facts) for p in prompts.heldout])
+    facts = _fact_counts(prompts.heldout)
 
     @torch.no_grad()
     def clean(description: str, some: RetrievalPrompts) -> RetrievalAccuracy:  # 4 candidates each

@@ -1,18 +1,21 @@
-"""A RetrievalResult as the one report structure (`circuits.sections`): accuracy against chance, each
-class's verdict and drop beyond random heads on held-out relations (beside the discovery figure), its
-overlap with the induction heads, faithfulness, the measured-only forms; then the tables."""
+"""A RetrievalResult as the one report structure (`circuits.sections`): the headline (accuracy against
+chance, each class's verdict and drop beyond random heads on held-out relations beside the discovery
+figure, its overlap with the induction heads, faithfulness, the measured-only forms), the standard
+class sections (`class_sections`, with accuracy ablated and the induction overlap as the classes' own
+columns), accuracy on every prompt set and the heads found."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
+from circuits.evidence import EFFECT_SIGN
 from circuits.retrieval.results import CLASS_MEANINGS, RETRIEVAL_CLASSES, RetrievalAccuracy, RetrievalResult
 from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
     Report,
     Section,
     Table,
+    class_sections,
     layer_head_map,
     percent_ci,
     signed,
@@ -29,11 +32,11 @@ HEADS_LEGEND = (
     "corrupted run; END->: mean attention from the last token; direct: the head's mean direct logit "
     "attribution at END along W_U[answer] - W_U[best other in-context value], in logits."
 )
-CLASS_COLUMNS = (
-    "class", "heads", "verdict", "beyond random, held out", "beyond random, discovery", "accuracy ablated",
-    "random ablated", "induction",
-)  # fmt: skip
-STRATUM_COLUMNS = ("class", "stratum", "prompts", "beyond random", "holds")
+CLASS_DETAILS = (  # the classes' own columns (`ClassVerdict.details`), beside the standard ones
+    ("accuracy ablated", lambda c: f"{100 * c.details['accuracy']:.0f}%"),
+    ("random ablated", lambda c: f"{100 * c.details['random_accuracy']:.0f}%"),
+    ("induction", lambda c: ", ".join(c.details["induction_overlap"]) or "-"),
+)
 ACCURACY_COLUMNS = ("prompts", "n", "accuracy", "chance", "mean logit diff")
 
 
@@ -51,8 +54,7 @@ def legend(result: RetrievalResult) -> str:
         f"{result.heldout.prompts.split(', ')[-1]}; templates {', '.join(result.templates['heldout'])}) "
         f"against random heads of the same layers. Effects: {EFFECT_SIGN}; beyond random = the class's "
         "drop - the random sets' mean drop, paired by prompt; confirmed when its held-out CI lies above 0 "
-        "and it is positive in every stratum (fact count, template, relation; one of fewer than "
-        f"{MIN_STRATUM_PROMPTS} prompts has no CI and no verdict and does not count); facts-, template- or "
+        "and it is positive in every stratum (fact count, template, relation); facts-, template- or "
         "relation-dependent when only the pooled CI is (the first kind of stratum where it is not). The "
         "same figure on the discovery prompts that chose the heads is shown beside it, never reported "
         "alone. Faithfulness = (F(circuit) - F(no heads)) / (F(model) - F(no heads)), every head outside "
@@ -60,9 +62,14 @@ def legend(result: RetrievalResult) -> str:
     )
 
 
+def _percent(a: RetrievalAccuracy) -> str:
+    """An accuracy with its CI: "50% [38%, 61%]"."""
+    return f"{100 * a.accuracy:.0f}% {percent_ci(a.ci)}"
+
+
 def _accuracy(a: RetrievalAccuracy, against_chance: bool = False) -> str:
     text = (
-        f"{a.prompts}: {100 * a.accuracy:.0f}% {percent_ci(a.ci)} of {a.n_prompts} prompts "
+        f"{a.prompts}: {_percent(a)} of {a.n_prompts} prompts "
         f"(chance {100 * a.chance:.0f}%; mean logit diff {signed(a.logit_diff)})"
     )
     if against_chance:
@@ -73,8 +80,7 @@ def _accuracy(a: RetrievalAccuracy, against_chance: bool = False) -> str:
 def retrieval_headline(result: RetrievalResult) -> list[str]:
     """The finding, in order."""
     by_facts = "; ".join(
-        f"{a.prompts.split(', ')[-1]} {100 * a.accuracy:.0f}% {percent_ci(a.ci)} "
-        f"(chance {100 * a.chance:.0f}%)"
+        f"{a.prompts.split(', ')[-1]} {_percent(a)} (chance {100 * a.chance:.0f}%)"
         for a in result.heldout_by_facts
     )
     lines = [
@@ -88,14 +94,14 @@ def retrieval_headline(result: RetrievalResult) -> list[str]:
             "held-out prompts, but the behaviour they carry there is weak (see each fact count)."
         )
     for c in result.classes:
-        overlap = ", ".join(c.induction_overlap) or "none"
+        overlap = ", ".join(c.details["induction_overlap"]) or "none"
         overlap = "" if c.name == "induction" else f"; induction heads among them: {overlap}"
         lines.append(
             f"{c.name} ({', '.join(c.heads)}): {c.verdict} on held-out relations; ablated, they lower the "
             f"logit diff by {value_ci(c.heldout.beyond, c.heldout.beyond_ci)} logits more than random heads "
             f"there ({value_ci(c.discovery.beyond, c.discovery.beyond_ci)} on the discovery prompts that "
-            f"chose them: {c.note}); accuracy ablated {100 * c.accuracy:.0f}% vs "
-            f"{100 * c.random_accuracy:.0f}% with random heads{overlap}."
+            f"chose them: {c.note}); accuracy ablated {100 * c.details['accuracy']:.0f}% vs "
+            f"{100 * c.details['random_accuracy']:.0f}% with random heads{overlap}."
         )
     tested = {c.name for c in result.classes}
     lines += [
@@ -156,25 +162,13 @@ def _figures(result: RetrievalResult) -> list[str]:
 def retrieval_sections(result: RetrievalResult) -> Report:
     """The report: the finding, what chose and what tested, the classes with their verdicts, per
     held-out stratum, accuracy on every prompt set, the heads found."""
-    class_rows = [
-        [c.name, ", ".join(c.heads), c.verdict, value_ci(c.heldout.beyond, c.heldout.beyond_ci),
-         value_ci(c.discovery.beyond, c.discovery.beyond_ci), f"{100 * c.accuracy:.0f}%",
-         f"{100 * c.random_accuracy:.0f}%", ", ".join(c.induction_overlap) or "-"]
-        for c in result.classes
-    ]  # fmt: skip
-    stratum_rows = [
-        [c.name, s.name, str(s.n_prompts),
-         signed(s.beyond) if s.beyond_ci is None else value_ci(s.beyond, s.beyond_ci),
-         TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no"]
-        for c in result.classes
-        for s in c.strata
-    ]  # fmt: skip
+    classes, strata = class_sections(result.classes, details=CLASS_DETAILS, digits=3)
+    classes.notes = [*(f"{name}: {meaning}" for name, meaning in CLASS_MEANINGS.items()), legend(result)]
     every = [result.discovery, result.heldout, *result.heldout_by_facts, result.question, *result.two_hop]
     accuracy_rows = [
-        [a.prompts, str(a.n_prompts), f"{100 * a.accuracy:.0f}% {percent_ci(a.ci)}", f"{100 * a.chance:.0f}%",
-         signed(a.logit_diff)]
+        [a.prompts, str(a.n_prompts), _percent(a), f"{100 * a.chance:.0f}%", signed(a.logit_diff)]
         for a in every
-    ]  # fmt: skip
+    ]
     head_rows = [
         [h.head, h.sweep, signed(h.effect), *(f"{h.attention[t]:.2f}" for t in ("VALUE", "NAME", "QUERY")),
          signed(h.direct), h.cls or "unclassified", "yes" if h.head in result.induction_heads else "no"]
@@ -189,15 +183,8 @@ def retrieval_sections(result: RetrievalResult) -> Report:
                 f"Model: {result.provenance}.",
             ],
         ),
-        Section(
-            title="Each class against random heads, held-out prompts",
-            table=Table(columns=list(CLASS_COLUMNS), rows=class_rows, right=list(CLASS_COLUMNS[3:7])),
-            notes=[*(f"{name}: {meaning}" for name, meaning in CLASS_MEANINGS.items()), legend(result)],
-        ),
-        Section(
-            title="Each class against random heads, per held-out stratum",
-            table=Table(columns=list(STRATUM_COLUMNS), rows=stratum_rows, right=["prompts", "beyond random"]),
-        ),
+        classes,
+        strata,
         Section(
             title="Accuracy",
             table=Table(columns=list(ACCURACY_COLUMNS), rows=accuracy_rows, right=list(ACCURACY_COLUMNS[1:])),

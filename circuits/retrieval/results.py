@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
-from circuits.evidence import EFFECT_SIGN, BeyondRandom, FamilySplit, StratumDrop
+from circuits.evidence import EFFECT_SIGN, ClassVerdict, FamilySplit
 
 RETRIEVAL_CLASSES = ("mover", "mention", "query")
 CLASS_MEANINGS = {
@@ -49,29 +49,13 @@ class RetrievalHead:
 
 
 @dataclass(kw_only=True)
-class RetrievalClass:
-    """A class mean-ablated against random same-layer sets (drops, `EFFECT_SIGN`): discovery on the
-    prompts that chose it, heldout the figure reported; accuracy with the class and with the random
-    sets ablated (held out); verdict (`judge_class`): "confirmed", "facts-", "template-" or
-    "relation-dependent" (the first kind of stratum that does not hold), or "unconfirmed"."""
-
-    name: str
-    heads: list[str]
-    induction_overlap: list[str]  # its heads that `interp heads` confirms as induction heads
-    discovery: BeyondRandom
-    heldout: BeyondRandom
-    note: str
-    accuracy: float
-    random_accuracy: float
-    random_sets: list[list[str]]
-    strata: list[StratumDrop]  # kind "facts", "template" or "relation"; holds: beyond > 0
-    verdict: str
-
-
-@dataclass(kw_only=True)
 class RetrievalResult:
     """`find_retrieval_circuit`'s result: heads chosen on discovery prompts, every claim tested on
-    held-out relations (`relations`), names, fact counts and templates (`templates`: split -> names)."""
+    held-out relations (`relations`), names, fact counts and templates (`templates`: split -> names).
+    classes: each class as `judge_class` judged it (drops; strata of kind "facts", "template",
+    "relation"), its details: "induction_overlap" (its heads `interp heads` confirms as induction heads),
+    "accuracy" and "random_accuracy" (held-out accuracy with the class, and with its random sets on
+    average, mean-ablated)."""
 
     model_name: str
     provenance: str
@@ -88,7 +72,7 @@ class RetrievalResult:
     effects: dict[str, Tensor]  # sweep -> [layer, head] path-patching drop, logits (NaN: not patched)
     heads: list[RetrievalHead]
     induction_heads: list[str]
-    classes: list[RetrievalClass]
+    classes: list[ClassVerdict]
     faithfulness: float  # held-out, the circuit (every classified head) kept, the rest mean-ablated
     circuit_logit_diff: float
     model_logit_diff: float
