@@ -10,7 +10,7 @@ from conftest import tiny_config
 import interp
 from interp import metrics, patching
 from interp.interventions import engine
-from interp.interventions.engine import Site
+from interp.interventions.engine import RunOptions, Site
 from interp.interventions.path_patching import PathPatcher, path_patching
 
 BATCH, POS = 3, 7
@@ -101,8 +101,9 @@ def test_runs_sharing_a_prefix_equal_runs_computed_alone(model, prompts):
     _, target = engine.cached_run(model, corrupted, engine.start_names(model))
     for start in (target, None):
         shared = engine.run_site_sets(
-            model, corrupted, site_sets, source.cache_dict, metric, target=start, batch_size=3
-        )
+            model, corrupted, site_sets, source.cache_dict, metric, target=start,
+            options=RunOptions(batch_size=3),
+        )  # fmt: skip
         for sites, value in zip(site_sets, shared, strict=True):
             hooks = [
                 (site.name, lambda act, hook, site=site: torch.where(
@@ -132,7 +133,9 @@ def test_interventions_from_every_kind_of_source_equal_hand_written_hooks(model,
     ]
     _, target = engine.cached_run(model, corrupted, engine.start_names(model))
     for start in (target, None):
-        values = engine.run_site_sets(model, corrupted, runs, source, metric, target=start, batch_size=2)
+        values = engine.run_site_sets(
+            model, corrupted, runs, source, metric, target=start, options=RunOptions(batch_size=2)
+        )
         for run, value in zip(runs, values, strict=True):
             hooks = []
             for entry in run:
@@ -161,8 +164,9 @@ def test_read_site_sets_reads_each_runs_activations_and_the_targets_where_unchan
     _, target = engine.cached_run(model, corrupted, engine.start_names(model) + [pattern1])
     runs = [[], [Site(z0, head=1)], [Site(interp.act_name("z", 2), pos=end)]]
     reads = engine.read_site_sets(
-        model, corrupted, runs, [pattern1, resid_final], dict, source, target=target, batch_size=2
-    )
+        model, corrupted, runs, [pattern1, resid_final], dict, source, target=target,
+        options=RunOptions(batch_size=2),
+    )  # fmt: skip
     assert reads[0][pattern1] is target[pattern1]  # the target run is read from its cache
     assert reads[2][pattern1] is target[pattern1]  # block 1 is unchanged when only block 2 is patched
     for run, read in zip(runs, reads, strict=True):
@@ -271,12 +275,23 @@ def test_logits_only_of_the_metric_tokens_give_the_same_results(model, prompts):
     torch.testing.assert_close(direct.values, patcher(metric).values, atol=1e-5, rtol=0)
     _, cache = engine.cached_run(model, clean, [interp.act_name("z", 1)])
     sets = [[engine.Site(interp.act_name("z", 1), head=h)] for h in range(model.cfg.n_heads)] + [[]]
-    run = lambda **kw: engine.run_site_sets(model, corrupted, sets, cache, metric, logit_pos=end, **kw)  # noqa: E731
+    run = lambda **kw: engine.run_site_sets(  # noqa: E731
+        model, corrupted, sets, cache, metric, options=RunOptions(logit_pos=end, **kw)
+    )
     torch.testing.assert_close(run(logit_tokens=answers), run(), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="outside logit_pos or logit_tokens"):
         run(logit_tokens=clean[:, :1])
     with pytest.raises(ValueError, match=r"logit_tokens must lie in \[0, 61\)"):
         run(logit_tokens=torch.tensor([61]))
+
+
+def test_run_options_a_function_does_not_read_are_refused_and_old_keywords_named(model, prompts):
+    clean, corrupted, end, metric = prompts
+    options = RunOptions(logit_pos=end, logit_tokens=clean[:, :2])
+    with pytest.raises(TypeError, match="read_site_sets does not read RunOptions' logit_pos, logit_tokens"):
+        engine.read_site_sets(model, corrupted, [[]], ["blocks.0.hook_resid_pre"], dict, options=options)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'logit_pos'"):
+        engine.run_site_sets(model, corrupted, [[]], None, metric, logit_pos=end)
 
 
 # --- TransformerLens as the reference ---------------------------------------------------------
@@ -575,8 +590,11 @@ def test_base_interventions_are_made_in_every_run_the_target_included(model, pro
     runs = [[], [Site(z1, head=0)], [Site(z2, pos=end)], [Site(z1, head=[1, 2]), Site(z2, head=3)]]
     _, target = engine.cached_run(model, corrupted, engine.start_names(model), base=base)
     for start in (target, None):
-        values = engine.run_site_sets(model, corrupted, runs, source, metric, target=start, base=base)
-        reads = engine.read_site_sets(model, corrupted, runs, [resid2], dict, source, target=start, base=base)
+        options = RunOptions(base=base)
+        values = engine.run_site_sets(model, corrupted, runs, source, metric, target=start, options=options)
+        reads = engine.read_site_sets(
+            model, corrupted, runs, [resid2], dict, source, target=start, options=options
+        )
         for run, value, read in zip(runs, values, reads, strict=True):
             hooks = _by_hand(base + [engine.Intervention(site, source) for site in run])
             with model.hooks(fwd_hooks=hooks):

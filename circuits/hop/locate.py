@@ -21,7 +21,7 @@ import interp
 from circuits.evidence import head_class, judge_class
 from circuits.hop.results import HopLookup, HopPath, HopResult
 from interp.interventions.ablation import Ablation, Replacement
-from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
+from interp.interventions.engine import Intervention, RunOptions, Site, cached_run, run_site_sets, start_names
 from interp.interventions.metrics import AnswerMetric
 from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import bootstrap_ci
@@ -94,7 +94,9 @@ def _ablated_changes(
         for heads in head_sets
     ]
     target = cached_run(model, half.tokens, start_names(model), logits=False)[1]
-    values = run_site_sets(model, half.tokens, [[], *runs], None, half.metric, target=target, logit_pos=pos)
+    values = run_site_sets(
+        model, half.tokens, [[], *runs], None, half.metric, target=target, options=RunOptions(logit_pos=pos)
+    )
     return values[0] - values[1:]
 
 

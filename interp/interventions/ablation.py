@@ -38,6 +38,7 @@ from interp.checks import (
 )
 from interp.interventions.engine import (
     Intervention,
+    RunOptions,
     Site,
     cached_run,
     check_logit_pos,
@@ -400,10 +401,10 @@ def ablated_metrics(
     site_sets = [ablation_sites(model, heads=heads) for heads in head_sets]
     names = sorted({site.name for sites in site_sets for site in sites})
     sources = replacement.sources(names, tokens, groups)
-    return run_site_sets(
-        model, tokens, site_sets, sources, metric, logit_pos=logit_pos, logit_tokens=logit_tokens,
-        batch_size=batch_size, progress=progress,
-    )  # fmt: skip
+    options = RunOptions(
+        logit_pos=logit_pos, logit_tokens=logit_tokens, batch_size=batch_size, progress=progress
+    )
+    return run_site_sets(model, tokens, site_sets, sources, metric, options=options)
 
 
 def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]:
@@ -511,10 +512,8 @@ def ablation_sweep(
     batch = tokens.shape[0]
     sources = replacement.sources(names, tokens, groups)
     logits, target = cached_run(model, tokens, start_names(model), logit_pos)
-    values = run_site_sets(
-        model, tokens, units, sources, metric, target=target, logit_pos=logit_pos,
-        logit_tokens=logit_tokens, batch_size=batch_size,
-    )  # fmt: skip
+    options = RunOptions(logit_pos=logit_pos, logit_tokens=logit_tokens, batch_size=batch_size)
+    values = run_site_sets(model, tokens, units, sources, metric, target=target, options=options)
     rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
     index = pd.DataFrame(rows).assign(component=f"{ablation.kind} ablation of {component}", position="all")
     if "head" not in index:

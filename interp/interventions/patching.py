@@ -30,6 +30,7 @@ from interp.catalog import COMPONENTS, HEAD_COMPONENTS
 from interp.checks import check_distinct_pair, check_heads, check_layers, check_positions
 from interp.interventions.engine import (
     Intervention,
+    RunOptions,
     Site,
     Source,
     cached_run,
@@ -170,10 +171,10 @@ def patch_sites(
         check_sites(model, site_sets)
         source_logits, sources = cached_run(model, source_tokens, names, logit_pos)
     target_logits, target = cached_run(model, target_tokens, start_names(model), logit_pos)
-    values = run_site_sets(
-        model, target_tokens, site_sets, sources, metric, target=target, logit_pos=logit_pos,
-        logit_tokens=logit_tokens, batch_size=batch_size, progress=progress,
-    )  # fmt: skip
+    options = RunOptions(
+        logit_pos=logit_pos, logit_tokens=logit_tokens, batch_size=batch_size, progress=progress
+    )
+    values = run_site_sets(model, target_tokens, site_sets, sources, metric, target=target, options=options)
     index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
     index["layer"] = [min((s.layer for s in sites), default=None) for sites in site_sets]
     return PatchResult(
@@ -229,7 +230,7 @@ def patch(
         with model.settings(**hook_settings_for([site.name])):
             _, source = cached_run(model, source_tokens, [site.name], logits=False)
     run = [Intervention(site, source)]
-    return run_site_sets(model, tokens, [run], None, metric, logit_pos=logit_pos)[0]
+    return run_site_sets(model, tokens, [run], None, metric, options=RunOptions(logit_pos=logit_pos))[0]
 
 
 def activation_patching(

@@ -15,6 +15,7 @@ from torch import Tensor
 from interp.checks import check_distinct_pair, check_int
 from interp.interventions.engine import (
     Intervention,
+    RunOptions,
     Site,
     cached_run,
     check_logit_pos,
@@ -245,11 +246,12 @@ class PathPatcher:
     ) -> Tensor:
         """Runs 2 and 3 of path patching for each sender set, on the engine: [n_sets, batch]."""
         model, cfg, clean = self.model, self.model.cfg, self.clean_cache
-        settings = {"logit_pos": self.logit_pos, "logit_tokens": logit_tokens, "batch_size": batch_size}
-        settings |= {"base": self.base}
+        options = RunOptions(
+            logit_pos=self.logit_pos, logit_tokens=logit_tokens, batch_size=batch_size, base=self.base
+        )
         if isinstance(receivers, str):  # the final residual stream: run 2 is the measured run
             runs = [self._run2(senders, cfg.n_layers, sender_pos, freeze_mlps) for senders in sender_sets]
-            return run_site_sets(model, self.clean, runs, None, metric, target=clean, **settings)
+            return run_site_sets(model, self.clean, runs, None, metric, target=clean, options=options)
         layers = sorted({layer for layer, _, _ in receivers})
         # Run 2 reads each receiver layer's input where the block before it ends (as resid_post).
         reads = {layer: act_name("resid_post", layer - 1) for layer in layers if layer > 0}
@@ -263,8 +265,7 @@ class PathPatcher:
                 list(reads.values()),
                 dict,
                 target={**clean, **clean_reads},
-                batch_size=batch_size,
-                base=self.base,
+                options=RunOptions(batch_size=batch_size, base=self.base),
             )
             if reads
             else [{} for _ in runs]
@@ -287,7 +288,7 @@ class PathPatcher:
                         site = Site(act_name(f"{letter}_input", layer), head=heads, pos=receiver_pos)
                         run.append(Intervention(site, value[:, :, None, :]))  # [batch, pos, 1, d_model]
             runs.append(run)
-        return run_site_sets(model, self.clean, runs, None, metric, target=clean, **settings)
+        return run_site_sets(model, self.clean, runs, None, metric, target=clean, options=options)
 
     def _run2(self, senders: Sequence[Sender], stop: int, sender_pos: Pos, freeze_mlps: bool) -> list:
         """Run 2's interventions for one sender set in the blocks before `stop`: from the first
