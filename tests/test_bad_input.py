@@ -14,6 +14,7 @@ from conftest import tiny_config
 
 import interp
 from interp import ablation, checks, edges, metrics, patching
+from interp.interventions.engine import RunOptions
 from interp.types import head_label
 
 BATCH, POS = 3, 6
@@ -194,7 +195,7 @@ def test_logit_tokens_outside_the_vocabulary_or_not_ids_are_refused(model, data,
     corrupted = tokens.flip(0)
     with pytest.raises(ValueError, match="logit_tokens must"):
         patching.activation_patching(
-            model, tokens, corrupted, metric, "z", logit_pos=-1, logit_tokens=logit_tokens
+            model, tokens, corrupted, metric, "z", options=RunOptions(logit_pos=-1, logit_tokens=logit_tokens)
         )
 
 
@@ -202,7 +203,12 @@ def test_metric_reading_tokens_outside_its_logit_tokens_fails_loudly(model, data
     tokens, metric = data
     with pytest.raises(ValueError, match="outside logit_pos or logit_tokens"):
         patching.activation_patching(
-            model, tokens, tokens.flip(0), metric, "z", logit_pos=-1, logit_tokens=tokens[:, :1]
+            model,
+            tokens,
+            tokens.flip(0),
+            metric,
+            "z",
+            options=RunOptions(logit_pos=-1, logit_tokens=tokens[:, :1]),
         )
 
 

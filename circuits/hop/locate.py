@@ -198,7 +198,7 @@ def hop_paths(
     of the receivers, or "via" every head of the layers between) path-patched with the senders' outputs
     at the query taken from the next sequence (`tokens` rolled by one), against random same-layer
     senders."""
-    patcher = PathPatcher(model, tokens, tokens.roll(1, 0), logit_pos=metric.pos)
+    patcher = PathPatcher(model, tokens, tokens.roll(1, 0), RunOptions(logit_pos=metric.pos))
     paths = []
     for j, (senders, receivers) in enumerate(zip(heads[:-1], heads[1:], strict=True)):
         if not senders or not receivers or max(senders)[0] >= min(receivers)[0]:

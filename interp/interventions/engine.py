@@ -36,6 +36,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_count
 from interp.checks import check_pair as check_token_pair
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import act_name
@@ -216,6 +217,18 @@ class RunOptions:
     batch_size: int | None = None
     progress: Progress | None = None
     base: Sequence[Intervention] = ()
+
+    def __post_init__(self) -> None:  # checked once, as the options are made
+        if self.batch_size is not None:
+            check_count(self.batch_size, "RunOptions.batch_size")
+        if self.progress is not None and not callable(self.progress):
+            raise TypeError(
+                f"RunOptions.progress must be a callable progress(stage, done, total), got {self.progress!r}"
+            )
+        if isinstance(self.base, Intervention) or not isinstance(self.base, Sequence):
+            raise TypeError(
+                f"RunOptions.base must be a list of Interventions, got {type(self.base).__name__}"
+            )
 
     def refuse_unused(self, function: str, used: Iterable[str]) -> None:
         """A TypeError naming the options set here that `function` does not read."""
