@@ -22,6 +22,7 @@ from circuits.ioi import find_ioi_circuit
 from circuits.ioi.report import ioi_sections
 from circuits.sections import render_markdown, result_json
 from interp import metrics
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
 from interp.runtime.memory import keep_freed_memory
 from interp.tasks.ioi import make_ioi_dataset
@@ -77,8 +78,9 @@ def all_heads_sweep_seconds(
 
     start = clock()
     activation_patching(
-        model, clean.tokens, corrupted.tokens, metric, "z", logit_pos=end, logit_tokens=clean.answers
-    )
+        model, clean.tokens, corrupted.tokens, metric, "z",
+        options=RunOptions(logit_pos=end, logit_tokens=clean.answers),
+    )  # fmt: skip
     return clock() - start
 
 

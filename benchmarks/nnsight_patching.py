@@ -29,6 +29,7 @@ from patching import ioi_prompts, timed  # benchmarks/patching.py
 
 import interp
 from interp import metrics
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
 from interp.io.sources import OFFLINE_MODELS
 from interp.runtime.memory import keep_freed_memory
@@ -89,8 +90,9 @@ def main() -> None:
     )
 
     sweep = lambda layers: activation_patching(  # noqa: E731
-        model, clean, corrupted, metric, "z", layers=range(layers), batch_size=args.batch_size, logit_pos=-1
-    )
+        model, clean, corrupted, metric, "z", layers=range(layers),
+        options=RunOptions(batch_size=args.batch_size, logit_pos=-1),
+    )  # fmt: skip
     sweep(1), nnsight_sweep(lm, clean, corrupted, io, s, args.heads_per_trace, 1)  # warm-up, both sides
     ours, ours_s, _ = timed(lambda: sweep(n_layers))
     theirs, theirs_s, _ = timed(

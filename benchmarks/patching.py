@@ -24,6 +24,7 @@ import torch
 
 import interp
 from interp import metrics
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching, attribution_patching, compare_to_exact
 from interp.io.sources import OFFLINE_MODELS
 from interp.runtime.memory import keep_freed_memory
@@ -102,12 +103,12 @@ def main() -> None:
     print(f"{'':{WIDTH}}  {'seconds':>8}  {'peak MiB':>8}")
     ours, ours_s, ours_mem = timed(
         lambda: activation_patching(
-            model, clean, corrupted, metric, "z", batch_size=args.batch_size, logit_pos=-1
+            model, clean, corrupted, metric, "z", options=RunOptions(batch_size=args.batch_size, logit_pos=-1)
         )
     )
     print_row("interp activation_patching (z, all pos)", ours_s, ours_mem)
     attribution, attr_s, attr_mem = timed(
-        lambda: attribution_patching(model, clean, corrupted, metric, "z", logit_pos=-1)
+        lambda: attribution_patching(model, clean, corrupted, metric, "z", options=RunOptions(logit_pos=-1))
     )
     print_row("interp attribution_patching (z, all pos)", attr_s, attr_mem)
     tl_values = None

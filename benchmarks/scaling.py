@@ -35,6 +35,7 @@ from patching import rss_bytes, timed  # benchmarks/patching.py
 import interp
 from circuits.edge_circuits import ioi_task
 from interp import edges, metrics
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
 from interp.io.sources import OFFLINE_MODELS
 from interp.runtime.memory import keep_freed_memory
@@ -84,7 +85,9 @@ def run_point(method: str, size: str, n_prompts: int, threads: int) -> dict:
         clean, corrupted, _ = make_ioi_dataset(model, n_prompts, seed=0)
         end = clean.positions["END"]
         metric = lambda logits: metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)  # noqa: E731
-        call = lambda: activation_patching(model, clean.tokens, corrupted.tokens, metric, "z", logit_pos=end)  # noqa: E731
+        call = lambda: activation_patching(  # noqa: E731
+            model, clean.tokens, corrupted.tokens, metric, "z", options=RunOptions(logit_pos=end)
+        )
         tokens = clean.tokens
     with torch.no_grad():
         model(tokens[:1])

@@ -15,8 +15,9 @@ import torch
 
 import interp
 from interp import metrics
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
-from interp.runtime.distributed import connect, patching_sweep
+from interp.runtime.distributed import Workers, connect, patching_sweep
 from interp.tasks.ioi import make_ioi_dataset
 
 
@@ -39,15 +40,15 @@ def main() -> None:
     start = time.perf_counter()
     single = activation_patching(
         model, clean.tokens, corrupted.tokens, lambda logits: metric(logits, torch.arange(len(io))),
-        "z", layers=layers, logit_pos=end,
+        "z", layers=layers, options=RunOptions(logit_pos=end),
     )  # fmt: skip
     single_s = time.perf_counter() - start
 
     connect("local", num_cpus=args.workers)
     start = time.perf_counter()
     sharded = patching_sweep(
-        "smollm2-135m", clean.tokens, corrupted.tokens, metric, "z", layers=layers, logit_pos=end,
-        n_shards=args.workers, ray="local",
+        Workers("smollm2-135m", n_shards=args.workers, ray="local"), clean.tokens, corrupted.tokens, metric,
+        "z", layers=layers, options=RunOptions(logit_pos=end),
     )  # fmt: skip
     ray_s = time.perf_counter() - start
     difference = (sharded.values - single.values).abs().max().item()

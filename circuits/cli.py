@@ -156,16 +156,17 @@ def train(
     """
     import interp.training as training
     with refused():
-        training.check_toy_options(task, heads, d_model, lr, seq_len, d_vocab, hops)
+        settings = training.ToyModelSettings(
+            task=task, n_layers=layers, n_heads=heads, d_model=d_model, steps=steps, attn_only=attn_only,
+            seed=seed, lr=lr, batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
+            hops=hops, name=name)
     skeleton.refuse_unwritable(out, "--out", directory=True)
     if (resumed := training.latest_checkpoint(Path(out))) is not None:
         console.print(f"Resuming from {resumed} (delete {out} to start afresh).")
     try:
         with refused(errors=(ValueError,)), skeleton.stage_bars("train", [training.TRAIN_STAGE]) as progress:
             model, log = training.train_toy_model(
-                task, layers, heads, d_model, steps, out, attn_only=attn_only, seed=seed, lr=lr,
-                batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
-                checkpoint_every=checkpoint_every, name=name, hops=hops, progress=progress)
+                settings, out, checkpoint_every=checkpoint_every, progress=progress)
     except KeyboardInterrupt:
         console.print(f"Interrupted; the last step is saved in {out}: run the same command to resume.")
         raise typer.Exit(130) from None

@@ -9,7 +9,7 @@ logit(correct) - logit(incorrect) at the prompt's last token; IOI: logit(IO) - l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +20,7 @@ from circuits.edge_circuits.tasks import file_task
 from circuits.output import safe_csv
 from circuits.sections import Report, Section, Table, ci_text, write_sections
 from interp import HookedTransformer, metrics
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import HEAD_COMPONENTS, activation_patching
 from interp.interventions.results import PatchResult
 from interp.tasks.ioi import ioi_dataset_for
@@ -97,10 +98,11 @@ def _patching(model, pair, end, positions, component, direction, progress) -> Pa
     clean, corrupted, metric = pair
     with torch.no_grad():  # the baselines are constants of the metric
         metric = metrics.normalized(metric, model(clean), model(corrupted))
-    return activation_patching(
-        model, clean, corrupted, metric, component, positions, direction=direction, metric_name=METRIC,
-        logit_pos=end, progress=progress,
+    result = activation_patching(
+        model, clean, corrupted, metric, component, positions, direction=direction,
+        options=RunOptions(logit_pos=end, progress=progress),
     )  # fmt: skip
+    return replace(result, metric_name=METRIC)
 
 
 def patch_headline(report: PatchReport) -> str:

@@ -32,7 +32,7 @@ import math
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -531,31 +531,58 @@ def write_final_model(out: Path, model: HookedTransformer, log: TrainingLog, ext
 # ------------------------------------------------------------------ one call for the CLI
 
 
-def check_toy_options(
-    task: str,
-    n_heads: int,
-    d_model: int,
-    lr: float | None = None,
-    seq_len: int | None = None,
-    d_vocab: int | None = None,
-    hops: int | None = None,
-) -> None:
-    """Refuse `train_toy_model` options that cannot go together (each named also as its `interp train`
-    option), before anything is built or written."""
-    if lr is not None and lr <= 0:
-        raise ValueError(f"--lr must be > 0, got {lr}.")
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model {d_model} is not divisible by n_heads {n_heads}: --d-model is not a multiple of "
-            f"--heads (each head gets d_model / n_heads dimensions); pass a d_model such as "
-            f"{n_heads * max(1, round(d_model / n_heads))}"
-        )
-    if task == "ioi" and (seq_len is not None or d_vocab is not None):
-        raise ValueError("the ioi task has a fixed vocabulary and length: drop --seq-len and --d-vocab.")
-    if hops is not None and task != "hop":
-        raise ValueError(
-            f"--hops is the hop task's number of lookups: pass --task hop, or drop --hops (task {task})."
-        )
+@dataclass(kw_only=True)
+class ToyModelSettings:
+    """What `train_toy_model` builds and trains: a model of `task` ("induction", "markov", "ioi",
+    "hop") with n_layers, n_heads, d_model and `positional` encoding, trained for `steps` steps of
+    `batch_size` sequences at learning rate `lr` from `seed`.
+
+    seq_len is the task's sequence length (n_ctx), d_vocab its vocabulary (induction, markov, hop),
+    hops the hop task's number of lookups (recorded in the checkpoint's Config); the model's d_vocab
+    and n_ctx match the task. n_layers, steps, lr, attn_only: None takes the task's defaults
+    (`TASK_DEFAULTS`; the hop task's layers follow its hops, `default_layers`). name: the model's
+    name in reports (default: the output directory's name). Checked on construction, before anything
+    is built or written; each refusal names the `interp train` option too.
+    """
+
+    task: str
+    n_layers: int | None = None
+    n_heads: int
+    d_model: int
+    steps: int | None = None
+    attn_only: bool | None = None
+    seed: int = 0
+    lr: float | None = None
+    batch_size: int = 32
+    seq_len: int | None = None
+    d_vocab: int | None = None
+    positional: str = "learned"
+    hops: int | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"Unknown task {self.task!r}; choose one of {TASKS}.")
+        if self.n_layers is not None:
+            self.n_layers = check_count(self.n_layers, "n_layers")
+        self.n_heads = check_count(self.n_heads, "n_heads")
+        self.d_model = check_count(self.d_model, "d_model")
+        self.seed = check_count(self.seed, "seed", 0)
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"--lr must be > 0, got {self.lr}.")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}: --d-model is not a "
+                f"multiple of --heads (each head gets d_model / n_heads dimensions); pass a d_model such as "
+                f"{self.n_heads * max(1, round(self.d_model / self.n_heads))}"
+            )
+        if self.task == "ioi" and (self.seq_len is not None or self.d_vocab is not None):
+            raise ValueError("the ioi task has a fixed vocabulary and length: drop --seq-len and --d-vocab.")
+        if self.hops is not None and self.task != "hop":
+            raise ValueError(
+                f"--hops is the hop task's number of lookups: pass --task hop, or drop --hops "
+                f"(task {self.task})."
+            )
 
 
 def training_summary(model: HookedTransformer, log: TrainingLog) -> tuple[str, str | None]:
@@ -591,63 +618,55 @@ def training_summary(model: HookedTransformer, log: TrainingLog) -> tuple[str, s
 
 
 def train_toy_model(
-    task: str,
-    n_layers: int | None,
-    n_heads: int,
-    d_model: int,
-    steps: int | None,
+    settings: ToyModelSettings,
     out: str | Path,
-    attn_only: bool | None = None,
-    seed: int = 0,
-    lr: float | None = None,
-    batch_size: int = 32,
-    seq_len: int | None = None,
-    d_vocab: int | None = None,
-    positional: str = "learned",
+    *,
     device: str | None = None,
-    name: str | None = None,
     progress: Progress | None = None,
-    hops: int | None = None,
     **train_options: Any,
 ) -> tuple[HookedTransformer, TrainingLog]:
-    """Build a model for `task` ("induction", "markov", "ioi", "hop"), train it and write it to `out`.
+    """Build the model `settings` describe, train it on its task and write it to `out`.
 
-    seq_len is the task's sequence length (n_ctx), d_vocab its vocabulary (induction, markov, hop),
-    hops the hop task's number of lookups (recorded in the checkpoint's Config);
-    the model's d_vocab and n_ctx match the task. Device: CUDA when available, unless given.
-    n_layers, steps, lr, attn_only: None takes the task's defaults (`TASK_DEFAULTS`; the hop task's
-    layers follow its hops, `default_layers`), as do the early-stopping settings `stop_patience` and
-    `stop_above` unless given in `train_options` (see `TrainConfig`). name: the model's name in
-    reports (default: the output directory's name); the checkpoint also records the task.
-    progress: see `train`.
+    Device: CUDA when available, unless given. train_options: the other `TrainConfig` settings
+    (e.g. checkpoint_every, eval_every); the early-stopping settings `stop_patience` and `stop_above`
+    take the task's defaults unless given there. progress: see `train`.
     """
-    data = make_task(task, d_vocab, seq_len, hops)
+    if not isinstance(settings, ToyModelSettings):
+        raise TypeError(
+            f"train_toy_model takes a ToyModelSettings, got {type(settings).__name__}: pass "
+            "ToyModelSettings(task=..., n_heads=..., d_model=..., ...)"
+        )
+    owned = sorted(set(train_options) & {f.name for f in fields(ToyModelSettings)})
+    if owned:
+        raise TypeError(f"{', '.join(owned)}: settings of the model and its run, passed in ToyModelSettings")
+    task = settings.task
+    data = make_task(task, settings.d_vocab, settings.seq_len, settings.hops)
+    n_layers = settings.n_layers
     n_layers = default_layers(task, getattr(data, "hops", None)) if n_layers is None else n_layers
-    n_layers, n_heads = check_count(n_layers, "n_layers"), check_count(n_heads, "n_heads")
-    d_model, seed = check_count(d_model, "d_model"), check_count(seed, "seed", 0)
-    check_toy_options(task, n_heads, d_model, lr, seq_len, d_vocab, hops)
     defaults = TASK_DEFAULTS[task]
-    steps = defaults.steps if steps is None else steps
-    lr = defaults.lr if lr is None else lr
-    attn_only = defaults.attn_only if attn_only is None else attn_only
+    steps = defaults.steps if settings.steps is None else settings.steps
+    lr = defaults.lr if settings.lr is None else settings.lr
+    attn_only = defaults.attn_only if settings.attn_only is None else settings.attn_only
     cfg = Config(
         n_layers=n_layers,
-        n_heads=n_heads,
-        d_model=d_model,
+        n_heads=settings.n_heads,
+        d_model=settings.d_model,
         d_vocab=data.d_vocab,
         n_ctx=data.n_ctx,
         attn_only=attn_only,
-        positional=positional,
+        positional=settings.positional,
         bos_token_id=getattr(data, "bos", None),
-        model_name=name or Path(out).name,
+        model_name=settings.name or Path(out).name,
         task=task,
         hops=getattr(data, "hops", None),
     )
-    torch.manual_seed(seed)
+    torch.manual_seed(settings.seed)
     model = HookedTransformer(cfg)
-    model.init_weights(seed)
+    model.init_weights(settings.seed)
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     stopping = {"stop_patience": defaults.stop_patience, "stop_above": defaults.stop_above}
-    config = TrainConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, **(stopping | train_options))
+    config = TrainConfig(
+        steps=steps, batch_size=settings.batch_size, lr=lr, seed=settings.seed, **(stopping | train_options)
+    )
     log = train(model, data, config, out=out, extra={"task": task}, progress=progress)
     return model, log

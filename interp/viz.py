@@ -158,17 +158,17 @@ def heatmap_html(
     signed: bool | None = None,
     limit: float | None = None,
     value_format: str = "{:.2f}",
-    row_axis: str = "layer",
-    col_axis: str = "head",
+    axes: tuple[str, str] = ("layer", "head"),
     caption: str = "",
 ) -> str:
     """A [row, col] grid of numbers (e.g. [layer, head] scores) as a coloured HTML table.
 
     signed: diverging blue-white-red scale centred on 0 (default: if any value is negative),
     otherwise white-red from 0. limit: |value| mapped to full colour (default: max |value|).
-    NaN cells are grey. Hover a cell for its row, column and value. caption: a line under the title
-    (what a value means).
+    NaN cells are grey. Hover a cell for its row, column and value. axes: the names of the rows and
+    the columns. caption: a line under the title (what a value means).
     """
+    row_axis, col_axis = axes
     values = _to_numpy(values, "values [row, col]", ndim=2)
     n_rows, n_cols = values.shape
     if len(row_labels) != n_rows or len(col_labels) != n_cols:

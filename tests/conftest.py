@@ -118,7 +118,7 @@ def default_induction_run(tmp_path_factory):
     (the library call with the command's defaults: 2 layers x 4 attention-only heads, 1500 steps),
     trained once per seed in a session and shared (~25 s each): test_training checks what the
     defaults promise, test_heads finds the redundant induction heads of the same model."""
-    from interp.training import train_toy_model
+    from interp.training import ToyModelSettings, train_toy_model
 
     runs = {}
 
@@ -128,7 +128,8 @@ def default_induction_run(tmp_path_factory):
             torch.set_num_threads(1)  # tiny matrices: one thread is fastest
             try:
                 out = tmp_path_factory.mktemp(f"induction-seed{seed}") / "run"
-                runs[seed] = train_toy_model("induction", 2, 4, 64, None, out, seed=seed)
+                settings = ToyModelSettings(task="induction", n_layers=2, n_heads=4, d_model=64, seed=seed)
+                runs[seed] = train_toy_model(settings, out)
             finally:
                 torch.set_num_threads(threads)
         return runs[seed]
@@ -141,16 +142,17 @@ def checkpointed_run(tmp_path_factory):
     """A training run's directory: a 2-layer attention-only model, one head per layer, trained on
     induction for 600 steps and saved every 200 (its induction head forms after step 300); shared by
     the checkpoint sweeps (test_sweeps) and the ICL score across training (test_icl)."""
-    from interp.training import train_toy_model
+    from interp.training import ToyModelSettings, train_toy_model
 
     out = tmp_path_factory.mktemp("run")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest
     try:
-        train_toy_model(
-            "induction", n_layers=2, n_heads=1, d_model=64, steps=600, out=out, attn_only=True, seed=0,
-            lr=5e-3, d_vocab=64, seq_len=48, checkpoint_every=200,
+        settings = ToyModelSettings(
+            task="induction", n_layers=2, n_heads=1, d_model=64, steps=600, attn_only=True, seed=0, lr=5e-3,
+            d_vocab=64, seq_len=48,
         )  # fmt: skip
+        train_toy_model(settings, out, checkpoint_every=200)
     finally:
         torch.set_num_threads(threads)
     return out

@@ -9,6 +9,7 @@ from conftest import tiny_config
 import interp
 from interp import Ablation, ablation, metrics
 from interp.interventions import engine
+from interp.interventions.engine import RunOptions
 
 BATCH, POS = 3, 6
 
@@ -171,7 +172,7 @@ def test_ablation_sweep_matches_one_ablation_at_a_time(model, data):
     answers = torch.stack([tokens[:, 0], tokens[:, 1]], -1)
     padded = Ablation("mean", reference=reference, mask=real)
     sweep = ablation.ablation_sweep(
-        model, tokens, metric, ablation=padded, logit_pos=-1, logit_tokens=answers
+        model, tokens, metric, ablation=padded, options=RunOptions(logit_pos=-1, logit_tokens=answers)
     )
     hooks = ablation.ablation_hooks(model, heads=[(1, 3)], ablation=padded)
     expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()

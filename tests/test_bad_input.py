@@ -14,6 +14,7 @@ from conftest import tiny_config
 
 import interp
 from interp import ablation, checks, edges, metrics, patching
+from interp.interventions.engine import RunOptions
 from interp.types import head_label
 
 BATCH, POS = 3, 6
@@ -194,7 +195,7 @@ def test_logit_tokens_outside_the_vocabulary_or_not_ids_are_refused(model, data,
     corrupted = tokens.flip(0)
     with pytest.raises(ValueError, match="logit_tokens must"):
         patching.activation_patching(
-            model, tokens, corrupted, metric, "z", logit_pos=-1, logit_tokens=logit_tokens
+            model, tokens, corrupted, metric, "z", options=RunOptions(logit_pos=-1, logit_tokens=logit_tokens)
         )
 
 
@@ -202,7 +203,12 @@ def test_metric_reading_tokens_outside_its_logit_tokens_fails_loudly(model, data
     tokens, metric = data
     with pytest.raises(ValueError, match="outside logit_pos or logit_tokens"):
         patching.activation_patching(
-            model, tokens, tokens.flip(0), metric, "z", logit_pos=-1, logit_tokens=tokens[:, :1]
+            model,
+            tokens,
+            tokens.flip(0),
+            metric,
+            "z",
+            options=RunOptions(logit_pos=-1, logit_tokens=tokens[:, :1]),
         )
 
 
@@ -1193,15 +1199,15 @@ def test_logit_attrs_refuses_negative_token_ids(model, data, token):
 
 
 def _train_toy(**overrides):
-    from interp.training import train_toy_model
+    from interp.training import ToyModelSettings, train_toy_model
 
-    arguments = {"task": "induction", "n_layers": 1, "n_heads": 2, "d_model": 8, "steps": 1, "out": "unused"}
-    return lambda: train_toy_model(**{**arguments, **overrides})
+    arguments = {"task": "induction", "n_layers": 1, "n_heads": 2, "d_model": 8, "steps": 1}
+    return lambda: train_toy_model(ToyModelSettings(**{**arguments, **overrides}), "unused")
 
 
 def _training_cases():
     from interp import tasks
-    from interp.training import TrainConfig, make_task
+    from interp.training import ToyModelSettings, TrainConfig, make_task, train_toy_model
 
     generator = torch.Generator().manual_seed(0)
     return [
@@ -1239,6 +1245,18 @@ def _training_cases():
         (_train_toy(n_heads=0), ValueError, "n_heads must be an integer >= 1, got 0"),
         (_train_toy(d_model=30, n_heads=4), ValueError, "d_model 30 is not divisible by n_heads 4"),
         (_train_toy(seed=1.5), TypeError, "seed must be an integer, got float 1.5"),
+        (_train_toy(task="sorting"), ValueError, "Unknown task 'sorting'"),
+        (_train_toy(lr=0.0), ValueError, "--lr must be > 0"),
+        (
+            lambda: train_toy_model(ToyModelSettings(task="hop", n_heads=2, d_model=8), "unused", seed=1),
+            TypeError,
+            "seed: settings of the model and its run, passed in ToyModelSettings",
+        ),
+        (
+            lambda: train_toy_model("induction", "unused"),
+            TypeError,
+            r"takes a ToyModelSettings, got str: pass ToyModelSettings\(task=",
+        ),
         (
             lambda: tasks.InductionTask(10, 20, bos=99),
             ValueError,

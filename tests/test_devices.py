@@ -12,6 +12,7 @@ from circuits.heads import head_report
 from circuits.ioi import find_ioi_circuit
 from interp import metrics
 from interp.interventions.ablation import ablate
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
 from interp.interventions.path_patching import path_patching
 from interp.tasks.ioi import ioi_dataset_for
@@ -84,7 +85,7 @@ def test_half_precision_patching_and_ablation(toy_ioi_models, dtype):
         end = clean.positions["END"]
         diff = lambda logits, c=clean, e=end: metrics.logit_diff(logits, c.io_token, c.s_token, pos=e)  # noqa: E731
         patched = activation_patching(model, clean.tokens, abc.tokens, diff, "resid_pre", clean.positions)
-        paths = path_patching(model, clean.tokens, abc.tokens, diff, logit_pos=end)
+        paths = path_patching(model, clean.tokens, abc.tokens, diff, options=RunOptions(logit_pos=end))
         with ablate(model, heads=[(1, 0)], ablation="zero"), torch.no_grad():
             ablated = diff(model(clean.tokens)).float().cpu()
         results[key] = (patched.mean(), paths.mean(), ablated)

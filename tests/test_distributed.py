@@ -13,8 +13,9 @@ import torch
 
 import interp
 from interp import metrics
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
-from interp.runtime.distributed import RayCluster, map_shards, patching_sweep
+from interp.runtime.distributed import RayCluster, Workers, map_shards, patching_sweep
 from interp.tasks.ioi import ioi_dataset_for
 
 
@@ -90,10 +91,8 @@ def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
     single = activation_patching(
         model, clean.tokens, abc.tokens, lambda logits: metric(logits, torch.arange(12)), "z", clean.positions
     )
-    sharded = patching_sweep(
-        "toy-ioi", clean.tokens, abc.tokens, metric, "z", clean.positions, n_shards=3, ray="local",
-        store=tmp_path,
-    )  # fmt: skip
+    workers = Workers("toy-ioi", n_shards=3, ray="local", store=tmp_path)
+    sharded = patching_sweep(workers, clean.tokens, abc.tokens, metric, "z", clean.positions)
     n_patches = model.cfg.n_layers * model.cfg.n_heads * len(clean.positions)
     assert sharded.values.shape == single.values.shape == (n_patches, 12)
     torch.testing.assert_close(sharded.values, single.values, rtol=0, atol=1e-6)
@@ -102,6 +101,17 @@ def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
     assert frames[0].drop(columns="value").equals(frames[1].drop(columns="value"))
     assert (frames[0]["value"] - frames[1]["value"]).abs().max() < 1e-6
     assert single.values.abs().max() > 1  # the sweep measured real effects
+
+
+def test_patching_sweep_refuses_a_bare_source_and_options_it_does_not_read():
+    tokens = torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(TypeError, match=r"patching_sweep runs on Workers, got str: pass Workers\(source"):
+        patching_sweep("toy-ioi", tokens, tokens, lambda logits, rows: logits[:, -1, 0])
+    with pytest.raises(TypeError, match="patching_sweep does not read RunOptions' logit_tokens"):
+        patching_sweep(
+            Workers("toy-ioi"), tokens, tokens, lambda logits, rows: logits[:, -1, 0],
+            options=RunOptions(logit_tokens=tokens),
+        )  # fmt: skip
 
 
 def test_without_ray_the_error_says_how_to_install_it(monkeypatch):

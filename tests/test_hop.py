@@ -22,7 +22,7 @@ from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown
 from interp.io.serialize import encode
 from interp.tasks import HopTask, hop_targets, split_generator
-from interp.training import make_task, train_toy_model
+from interp.training import ToyModelSettings, make_task, train_toy_model
 
 
 def brute_force_hops(row: list[int], start: int, hops: int) -> list[int]:
@@ -175,9 +175,10 @@ def test_hop_report_refuses_a_model_of_another_task():
 
 
 def test_a_short_hop_training_records_its_task_and_lowers_the_loss(tmp_path):
-    model, log = train_toy_model(
-        "hop", 2, 2, 32, 150, tmp_path / "hop", hops=1, seed=TRAIN_SEED, checkpoint_every=0
+    settings = ToyModelSettings(
+        task="hop", n_layers=2, n_heads=2, d_model=32, steps=150, hops=1, seed=TRAIN_SEED
     )
+    model, log = train_toy_model(settings, tmp_path / "hop", checkpoint_every=0)
     loaded = interp.load_model(str(tmp_path / "hop"))
     assert (loaded.cfg.task, loaded.cfg.hops) == ("hop", 1)
     assert hop_task_of(loaded).hops == 1

@@ -12,6 +12,7 @@ from circuits.heads import head_report
 from circuits.ioi import find_ioi_circuit
 from interp import metrics
 from interp.interventions.ablation import ablate
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
 from interp.interventions.path_patching import path_patching
 from interp.runtime.streaming import cache_to_disk, load_activations
@@ -72,7 +73,7 @@ def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
     results = []
     for model in models:
         patched = activation_patching(model, clean.tokens, abc.tokens, diff, "z", clean.positions)
-        paths = path_patching(model, clean.tokens, abc.tokens, diff, logit_pos=end)
+        paths = path_patching(model, clean.tokens, abc.tokens, diff, options=RunOptions(logit_pos=end))
         with (
             ablate(model, heads=[(1, 0)], ablation=interp.Ablation("mean", reference=abc.tokens)),
             torch.no_grad(),

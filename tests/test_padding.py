@@ -19,6 +19,7 @@ from circuits.edge_circuits.tasks import file_task
 from circuits.patch_report import pairs_patching
 from interp import Ablation, edges, metrics
 from interp.interventions import ablation, engine, patching, path_patching
+from interp.interventions.engine import RunOptions
 
 SHORT, LONG = "w2 w3 w4 w5", "w6 w7 w8 w9 w10 w11 w12"
 SHORT_CORRUPTED, LONG_CORRUPTED = "w13 w3 w14 w5", "w15 w7 w16 w9 w17 w11 w18"
@@ -166,7 +167,7 @@ ENTRY_POINTS = {
             corrupted,
             metric,
             "resid_pre",
-            logit_pos=metric.pos if metric.pos is not None else -1,
+            options=RunOptions(logit_pos=metric.pos if metric.pos is not None else -1),
         ).values
     ),
     "attribution_patching": lambda model, clean, corrupted, metric: (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import transformers
@@ -10,7 +12,7 @@ from conftest import tiny_config
 import interp
 from interp import metrics, patching
 from interp.interventions import engine
-from interp.interventions.engine import Site
+from interp.interventions.engine import RunOptions, Site
 from interp.interventions.path_patching import PathPatcher, path_patching
 
 BATCH, POS = 3, 7
@@ -67,10 +69,10 @@ def test_patching_the_whole_residual_stream_reproduces_the_source_run(model, pro
 def test_batched_runs_started_mid_model_equal_separate_full_runs(model, prompts):
     clean, corrupted, end, metric = prompts
     batched = patching.activation_patching(
-        model, clean, corrupted, metric, "z", positions=[1, 5], batch_size=11
+        model, clean, corrupted, metric, "z", positions=[1, 5], options=RunOptions(batch_size=11)
     )
     single = patching.activation_patching(
-        model, clean, corrupted, metric, "z", positions=[1, 5], batch_size=1
+        model, clean, corrupted, metric, "z", positions=[1, 5], options=RunOptions(batch_size=1)
     )
     torch.testing.assert_close(batched.values, single.values, atol=1e-5, rtol=0)
     # The generic engine without cached residual streams runs every copy from the embeddings.
@@ -101,8 +103,9 @@ def test_runs_sharing_a_prefix_equal_runs_computed_alone(model, prompts):
     _, target = engine.cached_run(model, corrupted, engine.start_names(model))
     for start in (target, None):
         shared = engine.run_site_sets(
-            model, corrupted, site_sets, source.cache_dict, metric, target=start, batch_size=3
-        )
+            model, corrupted, site_sets, source.cache_dict, metric, target=start,
+            options=RunOptions(batch_size=3),
+        )  # fmt: skip
         for sites, value in zip(site_sets, shared, strict=True):
             hooks = [
                 (site.name, lambda act, hook, site=site: torch.where(
@@ -132,7 +135,9 @@ def test_interventions_from_every_kind_of_source_equal_hand_written_hooks(model,
     ]
     _, target = engine.cached_run(model, corrupted, engine.start_names(model))
     for start in (target, None):
-        values = engine.run_site_sets(model, corrupted, runs, source, metric, target=start, batch_size=2)
+        values = engine.run_site_sets(
+            model, corrupted, runs, source, metric, target=start, options=RunOptions(batch_size=2)
+        )
         for run, value in zip(runs, values, strict=True):
             hooks = []
             for entry in run:
@@ -161,8 +166,9 @@ def test_read_site_sets_reads_each_runs_activations_and_the_targets_where_unchan
     _, target = engine.cached_run(model, corrupted, engine.start_names(model) + [pattern1])
     runs = [[], [Site(z0, head=1)], [Site(interp.act_name("z", 2), pos=end)]]
     reads = engine.read_site_sets(
-        model, corrupted, runs, [pattern1, resid_final], dict, source, target=target, batch_size=2
-    )
+        model, corrupted, runs, [pattern1, resid_final], dict, source, target=target,
+        options=RunOptions(batch_size=2),
+    )  # fmt: skip
     assert reads[0][pattern1] is target[pattern1]  # the target run is read from its cache
     assert reads[2][pattern1] is target[pattern1]  # block 1 is unchanged when only block 2 is patched
     for run, read in zip(runs, reads, strict=True):
@@ -223,14 +229,9 @@ def test_per_prompt_positions_match_a_hand_written_hook(model, prompts):
 def test_results_as_labelled_tensor_and_tidy_frames(model, prompts):
     clean, corrupted, end, metric = prompts
     result = patching.activation_patching(
-        model,
-        clean,
-        corrupted,
-        metric,
-        "attn_out",
-        positions={"S": end - 2, "END": end},
-        metric_name="logit diff",
+        model, clean, corrupted, metric, "attn_out", positions={"S": end - 2, "END": end}
     )
+    result = dataclasses.replace(result, metric_name="logit diff")
     assert result.mean().shape == (model.cfg.n_layers, 2)
     frame = result.to_dataframe()
     assert list(frame.columns) == ["component", "layer", "head", "position", "metric", "example", "value"]
@@ -251,32 +252,65 @@ def test_logits_only_at_the_metric_positions_give_the_same_results(model, prompt
         lambda **kw: path_patching(model, clean, corrupted, metric, [(2, 0, "q")], **kw),
         lambda **kw: patching.attribution_patching(model, clean, corrupted, metric, "mlp_out", **kw),
     ):
-        full, reduced = run(), run(logit_pos=end)
+        full, reduced = run(), run(options=RunOptions(logit_pos=end))
         torch.testing.assert_close(reduced.values, full.values, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="outside logit_pos"):
-        patching.activation_patching(model, clean, corrupted, metric, "z", logit_pos=0)
+        patching.activation_patching(model, clean, corrupted, metric, "z", options=RunOptions(logit_pos=0))
     with pytest.raises(ValueError, match="logit_pos"):
-        patching.activation_patching(model, clean, corrupted, metric, "z", logit_pos=end[:2])
+        patching.activation_patching(
+            model, clean, corrupted, metric, "z", options=RunOptions(logit_pos=end[:2])
+        )
 
 
 def test_logits_only_of_the_metric_tokens_give_the_same_results(model, prompts):
     """logit_tokens: only the answers' logits are computed; a metric reading others fails loudly."""
     clean, corrupted, end, metric = prompts
     answers = clean[:, :2]  # the metric's logit(clean[:, 0]) - logit(clean[:, 1])
-    patcher = PathPatcher(model, clean, corrupted, logit_pos=end)
+    patcher = PathPatcher(model, clean, corrupted, RunOptions(logit_pos=end))
+    reading_answers = PathPatcher(model, clean, corrupted, RunOptions(logit_pos=end, logit_tokens=answers))
     full = patcher(metric, [(2, 0, "q")], receiver_pos=end)
-    reduced = patcher(metric, [(2, 0, "q")], receiver_pos=end, logit_tokens=answers)
+    reduced = reading_answers(metric, [(2, 0, "q")], receiver_pos=end)
     torch.testing.assert_close(reduced.values, full.values, atol=1e-5, rtol=0)
-    direct = path_patching(model, clean, corrupted, metric, logit_pos=end, logit_tokens=answers)
+    direct = path_patching(
+        model, clean, corrupted, metric, options=RunOptions(logit_pos=end, logit_tokens=answers)
+    )
     torch.testing.assert_close(direct.values, patcher(metric).values, atol=1e-5, rtol=0)
     _, cache = engine.cached_run(model, clean, [interp.act_name("z", 1)])
     sets = [[engine.Site(interp.act_name("z", 1), head=h)] for h in range(model.cfg.n_heads)] + [[]]
-    run = lambda **kw: engine.run_site_sets(model, corrupted, sets, cache, metric, logit_pos=end, **kw)  # noqa: E731
+    run = lambda **kw: engine.run_site_sets(  # noqa: E731
+        model, corrupted, sets, cache, metric, options=RunOptions(logit_pos=end, **kw)
+    )
     torch.testing.assert_close(run(logit_tokens=answers), run(), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="outside logit_pos or logit_tokens"):
         run(logit_tokens=clean[:, :1])
     with pytest.raises(ValueError, match=r"logit_tokens must lie in \[0, 61\)"):
         run(logit_tokens=torch.tensor([61]))
+
+
+def test_run_options_a_function_does_not_read_are_refused_and_old_keywords_named(model, prompts):
+    clean, corrupted, end, metric = prompts
+    options = RunOptions(logit_pos=end, logit_tokens=clean[:, :2])
+    with pytest.raises(TypeError, match="read_site_sets does not read RunOptions' logit_pos, logit_tokens"):
+        engine.read_site_sets(model, corrupted, [[]], ["blocks.0.hook_resid_pre"], dict, options=options)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'logit_pos'"):
+        engine.run_site_sets(model, corrupted, [[]], None, metric, logit_pos=end)
+    ablated = RunOptions(base=_ablated_heads(model, corrupted))
+    with pytest.raises(TypeError, match="activation_patching does not read RunOptions' base"):
+        patching.activation_patching(model, clean, corrupted, metric, "z", options=ablated)
+    with pytest.raises(TypeError, match="attribution_patching does not read RunOptions' batch_size"):
+        patching.attribution_patching(model, clean, corrupted, metric, "z", options=RunOptions(batch_size=2))
+    with pytest.raises(
+        TypeError, match=r"fourth argument is its RunOptions, got Tensor: pass RunOptions\(logit_pos="
+    ):
+        PathPatcher(model, clean, corrupted, end)  # the old positional logit_pos
+    with pytest.raises(TypeError, match="PathPatcher does not read RunOptions' progress"):
+        PathPatcher(model, clean, corrupted, RunOptions(progress=lambda *_: None))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'metric_name'"):
+        patching.activation_patching(model, clean, corrupted, metric, "z", metric_name="m")
+    with pytest.raises(ValueError, match="RunOptions.batch_size must be an integer >= 1, got 0"):
+        RunOptions(batch_size=0)
+    with pytest.raises(TypeError, match="RunOptions.base must be a list of Interventions, got Intervention"):
+        RunOptions(base=ablated.base[0])
 
 
 # --- TransformerLens as the reference ---------------------------------------------------------
@@ -507,9 +541,11 @@ def test_path_patching_under_the_callers_z_hooks_equals_the_runs_written_out(mod
 
 def test_a_path_patcher_reuses_its_runs_and_refuses_other_hooks(model, prompts):
     clean, corrupted, end, metric = prompts
-    patcher = PathPatcher(model, clean, corrupted, logit_pos=end)
+    patcher = PathPatcher(model, clean, corrupted, RunOptions(logit_pos=end))
     for receivers in ("logits", [(2, 1, "qk"), (1, 0, "v")]):
-        expected = path_patching(model, clean, corrupted, metric, receivers, receiver_pos=end, logit_pos=end)
+        expected = path_patching(
+            model, clean, corrupted, metric, receivers, receiver_pos=end, options=RunOptions(logit_pos=end)
+        )
         got = patcher(metric, receivers, receiver_pos=end)
         torch.testing.assert_close(got.values, expected.values, atol=0, rtol=0)
     with model.hooks(fwd_hooks=[(interp.act_name("z", 0), lambda z, hook: z)]):
@@ -575,8 +611,11 @@ def test_base_interventions_are_made_in_every_run_the_target_included(model, pro
     runs = [[], [Site(z1, head=0)], [Site(z2, pos=end)], [Site(z1, head=[1, 2]), Site(z2, head=3)]]
     _, target = engine.cached_run(model, corrupted, engine.start_names(model), base=base)
     for start in (target, None):
-        values = engine.run_site_sets(model, corrupted, runs, source, metric, target=start, base=base)
-        reads = engine.read_site_sets(model, corrupted, runs, [resid2], dict, source, target=start, base=base)
+        options = RunOptions(base=base)
+        values = engine.run_site_sets(model, corrupted, runs, source, metric, target=start, options=options)
+        reads = engine.read_site_sets(
+            model, corrupted, runs, [resid2], dict, source, target=start, options=options
+        )
         for run, value, read in zip(runs, values, reads, strict=True):
             hooks = _by_hand(base + [engine.Intervention(site, source) for site in run])
             with model.hooks(fwd_hooks=hooks):
@@ -595,8 +634,9 @@ def test_path_patching_under_base_interventions_equals_the_runs_written_out_unde
     senders = [(0, 3), (1, 2), (0, 2)]
     for receivers in ([(2, 1, "qk"), (1, 3, "v")], "logits"):
         result = path_patching(
-            model, clean, corrupted, metric, receivers, senders, receiver_pos=end, logit_pos=end, base=base
-        )
+            model, clean, corrupted, metric, receivers, senders, receiver_pos=end,
+            options=RunOptions(logit_pos=end, base=base),
+        )  # fmt: skip
         with model.hooks(fwd_hooks=_by_hand(base)):
             hooked = path_patching(model, clean, corrupted, metric, receivers, senders, receiver_pos=end)
             if receivers != "logits":

@@ -153,7 +153,7 @@ def test_the_planned_stages_are_the_stages_reported(tmp_path):
     from circuits.ioi import find_ioi_circuit
     from circuits.ioi.discover import BETWEEN_STAGES as IOI_BETWEEN
     from circuits.ioi.discover import KEPT_STAGES as IOI_STAGES
-    from interp.training import TRAIN_STAGE, train_toy_model
+    from interp.training import TRAIN_STAGE, ToyModelSettings, train_toy_model
 
     model = interp.load_model("toy-induction")
     calls = []
@@ -174,7 +174,8 @@ def test_the_planned_stages_are_the_stages_reported(tmp_path):
         stages = edge_circuit_stages(method, size is None, curve=False)
         assert _planned(stages, reported) == stages
     calls = []
-    train_toy_model("hop", None, 2, 16, 2, tmp_path / "hop", progress=lambda *call: calls.append(call))
+    settings = ToyModelSettings(task="hop", n_heads=2, d_model=16, steps=2)
+    train_toy_model(settings, tmp_path / "hop", progress=lambda *call: calls.append(call))
     assert _planned([TRAIN_STAGE], calls) == [TRAIN_STAGE]
 
 
@@ -221,21 +222,23 @@ def test_quick_presets_are_in_help_and_the_readme(command):
 
 
 def test_training_stops_early_on_a_held_out_accuracy_plateau(tmp_path):
-    from interp.training import TRAIN_STAGE, TrainingLog, train_toy_model
+    from interp.training import TRAIN_STAGE, ToyModelSettings, TrainingLog, train_toy_model
 
     log = TrainingLog(evals=[{"accuracy": a} for a in (0.1, 0.5, 0.9, 0.95, 0.95, 0.951)])
     assert log.on_plateau(patience=2, above=0.9) and not log.on_plateau(patience=2, above=0.96)
     assert not log.on_plateau(patience=4, above=0.0)  # 0.95 beat the best before it by 0.05
     calls = []
+    settings = ToyModelSettings(task="hop", n_heads=2, d_model=16, steps=400, hops=1)
     _, log = train_toy_model(
-        "hop", None, 2, 16, 400, tmp_path / "run", hops=1, eval_every=5, stop_patience=2,
-        stop_above=0.0, progress=lambda *call: calls.append(call),
+        settings, tmp_path / "run", eval_every=5, stop_patience=2, stop_above=0.0,
+        progress=lambda *call: calls.append(call),
     )  # fmt: skip
     assert log.stopped_early is not None and log.stopped_early < 400
     assert len(log.train_loss) == log.stopped_early == log.evals[-1]["step"]
     assert calls[-1][0].startswith(f"{TRAIN_STAGE}: stopped early")
-    again, resumed = train_toy_model("hop", None, 2, 16, 400, tmp_path / "run", hops=1, eval_every=5,
-                                     stop_patience=2, stop_above=0.0)  # fmt: skip
+    again, resumed = train_toy_model(
+        settings, tmp_path / "run", eval_every=5, stop_patience=2, stop_above=0.0
+    )
     assert len(resumed.train_loss) == log.stopped_early  # a rerun resumes, and stays stopped
 
 

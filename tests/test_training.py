@@ -14,6 +14,7 @@ from interp.tasks import ToyIOITask, repeated_sequence_masks, repeated_sequences
 from interp.training import (
     CHECKPOINTS,
     TASK_DEFAULTS,
+    ToyModelSettings,
     TrainConfig,
     TrainingLog,
     make_task,
@@ -55,10 +56,11 @@ def one_thread():
 def trained(tmp_path_factory):
     """A 2-layer attention-only model with one head per layer, trained from scratch (~30 s)."""
     out = tmp_path_factory.mktemp("induction")
-    model, log = train_toy_model(
-        "induction", n_layers=2, n_heads=1, d_model=64, steps=800, out=out, attn_only=True,
-        seed=TRAIN_SEED, lr=5e-3, d_vocab=D_VOCAB, seq_len=N_CTX,
+    settings = ToyModelSettings(
+        task="induction", n_layers=2, n_heads=1, d_model=64, steps=800, attn_only=True, seed=TRAIN_SEED,
+        lr=5e-3, d_vocab=D_VOCAB, seq_len=N_CTX,
     )  # fmt: skip
+    model, log = train_toy_model(settings, out)
     return model, log, out
 
 
@@ -264,7 +266,8 @@ def test_default_markov_training_predicts_like_the_in_context_bigram_predictor(t
     """`interp train --task markov` with no options learns the chains' bigram statistics in context:
     its loss closes most of the gap between uniform guessing and the in-context bigram predictor
     (with the old 8 states, or MLPs at 1e-3, it stayed near uniform)."""
-    model, log = train_toy_model("markov", 2, 4, 64, None, tmp_path / "run", seed=TRAIN_SEED)
+    settings = ToyModelSettings(task="markov", n_layers=2, n_heads=4, d_model=64, seed=TRAIN_SEED)
+    model, log = train_toy_model(settings, tmp_path / "run")
     last = log.evals[-1]
     uniform = math.log(model.cfg.d_vocab)
     assert last["bigram_loss"] < uniform - 0.1  # the reference is far from uniform on these chains

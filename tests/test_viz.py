@@ -131,6 +131,12 @@ def test_heatmap_escapes_labels_and_title():
     assert "&lt;b&gt;row&lt;/b&gt;" in table and "&lt;i&gt;t&lt;/i&gt;" in table
 
 
+def test_heatmap_names_its_axes_in_the_corner_and_each_cells_tooltip():
+    table = heatmap_html([[0.5]], ["L3"], ["value"], axes=("head", "END attends to"))
+    assert "head \\ END attends to" in table
+    assert 'title="head L3, END attends to value: 0.50"' in table
+
+
 @pytest.mark.parametrize(
     ("values", "rows", "cols", "message"),
     [

@@ -28,7 +28,7 @@ from circuits.heads.probes import Probe, Probes
 from circuits.heads.scores import HeadScores, pattern_scores, score_masks, type_score
 from circuits.stages import StageResults
 from interp.interventions.ablation import Ablation, Replacement, ablation_sites
-from interp.interventions.engine import final_resid_hook, read_site_sets
+from interp.interventions.engine import RunOptions, final_resid_hook, read_site_sets
 from interp.types import Head, Progress, as_stage, head_label
 
 CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
@@ -478,7 +478,11 @@ def _measure(
                 read,
                 {name: clean.z_mean[layer][:, :width] for name, layer in z_names.items()},
                 target=starts | reads,
-                progress=as_stage(progress, stage, before * n_groups + g * len(head_sets), total * n_groups),
+                options=RunOptions(
+                    progress=as_stage(
+                        progress, stage, before * n_groups + g * len(head_sets), total * n_groups
+                    )
+                ),
             )
             for i, value in enumerate(runs):
                 values[i, rows] = value

@@ -21,7 +21,7 @@ import interp
 from circuits.evidence import BeyondRandom, ClassVerdict, head_class, judge_class
 from circuits.hop.results import HopPath, HopResult
 from interp.interventions.ablation import Ablation, Replacement
-from interp.interventions.engine import Intervention, Site, cached_run, run_site_sets, start_names
+from interp.interventions.engine import Intervention, RunOptions, Site, cached_run, run_site_sets, start_names
 from interp.interventions.metrics import AnswerMetric
 from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import bootstrap_ci
@@ -96,7 +96,9 @@ def _ablated_changes(
         for heads in head_sets
     ]
     target = cached_run(model, half.tokens, start_names(model), logits=False)[1]
-    values = run_site_sets(model, half.tokens, [[], *runs], None, half.metric, target=target, logit_pos=pos)
+    values = run_site_sets(
+        model, half.tokens, [[], *runs], None, half.metric, target=target, options=RunOptions(logit_pos=pos)
+    )
     return values[0] - values[1:]
 
 
@@ -198,7 +200,7 @@ def hop_paths(
     of the receivers, or "via" every head of the layers between) path-patched with the senders' outputs
     at the query taken from the next sequence (`tokens` rolled by one), against random same-layer
     senders."""
-    patcher = PathPatcher(model, tokens, tokens.roll(1, 0), logit_pos=metric.pos)
+    patcher = PathPatcher(model, tokens, tokens.roll(1, 0), RunOptions(logit_pos=metric.pos))
     paths = []
     for j, (senders, receivers) in enumerate(zip(heads[:-1], heads[1:], strict=True)):
         if not senders or not receivers or max(senders)[0] >= min(receivers)[0]:

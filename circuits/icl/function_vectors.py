@@ -26,6 +26,7 @@ from torch import Tensor
 import interp
 from interp.interventions.engine import (
     Intervention,
+    RunOptions,
     Site,
     cached_run,
     read_with_grad,
@@ -186,9 +187,8 @@ def head_indirect_effects(
     _, target = cached_run(model, tokens, start_names(model), logits=False)
     metric = prob_metric(prompts.answers, pos=last)
     runs = [*_head_runs(head_sets, sources, last), []]
-    values = run_site_sets(
-        model, tokens, runs, None, metric, target=target, logit_pos=last, progress=progress
-    )
+    options = RunOptions(logit_pos=last, progress=progress)
+    values = run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
     return values[:-1] - values[-1]
 
 
@@ -246,7 +246,8 @@ def zero_shot_accuracy(
         runs.append([Intervention(Site(interp.act_name("resid_pre", layer), pos=last), add)])
     _, target = cached_run(model, tokens, start_names(model), logits=False)
     metric = accuracy_metric(prompts.answers, last)
-    return run_site_sets(model, tokens, runs, None, metric, target=target, logit_pos=last, progress=progress)
+    options = RunOptions(logit_pos=last, progress=progress)
+    return run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
 
 
 @torch.inference_mode()
@@ -272,7 +273,6 @@ def few_shot_accuracy(
     }  # [head, d_head]
     metric = accuracy_metric(prompts.answers, last)
     runs = [[], *_head_runs(head_sets, means)]
-    values = run_site_sets(
-        model, tokens, runs, None, metric, target=target, logit_pos=last, progress=progress
-    )
+    options = RunOptions(logit_pos=last, progress=progress)
+    values = run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
     return values[0], values[1:]

@@ -16,7 +16,7 @@ import interp
 from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
 from interp.interventions.ablation import Ablation, Replacement, ablation_sites
-from interp.interventions.engine import final_resid_hook, read_site_sets, read_with_grad
+from interp.interventions.engine import RunOptions, final_resid_hook, read_site_sets, read_with_grad
 from interp.types import Head, Progress, as_stage
 
 ICL_ABLATIONS = ("mean", "zero", "resample")
@@ -121,7 +121,7 @@ def ablated_icl_scores(
         score,
         ablated_z(model, {name: cache[name] for name in z_names}, ablation, seed),
         target={name: cache[name] for name in [*start_names, final]},
-        progress=as_stage(progress, EXACT_ABLATIONS_STAGE),
+        options=RunOptions(progress=as_stage(progress, EXACT_ABLATIONS_STAGE)),
     )
     clean = score({final: cache[final]})
     return losses.float(), clean, torch.stack(ablated) if ablated else clean.new_empty(0, len(tokens))

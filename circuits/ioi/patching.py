@@ -13,6 +13,7 @@ from torch import Tensor
 import interp
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics, ablation_sites
+from interp.interventions.engine import RunOptions
 from interp.interventions.path_patching import PathPatcher
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, as_stage
@@ -57,14 +58,14 @@ def path_patching_effects(
         made_for, patcher = kept.get(key, (None, None))
         if patcher is None or made_for != base_key or patcher.model is not model or not patcher.is_current():
             base = [] if ablated is None else ablated[0].interventions(ablated[1], group)
-            patcher = PathPatcher(model, group.tokens, group_abc.tokens, logit_pos=end, base=base)
+            options = RunOptions(logit_pos=end, logit_tokens=group.answers, base=base)
+            patcher = PathPatcher(model, group.tokens, group_abc.tokens, options)
             kept[key] = (base_key, patcher)
         patched = patcher(
             group.logit_diff,
             receivers=to,
             senders=sweep_senders,
             receiver_pos=None if receivers is None else group.positions[position],
-            logit_tokens=group.answers,
         )
         return torch.cat([patched.values, patched.target[None]])
 
@@ -234,8 +235,10 @@ class MeanAblation:
             finished[0] += len(head_sets)
             return ablated_metrics(
                 self.model, group.tokens, group.logit_diff, head_sets, self.replacement,
-                groups=self.groups(group), logit_pos=group.positions["END"], logit_tokens=group.answers,
-                progress=step,
+                groups=self.groups(group),
+                options=RunOptions(
+                    logit_pos=group.positions["END"], logit_tokens=group.answers, progress=step
+                ),
             )  # fmt: skip
 
         return by_length(prompts, None, run)

@@ -33,6 +33,7 @@ from circuits.evidence import (
 )
 from circuits.path.task import PairTask, label_masks
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import attribution_patching
 from interp.interventions.stats import FaithfulnessSummary, faithfulness_summary
 from interp.model import HookedTransformer
@@ -105,8 +106,8 @@ def metric_with_heads_ablated(
     with torch.no_grad():
         return ablated_metrics(
             model, task.clean, task.metric, [list(heads) for heads in head_sets],
-            _replacement(model, task, ablation), logit_pos=task.end,
-            logit_tokens=torch.cat([task.correct, task.incorrect]),
+            _replacement(model, task, ablation),
+            options=RunOptions(logit_pos=task.end, logit_tokens=torch.cat([task.correct, task.incorrect])),
         ).float().cpu()  # fmt: skip
 
 
@@ -115,8 +116,9 @@ def discover(
 ) -> tuple[list[Head], dict[Head, HeadDrop]]:
     """Step 1 on the discovery prompts: (kept heads, strongest first; every head's drop)."""
     attribution = attribution_patching(
-        model, task.clean, task.corrupted, task.metric, "z", direction="noise", logit_pos=task.end
-    )
+        model, task.clean, task.corrupted, task.metric, "z", direction="noise",
+        options=RunOptions(logit_pos=task.end),
+    )  # fmt: skip
     estimated = (attribution.target[None] - attribution.values).mean(-1)  # [layer * head]
     heads = [(int(row.layer), int(row.head)) for row in attribution.index.itertuples()]
     order = estimated.abs().argsort(descending=True)[: settings.n_candidates].tolist()

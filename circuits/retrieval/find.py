@@ -38,7 +38,7 @@ from circuits.heads.cache import confirmed_induction_heads
 from circuits.retrieval.results import RetrievalAccuracy, RetrievalHead, RetrievalResult
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
-from interp.interventions.engine import forward_logits
+from interp.interventions.engine import RunOptions, forward_logits
 from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import faithfulness_ratio
 from interp.model.cache import direct_attribution_linearisation
@@ -204,7 +204,7 @@ def _ablated_runs(
         with torch.no_grad():
             values = ablated_metrics(
                 model, prompts.tokens.to(model.device), prompts.logit_diff, head_sets, replacement,
-                logit_pos=end, logit_tokens=candidates,
+                options=RunOptions(logit_pos=end, logit_tokens=candidates),
             )  # fmt: skip
         parts.append(values.float().cpu())
     say(stage, len(batches), len(batches))
@@ -333,7 +333,9 @@ def discovery_evidence(
     """The EAP `scores`, END's attention, the heads' direct attribution, the patcher both steps share."""
     attention, direct = attention_and_direct(model, discovery)
     tokens, corrupted = discovery.tokens.to(model.device), discovery.corrupted.to(model.device)
-    patcher = PathPatcher(model, tokens, corrupted, logit_pos=discovery.positions["END"].to(model.device))
+    end, candidates = discovery.positions["END"].to(model.device), discovery.candidates.to(model.device)
+    options = RunOptions(logit_pos=end, logit_tokens=candidates)
+    patcher = PathPatcher(model, tokens, corrupted, options)
     return DiscoveryEvidence(
         prompts=discovery, scores=scores, patcher=patcher, attention=attention, direct=direct
     )
@@ -369,7 +371,6 @@ def path_patching_step(
             receivers="logits" if receivers is None else [(layer, head, "q") for layer, head in receivers],
             senders=exact,
             receiver_pos=None if receivers is None else prompts.positions["END"].to(model.device),
-            logit_tokens=prompts.candidates.to(model.device),
         )
         drop = patched.target.mean() - patched.values.mean(-1)
         for head, value in zip(exact, drop.tolist(), strict=True):

@@ -139,8 +139,7 @@ def _figures(result: RetrievalResult) -> list[str]:
                 "Attention from END (discovery prompts)",
                 signed=False,
                 limit=1.0,
-                row_axis="head",
-                col_axis="END attends to",
+                axes=("head", "END attends to"),
                 caption="the queried value (mover), the name's mention (mention), the query's name (query)",
             )
         )

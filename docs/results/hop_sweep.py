@@ -30,11 +30,14 @@ HERE = Path(__file__).resolve().parent
 def train_and_score(depth: int, hops: int, seed: int, steps: int) -> dict:
     """Train one model and return its held-out accuracy (the answer is the top prediction at the query)."""
     torch.set_num_threads(1)
-    from interp.training import train_toy_model
+    from interp.training import ToyModelSettings, train_toy_model
 
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
-        model, _ = train_toy_model("hop", depth, 4, 64, steps, out, hops=hops, seed=seed, checkpoint_every=0)
+        settings = ToyModelSettings(
+            task="hop", n_layers=depth, n_heads=4, d_model=64, steps=steps, hops=hops, seed=seed
+        )
+        model, _ = train_toy_model(settings, out, checkpoint_every=0)
     from circuits.hop import hop_task_of
 
     task = hop_task_of(model)

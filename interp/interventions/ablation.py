@@ -38,6 +38,7 @@ from interp.checks import (
 )
 from interp.interventions.engine import (
     Intervention,
+    RunOptions,
     Site,
     cached_run,
     check_logit_pos,
@@ -52,7 +53,7 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
-from interp.types import ABLATIONS, AblationKind, Head, Pos, Progress
+from interp.types import ABLATIONS, AblationKind, Head
 
 Reference = Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | Mapping[str, Tensor]
 """Reference prompts: tokens [n_ref, pos], texts, or a cache of their activations (name -> [n_ref,
@@ -378,10 +379,7 @@ def ablated_metrics(
     replacement: Replacement,
     *,
     groups: Int[Tensor, " batch"] | None = None,
-    logit_pos: Pos = None,
-    batch_size: int | None = None,
-    logit_tokens: Tensor | None = None,
-    progress: Progress | None = None,
+    options: RunOptions = RunOptions(),
 ) -> Float[Tensor, "n_sets batch"]:
     """The metric per prompt with each set of heads ablated by `replacement` (its hooks must cover
     the sets' layers' hook_z), e.g. every circuit of a completeness or minimality check.
@@ -389,21 +387,19 @@ def ablated_metrics(
     Runs that ablate the same heads in the first blocks compute those blocks once (see
     `patching.run_site_sets`), so many sets cost far less than as many forward passes.
     groups: the prompts' groups [batch] (with the Ablation's groups: per-group means or resampling).
-    logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
-    logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed.
-    Prompts shorter than the reference (right-padded prompts cut to their length) take the values
-    of its first positions. progress(stage, done, total): as runs finish (see `run_site_sets`).
+    options: `RunOptions`' logit_pos (the positions the metric reads: logits only there),
+    logit_tokens (e.g. the answers: only their logits are computed), batch_size and progress (as
+    runs finish). Prompts shorter than the reference (right-padded prompts cut to their length)
+    take the values of its first positions.
     """
+    options.refuse_unused("ablated_metrics", ("logit_pos", "logit_tokens", "batch_size", "progress"))
     tokens = model.input_tokens(tokens)
-    check_logit_pos(logit_pos, tokens)
-    metric = check_reads_real_tokens(model, metric, tokens, logit_pos=logit_pos)
+    check_logit_pos(options.logit_pos, tokens)
+    metric = check_reads_real_tokens(model, metric, tokens, logit_pos=options.logit_pos)
     site_sets = [ablation_sites(model, heads=heads) for heads in head_sets]
     names = sorted({site.name for sites in site_sets for site in sites})
     sources = replacement.sources(names, tokens, groups)
-    return run_site_sets(
-        model, tokens, site_sets, sources, metric, logit_pos=logit_pos, logit_tokens=logit_tokens,
-        batch_size=batch_size, progress=progress,
-    )  # fmt: skip
+    return run_site_sets(model, tokens, site_sets, sources, metric, options=options)
 
 
 def _all_heads_but(model: HookedTransformer, keep: Sequence[Head]) -> list[Head]:
@@ -476,17 +472,15 @@ def ablation_sweep(
     ablation: Ablation | AblationKind = "zero",
     groups: Int[Tensor, " batch"] | None = None,
     base: Sequence[Head] = (),
-    metric_name: str = "metric",
-    batch_size: int | None = None,
-    logit_pos: Pos = None,
-    logit_tokens: Tensor | None = None,
+    options: RunOptions = RunOptions(),
 ) -> PatchResult:
     """Ablate each head ([layer, head] grid) or each MLP layer ([layer] grid) in turn, on top of
     the heads in `base` (ablated in every run). Batches several ablated runs per forward and
     starts each at the ablated layer. `result.target` is the metric of the unablated model.
-    ablation, groups: as `ablation_interventions`'.
-    logit_pos: the positions the metric reads; logits only there (see patching.forward_logits).
-    logit_tokens: the token ids it reads there (e.g. the answers); only their logits are computed."""
+    ablation, groups: as `ablation_interventions`'. options: `RunOptions`' logit_pos, logit_tokens,
+    batch_size and progress, as `ablated_metrics`' (its own `base` heads, not RunOptions.base)."""
+    options.refuse_unused("ablation_sweep", ("logit_pos", "logit_tokens", "batch_size", "progress"))
+    logit_pos = options.logit_pos
     ablation = Ablation.of(ablation)
     cfg = model.cfg
     tokens, base = model.input_tokens(tokens), check_heads(cfg, base)
@@ -511,10 +505,7 @@ def ablation_sweep(
     batch = tokens.shape[0]
     sources = replacement.sources(names, tokens, groups)
     logits, target = cached_run(model, tokens, start_names(model), logit_pos)
-    values = run_site_sets(
-        model, tokens, units, sources, metric, target=target, logit_pos=logit_pos,
-        logit_tokens=logit_tokens, batch_size=batch_size,
-    )  # fmt: skip
+    values = run_site_sets(model, tokens, units, sources, metric, target=target, options=options)
     rows = [dict(zip(dims, labels, strict=True)) for labels in product(*(coords[d] for d in dims))]
     index = pd.DataFrame(rows).assign(component=f"{ablation.kind} ablation of {component}", position="all")
     if "head" not in index:
@@ -524,7 +515,6 @@ def ablation_sweep(
         index=index[["component", "layer", "head", "position"]],
         dims=dims,
         coords=coords,
-        metric_name=metric_name,
         target=metric_values(metric, logits, batch),
         method=f"{ablation.kind} ablation",
     )

@@ -29,13 +29,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.checks import check_count
 from interp.checks import check_pair as check_token_pair
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import act_name
@@ -194,6 +195,52 @@ def as_interventions(
     return runs
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class RunOptions:
+    """How a function's many runs are made: the one `options=` keyword of the engine
+    (`run_site_sets`, `read_site_sets`) and of the sweeps built on it (activation and path patching,
+    ablation sweeps, distributed patching). Each function reads the fields its docstring names and
+    refuses the others when they are set (`refuse_unused`), so none is silently ignored.
+
+    logit_pos: the positions the metric reads (None: every position; an int; a LongTensor [batch]):
+      the logits are computed there only (see `forward_logits`).
+    logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
+      shape; with logit_pos): only their logits are computed, the others are NaN.
+    batch_size: patched copies of the batch per forward pass (None: ~64 prompts per pass).
+    progress(stage, done, total): called as runs finish (see `interp.types.Progress`).
+    base: interventions made in every run before its own, the target run's included (e.g. heads
+      mean-ablated throughout: `ablation.ablation_interventions`).
+    """
+
+    logit_pos: Pos = None
+    logit_tokens: Tensor | None = None
+    batch_size: int | None = None
+    progress: Progress | None = None
+    base: Sequence[Intervention] = ()
+
+    def __post_init__(self) -> None:  # checked once, as the options are made
+        if self.batch_size is not None:
+            check_count(self.batch_size, "RunOptions.batch_size")
+        if self.progress is not None and not callable(self.progress):
+            raise TypeError(
+                f"RunOptions.progress must be a callable progress(stage, done, total), got {self.progress!r}"
+            )
+        if isinstance(self.base, Intervention) or not isinstance(self.base, Sequence):
+            raise TypeError(
+                f"RunOptions.base must be a list of Interventions, got {type(self.base).__name__}"
+            )
+
+    def refuse_unused(self, function: str, used: Iterable[str]) -> None:
+        """A TypeError naming the options set here that `function` does not read."""
+        unused = [f.name for f in fields(self) if f.name not in used and _is_set(getattr(self, f.name))]
+        if unused:
+            raise TypeError(f"{function} does not read RunOptions' {', '.join(unused)}: leave them unset")
+
+
+def _is_set(value: Any) -> bool:
+    return value is not None and not (isinstance(value, Sequence) and len(value) == 0)
+
+
 def run_site_sets(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
@@ -202,11 +249,7 @@ def run_site_sets(
     metric: Metric,
     *,
     target: Mapping[str, Tensor] | None = None,
-    logit_pos: Pos = None,
-    logit_tokens: Tensor | None = None,
-    batch_size: int | None = None,
-    progress: Progress | None = None,
-    base: Sequence[Intervention] = (),
+    options: RunOptions = RunOptions(),
 ) -> Float[Tensor, "n_sets batch"]:
     """Metric of each patched run: run i makes every intervention in site_sets[i] (a bare `Site` takes
     its values from `sources`: a cached source run, a tensor, a function; see `Intervention`).
@@ -214,28 +257,23 @@ def run_site_sets(
     target: the target run's cached activations (`cached_run(model, tokens, start_names(model))`);
       with it a run starts at its earliest patched block, from the target's residual stream there,
       instead of at the embeddings.
-    logit_pos: see `forward_logits`.
-    logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
-      shape; with logit_pos): only their logits are computed, the others are NaN.
-    batch_size: patched copies of the batch per forward pass (default: ~64 prompts per pass).
-    progress(stage, done, total): called as runs finish (stage "patched runs").
-    base: interventions made in every run before its own (e.g. heads mean-ablated throughout); the
-      target run must have been cached with them (`cached_run(..., base=base)`).
+    options: every field of `RunOptions` (progress: stage "patched runs"; the target run must have
+      been cached with the base interventions, `cached_run(..., base=options.base)`).
     Returns the per-example metric [n_sets, batch]. An empty site set is the target run.
     A metric that would read right padding is refused (`metrics.check_reads_real_tokens`).
     """
-    runs, [base] = as_interventions(site_sets, sources), as_interventions([base], None)
-    metric = check_reads_real_tokens(model, metric, tokens, logit_pos=logit_pos)
+    runs = as_interventions(site_sets, sources)
+    metric = check_reads_real_tokens(model, metric, tokens, logit_pos=options.logit_pos)
     batch = tokens.shape[0]
     values = torch.empty(len(runs), batch)
-    buffer = LogitBuffer(logit_columns(model, logit_tokens))
+    buffer = LogitBuffer(logit_columns(model, options.logit_tokens))
 
     def finish(indices: list[int], logits: Tensor) -> None:
         value = metric_values(metric, logits, batch)  # before the logit buffer is reused
         for i in indices:
             values[i] = value
 
-    _walk(model, tokens, runs, base, target, (), batch_size, progress, finish, logit_pos, buffer)
+    _walk(model, tokens, runs, _Walk(options, target, (), finish, buffer))
     return values
 
 
@@ -248,19 +286,18 @@ def read_site_sets(
     sources: Source | None = None,
     *,
     target: Mapping[str, Tensor] | None = None,
-    batch_size: int | None = None,
-    progress: Progress | None = None,
-    base: Sequence[Intervention] = (),
+    options: RunOptions = RunOptions(),
 ) -> list[Any]:
     """`run_site_sets` that reads activations instead of logits: each run stops after the last block
     holding a hook of `reads` and gives readout({name: activation [batch, ...]}) (runs that share
     every block up to there share one readout call). A run that left a read hook's block unchanged
     reads the target's cached value there (`target` must hold it), so the target run itself is read
-    from the cache. base: interventions made in every run, the target's included (see
-    `run_site_sets`). Returns the readouts, one per site set."""
+    from the cache. options: `RunOptions`' batch_size, progress and base (as in `run_site_sets`).
+    Returns the readouts, one per site set."""
+    options.refuse_unused("read_site_sets", ("batch_size", "progress", "base"))
     if not reads:
         raise ValueError("reads is empty: name the hooks to read, or use run_site_sets for a metric")
-    runs, [base] = as_interventions(site_sets, sources), as_interventions([base], None)
+    runs = as_interventions(site_sets, sources)
     reads = sorted(set(reads))
     out: list[Any] = [None] * len(runs)
 
@@ -272,7 +309,7 @@ def read_site_sets(
         for i in indices:
             out[i] = value
 
-    _walk(model, tokens, runs, base, target, reads, batch_size, progress, finish)
+    _walk(model, tokens, runs, _Walk(options, target, reads, finish))
     return out
 
 
@@ -281,19 +318,19 @@ Group = tuple[list[int], Tensor | None, dict[str, Tensor]]
 run's) and what they read so far."""
 
 
-def _walk(
-    model: HookedTransformer,
-    tokens: Tensor,
-    runs: list[list[Intervention]],
-    base: Sequence[Intervention],
-    target: Mapping[str, Tensor] | None,
-    reads: Sequence[str],
-    batch_size: int | None,
-    progress: Progress | None,
-    finish: Callable[[list[int], Any], None],
-    logit_pos: Pos = None,
-    buffer: LogitBuffer | None = None,
-) -> None:
+@dataclass
+class _Walk:
+    """What `_walk` does with the runs: made with `options`, from the `target` run's cache, read at
+    `reads` (none: the logits, in `buffer`), each finished group handed to finish(runs, output)."""
+
+    options: RunOptions
+    target: Mapping[str, Tensor] | None
+    reads: Sequence[str]
+    finish: Callable[[list[int], Any], None]
+    buffer: LogitBuffer | None = None
+
+
+def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention]], walk: _Walk) -> None:
     """The scheduler behind `run_site_sets` and `read_site_sets`: runs sorted by what they patch,
     segment by segment (-1 embeddings, L block L, n_layers final norm and unembedding), walked
     breadth-first in chunks; finish(runs, logits) after the unembedding, or, with `reads`,
@@ -302,6 +339,8 @@ def _walk(
     target run, so runs are sorted and shared by their own interventions only. Blocks run with
     the attention mask the forward pass gives `tokens` (left padding) and a shortformer model's
     positions (`shortformer_positions`)."""
+    target, reads, finish, progress = walk.target, walk.reads, walk.finish, walk.options.progress
+    [base] = as_interventions([walk.options.base], None)
     n_layers = model.cfg.n_layers
     mask = model.attention_mask_of(tokens)
     stop = max((_segment(Site(name), n_layers) for name in reads), default=n_layers)
@@ -320,7 +359,7 @@ def _walk(
     if late:
         raise ValueError(f"{late} fire after the last hook read ({max(reads)}): they cannot change it")
     batch = tokens.shape[0]
-    batch_size = batch_size or max(1, 64 // batch)
+    batch_size = walk.options.batch_size or max(1, 64 // batch)
     source_ids: dict[int, int] = {}
     keys = [_segment_keys(run, n_layers, source_ids) for run in runs]
     order = sorted(range(len(runs)), key=lambda i: keys[i])
@@ -355,7 +394,7 @@ def _walk(
                 for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
                     outputs, captured = _segment_forward(
                         model, segment, [(parent, here) for _, parent, here, _ in part], batch, reads_here,
-                        logit_pos, buffer, mask, pos_embed,
+                        walk.options.logit_pos, walk.buffer, mask, pos_embed,
                     )  # fmt: skip
                     for k, ((sub, _, _, read), out) in enumerate(zip(part, outputs, strict=False)):
                         if segment == n_layers:

@@ -30,6 +30,7 @@ from interp.catalog import COMPONENTS, HEAD_COMPONENTS
 from interp.checks import check_distinct_pair, check_heads, check_layers, check_positions
 from interp.interventions.engine import (
     Intervention,
+    RunOptions,
     Site,
     Source,
     cached_run,
@@ -48,7 +49,7 @@ from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.interventions.results import PatchResult, grid_index
 from interp.model import HookedTransformer
 from interp.model.cache import act_name
-from interp.types import Pos, Progress
+from interp.types import Pos
 
 Direction = Literal["denoise", "noise"]
 PositionAxis = None | Literal["each"] | Sequence[int] | Mapping[str, Int[Tensor, " batch"]]
@@ -138,20 +139,16 @@ def patch_sites(
     *,
     direction: Direction = "denoise",
     labels: Sequence[str] | None = None,
-    metric_name: str = "metric",
-    batch_size: int | None = None,
-    logit_pos: Pos = None,
-    logit_tokens: Tensor | None = None,
-    progress: Progress | None = None,
+    options: RunOptions = RunOptions(),
 ) -> PatchResult:
     """The generic form: one patched run per entry of site_sets (a Site or a list patched together).
 
     Returns a PatchResult with dims ("patch",) labelled by `labels` (default: the hook names).
-    logit_pos: the positions the metric reads (int or LongTensor [batch]); logits are computed
-      only there (faster; NaN elsewhere). None: every position.
-    logit_tokens: the token ids the metric reads there; only their logits are computed.
-    progress(stage, done, total): as the patched runs finish (see `run_site_sets`).
+    options: `RunOptions`' logit_pos (the positions the metric reads: logits only there, NaN
+      elsewhere), logit_tokens, batch_size and progress (as the patched runs finish).
     """
+    options.refuse_unused("patch_sites", ("logit_pos", "logit_tokens", "batch_size", "progress"))
+    logit_pos = options.logit_pos
     clean, corrupted = check_pair(model, clean, corrupted)
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
@@ -170,10 +167,7 @@ def patch_sites(
         check_sites(model, site_sets)
         source_logits, sources = cached_run(model, source_tokens, names, logit_pos)
     target_logits, target = cached_run(model, target_tokens, start_names(model), logit_pos)
-    values = run_site_sets(
-        model, target_tokens, site_sets, sources, metric, target=target, logit_pos=logit_pos,
-        logit_tokens=logit_tokens, batch_size=batch_size, progress=progress,
-    )  # fmt: skip
+    values = run_site_sets(model, target_tokens, site_sets, sources, metric, target=target, options=options)
     index = pd.DataFrame({"component": labels, "layer": None, "head": None, "position": None})
     index["layer"] = [min((s.layer for s in sites), default=None) for sites in site_sets]
     return PatchResult(
@@ -181,7 +175,6 @@ def patch_sites(
         index=index,
         dims=("patch",),
         coords={"patch": labels},
-        metric_name=metric_name,
         target=metric_values(metric, target_logits, target_tokens.shape[0]),
         source=metric_values(metric, source_logits, target_tokens.shape[0]),
         method=f"activation patching ({direction})",
@@ -229,7 +222,7 @@ def patch(
         with model.settings(**hook_settings_for([site.name])):
             _, source = cached_run(model, source_tokens, [site.name], logits=False)
     run = [Intervention(site, source)]
-    return run_site_sets(model, tokens, [run], None, metric, logit_pos=logit_pos)[0]
+    return run_site_sets(model, tokens, [run], None, metric, options=RunOptions(logit_pos=logit_pos))[0]
 
 
 def activation_patching(
@@ -242,11 +235,7 @@ def activation_patching(
     layers: Sequence[int] | None = None,
     *,
     direction: Direction = "denoise",
-    metric_name: str = "metric",
-    batch_size: int | None = None,
-    logit_pos: Pos = None,
-    logit_tokens: Tensor | None = None,
-    progress: Progress | None = None,
+    options: RunOptions = RunOptions(),
 ) -> PatchResult:
     """Patch `component` at every layer (x head) x position from the source run into the target run.
 
@@ -256,19 +245,16 @@ def activation_patching(
       a list of ints; or {name: LongTensor [batch]} for per-prompt positions (e.g. IOI's
       {"IO": ..., "S1": ..., "S2": ..., "END": ...}), labelled by name.
     metric: logits [batch, pos, d_vocab] -> [batch] (see interp.interventions.metrics).
-    Each forward holds `batch_size` patched runs and starts at the patched layer.
-    logit_pos: the positions the metric reads (int or LongTensor [batch], e.g. END): logits are
-      computed only there, which saves the unembedding elsewhere. None: every position.
-    logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
-      shape): only their logits are computed in the patched runs, the others are NaN.
-    progress(stage, done, total): as the patched runs finish.
+    Each forward holds `options.batch_size` patched runs and starts at the patched layer.
+    options: `RunOptions`' logit_pos (the positions the metric reads, e.g. END: the unembedding runs
+      only there), logit_tokens (only their logits are computed in the patched runs), batch_size
+      and progress (as the patched runs finish).
+    The result's `metric_name` is "metric": label it with `dataclasses.replace(result, metric_name=...)`.
     """
+    options.refuse_unused("activation_patching", ("logit_pos", "logit_tokens", "batch_size", "progress"))
     clean, corrupted = check_pair(model, clean, corrupted)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
-    result = patch_sites(
-        model, clean, corrupted, metric, sites, direction=direction, metric_name=metric_name,
-        batch_size=batch_size, logit_pos=logit_pos, logit_tokens=logit_tokens, progress=progress,
-    )  # fmt: skip
+    result = patch_sites(model, clean, corrupted, metric, sites, direction=direction, options=options)
     result.index = grid_index(component, dims, coords)
     result.dims, result.coords = dims, coords
     return result
@@ -288,8 +274,7 @@ def attribution_patching(
     layers: Sequence[int] | None = None,
     *,
     direction: Direction = "denoise",
-    metric_name: str = "metric",
-    logit_pos: Pos = None,
+    options: RunOptions = RunOptions(),
 ) -> PatchResult:
     """Attribution patching (Nanda 2023): a first-order estimate of `activation_patching` with the
     same arguments and result layout, from one forward and one backward pass of the target run.
@@ -298,7 +283,10 @@ def attribution_patching(
     the gradient taken on the target run (corrupted for denoising, clean for noising). Per prompt,
     since prompts do not interact. Exact when the metric is linear in the activation.
     Only activations get gradients (not weights), so the backward pass costs about one forward.
+    options: `RunOptions`' logit_pos only (one pass: no batches, no logit_tokens, no progress).
     """
+    options.refuse_unused("attribution_patching", ("logit_pos",))
+    logit_pos = options.logit_pos
     clean, corrupted = check_pair(model, clean, corrupted)
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
@@ -333,7 +321,6 @@ def attribution_patching(
         index=grid_index(component, dims, coords),
         dims=dims,
         coords=coords,
-        metric_name=metric_name,
         target=base,
         source=metric_values(metric, source_logits, target_tokens.shape[0]),
         method=f"attribution patching ({direction})",
@@ -361,8 +348,9 @@ def attribution_vs_exact(
     component: str = "z",
     **kwargs,
 ) -> pd.DataFrame:
-    """Run attribution and exact activation patching on the same sweep and `compare_to_exact` them."""
+    """Run attribution and exact activation patching on the same sweep and `compare_to_exact` them
+    (attribution patching takes the options' logit_pos only)."""
     exact = activation_patching(model, clean, corrupted, metric, component, **kwargs)
-    kwargs.pop("batch_size", None)
-    attribution = attribution_patching(model, clean, corrupted, metric, component, **kwargs)
+    options = RunOptions(logit_pos=kwargs.pop("options", RunOptions()).logit_pos)
+    attribution = attribution_patching(model, clean, corrupted, metric, component, options=options, **kwargs)
     return compare_to_exact(attribution, exact)

@@ -15,6 +15,7 @@ from torch import Tensor
 from interp.checks import check_distinct_pair, check_int
 from interp.interventions.engine import (
     Intervention,
+    RunOptions,
     Site,
     cached_run,
     check_logit_pos,
@@ -89,11 +90,7 @@ def path_patching(
     sender_pos: Pos = None,
     receiver_pos: Pos = None,
     freeze_mlps: bool = False,
-    metric_name: str = "metric",
-    batch_size: int | None = None,
-    logit_pos: Pos = None,
-    logit_tokens: Tensor | None = None,
-    base: Sequence[Intervention] = (),
+    options: RunOptions = RunOptions(),
 ) -> PatchResult:
     """Path patching (Wang et al. 2022, sec. 3.1 and appendix B; Goldowsky-Dill et al. 2023): the
     effect of senders -> receivers paths, one patched run per sender (or per set of senders).
@@ -118,23 +115,21 @@ def path_patching(
       together); default every head in layers before the last receiver (all layers for logits).
     sender_pos, receiver_pos: None (all positions), int, or LongTensor [batch] per prompt
       (e.g. receivers' queries at END).
-    logit_pos: the positions the metric reads; logits only there (see forward_logits).
-    logit_tokens: the token ids the metric reads there; only their logits are computed in the
-      patched runs (see `PathPatcher.__call__`).
-    base: the engine's interventions made in every run, the clean and corrupted ones included
-      (e.g. heads mean-ablated: `ablation.ablation_interventions`), before the path's own.
+    options: `RunOptions`' logit_pos (the positions the metric reads: logits only there),
+      logit_tokens (only their logits are computed in the patched runs), batch_size and base (the
+      engine's interventions made in every run, the clean and corrupted ones included, e.g. heads
+      mean-ablated: `ablation.ablation_interventions`, before the path's own).
     Returns a PatchResult with dims ("layer", "head") for the default sweep, else ("patch",).
     """
-    return PathPatcher(model, clean, corrupted, logit_pos, base)(
-        metric, receivers, senders, sender_pos=sender_pos, receiver_pos=receiver_pos,
-        freeze_mlps=freeze_mlps, metric_name=metric_name, batch_size=batch_size, logit_tokens=logit_tokens,
-    )  # fmt: skip
+    return PathPatcher(model, clean, corrupted, options)(
+        metric, receivers, senders, sender_pos=sender_pos, receiver_pos=receiver_pos, freeze_mlps=freeze_mlps
+    )
 
 
 class PathPatcher:
     """`path_patching` on one pair of prompt batches, run 1 (the clean and corrupted runs, cached)
     done once for any number of calls with other receivers, senders or metrics, e.g. the steps of
-    a circuit discovery. `base`: the engine's interventions made in every run (see `path_patching`).
+    a circuit discovery. `options`: how every call's runs are made (see `path_patching`).
     The caches hold what the model computed under the hooks active at construction: a call under
     other hooks, or after the weights changed, raises (`is_current`)."""
 
@@ -143,9 +138,15 @@ class PathPatcher:
         model: HookedTransformer,
         clean: Int[Tensor, "batch pos"],
         corrupted: Int[Tensor, "batch pos"],
-        logit_pos: Pos = None,
-        base: Sequence[Intervention] = (),
+        options: RunOptions = RunOptions(),
     ):
+        if not isinstance(options, RunOptions):
+            raise TypeError(
+                f"PathPatcher's fourth argument is its RunOptions, got {type(options).__name__}: pass "
+                "RunOptions(logit_pos=..., base=...)"
+            )
+        options.refuse_unused("PathPatcher", ("logit_pos", "logit_tokens", "batch_size", "base"))
+        logit_pos = options.logit_pos
         clean, corrupted = check_pair(model, clean, corrupted)
         check_distinct_pair(clean, corrupted, "every path-patched run (senders carry clean values)")
         check_logit_pos(logit_pos, clean)
@@ -154,10 +155,9 @@ class PathPatcher:
         names = {act_name("z", layer) for layer in range(cfg.n_layers)}
         names |= {act_name("mlp_out", layer) for layer in range(cfg.n_layers)} if not cfg.attn_only else set()
         names |= set(start_names(model))
-        self.model, self.clean, self.batch, self.logit_pos = model, clean, clean.shape[0], logit_pos
-        self.base = list(base)
+        self.model, self.clean, self.batch, self.options = model, clean, clean.shape[0], options
         self._state = model.run_state()
-        runs = [cached_run(model, tokens, names, logit_pos, self.base) for tokens in (clean, corrupted)]
+        runs = [cached_run(model, tokens, names, logit_pos, options.base) for tokens in (clean, corrupted)]
         (self.clean_logits, self.clean_cache), (self.corrupted_logits, self.corrupted_cache) = runs
 
     def is_current(self) -> bool:
@@ -173,20 +173,17 @@ class PathPatcher:
         sender_pos: Pos = None,
         receiver_pos: Pos = None,
         freeze_mlps: bool = False,
-        metric_name: str = "metric",
-        batch_size: int | None = None,
-        logit_tokens: Tensor | None = None,
     ) -> PatchResult:
-        """Runs 2 and 3 of `path_patching` (its arguments) on the cached runs. logit_tokens: the
-        token ids the metric reads at logit_pos (e.g. each prompt's answers): only their logits are
-        computed in the patched runs, the others are NaN."""
+        """Runs 2 and 3 of `path_patching` (its arguments) on the cached runs, made as the patcher's
+        options say."""
         if not self.is_current():
             raise ValueError(
                 "the model's hooks or weights changed since this PathPatcher cached its clean and "
                 "corrupted runs; make a new PathPatcher under the hooks the sweep runs with"
             )
         model, cfg = self.model, self.model.cfg
-        metric = check_reads_real_tokens(model, metric, self.clean, self.corrupted, logit_pos=self.logit_pos)
+        logit_pos = self.options.logit_pos
+        metric = check_reads_real_tokens(model, metric, self.clean, self.corrupted, logit_pos=logit_pos)
         _check_receivers(model, receivers)
         to_logits = isinstance(receivers, str)
         last_layer = cfg.n_layers if to_logits else max(r[0] for r in receivers)
@@ -205,12 +202,13 @@ class PathPatcher:
         )
         n_reads = 1 if to_logits else len({layer for layer, _, _ in receivers})
         run_bytes = n_reads * self.clean.numel() * cfg.d_model * torch.finfo(model.dtype).bits // 8
-        chunk = max(batch_size or 1, min(64, (2**29) // max(1, run_bytes)))  # run 2's reads: ~512 MiB
+        fit = min(64, (2**29) // max(1, run_bytes))  # run 2's reads: ~512 MiB
+        chunk = max(self.options.batch_size or 1, fit)
         for start in range(0, len(order), chunk):
             indices = order[start : start + chunk]
             values[indices] = self._patched(
                 [sender_sets[i] for i in indices], metric, receivers, sender_pos, receiver_pos,
-                freeze_mlps, batch_size, logit_tokens,
+                freeze_mlps,
             )  # fmt: skip
         if grid:
             index = grid_index("z", dims, coords)
@@ -225,7 +223,6 @@ class PathPatcher:
             index=index,
             dims=dims,
             coords=coords,
-            metric_name=metric_name,
             target=metric_values(metric, self.clean_logits, batch),
             source=metric_values(metric, self.corrupted_logits, batch),
             method="path patching",
@@ -240,16 +237,12 @@ class PathPatcher:
         sender_pos: Pos,
         receiver_pos: Pos,
         freeze_mlps: bool,
-        batch_size: int | None,
-        logit_tokens: Tensor | None,
     ) -> Tensor:
         """Runs 2 and 3 of path patching for each sender set, on the engine: [n_sets, batch]."""
-        model, cfg, clean = self.model, self.model.cfg, self.clean_cache
-        settings = {"logit_pos": self.logit_pos, "logit_tokens": logit_tokens, "batch_size": batch_size}
-        settings |= {"base": self.base}
+        model, cfg, clean, options = self.model, self.model.cfg, self.clean_cache, self.options
         if isinstance(receivers, str):  # the final residual stream: run 2 is the measured run
             runs = [self._run2(senders, cfg.n_layers, sender_pos, freeze_mlps) for senders in sender_sets]
-            return run_site_sets(model, self.clean, runs, None, metric, target=clean, **settings)
+            return run_site_sets(model, self.clean, runs, None, metric, target=clean, options=options)
         layers = sorted({layer for layer, _, _ in receivers})
         # Run 2 reads each receiver layer's input where the block before it ends (as resid_post).
         reads = {layer: act_name("resid_post", layer - 1) for layer in layers if layer > 0}
@@ -263,8 +256,7 @@ class PathPatcher:
                 list(reads.values()),
                 dict,
                 target={**clean, **clean_reads},
-                batch_size=batch_size,
-                base=self.base,
+                options=RunOptions(batch_size=options.batch_size, base=options.base),
             )
             if reads
             else [{} for _ in runs]
@@ -287,7 +279,7 @@ class PathPatcher:
                         site = Site(act_name(f"{letter}_input", layer), head=heads, pos=receiver_pos)
                         run.append(Intervention(site, value[:, :, None, :]))  # [batch, pos, 1, d_model]
             runs.append(run)
-        return run_site_sets(model, self.clean, runs, None, metric, target=clean, **settings)
+        return run_site_sets(model, self.clean, runs, None, metric, target=clean, options=options)
 
     def _run2(self, senders: Sequence[Sender], stop: int, sender_pos: Pos, freeze_mlps: bool) -> list:
         """Run 2's interventions for one sender set in the blocks before `stop`: from the first

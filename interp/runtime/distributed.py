@@ -27,7 +27,7 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save_file
 from torch import Tensor
 
+from interp.interventions.engine import RunOptions
 from interp.interventions.patching import Direction, PositionAxis, activation_patching
 from interp.interventions.results import PatchResult
 from interp.io.files import atomic_path, write_text_atomic
@@ -244,6 +245,21 @@ def _cached_model(source: str, load_options: tuple) -> Any:
     return load_model(source, **dict(load_options)).eval()
 
 
+@dataclass(frozen=True)
+class Workers:
+    """Where a sharded sweep runs: the prompts split into `n_shards` shards, each run by a worker
+    that loads the model at `source` (`load_model(source, **load_options)`, e.g. {"dtype":
+    torch.float64}), on Ray with `ray` (see `map_shards`; None: one shard after another in this
+    process), each finished shard kept in `store` (a rerun resumes from it)."""
+
+    source: str | Path
+    _: KW_ONLY
+    n_shards: int = 2
+    ray: str | RayCluster | None = None
+    store: str | Path | None = None
+    load_options: Mapping[str, Any] | None = None
+
+
 def _patch_shard(shard: dict) -> PatchResult:
     model = _cached_model(shard["source"], shard["load_options"])
     rows, prompt_metric = shard["rows"], shard["metric"]
@@ -256,51 +272,52 @@ def _patch_shard(shard: dict) -> PatchResult:
         shard["positions"],
         shard["layers"],
         direction=shard["direction"],
-        metric_name=shard["metric_name"],
-        logit_pos=shard["logit_pos"],
+        options=RunOptions(logit_pos=shard["logit_pos"], batch_size=shard["batch_size"]),
     )
 
 
 def patching_sweep(
-    source: str | Path,
+    workers: Workers,
     clean: Tensor,
     corrupted: Tensor,
     metric: PromptMetric,
     component: str = "z",
     positions: PositionAxis = None,
     layers: Sequence[int] | None = None,
+    *,
     direction: Direction = "denoise",
-    n_shards: int = 2,
-    ray: str | RayCluster | None = None,
-    store: str | Path | None = None,
-    metric_name: str = "metric",
-    logit_pos: Tensor | int | None = None,
-    load_options: Mapping[str, Any] | None = None,
-    progress: Progress | None = None,
+    options: RunOptions = RunOptions(),
 ) -> PatchResult:
-    """`activation_patching` of the model at `source` with the prompts split into `n_shards` shards
-    (each loaded and run on a worker), merged into one PatchResult over all prompts.
+    """`activation_patching` of the model at `workers.source` with the prompts split into
+    `workers.n_shards` shards (each loaded and run on a worker), merged into one PatchResult over all
+    prompts.
 
     metric(logits, rows): logits [batch, pos, d_vocab] of the shard's prompts, rows [batch] their
       indices in clean/corrupted; returns [batch]. Index per-prompt data with rows, e.g.
       `lambda logits, rows: metrics.logit_diff(logits, io[rows], s[rows], pos=end[rows])`.
       Normalise after merging (a normalised metric's baselines are means over all prompts).
-    positions / logit_pos: as in activation_patching; per-prompt tensors are split with the prompts.
-    load_options: keyword arguments of load_model in the workers (e.g. {"dtype": torch.float64}).
-    progress: see `map_shards`.
+    positions, options: as in activation_patching (`RunOptions`' logit_pos and batch_size, for each
+      shard; progress: see `map_shards`); per-prompt tensors are split with the prompts.
     """
+    if not isinstance(workers, Workers):
+        raise TypeError(
+            f"patching_sweep runs on Workers, got {type(workers).__name__}: pass Workers(source, "
+            "n_shards=..., ray=..., store=..., load_options=...)"
+        )
+    options.refuse_unused("patching_sweep", ("logit_pos", "batch_size", "progress"))
+    source, n_shards, logit_pos = workers.source, workers.n_shards, options.logit_pos
     clean, corrupted = clean.cpu(), corrupted.cpu()
     if clean.shape != corrupted.shape:
         raise ValueError(
             f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ in shape."
         )
     n_shards = max(1, min(n_shards, len(clean)))
-    options = tuple(sorted((load_options or {}).items()))
+    load_options = tuple(sorted((workers.load_options or {}).items()))
     row_sets = torch.arange(len(clean)).tensor_split(n_shards)
     shards = [
         {
             "source": str(source),
-            "load_options": options,
+            "load_options": load_options,
             "rows": rows,
             "clean": clean[rows],
             "corrupted": corrupted[rows],
@@ -309,14 +326,16 @@ def patching_sweep(
             "positions": _slice_rows(positions, rows, len(clean)),
             "layers": layers,
             "direction": direction,
-            "metric_name": metric_name,
             "logit_pos": _slice_rows(logit_pos, rows, len(clean)),
+            "batch_size": options.batch_size,
         }
         for rows in row_sets
     ]
-    job = ("patching_sweep", str(source), options, clean, corrupted, component, positions, layers, direction)
-    job += (metric, metric_name, logit_pos, n_shards)
-    parts = map_shards(_patch_shard, shards, ray=ray, store=store, job=job, progress=progress)
+    job = ("patching_sweep", str(source), load_options, clean, corrupted, component, positions, layers)
+    job += (direction, metric, logit_pos, n_shards)
+    parts = map_shards(
+        _patch_shard, shards, ray=workers.ray, store=workers.store, job=job, progress=options.progress
+    )
     return merge_patch_results(parts)
 
 
