@@ -47,6 +47,7 @@ from interp.interventions.engine import (
     metric_values,
     run_site_sets,
     start_names,
+    takes_run_options,
 )
 from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.interventions.results import PatchResult
@@ -371,6 +372,7 @@ def ablate(model: HookedTransformer, *args, **kwargs) -> Iterator[HookedTransfor
         yield model
 
 
+@takes_run_options
 def ablated_metrics(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
@@ -463,6 +465,7 @@ def head_circuit_faithfulness(
     }
 
 
+@takes_run_options
 def ablation_sweep(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],

@@ -26,6 +26,7 @@ scheduling.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -237,10 +238,33 @@ class RunOptions:
             raise TypeError(f"{function} does not read RunOptions' {', '.join(unused)}: leave them unset")
 
 
+def takes_run_options(function: Callable) -> Callable:
+    """Refuse a run option passed as a keyword of its own (`batch_size=8`, as these functions took
+    them before `RunOptions`), saying how to pass it (`options=RunOptions(batch_size=8)`); likewise the
+    retired `metric_name`."""
+    names = {f.name for f in fields(RunOptions)}
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        moved = sorted(names & kwargs.keys())
+        if moved:
+            given = ", ".join(f"{name}=..." for name in moved)
+            raise TypeError(f"{function.__name__} takes {', '.join(moved)} in options=RunOptions({given})")
+        if "metric_name" in kwargs:
+            raise TypeError(
+                f"{function.__name__} takes no metric_name: its result is labelled 'metric'; relabel it "
+                "with dataclasses.replace(result, metric_name=...)"
+            )
+        return function(*args, **kwargs)
+
+    return checked
+
+
 def _is_set(value: Any) -> bool:
     return value is not None and not (isinstance(value, Sequence) and len(value) == 0)
 
 
+@takes_run_options
 def run_site_sets(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
@@ -277,6 +301,7 @@ def run_site_sets(
     return values
 
 
+@takes_run_options
 def read_site_sets(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],

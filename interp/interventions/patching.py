@@ -44,6 +44,7 @@ from interp.interventions.engine import (
     run_site_sets,
     site_mask,
     start_names,
+    takes_run_options,
 )
 from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.interventions.results import PatchResult, grid_index
@@ -130,6 +131,7 @@ def _source_target(clean: Tensor, corrupted: Tensor, direction: Direction) -> tu
     )
 
 
+@takes_run_options
 def patch_sites(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],
@@ -225,6 +227,7 @@ def patch(
     return run_site_sets(model, tokens, [run], None, metric, options=RunOptions(logit_pos=logit_pos))[0]
 
 
+@takes_run_options
 def activation_patching(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],
@@ -264,6 +267,7 @@ def activation_patching(
 # Attribution patching
 
 
+@takes_run_options
 def attribution_patching(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],

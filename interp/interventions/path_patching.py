@@ -24,6 +24,7 @@ from interp.interventions.engine import (
     read_site_sets,
     run_site_sets,
     start_names,
+    takes_run_options,
 )
 from interp.interventions.metrics import Metric, check_reads_real_tokens
 from interp.interventions.results import PatchResult, grid_index
@@ -79,6 +80,7 @@ def _check_receivers(model: HookedTransformer, receivers: Sequence[Receiver] | s
             raise ValueError(f"receiver {receiver}: the input must be a combination of 'q', 'k', 'v'")
 
 
+@takes_run_options
 def path_patching(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],

@@ -36,7 +36,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save_file
 from torch import Tensor
 
-from interp.interventions.engine import RunOptions
+from interp.interventions.engine import RunOptions, takes_run_options
 from interp.interventions.patching import Direction, PositionAxis, activation_patching
 from interp.interventions.results import PatchResult
 from interp.io.files import atomic_path, write_text_atomic
@@ -276,6 +276,7 @@ def _patch_shard(shard: dict) -> PatchResult:
     )
 
 
+@takes_run_options
 def patching_sweep(
     workers: Workers,
     clean: Tensor,
