@@ -1,13 +1,13 @@
 """An IOICircuitResult as the one report (`circuits.sections`: terminal, Markdown, HTML; JSON:
 `IOICircuitResult.json_data`): the finding first, then what chose and what tested, the heads, each
-class against random heads (pooled, per name order and template), minimality; the HTML page adds the
-circuit's diagram (`ioi_circuit_diagram`), heat maps and attention patterns."""
+class against random heads (pooled, per name order and template: the standard sections,
+`circuits.sections.class_sections`), minimality; the HTML page adds the circuit's diagram
+(`ioi_circuit_diagram`), heat maps and attention patterns."""
 
 from __future__ import annotations
 
 import html
 import statistics
-from collections.abc import Callable
 
 from rich.console import Console
 
@@ -225,44 +225,46 @@ CLASS_LEGEND = (
     "(0.10: 10%) when its heads, or as many random heads from the same layers outside the circuit, are "
     "mean-ablated; positive: the class helps predict IO (negative name movers: negative)."
 )
-DETAIL_LEGENDS = {
-    "drop, random": "the class's and the random sets' mean drops",
-    "writes IO, S": "the writers' mean direct logit attribution to IO and S at END, in logits",
-    "I^2, p": "Cochran's Q over templates (I^2: the share of the spread between templates beyond chance)",
-}
 HOLDS = (
     "its CI excludes 0 the class's way (a name order: ABBA, IO named first, or BABA) or its mean points "
     "that way (a template); a class is confirmed when it holds pooled, in both orders and in most templates"
 )
 
 
-def _class_details(wide: bool) -> list[tuple[str, Callable[[ClassVerdict], str]]]:
-    """IOI's columns of the class table (`sections.class_sections`); narrower: the writes only."""
+def _drops(c: ClassVerdict) -> str:
+    return f"{signed(c.heldout.drop)}, {signed(c.heldout.random_drop)}"
 
-    def drops(c: ClassVerdict) -> str:
-        return f"{signed(c.heldout.drop)}, {signed(c.heldout.random_drop)}"
 
-    def writes(c: ClassVerdict) -> str:
-        written = c.details.get("writes")
-        return "" if written is None else f"{written['IO']:+.2f}, {written['S']:+.2f}"
+def _writes(c: ClassVerdict) -> str:
+    written = c.details.get("writes")
+    return "" if written is None else f"{written['IO']:+.2f}, {written['S']:+.2f}"
 
-    def spread(c: ClassVerdict) -> str:
-        figures = c.details["heterogeneity"]
-        return "n/a" if figures["df"] == 0 else f"{figures['I2']:.0%}, p {figures['p']:.1g}"
 
-    if not wide:
-        return [("writes IO, S", writes)]
-    return [("drop, random", drops), ("writes IO, S", writes), ("I^2, p", spread)]
+def _spread(c: ClassVerdict) -> str:
+    figures = c.details["heterogeneity"]
+    return "n/a" if figures["df"] == 0 else f"{figures['I2']:.0%}, p {figures['p']:.1g}"
+
+
+# IOI's columns of the class table (`sections.class_sections`): title, cell, legend; narrower: writes only.
+CLASS_DETAILS = (
+    ("drop, random", _drops, "the class's and the random sets' mean drops"),
+    ("writes IO, S", _writes, "the writers' mean direct logit attribution to IO and S at END, in logits"),
+    (
+        "I^2, p",
+        _spread,
+        "Cochran's Q over templates (I^2: the share of the spread between templates beyond chance)",
+    ),
+)
+NARROW_DETAILS = ("writes IO, S",)
 
 
 def _class_sections(result: IOICircuitResult, wide: bool) -> list[Section]:
     """The held-out classes (`sections.class_sections`), with an example prompt of each template."""
     classes = list(result.validation.classes.values())
-    details = _class_details(wide)
-    pooled, strata = class_sections(classes, details=details, holds=HOLDS, digits=3)
-    pooled.notes.append(
-        " ".join([CLASS_LEGEND, *(f"{title}: {DETAIL_LEGENDS[title]}." for title, _ in details)])
-    )
+    details = [column for column in CLASS_DETAILS if wide or column[0] in NARROW_DETAILS]
+    cells = [(title, cell) for title, cell, _ in details]
+    pooled, strata = class_sections(classes, details=cells, holds=HOLDS, digits=3)
+    pooled.notes.append(" ".join([CLASS_LEGEND, *(f"{title}: {words}." for title, _, words in details)]))
     first = classes[0].strata if classes else []
     strata.notes += [f"{s.name}: {s.example}" for s in first if s.kind == "template" and s.example]
     return [pooled, strata]
@@ -439,7 +441,8 @@ def _figures(result: IOICircuitResult) -> tuple[list[str], list[str], list[str]]
 
 def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
     """The report (see the module docstring). `wide`: every column; narrower (a terminal under
-    WIDE_TERMINAL columns): the heads without the step that found them, the drop beyond random only."""
+    WIDE_TERMINAL columns): the heads without the step that found them, the classes without their drops
+    and spread over templates (`NARROW_DETAILS`)."""
     v, e = result.validation, result.evaluation
     dashed = "Dashed: a class held-out validation did not confirm (its verdict in italics)."
     attribution = result.settings.attribution
