@@ -13,6 +13,7 @@ from rich.console import Console
 
 from circuits.evidence import EFFECT_SIGN, ClassVerdict
 from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, HeadEvidence, IOICircuitResult
+from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
     Report,
     Section,
@@ -54,7 +55,6 @@ UNCONFIRMED_MARK = "*"  # after a class held-out validation did not confirm (the
 UNCONFIRMED_NOTE = f"{UNCONFIRMED_MARK} not confirmed on held-out prompts: see the first lines."
 WIDE_TERMINAL = 120  # columns from which the terminal table shows how each head was found
 FILE_WIDTH = 140  # columns of the "table" format written to a file
-FORMATS = ("table", "json", "markdown", "html")
 
 
 def _z(z: float) -> str:
