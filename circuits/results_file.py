@@ -284,6 +284,36 @@ def _older_hop_lookups(fields: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "lookups": lookups}
 
 
+def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
+    """An older IOI Validation's fields with each stored ClassValidation (by its class name) as a
+    ClassVerdict: its pooled figures as the held-out `BeyondRandom` (on the validation's prompts; the
+    drop's CI, which such files do not hold, NaN), none on discovery prompts, its spread over templates
+    and a writer's writes as `details`; `holds_in` and `confirmed`, which its strata and verdict say,
+    left out."""
+    classes = []
+    for name, node in fields["classes"]["__items__"]:
+        if node.get("__dataclass__") == "ClassValidation":
+            older, nan = node["fields"], {"__float__": "nan"}
+            ci = tuple(decode(bound) for bound in older["beyond_ci"]["__tuple__"])
+            heldout = {
+                "n_prompts": fields["n_prompts"], "drop": older["drop"], "drop_ci": {"__tuple__": [nan, nan]},
+                "random_drop": older["random_drop"], "beyond": older["beyond"],
+                "beyond_ci": older["beyond_ci"], "verdict": ci_verdict(ci, older["sign"]),
+            }  # fmt: skip
+            q, df, p, i2 = older["heterogeneity"]["__tuple__"]
+            spread = {"__items__": [["Q", q], ["df", df], ["p", p], ["I2", i2]]}
+            writes = {} if older["writes"] is None else {"writes": older["writes"]}
+            judged = {
+                "name": name, "heads": older["heads"], "sign": older["sign"],
+                "heldout": {"__dataclass__": "BeyondRandom", "fields": heldout}, "discovery": None,
+                "strata": older["strata"], "verdict": older["verdict"], "note": HELD_OUT_ONLY,
+                "heterogeneity": spread, **writes,
+            }  # fmt: skip
+            node = _older_class(judged, ["heterogeneity", *writes])
+        classes.append([name, node])
+    return {**fields, "classes": {"__items__": classes}}
+
+
 def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): a head's effect
     and robust z (HeadEvidence), and a step's or the circuit's effect grids and the selections'
@@ -306,8 +336,9 @@ def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
 def _read_older(node: Any, patched_minus_clean: bool) -> Any:
     """A stored result as this version writes it: the strata of older files (IOI's StratumEffect,
     RetrievalStratum, the path's Stratum) as `StratumDrop`s, IOI's older class effects (ablated -
-    clean) as drops, and where `patched_minus_clean` (schemas interp-result-1 and -2) IOI's
-    path-patching effects (patched - clean) as drops (clean - patched)."""
+    clean) as drops, the path's ClassCheck and IOI's ClassValidation as `ClassVerdict`s, and where
+    `patched_minus_clean` (schemas interp-result-1 and -2) IOI's path-patching effects (patched -
+    clean) as drops (clean - patched)."""
     if isinstance(node, list):
         return [_read_older(item, patched_minus_clean) for item in node]
     if not isinstance(node, dict):
@@ -327,6 +358,8 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
     if name == "RetrievalClass":  # retrieval's, before 2026-11-29; every retrieval class helps: sign +1
         details = ["induction_overlap", "accuracy", "random_accuracy"]
         return _older_class({"sign": 1, **node["fields"]}, details)
+    if name == "Validation":
+        return {**node, "fields": _older_ioi_classes(node["fields"])}
     if patched_minus_clean and name in ("HeadEvidence", "StepResult", "IOICircuitResult"):
         return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node

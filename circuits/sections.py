@@ -278,13 +278,21 @@ def class_sections(
     verdict (its effect beyond random same-layer sets held out, with the CI, beside the same figure on
     the prompts that chose it) and the per-stratum and per-family table. details: the analysis's own
     columns (title, the cell of a class); effect: what a class's figure is ("drop", "gain"); holds: when
-    a stratum holds (`Strata.by_ci`)."""
+    a stratum holds (`Strata.by_ci`). Where no class has a figure on the prompts that chose it, the
+    table has no column for it."""
+    chose = any(c.discovery is not None for c in classes)
+    beyond = f"{effect} beyond random"
+    figures = [f"{beyond} (chose)", "held out"] if chose else [f"{beyond} (held out)"]
+
+    def chosen(c: ClassVerdict) -> list[str]:  # its cell of the "(chose)" column, where there is one
+        if not chose:
+            return []
+        return ["held out only" if c.discovery is None else signed(c.discovery.beyond, digits)]
+
     table = Table(
-        columns=["class", "heads", *[title for title, _ in details], f"{effect} beyond random (chose)",
-                 "held out", "95% CI", "verdict"],
+        columns=["class", "heads", *[title for title, _ in details], *figures, "95% CI", "verdict"],
         rows=[
-            [c.name, " ".join(c.heads), *[cell(c) for _, cell in details],
-             "held out only" if c.discovery is None else signed(c.discovery.beyond, digits),
+            [c.name, " ".join(c.heads), *[cell(c) for _, cell in details], *chosen(c),
              signed(c.heldout.beyond, digits), ci_text(c.heldout.beyond_ci, digits), c.verdict]
             for c in classes
         ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -35,6 +36,7 @@ from circuits.ioi.patching import ioi_edge_attribution
 from circuits.ioi.report import ioi_circuit_diagram, ioi_sections, write_ioi_report
 from circuits.ioi.results import CLASS_WRITES, Settings
 from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
+from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown, result_json
 from interp.interventions.path_patching import path_patching
 from interp.tasks import IOIPrompts
@@ -178,8 +180,12 @@ def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
     assert set(validation.classes) == {"name_mover", "s_inhibition", "duplicate_token"}
     assert not validation.unconfirmed
     for found in validation.classes.values():
-        assert found.sign == 1 and found.beyond_ci[0] > 0 and found.drop > found.random_drop
-    assert validation.classes["name_mover"].writes["IO"] > 0  # it writes the answer up
+        assert (
+            found.sign == 1
+            and found.heldout.beyond_ci[0] > 0
+            and found.heldout.drop > found.heldout.random_drop
+        )
+    assert validation.classes["name_mover"].details["writes"]["IO"] > 0  # it writes the answer up
     # Without held-out prompts, nothing is claimed to be confirmed.
     model, clean, abc, _ = planted
     calls = []
@@ -206,9 +212,10 @@ def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
                         heldout.order)  # fmt: skip
     validation = validate_circuit(model, result, broken, heldout_abc)
     assert "name_mover" in validation.unconfirmed
-    assert validation.logit_diff < 0 and not any(c.confirmed for c in validation.classes.values())
+    assert validation.logit_diff < 0 and all(c.verdict != "confirmed" for c in validation.classes.values())
     # Signs stay the class's: ablating the S-inhibition head still changes the logit diff the same way.
-    assert validation.classes["s_inhibition"].beyond * result.validation.classes["s_inhibition"].beyond > 0
+    beyond = [v.classes["s_inhibition"].heldout.beyond for v in (validation, result.validation)]
+    assert beyond[0] * beyond[1] > 0
 
 
 def test_robust_selection():
@@ -308,7 +315,7 @@ def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tm
     writers = [cls for cls in ("name_mover", "s_suppression") if data["circuit"][cls]]
     # Pooled over the held-out prompts, a writer class beats random heads (per name order it may
     # not: the verdict then says order- or template-dependent, naming where it holds).
-    holding = [cls for cls in writers if validation["classes"][cls]["beyond_ci"][0] > 0]
+    holding = [cls for cls in writers if validation["classes"][cls]["heldout"]["beyond_ci"][0] > 0]
     assert holding
     assert validation["recovered"] > HELDOUT_RECOVERED
     # On held-out prompts, mean-ablating the reported heads removes most of the logit diff, and a
@@ -343,7 +350,43 @@ def test_shipped_toy_ioi_report(tmp_path):
     # The toy model has no tokenizer: its patterns show the toy task's words.
     prompt = ioi_dataset_for(interp.load_model("toy-ioi"), 64, seed=0)[0].texts[0]
     assert f"Example prompt: &lt;1&gt; {prompt}" in page.read_text()
-    assert "Held-out validation" in page.read_text()
+    assert "Head classes (held out)" in page.read_text()
+
+
+def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and_renders_the_same(tmp_path):
+    """Results saved before 2026-11-29 hold each held-out class as IOI's own ClassValidation (its pooled
+    figures flat, `writes` (None for a class that does not write), `heterogeneity` a tuple, `holds_in`,
+    `confirmed`): a toy-ioi result rewritten into that form loads into the same ClassVerdicts, bar what
+    such files lack (the random sets and their effects, the per-prompt effect, the drop's CI), and
+    renders the same."""
+    result = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=32, seed=0)
+    saved, older = tmp_path / "new.json", tmp_path / "older.json"
+    save_result(result, saved)
+    document = json.loads(saved.read_text())
+    for _, node in document["result"]["fields"]["validation"]["fields"]["classes"]["__items__"]:
+        fields, details = node["fields"], dict(node["fields"]["details"]["__items__"])
+        heldout, spread = fields["heldout"]["fields"], dict(details["heterogeneity"]["__items__"])
+        strata = fields["strata"]
+        node.update(__dataclass__="ClassValidation", fields={
+            **{key: fields[key] for key in ("heads", "sign", "verdict", "strata")},
+            **{key: heldout[key] for key in ("drop", "random_drop", "beyond", "beyond_ci")},
+            "writes": details.get("writes"),
+            "heterogeneity": {"__tuple__": [spread[k] for k in ("Q", "df", "p", "I2")]},
+            "holds_in": [s["fields"]["name"] for s in strata if s["fields"]["holds"]],
+            "confirmed": fields["verdict"] == "confirmed",
+        })  # fmt: skip
+    older.write_text(json.dumps(document))
+    read = load_result(older)
+    assert read.validation.classes.keys() == result.validation.classes.keys()
+    assert any("writes" in c.details for c in read.validation.classes.values())
+    for name, found in result.validation.classes.items():
+        again = read.validation.classes[name]
+        kept = ("name", "heads", "sign", "strata", "verdict", "note", "details", "discovery")
+        assert [getattr(again, key) for key in kept] == [getattr(found, key) for key in kept]
+        assert again.heldout == dataclasses.replace(found.heldout, drop_ci=again.heldout.drop_ci)
+        assert all(math.isnan(bound) for bound in again.heldout.drop_ci)
+        assert again.random_sets == again.random_effects == [] and len(again.per_prompt) == 0
+    assert render_markdown(ioi_sections(read)) == render_markdown(ioi_sections(result))
 
 
 def test_strata_of_too_few_held_out_prompts_get_no_ci_and_no_verdict():
@@ -356,8 +399,7 @@ def test_strata_of_too_few_held_out_prompts_get_no_ci_and_no_verdict():
         (s.holds is None) == (s.beyond_ci is None) == (s.n_prompts < MIN_STRATUM_PROMPTS) for s in strata
     )
     assert not any(math.isnan(s.beyond) for s in strata)
-    for c in result.validation.classes.values():
-        assert c.holds_in == [s.name for s in c.strata if s.holds] and c.verdict != "order-dependent"
+    assert all(c.verdict != "order-dependent" for c in result.validation.classes.values())
     report = render_markdown(ioi_sections(result))
     assert TOO_FEW_PROMPTS in report and "nan" not in report.lower()
 
@@ -474,10 +516,10 @@ def test_a_class_that_holds_in_one_name_order_only_is_order_dependent(planted):
                              heldout.order)  # fmt: skip
     validation = validate_circuit(model, result, half_broken, heldout_abc)
     name_mover = validation.classes["name_mover"]
-    assert name_mover.beyond_ci[0] > 0  # pooled, it would have been confirmed
-    assert name_mover.verdict == "order-dependent" and "BABA" in name_mover.holds_in
-    assert "ABBA" not in name_mover.holds_in and "name_mover" in validation.unconfirmed
+    assert name_mover.heldout.beyond_ci[0] > 0  # pooled, it would have been confirmed
     orders = {s.name: s for s in name_mover.strata if s.kind == "order"}
+    assert name_mover.verdict == "order-dependent" and orders["BABA"].holds and not orders["ABBA"].holds
+    assert "name_mover" in validation.unconfirmed
     assert orders["ABBA"].n_prompts + orders["BABA"].n_prompts == 64
     assert orders["BABA"].beyond > orders["ABBA"].beyond
 
@@ -573,7 +615,6 @@ def test_ioi_report_explains_completeness_and_the_unclassified_heads(saved):
     section names each with its effect, says which way keeping them moves the share recovered and why,
     and says what completeness is, its largest gap and the subset with it."""
     from circuits.ioi.report import HEADLINE_UNCLASSIFIED
-    from circuits.results_file import load_result
 
     result = load_result(saved)
     e, heads = result.evaluation, sorted(result.unclassified, key=lambda h: -abs(h.effect))

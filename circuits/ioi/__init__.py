@@ -11,7 +11,6 @@ from circuits.ioi.patching import EAPRanking, MeanAblation, SenderEffects, path_
 from circuits.ioi.results import (
     CLASSES,
     Baseline,
-    ClassValidation,
     Evaluation,
     ExamplePatterns,
     HeadEvidence,
@@ -23,8 +22,8 @@ from interp.tasks.ioi import ioi_dataset_for, make_ioi_dataset, single_token_nam
 from interp.tasks.ioi_templates import BABA_TEMPLATES, NAMES, OBJECTS, PLACES
 
 __all__ = [
-    "BABA_TEMPLATES", "CLASSES", "NAMES", "OBJECTS", "PLACES", "Baseline", "ClassValidation", "EAPRanking",
-    "Evaluation", "ExamplePatterns", "HeadEvidence", "IOICircuitResult", "MeanAblation", "SenderEffects",
-    "Settings", "Validation", "evaluate_circuit", "find_ioi_circuit", "ioi_dataset_for", "make_ioi_dataset",
+    "BABA_TEMPLATES", "CLASSES", "NAMES", "OBJECTS", "PLACES", "Baseline", "EAPRanking", "Evaluation",
+    "ExamplePatterns", "HeadEvidence", "IOICircuitResult", "MeanAblation", "SenderEffects", "Settings",
+    "Validation", "evaluate_circuit", "find_ioi_circuit", "ioi_dataset_for", "make_ioi_dataset",
     "measure_baseline", "path_patching_effects", "single_token_names", "validate_circuit",
 ]  # fmt: skip

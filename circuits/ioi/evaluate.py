@@ -21,10 +21,17 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import HeadClass, Strata, faithfulness_by_stratum, head_class, judge_class
+from circuits.evidence import (
+    ClassVerdict,
+    HeadClass,
+    Strata,
+    faithfulness_by_stratum,
+    head_class,
+    judge_class,
+)
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
-from circuits.ioi.results import CLASS_WRITES, ClassValidation, Evaluation, IOICircuitResult, Validation
+from circuits.ioi.results import CLASS_WRITES, Evaluation, IOICircuitResult, Validation
 from interp.interventions.stats import bootstrap, faithfulness_ratio, faithfulness_summary, heterogeneity
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
@@ -151,24 +158,25 @@ def validate_circuit(
         n_prompts=len(heldout),
         logit_diff=ablated([]).mean().item(),
         classes={
-            name: _class_validation(base, found, result, ablated, dla, heldout)
+            name: _class_verdict(base, found, result, ablated, dla, heldout)
             for name, (base, found) in classes.items()
         },
         **_heldout_faithfulness(result, ablated(outside), ablated([]), ablated(_all_heads(model)), heldout),
     )
 
 
-def _class_validation(
+def _class_verdict(
     base: list[Head],
     found: HeadClass,
     result: IOICircuitResult,
     ablated: Callable[[Sequence[Head]], Tensor],
     dla: dict[str, Tensor],
     heldout: IOIPrompts,
-) -> ClassValidation:
+) -> ClassVerdict:
     """A class's drop beyond its random sets' (its runs and reference with `base` ablated, relative to
-    the held-out logit diff), judged pooled and per name order (by CI) and template; the writers'
-    direct writes to IO and S (`dla`: "IO", "S" -> [layer, head] on the held-out prompts)."""
+    the held-out logit diff), judged pooled and per name order (by CI) and template; its details (see
+    `Validation`): the spread over templates and the writers' direct writes to IO and S (`dla`: "IO",
+    "S" -> [layer, head] on the held-out prompts)."""
     settings = result.settings
     clean = ablated([]).mean().item()
     reference = ablated(base)
@@ -190,19 +198,11 @@ def _class_validation(
         }
         for stratum in verdict.strata:
             stratum.example = examples.get(stratum.name)
-    return ClassValidation(
-        heads=verdict.heads,
-        sign=verdict.sign,
-        drop=verdict.heldout.drop,
-        random_drop=verdict.heldout.random_drop,
-        beyond=verdict.heldout.beyond,
-        beyond_ci=verdict.heldout.beyond_ci,
-        writes=writes,
-        verdict=verdict.verdict,
-        holds_in=[stratum.name for stratum in verdict.strata if stratum.holds],
-        strata=verdict.strata,
-        heterogeneity=heterogeneity(verdict.per_prompt, heldout.template.to(verdict.per_prompt.device)),
-    )
+    spread = heterogeneity(verdict.per_prompt, heldout.template.to(verdict.per_prompt.device))
+    verdict.details = {"heterogeneity": dict(zip(("Q", "df", "p", "I2"), spread, strict=True))}
+    if writes is not None:
+        verdict.details["writes"] = writes
+    return verdict
 
 
 def _heldout_faithfulness(

@@ -1,7 +1,8 @@
 """An IOICircuitResult as the one report (`circuits.sections`: terminal, Markdown, HTML; JSON:
 `IOICircuitResult.json_data`): the finding first, then what chose and what tested, the heads, each
-class against random heads (pooled, per name order and template), minimality; the HTML page adds the
-circuit's diagram (`ioi_circuit_diagram`), heat maps and attention patterns."""
+class against random heads (pooled, per name order and template: the standard sections,
+`circuits.sections.class_sections`), minimality; the HTML page adds the circuit's diagram
+(`ioi_circuit_diagram`), heat maps and attention patterns."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ import statistics
 
 from rich.console import Console
 
-from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS
+from circuits.evidence import EFFECT_SIGN, ClassVerdict
 from circuits.ioi.results import CLASS_ATTENTION, CLASS_KIND, CLASSES, HeadEvidence, IOICircuitResult
+from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
     Report,
     Section,
     Table,
     ci_text,
+    class_sections,
     faithfulness_section,
     layer_head_map,
     percent_ci,
+    signed,
     write_sections,
 )
 from interp.types import head_label
@@ -51,7 +55,6 @@ UNCONFIRMED_MARK = "*"  # after a class held-out validation did not confirm (the
 UNCONFIRMED_NOTE = f"{UNCONFIRMED_MARK} not confirmed on held-out prompts: see the first lines."
 WIDE_TERMINAL = 120  # columns from which the terminal table shows how each head was found
 FILE_WIDTH = 140  # columns of the "table" format written to a file
-FORMATS = ("table", "json", "markdown", "html")
 
 
 def _z(z: float) -> str:
@@ -78,7 +81,7 @@ def _summed(heads: list[HeadEvidence]) -> str:
     return f"{_effects(heads)}: {sum(h.effect for h in heads):+.1%} together" if heads else "none"
 
 
-def _where(c) -> str:
+def _where(c: ClassVerdict) -> str:
     """Where a class holds: "BABA only" (order-dependent), "3 of 12 templates" (template-dependent)."""
     if c.verdict == "order-dependent":
         return " and ".join(s.name for s in c.strata if s.kind == "order" and s.holds) + " only"
@@ -217,99 +220,54 @@ def _completeness_line(result: IOICircuitResult) -> str:
     )
 
 
-def _beyond_cell(beyond: float, ci: tuple[float, float]) -> str:
-    """A drop beyond random heads in %, its CI in points: "+12% [+5, +20]"."""
-    return f"{beyond:+.0%} [{ci[0] * 100:+.0f}, {ci[1] * 100:+.0f}]"
-
-
-def _order_cell(stratum) -> str:
-    """A name order's drop beyond random heads (" x" where it does not hold)."""
-    if stratum is None:
-        return "n/a"
-    if stratum.holds is None:
-        return f"{stratum.beyond:+.0%}, {TOO_FEW_PROMPTS}"
-    return _beyond_cell(stratum.beyond, stratum.beyond_ci) + ("" if stratum.holds else " x")
-
-
-def _templates_cell(c) -> str:
-    """The templates where a class holds: "9 of 12, not T1 T4 T7" (and how many have too few prompts)."""
-    templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
-    too_few = [s.name for s in c.strata if s.kind == "template" and s.holds is None]
-    held = [s.name for s in templates if s.holds]
-    failed = [s.name for s in templates if not s.holds]
-    listed = (
-        f": {' '.join(held)}" if len(held) <= len(failed) else f", not {' '.join(failed)}" if failed else ""
-    )
-    judged = [f"{len(held)} of {len(templates)}{listed}"] if templates else []
-    judged += [f"{len(too_few)} with {TOO_FEW_PROMPTS}"] if too_few else []
-    return "; ".join(judged)
-
-
-STRATA_LEGEND = (
-    "Per stratum: the class's drop beyond random heads (as 'beyond random') on the held-out prompts "
-    "of each name order (ABBA: IO named first) and of each template. Positive = ablating the class "
-    "lowers the logit diff more than random heads do (negative for negative name movers); x: the "
-    "order where it does not hold. A class "
-    "is confirmed when it holds in both orders (CI beyond 0) and in most templates (mean in its "
-    "direction); heterogeneity: Cochran's Q over templates (I^2: share of the spread between "
-    f"templates beyond chance). A stratum of fewer than {MIN_STRATUM_PROMPTS} prompts has no CI and no "
-    "verdict and does not count."
+CLASS_LEGEND = (
+    "Held out, a class's drop is (clean - mean-ablated logit diff) / the unablated held-out logit diff "
+    "(0.10: 10%) when its heads, or as many random heads from the same layers outside the circuit, are "
+    "mean-ablated; positive: the class helps predict IO (negative name movers: negative)."
 )
-VALIDATION_LEGEND = (
-    "Held-out validation: drop and random = drop of the mean logit diff (clean - ablated) when the class "
-    "(or as many random heads from the same layers) is mean-ablated, relative to the unablated held-out "
-    "logit diff, in %; beyond random = drop - random (positive: ablating the class lowers the logit diff "
-    "more than random heads do; negative name movers: negative); writes: mean direct logit attribution "
-    "to IO and S, in logits."
+HOLDS = (
+    "its CI excludes 0 the class's way (a name order: ABBA, IO named first, or BABA) or its mean points "
+    "that way (a template); a class is confirmed when it holds pooled, in both orders and in most templates"
 )
-NARROW_HEADERS = {"beyond random % (95% CI)": "beyond (95% CI)", "heterogeneity I^2, p": "I^2, p"}
+
+
+def _drops(c: ClassVerdict) -> str:
+    return f"{signed(c.heldout.drop)}, {signed(c.heldout.random_drop)}"
+
+
+def _writes(c: ClassVerdict) -> str:
+    written = c.details.get("writes")
+    return "" if written is None else f"{written['IO']:+.2f}, {written['S']:+.2f}"
+
+
+def _spread(c: ClassVerdict) -> str:
+    figures = c.details["heterogeneity"]
+    return "n/a" if figures["df"] == 0 else f"{figures['I2']:.0%}, p {figures['p']:.1g}"
+
+
+# IOI's columns of the class table (`sections.class_sections`): title, cell, legend; narrower: writes only.
+CLASS_DETAILS = (
+    ("drop, random", _drops, "the class's and the random sets' mean drops"),
+    ("writes IO, S", _writes, "the writers' mean direct logit attribution to IO and S at END, in logits"),
+    (
+        "I^2, p",
+        _spread,
+        "Cochran's Q over templates (I^2: the share of the spread between templates beyond chance)",
+    ),
+)
+NARROW_DETAILS = ("writes IO, S",)
 
 
 def _class_sections(result: IOICircuitResult, wide: bool) -> list[Section]:
-    """The held-out classes: each against random heads (pooled), then per name order and template.
-    Narrower (not `wide`): the drop beyond random only, the heads last, IO and S on lines of their own."""
-    v = result.validation
-    pooled, strata = [], []
-    for cls, c in v.classes.items():
-        separator = " " if wide else "\n"
-        writes = "" if c.writes is None else f"IO {c.writes['IO']:+.2f}{separator}S {c.writes['S']:+.2f}"
-        verdict = c.verdict if c.verdict in ("confirmed", "unconfirmed") else f"{c.verdict}: {_where(c)}"
-        beyond = _beyond_cell(c.beyond, c.beyond_ci)
-        pooled.append({
-            "class": cls, "heads": ", ".join(c.heads), "drop": f"{c.drop:+.1%}",
-            "random": f"{c.random_drop:+.1%}", "beyond random % (95% CI)": beyond, "writes": writes,
-            "held out": verdict,
-        })  # fmt: skip
-        orders = {s.name: s for s in c.strata if s.kind == "order"}
-        q, df, p, i2 = c.heterogeneity
-        spread = "n/a" if df == 0 else f"{i2:.0%}, p {p:.1g}"
-        cells = [_order_cell(orders.get("ABBA")), _order_cell(orders.get("BABA")), _templates_cell(c)]
-        strata.append([cls, *cells, spread])
-    columns = (
-        ["class", "heads", "drop", "random", "beyond random % (95% CI)", "writes", "held out"]
-        if wide
-        else ["class", "beyond random % (95% CI)", "writes", "held out", "heads"]
-    )
-    strata_columns = ["class", "ABBA % (95% CI)", "BABA % (95% CI)", "templates", "heterogeneity I^2, p"]
-    first = next(iter(v.classes.values()), None)
-    strata_of_first = [] if first is None else first.strata
-    examples = [f"{s.name}: {s.example}" for s in strata_of_first if s.kind == "template" and s.example]
-    return [
-        Section(
-            title="Held-out validation: each class vs as many random heads",
-            table=Table(columns=_headers(columns, wide), rows=[[row[c] for c in columns] for row in pooled]),
-            notes=[VALIDATION_LEGEND],
-        ),
-        Section(
-            title="Held-out validation per name order and template",
-            table=Table(columns=_headers(strata_columns, wide), rows=strata),
-            notes=[STRATA_LEGEND, *examples],
-        ),
-    ]
-
-
-def _headers(columns: list[str], wide: bool) -> list[str]:
-    return columns if wide else [NARROW_HEADERS.get(column, column) for column in columns]
+    """The held-out classes (`sections.class_sections`), with an example prompt of each template."""
+    classes = list(result.validation.classes.values())
+    details = [column for column in CLASS_DETAILS if wide or column[0] in NARROW_DETAILS]
+    cells = [(title, cell) for title, cell, _ in details]
+    pooled, strata = class_sections(classes, details=cells, holds=HOLDS, digits=3)
+    pooled.notes.append(" ".join([CLASS_LEGEND, *(f"{title}: {words}." for title, _, words in details)]))
+    first = classes[0].strata if classes else []
+    strata.notes += [f"{s.name}: {s.example}" for s in first if s.kind == "template" and s.example]
+    return [pooled, strata]
 
 
 # Columns of the diagram, left (early layers) to right (logits), and the paths between classes.
@@ -483,7 +441,8 @@ def _figures(result: IOICircuitResult) -> tuple[list[str], list[str], list[str]]
 
 def ioi_sections(result: IOICircuitResult, wide: bool = True) -> Report:
     """The report (see the module docstring). `wide`: every column; narrower (a terminal under
-    WIDE_TERMINAL columns): the heads without the step that found them, the drop beyond random only."""
+    WIDE_TERMINAL columns): the heads without the step that found them, the classes without their drops
+    and spread over templates (`NARROW_DETAILS`)."""
     v, e = result.validation, result.evaluation
     dashed = "Dashed: a class held-out validation did not confirm (its verdict in italics)."
     attribution = result.settings.attribution

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor
 
-from circuits.evidence import StratumDrop, StratumFaithfulness
+from circuits.evidence import ClassVerdict, StratumFaithfulness
 from interp.interventions.stats import FaithfulnessSummary
 from interp.types import Head, head_label
 
@@ -97,39 +97,16 @@ class Evaluation:
     minimality: dict[str, float]  # "L9H6" -> (F(C \ K) - F(C \ (K + v))) / F(C)
 
 
-VERDICTS = ("confirmed", "order-dependent", "template-dependent", "unconfirmed")
-
-
-@dataclass(kw_only=True)
-class ClassValidation:
-    """One class on held-out prompts: drops (clean - mean-ablated logit diff, relative to the held-out
-    one; positive: the heads help). verdict: "confirmed" (beats random heads pooled, in both name
-    orders and most templates), "order-dependent", "template-dependent" (holds only in `holds_in`) or
-    "unconfirmed" (also where writers write the wrong way or the model does not do IOI).
-    heterogeneity: Cochran's Q over templates (Q, df, p, I²)."""
-
-    heads: list[str]  # "L9H6", ...
-    sign: int  # +1: the class helps (a positive drop); -1: it works against IO (negative name movers)
-    drop: float  # ablating the class
-    random_drop: float  # ablating as many random heads from the same layers (mean over draws)
-    beyond: float  # drop - random_drop
-    beyond_ci: tuple[float, float]  # 95% bootstrap over prompts
-    writes: dict[str, float] | None  # writer classes: mean direct logit attribution "IO", "S" on held-out
-    verdict: str
-    holds_in: list[str]  # the strata where it holds (order and template names)
-    strata: list[StratumDrop]  # kind "order" ("ABBA": IO first, "BABA": S first) or "template" ("T3")
-    heterogeneity: tuple[float, int, float, float]
-    confirmed: bool = field(init=False)  # verdict == "confirmed" (kept in the JSON for readers)
-
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
-        self.confirmed = self.verdict == "confirmed"
-
-
 @dataclass(kw_only=True)
 class Validation:
-    """The circuit on held-out prompts the finder never used (see circuits.ioi.evaluate)."""
+    """The circuit on held-out prompts the finder never used (see circuits.ioi.evaluate). Each class is
+    judged by `circuits.evidence.judge_class` on drops (clean - mean-ablated logit diff, relative to the
+    held-out one) against random same-layer heads, per name order ("ABBA": IO first, "BABA") and
+    template ("T3"): "confirmed" (pooled, in both orders and most templates), "order-dependent",
+    "template-dependent" or "unconfirmed" (also where a writer writes the wrong way or the model does
+    not do IOI). Its details: "heterogeneity" (Cochran's Q over templates: "Q", "df", "p", "I2") and,
+    for the classes that write to the logits, "writes" (mean direct logit attribution to "IO" and "S"
+    at END on the held-out prompts, in logits)."""
 
     prompts: str  # what was held out
     n_prompts: int
@@ -137,13 +114,13 @@ class Validation:
     faithfulness: float  # as Evaluation.faithfulness, on the held-out prompts (NaN: undefined there)
     recovered: float  # F(circuit) / F(model) on the held-out prompts
     recovered_ci: tuple[float, float]  # 95% bootstrap over prompts
-    classes: dict[str, ClassValidation]  # non-empty classes only
+    classes: dict[str, ClassVerdict]  # non-empty classes only, by name (`validate_circuit`)
     faithfulness_summary: FaithfulnessSummary | None = None  # with its per-prompt error (None: saved before)
     faithfulness_strata: list[StratumFaithfulness] = field(default_factory=list)  # per order and template
 
     @property
     def unconfirmed(self) -> list[str]:
-        return [name for name, found in self.classes.items() if not found.confirmed]
+        return [name for name, found in self.classes.items() if found.verdict != "confirmed"]
 
 
 @dataclass

@@ -224,8 +224,10 @@ def ioi_section(result: Any) -> list[str]:
                     f"IO {h.direct_logit_attribution['IO']:+.2f} / S {h.direct_logit_attribution['S']:+.2f}"
                     for h in heads
                 ),
-                f"{percent(check.beyond)} {ci(*check.beyond_ci)}" if check else "",
-                f"{check.verdict} (holds in {', '.join(check.holds_in)})" if check else "",
+                f"{percent(check.heldout.beyond)} {ci(*check.heldout.beyond_ci)}" if check else "",
+                f"{check.verdict} (holds in {', '.join(s.name for s in check.strata if s.holds)})"
+                if check
+                else "",
             ]
         )
     if result.unclassified:
