@@ -285,7 +285,7 @@ def _tests(
 
 def _accuracies(measured: QueryEffects, rows: Tensor, seed: int) -> dict[str, Any]:
     """Few-shot and zero-shot accuracy (without, with the FV, with random vectors) of the prompts
-    `rows` [batch] bool, with 95% CIs: the fields `TaskVector` and `TemplateVector` share."""
+    `rows` [batch] bool, with 95% CIs: `QueryAccuracy`'s fields."""
     runs = measured.zero_shot[:, rows]
     return {
         "few_shot": measured.few_shot[rows].mean().item(),

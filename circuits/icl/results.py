@@ -155,15 +155,10 @@ class ICLResult:
 
 
 @dataclass(kw_only=True)
-class TaskVector:
-    """One task's queries in the templates that test it: few-shot accuracy, and zero-shot accuracy
-    without the vector, with it and with random same-layer heads' (mean over the sets), 95% CIs over
-    prompts. `family`: "discovery" (in the discovery templates) or "held-out" (the held-out ones)."""
+class QueryAccuracy:
+    """Queries' few-shot accuracy, and zero-shot accuracy without the vector, with it and with random
+    same-layer heads' (mean over the sets), 95% CIs over prompts."""
 
-    task: str
-    description: str
-    family: str
-    n_pairs: int  # single-token pairs (demonstration + query halves)
     few_shot: float
     zero_shot: float
     zero_shot_ci: tuple[float, float]
@@ -174,20 +169,24 @@ class TaskVector:
 
 
 @dataclass(kw_only=True)
-class TemplateVector:
-    """The held-out tasks' queries in one template, as `TaskVector`; `family`: whether the template
-    chose ("discovery") or tests ("held-out")."""
+class TaskVector(QueryAccuracy):
+    """One task's queries in the templates that test it. `family`: "discovery" (in the discovery
+    templates) or "held-out" (the held-out ones)."""
+
+    task: str
+    description: str
+    family: str
+    n_pairs: int  # single-token pairs (demonstration + query halves)
+
+
+@dataclass(kw_only=True)
+class TemplateVector(QueryAccuracy):
+    """The held-out tasks' queries in one template; `family`: whether the template chose ("discovery")
+    or tests ("held-out")."""
 
     template: str  # a name of interp.tasks.icl_tasks.ICL_TEMPLATES
     family: str
     n_prompts: int
-    few_shot: float
-    zero_shot: float
-    zero_shot_ci: tuple[float, float]
-    with_fv: float
-    with_fv_ci: tuple[float, float]
-    with_random: float
-    with_random_ci: tuple[float, float]
 
 
 @dataclass(kw_only=True)
