@@ -90,7 +90,7 @@ def main() -> None:
     print(f"interp icl on {args.model}: {stages['interp icl']:.1f} s ({verdict} the 3-minute target)")
     print(f"compute floor of the matmuls at {rate / 1e9:.0f} GFLOP/s: {flops / rate:.1f} s")
     print(f"ICL score {result.score.score:+.3f} {result.score.ci}; induction class: "
-          f"{[(c.change, c.difference_ci, c.verdict) for c in result.classes]}")  # fmt: skip
+          f"{[(c.heldout.drop, c.heldout.beyond_ci, c.verdict) for c in result.classes]}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -314,6 +314,29 @@ def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "classes": {"__items__": classes}}
 
 
+def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
+    """ICL's record of a judged class (ClassEffect, saved before 2026-11-29) as a ClassVerdict: its
+    changes on the `n_prompts` ablated held-out documents as the held-out BeyondRandom (the random sets'
+    mean change, which such files do not hold, the mean of their means), found_by, attributed and
+    random_same_layers under details."""
+    fields = dict(fields)
+    random_changes = fields.pop("random_changes")
+    heldout = {
+        "n_prompts": n_prompts,
+        "drop": fields.pop("change"),
+        "drop_ci": fields.pop("change_ci"),
+        "random_drop": sum(random_changes) / len(random_changes),
+        "beyond": fields.pop("difference"),
+        "beyond_ci": fields.pop("difference_ci"),
+        "verdict": fields["verdict"],
+    }
+    fields.update(
+        sign=1, random_effects=random_changes, heldout={"__dataclass__": "BeyondRandom", "fields": heldout},
+        discovery=None, strata=[], note=HELD_OUT_ONLY,
+    )  # fmt: skip
+    return _older_class(fields, ["found_by", "attributed", "random_same_layers"])
+
+
 def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): a head's effect
     and robust z (HeadEvidence), and a step's or the circuit's effect grids and the selections'
@@ -360,6 +383,15 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return _older_class({"sign": 1, **node["fields"]}, details)
     if name == "Validation":
         return {**node, "fields": _older_ioi_classes(node["fields"])}
+    if name == "Comparison":  # a function-vector test, saved before 2026-11-29
+        fields = {**node["fields"], "sign": 1}
+        fields["random_effects"] = fields.pop("random_values")
+        return _older_class(fields, ["unit"])
+    if name == "ICLResult" and any(c["__dataclass__"] == "ClassEffect" for c in node["fields"]["classes"]):
+        fields = node["fields"]
+        n_ablated = fields.get("n_ablated") or fields["heldout"]["fields"]["per_document"]["shape"][0]
+        classes = [_older_icl_class(c["fields"], n_ablated) for c in fields["classes"]]
+        return {**node, "fields": {**fields, "classes": classes}}
     if patched_minus_clean and name in ("HeadEvidence", "StepResult", "IOICircuitResult"):
         return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node

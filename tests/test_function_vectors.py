@@ -29,7 +29,7 @@ from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage
 from circuits.icl.report import fv_headline, fv_sections, write_fv_report
 from circuits.icl.results import TEMPLATE_KINDS
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
-from circuits.sections import render_html
+from circuits.sections import render_html, render_markdown
 from circuits.stages import weights_fingerprint
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
@@ -268,7 +268,7 @@ def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(sm
     result = small_result
     for found in [result.aie_test, result.vector_test, *result.ablations]:
         tested = found.heldout
-        assert found.verdict == tested.verdict and len(found.random_values) == 2
+        assert found.verdict == tested.verdict and len(found.random_effects) == 2
         assert tested.beyond_ci[0] <= tested.beyond <= tested.beyond_ci[1]
         assert tested.beyond == pytest.approx(tested.drop - tested.random_drop, abs=1e-6)
         assert found.note
@@ -328,7 +328,7 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     save_result(result, tmp_path / "fv.json")
     loaded = load_result(tmp_path / "fv.json")
     assert loaded.fv_heads == result.fv_heads and torch.equal(loaded.aie_attributed, result.aie_attributed)
-    assert loaded.split == result.split and loaded.ablations == result.ablations
+    assert loaded.split == result.split and without_timings(loaded) == without_timings(result)
     assert (
         loaded.template_split == result.template_split and loaded.template_vectors == result.template_vectors
     )
@@ -370,6 +370,30 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     assert "beyond random" in (tmp_path / "fv.md").read_text()
     outcome = CliRunner().invoke(app, ["render", str(tmp_path / "fv.json"), "--format", "markdown"])
     assert outcome.exit_code == 0 and "Function-vector heads" in outcome.output
+
+
+def test_a_file_saved_with_the_older_test_record_loads_and_renders_the_same(small_result, tmp_path):
+    """Files saved before 2026-11-29 hold the function vectors' own record of a test (Comparison)."""
+    save_result(small_result, tmp_path / "fv.json")
+    document = json.loads((tmp_path / "fv.json").read_text())
+    fields = document["result"]["fields"]
+    for node in [fields["aie_test"], fields["vector_test"], *fields["ablations"]]:
+        older = dict(node["fields"])
+        unit = dict(older.pop("details")["__items__"])["unit"]
+        older["random_values"] = older.pop("random_effects")
+        for name in ("sign", "per_prompt"):
+            del older[name]
+        node.update(__dataclass__="Comparison", fields={**older, "unit": unit})
+    (tmp_path / "older.json").write_text(json.dumps(document))
+    read = load_result(tmp_path / "older.json")
+    for found, judged in zip(
+        [read.aie_test, read.vector_test, *read.ablations],
+        [small_result.aie_test, small_result.vector_test, *small_result.ablations],
+        strict=True,
+    ):
+        assert len(found.per_prompt) == 0 and len(judged.per_prompt) >= judged.heldout.n_prompts > 0
+        assert dataclasses.replace(found, per_prompt=judged.per_prompt) == judged
+    assert render_markdown(fv_sections(read)) == render_markdown(fv_sections(small_result))
 
 
 def test_bad_input_says_what_to_pass(smollm2):

@@ -28,7 +28,7 @@ from circuits.icl import (
 )
 from circuits.icl.report import icl_sections, write_icl_report
 from circuits.results_file import load_result, save_result
-from circuits.sections import render_html
+from circuits.sections import render_html, render_markdown
 from interp.tasks.corpus import brown_documents
 
 
@@ -66,7 +66,8 @@ def test_toy_induction_uses_its_context_through_its_induction_heads(toy_result):
     assert result.heldout.score < -3 and result.discovery.score < -3
     (induction,) = result.classes
     assert induction.verdict == "confirmed"
-    assert induction.change > max(induction.random_changes) and induction.difference_ci[0] > 0
+    assert induction.heldout.drop > max(induction.random_effects) and induction.heldout.beyond_ci[0] > 0
+    assert induction.details["attributed"] > 0
     assert len(induction.random_sets) == 3 and all(
         len(s) == len(induction.heads) for s in induction.random_sets
     )
@@ -98,7 +99,8 @@ def test_every_heldout_document_is_scored_and_the_ablations_run_on_some(toy, toy
     assert result.n_ablated == 4 and split.sizes(16) == (4, 4) and DocumentSplit(12, None).sizes(16) == (8, 8)
     (induction,) = result.classes  # the class test on the 4 ablated documents, as icl_report's engine runs
     _, clean, ablated = ablated_icl_scores(toy, sequences.tokens[4:8], sequences.windows, [toy_heads[0]])
-    assert abs(induction.change - (ablated[0] - clean).mean().item()) < 1e-5
+    assert abs(induction.heldout.drop - (ablated[0] - clean).mean().item()) < 1e-5
+    assert induction.heldout.n_prompts == len(induction.per_prompt) == 4
 
 
 def test_the_headline_says_when_it_is_not_established(toy_result):
@@ -174,7 +176,7 @@ def test_cli_takes_the_induction_heads_from_a_head_report(toy_heads, tmp_path):
     (induction,) = load_result(tmp_path / "icl.json").classes
     assert (
         induction.heads == [f"L{layer}H{head}" for layer, head in toy_heads[0]]
-        and induction.found_by == "given"
+        and induction.details["found_by"] == "given"
     )
     outcome = runner.invoke(
         app, ["icl", "--model", "toy-induction", "--induction-heads", "none", *options[:4]]
@@ -209,6 +211,32 @@ def test_result_saves_and_renders_in_every_format(toy_result, tmp_path):
     for format in ("json", "markdown"):
         write_icl_report(loaded, format, tmp_path / f"icl.{format}", console)
         assert "confirmed" in (tmp_path / f"icl.{format}").read_text()
+
+
+def test_a_file_saved_with_the_older_class_record_loads_and_renders_the_same(toy_result, tmp_path):
+    """Files saved before 2026-11-29 hold ICL's own record of a judged class (ClassEffect)."""
+    save_result(toy_result, tmp_path / "icl.json")
+    document = json.loads((tmp_path / "icl.json").read_text())
+    for node in document["result"]["fields"]["classes"]:
+        fields, details = node["fields"], dict(node["fields"]["details"]["__items__"])
+        heldout = fields["heldout"]["fields"]
+        node.update(__dataclass__="ClassEffect", fields={
+            "name": fields["name"], "heads": fields["heads"], **details, "change": heldout["drop"],
+            "change_ci": heldout["drop_ci"], "random_sets": fields["random_sets"],
+            "random_changes": fields["random_effects"], "difference": heldout["beyond"],
+            "difference_ci": heldout["beyond_ci"], "verdict": fields["verdict"],
+        })  # fmt: skip
+    (tmp_path / "older.json").write_text(json.dumps(document))
+    read = load_result(tmp_path / "older.json")
+    for found, judged in zip(read.classes, toy_result.classes, strict=True):
+        # such files hold neither the per-document effect nor the random sets' pooled mean (made of theirs)
+        assert len(found.per_prompt) == 0 and len(judged.per_prompt) == found.heldout.n_prompts
+        assert found.heldout.random_drop == pytest.approx(judged.heldout.random_drop, abs=1e-6)
+        heldout = dataclasses.replace(found.heldout, random_drop=judged.heldout.random_drop)
+        assert dataclasses.replace(found, heldout=heldout, per_prompt=judged.per_prompt) == judged
+    assert render_markdown(icl_sections(read, figures=False)) == render_markdown(
+        icl_sections(toy_result, figures=False)
+    )
 
 
 def test_bad_input_says_what_to_pass(toy):

@@ -26,6 +26,7 @@ from torch import Tensor
 
 import interp
 from circuits.evidence import (
+    ClassVerdict,
     FamilySplit,
     HeadClass,
     Strata,
@@ -49,7 +50,7 @@ from circuits.icl.function_vectors import (
     zero_shot_accuracy,
 )
 from circuits.icl.heads import ablated_icl_scores
-from circuits.icl.results import TEMPLATE_KINDS, Comparison, FunctionVectorResult, TaskVector, TemplateVector
+from circuits.icl.results import TEMPLATE_KINDS, FunctionVectorResult, TaskVector, TemplateVector
 from circuits.icl.sequences import default_sequences
 from circuits.stages import StageResults
 from interp.checks import check_count
@@ -151,23 +152,21 @@ def _template_rows(prompts: TaskPrompts, template_split: FamilySplit) -> Templat
 def _compare(
     name: str, unit: str, found: HeadClass, discovery: Tensor | None, heldout: Tensor, seed: int,
     rows: TemplateRows | None = None,
-) -> Comparison:  # fmt: skip
-    """A class's effects [1 + draws, prompt] (the class first) judged by `judge_class`: of `heldout`,
-    the prompts `rows` marks test, its strata divide them per template (None: all test, no strata)."""
+) -> ClassVerdict:  # fmt: skip
+    """A class's effects [1 + draws, prompt] (the class first) judged by `judge_class` as the test `name`
+    in `unit` (details["unit"]): of `heldout`, the prompts `rows` marks test, its strata divide them per
+    template (None: all test, no strata)."""
     tested, strata = (None, ()) if rows is None else rows
     verdict = judge_class(  # template-dependent: pooled above 0, but not each held-out template's CI
         found, heldout, discovery=discovery, seed=seed, unit=HELD_OUT_UNIT, tested=tested,
         strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS),
     )  # fmt: skip
-    note, dependent = verdict.note, verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent"
-    if dependent:
+    verdict.name, verdict.details = name, {"unit": unit}
+    if verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent":
         failing = [s.name for s in verdict.strata if s.kind == TEMPLATE_KINDS[0] and s.holds is False]
-        note += f"; does not hold in the held-out template(s) {', '.join(failing)} alone"
-    return Comparison(
-        name=name, unit=unit, heads=verdict.heads, random_sets=verdict.random_sets,
-        random_values=verdict.random_effects, discovery=verdict.discovery, heldout=verdict.heldout,
-        strata=verdict.strata, verdict="template-dependent" if dependent else verdict.verdict, note=note,
-    )  # fmt: skip
+        verdict.verdict = "template-dependent"
+        verdict.note += f"; does not hold in the held-out template(s) {', '.join(failing)} alone"
+    return verdict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,7 +262,7 @@ def _tests(
     rows: TemplateRows,
     icl: tuple[Tensor, Tensor],
     seed: int,
-) -> list[Comparison]:
+) -> list[ClassVerdict]:
     """Against random same-layer heads: the FV heads' AIE, the vector's zero-shot gain, then each class
     ablated on few-shot accuracy and on the ICL score (`icl`: clean [document], ablated [set, document])."""
     chosen, tested = effects["discovery"], effects["heldout"]
@@ -286,7 +285,7 @@ def _tests(
 
 def _accuracies(measured: QueryEffects, rows: Tensor, seed: int) -> dict[str, Any]:
     """Few-shot and zero-shot accuracy (without, with the FV, with random vectors) of the prompts
-    `rows` [batch] bool, with 95% CIs: the fields `TaskVector` and `TemplateVector` share."""
+    `rows` [batch] bool, with 95% CIs: `QueryAccuracy`'s fields."""
     runs = measured.zero_shot[:, rows]
     return {
         "few_shot": measured.few_shot[rows].mean().item(),

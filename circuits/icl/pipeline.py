@@ -23,7 +23,15 @@ from typing import Any
 import torch
 
 import interp
-from circuits.evidence import HeadClass, ci_verdict, head_class, head_labels, judge_class, mean_ci
+from circuits.evidence import (
+    ClassVerdict,
+    HeadClass,
+    ci_verdict,
+    head_class,
+    head_labels,
+    judge_class,
+    mean_ci,
+)
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
 from circuits.icl.heads import (
     ATTRIBUTION_STAGE,
@@ -33,7 +41,7 @@ from circuits.icl.heads import (
     head_attributions,
 )
 from circuits.icl.report import loss_curve_figure
-from circuits.icl.results import ClassEffect, HeadEffect, ICLResult
+from circuits.icl.results import HeadEffect, ICLResult
 from circuits.icl.score import icl_score, token_losses
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences, default_windows
 from circuits.icl.training import icl_over_training, plot_icl_over_training
@@ -143,27 +151,19 @@ def icl_report_stages(find_induction_heads: bool) -> list[str]:
     return [*first, ATTRIBUTION_STAGE, EXACT_ABLATIONS_STAGE, SCORING_STAGE]
 
 
-def _class_effect(
+def _judged(
     found: HeadClass, found_by: str, estimate: torch.Tensor, changes: torch.Tensor, seed: int
-) -> ClassEffect:
+) -> ClassVerdict:
     """A class's held-out changes against its random sets' (changes [1 + draws, document], the class
-    first), judged by `judge_class`."""
+    first) judged by `judge_class`, with its `ICLResult.classes` details (estimate [layer, head])."""
     verdict = judge_class(found, changes, seed=seed)
     layers = sorted(layer for layer, _ in found.heads)
-    return ClassEffect(
-        name=found.name,
-        heads=verdict.heads,
-        found_by=found_by,
-        attributed=sum(estimate[layer, head].item() for layer, head in found.heads),
-        change=verdict.heldout.drop,
-        change_ci=verdict.heldout.drop_ci,
-        random_sets=verdict.random_sets,
-        random_same_layers=all(sorted(layer for layer, _ in draw) == layers for draw in found.draws),
-        random_changes=verdict.random_effects,
-        difference=verdict.heldout.beyond,
-        difference_ci=verdict.heldout.beyond_ci,
-        verdict=verdict.verdict,
-    )
+    verdict.details = {
+        "found_by": found_by,
+        "attributed": sum(estimate[layer, head].item() for layer, head in found.heads),
+        "random_same_layers": all(sorted(layer for layer, _ in draw) == layers for draw in found.draws),
+    }
+    return verdict
 
 
 def _head_effect(head: Head, change: torch.Tensor, estimate: torch.Tensor, seed: int) -> HeadEffect:
@@ -270,9 +270,7 @@ def icl_report(
             _head_effect(head, change, estimate, seed)
             for head, change in zip(top_heads, changes[:n_top], strict=True)
         ],
-        classes=[]
-        if induction is None
-        else [_class_effect(induction, found_by, estimate, changes[n_top:], seed)],
+        classes=[] if induction is None else [_judged(induction, found_by, estimate, changes[n_top:], seed)],
         timings=timings,
     )
 

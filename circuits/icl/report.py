@@ -15,11 +15,11 @@ import math
 
 from rich.console import Console
 
+from circuits.evidence import ClassVerdict
 from circuits.icl.results import (
     FV_LEGEND,
     LEGEND,
     TEMPLATE_KINDS,
-    Comparison,
     FunctionVectorResult,
     ICLResult,
 )
@@ -30,6 +30,7 @@ from circuits.sections import (
     Section,
     Table,
     ci_text,
+    class_sections,
     layer_head_map,
     signed,
     value_ci,
@@ -51,14 +52,16 @@ def icl_headline(result: ICLResult) -> list[str]:
     ]
     n_ablated = tested.n_documents if result.n_ablated is None else result.n_ablated
     for found in result.classes:
-        draws = ", ".join(f"{change:+.3f}" for change in found.random_changes)
+        draws = ", ".join(f"{change:+.3f}" for change in found.random_effects)
         distinct = len({tuple(heads) for heads in found.random_sets})
-        kind = "random same-layer sets" if found.random_same_layers else "random sets (from other layers too)"
+        same_layers, found_by = found.details["random_same_layers"], found.details["found_by"]
+        kind = "random same-layer sets" if same_layers else "random sets (from other layers too)"
+        pooled = found.heldout
+        change, beyond = value_ci(pooled.drop, pooled.drop_ci), value_ci(pooled.beyond, pooled.beyond_ci)
         lines.append(
-            f"{found.name.capitalize()} heads ({len(found.heads)} {found.found_by}): ablating them changes "
-            f"the ICL score of {n_ablated} held-out documents by {value_ci(found.change, found.change_ci)}; "
-            f"{kind} ({draws}; {distinct} distinct); beyond random "
-            f"{value_ci(found.difference, found.difference_ci)}: {found.verdict}."
+            f"{found.name.capitalize()} heads ({len(found.heads)} {found_by}): ablating them changes the ICL "
+            f"score of {n_ablated} held-out documents by {change}; {kind} ({draws}; {distinct} distinct); "
+            f"beyond random {beyond}: {found.verdict}."
         )
     if not result.classes:
         lines.append(
@@ -111,8 +114,9 @@ def loss_curve_figure(result: ICLResult, out: str | None = None):
 
 
 def icl_sections(result: ICLResult, figures: bool = True) -> Report:
-    """The report: the finding, what chose and what tested, the classes against random heads, the top
-    heads, the loss per token and across training; `figures` (they need matplotlib) for HTML."""
+    """The report: the finding, what chose and what tested, the classes against random heads
+    (`class_sections`), the top heads, the loss per token and across training; `figures` (they need
+    matplotlib) for HTML."""
     lines = icl_headline(result)
     every_head = layer_head_map(
         result.attributions,
@@ -121,13 +125,15 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
         signed=True,
         value_format="{:+.3f}",
     )
-    classes = Table(
-        columns=["class", "heads", "change", "random sets of their layers", "beyond random", "verdict"],
-        rows=[[c.name, ", ".join(c.heads), value_ci(c.change, c.change_ci),
-               ", ".join(f"{x:+.3f}" for x in c.random_changes), value_ci(c.difference, c.difference_ci),
-               c.verdict] for c in result.classes],
-        right=["change", "beyond random"],
-    )  # fmt: skip
+    classes = class_sections(
+        result.classes,
+        details=[
+            ("change", lambda c: value_ci(c.heldout.drop, c.heldout.drop_ci)),
+            ("random sets of their layers", lambda c: ", ".join(f"{x:+.3f}" for x in c.random_effects)),
+        ],
+        effect="change",
+        digits=3,
+    )
     heads = Table(
         columns=["head", "attributed", "exact (held-out)", "verdict"],
         rows=[[h.head, signed(h.attributed), value_ci(h.exact, h.exact_ci), h.verdict] for h in result.heads],
@@ -144,7 +150,7 @@ def icl_sections(result: ICLResult, figures: bool = True) -> Report:
                 f"Held-out documents: {', '.join(result.heldout_names)}.",
             ],
         ),
-        Section(title="Classes against random heads (held-out documents)", table=classes),
+        *classes,
         Section(
             title="Top heads by attribution, confirmed by exact ablation",
             table=heads,
@@ -185,15 +191,16 @@ def _share(value: float, interval: tuple[float, float] | None = None) -> str:
     return text if interval is None else f"{text} {ci_text(interval, 2, sign=False)}"
 
 
-def _beyond(found: Comparison, family: str) -> str:
+def _beyond(found: ClassVerdict, family: str) -> str:
     """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
     measured = getattr(found, family)
     return "n/a" if measured is None else value_ci(measured.beyond, measured.beyond_ci)
 
 
-def _comparison_line(found: Comparison) -> str:
+def _test_line(found: ClassVerdict) -> str:
+    """A test of the headline: held out, against its random sets, beside discovery, per template."""
     tested = found.heldout
-    draws = ", ".join(f"{value:+.3f}" for value in found.random_values)
+    draws = ", ".join(f"{value:+.3f}" for value in found.random_effects)
     where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
     ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])  # the held-out ones first
     per_template = "; ".join(
@@ -202,7 +209,7 @@ def _comparison_line(found: Comparison) -> str:
         for s in ordered
     )
     return (
-        f"{found.name}: {tested.drop:+.3f} {found.unit} {ci_text(tested.drop_ci)} {where}; "
+        f"{found.name}: {tested.drop:+.3f} {found.details['unit']} {ci_text(tested.drop_ci)} {where}; "
         f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
         f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
         + (f" Per template, held-out tasks: {per_template}." if found.strata else "")
@@ -266,7 +273,7 @@ def fv_headline(result: FunctionVectorResult) -> list[str]:
         else f"Added at layer {result.fv_layer}, the first of a tie: at no layer does the vector raise the "
         "discovery tasks' zero-shot accuracy above 0."
     )
-    lines += [_comparison_line(result.aie_test), f"{_comparison_line(result.vector_test)} {where}"]
+    lines += [_test_line(result.aie_test), f"{_test_line(result.vector_test)} {where}"]
     lines.append(
         f"FV heads (top {len(result.fv_heads)} by AIE): {', '.join(result.fv_heads)}. Induction heads "
         f"({result.induction_found_by}): {', '.join(result.induction_heads) or 'none'}. Overlap: "
@@ -279,8 +286,12 @@ def fv_headline(result: FunctionVectorResult) -> list[str]:
 
 
 def fv_sections(result: FunctionVectorResult) -> Report:
-    """The report: what chose and what tested, the finding, the tests against random heads, per
-    template, zero-shot accuracy per task, the FV heads (with the [layer, head] map of AIEs)."""
+    """The report: what chose and what tested, the finding, the tests against random heads and their
+    strata per template (`class_sections`), accuracy per template and per task, the FV heads (with the
+    [layer, head] map of AIEs)."""
+    written = (
+        [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
+    )
     every_head = layer_head_map(
         result.aie_attributed,
         "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
@@ -288,24 +299,24 @@ def fv_sections(result: FunctionVectorResult) -> Report:
         signed=True,
         value_format="{:+.4f}",
     )
-    tests = Table(
-        columns=["test", "unit", "held-out", "beyond random (held-out)", "verdict",
-                 "discovery beyond random"],
-        rows=[[found.name, found.unit, value_ci(found.heldout.drop, found.heldout.drop_ci),
-               _beyond(found, "heldout"), found.verdict, _beyond(found, "discovery")]
-              for found in [result.aie_test, result.vector_test, *result.ablations]],
-        right=["held-out", "beyond random (held-out)", "discovery beyond random"],
-    )  # fmt: skip
-    vector = {s.name: s for s in result.vector_test.strata}
-    ablated = {s.name: s for s in result.ablations[0].strata}  # the FV heads' few-shot accuracy
+    tests, strata = class_sections(
+        [result.aie_test, result.vector_test, *result.ablations],
+        details=[
+            ("unit", lambda c: c.details["unit"]),
+            ("held-out", lambda c: value_ci(c.heldout.drop, c.heldout.drop_ci)),
+        ],
+        effect="effect",
+        holds="its CI lies above 0",
+        digits=3,
+    )
+    tests.notes = [FV_LEGEND, *written]
     template_columns = ["template", "prompt", "chose", "prompts", "few-shot", "zero-shot", "+ FV",
-                        "+ random heads", "FV beyond random", "FV heads ablated beyond random"]  # fmt: skip
+                        "+ random heads"]  # fmt: skip
     templates = Table(
         columns=template_columns,
         rows=[[row.template, ICL_TEMPLATES[row.template].pattern,
                "yes" if row.family == "discovery" else "no", str(row.n_prompts),
-               *map(_share, (row.few_shot, row.zero_shot, row.with_fv, row.with_random)),
-               *(value_ci(s[row.template].beyond, s[row.template].beyond_ci) for s in (vector, ablated))]
+               *map(_share, (row.few_shot, row.zero_shot, row.with_fv, row.with_random))]
               for row in result.template_vectors],
         right=template_columns[3:],
     )  # fmt: skip
@@ -324,20 +335,17 @@ def fv_sections(result: FunctionVectorResult) -> Report:
                f"{row['aie_heldout']:+.4f}", row["also"]] for row in result.fv_head_figures()],
         right=head_columns[1:4],
     )  # fmt: skip
-    written = (
-        [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
-    )
     sections = [
         Section(title="What chose and what tested", lines=fv_chose_lines(result)),
-        Section(title="Tests against random same-layer heads", table=tests, notes=[FV_LEGEND, *written]),
+        tests,
+        strata,
         Section(
             title="Per template: the held-out tasks' query pairs",
             table=templates,
             notes=[
                 "chose: the template is a discovery template (the held-out tasks in it are held out by "
-                "task only); the others are the test. Beyond random: the vector's zero-shot gain and the FV "
-                "heads' ablation's few-shot drop, each minus random same-layer heads', paired by prompt "
-                "[95% CI]."
+                "task only); the others are the test. Each test's effect beyond random per template: "
+                "'Per stratum and family (held out)'."
             ],
         ),
         Section(

@@ -12,7 +12,7 @@ import pandas as pd
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.evidence import EFFECT_SIGN, BeyondRandom, FamilySplit, StratumDrop
+from circuits.evidence import EFFECT_SIGN, ClassVerdict, FamilySplit
 from circuits.icl.score import ICLScore
 from circuits.icl.sequences import Windows
 from interp.tasks.icl_tasks import ICL_TEMPLATES
@@ -46,7 +46,7 @@ FV_LEGEND = (  # the function-vector report's legend, in its JSON too
     "effect beyond random lies above 0 on the held-out tasks in the held-out templates and in each "
     "held-out template alone (template-dependent when the pooled CI is and a held-out template's is not)."
 )
-TEMPLATE_KINDS = ("held-out template", "discovery template")  # `Comparison.strata`'s kinds
+TEMPLATE_KINDS = ("held-out template", "discovery template")  # the kinds of the FV tests' strata
 
 
 @dataclass(kw_only=True)
@@ -60,26 +60,6 @@ class HeadEffect:
     attributed: float
     exact: float
     exact_ci: tuple[float, float]
-    verdict: str
-
-
-@dataclass(kw_only=True)
-class ClassEffect:
-    """A class of heads ablated together on the held-out documents against random same-layer sets
-    (`circuits.evidence.ClassVerdict`'s figures): `difference`, the class's change minus the random
-    sets' mean, per document, with a 95% bootstrap CI; "confirmed" when that CI lies above 0."""
-
-    name: str  # "induction"
-    heads: list[str]
-    found_by: str  # where the heads came from
-    attributed: float  # the sum of its heads' attributed changes (discovery documents)
-    change: float
-    change_ci: tuple[float, float]
-    random_sets: list[list[str]]
-    random_same_layers: bool  # False where the class fills a layer: the rest come from other layers
-    random_changes: list[float]  # each random set's mean change: the null distribution
-    difference: float
-    difference_ci: tuple[float, float]
     verdict: str
 
 
@@ -114,7 +94,10 @@ class ICLResult:
     loss_curve_se: Float[Tensor, " pos_minus_1"]  # its standard error over documents
     attributions: Float[Tensor, "layer head"]  # mean attributed change over the discovery documents
     heads: list[HeadEffect]
-    classes: list[ClassEffect]
+    # on the ablated held-out documents; details: "found_by" (where the heads came from), "attributed"
+    # (the sum of its heads' attributed changes, discovery documents), "random_same_layers" (False where
+    # the class fills a layer: its random sets take heads from other layers too)
+    classes: list[ClassVerdict]
     training: TrainingCurve | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -172,58 +155,38 @@ class ICLResult:
 
 
 @dataclass(kw_only=True)
-class Comparison:
-    """A class of heads against random same-layer sets (`circuits.evidence.judge_class`) on the held-out
-    families (held-out tasks in held-out templates, or documents) beside the discovery ones (None: they
-    chose nothing); `strata`: per template on the held-out tasks (`TEMPLATE_KINDS`); verdict:
-    "confirmed", "template-dependent" (pooled CI above 0, some held-out template's not) or "unconfirmed"."""
+class QueryAccuracy:
+    """Queries' few-shot accuracy, and zero-shot accuracy without the vector, with it and with random
+    same-layer heads' (mean over the sets), 95% CIs over prompts."""
 
-    name: str  # "FV heads: AIE"
-    unit: str  # "p(answer)", "accuracy", "nats"
-    heads: list[str]
-    random_sets: list[list[str]]
-    random_values: list[float]  # each random set's mean effect on the held-out families
-    discovery: BeyondRandom | None
-    heldout: BeyondRandom
-    strata: list[StratumDrop]
-    verdict: str
-    note: str
+    few_shot: float
+    zero_shot: float
+    zero_shot_ci: tuple[float, float]
+    with_fv: float
+    with_fv_ci: tuple[float, float]
+    with_random: float
+    with_random_ci: tuple[float, float]
 
 
 @dataclass(kw_only=True)
-class TaskVector:
-    """One task's queries in the templates that test it: few-shot accuracy, and zero-shot accuracy
-    without the vector, with it and with random same-layer heads' (mean over the sets), 95% CIs over
-    prompts. `family`: "discovery" (in the discovery templates) or "held-out" (the held-out ones)."""
+class TaskVector(QueryAccuracy):
+    """One task's queries in the templates that test it. `family`: "discovery" (in the discovery
+    templates) or "held-out" (the held-out ones)."""
 
     task: str
     description: str
     family: str
     n_pairs: int  # single-token pairs (demonstration + query halves)
-    few_shot: float
-    zero_shot: float
-    zero_shot_ci: tuple[float, float]
-    with_fv: float
-    with_fv_ci: tuple[float, float]
-    with_random: float
-    with_random_ci: tuple[float, float]
 
 
 @dataclass(kw_only=True)
-class TemplateVector:
-    """The held-out tasks' queries in one template, as `TaskVector`; `family`: whether the template
-    chose ("discovery") or tests ("held-out")."""
+class TemplateVector(QueryAccuracy):
+    """The held-out tasks' queries in one template; `family`: whether the template chose ("discovery")
+    or tests ("held-out")."""
 
     template: str  # a name of interp.tasks.icl_tasks.ICL_TEMPLATES
     family: str
     n_prompts: int
-    few_shot: float
-    zero_shot: float
-    zero_shot_ci: tuple[float, float]
-    with_fv: float
-    with_fv_ci: tuple[float, float]
-    with_random: float
-    with_random_ci: tuple[float, float]
 
 
 @dataclass(kw_only=True)
@@ -252,11 +215,15 @@ class FunctionVectorResult:
     overlap: list[str]  # heads in both classes
     fv_layer: int  # where the vector is added: the best layer on the discovery tasks' queries
     layer_accuracy: list[float]  # discovery prompts' zero-shot accuracy with the FV added at each layer
-    aie_test: Comparison  # FV heads patched together into shuffled-label prompts
-    vector_test: Comparison  # zero-shot accuracy gained with the FV, against random heads' vectors
+    # each test of a class against random same-layer heads (`circuits.evidence.judge_class`), named by the
+    # class and what it measures; details["unit"]: "p(answer)", "accuracy" or "nats"; its strata per
+    # template on the held-out tasks (`TEMPLATE_KINDS`); verdict "template-dependent" where the pooled CI
+    # lies above 0 and some held-out template's does not
+    aie_test: ClassVerdict  # FV heads patched together into shuffled-label prompts
+    vector_test: ClassVerdict  # zero-shot accuracy gained with the FV, against random heads' vectors
     task_vectors: list[TaskVector]  # discovery tasks, then held-out tasks (in the templates that test)
     template_vectors: list[TemplateVector]  # the held-out tasks in each template
-    ablations: list[Comparison]  # {FV, induction} heads x {few-shot accuracy, ICL score}
+    ablations: list[ClassVerdict]  # {FV, induction} heads x {few-shot accuracy, ICL score}
     n_documents: int
     # what each head's mean output written to the residual stream is (interp.model.cache's
     # head_contribution_linearisation); "" in results saved before it was recorded
