@@ -430,10 +430,11 @@ def warn_non_finite(where: str, output: str, weights: Mapping[str, Tensor]) -> N
 
 
 def first_non_finite(state_dict: Mapping[str, Tensor]) -> str | None:
-    """The name of the first floating-point tensor holding NaN or inf, or None."""
+    """The name of the first floating-point tensor holding NaN or inf, or None (one min/max pass per
+    tensor, `all_finite`: no tensor of flags as large as the weights)."""
     for name, tensor in state_dict.items():
         floating = isinstance(tensor, Tensor) and tensor.is_floating_point() and not tensor.is_meta
-        if floating and not torch.isfinite(tensor).all():
+        if floating and not bool(all_finite(tensor)):
             return name
     return None
 

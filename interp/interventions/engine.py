@@ -69,10 +69,16 @@ class Site:
     @property
     def layer(self) -> int:
         """The block the hook lives in: -1 for embeddings, n_layers-like large for ln_final."""
-        match = re.match(r"blocks\.(\d+)\.", self.name)
-        if match:
-            return int(match.group(1))
-        return -1 if self.name.startswith("hook_") else 10**9
+        return _hook_layer(self.name)
+
+
+@functools.cache
+def _hook_layer(name: str) -> int:
+    """`Site.layer` of a hook name (read for every intervention in every segment of a walk)."""
+    match = re.match(r"blocks\.(\d+)\.", name)
+    if match:
+        return int(match.group(1))
+    return -1 if name.startswith("hook_") else 10**9
 
 
 def short_name(name: str) -> str:

@@ -158,7 +158,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         self.ln_final = Norm(cfg)
         self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab_out))
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab_out)) if cfg.unembed_bias else None
-        self.init_weights()
+        if self.W_E.device.type != "meta":  # meta weights (from_weights) hold no values to draw
+            self.init_weights()
         self.setup()
         self.register_load_state_dict_pre_hook(_rename_transformer_lens_parameters)
         if settings:
