@@ -27,6 +27,7 @@ scheduling.
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -248,7 +249,7 @@ def takes_run_options(function: Callable) -> Callable:
     """Refuse a run option passed as a keyword of its own (`batch_size=8`, as these functions took
     them before `RunOptions`), saying how to pass it (`options=RunOptions(batch_size=8)`); likewise the
     retired `metric_name`."""
-    names = {f.name for f in fields(RunOptions)}
+    names = {f.name for f in fields(RunOptions)} - set(inspect.signature(function).parameters)
 
     @functools.wraps(function)
     def checked(*args: Any, **kwargs: Any) -> Any:
