@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from circuits.evidence import head_labels
-from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE, MIN_EFFECT
+from circuits.heads.causal import CAUSAL_TYPES, EFFECTS, FUTILITY_ERROR, FUTILITY_SE, MIN_EFFECT
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
 from circuits.output import safe_csv
@@ -309,26 +309,23 @@ def _score_columns(report: HeadReport) -> dict[str, str]:
 
 
 def _cells(report: HeadReport, row) -> list[str]:
-    names = _score_columns(report).values()
-    head = head_label(row["layer"], row["head"])
     effects = [
         "" if math.isnan(row[f"{kind}_effect"]) else _effect_pair(row, kind, "/") for kind in CAUSAL_TYPES
     ]
     scores = [row.get(f"{kind}_held_out_score", math.nan) for kind in CAUSAL_TYPES]
     held_out = next((score for score in scores if not math.isnan(score)), math.nan)  # its first candidacy's
-    return [head, _types(row), *(_number(row[name]) for name in names), _number(held_out), *effects,
+    return [head_label(row["layer"], row["head"]), _types(row),
+            *(_number(row[name]) for name in _score_columns(report).values()), _number(held_out), *effects,
             _beyond_cell(row)]  # fmt: skip
 
 
 def _effect_pair(row, kind: str, separator: str) -> str:
     """ "0.12/0.05": the effect alone / with the others ablated ("–": not measured; "†": stopped early)."""
     stopped = row.get(f"{kind}_stopped_early", [])
-    alone, with_others = row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]
-    cells = [
-        "–" if math.isnan(value) else f"{value:.2f}" + ("†" if name in stopped else "")
-        for name, value in (("alone", alone), ("with_others_ablated", with_others))
-    ]
-    return separator.join(cells)
+    values = zip(EFFECTS, (row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]), strict=True)
+    return separator.join(
+        _number(value) + "†" * (name in stopped and not math.isnan(value)) for name, value in values
+    )
 
 
 BEYOND_COLUMN = "beyond random"  # cells: "+0.40 [+0.35, +0.45] (0.05)": its 95% CI, (random)
