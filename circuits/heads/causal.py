@@ -40,8 +40,7 @@ INDUCTION_STAGE = "Ablating induction candidates and random heads"  # progress s
 PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates and random heads"
 CLEAN_RUN_STAGE = "Clean run of the held-out probe"  # before the checks; not kept (one forward pass)
 
-Effect = tuple[float, float]
-"""(mean, standard error) over probe sequences."""
+Effect = tuple[float, float]  # (mean, standard error) over probe sequences
 
 
 @dataclass(kw_only=True)
