@@ -256,18 +256,16 @@ def random_heads_lines(report: HeadReport) -> list[str]:
         listed = "; ".join(f"L{layer}: {', '.join(heads)}" for layer, heads in sorted(by_layer.items()))
         elsewhere = [f"L{layer}" for layer, heads in sorted(by_layer.items())
                      if any(not label.startswith(f"L{layer}H") for label in heads)]  # fmt: skip
+        their = "its" if len(elsewhere) == 1 else "their"
+        moved = (
+            f" {', '.join(elsewhere)} had no such head left, so {their} random heads come from other layers."
+        )
         lines.append(
             f"{kind.replace('_', '-')} candidates against random heads: each effect is compared with "
-            f"{report.settings['n_random']} random heads of the candidate's layer over neither the "
-            "induction nor the previous-token threshold (drawn once per layer, seed "
-            f"{report.settings['seed']} + the layer), "
-            f"paired per held-out sequence, 95% bootstrap CI; {listed}."
-            + (
-                f" {', '.join(elsewhere)} had no such head left, so "
-                f"{'its' if len(elsewhere) == 1 else 'their'} random heads come from other layers."
-                if elsewhere
-                else ""
-            )
+            f"{report.settings['n_random']} random heads of the candidate's layer over neither the induction "
+            f"nor the previous-token threshold (drawn once per layer, seed {report.settings['seed']} + the "
+            f"layer), paired per held-out sequence, 95% bootstrap CI; {listed}."
+            + (moved if elsewhere else "")
         )
     return lines
 
@@ -549,6 +547,4 @@ def write_report(
         )
     terminal = heads_sections(report, wide=fits if wide is None else wide and fits, all_heads=all_heads)
     data = {"csv": lambda: to_csv(report)}
-    write_sections(
-        heads_sections(report), format, out, console, report, data, terminal=terminal, width=FILE_WIDTH
-    )
+    write_sections(heads_sections(report), format, out, console, report, data, terminal, FILE_WIDTH)
