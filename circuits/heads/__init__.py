@@ -8,14 +8,9 @@
     effects = causal_checks(model, probes, scores)                 # 4. mean ablation       causal.py
     table = head_table(scores, weights, effects)                   # 5. head types          classify.py
 
-The candidates are chosen by their scores on one token family (`probes.repeated`: even ids) and
-tested by the causal checks on another (`probes.held_out`: fresh sequences of odd ids).
-
-`confirmed_induction(model)` is `head_report(model).heads_of_type("induction")` for the cost of its
-induction part only (pipeline.py); `confirmed_induction_heads(model)` keeps it per model (cache.py):
-the induction class the ICL, function-vector and retrieval analyses test. `circuits.heads.report`
-renders a HeadReport (terminal table, CSV, JSON, Markdown, HTML). Each module's docstring defines
-what it measures, with its units.
+Candidates are chosen on one token family (even ids) and tested on another (odd ids).
+`confirmed_induction_heads(model)` (cache.py) keeps the confirmed induction heads per model for the
+ICL, function-vector and retrieval analyses; `circuits.heads.report` renders a HeadReport.
 """
 
 from circuits.heads.cache import confirmed_induction_heads, remember_induction_heads

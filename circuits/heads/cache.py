@@ -1,11 +1,6 @@
-"""The induction heads `interp heads` confirms, kept per model: the class every analysis that tests
-induction heads (ICL, function vectors, retrieval) takes from here.
-
-    heads = confirmed_induction_heads(model)       # found once per model, then read back
-    remember_induction_heads(model, report)        # what `interp heads` keeps of its head report
-
-Kept in interp's cache directory ($INTERP_CACHE, ~/.cache/interp) under the weights' fingerprint
-(`circuits.stages.weights_fingerprint`) and the head report's settings.
+"""The induction heads `interp heads` confirms, kept per model in interp's cache directory (under the
+weights' fingerprint and the settings) for the analyses that test induction heads (ICL, retrieval):
+`confirmed_induction_heads(model)` finds or reads them, `remember_induction_heads` keeps a report's.
 """
 
 from __future__ import annotations
@@ -29,10 +24,8 @@ INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_
 
 
 def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, seed: int = 0) -> Path:
-    """Where the induction heads of `head_report(model, n_samples, seed)` are kept: interp's cache
-    directory ($INTERP_CACHE, ~/.cache/interp), under the weights' fingerprint, the settings and the
-    held-out rule they were confirmed by (`HELD_OUT_RULE`: heads confirmed under another rule are not
-    reused)."""
+    """Where the induction heads of `head_report(model, n_samples, seed)` are kept, named by the weights'
+    fingerprint, the settings and `HELD_OUT_RULE` (another rule's are not reused)."""
     rule = hashlib.sha256(HELD_OUT_RULE.encode()).hexdigest()[:8]
     name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-rule-{rule}.json"
     return cache_dir() / "induction-heads" / name
@@ -41,8 +34,8 @@ def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, 
 def remember_induction_heads(
     model: interp.HookedTransformer, report: HeadReport, n_samples: int = 16, seed: int = 0
 ) -> Path:
-    """Keep the induction heads of `report` (made by `head_report(model, n_samples, seed)` with its
-    other settings at their defaults) where `confirmed_induction_heads` finds them; returns the path."""
+    """Keep the induction heads of `report` (`head_report(model, n_samples, seed)`, other settings at
+    their defaults) where `confirmed_induction_heads` finds them; returns the path."""
     return _keep_induction_heads(model, report.heads_of_type("induction"), n_samples, seed)
 
 
@@ -62,12 +55,9 @@ def confirmed_induction_heads(
     cache: bool = True,
     progress: Progress | None = None,
 ) -> list[Head]:
-    """The induction heads `interp heads` confirms by ablation (`head_report(model, n_samples,
-    seed).heads_of_type("induction")`, strongest first), computed by `confirmed_induction` (the head
-    report's induction part only). With `cache`, kept in interp's cache directory
-    (`induction_heads_cache`; `interp heads` keeps them there too), so they are found once per model.
-    progress: confirmed_induction's stages as parts of INDUCTION_HEADS_STAGE, or
-    (f"{INDUCTION_HEADS_STAGE}: reusing the head report cached at PATH", 0, 0)."""
+    """The induction heads `interp heads` confirms (strongest first), by `confirmed_induction`; with
+    `cache`, kept at `induction_heads_cache` and read back from there. progress: its stages as parts of
+    INDUCTION_HEADS_STAGE."""
     path = induction_heads_cache(model, n_samples, seed)
     if cache and path.is_file():
         if progress is not None:

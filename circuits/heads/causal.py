@@ -1,13 +1,9 @@
-"""Causal checks of induction and previous-token candidates on the held-out probe: each head's z
-mean-ablated (per position, over real sequences), alone and with the other candidates of its type
-ablated, judged against random heads of its layer by `circuits.evidence.judge_class` (paired per
-sequence; strata: repeat lengths). Effects (sign: positive when the head helps):
-
-  induction        loss increase on the second copies of the repeated sequences (nats)
-  previous_token   drop of the later induction heads' mean induction score (a fraction of attention)
-
-Two looks: after the first half of each repeat length's sequences, an effect whose figure beyond random
-+ FUTILITY_SE standard errors is below MIN_EFFECT stops (`stopped_early`).
+"""Causal checks on the held-out probe: each candidate's z mean-ablated (per position), alone and with
+the other candidates of its type ablated, judged against random heads of its layer by
+`circuits.evidence.judge_class` (paired per sequence; strata: repeat lengths). Effects (positive: the
+head helps): induction, the loss increase on the second copies (nats); previous_token, the drop of the
+later induction heads' mean induction score (attention). Two looks: after the first half of each
+repeat length's sequences, an effect beyond random + FUTILITY_SE standard errors below MIN_EFFECT stops.
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -34,36 +31,32 @@ from interp.types import Head, Progress, as_stage, head_label
 CAUSAL_TYPES = ("induction", "previous_token")  # types with ablation checks
 EFFECTS = ("alone", "with_others_ablated")  # a candidate's two effects, in the order they confirm it
 N_RANDOM = 5  # random heads drawn per layer with candidates (as IOI's n_random_draws)
-MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # a confirming effect beyond random is at least
-# this large (nats; score)
+MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # the least confirming effect beyond random
 LENGTH_RULE = {"length": "most"}  # a confirmed effect holds beyond random at most repeat lengths
 FUTILITY_SE = 3.0  # after the first look, an effect below MIN_EFFECT by this many standard errors stops
 FUTILITY_ERROR = NormalDist().cdf(-FUTILITY_SE)  # the chance an effect truly at MIN_EFFECT stops (0.13%)
 
-INDUCTION_STAGE = "Ablating induction candidates and random heads"  # the stages progress(stage, done,
-PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates and random heads"  # total) reports
+INDUCTION_STAGE = "Ablating induction candidates and random heads"  # progress stages
+PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates and random heads"
 CLEAN_RUN_STAGE = "Clean run of the held-out probe"  # before the checks; not kept (one forward pass)
 
-Effect = tuple[float, float]
-"""(mean, standard error) over probe sequences."""
+Effect = tuple[float, float]  # (mean, standard error) over probe sequences
 
 
 @dataclass(kw_only=True)
 class CausalEffects:
-    """Per candidate: its effect ablated alone and with the other candidates ablated; all candidates'.
-    by_stratum: "L=13" (one repeat length) -> head -> (alone, with others). judged: head -> effect
-    (EFFECTS) -> its verdict against the random heads of its layer (`judge_class`)."""
+    """Per candidate: its effect alone and with the other candidates ablated; all candidates' together.
+    by_stratum: "L=13" -> head -> (alone, with others); judged: head -> effect (EFFECTS) -> its verdict
+    against the random heads of its layer."""
 
     alone: dict[Head, Effect]
     with_others_ablated: dict[Head, Effect]
     all_candidates: Effect
     min_effect: float  # an effect beyond random below this is negligible, however small its CI
     by_stratum: dict[str, dict[Head, tuple[Effect, Effect]]] = field(default_factory=dict)
-    stopped_early: dict[Head, list[str]] = field(default_factory=dict)  # head -> its effects ("alone",
-    # "with_others_ablated") stopped as futile at the first look: over its sequences only
-    held_out_scores: dict[Head, float] = field(default_factory=dict)  # head -> the attention score of its
-    # type on the held-out probe (`held_out_scores`); a head without one is judged on its effects only
-    score_threshold: float = math.nan  # the type's score threshold (the discovery scores')
+    stopped_early: dict[Head, list[str]] = field(default_factory=dict)  # head -> effects stopped as futile
+    held_out_scores: dict[Head, float] = field(default_factory=dict)  # head -> its type's held-out score
+    score_threshold: float = math.nan  # the type's score threshold
     judged: dict[Head, dict[str, ClassVerdict]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -71,8 +64,7 @@ class CausalEffects:
             raise ValueError("held-out scores need their type's score_threshold to be judged against")
 
     def effect_verdict(self, head: Head, effect: str) -> str:
-        """The judge's verdict of one effect (EFFECTS) if its figure beyond random is at least
-        min_effect, else "unconfirmed"; "" where not measured."""
+        """The judge's verdict of one effect (EFFECTS), "unconfirmed" below min_effect ("": not measured)."""
         judged = self.judged.get(head, {}).get(effect)
         if judged is None:
             return ""
@@ -101,7 +93,7 @@ class CausalEffects:
 
 
 def mean_se(values: Float[Tensor, " batch"]) -> Effect:
-    """(mean, standard error) of `values` in float64 (standard error NaN for one value)."""
+    """(mean, standard error) in float64 (NaN standard error for one value)."""
     values = values.double()
     se = float(values.std() / math.sqrt(len(values))) if len(values) > 1 else float("nan")
     return float(values.mean()), se
@@ -114,21 +106,14 @@ def random_head_classes(
     n_random: int = N_RANDOM,
     seed: int = 0,
 ) -> dict[Head, HeadClass]:
-    """Each candidate as a class of one head with `n_random` random heads of its layer, drawn once per
-    layer (`circuits.evidence.head_class`, seed + layer) from the heads neither candidates nor `typed`,
-    and shared by the layer's candidates; from other layers where the layer has none left."""
+    """Each candidate as a class of one head with `n_random` random heads of its layer (drawn once per
+    layer with seed + layer, from heads neither candidates nor `typed`; other layers' if none is left)."""
     if n_random < 1:
         raise ValueError(
             f"n_random must be >= 1 (the random heads a candidate is compared with), got {n_random}"
         )
     excluded = {tuple(head) for head in [*heads, *typed]}
-    cfg = model.cfg
-    outside = [
-        (layer, head)
-        for layer in range(cfg.n_layers)
-        for head in range(cfg.n_heads)
-        if (layer, head) not in excluded
-    ]
+    outside = [head for head in np.ndindex(model.cfg.n_layers, model.cfg.n_heads) if head not in excluded]
     draws: dict[int, list[list[Head]]] = {}
     for head in heads:
         if head[0] not in draws:
@@ -138,19 +123,13 @@ def random_head_classes(
 
 
 def ablated_layers(classes: Mapping[Head, HeadClass]) -> list[int]:
-    """The layers whose heads the checks of `classes` ablate (the candidates' and their random heads')."""
+    """The layers whose heads the checks of `classes` ablate (candidates' and random heads')."""
     return sorted({layer for found in classes.values() for heads in found.sets for layer, _ in heads})
 
 
 Measure = Callable[[list[list[Head]], Tensor, int, int], list[Float[Tensor, " rows"]]]
-"""measure(head sets, rows, runs before, runs in all) -> per set, the measurement on each of the probe
-sequences `rows` with those heads ablated (the counts, of sets times looks, are for progress)."""
-
-
-def _futile(effect: Effect, min_effect: float) -> bool:
-    """The effect's upper bound, mean + FUTILITY_SE standard errors, is below min_effect."""
-    mean, se = effect
-    return mean + FUTILITY_SE * se < min_effect
+"""measure(head sets, rows, runs before, runs in all) -> per set, the measurement per sequence of
+`rows` with those heads ablated (the counts are for progress)."""
 
 
 Key = frozenset[Head]  # a set of heads ablated together
@@ -158,9 +137,8 @@ Key = frozenset[Head]  # a set of heads ablated together
 
 @dataclass
 class _Runs:
-    """The ablated runs of one check, look by look (`looks`: row indices), and the effects and
-    verdicts read from them. measured: per set of heads, the measurement per sequence (NaN where not
-    measured); seen: where it was measured."""
+    """The ablated runs of one check, look by look (`looks`: row indices). measured: per set of heads,
+    the measurement per sequence (NaN where not measured); seen: where it was."""
 
     classes: Mapping[Head, HeadClass]
     measure: Measure
@@ -210,7 +188,9 @@ class _Runs:
         return torch.stack([found for found, _ in rows])[:, both], both
 
     def futile(self, head: Head, name: str) -> bool:
-        return _futile(mean_se(beyond_per_prompt(self.effects_of(head, name)[0])), self.min_effect)
+        """The effect beyond random + FUTILITY_SE standard errors is below min_effect."""
+        mean, se = mean_se(beyond_per_prompt(self.effects_of(head, name)[0]))
+        return mean + FUTILITY_SE * se < self.min_effect
 
     def judge(self, head: Head, name: str) -> ClassVerdict:
         found, both = self.effects_of(head, name)
@@ -230,9 +210,8 @@ class _Runs:
         needs: dict[Key, set[Key]],
         later: int,
     ) -> None:
-        """Measure `sets` look by look; after each look but the last, drop the sets of `futility`
-        whose effect is futile, and the random sets (those in `needs`' values) that no remaining set
-        of `futility` needs; `later`: sets to run after these (for progress)."""
+        """Measure `sets` look by look; after each look but the last, drop the futile sets of `futility`
+        and the random sets (in `needs`' values) no remaining one needs; `later`: sets after these."""
         looks, active = self.looks, dict(sets)
         baselines = {frozenset(), self.everything}  # always run
         randoms = set().union(*needs.values()) - set(futility) - baselines
@@ -262,12 +241,9 @@ def _candidate_effects(
     strata: dict[str, Tensor] | None = None,
     seed: int = 0,
 ) -> CausalEffects:
-    """Each candidate's (the keys of `classes`) effects, sign * (ablated - clean measurement), alone
-    and on top of the other candidates, judged against its class's random heads ablated alone and on
-    top of all candidates. Sets run look by look (`looks`: row indices): first the heads alone (and
-    random heads alone, all candidates); then, for heads not confirmed alone at every stratum, the
-    others ablated. After each look but the last, futile effects (`_futile`) and the random sets
-    only they need stop (`stopped_early`)."""
+    """Each candidate's effects, sign * (ablated - clean measurement), alone and on top of the other
+    candidates, judged against its random heads. First the heads alone; then, for heads not confirmed
+    alone at every stratum, with the others ablated; futile effects stop after the first look."""
     runs = _Runs(classes, measure, sign, min_effect, looks, strata or {}, seed)
     heads, everything, stratum_rows, others = runs.heads, runs.everything, runs.strata, runs.others
     first = {frozenset(): [], everything: sorted(heads)}
@@ -356,8 +332,8 @@ def length_strata(probe: Probe) -> dict[str, Tensor]:
 
 @dataclass
 class CleanRun:
-    """One unablated run of a probe: resid_pre of the ablated layers, their z's mean per position over
-    the real sequences (the ablation's values), patterns, the final residual stream (or None)."""
+    """One unablated run of a probe: the ablated layers' resid_pre and mean z per position (over real
+    sequences), patterns, the final residual stream (or None)."""
 
     tokens: Int[Tensor, "batch pos"]
     resid_pre: dict[int, Float[Tensor, "batch pos d_model"]]
@@ -374,7 +350,7 @@ def clean_run_for_ablations(
     pattern_layers: Sequence[int] = (),
     final: bool = False,
 ) -> CleanRun:
-    """One unablated run of `probe`, caching what ablations of heads in `ablated_layers` need."""
+    """One unablated run of `probe`, caching what ablating heads of `ablated_layers` needs."""
     layers = sorted(set(ablated_layers))
     names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
     names += [interp.act_name("pattern", layer) for layer in sorted(set(pattern_layers))]
@@ -398,8 +374,7 @@ def clean_run_for_ablations(
 def held_out_scores(
     probe: Probe, clean: CleanRun, heads: Sequence[Head], head_type: str
 ) -> dict[Head, float]:
-    """Each head's `head_type` attention score on `probe` (`scores.type_score` of the clean run's
-    patterns, which must hold the heads' layers): the discovery score's statistic on held-out tokens."""
+    """Each head's `head_type` score (`scores.type_score`) on `probe`, from the clean run's patterns."""
     masks = {head_type: score_masks(probe.tokens, probe.lengths)[head_type]}  # the same for every layer
     found = {}
     for layer in sorted({layer for layer, _ in heads}):
@@ -419,8 +394,7 @@ def _repeat_kinds(probe: Probe) -> Int[Tensor, " batch"]:
 
 
 def looks(probe: Probe) -> list[Tensor]:
-    """The probe's rows in two looks (row indices): the first half of each repeat length's sequences,
-    then the rest (one look if no repeat length has two sequences)."""
+    """The probe's rows in two looks: the first half of each repeat length's sequences, then the rest."""
     kinds = _repeat_kinds(probe)
     first = torch.cat(
         [rows[: len(rows) // 2] for kind in kinds.unique() for rows in [(kinds == kind).nonzero()[:, 0]]]
@@ -433,8 +407,7 @@ def looks(probe: Probe) -> list[Tensor]:
 
 
 def _row_groups(probe: Probe, rows: Tensor) -> list[tuple[Tensor, int]]:
-    """(rows, width) per repeat length among `rows`: the rows run together, cut to the longest of them
-    (right padding after it cannot change earlier positions: attention is causal)."""
+    """(rows, width) per repeat length among `rows`, cut to their longest (right padding is causal-safe)."""
     kinds = _repeat_kinds(probe)
     groups = []
     for kind in kinds[rows].unique().tolist():
@@ -444,8 +417,8 @@ def _row_groups(probe: Probe, rows: Tensor) -> list[tuple[Tensor, int]]:
 
 
 Readout = Callable[[Tensor, Tensor, int], tuple[dict[str, Tensor], Callable[[dict[str, Tensor]], Tensor]]]
-"""readout(rows, the rows on the model's device, width) -> (the hooks read: name -> the clean run's value
-on those rows cut to width; {name: activation} -> the measurement per row)."""
+"""readout(rows, rows on the device, width) -> (hook name -> its clean value on those rows cut to width,
+{name: activation} -> the measurement per row)."""
 
 
 def _measure(
@@ -456,8 +429,8 @@ def _measure(
     progress: Progress | None,
     readout: Readout,
 ) -> Measure:
-    """The `Measure` of a check: each set of heads mean-ablated on a look's rows, per repeat length cut
-    to its longest sequence, starting from the clean run at the first ablated block (`read_site_sets`)."""
+    """The `Measure` of a check: each set of heads mean-ablated on a look's rows, per repeat length,
+    from the clean run at the first ablated block."""
     n_groups = len(_row_groups(probe, torch.arange(len(probe.tokens))))
     z_names = {interp.act_name("z", layer): layer for layer in clean.z_mean}
 
@@ -502,11 +475,8 @@ def induction_ablation_effects(
     n_random: int = N_RANDOM,
     seed: int = 0,
 ) -> CausalEffects:
-    """Loss increase on the second copies (nats) when candidate heads are mean-ablated: each alone,
-    each with the other candidates ablated, all together; each judged against `n_random` random heads
-    of its layer not `typed` nor candidates (`random_head_classes`, drawn with `seed`). `clean`: the
-    probe's clean run (with the layers of the candidates and their random heads, `ablated_layers`, and
-    the final residual stream), if already made."""
+    """Loss increase on the second copies (nats) with candidates mean-ablated, each judged against
+    `random_head_classes`. `clean`: the probe's clean run (`ablated_layers`, final stream), if made."""
     classes = random_head_classes(model, heads, typed, n_random, seed)
     if clean is None:
         clean = clean_run_for_ablations(model, probe, ablated_layers(classes), final=True)
@@ -545,12 +515,9 @@ def previous_token_ablation_effects(
     n_random: int = N_RANDOM,
     seed: int = 0,
 ) -> CausalEffects:
-    """Drop in the mean induction score of the `targets` (induction heads) in layers after the
-    earliest candidate when candidates are mean-ablated: each alone, each with the other candidates
-    ablated, all together; each judged against `n_random` random heads of its layer not `typed` nor
-    candidates (`random_head_classes`, drawn with `seed`). Candidates in or after the last target's
-    layer are not tested. `clean`: the probe's clean run (with the layers of the candidates and their
-    random heads, `ablated_layers`, and the targets' patterns), if already made."""
+    """Drop in the mean induction score of the `targets` after the earliest candidate with candidates
+    mean-ablated, each judged against `random_head_classes`; candidates at or after the last target's
+    layer are not tested. `clean`: the probe's clean run (`ablated_layers`, targets' patterns), if made."""
     heads = [head for head in heads if any(lt > head[0] for lt, _ in targets)]
     start = min((layer for layer, _ in heads), default=0)
     later = [target for target in targets if target[0] > start]
@@ -601,12 +568,9 @@ def causal_checks(
     n_random: int = N_RANDOM,
     seed: int = 0,
 ) -> dict[str, CausalEffects]:
-    """Stage 4 of `head_report`: mean-ablate up to `max_candidates` induction candidates (highest
-    scores first), then as many previous-token candidates, on the held-out probe (`probes.held_out`:
-    a token family the scores never read), each against `n_random` random heads of its layer over
-    neither type's threshold (drawn with `seed`). {} when no head is an induction candidate. stages: each
-    check's effects kept as it finishes (INDUCTION_STAGE, then PREVIOUS_TOKEN_STAGE); a check already
-    in it is not run again. progress: CLEAN_RUN_STAGE, then the two checks."""
+    """Stage 4 of `head_report`: up to `max_candidates` induction, then previous-token candidates
+    mean-ablated on `probes.held_out`, each against `n_random` random heads of its layer over neither
+    type's threshold ({} without induction candidates). stages: each check kept as it finishes."""
     induction = scores.candidates("induction", max_candidates)
     if not induction:
         if progress is not None:
@@ -652,7 +616,7 @@ def causal_checks(
 
 
 def typed_heads(scores: HeadScores, head_type: str) -> list[Head]:
-    """Every head over `head_type`'s score threshold (highest first): never a random head of the type."""
+    """Every head over `head_type`'s threshold (highest first): never a random head."""
     return scores.candidates(head_type, scores.columns[head_type].numel())
 
 
@@ -664,8 +628,7 @@ def with_held_out_scores(
     head_type: str,
     thresholds: dict[str, float],
 ) -> CausalEffects:
-    """`effects` with the candidates' held-out scores (`held_out_scores`) and the type's threshold,
-    which their verdicts then need cleared."""
+    """`effects` with the candidates' held-out scores and the type's threshold their verdicts need."""
     return dataclasses.replace(
         effects,
         held_out_scores=held_out_scores(probe, clean, heads, head_type),

@@ -1,10 +1,5 @@
-"""Head types from the scores and the causal evidence, and the report that holds them.
-
-A head has every type whose score clears its threshold (SCORE_NAMES, in that order), except
-induction, which also needs the causal confirmation (`causal`). previous_token, fixed_offset and
-skip_gram are given on their patterns (a previous-token head need not feed an induction head), the
-first with its causal effect as evidence.
-"""
+"""Head types and the report holding them: a head has every type whose score clears its threshold
+(SCORE_NAMES order); induction also needs the causal confirmation."""
 
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ def head_types(row: dict[str, Any], thresholds: dict[str, float]) -> list[str]:
 def head_table(
     scores: HeadScores, weights: dict[str, Tensor], effects: dict[str, CausalEffects]
 ) -> pd.DataFrame:
-    """Stage 5 of `head_report`: one row per (layer, head) with every score, weight score and causal
-    effect (NaN where not tested) and its types; the columns are described in `HeadReport`."""
+    """Stage 5 of `head_report`: one row per (layer, head), the columns of `HeadReport`."""
     columns = scores.columns | weights
     n_layers, n_heads = columns[SCORE_NAMES[0]].shape
     nan = (math.nan, math.nan)
@@ -74,10 +68,9 @@ SUFFIXES = ("", "_with_others")  # the table's column suffix of each of EFFECTS
 
 
 def _beyond_random_cells(found: CausalEffects, head: Head, kind: str) -> dict[str, Any]:
-    """The head's `kind` effects against random heads of its layer (`CausalEffects.judged`): per effect
-    (EFFECTS, column suffixes SUFFIXES) the random heads' mean effect, the effect beyond it (paired per
-    sequence), its standard error and 95% bootstrap CI over the sequences (NaN where not measured);
-    the random heads; the effect that confirms the head ("" if none)."""
+    """The head's `kind` effects against random heads of its layer, per effect (EFFECTS: SUFFIXES): the
+    random heads' mean, the effect beyond it with its SE and 95% CI (NaN: not measured); the random heads;
+    the confirming effect ("" if none)."""
     judged = found.judged.get(head, {})
     cells: dict[str, Any] = {}
     for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True):
@@ -97,26 +90,13 @@ def _beyond_random_cells(found: CausalEffects, head: Head, kind: str) -> dict[st
 
 @dataclass(kw_only=True)
 class HeadReport:
-    """Scores, types and causal effects of every head; `table` has one row per (layer, head).
-
-    Columns: layer, head; each score (SCORE_NAMES; `_se` standard errors; `_text` on natural text),
-    induction_len<L> per repeat length, fixed_offset_distance (the offset d of fixed_offset),
-    skip_gram_pair ("t -> v", the token pair behind skip_gram), copying, k_composition;
-    confidence_<type> (bootstrap probability the score clears the threshold); for each causal type
-    (induction, previous_token): <type>_effect(_se) ablating the head alone,
-    <type>_effect_with_others(_se) ablating it with the other candidates already ablated (NaN when
-    not tested), <type>_held_out_score (the type's attention score on the held-out probe, NaN when not
-    a candidate), <type>_verdict (`CausalEffects.verdict`), <type>_holds_in (the
-    repeat-length strata where an effect beyond random is positive), <type>_stopped_early (its effects,
-    "alone" or "with_others_ablated", stopped as futile at the first look: over half the sequences),
-    <type>_confirmed (the verdict is "confirmed"); against the random heads of its layer
-    (<type>_random_heads, labels): <type>_random_effect(_with_others) (their mean effect, ablated alone;
-    on top of all the candidates), <type>_beyond_random(_with_others) (the head's effect minus theirs,
-    paired per sequence) with _se and its 95% bootstrap CI _ci_low, _ci_high, <type>_confirmed_by (the
-    effect that confirms the head, "alone" or "with_others_ablated"; "" if none); and the same effects
-    per repeat length, <type>_effect[L=13], <type>_beyond_random[L=13] and so on; types (list of type
-    names). Units: nats (induction), a fraction of attention (previous_token).
-    """
+    """Scores, types and causal effects of every head. `table`, one row per (layer, head): layer, head;
+    each score of SCORE_NAMES (`_se`, `confidence_`, `_text`), induction_len<L>, fixed_offset_distance,
+    skip_gram_pair ("t -> v"), copying, k_composition; per causal type (nats for induction, attention
+    for previous_token; NaN: not tested): <type>_effect(_se) alone, <type>_effect_with_others(_se),
+    _held_out_score, _verdict, _holds_in (strata), _stopped_early, _confirmed, _confirmed_by,
+    _random_heads, _random_effect, _beyond_random (with _se, _ci_low, _ci_high; each of the last three
+    also _with_others), and per repeat length <type>_effect[L=13], <type>_beyond_random[L=13]; types."""
 
     model_name: str
     table: pd.DataFrame
@@ -142,31 +122,27 @@ class HeadReport:
         return list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
 
     def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`): the settings, thresholds and
-        group effects, and every head's scores, types and causal effects (NaN: null)."""
+        """What `--format json` holds (`circuits.sections.result_json`, NaN as null): the settings,
+        thresholds and group effects, and every head's scores, types and causal effects."""
         lengths = self.settings["induction_lengths"]
-        heads = []
-        for row in self.table.to_dict("records"):
-            heads.append(
-                {
-                    "layer": int(row["layer"]),
-                    "head": int(row["head"]),
-                    "scores": {
-                        name: _float(row[name]) for name in (*SCORE_NAMES, "copying", "k_composition")
-                    },
-                    "score_se": {name: _float(row[f"{name}_se"]) for name in SCORE_NAMES},
-                    "text_scores": {name: _float(row.get(f"{name}_text")) for name in PATTERN_SCORES},
-                    "induction_by_length": {str(n): _float(row[f"induction_len{n}"]) for n in lengths},
-                    "fixed_offset_distance": _int(row["fixed_offset_distance"]),
-                    "skip_gram_pair": row["skip_gram_pair"] or None,
-                    "types": list(row["types"]),
-                    "confidence": {name: _float(row[f"confidence_{name}"]) for name in SCORE_NAMES},
-                    "causal": {kind: _causal_data(row, kind) for kind in CAUSAL_TYPES},
-                }
-            )
-        groups = {
-            kind: {"effect": _float(m), "se": _float(se)} for kind, (m, se) in self.group_effects.items()
-        }
+        heads = [
+            {
+                "layer": row["layer"],
+                "head": row["head"],
+                "scores": {name: row[name] for name in (*SCORE_NAMES, "copying", "k_composition")},
+                "score_se": {name: row[f"{name}_se"] for name in SCORE_NAMES},
+                "text_scores": {name: row.get(f"{name}_text") for name in PATTERN_SCORES},
+                "induction_by_length": {str(n): row[f"induction_len{n}"] for n in lengths},
+                "fixed_offset_distance": None if math.isnan(distance) else int(distance),
+                "skip_gram_pair": row["skip_gram_pair"] or None,
+                "types": list(row["types"]),
+                "confidence": {name: row[f"confidence_{name}"] for name in SCORE_NAMES},
+                "causal": {kind: _causal_data(row, kind) for kind in CAUSAL_TYPES},
+            }
+            for row in self.table.to_dict("records")
+            for distance in [row["fixed_offset_distance"]]
+        ]
+        groups = {kind: {"effect": m, "se": se} for kind, (m, se) in self.group_effects.items()}
         return {
             "model": self.model_name,
             "settings": self.settings,
@@ -177,16 +153,18 @@ class HeadReport:
 
 
 def _causal_data(row: dict[str, Any], kind: str) -> dict[str, Any]:
-    """A head's `kind` causal check as JSON (NaN: None)."""
+    """A head's `kind` causal check as JSON (older files lack some columns)."""
 
-    def effects(key: str = "") -> dict[str, float | None]:
+    def effects(key: str = "") -> dict[str, float]:
         return {
-            "effect": _float(row[f"{kind}_effect{key}"]),
-            "se": _float(row[f"{kind}_effect_se{key}"]),
-            "effect_with_others_ablated": _float(row[f"{kind}_effect_with_others{key}"]),
-            "se_with_others_ablated": _float(row[f"{kind}_effect_with_others_se{key}"]),
+            "effect": row[f"{kind}_effect{key}"],
+            "se": row[f"{kind}_effect_se{key}"],
+            "effect_with_others_ablated": row[f"{kind}_effect_with_others{key}"],
+            "se_with_others_ablated": row[f"{kind}_effect_with_others_se{key}"],
         }
 
+    prefix = f"{kind}_effect["
+    strata = [column[len(prefix) : -1] for column in row if column.startswith(prefix)]  # "L=13", ...
     return {
         **effects(),
         "confirmed": bool(row[f"{kind}_confirmed"]),
@@ -196,52 +174,28 @@ def _causal_data(row: dict[str, Any], kind: str) -> dict[str, Any]:
         "random_heads": list(row.get(f"{kind}_random_heads", [])),
         "confirmed_by": row.get(f"{kind}_confirmed_by") or None,
         "beyond_random": {
-            effect: _beyond_random_data(row, kind, suffix)
+            effect: _beyond_random_data(row, f"{kind}_beyond_random{suffix}", f"{kind}_random_effect{suffix}")
             for effect, suffix in zip(EFFECTS, SUFFIXES, strict=True)
         },
         "by_stratum": {
             stratum: {
                 **effects(f"[{stratum}]"),
-                "beyond_random": _float(row.get(f"{kind}_beyond_random[{stratum}]")),
-                "beyond_random_with_others_ablated": _float(
-                    row.get(f"{kind}_beyond_random_with_others[{stratum}]")
-                ),
+                "beyond_random": row.get(f"{kind}_beyond_random[{stratum}]"),
+                "beyond_random_with_others_ablated": row.get(f"{kind}_beyond_random_with_others[{stratum}]"),
             }
-            for stratum in _strata(row, kind)
+            for stratum in strata
         },
     }
 
 
-def _beyond_random_data(row: dict[str, Any], kind: str, suffix: str) -> dict[str, Any] | None:
-    """One effect against random heads of the head's layer, as JSON numbers (None: not measured, or a
-    file saved before the random baseline)."""
-    beyond = _float(row.get(f"{kind}_beyond_random{suffix}"))
-    if beyond is None:
+def _beyond_random_data(row: dict[str, Any], column: str, random: str) -> dict[str, Any] | None:
+    """One effect against random heads of the head's layer (None: not measured, or a file saved
+    before the random baseline)."""
+    if math.isnan(row.get(column, math.nan)):
         return None
     return {
-        "random_effect": _float(row[f"{kind}_random_effect{suffix}"]),
-        "beyond": beyond,
-        "se": _float(row[f"{kind}_beyond_random{suffix}_se"]),
-        "ci": [
-            _float(row[f"{kind}_beyond_random{suffix}_ci_low"]),
-            _float(row[f"{kind}_beyond_random{suffix}_ci_high"]),
-        ],
+        "random_effect": row[random],
+        "beyond": row[column],
+        "se": row[f"{column}_se"],
+        "ci": [row[f"{column}_ci_low"], row[f"{column}_ci_high"]],
     }
-
-
-def _strata(row: dict[str, Any], kind: str) -> list[str]:
-    """The strata ("L=13", ...) a row has effects of `kind` for."""
-    prefix = f"{kind}_effect["
-    return [column[len(prefix) : -1] for column in row if column.startswith(prefix)]
-
-
-def _float(value: Any) -> float | None:
-    """JSON-safe float: NaN and missing become None."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return float(value)
-
-
-def _int(value: Any) -> int | None:
-    value = _float(value)
-    return None if value is None else int(value)

@@ -1,7 +1,5 @@
-"""`head_report`: probes -> scores -> weight evidence -> causal checks -> classification.
-
-The scores choose the candidates on the discovery token family's probes; the causal checks test them
-on the held-out family's (`probes.TOKEN_FAMILIES`): `confirmed_induction` follows the same rule."""
+"""`head_report`: probes -> scores (discovery family) -> weight evidence -> causal checks (held-out
+family) -> classification; `confirmed_induction`: its induction part only."""
 
 from __future__ import annotations
 
@@ -30,12 +28,7 @@ from circuits.heads.causal import (
     with_held_out_scores,
 )
 from circuits.heads.classify import HeadReport, head_table
-from circuits.heads.probes import (
-    FAMILY_NAMES,
-    HELD_OUT_SEED_OFFSET,
-    Probes,
-    make_probes,
-)
+from circuits.heads.probes import FAMILY_NAMES, HELD_OUT_SEED_OFFSET, Probes, make_probes
 from circuits.heads.scores import (
     N_BOOTSTRAP,
     SCORES_STAGE,
@@ -57,10 +50,10 @@ BETWEEN_STAGES = (CLEAN_RUN_STAGE,)  # what head_report reports between them (no
 
 @dataclass(frozen=True)
 class HeadSettings:
-    """What `head_report` runs: n_samples random sequences per probe (repeat length), up to seq_len
-    tokens, natural_text (default NATURAL_TEXT with a tokenizer; () skips it); the causal checks
-    (unless causal=False) on at most max_candidates induction and previous-token candidates each,
-    each against n_random random heads of its layer; batch_size sequences per pass while scoring."""
+    """What `head_report` runs: n_samples sequences per probe (repeat length) of up to seq_len tokens,
+    natural_text (default NATURAL_TEXT with a tokenizer; () skips it), the causal checks (unless
+    causal=False) on up to max_candidates candidates per type against n_random random heads each,
+    batch_size sequences per scoring pass."""
 
     n_samples: int = 16
     seed: int = 0
@@ -87,13 +80,9 @@ def head_report(
     stages: StageResults | None = None,
     **options: Any,
 ) -> HeadReport:
-    """Score, causally check and classify every attention head of `model` with `settings`, its fields
-    replaced by `options` (`head_report(model, n_samples=8)`).
-
-    progress(stage, done, total): the stages of KEPT_STAGES (the first only without causal checks)
-    and BETWEEN_STAGES. stages: each of KEPT_STAGES' results kept as it finishes; those already in it
-    (a resumed run's, made with the same settings) are not run again.
-    """
+    """Score, causally check and classify every head of `model` with `settings`, any of its fields
+    replaced by `options` (`head_report(model, n_samples=8)`). progress: KEPT_STAGES and BETWEEN_STAGES;
+    stages: each of KEPT_STAGES' results kept as it finishes, those already in it not run again."""
     settings = dataclasses.replace(settings or HeadSettings(), **options)
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")  # NaN would type no head
     stages = StageResults() if stages is None else stages
@@ -130,10 +119,8 @@ def confirmed_induction(
     batch_size: int = 8,
     progress: Progress | None = None,
 ) -> list[Head]:
-    """`head_report(model, n_samples, seed, seq_len, max_candidates=..., batch_size=...)
-    .heads_of_type("induction")` (strongest first), running only what the induction type reads: the
-    repeated probe's scores, the held-out probe's clean run and the induction check. progress:
-    SCORES_STAGE, then INDUCTION_STAGE."""
+    """`head_report(model, ...).heads_of_type("induction")` (strongest first), running only what the
+    induction type reads. progress: SCORES_STAGE, then INDUCTION_STAGE."""
     if max_candidates < 1:
         raise ValueError(f"max_candidates must be >= 1, got {max_candidates}.")
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")
@@ -157,7 +144,7 @@ def confirmed_induction(
 
 
 def heads_stage_notes(stage: str, value: HeadScores | CausalEffects) -> list[str]:
-    """A line on a finished stage of `head_report` (its kept `value`), for a partial result."""
+    """Lines on a finished stage of `head_report` (its kept `value`), for a partial result."""
     if isinstance(value, HeadScores):
         over = {kind: value.candidates(kind, value.columns[kind].numel()) for kind in CAUSAL_TYPES}
         labels = {kind: ", ".join(head_label(*head) for head in heads) for kind, heads in over.items()}

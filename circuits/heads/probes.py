@@ -49,11 +49,8 @@ HELD_OUT_RULE = (  # in --save files' options and the names of cached heads' fil
 
 @dataclass
 class Probe:
-    """A batch of probe sequences: tokens [batch, pos], true lengths [batch] (right padding).
-
-    Repeated probes also give, per row, the repeat length L (`repeat_len`) and the position of the
-    first copy's first token (`repeat_start`): the second copy starts at repeat_start + L.
-    """
+    """Probe sequences: tokens [batch, pos], true lengths [batch] (right padding); repeated probes' rows
+    also their repeat length L and first copy's start (the second copy starts at repeat_start + L)."""
 
     name: str
     tokens: Int[Tensor, "batch pos"]
@@ -63,8 +60,7 @@ class Probe:
     repeat_start: Int[Tensor, " batch"] | None = None
 
     def second_copy_predictions(self) -> Bool[Tensor, "batch pos_minus_1"]:
-        """Mask of the predictions of the second copy's tokens 2..L (the ones an induction head can
-        make; prediction p is of token p + 1)."""
+        """Mask of the predictions of the second copy's tokens 2..L (prediction p is of token p + 1)."""
         p = torch.arange(self.tokens.shape[1] - 1)[None]
         second = (self.repeat_start + self.repeat_len)[:, None]
         return (p >= second) & (p <= second + self.repeat_len[:, None] - 2)
@@ -109,8 +105,7 @@ def bos_token(model: interp.HookedTransformer) -> int | None:
 
 
 def induction_lengths(longest: int, n: int = 3) -> list[int]:
-    """`n` repeat lengths from `longest` down to about half of it, none a multiple of another
-    (shorter ones where the context leaves no room for that spread)."""
+    """`n` repeat lengths from `longest` down to about half of it, none a multiple of another."""
     if longest < n + 2:
         raise ValueError(
             f"repeat lengths need room: the longest is {longest} tokens, {n} lengths need at least {n + 2} "
@@ -127,9 +122,8 @@ def induction_lengths(longest: int, n: int = 3) -> list[int]:
 
 
 def family_tokens(model: interp.HookedTransformer, family: str | None) -> Int[Tensor, " tokens"]:
-    """The token ids a random probe draws from: those of `family` (a key of TOKEN_FAMILIES: the ids
-    of its parity, without the BOS and the tokenizer's special tokens), or with family=None every id
-    but the BOS."""
+    """The ids a random probe draws from: `family`'s parity without the BOS and special tokens, or
+    (family=None) every id but the BOS."""
     bos = {bos_token(model)} - {None}
     if family is None:
         ids, excluded = torch.arange(model.cfg.d_vocab), bos
@@ -160,9 +154,8 @@ def repeated_probe(
     seed: int,
     family: str = "discovery",
 ) -> Probe:
-    """n_samples rows per repeat length L: [BOS] p_1..p_o r_1..r_L r_1..r_L [pad], random tokens of
-    the token `family`, with a random prefix length o in [0, max_prefix] per row. Named "repeated"
-    (discovery) or "held-out" (held_out)."""
+    """n_samples rows per repeat length L: [BOS] p_1..p_o r_1..r_L r_1..r_L [pad] of `family`'s tokens,
+    o in [0, max_prefix]."""
     bos = bos_token(model)
     head = [] if bos is None else [bos]
     tokens_of_family = family_tokens(model, family)
@@ -219,12 +212,9 @@ def make_probes(
     seq_len: int = 24,
     natural_text: Sequence[str] | str | None = None,
 ) -> Probes:
-    """Stage 1 of `head_report`: n_samples repeated sequences per repeat length
-    (induction_lengths(seq_len), each after a random prefix of up to seq_len // 3 tokens; both
-    shorter in a short context) of the discovery token family, n_samples random sequences as long as
-    the longest repeated one (any token but the BOS), natural_text (default NATURAL_TEXT when the model has a
-    tokenizer; () skips it); and n_samples fresh repeated sequences per repeat length of the held-out
-    family (drawn from seed + HELD_OUT_SEED_OFFSET), for the causal checks."""
+    """Stage 1 of `head_report`: the probes of the module docstring, n_samples sequences each (per repeat
+    length: induction_lengths(seq_len), prefixes up to seq_len // 3); natural_text defaults to
+    NATURAL_TEXT with a tokenizer, () skips it."""
     if n_samples < 2:
         raise ValueError(f"n_samples must be >= 2 (standard errors need two sequences), got {n_samples}.")
     cfg = model.cfg

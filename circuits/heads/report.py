@@ -1,8 +1,5 @@
-"""A `HeadReport` as the one report structure (`circuits.sections`: terminal, Markdown, a self-contained
-HTML page with heat maps and attention viewers) and its data (CSV, JSON).
-
-Heads are written as `interp.types.head_label` writes them: "L9H6".
-"""
+"""A `HeadReport` as a `circuits.sections.Report` (terminal, Markdown, HTML with heat maps and attention
+viewers) and its data (CSV, JSON); heads written as `interp.types.head_label` does ("L9H6")."""
 
 from __future__ import annotations
 
@@ -14,11 +11,11 @@ from pathlib import Path
 from rich.console import Console
 
 from circuits.evidence import head_labels
-from circuits.heads.causal import CAUSAL_TYPES, FUTILITY_ERROR, FUTILITY_SE, MIN_EFFECT
+from circuits.heads.causal import CAUSAL_TYPES, EFFECTS, FUTILITY_ERROR, FUTILITY_SE, MIN_EFFECT
 from circuits.heads.classify import HeadReport
 from circuits.heads.scores import SCORE_NAMES
 from circuits.output import safe_csv
-from circuits.sections import Report, Section, Table, write_sections
+from circuits.sections import Report, Section, Table, layer_head_map, value_ci, write_sections
 from interp import viz
 from interp.types import Head, head_label
 
@@ -112,10 +109,8 @@ def _types(row) -> str:
 
 
 def classified_rows(report: HeadReport):
-    """Rows of heads with at least one type (first_token-only sinks excluded: they are most heads)."""
-    table = report.table
-    keep = table["types"].apply(lambda types: bool(set(types) - {"first_token"}))
-    return table[keep]
+    """Rows of heads with a type besides first_token (sinks: most heads)."""
+    return report.table[report.table["types"].apply(lambda types: bool(set(types) - {"first_token"}))]
 
 
 def type_summary(report: HeadReport) -> list[tuple[str, int, list[Head]]]:
@@ -124,9 +119,7 @@ def type_summary(report: HeadReport) -> list[tuple[str, int, list[Head]]]:
 
 
 def headline(report: HeadReport) -> str:
-    """What the report found, in one sentence: the heads of each causally checked type confirmed by
-    ablation, and how many more heads are typed by their scores alone (those typed first_token only
-    counted apart)."""
+    """One sentence: the confirmed heads of each causal type, and how many more are typed by score alone."""
     rows = classified_rows(report).to_dict("records")
     found = []
     for kind in CAUSAL_TYPES:
@@ -134,15 +127,11 @@ def headline(report: HeadReport) -> str:
         listed = f" ({', '.join(heads[:4])}{' …' if len(heads) > 4 else ''})" if heads else ""
         found.append(f"{len(heads)} {kind} heads{listed}")
     unconfirmed, sinks = len(unconfirmed_typed_rows(report)), len(first_token_only_rows(report))
-    against = (
-        " beyond random heads of their layers"
-        if report.settings.get("n_random") and report.settings["causal"]
-        else ""
-    )
+    causal = report.settings.get("n_random") and report.settings["causal"]
+    against = " beyond random heads of their layers" if causal else ""
     return (
         f"{report.model_name}: confirmed by ablation{against}: {', '.join(found)}; "
-        f"{_heads(unconfirmed, 'more')} "
-        "typed by their attention scores alone (not confirmed)"
+        f"{_heads(unconfirmed, 'more')} typed by their attention scores alone (not confirmed)"
         + (f", {sinks} of them first_token only." if sinks else ".")
     )
 
@@ -153,20 +142,18 @@ def _heads(n: int, adjective: str = "") -> str:
 
 
 def first_token_only_rows(report: HeadReport):
-    """Heads whose one type is first_token (attention sinks: most heads of a large model)."""
+    """Heads whose one type is first_token (attention sinks)."""
     return report.table[report.table["types"].apply(lambda types: list(types) == ["first_token"])]
 
 
 def unconfirmed_typed_rows(report: HeadReport):
-    """Heads with at least one type (first_token included) and none confirmed by ablation."""
-    table = report.table
-    typed = table[table["types"].apply(len) > 0]
-    return typed.drop(confirmed_rows(report).index)
+    """Heads with a type (first_token included), none confirmed by ablation."""
+    return report.table[report.table["types"].apply(len) > 0].drop(confirmed_rows(report).index)
 
 
 def unlisted_note(report: HeadReport, all_heads: bool) -> str:
-    """What the heads table leaves out: without `all_heads`, every typed head not confirmed by ablation,
-    counted per type; with it, the heads typed first_token only ("" when nothing is left out)."""
+    """What the heads table leaves out ("" if nothing): the unconfirmed typed heads per type, or with
+    `all_heads` the first_token-only ones."""
     sinks = len(first_token_only_rows(report))
     where = "the first_token heat map of the HTML page and --format csv/json have them"
     if all_heads:
@@ -178,7 +165,6 @@ def unlisted_note(report: HeadReport, all_heads: bool) -> str:
         return ""
     counts = Counter(name for types in unconfirmed["types"] for name in types)
     per_type = ", ".join(f"{count} {name}" for name, count in counts.most_common())
-    listed = len(unconfirmed) - sinks
     note = (
         f"{_heads(len(unconfirmed), 'more typed')}, not confirmed by ablation (typed by their scores; a head "
         f"may have several types): {per_type}."
@@ -186,8 +172,8 @@ def unlisted_note(report: HeadReport, all_heads: bool) -> str:
     if not sinks:
         return f"{note} --all lists them."
     return (
-        f"{note} --all lists the {listed} with a type besides first_token; the {sinks} typed first_token "
-        f"only (attention sinks) are not listed: {where}."
+        f"{note} --all lists the {len(unconfirmed) - sinks} with a type besides first_token; the {sinks} "
+        f"typed first_token only (attention sinks) are not listed: {where}."
     )
 
 
@@ -217,8 +203,7 @@ def group_line(report: HeadReport) -> str:
 
 
 def chose_lines(report: HeadReport) -> list[str]:
-    """What chose the causally checked heads (the scores, on the discovery token family), what tested
-    them (the causal checks, on the held-out family), how many sequences each, and the seeds."""
+    """What chose the candidates (scores, discovery family) and what tested them (held-out family)."""
     s = report.settings
     lengths = "/".join(map(str, s["induction_lengths"]))
     chose = (
@@ -255,8 +240,7 @@ def chose_lines(report: HeadReport) -> list[str]:
 
 
 def random_heads_lines(report: HeadReport) -> list[str]:
-    """What the candidates' effects are compared with: the random heads of each layer with candidates,
-    per type, and the layers whose random heads come from other layers (none of theirs was left)."""
+    """The random heads each candidate layer's effects are compared with, per type."""
     table = report.table
     lines = []
     for kind in CAUSAL_TYPES:
@@ -272,25 +256,22 @@ def random_heads_lines(report: HeadReport) -> list[str]:
         listed = "; ".join(f"L{layer}: {', '.join(heads)}" for layer, heads in sorted(by_layer.items()))
         elsewhere = [f"L{layer}" for layer, heads in sorted(by_layer.items())
                      if any(not label.startswith(f"L{layer}H") for label in heads)]  # fmt: skip
+        their = "its" if len(elsewhere) == 1 else "their"
+        moved = (
+            f" {', '.join(elsewhere)} had no such head left, so {their} random heads come from other layers."
+        )
         lines.append(
             f"{kind.replace('_', '-')} candidates against random heads: each effect is compared with "
-            f"{report.settings['n_random']} random heads of the candidate's layer over neither the "
-            "induction nor the previous-token threshold (drawn once per layer, seed "
-            f"{report.settings['seed']} + the layer), "
-            f"paired per held-out sequence, 95% bootstrap CI; {listed}."
-            + (
-                f" {', '.join(elsewhere)} had no such head left, so "
-                f"{'its' if len(elsewhere) == 1 else 'their'} random heads come from other layers."
-                if elsewhere
-                else ""
-            )
+            f"{report.settings['n_random']} random heads of the candidate's layer over neither the induction "
+            f"nor the previous-token threshold (drawn once per layer, seed {report.settings['seed']} + the "
+            f"layer), paired per held-out sequence, 95% bootstrap CI; {listed}."
+            + (moved if elsewhere else "")
         )
     return lines
 
 
 def held_out_score_lines(report: HeadReport) -> list[str]:
-    """How the attention scores that chose the candidates fare on the held-out token family: their mean
-    on each family and the candidates whose held-out score falls below the type's threshold."""
+    """The candidates' scores on the discovery family -> the held-out family, and those falling below."""
     table = report.table
     lines = []
     for kind in CAUSAL_TYPES:
@@ -319,73 +300,57 @@ def held_out_score_lines(report: HeadReport) -> list[str]:
 
 
 def _score_columns(report: HeadReport) -> dict[str, str]:
-    """The wide table's score columns, header -> the table's column: induction per repeat length, the
-    other scores, the weight scores."""
+    """The wide table's score columns: header -> the table's column."""
     lengths = {f"ind@{n}": f"induction_len{n}" for n in report.settings["induction_lengths"]}
     names = [*(name for name in SCORE_NAMES if name != "induction"), *WEIGHT_SCORES]
     return lengths | {SHORT[name]: name for name in names}
 
 
-def _columns(report: HeadReport) -> list[str]:
-    """Every score (`_score_columns`), the held-out score of the head's causal type (induction, else
-    previous-token), the causal effects."""
-    return ["head", "types", *_score_columns(report), "held out", "Δloss", "Δind", BEYOND_COLUMN]
-
-
 def _cells(report: HeadReport, row) -> list[str]:
-    names = _score_columns(report).values()
-    head = head_label(row["layer"], row["head"])
     effects = [
         "" if math.isnan(row[f"{kind}_effect"]) else _effect_pair(row, kind, "/") for kind in CAUSAL_TYPES
     ]
     scores = [row.get(f"{kind}_held_out_score", math.nan) for kind in CAUSAL_TYPES]
     held_out = next((score for score in scores if not math.isnan(score)), math.nan)  # its first candidacy's
-    return [head, _types(row), *(_number(row[name]) for name in names), _number(held_out), *effects,
+    return [head_label(row["layer"], row["head"]), _types(row),
+            *(_number(row[name]) for name in _score_columns(report).values()), _number(held_out), *effects,
             _beyond_cell(row)]  # fmt: skip
 
 
 def _effect_pair(row, kind: str, separator: str) -> str:
-    """ "0.12/0.05": the effect alone and with the other candidates ablated ("–" where not measured:
-    the head is confirmed alone at every repeat length; "†" after one stopped early as futile)."""
+    """ "0.12/0.05": the effect alone / with the others ablated ("–": not measured; "†": stopped early)."""
     stopped = row.get(f"{kind}_stopped_early", [])
-    alone, with_others = row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]
-    cells = [
-        "–" if math.isnan(value) else f"{value:.2f}" + ("†" if name in stopped else "")
-        for name, value in (("alone", alone), ("with_others_ablated", with_others))
-    ]
-    return separator.join(cells)
+    values = zip(EFFECTS, (row[f"{kind}_effect"], row[f"{kind}_effect_with_others"]), strict=True)
+    return separator.join(
+        _number(value) + "†" * (name in stopped and not math.isnan(value)) for name, value in values
+    )
 
 
 BEYOND_COLUMN = "beyond random"  # cells: "+0.40 [+0.35, +0.45] (0.05)": its 95% CI, (random)
 
 
-def _shown_effect(row) -> tuple[str, str] | None:
-    """(type, column suffix) of the effect the tables show against random heads: the confirming effect
-    of the head's strongest confirmed type (`evidence`), else its effect alone as the first type it was
-    a candidate of; None where it was none's (or the file holds no random baseline)."""
+def _beyond_cell(row) -> str:
+    """ "+0.40 [+0.35, +0.45] (0.05)": the confirming effect of the head's strongest confirmed type
+    (`evidence`), else its effect alone as the first type it was a candidate of, beyond random heads of
+    its layer, with its 95% CI and the random heads' mean effect ("" where none)."""
     confirmed = [kind for kind in CAUSAL_TYPES if row[f"{kind}_confirmed"]]
+    measured = [kind for kind in CAUSAL_TYPES if not math.isnan(row.get(f"{kind}_beyond_random", math.nan))]
     if confirmed:
         kind = max(confirmed, key=lambda kind: _evidence_of(row, kind))
-        return kind, "_with_others" if confirmed_with_others_only(row, kind) else ""
-    measured = [kind for kind in CAUSAL_TYPES if not math.isnan(row.get(f"{kind}_beyond_random", math.nan))]
-    return (measured[0], "") if measured else None
-
-
-def _beyond_cell(row) -> str:
-    """ "+0.40 [+0.35, +0.45] (0.05)": the shown effect (`_shown_effect`) beyond random heads of its
-    layer, its 95% CI, and the random heads' mean effect ("" where none)."""
-    shown = _shown_effect(row)
-    if shown is None or math.isnan(row.get(f"{shown[0]}_beyond_random{shown[1]}", math.nan)):
+        suffix = "_with_others" if confirmed_with_others_only(row, kind) else ""
+    elif measured:
+        kind, suffix = measured[0], ""
+    else:
         return ""
-    column = f"{shown[0]}_beyond_random{shown[1]}"
-    low, high = row[f"{column}_ci_low"], row[f"{column}_ci_high"]
-    random = row[f"{shown[0]}_random_effect{shown[1]}"]
-    return f"{row[column]:+.2f} [{low:+.2f}, {high:+.2f}] ({random:.2f})"
+    column = f"{kind}_beyond_random{suffix}"
+    if math.isnan(row.get(column, math.nan)):  # a file saved before the random baseline
+        return ""
+    interval = (row[f"{column}_ci_low"], row[f"{column}_ci_high"])
+    return f"{value_ci(row[column], interval, 2)} ({row[f'{kind}_random_effect{suffix}']:.2f})"
 
 
 def _compact_cells(row) -> list[str]:
-    """head, types, the score of its main type, the causal evidence and its comparison with random
-    heads (`_beyond_cell`)."""
+    """head, types, its main type's score, the causal effects, `_beyond_cell`."""
     main = next((name for name in row["types"] if name not in ("first_token", "broad")), row["types"][0])
     effect = ""
     for kind, unit in (("induction", "Δloss"), ("previous_token", "Δind")):
@@ -402,17 +367,12 @@ def _compact_cells(row) -> list[str]:
     ]
 
 
-# ---------------------------------------------------------------------------------------------
-# Terminal
-
-
 SAVED_BEFORE_RANDOM_SE = 2.0  # files saved before the random baseline confirmed an effect > 2 standard errors
 
 
 def confirmed_with_others_only(row, kind: str) -> bool:
-    """The head is confirmed as `kind` by its effect with the other candidates ablated, its effect alone
-    not confirmed (the others stand in for it): `<kind>_confirmed_by`; in a file saved before the random
-    baseline, its effect alone was not over 2 standard errors and 0.02."""
+    """Confirmed as `kind` by its effect with the others ablated, not alone (in a file saved before the
+    random baseline: its effect alone not over 2 standard errors and MIN_EFFECT)."""
     if not row[f"{kind}_confirmed"]:
         return False
     if f"{kind}_confirmed_by" in row:
@@ -422,37 +382,30 @@ def confirmed_with_others_only(row, kind: str) -> bool:
 
 
 def _evidence_of(row, kind: str) -> float:
-    """The confirming effect of `kind` beyond random / its standard error (in a file saved before the
-    random baseline: the confirming effect / its standard error)."""
+    """The confirming effect of `kind` beyond random (older files: the effect) / its standard error."""
     suffix = "_with_others" if confirmed_with_others_only(row, kind) else ""
     column = f"{kind}_beyond_random{suffix}" if f"{kind}_confirmed_by" in row else f"{kind}_effect{suffix}"
     return row[column] / row[f"{column}_se"]
 
 
 def evidence(row) -> float:
-    """A head's strongest confirming effect beyond random / its standard error, over its confirmed
-    types (`_evidence_of`; -inf: none confirmed)."""
+    """The strongest `_evidence_of` over the head's confirmed types (-inf: none)."""
     return max(
         (_evidence_of(row, kind) for kind in CAUSAL_TYPES if row[f"{kind}_confirmed"]), default=-math.inf
     )
 
 
 def confirmed_rows(report: HeadReport):
-    """Typed heads confirmed by ablation, the strongest evidence (beyond random / standard error) first."""
+    """Typed heads confirmed by ablation, the strongest `evidence` first."""
     rows = classified_rows(report).copy()  # one block: the table's many columns were added one by one
-    strength = [evidence(row) for row in rows.to_dict("records")]
-    rows = rows.assign(_evidence=strength)
+    rows = rows.assign(_evidence=[evidence(row) for row in rows.to_dict("records")])
     return rows[rows["_evidence"] > -math.inf].sort_values("_evidence", ascending=False)
 
 
 def ranked_rows(report: HeadReport):
-    """Every typed head: those confirmed by ablation first (strongest evidence first), then by layer."""
+    """Every typed head: the confirmed first (`confirmed_rows`), then by layer."""
     typed, confirmed = classified_rows(report), confirmed_rows(report).index
     return typed.loc[[*confirmed, *typed.index.drop(confirmed)]]
-
-
-# ---------------------------------------------------------------------------------------------
-# Files
 
 
 def to_csv(report: HeadReport) -> str:
@@ -470,24 +423,17 @@ def _scale(name: str, report: HeadReport) -> str:
 
 
 def _heatmaps(report: HeadReport) -> str:
-    """Every score's [layer, head] heat map, side by side, each captioned with its meaning and scale."""
-    layers = [str(layer) for layer in range(report.n_layers)]
-    heads = [str(head) for head in range(report.n_heads)]
-    maps = []
-    for name in (*SCORE_NAMES, *WEIGHT_SCORES):
-        signed = name == "copying"
-        limit = 1.0 if name in SCORE_NAMES or signed else None
-        caption = f"{CAPTIONS[name]}. {_scale(name, report)}."
-        maps.append(
-            viz.heatmap_html(report.score_grid(name), layers, heads, title=name, signed=signed, limit=limit,
-                             caption=caption)
-        )  # fmt: skip
+    """Every score's [layer, head] heat map, captioned with its meaning and scale."""
+    maps = [
+        layer_head_map(report.score_grid(name), name, f"{CAPTIONS[name]}. {_scale(name, report)}.",
+                       signed=name == "copying", limit=1.0 if name in (*SCORE_NAMES, "copying") else None)
+        for name in (*SCORE_NAMES, *WEIGHT_SCORES)
+    ]  # fmt: skip
     return viz.heatmap_grid(maps, min_width=max(260, 44 * report.n_heads + 60))  # a column ~44 px
 
 
 def viewer_heads(report: HeadReport) -> list[tuple[str, Head]]:
-    """(type, head) for the attention viewers: per type up to TOP_HEADS_SHOWN heads, those confirmed
-    by ablation first, then by score."""
+    """(type, head) of the attention viewers: up to TOP_HEADS_SHOWN per type, the confirmed first."""
     table = report.table.set_index(["layer", "head"])
     shown = []
     for name in SCORE_NAMES:
@@ -535,9 +481,8 @@ def _viewers(report: HeadReport) -> list[str]:
 
 
 def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True) -> Report:
-    """The report: the summary per type, the heads (every typed head with `all_heads`, else those
-    confirmed by ablation; every score column when `wide`, else head, types, main score, evidence),
-    the heat maps of every score and an attention viewer per typed head (figures: the HTML page)."""
+    """The report: the heads (every typed one with `all_heads`, else the confirmed; every score column
+    when `wide`), the summary per type, the heat maps and attention viewers (HTML only)."""
     shown = 8 if wide else 5
     summary = Table(
         columns=["type", "threshold", "heads", "top heads"],
@@ -557,7 +502,8 @@ def heads_sections(report: HeadReport, wide: bool = True, all_heads: bool = True
         "standard error)"
     )
     effect = "causal effect alone / with the others ablated (nats / score)"
-    columns = _columns(report) if wide else ["head", "types", "score", effect, BEYOND_COLUMN]
+    wide_columns = ["head", "types", *_score_columns(report), "held out", "Δloss", "Δind", BEYOND_COLUMN]
+    columns = wide_columns if wide else ["head", "types", "score", effect, BEYOND_COLUMN]
     hints = [note for note in [unlisted_note(report, all_heads)] if note]
     hints.append(
         ("" if wide else "--wide shows every score; ") + "--format csv/json has standard errors too."
@@ -590,10 +536,8 @@ def write_report(
     report: HeadReport, format: str, out: str | Path | None, console: Console | None,
     wide: bool | None = None, all_heads: bool = False,
 ) -> None:  # fmt: skip
-    """Print (table, or text formats without `out`) or write the report to `out`. The terminal table:
-    the heads confirmed by ablation (every typed head with `all_heads`), every score column when `wide`
-    (default: when the terminal, or a file, has at least WIDE_TERMINAL columns; a narrower terminal gets
-    the compact table and a note)."""
+    """Print, or write to `out`, the report in `format`; the table format is wide when `wide` (default:
+    with WIDE_TERMINAL columns or more) and fits, else compact."""
     width = FILE_WIDTH if out is not None else console.width
     fits = width >= WIDE_TERMINAL
     if format == "table" and wide and not fits:
@@ -603,6 +547,4 @@ def write_report(
         )
     terminal = heads_sections(report, wide=fits if wide is None else wide and fits, all_heads=all_heads)
     data = {"csv": lambda: to_csv(report)}
-    write_sections(
-        heads_sections(report), format, out, console, report, data, terminal=terminal, width=FILE_WIDTH
-    )
+    write_sections(heads_sections(report), format, out, console, report, data, terminal, FILE_WIDTH)

@@ -36,15 +36,7 @@ from interp.types import Head, Progress, head_label
 
 PATTERN_SCORES = ("previous_token", "induction", "duplicate_token", "current_token", "first_token", "broad")
 SCORE_NAMES = (*PATTERN_SCORES, "fixed_offset", "skip_gram")  # every head type, in report order
-MARGINS = {
-    "previous_token": 0.3,
-    "induction": 0.3,
-    "duplicate_token": 0.3,
-    "current_token": 0.3,
-    "first_token": 0.4,
-    "fixed_offset": 0.3,
-    "skip_gram": 0.3,
-}
+MARGINS = {name: 0.4 if name == "first_token" else 0.3 for name in SCORE_NAMES if name != "broad"}
 BROAD_THRESHOLD = 0.8
 BROAD_MIN_QUERY = 4
 # A fixed offset d is scored only where at least a third of the queries (and 4) have a key at i-d.
@@ -58,8 +50,7 @@ Masks = dict[str, tuple[Bool[Tensor, "batch q k"], Bool[Tensor, "batch q"]]]
 
 
 def score_masks(tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"]) -> Masks:
-    """Per mask score: (the keys a head of that type attends to, the queries that count: those with
-    at least one such key)."""
+    """Per mask score: (the keys a head of that type attends to, the queries with one such key)."""
     batch, n = tokens.shape
     q = torch.arange(n)[:, None]
     k = torch.arange(n)[None, :]
@@ -110,9 +101,8 @@ def mask_scores(
 def type_score(
     head_type: str, per_sequence: Float[Tensor, "seq ..."], repeat_len: Int[Tensor, " seq"]
 ) -> Tensor:
-    """The mean a head is typed by, from a repeated probe's per-sequence scores [seq, ...] (NaNs
-    skipped): induction the lowest mean over the repeat lengths (`repeat_len` [seq]; the weakest
-    length, as `mask_score_columns`), any other type the mean over sequences."""
+    """The mean a head is typed by (NaNs skipped): induction the lowest over the repeat lengths
+    (`repeat_len` [seq]), any other type the mean over sequences."""
     if head_type != "induction":
         return per_sequence.nanmean(0)
     means = torch.stack([per_sequence[repeat_len == length].nanmean(0) for length in repeat_len.unique()])
@@ -120,8 +110,7 @@ def type_score(
 
 
 def weakest_length(means: Float[Tensor, "length ..."]) -> Int[Tensor, "1 ..."]:
-    """The index of the lowest of each head's means over repeat lengths (a NaN mean is never the
-    lowest), kept as a leading dimension of 1 for `gather`."""
+    """The index [1, ...] of each head's lowest mean over repeat lengths (never a NaN one)."""
     return means.nan_to_num(float("inf")).argmin(0, keepdim=True)
 
 
@@ -134,10 +123,8 @@ def uniform_pattern(lengths: Int[Tensor, " batch"], n: int) -> Float[Tensor, "ba
 def fixed_offset_scores(
     pattern: Float[Tensor, "batch head q k"], lengths: Int[Tensor, " batch"]
 ) -> Float[Tensor, "batch head offset"]:
-    """Attention from token i to token i-d, averaged over queries i > d, for offsets d = 0..pos-1
-    (the first token, a common sink, is never the key); NaN where fewer than MIN_OFFSET_QUERIES, or
-    MIN_OFFSET_QUERY_FRACTION of a sequence's queries, have such a key (so an offset is one that
-    most of the sequence can use)."""
+    """Attention from i to i-d averaged over queries i > d, for d = 0..pos-1 (never keyed on the first
+    token); NaN where fewer than MIN_OFFSET_QUERIES, or MIN_OFFSET_QUERY_FRACTION, of the queries can."""
     needed = (lengths * MIN_OFFSET_QUERY_FRACTION).ceil().clamp_min(MIN_OFFSET_QUERIES)  # [batch]
     batch, n_heads, n, _ = pattern.shape
     scores = torch.full((batch, n_heads, n), float("nan"))
@@ -160,13 +147,8 @@ def probe_patterns(
     progress: Progress | None = None,
 ) -> tuple[dict[str, Tensor], Float[Tensor, "layer head q k"]]:
     """Run the probe and score every layer's attention: ({name: [rows, layer, head, ...]}, the first
-    sequence's patterns).
-
-    score(pattern [batch, head, q, k], tokens, lengths) -> {name: [rows, head, ...]}, where rows is
-    the batch or anything else that concatenates over batches (a batch's tokens and pattern are cut
-    to its longest sequence). Only hook_pattern is cached, one batch at a time; progress(f"Attention
-    scores: {probe.name} probe", sequences done, sequences): a part of SCORES_STAGE.
-    """
+    sequence's patterns). score(pattern [batch, head, q, k], tokens, lengths) -> {name: [rows, head,
+    ...]} (rows concatenate over batches, each cut to its longest sequence)."""
     cfg = model.cfg
     per_batch: list[dict[str, Tensor]] = []
     pattern_names = [interp.act_name("pattern", layer) for layer in range(cfg.n_layers)]
@@ -204,8 +186,7 @@ def probe_patterns(
 
 
 def score_thresholds(probes: Probes) -> dict[str, float]:
-    """Each type's threshold: the score of uniform causal attention on the same probes plus its margin
-    (broad: a fixed normalised entropy)."""
+    """Each type's threshold: uniform causal attention's score plus its margin (broad: fixed)."""
     repeated, unrepeated, skip_probe = probes.repeated, probes.random, probes.skip_gram
     baseline = mask_scores(
         uniform_pattern(repeated.lengths, repeated.tokens.shape[1]), repeated.tokens, repeated.lengths
@@ -228,8 +209,7 @@ def score_thresholds(probes: Probes) -> dict[str, float]:
 def _mean_se_confidence(
     per_sequence: Float[Tensor, "seq layer head"], threshold: float, seed: int
 ) -> tuple[Float[Tensor, "layer head"], Float[Tensor, "layer head"], Float[Tensor, "layer head"]]:
-    """(mean, standard error, confidence) over probe sequences (NaNs skipped); confidence is the
-    bootstrap probability that the mean clears `threshold`."""
+    """(mean, standard error, bootstrap probability of clearing `threshold`) over sequences, NaN skipped."""
     mean = per_sequence.nanmean(0)
     n = (~per_sequence.isnan()).sum(0).clamp_min(1)
     centred = (per_sequence - mean).nan_to_num(0.0)
@@ -245,12 +225,8 @@ def _mean_se_confidence(
 
 @dataclass(kw_only=True)
 class HeadScores:
-    """Stage 2 of `head_report`: the attention-pattern scores of every head.
-
-    columns: {column: [layer, head]}: each score of SCORE_NAMES (mean over probe sequences), its
-    `_se` and `confidence_`, `<score>_text` on natural text, `induction_len<L>` per repeat length,
-    `fixed_offset_distance` (skip_gram has no standard error or confidence: NaN).
-    """
+    """Stage 2 of `head_report`. columns: {column: [layer, head]}: each of SCORE_NAMES, its `_se` and
+    `confidence_` (NaN for skip_gram), `<score>_text`, `induction_len<L>`, `fixed_offset_distance`."""
 
     columns: dict[str, Float[Tensor, "layer head"]]
     thresholds: dict[str, float]
@@ -277,8 +253,8 @@ def score_heads(
     batch_size: int = 8,
     progress: Progress | None = None,
 ) -> HeadScores:
-    """Stage 2 of `head_report`: score every head's attention on the probes, `batch_size` sequences
-    per forward pass; `seed` seeds the bootstraps of the confidences."""
+    """Stage 2 of `head_report`: every head's scores, `batch_size` sequences per pass; `seed`: the
+    confidences' bootstraps."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     cfg = model.cfg
@@ -328,8 +304,8 @@ def score_heads(
 def mask_score_columns(
     per_sequence: dict[str, dict[str, Tensor]], probes: Probes, limits: dict[str, float], seed: int
 ) -> dict[str, Tensor]:
-    """The mask scores on the repeated probe (induction: the lowest over repeat lengths, confident
-    when every length clears), on natural text, and induction per repeat length."""
+    """The mask scores on the repeated probe (induction: the lowest over repeat lengths, its confidence
+    the product), on natural text, and induction per repeat length."""
     repeated = per_sequence["repeated"]
     by_length = {
         length: _mean_se_confidence(

@@ -60,15 +60,11 @@ def skip_gram_scores(
     lengths: Int[Tensor, " batch"],
     min_distance: int = 2,
 ) -> tuple[Float[Tensor, " head"], Int[Tensor, " head"], Int[Tensor, " head"]]:
-    """Each head's cross-fitted skip-gram score [head] (a fraction of attention) and its (query type,
-    key type) pair ([head] each; -1 where no type is seen in enough sequences). mass: skip_gram_masses
-    over the whole probe.
-
-    Sequences of each query type t (seen in >= 2 * MIN_SKIP_GRAM_SEQUENCES) alternate between two folds;
-    in each, v*(t) is the key the other fold attends to most (median over sequences), and a sequence
-    scores its attention from t on v*(t) minus what other query types give v*(t). A type's score is the
-    mean of the folds' medians; the head's is its best type's.
-    """
+    """Each head's cross-fitted skip-gram score [head] (attention) and its (query type, key type) pair
+    (-1: no type seen in enough sequences); mass: `skip_gram_masses` over the probe. Sequences of a query
+    type t alternate between two folds; in each, v*(t) is the key the other fold attends to most (median),
+    scored as attention from t on v*(t) minus other query types'. A head's score: its best type's mean
+    of the folds' medians."""
     rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
     query = keys[rows, queries]  # [occurrence]
     n_occ, n_heads, n_types = mass.shape

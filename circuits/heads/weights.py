@@ -33,18 +33,15 @@ def _query_key_weights(model: interp.HookedTransformer) -> tuple[Tensor, Tensor]
     """The q/k norms' elementwise weights per query head ([layer, head, 1, d_head] each: ones without
     q/k norms; a key/value head's repeated for its group), which scale W_Q's and W_K's columns."""
     cfg = model.cfg
-    ones = torch.ones(cfg.n_heads, cfg.d_head)
-    q_weights, k_weights = [], []
-    for block in model.blocks:
-        attn = block.attn
-        if cfg.qk_norm == "none":
-            q_weights.append(ones)
-            k_weights.append(ones)
-            continue
-        q_weights.append(attn.q_ln.weight(cfg.d_head).expand(cfg.n_heads, cfg.d_head).cpu())
-        k = attn.k_ln.weight(cfg.d_head).expand(cfg.n_kv_heads, cfg.d_head).cpu()
-        k_weights.append(k.repeat_interleave(cfg.n_heads // cfg.n_kv_heads, 0))
-    return torch.stack(q_weights)[:, :, None], torch.stack(k_weights)[:, :, None]
+    if cfg.qk_norm == "none":
+        ones = torch.ones(cfg.n_layers, cfg.n_heads, 1, cfg.d_head)
+        return ones, ones
+    group = cfg.n_heads // cfg.n_kv_heads
+    q = [block.attn.q_ln.weight(cfg.d_head).expand(cfg.n_heads, cfg.d_head).cpu() for block in model.blocks]
+    k = [
+        block.attn.k_ln.weight(cfg.d_head).expand(cfg.n_kv_heads, cfg.d_head).cpu() for block in model.blocks
+    ]
+    return torch.stack(q)[:, :, None], torch.stack(k).repeat_interleave(group, 1)[:, :, None]
 
 
 def _output_weight(block: nn.Module, d_model: int) -> Float[Tensor, " d_model"]:
