@@ -44,7 +44,6 @@ class GroundTruth:
     model: HookedTransformer
     task: EdgeTask
     circuit: Bool[Tensor, "writer reader"]
-    ablation: edges.AblationKind = "counterfactual"
 
     @property
     def n_edges(self) -> int:
