@@ -3,20 +3,7 @@ CI and curve on held-out ones (`split_task`). Scores estimate m(edge ablated) - 
 units (negative: the edge helps); "prune" and "ensemble" scores only rank, and their edges are listed by
 m(circuit without the edge) - m(circuit) on the held-out prompts (`interp.edges.removal_effects`).
 
-JSON schema "interp-edge-circuit-3" (`EdgeCircuitResult.json_data`; -1 had no held-out prompts):
-  model     {name, provenance, n_layers, n_heads, n_kv_heads}
-  task      {name, n_prompts (discovery), n_heldout, split, metric, clean_metric, corrupted_metric}
-  method    {name, steps, ablation, ig_points, bootstrap, score_convention}
-  graph     {n_nodes, n_edges}
-  circuit   {requested_edges, size_target, n_edges, nodes, edges: [{writer, reader, score, frequency,
-             removal_effect, removal_measured}], faithfulness, faithfulness_ci, faithfulness_error,
-             faithfulness_within, faithfulness_strata, discovery_faithfulness, discovery_faithfulness_ci,
-             held_out_note}
-  curve     {fractions, n_edges, faithfulness, ci_low, ci_high, cpr, cmd, cpr_abs, cmd_signed,
-             faithfulness_signed, random: {n_edges, faithfulness, cpr, cmd}} or null (held out)
-  top_edges [{edge, score, frequency}]  the strongest edges by |score|
-  seconds   {scores, circuit, curve, stability, effects}
-  heads     a prompt-pair file's head classes (`circuits.path.PathResult`'s fields) or null
+`--format json`: schema "interp-edge-circuit-3" (`EdgeCircuitResult.json_data`), in docs/guide/edges.md.
 """
 
 from __future__ import annotations

@@ -97,9 +97,8 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
         f"task {task['name']}: {task['n_prompts']} discovery prompt pairs"
         + ("" if task["n_heldout"] is None else f", {task['n_heldout']} held-out ({task['split']})")
         + f"; {task['metric']} clean {task['clean_metric']:.3f}, corrupted {task['corrupted_metric']:.3f}",
-        f"method {method['name']}{steps}, {method['ablation']} "
-        f"ablation; scores in {sum(result.seconds.values()):.1f} s "
-        f"in all ({result.seconds['scores']:.1f} s scoring"
+        f"method {method['name']}{steps}, {method['ablation']} ablation; scores in "
+        f"{sum(result.seconds.values()):.1f} s in all ({result.seconds['scores']:.1f} s scoring"
         + (f", {result.seconds['curve']:.1f} s the curve" if "curve" in result.seconds else "")
         + (f", {result.seconds['effects']:.1f} s the edges' effects" if "effects" in result.seconds else "")
         + ")",
