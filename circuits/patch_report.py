@@ -41,13 +41,12 @@ class PatchReport:
     result: PatchResult
     top: int = 10
 
-    def json_data(self) -> pd.DataFrame:
-        """What `--format json` holds (`circuits.sections.result_json`): every patch's row of `ranked`."""
-        return self.ranked()
-
-    def ranked(self):
-        """Summary rows (mean and 95 % bootstrap CI per patch), the strongest effect first."""
+    def ranked(self) -> pd.DataFrame:
+        """Summary rows (mean and 95 % bootstrap CI per patch), the strongest effect first: what
+        `--format json` and csv hold."""
         return self.result.summary().sort_values("mean", ascending=self.direction == "noise")
+
+    json_data = ranked
 
 
 def ioi_patching(
@@ -63,11 +62,9 @@ def ioi_patching(
 
     positions = None if component in HEAD_COMPONENTS else clean.positions
     pair = (clean.tokens, corrupted.tokens, logit_diff)
-    result = _patching(model, pair, end, positions, component, direction, progress)
-    return PatchReport(
-        model=model.cfg.model_name, task=f"ioi ({n_prompts} prompts)", component=component,
-        direction=direction, result=result, top=top,
-    )  # fmt: skip
+    return _patching(
+        model, f"ioi ({n_prompts} prompts)", pair, end, positions, component, direction, top, progress
+    )
 
 
 def pairs_patching(
@@ -85,14 +82,11 @@ def pairs_patching(
             "activation patching aligns positions, so give pairs of equal token length "
             "(interp circuit --task accepts unequal ones)."
         )
-    result = _patching(model, task.pair, end, None, component, direction, progress)
-    return PatchReport(
-        model=model.cfg.model_name, task=f"{task.name} ({task.n_prompts} pairs)", component=component,
-        direction=direction, result=result, top=top,
-    )  # fmt: skip
+    task_name = f"{task.name} ({task.n_prompts} pairs)"
+    return _patching(model, task_name, task.pair, end, None, component, direction, top, progress)
 
 
-def _patching(model, pair, end, positions, component, direction, progress) -> PatchResult:
+def _patching(model, task, pair, end, positions, component, direction, top, progress) -> PatchReport:
     """Patch `component` of the pair's (clean, corrupted) prompts, its metric normalised by the two
     runs' means; progress(stage, done, total) as the patched runs finish."""
     clean, corrupted, metric = pair
@@ -102,7 +96,8 @@ def _patching(model, pair, end, positions, component, direction, progress) -> Pa
         model, clean, corrupted, metric, component, positions, direction=direction,
         options=RunOptions(logit_pos=end, progress=progress),
     )  # fmt: skip
-    return replace(result, metric_name=METRIC)
+    return PatchReport(model=model.cfg.model_name, task=task, component=component, direction=direction,
+                       result=replace(result, metric_name=METRIC), top=top)  # fmt: skip
 
 
 def patch_headline(report: PatchReport) -> str:
@@ -117,8 +112,7 @@ def patch_headline(report: PatchReport) -> str:
     return (
         f"{report.model}, patching {report.component} ({report.direction}): strongest {site}, "
         f"{best.mean:.3f} {ci_text((best.ci_low, best.ci_high), 3, sign=False)} on the normalised logit "
-        "difference; "
-        f"{beyond} of {len(ranked)} patches move it beyond {unpatched} (95% CI)."
+        f"difference; {beyond} of {len(ranked)} patches move it beyond {unpatched} (95% CI)."
     )
 
 

@@ -1,28 +1,9 @@
-"""Edge circuits found on discovery prompts and measured on held-out ones (`interp.edges`).
-
-    result = find_edge_circuit(model, ioi_task(model, 64), EdgeCircuitSettings(n_edges=200),
-                               heldout=ioi_task(model, 64, split="heldout"))  # else half its families
-
-Scores, mask, size and selection frequencies come from the discovery prompts; faithfulness, its CI and
-curve from held-out ones (`split_task`), the discovery faithfulness beside. Scores estimate
-m(edge ablated) - m(clean) in the metric's units (negative: the edge helps); "prune" and "ensemble"
-scores only rank, and their circuit's edges are listed by their effect of removal,
+"""Edge circuits: scores, mask, size and selection frequencies on discovery prompts; faithfulness, its
+CI and curve on held-out ones (`split_task`). Scores estimate m(edge ablated) - m(clean) in the metric's
+units (negative: the edge helps); "prune" and "ensemble" scores only rank, and their edges are listed by
 m(circuit without the edge) - m(circuit) on the held-out prompts (`interp.edges.removal_effects`).
 
-JSON schema "interp-edge-circuit-3" (`EdgeCircuitResult.json_data`; -1 had no held-out prompts):
-  model     {name, provenance, n_layers, n_heads, n_kv_heads}
-  task      {name, n_prompts (discovery), n_heldout, split, metric, clean_metric, corrupted_metric}
-  method    {name, steps, ablation, ig_points, bootstrap, score_convention}
-  graph     {n_nodes, n_edges}
-  circuit   {requested_edges, size_target, n_edges, nodes, edges: [{writer, reader, score, frequency,
-             removal_effect, removal_measured}], faithfulness, faithfulness_ci, faithfulness_error,
-             faithfulness_within, faithfulness_strata, discovery_faithfulness, discovery_faithfulness_ci,
-             held_out_note}
-  curve     {fractions, n_edges, faithfulness, ci_low, ci_high, cpr, cmd, cpr_abs, cmd_signed,
-             faithfulness_signed, random: {n_edges, faithfulness, cpr, cmd}} or null (held out)
-  top_edges [{edge, score, frequency}]  the strongest edges by |score|
-  seconds   {scores, circuit, curve, stability, effects}
-  heads     a prompt-pair file's head classes (`circuits.path.PathResult`'s fields) or null
+`--format json`: schema "interp-edge-circuit-3" (`EdgeCircuitResult.json_data`), in docs/guide/edges.md.
 """
 
 from __future__ import annotations
@@ -138,12 +119,10 @@ class EdgeCircuitResult:
         return edges.node_circuit(self.graph, self.circuit)
 
     def circuit_edges(self) -> list[tuple[str, str, float]]:
-        """(writer, reader, strength) of the circuit's edges, strongest first: the effect of removal
-        where there is one, else the score."""
-        rows = self.circuit_edge_rows()
+        """(writer, reader, effect of removal where measured or estimated, else score), strongest first."""
         return [
             (row.writer, row.reader, row.score if row.removal_effect is None else row.removal_effect)
-            for row in rows
+            for row in self.circuit_edge_rows()
         ]
 
     def circuit_edge_rows(self) -> list[CircuitEdge]:
@@ -328,12 +307,8 @@ def find_edge_circuit(
     checkpoint: str | None = None,
     progress: Progress | None = None,
 ) -> EdgeCircuitResult:
-    """The edge circuit of `task`: 1. the split (`heldout`, else half of `task`'s families:
-    `split_task`); 2. every edge's score on the discovery prompts (`method_scores`; the mask resumable
-    from `checkpoint`); 3. the top edges by |score|, as many as requested, else the fewest reaching the
-    target faithfulness; 4. its faithfulness on held-out and discovery prompts; 5. the curve (held out);
-    6. selection frequencies over bootstrap resamples; 7. rank-scored methods: each edge's effect of
-    removal (held out). progress(stage, done, total): the stages `edge_circuit_stages` lists."""
+    """The edge circuit of `task`, in the numbered steps below; heldout: the prompts that test it (None:
+    half of `task`'s families); checkpoint: the edge mask's; progress: `edge_circuit_stages`' stages."""
     graph = edges.edge_graph(model)
     requested = settings.requested_edges(graph)
     check_ablation(task, settings.ablation, "prompts")

@@ -1,15 +1,6 @@
 """Models whose edge circuit is known by construction, and a method's edge precision and recall on them
-(docs/guide/edges.md, "Ground truth").
-
-`planted_induction()`: 2 attention-only layers set by hand, each weight reading and writing only named
-subspaces of the residual stream (tokens | positions | previous token | output | junk; no norms):
-a0.h0 a previous-token head, a1.h0 and a1.h1 two induction heads (each half of the output), and
-a0.h1, a0.h2, a1.h2 distractors that write only junk. On "A A[:-1] -> A[-1]" against "B A[:-1]",
-counterfactual ablation, exactly the 7 edges of PLANTED_INDUCTION_EDGES matter.
-`saturated_induction()`: the same with saturated induction attention (EAP sees ~0 gradient through
-the keys) and a0.h2 a weak real distractor; its truth the same 7 edges, by TRUTH_THRESHOLD.
-`disabled_heads_induction()`: trained (checkpoint in interp/data/) with DISABLED_HEADS held off; its
-truth the edges over TRUTH_THRESHOLD on held-out prompts (`thresholded_truth`).
+(docs/guide/edges.md, "Ground truth"): `planted_induction` (set by hand), `saturated_induction` (its
+attention saturated) and `disabled_heads_induction` (trained with DISABLED_HEADS held off).
 
     truth = planted_induction()
     precision, recall = score_method(edge_circuit_finder("eap-ig"), truth)
@@ -53,7 +44,6 @@ class GroundTruth:
     model: HookedTransformer
     task: EdgeTask
     circuit: Bool[Tensor, "writer reader"]
-    ablation: edges.AblationKind = "counterfactual"
 
     @property
     def n_edges(self) -> int:
@@ -73,8 +63,12 @@ def circuit_of(graph: edges.EdgeGraph, pairs: tuple[tuple[str, str], ...]) -> Bo
 def planted_induction(
     n_vocab: int = 32, seq_len: int = 8, n_prompts: int = 32, seed: int = 0, sharpness: float = 4.0
 ) -> GroundTruth:
-    """The hand-set induction model (module docstring) and its task on n_prompts prompts. sharpness: the
-    induction heads' attention score on the matching key (others 0): low enough not to saturate."""
+    """A hand-set 2-layer attention-only model, each weight reading and writing only named subspaces of
+    the residual stream (tokens | positions | previous token | output | junk; no norms): a0.h0 a
+    previous-token head, a1.h0 and a1.h1 induction heads (each half of the output), a0.h1, a0.h2, a1.h2
+    distractors writing only junk; on "A A[:-1] -> A[-1]" against "B A[:-1]" (n_prompts), counterfactual
+    ablation, exactly the 7 edges of PLANTED_INDUCTION_EDGES matter. sharpness: the induction heads'
+    attention score on the matching key (others 0): low enough not to saturate."""
     n_ctx = 2 * seq_len
     tok, pos, prev, out, junk = 0, n_vocab, n_vocab + n_ctx, 2 * n_vocab + n_ctx, 3 * n_vocab + n_ctx
     n_junk, d_head = 8, max(n_vocab, n_ctx)
@@ -129,8 +123,9 @@ def saturated_induction(
     n_vocab: int = 32, seq_len: int = 8, n_prompts: int = 32, seed: int = 0, sharpness: float = 20.0,
     leak: float = 0.25,
 ) -> GroundTruth:  # fmt: skip
-    """`planted_induction(sharpness=20)` with a0.h2 rewired to attend from the last position to seq_len - 1
-    and write `leak` x that token into the output (its edges: ~6% of the effect at 0.25)."""
+    """`planted_induction(sharpness=20)` (EAP sees ~0 gradient through the keys) with a0.h2 rewired to
+    attend from the last position to seq_len - 1 and write `leak` x that token into the output (its
+    edges: ~6% of the effect at 0.25, under TRUTH_THRESHOLD: the truth stays the 7 edges)."""
     truth = planted_induction(n_vocab, seq_len, n_prompts, seed, sharpness)
     n_ctx = 2 * seq_len
     pos, out = n_vocab, 2 * n_vocab + n_ctx

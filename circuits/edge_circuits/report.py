@@ -9,6 +9,7 @@ import math
 from rich.console import Console
 
 from circuits.edge_circuits.find import EdgeCircuitResult
+from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
     Report,
     Section,
@@ -19,12 +20,11 @@ from circuits.sections import (
     write_sections,
 )
 from interp import viz
-from interp.interventions.stats import OVERSHOOT
+from interp.interventions.stats import FAITHFUL_BAND, OVERSHOOT
 
-FORMATS = ("table", "json", "markdown", "html")
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
 TOP_ROWS = 25
-FAITHFUL, PARTIAL = 0.8, 0.5  # verdict thresholds on faithfulness
+FAITHFUL, PARTIAL = 1 - FAITHFUL_BAND, 0.5  # verdict thresholds on faithfulness (0.8, 0.5)
 DENSE_EDGES = 300  # circuits with more edges are drawn fainter (circuit_svg)
 
 
@@ -97,9 +97,8 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
         f"task {task['name']}: {task['n_prompts']} discovery prompt pairs"
         + ("" if task["n_heldout"] is None else f", {task['n_heldout']} held-out ({task['split']})")
         + f"; {task['metric']} clean {task['clean_metric']:.3f}, corrupted {task['corrupted_metric']:.3f}",
-        f"method {method['name']}{steps}, {method['ablation']} "
-        f"ablation; scores in {sum(result.seconds.values()):.1f} s "
-        f"in all ({result.seconds['scores']:.1f} s scoring"
+        f"method {method['name']}{steps}, {method['ablation']} ablation; scores in "
+        f"{sum(result.seconds.values()):.1f} s in all ({result.seconds['scores']:.1f} s scoring"
         + (f", {result.seconds['curve']:.1f} s the curve" if "curve" in result.seconds else "")
         + (f", {result.seconds['effects']:.1f} s the edges' effects" if "effects" in result.seconds else "")
         + ")",
@@ -170,11 +169,8 @@ def circuit_svg(result: EdgeCircuitResult) -> str:
     for writer, reader, score in reversed(rows):
         (x0, y0), (x1, y1) = positions[writer], _reader_point(result, reader, positions)
         colour = READER_COLOURS[reader[-2] if reader.endswith(">") else ""]
-        stroke, bend, title = (
-            0.6 + 3.4 * abs(score) / biggest,
-            (x1 - x0) / 2,
-            f"{writer}->{reader}: {score:+.4f}",
-        )
+        stroke, bend = 0.6 + 3.4 * abs(score) / biggest, (x1 - x0) / 2
+        title = f"{writer}->{reader}: {score:+.4f}"
         parts.append(
             f'<path class="edge" d="M {x0:.1f} {y0:.1f} C {x0 + bend:.1f} {y0:.1f} {x1 - bend:.1f} {y1:.1f} '
             f'{x1:.1f} {y1:.1f}" fill="none" stroke="{colour}" stroke-width="{stroke:.2f}" '

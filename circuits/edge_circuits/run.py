@@ -135,14 +135,8 @@ def run_circuit(
     """The edge circuit of `prompts` and, for a file, its head classes (`result.heads`). checkpoint: the
     edge mask's (prune, ensemble); mib_out: also write the circuit in MIB's submission format."""
     model = prompts.model
-    result = find_edge_circuit(
-        model,
-        prompts.prompt_pairs,
-        settings,
-        heldout=prompts.heldout,
-        checkpoint=checkpoint,
-        progress=progress,
-    )
+    result = find_edge_circuit(model, prompts.prompt_pairs, settings, heldout=prompts.heldout,
+                               checkpoint=checkpoint, progress=progress)  # fmt: skip
     if prompts.pairs is not None:
         heldout = prompts.task.heldout_families
         path_settings = PathSettings(seed=settings.seed, ablation=settings.ablation, heldout=heldout)

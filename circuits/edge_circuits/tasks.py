@@ -114,9 +114,7 @@ def repeated_sequence_pairs(
     if bos is not None:
         column = torch.full((first.shape[0], 1), bos)
         clean, corrupted = torch.cat([column, clean], 1), torch.cat([column, corrupted], 1)
-    last = torch.full(
-        (first.shape[0],), clean.shape[1] - 1
-    )  # stated: a last token that is the pad id is real
+    last = torch.full((first.shape[0],), clean.shape[1] - 1)  # stated: a last pad-id token is real
     metric = edges.logit_diff_metric(first[:, -1], other[:, -1], last)
     return EdgeTask(
         name=name, clean=clean, corrupted=corrupted, metric=metric, metric_name="logit_diff(A[-1] - B[-1])"
