@@ -372,7 +372,7 @@ def ablate(model: HookedTransformer, *args, **kwargs) -> Iterator[HookedTransfor
         yield model
 
 
-@takes_run_options
+@takes_run_options("logit_pos", "logit_tokens", "batch_size", "progress")
 def ablated_metrics(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
@@ -394,7 +394,6 @@ def ablated_metrics(
     runs finish). Prompts shorter than the reference (right-padded prompts cut to their length)
     take the values of its first positions.
     """
-    options.refuse_unused("ablated_metrics", ("logit_pos", "logit_tokens", "batch_size", "progress"))
     tokens = model.input_tokens(tokens)
     check_logit_pos(options.logit_pos, tokens)
     metric = check_reads_real_tokens(model, metric, tokens, logit_pos=options.logit_pos)
@@ -465,7 +464,7 @@ def head_circuit_faithfulness(
     }
 
 
-@takes_run_options
+@takes_run_options("logit_pos", "logit_tokens", "batch_size", "progress")
 def ablation_sweep(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
@@ -482,7 +481,6 @@ def ablation_sweep(
     starts each at the ablated layer. `result.target` is the metric of the unablated model.
     ablation, groups: as `ablation_interventions`'. options: `RunOptions`' logit_pos, logit_tokens,
     batch_size and progress, as `ablated_metrics`' (its own `base` heads, not RunOptions.base)."""
-    options.refuse_unused("ablation_sweep", ("logit_pos", "logit_tokens", "batch_size", "progress"))
     logit_pos = options.logit_pos
     ablation = Ablation.of(ablation)
     cfg = model.cfg

@@ -207,7 +207,7 @@ def as_interventions(
 class RunOptions:
     """How a function's many runs are made: the one `options=` keyword of the engine
     (`run_site_sets`, `read_site_sets`) and of the sweeps built on it (activation and path patching,
-    ablation sweeps, distributed patching). Each function reads the fields its docstring names and
+    ablation sweeps, distributed patching). Each function reads the fields its `takes_run_options` names and
     refuses the others when they are set (`refuse_unused`), so none is silently ignored.
 
     logit_pos: the positions the metric reads (None: every position; an int; a LongTensor [batch]):
@@ -245,33 +245,42 @@ class RunOptions:
             raise TypeError(f"{function} does not read RunOptions' {', '.join(unused)}: leave them unset")
 
 
-def takes_run_options(function: Callable) -> Callable:
-    """Refuse a run option passed as a keyword of its own (`batch_size=8`, as these functions took
-    them before `RunOptions`), saying how to pass it (`options=RunOptions(batch_size=8)`); likewise the
-    retired `metric_name`."""
-    names = {f.name for f in fields(RunOptions)} - set(inspect.signature(function).parameters)
+def takes_run_options(*reads: str) -> Callable[[Callable], Callable]:
+    """A function's `options=`: the `RunOptions` fields it `reads` (the others refused when set,
+    `refuse_unused`), and a run option passed as a keyword of its own (`batch_size=8`, as these
+    functions took them before `RunOptions`) refused saying how to pass it
+    (`options=RunOptions(batch_size=8)`); likewise the retired `metric_name`."""
 
-    @functools.wraps(function)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-        moved = sorted(names & kwargs.keys())
-        if moved:
-            given = ", ".join(f"{name}=..." for name in moved)
-            raise TypeError(f"{function.__name__} takes {', '.join(moved)} in options=RunOptions({given})")
-        if "metric_name" in kwargs:
-            raise TypeError(
-                f"{function.__name__} takes no metric_name: its result is labelled 'metric'; relabel it "
-                "with dataclasses.replace(result, metric_name=...)"
-            )
-        return function(*args, **kwargs)
+    def decorate(function: Callable) -> Callable:
+        parameters = inspect.signature(function).parameters
+        assert parameters["options"].kind is inspect.Parameter.KEYWORD_ONLY, function  # read from kwargs
+        names = {f.name for f in fields(RunOptions)} - set(parameters)
 
-    return checked
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            moved = sorted(names & kwargs.keys())
+            if moved:
+                given = ", ".join(f"{name}=..." for name in moved)
+                where = f"options=RunOptions({given})"
+                raise TypeError(f"{function.__name__} takes {', '.join(moved)} in {where}")
+            if "metric_name" in kwargs:
+                raise TypeError(
+                    f"{function.__name__} takes no metric_name: its result is labelled 'metric'; relabel "
+                    "it with dataclasses.replace(result, metric_name=...)"
+                )
+            kwargs.get("options", RunOptions()).refuse_unused(function.__name__, reads)
+            return function(*args, **kwargs)
+
+        return checked
+
+    return decorate
 
 
 def _is_set(value: Any) -> bool:
     return value is not None and not (isinstance(value, Sequence) and len(value) == 0)
 
 
-@takes_run_options
+@takes_run_options("logit_pos", "logit_tokens", "batch_size", "progress", "base")
 def run_site_sets(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
@@ -308,7 +317,7 @@ def run_site_sets(
     return values
 
 
-@takes_run_options
+@takes_run_options("batch_size", "progress", "base")
 def read_site_sets(
     model: HookedTransformer,
     tokens: Int[Tensor, "batch pos"],
@@ -326,7 +335,6 @@ def read_site_sets(
     reads the target's cached value there (`target` must hold it), so the target run itself is read
     from the cache. options: `RunOptions`' batch_size, progress and base (as in `run_site_sets`).
     Returns the readouts, one per site set."""
-    options.refuse_unused("read_site_sets", ("batch_size", "progress", "base"))
     if not reads:
         raise ValueError("reads is empty: name the hooks to read, or use run_site_sets for a metric")
     runs = as_interventions(site_sets, sources)

@@ -131,7 +131,7 @@ def _source_target(clean: Tensor, corrupted: Tensor, direction: Direction) -> tu
     )
 
 
-@takes_run_options
+@takes_run_options("logit_pos", "logit_tokens", "batch_size", "progress")
 def patch_sites(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],
@@ -149,7 +149,6 @@ def patch_sites(
     options: `RunOptions`' logit_pos (the positions the metric reads: logits only there, NaN
       elsewhere), logit_tokens, batch_size and progress (as the patched runs finish).
     """
-    options.refuse_unused("patch_sites", ("logit_pos", "logit_tokens", "batch_size", "progress"))
     logit_pos = options.logit_pos
     clean, corrupted = check_pair(model, clean, corrupted)
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
@@ -227,7 +226,7 @@ def patch(
     return run_site_sets(model, tokens, [run], None, metric, options=RunOptions(logit_pos=logit_pos))[0]
 
 
-@takes_run_options
+@takes_run_options("logit_pos", "logit_tokens", "batch_size", "progress")
 def activation_patching(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],
@@ -254,7 +253,6 @@ def activation_patching(
       and progress (as the patched runs finish).
     The result's `metric_name` is "metric": label it with `dataclasses.replace(result, metric_name=...)`.
     """
-    options.refuse_unused("activation_patching", ("logit_pos", "logit_tokens", "batch_size", "progress"))
     clean, corrupted = check_pair(model, clean, corrupted)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     result = patch_sites(model, clean, corrupted, metric, sites, direction=direction, options=options)
@@ -267,7 +265,7 @@ def activation_patching(
 # Attribution patching
 
 
-@takes_run_options
+@takes_run_options("logit_pos")
 def attribution_patching(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],
@@ -289,7 +287,6 @@ def attribution_patching(
     Only activations get gradients (not weights), so the backward pass costs about one forward.
     options: `RunOptions`' logit_pos only (one pass: no batches, no logit_tokens, no progress).
     """
-    options.refuse_unused("attribution_patching", ("logit_pos",))
     logit_pos = options.logit_pos
     clean, corrupted = check_pair(model, clean, corrupted)
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")

@@ -80,7 +80,7 @@ def _check_receivers(model: HookedTransformer, receivers: Sequence[Receiver] | s
             raise ValueError(f"receiver {receiver}: the input must be a combination of 'q', 'k', 'v'")
 
 
-@takes_run_options
+@takes_run_options("logit_pos", "logit_tokens", "batch_size", "base")
 def path_patching(
     model: HookedTransformer,
     clean: Int[Tensor, "batch pos"],

@@ -276,7 +276,7 @@ def _patch_shard(shard: dict) -> PatchResult:
     )
 
 
-@takes_run_options
+@takes_run_options("logit_pos", "batch_size", "progress")
 def patching_sweep(
     workers: Workers,
     clean: Tensor,
@@ -305,7 +305,6 @@ def patching_sweep(
             f"patching_sweep runs on Workers, got {type(workers).__name__}: pass Workers(source, "
             "n_shards=..., ray=..., store=..., load_options=...)"
         )
-    options.refuse_unused("patching_sweep", ("logit_pos", "batch_size", "progress"))
     source, n_shards, logit_pos = workers.source, workers.n_shards, options.logit_pos
     clean, corrupted = clean.cpu(), corrupted.cpu()
     if clean.shape != corrupted.shape:
