@@ -468,10 +468,10 @@ def hop(
         settings = HopSettings(n_sequences=n_sequences, seed=seed, min_attention=min_attention,
                                n_random=n_random)
     def analyse(loaded, progress, _):
-        result = hop_report(loaded, **vars(settings), progress=progress)
+        finding = hop_report(loaded, **vars(settings), progress=progress)
         if plot is not None:
-            lookup_chain_figure(result, plot)
-        return result
+            lookup_chain_figure(finding, plot)
+        return finding
 
     command.run({"model": model, **vars(settings)}, analyse, HOP_STAGES)
 # fmt: on

@@ -30,15 +30,14 @@ from circuits.edge_circuits.report import FORMATS as EDGE_FORMATS
 from circuits.edge_circuits.report import write_edge_report
 from circuits.edge_circuits.tasks import EdgeTask
 from circuits.evidence import HELD_OUT_ONLY, BeyondRandom, ci_verdict
+from circuits.finding import Finding, write_finding_report
 from circuits.heads.causal import CausalEffects
 from circuits.heads.classify import HeadReport
 from circuits.heads.report import FORMATS as HEAD_FORMATS
 from circuits.heads.report import write_report
 from circuits.heads.scores import HeadScores
-from circuits.hop import HopResult
-from circuits.hop.locate import not_found_lookup
-from circuits.hop.report import FORMATS as HOP_FORMATS
-from circuits.hop.report import write_hop_report
+from circuits.hop import HopFigures
+from circuits.hop.locate import HopSettings, not_found_lookup
 from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
 from circuits.icl.fv_pipeline import QueryEffects
 from circuits.icl.report import FORMATS as ICL_FORMATS
@@ -119,20 +118,21 @@ KINDS = {  # kind -> (result type, formats, writer)
     "icl": (ICLResult, ICL_FORMATS, write_icl_report),
     "fv": (FunctionVectorResult, ICL_FORMATS, write_fv_report),
     "retrieval": (RetrievalResult, RETRIEVAL_FORMATS, write_retrieval_report),
-    "hop": (HopResult, HOP_FORMATS, write_hop_report),
+    "finding": (Finding, sections.FORMATS, write_finding_report),
     "partial": (PartialResult, sections.FORMATS, write_partial_report),
 }
 RESULT_TYPES = (
     HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult,
-    RetrievalResult, HopResult, PartialResult,
+    RetrievalResult, Finding, PartialResult,
 )  # fmt: skip
+OLDER_KINDS = {"hop": "finding"}  # kinds of older files -> the kind their result reads as
 
 
 def _register_dataclasses() -> None:
     """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
     types = (
         *RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom, StepResult,
-        HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary,
+        HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary, HopFigures, HopSettings,
     )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
@@ -144,8 +144,8 @@ _register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl", "fv", "retrieval" or
-    "hop")."""
+    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl", "fv", "retrieval",
+    "finding" or "partial")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
             return kind
@@ -183,7 +183,7 @@ def load_result(path: str | Path) -> Any:
             f"{path} is not a saved result (schema {found!r}, expected {SCHEMA!r}); "
             "write one with a command's --save FILE.json (--format json is a summary, not the full result)."
         )
-    if document.get("kind") not in KINDS:
+    if document.get("kind") not in (*KINDS, *OLDER_KINDS):
         raise ValueError(
             f"{path} holds an unknown kind {document.get('kind')!r}; expected one of {', '.join(KINDS)}."
         )
@@ -284,6 +284,54 @@ def _older_hop_lookups(fields: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "lookups": lookups}
 
 
+PATH_DETAILS = ("from_hop", "to_hop", "receivers", "route")  # a hop path's details
+
+
+def _older_hop(fields: dict[str, Any]) -> dict[str, Any]:
+    """A HopResult (files saved before 2026-11-29) as the Finding "hop" with HopFigures: its HopLookups as
+    ClassVerdicts (`_older_hop_lookups`), each HopPath as the ClassVerdict of its senders (route, hops and
+    receivers under details; the per-prompt effects, which it does not hold, empty); the settings'
+    n_random, which it does not hold, the number of random sets it compared with."""
+    if any(look["__dataclass__"] == "HopLookup" for look in fields["lookups"]):
+        fields = _older_hop_lookups(fields)
+    half, paths = fields["n_sequences"] // 2, []
+    for node in fields["paths"]:
+        older = {name: decode(value) for name, value in node["fields"].items()}
+        randoms, ci = older["random_effects"], older["difference_ci"]
+        heldout = BeyondRandom(
+            n_prompts=half, drop=older["effect"], drop_ci=older["effect_ci"],
+            random_drop=sum(randoms) / len(randoms), beyond=older["difference"], beyond_ci=ci,
+            verdict=ci_verdict(ci),
+        )  # fmt: skip
+        path = {
+            "name": f"hop {older['from_hop']}", "heads": older["senders"], "sign": 1,
+            "random_sets": older["random_sets"], "random_effects": randoms, "heldout": heldout,
+            "discovery": None, "strata": [], "verdict": "confirmed" if older["carries"] else "unconfirmed",
+            "note": HELD_OUT_ONLY, **{name: older[name] for name in PATH_DETAILS},
+        }  # fmt: skip
+        stored = {name: encode(value) for name, value in path.items()}
+        paths.append(_older_class(stored, PATH_DETAILS))
+    random_sets = [c["fields"]["random_sets"] for c in fields["lookups"] if c["fields"]["random_sets"]]
+    settings = HopSettings(
+        n_sequences=fields["n_sequences"],
+        seed=fields["seed"],
+        min_attention=fields["min_attention"],
+        n_random=len(random_sets[0]) if random_sets else HopSettings.n_random,
+    )
+    figures = {name: fields[name] for name in (
+        "hops", "accuracy", "accuracy_ci", "chance", "attention", "discovery_change", "example_tokens",
+        "example_path",
+    )}  # fmt: skip
+    finding = {
+        "analysis": "hop", "model": fields["model_name"], "provenance": fields["provenance"],
+        "settings": encode(settings), "chose": encode({"sequences": [f"0-{half - 1}"]}),
+        "tested": encode({"sequences": [f"{half}-{fields['n_sequences'] - 1}"]}),
+        "classes": fields["lookups"],
+        "extras": {"__dataclass__": "HopFigures", "fields": {**figures, "paths": paths}},
+    }  # fmt: skip
+    return {"__dataclass__": "Finding", "fields": finding}
+
+
 def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
     """An older IOI Validation's fields with each stored ClassValidation (by its class name) as a
     ClassVerdict: its pooled figures as the held-out `BeyondRandom` (on the validation's prompts; the
@@ -374,10 +422,8 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return _older_class_validation(node["fields"])
     if name == "ClassCheck":
         return _older_class(node["fields"], ["attention"])
-    if name == "HopResult" and any(
-        look["__dataclass__"] == "HopLookup" for look in node["fields"]["lookups"]
-    ):
-        return {**node, "fields": _older_hop_lookups(node["fields"])}
+    if name == "HopResult":
+        return _older_hop(node["fields"])
     if name == "RetrievalClass":  # retrieval's, before 2026-11-29; every retrieval class helps: sign +1
         details = ["induction_overlap", "accuracy", "random_accuracy"]
         return _older_class({"sign": 1, **node["fields"]}, details)
@@ -419,6 +465,8 @@ def _recorded_run(path: Path) -> tuple[str, dict[str, Any] | None, Any]:
         return document["command"], document["settings"], result
     if isinstance(result, PartialResult):
         return result.command, result.settings, result
+    if isinstance(result, Finding):
+        return result.command, None, result
     kind = result_kind(result)
     return KIND_COMMANDS.get(kind, kind), None, result
 

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
-from circuits.hop import hop_report, hop_task_of, lookup_chain_figure
-from circuits.hop.report import hop_sections, write_hop_report
+from circuits.finding import finding_report, write_finding_report
+from circuits.hop import carries, hop_report, hop_task_of, lookup_chain_figure
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown
 from interp.io.serialize import encode
@@ -86,79 +86,105 @@ def toy_hop_result():
 
 
 def test_toy_hop_makes_its_first_lookup_in_an_earlier_layer_than_its_second(toy_hop_result):
-    result = toy_hop_result
-    assert result.accuracy_ci[0] > 2 * result.chance  # it composes the two lookups on held-out sequences
-    first, second = result.lookups
+    result, figures = toy_hop_result, toy_hop_result.extras
+    assert figures.accuracy_ci[0] > 2 * figures.chance  # it composes the two lookups on held-out sequences
+    first, second = result.classes
     assert first.verdict == second.verdict == "confirmed"  # each beats random heads of its layers
     assert max(first.details["layers"]) < min(second.details["layers"])
-    for lookup in result.lookups:
+    for lookup in result.classes:
         attention = lookup.details["attention"]
         assert lookup.heldout.beyond_ci[0] > 0 and sum(attention) / len(attention) >= 0.3
-    for j, lookup in enumerate(result.lookups):  # its heads attend to the hop more than the other heads
-        chosen = torch.zeros(result.attention.shape[1:], dtype=torch.bool)
+    for j, lookup in enumerate(result.classes):  # its heads attend to the hop more than the other heads
+        chosen = torch.zeros(figures.attention.shape[1:], dtype=torch.bool)
         for label in lookup.heads:
             layer, head = map(int, label[1:].split("H"))
             chosen[layer, head] = True
-        assert result.attention[j][chosen].min() > result.attention[j][~chosen].mean()
+        assert figures.attention[j][chosen].min() > figures.attention[j][~chosen].mean()
 
 
 def test_toy_hop_carries_hop_1s_result_to_hop_2s_queries(toy_hop_result):
     """Path patching L0H2 -> the layer-2 heads: hop 1's result reaches them through their queries and
     through layer 1's heads, beyond random layer-0 senders; not through their keys or values."""
-    routes = {path.route: path for path in toy_hop_result.paths}
+    routes = {path.details["route"]: path for path in toy_hop_result.extras.paths}
     assert set(routes) == {"q", "k", "v", "via L1"}
+    first, second = toy_hop_result.classes
     for path in routes.values():
-        assert (path.from_hop, path.to_hop, path.senders) == (1, 2, toy_hop_result.lookups[0].heads)
-        assert path.receivers == toy_hop_result.lookups[1].heads
+        assert (path.details["from_hop"], path.details["to_hop"], path.heads) == (1, 2, first.heads)
+        assert path.details["receivers"] == second.heads
     for route in ("q", "via L1"):
-        assert routes[route].carries and routes[route].effect_ci[0] > 0 and routes[route].difference_ci[0] > 0
-    assert routes["q"].effect > max(abs(routes["k"].effect), abs(routes["v"].effect)) + 0.5
-    assert not routes["k"].carries and not routes["v"].carries
+        found = routes[route].heldout
+        assert carries(routes[route]) and found.drop_ci[0] > 0 and found.beyond_ci[0] > 0
+    assert routes["q"].heldout.drop > max(abs(routes["k"].heldout.drop), abs(routes["v"].heldout.drop)) + 0.5
+    assert not carries(routes["k"]) and not carries(routes["v"])
 
 
 def test_hop_result_saves_renders_and_draws(toy_hop_result, tmp_path):
     save_result(toy_hop_result, tmp_path / "hop.json")
     again = load_result(tmp_path / "hop.json")
-    assert list(map(encode, again.lookups)) == list(map(encode, toy_hop_result.lookups))
-    assert torch.equal(again.attention, toy_hop_result.attention)
-    assert again.paths == toy_hop_result.paths
-    markdown = render_markdown(hop_sections(again))
+    assert encode(again) == encode(toy_hop_result)
+    markdown = render_markdown(finding_report(again))
     assert markdown.index("accuracy") < markdown.index("Hop 1 -> hop 2") < markdown.index("| class |")
-    page = render_html(hop_sections(again))
+    page = render_html(finding_report(again))
     assert page.index("accuracy") < page.index("<table") and page.count('class="legend"') == 2
-    assert page.count('class="interp-heatmap"') == len(again.lookups)
+    assert page.count('class="interp-heatmap"') == len(again.classes)
     assert "<script src" not in page and "http" not in page.split("<body>")[1]  # opens offline
     lookup_chain_figure(again, tmp_path / "chain.svg")
     assert (tmp_path / "chain.svg").read_text().lstrip().startswith("<?xml")
 
 
 def older_hop_file(saved: Path, older: Path) -> None:
-    """Rewrite the saved hop result `saved` as files saved before 2026-11-29 hold it (each hop a
-    HopLookup) into `older`."""
+    """Rewrite the saved hop finding `saved` as files saved before 2026-11-29 hold it (a HopResult, each hop
+    a HopLookup, each path a HopPath) into `older`."""
     document = json.loads(saved.read_text())
-    for node in document["result"]["fields"]["lookups"]:
+    finding = document["result"]["fields"]
+    settings, figures = finding["settings"]["fields"], finding["extras"]["fields"]
+    lookups = []
+    for node in finding["classes"]:
         fields, heldout = node["fields"], node["fields"]["heldout"]["fields"]
         details = dict(fields["details"]["__items__"])
-        node.update(__dataclass__="HopLookup", fields={
+        lookups.append({"__dataclass__": "HopLookup", "fields": {
             "hop": details["hop"], "heads": fields["heads"], "layers": details["layers"],
             "attention": details["attention"], "change": heldout["drop"], "change_ci": heldout["drop_ci"],
             "random_sets": fields["random_sets"], "random_changes": fields["random_effects"],
             "difference": heldout["beyond"], "difference_ci": heldout["beyond_ci"],
             "verdict": fields["verdict"],
-        })  # fmt: skip
+        }})  # fmt: skip
+    paths = []
+    for node in figures.pop("paths"):
+        fields, heldout = node["fields"], node["fields"]["heldout"]["fields"]
+        details = dict(fields["details"]["__items__"])
+        paths.append({"__dataclass__": "HopPath", "fields": {
+            "from_hop": details["from_hop"], "to_hop": details["to_hop"], "senders": fields["heads"],
+            "receivers": details["receivers"], "route": details["route"], "effect": heldout["drop"],
+            "effect_ci": heldout["drop_ci"], "random_sets": fields["random_sets"],
+            "random_effects": fields["random_effects"], "difference": heldout["beyond"],
+            "difference_ci": heldout["beyond_ci"], "carries": fields["verdict"] == "confirmed",
+        }})  # fmt: skip
+    document["kind"] = "hop"
+    document["result"] = {"__dataclass__": "HopResult", "fields": {
+        "model_name": finding["model"], "provenance": finding["provenance"],
+        "n_sequences": settings["n_sequences"], "seed": settings["seed"],
+        "min_attention": settings["min_attention"], **figures, "lookups": lookups,
+        "paths": paths,
+    }}  # fmt: skip
     older.write_text(json.dumps(document))
 
 
 def test_an_older_hop_file_reads_with_the_same_numbers_and_renders_the_same(toy_hop_result, tmp_path):
-    """Hops saved as HopLookups (before 2026-11-29), a hop with no head among them, read as the
-    ClassVerdicts a fresh run holds; the per-prompt effects, which they do not hold, empty."""
+    """A HopResult (saved before 2026-11-29), with its hops as HopLookups and paths as HopPaths, a hop with
+    no head among them, reads as the Finding a fresh run makes; the per-prompt effects, which it does not
+    hold, empty."""
     none_found = hop_report(interp.load_model("toy-hop"), n_sequences=32, n_random=2, min_attention=0.9)
-    assert none_found.lookups[-1].verdict == "not found" and not none_found.lookups[-1].heads
+    assert none_found.classes[-1].verdict == "not found" and not none_found.classes[-1].heads
     for result in (toy_hop_result, none_found):
         save_result(result, tmp_path / "hop.json")
         older_hop_file(tmp_path / "hop.json", tmp_path / "older.json")
         read = load_result(tmp_path / "older.json")
-        for found, fresh in zip(read.lookups, result.lookups, strict=True):
+        assert (
+            read.settings == result.settings and read.chose == result.chose and read.tested == result.tested
+        )
+        fresh_verdicts = [*result.classes, *result.extras.paths]
+        for found, fresh in zip([*read.classes, *read.extras.paths], fresh_verdicts, strict=True):
             assert len(found.per_prompt) == 0
             assert found.heldout.random_drop == pytest.approx(fresh.heldout.random_drop, nan_ok=True)
             same = {
@@ -166,7 +192,7 @@ def test_an_older_hop_file_reads_with_the_same_numbers_and_renders_the_same(toy_
                 "heldout": replace(found.heldout, random_drop=fresh.heldout.random_drop),
             }
             assert encode(replace(found, **same)) == encode(fresh)  # NaN equals NaN here
-        assert render_markdown(hop_sections(read)) == render_markdown(hop_sections(result))
+        assert render_markdown(finding_report(read)) == render_markdown(finding_report(result))
 
 
 def test_hop_report_refuses_a_model_of_another_task():
@@ -214,7 +240,7 @@ def test_interp_hop_saves_what_render_shows_again_and_refuses_bad_options(tmp_pa
 @pytest.mark.parametrize("width", [80, 100])
 def test_hop_terminal_report_fits_and_opens_on_the_accuracy(toy_hop_result, width):
     console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
-    write_hop_report(toy_hop_result, "table", None, console)
+    write_finding_report(toy_hop_result, "table", None, console)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= width
     assert re.search(r"\w…", text) is None  # cells wrap, never cut

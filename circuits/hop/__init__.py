@@ -1,24 +1,22 @@
 """Function composition as iterated induction: the k-hop task's lookups, located head by head.
 
-    result = hop_report(model)            # each hop's heads, tested on held-out sequences (locate.py)
-    result.paths                          # what carries hop j's result to hop j + 1's heads (hop_paths)
-    lookup_chain_figure(result, "hop.png")                                          # report.py
+    finding = hop_report(model)           # each hop's heads, tested on held-out sequences (locate.py)
+    finding.extras.paths                  # what carries hop j's result to hop j + 1's heads (hop_paths)
+    lookup_chain_figure(finding, "hop.png")                                        # results.py
 
-The model is a checkpoint of `interp train --task hop --hops K`; `circuits.hop.report` renders a
-HopResult (terminal, JSON, Markdown).
+The model is a checkpoint of `interp train --task hop --hops K`; the result is a
+`circuits.finding.Finding` whose extras are `HopFigures`, rendered by `circuits.finding`.
 """
 
 from circuits.hop.locate import hop_paths, hop_report, hop_task_of, lookup_positions
-from circuits.hop.report import lookup_chain_figure, write_hop_report
-from circuits.hop.results import HopPath, HopResult
+from circuits.hop.results import HopFigures, carries, lookup_chain_figure
 
 __all__ = [
-    "HopPath",
-    "HopResult",
+    "HopFigures",
+    "carries",
     "hop_paths",
     "hop_report",
     "hop_task_of",
     "lookup_chain_figure",
     "lookup_positions",
-    "write_hop_report",
 ]

@@ -19,7 +19,8 @@ from torch import Tensor
 
 import interp
 from circuits.evidence import BeyondRandom, ClassVerdict, head_class, judge_class
-from circuits.hop.results import HopPath, HopResult
+from circuits.finding import Finding
+from circuits.hop.results import HopFigures
 from interp.interventions.ablation import Ablation, Replacement
 from interp.interventions.engine import Intervention, RunOptions, Site, cached_run, run_site_sets, start_names
 from interp.interventions.metrics import AnswerMetric
@@ -137,7 +138,7 @@ def hop_report(
     min_attention: float = 0.3,
     n_random: int = 8,
     progress: Progress | None = None,
-) -> HopResult:
+) -> Finding:
     """Each hop's heads on a model trained on the hop task: chosen on half of `n_sequences` held-out
     task sequences (the eval stream of `seed`, which training never draws), tested on the other half.
     progress: the stages HOP_STAGES."""
@@ -168,22 +169,27 @@ def hop_report(
         paths = hop_paths(model, part, chosen, heldout.metric, n_random, seed)
     say(HOP_STAGES[1], 1, 1)
     path = torch.cat([torch.tensor([task.query]), lookup_positions(task, part[:1].cpu())[0]])
-    return HopResult(
-        model_name=cfg.model_name,
-        provenance=interp.provenance(model),
+    half = n_sequences // 2
+    figures = HopFigures(
         hops=task.hops,
-        n_sequences=n_sequences,
-        seed=seed,
-        min_attention=min_attention,
         accuracy=correct.mean().item(),
         accuracy_ci=(accuracy_ci[0].item(), accuracy_ci[1].item()),
         chance=task.chance,
         attention=heldout.attention.mean(-1),
         discovery_change=alone.mean(-1).view(cfg.n_layers, cfg.n_heads),
-        lookups=lookups,
         example_tokens=part[0].tolist(),
         example_path=path.tolist(),
         paths=paths,
+    )
+    return Finding(
+        analysis="hop",
+        model=cfg.model_name,
+        provenance=interp.provenance(model),
+        settings=settings,
+        chose={"sequences": [f"0-{half - 1}"]},
+        tested={"sequences": [f"{half}-{n_sequences - 1}"]},
+        classes=lookups,
+        extras=figures,
     )
 
 
@@ -194,12 +200,13 @@ def hop_paths(
     metric: AnswerMetric,
     n_random: int,
     seed: int,
-) -> list[HopPath]:
+) -> list[ClassVerdict]:
     """For each pair of successive hops whose heads lie in successive layers (hop j's all before hop
     j + 1's; heads: each hop's, in order), each route from hop j's heads to hop j + 1's ("q", "k", "v"
     of the receivers, or "via" every head of the layers between) path-patched with the senders' outputs
     at the query taken from the next sequence (`tokens` rolled by one), against random same-layer
-    senders."""
+    senders: each route a class of the senders (`judge_class`'s verdict on clean - patched), its route,
+    hops and receivers in details."""
     patcher = PathPatcher(model, tokens, tokens.roll(1, 0), RunOptions(logit_pos=metric.pos))
     paths = []
     for j, (senders, receivers) in enumerate(zip(heads[:-1], heads[1:], strict=True)):
@@ -216,14 +223,9 @@ def hop_paths(
         for route, inputs in routes.items():
             patched = patcher(metric, inputs, found.sets, sender_pos=metric.pos)
             verdict = judge_class(found, patched.target - patched.values, seed=seed)  # clean - patched
-            paths.append(HopPath(
-                from_hop=j + 1, to_hop=j + 2, senders=verdict.heads,
-                receivers=[head_label(*head) for head in receivers], route=route,
-                effect=verdict.heldout.drop, effect_ci=verdict.heldout.drop_ci,
-                random_sets=verdict.random_sets, random_effects=verdict.random_effects,
-                difference=verdict.heldout.beyond, difference_ci=verdict.heldout.beyond_ci,
-                carries=verdict.verdict == "confirmed",
-            ))  # fmt: skip
+            receiving = [head_label(*head) for head in receivers]
+            verdict.details = {"from_hop": j + 1, "to_hop": j + 2, "receivers": receiving, "route": route}
+            paths.append(verdict)
     return paths
 
 

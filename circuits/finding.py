@@ -1,0 +1,164 @@
+"""The one result of every analysis that judges head classes, and its one report.
+
+    finding = hop_report(model)                      # IOI, retrieval, ICL, function vectors, hop
+    finding.classes                                  # each class as `evidence.judge_class` judged it
+    write_finding_report(finding, "markdown", None, console)
+
+A `Finding` holds what every analysis reports the same way: the model, what chose and what tested,
+the classes judged against random same-layer heads on held-out families, faithfulness, timings; and
+the analysis's own figures in `extras`, an `Extras` that also says how they read (its title,
+headline, the classes' own columns, its own sections: the IOI diagram, the hop chain, heat maps).
+The report is the standard sections in one order, the analysis's sections after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.console import Console
+
+from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness
+from circuits.sections import Report, Section, class_sections, faithfulness_section, write_sections
+from interp.interventions.stats import FaithfulnessSummary
+
+ANALYSIS_COMMANDS = {"fv": "icl --fv"}  # an analysis -> the command that runs it, where they differ
+
+
+@dataclass(kw_only=True)
+class ClassView:
+    """How an analysis's classes read in the standard class sections (`sections.class_sections`):
+    its own columns, what a class's figure is ("drop", "gain"), when a stratum holds, the legend and
+    figures under the classes' table."""
+
+    columns: Sequence[tuple[str, Callable[[ClassVerdict], str]]] = ()
+    effect: str = "drop"
+    holds: str = "its mean beyond random points the class's way"
+    notes: list[str] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
+
+
+class Extras:
+    """An analysis's own figures (a dataclass subclassing this) and how its report reads them. Each
+    method has the finding the extras belong to. wide_terminal: the terminal columns from which the
+    "table" format shows the wide report; file_width: the columns of the "table" format in a file."""
+
+    wide_terminal: ClassVar[int] = 0
+    file_width: ClassVar[int] = 140
+
+    def title(self, finding: Finding) -> str:
+        raise NotImplementedError
+
+    def headline(self, finding: Finding) -> list[str]:
+        raise NotImplementedError
+
+    def chose_lines(self, finding: Finding) -> list[str]:
+        """Lines of "What chose and what tested" after the families: the sizes, the seed's draws."""
+        return []
+
+    def class_view(self, finding: Finding, wide: bool) -> ClassView:
+        """`wide`: every column; narrower for a terminal under `wide_terminal` columns."""
+        return ClassView()
+
+    def faithfulness_kept(self, finding: Finding) -> str:
+        """What the faithfulness kept and what it ablated, in words."""
+        return "the classes' heads kept, every other head ablated"
+
+    def discovery_sections(self, finding: Finding, wide: bool) -> list[Section]:
+        """The analysis's own sections on what discovery found, before the held-out classes."""
+        return []
+
+    def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
+        """The analysis's own sections after the standard ones."""
+        return []
+
+    def json_fields(self, finding: Finding) -> dict[str, Any]:
+        """What `--format json` holds of the extras: every field (and figures derived from them)."""
+        return dict(vars(self))
+
+
+@dataclass(kw_only=True)
+class Finding:
+    """An analysis's result. chose / tested: each axis of families ("relations", "templates", "tasks",
+    "documents", "sequences") -> the families that chose the heads and those that tested them;
+    classes: in report order; faithfulness: held out, with its strata (None: the analysis has none);
+    extras: its own figures."""
+
+    analysis: str  # "ioi", "retrieval", "icl", "fv", "hop"
+    model: str
+    provenance: str  # interp.provenance(model)
+    settings: Any  # the analysis's settings (its seed among them)
+    chose: dict[str, list[str]]
+    tested: dict[str, list[str]]
+    classes: list[ClassVerdict]
+    faithfulness: FaithfulnessSummary | None = None
+    faithfulness_strata: list[StratumFaithfulness] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    extras: Extras
+
+    @property
+    def command(self) -> str:
+        """The `interp` command that makes it ("hop", "icl --fv", ...)."""
+        return ANALYSIS_COMMANDS.get(self.analysis, self.analysis)
+
+    def verdict(self, name: str) -> ClassVerdict:
+        """The class `name` (KeyError naming the classes there where it has none)."""
+        for found in self.classes:
+            if found.name == name:
+                return found
+        raise KeyError(f"no class {name!r}; the classes are {', '.join(c.name for c in self.classes)}")
+
+    def json_data(self) -> dict[str, Any]:
+        """What `--format json` holds: every standard field, the effects' sign, the extras' fields."""
+        standard = {name: value for name, value in vars(self).items() if name != "extras"}
+        return {**standard, "effect_sign": EFFECT_SIGN, **self.extras.json_fields(self)}
+
+
+def _families(split: dict[str, list[str]]) -> str:
+    return "; ".join(f"{axis} {', '.join(names)}" for axis, names in split.items()) or "none named"
+
+
+def finding_report(finding: Finding, wide: bool = True) -> Report:
+    """The report: the analysis's headline, what chose and what tested, the analysis's sections on what
+    discovery found, the standard sections (the classes with their verdicts, the per-stratum and
+    per-family table, faithfulness where the analysis measures it), then the analysis's own sections.
+    `wide`: every column (see `Extras.class_view`)."""
+    extras = finding.extras
+    view = extras.class_view(finding, wide)
+    chose = Section(
+        title="What chose and what tested",
+        lines=[
+            f"chose: {_families(finding.chose)}",
+            f"tested: {_families(finding.tested)}",
+            *extras.chose_lines(finding),
+            f"Model: {finding.provenance}.",
+        ],
+    )
+    classes, strata = class_sections(
+        finding.classes, details=view.columns, effect=view.effect, holds=view.holds
+    )
+    held_out = [replace(classes, notes=view.notes, figures=view.figures), strata]
+    if finding.faithfulness is not None:
+        kept = extras.faithfulness_kept(finding)
+        held_out.append(faithfulness_section(finding.faithfulness, finding.faithfulness_strata, kept))
+    return Report(
+        title=extras.title(finding),
+        headline=extras.headline(finding),
+        sections=[
+            chose,
+            *extras.discovery_sections(finding, wide),
+            *held_out,
+            *extras.extra_sections(finding, wide),
+        ],
+    )
+
+
+def write_finding_report(finding: Finding, format: str, out: str | Path | None, console: Console) -> None:
+    """Render `finding` in `format` to the file `out`, or to the console when out is None (narrower
+    where the console has fewer than the extras' `wide_terminal` columns)."""
+    width = finding.extras.file_width if out is not None or console is None else console.width
+    terminal = finding_report(finding, wide=width >= finding.extras.wide_terminal)
+    report = finding_report(finding)
+    write_sections(report, format, out, console, finding, terminal=terminal, width=finding.extras.file_width)
