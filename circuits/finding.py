@@ -24,7 +24,8 @@ from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness
 from circuits.sections import Report, Section, class_sections, faithfulness_section, write_sections
 from interp.interventions.stats import FaithfulnessSummary
 
-ANALYSIS_COMMANDS = {"fv": "icl --fv"}  # an analysis -> the command that runs it, where they differ
+# an analysis -> the command that runs it, where they differ
+ANALYSIS_COMMANDS = {"fv": "icl --fv", "path": "circuit"}
 
 
 @dataclass(kw_only=True)
@@ -86,7 +87,7 @@ class Finding:
     classes: in report order; faithfulness: held out, with its strata (None: the analysis has none);
     extras: its own figures."""
 
-    analysis: str  # "ioi", "retrieval", "icl", "fv", "hop"
+    analysis: str  # "ioi", "retrieval", "icl", "fv", "hop", "path" (the head classes of `interp circuit`)
     model: str
     provenance: str  # interp.provenance(model)
     settings: Any  # the analysis's settings (its seed among them)

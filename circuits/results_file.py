@@ -48,7 +48,8 @@ from circuits.ioi.results import IOICircuitResult
 from circuits.ioi.steps import StepResult
 from circuits.patch_report import FORMATS as PATCH_FORMATS
 from circuits.patch_report import PatchReport, write_patch_report
-from circuits.path.steps import PathResult
+from circuits.path.results import PathFigures
+from circuits.path.steps import PathSettings
 from circuits.retrieval.report import FORMATS as RETRIEVAL_FORMATS
 from circuits.retrieval.report import write_retrieval_report
 from circuits.retrieval.results import RetrievalResult
@@ -131,8 +132,8 @@ OLDER_KINDS = {"hop": "finding"}  # kinds of older files -> the kind their resul
 def _register_dataclasses() -> None:
     """Every dataclass a stored result may hold (those of its types' modules) is stored by name."""
     types = (
-        *RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathResult, BeyondRandom, StepResult,
-        HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary, HopFigures, HopSettings,
+        *RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathFigures, PathSettings, BeyondRandom,
+        StepResult, HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary, HopFigures, HopSettings,
     )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
@@ -332,6 +333,30 @@ def _older_hop(fields: dict[str, Any]) -> dict[str, Any]:
     return {"__dataclass__": "Finding", "fields": finding}
 
 
+def _older_path(fields: dict[str, Any]) -> dict[str, Any]:
+    """A PathResult (`interp circuit`'s head classes, saved before 2026-11-29) as the Finding "path" with
+    PathFigures; its provenance, which it does not hold, the model's name; a faithfulness saved without
+    its per-prompt error (before it was measured) as a summary whose per-prompt figures are NaN."""
+    axis = "families" if fields["by_family"] else "prompts"
+    summary = fields.get("faithfulness_summary")
+    if summary is None:
+        nan = {"__float__": "nan"}
+        summary = {"__dataclass__": "FaithfulnessSummary", "fields": {
+            "n_prompts": fields["n_heldout"], "ratio": fields["faithfulness"],
+            "ratio_ci": fields["faithfulness_ci"], "error": nan, "within": nan,
+        }}  # fmt: skip
+    kept = ("task", "by_family", "n_discovery", "n_heldout", "all_heads_drop", "drops", "notes")
+    figures = {name: fields[name] for name in kept}
+    finding = {
+        "analysis": "path", "model": fields["model"], "provenance": fields["model"],
+        "settings": fields["settings"], "chose": encode({axis: list(decode(fields["chose"]))}),
+        "tested": encode({axis: list(decode(fields["tested"]))}), "classes": fields["classes"],
+        "faithfulness": summary, "faithfulness_strata": fields.get("faithfulness_strata", []),
+        "extras": {"__dataclass__": "PathFigures", "fields": figures},
+    }  # fmt: skip
+    return {"__dataclass__": "Finding", "fields": finding}
+
+
 def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
     """An older IOI Validation's fields with each stored ClassValidation (by its class name) as a
     ClassVerdict: its pooled figures as the held-out `BeyondRandom` (on the validation's prompts; the
@@ -424,6 +449,8 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return _older_class(node["fields"], ["attention"])
     if name == "HopResult":
         return _older_hop(node["fields"])
+    if name == "PathResult":
+        return _older_path(node["fields"])
     if name == "RetrievalClass":  # retrieval's, before 2026-11-29; every retrieval class helps: sign +1
         details = ["induction_overlap", "accuracy", "random_accuracy"]
         return _older_class({"sign": 1, **node["fields"]}, details)

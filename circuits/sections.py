@@ -9,8 +9,8 @@ verdicts, the per-stratum table, faithfulness, the figures) and every format sho
 figures (heat maps, SVGs: HTML fragments) show on the HTML page only. The JSON holds the result's
 numbers, never text made of them. The standard sections are here: the classes judged by
 `circuits.evidence.judge_class` with their verdicts and their per-stratum and per-family table
-(`class_sections`, every analysis's), faithfulness (`faithfulness_section`) and the one path's result
-(`path_report`: what chose and what tested, the classes, faithfulness, the heads' drops).
+(`class_sections`, every analysis's) and faithfulness (`faithfulness_section`); `circuits.finding`
+builds the one report of a `Finding` from them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -38,9 +38,6 @@ from circuits.output import write_output
 from interp.interventions.stats import FaithfulnessSummary
 from interp.io.serialize import plain
 from interp.viz import heatmap_html, html_page, html_table
-
-if TYPE_CHECKING:
-    from circuits.path.steps import PathResult
 
 FORMATS = ("table", "json", "markdown", "html")
 
@@ -245,27 +242,6 @@ def _faithfulness_cells(n_prompts: int, summary: FaithfulnessSummary | None) -> 
     ]
 
 
-ABLATION_WORDS = {
-    "counterfactual": "each head's output from its pair's corrupted prompt",
-    "mean": "each head's output averaged over the corrupted prompts real at each position",
-    "zero": "each head's output set to zero",
-    "resample": "each head's output from another pair's corrupted prompt",
-}
-
-
-def path_headline(result: PathResult) -> list[str]:
-    confirmed = [c for c in result.classes if c.verdict == "confirmed"]
-    parts = [
-        f"{len(confirmed)} of {len(result.classes)} head classes confirmed on held-out "
-        + ("families" if result.by_family else "prompts")
-        + (f" ({', '.join(c.name + ': ' + ' '.join(c.heads) for c in confirmed)})" if confirmed else ""),
-        f"the {sum(len(c.heads) for c in result.classes)} heads alone keep faithfulness "
-        f"{result.faithfulness:.2f} {ci_text(result.faithfulness_ci, 2, sign=False)} on {result.n_heldout} "
-        "held-out prompts",
-    ]
-    return ["; ".join(parts) + ".", *result.notes]
-
-
 def class_sections(
     classes: Sequence[ClassVerdict],
     *,
@@ -321,54 +297,3 @@ def class_sections(
         ),
     )  # fmt: skip
     return [head_classes, strata]
-
-
-def path_sections(result: PathResult) -> list[Section]:
-    settings = result.settings
-    chose = Section(
-        title="What chose and what tested",
-        lines=[
-            *(
-                [
-                    f"chosen on {result.n_discovery} prompts of {len(result.chose)} families: "
-                    + ", ".join(result.chose),
-                    f"tested on {result.n_heldout} prompts of {len(result.tested)} other families: "
-                    + ", ".join(result.tested),
-                ]
-                if result.by_family
-                else [
-                    f"chosen on {result.n_discovery} prompts, tested on {result.n_heldout} others (no family "
-                    "column: prompts are held out, not families)"
-                ]
-            ),
-            f"ablation: {settings.ablation} ({ABLATION_WORDS.get(settings.ablation, settings.ablation)})",
-            f"effects: {result.sign_rule}; 'beyond random' subtracts {settings.n_random} random same-layer "
-            "sets of as many heads, paired by prompt; CIs: 95% bootstrap over prompts",
-            f"every head ablated: drop {result.all_heads_drop:+.2f} on the held-out prompts",
-        ],
-    )
-    names = sorted({name for c in result.classes for name in c.details["attention"]})
-    attention = [(f"attn to {n}", lambda c, n=n: f"{c.details['attention'][n]:.2f}") for n in names]
-    ranked = sorted((d for d in result.drops if d.exact is not None), key=lambda d: -abs(d.exact))
-    heads = Section(
-        title="Heads checked exactly (discovery families)",
-        lines=[f"the {len(ranked)} heads of largest estimated drop (attribution patching), measured exactly"],
-        table=Table(
-            columns=["head", "estimated drop", "exact drop", "95% CI"],
-            rows=[[d.head, f"{d.estimated:+.2f}", f"{d.exact:+.2f}", ci_text(d.exact_ci, 2)] for d in ranked],
-        ),
-    )
-    sections = [chose, *class_sections(result.classes, details=attention)]
-    if result.faithfulness_summary is not None:
-        n_heads = len({head for c in result.classes for head in c.heads})
-        what = f"the {n_heads} heads of the classes kept, every other head ablated"
-        sections.append(faithfulness_section(result.faithfulness_summary, result.faithfulness_strata, what))
-    return [*sections, heads]
-
-
-def path_report(result: PathResult) -> Report:
-    return Report(
-        title=f"Heads of {result.model} on {result.task}",
-        headline=path_headline(result),
-        sections=path_sections(result),
-    )

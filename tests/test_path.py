@@ -27,12 +27,14 @@ from circuits.evidence import (
     split_families,
     stratum_drops,
 )
+from circuits.finding import finding_report
 from circuits.ioi.task import IOI_POSITIONS, ioi_pair_task
 from circuits.path import PathSettings, head_path, pair_task
 from circuits.path.steps import discover, metric_with_heads_ablated
 from circuits.path.task import NO_FAMILY
 from circuits.results_file import load_result
-from circuits.sections import path_report, render_html, render_markdown, result_json, write_sections
+from circuits.sections import render_html, render_markdown, result_json, write_sections
+from interp.io.serialize import encode
 
 AGREEMENT = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
 SETTINGS = PathSettings(n_candidates=8, max_heads=4, n_random=3)
@@ -95,11 +97,11 @@ def test_a_task_without_positions_or_families_names_the_positions_where_its_prom
     assert torch.equal(torch.stack(list(named.positions.values())), names)
     assert not task.split()[1].has_families
     result = head_path(toy, task, PathSettings(n_candidates=8, max_heads=6, n_random=4))
-    assert not result.by_family and result.notes[0].startswith("no position was named")
+    assert not result.extras.by_family and result.extras.notes[0].startswith("no position was named")
     assert any(c.name.startswith("to changed") for c in result.classes)
     assert all(set(c.details["attention"]) == set(named.positions) for c in result.classes)
     assert all(s.kind != "family" for c in result.classes for s in c.strata)
-    assert "nan" not in render_markdown(path_report(result)).lower()
+    assert "nan" not in render_markdown(finding_report(result)).lower()
     same = dataclasses.replace(task, corrupted=task.clean, corrupted_end=task.end)
     assert same.with_changed_positions().positions == {}  # nothing differs: nothing to name
 
@@ -215,7 +217,8 @@ def test_the_paths_ablation_is_patching_each_heads_output_from_the_corrupted_pro
 
 def test_every_reported_effect_is_measured_on_held_out_families(smollm2, agreement, result):
     discovery, heldout = agreement.split()
-    assert set(result.tested) == set(heldout.families) and set(result.chose) == set(discovery.families)
+    assert set(result.tested["families"]) == set(heldout.families)
+    assert set(result.chose["families"]) == set(discovery.families)
     heads, _ = discover(smollm2, discovery, SETTINGS)  # the selection sees discovery prompts only
     assert sorted(heads) == sorted(
         (int(label[1:].split("H")[0]), int(label.split("H")[1])) for c in result.classes for label in c.heads
@@ -238,14 +241,15 @@ def test_subject_heads_carry_agreement_on_held_out_frames(result):
     assert to_subject and to_subject[0].verdict == "confirmed"
     assert to_subject[0].details["attention"]["subject"] >= SETTINGS.attention_threshold
     assert to_subject[0].heldout.beyond_ci[0] > 0
-    assert 0 < result.faithfulness_ci[0] <= result.faithfulness <= result.faithfulness_ci[1]
+    faithfulness = result.faithfulness
+    assert 0 < faithfulness.ratio_ci[0] <= faithfulness.ratio <= faithfulness.ratio_ci[1]
 
 
 def test_the_report_renders_the_same_content_in_every_format(result, tmp_path):
-    report = path_report(result)
+    report = finding_report(result)
     markdown = render_markdown(report)
-    assert "## What chose and what tested" in markdown and "tested on" in markdown
-    assert all(name in markdown for name in result.tested)
+    assert "## What chose and what tested" in markdown and "tested: families" in markdown
+    assert all(name in markdown for name in result.tested["families"])
     parsed = json.loads(result_json(result))  # numbers, not the report's text
     assert parsed["classes"][0]["name"] == result.classes[0].name
     assert parsed["classes"][0]["heldout"]["beyond_ci"] == list(result.classes[0].heldout.beyond_ci)
@@ -270,29 +274,56 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
     )  # fmt: skip
     assert run.exit_code == 0, run.output
     result = load_result(saved)
-    assert result.heads.tested == named and result.heads.chose == ("The N near the M", "The N behind the M")
+    assert result.heads.tested == {"families": list(named)}
+    assert result.heads.chose == {"families": ["The N near the M", "The N behind the M"]}
     assert set(result.heldout_task.families) == set(named)  # the edge circuit's held-out prompts too
     assert not set(result.task.families) & set(named) and "tested on" in result.split
     rendered = tmp_path / "circuit-summary.json"
     run = CliRunner().invoke(app, ["render", str(saved), "--format", "json", "--out", str(rendered)])
     assert run.exit_code == 0, run.output
     heads = json.loads(rendered.read_text())["heads"]  # the head path's numbers, not its report's text
-    assert heads["tested"] == list(named) and heads["faithfulness_ci"] == list(result.heads.faithfulness_ci)
+    assert heads["tested"] == {"families": list(named)}
+    assert heads["faithfulness"]["ratio_ci"] == list(result.heads.faithfulness.ratio_ci)
     for found, check in zip(heads["classes"], result.heads.classes, strict=True):
         assert found["heads"] == check.heads and found["heldout"]["beyond"] == check.heldout.beyond
-    older = tmp_path / "older.json"  # the path's classes as files saved before 2026-11-29 hold them
+    older = tmp_path / "older.json"  # the head path as files saved before 2026-11-29 hold it
     document = json.loads(saved.read_text())
-    for node in document["result"]["fields"]["heads"]["fields"]["classes"]:
-        fields = node["fields"]
-        attention = dict(fields.pop("details")["__items__"])["attention"]
-        for name in ("random_sets", "random_effects", "per_prompt"):
-            del fields[name]
-        node.update(__dataclass__="ClassCheck", fields={**fields, "attention": attention})
+    document["result"]["fields"]["heads"] = older_path_result(document["result"]["fields"]["heads"])
     older.write_text(json.dumps(document))
     read = load_result(older).heads
     for found, check in zip(read.classes, result.heads.classes, strict=True):
         assert (found.details, found.heldout, found.strata) == (check.details, check.heldout, check.strata)
-    assert render_markdown(path_report(read)) == render_markdown(path_report(result.heads))
+    assert (read.chose, read.tested) == (result.heads.chose, result.heads.tested)
+    assert encode(read.faithfulness) == encode(result.heads.faithfulness)
+    assert encode(read.extras) == encode(result.heads.extras)
+    def markdown(found) -> str:  # such files hold the model's name, not its provenance
+        return render_markdown(finding_report(found)).replace(f"Model: {found.provenance}.", "Model: .")
+
+    assert markdown(read) == markdown(result.heads)
+
+
+def older_path_result(node: dict) -> dict:
+    """A stored head-path Finding as files saved before 2026-11-29 hold it: a PathResult whose classes
+    are ClassChecks (the attention a field of their own, no random sets or per-prompt effects)."""
+    fields, figures = node["fields"], node["fields"]["extras"]["fields"]
+    classes = []
+    for check in fields["classes"]:
+        check_fields = dict(check["fields"])
+        attention = dict(check_fields.pop("details")["__items__"])["attention"]
+        for name in ("random_sets", "random_effects", "per_prompt"):
+            del check_fields[name]
+        classes.append({"__dataclass__": "ClassCheck", "fields": {**check_fields, "attention": attention}})
+    (axis, chose), (_, tested) = fields["chose"]["__items__"][0], fields["tested"]["__items__"][0]
+    summary = fields["faithfulness"]["fields"]
+    return {"__dataclass__": "PathResult", "fields": {
+        "task": figures["task"], "model": fields["model"], "settings": fields["settings"],
+        "chose": {"__tuple__": chose}, "tested": {"__tuple__": tested}, "by_family": axis == "families",
+        "n_discovery": figures["n_discovery"], "n_heldout": figures["n_heldout"],
+        "all_heads_drop": figures["all_heads_drop"], "drops": figures["drops"], "classes": classes,
+        "faithfulness": summary["ratio"], "faithfulness_ci": summary["ratio_ci"],
+        "faithfulness_summary": fields["faithfulness"], "faithfulness_strata": fields["faithfulness_strata"],
+        "sign_rule": "drop", "notes": figures["notes"],
+    }}  # fmt: skip
 
 
 def test_the_edge_circuit_and_the_head_classes_are_tested_on_the_same_held_out_prompts(smollm2, tmp_path):
@@ -312,9 +343,10 @@ def test_the_edge_circuit_and_the_head_classes_are_tested_on_the_same_held_out_p
     )
     assert run.exit_code == 0, run.output
     result, task = load_result(saved), pair_task(smollm2, path)
-    chose = [task.families.index(label) for label in result.heads.chose]
-    tested = [task.families.index(label) for label in result.heads.tested]
-    assert (len(chose), len(tested)) == (result.heads.n_discovery, result.heads.n_heldout) == (3, 4)
+    chose = [task.families.index(label) for label in result.heads.chose["prompts"]]
+    tested = [task.families.index(label) for label in result.heads.tested["prompts"]]
+    figures = result.heads.extras
+    assert (len(chose), len(tested)) == (figures.n_discovery, figures.n_heldout) == (3, 4)
     assert torch.equal(result.task.clean, task.clean[chose])
     assert torch.equal(result.heldout_task.clean, task.clean[tested])
     drawn = pair_task(smollm2, AGREEMENT)
@@ -363,19 +395,26 @@ def test_interp_circuit_on_pairs_without_positions_or_families(tmp_path):
     assert run.exit_code == 0, run.output
     result = load_result(saved)
     heads = result.heads
-    assert not heads.by_family and "held out" in run.stdout and "nan" not in run.stdout.lower()
-    assert "changed (pair 1: ' lamps' -> ' lamp')" in heads.notes[0]  # the subject, where the pairs differ
+    assert not heads.extras.by_family and "held out" in run.stdout and "nan" not in run.stdout.lower()
+    assert (
+        "changed (pair 1: ' lamps' -> ' lamp')" in heads.extras.notes[0]
+    )  # the subject, where the pairs differ
     assert "to changed" in [c.name for c in heads.classes]
     assert not [s for c in heads.classes for s in c.strata]  # no stratum column, no family column
     explained = edges_against_heads(result)
     edges_kept = float(result.faithfulness.faithfulness[0])
-    assert bool(explained) == (edges_kept < heads.faithfulness)
+    assert bool(explained) == (edges_kept < heads.faithfulness.ratio)
     assert all(" ".join(line.split()) in " ".join(run.stdout.split()) for line in explained)
-    less = dataclasses.replace(result, heads=dataclasses.replace(heads, faithfulness=edges_kept + 0.5))
+    less = dataclasses.replace(result, heads=with_faithfulness(heads, edges_kept + 0.5))
     assert "ablate different things" in edges_against_heads(less)[0]
-    assert f"({heads.all_heads_drop:+.2f})" in edges_against_heads(less)[2]
-    more = dataclasses.replace(less, heads=dataclasses.replace(heads, faithfulness=edges_kept - 0.5))
+    assert f"({heads.extras.all_heads_drop:+.2f})" in edges_against_heads(less)[2]
+    more = dataclasses.replace(less, heads=with_faithfulness(heads, edges_kept - 0.5))
     assert edges_against_heads(more) == []
+
+
+def with_faithfulness(found, ratio: float):
+    """The head path's finding `found` with its faithfulness ratio set to `ratio`."""
+    return dataclasses.replace(found, faithfulness=dataclasses.replace(found.faithfulness, ratio=ratio))
 
 
 def test_faithfulness_gives_the_per_prompt_error_beside_the_ratio(smollm2, agreement, result):
@@ -388,7 +427,7 @@ def test_faithfulness_gives_the_per_prompt_error_beside_the_ratio(smollm2, agree
     every = [(layer, head) for layer in range(smollm2.cfg.n_layers) for head in range(smollm2.cfg.n_heads)]
     outside = [head for head in every if head not in set(heads)]
     full, kept, none = metric_with_heads_ablated(smollm2, heldout, [[], outside, every], SETTINGS.ablation)
-    summary = result.faithfulness_summary
+    summary = result.faithfulness
     assert summary.ratio == pytest.approx(
         float((kept.mean() - none.mean()) / (full.mean() - none.mean())), abs=1e-4
     )
@@ -399,5 +438,5 @@ def test_faithfulness_gives_the_per_prompt_error_beside_the_ratio(smollm2, agree
     assert summary.within == pytest.approx(float(within), abs=1e-6)
     families = {s.name: s for s in result.faithfulness_strata if s.kind == "family"}
     assert set(families) == set(heldout.families)
-    markdown = render_markdown(path_report(result))
+    markdown = render_markdown(finding_report(result))
     assert "## Faithfulness (held out)" in markdown and "per-prompt error" in markdown

@@ -27,7 +27,7 @@ from circuits.evidence import (
     held_out_note,
     split_families,
 )
-from circuits.path.steps import PathResult
+from circuits.finding import Finding
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
@@ -92,7 +92,7 @@ class EdgeCircuitResult:
     heldout_task: EdgeTask | None = None
     discovery_faithfulness: edges.Faithfulness | None = None  # on the discovery prompts, shown beside
     split: str = ""
-    heads: PathResult | None = None  # the head path on the same prompt pairs (`circuits.path`), if run
+    heads: Finding | None = None  # the head path on the same prompt pairs (`circuits.path`), if run
     removal: edges.RemovalEffects | None = None  # rank-scored methods: each edge's effect of removal
 
     @property
@@ -209,7 +209,7 @@ class EdgeCircuitResult:
                            "frequency": self.edge_frequency(*graph.edge_index(name))}
                           for name, score in self.scores.top(top)],
             "seconds": self.seconds,
-            "heads": self.heads,
+            "heads": None if self.heads is None else self.heads.json_data(),
         }  # fmt: skip
 
 

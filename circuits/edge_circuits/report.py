@@ -9,6 +9,7 @@ import math
 from rich.console import Console
 
 from circuits.edge_circuits.find import EdgeCircuitResult
+from circuits.finding import finding_report
 from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
     Report,
@@ -16,7 +17,6 @@ from circuits.sections import (
     Table,
     ci_text,
     faithfulness_section,
-    path_report,
     write_sections,
 )
 from interp import viz
@@ -268,24 +268,24 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
     the two ratios ablate different things against different baselines."""
     heads = result.heads
     edges_kept = float(result.faithfulness.faithfulness[0])
-    if heads is None or not heads.classes or edges_kept >= heads.faithfulness:
+    if heads is None or not heads.classes or edges_kept >= heads.faithfulness.ratio:
         return []
     n_edges, n_heads = int(result.circuit.sum()), sum(len(c.heads) for c in heads.classes)
     every_edge = float(result.faithfulness.full.mean() - result.faithfulness.empty.mean())
     lines = [
         f"the circuit's {n_edges:,} edges keep {edges_kept:.2f} of the metric, the {n_heads} heads alone "
-        f"{heads.faithfulness:.2f}: the two ratios ablate different things",
+        f"{heads.faithfulness.ratio:.2f}: the two ratios ablate different things",
         f"the edges' ratio ablates every edge outside the circuit, the MLPs' and the embeddings' too, and is "
         f"relative to what ablating every edge removes ({every_edge:+.2f} on the held-out prompts)",
         "the heads' ratio ablates only the other heads' outputs (every MLP, the embeddings and every path "
         "between the components kept stay whole) and is relative to what ablating every head removes "
-        f"({heads.all_heads_drop:+.2f})",
+        f"({heads.extras.all_heads_drop:+.2f})",
         f"so the {n_edges:,} edges miss paths the heads' ratio never removes: through MLPs, from the "
         "embeddings, or between heads beyond the circuit's edges; a larger circuit (--edges, --target) "
         "keeps more of them",
     ]
     above = "the heads alone keep more than 1: the other heads, ablated together, had lowered the answer"
-    return lines + ([above] if heads.faithfulness > 1 else [])
+    return lines + ([above] if heads.faithfulness.ratio > 1 else [])
 
 
 def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
@@ -335,7 +335,7 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
         table = Table(columns=columns, rows=rows, right=columns)
         sections.append(Section(title=title, table=table, figures=[curve_svg(result)]))
     if result.heads is not None:
-        heads = path_report(result.heads)
+        heads = finding_report(result.heads)
         sections += [
             Section(title=heads.title, lines=heads.headline + edges_against_heads(result)),
             *heads.sections,

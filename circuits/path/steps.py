@@ -15,13 +15,12 @@ Every choice is made in steps 1-2; every figure of steps 3-4 comes from held-out
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from circuits.evidence import (
-    EFFECT_SIGN,
     ClassVerdict,
     Strata,
     StratumFaithfulness,
@@ -31,12 +30,14 @@ from circuits.evidence import (
     judge_class,
     mean_ci,
 )
+from circuits.finding import Finding
+from circuits.path.results import HeadDrop, PathFigures
 from circuits.path.task import PairTask, label_masks
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.engine import RunOptions
 from interp.interventions.patching import attribution_patching
 from interp.interventions.stats import FaithfulnessSummary, faithfulness_summary
-from interp.model import HookedTransformer
+from interp.model import HookedTransformer, provenance
 from interp.types import Head, Progress
 
 PATH_STAGES = ("Discover heads", "Classify heads", "Validate classes", "Head faithfulness")
@@ -54,39 +55,6 @@ class PathSettings:
     ablation: str = "counterfactual"  # or "mean": the mean over the corrupted prompts at each position
     heldout: tuple[str, ...] | None = None  # held-out families; None: half of them, drawn with `seed`
     seed: int = 0
-
-
-@dataclass(kw_only=True)
-class HeadDrop:
-    """One head's drop on the discovery prompts: estimated (attribution) and exact (None: not run)."""
-
-    head: str
-    estimated: float
-    exact: float | None = None
-    exact_ci: tuple[float, float] | None = None
-
-
-@dataclass(kw_only=True)
-class PathResult:
-    """What `head_path` found: every figure of `classes` and `faithfulness` is on held-out families."""
-
-    task: str
-    model: str
-    settings: PathSettings
-    chose: tuple[str, ...]
-    tested: tuple[str, ...]
-    by_family: bool  # False: the task had no families, so prompts (not families) were held out
-    n_discovery: int
-    n_heldout: int
-    all_heads_drop: float  # the mean drop with every head ablated, on the held-out prompts
-    drops: list[HeadDrop]
-    classes: list[ClassVerdict]  # details["attention"]: mean attention from the last token to each position
-    faithfulness: float
-    faithfulness_ci: tuple[float, float]
-    faithfulness_summary: FaithfulnessSummary | None = None  # with per-prompt error (None: saved before)
-    faithfulness_strata: list[StratumFaithfulness] = field(default_factory=list)
-    sign_rule: str = EFFECT_SIGN
-    notes: list[str] = field(default_factory=list)
 
 
 def _replacement(model: HookedTransformer, task: PairTask, ablation: str) -> Replacement:
@@ -260,7 +228,7 @@ def head_path(
     task: PairTask,
     settings: PathSettings | None = None,
     progress: Progress | None = None,
-) -> PathResult:
+) -> Finding:
     """Steps 1-4 (see the module docstring) on `task`'s family split."""
     settings = settings or PathSettings()
     if task.metric_kind != "logit_diff":
@@ -296,11 +264,14 @@ def head_path(
         model, heldout, heads, settings.ablation, settings.seed
     )
     notes += [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
-    return PathResult(
-        task=task.name, model=model.cfg.model_name, settings=settings,
-        chose=tuple(dict.fromkeys(discovery.families)), tested=tuple(dict.fromkeys(heldout.families)),
-        by_family=task.has_families, n_discovery=len(discovery), n_heldout=len(heldout),
-        all_heads_drop=all_heads_drop, drops=list(drops.values()), classes=checks,
-        faithfulness=faithfulness.ratio, faithfulness_ci=faithfulness.ratio_ci,
-        faithfulness_summary=faithfulness, faithfulness_strata=faithfulness_strata, notes=notes,
+    axis = "families" if task.has_families else "prompts"
+    figures = PathFigures(
+        task=task.name, by_family=task.has_families, n_discovery=len(discovery), n_heldout=len(heldout),
+        all_heads_drop=all_heads_drop, drops=list(drops.values()), notes=notes,
+    )  # fmt: skip
+    return Finding(
+        analysis="path", model=model.cfg.model_name, provenance=provenance(model), settings=settings,
+        chose={axis: list(dict.fromkeys(discovery.families))},
+        tested={axis: list(dict.fromkeys(heldout.families))},
+        classes=checks, faithfulness=faithfulness, faithfulness_strata=faithfulness_strata, extras=figures,
     )  # fmt: skip
