@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,9 +51,7 @@ from circuits.patch_report import FORMATS as PATCH_FORMATS
 from circuits.patch_report import PatchReport, write_patch_report
 from circuits.path.results import PathFigures
 from circuits.path.steps import PathSettings
-from circuits.retrieval.report import FORMATS as RETRIEVAL_FORMATS
-from circuits.retrieval.report import write_retrieval_report
-from circuits.retrieval.results import RetrievalResult
+from circuits.retrieval import RetrievalFigures, RetrievalSettings
 from circuits.stages import StageResults
 from interp import edges
 from interp.interventions.results import PatchResult
@@ -118,15 +117,17 @@ KINDS = {  # kind -> (result type, formats, writer)
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
     "icl": (ICLResult, ICL_FORMATS, write_icl_report),
     "fv": (FunctionVectorResult, ICL_FORMATS, write_fv_report),
-    "retrieval": (RetrievalResult, RETRIEVAL_FORMATS, write_retrieval_report),
     "finding": (Finding, sections.FORMATS, write_finding_report),
     "partial": (PartialResult, sections.FORMATS, write_partial_report),
 }
 RESULT_TYPES = (
     HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult,
-    RetrievalResult, Finding, PartialResult,
+    Finding, PartialResult,
 )  # fmt: skip
-OLDER_KINDS = {"hop": "finding"}  # kinds of older files -> the kind their result reads as
+OLDER_KINDS = {
+    "hop": "finding",
+    "retrieval": "finding",
+}  # kinds of older files -> the kind their result reads as
 
 
 def _register_dataclasses() -> None:
@@ -134,6 +135,7 @@ def _register_dataclasses() -> None:
     types = (
         *RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathFigures, PathSettings, BeyondRandom,
         StepResult, HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary, HopFigures, HopSettings,
+        RetrievalFigures, RetrievalSettings,
     )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
@@ -145,8 +147,8 @@ _register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl", "fv", "retrieval",
-    "finding" or "partial")."""
+    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl", "fv", "finding" or
+    "partial")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
             return kind
@@ -357,6 +359,49 @@ def _older_path(fields: dict[str, Any]) -> dict[str, Any]:
     return {"__dataclass__": "Finding", "fields": finding}
 
 
+RETRIEVAL_FIGURES = (
+    "discovery", "heldout", "heldout_by_facts", "question", "two_hop", "effects", "heads", "induction_heads",
+    "circuit_logit_diff", "model_logit_diff", "ablated_logit_diff", "circuit_accuracy",
+)  # fmt: skip
+
+
+def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
+    """A RetrievalResult (files saved before 2026-11-29) as the Finding "retrieval" with RetrievalFigures:
+    its sizes, thresholds and seed as RetrievalSettings, the held-out fact counts those of its accuracy by
+    fact count and the held-out relations asked for, which it does not record, the default where every
+    relation it tested is among them (as `interp retrieval` asks), else those it tested; its relations
+    and templates as what chose and what tested; its faithfulness as the FaithfulnessSummary of its
+    held-out prompts (the CI and per-prompt figures, which it does not hold, NaN; no strata; None where
+    it was undefined, NaN)."""
+    relations, templates = decode(fields["relations"]), decode(fields["templates"])
+    facts = tuple(int(a["fields"]["prompts"].split(", ")[-1].split()[0]) for a in fields["heldout_by_facts"])
+    tested = tuple(relations.heldout)
+    asked = RetrievalSettings.heldout_relations
+    settings = RetrievalSettings(
+        **decode(fields["settings"]), heldout_facts=facts, seed=fields["seed"],
+        heldout_relations=asked if set(tested) <= set(asked) else tested,
+    )  # fmt: skip
+    ratio, nan = decode(fields["faithfulness"]), float("nan")
+    faithfulness = None if math.isnan(ratio) else FaithfulnessSummary(
+        n_prompts=fields["heldout"]["fields"]["n_prompts"], ratio=ratio, ratio_ci=(nan, nan), error=nan,
+        within=nan,
+    )  # fmt: skip
+    figures = {
+        "attribution": fields.get("attribution", ""),
+        **{name: fields[name] for name in RETRIEVAL_FIGURES},
+    }
+    finding = {
+        "analysis": "retrieval", "model": fields["model_name"], "provenance": fields["provenance"],
+        "settings": encode(settings),
+        "chose": encode({"relations": list(relations.discovery), "templates": templates["discovery"]}),
+        "tested": encode({"relations": list(tested), "templates": templates["heldout"]}),
+        "classes": fields["classes"], "faithfulness": encode(faithfulness), "faithfulness_strata": [],
+        "timings": fields.get("timings", encode({})),
+        "extras": {"__dataclass__": "RetrievalFigures", "fields": figures},
+    }  # fmt: skip
+    return {"__dataclass__": "Finding", "fields": finding}
+
+
 def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
     """An older IOI Validation's fields with each stored ClassValidation (by its class name) as a
     ClassVerdict: its pooled figures as the held-out `BeyondRandom` (on the validation's prompts; the
@@ -454,6 +499,8 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
     if name == "RetrievalClass":  # retrieval's, before 2026-11-29; every retrieval class helps: sign +1
         details = ["induction_overlap", "accuracy", "random_accuracy"]
         return _older_class({"sign": 1, **node["fields"]}, details)
+    if name == "RetrievalResult":
+        return _older_retrieval(node["fields"])
     if name == "Validation":
         return {**node, "fields": _older_ioi_classes(node["fields"])}
     if name == "Comparison":  # a function-vector test, saved before 2026-11-29

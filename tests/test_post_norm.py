@@ -13,6 +13,7 @@ import torch
 import transformers
 
 import interp
+from circuits.finding import finding_report
 from circuits.heads.weights import copying_scores, k_composition_scores
 from circuits.icl import function_vector, mean_head_outputs, task_prompts
 from circuits.ioi import find_ioi_circuit
@@ -20,7 +21,6 @@ from circuits.ioi.evidence import direct_logit_attributions, end_logits_and_cach
 from circuits.ioi.report import ioi_sections
 from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
 from circuits.retrieval.find import attention_and_direct
-from circuits.retrieval.report import retrieval_sections
 from circuits.sections import render_markdown
 from interp.interventions.engine import cached_run, start_names
 from interp.io.sources import read_source
@@ -253,8 +253,10 @@ def test_retrieval_runs_on_a_post_norm_model_and_its_report_states_the_linearisa
         n_prompts=8, n_heldout=8, n_exact=4, n_random=1, n_two_hop=4, heldout_facts=(3,)
     )
     result = find_retrieval_circuit(gemma3_text, settings, induction_heads=[(1, 0)])
-    assert [c.name for c in result.classes][-1] == "induction" and math.isfinite(result.heldout.accuracy)
-    text = " ".join(render_markdown(retrieval_sections(result)).split())
+    assert [c.name for c in result.classes][-1] == "induction" and math.isfinite(
+        result.extras.heldout.accuracy
+    )
+    text = " ".join(render_markdown(finding_report(result)).split())
     assert "post-attention norm (ln1_post) frozen at its scale in the clean run" in text
 
 

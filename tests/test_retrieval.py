@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import html
 import json
+import math
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,14 +16,15 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from circuits.cli import app
-from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, random_same_layer_sets
+from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, FamilySplit, random_same_layer_sets
+from circuits.finding import Finding, finding_report, write_finding_report
 from circuits.results_file import load_result, save_result
-from circuits.retrieval import RetrievalResult, RetrievalSettings, accuracy, find_retrieval_circuit
+from circuits.retrieval import RetrievalSettings, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import validate_classes
-from circuits.retrieval.report import retrieval_sections, write_retrieval_report
 from circuits.retrieval.results import VERDICTS
 from circuits.sections import render_html, render_markdown, result_json
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
+from interp.io.serialize import encode
 from interp.tasks.ioi import single_token_names
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
 from interp.tasks.retrieval import (
@@ -122,7 +126,7 @@ def ablated_diffs(model, prompts, head_sets) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def small_result(smollm2) -> RetrievalResult:
+def small_result(smollm2) -> Finding:
     """The finder on few prompts, with one head for the induction class (no head report)."""
     settings = RetrievalSettings(
         n_prompts=12, n_heldout=12, n_exact=6, n_random=1, n_two_hop=4, heldout_facts=(3, 6)
@@ -142,11 +146,11 @@ def test_ablating_the_confirmed_retrieval_heads_hurts_accuracy_more_than_random_
     assert right[1] < right[0]
 
 
-def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
-    r = small_result
-    assert r.discovery.chance == 0.25 and r.heldout.n_prompts == 48
-    assert r.heldout.chance == pytest.approx((1 / 3 + 1 / 6) / 2)
-    assert [a.n_prompts for a in r.heldout_by_facts] == [24, 24]
+def test_result_is_consistent(small_result) -> None:
+    r, figures = small_result, small_result.extras
+    assert figures.discovery.chance == 0.25 and figures.heldout.n_prompts == 48
+    assert figures.heldout.chance == pytest.approx((1 / 3 + 1 / 6) / 2)
+    assert [a.n_prompts for a in figures.heldout_by_facts] == [24, 24]
     for c in r.classes:
         assert c.verdict in VERDICTS
         assert {s.name for s in c.strata} >= {"3 facts", "6 facts", "template of", "template for"}
@@ -159,35 +163,95 @@ def test_result_is_consistent_and_round_trips(small_result, tmp_path) -> None:
         assert c.heldout.n_prompts == 48 and c.discovery.n_prompts == 12
         assert 0 <= c.details["accuracy"] <= 1 and 0 <= c.details["random_accuracy"] <= 1
     assert r.classes[-1].name == "induction" and r.classes[-1].details["induction_overlap"] == ["L17H3"]
+
+
+def test_faithfulness_is_held_out_with_the_classes_strata(small_result) -> None:
+    """The circuit's faithfulness is that of the held-out logit diffs the report states, on every
+    held-out prompt, and per fact count, template and relation: the strata the classes are judged in."""
+    r, figures = small_result, small_result.extras
+    kept = figures.circuit_logit_diff - figures.ablated_logit_diff
+    assert r.faithfulness.n_prompts == 48
+    assert r.faithfulness.ratio == pytest.approx(
+        kept / (figures.model_logit_diff - figures.ablated_logit_diff)
+    )
+    strata = [(s.kind, s.name, s.n_prompts) for s in r.faithfulness_strata]
+    assert strata == [(s.kind, s.name, s.n_prompts) for s in r.classes[0].strata]
+    assert sum(n for kind, _, n in strata if kind == "facts") == 48
+
+
+def test_finding_saves_and_renders_again(small_result, tmp_path) -> None:
+    r = small_result
     path = tmp_path / "retrieval.json"
     save_result(r, path)
-    assert render_markdown(retrieval_sections(load_result(path))) == render_markdown(retrieval_sections(r))
-    older = tmp_path / "older.json"  # the classes as files saved before 2026-11-29 hold them
-    document = json.loads(path.read_text())
-    for node in document["result"]["fields"]["classes"]:
-        fields = node["fields"]
-        details = dict(fields.pop("details")["__items__"])
-        for name in ("sign", "random_effects", "per_prompt"):
-            del fields[name]
-        node.update(__dataclass__="RetrievalClass", fields={**fields, **details})
-    older.write_text(json.dumps(document))
-    read = load_result(older)
-    judged = [(c.sign, c.details, c.heldout, c.discovery, c.strata) for c in r.classes]
-    assert [(c.sign, c.details, c.heldout, c.discovery, c.strata) for c in read.classes] == judged
-    assert render_markdown(retrieval_sections(read)) == render_markdown(retrieval_sections(r))
+    assert encode(load_result(path)) == encode(r)
     page = tmp_path / "retrieval.html"
     run = CliRunner().invoke(app, ["render", str(path), "--format", "html", "--out", str(page)])
     assert run.exit_code == 0, run.output
     text = page.read_text()
-    assert text == render_html(retrieval_sections(r))
+    assert text == render_html(finding_report(r))
     assert text.index("Retrieval from context by") < text.index("<table")
     for c in r.classes:  # every class with its verdict, in the classes' table
         assert f"<td>{c.name}</td><td>{html.escape(' '.join(c.heads))}</td>" in text
         assert f"<td>{c.verdict}</td></tr>" in text
     assert "<script src" not in text and "http" not in text.split("<body>")[1]  # opens offline
     out = tmp_path / "retrieval.md"
-    write_retrieval_report(r, "markdown", str(out), Console())
-    assert out.read_text().startswith("# Retrieval from context")
+    write_finding_report(r, "markdown", str(out), Console())
+    markdown = out.read_text()
+    assert markdown.startswith("# Retrieval from context")
+    order = ["## What chose and what tested", "## Head classes", "## Faithfulness (held out)", "## Accuracy"]
+    assert [markdown.index(title) for title in order] == sorted(markdown.index(title) for title in order)
+
+
+def older_retrieval_file(saved: Path, older: Path, faithfulness: float | None = None) -> None:
+    """Rewrite the saved retrieval finding `saved` as files saved before 2026-11-29 hold it (a
+    RetrievalResult, each class a RetrievalClass, faithfulness a float: `faithfulness` where given)
+    into `older`."""
+    document = json.loads(saved.read_text())
+    finding, fresh = document["result"]["fields"], load_result(saved)
+    classes = []
+    for node in finding["classes"]:
+        fields = dict(node["fields"])
+        details = dict(fields.pop("details")["__items__"])
+        for name in ("sign", "random_effects", "per_prompt"):
+            del fields[name]
+        classes.append({"__dataclass__": "RetrievalClass", "fields": {**fields, **details}})
+    chose, tested = fresh.chose, fresh.tested
+    document["kind"] = "retrieval"
+    document["result"] = {"__dataclass__": "RetrievalResult", "fields": {
+        "model_name": fresh.model, "provenance": fresh.provenance, "seed": fresh.settings.seed,
+        "settings": encode(fresh.settings.recorded()),
+        "relations": encode(FamilySplit(tuple(chose["relations"]), tuple(tested["relations"]))),
+        "templates": encode({"discovery": chose["templates"], "heldout": tested["templates"]}),
+        **finding["extras"]["fields"], "classes": classes,
+        "faithfulness": encode(fresh.faithfulness.ratio if faithfulness is None else faithfulness),
+        "timings": finding["timings"],
+    }}  # fmt: skip
+    older.write_text(json.dumps(document))
+
+
+def test_an_older_retrieval_file_reads_with_the_same_numbers_and_renders_the_same(small_result, tmp_path):
+    """A RetrievalResult (saved before 2026-11-29), its classes as RetrievalClasses, reads as the Finding a
+    fresh run makes: the same settings, families, figures and classes (the random sets' and per-prompt
+    effects, which it does not hold, empty); its faithfulness the same ratio, without the CI, per-prompt
+    figures and strata it does not hold (NaN, none); undefined (NaN) as none."""
+    r = small_result
+    save_result(r, tmp_path / "retrieval.json")
+    older_retrieval_file(tmp_path / "retrieval.json", tmp_path / "older.json")
+    read = load_result(tmp_path / "older.json")
+    assert read.settings == r.settings and read.chose == r.chose and read.tested == r.tested
+    assert encode(read.extras) == encode(r.extras) and read.timings == r.timings
+    for found, fresh in zip(read.classes, r.classes, strict=True):
+        assert len(found.per_prompt) == 0 and found.random_effects == []
+        same = replace(found, per_prompt=fresh.per_prompt, random_effects=fresh.random_effects)
+        assert encode(same) == encode(fresh)
+    assert (read.faithfulness.n_prompts, read.faithfulness.ratio) == (48, r.faithfulness.ratio)
+    assert math.isnan(read.faithfulness.ratio_ci[0]) and read.faithfulness_strata == []
+    figures = {"faithfulness": r.faithfulness, "faithfulness_strata": r.faithfulness_strata}
+    assert render_markdown(finding_report(replace(read, **figures))) == render_markdown(finding_report(r))
+    older_retrieval_file(tmp_path / "retrieval.json", tmp_path / "undefined.json", faithfulness=math.nan)
+    undefined = load_result(tmp_path / "undefined.json")
+    assert undefined.faithfulness is None
+    assert "Circuit faithfulness on held-out prompts: n/a" in render_markdown(finding_report(undefined))
 
 
 def test_cli_refuses_bad_options_before_loading_a_model() -> None:
@@ -207,20 +271,19 @@ def test_settings_refuse_bad_counts_before_any_run(kwargs, message) -> None:
 
 def test_relations_that_chose_the_heads_never_test_them(small_result) -> None:
     r = small_result
-    assert r.relations.discovery and r.relations.heldout
-    assert not set(r.relations.discovery) & set(r.relations.heldout)
-    assert set(r.relations.heldout) <= set(HELDOUT_RELATIONS) and len(r.relations.heldout) >= 4
-    assert r.templates["discovery"] == ["of"] and "for" in r.templates["heldout"]  # a template never seen
+    chose, tested = r.chose["relations"], r.tested["relations"]
+    assert chose and tested and not set(chose) & set(tested)
+    assert set(tested) <= set(HELDOUT_RELATIONS) and len(tested) >= 4
+    assert r.chose["templates"] == ["of"] and "for" in r.tested["templates"]  # a template never seen
     strata = {s.name for c in r.classes for s in c.strata}
-    assert not strata & set(r.relations.discovery)  # every reported stratum is a held-out relation
-    assert set(r.relations.heldout) <= strata
+    assert not strata & set(chose)  # every reported stratum is a held-out relation
+    assert set(tested) <= strata
     summary = json.loads(result_json(r))
     assert summary["effect_sign"] == EFFECT_SIGN
-    assert summary["relations"] == {
-        "discovery": list(r.relations.discovery),
-        "heldout": list(r.relations.heldout),
-    }
-    assert r.relations.describe() in render_markdown(retrieval_sections(r))
+    assert summary["chose"] == r.chose and summary["tested"] == r.tested
+    markdown = render_markdown(finding_report(r))
+    assert f"chose: relations {', '.join(chose)}; templates of" in markdown
+    assert f"tested: relations {', '.join(tested)}; templates of, for" in markdown
 
 
 def test_reported_effects_are_held_out_drops_whatever_the_discovery_prompts(smollm2) -> None:

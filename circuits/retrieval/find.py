@@ -6,7 +6,8 @@ held-out relations, names, fact counts and templates. Corrupted prompts name a s
 Steps: 0 prompts; 1 heads -> logits and 2 heads -> the movers' queries at END (EAP ranks the senders,
 the `n_exact` first are path-patched exactly); 3 each class (and the induction heads of `interp heads`)
 mean-ablated against random same-layer heads (`circuits.evidence.judge_class`), with the circuit's
-faithfulness; 4 each prompt set's accuracy against chance. Effects are drops (`EFFECT_SIGN`, logits).
+faithfulness (`circuit_faithfulness`); 4 each prompt set's accuracy against chance. The result is a
+`circuits.finding.Finding` whose extras are `RetrievalFigures`. Effects are drops (`EFFECT_SIGN`, logits).
 Selected heads (`select_heads`) are classed by where END attends: the queried name's mention
 ("mention"), its value ("mover", which must also write the answer: direct attribution > 0) or the
 query's name ("query").
@@ -27,6 +28,8 @@ from circuits.evidence import (
     FamilySplit,
     HeadClass,
     Strata,
+    StratumFaithfulness,
+    faithfulness_by_stratum,
     head_class,
     judge_class,
     label_strata,
@@ -34,13 +37,14 @@ from circuits.evidence import (
     select_heads,
     split_families,
 )
+from circuits.finding import Finding
 from circuits.heads.cache import confirmed_induction_heads
-from circuits.retrieval.results import RetrievalAccuracy, RetrievalHead, RetrievalResult
+from circuits.retrieval.results import RetrievalAccuracy, RetrievalFigures, RetrievalHead
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.engine import RunOptions, forward_logits
 from interp.interventions.path_patching import PathPatcher
-from interp.interventions.stats import faithfulness_ratio
+from interp.interventions.stats import FaithfulnessSummary, faithfulness_summary
 from interp.model.cache import direct_attribution_linearisation
 from interp.tasks.retrieval import (
     DISCOVERY_FACT_COUNTS,
@@ -96,7 +100,7 @@ class RetrievalSettings:
             raise ValueError("heldout_facts is empty: give the held-out fact counts, e.g. (2, 3, 6, 8)")
 
     def recorded(self) -> dict[str, float | int]:
-        """The sizes and thresholds a result records (`RetrievalResult.settings`)."""
+        """The sizes and thresholds `interp retrieval --save` records with its options."""
         names = [*COUNT_MINIMUMS, "effect_z", "min_effect", "min_share", "min_attention"]
         return {name: getattr(self, name) for name in names}
 
@@ -221,7 +225,7 @@ def _judged(
     induction: Sequence[Head],
     seed: int,
 ) -> ClassVerdict:
-    """One class judged against its random sets (`judge_class`), with its details (`RetrievalResult`);
+    """One class judged against its random sets (`judge_class`), with its details (`RetrievalFigures`);
     `ablated`: "heldout" and "discovery" head set -> [prompt] ablated logit diffs, () the clean run's."""
 
     def drops(side: str) -> Tensor:  # [1 + draws, prompt] clean - ablated, the class first
@@ -250,10 +254,11 @@ def validate_classes(
     n_random: int,
     seed: int,
     progress: Progress | None = None,
-) -> tuple[list[ClassVerdict], dict[str, float], Tensor]:
+) -> tuple[list[ClassVerdict], dict[str, Tensor]]:
     """Step 3: each class against `n_random` random same-layer sets on the "discovery" and "heldout"
-    batches of `prompt_sets`; the circuit's figures on the held-out batches (faithfulness with every
-    head outside it ablated); their clean logit diffs [prompt], concatenated."""
+    batches of `prompt_sets`; the held-out batches' logit diffs [prompt] (concatenated) of the model
+    ("model"), of the circuit alone (every head outside it mean-ablated: "circuit") and with every head
+    mean-ablated ("ablated")."""
     every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
     found = [head_class(model, name, heads, n_random, seed) for name, heads in classes.items()]
     outside = tuple(sorted(set(every_head) - set(circuit)))
@@ -266,19 +271,22 @@ def validate_classes(
     }
     strata = _strata(prompt_sets["heldout"])
     validations = [_judged(each, ablated, strata, induction, seed) for each in found]
-    clean, kept, nothing = (ablated["heldout"][heads] for heads in ((), outside, tuple(every_head)))
+    runs = {"model": (), "circuit": outside, "ablated": tuple(every_head)}
+    return validations, {name: ablated["heldout"][heads] for name, heads in runs.items()}
+
+
+def circuit_faithfulness(
+    diffs: dict[str, Tensor], heldout: Sequence[RetrievalPrompts], seed: int
+) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
+    """The circuit's held-out faithfulness from `validate_classes`' logit diffs, pooled (None where it is
+    undefined: the model does as well with every head ablated) and per fact count, template and relation.
+    `interp.interventions.stats.faithfulness_summary`, as every analysis's."""
+    circuit, model, ablated = diffs["circuit"], diffs["model"], diffs["ablated"]
     try:
-        faithfulness = float(faithfulness_ratio(kept, clean, nothing))
+        summary = faithfulness_summary(circuit, model, ablated, seed=seed)
     except ValueError:  # the model does as well with every head ablated
-        faithfulness = float("nan")
-    figures = {
-        "faithfulness": faithfulness,
-        "circuit_logit_diff": kept.mean().item(),
-        "model_logit_diff": clean.mean().item(),
-        "ablated_logit_diff": nothing.mean().item(),
-        "circuit_accuracy": (kept > 0).double().mean().item(),
-    }
-    return validations, figures, clean
+        return None, []
+    return summary, faithfulness_by_stratum(circuit, model, ablated, _strata(heldout), seed)
 
 
 def make_prompt_sets(model: interp.HookedTransformer, settings: RetrievalSettings) -> RetrievalPromptSets:
@@ -415,7 +423,7 @@ def accuracies(
     heldout_clean: Tensor,
     settings: RetrievalSettings,
 ) -> dict[str, RetrievalAccuracy | list[RetrievalAccuracy]]:
-    """Step 4: each prompt set's clean accuracy against chance (`RetrievalResult`'s fields);
+    """Step 4: each prompt set's clean accuracy against chance (`RetrievalFigures`' fields);
     heldout_clean: [prompt] the held-out batches' clean logit diffs, concatenated."""
     seed, counts = settings.seed, settings.heldout_facts
     facts = _fact_counts(prompts.heldout)
@@ -442,9 +450,10 @@ def find_retrieval_circuit(
     *,
     induction_heads: Sequence[Head] | None = None,
     progress: Progress | None = None,
-) -> RetrievalResult:
+) -> Finding:
     """Find and validate the retrieval circuit of `model` (see the module docstring), with the sizes
-    and thresholds of `settings`. induction_heads: the class to compare with (default:
+    and thresholds of `settings`: a Finding chosen on the discovery relations and template, tested on
+    the held-out ones, with `RetrievalFigures`. induction_heads: the class to compare with (default:
     `confirmed_induction_heads(model)`, cached)."""
     timings: dict[str, float] = {}
     began = time.perf_counter()
@@ -476,26 +485,37 @@ def find_retrieval_circuit(
             classes.setdefault(h.cls, []).append((h.layer, h.index))
     circuit = sorted({head for heads in classes.values() for head in heads})
     tested = classes | ({"induction": list(induction_heads)} if induction_heads else {})
-    validations, figures, heldout_clean = validate_classes(
+    validations, diffs = validate_classes(
         model, tested, circuit, {"discovery": [prompts.discovery], "heldout": prompts.heldout},
         induction_heads, settings.n_random, settings.seed, progress,
     )  # fmt: skip
+    faithfulness, faithfulness_strata = circuit_faithfulness(diffs, prompts.heldout, settings.seed)
     stage("validation")
-    measured = accuracies(model, prompts, heldout_clean, settings)  # 4. accuracy
+    measured = accuracies(model, prompts, diffs["model"], settings)  # 4. accuracy
     stage("accuracy")
-    return RetrievalResult(
-        model_name=model.cfg.model_name,
-        provenance=interp.provenance(model),
+    kept = diffs["circuit"]
+    figures = RetrievalFigures(
         attribution=direct_attribution_linearisation(model.cfg),
-        seed=settings.seed,
-        settings=settings.recorded(),
-        relations=prompts.relations,
-        templates={"discovery": list(DISCOVERY_TEMPLATES), "heldout": list(HELDOUT_TEMPLATES)},
         effects=effects,
         heads=found,
         induction_heads=[head_label(*head) for head in induction_heads],
-        classes=validations,
-        timings=timings,
+        circuit_logit_diff=kept.mean().item(),
+        model_logit_diff=diffs["model"].mean().item(),
+        ablated_logit_diff=diffs["ablated"].mean().item(),
+        circuit_accuracy=(kept > 0).double().mean().item(),
         **measured,
-        **figures,
+    )
+    relations = prompts.relations
+    return Finding(
+        analysis="retrieval",
+        model=model.cfg.model_name,
+        provenance=interp.provenance(model),
+        settings=settings,
+        chose={"relations": list(relations.discovery), "templates": list(DISCOVERY_TEMPLATES)},
+        tested={"relations": list(relations.heldout), "templates": list(HELDOUT_TEMPLATES)},
+        classes=validations,
+        faithfulness=faithfulness,
+        faithfulness_strata=faithfulness_strata,
+        timings=timings,
+        extras=figures,
     )

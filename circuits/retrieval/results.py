@@ -1,14 +1,21 @@
-"""What `find_retrieval_circuit` finds, as data. Logit diff: logit(answer) minus the largest other
-in-context candidate's logit (logits); accuracy: the share of prompts whose answer ranks first."""
+"""What `find_retrieval_circuit` finds, as a `circuits.finding.Finding` with `RetrievalFigures`, and how
+they read: accuracy on every prompt set against chance, each class (mover, mention, query; the induction
+heads) against random same-layer heads on held-out relations with its accuracy ablated and its overlap
+with the induction heads, faithfulness, the heads found on the discovery prompts. Logit diff: logit(answer)
+minus the largest other in-context candidate's logit (logits); accuracy: the share of prompts whose answer
+ranks first."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 from torch import Tensor
 
-from circuits.evidence import EFFECT_SIGN, ClassVerdict, FamilySplit
+from circuits.evidence import EFFECT_SIGN
+from circuits.finding import ClassView, Extras, Finding
+from circuits.sections import Section, Table, layer_head_map, percent_ci, signed, value_ci
+from interp.viz import heatmap_grid, heatmap_html
 
 RETRIEVAL_CLASSES = ("mover", "mention", "query")
 CLASS_MEANINGS = {
@@ -18,6 +25,21 @@ CLASS_MEANINGS = {
     "induction": "the induction heads `interp heads` confirms (tested as a class, not found here)",
 }
 VERDICTS = ("confirmed", "facts-dependent", "template-dependent", "relation-dependent", "unconfirmed")
+HEAD_COLUMNS = (
+    "head", "sweep", "effect", "END->value", "END->name", "END->query", "direct", "class", "induction"
+)  # fmt: skip
+HEADS_LEGEND = (
+    "effect: the drop of the mean logit diff (logits) when the head's path ('sweep') is patched from the "
+    "corrupted run; END->: mean attention from the last token; direct: the head's mean direct logit "
+    "attribution at END along W_U[answer] - W_U[best other in-context value], in logits."
+)
+CLASS_DETAILS = (  # the classes' own columns (`ClassVerdict.details`), beside the standard ones
+    ("accuracy ablated", lambda c: f"{100 * c.details['accuracy']:.0f}%"),
+    ("random ablated", lambda c: f"{100 * c.details['random_accuracy']:.0f}%"),
+    ("induction", lambda c: ", ".join(c.details["induction_overlap"]) or "-"),
+)
+ACCURACY_COLUMNS = ("prompts", "n", "accuracy", "chance", "mean logit diff")
+ATTENTION_TARGETS = ("VALUE", "NAME", "QUERY")  # the heads' columns END->value, END->name, END->query
 
 
 @dataclass(kw_only=True)
@@ -48,22 +70,35 @@ class RetrievalHead:
     cls: str | None
 
 
-@dataclass(kw_only=True)
-class RetrievalResult:
-    """`find_retrieval_circuit`'s result: heads chosen on discovery prompts, every claim tested on
-    held-out relations (`relations`), names, fact counts and templates (`templates`: split -> names).
-    classes: each class as `judge_class` judged it (drops; strata of kind "facts", "template",
-    "relation"), its details: "induction_overlap" (its heads `interp heads` confirms as induction heads),
-    "accuracy" and "random_accuracy" (held-out accuracy with the class, and with its random sets on
-    average, mean-ablated)."""
+def _percent(a: RetrievalAccuracy) -> str:
+    """An accuracy with its CI: "50% [38%, 61%]"."""
+    return f"{100 * a.accuracy:.0f}% {percent_ci(a.ci)}"
 
-    model_name: str
-    provenance: str
-    attribution: str = ""  # direct_attribution_linearisation; "" in results saved before it was recorded
-    seed: int
-    settings: dict[str, float | int | str]
-    relations: FamilySplit
-    templates: dict[str, list[str]]
+
+def _accuracy(a: RetrievalAccuracy, against_chance: bool = False) -> str:
+    text = (
+        f"{a.prompts}: {_percent(a)} of {a.n_prompts} prompts "
+        f"(chance {100 * a.chance:.0f}%; mean logit diff {signed(a.logit_diff)})"
+    )
+    if against_chance:
+        text += ", above chance" if a.ci[0] > a.chance else ", not above chance"
+    return text
+
+
+@dataclass(kw_only=True)
+class RetrievalFigures(Extras):
+    """`find_retrieval_circuit`'s own figures. The finding's classes are each class as `judge_class`
+    judged it on held-out relations, names, fact counts and templates (drops; strata of kind "facts",
+    "template", "relation"), its details: "induction_overlap" (its heads `interp heads` confirms as
+    induction heads), "accuracy" and "random_accuracy" (held-out accuracy with the class, and with its
+    random sets on average, mean-ablated). Its faithfulness keeps the circuit (every classified head) and
+    mean-ablates the rest; the logit diffs it is made of are here: the circuit's, the model's, with every
+    head ablated. attribution: how the heads' direct attribution was read
+    (`direct_attribution_linearisation`; "" in results saved before it was recorded)."""
+
+    file_width: ClassVar[int] = 160
+
+    attribution: str
     discovery: RetrievalAccuracy
     heldout: RetrievalAccuracy
     heldout_by_facts: list[RetrievalAccuracy]
@@ -72,15 +107,157 @@ class RetrievalResult:
     effects: dict[str, Tensor]  # sweep -> [layer, head] path-patching drop, logits (NaN: not patched)
     heads: list[RetrievalHead]
     induction_heads: list[str]
-    classes: list[ClassVerdict]
-    faithfulness: float  # held-out, the circuit (every classified head) kept, the rest mean-ablated
-    circuit_logit_diff: float
+    circuit_logit_diff: float  # held out, means over prompts, logits
     model_logit_diff: float
     ablated_logit_diff: float
     circuit_accuracy: float
-    timings: dict[str, float] = field(default_factory=dict)
 
-    def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds: every field, the model's name as "model", the effects' sign."""
-        fields = dict(vars(self))
-        return {"model": fields.pop("model_name"), **fields, "effect_sign": EFFECT_SIGN}
+    def title(self, finding: Finding) -> str:
+        return f"Retrieval from context in {finding.model}"
+
+    def headline(self, finding: Finding) -> list[str]:
+        """The finding, in order: accuracy against chance, each class, the induction overlap,
+        faithfulness, the measured-only forms."""
+        by_facts = "; ".join(
+            f"{a.prompts.split(', ')[-1]} {_percent(a)} (chance {100 * a.chance:.0f}%)"
+            for a in self.heldout_by_facts
+        )
+        lines = [
+            f"Retrieval from context by {finding.model}: {_accuracy(self.heldout, True)}; "
+            f"{_accuracy(self.discovery)}.",
+            f"Held-out accuracy by fact count: {by_facts}.",
+        ]
+        if self.heldout.ci[0] <= self.heldout.chance:
+            lines.append(
+                "The held-out accuracy is not above chance: the classes below move the answer's logit on "
+                "held-out prompts, but the behaviour they carry there is weak (see each fact count)."
+            )
+        for c in finding.classes:
+            overlap = ", ".join(c.details["induction_overlap"]) or "none"
+            overlap = "" if c.name == "induction" else f"; induction heads among them: {overlap}"
+            lines.append(
+                f"{c.name} ({', '.join(c.heads)}): {c.verdict} on held-out relations; ablated, they lower "
+                f"the logit diff by {value_ci(c.heldout.beyond, c.heldout.beyond_ci)} logits more than "
+                f"random heads there ({value_ci(c.discovery.beyond, c.discovery.beyond_ci)} on the discovery "
+                f"prompts that chose them: {c.note}); accuracy ablated {100 * c.details['accuracy']:.0f}% vs "
+                f"{100 * c.details['random_accuracy']:.0f}% with random heads{overlap}."
+            )
+        tested = {c.name for c in finding.classes}
+        lines += [
+            f"{name}: no head found (no selected head {CLASS_MEANINGS[name].split(' (')[0]})."
+            for name in RETRIEVAL_CLASSES
+            if name not in tested
+        ]
+        found = {head for c in finding.classes if c.name != "induction" for head in c.heads}
+        shared = sorted(found & set(self.induction_heads))
+        faithfulness = float("nan") if finding.faithfulness is None else finding.faithfulness.ratio
+        lines += [
+            f"Induction heads of `interp heads` ({', '.join(self.induction_heads) or 'none'}): "
+            f"{len(shared)} of them among the {len(found)} classified retrieval heads "
+            f"({', '.join(shared) or 'none'}).",
+            f"Circuit faithfulness on held-out prompts: {signed(faithfulness)} (logit diff: circuit "
+            f"{signed(self.circuit_logit_diff)}, model {signed(self.model_logit_diff)}, no heads "
+            f"{signed(self.ablated_logit_diff)}; accuracy with the circuit alone "
+            f"{100 * self.circuit_accuracy:.0f}%).",
+        ]
+        lines += [
+            f"Measured only (no circuit claimed): {_accuracy(a, True)}."
+            for a in [self.question, *self.two_hop]
+        ]
+        return lines
+
+    def chose_lines(self, finding: Finding) -> list[str]:
+        settings = finding.settings
+        return [
+            f"Other names held out too; fact counts: {self.discovery.prompts.split(', ')[-1]} chose, "
+            f"{self.heldout.prompts.split(', ')[-1]} tested. {settings.n_prompts} discovery prompts, "
+            f"{settings.n_heldout} held-out prompts per fact count and template, {settings.n_random} random "
+            f"same-layer sets per class (seed {settings.seed})."
+        ]
+
+    def legend(self, finding: Finding) -> str:
+        """What every figure means, with the relations that chose the heads and those that tested them."""
+        chose, tested = finding.chose, finding.tested
+        return (
+            "Logit diff = logit(answer) - the largest logit of the other values stated in the prompt "
+            "(logits); accuracy: the answer ranks first among them [95% bootstrap CI over prompts]; chance = "
+            "mean of 1 / facts. The relation is the family: heads are found on discovery prompts (relations "
+            f"{', '.join(chose['relations'])}; 4 facts; template {', '.join(chose['templates'])}) by path "
+            "patching from prompts whose query names a stranger (EAP ranks the senders, the top ones are "
+            "path-patched exactly) and classed by where the last token attends. Every class is then "
+            f"mean-ablated on held-out prompts (relations {', '.join(tested['relations'])}; other names; "
+            f"{self.heldout.prompts.split(', ')[-1]}; templates {', '.join(tested['templates'])}) "
+            f"against random heads of the same layers. Effects: {EFFECT_SIGN}; beyond random = the class's "
+            "drop - the random sets' mean drop, paired by prompt; confirmed when its held-out CI lies above "
+            "0 and it is positive in every stratum (fact count, template, relation); facts-, template- or "
+            "relation-dependent when only the pooled CI is (the first kind of stratum where it is not). The "
+            "same figure on the discovery prompts that chose the heads is shown beside it, never reported "
+            "alone. Faithfulness = (F(circuit) - F(no heads)) / (F(model) - F(no heads)), every head outside "
+            "the circuit mean-ablated."
+        )
+
+    def class_view(self, finding: Finding, wide: bool) -> ClassView:
+        meanings = [f"{name}: {meaning}" for name, meaning in CLASS_MEANINGS.items()]
+        return ClassView(columns=CLASS_DETAILS, notes=[*meanings, self.legend(finding)], digits=3)
+
+    def faithfulness_kept(self, finding: Finding) -> str:
+        return "the circuit (every classified head) kept, every other head mean-ablated"
+
+    def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
+        """Accuracy on every prompt set; the heads found on the discovery prompts."""
+        every = [self.discovery, self.heldout, *self.heldout_by_facts, self.question, *self.two_hop]
+        accuracy_rows = [
+            [a.prompts, str(a.n_prompts), _percent(a), f"{100 * a.chance:.0f}%", signed(a.logit_diff)]
+            for a in every
+        ]
+        head_rows = [
+            [h.head, h.sweep, signed(h.effect), *(f"{h.attention[t]:.2f}" for t in ATTENTION_TARGETS),
+             signed(h.direct), h.cls or "unclassified", "yes" if h.head in self.induction_heads else "no"]
+            for h in self.heads
+        ]  # fmt: skip
+        read_as = f" Read as {self.attribution}." if self.attribution else ""
+        return [
+            Section(
+                title="Accuracy",
+                table=Table(
+                    columns=list(ACCURACY_COLUMNS), rows=accuracy_rows, right=list(ACCURACY_COLUMNS[1:])
+                ),
+            ),
+            Section(
+                title="Heads found on the discovery prompts",
+                table=Table(columns=list(HEAD_COLUMNS), rows=head_rows, right=list(HEAD_COLUMNS[2:7])),
+                notes=[HEADS_LEGEND + read_as],
+                figures=self.figures(),
+            ),
+        ]
+
+    def figures(self) -> list[str]:
+        """END's attention per selected head; each sweep's path-patching drops [layer, head]."""
+        figures = []
+        if self.heads:
+            figures.append(
+                heatmap_html(
+                    [[h.attention[target] for target in ATTENTION_TARGETS] for h in self.heads],
+                    [f"{h.head} ({h.cls or 'unclassified'})" for h in self.heads],
+                    ["value", "name", "query"],
+                    "Attention from END (discovery prompts)",
+                    signed=False,
+                    limit=1.0,
+                    axes=("head", "END attends to"),
+                    caption="the queried value (mover), the name's mention (mention), the query's name "
+                    "(query)",
+                )
+            )
+        effects = [
+            layer_head_map(
+                grid,
+                f"Path patching to {sweep}",
+                "drop of the mean logit diff when the head's path is patched (clean - patched, logits; "
+                "positive: the path helps): exact for the heads EAP ranks first, EAP's estimate for the "
+                "others; grey: no sender",
+                signed=True,
+                value_format="{:+.2f}",
+            )
+            for sweep, grid in self.effects.items()
+        ]
+        return figures + ([heatmap_grid(effects)] if effects else [])
