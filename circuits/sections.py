@@ -233,13 +233,13 @@ def _faithfulness_cells(n_prompts: int, summary: FaithfulnessSummary | None) -> 
     if summary is None:
         reason = TOO_FEW_PROMPTS if n_prompts < MIN_STRATUM_PROMPTS else "undefined (no effect to keep)"
         return [str(n_prompts), reason, "", "", ""]
-    return [
-        str(n_prompts),
-        f"{summary.ratio:.2f}",
-        ci_text(summary.ratio_ci, 2, sign=False),
-        f"{summary.error:.2f}",
-        f"{summary.within:.0%}",
-    ]
+
+    def shown(value: float, spec: str) -> str:  # NaN: a figure an older file does not hold
+        return "n/a" if math.isnan(value) else format(value, spec)
+
+    interval = "n/a" if math.isnan(summary.ratio_ci[0]) else ci_text(summary.ratio_ci, 2, sign=False)
+    return [str(n_prompts), shown(summary.ratio, ".2f"), interval, shown(summary.error, ".2f"),
+            shown(summary.within, ".0%")]  # fmt: skip
 
 
 def class_sections(

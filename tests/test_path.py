@@ -296,6 +296,7 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
     assert (read.chose, read.tested) == (result.heads.chose, result.heads.tested)
     assert encode(read.faithfulness) == encode(result.heads.faithfulness)
     assert encode(read.extras) == encode(result.heads.extras)
+
     def markdown(found) -> str:  # such files hold the model's name, not its provenance
         return render_markdown(finding_report(found)).replace(f"Model: {found.provenance}.", "Model: .")
 

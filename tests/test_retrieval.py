@@ -248,6 +248,7 @@ def test_an_older_retrieval_file_reads_with_the_same_numbers_and_renders_the_sam
     assert math.isnan(read.faithfulness.ratio_ci[0]) and read.faithfulness_strata == []
     figures = {"faithfulness": r.faithfulness, "faithfulness_strata": r.faithfulness_strata}
     assert render_markdown(finding_report(replace(read, **figures))) == render_markdown(finding_report(r))
+    assert "nan" not in render_markdown(finding_report(read)).lower()  # figures it does not hold: "n/a"
     older_retrieval_file(tmp_path / "retrieval.json", tmp_path / "undefined.json", faithfulness=math.nan)
     undefined = load_result(tmp_path / "undefined.json")
     assert undefined.faithfulness is None
