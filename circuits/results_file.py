@@ -42,7 +42,7 @@ from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
 from circuits.icl.fv_pipeline import QueryEffects
 from circuits.icl.report import FORMATS as ICL_FORMATS
 from circuits.icl.report import write_fv_report, write_icl_report
-from circuits.ioi.results import IOIFigures
+from circuits.ioi.results import HeldOut, IOIFigures
 from circuits.ioi.steps import StepResult
 from circuits.ioi.task import text_families, toy_families
 from circuits.patch_report import FORMATS as PATCH_FORMATS
@@ -360,9 +360,6 @@ def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "classes": {"__items__": classes}}
 
 
-HELD_OUT_FIELDS = ("prompts", "n_prompts", "logit_diff", "faithfulness", "recovered", "recovered_ci")
-
-
 def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
     """An IOICircuitResult (files saved before 2026-11-29) as the Finding "ioi" with IOIFigures: its
     Validation's classes (`_older_ioi_classes`), faithfulness summary and strata as the finding's, its
@@ -392,7 +389,10 @@ def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
     figures |= {"class_heads": fields["classes"], "evaluation": fields.get("evaluation"),
                 "example": fields.get("example")}  # fmt: skip
     if held_out is not None:
-        figures["heldout"] = {"__dataclass__": "HeldOut", "fields": {k: held_out[k] for k in HELD_OUT_FIELDS}}
+        figures["heldout"] = {
+            "__dataclass__": "HeldOut",
+            "fields": {k: held_out[k] for k in HeldOut.__dataclass_fields__},
+        }
     finding = {
         "analysis": "ioi", "model": model, "provenance": provenance,
         "settings": {"__dataclass__": "Settings", "fields": settings},
