@@ -78,7 +78,9 @@ def findings(model, clock: Callable[[], float], n_edges: int) -> tuple[dict[str,
     confirmed = confirmed_rows(report).to_dict("records")
     found["confirmed heads"] = {f"L{row['layer']}H{row['head']}": list(row["types"]) for row in confirmed}
     seconds["interp ioi"], ioi = timed(clock, "interp ioi", lambda: find_ioi_circuit(model))
-    found["ioi classes"] = {name: [f"L{h.layer}H{h.head}" for h in hs] for name, hs in ioi.classes.items()}
+    found["ioi classes"] = {
+        name: [f"L{h.layer}H{h.head}" for h in hs] for name, hs in ioi.extras.class_heads.items()
+    }
     task, heldout = ioi_task(model, 64, 0), heldout_edge_task(model, "ioi", 64, 0)
     seconds["interp circuit"], circuit = timed(
         clock,

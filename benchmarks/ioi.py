@@ -18,8 +18,8 @@ from collections.abc import Callable
 import torch
 
 import interp
+from circuits.finding import finding_report
 from circuits.ioi import find_ioi_circuit
-from circuits.ioi.report import ioi_sections
 from circuits.sections import render_markdown, result_json
 from interp import metrics
 from interp.interventions.engine import RunOptions
@@ -47,7 +47,7 @@ def main() -> None:
     result = find_ioi_circuit(
         model, n_prompts=args.n_prompts, seed=args.seed, n_patching_prompts=args.n_patching_prompts
     )
-    print(render_markdown(ioi_sections(result)))
+    print(render_markdown(finding_report(result)))
     print(f"load {load_s:.1f} s")
     for stage, seconds in result.timings.items():
         print(f"{stage:<55} {seconds:7.1f} s")

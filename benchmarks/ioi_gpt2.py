@@ -15,8 +15,8 @@ import sys
 import torch
 
 import interp
+from circuits.finding import finding_report
 from circuits.ioi import CLASSES, find_ioi_circuit
-from circuits.ioi.report import ioi_sections
 from circuits.sections import render_markdown
 from interp.types import head_label
 
@@ -71,8 +71,8 @@ def main() -> None:
     result = find_ioi_circuit(
         model, n_prompts=args.n_prompts, seed=args.seed, n_patching_prompts=args.n_patching_prompts
     )
-    print(render_markdown(ioi_sections(result)))
-    print("\n".join(compare(result.circuit)))
+    print(render_markdown(finding_report(result)))
+    print("\n".join(compare(result.extras.circuit)))
 
 
 if __name__ == "__main__":

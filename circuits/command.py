@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
 
 console = Console()
 # The result kind (circuits.results_file.KINDS) of a command whose name is not its kind.
-KIND_OF = {"icl --fv": "fv", "hop": "finding", "retrieval": "finding"}
+KIND_OF = {"icl --fv": "fv", "hop": "finding", "retrieval": "finding", "ioi": "finding"}
 ERRORS = (ValueError, ImportError, FileNotFoundError)  # a run's errors said in one line (exit status 2)
 
 
@@ -353,8 +353,7 @@ class Command:
         except ERRORS as error:
             raise fail(str(error)) from error
         if self.note is not None:
-            holder = result if hasattr(result, "provenance") else result.settings  # IOI's: in its settings
-            holder.provenance = f"{holder.provenance}; {self.note}"
+            result.provenance = f"{result.provenance}; {self.note}"
         self.kind[2](result, self.format, self.out, console, **render)
         if self.save is not None:
             from circuits.results_file import save_result

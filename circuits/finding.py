@@ -31,8 +31,8 @@ ANALYSIS_COMMANDS = {"fv": "icl --fv", "path": "circuit"}
 @dataclass(kw_only=True)
 class ClassView:
     """How an analysis's classes read in the standard class sections (`sections.class_sections`):
-    its own columns, what a class's figure is ("drop", "gain"), when a stratum holds, the digits of
-    its figures, the legend and figures under the classes' table."""
+    its own columns, what a class's figure is ("drop", "gain"), when a stratum holds, the figures'
+    decimals, the legend and figures under the classes' table, the notes under the strata's."""
 
     columns: Sequence[tuple[str, Callable[[ClassVerdict], str]]] = ()
     effect: str = "drop"
@@ -40,6 +40,7 @@ class ClassView:
     digits: int = 2
     notes: list[str] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
+    strata_notes: list[str] = field(default_factory=list)
 
 
 class Extras:
@@ -141,7 +142,10 @@ def finding_report(finding: Finding, wide: bool = True) -> Report:
     classes, strata = class_sections(
         finding.classes, details=view.columns, effect=view.effect, holds=view.holds, digits=view.digits
     )
-    held_out = [replace(classes, notes=view.notes, figures=view.figures), strata]
+    held_out = [
+        replace(classes, notes=view.notes, figures=view.figures),
+        replace(strata, notes=view.strata_notes),
+    ]
     if finding.faithfulness is not None:
         kept = extras.faithfulness_kept(finding)
         held_out.append(faithfulness_section(finding.faithfulness, finding.faithfulness_strata, kept))

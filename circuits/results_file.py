@@ -43,10 +43,9 @@ from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
 from circuits.icl.fv_pipeline import QueryEffects
 from circuits.icl.report import FORMATS as ICL_FORMATS
 from circuits.icl.report import write_fv_report, write_icl_report
-from circuits.ioi.report import FORMATS as IOI_FORMATS
-from circuits.ioi.report import write_ioi_report
-from circuits.ioi.results import IOICircuitResult
+from circuits.ioi.results import HeldOut, IOIFigures
 from circuits.ioi.steps import StepResult
+from circuits.ioi.task import text_families, toy_families
 from circuits.patch_report import FORMATS as PATCH_FORMATS
 from circuits.patch_report import PatchReport, write_patch_report
 from circuits.path.results import PathFigures
@@ -112,7 +111,6 @@ PATCHED_MINUS_CLEAN_SCHEMAS = ("interp-result-1", "interp-result-2")
 READ_SCHEMAS = (*PATCHED_MINUS_CLEAN_SCHEMAS, SCHEMA)
 KINDS = {  # kind -> (result type, formats, writer)
     "heads": (HeadReport, HEAD_FORMATS, write_report),
-    "ioi": (IOICircuitResult, IOI_FORMATS, write_ioi_report),
     "circuit": (EdgeCircuitResult, EDGE_FORMATS, write_edge_report),
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
     "icl": (ICLResult, ICL_FORMATS, write_icl_report),
@@ -121,13 +119,9 @@ KINDS = {  # kind -> (result type, formats, writer)
     "partial": (PartialResult, sections.FORMATS, write_partial_report),
 }
 RESULT_TYPES = (
-    HeadReport, IOICircuitResult, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult,
-    Finding, PartialResult,
+    HeadReport, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult, Finding, PartialResult,
 )  # fmt: skip
-OLDER_KINDS = {
-    "hop": "finding",
-    "retrieval": "finding",
-}  # kinds of older files -> the kind their result reads as
+OLDER_KINDS = {"hop": "finding", "retrieval": "finding", "ioi": "finding"}  # older files' kinds -> theirs now
 
 
 def _register_dataclasses() -> None:
@@ -136,6 +130,7 @@ def _register_dataclasses() -> None:
         *RESULT_TYPES, EdgeTask, PatchResult, ICLScore, Windows, PathFigures, PathSettings, BeyondRandom,
         StepResult, HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary, HopFigures, HopSettings,
         RetrievalFigures, RetrievalSettings,
+        IOIFigures,
     )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
@@ -147,7 +142,7 @@ _register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "ioi", "circuit", "patch", "icl", "fv", "finding" or
+    """The kind of a command's result ("heads", "circuit", "patch", "icl", "fv", "finding" or
     "partial")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
@@ -432,6 +427,51 @@ def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "classes": {"__items__": classes}}
 
 
+def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
+    """An IOICircuitResult (files saved before 2026-11-29) as the Finding "ioi" with IOIFigures: its
+    Validation's classes (`_older_ioi_classes`), faithfulness summary and strata as the finding's, its
+    other figures as `HeldOut`; the settings' model and provenance (the model's name where older files
+    have none) as the finding's. Such files do not record the families: chose and tested are the splits'
+    templates, places and objects, told apart by what validation says it held out (the names, which are
+    those one token for the model, left out); a held-out split the caller gave, its strata's templates."""
+    settings = dict(fields["settings"]["fields"])
+    model = settings.pop("model")
+    provenance = settings.pop("provenance", "") or model
+    validation = fields.get("validation")
+    held_out = None if validation is None else validation["fields"]
+    chose, tested, classes = {}, {}, []
+    if held_out is not None:
+        classes = [node for _, node in held_out["classes"]["__items__"]]
+        described = held_out["prompts"]
+        if described.startswith("held-out toy"):
+            chose, tested = toy_families("discovery"), toy_families("heldout")
+        elif "HELDOUT_" in described:
+            chose, tested = text_families("discovery"), text_families("heldout")
+        else:  # the caller's held-out prompts: the templates validation split them by
+            strata = classes[0]["fields"]["strata"] if classes else []
+            tested = {"templates": [s["fields"]["name"] for s in strata if s["fields"]["kind"] == "template"]}
+    figures = {
+        name: fields[name] for name in ("baseline", "unclassified", "effects", "attention", "thresholds")
+    }
+    figures |= {"class_heads": fields["classes"], "evaluation": fields.get("evaluation"),
+                "example": fields.get("example")}  # fmt: skip
+    if held_out is not None:
+        figures["heldout"] = {
+            "__dataclass__": "HeldOut",
+            "fields": {k: held_out[k] for k in HeldOut.__dataclass_fields__},
+        }
+    finding = {
+        "analysis": "ioi", "model": model, "provenance": provenance,
+        "settings": {"__dataclass__": "Settings", "fields": settings},
+        "chose": encode(chose), "tested": encode(tested), "classes": classes,
+        "faithfulness": None if held_out is None else held_out.get("faithfulness_summary"),
+        "faithfulness_strata": [] if held_out is None else held_out.get("faithfulness_strata", []),
+        "timings": fields.get("timings", encode({})),
+        "extras": {"__dataclass__": "IOIFigures", "fields": figures},
+    }  # fmt: skip
+    return {"__dataclass__": "Finding", "fields": finding}
+
+
 def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
     """ICL's record of a judged class (ClassEffect, saved before 2026-11-29) as a ClassVerdict: its
     changes on the `n_prompts` ablated held-out documents as the held-out BeyondRandom (the random sets'
@@ -512,7 +552,10 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         n_ablated = fields.get("n_ablated") or fields["heldout"]["fields"]["per_document"]["shape"][0]
         classes = [_older_icl_class(c["fields"], n_ablated) for c in fields["classes"]]
         return {**node, "fields": {**fields, "classes": classes}}
-    if patched_minus_clean and name in ("HeadEvidence", "StepResult", "IOICircuitResult"):
+    if name == "IOICircuitResult":
+        fields = node["fields"]
+        return _older_ioi(_path_patching_drops(name, fields) if patched_minus_clean else fields)
+    if patched_minus_clean and name in ("HeadEvidence", "StepResult"):
         return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node
 

@@ -103,8 +103,8 @@ def test_half_precision_reports(toy_ioi_models, dtype):
     heads_half = head_report(half, n_samples=8)
     for column in ("previous_token", "induction", "duplicate_token"):
         assert (heads_full.score_grid(column) - heads_half.score_grid(column)).__abs__().max() < 0.03
-    ioi_full = find_ioi_circuit(full, n_prompts=32, evaluate=False)
-    ioi_half = find_ioi_circuit(half, n_prompts=32, evaluate=False)
+    ioi_full = find_ioi_circuit(full, n_prompts=32, evaluate=False).extras
+    ioi_half = find_ioi_circuit(half, n_prompts=32, evaluate=False).extras
     assert (
         abs(ioi_half.baseline.logit_diff - ioi_full.baseline.logit_diff) < 0.02 * ioi_full.baseline.logit_diff
     )

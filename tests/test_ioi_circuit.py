@@ -21,6 +21,7 @@ from circuits.evidence import (
     robust_z,
     select_heads,
 )
+from circuits.finding import finding_report, write_finding_report
 from circuits.ioi import (
     CLASSES,
     MeanAblation,
@@ -33,12 +34,12 @@ from circuits.ioi import (
 from circuits.ioi.evaluate import DEPENDENT_KINDS
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence
 from circuits.ioi.patching import ioi_edge_attribution
-from circuits.ioi.report import ioi_circuit_diagram, ioi_sections, write_ioi_report
-from circuits.ioi.results import CLASS_WRITES, Settings
+from circuits.ioi.results import CLASS_WRITES, Settings, ioi_circuit_diagram, unconfirmed
 from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown, result_json
 from interp.interventions.path_patching import path_patching
+from interp.io.serialize import encode
 from interp.tasks import IOIPrompts
 
 HELDOUT_RECOVERED = 0.2  # seeds 0-2 measured 0.46, 0.31, 0.64 on the held-out prompts (docs/results/ioi.md)
@@ -134,26 +135,31 @@ def planted():
 
 
 def test_planted_model_does_ioi(planted):
-    model, clean, abc, result = planted
-    assert result.baseline.logit_diff > 3 and result.baseline.accuracy == 1.0
-    assert abs(result.baseline.abc_logit_diff) < 1.0
+    model, clean, abc, finding = planted
+    baseline = finding.extras.baseline
+    assert baseline.logit_diff > 3 and baseline.accuracy == 1.0
+    assert abs(baseline.abc_logit_diff) < 1.0
 
 
 def test_discovery_finds_the_planted_circuit(planted):
-    model, clean, abc, result = planted
+    model, clean, abc, finding = planted
+    result = finding.extras
     assert result.circuit["name_mover"] == [(2, 0)]
     assert result.circuit["s_inhibition"] == [(1, 0)]
     assert result.circuit["duplicate_token"] == [(0, 0)]
     assert all(not result.circuit[cls] for cls in ("induction", "previous_token", "negative_name_mover"))
     assert not result.unclassified
-    name_mover = result.classes["name_mover"][0]
+    name_mover = result.class_heads["name_mover"][0]
     assert name_mover.effect > 0.5 and name_mover.attention["END->IO"] > 0.5  # a drop: it helps
-    assert result.classes["s_inhibition"][0].attention["END->S2"] > 0.5
-    assert result.classes["duplicate_token"][0].attention["S2->S1"] > 0.5
+    assert result.class_heads["s_inhibition"][0].attention["END->S2"] > 0.5
+    assert result.class_heads["duplicate_token"][0].attention["S2->S1"] > 0.5
+    # Caller's prompts: the families that chose are their templates (one here).
+    assert finding.chose == finding.tested == {"templates": ["T0"]}
 
 
 def test_planted_circuit_is_faithful_and_heads_are_necessary(planted):
-    model, clean, abc, result = planted
+    model, clean, abc, finding = planted
+    result = finding.extras
     evaluation = result.evaluation
     assert evaluation.recovered == pytest.approx(evaluation.circuit_logit_diff / evaluation.model_logit_diff)
     assert evaluation.recovered > 0.9
@@ -174,25 +180,27 @@ def test_planted_circuit_is_faithful_and_heads_are_necessary(planted):
 
 
 def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
-    *_, result = planted
-    validation = result.validation
-    assert validation.n_prompts == 32 and validation.recovered > 0.9
-    assert set(validation.classes) == {"name_mover", "s_inhibition", "duplicate_token"}
-    assert not validation.unconfirmed
-    for found in validation.classes.values():
+    *_, finding = planted
+    heldout = finding.extras.heldout
+    assert heldout.n_prompts == 32 and heldout.recovered > 0.9
+    assert [c.name for c in finding.classes] == ["name_mover", "s_inhibition", "duplicate_token"]
+    assert not unconfirmed(finding)
+    for found in finding.classes:
         assert (
             found.sign == 1
             and found.heldout.beyond_ci[0] > 0
             and found.heldout.drop > found.heldout.random_drop
         )
-    assert validation.classes["name_mover"].details["writes"]["IO"] > 0  # it writes the answer up
+    assert finding.verdict("name_mover").details["writes"]["IO"] > 0  # it writes the answer up
+    assert finding.faithfulness.n_prompts == 32 and finding.faithfulness_strata
     # Without held-out prompts, nothing is claimed to be confirmed.
     model, clean, abc, _ = planted
     calls = []
     result = find_ioi_circuit(
         model, prompts=(clean, abc), evaluate=False, progress=lambda *c: calls.append(c)
     )
-    assert result.validation is None
+    assert result.extras.heldout is None and result.classes == [] and result.faithfulness is None
+    assert result.tested == {}
     # Each stage is reported as it begins, (stage, 0, 1), and as it ends, (stage, 1, 1).
     first = "baseline, attention and direct logit attribution"
     logits = "path patching: name movers: heads -> logits"
@@ -211,10 +219,10 @@ def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
     broken = IOIPrompts(tokens, heldout.io_token, heldout.s_token, heldout.positions, heldout.template,
                         heldout.order)  # fmt: skip
     validation = validate_circuit(model, result, broken, heldout_abc)
-    assert "name_mover" in validation.unconfirmed
+    assert validation.classes["name_mover"].verdict != "confirmed"
     assert validation.logit_diff < 0 and all(c.verdict != "confirmed" for c in validation.classes.values())
     # Signs stay the class's: ablating the S-inhibition head still changes the logit diff the same way.
-    beyond = [v.classes["s_inhibition"].heldout.beyond for v in (validation, result.validation)]
+    beyond = [c.heldout.beyond for c in (validation.classes["s_inhibition"], result.verdict("s_inhibition"))]
     assert beyond[0] * beyond[1] > 0
 
 
@@ -252,24 +260,26 @@ def test_reports(planted, tmp_path):
     data = json.loads(result_json(result))
     assert set(data["circuit"]) == set(CLASSES)
     assert data["circuit"]["name_mover"] == [[2, 0]]
-    assert data["logit_diff"] == pytest.approx(result.baseline.logit_diff)
-    assert data["faithfulness"] == pytest.approx(result.evaluation.faithfulness)
-    assert data["settings"]["n_prompts"] == 16
-    markdown = render_markdown(ioi_sections(result))
+    assert data["logit_diff"] == pytest.approx(result.extras.baseline.logit_diff)
+    assert data["discovery_faithfulness"] == pytest.approx(result.extras.evaluation.faithfulness)
+    assert data["faithfulness"]["ratio"] == pytest.approx(result.faithfulness.ratio)
+    assert [c["name"] for c in data["classes"]] == ["name_mover", "s_inhibition", "duplicate_token"]
+    assert data["settings"]["n_prompts"] == 16 and data["analysis"] == "ioi"
+    markdown = render_markdown(finding_report(result))
     assert "| name_mover | L2H0 |" in markdown
     assert markdown.index("## What chose and what tested") < markdown.index("## Heads of the circuit")
     for width in (80, 160):  # fits the terminal, class names whole
         console = Console(file=io.StringIO(), width=width)
-        write_ioi_report(result, "table", None, console)
+        write_finding_report(result, "table", None, console)
         text = console.file.getvalue()
         assert max(map(len, text.splitlines())) <= width and "name_mover " in text and "…" not in text
     table = tmp_path / "ioi.txt"
-    write_ioi_report(result, "table", str(table), Console())
+    write_finding_report(result, "table", str(table), Console())
     assert "name_mover" in table.read_text() and "faithfulness" in table.read_text()
     svg = ioi_circuit_diagram(result)
     assert svg.count('class="ioi-class"') == len(CLASSES) + 1 and "L2H0" in svg
     path = tmp_path / "ioi.html"
-    path.write_text(render_html(ioi_sections(result)), encoding="utf-8")
+    path.write_text(render_html(finding_report(result)), encoding="utf-8")
     page = render_in_chromium(
         path,
         selectors=("svg.ioi-circuit", "h3.ioi-pattern-class", ".interp-heatmap"),
@@ -310,23 +320,23 @@ def test_interp_ioi_finds_the_circuit_of_a_model_trained_for_ioi(trained_ioi, tm
     cli = CliRunner().invoke(app, arguments)
     assert cli.exit_code == 0, cli.output
     data = json.loads(report.read_text())
-    assert data["settings"]["model"] == "toy-ioi" and data["baseline"]["accuracy"] > 0.95
-    validation = data["validation"]
+    assert data["model"] == "toy-ioi" and data["baseline"]["accuracy"] > 0.95
+    heldout, classes = data["heldout"], {c["name"]: c for c in data["classes"]}
     writers = [cls for cls in ("name_mover", "s_suppression") if data["circuit"][cls]]
     # Pooled over the held-out prompts, a writer class beats random heads (per name order it may
     # not: the verdict then says order- or template-dependent, naming where it holds).
-    holding = [cls for cls in writers if validation["classes"][cls]["heldout"]["beyond_ci"][0] > 0]
+    holding = [cls for cls in writers if classes[cls]["heldout"]["beyond_ci"][0] > 0]
     assert holding
-    assert validation["recovered"] > HELDOUT_RECOVERED
+    assert heldout["recovered"] > HELDOUT_RECOVERED
     # On held-out prompts, mean-ablating the reported heads removes most of the logit diff, and a
     # confirmed writer class still writes its class's way (direct logit attribution at END).
     model = interp.load_model(trained_ioi)
-    heldout, heldout_abc, _ = ioi_dataset_for(model, 64, seed=0, split="heldout")
+    prompts, heldout_abc, _ = ioi_dataset_for(model, 64, seed=0, split="heldout")
     circuit = sorted({tuple(head) for heads in data["circuit"].values() for head in heads})
     ablation = MeanAblation(model, heldout_abc)
-    drop = validation["logit_diff"] - ablation.logit_diff(circuit, heldout)
-    assert drop > 0.6 * validation["logit_diff"]
-    dla = direct_logit_attributions(model, heldout)
+    drop = heldout["logit_diff"] - ablation.logit_diff(circuit, prompts)
+    assert drop > 0.6 * heldout["logit_diff"]
+    dla = direct_logit_attributions(model, prompts)
     for cls in holding:
         logit, sign = CLASS_WRITES[cls]
         heads = [tuple(head) for head in data["circuit"][cls]]
@@ -353,16 +363,63 @@ def test_shipped_toy_ioi_report(tmp_path):
     assert "Head classes (held out)" in page.read_text()
 
 
+def older_ioi_layout(document: dict) -> dict:
+    """A saved IOI finding rewritten as `interp ioi --save` wrote it before 2026-11-29: an
+    IOICircuitResult whose settings hold the model and provenance, its heads by class as "classes",
+    the held-out figures, classes (by name), faithfulness and strata in one Validation."""
+    finding = document["result"]["fields"]
+    figures = finding["extras"]["fields"]
+    settings = {
+        "model": finding["model"],
+        "provenance": finding["provenance"],
+        **finding["settings"]["fields"],
+    }
+    validation = None
+    if figures["heldout"] is not None:
+        classes = [[c["fields"]["name"], c] for c in finding["classes"]]
+        validation = {"__dataclass__": "Validation", "fields": {
+            **figures["heldout"]["fields"], "classes": {"__items__": classes},
+            "faithfulness_summary": finding["faithfulness"],
+            "faithfulness_strata": finding["faithfulness_strata"],
+        }}  # fmt: skip
+    older = {
+        "settings": {"__dataclass__": "Settings", "fields": settings}, "classes": figures["class_heads"],
+        **{key: figures[key] for key in ("baseline", "unclassified", "effects", "attention", "thresholds")},
+        "evaluation": figures["evaluation"], "validation": validation, "example": figures["example"],
+        "timings": finding["timings"],
+    }  # fmt: skip
+    return {**document, "kind": "ioi", "result": {"__dataclass__": "IOICircuitResult", "fields": older}}
+
+
+def test_an_older_ioi_result_loads_as_the_finding_with_equal_numbers_and_renders_the_same(tmp_path):
+    """An IOICircuitResult saved before 2026-11-29 (a fresh toy-ioi run rewritten into its layout) reads
+    as the same Finding: every field equal (the toy's families are its splits'), the same report."""
+    result = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=32, seed=0)
+    saved, older = tmp_path / "new.json", tmp_path / "older.json"
+    save_result(result, saved, "ioi", {"model": "toy-ioi"})
+    older.write_text(json.dumps(older_ioi_layout(json.loads(saved.read_text()))))
+    read = load_result(older)
+    assert read.chose["templates"] == ["T0", "T1", "T2"] and read.tested["templates"] == ["T3", "T4"]
+    assert encode(read) == encode(result)
+    assert render_markdown(finding_report(read)) == render_markdown(finding_report(result))
+    not_validated = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=32, seed=0, validate=False)
+    save_result(not_validated, saved)
+    older.write_text(json.dumps(older_ioi_layout(json.loads(saved.read_text()))))
+    read = load_result(older)
+    assert read.classes == [] and read.extras.heldout is None and read.chose == {}
+    assert encode(read.extras) == encode(not_validated.extras)
+
+
 def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and_renders_the_same(tmp_path):
     """Results saved before 2026-11-29 hold each held-out class as IOI's own ClassValidation (its pooled
     figures flat, `writes` (None for a class that does not write), `heterogeneity` a tuple, `holds_in`,
-    `confirmed`): a toy-ioi result rewritten into that form loads into the same ClassVerdicts, bar what
-    such files lack (the random sets and their effects, the per-prompt effect, the drop's CI), and
-    renders the same."""
+    `confirmed`) in an IOICircuitResult: a toy-ioi result rewritten into that form loads into the same
+    ClassVerdicts, bar what such files lack (the random sets and their effects, the per-prompt effect,
+    the drop's CI), and renders the same."""
     result = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=32, seed=0)
     saved, older = tmp_path / "new.json", tmp_path / "older.json"
     save_result(result, saved)
-    document = json.loads(saved.read_text())
+    document = older_ioi_layout(json.loads(saved.read_text()))
     for _, node in document["result"]["fields"]["validation"]["fields"]["classes"]["__items__"]:
         fields, details = node["fields"], dict(node["fields"]["details"]["__items__"])
         heldout, spread = fields["heldout"]["fields"], dict(details["heterogeneity"]["__items__"])
@@ -377,30 +434,29 @@ def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and
         })  # fmt: skip
     older.write_text(json.dumps(document))
     read = load_result(older)
-    assert read.validation.classes.keys() == result.validation.classes.keys()
-    assert any("writes" in c.details for c in read.validation.classes.values())
-    for name, found in result.validation.classes.items():
-        again = read.validation.classes[name]
+    assert [c.name for c in read.classes] == [c.name for c in result.classes]
+    assert any("writes" in c.details for c in read.classes)
+    for found, again in zip(result.classes, read.classes, strict=True):
         kept = ("name", "heads", "sign", "strata", "verdict", "note", "details", "discovery")
         assert [getattr(again, key) for key in kept] == [getattr(found, key) for key in kept]
         assert again.heldout == dataclasses.replace(found.heldout, drop_ci=again.heldout.drop_ci)
         assert all(math.isnan(bound) for bound in again.heldout.drop_ci)
         assert again.random_sets == again.random_effects == [] and len(again.per_prompt) == 0
-    assert render_markdown(ioi_sections(read)) == render_markdown(ioi_sections(result))
+    assert render_markdown(finding_report(read)) == render_markdown(finding_report(result))
 
 
 def test_strata_of_too_few_held_out_prompts_get_no_ci_and_no_verdict():
     """toy-ioi on 6 prompts: 3 held out per name order, too few for a CI; such a stratum keeps its mean
     and is marked, and takes no part in the verdict (no class is order-dependent)."""
     result = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=6, seed=0, evaluate=False)
-    strata = [s for c in result.validation.classes.values() for s in c.strata]
+    strata = [s for c in result.classes for s in c.strata]
     assert all(s.n_prompts < MIN_STRATUM_PROMPTS for s in strata if s.kind == "order")
     assert all(
         (s.holds is None) == (s.beyond_ci is None) == (s.n_prompts < MIN_STRATUM_PROMPTS) for s in strata
     )
     assert not any(math.isnan(s.beyond) for s in strata)
-    assert all(c.verdict != "order-dependent" for c in result.validation.classes.values())
-    report = render_markdown(ioi_sections(result))
+    assert all(c.verdict != "order-dependent" for c in result.classes)
+    report = render_markdown(finding_report(result))
     assert TOO_FEW_PROMPTS in report and "nan" not in report.lower()
 
 
@@ -409,15 +465,15 @@ def test_a_step_runs_alone_and_selects_what_find_ioi_circuit_reports():
     patching, finds the direct heads find_ioi_circuit reports (8 senders: EAP ranks none out)."""
     model = interp.load_model("toy-ioi").eval()
     clean, abc, _ = ioi_dataset_for(model, 64, seed=0)
-    settings = Settings(model="toy-ioi", n_prompts=64, seed=0)
+    settings = Settings(n_prompts=64, seed=0)
     evidence = measure_class_evidence(model, clean, settings)
     prompts = patching_prompts(model, clean, abc, settings.n_patching_prompts)
     step = find_name_movers(StepInputs(model=model, prompts=prompts, settings=settings, evidence=evidence))
-    result = find_ioi_circuit(model, n_prompts=64, seed=0, evaluate=False, validate=False)
+    result = find_ioi_circuit(model, n_prompts=64, seed=0, evaluate=False, validate=False).extras
     assert step.heads("s_suppression") == result.circuit["s_suppression"] == [(1, 0), (1, 2), (1, 3), (1, 1)]
     for cls in ("name_mover", "negative_name_mover"):
         assert step.heads(cls) == result.circuit[cls]
-    assert [h.step for h in result.classes["s_suppression"]] == ["logits"] * 4
+    assert [h.step for h in result.class_heads["s_suppression"]] == ["logits"] * 4
     torch.testing.assert_close(
         step.effects["logits"], result.effects["logits"], atol=1e-5, rtol=0, equal_nan=True
     )
@@ -519,7 +575,6 @@ def test_a_class_that_holds_in_one_name_order_only_is_order_dependent(planted):
     assert name_mover.heldout.beyond_ci[0] > 0  # pooled, it would have been confirmed
     orders = {s.name: s for s in name_mover.strata if s.kind == "order"}
     assert name_mover.verdict == "order-dependent" and orders["BABA"].holds and not orders["ABBA"].holds
-    assert "name_mover" in validation.unconfirmed
     assert orders["ABBA"].n_prompts + orders["BABA"].n_prompts == 64
     assert orders["BABA"].beyond > orders["ABBA"].beyond
 
@@ -614,12 +669,13 @@ def test_ioi_report_explains_completeness_and_the_unclassified_heads(saved):
     recovers; the toy's one unclassified head raises it. The headline names the largest, the circuit's
     section names each with its effect, says which way keeping them moves the share recovered and why,
     and says what completeness is, its largest gap and the subset with it."""
-    from circuits.ioi.report import HEADLINE_UNCLASSIFIED
+    from circuits.ioi.results import HEADLINE_UNCLASSIFIED
 
-    result = load_result(saved)
+    finding = load_result(saved)
+    result = finding.extras
     e, heads = result.evaluation, sorted(result.unclassified, key=lambda h: -abs(h.effect))
     assert heads and e.recovered_with_unclassified is not None
-    report = ioi_sections(result)
+    report = finding_report(finding)
     headline = " ".join(report.headline)
     assert f"Not among the {len(result.heads)} heads" in headline
     assert all(f"{h.name} {h.effect:+.1%}" in headline for h in heads[:HEADLINE_UNCLASSIFIED])

@@ -37,7 +37,7 @@ def test_head_path_on_ioi_agrees_with_ioi_pipeline(toy_ioi):
     path = head_path(toy_ioi, ioi_pair_task(toy_ioi, n_prompts=64))
     to_s2 = next(check for check in path.classes if check.name == "to S2")
     assert to_s2.verdict == "confirmed" and to_s2.heldout.beyond_ci[0] > 0
-    ioi = find_ioi_circuit(toy_ioi, n_prompts=64, seed=0)
+    ioi = find_ioi_circuit(toy_ioi, n_prompts=64, seed=0).extras
     s2_classes = [name for name in ioi.circuit if name in ("s_inhibition", "s_suppression")]
     named = {f"L{layer}H{head}" for name in s2_classes for layer, head in ioi.circuit[name]}
     assert named and named <= set(to_s2.heads)

@@ -130,6 +130,6 @@ def test_reports_on_offloaded_models(tmp_path):
             assert (reports[1][numeric] - reports[0][numeric]).abs().max().max() < 1e-5
             assert list(reports[1]["types"]) == list(reports[0]["types"])
         else:
-            circuits = [find_ioi_circuit(model, n_prompts=32, evaluate=False) for model in models]
+            circuits = [find_ioi_circuit(model, n_prompts=32, evaluate=False).extras for model in models]
             assert circuits[1].heads == circuits[0].heads and circuits[0].heads
             assert abs(circuits[1].baseline.logit_diff - circuits[0].baseline.logit_diff) < 1e-4

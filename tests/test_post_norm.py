@@ -18,7 +18,6 @@ from circuits.heads.weights import copying_scores, k_composition_scores
 from circuits.icl import function_vector, mean_head_outputs, task_prompts
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.evidence import direct_logit_attributions, end_logits_and_cache
-from circuits.ioi.report import ioi_sections
 from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
 from circuits.retrieval.find import attention_and_direct
 from circuits.sections import render_markdown
@@ -237,13 +236,14 @@ def test_the_ioi_circuit_runs_on_a_post_norm_model_and_its_report_states_the_lin
     thresholds that let heads through; the report says how the heads' attributions were read."""
     model = gemma3_toy_ioi
     loose = dict(effect_z=0.0, min_effect=0.0, min_share=0.0, attention_z=0.0, min_attention=0.0)
-    result = find_ioi_circuit(
+    finding = find_ioi_circuit(
         model, prompts=_answered(model, "discovery"), heldout=_answered(model, "heldout"), **loose
     )
-    assert result.heads and result.evaluation is not None and result.validation is not None
-    heads = [h for heads in result.classes.values() for h in heads]
+    result = finding.extras
+    assert result.heads and result.evaluation is not None and result.heldout is not None and finding.classes
+    heads = [h for heads in result.class_heads.values() for h in heads]
     assert all(math.isfinite(v) for h in heads for v in h.direct_logit_attribution.values())
-    text = " ".join(render_markdown(ioi_sections(result)).split())
+    text = " ".join(render_markdown(finding_report(finding)).split())
     assert "Direct logit attribution: each head's share of its layer's attention output with the " in text
     assert "post-attention norm (ln1_post) frozen at its scale in the clean run" in text
 

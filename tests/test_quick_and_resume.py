@@ -270,7 +270,9 @@ QUICK_RUNS = {  # a --quick run on a toy model -> (the sizes its result used, in
     ),
     "ioi": (
         ["ioi", "--model", "toy-ioi"],
-        lambda result: [f"{result.settings.n_prompts} prompts (and {result.validation.n_prompts} held out)"],
+        lambda result: [
+            f"{result.settings.n_prompts} prompts (and {result.extras.heldout.n_prompts} held out)"
+        ],
     ),
 }
 
@@ -286,8 +288,7 @@ def test_quick_says_the_sizes_each_task_kind_runs(run, tmp_path, monkeypatch):
     note, found = said_quick_note(result.output), load_result(saved)
     for words in sizes(found):
         assert words in note
-    provenance = found.settings.provenance if run == "ioi" else found.provenance
-    assert provenance.endswith(note)
+    assert found.provenance.endswith(note)
 
 
 def test_quick_on_a_prompt_pair_file_says_the_pairs_it_runs(tmp_path):

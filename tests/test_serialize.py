@@ -178,9 +178,10 @@ def test_an_ioi_result_of_effects_ablated_minus_clean_loads_as_drops(tmp_path):
     directions with it, each class a ClassVerdict, and the verdicts unchanged."""
     stored = json.loads((DATA / "ioi-result-ablated-minus-clean.json").read_text())
     classes = dict(stored["result"]["fields"]["validation"]["fields"]["classes"]["__items__"])
-    validation = load_result(DATA / "ioi-result-ablated-minus-clean.json").validation
-    assert set(validation.classes) == set(classes) and classes
-    for name, found in validation.classes.items():
+    finding = load_result(DATA / "ioi-result-ablated-minus-clean.json")
+    assert [c.name for c in finding.classes] == list(classes) and classes
+    for found in finding.classes:
+        name = found.name
         old, tested = classes[name]["fields"], found.heldout
         assert (found.name, found.sign, tested.drop, tested.random_drop) == (
             name,
@@ -190,7 +191,7 @@ def test_an_ioi_result_of_effects_ablated_minus_clean_loads_as_drops(tmp_path):
         )
         low, high = old["difference_ci"]["__tuple__"]
         assert (tested.beyond, tested.beyond_ci) == (-old["difference"], (-high, -low))
-        assert found.verdict == old["verdict"] and tested.n_prompts == validation.n_prompts
+        assert found.verdict == old["verdict"] and tested.n_prompts == finding.extras.heldout.n_prompts
         assert [s.name for s in found.strata if s.holds] == old["holds_in"]
         assert list(found.details["heterogeneity"].values()) == old["heterogeneity"]["__tuple__"]
         for stratum, older in zip(found.strata, old["strata"], strict=True):
@@ -202,7 +203,7 @@ def test_an_ioi_result_of_effects_ablated_minus_clean_loads_as_drops(tmp_path):
             )
             assert stratum.beyond == -older["difference"] and stratum.example == older["example"]
     save_result(load_result(DATA / "ioi-result-ablated-minus-clean.json"), tmp_path / "new.json")
-    assert plain(load_result(tmp_path / "new.json").validation) == plain(validation)  # the drop CIs NaN
+    assert plain(load_result(tmp_path / "new.json")) == plain(finding)  # the drop CIs NaN
 
 
 def test_an_ioi_result_of_path_patching_effects_patched_minus_clean_loads_as_drops(tmp_path):
@@ -216,9 +217,10 @@ def test_an_ioi_result_of_path_patching_effects_patched_minus_clean_loads_as_dro
     stored = json.loads(path.read_text())
     assert stored["schema"] == "interp-result-2"
     fields = stored["result"]["fields"]
-    result = load_result(path)
+    finding = load_result(path)
+    result = finding.extras
     old_heads = dict(fields["classes"]["__items__"])
-    for cls, found in result.classes.items():
+    for cls, found in result.class_heads.items():
         older = [h["fields"] for h in old_heads[cls]]
         assert [(h.layer, h.head, h.step) for h in found] == [
             (h["layer"], h["head"], h["step"]) for h in older
@@ -232,13 +234,13 @@ def test_an_ioi_result_of_path_patching_effects_patched_minus_clean_loads_as_dro
         figures = dict(figures["__items__"])
         expected = {**figures, "median": -figures["median"]} if "median" in figures else figures
         assert result.thresholds[label] == expected
-    s = result.settings
+    s = finding.settings
     chosen, _, _ = select_heads(result.effects["logits"], 1, s.effect_z, s.min_effect, s.min_share)
     assert chosen == result.circuit["s_suppression"] == [(1, 0), (1, 2), (1, 3), (1, 1)]
-    assert result.classes["s_suppression"][0].effect > 0  # the strongest head helps: a positive drop
-    save_result(result, tmp_path / "new.json")  # this schema: read as it is, not negated again
-    again = load_result(tmp_path / "new.json")
-    assert again.classes == result.classes and again.thresholds == result.thresholds
+    assert result.class_heads["s_suppression"][0].effect > 0  # the strongest head helps: a positive drop
+    save_result(finding, tmp_path / "new.json")  # this schema: read as it is, not negated again
+    again = load_result(tmp_path / "new.json").extras
+    assert again.class_heads == result.class_heads and again.thresholds == result.thresholds
 
 
 def test_a_shard_stored_in_the_previous_store_format_still_loads(tmp_path):

@@ -2,7 +2,8 @@
 patching backwards from the logits, evaluated and validated on held-out prompts.
 
     from circuits.ioi import find_ioi_circuit
-    result = find_ioi_circuit(model, n_prompts=64, seed=0)
+    finding = find_ioi_circuit(model, n_prompts=64, seed=0)  # a circuits.finding.Finding
+    finding.classes, finding.extras.circuit                    # held-out verdicts; IOIFigures
 """
 
 from circuits.ioi.discover import find_ioi_circuit, measure_baseline
@@ -14,7 +15,8 @@ from circuits.ioi.results import (
     Evaluation,
     ExamplePatterns,
     HeadEvidence,
-    IOICircuitResult,
+    HeldOut,
+    IOIFigures,
     Settings,
     Validation,
 )
@@ -23,7 +25,7 @@ from interp.tasks.ioi_templates import BABA_TEMPLATES, NAMES, OBJECTS, PLACES
 
 __all__ = [
     "BABA_TEMPLATES", "CLASSES", "NAMES", "OBJECTS", "PLACES", "Baseline", "EAPRanking", "Evaluation",
-    "ExamplePatterns", "HeadEvidence", "IOICircuitResult", "MeanAblation", "SenderEffects", "Settings",
+    "ExamplePatterns", "HeadEvidence", "HeldOut", "IOIFigures", "MeanAblation", "SenderEffects", "Settings",
     "Validation", "evaluate_circuit", "find_ioi_circuit", "ioi_dataset_for", "make_ioi_dataset",
     "measure_baseline", "path_patching_effects", "single_token_names", "validate_circuit",
 ]  # fmt: skip

@@ -3,8 +3,10 @@
 attribution), runs the paper's steps in order (`circuits.ioi.steps`), each on the heads the previous
 ones found, then evaluates the circuit and validates it on held-out prompts (`circuits.ioi.evaluate`).
 
-One class is not in the paper: S-suppression heads act on the logits like name movers but attend
-END->S2 and write against S (SmolLM2's strongest direct head is one; toy IOI models use them).
+The result is a `circuits.finding.Finding` ("ioi"): held-out validation's classes, faithfulness and
+strata, the discovery's figures as `IOIFigures`. One class is not in the paper: S-suppression heads act
+on the logits like name movers but attend END->S2 and write against S (SmolLM2's strongest direct head is
+one; toy IOI models use them).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.finding import Finding
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
 from circuits.ioi.evidence import ClassEvidence, end_logits_and_cache, measure_class_evidence
 from circuits.ioi.patching import EAPRanking, MeanAblation, path_patching_effects
@@ -28,7 +31,7 @@ from circuits.ioi.results import (
     Evaluation,
     ExamplePatterns,
     HeadEvidence,
-    IOICircuitResult,
+    IOIFigures,
     Settings,
 )
 from circuits.ioi.steps import (
@@ -43,6 +46,7 @@ from circuits.ioi.steps import (
     patching_prompts,
     timed,
 )
+from circuits.ioi.task import prompt_families, split_families
 from circuits.stages import StageResults
 from interp.interventions.engine import cached_run, forward_logits
 from interp.interventions.stats import bootstrap_ci
@@ -51,7 +55,7 @@ from interp.tasks.ioi import heldout_description, ioi_dataset_for
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, as_stage, head_label
 
-THRESHOLDS = set(Settings.__dataclass_fields__) - {"model", "n_prompts", "seed", "attribution", "corrupted"}
+THRESHOLDS = set(Settings.__dataclass_fields__) - {"n_prompts", "seed", "attribution", "corrupted"}
 
 
 KEPT_STAGES = (  # the stages find_ioi_circuit reports and keeps in its StageResults: each step, the tests
@@ -62,6 +66,7 @@ KEPT_STAGES = (  # the stages find_ioi_circuit reports and keeps in its StageRes
 BASELINE_STAGE = "baseline, attention and direct logit attribution"
 EXAMPLE_STAGE = "example attention patterns"
 BETWEEN_STAGES = (BASELINE_STAGE, EXAMPLE_STAGE)  # reported before and after them, not kept (quick)
+HELDOUT_GIVEN = "held-out prompts given to find_ioi_circuit"  # what was held out, where the caller says
 
 
 def ioi_stage_notes(stage: str, value: Any) -> list[str]:
@@ -91,7 +96,7 @@ def find_ioi_circuit(
     validate: bool = True,
     stages: StageResults | None = None,
     **thresholds: float,
-) -> IOICircuitResult:
+) -> Finding:
     """Find the IOI circuit of `model` by path patching from the logits backwards (module docstring):
     1. the discovery prompts and settings, 2. the clean and ABC runs, 3. the paper's steps, 4. the
     evaluation, 5. the held-out validation, 6. the heads' attention patterns on the first prompt.
@@ -102,7 +107,9 @@ def find_ioi_circuit(
     KEPT_STAGES and BETWEEN_STAGES as it begins (0, 1) and ends (1, 1), a step's sweeps as its parts,
     a skipped sweep as (stage, 0, 0). stages: the kept stages' results, those already in it not run
     again. thresholds: `Settings` fields to override (THRESHOLDS); exact_candidates 0 path-patches
-    every sender, else the senders EAP ranks first (`EAPRanking`).
+    every sender, else the senders EAP ranks first (`EAPRanking`). The finding's chose and tested: the
+    families of the discovery and held-out splits (`split_families`), or the templates of the prompts
+    given; its classes, faithfulness and strata held-out validation's (none where it did not run).
     """
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
@@ -111,41 +118,52 @@ def find_ioi_circuit(
     stages = StageResults() if stages is None else stages
     steps = run_steps(model, measured, settings, stages, progress)  # 3.
     evidence = measured.evidence
-    result = _combine(settings, measured.baseline, evidence.attention, evidence.thresholds, steps)
-    result.timings = timings | {name: t for step in steps for name, t in step.timings.items()}
+    figures = _combine(measured.baseline, evidence.attention, evidence.thresholds, steps)
+    finding = Finding(
+        analysis="ioi", model=model.cfg.model_name, provenance=interp.provenance(model), settings=settings,
+        chose=split_families(model, "discovery") if prompts is None else prompt_families(clean), tested={},
+        classes=[], timings=timings | {name: t for step in steps for name, t in step.timings.items()},
+        extras=figures,
+    )  # fmt: skip
 
     def kept(stage: str, compute: Callable[[Progress | None], Any]) -> Any:
         """compute(the stage's progress), timed, kept in `stages` as `stage` (not run again if there)."""
 
         def run() -> Any:
-            with timed(stage, result.timings, progress):
+            with timed(stage, finding.timings, progress):
                 return compute(as_stage(progress, stage))
 
         return stages.run(stage, run, progress)
 
-    if evaluate and result.heads:  # 4.
+    if evaluate and figures.heads:  # 4.
         n_subsets, ablation = settings.n_completeness_subsets, measured.mean_ablation
-        result.evaluation = kept(
+        figures.evaluation = kept(
             "evaluation",
-            lambda step: evaluate_circuit(result, clean, ablation, n_subsets, settings.seed, step),
+            lambda step: evaluate_circuit(finding, clean, ablation, n_subsets, settings.seed, step),
         )
-    description = "held-out prompts given to find_ioi_circuit"
+    description, families = HELDOUT_GIVEN, None
     if heldout is None and prompts is None:
         heldout, description = (
             ioi_dataset_for(model, n_prompts, seed, "heldout")[:2],
             heldout_description(model),
         )
-    if validate and heldout is not None and result.heads:  # 5.
+        families = split_families(model, "heldout")
+    if validate and heldout is not None and figures.heads:  # 5.
         tested, tested_abc = (p.to(model.device) for p in heldout)
-        result.validation = kept(
+        validation = kept(
             "validation on held-out prompts",
-            lambda step: validate_circuit(model, result, tested, tested_abc, description, step),
+            lambda step: validate_circuit(model, finding, tested, tested_abc, description, step),
         )
-    if result.heads:
-        with timed(EXAMPLE_STAGE, result.timings, progress):
-            result.example = example_patterns(model, clean, result.heads)  # 6.
-    result.timings["total"] = time.perf_counter() - start
-    return result
+        finding.tested = prompt_families(tested) if families is None else families
+        finding.classes = list(validation.classes.values())
+        finding.faithfulness = validation.faithfulness_summary
+        finding.faithfulness_strata = validation.faithfulness_strata
+        figures.heldout = validation.held_out()
+    if figures.heads:
+        with timed(EXAMPLE_STAGE, finding.timings, progress):
+            figures.example = example_patterns(model, clean, figures.heads)  # 6.
+    finding.timings["total"] = time.perf_counter() - start
+    return finding
 
 
 def discovery_prompts(
@@ -165,10 +183,8 @@ def discovery_prompts(
     else:
         clean, abc = prompts
     settings = Settings(
-        model=model.cfg.model_name,
         n_prompts=len(clean),
         seed=seed,
-        provenance=interp.provenance(model),
         attribution=direct_attribution_linearisation(model.cfg),
         **thresholds,
     )
@@ -207,7 +223,7 @@ def measure_prompts(
         if baseline.logit_diff_ci[0] <= 0:
             low, high = baseline.logit_diff_ci
             raise ValueError(
-                f"{settings.model} does not do IOI on these prompts: mean logit diff "
+                f"{model.cfg.model_name} does not do IOI on these prompts: mean logit diff "
                 f"{baseline.logit_diff:.2f} (95% CI [{low:.2f}, {high:.2f}]) is not above 0, so there is "
                 "no circuit to find. Use a model that prefers the indirect object (a toy model may need "
                 "more training steps), or more prompts."
@@ -281,14 +297,13 @@ def _heads(found: Sequence[HeadEvidence]) -> list[Head]:
 
 
 def _combine(
-    settings: Settings,
     baseline: Baseline,
     attention: dict[str, Tensor],
     attention_thresholds: dict[str, float],
     steps: Sequence[StepResult],
-) -> IOICircuitResult:
-    """One result from the steps' findings: a head joins a class once, with the evidence of the first
-    step that put it there; unclassified only if no step classified it."""
+) -> IOIFigures:
+    """The discovery's figures from the steps' findings: a head joins a class once, with the evidence of
+    the first step that put it there; unclassified only if no step classified it."""
     classes: dict[str, list[HeadEvidence]] = {name: [] for name in CLASSES}
     for step in steps:
         for cls, found in step.classes.items():
@@ -299,10 +314,9 @@ def _combine(
         if (h.layer, h.head) not in in_classes | set(_heads(unclassified)):
             unclassified.append(h)
     thresholds = {f"attention {kind}": {"threshold": value} for kind, value in attention_thresholds.items()}
-    return IOICircuitResult(
-        settings=settings,
+    return IOIFigures(
         baseline=baseline,
-        classes=classes,
+        class_heads=classes,
         unclassified=unclassified,
         effects={name: values for step in steps for name, values in step.effects.items()},
         attention=attention,

@@ -29,9 +29,10 @@ from circuits.evidence import (
     head_class,
     judge_class,
 )
+from circuits.finding import Finding
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
-from circuits.ioi.results import CLASS_WRITES, Evaluation, IOICircuitResult, Validation
+from circuits.ioi.results import CLASS_WRITES, Evaluation, Validation
 from interp.interventions.stats import bootstrap, faithfulness_ratio, faithfulness_summary, heterogeneity
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
@@ -50,7 +51,7 @@ def _faithfulness(circuit: float, model: float, ablated: float) -> float:
 
 
 def evaluate_circuit(
-    result: IOICircuitResult,
+    finding: Finding,
     clean: IOIPrompts,
     mean_ablation: MeanAblation,
     n_subsets: int = 10,
@@ -58,7 +59,9 @@ def evaluate_circuit(
     progress: Progress | None = None,
 ) -> Evaluation:
     """Faithfulness, recovered fraction, completeness (`n_subsets` random subsets drawn with `seed`
-    besides the classes) and minimality of result's circuit on `clean`; every F in one batch of runs."""
+    besides the classes) and minimality of the IOI finding's circuit (`IOIFigures.circuit`) on `clean`;
+    every F in one batch of runs."""
+    result = finding.extras
     every_head = _all_heads(model=mean_ablation.model)
     circuit = result.heads
 
@@ -123,17 +126,17 @@ def evaluate_circuit(
 
 def validate_circuit(
     model: interp.HookedTransformer,
-    result: IOICircuitResult,
+    finding: Finding,
     heldout: IOIPrompts,
     heldout_abc: IOIPrompts,
     description: str = "held-out prompts given by the caller",
     progress: Progress | None = None,
 ) -> Validation:
-    """Each class of result's circuit on held-out prompts (see the module docstring); `description`
-    says in the report what was held out. Every ablated run (each class with its random sets, the
-    backup name movers with the other name movers ablated in each run and in its reference) is made
-    in one `logit_diffs_many`."""
-    settings = result.settings
+    """Each class of the IOI finding's circuit (`IOIFigures.circuit`) on held-out prompts (see the
+    module docstring); `description` says in the report what was held out. Every ablated run (each
+    class with its random sets, the backup name movers with the other name movers ablated in each run
+    and in its reference) is made in one `logit_diffs_many`."""
+    settings, result = finding.settings, finding.extras
     outside = sorted(set(_all_heads(model)) - set(result.heads))
     name_movers = result.circuit["name_mover"]
     classes: dict[str, tuple[list[Head], HeadClass]] = {}  # class -> (base ablated in its runs, the class)
@@ -158,17 +161,17 @@ def validate_circuit(
         n_prompts=len(heldout),
         logit_diff=ablated([]).mean().item(),
         classes={
-            name: _class_verdict(base, found, result, ablated, dla, heldout)
+            name: _class_verdict(base, found, finding, ablated, dla, heldout)
             for name, (base, found) in classes.items()
         },
-        **_heldout_faithfulness(result, ablated(outside), ablated([]), ablated(_all_heads(model)), heldout),
+        **_heldout_faithfulness(finding, ablated(outside), ablated([]), ablated(_all_heads(model)), heldout),
     )
 
 
 def _class_verdict(
     base: list[Head],
     found: HeadClass,
-    result: IOICircuitResult,
+    finding: Finding,
     ablated: Callable[[Sequence[Head]], Tensor],
     dla: dict[str, Tensor],
     heldout: IOIPrompts,
@@ -177,14 +180,14 @@ def _class_verdict(
     the held-out logit diff), judged pooled and per name order (by CI) and template; its details (see
     `Validation`): the spread over templates and the writers' direct writes to IO and S (`dla`: "IO",
     "S" -> [layer, head] on the held-out prompts)."""
-    settings = result.settings
+    settings = finding.settings
     clean = ablated([]).mean().item()
     reference = ablated(base)
     drops = torch.stack([reference - ablated(base + list(heads)) for heads in found.sets]) / abs(clean)
     writes, writes_right = None, True
     if found.name in CLASS_WRITES:
         logit, write_sign = CLASS_WRITES[found.name]
-        heads = result.circuit[found.name]
+        heads = finding.extras.circuit[found.name]
         writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
         writes_right = write_sign * writes[logit] > 0
     verdict = judge_class(
@@ -206,12 +209,12 @@ def _class_verdict(
 
 
 def _heldout_faithfulness(
-    result: IOICircuitResult, in_circuit: Tensor, clean: Tensor, nothing: Tensor, heldout: IOIPrompts
+    finding: Finding, in_circuit: Tensor, clean: Tensor, nothing: Tensor, heldout: IOIPrompts
 ) -> dict[str, Any]:
     """`Validation`'s faithfulness fields from the logit diff per prompt [batch] with the circuit alone,
     no head and every head ablated: the recovered fraction with its CI; the faithfulness pooled and per
     stratum (NaN, None and no strata where the model does as well with every head ablated)."""
-    settings = result.settings
+    settings = finding.settings
     low, high = bootstrap(
         lambda samples: in_circuit[samples].mean(-1) / clean[samples].mean(-1),
         len(clean),

@@ -1,6 +1,8 @@
-"""IOI as a task of prompt pairs on the one analysis path (`circuits.path.head_path`): families the
-templates, held-out families IOI's held-out split, strata the two name orders; `find_ioi_circuit`
-adds IOI's own steps (path patching from the logits back, the paper's classes)."""
+"""IOI's families and IOI as a task of prompt pairs on the one analysis path (`circuits.path.head_path`):
+families the templates, held-out families IOI's held-out split, strata the two name orders;
+`find_ioi_circuit` adds IOI's own steps (path patching from the logits back, the paper's classes).
+`split_families`: what each split of `ioi_dataset_for` draws its prompts from (the finding's chose and
+tested)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,63 @@ import torch.nn.functional as F
 
 from circuits.path.task import PairTask
 from interp.model import HookedTransformer
-from interp.tasks.ioi import ioi_dataset_for
+from interp.tasks.ioi import ioi_dataset_for, single_token_names, trained_on_ioi
+from interp.tasks.ioi_prompts import IOIPrompts
+from interp.tasks.ioi_templates import (
+    BABA_TEMPLATES,
+    HELDOUT_NAMES,
+    HELDOUT_OBJECTS,
+    HELDOUT_PLACES,
+    HELDOUT_TEMPLATES,
+    NAMES,
+    OBJECTS,
+    PLACES,
+    TOY_DISCOVERY_TEMPLATES,
+    TOY_IOI_TEMPLATES,
+)
+from interp.tasks.ioi_toy import ToyIOITask
 
 IOI_POSITIONS = ("IO", "S1", "S2")
 SPLITS = (("discovery", "template"), ("heldout", "held-out template"))
+TEXT_POOLS = {  # a text model's split -> the templates, names, places and objects it draws from
+    "discovery": (BABA_TEMPLATES, NAMES, PLACES, OBJECTS),
+    "heldout": (HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES, HELDOUT_OBJECTS),
+}
+
+
+def split_families(model: HookedTransformer, split: str) -> dict[str, list[str]]:
+    """The families the `split` ("discovery", "heldout") of `ioi_dataset_for(model, ...)` draws its
+    prompts from, by axis: the templates ("T3": the split's template 3, as validation's strata name
+    them), the names that are one token for the model, the places and objects (a toy model: its
+    templates and names; every split shares its places and objects)."""
+    if trained_on_ioi(model):
+        return toy_families(split)
+    families = text_families(split)
+    names = single_token_names(model, TEXT_POOLS[split][1])
+    return {"templates": families.pop("templates"), "names": list(names), **families}
+
+
+def text_families(split: str) -> dict[str, list[str]]:
+    """A text model's `split` without its names (which names are one token depends on the model):
+    its templates, places and objects."""
+    templates, _, places, objects = TEXT_POOLS[split]
+    return {"templates": [f"T{k}" for k in range(len(templates))], "places": list(places),
+            "objects": list(objects)}  # fmt: skip
+
+
+def toy_families(split: str) -> dict[str, list[str]]:
+    """A toy IOI model's `split` (`ioi_dataset_for`): its templates and names."""
+    held_out = split == "heldout"
+    templates = [k for k in range(len(TOY_IOI_TEMPLATES)) if (k in TOY_DISCOVERY_TEMPLATES) != held_out]
+    task = ToyIOITask()
+    half = len(task.name_tokens) // 2
+    tokens = task.name_tokens[half:] if held_out else task.name_tokens[:half]
+    return {"templates": [f"T{k}" for k in templates], "names": [task.vocab[t] for t in tokens.tolist()]}
+
+
+def prompt_families(prompts: IOIPrompts) -> dict[str, list[str]]:
+    """The templates of prompts a caller gave (their other families unknown)."""
+    return {"templates": [f"T{k}" for k in sorted(set(prompts.template.tolist()))]}
 
 
 def ioi_pair_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) -> PairTask:

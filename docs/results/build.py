@@ -205,16 +205,19 @@ CLASS_NAMES = {
 
 
 def ioi_section(result: Any) -> list[str]:
-    """A saved `interp ioi` result: baseline, classes with their evidence, evaluation, validation."""
+    """A saved `interp ioi` result (a Finding): baseline, classes with their evidence, evaluation,
+    validation."""
     from circuits.ioi.results import CLASS_KIND
 
-    base, evaluation, validation = result.baseline, result.evaluation, result.validation
+    figures = result.extras
+    base, evaluation, validation = figures.baseline, figures.evaluation, figures.heldout
+    checks = {check.name: check for check in result.classes}
     rows = []
-    for name, heads in result.classes.items():
+    for name, heads in figures.class_heads.items():
         if not heads:
             continue
         kind = CLASS_KIND.get(name, "")
-        check = validation.classes.get(name)
+        check = checks.get(name)
         rows.append(
             [
                 CLASS_NAMES.get(name, name),
@@ -230,11 +233,11 @@ def ioi_section(result: Any) -> list[str]:
                 else "",
             ]
         )
-    if result.unclassified:
+    if figures.unclassified:
         rows.append(
             [
                 "unclassified",
-                ", ".join(f"L{h.layer}H{h.head} ({percent(h.effect)})" for h in result.unclassified),
+                ", ".join(f"L{h.layer}H{h.head} ({percent(h.effect)})" for h in figures.unclassified),
                 "",
                 "",
                 "",
@@ -250,7 +253,7 @@ def ioi_section(result: Any) -> list[str]:
         "verdict",
     ]
     return [
-        f"{result.settings.provenance}; {base.n_prompts} discovery prompts (seed {result.settings.seed}), "
+        f"{result.provenance}; {base.n_prompts} discovery prompts (seed {result.settings.seed}), "
         f"corruption {result.settings.corrupted}. Logit diff (IO − S) {base.logit_diff:.2f} (95% CI "
         f"{base.logit_diff_ci[0]:.2f}–{base.logit_diff_ci[1]:.2f}), accuracy {base.accuracy:.0%}, IO "
         f"top-1 {base.top1_io:.0%}.",
