@@ -46,7 +46,7 @@ from circuits.ioi.steps import (
     patching_prompts,
     timed,
 )
-from circuits.ioi.task import prompt_families, split_families
+from circuits.ioi.task import prompt_families, split_names
 from circuits.stages import StageResults
 from interp.interventions.engine import cached_run, forward_logits
 from interp.interventions.stats import bootstrap_ci
@@ -108,7 +108,7 @@ def find_ioi_circuit(
     a skipped sweep as (stage, 0, 0). stages: the kept stages' results, those already in it not run
     again. thresholds: `Settings` fields to override (THRESHOLDS); exact_candidates 0 path-patches
     every sender, else the senders EAP ranks first (`EAPRanking`). The finding's chose and tested: the
-    families of the discovery and held-out splits (`split_families`), or the templates of the prompts
+    families of the discovery and held-out splits (`split_names`), or the templates of the prompts
     given; its classes, faithfulness and strata held-out validation's (none where it did not run).
     """
     start = time.perf_counter()
@@ -121,7 +121,7 @@ def find_ioi_circuit(
     figures = _combine(measured.baseline, evidence.attention, evidence.thresholds, steps)
     finding = Finding(
         analysis="ioi", model=model.cfg.model_name, provenance=interp.provenance(model), settings=settings,
-        chose=split_families(model, "discovery") if prompts is None else prompt_families(clean), tested={},
+        chose=split_names(model, "discovery") if prompts is None else prompt_families(clean), tested={},
         classes=[], timings=timings | {name: t for step in steps for name, t in step.timings.items()},
         extras=figures,
     )  # fmt: skip
@@ -147,7 +147,7 @@ def find_ioi_circuit(
             ioi_dataset_for(model, n_prompts, seed, "heldout")[:2],
             heldout_description(model),
         )
-        families = split_families(model, "heldout")
+        families = split_names(model, "heldout")
     if validate and heldout is not None and figures.heads:  # 5.
         tested, tested_abc = (p.to(model.device) for p in heldout)
         validation = kept(

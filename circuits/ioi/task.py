@@ -1,7 +1,7 @@
 """IOI's families and IOI as a task of prompt pairs on the one analysis path (`circuits.path.head_path`):
 families the templates, held-out families IOI's held-out split, strata the two name orders;
 `find_ioi_circuit` adds IOI's own steps (path patching from the logits back, the paper's classes).
-`split_families`: what each split of `ioi_dataset_for` draws its prompts from (the finding's chose and
+`split_names`: what each split of `ioi_dataset_for` draws its prompts from (the finding's chose and
 tested)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ TEXT_POOLS = {  # a text model's split -> the templates, names, places and objec
 }
 
 
-def split_families(model: HookedTransformer, split: str) -> dict[str, list[str]]:
+def split_names(model: HookedTransformer, split: str) -> dict[str, list[str]]:
     """The families the `split` ("discovery", "heldout") of `ioi_dataset_for(model, ...)` draws its
     prompts from, by axis: the templates ("T3": the split's template 3, as validation's strata name
     them), the names that are one token for the model, the places and objects (a toy model: its

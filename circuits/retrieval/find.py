@@ -6,7 +6,7 @@ held-out relations, names, fact counts and templates. Corrupted prompts name a s
 Steps: 0 prompts; 1 heads -> logits and 2 heads -> the movers' queries at END (EAP ranks the senders,
 the `n_exact` first are path-patched exactly); 3 each class (and the induction heads of `interp heads`)
 mean-ablated against random same-layer heads (`circuits.evidence.judge_class`), with the circuit's
-faithfulness (`circuit_faithfulness`); 4 each prompt set's accuracy against chance. The result is a
+faithfulness (`heldout_faithfulness`); 4 each prompt set's accuracy against chance. The result is a
 `circuits.finding.Finding` whose extras are `RetrievalFigures`. Effects are drops (`EFFECT_SIGN`, logits).
 Selected heads (`select_heads`) are classed by where END attends: the queried name's mention
 ("mention"), its value ("mover", which must also write the answer: direct attribution > 0) or the
@@ -275,7 +275,7 @@ def validate_classes(
     return validations, {name: ablated["heldout"][heads] for name, heads in runs.items()}
 
 
-def circuit_faithfulness(
+def heldout_faithfulness(
     diffs: dict[str, Tensor], heldout: Sequence[RetrievalPrompts], seed: int
 ) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
     """The circuit's held-out faithfulness from `validate_classes`' logit diffs, pooled (None where it is
@@ -489,7 +489,7 @@ def find_retrieval_circuit(
         model, tested, circuit, {"discovery": [prompts.discovery], "heldout": prompts.heldout},
         induction_heads, settings.n_random, settings.seed, progress,
     )  # fmt: skip
-    faithfulness, faithfulness_strata = circuit_faithfulness(diffs, prompts.heldout, settings.seed)
+    faithfulness, faithfulness_strata = heldout_faithfulness(diffs, prompts.heldout, settings.seed)
     stage("validation")
     measured = accuracies(model, prompts, diffs["model"], settings)  # 4. accuracy
     stage("accuracy")
