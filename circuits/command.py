@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
 
 console = Console()
 # The result kind (circuits.results_file.KINDS) of a command whose name is not its kind.
-KIND_OF = {"icl --fv": "fv", "hop": "finding"}
+KIND_OF = {"icl --fv": "finding", "hop": "finding", "icl": "finding"}
 ERRORS = (ValueError, ImportError, FileNotFoundError)  # a run's errors said in one line (exit status 2)
 
 

@@ -30,12 +30,13 @@ ANALYSIS_COMMANDS = {"fv": "icl --fv"}  # an analysis -> the command that runs i
 @dataclass(kw_only=True)
 class ClassView:
     """How an analysis's classes read in the standard class sections (`sections.class_sections`):
-    its own columns, what a class's figure is ("drop", "gain"), when a stratum holds, the legend and
-    figures under the classes' table."""
+    its own columns, what a class's figure is ("drop", "gain"), when a stratum holds, the figures'
+    decimal digits, the legend and figures under the classes' table."""
 
     columns: Sequence[tuple[str, Callable[[ClassVerdict], str]]] = ()
     effect: str = "drop"
     holds: str = "its mean beyond random points the class's way"
+    digits: int = 2
     notes: list[str] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
 
@@ -137,7 +138,7 @@ def finding_report(finding: Finding, wide: bool = True) -> Report:
         ],
     )
     classes, strata = class_sections(
-        finding.classes, details=view.columns, effect=view.effect, holds=view.holds
+        finding.classes, details=view.columns, effect=view.effect, holds=view.holds, digits=view.digits
     )
     held_out = [replace(classes, notes=view.notes, figures=view.figures), strata]
     if finding.faithfulness is not None:
