@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -216,6 +217,17 @@ def test_result_saves_and_renders_in_every_format(toy_result, tmp_path):
     for format in ("json", "markdown"):
         write_finding_report(loaded, format, tmp_path / f"icl.{format}", console)
         assert "confirmed" in (tmp_path / f"icl.{format}").read_text()
+
+
+def test_the_report_renders_without_matplotlib(toy_result, monkeypatch):
+    """matplotlib is not a requirement: the terminal and Markdown reports have no figure, and the HTML
+    page says which figures need it."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    markdown = render_markdown(finding_report(toy_result))
+    assert "ICL score of toy-induction" in markdown and "matplotlib" not in markdown
+    page = render_html(finding_report(toy_result))
+    assert "data:image/png" not in page
+    assert "The figure of the loss per token: Plotting needs matplotlib" in page
 
 
 def older_icl_file(finding, saved: Path, older: Path, class_effects: bool) -> None:

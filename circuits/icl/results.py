@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,11 +73,16 @@ class HeadEffect:
     verdict: str
 
 
-def _png(figure) -> str:
-    """A matplotlib figure as an inline <img>."""
-    buffer = io.BytesIO()
+def _png(draw: Callable[[], Any], what: str) -> str:
+    """The matplotlib figure `draw()` makes as an inline <img> (the HTML page's); where matplotlib is not
+    installed (interp does not require it), a line saying that the figure of `what` needs it."""
+    try:
+        plt = pyplot()
+    except ImportError as missing:
+        return f'<p class="legend">The figure of {what}: {missing}.</p>'
+    figure, buffer = draw(), io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110)
-    pyplot().close(figure)
+    plt.close(figure)
     return f'<img alt="" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
 
 
@@ -210,7 +216,7 @@ class ICLFigures(Extras):
             Section(
                 title="Loss per token",
                 lines=[f"Loss by token (nats, mean over documents): {bins}"],
-                figures=[_png(loss_curve_figure(finding))],
+                figures=[_png(lambda: loss_curve_figure(finding), "the loss per token")],
             ),
         ]
         curve = self.training
@@ -224,7 +230,7 @@ class ICLFigures(Extras):
                 Section(
                     title="Across training",
                     lines=[f"Across training (step: ICL score, highest induction score): {cells}."],
-                    figures=[_png(plot_icl_over_training(curve))],
+                    figures=[_png(lambda: plot_icl_over_training(curve), "the ICL score across training")],
                 )
             )
         return sections
