@@ -29,8 +29,8 @@ from heads import block_flops, matmul_rate
 from rich.console import Console
 
 import interp
+from circuits.finding import write_finding_report
 from circuits.icl import ICLSettings, icl_report
-from circuits.icl.report import write_icl_report
 from interp.runtime.memory import keep_freed_memory
 
 
@@ -73,7 +73,7 @@ def main() -> None:
             os.environ["INTERP_CACHE"] = cache  # an empty cache (the model is loaded): the head report runs
         result = icl_report(model, ICLSettings(n_documents=args.n_documents))
     rendered = time.perf_counter()
-    write_icl_report(result, "table", None, Console(file=io.StringIO(), width=100))
+    write_finding_report(result, "table", None, Console(file=io.StringIO(), width=100))
     render = time.perf_counter() - rendered
 
     stages = {"load": loaded, **result.timings, "render": render}
@@ -89,7 +89,8 @@ def main() -> None:
     verdict = "under" if stages["interp icl"] <= 180 else "OVER"
     print(f"interp icl on {args.model}: {stages['interp icl']:.1f} s ({verdict} the 3-minute target)")
     print(f"compute floor of the matmuls at {rate / 1e9:.0f} GFLOP/s: {flops / rate:.1f} s")
-    print(f"ICL score {result.score.score:+.3f} {result.score.ci}; induction class: "
+    score = result.extras.score
+    print(f"ICL score {score.score:+.3f} {score.ci}; induction class: "
           f"{[(c.heldout.drop, c.heldout.beyond_ci, c.verdict) for c in result.classes]}")  # fmt: skip
 
 

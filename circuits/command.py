@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
 
 console = Console()
 # The result kind (circuits.results_file.KINDS) of a command whose name is not its kind.
-KIND_OF = {"icl --fv": "fv", "hop": "finding", "retrieval": "finding", "ioi": "finding"}
+KIND_OF = {name: "finding" for name in ("hop", "retrieval", "ioi", "icl", "icl --fv")}
 ERRORS = (ValueError, ImportError, FileNotFoundError)  # a run's errors said in one line (exit status 2)
 
 

@@ -39,10 +39,17 @@ from circuits.heads.report import write_report
 from circuits.heads.scores import HeadScores
 from circuits.hop import HopFigures
 from circuits.hop.locate import HopSettings, not_found_lookup
-from circuits.icl import FunctionVectorResult, ICLResult, ICLScore, Windows
+from circuits.icl import (
+    DocumentSplit,
+    FunctionVectorFigures,
+    FunctionVectorSettings,
+    ICLFigures,
+    ICLScore,
+    ICLSettings,
+    TrainingCurve,
+    Windows,
+)
 from circuits.icl.fv_pipeline import QueryEffects
-from circuits.icl.report import FORMATS as ICL_FORMATS
-from circuits.icl.report import write_fv_report, write_icl_report
 from circuits.ioi.results import HeldOut, IOIFigures
 from circuits.ioi.steps import StepResult
 from circuits.ioi.task import text_families, toy_families
@@ -113,15 +120,13 @@ KINDS = {  # kind -> (result type, formats, writer)
     "heads": (HeadReport, HEAD_FORMATS, write_report),
     "circuit": (EdgeCircuitResult, EDGE_FORMATS, write_edge_report),
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
-    "icl": (ICLResult, ICL_FORMATS, write_icl_report),
-    "fv": (FunctionVectorResult, ICL_FORMATS, write_fv_report),
     "finding": (Finding, sections.FORMATS, write_finding_report),
     "partial": (PartialResult, sections.FORMATS, write_partial_report),
 }
 RESULT_TYPES = (
-    HeadReport, EdgeCircuitResult, PatchReport, ICLResult, FunctionVectorResult, Finding, PartialResult,
+    HeadReport, EdgeCircuitResult, PatchReport, Finding, PartialResult,
 )  # fmt: skip
-OLDER_KINDS = {"hop": "finding", "retrieval": "finding", "ioi": "finding"}  # older files' kinds -> theirs now
+OLDER_KINDS = dict.fromkeys(("hop", "retrieval", "ioi", "icl", "fv"), "finding")  # older kinds -> theirs now
 
 
 def _register_dataclasses() -> None:
@@ -131,6 +136,7 @@ def _register_dataclasses() -> None:
         StepResult, HeadScores, CausalEffects, QueryEffects, FaithfulnessSummary, HopFigures, HopSettings,
         RetrievalFigures, RetrievalSettings,
         IOIFigures,
+        ICLFigures, ICLSettings, TrainingCurve, FunctionVectorFigures,
     )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
@@ -142,8 +148,7 @@ _register_dataclasses()
 
 
 def result_kind(result: Any) -> str:
-    """The kind of a command's result ("heads", "circuit", "patch", "icl", "fv", "finding" or
-    "partial")."""
+    """The kind of a command's result ("heads", "circuit", "patch", "finding" or "partial")."""
     for kind, (result_type, _, _) in KINDS.items():
         if isinstance(result, result_type):
             return kind
@@ -495,6 +500,71 @@ def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
     return _older_class(fields, ["found_by", "attributed", "random_same_layers"])
 
 
+def _older_icl(fields: dict[str, Any]) -> dict[str, Any]:
+    """An ICLResult (files saved before 2026-11-29) as the Finding "icl" with ICLFigures: its classes as
+    ClassVerdicts (`_older_icl_class` where they are ClassEffects); its documents' names as what chose
+    and what tested; its settings from what it holds (the split from its documents and n_ablated (None:
+    every held-out one), top from its heads, n_random from its class's random sets; the batch size, which
+    it does not hold, the default)."""
+    chose, tested, n_ablated = fields["discovery_names"], fields["heldout_names"], fields.get("n_ablated")
+    classes = fields["classes"]
+    if any(c["__dataclass__"] == "ClassEffect" for c in classes):
+        ablated = n_ablated or fields["heldout"]["fields"]["per_document"]["shape"][0]
+        classes = [_older_icl_class(c["fields"], ablated) for c in classes]
+    settings = ICLSettings(
+        n_documents=len(chose) + len(tested),
+        split=DocumentSplit(discovery=len(chose), ablated=n_ablated),
+        windows=decode(fields["windows"]),
+        ablation=fields["ablation"],
+        top=len(fields["heads"]),
+        n_random=len(classes[0]["fields"]["random_sets"]) if classes else ICLSettings.n_random,
+        seed=fields["seed"],
+    )
+    figures = {name: fields[name] for name in (
+        "source", "score", "discovery", "heldout", "loss_curve", "loss_curve_se", "attributions", "heads",
+        "training",
+    )}  # fmt: skip
+    finding = {
+        "analysis": "icl", "model": fields["model_name"], "provenance": fields["provenance"],
+        "settings": encode(settings), "chose": encode({"documents": chose}),
+        "tested": encode({"documents": tested}), "classes": classes, "timings": fields["timings"],
+        "extras": {"__dataclass__": "ICLFigures", "fields": figures},
+    }  # fmt: skip
+    return {"__dataclass__": "Finding", "fields": finding}
+
+
+def _older_fv(fields: dict[str, Any]) -> dict[str, Any]:
+    """A FunctionVectorResult (files saved before 2026-11-29) as the Finding "fv" with
+    FunctionVectorFigures: its tests (aie_test, vector_test, the ablations) as the classes; its tasks'
+    and templates' splits as what chose and what tested; its settings from what it holds (the held-out
+    tasks and templates named, top and candidates from its heads, n_random from its tests' random
+    sets)."""
+    split, template_split = decode(fields["split"]), decode(fields["template_split"])
+    classes = [fields["aie_test"], fields["vector_test"], *fields["ablations"]]
+    settings = FunctionVectorSettings(
+        tasks=fields["tasks"], heldout_tasks=list(split.heldout), templates=fields["templates"],
+        heldout_templates=list(template_split.heldout), n_prompts=fields["n_prompts"],
+        n_shots=fields["n_shots"], top=len(fields["fv_heads"]), candidates=len(fields["candidates"]),
+        n_random=len(classes[0]["fields"]["random_sets"]), n_documents=fields["n_documents"],
+        seed=fields["seed"],
+    )  # fmt: skip
+    figures = {name: fields[name] for name in (
+        "aie_attributed", "aie_per_task", "candidates", "candidates_aie", "fv_heads", "fv_heads_heldout_aie",
+        "induction_heads", "induction_found_by", "overlap", "fv_layer", "layer_accuracy", "task_vectors",
+        "template_vectors",
+    )}  # fmt: skip
+    finding = {
+        "analysis": "fv", "model": fields["model_name"], "provenance": fields["provenance"],
+        "settings": encode(settings),
+        "chose": encode({"tasks": list(split.discovery), "templates": list(template_split.discovery)}),
+        "tested": encode({"tasks": list(split.heldout), "templates": list(template_split.heldout)}),
+        "classes": classes, "timings": fields["timings"],
+        "extras": {"__dataclass__": "FunctionVectorFigures",
+                   "fields": {**figures, "written": fields.get("written", "")}},
+    }  # fmt: skip
+    return {"__dataclass__": "Finding", "fields": finding}
+
+
 def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): a head's effect
     and robust z (HeadEvidence), and a step's or the circuit's effect grids and the selections'
@@ -547,11 +617,10 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         fields = {**node["fields"], "sign": 1}
         fields["random_effects"] = fields.pop("random_values")
         return _older_class(fields, ["unit"])
-    if name == "ICLResult" and any(c["__dataclass__"] == "ClassEffect" for c in node["fields"]["classes"]):
-        fields = node["fields"]
-        n_ablated = fields.get("n_ablated") or fields["heldout"]["fields"]["per_document"]["shape"][0]
-        classes = [_older_icl_class(c["fields"], n_ablated) for c in fields["classes"]]
-        return {**node, "fields": {**fields, "classes": classes}}
+    if name == "ICLResult":
+        return _older_icl(node["fields"])
+    if name == "FunctionVectorResult":
+        return _older_fv(node["fields"])
     if name == "IOICircuitResult":
         fields = node["fields"]
         return _older_ioi(_path_patching_drops(name, fields) if patched_minus_clean else fields)
@@ -563,9 +632,6 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
 def _plain(settings: dict[str, Any]) -> dict[str, Any]:
     """`settings` as JSON reads them back (tuples as lists), to compare a saved run's with a new one's."""
     return json.loads(json.dumps(settings))
-
-
-KIND_COMMANDS = {"fv": "icl --fv"}  # a result's kind -> the command that makes it, where they differ
 
 
 def _recorded_run(path: Path) -> tuple[str, dict[str, Any] | None, Any]:
@@ -584,8 +650,7 @@ def _recorded_run(path: Path) -> tuple[str, dict[str, Any] | None, Any]:
         return result.command, result.settings, result
     if isinstance(result, Finding):
         return result.command, None, result
-    kind = result_kind(result)
-    return KIND_COMMANDS.get(kind, kind), None, result
+    return result_kind(result), None, result
 
 
 def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) -> PartialResult | None:

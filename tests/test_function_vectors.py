@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.evidence import TOO_FEW_PROMPTS, class_verdict, stratum_drops
+from circuits.finding import finding_report, write_finding_report
 from circuits.icl import (
     FunctionVectorSettings,
     few_shot_accuracy,
@@ -26,11 +28,11 @@ from circuits.icl import (
     zero_shot_accuracy,
 )
 from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
-from circuits.icl.report import fv_headline, fv_sections, write_fv_report
-from circuits.icl.results import TEMPLATE_KINDS
+from circuits.icl.results import AIE_TEST, TEMPLATE_KINDS, VECTOR_TEST
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html, render_markdown
 from circuits.stages import weights_fingerprint
+from interp.io.serialize import encode
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
     ICL_TEMPLATES,
@@ -203,31 +205,32 @@ def small_result(tiny_model):
 
 
 def test_heads_and_layer_are_chosen_without_the_heldout_tasks_and_templates(tiny_model, small_result):
-    result = small_result
-    assert result.split.discovery == ("antonym", "present_past") and result.split.heldout == ("comparative",)
-    assert result.template_split.discovery == ("qa", "input_output")
-    assert result.template_split.heldout == ("arrow",)
-    assert [(t.task, t.family) for t in result.task_vectors] == [
+    result, figures = small_result, small_result.extras
+    assert result.chose == {"tasks": ["antonym", "present_past"], "templates": ["qa", "input_output"]}
+    assert result.tested == {"tasks": ["comparative"], "templates": ["arrow"]}
+    assert [(t.task, t.family) for t in figures.task_vectors] == [
         ("antonym", "discovery"), ("present_past", "discovery"), ("comparative", "held-out"),
     ]  # fmt: skip
-    assert result.aie_per_task.shape == (2, 3, 4)  # the discovery tasks only
-    assert len(result.layer_accuracy) == 3 and result.fv_layer == max(
-        range(3), key=result.layer_accuracy.__getitem__
+    assert figures.aie_per_task.shape == (2, 3, 4)  # the discovery tasks only
+    assert len(figures.layer_accuracy) == 3 and figures.fv_layer == max(
+        range(3), key=figures.layer_accuracy.__getitem__
     )
     other = _report(tiny_model, "first_letter", "colon")  # other held-out tasks and templates: same choices
-    assert other.template_split.heldout == ("colon",)
-    assert other.fv_heads == result.fv_heads and other.candidates_aie == result.candidates_aie
-    assert other.layer_accuracy == result.layer_accuracy and other.fv_layer == result.fv_layer
-    assert other.aie_test.discovery == result.aie_test.discovery
-    assert other.vector_test.discovery == result.vector_test.discovery
+    chosen = other.extras
+    assert other.tested["templates"] == ["colon"]
+    assert chosen.fv_heads == figures.fv_heads and chosen.candidates_aie == figures.candidates_aie
+    assert chosen.layer_accuracy == figures.layer_accuracy and chosen.fv_layer == figures.fv_layer
+    for test in (AIE_TEST, VECTOR_TEST):
+        assert other.verdict(test).discovery == result.verdict(test).discovery
     with pytest.raises(ValueError, match="every family"):  # a template either chooses or tests
         FunctionVectorSettings(templates=["qa", "arrow"], heldout_templates=["arrow", "qa"]).template_split()
 
 
 def test_the_heldout_templates_alone_test_and_each_template_is_reported(small_result):
-    result = small_result
+    result, figures = small_result, small_result.extras
     roles = {"qa": "discovery template", "input_output": "discovery template", "arrow": "held-out template"}
-    for found in [result.aie_test, result.vector_test, *result.ablations[::2]]:
+    aie, vector, *ablations = result.classes
+    for found in [aie, vector, *ablations[::2]]:
         assert {s.name: s.kind for s in found.strata} == roles  # the held-out task in every template
         (tested,) = [s for s in found.strata if s.kind == "held-out template"]
         assert tested.n_prompts == found.heldout.n_prompts == 4  # 1 held-out task x 1 template x 4
@@ -235,15 +238,15 @@ def test_the_heldout_templates_alone_test_and_each_template_is_reported(small_re
         assert all(s.holds == (s.beyond_ci[0] > 0) for s in found.strata)  # by CI
         assert found.verdict in ("confirmed", "template-dependent", "unconfirmed")
         assert found.verdict == "unconfirmed" or found.heldout.verdict == "confirmed"
-    assert [(row.template, row.family) for row in result.template_vectors] == [
+    assert [(row.template, row.family) for row in figures.template_vectors] == [
         ("qa", "discovery"), ("input_output", "discovery"), ("arrow", "held-out"),
     ]  # fmt: skip
-    (arrow,) = [row for row in result.template_vectors if row.family == "held-out"]
-    (comparative,) = [task for task in result.task_vectors if task.family == "held-out"]
+    (arrow,) = [row for row in figures.template_vectors if row.family == "held-out"]
+    (comparative,) = [task for task in figures.task_vectors if task.family == "held-out"]
     assert (arrow.zero_shot, arrow.with_fv, arrow.few_shot) == pytest.approx(
         (comparative.zero_shot, comparative.with_fv, comparative.few_shot), abs=1e-6
     )  # a held-out task is measured in the held-out templates only
-    assert all(not s.strata for s in result.ablations[1::2])  # the ICL score: no templates
+    assert all(not s.strata for s in ablations[1::2])  # the ICL score: no templates
 
 
 def test_a_heldout_template_without_the_effect_makes_it_template_dependent():
@@ -265,22 +268,24 @@ def test_a_heldout_template_without_the_effect_makes_it_template_dependent():
 
 
 def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(small_result):
-    result = small_result
-    for found in [result.aie_test, result.vector_test, *result.ablations]:
+    result, figures = small_result, small_result.extras
+    aie, vector, *ablations = result.classes
+    assert (aie.name, vector.name) == (AIE_TEST, VECTOR_TEST)
+    for found in result.classes:
         tested = found.heldout
         assert found.verdict == tested.verdict and len(found.random_effects) == 2
         assert tested.beyond_ci[0] <= tested.beyond <= tested.beyond_ci[1]
         assert tested.beyond == pytest.approx(tested.drop - tested.random_drop, abs=1e-6)
         assert found.note
-    assert result.aie_test.heldout.n_prompts == 4 and result.aie_test.discovery.n_prompts == 16  # 2 x 2 x 4
-    assert [found.discovery is None for found in result.ablations] == [False, True, False, True]
-    heldout = [task for task in result.task_vectors if task.family == "held-out"]
+    assert aie.heldout.n_prompts == 4 and aie.discovery.n_prompts == 16  # 2 x 2 x 4
+    assert [found.discovery is None for found in ablations] == [False, True, False, True]
+    heldout = [task for task in figures.task_vectors if task.family == "held-out"]
     gained = sum(task.with_fv - task.zero_shot for task in heldout) / len(heldout)
-    assert result.vector_test.heldout.drop == pytest.approx(gained, abs=1e-6)  # with - without
+    assert vector.heldout.drop == pytest.approx(gained, abs=1e-6)  # with - without
     few_shot = sum(task.few_shot for task in heldout) / len(heldout)
-    for found in result.ablations[::2]:  # few-shot accuracy: clean - ablated
+    for found in ablations[::2]:  # few-shot accuracy: clean - ablated
         assert few_shot - 1 <= found.heldout.drop <= few_shot
-    assert all(not set(draw) & set(result.fv_heads) for draw in result.aie_test.random_sets)
+    assert all(not set(draw) & set(figures.fv_heads) for draw in aie.random_sets)
 
 
 def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_model, small_result, tmp_path):
@@ -317,32 +322,23 @@ def test_a_single_task_or_template_cannot_be_split(tiny_model):
 
 
 def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
-    result = small_result
-    assert result.aie_attributed.shape == (3, 4) and len(result.fv_heads) == 2
-    assert set(result.fv_heads) <= set(result.candidates)
-    names = [found.name for found in result.ablations]
+    result, figures = small_result, small_result.extras
+    assert figures.aie_attributed.shape == (3, 4) and len(figures.fv_heads) == 2
+    assert set(figures.fv_heads) <= set(figures.candidates)
+    names = [found.name for found in result.classes]
     assert names == [
-        "FV heads ablated: few-shot accuracy", "FV heads ablated: ICL score",
+        AIE_TEST, VECTOR_TEST, "FV heads ablated: few-shot accuracy", "FV heads ablated: ICL score",
         "induction heads ablated: few-shot accuracy", "induction heads ablated: ICL score",
     ]  # fmt: skip
     save_result(result, tmp_path / "fv.json")
     loaded = load_result(tmp_path / "fv.json")
-    assert loaded.fv_heads == result.fv_heads and torch.equal(loaded.aie_attributed, result.aie_attributed)
-    assert loaded.split == result.split and without_timings(loaded) == without_timings(result)
-    assert (
-        loaded.template_split == result.template_split and loaded.template_vectors == result.template_vectors
-    )
-    document = json.loads((tmp_path / "fv.json").read_text())
-    del document["result"]["fields"]["split"]  # a file saved before tasks were held out
-    (tmp_path / "old.json").write_text(json.dumps(document))
-    with pytest.raises(ValueError, match="save it again with this version's --save"):
-        load_result(tmp_path / "old.json")
-    page = render_html(fv_sections(loaded))
+    assert encode(loaded) == encode(result)
+    page = render_html(finding_report(loaded))
     assert "Function-vector heads of" in page and page.count('class="interp-heatmap"') == 1
     console = Console(record=True, width=100)
-    write_fv_report(loaded, "table", None, console)
+    write_finding_report(loaded, "table", None, console)
     text = " ".join(console.export_text().split())
-    assert text.startswith(f"Function-vector heads of {result.model_name} Ablating the")  # the finding leads
+    assert text.startswith(f"Function-vector heads of {result.model} Ablating the")  # the finding leads
     chose = (
         'chosen on the discovery word-pair tasks (antonym, present_past) in the discovery templates (qa "Q: '
         'x\\nA: y", input_output "Input: x\\nOutput: y")'
@@ -351,49 +347,87 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
         'tested on the held-out word-pair tasks (comparative) in the held-out templates (arrow "x -> y")'
         in text
     )
+    assert "chose: tasks antonym, present_past; templates qa, input_output" in text
+    assert "tested: tasks comparative; templates arrow" in text
     assert text.index("lowers few-shot accuracy on held-out tasks in held-out templates") < text.index(chose)
     assert "arrow (held out)" in text and "qa (discovery template)" in text  # the effects per template
-    write_fv_report(loaded, "json", tmp_path / "summary.json", console)
+    write_finding_report(loaded, "json", tmp_path / "summary.json", console)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["fv_heads"][0]["head"] == result.fv_heads[0] and summary["heldout_tasks"] == [
-        "comparative"
-    ]
-    layer, head = (int(part) for part in result.fv_heads[0][1:].split("H"))
+    assert summary["fv_heads"][0]["head"] == figures.fv_heads[0]
+    assert summary["chose"] == {"tasks": ["antonym", "present_past"], "templates": ["qa", "input_output"]}
+    assert summary["tested"] == {"tasks": ["comparative"], "templates": ["arrow"]}
+    layer, head = (int(part) for part in figures.fv_heads[0][1:].split("H"))
     exact = summary["fv_heads"][0]  # the figures themselves, not read back from the table's text
-    assert exact["aie_attributed"] == result.aie_attributed[layer, head].item()
-    assert exact["aie_heldout"] == result.fv_heads_heldout_aie[0]
-    assert summary["discovery_templates"] == ["qa", "input_output"] and summary["heldout_templates"] == [
-        "arrow"
-    ]
+    assert exact["aie_attributed"] == figures.aie_attributed[layer, head].item()
+    assert exact["aie_heldout"] == figures.fv_heads_heldout_aie[0]
     assert [row["template"] for row in summary["template_vectors"]] == ["qa", "input_output", "arrow"]
-    write_fv_report(loaded, "markdown", tmp_path / "fv.md", console)
+    assert [found["name"] for found in summary["classes"]] == names
+    write_finding_report(loaded, "markdown", tmp_path / "fv.md", console)
     assert "beyond random" in (tmp_path / "fv.md").read_text()
     outcome = CliRunner().invoke(app, ["render", str(tmp_path / "fv.json"), "--format", "markdown"])
     assert outcome.exit_code == 0 and "Function-vector heads" in outcome.output
 
 
-def test_a_file_saved_with_the_older_test_record_loads_and_renders_the_same(small_result, tmp_path):
-    """Files saved before 2026-11-29 hold the function vectors' own record of a test (Comparison)."""
-    save_result(small_result, tmp_path / "fv.json")
-    document = json.loads((tmp_path / "fv.json").read_text())
-    fields = document["result"]["fields"]
-    for node in [fields["aie_test"], fields["vector_test"], *fields["ablations"]]:
-        older = dict(node["fields"])
-        unit = dict(older.pop("details")["__items__"])["unit"]
-        older["random_values"] = older.pop("random_effects")
+def older_fv_file(finding, saved: Path, older: Path, comparisons: bool) -> None:
+    """Save the function-vector finding `finding` to `saved` and rewrite it as files saved before
+    2026-11-29 hold it (a FunctionVectorResult; with `comparisons`, each test as the function vectors' own
+    record of it, a Comparison) into `older`."""
+    save_result(finding, saved)
+    document = json.loads(saved.read_text())
+    stored, settings = document["result"]["fields"], finding.settings
+    tests = stored["classes"]
+    for node in tests if comparisons else []:
+        older_test = dict(node["fields"])
+        unit = dict(older_test.pop("details")["__items__"])["unit"]
+        older_test["random_values"] = older_test.pop("random_effects")
         for name in ("sign", "per_prompt"):
-            del older[name]
-        node.update(__dataclass__="Comparison", fields={**older, "unit": unit})
-    (tmp_path / "older.json").write_text(json.dumps(document))
+            del older_test[name]
+        node.update(__dataclass__="Comparison", fields={**older_test, "unit": unit})
+    splits = {
+        axis: {"__dataclass__": "FamilySplit", "fields": {
+            "discovery": encode(tuple(finding.chose[axis])), "heldout": encode(tuple(finding.tested[axis]))
+        }}
+        for axis in ("tasks", "templates")
+    }  # fmt: skip
+    document["kind"] = "fv"
+    document["result"] = {"__dataclass__": "FunctionVectorResult", "fields": {
+        "model_name": finding.model, "provenance": finding.provenance, **stored["extras"]["fields"],
+        "tasks": settings.task_names, "split": splits["tasks"], "templates": settings.template_names,
+        "template_split": splits["templates"], "n_shots": settings.n_shots, "n_prompts": settings.n_prompts,
+        "seed": settings.seed, "n_documents": settings.n_documents, "aie_test": tests[0],
+        "vector_test": tests[1], "ablations": tests[2:], "timings": stored["timings"],
+    }}  # fmt: skip
+    older.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("comparisons", [False, True], ids=["ClassVerdict", "Comparison"])
+def test_an_older_fv_file_reads_with_the_same_numbers_and_renders_the_same(
+    small_result, comparisons, tmp_path
+):
+    """A FunctionVectorResult (saved before 2026-11-29), its tests as ClassVerdicts or, older, as the
+    function vectors' own record (Comparison), reads as the Finding a fresh run makes: the same figures,
+    tasks and templates, tests and settings (the held-out tasks and templates named; a Comparison holds
+    no per-prompt effect); a file older still, without the tasks' split, is refused."""
+    older_fv_file(small_result, tmp_path / "fv.json", tmp_path / "older.json", comparisons)
     read = load_result(tmp_path / "older.json")
-    for found, judged in zip(
-        [read.aie_test, read.vector_test, *read.ablations],
-        [small_result.aie_test, small_result.vector_test, *small_result.ablations],
-        strict=True,
-    ):
-        assert len(found.per_prompt) == 0 and len(judged.per_prompt) >= judged.heldout.n_prompts > 0
-        assert dataclasses.replace(found, per_prompt=judged.per_prompt) == judged
-    assert render_markdown(fv_sections(read)) == render_markdown(fv_sections(small_result))
+    assert encode(read.extras) == encode(small_result.extras)
+    assert (read.chose, read.tested, read.timings) == (
+        small_result.chose,
+        small_result.tested,
+        small_result.timings,
+    )
+    assert read.settings == small_result.settings
+    for found, judged in zip(read.classes, small_result.classes, strict=True):
+        if comparisons:
+            assert len(found.per_prompt) == 0 and len(judged.per_prompt) >= judged.heldout.n_prompts > 0
+            found = dataclasses.replace(found, per_prompt=judged.per_prompt)
+        assert encode(found) == encode(judged)
+    assert render_markdown(finding_report(read)) == render_markdown(finding_report(small_result))
+    document = json.loads((tmp_path / "older.json").read_text())
+    del document["result"]["fields"]["split"]  # a file saved before tasks were held out
+    (tmp_path / "oldest.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match="save it again with this version's --save"):
+        load_result(tmp_path / "oldest.json")
 
 
 def test_bad_input_says_what_to_pass(smollm2):
@@ -429,11 +463,12 @@ def test_cli_refuses_bad_options(options, message):
 
 def test_the_report_says_when_no_layer_lets_the_vector_help(small_result):
     """Every layer at zero-shot accuracy 0 (as on Gemma 3 270M): the chosen layer is the first of a tie."""
-    tied = dataclasses.replace(small_result, layer_accuracy=[0.0] * len(small_result.layer_accuracy))
-    assert "the first of a tie: at no layer does the vector raise" in " ".join(fv_headline(tied))
-    helped = dataclasses.replace(small_result, layer_accuracy=[0.0, 0.5, 0.25], fv_layer=1)
+    figures = small_result.extras
+    tied = dataclasses.replace(figures, layer_accuracy=[0.0] * len(figures.layer_accuracy))
+    assert "the first of a tie: at no layer does the vector raise" in " ".join(tied.headline(small_result))
+    helped = dataclasses.replace(figures, layer_accuracy=[0.0, 0.5, 0.25], fv_layer=1)
     assert "Added at layer 1 (discovery tasks' zero-shot accuracy 0.50 there)." in " ".join(
-        fv_headline(helped)
+        helped.headline(small_result)
     )
 
 
@@ -446,8 +481,9 @@ def test_a_template_of_too_few_prompts_is_reported_without_a_ci(tiny_model):
         candidates=4, n_random=2, n_documents=4,
     )  # fmt: skip
     result = function_vector_report(tiny_model, settings, induction_heads=[(1, 0)])
-    assert all(s.n_prompts == 3 and s.beyond_ci is None and s.holds is None for s in result.aie_test.strata)
+    strata = result.verdict(AIE_TEST).strata
+    assert strata and all(s.n_prompts == 3 and s.beyond_ci is None and s.holds is None for s in strata)
     console = Console(record=True, width=100)
-    write_fv_report(result, "table", None, console)
+    write_finding_report(result, "table", None, console)
     text = " ".join(console.export_text().split())
     assert "arrow (held out)" in text and f"({TOO_FEW_PROMPTS})" in text

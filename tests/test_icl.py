@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.evidence import random_same_layer_sets
+from circuits.finding import finding_report, write_finding_report
 from circuits.heads import confirmed_induction, confirmed_induction_heads, head_report
 from circuits.icl import (
     DocumentSplit,
@@ -26,9 +29,9 @@ from circuits.icl import (
     icl_report,
     plot_icl_over_training,
 )
-from circuits.icl.report import icl_sections, write_icl_report
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown
+from interp.io.serialize import encode
 from interp.tasks.corpus import brown_documents
 
 
@@ -60,10 +63,10 @@ def hand_scores(model: interp.HookedTransformer, tokens: torch.Tensor, windows: 
 
 
 def test_toy_induction_uses_its_context_through_its_induction_heads(toy_result):
-    result = toy_result
+    result, figures = toy_result, toy_result.extras
     # repeated random tokens: the second copy is predictable only from the first
-    assert result.score.score < -3 and result.score.ci[1] < 0
-    assert result.heldout.score < -3 and result.discovery.score < -3
+    assert figures.score.score < -3 and figures.score.ci[1] < 0
+    assert figures.heldout.score < -3 and figures.discovery.score < -3
     (induction,) = result.classes
     assert induction.verdict == "confirmed"
     assert induction.heldout.drop > max(induction.random_effects) and induction.heldout.beyond_ci[0] > 0
@@ -73,17 +76,18 @@ def test_toy_induction_uses_its_context_through_its_induction_heads(toy_result):
     )
     assert not set(induction.heads) & {head for s in induction.random_sets for head in s}
     # the top heads by attribution are those that carry the score on the held-out half
-    assert [h.verdict for h in result.heads] == ["confirmed"] * 3
-    assert all(h.exact > 0 and h.attributed > 0 for h in result.heads)
-    assert result.loss_curve.shape == (result.windows.n_tokens - 1,)
+    assert [h.verdict for h in figures.heads] == ["confirmed"] * 3
+    assert all(h.exact > 0 and h.attributed > 0 for h in figures.heads)
+    assert figures.loss_curve.shape == (result.settings.windows.n_tokens - 1,)
 
 
 def test_icl_score_equals_the_models_own_losses(toy, toy_result):
     sequences = default_sequences(toy, 16, seed=0)
     hand = hand_scores(toy, sequences.tokens, sequences.windows)
-    assert torch.allclose(toy_result.discovery.per_document, hand[:8], atol=1e-5)
-    assert torch.allclose(toy_result.heldout.per_document, hand[8:], atol=1e-5)
-    assert abs(toy_result.score.score - hand.mean().item()) < 1e-5
+    figures = toy_result.extras
+    assert torch.allclose(figures.discovery.per_document, hand[:8], atol=1e-5)
+    assert torch.allclose(figures.heldout.per_document, hand[8:], atol=1e-5)
+    assert abs(figures.score.score - hand.mean().item()) < 1e-5
 
 
 def test_every_heldout_document_is_scored_and_the_ablations_run_on_some(toy, toy_heads):
@@ -92,11 +96,12 @@ def test_every_heldout_document_is_scored_and_the_ablations_run_on_some(toy, toy
     result = icl_report(toy, settings, induction_heads=toy_heads[0])
     sequences = default_sequences(toy, 16, seed=0)
     hand = hand_scores(toy, sequences.tokens, sequences.windows)
-    assert result.discovery_names == sequences.names[:4] and result.heldout_names == sequences.names[4:]
-    assert not set(result.discovery_names) & set(result.heldout_names)
-    assert torch.allclose(result.discovery.per_document, hand[:4], atol=1e-5)
-    assert torch.allclose(result.heldout.per_document, hand[4:], atol=1e-5)  # the headline: 12 held out
-    assert result.n_ablated == 4 and split.sizes(16) == (4, 4) and DocumentSplit(12, None).sizes(16) == (8, 8)
+    chose, tested, figures = result.chose["documents"], result.tested["documents"], result.extras
+    assert chose == sequences.names[:4] and tested == sequences.names[4:] and not set(chose) & set(tested)
+    assert torch.allclose(figures.discovery.per_document, hand[:4], atol=1e-5)
+    assert torch.allclose(figures.heldout.per_document, hand[4:], atol=1e-5)  # the headline: 12 held out
+    assert figures.n_ablated(result) == 4 and split.sizes(16) == (4, 4)
+    assert DocumentSplit(12, None).sizes(16) == (8, 8)
     (induction,) = result.classes  # the class test on the 4 ablated documents, as icl_report's engine runs
     _, clean, ablated = ablated_icl_scores(toy, sequences.tokens[4:8], sequences.windows, [toy_heads[0]])
     assert abs(induction.heldout.drop - (ablated[0] - clean).mean().item()) < 1e-5
@@ -104,13 +109,14 @@ def test_every_heldout_document_is_scored_and_the_ablations_run_on_some(toy, toy
 
 
 def test_the_headline_says_when_it_is_not_established(toy_result):
-    assert toy_result.headline_verdict().startswith("established")
+    figures = toy_result.extras
+    assert figures.headline_verdict().startswith("established")
     per_document = torch.tensor([-0.5, 0.3, -0.4, 0.2, -0.3, 0.1, -0.2, 0.0])
-    noisy = dataclasses.replace(toy_result.heldout, score=-0.1, ci=(-0.3, 0.1), per_document=per_document)
-    verdict = dataclasses.replace(toy_result, heldout=noisy).headline_verdict()
+    noisy = dataclasses.replace(figures.heldout, score=-0.1, ci=(-0.3, 0.1), per_document=per_document)
+    verdict = dataclasses.replace(figures, heldout=noisy).headline_verdict()
     assert verdict.startswith("not established at 8 held-out documents") and "pass --n-documents" in verdict
     worse = dataclasses.replace(noisy, score=0.05, ci=(-0.1, 0.2))
-    assert "no sign" in dataclasses.replace(toy_result, heldout=worse).headline_verdict()
+    assert "no sign" in dataclasses.replace(figures, heldout=worse).headline_verdict()
 
 
 def test_exact_ablation_equals_a_hooked_run(toy):
@@ -196,12 +202,12 @@ def test_random_sets_come_from_the_class_layers_and_avoid_it():
 def test_result_saves_and_renders_in_every_format(toy_result, tmp_path):
     save_result(toy_result, tmp_path / "icl.json")
     loaded = load_result(tmp_path / "icl.json")
-    assert loaded.score.score == toy_result.score.score and loaded.windows == toy_result.windows
-    page = render_html(icl_sections(loaded))
+    assert encode(loaded) == encode(toy_result)
+    page = render_html(finding_report(loaded))
     assert "ICL score of toy-induction" in page and page.count("data:image/png;base64") == 1
     assert page.count('class="interp-heatmap"') == 1 and "<table>" in page
     console = Console(record=True, width=80)
-    write_icl_report(loaded, "table", None, console)
+    write_finding_report(loaded, "table", None, console)
     first = " ".join(console.export_text().split())
     assert first.startswith(  # the finding leads
         "In-context learning of toy-induction ICL score of toy-induction on 8 held-out documents:"
@@ -209,15 +215,30 @@ def test_result_saves_and_renders_in_every_format(toy_result, tmp_path):
     assert "data:image" not in first
     assert "that the model uses its context is established" in first
     for format in ("json", "markdown"):
-        write_icl_report(loaded, format, tmp_path / f"icl.{format}", console)
+        write_finding_report(loaded, format, tmp_path / f"icl.{format}", console)
         assert "confirmed" in (tmp_path / f"icl.{format}").read_text()
 
 
-def test_a_file_saved_with_the_older_class_record_loads_and_renders_the_same(toy_result, tmp_path):
-    """Files saved before 2026-11-29 hold ICL's own record of a judged class (ClassEffect)."""
-    save_result(toy_result, tmp_path / "icl.json")
-    document = json.loads((tmp_path / "icl.json").read_text())
-    for node in document["result"]["fields"]["classes"]:
+def test_the_report_renders_without_matplotlib(toy_result, monkeypatch):
+    """matplotlib is not a requirement: the terminal and Markdown reports have no figure, and the HTML
+    page says which figures need it."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    markdown = render_markdown(finding_report(toy_result))
+    assert "ICL score of toy-induction" in markdown and "matplotlib" not in markdown
+    page = render_html(finding_report(toy_result))
+    assert "data:image/png" not in page
+    assert "The figure of the loss per token: Plotting needs matplotlib" in page
+
+
+def older_icl_file(finding, saved: Path, older: Path, class_effects: bool) -> None:
+    """Save the ICL finding `finding` to `saved` and rewrite it as files saved before 2026-11-29 hold it
+    (an ICLResult; with `class_effects`, each class as ICL's own record of it, a ClassEffect) into
+    `older`."""
+    save_result(finding, saved)
+    document = json.loads(saved.read_text())
+    stored, settings = document["result"]["fields"], finding.settings
+    classes = stored["classes"]
+    for node in classes if class_effects else []:
         fields, details = node["fields"], dict(node["fields"]["details"]["__items__"])
         heldout = fields["heldout"]["fields"]
         node.update(__dataclass__="ClassEffect", fields={
@@ -226,17 +247,43 @@ def test_a_file_saved_with_the_older_class_record_loads_and_renders_the_same(toy
             "random_changes": fields["random_effects"], "difference": heldout["beyond"],
             "difference_ci": heldout["beyond_ci"], "verdict": fields["verdict"],
         })  # fmt: skip
-    (tmp_path / "older.json").write_text(json.dumps(document))
+    document["kind"] = "icl"
+    document["result"] = {"__dataclass__": "ICLResult", "fields": {
+        "model_name": finding.model, "provenance": finding.provenance, **stored["extras"]["fields"],
+        "windows": encode(settings.windows), "ablation": settings.ablation, "seed": settings.seed,
+        "discovery_names": finding.chose["documents"], "heldout_names": finding.tested["documents"],
+        "n_ablated": finding.extras.n_ablated(finding), "classes": classes, "timings": stored["timings"],
+    }}  # fmt: skip
+    older.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("class_effects", [False, True], ids=["ClassVerdict", "ClassEffect"])
+def test_an_older_icl_file_reads_with_the_same_numbers_and_renders_the_same(
+    toy_result, class_effects, tmp_path
+):
+    """An ICLResult (saved before 2026-11-29), its classes as ClassVerdicts or, older, as ICL's own
+    record (ClassEffect), reads as the Finding a fresh run makes: the same figures, documents and
+    settings (the split as the sizes it made; the ClassEffect holds neither the per-document effect
+    nor the random sets' pooled mean, made of theirs)."""
+    older_icl_file(toy_result, tmp_path / "icl.json", tmp_path / "older.json", class_effects)
     read = load_result(tmp_path / "older.json")
-    for found, judged in zip(read.classes, toy_result.classes, strict=True):
-        # such files hold neither the per-document effect nor the random sets' pooled mean (made of theirs)
-        assert len(found.per_prompt) == 0 and len(judged.per_prompt) == found.heldout.n_prompts
-        assert found.heldout.random_drop == pytest.approx(judged.heldout.random_drop, abs=1e-6)
-        heldout = dataclasses.replace(found.heldout, random_drop=judged.heldout.random_drop)
-        assert dataclasses.replace(found, heldout=heldout, per_prompt=judged.per_prompt) == judged
-    assert render_markdown(icl_sections(read, figures=False)) == render_markdown(
-        icl_sections(toy_result, figures=False)
+    assert encode(read.extras) == encode(toy_result.extras)
+    assert (read.chose, read.tested, read.timings) == (
+        toy_result.chose,
+        toy_result.tested,
+        toy_result.timings,
     )
+    settings, fresh = read.settings, toy_result.settings
+    assert settings.split.sizes(settings.n_documents) == fresh.split.sizes(fresh.n_documents)
+    assert dataclasses.replace(settings, split=fresh.split) == fresh
+    for found, judged in zip(read.classes, toy_result.classes, strict=True):
+        if class_effects:
+            assert len(found.per_prompt) == 0 and len(judged.per_prompt) == found.heldout.n_prompts
+            assert found.heldout.random_drop == pytest.approx(judged.heldout.random_drop, abs=1e-6)
+            heldout = dataclasses.replace(found.heldout, random_drop=judged.heldout.random_drop)
+            found = dataclasses.replace(found, heldout=heldout, per_prompt=judged.per_prompt)
+        assert encode(found) == encode(judged)
+    assert render_markdown(finding_report(read)) == render_markdown(finding_report(toy_result))
 
 
 def test_bad_input_says_what_to_pass(toy):
@@ -290,7 +337,7 @@ def test_the_phase_change_shows_across_training(checkpointed_run, tmp_path):
     outcome = CliRunner().invoke(app, ["icl", "--model", str(checkpointed_run), *options, *files])
     assert outcome.exit_code == 0, outcome.output
     assert "Across training" in outcome.output and (tmp_path / "run.png").stat().st_size > 1000
-    curve = load_result(tmp_path / "run.json").training
+    curve = load_result(tmp_path / "run.json").extras.training
     assert curve.steps == [200, 400, 600]
     induction = curve.induction.groupby("step")["induction"].max()
     # as the induction head forms, later tokens are predicted from the first copy

@@ -205,7 +205,8 @@ def test_interp_icl_save_resumes_and_ends_with_the_full_result(tmp_path, monkeyp
     command = ["icl", "--model", "toy-induction", "--n-documents", "12", "--save", str(path)]
     first = CliRunner().invoke(app, command)
     assert first.exit_code == 0, first.output
-    assert type(load_result(path)).__name__ == "ICLResult"
+    finding = load_result(path)
+    assert type(finding).__name__ == "Finding" and finding.analysis == "icl"
 
 
 def said_quick_note(output: str) -> str:
@@ -241,11 +242,11 @@ def circuit_sizes(result) -> str:
     )
 
 
-def icl_sizes(result) -> str:
-    n_discovery, n_heldout = len(result.discovery_names), len(result.heldout_names)
+def icl_sizes(finding) -> str:
+    n_discovery, n_heldout = len(finding.chose["documents"]), len(finding.tested["documents"])
     return (
         f"{n_discovery + n_heldout} documents ({n_discovery} rank the heads, {n_heldout} held out, "
-        f"{result.n_ablated} ablated)"
+        f"{finding.extras.n_ablated(finding)} ablated)"
     )
 
 

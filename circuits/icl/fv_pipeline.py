@@ -37,6 +37,7 @@ from circuits.evidence import (
     mean_ci,
     split_families,
 )
+from circuits.finding import Finding
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
 from circuits.icl.function_vectors import (
     HeadMeans,
@@ -50,7 +51,14 @@ from circuits.icl.function_vectors import (
     zero_shot_accuracy,
 )
 from circuits.icl.heads import ablated_icl_scores
-from circuits.icl.results import TEMPLATE_KINDS, FunctionVectorResult, TaskVector, TemplateVector
+from circuits.icl.results import (
+    AIE_TEST,
+    TEMPLATE_KINDS,
+    VECTOR_TEST,
+    FunctionVectorFigures,
+    TaskVector,
+    TemplateVector,
+)
 from circuits.icl.sequences import default_sequences
 from circuits.stages import StageResults
 from interp.checks import check_count
@@ -269,8 +277,8 @@ def _tests(
     fv, (clean_icl, ablated_icl) = classes[0], icl
     gained = [found.zero_shot[1:] - found.zero_shot[0] for found in (chosen, tested)]  # with - without
     tests = [
-        _compare("FV heads: AIE", "p(answer)", fv, chosen.patched, tested.patched, seed, rows),
-        _compare("Function vector: zero-shot accuracy gained", "accuracy", fv, *gained, seed, rows),
+        _compare(AIE_TEST, "p(answer)", fv, chosen.patched, tested.patched, seed, rows),
+        _compare(VECTOR_TEST, "accuracy", fv, *gained, seed, rows),
     ]
     per_class = ablated_icl.split([len(found.sets) for found in classes])
     for i, (found, ablated) in enumerate(zip(classes, per_class, strict=True)):
@@ -375,10 +383,11 @@ def function_vector_report(
     induction_heads: Sequence[Head] | None = None,
     progress: Progress | None = None,
     stages: StageResults | None = None,
-) -> FunctionVectorResult:
-    """Function-vector heads of `model` beside its induction heads (the steps: the module docstring).
-    induction_heads: default `confirmed_induction_heads(model)` (cached); () skips that class.
-    stages: each stage's result kept as it finishes; those already in it are not run again."""
+) -> Finding:
+    """Function-vector heads of `model` beside its induction heads (the steps: the module docstring), as
+    the Finding "fv" with `FunctionVectorFigures`: chose and tested are the tasks and the templates, its
+    classes the tests. induction_heads: default `confirmed_induction_heads(model)` (cached); () skips
+    that class. stages: each stage's result kept as it finishes; those already in it are not run again."""
     began, seed = time.perf_counter(), settings.seed
     stages = StageResults() if stages is None else stages
     split, template_split = settings.family_split(), settings.template_split()  # 1. families
@@ -424,24 +433,15 @@ def function_vector_report(
     timed("effects")
     rows = _template_rows(queries["heldout"], template_split)
     icl = step(FV_STAGES[3], lambda _: _brown_icl_scores(model, classes, settings))  # 5. the ICL score
-    aie_test, vector_test, *ablations = _tests(classes, effects, rows, icl, seed)
+    tests = _tests(classes, effects, rows, icl, seed)
     task_vectors = _task_vectors(split, n_pairs, queries, effects, rows[0], seed)
     timed("ICL score")
     if progress is not None:
         progress(FV_STAGES[3], 1, 1)
     timings["total"] = time.perf_counter() - began
     fv_labels, induction_labels = head_labels(fv_heads), head_labels(induction_heads)
-    return FunctionVectorResult(
-        model_name=model.cfg.model_name,
-        provenance=interp.provenance(model),
+    figures = FunctionVectorFigures(
         written=head_contribution_linearisation(model.cfg),
-        tasks=settings.task_names,
-        split=split,
-        templates=settings.template_names,
-        template_split=template_split,
-        n_shots=settings.n_shots,
-        n_prompts=settings.n_prompts,
-        seed=seed,
         aie_attributed=aie_per_task.mean(0),
         aie_per_task=aie_per_task,
         candidates=head_labels(candidates),
@@ -453,11 +453,17 @@ def function_vector_report(
         overlap=[label for label in fv_labels if label in induction_labels],
         fv_layer=layer,
         layer_accuracy=layer_accuracy.tolist(),
-        aie_test=aie_test,
-        vector_test=vector_test,
         task_vectors=task_vectors,
         template_vectors=_template_vectors(effects["heldout"], rows[1], seed),
-        ablations=ablations,
-        n_documents=settings.n_documents,
+    )
+    return Finding(
+        analysis="fv",
+        model=model.cfg.model_name,
+        provenance=interp.provenance(model),
+        settings=settings,
+        chose={"tasks": list(split.discovery), "templates": list(template_split.discovery)},
+        tested={"tasks": list(split.heldout), "templates": list(template_split.heldout)},
+        classes=tests,
         timings=timings,
+        extras=figures,
     )

@@ -32,6 +32,7 @@ from circuits.evidence import (
     judge_class,
     mean_ci,
 )
+from circuits.finding import Finding
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
 from circuits.icl.heads import (
     ATTRIBUTION_STAGE,
@@ -40,8 +41,7 @@ from circuits.icl.heads import (
     check_icl_ablation,
     head_attributions,
 )
-from circuits.icl.report import loss_curve_figure
-from circuits.icl.results import HeadEffect, ICLResult
+from circuits.icl.results import HeadEffect, ICLFigures, loss_curve_figure
 from circuits.icl.score import icl_score, token_losses
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences, default_windows
 from circuits.icl.training import icl_over_training, plot_icl_over_training
@@ -155,7 +155,7 @@ def _judged(
     found: HeadClass, found_by: str, estimate: torch.Tensor, changes: torch.Tensor, seed: int
 ) -> ClassVerdict:
     """A class's held-out changes against its random sets' (changes [1 + draws, document], the class
-    first) judged by `judge_class`, with its `ICLResult.classes` details (estimate [layer, head])."""
+    first) judged by `judge_class`, with the details `ICLFigures` names (estimate [layer, head])."""
     verdict = judge_class(found, changes, seed=seed)
     layers = sorted(layer for layer, _ in found.heads)
     verdict.details = {
@@ -205,11 +205,13 @@ def icl_report(
     induction_heads: Sequence[Head] | None = None,
     progress: Progress | None = None,
     stages: StageResults | None = None,
-) -> ICLResult:
+) -> Finding:
     """The in-context learning score of `model` and the heads that carry it (the steps: the module
-    docstring). sequences: the documents and windows (default: the settings' `default_sequences`).
-    induction_heads: the class to test (default: `confirmed_induction_heads(model)`, cached); () none.
-    stages: each stage's result kept as it finishes; those already in it are not run again."""
+    docstring), as the Finding "icl" with `ICLFigures`: chose and tested are the documents, its settings
+    `settings` with the documents' number and windows. sequences: the documents and windows (default:
+    the settings' `default_sequences`). induction_heads: the class to test (default:
+    `confirmed_induction_heads(model)`, cached); () none. stages: each stage's result kept as it
+    finishes; those already in it are not run again."""
     began, timings = time.perf_counter(), {}
 
     def stage(name: str) -> None:
@@ -250,19 +252,11 @@ def icl_report(
     heldout_losses = torch.cat([ablated_losses, scored_losses])
     every_loss = torch.cat([discovery_losses, heldout_losses])  # [document, pos - 1]
     timings["total"] = time.perf_counter() - began
-    return ICLResult(
-        model_name=model.cfg.model_name,
-        provenance=interp.provenance(model),
+    figures = ICLFigures(
         source=sequences.source,
-        windows=windows,
-        ablation=ablation,
-        seed=seed,
         score=icl_score(every_loss, windows, seed),
         discovery=icl_score(discovery_losses, windows, seed),
         heldout=icl_score(heldout_losses, windows, seed),
-        discovery_names=sequences.names[:half],
-        heldout_names=sequences.names[half:],
-        n_ablated=n_ablated,
         loss_curve=every_loss.mean(0),
         loss_curve_se=every_loss.std(0) / len(every_loss) ** 0.5,
         attributions=estimate,
@@ -270,8 +264,17 @@ def icl_report(
             _head_effect(head, change, estimate, seed)
             for head, change in zip(top_heads, changes[:n_top], strict=True)
         ],
+    )
+    return Finding(
+        analysis="icl",
+        model=model.cfg.model_name,
+        provenance=interp.provenance(model),
+        settings=dataclasses.replace(settings, n_documents=len(tokens), windows=windows),
+        chose={"documents": sequences.names[:half]},
+        tested={"documents": sequences.names[half:]},
         classes=[] if induction is None else [_judged(induction, found_by, estimate, changes[n_top:], seed)],
         timings=timings,
+        extras=figures,
     )
 
 
@@ -289,25 +292,27 @@ def icl_analysis(
     plot: str | None = None,
     progress: Progress | None = None,
     stages: StageResults | None = None,
-) -> ICLResult:
+) -> Finding:
     """`icl_report` with the settings' windows, else the (early, late, width) `windows` given, those None
-    from `default_windows(model)`; for a training run's directory `source`, `result.training` across its
-    checkpoints (stage CHECKPOINTS_STAGE). plot: that run's curve, else the loss per token, to this file."""
+    from `default_windows(model)`; for a training run's directory `source`, `finding.extras.training`
+    across its checkpoints (stage CHECKPOINTS_STAGE). plot: that run's curve, else the loss per token, to
+    this file."""
     if settings.windows is None:
         defaults = dataclasses.astuple(default_windows(model))  # (early, late, width)
         given = [
             default if value is None else value for value, default in zip(windows, defaults, strict=True)
         ]
         settings = dataclasses.replace(settings, windows=Windows(*given))
-    result = icl_report(model, settings, induction_heads=induction_heads, progress=progress, stages=stages)
+    finding = icl_report(model, settings, induction_heads=induction_heads, progress=progress, stages=stages)
+    figures: ICLFigures = finding.extras
     run = training_run(source)
     if run is not None:
         step = as_stage(progress, CHECKPOINTS_STAGE)
-        result.training = icl_over_training(
+        figures.training = icl_over_training(
             run, settings.n_documents, settings.windows, settings.seed, progress=step
         )
     if plot is not None and run is not None:
-        plot_icl_over_training(result.training, plot)
+        plot_icl_over_training(figures.training, plot)
     elif plot is not None:
-        loss_curve_figure(result, plot)
-    return result
+        loss_curve_figure(finding, plot)
+    return finding

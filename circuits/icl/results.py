@@ -1,20 +1,27 @@
-"""What `icl_report` and `function_vector_report` find, as data. Signs follow
-`circuits.evidence.EFFECT_SIGN` (positive: the heads help); a change of the ICL score is ablated - clean,
-in nats: the drop of the context's benefit (-score) when the heads are ablated."""
+"""What `icl_report` and `function_vector_report` find, as `circuits.finding.Finding`s with `ICLFigures`
+and `FunctionVectorFigures`, and how they read. Signs follow `circuits.evidence.EFFECT_SIGN` (positive:
+the heads help); a change of the ICL score is ablated - clean, in nats: the drop of the context's benefit
+(-score) when the heads are ablated."""
 
 from __future__ import annotations
 
+import base64
+import io
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.evidence import EFFECT_SIGN, ClassVerdict, FamilySplit
+from circuits.evidence import EFFECT_SIGN, ClassVerdict
+from circuits.finding import ClassView, Extras, Finding
 from circuits.icl.score import ICLScore
-from circuits.icl.sequences import Windows
+from circuits.icl.training import TrainingCurve, plot_icl_over_training
+from circuits.output import pyplot, save_figure
+from circuits.sections import Section, Table, ci_text, layer_head_map, signed, value_ci
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 
 LEGEND = (  # the ICL report's legend, in its JSON too
@@ -48,6 +55,9 @@ FV_LEGEND = (  # the function-vector report's legend, in its JSON too
 )
 TEMPLATE_KINDS = ("held-out template", "discovery template")  # the kinds of the FV tests' strata
 
+AIE_TEST = "FV heads: AIE"  # the FV heads patched together into shuffled-label prompts
+VECTOR_TEST = "Function vector: zero-shot accuracy gained"  # the vector against random heads' vectors
+
 
 @dataclass(kw_only=True)
 class HeadEffect:
@@ -63,43 +73,42 @@ class HeadEffect:
     verdict: str
 
 
+def _png(draw: Callable[[], Any], what: str) -> str:
+    """The matplotlib figure `draw()` makes as an inline <img> (the HTML page's); where matplotlib is not
+    installed (interp does not require it), a line saying that the figure of `what` needs it."""
+    try:
+        plt = pyplot()
+    except ImportError as missing:
+        return f'<p class="legend">The figure of {what}: {missing}.</p>'
+    figure, buffer = draw(), io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    return f'<img alt="" src="data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
+
+
 @dataclass(kw_only=True)
-class TrainingCurve:
-    """The ICL score and every head's induction score at each saved step of a training run."""
+class ICLFigures(Extras):
+    """`icl_report`'s own figures. The finding's chose and tested are the documents (names) that rank
+    every head and those held out; its settings, the `ICLSettings` it ran with (n_documents and windows:
+    the documents'); its class, the induction heads ablated on the first held-out documents (`n_ablated`)
+    against random sets, details "found_by" (where the heads came from), "attributed" (the sum of its
+    heads' attributed changes, discovery documents), "random_same_layers" (False where the class fills a
+    layer: its random sets take heads from other layers too)."""
 
-    steps: list[int]
-    scores: list[float]
-    ci: list[tuple[float, float]]
-    induction: pd.DataFrame  # step, layer, head, induction
-
-
-@dataclass(kw_only=True)
-class ICLResult:
-    """`icl_report`'s result: the discovery documents rank every head; the held-out ones test (`heldout`,
-    the headline; the exact ablations on the first `n_ablated`)."""
-
-    model_name: str
-    provenance: str
     source: str  # what the documents are
-    windows: Windows
-    ablation: str
-    seed: int
     score: ICLScore  # every document
     discovery: ICLScore
-    heldout: ICLScore
-    discovery_names: list[str]
-    heldout_names: list[str]
-    n_ablated: int | None = None  # held-out documents the ablations ran on (None: every one; older files)
+    heldout: ICLScore  # the headline
     loss_curve: Float[Tensor, " pos_minus_1"]  # mean loss of token t at [t - 1], every document
     loss_curve_se: Float[Tensor, " pos_minus_1"]  # its standard error over documents
     attributions: Float[Tensor, "layer head"]  # mean attributed change over the discovery documents
-    heads: list[HeadEffect]
-    # on the ablated held-out documents; details: "found_by" (where the heads came from), "attributed"
-    # (the sum of its heads' attributed changes, discovery documents), "random_same_layers" (False where
-    # the class fills a layer: its random sets take heads from other layers too)
-    classes: list[ClassVerdict]
-    training: TrainingCurve | None = None
-    timings: dict[str, float] = field(default_factory=dict)
+    heads: list[HeadEffect]  # the top heads by attribution, each ablated alone on the ablated documents
+    training: TrainingCurve | None = None  # across a training run's checkpoints
+
+    def n_ablated(self, finding: Finding) -> int:
+        """The held-out documents the exact ablations ran on (the first ones)."""
+        settings = finding.settings
+        return settings.split.sizes(settings.n_documents)[1]
 
     def headline_verdict(self) -> str:
         """Whether the held-out score's CI lies below 0, and if not, how many documents would settle it."""
@@ -126,32 +135,152 @@ class ICLResult:
             start *= 2
         return bins
 
-    def json_data(self) -> dict[str, Any]:
-        """`--format json`: every field, the headline's verdict, `loss_bins`, the legend."""
+    def title(self, finding: Finding) -> str:
+        return f"In-context learning of {finding.model}"
+
+    def headline(self, finding: Finding) -> list[str]:
+        """The finding, in order: the held-out score, each class against random heads, the top heads."""
+        tested, windows = self.heldout, finding.settings.windows
+        lines = [
+            f"ICL score of {finding.model} on {tested.n_documents} held-out documents: {tested.score:+.3f} "
+            f"nats {ci_text(tested.ci)} (loss at {windows.describe()}: {tested.late_loss:.3f} - "
+            f"{tested.early_loss:.3f}; negative: later tokens are predicted better, from their context); "
+            f"that the model uses its context is {self.headline_verdict()}."
+        ]
+        n_ablated = self.n_ablated(finding)
+        for found in finding.classes:
+            draws = ", ".join(f"{change:+.3f}" for change in found.random_effects)
+            distinct = len({tuple(heads) for heads in found.random_sets})
+            same_layers, found_by = found.details["random_same_layers"], found.details["found_by"]
+            kind = "random same-layer sets" if same_layers else "random sets (from other layers too)"
+            pooled = found.heldout
+            change, beyond = value_ci(pooled.drop, pooled.drop_ci), value_ci(pooled.beyond, pooled.beyond_ci)
+            lines.append(
+                f"{found.name.capitalize()} heads ({len(found.heads)} {found_by}): ablating them changes the "
+                f"ICL score of {n_ablated} held-out documents by {change}; {kind} ({draws}; {distinct} "
+                f"distinct); beyond random {beyond}: {found.verdict}."
+            )
+        if not finding.classes:
+            lines.append(
+                "No class tested: interp heads confirms no induction head in this model (or none was given)."
+            )
+        confirmed = [h.head for h in self.heads if h.verdict == "confirmed"]
+        lines.append(
+            f"Top {len(self.heads)} heads by attribution: {len(confirmed)} confirmed by exact ablation on "
+            f"held-out documents ({', '.join(confirmed) or 'none'})."
+        )
+        return lines
+
+    def chose_lines(self, finding: Finding) -> list[str]:
+        every, tested = self.score, self.heldout
+        return [
+            f"Documents: {every.n_documents} from {self.source} "
+            f"(every one: {value_ci(every.score, every.ci)}); {self.discovery.n_documents} discovery "
+            f"documents rank the heads (ICL score {self.discovery.score:+.3f}), {tested.n_documents} "
+            f"held-out documents test them: each scored, the first {self.n_ablated(finding)} ablated "
+            f"({finding.settings.ablation} ablation of each head's z)."
+        ]
+
+    def class_view(self, finding: Finding, wide: bool) -> ClassView:
+        columns = [
+            ("change", lambda c: value_ci(c.heldout.drop, c.heldout.drop_ci)),
+            ("random sets of their layers", lambda c: ", ".join(f"{x:+.3f}" for x in c.random_effects)),
+        ]
+        return ClassView(columns=columns, effect="change", digits=3)
+
+    def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
+        """The top heads (with the [layer, head] map of attributed changes), the loss per token and
+        across training, each with its figure (the HTML page's)."""
+        every_head = layer_head_map(
+            self.attributions,
+            "Attributed change of the ICL score when the head is ablated (nats)",
+            "discovery documents; positive: the head helps the model use its context",
+            signed=True,
+            value_format="{:+.3f}",
+        )
+        heads = Table(
+            columns=["head", "attributed", "exact (held-out)", "verdict"],
+            rows=[
+                [h.head, signed(h.attributed), value_ci(h.exact, h.exact_ci), h.verdict] for h in self.heads
+            ],
+            right=["attributed", "exact (held-out)"],
+        )
+        bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in self.loss_bins())
+        sections = [
+            Section(
+                title="Top heads by attribution, confirmed by exact ablation",
+                table=heads,
+                notes=[LEGEND],
+                figures=[every_head],
+            ),
+            Section(
+                title="Loss per token",
+                lines=[f"Loss by token (nats, mean over documents): {bins}"],
+                figures=[_png(lambda: loss_curve_figure(finding), "the loss per token")],
+            ),
+        ]
+        curve = self.training
+        if curve is not None:
+            best = curve.induction.groupby("step")["induction"].max()
+            cells = ", ".join(
+                f"{step}: {score:+.2f} (ind {best.get(step, float('nan')):.2f})"
+                for step, score in zip(curve.steps, curve.scores, strict=True)
+            )
+            sections.append(
+                Section(
+                    title="Across training",
+                    lines=[f"Across training (step: ICL score, highest induction score): {cells}."],
+                    figures=[_png(lambda: plot_icl_over_training(curve), "the ICL score across training")],
+                )
+            )
+        return sections
+
+    def json_fields(self, finding: Finding) -> dict[str, Any]:
+        """Every figure, each score with its number of documents (the held-out one with the ablated
+        documents'), `loss_bins`, the training run's scores, the legend."""
 
         def score(found: ICLScore, **more: Any) -> dict[str, Any]:
             return {**vars(found), "n_documents": found.n_documents, **more}
 
-        renamed = ("model_name", "source", "score", "discovery_names", "heldout_names", "n_ablated")
         training = self.training
         return {
-            "model": self.model_name,
             "documents": self.source,
-            **{name: value for name, value in vars(self).items() if name not in renamed},
             "icl_score": score(self.score),
-            "discovery": score(self.discovery, documents=self.discovery_names),
-            "heldout": score(
-                self.heldout,
-                documents=self.heldout_names,
-                n_ablated=self.n_ablated,
-                headline=self.headline_verdict(),
-            ),
+            "discovery": score(self.discovery),
+            "heldout": score(self.heldout, n_ablated=self.n_ablated(finding)),
+            **{name: getattr(self, name) for name in ("loss_curve", "loss_curve_se", "attributions")},
+            "heads": self.heads,
             "loss_by_token": dict(self.loss_bins()),
             "training": None
             if training is None
             else {"steps": training.steps, "icl_scores": training.scores, "ci": training.ci},
             "legend": LEGEND,
         }
+
+
+def loss_curve_figure(finding: Finding, out: str | Path | None = None):
+    """The mean loss per token of an ICL finding (log-scaled token axis) with its 95% band and the
+    windows shaded; with `out` (.png, .svg, .pdf) also written there."""
+    plt = pyplot()
+    figures: ICLFigures = finding.extras
+    windows = finding.settings.windows
+    tokens = range(1, len(figures.loss_curve) + 1)
+    mean, se = figures.loss_curve.numpy(), figures.loss_curve_se.numpy()
+    figure, axes = plt.subplots(figsize=(6.5, 3.2))
+    axes.fill_between(tokens, mean - 1.96 * se, mean + 1.96 * se, color="C0", alpha=0.2, linewidth=0)
+    axes.plot(tokens, mean, color="C0", linewidth=1)
+    for centre in (windows.early, windows.late):
+        window = windows.tokens(centre)
+        axes.axvspan(window[0], window[-1], color="C1", alpha=0.15)
+    axes.set_xscale("log")
+    axes.set_xlabel("token (position in the document)")
+    axes.set_ylabel("loss (nats)")
+    axes.set_title(
+        f"Loss per token, mean over {figures.score.n_documents} documents (windows shaded)", fontsize=10
+    )
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    return save_figure(figure, out)
 
 
 @dataclass(kw_only=True)
@@ -189,21 +318,53 @@ class TemplateVector(QueryAccuracy):
     n_prompts: int
 
 
-@dataclass(kw_only=True)
-class FunctionVectorResult:
-    """`function_vector_report`'s result: the discovery tasks in the discovery templates choose the heads
-    and the layer; every effect is measured on the held-out tasks in the held-out templates, beside
-    discovery and per template (see `FV_LEGEND`)."""
+def _share(value: float, interval: tuple[float, float] | None = None) -> str:
+    text = f"{value:.2f}"
+    return text if interval is None else f"{text} {ci_text(interval, 2, sign=False)}"
 
-    model_name: str
-    provenance: str
-    tasks: list[str]
-    split: FamilySplit  # which tasks chose (discovery) and which tested (held-out)
-    templates: list[str]  # names of interp.tasks.icl_tasks.ICL_TEMPLATES
-    template_split: FamilySplit  # which templates chose (discovery) and which tested (held-out)
-    n_shots: int
-    n_prompts: int  # per task, template and half
-    seed: int
+
+def _beyond(found: ClassVerdict, family: str) -> str:
+    """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
+    measured = getattr(found, family)
+    return "n/a" if measured is None else value_ci(measured.beyond, measured.beyond_ci)
+
+
+def _test_line(found: ClassVerdict) -> str:
+    """A test of the headline: held out, against its random sets, beside discovery, per template."""
+    tested = found.heldout
+    draws = ", ".join(f"{value:+.3f}" for value in found.random_effects)
+    where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
+    ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])  # the held-out ones first
+    per_template = "; ".join(
+        f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) "
+        f"{value_ci(s.beyond, s.beyond_ci)}" + (", does not hold" if s.holds is False else "")
+        for s in ordered
+    )
+    return (
+        f"{found.name}: {tested.drop:+.3f} {found.details['unit']} {ci_text(tested.drop_ci)} {where}; "
+        f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
+        f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
+        + (f" Per template, held-out tasks: {per_template}." if found.strata else "")
+    )
+
+
+def _templates(names) -> str:
+    """Template names with their prompts: 'qa "Q: x\\nA: y", ...'."""
+    return ", ".join(f'{name} "{ICL_TEMPLATES[name].pattern}"' for name in names)
+
+
+@dataclass(kw_only=True)
+class FunctionVectorFigures(Extras):
+    """`function_vector_report`'s own figures (see `FV_LEGEND`). The finding's chose and tested are the
+    word-pair tasks and the prompt templates: the discovery tasks in the discovery templates choose the
+    heads and the layer; every effect is measured on the held-out tasks in the held-out templates, beside
+    discovery and per template. Its settings: the `FunctionVectorSettings` it ran with. Its classes are
+    its tests of a class against random same-layer heads (`circuits.evidence.judge_class`), named by the
+    class and what it measures: `AIE_TEST`, `VECTOR_TEST`, then "{FV, induction} heads ablated:
+    {few-shot accuracy, ICL score}"; details["unit"]: "p(answer)", "accuracy" or "nats"; strata per
+    template on the held-out tasks (`TEMPLATE_KINDS`); verdict "template-dependent" where the pooled CI
+    lies above 0 and some held-out template's does not."""
+
     aie_attributed: Float[Tensor, "layer head"]  # every head's AIE to first order (discovery, p(answer))
     aie_per_task: Float[Tensor, "task layer head"]  # the same per discovery task (its discovery templates)
     candidates: list[str]  # the top heads by attributed AIE
@@ -215,20 +376,11 @@ class FunctionVectorResult:
     overlap: list[str]  # heads in both classes
     fv_layer: int  # where the vector is added: the best layer on the discovery tasks' queries
     layer_accuracy: list[float]  # discovery prompts' zero-shot accuracy with the FV added at each layer
-    # each test of a class against random same-layer heads (`circuits.evidence.judge_class`), named by the
-    # class and what it measures; details["unit"]: "p(answer)", "accuracy" or "nats"; its strata per
-    # template on the held-out tasks (`TEMPLATE_KINDS`); verdict "template-dependent" where the pooled CI
-    # lies above 0 and some held-out template's does not
-    aie_test: ClassVerdict  # FV heads patched together into shuffled-label prompts
-    vector_test: ClassVerdict  # zero-shot accuracy gained with the FV, against random heads' vectors
     task_vectors: list[TaskVector]  # discovery tasks, then held-out tasks (in the templates that test)
     template_vectors: list[TemplateVector]  # the held-out tasks in each template
-    ablations: list[ClassVerdict]  # {FV, induction} heads x {few-shot accuracy, ICL score}
-    n_documents: int
     # what each head's mean output written to the residual stream is (interp.model.cache's
     # head_contribution_linearisation); "" in results saved before it was recorded
     written: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
 
     def fv_head_figures(self) -> list[dict[str, Any]]:
         """Each FV head, strongest first: its attributed AIE, its exact AIE on the discovery tasks and
@@ -244,19 +396,141 @@ class FunctionVectorResult:
             })  # fmt: skip
         return rows
 
-    def json_data(self) -> dict[str, Any]:
-        """`--format json`: every field, `fv_head_figures`, each family's tasks and templates, each
-        template's pattern, the sign of the effects, the legend."""
-        renamed = ("model_name", "fv_heads", "templates", "layer_accuracy")
+    def mean_aie(self, labels: list[str]) -> float:
+        """The mean attributed AIE of the heads `labels` ("L14H6"); NaN for none."""
+        values = [self.aie_attributed[int(layer), int(head)].item() for layer, head in
+                  (label[1:].split("H") for label in labels)]  # fmt: skip
+        return sum(values) / len(values) if values else math.nan
+
+    def title(self, finding: Finding) -> str:
+        return f"Function-vector heads of {finding.model}"
+
+    def headline(self, finding: Finding) -> list[str]:
+        """The finding, in order: the ablations, the held-out tests, the overlap."""
+        lines = []
+        by_name = {found.name: found for found in finding.classes}
+        for name in ("FV heads", "induction heads"):
+            accuracy = by_name.get(f"{name} ablated: few-shot accuracy")
+            score = by_name.get(f"{name} ablated: ICL score")
+            if accuracy is None:
+                continue
+            lines.append(
+                f"Ablating the {len(accuracy.heads)} {name} lowers few-shot accuracy on held-out tasks in "
+                f"held-out templates by {accuracy.heldout.drop:+.3f} (beyond random "
+                f"{_beyond(accuracy, 'heldout')}: {accuracy.verdict}; {accuracy.note}) and the context's "
+                f"benefit (the ICL score, ablated - clean) by {score.heldout.drop:+.3f} nats (beyond random "
+                f"{_beyond(score, 'heldout')}: {score.verdict})."
+            )
+        best = max(self.layer_accuracy, default=0.0)
+        where = (
+            f"Added at layer {self.fv_layer} (discovery tasks' zero-shot accuracy {best:.2f} there)."
+            if best > 0
+            else f"Added at layer {self.fv_layer}, the first of a tie: at no layer does the vector raise the "
+            "discovery tasks' zero-shot accuracy above 0."
+        )
+        lines += [_test_line(by_name[AIE_TEST]), f"{_test_line(by_name[VECTOR_TEST])} {where}"]
+        lines.append(
+            f"FV heads (top {len(self.fv_heads)} by AIE): {', '.join(self.fv_heads)}. Induction heads "
+            f"({self.induction_found_by}): {', '.join(self.induction_heads) or 'none'}. Overlap: "
+            f"{', '.join(self.overlap) or 'none'}. Mean attributed AIE: FV heads "
+            f"{self.mean_aie(self.fv_heads):+.4f}, induction heads "
+            f"{self.mean_aie(self.induction_heads):+.4f}, every head "
+            f"{self.aie_attributed.mean().item():+.4f}."
+        )
+        return lines
+
+    def chose_lines(self, finding: Finding) -> list[str]:
+        """What chose (the discovery tasks in the discovery templates) and what was chosen, what tested
+        (the held-out tasks in the held-out templates) and what, the induction heads' source, the
+        prompts."""
+        chose, tested, settings = finding.chose, finding.tested, finding.settings
+        return [
+            f"chosen on the discovery word-pair tasks ({', '.join(chose['tasks'])}) in the discovery "
+            f"templates ({_templates(chose['templates'])}): the {len(self.candidates)} heads of largest "
+            f"attributed AIE, the {len(self.fv_heads)} FV heads of largest exact AIE among them, and layer "
+            f"{self.fv_layer}, where the vector is added (the best zero-shot accuracy on their query pairs "
+            "of every layer's)",
+            f"tested on the held-out word-pair tasks ({', '.join(tested['tasks'])}) in the held-out "
+            f"templates ({_templates(tested['templates'])}): every effect in this report (the FV heads' "
+            "AIE, the vector's zero-shot accuracy, few-shot accuracy under ablation), each beside the same "
+            "measure on the discovery tasks in the discovery templates, and per template on the held-out "
+            "tasks (held out by task only in a discovery template)",
+            f"induction heads ({', '.join(self.induction_heads) or 'none'}): {self.induction_found_by}, not "
+            "chosen on these tasks",
+            f"{settings.n_prompts} prompts of {settings.n_shots} examples per task, template and half of its "
+            f"pairs (seed {settings.seed}); ICL score on {settings.n_documents} Brown corpus texts",
+        ]
+
+    def class_view(self, finding: Finding, wide: bool) -> ClassView:
+        written = self.written and f"A head's output in the function vector: {self.written}, averaged."
+        return ClassView(
+            columns=[
+                ("unit", lambda c: c.details["unit"]),
+                ("held-out", lambda c: value_ci(c.heldout.drop, c.heldout.drop_ci)),
+            ],
+            effect="effect",
+            holds="its CI lies above 0",
+            digits=3,
+            notes=[FV_LEGEND, *filter(None, [written])],
+        )
+
+    def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
+        """Accuracy per template and per task, the FV heads (with the [layer, head] map of AIEs)."""
+        every_head = layer_head_map(
+            self.aie_attributed,
+            "Attributed average indirect effect (p(answer), discovery tasks, mean over them)",
+            "positive: the head's mean output restores the task on shuffled-label prompts",
+            signed=True,
+            value_format="{:+.4f}",
+        )
+        template_columns = ["template", "prompt", "chose", "prompts", "few-shot", "zero-shot", "+ FV",
+                            "+ random heads"]  # fmt: skip
+        templates = Table(
+            columns=template_columns,
+            rows=[[row.template, ICL_TEMPLATES[row.template].pattern,
+                   "yes" if row.family == "discovery" else "no", str(row.n_prompts),
+                   *map(_share, (row.few_shot, row.zero_shot, row.with_fv, row.with_random))]
+                  for row in self.template_vectors],
+            right=template_columns[3:],
+        )  # fmt: skip
+        task_columns = ["task", "family", "pairs", "few-shot", "zero-shot", "+ FV", "+ random heads"]
+        tasks = Table(
+            columns=task_columns,
+            rows=[[task.task, task.family, str(task.n_pairs), _share(task.few_shot),
+                   _share(task.zero_shot, task.zero_shot_ci), _share(task.with_fv, task.with_fv_ci),
+                   _share(task.with_random, task.with_random_ci)] for task in self.task_vectors],
+            right=task_columns[2:],
+        )  # fmt: skip
+        head_columns = ["FV head", "attributed AIE", "AIE (discovery)", "AIE (held-out)", "also"]
+        fv_heads = Table(
+            columns=head_columns,
+            rows=[[row["head"], f"{row['aie_attributed']:+.4f}", f"{row['aie_discovery']:+.4f}",
+                   f"{row['aie_heldout']:+.4f}", row["also"]] for row in self.fv_head_figures()],
+            right=head_columns[1:4],
+        )  # fmt: skip
+        return [
+            Section(
+                title="Per template: the held-out tasks' query pairs",
+                table=templates,
+                notes=[
+                    "chose: the template is a discovery template (the held-out tasks in it are held out by "
+                    "task only); the others are the test. Each test's effect beyond random per template: "
+                    "'Per stratum and family (held out)'."
+                ],
+            ),
+            Section(
+                title="Zero-shot accuracy on each task's query pairs, in the templates that test it [95% CI]",
+                table=tasks,
+            ),
+            Section(title="FV heads", table=fv_heads, figures=[every_head]),
+        ]
+
+    def json_fields(self, finding: Finding) -> dict[str, Any]:
+        """Every figure, `fv_head_figures` as "fv_heads", each template's pattern, the legend."""
+        renamed = ("fv_heads", "layer_accuracy")
         return {
-            "model": self.model_name,
             **{name: value for name, value in vars(self).items() if name not in renamed},
-            "discovery_tasks": self.split.discovery,
-            "heldout_tasks": self.split.heldout,
-            "templates": {name: ICL_TEMPLATES[name].pattern for name in self.templates},
-            "discovery_templates": self.template_split.discovery,
-            "heldout_templates": self.template_split.heldout,
-            "effect_sign": EFFECT_SIGN,
+            "templates": {name: ICL_TEMPLATES[name].pattern for name in finding.settings.template_names},
             "fv_heads": self.fv_head_figures(),
             "layer_accuracy_discovery": self.layer_accuracy,
             "legend": FV_LEGEND,

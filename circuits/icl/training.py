@@ -3,17 +3,28 @@ checkpoint of a training run (`icl_over_training`), drawn against the step (`plo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 import interp
-from circuits.icl.results import TrainingCurve
 from circuits.icl.score import icl_score, token_losses
 from circuits.icl.sequences import Windows, default_sequences
 from circuits.output import pyplot, save_figure
 from circuits.sweeps import checkpoint_head_sweep, training_checkpoints
 from interp.types import Progress
+
+
+@dataclass(kw_only=True)
+class TrainingCurve:
+    """The ICL score and every head's induction score at each saved step of a training run."""
+
+    steps: list[int]
+    scores: list[float]
+    ci: list[tuple[float, float]]
+    induction: pd.DataFrame  # step, layer, head, induction
 
 
 @torch.inference_mode()

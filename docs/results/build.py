@@ -323,21 +323,21 @@ def circuit_section(result: Any) -> list[str]:
     return lines
 
 
-def icl_section(result: Any) -> list[str]:
-    """A saved `interp icl` result: the held-out ICL score, each class against random heads, the top heads."""
-    from circuits.icl.report import icl_headline
+def icl_section(finding: Any) -> list[str]:
+    """A saved `interp icl` finding: the held-out ICL score, each class against random heads, the top heads,
+    the documents."""
+    figures = finding.extras
+    return [f"Model: {finding.provenance}.", *figures.headline(finding), *figures.chose_lines(finding)]
 
-    return [f"Model: {result.provenance}.", *icl_headline(result)]
 
-
-def fv_section(result: Any) -> list[str]:
-    """A saved `interp icl --fv` result: what chose and what tested, the held-out tests, the FV heads."""
-    from circuits.icl.report import fv_chose_lines, fv_headline
-
-    chose = fv_chose_lines(result)
-    return [chose[-1], "; ".join(chose[:-1]) + ".", *fv_headline(result)] + (
-        [f"A head's output in the function vector: {result.written}, averaged."] if result.written else []
+def fv_section(finding: Any) -> list[str]:
+    """A saved `interp icl --fv` finding: what chose and what tested, the held-out tests, the FV heads."""
+    figures = finding.extras
+    written = (
+        [f"A head's output in the function vector: {figures.written}, averaged."] if figures.written else []
     )
+    chose = "; ".join(figures.chose_lines(finding)) + "."
+    return [f"Model: {finding.provenance}.", chose, *figures.headline(finding), *written]
 
 
 RENDERERS = {
@@ -353,8 +353,8 @@ def saved_section(section: dict[str, Any]) -> list[str]:
     from circuits.results_file import load_result
 
     path = DATA / section["saved"]
-    kind = json.loads(path.read_text())["kind"]
-    return RENDERERS[kind](load_result(path))
+    kind, result = json.loads(path.read_text())["kind"], load_result(path)
+    return RENDERERS[getattr(result, "analysis", kind)](result)
 
 
 def page(name: str) -> str:
