@@ -138,28 +138,26 @@ def older_hop_file(saved: Path, older: Path) -> None:
     document = json.loads(saved.read_text())
     finding = document["result"]["fields"]
     settings, figures = finding["settings"]["fields"], finding["extras"]["fields"]
-    lookups = []
-    for node in finding["classes"]:
-        fields, heldout = node["fields"], node["fields"]["heldout"]["fields"]
-        details = dict(fields["details"]["__items__"])
-        lookups.append({"__dataclass__": "HopLookup", "fields": {
-            "hop": details["hop"], "heads": fields["heads"], "layers": details["layers"],
-            "attention": details["attention"], "change": heldout["drop"], "change_ci": heldout["drop_ci"],
-            "random_sets": fields["random_sets"], "random_changes": fields["random_effects"],
-            "difference": heldout["beyond"], "difference_ci": heldout["beyond_ci"],
-            "verdict": fields["verdict"],
-        }})  # fmt: skip
+
+    def as_older(node: dict, dataclass: str, names: dict[str, str]) -> dict:
+        """A stored ClassVerdict as the older `dataclass`: each of its own field's `names`, from a
+        ClassVerdict field, held-out figure or detail of that name."""
+        fields = node["fields"]
+        found = {**fields, **fields["heldout"]["fields"], **dict(fields["details"]["__items__"])}
+        return {"__dataclass__": dataclass, "fields": {new: found[old] for new, old in names.items()}}
+
+    held = {"random_sets": "random_sets", "difference": "beyond", "difference_ci": "beyond_ci"}
+    lookup = {"hop": "hop", "heads": "heads", "layers": "layers", "attention": "attention",
+              "change": "drop", "change_ci": "drop_ci", "random_changes": "random_effects",
+              "verdict": "verdict", **held}  # fmt: skip
+    path = {"from_hop": "from_hop", "to_hop": "to_hop", "senders": "heads", "receivers": "receivers",
+            "route": "route", "effect": "drop", "effect_ci": "drop_ci", "random_effects": "random_effects",
+            **held}  # fmt: skip
+    lookups = [as_older(node, "HopLookup", lookup) for node in finding["classes"]]
     paths = []
     for node in figures.pop("paths"):
-        fields, heldout = node["fields"], node["fields"]["heldout"]["fields"]
-        details = dict(fields["details"]["__items__"])
-        paths.append({"__dataclass__": "HopPath", "fields": {
-            "from_hop": details["from_hop"], "to_hop": details["to_hop"], "senders": fields["heads"],
-            "receivers": details["receivers"], "route": details["route"], "effect": heldout["drop"],
-            "effect_ci": heldout["drop_ci"], "random_sets": fields["random_sets"],
-            "random_effects": fields["random_effects"], "difference": heldout["beyond"],
-            "difference_ci": heldout["beyond_ci"], "carries": fields["verdict"] == "confirmed",
-        }})  # fmt: skip
+        paths.append(as_older(node, "HopPath", path))
+        paths[-1]["fields"]["carries"] = node["fields"]["verdict"] == "confirmed"
     document["kind"] = "hop"
     document["result"] = {"__dataclass__": "HopResult", "fields": {
         "model_name": finding["model"], "provenance": finding["provenance"],
