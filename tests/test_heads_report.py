@@ -220,6 +220,7 @@ def test_a_file_saved_before_the_random_baseline_still_renders_its_marks_and_ord
     assert evidence == sorted(evidence, reverse=True)
     assert all(cells[-1] == "" for cells in rows)  # no random baseline to show
     assert "beyond random" not in finding_report(report).headline[0]
+    assert "saved before the effects were judged" in render_markdown(finding_report(report))
 
 
 def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():

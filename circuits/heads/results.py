@@ -372,7 +372,9 @@ class HeadFigures(Extras):
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
         """The random heads' mean drop too when `wide` (a narrow terminal folds the class names)."""
         random = ("random heads' drop", lambda c: f"{c.heldout.random_drop:.2f}")
-        return ClassView(columns=[random] if wide else [], holds=STRATUM_HOLDS, notes=[CLASS_LEGEND])
+        before = "induction_confirmed_by" not in self.table  # a file saved before the random baseline
+        notes = [BEFORE_RANDOM_BASELINE if before else CLASS_LEGEND]
+        return ClassView(columns=[random] if wide else [], holds=STRATUM_HOLDS, notes=notes)
 
     def discovery_sections(self, finding: Finding, wide: bool, all_heads: bool = True) -> list[Section]:
         """The summary per type, the settings and the heads (every typed one with `all_heads`, else the
@@ -401,6 +403,10 @@ class HeadFigures(Extras):
         return {**rows.json_data(), "settings": rows.settings | {"batch_size": finding.settings.batch_size}}
 
 
+BEFORE_RANDOM_BASELINE = (
+    "This file was saved before the effects were judged against random heads of their layers: it holds no "
+    "judged class; the heads' table shows its effects and verdicts as it was saved."
+)
 STRATUM_HOLDS = "its mean beyond random is positive (a confirmed effect holds at most repeat lengths)"
 CLASS_LEGEND = (
     "Each class is one candidate's effect on the held-out sequences, alone or with the other candidates of "
