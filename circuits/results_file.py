@@ -1,7 +1,7 @@
 """One run, many formats: a command's full result as JSON, read back and rendered again.
 
     save_result(report, "heads.json")            # what `interp heads --save heads.json` writes
-    result = load_result("heads.json")           # the same HeadReport, nothing recomputed
+    result = load_result("heads.json")           # the same Finding, nothing recomputed
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
 The file is {"schema": SCHEMA, "kind": one of KINDS, "command": ..., "settings": ..., "result": ...}
