@@ -26,7 +26,7 @@ import interp
 from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit
 from circuits.edge_circuits.tasks import heldout_edge_task, ioi_task
 from circuits.heads import head_report
-from circuits.heads.report import confirmed_rows
+from circuits.heads.results import confirmed_rows
 from circuits.ioi import find_ioi_circuit
 from interp.io.sources import OFFLINE_MODELS
 
@@ -75,7 +75,7 @@ def findings(model, clock: Callable[[], float], n_edges: int) -> tuple[dict[str,
     seconds["all-heads sweep"] = all_heads_sweep_seconds(model, clock=clock)
     print(f"  {'all-heads sweep':<28} {seconds['all-heads sweep']:9.3f} s", flush=True)
     seconds["interp heads"], report = timed(clock, "interp heads", lambda: head_report(model))
-    confirmed = confirmed_rows(report).to_dict("records")
+    confirmed = confirmed_rows(report.extras.rows(report)).to_dict("records")
     found["confirmed heads"] = {f"L{row['layer']}H{row['head']}": list(row["types"]) for row in confirmed}
     seconds["interp ioi"], ioi = timed(clock, "interp ioi", lambda: find_ioi_circuit(model))
     found["ioi classes"] = {

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
 
 console = Console()
 # The result kind (circuits.results_file.KINDS) of a command whose name is not its kind.
-KIND_OF = {name: "finding" for name in ("hop", "retrieval", "ioi", "icl", "icl --fv")}
+KIND_OF = {name: "finding" for name in ("hop", "retrieval", "ioi", "icl", "icl --fv", "heads")}
 ERRORS = (ValueError, ImportError, FileNotFoundError)  # a run's errors said in one line (exit status 2)
 
 
@@ -168,14 +168,14 @@ def heads_option(text: str | None) -> list[tuple[int, int]] | None:
     if text.strip().lower() == "none":
         return []
     if text.endswith(".json"):
-        from circuits.heads import HeadReport
+        from circuits.finding import Finding
         from circuits.results_file import load_result
 
         with refused():
             report = load_result(text)
-        if not isinstance(report, HeadReport):
+        if not isinstance(report, Finding) or report.analysis != "heads":
             raise fail(f"{text} holds no head report; write one with: interp heads --save {text}")
-        return report.heads_of_type("induction")
+        return report.extras.heads_of_type("induction")
     labels = [label.strip() for label in text.split(",") if label.strip()]
     parsed = [re.fullmatch(r"L(\d+)H(\d+)", label, flags=re.IGNORECASE) for label in labels]
     if not labels or not all(parsed):
@@ -258,10 +258,10 @@ class Command:
         check_model(model)
         for check in files:
             check()
-        from circuits.results_file import KINDS
+        from circuits.results_file import COMMAND_FORMATS, KINDS
 
         self.kind = KINDS[KIND_OF.get(name, name)]
-        refuse_bad_format(format, out, self.kind[1])
+        refuse_bad_format(format, out, COMMAND_FORMATS.get(name, self.kind[1]))
         check_plot(plot)
         for option, path in (outputs or {}).items():
             refuse_unwritable(path, option)

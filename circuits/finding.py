@@ -21,7 +21,14 @@ from typing import Any, ClassVar
 from rich.console import Console
 
 from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness
-from circuits.sections import Report, Section, class_sections, faithfulness_section, write_sections
+from circuits.sections import (
+    FORMATS,
+    Report,
+    Section,
+    class_sections,
+    faithfulness_section,
+    write_sections,
+)
 from interp.interventions.stats import FaithfulnessSummary
 
 # an analysis -> the command that runs it, where they differ
@@ -46,10 +53,14 @@ class ClassView:
 class Extras:
     """An analysis's own figures (a dataclass subclassing this) and how its report reads them. Each
     method has the finding the extras belong to. wide_terminal: the terminal columns from which the
-    "table" format shows the wide report; file_width: the columns of the "table" format in a file."""
+    "table" format shows the wide report; file_width: the columns of the "table" format in a file;
+    formats: those its finding renders to (`data` makes those beyond `sections.FORMATS`);
+    terminal_options: the defaults of its own options of the "table" format (`write_finding_report`)."""
 
     wide_terminal: ClassVar[int] = 0
     file_width: ClassVar[int] = 140
+    formats: ClassVar[tuple[str, ...]] = FORMATS
+    terminal_options: ClassVar[dict[str, Any]] = {}
 
     def title(self, finding: Finding) -> str:
         raise NotImplementedError
@@ -69,13 +80,18 @@ class Extras:
         """What the faithfulness kept and what it ablated, in words."""
         return "the classes' heads kept, every other head ablated"
 
-    def discovery_sections(self, finding: Finding, wide: bool) -> list[Section]:
-        """The analysis's own sections on what discovery found, before the held-out classes."""
+    def discovery_sections(self, finding: Finding, wide: bool, **options: Any) -> list[Section]:
+        """The analysis's own sections on what discovery found, before the held-out classes. options:
+        its own terminal options (`write_finding_report`'s), in the terminal report only."""
         return []
 
-    def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
-        """The analysis's own sections after the standard ones."""
+    def extra_sections(self, finding: Finding, wide: bool, **options: Any) -> list[Section]:
+        """The analysis's own sections after the standard ones (options: as `discovery_sections`)."""
         return []
+
+    def data(self, finding: Finding) -> dict[str, Callable[[], str]]:
+        """Its own data formats beyond `sections.FORMATS` (those of `formats`): {"csv": text maker}."""
+        return {}
 
     def json_fields(self, finding: Finding) -> dict[str, Any]:
         """What `--format json` holds of the extras: every field (and figures derived from them)."""
@@ -123,11 +139,12 @@ def _families(split: dict[str, list[str]]) -> str:
     return "; ".join(f"{axis} {', '.join(names)}" for axis, names in split.items()) or "none named"
 
 
-def finding_report(finding: Finding, wide: bool = True) -> Report:
+def finding_report(finding: Finding, wide: bool = True, **options: Any) -> Report:
     """The report: the analysis's headline, what chose and what tested, the analysis's sections on what
     discovery found, the standard sections (the classes with their verdicts, the per-stratum and
     per-family table, faithfulness where the analysis measures it), then the analysis's own sections.
-    `wide`: every column (see `Extras.class_view`)."""
+    `wide`: every column (see `Extras.class_view`); options: the analysis's own, which its sections
+    take (`Extras.discovery_sections`)."""
     extras = finding.extras
     view = extras.class_view(finding, wide)
     chose = Section(
@@ -154,17 +171,32 @@ def finding_report(finding: Finding, wide: bool = True) -> Report:
         headline=extras.headline(finding),
         sections=[
             chose,
-            *extras.discovery_sections(finding, wide),
+            *extras.discovery_sections(finding, wide, **options),
             *held_out,
-            *extras.extra_sections(finding, wide),
+            *extras.extra_sections(finding, wide, **options),
         ],
     )
 
 
-def write_finding_report(finding: Finding, format: str, out: str | Path | None, console: Console) -> None:
-    """Render `finding` in `format` to the file `out`, or to the console when out is None (narrower
-    where the console has fewer than the extras' `wide_terminal` columns)."""
-    width = finding.extras.file_width if out is not None or console is None else console.width
-    terminal = finding_report(finding, wide=width >= finding.extras.wide_terminal)
+def write_finding_report(
+    finding: Finding, format: str, out: str | Path | None, console: Console, wide: bool | None = None,
+    **options: Any,
+) -> None:  # fmt: skip
+    """Render `finding` in `format` (one of its extras' `formats`) to the file `out`, or to the console
+    when out is None. The "table" format is wide where it has the extras' `wide_terminal` columns (a
+    file: `file_width`), else narrower; wide=True asks for it (said where it does not fit), False
+    refuses it. options: the analysis's own options of that report (`interp heads --all`; default: the
+    extras' `terminal_options`)."""
+    extras = finding.extras
+    width = extras.file_width if out is not None or console is None else console.width
+    fits = width >= extras.wide_terminal
+    if format == "table" and wide and not fits:
+        others = ", ".join(name for name in extras.formats if name != "table")
+        console.print(
+            f"--wide needs {extras.wide_terminal} columns and this terminal has {width}: showing the compact "
+            f"table. Widen the terminal, or use --format {others} for every column."
+        )
+    options = {**extras.terminal_options, **options}
+    terminal = finding_report(finding, wide=fits if wide is None else wide and fits, **options)
     report = finding_report(finding)
-    write_sections(report, format, out, console, finding, terminal=terminal, width=finding.extras.file_width)
+    write_sections(report, format, out, console, finding, extras.data(finding), terminal, extras.file_width)

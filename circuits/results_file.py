@@ -1,7 +1,7 @@
 """One run, many formats: a command's full result as JSON, read back and rendered again.
 
     save_result(report, "heads.json")            # what `interp heads --save heads.json` writes
-    result = load_result("heads.json")           # the same HeadReport, nothing recomputed
+    result = load_result("heads.json")           # the same Finding, nothing recomputed
     write_result_report(result, "html", "heads.html", console)   # what `interp render` does
 
 The file is {"schema": SCHEMA, "kind": one of KINDS, "command": ..., "settings": ..., "result": ...}
@@ -33,9 +33,8 @@ from circuits.edge_circuits.tasks import EdgeTask
 from circuits.evidence import HELD_OUT_ONLY, BeyondRandom, ci_verdict
 from circuits.finding import Finding, write_finding_report
 from circuits.heads.causal import CausalEffects
-from circuits.heads.classify import HeadReport
-from circuits.heads.report import FORMATS as HEAD_FORMATS
-from circuits.heads.report import write_report
+from circuits.heads.pipeline import HeadSettings
+from circuits.heads.results import TOKEN_AXIS, HeadFigures, class_columns, older_head_classes
 from circuits.heads.scores import HeadScores
 from circuits.hop import HopFigures
 from circuits.hop.locate import HopSettings, not_found_lookup
@@ -117,16 +116,17 @@ SCHEMA = "interp-result-3"
 PATCHED_MINUS_CLEAN_SCHEMAS = ("interp-result-1", "interp-result-2")
 READ_SCHEMAS = (*PATCHED_MINUS_CLEAN_SCHEMAS, SCHEMA)
 KINDS = {  # kind -> (result type, formats, writer)
-    "heads": (HeadReport, HEAD_FORMATS, write_report),
     "circuit": (EdgeCircuitResult, EDGE_FORMATS, write_edge_report),
     "patch": (PatchReport, PATCH_FORMATS, write_patch_report),
     "finding": (Finding, sections.FORMATS, write_finding_report),
     "partial": (PartialResult, sections.FORMATS, write_partial_report),
 }
 RESULT_TYPES = (
-    HeadReport, EdgeCircuitResult, PatchReport, Finding, PartialResult,
+    EdgeCircuitResult, PatchReport, Finding, PartialResult,
 )  # fmt: skip
-OLDER_KINDS = dict.fromkeys(("hop", "retrieval", "ioi", "icl", "fv"), "finding")  # older kinds -> theirs now
+OLDER_KINDS = dict.fromkeys(
+    ("hop", "retrieval", "ioi", "icl", "fv", "heads"), "finding"
+)  # older kinds -> theirs now
 
 
 def _register_dataclasses() -> None:
@@ -137,6 +137,7 @@ def _register_dataclasses() -> None:
         RetrievalFigures, RetrievalSettings,
         IOIFigures,
         ICLFigures, ICLSettings, TrainingCurve, FunctionVectorFigures,
+        HeadFigures, HeadSettings,
     )  # fmt: skip
     for module in [*map(inspect.getmodule, types), edges]:
         for cls in vars(module).values():
@@ -565,6 +566,37 @@ def _older_fv(fields: dict[str, Any]) -> dict[str, Any]:
     return {"__dataclass__": "Finding", "fields": finding}
 
 
+def _older_heads(fields: dict[str, Any]) -> dict[str, Any]:
+    """A HeadReport (files saved before 2026-11-29) as the Finding "heads" with HeadFigures: its
+    settings dict as the HeadSettings the run used (the batch size, which it does not hold, the default),
+    the probes' lengths and the checks' rules; its token families as what chose and what tested (one
+    family where it was saved before the held-out family); its table's causal columns that copy the
+    judged effects as the classes (`older_head_classes`)."""
+    settings = dict(decode(fields["settings"]))
+    table = decode(fields["table"])
+    chose = settings.pop("discovery_tokens", "random token ids")
+    tested = settings.pop("held_out_tokens", chose)
+    settings.pop("held_out_seed", None)
+    run = HeadSettings(**{name: settings.pop(name) for name in (
+        "n_samples", "seed", "seq_len", "natural_text", "causal", "max_candidates")},
+        n_random=settings.pop("n_random", HeadSettings.n_random))  # fmt: skip
+    probe = {
+        name: settings.pop(name) for name in ("induction_lengths", "max_prefix", "has_bos", "skip_gram_probe")
+    }
+    figures = HeadFigures(
+        table=table.drop(columns=class_columns(table)), thresholds=decode(fields["thresholds"]),
+        n_layers=fields["n_layers"], n_heads=fields["n_heads"], **probe, checks=settings,
+        group_effects=decode(fields["group_effects"]), str_tokens=decode(fields["str_tokens"]),
+        patterns=decode(fields["patterns"]),
+    )  # fmt: skip
+    finding = Finding(
+        analysis="heads", model=fields["model_name"], provenance=fields.get("provenance", ""), settings=run,
+        chose={TOKEN_AXIS: [chose]}, tested={TOKEN_AXIS: [tested]},
+        classes=older_head_classes(table, run.n_samples), extras=figures,
+    )  # fmt: skip
+    return encode(finding)
+
+
 def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): a head's effect
     and robust z (HeadEvidence), and a step's or the circuit's effect grids and the selections'
@@ -621,6 +653,8 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return _older_icl(node["fields"])
     if name == "FunctionVectorResult":
         return _older_fv(node["fields"])
+    if name == "HeadReport":
+        return _older_heads(node["fields"])
     if name == "IOICircuitResult":
         fields = node["fields"]
         return _older_ioi(_path_patching_drops(name, fields) if patched_minus_clean else fields)
@@ -733,14 +767,19 @@ def resume_stages(
     return StageResults(done=dict(partial.done), on_done=keep, resumed_from=str(path))
 
 
+COMMAND_FORMATS = {
+    "heads": HeadFigures.formats
+}  # a command whose Finding renders to more than KINDS' formats
+
+
 def result_formats(result: Any) -> tuple[str, ...]:
-    """The formats `result` renders to."""
-    return KINDS[result_kind(result)][1]
+    """The formats `result` renders to (a Finding: its extras')."""
+    return result.extras.formats if isinstance(result, Finding) else KINDS[result_kind(result)][1]
 
 
 def write_result_report(result: Any, format: str, out: str | Path | None, console: Console) -> None:
     """Render a stored result in `format`, as the command that made it does."""
-    _, formats, writer = KINDS[result_kind(result)]
+    writer, formats = KINDS[result_kind(result)][2], result_formats(result)
     if format not in formats:
         raise ValueError(f"a {result_kind(result)} result renders as {', '.join(formats)}, not {format!r}.")
     writer(result, format, out, console)

@@ -6,7 +6,8 @@
 
 Each model or checkpoint is one shard of `interp.runtime.distributed.map_shards`: with `ray` the reports
 run on Ray workers, with `store` a stopped sweep resumes from the reports it has finished.
-The table has one row per (source, layer, head) and the columns of `HeadReport.table`.
+The table has one row per (source, layer, head) and the columns of `HeadFigures.full_table` (the head
+report's CSV).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _report_table(shard: dict[str, Any]) -> pd.DataFrame:
     """The head report of one model as a table with a `source` column (runs on a worker)."""
     model = interp.load_model(shard["source"]).eval()
     report = head_report(model, **shard["options"])
-    table = report.table.copy()
+    table = report.extras.full_table(report)
     table.insert(0, "source", shard["label"])
     return table
 

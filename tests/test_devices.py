@@ -102,7 +102,8 @@ def test_half_precision_reports(toy_ioi_models, dtype):
     heads_full = head_report(full, n_samples=8)
     heads_half = head_report(half, n_samples=8)
     for column in ("previous_token", "induction", "duplicate_token"):
-        assert (heads_full.score_grid(column) - heads_half.score_grid(column)).__abs__().max() < 0.03
+        difference = heads_full.extras.score_grid(column) - heads_half.extras.score_grid(column)
+        assert abs(difference).max() < 0.03
     ioi_full = find_ioi_circuit(full, n_prompts=32, evaluate=False).extras
     ioi_half = find_ioi_circuit(half, n_prompts=32, evaluate=False).extras
     assert (

@@ -92,14 +92,15 @@ def test_random_model_has_no_content_heads():
     torch.manual_seed(0)
     model = interp.HookedTransformer(tiny_config(n_ctx=64, attn_only=True))
     report = head_report(model, n_samples=8, seq_len=12)
+    table = report.extras.table
     for name in ("previous_token", "induction", "duplicate_token", "current_token", "first_token"):
-        margin = report.thresholds[name] - report.table[name].max()
-        assert margin > 0.25, (name, report.table[name].max())
+        margin = report.extras.thresholds[name] - table[name].max()
+        assert margin > 0.25, (name, table[name].max())
     for name in ("fixed_offset", "skip_gram"):
-        margin = report.thresholds[name] - report.table[name].max()
-        assert margin > 0.2, (name, report.table[name].max())
-    assert not report.table["types"].apply(lambda types: bool(set(types) - {"broad"})).any()
-    assert report.table["induction_effect"].isna().all()  # no candidates, nothing ablated
+        margin = report.extras.thresholds[name] - table[name].max()
+        assert margin > 0.2, (name, table[name].max())
+    assert not table["types"].apply(lambda types: bool(set(types) - {"broad"})).any()
+    assert table["induction_effect"].isna().all()  # no candidates, nothing ablated
 
 
 def test_a_random_weight_model_confirms_no_head_beyond_random():
@@ -174,8 +175,8 @@ def test_settings_and_keyword_options_make_the_same_report():
     model = interp.load_model("toy-induction")
     given = head_report(model, HeadSettings(n_samples=4, seed=2, causal=False))
     keywords = head_report(model, n_samples=4, seed=2, causal=False)
-    assert given.settings == keywords.settings and given.settings["n_samples"] == 4
-    assert given.table.equals(keywords.table)
+    assert given.settings == keywords.settings and given.settings.n_samples == 4
+    assert given.extras.table.equals(keywords.extras.table) and given.classes == keywords.classes == []
 
 
 def test_attention_scores_agree_with_transformer_lens_head_detector(smollm2):
@@ -219,14 +220,14 @@ def test_attention_scores_agree_with_transformer_lens_head_detector(smollm2):
 
 def test_smollm2_induction_heads_confirmed_causally(smollm2):
     report = head_report(smollm2, n_samples=8, seq_len=16, max_candidates=4, natural_text=())
-    table = report.table
-    induction = report.heads_of_type("induction")
+    table = report.extras.full_table(report)
+    induction = report.extras.heads_of_type("induction")
     assert induction, "SmolLM2 has induction heads"
     for layer, head in induction:
         row = table[(table["layer"] == layer) & (table["head"] == head)].iloc[0]
         assert (
-            min(row[f"induction_len{n}"] for n in report.settings["induction_lengths"])
-            >= report.thresholds["induction"]
+            min(row[f"induction_len{n}"] for n in report.extras.induction_lengths)
+            >= report.extras.thresholds["induction"]
         )
         # Confirmed beyond random heads of its layer not typed induction, alone or with the others ablated.
         suffix = {"alone": "", "with_others_ablated": "_with_others"}[row["induction_confirmed_by"]]
@@ -238,7 +239,7 @@ def test_smollm2_induction_heads_confirmed_causally(smollm2):
         randoms = [tuple(map(int, label[1:].split("H"))) for label in row["induction_random_heads"]]
         assert len(randoms) == 5 and all(r[0] == layer for r in randoms)  # 9 heads a layer: some left
         typed = table.set_index(["layer", "head"]).loc[randoms, "induction"]
-        assert (typed < report.thresholds["induction"]).all()
+        assert (typed < report.extras.thresholds["induction"]).all()
     # Layer 0 has no earlier layer to compose with: induction needs two layers.
     assert all(layer > 0 for layer, _ in induction)
     # The previous-token heads that feed them: ablating one lowers their prefix-matching score.
@@ -256,14 +257,14 @@ def test_toy_checkpoint_previous_token_and_induction_heads():
     """The shipped 2-layer model: previous-token heads in layer 0 feed four induction heads in layer 1."""
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=32)
-    table = report.table
+    table = report.extras.full_table(report)
     previous = table[table["previous_token_confirmed"]]
     assert len(previous) >= 1 and set(previous["layer"]) == {0}
     assert all("previous_token" in types for types in previous["types"])
     # All four layer-1 heads are induction heads; they back each other up, so those their effect alone
     # does not confirm at every repeat length are confirmed with the other candidates ablated (those it
     # confirms are not run so).
-    assert sorted(report.heads_of_type("induction")) == [(1, 0), (1, 1), (1, 2), (1, 3)]
+    assert sorted(report.extras.heads_of_type("induction")) == [(1, 0), (1, 1), (1, 2), (1, 3)]
     layer1 = table[table["layer"] == 1]
     tested = layer1[layer1["induction_effect_with_others"].notna()]
     assert (tested["induction_effect_with_others"] > 2 * tested["induction_effect_with_others_se"]).all()
@@ -277,7 +278,7 @@ def test_toy_checkpoint_previous_token_and_induction_heads():
         assert row["induction_random_heads"] and all(
             label.startswith("L0H") for label in row["induction_random_heads"]
         )
-    effect, se = report.group_effects["induction"]
+    effect, se = report.extras.group_effects["induction"]
     assert effect > 1.0 and effect > 10 * se  # without its induction heads the model cannot copy
     assert effect > 5 * layer1["induction_effect"].max()
     # The induction heads read the previous-token head through their keys (K-composition).
@@ -289,16 +290,17 @@ def test_scores_stage_alone_agrees_with_head_report():
     skip-gram pairs; the stage reports its progress per probe."""
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=8, seed=3)
+    table = report.extras.table
     calls = []
     probes = make_probes(model, n_samples=8, seed=3)
     scores = score_heads(model, probes, seed=3, progress=lambda *call: calls.append(call))
-    assert scores.thresholds == report.thresholds
+    assert scores.thresholds == report.extras.thresholds
     for column, values in scores.columns.items():
         torch.testing.assert_close(
-            torch.from_numpy(report.score_grid(column)).float(), values, equal_nan=True
+            torch.from_numpy(report.extras.score_grid(column)).float(), values, equal_nan=True
         )
-    assert scores.skip_gram_pairs == list(report.table["skip_gram_pair"])
-    tested = report.table[report.table["induction_effect"].notna()]  # the causal stage's candidates
+    assert scores.skip_gram_pairs == list(table["skip_gram_pair"])
+    tested = table[table["induction_effect"].notna()]  # the causal stage's candidates
     assert sorted(scores.candidates("induction", 12)) == list(
         zip(tested["layer"], tested["head"], strict=True)
     )
@@ -316,9 +318,9 @@ def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, r
     token but the BOS (and neither holds a special token); the causal checks' effects are those
     measured on the held-out probe, at the scores' repeat lengths; the report names both families and
     the seeds."""
+    from circuits.finding import finding_report
     from circuits.heads.causal import induction_ablation_effects
     from circuits.heads.probes import bos_token
-    from circuits.heads.report import heads_sections
 
     model = (
         request.getfixturevalue("smollm2") if model_name == "smollm2-135m" else interp.load_model(model_name)
@@ -337,18 +339,18 @@ def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, r
     if model_name != "toy-induction":
         return
     report = head_report(model, n_samples=4, seed=5)
-    table = report.table.set_index(["layer", "head"])
+    table = report.extras.full_table(report).set_index(["layer", "head"])
     candidates = list(table.index[table["induction_effect"].notna()])
-    typed = [tuple(head) for head in table.index[table["induction"] >= report.thresholds["induction"]]]
+    typed = [tuple(head) for head in table.index[table["induction"] >= report.extras.thresholds["induction"]]]
     on_held_out = induction_ablation_effects(model, probes.held_out, candidates, typed=typed, seed=5)
     assert len(candidates) and all(
         table.loc[head, "induction_effect"] == on_held_out.alone[head][0] for head in candidates
     )
-    chose_lines = next(
-        s for s in heads_sections(report).sections if s.title == "What chose and what tested"
-    ).lines
-    assert "random even token ids, seed 5" in chose_lines[0]
-    assert "random odd token ids, seed 7" in chose_lines[1]
+    chose = finding_report(report).sections[0]
+    assert chose.title == "What chose and what tested"
+    assert chose.lines[:2] == ["chose: token family even token ids", "tested: token family odd token ids"]
+    assert "random even token ids, seed 5" in chose.lines[2]
+    assert "random odd token ids, seed 7" in chose.lines[3]
 
 
 def test_held_out_scores_are_the_discovery_statistic_on_the_held_out_probe():
@@ -381,9 +383,10 @@ def test_a_head_whose_score_does_not_hold_out_is_not_confirmed():
     between its heads' held-out scores)."""
     import dataclasses
 
+    from circuits.finding import finding_report
     from circuits.heads.causal import causal_checks
-    from circuits.heads.classify import HeadReport, head_table
-    from circuits.heads.report import heads_sections
+    from circuits.heads.classify import head_table
+    from circuits.heads.results import head_classes
     from circuits.heads.weights import weight_scores
 
     model = interp.load_model("toy-induction")
@@ -403,15 +406,19 @@ def test_a_head_whose_score_does_not_hold_out_is_not_confirmed():
     assert stricter.verdict(weakest) == "score-not-held" and stricter.confirmed_by(weakest)
     assert all(stricter.confirmed(head) for head in held_out if head != weakest)
     weights = weight_scores(model, scores.candidates("previous_token", 12))
-    table = head_table(
-        dataclasses.replace(scores, thresholds=raised), weights, effects | {"induction": stricter}
-    )
+    stricter_effects = effects | {"induction": stricter}
+    table = head_table(dataclasses.replace(scores, thresholds=raised), weights, stricter_effects)
     row = table[(table["layer"] == weakest[0]) & (table["head"] == weakest[1])].iloc[0]
     assert "induction" not in row["types"] and row["induction_verdict"] == "score-not-held"
-    stricter_report = dataclasses.replace(report, table=table, thresholds=raised)
-    assert isinstance(stricter_report, HeadReport)
+    classes = head_classes(stricter_effects)
+    label = f"L{weakest[0]}H{weakest[1]}"
+    assert {c.verdict for c in classes if c.heads == [label] and c.details["type"] == "induction"} == {
+        "score-not-held"
+    }
+    extras = dataclasses.replace(report.extras, table=table, thresholds=raised)
+    stricter_report = dataclasses.replace(report, classes=classes, extras=extras)
     section = next(
-        s for s in heads_sections(stricter_report).sections if s.title == "What chose and what tested"
+        s for s in finding_report(stricter_report).sections if s.title == "What chose and what tested"
     )
     assert f"1 fall below it there, so not confirmed: L{weakest[0]}H{weakest[1]}" in " ".join(section.lines)
 
@@ -462,16 +469,16 @@ def periodic_model() -> interp.HookedTransformer:
 
 def test_a_positional_shortcut_is_not_called_induction(periodic_model):
     report = head_report(periodic_model)
-    table = report.table
-    assert PERIOD in report.settings["induction_lengths"]  # the length the shortcut would fool
+    table = report.extras.full_table(report)
+    assert PERIOD in report.extras.induction_lengths  # the length the shortcut would fool
     layer0 = table[table["layer"] == 0]
     assert not layer0["types"].apply(lambda types: "induction" in types).any()
     offset_heads = layer0[layer0["types"].apply(lambda types: "fixed_offset" in types)]
     assert len(offset_heads) >= 1
     assert (offset_heads["fixed_offset_distance"] == PERIOD - 1).all()
     # Probed at the training period alone, they would pass for induction heads.
-    assert (offset_heads[f"induction_len{PERIOD}"] > report.thresholds["induction"]).all()
-    assert (offset_heads["induction"] < report.thresholds["induction"]).all()
+    assert (offset_heads[f"induction_len{PERIOD}"] > report.extras.thresholds["induction"]).all()
+    assert (offset_heads["induction"] < report.extras.thresholds["induction"]).all()
 
 
 @pytest.fixture(scope="module")
@@ -483,13 +490,13 @@ def induction_model(default_induction_run) -> interp.HookedTransformer:
 
 def test_redundant_induction_heads_are_all_found(induction_model):
     report = head_report(induction_model)
-    table = report.table
+    table = report.extras.full_table(report)
     strong = table[(table["layer"] == 1) & (table["induction"] > 0.5)]  # at every repeat length
     assert len(strong) >= 2, "the model learnt several induction heads"
     heads = list(zip(strong["layer"], strong["head"], strict=True))
-    assert set(heads) <= set(report.heads_of_type("induction"))  # recall 1
+    assert set(heads) <= set(report.extras.heads_of_type("induction"))  # recall 1
     # They back each other up: all together matter far more than any one alone.
-    effect, se = report.group_effects["induction"]
+    effect, se = report.extras.group_effects["induction"]
     assert effect > 3 * strong["induction_effect"].max() and effect > 10 * se
 
 
@@ -515,11 +522,11 @@ def planted_skip_gram_model() -> interp.HookedTransformer:
 
 def test_planted_skip_gram_head_is_found():
     report = head_report(planted_skip_gram_model())
-    table = report.table.set_index("head")
-    assert report.heads_of_type("skip_gram") == [(0, 0)]
+    table = report.extras.full_table(report).set_index("head")
+    assert report.extras.heads_of_type("skip_gram") == [(0, 0)]
     assert table.loc[0, "skip_gram_pair"] == f"t{QUERY} -> t{KEY}"
-    assert table.loc[0, "skip_gram"] > report.thresholds["skip_gram"] + 0.3
-    assert table.loc[0, "fixed_offset"] < report.thresholds["fixed_offset"]  # it follows content
+    assert table.loc[0, "skip_gram"] > report.extras.thresholds["skip_gram"] + 0.3
+    assert table.loc[0, "fixed_offset"] < report.extras.thresholds["fixed_offset"]  # it follows content
 
 
 def test_causal_checks_equal_full_ablated_forward_passes():

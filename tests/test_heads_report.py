@@ -1,10 +1,11 @@
-"""Rendering of the head report (circuits.heads.report) and the `interp heads` command."""
+"""Rendering of the head report (the Finding "heads", circuits.heads.results) and `interp heads`."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -13,16 +14,16 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
+from circuits.finding import finding_report, write_finding_report
 from circuits.heads import SCORE_NAMES, head_report
-from circuits.heads.report import (
+from circuits.heads.results import (
     SHORT,
     WIDE_TERMINAL,
     classified_rows,
     confirmed_rows,
-    heads_sections,
+    head_sections,
     to_csv,
     viewer_heads,
-    write_report,
 )
 from circuits.sections import render_markdown, result_json
 from interp.types import head_label
@@ -40,6 +41,7 @@ def smollm2_report(smollm2):
 
 def test_json_has_every_head_with_scores_types_and_effects(smollm2_report, smollm2):
     data = json.loads(result_json(smollm2_report))
+    assert data["analysis"] == "heads" and data["chose"] != data["tested"]
     assert data["model"] == smollm2.cfg.model_name
     assert data["settings"]["n_samples"] == 4 and data["settings"]["natural_text"][0] == XSS
     assert len(data["heads"]) == smollm2.cfg.n_layers * smollm2.cfg.n_heads
@@ -52,29 +54,32 @@ def test_json_has_every_head_with_scores_types_and_effects(smollm2_report, smoll
 
 
 def test_csv_and_markdown(smollm2_report, tmp_path):
-    table = pd.read_csv(io.StringIO(to_csv(smollm2_report)))
-    assert len(table) == len(smollm2_report.table)
+    rows = smollm2_report.extras.rows(smollm2_report)
+    table = pd.read_csv(io.StringIO(to_csv(rows)))
+    assert len(table) == len(smollm2_report.extras.table)
     assert {"layer", "head", *SCORE_NAMES, "types", "induction_effect"} <= set(table.columns)
-    markdown = render_markdown(heads_sections(smollm2_report))
+    markdown = render_markdown(finding_report(smollm2_report))
     assert markdown.startswith("# Attention head types") and "| previous_token |" in markdown
     assert "Scores of every head" not in markdown  # the heat maps: the HTML page only
-    typed = classified_rows(smollm2_report)
+    typed = classified_rows(rows)
     assert all(head_label(row.layer, row.head) in markdown for row in typed.itertuples())
     with pytest.raises(ValueError, match="format"):
-        write_report(smollm2_report, "pdf", tmp_path / "heads.pdf", console=None)
+        write_finding_report(smollm2_report, "pdf", tmp_path / "heads.pdf", console=None)
 
 
 def test_html_renders_offline_and_escapes_tokens(smollm2_report, tmp_path):
     # The head with the best skip_gram score typed skip_gram: its viewer shows the natural-text probe,
     # whose first text is the injection attempt (two short texts leave skip-gram scores undefined: NaN).
-    table = smollm2_report.table.copy()
+    table = smollm2_report.extras.table.copy()
     best = table["skip_gram"].fillna(-1.0).idxmax()
     table.at[best, "types"] = sorted({*table.at[best, "types"], "skip_gram"}, key=SCORE_NAMES.index)
-    report = dataclasses.replace(smollm2_report, table=table)
-    shown = viewer_heads(report)
+    report = dataclasses.replace(
+        smollm2_report, extras=dataclasses.replace(smollm2_report.extras, table=table)
+    )
+    shown = viewer_heads(report.extras.rows(report))
     assert ("skip_gram", (table.at[best, "layer"], table.at[best, "head"])) in shown
     path = tmp_path / "heads.html"
-    write_report(report, "html", path, console=None)
+    write_finding_report(report, "html", path, console=None)
     result = render_in_chromium(
         path, selectors=(".interp-heatmap", ".interp-attention"), wait_for={".interp-attention canvas": 1},
         timeout_s=90,
@@ -127,11 +132,12 @@ def test_terminal_table_fits_the_terminal(width):
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=8)
     console = Console(file=io.StringIO(), width=width)
-    write_report(report, "table", None, console)
+    write_finding_report(report, "table", None, console)
     text = console.file.getvalue()
     assert max(len(line) for line in text.splitlines()) <= width
-    words = set(text.replace("│", " ").replace("┃", " ").replace(",", " ").split())
-    for name in SCORE_NAMES:  # every type name shown is whole (or its short column name)
+    heads = text[: text.index("Head classes (held out)")]  # the standard class tables fold long names
+    words = set(heads.replace("│", " ").replace("┃", " ").replace(",", " ").split())
+    for name in SCORE_NAMES:  # every type name the heads' table shows is whole (or its short column name)
         assert all(word in (name, SHORT[name]) for word in words if name.startswith(word) and len(word) > 2)
     assert "induction ✓" in text and "L1H0" in text and "…" not in text
     assert "beyond/SE" in text and "beyond random" in text and "(0." in text and "w/o" not in text
@@ -139,7 +145,7 @@ def test_terminal_table_fits_the_terminal(width):
     wide = "ind@" in text
     assert wide == (width >= WIDE_TERMINAL)
     if wide:  # every score, per repeat length too
-        assert all(f"ind@{n}" in text for n in report.settings["induction_lengths"]) and "kcomp" in text
+        assert all(f"ind@{n}" in text for n in report.extras.induction_lengths) and "kcomp" in text
     else:
         assert "--wide shows every score" in text
 
@@ -165,18 +171,19 @@ def test_terminal_report_leads_with_the_summary_and_the_confirmed_heads():
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=8)
     lead, every = Console(file=io.StringIO(), width=80), Console(file=io.StringIO(), width=80)
-    write_report(report, "table", None, lead)
-    write_report(report, "table", None, every, all_heads=True)
+    write_finding_report(report, "table", None, lead, all_heads=False)
+    write_finding_report(report, "table", None, every, all_heads=True)
     text, all_text = lead.file.getvalue(), every.file.getvalue()
     assert text.index("Summary per type") < text.index("Heads confirmed by ablation")
-    confirmed = confirmed_rows(report)
+    rows = report.extras.rows(report)
+    confirmed = confirmed_rows(rows)
     assert len(confirmed) > 0 and all(head_label(r.layer, r.head) in text for r in confirmed.itertuples())
     evidence = confirmed["_evidence"].tolist()
     assert evidence == sorted(evidence, reverse=True)
-    unconfirmed = classified_rows(report).drop(confirmed.index)
+    unconfirmed = classified_rows(rows).drop(confirmed.index)
     for row in unconfirmed.itertuples():
         assert head_label(row.layer, row.head) in all_text
-    typed = report.table[report.table["types"].map(len) > 0].drop(confirmed.index)  # first_token too
+    typed = rows.table[rows.table["types"].map(len) > 0].drop(confirmed.index)  # first_token too
     if len(typed):
         assert f"{len(typed)} more typed head" in " ".join(text.split())
 
@@ -187,13 +194,14 @@ def test_a_file_saved_before_the_random_baseline_still_renders_its_marks_and_ord
     Their ✓ carries the mark the legend explains, and the table's order is the effect/SE of the effect
     that confirmed them, not of their effect alone."""
     from circuits.heads.causal import MIN_EFFECT
-    from circuits.heads.report import WITH_OTHERS_MARK, confirmed_with_others_only
+    from circuits.heads.results import WITH_OTHERS_MARK, confirmed_with_others_only
     from circuits.results_file import load_result
 
     report = load_result("tests/data/heads-toy-induction-before-random-baseline.json")
-    assert "induction_beyond_random" not in report.table  # saved before the random baseline
-    confirmed = confirmed_rows(report)
-    rows = heads_sections(report, wide=False, all_heads=False).sections[3].table.rows
+    heads = report.extras.rows(report)
+    assert "induction_beyond_random" not in heads.table and not report.classes  # before the random baseline
+    confirmed = confirmed_rows(heads)
+    rows = head_sections(heads, wide=False, all_heads=False)[1].table.rows
     marked = 0
     for row, cells in zip(confirmed.to_dict("records"), rows, strict=True):
         for kind in ("induction", "previous_token"):
@@ -211,7 +219,8 @@ def test_a_file_saved_before_the_random_baseline_still_renders_its_marks_and_ord
     evidence = confirmed["_evidence"].tolist()
     assert evidence == sorted(evidence, reverse=True)
     assert all(cells[-1] == "" for cells in rows)  # no random baseline to show
-    assert "beyond random" not in heads_sections(report).headline[0]
+    assert "beyond random" not in finding_report(report).headline[0]
+    assert "saved before the effects were judged" in render_markdown(finding_report(report))
 
 
 def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
@@ -219,14 +228,15 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
     heads' mean effect and its figure beyond them with a 95% CI above 0 and at least 0.02, in the table,
     the JSON and the terminal; ✓ carries the with-others mark exactly when that effect is the one with
     the others ablated; "What chose and what tested" names the random heads of each layer."""
-    from circuits.heads.report import LEGEND, WITH_OTHERS_MARK
+    from circuits.heads.results import LEGEND, WITH_OTHERS_MARK, class_name
 
     model = interp.load_model("toy-induction")
     report = head_report(model, n_samples=8)
     data = {(h["layer"], h["head"]): h for h in json.loads(result_json(report))["heads"]}
-    confirmed = confirmed_rows(report)
+    heads = report.extras.rows(report)
+    confirmed = confirmed_rows(heads)
     assert {(1, h) for h in range(4)} & set(zip(confirmed["layer"], confirmed["head"], strict=True))
-    rows = heads_sections(report, wide=False, all_heads=False).sections[3].table.rows
+    rows = head_sections(heads, wide=False, all_heads=False)[1].table.rows
     for row, cells in zip(confirmed.to_dict("records"), rows, strict=True):
         for kind in ("induction", "previous_token"):
             if not row[f"{kind}_confirmed"]:
@@ -243,6 +253,8 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
                 abs=1e-5,
             )
             assert len(data[row["layer"], row["head"]]["causal"][kind]["random_heads"]) == 5
+            judged = report.verdict(class_name(kind, head_label(row["layer"], row["head"]), by))
+            assert judged.verdict == "confirmed" and judged.heldout.beyond == figures["beyond"]
             assert (f"{kind} ✓{WITH_OTHERS_MARK}" in cells[1]) == (by == "with_others_ablated"), cells
         if sum(row[f"{kind}_confirmed"] for kind in ("induction", "previous_token")) == 1:  # the one shown
             beyond = f"{figures['beyond']:+.2f} [{figures['ci'][0]:+.2f}, {figures['ci'][1]:+.2f}]"
@@ -250,10 +262,10 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
     evidence = confirmed["_evidence"].tolist()
     assert evidence == sorted(evidence, reverse=True)
     chose = " ".join(
-        next(s for s in heads_sections(report).sections if s.title == "What chose and what tested").lines
+        next(s for s in finding_report(report).sections if s.title == "What chose and what tested").lines
     )
     assert "induction candidates against random heads" in chose and "L1: " in chose
-    assert "beyond random heads of their layers" in heads_sections(report).headline[0]
+    assert "beyond random heads of their layers" in finding_report(report).headline[0]
     legend = " ".join(LEGEND.split())
     assert f"✓{WITH_OTHERS_MARK}: confirmed only with the other candidates" in legend
     assert "beyond random at more than half of the probe's repeat lengths" in legend
@@ -262,24 +274,66 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
 def test_the_heads_left_out_of_the_table_are_counted_by_type(smollm2_report):
     """SmolLM2 types most heads first_token (attention sinks): the note under the table counts every
     typed head it leaves out, per type, and says that --all leaves out the first_token-only ones."""
-    from circuits.heads.report import headline
+    from circuits.heads.results import headline
 
-    table = smollm2_report.table
+    heads = smollm2_report.extras.rows(smollm2_report)
+    table = heads.table
     typed = table[table["types"].map(len) > 0]
     sinks = table[table["types"].map(lambda types: list(types) == ["first_token"])]
-    assert len(sinks) > len(classified_rows(smollm2_report)) > 0  # most typed heads are sinks
-    shown = heads_sections(smollm2_report, wide=False, all_heads=False).sections[3]
+    assert len(sinks) > len(classified_rows(heads)) > 0  # most typed heads are sinks
+    shown = head_sections(heads, wide=False, all_heads=False)[1]
     note = " ".join(" ".join(shown.notes).split())
-    assert len(shown.table.rows) == len(confirmed_rows(smollm2_report))
+    assert len(shown.table.rows) == len(confirmed_rows(heads))
     assert f"{len(typed) - len(shown.table.rows)} more typed heads" in note
     for name in {name for types in typed["types"] for name in types}:
-        count = sum(name in types for types in typed.drop(confirmed_rows(smollm2_report).index)["types"])
+        count = sum(name in types for types in typed.drop(confirmed_rows(heads).index)["types"])
         assert f"{count} {name}" in note, (name, note)
     assert f"the {len(sinks)} typed first_token only" in note
-    listed = heads_sections(smollm2_report, wide=False, all_heads=True).sections[3]
-    assert len(listed.table.rows) == len(classified_rows(smollm2_report))
+    listed = head_sections(heads, wide=False, all_heads=True)[1]
+    assert len(listed.table.rows) == len(classified_rows(heads))
     assert f"Not listed: {len(sinks)} heads typed first_token only" in " ".join(listed.notes)
-    assert f"{len(typed) - len(confirmed_rows(smollm2_report))} more heads typed" in headline(smollm2_report)
+    assert f"{len(typed) - len(confirmed_rows(heads))} more heads typed" in headline(heads)
+
+
+def test_an_older_head_report_file_reads_as_the_finding_with_the_same_numbers(tmp_path):
+    """A HeadReport file (what --save wrote before the Finding: the whole table, the settings as a dict),
+    made here from a fresh toy-induction finding, reads as the Finding "heads": every column of its
+    table and its CSV the same, each class the same figures (not its per-sequence ones, which such a
+    file does not hold), and the same report but for the strata's CIs, which it does not hold either."""
+    from circuits.results_file import load_result
+    from interp.io.serialize import encode
+
+    finding = head_report(interp.load_model("toy-induction"), n_samples=8)
+    figures, rows = finding.extras, finding.extras.rows(finding)
+    older = {
+        "model_name": finding.model, "table": rows.table, "settings": rows.settings,
+        "thresholds": figures.thresholds, "n_layers": figures.n_layers, "n_heads": figures.n_heads,
+        "group_effects": figures.group_effects, "str_tokens": figures.str_tokens,
+        "patterns": figures.patterns, "provenance": finding.provenance,
+    }  # fmt: skip
+    document = {"schema": "interp-result-3", "kind": "heads",
+                "result": {"__dataclass__": "HeadReport", "fields": encode(older)["__items__"]}}  # fmt: skip
+    document["result"]["fields"] = {name: value for name, value in document["result"]["fields"]}
+    path = tmp_path / "older.json"
+    path.write_text(json.dumps(document))
+    loaded = load_result(path)
+    assert loaded.analysis == "heads" and loaded.settings == finding.settings
+    assert loaded.chose == finding.chose and loaded.tested == finding.tested
+    assert to_csv(loaded.extras.rows(loaded)) == to_csv(rows)
+    assert [c.name for c in loaded.classes] == [c.name for c in finding.classes] and finding.classes
+    for old, new in zip(loaded.classes, finding.classes, strict=True):
+        assert (old.verdict, old.heads, old.random_sets) == (new.verdict, new.heads, new.random_sets)
+        assert (old.heldout.beyond, old.heldout.beyond_ci, old.heldout.random_drop) == (
+            new.heldout.beyond, new.heldout.beyond_ci, new.heldout.random_drop
+        )  # fmt: skip
+        assert [(s.name, s.beyond, s.holds) for s in old.strata] == [
+            (s.name, s.beyond, s.holds) for s in new.strata
+        ]
+    ci = re.compile(r"\[[-+]\d+\.\d\d, [-+]\d+\.\d\d\] \| (yes|no) \|$")  # a stratum's CI and verdict
+    new = [
+        ci.sub(r"[n/a, n/a] | \1 |", line) for line in render_markdown(finding_report(finding)).splitlines()
+    ]
+    assert render_markdown(finding_report(loaded)).splitlines() == new
 
 
 def test_cli_heads_bad_options():

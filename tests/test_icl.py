@@ -164,7 +164,7 @@ def test_the_induction_heads_are_read_from_the_cache(toy, toy_heads, monkeypatch
 def test_the_induction_part_of_the_head_report_finds_its_induction_heads(toy, n_samples):
     """What `interp icl` computes without a cached head report: the head report's induction heads, in
     order, from the repeated probe and the induction check alone."""
-    full = head_report(toy, n_samples=n_samples).heads_of_type("induction")
+    full = head_report(toy, n_samples=n_samples).extras.heads_of_type("induction")
     assert full and confirmed_induction(toy, n_samples=n_samples) == full
 
 

@@ -125,7 +125,8 @@ def test_reports_on_offloaded_models(tmp_path):
             interp.load_model(name, device_map=device_map, offload_folder=tmp_path / name),
         ]
         if name == "toy-induction":
-            reports = [head_report(model, n_samples=8).table for model in models]
+            findings = [head_report(model, n_samples=8) for model in models]
+            reports = [finding.extras.full_table(finding) for finding in findings]
             numeric = reports[0].select_dtypes("number").columns
             assert (reports[1][numeric] - reports[0][numeric]).abs().max().max() < 1e-5
             assert list(reports[1]["types"]) == list(reports[0]["types"])

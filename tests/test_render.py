@@ -52,7 +52,7 @@ def test_render_of_a_saved_result_is_the_report_the_command_wrote(kind, tmp_path
     assert rendered.read_text() == direct.read_text()
     # Every other format renders from the same file, as the library renders the loaded result.
     result = load_result(saved)
-    assert type(result).__name__ in {"HeadReport", "Finding", "EdgeCircuitResult", "PatchReport"}
+    assert type(result).__name__ in {"Finding", "EdgeCircuitResult", "PatchReport"}
     for format in others:
         out = tmp_path / f"rendered.{format}"
         run = CliRunner().invoke(app, ["render", str(saved), "--format", format, "--out", str(out)])
@@ -268,7 +268,7 @@ def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
 
 
 def test_heads_page_puts_heat_maps_side_by_side_with_a_viewer_per_typed_head(tmp_path):
-    from circuits.heads.report import LEGEND, viewer_heads
+    from circuits.heads.results import LEGEND, viewer_heads
     from circuits.heads.scores import SCORE_NAMES
 
     command, _ = RUNS["heads"]
@@ -276,8 +276,8 @@ def test_heads_page_puts_heat_maps_side_by_side_with_a_viewer_per_typed_head(tmp
     run = CliRunner().invoke(app, [*command, "--format", "html", "--out", str(page), "--save", str(saved)])
     assert run.exit_code == 0, run.output
     report = load_result(saved)
-    shown = viewer_heads(report)
-    typed = [name for name in SCORE_NAMES if report.heads_of_type(name)]
+    shown = viewer_heads(report.extras.rows(report))
+    typed = [name for name in SCORE_NAMES if report.extras.heads_of_type(name)]
     assert typed and {name for name, _ in shown} == set(typed)
     maps = tuple(f".interp-heatmaps > div:nth-child({i})" for i in (1, 2))
     rendered = render_in_chromium(

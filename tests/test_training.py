@@ -256,8 +256,8 @@ def test_default_induction_training_gives_confirmed_induction_heads(default_indu
     model, log = default_induction_run(seed)
     assert log.evals[-1]["repeated_half_loss"] < 0.5  # it copies the repeated half
     report = head_report(model, n_samples=16, seed=0)
-    induction = report.heads_of_type("induction")
-    confirmed = report.table.set_index(["layer", "head"])["induction_confirmed"]
+    induction = report.extras.heads_of_type("induction")
+    confirmed = report.extras.table.set_index(["layer", "head"])["induction_confirmed"]
     assert induction and all(confirmed.loc[head] for head in induction), (induction, confirmed)
     assert all(layer == 1 for layer, _ in induction)  # K-composition needs an earlier layer
 

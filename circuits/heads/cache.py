@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import interp
-from circuits.heads.classify import HeadReport
+from circuits.finding import Finding
 from circuits.heads.pipeline import confirmed_induction
 from circuits.heads.probes import HELD_OUT_RULE
 from circuits.stages import StageResults, weights_fingerprint
@@ -32,11 +32,11 @@ def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, 
 
 
 def remember_induction_heads(
-    model: interp.HookedTransformer, report: HeadReport, n_samples: int = 16, seed: int = 0
+    model: interp.HookedTransformer, report: Finding, n_samples: int = 16, seed: int = 0
 ) -> Path:
     """Keep the induction heads of `report` (`head_report(model, n_samples, seed)`, other settings at
     their defaults) where `confirmed_induction_heads` finds them; returns the path."""
-    return _keep_induction_heads(model, report.heads_of_type("induction"), n_samples, seed)
+    return _keep_induction_heads(model, report.extras.heads_of_type("induction"), n_samples, seed)
 
 
 def _keep_induction_heads(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import interp
+from circuits.finding import Finding
 from circuits.heads.causal import (
     CAUSAL_TYPES,
     CLEAN_RUN_STAGE,
@@ -27,8 +28,9 @@ from circuits.heads.causal import (
     typed_heads,
     with_held_out_scores,
 )
-from circuits.heads.classify import HeadReport, head_table
-from circuits.heads.probes import FAMILY_NAMES, HELD_OUT_SEED_OFFSET, Probes, make_probes
+from circuits.heads.classify import head_table
+from circuits.heads.probes import FAMILY_NAMES, make_probes
+from circuits.heads.results import TOKEN_AXIS, HeadFigures, head_classes
 from circuits.heads.scores import (
     N_BOOTSTRAP,
     SCORES_STAGE,
@@ -46,6 +48,27 @@ from interp.types import Head, Progress, head_label
 
 KEPT_STAGES = (SCORES_STAGE, INDUCTION_STAGE, PREVIOUS_TOKEN_STAGE)  # what head_report reports and keeps
 BETWEEN_STAGES = (CLEAN_RUN_STAGE,)  # what head_report reports between them (not kept: one forward pass)
+CHECKS = {  # how the causal checks run (`HeadFigures.checks`)
+    "ablation": (
+        "mean of hook_z per position over the held-out probe's sequences real there (padding excluded)"
+    ),
+    "causal_method": (
+        "each candidate mean-ablated alone and with the other candidates of its type already ablated "
+        "(minimality), each effect against n_random random heads of the candidate's layer over neither "
+        "checked type's threshold (drawn once per layer with the seed + the layer), ablated alone and on top "
+        "of all the candidates: its effect beyond their mean, paired per held-out sequence, with a 95% "
+        "bootstrap CI (circuits.evidence.judge_class); confirmed when, for either effect, that CI excludes "
+        "0, the figure beyond random is at least the minimum effect and positive at most repeat lengths, and "
+        "the head's score on the held-out probe clears its type's threshold; sequential stopping in two "
+        "looks (half of each repeat length's sequences, then the rest): an effect whose figure beyond random "
+        "+ futility_se_times standard errors is below the minimum effect after the first look is not run on "
+        "the rest (an effect truly at the minimum is stopped so with probability at most "
+        f"{FUTILITY_ERROR:.2%}, normal approximation)"
+    ),
+    "futility_se_times": FUTILITY_SE,
+    "confirm_if_beyond_random_at_least": MIN_EFFECT,
+    "n_bootstrap": N_BOOTSTRAP,
+}
 
 
 @dataclass(frozen=True)
@@ -79,10 +102,12 @@ def head_report(
     progress: Progress | None = None,
     stages: StageResults | None = None,
     **options: Any,
-) -> HeadReport:
+) -> Finding:
     """Score, causally check and classify every head of `model` with `settings`, any of its fields
-    replaced by `options` (`head_report(model, n_samples=8)`). progress: KEPT_STAGES and BETWEEN_STAGES;
-    stages: each of KEPT_STAGES' results kept as it finishes, those already in it not run again."""
+    replaced by `options` (`head_report(model, n_samples=8)`): a `Finding` "heads" (chose and tested the
+    token families; its classes each candidate's effects, `results.head_classes`; extras `HeadFigures`,
+    every head's scores and types). progress: KEPT_STAGES and BETWEEN_STAGES; stages: each of
+    KEPT_STAGES' results kept as it finishes, those already in it not run again."""
     settings = dataclasses.replace(settings or HeadSettings(), **options)
     check_finite_weights(model.state_dict(), f"{model.cfg.model_name}'s weights")  # NaN would type no head
     stages = StageResults() if stages is None else stages
@@ -96,17 +121,29 @@ def head_report(
     if settings.causal:
         effects = causal_checks(model, probes, scores, top, progress, stages, settings.n_random, seed)
     cfg = model.cfg
-    return HeadReport(
-        model_name=cfg.model_name,
-        provenance=interp.provenance(model),
+    figures = HeadFigures(
         table=head_table(scores, weights, effects),
-        settings=_settings(probes, settings),
         thresholds=scores.thresholds,
         n_layers=cfg.n_layers,
         n_heads=cfg.n_heads,
+        induction_lengths=probes.induction_lengths,
+        max_prefix=probes.max_prefix,
+        has_bos=probes.has_bos,
+        skip_gram_probe=probes.skip_gram.name,
+        checks=CHECKS,
         group_effects={kind: found.all_candidates for kind, found in effects.items()},
         str_tokens=scores.str_tokens,
         patterns=scores.patterns,
+    )
+    return Finding(
+        analysis="heads",
+        model=cfg.model_name,
+        provenance=interp.provenance(model),
+        settings=dataclasses.replace(settings, seq_len=probes.seq_len, natural_text=probes.natural_text),
+        chose={TOKEN_AXIS: [FAMILY_NAMES["discovery"]]},
+        tested={TOKEN_AXIS: [FAMILY_NAMES["held_out"]]},
+        classes=head_classes(effects),
+        extras=figures,
     )
 
 
@@ -151,44 +188,3 @@ def heads_stage_notes(stage: str, value: HeadScores | CausalEffects) -> list[str
         return [f"Over the {kind.replace('_', '-')} threshold: {labels[kind] or 'none'}." for kind in labels]
     confirmed = [head_label(*head) for head in value.alone if value.confirmed(head)]
     return [f"Confirmed by ablation: {', '.join(confirmed) or 'none'} (of {len(value.alone)} candidates)."]
-
-
-def _settings(probes: Probes, settings: HeadSettings) -> dict[str, Any]:
-    """What the report was made with (its JSON's "settings")."""
-    seed = settings.seed
-    return {
-        "n_samples": settings.n_samples,
-        "seed": seed,
-        "seq_len": probes.seq_len,
-        "induction_lengths": probes.induction_lengths,
-        "max_prefix": probes.max_prefix,
-        "has_bos": probes.has_bos,
-        "natural_text": probes.natural_text,
-        "skip_gram_probe": probes.skip_gram.name,
-        "causal": settings.causal,
-        "max_candidates": settings.max_candidates,
-        "discovery_tokens": FAMILY_NAMES["discovery"],
-        "held_out_tokens": FAMILY_NAMES["held_out"],
-        "held_out_seed": seed + HELD_OUT_SEED_OFFSET,
-        "ablation": (
-            "mean of hook_z per position over the held-out probe's sequences real there (padding excluded)"
-        ),
-        "causal_method": (
-            "each candidate mean-ablated alone and with the other candidates of its type already "
-            "ablated (minimality), each effect against n_random random heads of the candidate's layer "
-            "over neither checked type's threshold (drawn once per layer with the seed + the layer), ablated "
-            "alone and on top of all the candidates: its effect beyond their mean, paired per held-out "
-            "sequence, with a 95% "
-            "bootstrap CI (circuits.evidence.judge_class); confirmed when, for either effect, that CI "
-            "excludes 0, the figure beyond random is at least the minimum effect and positive at most "
-            "repeat lengths, and the head's score on the held-out probe clears its type's threshold; "
-            "sequential stopping in two looks (half of each repeat length's sequences, then the rest): "
-            "an effect whose figure beyond random + futility_se_times standard errors is below the minimum "
-            "effect after the first look is not run on the rest (an effect truly at the minimum is "
-            f"stopped so with probability at most {FUTILITY_ERROR:.2%}, normal approximation)"
-        ),
-        "n_random": settings.n_random,
-        "futility_se_times": FUTILITY_SE,
-        "confirm_if_beyond_random_at_least": MIN_EFFECT,
-        "n_bootstrap": N_BOOTSTRAP,
-    }

@@ -98,8 +98,9 @@ def chosen_and_held_out(row: Any, kind: str) -> str:
     return f"{row[kind]:.2f}" + ("" if math.isnan(held_out) else f" → {held_out:.2f}")
 
 
-def heads_section(report: Any) -> list[str]:
-    """A saved `interp heads` result: the typed heads, their scores and causal effects."""
+def heads_section(finding: Any) -> list[str]:
+    """A saved `interp heads` finding: the typed heads, their scores and causal effects."""
+    report = finding.extras.rows(finding)  # every column of every head, the settings as recorded
     table_ = report.table
     typed = table_[table_["types"].map(len) > 0]
     sinks = typed["types"].map(lambda types: list(types) == ["first_token"])
