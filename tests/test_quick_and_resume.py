@@ -222,14 +222,14 @@ def test_quick_runs_the_preset_and_says_the_sizes_it_runs(tmp_path, monkeypatch)
     command = ["heads", "--model", "toy-induction", "--quick", "--format", "markdown", "--out", str(out)]
     result = CliRunner().invoke(app, [*command, "--save", str(saved)])
     assert result.exit_code == 0, result.output
-    n_samples = load_result(saved).settings["n_samples"]
+    n_samples = load_result(saved).settings.n_samples
     assert n_samples == QUICK_PRESETS["heads"].options["n_samples"][0]
     note = said_quick_note(result.output)
     assert f"{n_samples} probe sequences per repeat length instead of 16" in note
     assert note in load_result(saved).provenance and note in out.read_text()
     other = tmp_path / "heads-4.json"
     given = CliRunner().invoke(app, [*command, "--n-samples", "4", "--save", str(other)])
-    assert given.exit_code == 0 and load_result(other).settings["n_samples"] == 4  # a given option wins
+    assert given.exit_code == 0 and load_result(other).settings.n_samples == 4  # a given option wins
     assert "nothing smaller (4 probe sequences per repeat length, as given)" in said_quick_note(given.output)
     refused = CliRunner().invoke(app, ["icl", "--fv", "--quick"])
     assert refused.exit_code == 2 and "--quick applies to the ICL score" in refused.output
