@@ -196,7 +196,9 @@ def write_finding_report(
             f"--wide needs {extras.wide_terminal} columns and this terminal has {width}: showing the compact "
             f"table. Widen the terminal, or use --format {others} for every column."
         )
-    options = {**extras.terminal_options, **options}
-    terminal = finding_report(finding, wide=fits if wide is None else wide and fits, **options)
-    report = finding_report(finding)
-    write_sections(report, format, out, console, finding, extras.data(finding), terminal, extras.file_width)
+    if format == "table":  # the terminal's report only: the other formats render the full one
+        options = {**extras.terminal_options, **options}
+        report = finding_report(finding, wide=fits if wide is None else wide and fits, **options)
+    else:
+        report = finding_report(finding)
+    write_sections(report, format, out, console, finding, extras.data(finding), width=extras.file_width)

@@ -96,6 +96,15 @@ def tiny_model() -> interp.HookedTransformer:
     return interp.HookedTransformer(tiny_config()).to(interp.default_device())
 
 
+def assert_same_finding_figures(read, fresh) -> None:
+    """An older result file read as a Finding (`read`) holds what a fresh run's Finding does: its
+    extras, what chose and what tested, its timings (its classes and settings: each test's own check)."""
+    from interp.io.serialize import encode
+
+    assert encode(read.extras) == encode(fresh.extras)
+    assert (read.chose, read.tested, read.timings) == (fresh.chose, fresh.tested, fresh.timings)
+
+
 def assert_ioi_invariants(prompts: IOIPrompts, pad: int) -> None:
     """Names sit at their positions, orders match, and every prompt is right-padded after END."""
     rows = torch.arange(len(prompts))
