@@ -171,15 +171,11 @@ def head_indirect_effects(
     model: interp.HookedTransformer,
     prompts: TaskPrompts,
     means: HeadMeans,
-    head_sets: Sequence[Sequence[Head]] | None = None,
+    head_sets: Sequence[Sequence[Head]],
     progress: Progress | None = None,
 ) -> Float[Tensor, "n_sets batch"]:
     """Each set of heads' indirect effect on each corrupted prompt: p(answer) with the heads' z at the
-    last token set to their group's mean, minus without (default: each head alone, (0, 0), (0, 1), ...);
-    one patched run per set on interp's engine."""
-    cfg = model.cfg
-    if head_sets is None:
-        head_sets = [[(layer, head)] for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    last token set to their group's mean, minus without; one patched run per set on interp's engine."""
     tokens, last = prompts.corrupted, prompts.corrupted_last
     sources = {
         layer: per_prompt(means, prompts, layer) for layer in {layer for s in head_sets for layer, _ in s}

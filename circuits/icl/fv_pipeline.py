@@ -50,7 +50,7 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.heads import ablated_icl_scores
+from circuits.icl.heads import ablated_icl_scores, ranked_heads
 from circuits.icl.results import (
     AIE_TEST,
     TEMPLATE_KINDS,
@@ -79,7 +79,6 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
     "Effects on discovery tasks and held-out tasks in every template (AIE, function vectors, ablations)",
     "Ablations (the ICL score)",
 )
-HELD_OUT_UNIT = "tasks in held-out templates"  # what `held_out_note` calls the held-out families
 # (the held-out tasks' prompts that test [prompt] bool, each template's (kind, name, members))
 TemplateRows = tuple[Tensor, list[tuple[str, str, Tensor]]]
 T = TypeVar("T")
@@ -166,7 +165,7 @@ def _compare(
     template (None: all test, no strata)."""
     tested, strata = (None, ()) if rows is None else rows
     verdict = judge_class(  # template-dependent: pooled above 0, but not each held-out template's CI
-        found, heldout, discovery=discovery, seed=seed, unit=HELD_OUT_UNIT, tested=tested,
+        found, heldout, discovery=discovery, seed=seed, unit="tasks in held-out templates", tested=tested,
         strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS),
     )  # fmt: skip
     verdict.name, verdict.details = name, {"unit": unit}
@@ -253,13 +252,10 @@ def _head_aies(
 ) -> tuple[Tensor, list[Head], Tensor]:  # fmt: skip
     """Step 2 on the discovery demonstrations: (AIE attributed per task [task, layer, head], the
     `candidates` heads of the largest mean over tasks, their exact AIE, mean over tasks [candidate])."""
-    cfg = model.cfg
     one_hot = torch.nn.functional.one_hot(discovery.task_index, len(discovery.tasks)).float()  # [batch, task]
     attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
     aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
-    ranked = aie_per_task.mean(0).flatten().argsort(descending=True)
-    ranked = ranked[: cfg.n_layers * cfg.n_heads if candidates is None else candidates].tolist()
-    heads = [(index // cfg.n_heads, index % cfg.n_heads) for index in ranked]
+    heads = ranked_heads(aie_per_task.mean(0))[:candidates]
     exact = head_indirect_effects(model, discovery, means, [[head] for head in heads], progress)
     return aie_per_task, heads, ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
 
@@ -350,19 +346,6 @@ def _prompts(
     }  # fmt: skip
 
 
-def _run_stage(
-    stages: StageResults, stage: str, compute: Callable[[Progress | None], T], progress: Progress | None
-) -> T:
-    """compute(the stage's progress), reported as `stage` as it begins, or the stage's kept value."""
-
-    def begun() -> T:
-        if progress is not None:
-            progress(stage, 0, 1)
-        return compute(as_stage(progress, stage))
-
-    return stages.run(stage, begun, progress)
-
-
 def _brown_icl_scores(
     model: interp.HookedTransformer, classes: Sequence[HeadClass], settings: FunctionVectorSettings
 ) -> tuple[Tensor, Tensor]:
@@ -399,7 +382,14 @@ def function_vector_report(
         timings[name] = time.perf_counter() - began - sum(timings.values())
 
     def step(stage: str, compute: Callable[[Progress | None], T]) -> T:
-        return _run_stage(stages, stage, compute, progress)
+        """compute(the stage's progress), reported as `stage` as it begins, or the stage's kept value."""
+
+        def begun() -> T:
+            if progress is not None:
+                progress(stage, 0, 1)
+            return compute(as_stage(progress, stage))
+
+        return stages.run(stage, begun, progress)
 
     demonstrations, queries = (_prompts(model, settings, halves, half) for half in (0, 1))
     means = {

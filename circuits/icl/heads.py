@@ -24,6 +24,12 @@ ATTRIBUTION_STAGE = "Attribution: forward and backward passes"  # the stages pro
 EXACT_ABLATIONS_STAGE = "Exact ablations"  # reports: head_attributions, ablated_icl_scores
 
 
+def ranked_heads(grid: Float[Tensor, "layer head"]) -> list[Head]:
+    """Every head of `grid`, the largest value first."""
+    n_heads = grid.shape[1]
+    return [(int(i) // n_heads, int(i) % n_heads) for i in grid.flatten().argsort(descending=True)]
+
+
 def check_icl_ablation(ablation: str) -> None:
     """Refuse an ablation the ICL score does not take (not one of ICL_ABLATIONS)."""
     if ablation not in ICL_ABLATIONS:

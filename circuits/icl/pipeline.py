@@ -40,6 +40,7 @@ from circuits.icl.heads import (
     ablated_icl_scores,
     check_icl_ablation,
     head_attributions,
+    ranked_heads,
 )
 from circuits.icl.results import HeadEffect, ICLFigures, loss_curve_figure
 from circuits.icl.score import icl_score, token_losses
@@ -132,9 +133,7 @@ def icl_stage_notes(stage: str, value: Any) -> list[str]:
     if stage == ATTRIBUTION_STAGE:
         attributions, _ = value  # [document, layer, head]
         estimate = attributions.mean(0)
-        order = estimate.flatten().argsort(descending=True)[:3].tolist()
-        n_heads = estimate.shape[1]
-        top = [f"{head_label(i // n_heads, i % n_heads)} ({estimate.flatten()[i]:+.3f} nats)" for i in order]
+        top = [f"{head_label(*head)} ({estimate[head]:+.3f} nats)" for head in ranked_heads(estimate)[:3]]
         return [f"Top heads by attribution on {len(attributions)} discovery documents: {', '.join(top)}."]
     if stage == EXACT_ABLATIONS_STAGE:
         _, clean, ablated = value
@@ -231,9 +230,7 @@ def icl_report(
     )
     stage("attribution")
     estimate = attributions.mean(0)  # [layer, head]
-    n_heads = estimate.shape[1]
-    ranked = [(int(i) // n_heads, int(i) % n_heads) for i in estimate.flatten().argsort(descending=True)]
-    top_heads = [head for head in ranked if estimate[head] > 0][: settings.top]
+    top_heads = [head for head in ranked_heads(estimate) if estimate[head] > 0][: settings.top]
     induction = (
         head_class(model, "induction", induction_heads, settings.n_random, seed) if induction_heads else None
     )

@@ -355,15 +355,11 @@ def _templates(names) -> str:
 
 @dataclass(kw_only=True)
 class FunctionVectorFigures(Extras):
-    """`function_vector_report`'s own figures (see `FV_LEGEND`). The finding's chose and tested are the
-    word-pair tasks and the prompt templates: the discovery tasks in the discovery templates choose the
-    heads and the layer; every effect is measured on the held-out tasks in the held-out templates, beside
-    discovery and per template. Its settings: the `FunctionVectorSettings` it ran with. Its classes are
-    its tests of a class against random same-layer heads (`circuits.evidence.judge_class`), named by the
-    class and what it measures: `AIE_TEST`, `VECTOR_TEST`, then "{FV, induction} heads ablated:
-    {few-shot accuracy, ICL score}"; details["unit"]: "p(answer)", "accuracy" or "nats"; strata per
-    template on the held-out tasks (`TEMPLATE_KINDS`); verdict "template-dependent" where the pooled CI
-    lies above 0 and some held-out template's does not."""
+    """`function_vector_report`'s own figures (what chose, what tested and how: `FV_LEGEND`). The
+    finding's settings: the `FunctionVectorSettings` it ran with. Its classes are its tests against random
+    same-layer heads: `AIE_TEST`, `VECTOR_TEST`, then "{FV, induction} heads ablated: {few-shot accuracy,
+    ICL score}"; details["unit"]: "p(answer)", "accuracy" or "nats"; strata per template on the held-out
+    tasks (`TEMPLATE_KINDS`); "template-dependent" where some held-out template's CI does not hold."""
 
     aie_attributed: Float[Tensor, "layer head"]  # every head's AIE to first order (discovery, p(answer))
     aie_per_task: Float[Tensor, "task layer head"]  # the same per discovery task (its discovery templates)

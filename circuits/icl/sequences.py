@@ -17,7 +17,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 import interp
-from interp.checks import check_count
+from interp.checks import check_count, check_int
 from interp.tasks.corpus import BROWN_SOURCE, brown_documents, document_tokens
 from interp.tasks.synthetic import MarkovChainTask, repeated_sequences, split_generator
 
@@ -51,11 +51,9 @@ class Windows:
     def check(self, n_ctx: int, n_tokens: int | None = None) -> None:
         """A ValueError saying what to pass where the windows overlap, start before token 1 or do not fit
         documents of `n_tokens` tokens (default: the context n_ctx)."""
-        for name, value in (("early", self.early), ("late", self.late), ("window", self.width)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {value!r}")
-        if self.width < 1:
-            raise ValueError(f"the window must hold at least 1 token, got {self.width}")
+        check_int(self.early, "early")
+        check_int(self.late, "late")
+        check_count(self.width, "window (tokens in each window)")
         first = self.tokens(self.early)[0]
         if first < 1:
             raise ValueError(
