@@ -143,13 +143,13 @@ def hop_report(
     say = progress or (lambda *_: None)
     task = hop_task_of(model)
     cfg = model.cfg
-    tokens = task.eval_batch(n_sequences, seed).tokens.to(model.device)
+    tokens, half = task.eval_batch(n_sequences, seed).tokens.to(model.device), n_sequences // 2
     every_head = [[(layer, head)] for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
     with torch.no_grad():
         say(HOP_STAGES[0], 0, 2)
-        discovery = _read_half(model, task, tokens[: n_sequences // 2])
+        discovery = _read_half(model, task, tokens[:half])
         say(HOP_STAGES[0], 1, 2)
-        heldout = _read_half(model, task, tokens[n_sequences // 2 :])
+        heldout = _read_half(model, task, tokens[half:])
         say(HOP_STAGES[0], 2, 2)
         say(HOP_STAGES[1], 0, 1)
         alone = _ablated_changes(model, discovery, every_head)
@@ -166,7 +166,6 @@ def hop_report(
         paths = hop_paths(model, part, chosen, heldout.metric, n_random, seed)
     say(HOP_STAGES[1], 1, 1)
     path = torch.cat([torch.tensor([task.query]), lookup_positions(task, part[:1].cpu())[0]])
-    half = n_sequences // 2
     figures = HopFigures(
         hops=task.hops,
         accuracy=correct.mean().item(),
