@@ -21,8 +21,7 @@ from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, FamilySplit, ran
 from circuits.finding import Finding, finding_report, write_finding_report
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalSettings, accuracy, find_retrieval_circuit
-from circuits.retrieval.find import validate_classes
-from circuits.retrieval.results import VERDICTS
+from circuits.retrieval.find import DEPENDENT_KINDS, validate_classes
 from circuits.sections import render_html, render_markdown, result_json
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.io.serialize import encode
@@ -152,8 +151,9 @@ def test_result_is_consistent(small_result) -> None:
     assert figures.discovery.chance == 0.25 and figures.heldout.n_prompts == 48
     assert figures.heldout.chance == pytest.approx((1 / 3 + 1 / 6) / 2)
     assert [a.n_prompts for a in figures.heldout_by_facts] == [24, 24]
+    verdicts = {"confirmed", "unconfirmed", *(f"{kind}-dependent" for kind in DEPENDENT_KINDS)}
     for c in r.classes:
-        assert c.verdict in VERDICTS
+        assert c.verdict in verdicts
         assert {s.name for s in c.strata} >= {"3 facts", "6 facts", "template of", "template for"}
         assert (c.verdict != "unconfirmed") == (c.heldout.beyond_ci[0] > 0)  # drops: positive helps
         assert all((s.holds is None) == (s.n_prompts < MIN_STRATUM_PROMPTS) for s in c.strata)

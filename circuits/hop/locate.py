@@ -18,16 +18,16 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.evidence import BeyondRandom, ClassVerdict, head_class, judge_class
+from circuits.evidence import BeyondRandom, ClassVerdict, head_class, head_labels, judge_class
 from circuits.finding import Finding
 from circuits.hop.results import HopFigures
 from interp.interventions.ablation import Ablation, Replacement
-from interp.interventions.engine import Intervention, RunOptions, Site, cached_run, run_site_sets, start_names
+from interp.interventions.engine import RunOptions, Site, cached_run, run_site_sets, start_names
 from interp.interventions.metrics import AnswerMetric
 from interp.interventions.path_patching import PathPatcher
 from interp.interventions.stats import bootstrap_ci
 from interp.tasks import HopTask, hop_targets
-from interp.types import Head, Progress, head_label
+from interp.types import Head, Progress
 
 HOP_STAGES = ("hop lookups", "ablations and paths")  # the stages hop_report reports, in order
 NOT_FOUND = "not found"  # the verdict of a hop whose discovery half chose no head
@@ -80,7 +80,7 @@ class _Half(NamedTuple):
     tokens: Int[Tensor, "batch pos"]
     attention: Float[Tensor, "hops layer head batch"]
     metric: AnswerMetric
-    mean_z: list[Tensor]  # per layer, hook_z's mean over the half at each position
+    mean_z: dict[str, Tensor]  # every layer's hook_z -> its mean over the half at each position
 
 
 def _ablated_changes(
@@ -90,15 +90,13 @@ def _ablated_changes(
     query (the metric's position) only."""
     pos = half.metric.pos
     runs = [
-        [
-            Intervention(Site(f"blocks.{layer}.attn.hook_z", head=head, pos=pos), half.mean_z[layer])
-            for layer, head in heads
-        ]
+        [Site(interp.act_name("z", layer), head=head, pos=pos) for layer, head in heads]
         for heads in head_sets
     ]
     target = cached_run(model, half.tokens, start_names(model), logits=False)[1]
+    options = RunOptions(logit_pos=pos)
     values = run_site_sets(
-        model, half.tokens, [[], *runs], None, half.metric, target=target, options=RunOptions(logit_pos=pos)
+        model, half.tokens, [[], *runs], half.mean_z, half.metric, target=target, options=options
     )
     return values[0] - values[1:]
 
@@ -123,9 +121,8 @@ class HopSettings:
 
 
 def _read_half(model: interp.HookedTransformer, task: HopTask, tokens: Tensor) -> _Half:
-    names = [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
-    replacement = Replacement(model, names, Ablation("mean", reference=tokens))
-    mean_z = [replacement.values(name, len(tokens)) for name in names]
+    names = model.layer_hook_names("z")
+    mean_z = Replacement(model, names, Ablation("mean", reference=tokens)).sources(names, tokens)
     metric = answer_metric(task, tokens.cpu())
     attention = attention_to_hops(model, tokens, task.query, lookup_positions(task, tokens.cpu()))
     return _Half(tokens, attention, metric, mean_z)
@@ -146,13 +143,13 @@ def hop_report(
     say = progress or (lambda *_: None)
     task = hop_task_of(model)
     cfg = model.cfg
-    tokens = task.eval_batch(n_sequences, seed).tokens.to(model.device)
+    tokens, half = task.eval_batch(n_sequences, seed).tokens.to(model.device), n_sequences // 2
     every_head = [[(layer, head)] for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
     with torch.no_grad():
         say(HOP_STAGES[0], 0, 2)
-        discovery = _read_half(model, task, tokens[: n_sequences // 2])
+        discovery = _read_half(model, task, tokens[:half])
         say(HOP_STAGES[0], 1, 2)
-        heldout = _read_half(model, task, tokens[n_sequences // 2 :])
+        heldout = _read_half(model, task, tokens[half:])
         say(HOP_STAGES[0], 2, 2)
         say(HOP_STAGES[1], 0, 1)
         alone = _ablated_changes(model, discovery, every_head)
@@ -169,7 +166,6 @@ def hop_report(
         paths = hop_paths(model, part, chosen, heldout.metric, n_random, seed)
     say(HOP_STAGES[1], 1, 1)
     path = torch.cat([torch.tensor([task.query]), lookup_positions(task, part[:1].cpu())[0]])
-    half = n_sequences // 2
     figures = HopFigures(
         hops=task.hops,
         accuracy=correct.mean().item(),
@@ -220,10 +216,10 @@ def hop_paths(
             ]
             routes[f"via L{first}" + (f"-L{last}" if last > first else "")] = between
         found = head_class(model, f"hop {j + 1}", senders, n_random, seed + 100 + j)
+        receiving = head_labels(receivers)
         for route, inputs in routes.items():
             patched = patcher(metric, inputs, found.sets, sender_pos=metric.pos)
             verdict = judge_class(found, patched.target - patched.values, seed=seed)  # clean - patched
-            receiving = [head_label(*head) for head in receivers]
             verdict.details = {"from_hop": j + 1, "to_hop": j + 2, "receivers": receiving, "route": route}
             paths.append(verdict)
     return paths

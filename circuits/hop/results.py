@@ -53,18 +53,14 @@ def carries(path: ClassVerdict) -> bool:
 
 @dataclass(kw_only=True)
 class HopFigures(Extras):
-    """`hop_report`'s own figures: the discovery half of the sequences chooses each hop's heads, the
-    held-out half tests them (accuracy too is held out). The finding's classes are hop j's lookup (to t_j,
-    seen from the query) as "hop j": its heads chosen on the discovery half (attention to t_j - 1 or t_j
-    >= `min_attention`, ablated alone a drop whose CI lies above 0), ablated together at the query on the
-    held-out half against random same-layer sets; "confirmed" when the drop beyond random has its CI
-    above 0 and their mean held-out attention is at least `min_attention`; "not found" when no head was
-    chosen (NaN figures); details: "hop" (1..hops), "layers", "attention" (held out, one per head).
-    paths: what carries hop j's result to hop j + 1's heads (path patching, held-out half), each judged
-    as a class of the senders (hop j's heads) against random senders of their layers: the senders output
-    at the query their value on another sequence, every other head frozen, so the change travels only
-    along details["route"] (the receivers' "q", "k" or "v", or "via L<a>[-L<b>]": every head between);
-    details "from_hop", "to_hop", "receivers"; it `carries` the result when confirmed."""
+    """`hop_report`'s own figures, on the held-out half of the sequences (but `discovery_change`).
+    The finding's classes are hop j's lookup (to t_j, seen from the query) as "hop j": its heads chosen
+    on the discovery half (attention to t_j - 1 or t_j >= `min_attention`, ablated alone a drop whose CI
+    lies above 0), judged as `LEGEND` says; "not found" (NaN figures) where none was chosen; details:
+    "hop" (1..hops), "layers", "attention" (one per head). paths: what carries hop j's result to hop
+    j + 1's heads, each a class of hop j's heads against random senders of their layers (`PATH_LEGEND`);
+    details "from_hop", "to_hop", "receivers" and "route" (the receivers' "q", "k" or "v", or
+    "via L<a>[-L<b>]": every head between); it `carries` the result when confirmed."""
 
     hops: int
     accuracy: float  # held out: the answer is the top prediction at the query

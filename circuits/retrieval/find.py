@@ -31,6 +31,7 @@ from circuits.evidence import (
     StratumFaithfulness,
     faithfulness_by_stratum,
     head_class,
+    head_labels,
     judge_class,
     label_strata,
     mean_ci,
@@ -39,7 +40,7 @@ from circuits.evidence import (
 )
 from circuits.finding import Finding
 from circuits.heads.cache import confirmed_induction_heads
-from circuits.retrieval.results import RetrievalAccuracy, RetrievalFigures, RetrievalHead
+from circuits.retrieval.results import ATTENTION_TARGETS, RetrievalAccuracy, RetrievalFigures, RetrievalHead
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.engine import RunOptions, forward_logits
@@ -59,7 +60,6 @@ from interp.tasks.retrieval import (
 )
 from interp.types import Head, Progress, head_label
 
-ATTENTION_TARGETS = {"VALUE": "mover", "NAME": "mention", "QUERY": "query"}
 # The stages find_retrieval_circuit reports after the induction heads ("Path patching: heads -> ..." are
 # stages of "Path patching").
 RETRIEVAL_STAGES = ("Edge attribution (EAP)", "Path patching", "Held-out ablations")
@@ -238,7 +238,7 @@ def _judged(
     measured = ablated["heldout"]
     random_right = torch.stack([measured[tuple(sorted(draw))] > 0 for draw in found.draws]).double()
     verdict.details = {
-        "induction_overlap": [head_label(*head) for head in found.heads if head in set(induction)],
+        "induction_overlap": head_labels([head for head in found.heads if head in set(induction)]),
         "accuracy": (measured[tuple(sorted(found.heads))] > 0).double().mean().item(),
         "random_accuracy": random_right.mean().item(),
     }
@@ -399,24 +399,6 @@ def path_patching_step(
     return effects, found
 
 
-def heads_into_queries(
-    model: interp.HookedTransformer,
-    evidence: DiscoveryEvidence,
-    found: list[RetrievalHead],
-    settings: RetrievalSettings,
-    progress: Progress | None,
-) -> tuple[Tensor | None, list[RetrievalHead]]:
-    """Step 2: the heads into the queries at END of step 1's classified heads (None and no heads
-    where those sit in layer 0 or none was classified); heads step 1 found are not classified again."""
-    receivers = [(h.layer, h.index) for h in found if h.cls is not None]
-    if not receivers or max(layer for layer, _ in receivers) == 0:
-        return None, []
-    (progress or _quiet)("Path patching: heads -> movers' queries", 0, 1)
-    effects, classified = path_patching_step(model, evidence, receivers, "mover_queries", settings)
-    known = {(h.layer, h.index) for h in found}
-    return effects, [h for h in classified if (h.layer, h.index) not in known]
-
-
 def accuracies(
     model: interp.HookedTransformer,
     prompts: RetrievalPromptSets,
@@ -456,7 +438,7 @@ def find_retrieval_circuit(
     the held-out ones, with `RetrievalFigures`. induction_heads: the class to compare with (default:
     `confirmed_induction_heads(model)`, cached)."""
     timings: dict[str, float] = {}
-    began = time.perf_counter()
+    began, say = time.perf_counter(), progress or _quiet
 
     def stage(name: str) -> None:
         timings[name] = time.perf_counter() - began - sum(timings.values())
@@ -469,15 +451,19 @@ def find_retrieval_circuit(
     stage("prompts")
     scores = edge_scores(model, prompts.discovery, progress)
     stage("edge attribution")
-    (progress or _quiet)("Path patching: heads -> logits", 0, 1)  # 1. heads -> logits
+    say("Path patching: heads -> logits", 0, 1)  # 1. heads -> logits
     evidence = discovery_evidence(model, prompts.discovery, scores)
-    effects, found = path_patching_step(model, evidence, None, "logits", settings)
-    effects = {"logits": effects}
+    logits, found = path_patching_step(model, evidence, None, "logits", settings)
+    effects = {"logits": logits}
     stage("heads -> logits")
-    into_queries, new = heads_into_queries(model, evidence, found, settings, progress)  # 2.
-    if into_queries is not None:
-        effects["mover_queries"] = into_queries
-    found += new
+    receivers = [(h.layer, h.index) for h in found if h.cls is not None]  # 2. heads -> their queries at END
+    if receivers and max(layer for layer, _ in receivers) > 0:
+        say("Path patching: heads -> movers' queries", 0, 1)
+        effects["mover_queries"], into_queries = path_patching_step(
+            model, evidence, receivers, "mover_queries", settings
+        )
+        known = {h.head for h in found}  # heads step 1 found are not classified again
+        found += [h for h in into_queries if h.head not in known]
     stage("heads -> queries")
     classes: dict[str, list[Head]] = {}  # 3. each class (heads in the order found) and the induction heads
     for h in found:
@@ -498,7 +484,7 @@ def find_retrieval_circuit(
         attribution=direct_attribution_linearisation(model.cfg),
         effects=effects,
         heads=found,
-        induction_heads=[head_label(*head) for head in induction_heads],
+        induction_heads=head_labels(induction_heads),
         circuit_logit_diff=kept.mean().item(),
         model_logit_diff=diffs["model"].mean().item(),
         ablated_logit_diff=diffs["ablated"].mean().item(),

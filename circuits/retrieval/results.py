@@ -17,14 +17,14 @@ from circuits.finding import ClassView, Extras, Finding
 from circuits.sections import Section, Table, layer_head_map, percent_ci, signed, value_ci
 from interp.viz import heatmap_grid, heatmap_html
 
-RETRIEVAL_CLASSES = ("mover", "mention", "query")
+# where END attends most -> the class it makes (the heads' columns END->value, END->name, END->query)
+ATTENTION_TARGETS = {"VALUE": "mover", "NAME": "mention", "QUERY": "query"}
 CLASS_MEANINGS = {
     "mover": "attends END -> the queried value and writes it (the lookup's copy)",
     "mention": "attends END -> the earlier mention of the queried name",
     "query": "attends END -> the queried name in the query",
     "induction": "the induction heads `interp heads` confirms (tested as a class, not found here)",
 }
-VERDICTS = ("confirmed", "facts-dependent", "template-dependent", "relation-dependent", "unconfirmed")
 HEAD_COLUMNS = (
     "head", "sweep", "effect", "END->value", "END->name", "END->query", "direct", "class", "induction"
 )  # fmt: skip
@@ -39,7 +39,18 @@ CLASS_DETAILS = (  # the classes' own columns (`ClassVerdict.details`), beside t
     ("induction", lambda c: ", ".join(c.details["induction_overlap"]) or "-"),
 )
 ACCURACY_COLUMNS = ("prompts", "n", "accuracy", "chance", "mean logit diff")
-ATTENTION_TARGETS = ("VALUE", "NAME", "QUERY")  # the heads' columns END->value, END->name, END->query
+LEGEND = (  # the families that chose and tested are those of "What chose and what tested"
+    "Logit diff = logit(answer) - the largest logit of the other values stated in the prompt (logits); "
+    "accuracy: the answer ranks first among them [95% bootstrap CI over prompts]; chance = mean of 1 / "
+    "facts. The relation is the family: heads are found on the discovery prompts by path patching from "
+    "prompts whose query names a stranger (EAP ranks the senders, the top ones are path-patched exactly) "
+    "and classed by where the last token attends. Every class is then mean-ablated on the held-out prompts "
+    f"against random heads of the same layers. Effects: {EFFECT_SIGN}; beyond random = the class's drop - "
+    "the random sets' mean drop, paired by prompt; confirmed when its held-out CI lies above 0 and it is "
+    "positive in every stratum (fact count, template, relation); facts-, template- or relation-dependent "
+    "when only the pooled CI is (the first kind of stratum where it is not). The same figure on the "
+    "discovery prompts that chose the heads is shown beside it, never reported alone."
+)
 
 
 @dataclass(kw_only=True)
@@ -145,7 +156,7 @@ class RetrievalFigures(Extras):
         tested = {c.name for c in finding.classes}
         lines += [
             f"{name}: no head found (no selected head {CLASS_MEANINGS[name].split(' (')[0]})."
-            for name in RETRIEVAL_CLASSES
+            for name in ATTENTION_TARGETS.values()
             if name not in tested
         ]
         found = {head for c in finding.classes if c.name != "induction" for head in c.heads}
@@ -175,30 +186,9 @@ class RetrievalFigures(Extras):
             f"same-layer sets per class (seed {settings.seed})."
         ]
 
-    def legend(self, finding: Finding) -> str:
-        """What every figure means, with the relations that chose the heads and those that tested them."""
-        chose, tested = finding.chose, finding.tested
-        return (
-            "Logit diff = logit(answer) - the largest logit of the other values stated in the prompt "
-            "(logits); accuracy: the answer ranks first among them [95% bootstrap CI over prompts]; chance = "
-            "mean of 1 / facts. The relation is the family: heads are found on discovery prompts (relations "
-            f"{', '.join(chose['relations'])}; 4 facts; template {', '.join(chose['templates'])}) by path "
-            "patching from prompts whose query names a stranger (EAP ranks the senders, the top ones are "
-            "path-patched exactly) and classed by where the last token attends. Every class is then "
-            f"mean-ablated on held-out prompts (relations {', '.join(tested['relations'])}; other names; "
-            f"{self.heldout.prompts.split(', ')[-1]}; templates {', '.join(tested['templates'])}) "
-            f"against random heads of the same layers. Effects: {EFFECT_SIGN}; beyond random = the class's "
-            "drop - the random sets' mean drop, paired by prompt; confirmed when its held-out CI lies above "
-            "0 and it is positive in every stratum (fact count, template, relation); facts-, template- or "
-            "relation-dependent when only the pooled CI is (the first kind of stratum where it is not). The "
-            "same figure on the discovery prompts that chose the heads is shown beside it, never reported "
-            "alone. Faithfulness = (F(circuit) - F(no heads)) / (F(model) - F(no heads)), every head outside "
-            "the circuit mean-ablated."
-        )
-
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
         meanings = [f"{name}: {meaning}" for name, meaning in CLASS_MEANINGS.items()]
-        return ClassView(columns=CLASS_DETAILS, notes=[*meanings, self.legend(finding)], digits=3)
+        return ClassView(columns=CLASS_DETAILS, notes=[*meanings, LEGEND], digits=3)
 
     def faithfulness_kept(self, finding: Finding) -> str:
         return "the circuit (every classified head) kept, every other head mean-ablated"
