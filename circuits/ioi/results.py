@@ -268,7 +268,6 @@ class IOIFigures(Extras):
     not validated); example: attention of the circuit's heads on one clean prompt."""
 
     wide_terminal: ClassVar[int] = 120  # columns from which the terminal table shows how each head was found
-    file_width: ClassVar[int] = 140  # columns of the "table" format written to a file
 
     baseline: Baseline
     class_heads: dict[str, list[HeadEvidence]]
@@ -501,21 +500,15 @@ class IOIFigures(Extras):
             for h in self.class_heads[cls]
         ]
         labelled += [("unclassified", max(h.attention, key=h.attention.get), h) for h in self.unclassified]
+        columns = [column for column in HEAD_COLUMNS if wide or column != "found by"]
         rows = []
         for cls, kind, h in labelled:
             dla = h.direct_logit_attribution
             cells = [cls, h.name, f"{h.effect:+.1%}", _z(h.z), f"{kind} {h.attention[kind]:.2f}", h.step,
                      f"{dla['IO']:+.2f}, {dla['S']:+.2f}"]  # fmt: skip
-            rows.append(
-                [
-                    cell
-                    for cell, column in zip(cells, HEAD_COLUMNS, strict=True)
-                    if wide or column != "found by"
-                ]
-            )
-        return Table(
-            columns=[c for c in HEAD_COLUMNS if wide or c != "found by"], rows=rows, right=["effect", "z"]
-        )
+            row = dict(zip(HEAD_COLUMNS, cells, strict=True))
+            rows.append([row[column] for column in columns])
+        return Table(columns=columns, rows=rows, right=["effect", "z"])
 
     def _figures(self) -> tuple[list[str], list[str], list[str]]:
         """The HTML page's figures: path-patching effects and attention as [layer, head] heat maps, and
