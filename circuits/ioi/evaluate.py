@@ -8,8 +8,8 @@ held-out prompts. F(X): the mean logit diff with every head outside X mean-ablat
 
 Validation (`validate_circuit`): on held-out templates, names, places and objects, each class's drop
 (clean - mean-ablated, relative to the held-out logit diff; `circuits.evidence.EFFECT_SIGN`) against
-random same-layer heads outside the circuit, pooled and per name order and template, judged by
-`circuits.evidence.judge_class`; the circuit's faithfulness there too.
+random same-layer heads outside the circuit, pooled and per name order ("ABBA": IO first, "BABA")
+and template ("T3"), judged by `circuits.evidence.judge_class`; the circuit's faithfulness there too.
 """
 
 from __future__ import annotations
