@@ -209,8 +209,8 @@ def _effects(heads: list[HeadEvidence]) -> str:
 
 
 def _summed(heads: list[HeadEvidence]) -> str:
-    """ "L29H0 -22.5%, L24H5 -8.6%: -31.1% together" ("none" for no head)."""
-    return f"{_effects(heads)}: {sum(h.effect for h in heads):+.1%} together" if heads else "none"
+    """ "L29H0 -22.5%, L24H5 -8.6%: -31.1% together"."""
+    return f"{_effects(heads)}: {sum(h.effect for h in heads):+.1%} together"
 
 
 def _where(c: ClassVerdict) -> str:
