@@ -117,8 +117,7 @@ def find_ioi_circuit(
     measured = measure_prompts(model, clean, abc, settings, timings, progress)  # 2.
     stages = StageResults() if stages is None else stages
     steps = run_steps(model, measured, settings, stages, progress)  # 3.
-    evidence = measured.evidence
-    figures = _combine(measured.baseline, evidence.attention, evidence.thresholds, steps)
+    figures = _combine(measured, steps)
     finding = Finding(
         analysis="ioi", model=model.cfg.model_name, provenance=interp.provenance(model), settings=settings,
         chose=split_names(model, "discovery") if prompts is None else prompt_families(clean), tested={},
@@ -143,11 +142,8 @@ def find_ioi_circuit(
         )
     description, families = HELDOUT_GIVEN, None
     if heldout is None and prompts is None:
-        heldout, description = (
-            ioi_dataset_for(model, n_prompts, seed, "heldout")[:2],
-            heldout_description(model),
-        )
-        families = split_names(model, "heldout")
+        heldout = ioi_dataset_for(model, n_prompts, seed, "heldout")[:2]
+        description, families = heldout_description(model), split_names(model, "heldout")
     if validate and heldout is not None and figures.heads:  # 5.
         tested, tested_abc = (p.to(model.device) for p in heldout)
         validation = kept(
@@ -251,15 +247,13 @@ def run_steps(
     )  # fmt: skip
 
     def kept_step(index: int, find: Callable[[StepInputs], StepResult]) -> StepResult:
+        """find(the inputs, its sweeps reported as parts of the stage), kept as KEPT_STAGES[index]."""
         stage = KEPT_STAGES[index]
+        step_inputs = dataclasses.replace(inputs, progress=_sweeps_of(progress, stage))
 
         def run() -> StepResult:
-            if progress is not None:
-                progress(stage, 0, 1)
-            found = find(dataclasses.replace(inputs, progress=_sweeps_of(progress, stage)))
-            if progress is not None:
-                progress(stage, 1, 1)
-            return found
+            with timed(stage, {}, progress):  # announced; each sweep of the step times itself
+                return find(step_inputs)
 
         return stages.run(stage, run, progress)
 
@@ -296,12 +290,7 @@ def _heads(found: Sequence[HeadEvidence]) -> list[Head]:
     return [(h.layer, h.head) for h in found]
 
 
-def _combine(
-    baseline: Baseline,
-    attention: dict[str, Tensor],
-    attention_thresholds: dict[str, float],
-    steps: Sequence[StepResult],
-) -> IOIFigures:
+def _combine(measured: Measurements, steps: Sequence[StepResult]) -> IOIFigures:
     """The discovery's figures from the steps' findings: a head joins a class once, with the evidence of
     the first step that put it there; unclassified only if no step classified it."""
     classes: dict[str, list[HeadEvidence]] = {name: [] for name in CLASSES}
@@ -313,13 +302,14 @@ def _combine(
     for h in (h for step in steps for h in step.unclassified):
         if (h.layer, h.head) not in in_classes | set(_heads(unclassified)):
             unclassified.append(h)
-    thresholds = {f"attention {kind}": {"threshold": value} for kind, value in attention_thresholds.items()}
+    evidence = measured.evidence
+    thresholds = {f"attention {kind}": {"threshold": value} for kind, value in evidence.thresholds.items()}
     return IOIFigures(
-        baseline=baseline,
+        baseline=measured.baseline,
         class_heads=classes,
         unclassified=unclassified,
         effects={name: values for step in steps for name, values in step.effects.items()},
-        attention=attention,
+        attention=evidence.attention,
         thresholds=thresholds | {label: fig for step in steps for label, fig in step.thresholds.items()},
     )
 

@@ -8,8 +8,8 @@ held-out prompts. F(X): the mean logit diff with every head outside X mean-ablat
 
 Validation (`validate_circuit`): on held-out templates, names, places and objects, each class's drop
 (clean - mean-ablated, relative to the held-out logit diff; `circuits.evidence.EFFECT_SIGN`) against
-random same-layer heads outside the circuit, pooled and per name order and template, judged by
-`circuits.evidence.judge_class`; the circuit's faithfulness there too.
+random same-layer heads outside the circuit, pooled and per name order ("ABBA": IO first, "BABA")
+and template ("T3"), judged by `circuits.evidence.judge_class`; the circuit's faithfulness there too.
 """
 
 from __future__ import annotations
@@ -31,17 +31,13 @@ from circuits.evidence import (
 )
 from circuits.finding import Finding
 from circuits.ioi.evidence import direct_logit_attributions
-from circuits.ioi.patching import MeanAblation
+from circuits.ioi.patching import MeanAblation, every_head
 from circuits.ioi.results import CLASS_WRITES, Evaluation, Validation
 from interp.interventions.stats import bootstrap, faithfulness_ratio, faithfulness_summary, heterogeneity
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
 
 DEPENDENT_KINDS = {"order": "all", "template": "most"}  # the verdict's strata (`class_verdict`)
-
-
-def _all_heads(model: interp.HookedTransformer) -> list[Head]:
-    return [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
 
 
 def _faithfulness(circuit: float, model: float, ablated: float) -> float:
@@ -62,7 +58,7 @@ def evaluate_circuit(
     besides the classes) and minimality of the IOI finding's circuit (`IOIFigures.circuit`) on `clean`;
     every F in one batch of runs."""
     result = finding.extras
-    every_head = _all_heads(model=mean_ablation.model)
+    all_heads = every_head(mean_ablation.model)
     circuit = result.heads
 
     def subtract(keep: Sequence[Head], heads: Sequence[Head]) -> list[Head]:
@@ -81,11 +77,11 @@ def evaluate_circuit(
     }
     unclassified = [(h.layer, h.head) for h in result.unclassified]
     keeps = [circuit, [], circuit + unclassified]
-    keeps += [subtract(circuit, subset) for subset in subsets] + [subtract(every_head, s) for s in subsets]
+    keeps += [subtract(circuit, subset) for subset in subsets] + [subtract(all_heads, s) for s in subsets]
     keeps += [subtract(circuit, mates[head]) for head in circuit]
     keeps += [subtract(circuit, mates[head] | {head}) for head in circuit]
     unique = list(dict.fromkeys(frozenset(keep) for keep in keeps))
-    ablated = [sorted(set(every_head) - keep) for keep in unique]
+    ablated = [sorted(set(all_heads) - keep) for keep in unique]
     means = mean_ablation.logit_diffs_many(ablated, clean, progress).mean(1).tolist()
     measured = dict(zip(unique, means, strict=True))
 
@@ -97,8 +93,8 @@ def evaluate_circuit(
         {
             "heads": [list(head) for head in subset],
             "circuit_logit_diff": F(subtract(circuit, subset)),
-            "model_logit_diff": F(subtract(every_head, subset)),
-            "gap": abs(F(subtract(circuit, subset)) - F(subtract(every_head, subset))) / f_model,
+            "model_logit_diff": F(subtract(all_heads, subset)),
+            "gap": abs(F(subtract(circuit, subset)) - F(subtract(all_heads, subset))) / f_model,
         }
         for subset in subsets
     ]
@@ -137,7 +133,7 @@ def validate_circuit(
     class with its random sets, the backup name movers with the other name movers ablated in each run
     and in its reference) is made in one `logit_diffs_many`."""
     settings, result = finding.settings, finding.extras
-    outside = sorted(set(_all_heads(model)) - set(result.heads))
+    outside = sorted(set(every_head(model)) - set(result.heads))
     name_movers = result.circuit["name_mover"]
     classes: dict[str, tuple[list[Head], HeadClass]] = {}  # class -> (base ablated in its runs, the class)
     for name, heads in result.circuit.items():
@@ -146,7 +142,7 @@ def validate_circuit(
             sign = -1 if name == "negative_name_mover" else 1
             found = head_class(model, name, heads, settings.n_random_draws, settings.seed, sign, outside)
             classes[name] = (base, found)
-    sets = [[], outside, _all_heads(model)] + [base for base, _ in classes.values()]
+    sets = [[], outside, every_head(model)] + [base for base, _ in classes.values()]
     sets += [base + list(heads) for base, found in classes.values() for heads in found.sets]
     unique = list(dict.fromkeys(tuple(sorted(heads)) for heads in sets))
     runs = MeanAblation(model, heldout_abc).logit_diffs_many(unique, heldout, progress)
@@ -164,7 +160,7 @@ def validate_circuit(
             name: _class_verdict(base, found, finding, ablated, dla, heldout)
             for name, (base, found) in classes.items()
         },
-        **_heldout_faithfulness(finding, ablated(outside), ablated([]), ablated(_all_heads(model)), heldout),
+        **_heldout_faithfulness(finding, ablated(outside), ablated([]), ablated(every_head(model)), heldout),
     )
 
 

@@ -42,11 +42,7 @@ def path_patching_effects(
     `position` receive the paths. senders: default every head before the last receiver, never the
     receivers. ablated: (mean ablation, heads) mean-ablated in every run. patchers: a dict kept across
     calls holding each length group's cached clean and ABC runs (`PathPatcher`) and their ablation."""
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    if senders is None:
-        last = n_layers if receivers is None else max(layer for layer, _ in receivers)
-        senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
-    sweep_senders = list(senders)
+    sweep_senders = every_head(model, receivers) if senders is None else list(senders)
     to = "logits" if receivers is None else [(layer, head, receiver_input) for layer, head in receivers]
 
     def patch(group: IOIPrompts, group_abc: IOIPrompts) -> Tensor:
@@ -71,11 +67,18 @@ def path_patching_effects(
 
     values = by_length(clean, abc, patch)
     drop = values[-1].mean() - values[:-1].mean(-1)  # [n_senders]
-    effects = torch.full((n_layers, n_heads), float("nan"))
+    effects = torch.full((model.cfg.n_layers, model.cfg.n_heads), float("nan"))
     effects[tuple(torch.tensor(sweep_senders).mT)] = drop
     for layer, head in receivers or []:
         effects[layer, head] = float("nan")
     return effects
+
+
+def every_head(model: interp.HookedTransformer, receivers: Sequence[Head] | None = None) -> list[Head]:
+    """Every head of the model, in layer order, or every head before the last of `receivers`' layers:
+    the senders of a sweep to them."""
+    last = max((layer for layer, _ in receivers or []), default=model.cfg.n_layers)
+    return [(layer, head) for layer in range(last) for head in range(model.cfg.n_heads)]
 
 
 def by_length(
@@ -142,10 +145,8 @@ class EAPRanking:
         n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
         given = senders
         receivers = list(receivers or [])
-        if senders is None:
-            last = n_layers if not receivers else max(layer for layer, _ in receivers)
-            senders = [(layer, head) for layer in range(last) for head in range(n_heads)]
-        senders = [head for head in senders if head not in receivers]
+        candidates = every_head(model, receivers) if senders is None else senders
+        senders = [head for head in candidates if head not in receivers]
         exact = lambda chosen: path_patching_effects(  # noqa: E731
             model, clean, abc, receivers or None, receiver_input, position, chosen, ablated, self._patchers
         )
@@ -159,9 +160,8 @@ class EAPRanking:
             scores = cached[2][key]
         else:
             base = ablated[0].interventions(ablated[1], clean)
-            scores = ioi_edge_attribution(model, clean, abc, {key: position if receivers else None}, base)[
-                key
-            ]
+            positions = {key: position if receivers else None}
+            scores = ioi_edge_attribution(model, clean, abc, positions, base)[key]
         graph = scores.graph
         if receivers:
             group = n_heads // model.cfg.n_kv_heads
@@ -195,7 +195,7 @@ class MeanAblation:
     ):
         """cache: every layer's hook_z of the run on `abc`, if it was run already."""
         self.model = model
-        names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+        names = model.layer_hook_names("z")
         reference = abc.tokens if cache is None else cache
         keys = sorted(set(self._keys(abc)))
         self.group_of = {key: group for group, key in enumerate(keys)}  # (template, END) -> group

@@ -117,13 +117,11 @@ class HeldOut:
 
 @dataclass(kw_only=True)
 class Validation(HeldOut):
-    """What `validate_circuit` measures on held-out prompts (see circuits.ioi.evaluate); the finding
-    holds its classes, faithfulness and strata, and the rest as `IOIFigures.heldout`. Each class is
-    judged by `circuits.evidence.judge_class` on drops (clean - mean-ablated logit diff, relative to the
-    held-out one) against random same-layer heads, per name order ("ABBA": IO first, "BABA") and
-    template ("T3"): "confirmed" (pooled, in both orders and most templates), "order-dependent",
+    """What `validate_circuit` measures on held-out prompts (how: circuits.ioi.evaluate); the finding
+    holds its classes, faithfulness and strata, the rest is `IOIFigures.heldout`. A class's verdict:
+    "confirmed" (pooled, in both name orders and most templates), "order-dependent",
     "template-dependent" or "unconfirmed" (also where a writer writes the wrong way or the model does
-    not do IOI). Its details: "heterogeneity" (Cochran's Q over templates: "Q", "df", "p", "I2") and,
+    not do IOI); its details: "heterogeneity" (Cochran's Q over templates: "Q", "df", "p", "I2") and,
     for the classes that write to the logits, "writes" (mean direct logit attribution to "IO" and "S"
     at END on the held-out prompts, in logits)."""
 
@@ -211,8 +209,8 @@ def _effects(heads: list[HeadEvidence]) -> str:
 
 
 def _summed(heads: list[HeadEvidence]) -> str:
-    """ "L29H0 -22.5%, L24H5 -8.6%: -31.1% together" ("none" for no head)."""
-    return f"{_effects(heads)}: {sum(h.effect for h in heads):+.1%} together" if heads else "none"
+    """ "L29H0 -22.5%, L24H5 -8.6%: -31.1% together"."""
+    return f"{_effects(heads)}: {sum(h.effect for h in heads):+.1%} together"
 
 
 def _where(c: ClassVerdict) -> str:
@@ -257,18 +255,16 @@ def unconfirmed(finding: Finding) -> list[str]:
 
 @dataclass(kw_only=True)
 class IOIFigures(Extras):
-    """`find_ioi_circuit`'s own figures. The finding's classes are held-out validation's
-    (`Validation.classes`: each non-empty class mean-ablated on held-out prompts against random
-    same-layer heads; empty where validation did not run), its faithfulness and strata validation's.
-    class_heads: class name -> the heads path patching put in it (every class of CLASSES), strongest
-    effect first; unclassified: causal outliers without the matching attention; effects: sweep ->
-    [layer, head] relative drops (NaN: not a sender); attention: kind -> [layer, head] mean attention on
-    clean prompts; thresholds: sweep or attention kind -> threshold figures; evaluation: the circuit on
-    the discovery prompts (None: not evaluated); heldout: validation's figures beside its classes (None:
-    not validated); example: attention of the circuit's heads on one clean prompt."""
+    """`find_ioi_circuit`'s own figures (the finding's classes, faithfulness and strata are held-out
+    validation's, `Validation`; none where it did not run). class_heads: class name -> the heads path
+    patching put in it (every class of CLASSES), strongest effect first; unclassified: causal outliers
+    without the matching attention; effects: sweep -> [layer, head] relative drops (NaN: not a sender);
+    attention: kind -> [layer, head] mean attention on clean prompts; thresholds: sweep or attention kind
+    -> threshold figures; evaluation: the circuit on the discovery prompts (None: not evaluated);
+    heldout: validation's figures beside its classes (None: not validated); example: attention of the
+    circuit's heads on one clean prompt."""
 
     wide_terminal: ClassVar[int] = 120  # columns from which the terminal table shows how each head was found
-    file_width: ClassVar[int] = 140  # columns of the "table" format written to a file
 
     baseline: Baseline
     class_heads: dict[str, list[HeadEvidence]]
@@ -501,21 +497,15 @@ class IOIFigures(Extras):
             for h in self.class_heads[cls]
         ]
         labelled += [("unclassified", max(h.attention, key=h.attention.get), h) for h in self.unclassified]
+        columns = [column for column in HEAD_COLUMNS if wide or column != "found by"]
         rows = []
         for cls, kind, h in labelled:
             dla = h.direct_logit_attribution
             cells = [cls, h.name, f"{h.effect:+.1%}", _z(h.z), f"{kind} {h.attention[kind]:.2f}", h.step,
                      f"{dla['IO']:+.2f}, {dla['S']:+.2f}"]  # fmt: skip
-            rows.append(
-                [
-                    cell
-                    for cell, column in zip(cells, HEAD_COLUMNS, strict=True)
-                    if wide or column != "found by"
-                ]
-            )
-        return Table(
-            columns=[c for c in HEAD_COLUMNS if wide or c != "found by"], rows=rows, right=["effect", "z"]
-        )
+            row = dict(zip(HEAD_COLUMNS, cells, strict=True))
+            rows.append([row[column] for column in columns])
+        return Table(columns=columns, rows=rows, right=["effect", "z"])
 
     def _figures(self) -> tuple[list[str], list[str], list[str]]:
         """The HTML page's figures: path-patching effects and attention as [layer, head] heat maps, and

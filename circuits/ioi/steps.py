@@ -12,10 +12,7 @@ classifies them (`circuits.ioi.evidence`):
   4. find_previous_token_heads                 heads -> induction heads' keys at S1+1
   5. find_backup_name_movers                   heads -> logits, name movers mean-ablated (growth)
 
-    evidence = measure_class_evidence(model, clean, settings)
-    prompts = patching_prompts(model, clean, abc, settings.n_patching_prompts)
-    step = find_name_movers(StepInputs(model=model, prompts=prompts, settings=settings, evidence=evidence))
-    step.heads("name_mover"), step.effects["logits"]  # [(9, 9), ...], [layer, head]
+A step run on its own: docs/guide/ioi.md.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from torch import Tensor
 import interp
 from circuits.evidence import select_heads
 from circuits.ioi.evidence import ClassEvidence
-from circuits.ioi.patching import MeanAblation, SenderEffects, path_patching_effects
+from circuits.ioi.patching import MeanAblation, SenderEffects, every_head, path_patching_effects
 from circuits.ioi.results import HeadEvidence, Settings
 from interp.checks import check_finite_scores
 from interp.interventions.engine import forward_logits
@@ -118,17 +115,18 @@ class _Step:
     def sweep(
         self,
         name: str,
-        stage: str,
         receivers: Sequence[Head] | None = None,
         receiver_input: str | None = None,
         position: str = "END",
         senders: Sequence[Head] | None = None,
         ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+        stage: str | None = None,
     ) -> Tensor:
-        """Relative drops [layer, head] of the senders' paths to `receivers` (None: the logits)."""
+        """Relative drops [layer, head] of the senders' paths to `receivers` (None: the logits), timed
+        and reported as `stage` (default "path patching: heads -> {name}")."""
         inputs = self.inputs
         clean, abc = inputs.prompts.clean, inputs.prompts.abc
-        with timed(stage, self.result.timings, self.inputs.progress):
+        with timed(stage or f"path patching: heads -> {name}", self.result.timings, inputs.progress):
             drop = inputs.sender_effects(
                 inputs.model, clean, abc, receivers, receiver_input, position, senders, ablated
             )
@@ -181,7 +179,7 @@ class _Step:
                 skipped = f"path patching: heads -> {name} (skipped: no {receiver_class} heads after layer 0)"
                 self.inputs.progress(skipped, 0, 0)
             return
-        effects = self.sweep(name, f"path patching: heads -> {name}", receivers, receiver_input, position)
+        effects = self.sweep(name, receivers, receiver_input, position)
         self.select(name, effects, 1, name, candidates)
 
 
@@ -189,7 +187,7 @@ def find_name_movers(inputs: StepInputs) -> StepResult:
     """Step 1, heads -> logits, sweep "logits": name movers (END->IO, write IO) and S-suppression heads
     (END->S2, write against S) help; negative name movers (END->IO, write against IO) work against IO."""
     step = _Step(inputs)
-    effects = step.sweep("logits", "path patching: heads -> logits")
+    effects = step.sweep("logits")
     step.select("logits", effects, 1, "logits (name_mover, s_suppression)", ("name_mover", "s_suppression"))
     step.select("logits", effects, -1, "logits (negative_name_mover)", ("negative_name_mover",))
     return step.result
@@ -236,17 +234,15 @@ def find_backup_name_movers(
     minus step 1's `direct_effects` [layer, head]) and that attend and write like name movers; heads
     already `classified` are not backups."""
     step = _Step(inputs)
-    n_layers, n_heads = inputs.model.cfg.n_layers, inputs.model.cfg.n_heads
-    first_layer = min(name_movers)[0] if name_movers else n_layers
-    senders = [(layer, head) for layer in range(first_layer + 1, n_layers)
-               for head in range(n_heads) if (layer, head) not in name_movers]  # fmt: skip
+    first_layer = min(name_movers)[0] if name_movers else inputs.model.cfg.n_layers
+    senders = [head for head in every_head(inputs.model) if head[0] > first_layer and head not in name_movers]
     if not senders:
         return step.result
     ablated = step.sweep(
         "logits_without_name_movers",
-        "path patching: heads -> logits, name movers ablated",
         senders=senders,
         ablated=(mean_ablation, list(name_movers)),
+        stage="path patching: heads -> logits, name movers ablated",
     )
     growth = ablated - direct_effects
     step.result.effects["backup_growth"] = growth
