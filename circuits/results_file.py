@@ -288,6 +288,17 @@ def _mean(stored: list[Any]) -> float:
     return sum(values) / len(values)
 
 
+def _summary(n_prompts: int, ratio: Any, ratio_ci: Any = None) -> dict[str, Any]:
+    """An older result's faithfulness (the stored `ratio`, its CI where it has one) as a stored
+    FaithfulnessSummary: the figures it does not hold (the per-prompt error and share within) NaN."""
+    nan = float("nan")
+    ci = (nan, nan) if ratio_ci is None else decode(ratio_ci)
+    summary = FaithfulnessSummary(
+        n_prompts=n_prompts, ratio=decode(ratio), ratio_ci=ci, error=nan, within=nan
+    )
+    return encode(summary)
+
+
 def _extras(figures: type, fields: dict[str, Any], **given: Any) -> dict[str, Any]:
     """The stored `figures` (an Extras dataclass) of an older result's `fields`: each of its fields from
     `given`, else the older result's own (one with a default may be absent)."""
@@ -363,11 +374,7 @@ def _older_path(fields: dict[str, Any]) -> dict[str, Any]:
     axis = "families" if fields["by_family"] else "prompts"
     summary = fields.get("faithfulness_summary")
     if summary is None:
-        nan = {"__float__": "nan"}
-        summary = {"__dataclass__": "FaithfulnessSummary", "fields": {
-            "n_prompts": fields["n_heldout"], "ratio": fields["faithfulness"],
-            "ratio_ci": fields["faithfulness_ci"], "error": nan, "within": nan,
-        }}  # fmt: skip
+        summary = _summary(fields["n_heldout"], fields["faithfulness"], fields["faithfulness_ci"])
     finding = {
         "analysis": "path", "model": fields["model"], "provenance": fields["model"],
         "settings": fields["settings"], "chose": encode({axis: list(decode(fields["chose"]))}),
@@ -394,17 +401,14 @@ def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
         **decode(fields["settings"]), heldout_facts=facts, seed=fields["seed"],
         heldout_relations=asked if set(tested) <= set(asked) else tested,
     )  # fmt: skip
-    ratio, nan = decode(fields["faithfulness"]), float("nan")
-    faithfulness = None if math.isnan(ratio) else FaithfulnessSummary(
-        n_prompts=fields["heldout"]["fields"]["n_prompts"], ratio=ratio, ratio_ci=(nan, nan), error=nan,
-        within=nan,
-    )  # fmt: skip
+    ratio, n_heldout = fields["faithfulness"], fields["heldout"]["fields"]["n_prompts"]
+    faithfulness = None if math.isnan(decode(ratio)) else _summary(n_heldout, ratio)
     finding = {
         "analysis": "retrieval", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings),
         "chose": encode({"relations": list(relations.discovery), "templates": templates["discovery"]}),
         "tested": encode({"relations": list(tested), "templates": templates["heldout"]}),
-        "classes": fields["classes"], "faithfulness": encode(faithfulness), "faithfulness_strata": [],
+        "classes": fields["classes"], "faithfulness": faithfulness, "faithfulness_strata": [],
         "timings": fields.get("timings", encode({})),
         "extras": _extras(RetrievalFigures, fields, attribution=fields.get("attribution", "")),
     }  # fmt: skip
