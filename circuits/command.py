@@ -227,11 +227,12 @@ def stage_bars(
     command takes no model; every measured time) (and, with `kept`, --save's StageResults, as
     saved to `save` one by one; `between`: the work reported outside them), then bars on a terminal,
     else lines with a heartbeat (`circuits.progress_printer`)."""
-    from circuits.progress_printer import progress_bars, progress_lines
+    from circuits.progress_printer import progress_printer
 
     expected = expected_time_text(command, model)
-    printer = progress_bars if Console(stderr=True).is_terminal else progress_lines
-    with printer(command, stages, expected, between, kept, None if kept is None else save) as progress:
+    terminal = Console(stderr=True).is_terminal
+    saved_to = None if kept is None else save
+    with progress_printer(command, stages, terminal, expected, between, kept, saved_to) as progress:
         yield progress
 
 

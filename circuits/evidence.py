@@ -227,20 +227,17 @@ def split_families(
             raise ValueError(
                 f"every family of the task is held out ({distinct}): none is left to choose; hold out fewer"
             )
-        return FamilySplit(
-            tuple(f for f in distinct if f not in heldout), tuple(f for f in distinct if f in heldout)
-        )
-    if len(distinct) < 2:
+        held = set(heldout)
+    elif len(distinct) < 2:
         raise ValueError(
             f"the task has {len(distinct)} family ({distinct}); holding out whole families needs two or more "
             "(add a family column: a template, relation, task or document per prompt)"
         )
-    order = torch.randperm(len(distinct), generator=torch.Generator().manual_seed(seed)).tolist()
-    n_heldout = min(len(distinct) - 1, max(1, round(fraction * len(distinct))))
-    chosen = {distinct[i] for i in order[:n_heldout]}
-    return FamilySplit(
-        tuple(f for f in distinct if f not in chosen), tuple(f for f in distinct if f in chosen)
-    )
+    else:
+        order = torch.randperm(len(distinct), generator=torch.Generator().manual_seed(seed)).tolist()
+        n_heldout = min(len(distinct) - 1, max(1, round(fraction * len(distinct))))
+        held = {distinct[i] for i in order[:n_heldout]}
+    return FamilySplit(tuple(f for f in distinct if f not in held), tuple(f for f in distinct if f in held))
 
 
 def held_out_note(

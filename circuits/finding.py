@@ -13,8 +13,8 @@ The report is the standard sections in one order, the analysis's sections after 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +23,7 @@ from rich.console import Console
 from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness
 from circuits.sections import (
     FORMATS,
+    ClassView,
     Report,
     Section,
     class_sections,
@@ -33,21 +34,6 @@ from interp.interventions.stats import FaithfulnessSummary
 
 # an analysis -> the command that runs it, where they differ
 ANALYSIS_COMMANDS = {"fv": "icl --fv", "path": "circuit"}
-
-
-@dataclass(kw_only=True)
-class ClassView:
-    """How an analysis's classes read in the standard class sections (`sections.class_sections`):
-    its own columns, what a class's figure is ("drop", "gain"), when a stratum holds, the figures'
-    decimals, the legend and figures under the classes' table, the notes under the strata's."""
-
-    columns: Sequence[tuple[str, Callable[[ClassVerdict], str]]] = ()
-    effect: str = "drop"
-    holds: str = "its mean beyond random points the class's way"
-    digits: int = 2
-    notes: list[str] = field(default_factory=list)
-    figures: list[str] = field(default_factory=list)
-    strata_notes: list[str] = field(default_factory=list)
 
 
 class Extras:
@@ -146,7 +132,6 @@ def finding_report(finding: Finding, wide: bool = True, **options: Any) -> Repor
     `wide`: every column (see `Extras.class_view`); options: the analysis's own, which its sections
     take (`Extras.discovery_sections`)."""
     extras = finding.extras
-    view = extras.class_view(finding, wide)
     chose = Section(
         title="What chose and what tested",
         lines=[
@@ -156,13 +141,7 @@ def finding_report(finding: Finding, wide: bool = True, **options: Any) -> Repor
             f"Model: {finding.provenance}.",
         ],
     )
-    classes, strata = class_sections(
-        finding.classes, details=view.columns, effect=view.effect, holds=view.holds, digits=view.digits
-    )
-    held_out = [
-        replace(classes, notes=view.notes, figures=view.figures),
-        replace(strata, notes=view.strata_notes),
-    ]
+    held_out = class_sections(finding.classes, extras.class_view(finding, wide))
     if finding.faithfulness is not None:
         kept = extras.faithfulness_kept(finding)
         held_out.append(faithfulness_section(finding.faithfulness, finding.faithfulness_strata, kept))

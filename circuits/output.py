@@ -1,17 +1,15 @@
-"""Writing a rendered report: to the terminal, or atomically to a file (every report command); a
-report's figure to an image file (`save_figure`; `pyplot`: matplotlib without a display)."""
+"""Checks of a report's format and output paths, run before any model loads (`check_format`,
+`check_writable`); CSV safe for spreadsheets (`safe_csv`); a report's figure written to an image file
+(`save_figure`; `pyplot`: matplotlib without a display)."""
 
 from __future__ import annotations
 
-import io
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-
-from interp.io.files import atomic_path, write_text_atomic
+from interp.io.files import atomic_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,30 +55,6 @@ def safe_csv(frame: pd.DataFrame) -> str:
         return "'" + cell if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell
 
     return frame.map(quote).to_csv(index=False)
-
-
-def write_output(
-    format: str,
-    formats: Sequence[str],
-    out: str | Path | None,
-    console: Console,
-    table: Callable[[Console], None],
-    text: Callable[[str], str],
-    width: int = 200,
-) -> None:
-    """Print a report, or write it to `out` atomically: `table(console)` draws the "table" format,
-    `text(format)` renders the others. HTML needs `out`."""
-    check_format(format, formats, out)
-    if format == "table" and out is None:
-        table(console)
-    elif format == "table":
-        buffer = Console(file=io.StringIO(), width=width)
-        table(buffer)
-        write_text_atomic(out, buffer.file.getvalue())
-    elif out is None:
-        console.print(text(format), markup=False, highlight=False, emoji=False, soft_wrap=True)
-    else:
-        write_text_atomic(out, text(format))
 
 
 def pyplot():

@@ -225,47 +225,46 @@ def heartbeat_thread(beat: Callable[[], None], every_s: float = 1.0) -> Iterator
 
 
 @contextmanager
-def progress_lines(
+def progress_printer(
     command: str,
     stages: Sequence[str],
+    terminal: bool,
     expected: str | None = None,
     between: Sequence[str] = (),
     kept: StageResults | None = None,
     saved_to: str | None = None,
-) -> Iterator[ProgressPrinter]:
-    """A ProgressPrinter on stderr with its heartbeat running, and a closing "done in" line; each
-    stage `kept` writes to `saved_to` said done as it is written."""
+) -> Iterator[Callable[[str, int, int], None]]:
+    """The Progress callback of `command` on stderr: on a `terminal` the plan, then one bar per stage
+    (gone when the block ends), else a ProgressPrinter's lines with its heartbeat; each stage `kept`
+    writes to `saved_to` said done as it is written, and a closing "done in" line."""
+    from rich.console import Console
+
+    stderr = Console(stderr=True)
 
     def write(text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
+        if terminal:
+            stderr.print(text, markup=False)
+        else:
+            print(text, file=sys.stderr, flush=True)
 
     printer = ProgressPrinter(command, stages, write, expected=expected, between=between, saved_to=saved_to)
-    with heartbeat_thread(printer.heartbeat), said_when_saved(printer, kept):
-        yield printer
+    with said_when_saved(printer, kept):
+        if terminal:
+            with _bars(printer, stderr) as progress:
+                yield progress
+        else:
+            with heartbeat_thread(printer.heartbeat):
+                yield printer
     printer.line(f"done in {printer.clock() - printer.began:.1f} s")
 
 
 @contextmanager
-def progress_bars(
-    command: str,
-    stages: Sequence[str],
-    expected: str | None = None,
-    between: Sequence[str] = (),
-    kept: StageResults | None = None,
-    saved_to: str | None = None,
-) -> Iterator[Callable]:
-    """On a terminal: the plan printed once, then one bar per stage ("stage 2 of 3: ..."), its count,
-    elapsed time and (once stable) time left, refreshed every second; gone when the block ends. Each
-    stage `kept` writes to `saved_to` is said done as it is written."""
-    from rich.console import Console
+def _bars(printer: ProgressPrinter, stderr) -> Iterator[Callable[[str, int, int], None]]:
+    """One bar per stage of `printer` on `stderr` ("stage 2 of 3: ..."): its count, elapsed time and
+    (once stable) time left, refreshed every second."""
     from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
     from rich.progress import Progress as Bars
 
-    stderr = Console(stderr=True)
-    printer = ProgressPrinter(
-        command, stages, lambda text: stderr.print(text, markup=False), expected=expected, between=between,
-        saved_to=saved_to,
-    )  # fmt: skip
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.fields[left]}"))  # fmt: skip
     with Bars(*columns, console=stderr, transient=True) as bars:
@@ -284,6 +283,5 @@ def progress_bars(
                     tasks[stage] = bars.add_task(printer.title(stage), total=total or 1, left="")
                 bars.update(tasks[stage], completed=done if total else 1, total=total or 1)
 
-        with heartbeat_thread(refresh), said_when_saved(printer, kept):
+        with heartbeat_thread(refresh):
             yield progress
-    printer.line(f"done in {printer.clock() - printer.began:.1f} s")

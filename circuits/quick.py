@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 Size = tuple[int, int]  # (with --quick, without it)
 
@@ -86,53 +85,31 @@ def circuit_note(
     return _note(changes, unchanged)
 
 
-@dataclass(frozen=True)
-class DocumentSizes:
-    """`interp icl`'s documents: all, those that rank the heads, those held out (scored), and the
-    held-out ones ablated."""
-
-    documents: int
-    discovery: int
-    heldout: int
-    ablated: int
-
-    @classmethod
-    def of(cls, documents: int, split) -> DocumentSizes:
-        """The sizes `split` (a `circuits.icl.DocumentSplit`) makes of `documents`, as `icl_report`
-        splits them."""
-        discovery, ablated = split.sizes(documents)
-        return cls(documents=documents, discovery=discovery, heldout=documents - discovery, ablated=ablated)
-
-    def text(self) -> str:
-        return (
-            f"{self.documents} documents ({self.discovery} rank the heads, {self.heldout} held out, "
-            f"{self.ablated} ablated)"
-        )
-
-
-def icl_note(used: DocumentSizes, without: DocumentSizes) -> str:
-    """`interp icl --quick`: the documents `used`, those the run would use `without` --quick."""
-    if used == without:
-        return _note([], [f"{used.text()}, as without --quick"])
-    wider = _wider((used.heldout, without.heldout))
-    return _note(
-        [
-            f"{used.text()} instead of {without.text()}, CIs about {wider:.1f}x wider: a headline or "
-            "verdict whose CI includes 0 is not established"
-        ]
-    )
+def _documents(values: dict[str, int | None], split: type, default_documents: int) -> tuple[int, str]:
+    """(the held-out documents, all of them in words) of `interp icl` with the options `values`
+    (n_documents None: `default_documents`), split by `split` (`DocumentSplit`) as `icl_report` does."""
+    documents = values["n_documents"] or default_documents
+    discovery, ablated = split(values["n_discovery"], values["n_ablated"]).sizes(documents)
+    heldout = documents - discovery
+    text = f"{documents} documents ({discovery} rank the heads, {heldout} held out, {ablated} ablated)"
+    return heldout, text
 
 
 def icl_sizes_note(sizes: dict[str, Size], split: type, default_documents: int) -> str:
     """`interp icl --quick`'s note from its options' sizes (n_documents, n_discovery, n_ablated: (with
     --quick, without); n_documents None: `default_documents`), split by `split` (`DocumentSplit`)."""
     used, without = (
-        DocumentSizes.of(
-            values["n_documents"] or default_documents, split(values["n_discovery"], values["n_ablated"])
-        )
-        for values in ({name: size[side] for name, size in sizes.items()} for side in (0, 1))
+        _documents({name: size[side] for name, size in sizes.items()}, split, default_documents)
+        for side in (0, 1)
     )
-    return icl_note(used, without)
+    if used == without:
+        return _note([], [f"{used[1]}, as without --quick"])
+    return _note(
+        [
+            f"{used[1]} instead of {without[1]}, CIs about {_wider((used[0], without[0])):.1f}x wider: a "
+            "headline or verdict whose CI includes 0 is not established"
+        ]
+    )
 
 
 RETRIEVAL_SIZES = {  # option -> what its number counts in `interp retrieval`

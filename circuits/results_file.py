@@ -121,9 +121,7 @@ KINDS = {  # kind -> (result type, formats, writer)
     "finding": (Finding, sections.FORMATS, write_finding_report),
     "partial": (PartialResult, sections.FORMATS, write_partial_report),
 }
-RESULT_TYPES = (
-    EdgeCircuitResult, PatchReport, Finding, PartialResult,
-)  # fmt: skip
+RESULT_TYPES = tuple(result_type for result_type, _, _ in KINDS.values())
 OLDER_KINDS = dict.fromkeys(
     ("hop", "retrieval", "ioi", "icl", "fv", "heads"), "finding"
 )  # older kinds -> theirs now
@@ -264,27 +262,68 @@ def _older_class(fields: dict[str, Any], details: Sequence[str]) -> dict[str, An
     return {"__dataclass__": "ClassVerdict", "fields": fields}
 
 
+def _held_out(
+    n_prompts: int, drop: Any, drop_ci: Any, random_drop: float, beyond: Any, beyond_ci: Any, **verdict: Any
+) -> BeyondRandom:
+    """An older record's held-out figures (stored values) as a BeyondRandom; its verdict by the CI of
+    `beyond` (`ci_verdict`, in the direction `sign`) unless `verdict` gives the stored one."""
+    ci = decode(beyond_ci)
+    judged = verdict.get("verdict") or ci_verdict(ci, verdict.get("sign", 1))
+    return BeyondRandom(
+        n_prompts=n_prompts, drop=decode(drop), drop_ci=decode(drop_ci), random_drop=random_drop,
+        beyond=decode(beyond), beyond_ci=ci, verdict=judged,
+    )  # fmt: skip
+
+
+def _held_out_only(fields: dict[str, Any], heldout: BeyondRandom, details: Sequence[str]) -> dict[str, Any]:
+    """An older record of a class measured on held-out data only (stored `fields`, its `heldout` figures)
+    as a ClassVerdict (`_older_class`): no discovery figure; sign +1 and no strata unless it has them."""
+    judged = {"sign": 1, "strata": [], **fields, "heldout": encode(heldout), "discovery": None}
+    return _older_class({**judged, "note": HELD_OUT_ONLY}, details)
+
+
+def _mean(stored: list[Any]) -> float:
+    """The mean of the random sets' stored effects (a figure such files do not hold)."""
+    values = decode(stored)
+    return sum(values) / len(values)
+
+
+def _summary(n_prompts: int, ratio: Any, ratio_ci: Any = None) -> dict[str, Any]:
+    """An older result's faithfulness (the stored `ratio`, its CI where it has one) as a stored
+    FaithfulnessSummary: the figures it does not hold (the per-prompt error and share within) NaN."""
+    nan = float("nan")
+    ci = (nan, nan) if ratio_ci is None else decode(ratio_ci)
+    summary = FaithfulnessSummary(
+        n_prompts=n_prompts, ratio=decode(ratio), ratio_ci=ci, error=nan, within=nan
+    )
+    return encode(summary)
+
+
+def _extras(figures: type, fields: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """The stored `figures` (an Extras dataclass) of an older result's `fields`: each of its fields from
+    `given`, else the older result's own (one with a default may be absent)."""
+    found = {**fields, **given}
+    stored = {field.name: found[field.name] for field in dataclasses.fields(figures) if field.name in found}
+    return {"__dataclass__": figures.__name__, "fields": stored}
+
+
 def _older_hop_lookups(fields: dict[str, Any]) -> dict[str, Any]:
     """A HopResult's HopLookups (files saved before 2026-11-29) as ClassVerdicts "hop j": change and
-    difference as the held-out figures of its n_sequences // 2 sequences (random_drop: the mean of the
-    random sets' changes), hop, layers and attention under details; a hop with no head as
-    `not_found_lookup`."""
+    difference as the held-out figures of its n_sequences // 2 sequences, hop, layers and attention
+    under details; a hop with no head as `not_found_lookup`."""
     lookups = []
     for node in fields["lookups"]:
-        older = {name: decode(value) for name, value in node["fields"].items()}
+        older = dict(node["fields"])
         if not older["heads"]:
             lookups.append(encode(not_found_lookup(older["hop"])))
             continue
-        random, ci = older.pop("random_changes"), older.pop("difference_ci")
-        heldout = BeyondRandom(
-            n_prompts=fields["n_sequences"] // 2, drop=older.pop("change"), drop_ci=older.pop("change_ci"),
-            random_drop=sum(random) / len(random), beyond=older.pop("difference"), beyond_ci=ci,
-            verdict=ci_verdict(ci),
+        random = older.pop("random_changes")
+        heldout = _held_out(
+            fields["n_sequences"] // 2, older.pop("change"), older.pop("change_ci"), _mean(random),
+            older.pop("difference"), older.pop("difference_ci"),
         )  # fmt: skip
-        new = {"name": f"hop {older['hop']}", "sign": 1, "random_effects": random, "heldout": heldout,
-               "discovery": None, "strata": [], "note": HELD_OUT_ONLY}  # fmt: skip
-        fields_now = {name: encode(value) for name, value in {**older, **new}.items()}
-        lookups.append(_older_class(fields_now, ["hop", "layers", "attention"]))
+        older |= {"name": f"hop {older['hop']}", "random_effects": random}
+        lookups.append(_held_out_only(older, heldout, ["hop", "layers", "attention"]))
     return {**fields, "lookups": lookups}
 
 
@@ -294,27 +333,24 @@ PATH_DETAILS = ("from_hop", "to_hop", "receivers", "route")  # a hop path's deta
 def _older_hop(fields: dict[str, Any]) -> dict[str, Any]:
     """A HopResult (files saved before 2026-11-29) as the Finding "hop" with HopFigures: its HopLookups as
     ClassVerdicts (`_older_hop_lookups`), each HopPath as the ClassVerdict of its senders (route, hops and
-    receivers under details; the per-prompt effects, which it does not hold, empty); the settings'
-    n_random, which it does not hold, the number of random sets it compared with."""
+    receivers under details); the settings' n_random, which it does not hold, the number of random sets
+    it compared with."""
     if any(look["__dataclass__"] == "HopLookup" for look in fields["lookups"]):
         fields = _older_hop_lookups(fields)
     half, paths = fields["n_sequences"] // 2, []
     for node in fields["paths"]:
-        older = {name: decode(value) for name, value in node["fields"].items()}
-        randoms, ci = older["random_effects"], older["difference_ci"]
-        heldout = BeyondRandom(
-            n_prompts=half, drop=older["effect"], drop_ci=older["effect_ci"],
-            random_drop=sum(randoms) / len(randoms), beyond=older["difference"], beyond_ci=ci,
-            verdict=ci_verdict(ci),
+        older = node["fields"]
+        heldout = _held_out(
+            half, older["effect"], older["effect_ci"], _mean(older["random_effects"]), older["difference"],
+            older["difference_ci"],
         )  # fmt: skip
         path = {
-            "name": f"hop {older['from_hop']}", "heads": older["senders"], "sign": 1,
-            "random_sets": older["random_sets"], "random_effects": randoms, "heldout": heldout,
-            "discovery": None, "strata": [], "verdict": "confirmed" if older["carries"] else "unconfirmed",
-            "note": HELD_OUT_ONLY, **{name: older[name] for name in PATH_DETAILS},
+            "name": f"hop {older['from_hop']}", "heads": older["senders"],
+            "random_sets": older["random_sets"], "random_effects": older["random_effects"],
+            "verdict": "confirmed" if older["carries"] else "unconfirmed",
+            **{name: older[name] for name in PATH_DETAILS},
         }  # fmt: skip
-        stored = {name: encode(value) for name, value in path.items()}
-        paths.append(_older_class(stored, PATH_DETAILS))
+        paths.append(_held_out_only(path, heldout, PATH_DETAILS))
     random_sets = [c["fields"]["random_sets"] for c in fields["lookups"] if c["fields"]["random_sets"]]
     settings = HopSettings(
         n_sequences=fields["n_sequences"],
@@ -322,16 +358,11 @@ def _older_hop(fields: dict[str, Any]) -> dict[str, Any]:
         min_attention=fields["min_attention"],
         n_random=len(random_sets[0]) if random_sets else HopSettings.n_random,
     )
-    figures = {name: fields[name] for name in (
-        "hops", "accuracy", "accuracy_ci", "chance", "attention", "discovery_change", "example_tokens",
-        "example_path",
-    )}  # fmt: skip
     finding = {
         "analysis": "hop", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings), "chose": encode({"sequences": [f"0-{half - 1}"]}),
         "tested": encode({"sequences": [f"{half}-{fields['n_sequences'] - 1}"]}),
-        "classes": fields["lookups"],
-        "extras": {"__dataclass__": "HopFigures", "fields": {**figures, "paths": paths}},
+        "classes": fields["lookups"], "extras": _extras(HopFigures, fields, paths=paths),
     }  # fmt: skip
     return {"__dataclass__": "Finding", "fields": finding}
 
@@ -343,27 +374,15 @@ def _older_path(fields: dict[str, Any]) -> dict[str, Any]:
     axis = "families" if fields["by_family"] else "prompts"
     summary = fields.get("faithfulness_summary")
     if summary is None:
-        nan = {"__float__": "nan"}
-        summary = {"__dataclass__": "FaithfulnessSummary", "fields": {
-            "n_prompts": fields["n_heldout"], "ratio": fields["faithfulness"],
-            "ratio_ci": fields["faithfulness_ci"], "error": nan, "within": nan,
-        }}  # fmt: skip
-    kept = ("task", "by_family", "n_discovery", "n_heldout", "all_heads_drop", "drops", "notes")
-    figures = {name: fields[name] for name in kept}
+        summary = _summary(fields["n_heldout"], fields["faithfulness"], fields["faithfulness_ci"])
     finding = {
         "analysis": "path", "model": fields["model"], "provenance": fields["model"],
         "settings": fields["settings"], "chose": encode({axis: list(decode(fields["chose"]))}),
         "tested": encode({axis: list(decode(fields["tested"]))}), "classes": fields["classes"],
         "faithfulness": summary, "faithfulness_strata": fields.get("faithfulness_strata", []),
-        "extras": {"__dataclass__": "PathFigures", "fields": figures},
+        "extras": _extras(PathFigures, fields),
     }  # fmt: skip
     return {"__dataclass__": "Finding", "fields": finding}
-
-
-RETRIEVAL_FIGURES = (
-    "discovery", "heldout", "heldout_by_facts", "question", "two_hop", "effects", "heads", "induction_heads",
-    "circuit_logit_diff", "model_logit_diff", "ablated_logit_diff", "circuit_accuracy",
-)  # fmt: skip
 
 
 def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
@@ -382,23 +401,16 @@ def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
         **decode(fields["settings"]), heldout_facts=facts, seed=fields["seed"],
         heldout_relations=asked if set(tested) <= set(asked) else tested,
     )  # fmt: skip
-    ratio, nan = decode(fields["faithfulness"]), float("nan")
-    faithfulness = None if math.isnan(ratio) else FaithfulnessSummary(
-        n_prompts=fields["heldout"]["fields"]["n_prompts"], ratio=ratio, ratio_ci=(nan, nan), error=nan,
-        within=nan,
-    )  # fmt: skip
-    figures = {
-        "attribution": fields.get("attribution", ""),
-        **{name: fields[name] for name in RETRIEVAL_FIGURES},
-    }
+    ratio, n_heldout = fields["faithfulness"], fields["heldout"]["fields"]["n_prompts"]
+    faithfulness = None if math.isnan(decode(ratio)) else _summary(n_heldout, ratio)
     finding = {
         "analysis": "retrieval", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings),
         "chose": encode({"relations": list(relations.discovery), "templates": templates["discovery"]}),
         "tested": encode({"relations": list(tested), "templates": templates["heldout"]}),
-        "classes": fields["classes"], "faithfulness": encode(faithfulness), "faithfulness_strata": [],
+        "classes": fields["classes"], "faithfulness": faithfulness, "faithfulness_strata": [],
         "timings": fields.get("timings", encode({})),
-        "extras": {"__dataclass__": "RetrievalFigures", "fields": figures},
+        "extras": _extras(RetrievalFigures, fields, attribution=fields.get("attribution", "")),
     }  # fmt: skip
     return {"__dataclass__": "Finding", "fields": finding}
 
@@ -412,23 +424,19 @@ def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
     classes = []
     for name, node in fields["classes"]["__items__"]:
         if node.get("__dataclass__") == "ClassValidation":
-            older, nan = node["fields"], {"__float__": "nan"}
-            ci = tuple(decode(bound) for bound in older["beyond_ci"]["__tuple__"])
-            heldout = {
-                "n_prompts": fields["n_prompts"], "drop": older["drop"], "drop_ci": {"__tuple__": [nan, nan]},
-                "random_drop": older["random_drop"], "beyond": older["beyond"],
-                "beyond_ci": older["beyond_ci"], "verdict": ci_verdict(ci, older["sign"]),
-            }  # fmt: skip
+            older, nan = node["fields"], float("nan")
+            heldout = _held_out(
+                fields["n_prompts"], older["drop"], (nan, nan), decode(older["random_drop"]), older["beyond"],
+                older["beyond_ci"], sign=older["sign"],
+            )  # fmt: skip
             q, df, p, i2 = older["heterogeneity"]["__tuple__"]
             spread = {"__items__": [["Q", q], ["df", df], ["p", p], ["I2", i2]]}
             writes = {} if older["writes"] is None else {"writes": older["writes"]}
             judged = {
-                "name": name, "heads": older["heads"], "sign": older["sign"],
-                "heldout": {"__dataclass__": "BeyondRandom", "fields": heldout}, "discovery": None,
-                "strata": older["strata"], "verdict": older["verdict"], "note": HELD_OUT_ONLY,
-                "heterogeneity": spread, **writes,
+                "name": name, "heads": older["heads"], "sign": older["sign"], "strata": older["strata"],
+                "verdict": older["verdict"], "heterogeneity": spread, **writes,
             }  # fmt: skip
-            node = _older_class(judged, ["heterogeneity", *writes])
+            node = _held_out_only(judged, heldout, ["heterogeneity", *writes])
         classes.append([name, node])
     return {**fields, "classes": {"__items__": classes}}
 
@@ -456,16 +464,7 @@ def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
         else:  # the caller's held-out prompts: the templates validation split them by
             strata = classes[0]["fields"]["strata"] if classes else []
             tested = {"templates": [s["fields"]["name"] for s in strata if s["fields"]["kind"] == "template"]}
-    figures = {
-        name: fields[name] for name in ("baseline", "unclassified", "effects", "attention", "thresholds")
-    }
-    figures |= {"class_heads": fields["classes"], "evaluation": fields.get("evaluation"),
-                "example": fields.get("example")}  # fmt: skip
-    if held_out is not None:
-        figures["heldout"] = {
-            "__dataclass__": "HeldOut",
-            "fields": {k: held_out[k] for k in HeldOut.__dataclass_fields__},
-        }
+    heldout = None if held_out is None else _extras(HeldOut, held_out)
     finding = {
         "analysis": "ioi", "model": model, "provenance": provenance,
         "settings": {"__dataclass__": "Settings", "fields": settings},
@@ -473,7 +472,7 @@ def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
         "faithfulness": None if held_out is None else held_out.get("faithfulness_summary"),
         "faithfulness_strata": [] if held_out is None else held_out.get("faithfulness_strata", []),
         "timings": fields.get("timings", encode({})),
-        "extras": {"__dataclass__": "IOIFigures", "fields": figures},
+        "extras": _extras(IOIFigures, fields, class_heads=fields["classes"], heldout=heldout),
     }  # fmt: skip
     return {"__dataclass__": "Finding", "fields": finding}
 
@@ -484,21 +483,13 @@ def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
     mean change, which such files do not hold, the mean of their means), found_by, attributed and
     random_same_layers under details."""
     fields = dict(fields)
-    random_changes = fields.pop("random_changes")
-    heldout = {
-        "n_prompts": n_prompts,
-        "drop": fields.pop("change"),
-        "drop_ci": fields.pop("change_ci"),
-        "random_drop": sum(random_changes) / len(random_changes),
-        "beyond": fields.pop("difference"),
-        "beyond_ci": fields.pop("difference_ci"),
-        "verdict": fields["verdict"],
-    }
-    fields.update(
-        sign=1, random_effects=random_changes, heldout={"__dataclass__": "BeyondRandom", "fields": heldout},
-        discovery=None, strata=[], note=HELD_OUT_ONLY,
+    random = fields.pop("random_changes")
+    heldout = _held_out(
+        n_prompts, fields.pop("change"), fields.pop("change_ci"), _mean(random), fields.pop("difference"),
+        fields.pop("difference_ci"), verdict=fields["verdict"],
     )  # fmt: skip
-    return _older_class(fields, ["found_by", "attributed", "random_same_layers"])
+    fields["random_effects"] = random
+    return _held_out_only(fields, heldout, ["found_by", "attributed", "random_same_layers"])
 
 
 def _older_icl(fields: dict[str, Any]) -> dict[str, Any]:
@@ -521,15 +512,11 @@ def _older_icl(fields: dict[str, Any]) -> dict[str, Any]:
         n_random=len(classes[0]["fields"]["random_sets"]) if classes else ICLSettings.n_random,
         seed=fields["seed"],
     )
-    figures = {name: fields[name] for name in (
-        "source", "score", "discovery", "heldout", "loss_curve", "loss_curve_se", "attributions", "heads",
-        "training",
-    )}  # fmt: skip
     finding = {
         "analysis": "icl", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings), "chose": encode({"documents": chose}),
         "tested": encode({"documents": tested}), "classes": classes, "timings": fields["timings"],
-        "extras": {"__dataclass__": "ICLFigures", "fields": figures},
+        "extras": _extras(ICLFigures, fields),
     }  # fmt: skip
     return {"__dataclass__": "Finding", "fields": finding}
 
@@ -549,19 +536,12 @@ def _older_fv(fields: dict[str, Any]) -> dict[str, Any]:
         n_random=len(classes[0]["fields"]["random_sets"]), n_documents=fields["n_documents"],
         seed=fields["seed"],
     )  # fmt: skip
-    figures = {name: fields[name] for name in (
-        "aie_attributed", "aie_per_task", "candidates", "candidates_aie", "fv_heads", "fv_heads_heldout_aie",
-        "induction_heads", "induction_found_by", "overlap", "fv_layer", "layer_accuracy", "task_vectors",
-        "template_vectors",
-    )}  # fmt: skip
     finding = {
         "analysis": "fv", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings),
         "chose": encode({"tasks": list(split.discovery), "templates": list(template_split.discovery)}),
         "tested": encode({"tasks": list(split.heldout), "templates": list(template_split.heldout)}),
-        "classes": classes, "timings": fields["timings"],
-        "extras": {"__dataclass__": "FunctionVectorFigures",
-                   "fields": {**figures, "written": fields.get("written", "")}},
+        "classes": classes, "timings": fields["timings"], "extras": _extras(FunctionVectorFigures, fields),
     }  # fmt: skip
     return {"__dataclass__": "Finding", "fields": finding}
 

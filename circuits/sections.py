@@ -16,6 +16,7 @@ builds the one report of a `Finding` from them.
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -34,8 +35,9 @@ from circuits.evidence import (
     StratumFaithfulness,
     faithfulness_verdict,
 )
-from circuits.output import write_output
+from circuits.output import check_format
 from interp.interventions.stats import FaithfulnessSummary
+from interp.io.files import write_text_atomic
 from interp.io.serialize import plain
 from interp.viz import heatmap_html, html_page, html_table
 
@@ -154,8 +156,8 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def html_fragments(report: Report) -> list[str]:
-    """The report's headline and sections as HTML fragments (for a page of its own or another's)."""
+def render_html(report: Report) -> str:
+    """The report as an offline HTML page: the headline, then every section with its figures."""
     parts = ["<p>" + "<br>".join(html.escape(line) for line in report.headline) + "</p>"]
     for section in report.sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
@@ -167,12 +169,7 @@ def html_fragments(report: Report) -> list[str]:
             parts.append(html_table(section.table.columns, section.table.rows))
         parts += [f'<p class="legend">{html.escape(note)}</p>' for note in section.notes]
         parts += section.figures
-    return parts
-
-
-def render_html(report: Report) -> str:
-    """The report as an offline HTML page."""
-    return html_page(report.title, html_fragments(report))
+    return html_page(report.title, parts)
 
 
 def result_json(result: Any) -> str:
@@ -194,11 +191,17 @@ def write_sections(
     table); width: the columns of the "table" format written to a file."""
     renderers = {"json": lambda: result_json(result), "markdown": lambda: render_markdown(report),
                  "html": lambda: render_html(report), **(data or {})}  # fmt: skip
-    shown = terminal or report
-    write_output(
-        format, ("table", *renderers), out, console, lambda c: print_report(shown, c),
-        lambda f: renderers[f](), width,
-    )  # fmt: skip
+    check_format(format, ("table", *renderers), out)
+    if format == "table" and out is None:
+        print_report(terminal or report, console)
+    elif format == "table":
+        buffer = Console(file=io.StringIO(), width=width)
+        print_report(terminal or report, buffer)
+        write_text_atomic(out, buffer.file.getvalue())
+    elif out is None:
+        console.print(renderers[format](), markup=False, highlight=False, emoji=False, soft_wrap=True)
+    else:
+        write_text_atomic(out, renderers[format]())
 
 
 def faithfulness_section(
@@ -242,22 +245,30 @@ def _faithfulness_cells(n_prompts: int, summary: FaithfulnessSummary | None) -> 
             shown(summary.within, ".0%")]  # fmt: skip
 
 
-def class_sections(
-    classes: Sequence[ClassVerdict],
-    *,
-    details: Sequence[tuple[str, Callable[[ClassVerdict], str]]] = (),
-    effect: str = "drop",
-    holds: str = "its mean beyond random points the class's way",
-    digits: int = 2,
-) -> list[Section]:
-    """The standard sections of classes judged by `circuits.evidence.judge_class`: each class with its
-    verdict (its effect beyond random same-layer sets held out, with the CI, beside the same figure on
-    the prompts that chose it) and the per-stratum and per-family table. details: the analysis's own
-    columns (title, the cell of a class); effect: what a class's figure is ("drop", "gain"); holds: when
-    a stratum holds (`Strata.by_ci`). Where no class has a figure on the prompts that chose it, the
-    table has no column for it."""
+@dataclass(kw_only=True)
+class ClassView:
+    """How an analysis's classes read in the standard class sections (`class_sections`): its own
+    columns (title, the cell of a class), what a class's figure is ("drop", "gain"), when a stratum
+    holds (`evidence.Strata.by_ci`), the figures' decimals, the legend and figures under the classes'
+    table, the notes under the strata's."""
+
+    columns: Sequence[tuple[str, Callable[[ClassVerdict], str]]] = ()
+    effect: str = "drop"
+    holds: str = "its mean beyond random points the class's way"
+    digits: int = 2
+    notes: list[str] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
+    strata_notes: list[str] = field(default_factory=list)
+
+
+def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Section]:
+    """The standard sections of classes judged by `circuits.evidence.judge_class`, as `view` reads them:
+    each class with its verdict (its effect beyond random same-layer sets held out, with the CI, beside
+    the same figure on the prompts that chose it) and the per-stratum and per-family table. Where no
+    class has a figure on the prompts that chose it, the table has no column for it."""
+    details, digits = view.columns, view.digits
     chose = any(c.discovery is not None for c in classes)
-    beyond = f"{effect} beyond random"
+    beyond = f"{view.effect} beyond random"
     figures = [f"{beyond} (chose)", "held out"] if chose else [f"{beyond} (held out)"]
 
     def chosen(c: ClassVerdict) -> list[str]:  # its cell of the "(chose)" column, where there is one
@@ -277,16 +288,18 @@ def class_sections(
         title="Head classes (held out)",
         lines=[f"{c.name}: {c.verdict}; {c.note}" for c in classes] or ["no head was kept"],
         table=table,
+        notes=view.notes,
+        figures=view.figures,
     )
     strata = Section(
         title="Per stratum and family (held out)",
         lines=[
-            f"a stratum holds when {holds}; one of fewer than {MIN_STRATUM_PROMPTS} prompts has no CI and no "
-            f"verdict ('{TOO_FEW_PROMPTS}') and does not count in the class's verdict"
+            f"a stratum holds when {view.holds}; one of fewer than {MIN_STRATUM_PROMPTS} prompts has no CI "
+            f"and no verdict ('{TOO_FEW_PROMPTS}') and does not count in the class's verdict"
         ]
         + ([] if any(c.strata for c in classes) else ["no strata or families: each class is judged pooled"]),
         table=Table(
-            columns=["class", "kind", "name", "prompts", f"{effect} beyond random", "95% CI", "holds"],
+            columns=["class", "kind", "name", "prompts", beyond, "95% CI", "holds"],
             rows=[
                 [c.name, s.kind, s.name, str(s.n_prompts), signed(s.beyond, digits),
                  "" if s.beyond_ci is None else ci_text(s.beyond_ci, digits),
@@ -295,5 +308,6 @@ def class_sections(
                 for s in c.strata
             ],
         ),
+        notes=view.strata_notes,
     )  # fmt: skip
     return [head_classes, strata]

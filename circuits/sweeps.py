@@ -22,8 +22,7 @@ import torch
 
 import interp
 from circuits.heads import head_report
-from circuits.output import pyplot
-from interp.io.files import atomic_path
+from circuits.output import pyplot, save_figure
 from interp.runtime.distributed import RayCluster, map_shards
 from interp.training import CHECKPOINTS
 from interp.types import Progress
@@ -101,17 +100,19 @@ def _fingerprint(path: Path) -> str:
 def training_checkpoints(run: str | Path) -> list[tuple[int, Path]]:
     """(step, directory) of every checkpoint a training run saved (`interp train --checkpoint-every`)."""
     directory = Path(run) / CHECKPOINTS
-    found = []
-    for path in sorted(directory.glob("step_*")) if directory.is_dir() else []:
-        state = path / "trainer_state.json"
-        if state.is_file():
-            found.append((int(json.loads(state.read_text())["step"]), path))
+    paths = sorted(directory.glob("step_*")) if directory.is_dir() else []
+    found = [(_step(path), path) for path in paths if (path / "trainer_state.json").is_file()]
     if not found:
         raise ValueError(
             f"{run} has no checkpoints under {CHECKPOINTS}/; train with --checkpoint-every N "
             "(or pass the checkpoint directories themselves)."
         )
     return sorted(found)
+
+
+def _step(checkpoint: Path) -> int:
+    """The training step of a checkpoint directory (its trainer_state.json's)."""
+    return int(json.loads((checkpoint / "trainer_state.json").read_text())["step"])
 
 
 def checkpoint_head_sweep(
@@ -132,10 +133,7 @@ def checkpoint_head_sweep(
     if isinstance(run_or_checkpoints, str | Path):
         checkpoints = training_checkpoints(run_or_checkpoints)
     else:
-        checkpoints = sorted(
-            (int(json.loads((Path(p) / "trainer_state.json").read_text())["step"]), Path(p))
-            for p in run_or_checkpoints
-        )
+        checkpoints = sorted((_step(Path(path)), Path(path)) for path in run_or_checkpoints)
     paths = [path for _, path in checkpoints]
     frame = head_sweep(
         paths, [str(step) for step, _ in checkpoints], n_samples, seed, causal, ray, store, progress
@@ -164,7 +162,4 @@ def plot_head_sweep(
     axes.legend(fontsize=7, ncols=2)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    if out is not None:
-        with atomic_path(out) as tmp:  # the format from out's suffix (the temporary name ends in .tmp)
-            figure.savefig(tmp, format=Path(out).suffix.removeprefix(".") or None)
-    return figure
+    return save_figure(figure, out)
