@@ -262,10 +262,7 @@ def _candidate_effects(
         with_others_ablated={},
         all_candidates=runs.effect(heads),
         min_effect=min_effect,
-        by_stratum={
-            name: {head: (runs.effect([head], rows=rows), nan) for head in heads}
-            for name, rows in stratum_rows.items()
-        },
+        by_stratum={name: {} for name in stratum_rows},  # its names: `holds_in`'s order
         judged={head: {"alone": runs.judge(head, "alone")} for head in heads},
     )
     undecided = [
@@ -579,7 +576,7 @@ def causal_checks(
         return {}
     previous_token = scores.candidates("previous_token", max_candidates)
     # Random heads are of neither checked type: an induction head is not compared with previous-token heads.
-    typed = sorted({head for kind in CAUSAL_TYPES for head in typed_heads(scores, kind)})
+    typed = sorted({head for kind in CAUSAL_TYPES for head in scores.candidates(kind)})
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
     ablated = [
@@ -613,11 +610,6 @@ def causal_checks(
             ),
         ),  # fmt: skip
     }
-
-
-def typed_heads(scores: HeadScores, head_type: str) -> list[Head]:
-    """Every head over `head_type`'s threshold (highest first): never a random head."""
-    return scores.candidates(head_type, scores.columns[head_type].numel())
 
 
 def with_held_out_scores(
