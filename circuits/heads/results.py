@@ -390,10 +390,33 @@ class HeadFigures(HeadGrid, Extras):
         return {"csv": lambda: to_csv(self.rows(finding))}
 
     def json_fields(self, finding: Finding) -> dict[str, Any]:
-        """The settings (`settings_record`, the batch size too), thresholds and group effects, and every
-        head's scores, types and causal effects (`full_table`)."""
-        rows = self.rows(finding)
-        return {**rows.json_data(), "settings": rows.settings | {"batch_size": finding.settings.batch_size}}
+        """What `--format json` holds (`circuits.sections.result_json`, NaN as null): the settings
+        (`settings_record`, the batch size too), thresholds and group effects, and every head's scores,
+        types and causal effects (`full_table`)."""
+        heads = [
+            {
+                "layer": row["layer"],
+                "head": row["head"],
+                "scores": {name: row[name] for name in (*SCORE_NAMES, *WEIGHT_SCORES)},
+                "score_se": {name: row[f"{name}_se"] for name in SCORE_NAMES},
+                "text_scores": {name: row.get(f"{name}_text") for name in PATTERN_SCORES},
+                "induction_by_length": {str(n): row[f"induction_len{n}"] for n in self.induction_lengths},
+                "fixed_offset_distance": None if math.isnan(distance) else int(distance),
+                "skip_gram_pair": row["skip_gram_pair"] or None,
+                "types": list(row["types"]),
+                "confidence": {name: row[f"confidence_{name}"] for name in SCORE_NAMES},
+                "causal": {kind: _causal_data(row, kind) for kind in CAUSAL_TYPES},
+            }
+            for row in self.full_table(finding).to_dict("records")
+            for distance in [row["fixed_offset_distance"]]
+        ]
+        return {
+            "model": finding.model,
+            "settings": self.settings_record(finding) | {"batch_size": finding.settings.batch_size},
+            "thresholds": self.thresholds,
+            "group_effects": {kind: {"effect": m, "se": se} for kind, (m, se) in self.group_effects.items()},
+            "heads": heads,
+        }
 
 
 BEFORE_RANDOM_BASELINE = (
@@ -424,36 +447,6 @@ class HeadRows(HeadGrid):
     group_effects: dict[str, Effect]
     str_tokens: dict[str, list[str]]
     patterns: dict[str, Tensor]
-
-    def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`, NaN as null): the settings,
-        thresholds and group effects, and every head's scores, types and causal effects."""
-        lengths = self.settings["induction_lengths"]
-        heads = [
-            {
-                "layer": row["layer"],
-                "head": row["head"],
-                "scores": {name: row[name] for name in (*SCORE_NAMES, "copying", "k_composition")},
-                "score_se": {name: row[f"{name}_se"] for name in SCORE_NAMES},
-                "text_scores": {name: row.get(f"{name}_text") for name in PATTERN_SCORES},
-                "induction_by_length": {str(n): row[f"induction_len{n}"] for n in lengths},
-                "fixed_offset_distance": None if math.isnan(distance) else int(distance),
-                "skip_gram_pair": row["skip_gram_pair"] or None,
-                "types": list(row["types"]),
-                "confidence": {name: row[f"confidence_{name}"] for name in SCORE_NAMES},
-                "causal": {kind: _causal_data(row, kind) for kind in CAUSAL_TYPES},
-            }
-            for row in self.table.to_dict("records")
-            for distance in [row["fixed_offset_distance"]]
-        ]
-        groups = {kind: {"effect": m, "se": se} for kind, (m, se) in self.group_effects.items()}
-        return {
-            "model": self.model_name,
-            "settings": self.settings,
-            "thresholds": self.thresholds,
-            "group_effects": groups,
-            "heads": heads,
-        }
 
 
 def _causal_data(row: dict[str, Any], kind: str) -> dict[str, Any]:
