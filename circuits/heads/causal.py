@@ -47,12 +47,12 @@ Effect = tuple[float, float]  # (mean, standard error) over probe sequences
 class CausalEffects:
     """Per candidate: its effect alone and with the other candidates ablated; all candidates' together.
     by_stratum: "L=13" -> head -> (alone, with others); judged: head -> effect (EFFECTS) -> its verdict
-    against the random heads of its layer."""
+    against the random heads of its layer. The defaults: no candidate tested."""
 
-    alone: dict[Head, Effect]
-    with_others_ablated: dict[Head, Effect]
-    all_candidates: Effect
-    min_effect: float  # an effect beyond random below this is negligible, however small its CI
+    alone: dict[Head, Effect] = field(default_factory=dict)
+    with_others_ablated: dict[Head, Effect] = field(default_factory=dict)
+    all_candidates: Effect = (math.nan, math.nan)
+    min_effect: float = math.nan  # an effect beyond random below this is negligible, however small its CI
     by_stratum: dict[str, dict[Head, tuple[Effect, Effect]]] = field(default_factory=dict)
     stopped_early: dict[Head, list[str]] = field(default_factory=dict)  # head -> effects stopped as futile
     held_out_scores: dict[Head, float] = field(default_factory=dict)  # head -> its type's held-out score
@@ -259,13 +259,9 @@ def _candidate_effects(
     nan = (math.nan, math.nan)
     alone = CausalEffects(
         alone={head: runs.effect([head]) for head in heads},
-        with_others_ablated={},
         all_candidates=runs.effect(heads),
         min_effect=min_effect,
-        by_stratum={
-            name: {head: (runs.effect([head], rows=rows), nan) for head in heads}
-            for name, rows in stratum_rows.items()
-        },
+        by_stratum={name: {} for name in stratum_rows},  # its names: `holds_in`'s order
         judged={head: {"alone": runs.judge(head, "alone")} for head in heads},
     )
     undecided = [
@@ -522,12 +518,7 @@ def previous_token_ablation_effects(
     start = min((layer for layer, _ in heads), default=0)
     later = [target for target in targets if target[0] > start]
     if not heads or not later:
-        return CausalEffects(
-            alone={},
-            with_others_ablated={},
-            all_candidates=(float("nan"), float("nan")),
-            min_effect=MIN_EFFECT["previous_token"],
-        )
+        return CausalEffects(min_effect=MIN_EFFECT["previous_token"])
     target_layers = sorted({layer for layer, _ in later})
     classes = random_head_classes(model, heads, typed, n_random, seed)
     if clean is None:
@@ -579,7 +570,7 @@ def causal_checks(
         return {}
     previous_token = scores.candidates("previous_token", max_candidates)
     # Random heads are of neither checked type: an induction head is not compared with previous-token heads.
-    typed = sorted({head for kind in CAUSAL_TYPES for head in typed_heads(scores, kind)})
+    typed = sorted({head for kind in CAUSAL_TYPES for head in scores.candidates(kind)})
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
     ablated = [
@@ -613,11 +604,6 @@ def causal_checks(
             ),
         ),  # fmt: skip
     }
-
-
-def typed_heads(scores: HeadScores, head_type: str) -> list[Head]:
-    """Every head over `head_type`'s threshold (highest first): never a random head."""
-    return scores.candidates(head_type, scores.columns[head_type].numel())
 
 
 def with_held_out_scores(

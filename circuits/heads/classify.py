@@ -30,7 +30,6 @@ def head_table(
     columns = scores.columns | weights
     n_layers, n_heads = columns[SCORE_NAMES[0]].shape
     nan = (math.nan, math.nan)
-    untested = CausalEffects(alone={}, with_others_ablated={}, all_candidates=nan, min_effect=math.nan)
     rows = []
     for layer, head in np.ndindex(n_layers, n_heads):
         at = (layer, head)
@@ -38,7 +37,7 @@ def head_table(
         row.update({name: float(values[layer, head]) for name, values in columns.items()})
         row["skip_gram_pair"] = scores.skip_gram_pairs[layer * n_heads + head]
         for kind in CAUSAL_TYPES:
-            found = effects.get(kind, untested)
+            found = effects.get(kind, CausalEffects())
             row[f"{kind}_effect"], row[f"{kind}_effect_se"] = found.alone.get(at, nan)
             row[f"{kind}_effect_with_others"], row[f"{kind}_effect_with_others_se"] = (
                 found.with_others_ablated.get(at, nan)

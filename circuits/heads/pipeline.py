@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import interp
+from circuits.evidence import head_labels
 from circuits.finding import Finding
 from circuits.heads.causal import (
     CAUSAL_TYPES,
@@ -25,7 +26,6 @@ from circuits.heads.causal import (
     clean_run_for_ablations,
     induction_ablation_effects,
     random_head_classes,
-    typed_heads,
     with_held_out_scores,
 )
 from circuits.heads.classify import head_table
@@ -44,7 +44,7 @@ from circuits.heads.scores import (
 from circuits.heads.weights import weight_scores
 from circuits.stages import StageResults
 from interp.checks import check_finite_weights
-from interp.types import Head, Progress, head_label
+from interp.types import Head, Progress
 
 KEPT_STAGES = (SCORES_STAGE, INDUCTION_STAGE, PREVIOUS_TOKEN_STAGE)  # what head_report reports and keeps
 BETWEEN_STAGES = (CLEAN_RUN_STAGE,)  # what head_report reports between them (not kept: one forward pass)
@@ -169,7 +169,7 @@ def confirmed_induction(
     candidates = scores.candidates("induction", max_candidates)
     if not candidates:
         return []
-    typed = typed_heads(scores, "induction")
+    typed = scores.candidates("induction")  # every head over the threshold: never a random head
     layers = [layer for layer, _ in candidates]
     ablated = ablated_layers(random_head_classes(model, candidates, typed, N_RANDOM, seed))
     clean = clean_run_for_ablations(model, probes.held_out, ablated, layers, final=True)
@@ -183,8 +183,7 @@ def confirmed_induction(
 def heads_stage_notes(stage: str, value: HeadScores | CausalEffects) -> list[str]:
     """Lines on a finished stage of `head_report` (its kept `value`), for a partial result."""
     if isinstance(value, HeadScores):
-        over = {kind: value.candidates(kind, value.columns[kind].numel()) for kind in CAUSAL_TYPES}
-        labels = {kind: ", ".join(head_label(*head) for head in heads) for kind, heads in over.items()}
+        labels = {kind: ", ".join(head_labels(value.candidates(kind))) for kind in CAUSAL_TYPES}
         return [f"Over the {kind.replace('_', '-')} threshold: {labels[kind] or 'none'}." for kind in labels]
-    confirmed = [head_label(*head) for head in value.alone if value.confirmed(head)]
+    confirmed = head_labels([head for head in value.alone if value.confirmed(head)])
     return [f"Confirmed by ablation: {', '.join(confirmed) or 'none'} (of {len(value.alone)} candidates)."]

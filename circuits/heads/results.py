@@ -150,17 +150,9 @@ def class_columns(table: pd.DataFrame) -> list[str]:
     """The columns of a full head table that copy the classes' figures (what `HeadFigures.table` leaves
     out and `HeadFigures.full_table` joins back): per causal type and effect the random heads' mean
     effect, the effect beyond them with its SE and CI, the random heads, and beyond random per stratum."""
-    names = [
-        f"{kind}_{name}{suffix}{end}"
-        for kind in CAUSAL_TYPES
-        for suffix in SUFFIXES.values()
-        for name, end in (("random_effect", ""), ("beyond_random", ""), ("beyond_random", "_se"),
-                          ("beyond_random", "_ci_low"), ("beyond_random", "_ci_high"))
-    ]  # fmt: skip
-    names += [f"{kind}_random_heads" for kind in CAUSAL_TYPES]
-    strata = [c for c in table.columns if any(c.startswith(f"{kind}_beyond_random[") or
-                                              c.startswith(f"{kind}_beyond_random_with_others[")
-                                              for kind in CAUSAL_TYPES)]  # fmt: skip
+    names = [name for kind in CAUSAL_TYPES for name in _class_cells(kind, {})]
+    beyond = {f"{kind}_beyond_random{suffix}[" for kind in CAUSAL_TYPES for suffix in SUFFIXES.values()}
+    strata = [column for column in table.columns if column[: column.find("[") + 1] in beyond]
     return [name for name in names if name in table] + strata
 
 
@@ -247,20 +239,29 @@ def _stratum_cells(kind: str, stratum: str, classes: dict[str, ClassVerdict]) ->
     return cells
 
 
-def _score_grid(table: pd.DataFrame, n_layers: int, n_heads: int, column: str) -> np.ndarray:
-    grid = np.full((n_layers, n_heads), np.nan)
-    grid[table["layer"], table["head"]] = table[column].astype(float)
-    return grid
+class HeadGrid:
+    """The reads of a table of every head (`table`, one row per (layer, head)) that `HeadFigures` and
+    `HeadRows` share."""
 
+    table: pd.DataFrame
+    n_layers: int
+    n_heads: int
 
-def _heads_of_type(table: pd.DataFrame, head_type: str) -> list[Head]:
-    rows = table[table["types"].apply(lambda types: head_type in types)]
-    rows = rows.sort_values(head_type, ascending=False)
-    return list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
+    def score_grid(self, column: str) -> np.ndarray:
+        """[layer, head] values of one column of `table`."""
+        grid = np.full((self.n_layers, self.n_heads), np.nan)
+        grid[self.table["layer"], self.table["head"]] = self.table[column].astype(float)
+        return grid
+
+    def heads_of_type(self, head_type: str) -> list[Head]:
+        """(layer, head) of the heads classified as `head_type`, best score first."""
+        rows = self.table[self.table["types"].apply(lambda types: head_type in types)]
+        rows = rows.sort_values(head_type, ascending=False)
+        return list(zip(rows["layer"].tolist(), rows["head"].tolist(), strict=True))
 
 
 @dataclass(kw_only=True)
-class HeadFigures(Extras):
+class HeadFigures(HeadGrid, Extras):
     """`head_report`'s own figures. The finding's chose and tested are the probes' token families (even
     ids choose the candidates by their attention scores, odd ids test them); its settings the
     `HeadSettings` the run used (seq_len and natural_text the probes'); its classes `head_classes`.
@@ -289,14 +290,6 @@ class HeadFigures(Extras):
     file_width: ClassVar[int] = FILE_WIDTH
     formats: ClassVar[tuple[str, ...]] = FORMATS
     terminal_options: ClassVar[dict[str, Any]] = {"all_heads": False}  # the terminal: the confirmed heads
-
-    def score_grid(self, column: str) -> np.ndarray:
-        """[layer, head] values of one column of `table`."""
-        return _score_grid(self.table, self.n_layers, self.n_heads, column)
-
-    def heads_of_type(self, head_type: str) -> list[Head]:
-        """(layer, head) of the heads classified as `head_type`, best score first."""
-        return _heads_of_type(self.table, head_type)
 
     def full_table(self, finding: Finding) -> pd.DataFrame:
         """`table` with the columns copied from the finding's classes joined in their places (after each
@@ -352,7 +345,7 @@ class HeadFigures(Extras):
     def rows(self, finding: Finding) -> HeadRows:
         """What the report reads: the full table (`full_table`) and the figures beside it."""
         return HeadRows(
-            model_name=finding.model, provenance=finding.provenance, table=self.full_table(finding),
+            model_name=finding.model, table=self.full_table(finding),
             settings=self.settings_record(finding), thresholds=self.thresholds, n_layers=self.n_layers,
             n_heads=self.n_heads, group_effects=self.group_effects, str_tokens=self.str_tokens,
             patterns=self.patterns,
@@ -397,10 +390,33 @@ class HeadFigures(Extras):
         return {"csv": lambda: to_csv(self.rows(finding))}
 
     def json_fields(self, finding: Finding) -> dict[str, Any]:
-        """The settings (`settings_record`, the batch size too), thresholds and group effects, and every
-        head's scores, types and causal effects (`full_table`)."""
-        rows = self.rows(finding)
-        return {**rows.json_data(), "settings": rows.settings | {"batch_size": finding.settings.batch_size}}
+        """What `--format json` holds (`circuits.sections.result_json`, NaN as null): the settings
+        (`settings_record`, the batch size too), thresholds and group effects, and every head's scores,
+        types and causal effects (`full_table`)."""
+        heads = [
+            {
+                "layer": row["layer"],
+                "head": row["head"],
+                "scores": {name: row[name] for name in (*SCORE_NAMES, *WEIGHT_SCORES)},
+                "score_se": {name: row[f"{name}_se"] for name in SCORE_NAMES},
+                "text_scores": {name: row.get(f"{name}_text") for name in PATTERN_SCORES},
+                "induction_by_length": {str(n): row[f"induction_len{n}"] for n in self.induction_lengths},
+                "fixed_offset_distance": None if math.isnan(distance) else int(distance),
+                "skip_gram_pair": row["skip_gram_pair"] or None,
+                "types": list(row["types"]),
+                "confidence": {name: row[f"confidence_{name}"] for name in SCORE_NAMES},
+                "causal": {kind: _causal_data(row, kind) for kind in CAUSAL_TYPES},
+            }
+            for row in self.full_table(finding).to_dict("records")
+            for distance in [row["fixed_offset_distance"]]
+        ]
+        return {
+            "model": finding.model,
+            "settings": self.settings_record(finding) | {"batch_size": finding.settings.batch_size},
+            "thresholds": self.thresholds,
+            "group_effects": {kind: {"effect": m, "se": se} for kind, (m, se) in self.group_effects.items()},
+            "heads": heads,
+        }
 
 
 BEFORE_RANDOM_BASELINE = (
@@ -418,12 +434,11 @@ CLASS_LEGEND = (
 
 
 @dataclass(kw_only=True)
-class HeadRows:
+class HeadRows(HeadGrid):
     """What the head report reads of a finding (`HeadFigures.rows`): every column of every head (the
     classes' figures joined), the settings as recorded, the figures beside them."""
 
     model_name: str
-    provenance: str
     table: pd.DataFrame
     settings: dict[str, Any]
     thresholds: dict[str, float]
@@ -432,44 +447,6 @@ class HeadRows:
     group_effects: dict[str, Effect]
     str_tokens: dict[str, list[str]]
     patterns: dict[str, Tensor]
-
-    def score_grid(self, column: str) -> np.ndarray:
-        """[layer, head] values of one column."""
-        return _score_grid(self.table, self.n_layers, self.n_heads, column)
-
-    def heads_of_type(self, head_type: str) -> list[Head]:
-        """(layer, head) of the heads classified as `head_type`, best score first."""
-        return _heads_of_type(self.table, head_type)
-
-    def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`, NaN as null): the settings,
-        thresholds and group effects, and every head's scores, types and causal effects."""
-        lengths = self.settings["induction_lengths"]
-        heads = [
-            {
-                "layer": row["layer"],
-                "head": row["head"],
-                "scores": {name: row[name] for name in (*SCORE_NAMES, "copying", "k_composition")},
-                "score_se": {name: row[f"{name}_se"] for name in SCORE_NAMES},
-                "text_scores": {name: row.get(f"{name}_text") for name in PATTERN_SCORES},
-                "induction_by_length": {str(n): row[f"induction_len{n}"] for n in lengths},
-                "fixed_offset_distance": None if math.isnan(distance) else int(distance),
-                "skip_gram_pair": row["skip_gram_pair"] or None,
-                "types": list(row["types"]),
-                "confidence": {name: row[f"confidence_{name}"] for name in SCORE_NAMES},
-                "causal": {kind: _causal_data(row, kind) for kind in CAUSAL_TYPES},
-            }
-            for row in self.table.to_dict("records")
-            for distance in [row["fixed_offset_distance"]]
-        ]
-        groups = {kind: {"effect": m, "se": se} for kind, (m, se) in self.group_effects.items()}
-        return {
-            "model": self.model_name,
-            "settings": self.settings,
-            "thresholds": self.thresholds,
-            "group_effects": groups,
-            "heads": heads,
-        }
 
 
 def _causal_data(row: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -234,8 +234,9 @@ class HeadScores:
     patterns: dict[str, Float[Tensor, "layer head q k"]]  # probe -> the first sequence's attention
     str_tokens: dict[str, list[str]]  # probe -> the first sequence's tokens
 
-    def candidates(self, head_type: str, limit: int) -> list[Head]:
-        """Up to `limit` heads whose `head_type` score clears its threshold, highest first."""
+    def candidates(self, head_type: str, limit: int | None = None) -> list[Head]:
+        """Up to `limit` (None: every one) heads whose `head_type` score clears its threshold, highest
+        first."""
         values, threshold = self.columns[head_type], self.thresholds[head_type]
         flat = values.flatten().nan_to_num(-1.0)
         n_heads = values.shape[1]

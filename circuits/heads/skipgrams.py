@@ -10,15 +10,16 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 MIN_SKIP_GRAM_SEQUENCES = 2  # per fold: a skip-gram pair is judged on query tokens seen in 4+ sequences
+MIN_DISTANCE = 2  # a skip-gram key is at least this many tokens before its query
 
 
 def skip_gram_occurrences(
-    tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"], min_distance: int = 2
+    tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"]
 ) -> tuple[Int[Tensor, " occurrence"], Int[Tensor, " occurrence"]]:
     """(rows, positions) of the queries a skip-gram score looks at: every token with a possible key
-    (position >= 1, at least min_distance back)."""
+    (position >= 1, at least MIN_DISTANCE back)."""
     position = torch.arange(tokens.shape[1])[None]
-    valid = (position >= min_distance + 1) & (position < lengths[:, None])
+    valid = (position >= MIN_DISTANCE + 1) & (position < lengths[:, None])
     return valid.nonzero(as_tuple=True)
 
 
@@ -26,16 +27,15 @@ def skip_gram_keys(
     keys: Int[Tensor, "batch pos"],
     rows: Int[Tensor, " occurrence"],
     queries: Int[Tensor, " occurrence"],
-    min_distance: int = 2,
 ) -> Bool[Tensor, "occurrence pos"]:
-    """The keys a skip-gram query may attend to: at least min_distance back, not the first token,
+    """The keys a skip-gram query may attend to: at least MIN_DISTANCE back, not the first token,
     neither a copy of the query token nor right after one (that is induction)."""
     k = torch.arange(keys.shape[1])[None]
     context = keys[rows]  # [occurrence, pos]
     same = context == context[torch.arange(len(rows)), queries][:, None]
     after_same = torch.zeros_like(same)
     after_same[:, 1:] = same[:, :-1]
-    return (k >= 1) & (k <= queries[:, None] - min_distance) & ~same & ~after_same
+    return (k >= 1) & (k <= queries[:, None] - MIN_DISTANCE) & ~same & ~after_same
 
 
 def skip_gram_masses(
@@ -43,12 +43,11 @@ def skip_gram_masses(
     keys: Int[Tensor, "batch pos"],
     lengths: Int[Tensor, " batch"],
     n_types: int,
-    min_distance: int = 2,
 ) -> Float[Tensor, "occurrence head type"]:
     """Attention of each query occurrence on each key token type (keys: compact ids < n_types; which
     keys count: skip_gram_keys)."""
-    rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
-    valid = skip_gram_keys(keys, rows, queries, min_distance)
+    rows, queries = skip_gram_occurrences(keys, lengths)
+    valid = skip_gram_keys(keys, rows, queries)
     attention = pattern[rows, :, queries, :].float() * valid[:, None]  # [occurrence, head, k]
     index = keys[rows][:, None].expand_as(attention)
     return torch.zeros(*attention.shape[:2], n_types).scatter_add_(-1, index, attention)
@@ -58,17 +57,16 @@ def skip_gram_scores(
     mass: Float[Tensor, "occurrence head type"],
     keys: Int[Tensor, "batch pos"],
     lengths: Int[Tensor, " batch"],
-    min_distance: int = 2,
 ) -> tuple[Float[Tensor, " head"], Int[Tensor, " head"], Int[Tensor, " head"]]:
     """Each head's cross-fitted skip-gram score [head] (attention) and its (query type, key type) pair
     (-1: no type seen in enough sequences); mass: `skip_gram_masses` over the probe. Sequences of a query
     type t alternate between two folds; in each, v*(t) is the key the other fold attends to most (median),
     scored as attention from t on v*(t) minus other query types'. A head's score: its best type's mean
     of the folds' medians."""
-    rows, queries = skip_gram_occurrences(keys, lengths, min_distance)
+    rows, queries = skip_gram_occurrences(keys, lengths)
     query = keys[rows, queries]  # [occurrence]
     n_occ, n_heads, n_types = mass.shape
-    valid = skip_gram_keys(keys, rows, queries, min_distance)
+    valid = skip_gram_keys(keys, rows, queries)
     present = torch.zeros(n_occ, n_types).scatter_add_(-1, keys[rows], valid.float()).clamp_max(1.0)
     total = torch.einsum("oht,ot->ht", mass, present)  # attention on each type where present
     total_count = present.sum(0)  # [type]

@@ -24,8 +24,9 @@ from interp.model.components import Norm
 from interp.types import Head
 
 
-def _norm_weight(norm: nn.Module, d_model: int) -> Float[Tensor, " d_model"]:
-    """A pre-norm's elementwise weight; ones where there is none (post-norm blocks: an Identity)."""
+def _norm_weight(norm: nn.Module | None, d_model: int) -> Float[Tensor, " d_model"]:
+    """A norm's elementwise weight; ones where there is none (None, or a post-norm block's Identity
+    pre-norm)."""
     return norm.weight(d_model) if isinstance(norm, Norm) else torch.ones(d_model)
 
 
@@ -46,8 +47,7 @@ def _query_key_weights(model: interp.HookedTransformer) -> tuple[Tensor, Tensor]
 
 def _output_weight(block: nn.Module, d_model: int) -> Float[Tensor, " d_model"]:
     """The post-attention norm's elementwise weight, which scales every head's output (ones without one)."""
-    post_norm = getattr(block, "ln1_post", None)
-    return post_norm.weight(d_model) if post_norm is not None else torch.ones(d_model)
+    return _norm_weight(getattr(block, "ln1_post", None), d_model)
 
 
 @torch.inference_mode()
