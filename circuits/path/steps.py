@@ -244,7 +244,7 @@ def head_path(
     stage(2)
     checks = validate(model, discovery, heldout, classes, settings) if classes else []
     for check in checks:
-        members = [h for h in heads if h in set(classes[check.name])]
+        members = classes[check.name]  # in the order of `heads`, as `classify` keeps them
         check.details["attention"] = {
             name: sum(attention[h][name] for h in members) / len(members) for name in task.positions
         }
