@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
+from circuits.edge_circuits import EdgeCircuitSettings
 from circuits.edge_circuits.report import edges_against_heads
-from circuits.edge_circuits.tasks import circuit_tasks
+from circuits.edge_circuits.run import CircuitTask, circuit_prompts
 from circuits.evidence import (
     Strata,
     beyond_random,
@@ -352,10 +353,11 @@ def test_the_edge_circuit_and_the_head_classes_are_tested_on_the_same_held_out_p
     assert torch.equal(result.heldout_task.clean, task.clean[tested])
     drawn = pair_task(smollm2, AGREEMENT)
     for seed in range(4):
-        discovery, heldout, pairs = circuit_tasks(smollm2, str(AGREEMENT), seed=seed)
+        prompts = circuit_prompts(smollm2, CircuitTask(task=str(AGREEMENT)), EdgeCircuitSettings(seed=seed))
         found, held = drawn.split(seed=seed)  # as head_path draws it with PathSettings(seed=seed)
-        assert heldout.families == list(held.families) and discovery.families == list(found.families)
-        assert pairs.heldout_families == tuple(dict.fromkeys(held.families))
+        assert prompts.heldout.families == list(held.families)
+        assert prompts.prompt_pairs.families == list(found.families)
+        assert prompts.pairs.heldout_families == tuple(dict.fromkeys(held.families))
 
 
 def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):

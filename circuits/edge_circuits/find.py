@@ -28,6 +28,7 @@ from circuits.evidence import (
     split_families,
 )
 from circuits.finding import Finding
+from circuits.path.task import family_rows
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.model import HookedTransformer
@@ -416,8 +417,7 @@ def split_task(
         )
     labels = task.families if task.families is not None else [str(i) for i in range(task.n_prompts)]
     families = split_families(labels, seed=seed)
-    held = torch.tensor([label in families.heldout for label in labels])
-    chose, tested = task.subset((~held).nonzero()[:, 0]), task.subset(held.nonzero()[:, 0])
+    chose, tested = (task.subset(rows) for rows in family_rows(labels, families))
     if task.families is not None:
         return chose, tested, families.describe()
     return chose, tested, (
@@ -462,11 +462,9 @@ def method_scores(
     ) -> edges.EdgeScores:
         """The learned mask's scores on the prompts `rows` (None: all), started from `start` (None:
         EAP-IG on those prompts)."""
-        rows = torch.arange(task.n_prompts) if rows is None else rows
-        mask = None if task.corrupted_mask is None else task.corrupted_mask[rows]
+        prompts = task.subset(torch.arange(task.n_prompts) if rows is None else rows)
         return edges.prune_edges(
-            model, task.clean[rows], task.corrupted[rows], edges.subset_metric(task.metric, rows), pruning,
-            ablation=edges.Ablation(ablation, mask=mask), start=start,
+            model, *prompts.pair, pruning, ablation=prompts.ablation(ablation), start=start,
             checkpoint=checkpoint if report is not None else None, progress=report,
         )  # fmt: skip
 

@@ -345,6 +345,7 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
 
 
 def write_edge_report(result: EdgeCircuitResult, format: str, out: str | None, console: Console) -> None:
-    """Render `result` in `format` to `out`, or to the console (the TOP_ROWS strongest edges)."""
-    terminal = edge_sections(result, TOP_ROWS)
-    write_sections(edge_sections(result), format, out, console, result, terminal=terminal, width=140)
+    """Render `result` in `format` to `out`, or to the console; the "table" format lists the TOP_ROWS
+    strongest edges, the others every one."""
+    top = TOP_ROWS if format == "table" else None
+    write_sections(edge_sections(result, top), format, out, console, result, width=140)

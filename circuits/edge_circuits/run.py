@@ -9,7 +9,7 @@ head classes of the same pairs (`circuits.path`) on the same held-out families.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from circuits.edge_circuits.find import (
@@ -19,10 +19,16 @@ from circuits.edge_circuits.find import (
     edge_circuit_stages,
     find_edge_circuit,
 )
-from circuits.edge_circuits.tasks import EdgeTask, check_task_name, circuit_tasks
+from circuits.edge_circuits.tasks import (
+    EdgeTask,
+    check_task_name,
+    edge_task,
+    heldout_edge_task,
+    pair_edge_task,
+)
 from circuits.evidence import split_families
 from circuits.pairs_file import METRICS, check_pairs, read_pairs
-from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path
+from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
 from circuits.quick import circuit_note
 from interp.edges import mib_json
 from interp.io.files import write_text_atomic
@@ -114,15 +120,22 @@ class CircuitPrompts:
 def circuit_prompts(
     model: HookedTransformer, task: CircuitTask, settings: EdgeCircuitSettings
 ) -> CircuitPrompts:
-    """`task`'s prompts on `model`, tokenised and checked (pairs that cannot run are refused here); a
-    file's rows split once by whole families for the edge circuit and the head classes alike."""
-    prompt_pairs, heldout, pairs = circuit_tasks(
-        model, task.task, task.n_prompts, settings.seed, task.metric, task.heldout_families, task.rows
-    )
-    pairs = pairs if task.with_heads else None
-    if pairs is not None:  # checked before any long work
+    """`task`'s prompts on `model`, tokenised and checked (pairs that cannot run are refused here).
+    "ioi", "induction": `edge_task` and `heldout_edge_task`. A file's rows: tokenised once and split
+    once by whole families (`task.heldout_families`, else half drawn with the seed) for the edge circuit
+    and the head classes alike, the pair task carrying the split as its own held-out families so that
+    `head_path` draws the same."""
+    if not task.is_file:
+        heldout = heldout_edge_task(model, task.task, task.n_prompts, settings.seed)
+        discovery = edge_task(model, task.task, task.n_prompts, settings.seed, task.metric)
+        return CircuitPrompts(model, task, discovery, heldout, None)
+    pairs = pair_task(model, task.rows, name=Path(task.task).name, metric=task.metric)
+    pairs = replace(pairs, heldout_families=pairs.family_split(task.heldout_families, settings.seed).heldout)
+    edge, (discovery, heldout) = pair_edge_task(pairs), pairs.split_rows()
+    if task.with_heads:  # checked before any long work
         pairs.check_ablation(settings.ablation)
-    return CircuitPrompts(model, task, prompt_pairs, heldout, pairs)
+    heads_pairs = pairs if task.with_heads else None
+    return CircuitPrompts(model, task, edge.subset(discovery), edge.subset(heldout), heads_pairs)
 
 
 def run_circuit(

@@ -3,7 +3,6 @@ once as `circuits.path.task.PairTask` and viewed here: `pair_edge_task`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from circuits.path.task import PairTask, label_masks, padding_mask, pair_task
+from circuits.path.task import PairTask, padding_mask, pair_task, stratum_masks
 from interp import edges
 from interp.model import HookedTransformer
 from interp.tasks.ioi import ioi_dataset_for
@@ -36,7 +35,7 @@ class EdgeTask:
 
     def stratum_masks(self) -> list[tuple[str, str, Tensor]]:
         """(kind, name, members [prompt] bool) of each stratum and family, where there are two or more."""
-        return label_masks([("stratum", self.strata), ("family", self.families)])
+        return stratum_masks(self.strata, self.families)
 
     @property
     def n_prompts(self) -> int:
@@ -168,25 +167,3 @@ def heldout_edge_task(
     if task == "induction":
         return induction_task(model, n_prompts, seed=seed + 1)
     return None
-
-
-def circuit_tasks(
-    model: HookedTransformer,
-    task: str,
-    n_prompts: int = 64,
-    seed: int = 0,
-    metric: str = "logit_diff",
-    heldout_families: Sequence[str] | None = None,
-    rows: Sequence[dict[str, str]] | None = None,
-) -> tuple[EdgeTask, EdgeTask, PairTask | None]:
-    """`interp circuit --task`'s (discovery, held-out, the file's `PairTask` or None). "ioi", "induction":
-    `edge_task` and `heldout_edge_task`. A file (its `rows` when already read): tokenised once and split
-    once by whole families (`heldout_families`, else half drawn with `seed`), the pair task carrying the
-    split as its own held-out families so that `head_path` draws the same."""
-    if not Path(task).suffix:
-        heldout = heldout_edge_task(model, task, n_prompts, seed)
-        return edge_task(model, task, n_prompts, seed, metric), heldout, None
-    pairs = pair_task(model, task if rows is None else rows, name=Path(task).name, metric=metric)
-    pairs = replace(pairs, heldout_families=pairs.family_split(heldout_families, seed).heldout)
-    edge, (discovery, heldout) = pair_edge_task(pairs), pairs.split_rows()
-    return edge.subset(discovery), edge.subset(heldout), pairs

@@ -32,7 +32,7 @@ from circuits.evidence import (
 )
 from circuits.finding import Finding
 from circuits.path.results import HeadDrop, PathFigures
-from circuits.path.task import PairTask, label_masks
+from circuits.path.task import PairTask
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.engine import RunOptions
 from interp.interventions.patching import attribution_patching
@@ -57,24 +57,18 @@ class PathSettings:
     seed: int = 0
 
 
-def _replacement(model: HookedTransformer, task: PairTask, ablation: str) -> Replacement:
-    """The values ablated heads take on `task`'s clean prompts: each pair's corrupted prompt's
-    ("counterfactual") or the corrupted prompts' mean at each position ("mean")."""
-    mask = task.corrupted_mask if ablation == "mean" else None
-    return Replacement(
-        model, model.layer_hook_names("z"), Ablation(ablation, reference=task.corrupted, mask=mask)
-    )
-
-
 def metric_with_heads_ablated(
     model: HookedTransformer, task: PairTask, head_sets: Sequence[Sequence[Head]], ablation: str
 ) -> Tensor:
     """The metric [set, prompt] on `task`'s clean prompts with each set of heads ablated (an empty
-    set: the model itself), on interp's engine."""
+    set: the model itself), on interp's engine. Ablated heads take each pair's corrupted prompt's
+    output ("counterfactual") or the corrupted prompts' mean at each position ("mean")."""
+    mask = task.corrupted_mask if ablation == "mean" else None
+    reference = Ablation(ablation, reference=task.corrupted, mask=mask)
     with torch.no_grad():
         return ablated_metrics(
             model, task.clean, task.metric, [list(heads) for heads in head_sets],
-            _replacement(model, task, ablation),
+            Replacement(model, model.layer_hook_names("z"), reference),
             options=RunOptions(logit_pos=task.end, logit_tokens=torch.cat([task.correct, task.incorrect])),
         ).float().cpu()  # fmt: skip
 
@@ -143,11 +137,6 @@ def classify(
     return classes
 
 
-def _strata(task: PairTask) -> list[tuple[str, str, Tensor]]:
-    """The prompts' strata and families, where there are two or more (without families: strata only)."""
-    return label_masks([("stratum", task.strata), ("family", task.families if task.has_families else None)])
-
-
 DEPENDENT_KINDS = {"stratum": "most", "family": "most"}  # the verdict's strata (`class_verdict`)
 
 
@@ -177,7 +166,7 @@ def validate(
     unit = "families" if heldout.has_families else "prompts"
     return [
         judge_class(
-            check, tested, discovery=chose, strata=Strata(_strata(heldout), DEPENDENT_KINDS),
+            check, tested, discovery=chose, strata=Strata(heldout.stratum_masks(), DEPENDENT_KINDS),
             unit=unit, seed=settings.seed,
         )
         for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True)
@@ -194,7 +183,7 @@ def head_faithfulness(
     outside = [head for head in every if head not in set(circuit)]
     full, kept, none = metric_with_heads_ablated(model, task, [[], outside, every], ablation)
     summary = faithfulness_summary(kept, full, none, seed=seed)
-    strata = faithfulness_by_stratum(kept, full, none, _strata(task), seed)
+    strata = faithfulness_by_stratum(kept, full, none, task.stratum_masks(), seed)
     return summary, strata, float((full - none).mean())
 
 
@@ -255,7 +244,7 @@ def head_path(
     stage(2)
     checks = validate(model, discovery, heldout, classes, settings) if classes else []
     for check in checks:
-        members = [h for h in heads if h in set(classes[check.name])]
+        members = classes[check.name]  # in the order of `heads`, as `classify` keeps them
         check.details["attention"] = {
             name: sum(attention[h][name] for h in members) / len(members) for name in task.positions
         }

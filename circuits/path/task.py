@@ -131,6 +131,10 @@ class PairTask:
             strata=tuple(self.strata[i] for i in rows.tolist()),
         )  # fmt: skip
 
+    def stratum_masks(self) -> list[tuple[str, str, Tensor]]:
+        """The prompts' strata and families, where there are two or more (without families: strata only)."""
+        return stratum_masks(self.strata, self.families if self.has_families else None)
+
     def family_split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> FamilySplit:
         """Discovery and held-out families: `heldout`, else the task's own `heldout_families`, else
         half of them drawn with `seed`."""
@@ -145,14 +149,18 @@ class PairTask:
     def split_rows(self, heldout: Sequence[str] | None = None, seed: int = 0) -> tuple[Tensor, Tensor]:
         """(discovery, held-out) prompts' rows [n_side], ascending: whole families on each side (see
         `family_split`)."""
-        split = self.family_split(heldout, seed)
-        held = torch.tensor([family in split.heldout for family in self.families])
-        return (~held).nonzero()[:, 0], held.nonzero()[:, 0]
+        return family_rows(self.families, self.family_split(heldout, seed))
 
     def split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> tuple[PairTask, PairTask]:
         """(discovery, held-out) prompts: whole families on each side (see `family_split`)."""
         discovery, heldout_rows = self.split_rows(heldout, seed)
         return self.subset(discovery), self.subset(heldout_rows)
+
+
+def family_rows(families: Sequence[str], split: FamilySplit) -> tuple[Tensor, Tensor]:
+    """(discovery, held-out) rows [n_side], ascending, of prompts whose families are `families`."""
+    held = torch.tensor([family in split.heldout for family in families])
+    return (~held).nonzero()[:, 0], held.nonzero()[:, 0]
 
 
 def padding_mask(ends: Int[Tensor, " n"], width: int) -> Int[Tensor, "n pos"] | None:
@@ -161,12 +169,14 @@ def padding_mask(ends: Int[Tensor, " n"], width: int) -> Int[Tensor, "n pos"] | 
     return None if bool((ends + 1 == width).all()) else (torch.arange(width) <= ends[:, None]).long()
 
 
-def label_masks(kinds: Sequence[tuple[str, Sequence[str] | None]]) -> list[tuple[str, str, Tensor]]:
-    """(kind, label, members [prompt] bool) of each kind's labels (`circuits.evidence.label_strata`),
+def stratum_masks(
+    strata: Sequence[str] | None, families: Sequence[str] | None
+) -> list[tuple[str, str, Tensor]]:
+    """(kind, label, members [prompt] bool) of each stratum and family (`circuits.evidence.label_strata`),
     for the kinds with two or more distinct labels (None: no labels)."""
     return [
         stratum
-        for kind, labels in kinds
+        for kind, labels in (("stratum", strata), ("family", families))
         if labels is not None and len(set(labels)) > 1
         for stratum in label_strata(kind, labels)
     ]
