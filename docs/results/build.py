@@ -136,7 +136,7 @@ def heads_section(finding: Any) -> list[str]:
     previous = typed[typed["types"].map(lambda types: "previous_token" in types)]
     s = report.settings
     lines = [
-        f"{report.provenance}; {s['n_samples']} random sequences per repeat length "
+        f"{finding.provenance}; {s['n_samples']} random sequences per repeat length "
         f"({', '.join(map(str, lengths))} tokens) of {s['discovery_tokens']} choose the candidates, "
         f"{s['n_samples']} fresh ones per length of {s['held_out_tokens']} (seed {s['held_out_seed']}) test "
         "them: their scores again (after →; ✓ needs it over the type's threshold) and their effects. "
