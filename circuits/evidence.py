@@ -71,6 +71,13 @@ def ci_verdict(ci: tuple[float, float], sign: int = 1) -> str:
     return "confirmed" if (ci[0] > 0 if sign > 0 else ci[1] < 0) else "unconfirmed"
 
 
+def every_head(model: Any, receivers: Sequence[Head] | None = None) -> list[Head]:
+    """Every head of the model, in layer order, or every head before the last of `receivers`' layers:
+    the senders of a sweep to them. model: anything with `cfg.n_layers` and `cfg.n_heads`."""
+    last = max((layer for layer, _ in receivers or []), default=model.cfg.n_layers)
+    return [(layer, head) for layer in range(last) for head in range(model.cfg.n_heads)]
+
+
 def random_same_layer_sets(
     model, heads: Sequence[Head], n_draws: int, seed: int = 0, outside: Sequence[Head] | None = None
 ) -> list[list[Head]]:
@@ -78,10 +85,8 @@ def random_same_layer_sets(
     in `heads`): for each head one from its layer (from any layer once its layer has none left), drawn
     with `seed`. model: anything with `cfg.n_layers` and `cfg.n_heads`."""
     generator = torch.Generator().manual_seed(seed)
-    cfg = model.cfg
     if outside is None:
-        others = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
-        others = [head for head in others if head not in set(heads)]
+        others = [head for head in every_head(model) if head not in set(heads)]
     else:
         others = [tuple(head) for head in outside if tuple(head) not in set(heads)]
     draws = []

@@ -18,7 +18,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.evidence import BeyondRandom, ClassVerdict, head_class, head_labels, judge_class
+from circuits.evidence import BeyondRandom, ClassVerdict, every_head, head_class, head_labels, judge_class
 from circuits.finding import Finding
 from circuits.hop.results import HopFigures
 from interp.interventions.ablation import Ablation, Replacement
@@ -144,7 +144,7 @@ def hop_report(
     task = hop_task_of(model)
     cfg = model.cfg
     tokens, half = task.eval_batch(n_sequences, seed).tokens.to(model.device), n_sequences // 2
-    every_head = [[(layer, head)] for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    each_head = [[head] for head in every_head(model)]
     with torch.no_grad():
         say(HOP_STAGES[0], 0, 2)
         discovery = _read_half(model, task, tokens[:half])
@@ -152,10 +152,10 @@ def hop_report(
         heldout = _read_half(model, task, tokens[half:])
         say(HOP_STAGES[0], 2, 2)
         say(HOP_STAGES[1], 0, 1)
-        alone = _ablated_changes(model, discovery, every_head)
+        alone = _ablated_changes(model, discovery, each_head)
         low, _ = bootstrap_ci(alone, seed=seed)  # [heads]
         chosen = [
-            [heads[0] for heads, attends, lowers in zip(every_head, row, low, strict=True)
+            [heads[0] for heads, attends, lowers in zip(each_head, row, low, strict=True)
              if attends >= min_attention and lowers > 0]
             for row in discovery.attention.mean(-1).flatten(1)  # [hops, heads]
         ]  # fmt: skip

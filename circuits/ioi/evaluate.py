@@ -25,13 +25,14 @@ from circuits.evidence import (
     ClassVerdict,
     HeadClass,
     Strata,
+    every_head,
     faithfulness_by_stratum,
     head_class,
     judge_class,
 )
 from circuits.finding import Finding
 from circuits.ioi.evidence import direct_logit_attributions
-from circuits.ioi.patching import MeanAblation, every_head
+from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import CLASS_WRITES, Evaluation, Validation
 from interp.interventions.stats import bootstrap, faithfulness_ratio, faithfulness_summary, heterogeneity
 from interp.tasks.ioi_prompts import IOIPrompts

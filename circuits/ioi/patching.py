@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.evidence import every_head
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics, ablation_sites
 from interp.interventions.engine import RunOptions
@@ -72,13 +73,6 @@ def path_patching_effects(
     for layer, head in receivers or []:
         effects[layer, head] = float("nan")
     return effects
-
-
-def every_head(model: interp.HookedTransformer, receivers: Sequence[Head] | None = None) -> list[Head]:
-    """Every head of the model, in layer order, or every head before the last of `receivers`' layers:
-    the senders of a sweep to them."""
-    last = max((layer for layer, _ in receivers or []), default=model.cfg.n_layers)
-    return [(layer, head) for layer in range(last) for head in range(model.cfg.n_heads)]
 
 
 def by_length(

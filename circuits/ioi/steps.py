@@ -26,9 +26,9 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.evidence import select_heads
+from circuits.evidence import every_head, select_heads
 from circuits.ioi.evidence import ClassEvidence
-from circuits.ioi.patching import MeanAblation, SenderEffects, every_head, path_patching_effects
+from circuits.ioi.patching import MeanAblation, SenderEffects, path_patching_effects
 from circuits.ioi.results import HeadEvidence, Settings
 from interp.checks import check_finite_scores
 from interp.interventions.engine import forward_logits

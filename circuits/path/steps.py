@@ -24,6 +24,7 @@ from circuits.evidence import (
     ClassVerdict,
     Strata,
     StratumFaithfulness,
+    every_head,
     faithfulness_by_stratum,
     head_class,
     head_labels,
@@ -179,7 +180,7 @@ def head_faithfulness(
     """Step 4: the heads `circuit`'s faithfulness on `task` (ratio of means with its bootstrap CI over
     prompts, per-prompt error; `stats.faithfulness_summary`), the same per stratum and family, and the
     mean drop with every head ablated."""
-    every = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    every = every_head(model)
     outside = [head for head in every if head not in set(circuit)]
     full, kept, none = metric_with_heads_ablated(model, task, [[], outside, every], ablation)
     summary = faithfulness_summary(kept, full, none, seed=seed)

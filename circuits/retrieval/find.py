@@ -29,6 +29,7 @@ from circuits.evidence import (
     HeadClass,
     Strata,
     StratumFaithfulness,
+    every_head,
     faithfulness_by_stratum,
     head_class,
     head_labels,
@@ -259,11 +260,11 @@ def validate_classes(
     batches of `prompt_sets`; the held-out batches' logit diffs [prompt] (concatenated) of the model
     ("model"), of the circuit alone (every head outside it mean-ablated: "circuit") and with every head
     mean-ablated ("ablated")."""
-    every_head = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    every = every_head(model)
     found = [head_class(model, name, heads, n_random, seed) for name, heads in classes.items()]
-    outside = tuple(sorted(set(every_head) - set(circuit)))
+    outside = tuple(sorted(set(every) - set(circuit)))
     per_class = [tuple(sorted(heads)) for each in found for heads in each.sets]
-    tested = list(dict.fromkeys([(), outside, tuple(every_head), *per_class]))  # on held-out prompts
+    tested = list(dict.fromkeys([(), outside, tuple(every), *per_class]))  # on held-out prompts
     chose = list(dict.fromkeys([(), *per_class]))  # on the discovery prompts
     ablated = {
         "heldout": _ablated_runs(model, tested, prompt_sets["heldout"], "Held-out ablations", progress),
@@ -271,7 +272,7 @@ def validate_classes(
     }
     strata = _strata(prompt_sets["heldout"])
     validations = [_judged(each, ablated, strata, induction, seed) for each in found]
-    runs = {"model": (), "circuit": outside, "ablated": tuple(every_head)}
+    runs = {"model": (), "circuit": outside, "ablated": tuple(every)}
     return validations, {name: ablated["heldout"][heads] for name, heads in runs.items()}
 
 
