@@ -227,7 +227,7 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
     """toy-induction: every head the report confirms has, for the effect that confirms it, its random
     heads' mean effect and its figure beyond them with a 95% CI above 0 and at least 0.02, in the table,
     the JSON and the terminal; ✓ carries the with-others mark exactly when that effect is the one with
-    the others ablated; "What chose and what tested" names the random heads of each layer."""
+    the others ablated; the classes' table names each class's random heads."""
     from circuits.heads.results import LEGEND, WITH_OTHERS_MARK, class_name
 
     model = interp.load_model("toy-induction")
@@ -261,10 +261,10 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
             assert cells[-1] == f"{beyond} ({figures['random_effect']:.2f})"
     evidence = confirmed["_evidence"].tolist()
     assert evidence == sorted(evidence, reverse=True)
-    chose = " ".join(
-        next(s for s in finding_report(report).sections if s.title == "What chose and what tested").lines
-    )
-    assert "induction candidates against random heads" in chose and "L1: " in chose
+    classes = next(s for s in finding_report(report).sections if s.title == "Head classes (held out)").table
+    random_heads = [cells[classes.columns.index("random heads")].split() for cells in classes.rows]
+    assert random_heads == [[label for draw in c.random_sets for label in draw] for c in report.classes]
+    assert all(len(labels) == 5 for labels in random_heads)
     assert "beyond random heads of their layers" in finding_report(report).headline[0]
     legend = " ".join(LEGEND.split())
     assert f"✓{WITH_OTHERS_MARK}: confirmed only with the other candidates" in legend

@@ -33,8 +33,6 @@ from circuits.finding import ClassView, Extras, Finding
 from circuits.heads.causal import (
     CAUSAL_TYPES,
     EFFECTS,
-    FUTILITY_ERROR,
-    FUTILITY_SE,
     LENGTH_RULE,
     MIN_EFFECT,
     CausalEffects,
@@ -89,29 +87,23 @@ LEGEND = (
     "entropy, 0 to 1); copying lies in [−1, +1] (+1: copies the attended token, −1: suppresses it); "
     "k_composition in [0, 1]. Causal effects are mean ablations of the head's output on the held-out "
     "sequences, as alone / with the other candidates of its type ablated (–: not measured, the head is "
-    "confirmed alone at every repeat length): "
-    "Δloss = ablated − clean loss on the repeated tokens, in nats (positive: the head helps predict "
-    "the repeat); Δind = clean − ablated induction score of the later induction heads, a fraction of "
-    'attention (positive: the head feeds them). beyond random, "+0.40 [+0.35, +0.45] (0.05)": the '
-    "confirming effect (else the effect alone) minus the mean effect of random heads of the head's "
-    "layer over neither checked type's threshold (ablated alone; on top of all the candidates for the effect "
-    "with the others ablated), paired per held-out sequence, its 95% bootstrap CI over the sequences, "
-    "and that mean in "
-    "parentheses. score: the "
-    "attention score that chose the head, on the discovery token family → the same score on the "
-    "held-out family (held out: that score of its induction type, else its previous-token type). ✓: "
-    "confirmed by ablation: an effect (alone or with the others ablated) is beyond random, its CI "
-    "excluding 0, by at least 0.02 over all the held-out sequences; beyond random at more than half of "
-    "the probe's repeat lengths (else: length-dependent, not confirmed); and the held-out score clears "
-    f"the type's threshold (else: score not held out, not confirmed). ✓{WITH_OTHERS_MARK}: confirmed "
-    "only with the other candidates of its type ablated (alone its effect is not beyond random: the "
-    "others stand in for it). The table's order: beyond/SE, the confirming effect beyond random / its "
-    "standard error over the sequences (--format csv/json have both). "
-    "†: stopped early as futile (sequential stopping in two looks): on the first half of each repeat "
-    f"length's sequences the effect beyond random + {FUTILITY_SE:g} standard errors was below 0.02, so "
-    "it was not run on the second half and is over the first; an effect truly at least 0.02 beyond "
-    f"random is stopped so with probability at most {FUTILITY_ERROR:.2%} (normal approximation), and "
-    "stopping never confirms a head."
+    "confirmed alone at every repeat length): Δloss = ablated − clean loss on the repeated tokens, in nats "
+    "(positive: the head helps predict the repeat); Δind = clean − ablated induction score of the later "
+    'induction heads, a fraction of attention (positive: the head feeds them). beyond random, "+0.40 [+0.35, '
+    '+0.45] (0.05)": the confirming effect (else the effect alone) minus the mean effect of random heads of '
+    "the head's layer over neither checked type's threshold (ablated alone; on top of all the candidates for "
+    "the effect with the others ablated), paired per held-out sequence, its 95% bootstrap CI over the "
+    "sequences, and that mean in parentheses. score: the attention score that chose the head, on the "
+    "discovery token family → the same score on the held-out family (held out: that score of its induction "
+    "type, else its previous-token type). ✓: confirmed by ablation: an effect (alone or with the others "
+    "ablated) is beyond random, its CI excluding 0, by at least 0.02 over all the held-out sequences; beyond "
+    "random at more than half of the probe's repeat lengths (else: length-dependent, not confirmed); and the "
+    "held-out score clears the type's threshold (else: score not held out, not confirmed). "
+    f"✓{WITH_OTHERS_MARK}: confirmed only with the other candidates of its type ablated (alone its effect is "
+    "not beyond random: the others stand in for it). The table's order: beyond/SE, the confirming effect "
+    "beyond random / its standard error over the sequences (--format csv/json have both). †: stopped early "
+    "as futile after the first half of each repeat length's sequences (the sequential stopping of the "
+    "Settings): the effect is over that half; stopping never confirms a head."
 )
 WIDE_TERMINAL = 184  # columns from which the terminal table shows every score
 FILE_WIDTH = 200  # the columns of the table format written to a file
@@ -363,11 +355,13 @@ class HeadFigures(HeadGrid, Extras):
         return chose_lines(self.rows(finding))
 
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
-        """The random heads' mean drop too when `wide` (a narrow terminal folds the class names)."""
+        """Each class's random heads, and their mean drop too when `wide` (a narrow terminal folds the
+        class names)."""
+        heads = ("random heads", lambda c: " ".join(label for draw in c.random_sets for label in draw))
         random = ("random heads' drop", lambda c: f"{c.heldout.random_drop:.2f}")
         before = "induction_confirmed_by" not in self.table  # a file saved before the random baseline
         notes = [BEFORE_RANDOM_BASELINE if before else CLASS_LEGEND]
-        return ClassView(columns=[random] if wide else [], holds=STRATUM_HOLDS, notes=notes)
+        return ClassView(columns=[heads, random] if wide else [heads], holds=STRATUM_HOLDS, notes=notes)
 
     def discovery_sections(self, finding: Finding, wide: bool, all_heads: bool = True) -> list[Section]:
         """The summary per type, the settings and the heads (every typed one with `all_heads`, else the
@@ -429,7 +423,9 @@ CLASS_LEGEND = (
     "its type ablated, against random heads of its layer (see the legend of the heads' table): induction, "
     "Δloss in nats; previous_token, Δind, a fraction of attention. Its verdict is the effect's: confirmed, "
     "length-dependent, unconfirmed (its CI reaches 0 or it is beyond random by less than 0.02), or "
-    "score-not-held (the head's attention score on the held-out family is below its type's threshold)."
+    "score-not-held (the head's attention score on the held-out family is below its type's threshold). "
+    "Its random heads: drawn once per layer (seed + the layer) from the heads over neither checked type's "
+    "threshold, from other layers where its layer has none left."
 )
 
 
@@ -644,41 +640,7 @@ def chose_lines(report: HeadRows) -> list[str]:
         "and they share no token with the sequences that chose them but the BOS (neither holds a special "
         "token).",
         *held_out_score_lines(report),
-        *random_heads_lines(report),
-        "effects: Δloss = ablated − clean loss on the repeated tokens (nats); Δind = clean − ablated "
-        "induction score of the later induction heads (positive: the head helps).",
     ]
-
-
-def random_heads_lines(report: HeadRows) -> list[str]:
-    """The random heads each candidate layer's effects are compared with, per type."""
-    table = report.table
-    lines = []
-    for kind in CAUSAL_TYPES:
-        column = f"{kind}_random_heads"
-        if column not in table:  # a file saved before the random baseline
-            return []
-        by_layer = {}
-        for row in table.to_dict("records"):
-            if row[column]:
-                by_layer.setdefault(row["layer"], row[column])
-        if not by_layer:
-            continue
-        listed = "; ".join(f"L{layer}: {', '.join(heads)}" for layer, heads in sorted(by_layer.items()))
-        elsewhere = [f"L{layer}" for layer, heads in sorted(by_layer.items())
-                     if any(not label.startswith(f"L{layer}H") for label in heads)]  # fmt: skip
-        their = "its" if len(elsewhere) == 1 else "their"
-        moved = (
-            f" {', '.join(elsewhere)} had no such head left, so {their} random heads come from other layers."
-        )
-        lines.append(
-            f"{kind.replace('_', '-')} candidates against random heads: each effect is compared with "
-            f"{report.settings['n_random']} random heads of the candidate's layer over neither the induction "
-            f"nor the previous-token threshold (drawn once per layer, seed {report.settings['seed']} + the "
-            f"layer), paired per held-out sequence, 95% bootstrap CI; {listed}."
-            + (moved if elsewhere else "")
-        )
-    return lines
 
 
 def held_out_score_lines(report: HeadRows) -> list[str]:
