@@ -227,7 +227,8 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
     """toy-induction: every head the report confirms has, for the effect that confirms it, its random
     heads' mean effect and its figure beyond them with a 95% CI above 0 and at least 0.02, in the table,
     the JSON and the terminal; ✓ carries the with-others mark exactly when that effect is the one with
-    the others ablated; the classes' table names each class's random heads."""
+    the others ablated; the classes' table names each class's random heads; the legend points to the
+    confirmation rule the Settings state."""
     from circuits.heads.results import LEGEND, WITH_OTHERS_MARK, class_name
 
     model = interp.load_model("toy-induction")
@@ -268,7 +269,8 @@ def test_each_confirmed_head_is_beyond_random_heads_of_its_layer_with_a_ci():
     assert "beyond random heads of their layers" in finding_report(report).headline[0]
     legend = " ".join(LEGEND.split())
     assert f"✓{WITH_OTHERS_MARK}: confirmed only with the other candidates" in legend
-    assert "beyond random at more than half of the probe's repeat lengths" in legend
+    settings = next(s for s in finding_report(report).sections if s.title == "Settings").lines[0]
+    assert "the Settings' causal_method" in legend and "positive at most repeat lengths" in settings
 
 
 def test_the_heads_left_out_of_the_table_are_counted_by_type(smollm2_report):

@@ -367,21 +367,6 @@ def clean_run_for_ablations(
     )
 
 
-def held_out_scores(
-    probe: Probe, clean: CleanRun, heads: Sequence[Head], head_type: str
-) -> dict[Head, float]:
-    """Each head's `head_type` score (`scores.type_score`) on `probe`, from the clean run's patterns."""
-    masks = {head_type: score_masks(probe.tokens, probe.lengths)[head_type]}  # the same for every layer
-    found = {}
-    for layer in sorted({layer for layer, _ in heads}):
-        of_layer = [head for lh, head in heads if lh == layer]
-        pattern = clean.patterns[layer][:, of_layer].float().cpu()  # [batch, head, q, k]
-        per_sequence = pattern_scores(pattern, masks, probe.lengths)[head_type]  # [batch, head]
-        score = type_score(head_type, per_sequence, probe.repeat_len)  # [head]
-        found |= {(layer, head): float(value) for head, value in zip(of_layer, score, strict=True)}
-    return found
-
-
 def _repeat_kinds(probe: Probe) -> Int[Tensor, " batch"]:
     """Each sequence's repeat length (0 for all if the probe has none)."""
     if probe.repeat_len is None:
@@ -614,9 +599,14 @@ def with_held_out_scores(
     head_type: str,
     thresholds: dict[str, float],
 ) -> CausalEffects:
-    """`effects` with the candidates' held-out scores and the type's threshold their verdicts need."""
-    return dataclasses.replace(
-        effects,
-        held_out_scores=held_out_scores(probe, clean, heads, head_type),
-        score_threshold=thresholds[head_type],
-    )
+    """`effects` with each of `heads`' `head_type` score (`scores.type_score`) on `probe`, from the clean
+    run's patterns, and the type's threshold the verdicts read them by."""
+    masks = {head_type: score_masks(probe.tokens, probe.lengths)[head_type]}  # the same for every layer
+    found = {}
+    for layer in sorted({layer for layer, _ in heads}):
+        of_layer = [head for lh, head in heads if lh == layer]
+        pattern = clean.patterns[layer][:, of_layer].float().cpu()  # [batch, head, q, k]
+        per_sequence = pattern_scores(pattern, masks, probe.lengths)[head_type]  # [batch, head]
+        score = type_score(head_type, per_sequence, probe.repeat_len)  # [head]
+        found |= {(layer, head): float(value) for head, value in zip(of_layer, score, strict=True)}
+    return dataclasses.replace(effects, held_out_scores=found, score_threshold=thresholds[head_type])

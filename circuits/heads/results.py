@@ -95,10 +95,8 @@ LEGEND = (
     "the effect with the others ablated), paired per held-out sequence, its 95% bootstrap CI over the "
     "sequences, and that mean in parentheses. score: the attention score that chose the head, on the "
     "discovery token family → the same score on the held-out family (held out: that score of its induction "
-    "type, else its previous-token type). ✓: confirmed by ablation: an effect (alone or with the others "
-    "ablated) is beyond random, its CI excluding 0, by at least 0.02 over all the held-out sequences; beyond "
-    "random at more than half of the probe's repeat lengths (else: length-dependent, not confirmed); and the "
-    "held-out score clears the type's threshold (else: score not held out, not confirmed). "
+    "type, else its previous-token type). ✓: confirmed by ablation, by the rule of the Settings' "
+    "causal_method (else the type shows why not: length-dependent, or score not held out). "
     f"✓{WITH_OTHERS_MARK}: confirmed only with the other candidates of its type ablated (alone its effect is "
     "not beyond random: the others stand in for it). The table's order: beyond/SE, the confirming effect "
     "beyond random / its standard error over the sequences (--format csv/json have both). †: stopped early "
@@ -590,23 +588,10 @@ def group_line(report: HeadRows) -> str:
         return ""
     effect, se = report.group_effects["induction"]
     n = int(report.table["induction_effect"].notna().sum())
-    line = (
+    return (
         f"Ablating all {n} induction candidates together raises the loss on repeated tokens "
         f"by {effect:.3f} ± {se:.3f} nats."
     )
-    dependent = [
-        f"{head_label(row['layer'], row['head'])} {kind} "
-        f"(holds at {', '.join(row[f'{kind}_holds_in']) or 'no repeat length'})"
-        for row in report.table.to_dict("records")
-        for kind in CAUSAL_TYPES
-        if row.get(f"{kind}_verdict") == "length-dependent"
-    ]
-    if dependent:
-        line += (
-            " Significant pooled but length-dependent (the effect holds at half the repeat lengths or "
-            f"fewer, not confirmed): {'; '.join(dependent)}."
-        )
-    return line
 
 
 def chose_lines(report: HeadRows) -> list[str]:
