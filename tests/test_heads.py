@@ -107,13 +107,13 @@ def test_a_random_weight_model_confirms_no_head_beyond_random():
     """Random initial weights, every head of the last layer but two put through the induction check:
     each is compared with the two left (its layer's random heads, paired per held-out sequence, with a
     CI), and none is confirmed."""
-    from circuits.heads.causal import induction_ablation_effects
+    from circuits.heads.causal import induction_ablation_effects, random_head_classes
 
     torch.manual_seed(0)
     model = interp.HookedTransformer(tiny_config(n_ctx=64, attn_only=True))
     probe = make_probes(model, n_samples=8, seq_len=12).held_out
     candidates = [(1, 0), (1, 1)]
-    found = induction_ablation_effects(model, probe, candidates, seed=3)
+    found = induction_ablation_effects(model, probe, random_head_classes(model, candidates, seed=3), seed=3)
     for head in candidates:
         assert found.verdict(head) != "confirmed"
         judged = found.judged[head]["alone"]
@@ -319,7 +319,7 @@ def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, r
     measured on the held-out probe, at the scores' repeat lengths; the report names both families and
     the seeds."""
     from circuits.finding import finding_report
-    from circuits.heads.causal import induction_ablation_effects
+    from circuits.heads.causal import induction_ablation_effects, random_head_classes
     from circuits.heads.probes import bos_token
 
     model = (
@@ -342,7 +342,8 @@ def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, r
     table = report.extras.full_table(report).set_index(["layer", "head"])
     candidates = list(table.index[table["induction_effect"].notna()])
     typed = [tuple(head) for head in table.index[table["induction"] >= report.extras.thresholds["induction"]]]
-    on_held_out = induction_ablation_effects(model, probes.held_out, candidates, typed=typed, seed=5)
+    classes = random_head_classes(model, candidates, typed, seed=5)
+    on_held_out = induction_ablation_effects(model, probes.held_out, classes, seed=5)
     assert len(candidates) and all(
         table.loc[head, "induction_effect"] == on_held_out.alone[head][0] for head in candidates
     )
@@ -539,6 +540,7 @@ def test_causal_checks_equal_full_ablated_forward_passes():
         induction_ablation_effects,
         looks,
         previous_token_ablation_effects,
+        random_head_classes,
     )
     from interp.interventions.ablation import ablate
 
@@ -583,7 +585,8 @@ def test_causal_checks_equal_full_ablated_forward_passes():
 
     candidates = [(1, 0), (1, 2), (1, 3)]
     calls = []
-    found = induction_ablation_effects(model, probe, candidates, progress=lambda *call: calls.append(call))
+    classes = random_head_classes(model, candidates)
+    found = induction_ablation_effects(model, probe, classes, progress=lambda *call: calls.append(call))
     assert {stage for stage, _, _ in calls} == {INDUCTION_STAGE}
     done = [d for _, d, _ in calls]
     assert done == sorted(done) and done[0] == 0 and done[-1] == calls[-1][2] > 0  # starts, advances, ends
@@ -622,7 +625,7 @@ def test_causal_checks_equal_full_ablated_forward_passes():
             assert per_head[head][0][0] == pytest.approx(expected, abs=1e-5)
 
     sources, targets = [(0, 0), (0, 1), (0, 3)], [(1, 1), (1, 2)]
-    found = previous_token_ablation_effects(model, probe, sources, targets)
+    found = previous_token_ablation_effects(model, probe, random_head_classes(model, sources), targets)
     clean = induction_score([], targets)
     for head in sources:
         expected = float((clean - induction_score([head], targets))[rows_of(found, head, "alone")].mean())

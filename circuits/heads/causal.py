@@ -449,16 +449,14 @@ def _measure(
 def induction_ablation_effects(
     model: interp.HookedTransformer,
     probe: Probe,
-    heads: Sequence[Head],
+    classes: Mapping[Head, HeadClass],
     progress: Progress | None = None,
     clean: CleanRun | None = None,
-    typed: Sequence[Head] = (),
-    n_random: int = N_RANDOM,
     seed: int = 0,
 ) -> CausalEffects:
-    """Loss increase on the second copies (nats) with candidates mean-ablated, each judged against
-    `random_head_classes`. `clean`: the probe's clean run (`ablated_layers`, final stream), if made."""
-    classes = random_head_classes(model, heads, typed, n_random, seed)
+    """Loss increase on the second copies (nats) with the candidates of `classes` (`random_head_classes`)
+    mean-ablated, each judged against its random heads. `clean`: the probe's clean run (`ablated_layers`,
+    final stream), if made."""
     if clean is None:
         clean = clean_run_for_ablations(model, probe, ablated_layers(classes), final=True)
     tokens = probe.tokens.to(model.device)
@@ -488,24 +486,22 @@ def induction_ablation_effects(
 def previous_token_ablation_effects(
     model: interp.HookedTransformer,
     probe: Probe,
-    heads: Sequence[Head],
+    classes: Mapping[Head, HeadClass],
     targets: Sequence[Head],
     progress: Progress | None = None,
     clean: CleanRun | None = None,
-    typed: Sequence[Head] = (),
-    n_random: int = N_RANDOM,
     seed: int = 0,
 ) -> CausalEffects:
-    """Drop in the mean induction score of the `targets` after the earliest candidate with candidates
-    mean-ablated, each judged against `random_head_classes`; candidates at or after the last target's
-    layer are not tested. `clean`: the probe's clean run (`ablated_layers`, targets' patterns), if made."""
-    heads = [head for head in heads if any(lt > head[0] for lt, _ in targets)]
-    start = min((layer for layer, _ in heads), default=0)
+    """Drop in the mean induction score of the `targets` after the earliest candidate with the
+    candidates of `classes` (`random_head_classes`) mean-ablated, each judged against its random heads;
+    candidates at or after the last target's layer are not tested. `clean`: the probe's clean run
+    (`ablated_layers`, targets' patterns), if made."""
+    classes = {head: found for head, found in classes.items() if any(lt > head[0] for lt, _ in targets)}
+    start = min((layer for layer, _ in classes), default=0)
     later = [target for target in targets if target[0] > start]
-    if not heads or not later:
+    if not classes or not later:
         return CausalEffects(min_effect=MIN_EFFECT["previous_token"])
     target_layers = sorted({layer for layer, _ in later})
-    classes = random_head_classes(model, heads, typed, n_random, seed)
     if clean is None:
         clean = clean_run_for_ablations(model, probe, ablated_layers(classes), target_layers)
 
@@ -556,12 +552,13 @@ def causal_checks(
     previous_token = scores.candidates("previous_token", max_candidates)
     # Random heads are of neither checked type: an induction head is not compared with previous-token heads.
     typed = sorted({head for kind in CAUSAL_TYPES for head in scores.candidates(kind)})
+    classes = {
+        kind: random_head_classes(model, heads, typed, n_random, seed)
+        for kind, heads in (("induction", induction), ("previous_token", previous_token))
+    }
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
-    ablated = [
-        *ablated_layers(random_head_classes(model, induction, typed, n_random, seed)),
-        *ablated_layers(random_head_classes(model, previous_token, typed, n_random, seed)),
-    ]
+    ablated = [layer for found in classes.values() for layer in ablated_layers(found)]
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 0, 1)
     clean = clean_run_for_ablations(model, probes.held_out, ablated, layers, final=True)
@@ -569,26 +566,24 @@ def causal_checks(
         progress(CLEAN_RUN_STAGE, 1, 1)
     stages, probe = StageResults() if stages is None else stages, probes.held_out
 
-    def checked(kind: str, stage: str, heads: list[Head], run: Callable[[], CausalEffects]) -> CausalEffects:
-        return with_held_out_scores(
-            stages.run(stage, run, progress), probe, clean, heads, kind, scores.thresholds
-        )
+    def checked(kind: str, stage: str, run: Callable[[], CausalEffects]) -> CausalEffects:
+        effects = stages.run(stage, run, progress)
+        return with_held_out_scores(effects, probe, clean, list(classes[kind]), kind, scores.thresholds)
 
-    found = checked("induction", INDUCTION_STAGE, induction, lambda: induction_ablation_effects(
-        model, probe, induction, progress, clean, typed, n_random, seed
-    ))  # fmt: skip
+    found = checked(
+        "induction",
+        INDUCTION_STAGE,
+        lambda: induction_ablation_effects(model, probe, classes["induction"], progress, clean, seed),
+    )
     targets = [head for head in induction if found.confirmed(head)] or induction
-    return {
-        "induction": found,
-        "previous_token": checked(
-            "previous_token",
-            PREVIOUS_TOKEN_STAGE,
-            previous_token,
-            lambda: previous_token_ablation_effects(
-                model, probe, previous_token, targets, progress, clean, typed, n_random, seed
-            ),
-        ),  # fmt: skip
-    }
+    previous = checked(
+        "previous_token",
+        PREVIOUS_TOKEN_STAGE,
+        lambda: previous_token_ablation_effects(
+            model, probe, classes["previous_token"], targets, progress, clean, seed
+        ),
+    )
+    return {"induction": found, "previous_token": previous}
 
 
 def with_held_out_scores(

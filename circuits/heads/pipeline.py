@@ -171,11 +171,9 @@ def confirmed_induction(
         return []
     typed = scores.candidates("induction")  # every head over the threshold: never a random head
     layers = [layer for layer, _ in candidates]
-    ablated = ablated_layers(random_head_classes(model, candidates, typed, N_RANDOM, seed))
-    clean = clean_run_for_ablations(model, probes.held_out, ablated, layers, final=True)
-    effects = induction_ablation_effects(
-        model, probes.held_out, candidates, progress, clean, typed, N_RANDOM, seed
-    )
+    classes = random_head_classes(model, candidates, typed, N_RANDOM, seed)
+    clean = clean_run_for_ablations(model, probes.held_out, ablated_layers(classes), layers, final=True)
+    effects = induction_ablation_effects(model, probes.held_out, classes, progress, clean, seed)
     effects = with_held_out_scores(effects, probes.held_out, clean, candidates, "induction", limits)
     return [head for head in candidates if effects.confirmed(head)]
 
