@@ -227,12 +227,11 @@ def _heldout_faithfulness(
         "faithfulness_strata": [],
     }
     try:
-        fields["faithfulness"] = float(faithfulness_ratio(in_circuit, clean, nothing))
-        fields["faithfulness_summary"] = faithfulness_summary(
-            in_circuit, clean, nothing, settings.n_bootstrap, settings.seed
-        )
+        summary = faithfulness_summary(in_circuit, clean, nothing, settings.n_bootstrap, settings.seed)
     except ValueError:
         return fields
+    fields["faithfulness"] = summary.ratio
+    fields["faithfulness_summary"] = summary
     fields["faithfulness_strata"] = faithfulness_by_stratum(
         in_circuit, clean, nothing, _strata(heldout), settings.seed
     )
