@@ -118,6 +118,23 @@ def test_toy_hop_carries_hop_1s_result_to_hop_2s_queries(toy_hop_result):
     assert not carries(routes["k"]) and not carries(routes["v"])
 
 
+def test_the_paths_read_as_the_standard_class_table_of_their_senders(toy_hop_result):
+    """Each route is a class of hop j's heads: the paths section is the standard class table (the same
+    class, heads and beyond-random columns), its verdict whether the route carries the result."""
+    sections = {section.title: section for section in finding_report(toy_hop_result).sections}
+    paths = sections["What carries each hop's result to the next hop's heads"].table
+    standard = sections["Head classes (held out)"].table
+    assert paths.columns[:2] == standard.columns[:2] and paths.columns[-3:] == standard.columns[-3:]
+    for path, row in zip(toy_hop_result.extras.paths, paths.rows, strict=True):
+        cells = dict(zip(paths.columns, row, strict=True))
+        assert (cells["class"], cells["heads"], cells["route"]) == (
+            path.name,
+            " ".join(path.heads),
+            path.details["route"],
+        )
+        assert (cells["verdict"] == "confirmed") == carries(path)
+
+
 def test_hop_result_saves_renders_and_draws(toy_hop_result, tmp_path):
     save_result(toy_hop_result, tmp_path / "hop.json")
     again = load_result(tmp_path / "hop.json")

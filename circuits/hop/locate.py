@@ -18,7 +18,15 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from circuits.evidence import BeyondRandom, ClassVerdict, every_head, head_class, head_labels, judge_class
+from circuits.evidence import (
+    BeyondRandom,
+    ClassVerdict,
+    every_head,
+    head_class,
+    head_labels,
+    judge_class,
+    mean_ci,
+)
 from circuits.finding import Finding
 from circuits.hop.results import HopFigures
 from interp.interventions.ablation import Ablation, Replacement
@@ -161,7 +169,6 @@ def hop_report(
         ]  # fmt: skip
         part = heldout.tokens
         correct = (model(part)[:, task.query].argmax(-1) == part[:, -1]).float().cpu()
-        accuracy_ci = bootstrap_ci(correct, seed=seed)
         lookups = [_test_lookup(model, j, heads, heldout, settings) for j, heads in enumerate(chosen)]
         paths = hop_paths(model, part, chosen, heldout.metric, n_random, seed)
     say(HOP_STAGES[1], 1, 1)
@@ -169,7 +176,7 @@ def hop_report(
     figures = HopFigures(
         hops=task.hops,
         accuracy=correct.mean().item(),
-        accuracy_ci=(accuracy_ci[0].item(), accuracy_ci[1].item()),
+        accuracy_ci=mean_ci(correct, seed),
         chance=task.chance,
         attention=heldout.attention.mean(-1),
         discovery_change=alone.mean(-1).view(cfg.n_layers, cfg.n_heads),

@@ -15,7 +15,7 @@ from torch import Tensor
 from circuits.evidence import ClassVerdict
 from circuits.finding import ClassView, Extras, Finding
 from circuits.output import pyplot, save_figure
-from circuits.sections import Section, Table, ci_text, layer_head_map, value_ci
+from circuits.sections import Section, ci_text, class_sections, layer_head_map, value_ci
 from interp.viz import heatmap_grid
 
 LEGEND = (
@@ -36,14 +36,17 @@ PATH_LEGEND = (
     "Path patching, held-out sequences: hop j's heads output at the query their value on another held-out "
     "sequence (hop j lands elsewhere there), every other head frozen to the clean run, so the change reaches "
     "hop j+1's heads only through one route: their query (q), key (k) or value (v) input, or every head of "
-    "the layers between the hops (via; from them on, everything is recomputed). Effect: the drop of the "
+    "the layers between the hops (via; from them on, everything is recomputed). Drop: the drop of the "
     "answer's logit minus the other symbols' mean logit (logits, [95% bootstrap CI]); the route carries hop "
-    "j's result when the effect exceeds that of random heads of the senders' layers patched the same way (CI "
-    "of the difference above 0)."
+    "j's result (confirmed) when the effect exceeds that of random heads of the senders' layers patched the "
+    "same way (CI of the difference above 0)."
 )
-PATH_COLUMNS = (
-    "hops", "senders -> receivers", "route", "effect", "random senders", "beyond random", "carries"
-)  # fmt: skip
+PATH_COLUMNS = [
+    ("to", lambda p: f"hop {p.details['to_hop']}: {', '.join(p.details['receivers'])}"),
+    ("route", lambda p: p.details["route"]),
+    ("drop", lambda p: value_ci(p.heldout.drop, p.heldout.drop_ci, 2)),
+    ("random senders", lambda p: ", ".join(f"{e:+.2f}" for e in p.random_effects)),
+]  # each route's own columns in the standard class table (`class_sections`), its senders the class
 
 
 def carries(path: ClassVerdict) -> bool:
@@ -123,22 +126,12 @@ class HopFigures(Extras):
         return ClassView(columns=LOOKUP_COLUMNS, notes=[LEGEND], figures=[heatmap_grid(heatmaps)])
 
     def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
+        """The paths as the standard class table of their senders (`PATH_COLUMNS`)."""
         if not self.paths:
             return []
-        rows = [
-            [f"{p.details['from_hop']} -> {p.details['to_hop']}",
-             f"{', '.join(p.heads)} -> {', '.join(p.details['receivers'])}", p.details["route"],
-             value_ci(p.heldout.drop, p.heldout.drop_ci, 2), ", ".join(f"{e:+.2f}" for e in p.random_effects),
-             value_ci(p.heldout.beyond, p.heldout.beyond_ci, 2), "yes" if carries(p) else "no"]
-            for p in self.paths
-        ]  # fmt: skip
-        return [
-            Section(
-                title="What carries each hop's result to the next hop's heads",
-                table=Table(columns=list(PATH_COLUMNS), rows=rows),
-                notes=[PATH_LEGEND],
-            )
-        ]
+        routes = class_sections(self.paths, ClassView(columns=PATH_COLUMNS))[0]
+        title = "What carries each hop's result to the next hop's heads"
+        return [Section(title=title, table=routes.table, notes=[PATH_LEGEND])]
 
 
 def lookup_chain_figure(finding: Finding, out: str | Path | None = None):

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.evidence import mean_ci
 from circuits.finding import Finding
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
 from circuits.ioi.evidence import ClassEvidence, end_logits_and_cache, measure_class_evidence
@@ -49,7 +50,6 @@ from circuits.ioi.steps import (
 from circuits.ioi.task import prompt_families, split_names
 from circuits.stages import StageResults
 from interp.interventions.engine import cached_run, forward_logits
-from interp.interventions.stats import bootstrap_ci
 from interp.model.cache import direct_attribution_linearisation
 from interp.tasks.ioi import heldout_description, ioi_dataset_for
 from interp.tasks.ioi_prompts import IOIPrompts
@@ -314,12 +314,6 @@ def _combine(measured: Measurements, steps: Sequence[StepResult]) -> IOIFigures:
     )
 
 
-def _ci(values: Tensor, n_bootstrap: int, seed: int) -> tuple[float, float]:
-    """95% bootstrap interval of the mean of values [batch]."""
-    low, high = bootstrap_ci(values.float(), n_bootstrap, seed=seed)
-    return float(low), float(high)
-
-
 @torch.no_grad()
 def measure_baseline(
     model: interp.HookedTransformer,
@@ -344,9 +338,9 @@ def measure_baseline(
     abc_diffs = clean.logit_diff(abc_logits).cpu()
     return Baseline(
         logit_diff=diffs.mean().item(),
-        logit_diff_ci=_ci(diffs, n_bootstrap, seed),
+        logit_diff_ci=mean_ci(diffs, seed, n_bootstrap),
         accuracy=correct.mean().item(),
-        accuracy_ci=_ci(correct, n_bootstrap, seed),
+        accuracy_ci=mean_ci(correct, seed, n_bootstrap),
         top1_io=top1.float().mean().item(),
         abc_logit_diff=abc_diffs.mean().item(),
         n_prompts=len(clean),

@@ -29,6 +29,7 @@ from circuits.evidence import (
     faithfulness_by_stratum,
     head_class,
     judge_class,
+    label_strata,
 )
 from circuits.finding import Finding
 from circuits.ioi.evidence import direct_logit_attributions
@@ -226,12 +227,11 @@ def _heldout_faithfulness(
         "faithfulness_strata": [],
     }
     try:
-        fields["faithfulness"] = float(faithfulness_ratio(in_circuit, clean, nothing))
-        fields["faithfulness_summary"] = faithfulness_summary(
-            in_circuit, clean, nothing, settings.n_bootstrap, settings.seed
-        )
+        summary = faithfulness_summary(in_circuit, clean, nothing, settings.n_bootstrap, settings.seed)
     except ValueError:
         return fields
+    fields["faithfulness"] = summary.ratio
+    fields["faithfulness_summary"] = summary
     fields["faithfulness_strata"] = faithfulness_by_stratum(
         in_circuit, clean, nothing, _strata(heldout), settings.seed
     )
@@ -240,6 +240,5 @@ def _heldout_faithfulness(
 
 def _strata(prompts: IOIPrompts) -> list[tuple[str, str, Tensor]]:
     """The held-out prompts by name order (ABBA, then BABA) and by template ("T3"), in template order."""
-    abba = torch.tensor([order == "ABBA" for order in prompts.order])
-    templates = [("template", f"T{t}", prompts.template == t) for t in prompts.template.unique().tolist()]
-    return [("order", "ABBA", abba), ("order", "BABA", ~abba), *templates]
+    templates = label_strata("template", [f"T{t}" for t in prompts.template.tolist()])
+    return sorted(label_strata("order", prompts.order)) + sorted(templates, key=lambda s: int(s[1][1:]))

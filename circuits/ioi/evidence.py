@@ -17,15 +17,16 @@ from circuits.evidence import median_mad
 from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
 from interp.interventions.engine import forward_logits
 from interp.tasks.ioi_prompts import IOIPrompts
+from interp.tasks.retrieval import RetrievalPrompts
 from interp.types import Head
 
 
 @torch.no_grad()
 def end_logits_and_cache(
-    model: interp.HookedTransformer, prompts: IOIPrompts
+    model: interp.HookedTransformer, prompts: IOIPrompts | RetrievalPrompts
 ) -> tuple[Tensor, interp.ActivationCache]:
     """One run on `prompts`: logits [batch, pos, d_vocab] at END only (NaN elsewhere), and a cache of
-    what the class evidence reads (attention patterns, z, scales, the final residual stream)."""
+    what the heads' evidence reads (attention patterns, z, scales, the final residual stream)."""
     final = interp.act_name("resid_post", model.cfg.n_layers - 1)
     names = [
         *model.layer_hook_names("pattern"),

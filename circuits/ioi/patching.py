@@ -110,6 +110,19 @@ def ioi_edge_attribution(
     )
 
 
+def eap_drops(
+    model: interp.HookedTransformer, scores: edges.EdgeScores, senders: Sequence[Head], readers: Sequence[str]
+) -> Tensor:
+    """EAP's estimate of each sender's drop (logits): minus the sum of its edges' scores into `readers`
+    (the graph's names: "logits", "a9.h6<q>", ...), [layer, head] (NaN: not a sender)."""
+    graph = scores.graph
+    columns = [graph.readers.index(name) for name in readers]
+    estimate = torch.full((model.cfg.n_layers, model.cfg.n_heads), float("nan"))
+    for layer, head in senders:
+        estimate[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
+    return estimate
+
+
 class EAPRanking:
     """The `SenderEffects` strategy that path-patches only the `n_exact` senders EAP ranks first by
     |estimated drop| and every sender whose |estimate| is at least `min_estimate` (logits); the others
@@ -136,7 +149,6 @@ class EAPRanking:
         senders: Sequence[Head] | None = None,
         ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
     ) -> Tensor:
-        n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
         given = senders
         receivers = list(receivers or [])
         candidates = every_head(model, receivers) if senders is None else senders
@@ -156,9 +168,8 @@ class EAPRanking:
             base = ablated[0].interventions(ablated[1], clean)
             positions = {key: position if receivers else None}
             scores = ioi_edge_attribution(model, clean, abc, positions, base)[key]
-        graph = scores.graph
         if receivers:
-            group = n_heads // model.cfg.n_kv_heads
+            group = model.cfg.n_heads // model.cfg.n_kv_heads
             kv = "h" if group == 1 else "kv"
             names = {
                 f"a{layer}.h{head}<q>"
@@ -168,10 +179,7 @@ class EAPRanking:
             }
         else:
             names = {"logits"}
-        columns = [graph.readers.index(name) for name in sorted(names)]
-        estimate = torch.full((n_layers, n_heads), float("nan"))
-        for layer, head in senders:
-            estimate[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
+        estimate = eap_drops(model, scores, senders, sorted(names))
         ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))
         n_large = sum(abs(float(estimate[head])) >= self.min_estimate for head in senders)
         measured = exact(ranked[: max(self.n_exact, n_large)])

@@ -41,6 +41,8 @@ from circuits.evidence import (
 )
 from circuits.finding import Finding
 from circuits.heads.cache import confirmed_induction_heads
+from circuits.ioi.evidence import end_logits_and_cache
+from circuits.ioi.patching import eap_drops
 from circuits.retrieval.results import ATTENTION_TARGETS, RetrievalAccuracy, RetrievalFigures, RetrievalHead
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
@@ -148,18 +150,9 @@ def attention_and_direct(
     direct logit attribution at END along W_U[answer] - W_U[best other candidate], through the final
     norm at its scale in the run)."""
     cfg = model.cfg
-    final = interp.act_name("resid_post", cfg.n_layers - 1)
-    names = [
-        *model.layer_hook_names("pattern"),
-        *model.head_contribution_hook_names(),
-        interp.act_name("scale"),
-        final,
-    ]
-    tokens = prompts.tokens.to(model.device)
-    _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
+    logits, cache = end_logits_and_cache(model, prompts)  # logits at END only
     rows = torch.arange(len(prompts), device=model.device)
     end = prompts.positions["END"].to(model.device)
-    logits = forward_logits(model, cache[final], end, start_at_layer=cfg.n_layers)  # at END only
     attention = {}
     for target in ATTENTION_TARGETS:
         keys = prompts.positions[target].to(model.device)
@@ -363,16 +356,10 @@ def path_patching_step(
     ranks first by |estimate|, EAP's estimate for the others, NaN for non-senders. Each selected head is
     classed by where END attends most if that attention is at least `min_attention` (a "mover" must
     also have direct attribution > 0)."""
-    cfg, prompts, scores = model.cfg, evidence.prompts, evidence.scores
-    graph = scores.graph
-    last = cfg.n_layers if receivers is None else max(layer for layer, _ in receivers)
-    senders = [(layer, head) for layer in range(last) for head in range(cfg.n_heads)]
-    senders = [head for head in senders if head not in (receivers or [])]
+    prompts = evidence.prompts
+    senders = [head for head in every_head(model, receivers) if head not in (receivers or [])]
     readers = ["logits"] if receivers is None else [f"a{layer}.h{head}<q>" for layer, head in receivers]
-    columns = [graph.readers.index(name) for name in readers]
-    effects = torch.full((cfg.n_layers, cfg.n_heads), float("nan"))
-    for layer, head in senders:
-        effects[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
+    effects = eap_drops(model, evidence.scores, senders, readers)
     exact = sorted(senders, key=lambda head: -abs(float(effects[head])))[: settings.n_exact]
     if exact:
         patched = evidence.patcher(
