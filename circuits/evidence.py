@@ -493,6 +493,24 @@ def faithfulness_by_stratum(
     return out
 
 
+def held_out_faithfulness(
+    circuit: Float[Tensor, " prompt"],
+    model: Float[Tensor, " prompt"],
+    ablated: Float[Tensor, " prompt"],
+    strata: Iterable[tuple[str, str, Tensor]],
+    seed: int = 0,
+    n_boot: int = 1000,
+) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
+    """The circuit's faithfulness pooled (`faithfulness_summary`) and per stratum
+    (`faithfulness_by_stratum`), from the metric per prompt with the circuit alone, the model and
+    everything ablated; (None, []) where it is undefined: the model does as well with everything ablated."""
+    try:
+        summary = faithfulness_summary(circuit, model, ablated, n_boot, seed)
+    except ValueError:
+        return None, []
+    return summary, faithfulness_by_stratum(circuit, model, ablated, strata, seed)
+
+
 def _band(ratio: float) -> str:
     """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND."""
     return "overshoots" if ratio > OVERSHOOT else "partial" if ratio < 1 - FAITHFUL_BAND else "within"

@@ -26,8 +26,8 @@ from circuits.evidence import (
     HeadClass,
     Strata,
     every_head,
-    faithfulness_by_stratum,
     head_class,
+    held_out_faithfulness,
     judge_class,
     label_strata,
 )
@@ -35,7 +35,7 @@ from circuits.finding import Finding
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import CLASS_WRITES, Evaluation, Validation
-from interp.interventions.stats import bootstrap, faithfulness_ratio, faithfulness_summary, heterogeneity
+from interp.interventions.stats import bootstrap, faithfulness_ratio, heterogeneity
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
 
@@ -226,15 +226,14 @@ def _heldout_faithfulness(
         "faithfulness_summary": None,
         "faithfulness_strata": [],
     }
-    try:
-        summary = faithfulness_summary(in_circuit, clean, nothing, settings.n_bootstrap, settings.seed)
-    except ValueError:
+    summary, strata = held_out_faithfulness(
+        in_circuit, clean, nothing, _strata(heldout), settings.seed, settings.n_bootstrap
+    )
+    if summary is None:
         return fields
     fields["faithfulness"] = summary.ratio
     fields["faithfulness_summary"] = summary
-    fields["faithfulness_strata"] = faithfulness_by_stratum(
-        in_circuit, clean, nothing, _strata(heldout), settings.seed
-    )
+    fields["faithfulness_strata"] = strata
     return fields
 
 

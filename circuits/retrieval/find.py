@@ -6,7 +6,7 @@ held-out relations, names, fact counts and templates. Corrupted prompts name a s
 Steps: 0 prompts; 1 heads -> logits and 2 heads -> the movers' queries at END (EAP ranks the senders,
 the `n_exact` first are path-patched exactly); 3 each class (and the induction heads of `interp heads`)
 mean-ablated against random same-layer heads (`circuits.evidence.judge_class`), with the circuit's
-faithfulness (`heldout_faithfulness`); 4 each prompt set's accuracy against chance. The result is a
+faithfulness (`evidence.held_out_faithfulness`); 4 each prompt set's accuracy against chance. The result is a
 `circuits.finding.Finding` whose extras are `RetrievalFigures`. Effects are drops (`EFFECT_SIGN`, logits).
 Selected heads (`select_heads`) are classed by where END attends: the queried name's mention
 ("mention"), its value ("mover", which must also write the answer: direct attribution > 0) or the
@@ -28,11 +28,10 @@ from circuits.evidence import (
     FamilySplit,
     HeadClass,
     Strata,
-    StratumFaithfulness,
     every_head,
-    faithfulness_by_stratum,
     head_class,
     head_labels,
+    held_out_faithfulness,
     judge_class,
     label_strata,
     mean_ci,
@@ -48,7 +47,6 @@ from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.engine import RunOptions, forward_logits
 from interp.interventions.path_patching import PathPatcher
-from interp.interventions.stats import FaithfulnessSummary, faithfulness_summary
 from interp.model.cache import direct_attribution_linearisation
 from interp.tasks.retrieval import (
     DISCOVERY_FACT_COUNTS,
@@ -269,20 +267,6 @@ def validate_classes(
     return validations, {name: ablated["heldout"][heads] for name, heads in runs.items()}
 
 
-def heldout_faithfulness(
-    diffs: dict[str, Tensor], heldout: Sequence[RetrievalPrompts], seed: int
-) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
-    """The circuit's held-out faithfulness from `validate_classes`' logit diffs, pooled (None where it is
-    undefined: the model does as well with every head ablated) and per fact count, template and relation.
-    `interp.interventions.stats.faithfulness_summary`, as every analysis's."""
-    circuit, model, ablated = diffs["circuit"], diffs["model"], diffs["ablated"]
-    try:
-        summary = faithfulness_summary(circuit, model, ablated, seed=seed)
-    except ValueError:  # the model does as well with every head ablated
-        return None, []
-    return summary, faithfulness_by_stratum(circuit, model, ablated, _strata(heldout), seed)
-
-
 def make_prompt_sets(model: interp.HookedTransformer, settings: RetrievalSettings) -> RetrievalPromptSets:
     """Step 0: the relations split into discovery and held-out (`split_families`), and every prompt."""
     seed = settings.seed
@@ -463,7 +447,9 @@ def find_retrieval_circuit(
         model, tested, circuit, {"discovery": [prompts.discovery], "heldout": prompts.heldout},
         induction_heads, settings.n_random, settings.seed, progress,
     )  # fmt: skip
-    faithfulness, faithfulness_strata = heldout_faithfulness(diffs, prompts.heldout, settings.seed)
+    faithfulness, faithfulness_strata = held_out_faithfulness(
+        diffs["circuit"], diffs["model"], diffs["ablated"], _strata(prompts.heldout), settings.seed
+    )
     stage("validation")
     measured = accuracies(model, prompts, diffs["model"], settings)  # 4. accuracy
     stage("accuracy")
