@@ -351,7 +351,11 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     assert "chose: tasks antonym, present_past; templates qa, input_output" in text
     assert "tested: tasks comparative; templates arrow" in text
     assert text.index("lowers few-shot accuracy on held-out tasks in held-out templates") < text.index(chose)
-    assert "arrow (held out)" in text and "qa (discovery template)" in text  # the effects per template
+    report = finding_report(loaded)
+    strata = next(section.table for section in report.sections if section.title.startswith("Per stratum"))
+    per_template = {tuple(row[1:3]) for row in strata.rows}  # the effects per template, said there once
+    assert {("held-out template", "arrow"), ("discovery template", "qa")} <= per_template
+    assert "arrow (held out)" not in " ".join(report.headline)
     write_finding_report(loaded, "json", tmp_path / "summary.json", console)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["fv_heads"][0]["head"] == figures.fv_heads[0]
@@ -482,4 +486,7 @@ def test_a_template_of_too_few_prompts_is_reported_without_a_ci(tiny_model):
     console = Console(record=True, width=100)
     write_finding_report(result, "table", None, console)
     text = " ".join(console.export_text().split())
-    assert "arrow (held out)" in text and f"({TOO_FEW_PROMPTS})" in text
+    assert "Per stratum and family" in text
+    strata = next(s for s in finding_report(result).sections if s.title.startswith("Per stratum")).table
+    arrow = [row for row in strata.rows if row[0] == AIE_TEST and row[2] == "arrow"]
+    assert arrow and arrow[0][5:] == ["", TOO_FEW_PROMPTS]  # no CI, no verdict

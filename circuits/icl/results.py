@@ -330,21 +330,15 @@ def _beyond(found: ClassVerdict, family: str) -> str:
 
 
 def _test_line(found: ClassVerdict) -> str:
-    """A test of the headline: held out, against its random sets, beside discovery, per template."""
+    """A test of the headline: held out, against its random sets, beside discovery (per template: the
+    standard per-stratum table)."""
     tested = found.heldout
     draws = ", ".join(f"{value:+.3f}" for value in found.random_effects)
     where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
-    ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])  # the held-out ones first
-    per_template = "; ".join(
-        f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) "
-        f"{value_ci(s.beyond, s.beyond_ci)}" + (", does not hold" if s.holds is False else "")
-        for s in ordered
-    )
     return (
         f"{found.name}: {tested.drop:+.3f} {found.details['unit']} {ci_text(tested.drop_ci)} {where}; "
         f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
         f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
-        + (f" Per template, held-out tasks: {per_template}." if found.strata else "")
     )
 
 
