@@ -24,7 +24,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
-from interp.interventions.ablation import Ablation, Replacement, ablation_sites
+from circuits.icl.heads import ablated_z
+from interp.interventions.ablation import ablation_sites
 from interp.interventions.engine import (
     Intervention,
     RunOptions,
@@ -242,11 +243,9 @@ def few_shot_accuracy(
     names = [interp.act_name("z", layer) for layer in layers]
     _, target = cached_run(model, tokens, [*start_names(model), *names], logits=False)
     real = torch.arange(tokens.shape[1]) <= last[:, None].cpu()  # [batch, pos]
-    every_position = {name: target[name].flatten(0, 1)[:, None] for name in names}  # one position each
-    mean = Replacement(model, names, Ablation("mean", reference=every_position, mask=real.flatten()[:, None]))
+    sources = ablated_z(model, {name: target[name] for name in names}, "mean", real=real)
     runs = [[], *(ablation_sites(model, heads=heads) for heads in head_sets)]
     metric = accuracy_metric(prompts.answers, last)
     options = RunOptions(logit_pos=last, progress=progress)
-    sources = mean.sources(names, tokens)
     values = run_site_sets(model, tokens, runs, sources, metric, target=target, options=options)
     return values[0], values[1:]
