@@ -340,18 +340,15 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     write_finding_report(loaded, "table", None, console)
     text = " ".join(console.export_text().split())
     assert text.startswith(f"Function-vector heads of {result.model} Ablating the")  # the finding leads
-    chose = (
-        'chosen on the discovery word-pair tasks (antonym, present_past) in the discovery templates (qa "Q: '
-        'x\\nA: y", input_output "Input: x\\nOutput: y")'
-    )
-    assert (
-        'tested on the held-out word-pair tasks (comparative) in the held-out templates (arrow "x -> y")'
-        in text
-    )
+    chose = "chosen on the discovery tasks in the discovery templates: the"
     assert "chose: tasks antonym, present_past; templates qa, input_output" in text
     assert "tested: tasks comparative; templates arrow" in text
     assert text.index("lowers few-shot accuracy on held-out tasks in held-out templates") < text.index(chose)
     report = finding_report(loaded)
+    what_chose = next(
+        section.lines for section in report.sections if section.title == "What chose and what tested"
+    )
+    assert sum("present_past" in line for line in what_chose) == 1  # the families named once
     strata = next(section.table for section in report.sections if section.title.startswith("Per stratum"))
     per_template = {tuple(row[1:3]) for row in strata.rows}  # the effects per template, said there once
     assert {("held-out template", "arrow"), ("discovery template", "qa")} <= per_template
