@@ -340,18 +340,19 @@ def test_report_saves_and_renders_in_every_format(small_result, tmp_path):
     write_finding_report(loaded, "table", None, console)
     text = " ".join(console.export_text().split())
     assert text.startswith(f"Function-vector heads of {result.model} Ablating the")  # the finding leads
-    chose = (
-        'chosen on the discovery word-pair tasks (antonym, present_past) in the discovery templates (qa "Q: '
-        'x\\nA: y", input_output "Input: x\\nOutput: y")'
-    )
-    assert (
-        'tested on the held-out word-pair tasks (comparative) in the held-out templates (arrow "x -> y")'
-        in text
-    )
+    chose = "chosen on the discovery tasks in the discovery templates: the"
     assert "chose: tasks antonym, present_past; templates qa, input_output" in text
     assert "tested: tasks comparative; templates arrow" in text
     assert text.index("lowers few-shot accuracy on held-out tasks in held-out templates") < text.index(chose)
-    assert "arrow (held out)" in text and "qa (discovery template)" in text  # the effects per template
+    report = finding_report(loaded)
+    what_chose = next(
+        section.lines for section in report.sections if section.title == "What chose and what tested"
+    )
+    assert sum("present_past" in line for line in what_chose) == 1  # the families named once
+    strata = next(section.table for section in report.sections if section.title.startswith("Per stratum"))
+    per_template = {tuple(row[1:3]) for row in strata.rows}  # the effects per template, said there once
+    assert {("held-out template", "arrow"), ("discovery template", "qa")} <= per_template
+    assert "arrow (held out)" not in " ".join(report.headline)
     write_finding_report(loaded, "json", tmp_path / "summary.json", console)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["fv_heads"][0]["head"] == figures.fv_heads[0]
@@ -482,4 +483,7 @@ def test_a_template_of_too_few_prompts_is_reported_without_a_ci(tiny_model):
     console = Console(record=True, width=100)
     write_finding_report(result, "table", None, console)
     text = " ".join(console.export_text().split())
-    assert "arrow (held out)" in text and f"({TOO_FEW_PROMPTS})" in text
+    assert "Per stratum and family" in text
+    strata = next(s for s in finding_report(result).sections if s.title.startswith("Per stratum")).table
+    arrow = [row for row in strata.rows if row[0] == AIE_TEST and row[2] == "arrow"]
+    assert arrow and arrow[0][5:] == ["", TOO_FEW_PROMPTS]  # no CI, no verdict

@@ -31,6 +31,7 @@ from circuits.finding import Finding
 from circuits.path.task import family_rows
 from interp import edges
 from interp.checks import check_finite_scores
+from interp.edges.evaluate import clean_metric
 from interp.model import HookedTransformer
 from interp.types import MemorySize, Progress, memory_bytes
 
@@ -391,11 +392,7 @@ def circuit_faithfulness(
         for prompts in (task, heldout)
     )  # fmt: skip
     corrupted_metric = heldout.corrupted_metric or heldout.metric
-    chunks = torch.arange(heldout.n_prompts).split(settings.batch_size)
-    with torch.no_grad():
-        corrupted_value = torch.cat(
-            [corrupted_metric(model(heldout.corrupted[c]), c).float() for c in chunks]
-        )
+    corrupted_value = clean_metric(model, heldout.corrupted, corrupted_metric, settings.batch_size)
     return found, faith, float(corrupted_value.mean())
 
 

@@ -17,13 +17,15 @@ Ablations set a head's z at every position to its mean over every real position 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 import interp
+from circuits.icl.heads import ablated_z
+from interp.interventions.ablation import ablation_sites
 from interp.interventions.engine import (
     Intervention,
     RunOptions,
@@ -34,7 +36,6 @@ from interp.interventions.engine import (
     start_names,
 )
 from interp.interventions.metrics import logits_at, prob_metric
-from interp.interventions.stats import masked_mean
 from interp.tasks.icl_tasks import DEFAULT_TEMPLATE, answer_token, check_template_names, few_shot_prompts
 from interp.types import Head, Progress
 
@@ -177,32 +178,14 @@ def head_indirect_effects(
     """Each set of heads' indirect effect on each corrupted prompt: p(answer) with the heads' z at the
     last token set to their group's mean, minus without; one patched run per set on interp's engine."""
     tokens, last = prompts.corrupted, prompts.corrupted_last
-    sources = {
-        layer: per_prompt(means, prompts, layer) for layer in {layer for s in head_sets for layer, _ in s}
-    }
+    layers = {layer for heads in head_sets for layer, _ in heads}
+    sources = {interp.act_name("z", layer): per_prompt(means, prompts, layer) for layer in layers}
     _, target = cached_run(model, tokens, start_names(model), logits=False)
     metric = prob_metric(prompts.answers, pos=last)
-    runs = [*_head_runs(head_sets, sources, last), []]
+    runs = [[replace(site, pos=last) for site in ablation_sites(model, heads=heads)] for heads in head_sets]
     options = RunOptions(logit_pos=last, progress=progress)
-    values = run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
+    values = run_site_sets(model, tokens, [*runs, []], sources, metric, target=target, options=options)
     return values[:-1] - values[-1]
-
-
-def _head_runs(
-    head_sets: Sequence[Sequence[Head]], values: dict[int, Tensor], pos: Tensor | None = None
-) -> list[list[Intervention]]:
-    """One run per set of heads: each head's hook_z (at `pos`, default every position) set to
-    values[its layer] (broadcast to [batch, pos, head, d_head])."""
-    return [
-        [
-            Intervention(
-                Site(interp.act_name("z", layer), head=[h for l_, h in heads if l_ == layer], pos=pos),
-                values[layer],
-            )
-            for layer in sorted({layer for layer, _ in heads})
-        ]
-        for heads in head_sets
-    ]
 
 
 def function_vector(means: HeadMeans, heads: Sequence[Head]) -> Float[Tensor, "group d_model"]:
@@ -257,18 +240,12 @@ def few_shot_accuracy(
     its mean over every real position of the prompts)."""
     tokens, last = prompts.clean, prompts.clean_last
     layers = sorted({layer for heads in head_sets for layer, _ in heads})
-    _, target = cached_run(
-        model, tokens, [*start_names(model), *(interp.act_name("z", layer) for layer in layers)], logits=False
-    )
-    real = (torch.arange(tokens.shape[1]) <= prompts.clean_last[:, None].cpu()).to(tokens.device)  # [b, pos]
-    means = {
-        layer: masked_mean(
-            target[interp.act_name("z", layer)].flatten(0, 1), real.flatten()[:, None, None], 0
-        )
-        for layer in layers
-    }  # [head, d_head]
+    names = [interp.act_name("z", layer) for layer in layers]
+    _, target = cached_run(model, tokens, [*start_names(model), *names], logits=False)
+    real = torch.arange(tokens.shape[1]) <= last[:, None].cpu()  # [batch, pos]
+    sources = ablated_z(model, {name: target[name] for name in names}, "mean", real=real)
+    runs = [[], *(ablation_sites(model, heads=heads) for heads in head_sets)]
     metric = accuracy_metric(prompts.answers, last)
-    runs = [[], *_head_runs(head_sets, means)]
     options = RunOptions(logit_pos=last, progress=progress)
-    values = run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
+    values = run_site_sets(model, tokens, runs, sources, metric, target=target, options=options)
     return values[0], values[1:]

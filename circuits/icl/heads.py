@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 import interp
@@ -40,17 +40,20 @@ def ablated_z(
     model: interp.HookedTransformer,
     z: dict[str, Float[Tensor, "batch pos head d_head"]],
     ablation: str,
-    seed: int,
+    seed: int = 0,
+    real: Bool[Tensor, "batch pos"] | None = None,
 ) -> dict[str, Tensor]:
     """What replaces each hook_z of `z` (name -> the documents' z) under `ablation`, broadcastable to
-    [batch, pos, head, d_head]: "mean" one mean per head over every position of every document, "zero"
-    0, "resample" another document's z at each position (drawn with `seed`)."""
+    [batch, pos, head, d_head]: "mean" one mean per head over every position of every document (the
+    `real` ones only, where given), "zero" 0, "resample" another document's z at each position (drawn
+    with `seed`)."""
     check_icl_ablation(ablation)
+    mask = None if real is None else real.flatten()[:, None]
     if ablation == "mean":  # every (document, position) a reference row of one position
         reference = {name: values.flatten(0, 1)[:, None] for name, values in z.items()}
     else:
         reference = z
-    replacement = Replacement(model, list(z), Ablation(ablation, reference=reference, seed=seed))
+    replacement = Replacement(model, list(z), Ablation(ablation, reference=reference, seed=seed, mask=mask))
     return {name: replacement.values(name, len(values)) for name, values in z.items()}
 
 

@@ -330,27 +330,16 @@ def _beyond(found: ClassVerdict, family: str) -> str:
 
 
 def _test_line(found: ClassVerdict) -> str:
-    """A test of the headline: held out, against its random sets, beside discovery, per template."""
+    """A test of the headline: held out, against its random sets, beside discovery (per template: the
+    standard per-stratum table)."""
     tested = found.heldout
     draws = ", ".join(f"{value:+.3f}" for value in found.random_effects)
     where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
-    ordered = sorted(found.strata, key=lambda s: s.kind != TEMPLATE_KINDS[0])  # the held-out ones first
-    per_template = "; ".join(
-        f"{s.name} ({'held out' if s.kind == TEMPLATE_KINDS[0] else 'discovery template'}) "
-        f"{value_ci(s.beyond, s.beyond_ci)}" + (", does not hold" if s.holds is False else "")
-        for s in ordered
-    )
     return (
         f"{found.name}: {tested.drop:+.3f} {found.details['unit']} {ci_text(tested.drop_ci)} {where}; "
         f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
         f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
-        + (f" Per template, held-out tasks: {per_template}." if found.strata else "")
     )
-
-
-def _templates(names) -> str:
-    """Template names with their prompts: 'qa "Q: x\\nA: y", ...'."""
-    return ", ".join(f'{name} "{ICL_TEMPLATES[name].pattern}"' for name in names)
 
 
 @dataclass(kw_only=True)
@@ -436,23 +425,15 @@ class FunctionVectorFigures(Extras):
         return lines
 
     def chose_lines(self, finding: Finding) -> list[str]:
-        """What chose (the discovery tasks in the discovery templates) and what was chosen, what tested
-        (the held-out tasks in the held-out templates) and what, the induction heads' source, the
-        prompts."""
-        chose, tested, settings = finding.chose, finding.tested, finding.settings
+        """What the discovery tasks in the discovery templates chose (the tasks and templates: the lines
+        above; what every effect is measured on: `FV_LEGEND`), the induction heads' source, the prompts."""
+        settings = finding.settings
         return [
-            f"chosen on the discovery word-pair tasks ({', '.join(chose['tasks'])}) in the discovery "
-            f"templates ({_templates(chose['templates'])}): the {len(self.candidates)} heads of largest "
-            f"attributed AIE, the {len(self.fv_heads)} FV heads of largest exact AIE among them, and layer "
-            f"{self.fv_layer}, where the vector is added (the best zero-shot accuracy on their query pairs "
-            "of every layer's)",
-            f"tested on the held-out word-pair tasks ({', '.join(tested['tasks'])}) in the held-out "
-            f"templates ({_templates(tested['templates'])}): every effect in this report (the FV heads' "
-            "AIE, the vector's zero-shot accuracy, few-shot accuracy under ablation), each beside the same "
-            "measure on the discovery tasks in the discovery templates, and per template on the held-out "
-            "tasks (held out by task only in a discovery template)",
-            f"induction heads ({', '.join(self.induction_heads) or 'none'}): {self.induction_found_by}, not "
-            "chosen on these tasks",
+            f"chosen on the discovery tasks in the discovery templates: the {len(self.candidates)} heads of "
+            f"largest attributed AIE, the {len(self.fv_heads)} FV heads of largest exact AIE among them, and "
+            f"layer {self.fv_layer}, where the vector is added (the best zero-shot accuracy on their query "
+            "pairs of every layer's)",
+            f"induction heads: {self.induction_found_by}, not chosen on these tasks",
             f"{settings.n_prompts} prompts of {settings.n_shots} examples per task, template and half of its "
             f"pairs (seed {settings.seed}); ICL score on {settings.n_documents} Brown corpus texts",
         ]
