@@ -120,9 +120,13 @@ class Finding:
         standard = {name: value for name, value in vars(self).items() if name != "extras"}
         return {**standard, "effect_sign": EFFECT_SIGN, **self.extras.json_fields(self)}
 
-
-def _families(split: dict[str, list[str]]) -> str:
-    return "; ".join(f"{axis} {', '.join(names)}" for axis, names in split.items()) or "none named"
+    def family_lines(self) -> list[str]:
+        """ "chose: templates T0, T1; names ..." and "tested: ...": the families of each side by axis."""
+        return [
+            f"{side}: "
+            + ("; ".join(f"{axis} {', '.join(names)}" for axis, names in split.items()) or "none named")
+            for side, split in (("chose", self.chose), ("tested", self.tested))
+        ]
 
 
 def finding_report(finding: Finding, wide: bool = True, **options: Any) -> Report:
@@ -135,8 +139,7 @@ def finding_report(finding: Finding, wide: bool = True, **options: Any) -> Repor
     chose = Section(
         title="What chose and what tested",
         lines=[
-            f"chose: {_families(finding.chose)}",
-            f"tested: {_families(finding.tested)}",
+            *finding.family_lines(),
             *extras.chose_lines(finding),
             f"Model: {finding.provenance}.",
         ],

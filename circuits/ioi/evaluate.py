@@ -240,4 +240,5 @@ def _heldout_faithfulness(
 def _strata(prompts: IOIPrompts) -> list[tuple[str, str, Tensor]]:
     """The held-out prompts by name order (ABBA, then BABA) and by template ("T3"), in template order."""
     templates = label_strata("template", [f"T{t}" for t in prompts.template.tolist()])
-    return sorted(label_strata("order", prompts.order)) + sorted(templates, key=lambda s: int(s[1][1:]))
+    orders = sorted(label_strata("order", prompts.order), key=lambda stratum: stratum[1])  # ABBA, BABA
+    return orders + sorted(templates, key=lambda stratum: int(stratum[1][1:]))

@@ -337,11 +337,7 @@ def fv_section(finding: Any) -> list[str]:
     written = (
         [f"A head's output in the function vector: {figures.written}, averaged."] if figures.written else []
     )
-    families = [
-        f"{side}: " + "; ".join(f"{axis} {', '.join(names)}" for axis, names in split.items())
-        for side, split in (("chose", finding.chose), ("tested", finding.tested))
-    ]
-    chose = "; ".join([*families, *figures.chose_lines(finding)]) + "."
+    chose = "; ".join([*finding.family_lines(), *figures.chose_lines(finding)]) + "."
     return [f"Model: {finding.provenance}.", chose, *figures.headline(finding), *written]
 
 
