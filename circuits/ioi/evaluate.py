@@ -52,7 +52,7 @@ def evaluate_circuit(
     finding: Finding,
     clean: IOIPrompts,
     mean_ablation: MeanAblation,
-    n_subsets: int = 5,
+    n_subsets: int = 10,
     seed: int = 0,
     progress: Progress | None = None,
 ) -> Evaluation:

@@ -52,8 +52,8 @@ class Settings:
     min_attention: float = 0.1
     large_attention: float = 0.3
     n_bootstrap: int = 1000
-    n_completeness_subsets: int = 5  # random subsets K besides the classes (completeness)
-    n_random_draws: int = 4  # random head sets per class in held-out validation
+    n_completeness_subsets: int = 10
+    n_random_draws: int = 5  # random head sets per class in held-out validation
     exact_candidates: int = 16  # senders EAP ranks first that are path-patched (`EAPRanking`; 0: all)
 
 
