@@ -9,8 +9,9 @@ positive: the heads help the behaviour the metric measures. Every report states 
 
 Baseline. A class of heads is compared with random sets of as many heads drawn from the same layers
 (`head_class` draws them, `random_same_layer_sets`): `beyond_random` is the class's drop minus the
-random sets' mean drop, paired by prompt, with a bootstrap CI over prompts
-(`interp.interventions.stats`, the one bootstrap), and the same per stratum of the prompts
+random sets' mean drop, paired by prompt, with a bootstrap CI (`beyond_ci`, on
+`interp.interventions.stats`' one bootstrap) that resamples the prompts and the random sets both, so
+that a verdict does not rest on which few random heads were drawn; and the same per stratum of the prompts
 (`stratum_drops`: name orders, templates, relations, ...; one of fewer than `MIN_STRATUM_PROMPTS`
 prompts gets neither a CI nor a verdict: "too few prompts"). `judge_class` is the one judge every
 analysis calls: pooled, per stratum and per family on held-out prompts, beside the discovery figure,
@@ -38,6 +39,7 @@ from interp.interventions.stats import (
     FAITHFUL_BAND,
     OVERSHOOT,
     FaithfulnessSummary,
+    bootstrap,
     bootstrap_ci,
     faithfulness_summary,
 )
@@ -107,10 +109,33 @@ def beyond_per_prompt(effects: Float[Tensor, "set prompt"]) -> Float[Tensor, " p
     return effects[0] - effects[1:].mean(0)
 
 
+def beyond_ci(effects: Float[Tensor, "set prompt"], seed: int = 0, n_boot: int = 1000) -> tuple[float, float]:
+    """The 95% CI of a class's mean effect beyond its random sets' (`beyond_per_prompt`, averaged over
+    prompts), in float64: a two-level percentile bootstrap that resamples the prompts (the one
+    bootstrap's resamples) and, independently, the random sets effects[1:], so that it carries the
+    uncertainty of which random heads were drawn as well as of which prompts were."""
+    values = effects.double()
+    n_sets = values.shape[0] - 1
+    if n_sets < 1:
+        raise ValueError(
+            "effects holds the class's row only: give at least one random set's effects after it"
+        )
+    generator = torch.Generator().manual_seed(seed + 1)  # the random sets: apart from the prompts' stream
+    draws = torch.randint(n_sets, (n_sets, n_boot), generator=generator)
+
+    def statistic(samples: Tensor) -> Tensor:  # samples [n_boot, prompt] -> [n_boot]
+        per_set = values[:, samples].mean(-1)  # [set, n_boot]
+        return per_set[0] - per_set[1:].gather(0, draws).mean(0)
+
+    low, high = bootstrap(statistic, values.shape[-1], n_boot, seed=seed)
+    return float(low), float(high)
+
+
 @dataclass(kw_only=True)
 class BeyondRandom:
     """A class's drop on held-out prompts against random same-layer sets (see the module docstring).
-    drop, random_drop, beyond: means over prompts; *_ci: 95% bootstrap CIs over prompts."""
+    drop, random_drop, beyond: means over prompts; drop_ci: the 95% bootstrap CI over prompts;
+    beyond_ci: over prompts and random sets (`beyond_ci`)."""
 
     n_prompts: int
     drop: float
@@ -129,9 +154,9 @@ def beyond_random(
     n_boot: int = 1000,
 ) -> BeyondRandom:
     """The class's drop [prompt] beyond the mean of its random sets' drops [draw, prompt], paired by
-    prompt; confirmed when the CI of the difference excludes zero in the class's direction `sign`."""
+    prompt; confirmed when its CI (`beyond_ci`) excludes zero in the class's direction `sign`."""
     difference = drop - random_drops.mean(0)
-    ci = mean_ci(difference, seed, n_boot)
+    ci = beyond_ci(torch.cat([drop[None], random_drops]), seed, n_boot)
     return BeyondRandom(
         n_prompts=len(drop),
         drop=drop.mean().item(),
@@ -146,9 +171,9 @@ def beyond_random(
 @dataclass(kw_only=True)
 class StratumDrop:
     """A class's drop beyond random same-layer heads (`BeyondRandom.beyond`, per prompt) on the
-    held-out prompts of one stratum: the mean over its prompts, in the drop's units, with a 95%
-    bootstrap CI over them; a stratum of fewer than `MIN_STRATUM_PROMPTS` prompts has neither a CI nor
-    a verdict (both None: `TOO_FEW_PROMPTS`)."""
+    held-out prompts of one stratum: the mean over its prompts, in the drop's units, with its 95% CI
+    over them and the random sets (`beyond_ci`); a stratum of fewer than `MIN_STRATUM_PROMPTS`
+    prompts has neither a CI nor a verdict (both None: `TOO_FEW_PROMPTS`)."""
 
     kind: str  # what divides the prompts: "order", "template", "facts", "relation", "stratum", "family"
     name: str  # the stratum: "ABBA", "T3", "4 facts", "capital", ...
@@ -166,29 +191,30 @@ def label_strata(kind: str, labels: Sequence[str]) -> list[tuple[str, str, Tenso
 
 
 def stratum_drops(
-    beyond: Float[Tensor, " prompt"],
+    effects: Float[Tensor, "set prompt"],
     strata: Iterable[tuple[str, str, Tensor]],
     sign: int = 1,
     by_ci: Collection[str] = (),
     seed: int = 0,
     n_boot: int = 1000,
 ) -> list[StratumDrop]:
-    """A class's drop beyond random heads [prompt] in each stratum (kind, name, members [prompt] bool;
-    empty ones left out). A stratum holds when its mean points in the class's direction `sign` (+1:
-    the class helps), or, for the kinds in `by_ci`, when its CI excludes zero that way. One of fewer
-    than `MIN_STRATUM_PROMPTS` prompts gets no CI and no verdict (None)."""
+    """A class's drop beyond random heads in each stratum (kind, name, members [prompt] bool; empty
+    ones left out), from its effects and its random sets' (the rows of `HeadClass.sets`, the class
+    first). A stratum holds when its mean points in the class's direction `sign` (+1: the class
+    helps), or, for the kinds in `by_ci`, when its CI (`beyond_ci`) excludes zero that way. One of
+    fewer than `MIN_STRATUM_PROMPTS` prompts gets no CI and no verdict (None)."""
     out = []
     for kind, name, members in strata:
-        values = beyond[members.to(beyond.device)]
-        if len(values) == 0:
+        values = effects[:, members.to(effects.device)]
+        if values.shape[1] == 0:
             continue
-        mean = values.mean().item()
-        if len(values) < MIN_STRATUM_PROMPTS:
+        mean = beyond_per_prompt(values).mean().item()
+        if values.shape[1] < MIN_STRATUM_PROMPTS:
             ci, holds = None, None
         else:
-            ci = mean_ci(values, seed, n_boot)
+            ci = beyond_ci(values, seed, n_boot)
             holds = ci_verdict(ci, sign) == "confirmed" if kind in by_ci else sign * mean > 0
-        out.append(StratumDrop(kind=kind, name=name, n_prompts=len(values), beyond=mean, beyond_ci=ci,
+        out.append(StratumDrop(kind=kind, name=name, n_prompts=values.shape[1], beyond=mean, beyond_ci=ci,
                                holds=holds))  # fmt: skip
     return out
 
@@ -386,7 +412,7 @@ def judge_class(
     tested = beyond_random(judged[0], judged[1:], seed, sign, n_boot)
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, sign, n_boot)
     per_prompt = beyond_per_prompt(heldout)
-    by_stratum = stratum_drops(per_prompt, strata.groups, sign, strata.by_ci, seed, n_boot)
+    by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot)
     pooled_holds = evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
     if chosen is None:
         note = HELD_OUT_ONLY

@@ -257,7 +257,7 @@ def test_a_heldout_template_without_the_effect_makes_it_template_dependent():
     first, second, third = (torch.arange(36) // 12 == i for i in range(3))
     held, chose = TEMPLATE_KINDS
     strata = stratum_drops(
-        beyond,
+        torch.stack([beyond, torch.zeros_like(beyond)]),  # against one random set of no effect
         [(held, "qa", first), (held, "input_output", second), (chose, "arrow", third)],
         by_ci=TEMPLATE_KINDS,
     )

@@ -19,11 +19,13 @@ from circuits.edge_circuits.report import edges_against_heads
 from circuits.edge_circuits.run import CircuitTask, circuit_prompts
 from circuits.evidence import (
     Strata,
+    beyond_ci,
     beyond_random,
     class_verdict,
     head_class,
     judge_class,
     label_strata,
+    mean_ci,
     random_same_layer_sets,
     split_families,
     stratum_drops,
@@ -63,19 +65,42 @@ def result(smollm2, agreement):
     return head_path(smollm2, agreement, SETTINGS)
 
 
+def test_a_verdict_does_not_rest_on_which_random_sets_were_drawn():
+    """The CI beyond random resamples the random sets as well as the prompts: a class that beats four
+    random sets but not a fifth as strong as itself is not confirmed, though its CI over prompts alone
+    (the random sets' mean taken as known) excludes zero."""
+    prompts = torch.linspace(-1, 1, 32)
+    found = 0.1 + 0.05 * prompts
+    random_sets = torch.stack(
+        [0.01 * prompts, -0.01 * prompts, 0.02 * prompts, 0 * prompts, 0.3 + 0.05 * prompts]
+    )
+    over_prompts = mean_ci(found - random_sets.mean(0))
+    assert over_prompts[0] > 0  # the old CI: confirmed
+    tested = beyond_random(found, random_sets)
+    assert tested.beyond_ci[0] < 0 < tested.beyond_ci[1] and tested.verdict == "unconfirmed"
+    assert tested.beyond == pytest.approx(float((found - random_sets.mean(0)).mean()))
+    alike = torch.stack([0.01 * prompts] * 5)  # random sets that agree: the prompts' CI alone
+    assert beyond_ci(torch.cat([found[None], alike])) == pytest.approx(
+        mean_ci(found - alike.mean(0)), abs=1e-6
+    )
+    with pytest.raises(ValueError, match="at least one random set"):
+        beyond_ci(found[None])
+
+
 def test_a_stratum_holds_by_its_direction_or_by_its_ci():
     beyond = torch.tensor([0.5, 0.7, 0.6, 0.4, -0.2, 0.1, -0.3, 0.2, 3.0, 2.0, 4.0])
+    effects = torch.stack([beyond, torch.zeros_like(beyond)])  # against one random set of no effect
     strata = label_strata("family", ["a"] * 4 + ["b"] * 4 + ["c"] * 3)
-    by_mean = stratum_drops(beyond, strata)
+    by_mean = stratum_drops(effects, strata)
     assert [(s.kind, s.name, s.n_prompts, s.holds) for s in by_mean] == [
         ("family", "a", 4, True), ("family", "b", 4, False), ("family", "c", 3, None),
     ]  # fmt: skip
     assert by_mean[0].beyond_ci[0] > 0 and by_mean[2].beyond_ci is None  # 3 prompts: no CI, no verdict
     assert by_mean[2].beyond == pytest.approx(3.0)
-    by_ci = stratum_drops(beyond, strata, by_ci=("family",))
+    by_ci = stratum_drops(effects, strata, by_ci=("family",))
     assert [s.holds for s in by_ci] == [True, False, None]
-    assert [s.holds for s in stratum_drops(-beyond, strata, sign=-1)] == [s.holds for s in by_mean]
-    assert stratum_drops(beyond, [("order", "none", torch.zeros(11, dtype=torch.bool))]) == []
+    assert [s.holds for s in stratum_drops(-effects, strata, sign=-1)] == [s.holds for s in by_mean]
+    assert stratum_drops(effects, [("order", "none", torch.zeros(11, dtype=torch.bool))]) == []
     assert class_verdict(True, by_mean, {"family": "all"}) == "family-dependent"  # c does not count
     assert class_verdict(True, by_mean[:1] + by_mean[2:], {"family": "all"}) == "confirmed"
     assert class_verdict(True, by_mean[2:], {"family": "most"}) == "confirmed"  # no family to judge by
