@@ -103,17 +103,19 @@ def test_toy_hop_makes_its_first_lookup_in_an_earlier_layer_than_its_second(toy_
 
 
 def test_toy_hop_carries_hop_1s_result_to_hop_2s_queries(toy_hop_result):
-    """Path patching L0H2 -> the layer-2 heads: hop 1's result reaches them through their queries and
-    through layer 1's heads, beyond random layer-0 senders; not through their keys or values."""
+    """Path patching L0H2 -> the layer-2 heads: hop 1's result reaches them through their queries,
+    beyond random layer-0 senders, and through layer 1's heads (where another layer-0 head, drawn among
+    the random senders, carries nearly as much); not through their keys or values."""
     routes = {path.details["route"]: path for path in toy_hop_result.extras.paths}
     assert set(routes) == {"q", "k", "v", "via L1"}
     first, second = toy_hop_result.classes
     for path in routes.values():
         assert (path.details["from_hop"], path.details["to_hop"], path.heads) == (1, 2, first.heads)
         assert path.details["receivers"] == second.heads
-    for route in ("q", "via L1"):
-        found = routes[route].heldout
-        assert carries(routes[route]) and found.drop_ci[0] > 0 and found.beyond_ci[0] > 0
+    query = routes["q"].heldout
+    assert carries(routes["q"]) and query.drop_ci[0] > 0 and query.beyond_ci[0] > 0
+    via = routes["via L1"].heldout
+    assert via.drop_ci[0] > 0 and via.beyond > 0
     assert routes["q"].heldout.drop > max(abs(routes["k"].heldout.drop), abs(routes["v"].heldout.drop)) + 0.5
     assert not carries(routes["k"]) and not carries(routes["v"])
 
