@@ -13,11 +13,12 @@ import torch
 import transformers
 
 import interp
+from circuits.discovery import end_logits_and_cache
 from circuits.finding import finding_report
 from circuits.heads.weights import copying_scores, k_composition_scores
 from circuits.icl import function_vector, mean_head_outputs, task_prompts
 from circuits.ioi import find_ioi_circuit
-from circuits.ioi.evidence import direct_logit_attributions, end_logits_and_cache
+from circuits.ioi.evidence import direct_logit_attributions
 from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
 from circuits.retrieval.find import attention_and_direct
 from circuits.sections import render_markdown

@@ -21,10 +21,11 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.discovery import end_logits_and_cache
 from circuits.evidence import mean_ci
 from circuits.finding import Finding
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
-from circuits.ioi.evidence import ClassEvidence, end_logits_and_cache, measure_class_evidence
+from circuits.ioi.evidence import ClassEvidence, measure_class_evidence
 from circuits.ioi.patching import EAPRanking, MeanAblation, path_patching_effects
 from circuits.ioi.results import (
     CLASSES,

@@ -13,30 +13,11 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.discovery import end_logits_and_cache
 from circuits.evidence import median_mad
 from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
-from interp.interventions.engine import forward_logits
 from interp.tasks.ioi_prompts import IOIPrompts
-from interp.tasks.retrieval import RetrievalPrompts
 from interp.types import Head
-
-
-@torch.no_grad()
-def end_logits_and_cache(
-    model: interp.HookedTransformer, prompts: IOIPrompts | RetrievalPrompts
-) -> tuple[Tensor, interp.ActivationCache]:
-    """One run on `prompts`: logits [batch, pos, d_vocab] at END only (NaN elsewhere), and a cache of
-    what the heads' evidence reads (attention patterns, z, scales, the final residual stream)."""
-    final = interp.act_name("resid_post", model.cfg.n_layers - 1)
-    names = [
-        *model.layer_hook_names("pattern"),
-        *model.head_contribution_hook_names(),
-        interp.act_name("scale"),
-        final,
-    ]
-    _, cache = model.run_with_cache(prompts.tokens.to(model.device), names_filter=names, return_type=None)
-    end = prompts.positions["END"].to(model.device)
-    return forward_logits(model, cache[final], end, start_at_layer=model.cfg.n_layers), cache
 
 
 @torch.no_grad()

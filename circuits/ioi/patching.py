@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.discovery import eap_drops
 from circuits.evidence import every_head
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics, ablation_sites
@@ -108,19 +109,6 @@ def ioi_edge_attribution(
     return edges.edge_attribution_by_position(
         model, clean.tokens, abc.tokens, metric, reader_positions, "eap", batch_size=len(clean), base=base
     )
-
-
-def eap_drops(
-    model: interp.HookedTransformer, scores: edges.EdgeScores, senders: Sequence[Head], readers: Sequence[str]
-) -> Tensor:
-    """EAP's estimate of each sender's drop (logits): minus the sum of its edges' scores into `readers`
-    (the graph's names: "logits", "a9.h6<q>", ...), [layer, head] (NaN: not a sender)."""
-    graph = scores.graph
-    columns = [graph.readers.index(name) for name in readers]
-    estimate = torch.full((model.cfg.n_layers, model.cfg.n_heads), float("nan"))
-    for layer, head in senders:
-        estimate[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
-    return estimate
 
 
 class EAPRanking:

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 import interp
+from circuits.discovery import eap_drops, end_logits_and_cache
 from circuits.evidence import (
     ClassVerdict,
     FamilySplit,
@@ -40,8 +41,6 @@ from circuits.evidence import (
 )
 from circuits.finding import Finding
 from circuits.heads.cache import confirmed_induction_heads
-from circuits.ioi.evidence import end_logits_and_cache
-from circuits.ioi.patching import eap_drops
 from circuits.retrieval.results import ATTENTION_TARGETS, RetrievalAccuracy, RetrievalFigures, RetrievalHead
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
