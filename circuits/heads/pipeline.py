@@ -58,12 +58,12 @@ CHECKS = {  # how the causal checks run (`HeadFigures.checks`)
         "checked type's threshold (drawn once per layer with the seed + the layer), ablated alone and on top "
         "of all the candidates: its effect beyond their mean, paired per held-out sequence, with a 95% "
         "bootstrap CI over the sequences and the random heads (circuits.evidence.judge_class); confirmed "
-        "when, for either effect, that CI excludes "
-        "0, the figure beyond random is at least the minimum effect and positive at most repeat lengths, and "
-        "the head's score on the held-out probe clears its type's threshold; sequential stopping in two "
-        "looks (half of each repeat length's sequences, then the rest): an effect whose figure beyond random "
-        "+ futility_se_times standard errors is below the minimum effect after the first look is not run on "
-        "the rest (an effect truly at the minimum is stopped so with probability at most "
+        "when, for either effect, that CI excludes 0, the figure beyond random is at least the minimum "
+        "effect and positive at most repeat lengths, and the head's score on the held-out probe clears its "
+        "type's threshold; sequential stopping in two looks (half of each repeat length's sequences, then "
+        "the rest): an effect whose figure beyond random + futility_se_times standard errors is below the "
+        "minimum effect after the first look is not run on the rest (an effect truly at the minimum is "
+        "stopped so with probability at most "
         f"{FUTILITY_ERROR:.2%}, normal approximation)"
     ),
     "futility_se_times": FUTILITY_SE,

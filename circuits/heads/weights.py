@@ -37,7 +37,7 @@ def _query_key_weights(model: interp.HookedTransformer) -> tuple[Tensor, Tensor]
     if cfg.qk_norm == "none":
         ones = torch.ones(cfg.n_layers, cfg.n_heads, 1, cfg.d_head)
         return ones, ones
-    group = cfg.n_heads // cfg.n_kv_heads
+    group = cfg.group_size
     q = [block.attn.q_ln.weight(cfg.d_head).expand(cfg.n_heads, cfg.d_head).cpu() for block in model.blocks]
     k = [
         block.attn.k_ln.weight(cfg.d_head).expand(cfg.n_kv_heads, cfg.d_head).cpu() for block in model.blocks

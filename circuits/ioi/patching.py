@@ -157,7 +157,7 @@ class EAPRanking:
             positions = {key: position if receivers else None}
             scores = ioi_edge_attribution(model, clean, abc, positions, base)[key]
         if receivers:
-            group = model.cfg.n_heads // model.cfg.n_kv_heads
+            group = model.cfg.group_size
             kv = "h" if group == 1 else "kv"
             names = {
                 f"a{layer}.h{head}<q>"
