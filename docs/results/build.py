@@ -205,6 +205,25 @@ CLASS_NAMES = {
 }
 
 
+def completeness_sentence(figures: Any) -> str:
+    """The evaluation's largest completeness gap and what the circuit recovers with the unclassified heads."""
+    evaluation = figures.evaluation
+    worst = max(evaluation.completeness, key=lambda subset: subset["gap"])
+    heads = ", ".join(f"L{layer}H{head}" for layer, head in sorted(worst["heads"]))
+    sentence = (
+        f"Completeness (Wang et al.'s |F(C∖K) − F(M∖K)| / F(M), over {len(evaluation.completeness)} "
+        f"subsets K of the circuit: each class and random ones) is {evaluation.completeness_max_gap:.0%} "
+        f"at most, for K = {heads}: without K the circuit keeps {worst['circuit_logit_diff']:.2f} of the "
+        f"logit diff, the whole model {worst['model_logit_diff']:.2f}."
+    )
+    if evaluation.recovered_with_unclassified is not None:
+        sentence += (
+            f" Kept with the circuit, the unclassified heads change what it recovers on the discovery "
+            f"prompts to {evaluation.recovered_with_unclassified:.0%}."
+        )
+    return sentence
+
+
 def ioi_section(result: Any) -> list[str]:
     """A saved `interp ioi` result (a Finding): baseline, classes with their evidence, evaluation,
     validation."""
@@ -266,7 +285,9 @@ def ioi_section(result: Any) -> list[str]:
         f"logit difference on the discovery prompts (faithfulness {evaluation.faithfulness:.0%}) and "
         f"{validation.recovered:.0%} (95% CI {validation.recovered_ci[0]:.0%}–"
         f"{validation.recovered_ci[1]:.0%}, faithfulness {validation.faithfulness:.0%}) on "
-        f"{validation.n_prompts} held-out prompts: {validation.prompts}. A class is *confirmed* "
+        f"{validation.n_prompts} held-out prompts: {validation.prompts}. "
+        + completeness_sentence(figures)
+        + " A class is *confirmed* "
         "when it beats as many random heads from the same layers in both name orders and in most "
         "held-out templates; a class that holds in one order only is *order-dependent*."
         + (
