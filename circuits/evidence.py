@@ -272,13 +272,14 @@ def split_families(
 
 
 def held_out_note(
-    discovery: float, heldout: float, heldout_ci: tuple[float, float], unit: str = "families"
+    discovery: float, heldout: float, heldout_ci: tuple[float, float], unit: str = "families", sign: int = 1
 ) -> str:
-    """How an effect measured on discovery `unit` (families, or prompts) fares on held-out ones, in words."""
-    if heldout_ci[0] <= 0:
-        low, high = heldout_ci
+    """How an effect measured on discovery `unit` (families, or prompts) fares on held-out ones, in words;
+    sign -1: an effect against the behaviour, judged by its size the other way (its figures as measured)."""
+    low, high = heldout_ci
+    if min(sign * low, sign * high) <= 0:
         return f"does not hold on held-out {unit} ({heldout:+.3g}, CI [{low:+.3g}, {high:+.3g}])"
-    if discovery > 0 and heldout < 0.67 * discovery:
+    if sign * discovery > 0 and sign * heldout < 0.67 * sign * discovery:
         return f"shrinks on held-out {unit}: {heldout:+.3g} against {discovery:+.3g} on discovery"
     return f"holds on held-out {unit} ({heldout:+.3g} against {discovery:+.3g} on discovery)"
 
@@ -416,11 +417,8 @@ def judge_class(
     pooled_holds = evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
     if chosen is None:
         note = HELD_OUT_ONLY
-    elif sign > 0:
-        note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit)
-    else:  # a class against the behaviour: the same words about the size of its (negative) effect
-        flipped = (-tested.beyond_ci[1], -tested.beyond_ci[0])
-        note = held_out_note(-chosen.beyond, -tested.beyond, flipped, unit)
+    else:
+        note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit, sign)
     return ClassVerdict(
         name=found.name,
         heads=head_labels(found.heads),

@@ -170,7 +170,8 @@ def test_one_judge_reads_the_strata_kinds_it_is_given(tiny_model):
     lowers = torch.cat([-1 - 0.1 * torch.rand(1, 24, generator=generator), random])
     judged = judge_class(against, lowers, discovery=lowers, strata=ruled)
     assert judged.verdict == "confirmed" and judged.heldout.verdict == "confirmed"  # in its direction
-    assert judged.note.startswith("holds on held-out families")
+    assert judged.note.startswith("holds on held-out families (-")  # its figures as measured: negative
+    assert f"{judged.heldout.beyond:+.3g} against {judged.discovery.beyond:+.3g}" in judged.note
     assert judge_class(against, lowers, evidence_holds=False).verdict == "unconfirmed"
     assert class_verdict(True, judged.strata, {"order": "all", "relation": "all"}) == "confirmed"
     with pytest.raises(ValueError, match="unknown dependence rule"):
