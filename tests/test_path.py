@@ -225,6 +225,26 @@ def test_counterfactual_ablation_of_pairs_of_different_lengths_is_refused(smollm
     task.check_ablation("mean")  # the mean over the corrupted prompts reads no other prompt's padding
 
 
+def test_counterfactual_ablation_of_pairs_without_a_contrast_is_refused(smollm2):
+    """A family whose corrupted prompts were copied from the clean ones: its effects would all be 0 (a
+    held-out family of them made every class unconfirmed and the faithfulness undefined)."""
+    held = agreement_rows()[-6:]
+    rows = agreement_rows()[:-6] + [{**row, "corrupted": row["clean"]} for row in held]
+    task = pair_task(smollm2, rows, name="copied")
+    family = held[0]["family"]
+    with pytest.raises(ValueError, match=f"6 pairs have the same clean and corrupted prompt.*{family}"):
+        head_path(smollm2, task, SETTINGS)
+    task.check_ablation("mean")  # the mean over the corrupted prompts still differs from each clean run
+
+
+def test_a_path_without_a_faithfulness_reports_why(result):
+    """Where the model does as well with every head ablated, the faithfulness is None (as every analysis
+    gives it) and the report says what every head's ablation moved instead of a ratio."""
+    report = render_markdown(finding_report(dataclasses.replace(result, faithfulness=None)))
+    assert "have no faithfulness (the metric moves" in report
+    assert "keep faithfulness" not in report
+
+
 def test_the_paths_ablation_is_patching_each_heads_output_from_the_corrupted_prompt(smollm2, agreement):
     task = agreement.subset(range(6))
     head = (26, 0)
@@ -439,6 +459,10 @@ def test_interp_circuit_on_pairs_without_positions_or_families(tmp_path):
     assert f"({heads.extras.all_heads_drop:+.2f})" in edges_against_heads(less)[2]
     more = dataclasses.replace(less, heads=with_faithfulness(heads, edges_kept - 0.5))
     assert edges_against_heads(more) == []
+    assert (
+        edges_against_heads(dataclasses.replace(less, heads=dataclasses.replace(heads, faithfulness=None)))
+        == []
+    )
 
 
 def with_faithfulness(found, ratio: float):

@@ -268,7 +268,9 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
     the two ratios ablate different things against different baselines."""
     heads = result.heads
     edges_kept = float(result.faithfulness.faithfulness[0])
-    if heads is None or not heads.classes or edges_kept >= heads.faithfulness.ratio:
+    if heads is None or not heads.classes or heads.faithfulness is None:
+        return []
+    if edges_kept >= heads.faithfulness.ratio:
         return []
     n_edges, n_heads = int(result.circuit.sum()), sum(len(c.heads) for c in heads.classes)
     every_edge = float(result.faithfulness.full.mean() - result.faithfulness.empty.mean())

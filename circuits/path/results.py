@@ -52,12 +52,16 @@ class PathFigures(Extras):
         confirmed = [c for c in finding.classes if c.verdict == "confirmed"]
         named = f" ({', '.join(c.name + ': ' + ' '.join(c.heads) for c in confirmed)})" if confirmed else ""
         faithfulness = finding.faithfulness
+        kept = (
+            f"keep faithfulness {faithfulness.ratio:.2f} {ci_text(faithfulness.ratio_ci, 2, sign=False)}"
+            if faithfulness is not None
+            else f"have no faithfulness (the metric moves {self.all_heads_drop:+.3g} with every head ablated)"
+        )
         parts = [
             f"{len(confirmed)} of {len(finding.classes)} head classes confirmed on held-out "
             + ("families" if self.by_family else "prompts")
             + named,
-            f"the {sum(len(c.heads) for c in finding.classes)} heads alone keep faithfulness "
-            f"{faithfulness.ratio:.2f} {ci_text(faithfulness.ratio_ci, 2, sign=False)} on {self.n_heldout} "
+            f"the {sum(len(c.heads) for c in finding.classes)} heads alone {kept} on {self.n_heldout} "
             "held-out prompts",
         ]
         return ["; ".join(parts) + ".", *self.notes]

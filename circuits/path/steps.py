@@ -25,9 +25,9 @@ from circuits.evidence import (
     Strata,
     StratumFaithfulness,
     every_head,
-    faithfulness_by_stratum,
     head_class,
     head_labels,
+    held_out_faithfulness,
     judge_class,
     mean_ci,
 )
@@ -37,7 +37,7 @@ from circuits.path.task import PairTask
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.interventions.engine import RunOptions
 from interp.interventions.patching import attribution_patching
-from interp.interventions.stats import FaithfulnessSummary, faithfulness_summary
+from interp.interventions.stats import FaithfulnessSummary
 from interp.model import HookedTransformer, provenance
 from interp.types import Head, Progress
 
@@ -176,15 +176,15 @@ def validate(
 
 def head_faithfulness(
     model: HookedTransformer, task: PairTask, circuit: Sequence[Head], ablation: str, seed: int = 0
-) -> tuple[FaithfulnessSummary, list[StratumFaithfulness], float]:
+) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness], float]:
     """Step 4: the heads `circuit`'s faithfulness on `task` (ratio of means with its bootstrap CI over
-    prompts, per-prompt error; `stats.faithfulness_summary`), the same per stratum and family, and the
-    mean drop with every head ablated."""
+    prompts, per-prompt error) and the same per stratum and family (`evidence.held_out_faithfulness`:
+    None and none where the model does as well with every head ablated), and the mean drop with every
+    head ablated."""
     every = every_head(model)
     outside = [head for head in every if head not in set(circuit)]
     full, kept, none = metric_with_heads_ablated(model, task, [[], outside, every], ablation)
-    summary = faithfulness_summary(kept, full, none, seed=seed)
-    strata = faithfulness_by_stratum(kept, full, none, task.stratum_masks(), seed)
+    summary, strata = held_out_faithfulness(kept, full, none, task.stratum_masks(), seed)
     return summary, strata, float((full - none).mean())
 
 

@@ -90,8 +90,9 @@ class PairTask:
         return replace(self, positions=positions)
 
     def check_ablation(self, ablation: str) -> None:
-        """Refuse a counterfactual ablation of pairs whose prompts differ in length: it writes each head's
-        output position by position, so a longer clean prompt would read the corrupted one's padding."""
+        """Refuse a counterfactual ablation of pairs whose prompts differ in length (it writes each head's
+        output position by position, so a longer clean prompt would read the corrupted one's padding)
+        or are the same (every effect on them would be 0)."""
         if ablation != "counterfactual":
             return
         differ = (self.end != self.corrupted_end).nonzero()[:, 0].tolist()
@@ -102,6 +103,14 @@ class PairTask:
                 f"(pair {i + 1}: {int(self.end[i]) + 1} and {int(self.corrupted_end[i]) + 1} tokens); "
                 "counterfactual ablation patches heads position by position, so make each pair's prompts "
                 "the same length, or ablate with the mean over the corrupted prompts (--ablation mean)"
+            )
+        same = (self.clean == self.corrupted).all(-1).nonzero()[:, 0].tolist()
+        if same:
+            raise ValueError(
+                f"{self.name}: {len(same)} pairs have the same clean and corrupted prompt (pair "
+                f"{same[0] + 1}, family {self.families[same[0]]!r}); counterfactual ablation changes nothing "
+                "on them, so every effect there would be 0: give each pair a corrupted prompt that differs, "
+                "drop those pairs, or ablate with the mean over the corrupted prompts (--ablation mean)"
             )
 
     @property
