@@ -48,7 +48,8 @@ def read_pairs(path: str | Path) -> list[dict[str, str]]:
 
 def check_pairs(rows: list[dict[str, str]], name: str | Path, metric: str = "logit_diff") -> None:
     """Refuse (ValueError) pairs that lack what `metric` reads (clean, corrupted, correct and, for
-    logit_diff, incorrect), and a family column that some pairs leave empty."""
+    logit_diff, incorrect), pairs whose corrupted prompt is their clean one (patching or ablating from
+    it changes nothing), and a family column that some pairs leave empty."""
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r} is not one of {METRICS}.")
     needed = ["clean", "corrupted", "correct"] + (["incorrect"] if metric == "logit_diff" else [])
@@ -59,6 +60,14 @@ def check_pairs(rows: list[dict[str, str]], name: str | Path, metric: str = "log
                 f"{name}: pair {number} lacks {', '.join(missing)}; every pair needs {', '.join(needed)} "
                 f"(for a probability metric without an incorrect answer use --metric prob)."
             )
+    same = [number for number, row in enumerate(rows, 1) if row["clean"] == row["corrupted"]]
+    if same:
+        raise ValueError(
+            f"{name}: {len(same)} pairs have the same clean and corrupted prompt (the first: pair "
+            f"{same[0]}); patching or ablating from a corrupted prompt that is the clean one changes "
+            "nothing, so every effect on them would be 0: give each pair a corrupted prompt that differs, "
+            "or drop them"
+        )
     if any("family" in row for row in rows):  # the optional family column: the unit held out
         families = [str(row.get("family") or "") for row in rows]
         if not all(families):

@@ -89,6 +89,11 @@ REFUSED_BEFORE_LOADING = [
     (["circuit", "--task", "{missing}.csv"], "--task: No prompt-pair file at"),
     (["circuit", "--task", "{missing}.jsonl", "--model", "{missing}"], "no such file or directory"),
     (["circuit", "--task", "{headless}"], "pair 1 lacks clean, corrupted, correct, incorrect"),
+    (
+        ["circuit", "--task", "{copied}"],
+        "1 pairs have the same clean and corrupted prompt (the first: pair 2)",
+    ),
+    (["patch", "--pairs", "{copied}"], "1 pairs have the same clean and corrupted prompt"),
     (["circuit", "--task", "{pairs}", "--metric", "p"], "metric='p' is not one of"),
     (["circuit", "--task", "iio"], "Unknown task 'iio'"),
     (["circuit", "--metric", "p"], "unknown metric 'p'"),
@@ -118,8 +123,10 @@ def test_files_and_options_are_refused_before_a_model_loads(arguments, message, 
     monkeypatch.setattr(skeleton, "load", load)
     (tmp_path / "empty").mkdir()
     (tmp_path / "headless.csv").write_text("prompt,answer\nA B,A\n")
+    (tmp_path / "copied.csv").write_text("clean,corrupted,correct,incorrect\nA B,A C, D, E\nA B,A B, D, E\n")
     names = {"missing": tmp_path / "missing", "empty": tmp_path / "empty",
-             "headless": tmp_path / "headless.csv", "pairs": PAIRS}  # fmt: skip
+             "headless": tmp_path / "headless.csv", "copied": tmp_path / "copied.csv",
+             "pairs": PAIRS}  # fmt: skip
     arguments = [a.format(**names) for a in arguments]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2, result.output

@@ -225,16 +225,26 @@ def test_counterfactual_ablation_of_pairs_of_different_lengths_is_refused(smollm
     task.check_ablation("mean")  # the mean over the corrupted prompts reads no other prompt's padding
 
 
-def test_counterfactual_ablation_of_pairs_without_a_contrast_is_refused(smollm2):
-    """A family whose corrupted prompts were copied from the clean ones: its effects would all be 0 (a
-    held-out family of them made every class unconfirmed and the faithfulness undefined)."""
-    held = agreement_rows()[-6:]
-    rows = agreement_rows()[:-6] + [{**row, "corrupted": row["clean"]} for row in held]
-    task = pair_task(smollm2, rows, name="copied")
-    family = held[0]["family"]
-    with pytest.raises(ValueError, match=f"6 pairs have the same clean and corrupted prompt.*{family}"):
-        head_path(smollm2, task, SETTINGS)
-    task.check_ablation("mean")  # the mean over the corrupted prompts still differs from each clean run
+def test_pairs_without_a_contrast_are_refused(smollm2, agreement):
+    """A family whose corrupted prompts were copied from the clean ones: every effect on it would be 0
+    (held out, it made every class unconfirmed and the faithfulness undefined): refused when the file is
+    read (`interp circuit` and `interp patch`: before a model loads, test_cli_validation), and in a task
+    built from tokens before the path's first patched run."""
+    rows = agreement_rows()
+    copied = rows[:-6] + [{**row, "corrupted": row["clean"]} for row in rows[-6:]]
+    with pytest.raises(
+        ValueError, match="6 pairs have the same clean and corrupted prompt .the first: pair 19"
+    ):
+        pair_task(smollm2, copied)
+    same = torch.arange(len(agreement)) >= len(agreement) - 6
+    tokens = dataclasses.replace(
+        agreement, corrupted=torch.where(same[:, None], agreement.clean, agreement.corrupted)
+    )
+    with pytest.raises(
+        ValueError, match=f"6 pairs have the same clean and corrupted prompt.*{rows[-1]['family']}"
+    ):
+        head_path(smollm2, tokens, SETTINGS)
+    tokens.check_ablation("mean")  # the mean over the corrupted prompts still differs from each clean run
 
 
 def test_a_path_without_a_faithfulness_reports_why(result):
