@@ -320,8 +320,8 @@ def test_edge_task_prompts_longer_than_the_context_are_refused(smollm2, tmp_path
     from circuits.edge_circuits import edge_task
 
     short, long = "The city of", "When Mary and John went to the store, John gave a drink to"
-    row = {"clean": long if which == "clean" else short, "corrupted": long, "correct": " Mary",
-           "incorrect": " John"}  # fmt: skip
+    row = {"clean": long if which == "clean" else short, "corrupted": long.replace("John gave", "Anna gave"),
+           "correct": " Mary", "incorrect": " John"}  # fmt: skip
     path = tmp_path / "pairs.jsonl"
     path.write_text(json.dumps(row), encoding="utf-8")
     with pytest.raises(ValueError, match=f"pair 1's {which} prompt is .* context of {n_ctx}"):
