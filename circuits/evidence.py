@@ -7,8 +7,10 @@ Sign. An effect is a *drop*, per prompt:
 positive: the heads help the behaviour the metric measures. Every report states it with
 `EFFECT_SIGN`.
 
-Baseline. A class of heads is compared with random sets of as many heads drawn from the same layers
-(`head_class` draws them, `random_same_layer_sets`): `beyond_random` is the class's drop minus the
+Baseline. A class of heads is compared with random sets of as many heads drawn from the same layers,
+outside every class the analysis reports (`head_class` draws them, `random_same_layer_sets`, from
+`unclaimed_heads`: a class is not compared with another class's heads, whose own effect would make its
+baseline): `beyond_random` is the class's drop minus the
 random sets' mean drop, paired by prompt, with a bootstrap CI (`beyond_ci`, on
 `interp.interventions.stats`' one bootstrap) that resamples the prompts and the random sets both, so
 that a verdict does not rest on which few random heads were drawn; and the same per stratum of the prompts
@@ -298,6 +300,12 @@ class HeadClass:
     def sets(self) -> list[list[Head]]:
         """The class, then its random sets: the rows of the effects `judge_class` takes."""
         return [self.heads, *self.draws]
+
+
+def unclaimed_heads(model: Any, classes: Iterable[Sequence[Head]]) -> list[Head]:
+    """Every head of the model in none of `classes`: where each class's random sets are drawn from."""
+    claimed = {tuple(head) for heads in classes for head in heads}
+    return [head for head in every_head(model) if head not in claimed]
 
 
 def head_class(

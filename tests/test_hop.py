@@ -102,6 +102,9 @@ def test_toy_hop_makes_its_first_lookup_in_an_earlier_layer_than_its_second(toy_
             layer, head = map(int, label[1:].split("H"))
             chosen[layer, head] = True
         assert figures.attention[j][chosen].min() > figures.attention[j][~chosen].mean()
+    claimed = {label for lookup in result.classes for label in lookup.heads}
+    for found in [*result.classes, *figures.paths]:  # no hop is compared with another hop's heads
+        assert found.random_sets and not claimed & {label for draw in found.random_sets for label in draw}
 
 
 def test_toy_hop_carries_hop_1s_result_to_hop_2s_queries(toy_hop_result):

@@ -280,9 +280,17 @@ def test_every_reported_effect_is_measured_on_held_out_families(smollm2, agreeme
     assert sorted(heads) == sorted(
         (int(label[1:].split("H")[0]), int(label.split("H")[1])) for c in result.classes for label in c.heads
     )
+    cfg = smollm2.cfg
+    unclaimed = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    unclaimed = [
+        head for head in unclaimed if head not in set(heads)
+    ]  # no class's random set holds a class's head
     for check in result.classes:
         members = [(int(label[1:].split("H")[0]), int(label.split("H")[1])) for label in check.heads]
-        draws = random_same_layer_sets(smollm2, members, SETTINGS.n_random, SETTINGS.seed)
+        draws = random_same_layer_sets(smollm2, members, SETTINGS.n_random, SETTINGS.seed, unclaimed)
+        assert not {f"L{layer}H{head}" for draw in draws for layer, head in draw} & {
+            label for c in result.classes for label in c.heads
+        }
         values = metric_with_heads_ablated(smollm2, heldout, [[], members, *draws], SETTINGS.ablation)
         drops = values[0][None] - values[1:]
         again = beyond_random(drops[0], drops[1:], SETTINGS.seed)

@@ -10,6 +10,7 @@ j's result to hop j + 1's heads (`hop_paths`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -26,6 +27,7 @@ from circuits.evidence import (
     head_labels,
     judge_class,
     mean_ci,
+    unclaimed_heads,
 )
 from circuits.finding import Finding
 from circuits.hop.results import HopFigures
@@ -169,8 +171,11 @@ def hop_report(
         ]  # fmt: skip
         part = heldout.tokens
         correct = (model(part)[:, task.query].argmax(-1) == part[:, -1]).float().cpu()
-        lookups = [_test_lookup(model, j, heads, heldout, settings) for j, heads in enumerate(chosen)]
-        paths = hop_paths(model, part, chosen, heldout.metric, n_random, seed)
+        unclaimed = unclaimed_heads(model, chosen)
+        lookups = [
+            _test_lookup(model, j, heads, heldout, settings, unclaimed) for j, heads in enumerate(chosen)
+        ]
+        paths = hop_paths(model, part, chosen, heldout.metric, n_random, seed, unclaimed)
     say(HOP_STAGES[1], 1, 1)
     path = torch.cat([torch.tensor([task.query]), lookup_positions(task, part[:1].cpu())[0]])
     figures = HopFigures(
@@ -203,6 +208,7 @@ def hop_paths(
     metric: AnswerMetric,
     n_random: int,
     seed: int,
+    outside: Sequence[Head] | None = None,
 ) -> list[ClassVerdict]:
     """For each pair of successive hops whose heads lie in successive layers (hop j's all before hop
     j + 1's; heads: each hop's, in order), each route from hop j's heads to hop j + 1's ("q", "k", "v"
@@ -222,7 +228,7 @@ def hop_paths(
                 (layer, head, "qkv") for layer in range(first, last + 1) for head in range(model.cfg.n_heads)
             ]
             routes[f"via L{first}" + (f"-L{last}" if last > first else "")] = between
-        found = head_class(model, f"hop {j + 1}", senders, n_random, seed + 100 + j)
+        found = head_class(model, f"hop {j + 1}", senders, n_random, seed + 100 + j, outside=outside)
         receiving = head_labels(receivers)
         for route, inputs in routes.items():
             patched = patcher(metric, inputs, found.sets, sender_pos=metric.pos)
@@ -246,12 +252,18 @@ def not_found_lookup(hop: int) -> ClassVerdict:
 
 
 def _test_lookup(
-    model: interp.HookedTransformer, hop: int, heads: list[Head], heldout: _Half, settings: HopSettings
+    model: interp.HookedTransformer,
+    hop: int,
+    heads: list[Head],
+    heldout: _Half,
+    settings: HopSettings,
+    outside: Sequence[Head] | None = None,
 ) -> ClassVerdict:
-    """Hop `hop` (0-based)'s heads tested on the held-out half against random same-layer sets."""
+    """Hop `hop` (0-based)'s heads tested on the held-out half against random same-layer sets drawn from
+    `outside` (`evidence.unclaimed_heads`: no hop's heads)."""
     if not heads:
         return not_found_lookup(hop + 1)
-    found = head_class(model, f"hop {hop + 1}", heads, settings.n_random, settings.seed + hop)
+    found = head_class(model, f"hop {hop + 1}", heads, settings.n_random, settings.seed + hop, 1, outside)
     changes = _ablated_changes(model, heldout, found.sets)
     attention = [heldout.attention[hop, layer, head].mean().item() for layer, head in heads]
     attends = sum(attention) / len(attention) >= settings.min_attention

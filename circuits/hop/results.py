@@ -23,8 +23,8 @@ LEGEND = (
     "query), of that position's token. Attention: the query's attention to t_j - 1 or t_j, held-out mean. "
     "Drop: the drop of the answer's logit minus the other symbols' mean logit when the heads' outputs are "
     "mean-ablated at the query only (logits; [95% bootstrap CI over held-out sequences]); confirmed when it "
-    "exceeds the drop of random heads of the same layers (the CI of the difference, over held-out "
-    "sequences and the random sets, above 0) and the heads' "
+    "exceeds the drop of random heads of the same layers, none of another hop (the CI of the difference, "
+    "over held-out sequences and the random sets, above 0) and the heads' "
     "mean attention is at least the threshold on held-out sequences too. Heads are chosen on the discovery "
     "half."
 )

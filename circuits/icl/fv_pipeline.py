@@ -36,6 +36,7 @@ from circuits.evidence import (
     label_strata,
     mean_ci,
     split_families,
+    unclaimed_heads,
 )
 from circuits.finding import Finding
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
@@ -413,7 +414,8 @@ def function_vector_report(
     layer = int(layer_accuracy.argmax())
     timed("layer")
     named = {"FV heads": fv_heads} | ({"induction heads": list(induction_heads)} if induction_heads else {})
-    classes = [head_class(model, name, heads, settings.n_random, seed) for name, heads in named.items()]
+    n_random, unclaimed = settings.n_random, unclaimed_heads(model, named.values())
+    classes = [head_class(model, name, heads, n_random, seed, 1, unclaimed) for name, heads in named.items()]
     effects = step(  # 4. effects
         FV_STAGES[2],
         lambda _: {

@@ -48,11 +48,11 @@ FV_LEGEND = (  # the function-vector report's legend, in its JSON too
     "every position. Effects: "
     + EFFECT_SIGN
     + " (few-shot accuracy: clean - ablated; ICL score: ablated - clean nats, the context's benefit lost; "
-    "patches and vectors: with - without). Each class against random heads from the same layers, paired by "
-    "prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI; beyond random, over the prompts "
-    "and the random sets]; confirmed when the CI of the effect beyond random lies above 0 on the held-out "
-    "tasks in the held-out templates and in each held-out template alone (template-dependent when the "
-    "pooled CI is and a held-out template's is not)."
+    "patches and vectors: with - without). Each class against random heads from the same layers outside "
+    "both classes, paired by prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI; beyond "
+    "random, over the prompts and the random sets]; confirmed when the CI of the effect beyond random lies "
+    "above 0 on the held-out tasks in the held-out templates and in each held-out template alone "
+    "(template-dependent when the pooled CI is and a held-out template's is not)."
 )
 TEMPLATE_KINDS = ("held-out template", "discovery template")  # the kinds of the FV tests' strata
 

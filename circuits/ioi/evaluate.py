@@ -30,6 +30,7 @@ from circuits.evidence import (
     held_out_faithfulness,
     judge_class,
     label_strata,
+    unclaimed_heads,
 )
 from circuits.finding import Finding
 from circuits.ioi.evidence import direct_logit_attributions
@@ -135,7 +136,7 @@ def validate_circuit(
     class with its random sets, the backup name movers with the other name movers ablated in each run
     and in its reference) is made in one `logit_diffs_many`."""
     settings, result = finding.settings, finding.extras
-    outside = sorted(set(every_head(model)) - set(result.heads))
+    outside = unclaimed_heads(model, result.circuit.values())
     name_movers = result.circuit["name_mover"]
     classes: dict[str, tuple[list[Head], HeadClass]] = {}  # class -> (base ablated in its runs, the class)
     for name, heads in result.circuit.items():

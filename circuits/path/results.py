@@ -78,8 +78,8 @@ class PathFigures(Extras):
             held,
             f"ablation: {settings.ablation} ({ABLATION_WORDS.get(settings.ablation, settings.ablation)})",
             f"effects: {EFFECT_SIGN}; 'beyond random' subtracts {settings.n_random} random same-layer "
-            "sets of as many heads, paired by prompt; CIs: 95% bootstrap over prompts (beyond random: and "
-            "over the random sets)",
+            "sets of as many heads outside every class, paired by prompt; CIs: 95% bootstrap over prompts "
+            "(beyond random: and over the random sets)",
             f"every head ablated: drop {self.all_heads_drop:+.2f} on the held-out prompts",
         ]
 

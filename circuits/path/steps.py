@@ -30,6 +30,7 @@ from circuits.evidence import (
     held_out_faithfulness,
     judge_class,
     mean_ci,
+    unclaimed_heads,
 )
 from circuits.finding import Finding
 from circuits.path.results import HeadDrop, PathFigures
@@ -150,10 +151,17 @@ def validate(
 ) -> list[ClassVerdict]:
     """Step 3: each class against random same-layer sets, on held-out families (and, for the
     comparison only, on discovery families), judged by `circuits.evidence.judge_class`."""
+    outside = unclaimed_heads(model, classes.values())
     found = [
         head_class(
-            model, name, heads, settings.n_random, settings.seed, -1 if name.endswith("(negative)") else 1
-        )
+            model,
+            name,
+            heads,
+            settings.n_random,
+            settings.seed,
+            -1 if name.endswith("(negative)") else 1,
+            outside,
+        )  # fmt: skip
         for name, heads in classes.items()
     ]
 

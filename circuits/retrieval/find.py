@@ -38,6 +38,7 @@ from circuits.evidence import (
     mean_ci,
     select_heads,
     split_families,
+    unclaimed_heads,
 )
 from circuits.finding import Finding
 from circuits.heads.cache import confirmed_induction_heads
@@ -251,7 +252,8 @@ def validate_classes(
     ("model"), of the circuit alone (every head outside it mean-ablated: "circuit") and with every head
     mean-ablated ("ablated")."""
     every = every_head(model)
-    found = [head_class(model, name, heads, n_random, seed) for name, heads in classes.items()]
+    unclaimed = unclaimed_heads(model, classes.values())
+    found = [head_class(model, name, heads, n_random, seed, 1, unclaimed) for name, heads in classes.items()]
     outside = tuple(sorted(set(every) - set(circuit)))
     per_class = [tuple(sorted(heads)) for each in found for heads in each.sets]
     tested = list(dict.fromkeys([(), outside, tuple(every), *per_class]))  # on held-out prompts

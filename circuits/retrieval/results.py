@@ -45,11 +45,11 @@ LEGEND = (  # the families that chose and tested are those of "What chose and wh
     "facts. The relation is the family: heads are found on the discovery prompts by path patching from "
     "prompts whose query names a stranger (EAP ranks the senders, the top ones are path-patched exactly) "
     "and classed by where the last token attends. Every class is then mean-ablated on the held-out prompts "
-    f"against random heads of the same layers. Effects: {EFFECT_SIGN}; beyond random = the class's drop - "
-    "the random sets' mean drop, paired by prompt; confirmed when its held-out CI lies above 0 and it is "
-    "positive in every stratum (fact count, template, relation); facts-, template- or relation-dependent "
-    "when only the pooled CI is (the first kind of stratum where it is not). The same figure on the "
-    "discovery prompts that chose the heads is shown beside it, never reported alone."
+    f"against random heads of the same layers outside every class. Effects: {EFFECT_SIGN}; beyond random = "
+    "the class's drop - the random sets' mean drop, paired by prompt; confirmed when its held-out CI lies "
+    "above 0 and it is positive in every stratum (fact count, template, relation); facts-, template- or "
+    "relation-dependent when only the pooled CI is (the first kind of stratum where it is not). The same "
+    "figure on the discovery prompts that chose the heads is shown beside it, never reported alone."
 )
 
 
