@@ -348,6 +348,16 @@ class ClassVerdict:
     per_prompt: Tensor
     details: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def random_same_layers(self) -> bool:
+        """Whether every random set holds as many heads of each layer as the class (False: a layer had too
+        few heads left to draw from, and the set took some from other layers)."""
+
+        def layers(labels: Sequence[str]) -> list[int]:
+            return sorted(int(label[1:].split("H")[0]) for label in labels)
+
+        return all(layers(draw) == layers(self.heads) for draw in self.random_sets)
+
 
 def class_verdict(
     pooled_holds: bool, strata: Sequence[StratumDrop], dependent_kinds: Mapping[str, str]

@@ -480,16 +480,17 @@ def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
 def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
     """ICL's record of a judged class (ClassEffect, saved before 2026-11-29) as a ClassVerdict: its
     changes on the `n_prompts` ablated held-out documents as the held-out BeyondRandom (the random sets'
-    mean change, which such files do not hold, the mean of their means), found_by, attributed and
-    random_same_layers under details."""
+    mean change, which such files do not hold, the mean of their means), found_by and attributed under
+    details (random_same_layers dropped: `ClassVerdict.random_same_layers` reads it from the sets)."""
     fields = dict(fields)
+    del fields["random_same_layers"]
     random = fields.pop("random_changes")
     heldout = _held_out(
         n_prompts, fields.pop("change"), fields.pop("change_ci"), _mean(random), fields.pop("difference"),
         fields.pop("difference_ci"), verdict=fields["verdict"],
     )  # fmt: skip
     fields["random_effects"] = random
-    return _held_out_only(fields, heldout, ["found_by", "attributed", "random_same_layers"])
+    return _held_out_only(fields, heldout, ["found_by", "attributed"])
 
 
 def _older_icl(fields: dict[str, Any]) -> dict[str, Any]:

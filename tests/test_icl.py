@@ -238,11 +238,12 @@ def older_icl_file(finding, saved: Path, older: Path, class_effects: bool) -> No
     document = json.loads(saved.read_text())
     stored, settings = document["result"]["fields"], finding.settings
     classes = stored["classes"]
-    for node in classes if class_effects else []:
+    for node, judged in zip(classes, finding.classes, strict=True) if class_effects else []:
         fields, details = node["fields"], dict(node["fields"]["details"]["__items__"])
         heldout = fields["heldout"]["fields"]
         node.update(__dataclass__="ClassEffect", fields={
             "name": fields["name"], "heads": fields["heads"], **details, "change": heldout["drop"],
+            "random_same_layers": judged.random_same_layers,
             "change_ci": heldout["drop_ci"], "random_sets": fields["random_sets"],
             "random_changes": fields["random_effects"], "difference": heldout["beyond"],
             "difference_ci": heldout["beyond_ci"], "verdict": fields["verdict"],

@@ -156,11 +156,9 @@ def _judged(
     """A class's held-out changes against its random sets' (changes [1 + draws, document], the class
     first) judged by `judge_class`, with the details `ICLFigures` names (estimate [layer, head])."""
     verdict = judge_class(found, changes, seed=seed)
-    layers = sorted(layer for layer, _ in found.heads)
     verdict.details = {
         "found_by": found_by,
         "attributed": sum(estimate[layer, head].item() for layer, head in found.heads),
-        "random_same_layers": all(sorted(layer for layer, _ in draw) == layers for draw in found.draws),
     }
     return verdict
 

@@ -93,8 +93,8 @@ class ICLFigures(Extras):
     every head and those held out; its settings, the `ICLSettings` it ran with (n_documents and windows:
     the documents'); its class, the induction heads ablated on the first held-out documents (`n_ablated`)
     against random sets, details "found_by" (where the heads came from), "attributed" (the sum of its
-    heads' attributed changes, discovery documents), "random_same_layers" (False where the class fills a
-    layer: its random sets take heads from other layers too)."""
+    heads' attributed changes, discovery documents); where the class fills a layer its random sets take
+    heads from other layers too (`ClassVerdict.random_same_layers`)."""
 
     source: str  # what the documents are
     score: ICLScore  # every document
@@ -152,8 +152,7 @@ class ICLFigures(Extras):
         for found in finding.classes:
             draws = ", ".join(f"{change:+.3f}" for change in found.random_effects)
             distinct = len({tuple(heads) for heads in found.random_sets})
-            same_layers, found_by = found.details["random_same_layers"], found.details["found_by"]
-            kind = "random same-layer sets" if same_layers else "random sets (from other layers too)"
+            found_by, kind = found.details["found_by"], random_kind(found, "sets")
             pooled = found.heldout
             change, beyond = value_ci(pooled.drop, pooled.drop_ci), value_ci(pooled.beyond, pooled.beyond_ci)
             lines.append(
@@ -330,6 +329,13 @@ def _beyond(found: ClassVerdict, family: str) -> str:
     return "n/a" if measured is None else value_ci(measured.beyond, measured.beyond_ci)
 
 
+def random_kind(found: ClassVerdict, noun: str) -> str:
+    """ "random same-layer sets", or "random sets (from other layers too)" where a layer ran out of heads."""
+    if found.random_same_layers:
+        return f"random same-layer {noun}"
+    return f"random {noun} (from other layers too)"
+
+
 def _test_line(found: ClassVerdict) -> str:
     """A test of the headline: held out, against its random sets, beside discovery (per template: the
     standard per-stratum table)."""
@@ -338,7 +344,8 @@ def _test_line(found: ClassVerdict) -> str:
     where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
     return (
         f"{found.name}: {tested.drop:+.3f} {found.details['unit']} {ci_text(tested.drop_ci)} {where}; "
-        f"random same-layer heads {draws}; beyond random {_beyond(found, 'heldout')} (n={tested.n_prompts}): "
+        f"{random_kind(found, 'heads')} {draws}; beyond random {_beyond(found, 'heldout')} "
+        f"(n={tested.n_prompts}): "
         f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
     )
 
