@@ -261,6 +261,14 @@ class ClassView:
     strata_notes: list[str] = field(default_factory=list)
 
 
+OTHER_LAYERS = "; its random sets take heads from other layers too (its layers have too few others)"
+
+
+def _class_line(found: ClassVerdict) -> str:
+    """A class's verdict and note, and where its random sets are not all of its layers, that they are not."""
+    return f"{found.name}: {found.verdict}; {found.note}" + ("" if found.random_same_layers else OTHER_LAYERS)
+
+
 def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Section]:
     """The standard sections of classes judged by `circuits.evidence.judge_class`, as `view` reads them:
     each class with its verdict (its effect beyond random same-layer sets held out, with the CI, beside
@@ -286,7 +294,7 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
     )  # fmt: skip
     head_classes = Section(
         title="Head classes (held out)",
-        lines=[f"{c.name}: {c.verdict}; {c.note}" for c in classes] or ["no head was kept"],
+        lines=[_class_line(c) for c in classes] or ["no head was kept"],
         table=table,
         notes=view.notes,
         figures=view.figures,

@@ -105,6 +105,14 @@ def test_toy_hop_makes_its_first_lookup_in_an_earlier_layer_than_its_second(toy_
     claimed = {label for lookup in result.classes for label in lookup.heads}
     for found in [*result.classes, *figures.paths]:  # no hop is compared with another hop's heads
         assert found.random_sets and not claimed & {label for draw in found.random_sets for label in draw}
+    report = render_markdown(finding_report(result))
+    for lookup in result.classes:  # same-layer sets where its layers have enough unclaimed heads, and said
+        layers = [int(label[1:].split("H")[0]) for label in lookup.heads]
+        n_heads = figures.attention.shape[-1]  # [hop, layer, head]
+        free = {layer: n_heads - sum(int(c[1:].split("H")[0]) == layer for c in claimed) for layer in layers}
+        assert lookup.random_same_layers == all(layers.count(layer) <= free[layer] for layer in layers)
+        line = next(line for line in report.splitlines() if line.startswith(f"- {lookup.name}: "))
+        assert ("from other layers too" in line) != lookup.random_same_layers
 
 
 def test_toy_hop_carries_hop_1s_result_to_hop_2s_queries(toy_hop_result):
