@@ -312,6 +312,8 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
     assert kept_from == [f"{stage}: kept from {path}" for stage in FV_STAGES[:2]]  # not run again
     reported = {stage.split(": ")[0] for stage, _, _ in calls}
     assert reported == set(FV_STAGES)  # what `interp icl --fv` announces is what runs
+    effects = [(done, total) for stage, done, total in calls if stage == FV_STAGES[2]]
+    assert effects[1:] == [(done, 6) for done in range(1, 7)]  # a long stage counts its parts as they end
     assert without_timings(resumed) == without_timings(small_result)
 
 

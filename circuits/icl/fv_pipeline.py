@@ -80,6 +80,7 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
     "Effects on discovery tasks and held-out tasks in every template (AIE, function vectors, ablations)",
     "Ablations (the ICL score)",
 )
+EFFECT_PARTS = 3  # the effects stage's progress units per group of queries: patches, vectors, ablations
 # (the held-out tasks' prompts that test [prompt] bool, each template's (kind, name, members))
 TemplateRows = tuple[Tensor, list[tuple[str, str, Tensor]]]
 T = TypeVar("T")
@@ -103,16 +104,22 @@ def _query_effects(
     means: HeadMeans,
     classes: Sequence[HeadClass],
     fv_layer: int,
+    progress: Progress | None = None,
 ) -> QueryEffects:
     """Every effect on the queries `prompts`, with `means` from the same groups' demonstrations;
-    `classes[0]` is the FV heads."""
+    `classes[0]` is the FV heads. progress(stage, done, 3): after the patches, the vectors and the
+    ablations."""
+    say = progress or (lambda *_: None)
     fv = classes[0]
     patched = head_indirect_effects(model, prompts, means, [[head] for head in fv.heads] + fv.sets)
+    say(FV_STAGES[2], 1, EFFECT_PARTS)
     vectors = [function_vector(means, heads) for heads in fv.sets]
     zero_shot = zero_shot_accuracy(model, prompts, [(fv_layer, None), *((fv_layer, v) for v in vectors)])
+    say(FV_STAGES[2], 2, EFFECT_PARTS)
     few_shot, ablated = few_shot_accuracy(
         model, prompts, [heads for found in classes for heads in found.sets]
     )
+    say(FV_STAGES[2], EFFECT_PARTS, EFFECT_PARTS)
     drops = [few_shot - sets for sets in ablated.split([len(found.sets) for found in classes])]
     return QueryEffects(
         patched=patched[len(fv.heads) :],
@@ -418,8 +425,16 @@ def function_vector_report(
     classes = [head_class(model, name, heads, n_random, seed, 1, unclaimed) for name, heads in named.items()]
     effects = step(  # 4. effects
         FV_STAGES[2],
-        lambda _: {
-            group: _query_effects(model, queries[group], means[group], classes, layer) for group in queries
+        lambda said: {
+            group: _query_effects(
+                model,
+                queries[group],
+                means[group],
+                classes,
+                layer,
+                as_stage(said, FV_STAGES[2], EFFECT_PARTS * i, EFFECT_PARTS * len(queries)),
+            )  # fmt: skip
+            for i, group in enumerate(queries)
         },
     )
     timed("effects")
