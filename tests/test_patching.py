@@ -679,3 +679,24 @@ def test_read_with_grad_gives_the_gradient_with_respect_to_an_activation(model, 
         (expected,) = torch.autograd.grad(metric(model(corrupted)).sum(), [leaf])
     torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)
     assert grad.abs().sum() > 0
+
+
+def test_a_walk_of_many_runs_shows_its_progress_before_they_finish(model, prompts):
+    """Runs walked together finish together at the last block: meanwhile the count rises with the blocks
+    walked (in runs' worth), never falls, and ends at every run; the values are the same without it."""
+    clean, corrupted, end, metric = prompts
+    names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+    _, source = engine.cached_run(model, clean, names)
+    sets = [[Site(name, head=head)] for name in names for head in range(2)]
+    calls = []
+    options = RunOptions(logit_pos=end)
+    watched = dataclasses.replace(options, progress=lambda *call: calls.append(call))
+    last = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+    with model.hooks(fwd_hooks=[(last, lambda act, hook: calls.append(("last block", 0, len(sets))))]):
+        values = engine.run_site_sets(model, corrupted, sets, source, metric, options=watched)
+    before_last = [done for stage, done, _ in calls[: calls.index(("last block", 0, len(sets)))]]
+    assert len([count for count in before_last if 0 < count < len(sets)]) >= 2  # not all at the end
+    counts = [done for stage, done, _ in calls if stage == "patched runs"]
+    assert all(total == len(sets) for _, _, total in calls) and counts[-1] == len(sets)
+    assert counts == sorted(set(counts))  # it never falls
+    assert torch.equal(values, engine.run_site_sets(model, corrupted, sets, source, metric, options=options))

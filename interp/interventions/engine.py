@@ -215,7 +215,8 @@ class RunOptions:
     logit_tokens: the token ids the metric reads at logit_pos (e.g. each prompt's answers, any
       shape; with logit_pos): only their logits are computed, the others are NaN.
     batch_size: patched copies of the batch per forward pass (None: ~64 prompts per pass).
-    progress(stage, done, total): called as runs finish (see `interp.types.Progress`).
+    progress(stage, done, total): the runs done, in runs' worth of blocks walked (the runs walked together
+      finish at their last block), never lower than the runs finished (see `interp.types.Progress`).
     base: interventions made in every run before its own, the target run's included (e.g. heads
       mean-ablated throughout: `ablation.ablation_interventions`).
     """
@@ -405,17 +406,26 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     order = sorted(range(len(runs)), key=lambda i: keys[i])
     node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
     chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
-    done = [0]
+    done, shown = [0], [0]  # runs finished; the count last reported (never lower)
+
+    def blocks(i: int) -> int:  # the segments run i computes: from its first patched one, given a target
+        first = -1 if target is None else next((s for s in range(-1, n_layers) if keys[i][s + 1]), n_layers)
+        return max(0, stop - first + 1)
+
+    def report(count: int) -> None:
+        if progress and count > shown[0]:
+            shown[0] = count
+            progress("patched runs", count, len(runs))
 
     def finished(indices: list[int], output: Any) -> None:
         finish(indices, output)
         done[0] += len(indices)
-        if progress:
-            progress("patched runs", done[0], len(runs))
+        report(done[0])
 
     with torch.no_grad():
         for start in range(0, len(order), chunk):
             groups: list[Group] = [(order[start : start + chunk], None, {})]
+            n_runs, to_walk, walked = len(groups[0][0]), sum(blocks(i) for i in groups[0][0]), 0
             for segment in range(-1, stop + 1):
                 pending: list[tuple[list[int], Tensor, list[Intervention], dict[str, Tensor]]] = []
                 next_groups: list[Group] = []
@@ -428,6 +438,9 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
                         made_here = [*base, *runs[sub[0]]]
                         here = [iv for iv in made_here if _segment(iv.site, n_layers) == segment]
                         pending.append((sub, parent, here, read))
+                # a chunk's runs all finish at its last segment: meanwhile, the segments walked in runs' worth
+                walked += sum(len(entry[0]) for entry in pending)
+                report(done[0] + min(n_runs - 1, n_runs * walked // max(1, to_walk)))
                 # Runs whose z is wholly overwritten here share passes that skip the attention.
                 pending.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
                 reads_here = [name for name in reads if _segment(Site(name), n_layers) == segment]
