@@ -88,7 +88,7 @@ def pairs_patching(
 
 def _patching(model, task, pair, end, positions, component, direction, top, progress) -> PatchReport:
     """Patch `component` of the pair's (clean, corrupted) prompts, its metric normalised by the two
-    runs' means; progress(stage, done, total) as the patched runs finish."""
+    runs' means; progress(stage, done, total): the patched runs done (`RunOptions`)."""
     clean, corrupted, metric = pair
     with torch.no_grad():  # the baselines are constants of the metric
         metric = metrics.normalized(metric, model(clean), model(corrupted))

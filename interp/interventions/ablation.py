@@ -390,9 +390,9 @@ def ablated_metrics(
     `patching.run_site_sets`), so many sets cost far less than as many forward passes.
     groups: the prompts' groups [batch] (with the Ablation's groups: per-group means or resampling).
     options: `RunOptions`' logit_pos (the positions the metric reads: logits only there),
-    logit_tokens (e.g. the answers: only their logits are computed), batch_size and progress (as
-    runs finish). Prompts shorter than the reference (right-padded prompts cut to their length)
-    take the values of its first positions.
+    logit_tokens (e.g. the answers: only their logits are computed), batch_size and progress (the
+    runs done, as `RunOptions` counts them). Prompts shorter than the reference (right-padded prompts
+    cut to their length) take the values of its first positions.
     """
     tokens = model.input_tokens(tokens)
     check_logit_pos(options.logit_pos, tokens)

@@ -147,7 +147,7 @@ def patch_sites(
 
     Returns a PatchResult with dims ("patch",) labelled by `labels` (default: the hook names).
     options: `RunOptions`' logit_pos (the positions the metric reads: logits only there, NaN
-      elsewhere), logit_tokens, batch_size and progress (as the patched runs finish).
+      elsewhere), logit_tokens, batch_size and progress (the patched runs done, as `RunOptions` counts them).
     """
     logit_pos = options.logit_pos
     clean, corrupted = check_pair(model, clean, corrupted)
@@ -250,7 +250,7 @@ def activation_patching(
     Each forward holds `options.batch_size` patched runs and starts at the patched layer.
     options: `RunOptions`' logit_pos (the positions the metric reads, e.g. END: the unembedding runs
       only there), logit_tokens (only their logits are computed in the patched runs), batch_size
-      and progress (as the patched runs finish).
+      and progress (the patched runs done, as `RunOptions` counts them).
     The result's `metric_name` is "metric": label it with `dataclasses.replace(result, metric_name=...)`.
     """
     clean, corrupted = check_pair(model, clean, corrupted)
