@@ -45,7 +45,7 @@ from interp.interventions.stats import (
     bootstrap_ci,
     faithfulness_summary,
 )
-from interp.types import Head, head_label
+from interp.types import Head, head_label, label_head
 
 EFFECT_SIGN = "drop = metric(clean) - metric(ablated), per prompt; positive: the heads help"
 VERDICTS = ("confirmed", "unconfirmed")
@@ -354,7 +354,7 @@ class ClassVerdict:
         few heads left to draw from, and the set took some from other layers)."""
 
         def layers(labels: Sequence[str]) -> list[int]:
-            return sorted(int(label[1:].split("H")[0]) for label in labels)
+            return sorted(label_head(label)[0] for label in labels)
 
         return all(layers(draw) == layers(self.heads) for draw in self.random_sets)
 

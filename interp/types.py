@@ -86,3 +86,9 @@ def memory_bytes(size: MemorySize) -> int:
 def head_label(layer: int, head: int) -> str:
     """A head as every report writes it: "L9H6" (TransformerLens's label; MLPs are "MLP9")."""
     return f"L{layer}H{head}"
+
+
+def label_head(label: str) -> Head:
+    """The head a report's label names: "L9H6" -> (9, 6) (`head_label`'s inverse)."""
+    layer, head = label[1:].split("H")
+    return int(layer), int(head)

@@ -269,7 +269,7 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
     heads = result.heads
     edges_kept = float(result.faithfulness.faithfulness[0])
     if heads is None or not heads.classes or heads.faithfulness is None:
-        return []
+        return []  # nothing to compare with
     if edges_kept >= heads.faithfulness.ratio:
         return []
     n_edges, n_heads = int(result.circuit.sum()), sum(len(c.heads) for c in heads.classes)

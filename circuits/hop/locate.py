@@ -263,7 +263,8 @@ def _test_lookup(
     `outside` (`evidence.unclaimed_heads`: no hop's heads)."""
     if not heads:
         return not_found_lookup(hop + 1)
-    found = head_class(model, f"hop {hop + 1}", heads, settings.n_random, settings.seed + hop, 1, outside)
+    seed = settings.seed + hop
+    found = head_class(model, f"hop {hop + 1}", heads, settings.n_random, seed, outside=outside)
     changes = _ablated_changes(model, heldout, found.sets)
     attention = [heldout.attention[hop, layer, head].mean().item() for layer, head in heads]
     attends = sum(attention) / len(attention) >= settings.min_attention

@@ -16,6 +16,7 @@ from circuits.evidence import ClassVerdict
 from circuits.finding import ClassView, Extras, Finding
 from circuits.output import pyplot, save_figure
 from circuits.sections import Section, ci_text, class_sections, layer_head_map, value_ci
+from interp.types import label_head
 from interp.viz import heatmap_grid
 
 LEGEND = (
@@ -151,7 +152,7 @@ def lookup_chain_figure(finding: Finding, out: str | Path | None = None):
         axes = figure.add_subplot(grid[0, j])
         axes.imshow(figures.attention[j].numpy(), vmin=0, vmax=1, cmap="Greys", origin="lower", aspect="auto")
         for label in lookup.heads:
-            layer, head = (int(part) for part in label[1:].split("H"))
+            layer, head = label_head(label)
             axes.add_patch(plt.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, lw=2, ec=colours[j]))
         axes.set_title(f"hop {j + 1}: query's attention", fontsize=9, color=colours[j])
         axes.set(xticks=range(n_heads), yticks=range(n_layers))

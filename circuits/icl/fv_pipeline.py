@@ -422,7 +422,9 @@ def function_vector_report(
     timed("layer")
     named = {"FV heads": fv_heads} | ({"induction heads": list(induction_heads)} if induction_heads else {})
     n_random, unclaimed = settings.n_random, unclaimed_heads(model, named.values())
-    classes = [head_class(model, name, heads, n_random, seed, 1, unclaimed) for name, heads in named.items()]
+    classes = [
+        head_class(model, name, heads, n_random, seed, outside=unclaimed) for name, heads in named.items()
+    ]
     effects = step(  # 4. effects
         FV_STAGES[2],
         lambda said: {

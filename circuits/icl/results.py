@@ -23,6 +23,7 @@ from circuits.icl.training import TrainingCurve, plot_icl_over_training
 from circuits.output import pyplot, save_figure
 from circuits.sections import Section, Table, ci_text, layer_head_map, signed, value_ci
 from interp.tasks.icl_tasks import ICL_TEMPLATES
+from interp.types import label_head
 
 LEGEND = (  # the ICL report's legend, in its JSON too
     "Change = ICL score with the head(s) ablated - without (nats): the drop of the context's benefit "
@@ -381,7 +382,7 @@ class FunctionVectorFigures(Extras):
         exact = dict(zip(self.candidates, self.candidates_aie, strict=True))
         rows = []
         for label, heldout in zip(self.fv_heads, self.fv_heads_heldout_aie, strict=True):
-            layer, head = (int(part) for part in label[1:].split("H"))
+            layer, head = label_head(label)
             rows.append({
                 "head": label, "aie_attributed": self.aie_attributed[layer, head].item(),
                 "aie_discovery": exact[label], "aie_heldout": heldout,
@@ -391,8 +392,7 @@ class FunctionVectorFigures(Extras):
 
     def mean_aie(self, labels: list[str]) -> float:
         """The mean attributed AIE of the heads `labels` ("L14H6"); NaN for none."""
-        values = [self.aie_attributed[int(layer), int(head)].item() for layer, head in
-                  (label[1:].split("H") for label in labels)]  # fmt: skip
+        values = [self.aie_attributed[label_head(label)].item() for label in labels]
         return sum(values) / len(values) if values else math.nan
 
     def title(self, finding: Finding) -> str:

@@ -160,7 +160,7 @@ def validate(
             settings.n_random,
             settings.seed,
             -1 if name.endswith("(negative)") else 1,
-            outside,
+            outside=outside,
         )  # fmt: skip
         for name, heads in classes.items()
     ]
@@ -190,7 +190,7 @@ def head_faithfulness(
     None and none where the model does as well with every head ablated), and the mean drop with every
     head ablated."""
     every = every_head(model)
-    outside = [head for head in every if head not in set(circuit)]
+    outside = unclaimed_heads(model, [circuit])
     full, kept, none = metric_with_heads_ablated(model, task, [[], outside, every], ablation)
     summary, strata = held_out_faithfulness(kept, full, none, task.stratum_masks(), seed)
     return summary, strata, float((full - none).mean())

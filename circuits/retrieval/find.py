@@ -253,8 +253,10 @@ def validate_classes(
     mean-ablated ("ablated")."""
     every = every_head(model)
     unclaimed = unclaimed_heads(model, classes.values())
-    found = [head_class(model, name, heads, n_random, seed, 1, unclaimed) for name, heads in classes.items()]
-    outside = tuple(sorted(set(every) - set(circuit)))
+    found = [
+        head_class(model, name, heads, n_random, seed, outside=unclaimed) for name, heads in classes.items()
+    ]
+    outside = tuple(unclaimed_heads(model, [circuit]))
     per_class = [tuple(sorted(heads)) for each in found for heads in each.sets]
     tested = list(dict.fromkeys([(), outside, tuple(every), *per_class]))  # on held-out prompts
     chose = list(dict.fromkeys([(), *per_class]))  # on the discovery prompts
