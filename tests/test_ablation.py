@@ -237,6 +237,48 @@ def test_runs_that_ablate_whole_layers_skip_their_attention_and_equal_hooked_run
         torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)
 
 
+def test_runs_that_ablate_every_later_head_carry_the_read_positions_only(data):
+    """From the block on which every later block of a run ablates all heads (no attention computed),
+    the run is carried at the positions the metric reads only (`engine._narrow_from`); each run
+    equals its hooked run, at an int and at per-prompt positions, with a base ablated in every run,
+    and with a hook of the caller's on a block, which then sees every position."""
+    tokens, reference, _ = data
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(
+        tiny_config(n_layers=4, n_kv_heads=2, positional="rotary", d_mlp=40)
+    ).eval()
+    whole = lambda *layers: [(layer, head) for layer in layers for head in range(model.cfg.n_heads)]  # noqa: E731
+    sets = [whole(2, 3), whole(3), whole(0, 2, 3), whole(3) + [(1, 0)], [(3, 1)], [], whole(1, 3)[:-1]]
+    names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
+    mean = Ablation("mean", reference=reference)
+    replacement = ablation.Replacement(model, names, mean)
+    sources = replacement.sources(names, tokens, None)
+    runs = [
+        [engine.Intervention(site, sources) for site in ablation.ablation_sites(model, heads=heads)]
+        for heads in sets
+    ]
+    assert [engine._narrow_from(model, run, [False] * 4) for run in runs] == [2, 3, 2, 3, 4, 4, 4]
+    assert engine._narrow_from(model, runs[0], [False, False, False, True]) == 4
+    base = replacement.interventions(ablation.ablation_sites(model, heads=whole(3)), tokens, None)
+    seen = []
+    observe = [("blocks.3.hook_resid_pre", lambda act, hook: seen.append(act.shape[1]))]
+    for logit_pos, extra, hooks in (
+        (-1, [], []),
+        (torch.tensor([5, 3, 4]), [], []),
+        (2, whole(3), []),
+        (-1, [], observe),
+    ):
+        metric = lambda logits, pos=logit_pos: metrics.logit_diff(logits, tokens[:, 0], tokens[:, 1], pos=pos)  # noqa: E731
+        options = RunOptions(logit_pos=logit_pos, base=base if extra else ())
+        with model.hooks(fwd_hooks=hooks):
+            got = engine.run_site_sets(model, tokens, runs, None, metric, options=options)
+        for heads, value in zip(sets, got, strict=True):
+            ablate = ablation.ablation_hooks(model, heads=heads + extra, ablation=mean)
+            expected = metric(model.run_with_hooks(tokens, fwd_hooks=ablate)).detach()
+            torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)
+    assert seen and set(seen) == {POS}
+
+
 def test_an_ablation_refuses_wrong_combinations_and_the_old_keywords(model, data):
     """An Ablation refuses what no function could use, with the reason; a bare kind is Ablation(kind);
     code written for the loose parameters (reference=, reference_mask=, ...) fails, never computes."""

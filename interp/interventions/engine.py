@@ -42,7 +42,7 @@ from interp.checks import check_count
 from interp.checks import check_pair as check_token_pair
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import act_name
-from interp.model.hooks import opt_in_setting
+from interp.model.hooks import HookPoint, opt_in_setting
 from interp.model.transformer import HookedTransformer
 from interp.types import Pos, Progress
 
@@ -379,7 +379,9 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     interventions are made in every block a run computes, before its own; they are part of the
     target run, so runs are sorted and shared by their own interventions only. Blocks run with
     the attention mask the forward pass gives `tokens` (left padding) and a shortformer model's
-    positions (`shortformer_positions`)."""
+    positions (`shortformer_positions`). From the block on which every later block of a run
+    overwrites all of z (`_narrow_from`), its residual stream is carried at the positions the
+    metric reads only (`_Narrowed`): no attention reads the other positions there."""
     target, reads, finish, progress = walk.target, walk.reads, walk.finish, walk.options.progress
     [base] = as_interventions([walk.options.base], None)
     n_layers = model.cfg.n_layers
@@ -407,6 +409,12 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
     chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
     done, shown = [0], [0]  # runs finished; the count last reported (never lower)
+    n_pos = tokens.shape[1]
+    narrowed = None if reads else _Narrowed.of(walk.options.logit_pos, tokens)
+    hooked = [any(p.has_hooks() for p in b.modules() if isinstance(p, HookPoint)) for b in model.blocks]
+    narrow_from = [
+        n_layers if narrowed is None else _narrow_from(model, [*base, *run], hooked) for run in runs
+    ]
 
     def blocks(i: int) -> int:  # the segments run i computes: from its first patched one, given a target
         first = -1 if target is None else next((s for s in range(-1, n_layers) if keys[i][s + 1]), n_layers)
@@ -435,19 +443,30 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
                             next_groups.append((sub, None, read))  # still the target run
                             continue
                         parent = resid if resid is not None else _target_input(model, tokens, target, segment)
+                        narrow_here = all(narrow_from[i] <= segment < n_layers for i in sub)
+                        if narrowed and narrow_here and parent.shape[1] == n_pos:
+                            parent = narrowed.take(parent)
                         made_here = [*base, *runs[sub[0]]]
                         here = [iv for iv in made_here if _segment(iv.site, n_layers) == segment]
                         pending.append((sub, parent, here, read))
                 # a chunk's runs all finish at its last segment: meanwhile, the segments walked in runs' worth
                 walked += sum(len(entry[0]) for entry in pending)
                 report(done[0] + min(n_runs - 1, n_runs * walked // max(1, to_walk)))
-                # Runs whose z is wholly overwritten here share passes that skip the attention.
-                pending.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
+                # Narrowed runs share passes (of as many rows as full ones); runs whose z is wholly
+                # overwritten here share passes that skip the attention.
+                narrow = [entry for entry in pending if entry[1].shape[1] < n_pos]
+                full = [entry for entry in pending if entry[1].shape[1] == n_pos]
+                full.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
+                parts = [
+                    narrow[i : i + batch_size * n_pos] for i in range(0, len(narrow), batch_size * n_pos)
+                ]
+                parts += [full[i : i + batch_size] for i in range(0, len(full), batch_size)]
                 reads_here = [name for name in reads if _segment(Site(name), n_layers) == segment]
-                for part in [pending[i : i + batch_size] for i in range(0, len(pending), batch_size)]:
+                for part in parts:
                     outputs, captured = _segment_forward(
                         model, segment, [(parent, here) for _, parent, here, _ in part], batch, reads_here,
                         walk.options.logit_pos, walk.buffer, mask, pos_embed,
+                        narrowed if part[0][1].shape[1] < n_pos else None,
                     )  # fmt: skip
                     for k, ((sub, _, _, read), out) in enumerate(zip(part, outputs, strict=False)):
                         if segment == n_layers:
@@ -458,6 +477,49 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
             if stop < n_layers:
                 for indices, _, read in groups:
                     finished(indices, read)
+
+
+@dataclass(frozen=True)
+class _Narrowed:
+    """Residual streams carried at the one position per prompt that the metric reads: [batch, 1, ...]
+    for prompts of `n_pos` tokens, read at `positions` [batch]."""
+
+    positions: Tensor
+    n_pos: int
+
+    @staticmethod
+    def of(logit_pos: Pos, tokens: Tensor) -> _Narrowed | None:
+        """The narrowing for a metric that reads `logit_pos` (an int or [batch]) of `tokens`; None
+        where it reads every position or the prompts have one token."""
+        batch, n_pos = tokens.shape
+        if logit_pos is None or n_pos == 1:
+            return None
+        positions = torch.as_tensor(logit_pos).long().expand(batch) % n_pos
+        return _Narrowed(positions, n_pos)
+
+    def take(self, values: Tensor) -> Tensor:
+        """values [batch, n_pos, ...] at the read positions: [batch, 1, ...]."""
+        rows = torch.arange(values.shape[0], device=values.device)
+        return values[rows, self.positions.to(values.device)][:, None]
+
+
+def _narrow_from(model: HookedTransformer, run: Sequence[Intervention], hooked: Sequence[bool]) -> int:
+    """The first block from which every block of the run (its interventions `run`, the base's
+    included) only overwrites all of z and is not `hooked` (by block: a hook of the caller's on
+    it): the attention is not computed there, so no position but those the metric reads matters.
+    n_layers where the last block does not."""
+    n_layers = model.cfg.n_layers
+    here: dict[int, list[Intervention]] = {}
+    for intervention in run:
+        here.setdefault(_segment(intervention.site, n_layers), []).append(intervention)
+    start = n_layers
+    while start > 0:
+        block, made = start - 1, here.get(start - 1, [])
+        only_z = all(iv.site.name == act_name("z", block) for iv in made)
+        if hooked[block] or not (only_z and _overwrites_z(model, block, made)):
+            break
+        start = block
+    return start
 
 
 def shortformer_positions(
@@ -533,12 +595,14 @@ def _segment_forward(
     buffer: LogitBuffer | None,
     mask: Tensor | None = None,
     pos_embed: Tensor | None = None,
+    narrowed: _Narrowed | None = None,
 ) -> tuple[list[Tensor] | Iterator[Tensor], dict[str, Tensor]]:
     """Run one segment for stacked copies (parent residual stream or tokens, the interventions made in
     this segment): (the outputs split per copy, or after the last segment each copy's logits in turn
     in `buffer` (`forward_logit_copies`); the read hooks' activations [copy, batch, ...]). `mask`:
     the prompts' attention mask [batch, pos] (None: nothing masked); `pos_embed`: their shortformer
-    positions [batch, pos, d_model] (None: the model has none)."""
+    positions [batch, pos, d_model] (None: the model has none); `narrowed`: the parents are carried at
+    the read positions only ([batch, 1, d_model], every copy overwriting all of z here)."""
     n = len(part)
     by_name: dict[str, list[tuple[int, Intervention]]] = {}
     for i, (_, here) in enumerate(part):
@@ -566,17 +630,22 @@ def _segment_forward(
         # every copy overwrites all of z here: the attention need not compute it
         z_name = act_name("z", segment)
         cfg = model.cfg
-        shape = (batch, stacked.shape[1], cfg.n_heads, cfg.d_head)
-        z = torch.cat([_given_z(model, segment, here, shape, stacked) for _, here in part])
+        shape = (batch, stacked.shape[1] if narrowed is None else narrowed.n_pos, cfg.n_heads, cfg.d_head)
+        z = [_given_z(model, segment, here, shape, stacked) for _, here in part]
+        z = torch.cat(z if narrowed is None else [narrowed.take(copy) for copy in z])
         given = overwritten_z(model, segment, z)
         del by_name[z_name]
     hooks = [(name, make_hook(name)) for name in by_name] + [(name, read) for name in reads]
+    if narrowed is not None:
+        mask = None if mask is None else narrowed.take(mask)
+        pos_embed = None if pos_embed is None else narrowed.take(pos_embed)
     copies = torch.ones(stacked.shape[:2], dtype=torch.long) if mask is None else mask.repeat(n, 1)
     with given, model.settings(**hook_settings_for([*by_name, *reads])), model.hooks(fwd_hooks=hooks):
         if segment == -1:
             out = model(stacked, stop_at_layer=0, attention_mask=copies)
         elif segment == model.cfg.n_layers:
-            return forward_logit_copies(model, stacked, batch, logit_pos, segment, buffer), captured
+            n_pos = None if narrowed is None else narrowed.n_pos
+            return forward_logit_copies(model, stacked, batch, logit_pos, segment, buffer, n_pos), captured
         else:
             positions = None if pos_embed is None else pos_embed.repeat(n, 1, 1)
             out = model(
@@ -725,13 +794,15 @@ def forward_logit_copies(
     logit_pos: Pos,
     start_at_layer: int | None,
     buffer: LogitBuffer,
+    narrowed_from: int | None = None,
 ) -> Iterator[Float[Tensor, "batch pos d_vocab"]]:
     """`forward_logits` of an input that stacks copies of a batch [n * batch, ...], each copy's
     logits in turn: the forward pass runs now, each copy's logits are written into `buffer` as the
-    iterator reaches them (with its `columns`, only those tokens' logits are computed at logit_pos)."""
+    iterator reaches them (with its `columns`, only those tokens' logits are computed at logit_pos).
+    narrowed_from: the prompts' length where the input holds only the read positions [rows, 1, ...]."""
     if logit_pos is None:
         return iter(model(input, start_at_layer=start_at_layer).split(batch))
-    picked, pos, n_pos = _logits_at(model, input, logit_pos, start_at_layer, buffer.columns)
+    picked, pos, n_pos = _logits_at(model, input, logit_pos, start_at_layer, buffer.columns, narrowed_from)
     return buffer.copies(picked, pos, n_pos, batch, model.cfg.d_vocab_out)
 
 
@@ -741,18 +812,22 @@ def _logits_at(
     logit_pos: int | Tensor,
     start_at_layer: int | None,
     columns: Tensor | None,
+    narrowed_from: int | None = None,
 ) -> tuple[Float[Tensor, "rows k"], Int[Tensor, " rows"], int]:
-    """(the logits at logit_pos, of every token or of `columns`; those positions; the input's
-    number of positions). An int logit_pos that lands on a right-padded prompt's padding is refused."""
+    """(the logits at logit_pos, of every token or of `columns`; those positions; the prompts'
+    number of positions: the input's, or `narrowed_from` where the input holds only the read
+    positions [rows, 1, ...]). An int logit_pos that lands on a right-padded prompt's padding is
+    refused."""
     resid = model(input, start_at_layer=start_at_layer, stop_at_layer=model.cfg.n_layers)
-    rows, n_pos = resid.shape[:2]
+    rows, n_pos = resid.shape[0], narrowed_from or resid.shape[1]
     if isinstance(logit_pos, int):
         pos = torch.full((rows,), logit_pos % n_pos, device=resid.device)
         if start_at_layer is None:  # token ids: each prompt's last real token is known
             refuse_padding(model.last_positions(input), pos, n_pos, f"logit_pos={logit_pos} reads")
     else:
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
-    normed = model.ln_final(resid[torch.arange(rows, device=resid.device), pos][:, None])
+    at = pos if narrowed_from is None else torch.zeros_like(pos)
+    normed = model.ln_final(resid[torch.arange(rows, device=resid.device), at][:, None])
     return model.unembed(normed, columns)[:, 0], pos, n_pos
 
 
