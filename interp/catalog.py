@@ -99,8 +99,8 @@ EXPECTED_TIMES = {
         ExpectedTime(90, "interp heads --model gemma3-270m", _EPYC, _TIMED, _GEMMA),
     ),
     "ioi": (
-        ExpectedTime(76, "interp ioi", _EPYC, _TIMED),
-        ExpectedTime(104, "interp ioi --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
+        ExpectedTime(68, "interp ioi", _EPYC, _TIMED),
+        ExpectedTime(87, "interp ioi --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
     ),
     "circuit": (
         ExpectedTime(205, "interp circuit --task ioi --edges 300", _EPYC, _MEASURED),
@@ -153,7 +153,7 @@ QUICK_PRESETS = {
         options={"n_samples": (8, 16)},
     ),
     "ioi": QuickPreset(
-        time=ExpectedTime(45, "interp ioi --quick", _EPYC, _TIMED),
+        time=ExpectedTime(39, "interp ioi --quick", _EPYC, _TIMED),
         options={"n_prompts": (24, 64)},
     ),
     "circuit": QuickPreset(

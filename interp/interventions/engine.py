@@ -388,20 +388,13 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     mask = model.attention_mask_of(tokens)
     stop = max((_segment(Site(name), n_layers) for name in reads), default=n_layers)
     base = [iv for iv in base if _segment(iv.site, n_layers) <= stop]  # later ones change nothing read
-    made = [iv for run in [*runs, base] for iv in run]
-    names = {iv.site.name for iv in made} | set(reads)
-    pos_embed = shortformer_positions(model, tokens, {iv.site.name for iv in made})
-    with model.settings(**hook_settings_for(names)):
-        check_sites(model, [[Site(name)] for name in names])
-    uncached = sorted(
-        {iv.site.name for iv in made if isinstance(iv.source, Mapping) and iv.site.name not in iv.source}
+    _check_runs(model, runs, base, reads, stop)
+    made = {iv.site.name for run in [*runs, base] for iv in run}
+    batch, n_pos = tokens.shape
+    narrowed = None if reads else _Narrowed.of(walk.options.logit_pos, tokens)
+    prompts = _Prompts(
+        batch, walk.options.logit_pos, walk.buffer, mask, shortformer_positions(model, tokens, made), narrowed
     )
-    if uncached:
-        raise ValueError(f"no source values for {uncached}; cache them in the source run")
-    late = sorted({iv.site.name for run in runs for iv in run if _segment(iv.site, n_layers) > stop})
-    if late:
-        raise ValueError(f"{late} fire after the last hook read ({max(reads)}): they cannot change it")
-    batch = tokens.shape[0]
     batch_size = walk.options.batch_size or max(1, 64 // batch)
     source_ids: dict[int, int] = {}
     keys = [_segment_keys(run, n_layers, source_ids) for run in runs]
@@ -409,8 +402,6 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
     chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
     done, shown = [0], [0]  # runs finished; the count last reported (never lower)
-    n_pos = tokens.shape[1]
-    narrowed = None if reads else _Narrowed.of(walk.options.logit_pos, tokens)
     hooked = [any(p.has_hooks() for p in b.modules() if isinstance(p, HookPoint)) for b in model.blocks]
     narrow_from = [
         n_layers if narrowed is None else _narrow_from(model, [*base, *run], hooked) for run in runs
@@ -452,22 +443,10 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
                 # a chunk's runs all finish at its last segment: meanwhile, the segments walked in runs' worth
                 walked += sum(len(entry[0]) for entry in pending)
                 report(done[0] + min(n_runs - 1, n_runs * walked // max(1, to_walk)))
-                # Narrowed runs share passes (of as many rows as full ones); runs whose z is wholly
-                # overwritten here share passes that skip the attention.
-                narrow = [entry for entry in pending if entry[1].shape[1] < n_pos]
-                full = [entry for entry in pending if entry[1].shape[1] == n_pos]
-                full.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
-                parts = [
-                    narrow[i : i + batch_size * n_pos] for i in range(0, len(narrow), batch_size * n_pos)
-                ]
-                parts += [full[i : i + batch_size] for i in range(0, len(full), batch_size)]
                 reads_here = [name for name in reads if _segment(Site(name), n_layers) == segment]
-                for part in parts:
-                    outputs, captured = _segment_forward(
-                        model, segment, [(parent, here) for _, parent, here, _ in part], batch, reads_here,
-                        walk.options.logit_pos, walk.buffer, mask, pos_embed,
-                        narrowed if part[0][1].shape[1] < n_pos else None,
-                    )  # fmt: skip
+                for part in _passes(model, segment, pending, batch_size, n_pos):
+                    copies = [(parent, here) for _, parent, here, _ in part]
+                    outputs, captured = _segment_forward(model, segment, copies, reads_here, prompts)
                     for k, ((sub, _, _, read), out) in enumerate(zip(part, outputs, strict=False)):
                         if segment == n_layers:
                             finished(sub, out)  # each copy's logits, before the buffer is reused
@@ -477,6 +456,47 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
             if stop < n_layers:
                 for indices, _, read in groups:
                     finished(indices, read)
+
+
+def _check_runs(
+    model: HookedTransformer,
+    runs: Sequence[Sequence[Intervention]],
+    base: Sequence[Intervention],
+    reads: Sequence[str],
+    stop: int,
+) -> None:
+    """Refuse unknown hooks, sources that lack a site's values and interventions after the last
+    segment read (`stop`), before any run."""
+    made = [iv for run in [*runs, base] for iv in run]
+    names = {iv.site.name for iv in made} | set(reads)
+    with model.settings(**hook_settings_for(names)):
+        check_sites(model, [[Site(name)] for name in names])
+    uncached = sorted(
+        {iv.site.name for iv in made if isinstance(iv.source, Mapping) and iv.site.name not in iv.source}
+    )
+    if uncached:
+        raise ValueError(f"no source values for {uncached}; cache them in the source run")
+    n_layers = model.cfg.n_layers
+    late = sorted({iv.site.name for run in runs for iv in run if _segment(iv.site, n_layers) > stop})
+    if late:
+        raise ValueError(f"{late} fire after the last hook read ({max(reads)}): they cannot change it")
+
+
+def _passes(
+    model: HookedTransformer, segment: int, pending: list[tuple], batch_size: int, n_pos: int
+) -> list[list[tuple]]:
+    """The pending copies of a segment (their second field: the parent [batch, pos or 1, ...]) cut
+    into passes: narrowed ones together (as many rows per pass as `batch_size` full copies), then
+    full ones, those whose z is wholly overwritten first (their passes skip the attention)."""
+    narrow = [entry for entry in pending if entry[1].shape[1] < n_pos]
+    full = sorted(
+        (entry for entry in pending if entry[1].shape[1] == n_pos),
+        key=lambda entry: not _overwrites_z(model, segment, entry[2]),
+    )
+    size = batch_size * n_pos
+    return [narrow[i : i + size] for i in range(0, len(narrow), size)] + [
+        full[i : i + batch_size] for i in range(0, len(full), batch_size)
+    ]
 
 
 @dataclass(frozen=True)
@@ -585,25 +605,35 @@ def _group_by(items: Sequence[int], keys: Sequence[str]) -> dict[str, list[int]]
     return groups
 
 
+@dataclass(frozen=True)
+class _Prompts:
+    """What every pass of a walk shares: the number of prompts, the positions the metric reads, the
+    logit buffer, the prompts' attention mask [batch, pos] (None: nothing masked), their shortformer
+    positions [batch, pos, d_model] (None: the model has none) and the narrowing of runs carried at
+    the read positions only (None: none are)."""
+
+    batch: int
+    logit_pos: Pos
+    buffer: LogitBuffer | None
+    mask: Tensor | None
+    pos_embed: Tensor | None
+    narrowed: _Narrowed | None
+
+
 def _segment_forward(
     model: HookedTransformer,
     segment: int,
     part: Sequence[tuple[Tensor, list[Intervention]]],
-    batch: int,
     reads: Sequence[str],
-    logit_pos: Pos,
-    buffer: LogitBuffer | None,
-    mask: Tensor | None = None,
-    pos_embed: Tensor | None = None,
-    narrowed: _Narrowed | None = None,
+    prompts: _Prompts,
 ) -> tuple[list[Tensor] | Iterator[Tensor], dict[str, Tensor]]:
     """Run one segment for stacked copies (parent residual stream or tokens, the interventions made in
     this segment): (the outputs split per copy, or after the last segment each copy's logits in turn
-    in `buffer` (`forward_logit_copies`); the read hooks' activations [copy, batch, ...]). `mask`:
-    the prompts' attention mask [batch, pos] (None: nothing masked); `pos_embed`: their shortformer
-    positions [batch, pos, d_model] (None: the model has none); `narrowed`: the parents are carried at
-    the read positions only ([batch, 1, d_model], every copy overwriting all of z here)."""
-    n = len(part)
+    in the buffer (`forward_logit_copies`); the read hooks' activations [copy, batch, ...]). Parents
+    of one position where the prompts have more are carried at the read positions only (every copy
+    overwriting all of z here, `_Narrowed`)."""
+    n, batch, mask, pos_embed = len(part), prompts.batch, prompts.mask, prompts.pos_embed
+    narrowed = prompts.narrowed if part[0][0].ndim == 3 and part[0][0].shape[1] == 1 else None
     by_name: dict[str, list[tuple[int, Intervention]]] = {}
     for i, (_, here) in enumerate(part):
         for intervention in here:
@@ -645,7 +675,10 @@ def _segment_forward(
             out = model(stacked, stop_at_layer=0, attention_mask=copies)
         elif segment == model.cfg.n_layers:
             n_pos = None if narrowed is None else narrowed.n_pos
-            return forward_logit_copies(model, stacked, batch, logit_pos, segment, buffer, n_pos), captured
+            logits = forward_logit_copies(
+                model, stacked, batch, prompts.logit_pos, segment, prompts.buffer, n_pos
+            )
+            return logits, captured
         else:
             positions = None if pos_embed is None else pos_embed.repeat(n, 1, 1)
             out = model(
