@@ -242,11 +242,12 @@ def test_runs_that_ablate_every_later_head_carry_the_read_positions_only(data):
     the run is carried at the positions the metric reads only (`engine._narrow_from`); each run
     equals its hooked run, at an int and at per-prompt positions, with a base ablated in every run,
     and with a hook of the caller's on a block, which then sees every position."""
-    tokens, reference, _ = data
+    _, reference, _ = data
     torch.manual_seed(0)
     model = interp.HookedTransformer(
         tiny_config(n_layers=4, n_kv_heads=2, positional="rotary", d_mlp=40)
     ).eval()
+    tokens = torch.randint(model.cfg.d_vocab, (engine.MIN_NARROWED_ROWS, POS))
     whole = lambda *layers: [(layer, head) for layer in layers for head in range(model.cfg.n_heads)]  # noqa: E731
     sets = [whole(2, 3), whole(3), whole(0, 2, 3), whole(3) + [(1, 0)], [(3, 1)], [], whole(1, 3)[:-1]]
     names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
@@ -264,7 +265,7 @@ def test_runs_that_ablate_every_later_head_carry_the_read_positions_only(data):
     observe = [("blocks.3.hook_resid_pre", lambda act, hook: seen.append(act.shape[1]))]
     for logit_pos, extra, hooks in (
         (-1, [], []),
-        (torch.tensor([5, 3, 4]), [], []),
+        (torch.tensor([5, 3, 4, 2]), [], []),
         (2, whole(3), []),
         (-1, [], observe),
     ):
