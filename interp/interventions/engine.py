@@ -390,7 +390,7 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     base = [iv for iv in base if _segment(iv.site, n_layers) <= stop]  # later ones change nothing read
     _check_runs(model, runs, base, reads, stop)
     made = {iv.site.name for run in [*runs, base] for iv in run}
-    batch, n_pos = tokens.shape
+    batch = tokens.shape[0]
     narrowed = None if reads else _Narrowed.of(walk.options.logit_pos, tokens)
     prompts = _Prompts(
         batch, walk.options.logit_pos, walk.buffer, mask, shortformer_positions(model, tokens, made), narrowed
@@ -402,10 +402,10 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
     chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
     done, shown = [0], [0]  # runs finished; the count last reported (never lower)
-    hooked = [any(p.has_hooks() for p in b.modules() if isinstance(p, HookPoint)) for b in model.blocks]
-    narrow_from = [
-        n_layers if narrowed is None else _narrow_from(model, [*base, *run], hooked) for run in runs
-    ]
+    narrow_from = [n_layers] * len(runs)  # the block each run is narrowed from (n_layers: none)
+    if narrowed is not None:
+        hooked = [any(p.has_hooks() for p in b.modules() if isinstance(p, HookPoint)) for b in model.blocks]
+        narrow_from = [_narrow_from(model, [*base, *run], hooked) for run in runs]
 
     def blocks(i: int) -> int:  # the segments run i computes: from its first patched one, given a target
         first = -1 if target is None else next((s for s in range(-1, n_layers) if keys[i][s + 1]), n_layers)
@@ -435,7 +435,7 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
                             continue
                         parent = resid if resid is not None else _target_input(model, tokens, target, segment)
                         narrow_here = all(narrow_from[i] <= segment < n_layers for i in sub)
-                        if narrowed and narrow_here and parent.shape[1] == n_pos:
+                        if narrowed is not None and narrow_here and not narrowed.carries(parent):
                             parent = narrowed.take(parent)
                         made_here = [*base, *runs[sub[0]]]
                         here = [iv for iv in made_here if _segment(iv.site, n_layers) == segment]
@@ -444,7 +444,7 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
                 walked += sum(len(entry[0]) for entry in pending)
                 report(done[0] + min(n_runs - 1, n_runs * walked // max(1, to_walk)))
                 reads_here = [name for name in reads if _segment(Site(name), n_layers) == segment]
-                for part in _passes(model, segment, pending, batch_size, n_pos):
+                for part in _passes(model, segment, pending, batch_size, narrowed):
                     copies = [(parent, here) for _, parent, here, _ in part]
                     outputs, captured = _segment_forward(model, segment, copies, reads_here, prompts)
                     for k, ((sub, _, _, read), out) in enumerate(zip(part, outputs, strict=False)):
@@ -483,17 +483,18 @@ def _check_runs(
 
 
 def _passes(
-    model: HookedTransformer, segment: int, pending: list[tuple], batch_size: int, n_pos: int
+    model: HookedTransformer, segment: int, pending: list[tuple], batch_size: int, narrowed: _Narrowed | None
 ) -> list[list[tuple]]:
-    """The pending copies of a segment (their second field: the parent [batch, pos or 1, ...]) cut
-    into passes: narrowed ones together (as many rows per pass as `batch_size` full copies), then
-    full ones, those whose z is wholly overwritten first (their passes skip the attention)."""
-    narrow = [entry for entry in pending if entry[1].shape[1] < n_pos]
+    """The pending copies of a segment (their second field: the parent) cut into passes: those
+    `narrowed` carries together (as many rows per pass as `batch_size` full copies), then full ones,
+    those whose z is wholly overwritten first (their passes skip the attention)."""
+    carried = [narrowed is not None and narrowed.carries(entry[1]) for entry in pending]
+    narrow = [entry for entry, small in zip(pending, carried, strict=True) if small]
     full = sorted(
-        (entry for entry in pending if entry[1].shape[1] == n_pos),
+        (entry for entry, small in zip(pending, carried, strict=True) if not small),
         key=lambda entry: not _overwrites_z(model, segment, entry[2]),
     )
-    size = batch_size * n_pos
+    size = batch_size * (1 if narrowed is None else narrowed.n_pos)
     return [narrow[i : i + size] for i in range(0, len(narrow), size)] + [
         full[i : i + batch_size] for i in range(0, len(full), batch_size)
     ]
@@ -523,6 +524,11 @@ class _Narrowed:
             return None
         positions = torch.as_tensor(logit_pos).long().expand(batch) % n_pos
         return _Narrowed(positions, n_pos)
+
+    def carries(self, values: Tensor) -> bool:
+        """Whether `values` (a parent: tokens [batch, n_pos] or a residual stream) are already taken at
+        the read positions ([batch, 1, ...])."""
+        return values.ndim >= 3 and values.shape[1] == 1
 
     def take(self, values: Tensor) -> Tensor:
         """values [batch, n_pos, ...] at the read positions: [batch, 1, ...]."""
@@ -640,7 +646,7 @@ def _segment_forward(
     of one position where the prompts have more are carried at the read positions only (every copy
     overwriting all of z here, `_Narrowed`)."""
     n, batch, mask, pos_embed = len(part), prompts.batch, prompts.mask, prompts.pos_embed
-    narrowed = prompts.narrowed if part[0][0].ndim == 3 and part[0][0].shape[1] == 1 else None
+    narrowed = prompts.narrowed if prompts.narrowed and prompts.narrowed.carries(part[0][0]) else None
     by_name: dict[str, list[tuple[int, Intervention]]] = {}
     for i, (_, here) in enumerate(part):
         for intervention in here:
