@@ -457,14 +457,14 @@ def find_retrieval_circuit(
     measured = accuracies(model, prompts, diffs["model"], settings)  # 4. accuracy
     stage("accuracy")
     kept = diffs["circuit"]
-    figures = RetrievalFigures(
+    figures = RetrievalFigures(  # the means in float64, as the faithfulness beside them
         attribution=direct_attribution_linearisation(model.cfg),
         effects=effects,
         heads=found,
         induction_heads=head_labels(induction_heads),
-        circuit_logit_diff=kept.mean().item(),
-        model_logit_diff=diffs["model"].mean().item(),
-        ablated_logit_diff=diffs["ablated"].mean().item(),
+        circuit_logit_diff=kept.double().mean().item(),
+        model_logit_diff=diffs["model"].double().mean().item(),
+        ablated_logit_diff=diffs["ablated"].double().mean().item(),
         circuit_accuracy=(kept > 0).double().mean().item(),
         **measured,
     )
