@@ -88,7 +88,8 @@ class ExpectedTime:
         return f"about {self.seconds:.0f} s for `{self.command}` on {self.machine} ({self.source})"
 
 
-_EPYC = "a 2-core AMD EPYC"
+_EPYC = "a 2-core AMD EPYC with AVX-512"
+_EPYC_AVX2 = "a 2-core AMD EPYC without AVX-512"
 _XEON = "a 2-core Intel Xeon"
 _MEASURED = "idle, 2026-11-29, benchmarks/two_models.py"
 _TIMED = "idle, 2026-11-29, the whole command"
@@ -104,7 +105,7 @@ EXPECTED_TIMES = {
     ),
     "circuit": (
         ExpectedTime(205, "interp circuit --task ioi --edges 300", _EPYC, _MEASURED),
-        ExpectedTime(46, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC, "idle, 2026-11"),
+        ExpectedTime(76, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC_AVX2, _TIMED),
         ExpectedTime(
             185, "interp circuit --task ioi --edges 300 --model gemma3-270m", _EPYC, _MEASURED, _GEMMA
         ),
