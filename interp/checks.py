@@ -280,7 +280,7 @@ def check_loss_targets(logits: Tensor, tokens: Any) -> Tensor:
     return tokens
 
 
-def check_pair(clean: Tensor, corrupted: Tensor) -> None:
+def check_token_pair(clean: Tensor, corrupted: Tensor) -> None:
     """Clean and corrupted token batches agree: one [batch, pos] shape, at least one prompt."""
     if clean.shape != corrupted.shape:
         raise ValueError(

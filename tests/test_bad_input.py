@@ -142,9 +142,9 @@ def test_check_metric_output_refuses(value, error, message):
         (torch.zeros(0, 4, dtype=torch.long), torch.zeros(0, 4, dtype=torch.long), "empty"),
     ],
 )
-def test_check_pair_refuses(clean, corrupted, message):
+def test_check_token_pair_refuses(clean, corrupted, message):
     with pytest.raises(ValueError, match=message):
-        checks.check_pair(clean, corrupted)
+        checks.check_token_pair(clean, corrupted)
 
 
 # --- 2. silent answers -------------------------------------------------------------------------

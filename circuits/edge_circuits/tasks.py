@@ -10,7 +10,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from circuits.path.task import PairTask, padding_mask, pair_task, stratum_masks
+from circuits.path.task import PairTask, pair_task, right_padding_mask, stratum_masks
 from interp import edges
 from interp.model import HookedTransformer
 from interp.tasks.ioi import ioi_dataset_for
@@ -77,7 +77,7 @@ def ioi_task(
     return EdgeTask(
         name="ioi", clean=clean.tokens, corrupted=abc.tokens, metric=metric,
         metric_name="logit_diff(IO - S)",
-        corrupted_mask=padding_mask(abc.positions["END"], abc.tokens.shape[1]),
+        corrupted_mask=right_padding_mask(abc.positions["END"], abc.tokens.shape[1]),
         families=[f"{prefix} {int(template)}" for template in clean.template], strata=list(clean.order),
     )  # fmt: skip
 

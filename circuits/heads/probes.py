@@ -86,7 +86,7 @@ class Probes:
         return self.text if self.text is not None else self.random
 
 
-def str_tokens(model: interp.HookedTransformer, tokens: Int[Tensor, " pos"]) -> list[str]:
+def token_texts(model: interp.HookedTransformer, tokens: Int[Tensor, " pos"]) -> list[str]:
     """Tokens as text ("t<id>" without a tokenizer)."""
     if model.tokenizer is None:
         return [f"t{t}" for t in tokens.tolist()]
@@ -176,7 +176,7 @@ def repeated_probe(
         "repeated" if family == "discovery" else "held-out",
         tokens,
         row_lengths,
-        str_tokens(model, tokens[0, : row_lengths[0]]),
+        token_texts(model, tokens[0, : row_lengths[0]]),
         repeat_len=torch.tensor(repeat_len),
         repeat_start=torch.tensor(repeat_start),
     )
@@ -190,7 +190,7 @@ def random_probe(model: interp.HookedTransformer, n_samples: int, n_tokens: int,
     if bos is not None:
         tokens = torch.cat([torch.full((n_samples, 1), bos), tokens], dim=1)
     lengths = torch.full((n_samples,), tokens.shape[1])
-    return Probe("random", tokens, lengths, str_tokens(model, tokens[0]))
+    return Probe("random", tokens, lengths, token_texts(model, tokens[0]))
 
 
 def text_probe(model: interp.HookedTransformer, texts: Sequence[str]) -> Probe:
@@ -202,7 +202,7 @@ def text_probe(model: interp.HookedTransformer, texts: Sequence[str]) -> Probe:
     rows = [model.to_tokens(text)[0][: model.cfg.n_ctx] for text in texts]
     lengths = torch.tensor([len(row) for row in rows])
     tokens = torch.stack([torch.nn.functional.pad(r, (0, int(lengths.max()) - len(r))) for r in rows])
-    return Probe("text", tokens, lengths, str_tokens(model, tokens[0, : lengths[0]]))
+    return Probe("text", tokens, lengths, token_texts(model, tokens[0, : lengths[0]]))
 
 
 def make_probes(

@@ -28,7 +28,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 import interp
-from circuits.heads.probes import Probe, Probes, str_tokens
+from circuits.heads.probes import Probe, Probes, token_texts
 from circuits.heads.skipgrams import skip_gram_masses, skip_gram_scores
 from interp.checks import check_finite_scores
 from interp.interventions.stats import bootstrap
@@ -351,7 +351,7 @@ def _token_pairs(
     """ "t -> v" strings of skip-gram pairs given as compact type ids (-1: none)."""
 
     def word(index: int) -> str:
-        text = str_tokens(model, types[index : index + 1])[0]
+        text = token_texts(model, types[index : index + 1])[0]
         return text.strip() or repr(text)
 
     return [

@@ -59,7 +59,7 @@ class PairTask:
     @property
     def corrupted_mask(self) -> Int[Tensor, "n pos"] | None:
         """1 at the corrupted prompts' real tokens, 0 at padding (None: none is padded)."""
-        return padding_mask(self.corrupted_end, self.corrupted.shape[1])
+        return right_padding_mask(self.corrupted_end, self.corrupted.shape[1])
 
     def changed_positions(self) -> Bool[Tensor, "n pos"]:
         """Where each clean prompt differs from its corrupted one: a different token, or a position past
@@ -172,7 +172,7 @@ def family_rows(families: Sequence[str], split: FamilySplit) -> tuple[Tensor, Te
     return (~held).nonzero()[:, 0], held.nonzero()[:, 0]
 
 
-def padding_mask(ends: Int[Tensor, " n"], width: int) -> Int[Tensor, "n pos"] | None:
+def right_padding_mask(ends: Int[Tensor, " n"], width: int) -> Int[Tensor, "n pos"] | None:
     """1 at right-padded prompts' tokens up to `ends` (each one's last real token), 0 at padding; None
     where no prompt is padded."""
     return None if bool((ends + 1 == width).all()) else (torch.arange(width) <= ends[:, None]).long()

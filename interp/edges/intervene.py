@@ -32,7 +32,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_padding_mask, check_pair
+from interp.checks import check_padding_mask, check_token_pair
 from interp.edges.graph import EdgeGraph, edge_graph
 from interp.interventions.ablation import Ablation, check_means_defined
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
@@ -462,7 +462,7 @@ def ablated_outputs(
     padding (`check_means_defined`). Without it, right padding's outputs join the means."""
     ablation = edge_ablation(ablation)
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
-    check_pair(clean, corrupted)
+    check_token_pair(clean, corrupted)
     if ablation.kind == "counterfactual":
         return writer_outputs(model, corrupted)
     n_writers = edge_graph(model).n_writers

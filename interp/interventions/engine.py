@@ -38,8 +38,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_count
-from interp.checks import check_pair as check_token_pair
+from interp.checks import check_count, check_token_pair
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import act_name
 from interp.model.hooks import HookPoint, opt_in_setting
