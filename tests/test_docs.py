@@ -82,10 +82,15 @@ def test_readme_is_short_and_its_links_exist() -> None:
     assert not missing, f"the README links to files that do not exist: {missing}"
 
 
-def test_results_pages_are_made_from_their_data() -> None:
+def results_build():
     spec = importlib.util.spec_from_file_location("results_build", ROOT / "docs" / "results" / "build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
+    return build
+
+
+def test_results_pages_are_made_from_their_data() -> None:
+    build = results_build()
     pages = build.build()
     names = {path.name for path in pages}
     assert names == {"index.md", "heads.md", "ioi.md", "circuits.md", "icl.md", "performance.md"}
@@ -94,3 +99,27 @@ def test_results_pages_are_made_from_their_data() -> None:
         assert "**Machine**" in text or path.name == "index.md"
     for data in (ROOT / "docs" / "results" / "data").iterdir():
         assert data.stat().st_size < 1_000_000, f"{data.name}: store a summary, not the whole result"
+
+
+def test_compared_figures_come_from_the_saved_results() -> None:
+    """A section that compares the page's saved results takes each figure from them, or quotes one
+    that another section of the page gives: a figure copied by hand that the data no longer give
+    fails here. The sources are saved sections of the same page, so the reader sees them."""
+    build = results_build()
+
+    def figures(text: str) -> set[str]:
+        return {figure.replace("−", "-").lstrip("+") for figure in build.FIGURE.findall(text)}
+
+    compared = 0
+    for name in build.PAGES:
+        sections = build.page_spec(name)["sections"]
+        saved = {section["saved"] for section in sections if section["kind"] == "saved"}
+        texts = {section["title"]: "\n".join(build.section_text(section)) for section in sections}
+        for section in (section for section in sections if "figures_from" in section):
+            compared += 1
+            title = f"{name}.md, {section['title']}"
+            assert set(section["figures_from"].values()) <= saved, f"{title}: cites a result not on the page"
+            elsewhere = figures("\n".join(text for other, text in texts.items() if other != section["title"]))
+            by_hand = figures("\n".join(build.hand_figures(section))) - elsewhere - {"95%"}  # the CIs' level
+            assert not by_hand, f"{title}: figures no saved result or other section gives: {sorted(by_hand)}"
+    assert compared >= 4  # the side-by-side sections of the heads, IOI, circuits and ICL pages

@@ -8,13 +8,25 @@ result (`interp <command> --save FILE.json`, read back with `circuits.results_fi
 summarised here) or figures reported with their machine, date and command (tables and text in the
 JSON). data/machines.json names each machine by its CPU and cores. Every section's first line says
 where its figures come from. The tests check that the pages are up to date (tests/test_docs.py).
+
+A reported section that compares the page's saved results names them in "figures_from" (a short name
+-> the file) and takes each of their figures from the file, never by hand: `{{gemma|PATH|SPEC}}` is
+the value at PATH of that saved result, formatted by SPEC (Python's format spec; a number's minus
+sign is printed "−"). PATH reads attributes (a method's value where it takes no arguments) and
+[keys]: a dict's key, a list's index, the item whose name is the key (`classes[name_mover]`), a head
+table's row or column (`extras.table[L11H2]`, `extras.table[k_composition]`) and a row's columns
+(`[induction_effect[L=13]]`). Any other figure of such a section must be one that another section
+of the page gives (`hand_figures`, checked by tests/test_docs.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,7 +75,60 @@ def table(columns: list[str], rows: list[list[str]], align: str | None = None) -
     return "\n".join(lines)
 
 
-def body(blocks: list[dict[str, Any]]) -> list[str]:
+PLACEHOLDER = re.compile(r"\{\{(?P<name>[^|}]+)\|(?P<path>[^|}]+)\|(?P<spec>[^}]*)\}\}")
+PATH_STEP = re.compile(r"\.?(?P<attribute>[A-Za-z_]\w*)|\[(?P<key>(?:[^][]|\[[^]]*\])+)\]")  # [key[L=13]] too
+HEAD_LABEL = re.compile(r"L(\d+)H(\d+)")
+# a figure in prose: a decimal or a percentage, signed or not (counts and head labels are not)
+FIGURE = re.compile(r"(?<![\w.])[+−-]?\d[\d,]*(?:\.\d+%?|%)")
+
+
+@functools.cache
+def saved_result(file: str) -> Any:
+    from circuits.results_file import load_result
+
+    return load_result(DATA / file)
+
+
+def step(value: Any, attribute: str | None, key: str | None) -> Any:
+    """One step of a placeholder's PATH: `.attribute` or `[key]`."""
+    if attribute is not None:
+        found = getattr(value, attribute)
+        return found() if inspect.ismethod(found) else found  # a method of no arguments: its value
+    if hasattr(value, "columns") and (head := HEAD_LABEL.fullmatch(key)):  # a head table's row ("L11H2")
+        layer, index = map(int, head.groups())
+        return value[(value["layer"] == layer) & (value["head"] == index)].iloc[0]
+    if isinstance(value, dict) or hasattr(value, "iloc"):  # a dict's key, a table's column, a row's value
+        return value[key]
+    if key.isdigit():
+        return value[int(key)]
+    (found,) = [item for item in value if getattr(item, "name", None) == key]
+    return found
+
+
+def figure(figures_from: dict[str, str], match: re.Match[str]) -> str:
+    """A placeholder's value, formatted."""
+    value = saved_result(figures_from[match["name"]])
+    path = match["path"]
+    steps = list(PATH_STEP.finditer(path))
+    if "".join(found[0] for found in steps) != path:
+        raise ValueError(f"cannot read the path {path!r} of {match[0]}")
+    try:
+        for found in steps:
+            value = step(value, found["attribute"], found["key"])
+    except (AttributeError, KeyError, IndexError, ValueError) as error:
+        problem = f"{type(error).__name__}: {error}"
+        raise ValueError(f"{match[0]}: {path} has no {found[0]!r} ({problem})") from error
+    text = format(value, match["spec"])
+    return text if isinstance(value, str) else text.replace("-", "−")
+
+
+def fill(text: str, figures_from: dict[str, str]) -> str:
+    return PLACEHOLDER.sub(functools.partial(figure, figures_from), text)
+
+
+def body(blocks: list[dict[str, Any]], figures_from: dict[str, str] | None) -> list[str]:
+    """A reported section's blocks as markdown, its placeholders filled from `figures_from` (None: left
+    as written)."""
     out = []
     for block in blocks:
         if "text" in block:
@@ -72,7 +137,12 @@ def body(blocks: list[dict[str, Any]]) -> list[str]:
             out.append(table(**block["table"]))
         else:
             out.append("```bash\n" + block["code"] + "\n```")
-    return out
+    return out if figures_from is None else [fill(text, figures_from) for text in out]
+
+
+def hand_figures(section: dict[str, Any]) -> list[str]:
+    """The figures of a reported section written by hand, not taken from a saved result."""
+    return FIGURE.findall(PLACEHOLDER.sub("", "\n".join(body(section["body"], None))))
 
 
 def pm(value: float, se: float) -> str:
@@ -155,7 +225,7 @@ def heads_section(finding: Any) -> list[str]:
         heads = ", ".join(
             f"L{layer}H{head}" for layer, head in zip(measured["layer"], measured["head"], strict=True)
         )
-        values = f"{after.min():.1f}–{after.max():.1f}" if len(after) > 1 else f"{after.max():.1f}"
+        values = f"{after.min():.2f}–{after.max():.2f}" if len(after) > 1 else f"{after.max():.2f}"
         added = (
             f"; ablated after the others, {heads} add{'s' * (len(after) == 1)} {values} nats (the rest are "
             "confirmed alone, not run so)"
@@ -372,26 +442,35 @@ RENDERERS = {
 
 
 def saved_section(section: dict[str, Any]) -> list[str]:
-    from circuits.results_file import load_result
-
-    path = DATA / section["saved"]
-    kind, result = json.loads(path.read_text())["kind"], load_result(path)
+    kind = json.loads((DATA / section["saved"]).read_text())["kind"]
+    result = saved_result(section["saved"])
     return RENDERERS[getattr(result, "analysis", kind)](result)
 
 
+def section_text(section: dict[str, Any]) -> list[str]:
+    """A section's blocks after its provenance line."""
+    if section["kind"] == "saved":
+        return saved_section(section)
+    return body(section["body"], section.get("figures_from", {}))
+
+
+def page_spec(name: str) -> dict[str, Any]:
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
 def page(name: str) -> str:
-    spec = json.loads((DATA / f"{name}.json").read_text())
+    spec = page_spec(name)
     parts = [f"# {spec['title']}", GENERATED, spec["intro"]]
     for section in spec["sections"]:
         parts.append(f"## {section['title']}")
         parts.append(provenance(section))
-        parts += saved_section(section) if section["kind"] == "saved" else body(section["body"])
+        parts += section_text(section)
     return "\n\n".join(parts) + "\n"
 
 
 def index() -> str:
     rows = [[machine_name(key), machine["date"] or "per figure"] for key, machine in machines().items()]
-    titles = {name: json.loads((DATA / f"{name}.json").read_text())["title"] for name in PAGES}
+    titles = {name: page_spec(name)["title"] for name in PAGES}
     links = "\n".join(f"- [{titles[name]}]({name}.md)" for name in PAGES)
     return (
         "\n\n".join(
