@@ -358,6 +358,12 @@ class ClassVerdict:
 
         return all(layers(draw) == layers(self.heads) for draw in self.random_sets)
 
+    @property
+    def one_random_set(self) -> bool:
+        """Whether its two or more random sets are all the same heads (its layers had no others to draw
+        from): the baseline is those heads, and its CI carries no spread over which heads were drawn."""
+        return len(self.random_sets) > 1 and len({tuple(draw) for draw in self.random_sets}) == 1
+
 
 def class_verdict(
     pooled_holds: bool, strata: Sequence[StratumDrop], dependent_kinds: Mapping[str, str]

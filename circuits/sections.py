@@ -262,11 +262,18 @@ class ClassView:
 
 
 OTHER_LAYERS = "; its random sets take heads from other layers too (its layers have too few others)"
+ONE_RANDOM_SET = "; its random sets are all the same heads (its layers have no others to draw from)"
 
 
 def _class_line(found: ClassVerdict) -> str:
-    """A class's verdict and note, and where its random sets are not all of its layers, that they are not."""
-    return f"{found.name}: {found.verdict}; {found.note}" + ("" if found.random_same_layers else OTHER_LAYERS)
+    """A class's verdict and note, and what its random sets could not be: all of its layers, or more than
+    one set of heads."""
+    line = f"{found.name}: {found.verdict}; {found.note}"
+    return (
+        line
+        + ("" if found.random_same_layers else OTHER_LAYERS)
+        + (ONE_RANDOM_SET if found.one_random_set else "")
+    )
 
 
 def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Section]:

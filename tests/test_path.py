@@ -36,7 +36,15 @@ from circuits.path import PathSettings, head_path, pair_task
 from circuits.path.steps import discover, metric_with_heads_ablated
 from circuits.path.task import NO_FAMILY
 from circuits.results_file import load_result
-from circuits.sections import render_html, render_markdown, result_json, write_sections
+from circuits.sections import (
+    ONE_RANDOM_SET,
+    ClassView,
+    class_sections,
+    render_html,
+    render_markdown,
+    result_json,
+    write_sections,
+)
 from interp.io.serialize import encode
 
 AGREEMENT = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
@@ -150,10 +158,18 @@ def test_one_judge_reads_the_strata_kinds_it_is_given(tiny_model):
     assert found.draws == random_same_layer_sets(tiny_model, [(1, 2)], 4, seed=3)
     assert all(draw[0][0] == 1 and draw != [(1, 2)] for draw in found.draws)
     outside = [(0, 0), (1, 0)]
-    assert head_class(tiny_model, "m", [(1, 2)], 3, outside=outside).draws == [[(1, 0)]] * 3
+    alone = head_class(tiny_model, "m", [(1, 2)], 3, outside=outside)
+    assert alone.draws == [[(1, 0)]] * 3
     generator = torch.Generator().manual_seed(0)
     random = 0.1 * torch.randn(4, 24, generator=generator)  # [draw, prompt]
     helps = 1 + 0.1 * torch.randn(24, generator=generator)
+    for judged in (
+        judge_class(alone, torch.cat([helps[None], random[:3]])),
+        judge_class(found, torch.cat([helps[None], random])),
+    ):
+        lines = class_sections([judged], ClassView())[0].lines
+        assert judged.one_random_set == (judged.random_sets == [["L1H0"]] * 3)  # the report says so
+        assert any(ONE_RANDOM_SET in line for line in lines) == judged.one_random_set
     helps[16:] = -0.5  # not in the third template
     strata = label_strata("order", ["ABBA", "BABA"] * 12) + label_strata(
         "template", [f"T{i // 8}" for i in range(24)]
