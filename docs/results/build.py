@@ -107,6 +107,8 @@ def step(value: Any, attribute: str | None, key: str | None) -> Any:
 
 def figure(figures_from: dict[str, str], match: re.Match[str]) -> str:
     """A placeholder's value, formatted."""
+    if match["name"] not in figures_from:
+        raise ValueError(f"{match[0]} names no saved result of the section's figures_from {figures_from}")
     value = saved_result(figures_from[match["name"]])
     path = match["path"]
     steps = list(PATH_STEP.finditer(path))
