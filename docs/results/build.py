@@ -77,7 +77,6 @@ def table(columns: list[str], rows: list[list[str]], align: str | None = None) -
 
 PLACEHOLDER = re.compile(r"\{\{(?P<name>[^|}]+)\|(?P<path>[^|}]+)\|(?P<spec>[^}]*)\}\}")
 PATH_STEP = re.compile(r"\.?(?P<attribute>[A-Za-z_]\w*)|\[(?P<key>(?:[^][]|\[[^]]*\])+)\]")  # [key[L=13]] too
-HEAD_LABEL = re.compile(r"L(\d+)H(\d+)")
 # a figure in prose: a decimal or a percentage, signed or not (counts and head labels are not)
 FIGURE = re.compile(r"(?<![\w.])[+−-]?\d[\d,]*(?:\.\d+%?|%)")
 
@@ -94,8 +93,10 @@ def step(value: Any, attribute: str | None, key: str | None) -> Any:
     if attribute is not None:
         found = getattr(value, attribute)
         return found() if inspect.ismethod(found) else found  # a method of no arguments: its value
-    if hasattr(value, "columns") and (head := HEAD_LABEL.fullmatch(key)):  # a head table's row ("L11H2")
-        layer, index = map(int, head.groups())
+    if hasattr(value, "columns") and key not in value.columns:  # a head table's row ("L11H2")
+        from interp.types import label_head
+
+        layer, index = label_head(key)
         return value[(value["layer"] == layer) & (value["head"] == index)].iloc[0]
     if isinstance(value, dict) or hasattr(value, "iloc"):  # a dict's key, a table's column, a row's value
         return value[key]
