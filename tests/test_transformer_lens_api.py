@@ -340,6 +340,39 @@ def test_opt_in_hooks(pair):
             ours.set_use_attn_in(True)
 
 
+def test_in_place_edit_of_one_heads_input_changes_that_head_only(pair):
+    """ARENA's path-patching hook writes some heads' slice of hook_q_input / hook_v_input / hook_attn_in
+    in place and returns it: each head's input is its own copy (TransformerLens's), so the edit moves
+    those heads alone, as the same hook on a private copy does, and never the residual stream."""
+    ours, _, tokens = pair
+
+    def edit_head_0(x, hook):  # [batch, pos, head, d_model]
+        x[:, :, 0] = x[:, :, 0].roll(1, dims=1)  # each position given the previous one's input
+        return x
+
+    def edit_a_copy(x, hook):
+        return edit_head_0(x.clone(), hook)
+
+    names = lambda n: n in ("blocks.1.attn.hook_z", "blocks.1.hook_resid_pre")  # noqa: E731
+    grouped = ours.cfg.n_key_value_heads is not None  # hook_attn_in needs a key/value head per query head
+    group = ours.cfg.n_heads // ours.cfg.n_key_value_heads if grouped else 1  # query heads per v_input head
+    settings = {"use_split_qkv_input": "blocks.1.hook_v_input"} | (
+        {} if grouped else {"use_attn_in": "blocks.1.hook_attn_in"}
+    )
+    for setting, name in settings.items():
+        with ours.settings(**{setting: True}):
+            _, clean = ours.run_with_cache(tokens, names_filter=names)
+            with ours.hooks(fwd_hooks=[(name, edit_head_0)]):
+                in_place, edited = ours.run_with_cache(tokens, names_filter=names)
+            with ours.hooks(fwd_hooks=[(name, edit_a_copy)]):
+                copied = ours(tokens)
+        torch.testing.assert_close(in_place, copied, rtol=0, atol=0)
+        moved = (edited["z", 1] - clean["z", 1]).abs().amax(dim=(0, 1, 3))  # [head]
+        heads = group if setting == "use_split_qkv_input" else 1
+        assert moved[:heads].min() > 1e-3 and moved[heads:].max() == 0, setting
+        torch.testing.assert_close(edited["resid_pre", 1], clean["resid_pre", 1], rtol=0, atol=0)
+
+
 def test_filter_registration_attaches_to_the_hooks_that_fire(pair):
     """TL's Attribution Patching demo registers forward and backward caching hooks with a filter of
     names, `model.add_hook(filter_not_qkv_input, hook, "fwd")`: the filter also matches opt-in hook

@@ -594,4 +594,6 @@ def _with_positions(
 
 
 def _per_head(x: Float[Tensor, "batch pos d_model"], n: int) -> Float[Tensor, "batch pos n d_model"]:
-    return x.unsqueeze(2).expand(-1, -1, n, -1)
+    """n copies of x, each its own memory (as TransformerLens's): a hook that edits one head's copy in
+    place changes that head's input only, never x (the residual stream) or the other heads'."""
+    return x.unsqueeze(2).repeat(1, 1, n, 1)
