@@ -373,6 +373,23 @@ def test_in_place_edit_of_one_heads_input_changes_that_head_only(pair):
         torch.testing.assert_close(edited["resid_pre", 1], clean["resid_pre", 1], rtol=0, atol=0)
 
 
+def test_run_with_cache_incl_bwd_equals_transformer_lens(pair):
+    """TL's `run_with_cache(return_type="loss", incl_bwd=True)` runs the backward pass itself and caches
+    each hook's gradient as "<name>_grad"; the hooks come off the model afterwards. A many-valued
+    output (logits) is refused, saying what to pass."""
+    ours, bridge, tokens = pair
+    names = ["blocks.0.hook_resid_post", "blocks.1.attn.hook_z"]
+    loss, cache = ours.run_with_cache(tokens, return_type="loss", incl_bwd=True, names_filter=names)
+    tl_loss, tl_cache = bridge.run_with_cache(tokens, return_type="loss", incl_bwd=True, names_filter=names)
+    _assert_same(loss, tl_loss)
+    for name in names:
+        _assert_same(cache[f"{name}_grad"], tl_cache[f"{name}_grad"])
+    assert not any(point.has_hooks() for point in ours.hook_dict.values())
+    with pytest.raises(ValueError, match="return_type='loss'"):
+        ours.run_with_cache(tokens, incl_bwd=True, names_filter=names)
+    assert not any(point.has_hooks() for point in ours.hook_dict.values())
+
+
 def test_filter_registration_attaches_to_the_hooks_that_fire(pair):
     """TL's Attribution Patching demo registers forward and backward caching hooks with a filter of
     names, `model.add_hook(filter_not_qkv_input, hook, "fwd")`: the filter also matches opt-in hook

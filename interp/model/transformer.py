@@ -444,7 +444,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         Only the selected hooks are cached (a single name costs no more than a forward pass).
         With return_type=None the forward stops after the last block a selected hook lives in.
         `device` moves each cached tensor as it is made (e.g. "cpu" to free GPU memory); `incl_bwd`
-        also caches gradients under "<name>_grad" when the caller runs `.backward()` on the output;
+        runs `.backward()` on the output (one value: return_type="loss"), as TransformerLens does, and
+        also caches the gradients under "<name>_grad";
         `remove_batch_dim` drops the batch dim of a one-prompt run's cache. `pos_slice` keeps only those
         positions (TransformerLens's `Slice`: an int keeps its dim), of the query dim of patterns.
         """
@@ -491,13 +492,27 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         bwd = [(name, save_grad) for name in names] if incl_bwd else []
         was_caching, self.is_caching = self.is_caching, True  # forward leaves the non-finite check to us
         try:
-            with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd, reset_hooks_end=not incl_bwd):
+            with self.hooks(fwd_hooks=fwd, bwd_hooks=bwd):
                 out = self(input, return_type=return_type, **forward_kwargs)
+                if incl_bwd:
+                    self._backward_of(out)
         finally:
             self.is_caching = was_caching
         self._warn_if_cache_non_finite(cache, out)
         cache = ActivationCache(cache, self, real_tokens=real_tokens)
         return (None if stop_early else out), (cache.remove_batch_dim() if remove_batch_dim else cache)
+
+    @staticmethod
+    def _backward_of(out: Any) -> None:
+        """`run_with_cache(incl_bwd=True)`'s backward pass, from its one-value output."""
+        if not isinstance(out, Tensor) or out.numel() != 1 or not out.requires_grad:
+            raise ValueError(
+                "run_with_cache(incl_bwd=True) runs .backward() on the output, as TransformerLens does, so "
+                "it needs one value with a gradient: pass return_type='loss' (not under torch.no_grad()); "
+                "for another metric, cache with a backward hook (model.hooks(bwd_hooks=...)) and call "
+                "metric(logits).backward() yourself"
+            )
+        out.backward()
 
     def _real_tokens(self, input: ModelInput, forward_kwargs: dict[str, Any]) -> Tensor | None:
         """Each prompt's real tokens [batch, pos] (bool) in a run of `forward(input, **forward_kwargs)`:
