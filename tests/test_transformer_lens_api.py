@@ -596,6 +596,45 @@ def test_from_pretrained_processing_keeps_log_probs_and_the_source_model(smollm2
         HookedTransformer.from_pretrained("gpt2", hf_model=hf, first_n_layers=1)
 
 
+@pytest.mark.parametrize("kind", ["gpt2", "llama-gqa"])
+def test_hook_normalized_is_where_transformer_lens_has_it(smollm2, kind):
+    """Without folding, TL's HookedTransformer hooks a LayerNorm's output after its weight and bias and
+    an RMSNorm's x / scale before its weight: a TL hook reading or writing hook_normalized gets TL's
+    tensor (an RMSNorm's equals the Bridge's)."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    tok = smollm2.tokenizer
+    hf = _random_hf_model(kind, len(tok), tok.bos_token_id, tok.eos_token_id)
+    raw = HookedTransformer.from_pretrained_no_processing(kind, hf_model=hf, tokenizer=tok, device="cpu")
+    tokens = raw.to_tokens(PROMPTS[:1], prepend_bos=True)
+    _, cache = raw.run_with_cache(tokens)
+    x, ln = cache["resid_pre", 1], raw.blocks[1].ln1
+    if kind == "gpt2":
+        expected = (x - x.mean(-1, keepdim=True)) / cache["scale", 1, "ln1"] * ln.w + ln.b
+    else:
+        expected = x / cache["scale", 1, "ln1"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            bridge = TransformerBridge.boot_transformers("random-llama", hf_model=hf, tokenizer=tok)
+        _assert_same(cache["normalized", 1, "ln1"], bridge.run_with_cache(tokens)[1]["normalized", 1, "ln1"])
+    torch.testing.assert_close(cache["normalized", 1, "ln1"], expected, atol=1e-5, rtol=0)
+    assert not torch.allclose(ln.w, torch.ones_like(ln.w))  # the weight is not folded: the test can tell
+
+
+def test_mean_loss_of_right_padded_ids_is_refused_not_padded(pair):
+    """TL's loss of right-padded ids counts the padding's predictions; interp's of the texts counts
+    real tokens only, and so does that of the ids with their mask; the ids alone are refused."""
+    ours, _, _ = pair
+    texts = [PROMPTS[0], "Hi there"]
+    tokens, mask = ours.to_tokens_and_mask(texts)
+    assert mask is not None and not bool(mask.all())
+    _assert_same(ours(tokens, return_type="loss", attention_mask=mask), ours(texts, return_type="loss"))
+    with pytest.raises(ValueError, match="attention_mask=model.to_tokens_and_mask"):
+        ours(ours.to_tokens(texts), return_type="loss")
+    per_token = ours(ours.to_tokens(texts), return_type="loss", loss_per_token=True)
+    _assert_same(per_token[0], ours(texts[:1], return_type="loss", loss_per_token=True)[0])
+
+
 def test_model_from_a_transformer_lens_config():
     """ARENA 1.2's way of building a model: HookedTransformer(HookedTransformerConfig(...))."""
     from interp import HookedTransformerConfig

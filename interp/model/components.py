@@ -32,8 +32,9 @@ class Norm(nn.Module):
 
     Normalises the last `n_dims` dims of its input; `shape` is the shape of its weight (default
     [d_model]; q/k norms: [head, d_head]). hook_scale: the input's shape with the normalised dims
-    1 (the divisor: sqrt(var + eps) or sqrt(mean(x^2) + eps)); hook_normalized: the input's shape
-    (after the elementwise weight and bias). Computed in float32 and cast back, as `transformers`
+    1 (the divisor: sqrt(var + eps) or sqrt(mean(x^2) + eps)); hook_normalized: the input's shape, where
+    TransformerLens's HookedTransformer has it (LayerNorm: after the weight and bias; RMSNorm: x / scale,
+    before the weight). Computed in float32 and cast back, as `transformers`
     does. After `fold_ln` a foldable norm has no weight or bias (they live in the next layer's
     weights); `folded` overrides cfg.norm_folded for norms that cannot fold (post- and q/k norms).
     """
@@ -63,11 +64,14 @@ class Norm(nn.Module):
             x = x - x.mean(self.dims, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(self.dims, keepdim=True) + self.eps).sqrt())
         x = (x / scale).to(dtype)
+        if not self.center:  # RMSNorm: hook_normalized before the weight, as TransformerLens's RMSNorm
+            x = self.hook_normalized(x)
+            return x if self.w is None else x * self.w
         if self.w is not None:
             x = x * self.w
         if self.b is not None:
             x = x + self.b
-        return self.hook_normalized(x)
+        return self.hook_normalized(x)  # LayerNorm: after the weight and bias, as TransformerLens's LayerNorm
 
     def weight(self, d_model: int, device: str | torch.device = "cpu") -> Float[Tensor, " d_model"]:
         """The elementwise weight w as float32 (ones once folded), read in where accelerate offloaded it."""

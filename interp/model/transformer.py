@@ -104,6 +104,21 @@ def next_token_loss(
     return loss if per_token else loss.sum() / counted.sum()
 
 
+def _refuse_loss_over_padding(real: Int[Tensor, "batch pos"] | None) -> None:
+    """Refuse the mean loss of token ids that `to_tokens` padded on the right, run without a mask: it
+    would average in the predictions of the padding (TransformerLens's number), where the same texts
+    passed as text count their real tokens only."""
+    if real is None or bool(real.all()):
+        return
+    prompt = int((~real.bool()).any(1).nonzero()[0])
+    raise checks.InvalidArgumentError(
+        f"these token ids are padded on the right (prompt {prompt} has {int(real[prompt].sum())} real tokens "
+        f"of {real.shape[1]}), so the mean loss would count predictions of the padding; pass "
+        "attention_mask=model.to_tokens_and_mask(texts)[1] (or the texts themselves) to count real tokens "
+        "only, or loss_per_token=True to mask it yourself"
+    )
+
+
 # TransformerLens's state-dict names of the embedding and unembedding -> interp's.
 _TL_OUTER_NAMES = {"embed.W_E": "W_E", "pos_embed.W_pos": "W_pos", "unembed.W_U": "W_U", "unembed.b_U": "b_U"}
 
@@ -707,6 +722,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             return logits
         if tokens is None:
             raise ValueError("return_type='loss' after start_at_layer needs the targets: pass tokens=.")
+        if attention_mask is None and not loss_per_token:
+            _refuse_loss_over_padding(recorded_padding(tokens))
         loss = next_token_loss(logits, tokens, per_token=loss_per_token, attention_mask=attention_mask)
         return loss if return_type == "loss" else (logits, loss)
 
