@@ -328,7 +328,7 @@ def test_from_pretrained_padding_side_prepend_bos_and_checkpoints():
         interp.HookedTransformer.from_pretrained("gpt2", hf_model=hf, default_padding_side="middle")
 
 
-def test_refactor_factored_attn_matrices_keeps_outputs_and_balances_the_factors():
+def test_refactor_factored_attn_matrices_keeps_outputs_and_factors_as_transformer_lens():
     hf = _hf_gpt2()
     kwargs = dict(hf_model=hf, tokenizer=_tokenizer(), device="cpu")
     plain = interp.HookedTransformer.from_pretrained("gpt2", **kwargs)
@@ -347,6 +347,16 @@ def test_refactor_factored_attn_matrices_keeps_outputs_and_balances_the_factors(
     )
     torch.testing.assert_close(q_eff.norm(dim=1), k_eff.norm(dim=1), atol=1e-4, rtol=1e-4)  # balanced
     assert attn.b_V.abs().max() == 0
+    eye = torch.eye(attn.W_O.shape[1]).expand(attn.W_O.shape[0], -1, -1)
+    torch.testing.assert_close(attn.W_O @ attn.W_O.transpose(-1, -2), eye, atol=1e-5, rtol=0)  # a rotation
+    from transformer_lens.weight_processing import ProcessWeights
+
+    theirs = ProcessWeights.refactor_factored_attn_matrices(plain.tl_parameters(), plain.cfg)
+    ours = refactored.tl_parameters()
+    for name in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O"):
+        for layer in range(plain.cfg.n_layers):
+            key = f"blocks.{layer}.attn.{name}"
+            torch.testing.assert_close(ours[key], theirs[key], atol=ATOL, rtol=0, msg=key)
     llama = interp.HookedTransformer.from_pretrained("llama", hf_model=_hf_gpt2("llama"), device="cpu")
     with pytest.raises(ValueError, match="rotary positions"):
         llama.refactor_factored_attn_matrices()

@@ -160,7 +160,8 @@ def _fold_value_biases(model: nn.Module) -> None:
 def refactor_factored_attn_matrices(model: nn.Module) -> None:
     """TransformerLens's refactoring of a HookedTransformer, in place: per head, [W_Q; b_Q] and
     [W_K; b_K] become the balanced factors of their product (SVD, sqrt of the singular values on each
-    side), b_V is folded into b_O, and W_V, W_O the balanced factors of W_V W_O. Attention scores and
+    side), b_V is folded into b_O, and W_V W_O = U S V^T (SVD) is split as W_V = U S, W_O = V^T (W_O
+    orthonormal rows, so a head's z has the norm of its output). Attention scores and
     outputs are unchanged; only the split between the factors is. Needs learned (not rotary)
     positions, one key/value head per query head, no q/k norms and the q, k and output biases as
     parameters."""
@@ -188,6 +189,6 @@ def refactor_factored_attn_matrices(model: nn.Module) -> None:
         attn._b_K.copy_(k[:, -1])
         attn.b_O.add_(torch.einsum("he,hed->d", attn._b_V, attn.W_O))
         attn._b_V.zero_()
-        u, s, vh = FactoredMatrix(attn._W_V, attn.W_O).svd()
-        attn._W_V.copy_(u @ s.sqrt().diag_embed())
-        attn.W_O.copy_((vh @ s.sqrt().diag_embed()).transpose(-1, -2))
+        u, s, v = FactoredMatrix(attn._W_V, attn.W_O).svd()  # W_V W_O = u diag(s) v^T
+        attn._W_V.copy_(u @ s.diag_embed())
+        attn.W_O.copy_(v.transpose(-1, -2))
