@@ -359,10 +359,17 @@ class ClassVerdict:
         return all(layers(draw) == layers(self.heads) for draw in self.random_sets)
 
     @property
+    def random_sets_short(self) -> bool:
+        """Whether a random set has fewer heads than the class (the model had too few other heads to draw
+        from): no baseline of its size, so the class stays unconfirmed whatever its effect."""
+        return any(len(draw) < len(self.heads) for draw in self.random_sets)
+
+    @property
     def one_random_set(self) -> bool:
         """Whether its two or more random sets are all the same heads (its layers had no others to draw
         from): the baseline is those heads, and its CI carries no spread over which heads were drawn."""
-        return len(self.random_sets) > 1 and len({tuple(draw) for draw in self.random_sets}) == 1
+        unique = {tuple(draw) for draw in self.random_sets}
+        return len(self.random_sets) > 1 and len(unique) == 1 and not self.random_sets_short
 
 
 def class_verdict(
@@ -427,7 +434,8 @@ def judge_class(
       class's effect beyond random in each (`stratum_drops`); default: none, so "confirmed" or
       "unconfirmed" by the pooled CI.
     evidence_holds: the analysis's other evidence for the class (IOI: it writes the logit it should;
-      hop: it attends to the hop); False makes it "unconfirmed" whatever its effect.
+      hop: it attends to the hop); False makes it "unconfirmed" whatever its effect, as do random sets
+      of fewer heads than the class (`ClassVerdict.random_sets_short`).
     tested: the held-out prompts the pooled figure is judged on [prompt] (default: all of them); the
       strata may also divide prompts held out on fewer axes (function vectors: held-out tasks in
       discovery templates), shown beside.
@@ -438,7 +446,8 @@ def judge_class(
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, sign, n_boot)
     per_prompt = beyond_per_prompt(heldout)
     by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot)
-    pooled_holds = evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
+    short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size
+    pooled_holds = evidence_holds and not short and ci_verdict(tested.beyond_ci, sign) == "confirmed"
     if chosen is None:
         note = HELD_OUT_ONLY
     else:

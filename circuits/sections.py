@@ -263,6 +263,10 @@ class ClassView:
 
 OTHER_LAYERS = "; its random sets take heads from other layers too (its layers have too few others)"
 ONE_RANDOM_SET = "; its random sets are all the same heads (its layers have no others to draw from)"
+SHORT_RANDOM_SETS = (
+    "; unconfirmed whatever its effect: its random sets have fewer heads than it (the model has too few "
+    "heads outside the classes to draw from)"
+)
 
 
 def _class_line(found: ClassVerdict) -> str:
@@ -273,6 +277,7 @@ def _class_line(found: ClassVerdict) -> str:
         line
         + ("" if found.random_same_layers else OTHER_LAYERS)
         + (ONE_RANDOM_SET if found.one_random_set else "")
+        + (SHORT_RANDOM_SETS if found.random_sets_short else "")
     )
 
 

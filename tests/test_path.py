@@ -38,6 +38,7 @@ from circuits.path.task import NO_FAMILY
 from circuits.results_file import load_result
 from circuits.sections import (
     ONE_RANDOM_SET,
+    SHORT_RANDOM_SETS,
     ClassView,
     class_sections,
     render_html,
@@ -170,6 +171,13 @@ def test_one_judge_reads_the_strata_kinds_it_is_given(tiny_model):
         lines = class_sections([judged], ClassView())[0].lines
         assert judged.one_random_set == (judged.random_sets == [["L1H0"]] * 3)  # the report says so
         assert any(ONE_RANDOM_SET in line for line in lines) == judged.one_random_set
+    for outside in ([(1, 0)], []):  # too few heads outside the class: random sets of fewer heads than it
+        short = head_class(tiny_model, "pair", [(1, 1), (1, 2)], 3, outside=outside)
+        assert all(len(draw) == len(outside) for draw in short.draws)
+        judged = judge_class(short, torch.cat([helps[None], random[:3] if outside else torch.zeros(3, 24)]))
+        assert judged.heldout.verdict == "confirmed" and judged.verdict == "unconfirmed"
+        assert judged.random_sets_short
+        assert any(SHORT_RANDOM_SETS in line for line in class_sections([judged], ClassView())[0].lines)
     helps[16:] = -0.5  # not in the third template
     strata = label_strata("order", ["ABBA", "BABA"] * 12) + label_strata(
         "template", [f"T{i // 8}" for i in range(24)]
