@@ -672,9 +672,10 @@ def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) ->
     """Refuse (ValueError, naming what differs and how to start afresh) to let `interp COMMAND --save
     PATH` with `settings` replace what `path` holds: a file that is not a result, a result (complete
     or partial) of another command, or of settings that differ from `settings` in any of its names
-    (those of a result saved without its settings are unknown, so it is refused too). Returns the
-    partial result there that this run may resume, else None (no file, or a complete result of the
-    same command and settings: this run replaces it)."""
+    (those of a result saved without its settings are unknown, so it is refused too), or the complete
+    result of the same command and settings, the model's weights among them (a run stopped before it
+    ends would leave a partial one in its place: `interp render` shows it). Returns the partial result
+    there that this run may resume, else None."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -711,6 +712,11 @@ def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) ->
         raise ValueError(
             f"--save {path} holds a complete `interp {command}` result of other settings "
             f"({'; '.join(differs)}); --save does not replace it: {afresh}, or rerun with its settings."
+        )
+    if state == "complete" and "weights" in settings:  # (before the model loads: its weights may differ)
+        raise ValueError(
+            f"--save {path} already holds this command's complete result with these options; `interp render "
+            f"{path}` shows it. --save does not replace it: {afresh} (or to run it again)."
         )
     return found if state == "partial" else None
 

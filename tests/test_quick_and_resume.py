@@ -411,7 +411,7 @@ SAVED_RUNS = {  # command -> (the options of a result on a toy model, an option 
 def test_save_never_replaces_a_result_of_other_settings(command, tmp_path, monkeypatch):
     """--save over a complete result of other options is refused before the model loads, naming the
     option and how to start afresh, and leaves the file as it was; so is --save over a file that is no
-    result; a result of the same options is replaced (the run is the same)."""
+    result; so is a complete result of the same options (a run stopped mid-way would lose it)."""
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
     arguments, other, difference = SAVED_RUNS[command]
     path = tmp_path / "result.json"
@@ -431,8 +431,10 @@ def test_save_never_replaces_a_result_of_other_settings(command, tmp_path, monke
         kept = CliRunner().invoke(app, [*arguments, "--save", str(notes)])
         assert kept.exit_code == 2 and "is not a result file of interp" in " ".join(kept.output.split())
         assert notes.read_text() == '{"my": "notes"}'
-    again = CliRunner().invoke(app, [*arguments, "--save", str(path)])
-    assert again.exit_code == 0, again.output
+    again = CliRunner().invoke(app, [*arguments, "--save", str(path)])  # refused once the weights are known
+    said = " ".join(again.output.split())
+    assert again.exit_code == 2 and "already holds this command's complete result" in said, said
+    assert path.read_bytes() == saved
 
 
 def test_save_refuses_a_result_of_other_weights_and_one_that_records_no_settings(tmp_path, monkeypatch):
