@@ -14,7 +14,7 @@ import typer
 import circuits.command as skeleton
 import interp
 import interp.catalog as catalog
-from circuits.command import Command, console, fail, heads_option, induction_class, refused
+from circuits.command import Command, check_heads_file, console, fail, heads_option, induction_class, refused
 from interp.catalog import COMPONENTS, DEFAULT_HOPS, DTYPES, TASK_DEFAULTS, TASKS
 from interp.runtime.memory import keep_freed_memory
 
@@ -218,7 +218,7 @@ def patch(
     The metric is the normalised logit difference: 0 = the corrupted run, 1 = the clean run.
     """
     files = [] if pairs is None else [lambda: skeleton.check_pairs_file("--pairs", pairs)]
-    command = Command("patch", model, format, out, save, files=files)
+    command = Command("patch", model, format, out, save, files=files, inputs={"--pairs": pairs})
     from circuits.patch_report import ioi_patching, pairs_patching
     options = dict(model=model, component=component, direction=direction, pairs=pairs, n_prompts=n_prompts,
                    pairs_file=None if pairs is None else skeleton.file_digest(pairs), seed=seed)
@@ -277,7 +277,9 @@ def circuit(
     """
     is_file = bool(Path(task).suffix)
     files = [lambda: skeleton.check_pairs_file("--task", task, metric)] if is_file else []
-    command = Command("circuit", model, format, out, save, files=files, outputs={"--mib-out": mib_out})
+    inputs = {"--task": task if is_file else None, "--checkpoint": checkpoint}  # the mask's: read and written
+    outputs = {"--mib-out": mib_out}
+    command = Command("circuit", model, format, out, save, files=files, inputs=inputs, outputs=outputs)
     skeleton.refuse_unwritable(checkpoint, "--checkpoint")
     from circuits.edge_circuits import EdgeCircuitSettings
     from circuits.edge_circuits.run import CircuitTask, circuit_prompts, run_circuit
@@ -355,8 +357,9 @@ def icl(
     vector added to zero-shot prompts, and which ablation (FV or induction heads) lowers few-shot
     accuracy and which the ICL score, all tested on held-out pairs against random heads.
     """
-    files = [lambda: skeleton.check_heads_file(induction_heads)]
-    command = Command("icl --fv" if fv else "icl", model, format, out, save, files=files, plot=plot)
+    files, inputs = [lambda: check_heads_file(induction_heads)], {"--induction-heads": induction_heads}
+    name = "icl --fv" if fv else "icl"
+    command = Command(name, model, format, out, save, files=files, inputs=inputs, plot=plot)
     heads = heads_option(induction_heads)
     if fv and quick:
         raise fail("--quick applies to the ICL score, not to --fv (give --n-prompts, --candidates instead).")
@@ -424,8 +427,8 @@ def retrieval(
     relations, names, fact counts and templates (beside the discovery prompts' figure), with the
     overlap with the induction heads of `interp heads`. Two-hop prompts are measured.
     """
-    files = [lambda: skeleton.check_heads_file(induction_heads)]
-    command = Command("retrieval", model, format, out, save, files=files)
+    files, inputs = [lambda: check_heads_file(induction_heads)], {"--induction-heads": induction_heads}
+    command = Command("retrieval", model, format, out, save, files=files, inputs=inputs)
     from circuits.heads.cache import INDUCTION_HEADS_STAGE
     from circuits.quick import retrieval_note
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit

@@ -120,6 +120,20 @@ def refuse_unwritable(path: str | None, option: str, directory: bool = False) ->
             check_writable(path, option, directory)
 
 
+def refuse_shared_paths(read: dict[str, str | None], written: dict[str, str | None]) -> None:
+    """Exit with an error where an option writes the file another option reads or writes (the report
+    over the prompt-pair file, --save over the JSON report), before any model is loaded."""
+    named: dict[Path, str] = {}
+    for option, path in [*read.items(), *written.items()]:
+        if path is None:
+            continue
+        other = named.setdefault(Path(path).resolve(), f"{option} {path}")
+        if other != f"{option} {path}":
+            raise fail(
+                f"{option} {path} is the file of {other}, which it would replace; give each its own path."
+            )
+
+
 def check_plot(plot: str | None) -> None:
     """Refuse a --plot path that is not a figure file (.png, .svg, .pdf), before any model is loaded."""
     if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
@@ -239,7 +253,8 @@ def stage_bars(
 class Command:
     """One run of `interp NAME`: `model`'s path, the `files` checks (each a callable, run before torch
     is imported), the report's `format` and `out`, the --save file and the --plot or other `outputs`
-    (paths the analysis writes) checked on construction, before any model loads."""
+    (paths the analysis writes; none the file of another option, the `inputs` read among them) checked
+    on construction, before any model loads."""
 
     def __init__(
         self,
@@ -250,6 +265,7 @@ class Command:
         save: str | None = None,
         *,
         files: Sequence[Callable[[], None]] = (),
+        inputs: dict[str, str | None] | None = None,
         plot: str | None = None,
         outputs: dict[str, str | None] | None = None,
     ) -> None:
@@ -269,6 +285,7 @@ class Command:
         if save is not None and Path(save).suffix != ".json":
             raise fail(f"--save {save} must end in .json (the full result is JSON).")
         refuse_unwritable(save, "--save")
+        refuse_shared_paths(inputs or {}, {"--out": out, "--save": save, **self.outputs})
 
     def quick(self, quick: bool, note: Callable[[dict], str] | None = None, **values: Any) -> tuple:
         """The options `values` (name -> value, in order) with `interp NAME --quick`'s preset

@@ -105,6 +105,15 @@ REFUSED_BEFORE_LOADING = [
     (["icl", "--fv", "--induction-heads", "{missing}.json"], "no such file; write one with"),
     (["retrieval", "--induction-heads", "{missing}.json"], "no such file; write one with"),
     (["render", "{missing}.json"], "no result file"),
+    (
+        ["patch", "--pairs", "{own}", "--format", "csv", "--out", "{own}"],
+        "--out {own} is the file of --pairs",
+    ),
+    (["circuit", "--task", "{own}", "--mib-out", "{own}"], "--mib-out {own} is the file of --task"),
+    (
+        ["heads", "--format", "json", "--out", "{empty}/r.json", "--save", "{empty}/r.json"],
+        "is the file of --out",
+    ),
 ]
 
 
@@ -124,14 +133,16 @@ def test_files_and_options_are_refused_before_a_model_loads(arguments, message, 
     (tmp_path / "empty").mkdir()
     (tmp_path / "headless.csv").write_text("prompt,answer\nA B,A\n")
     (tmp_path / "copied.csv").write_text("clean,corrupted,correct,incorrect\nA B,A C, D, E\nA B,A B, D, E\n")
+    (tmp_path / "own.csv").write_bytes(PAIRS.read_bytes())  # a file a refusal must leave as it is
     names = {"missing": tmp_path / "missing", "empty": tmp_path / "empty",
              "headless": tmp_path / "headless.csv", "copied": tmp_path / "copied.csv",
-             "pairs": PAIRS}  # fmt: skip
-    arguments = [a.format(**names) for a in arguments]
+             "pairs": PAIRS, "own": tmp_path / "own.csv"}  # fmt: skip
+    arguments, message = [a.format(**names) for a in arguments], message.format(**names)
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.replace("│", " ").split())
     assert "Traceback" not in result.output
+    assert (tmp_path / "own.csv").read_bytes() == PAIRS.read_bytes()
 
 
 # Each command line of REFUSED_BEFORE_LOADING that names a missing file, run in one fresh process.
