@@ -83,7 +83,7 @@ def info(model: str = MODEL) -> None:
 
 @app.command(epilog=EXAMPLES["heads"])
 def heads(
-    model: str = MODEL, format: str = FORMAT_CSV, out: str | None = OUT,
+    ctx: typer.Context, model: str = MODEL, format: str = FORMAT_CSV, out: str | None = OUT,
     seed: int = opt(0, min=0, help="Seed of the random probe sequences."),
     n_samples: int = opt(16, min=2, help="Random sequences per probe (repeat length) to score and ablate "
             "on."),
@@ -104,7 +104,7 @@ def heads(
     from circuits.heads.probes import HELD_OUT_RULE
     from circuits.quick import heads_note
     from circuits.sweeps import run_on_ray
-    n_samples, _ = command.quick(quick, lambda sizes: heads_note(sizes["n_samples"]), n_samples=n_samples)
+    n_samples, _ = command.quick(quick, ctx, lambda s: heads_note(s["n_samples"]), n_samples=n_samples)
     options = dict(model=model, n_samples=n_samples, seed=seed, dtype=dtype, held_out=HELD_OUT_RULE)
     def analyse(loaded, progress, kept):
         if ray is not None:
@@ -176,7 +176,7 @@ def train(
 
 @app.command(epilog=EXAMPLES["ioi"])
 def ioi(
-    model: str = MODEL,
+    ctx: typer.Context, model: str = MODEL,
     n_prompts: int = opt(64, min=8, help="IOI prompts (the first 16 are used for path "
             "patching); as many held out."),
     seed: int = opt(0, min=0, help="Seed of the IOI dataset."),
@@ -189,7 +189,7 @@ def ioi(
     from circuits.ioi.discover import BETWEEN_STAGES, KEPT_STAGES, ioi_stage_notes
     from circuits.quick import ioi_note
     from circuits.sweeps import run_on_ray
-    n_prompts, _ = command.quick(quick, lambda sizes: ioi_note(sizes["n_prompts"]), n_prompts=n_prompts)
+    n_prompts, _ = command.quick(quick, ctx, lambda sizes: ioi_note(sizes["n_prompts"]), n_prompts=n_prompts)
     def analyse(loaded, progress, kept):
         if ray is not None:
             return run_on_ray(find_ioi_circuit, model, ray, n_prompts=n_prompts, seed=seed)
@@ -229,7 +229,7 @@ def patch(
 
 @app.command(epilog=EXAMPLES["circuit"])
 def circuit(
-    model: str = MODEL,
+    ctx: typer.Context, model: str = MODEL,
     task: str = opt("ioi", help="ioi, induction, or a .csv/.jsonl file of prompt pairs (columns clean, "
             "corrupted, correct, incorrect; optional family, stratum, pos:NAME)."),
     method: str = opt("prune", help="prune (a learned edge mask, started from eap-ig's ranks: the fewest "
@@ -284,7 +284,7 @@ def circuit(
     from circuits.edge_circuits import EdgeCircuitSettings
     from circuits.edge_circuits.run import CircuitTask, circuit_prompts, run_circuit
     from interp.edges import MIB_FRACTIONS
-    n_prompts, prune_steps, sizes = command.quick(quick, n_prompts=n_prompts, prune_steps=prune_steps)
+    n_prompts, prune_steps, sizes = command.quick(quick, ctx, n_prompts=n_prompts, prune_steps=prune_steps)
     heldout = None if heldout_families is None else tuple(dict.fromkeys(listed(heldout_families)))
     with refused():
         circuit_task = CircuitTask(task=task, n_prompts=n_prompts, metric=metric, heldout_families=heldout)
@@ -310,7 +310,7 @@ def circuit(
 
 @app.command(epilog=EXAMPLES["icl"])
 def icl(
-    model: str = MODEL,
+    ctx: typer.Context, model: str = MODEL,
     n_documents: int | None = opt(None, min=4, help="Documents (Brown corpus texts; a toy model's task "
             "sequences): --n-discovery rank the heads, the rest are held out and scored (default 60; with "
             "--fv 8, for the ICL score of the ablations)."),
@@ -389,7 +389,7 @@ def icl(
     from circuits.quick import icl_sizes_note
     default = ICLSettings().n_documents
     n_documents, n_discovery, n_ablated, _ = command.quick(
-        quick, lambda sizes: icl_sizes_note(sizes, DocumentSplit, default), n_documents=n_documents,
+        quick, ctx, lambda sizes: icl_sizes_note(sizes, DocumentSplit, default), n_documents=n_documents,
         n_discovery=n_discovery, n_ablated=n_ablated)
     n_documents = default if n_documents is None else n_documents
     with refused():
@@ -408,7 +408,7 @@ def icl(
 
 @app.command(epilog=EXAMPLES["retrieval"])
 def retrieval(
-    model: str = MODEL,
+    ctx: typer.Context, model: str = MODEL,
     n_prompts: int = opt(24, min=2, help="Discovery prompts (4 facts each) that find the heads."),
     n_heldout: int = opt(24, min=2, help="Held-out prompts per fact count (2, 3, 6, 8) and template that "
             "test them."),
@@ -435,7 +435,8 @@ def retrieval(
     from circuits.retrieval.find import RETRIEVAL_STAGES
     heads = heads_option(induction_heads)
     n_prompts, n_heldout, n_exact, n_two_hop, _ = command.quick(
-        quick, retrieval_note, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact, n_two_hop=n_two_hop)
+        quick, ctx, retrieval_note, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact,
+        n_two_hop=n_two_hop)
     with refused():
         settings = RetrievalSettings(n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact,
                                      n_random=n_random, n_two_hop=n_two_hop, seed=seed)

@@ -287,9 +287,12 @@ class Command:
         refuse_unwritable(save, "--save")
         refuse_shared_paths(inputs or {}, {"--out": out, "--save": save, **self.outputs})
 
-    def quick(self, quick: bool, note: Callable[[dict], str] | None = None, **values: Any) -> tuple:
+    def quick(
+        self, quick: bool, context: Any, note: Callable[[dict], str] | None = None, **values: Any
+    ) -> tuple:
         """The options `values` (name -> value, in order) with `interp NAME --quick`'s preset
-        (`interp.catalog.QUICK_PRESETS`) applied to those left at their defaults, then {name: (the value
+        (`interp.catalog.QUICK_PRESETS`) applied to those not given (the command's typer.Context
+        `context` tells) and at their defaults, then {name: (the value
         with --quick, the value without)} (None without --quick), of which `note` makes the note said
         (`circuits.quick`, `say`)."""
         if not quick:
@@ -298,7 +301,11 @@ class Command:
 
         def with_quick(name: str, value: object) -> object:
             quick_value, default = preset.options.get(name, (value, value))
-            return quick_value if value == default else value
+            given = getattr(context.get_parameter_source(name), "name", "DEFAULT") not in (
+                "DEFAULT",
+                "DEFAULT_MAP",
+            )
+            return value if given or value != default else quick_value
 
         chosen = {name: with_quick(name, value) for name, value in values.items()}
         sizes = {name: (chosen[name], values[name]) for name in values}

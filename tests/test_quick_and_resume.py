@@ -231,6 +231,10 @@ def test_quick_runs_the_preset_and_says_the_sizes_it_runs(tmp_path, monkeypatch)
     given = CliRunner().invoke(app, [*command, "--n-samples", "4", "--save", str(other)])
     assert given.exit_code == 0 and load_result(other).settings.n_samples == 4  # a given option wins
     assert "nothing smaller (4 probe sequences per repeat length, as given)" in said_quick_note(given.output)
+    default = tmp_path / "heads-16.json"  # given with the default's value: given all the same
+    given = CliRunner().invoke(app, [*command, "--n-samples", "16", "--save", str(default)])
+    assert given.exit_code == 0 and load_result(default).settings.n_samples == 16
+    assert "nothing smaller (16 probe sequences per repeat length, as given)" in said_quick_note(given.output)
     refused = CliRunner().invoke(app, ["icl", "--fv", "--quick"])
     assert refused.exit_code == 2 and "--quick applies to the ICL score" in refused.output
 
