@@ -134,6 +134,17 @@ def refuse_shared_paths(read: dict[str, str | None], written: dict[str, str | No
             )
 
 
+def check_checkpoint(path: str | None) -> None:
+    """Exit with an error for an edge mask's --checkpoint that cannot be written, or a file there that
+    is no checkpoint of this interp's, before any model is loaded (whose run it is, is checked after)."""
+    refuse_unwritable(path, "--checkpoint")
+    if path is not None and Path(path).is_file():
+        from interp.edges.pruning import read_checkpoint
+
+        with refused("--checkpoint: "):
+            read_checkpoint(path)
+
+
 def check_plot(plot: str | None) -> None:
     """Refuse a --plot path that is not a figure file (.png, .svg, .pdf), before any model is loaded."""
     if plot is not None and Path(plot).suffix not in (".png", ".svg", ".pdf"):
@@ -333,7 +344,7 @@ class Command:
             return None
         settings = dict(options)
         if loaded is not None:
-            from circuits.stages import weights_fingerprint
+            from interp.model import weights_fingerprint
 
             settings["weights"] = weights_fingerprint(loaded)
         if Path(self.save).is_file():

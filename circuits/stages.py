@@ -8,20 +8,15 @@ A pipeline that takes `stages` (`head_report`, `find_ioi_circuit`, `icl_report`,
 (read back from a partial result file, `circuits.results_file.resume_stages`) is not run again, and
 each stage that finishes is recorded in `done` and handed to `on_done`. Stage values are what
 `interp.io.serialize` stores: dataclasses registered there, tensors, lists, dicts, numbers. Kept
-results are keyed by their settings and the weights' fingerprint (`weights_fingerprint`).
+results are keyed by their settings and the weights' fingerprint (`interp.model.weights_fingerprint`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import torch
-
-import interp
 from interp.types import Progress
 
 T = TypeVar("T")
@@ -48,15 +43,3 @@ class StageResults:
         if self.on_done is not None:
             self.on_done(stage, value)
         return value
-
-
-def weights_fingerprint(model: interp.HookedTransformer) -> str:
-    """A short hash of the model's configuration and a strided sample of every weight (~4k values
-    each): what a cached result about this model is keyed by."""
-    digest = hashlib.sha256(repr(sorted(dataclasses.asdict(model.cfg).items())).encode())
-    for name, weight in model.state_dict().items():
-        flat = weight.detach().flatten()
-        sample = flat[:: max(1, flat.numel() // 4096)].cpu().contiguous()
-        digest.update(f"{name}{tuple(weight.shape)}".encode())
-        digest.update(sample.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]

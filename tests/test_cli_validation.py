@@ -101,6 +101,7 @@ REFUSED_BEFORE_LOADING = [
     (["circuit", "--fraction", "1.5"], "--fraction 1.5 must lie in (0, 1]"),
     (["circuit", "--mib-out", "/sys/mib.json"], "--mib-out /sys/mib.json cannot be written"),
     (["circuit", "--checkpoint", "/sys/mask.pt"], "--checkpoint /sys/mask.pt cannot be written"),
+    (["circuit", "--checkpoint", "{headless}"], "is no edge-mask checkpoint (torch.load cannot read it"),
     (["icl", "--induction-heads", "{missing}.json"], "no such file; write one with: interp heads --save"),
     (["icl", "--fv", "--induction-heads", "{missing}.json"], "no such file; write one with"),
     (["retrieval", "--induction-heads", "{missing}.json"], "no such file; write one with"),

@@ -32,8 +32,8 @@ from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage
 from circuits.icl.results import AIE_TEST, TEMPLATE_KINDS, VECTOR_TEST
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html, render_markdown
-from circuits.stages import weights_fingerprint
 from interp.io.serialize import encode
+from interp.model import weights_fingerprint
 from interp.tasks.icl_tasks import (
     ICL_TASKS,
     ICL_TEMPLATES,

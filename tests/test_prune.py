@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -10,6 +12,7 @@ import interp
 from circuits.cli import app
 from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit, induction_task
 from interp import edges
+from interp.edges.pruning import checkpoint_step
 from tests.conftest import tiny_config
 
 
@@ -110,7 +113,9 @@ def test_resumed_pruning_follows_the_same_trajectory(toy_induction, tmp_path):
     resumed = edges.prune_edges(
         *args, pruning, checkpoint=path, progress=lambda stage, d, t: seen.append((stage, d))
     )
-    assert seen == [("Edge pruning", d) for d in range(6, 13)]  # no start ranking on resuming
+    # Said first, the start ranking not run again.
+    resumed_from = (f"Edge pruning: resumed from {path} at step 5 of 12", 5)
+    assert seen == [resumed_from, *[("Edge pruning", d) for d in range(6, 13)]]
     torch.testing.assert_close(resumed.scores, whole.scores, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="checkpoint of another pruning run"):
         edges.prune_edges(*args, edges.PruneSettings(steps=13, batch_size=4), checkpoint=path)
@@ -121,6 +126,87 @@ def test_resumed_pruning_follows_the_same_trajectory(toy_induction, tmp_path):
         edges.prune_edges(
             *args, short, ablation=interp.Ablation("resample", seed=1), checkpoint=tmp_path / "resample.pt"
         )
+
+
+def test_a_checkpoint_resumes_only_its_own_run(toy_induction, tmp_path):
+    """A mask's checkpoint is refused, before any start ranking, naming what differs: on another model
+    with the same edge graph (toy-induction with one weight scaled), with another metric on the same
+    prompts (p(A[-1]) instead of the logit difference), on other prompts; a file that is no checkpoint
+    and a checkpoint of the old format (keyed by the settings alone) are refused in one line.
+    `checkpoint_step` says where the same run resumes, and refuses as `prune_edges` does."""
+    model, task, _ = toy_induction
+    rows = torch.arange(8)
+    clean, corrupted, metric = task.clean[:8], task.corrupted[:8], edges.subset_metric(task.metric, rows)
+    short = edges.PruneSettings(steps=2, batch_size=4)
+    path = tmp_path / "mask.pt"
+    assert checkpoint_step(model, clean, corrupted, metric, short, path) is None  # no file yet
+    edges.prune_edges(model, clean, corrupted, metric, short, checkpoint=path)
+    assert checkpoint_step(model, clean, corrupted, metric, short, path) == 2
+    seen = []
+
+    def refused(message: str, run_model, run_clean, run_corrupted, run_metric) -> None:
+        with pytest.raises(ValueError, match=message):
+            edges.prune_edges(
+                run_model, run_clean, run_corrupted, run_metric, short, checkpoint=path,
+                progress=lambda *report: seen.append(report),
+            )  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            checkpoint_step(run_model, run_clean, run_corrupted, run_metric, short, path)
+
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.blocks[1].attn.W_Q.mul_(1.5)
+    assert edges.edge_graph(other).n_edges == edges.edge_graph(model).n_edges
+    refused("another pruning run, with other model weights", other, clean, corrupted, metric)
+    prob = edges.subset_metric(edges.prob_metric(task.metric.correct, task.metric.pos), rows)
+    refused(
+        "another pruning run, with other metric; give another checkpoint file", model, clean, corrupted, prob
+    )
+    later = edges.subset_metric(task.metric, rows + 8)
+    refused("another pruning run, with other prompts", model, task.clean[8:16], task.corrupted[8:16], later)
+    assert seen == []  # refused before the start ranking (EAP-IG) or any step
+    junk = tmp_path / "notes.json"
+    junk.write_text('{"schema": "interp-result-3"}')
+    old = tmp_path / "old.pt"  # what the old key (settings alone) wrote
+    state = torch.load(path, weights_only=True)
+    settings = {k: v for k, v in state["key"].items() if k not in ("weights", "graph", "prompts", "metric")}
+    torch.save(
+        {"settings": settings, **{k: state[k] for k in ("step", "scores", "last", "optimizer", "stable")}},
+        old,
+    )
+    for file, message in [(junk, "is no edge-mask checkpoint"), (old, "of an older format")]:
+        with pytest.raises(ValueError, match=message) as error:
+            edges.prune_edges(model, clean, corrupted, metric, short, checkpoint=file)
+        assert "\n" not in str(error.value) and "delete" in str(error.value)
+
+
+def test_circuit_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):
+    """`interp circuit --checkpoint` (the audit's runs): a mask learned on toy-ioi's IOI is refused on
+    toy-induction (the same 81 edges) in one line, before the edge scores; the same run resumes and its
+    report says so; a file that is no checkpoint is refused in one line, not a traceback."""
+    runner = CliRunner()
+    monkeypatch.chdir(tmp_path)
+    common = ["circuit", "--quick", "--edges", "20", "--prune-steps", "4", "--checkpoint", "ck.pt"]
+    ioi = ["--model", "toy-ioi", "--task", "ioi"]
+    first = runner.invoke(app, [*common, *ioi])
+    assert first.exit_code == 0, first.output
+    assert "resumed" not in first.output
+    result = runner.invoke(app, [*common, "--model", "toy-induction", "--task", "induction"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "error: ck.pt is the checkpoint of another pruning run, with other model weights" in said
+    assert "delete ck.pt" in said and "Traceback" not in said and "stage 1 of 4: Edge scores" not in said
+    again = runner.invoke(app, [*common, *ioi])
+    assert again.exit_code == 0, again.output
+    said = " ".join(again.output.split())
+    assert "Edge pruning: resumed from ck.pt at step 4 of 4" in said  # the progress line
+    assert "the edge mask resumed from ck.pt at step 4 of 4" in said  # the report's
+    with open("junk.json", "w") as file:
+        file.write('{"schema": "interp-result-3"}')
+    junk = runner.invoke(app, [*common[:-1], "junk.json", *ioi])
+    assert junk.exit_code == 2, junk.output
+    said = " ".join(junk.output.split())
+    assert "error: junk.json is no edge-mask checkpoint" in said and "Traceback" not in said
 
 
 def test_selection_frequencies(toy_induction):

@@ -29,9 +29,9 @@ from circuits.icl.pipeline import icl_report_stages, icl_stage_notes
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.discover import KEPT_STAGES, ioi_stage_notes
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result, write_result_report
-from circuits.stages import weights_fingerprint
 from interp.catalog import QUICK_PRESETS
 from interp.io.serialize import encode
+from interp.model import weights_fingerprint
 
 ICL_OPTIONS = {"n_documents": 12, "seed": 0}
 PAIRS = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"

@@ -32,6 +32,7 @@ from circuits.path.task import family_rows
 from interp import edges
 from interp.checks import check_finite_scores
 from interp.edges.evaluate import clean_metric
+from interp.edges.pruning import checkpoint_step
 from interp.model import HookedTransformer
 from interp.types import MemorySize, Progress, memory_bytes
 
@@ -324,6 +325,7 @@ def find_edge_circuit(
         seconds[name] = time.perf_counter() - began - sum(seconds.values())
 
     pruning = settings.pruning(graph, requested)  # 2.
+    resumed = mask_checkpoint_step(model, task, settings, pruning, checkpoint)
     scores, scores_of = method_scores(model, task, settings, pruning, checkpoint, progress)
     stage("scores")
     graph = scores.graph
@@ -354,14 +356,44 @@ def find_edge_circuit(
     if settings.method not in edges.METHODS:  # 7.
         removal = edges.removal_effects(model, *heldout.pair, circuit, settings.measured_edges, **held)
         stage("effects")
+    provenance = interp.provenance(model) + resumed_note(checkpoint, resumed, pruning)
     return EdgeCircuitResult(
         model=model.cfg.model_name, task=task, scores=scores, circuit=circuit, requested_edges=size,
         faithfulness=faith, clean_metric=float(faith.full.mean()), corrupted_metric=corrupted, curve=curve,
         seconds=seconds, n_kv_heads=model.cfg.n_kv_heads, ig_points=settings.ig_points,
-        provenance=interp.provenance(model), target=settings.target if requested is None else None,
+        provenance=provenance, target=settings.target if requested is None else None,
         frequency=frequency, n_boot=settings.bootstrap, heldout_task=heldout, discovery_faithfulness=found,
         split=split, removal=removal,
     )  # fmt: skip
+
+
+def mask_checkpoint_step(
+    model: HookedTransformer,
+    task: EdgeTask,
+    settings: EdgeCircuitSettings,
+    pruning: edges.PruneSettings,
+    checkpoint: str | None,
+) -> int | None:
+    """The step the edge mask resumes `checkpoint` from (None: no checkpoint or no file yet, or a method
+    that trains no mask); a file that is not this mask's checkpoint (another model, prompts, metric or
+    settings; no checkpoint at all) refused here, before the edge scores (`checkpoint_step`)."""
+    if checkpoint is None or settings.method not in MASK_METHODS:
+        return None
+    prompts = task.subset(torch.arange(task.n_prompts))  # as `method_scores` trains the mask on them
+    return checkpoint_step(
+        model, *prompts.pair, pruning, checkpoint, ablation=prompts.ablation(settings.ablation),
+        start=ENSEMBLE_MEMBERS[0],  # prune's own start ranking and ensemble's first member alike
+    )  # fmt: skip
+
+
+def resumed_note(checkpoint: str | None, resumed: int | None, pruning: edges.PruneSettings) -> str:
+    """The provenance's note of a mask resumed from its checkpoint ("" where none was)."""
+    if resumed is None:
+        return ""
+    return (
+        f"; the edge mask resumed from {checkpoint} at step {resumed} of {pruning.steps} (not trained "
+        "from scratch in this run)"
+    )
 
 
 def check_ablation(task: EdgeTask, ablation: edges.AblationKind, which: str) -> None:

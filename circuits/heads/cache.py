@@ -14,10 +14,11 @@ import interp
 from circuits.finding import Finding
 from circuits.heads.pipeline import confirmed_induction
 from circuits.heads.probes import HELD_OUT_RULE
-from circuits.stages import StageResults, weights_fingerprint
+from circuits.stages import StageResults
 from interp.checks import check_heads
 from interp.io.files import write_text_atomic
 from interp.io.sources import cache_dir
+from interp.model import weights_fingerprint
 from interp.types import Head, Progress, substages
 
 INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_induction_heads reports

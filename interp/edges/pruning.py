@@ -30,6 +30,7 @@ the edges that left the mask last). `top_circuit` and `faithfulness_curve` take 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Iterator
@@ -59,6 +60,7 @@ from interp.interventions.ablation import Ablation
 from interp.interventions.engine import check_pair, forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
+from interp.model.loading import weights_fingerprint
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric, Progress
 
@@ -66,6 +68,9 @@ STAGE = "Edge pruning"
 OBJECTIVES = ("kl", "metric")
 CACHE_BYTES = 2**30
 PATIENCE = 10  # steps the mask must keep the same edges at its final size before it stops early
+CHECKPOINT_FORMAT = 2  # 2: keyed by the model, prompts, edge graph and metric too (1: by the settings)
+_CHECKPOINT_FIELDS = frozenset({"format", "key", "step", "scores", "last", "optimizer", "stable"})
+METRIC_RTOL = 1e-3  # a checkpoint's metric values agree with this run's to this (relative and absolute)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,8 +120,13 @@ class PruneSettings:
 
 @dataclass(frozen=True)
 class _RunKey:
-    """What a run depends on; a checkpoint resumes only a run with the same key."""
+    """What a run depends on; a checkpoint resumes only a run with the same key (`_differences`): the
+    model, its prompts, edge graph and metric (what the run is of) and the training's settings."""
 
+    weights: str  # `weights_fingerprint`
+    graph: str  # a hash of the edge graph: its writers', readers' and edges' names
+    prompts: str  # a hash of the clean and corrupted token ids and the positions the metric reads
+    metric: tuple[float, ...]  # the metric on the clean, then the corrupted prompts (`METRIC_RTOL`)
     density: float  # target fraction of edges kept
     steps: int
     lr: float
@@ -177,12 +187,15 @@ def prune_edges(
     clean, corrupted: the discovery prompt pairs [batch, pos]; each step trains on `pruning.batch_size`
     of them. start: the ranking the scores start from (default: EAP-IG on these prompts,
     `edge_attribution`). checkpoint: a file the run's state is written to (atomically) every
-    `pruning.checkpoint_every` steps and resumed from when it exists with the same settings; it is
-    left in place. ablation: what ablated edges carry (`ablated_outputs`): mean and resample read the
+    `pruning.checkpoint_every` steps and resumed from when it holds this run's (the same model weights,
+    edge graph, prompts, metric and settings: `_RunKey`); another run's, or a file that is no
+    checkpoint, is refused (ValueError: `checkpoint_step` checks before other work). It is left in
+    place. ablation: what ablated edges carry (`ablated_outputs`): mean and resample read the
     corrupted prompts (the Ablation's mask: theirs).
-    progress("Edge pruning", steps done, steps; steps, steps when it stops early).
+    progress("Edge pruning", steps done, steps; steps, steps when it stops early); resumed, first
+    progress("Edge pruning: resumed from FILE at step k of steps", k, steps).
     Returns EdgeScores with method "prune" and `steps` the steps run."""
-    density, steps, lr, batch_size = pruning.density, pruning.steps, pruning.lr, pruning.batch_size
+    steps, lr, batch_size = pruning.steps, pruning.lr, pruning.batch_size
     objective = pruning.objective
     seed, patience, checkpoint_every = pruning.seed, pruning.patience, pruning.checkpoint_every
     ablation = edge_ablation(ablation)
@@ -200,16 +213,19 @@ def prune_edges(
             f"{(graph.n_writers, graph.n_readers)}): score this model's edges, e.g. with edge_attribution"
         )
     n = clean.shape[0]
-    settings = _RunKey(
-        density=density, steps=steps, lr=lr, batch_size=min(batch_size, n), objective=objective,
-        seed=seed, ablation=_ablation_key(ablation), n_prompts=n, n_edges=graph.n_edges,
-        start="eap-ig" if start is None else start.method, start_factor=pruning.start_factor,
-        ramp=pruning.ramp,
+    batch = min(batch_size, n)
+    start_method = "eap-ig" if start is None else start.method
+    key = None if checkpoint is None else _run_key(
+        model, clean, corrupted, metric, pruning, ablation=ablation, start=start_method, graph=graph
     )  # fmt: skip
-    state = _load(checkpoint, settings)
+    state = _load(checkpoint, key)
+    if state is not None and progress:  # the start ranking and the steps done are not run again
+        progress(
+            f"{STAGE}: resumed from {checkpoint} at step {state['step']} of {steps}", state["step"], steps
+        )
     if state is None and start is None:
         start = edge_attribution(
-            model, clean, corrupted, metric, "eap-ig", ablation=ablation, batch_size=settings.batch_size,
+            model, clean, corrupted, metric, "eap-ig", ablation=ablation, batch_size=batch,
             progress=progress,
         )  # fmt: skip
     valid = graph.valid
@@ -221,7 +237,7 @@ def prune_edges(
             graph.n_writers * clean.numel() * model.cfg.d_model * model.dtype.itemsize > CACHE_BYTES
         )
         shared = None if per_step else ablated_outputs(model, clean, corrupted, ablation)
-        targets = _full_model(model, clean, metric, objective, settings.batch_size)
+        targets = _full_model(model, clean, metric, objective, batch)
 
         if state is None:  # NaN would rank as the largest score
             check_finite_scores(start.scores[valid], "the start scores")
@@ -236,7 +252,7 @@ def prune_edges(
         for step in range(done, steps):
             if patience is not None and stable >= patience:
                 break
-            rows = _batch_rows(n, settings.batch_size, step, seed)
+            rows = _batch_rows(n, batch, step, seed)
             kept = _top(scores.detach(), sizes[step])
             through = kept + scores - scores.detach()  # 0/1 forward, the mask's gradient to the scores
             mask = torch.ones(graph.n_writers, graph.n_readers).masked_scatter(valid, through)
@@ -266,7 +282,7 @@ def prune_edges(
             last[kept.bool()] = done
             stops = patience is not None and stable >= patience
             if checkpoint is not None and (done % checkpoint_every == 0 or done == steps or stops):
-                _save(checkpoint, settings, done, scores, last, optimizer, stable)
+                _save(checkpoint, key, done, scores, last, optimizer, stable)
             if progress:
                 progress(STAGE, steps if stops else done, steps)
     final = scores.detach()
@@ -366,10 +382,10 @@ def _objective(
     return ((values - targets[rows].to(values.device)) ** 2).mean()
 
 
-def _save(path, settings: _RunKey, step: int, scores: Tensor, last: Tensor, optimizer, stable: int) -> None:
+def _save(path, key: _RunKey, step: int, scores: Tensor, last: Tensor, optimizer, stable: int) -> None:
     state = {
-        "settings": asdict(settings), "step": step, "scores": scores.detach(), "last": last,
-        "optimizer": optimizer.state_dict(), "stable": stable,
+        "format": CHECKPOINT_FORMAT, "key": asdict(key), "step": step, "scores": scores.detach(),
+        "last": last, "optimizer": optimizer.state_dict(), "stable": stable,
     }  # fmt: skip
     with atomic_write(path, "wb") as file:
         torch.save(state, file)
@@ -385,14 +401,149 @@ def _ablation_key(ablation: Ablation) -> str:
     return ablation.kind
 
 
-def _load(path, settings: _RunKey) -> dict | None:
-    """The checkpoint's state, None where there is none; refused where it is another run's."""
-    if path is None or not os.path.exists(path):
+def _run_key(
+    model: HookedTransformer,
+    clean: Tensor,
+    corrupted: Tensor,
+    metric: Metric,
+    pruning: PruneSettings,
+    *,
+    ablation: Ablation,
+    start: str,
+    graph: EdgeGraph,
+) -> _RunKey:
+    """The key of the run `prune_edges` makes with these arguments (start: the start ranking's method):
+    the weights' fingerprint, hashes of the edge graph and of the prompts, the metric's values on the
+    clean and the corrupted prompts (one forward pass of each) and the settings."""
+    n, n_pos = clean.shape
+    batch = min(pruning.batch_size, n)
+    positions = logit_positions(metric, torch.arange(n), n_pos)
+    values = [_full_model(model, tokens, metric, "metric", batch) for tokens in (clean, corrupted)]
+    edge_names = [f"{graph.writers[w]}->{graph.readers[r]}" for w, r in graph.valid.nonzero().tolist()]
+    return _RunKey(
+        weights=weights_fingerprint(model),
+        graph=_digest("\n".join([*graph.writers, "", *graph.readers, "", *edge_names])),
+        prompts=_digest(clean, corrupted, "all positions" if positions is None else positions),
+        metric=tuple(torch.cat(values).tolist()),
+        density=pruning.density, steps=pruning.steps, lr=pruning.lr, batch_size=batch,
+        objective=pruning.objective, seed=pruning.seed, ablation=_ablation_key(ablation), n_prompts=n,
+        n_edges=graph.n_edges, start=start, start_factor=pruning.start_factor, ramp=pruning.ramp,
+    )  # fmt: skip
+
+
+def _digest(*parts: Tensor | str) -> str:
+    """A short hash of texts and integer tensors (their values and shapes, wherever they are)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Tensor):
+            digest.update(f"{tuple(part.shape)}".encode())
+            part = part.detach().to("cpu", torch.int64).contiguous().numpy().tobytes()
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+_IDENTITY = {"weights": "model weights", "graph": "edge graph", "prompts": "prompts", "metric": "metric"}
+
+
+def _differences(saved: dict, key: _RunKey) -> list[str]:
+    """What differs between a checkpoint's key (`saved`) and this run's, in words; [] when it is this
+    run's. The metric is a function: two are the same where their values on the clean and on the
+    corrupted prompts agree to METRIC_RTOL (another metric, answer or position differs by far more;
+    the same one computed again agrees to float rounding)."""
+    here = asdict(key)
+    parts = []
+    for field_name, words in _IDENTITY.items():
+        theirs, ours = saved.get(field_name), here[field_name]
+        if field_name == "metric":
+            same = theirs is not None and len(theirs) == len(ours) and torch.allclose(
+                torch.tensor(theirs, dtype=torch.float64), torch.tensor(ours, dtype=torch.float64),
+                rtol=METRIC_RTOL, atol=METRIC_RTOL, equal_nan=True,
+            )  # fmt: skip
+        else:
+            same = theirs == ours
+        if not same:
+            parts.append(words)
+    changed = [
+        f"{name} {saved.get(name)!r}, here {value!r}"
+        for name, value in here.items()
+        if name not in _IDENTITY and saved.get(name) != value
+    ]
+    if changed:
+        parts.append(f"settings ({'; '.join(changed)})")  # "steps 30, here 45"
+    return parts
+
+
+def _load(path, key: _RunKey | None) -> dict | None:
+    """The checkpoint's state, None where there is none; refused where it is another run's, of an
+    older format or no checkpoint at all (`read_checkpoint`)."""
+    state = read_checkpoint(path)
+    if state is None:
         return None
-    state = torch.load(path, weights_only=True)
-    if state.get("settings") != asdict(settings):
+    if differ := _differences(state["key"], key):
         raise ValueError(
-            f"{path} is the checkpoint of another pruning run ({state.get('settings')}); give another "
-            "checkpoint path or delete it to start over"
+            f"{path} is the checkpoint of another pruning run, with other {_listed(differ)}; give "
+            f"another checkpoint file or delete {path} to train the mask from scratch"
         )
     return state
+
+
+def _listed(parts: list[str]) -> str:
+    """ "a", "a and b", "a, b and c" """
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def read_checkpoint(path: str | os.PathLike | None) -> dict | None:
+    """The state in an edge-mask checkpoint file of `prune_edges` (None: no path, or no file there yet);
+    a file that is none (another kind of file, a checkpoint of an older format that did not record the
+    model, prompts and metric) refused in one line (ValueError). Needs no model: a command can check
+    the file before it loads one; `checkpoint_step` checks it against a run."""
+    if path is None or not os.path.exists(path):
+        return None
+    redo = f"give another checkpoint file or delete {path} to train the mask from scratch"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch.load's errors differ by what the file holds (pickle, zip, EOF, ...)
+        raise ValueError(
+            f"{path} is no edge-mask checkpoint (torch.load cannot read it: {type(error).__name__}); {redo}"
+        ) from None
+    if not isinstance(state, dict) or not set(state) >= _CHECKPOINT_FIELDS:
+        if isinstance(state, dict) and "settings" in state and "step" in state:
+            raise ValueError(
+                f"{path} is an edge-mask checkpoint of an older format, which does not record the model, "
+                f"prompts and metric it was trained on, so it cannot be checked against this run; {redo}"
+            )
+        raise ValueError(f"{path} is no edge-mask checkpoint (it holds no mask's training state); {redo}")
+    if state["format"] != CHECKPOINT_FORMAT:
+        raise ValueError(
+            f"{path} is an edge-mask checkpoint of format {state['format']!r}; this interp reads format "
+            f"{CHECKPOINT_FORMAT}; {redo}"
+        )
+    return state
+
+
+def checkpoint_step(
+    model: HookedTransformer,
+    clean: Int[Tensor, "batch pos"],
+    corrupted: Int[Tensor, "batch pos"],
+    metric: Metric,
+    pruning: PruneSettings = PruneSettings(),
+    checkpoint: str | os.PathLike | None = None,
+    *,
+    ablation: Ablation | AblationKind = "counterfactual",
+    start: str = "eap-ig",
+) -> int | None:
+    """The step `prune_edges` with these arguments resumes `checkpoint` from (None: no file, it trains
+    from the start); a file that is not this run's checkpoint refused (ValueError naming what differs:
+    model weights, edge graph, prompts, metric, settings), as `prune_edges` refuses it, so that a caller
+    can check before other long work. start: the start ranking's method (`prune_edges`' `start`)."""
+    if checkpoint is None or read_checkpoint(checkpoint) is None:
+        return None
+    ablation = edge_ablation(ablation)
+    clean, corrupted = check_pair(model, clean, corrupted)
+    metric = check_reads_real_tokens(model, metric, clean)
+    graph = edge_graph(model)
+    key = _run_key(
+        model, clean, corrupted, metric, pruning, ablation=ablation, start=start, graph=graph
+    )  # fmt: skip
+    return int(_load(checkpoint, key)["step"])

@@ -12,6 +12,7 @@ from interp.model.loading import (
     load_model,
     parameter_count,
     provenance,
+    weights_fingerprint,
 )
 from interp.model.transformer import HookedTransformer, next_token_loss
 from interp.model.weights import process_weights
@@ -21,5 +22,5 @@ __all__ = [
     "HookedTransformerKeyValueCache", "HookedTransformerKeyValueCacheEntry", "MixtureOfExperts",
     "Norm", "act_name", "dispatch", "from_hf", "load_checkpoint", "load_gguf", "load_model",
     "parameter_count", "provenance",
-    "next_token_loss", "process_weights",
+    "next_token_loss", "process_weights", "weights_fingerprint",
 ]  # fmt: skip

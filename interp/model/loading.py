@@ -6,6 +6,8 @@ sources, with TransformerLens's processing defaults.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 import warnings
 from pathlib import Path
@@ -188,3 +190,16 @@ def provenance(model: HookedTransformer) -> str:
     n = parameter_count(model)
     size = f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,}"
     return f"{name}{source}, {size} parameters, run in {dtype}"
+
+
+def weights_fingerprint(model: HookedTransformer) -> str:
+    """A short hash of the model's configuration and a strided sample of every weight (~4k values
+    each): what a result or checkpoint about this model is keyed by (the same weights loaded again
+    give the same hash on one machine)."""
+    digest = hashlib.sha256(repr(sorted(dataclasses.asdict(model.cfg).items())).encode())
+    for name, weight in model.state_dict().items():
+        flat = weight.detach().flatten()
+        sample = flat[:: max(1, flat.numel() // 4096)].cpu().contiguous()
+        digest.update(f"{name}{tuple(weight.shape)}".encode())
+        digest.update(sample.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
