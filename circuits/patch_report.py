@@ -16,8 +16,9 @@ import pandas as pd
 import torch
 from rich.console import Console
 
-from circuits.edge_circuits.tasks import file_task
+from circuits.edge_circuits.tasks import pair_edge_task
 from circuits.output import safe_csv
+from circuits.path.task import pair_task
 from circuits.sections import Report, Section, Table, ci_text, write_sections
 from interp import HookedTransformer, metrics
 from interp.interventions.engine import RunOptions
@@ -72,8 +73,11 @@ def pairs_patching(
     top: int = 10, progress: Progress | None = None,
 ) -> PatchReport:  # fmt: skip
     """Patch `component` on the prompt pairs of a CSV/JSONL file (the format `interp circuit --task`
-    reads), whose clean and corrupted prompts have the same number of tokens."""
-    task = file_task(model, path)
+    reads), whose clean and corrupted prompts have the same number of tokens: a head's output at every
+    position at once, a residual or layer output at each named position (the file's `pos:` columns,
+    else where the prompts differ, `PairTask.with_changed_positions`) and at the last token ("END")."""
+    pairs = pair_task(model, path)
+    task = pair_edge_task(pairs)
     end = task.metric.pos
     if not (task.corrupted_metric.pos == end).all():
         pair = int((task.corrupted_metric.pos != end).nonzero()[0, 0]) + 1
@@ -83,7 +87,11 @@ def pairs_patching(
             "(interp circuit --task accepts unequal ones)."
         )
     task_name = f"{task.name} ({task.n_prompts} pairs)"
-    return _patching(model, task_name, task.pair, end, None, component, direction, top, progress)
+    named = (pairs if pairs.positions else pairs.with_changed_positions()).positions
+    positions = (
+        None if component in HEAD_COMPONENTS else dict(named) | ({} if "END" in named else {"END": end})
+    )
+    return _patching(model, task_name, task.pair, end, positions, component, direction, top, progress)
 
 
 def _patching(model, task, pair, end, positions, component, direction, top, progress) -> PatchReport:

@@ -103,11 +103,12 @@ def test_patch_reads_the_users_pairs_and_refuses_unequal_lengths(smollm2, tmp_pa
     from circuits.patch_report import pairs_patching
 
     report = pairs_patching(smollm2, pairs, component="resid_pre", top=3)
-    summary = report.ranked()
-    assert len(summary) == smollm2.cfg.n_layers and report.task == "pairs.csv (2 pairs)"
-    # Patching the whole clean residual stream before layer 0 restores the clean run: 1 by definition.
-    first = summary.set_index("layer").loc[0, "mean"]
-    assert abs(first - 1) < 1e-3, first
+    summary = report.ranked().set_index(["layer", "position"])["mean"]
+    assert report.task == "pairs.csv (2 pairs)"  # each layer at the token that differs and at the last
+    assert sorted(summary.index) == sorted((layer, at) for layer in range(30) for at in ("END", "changed"))
+    # Before layer 0 the prompts differ at that token only: patching it restores the clean run, the
+    # last token (the same in both) nothing.
+    assert abs(summary[0, "changed"] - 1) < 1e-3 and abs(summary[0, "END"]) < 1e-3, summary[0]
     unequal = tmp_path / "unequal.jsonl"
     unequal.write_text(
         json.dumps({"clean": "The cat sat on the", "corrupted": "A", "correct": " mat", "incorrect": " dog"})
