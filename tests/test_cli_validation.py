@@ -102,6 +102,7 @@ REFUSED_BEFORE_LOADING = [
     (["circuit", "--mib-out", "/sys/mib.json"], "--mib-out /sys/mib.json cannot be written"),
     (["circuit", "--checkpoint", "/sys/mask.pt"], "--checkpoint /sys/mask.pt cannot be written"),
     (["circuit", "--checkpoint", "{headless}"], "is no edge-mask checkpoint (torch.load cannot read it"),
+    (["circuit", "--task", "{onefamily}"], "its family column gives all 2 pairs one family ('only')"),
     (["icl", "--induction-heads", "{missing}.json"], "no such file; write one with: interp heads --save"),
     (["icl", "--fv", "--induction-heads", "{missing}.json"], "no such file; write one with"),
     (["retrieval", "--induction-heads", "{missing}.json"], "no such file; write one with"),
@@ -135,9 +136,13 @@ def test_files_and_options_are_refused_before_a_model_loads(arguments, message, 
     (tmp_path / "headless.csv").write_text("prompt,answer\nA B,A\n")
     (tmp_path / "copied.csv").write_text("clean,corrupted,correct,incorrect\nA B,A C, D, E\nA B,A B, D, E\n")
     (tmp_path / "own.csv").write_bytes(PAIRS.read_bytes())  # a file a refusal must leave as it is
+    (tmp_path / "onefamily.csv").write_text(
+        "clean,corrupted,correct,incorrect,family\nA B,A C, D, E,only\nF B,F C, D, E,only\n"
+    )
     names = {"missing": tmp_path / "missing", "empty": tmp_path / "empty",
              "headless": tmp_path / "headless.csv", "copied": tmp_path / "copied.csv",
-             "pairs": PAIRS, "own": tmp_path / "own.csv"}  # fmt: skip
+             "pairs": PAIRS, "own": tmp_path / "own.csv",
+             "onefamily": tmp_path / "onefamily.csv"}  # fmt: skip
     arguments, message = [a.format(**names) for a in arguments], message.format(**names)
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2, result.output

@@ -282,8 +282,8 @@ def test_families_are_held_out_whole(smollm2, tmp_path):
     rows = ["clean,corrupted,correct,incorrect,family"]
     rows += [
         ",".join([*(json.dumps(field) for field in row), family])
-        for row, family in zip(PAIRS * 2, "aabbcc", strict=True)
-    ]
+        for row, family in zip(PAIRS + [(*row[:2], row[3], row[2]) for row in PAIRS], "aabbcc", strict=True)
+    ]  # each pair once: a repeat in another family is refused (circuits.pairs_file)
     path = tmp_path / "families.csv"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     task = edge_task(smollm2, str(path))

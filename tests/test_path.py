@@ -231,7 +231,7 @@ def test_named_positions_find_the_kth_occurrence(smollm2):
     text = "When Mary and John went to the store, John gave a drink to"
     row = {"clean": text, "corrupted": text.replace("John", "Paul"), "correct": " Mary", "incorrect": " John",
            "pos:S1": " John", "pos:S2": " John#2", "pos:IO": " Mary"}  # fmt: skip
-    task = pair_task(smollm2, [row, row])
+    task = pair_task(smollm2, [row, {**row, "correct": " John", "incorrect": " Mary"}])  # not a repeat
     tokens = smollm2.to_str_tokens(task.clean[0])
     johns = [i for i, token in enumerate(tokens) if token == " John"]
     assert task.positions["S1"].tolist() == [johns[0]] * 2 and task.positions["S2"].tolist() == [johns[1]] * 2
@@ -243,7 +243,7 @@ def test_named_positions_find_the_kth_occurrence(smollm2):
 def test_counterfactual_ablation_of_pairs_of_different_lengths_is_refused(smollm2):
     row = {"clean": "The keys near the old cabinet", "corrupted": "The key near the cabinet",
            "correct": " are", "incorrect": " is"}  # fmt: skip
-    task = pair_task(smollm2, [row, row])
+    task = pair_task(smollm2, [row, {**row, "correct": " is", "incorrect": " are"}])  # not a repeat
     with pytest.raises(ValueError, match="different lengths.*--ablation mean"):
         head_path(smollm2, task, SETTINGS)
     task.check_ablation("mean")  # the mean over the corrupted prompts reads no other prompt's padding
@@ -462,7 +462,8 @@ def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):
     unequal = tmp_path / "unequal.csv"
     unequal.write_text(
         "clean,corrupted,correct,incorrect\n"
-        + "The keys near the old box,The key near the box, are, is\n" * 2,
+        + "The keys near the old box,The key near the box, are, is\n"
+        + "The boxes near the old key,The box near the key, are, is\n",
     )
     run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), "--method", "eap", "--edges", "50"])
     assert run.exit_code != 0 and "different lengths" in " ".join(run.output.split())

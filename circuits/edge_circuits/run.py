@@ -27,7 +27,7 @@ from circuits.edge_circuits.tasks import (
     pair_edge_task,
 )
 from circuits.evidence import split_families
-from circuits.pairs_file import METRICS, check_pairs, read_pairs
+from circuits.pairs_file import METRICS, check_families, check_pairs, read_pairs
 from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
 from circuits.quick import circuit_note
 from interp.edges import mib_json
@@ -62,6 +62,8 @@ class CircuitTask:
         object.__setattr__(self, "rows", read_pairs(self.task))
         check_pairs(self.rows, self.task, self.metric)
         if self.heldout_families is None:
+            if any("family" in row for row in self.rows):  # (check_pairs: in every row or none)
+                check_families([row["family"] for row in self.rows], self.task)
             return
         try:
             families = [str(row.get("family") or "") for row in self.rows]

@@ -6,12 +6,14 @@
 Rows (CSV with a header, or JSONL; docs/guide/own-task.md) have `clean`, `corrupted`, `correct`,
 `incorrect` (one token each; not read with the probability metric) and optionally `family` (the unit
 held out; without it each prompt is its own), `stratum` and `pos:NAME` (text of the clean prompt whose
-last token is the position, `text#k` its k-th occurrence). The edge circuit views the same task
+last token is the position, `text#k` its k-th occurrence; the text covers whole tokens, give or take
+the whitespace around it: "to" is never the end of " store"). The edge circuit views the same task
 (`circuits.edge_circuits.tasks.pair_edge_task`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,12 +23,20 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from circuits.evidence import FamilySplit, label_strata, split_families
-from circuits.pairs_file import check_pairs, read_pairs
+from circuits.pairs_file import (
+    POSITION_PREFIX,
+    check_families,
+    check_pairs,
+    occurrences,
+    pair_rows,
+    position_columns,
+    position_spec,
+    read_pairs,
+)
 from interp import edges
 from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
 from interp.model import HookedTransformer
 
-POSITION_PREFIX = "pos:"
 NO_FAMILY = "prompt {}"  # each prompt its own family when the file has no family column
 CHANGED = "changed"  # the name of the positions where clean and corrupted prompts differ
 MAX_CHANGED = 4  # positions named one by one ("changed 1", ...) at most; more: the first and the last
@@ -153,6 +163,8 @@ class PairTask:
                 "find it, so give two or more"
             )
         heldout = heldout if heldout is not None else self.heldout_families
+        if self.has_families and heldout is None:
+            check_families(self.families, self.name)  # not the advice to add a family column
         return split_families(self.families, heldout=heldout, seed=seed)
 
     def split_rows(self, heldout: Sequence[str] | None = None, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -192,22 +204,61 @@ def stratum_masks(
 
 
 def _position(model: HookedTransformer, tokens: list[int], text: str, spec: str, where: str) -> int:
-    """The index of the last token of the k-th occurrence of spec's text (`text#k`) in `text`."""
-    needle, _, k = spec.rpartition("#") if "#" in spec else (spec, "", "1")
-    if not needle or not k.isdigit() or int(k) < 1:
-        raise ValueError(
-            f"{where}: {spec!r} is not a position; write the text, or text#k for its k-th occurrence"
-        )
-    start = -1
-    for _ in range(int(k)):
-        start = text.find(needle, start + 1)
-        if start < 0:
-            raise ValueError(f"{where}: {needle!r} does not occur {k} time(s) in the clean prompt {text!r}")
-    last_char = start + len(needle)  # characters of the prompt up to the occurrence's end
-    for index in range(len(tokens)):
-        if len(model.tokenizer.decode(tokens[: index + 1], skip_special_tokens=True)) >= last_char:
-            return index
-    raise ValueError(f"{where}: {needle!r} could not be placed on the clean prompt's tokens")
+    """The index of the last token of the k-th occurrence of spec's text (`text#k`) in `text` that
+    covers whole tokens: it starts where a token starts and ends where one ends (whitespace at either
+    end, in the text or in those tokens, aside). An occurrence inside a token ("to" in " store") is not
+    counted; fewer than k occurrences are refused, naming how many there are and where."""
+    needle, k = position_spec(spec, where)
+    spans = _TokenSpans(model, tokens)
+    decoded, whole, inside = spans.text, [], []
+    for start in occurrences(decoded, needle):
+        first = start + len(needle) - len(needle.lstrip())  # the occurrence's first and last non-space
+        end = start + len(needle.rstrip())
+        a, b = spans.token_at(first), spans.token_at(end - 1)
+        token_start, token_end = spans.start(a), spans.start(b + 1)
+        if not decoded[token_start:first].strip() and not decoded[end:token_end].strip():
+            whole.append(b)
+            if len(whole) == k:
+                return b
+            continue
+        inside.append(decoded[token_start:token_end])
+    shown = "" if decoded == text else f" (the tokenizer reads it as {decoded!r})"
+    within = f" and {len(inside)} within longer tokens ({', '.join(map(repr, inside))})" if inside else ""
+    raise ValueError(
+        f"{where} is {spec!r}, but {needle!r} does not occur {k} time(s) as whole tokens in the clean "
+        f"prompt {text!r}"
+        f"{shown}: it occurs {len(whole)} time(s) as whole tokens{within}; a position's text covers whole "
+        "tokens (words), not part of one"
+    )
+
+
+class _TokenSpans:
+    """Where each token of `tokens` starts in their decoded text (special tokens, such as BOS, cover no
+    text): the length of the decoded text of the tokens before it that the whole text begins with (a
+    character split over tokens counts at its last one). Found by bisection, decoding few prefixes."""
+
+    def __init__(self, model: HookedTransformer, tokens: list[int]) -> None:
+        self.tokenizer, self.tokens = model.tokenizer, tokens
+        self.text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        self.starts: dict[int, int] = {0: 0, len(tokens): len(self.text)}
+
+    def start(self, index: int) -> int:
+        """Where token `index` starts (len(tokens): where the text ends)."""
+        if index not in self.starts:
+            prefix = self.tokenizer.decode(self.tokens[:index], skip_special_tokens=True)
+            self.starts[index] = len(os.path.commonprefix([prefix, self.text]))
+        return self.starts[index]
+
+    def token_at(self, char: int) -> int:
+        """The token whose text holds character `char`: the last token starting at or before it."""
+        low, high = 0, len(self.tokens) - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self.start(middle) <= char:
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
 
 def pair_task(
@@ -219,22 +270,14 @@ def pair_task(
     """A `PairTask` from a prompt-pair file (see the module docstring) or its rows, with `metric`
     ("logit_diff" or "prob": `circuits.pairs_file.METRICS`); every prompt whole, never cut to the
     context (its end is where the metric reads)."""
-    rows = read_pairs(source) if isinstance(source, str | Path) else [dict(row) for row in source]
     name = name or (Path(source).name if isinstance(source, str | Path) else "pairs")
+    rows = read_pairs(source) if isinstance(source, str | Path) else pair_rows(source, name)
     if not rows:
         raise ValueError(f"{name} has no prompt pairs.")
     check_pairs(rows, name, metric)
     if model.tokenizer is None:
         raise ValueError(f"{model.cfg.model_name} has no tokenizer, so it cannot read text prompt pairs.")
-    position_names = sorted(
-        {key[len(POSITION_PREFIX) :] for row in rows for key in row if key.startswith(POSITION_PREFIX)}
-    )
-    for number, row in enumerate(rows, 1):
-        missing = [POSITION_PREFIX + p for p in position_names if not row.get(POSITION_PREFIX + p)]
-        if missing:
-            raise ValueError(
-                f"{name}: pair {number} lacks {', '.join(missing)}; every pair needs each column"
-            )
+    position_names = [column[len(POSITION_PREFIX) :] for column in position_columns(rows)]  # checked
 
     def tokens_of(text: str, number: int, which: str) -> list[int]:
         tokens = model.to_tokens(text, truncate=False)[0].tolist()
@@ -252,7 +295,7 @@ def pair_task(
     clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
     positions = {
         p: torch.tensor([
-            _position(model, ids, row["clean"], row[POSITION_PREFIX + p], f"{name}: pair {n} pos:{p}")
+            _position(model, ids, row["clean"], row[POSITION_PREFIX + p], f"{name}: pair {n}'s pos:{p}")
             for n, (row, ids) in enumerate(zip(rows, clean_ids, strict=True), 1)
         ])
         for p in position_names
@@ -262,9 +305,16 @@ def pair_task(
     def answers(key: str) -> Tensor:
         return torch.tensor([model.to_single_token(row[key]) for row in rows])
 
+    correct, incorrect = answers("correct"), None if metric == "prob" else answers("incorrect")
+    if incorrect is not None and bool((correct == incorrect).any()):
+        i = int((correct == incorrect).nonzero()[0, 0])
+        raise ValueError(
+            f"{name}: pair {i + 1}'s correct {rows[i]['correct']!r} and incorrect {rows[i]['incorrect']!r} "
+            f"answers are the same token of {model.cfg.model_name} ({int(correct[i])}), so the logit "
+            "difference is 0 on every prompt: give each pair an incorrect answer that is another token"
+        )
     return PairTask(
-        name=name, clean=clean, corrupted=corrupted, correct=answers("correct"),
-        incorrect=None if metric == "prob" else answers("incorrect"),
+        name=name, clean=clean, corrupted=corrupted, correct=correct, incorrect=incorrect,
         end=torch.tensor([len(ids) - 1 for ids in clean_ids]),
         corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]), positions=positions,
         families=tuple(
