@@ -304,7 +304,8 @@ class Config:
 
     @property
     def final_rms(self) -> bool:
-        return False
+        """Whether the final norm is an RMSNorm (TransformerLens's Llama-family configs: True)."""
+        return self.normalization == "rmsnorm"
 
     @property
     def n_params(self) -> int:

@@ -521,6 +521,9 @@ def test_solu_is_softmax_weighted_then_layer_normed_and_folds_exactly():
     logits, cache = model.run_with_cache(tokens)
     pre = cache["blocks.0.mlp.hook_pre"]
     torch.testing.assert_close(cache["blocks.0.mlp.hook_mid"], pre * pre.softmax(-1))
+    from transformer_lens.utilities import get_act_name
+
+    assert cache["mid", 0] is cache[get_act_name("mid", 0)]  # TL's short name reads the same hook
     ln = model.blocks[0].mlp.ln
     expected = torch.nn.functional.layer_norm(pre * pre.softmax(-1), (pre.shape[-1],), ln.w, ln.b, 1e-5)
     torch.testing.assert_close(cache["blocks.0.mlp.hook_post"], expected, atol=ATOL, rtol=0)

@@ -453,7 +453,7 @@ def test_config_reads_as_transformer_lens(pair):
     for name in [
         "n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "d_vocab_out", "n_ctx",
         "act_fn", "positional_embedding_type", "n_key_value_heads", "device",
-        "dtype", "gated_mlp",
+        "dtype", "gated_mlp", "final_rms",
     ]:  # fmt: skip
         assert getattr(ours.cfg, name) == getattr(bridge.cfg, name), name
     assert torch.zeros(3, device=ours.cfg.device).device == ours.W_E.device

@@ -36,7 +36,7 @@ _BLOCK_HOOKS = {
     "v_input",
 }
 _ATTN_HOOKS = {"q", "k", "v", "z", "result", "pattern", "attn_scores", "rot_q", "rot_k"}
-_MLP_HOOKS = {"pre", "post", "pre_linear"}
+_MLP_HOOKS = {"pre", "post", "pre_linear", "mid"}  # mid: SoLU's, before its LayerNorm
 _ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post",
             "key": "k", "query": "q", "value": "v"}  # fmt: skip
 # TransformerLens's compact names: name, layer, optional sublayer ("k6a", "pre2", "scale29ln1").
