@@ -289,6 +289,15 @@ def test_model_from_a_llama_like_transformer_lens_config_runs():
     assert logits.shape == (1, 4, 61)
     with pytest.raises(TypeError, match="interp.Config or an interp.HookedTransformerConfig"):
         interp.HookedTransformer({"n_layers": 2})
+    # TL's gated MLP has b_in, no b_gate, and adds b_in after the product: a state dict without b_gate
+    # loads where b_in is zero (the same numbers); another b_in is refused.
+    tl_state = {name: value for name, value in model.state_dict().items() if not name.endswith("b_gate")}
+    again = interp.HookedTransformer(cfg)
+    again.load_state_dict(tl_state)
+    torch.testing.assert_close(again(torch.tensor([[1, 2, 3, 4]])), logits, atol=0, rtol=0)
+    tl_state["blocks.1.mlp.b_in"] = torch.full_like(tl_state["blocks.1.mlp.b_in"], 0.1)
+    with pytest.raises(ValueError, match="blocks.1.mlp.b_in is TransformerLens's gated-MLP bias"):
+        again.load_state_dict(tl_state)
 
 
 # --- 5. from_pretrained's arguments and TL's remaining methods -------------------------------------

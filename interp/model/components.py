@@ -370,6 +370,25 @@ def _rename_kv_parameters(module: Attention, state_dict: dict[str, Tensor], pref
             state_dict[prefix + "_" + name] = state_dict.pop(prefix + name)
 
 
+def _read_transformer_lens_gated_bias(
+    module: MLP, state_dict: dict[str, Tensor], prefix: str, *args: Any
+) -> None:
+    """Load a TransformerLens gated MLP's state (b_in, no b_gate): TL adds b_in after the product,
+    act(x W_gate) * (x W_in) + b_in, where interp (as transformers' models) adds it to x W_in, so only a
+    zero b_in loads (b_gate zero too); another is refused rather than read as other numbers."""
+    b_in = state_dict.get(prefix + "b_in")
+    if prefix + "b_gate" in state_dict or b_in is None:
+        return
+    if bool(b_in.any()):
+        raise ValueError(
+            f"{prefix}b_in is TransformerLens's gated-MLP bias, added after the product (act(x W_gate) * "
+            "(x W_in) + b_in), where interp adds b_in to x W_in (and b_gate to x W_gate), as transformers' "
+            "models do: it is not zero here, so this state dict would give other numbers; load the model "
+            "from its transformers checkpoint instead"
+        )
+    state_dict[prefix + "b_gate"] = torch.zeros_like(b_in)
+
+
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": F.gelu,
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
@@ -407,6 +426,8 @@ class MLP(nn.Module):
             self.hook_mid = HookPoint()
             self.ln = Norm(cfg, (cfg.d_mlp,))
         self.hook_post = HookPoint()
+        if self.b_gate is not None:
+            self.register_load_state_dict_pre_hook(_read_transformer_lens_gated_bias)
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         linear = x @ self.W_in
