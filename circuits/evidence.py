@@ -40,6 +40,7 @@ from torch import Tensor
 from interp.interventions.stats import (
     FAITHFUL_BAND,
     OVERSHOOT,
+    PARTIAL,
     FaithfulnessSummary,
     bootstrap,
     bootstrap_ci,
@@ -569,8 +570,10 @@ def held_out_faithfulness(
 
 
 def _band(ratio: float) -> str:
-    """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND."""
-    return "overshoots" if ratio > OVERSHOOT else "partial" if ratio < 1 - FAITHFUL_BAND else "within"
+    """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND, or below PARTIAL."""
+    if ratio > OVERSHOOT:
+        return "overshoots"
+    return "not faithful" if ratio < PARTIAL else "partial" if ratio < 1 - FAITHFUL_BAND else "within"
 
 
 def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumFaithfulness] = ()) -> str:
@@ -581,6 +584,8 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     if summary.overshoots:
         verdict = f"overshoots: keeps {summary.ratio:.2f} of the model's effect (above {OVERSHOOT:g}), so "
         verdict += "components left out work against the answer"
+    elif summary.ratio < PARTIAL:
+        verdict = f"not faithful: keeps {summary.ratio:.2f} of the model's effect (below {PARTIAL:g})"
     elif summary.ratio < 1 - FAITHFUL_BAND:
         verdict = f"partial: keeps {summary.ratio:.2f} of the model's effect (below {1 - FAITHFUL_BAND:g})"
     elif summary.within < 0.5:

@@ -149,5 +149,9 @@ def test_faithfulness_summary_shows_what_a_ratio_of_means_hides():
     exact = faithfulness_summary(model, model, ablated)
     assert exact.error == 0 and exact.within == 1 and faithfulness_verdict(exact).startswith("faithful:")
     assert faithfulness_verdict(faithfulness_summary(1.3 * model, model, ablated)).startswith("overshoots")
+    assert faithfulness_verdict(faithfulness_summary(0.6 * model, model, ablated)).startswith("partial")
+    for short in (0.2, -0.14):  # below 0.5, as the edge circuit's verdict: not partial
+        verdict = faithfulness_verdict(faithfulness_summary(short * model, model, ablated))
+        assert verdict.startswith(f"not faithful: keeps {short:.2f}"), verdict
     few = faithfulness_by_stratum(model, model, ablated, [("family", "tiny", torch.arange(40) < 3)])
     assert few[0].summary is None and few[0].n_prompts == 3

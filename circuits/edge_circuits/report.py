@@ -20,11 +20,11 @@ from circuits.sections import (
     write_sections,
 )
 from interp import viz
-from interp.interventions.stats import FAITHFUL_BAND, OVERSHOOT
+from interp.interventions.stats import FAITHFUL_BAND, OVERSHOOT, PARTIAL
 
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
 TOP_ROWS = 25
-FAITHFUL, PARTIAL = 1 - FAITHFUL_BAND, 0.5  # verdict thresholds on faithfulness (0.8, 0.5)
+FAITHFUL = 1 - FAITHFUL_BAND  # verdict thresholds on faithfulness (0.8, and PARTIAL's 0.5)
 DENSE_EDGES = 300  # circuits with more edges are drawn fainter (circuit_svg)
 
 

@@ -102,6 +102,7 @@ def faithfulness_ratio(
 
 FAITHFUL_BAND = 0.2  # a prompt is reproduced when its own faithfulness is within 1 +- this
 OVERSHOOT = 1 + FAITHFUL_BAND  # a circuit above this keeps more than the model does
+PARTIAL = 0.5  # a circuit below this keeps too little of the model's effect to be partial: not faithful
 
 
 @dataclass(kw_only=True)
