@@ -404,7 +404,17 @@ def test_circuit_task_reads_and_checks_a_pairs_file_once_before_a_model_loads(sm
     is loaded; the prompts are then built from the rows it read, not from a second read of the file."""
     from circuits.edge_circuits.run import CircuitTask, circuit_prompts
 
-    csv_path, _ = _write_pairs(tmp_path)
+    rows = [*PAIRS, *((*row[:2], row[3], row[2]) for row in PAIRS)]  # 8 pairs: 4 to choose, 4 to test
+    rows += [("The cat sat on the", "The dog sat on the", " mat", " rug"),
+             ("The sun rises in the", "The sun sets in the", " east", " west")]  # fmt: skip
+    csv_path = tmp_path / "pairs.csv"
+    csv_path.write_text(
+        "\n".join(["clean,corrupted,correct,incorrect", *(",".join(map(json.dumps, r)) for r in rows)])
+    )
+    few = tmp_path / "few.csv"
+    few.write_text("\n".join(csv_path.read_text().splitlines()[:8]) + "\n")
+    with pytest.raises(ValueError, match="few.csv has 7 pairs: a circuit is chosen on some pairs and tested"):
+        CircuitTask(task=str(few))
     no_incorrect = tmp_path / "no-incorrect.csv"
     no_incorrect.write_text("clean,corrupted,correct\nThe cat sat on the,The dog sat on the, mat\n")
     with pytest.raises(ValueError, match="lacks incorrect"):
@@ -412,5 +422,5 @@ def test_circuit_task_reads_and_checks_a_pairs_file_once_before_a_model_loads(sm
     task = CircuitTask(task=str(csv_path))
     csv_path.unlink()  # read once, at construction
     prompts = circuit_prompts(smollm2, task, EdgeCircuitSettings(method="eap", n_edges=5, ablation="mean"))
-    assert prompts.prompt_pairs.n_prompts + prompts.heldout.n_prompts == len(PAIRS)
+    assert prompts.prompt_pairs.n_prompts + prompts.heldout.n_prompts == len(rows)
     assert prompts.pairs is not None and prompts.pairs.name == "pairs.csv"

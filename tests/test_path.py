@@ -417,13 +417,13 @@ def older_path_result(node: dict) -> dict:
 
 
 def test_the_edge_circuit_and_the_head_classes_are_tested_on_the_same_held_out_prompts(smollm2, tmp_path):
-    """Issue 50: a file is read once and split once by whole families. Seven pairs without a family
+    """Issue 50: a file is read once and split once by whole families. Eleven pairs without a family
     column (each prompt its own family): the edge circuit chooses and tests on exactly the prompts the
-    head classes do (the path's rounded half, 4 held out, not 7 // 2); with families drawn by a seed,
+    head classes do (the path's rounded half, 6 held out, not 11 // 2); with families drawn by a seed,
     the edge circuit's held-out prompts are the head path's held-out families' prompts."""
-    path, saved = tmp_path / "seven.csv", tmp_path / "circuit.json"
+    path, saved = tmp_path / "eleven.csv", tmp_path / "circuit.json"
     columns = ("clean", "corrupted", "correct", "incorrect")
-    rows = [{key: row[key] for key in columns} for row in agreement_rows(per_family=2)][:7]
+    rows = [{key: row[key] for key in columns} for row in agreement_rows(per_family=3)][:11]
     with path.open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(columns))
         writer.writeheader()
@@ -436,7 +436,7 @@ def test_the_edge_circuit_and_the_head_classes_are_tested_on_the_same_held_out_p
     chose = [task.families.index(label) for label in result.heads.chose["prompts"]]
     tested = [task.families.index(label) for label in result.heads.tested["prompts"]]
     figures = result.heads.extras
-    assert (len(chose), len(tested)) == (figures.n_discovery, figures.n_heldout) == (3, 4)
+    assert (len(chose), len(tested)) == (figures.n_discovery, figures.n_heldout) == (5, 6)
     assert torch.equal(result.task.clean, task.clean[chose])
     assert torch.equal(result.heldout_task.clean, task.clean[tested])
     drawn = pair_task(smollm2, AGREEMENT)
@@ -460,10 +460,22 @@ def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):
     assert "Head classes (held out)" in run.stdout and "What chose and what tested" in run.stdout
     assert "stage 3 of 6: Discover heads" in run.stderr  # the head path's stages join the plan
     unequal = tmp_path / "unequal.csv"
-    unequal.write_text(
+    nouns = [
+        ("keys", "key", "box"),
+        ("boxes", "box", "key"),
+        ("cats", "cat", "dog"),
+        ("dogs", "dog", "cat"),
+        ("pens", "pen", "cup"),
+        ("cups", "cup", "pen"),
+        ("lamps", "lamp", "desk"),
+        ("desks", "desk", "lamp"),
+    ]
+    unequal.write_text(  # 8 pairs (4 to choose, 4 to test), each corrupted prompt a token shorter
         "clean,corrupted,correct,incorrect\n"
-        + "The keys near the old box,The key near the box, are, is\n"
-        + "The boxes near the old key,The box near the key, are, is\n",
+        + "".join(
+            f"The {many} near the old {other},The {one} near the {other}, are, is\n"
+            for many, one, other in nouns
+        )
     )
     run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), "--method", "eap", "--edges", "50"])
     assert run.exit_code != 0 and "different lengths" in " ".join(run.output.split())

@@ -26,7 +26,7 @@ from circuits.edge_circuits.tasks import (
     heldout_edge_task,
     pair_edge_task,
 )
-from circuits.evidence import split_families
+from circuits.evidence import MIN_STRATUM_PROMPTS, split_families
 from circuits.pairs_file import METRICS, check_families, check_pairs, read_pairs
 from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
 from circuits.quick import circuit_note
@@ -61,6 +61,8 @@ class CircuitTask:
             return
         object.__setattr__(self, "rows", read_pairs(self.task))
         check_pairs(self.rows, self.task, self.metric)
+        if len(self.rows) < 2 * MIN_STRATUM_PROMPTS:
+            raise ValueError(_too_few(f"{self.task} has {len(self.rows)} pairs"))
         if self.heldout_families is None:
             if any("family" in row for row in self.rows):  # (check_pairs: in every row or none)
                 check_families([row["family"] for row in self.rows], self.task)
@@ -134,10 +136,22 @@ def circuit_prompts(
     pairs = pair_task(model, task.rows, name=Path(task.task).name, metric=task.metric)
     pairs = replace(pairs, heldout_families=pairs.family_split(task.heldout_families, settings.seed).heldout)
     edge, (discovery, heldout) = pair_edge_task(pairs), pairs.split_rows()
+    if min(len(discovery), len(heldout)) < MIN_STRATUM_PROMPTS:
+        chose = f"{len(discovery)} pairs that choose and {len(heldout)} that test"
+        raise ValueError(_too_few(f"{task.task}'s families split into {chose}"))
     if task.with_heads:  # checked before any long work
         pairs.check_ablation(settings.ablation)
     heads_pairs = pairs if task.with_heads else None
     return CircuitPrompts(model, task, edge.subset(discovery), edge.subset(heldout), heads_pairs)
+
+
+def _too_few(what: str) -> str:
+    """Why a prompt-pair file is refused for too few pairs to choose on and to test on (`what` it has)."""
+    return (
+        f"{what}: a circuit is chosen on some pairs and tested on others, and each needs at least "
+        f"{MIN_STRATUM_PROMPTS} (a CI over fewer is no CI); give {2 * MIN_STRATUM_PROMPTS} or more pairs, "
+        "in families of similar sizes"
+    )
 
 
 def run_circuit(
