@@ -194,10 +194,18 @@ def heads_option(text: str | None) -> list[tuple[int, int]] | None:
         return []
     if text.endswith(".json"):
         from circuits.finding import Finding
-        from circuits.results_file import load_result
+        from circuits.results_file import PartialResult, load_result
 
         with refused():
             report = load_result(text)
+        if isinstance(report, PartialResult) and report.command == "heads":  # resumed by its own options
+            given = {name: report.settings.get(name) for name in ("model", "n_samples", "seed", "dtype")}
+            options = " ".join(
+                f"--{name.replace('_', '-')} {value}" for name, value in given.items() if value
+            )
+            raise fail(
+                f"{text} holds an unfinished head report; finish it: interp heads {options} --save {text}"
+            )
         if not isinstance(report, Finding) or report.analysis != "heads":
             raise fail(f"{text} holds no head report; write one with: interp heads --save {text}")
         return report.extras.heads_of_type("induction")

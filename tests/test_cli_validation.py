@@ -229,3 +229,20 @@ def test_the_help_examples_on_toy_models_run(tmp_path, monkeypatch):
     for arguments in runs:
         result = CliRunner().invoke(app, arguments)
         assert result.exit_code == 0, f"interp {' '.join(arguments)}: {result.output[-500:]}"
+
+
+def test_an_unfinished_head_report_is_refused_with_the_command_that_finishes_it(tmp_path):
+    """--induction-heads naming a stopped `interp heads --save` run: the advice is the command that
+    resumes it, with the options it was made with (not a bare `interp heads --save`, which its file
+    would refuse)."""
+    from circuits.results_file import PartialResult, save_result
+
+    settings = {"model": "toy-induction", "n_samples": 400, "seed": 0, "dtype": "float32", "weights": "ab"}
+    partial = PartialResult(command="heads", settings=settings, stages=["one", "two"], done={}, notes={})
+    path = tmp_path / "heads.json"
+    save_result(partial, path, "heads", settings)
+    result = CliRunner().invoke(app, ["icl", "--model", "toy-induction", "--induction-heads", str(path)])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "holds an unfinished head report" in said, said
+    advice = f"interp heads --model toy-induction --n-samples 400 --dtype float32 --save {path}"
+    assert "".join(advice.split()) in "".join(said.split())  # the console wraps long paths anywhere
