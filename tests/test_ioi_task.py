@@ -32,11 +32,14 @@ def test_ioi_pair_task_holds_out_ioi_heldout_split(toy_ioi):
 
 
 def test_head_path_on_ioi_agrees_with_ioi_pipeline(toy_ioi):
-    """The shared path, with no IOI-specific step, confirms on held-out templates a class attending
-    to S2 that holds the heads IOI's own pipeline names as attending to S2."""
+    """The shared path, with no IOI-specific step, finds a class attending to S2 whose drop on held-out
+    templates is positive and which holds the heads IOI's own pipeline names as attending to S2. Its
+    two classes take all 8 heads of the model, so no random heads are left to compare them with: the
+    path leaves them unconfirmed, saying why."""
     path = head_path(toy_ioi, ioi_pair_task(toy_ioi, n_prompts=64))
     to_s2 = next(check for check in path.classes if check.name == "to S2")
-    assert to_s2.verdict == "confirmed" and to_s2.heldout.beyond_ci[0] > 0
+    assert to_s2.heldout.beyond_ci[0] > 0 and to_s2.random_sets == [[]] * len(to_s2.random_sets)
+    assert to_s2.random_sets_short and to_s2.verdict == "unconfirmed"
     ioi = find_ioi_circuit(toy_ioi, n_prompts=64, seed=0).extras
     s2_classes = [name for name in ioi.circuit if name in ("s_inhibition", "s_suppression")]
     named = {f"L{layer}H{head}" for name in s2_classes for layer, head in ioi.circuit[name]}

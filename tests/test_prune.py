@@ -206,7 +206,7 @@ def test_circuit_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):
     junk = runner.invoke(app, [*common[:-1], "junk.json", *ioi])
     assert junk.exit_code == 2, junk.output
     said = " ".join(junk.output.split())
-    assert "error: junk.json is no edge-mask checkpoint" in said and "Traceback" not in said
+    assert "error: --checkpoint: junk.json is no edge-mask checkpoint" in said and "Traceback" not in said
 
 
 def test_selection_frequencies(toy_induction):
