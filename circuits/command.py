@@ -134,11 +134,18 @@ def refuse_shared_paths(read: dict[str, str | None], written: dict[str, str | No
             )
 
 
-def check_checkpoint(path: str | None) -> None:
-    """Exit with an error for an edge mask's --checkpoint that cannot be written, or a file there that
-    is no checkpoint of this interp's, before any model is loaded (whose run it is, is checked after)."""
+def check_checkpoint(path: str | None, method: str) -> None:
+    """Exit with an error for an edge mask's --checkpoint given to a `method` that trains none, that
+    cannot be written, or a file there that is no checkpoint of this interp's, before any model is
+    loaded (whose run it is, is checked after)."""
+    if path is None:
+        return
+    from circuits.edge_circuits.find import MASK_METHODS
+
+    if method not in MASK_METHODS:
+        raise fail(f"--checkpoint is the edge mask's (--method prune or ensemble); {method} trains none.")
     refuse_unwritable(path, "--checkpoint")
-    if path is not None and Path(path).is_file():
+    if Path(path).is_file():
         from interp.edges.pruning import read_checkpoint
 
         with refused("--checkpoint: "):

@@ -102,6 +102,8 @@ REFUSED_BEFORE_LOADING = [
     (["circuit", "--mib-out", "/sys/mib.json"], "--mib-out /sys/mib.json cannot be written"),
     (["circuit", "--checkpoint", "/sys/mask.pt"], "--checkpoint /sys/mask.pt cannot be written"),
     (["circuit", "--checkpoint", "{headless}"], "is no edge-mask checkpoint (torch.load cannot read it"),
+    (["circuit", "--method", "eap-ig", "--checkpoint", "{empty}/mask.pt"], "eap-ig trains none"),
+    (["circuit", "--method", "eap", "--density", "0.1"], "--density is the edge mask's"),
     (["circuit", "--task", "{onefamily}"], "its family column gives all 2 pairs one family ('only')"),
     (["icl", "--induction-heads", "{missing}.json"], "no such file; write one with: interp heads --save"),
     (["icl", "--fv", "--induction-heads", "{missing}.json"], "no such file; write one with"),

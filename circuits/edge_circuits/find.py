@@ -261,6 +261,8 @@ class EdgeCircuitSettings:
              f"--density {self.density} must lie in (0, 1): the fraction of edges the mask keeps, e.g. "
              "0.02."),
             (self.prune_steps < 1, f"--prune-steps {self.prune_steps} must be at least 1."),
+            (self.density is not None and self.method not in MASK_METHODS,
+             f"--density is the edge mask's (--method prune or ensemble); {self.method} trains none."),
             (self.ig_points != "paper" and self.method.startswith("eap-ig-activations"),
              f"--ig-points applies to eap-ig (over inputs); {self.method} takes alpha = k/m, k = 1..m."),
             (self.max_memory is not None and self.method == "exact",

@@ -61,19 +61,18 @@ class CircuitTask:
             return
         object.__setattr__(self, "rows", read_pairs(self.task))
         check_pairs(self.rows, self.task, self.metric)
+        if self.heldout_families is None and any("family" in row for row in self.rows):  # in all or none
+            check_families([row["family"] for row in self.rows], self.task)
+        elif self.heldout_families is not None:
+            try:
+                families = [str(row.get("family") or "") for row in self.rows]
+                if not any(families):
+                    raise ValueError(f"{self.task} has no family column, so it has no families to hold out")
+                split_families(families, heldout=self.heldout_families)
+            except ValueError as error:
+                raise ValueError(f"--heldout-families: {error}") from error
         if len(self.rows) < 2 * MIN_STRATUM_PROMPTS:
             raise ValueError(_too_few(f"{self.task} has {len(self.rows)} pairs"))
-        if self.heldout_families is None:
-            if any("family" in row for row in self.rows):  # (check_pairs: in every row or none)
-                check_families([row["family"] for row in self.rows], self.task)
-            return
-        try:
-            families = [str(row.get("family") or "") for row in self.rows]
-            if not any(families):
-                raise ValueError(f"{self.task} has no family column, so it has no families to hold out")
-            split_families(families, heldout=self.heldout_families)
-        except ValueError as error:
-            raise ValueError(f"--heldout-families: {error}") from error
 
     @property
     def is_file(self) -> bool:
