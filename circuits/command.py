@@ -146,10 +146,10 @@ def check_checkpoint(path: str | None, method: str) -> None:
         raise fail(f"--checkpoint is the edge mask's (--method prune or ensemble); {method} trains none.")
     refuse_unwritable(path, "--checkpoint")
     if Path(path).is_file():
-        from interp.edges.pruning import read_checkpoint
+        from interp.edges.pruning import read_mask_checkpoint
 
         with refused("--checkpoint: "):
-            read_checkpoint(path)
+            read_mask_checkpoint(path)
 
 
 def check_plot(plot: str | None) -> None:

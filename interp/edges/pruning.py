@@ -476,8 +476,8 @@ def _differences(saved: dict, key: _RunKey) -> list[str]:
 
 def _load(path, key: _RunKey | None) -> dict | None:
     """The checkpoint's state, None where there is none; refused where it is another run's, of an
-    older format or no checkpoint at all (`read_checkpoint`)."""
-    state = read_checkpoint(path)
+    older format or no checkpoint at all (`read_mask_checkpoint`)."""
+    state = read_mask_checkpoint(path)
     if state is None:
         return None
     if differ := _differences(state["key"], key):
@@ -493,7 +493,7 @@ def _listed(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
-def read_checkpoint(path: str | os.PathLike | None) -> dict | None:
+def read_mask_checkpoint(path: str | os.PathLike | None) -> dict | None:
     """The state in an edge-mask checkpoint file of `prune_edges` (None: no path, or no file there yet);
     a file that is none (another kind of file, a checkpoint of an older format that did not record the
     model, prompts and metric) refused in one line (ValueError). Needs no model: a command can check
@@ -537,7 +537,7 @@ def checkpoint_step(
     from the start); a file that is not this run's checkpoint refused (ValueError naming what differs:
     model weights, edge graph, prompts, metric, settings), as `prune_edges` refuses it, so that a caller
     can check before other long work. start: the start ranking's method (`prune_edges`' `start`)."""
-    if checkpoint is None or read_checkpoint(checkpoint) is None:
+    if checkpoint is None or read_mask_checkpoint(checkpoint) is None:
         return None
     ablation = edge_ablation(ablation)
     clean, corrupted = check_pair(model, clean, corrupted)
