@@ -280,7 +280,7 @@ def circuit(
     inputs = {"--task": task if is_file else None, "--checkpoint": checkpoint}  # the mask's: read and written
     outputs = {"--mib-out": mib_out}
     command = Command("circuit", model, format, out, save, files=files, inputs=inputs, outputs=outputs)
-    skeleton.check_checkpoint(checkpoint, method)
+    skeleton.check_method_options(ctx, method, checkpoint)
     from circuits.edge_circuits import EdgeCircuitSettings
     from circuits.edge_circuits.run import CircuitTask, circuit_prompts, run_circuit
     from interp.edges import MIB_FRACTIONS

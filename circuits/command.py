@@ -134,22 +134,38 @@ def refuse_shared_paths(read: dict[str, str | None], written: dict[str, str | No
             )
 
 
-def check_checkpoint(path: str | None, method: str) -> None:
-    """Exit with an error for an edge mask's --checkpoint given to a `method` that trains none, that
-    cannot be written, or a file there that is no checkpoint of this interp's, before any model is
-    loaded (whose run it is, is checked after)."""
-    if path is None:
-        return
-    from circuits.edge_circuits.find import MASK_METHODS
+def given(context: Any, name: str) -> bool:
+    """Whether the option `name` (its parameter's name) was given on the command line, by the command's
+    typer.Context `context` (not left at its default)."""
+    return getattr(context.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
 
-    if method not in MASK_METHODS:
-        raise fail(f"--checkpoint is the edge mask's (--method prune or ensemble); {method} trains none.")
-    refuse_unwritable(path, "--checkpoint")
-    if Path(path).is_file():
+
+# interp circuit's options read by some methods only: option -> the methods that read it
+METHOD_OPTIONS = {
+    "checkpoint": ("prune", "ensemble"),  # the edge mask's
+    "prune_steps": ("prune", "ensemble"),
+    "steps": ("eap-ig", "eap-ig-activations", "eap-ig-activations-grouped", "ensemble"),  # EAP-IG's
+    "ig_points": ("eap-ig", "ensemble"),
+}
+
+
+def check_method_options(context: Any, method: str, checkpoint: str | None) -> None:
+    """Exit with an error for an option given to `interp circuit` that its `method` does not read
+    (`METHOD_OPTIONS`; --density: `EdgeCircuitSettings`), an edge mask's --checkpoint that cannot be
+    written, or a file there that is no checkpoint of this interp's, before any model is loaded (whose
+    run it is, is checked after)."""
+    for name, methods in METHOD_OPTIONS.items():
+        if given(context, name) and method not in methods:
+            option = "--" + name.replace("_", "-")
+            raise fail(f"{option} is read by --method {' or '.join(methods)}, not by {method}: leave it out.")
+    if checkpoint is None:
+        return
+    refuse_unwritable(checkpoint, "--checkpoint")
+    if Path(checkpoint).is_file():
         from interp.edges.pruning import read_mask_checkpoint
 
         with refused("--checkpoint: "):
-            read_mask_checkpoint(path)
+            read_mask_checkpoint(checkpoint)
 
 
 def check_plot(plot: str | None) -> None:
@@ -327,11 +343,7 @@ class Command:
 
         def with_quick(name: str, value: object) -> object:
             quick_value, default = preset.options.get(name, (value, value))
-            given = getattr(context.get_parameter_source(name), "name", "DEFAULT") not in (
-                "DEFAULT",
-                "DEFAULT_MAP",
-            )
-            return value if given or value != default else quick_value
+            return value if given(context, name) or value != default else quick_value
 
         chosen = {name: with_quick(name, value) for name, value in values.items()}
         sizes = {name: (chosen[name], values[name]) for name in values}

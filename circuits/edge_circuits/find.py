@@ -262,7 +262,7 @@ class EdgeCircuitSettings:
              "0.02."),
             (self.prune_steps < 1, f"--prune-steps {self.prune_steps} must be at least 1."),
             (self.density is not None and self.method not in MASK_METHODS,
-             f"--density is the edge mask's (--method prune or ensemble); {self.method} trains none."),
+             f"--density is read by --method prune or ensemble, not by {self.method}: leave it out."),
             (self.ig_points != "paper" and self.method.startswith("eap-ig-activations"),
              f"--ig-points applies to eap-ig (over inputs); {self.method} takes alpha = k/m, k = 1..m."),
             (self.max_memory is not None and self.method == "exact",
