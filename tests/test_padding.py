@@ -114,6 +114,10 @@ def test_a_metric_of_the_model_logits(model):
     torch.testing.assert_close(
         metrics.loss(logits, tokens, attention_mask=mask)[0], metrics.loss(alone_logits, alone)[0], **TOL
     )
+    # ids from to_tokens carry their mask: the loss counts real tokens on either padding side
+    torch.testing.assert_close(
+        metrics.loss(logits, tokens), metrics.loss(logits, tokens, attention_mask=mask)
+    )
     if model.default_padding_side == "right":
         for read in (
             lambda: last_position_metric(model)(logits),
@@ -121,7 +125,7 @@ def test_a_metric_of_the_model_logits(model):
             lambda: metrics.logit_diff(logits, *answers(model, 2)),
             lambda: metrics.answer_prob(logits, correct, pos=-1),
             lambda: metrics.kl_divergence(logits, logits),
-            lambda: metrics.loss(logits, tokens),
+            lambda: metrics.loss(logits, tokens.clone()),  # ids without their recorded mask
             lambda: metrics.normalized(last_position_metric(model), logits, model(tokens.flip(0))),
         ):
             with pytest.raises(ValueError, match=PADDED_ERROR):

@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.checks import check_denominator, check_metric_output
-from interp.model.tokens import LAST_POSITIONS
+from interp.model.tokens import LAST_POSITIONS, recorded_padding
 from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
 from interp.types import Metric as Metric
 from interp.types import Pos
@@ -190,12 +190,14 @@ def loss(
     attention_mask: Int[Tensor, "batch pos"] | None = None,
 ) -> Float[Tensor, " batch"]:
     """Mean next-token cross-entropy of each prompt, in nats; with `attention_mask` (1: real token,
-    from `model.to_tokens_and_mask`) over the positions where it and the next token are real."""
+    from `model.to_tokens_and_mask`; default: the one ids from `model.to_tokens` carry) over the
+    positions where it and the next token are real."""
     if tokens.shape != logits.shape[:2]:
         raise ValueError(
             f"tokens {tuple(tokens.shape)} must match logits' [batch, pos] {tuple(logits.shape[:2])}"
         )
     per_token = next_token_loss(logits, tokens.to(logits.device), per_token=True)  # [batch, pos - 1]
+    attention_mask = recorded_padding(tokens) if attention_mask is None else attention_mask
     if attention_mask is None:
         last = getattr(logits, LAST_POSITIONS, None)
         n_pos = logits.shape[1]
