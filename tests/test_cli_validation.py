@@ -108,7 +108,10 @@ REFUSED_BEFORE_LOADING = [
     ),
     (["circuit", "--method", "eap", "--density", "0.1"], "--density is read by --method prune or ensemble"),
     (["circuit", "--method", "eap-ig", "--prune-steps", "45"], "--prune-steps is read by --method prune or"),
-    (["circuit", "--method", "prune", "--steps", "5"], "--steps is read by --method eap-ig or eap-ig-activations"),
+    (
+        ["circuit", "--method", "prune", "--steps", "5"],
+        "--steps is read by --method eap-ig or eap-ig-activations",
+    ),
     (
         ["circuit", "--method", "eap", "--ig-points", "mib"],
         "--ig-points is read by --method eap-ig or ensemble",
