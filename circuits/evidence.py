@@ -569,7 +569,7 @@ def held_out_faithfulness(
     return summary, faithfulness_by_stratum(circuit, model, ablated, strata, seed)
 
 
-def _band(ratio: float) -> str:
+def faithfulness_band(ratio: float) -> str:
     """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND, or below PARTIAL."""
     if ratio > OVERSHOOT:
         return "overshoots"
@@ -596,10 +596,10 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     else:
         verdict = f"faithful: within {band}, and so are {summary.within:.0%} of prompts"
     off = [
-        f"{s.name} {s.summary.ratio:.2f} ({_band(s.summary.ratio)})"
+        f"{s.name} {s.summary.ratio:.2f} ({faithfulness_band(s.summary.ratio)})"
         for s in strata
         if s.summary is not None
-        and _band(s.summary.ratio) != _band(summary.ratio)
+        and faithfulness_band(s.summary.ratio) != faithfulness_band(summary.ratio)
         and not s.summary.ratio_ci[0] <= 1 <= s.summary.ratio_ci[1]  # its CI excludes reproducing the model
     ]
     if off:

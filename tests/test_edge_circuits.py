@@ -265,6 +265,18 @@ def test_circuit_is_chosen_on_discovery_prompts_and_judged_on_held_out_ones():
         float(result.discovery_faithfulness.faithfulness[0])
     )
     assert data["circuit"]["held_out_note"] == result.held_out_note() != ""
+
+    # the note says where held-out faithfulness falls by the verdict's bands, not by a CI excluding 0
+    def at(ratio: float) -> edges.Faithfulness:  # a circuit keeping `ratio` of the model's effect
+        return edges.Faithfulness(values=torch.full((1, 8), ratio), full=torch.ones(8), empty=torch.zeros(8))
+
+    cases = [
+        (0.864, 0.611, "partial on held-out prompts: 0.611"),
+        (0.83, 0.88, "holds on held-out prompts (0.88"),
+    ]
+    for discovery, heldout, said in cases:
+        moved = dataclasses.replace(result, discovery_faithfulness=at(discovery), faithfulness=at(heldout))
+        assert moved.held_out_note().startswith(said), moved.held_out_note()
     # other held-out prompts: the same circuit (chosen on the discovery prompts), another faithfulness
     fresh = induction_task(model, n_prompts=8, seed=7)
     first = find_edge_circuit(

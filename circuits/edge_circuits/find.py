@@ -23,8 +23,8 @@ from circuits.edge_circuits.tasks import EdgeTask
 from circuits.evidence import (
     FamilySplit,
     StratumFaithfulness,
+    faithfulness_band,
     faithfulness_by_stratum,
-    held_out_note,
     split_families,
 )
 from circuits.finding import Finding
@@ -106,12 +106,18 @@ class EdgeCircuitResult:
         """How the discovery faithfulness fares on the held-out prompts, in words ("" when not held out)."""
         if self.discovery_faithfulness is None:
             return ""
-        low, high = self.faithfulness.ci()
+        low, high = (float(bound[0]) for bound in self.faithfulness.ci())
         unit = "families" if self.heldout_task is not None and self.heldout_task.families else "prompts"
-        found = float(self.discovery_faithfulness.faithfulness[0])
-        return held_out_note(
-            found, float(self.faithfulness.faithfulness[0]), (float(low[0]), float(high[0])), unit
+        found, held = (
+            float(self.discovery_faithfulness.faithfulness[0]),
+            float(self.faithfulness.faithfulness[0]),
         )
+        band, there = faithfulness_band(held), faithfulness_band(found)
+        if band == there:
+            return f"holds on held-out {unit} ({held:.3g} against {found:.3g} on discovery)"
+        band, there = (name.replace("within", "faithful") for name in (band, there))
+        held_ci = f"{held:.3g} [{low:.3g}, {high:.3g}]"
+        return f"{band} on held-out {unit}: {held_ci} against {found:.3g} ({there}) on discovery"
 
     @property
     def graph(self) -> edges.EdgeGraph:
