@@ -712,3 +712,40 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
     assert found.alone[never][0] == pytest.approx(float(first_look.mean()), abs=1e-6)
     everywhere_all = 0.3 + noise[frozenset([everywhere])] - noise[frozenset()]
     assert found.alone[everywhere][0] == pytest.approx(float(everywhere_all.mean()), abs=1e-6)
+
+
+def test_with_two_candidates_the_others_set_stopped_early_is_measured_again_whole():
+    """With two candidates, one's effect with the other ablated reads the set {other}, which is the
+    other's effect alone: where that one stopped early as futile (half the sequences), the set is run
+    on every sequence again, so the effect with the others ablated is over all of them and not marked
+    stopped early (it was over half, marked †, and could confirm the head); the other's effect alone
+    stays as judged, on the first look."""
+    from circuits.evidence import HeadClass
+    from circuits.heads.causal import _candidate_effects
+
+    generator = torch.Generator().manual_seed(1)
+    n = 16
+    strata = {f"L={length}": torch.arange(i * n, (i + 1) * n) for i, length in enumerate((13, 18))}
+    looks = [torch.cat([rows[: n // 2] for rows in strata.values()])]
+    looks.append(torch.cat([rows[n // 2 :] for rows in strata.values()]))
+    futile, needs_other, randoms = (0, 0), (0, 3), [(0, 1), (0, 2)]
+    noise = {}
+
+    def measure(head_sets, rows, before, total):
+        values = []
+        for heads in head_sets:
+            key = frozenset(heads)
+            noise.setdefault(key, 0.005 * torch.randn(2 * n, generator=generator))
+            both = 0.4 if {futile, needs_other} <= key else 0.0  # needs_other matters once futile is gone
+            values.append((2.0 + noise[key] + both)[rows])
+        return values
+
+    classes = {
+        h: HeadClass(name=str(h), heads=[h], draws=[[r] for r in randoms]) for h in (futile, needs_other)
+    }
+    found = _candidate_effects(classes, measure, 1, 0.02, looks, strata)
+    assert found.stopped_early.get(futile) == ["alone"]  # judged on the first look, as it stopped
+    assert found.judged[futile]["alone"].heldout.n_prompts == n
+    judged = found.judged[needs_other]["with_others_ablated"]
+    assert "with_others_ablated" not in found.stopped_early.get(needs_other, [])
+    assert judged.heldout.n_prompts == 2 * n and judged.verdict == "confirmed"

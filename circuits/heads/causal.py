@@ -269,8 +269,14 @@ def _candidate_effects(
         for head in heads
         if alone.verdict(head) != "confirmed" or len(alone.holds_in(head)) < len(stratum_rows)
     ]
+    # the effects alone as judged, on the sequences the first looks measured (a set the second run
+    # measures again whole, one head's others in a pair of candidates, does not change them)
+    whole = {key: bool(seen.all()) for key, seen in runs.seen.items()}
+    alone_by_stratum = {
+        name: {head: runs.effect([head], rows=rows) for head in heads} for name, rows in stratum_rows.items()
+    }
     second = {frozenset(others(head)): head for head in undecided if len(heads) > 1}
-    second = {key: head for key, head in second.items() if key not in runs.measured}
+    second = {key: head for key, head in second.items() if not whole.get(key, False)}
     randoms = {
         everything | frozenset(draw): sorted({*heads, *draw})
         for head in undecided
@@ -279,7 +285,7 @@ def _candidate_effects(
     }
     runs.run(
         {key: others(head) for key, head in second.items()}
-        | {key: value for key, value in randoms.items() if key not in runs.measured},
+        | {key: value for key, value in randoms.items() if not whole.get(key, False)},
         {key: (lambda head=head: runs.futile(head, "with_others_ablated")) for key, head in second.items()},
         {key: {everything | frozenset(draw) for draw in classes[head].draws} for key, head in second.items()},
         0,
@@ -292,19 +298,16 @@ def _candidate_effects(
 
     def stopped(head: Head) -> list[str]:
         """Which of the head's effects are over fewer than all sequences (stopped early as futile)."""
-        sets = {"alone": [[head], []], "with_others_ablated": [heads, others(head)] if len(heads) > 1 else []}
-        return [
-            name
-            for name, used in sets.items()
-            if (name == "alone" or head in undecided)
-            and any(not bool(runs.seen[frozenset(s)].all()) for s in used)
-        ]
+        alone_cut = not (whole[frozenset([head])] and whole[frozenset()])
+        with_sets = [heads, others(head)] if len(heads) > 1 else []
+        with_cut = head in undecided and any(not bool(runs.seen[frozenset(s)].all()) for s in with_sets)
+        return ["alone"] * alone_cut + ["with_others_ablated"] * with_cut
 
     return dataclasses.replace(
         alone,
         with_others_ablated={head: with_others(head) for head in undecided},
         by_stratum={
-            name: {head: (runs.effect([head], rows=rows), with_others(head, rows)) for head in heads}
+            name: {head: (alone_by_stratum[name][head], with_others(head, rows)) for head in heads}
             for name, rows in stratum_rows.items()
         },
         stopped_early={head: names for head in heads if (names := stopped(head))},
