@@ -602,7 +602,8 @@ def test_causal_checks_equal_full_ablated_forward_passes():
         assert found.with_others_ablated[head][0] == pytest.approx(expected, abs=1e-5)
     assert found.all_candidates[0] == pytest.approx(float((loss(candidates) - clean).mean()), abs=1e-5)
     assert found.all_candidates[0] > 0.1  # the effects tested are not all zero
-    # The random heads of the candidates' layer: ablated alone, and on top of all the candidates.
+    # The random heads of the candidates' layer: ablated alone, and on top of the same other candidates
+    # as the head they are compared with (a random head in its place).
     for head in candidates:
         judged = found.judged[head]
         draws = [
@@ -614,7 +615,8 @@ def test_causal_checks_equal_full_ablated_forward_passes():
         assert judged["alone"].random_effects == pytest.approx(expected, abs=1e-5)
         if "with_others_ablated" in judged:
             rows = rows_of(found, head, "with_others_ablated")
-            expected = [float((loss(candidates + draw) - loss(candidates))[rows].mean()) for draw in draws]
+            others = [h for h in candidates if h != head]
+            expected = [float((loss(others + draw) - loss(others))[rows].mean()) for draw in draws]
             assert judged["with_others_ablated"].random_effects == pytest.approx(expected, abs=1e-5)
     # Per repeat length: the same effects on that length's sequences.
     assert sorted(found.by_stratum) == sorted(f"L={n}" for n in probe.repeat_len.unique().tolist())
@@ -700,13 +702,15 @@ def test_an_effect_at_one_repeat_length_only_is_length_dependent():
     assert set(found.with_others_ablated) == {at_one_length, never, like_random}
     assert math.isnan(found.by_stratum["L=13"][everywhere][1][0])  # not measured
     # Calls: the first sets (none, all, each alone, each random head alone) in two looks, "never" and
-    # "like_random" alone stopped after the first; then the others of each undecided head and the random
-    # heads on top of all the candidates, those of "never" and "like_random" stopped after the first look.
-    assert [(len(sets), rows) for sets, rows, _, _ in calls] == [(8, 24), (6, 24), (5, 24), (3, 24)]
-    assert [before for _, _, before, _ in calls] == [0, 8, 14, 19]
-    assert calls[-1][3] == 22  # the last call's total: every run done
+    # "like_random" alone stopped after the first; then the others of each undecided head and each random
+    # head on top of those others (in its place), those of "never" and "like_random" stopped after the
+    # first look.
+    assert [(len(sets), rows) for sets, rows, _, _ in calls] == [(8, 24), (6, 24), (9, 24), (3, 24)]
+    assert [before for _, _, before, _ in calls] == [0, 8, 14, 23]
+    assert calls[-1][3] == 26  # the last call's total: every run done
     assert [[r] for r in randoms] == [s for s in calls[1][0] if len(s) == 1 and s[0] in randoms]  # both looks
-    assert sorted(candidates + [randoms[0]]) in calls[3][0]  # a random head on top of all the candidates
+    in_its_place = sorted([h for h in candidates if h != at_one_length] + [randoms[0]])
+    assert in_its_place in calls[3][0]  # a random head on top of the others of the head it is compared with
     assert found.stopped_early == {head: ["alone", "with_others_ablated"] for head in (never, like_random)}
     first_look = noise[frozenset([never])][looks[0]] - noise[frozenset()][looks[0]]
     assert found.alone[never][0] == pytest.approx(float(first_look.mean()), abs=1e-6)

@@ -178,7 +178,8 @@ class _Runs:
         draws, heads = self.classes[head].draws, self.heads
         if name == "alone" or len(heads) == 1:
             return [([head], []), *[(draw, []) for draw in draws]]
-        return [(heads, self.others(head)), *[(sorted({*heads, *draw}), heads) for draw in draws]]
+        others = self.others(head)  # the class and each random head on top of the same other candidates
+        return [(heads, others), *[(sorted({*others, *draw}), others) for draw in draws]]
 
     def effects_of(self, head: Head, name: str) -> tuple[Tensor, Tensor]:
         """The head's effect and its random heads' [1 + draws, sequence] where all were measured, and
@@ -251,7 +252,9 @@ def _candidate_effects(
     first |= {key: [head] for key, head in alone_keys.items()}
     first |= {frozenset(draw): sorted(draw) for found in classes.values() for draw in found.draws}
     alone_needs = {key: {frozenset(draw) for draw in classes[head].draws} for key, head in alone_keys.items()}
-    with_others_randoms = {everything | frozenset(draw) for found in classes.values() for draw in found.draws}
+    with_others_randoms = {
+        frozenset([*others(h), *draw]) for h, found in classes.items() for draw in found.draws
+    }
     upper = len({frozenset(others(head)) for head in heads} | with_others_randoms) if len(heads) > 1 else 0
     runs.run(first, {key: (lambda head=head: runs.futile(head, "alone")) for key, head in alone_keys.items()},
              alone_needs, upper)  # fmt: skip
@@ -277,8 +280,8 @@ def _candidate_effects(
     }
     second = {frozenset(others(head)): head for head in undecided if len(heads) > 1}
     second = {key: head for key, head in second.items() if not whole.get(key, False)}
-    randoms = {
-        everything | frozenset(draw): sorted({*heads, *draw})
+    randoms = {  # each random head on top of the same other candidates as the head it is compared with
+        frozenset([*others(head), *draw]): sorted({*others(head), *draw})
         for head in undecided
         if len(heads) > 1
         for draw in classes[head].draws
@@ -287,7 +290,7 @@ def _candidate_effects(
         {key: others(head) for key, head in second.items()}
         | {key: value for key, value in randoms.items() if not whole.get(key, False)},
         {key: (lambda head=head: runs.futile(head, "with_others_ablated")) for key, head in second.items()},
-        {key: {everything | frozenset(draw) for draw in classes[head].draws} for key, head in second.items()},
+        {key: {key | frozenset(draw) for draw in classes[head].draws} for key, head in second.items()},
         0,
     )
 
