@@ -179,7 +179,8 @@ def test_an_icl_partial_run_with_heads_confirmed_before_the_held_out_rule_is_ref
     )
     result = CliRunner().invoke(app, [*command, "--model", "toy-induction", "--save", str(path)])
     assert result.exit_code == 2, result.output
-    assert "induction_heads None there, 'confirmed by interp heads" in " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert "induction_heads None there, " in said and "confirmed by interp heads: " in said, said
 
 
 def test_a_stopped_ioi_run_resumes_to_the_same_circuit(tmp_path):
