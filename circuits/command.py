@@ -222,10 +222,8 @@ def heads_option(text: str | None) -> list[tuple[int, int]] | None:
         with refused():
             report = load_result(text)
         if isinstance(report, PartialResult) and report.command == "heads":  # resumed by its own options
-            given = {name: report.settings.get(name) for name in ("model", "n_samples", "seed", "dtype")}
-            options = " ".join(
-                f"--{name.replace('_', '-')} {value}" for name, value in given.items() if value
-            )
+            made = {name: report.settings.get(name) for name in ("model", "n_samples", "seed", "dtype")}
+            options = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in made.items() if value)
             raise fail(
                 f"{text} holds an unfinished head report; finish it: interp heads {options} --save {text}"
             )
@@ -334,9 +332,8 @@ class Command:
     ) -> tuple:
         """The options `values` (name -> value, in order) with `interp NAME --quick`'s preset
         (`interp.catalog.QUICK_PRESETS`) applied to those not given (the command's typer.Context
-        `context` tells) and at their defaults, then {name: (the value
-        with --quick, the value without)} (None without --quick), of which `note` makes the note said
-        (`circuits.quick`, `say`)."""
+        `context` tells) and at their defaults, then {name: (the value with --quick, the value
+        without)} (None without --quick), of which `note` makes the note said (`circuits.quick`, `say`)."""
         if not quick:
             return (*values.values(), None)
         preset = QUICK_PRESETS[self.name]
