@@ -573,7 +573,9 @@ def faithfulness_band(ratio: float) -> str:
     """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND, or below PARTIAL."""
     if ratio > OVERSHOOT:
         return "overshoots"
-    return "not faithful" if ratio < PARTIAL else "partial" if ratio < 1 - FAITHFUL_BAND else "within"
+    return (
+        "within" if ratio >= 1 - FAITHFUL_BAND else "partial" if ratio >= PARTIAL else "not faithful"
+    )  # NaN: not
 
 
 def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumFaithfulness] = ()) -> str:

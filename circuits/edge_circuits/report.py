@@ -9,6 +9,7 @@ import math
 from rich.console import Console
 
 from circuits.edge_circuits.find import EdgeCircuitResult
+from circuits.evidence import faithfulness_band
 from circuits.finding import finding_report
 from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
@@ -48,19 +49,20 @@ def removal_note(result: EdgeCircuitResult) -> str:
 def faithfulness_advice(faithfulness: float, method: str, ablation: str) -> str:
     """A verdict on a circuit's faithfulness (1: it does what the model does, 0: no more than everything
     ablated, above OVERSHOOT more) and, below "faithful", what to try next."""
-    if faithfulness > OVERSHOOT:
+    band = faithfulness_band(faithfulness)
+    if band == "overshoots":
         return (
             f"overshoots (> {OVERSHOOT:g}): the circuit alone keeps more than the model, so edges left out "
             "work against the answer; try more edges"
         )
-    if faithfulness >= FAITHFUL:
+    if band == "within":
         return f"faithful (>= {FAITHFUL})"
     tries = ["more edges (--edges, --fraction, or --target to search for the size)"]
     if method != "prune":
         tries.append("--method prune (a mask learned from EAP-IG's ranks: fewer edges, same faithfulness)")
     if ablation != "mean":
         tries.append("--ablation mean")
-    verdict = f"partial ({PARTIAL}-{FAITHFUL})" if faithfulness >= PARTIAL else f"not faithful (< {PARTIAL})"
+    verdict = f"partial ({PARTIAL}-{FAITHFUL})" if band == "partial" else f"not faithful (< {PARTIAL})"
     return f"{verdict}; try " + "; ".join(tries)
 
 

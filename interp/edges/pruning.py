@@ -537,7 +537,7 @@ def checkpoint_step(
     from the start); a file that is not this run's checkpoint refused (ValueError naming what differs:
     model weights, edge graph, prompts, metric, settings), as `prune_edges` refuses it, so that a caller
     can check before other long work. start: the start ranking's method (`prune_edges`' `start`)."""
-    if checkpoint is None or read_mask_checkpoint(checkpoint) is None:
+    if checkpoint is None or not os.path.exists(checkpoint):  # (`_load` reads it, and refuses another's)
         return None
     ablation = edge_ablation(ablation)
     clean, corrupted = check_pair(model, clean, corrupted)
