@@ -573,9 +573,9 @@ def faithfulness_band(ratio: float) -> str:
     """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND, or below PARTIAL."""
     if ratio > OVERSHOOT:
         return "overshoots"
-    return (
-        "within" if ratio >= 1 - FAITHFUL_BAND else "partial" if ratio >= PARTIAL else "not faithful"
-    )  # NaN: not
+    if ratio >= 1 - FAITHFUL_BAND:
+        return "within"
+    return "partial" if ratio >= PARTIAL else "not faithful"  # NaN: not faithful
 
 
 def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumFaithfulness] = ()) -> str:
