@@ -621,3 +621,22 @@ def test_mean_ablation_has_no_mean_where_no_reference_prompt_is_real(model):
     short_only = model.to_tokens([SHORT_CORRUPTED, SHORT_CORRUPTED, LONG])[:2] != model.tokenizer.pad_token_id
     with pytest.raises(ValueError, match="edges' mean ablation: input prompt 1 is real at position"):
         edges.ablated_outputs(model, tokens, corrupted, edges.Ablation("mean", mask=short_only.long()))
+
+
+def test_mean_ablation_reads_the_mask_that_ids_from_to_tokens_carry(model):
+    """Padded reference ids from `to_tokens` give the means of the same texts: the padding they carry
+    is left out as the texts' is; a copy of the ids, which carries no mask, averages the padding in."""
+    names = model.layer_hook_names("z")
+    tokens = model.to_tokens([LONG, LONG])
+    correct, incorrect = answers(model, 2)
+    metric = metrics.logit_diff_metric(correct, incorrect, model.last_positions(tokens))
+    heads = [[(0, 1), (1, 2)]]
+    texts = [SHORT_CORRUPTED, LONG_CORRUPTED]
+
+    def ablated(reference) -> torch.Tensor:
+        replacement = ablation.Replacement(model, names, Ablation("mean", reference=reference))
+        return ablation.ablated_metrics(model, tokens, metric, heads, replacement)[0]
+
+    from_texts = ablated(texts)
+    torch.testing.assert_close(ablated(model.to_tokens(texts)), from_texts)
+    assert not torch.allclose(ablated(model.to_tokens(texts).clone()), from_texts)

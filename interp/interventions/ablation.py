@@ -54,6 +54,7 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
+from interp.model.tokens import recorded_padding
 from interp.types import ABLATIONS, AblationKind, Head
 
 Reference = Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | Mapping[str, Tensor]
@@ -76,8 +77,8 @@ class Ablation:
                         position (the reference must be at least as long as the input); with
                         `groups` (e.g. IOI templates) one mean per group and position, each input
                         prompt getting its own group's mean (the inputs' groups [batch] are the
-                        function's `groups`). Right-padded references need their `mask`, or the
-                        padding's activations join the means.
+                        function's `groups`). Right-padded references need their `mask` (texts and
+                        ids from `model.to_tokens` bring theirs), or the padding joins the means.
       "resample":       the activation of a random reference prompt (of the same group if `groups`
                         are given), drawn per input prompt with a generator seeded with `seed`.
       "counterfactual": the activation of the reference prompt paired with each input prompt
@@ -186,6 +187,9 @@ class Replacement:
             reference, text_mask = model.to_tokens_and_mask(reference)
             if reference_mask is None and not bool(text_mask.all()):
                 reference_mask = text_mask
+        elif isinstance(reference, Tensor) and reference_mask is None:  # ids from to_tokens: their mask
+            recorded = recorded_padding(reference)
+            reference_mask = None if recorded is None or bool(recorded.all()) else recorded
         cached = isinstance(reference, ActivationCache | Mapping)
         missing = [name for name in names if cached and ablation.kind != "zero" and name not in reference]
         if missing:
