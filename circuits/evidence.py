@@ -138,7 +138,8 @@ def beyond_ci(effects: Float[Tensor, "set prompt"], seed: int = 0, n_boot: int =
 class BeyondRandom:
     """A class's drop on held-out prompts against random same-layer sets (see the module docstring).
     drop, random_drop, beyond: means over prompts; drop_ci: the 95% bootstrap CI over prompts;
-    beyond_ci: over prompts and random sets (`beyond_ci`)."""
+    beyond_ci: over prompts and random sets (`beyond_ci`). It holds no verdict: the class's is
+    `ClassVerdict.verdict`, which reads this CI and more (strata, the random sets' size)."""
 
     n_prompts: int
     drop: float
@@ -146,18 +147,16 @@ class BeyondRandom:
     random_drop: float
     beyond: float
     beyond_ci: tuple[float, float]
-    verdict: str
 
 
 def beyond_random(
     drop: Float[Tensor, " prompt"],
     random_drops: Float[Tensor, "draw prompt"],
     seed: int = 0,
-    sign: int = 1,
     n_boot: int = 1000,
 ) -> BeyondRandom:
     """The class's drop [prompt] beyond the mean of its random sets' drops [draw, prompt], paired by
-    prompt; confirmed when its CI (`beyond_ci`) excludes zero in the class's direction `sign`."""
+    prompt, with its CI (`beyond_ci`)."""
     difference = drop - random_drops.mean(0)
     ci = beyond_ci(torch.cat([drop[None], random_drops]), seed, n_boot)
     return BeyondRandom(
@@ -167,7 +166,6 @@ def beyond_random(
         random_drop=random_drops.mean().item(),
         beyond=difference.mean().item(),
         beyond_ci=ci,
-        verdict=ci_verdict(ci, sign),
     )
 
 
@@ -443,8 +441,8 @@ def judge_class(
     unit: what was held out ("families", "prompts"), for the note."""
     sign = found.sign
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
-    tested = beyond_random(judged[0], judged[1:], seed, sign, n_boot)
-    chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, sign, n_boot)
+    tested = beyond_random(judged[0], judged[1:], seed, n_boot)
+    chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, n_boot)
     per_prompt = beyond_per_prompt(heldout)
     by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot)
     short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size

@@ -30,7 +30,7 @@ from circuits.edge_circuits.find import EdgeCircuitResult
 from circuits.edge_circuits.report import FORMATS as EDGE_FORMATS
 from circuits.edge_circuits.report import write_edge_report
 from circuits.edge_circuits.tasks import EdgeTask
-from circuits.evidence import HELD_OUT_ONLY, BeyondRandom, ci_verdict
+from circuits.evidence import HELD_OUT_ONLY, BeyondRandom
 from circuits.finding import Finding, write_finding_report
 from circuits.heads.causal import CausalEffects
 from circuits.heads.pipeline import HeadSettings
@@ -263,15 +263,12 @@ def _older_class(fields: dict[str, Any], details: Sequence[str]) -> dict[str, An
 
 
 def _held_out(
-    n_prompts: int, drop: Any, drop_ci: Any, random_drop: float, beyond: Any, beyond_ci: Any, **verdict: Any
+    n_prompts: int, drop: Any, drop_ci: Any, random_drop: float, beyond: Any, beyond_ci: Any
 ) -> BeyondRandom:
-    """An older record's held-out figures (stored values) as a BeyondRandom; its verdict by the CI of
-    `beyond` (`ci_verdict`, in the direction `sign`) unless `verdict` gives the stored one."""
-    ci = decode(beyond_ci)
-    judged = verdict.get("verdict") or ci_verdict(ci, verdict.get("sign", 1))
+    """An older record's held-out figures (stored values) as a BeyondRandom."""
     return BeyondRandom(
         n_prompts=n_prompts, drop=decode(drop), drop_ci=decode(drop_ci), random_drop=random_drop,
-        beyond=decode(beyond), beyond_ci=ci, verdict=judged,
+        beyond=decode(beyond), beyond_ci=decode(beyond_ci),
     )  # fmt: skip
 
 
@@ -427,7 +424,7 @@ def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
             older, nan = node["fields"], float("nan")
             heldout = _held_out(
                 fields["n_prompts"], older["drop"], (nan, nan), decode(older["random_drop"]), older["beyond"],
-                older["beyond_ci"], sign=older["sign"],
+                older["beyond_ci"],
             )  # fmt: skip
             q, df, p, i2 = older["heterogeneity"]["__tuple__"]
             spread = {"__items__": [["Q", q], ["df", df], ["p", p], ["I2", i2]]}
@@ -487,7 +484,7 @@ def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
     random = fields.pop("random_changes")
     heldout = _held_out(
         n_prompts, fields.pop("change"), fields.pop("change_ci"), _mean(random), fields.pop("difference"),
-        fields.pop("difference_ci"), verdict=fields["verdict"],
+        fields.pop("difference_ci"),
     )  # fmt: skip
     fields["random_effects"] = random
     return _held_out_only(fields, heldout, ["found_by", "attributed"])
@@ -609,6 +606,8 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return node
     node = {key: _read_older(value, patched_minus_clean) for key, value in node.items()}
     name = node.get("__dataclass__")
+    if name == "BeyondRandom" and "verdict" in node["fields"]:  # its CI's verdict, before 2026-11-30
+        return {**node, "fields": {k: v for k, v in node["fields"].items() if k != "verdict"}}
     if name in ("StratumEffect", "RetrievalStratum", "Stratum"):
         return _older_stratum(name, node["fields"])
     if name == "ClassValidation" and "difference" in node["fields"]:

@@ -25,7 +25,6 @@ from circuits.evidence import (
     BeyondRandom,
     ClassVerdict,
     StratumDrop,
-    ci_verdict,
     class_verdict,
     head_labels,
 )
@@ -180,7 +179,7 @@ def older_head_classes(table: pd.DataFrame, n_samples: int) -> list[ClassVerdict
                 heldout = BeyondRandom(
                     n_prompts=per_length * len(strata), drop=row[f"{kind}_effect{suffix}"],
                     drop_ci=(math.nan, math.nan), random_drop=row[f"{kind}_random_effect{suffix}"],
-                    beyond=row[column], beyond_ci=ci, verdict=ci_verdict(ci),
+                    beyond=row[column], beyond_ci=ci,
                 )  # fmt: skip
                 classes.append(ClassVerdict(
                     name=class_name(kind, label, effect), heads=[label], sign=1,

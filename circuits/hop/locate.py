@@ -243,7 +243,7 @@ def not_found_lookup(hop: int) -> ClassVerdict:
     (older files' hops without heads read as this too)."""
     nan = float("nan")
     nothing = BeyondRandom(n_prompts=0, drop=nan, drop_ci=(nan, nan), random_drop=nan, beyond=nan,
-                           beyond_ci=(nan, nan), verdict=NOT_FOUND)  # fmt: skip
+                           beyond_ci=(nan, nan))  # fmt: skip
     return ClassVerdict(
         name=f"hop {hop}", heads=[], sign=1, random_sets=[], random_effects=[], heldout=nothing,
         discovery=None, strata=[], verdict=NOT_FOUND, note=NOT_FOUND_NOTE, per_prompt=torch.empty(0),
