@@ -762,6 +762,16 @@ def test_transformers_weights_lacking_a_tensor_are_refused(hf_gpt2_dir, tmp_path
         interp.load_model(str(directory))
 
 
+def test_a_checkpoint_whose_config_belongs_to_another_model_is_refused(tmp_path):
+    import shutil
+
+    interp.HookedTransformer(tiny_config(d_mlp=40)).save(tmp_path / "a")
+    interp.HookedTransformer(tiny_config(d_mlp=48)).save(tmp_path / "b")
+    shutil.copy(tmp_path / "b" / "config.json", tmp_path / "a" / "config.json")
+    with pytest.raises(ValueError, match=r"do not match the config of .*size mismatch for blocks.0.mlp"):
+        interp.load_model(str(tmp_path / "a"))
+
+
 class _RunsCode:
     def __reduce__(self):
         return (print, ("this ran",))

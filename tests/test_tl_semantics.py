@@ -221,6 +221,22 @@ def test_generate_a_batch_of_mixed_lengths_continues_each_prompt_as_alone(model,
     assert batch == [model.generate(prompt, **kwargs) for prompt in PROMPTS]
     with pytest.raises(ValueError, match="on the left"):
         model.generate(PROMPTS, padding_side="right", **kwargs)
+    ids = model.generate(model.to_tokens(PROMPTS, padding_side="left"), **kwargs)  # carrying their mask
+    alone = [model.generate(prompt, return_type="tokens", **kwargs)[0, -5:] for prompt in PROMPTS]
+    assert torch.equal(ids[:, -5:], torch.stack(alone))
+    with pytest.raises(ValueError, match="pad a batch of ids on the left"):
+        model.generate(model.to_tokens(PROMPTS, padding_side="right"), **kwargs)
+
+
+def test_generate_and_the_kv_cache_refuse_what_they_cannot_run(model):
+    with pytest.raises(ValueError, match="max_new_tokens must be 0 or more"):
+        model.generate("w3", max_new_tokens=-1)
+    with pytest.raises(ValueError, match="top_k must be from 1"):
+        model.generate("w3", max_new_tokens=2, do_sample=True, top_k=model.cfg.d_vocab + 1)
+    cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, 1)
+    cache.entries = cache.entries[:1]  # a cache of a one-layer model
+    with pytest.raises(ValueError, match="KV cache was made for another model"):
+        model(model.to_tokens("w3 w4"), past_kv_cache=cache)
 
 
 # --- 4. HookedTransformerConfig as a class -------------------------------------------------------

@@ -9,7 +9,9 @@ import tqdm
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from interp.checks import check_int
 from interp.model.kv_cache import HookedTransformerKeyValueCache
+from interp.model.tokens import recorded_padding
 
 
 @torch.no_grad()
@@ -39,8 +41,10 @@ def generate(
     Greedy unless `do_sample=True` (temperature 1 unless given) or a temperature > 0 is given;
     (TransformerLens samples by default). With the KV cache each new token costs one position's
     forward pass. A list of texts of mixed lengths is padded on the left (`padding_side`) and run
-    with its attention mask, so each prompt continues as it would alone. Batched token ids must
-    share one length (no padding). `verbose` shows a progress bar.
+    with its attention mask, so each prompt continues as it would alone; so are ids padded on the
+    left that carry their mask (`model.to_tokens(texts, padding_side="left")`). Ids padded on the
+    right are refused: their shorter prompts would continue after the padding. `verbose` shows a
+    progress bar.
     """
     if not model.cfg.causal:
         raise ValueError(
@@ -49,16 +53,16 @@ def generate(
         )
     if return_type not in ("input", "str", "tokens", "embeds"):
         raise ValueError(f"return_type must be 'input', 'str', 'tokens' or 'embeds', got {return_type!r}.")
+    if check_int(max_new_tokens, "max_new_tokens", 20) < 0:
+        raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}.")
+    if top_k is not None and not 1 <= check_int(top_k, "top_k", 50) <= model.cfg.d_vocab:
+        raise ValueError(f"top_k must be from 1 to the vocabulary's {model.cfg.d_vocab}, got {top_k}.")
     mask = None
     prompt_embeds = None  # embeddings given as input; the prompt then has no tokens
     if isinstance(input, str) or (isinstance(input, list) and all(isinstance(t, str) for t in input)):
         side = "left" if padding_side is None else padding_side
         tokens, mask = model.to_tokens_and_mask(input, prepend_bos=prepend_bos, padding_side=side)
-        if side == "right" and not bool(mask.all()):
-            raise ValueError(
-                "generate continues after each prompt's last token: pad a batch of texts on the left "
-                "(padding_side='left', the default), not the right."
-            )
+        _refuse_right_padding(mask, "texts")
     elif isinstance(input, Tensor) and input.is_floating_point():
         if input.ndim != 3 or input.shape[-1] != model.cfg.d_model:
             raise ValueError(
@@ -70,6 +74,9 @@ def generate(
         tokens = torch.empty((input.shape[0], 0), dtype=torch.long, device=model.W_E.device)
     else:
         tokens = model.input_tokens(input, prepend_bos)
+        mask = recorded_padding(tokens)  # ids from to_tokens carry the mask of their padding
+        mask = None if mask is None or bool(mask.all()) else mask
+        _refuse_right_padding(mask, "ids")
     sample = do_sample if do_sample is not None else bool(temperature)
     temperature = 1.0 if temperature is None else temperature
     if sample and temperature <= 0:
@@ -123,6 +130,16 @@ def generate(
         text = [model.to_string(row[int(prepended) :]) for row in rows]  # without pads and BOS, as TL
         return text[0] if isinstance(input, str) or (len(text) == 1 and return_type == "str") else text
     return tokens
+
+
+def _refuse_right_padding(mask: Int[Tensor, "batch pos"] | None, what: str) -> None:
+    """Refuse prompts padded on the right (a pad after a real token): generate continues after each
+    row's last position, which for their shorter prompts is padding."""
+    if mask is not None and bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise ValueError(
+            f"generate continues after each prompt's last position: pad a batch of {what} on the left "
+            "(padding_side='left'; the default for texts), not the right."
+        )
 
 
 def _logits_after_embeds(

@@ -79,6 +79,18 @@ class HookedTransformerKeyValueCache:
         """How many positions are cached."""
         return self.previous_attention_mask.shape[1]
 
+    def check_fits(self, cfg: Config) -> None:
+        """Refuse a cache made for a model of another shape (layers, key/value heads, d_head)."""
+        shapes = {tuple(entry.past_keys.shape[2:]) for entry in self.entries}
+        if len(self.entries) != cfg.n_layers or shapes != {(cfg.n_kv_heads, cfg.d_head)}:
+            made = " or ".join(map(str, sorted(shapes)))
+            made = f"{len(self.entries)} layers of {made} (key/value heads, d_head)"
+            raise ValueError(
+                f"This KV cache was made for another model ({made}); {cfg.model_name} has {cfg.n_layers} "
+                f"layers of ({cfg.n_kv_heads}, {cfg.d_head}): make one with init_cache(model.cfg, device, "
+                "batch_size)."
+            )
+
     def freeze(self) -> None:
         """Keep the cache as it is: later forward passes read it but append nothing."""
         self.frozen = True

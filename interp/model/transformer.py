@@ -220,11 +220,15 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         """A model holding `loaded`'s weights (no random initialisation), in eval mode."""
         with torch.device("meta"):
             model = cls(loaded.cfg, loaded.tokenizer)
-        missing, unexpected = model.load_state_dict(loaded.state_dict, strict=False, assign=True)
+        advice = f"The weights do not match the config of {loaded.cfg.model_name}"
+        try:
+            missing, unexpected = model.load_state_dict(loaded.state_dict, strict=False, assign=True)
+        except RuntimeError as error:  # a parameter of another shape
+            shapes = [line.strip() for line in str(error).splitlines() if "size mismatch" in line]
+            raise ValueError(f"{advice} ({'; '.join(shapes[:3])}). Re-create the checkpoint.") from None
         if missing or unexpected:
             raise ValueError(
-                f"The weights do not match the config of {loaded.cfg.model_name} (missing {missing[:5]}, "
-                f"unexpected {unexpected[:5]}). Re-create the checkpoint."
+                f"{advice} (missing {missing[:5]}, unexpected {unexpected[:5]}). Re-create the checkpoint."
             )
         place(model.cfg, model.W_E.device, model.W_E.dtype)
         return model.eval()
@@ -685,6 +689,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         key_mask, positions = key_mask_and_positions(attention_mask, batch, n_pos, past_mask, self.device)
         n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
         if past_kv_cache is not None:
+            past_kv_cache.check_fits(self.cfg)
             current = torch.ones(batch, n_pos, dtype=torch.long) if attention_mask is None else attention_mask
             past_kv_cache.append_attention_mask(current)
         if start_at_layer is None:
