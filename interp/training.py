@@ -31,6 +31,8 @@ import logging
 import math
 import os
 import shutil
+import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -376,8 +378,11 @@ def train(
     if progress is not None:
         progress(TRAIN_STAGE, step, config.steps)
     state = None  # what a checkpoint on Ctrl-C saves: (model, optimizer, generator, step, log, config)
-    with deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state):
+    with deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state) as interrupted:
         while step < config.steps and log.stopped_early is None:
+            if interrupted():
+                raise KeyboardInterrupt
+            state = None  # within a step: what a Ctrl-C finds is part-updated, so it saves nothing
             batch = task.sample(config.batch_size, generator).to(model.device)
             lr = config.lr_at(step)
             for group in optimizer.param_groups:
@@ -388,8 +393,6 @@ def train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
             step += 1
-            data_rng = torch.Generator().set_state(generator.get_state())  # as of this completed step
-            state = (model, optimizer, data_rng, step, log, config)
             log.train_loss.append(loss.item())
             log.lr.append(lr)
             if step % config.eval_every == 0 or step == config.steps:
@@ -399,6 +402,7 @@ def train(
             if out is not None and (config.is_checkpoint_step(step) or log.stopped_early is not None):
                 directory = out / CHECKPOINTS / f"step_{step:06d}"
                 save_training_checkpoint(directory, model, optimizer, generator, step, log, config)
+            state = (model, optimizer, generator, step, log, config)  # the step whole, its evaluation too
             if progress is not None and log.stopped_early is not None:
                 progress(f"{TRAIN_STAGE}: stopped early, held-out accuracy on a plateau", step, step)
             elif progress is not None:
@@ -412,12 +416,26 @@ def train(
 
 
 @contextlib.contextmanager
-def _checkpoint_on_interrupt(out: Path | None, state: Callable[[], tuple | None]) -> Iterator[None]:
-    """On Ctrl-C, save the last completed step as a checkpoint (if there is an output directory and
-    a step), so that running the same command again resumes from it; then stop. (A Ctrl-C landing
-    inside an optimizer step may save that step's update with the previous step's count.)"""
+def _checkpoint_on_interrupt(
+    out: Path | None, state: Callable[[], tuple | None]
+) -> Iterator[Callable[[], bool]]:
+    """On Ctrl-C, save the last whole step (`state()`, None within a step) as a checkpoint, if there
+    is an output directory, so that running the same command again resumes from it; then stop.
+    In the main thread a first Ctrl-C is held until the loop asks (yields `interrupted`) between
+    steps, so the step it lands in, its evaluation included, finishes and is saved; a second stops
+    at once, saving nothing newer than the last checkpoint."""
+    requested: list[bool] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if requested:
+            raise KeyboardInterrupt
+        requested.append(True)
+        logger.warning("Interrupting after this step (Ctrl-C again to stop at once, without saving it).")
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, hold) if main else None
     try:
-        yield
+        yield lambda: bool(requested)
     except KeyboardInterrupt:
         current = state()
         if out is not None and current is not None:
@@ -425,6 +443,9 @@ def _checkpoint_on_interrupt(out: Path | None, state: Callable[[], tuple | None]
             save_training_checkpoint(out / CHECKPOINTS / f"step_{step:06d}", *current)
             logger.warning("Interrupted: saved step %d; run the same command again to resume.", step)
         raise
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 
 import pytest
 import torch
@@ -135,6 +137,30 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     assert resumed_log.train_loss == full_log.train_loss
     assert resumed_log.evals == full_log.evals
     assert TrainingLog.read(tmp_path / "resumed") == full_log
+
+
+def test_ctrl_c_within_a_step_saves_that_step_whole_with_its_evaluation(tmp_path, monkeypatch):
+    """A real SIGINT landing in step 15's evaluation: the step, its evaluation included, finishes and
+    is saved; the run resumed from it equals the uninterrupted one."""
+    options = dict(eval_every=5, checkpoint_every=10)
+    full_model, full_log = small_run(tmp_path / "full", 20, **options)
+    evaluate, steps = interp.training.evaluate, []
+
+    def interrupted_evaluation(*args, **kwargs):
+        if steps[-1] == 14:
+            os.kill(os.getpid(), signal.SIGINT)
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(interp.training, "evaluate", interrupted_evaluation)
+    with pytest.raises(KeyboardInterrupt):
+        small_run(tmp_path / "resumed", 20, callback=lambda step, log: steps.append(step), **options)
+    monkeypatch.undo()
+    checkpoints = sorted(p.name for p in (tmp_path / "resumed" / CHECKPOINTS).iterdir())
+    assert checkpoints == ["step_000010", "step_000015"]
+    resumed_model, resumed_log = small_run(tmp_path / "resumed", 20, **options)
+    for name, value in full_model.state_dict().items():
+        assert torch.equal(value, resumed_model.state_dict()[name]), name
+    assert resumed_log.evals == full_log.evals and resumed_log.train_loss == full_log.train_loss
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):
