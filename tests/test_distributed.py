@@ -103,6 +103,32 @@ def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
     assert single.values.abs().max() > 1  # the sweep measured real effects
 
 
+def test_a_model_saved_again_at_the_same_path_is_swept_anew(tmp_path):
+    """The store and the loaded model are keyed by the version of the files at the path: a rerun after
+    another model is saved there gives that model's figures, not the stored shards' or the cached
+    model's."""
+    generator = torch.Generator().manual_seed(0)
+    clean, corrupted = (torch.randint(0, 20, (4, 6), generator=generator) for _ in range(2))
+
+    def metric(logits, rows):
+        return logits[:, -1, 3] - logits[:, -1, 4]
+
+    sweeps = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = interp.HookedTransformer(
+            interp.Config(n_layers=2, d_model=16, n_heads=2, d_vocab=20, n_ctx=8)
+        )
+        model.save(tmp_path / "model")
+        workers = Workers(tmp_path / "model", store=tmp_path / "store")
+        sweeps.append(patching_sweep(workers, clean, corrupted, metric, "resid_pre"))
+        alone = activation_patching(
+            model.eval(), clean, corrupted, lambda logits: metric(logits, None), "resid_pre"
+        )
+        torch.testing.assert_close(sweeps[-1].values, alone.values, rtol=0, atol=1e-6)
+    assert not torch.allclose(sweeps[0].values, sweeps[1].values)
+
+
 def test_patching_sweep_refuses_a_bare_source_and_options_it_does_not_read():
     tokens = torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(TypeError, match=r"patching_sweep runs on Workers, got str: pass Workers\(source"):

@@ -237,9 +237,22 @@ def _map_on_ray(fn, shards, todo, cluster: RayCluster, finish) -> None:
 PromptMetric = Callable[[Tensor, Tensor], Tensor]  # (logits [batch, pos, d_vocab], rows [batch]) -> [batch]
 
 
+def source_version(source: str | Path) -> str:
+    """What tells one version of the model at `source` from another: the name, size and modification
+    time of each of its files where it is a local file or directory (a model saved again at the same
+    path is another version); "" for a name that is not a local path."""
+    path = Path(source)
+    if not path.exists():
+        return ""
+    files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+    stats = [(str(p.relative_to(path.parent)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=2)
-def _cached_model(source: str, load_options: tuple) -> Any:
-    """One loaded model per worker process and source (load_model's options as sorted items)."""
+def _cached_model(source: str, version: str, load_options: tuple) -> Any:
+    """One loaded model per worker process and version of a source (`source_version`; load_model's
+    options as sorted items)."""
     from interp.model.loading import load_model
 
     return load_model(source, **dict(load_options)).eval()
@@ -261,7 +274,7 @@ class Workers:
 
 
 def _patch_shard(shard: dict) -> PatchResult:
-    model = _cached_model(shard["source"], shard["load_options"])
+    model = _cached_model(shard["source"], shard["version"], shard["load_options"])
     rows, prompt_metric = shard["rows"], shard["metric"]
     return activation_patching(
         model,
@@ -313,10 +326,12 @@ def patching_sweep(
         )
     n_shards = max(1, min(n_shards, len(clean)))
     load_options = tuple(sorted((workers.load_options or {}).items()))
+    version = source_version(source)
     row_sets = torch.arange(len(clean)).tensor_split(n_shards)
     shards = [
         {
             "source": str(source),
+            "version": version,
             "load_options": load_options,
             "rows": rows,
             "clean": clean[rows],
@@ -331,8 +346,8 @@ def patching_sweep(
         }
         for rows in row_sets
     ]
-    job = ("patching_sweep", str(source), load_options, clean, corrupted, component, positions, layers)
-    job += (direction, metric, logit_pos, n_shards)
+    job = ("patching_sweep", str(source), version, load_options, clean, corrupted, component, positions)
+    job += (layers, direction, metric, logit_pos, n_shards)
     parts = map_shards(
         _patch_shard, shards, ray=workers.ray, store=workers.store, job=job, progress=options.progress
     )
