@@ -312,6 +312,23 @@ def test_an_interrupted_atomic_directory_write_leaves_the_old_directory(tmp_path
     assert directory.stat().st_mode & 0o777 == 0o777 & ~_umask()
 
 
+def test_an_interrupt_between_the_renames_of_a_directory_leaves_the_old_one(tmp_path, monkeypatch):
+    directory = tmp_path / "checkpoint"
+    with atomic_dir(directory) as tmp:
+        (tmp / "config.json").write_text("old")
+    rename = Path.rename
+
+    def interrupted_after_the_first(self, target):
+        rename(self, target)
+        monkeypatch.setattr(Path, "rename", rename)
+        raise KeyboardInterrupt  # lands after the old directory moved aside, before the new one is in place
+
+    monkeypatch.setattr(Path, "rename", interrupted_after_the_first)
+    with pytest.raises(KeyboardInterrupt), atomic_dir(directory) as tmp:
+        (tmp / "config.json").write_text("new")
+    assert (directory / "config.json").read_text() == "old"
+
+
 def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)

@@ -105,8 +105,13 @@ def replace_dir(source: Path, target: Path) -> None:
     if target.exists():
         old = target.with_name(f".{target.name}.old")
         shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-        source.rename(target)
+        try:
+            target.rename(old)
+            source.rename(target)
+        except BaseException:  # Ctrl-C between the renames: the old directory goes back
+            if old.exists() and not target.exists():
+                old.rename(target)
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         source.rename(target)
