@@ -477,9 +477,11 @@ def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):
             for many, one, other in nouns
         )
     )
-    run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), "--method", "eap", "--edges", "50"])
-    assert run.exit_code != 0 and "different lengths" in " ".join(run.output.split())
-    assert "Edge scores" not in run.stderr  # refused before any long work
+    for metric in ("logit_diff", "prob"):  # the edges alone (prob: no head classes) are refused too
+        options = ["--method", "eap", "--edges", "50", "--metric", metric]
+        run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), *options])
+        assert run.exit_code != 0 and "different lengths" in " ".join(run.output.split())
+        assert "Edge scores" not in run.stderr  # refused before any long work
 
 
 def test_interp_circuit_on_pairs_without_positions_or_families(tmp_path):

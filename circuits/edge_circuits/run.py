@@ -138,8 +138,7 @@ def circuit_prompts(
     if min(len(discovery), len(heldout)) < MIN_STRATUM_PROMPTS:
         chose = f"{len(discovery)} pairs that choose and {len(heldout)} that test"
         raise ValueError(_too_few(f"{task.task}'s families split into {chose}"))
-    if task.with_heads:  # checked before any long work
-        pairs.check_ablation(settings.ablation)
+    pairs.check_ablation(settings.ablation)  # for the edges and the head classes, before any long work
     heads_pairs = pairs if task.with_heads else None
     return CircuitPrompts(model, task, edge.subset(discovery), edge.subset(heldout), heads_pairs)
 
