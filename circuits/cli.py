@@ -20,8 +20,7 @@ from interp.runtime.memory import keep_freed_memory
 
 EXAMPLES = {command: skeleton.help_epilog(command) for command in skeleton.COMMAND_EXAMPLES}  # --help ends
 # fmt: off
-TITLE = "Mechanistic interpretability reports for transformer language models."
-app, opt = typer.Typer(help=TITLE, no_args_is_help=True), typer.Option  # opt: the options below, one a line
+app, opt = typer.Typer(no_args_is_help=True), typer.Option  # opt: the options below, one a line
 
 
 def _print_version(value: bool) -> None:
@@ -201,7 +200,7 @@ def ioi(
 
 @app.command(epilog=EXAMPLES["patch"])
 def patch(
-    model: str = MODEL,
+    ctx: typer.Context, model: str = MODEL,
     component: Literal[COMPONENTS] = opt("z", help="resid_pre/mid/post, attn_out, mlp_out, or per head z, "
             "result, q, k, v, pattern."),
     direction: Literal["denoise", "noise"] = opt("denoise", help="denoise (corrupted run, clean activations) "
@@ -217,7 +216,8 @@ def patch(
 
     The metric is the normalised logit difference: 0 = the corrupted run, 1 = the clean run.
     """
-    files = [] if pairs is None else [lambda: skeleton.check_pairs_file("--pairs", pairs)]
+    ioi_only = [option for option in ("n_prompts", "seed") if skeleton.given(ctx, option)]  # --pairs: refused
+    files = [] if pairs is None else [lambda: skeleton.check_pairs_file("--pairs", pairs, ioi_only=ioi_only)]
     command = Command("patch", model, format, out, save, files=files, inputs={"--pairs": pairs})
     from circuits.patch_report import ioi_patching, pairs_patching
     options = dict(model=model, component=component, direction=direction, pairs=pairs, n_prompts=n_prompts,

@@ -184,10 +184,17 @@ def check_model(model: str) -> None:
         check_local_source(model)
 
 
-def check_pairs_file(option: str, path: str, metric: str = "logit_diff") -> None:
+def check_pairs_file(
+    option: str, path: str, metric: str = "logit_diff", ioi_only: Sequence[str] = ()
+) -> None:
     """Refuse the prompt-pair file of `option` (--task, --pairs) when it is missing, unreadable or its
-    pairs lack what `metric` reads (`circuits.pairs_file`), before anything is imported or loaded."""
+    pairs lack what `metric` reads (`circuits.pairs_file`), or beside the given options `ioi_only`
+    (parameter names) that choose IOI prompts, before anything is imported or loaded."""
     from circuits.pairs_file import check_pairs, read_pairs
+
+    if ioi_only:
+        names = " and ".join("--" + name.replace("_", "-") for name in ioi_only)
+        raise fail(f"{names} choose IOI prompts, which {option} {path} replaces: drop {names}, or {option}.")
 
     with refused(f"{option}: "):
         check_pairs(read_pairs(path), path, metric)

@@ -94,6 +94,8 @@ REFUSED_BEFORE_LOADING = [
         "1 pairs have the same clean and corrupted prompt (the first: pair 2)",
     ),
     (["patch", "--pairs", "{copied}"], "1 pairs have the same clean and corrupted prompt"),
+    (["patch", "--pairs", "{pairs}", "--n-prompts", "8"], "--n-prompts choose IOI prompts, which --pairs"),
+    (["patch", "--pairs", "{pairs}", "--seed", "3"], "--seed choose IOI prompts, which --pairs"),
     (["circuit", "--task", "{pairs}", "--metric", "p"], "metric='p' is not one of"),
     (["circuit", "--task", "iio"], "Unknown task 'iio'"),
     (["circuit", "--metric", "p"], "unknown metric 'p'"),

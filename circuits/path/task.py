@@ -111,8 +111,9 @@ class PairTask:
             raise ValueError(
                 f"{self.name}: {len(differ)} pairs have clean and corrupted prompts of different lengths "
                 f"(pair {i + 1}: {int(self.end[i]) + 1} and {int(self.corrupted_end[i]) + 1} tokens); "
-                "counterfactual ablation patches heads and edges position by position, so make each pair's prompts "
-                "the same length, or ablate with the mean over the corrupted prompts (--ablation mean)"
+                "counterfactual ablation patches heads and edges position by position, so make each "
+                "pair's prompts the same length, or ablate with the mean over the corrupted prompts "
+                "(--ablation mean)"
             )
         same = (self.clean == self.corrupted).all(-1).nonzero()[:, 0].tolist()
         if same:
