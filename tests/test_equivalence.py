@@ -41,6 +41,8 @@ _SMALL = dict(
     max_position_embeddings=64,
 )
 
+_GPT2 = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=101, n_positions=64)
+
 NEW_FAMILY_CONFIGS = {
     "mistral-sliding-window": lambda: transformers.MistralConfig(**_SMALL, sliding_window=6),
     "qwen3-qk-norm": lambda: transformers.Qwen3Config(**_SMALL, head_dim=32),
@@ -184,6 +186,12 @@ NEW_FAMILY_CONFIGS = {
     ),
 }
 
+# Config keys read by some architectures' transformers code and ignored by others': interp reads
+# each where transformers does.
+CONFIG_KEY_CONFIGS = {
+    "gpt2-unscaled-scores": lambda: transformers.GPT2Config(**_GPT2, scale_attn_weights=False),
+}
+
 HF_CONFIGS = {
     "gpt2": lambda: transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=101, n_positions=64),
     "gpt2-relu-wide": lambda: transformers.GPT2Config(
@@ -271,6 +279,7 @@ HF_CONFIGS = {
         sliding_window=None,
     ),
     **NEW_FAMILY_CONFIGS,
+    **CONFIG_KEY_CONFIGS,
 }
 
 
@@ -287,6 +296,22 @@ def test_logits_match_transformers(name: str) -> None:
         hooked = model.unembed(model.ln_final(cache[f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"]))
     torch.testing.assert_close(ours, expected, atol=ATOL, rtol=0)
     torch.testing.assert_close(hooked, expected, atol=ATOL, rtol=0)
+
+
+# Configs interp cannot compute as transformers does: refused by a message naming the key.
+REFUSED_CONFIGS = {
+    "gpt2-scores-by-inverse-layer": (
+        lambda: transformers.GPT2Config(**_GPT2, scale_attn_by_inverse_layer_idx=True),
+        "scale_attn_by_inverse_layer_idx",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_CONFIGS))
+def test_unsupported_configs_are_refused(name: str) -> None:
+    make_config, message = REFUSED_CONFIGS[name]
+    with pytest.raises(NotImplementedError, match=message):
+        interp.load_model(_random_hf_model(make_config()))
 
 
 def _one_config_per_family() -> list[str]:

@@ -14,6 +14,11 @@ from interp.io.hf_layout import attention_weights, hf_activation, norm_weights, 
 
 
 def gpt2_config(hf: Any) -> Config:
+    if hf.scale_attn_by_inverse_layer_idx:
+        raise NotImplementedError(
+            "GPT-2 with scale_attn_by_inverse_layer_idx=True (scores / (layer + 1)) is not supported: "
+            "interp scales every layer's scores alike; load a checkpoint without it."
+        )
     return Config(
         n_layers=hf.n_layer,
         d_model=hf.n_embd,
@@ -25,6 +30,7 @@ def gpt2_config(hf: Any) -> Config:
         norm_eps=hf.layer_norm_epsilon,
         positional="learned",
         activation={"gelu_new": "gelu_new", "gelu": "gelu", "relu": "relu"}[hf.activation_function],
+        attn_scale=None if hf.scale_attn_weights else 1.0,  # None: sqrt(d_head)
         architecture="gpt2",
         bos_token_id=hf.bos_token_id,
     )
