@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import transformers
@@ -190,6 +192,17 @@ NEW_FAMILY_CONFIGS = {
 # each where transformers does.
 CONFIG_KEY_CONFIGS = {
     "gpt2-unscaled-scores": lambda: transformers.GPT2Config(**_GPT2, scale_attn_weights=False),
+    **{
+        f"{name}-ignores-sliding-window": lambda make=make: make(**_SMALL, sliding_window=7)
+        for name, make in {
+            "llama": transformers.LlamaConfig,
+            "granite": transformers.GraniteConfig,
+            "olmo2": transformers.Olmo2Config,
+            "stablelm": transformers.StableLmConfig,
+            "phi": transformers.PhiConfig,
+            "gemma": functools.partial(transformers.GemmaConfig, head_dim=16),
+        }.items()
+    },
 }
 
 HF_CONFIGS = {

@@ -48,7 +48,8 @@ def hf_activation(name: str) -> str:
 
 def attention_layers(hf: Any) -> dict[str, Any]:
     """attn_types and window_size from `layer_types` / `sliding_window` (no layer_types: every
-    layer slides when a window is set, as Mistral and Mixtral)."""
+    layer slides when a window is set, as Mistral and Mixtral), for the architectures whose
+    transformers code reads `sliding_window` (Llama, Gemma 1, OLMo 2, ... ignore it)."""
     window = getattr(hf, "sliding_window", None)
     if not window:
         return {}
@@ -94,7 +95,6 @@ def llama_like_config(hf: Any, **fields: Any) -> Config:
         default_prepend_bos=False,
         architecture=hf.model_type,
         bos_token_id=hf.bos_token_id,
-        **attention_layers(hf),
     )
     return Config(**{**values, **fields})
 

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from interp.config import Config, rotary_inv_freq
 from interp.io.hf_layout import (
+    attention_layers,
     attention_weights,
     gated_mlp_weights,
     hf_activation,
@@ -27,17 +28,22 @@ def llama_config(hf: Any) -> Config:
     return llama_like_config(hf)
 
 
+def mistral_config(hf: Any) -> Config:
+    return llama_like_config(hf, **attention_layers(hf))
+
+
 def qwen2_config(hf: Any) -> Config:
-    return llama_like_config(hf, qkv_bias=True)
+    return llama_like_config(hf, qkv_bias=True, **attention_layers(hf))
 
 
 def qwen3_config(hf: Any) -> Config:
-    return llama_like_config(hf, qk_norm="head")
+    return llama_like_config(hf, qk_norm="head", **attention_layers(hf))
 
 
 def smollm3_config(hf: Any) -> Config:
     uses_rope = hf.no_rope_layers  # 1: the layer uses RoPE, 0: no positions (NoPE)
-    return llama_like_config(hf, nope_layers=[i for i, rope in enumerate(uses_rope) if not rope])
+    nope_layers = [i for i, rope in enumerate(uses_rope) if not rope]
+    return llama_like_config(hf, nope_layers=nope_layers, **attention_layers(hf))
 
 
 def olmo2_config(hf: Any) -> Config:
@@ -60,6 +66,7 @@ def gemma_config(hf: Any) -> Config:
             attn_scores_soft_cap=hf.attn_logit_softcapping,
             output_logits_soft_cap=hf.final_logit_softcapping,
             post_norm=True,
+            **attention_layers(hf),
         )
     if hf.model_type == "gemma3_text":
         # RoPE per layer type: {"full_attention": {...}, "sliding_attention": {...}}
@@ -83,7 +90,9 @@ def gemma_config(hf: Any) -> Config:
 
 
 def mixtral_config(hf: Any) -> Config:
-    return llama_like_config(hf, num_experts=hf.num_local_experts, experts_per_token=hf.num_experts_per_tok)
+    return llama_like_config(
+        hf, num_experts=hf.num_local_experts, experts_per_token=hf.num_experts_per_tok, **attention_layers(hf)
+    )
 
 
 def llama_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
