@@ -203,6 +203,18 @@ CONFIG_KEY_CONFIGS = {
             "gemma": functools.partial(transformers.GemmaConfig, head_dim=16),
         }.items()
     },
+    **{
+        f"{name}-slides-every-layer": lambda make=make: make(
+            **_SMALL, sliding_window=7, layer_types=["full_attention", "sliding_attention"]
+        )
+        for name, make in {
+            "mistral": transformers.MistralConfig,
+            "mixtral": functools.partial(
+                transformers.MixtralConfig, num_local_experts=3, num_experts_per_tok=2
+            ),
+            "phi3": functools.partial(transformers.Phi3Config, pad_token_id=0),
+        }.items()
+    },
 }
 
 HF_CONFIGS = {

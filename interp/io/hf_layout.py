@@ -46,15 +46,15 @@ def hf_activation(name: str) -> str:
     return ACTIVATIONS[name]
 
 
-def attention_layers(hf: Any) -> dict[str, Any]:
-    """attn_types and window_size from `layer_types` / `sliding_window` (no layer_types: every
-    layer slides when a window is set, as Mistral and Mixtral), for the architectures whose
-    transformers code reads `sliding_window` (Llama, Gemma 1, OLMo 2, ... ignore it)."""
+def attention_layers(hf: Any, every_layer: bool = False) -> dict[str, Any]:
+    """attn_types and window_size for an architecture whose transformers code reads
+    `sliding_window` (Llama, Gemma 1, OLMo 2, ... ignore it): local layers as `layer_types` says,
+    or all of them (`every_layer`: Mistral, Mixtral and Phi-3 ignore `layer_types`)."""
     window = getattr(hf, "sliding_window", None)
     if not window:
         return {}
     kinds = {"full_attention": "global", "sliding_attention": "local"}
-    layer_types = getattr(hf, "layer_types", None) or ["sliding_attention"] * hf.num_hidden_layers
+    layer_types = ["sliding_attention"] * hf.num_hidden_layers if every_layer else hf.layer_types
     unknown = set(layer_types) - set(kinds)
     if unknown:
         raise NotImplementedError(

@@ -29,7 +29,7 @@ def llama_config(hf: Any) -> Config:
 
 
 def mistral_config(hf: Any) -> Config:
-    return llama_like_config(hf, **attention_layers(hf))
+    return llama_like_config(hf, **attention_layers(hf, every_layer=True))
 
 
 def qwen2_config(hf: Any) -> Config:
@@ -91,7 +91,10 @@ def gemma_config(hf: Any) -> Config:
 
 def mixtral_config(hf: Any) -> Config:
     return llama_like_config(
-        hf, num_experts=hf.num_local_experts, experts_per_token=hf.num_experts_per_tok, **attention_layers(hf)
+        hf,
+        num_experts=hf.num_local_experts,
+        experts_per_token=hf.num_experts_per_tok,
+        **attention_layers(hf, every_layer=True),
     )
 
 
