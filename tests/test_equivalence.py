@@ -192,6 +192,9 @@ NEW_FAMILY_CONFIGS = {
 # each where transformers does.
 CONFIG_KEY_CONFIGS = {
     "gpt2-unscaled-scores": lambda: transformers.GPT2Config(**_GPT2, scale_attn_weights=False),
+    "gemma-reads-hidden-act": lambda: transformers.GemmaConfig(
+        **_SMALL, head_dim=16, hidden_act="silu", hidden_activation="gelu_pytorch_tanh"
+    ),
     **{
         f"{name}-ignores-sliding-window": lambda make=make: make(**_SMALL, sliding_window=7)
         for name, make in {

@@ -58,7 +58,7 @@ def granite_config(hf: Any) -> Config:
 def gemma_config(hf: Any) -> Config:
     if getattr(hf, "use_bidirectional_attention", False):
         raise NotImplementedError("Bidirectional attention (EmbeddingGemma) is not supported.")
-    activation = getattr(hf, "hidden_activation", None) or hf.hidden_act
+    activation = hf.hidden_act if hf.model_type == "gemma" else hf.hidden_activation  # as their MLPs read
     fields: dict[str, Any] = dict(activation=hf_activation(activation), default_prepend_bos=True)
     if hf.model_type in ("gemma2", "gemma3_text"):
         fields.update(
