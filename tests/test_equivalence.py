@@ -44,6 +44,15 @@ _SMALL = dict(
 )
 
 _GPT2 = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=101, n_positions=64)
+_NEOX = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    intermediate_size=128,
+    vocab_size=97,
+    rotary_pct=1.0,
+)
+_FALCON = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=101, ffn_hidden_size=96)
 
 NEW_FAMILY_CONFIGS = {
     "mistral-sliding-window": lambda: transformers.MistralConfig(**_SMALL, sliding_window=6),
@@ -326,12 +335,24 @@ def test_logits_match_transformers(name: str) -> None:
     torch.testing.assert_close(hooked, expected, atol=ATOL, rtol=0)
 
 
+# Long RoPE switches to long_factor past original_max_position_embeddings (16): frequencies that
+# depend on the input's length. (8 factors: half of d_head 16.)
+_LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0] * 8,
+    "long_factor": [4.0] * 8,
+    "original_max_position_embeddings": 16,
+    "attention_factor": 1.0,
+}
+
 # Configs interp cannot compute as transformers does: refused by a message naming the key.
 REFUSED_CONFIGS = {
     "gpt2-scores-by-inverse-layer": (
         lambda: transformers.GPT2Config(**_GPT2, scale_attn_by_inverse_layer_idx=True),
         "scale_attn_by_inverse_layer_idx",
     ),
+    "neox-longrope": (lambda: transformers.GPTNeoXConfig(**_NEOX, rope_scaling=_LONGROPE), "longrope"),
+    "falcon-longrope": (lambda: transformers.FalconConfig(**_FALCON, rope_scaling=_LONGROPE), "longrope"),
 }
 
 

@@ -8,7 +8,7 @@ import einops
 from torch import Tensor
 
 from interp.config import Config
-from interp.io.hf_layout import attention_weights, hf_activation, norm_weights, rope_theta
+from interp.io.hf_layout import attention_weights, check_rope_type, hf_activation, norm_weights, rope_theta
 
 # --- GPT-2 --------------------------------------------------------------------------------------
 
@@ -63,6 +63,7 @@ def gpt2_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
 
 
 def neox_config(hf: Any) -> Config:
+    check_rope_type(hf)
     d_head = hf.hidden_size // hf.num_attention_heads
     params = getattr(hf, "rope_parameters", None) or {}
     rotary_fraction = params.get("partial_rotary_factor", getattr(hf, "rotary_pct", 1.0))
@@ -254,6 +255,7 @@ def opt_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
 def falcon_config(hf: Any) -> Config:
     if hf.alibi:
         raise NotImplementedError("Falcon with ALiBi positions (falcon-rw) is not supported.")
+    check_rope_type(hf)
     new = hf.new_decoder_architecture
     n_kv_heads = hf.num_kv_heads if new else 1 if hf.multi_query else hf.num_attention_heads
     return Config(
