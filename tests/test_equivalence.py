@@ -204,6 +204,22 @@ CONFIG_KEY_CONFIGS = {
     "gemma-reads-hidden-act": lambda: transformers.GemmaConfig(
         **_SMALL, head_dim=16, hidden_act="silu", hidden_activation="gelu_pytorch_tanh"
     ),
+    "llama-ignores-partial-rotary": lambda: transformers.LlamaConfig(**_SMALL, partial_rotary_factor=0.5),
+    **{
+        f"{name}-ignores-bias-keys": lambda make=make: make(**_SMALL, mlp_bias=True)
+        for name, make in {
+            "mistral": functools.partial(transformers.MistralConfig, attention_bias=True),
+            "mixtral": functools.partial(
+                transformers.MixtralConfig, attention_bias=True, num_local_experts=3, num_experts_per_tok=2
+            ),
+            "phi3": functools.partial(transformers.Phi3Config, attention_bias=True, pad_token_id=0),
+            "qwen2": functools.partial(transformers.Qwen2Config, attention_bias=True),
+            "stablelm": functools.partial(transformers.StableLmConfig, attention_bias=True),
+            "qwen3": transformers.Qwen3Config,  # these three read attention_bias, not mlp_bias
+            "olmo2": transformers.Olmo2Config,
+            "gemma": functools.partial(transformers.GemmaConfig, head_dim=16),
+        }.items()
+    },
     **{
         f"{name}-ignores-sliding-window": lambda make=make: make(**_SMALL, sliding_window=7)
         for name, make in {

@@ -63,13 +63,21 @@ def attention_layers(hf: Any, every_layer: bool = False) -> dict[str, Any]:
     return {"attn_types": [kinds[t] for t in layer_types], "window_size": window}
 
 
-def rotary_fraction(hf: Any) -> float:
+def partial_rotary_factor(hf: Any) -> float:
+    """The share of each head's dims that RoPE rotates (Phi, Phi-3, StableLM; Llama ignores it)."""
     params = getattr(hf, "rope_parameters", None) or {}
     return params.get("partial_rotary_factor", getattr(hf, "partial_rotary_factor", 1.0))
 
 
-def llama_like_config(hf: Any, **fields: Any) -> Config:
-    """Config of a Llama-style model (RMSNorm, rotary, SwiGLU, no biases); `fields` override."""
+def attention_biases(hf: Any) -> dict[str, bool]:
+    """q/k/v/o biases as `attention_bias` says, for the architectures whose transformers code reads it."""
+    return dict(qkv_bias=hf.attention_bias, attn_out_bias=hf.attention_bias)
+
+
+def llama_like_config(hf: Any, rotary_fraction: float = 1.0, **fields: Any) -> Config:
+    """Config of a Llama-style model (RMSNorm, RoPE on `rotary_fraction` of each head's dims,
+    SwiGLU, no biases, no sliding window); `fields` override. Reads only the keys that every such
+    architecture's transformers code reads: biases and windows are each spec's."""
     check_rope_type(hf)
     n_heads = hf.num_attention_heads
     d_head = getattr(hf, "head_dim", None) or hf.hidden_size // n_heads
@@ -85,13 +93,13 @@ def llama_like_config(hf: Any, **fields: Any) -> Config:
         normalization="rmsnorm",
         norm_eps=getattr(hf, "rms_norm_eps", None) or getattr(hf, "layer_norm_eps", 1e-6),
         positional="rotary",
-        rotary_dim=int(d_head * rotary_fraction(hf)),
+        rotary_dim=int(d_head * rotary_fraction),
         rotary_base=rope_theta(hf),
         activation=hf_activation(getattr(hf, "hidden_act", "silu")),
         gated_mlp=True,
-        qkv_bias=getattr(hf, "attention_bias", False),
-        attn_out_bias=getattr(hf, "attention_bias", False),
-        mlp_bias=getattr(hf, "mlp_bias", False),
+        qkv_bias=False,
+        attn_out_bias=False,
+        mlp_bias=False,
         default_prepend_bos=False,
         architecture=hf.model_type,
         bos_token_id=hf.bos_token_id,

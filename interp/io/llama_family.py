@@ -12,12 +12,14 @@ from torch import Tensor
 
 from interp.config import Config, rotary_inv_freq
 from interp.io.hf_layout import (
+    attention_biases,
     attention_layers,
     attention_weights,
     gated_mlp_weights,
     hf_activation,
     llama_like_config,
     norm_weights,
+    partial_rotary_factor,
     qk_norm_weights,
 )
 
@@ -25,7 +27,7 @@ from interp.io.hf_layout import (
 
 
 def llama_config(hf: Any) -> Config:
-    return llama_like_config(hf)
+    return llama_like_config(hf, **attention_biases(hf), mlp_bias=hf.mlp_bias)
 
 
 def mistral_config(hf: Any) -> Config:
@@ -37,29 +39,35 @@ def qwen2_config(hf: Any) -> Config:
 
 
 def qwen3_config(hf: Any) -> Config:
-    return llama_like_config(hf, qk_norm="head", **attention_layers(hf))
+    return llama_like_config(hf, qk_norm="head", **attention_biases(hf), **attention_layers(hf))
 
 
 def smollm3_config(hf: Any) -> Config:
     uses_rope = hf.no_rope_layers  # 1: the layer uses RoPE, 0: no positions (NoPE)
     nope_layers = [i for i, rope in enumerate(uses_rope) if not rope]
-    return llama_like_config(hf, nope_layers=nope_layers, **attention_layers(hf))
+    return llama_like_config(
+        hf, nope_layers=nope_layers, **attention_biases(hf), mlp_bias=hf.mlp_bias, **attention_layers(hf)
+    )
 
 
 def olmo2_config(hf: Any) -> Config:
-    return llama_like_config(hf, qk_norm="all_heads", pre_norm=False, post_norm=True)
+    return llama_like_config(hf, qk_norm="all_heads", pre_norm=False, post_norm=True, **attention_biases(hf))
 
 
 def granite_config(hf: Any) -> Config:
     # embedding_multiplier, residual_multiplier and logits_scaling fold into weights (_granite_weights).
-    return llama_like_config(hf, attn_scale=1 / hf.attention_multiplier)
+    return llama_like_config(
+        hf, attn_scale=1 / hf.attention_multiplier, **attention_biases(hf), mlp_bias=hf.mlp_bias
+    )
 
 
 def gemma_config(hf: Any) -> Config:
     if getattr(hf, "use_bidirectional_attention", False):
         raise NotImplementedError("Bidirectional attention (EmbeddingGemma) is not supported.")
     activation = hf.hidden_act if hf.model_type == "gemma" else hf.hidden_activation  # as their MLPs read
-    fields: dict[str, Any] = dict(activation=hf_activation(activation), default_prepend_bos=True)
+    fields: dict[str, Any] = dict(
+        activation=hf_activation(activation), default_prepend_bos=True, **attention_biases(hf)
+    )
     if hf.model_type in ("gemma2", "gemma3_text"):
         fields.update(
             attn_scale=math.sqrt(hf.query_pre_attn_scalar),
@@ -153,6 +161,10 @@ def granite_fold(out: dict[str, Tensor], hf: Any) -> dict[str, Tensor]:
 # --- Phi-3 (fused projections) --------------------------------------------------------------------
 
 
+def phi3_config(hf: Any) -> Config:
+    return llama_like_config(hf, partial_rotary_factor(hf), **attention_layers(hf, every_layer=True))
+
+
 def phi3_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
     sd = dict(sd)
     q_size, kv_size = cfg.n_heads * cfg.d_head, cfg.n_kv_heads * cfg.d_head
@@ -173,6 +185,7 @@ def phi3_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
 def stablelm_config(hf: Any) -> Config:
     return llama_like_config(
         hf,
+        partial_rotary_factor(hf),
         normalization="layernorm",
         norm_eps=hf.layer_norm_eps,
         qkv_bias=hf.use_qkv_bias,
@@ -209,6 +222,7 @@ def stablelm_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
 def phi_config(hf: Any) -> Config:
     return llama_like_config(
         hf,
+        partial_rotary_factor(hf),
         normalization="layernorm",
         norm_eps=hf.layer_norm_eps,
         activation=hf_activation(hf.hidden_act),
