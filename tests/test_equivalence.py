@@ -52,6 +52,16 @@ _NEOX = dict(
     vocab_size=97,
     rotary_pct=1.0,
 )
+_OPT = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    ffn_dim=96,
+    vocab_size=101,
+    max_position_embeddings=64,
+    word_embed_proj_dim=64,
+    pad_token_id=1,
+)
 _FALCON = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=101, ffn_hidden_size=96)
 
 NEW_FAMILY_CONFIGS = {
@@ -201,6 +211,11 @@ NEW_FAMILY_CONFIGS = {
 # each where transformers does.
 CONFIG_KEY_CONFIGS = {
     "gpt2-unscaled-scores": lambda: transformers.GPT2Config(**_GPT2, scale_attn_weights=False),
+    "gpt2-silu": lambda: transformers.GPT2Config(**_GPT2, activation_function="silu"),
+    "gpt2-gelu-pytorch-tanh": lambda: transformers.GPT2Config(
+        **_GPT2, activation_function="gelu_pytorch_tanh"
+    ),
+    "neox-gelu-fast": lambda: transformers.GPTNeoXConfig(**_NEOX, hidden_act="gelu_fast"),
     "gemma-reads-hidden-act": lambda: transformers.GemmaConfig(
         **_SMALL, head_dim=16, hidden_act="silu", hidden_activation="gelu_pytorch_tanh"
     ),
@@ -366,6 +381,14 @@ REFUSED_CONFIGS = {
     "gpt2-scores-by-inverse-layer": (
         lambda: transformers.GPT2Config(**_GPT2, scale_attn_by_inverse_layer_idx=True),
         "scale_attn_by_inverse_layer_idx",
+    ),
+    "gpt2-quick-gelu": (
+        lambda: transformers.GPT2Config(**_GPT2, activation_function="quick_gelu"),
+        "quick_gelu",
+    ),
+    "opt-weightless-norms": (
+        lambda: transformers.OPTConfig(**_OPT, layer_norm_elementwise_affine=False),
+        "layer_norm_elementwise_affine",
     ),
     "neox-longrope": (lambda: transformers.GPTNeoXConfig(**_NEOX, rope_scaling=_LONGROPE), "longrope"),
     "falcon-longrope": (lambda: transformers.FalconConfig(**_FALCON, rope_scaling=_LONGROPE), "longrope"),

@@ -29,7 +29,7 @@ def gpt2_config(hf: Any) -> Config:
         normalization="layernorm",
         norm_eps=hf.layer_norm_epsilon,
         positional="learned",
-        activation={"gelu_new": "gelu_new", "gelu": "gelu", "relu": "relu"}[hf.activation_function],
+        activation=hf_activation(hf.activation_function),
         attn_scale=None if hf.scale_attn_weights else 1.0,  # None: sqrt(d_head)
         architecture="gpt2",
         bos_token_id=hf.bos_token_id,
@@ -79,7 +79,7 @@ def neox_config(hf: Any) -> Config:
         positional="rotary",
         rotary_dim=int(d_head * rotary_fraction),
         rotary_base=rope_theta(hf),
-        activation={"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu"}[hf.hidden_act],
+        activation=hf_activation(hf.hidden_act),
         parallel_residual=hf.use_parallel_residual,
         qkv_bias=getattr(hf, "attention_bias", True),
         attn_out_bias=getattr(hf, "attention_bias", True),
@@ -209,6 +209,11 @@ def opt_config(hf: Any) -> Config:
     if not hf.do_layer_norm_before or getattr(hf, "_remove_final_layer_norm", False):
         raise NotImplementedError(
             "OPT with post-LayerNorm blocks (do_layer_norm_before=False, as OPT-350m) is not supported."
+        )
+    if not hf.layer_norm_elementwise_affine:
+        raise NotImplementedError(
+            "OPT with weightless LayerNorms (layer_norm_elementwise_affine=False) is not supported; "
+            "load a checkpoint whose LayerNorms have weights and biases."
         )
     return Config(
         n_layers=hf.num_hidden_layers,
