@@ -260,6 +260,20 @@ CONFIG_KEY_CONFIGS = {
     },
 }
 
+# RoPE types whose frequencies are fixed below max_position_embeddings: the model's own load exactly.
+FIXED_ROPE_CONFIGS = {
+    f"{name}-rope-{kind}": lambda make=make, scaling=scaling: make(rope_scaling=scaling)
+    for name, make in {
+        "neox": functools.partial(transformers.GPTNeoXConfig, **_NEOX),
+        "falcon": functools.partial(transformers.FalconConfig, **_FALCON),
+    }.items()
+    for kind, scaling in {
+        "linear": {"rope_type": "linear", "factor": 2.0},
+        "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+        "yarn": {"rope_type": "yarn", "factor": 2.0, "attention_factor": 1.0},
+    }.items()
+}
+
 HF_CONFIGS = {
     "gpt2": lambda: transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=101, n_positions=64),
     "gpt2-relu-wide": lambda: transformers.GPT2Config(
@@ -348,6 +362,7 @@ HF_CONFIGS = {
     ),
     **NEW_FAMILY_CONFIGS,
     **CONFIG_KEY_CONFIGS,
+    **FIXED_ROPE_CONFIGS,
 }
 
 

@@ -8,7 +8,14 @@ import einops
 from torch import Tensor
 
 from interp.config import Config
-from interp.io.hf_layout import attention_weights, check_rope_type, hf_activation, norm_weights, rope_theta
+from interp.io.hf_layout import (
+    FIXED_ROPE_TYPES,
+    attention_weights,
+    check_rope_type,
+    hf_activation,
+    norm_weights,
+    rope_theta,
+)
 
 # --- GPT-2 --------------------------------------------------------------------------------------
 
@@ -63,7 +70,7 @@ def gpt2_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
 
 
 def neox_config(hf: Any) -> Config:
-    check_rope_type(hf)
+    check_rope_type(hf, FIXED_ROPE_TYPES)
     d_head = hf.hidden_size // hf.num_attention_heads
     params = getattr(hf, "rope_parameters", None) or {}
     rotary_fraction = params.get("partial_rotary_factor", getattr(hf, "rotary_pct", 1.0))
@@ -260,7 +267,7 @@ def opt_weights(sd: dict[str, Tensor], cfg: Config) -> dict[str, Tensor]:
 def falcon_config(hf: Any) -> Config:
     if hf.alibi:
         raise NotImplementedError("Falcon with ALiBi positions (falcon-rw) is not supported.")
-    check_rope_type(hf)
+    check_rope_type(hf, FIXED_ROPE_TYPES)
     new = hf.new_decoder_architecture
     n_kv_heads = hf.num_kv_heads if new else 1 if hf.multi_query else hf.num_attention_heads
     return Config(

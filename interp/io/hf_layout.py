@@ -18,12 +18,19 @@ def rope_theta(hf: Any, default: float = 10000.0) -> float:
     return float(params.get("rope_theta", getattr(hf, "rope_theta", default)))
 
 
-def check_rope_type(hf: Any) -> None:
+FIXED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+"""RoPE types whose frequencies are fixed up to max_position_embeddings (interp refuses longer inputs,
+where dynamic scaling would change them), so the model's own inv_freq loads exactly; longrope's switch
+at original_max_position_embeddings."""
+
+
+def check_rope_type(hf: Any, supported: tuple[str, ...] = ("default", "llama3")) -> None:
+    """Refuse a RoPE type outside `supported` (the architecture's tested ones)."""
     params = getattr(hf, "rope_parameters", None) or getattr(hf, "rope_scaling", None) or {}
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type not in ("default", "llama3"):
+    if rope_type not in supported:
         raise NotImplementedError(
-            f"RoPE type {rope_type!r} is not supported yet (supported: default, llama3)."
+            f"RoPE type {rope_type!r} is not supported yet (supported: {', '.join(supported)})."
         )
 
 
