@@ -45,6 +45,17 @@ def _show(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def check_gradient_dtype(dtype: torch.dtype, what: str) -> None:
+    """Refuse `what`, which takes gradients, on a float16 model: float16's range (smallest normal 6e-5)
+    rounds small gradients, such as a low probability's, towards 0 and then to 0, without a sign."""
+    if dtype == torch.float16:
+        raise ValueError(
+            f"{what} takes gradients, which float16 rounds to 0 below 6e-8 (a probability of 1e-8 gives "
+            "scores of 0): run it on the model in bfloat16 (model.to(torch.bfloat16), float32's range) "
+            "or float32"
+        )
+
+
 def check_int(value: Any, what: str, example: int = 0) -> int:
     """`value` as an int: Python, NumPy and 0-d tensor integers pass; bools, floats (even 2.0) and
     anything else raise TypeError (whose message suggests `example`)."""

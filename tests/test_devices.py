@@ -110,3 +110,39 @@ def test_half_precision_reports(toy_ioi_models, dtype):
         abs(ioi_half.baseline.logit_diff - ioi_full.baseline.logit_diff) < 0.02 * ioi_full.baseline.logit_diff
     )
     assert sorted(ioi_half.heads) == sorted(ioi_full.heads)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=lambda dtype: str(dtype).removeprefix("torch."))
+def test_gradient_methods_refuse_float16_and_run_in_bfloat16(toy_ioi_models, dtype):
+    """float16 rounds gradients below 6e-8 to 0: attribution of a probability of 1e-8 scored every site
+    0. Each gradient method refuses it, saying to use bfloat16, in which it runs."""
+    from interp import edges
+    from interp.interventions.patching import attribution_patching
+
+    model = toy_ioi_models[dtype]
+    clean, abc, _ = ioi_dataset_for(model, 4, seed=1)
+    metric = metrics.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
+    pair = (model, clean.tokens, abc.tokens, metric)
+    runs = {
+        "attribution patching": lambda: attribution_patching(*pair),
+        "edge attribution by eap": lambda: edges.edge_attribution(*pair, "eap"),
+        "prune_edges": lambda: edges.prune_edges(*pair, edges.PruneSettings(steps=1)),
+        "removal_effects": lambda: edges.removal_effects(*pair, edges.edge_graph(model).valid, 1),
+    }
+    for what, run in runs.items():
+        if dtype == torch.float16:
+            with pytest.raises(ValueError, match=f"{what}.* takes gradients, which float16 rounds"):
+                run()
+        else:
+            run()
+
+
+def test_float16_masked_means_are_summed_without_overflow():
+    """400 activations of 300 sum to 120000, beyond float16's 65504: the mean is 300, not inf."""
+    from interp.interventions.stats import masked_mean
+
+    values = torch.full((400, 3, 1), 300.0, dtype=torch.float16)
+    real = torch.ones(400, 3, 1, dtype=torch.bool)
+    real[0, 0] = False
+    mean = masked_mean(values, real, 0)
+    assert mean.dtype == torch.float16 and torch.equal(mean, torch.full((3, 1), 300.0, dtype=torch.float16))

@@ -522,3 +522,15 @@ def test_local_transformers_directory_loads_with_its_tokenizer(smollm2, tmp_path
     with torch.no_grad():
         torch.testing.assert_close(model(tokens), hf_model(tokens).logits, atol=ATOL, rtol=0)
     assert model.to_single_token(" Mary") == smollm2.to_single_token(" Mary")
+
+
+def test_a_half_precision_gemma_loads_as_its_float32_run():
+    """Gemma's norms x * (1 + w) fold into w in float32, as transformers adds them: a bfloat16 model
+    loaded in float32 gives the float32 run of the same weights (a bfloat16 1 + w is off by 4e-3)."""
+    hf_model = _random_hf_model(HF_CONFIGS["gemma-mqa"]())
+    half = hf_model.to(torch.bfloat16)
+    tokens = torch.randint(0, half.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours = interp.load_model(half)(tokens.to(half.device))
+        expected = half.float()(tokens.to(half.device)).logits
+    torch.testing.assert_close(ours, expected, atol=ATOL, rtol=0)

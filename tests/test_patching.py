@@ -700,3 +700,16 @@ def test_a_walk_of_many_runs_shows_its_progress_before_they_finish(model, prompt
     assert all(total == len(sets) for _, _, total in calls) and counts[-1] == len(sets)
     assert counts == sorted(set(counts))  # it never falls
     assert torch.equal(values, engine.run_site_sets(model, corrupted, sets, source, metric, options=options))
+
+
+def test_patch_takes_a_cache_from_run_with_cache_as_its_source(model, prompts):
+    """`interp.patch(..., source=cache)` with the ActivationCache of `run_with_cache`, as its docstring
+    offers, equals the same values given as a dict (it raised 'ActivationCache object is not callable')."""
+    clean, corrupted, end, metric = prompts
+    _, cache = model.run_with_cache(clean, names_filter=[interp.act_name("z", 1)])
+    from_cache = interp.patch(model, corrupted, metric, head=(1, 2), source=cache)
+    from_dict = interp.patch(model, corrupted, metric, head=(1, 2), source=dict(cache.items()))
+    torch.testing.assert_close(from_cache, from_dict)
+    assert not torch.allclose(
+        from_cache, interp.patch(model, corrupted, metric, head=(1, 2), source=torch.zeros(()))
+    )

@@ -42,6 +42,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from interp.checks import check_gradient_dtype
 from interp.edges.graph import EdgeGraph, EdgeScores, edge_graph
 from interp.edges.intervene import (
     EdgeRun,
@@ -127,7 +128,7 @@ def edge_attribution(
             raise ValueError(
                 "max_memory applies to the gradient methods (eap, eap-ig); exact runs batch_size prompts."
             )
-        _check_method(method, steps)
+        _check_method(model, method, steps)
         ablation = edge_ablation(ablation)
         clean, corrupted = check_pair(model, clean, corrupted)
         metric = check_reads_real_tokens(model, metric, clean)
@@ -164,7 +165,7 @@ def edge_attribution_by_position(
     ig_points: where EAP-IG over inputs evaluates gradients (module docstring); EAP always takes
     alpha = 1, the activation methods k = 1..steps (the reference code's). ablation, batch_size,
     max_memory, base: as `edge_attribution`."""
-    _check_method(method, steps)
+    _check_method(model, method, steps)
     ablation = edge_ablation(ablation)
     if ig_points not in IG_POINTS:
         raise ValueError(f"ig_points={ig_points!r} is not one of {IG_POINTS}; 'mib' is MIB's convention.")
@@ -241,7 +242,9 @@ def edge_attribution_by_position(
     }
 
 
-def _check_method(method: str, steps: int) -> None:
+def _check_method(model: HookedTransformer, method: str, steps: int) -> None:
+    if method != "exact":
+        check_gradient_dtype(model.dtype, f"edge attribution by {method}")
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not one of {METHODS}.")
     if steps < 1:

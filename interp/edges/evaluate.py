@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from interp.checks import check_distinct_pair
+from interp.checks import check_distinct_pair, check_gradient_dtype
 from interp.edges.graph import MIB_FRACTIONS, EdgeScores, edge_graph, random_scores, top_circuit
 from interp.edges.intervene import (
     ablated_outputs,
@@ -310,6 +310,7 @@ def removal_effects(
     ablation: what ablated edges carry (`ablated_outputs`). progress("Edge effects", batches and
     runs done, batches and runs)."""
     ablation = edge_ablation(ablation)
+    check_gradient_dtype(model.dtype, "removal_effects' estimate")
     clean, corrupted = check_pair(model, clean, corrupted)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)

@@ -42,7 +42,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.catalog import PRUNE_STEPS
-from interp.checks import check_finite_scores
+from interp.checks import check_finite_scores, check_gradient_dtype
 from interp.edges.attribution import edge_attribution
 from interp.edges.graph import EdgeGraph, EdgeScores, edge_graph
 from interp.edges.intervene import (
@@ -204,6 +204,7 @@ def prune_edges(
             "prune_edges ablates with the corrupted prompts as the reference (mean, resample): give an "
             "Ablation without a reference."
         )
+    check_gradient_dtype(model.dtype, "prune_edges")
     clean, corrupted = check_pair(model, clean, corrupted)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)

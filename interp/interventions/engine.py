@@ -38,9 +38,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_count, check_token_pair
+from interp.checks import check_count, check_gradient_dtype, check_token_pair
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
-from interp.model.cache import act_name
+from interp.model.cache import ActivationCache, act_name
 from interp.model.hooks import HookPoint, opt_in_setting
 from interp.model.transformer import HookedTransformer
 from interp.types import Pos, Progress
@@ -135,10 +135,11 @@ def site_mask(site: Site, shape: torch.Size, device: torch.device | str = "cpu")
     return mask
 
 
-Source = Mapping[str, Tensor] | Tensor | Callable[[Tensor], Tensor]
-"""Where an intervention's values come from: a run's cached activations by hook name (the clean or
-corrupted run's), a tensor broadcastable to the activation [batch, ...] (zeros, a mean, a steering
-vector ...), or a function of the activation [batch, ...] -> its new values (broadcastable)."""
+Source = ActivationCache | Mapping[str, Tensor] | Tensor | Callable[[Tensor], Tensor]
+"""Where an intervention's values come from: a run's cached activations by hook name (an
+ActivationCache or a dict; the clean or corrupted run's), a tensor broadcastable to the activation
+[batch, ...] (zeros, a mean, a steering vector ...), or a function of the activation [batch, ...] ->
+its new values (broadcastable)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,7 +152,7 @@ class Intervention:
     def values(self, act: Tensor) -> Tensor:
         """The values for activation `act` [batch, ...], on its device and in its dtype."""
         source = self.source
-        if isinstance(source, Mapping):
+        if isinstance(source, Mapping | ActivationCache):
             if self.site.name not in source:
                 raise ValueError(f"no source values for {self.site.name}; cache it in the source run")
             value = source[self.site.name]
@@ -971,7 +972,7 @@ def _written(intervention: Intervention, act: Tensor, rows: Tensor | None) -> Te
     site, source = intervention.site, intervention.source
     value = intervention.values(act)
     per_prompt = value.ndim == act.ndim and value.shape[0] > 1
-    if per_prompt and rows is not None and isinstance(source, Tensor | Mapping):
+    if per_prompt and rows is not None and isinstance(source, Tensor | Mapping | ActivationCache):
         value = value[rows.to(value.device)]
     pos = site.pos
     if isinstance(pos, Tensor) and pos.ndim == 1 and pos.dtype != torch.bool:
@@ -999,6 +1000,7 @@ def read_with_grad(model: HookedTransformer, names: Iterable[str]) -> Iterator[d
             score = metric(model(tokens))
             grads = torch.autograd.grad(score.sum(), [acts[name] for name in names])
     """
+    check_gradient_dtype(model.dtype, "attribution patching")
     names = sorted(set(names))
     acts: dict[str, Tensor] = {}
 

@@ -30,10 +30,12 @@ from torch import Tensor
 
 def masked_mean(values: Tensor, real: Bool[Tensor, "..."], dim: int, keepdim: bool = False) -> Tensor:
     """The mean of `values` along `dim` over the entries where `real` (broadcastable to `values`,
-    e.g. [prompt, pos, 1, ...], False at padding) is True; NaN where none is."""
+    e.g. [prompt, pos, 1, ...], False at padding) is True; NaN where none is. Summed in float32 at
+    least (a float16 sum of a few hundred activations overflows), returned in `values`' dtype."""
     real = real.to(values.device)
-    total = torch.where(real, values, 0).sum(dim, keepdim=keepdim)
-    return total / real.sum(dim, keepdim=keepdim).to(values.dtype)
+    exact = torch.promote_types(values.dtype, torch.float32)
+    total = torch.where(real, values.to(exact), 0).sum(dim, keepdim=keepdim)
+    return (total / real.sum(dim, keepdim=keepdim).to(exact)).to(values.dtype)
 
 
 def resamples(n: int, n_boot: int, seed: int = 0) -> Int[Tensor, "n_boot n"]:
