@@ -303,6 +303,14 @@ def test_tokenizer_errors_and_round_trip(smollm2) -> None:
     assert smollm2.generate(IOI_PROMPT, max_new_tokens=1).endswith(" Mary")
 
 
+def test_smollm2_splits_off_digits_one_by_one_as_its_gguf_states(smollm2) -> None:
+    """The GGUF's tokenizer.ggml.pre is "smollm": digits one by one, before GPT-2's rule (transformers'
+    GGUF reader left the digit rule out, so a run of spaces gave its last space to the digit)."""
+    assert smollm2.to_str_tokens("x  1") == ["x", "  ", "1"]
+    assert smollm2.to_str_tokens("a\n  3") == ["a", "\n  ", "3"]
+    assert smollm2.to_str_tokens(" 2024") == [" ", "2", "0", "2", "4"]
+
+
 def test_unknown_model_name_lists_known_ones() -> None:
     with pytest.raises(ValueError, match="smollm2-135m"):
         interp.load_model("definitely-not-a-model-xyz")

@@ -393,9 +393,18 @@ _GGUF_STRING, _GGUF_ARRAY = 8, 9
 
 
 def gguf_architecture(path: Path) -> str:
-    """A GGUF's `general.architecture`, read from the start of its header with the keys before it
-    skipped unparsed (a 262k-token vocabulary takes gguf's reader 17 s), so that a GGUF interp cannot
-    read is refused at once."""
+    """A GGUF's `general.architecture` (`gguf_string`), so that a GGUF interp cannot read is refused at
+    once."""
+    architecture = gguf_string(path, "general.architecture")
+    if architecture is None:
+        raise ValueError(f"{path} is not a readable GGUF file (its header states no general.architecture).")
+    return architecture
+
+
+def gguf_string(path: Path, name: str) -> str | None:
+    """The text value of the key `name` in a GGUF's header (None where it has none), read from the start
+    of the header with the keys before it skipped unparsed (a 262k-token vocabulary takes gguf's reader
+    17 s)."""
     try:
         with path.open("rb") as file:
             if file.read(4) != b"GGUF":
@@ -428,12 +437,25 @@ def gguf_architecture(path: Path) -> str:
             for _ in range(number("Q")):  # the key-value pairs
                 key = file.read(number("Q"))
                 kind = number("I")
-                if key == b"general.architecture" and kind == _GGUF_STRING:
+                if key == name.encode() and kind == _GGUF_STRING:
                     return file.read(number("Q")).decode()
                 skip(kind)
     except (OSError, ValueError, struct.error, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a readable GGUF file ({error}).") from error
-    raise ValueError(f"{path} is not a readable GGUF file (its header states no general.architecture).")
+    return None
+
+
+def llama_cpp_pre_tokenizer(tokenizer: Any, path: Path) -> None:
+    """Give `tokenizer` (read by transformers from the GGUF at `path`) llama.cpp's pre-tokenisation of
+    the file's `tokenizer.ggml.pre` where transformers' reader lacks it: SmolLM2's "smollm" splits
+    digits off one by one before GPT-2's rule (as its tokenizer.json), which transformers' reader
+    leaves out (" " + " 1" where SmolLM2 reads "  " + "1")."""
+    if gguf_string(path, "tokenizer.ggml.pre") == "smollm":
+        from tokenizers import pre_tokenizers
+
+        tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
 
 
 def gguf_header(path: Path, architecture: str) -> tuple[int | None, set[str]]:
@@ -509,6 +531,7 @@ def read_gguf(path: str | Path) -> LoadedWeights:
             stated = json.loads((cached / "config.json").read_text())["config"]
             if set(loaded.cfg.to_dict()) <= set(stated):
                 loaded.cfg.source = path.name
+                llama_cpp_pre_tokenizer(loaded.tokenizer, path)  # also for a cache written without it
                 return loaded
             log.warning("%s was cached by an older interp (fields missing): rebuilding it", path.name)
         except ValueError:
@@ -527,6 +550,7 @@ def read_gguf(path: str | Path) -> LoadedWeights:
         trust_remote_code=False,
     )
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+    llama_cpp_pre_tokenizer(tokenizer, path)
     loaded = read_hf_model(hf_model, tokenizer)
     loaded.cfg.model_name = path.stem
     loaded.cfg.source = path.name
