@@ -534,3 +534,15 @@ def test_a_half_precision_gemma_loads_as_its_float32_run():
         ours = interp.load_model(half)(tokens.to(half.device))
         expected = half.float()(tokens.to(half.device)).logits
     torch.testing.assert_close(ours, expected, atol=ATOL, rtol=0)
+
+
+def test_a_float64_transformers_model_keeps_its_weights_in_float64():
+    """load_model(dtype=float64) of a float64 model object holds its weights as they are (they were
+    rounded to float32 on the way: 4e-9 off)."""
+    hf_model = _random_hf_model(HF_CONFIGS["llama-gqa-tied"]()).double()
+    with torch.no_grad():  # values no float32 holds
+        for param in hf_model.parameters():
+            param.add_(torch.randn_like(param) * 1e-9)
+    model = interp.load_model(hf_model, dtype=torch.float64)
+    assert model.W_E.dtype == torch.float64
+    assert torch.equal(model.W_E, hf_model.get_input_embeddings().weight.to(model.W_E.device))

@@ -129,4 +129,5 @@ def convert_hf_model(hf_model: Any) -> tuple[Config, dict[str, Tensor]]:
             inv_freq, rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base)
         ):
             cfg.rotary_inv_freq = inv_freq.tolist()
-    return cfg, {k: v.to(torch.float32).contiguous() for k, v in weights.items()}
+    exact = {k: torch.promote_types(v.dtype, torch.float32) for k, v in weights.items()}  # float64 kept
+    return cfg, {k: v.to(exact[k]).contiguous() for k, v in weights.items()}

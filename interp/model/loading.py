@@ -47,7 +47,9 @@ def load_model(
     (`HookedTransformer.from_pretrained` applies TransformerLens's defaults). The model is in eval
     mode. `device` defaults to `default_device()` ($INTERP_DEVICE, else CPU); `dtype` may be
     float32, bfloat16 or float16, as a torch.dtype or its name ("fp16", "bf16" too; norms, softmaxes
-    and rotary angles are still computed in float32).
+    and rotary angles are still computed in float32), or float64 (the weights as read: files in
+    float32, as nearly all are stored; a float64 `transformers` model object's own; metrics and
+    patching results are float32 whatever the dtype).
 
     device_map ("auto" or {"blocks.L": device}) spreads the blocks over devices, CPU and disk
     through accelerate; see `dispatch`. max_memory ({0: "20GiB", "cpu": "64GiB"}) bounds what
