@@ -702,3 +702,18 @@ def test_ioi_report_explains_completeness_and_the_unclassified_heads(saved):
         f"keeps a logit diff of {worst['circuit_logit_diff']:.3f}, the model {worst['model_logit_diff']:.3f}"
         in (completeness)
     )
+
+
+def test_random_heads_are_none_that_discovery_selected_and_the_templates_named_are_those_drawn():
+    """The random sets of every class avoid the heads path patching selected but left unclassified
+    (they were drawn from them: toy-ioi's L0H2 sat in 5 of 5 sets of s_suppression's), and what chose
+    and what tested name the templates the prompts drew."""
+    model = interp.load_model("toy-ioi")
+    result = find_ioi_circuit(model, n_prompts=64, seed=0)
+    selected = {f"L{h.layer}H{h.head}" for h in result.extras.unclassified}
+    assert selected  # the check below is not empty
+    for found in result.classes:
+        assert not selected & {head for random_set in found.random_sets for head in random_set}, found.name
+    for split, families in (("discovery", result.chose), ("heldout", result.tested)):
+        clean = ioi_dataset_for(model, 64, seed=0, split=split)[0]
+        assert families["templates"] == [f"T{k}" for k in sorted(set(clean.template.tolist()))]

@@ -79,6 +79,16 @@ def test_discovery_and_heldout_share_no_relation_or_name() -> None:
     assert not set(NAMES) & set(HELDOUT_NAMES)
 
 
+def test_no_word_of_a_discovery_prompt_is_a_held_out_subject(smollm2) -> None:
+    """Held-out subjects are names no discovery prompt holds, as a subject or as a value (a mother's
+    name: 12 of 48 held-out subjects were discovery values, 3 of them discovery answers)."""
+    discovery = make_retrieval_prompts(smollm2, 64, 4, "discovery", seed=0)
+    heldout = make_retrieval_prompts(smollm2, 64, 4, "heldout", seed=0)
+    subjects = {smollm2.to_string(t).strip() for t in heldout.tokens.gather(1, heldout.names).flatten()}
+    words = {smollm2.to_string(t).strip() for t in discovery.tokens.flatten()}
+    assert subjects and not subjects & words
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"n_facts": 9}, "n_facts"), ({"split": "test"}, "split"), ({"query": "ask"}, "query"),
@@ -134,16 +144,14 @@ def small_result(smollm2) -> Finding:
     return find_retrieval_circuit(smollm2, settings, induction_heads=[(17, 3)])
 
 
-def test_ablating_the_confirmed_retrieval_heads_hurts_accuracy_more_than_random_heads(smollm2, small_result):
+def test_confirmed_retrieval_heads_ablated_lower_the_logit_diff_beyond_random_heads(smollm2, small_result):
     confirmed = [c for c in small_result.classes if c.verdict != "unconfirmed" and c.name != "induction"]
     assert confirmed, [(c.name, c.verdict) for c in small_result.classes]
     heads = sorted({(int(h[1:].split("H")[0]), int(h.split("H")[1])) for c in confirmed for h in c.heads})
-    prompts = make_retrieval_prompts(smollm2, 16, 5, "heldout", seed=11)  # a fact count the finder never saw
+    prompts = make_retrieval_prompts(smollm2, 64, 5, "heldout", seed=11)  # a fact count the finder never saw
     draws = random_same_layer_sets(smollm2, heads, 2, seed=0)
-    diffs = ablated_diffs(smollm2, prompts, [[], heads, *draws])
-    right = (diffs > 0).double().mean(1)  # accuracy per set
-    assert right[1] < right[2:].mean(), right
-    assert right[1] < right[0]
+    diffs = ablated_diffs(smollm2, prompts, [[], heads, *draws]).mean(1)  # the finder's metric, per set
+    assert diffs[1] < diffs[2:].mean() and diffs[1] < diffs[0], diffs
 
 
 def test_result_is_consistent(small_result) -> None:

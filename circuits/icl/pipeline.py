@@ -31,6 +31,7 @@ from circuits.evidence import (
     head_labels,
     judge_class,
     mean_ci,
+    unclaimed_heads,
 )
 from circuits.finding import Finding
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
@@ -229,8 +230,11 @@ def icl_report(
     stage("attribution")
     estimate = attributions.mean(0)  # [layer, head]
     top_heads = [head for head in ranked_heads(estimate) if estimate[head] > 0][: settings.top]
+    outside = unclaimed_heads(model, [induction_heads, top_heads])  # random heads: none of those chosen
     induction = (
-        head_class(model, "induction", induction_heads, settings.n_random, seed) if induction_heads else None
+        head_class(model, "induction", induction_heads, settings.n_random, seed, outside=outside)
+        if induction_heads
+        else None
     )
     sets = [[head] for head in top_heads] + ([] if induction is None else induction.sets)
     ablated_losses, clean, ablated = stages.run(  # 3. exact ablations on the first held-out documents

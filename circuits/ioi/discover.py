@@ -48,7 +48,7 @@ from circuits.ioi.steps import (
     patching_prompts,
     timed,
 )
-from circuits.ioi.task import prompt_families, split_names
+from circuits.ioi.task import drawn_families, prompt_families
 from circuits.stages import StageResults
 from interp.interventions.engine import cached_run, forward_logits
 from interp.model.cache import direct_attribution_linearisation
@@ -109,8 +109,9 @@ def find_ioi_circuit(
     a skipped sweep as (stage, 0, 0). stages: the kept stages' results, those already in it not run
     again. thresholds: `Settings` fields to override (THRESHOLDS); exact_candidates 0 path-patches
     every sender, else the senders EAP ranks first (`EAPRanking`). The finding's chose and tested: the
-    families of the discovery and held-out splits (`split_names`), or the templates of the prompts
-    given; its classes, faithfulness and strata held-out validation's (none where it did not run).
+    families of the discovery and held-out splits that the prompts drew (`drawn_families`), or the
+    templates of the prompts given; its classes, faithfulness and strata held-out validation's (none
+    where it did not run).
     """
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
@@ -119,9 +120,10 @@ def find_ioi_circuit(
     stages = StageResults() if stages is None else stages
     steps = run_steps(model, measured, settings, stages, progress)  # 3.
     figures = _combine(measured, steps)
+    chose = drawn_families(model, "discovery", clean) if prompts is None else prompt_families(clean)
     finding = Finding(
         analysis="ioi", model=model.cfg.model_name, provenance=interp.provenance(model), settings=settings,
-        chose=split_names(model, "discovery") if prompts is None else prompt_families(clean), tested={},
+        chose=chose, tested={},
         classes=[], timings=timings | {name: t for step in steps for name, t in step.timings.items()},
         extras=figures,
     )  # fmt: skip
@@ -144,7 +146,7 @@ def find_ioi_circuit(
     description, families = HELDOUT_GIVEN, None
     if heldout is None and prompts is None:
         heldout = ioi_dataset_for(model, n_prompts, seed, "heldout")[:2]
-        description, families = heldout_description(model), split_names(model, "heldout")
+        description, families = heldout_description(model), drawn_families(model, "heldout", heldout[0])
     if validate and heldout is not None and figures.heads:  # 5.
         tested, tested_abc = (p.to(model.device) for p in heldout)
         validation = kept(

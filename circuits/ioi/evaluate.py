@@ -137,13 +137,15 @@ def validate_circuit(
     and in its reference) is made in one `logit_diffs_many`."""
     settings, result = finding.settings, finding.extras
     outside = unclaimed_heads(model, result.circuit.values())
+    selected = [(h.layer, h.head) for h in result.unclassified]  # chosen by discovery, in no class
+    pool = unclaimed_heads(model, [*result.circuit.values(), selected])  # random heads: none of these
     name_movers = result.circuit["name_mover"]
     classes: dict[str, tuple[list[Head], HeadClass]] = {}  # class -> (base ablated in its runs, the class)
     for name, heads in result.circuit.items():
         if heads:
             base = [h for h in name_movers if h not in heads] if name == "backup_name_mover" else []
             sign = -1 if name == "negative_name_mover" else 1
-            found = head_class(model, name, heads, settings.n_random_draws, settings.seed, sign, outside)
+            found = head_class(model, name, heads, settings.n_random_draws, settings.seed, sign, pool)
             classes[name] = (base, found)
     sets = [[], outside, every_head(model)] + [base for base, _ in classes.values()]
     sets += [base + list(heads) for base, found in classes.values() for heads in found.sets]

@@ -1,8 +1,8 @@
 """IOI's families and IOI as a task of prompt pairs on the one analysis path (`circuits.path.head_path`):
 families the templates, held-out families IOI's held-out split, strata the two name orders;
 `find_ioi_circuit` adds IOI's own steps (path patching from the logits back, the paper's classes).
-`split_names`: what each split of `ioi_dataset_for` draws its prompts from (the finding's chose and
-tested)."""
+`split_names`: what each split of `ioi_dataset_for` draws its prompts from; `drawn_families`: of it,
+what a set of prompts drew (the finding's chose and tested)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,12 @@ def toy_families(split: str) -> dict[str, list[str]]:
     half = len(task.name_tokens) // 2
     tokens = task.name_tokens[half:] if held_out else task.name_tokens[:half]
     return {"templates": [f"T{k}" for k in templates], "names": [task.vocab[t] for t in tokens.tolist()]}
+
+
+def drawn_families(model: HookedTransformer, split: str, prompts: IOIPrompts) -> dict[str, list[str]]:
+    """`split_names` with its templates cut to those `prompts` (drawn from the split) use: a small
+    set leaves some out, which then neither chose nor tested anything."""
+    return split_names(model, split) | prompt_families(prompts)
 
 
 def prompt_families(prompts: IOIPrompts) -> dict[str, list[str]]:

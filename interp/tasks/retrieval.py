@@ -288,9 +288,10 @@ def _vocabulary(
     model: Any, relations: Sequence[str], n_facts: int, split: str
 ) -> tuple[dict[str, tuple[str, dict[str, int]]], dict[str, int]]:
     """2. (relation -> (attribute, {value: id}) for the relations the tokenizer can state,
-    {subject name: id} for the split's names that are one token and no relation's value)."""
+    {subject name: id} for the split's names that are one token and no relation's value, of either
+    split: a held-out subject is never a discovery prompt's value, such as a mother's name)."""
     usable = _relations(model, {name: RELATIONS[name] for name in relations}, n_facts)
-    taken = {value for _, values in usable.values() for value in values}
+    taken = {value for _, values in RELATIONS.values() for value in values}
     subjects = {
         name: token
         for name, token in _single_tokens(model, NAMES if split == "discovery" else HELDOUT_NAMES).items()
