@@ -641,3 +641,53 @@ def test_logit_attrs_of_one_prompt_are_the_batched_ones_bit_for_bit(smollm2):
         assert torch.equal(one, batched[:, -1])
     with pytest.raises(ValueError, match="has no batch dim .* holds 2 prompts.*pass batch_slice="):
         cache.logit_attrs(stack[:, -1], answers[-1, 0], answers[-1, 1], pos_slice=-1, has_batch_dim=False)
+
+
+def test_run_with_cache_without_logits_runs_the_blocks_of_hooks_already_on_the_model(model):
+    """return_type=None stops after the last block a cache needs, but not before the hooks added to the
+    model fire (the Main Demo's induction-score hook on every layer's pattern: layer 1's never ran)."""
+    fired = []
+    model.add_hook(
+        lambda name: name.endswith("hook_pattern"), lambda pattern, hook: fired.append(hook.layer())
+    )
+    try:
+        model.run_with_cache(
+            model.to_tokens("w3 w4 w5"), names_filter="blocks.0.hook_resid_post", return_type=None
+        )
+    finally:
+        model.reset_hooks()
+    assert fired == list(range(model.cfg.n_layers))
+
+
+def test_split_qkv_input_caches_ln1_per_head_sliced_by_position_and_applied_as_one(model):
+    """With use_split_qkv_input, ln1's hooks are per head ([batch, pos, head, ...]): pos_slice takes
+    positions (it took the last head), and decompose_resid(apply_ln=True) applies the one scale (it
+    raised a shape error from inside torch)."""
+    tokens = model.to_tokens(["w3 w4 w5 w6", "w7 w3 w9 w4"])
+    _, plain = model.run_with_cache(tokens)
+    model.set_use_split_qkv_input(True)
+    try:
+        _, split = model.run_with_cache(tokens)
+        name = "blocks.1.ln1.hook_scale"
+        last = model.run_with_cache(tokens, pos_slice=-1, names_filter=name)[1][name]
+        torch.testing.assert_close(last, split[name][:, -1:])
+        torch.testing.assert_close(
+            split.decompose_resid(layer=1, apply_ln=True), plain.decompose_resid(layer=1, apply_ln=True)
+        )
+    finally:
+        model.set_use_split_qkv_input(False)
+
+
+def test_run_with_cache_takes_transformer_lens_keywords(model):
+    """clear_contexts and return_cache_object do what TransformerLens's do (they were passed on to
+    forward, which raised); reset_hooks_end=False, which would leave the caching hooks on, is refused."""
+    tokens = model.to_tokens("w3 w4 w5")
+    model.hook_dict["blocks.0.hook_resid_pre"].ctx["seen"] = True
+    _, cache = model.run_with_cache(tokens, clear_contexts=True, return_cache_object=False)
+    _, full = model.run_with_cache(tokens)
+    assert isinstance(cache, dict) and torch.equal(
+        cache["blocks.1.attn.hook_z"], full["blocks.1.attn.hook_z"]
+    )
+    assert not model.hook_dict["blocks.0.hook_resid_pre"].ctx
+    with pytest.raises(ValueError, match="reset_hooks_end=False"):
+        model.run_with_cache(tokens, reset_hooks_end=False)

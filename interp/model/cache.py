@@ -658,7 +658,7 @@ class ActivationCache:
             stack = norm(residual_stack)
         else:
             rows = batch_slice if self.has_batch_dim and pos is None else None  # the prompts the stack holds
-            scale = self._select(self[scale_name], pos_slice, pos, rows)
+            scale = self._select(self._one_scale(scale_name), pos_slice, pos, rows)
             if batch_slice is not None and self.has_batch_dim:  # the scale has prompts, the stack may not
                 scale = _index_dim(scale, 0, batch_index)
             elif not has_batch_dim and self.has_batch_dim and scale.shape[0] > 1:
@@ -670,6 +670,19 @@ class ActivationCache:
             stack = norm.apply_to_stack(residual_stack, scale)
         _NORMALISED[id(stack)] = stack
         return stack
+
+    def _one_scale(self, name: str) -> Tensor:
+        """The cached norm scale `name` [batch, pos, 1]; ln1's cached per head ([batch, pos, head, 1],
+        with use_split_qkv_input) is the same for every head unless their inputs were edited."""
+        scale = self[name]
+        if scale.dim() < (4 if self.has_batch_dim else 3):
+            return scale
+        if not bool((scale == scale[..., :1, :]).all()):
+            raise ValueError(
+                f"{name} differs between heads (their inputs were edited), so no one scale applies to the "
+                "residual stream: cache a run without those edits, or with use_split_qkv_input off"
+            )
+        return scale[..., 0, :]
 
     def logit_attrs(
         self,

@@ -456,8 +456,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         incl_bwd: bool = False,
         remove_batch_dim: bool = False,
         pos_slice: int | slice | tuple | list | Tensor | Slice | None = None,
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        return_cache_object: bool = True,
         **forward_kwargs: Any,
-    ) -> tuple[Any, ActivationCache]:
+    ) -> tuple[Any, ActivationCache | dict[str, Tensor]]:
         """Run the model and cache activations of the hooks that `names_filter` selects.
 
         Only the selected hooks are cached (a single name costs no more than a forward pass).
@@ -467,7 +470,16 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         also caches the gradients under "<name>_grad";
         `remove_batch_dim` drops the batch dim of a one-prompt run's cache. `pos_slice` keeps only those
         positions (TransformerLens's `Slice`: an int keeps its dim), of the query dim of patterns.
+        As TransformerLens: `clear_contexts` clears every hook's context after the run, and
+        `return_cache_object=False` gives the cache as a dict; `reset_hooks_end=False` (the caching
+        hooks left on the model) is refused.
         """
+        if not reset_hooks_end:
+            raise ValueError(
+                "run_with_cache(reset_hooks_end=False) would leave its caching hooks on the model, which "
+                "interp does not do: for hooks that stay, use add_hook(..., is_permanent=True) or "
+                "model.hooks(...)"
+            )
         names = self.hook_names(names_filter)
         start, stop = self._layer_range(
             forward_kwargs.get("start_at_layer"), forward_kwargs.get("stop_at_layer")
@@ -476,15 +488,17 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             forward_kwargs["start_at_layer"] = start
         if forward_kwargs.get("stop_at_layer") is not None:
             forward_kwargs["stop_at_layer"] = stop
+        hooked = [name for name, point in self.hook_dict.items() if point.has_hooks()]  # add_hook, hooks()
+        needed = self._blocks_needed([*names, *hooked])  # the hooks already on the model fire too
         stop_early = (
             return_type is None
             and not incl_bwd
             and forward_kwargs.get("stop_at_layer") is None
             and forward_kwargs.get("past_kv_cache") is None
-            and self._blocks_needed(names) < self.cfg.n_layers
+            and needed < self.cfg.n_layers
         )
         if stop_early:
-            forward_kwargs["stop_at_layer"] = max(self._blocks_needed(names), start)
+            forward_kwargs["stop_at_layer"] = max(needed, start)
         cache: dict[str, Tensor] = {}
 
         real_tokens = self._real_tokens(input, forward_kwargs)
@@ -497,7 +511,10 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             tensor = tensor.detach().to(device) if device else tensor.detach()
             if positions is None:
                 return tensor
-            pos_dim = -3 if name.endswith(_PER_HEAD_HOOKS) else -2  # [.., pos, head, d] or [.., pos, d]
+            per_head = name.endswith(_PER_HEAD_HOOKS) or (".ln1.hook_" in name and tensor.dim() == 4)
+            pos_dim = (
+                -3 if per_head else -2
+            )  # [.., pos, head, d] (ln1 too with split qkv input) or [.., pos, d]
             return positions.apply(tensor, dim=pos_dim) if tensor.dim() >= -pos_dim else tensor
 
         @observer  # reads only: the run computes what it computes uncached (fused attention too)
@@ -518,8 +535,11 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         finally:
             self.is_caching = was_caching
         self._warn_if_cache_non_finite(cache, out)
+        if clear_contexts:
+            self.clear_contexts()
         cache = ActivationCache(cache, self, real_tokens=real_tokens)
-        return (None if stop_early else out), (cache.remove_batch_dim() if remove_batch_dim else cache)
+        cache = cache.remove_batch_dim() if remove_batch_dim else cache
+        return (None if stop_early else out), (cache if return_cache_object else dict(cache.items()))
 
     @staticmethod
     def _backward_of(out: Any) -> None:
