@@ -112,16 +112,7 @@ NEW_FAMILY_CONFIGS = {
         vocab_size=101,
         max_position_embeddings=64,
     ),
-    "opt-pre-ln": lambda: transformers.OPTConfig(
-        num_hidden_layers=2,
-        hidden_size=64,
-        num_attention_heads=4,
-        ffn_dim=96,
-        vocab_size=101,
-        max_position_embeddings=64,
-        word_embed_proj_dim=64,
-        pad_token_id=1,
-    ),
+    "opt-pre-ln": lambda: transformers.OPTConfig(**_OPT),
     "opt-project-in-out": lambda: transformers.OPTConfig(
         num_hidden_layers=2,
         hidden_size=64,
