@@ -32,11 +32,15 @@ class CallCounter:
 
 
 def test_run_with_cache_stops_after_the_last_needed_block(model):
+    """Without logits the run stops after the last block the cache needs (a block's own module hook
+    counts its runs), unless a hook on the model needs a later one: hooks added to the model fire, as
+    in TransformerLens."""
     tokens = _tokens(3).to(model.device)
     wanted = ["hook_embed", "blocks.1.attn.hook_pattern", "blocks.1.hook_resid_post"]
     full_logits, full = model.run_with_cache(tokens)
     later = CallCounter()
-    with model.hooks(fwd_hooks=[("blocks.2.hook_resid_pre", later)]):
+    handle = model.blocks[2].register_forward_hook(lambda module, args, output: later(output, None))
+    try:
         out, cache = model.run_with_cache(tokens, names_filter=wanted, return_type=None)
         assert out is None and later.calls == 0  # blocks 2 and 3 never ran
         assert set(cache.keys()) == set(wanted)
@@ -51,6 +55,12 @@ def test_run_with_cache_stops_after_the_last_needed_block(model):
         resid, _ = model.run_with_cache(tokens, names_filter=wanted, return_type=None, stop_at_layer=3)
         assert later.calls == 3
         torch.testing.assert_close(resid, full["blocks.2.hook_resid_post"], rtol=1e-5, atol=1e-5)
+        on_the_model = CallCounter()
+        with model.hooks(fwd_hooks=[("blocks.2.hook_resid_pre", on_the_model)]):
+            model.run_with_cache(tokens, names_filter=wanted, return_type=None)
+        assert on_the_model.calls == 1 and later.calls == 4  # block 2 ran for the hook on it
+    finally:
+        handle.remove()
 
 
 def test_run_with_cache_moves_tensors_as_they_are_made(model):

@@ -32,8 +32,16 @@ printer.HEARTBEAT_S = {heartbeat}
 model = interp.load_model("toy-induction")
 slept = []
 
+staged, line = [], printer.ProgressPrinter.line
+
+def noted(self, text):  # the stages have begun once a line starts one
+    staged.append(text.startswith("stage "))
+    return line(self, text)
+
+printer.ProgressPrinter.line = noted
+
 def slow(activation, hook):
-    if len(slept) < 2:  # two slow passes inside the command's stages
+    if any(staged) and len(slept) < 2:  # two slow passes inside the command's stages
         slept.append(time.sleep({sleep}))
     return activation
 
