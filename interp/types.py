@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+import torch
 from jaxtyping import Int
 from torch import Tensor
 
@@ -40,6 +41,11 @@ function with one stage reports under its own name). A stage without countable u
 (stage, 0, 1) as it begins and (stage, 1, 1) as it ends; one with nothing to do, (stage, 0, 0).
 A stage named "STAGE: detail" is part of STAGE (`substages`). None: silent. Library code never
 prints: the `interp` command's progress printer shows bars on a terminal and lines in a log."""
+
+
+def upcast(x: Tensor) -> Tensor:
+    """`x` in float32 at least (bfloat16 and float16 become float32; float64 stays float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def as_stage(

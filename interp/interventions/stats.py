@@ -27,15 +27,16 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from interp.types import upcast
+
 
 def masked_mean(values: Tensor, real: Bool[Tensor, "..."], dim: int, keepdim: bool = False) -> Tensor:
     """The mean of `values` along `dim` over the entries where `real` (broadcastable to `values`,
     e.g. [prompt, pos, 1, ...], False at padding) is True; NaN where none is. Summed in float32 at
     least (a float16 sum of a few hundred activations overflows), returned in `values`' dtype."""
     real = real.to(values.device)
-    exact = torch.promote_types(values.dtype, torch.float32)
-    total = torch.where(real, values.to(exact), 0).sum(dim, keepdim=keepdim)
-    return (total / real.sum(dim, keepdim=keepdim).to(exact)).to(values.dtype)
+    total = torch.where(real, upcast(values), 0).sum(dim, keepdim=keepdim)
+    return (total / real.sum(dim, keepdim=keepdim).to(total.dtype)).to(values.dtype)
 
 
 def resamples(n: int, n_boot: int, seed: int = 0) -> Int[Tensor, "n_boot n"]:

@@ -51,6 +51,7 @@ from interp.io.llama_family import (
     stablelm_config,
     stablelm_weights,
 )
+from interp.types import upcast
 
 
 @dataclass(frozen=True)
@@ -129,5 +130,4 @@ def convert_hf_model(hf_model: Any) -> tuple[Config, dict[str, Tensor]]:
             inv_freq, rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base)
         ):
             cfg.rotary_inv_freq = inv_freq.tolist()
-    exact = {k: torch.promote_types(v.dtype, torch.float32) for k, v in weights.items()}  # float64 kept
-    return cfg, {k: v.to(exact[k]).contiguous() for k, v in weights.items()}
+    return cfg, {k: upcast(v).contiguous() for k, v in weights.items()}  # float64 kept

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import einops
-import torch
 from torch import Tensor
 
 from interp.config import Config
+from interp.types import upcast
 
 
 def rope_theta(hf: Any, default: float = 10000.0) -> float:
@@ -153,8 +153,7 @@ def norm_weights(sd: dict[str, Tensor], key: str, ours: str, plus_one: bool = Fa
     """A norm's weight (and bias if any); `plus_one` folds Gemma's x * (1 + w) into w, adding in
     float32 at least, as transformers does (a bfloat16 1 + w would round w to 2^-7)."""
     weight = sd[key + ".weight"]
-    exact = torch.promote_types(weight.dtype, torch.float32)
-    out = {ours + ".w": weight.to(exact) + 1 if plus_one else weight}
+    out = {ours + ".w": upcast(weight) + 1 if plus_one else weight}
     if key + ".bias" in sd:
         out[ours + ".b"] = sd[key + ".bias"]
     return out

@@ -19,11 +19,7 @@ from interp.config import Config, rotary_inv_freq
 from interp.io.devices import module_weight
 from interp.model.hooks import HookPoint, HookSettings
 from interp.model.kv_cache import HookedTransformerKeyValueCacheEntry
-
-
-def _upcast(x: Tensor) -> Tensor:
-    """At least float32 (bf16/fp16 norms, softmaxes and rotations are computed in float32)."""
-    return x.to(torch.promote_types(x.dtype, torch.float32))
+from interp.types import upcast
 
 
 class Norm(nn.Module):
@@ -59,7 +55,7 @@ class Norm(nn.Module):
         if self.identity:
             return x
         dtype = x.dtype
-        x = _upcast(x)
+        x = upcast(x)
         if self.center:
             x = x - x.mean(self.dims, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(self.dims, keepdim=True) + self.eps).sqrt())
@@ -137,7 +133,7 @@ def apply_rotary(
         half = rotary_dim // 2
         rotated = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
     cos, sin = cos[..., None, :], sin[..., None, :]  # [pos, 1, rd] or per prompt [batch, pos, 1, rd]
-    x_rot = (_upcast(x_rot) * cos + _upcast(rotated) * sin).to(x.dtype)
+    x_rot = (upcast(x_rot) * cos + upcast(rotated) * sin).to(x.dtype)
     return torch.cat([x_rot, x_pass], dim=-1)
 
 
@@ -247,7 +243,7 @@ class Attention(nn.Module):
         scores = soft_cap(torch.einsum("bqhe,bkhe->bhqk", q, k) / cfg.attn_scale, cfg.attn_scores_soft_cap)
         visible = self._visible(q.shape[1], k.shape[1], q.device, attention_mask)
         scores = self.hook_attn_scores(scores.masked_fill(~visible, float("-inf")))
-        pattern = _upcast(scores).softmax(dim=-1)
+        pattern = upcast(scores).softmax(dim=-1)
         if attention_mask is not None:  # queries that see nothing (left pads): zeros, not NaN (TL)
             pattern = torch.where(pattern.isnan(), torch.zeros_like(pattern), pattern)
         return self.hook_pattern(pattern.to(q.dtype))
@@ -394,7 +390,7 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
     "relu": F.relu,
-    "solu_ln": lambda x: x * _upcast(x).softmax(-1).to(x.dtype),  # SoLU; its LayerNorm is the MLP's `ln`
+    "solu_ln": lambda x: x * upcast(x).softmax(-1).to(x.dtype),  # SoLU; its LayerNorm is the MLP's `ln`
 }
 
 
@@ -468,10 +464,10 @@ class MixtureOfExperts(nn.Module):
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         batch, pos, d_model = x.shape
         logits = self.hook_router_logits(x @ self.W_router)
-        top_weights, indices = _upcast(logits).softmax(-1).topk(self.cfg.experts_per_token, dim=-1)
+        top_weights, indices = upcast(logits).softmax(-1).topk(self.cfg.experts_per_token, dim=-1)
         indices = self.hook_expert_indices(indices)
         top_weights = top_weights / top_weights.sum(-1, keepdim=True)
-        weights = torch.zeros_like(_upcast(logits)).scatter(-1, indices, top_weights)
+        weights = torch.zeros_like(upcast(logits)).scatter(-1, indices, top_weights)
         weights = self.hook_expert_weights(weights).flatten(0, 1)  # [batch * pos, expert]
         tokens = x.reshape(-1, d_model)
         chosen = F.one_hot(indices, self.cfg.num_experts).sum(-2).flatten(0, 1)  # [batch * pos, expert]

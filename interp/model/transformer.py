@@ -488,15 +488,16 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             forward_kwargs["start_at_layer"] = start
         if forward_kwargs.get("stop_at_layer") is not None:
             forward_kwargs["stop_at_layer"] = stop
-        hooked = [name for name, point in self.hook_dict.items() if point.has_hooks()]  # add_hook, hooks()
-        needed = self._blocks_needed([*names, *hooked])  # the hooks already on the model fire too
-        stop_early = (
+        may_stop = (
             return_type is None
             and not incl_bwd
             and forward_kwargs.get("stop_at_layer") is None
             and forward_kwargs.get("past_kv_cache") is None
-            and needed < self.cfg.n_layers
         )
+        # the last block a cached hook or a hook on the model (add_hook, hooks()) needs
+        hooked = [name for name, point in self.hook_dict.items() if point.has_hooks()] if may_stop else []
+        needed = self._blocks_needed([*names, *hooked]) if may_stop else self.cfg.n_layers
+        stop_early = needed < self.cfg.n_layers
         if stop_early:
             forward_kwargs["stop_at_layer"] = max(needed, start)
         cache: dict[str, Tensor] = {}
@@ -511,10 +512,9 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             tensor = tensor.detach().to(device) if device else tensor.detach()
             if positions is None:
                 return tensor
+            # [.., pos, head, d] per head (ln1's too with split qkv input), else [.., pos, d]
             per_head = name.endswith(_PER_HEAD_HOOKS) or (".ln1.hook_" in name and tensor.dim() == 4)
-            pos_dim = (
-                -3 if per_head else -2
-            )  # [.., pos, head, d] (ln1 too with split qkv input) or [.., pos, d]
+            pos_dim = -3 if per_head else -2
             return positions.apply(tensor, dim=pos_dim) if tensor.dim() >= -pos_dim else tensor
 
         @observer  # reads only: the run computes what it computes uncached (fused attention too)

@@ -245,7 +245,7 @@ def source_version(source: str | Path) -> str:
     if not path.exists():
         return ""
     files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
-    stats = [(str(p.relative_to(path.parent)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    stats = [(str(f.relative_to(path.parent)), s.st_size, s.st_mtime_ns) for f in files for s in [f.stat()]]
     return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
 
 
