@@ -46,7 +46,7 @@ from interp.interventions.stats import (
     bootstrap_ci,
     faithfulness_summary,
 )
-from interp.types import Head, head_label, label_head
+from interp.types import Head, head_label, label_head, upcast
 
 EFFECT_SIGN = "drop = metric(clean) - metric(ablated), per prompt; positive: the heads help"
 VERDICTS = ("confirmed", "unconfirmed")
@@ -130,7 +130,8 @@ def beyond_ci(effects: Float[Tensor, "set prompt"], seed: int = 0, n_boot: int =
         per_set = values[:, samples].mean(-1)  # [set, n_boot]
         return per_set[0] - per_set[1:].gather(0, draws).mean(0)
 
-    low, high = bootstrap(statistic, values.shape[-1], n_boot, seed=seed)
+    finite = bool(torch.isfinite(values).all())  # else a NaN/inf effect: no CI (NaN)
+    low, high = bootstrap(statistic, values.shape[-1], n_boot, seed=seed, defined=finite)
     return float(low), float(high)
 
 
@@ -446,11 +447,15 @@ def judge_class(
     per_prompt = beyond_per_prompt(heldout)
     by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot)
     short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size
-    pooled_holds = evidence_holds and not short and ci_verdict(tested.beyond_ci, sign) == "confirmed"
+    few = tested.n_prompts < MIN_STRATUM_PROMPTS  # a CI of so few prompts is the range of their values
+    pooled_holds = not (short or few) and evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
     if chosen is None:
         note = HELD_OUT_ONLY
     else:
         note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit, sign)
+    if few:
+        few_note = f"{tested.n_prompts} held-out prompts, {TOO_FEW_PROMPTS} for a verdict"
+        note = f"{few_note} (at least {MIN_STRATUM_PROMPTS}); {note}"
     return ClassVerdict(
         name=found.name,
         heads=head_labels(found.heads),
@@ -469,7 +474,7 @@ def judge_class(
 def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
     """Median and median absolute deviation of the finite entries of `values`; of an even count, the
     mean of the two middle values (so negating `values` negates the median and keeps the MAD)."""
-    finite = values[values.isfinite()].float()  # quantile takes float32 or float64 only
+    finite = upcast(values[values.isfinite()])  # quantile takes float32 or float64 only
     median = finite.quantile(0.5)
     return median, (finite - median).abs().quantile(0.5)
 
@@ -559,7 +564,10 @@ def held_out_faithfulness(
 ) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
     """The circuit's faithfulness pooled (`faithfulness_summary`) and per stratum
     (`faithfulness_by_stratum`), from the metric per prompt with the circuit alone, the model and
-    everything ablated; (None, []) where it is undefined: the model does as well with everything ablated."""
+    everything ablated; (None, []) where it is undefined (the model does as well with everything ablated)
+    or rests on fewer than MIN_STRATUM_PROMPTS prompts."""
+    if len(model) < MIN_STRATUM_PROMPTS:
+        return None, []
     try:
         summary = faithfulness_summary(circuit, model, ablated, n_boot, seed)
     except ValueError:
@@ -588,7 +596,7 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
         verdict = f"not faithful: keeps {summary.ratio:.2f} of the model's effect (below {PARTIAL:g})"
     elif summary.ratio < 1 - FAITHFUL_BAND:
         verdict = f"partial: keeps {summary.ratio:.2f} of the model's effect (below {1 - FAITHFUL_BAND:g})"
-    elif summary.within < 0.5:
+    elif summary.within <= 0.5:  # most prompts: more than half
         verdict = (
             f"faithful on average only: the ratio is within {band} but {1 - summary.within:.0%} of prompts "
             f"are not (per-prompt error {summary.error:.2f})"

@@ -1,5 +1,6 @@
 """interp.interventions.metrics on hand-made logits: per-prompt positions, answers, baselines, bad input."""
 
+import math
 import warnings
 
 import pytest
@@ -155,3 +156,52 @@ def test_faithfulness_summary_shows_what_a_ratio_of_means_hides():
         assert verdict.startswith(f"not faithful: keeps {short:.2f}"), verdict
     few = faithfulness_by_stratum(model, model, ablated, [("family", "tiny", torch.arange(40) < 3)])
     assert few[0].summary is None and few[0].n_prompts == 3
+    half_missed = torch.tensor([0.0, 4.0, 0.0, -4.0]).repeat(10)  # half the prompts exact, half off by 4
+    halves = faithfulness_summary(model + half_missed, model, ablated)
+    assert halves.within == 0.5 and faithfulness_verdict(halves).startswith("faithful on average only")
+
+
+def test_a_prompt_with_a_non_finite_value_leaves_its_row_without_a_ci():
+    """A NaN or inf per-prompt value makes the mean undefined: its CI is NaN, not the CI of the
+    resamples that happen to miss that prompt, and the class it belongs to is not confirmed."""
+    from circuits.evidence import HeadClass, judge_class
+    from interp.interventions.stats import bootstrap_ci
+
+    torch.manual_seed(0)
+    values = torch.randn(3, 30, dtype=torch.float64) + 1
+    alone = bootstrap_ci(values[1:2])
+    values[0, 7], values[2, 3] = float("nan"), float("inf")
+    low, high = bootstrap_ci(values)
+    assert low[0].isnan() and high[0].isnan() and low[2].isnan() and high[2].isnan()
+    torch.testing.assert_close((low[1:2], high[1:2]), alone)  # the finite row is untouched
+    effects = torch.cat([values[:1] + 1, torch.rand(3, 30, dtype=torch.float64) * 0.1])
+    found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3)])
+    judged = judge_class(found, effects)
+    assert judged.verdict == "unconfirmed" and all(math.isnan(bound) for bound in judged.heldout.beyond_ci)
+
+
+def test_a_class_judged_on_fewer_than_min_stratum_prompts_is_unconfirmed():
+    """Three held-out prompts or fewer give a CI that is the range of their values: the pooled
+    verdict is "unconfirmed" with a note, as a stratum of so few prompts gets no verdict, and their
+    faithfulness is not summarised."""
+    from circuits.evidence import MIN_STRATUM_PROMPTS, HeadClass, held_out_faithfulness, judge_class
+
+    found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3)])
+    for n in (MIN_STRATUM_PROMPTS - 1, MIN_STRATUM_PROMPTS):
+        effects = torch.cat([1 + 0.1 * torch.arange(n)[None], 0.01 * torch.rand(3, n)]).double()
+        judged = judge_class(found, effects)
+        assert judged.verdict == ("confirmed" if n == MIN_STRATUM_PROMPTS else "unconfirmed")
+        assert ("too few prompts" in judged.note) == (n < MIN_STRATUM_PROMPTS)
+        summary, _ = held_out_faithfulness(0.9 * torch.ones(n), torch.ones(n), torch.zeros(n), [])
+        assert (summary is None) == (n < MIN_STRATUM_PROMPTS)
+
+
+def test_robust_z_keeps_float64():
+    """Robust z-scores of float64 effects are computed in float64 (float32 loses small differences
+    between large values)."""
+    from circuits.evidence import robust_z
+
+    values = 1000 + torch.tensor([0, 1, 2, 3, 4, 5, 6, 100], dtype=torch.float64) * 1e-5
+    median = (values.sort().values[3] + values.sort().values[4]).item() / 2
+    mad = (values - median).abs().sort().values[3:5].mean().item()
+    torch.testing.assert_close(robust_z(values), (values - median) / (1.4826 * mad))

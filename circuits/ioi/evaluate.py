@@ -221,6 +221,7 @@ def _heldout_faithfulness(
         len(clean),
         settings.n_bootstrap,
         seed=settings.seed,
+        defined=bool(torch.isfinite(in_circuit).all() and torch.isfinite(clean).all()),
     )
     fields = {
         "faithfulness": float("nan"),

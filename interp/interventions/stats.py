@@ -47,40 +47,53 @@ def resamples(n: int, n_boot: int, seed: int = 0) -> Int[Tensor, "n_boot n"]:
 
 
 def bootstrap(
-    statistic: Callable[[Tensor], Tensor], n: int, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+    statistic: Callable[[Tensor], Tensor],
+    n: int,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    defined: Bool[Tensor, "..."] | bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Percentile bootstrap over n prompts: statistic(samples) maps resampled prompt indices
     [n_boot, n] to values [..., n_boot]; returns the (low, high) quantiles over the last axis.
 
-    A resample whose statistic is undefined (NaN/inf: a ratio whose denominator is 0 on those
-    prompts) is left out, with a warning saying how many; if every resample is, it raises."""
+    defined: where the statistic is defined on the prompts themselves ([...]; False where a prompt's
+    value is NaN/inf): elsewhere the CI is NaN, not the CI of the resamples that miss that prompt. A
+    resample whose statistic alone is undefined (a ratio whose denominator is 0 on those prompts) is
+    left out, with a warning saying how many; if every resample is, it raises."""
     values = statistic(resamples(n, n_boot, seed))
-    alpha = (1 - level) / 2
-    undefined = ~torch.isfinite(values)
-    if not undefined.any():
-        return values.quantile(alpha, dim=-1), values.quantile(1 - alpha, dim=-1)
+    no_ci = ~torch.as_tensor(defined, device=values.device)[..., None]  # [..., 1]
+    undefined = ~torch.isfinite(values) & ~no_ci
     if undefined.all(-1).any():
         raise ValueError(
             f"every one of the {n_boot} bootstrap resamples gives an undefined value (NaN/inf), so there is "
-            "no confidence interval: the values resampled are not finite (the model's own outputs NaN/inf, "
-            "or the metric does) or a ratio's denominator is 0 on every resample. Check the model's weights "
-            "and use prompts where the metric differs between the runs it is normalised by"
+            "no confidence interval: a ratio's denominator is 0 on every resample. Use prompts where the "
+            "metric differs between the runs it is normalised by"
         )
-    warnings.warn(
-        f"{int(undefined.sum(-1).max())} of {n_boot} bootstrap resamples give an undefined value (NaN/inf: "
-        "a denominator of 0 on the resampled prompts) and are left out of the confidence interval",
-        RuntimeWarning,
-        stacklevel=2,
-    )
-    values = values.masked_fill(undefined, float("nan"))
-    return values.nanquantile(alpha, dim=-1), values.nanquantile(1 - alpha, dim=-1)
+    if undefined.any():
+        warnings.warn(
+            f"{int(undefined.sum(-1).max())} of {n_boot} bootstrap resamples give an undefined value "
+            "(NaN/inf: a denominator of 0 on the resampled prompts) and are left out of the confidence "
+            "interval",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    values = values.masked_fill(undefined, torch.nan).masked_fill(no_ci, 0.0)
+    alpha = (1 - level) / 2
+    low, high = values.nanquantile(alpha, dim=-1), values.nanquantile(1 - alpha, dim=-1)
+    return low.masked_fill(no_ci[..., 0], torch.nan), high.masked_fill(no_ci[..., 0], torch.nan)
 
 
 def bootstrap_ci(
     values: Float[Tensor, "... batch"], n_boot: int = 1000, ci: float = 0.95, seed: int = 0
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
-    """Percentile bootstrap CI of the mean over the last axis (prompts), for every row."""
-    return bootstrap(lambda samples: values[..., samples].mean(-1), values.shape[-1], n_boot, ci, seed)
+    """Percentile bootstrap CI of the mean over the last axis (prompts), for every row (NaN for a row
+    holding a NaN/inf value, whose mean is not finite)."""
+
+    def mean(samples: Tensor) -> Tensor:
+        return values[..., samples].mean(-1)
+
+    return bootstrap(mean, values.shape[-1], n_boot, ci, seed, defined=torch.isfinite(values).all(-1))
 
 
 def defined_gap(gap: Tensor, scale: float) -> Tensor:
@@ -142,7 +155,8 @@ def faithfulness_ci(
         gap = full - empty
         return torch.where(defined_gap(gap, scale), (circuit[:, samples].mean(-1) - empty) / gap, torch.nan)
 
-    return bootstrap(ratio, model.shape[0], n_boot, level, seed)
+    finite = torch.isfinite(circuit).all(-1) & torch.isfinite(model).all() & torch.isfinite(ablated).all()
+    return bootstrap(ratio, model.shape[0], n_boot, level, seed, finite)
 
 
 def faithfulness_summary(
