@@ -14,6 +14,7 @@ import interp
 from interp import edges
 from interp.edges import attribution
 from interp.interventions.engine import Intervention, Site, cached_run, site_mask
+from interp.model.tokens import record_padding
 
 ATOL = 1e-4
 
@@ -155,6 +156,8 @@ def test_mean_ablation_of_padded_prompts_averages_their_real_tokens_only() -> No
     torch.testing.assert_close(means[0], means[5])  # the padding's tokens do not matter
     torch.testing.assert_close(faithful[0].values, faithful[5].values)
     unmasked = edges.ablated_outputs(model, clean, corrupted, "mean")  # the pad = 5 prompts
+    recorded = record_padding(corrupted.clone(), mask)  # ids as model.to_tokens returns them
+    torch.testing.assert_close(edges.ablated_outputs(model, clean, recorded, "mean"), means[5])
     assert not torch.allclose(unmasked[:, :, 3:], means[5][:, :, 3:])  # without the mask, they would
     with pytest.raises(ValueError, match=r"Ablation.mask is \(4, 6\)"):
         edges.ablated_outputs(model, clean, corrupted, edges.Ablation("mean", mask=mask[:, :6]))
@@ -761,3 +764,46 @@ def test_every_edge_method_prune_and_faithfulness_run_on_one_head_layers() -> No
     )
     assert bool(curve.faithfulness.isfinite().all())
     torch.testing.assert_close(curve.faithfulness[-1], torch.tensor(1.0), atol=ATOL, rtol=0)
+
+
+def test_left_padded_ids_carrying_their_mask_give_each_prompt_its_own_figures() -> None:
+    """Ids padded on the left that carry their attention mask (as model.to_tokens(...,
+    padding_side='left') returns them) keep it in every sub-batch the edge functions run: with every
+    edge kept the metric is the model's on each prompt alone, and EAP is the mean of each prompt's."""
+    model = _random_model()
+    vocab, lengths = model.cfg.d_vocab, [5, 7, 6]
+    generator = torch.Generator().manual_seed(3)
+    rows = [torch.randint(1, vocab, (n,), generator=generator).tolist() for n in lengths]
+    corrupted_rows = [
+        row[:1] + torch.randint(1, vocab, (len(row) - 1,), generator=generator).tolist() for row in rows
+    ]
+    mask = (torch.arange(7) >= 7 - torch.tensor(lengths)[:, None]).long()
+
+    def left_padded(prompts: list[list[int]]) -> torch.Tensor:
+        return record_padding(torch.tensor([[0] * (7 - len(row)) + row for row in prompts]), mask)
+
+    clean, corrupted = left_padded(rows), left_padded(corrupted_rows)
+    correct, incorrect = torch.tensor([3, 9, 14]), torch.tensor([20, 8, 2])
+    metric = edges.logit_diff_metric(correct, incorrect, -1)
+    graph = edges.edge_graph(model)
+    alone, per_prompt = [], []
+    for i, (row, corrupted_row) in enumerate(zip(rows, corrupted_rows, strict=True)):
+        one = edges.logit_diff_metric(correct[i : i + 1], incorrect[i : i + 1], -1)
+        with torch.no_grad():
+            alone.append(one(model(torch.tensor([row])), torch.arange(1)))
+        per_prompt.append(
+            edges.edge_attribution(
+                model, torch.tensor([row]), torch.tensor([corrupted_row]), one, "eap"
+            ).scores
+        )
+    kept = edges.run_circuits(
+        model,
+        clean,
+        torch.ones(1, graph.n_writers, graph.n_readers),
+        edges.ablated_outputs(model, clean, corrupted),
+        metric,
+        batch_size=2,
+    )
+    torch.testing.assert_close(kept[0], torch.cat(alone), atol=ATOL, rtol=0)
+    scores = edges.edge_attribution(model, clean, corrupted, metric, "eap", batch_size=2).scores
+    torch.testing.assert_close(scores, torch.stack(per_prompt).mean(0), atol=ATOL, rtol=0)

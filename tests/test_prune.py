@@ -347,3 +347,23 @@ def test_the_mask_shrinks_to_its_size_and_its_circuit_ranks_first(toy_induction)
         edges.prune_edges(
             model, task.clean, task.corrupted, nan_metric, edges.PruneSettings(steps=2), start=scores
         )
+
+
+def test_a_negative_position_prunes_as_the_same_position_counted_from_the_start():
+    """pos=-2 reads the token before the last, as pos=L-2 does: pruning, which runs each step only up
+    to the last position the metric reads, learns the same scores for both."""
+    model = interp.HookedTransformer(tiny_config(n_layers=2, d_vocab=29))
+    model.init_weights(seed=0)
+    generator = torch.Generator().manual_seed(2)
+    clean = torch.randint(1, 29, (4, 6), generator=generator)
+    corrupted = torch.cat([clean[:, :1], torch.randint(1, 29, (4, 5), generator=generator)], 1)
+    correct, incorrect = (
+        torch.randint(29, (4,), generator=generator),
+        torch.randint(29, (4,), generator=generator),
+    )
+    settings = edges.PruneSettings(density=0.1, steps=4, batch_size=4, patience=None)
+    scores = [
+        edges.prune_edges(model, clean, corrupted, edges.logit_diff_metric(correct, incorrect, pos), settings)
+        for pos in (-2, 4)
+    ]
+    torch.testing.assert_close(scores[0].scores, scores[1].scores, rtol=0, atol=0)

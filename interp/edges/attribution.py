@@ -62,6 +62,7 @@ from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.devices import module_weight
 from interp.model.cache import act_name
 from interp.model.components import Norm
+from interp.model.tokens import index_tokens
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, MemorySize, Metric, Progress, memory_bytes
 
@@ -199,10 +200,10 @@ def edge_attribution_by_position(
     total, done = len(batches) * len(groups) * steps, 0
     for ids in batches:
         with intervened(model, base, ids):  # the base interventions in every run of the batch
-            tokens = clean[ids]
+            tokens = index_tokens(clean, ids)
             with torch.no_grad():  # the ends of the integration: every writer's outputs, or the input's only
                 writers = slice(0, graph.n_writers if activations else 1)
-                ablated = _ablated_outputs(model, corrupted[ids], ablated_all, ids, writers)
+                ablated = _ablated_outputs(model, index_tokens(corrupted, ids), ablated_all, ids, writers)
                 clean_out = writer_outputs(model, tokens) if activations else _input_embedding(model, tokens)
             grads = torch.zeros(graph.n_readers, *tokens.shape, model.cfg.d_model, device=model.device)
             delta = (ablated - clean_out).float() if activations else None
@@ -225,7 +226,7 @@ def edge_attribution_by_position(
             del ablated, clean_out, start, end
             if method != "eap-ig-activations-grouped":
                 if delta is None:  # read after the backward passes: they and this never hold memory together
-                    delta = _writer_deltas(model, tokens, corrupted[ids], ablated_all, ids)
+                    delta = _writer_deltas(model, tokens, index_tokens(corrupted, ids), ablated_all, ids)
                 _score_positions(graph, delta, grads, reader_positions, ids, scores)
             del delta, grads
     runs = steps * (len(groups) if method == "eap-ig-activations" else 1)

@@ -36,6 +36,7 @@ from interp.interventions.stats import (
     faithfulness_ratio,
     faithfulness_summary,
 )
+from interp.model.tokens import index_tokens
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric, Progress, as_stage
 
@@ -147,11 +148,8 @@ def clean_metric(
     out = []
     for rows in chunks(clean.shape[0], batch_size):
         logit_pos = logit_positions(metric, rows, clean.shape[1])
-        out.append(
-            for_rows(metric, rows, clean.shape[0])(forward_logits(model, clean[rows], logit_pos))
-            .float()
-            .cpu()
-        )
+        logits = forward_logits(model, index_tokens(clean, rows), logit_pos)
+        out.append(for_rows(metric, rows, clean.shape[0])(logits).float().cpu())
     return torch.cat(out)
 
 
@@ -337,7 +335,7 @@ def removal_effects(
             keep = kept.float().to(model.device).requires_grad_(True)
             abl = ablated if ablated.shape[1] == 1 else ablated[:, rows.to(ablated.device)]
             logit_pos = logit_positions(metric, rows, clean.shape[1])
-            logits = masked_logits(model, graph, clean[rows], keep, abl, logit_pos)
+            logits = masked_logits(model, graph, index_tokens(clean, rows), keep, abl, logit_pos)
             values = for_rows(read_at(metric, logit_pos), rows, n)(logits).float()
             gradient += torch.autograd.grad(values.sum(), keep)[0].float().cpu()
             if progress:

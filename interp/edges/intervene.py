@@ -38,6 +38,7 @@ from interp.interventions.ablation import Ablation, check_means_defined
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
 from interp.model.cache import ActivationCache
+from interp.model.tokens import index_tokens, recorded_padding
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric
 
@@ -362,7 +363,8 @@ def edge_forward(
         "ungroup_grouped_query_attention": False,
     }  # fmt: skip  (readers' k/v inputs per key/value head)
     with model.settings(**settings), model.hooks(fwd_hooks=hooks):
-        final = model(tokens.repeat(run.n_k, 1), stop_at_layer=cfg.n_layers)
+        repeated = index_tokens(tokens, torch.arange(len(tokens)).repeat(run.n_k))  # each circuit's copy
+        final = model(repeated, stop_at_layer=cfg.n_layers)
     return unembed_at(model, final, logit_pos)
 
 
@@ -459,7 +461,8 @@ def ablated_outputs(
     the Ablation's seed), or zero. The Ablation's mask: the reference prompts' padding mask [n, pos]
     (the corrupted prompts' where it has no reference): each position's mean is over the prompts real
     there; a position where none is has no mean, refused where a clean prompt is real and 0 at
-    padding (`check_means_defined`). Without it, right padding's outputs join the means."""
+    padding (`check_means_defined`). Without it, the mask the reference ids carry (texts and ids from
+    `model.to_tokens` do), else none."""
     ablation = edge_ablation(ablation)
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_token_pair(clean, corrupted)
@@ -476,11 +479,12 @@ def ablated_outputs(
             f"{ablation.kind} ablation needs reference prompts at least as long as the clean ones "
             f"({clean.shape[1]} tokens); got {reference.shape[1]}."
         )
-    outputs = writer_outputs(model, reference[:, : clean.shape[1]])  # [writer, n, pos, d_model]
+    outputs = writer_outputs(model, index_tokens(reference, (slice(None), slice(clean.shape[1]))))
     if ablation.kind == "mean":
-        if ablation.mask is None:
+        mask = ablation.mask if ablation.mask is not None else recorded_padding(reference)
+        if mask is None or bool(mask.all()):
             return outputs.mean(1, keepdim=True)
-        real = check_padding_mask(ablation.mask, *reference.shape)[:, : clean.shape[1]].bool()
+        real = check_padding_mask(mask, *reference.shape)[:, : clean.shape[1]].bool()
         undefined = ~real.any(0, keepdim=True)  # [1, pos]: no reference prompt real there
         check_means_defined(undefined, model._real_tokens(clean, {}), "edges' mean ablation")
         mean = masked_mean(outputs, real[None, :, :, None], 1, keepdim=True)
@@ -539,7 +543,8 @@ def run_circuits(
     for rows in chunks(n, batch_size or n):
         abl = ablated if ablated.shape[1] == 1 else ablated[:, int(rows[0]) : int(rows[-1]) + 1]  # a view
         logit_pos = logit_positions(metric, rows, tokens.shape[1], n_k)
-        logits = edge_forward(model, graph, tokens[rows], EdgeRun(keep=keep, ablated=abl), None, logit_pos)
+        run = EdgeRun(keep=keep, ablated=abl)
+        logits = edge_forward(model, graph, index_tokens(tokens, rows), run, None, logit_pos)
         read = read_at(metric, logit_pos)
         if takes_rows(read):
             values = read(logits, rows.repeat(n_k))

@@ -61,6 +61,7 @@ from interp.interventions.engine import check_pair, forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
 from interp.model.loading import weights_fingerprint
+from interp.model.tokens import index_tokens
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric, Progress
 
@@ -260,11 +261,11 @@ def prune_edges(
             positions = _read_positions(metric, rows, clean.shape[1])
             width = _width(model, positions, clean.shape[1])
             if per_step:
-                ablated = writer_outputs(model, corrupted[rows, :width])
+                ablated = writer_outputs(model, index_tokens(corrupted, (rows, slice(width))))
             else:
                 ablated = (shared[:, rows] if shared.shape[1] == n else shared)[:, :, :width]
-            tokens = clean[rows, :width]
-            logit_pos = logit_positions(metric, rows, width)  # None: every position (the metric's choice)
+            tokens = index_tokens(clean, (rows, slice(width)))
+            logit_pos = logit_positions(metric, rows, clean.shape[1])  # None: every position
             logits = masked_logits(model, graph, tokens, mask.to(model.device), ablated, logit_pos)
             loss = _objective(logits, rows, positions, logit_pos, targets, metric, objective, n)
             if not torch.isfinite(loss):
@@ -349,10 +350,11 @@ def _full_model(
     for rows in chunks(n, batch_size):
         if objective == "kl":
             positions = _read_positions(metric, rows, clean.shape[1]).to(model.device)
-            logits = forward_logits(model, clean[rows], positions)
+            logits = forward_logits(model, index_tokens(clean, rows), positions)
             out.append(logits[torch.arange(len(rows)), positions].float().log_softmax(-1).cpu())
         else:
-            logits = forward_logits(model, clean[rows], logit_positions(metric, rows, clean.shape[1]))
+            positions = logit_positions(metric, rows, clean.shape[1])
+            logits = forward_logits(model, index_tokens(clean, rows), positions)
             out.append(for_rows(metric, rows, n)(logits).float().cpu())
     return torch.cat(out)
 

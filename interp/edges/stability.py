@@ -25,6 +25,7 @@ from interp.edges.graph import EdgeGraph, EdgeScores, top_circuit
 from interp.interventions.ablation import Ablation
 from interp.interventions.metrics import AnswerMetric, takes_rows
 from interp.interventions.stats import resamples
+from interp.model.tokens import index_tokens
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric, Progress
 
@@ -85,8 +86,9 @@ def prompt_scores(
     for i in range(n):
         rows = torch.tensor([i])
         scores = edge_attribution(
-            model, clean[rows], corrupted[rows], subset_metric(metric, rows), method, steps,
-            ablation=ablation, reader_pos=None if reader_pos is None else reader_pos[rows], **options,
+            model, index_tokens(clean, rows), index_tokens(corrupted, rows), subset_metric(metric, rows),
+            method, steps, ablation=ablation, reader_pos=None if reader_pos is None else reader_pos[rows],
+            **options,
         )  # fmt: skip
         out.append(scores.scores)
         if progress:

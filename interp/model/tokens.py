@@ -150,6 +150,14 @@ def recorded_padding(tokens: Any) -> Int[Tensor, "batch pos"] | None:
     return mask.to(tokens.device)
 
 
+def index_tokens(tokens: Int[Tensor, "batch pos"], index: Any) -> Int[Tensor, "rows pos_or_fewer"]:
+    """tokens[index] (rows, or rows and positions), keeping the attention mask recorded on `tokens`
+    (`record_padding`) for the same entries, so that a left-padded sub-batch is masked as the batch."""
+    mask = recorded_padding(tokens)
+    out = tokens[index]
+    return out if mask is None else record_padding(out, mask[index])
+
+
 def check_no_left_padding(
     tokens: Int[Tensor, "batch pos"], pad: int, prepend_bos: bool, bos: int | None
 ) -> None:
