@@ -456,6 +456,9 @@ def judge_class(
     if few:
         few_note = f"{tested.n_prompts} held-out prompts, {TOO_FEW_PROMPTS} for a verdict"
         note = f"{few_note} (at least {MIN_STRATUM_PROMPTS}); {note}"
+    for kind in strata.dependent_kinds:  # strata all too small: the verdict could not read the kind
+        if {s.holds for s in by_stratum if s.kind == kind} == {None}:
+            note += f"; {kind} dependence untested (no {kind} has {MIN_STRATUM_PROMPTS} held-out prompts)"
     return ClassVerdict(
         name=found.name,
         heads=head_labels(found.heads),

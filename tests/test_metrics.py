@@ -205,3 +205,17 @@ def test_robust_z_keeps_float64():
     median = (values.sort().values[3] + values.sort().values[4]).item() / 2
     mad = (values - median).abs().sort().values[3:5].mean().item()
     torch.testing.assert_close(robust_z(values), (values - median) / (1.4826 * mad))
+
+
+def test_a_dependence_the_strata_were_too_small_to_test_is_said_untested():
+    """When every stratum of a dependent kind has fewer than MIN_STRATUM_PROMPTS prompts, the
+    verdict cannot read that kind: the note says so, rather than letting "confirmed" imply it held."""
+    from circuits.evidence import HeadClass, Strata, judge_class, label_strata
+
+    found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3)])
+    effects = torch.cat([1 + 0.1 * torch.rand(1, 12), 0.01 * torch.rand(3, 12)]).double()
+    for per_template, untested in ((3, True), (4, False)):
+        templates = label_strata("template", [f"T{i // per_template}" for i in range(12)])
+        judged = judge_class(found, effects, strata=Strata(templates, {"template": "most"}))
+        assert judged.verdict == "confirmed"
+        assert ("template dependence untested" in judged.note) == untested
