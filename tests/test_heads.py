@@ -753,3 +753,55 @@ def test_with_two_candidates_the_others_set_stopped_early_is_measured_again_whol
     judged = found.judged[needs_other]["with_others_ablated"]
     assert "with_others_ablated" not in found.stopped_early.get(needs_other, [])
     assert judged.heldout.n_prompts == 2 * n and judged.verdict == "confirmed"
+
+
+def test_a_previous_token_candidate_is_judged_on_the_induction_heads_after_its_own_layer():
+    """With candidates in two layers, each one's drop is of the targets after its own layer: a
+    target in the candidate's layer (whose score it cannot change) does not dilute it."""
+    from circuits.heads.causal import previous_token_ablation_effects, random_head_classes
+
+    model = interp.load_model("toy-hop")
+    probe = make_probes(model, n_samples=4).held_out
+    candidates, targets = [(0, 0), (1, 1)], [(1, 2), (2, 0)]
+    classes = random_head_classes(model, candidates, candidates + targets, 2, 0)
+    both = previous_token_ablation_effects(model, probe, classes, targets)
+    last = previous_token_ablation_effects(model, probe, classes, targets[1:])  # the layer-2 target only
+    assert both.alone[(1, 1)] == pytest.approx(last.alone[(1, 1)], rel=1e-5)  # L1H2 is in its layer
+    assert both.alone[(0, 0)][0] != pytest.approx(last.alone[(0, 0)][0], rel=1e-2)  # both are after L0H0
+
+
+def test_confirmed_induction_draws_the_random_heads_head_report_draws(monkeypatch):
+    """The cached path for other analyses (`confirmed_induction`) leaves previous-token heads out of
+    its random sets as `head_report` does, so it judges each candidate as the report does."""
+    from circuits.heads import pipeline
+
+    drawn = []
+    original = pipeline.random_head_classes
+
+    def recording(model, heads, typed, *args):
+        drawn.append((list(heads), sorted(typed)))
+        return original(model, heads, typed, *args)
+
+    model = interp.load_model("toy-induction")
+    monkeypatch.setattr(pipeline, "random_head_classes", recording)
+    pipeline.confirmed_induction(model, n_samples=4)
+    scores = score_heads(model, make_probes(model, 4, 0, 24, ()), 0)
+    previous_token = set(scores.candidates("previous_token"))
+    assert previous_token and previous_token <= set(drawn[0][1])
+
+
+def test_a_head_attending_to_the_first_token_only_has_no_skip_gram_pair_on_it():
+    """Where no key is attended to (every median 0: all attention on the first token, a sink), the
+    pair's key is a token a query may attend to, never the first token, and the score is not above 0."""
+    from circuits.heads.skipgrams import skip_gram_masses, skip_gram_scores
+
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.cat(
+        [torch.zeros(16, 1, dtype=torch.long), torch.randint(1, 6, (16, 11), generator=generator)], 1
+    )
+    lengths = torch.full((16,), 12)
+    sink = torch.zeros(16, 1, 12, 12)
+    sink[..., 0] = 1.0  # every query attends to the first token only
+    types, keys = tokens.unique(return_inverse=True)
+    score, query, key = skip_gram_scores(skip_gram_masses(sink, keys, lengths, len(types)), keys, lengths)
+    assert types[key[0]] != 0 and query[0] >= 0 and score[0] <= 0

@@ -2,8 +2,9 @@
 the other candidates of its type ablated, judged against random heads of its layer by
 `circuits.evidence.judge_class` (paired per sequence; strata: repeat lengths). Effects (positive: the
 head helps): induction, the loss increase on the second copies (nats); previous_token, the drop of the
-later induction heads' mean induction score (attention). Two looks: after the first half of each
-repeat length's sequences, an effect beyond random + FUTILITY_SE standard errors below MIN_EFFECT stops.
+later induction heads' mean induction score (attention; those after its layer). Two looks: after the
+first half of each repeat length's sequences, an effect beyond random + FUTILITY_SE standard errors
+below MIN_EFFECT stops.
 """
 
 from __future__ import annotations
@@ -127,9 +128,14 @@ def ablated_layers(classes: Mapping[Head, HeadClass]) -> list[int]:
     return sorted({layer for found in classes.values() for heads in found.sets for layer, _ in heads})
 
 
-Measure = Callable[[list[list[Head]], Tensor, int, int], list[Float[Tensor, " rows"]]]
+Measure = Callable[[list[list[Head]], Tensor, int, int], list[Float[Tensor, " rows *target"]]]
 """measure(head sets, rows, runs before, runs in all) -> per set, the measurement per sequence of
-`rows` with those heads ablated (the counts are for progress)."""
+`rows` with those heads ablated, or per sequence and target [rows, target] (the counts are for
+progress)."""
+
+Targets = Callable[[Head | None], Tensor]
+"""targets(candidate) -> which of a measurement's targets [target] bool its effects average over (None:
+the effect of every candidate together)."""
 
 
 Key = frozenset[Head]  # a set of heads ablated together
@@ -138,7 +144,8 @@ Key = frozenset[Head]  # a set of heads ablated together
 @dataclass
 class _Runs:
     """The ablated runs of one check, look by look (`looks`: row indices). measured: per set of heads,
-    the measurement per sequence (NaN where not measured); seen: where it was."""
+    the measurement per sequence [sequence] or per sequence and target [sequence, target] (NaN where
+    not measured); seen: where it was; targets: the targets a candidate's effects average over."""
 
     classes: Mapping[Head, HeadClass]
     measure: Measure
@@ -147,6 +154,7 @@ class _Runs:
     looks: Sequence[Tensor]
     strata: dict[str, Tensor]
     seed: int
+    targets: Targets | None = None
     measured: dict[Key, Tensor] = field(default_factory=dict)
     seen: dict[Key, Tensor] = field(default_factory=dict)
     runs_done: int = 0
@@ -156,15 +164,25 @@ class _Runs:
         self.everything = frozenset(self.heads)
         self.n_sequences = sum(len(rows) for rows in self.looks)
 
-    def values(self, ablated: Sequence[Head], baseline: Sequence[Head] = ()) -> tuple[Tensor, Tensor]:
-        """sign * (measured with `ablated` - with `baseline`) per sequence, and where both were measured."""
+    def values(
+        self, ablated: Sequence[Head], baseline: Sequence[Head] = (), of: Head | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """sign * (measured with `ablated` - with `baseline`) per sequence, over the targets of
+        candidate `of` where there are targets, and where both were measured."""
         a, b = frozenset(ablated), frozenset(baseline)
-        return self.sign * (self.measured[a] - self.measured[b]), self.seen[a] & self.seen[b]
+        change = self.measured[a] - self.measured[b]
+        if change.ndim == 2:
+            change = change[:, self.targets(of)].mean(-1)
+        return self.sign * change, self.seen[a] & self.seen[b]
 
     def effect(
-        self, ablated: Sequence[Head], baseline: Sequence[Head] = (), rows: Tensor | None = None
+        self,
+        ablated: Sequence[Head],
+        baseline: Sequence[Head] = (),
+        rows: Tensor | None = None,
+        of: Head | None = None,
     ) -> Effect:
-        found, both = self.values(ablated, baseline)
+        found, both = self.values(ablated, baseline, of)
         if rows is not None:
             found, both = found[rows], both[rows]
         return mean_se(found[both])
@@ -184,7 +202,7 @@ class _Runs:
     def effects_of(self, head: Head, name: str) -> tuple[Tensor, Tensor]:
         """The head's effect and its random heads' [1 + draws, sequence] where all were measured, and
         that mask [sequence]."""
-        rows = [self.values(ablated, baseline) for ablated, baseline in self.effect_sets(head, name)]
+        rows = [self.values(ablated, baseline, head) for ablated, baseline in self.effect_sets(head, name)]
         both = torch.stack([mask for _, mask in rows]).all(0)
         return torch.stack([found for found, _ in rows])[:, both], both
 
@@ -221,7 +239,8 @@ class _Runs:
             found = self.measure(list(active.values()), rows, self.runs_done, total)
             self.runs_done += len(active)
             for key, value in zip(active, found, strict=True):
-                self.measured.setdefault(key, torch.full((self.n_sequences,), math.nan))[rows] = value
+                empty = torch.full((self.n_sequences, *value.shape[1:]), math.nan)
+                self.measured.setdefault(key, empty)[rows] = value
                 self.seen.setdefault(key, torch.zeros(self.n_sequences, dtype=torch.bool))[rows] = True
             if look < len(looks) - 1:
                 going = {key for key in active if key in futility and not futility[key]()}
@@ -241,11 +260,13 @@ def _candidate_effects(
     looks: Sequence[Tensor],
     strata: dict[str, Tensor] | None = None,
     seed: int = 0,
+    targets: Targets | None = None,
 ) -> CausalEffects:
     """Each candidate's effects, sign * (ablated - clean measurement), alone and on top of the other
     candidates, judged against its random heads. First the heads alone; then, for heads not confirmed
-    alone at every stratum, with the others ablated; futile effects stop after the first look."""
-    runs = _Runs(classes, measure, sign, min_effect, looks, strata or {}, seed)
+    alone at every stratum, with the others ablated; futile effects stop after the first look.
+    targets: which of the measurement's targets each candidate's effects average over."""
+    runs = _Runs(classes, measure, sign, min_effect, looks, strata or {}, seed, targets)
     heads, everything, stratum_rows, others = runs.heads, runs.everything, runs.strata, runs.others
     first = {frozenset(): [], everything: sorted(heads)}
     alone_keys = {frozenset([head]): head for head in heads if frozenset([head]) not in first}
@@ -261,7 +282,7 @@ def _candidate_effects(
 
     nan = (math.nan, math.nan)
     alone = CausalEffects(
-        alone={head: runs.effect([head]) for head in heads},
+        alone={head: runs.effect([head], of=head) for head in heads},
         all_candidates=runs.effect(heads),
         min_effect=min_effect,
         by_stratum={name: {} for name in stratum_rows},  # its names: `holds_in`'s order
@@ -276,7 +297,8 @@ def _candidate_effects(
     # measures again whole, one head's others in a pair of candidates, does not change them)
     whole = {key: bool(seen.all()) for key, seen in runs.seen.items()}
     alone_by_stratum = {
-        name: {head: runs.effect([head], rows=rows) for head in heads} for name, rows in stratum_rows.items()
+        name: {head: runs.effect([head], rows=rows, of=head) for head in heads}
+        for name, rows in stratum_rows.items()
     }
     second = {frozenset(others(head)): head for head in undecided if len(heads) > 1}
     second = {key: head for key, head in second.items() if not whole.get(key, False)}
@@ -297,7 +319,9 @@ def _candidate_effects(
     def with_others(head: Head, rows: Tensor | None = None) -> Effect:
         if head not in undecided:
             return nan
-        return runs.effect(heads, others(head), rows) if len(heads) > 1 else runs.effect([head], rows=rows)
+        if len(heads) == 1:
+            return runs.effect([head], rows=rows, of=head)
+        return runs.effect(heads, others(head), rows, of=head)
 
     def stopped(head: Head) -> list[str]:
         """Which of the head's effects are over fewer than all sequences (stopped early as futile)."""
@@ -422,7 +446,7 @@ def _measure(
     z_names = {interp.act_name("z", layer): layer for layer in clean.z_mean}
 
     def measure(head_sets: list[list[Head]], look: Tensor, before: int, total: int) -> list[Tensor]:
-        values = torch.zeros(len(head_sets), len(probe.tokens))
+        values: Tensor | None = None  # [set, sequence, *target]
         if progress:
             progress(stage, before * n_groups, total * n_groups)
         for g, (rows, width) in enumerate(_row_groups(probe, look)):
@@ -445,8 +469,10 @@ def _measure(
                 ),
             )
             for i, value in enumerate(runs):
+                if values is None:
+                    values = torch.zeros(len(head_sets), len(probe.tokens), *value.shape[1:])
                 values[i, rows] = value
-        return list(values[:, look])
+        return [] if values is None else list(values[:, look])  # None: no set to measure
 
     return measure
 
@@ -498,10 +524,11 @@ def previous_token_ablation_effects(
     clean: CleanRun | None = None,
     seed: int = 0,
 ) -> CausalEffects:
-    """Drop in the mean induction score of the `targets` after the earliest candidate with the
-    candidates of `classes` (`random_head_classes`) mean-ablated, each judged against its random heads;
-    candidates at or after the last target's layer are not tested. `clean`: the probe's clean run
-    (`ablated_layers`, targets' patterns), if made."""
+    """Drop in the mean induction score of the `targets` after each candidate's layer with the
+    candidates of `classes` (`random_head_classes`) mean-ablated, each judged against its random heads
+    (every candidate together: the targets after the earliest); candidates at or after the last
+    target's layer are not tested. `clean`: the probe's clean run (`ablated_layers`, targets'
+    patterns), if made."""
     classes = {head: found for head, found in classes.items() if any(lt > head[0] for lt, _ in targets)}
     start = min((layer for layer, _ in classes), default=0)
     later = [target for target in targets if target[0] > start]
@@ -516,14 +543,14 @@ def previous_token_ablation_effects(
         lengths = probe.lengths[rows]
         masks = {"induction": score_masks(probe.tokens[rows, :width], lengths)["induction"]}
 
-        def score(patterns: dict[str, Tensor]) -> Tensor:
+        def score(patterns: dict[str, Tensor]) -> Tensor:  # [rows, target]
             per_target = [
                 pattern_scores(
                     patterns[interp.act_name("pattern", lt)][:, ht : ht + 1].float().cpu(), masks, lengths
                 )["induction"][:, 0]
                 for lt, ht in later
             ]
-            return torch.stack(per_target).mean(0)
+            return torch.stack(per_target, -1)
 
         reads = {
             interp.act_name("pattern", layer): clean.patterns[layer][device_rows][:, :, :width, :width]
@@ -531,9 +558,20 @@ def previous_token_ablation_effects(
         }
         return reads, score
 
+    def after(candidate: Head | None) -> Tensor:
+        layer = start if candidate is None else candidate[0]
+        return torch.tensor([target_layer > layer for target_layer, _ in later])
+
     measure = _measure(model, probe, clean, PREVIOUS_TOKEN_STAGE, progress, readout)
     strata = length_strata(probe)
-    return _candidate_effects(classes, measure, -1, MIN_EFFECT["previous_token"], looks(probe), strata, seed)
+    min_effect = MIN_EFFECT["previous_token"]
+    return _candidate_effects(classes, measure, -1, min_effect, looks(probe), strata, seed, after)
+
+
+def never_random(scores: HeadScores) -> list[Head]:
+    """The heads no random set holds: every head over either checked type's threshold (an induction
+    head is not compared with previous-token heads, nor the reverse)."""
+    return sorted({head for kind in CAUSAL_TYPES for head in scores.candidates(kind)})
 
 
 def causal_checks(
@@ -556,8 +594,7 @@ def causal_checks(
                 progress(f"{stage}: no induction candidate", 0, 0)
         return {}
     previous_token = scores.candidates("previous_token", max_candidates)
-    # Random heads are of neither checked type: an induction head is not compared with previous-token heads.
-    typed = sorted({head for kind in CAUSAL_TYPES for head in scores.candidates(kind)})
+    typed = never_random(scores)
     classes = {
         kind: random_head_classes(model, heads, typed, n_random, seed)
         for kind, heads in (("induction", induction), ("previous_token", previous_token))

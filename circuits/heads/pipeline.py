@@ -25,6 +25,7 @@ from circuits.heads.causal import (
     causal_checks,
     clean_run_for_ablations,
     induction_ablation_effects,
+    never_random,
     random_head_classes,
     with_held_out_scores,
 )
@@ -170,9 +171,8 @@ def confirmed_induction(
     candidates = scores.candidates("induction", max_candidates)
     if not candidates:
         return []
-    typed = scores.candidates("induction")  # every head over the threshold: never a random head
     layers = [layer for layer, _ in candidates]
-    classes = random_head_classes(model, candidates, typed, N_RANDOM, seed)
+    classes = random_head_classes(model, candidates, never_random(scores), N_RANDOM, seed)
     clean = clean_run_for_ablations(model, probes.held_out, ablated_layers(classes), layers, final=True)
     effects = induction_ablation_effects(model, probes.held_out, classes, progress, clean, seed)
     effects = with_held_out_scores(effects, probes.held_out, clean, candidates, "induction", limits)

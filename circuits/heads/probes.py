@@ -43,8 +43,8 @@ HELD_OUT_SEED_OFFSET = 2  # the held-out probe is drawn from seed + 2 (the rando
 HELD_OUT_RULE = (  # in --save files' options and the names of cached heads' files: another rule's are refused
     f"scores on {FAMILY_NAMES['discovery']}, causal checks and scores again on fresh "
     f"{FAMILY_NAMES['held_out']} (seed + {HELD_OUT_SEED_OFFSET}), each effect against random heads of "
-    "its layer (with the others ablated: in the head's place), with a CI over the sequences and the random "
-    "heads"
+    "its layer over neither type's threshold (with the others ablated: in the head's place), with a CI "
+    "over the sequences and the random heads; a previous-token head's on the induction heads after its layer"
 )
 
 

@@ -70,6 +70,7 @@ def skip_gram_scores(
     present = torch.zeros(n_occ, n_types).scatter_add_(-1, keys[rows], valid.float()).clamp_max(1.0)
     total = torch.einsum("oht,ot->ht", mass, present)  # attention on each type where present
     total_count = present.sum(0)  # [type]
+    never_key = total_count == 0  # types no query may attend to (the first token's): never the preferred key
     score = torch.full((n_heads,), float("nan"))
     best_query = torch.full((n_heads,), -1)
     best_key = torch.full((n_heads,), -1)
@@ -86,7 +87,7 @@ def skip_gram_scores(
         fold = torch.arange(len(sequences)) % 2
         medians = []
         for f in (0, 1):
-            preferred = per_sequence[fold != f].median(0).values.argmax(-1)  # [head]
+            preferred = _preferred_key(per_sequence[fold != f], never_key)  # [head]
             held_out = per_sequence[fold == f].gather(
                 -1, preferred[None, :, None].expand((fold == f).sum(), -1, 1)
             )
@@ -96,5 +97,13 @@ def skip_gram_scores(
         better = mean > score.nan_to_num(-float("inf"))
         score = torch.where(better, mean, score)
         best_query = torch.where(better, t, best_query)
-        best_key = torch.where(better, per_sequence.median(0).values.argmax(-1), best_key)
+        best_key = torch.where(better, _preferred_key(per_sequence, never_key), best_key)
     return score, best_query, best_key
+
+
+def _preferred_key(
+    per_sequence: Float[Tensor, "sequence head type"], never_key: Bool[Tensor, " type"]
+) -> Int[Tensor, " head"]:
+    """Per head, the key type with the largest median attention over the sequences [head], among the
+    types a query may attend to (ties: the lowest such type)."""
+    return per_sequence.median(0).values.masked_fill(never_key, -torch.inf).argmax(-1)
