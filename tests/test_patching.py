@@ -713,3 +713,40 @@ def test_patch_takes_a_cache_from_run_with_cache_as_its_source(model, prompts):
     assert not torch.allclose(
         from_cache, interp.patch(model, corrupted, metric, head=(1, 2), source=torch.zeros(()))
     )
+
+
+def test_ungrouped_keys_and_values_are_patched_per_query_heads_copy():
+    """With `ungroup_grouped_query_attention` (TransformerLens's one copy of each key and value per
+    query head), a k/v sweep has a column per query head, each patching that head's copy, and a path
+    patching receiver (layer, h, "k") patches head h's copy: both copies of a group together are the
+    grouped run's patch of their key/value head."""
+    config = tiny_config(
+        n_layers=3, n_kv_heads=2, normalization="rmsnorm", positional="rotary", init_std=0.15
+    )
+    model = interp.HookedTransformer(config)
+    model.init_weights(seed=0)
+    generator = torch.Generator().manual_seed(1)
+    clean = torch.randint(2, model.cfg.d_vocab, (4, 7), generator=generator)
+    corrupted = clean.clone()
+    corrupted[:, [1, 2, 4]] = torch.randint(2, model.cfg.d_vocab, (4, 3), generator=generator)
+    end = torch.tensor([6, 5, 4, 6])
+    metric = lambda logits: metrics.logit_diff(logits, clean[:, 0], clean[:, 3], pos=end)  # noqa: E731
+    senders = [[(0, 1)], [(1, 2)]]
+    grouped = path_patching(model, clean, corrupted, metric, [(2, 3, "k")], senders)
+    with model.settings(ungroup_grouped_query_attention=True):
+        both_copies = path_patching(model, clean, corrupted, metric, [(2, 2, "k"), (2, 3, "k")], senders)
+        one_copy = path_patching(model, clean, corrupted, metric, [(2, 3, "k")], senders)
+        sweep = patching.activation_patching(model, clean, corrupted, metric, "k", layers=[1])
+        _, clean_cache = model.run_with_cache(clean, names_filter="blocks.1.attn.hook_k")
+
+        def copy_of_head_2(k, hook):
+            k[:, :, 2] = clean_cache[hook.name][:, :, 2]
+            return k
+
+        by_hand = metric(
+            model.run_with_hooks(corrupted, fwd_hooks=[("blocks.1.attn.hook_k", copy_of_head_2)])
+        )
+    torch.testing.assert_close(both_copies.values, grouped.values, atol=1e-5, rtol=0)
+    assert not torch.allclose(one_copy.values, grouped.values, atol=1e-3)
+    assert sweep.index["head"].tolist() == list(range(model.cfg.n_heads))  # [grid entry, prompt]
+    torch.testing.assert_close(sweep.values[2], by_hand, atol=1e-5, rtol=0)

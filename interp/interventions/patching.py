@@ -104,7 +104,8 @@ def _component_grid(
     layers = list(range(cfg.n_layers)) if layers is None else check_layers(cfg, layers)
     pos_labels, site_pos = _position_axis(positions, n_pos)
     if component in HEAD_COMPONENTS:
-        n_heads = cfg.n_kv_heads if component in ("k", "v") else cfg.n_heads
+        per_key_value_head = component in ("k", "v") and not cfg.ungroup_grouped_query_attention
+        n_heads = cfg.n_kv_heads if per_key_value_head else cfg.n_heads  # ungrouped: a copy per query head
         dims, coords = (
             ("layer", "head", "position"),
             {"layer": layers, "head": list(range(n_heads)), "position": pos_labels},

@@ -112,7 +112,8 @@ def path_patching(
       (hook_q_input/k_input/v_input); or "logits" (the final residual stream: the metric of run 2).
       Grouped-query attention: keys and values are computed per key/value head, so a receiver
       (layer, h, "k") patches the input of key/value head h // group_size, which every query
-      head of that group shares.
+      head of that group shares; with `ungroup_grouped_query_attention` (one copy of each key and
+      value per query head, as TransformerLens), the input of head h's copy only.
     senders: a list of senders (each its own run: a sweep) or of lists of senders (patched
       together); default every head in layers before the last receiver (all layers for logits).
     sender_pos, receiver_pos: None (all positions), int, or LongTensor [batch] per prompt
@@ -272,7 +273,7 @@ class PathPatcher:
                 for letter in "qkv":
                     heads = sorted(
                         {
-                            h if letter == "q" else h // cfg.group_size
+                            h if letter == "q" or cfg.ungroup_grouped_query_attention else h // cfg.group_size
                             for r_layer, h, which in receivers
                             if r_layer == layer and letter in which
                         }
