@@ -10,6 +10,7 @@ import interp
 from interp import Ablation, ablation, metrics
 from interp.interventions import engine
 from interp.interventions.engine import RunOptions
+from interp.model.tokens import record_padding
 
 BATCH, POS = 3, 6
 
@@ -96,6 +97,9 @@ def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(mode
     z = _z(model, tokens, 0, heads=[(0, 1)], ablation=Ablation("mean", reference=reference, mask=real))
     torch.testing.assert_close(z[:, :, 1], expected.expand_as(z[:, :, 1]))
     assert not torch.allclose(expected, ref_z.mean(0))  # the padding would have changed the means
+    _, padded_cache = model.run_with_cache(record_padding(reference.clone(), real.long()))  # as to_tokens
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation=Ablation("mean", reference=padded_cache))
+    torch.testing.assert_close(z[:, :, 1], expected.expand_as(z[:, :, 1]))  # the cache's run's padding
     reference_groups, groups = torch.tensor([0, 1, 0, 0, 1]), torch.tensor([1, 0, 1])
     with pytest.warns(RuntimeWarning, match="NaN/inf first appear at blocks.0.attn.hook_z"):
         by_group = Ablation("mean", reference=ref_cache, mask=real, groups=reference_groups)
@@ -123,6 +127,32 @@ def test_resample_ablation_takes_a_reference_prompts_activation(model, data):
     for prompt, group in enumerate([1, 1, 0]):
         matches = [(z[prompt, :, 3] - ref_z[i]).abs().max() < 1e-6 for i in range(5)]
         assert sum(matches) == 1 and reference_groups[matches.index(True)] == group
+
+
+def test_resample_ablation_draws_one_reference_prompt_per_input_prompt_for_every_site_and_run(model, data):
+    """Every ablated site of a run reads the same reference prompt for an input prompt, and runs on as
+    many prompts read the same draw: a patched run that changes nothing equals the run it patches."""
+    tokens, reference, _ = data
+    _, ref_cache = model.run_with_cache(reference)
+    base = ablation.ablation_interventions(
+        model, heads=[(0, 1), (1, 3)], ablation=Ablation("resample", reference=reference)
+    )
+    with engine.intervened(model, base):
+        _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_z"))
+        again = model(tokens)
+        once_more = model(tokens)
+    n_pos = tokens.shape[1]
+
+    def reads(prompt: int, layer: int, head: int) -> list[bool]:  # which reference prompt's z it holds
+        z = cache["z", layer][prompt, :, head]
+        return [
+            bool((z - ref_cache["z", layer][i, :n_pos, head]).abs().max() < 1e-6)
+            for i in range(len(reference))
+        ]
+
+    for prompt in range(tokens.shape[0]):
+        assert sum(reads(prompt, 0, 1)) == 1 and reads(prompt, 0, 1) == reads(prompt, 1, 3)
+    torch.testing.assert_close(again, once_more, atol=0, rtol=0)
 
 
 def test_counterfactual_ablation_takes_the_paired_prompts_activation(model, data):

@@ -80,13 +80,15 @@ class Ablation:
                         function's `groups`). Right-padded references need their `mask` (texts and
                         ids from `model.to_tokens` bring theirs), or the padding joins the means.
       "resample":       the activation of a random reference prompt (of the same group if `groups`
-                        are given), drawn per input prompt with a generator seeded with `seed`.
+                        are given), drawn per input prompt with a generator seeded with `seed`: one
+                        prompt for every ablated site, and the same draw in every run on as many
+                        prompts.
       "counterfactual": the activation of the reference prompt paired with each input prompt
                         (reference[i] for prompt i: the corrupted prompt of a clean/corrupted pair).
     reference: tokens [n_ref, pos] (run once to cache the hooks), texts (tokenized by the model; the
-      mask of their padding is the mask), or an ActivationCache (or a dict name -> [n_ref, pos, ...])
-      that already holds them (e.g. the clean run's own activations). Edge functions take tokens
-      only and default to the corrupted prompts (mean, resample).
+      mask of their padding is the mask), or an ActivationCache (its run's padding is the mask; or a
+      dict name -> [n_ref, pos, ...]) that already holds them (e.g. the clean run's own activations).
+      Edge functions take tokens only and default to the corrupted prompts (mean, resample).
     mask: the reference's padding mask [n_ref, pos] (True or 1 at real tokens, False or 0 at padding;
       in edge functions without a reference, the corrupted prompts'): each position's mean is over the
       references real there; where none is there is no mean: refused where an input prompt is real,
@@ -190,6 +192,9 @@ class Replacement:
         elif isinstance(reference, Tensor) and reference_mask is None:  # ids from to_tokens: their mask
             recorded = recorded_padding(reference)
             reference_mask = None if recorded is None or bool(recorded.all()) else recorded
+        elif isinstance(reference, ActivationCache) and reference_mask is None:  # its run's padding
+            real = reference.real_tokens
+            reference_mask = None if real is None or bool(real.all()) else real
         cached = isinstance(reference, ActivationCache | Mapping)
         missing = [name for name in names if cached and ablation.kind != "zero" and name not in reference]
         if missing:
@@ -209,6 +214,7 @@ class Replacement:
         )
         self.reference_groups = None if ablation.groups is None else ablation.groups.long().cpu()
         self.generator = torch.Generator().manual_seed(ablation.seed)
+        self.draws: dict[tuple, Tensor] = {}  # (batch, groups) -> each input prompt's reference prompt
         self.acts: dict[str, Tensor] = {}
         if ablation.kind != "zero" and cached:
             self.acts = {name: reference[name] for name in names}  # name -> [n_ref, pos, ...]
@@ -252,14 +258,21 @@ class Replacement:
                     f"{self.acts[name].shape[0]} reference prompts for {batch} inputs"
                 )
             return self.acts[name]
-        n_ref = self.acts[name].shape[0]
-        scores = torch.rand(batch, n_ref, generator=self.generator)  # random reference per prompt
-        if groups is not None:
-            same = groups.long().cpu()[:, None] == self.reference_groups[None, :]
-            if not same.any(1).all():
-                raise ValueError("some input prompts' groups have no reference prompt to resample from")
-            scores = scores.masked_fill(~same, -1.0)
-        return self.acts[name][scores.argmax(1)]
+        return self.acts[name][self._drawn(self.acts[name].shape[0], batch, groups)]
+
+    def _drawn(self, n_ref: int, batch: int, groups: Int[Tensor, " batch"] | None) -> Int[Tensor, " batch"]:
+        """Each input prompt's random reference prompt (of its group), drawn once for runs on `batch`
+        prompts of these groups: every site and every run of them reads the same reference prompt."""
+        key = (batch, None if groups is None else tuple(groups.long().cpu().tolist()))
+        if key not in self.draws:
+            scores = torch.rand(batch, n_ref, generator=self.generator)  # random reference per prompt
+            if groups is not None:
+                same = groups.long().cpu()[:, None] == self.reference_groups[None, :]
+                if not same.any(1).all():
+                    raise ValueError("some input prompts' groups have no reference prompt to resample from")
+                scores = scores.masked_fill(~same, -1.0)
+            self.draws[key] = scores.argmax(1)
+        return self.draws[key]
 
     def sources(
         self,
@@ -285,8 +298,8 @@ class Replacement:
         groups: Int[Tensor, " batch"] | None = None,
     ) -> list[Intervention]:
         """The interventions that ablate `sites` in runs on `tokens` (`sources`); without tokens, in
-        runs on any prompts no longer than the reference (the values fit to each run, and resample
-        ablation draws again in each)."""
+        runs on any prompts no longer than the reference (the values fit to each run; resample
+        ablation's draw is the same in every run on as many prompts)."""
         if tokens is not None:
             sources = self.sources([site.name for site in sites], tokens, groups)
             return [Intervention(site, sources[site.name]) for site in sites]
