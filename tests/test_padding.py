@@ -636,3 +636,19 @@ def test_mean_ablation_reads_the_mask_that_ids_from_to_tokens_carry(model):
     from_texts = ablated(texts)
     torch.testing.assert_close(ablated(model.to_tokens(texts)), from_texts)
     assert not torch.allclose(ablated(model.to_tokens(texts).clone()), from_texts)
+
+
+def test_mean_ablation_of_left_padded_prompts_averages_each_position_from_the_prompts_start(model):
+    """Means are per position from each prompt's start: ids padded on the left (inputs and references,
+    of other lengths) give what the same ids padded on the right give."""
+    names = model.layer_hook_names("z")
+    texts, references = [SHORT, LONG], [LONG_CORRUPTED, SHORT_CORRUPTED, LONG_CORRUPTED + " w19 w20"]
+    correct, incorrect = answers(model, 2)
+    figures = {}
+    for side in ("right", "left"):
+        tokens = model.to_tokens(texts, padding_side=side)
+        metric = metrics.logit_diff_metric(correct, incorrect, model.last_positions(tokens))
+        reference = model.to_tokens(references, padding_side=side)
+        replacement = ablation.Replacement(model, names, Ablation("mean", reference=reference))
+        figures[side] = ablation.ablated_metrics(model, tokens, metric, [[(0, 1), (1, 2)]], replacement)[0]
+    torch.testing.assert_close(figures["left"], figures["right"], **TOL)

@@ -482,9 +482,10 @@ def ablated_outputs(
     outputs = writer_outputs(model, index_tokens(reference, (slice(None), slice(clean.shape[1]))))
     if ablation.kind == "mean":
         mask = ablation.mask if ablation.mask is not None else recorded_padding(reference)
-        if mask is None or bool(mask.all()):
+        n_pos = clean.shape[1]
+        real = None if mask is None else check_padding_mask(mask, *reference.shape).bool()[:, :n_pos]
+        if real is None or bool(real.all()):
             return outputs.mean(1, keepdim=True)
-        real = check_padding_mask(mask, *reference.shape)[:, : clean.shape[1]].bool()
         undefined = ~real.any(0, keepdim=True)  # [1, pos]: no reference prompt real there
         check_means_defined(undefined, model._real_tokens(clean, {}), "edges' mean ablation")
         mean = masked_mean(outputs, real[None, :, :, None], 1, keepdim=True)

@@ -74,7 +74,9 @@ class Ablation:
     kind:
       "zero":           0.
       "mean":           the mean over the reference prompts of the same activation, one mean per
-                        position (the reference must be at least as long as the input); with
+                        position counted from each prompt's first real token (left padding of
+                        references and, where the function takes the input prompts, of inputs is
+                        skipped; the reference must be at least as long as the input); with
                         `groups` (e.g. IOI templates) one mean per group and position, each input
                         prompt getting its own group's mean (the inputs' groups [batch] are the
                         function's `groups`). Right-padded references need their `mask` (texts and
@@ -222,6 +224,10 @@ class Replacement:
             with torch.no_grad():  # no logits: the run stops after the last block it caches
                 _, cache = model.run_with_cache(reference, names_filter=list(names), return_type=None)
             self.acts = {name: cache[name] for name in names}
+        if self.kind == "mean" and self.reference_mask is not None:  # left padding: from each start
+            offsets = _first_real(self.reference_mask)
+            self.acts = {name: _from_start(act, offsets) for name, act in self.acts.items()}
+            self.reference_mask = _from_start(self.reference_mask, offsets, fill=False)
         self.means = (
             {name: self._means(act) for name, act in self.acts.items()} if ablation.kind == "mean" else {}
         )
@@ -286,9 +292,14 @@ class Replacement:
         there) is refused where a prompt of `tokens` is real, and 0 at padding."""
         batch = tokens.shape[0]
         values = {name: _fit_length(name, tokens, self.values(name, batch, groups)) for name in names}
-        if self.kind != "mean" or self.reference_mask is None:
+        if self.kind != "mean":
             return values
-        real = functools.cache(lambda: self.model._real_tokens(tokens, {}))  # made where a mean is undefined
+        real = functools.cache(lambda: self.model._real_tokens(tokens, {}))
+        if real() is not None and bool(_first_real(real()).any()):  # left padding: each from its start
+            offsets = _first_real(real())
+            values = {name: _at_offsets(value, offsets) for name, value in values.items()}
+        if self.reference_mask is None:
+            return values
         return {name: _defined_means(name, value, real) for name, value in values.items()}
 
     def interventions(
@@ -341,6 +352,32 @@ def _defined_means(name: str, values: Tensor, real: Callable[[], Tensor | None])
         return values
     check_means_defined(undefined.flatten(2).any(-1) if values.ndim > 2 else undefined, real(), name)
     return values.masked_fill(undefined, 0.0)
+
+
+def _first_real(real: Bool[Tensor, "rows pos"]) -> Int[Tensor, " rows"]:
+    """Each row's first real position (its left padding's length; 0 for a row of padding only)."""
+    return real.bool().long().argmax(1).cpu()
+
+
+def _from_start(values: Tensor, offsets: Int[Tensor, " rows"], fill: float | bool = torch.nan) -> Tensor:
+    """values [rows, pos, ...] with row i moved left by offsets[i] (its first real token to position
+    0), `fill` after its end: left-padded prompts position by position from their starts."""
+    index = torch.arange(values.shape[1])[None] + offsets[:, None]  # [rows, pos]
+    past = (index >= values.shape[1]).to(values.device)
+    index = index.clamp(max=values.shape[1] - 1).to(values.device)
+    moved = values.gather(1, index.view(*index.shape, *[1] * (values.ndim - 2)).expand_as(values))
+    return moved.masked_fill(past.view(*past.shape, *[1] * (values.ndim - 2)), fill)
+
+
+def _at_offsets(values: Tensor, offsets: Int[Tensor, " batch"]) -> Tensor:
+    """Per-position values from each prompt's start [1 or batch, pos, ...] placed after each input
+    prompt's left padding of `offsets` [batch] tokens (0 at the padding)."""
+    values = values.expand(len(offsets), *values.shape[1:])
+    index = torch.arange(values.shape[1])[None] - offsets[:, None]  # [batch, pos]
+    padding = (index < 0).to(values.device)
+    index = index.clamp(min=0).to(values.device)
+    moved = values.gather(1, index.view(*index.shape, *[1] * (values.ndim - 2)).expand_as(values))
+    return moved.masked_fill(padding.view(*padding.shape, *[1] * (values.ndim - 2)), 0.0)
 
 
 def _fit_length(name: str, act: Tensor, value: Tensor) -> Tensor:
