@@ -750,3 +750,27 @@ def test_ungrouped_keys_and_values_are_patched_per_query_heads_copy():
     assert not torch.allclose(one_copy.values, grouped.values, atol=1e-3)
     assert sweep.index["head"].tolist() == list(range(model.cfg.n_heads))  # [grid entry, prompt]
     torch.testing.assert_close(sweep.values[2], by_hand, atol=1e-5, rtol=0)
+
+
+def test_a_final_norm_intervention_at_a_position_is_made_there_when_logits_are_read_at_another():
+    """Logits made only where the metric reads (logit_pos), even with every block's z overwritten
+    (runs carried at the read positions), leave a final-norm intervention at position 0 at position
+    0: the last position's logits are those of the run without it."""
+    model = interp.HookedTransformer(tiny_config(n_layers=2, init_std=0.15))
+    model.init_weights(seed=0)
+    tokens = torch.randint(2, model.cfg.d_vocab, (4, 7), generator=torch.Generator().manual_seed(1))
+    metric = lambda logits: metrics.logit_diff(logits, tokens[:, 0], tokens[:, 3], pos=-1)  # noqa: E731
+    zeroed = [engine.Intervention(Site(interp.act_name("z", layer)), torch.zeros(())) for layer in range(2)]
+    steer = engine.Intervention(
+        Site("ln_final.hook_normalized", pos=0), torch.full((model.cfg.d_model,), 3.0)
+    )
+    runs = [
+        (zeroed, RunOptions()),
+        ([*zeroed, steer], RunOptions()),
+        ([*zeroed, steer], RunOptions(logit_pos=-1)),
+    ]
+    without, with_steer, read_at_last = (
+        engine.run_site_sets(model, tokens, [run], None, metric, options=options)[0] for run, options in runs
+    )
+    torch.testing.assert_close(with_steer, without)
+    torch.testing.assert_close(read_at_last, without)

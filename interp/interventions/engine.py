@@ -404,7 +404,10 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     done, shown = [0], [0]  # runs finished; the count last reported (never lower)
     narrow_from = [n_layers] * len(runs)  # the block each run is narrowed from (n_layers: none)
     if narrowed is not None:
-        hooked = [any(p.has_hooks() for p in b.modules() if isinstance(p, HookPoint)) for b in model.blocks]
+        hooked = [
+            any(p.has_hooks() for p in part.modules() if isinstance(p, HookPoint))
+            for part in [*model.blocks, model.ln_final]
+        ]  # per block, then the final norm
         narrow_from = [_narrow_from(model, [*base, *run], hooked) for run in runs]
 
     def blocks(i: int) -> int:  # the segments run i computes: from its first patched one, given a target
@@ -538,13 +541,16 @@ class _Narrowed:
 
 def _narrow_from(model: HookedTransformer, run: Sequence[Intervention], hooked: Sequence[bool]) -> int:
     """The first block from which every block of the run (its interventions `run`, the base's
-    included) only overwrites all of z and is not `hooked` (by block: a hook of the caller's on
-    it): the attention is not computed there, so no position but those the metric reads matters.
-    n_layers where the last block does not."""
+    included) only overwrites all of z and is not `hooked` (by block, then the final norm: a hook of
+    the caller's on it): the attention is not computed there, so no position but those the metric
+    reads matters. n_layers where the last block does not, or where the run intervenes on, or the
+    caller hooks, the final norm (its positions are the prompts')."""
     n_layers = model.cfg.n_layers
     here: dict[int, list[Intervention]] = {}
     for intervention in run:
         here.setdefault(_segment(intervention.site, n_layers), []).append(intervention)
+    if here.get(n_layers) or hooked[n_layers]:
+        return n_layers
     start = n_layers
     while start > 0:
         block, made = start - 1, here.get(start - 1, [])
@@ -873,7 +879,11 @@ def _logits_at(
     else:
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
     at = pos if narrowed_from is None else torch.zeros_like(pos)
-    normed = model.ln_final(resid[torch.arange(rows, device=resid.device), at][:, None])
+    picked = torch.arange(rows, device=resid.device), at
+    if any(hook.has_hooks() for hook in model.ln_final.modules() if isinstance(hook, HookPoint)):
+        normed = model.ln_final(resid)[picked][:, None]  # its hooks see every position, as in a forward
+    else:
+        normed = model.ln_final(resid[picked][:, None])
     return model.unembed(normed, columns)[:, 0], pos, n_pos
 
 
