@@ -288,8 +288,9 @@ def test_runs_that_ablate_every_later_head_carry_the_read_positions_only(data):
         [engine.Intervention(site, sources) for site in ablation.ablation_sites(model, heads=heads)]
         for heads in sets
     ]
-    assert [engine._narrow_from(model, run, [False] * 4) for run in runs] == [2, 3, 2, 3, 4, 4, 4]
-    assert engine._narrow_from(model, runs[0], [False, False, False, True]) == 4
+    assert [engine._narrow_from(model, run, [False] * 5) for run in runs] == [2, 3, 2, 3, 4, 4, 4]
+    assert engine._narrow_from(model, runs[0], [False, False, False, True, False]) == 4  # a block hooked
+    assert engine._narrow_from(model, runs[0], [False, False, False, False, True]) == 4  # the final norm
     base = replacement.interventions(ablation.ablation_sites(model, heads=whole(3)), tokens, None)
     seen = []
     observe = [("blocks.3.hook_resid_pre", lambda act, hook: seen.append(act.shape[1]))]
