@@ -652,3 +652,17 @@ def test_mean_ablation_of_left_padded_prompts_averages_each_position_from_the_pr
         replacement = ablation.Replacement(model, names, Ablation("mean", reference=reference))
         figures[side] = ablation.ablated_metrics(model, tokens, metric, [[(0, 1), (1, 2)]], replacement)[0]
     torch.testing.assert_close(figures["left"], figures["right"], **TOL)
+
+
+def test_edge_mean_ablation_of_left_padded_prompts_averages_each_position_from_the_prompts_start(model):
+    """Edges' mean ablation counts positions from each prompt's start as the heads' does: a circuit's
+    figures on prompts padded on the left equal those on the same prompts padded on the right."""
+    circuit = edges.top_circuit(edges.random_scores(edges.edge_graph(model)), 30)
+    correct, incorrect = answers(model, 2)
+    figures = {}
+    for side in ("right", "left"):
+        clean = model.to_tokens([SHORT, LONG], padding_side=side)
+        corrupted = model.to_tokens([SHORT_CORRUPTED, LONG_CORRUPTED], padding_side=side)
+        metric = metrics.logit_diff_metric(correct, incorrect, model.last_positions(clean))
+        figures[side] = edges.faithfulness(model, clean, corrupted, metric, circuit, ablation="mean").values
+    torch.testing.assert_close(figures["left"], figures["right"], **TOL)

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from interp.checks import check_padding_mask, check_token_pair
 from interp.edges.graph import EdgeGraph, edge_graph
-from interp.interventions.ablation import Ablation, check_means_defined
+from interp.interventions.ablation import Ablation, at_offsets, check_means_defined, first_real, from_start
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
 from interp.model.cache import ActivationCache
@@ -460,8 +460,9 @@ def ablated_outputs(
     position (mean), their outputs on a random reference prompt per clean prompt (resample, drawn with
     the Ablation's seed), or zero. The Ablation's mask: the reference prompts' padding mask [n, pos]
     (the corrupted prompts' where it has no reference): each position's mean is over the prompts real
-    there; a position where none is has no mean, refused where a clean prompt is real and 0 at
-    padding (`check_means_defined`). Without it, the mask the reference ids carry (texts and ids from
+    there, positions counted from each prompt's first real token (`_mean_outputs`); a position where
+    none is has no mean, refused where a clean prompt is real and 0 at padding
+    (`check_means_defined`). Without it, the mask the reference ids carry (texts and ids from
     `model.to_tokens` do), else none."""
     ablation = edge_ablation(ablation)
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
@@ -479,21 +480,47 @@ def ablated_outputs(
             f"{ablation.kind} ablation needs reference prompts at least as long as the clean ones "
             f"({clean.shape[1]} tokens); got {reference.shape[1]}."
         )
-    outputs = writer_outputs(model, index_tokens(reference, (slice(None), slice(clean.shape[1]))))
     if ablation.kind == "mean":
-        mask = ablation.mask if ablation.mask is not None else recorded_padding(reference)
-        n_pos = clean.shape[1]
-        real = None if mask is None else check_padding_mask(mask, *reference.shape).bool()[:, :n_pos]
-        if real is None or bool(real.all()):
-            return outputs.mean(1, keepdim=True)
-        undefined = ~real.any(0, keepdim=True)  # [1, pos]: no reference prompt real there
-        check_means_defined(undefined, model._real_tokens(clean, {}), "edges' mean ablation")
-        mean = masked_mean(outputs, real[None, :, :, None], 1, keepdim=True)
-        return mean.masked_fill(undefined.to(mean.device)[None, :, :, None], 0.0)
+        return _mean_outputs(model, clean, reference, ablation.mask)
+    outputs = writer_outputs(model, index_tokens(reference, (slice(None), slice(clean.shape[1]))))
     drawn = torch.randint(
         reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(ablation.seed)
     )
     return outputs[:, drawn.to(outputs.device)]
+
+
+def _mean_outputs(
+    model: HookedTransformer, clean: Tensor, reference: Tensor, mask: Tensor | None
+) -> Float[Tensor, "writer batch_or_1 pos d_model"]:
+    """Each writer's mean output over the reference prompts real at each position, positions counted
+    from each prompt's first real token (left padding skipped, of the references and of the clean
+    prompts, which then get their own rows); `mask`: the references' (default: the one their ids
+    carry)."""
+    n_pos = clean.shape[1]
+    mask = mask if mask is not None else recorded_padding(reference)
+    real = None if mask is None else check_padding_mask(mask, *reference.shape).bool()
+    offsets = None if real is None else first_real(real)
+    if offsets is not None and bool(offsets.any()):  # left padding: from each reference's start
+        outputs = writer_outputs(model, reference).permute(1, 2, 0, 3)  # [n, pos, writer, d_model]
+        outputs = from_start(outputs, offsets).permute(2, 0, 1, 3)[:, :, :n_pos]
+        real = from_start(real, offsets, fill=False)
+    else:
+        outputs = writer_outputs(model, index_tokens(reference, (slice(None), slice(n_pos))))
+    real = None if real is None or bool(real[:, :n_pos].all()) else real[:, :n_pos]
+    if real is None:
+        mean = outputs.mean(1, keepdim=True)
+    else:
+        mean = masked_mean(outputs, real[None, :, :, None], 1, keepdim=True)
+    undefined = None if real is None else ~real.any(0, keepdim=True)  # [1, pos]: no reference real there
+    real_clean = model._real_tokens(clean, {})
+    clean_offsets = None if real_clean is None else first_real(real_clean)
+    if clean_offsets is not None and bool(clean_offsets.any()):  # each clean prompt after its padding
+        mean = at_offsets(mean.permute(1, 2, 0, 3), clean_offsets).permute(2, 0, 1, 3)
+        undefined = None if undefined is None else at_offsets(undefined, clean_offsets).bool()
+    if undefined is None:
+        return mean
+    check_means_defined(undefined, real_clean, "edges' mean ablation")
+    return mean.masked_fill(undefined.to(mean.device)[None, :, :, None], 0.0)
 
 
 def edge_ablation(ablation: Ablation | AblationKind) -> Ablation:

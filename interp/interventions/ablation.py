@@ -225,9 +225,9 @@ class Replacement:
                 _, cache = model.run_with_cache(reference, names_filter=list(names), return_type=None)
             self.acts = {name: cache[name] for name in names}
         if self.kind == "mean" and self.reference_mask is not None:  # left padding: from each start
-            offsets = _first_real(self.reference_mask)
-            self.acts = {name: _from_start(act, offsets) for name, act in self.acts.items()}
-            self.reference_mask = _from_start(self.reference_mask, offsets, fill=False)
+            offsets = first_real(self.reference_mask)
+            self.acts = {name: from_start(act, offsets) for name, act in self.acts.items()}
+            self.reference_mask = from_start(self.reference_mask, offsets, fill=False)
         self.means = (
             {name: self._means(act) for name, act in self.acts.items()} if ablation.kind == "mean" else {}
         )
@@ -295,9 +295,9 @@ class Replacement:
         if self.kind != "mean":
             return values
         real = functools.cache(lambda: self.model._real_tokens(tokens, {}))
-        if real() is not None and bool(_first_real(real()).any()):  # left padding: each from its start
-            offsets = _first_real(real())
-            values = {name: _at_offsets(value, offsets) for name, value in values.items()}
+        if real() is not None and bool(first_real(real()).any()):  # left padding: each from its start
+            offsets = first_real(real())
+            values = {name: at_offsets(value, offsets) for name, value in values.items()}
         if self.reference_mask is None:
             return values
         return {name: _defined_means(name, value, real) for name, value in values.items()}
@@ -354,12 +354,12 @@ def _defined_means(name: str, values: Tensor, real: Callable[[], Tensor | None])
     return values.masked_fill(undefined, 0.0)
 
 
-def _first_real(real: Bool[Tensor, "rows pos"]) -> Int[Tensor, " rows"]:
+def first_real(real: Bool[Tensor, "rows pos"]) -> Int[Tensor, " rows"]:
     """Each row's first real position (its left padding's length; 0 for a row of padding only)."""
     return real.bool().long().argmax(1).cpu()
 
 
-def _from_start(values: Tensor, offsets: Int[Tensor, " rows"], fill: float | bool = torch.nan) -> Tensor:
+def from_start(values: Tensor, offsets: Int[Tensor, " rows"], fill: float | bool = torch.nan) -> Tensor:
     """values [rows, pos, ...] with row i moved left by offsets[i] (its first real token to position
     0), `fill` after its end: left-padded prompts position by position from their starts."""
     index = torch.arange(values.shape[1])[None] + offsets[:, None]  # [rows, pos]
@@ -369,7 +369,7 @@ def _from_start(values: Tensor, offsets: Int[Tensor, " rows"], fill: float | boo
     return moved.masked_fill(past.view(*past.shape, *[1] * (values.ndim - 2)), fill)
 
 
-def _at_offsets(values: Tensor, offsets: Int[Tensor, " batch"]) -> Tensor:
+def at_offsets(values: Tensor, offsets: Int[Tensor, " batch"]) -> Tensor:
     """Per-position values from each prompt's start [1 or batch, pos, ...] placed after each input
     prompt's left padding of `offsets` [batch] tokens (0 at the padding)."""
     values = values.expand(len(offsets), *values.shape[1:])
