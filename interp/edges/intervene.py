@@ -34,7 +34,7 @@ from torch import Tensor
 
 from interp.checks import check_padding_mask, check_token_pair
 from interp.edges.graph import EdgeGraph, edge_graph
-from interp.interventions.ablation import Ablation, at_offsets, check_means_defined, first_real, from_start
+from interp.interventions.ablation import Ablation, check_means_defined, first_real, shifted
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
 from interp.model.cache import ActivationCache
@@ -502,8 +502,8 @@ def _mean_outputs(
     offsets = None if real is None else first_real(real)
     if offsets is not None and bool(offsets.any()):  # left padding: from each reference's start
         outputs = writer_outputs(model, reference).permute(1, 2, 0, 3)  # [n, pos, writer, d_model]
-        outputs = from_start(outputs, offsets).permute(2, 0, 1, 3)[:, :, :n_pos]
-        real = from_start(real, offsets, fill=False)
+        outputs = shifted(outputs, offsets).permute(2, 0, 1, 3)[:, :, :n_pos]
+        real = shifted(real, offsets, fill=False)
     else:
         outputs = writer_outputs(model, index_tokens(reference, (slice(None), slice(n_pos))))
     real = None if real is None or bool(real[:, :n_pos].all()) else real[:, :n_pos]
@@ -515,8 +515,8 @@ def _mean_outputs(
     real_clean = model._real_tokens(clean, {})
     clean_offsets = None if real_clean is None else first_real(real_clean)
     if clean_offsets is not None and bool(clean_offsets.any()):  # each clean prompt after its padding
-        mean = at_offsets(mean.permute(1, 2, 0, 3), clean_offsets).permute(2, 0, 1, 3)
-        undefined = None if undefined is None else at_offsets(undefined, clean_offsets).bool()
+        mean = shifted(mean.permute(1, 2, 0, 3), -clean_offsets, 0.0).permute(2, 0, 1, 3)
+        undefined = None if undefined is None else shifted(undefined, -clean_offsets, False)
     if undefined is None:
         return mean
     check_means_defined(undefined, real_clean, "edges' mean ablation")

@@ -226,8 +226,8 @@ class Replacement:
             self.acts = {name: cache[name] for name in names}
         if self.kind == "mean" and self.reference_mask is not None:  # left padding: from each start
             offsets = first_real(self.reference_mask)
-            self.acts = {name: from_start(act, offsets) for name, act in self.acts.items()}
-            self.reference_mask = from_start(self.reference_mask, offsets, fill=False)
+            self.acts = {name: shifted(act, offsets) for name, act in self.acts.items()}
+            self.reference_mask = shifted(self.reference_mask, offsets, fill=False)
         self.means = (
             {name: self._means(act) for name, act in self.acts.items()} if ablation.kind == "mean" else {}
         )
@@ -297,7 +297,7 @@ class Replacement:
         real = functools.cache(lambda: self.model._real_tokens(tokens, {}))
         if real() is not None and bool(first_real(real()).any()):  # left padding: each from its start
             offsets = first_real(real())
-            values = {name: at_offsets(value, offsets) for name, value in values.items()}
+            values = {name: shifted(value, -offsets, 0.0) for name, value in values.items()}
         if self.reference_mask is None:
             return values
         return {name: _defined_means(name, value, real) for name, value in values.items()}
@@ -359,25 +359,17 @@ def first_real(real: Bool[Tensor, "rows pos"]) -> Int[Tensor, " rows"]:
     return real.bool().long().argmax(1).cpu()
 
 
-def from_start(values: Tensor, offsets: Int[Tensor, " rows"], fill: float | bool = torch.nan) -> Tensor:
-    """values [rows, pos, ...] with row i moved left by offsets[i] (its first real token to position
-    0), `fill` after its end: left-padded prompts position by position from their starts."""
-    index = torch.arange(values.shape[1])[None] + offsets[:, None]  # [rows, pos]
-    past = (index >= values.shape[1]).to(values.device)
-    index = index.clamp(max=values.shape[1] - 1).to(values.device)
-    moved = values.gather(1, index.view(*index.shape, *[1] * (values.ndim - 2)).expand_as(values))
-    return moved.masked_fill(past.view(*past.shape, *[1] * (values.ndim - 2)), fill)
-
-
-def at_offsets(values: Tensor, offsets: Int[Tensor, " batch"]) -> Tensor:
-    """Per-position values from each prompt's start [1 or batch, pos, ...] placed after each input
-    prompt's left padding of `offsets` [batch] tokens (0 at the padding)."""
-    values = values.expand(len(offsets), *values.shape[1:])
-    index = torch.arange(values.shape[1])[None] - offsets[:, None]  # [batch, pos]
-    padding = (index < 0).to(values.device)
-    index = index.clamp(min=0).to(values.device)
-    moved = values.gather(1, index.view(*index.shape, *[1] * (values.ndim - 2)).expand_as(values))
-    return moved.masked_fill(padding.view(*padding.shape, *[1] * (values.ndim - 2)), 0.0)
+def shifted(values: Tensor, by: Int[Tensor, " rows"], fill: float | bool = torch.nan) -> Tensor:
+    """values [1 or rows, pos, ...] with row i's position p taken from its position p + by[i], `fill`
+    where that is outside [0, pos): by = the rows' left padding (`first_real`) moves left-padded prompts
+    to start at 0; by = minus it puts values counted from a prompt's start after its padding."""
+    values = values.expand(len(by), *values.shape[1:])
+    index = torch.arange(values.shape[1])[None] + by[:, None]  # [rows, pos]
+    outside = ((index < 0) | (index >= values.shape[1])).to(values.device)
+    index = index.clamp(0, values.shape[1] - 1).to(values.device)
+    trailing = [1] * (values.ndim - 2)
+    moved = values.gather(1, index.view(*index.shape, *trailing).expand_as(values))
+    return moved.masked_fill(outside.view(*outside.shape, *trailing), fill)
 
 
 def _fit_length(name: str, act: Tensor, value: Tensor) -> Tensor:

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 from jaxtyping import Float, Int
-from torch import Tensor
+from torch import Tensor, nn
 
 from interp.checks import check_count, check_gradient_dtype, check_token_pair
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
@@ -404,10 +404,7 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     done, shown = [0], [0]  # runs finished; the count last reported (never lower)
     narrow_from = [n_layers] * len(runs)  # the block each run is narrowed from (n_layers: none)
     if narrowed is not None:
-        hooked = [
-            any(p.has_hooks() for p in part.modules() if isinstance(p, HookPoint))
-            for part in [*model.blocks, model.ln_final]
-        ]  # per block, then the final norm
+        hooked = [_hooked(part) for part in [*model.blocks, model.ln_final]]  # per block, then the final norm
         narrow_from = [_narrow_from(model, [*base, *run], hooked) for run in runs]
 
     def blocks(i: int) -> int:  # the segments run i computes: from its first patched one, given a target
@@ -537,6 +534,11 @@ class _Narrowed:
         """values [batch, n_pos, ...] at the read positions: [batch, 1, ...]."""
         rows = torch.arange(values.shape[0], device=values.device)
         return values[rows, self.positions.to(values.device)][:, None]
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether a hook point of `module` has a hook (the caller's, or an intervention made as one)."""
+    return any(point.has_hooks() for point in module.modules() if isinstance(point, HookPoint))
 
 
 def _narrow_from(model: HookedTransformer, run: Sequence[Intervention], hooked: Sequence[bool]) -> int:
@@ -880,7 +882,7 @@ def _logits_at(
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
     at = pos if narrowed_from is None else torch.zeros_like(pos)
     picked = torch.arange(rows, device=resid.device), at
-    if any(hook.has_hooks() for hook in model.ln_final.modules() if isinstance(hook, HookPoint)):
+    if _hooked(model.ln_final):
         normed = model.ln_final(resid)[picked][:, None]  # its hooks see every position, as in a forward
     else:
         normed = model.ln_final(resid[picked][:, None])

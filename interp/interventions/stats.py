@@ -78,10 +78,9 @@ def bootstrap(
             RuntimeWarning,
             stacklevel=2,
         )
-    values = values.masked_fill(undefined, torch.nan).masked_fill(no_ci, 0.0)
+    values = values.masked_fill(undefined | no_ci, torch.nan)  # a row of NaN only: a NaN CI
     alpha = (1 - level) / 2
-    low, high = values.nanquantile(alpha, dim=-1), values.nanquantile(1 - alpha, dim=-1)
-    return low.masked_fill(no_ci[..., 0], torch.nan), high.masked_fill(no_ci[..., 0], torch.nan)
+    return values.nanquantile(alpha, dim=-1), values.nanquantile(1 - alpha, dim=-1)
 
 
 def bootstrap_ci(
