@@ -101,15 +101,14 @@ def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(mode
     z = _z(model, tokens, 0, heads=[(0, 1)], ablation=Ablation("mean", reference=padded_cache))
     torch.testing.assert_close(z[:, :, 1], expected.expand_as(z[:, :, 1]))  # the cache's run's padding
     reference_groups, groups = torch.tensor([0, 1, 0, 0, 1]), torch.tensor([1, 0, 1])
-    with pytest.warns(RuntimeWarning, match="NaN/inf first appear at blocks.0.attn.hook_z"):
-        by_group = Ablation("mean", reference=ref_cache, mask=real, groups=reference_groups)
-        z = _z(model, tokens, 0, heads=[(0, 1)], ablation=by_group, groups=groups)
+    by_group = Ablation("mean", reference=ref_cache, mask=real, groups=reference_groups)
+    with pytest.raises(ValueError, match="input prompt 0 is real at position 4, where none of the reference"):
+        _z(model, tokens, 0, heads=[(0, 1)], ablation=by_group, groups=groups)  # group 1 ends at 4
+    z = _z(model, tokens[:, :4], 0, heads=[(0, 1)], ablation=by_group, groups=groups)
     for prompt, group in enumerate(groups.tolist()):
-        for p in range(POS):
+        for p in range(4):
             rows = real[:, p] & (reference_groups == group)
-            torch.testing.assert_close(z[prompt, p, 1], ref_z[rows, p].mean(0), equal_nan=True)
-    assert z[[0, 2], 4:, 1].isnan().all() and not z[:, :4, 1].isnan().any()  # group 1 ends at 4
-    assert not z[1, :, 1].isnan().any()
+            torch.testing.assert_close(z[prompt, p, 1], ref_z[rows, p].mean(0))
     names = [interp.act_name("z", 0)]
     with pytest.raises(ValueError, match="one row per reference prompt"):
         ablation.Replacement(model, names, Ablation("mean", reference=ref_cache, mask=real[:2]))
@@ -153,6 +152,36 @@ def test_resample_ablation_draws_one_reference_prompt_per_input_prompt_for_every
     for prompt in range(tokens.shape[0]):
         assert sum(reads(prompt, 0, 1)) == 1 and reads(prompt, 0, 1) == reads(prompt, 1, 3)
     torch.testing.assert_close(again, once_more, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["mean", "resample", "counterfactual"])
+def test_ablated_runs_place_the_reference_by_each_prompts_position(model, data, kind):
+    """Under `ablate`, a prompt's position p (counted from its first real token, as the model counts
+    it) takes the reference's position p: left and right padding give each prompt the same logits
+    (counterfactual pairs go by index), and a KV cache's continuation those of the whole run."""
+    _, reference, _ = data
+    reference = reference[:BATCH] if kind == "counterfactual" else reference
+    lengths = torch.tensor([5, 2, 6])
+    right = torch.arange(POS) < lengths[:, None]
+    tokens = torch.randint(1, model.cfg.d_vocab, (BATCH, POS), generator=torch.Generator().manual_seed(2))
+    left_tokens = torch.stack([row.roll(POS - n) for row, n in zip(tokens, lengths.tolist(), strict=True)])
+    ablated = Ablation(kind, reference=reference)
+    with ablation.ablate(model, heads=[(0, 1), (1, 3)], mlps=[0], ablation=ablated):
+        by_right = model(tokens, attention_mask=right.long())[torch.arange(BATCH), lengths - 1]
+        by_left = model(left_tokens, attention_mask=right.flip(1).long())[:, -1]
+        whole = model(tokens)
+        cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.cfg.device, BATCH)
+        model(tokens[:, :4], past_kv_cache=cache)
+        continued = model(tokens[:, 4:], past_kv_cache=cache)
+    if kind != "counterfactual":
+        torch.testing.assert_close(by_left, by_right, atol=1e-5, rtol=0)
+    torch.testing.assert_close(continued, whole[:, 4:], atol=1e-5, rtol=0)
+    short = Ablation(kind, reference=reference[:, :4])
+    with (
+        ablation.ablate(model, heads=[(0, 1)], ablation=short),
+        pytest.raises(ValueError, match="reaches position 7 but the reference has only 4 positions"),
+    ):
+        model(tokens[:, 4:], past_kv_cache=cache)
 
 
 def test_counterfactual_ablation_takes_the_paired_prompts_activation(model, data):

@@ -16,7 +16,6 @@ ablation sweeps); functions given clean and corrupted prompts default to "counte
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,7 +53,7 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
-from interp.model.tokens import recorded_padding
+from interp.model.tokens import RunLayout, positions_of, recorded_padding
 from interp.types import ABLATIONS, AblationKind, Head
 
 Reference = Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | Mapping[str, Tensor]
@@ -287,20 +286,46 @@ class Replacement:
         groups: Int[Tensor, " batch"] | None = None,
     ) -> dict[str, Tensor]:
         """name -> the values for runs on `tokens` (their `groups` [batch] pick per-group values),
-        broadcastable to the activation [batch, pos, ...]: prompts shorter than the reference take
-        the values of its first positions. A mean undefined at a position (no reference prompt real
-        there) is refused where a prompt of `tokens` is real, and 0 at padding."""
+        broadcastable to the activation [batch, pos, ...] (`placed`)."""
+        real = self.model._real_tokens(tokens, {})
+        layout = RunLayout.of(None if real is None else positions_of(real), real, 0, tokens.shape[1])
         batch = tokens.shape[0]
-        values = {name: _fit_length(name, tokens, self.values(name, batch, groups)) for name in names}
-        if self.kind != "mean":
-            return values
-        real = functools.cache(lambda: self.model._real_tokens(tokens, {}))
-        if real() is not None and bool(first_real(real()).any()):  # left padding: each from its start
-            offsets = first_real(real())
-            values = {name: shifted(value, -offsets, 0.0) for name, value in values.items()}
-        if self.reference_mask is None:
-            return values
-        return {name: _defined_means(name, value, real) for name, value in values.items()}
+        return {name: self.placed(name, self.values(name, batch, groups), layout, batch) for name in names}
+
+    def placed(self, name: str, value: Tensor, layout: RunLayout, rows: int) -> Tensor:
+        """`value` [1 or rows, n, ...] (`values`) placed on `rows` prompts of a run (`layout`): mean and
+        resample values by position (each prompt's position p, counted from its first real token, takes
+        the reference's position p, so left padding and a KV cache's tokens are counted as the model
+        counts them), counterfactual ones by index (prompt pairs share their layout). A mean undefined
+        at a position (no reference prompt real there) is refused where a prompt is real, 0 at padding."""
+        if value.ndim < 2 or value.shape[1] == 1:
+            return value
+        n_pos, real = layout.positions.shape[1], layout.real
+        if self.kind == "counterfactual":  # by index: the pair's tokens, after a KV cache's
+            at = torch.arange(layout.n_cached, layout.n_cached + n_pos)[None]
+        else:
+            at = layout.positions.cpu()
+        if rows < at.shape[0]:  # one copy of a pass that stacks copies of the batch: their layout's first
+            at, real = at[:rows], None if real is None else real[:rows]
+        if int(at.max()) >= value.shape[1]:
+            raise ValueError(
+                f"{name}: the input reaches position {int(at.max())} but the reference has only "
+                f"{value.shape[1]} positions; mean, resample and counterfactual ablations need reference "
+                "prompts at least as long as the input"
+            )
+        first = int(at[0, 0])
+        if at.shape[0] == 1 and bool((at[0] == torch.arange(first, first + n_pos)).all()):
+            value = value[:, first : first + n_pos]
+        else:
+            rows = max(value.shape[0], at.shape[0])
+            trailing = [1] * (value.ndim - 2)
+            index = at.expand(rows, n_pos).view(rows, n_pos, *trailing).to(value.device)
+            value = value.expand(rows, *value.shape[1:]).gather(
+                1, index.expand(rows, n_pos, *value.shape[2:])
+            )
+        if self.kind != "mean" or self.reference_mask is None:
+            return value
+        return _defined_means(name, value, lambda: real)
 
     def interventions(
         self,
@@ -309,16 +334,22 @@ class Replacement:
         groups: Int[Tensor, " batch"] | None = None,
     ) -> list[Intervention]:
         """The interventions that ablate `sites` in runs on `tokens` (`sources`); without tokens, in
-        runs on any prompts no longer than the reference (the values fit to each run; resample
-        ablation's draw is the same in every run on as many prompts)."""
+        any forward pass on prompts no longer than the reference (placed on its tokens as it runs,
+        `HookedTransformer.run_layout`; resample ablation's draw is the same in every run on as many
+        prompts)."""
         if tokens is not None:
             sources = self.sources([site.name for site in sites], tokens, groups)
             return [Intervention(site, sources[site.name]) for site in sites]
 
         def fitted(name: str) -> Callable[[Tensor], Tensor]:
             def values(act: Tensor) -> Tensor:
+                layout = self.model.run_layout
+                if layout is None:
+                    raise RuntimeError(
+                        f"{name}: an ablation's values are placed in a forward pass of its model"
+                    )
                 batch = act.shape[0] if groups is None else len(groups)
-                return _fit_length(name, act, self.values(name, batch, groups))
+                return self.placed(name, self.values(name, batch, groups), layout, act.shape[0])
 
             return values
 
@@ -370,18 +401,6 @@ def shifted(values: Tensor, by: Int[Tensor, " rows"], fill: float | bool = torch
     trailing = [1] * (values.ndim - 2)
     moved = values.gather(1, index.view(*index.shape, *trailing).expand_as(values))
     return moved.masked_fill(outside.view(*outside.shape, *trailing), fill)
-
-
-def _fit_length(name: str, act: Tensor, value: Tensor) -> Tensor:
-    """Per-position values for an input of act's length: a longer reference's first positions."""
-    if value.ndim < 2 or value.shape[1] in (1, act.shape[1]):
-        return value
-    if value.shape[1] < act.shape[1]:
-        raise ValueError(
-            f"{name}: the input has {act.shape[1]} positions but the reference only {value.shape[1]}; "
-            "mean, resample and counterfactual ablations need reference prompts at least as long as the input"
-        )
-    return value[:, : act.shape[1]]
 
 
 def ablation_interventions(
@@ -437,8 +456,8 @@ def ablated_metrics(
     groups: the prompts' groups [batch] (with the Ablation's groups: per-group means or resampling).
     options: `RunOptions`' logit_pos (the positions the metric reads: logits only there),
     logit_tokens (e.g. the answers: only their logits are computed), batch_size and progress (the
-    runs done, as `RunOptions` counts them). Prompts shorter than the reference (right-padded prompts
-    cut to their length) take the values of its first positions.
+    runs done, as `RunOptions` counts them). Each prompt's position p takes the reference's position p
+    (`Replacement.placed`).
     """
     tokens = model.input_tokens(tokens)
     check_logit_pos(options.logit_pos, tokens)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Bool, Int
 from torch import Tensor
 
 import interp.checks as checks
@@ -234,8 +235,33 @@ def key_mask_and_positions(
     full = current if past_mask is None else torch.cat([past_mask.to(device).bool(), current], dim=1)
     if bool(full.all()):
         return None, None
-    positions = (full.long().cumsum(-1) - 1).clamp(min=0)[:, offset:]
-    return full, positions
+    return full, positions_of(full)[:, offset:]
+
+
+def positions_of(real: Tensor) -> Int[Tensor, "batch pos"]:
+    """Each token's position [batch, pos] counted from its prompt's first real token (`real` [batch,
+    pos]: 1 or True at real tokens); padding takes its neighbour's (0 on the left)."""
+    return (real.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where the tokens of the forward pass under way stand, for hooks that write values by position
+    (mean and resample ablation): `positions` [batch or 1, pos], each token's position counted from
+    its prompt's first real token and after a KV cache's tokens (as the model's positions), `real`
+    [batch, pos] its real tokens (None: no padding mask) and `n_cached` the KV cache's length."""
+
+    positions: Int[Tensor, "batch pos"]
+    real: Bool[Tensor, "batch pos"] | None
+    n_cached: int = 0
+
+    @staticmethod
+    def of(positions: Tensor | None, attention_mask: Tensor | None, n_cached: int, n_pos: int) -> RunLayout:
+        """The layout of a run whose `key_mask_and_positions` gave `positions` (None: no padding)."""
+        if positions is None:
+            positions = torch.arange(n_cached, n_cached + n_pos)[None]
+        real = None if attention_mask is None else torch.as_tensor(attention_mask).bool()
+        return RunLayout(positions, None if real is None or bool(real.all()) else real, n_cached)
 
 
 class TokenMethods:

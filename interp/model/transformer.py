@@ -55,6 +55,7 @@ from interp.model.hooks import OPT_IN_HOOKS, HookPoint, HookSettings, observer, 
 from interp.model.kv_cache import HookedTransformerKeyValueCache
 from interp.model.stacked import StackedWeights, WeightView
 from interp.model.tokens import (
+    RunLayout,
     TokenMethods,
     check_no_left_padding,
     has_pad_token,
@@ -163,6 +164,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         attach_hook_settings(cfg, self.hook_settings)  # cfg.use_attn_result etc. read them
         self.tokenizer = tokenizer
         self.default_padding_side = "right"  # TransformerLens's default (the tokenizer's padding_side)
+        self.run_layout: RunLayout | None = None  # the tokens of the forward pass under way (`RunLayout`)
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.hook_tokens = HookPoint()  # opt-in (use_hook_tokens)
         self.hook_embed = HookPoint()
@@ -712,27 +714,33 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             past_kv_cache.check_fits(self.cfg)
             current = torch.ones(batch, n_pos, dtype=torch.long) if attention_mask is None else attention_mask
             past_kv_cache.append_attention_mask(current)
-        if start_at_layer is None:
-            if self.hook_settings.use_hook_tokens:
-                tokens = self.hook_tokens(tokens)
-            query_mask = None if attention_mask is None else attention_mask.to(self.device)
-            residual, shortformer_pos_embed = self._embed(tokens, n_cached, positions, query_mask)
-        elif shortformer_pos_embed is not None:
-            shortformer_pos_embed = shortformer_pos_embed.to(residual.device, residual.dtype)
-        finite = [checks.all_finite(residual)]  # the residual stream after each stage, read once at the end
-        for layer in range(start, stop):
-            residual = self.blocks[layer](
-                residual,
-                past_kv_cache_entry=None if past_kv_cache is None else past_kv_cache[layer],
-                attention_mask=key_mask,
-                positions=positions,
-                shortformer_pos_embed=shortformer_pos_embed,
-            )
-            finite.append(checks.all_finite(residual))
-        if stop_at_layer is not None:
-            self._warn_if_non_finite(finite, start, start_at_layer is None, "the returned residual values")
-            return residual
-        normalized = self.ln_final(residual)  # runs with return_type=None too: its hooks fire, as TL's
+        real = exact_mask if exact_mask is not None else attention_mask
+        with self._laid_out(RunLayout.of(positions, real, n_cached, n_pos)):
+            if start_at_layer is None:
+                if self.hook_settings.use_hook_tokens:
+                    tokens = self.hook_tokens(tokens)
+                query_mask = None if attention_mask is None else attention_mask.to(self.device)
+                residual, shortformer_pos_embed = self._embed(tokens, n_cached, positions, query_mask)
+            elif shortformer_pos_embed is not None:
+                shortformer_pos_embed = shortformer_pos_embed.to(residual.device, residual.dtype)
+            finite = [
+                checks.all_finite(residual)
+            ]  # the residual stream after each stage, read once at the end
+            for layer in range(start, stop):
+                residual = self.blocks[layer](
+                    residual,
+                    past_kv_cache_entry=None if past_kv_cache is None else past_kv_cache[layer],
+                    attention_mask=key_mask,
+                    positions=positions,
+                    shortformer_pos_embed=shortformer_pos_embed,
+                )
+                finite.append(checks.all_finite(residual))
+            if stop_at_layer is not None:
+                self._warn_if_non_finite(
+                    finite, start, start_at_layer is None, "the returned residual values"
+                )
+                return residual
+            normalized = self.ln_final(residual)  # runs with return_type=None too: its hooks fire, as TL's
         if return_type is None:
             self._warn_if_non_finite(finite, start, start_at_layer is None, "the activations")
             return None
@@ -961,6 +969,15 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     def save(self, directory: str | Path) -> Path:
         """Write a checkpoint directory (config.json, model.safetensors, tokenizer/) atomically."""
         return save_checkpoint(self, directory)
+
+    @contextmanager
+    def _laid_out(self, layout: RunLayout) -> Iterator[None]:
+        """Within: `run_layout` is `layout` (a forward pass's tokens, for its hooks)."""
+        outer, self.run_layout = self.run_layout, layout
+        try:
+            yield
+        finally:
+            self.run_layout = outer
 
     @contextmanager
     def given_z(self, values: Mapping[int, Tensor]) -> Iterator[HookedTransformer]:
