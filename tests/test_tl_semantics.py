@@ -228,6 +228,26 @@ def test_generate_a_batch_of_mixed_lengths_continues_each_prompt_as_alone(model,
         model.generate(model.to_tokens(PROMPTS, padding_side="right"), **kwargs)
 
 
+def test_generate_reads_plain_ids_as_the_forward_pass_does_with_or_without_the_kv_cache(model):
+    """Ids that carry no mask are run as the forward pass runs them (pad or EOS ids are tokens, but
+    leading pad ids where the model pads on the left), the same with and without the KV cache: a
+    prompt ending in the EOS id (GPT-2's BOS, a model with no pad token) is not read as padding."""
+    kwargs = dict(max_new_tokens=4, stop_at_eos=False)
+    model.set_tokenizer(_tokenizer(pad=False))  # the pad id is the EOS id, 2
+    for ids in (torch.tensor([[1, 2]]), torch.tensor([[1, 5, 6, 2]])):
+        expected = ids
+        for _ in range(4):  # greedy, each step a full forward pass on all the ids
+            expected = torch.cat([expected, model(expected)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        for use_past_kv_cache in (True, False):
+            assert torch.equal(model.generate(ids, use_past_kv_cache=use_past_kv_cache, **kwargs), expected)
+    model.set_tokenizer(_tokenizer())
+    model.default_padding_side = "left"
+    padded = torch.tensor([[0, 0, 1, 5, 6], [1, 7, 8, 9, 10]])  # pad id 0, leading
+    for use_past_kv_cache in (True, False):
+        out = model.generate(padded, use_past_kv_cache=use_past_kv_cache, **kwargs)
+        assert torch.equal(out[0, -4:], model.generate(padded[:1, 2:], **kwargs)[0, -4:])
+
+
 def test_generate_and_the_kv_cache_refuse_what_they_cannot_run(model):
     with pytest.raises(ValueError, match="max_new_tokens must be 0 or more"):
         model.generate("w3", max_new_tokens=-1)

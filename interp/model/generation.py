@@ -75,6 +75,8 @@ def generate(
     else:
         tokens = model.input_tokens(input, prepend_bos)
         mask = recorded_padding(tokens)  # ids from to_tokens carry the mask of their padding
+        if mask is None:  # other ids: the forward pass's rule (leading pad ids where padding is on the left)
+            _, mask = model._tokens_and_mask(tokens, prepend_bos, padding_side, None)
         mask = None if mask is None or bool(mask.all()) else mask
         _refuse_right_padding(mask, "ids")
     sample = do_sample if do_sample is not None else bool(temperature)
@@ -91,7 +93,7 @@ def generate(
         else None
     )
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-    step_input, step_mask = tokens, mask
+    step_input, step_mask = tokens, torch.ones_like(tokens) if mask is None else mask  # decided here, once
     for _ in tqdm.trange(max_new_tokens, disable=not verbose):
         if prompt_embeds is not None:
             logits = _logits_after_embeds(model, prompt_embeds, tokens, past_kv_cache)
