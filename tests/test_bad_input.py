@@ -464,6 +464,28 @@ def test_cache_to_disk_of_another_model_into_the_same_directory_raises(model, da
     cache_to_disk(model, tokens, names, tmp_path, batch_size=2)  # the same job resumes
 
 
+def test_cache_to_disk_under_other_hooks_into_the_same_directory_raises(model, data, tmp_path):
+    """The hooks on the model are part of the job (their code and the values they write): a run under
+    an ablation resumes under an equal ablation made anew, and is refused without it (rows of the
+    ablated run and of the plain one mixed in one set of shards)."""
+    from interp.runtime.streaming import cache_to_disk, job_key
+
+    tokens, _ = data
+    names = ["blocks.1.hook_resid_post"]
+    plain = job_key(model, tokens, names, 2)
+    mean = lambda: interp.Ablation("mean", reference=tokens)  # noqa: E731
+    with ablation.ablate(model, heads=[(0, 1)], ablation=mean()):
+        cache_to_disk(model, tokens, names, tmp_path, batch_size=2)
+        ablated = job_key(model, tokens, names, 2)
+    with ablation.ablate(model, heads=[(0, 1)], ablation=mean()):
+        assert job_key(model, tokens, names, 2) == ablated  # an equal ablation resumes
+    with ablation.ablate(model, heads=[(0, 2)], ablation=mean()):
+        assert job_key(model, tokens, names, 2) != ablated
+    assert plain != ablated
+    with pytest.raises(ValueError, match="another job"):
+        cache_to_disk(model, tokens, names, tmp_path, batch_size=2)
+
+
 @pytest.mark.parametrize("change", ["last_token", "one_more_prompt"])
 def test_cache_to_disk_of_other_prompts_into_the_same_directory_raises(model, data, tmp_path, change):
     from interp.runtime.streaming import cache_to_disk

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import Tensor
 
 import interp
 from interp import metrics
 from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
 from interp.runtime.distributed import RayCluster, Workers, map_shards, patching_sweep
+from interp.runtime.keys import content_key
 from interp.tasks.ioi import ioi_dataset_for
 
 
@@ -78,6 +80,34 @@ def test_interrupted_sweep_resumes_from_finished_shards(ray_cluster, tmp_path):
     (calls_dir / "broken").unlink()
     assert map_shards(broken_while_flagged, shards, **run) == [100, 101, 102, 103]
     assert calls(calls_dir) == [0, 1, 2, 2, 2, 3]  # only shard 2 ran again
+
+
+def _scaled(x: Tensor) -> Tensor:
+    return x * 10
+
+
+def test_a_stored_job_is_keyed_by_content_so_it_resumes_in_a_new_process_and_not_after_an_edit(tmp_path):
+    """The default job key hashes tensors by their bytes (a tensor's pickle holds its storage's address,
+    so equal prompts made anew, as in a new process, found none of their stored shards) and functions
+    by their code (a pickle names a module-level function only, so an edited one got the old results)."""
+    shards = [torch.arange(3), torch.arange(3, 6)]
+    assert content_key(torch.arange(3)) == content_key(torch.arange(3))
+    assert content_key(torch.arange(3)) != content_key(torch.arange(3.0))
+    first = map_shards(_scaled, shards, store=tmp_path)
+    again = [torch.arange(3), torch.arange(3, 6)]  # equal values, other storage
+    seen = []
+    assert all(
+        map(
+            torch.equal, map_shards(_scaled, again, store=tmp_path, progress=lambda *a: seen.append(a)), first
+        )
+    )
+    assert seen[0] == ("Shards", 2, 2)  # both found in the store
+    namespace: dict = {}
+    exec("def _scaled(x):\n    return x * 1000\n", namespace)  # the same name, edited
+    namespace["_scaled"].__module__ = _scaled.__module__
+    assert torch.equal(map_shards(namespace["_scaled"], shards, store=tmp_path)[0], torch.arange(3) * 1000)
+    factor = torch.tensor(7)
+    assert content_key(lambda x: x * factor) != content_key(lambda x: x * torch.tensor(8))  # closures' values
 
 
 def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):

@@ -8,8 +8,8 @@ else one shard after another in this process. Ray is an optional extra: pip inst
   - With `store=DIR` each finished shard's result is written to DIR/<job key>/shard_NNNNN.json
     (+ .safetensors; atomically, never pickled) as soon as it finishes; running the same job again
     loads those and computes only the rest, so an interrupted sweep resumes. The job key hashes
-    `job` (anything that names the job's inputs, e.g. a model path and the prompts; by default the
-    function and the shards).
+    `job` by content (`keys.content_key`: anything that names the job's inputs, e.g. a model path and
+    the prompts; by default the function, by its code, and the shards).
   - Workers run torch on `RayCluster.threads_per_worker` threads (default 1), so that several workers on one
     machine do not oversubscribe its cores.
 
@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
@@ -41,6 +40,7 @@ from interp.interventions.patching import Direction, PositionAxis, activation_pa
 from interp.interventions.results import PatchResult
 from interp.io.files import atomic_path, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
+from interp.runtime.keys import content_key
 from interp.types import Progress
 
 log = logging.getLogger("interp")
@@ -73,16 +73,6 @@ def connect(ray_address: str, num_cpus: int | None = None) -> None:
         ray.init(num_cpus=num_cpus, runtime_env=env, include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=ray_address, runtime_env=env, log_to_driver=False)
-
-
-def job_key(job: Any) -> str:
-    """A hash of a description of a job: its pickled bytes (Ray's cloudpickle if it holds lambdas),
-    only ever written, never loaded."""
-    try:
-        data = pickle.dumps(job)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        data = require_ray().cloudpickle.dumps(job)
-    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def _run_shard(fn: Callable, shard: Any, threads: int) -> Any:
@@ -179,7 +169,7 @@ def map_shards(
     results: dict[int, Any] = {}
     key = ""
     if store is not None:
-        key = job_key((fn, shards) if job is None else job)
+        key = content_key((fn, shards) if job is None else job)
         directory = Path(store) / key
         directory.mkdir(parents=True, exist_ok=True)
         paths = [directory / f"shard_{i:05d}.json" for i in range(len(shards))]

@@ -37,6 +37,7 @@ from torch import Tensor
 from interp.io.devices import module_weight
 from interp.io.files import atomic_path, write_text_atomic
 from interp.model import HookedTransformer
+from interp.runtime.keys import add_content, tensor_bytes
 from interp.types import Progress
 
 JOB_FILE = "job.json"
@@ -55,15 +56,10 @@ def _code_version() -> str:
         return "unknown"
 
 
-def tensor_bytes(tensor: Tensor) -> memoryview:
-    """Every byte of a tensor (any dtype, bfloat16 included) as a buffer for a hash."""
-    flat = tensor.detach().reshape(-1).contiguous().cpu()
-    return memoryview(flat.view(torch.uint8).numpy())
-
-
 def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batch_size: int) -> str:
     """A hash of everything that determines the shards' contents: every byte of every weight, the
-    config, the prompts, the hooks, the batch size and interp's version (sha256, ~1 GB/s)."""
+    config, the prompts, the hooks on the model (`keys.add_content`: their code and the values they
+    write), the batch size and interp's version (sha256, ~1 GB/s)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(["interp", _code_version()]).encode())
     digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
@@ -77,6 +73,12 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     digest.update(json.dumps([list(names), batch_size, str(model.dtype)]).encode())
     digest.update(f"{tuple(tokens.shape)}".encode())
     digest.update(tensor_bytes(tokens.long()))
+    hooks = [
+        (name, list(point._forward_hooks.values()))
+        for name, point in model.hook_dict.items()
+        if point.has_hooks()
+    ]
+    add_content(digest, hooks, known=[model])
     return digest.hexdigest()[:32]
 
 
