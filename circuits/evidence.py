@@ -444,7 +444,7 @@ def judge_class(
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
     tested = beyond_random(judged[0], judged[1:], seed, n_boot)
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, n_boot)
-    per_prompt = beyond_per_prompt(heldout)
+    per_prompt = beyond_per_prompt(judged)  # the prompts the pooled figure is judged on
     by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot)
     short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size
     few = tested.n_prompts < MIN_STRATUM_PROMPTS  # a CI of so few prompts is the range of their values

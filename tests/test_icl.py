@@ -29,6 +29,7 @@ from circuits.icl import (
     icl_report,
     plot_icl_over_training,
 )
+from circuits.icl.heads import ablated_z
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown
 from interp.io.serialize import encode
@@ -151,6 +152,14 @@ def test_resampling_identical_documents_changes_nothing(toy):
     sets = [[(0, 1)], [(1, 0), (1, 3)]]
     _, clean, ablated = ablated_icl_scores(toy, same, sequences.windows, sets, ablation="resample")
     assert (ablated - clean).abs().max() < 1e-5
+
+
+def test_resampling_gives_each_document_another_documents_z(toy):
+    """No document draws its own z (an ablation that changes nothing), whatever the seed."""
+    z = {"blocks.0.attn.hook_z": torch.arange(5.0)[:, None, None, None].expand(5, 3, 2, 4)}
+    for seed in range(20):
+        drawn = ablated_z(toy, z, "resample", seed)["blocks.0.attn.hook_z"][:, 0, 0, 0]
+        assert (drawn != torch.arange(5.0)).all()
 
 
 def test_the_induction_heads_are_read_from_the_cache(toy, toy_heads, monkeypatch):

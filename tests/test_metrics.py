@@ -180,6 +180,20 @@ def test_a_prompt_with_a_non_finite_value_leaves_its_row_without_a_ci():
     assert judged.verdict == "unconfirmed" and all(math.isnan(bound) for bound in judged.heldout.beyond_ci)
 
 
+def test_a_class_judged_on_some_held_out_prompts_reports_those_prompts_per_prompt():
+    """With `tested` (function vectors: held-out tasks in held-out templates), the per-prompt effects
+    beside the pooled figure are those of the prompts it is judged on."""
+    from circuits.evidence import HeadClass, judge_class
+
+    tested = torch.tensor([True, True, False, True, False, True])
+    effects = torch.zeros(4, 6, dtype=torch.float64)
+    effects[0] = torch.where(tested, 1.0, -3.0)  # beyond random: +1 where tested, -3 elsewhere
+    found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3)])
+    judged = judge_class(found, effects, tested=tested)
+    assert judged.heldout.n_prompts == len(judged.per_prompt) == 4
+    assert judged.heldout.beyond == pytest.approx(float(judged.per_prompt.mean())) == pytest.approx(1.0)
+
+
 def test_a_class_judged_on_fewer_than_min_stratum_prompts_is_unconfirmed():
     """Three held-out prompts or fewer give a CI that is the range of their values: the pooled
     verdict is "unconfirmed" with a note, as a stratum of so few prompts gets no verdict, and their

@@ -45,9 +45,18 @@ def ablated_z(
 ) -> dict[str, Tensor]:
     """What replaces each hook_z of `z` (name -> the documents' z) under `ablation`, broadcastable to
     [batch, pos, head, d_head]: "mean" one mean per head over every position of every document (the
-    `real` ones only, where given), "zero" 0, "resample" another document's z at each position (drawn
-    with `seed`)."""
+    `real` ones only, where given), "zero" 0, "resample" another document's z at each position (each
+    document's drawn with `seed` among the others, never itself)."""
     check_icl_ablation(ablation)
+    if ablation == "resample":
+        n_documents = len(next(iter(z.values())))
+        if n_documents < 2:
+            raise ValueError(
+                "resample ablation gives each document another's z: it needs at least 2 documents"
+            )
+        shift = torch.randint(1, n_documents, (n_documents,), generator=torch.Generator().manual_seed(seed))
+        other = (torch.arange(n_documents) + shift) % n_documents
+        return {name: values[other.to(values.device)] for name, values in z.items()}
     mask = None if real is None else real.flatten()[:, None]
     if ablation == "mean":  # every (document, position) a reference row of one position
         reference = {name: values.flatten(0, 1)[:, None] for name, values in z.items()}
