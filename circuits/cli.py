@@ -127,7 +127,7 @@ def train(
             "(default: attention-only)."),
     steps: int | None = opt(None, min=1, help="Optimizer steps (default: " + ", ".join(
             f"{task} {defaults.steps}" for task, defaults in TASK_DEFAULTS.items())
-            + "; hop stops early once its held-out accuracy plateaus at 0.9 or more)."),
+            + "; hop stops early once its eval accuracy plateaus at 0.9 or more)."),
     out: str = opt(..., help="Output directory; interp.load_model(OUT) loads it."),
     seed: int = opt(0, min=0, help="Seed of the initial weights and the data."),
     lr: float | None = opt(None, help="Peak learning rate, warm-up and cosine decay (default: " + ", ".join(

@@ -112,7 +112,7 @@ class TrainConfig:
     Checkpoints are written every `checkpoint_every` steps (0: never), at `checkpoint_steps`, and
     at the last step; evaluations every `eval_every` steps (0: steps // 50) and at the last step.
     Early stopping: with `stop_patience` > 0, training stops (and writes its last step as the final
-    model) once the held-out accuracy (`evaluate`'s "accuracy") has stayed on a plateau: at least
+    model) once the eval accuracy (`evaluate`'s "accuracy") has stayed on a plateau: at least
     `stop_above`, and `stop_patience` evaluations in a row without beating its best by 0.01.
     `stop_above` keeps the plateau before learning starts (accuracy near chance) from counting.
     """
@@ -191,7 +191,7 @@ class TrainConfig:
 @dataclass
 class TrainingLog:
     """train_loss[i], lr[i]: optimizer step i + 1. evals: one record per eval step (see `evaluate`).
-    stopped_early: the step at which the held-out accuracy's plateau stopped training (None: it ran
+    stopped_early: the step at which the eval accuracy's plateau stopped training (None: it ran
     every step)."""
 
     train_loss: list[float] = field(default_factory=list)
@@ -200,7 +200,7 @@ class TrainingLog:
     stopped_early: int | None = None
 
     def on_plateau(self, patience: int, above: float, min_gain: float = 0.01) -> bool:
-        """Whether the held-out accuracy is on a plateau: its last `patience` evaluations (patience > 0)
+        """Whether the eval accuracy is on a plateau: its last `patience` evaluations (patience > 0)
         all at least `above` and none beating the best before them by `min_gain`."""
         accuracies = [record["accuracy"] for record in self.evals]
         if patience < 1 or len(accuracies) <= patience:
@@ -271,11 +271,15 @@ def in_context_learning_score(loss_per_token: Tensor, fraction: float = 0.2) -> 
 
 @torch.no_grad()
 def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: int = 0) -> dict[str, Any]:
-    """Losses and per-head scores on fixed eval data (the eval seed stream, disjoint from training).
+    """Losses and per-head scores on fixed eval data, drawn from the eval seed stream (other draws than
+    training's; where a task has few distinct rows they can repeat training rows: most of toy IOI's
+    do, so its eval accuracy is no held-out figure, which the circuit analyses measure on their own
+    held-out prompts).
 
-    eval_loss: masked loss on the task's eval batch; accuracy: the held-out accuracy a task's report
+    eval_loss: masked loss on the task's eval batch; accuracy: the accuracy a task's report
     claims (the hop task: its answers; else the counted predictions), the fraction that are the
-    model's top prediction; icl_score: its late-minus-early loss;
+    model's top prediction; icl_score: its late-minus-early loss (None where the task's rows end in
+    padding, toy IOI's: their late predictions would be of the padding);
     bigram_loss (Markov chains only): the in-context bigram predictor's loss on that batch, what a
     model that has learnt in-context bigram statistics approaches; answer_accuracy (hop task only):
     the fraction of its answers that are the model's top prediction.
@@ -289,6 +293,7 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
     task_loss = batch.loss_per_token(task_logits)  # [batch, pos-1]
     targets = batch.tokens[:, 1:] if batch.targets is None else batch.targets  # [batch, pos-1]
     correct = task_logits[:, :-1].argmax(-1) == targets
+    padded = getattr(task, "pad", None) is not None and bool((targets == task.pad).any())
     seq_len = (model.cfg.n_ctx - 1) // 2
     tokens = repeated_sequences(model.cfg.d_vocab, seq_len, batch_size, split_generator(seed, "eval"))
     tokens = tokens.to(model.device)
@@ -313,7 +318,7 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
             correct.float().mean() if isinstance(task, HopTask) else batch.masked_mean(correct.float())
         ).item(),
         **reference,
-        "icl_score": in_context_learning_score(task_loss),
+        "icl_score": None if padded else in_context_learning_score(task_loss),
         "first_half_loss": loss[:, first_half].mean().item(),
         "repeated_half_loss": loss[:, second_half].mean().item(),
         "prev_token_scores": previous_token_scores(patterns).tolist(),
@@ -349,10 +354,11 @@ def train(
 
     With `out`, writes checkpoints and the final model there (see the module docstring); with
     resume=True a run whose checkpoints exist in `out` continues from the last one (same result
-    as an uninterrupted run). `callback(step, log)` runs after each optimizer step. `extra` is
+    as an uninterrupted run). `callback(step, log)` runs after each optimizer step, before that step's
+    evaluation and checkpoint (so they hold what it changes, e.g. heads it keeps disabled). `extra` is
     stored in the final config.json (e.g. the task's name). progress(TRAIN_STAGE, step, steps):
     reported after each step; on early stopping (see `TrainConfig`), progress("Training steps:
-    stopped early, held-out accuracy on a plateau", step, step) and `log.stopped_early`.
+    stopped early, eval accuracy on a plateau", step, step) and `log.stopped_early`.
     """
     if not isinstance(config, TrainConfig):
         raise TypeError(
@@ -395,6 +401,8 @@ def train(
             step += 1
             log.train_loss.append(loss.item())
             log.lr.append(lr)
+            if callback is not None:  # before the evaluation and checkpoint, which see what it changes
+                callback(step, log)
             if step % config.eval_every == 0 or step == config.steps:
                 log.evals.append({"step": step, **evaluate(model, task, config.eval_batch_size, config.seed)})
                 if step < config.steps and log.on_plateau(config.stop_patience, config.stop_above):
@@ -404,11 +412,9 @@ def train(
                 save_training_checkpoint(directory, model, optimizer, generator, step, log, config)
             state = (model, optimizer, generator, step, log, config)  # the step whole, its evaluation too
             if progress is not None and log.stopped_early is not None:
-                progress(f"{TRAIN_STAGE}: stopped early, held-out accuracy on a plateau", step, step)
+                progress(f"{TRAIN_STAGE}: stopped early, eval accuracy on a plateau", step, step)
             elif progress is not None:
                 progress(TRAIN_STAGE, step, config.steps)
-            if callback is not None:
-                callback(step, log)
     model.eval()
     if out is not None:
         write_final_model(out, model, log, {"training": config.to_dict(), **(extra or {})})
@@ -608,7 +614,7 @@ class ToyModelSettings:
 
 def training_summary(model: HookedTransformer, log: TrainingLog) -> tuple[str, str | None]:
     """The last evaluation of `model`'s training in words (its step, task loss and the task's own
-    measure), and what to do when its held-out accuracy missed the task's `stop_above` (else None)."""
+    measure), and what to do when its eval accuracy missed the task's `stop_above` (else None)."""
     task, cfg, last = model.cfg.task, model.cfg, log.evals[-1]
     if task == "ioi":
         detail = "loss on the answer; ln 2 = 0.693 is a coin flip between IO and S"
@@ -626,13 +632,13 @@ def training_summary(model: HookedTransformer, log: TrainingLog) -> tuple[str, s
             f"repeated random tokens: first half {last['first_half_loss']:.3f}, "
             f"repeated half {last['repeated_half_loss']:.3f}"
         )
-    stopped = "" if log.stopped_early is None else " (stopped early: held-out accuracy on a plateau)"
+    stopped = "" if log.stopped_early is None else " (stopped early: eval accuracy on a plateau)"
     line = f"step {last['step']}{stopped}: task loss {last['eval_loss']:.3f} ({detail})."
     target = TASK_DEFAULTS[task].stop_above
     if not (target and last["accuracy"] < target):
         return line, None
     return line, (
-        f"The held-out accuracy {last['accuracy']:.3f} did not reach {target}: the model has not learned the "
+        f"The eval accuracy {last['accuracy']:.3f} did not reach {target}: the model has not learned the "
         f"task yet (when it learns depends on the seed and the machine). Train again into a fresh --out "
         f"with more steps (--steps {2 * last['step']}) or another --seed."
     )

@@ -279,7 +279,7 @@ def test_hop_terminal_report_fits_and_opens_on_the_accuracy(toy_hop_result, widt
 
 def test_a_hop_run_ending_below_its_target_says_so(tmp_path):
     """Issue 49 (12): the hop task learns at a step that varies with the seed and the machine; a run
-    that ends before its held-out accuracy reaches the early-stopping target says so, with what to do."""
+    that ends before its eval accuracy reaches the early-stopping target says so, with what to do."""
     result = CliRunner().invoke(
         app, ["train", "--task", "hop", "--steps", "240", "--out", str(tmp_path / "run")]
     )

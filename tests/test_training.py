@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 
 import pytest
@@ -19,6 +20,7 @@ from interp.training import (
     ToyModelSettings,
     TrainConfig,
     TrainingLog,
+    evaluate,
     make_task,
     save_training_checkpoint,
     shipped_checkpoint,
@@ -120,9 +122,9 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     options = dict(eval_every=5, checkpoint_every=10)
     full_model, full_log = small_run(tmp_path / "full", 30, **options)
 
-    def interrupt(step, log):
+    def interrupt(step, log):  # a Ctrl-C in step 17
         if step == 17:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
 
     with pytest.raises(KeyboardInterrupt):
         small_run(tmp_path / "resumed", 30, callback=interrupt, **options)
@@ -139,6 +141,51 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     assert TrainingLog.read(tmp_path / "resumed") == full_log
 
 
+def test_a_callback_that_edits_the_model_is_in_its_steps_evaluation_and_checkpoint(tmp_path):
+    """The callback runs before the step's evaluation and checkpoint: a run resumed from a checkpoint
+    of a model whose callback keeps a head disabled equals the uninterrupted run."""
+    options = dict(eval_every=5, checkpoint_every=10)
+
+    def disable(model):
+        def callback(step, log):
+            with torch.no_grad():
+                model.blocks[0].attn.W_O[1] = 0.0
+
+        return callback
+
+    def run(out, steps):
+        task = make_task("markov", d_vocab=6, n_ctx=16)
+        model = interp.HookedTransformer(
+            interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16)
+        )
+        model.init_weights(seed=3)
+        config = TrainConfig(steps=steps, batch_size=8, lr=3e-3, seed=3, **options)
+        return model, train(model, task, config, out=out, callback=disable(model))
+
+    full_model, full_log = run(tmp_path / "full", 20)
+    (tmp_path / "resumed" / CHECKPOINTS).mkdir(parents=True)  # interrupted after step 10's checkpoint
+    shutil.copytree(
+        tmp_path / "full" / CHECKPOINTS / "step_000010", tmp_path / "resumed" / CHECKPOINTS / "step_000010"
+    )
+    resumed_model, resumed_log = run(tmp_path / "resumed", 20)
+    for name, value in full_model.state_dict().items():
+        assert torch.equal(value, resumed_model.state_dict()[name]), name
+    assert resumed_log.evals == full_log.evals
+
+
+def test_the_icl_score_is_not_taken_over_the_padding_of_toy_ioi_rows():
+    """Toy IOI rows end in padding: a late-minus-early loss there would be of the padding's
+    predictions, so the evaluation gives none; rows without padding (Markov chains) give one."""
+    task = ToyIOITask()
+    model = interp.HookedTransformer(
+        interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=task.d_vocab, n_ctx=task.n_ctx)
+    )
+    assert evaluate(model, task, batch_size=8)["icl_score"] is None
+    markov = make_task("markov", d_vocab=6, n_ctx=16)
+    small = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16))
+    assert isinstance(evaluate(small, markov, batch_size=8)["icl_score"], float)
+
+
 def test_ctrl_c_within_a_step_saves_that_step_whole_with_its_evaluation(tmp_path, monkeypatch):
     """A real SIGINT landing in step 15's evaluation: the step, its evaluation included, finishes and
     is saved; the run resumed from it equals the uninterrupted one."""
@@ -147,7 +194,7 @@ def test_ctrl_c_within_a_step_saves_that_step_whole_with_its_evaluation(tmp_path
     evaluate, steps = interp.training.evaluate, []
 
     def interrupted_evaluation(*args, **kwargs):
-        if steps[-1] == 14:
+        if steps[-1] == 15:  # the callback of step 15 ran, before its evaluation
             os.kill(os.getpid(), signal.SIGINT)
         return evaluate(*args, **kwargs)
 

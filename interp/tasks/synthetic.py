@@ -136,7 +136,8 @@ class Task:
             yield self.sample(batch_size, generator)
 
     def eval_batch(self, batch_size: int, seed: int = 0) -> Batch:
-        """A fixed batch from the eval stream (disjoint seed stream from training)."""
+        """A fixed batch from the eval stream (a seed stream of its own: its rows are other draws than
+        training's, which a task of few distinct rows, toy IOI's, can repeat)."""
         return self.sample(batch_size, split_generator(seed, "eval"))
 
 
