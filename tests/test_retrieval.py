@@ -72,6 +72,17 @@ def test_prompts_hold_their_facts_where_they_say(smollm2, split, n_facts, query,
     assert torch.equal(again.tokens, tokens)  # seeded
 
 
+@pytest.mark.parametrize(
+    ("split", "n_facts"), [("heldout", 2), ("heldout", 3), ("heldout", 6), ("discovery", 4)]
+)
+def test_every_relation_is_queried_at_every_index(smollm2, split, n_facts) -> None:
+    """The queried fact's index moves on for each relation each round: with 11 held-out relations the
+    old rule (i + i // 11) queried every relation at one index for 2, 3, 4 and 6 facts."""
+    prompts = make_retrieval_prompts(smollm2, 3 * 11 * n_facts, n_facts, split, seed=0)
+    pairs = set(zip(prompts.relation, prompts.queried.tolist(), strict=True))
+    assert pairs == {(relation, index) for relation in set(prompts.relation) for index in range(n_facts)}
+
+
 def test_discovery_and_heldout_share_no_relation_or_name() -> None:
     assert not set(DISCOVERY_RELATIONS) & set(HELDOUT_RELATIONS)
     assert set(DISCOVERY_RELATIONS) | set(HELDOUT_RELATIONS) == set(RELATIONS)

@@ -316,8 +316,9 @@ class _Facts:
 def _draw_facts(
     n_prompts: int, n_facts: int, usable: dict[str, tuple[str, dict[str, int]]], names: list[str], seed: int
 ) -> list[_Facts]:
-    """3. Each prompt's facts, drawn with random.Random(seed): relations in turn (sorted), the queried
-    index shifting by one each round (every relation queried at every index); `n_facts` + 1 distinct
+    """3. Each prompt's facts, drawn with random.Random(seed): relations in turn (sorted), each relation's
+    queried index moving on by one each round (every relation queried at every index in turn, and the
+    relations of a round at different ones where there are as many indices); `n_facts` + 1 distinct
     `names` (the last one the stranger) and `n_facts` distinct values."""
     rng = random.Random(seed)
     order = sorted(usable)
@@ -328,7 +329,7 @@ def _draw_facts(
         chosen = rng.sample(names, n_facts + 1)
         people, stranger = chosen[:n_facts], chosen[n_facts]
         stated = rng.sample(sorted(value_ids), n_facts)
-        queried = (i + i // len(order)) % n_facts  # every relation queried at every index in turn
+        queried = (i % len(order) + i // len(order)) % n_facts  # each relation's index moves on each round
         facts = [(attribute, person, value) for person, value in zip(people, stated, strict=True)]
         drawn.append(_Facts(relation=relation, facts=facts, queried=queried, stranger=stranger))
     return drawn
