@@ -151,6 +151,21 @@ def test_subsets_keep_the_invariants(model, dataset):
     assert_ioi_invariants(abba, model.tokenizer.pad_token_id)
 
 
+def test_prompts_are_distinct_texts_when_templates_have_no_place_or_object(model):
+    """Prompts that differ only in a place or object their template does not state are one text: the
+    redraw keys prompts by what they read, and counts a template without those slots once."""
+    from interp.tasks.ioi import make_ioi_dataset
+    from interp.tasks.ioi_templates import BABA_TEMPLATES, NAMES
+
+    clean, _, _ = make_ioi_dataset(model, 400, seed=0, names=NAMES[:8])
+    assert len(set(clean.texts)) == len(clean)
+    no_fillers = [next(t for t in BABA_TEMPLATES if "[PLACE]" not in t and "[OBJECT]" not in t)]
+    clean, _, _ = make_ioi_dataset(model, 2 * 8 * 7, seed=0, templates=no_fillers, names=NAMES[:8])
+    assert len(set(clean.texts)) == len(clean)  # every ordered pair of names in both orders
+    with pytest.raises(ValueError, match="make only 112 distinct prompts"):
+        make_ioi_dataset(model, 2 * 8 * 7 + 2, seed=0, templates=no_fillers, names=NAMES[:8])
+
+
 def test_held_out_prompts_cover_every_template_in_both_orders_equally(model):
     from interp.tasks.ioi import ioi_dataset_for
     from interp.tasks.ioi_templates import HELDOUT_TEMPLATES

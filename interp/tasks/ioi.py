@@ -249,8 +249,15 @@ def _redraw_duplicates(
         draws.order, draws.template, draws.io_index, draws.s_index, draws.place, draws.obj
     )  # fmt: skip
     n_prompts = len(order)
+
+    def fillers(prompt_template: str, slot: str, values: Sequence[str]) -> int:  # a slot it lacks: one text
+        return len(set(values)) if f"[{slot}]" in prompt_template else 1
+
     n_distinct = {
-        o: len(set(prompt_templates[o])) * n_names * (n_names - 1) * len(set(places)) * len(set(objects))
+        o: sum(
+            n_names * (n_names - 1) * fillers(t, "PLACE", places) * fillers(t, "OBJECT", objects)
+            for t in set(prompt_templates[o])
+        )
         for o in IOI_ORDERS
     }
     wanted = {o: sum(1 for x in order if x == o) for o in IOI_ORDERS}
@@ -263,14 +270,15 @@ def _redraw_duplicates(
             "allow_duplicates=True"
         )
 
-    def key(i: int) -> tuple:
+    def key(i: int) -> tuple:  # what the prompt's text reads: a place or object only where it has one
+        prompt_template = prompt_templates[order[i]][template[i]]
         return (
             order[i],
-            prompt_templates[order[i]][template[i]],
+            prompt_template,
             int(io_index[i]),
             int(s_index[i]),
-            places[place[i]],
-            objects[obj[i]],
+            places[place[i]] if "[PLACE]" in prompt_template else None,
+            objects[obj[i]] if "[OBJECT]" in prompt_template else None,
         )
 
     seen: set[tuple] = set()
