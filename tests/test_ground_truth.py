@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+import interp
 from circuits.edge_circuits.ground_truth import (
     DISABLED_HEADS,
     TRUTH_THRESHOLD,
@@ -131,6 +132,18 @@ def test_saturation_hides_the_key_edges_from_eap(saturated):
     for method in ("exact", "eap-ig"):
         precision, recall = score_method(edge_circuit_finder(method), saturated)
         assert recall >= 0.9 and precision >= 0.9, (method, precision, recall)
+
+
+def test_induction_items_have_one_answer_and_the_corrupted_prompt_none(trained):
+    """A's tokens are distinct (A[-2] occurs once, so induction predicts A[-1] alone) and B shares none
+    with A; drawn with replacement, a fifth of the toy vocabulary's items were ambiguous."""
+    task = induction_task(trained.model, 64, seq_len=10, seed=0)
+    first, other = task.clean[:, 1:11], task.corrupted[:, 1:11]
+    for a, b in zip(first.tolist(), other.tolist(), strict=True):
+        assert len(set(a)) == 10 and not set(a) & set(b)
+    small = interp.HookedTransformer(interp.Config(n_layers=1, d_model=16, n_heads=2, d_vocab=12, n_ctx=32))
+    with pytest.raises(ValueError, match="needs 16 distinct tokens for A and B, but the vocabulary has 12"):
+        induction_task(small, 4, seq_len=8)
 
 
 def test_the_disabled_heads_model_solves_the_task_without_them(trained):

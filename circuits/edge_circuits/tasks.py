@@ -85,8 +85,10 @@ def ioi_task(
 def induction_task(
     model: HookedTransformer, n_prompts: int = 64, seq_len: int = 10, seed: int = 0
 ) -> EdgeTask:
-    """[BOS] A A[:-1] -> A[-1] against [BOS] B A[:-1] (B random, B[-1] != A[-1]); metric logit(A[-1]) -
-    logit(B[-1]) at the last position."""
+    """[BOS] A A[:-1] -> A[-1] against [BOS] B A[:-1]; metric logit(A[-1]) - logit(B[-1]) at the last
+    position. A and B are drawn together as 2 x seq_len distinct tokens: A[-2] occurs once in A, so
+    A[-1] is the one token that induction predicts, and B shares no token with A, so the corrupted
+    prompt holds no pair of A's to copy."""
     generator = torch.Generator().manual_seed(seed)
     bos = model.cfg.bos_token_id
     if bos is None and model.tokenizer is not None:
@@ -97,10 +99,13 @@ def induction_task(
         raise ValueError(
             f"seq_len={seq_len} does not fit {model.cfg.model_name}'s context of {model.cfg.n_ctx}."
         )
-    first = torch.randint(low, high, (n_prompts, seq_len), generator=generator)
-    other = torch.randint(low, high, (n_prompts, seq_len), generator=generator)
-    same = other[:, -1] == first[:, -1]
-    other[same, -1] = (first[same, -1] + 1 - low) % (high - low) + low
+    if 2 * seq_len > high - low:
+        raise ValueError(
+            f"seq_len={seq_len} needs {2 * seq_len} distinct tokens for A and B, but the vocabulary has "
+            f"{high - low}: choose seq_len <= {(high - low) // 2}."
+        )
+    drawn = torch.rand(n_prompts, high - low, generator=generator).topk(2 * seq_len, dim=1).indices + low
+    first, other = drawn[:, :seq_len], drawn[:, seq_len:]
     return repeated_sequence_pairs("induction", first, other, bos if model.cfg.default_prepend_bos else None)
 
 
