@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -90,3 +91,43 @@ def test_attention_viewers_are_stored_as_screenshots(path: Path) -> None:
         if "text/html" in output.get("data", {})
     ]
     assert not any("CircuitsVis" in text for text in html)
+
+
+PROSE_FIGURE = re.compile(
+    r"(?<![\w.~])[+−-]?\d[\d,]*(?:\.\d+%?|%)"
+)  # a decimal or a percentage; "~87%" quotes
+SHOWN_NUMBER = re.compile(r"[+−-]?\d[\d,]*(?:\.\d+)?%?")
+
+
+def _value(figure: str) -> tuple[float, int, bool]:
+    """(value, decimals, percentage) of a written figure."""
+    text = figure.replace("−", "-").replace(",", "").rstrip("%")
+    return float(text), len(text.partition(".")[2]), figure.endswith("%")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_the_prose_quotes_figures_its_outputs_show(path: Path) -> None:
+    """Every decimal or percentage of a notebook's text is one its stored outputs show (rounded as
+    written; the CIs' 95% and figures quoted from papers, written "~87%", aside): a refresh that
+    changes a result fails here until the text says what the outputs now show."""
+    notebook = nbformat.read(path, as_version=4)
+    shown = [
+        _value(number)
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        for text in output_texts(output)
+        for number in SHOWN_NUMBER.findall(text)
+    ]
+    unshown = []
+    for cell in notebook.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for figure in PROSE_FIGURE.findall(cell.source):
+            value, decimals, percent = _value(figure)
+            near = 0.5 * 10**-decimals + 1e-9
+            if figure != "95%" and not any(
+                is_percent == percent and abs(abs(number) - abs(value)) <= near
+                for number, _, is_percent in shown
+            ):
+                unshown.append(figure)
+    assert not unshown, f"figures of the text that no output shows: {unshown}"
