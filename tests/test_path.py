@@ -33,7 +33,7 @@ from circuits.evidence import (
 from circuits.finding import finding_report
 from circuits.ioi.task import IOI_POSITIONS, ioi_pair_task
 from circuits.path import PathSettings, head_path, pair_task
-from circuits.path.steps import discover, metric_with_heads_ablated
+from circuits.path.steps import discover, estimated_drops, metric_with_heads_ablated
 from circuits.path.task import NO_FAMILY
 from circuits.results_file import load_result
 from circuits.sections import (
@@ -46,6 +46,8 @@ from circuits.sections import (
     result_json,
     write_sections,
 )
+from interp.interventions.engine import RunOptions
+from interp.interventions.patching import attribution_patching
 from interp.io.serialize import encode
 
 AGREEMENT = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.csv"
@@ -294,6 +296,43 @@ def test_the_paths_ablation_is_patching_each_heads_output_from_the_corrupted_pro
         )
     measured = metric_with_heads_ablated(smollm2, task, [[head]], "counterfactual")[0]
     torch.testing.assert_close(measured, expected.float(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("ablation", ["counterfactual", "mean"])
+def test_heads_are_ranked_by_an_estimate_of_the_paths_own_ablation(smollm2, agreement, ablation):
+    """Step 1's estimated drop is attribution patching of the ablation the path then measures: minus
+    the gradient on the clean run times (what the ablation writes - the clean z), written here with
+    plain hooks; for counterfactual ablation it is interp's attribution_patching (noising) too."""
+    task = agreement.subset(range(6))
+    names = smollm2.layer_hook_names("z")
+    with torch.no_grad():
+        _, corrupted = smollm2.run_with_cache(task.corrupted, names_filter=names)
+    mask = torch.ones_like(task.corrupted) if task.corrupted_mask is None else task.corrupted_mask
+    real = mask.bool()[..., None, None]
+    kept = {}
+
+    def keep(z, hook):
+        z.retain_grad()
+        kept[hook.name] = z
+
+    task.metric(
+        smollm2.run_with_hooks(task.clean, fwd_hooks=[(name, keep) for name in names])
+    ).sum().backward()
+    expected = []
+    for name in names:
+        z = corrupted[name]
+        written = z if ablation == "counterfactual" else (z * real).sum(0) / real.sum(0)
+        expected.append(-((written - kept[name].detach()) * kept[name].grad).sum((1, 3)).mean(0))
+    estimated = estimated_drops(smollm2, task, ablation)
+    torch.testing.assert_close(estimated, torch.stack(expected).flatten().float().cpu(), atol=1e-4, rtol=1e-3)
+    if ablation == "counterfactual":
+        noising = attribution_patching(
+            smollm2, task.clean, task.corrupted, task.metric, "z", direction="noise",
+            options=RunOptions(logit_pos=task.end),
+        )  # fmt: skip
+        torch.testing.assert_close(
+            estimated, (noising.target[None] - noising.values).mean(-1), atol=1e-4, rtol=1e-3
+        )
 
 
 def test_every_reported_effect_is_measured_on_held_out_families(smollm2, agreement, result):

@@ -1,8 +1,9 @@
 """The one analysis path for any `PairTask`: `head_path(model, task)` runs, on the task's family split,
 
-1. discover (discovery families): every head's drop (`circuits.evidence.EFFECT_SIGN`) estimated by
-   attribution patching, the `n_candidates` strongest measured exactly; kept (at most `max_heads`)
-   where the exact drop's CI excludes zero and |drop| >= `min_share` of the clean - corrupted gap;
+1. discover (discovery families): every head's drop (`circuits.evidence.EFFECT_SIGN`) under the path's
+   ablation estimated by attribution patching, the `n_candidates` strongest measured exactly; kept (at
+   most `max_heads`) where the exact drop's CI excludes zero and |drop| >= `min_share` of the clean -
+   corrupted gap;
 2. classify (discovery families): by where the last token attends among the named positions (mean
    >= `attention_threshold`: "to NAME", else "unnamed"; without named positions, those where clean
    and corrupted differ), and by sign ("negative" lowers the answer);
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from circuits.evidence import (
@@ -36,8 +38,7 @@ from circuits.finding import Finding
 from circuits.path.results import HeadDrop, PathFigures
 from circuits.path.task import PairTask
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
-from interp.interventions.engine import RunOptions
-from interp.interventions.patching import attribution_patching
+from interp.interventions.engine import RunOptions, forward_logits, read_with_grad
 from interp.interventions.stats import FaithfulnessSummary
 from interp.model import HookedTransformer, provenance
 from interp.types import Head, Progress
@@ -65,26 +66,45 @@ def metric_with_heads_ablated(
     """The metric [set, prompt] on `task`'s clean prompts with each set of heads ablated (an empty
     set: the model itself), on interp's engine. Ablated heads take each pair's corrupted prompt's
     output ("counterfactual") or the corrupted prompts' mean at each position ("mean")."""
-    mask = task.corrupted_mask if ablation == "mean" else None
-    reference = Ablation(ablation, reference=task.corrupted, mask=mask)
     with torch.no_grad():
         return ablated_metrics(
             model, task.clean, task.metric, [list(heads) for heads in head_sets],
-            Replacement(model, model.layer_hook_names("z"), reference),
+            _replacement(model, task, ablation),
             options=RunOptions(logit_pos=task.end, logit_tokens=torch.cat([task.correct, task.incorrect])),
         ).float().cpu()  # fmt: skip
+
+
+def _replacement(model: HookedTransformer, task: PairTask, ablation: str) -> Replacement:
+    """What ablated heads' z become: each pair's corrupted prompt's ("counterfactual") or the corrupted
+    prompts' mean at each position ("mean")."""
+    mask = task.corrupted_mask if ablation == "mean" else None
+    return Replacement(
+        model, model.layer_hook_names("z"), Ablation(ablation, reference=task.corrupted, mask=mask)
+    )
+
+
+def estimated_drops(model: HookedTransformer, task: PairTask, ablation: str) -> Float[Tensor, " layer_head"]:
+    """Each head's drop on `task`'s clean prompts (mean over prompts), estimated to first order
+    (attribution patching, Nanda 2023, of the path's own ablation): minus the metric's gradient on the
+    clean run times (the values the ablation writes - the clean z), summed over positions and d_head."""
+    names = model.layer_hook_names("z")
+    written = _replacement(model, task, ablation).sources(names, task.clean)
+    with read_with_grad(model, names) as z:
+        metric = task.metric(forward_logits(model, task.clean, task.end))
+        grads = torch.autograd.grad(metric.sum(), [z[name] for name in names])
+    changes = [
+        ((written[name] - z[name].detach()) * grad).sum((1, 3))
+        for name, grad in zip(names, grads, strict=True)
+    ]
+    return -torch.stack(changes, 1).float().mean(0).flatten().cpu()  # [layer * head], layer-major
 
 
 def discover(
     model: HookedTransformer, task: PairTask, settings: PathSettings, progress: Progress | None = None
 ) -> tuple[list[Head], dict[Head, HeadDrop]]:
     """Step 1 on the discovery prompts: (kept heads, strongest first; every head's drop)."""
-    attribution = attribution_patching(
-        model, task.clean, task.corrupted, task.metric, "z", direction="noise",
-        options=RunOptions(logit_pos=task.end),
-    )  # fmt: skip
-    estimated = (attribution.target[None] - attribution.values).mean(-1)  # [layer * head]
-    heads = [(int(row.layer), int(row.head)) for row in attribution.index.itertuples()]
+    estimated = estimated_drops(model, task, settings.ablation)  # [layer * head]
+    heads = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
     order = estimated.abs().argsort(descending=True)[: settings.n_candidates].tolist()
     candidates = [heads[i] for i in order]
     if progress is not None:
