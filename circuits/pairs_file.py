@@ -33,7 +33,10 @@ def read_pairs(path: str | Path) -> list[dict[str, str]]:
         raise FileNotFoundError(f"No prompt-pair file at {path}.")
     if path.suffix == ".jsonl":
         rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+        lines = path.read_text(encoding="utf-8-sig").split(
+            "\n"
+        )  # not splitlines: JSON strings may hold U+2028
+        for number, line in enumerate(lines, 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line, object_pairs_hook=_json_object(path, number)))
@@ -181,13 +184,14 @@ def check_pairs(rows: Sequence[Mapping[str, Any]], name: str | Path, metric: str
             )
     _check_positions(rows, name)
     _check_repeats(rows, name, needed)
-    if any("family" in row for row in rows):  # the optional family column: the unit held out
-        families = [row.get("family") or "" for row in rows]
-        if not all(families):
-            raise ValueError(
-                f"{name}: {families.count('')} pairs lack a family (the first: pair "
-                f"{families.index('') + 1}); give every pair one, or none"
-            )
+    for column, role in (("family", "the unit held out"), ("stratum", "the groups a verdict is read by")):
+        if any(column in row for row in rows):  # an optional column: all or nothing
+            values = [row.get(column) or "" for row in rows]
+            if not all(values):
+                raise ValueError(
+                    f"{name}: {values.count('')} pairs lack a {column} ({role}; the first: pair "
+                    f"{values.index('') + 1}); give every pair one, or none"
+                )
 
 
 def position_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -204,8 +204,20 @@ def test_families_written_as_numbers_are_their_text(tmp_path, word_model):
     assert task.strata == tuple(str(i % 2) for i in range(len(PAIRS)))
     assert set(task.family_split().discovery) | set(task.family_split().heldout) == {"0", "1", "2", "3"}
     missing = write_jsonl(tmp_path / "missing.jsonl", jsonl_rows(family={3: None}))
-    with pytest.raises(ValueError, match=r"1 pairs lack a family \(the first: pair 4\)"):
+    with pytest.raises(ValueError, match=r"1 pairs lack a family \(the unit held out; the first: pair 4\)"):
         check_pairs(read_pairs(missing), missing)
+    strata = {i: i % 2 for i in range(len(PAIRS))} | {2: "", 5: None}  # an empty stratum was one named "all"
+    missing = write_jsonl(tmp_path / "no-stratum.jsonl", jsonl_rows(stratum=strata))
+    with pytest.raises(ValueError, match=r"2 pairs lack a stratum \(.*the first: pair 3\)"):
+        check_pairs(read_pairs(missing), missing)
+
+
+def test_a_jsonl_line_may_hold_a_line_separator_in_a_string(tmp_path):
+    """JSON strings may hold U+2028 and U+2029 unescaped; lines are split at newlines only."""
+    rows = jsonl_rows(clean={0: "When Mary\u2028and John"})
+    path = tmp_path / "separators.jsonl"
+    path.write_text("\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\n", encoding="utf-8")
+    assert read_pairs(path)[0]["clean"] == "When Mary\u2028and John" and len(read_pairs(path)) == len(rows)
 
 
 # 5. A column named twice, answers that are the same
