@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
+from circuits.edge_circuits.tasks import pair_edge_task
 from circuits.pairs_file import check_pairs, read_pairs
 from circuits.path import pair_task
 
@@ -218,6 +219,29 @@ def test_a_jsonl_line_may_hold_a_line_separator_in_a_string(tmp_path):
     path = tmp_path / "separators.jsonl"
     path.write_text("\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\n", encoding="utf-8")
     assert read_pairs(path)[0]["clean"] == "When Mary\u2028and John" and len(read_pairs(path)) == len(rows)
+
+
+def test_families_shorter_than_the_file_keep_their_padding_exact(word_model):
+    """A family whose prompts are all shorter than the file's longest: its subset's clean ids carry
+    their exact padding, so runs (edges' mean ablation among them) do not guess it from pad ids,
+    which counted the padding of a subset that no prompt fills as real tokens."""
+    rows = [dict(zip(HEADER.split(","), pair, strict=True)) for pair in PAIRS]
+    for i, row in enumerate(rows):
+        row["family"] = "long" if i < 3 else "short"
+        if i >= 3:  # every pair of the short family loses "went to the" from both prompts
+            row["clean"], row["corrupted"] = (
+                row[k].replace(" went to the", "") for k in ("clean", "corrupted")
+            )
+    task = pair_task(word_model, rows)
+    short = task.subset([i for i, family in enumerate(task.families) if family == "short"])
+    assert short.clean.shape[1] == task.clean.shape[1] - 3 and not bool(
+        (short.end + 1 == task.clean.shape[1]).any()
+    )
+    edge_task = pair_edge_task(task).subset(torch.tensor([3, 4, 5]))
+    assert edge_task.clean.shape[1] == task.clean.shape[1]  # not filled by any of these prompts
+    torch.testing.assert_close(
+        word_model.last_positions(edge_task.clean), task.end[3:6].to(word_model.device)
+    )
 
 
 # 5. A column named twice, answers that are the same

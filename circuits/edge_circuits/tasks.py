@@ -13,6 +13,7 @@ from torch import Tensor
 from circuits.path.task import PairTask, pair_task, right_padding_mask, stratum_masks
 from interp import edges
 from interp.model import HookedTransformer
+from interp.model.tokens import index_tokens
 from interp.tasks.ioi import ioi_dataset_for
 from interp.types import Metric
 
@@ -51,14 +52,15 @@ class EdgeTask:
         return edges.Ablation(kind, mask=self.corrupted_mask)
 
     def subset(self, rows: Int[Tensor, " n"]) -> EdgeTask:
-        """The prompts `rows`, as a task of their own (at the task's width)."""
+        """The prompts `rows`, as a task of their own (at the task's width; the clean ids keep their
+        recorded padding, so runs read which tokens are real from it, not from pad ids)."""
 
         def pick(values: list[str] | None) -> list[str] | None:
             return None if values is None else [values[i] for i in rows.tolist()]
 
         at_corrupted = self.corrupted_metric
         return replace(
-            self, clean=self.clean[rows], corrupted=self.corrupted[rows],
+            self, clean=index_tokens(self.clean, rows), corrupted=self.corrupted[rows],
             metric=edges.subset_metric(self.metric, rows), families=pick(self.families),
             strata=pick(self.strata),
             corrupted_metric=None if at_corrupted is None else edges.subset_metric(at_corrupted, rows),

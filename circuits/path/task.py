@@ -36,6 +36,7 @@ from circuits.pairs_file import (
 from interp import edges
 from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
 from interp.model import HookedTransformer
+from interp.model.tokens import index_tokens, record_padding
 
 NO_FAMILY = "prompt {}"  # each prompt its own family when the file has no family column
 CHANGED = "changed"  # the name of the positions where clean and corrupted prompts differ
@@ -143,7 +144,8 @@ class PairTask:
         rows = torch.as_tensor(rows, dtype=torch.long)
         width = int(torch.maximum(self.end[rows], self.corrupted_end[rows]).max()) + 1
         return replace(
-            self, clean=self.clean[rows, :width], corrupted=self.corrupted[rows, :width],
+            self, clean=index_tokens(self.clean, (rows, slice(width))),
+            corrupted=self.corrupted[rows, :width],
             correct=self.correct[rows], incorrect=None if self.incorrect is None else self.incorrect[rows],
             end=self.end[rows], corrupted_end=self.corrupted_end[rows],
             positions={name: pos[rows] for name, pos in self.positions.items()},
@@ -294,6 +296,8 @@ def pair_task(
     corrupted_ids = [tokens_of(row["corrupted"], number, "corrupted") for number, row in enumerate(rows, 1)]
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
+    real = right_padding_mask(torch.tensor([len(ids) - 1 for ids in clean_ids]), clean.shape[1])
+    clean = clean if real is None else record_padding(clean, real)  # every run reads the exact padding
     positions = {
         p: torch.tensor([
             _position(model, ids, row["clean"], row[POSITION_PREFIX + p], f"{name}: pair {n}'s pos:{p}")
