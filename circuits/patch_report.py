@@ -41,11 +41,20 @@ class PatchReport:
     direction: str
     result: PatchResult
     top: int = 10
+    group: int = 1  # k or v of a grouped-query model: the query heads each key/value head serves
 
     def ranked(self) -> pd.DataFrame:
         """Summary rows (mean and 95 % bootstrap CI per patch), the strongest effect first: what
-        `--format json` and csv hold."""
-        return self.result.summary().sort_values("mean", ascending=self.direction == "noise")
+        `--format json` and csv hold (a grouped-query model's k or v: a "kv_head" column)."""
+        rows = self.result.summary().sort_values("mean", ascending=self.direction == "noise")
+        return rows.rename(columns={"head": "kv_head"}) if self.group > 1 else rows
+
+    def head_label(self, head: object) -> str:
+        """A row's head: a query head "H3", or a key/value head "KV1 (query heads 3-5)"."""
+        if head is None or self.group == 1:
+            return "" if head is None else f"H{head}"
+        first = int(head) * self.group
+        return f"KV{head} (query heads {first}-{first + self.group - 1})"
 
     json_data = ranked
 
@@ -104,8 +113,11 @@ def _patching(model, task, pair, end, positions, component, direction, top, prog
         model, clean, corrupted, metric, component, positions, direction=direction,
         options=RunOptions(logit_pos=end, progress=progress),
     )  # fmt: skip
-    return PatchReport(model=model.cfg.model_name, task=task, component=component, direction=direction,
-                       result=replace(result, metric_name=METRIC), top=top)  # fmt: skip
+    cfg = model.cfg
+    grouped = component in ("k", "v") and not cfg.ungroup_grouped_query_attention
+    return PatchReport(model=cfg.model_name, task=task, component=component, direction=direction,
+                       result=replace(result, metric_name=METRIC), top=top,
+                       group=cfg.n_heads // cfg.n_kv_heads if grouped else 1)  # fmt: skip
 
 
 def patch_headline(report: PatchReport) -> str:
@@ -113,7 +125,7 @@ def patch_headline(report: PatchReport) -> str:
     its unpatched value (0 when denoising the corrupted run, 1 when noising the clean run)."""
     ranked = report.ranked()
     best = next(ranked.itertuples())
-    site = f"L{best.layer}" + ("" if best.head is None else f"H{best.head}")
+    site = f"L{best.layer}" + report.head_label(getattr(best, "kv_head", getattr(best, "head", None)))
     site += "" if str(best.position) == "all" else f" at {best.position}"
     unpatched = 0 if report.direction == "denoise" else 1
     beyond = int(((ranked["ci_low"] > unpatched) | (ranked["ci_high"] < unpatched)).sum())
@@ -124,14 +136,12 @@ def patch_headline(report: PatchReport) -> str:
     )
 
 
-COLUMNS = ["layer", "head", "position", "mean", "95% CI"]
-
-
 def patch_sections(report: PatchReport) -> Report:
     """The report: the finding, then the top `report.top` patches, the strongest first."""
+    columns = ["layer", "head" if report.group == 1 else "key/value head", "position", "mean", "95% CI"]
     rows = [
-        [str(row.layer), "" if row.head is None else str(row.head), str(row.position), f"{row.mean:.3f}",
-         ci_text((row.ci_low, row.ci_high), 3, sign=False)]
+        [str(row.layer), report.head_label(getattr(row, "kv_head", getattr(row, "head", None))),
+         str(row.position), f"{row.mean:.3f}", ci_text((row.ci_low, row.ci_high), 3, sign=False)]
         for row in report.ranked().head(report.top).itertuples()
     ]  # fmt: skip
     order = "highest" if report.direction == "denoise" else "lowest"
@@ -139,7 +149,7 @@ def patch_sections(report: PatchReport) -> Report:
         f"{report.model}, {report.task}: patching {report.component} ({report.direction}); {METRIC}, "
         f"mean and 95% bootstrap CI over prompts, the {order} mean first"
     )
-    table = Table(columns=COLUMNS, rows=rows, right=COLUMNS)
+    table = Table(columns=columns, rows=rows, right=columns)
     strongest = Section(title=f"The {report.top} strongest patches", lines=[what], table=table)
     title = f"Activation patching of {report.model}"
     return Report(title=title, headline=[patch_headline(report)], sections=[strongest])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 from typer.testing import CliRunner
 
 import interp
@@ -352,3 +353,23 @@ def test_the_terminal_shows_bracketed_cells_and_titles_as_written():
     print_report(report, console)
     shown = console.file.getvalue()
     assert all(text in shown for text in ("Heads of [model]", "[a] classes", "[CI]", "[n/a, n/a]"))
+
+
+def test_a_patch_report_of_grouped_keys_or_values_names_key_value_heads():
+    """k and v of a grouped-query model are patched per key/value head: the report names each with the
+    query heads it serves, never as the query head of the same index."""
+    from circuits.patch_report import PatchReport, patch_headline, patch_sections
+    from interp.interventions.patching import activation_patching
+
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(tiny_config(n_kv_heads=2)).eval()  # 4 query heads, 2 per key/value head
+    clean, corrupted = torch.randint(61, (2, 3, 6))
+    metric = lambda logits: logits[:, -1, 0]  # noqa: E731
+    result = activation_patching(model, clean, corrupted, metric, "v")
+    assert result.coords["head"] == [0, 1]
+    report = PatchReport(model="m", task="t", component="v", direction="denoise", result=result, group=2)
+    best = report.ranked().iloc[0]
+    first = 2 * int(best["kv_head"])
+    assert f"L{best['layer']}KV{best['kv_head']} (query heads {first}-{first + 1})" in patch_headline(report)
+    table = patch_sections(report).sections[0].table
+    assert table.columns[1] == "key/value head" and table.rows[0][1].startswith(f"KV{best['kv_head']} (query")
