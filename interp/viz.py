@@ -140,8 +140,9 @@ def _mix(a: tuple, b: tuple, t: float) -> tuple:
 
 
 def _cell_colour(value: float, limit: float, signed: bool) -> tuple:
-    """RGB: blue-white-red over [-limit, limit] if signed, else white-red over [0, limit]."""
-    t = min(abs(value) / limit, 1.0) if limit > 0 else 0.0
+    """RGB: blue-white-red over [-limit, limit] if signed, else white-red over [0, limit] (a negative
+    value white, as 0: an unsigned scale has no colour for it)."""
+    t = min(abs(value) / limit, 1.0) if limit > 0 and (signed or value > 0) else 0.0
     return _mix(_ZERO, _NEGATIVE if signed and value < 0 else _POSITIVE, t)
 
 
@@ -164,7 +165,8 @@ def heatmap_html(
     """A [row, col] grid of numbers (e.g. [layer, head] scores) as a coloured HTML table.
 
     signed: diverging blue-white-red scale centred on 0 (default: if any value is negative),
-    otherwise white-red from 0. limit: |value| mapped to full colour (default: max |value|).
+    otherwise white-red from 0 (a negative value white, as 0). limit: |value| mapped to full colour
+    (default: max |value|).
     NaN cells are grey. Hover a cell for its row, column and value. axes: the names of the rows and
     the columns. caption: a line under the title (what a value means).
     """

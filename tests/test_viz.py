@@ -176,3 +176,10 @@ def test_write_text_replaces_atomically(tmp_path):
         write_text(path, None)  # fails mid-write: the old file stays, no temp file is left
     assert path.read_text(encoding="utf-8") == "<p>new ✓</p>"
     assert os.listdir(path.parent) == ["report.html"]
+
+
+def test_an_unsigned_heat_map_does_not_paint_negative_values_as_positive():
+    """On a white-to-red scale a negative value is white (as 0), never the red of its magnitude."""
+    page = heatmap_html(np.array([[-0.8, 0.8, 0.0]]), ["0"], ["a", "b", "c"], signed=False, limit=1.0)
+    colours = re.findall(r"background: (rgb\([^)]*\))", page)
+    assert colours[0] == colours[2] == "rgb(255, 255, 255)" and colours[1] != colours[0]

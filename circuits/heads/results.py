@@ -772,9 +772,14 @@ def to_csv(report: HeadRows) -> str:
     return safe_csv(table)
 
 
+SIGNED_SCORES = ("copying", "skip_gram")  # scores that can be negative: drawn on a scale centred on 0
+
+
 def _scale(name: str, report: HeadRows) -> str:
     if name == "copying":
         return "colour: blue −1, white 0, red +1 (centred on 0, symmetric)"
+    if name in SIGNED_SCORES:
+        return f"colour: blue −1, white 0, red +1; typed at ≥ {report.thresholds[name]:.2f}"
     if name == "k_composition":
         return "colour: white 0 to red at this model's largest value"
     return f"colour: white 0 to red 1; typed at ≥ {report.thresholds[name]:.2f}"
@@ -784,7 +789,7 @@ def _heatmaps(report: HeadRows) -> str:
     """Every score's [layer, head] heat map, captioned with its meaning and scale."""
     maps = [
         layer_head_map(report.score_grid(name), name, f"{CAPTIONS[name]}. {_scale(name, report)}.",
-                       signed=name == "copying", limit=1.0 if name in (*SCORE_NAMES, "copying") else None)
+                       signed=name in SIGNED_SCORES, limit=1.0 if name in (*SCORE_NAMES, "copying") else None)
         for name in (*SCORE_NAMES, *WEIGHT_SCORES)
     ]  # fmt: skip
     return viz.heatmap_grid(maps, min_width=max(260, 44 * report.n_heads + 60))  # a column ~44 px
