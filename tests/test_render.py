@@ -234,7 +234,7 @@ def _inside(box, frame) -> bool:
 
 
 def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
-    """A 16-layer graph is ~1,600 px wide: the first view must still show the logits and the last
+    """A 24-layer graph is ~2,400 px wide: the first view must still show the logits and the last
     layer's nodes inside the 1400x900 window; "whole graph" brings layer 0 in; "+" enlarges."""
     from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit, induction_task
     from circuits.edge_circuits.report import edge_sections, size_origin
@@ -243,7 +243,7 @@ def test_edge_graph_opens_on_the_circuits_logits_end_and_zooms(tmp_path):
     from tests.conftest import tiny_config
 
     torch.manual_seed(0)
-    model = interp.HookedTransformer(tiny_config(n_layers=16, n_heads=2))
+    model = interp.HookedTransformer(tiny_config(n_layers=24, n_heads=2))
     heldout = induction_task(model, n_prompts=4, seq_len=6, seed=1)
     settings = EdgeCircuitSettings(method="eap", n_edges=40, curve_fractions=None)
     task = induction_task(model, n_prompts=4, seq_len=6)

@@ -205,7 +205,8 @@ def circuit_view(result: EdgeCircuitResult) -> str:
 
 
 def curve_svg(result: EdgeCircuitResult) -> str:
-    """Faithfulness against the fraction of edges kept (log scale), with its CI and random circuits."""
+    """Faithfulness against the fraction of edges asked for (MIB's sizes, log scale; each circuit keeps
+    its connected edges, fewer), with its CI and random circuits asked for at the same sizes."""
     curve, (width, height, margin) = result.curve, (560, 320, 50)
     xs = [math.log10(f) for f in curve.fractions]
     series = {"circuit": curve.faithfulness.tolist()}
@@ -257,7 +258,7 @@ def curve_svg(result: EdgeCircuitResult) -> str:
     random = "" if curve.random is None else f" · random CPR {curve.random_cpr:.3f}"
     parts.append(
         f'<text x="{width / 2}" y="{height - 10}" font-size="12" text-anchor="middle">fraction of edges '
-        f'kept</text><text x="14" y="{height / 2}" font-size="12" text-anchor="middle" '
+        f'asked for</text><text x="14" y="{height / 2}" font-size="12" text-anchor="middle" '
         f'transform="rotate(-90 14 {height / 2})">faithfulness</text><text x="{width - margin}" '
         f'y="{margin - 14}" font-size="11" text-anchor="end">'
         f"CPR {curve.cpr:.3f} (signed ranking) · CMD {curve.cmd:.3f} (|score| ranking){random}</text></svg>"
@@ -328,11 +329,20 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
         curve = result.curve
         low, high = curve.result.ci()
         random = curve.random.faithfulness.tolist() if curve.random is not None else None
-        columns = ["fraction", "edges", "faithfulness", "95% CI", "random"]
+        random_edges = curve.random_n_edges or [None] * len(curve.fractions)
+        columns = [
+            "fraction asked for",
+            "edges kept",
+            "faithfulness",
+            "95% CI",
+            "random",
+            "random edges kept",
+        ]
         rows = [
             [f"{fraction:.1%}", str(curve.n_edges[i]), f"{float(curve.faithfulness[i]):.3f}",
              ci_text((float(low[i]), float(high[i])), 3, sign=False),
-             "" if random is None else f"{random[i]:.3f}"]
+             "" if random is None else f"{random[i]:.3f}",
+             "" if random_edges[i] is None else str(random_edges[i])]
             for i, fraction in enumerate(curve.fractions)
         ]  # fmt: skip
         title = "Faithfulness curve (top-|score| circuits, everything else ablated)"

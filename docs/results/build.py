@@ -401,7 +401,8 @@ def circuit_section(result: Any) -> list[str]:
         random = curve["random"]
         lines.append(
             f"Over MIB's ten circuit sizes, on {tested}: CPR {curve['cpr']:.2f}, CMD {curve['cmd']:.2f} "
-            f"(random circuits of the same sizes: CPR {random['cpr']:.2f}, CMD {random['cmd']:.2f})."
+            f"(random circuits asked for at the same sizes: CPR {random['cpr']:.2f}, "
+            f"CMD {random['cmd']:.2f})."
         )
     edges = circuit["edges"][:8]
     if any(edge.get("removal_effect") is not None for edge in edges):  # rank-only scores (prune, ensemble)
