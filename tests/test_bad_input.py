@@ -993,7 +993,8 @@ def test_a_pickle_planted_in_the_store_is_never_loaded(tmp_path):
     import os
     import pickle
 
-    from interp.runtime.distributed import job_key, map_shards
+    from interp.runtime.distributed import map_shards
+    from interp.runtime.keys import content_key
 
     marker = tmp_path / "pwned"
 
@@ -1001,7 +1002,7 @@ def test_a_pickle_planted_in_the_store_is_never_loaded(tmp_path):
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
 
-    directory = tmp_path / "store" / job_key("job")
+    directory = tmp_path / "store" / content_key("job")
     directory.mkdir(parents=True)
     for name in ("shard_00000.pkl", "shard_00000.json"):
         (directory / name).write_bytes(pickle.dumps(Exploit()))

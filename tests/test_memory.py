@@ -8,6 +8,7 @@ import torch
 from conftest import tiny_config
 
 import interp
+from interp.model.hooks import observer
 from interp.runtime.streaming import cache_to_disk, iter_shards, load_activations
 
 
@@ -93,7 +94,10 @@ def test_cache_to_disk_resumes_after_an_interruption(model, tmp_path):
         if batches.calls == 3:
             raise Interrupt
 
-    with pytest.raises(Interrupt), model.hooks(fwd_hooks=[("hook_embed", interrupt_on_third_batch)]):
+    with (
+        pytest.raises(Interrupt),
+        model.hooks(fwd_hooks=[("hook_embed", observer(interrupt_on_third_batch))]),
+    ):
         cache_to_disk(model, tokens, names, out, batch_size=4)
     assert sorted(p.name for p in out.iterdir()) == [
         "job.json",
@@ -104,7 +108,7 @@ def test_cache_to_disk_resumes_after_an_interruption(model, tmp_path):
         load_activations(out)
 
     resumed = CallCounter()
-    with model.hooks(fwd_hooks=[("hook_embed", resumed)]):
+    with model.hooks(fwd_hooks=[("hook_embed", observer(resumed))]):  # observers: not part of the job
         cache_to_disk(model, tokens, names, out, batch_size=4)
     assert resumed.calls == 4  # shards 2..5 only
 

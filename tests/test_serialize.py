@@ -19,7 +19,8 @@ from safetensors.torch import save_file
 from circuits.results_file import SCHEMA, load_result, save_result, write_result_report
 from interp.io.files import atomic_dir, atomic_path, atomic_write, write_text_atomic
 from interp.io.serialize import decode, encode, plain, register_dataclass
-from interp.runtime.distributed import job_key, map_shards
+from interp.runtime.distributed import map_shards
+from interp.runtime.keys import content_key
 
 DATA = Path(__file__).parent / "data"
 
@@ -245,7 +246,7 @@ def test_an_ioi_result_of_path_patching_effects_patched_minus_clean_loads_as_dro
 
 def test_a_shard_stored_in_the_previous_store_format_still_loads(tmp_path):
     """interp-shard-result-1 wrote dicts as __dict__, arrays as __ndarray__ and frames as __dataframe__."""
-    directory = tmp_path / job_key("old")
+    directory = tmp_path / content_key("old")
     directory.mkdir()
     save_file(
         {"t0": torch.tensor([1.0, float("nan")]), "t1": torch.arange(2)},
@@ -263,7 +264,7 @@ def test_a_shard_stored_in_the_previous_store_format_still_loads(tmp_path):
     digest = __import__("hashlib").sha256((directory / "shard_00000.safetensors").read_bytes()).hexdigest()
     record = {
         "format": "interp-shard-result-1",
-        "job": job_key("old"),
+        "job": content_key("old"),
         "tensors_sha256": digest,
         "result": result,
     }

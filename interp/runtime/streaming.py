@@ -58,8 +58,9 @@ def _code_version() -> str:
 
 def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batch_size: int) -> str:
     """A hash of everything that determines the shards' contents: every byte of every weight, the
-    config, the prompts, the hooks on the model (`keys.add_content`: their code and the values they
-    write), the batch size and interp's version (sha256, ~1 GB/s)."""
+    config, the prompts, the hooks on the model that may change activations (`keys.add_content`: their
+    code and the values they write; `observer` hooks only read), the batch size and interp's version
+    (sha256, ~1 GB/s)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(["interp", _code_version()]).encode())
     digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
@@ -73,8 +74,15 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     digest.update(json.dumps([list(names), batch_size, str(model.dtype)]).encode())
     digest.update(f"{tuple(tokens.shape)}".encode())
     digest.update(tensor_bytes(tokens.long()))
-    hooks = [
-        (name, list(point._forward_hooks.values()))
+    hooks = [  # the hooks that may change what is cached (`observer`s only read it)
+        (
+            name,
+            [
+                hook
+                for i, hook in point._forward_hooks.items()
+                if i not in getattr(point, "_observer_ids", ())
+            ],
+        )
         for name, point in model.hook_dict.items()
         if point.has_hooks()
     ]
