@@ -16,6 +16,7 @@ import interp
 from interp import metrics
 from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
+from interp.model.tokens import record_padding
 from interp.runtime.distributed import RayCluster, Workers, map_shards, patching_sweep
 from interp.runtime.keys import content_key
 from interp.tasks.ioi import ioi_dataset_for
@@ -157,6 +158,27 @@ def test_a_model_saved_again_at_the_same_path_is_swept_anew(tmp_path):
         )
         torch.testing.assert_close(sweeps[-1].values, alone.values, rtol=0, atol=1e-6)
     assert not torch.allclose(sweeps[0].values, sweeps[1].values)
+
+
+def test_a_sweep_of_left_padded_prompts_keeps_their_padding_in_every_shard(tmp_path):
+    """Ids that record their left padding (as `to_tokens(..., padding_side="left")` makes them) keep it in
+    each shard: the shards' figures are the single run's (the shards read the padding as tokens)."""
+    generator = torch.Generator().manual_seed(0)
+    clean, corrupted = (torch.randint(1, 20, (4, 6), generator=generator) for _ in range(2))
+    mask = (torch.arange(6) >= torch.tensor([0, 2, 1, 3])[:, None]).long()  # left padding of 0-3 tokens
+    clean, corrupted = record_padding(clean, mask), record_padding(corrupted, mask.clone())
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(interp.Config(n_layers=2, d_model=16, n_heads=2, d_vocab=20, n_ctx=8))
+    model.save(tmp_path / "model")
+
+    def metric(logits, rows):
+        return logits[:, -1, 3] - logits[:, -1, 4]
+
+    swept = patching_sweep(Workers(tmp_path / "model", n_shards=2), clean, corrupted, metric, "resid_pre")
+    alone = activation_patching(
+        model.eval(), clean, corrupted, lambda logits: metric(logits, None), "resid_pre"
+    )
+    torch.testing.assert_close(swept.values, alone.values, rtol=0, atol=1e-6)
 
 
 def test_patching_sweep_refuses_a_bare_source_and_options_it_does_not_read():

@@ -40,6 +40,7 @@ from interp.interventions.patching import Direction, PositionAxis, activation_pa
 from interp.interventions.results import PatchResult
 from interp.io.files import atomic_path, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
+from interp.model.tokens import index_tokens, record_padding, recorded_padding
 from interp.runtime.keys import content_key
 from interp.types import Progress
 
@@ -309,7 +310,7 @@ def patching_sweep(
             "n_shards=..., ray=..., store=..., load_options=...)"
         )
     source, n_shards, logit_pos = workers.source, workers.n_shards, options.logit_pos
-    clean, corrupted = clean.cpu(), corrupted.cpu()
+    clean, corrupted = _on_cpu(clean), _on_cpu(corrupted)
     if clean.shape != corrupted.shape:
         raise ValueError(
             f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ in shape."
@@ -324,8 +325,8 @@ def patching_sweep(
             "version": version,
             "load_options": load_options,
             "rows": rows,
-            "clean": clean[rows],
-            "corrupted": corrupted[rows],
+            "clean": index_tokens(clean, rows),  # with the padding the ids record
+            "corrupted": index_tokens(corrupted, rows),
             "metric": metric,
             "component": component,
             "positions": _slice_rows(positions, rows, len(clean)),
@@ -342,6 +343,12 @@ def patching_sweep(
         _patch_shard, shards, ray=workers.ray, store=workers.store, job=job, progress=options.progress
     )
     return merge_patch_results(parts)
+
+
+def _on_cpu(tokens: Tensor) -> Tensor:
+    """Token ids on the CPU, with the padding mask they record (`record_padding`)."""
+    mask = recorded_padding(tokens)
+    return tokens.cpu() if mask is None else record_padding(tokens.cpu(), mask.cpu())
 
 
 def _slice_rows(value: Any, rows: Tensor, n_prompts: int) -> Any:
