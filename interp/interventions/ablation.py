@@ -288,7 +288,7 @@ class Replacement:
         """name -> the values for runs on `tokens` (their `groups` [batch] pick per-group values),
         broadcastable to the activation [batch, pos, ...] (`placed`)."""
         real = self.model._real_tokens(tokens, {})
-        layout = RunLayout.of(None if real is None else positions_of(real), real, 0, tokens.shape[1])
+        layout = RunLayout.of(None if real is None else positions_of(real), [real], 0, tokens.shape[1])
         batch = tokens.shape[0]
         return {name: self.placed(name, self.values(name, batch, groups), layout, batch) for name in names}
 

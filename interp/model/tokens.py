@@ -256,11 +256,13 @@ class RunLayout:
     n_cached: int = 0
 
     @staticmethod
-    def of(positions: Tensor | None, attention_mask: Tensor | None, n_cached: int, n_pos: int) -> RunLayout:
-        """The layout of a run whose `key_mask_and_positions` gave `positions` (None: no padding)."""
+    def of(positions: Tensor | None, masks: Sequence[Tensor | None], n_cached: int, n_pos: int) -> RunLayout:
+        """The layout of a run whose `key_mask_and_positions` gave `positions` (None: no padding); its
+        real tokens the first of `masks` given (the exact one, then the one it runs with)."""
         if positions is None:
             positions = torch.arange(n_cached, n_cached + n_pos)[None]
-        real = None if attention_mask is None else torch.as_tensor(attention_mask).bool()
+        mask = next((mask for mask in masks if mask is not None), None)
+        real = None if mask is None else torch.as_tensor(mask).bool()
         return RunLayout(positions, None if real is None or bool(real.all()) else real, n_cached)
 
 

@@ -714,8 +714,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             past_kv_cache.check_fits(self.cfg)
             current = torch.ones(batch, n_pos, dtype=torch.long) if attention_mask is None else attention_mask
             past_kv_cache.append_attention_mask(current)
-        real = exact_mask if exact_mask is not None else attention_mask
-        with self._laid_out(RunLayout.of(positions, real, n_cached, n_pos)):
+        with self._laid_out(RunLayout.of(positions, [exact_mask, attention_mask], n_cached, n_pos)):
             if start_at_layer is None:
                 if self.hook_settings.use_hook_tokens:
                     tokens = self.hook_tokens(tokens)
