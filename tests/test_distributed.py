@@ -160,6 +160,21 @@ def test_a_model_saved_again_at_the_same_path_is_swept_anew(tmp_path):
     assert not torch.allclose(sweeps[0].values, sweeps[1].values)
 
 
+def _with_a_view(x: int) -> dict[str, Tensor]:
+    whole = torch.arange(6.0) * x
+    return {"whole": whole, "first_half": whole[:3]}  # one storage: safetensors refuses shared memory
+
+
+def test_a_result_whose_tensors_share_memory_is_stored_and_read_back(tmp_path):
+    first, seen = map_shards(_with_a_view, [1, 2], store=tmp_path), []
+    again = map_shards(_with_a_view, [1, 2], store=tmp_path, progress=lambda *found: seen.append(found))
+    assert seen[0] == ("Shards", 2, 2)  # both read back from the store
+    for run in (first, again):
+        assert torch.equal(run[1]["whole"], torch.arange(6.0) * 2) and torch.equal(
+            run[1]["first_half"], run[1]["whole"][:3]
+        )
+
+
 def test_a_sweep_of_left_padded_prompts_keeps_their_padding_in_every_shard(tmp_path):
     """Ids that record their left padding (as `to_tokens(..., padding_side="left")` makes them) keep it in
     each shard: the shards' figures are the single run's (the shards read the padding as tokens)."""

@@ -104,7 +104,7 @@ def _store_result(path: Path, result: Any, key: str) -> None:
     digest = None
     if tensors:
         with atomic_path(path.with_suffix(".safetensors")) as tmp:
-            save_file(tensors, tmp)
+            save_file({name: tensor.clone() for name, tensor in tensors.items()}, tmp)  # no shared memory
             digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
     record = {"format": STORE_FORMAT, "job": key, "tensors_sha256": digest, "result": encoded}
     write_text_atomic(path, json.dumps(record, allow_nan=False))
