@@ -175,7 +175,7 @@ def test_a_result_whose_tensors_share_memory_is_stored_and_read_back(tmp_path):
         )
 
 
-def test_a_sweep_of_left_padded_prompts_keeps_their_padding_in_every_shard(tmp_path):
+def test_a_sweep_of_left_padded_prompts_keeps_their_padding_and_positions_in_every_shard(tmp_path):
     """Ids that record their left padding (as `to_tokens(..., padding_side="left")` makes them) keep it in
     each shard: the shards' figures are the single run's (the shards read the padding as tokens)."""
     generator = torch.Generator().manual_seed(0)
@@ -193,6 +193,13 @@ def test_a_sweep_of_left_padded_prompts_keeps_their_padding_in_every_shard(tmp_p
     alone = activation_patching(
         model.eval(), clean, corrupted, lambda logits: metric(logits, None), "resid_pre"
     )
+    torch.testing.assert_close(swept.values, alone.values, rtol=0, atol=1e-6)
+    positions = {
+        "A": [5, 4, 5, 3],
+        "B": [5, 5, 5, 5],
+    }  # per prompt, as lists (activation_patching takes them)
+    swept = patching_sweep(Workers(tmp_path / "model", n_shards=2), clean, corrupted, metric, "z", positions)
+    alone = activation_patching(model, clean, corrupted, lambda logits: metric(logits, None), "z", positions)
     torch.testing.assert_close(swept.values, alone.values, rtol=0, atol=1e-6)
 
 

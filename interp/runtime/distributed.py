@@ -316,6 +316,8 @@ def patching_sweep(
             f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ in shape."
         )
     n_shards = max(1, min(n_shards, len(clean)))
+    if isinstance(positions, Mapping):  # per-prompt positions, as lists too (as activation_patching takes)
+        positions = {name: torch.as_tensor(value) for name, value in positions.items()}
     load_options = tuple(sorted((workers.load_options or {}).items()))
     version = source_version(source)
     row_sets = torch.arange(len(clean)).tensor_split(n_shards)
