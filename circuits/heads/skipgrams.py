@@ -62,7 +62,7 @@ def skip_gram_scores(
     (-1: no type seen in enough sequences); mass: `skip_gram_masses` over the probe. Sequences of a query
     type t alternate between two folds; in each, v*(t) is the key the other fold attends to most (median),
     scored as attention from t on v*(t) minus other query types'. A head's score: its best type's mean
-    of the folds' medians."""
+    of the folds' medians (`torch.median`: of an even count of sequences, the lower middle value)."""
     rows, queries = skip_gram_occurrences(keys, lengths)
     query = keys[rows, queries]  # [occurrence]
     n_occ, n_heads, n_types = mass.shape
