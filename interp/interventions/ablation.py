@@ -288,7 +288,7 @@ class Replacement:
         """name -> the values for runs on `tokens` (their `groups` [batch] pick per-group values),
         broadcastable to the activation [batch, pos, ...] (`placed`)."""
         real = self.model._real_tokens(tokens, {})
-        layout = RunLayout.of(None if real is None else positions_of(real), [real], 0, tokens.shape[1])
+        layout = RunLayout(None if real is None else positions_of(real), (real,), 0, tokens.shape[1])
         batch = tokens.shape[0]
         return {name: self.placed(name, self.values(name, batch, groups), layout, batch) for name in names}
 
@@ -317,11 +317,11 @@ class Replacement:
         if at.shape[0] == 1 and bool((at[0] == torch.arange(first, first + n_pos)).all()):
             value = value[:, first : first + n_pos]
         else:
-            rows = max(value.shape[0], at.shape[0])
+            n_rows = max(value.shape[0], at.shape[0])
             trailing = [1] * (value.ndim - 2)
-            index = at.expand(rows, n_pos).view(rows, n_pos, *trailing).to(value.device)
-            value = value.expand(rows, *value.shape[1:]).gather(
-                1, index.expand(rows, n_pos, *value.shape[2:])
+            index = at.expand(n_rows, n_pos).view(n_rows, n_pos, *trailing).to(value.device)
+            value = value.expand(n_rows, *value.shape[1:]).gather(
+                1, index.expand(n_rows, n_pos, *value.shape[2:])
             )
         if self.kind != "mean" or self.reference_mask is None:
             return value

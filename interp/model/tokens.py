@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -247,23 +248,29 @@ def positions_of(real: Tensor) -> Int[Tensor, "batch pos"]:
 @dataclass(frozen=True)
 class RunLayout:
     """Where the tokens of the forward pass under way stand, for hooks that write values by position
-    (mean and resample ablation): `positions` [batch or 1, pos], each token's position counted from
-    its prompt's first real token and after a KV cache's tokens (as the model's positions), `real`
-    [batch, pos] its real tokens (None: no padding mask) and `n_cached` the KV cache's length."""
+    (mean and resample ablation), from what the pass computes anyway: `padded_positions` (those of
+    `key_mask_and_positions`; None: no padding), the run's masks (the exact one first), the KV
+    cache's length `n_cached` and the new tokens' `n_pos`. `positions` [batch or 1, pos] (each token's
+    position counted from its prompt's first real token, after the cache's tokens, as the model's)
+    and `real` [batch, pos] (its real tokens; None: no padding mask) are worked out when a hook first
+    asks, so a pass whose hooks never ask pays nothing for them."""
 
-    positions: Int[Tensor, "batch pos"]
-    real: Bool[Tensor, "batch pos"] | None
-    n_cached: int = 0
+    padded_positions: Int[Tensor, "batch pos"] | None
+    masks: tuple[Tensor | None, ...]
+    n_cached: int
+    n_pos: int
 
-    @staticmethod
-    def of(positions: Tensor | None, masks: Sequence[Tensor | None], n_cached: int, n_pos: int) -> RunLayout:
-        """The layout of a run whose `key_mask_and_positions` gave `positions` (None: no padding); its
-        real tokens the first of `masks` given (the exact one, then the one it runs with)."""
-        if positions is None:
-            positions = torch.arange(n_cached, n_cached + n_pos)[None]
-        mask = next((mask for mask in masks if mask is not None), None)
+    @functools.cached_property
+    def positions(self) -> Int[Tensor, "batch pos"]:
+        if self.padded_positions is None:
+            return torch.arange(self.n_cached, self.n_cached + self.n_pos)[None]
+        return self.padded_positions
+
+    @functools.cached_property
+    def real(self) -> Bool[Tensor, "batch pos"] | None:
+        mask = next((mask for mask in self.masks if mask is not None), None)
         real = None if mask is None else torch.as_tensor(mask).bool()
-        return RunLayout(positions, None if real is None or bool(real.all()) else real, n_cached)
+        return None if real is None or bool(real.all()) else real
 
 
 class TokenMethods:

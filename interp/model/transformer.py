@@ -714,7 +714,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             past_kv_cache.check_fits(self.cfg)
             current = torch.ones(batch, n_pos, dtype=torch.long) if attention_mask is None else attention_mask
             past_kv_cache.append_attention_mask(current)
-        with self._laid_out(RunLayout.of(positions, [exact_mask, attention_mask], n_cached, n_pos)):
+        with self._laid_out(RunLayout(positions, (exact_mask, attention_mask), n_cached, n_pos)):
             if start_at_layer is None:
                 if self.hook_settings.use_hook_tokens:
                     tokens = self.hook_tokens(tokens)
@@ -722,9 +722,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 residual, shortformer_pos_embed = self._embed(tokens, n_cached, positions, query_mask)
             elif shortformer_pos_embed is not None:
                 shortformer_pos_embed = shortformer_pos_embed.to(residual.device, residual.dtype)
-            finite = [
-                checks.all_finite(residual)
-            ]  # the residual stream after each stage, read once at the end
+            # the residual stream after each stage, read once at the end
+            finite = [checks.all_finite(residual)]
             for layer in range(start, stop):
                 residual = self.blocks[layer](
                     residual,
@@ -735,9 +734,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 )
                 finite.append(checks.all_finite(residual))
             if stop_at_layer is not None:
-                self._warn_if_non_finite(
-                    finite, start, start_at_layer is None, "the returned residual values"
-                )
+                returned = "the returned residual values"
+                self._warn_if_non_finite(finite, start, start_at_layer is None, returned)
                 return residual
             normalized = self.ln_final(residual)  # runs with return_type=None too: its hooks fire, as TL's
         if return_type is None:
