@@ -33,9 +33,8 @@ def read_pairs(path: str | Path) -> list[dict[str, str]]:
         raise FileNotFoundError(f"No prompt-pair file at {path}.")
     if path.suffix == ".jsonl":
         rows = []
-        lines = path.read_text(encoding="utf-8-sig").split(
-            "\n"
-        )  # not splitlines: JSON strings may hold U+2028
+        # split at newlines only, not splitlines: JSON strings may hold U+2028
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
         for number, line in enumerate(lines, 1):
             if line.strip():
                 try:

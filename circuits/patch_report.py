@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -49,8 +50,9 @@ class PatchReport:
         rows = self.result.summary().sort_values("mean", ascending=self.direction == "noise")
         return rows.rename(columns={"head": "kv_head"}) if self.group > 1 else rows
 
-    def head_label(self, head: object) -> str:
-        """A row's head: a query head "H3", or a key/value head "KV1 (query heads 3-5)"."""
+    def head_label(self, row: Any) -> str:
+        """A `ranked` row's head: a query head "H3", or a key/value head "KV1 (query heads 3-5)"."""
+        head = getattr(row, "kv_head", getattr(row, "head", None))
         if head is None or self.group == 1:
             return "" if head is None else f"H{head}"
         first = int(head) * self.group
@@ -125,7 +127,7 @@ def patch_headline(report: PatchReport) -> str:
     its unpatched value (0 when denoising the corrupted run, 1 when noising the clean run)."""
     ranked = report.ranked()
     best = next(ranked.itertuples())
-    site = f"L{best.layer}" + report.head_label(getattr(best, "kv_head", getattr(best, "head", None)))
+    site = f"L{best.layer}" + report.head_label(best)
     site += "" if str(best.position) == "all" else f" at {best.position}"
     unpatched = 0 if report.direction == "denoise" else 1
     beyond = int(((ranked["ci_low"] > unpatched) | (ranked["ci_high"] < unpatched)).sum())
@@ -140,7 +142,7 @@ def patch_sections(report: PatchReport) -> Report:
     """The report: the finding, then the top `report.top` patches, the strongest first."""
     columns = ["layer", "head" if report.group == 1 else "key/value head", "position", "mean", "95% CI"]
     rows = [
-        [str(row.layer), report.head_label(getattr(row, "kv_head", getattr(row, "head", None))),
+        [str(row.layer), report.head_label(row),
          str(row.position), f"{row.mean:.3f}", ci_text((row.ci_low, row.ci_high), 3, sign=False)]
         for row in report.ranked().head(report.top).itertuples()
     ]  # fmt: skip

@@ -104,7 +104,7 @@ def discover(
 ) -> tuple[list[Head], dict[Head, HeadDrop]]:
     """Step 1 on the discovery prompts: (kept heads, strongest first; every head's drop)."""
     estimated = estimated_drops(model, task, settings.ablation)  # [layer * head]
-    heads = [(layer, head) for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)]
+    heads = every_head(model)  # layer-major, as the estimates
     order = estimated.abs().argsort(descending=True)[: settings.n_candidates].tolist()
     candidates = [heads[i] for i in order]
     if progress is not None:

@@ -296,7 +296,8 @@ def pair_task(
     corrupted_ids = [tokens_of(row["corrupted"], number, "corrupted") for number, row in enumerate(rows, 1)]
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
-    real = right_padding_mask(torch.tensor([len(ids) - 1 for ids in clean_ids]), clean.shape[1])
+    end = torch.tensor([len(ids) - 1 for ids in clean_ids])
+    real = right_padding_mask(end, clean.shape[1])
     clean = clean if real is None else record_padding(clean, real)  # every run reads the exact padding
     positions = {
         p: torch.tensor([
@@ -320,7 +321,7 @@ def pair_task(
         )
     return PairTask(
         name=name, clean=clean, corrupted=corrupted, correct=correct, incorrect=incorrect,
-        end=torch.tensor([len(ids) - 1 for ids in clean_ids]),
+        end=end,
         corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]), positions=positions,
         families=tuple(
             str(row["family"]) if has_families else NO_FAMILY.format(i) for i, row in enumerate(rows)
