@@ -40,8 +40,12 @@ class HookPoint(hook_points.HookPoint):
         """Whether every hook on this point is a forward `observer` (it reads, never changes, the
         activation, and no gradient is hooked): the computation may then skip the activation and
         make it for the observers alone."""
+        return not self._backward_hooks and not self.writing_hooks()
+
+    def writing_hooks(self) -> list[Callable]:
+        """The forward hooks on this point that may change its activation (all but `observer`s)."""
         observers = getattr(self, "_observer_ids", set())
-        return not self._backward_hooks and all(i in observers for i in self._forward_hooks)
+        return [hook for i, hook in self._forward_hooks.items() if i not in observers]
 
     def hook_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The ids of the forward and backward hooks on this point (each registration has its own)."""

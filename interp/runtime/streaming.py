@@ -74,18 +74,7 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     digest.update(json.dumps([list(names), batch_size, str(model.dtype)]).encode())
     digest.update(f"{tuple(tokens.shape)}".encode())
     digest.update(tensor_bytes(tokens.long()))
-    hooks = [  # the hooks that may change what is cached (`observer`s only read it)
-        (
-            name,
-            [
-                hook
-                for i, hook in point._forward_hooks.items()
-                if i not in getattr(point, "_observer_ids", ())
-            ],
-        )
-        for name, point in model.hook_dict.items()
-        if point.has_hooks()
-    ]
+    hooks = [(name, point.writing_hooks()) for name, point in model.hook_dict.items() if point.has_hooks()]
     add_content(digest, hooks, known=[model])
     return digest.hexdigest()[:32]
 
