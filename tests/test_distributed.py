@@ -94,6 +94,8 @@ def test_a_stored_job_is_keyed_by_content_so_it_resumes_in_a_new_process_and_not
     shards = [torch.arange(3), torch.arange(3, 6)]
     assert content_key(torch.arange(3)) == content_key(torch.arange(3))
     assert content_key(torch.arange(3)) != content_key(torch.arange(3.0))
+    first, second = torch.zeros(2), torch.ones(2)
+    assert content_key([first, second, first]) != content_key([first, second, second])  # which one repeats
     first = map_shards(_scaled, shards, store=tmp_path)
     again = [torch.arange(3), torch.arange(3, 6)]  # equal values, other storage
     seen = []

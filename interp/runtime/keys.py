@@ -42,14 +42,15 @@ def content_key(value: Any) -> str:
 def add_content(digest: Any, value: Any, known: Sequence[Any] = ()) -> None:
     """Feed `value`'s content to a hashlib `digest`; the objects `known` (hashed already) by place only."""
     hasher = _Hasher(digest)
-    hasher.seen.update({id(item): item for item in known})
+    hasher.seen.update({id(item): (f"known {i}", item) for i, item in enumerate(known)})
     hasher.add(value)
 
 
 class _Hasher:
     def __init__(self, digest: Any) -> None:
         self.digest = digest
-        self.seen: dict[int, Any] = {}  # id -> the object, kept alive so that no other takes its id
+        # id -> (the order it was met in, the object: kept alive so that no other takes its id)
+        self.seen: dict[int, tuple[Any, Any]] = {}
 
     def put(self, *parts: Any) -> None:
         self.digest.update(json.dumps([str(part) for part in parts]).encode())
@@ -58,10 +59,10 @@ class _Hasher:
         if value is None or isinstance(value, bool | int | float | complex | str | bytes):
             self.put(type(value).__name__, repr(value))
             return
-        if id(value) in self.seen:  # a cycle, or an object met before: its place is enough
-            self.put("again", type(value).__qualname__)
+        if id(value) in self.seen:  # a cycle, or an object met before: which one it is is enough
+            self.put("again", self.seen[id(value)][0])
             return
-        self.seen[id(value)] = value
+        self.seen[id(value)] = (len(self.seen), value)
         if isinstance(value, Tensor):
             self.put("tensor", value.dtype, tuple(value.shape))
             if not value.is_meta:
