@@ -74,11 +74,23 @@ def attention_patterns_html(
     """
     props = script_json(_attention_props(str_tokens, pattern, head_names))
     div_id = "interp-attn-" + hashlib.sha256(props.encode()).hexdigest()[:12]  # same report, same page
-    render_call = f'CircuitsVis.render("{div_id}", CircuitsVis.AttentionPatterns, {props});'
+    view = _view_of_script(div_id, "s.previousElementSibling")
+    render_call = f"CircuitsVis.render({view}.id, CircuitsVis.AttentionPatterns, {props});"
     return (
         f'<div class="interp-attention" {_NEEDS_BUNDLE} style="position: relative; margin: 15px 0;">'
-        f'<div id="{div_id}"></div></div>\n'
-        f"<script>{render_call}</script>\n"
+        f'<div id="{div_id}"></div><script>{render_call}</script></div>\n'
+    )
+
+
+def _view_of_script(element_id: str, from_script: str) -> str:
+    """A JS expression: the element an inline script renders into, found from the script (`s`) by
+    `from_script`, given an id no other element has, so that identical fragments on one page each
+    get their own; where a notebook runs the script elsewhere, the element found by its id."""
+    return (
+        f"(function (s, id) {{ var view = s ? {from_script} : null;"
+        " if (!view || view.id !== id) { view = document.getElementById(id); }"
+        " for (var n = 1; document.getElementById(view.id) !== view; n++) { view.id = id + '-' + n; }"
+        f" return view; }})(document.currentScript, {script_json(element_id)})"
     )
 
 
@@ -293,7 +305,7 @@ _ZOOM_SCRIPT = """(function (view) {
   svg.addEventListener("pointerup", function () { drag = null; });
   window.addEventListener("resize", actions.fit);
   actions.fit();
-})(document.getElementById(%s));"""
+})(%s);"""
 
 
 def zoomable_svg_html(
@@ -344,7 +356,7 @@ def zoomable_svg_html(
         f'<div class="interp-zoom-buttons" style="display: flex; gap: 6px; margin: 4px 0;">{buttons}'
         '<span style="color: #555; font-size: .9em;">wheel: zoom, drag: pan</span></div>'
         f'<div style="height: {height}px; border: 1px solid #ddd; overflow: hidden;">{svg}</div>'
-        f"<script>{_ZOOM_SCRIPT % script_json(view_id)}</script></div>\n"
+        f"<script>{_ZOOM_SCRIPT % _view_of_script(view_id, 's.parentElement')}</script></div>\n"
     )
 
 

@@ -16,6 +16,7 @@ from interp.viz import (
     script_json,
     show_attention,
     write_text,
+    zoomable_svg_html,
 )
 
 SCRIPT_PAYLOAD = "</script><script>alert(1)</script>"
@@ -98,6 +99,27 @@ def test_notebook_view_renders_offline_in_chromium(tmp_path):
     assert result.dialogs == []
     assert result.counts[".interp-attention .tokens button"] == len(tokens)
     assert SCRIPT_PAYLOAD in result.text
+
+
+def test_identical_viewers_on_one_page_each_render(tmp_path):
+    """Two identical attention viewers, and two identical zoomable drawings, on one page: each draws
+    its own (an id shared by both left the second empty, its buttons driving the first)."""
+    tokens = ["<s>", " a", " b"]
+    viewer = attention_patterns_html(tokens, causal_pattern(2, len(tokens), seed=3), ["A", "B"])
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"><circle cx="5" cy="5" r="4"/></svg>'
+    drawing = zoomable_svg_html(svg, first_view=(0, 0, 10, 10), whole=(0, 0, 10, 10), height=120)
+    page = html_page("Twice", [viewer, viewer, drawing, drawing])
+    drawn = f'.interp-attention canvas[width="{len(tokens)}"]'
+    result = render_in_chromium(
+        write_text(tmp_path / "twice.html", page),
+        selectors=(drawn, ".interp-attention .tokens button"),
+        wait_for={drawn: 2 * 3},
+    )
+    assert result.script_errors == [] and result.missing == []
+    assert result.counts[".interp-attention .tokens button"] == 2 * len(tokens)
+    boxes = re.findall(r'<svg viewBox="([^"]+)"', result.dom)
+    assert len(boxes) == 2 and boxes[0] == boxes[1], boxes  # both fitted to the same frame
+    assert boxes[0] != "0.00 0.00 10.00 10.00"  # fitted to the frame, not the page's static view
 
 
 def test_page_without_attention_has_no_bundle():
