@@ -88,13 +88,15 @@ def head_sweep(
     return pd.concat(tables, ignore_index=True)
 
 
-def _fingerprint(path: Path) -> str:
-    """A source's identity for resuming: a directory's weights change when it is retrained."""
-    weights = path / "model.safetensors"
-    if weights.is_file():
-        stat = weights.stat()
-        return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-    return str(path)
+def _fingerprint(source: Path) -> str:
+    """A source's identity for resuming: a model name as given; a file or directory by its absolute
+    path and every file's name, size and modification time, so that weights written again in any
+    layout (safetensors shards, pytorch_model.bin, GGUF) are reported afresh."""
+    if not source.exists():
+        return str(source)
+    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    stats = [(str(p.relative_to(source)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return f"{source.resolve()}:{stats}"
 
 
 def training_checkpoints(run: str | Path) -> list[tuple[int, Path]]:

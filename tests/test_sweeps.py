@@ -7,8 +7,10 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
+import interp
 from circuits.cli import app
 from circuits.sweeps import checkpoint_head_sweep, plot_head_sweep, training_checkpoints
 
@@ -42,6 +44,34 @@ def test_checkpoint_sweep_on_ray_equals_this_process(ray_cluster, checkpointed_r
     assert stored == [f"shard_0000{i}.json" for i in range(3)]  # JSON + safetensors, never pickles
     resumed = checkpoint_head_sweep(checkpointed_run, n_samples=8, store=tmp_path)  # read back
     pd.testing.assert_frame_equal(resumed, on_ray)
+
+
+def test_a_resumed_sweep_reports_weights_written_again_in_any_layout_afresh(tmp_path):
+    """A sweep resumed from its store after a source's weights were written again (here as sharded
+    safetensors, which a check of model.safetensors alone missed) reports the new weights."""
+    import transformers
+
+    from circuits.heads import head_report
+    from circuits.sweeps import head_sweep
+
+    source, store = tmp_path / "model", tmp_path / "store"
+
+    def save(seed: int) -> None:
+        torch.manual_seed(seed)
+        config = transformers.GPT2Config(
+            n_layer=2, n_embd=32, n_head=4, vocab_size=50257, n_positions=32, initializer_range=0.3
+        )
+        transformers.GPT2LMHeadModel(config).save_pretrained(source, max_shard_size="2MB")
+
+    save(0)
+    first = head_sweep([source], n_samples=4, causal=False, store=store)
+    save(1)
+    assert len(list(source.glob("model-*.safetensors"))) > 1
+    resumed = head_sweep([source], n_samples=4, causal=False, store=store)
+    report = head_report(interp.load_model(str(source)), n_samples=4, causal=False)
+    fresh = report.extras.full_table(report)["previous_token"].to_numpy()
+    assert abs(resumed["previous_token"].to_numpy() - fresh).max() < 1e-6
+    assert abs(first["previous_token"].to_numpy() - fresh).max() > 1e-3
 
 
 def assert_same_report(a, b, where: str = "report") -> None:
