@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,6 +12,8 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit, induction_task
+from circuits.edge_circuits.report import curve_svg, edge_sections
+from circuits.sections import render_markdown
 from interp import edges
 from interp.edges.pruning import checkpoint_step
 from tests.conftest import tiny_config
@@ -256,17 +259,37 @@ def test_ensemble_ranks():
         edges.ensemble([])
 
 
+def test_tied_scores_share_their_rank_and_an_ensemble_has_no_sign():
+    """Edges of equal |score| share their mean rank (their order in the graph decided it before), so a
+    member that cannot tell edges apart leaves the ensemble to the others; an ensemble's scores only
+    rank, and the report says its CPR follows that order, not a sign."""
+    graph = edges.edge_graph(tiny_config())
+    values = edges.random_scores(graph, 0).scores
+    tied = values.masked_fill(values.abs() < values.abs()[graph.valid].median(), 0.0)
+    ranks = edges.normalised_ranks(replace(edges.random_scores(graph, 0), scores=tied))[graph.valid]
+    zero = tied[graph.valid] == 0
+    assert ranks[zero].unique().numel() == 1
+    assert torch.allclose(ranks[zero], (zero.sum() - 1) / 2 / (graph.valid.sum() - 1))
+    flat = replace(edges.random_scores(graph, 0), scores=torch.zeros_like(values))
+    other = edges.random_scores(graph, 1)
+    both = edges.ensemble([other, flat])
+    assert torch.equal(edges.top_circuit(both, 20), edges.top_circuit(other, 20))
+
+
 def test_circuit_methods_report_frequencies(toy_induction):
     model, _, _ = toy_induction
     task = induction_task(model, 8, seed=0)
     settings = EdgeCircuitSettings(
-        method="ensemble", n_edges=10, curve_fractions=None, bootstrap=3, prune_steps=10
+        method="ensemble", n_edges=10, curve_fractions=(0.1, 0.5), bootstrap=3, prune_steps=10
     )
     result = find_edge_circuit(model, task, settings)
     data = result.json_data()
     assert data["method"]["name"] == "ensemble(eap-ig,prune)" and data["method"]["bootstrap"] == 3
     assert all(0 <= edge["frequency"] <= 1 for edge in data["circuit"]["edges"])
     assert all(edge["frequency"] is not None for edge in data["top_edges"])
+    page = render_markdown(edge_sections(result))
+    assert "in the method's rank order: its scores have no sign" in page and "signed score" not in page
+    assert "(rank order)" in curve_svg(result)
 
 
 @pytest.mark.parametrize(

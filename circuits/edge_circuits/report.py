@@ -20,7 +20,7 @@ from circuits.sections import (
     faithfulness_section,
     write_sections,
 )
-from interp import viz
+from interp import edges, viz
 from interp.interventions.stats import FAITHFUL_BAND, OVERSHOOT, PARTIAL
 
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
@@ -110,10 +110,14 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
     if curve is None:
         return [*lines, "faithfulness curve: not measured (--curve: MIB's 10 sizes, CPR and CMD)"]
     random = curve["random"]
+    ranked = (
+        f"edges ranked by signed score, as MIB's leaderboard; by |score|: {curve['cpr_abs']:.3f}"
+        if result.scores.method in edges.METHODS
+        else "edges in the method's rank order: its scores have no sign"
+    )
     return [*lines, (
-        f"faithfulness curve over {len(curve['fractions'])} sizes: CPR {curve['cpr']:.3f} (edges ranked by "
-        f"signed score, as MIB's leaderboard; by |score|: {curve['cpr_abs']:.3f}), CMD {curve['cmd']:.3f} "
-        "(ranked by |score|)"
+        f"faithfulness curve over {len(curve['fractions'])} sizes: CPR {curve['cpr']:.3f} ({ranked}), "
+        f"CMD {curve['cmd']:.3f} (ranked by |score|)"
         + ("" if random is None else f" (random circuits: CPR {random['cpr']:.3f}, CMD {random['cmd']:.3f})")
     )]  # fmt: skip
 
@@ -256,12 +260,13 @@ def curve_svg(result: EdgeCircuitResult) -> str:
         for y in (0.0, 0.5, 1.0)
     ]
     random = "" if curve.random is None else f" · random CPR {curve.random_cpr:.3f}"
+    ranking = "signed ranking" if result.scores.method in edges.METHODS else "rank order"
     parts.append(
         f'<text x="{width / 2}" y="{height - 10}" font-size="12" text-anchor="middle">fraction of edges '
         f'asked for</text><text x="14" y="{height / 2}" font-size="12" text-anchor="middle" '
         f'transform="rotate(-90 14 {height / 2})">faithfulness</text><text x="{width - margin}" '
         f'y="{margin - 14}" font-size="11" text-anchor="end">'
-        f"CPR {curve.cpr:.3f} (signed ranking) · CMD {curve.cmd:.3f} (|score| ranking){random}</text></svg>"
+        f"CPR {curve.cpr:.3f} ({ranking}) · CMD {curve.cmd:.3f} (|score| ranking){random}</text></svg>"
     )  # fmt: skip
     return "".join(parts)
 

@@ -3,8 +3,9 @@
   selection frequency of edge e = the fraction of bootstrap resamples of the prompts (drawn with
       replacement, `stats.resamples`) whose circuit of n edges (top n by |score| on that resample,
       connected input -> logits) contains e
-  ensemble = the mean of the methods' normalised ranks by |score| (0 weakest, 1 strongest), as scores
-      -mean rank (negative: the edge helps, as the other methods' scores read)
+  ensemble = the mean of the methods' normalised ranks by |score| (0 weakest, 1 strongest; tied scores
+      share their mean rank), as scores -mean rank: scores that only rank, without a sign (a member's
+      sign does not carry over), so the signed ranking (`top_circuit(signed=True)`) is this ranking
 
 Attribution scores are means over prompts, so a resample's scores are the mean of its prompts' own
 scores (`prompt_scores`: one attribution per prompt, their mean the scores of all of them); methods
@@ -132,18 +133,23 @@ def selection_frequency(
 
 
 def normalised_ranks(scores: EdgeScores) -> Float[Tensor, "writer reader"]:
-    """Each edge's rank by |score| among the graph's edges, 0 (weakest) to 1 (strongest); 0 off the graph."""
+    """Each edge's rank by |score| among the graph's edges, 0 (weakest) to 1 (strongest), edges of
+    equal |score| sharing their mean rank; 0 off the graph."""
     graph = scores.graph
     values = scores.scores[graph.valid].abs()
+    order = values.argsort(stable=True)
+    _, tie, count = torch.unique_consecutive(values[order], return_inverse=True, return_counts=True)
+    last = count.cumsum(0) - 1  # each run of equal values: its last position in the order
     ranks = torch.empty(values.shape[0])
-    ranks[values.argsort(stable=True)] = torch.arange(values.shape[0], dtype=torch.float32)
+    ranks[order] = (last - (count - 1) / 2).float()[tie]
     out = torch.zeros(graph.n_writers, graph.n_readers)
     out[graph.valid] = ranks / max(1, values.shape[0] - 1)
     return out
 
 
 def ensemble(members: Sequence[EdgeScores]) -> EdgeScores:
-    """One ranking from several methods' scores of one graph: -(mean normalised rank by |score|)."""
+    """One ranking from several methods' scores of one graph: -(mean normalised rank by |score|), scores
+    that only rank (the module docstring)."""
     if not members:
         raise ValueError("An ensemble needs the scores of at least one method.")
     graph = members[0].graph
