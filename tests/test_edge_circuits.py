@@ -352,6 +352,18 @@ def test_ioi_held_out_prompts_come_from_other_templates():
     assert not _rows(fresh.clean) & _rows(induction_task(toy, 8).clean)
 
 
+def test_the_induction_task_draws_no_special_token(smollm2):
+    """A and B hold no BOS and no special token (the tokenizer's `all_special_ids` and its special added
+    tokens: chat and repository markers in SmolLM2, unused slots in Gemma 3), which are not text."""
+    tokenizer = smollm2.tokenizer
+    special = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+    special |= set(tokenizer.all_special_ids) | {smollm2.cfg.bos_token_id}
+    assert set(smollm2.special_token_ids()) == special and len(special) == 17
+    task = induction_task(smollm2, n_prompts=1000, seq_len=10)
+    drawn = torch.cat([task.clean, task.corrupted], 1)[:, int(smollm2.cfg.default_prepend_bos) :]
+    assert not set(drawn.unique().tolist()) & special
+
+
 def test_results_saved_before_held_out_prompts_still_load_and_say_so():
     from pathlib import Path
 

@@ -88,25 +88,27 @@ def induction_task(
     model: HookedTransformer, n_prompts: int = 64, seq_len: int = 10, seed: int = 0
 ) -> EdgeTask:
     """[BOS] A A[:-1] -> A[-1] against [BOS] B A[:-1]; metric logit(A[-1]) - logit(B[-1]) at the last
-    position. A and B are drawn together as 2 x seq_len distinct tokens: A[-2] occurs once in A, so
-    A[-1] is the one token that induction predicts, and B shares no token with A, so the corrupted
-    prompt holds no pair of A's to copy."""
+    position. A and B are drawn together as 2 x seq_len distinct tokens, none the BOS or a special
+    token (`special_token_ids`): A[-2] occurs once in A, so A[-1] is the one token that induction
+    predicts, and B shares no token with A, so the corrupted prompt holds no pair of A's to copy."""
     generator = torch.Generator().manual_seed(seed)
     bos = model.cfg.bos_token_id
     if bos is None and model.tokenizer is not None:
         bos = model.tokenizer.bos_token_id
-    low = 1 if bos == 0 else 0
     high = model.cfg.d_vocab if model.tokenizer is None else min(model.cfg.d_vocab, len(model.tokenizer))
+    special = torch.tensor(sorted(({bos} - {None}) | set(model.special_token_ids())), dtype=torch.long)
+    ids = torch.arange(high)
+    ids = ids[~torch.isin(ids, special)]
     if 2 * seq_len + int(model.cfg.default_prepend_bos) > model.cfg.n_ctx:
         raise ValueError(
             f"seq_len={seq_len} does not fit {model.cfg.model_name}'s context of {model.cfg.n_ctx}."
         )
-    if 2 * seq_len > high - low:
+    if 2 * seq_len > len(ids):
         raise ValueError(
             f"seq_len={seq_len} needs {2 * seq_len} distinct tokens for A and B, but the vocabulary has "
-            f"{high - low}: choose seq_len <= {(high - low) // 2}."
+            f"{len(ids)} that are not special: choose seq_len <= {len(ids) // 2}."
         )
-    drawn = torch.rand(n_prompts, high - low, generator=generator).topk(2 * seq_len, dim=1).indices + low
+    drawn = ids[torch.rand(n_prompts, len(ids), generator=generator).topk(2 * seq_len, dim=1).indices]
     first, other = drawn[:, :seq_len], drawn[:, seq_len:]
     return repeated_sequence_pairs("induction", first, other, bos if model.cfg.default_prepend_bos else None)
 

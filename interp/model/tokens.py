@@ -405,6 +405,18 @@ class TokenMethods:
             )
         return int(found[0] if mode == "first" else found[-1])
 
+    def special_token_ids(self) -> list[int]:
+        """The ids that are not text, sorted: the configured BOS, the tokenizer's special tokens and its
+        special added tokens (chat markers, control and unused slots, which ordinary training text never
+        holds: 17 in SmolLM2, 6,249 in Gemma 3); the induction edge task draws from the other ids."""
+        ids = {self.cfg.bos_token_id} - {None}
+        tokenizer = getattr(self, "tokenizer", None)
+        if tokenizer is not None:
+            ids |= set(getattr(tokenizer, "all_special_ids", None) or ())
+            added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+            ids |= {i for i, token in added.items() if getattr(token, "special", False)}
+        return sorted(i for i in ids if 0 <= i < self.cfg.d_vocab)
+
     def set_tokenizer(self, tokenizer: Any, default_padding_side: Literal["left", "right"] = "right") -> None:
         """Attach a `transformers` tokenizer (and the side `to_tokens` pads on), as TransformerLens."""
         self.tokenizer = tokenizer
