@@ -365,6 +365,21 @@ class ClassVerdict:
         return any(len(draw) < len(self.heads) for draw in self.random_sets)
 
     @property
+    def unconfirmed_because(self) -> str | None:
+        """Why the class is unconfirmed, in words (None where it is not): its random sets hold fewer
+        heads than it, too few prompts were held out, its effect is not beyond random heads, or the
+        analysis's other evidence (IOI: what it writes to the logits; hop: its attention) fails."""
+        if self.verdict != "unconfirmed":
+            return None
+        if self.random_sets_short:
+            return "random sets of fewer heads than it: no baseline of its size"
+        if self.heldout.n_prompts < MIN_STRATUM_PROMPTS:
+            return f"{self.heldout.n_prompts} held-out prompts, {TOO_FEW_PROMPTS}"
+        if ci_verdict(self.heldout.beyond_ci, self.sign) != "confirmed":
+            return "no larger effect than random heads"
+        return "beyond random heads, but the analysis's other evidence fails"
+
+    @property
     def one_random_set(self) -> bool:
         """Whether its two or more random sets are all the same heads (its layers had no others to draw
         from): the baseline is those heads, and its CI carries no spread over which heads were drawn."""

@@ -17,6 +17,7 @@ from circuits.evidence import (
     MIN_STRATUM_PROMPTS,
     TOO_FEW_PROMPTS,
     StratumDrop,
+    ci_verdict,
     class_verdict,
     robust_z,
     select_heads,
@@ -354,6 +355,17 @@ def test_shipped_toy_ioi_report(tmp_path):
     assert "Model: toy-ioi, " in cli.output and "chosen on 32 discovery prompts" in cli.output
     assert "s_suppression" in cli.output
     assert "held out: 32 prompts from held-out toy templates and names" in " ".join(cli.output.split())
+    saved = tmp_path / "toy.json"
+    cli = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--n-prompts", "32", "--save", str(saved)])
+    assert cli.exit_code == 0, cli.output
+    finding = load_result(saved)
+    headline = " ".join(finding.extras.headline(finding))
+    for found in finding.classes:  # an unconfirmed class's reason is its own, not the first one's
+        if found.verdict == "unconfirmed":
+            assert f"{found.name} ({found.unconfirmed_because})" in headline
+            beyond = ci_verdict(found.heldout.beyond_ci, found.sign) == "confirmed"
+            assert found.random_sets_short or not beyond or "other evidence" in found.unconfirmed_because
+            assert ("fewer heads" in found.unconfirmed_because) == found.random_sets_short
     page = tmp_path / "toy.html"
     cli = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--format", "html", "--out", str(page)])
     assert cli.exit_code == 0, cli.output

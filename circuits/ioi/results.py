@@ -161,7 +161,7 @@ VERDICT_WORDS = {  # a held-out verdict -> how the headline says it
     "confirmed": "confirmed on held-out prompts",
     "order-dependent": "order-dependent (hold in one name order only)",
     "template-dependent": "template-dependent (hold in few templates)",
-    "unconfirmed": "unconfirmed (no larger effect than random heads)",
+    "unconfirmed": "unconfirmed on held-out prompts",
 }
 HEADLINE_UNCLASSIFIED = 3  # unclassified heads the headline names, largest |effect| first
 UNCONFIRMED_MARK = "*"  # after a class held-out validation did not confirm (the headline says why)
@@ -300,7 +300,7 @@ class IOIFigures(Extras):
             )
             for verdict, words in VERDICT_WORDS.items():
                 named = [
-                    c.name if verdict in ("confirmed", "unconfirmed") else f"{c.name} ({_where(c)})"
+                    c.name if verdict == "confirmed" else f"{c.name} ({c.unconfirmed_because or _where(c)})"
                     for c in finding.classes
                     if c.verdict == verdict
                 ]
