@@ -38,7 +38,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from interp.checks import check_count, check_gradient_dtype, check_token_pair
+from interp.checks import check_count, check_gradient_dtype, check_metric_output, check_token_pair
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import ActivationCache, act_name
 from interp.model.hooks import HookPoint, opt_in_setting
@@ -750,12 +750,7 @@ def overwritten_z(model: HookedTransformer, layer: int, z: Tensor) -> AbstractCo
 
 def metric_values(metric: Metric, logits: Tensor, batch: int) -> Float[Tensor, " batch"]:
     """metric(logits) checked to be one finite value per prompt, as float32 on the CPU."""
-    value = metric(logits)
-    if not isinstance(value, Tensor) or value.shape != (batch,):
-        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        raise ValueError(
-            f"the metric must return one value per prompt, a tensor [batch={batch}]; got {shape}"
-        )
+    value = check_metric_output(metric(logits), batch, finite=False)
     if not torch.isfinite(value).all():
         bad = int((~torch.isfinite(value)).nonzero()[0])
         raise ValueError(
