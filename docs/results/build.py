@@ -297,6 +297,13 @@ def completeness_sentence(figures: Any) -> str:
     return sentence
 
 
+def _verdict_cell(check) -> str:
+    """A class's verdict and where it holds, or why it could not be judged (random sets too short)."""
+    if check.random_sets_short:
+        return f"{check.verdict} ({check.unconfirmed_because})"
+    return f"{check.verdict} (holds in {', '.join(s.name for s in check.strata if s.holds)})"
+
+
 def ioi_section(result: Any) -> list[str]:
     """A saved `interp ioi` result (a Finding): baseline, classes with their evidence, evaluation,
     validation."""
@@ -321,9 +328,7 @@ def ioi_section(result: Any) -> list[str]:
                     for h in heads
                 ),
                 f"{percent(check.heldout.beyond)} {ci(*check.heldout.beyond_ci)}" if check else "",
-                f"{check.verdict} (holds in {', '.join(s.name for s in check.strata if s.holds)})"
-                if check
-                else "",
+                _verdict_cell(check) if check else "",
             ]
         )
     if figures.unclassified:
