@@ -603,8 +603,16 @@ def test_transformer_lens_state_dict_names_load_and_tl_parameters_give_them():
     other.load_state_dict(tl_state)
     tokens = torch.tensor([[1, 5, 9]])
     assert torch.equal(other(tokens), model(tokens))
-    gqa = _model("llama-gqa").tl_parameters()["blocks.0.attn.W_K"]
-    assert gqa.shape[0] == 4  # per query head, as TL's HookedTransformer gives W_K
+    gqa = _model("llama-gqa")
+    gqa_state = {name: p.detach().clone() for name, p in gqa.tl_parameters().items()}
+    assert gqa_state["blocks.0.attn.W_K"].shape[0] == 4  # per query head, as TL's HookedTransformer gives W_K
+    other = _model("llama-gqa")
+    other.init_weights(seed=1)
+    other.load_state_dict(gqa_state)  # the group's copies are one key/value head again
+    assert torch.equal(other(tokens), gqa(tokens))
+    gqa_state["blocks.0.attn.W_K"][1] += 1.0  # query head 1's copy no longer its group's
+    with pytest.raises(ValueError, match="differs within a group of 2 query heads"):
+        other.load_state_dict(gqa_state)
 
 
 def test_transformer_lens_built_models_hold_b_u():

@@ -360,10 +360,24 @@ class Attention(nn.Module):
 
 
 def _rename_kv_parameters(module: Attention, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
-    """Load "attn.W_K" (interp's older name, TransformerLens's without grouped-query attention) as _W_K."""
+    """Load "attn.W_K" (interp's older name, TransformerLens's; per query head under grouped-query
+    attention, as `tl_parameters` gives it) as _W_K, one per key/value head: the group's copies must be
+    equal."""
+    group = module.cfg.group_size
     for name in ("W_K", "W_V", "b_K", "b_V"):
-        if prefix + name in state_dict:
-            state_dict[prefix + "_" + name] = state_dict.pop(prefix + name)
+        if prefix + name not in state_dict:
+            continue
+        value = state_dict.pop(prefix + name)
+        if group > 1 and value.shape[0] == module.cfg.n_heads:  # per query head: one per group
+            per_kv_head = value[::group]
+            if not torch.equal(value, per_kv_head.repeat_interleave(group, dim=0)):
+                raise ValueError(
+                    f"{prefix}{name} holds a weight per query head that differs within a group of "
+                    f"{group} query heads sharing a key/value head: it is not this grouped-query model's "
+                    f"(give {module.cfg.n_kv_heads} key/value heads' weights, or equal copies per group)."
+                )
+            value = per_kv_head
+        state_dict[prefix + "_" + name] = value
 
 
 def _read_transformer_lens_gated_bias(
