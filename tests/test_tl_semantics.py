@@ -259,6 +259,25 @@ def test_generate_and_the_kv_cache_refuse_what_they_cannot_run(model):
         model(model.to_tokens("w3 w4"), past_kv_cache=cache)
 
 
+def test_a_kv_cache_run_that_stops_at_a_layer_is_refused_and_leaves_the_cache_whole(model):
+    """A run that stops (or starts) at a layer would fill only those layers' caches, and the next run on
+    the cache read other layers' keys from nothing (logits 0.3-0.45 off, silently): refused before the
+    cache changes; a frozen cache, which nothing is added to, may be read part way."""
+    tokens = model.to_tokens("w3 w4 w5 w6 w7 w8")
+    assert tokens.shape[1] == 7  # BOS first
+    cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, 1)
+    with pytest.raises(ValueError, match="leaving the cache's layers out of step"):
+        model(tokens[:, :4], past_kv_cache=cache, stop_at_layer=1)
+    assert cache.n_cached == 0
+    model(tokens[:, :4], past_kv_cache=cache)
+    torch.testing.assert_close(model(tokens[:, 4:], past_kv_cache=cache), model(tokens)[:, 4:])
+    cache.freeze()
+    model(tokens[:, 4:], past_kv_cache=cache, stop_at_layer=1)
+    cache.entries[0].past_keys = cache.entries[0].past_keys[:, :2]  # a layer out of step
+    with pytest.raises(ValueError, match=r"layers hold \[2, 7\] tokens where its mask records 7"):
+        model(tokens[:, 4:], past_kv_cache=cache)
+
+
 # --- 4. HookedTransformerConfig as a class -------------------------------------------------------
 
 SMALL = dict(n_layers=2, d_model=32, n_ctx=16, d_head=8, d_vocab=61, act_fn="gelu", device="cpu")

@@ -80,7 +80,8 @@ class HookedTransformerKeyValueCache:
         return self.previous_attention_mask.shape[1]
 
     def check_fits(self, cfg: Config) -> None:
-        """Refuse a cache made for a model of another shape (layers, key/value heads, d_head)."""
+        """Refuse a cache made for a model of another shape (layers, key/value heads, d_head), or whose
+        layers hold other numbers of tokens than its mask records."""
         shapes = {tuple(entry.past_keys.shape[2:]) for entry in self.entries}
         if len(self.entries) != cfg.n_layers or shapes != {(cfg.n_kv_heads, cfg.d_head)}:
             made = " or ".join(map(str, sorted(shapes)))
@@ -89,6 +90,14 @@ class HookedTransformerKeyValueCache:
                 f"This KV cache was made for another model ({made}); {cfg.model_name} has {cfg.n_layers} "
                 f"layers of ({cfg.n_kv_heads}, {cfg.d_head}): make one with init_cache(model.cfg, device, "
                 "batch_size)."
+            )
+        counts = {entry.past_keys.shape[1] for entry in self.entries}
+        if counts != {self.n_cached}:
+            raise ValueError(
+                f"This KV cache's layers hold {sorted(counts)} tokens where its mask records "
+                f"{self.n_cached}: a run that started or stopped at a layer filled only some of them; make "
+                "a new one with "
+                "init_cache(model.cfg, device, batch_size)."
             )
 
     def freeze(self) -> None:
