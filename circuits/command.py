@@ -369,11 +369,16 @@ class Command:
 
     def keyed(self, options: dict, loaded: HookedTransformer | None = None) -> dict | None:
         """Refuse a --save file that holds what this command with `options` may not replace
-        (`circuits.results_file.check_save_file`: no result, another command's, one of other options;
-        with the `loaded` model, one of other weights); what the file is keyed by (None without --save)."""
+        (`circuits.results_file.check_save_file`: no result, another command's, one of other options or
+        of other code, so that a stopped run resumes only under the code that began it; with the
+        `loaded` model, one of other weights); what the file is keyed by (None without --save)."""
         if self.save is None:
             return None
-        settings = dict(options)
+        import circuits
+        import interp
+        from interp.runtime.keys import source_key
+
+        settings = dict(options) | {"code": source_key(interp, circuits)}
         if loaded is not None:
             from interp.model import weights_fingerprint
 

@@ -699,6 +699,7 @@ def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) ->
         )
     differs = [
         f"{name} {settings_there.get(name)!r} there, {value!r} now"
+        + (" (the code of interp or circuits changed since)" if name == "code" else "")
         for name, value in _plain(settings).items()
         if settings_there.get(name) != value
     ]

@@ -167,6 +167,44 @@ def test_a_heads_partial_run_of_the_same_options_before_the_held_out_rule_is_ref
     assert result.exit_code == 2 and "held_out None there" in " ".join(result.output.split())
 
 
+def test_a_partial_run_made_by_other_code_is_refused(tmp_path):
+    """A stopped run resumes only under the code that began it: its kept stages and the new ones would
+    be two versions' (the sources of interp and circuits are part of the key)."""
+    from circuits.heads.probes import HELD_OUT_RULE
+
+    path = tmp_path / "heads.json"
+    options = {"model": "toy-induction", "n_samples": 4, "seed": 0, "dtype": "float32"}
+    weights = weights_fingerprint(interp.load_model("toy-induction"))
+    made = options | {"held_out": HELD_OUT_RULE, "code": "0" * 16, "weights": weights}
+    save_result(
+        PartialResult(command="heads", settings=made, stages=list(HEAD_STAGES), done={}, notes={}), path
+    )
+    result = CliRunner().invoke(
+        app, ["heads", "--model", "toy-induction", "--n-samples", "4", "--save", str(path)]
+    )
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"code '{'0' * 16}' there" in said, said
+    assert "the code of interp or circuits changed since" in said
+    assert set(said.split("cannot resume (")[1].split(" there")[0].split()) == {"code", f"'{'0' * 16}'"}
+
+
+def test_the_source_key_follows_every_file_of_the_packages(tmp_path, monkeypatch):
+    import importlib
+
+    from interp.runtime.keys import source_key
+
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "mod.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("pkg")
+    before = source_key(module)
+    assert source_key(module) == before
+    (package / "sub" / "mod.py").write_text("x = 2\n")
+    assert source_key(module) != before
+
+
 @pytest.mark.parametrize("command", [["icl"], ["icl", "--fv"]], ids=" ".join)
 def test_an_icl_partial_run_with_heads_confirmed_before_the_held_out_rule_is_refused(command, tmp_path):
     """A partial `interp icl` or `icl --fv` file whose induction heads `interp heads` confirmed on the

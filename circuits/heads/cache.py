@@ -5,20 +5,20 @@ weights' fingerprint and the settings) for the analyses that test induction head
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import circuits
 import interp
 from circuits.finding import Finding
 from circuits.heads.pipeline import confirmed_induction
-from circuits.heads.probes import HELD_OUT_RULE
 from circuits.stages import StageResults
 from interp.checks import check_heads
 from interp.io.files import write_text_atomic
 from interp.io.sources import cache_dir
 from interp.model import weights_fingerprint
+from interp.runtime.keys import source_key
 from interp.types import Head, Progress, substages
 
 INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_induction_heads reports
@@ -26,10 +26,13 @@ INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_
 
 def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, seed: int = 0) -> Path:
     """Where the induction heads of `head_report(model, n_samples, seed)` are kept, named by the weights'
-    fingerprint, the settings and `HELD_OUT_RULE` (another rule's are not reused)."""
-    rule = hashlib.sha256(HELD_OUT_RULE.encode()).hexdigest()[:8]
-    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-rule-{rule}.json"
-    return cache_dir() / "induction-heads" / name
+    fingerprint, the settings and the source of interp and circuits (another version's are not reused)."""
+    code = source_key(interp, circuits)
+    return (
+        cache_dir()
+        / "induction-heads"
+        / f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-code-{code}.json"
+    )
 
 
 def remember_induction_heads(

@@ -40,7 +40,7 @@ NATURAL_TEXT = (
 TOKEN_FAMILIES = {"discovery": 0, "held_out": 1}  # family -> the parity of its token ids
 FAMILY_NAMES = {"discovery": "even token ids", "held_out": "odd token ids"}
 HELD_OUT_SEED_OFFSET = 2  # the held-out probe is drawn from seed + 2 (the random probe: seed + 1)
-HELD_OUT_RULE = (  # in --save files' options and the names of cached heads' files: another rule's are refused
+HELD_OUT_RULE = (  # in --save files' options: a file of another rule is refused
     f"scores on {FAMILY_NAMES['discovery']}, causal checks and scores again on fresh "
     f"{FAMILY_NAMES['held_out']} (seed + {HELD_OUT_SEED_OFFSET}), each effect against random heads of "
     "its layer over neither type's threshold (with the others ablated: in the head's place), with a CI "

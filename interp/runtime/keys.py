@@ -4,7 +4,8 @@ run again (in a new process too) finds its stored results and a changed one does
 `content_key(value)` hashes tensors by their bytes (and the padding mask token ids carry), containers
 by their items, dataclasses and plain objects by their fields, and functions by their code, defaults,
 closures and the values of the module globals they read (functions of their own module by code too),
-so that editing a metric or changing a tensor it reads changes the key. Pickled bytes are no key:
+so that editing a metric or changing a tensor it reads changes the key; `source_key(packages)` hashes
+their source code. Pickled bytes are no key:
 a tensor's pickle holds its storage's address, and a function's pickle only its name.
 """
 
@@ -16,6 +17,7 @@ import hashlib
 import json
 import types
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,18 @@ import torch
 from torch import Tensor, nn
 
 from interp.model.tokens import recorded_padding
+
+
+def source_key(*packages: types.ModuleType) -> str:
+    """A 16-hex-digit sha256 of the packages' source code (every .py file under each one's directory,
+    by its path there and its bytes): what is kept under it is made again after any change to the code."""
+    digest = hashlib.sha256()
+    for package in packages:
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{package.__name__}/{path.relative_to(root)}".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def tensor_bytes(tensor: Tensor) -> memoryview:
