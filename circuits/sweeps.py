@@ -20,10 +20,12 @@ from typing import Any
 import pandas as pd
 import torch
 
+import circuits
 import interp
 from circuits.heads import head_report
 from circuits.output import pyplot, save_figure
 from interp.runtime.distributed import RayCluster, map_shards
+from interp.runtime.keys import source_key
 from interp.training import CHECKPOINTS
 from interp.types import Progress
 
@@ -83,7 +85,8 @@ def head_sweep(
         {"source": str(source), "label": label, "options": options}
         for source, label in zip(sources, labels, strict=True)
     ]
-    job = ("head_sweep", [_fingerprint(Path(s["source"])) for s in shards], labels, options)
+    code = source_key(circuits)  # (map_shards adds interp's)
+    job = ("head_sweep", code, [_fingerprint(Path(s["source"])) for s in shards], labels, options)
     tables = map_shards(_report_table, shards, ray=ray, store=store, job=job, progress=progress)
     return pd.concat(tables, ignore_index=True)
 

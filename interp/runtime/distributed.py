@@ -9,7 +9,8 @@ else one shard after another in this process. Ray is an optional extra: pip inst
     (+ .safetensors; atomically, never pickled) as soon as it finishes; running the same job again
     loads those and computes only the rest, so an interrupted sweep resumes. The job key hashes
     `job` by content (`keys.content_key`: anything that names the job's inputs, e.g. a model path and
-    the prompts; by default the function, by its code, and the shards).
+    the prompts; by default the function, by its code, and the shards) and interp's source code
+    (`keys.source_key`), so that a store is not read by other code.
   - Workers run torch on `RayCluster.threads_per_worker` threads (default 1), so that several workers on one
     machine do not oversubscribe its cores.
 
@@ -41,7 +42,7 @@ from interp.interventions.results import PatchResult
 from interp.io.files import atomic_path, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
 from interp.model.tokens import index_tokens, record_padding, recorded_padding
-from interp.runtime.keys import content_key
+from interp.runtime.keys import content_key, source_key
 from interp.types import Progress
 
 log = logging.getLogger("interp")
@@ -170,7 +171,7 @@ def map_shards(
     results: dict[int, Any] = {}
     key = ""
     if store is not None:
-        key = content_key((fn, shards) if job is None else job)
+        key = content_key((source_key(sys.modules["interp"]), (fn, shards) if job is None else job))
         directory = Path(store) / key
         directory.mkdir(parents=True, exist_ok=True)
         paths = [directory / f"shard_{i:05d}.json" for i in range(len(shards))]

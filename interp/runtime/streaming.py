@@ -19,10 +19,10 @@ writer's process id and host; a lock whose process is gone is taken over, with a
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import socket
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +37,7 @@ from torch import Tensor
 from interp.io.devices import module_weight
 from interp.io.files import atomic_path, write_text_atomic
 from interp.model import HookedTransformer
-from interp.runtime.keys import add_content, tensor_bytes
+from interp.runtime.keys import add_content, source_key, tensor_bytes
 from interp.types import Progress
 
 JOB_FILE = "job.json"
@@ -49,20 +49,13 @@ def _shard_path(out_dir: Path, index: int) -> Path:
     return out_dir / f"shard_{index:05d}.safetensors"
 
 
-def _code_version() -> str:
-    try:
-        return importlib.metadata.version("interp")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batch_size: int) -> str:
     """A hash of everything that determines the shards' contents: every byte of every weight, the
     config, the prompts, the hooks on the model that may change activations (`keys.add_content`: their
-    code and the values they write; `observer` hooks only read), the batch size and interp's version
-    (sha256, ~1 GB/s)."""
+    code and the values they write; `observer` hooks only read), the batch size and interp's source
+    code (`keys.source_key`) (sha256, ~1 GB/s)."""
     digest = hashlib.sha256()
-    digest.update(json.dumps(["interp", _code_version()]).encode())
+    digest.update(json.dumps(["interp", source_key(sys.modules["interp"])]).encode())
     digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
     for name, parameter in model.state_dict().items():
         digest.update(f"{name}{tuple(parameter.shape)}{parameter.dtype}".encode())
