@@ -79,9 +79,10 @@ class HookedTransformerKeyValueCache:
         """How many positions are cached."""
         return self.previous_attention_mask.shape[1]
 
-    def check_fits(self, cfg: Config) -> None:
-        """Refuse a cache made for a model of another shape (layers, key/value heads, d_head), or whose
-        layers hold other numbers of tokens than its mask records."""
+    def check_fits(self, cfg: Config, layers: tuple[int, int] | None = None) -> None:
+        """Refuse a cache made for a model of another shape (layers, key/value heads, d_head), one whose
+        layers hold other numbers of tokens than its mask records, and a run of only `layers` (start,
+        stop) that would add to it (a frozen cache may be read part way)."""
         shapes = {tuple(entry.past_keys.shape[2:]) for entry in self.entries}
         if len(self.entries) != cfg.n_layers or shapes != {(cfg.n_kv_heads, cfg.d_head)}:
             made = " or ".join(map(str, sorted(shapes)))
@@ -96,8 +97,14 @@ class HookedTransformerKeyValueCache:
             raise ValueError(
                 f"This KV cache's layers hold {sorted(counts)} tokens where its mask records "
                 f"{self.n_cached}: a run that started or stopped at a layer filled only some of them; make "
-                "a new one with "
-                "init_cache(model.cfg, device, batch_size)."
+                "a new one with init_cache(model.cfg, device, batch_size)."
+            )
+        if layers is not None and not self.frozen and tuple(layers) != (0, cfg.n_layers):
+            raise ValueError(
+                f"a run of layers {layers[0]} to {layers[1]} would add its tokens to those layers' KV "
+                "caches only, leaving the cache's layers out of step (later runs on it read wrong keys): "
+                "run every layer with past_kv_cache, freeze the cache (past_kv_cache.freeze()) to read it "
+                "without adding, or leave start_at_layer and stop_at_layer out."
             )
 
     def freeze(self) -> None:

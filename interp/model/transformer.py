@@ -711,14 +711,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         key_mask, positions = key_mask_and_positions(attention_mask, batch, n_pos, past_mask, self.device)
         n_cached = 0 if past_kv_cache is None else past_kv_cache.n_cached
         if past_kv_cache is not None:
-            past_kv_cache.check_fits(self.cfg)
-            if not past_kv_cache.frozen and (start, stop) != (0, self.cfg.n_layers):
-                raise ValueError(
-                    f"a run of layers {start} to {stop} would add its tokens to those layers' KV caches "
-                    "only, leaving the cache's layers out of step (later runs on it read wrong keys): run "
-                    "every layer with past_kv_cache, freeze the cache (past_kv_cache.freeze()) to read it "
-                    "without adding, or leave start_at_layer and stop_at_layer out."
-                )
+            past_kv_cache.check_fits(self.cfg, (start, stop))
             current = torch.ones(batch, n_pos, dtype=torch.long) if attention_mask is None else attention_mask
             past_kv_cache.append_attention_mask(current)
         with self._laid_out(RunLayout(positions, (exact_mask, attention_mask), n_cached, n_pos)):
