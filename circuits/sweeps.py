@@ -24,7 +24,7 @@ import circuits
 import interp
 from circuits.heads import head_report
 from circuits.output import pyplot, save_figure
-from interp.runtime.distributed import RayCluster, map_shards
+from interp.runtime.distributed import RayCluster, map_shards, source_version
 from interp.runtime.keys import source_key
 from interp.training import CHECKPOINTS
 from interp.types import Progress
@@ -86,20 +86,11 @@ def head_sweep(
         for source, label in zip(sources, labels, strict=True)
     ]
     code = source_key(circuits)  # (map_shards adds interp's)
-    job = ("head_sweep", code, [_fingerprint(Path(s["source"])) for s in shards], labels, options)
+    paths = [Path(s["source"]) for s in shards]  # a local model by where it is, a name as given
+    versions = [(str(p.resolve()) if p.exists() else str(p), source_version(p)) for p in paths]
+    job = ("head_sweep", code, versions, labels, options)
     tables = map_shards(_report_table, shards, ray=ray, store=store, job=job, progress=progress)
     return pd.concat(tables, ignore_index=True)
-
-
-def _fingerprint(source: Path) -> str:
-    """A source's identity for resuming: a model name as given; a file or directory by its absolute
-    path and every file's name, size and modification time, so that weights written again in any
-    layout (safetensors shards, pytorch_model.bin, GGUF) are reported afresh."""
-    if not source.exists():
-        return str(source)
-    files = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
-    stats = [(str(p.relative_to(source)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-    return f"{source.resolve()}:{stats}"
 
 
 def training_checkpoints(run: str | Path) -> list[tuple[int, Path]]:
