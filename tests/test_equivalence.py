@@ -372,6 +372,21 @@ def test_logits_match_transformers(name: str) -> None:
     torch.testing.assert_close(hooked, expected, atol=ATOL, rtol=0)
 
 
+def test_a_soft_capped_model_keeps_its_probabilities_under_transformer_lens_processing() -> None:
+    """cap * tanh(logits / cap) is not shift-invariant, so centring W_U would change a soft-capped
+    model's probabilities: `from_pretrained` skips it with a warning (as TransformerLens) and its
+    log-probs are transformers'; asked for by name, it is refused."""
+    hf_model = _random_hf_model(HF_CONFIGS["gemma2-softcap-sliding"]())
+    tokens = torch.randint(0, hf_model.config.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
+    with pytest.warns(UserWarning, match="soft-caps its logits"):
+        model = interp.HookedTransformer.from_pretrained("gemma2", hf_model=hf_model, device="cpu")
+    with torch.no_grad():
+        expected = hf_model(tokens).logits.log_softmax(-1)
+        torch.testing.assert_close(model(tokens).log_softmax(-1), expected, atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="center_unembed would change"):
+        interp.load_model(hf_model, center_unembed=True)
+
+
 # Long RoPE switches to long_factor past original_max_position_embeddings (16): frequencies that
 # depend on the input's length. (8 factors: half of d_head 16.)
 _LONGROPE = {

@@ -32,6 +32,7 @@ import dataclasses
 import difflib
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -286,6 +287,13 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         model = cls.from_weights(read_source(source, tokenizer))
         model = model.to(device=transformer_lens_device() if device is None else device, dtype=dtype)
         layernorm = model.cfg.normalization == "layernorm"
+        if center_unembed and model.cfg.output_logits_soft_cap:  # as TransformerLens: skipped, with a word
+            warnings.warn(
+                f"{model.cfg.model_name} soft-caps its logits, so centring W_U would change its "
+                "probabilities: center_unembed is not applied.",
+                stacklevel=2,
+            )
+            center_unembed = False
         process_weights(
             model,
             fold_ln=fold_ln,

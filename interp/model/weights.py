@@ -28,7 +28,15 @@ def process_weights(
     fold_value_biases: bool = False,
 ) -> None:
     """Process a HookedTransformer's weights in place (see the module docstring); `model.cfg`
-    becomes a new Config recording what was folded (norm_folded, the biases that now exist)."""
+    becomes a new Config recording what was folded (norm_folded, the biases that now exist).
+    center_unembed is refused on a model that soft-caps its logits (cap * tanh(logits / cap) is not
+    shift-invariant, so centring W_U would change its probabilities)."""
+    if center_unembed and model.cfg.output_logits_soft_cap:
+        raise ValueError(
+            f"center_unembed would change {model.cfg.model_name}'s probabilities: it soft-caps its "
+            f"logits (cap {model.cfg.output_logits_soft_cap} * tanh(logits / cap)), which a shift of the "
+            "logits does not pass through unchanged; leave center_unembed=False."
+        )
     if not (fold_ln or center_writing_weights or center_unembed or fold_value_biases):
         return
     with torch.no_grad():
