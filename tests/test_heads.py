@@ -123,12 +123,16 @@ def test_a_random_weight_model_confirms_no_head_beyond_random():
 
 
 def test_copying_score_equals_eigenvalues_of_full_ov_circuit():
+    """The full OV circuit through the norms: each LayerNorm reads the centred stream (P: the mean over
+    d_model taken out) and scales it by its weight."""
     torch.manual_seed(1)
     model = interp.HookedTransformer(tiny_config())
+    d_model = model.cfg.d_model
+    P = torch.eye(d_model) - torch.full((d_model, d_model), 1 / d_model)
     scores = copying_scores(model)
-    W_U = model.W_U.detach() * model.ln_final.w.detach()[:, None]
+    W_U = P @ (model.W_U.detach() * model.ln_final.w.detach()[:, None])
     for layer in range(model.cfg.n_layers):
-        W_V = model.W_V[layer].detach() * model.blocks[layer].ln1.w.detach()[None, :, None]
+        W_V = P @ (model.W_V[layer].detach() * model.blocks[layer].ln1.w.detach()[None, :, None])
         full = model.W_E.detach() @ W_V @ model.W_O[layer].detach() @ W_U  # [head, vocab, vocab]
         eig = torch.linalg.eigvals(full.double())
         expected = eig.sum(-1).real / eig.abs().sum(-1)
@@ -139,20 +143,49 @@ def test_copying_score_equals_eigenvalues_of_full_ov_circuit():
 
 
 def test_k_composition_matches_dense_matrices():
+    """Each head reads the LayerNorm's centred stream (P), and sees that of what a head writes; the norms'
+    weights are ones here."""
     torch.manual_seed(2)
     model = interp.HookedTransformer(tiny_config(n_layers=3, n_kv_heads=2))
+    d_model = model.cfg.d_model
+    P = torch.eye(d_model) - torch.full((d_model, d_model), 1 / d_model)
     sources = [(0, 1), (1, 3)]
     scores = k_composition_scores(model, sources)
     assert scores[0].isnan().all()
     for layer in (1, 2):
         for head in range(model.cfg.n_heads):
-            QK = model.QK[layer, head].AB.detach()
+            QK = P @ model.QK[layer, head].AB.detach() @ P
             values = []
             for lp, hp in sources:
                 if lp < layer:
-                    OV = model.OV[lp, hp].AB.detach()
+                    OV = P @ model.OV[lp, hp].AB.detach() @ P  # what a LayerNorm reader sees of it
                     values.append((QK @ OV.T).norm() / (QK.norm() * OV.norm()))
             assert float(scores[layer, head]) == pytest.approx(float(max(values)), rel=1e-4)
+
+
+def test_weight_scores_of_raw_and_transformer_lens_processed_weights_agree():
+    """Folding a LayerNorm and centring the writing weights (TransformerLens's processing) leave the
+    network as it is, so its copying and K-composition scores too (the unembedding not centred: that
+    changes the full OV circuit over the vocabulary, and so its eigenvalues)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=61, n_positions=32)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for name, param in hf.named_parameters():
+            if "ln" in name:
+                param.add_(torch.randn_like(param) * 0.3)
+        hf.transformer.wte.weight.add_(torch.randn(32) * 0.5)  # a shared offset, which LayerNorm removes
+    raw = interp.load_model(hf)
+    processed = interp.HookedTransformer.from_pretrained(
+        "gpt2", hf_model=hf, center_unembed=False, device="cpu"
+    )
+    torch.testing.assert_close(copying_scores(raw), copying_scores(processed), atol=1e-3, rtol=0)
+    sources = [(0, 1), (0, 3)]
+    torch.testing.assert_close(
+        k_composition_scores(raw, sources)[1], k_composition_scores(processed, sources)[1], atol=1e-3, rtol=0
+    )
 
 
 def test_bad_settings_raise():

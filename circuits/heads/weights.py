@@ -6,7 +6,9 @@
                    in [0, 1]
 
 Norm weights are folded into the matrices they scale (pre-norms into the readers, a post-attention norm
-into W_O, q/k norms into W_Q's and W_K's columns); biases and rotary positions are ignored. Read in
+into W_O, q/k norms into W_Q's and W_K's columns), and a LayerNorm's centring (it reads x - mean(x))
+into its readers, so raw weights and weights processed as TransformerLens's (`fold_ln`,
+`center_writing_weights`) give the same scores; biases and rotary positions are ignored. Read in
 float32 on the CPU.
 """
 
@@ -28,6 +30,16 @@ def _norm_weight(norm: nn.Module | None, d_model: int) -> Float[Tensor, " d_mode
     """A norm's elementwise weight; ones where there is none (None, or a post-norm block's Identity
     pre-norm)."""
     return norm.weight(d_model) if isinstance(norm, Norm) else torch.ones(d_model)
+
+
+def _read(model: interp.HookedTransformer, weights: Float[Tensor, "... d_model out"]) -> Tensor:
+    """What a norm's reader reads with `weights` (its weight folded in already): under LayerNorm, the
+    centred residual stream, so P @ weights with P = I - 1 1^T / d_model (the mean over d_model taken
+    out of each column; for a writer, weights.mT @ P, the part of its output any reader sees); under
+    RMSNorm or none, the stream itself."""
+    if model.cfg.normalization != "layernorm":
+        return weights
+    return weights - weights.mean(-2, keepdim=True)
 
 
 def _query_key_weights(model: interp.HookedTransformer) -> tuple[Tensor, Tensor]:
@@ -55,12 +67,14 @@ def copying_scores(model: interp.HookedTransformer) -> Float[Tensor, "layer head
     """sum(eig) / sum(|eig|) of each head's full OV circuit (norm weights included, biases not)."""
     cfg = model.cfg
     W_E = model.W_E.detach().float().cpu()
-    W_U = model.W_U.detach().float().cpu() * _norm_weight(model.ln_final, cfg.d_model)[:, None]
+    W_U = _read(model, model.W_U.detach().float().cpu() * _norm_weight(model.ln_final, cfg.d_model)[:, None])
     U_E = W_U @ W_E  # [d_model, d_model]: the vocabulary round trip, computed once
     W_V, W_O = model.W_V.detach().float().cpu(), model.W_O.detach().float().cpu()
     scores = torch.zeros(cfg.n_layers, cfg.n_heads)
     for layer in range(cfg.n_layers):
-        W_V_normed = W_V[layer] * _norm_weight(model.blocks[layer].ln1, cfg.d_model)[None, :, None]
+        W_V_normed = _read(
+            model, W_V[layer] * _norm_weight(model.blocks[layer].ln1, cfg.d_model)[None, :, None]
+        )
         W_O_out = W_O[layer] * _output_weight(model.blocks[layer], cfg.d_model)  # what reaches the stream
         small = W_O_out @ U_E @ W_V_normed  # [head, d_head, d_head], same nonzero eigenvalues
         eig = torch.linalg.eigvals(small.double())
@@ -87,11 +101,17 @@ def k_composition_scores(
     W_V, W_O = model.W_V.detach().float().cpu(), model.W_O.detach().float().cpu()
     ln1 = torch.stack([_norm_weight(block.ln1, cfg.d_model) for block in model.blocks])[:, None, :, None]
     q_norm, k_norm = _query_key_weights(model)
-    Q, K = W_Q * ln1 * q_norm, W_K * ln1 * k_norm  # [layer, head, d_model, d_head]
+    Q, K = (
+        _read(model, W_Q * ln1 * q_norm),
+        _read(model, W_K * ln1 * k_norm),
+    )  # [layer, head, d_model, d_head]
     QtQ, KtK = Q.mT @ Q, K.mT @ K  # Gram matrices [layer, head, d_head, d_head]
     source_layers = torch.tensor([layer for layer, _ in sources])
-    V = torch.stack([W_V[lp, hp] * ln1[lp, 0] for lp, hp in sources])  # [source, d_model, d_head]
+    V = _read(
+        model, torch.stack([W_V[lp, hp] * ln1[lp, 0] for lp, hp in sources])
+    )  # [source, d_model, d_head]
     W = torch.stack([W_O[lp, hp] * _output_weight(model.blocks[lp], cfg.d_model) for lp, hp in sources])
+    W = _read(model, W.mT).mT  # what a LayerNorm reader sees of it: its output's mean taken out
     VtV, WWt = V.mT @ V, W @ W.mT
     ov_norm = (VtV * WWt).sum((-2, -1)).sqrt()  # ||V O||_F per source
     qk_norm = (QtQ * KtK.mT).sum((-2, -1)).clamp_min(0).sqrt()  # ||Q K^T||_F [layer, head]
