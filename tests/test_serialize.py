@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,13 +15,11 @@ import pandas as pd
 import pytest
 import torch
 from rich.console import Console
-from safetensors.torch import save_file
 
 from circuits.results_file import SCHEMA, load_result, save_result, write_result_report
 from interp.io.files import atomic_dir, atomic_path, atomic_write, write_text_atomic
 from interp.io.serialize import decode, encode, plain, register_dataclass
 from interp.runtime.distributed import map_shards
-from interp.runtime.keys import content_key
 
 DATA = Path(__file__).parent / "data"
 
@@ -244,36 +243,25 @@ def test_an_ioi_result_of_path_patching_effects_patched_minus_clean_loads_as_dro
     assert again.class_heads == result.class_heads and again.thresholds == result.thresholds
 
 
-def test_a_shard_stored_in_the_previous_store_format_still_loads(tmp_path):
-    """interp-shard-result-1 wrote dicts as __dict__, arrays as __ndarray__ and frames as __dataframe__."""
-    directory = tmp_path / content_key("old")
-    directory.mkdir()
-    save_file(
-        {"t0": torch.tensor([1.0, float("nan")]), "t1": torch.arange(2)},
-        directory / "shard_00000.safetensors",
+def test_a_store_is_read_only_by_the_code_that_wrote_it(tmp_path):
+    """A store's key holds interp's source (`keys.source_key`): shards of the same job stored by other
+    code (another version, or a checkout edited since) are not read, but computed again."""
+    from interp.runtime import distributed
+
+    (first,) = map_shards(
+        lambda _: {"scores": torch.tensor([1.0, float("nan")])}, [None], store=tmp_path, job="j"
     )
-    result = {
-        "__dict__": [
-            ["scores", {"__tensor__": "t0"}],
-            [{"__tuple__": [0, 1]}, {"__ndarray__": {"__tensor__": "t1"}}],
-            ["ratio", {"__float__": "-inf"}],
-            ["frame", {"__dataframe__": ["a"], "index": [0, 1], "values": [[0.5, {"__float__": "nan"}]],
-                       "dtypes": ["float64"]}],
-        ]
-    }  # fmt: skip
-    digest = __import__("hashlib").sha256((directory / "shard_00000.safetensors").read_bytes()).hexdigest()
-    record = {
-        "format": "interp-shard-result-1",
-        "job": content_key("old"),
-        "tensors_sha256": digest,
-        "result": result,
-    }
-    (directory / "shard_00000.json").write_text(json.dumps(record))
-    (loaded,) = map_shards(lambda _: 1 / 0, [None], store=tmp_path, job="old")
-    _assert_same(loaded["scores"], torch.tensor([1.0, float("nan")]))
-    _assert_same(loaded[(0, 1)], np.arange(2))
-    assert loaded["ratio"] == -math.inf
-    pd.testing.assert_frame_equal(loaded["frame"], pd.DataFrame({"a": [0.5, float("nan")]}))
+    (again,) = map_shards(lambda _: 1 / 0, [None], store=tmp_path, job="j")  # read back, not run
+    _assert_same(again["scores"], first["scores"])
+    package = tmp_path / "edited" / "interp"
+    shutil.copytree(distributed.INTERP_SOURCE, package, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    (package / "runtime" / "keys.py").write_text(
+        (package / "runtime" / "keys.py").read_text() + "\n# edited\n"
+    )
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(distributed, "INTERP_SOURCE", package)
+        (fresh,) = map_shards(lambda _: {"scores": torch.tensor([2.0])}, [None], store=tmp_path, job="j")
+    _assert_same(fresh["scores"], torch.tensor([2.0]))
 
 
 @pytest.mark.parametrize("interrupt", [RuntimeError, KeyboardInterrupt])

@@ -23,8 +23,7 @@ NaN and infinity: JSON has neither, so a non-finite float, wherever it stands (a
 element of a tensor, array or frame column), is the object {"__float__": "nan"}, {"__float__": "inf"}
 or {"__float__": "-inf"}, and the text is strict JSON: write it with `json.dumps(data, allow_nan=False)`.
 `decode` also reads the bare NaN / Infinity tokens of files written before this rule (Python's
-`json.loads` parses them), and the older tags "__dict__", "__ndarray__", "__dataframe__" (the
-map_shards store) and a "__frame__" that maps column names to values (results files).
+`json.loads` parses them), and a "__frame__" that maps column names to values (results files).
 
 `plain` is the other direction's plain form, for people and scripts, never read back: numbers as
 numbers, NaN and infinities as null, tuples as lists, tensors and arrays as nested lists, frames as
@@ -162,14 +161,11 @@ def decode(value: Any, tensors: Mapping[str, Tensor] | None = None) -> Any:
         return _array(value, "__tensor__", tensors)
     if "__array__" in value:
         return _array(value, "__array__", tensors)
-    if "__ndarray__" in value:  # the map_shards store before interp.io.serialize
-        return decode(value["__ndarray__"], tensors).numpy()
     if "__tuple__" in value:
         return tuple(decode(item, tensors) for item in value["__tuple__"])
-    if "__items__" in value or "__dict__" in value:
-        items = value["__items__"] if "__items__" in value else value["__dict__"]
-        return {_hashable(decode(k, tensors)): decode(v, tensors) for k, v in items}
-    if "__frame__" in value or "__dataframe__" in value:
+    if "__items__" in value:
+        return {_hashable(decode(k, tensors)): decode(v, tensors) for k, v in value["__items__"]}
+    if "__frame__" in value:
         return _frame(value, tensors)
     if "__dataclass__" in value:
         cls = _DATACLASSES.get(value["__dataclass__"])
@@ -210,7 +206,7 @@ def _array(value: dict, tag: str, tensors: Mapping[str, Tensor] | None) -> Tenso
 
 
 def _frame(value: dict, tensors: Mapping[str, Tensor] | None) -> pd.DataFrame:
-    columns = value["__frame__"] if "__frame__" in value else value["__dataframe__"]
+    columns = value["__frame__"]
     if isinstance(columns, dict):  # results files before interp.io.serialize: {column: values}
         frame = pd.DataFrame({column: decode(values, tensors) for column, values in columns.items()})
         return frame.astype({c: d for c, d in value["dtypes"].items() if d != "object"})

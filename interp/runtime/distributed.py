@@ -42,7 +42,7 @@ from interp.interventions.results import PatchResult
 from interp.io.files import atomic_path, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
 from interp.model.tokens import index_tokens, record_padding, recorded_padding
-from interp.runtime.keys import content_key, source_key
+from interp.runtime.keys import INTERP_SOURCE, content_key, source_key
 from interp.types import Progress
 
 log = logging.getLogger("interp")
@@ -86,7 +86,6 @@ def _run_shard(fn: Callable, shard: Any, threads: int) -> Any:
 # The resume store: results as JSON + safetensors, never pickles (loading a store runs no code)
 
 STORE_FORMAT = "interp-shard-result-2"  # the result in interp.io.serialize's format
-READ_FORMATS = ("interp-shard-result-1", STORE_FORMAT)  # decode reads -1's older tags too
 register_result_type = register_dataclass  # lets map_shards(store=...) store a dataclass's results
 register_dataclass(PatchResult)
 
@@ -117,7 +116,7 @@ def _load_result(path: Path, key: str) -> tuple[bool, Any]:
         return False, None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("format") not in READ_FORMATS or record.get("job") != key:
+        if record.get("format") != STORE_FORMAT or record.get("job") != key:
             return False, None
         tensors: dict[str, Tensor] = {}
         if record["tensors_sha256"] is not None:
@@ -171,7 +170,7 @@ def map_shards(
     results: dict[int, Any] = {}
     key = ""
     if store is not None:
-        key = content_key((source_key(sys.modules["interp"]), (fn, shards) if job is None else job))
+        key = content_key((source_key(INTERP_SOURCE), (fn, shards) if job is None else job))
         directory = Path(store) / key
         directory.mkdir(parents=True, exist_ok=True)
         paths = [directory / f"shard_{i:05d}.json" for i in range(len(shards))]

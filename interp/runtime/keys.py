@@ -27,15 +27,18 @@ from torch import Tensor, nn
 
 from interp.model.tokens import recorded_padding
 
+INTERP_SOURCE = Path(__file__).resolve().parents[1]  # interp's own package directory
 
-def source_key(*packages: types.ModuleType) -> str:
+
+def source_key(*packages: types.ModuleType | Path) -> str:
     """A 16-hex-digit sha256 of the packages' source code (every .py file under each one's directory,
-    by its path there and its bytes): what is kept under it is made again after any change to the code."""
+    `INTERP_SOURCE` for interp itself, by its path there and its bytes): what is kept under it is made
+    again after any change to the code."""
     digest = hashlib.sha256()
     for package in packages:
-        root = Path(package.__file__).parent
+        root = package if isinstance(package, Path) else Path(package.__file__).parent
         for path in sorted(root.rglob("*.py")):
-            digest.update(f"{package.__name__}/{path.relative_to(root)}".encode())
+            digest.update(f"{root.name}/{path.relative_to(root)}".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import socket
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +36,7 @@ from torch import Tensor
 from interp.io.devices import module_weight
 from interp.io.files import atomic_path, write_text_atomic
 from interp.model import HookedTransformer
-from interp.runtime.keys import add_content, source_key, tensor_bytes
+from interp.runtime.keys import INTERP_SOURCE, add_content, source_key, tensor_bytes
 from interp.types import Progress
 
 JOB_FILE = "job.json"
@@ -55,7 +54,7 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     code and the values they write; `observer` hooks only read), the batch size and interp's source
     code (`keys.source_key`) (sha256, ~1 GB/s)."""
     digest = hashlib.sha256()
-    digest.update(json.dumps(["interp", source_key(sys.modules["interp"])]).encode())
+    digest.update(json.dumps(["interp", source_key(INTERP_SOURCE)]).encode())
     digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
     for name, parameter in model.state_dict().items():
         digest.update(f"{name}{tuple(parameter.shape)}{parameter.dtype}".encode())
