@@ -13,6 +13,7 @@ note on its model line, and the files written are named. With `circuits.cli`, th
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -374,11 +375,7 @@ class Command:
         `loaded` model, one of other weights); what the file is keyed by (None without --save)."""
         if self.save is None:
             return None
-        import circuits
-        import interp
-        from interp.runtime.keys import source_key
-
-        settings = dict(options) | {"code": source_key(interp, circuits)}
+        settings = dict(options) | {"code": self._code}
         if loaded is not None:
             from interp.model import weights_fingerprint
 
@@ -389,6 +386,15 @@ class Command:
             with refused():
                 check_save_file(self.save, self.name, settings)
         return settings
+
+    @functools.cached_property
+    def _code(self) -> str:
+        """The sources of interp and circuits (`source_key`), read once per run."""
+        import circuits
+        import interp
+        from interp.runtime.keys import source_key
+
+        return source_key(interp, circuits)
 
     def run(
         self,

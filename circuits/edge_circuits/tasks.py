@@ -96,9 +96,8 @@ def induction_task(
     if bos is None and model.tokenizer is not None:
         bos = model.tokenizer.bos_token_id
     high = model.cfg.d_vocab if model.tokenizer is None else min(model.cfg.d_vocab, len(model.tokenizer))
-    special = torch.tensor(sorted(({bos} - {None}) | set(model.special_token_ids())), dtype=torch.long)
     ids = torch.arange(high)
-    ids = ids[~torch.isin(ids, special)]
+    ids = ids[~torch.isin(ids, torch.tensor(model.special_token_ids(), dtype=torch.long))]
     if 2 * seq_len + int(model.cfg.default_prepend_bos) > model.cfg.n_ctx:
         raise ValueError(
             f"seq_len={seq_len} does not fit {model.cfg.model_name}'s context of {model.cfg.n_ctx}."
