@@ -124,13 +124,15 @@ def test_a_random_weight_model_confirms_no_head_beyond_random():
 
 def test_copying_score_equals_eigenvalues_of_full_ov_circuit():
     """The full OV circuit through the norms: each LayerNorm reads the centred stream (P: the mean over
-    d_model taken out) and scales it by its weight."""
+    d_model taken out) and scales it by its weight; the logits are taken against their mean over the
+    vocabulary."""
     torch.manual_seed(1)
     model = interp.HookedTransformer(tiny_config())
     d_model = model.cfg.d_model
     P = torch.eye(d_model) - torch.full((d_model, d_model), 1 / d_model)
     scores = copying_scores(model)
     W_U = P @ (model.W_U.detach() * model.ln_final.w.detach()[:, None])
+    W_U = W_U @ (torch.eye(model.cfg.d_vocab) - 1 / model.cfg.d_vocab)
     for layer in range(model.cfg.n_layers):
         W_V = P @ (model.W_V[layer].detach() * model.blocks[layer].ln1.w.detach()[None, :, None])
         full = model.W_E.detach() @ W_V @ model.W_O[layer].detach() @ W_U  # [head, vocab, vocab]
@@ -164,23 +166,24 @@ def test_k_composition_matches_dense_matrices():
 
 
 def test_weight_scores_of_raw_and_transformer_lens_processed_weights_agree():
-    """Folding a LayerNorm and centring the writing weights (TransformerLens's processing) leave the
-    network as it is, so its copying and K-composition scores too (the unembedding not centred: that
-    changes the full OV circuit over the vocabulary, and so its eigenvalues)."""
+    """Folding a LayerNorm, centring the writing weights and the unembedding (TransformerLens's
+    processing) leave the network's log-probabilities as they are, so its copying and K-composition
+    scores too."""
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=61, n_positions=32)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=61, n_positions=32, tie_word_embeddings=False
+    )
     hf = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():
         for name, param in hf.named_parameters():
             if "ln" in name:
                 param.add_(torch.randn_like(param) * 0.3)
         hf.transformer.wte.weight.add_(torch.randn(32) * 0.5)  # a shared offset, which LayerNorm removes
+        hf.lm_head.weight.add_(torch.randn(32))  # one shared by every token's logit, which no softmax sees
     raw = interp.load_model(hf)
-    processed = interp.HookedTransformer.from_pretrained(
-        "gpt2", hf_model=hf, center_unembed=False, device="cpu"
-    )
+    processed = interp.HookedTransformer.from_pretrained("gpt2", hf_model=hf, device="cpu")
     torch.testing.assert_close(copying_scores(raw), copying_scores(processed), atol=1e-3, rtol=0)
     sources = [(0, 1), (0, 3)]
     torch.testing.assert_close(

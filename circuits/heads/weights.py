@@ -6,10 +6,11 @@
                    in [0, 1]
 
 Norm weights are folded into the matrices they scale (pre-norms into the readers, a post-attention norm
-into W_O, q/k norms into W_Q's and W_K's columns), and a LayerNorm's centring (it reads x - mean(x))
-into its readers, so raw weights and weights processed as TransformerLens's (`fold_ln`,
-`center_writing_weights`) give the same scores; biases and rotary positions are ignored. Read in
-float32 on the CPU.
+into W_O, q/k norms into W_Q's and W_K's columns), a LayerNorm's centring (it reads x - mean(x)) into
+its readers, and the unembedding is centred over the vocabulary (a shift of every logit alike changes
+no probability), so raw weights and weights processed as TransformerLens's (`fold_ln`,
+`center_writing_weights`, `center_unembed`) give the same scores; biases, rotary positions and a
+logit soft-cap are ignored. Read in float32 on the CPU.
 """
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ def _output_weight(block: nn.Module, d_model: int) -> Float[Tensor, " d_model"]:
 
 @torch.inference_mode()
 def copying_scores(model: interp.HookedTransformer) -> Float[Tensor, "layer head"]:
-    """sum(eig) / sum(|eig|) of each head's full OV circuit (norm weights included, biases not)."""
+    """sum(eig) / sum(|eig|) of each head's full OV circuit (norm weights included, biases not; the
+    unembedding centred over the vocabulary)."""
     cfg = model.cfg
     W_E = model.W_E.detach().float().cpu()
     W_U = _read(model, model.W_U.detach().float().cpu() * _norm_weight(model.ln_final, cfg.d_model)[:, None])
+    W_U = W_U - W_U.mean(-1, keepdim=True)  # [d_model, d_vocab]: what the logits differ by
     U_E = W_U @ W_E  # [d_model, d_model]: the vocabulary round trip, computed once
     W_V, W_O = model.W_V.detach().float().cpu(), model.W_O.detach().float().cpu()
     scores = torch.zeros(cfg.n_layers, cfg.n_heads)

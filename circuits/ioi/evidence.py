@@ -39,8 +39,10 @@ def attention_evidence(
 def direct_logit_attributions(
     model: interp.HookedTransformer, prompts: IOIPrompts, cache: interp.ActivationCache | None = None
 ) -> dict[str, Tensor]:
-    """Each head's mean direct effect on the IO and S logits at END, in logits: {"IO", "S"} ->
-    [layer, head]. cache: `end_logits_and_cache`'s, if run already."""
+    """Each head's mean direct effect on the IO and S logits at END, each against the mean logit over
+    the vocabulary (a shift of every logit alike changes no probability, so raw and centred
+    unembeddings give the same), in logits: {"IO", "S"} -> [layer, head]. cache:
+    `end_logits_and_cache`'s, if run already."""
     cfg = model.cfg
     if cache is None:
         names = [*model.head_contribution_hook_names(), interp.act_name("scale")]
@@ -48,8 +50,9 @@ def direct_logit_attributions(
     end = prompts.positions["END"].to(model.device)
     stack = cache.stack_head_contributions(pos=end, apply_ln=True)  # [layer * head, batch, d_model]
     attributions = {}
+    mean_logit = model.W_U.mean(-1)  # [d_model]
     for role, tokens in (("IO", prompts.io_token), ("S", prompts.s_token)):
-        directions = model.W_U[:, tokens.to(model.device)].T  # [batch, d_model]
+        directions = model.W_U[:, tokens.to(model.device)].T - mean_logit  # [batch, d_model]
         per_prompt = (stack * directions).sum(-1)  # [layer * head, batch]
         attributions[role] = per_prompt.mean(-1).view(cfg.n_layers, cfg.n_heads).float().cpu()
     return attributions
