@@ -807,3 +807,32 @@ def test_left_padded_ids_carrying_their_mask_give_each_prompt_its_own_figures() 
     torch.testing.assert_close(kept[0], torch.cat(alone), atol=ATOL, rtol=0)
     scores = edges.edge_attribution(model, clean, corrupted, metric, "eap", batch_size=2).scores
     torch.testing.assert_close(scores, torch.stack(per_prompt).mean(0), atol=ATOL, rtol=0)
+
+
+def test_resampled_edges_of_left_padded_prompts_count_positions_from_their_first_real_token() -> None:
+    """With every edge resampled from one unpadded reference prompt, every reader reads that prompt's
+    writers, so the metric is the reference's own logits at each clean prompt's last real position,
+    counted from its start; a reference with padding is refused (its padding would be drawn)."""
+    model = _random_model()
+    vocab, lengths = model.cfg.d_vocab, [7, 4, 6]
+    generator = torch.Generator().manual_seed(5)
+    rows = [torch.randint(1, vocab, (n,), generator=generator).tolist() for n in lengths]
+    mask = (torch.arange(7) >= 7 - torch.tensor(lengths)[:, None]).long()
+    clean = record_padding(torch.tensor([[0] * (7 - len(row)) + row for row in rows]), mask)
+    reference = torch.randint(1, vocab, (1, 7), generator=generator)
+    correct, incorrect = torch.tensor([3, 9, 14]), torch.tensor([20, 8, 2])
+    graph = edges.edge_graph(model)
+    resampled = edges.run_circuits(
+        model,
+        clean,
+        torch.zeros(1, graph.n_writers, graph.n_readers),
+        edges.ablated_outputs(model, clean, clean, interp.Ablation("resample", reference=reference)),
+        edges.logit_diff_metric(correct, incorrect, -1),
+    )[0]
+    with torch.no_grad():
+        logits = model(reference)[0, torch.tensor(lengths) - 1]  # [prompt, d_vocab]
+    expected = logits[torch.arange(3), correct] - logits[torch.arange(3), incorrect]
+    torch.testing.assert_close(resampled, expected, atol=ATOL, rtol=0)
+    padded = record_padding(reference.repeat(2, 1), torch.tensor([[1] * 7, [1] * 3 + [0] * 4]))
+    with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
+        edges.ablated_outputs(model, clean, clean, interp.Ablation("resample", reference=padded))

@@ -32,7 +32,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_padding_mask, check_token_pair
+from interp.checks import RESAMPLE_MASK_ERROR, check_padding_mask, check_token_pair
 from interp.edges.graph import EdgeGraph, edge_graph
 from interp.interventions.ablation import Ablation, check_means_defined, first_real, shifted
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
@@ -458,7 +458,8 @@ def ablated_outputs(
     """What ablated edges carry: the writers' outputs on the corrupted prompts (counterfactual), their
     mean over the Ablation's reference tokens [n, pos] (default: the corrupted prompts) at each
     position (mean), their outputs on a random reference prompt per clean prompt (resample, drawn with
-    the Ablation's seed), or zero. The Ablation's mask: the reference prompts' padding mask [n, pos]
+    the Ablation's seed; positions counted from each clean prompt's first real token; references with
+    padding refused), or zero. The Ablation's mask: the reference prompts' padding mask [n, pos]
     (the corrupted prompts' where it has no reference): each position's mean is over the prompts real
     there, positions counted from each prompt's first real token (`_mean_outputs`); a position where
     none is has no mean, refused where a clean prompt is real and 0 at padding
@@ -482,11 +483,19 @@ def ablated_outputs(
         )
     if ablation.kind == "mean":
         return _mean_outputs(model, clean, reference, ablation.mask)
+    padding = recorded_padding(reference)
+    if padding is not None and not bool(padding.all()):
+        raise ValueError(RESAMPLE_MASK_ERROR)
     outputs = writer_outputs(model, index_tokens(reference, (slice(None), slice(clean.shape[1]))))
     drawn = torch.randint(
         reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(ablation.seed)
     )
-    return outputs[:, drawn.to(outputs.device)]
+    outputs = outputs[:, drawn.to(outputs.device)]  # [writer, batch, pos, d_model]
+    real_clean = model._real_tokens(clean, {})
+    offsets = None if real_clean is None else first_real(real_clean)
+    if offsets is not None and bool(offsets.any()):  # a left-padded prompt's tokens from its first real one
+        outputs = shifted(outputs.permute(1, 2, 0, 3), -offsets, 0.0).permute(2, 0, 1, 3)
+    return outputs
 
 
 def _mean_outputs(
