@@ -512,6 +512,37 @@ def test_logits_at_an_int_position_refuse_padding(model):
             torch.testing.assert_close(read(-1)[0, -1], alone, **TOL, msg=name)
 
 
+def test_an_int_position_on_a_left_padded_prompt_s_padding_is_refused():
+    """An int position counts from the padded batch's first column: where it lands before a
+    left-padded prompt's first real token, metrics, the engine's logits, patching and plain functions
+    of the logits refuse it (as they refuse right padding); where every prompt is real there, the
+    short prompt's value is its own at that position from its start."""
+    model = padded_model("left")
+    clean, corrupted = model.to_tokens([SHORT, LONG]), model.to_tokens([SHORT_CORRUPTED, LONG_CORRUPTED])
+    correct, incorrect = answers(model, 2)
+    first = int(model.to_tokens([SHORT, LONG]).shape[1] - model.to_tokens([SHORT]).shape[1])  # 3
+    with torch.no_grad():
+        logits, alone = model(clean), model(model.to_tokens([SHORT]))
+    refused = {
+        "logit_diff": lambda: metrics.logit_diff(logits, correct, incorrect, pos=1),
+        "patch": lambda: interp.patch(
+            model, clean, metrics.logit_diff_metric(correct, incorrect, pos=1), head=HEAD, source=corrupted
+        ),
+        "forward_logits": lambda: engine.forward_logits(model, clean, 1),
+        "plain function": lambda: interp.patch(
+            model, clean, lambda logits: logits[:, 1, 5] - logits[:, 1, 6], head=HEAD, source=corrupted
+        ),
+    }
+    for name, read in refused.items():
+        with pytest.raises(ValueError, match="left-padded"):
+            read()
+            pytest.fail(f"{name} read the padding")
+    at = first + 1
+    value = metrics.logit_diff(logits, correct, incorrect, pos=at)[0]
+    expected = alone[0, 1, correct[0]] - alone[0, 1, incorrect[0]]
+    torch.testing.assert_close(value, expected, **TOL)
+
+
 def test_edge_runs_take_one_position_per_prompt(model):
     """Edge-level runs read the logits at one position per prompt, given: each prompt's own."""
     graph = edges.edge_graph(model)

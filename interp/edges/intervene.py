@@ -34,11 +34,11 @@ from torch import Tensor
 
 from interp.checks import RESAMPLE_MASK_ERROR, check_padding_mask, check_token_pair
 from interp.edges.graph import EdgeGraph, edge_graph
-from interp.interventions.ablation import Ablation, check_means_defined, first_real, shifted
+from interp.interventions.ablation import Ablation, check_means_defined, shifted
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
 from interp.model.cache import ActivationCache
-from interp.model.tokens import index_tokens, recorded_padding
+from interp.model.tokens import first_real, index_tokens, recorded_padding
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric
 

@@ -53,7 +53,7 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
-from interp.model.tokens import RunLayout, positions_of, recorded_padding
+from interp.model.tokens import RunLayout, first_real, positions_of, recorded_padding
 from interp.types import ABLATIONS, AblationKind, Head
 
 Reference = Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | Mapping[str, Tensor]
@@ -383,11 +383,6 @@ def _defined_means(name: str, values: Tensor, real: Callable[[], Tensor | None])
         return values
     check_means_defined(undefined.flatten(2).any(-1) if values.ndim > 2 else undefined, real(), name)
     return values.masked_fill(undefined, 0.0)
-
-
-def first_real(real: Bool[Tensor, "rows pos"]) -> Int[Tensor, " rows"]:
-    """Each row's first real position (its left padding's length; 0 for a row of padding only)."""
-    return real.bool().long().argmax(1).cpu()
 
 
 def shifted(values: Tensor, by: Int[Tensor, " rows"], fill: float | bool = torch.nan) -> Tensor:

@@ -42,6 +42,7 @@ from interp.checks import check_count, check_gradient_dtype, check_metric_output
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import ActivationCache, act_name
 from interp.model.hooks import HookPoint, opt_in_setting
+from interp.model.tokens import first_real
 from interp.model.transformer import HookedTransformer
 from interp.types import Pos, Progress
 
@@ -865,14 +866,14 @@ def _logits_at(
 ) -> tuple[Float[Tensor, "rows k"], Int[Tensor, " rows"], int]:
     """(the logits at logit_pos, of every token or of `columns`; those positions; the prompts'
     number of positions: the input's, or `narrowed_from` where the input holds only the read
-    positions [rows, 1, ...]). An int logit_pos that lands on a right-padded prompt's padding is
-    refused."""
+    positions [rows, 1, ...]). An int logit_pos that lands on a prompt's padding is refused."""
     resid = model(input, start_at_layer=start_at_layer, stop_at_layer=model.cfg.n_layers)
     rows, n_pos = resid.shape[0], narrowed_from or resid.shape[1]
     if isinstance(logit_pos, int):
         pos = torch.full((rows,), logit_pos % n_pos, device=resid.device)
         if start_at_layer is None:  # token ids: each prompt's last real token is known
-            refuse_padding(model.last_positions(input), pos, n_pos, f"logit_pos={logit_pos} reads")
+            first = first_real(model.attention_mask_of(input))
+            refuse_padding(model.last_positions(input), pos, n_pos, f"logit_pos={logit_pos} reads", first)
     else:
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
     at = pos if narrowed_from is None else torch.zeros_like(pos)
@@ -1032,7 +1033,8 @@ def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tens
     position, so another padding would write one prompt's tokens into the other's padding)."""
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_token_pair(clean, corrupted)
-    firsts = [_first_real(model.attention_mask_of(tokens), len(tokens)) for tokens in (clean, corrupted)]
+    firsts = [first_real(model.attention_mask_of(tokens)) for tokens in (clean, corrupted)]
+    firsts = [torch.zeros(len(clean), dtype=torch.long) if first is None else first for first in firsts]
     differ = (firsts[0] != firsts[1]).nonzero()[:, 0].tolist()
     if differ:
         raise ValueError(
@@ -1042,8 +1044,3 @@ def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tens
             "one length, or pad on the right (padding_side='right')"
         )
     return clean, corrupted
-
-
-def _first_real(mask: Tensor | None, batch: int) -> Int[Tensor, " batch"]:
-    """Each prompt's first real token [batch] under an attention mask (None: position 0)."""
-    return torch.zeros(batch, dtype=torch.long) if mask is None else mask.long().argmax(-1).cpu()

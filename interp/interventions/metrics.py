@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.checks import check_denominator, check_metric_output
-from interp.model.tokens import LAST_POSITIONS, recorded_padding
+from interp.model.tokens import FIRST_POSITIONS, LAST_POSITIONS, first_real, recorded_padding
 from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
 from interp.types import Metric as Metric
 from interp.types import Pos
@@ -96,15 +96,28 @@ def positions_read(pos: MetricPos, batch: int, n_pos: int, what: str = "pos") ->
 
 
 def refuse_padding(
-    last: Int[Tensor, " batch"], read: Int[Tensor, " batch"], n_pos: int, what: str = "the metric reads"
+    last: Int[Tensor, " batch"],
+    read: Int[Tensor, " batch"],
+    n_pos: int,
+    what: str = "the metric reads",
+    first: Int[Tensor, " batch"] | None = None,
 ) -> None:
-    """Raise if a prompt is read (`read` [batch]) after its last real token (`last` [batch])."""
+    """Raise if a prompt is read (`read` [batch]) after its last real token (`last` [batch]) or
+    before its first (`first` [batch], left padding; None: position 0)."""
     beyond = read.to(last.device) > last
     if bool(beyond.any()):
         i = int(beyond.nonzero()[0, 0])
         raise ValueError(
             f"prompt {i} is right-padded (its last real token is at position {int(last[i])} of {n_pos}), "
             f"but {what} position {int(read[i])}, its padding; {PADDING_FIX}"
+        )
+    before = None if first is None else read.cpu() < first.cpu()
+    if before is not None and bool(before.any()):
+        i = int(before.nonzero()[0, 0])
+        raise ValueError(
+            f"prompt {i} is left-padded (its first real token is at position {int(first[i])} of {n_pos}), "
+            f"but {what} position {int(read[i])}, its padding: an int counts from the padded batch's "
+            "first column; pass pos=None or -1 (the last token), or one position per prompt"
         )
 
 
@@ -119,7 +132,9 @@ def logits_at(logits: Float[Tensor, "batch pos d_vocab"], pos: Pos = None) -> Fl
     read = positions_read(pos, batch, n_pos)
     last = getattr(logits, LAST_POSITIONS, None)
     if last is not None and not isinstance(pos, Tensor):
-        refuse_padding(last, read, n_pos, f"the metric (pos={pos}) reads")
+        refuse_padding(
+            last, read, n_pos, f"the metric (pos={pos}) reads", getattr(logits, FIRST_POSITIONS, None)
+        )
     return logits[torch.arange(batch, device=logits.device), read.to(logits.device)]
 
 
@@ -311,46 +326,63 @@ def check_reads_real_tokens(
     if getattr(metric, "reads_real_tokens", False):  # checked already
         return metric
     n_pos = tokens.shape[1]
-    last = model.last_positions(tokens)
-    for other in others:
-        last = torch.minimum(last, model.last_positions(other).to(last.device))
-    if bool((last == n_pos - 1).all()):
+    last, first = model.last_positions(tokens), torch.zeros(len(tokens), dtype=torch.long)
+    for run in (tokens, *others):
+        last = torch.minimum(last, model.last_positions(run).to(last.device))
+        left = first_real(model.attention_mask_of(run))
+        first = first if left is None else torch.maximum(first, left)
+    if bool((last == n_pos - 1).all()) and not bool(first.any()):
         return metric
     if logit_pos is not None and not isinstance(logit_pos, Tensor):
         read = positions_read(logit_pos, len(last), n_pos, "logit_pos")
-        refuse_padding(last, read, n_pos, f"logit_pos={logit_pos} reads")
+        refuse_padding(last, read, n_pos, f"logit_pos={logit_pos} reads", first)
     if isinstance(metric, AnswerMetric):
         if not isinstance(metric.pos, Tensor):
             read = positions_read(metric.pos, len(last), n_pos)
-            refuse_padding(last, read, n_pos, f"the metric (pos={metric.pos}) reads")
+            refuse_padding(last, read, n_pos, f"the metric (pos={metric.pos}) reads", first)
         return metric
     if isinstance(logit_pos, Tensor):  # per-prompt positions, as given: the logits are NaN elsewhere
         return metric
-    return _nan_at_padding(metric, last.cpu())
+    return _nan_at_padding(metric, last.cpu(), first)
 
 
-def _nan_at_padding(metric: Metric, last: Int[Tensor, " batch"]) -> Metric:
-    """`metric` given logits that are NaN after each prompt's last real token, refused by name where
-    its value on a padded prompt is not finite (it read the padding)."""
+def _nan_at_padding(metric: Metric, last: Int[Tensor, " batch"], first: Int[Tensor, " batch"]) -> Metric:
+    """`metric` given logits that are NaN after each prompt's last real token and before its first,
+    refused by name where its value on a padded prompt is not finite (it read the padding)."""
 
     def scored(logits: Tensor, rows: Tensor | None) -> Tensor:
         ends = last if rows is None else last[rows.cpu()]
-        after = torch.arange(logits.shape[1]) > ends[:, None]  # [batch, pos]: padding
-        after = after.to(logits.device)[..., None]
+        starts = first if rows is None else first[rows.cpu()]
+        where = torch.arange(logits.shape[1])
+        padding = (where > ends[:, None]) | (where < starts[:, None])  # [batch, pos]
+        padding = padding.to(logits.device)[..., None]
         if logits.requires_grad:
-            logits = logits.masked_fill(after, float("nan"))
+            logits = logits.masked_fill(padding, float("nan"))
         else:
-            logits.masked_fill_(after, float("nan"))  # the caller's own run: no copy of the logits
+            logits.masked_fill_(padding, float("nan"))  # the caller's own run: no copy of the logits
         value = metric(logits) if rows is None else metric(logits, rows)
         if isinstance(value, Tensor) and value.shape == ends.shape:
-            bad = ~torch.isfinite(value.detach()).cpu() & (ends < logits.shape[1] - 1)
+            padded = (ends < logits.shape[1] - 1) | (starts > 0)
+            bad = ~torch.isfinite(value.detach()).cpu() & padded
             if bool(bad.any()):
                 i = int(bad.nonzero()[0, 0])
                 prompt = i if rows is None else int(rows[i])
+                side, fix = (
+                    (
+                        f"right-padded (its last real token is at position {int(ends[i])} of "
+                        f"{logits.shape[1]})",
+                        f"(pos=None and -1 read the last position); {PADDING_FIX}",
+                    )
+                    if ends[i] < logits.shape[1] - 1
+                    else (
+                        f"left-padded (its first real token is at position {int(starts[i])})",
+                        "(an index counts from the padded batch's first column); read the last position "
+                        "(-1), or each prompt's own positions",
+                    )
+                )
                 raise ValueError(
-                    f"the metric is {value[i].item()} on prompt {prompt}, which is right-padded (its last "
-                    f"real token is at position {int(ends[i])} of {logits.shape[1]}): it reads the "
-                    f"padding (pos=None and -1 read the last position); {PADDING_FIX}"
+                    f"the metric is {value[i].item()} on prompt {prompt}, which is {side}: it reads the "
+                    f"padding {fix}"
                 )
         return value
 

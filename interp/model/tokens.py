@@ -181,15 +181,27 @@ def check_no_left_padding(
 
 LAST_POSITIONS = "_interp_last_positions"
 """The attribute of logits that records their prompts' last real tokens (`mark_last_positions`)."""
+FIRST_POSITIONS = "_interp_first_positions"
+"""The attribute of logits that records their left-padded prompts' first real tokens."""
 
 
-def mark_last_positions(logits: Tensor, last: Int[Tensor, " batch"] | None) -> Tensor:
+def mark_last_positions(
+    logits: Tensor, last: Int[Tensor, " batch"] | None, first: Int[Tensor, " batch"] | None = None
+) -> Tensor:
     """Record on `logits` [batch, pos, d_vocab] (the forward pass's own tensor) each prompt's last
-    real token, so that interp's metrics refuse to read their padding. A tensor made from them
-    (`.cpu()`, a slice) does not keep the record."""
+    real token (and, for left padding, its first), so that interp's metrics refuse to read their
+    padding. A tensor made from them (`.cpu()`, a slice) does not keep the record."""
     if last is not None:
         setattr(logits, LAST_POSITIONS, last)
+    if first is not None and bool(first.any()):
+        setattr(logits, FIRST_POSITIONS, first)
     return logits
+
+
+def first_real(real: Bool[Tensor, "rows pos"] | None) -> Int[Tensor, " rows"] | None:
+    """Each row's first real position (its left padding's length; 0 for a row of padding only), on
+    the CPU; None for None (no mask: nothing is padded on the left)."""
+    return None if real is None else real.bool().long().argmax(1).cpu()
 
 
 def str_tokens(tokenizer: Any, tokens: Sequence[int] | Tensor) -> list[str]:

@@ -59,6 +59,7 @@ from interp.model.tokens import (
     RunLayout,
     TokenMethods,
     check_no_left_padding,
+    first_real,
     has_pad_token,
     key_mask_and_positions,
     mark_last_positions,
@@ -753,7 +754,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         text = isinstance(input, str) or (isinstance(input, Sequence) and not isinstance(input, Tensor))
         if start_at_layer is None and past_kv_cache is None and not (text and attention_mask is None):
             # each prompt's last real token (text: from its exact mask), so metrics refuse padding
-            mark_last_positions(logits, self._last_positions_of(tokens, exact_mask))
+            last, first = self._last_positions_of(tokens, exact_mask), first_real(exact_mask)
+            mark_last_positions(logits, last, first)
         finite.append(checks.all_finite(logits))
         self._warn_if_non_finite(finite, start, start_at_layer is None, "the logits")
         if return_type == "logits":
