@@ -212,8 +212,10 @@ def test_ioi_direct_logit_attribution_is_the_change_with_the_norms_frozen(gemma3
     rows, end = torch.arange(len(clean)), clean.positions["END"]
     for role, token in (("IO", clean.io_token), ("S", clean.s_token)):
         removed = _frozen_norm_removals(
-            model, clean.tokens, lambda logits, token=token: logits[rows, end, token]
-        )
+            model,
+            clean.tokens,
+            lambda logits, token=token: logits[rows, end, token] - logits[rows, end].mean(-1),
+        )  # the logit against the mean logit over the vocabulary
         torch.testing.assert_close(removed, -attributions[role][-1], atol=ATOL, rtol=0)
 
 
@@ -263,12 +265,14 @@ def test_retrieval_runs_on_a_post_norm_model_and_its_report_states_the_linearisa
 
 def test_weight_scores_read_the_post_attention_norm_weight(gemma3) -> None:
     """`interp heads`' copying and K-composition scores are those of the dense circuits with each
-    norm's weight in place: ln1_post's between W_O and the residual stream, and the q/k norms'."""
+    norm's weight in place: ln1_post's between W_O and the residual stream, and the q/k norms' (the
+    unembedding centred over the vocabulary)."""
     _, model = gemma3
     d_model = model.cfg.d_model
     post = [block.ln1_post.weight(d_model) for block in model.blocks]
     copying = copying_scores(model)
     W_U = model.W_U.detach() * model.ln_final.weight(d_model)[:, None]
+    W_U = W_U - W_U.mean(-1, keepdim=True)  # the logits against their mean over the vocabulary
     for layer, block in enumerate(model.blocks):
         W_V = model.W_V[layer].detach() * block.ln1.weight(d_model)[None, :, None]
         full = (
