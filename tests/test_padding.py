@@ -697,3 +697,35 @@ def test_edge_mean_ablation_of_left_padded_prompts_averages_each_position_from_t
         metric = metrics.logit_diff_metric(correct, incorrect, model.last_positions(clean))
         figures[side] = edges.faithfulness(model, clean, corrupted, metric, circuit, ablation="mean").values
     torch.testing.assert_close(figures["left"], figures["right"], **TOL)
+
+
+@pytest.mark.parametrize("case", ["right-padded first chunk", "left-padded second chunk"])
+def test_a_sliding_window_counts_real_tokens_across_a_kv_cache_s_padding(case):
+    """A KV cache may hold padding between a prompt's real tokens (a right-padded first chunk, or a
+    left-padded later one); a local layer's window counts real tokens, so each prompt continues as it
+    runs alone (the window counted in cache slots dropped real keys: logits up to 0.8 off)."""
+    cfg = interp.Config(
+        n_layers=2, d_model=32, n_heads=4, d_vocab=40, n_ctx=32, positional="rotary",
+        attn_types=["local", "global"], window_size=3, init_std=0.3,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(cfg).eval()
+    generator = torch.Generator().manual_seed(1)
+    if case == "right-padded first chunk":
+        firsts = [torch.randint(1, 40, (n,), generator=generator).tolist() for n in (8, 3)]
+        seconds = [torch.randint(1, 40, (3,), generator=generator).tolist() for _ in range(2)]
+        mask = torch.tensor([[1] * len(row) + [0] * (8 - len(row)) for row in firsts])
+        first = torch.tensor([row + [0] * (8 - len(row)) for row in firsts])
+        second, second_mask = torch.tensor(seconds), None
+    else:
+        firsts = [torch.randint(1, 40, (3,), generator=generator).tolist() for _ in range(2)]
+        seconds = [torch.randint(1, 40, (n,), generator=generator).tolist() for n in (6, 1)]
+        first, mask = torch.tensor(firsts), None
+        second_mask = torch.tensor([[0] * (6 - len(row)) + [1] * len(row) for row in seconds])
+        second = torch.tensor([[0] * (6 - len(row)) + row for row in seconds])
+    cache = interp.HookedTransformerKeyValueCache.init_cache(cfg, "cpu", 2)
+    with torch.no_grad():
+        model(first, attention_mask=mask, past_kv_cache=cache)
+        continued = model(second, attention_mask=second_mask, past_kv_cache=cache)[:, -1]
+        alone = [model(torch.tensor([a + b]))[0, -1] for a, b in zip(firsts, seconds, strict=True)]
+    torch.testing.assert_close(continued, torch.stack(alone), **TOL)

@@ -254,16 +254,23 @@ class Attention(nn.Module):
         """[q_pos, k_pos] bool: which keys each query sees (causal, and within the window if local;
         every key with bidirectional attention).
         Queries are the last q_pos of k_pos positions (earlier ones come from the KV cache).
-        With a key_mask ([batch, k_pos], False at padding): [batch, 1, q_pos, k_pos], pads unseen."""
+        With a key_mask ([batch, k_pos], False at padding): [batch, 1, q_pos, k_pos], pads unseen, and
+        the window counted in real tokens (a KV cache may hold padding between them)."""
         query = torch.arange(k_pos - q_pos, k_pos, device=device)[:, None]
         key = torch.arange(k_pos, device=device)[None, :]
         visible = (
             key <= query if self.cfg.causal else torch.ones(q_pos, k_pos, dtype=torch.bool, device=device)
         )
+        if key_mask is None:
+            if self.window_size is not None:
+                visible &= query - key < self.window_size
+            return visible
+        real = key_mask.to(device=device, dtype=torch.bool)  # [batch, k_pos]
+        visible = visible & real[:, None, None, :]
         if self.window_size is not None:
-            visible &= query - key < self.window_size
-        if key_mask is not None:
-            visible = visible & key_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
+            rank = real.long().cumsum(-1)  # [batch, k_pos]: each key's place among the real tokens
+            distance = rank[:, -q_pos:, None] - rank[:, None, :]  # [batch, q_pos, k_pos]
+            visible = visible & (distance < self.window_size)[:, None]
         return visible
 
     def forward(
