@@ -729,3 +729,30 @@ def test_a_sliding_window_counts_real_tokens_across_a_kv_cache_s_padding(case):
         continued = model(second, attention_mask=second_mask, past_kv_cache=cache)[:, -1]
         alone = [model(torch.tensor([a + b]))[0, -1] for a, b in zip(firsts, seconds, strict=True)]
     torch.testing.assert_close(continued, torch.stack(alone), **TOL)
+
+
+def test_patching_a_clean_token_from_its_corrupted_prompt_s_padding_is_refused():
+    """Right-padded pairs of different lengths: the longer clean prompt's last tokens face the
+    corrupted prompt's padding, whose activations depend on the pad id; patching every position from
+    it is refused (patching, path patching, counterfactual edges), patching named positions and
+    ablating with the mean are not."""
+    model = padded_model("right")
+    clean = model.to_tokens([LONG, SHORT])
+    corrupted = model.to_tokens([SHORT_CORRUPTED, LONG_CORRUPTED])  # pair 0: 8 and 5 real tokens
+    correct, incorrect = answers(model, 2)
+    metric = metrics.logit_diff_metric(correct, incorrect, pos=model.last_positions(clean))
+    circuit = torch.ones(
+        edges.edge_graph(model).n_writers, edges.edge_graph(model).n_readers, dtype=torch.bool
+    )
+    refused = {
+        "patch": lambda: interp.patch(model, clean, metric, head=HEAD, source=corrupted),
+        "activation_patching": lambda: patching.activation_patching(model, clean, corrupted, metric, "z"),
+        "path_patching": lambda: path_patching.path_patching(model, clean, corrupted, metric),
+        "edge faithfulness": lambda: edges.faithfulness(model, clean, corrupted, metric, circuit),
+    }
+    for name, run in refused.items():
+        with pytest.raises(ValueError, match=r"pair 0: 8 and 5 real tokens"):
+            run()
+            pytest.fail(f"{name} patched padding in")
+    interp.patch(model, clean, metric, head=HEAD, source=corrupted, pos=2)
+    edges.faithfulness(model, clean, corrupted, metric, circuit, ablation="mean")

@@ -42,7 +42,7 @@ from interp.checks import check_count, check_gradient_dtype, check_metric_output
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import ActivationCache, act_name
 from interp.model.hooks import HookPoint, opt_in_setting
-from interp.model.tokens import first_real
+from interp.model.tokens import first_real, recorded_padding
 from interp.model.transformer import HookedTransformer
 from interp.types import Pos, Progress
 
@@ -1027,10 +1027,15 @@ def start_names(model: HookedTransformer) -> list[str]:
     return resid_names(model) + [final_resid_hook(model)]
 
 
-def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tensor]:
+def check_pair(
+    model: HookedTransformer, clean, corrupted, counterfactual: bool = True
+) -> tuple[Tensor, Tensor]:
     """Clean and corrupted prompts (text or token ids) as token batches of one [batch, pos] shape,
     each pair's first real token at one position (left padding alike: patching goes position by
-    position, so another padding would write one prompt's tokens into the other's padding)."""
+    position, so another padding would write one prompt's tokens into the other's padding).
+    counterfactual (the corrupted run's values are written into the clean run): where both prompts'
+    padding is known (text, ids from `to_tokens`), no clean token may face its corrupted prompt's
+    padding."""
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_token_pair(clean, corrupted)
     firsts = [first_real(model.attention_mask_of(tokens)) for tokens in (clean, corrupted)]
@@ -1041,6 +1046,26 @@ def check_pair(model: HookedTransformer, clean, corrupted) -> tuple[Tensor, Tens
             f"prompt pairs {differ[:8]} are left-padded differently (first real tokens at "
             f"{firsts[0][differ[:8]].tolist()} and {firsts[1][differ[:8]].tolist()}): patching goes position "
             "by position, so one prompt's tokens would be written into the other's padding; pair prompts of "
-            "one length, or pad on the right (padding_side='right')"
+            "one length in tokens (model.to_str_tokens shows them)"
         )
+    if counterfactual:
+        _check_no_padding_patched_in(clean, corrupted)
     return clean, corrupted
+
+
+def _check_no_padding_patched_in(clean: Tensor, corrupted: Tensor) -> None:
+    """Refuse pairs whose clean prompt is real where its corrupted prompt is padding (masks that the
+    ids record, `to_tokens`'; none recorded: every token real)."""
+    real = [recorded_padding(tokens) for tokens in (clean, corrupted)]
+    real = [torch.ones_like(clean, dtype=torch.bool) if mask is None else mask.bool() for mask in real]
+    facing = (real[0] & ~real[1].to(real[0].device)).any(-1).nonzero()[:, 0].tolist()
+    if facing:
+        i = facing[0]
+        lengths = f"{int(real[0][i].sum())} and {int(real[1][i].sum())} real tokens"
+        raise ValueError(
+            f"prompt pairs {facing[:8]} have clean tokens where their corrupted prompts are padding "
+            f"(pair {i}: {lengths}): patching goes position by position, so the clean run would take "
+            "the corrupted run's padding there; pair prompts of one length in tokens "
+            "(model.to_str_tokens shows them), or ablate with the mean over the corrupted prompts "
+            "(interp.Ablation('mean'))"
+        )

@@ -218,7 +218,7 @@ def patch(
     if isinstance(source, str) or (isinstance(source, Sequence) and not isinstance(source, Tensor)):
         source = model.input_tokens(source)
     if isinstance(source, Tensor) and not (source.is_floating_point() or source.is_complex()):
-        tokens, source_tokens = check_pair(model, tokens, source)
+        tokens, source_tokens = check_pair(model, tokens, source, counterfactual=site.pos is None)
         check_distinct_pair(tokens, source_tokens, "the patched run (the source run is the target run)")
         metric = check_reads_real_tokens(model, metric, tokens, source_tokens, logit_pos=logit_pos)
         with model.settings(**hook_settings_for([site.name])):
