@@ -75,9 +75,9 @@ CAPTIONS = {  # what each heat map's cell means
     "(random tokens)",
     "skip_gram": "attention from a query token to one specific earlier token at varying distances "
     "(natural text)",
-    "copying": "sum(eig) / sum(|eig|) of the full OV circuit W_E W_V W_O W_U, from the weights: +1, "
-    "attending to a token raises that token's logit (the head copies it); −1, lowers it (the head "
-    "suppresses it); 0, neither",
+    "copying": "sum(eig) / sum(|eig|) of the full OV circuit W_E W_V W_O W_U, from the weights (logits "
+    "against their mean over the vocabulary): +1, attending to a token raises that token's logit (the "
+    "head copies it); −1, lowers it (the head suppresses it); 0, neither",
     "k_composition": "how much of the head's key side reads what an earlier previous-token head writes "
     "(max over those heads, from the weights); grey: no earlier previous-token head",
 }
