@@ -280,7 +280,7 @@ def circuit(
     inputs = {"--task": task if is_file else None, "--checkpoint": checkpoint}  # the mask's: read and written
     outputs = {"--mib-out": mib_out}
     command = Command("circuit", model, format, out, save, files=files, inputs=inputs, outputs=outputs)
-    skeleton.check_method_options(ctx, method, checkpoint)
+    skeleton.check_method_options(ctx, method, checkpoint, is_file)
     from circuits.edge_circuits import EdgeCircuitSettings
     from circuits.edge_circuits.run import CircuitTask, circuit_prompts, run_circuit
     from interp.edges import MIB_FRACTIONS
@@ -363,8 +363,7 @@ def icl(
     heads = heads_option(induction_heads)
     if fv and quick:
         raise fail("--quick applies to the ICL score, not to --fv (give --n-prompts, --candidates instead).")
-    if fv and any(value not in (None, False) for value in (early, late, window, plot, ablation != "mean")):
-        raise fail("--early, --late, --window, --plot and --ablation apply to the ICL score, not to --fv.")
+    skeleton.check_icl_mode_options(ctx, fv)
     if fv:
         from circuits.icl import FunctionVectorSettings, function_vector_report
         from circuits.icl.fv_pipeline import function_vector_stages, fv_stage_notes

@@ -150,15 +150,21 @@ METHOD_OPTIONS = {
 }
 
 
-def check_method_options(context: Any, method: str, checkpoint: str | None) -> None:
+def check_method_options(context: Any, method: str, checkpoint: str | None, task_file: bool) -> None:
     """Exit with an error for an option given to `interp circuit` that its `method` does not read
-    (`METHOD_OPTIONS`; --density: `EdgeCircuitSettings`), an edge mask's --checkpoint that cannot be
+    (`METHOD_OPTIONS`; --density: `EdgeCircuitSettings`), --n-prompts with a prompt-pair file (its
+    pairs are the prompts; --metric: `CircuitTask`), an edge mask's --checkpoint that cannot be
     written, or a file there that is no checkpoint of this interp's, before any model is loaded (whose
     run it is, is checked after)."""
     for name, methods in METHOD_OPTIONS.items():
         if given(context, name) and method not in methods:
             option = "--" + name.replace("_", "-")
             raise fail(f"{option} is read by --method {' or '.join(methods)}, not by {method}: leave it out.")
+    if task_file and given(context, "n_prompts"):
+        raise fail(
+            "--n-prompts chooses IOI or induction prompts; a prompt-pair file's pairs are the prompts "
+            "(--heldout-families chooses which test the circuit): leave it out."
+        )
     if checkpoint is None:
         return
     refuse_unwritable(checkpoint, "--checkpoint")
@@ -167,6 +173,28 @@ def check_method_options(context: Any, method: str, checkpoint: str | None) -> N
 
         with refused("--checkpoint: "):
             read_mask_checkpoint(checkpoint)
+
+
+ICL_MODE_OPTIONS = {  # the options of one mode of `interp icl`: False, the ICL score; True, --fv
+    False: ("early", "late", "window", "plot", "ablation", "n_discovery", "n_ablated", "top"),
+    True: ("tasks", "heldout_tasks", "heldout_templates", "n_prompts", "n_shots", "fv_heads", "candidates"),
+}
+
+
+def check_icl_mode_options(context: Any, fv: bool) -> None:
+    """Exit with an error for an option of `interp icl` that the other mode reads (`ICL_MODE_OPTIONS`),
+    before any model is loaded."""
+    other = [name for name in ICL_MODE_OPTIONS[not fv] if given(context, name)]
+    if other:
+        options = ", ".join("--" + name.replace("_", "-") for name in other)
+        if fv:
+            raise fail(
+                f"{options}: options of the ICL score (interp icl without --fv); leave them out of --fv."
+            )
+        raise fail(
+            f"{options}: options of the function-vector analysis (interp icl --fv); add --fv, or leave "
+            "them out."
+        )
 
 
 def check_plot(plot: str | None) -> None:

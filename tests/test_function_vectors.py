@@ -443,7 +443,8 @@ def test_bad_input_says_what_to_pass(smollm2):
     ("options", "message"),
     [
         (["--tasks", "antonym,synonym"], "unknown ICL task"),
-        (["--late", "100"], "apply to the ICL score, not to --fv"),
+        (["--late", "100"], "--late: options of the ICL score (interp icl without --fv)"),
+        (["--top", "5", "--n-discovery", "4"], "--n-discovery, --top: options of the ICL score"),
         (["--format", "csv"], "unknown format"),
         (["--fv-heads", "10", "--candidates", "5"], "must be at least --fv-heads 10"),
         (

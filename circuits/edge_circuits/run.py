@@ -52,6 +52,11 @@ class CircuitTask:
         check_task_name(self.task)
         if self.metric not in METRICS:
             raise ValueError(f"unknown metric {self.metric!r}; choose one of {', '.join(METRICS)}.")
+        if self.metric != "logit_diff" and not self.is_file:
+            raise ValueError(
+                f"--metric {self.metric} applies to prompt-pair files; --task {self.task} measures its own "
+                "logit difference: leave --metric out."
+            )
         if self.heldout_families is not None and not self.is_file:
             raise ValueError(
                 "--heldout-families names families of a prompt-pair file's family column; "
