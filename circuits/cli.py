@@ -360,7 +360,7 @@ def icl(
     files, inputs = [lambda: check_heads_file(induction_heads)], {"--induction-heads": induction_heads}
     name = "icl --fv" if fv else "icl"
     command = Command(name, model, format, out, save, files=files, inputs=inputs, plot=plot)
-    heads = heads_option(induction_heads)
+    heads = heads_option(induction_heads, model)
     if fv and quick:
         raise fail("--quick applies to the ICL score, not to --fv (give --n-prompts, --candidates instead).")
     skeleton.check_icl_mode_options(ctx, fv)
@@ -432,7 +432,7 @@ def retrieval(
     from circuits.quick import retrieval_note
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.find import RETRIEVAL_STAGES
-    heads = heads_option(induction_heads)
+    heads = heads_option(induction_heads, model)
     n_prompts, n_heldout, n_exact, n_two_hop, _ = command.quick(
         quick, ctx, retrieval_note, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact,
         n_two_hop=n_two_hop)

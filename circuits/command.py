@@ -242,9 +242,10 @@ def check_heads_file(induction_heads: str | None) -> None:
         )
 
 
-def heads_option(text: str | None) -> list[tuple[int, int]] | None:
-    """--induction-heads: "L17H3,L19H0", "none", or a saved head report (its confirmed induction heads);
-    None when not given (the heads `interp heads` confirms)."""
+def heads_option(text: str | None, model: str) -> list[tuple[int, int]] | None:
+    """--induction-heads: "L17H3,L19H0", "none", or a saved head report of `model` (its confirmed
+    induction heads; another model's is refused); None when not given (the heads `interp heads`
+    confirms)."""
     import re
 
     if text is None:
@@ -265,6 +266,14 @@ def heads_option(text: str | None) -> list[tuple[int, int]] | None:
             )
         if not isinstance(report, Finding) or report.analysis != "heads":
             raise fail(f"{text} holds no head report; write one with: interp heads --save {text}")
+        import json
+
+        saved_for = json.loads(Path(text).read_text()).get("settings", {}).get("model")  # its --model
+        if model not in (saved_for, report.model) and Path(model).name != report.model:
+            raise fail(
+                f"{text} holds the head report of {report.model}, not of --model {model}; write one with: "
+                f"interp heads --model {model} --save FILE"
+            )
         return report.extras.heads_of_type("induction")
     labels = [label.strip() for label in text.split(",") if label.strip()]
     parsed = [re.fullmatch(r"L(\d+)H(\d+)", label, flags=re.IGNORECASE) for label in labels]

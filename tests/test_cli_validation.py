@@ -267,3 +267,15 @@ def test_an_unfinished_head_report_is_refused_with_the_command_that_finishes_it(
     assert result.exit_code == 2 and "holds an unfinished head report" in said, said
     advice = f"interp heads --model toy-induction --n-samples 400 --dtype float32 --save {path}"
     assert "".join(advice.split()) in "".join(said.split())  # the console wraps long paths anywhere
+
+
+@pytest.mark.parametrize("command", ["icl", "retrieval"])
+def test_another_model_s_head_report_is_refused_as_induction_heads(command):
+    """toy-induction's saved head report names heads of toy-induction: given to a run on SmolLM2 (the
+    default model) it is refused before the model loads, not used as SmolLM2's induction heads."""
+    saved = Path(__file__).parents[1] / "docs" / "results" / "data" / "heads-toy-induction.json"
+    result = CliRunner().invoke(app, [command, "--induction-heads", str(saved)])
+    assert result.exit_code == 2, result.output
+    assert "holds the head report of toy-induction, not of --model smollm2-135m" in " ".join(
+        result.output.split()
+    )
