@@ -131,10 +131,15 @@ def patch_headline(report: PatchReport) -> str:
     site += "" if str(best.position) == "all" else f" at {best.position}"
     unpatched = 0 if report.direction == "denoise" else 1
     beyond = int(((ranked["ci_low"] > unpatched) | (ranked["ci_high"] < unpatched)).sum())
+    moved = (
+        f"{beyond} of {len(ranked)} patches move it beyond {unpatched} (95% CI)"
+        if report.result.values.shape[-1] > 1
+        else "one prompt pair gives no CI, so no patch is shown to move it (give two or more)"
+    )
     return (
         f"{report.model}, patching {report.component} ({report.direction}): strongest {site}, "
         f"{best.mean:.3f} {ci_text((best.ci_low, best.ci_high), 3, sign=False)} on the normalised logit "
-        f"difference; {beyond} of {len(ranked)} patches move it beyond {unpatched} (95% CI)."
+        f"difference; {moved}."
     )
 
 

@@ -79,8 +79,10 @@ def signed(value: float, digits: int = 3) -> str:
 
 def ci_text(interval: tuple[float, float], digits: int = 3, sign: bool = True) -> str:
     """A confidence interval as reports write it: "[-0.012, +0.345]" (each bound as `signed`), or
-    without signs "[0.01, 0.35]"."""
+    without signs "[0.01, 0.35]"; "(no CI)" for NaN bounds (one prompt, or an undefined statistic)."""
     low, high = interval
+    if math.isnan(low) or math.isnan(high):
+        return "(no CI)"
     if sign:
         return f"[{signed(low, digits)}, {signed(high, digits)}]"
     return f"[{low:.{digits}f}, {high:.{digits}f}]"

@@ -373,3 +373,18 @@ def test_a_patch_report_of_grouped_keys_or_values_names_key_value_heads():
     assert f"L{best['layer']}KV{best['kv_head']} (query heads {first}-{first + 1})" in patch_headline(report)
     table = patch_sections(report).sections[0].table
     assert table.columns[1] == "key/value head" and table.rows[0][1].startswith(f"KV{best['kv_head']} (query")
+
+
+def test_a_patch_report_of_one_prompt_pair_claims_no_ci():
+    """One prompt pair: every bootstrap resample is that pair, so a CI would have width 0 and every
+    patch would look certain; the CI is NaN, shown as "(no CI)", and no patch is counted as moving it."""
+    from circuits.patch_report import PatchReport, patch_headline, patch_sections
+    from interp.interventions.patching import activation_patching
+
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(tiny_config()).eval()
+    clean, corrupted = torch.randint(61, (2, 1, 6))
+    result = activation_patching(model, clean, corrupted, lambda logits: logits[:, -1, 0], "z")
+    report = PatchReport(model="m", task="t", component="z", direction="denoise", result=result)
+    assert "(no CI) on the normalised logit difference; one prompt pair gives no CI" in patch_headline(report)
+    assert all(row[-1] == "(no CI)" for row in patch_sections(report).sections[0].table.rows)

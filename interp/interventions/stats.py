@@ -60,9 +60,11 @@ def bootstrap(
     defined: where the statistic is defined on the prompts themselves ([...]; False where a prompt's
     value is NaN/inf): elsewhere the CI is NaN, not the CI of the resamples that miss that prompt. A
     resample whose statistic alone is undefined (a ratio whose denominator is 0 on those prompts) is
-    left out, with a warning saying how many; if every resample is, it raises."""
+    left out, with a warning saying how many; if every resample is, it raises. One prompt (n = 1) has
+    no CI: NaN."""
     values = statistic(resamples(n, n_boot, seed))
     no_ci = ~torch.as_tensor(defined, device=values.device)[..., None]  # [..., 1]
+    no_ci = no_ci | (n < 2)  # every resample is the one prompt: a CI of width 0 would claim certainty
     undefined = ~torch.isfinite(values) & ~no_ci
     if undefined.all(-1).any():
         raise ValueError(
