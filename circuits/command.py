@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # interp.types imports torch, which --help does not load
     from interp.types import Progress
 
 console = Console()
+error_console = Console(stderr=True)
 # The result kind (circuits.results_file.KINDS) of a command whose name is not its kind.
 KIND_OF = {name: "finding" for name in ("hop", "retrieval", "ioi", "icl", "icl --fv", "heads")}
 ERRORS = (ValueError, ImportError, FileNotFoundError)  # a run's errors said in one line (exit status 2)
@@ -87,8 +88,9 @@ def help_epilog(command: str) -> str:
 
 
 def fail(message: str) -> typer.Exit:
-    """Print a one-line error; the caller raises the returned exit (status 2)."""
-    console.print(f"[red]error:[/red] {escape(message)}")  # escaped: messages may hold [brackets]
+    """Print a one-line error on stderr (stdout holds the report); the caller raises the returned exit
+    (status 2)."""
+    error_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # escaped: [brackets]
     return typer.Exit(2)
 
 

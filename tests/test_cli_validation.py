@@ -208,9 +208,12 @@ def test_a_missing_file_is_refused_before_torch_is_imported(tmp_path):
     assert found == {"statuses": [2] * len(runs), "torch": False}, done.stdout
 
 
-def test_an_unknown_model_is_a_one_line_error():
-    result = CliRunner().invoke(app, ["info", "--model", "no/such-model-here"])
-    assert result.exit_code == 2 and "error:" in result.output and "Traceback" not in result.output
+def test_an_unknown_model_is_a_one_line_error_on_stderr():
+    """One line on stderr, so that `interp heads --format json > r.json` leaves no error in r.json."""
+    result = CliRunner().invoke(app, ["heads", "--model", "no/such-model-here", "--format", "json"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.stdout == "" and len(errors) == 1 and "cannot load 'no/such-model-here'" in errors[0]
 
 
 def test_version_and_examples_in_help():
