@@ -471,11 +471,11 @@ class Command:
             raise fail(str(error)) from error
         if self.note is not None:
             result.provenance = f"{result.provenance}; {self.note}"
-        self.kind[2](result, self.format, self.out, console, **render)
-        if self.save is not None:
+        if self.save is not None:  # before the report, which a closed pipe (`| head`) stops
             from circuits.results_file import save_result
 
             save_result(result, self.save, self.name, keyed)
+        self.kind[2](result, self.format, self.out, console, **render)
         for path in [*self.outputs.values(), self.out, self.save]:
             if path is not None:
                 console.print(f"Wrote {path}", style="dim")

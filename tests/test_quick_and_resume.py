@@ -506,3 +506,29 @@ def test_save_refuses_a_result_of_other_weights_and_one_that_records_no_settings
         no_model_loads(patched)
         older = CliRunner().invoke(app, arguments)
     assert older.exit_code == 2 and "settings it does not record" in " ".join(older.output.split())
+
+
+def test_a_report_cut_short_by_a_closed_pipe_leaves_the_whole_result_saved(tmp_path):
+    """`interp heads --save F | head`: once the reader has closed the pipe the report stops (rich exits
+    with status 1); the result was saved before the report, whole (not as the stages done)."""
+    saved = tmp_path / "heads.json"
+    env = os.environ | {"INTERP_CACHE": str(tmp_path / "cache")}
+    command = [
+        sys.executable,
+        "-c",
+        "from circuits.cli import app; app()",
+        "heads",
+        "--model",
+        "toy-induction",
+    ]
+    read, write = os.pipe()
+    os.close(read)  # a reader that has gone: the report's first write finds the pipe closed
+    try:
+        status = subprocess.run(
+            [*command, "--quick", "--save", str(saved)], cwd=ROOT, env=env, stdout=write,
+            stderr=subprocess.DEVNULL, timeout=600,
+        ).returncode  # fmt: skip
+    finally:
+        os.close(write)
+    assert status == 1
+    assert not isinstance(load_result(saved), PartialResult)
