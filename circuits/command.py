@@ -96,12 +96,30 @@ def fail(message: str) -> typer.Exit:
 
 @contextmanager
 def refused(prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError, OSError)) -> Iterator[None]:
-    """An error of `errors` inside (a ValueError or an unreadable file) becomes a one-line error (with
-    `prefix`) and exit status 2."""
+    """An error of `errors` inside (a ValueError or an unreadable file), or running out of memory,
+    becomes a one-line error (with `prefix`) and exit status 2."""
     try:
         yield
     except errors as error:
         raise fail(f"{prefix}{error}") from error
+    except (MemoryError, RuntimeError) as error:
+        raise out_of_memory(error) from error
+
+
+def out_of_memory(error: MemoryError | RuntimeError) -> Exception:
+    """The one-line error (to raise) of a run that ran out of memory, torch's or Python's; any other
+    RuntimeError itself, raised again as it was."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if (
+        not isinstance(error, MemoryError)
+        and "can't allocate memory" not in text
+        and "out of memory" not in text
+    ):
+        return error
+    return fail(
+        f"out of memory ({text[:160]}): the sizes asked for do not fit in this machine's memory; ask for "
+        "fewer prompts, samples, sequences, resamples or steps, or a smaller --batch-size"
+    )
 
 
 def refuse_bad_format(format: str, out: str | None, formats: Sequence[str]) -> None:
@@ -469,6 +487,8 @@ class Command:
                 result = analyse(prepared, progress, kept)
         except ERRORS as error:
             raise fail(str(error)) from error
+        except (MemoryError, RuntimeError) as error:
+            raise out_of_memory(error) from error
         if self.note is not None:
             result.provenance = f"{result.provenance}; {self.note}"
         if self.save is not None:  # before the report, which a closed pipe (`| head`) stops

@@ -282,3 +282,18 @@ def test_another_model_s_head_report_is_refused_as_induction_heads(command):
     assert "holds the head report of toy-induction, not of --model smollm2-135m" in " ".join(
         result.output.split()
     )
+
+
+def test_running_out_of_memory_is_a_one_line_error():
+    """An allocation no machine can make (2**60 bytes, past any address space) inside a command's work:
+    one line saying what to ask for (exit status 2), not torch's traceback; other RuntimeErrors pass."""
+    import torch
+    import typer
+
+    import circuits.command as skeleton
+
+    with pytest.raises(typer.Exit) as stopped, skeleton.refused():
+        torch.empty(2**60, dtype=torch.uint8)
+    assert stopped.value.exit_code == 2
+    with pytest.raises(RuntimeError, match="not about memory"), skeleton.refused():
+        raise RuntimeError("not about memory")
