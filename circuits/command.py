@@ -14,6 +14,7 @@ note on its model line, and the files written are named. With `circuits.cli`, th
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -226,11 +227,14 @@ def check_plot(plot: str | None) -> None:
 
 def check_model(model: str) -> None:
     """Refuse a --model that names local files which are not a model (`interp.io.model_paths`: a
-    missing directory or .gguf file), before anything is imported or loaded."""
+    missing directory or .gguf file), and an INTERP_CACHE that is no writable directory (where models
+    and results are cached), before anything is imported or loaded."""
     from interp.io.model_paths import check_local_source
 
     with refused():
         check_local_source(model)
+    if "INTERP_CACHE" in os.environ:
+        refuse_unwritable(os.environ["INTERP_CACHE"], "INTERP_CACHE", directory=True)
 
 
 def check_pairs_file(

@@ -297,3 +297,14 @@ def test_running_out_of_memory_is_a_one_line_error():
     assert stopped.value.exit_code == 2
     with pytest.raises(RuntimeError, match="not about memory"), skeleton.refused():
         raise RuntimeError("not about memory")
+
+
+def test_an_interp_cache_that_is_no_writable_directory_is_refused_before_loading(tmp_path, monkeypatch):
+    """INTERP_CACHE naming a file: refused before the model loads (it failed after the work, with a
+    traceback from the cache's first write)."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "a-file"))
+    for command in (["info", "--model", "toy-ioi"], ["heads", "--model", "toy-induction", "--quick"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert f"INTERP_CACHE {tmp_path / 'a-file'} is a file; pass a directory" in result.output
