@@ -250,7 +250,7 @@ def check_pairs_file(
         raise fail(f"{names} choose IOI prompts, which {option} {path} replaces: drop {names}, or {option}.")
 
     with refused(f"{option}: "):
-        check_pairs(read_pairs(path), path, metric)
+        check_pairs(read_pairs(path), path, metric, offers_prob=option == "--task")  # circuit's --metric
 
 
 def check_heads_file(induction_heads: str | None) -> None:

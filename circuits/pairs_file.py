@@ -145,13 +145,16 @@ def occurrences(text: str, needle: str) -> list[int]:
     return starts
 
 
-def check_pairs(rows: Sequence[Mapping[str, Any]], name: str | Path, metric: str = "logit_diff") -> None:
+def check_pairs(
+    rows: Sequence[Mapping[str, Any]], name: str | Path, metric: str = "logit_diff", offers_prob: bool = True
+) -> None:
     """Refuse (ValueError) pairs that lack what `metric` reads (clean, corrupted, correct and, for
     logit_diff, incorrect), pairs whose corrupted prompt is their clean one (patching or ablating from
     it changes nothing), pairs whose correct answer is their incorrect one (the logit difference is 0),
     a pair that repeats another, a family column that some pairs leave empty, and `pos:NAME` columns
     that some pairs leave empty, that are no position, or whose text is not in the clean prompt as often
-    as they say (whether it covers whole tokens needs the tokenizer: `circuits.path.task.pair_task`)."""
+    as they say (whether it covers whole tokens needs the tokenizer: `circuits.path.task.pair_task`).
+    offers_prob: whether the command offers --metric prob, which the errors then suggest."""
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r} is not one of {METRICS}.")
     rows = pair_rows(rows, name)
@@ -160,9 +163,10 @@ def check_pairs(rows: Sequence[Mapping[str, Any]], name: str | Path, metric: str
         missing = [key for key in needed if not row.get(key)]
         if missing:
             raise ValueError(
-                f"{name}: pair {number} lacks {', '.join(missing)}; every pair needs {', '.join(needed)} "
-                f"(for a probability metric without an incorrect answer use --metric prob)."
-            )
+                f"{name}: pair {number} lacks {', '.join(missing)}; every pair needs {', '.join(needed)}"
+                + (" (for a probability metric without an incorrect answer use --metric prob)." if offers_prob
+                   else ".")
+            )  # fmt: skip
     same = [number for number, row in enumerate(rows, 1) if row["clean"] == row["corrupted"]]
     if same:
         raise ValueError(
@@ -179,7 +183,7 @@ def check_pairs(rows: Sequence[Mapping[str, Any]], name: str | Path, metric: str
                 f"{name}: {len(same)} pairs have the same correct and incorrect answer (the first: pair "
                 f"{same[0]}, {answer!r}); the logit difference of an answer with itself is 0 on every "
                 "prompt, so no effect on them could be measured: give each pair an incorrect answer that "
-                "differs, or use --metric prob"
+                "differs" + (", or use --metric prob" if offers_prob else "")
             )
     _check_positions(rows, name)
     _check_repeats(rows, name, needed)
