@@ -314,3 +314,11 @@ def test_an_interp_cache_that_is_no_writable_directory_is_refused_before_loading
         result = CliRunner().invoke(app, command)
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         assert f"INTERP_CACHE {tmp_path / 'a-file'} is a file; pass a directory" in result.output
+
+
+def test_more_toy_ioi_prompts_than_its_held_out_split_holds_are_refused_before_the_stages():
+    """toy-ioi's held-out templates and names make at most 226 distinct balanced prompts: 300 is refused
+    before path patching starts (it was refused at stage 6 of 7, after the discovery's work)."""
+    result = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--n-prompts", "300"])
+    assert result.exit_code == 2, result.output
+    assert "at most 226 are distinct" in result.output and "stage 1 of 7" not in result.output

@@ -115,6 +115,10 @@ def find_ioi_circuit(
     """
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
+    description, families = HELDOUT_GIVEN, None
+    if heldout is None and prompts is None:  # made now: a split too small is refused before any work
+        heldout = ioi_dataset_for(model, n_prompts, seed, "heldout")[:2]
+        description, families = heldout_description(model), drawn_families(model, "heldout", heldout[0])
     timings = {"dataset": time.perf_counter() - start}
     measured = measure_prompts(model, clean, abc, settings, timings, progress)  # 2.
     stages = StageResults() if stages is None else stages
@@ -143,10 +147,6 @@ def find_ioi_circuit(
             "evaluation",
             lambda step: evaluate_circuit(finding, clean, ablation, n_subsets, settings.seed, step),
         )
-    description, families = HELDOUT_GIVEN, None
-    if heldout is None and prompts is None:
-        heldout = ioi_dataset_for(model, n_prompts, seed, "heldout")[:2]
-        description, families = heldout_description(model), drawn_families(model, "heldout", heldout[0])
     if validate and heldout is not None and figures.heads:  # 5.
         tested, tested_abc = (p.to(model.device) for p in heldout)
         validation = kept(
