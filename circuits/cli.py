@@ -160,8 +160,6 @@ def train(
             seed=seed, lr=lr, batch_size=batch_size, seq_len=seq_len, d_vocab=d_vocab, positional=positional,
             hops=hops, name=name)
     skeleton.refuse_unwritable(out, "--out", directory=True)
-    if (resumed := training.latest_checkpoint(Path(out))) is not None:
-        console.print(f"Resuming from {resumed} (delete {out} to start afresh).")
     try:
         with refused(errors=(ValueError,)), skeleton.stage_bars("train", [training.TRAIN_STAGE]) as progress:
             model, log = training.train_toy_model(

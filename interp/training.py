@@ -381,7 +381,9 @@ def train(
     if latest is not None:
         step, log = load_training_state(latest, model, optimizer, generator, config)
     model.train()
-    if progress is not None:
+    if progress is not None and latest is not None:
+        progress(f"{TRAIN_STAGE}: resumed from {latest} (delete {out} to start afresh)", step, config.steps)
+    elif progress is not None:
         progress(TRAIN_STAGE, step, config.steps)
     state = None  # what a checkpoint on Ctrl-C saves: (model, optimizer, generator, step, log, config)
     with deterministic_algorithms(), _checkpoint_on_interrupt(out, lambda: state) as interrupted:
@@ -517,15 +519,18 @@ def load_training_state(
     state = json.loads((directory / "trainer_state.json").read_text())
     settings = {k: v for k, v in state["train_config"].items() if k not in ("progress", "show_bar")}
     saved = TrainConfig(**settings).to_dict()  # ("progress", "show_bar": terminal bars of older versions)
-    changed = {k for k, v in config.to_dict().items() if saved[k] != v}
+    changed = [f"{k} {saved[k]} -> {v}" for k, v in config.to_dict().items() if saved[k] != v]
+    saved_model = load_checkpoint(directory)
+    changed += [
+        f"{f.name} {getattr(saved_model.cfg, f.name)} -> {getattr(model.cfg, f.name)}"
+        for f in fields(model.cfg)
+        if getattr(saved_model.cfg, f.name) != getattr(model.cfg, f.name)
+    ]
     if changed:
         raise ValueError(
-            f"{directory} was trained with different settings ({sorted(changed)}); resume with the "
-            "same settings or train into a fresh --out directory."
+            f"{directory} was trained with other settings ({'; '.join(changed)}); resume with the same "
+            "settings, or train into a fresh --out directory."
         )
-    saved_model = load_checkpoint(directory)
-    if saved_model.cfg != model.cfg:
-        raise ValueError(f"{directory} holds a model of another config; use a fresh --out directory.")
     model.load_state_dict(saved_model.state_dict())
     tensors = load_file(directory / "optimizer.safetensors")
     generator.set_state(tensors.pop("data_rng_state"))

@@ -212,8 +212,12 @@ def test_ctrl_c_within_a_step_saves_that_step_whole_with_its_evaluation(tmp_path
 
 def test_resume_with_other_settings_is_refused(tmp_path):
     small_run(tmp_path, 10)
-    with pytest.raises(ValueError, match="different settings"):
+    with pytest.raises(ValueError, match=r"other settings \(steps 10 -> 20; grad_clip 1.0 -> 0.5\)"):
         small_run(tmp_path, 20, grad_clip=0.5)
+    wider = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=32, d_vocab=6, n_ctx=16))
+    config = TrainConfig(steps=10, batch_size=8, lr=3e-3, seed=3)
+    with pytest.raises(ValueError, match=r"other settings \(d_model 16 -> 32; d_head 8 -> 16"):
+        train(wider, make_task("markov", d_vocab=6, n_ctx=16), config, out=tmp_path)
 
 
 def test_failed_checkpoint_save_leaves_nothing(tmp_path):
@@ -297,9 +301,9 @@ def test_cli_train_records_the_name_and_task_and_resumes(tmp_path):
     args = ["train", "--task", "ioi", "--layers", "1", "--d-model", "16", "--steps", "3"]
     args += ["--out", str(out), "--name", "smollm2-135m"]
     first = CliRunner().invoke(app, args)
-    assert first.exit_code == 0 and "Resuming" not in first.output, first.output
+    assert first.exit_code == 0 and "resumed from" not in first.output, first.output
     again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0 and "Resuming from" in " ".join(again.output.split()), again.output
+    assert again.exit_code == 0 and "steps: resumed from" in " ".join(again.output.split()), again.output
     model = interp.load_model(out)
     assert model.cfg.model_name == "smollm2-135m" and model.cfg.task == "ioi"
     for split in ("discovery", "heldout"):
