@@ -65,12 +65,12 @@ def info(model: str = MODEL) -> None:
     """Summarise a model and its top prediction on an IOI prompt."""
     skeleton.check_model(model)
     loaded = skeleton.load(model)
-    cfg = loaded.cfg
+    cfg, n = loaded.cfg, interp.parameter_count(loaded)
     console.print(
         f"[bold]{cfg.model_name}[/bold] ({cfg.architecture}): {cfg.n_layers} layers, {cfg.n_heads} heads "
-        f"({cfg.n_kv_heads} key/value), d_model {cfg.d_model}, d_mlp {cfg.d_mlp}, vocab {cfg.d_vocab}, "
-        f"context {cfg.n_ctx}, {interp.parameter_count(loaded) / 1e6:.1f}M parameters"
-    )
+        f"({cfg.n_kv_heads} key/value), d_model {cfg.d_model}, "
+        f"{'attention only' if cfg.attn_only else f'd_mlp {cfg.d_mlp}'}, vocab {cfg.d_vocab}, context "
+        f"{cfg.n_ctx}, " + (f"{n / 1e6:.1f}M parameters" if n >= 1e6 else f"{n:,} parameters"))
     if loaded.tokenizer is not None:
         prompt = "When Mary and John went to the store, John gave a drink to"
         top = loaded(prompt)[0, -1].topk(5)

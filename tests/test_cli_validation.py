@@ -322,3 +322,13 @@ def test_more_toy_ioi_prompts_than_its_held_out_split_holds_are_refused_before_t
     result = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--n-prompts", "300"])
     assert result.exit_code == 2, result.output
     assert "at most 226 are distinct" in result.output and "stage 1 of 7" not in result.output
+
+
+def test_info_of_a_small_attention_only_model():
+    """toy-induction has no MLPs and under a million parameters: info says so, not "d_mlp 256" and
+    "0.0M parameters"."""
+    import interp
+
+    result = CliRunner().invoke(app, ["info", "--model", "toy-induction"])
+    n, said = interp.parameter_count(interp.load_model("toy-induction")), " ".join(result.output.split())
+    assert result.exit_code == 0 and "attention only" in said and f"{n:,} parameters" in said
