@@ -51,6 +51,7 @@ BAD_ARGUMENTS = [
     (["circuit", "--method", "exact", "--max-memory", "2GiB"], "--max-memory"),
     (["circuit", "--method", "eap-ig-activations", "--ig-points", "mib"], "--ig-points"),
     (["circuit", "--heldout-families", "template 1"], "--task ioi holds out its own"),
+    (["circuit", "--model", "toy-ioi", "--task", "induction"], "21 tokens) do not fit toy-ioi's context"),
     (
         ["circuit", "--task", "{pairs}", "--heldout-families", "The N near the M,The N under the M"],
         "held-out families ['The N under the M'] are not among the task's families ['The N near the M', ",

@@ -98,9 +98,15 @@ def induction_task(
     high = model.cfg.d_vocab if model.tokenizer is None else min(model.cfg.d_vocab, len(model.tokenizer))
     ids = torch.arange(high)
     ids = ids[~torch.isin(ids, torch.tensor(model.special_token_ids(), dtype=torch.long))]
-    if 2 * seq_len + int(model.cfg.default_prepend_bos) > model.cfg.n_ctx:
+    needed, bos_and = (
+        2 * seq_len + int(model.cfg.default_prepend_bos),
+        "a BOS and " * model.cfg.default_prepend_bos,
+    )
+    if needed > model.cfg.n_ctx:
         raise ValueError(
-            f"seq_len={seq_len} does not fit {model.cfg.model_name}'s context of {model.cfg.n_ctx}."
+            f"the induction task's prompts ({bos_and}a sequence of {seq_len} tokens twice: {needed} "
+            f"tokens) do not fit {model.cfg.model_name}'s context of "
+            f"{model.cfg.n_ctx}; use a model with a longer context"
         )
     if 2 * seq_len > len(ids):
         raise ValueError(
