@@ -84,6 +84,7 @@ REFUSED_BEFORE_LOADING = [
     (["info", "--model", "{missing}"], "no such file or directory"),
     (["heads", "--model", "{missing}/model"], "no such file or directory"),
     (["ioi", "--model", "{empty}"], "holds neither an interp checkpoint nor a transformers model"),
+    (["info", "--model", "{unfinished}"], "pass its last checkpoint, {unfinished}/checkpoints/step_000300"),
     (["hop", "--model", "{missing}.gguf"], "no such file or directory"),
     (["patch", "--pairs", "{missing}.csv"], "--pairs: No prompt-pair file at"),
     (["patch", "--model", "toy-ioi", "--pairs", "{headless}"], "pair 1 lacks clean, corrupted, correct"),
@@ -161,6 +162,9 @@ def test_files_and_options_are_refused_before_a_model_loads(arguments, message, 
     (tmp_path / "headless.csv").write_text("prompt,answer\nA B,A\n")
     (tmp_path / "copied.csv").write_text("clean,corrupted,correct,incorrect\nA B,A C, D, E\nA B,A B, D, E\n")
     (tmp_path / "no_incorrect.csv").write_text("clean,corrupted,correct\nA B,A C, D\n")
+    for step in ("step_000100", "step_000300"):  # a training run stopped before its final save
+        (tmp_path / "unfinished" / "checkpoints" / step).mkdir(parents=True)
+        (tmp_path / "unfinished" / "checkpoints" / step / "config.json").write_text("{}")
     (tmp_path / "own.csv").write_bytes(PAIRS.read_bytes())  # a file a refusal must leave as it is
     (tmp_path / "onefamily.csv").write_text(
         "clean,corrupted,correct,incorrect,family\nA B,A C, D, E,only\nF B,F C, D, E,only\n"
@@ -168,8 +172,8 @@ def test_files_and_options_are_refused_before_a_model_loads(arguments, message, 
     names = {"missing": tmp_path / "missing", "empty": tmp_path / "empty",
              "headless": tmp_path / "headless.csv", "copied": tmp_path / "copied.csv",
              "pairs": PAIRS, "own": tmp_path / "own.csv",
-             "onefamily": tmp_path / "onefamily.csv",
-             "no_incorrect": tmp_path / "no_incorrect.csv"}  # fmt: skip
+             "onefamily": tmp_path / "onefamily.csv", "no_incorrect": tmp_path / "no_incorrect.csv",
+             "unfinished": tmp_path / "unfinished"}  # fmt: skip
     arguments, message = [a.format(**names) for a in arguments], message.format(**names)
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 2, result.output

@@ -24,6 +24,12 @@ def check_local_source(source: str) -> None:
         return
     path = Path(source).expanduser()
     if path.is_dir() and not (path / "config.json").is_file():
+        steps = sorted(path.glob("checkpoints/step_*/config.json"))  # `interp train`'s, unfinished
+        if steps:
+            raise ValueError(
+                f"{path} is a training run that has not finished: run the same interp train command to "
+                f"finish it, or pass its last checkpoint, {steps[-1].parent}"
+            )
         raise ValueError(f"{path} holds neither an interp checkpoint nor a transformers model.")
     if path.is_dir() or (path.suffix == ".gguf" and path.exists()):
         return
