@@ -344,15 +344,20 @@ def stage_bars(
     kept=None,
     save: str | None = None,
     model: str | None = None,
+    quick: bool = False,
 ) -> Iterator[Progress]:
     """The Progress callback of `interp COMMAND`, on stderr (stdout may hold the report): its planned
     `stages` announced with the command's expected time on `model` where it was measured (None: the
-    command takes no model; every measured time) (and, with `kept`, --save's StageResults, as
+    command takes no model; every measured time; `quick`: its --quick preset's, measured on the
+    default model) (and, with `kept`, --save's StageResults, as
     saved to `save` one by one; `between`: the work reported outside them), then bars on a terminal,
     else lines with a heartbeat (`circuits.progress_printer`)."""
     from circuits.progress_printer import progress_printer
 
     expected = expected_time_text(command, model)
+    if quick:
+        time = QUICK_PRESETS[command].time
+        expected = f"Expected time: {time.text()}." if model in (None, time.model) else None
     terminal = Console(stderr=True).is_terminal
     saved_to = None if kept is None else save
     with progress_printer(command, stages, terminal, expected, between, kept, saved_to) as progress:
@@ -381,6 +386,7 @@ class Command:
         self.name, self.model, self.format, self.out, self.save = name, model, format, out, save
         self.outputs = {"--plot": plot, **(outputs or {})}  # the files the analysis writes
         self.note: str | None = None  # the --quick note, which the report's model line carries
+        self.quick_run = False  # --quick: the plan quotes its preset's time
         check_model(model)
         for check in files:
             check()
@@ -405,7 +411,7 @@ class Command:
         without)} (None without --quick), of which `note` makes the note said (`circuits.quick`, `say`)."""
         if not quick:
             return (*values.values(), None)
-        preset = QUICK_PRESETS[self.name]
+        preset, self.quick_run = QUICK_PRESETS[self.name], True
 
         def with_quick(name: str, value: object) -> object:
             quick_value, default = preset.options.get(name, (value, value))
@@ -484,7 +490,7 @@ class Command:
             bars = (
                 nullcontext()
                 if stages is None
-                else stage_bars(self.name, stages, between, kept, self.save, self.model)
+                else stage_bars(self.name, stages, between, kept, self.save, self.model, self.quick_run)
             )
             prepared = loaded if prepare is None else prepare(loaded)
             with self._stopped_leaves(kept is not None), bars as progress:

@@ -257,3 +257,17 @@ def test_the_hop_task_gets_a_layer_more_than_its_hops(tmp_path):
     assert result.exit_code == 0, result.output
     assert interp.load_model(str(tmp_path / "h")).cfg.n_layers == default_layers("hop") == 3
     assert default_layers("hop", 1) == 2 and default_layers("induction") == 2
+
+
+def test_a_quick_run_s_plan_quotes_the_quick_preset_s_time(capsys):
+    """`interp heads --quick` on the default model: the plan says the preset's measured time, not the
+    full run's; on another model, whose quick run was not measured, no time."""
+    import circuits.command as skeleton
+
+    with skeleton.stage_bars("heads", ["a stage"], model=interp.catalog.DEFAULT_MODEL, quick=True):
+        pass
+    plan = " ".join(capsys.readouterr().err.split())
+    assert QUICK_PRESETS["heads"].time.text() in plan and expected_time_text("heads") not in plan
+    with skeleton.stage_bars("heads", ["a stage"], model="toy-induction", quick=True):
+        pass
+    assert "Expected time" not in capsys.readouterr().err
