@@ -128,7 +128,7 @@ def print_report(report: Report, console: Console) -> None:
                 justify = "right" if column in section.table.right else "left"
                 table.add_column(Text(column), justify=justify, overflow="fold")  # long cells wrap, never cut
             for row in section.table.rows:
-                table.add_row(*map(Text, row))  # text, not markup: "[n/a, n/a]" is shown as it is
+                table.add_row(*map(Text, row))  # text, not markup: "[CI]" is shown as it is
             console.print(table)
         for note in section.notes:
             console.print(note, style="dim", markup=False, highlight=False)
