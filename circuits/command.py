@@ -227,14 +227,15 @@ def check_plot(plot: str | None) -> None:
 
 def check_model(model: str) -> None:
     """Refuse a --model that names local files which are not a model (`interp.io.model_paths`: a
-    missing directory or .gguf file), and an INTERP_CACHE that is no writable directory (where models
-    and results are cached), before anything is imported or loaded."""
+    missing directory or .gguf file), and an INTERP_CACHE that is a file or a directory that cannot be
+    made (where models and results are cached), before anything is imported or loaded."""
     from interp.io.model_paths import check_local_source
 
     with refused():
         check_local_source(model)
-    if "INTERP_CACHE" in os.environ:
-        refuse_unwritable(os.environ["INTERP_CACHE"], "INTERP_CACHE", directory=True)
+    cache = os.environ.get("INTERP_CACHE")
+    if cache is not None and not Path(cache).expanduser().is_dir():  # (a read-only one may hold the models)
+        refuse_unwritable(cache, "INTERP_CACHE", directory=True)
 
 
 def check_pairs_file(

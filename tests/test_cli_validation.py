@@ -310,7 +310,7 @@ def test_running_out_of_memory_is_a_one_line_error():
         raise RuntimeError("not about memory")
 
 
-def test_an_interp_cache_that_is_no_writable_directory_is_refused_before_loading(tmp_path, monkeypatch):
+def test_an_interp_cache_that_is_a_file_is_refused_before_loading(tmp_path, monkeypatch):
     """INTERP_CACHE naming a file: refused before the model loads (it failed after the work, with a
     traceback from the cache's first write)."""
     (tmp_path / "a-file").write_text("")
