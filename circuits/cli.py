@@ -14,7 +14,7 @@ import typer
 import circuits.command as skeleton
 import interp
 import interp.catalog as catalog
-from circuits.command import Command, check_heads_file, console, fail, heads_option, induction_class, refused
+from circuits.command import Command, check_heads_file, console, fail, induction_class, refused
 from interp.catalog import COMPONENTS, DEFAULT_HOPS, DTYPES, TASK_DEFAULTS, TASKS
 from interp.runtime.memory import keep_freed_memory
 
@@ -358,7 +358,7 @@ def icl(
     files, inputs = [lambda: check_heads_file(induction_heads)], {"--induction-heads": induction_heads}
     name = "icl --fv" if fv else "icl"
     command = Command(name, model, format, out, save, files=files, inputs=inputs, plot=plot)
-    heads = heads_option(induction_heads, model)
+    heads = command.induction_heads(induction_heads)
     if fv and quick:
         raise fail("--quick applies to the ICL score, not to --fv (give --n-prompts, --candidates instead).")
     skeleton.check_icl_mode_options(ctx, fv)
@@ -430,7 +430,7 @@ def retrieval(
     from circuits.quick import retrieval_note
     from circuits.retrieval import RetrievalSettings, find_retrieval_circuit
     from circuits.retrieval.find import RETRIEVAL_STAGES
-    heads = heads_option(induction_heads, model)
+    heads = command.induction_heads(induction_heads)
     n_prompts, n_heldout, n_exact, n_two_hop, _ = command.quick(
         quick, ctx, retrieval_note, n_prompts=n_prompts, n_heldout=n_heldout, n_exact=n_exact,
         n_two_hop=n_two_hop)

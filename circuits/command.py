@@ -267,16 +267,16 @@ def check_heads_file(induction_heads: str | None) -> None:
         )
 
 
-def heads_option(text: str | None, model: str) -> list[tuple[int, int]] | None:
-    """--induction-heads: "L17H3,L19H0", "none", or a saved head report of `model` (its confirmed
-    induction heads; another model's is refused); None when not given (the heads `interp heads`
-    confirms)."""
+def heads_option(text: str | None) -> tuple[list[tuple[int, int]] | None, str | None]:
+    """--induction-heads: "L17H3,L19H0", "none", or a saved head report (its confirmed induction
+    heads); None when not given (the heads `interp heads` confirms). With the weights' fingerprint a
+    report saved by `interp heads --save` records (else None), which `Command.run` checks."""
     import re
 
     if text is None:
-        return None
+        return None, None
     if text.strip().lower() == "none":
-        return []
+        return [], None
     if text.endswith(".json"):
         from circuits.finding import Finding
         from circuits.results_file import PartialResult, load_result
@@ -293,18 +293,13 @@ def heads_option(text: str | None, model: str) -> list[tuple[int, int]] | None:
             raise fail(f"{text} holds no head report; write one with: interp heads --save {text}")
         import json
 
-        saved_for = json.loads(Path(text).read_text()).get("settings", {}).get("model")  # its --model
-        if model not in (saved_for, report.model) and Path(model).name != report.model:
-            raise fail(
-                f"{text} holds the head report of {report.model}, not of --model {model}; write one with: "
-                f"interp heads --model {model} --save FILE"
-            )
-        return report.extras.heads_of_type("induction")
+        weights = json.loads(Path(text).read_text()).get("settings", {}).get("weights")
+        return report.extras.heads_of_type("induction"), weights
     labels = [label.strip() for label in text.split(",") if label.strip()]
     parsed = [re.fullmatch(r"L(\d+)H(\d+)", label, flags=re.IGNORECASE) for label in labels]
     if not labels or not all(parsed):
         raise fail(f'--induction-heads {text!r}: give heads as "L17H3,L19H0", a heads.json, or "none".')
-    return [(int(match[1]), int(match[2])) for match in parsed]
+    return [(int(match[1]), int(match[2])) for match in parsed], None
 
 
 def induction_class(heads: list | None) -> list | str:
@@ -388,6 +383,7 @@ class Command:
         self.outputs = {"--plot": plot, **(outputs or {})}  # the files the analysis writes
         self.note: str | None = None  # the --quick note, which the report's model line carries
         self.quick_run = False  # --quick: the plan quotes its preset's time
+        self.heads_file: tuple[str, str] | None = None  # --induction-heads' report and its weights
         check_model(model)
         for check in files:
             check()
@@ -423,6 +419,13 @@ class Command:
         if note is not None:
             self.say(note(sizes))
         return (*chosen.values(), sizes)
+
+    def induction_heads(self, text: str | None) -> list[tuple[int, int]] | None:
+        """--induction-heads (`heads_option`); a saved report's weights are checked against the model's
+        once it loads (`run`): another model's heads are refused."""
+        heads, weights = heads_option(text)
+        self.heads_file = None if weights is None else (text, weights)
+        return heads
 
     def say(self, note: str | None) -> None:
         """Say the --quick `note` (what the run uses instead of the defaults) on stderr; the report's
@@ -486,6 +489,7 @@ class Command:
         self.keyed(options)
         loaded = load(self.model, dtype)
         keyed = self.keyed(options, loaded)
+        self._check_heads_file(loaded)
         try:
             kept = None if notes is None else self._kept(keyed, stages, notes)
             bars = (
@@ -511,6 +515,19 @@ class Command:
             if path is not None:
                 console.print(f"Wrote {path}", style="dim")
         return result
+
+    def _check_heads_file(self, loaded: HookedTransformer) -> None:
+        """Refuse --induction-heads' report where it was saved for other weights than the model's."""
+        if self.heads_file is None:
+            return
+        from interp.model import weights_fingerprint
+
+        path, weights = self.heads_file
+        if weights != weights_fingerprint(loaded):
+            raise fail(
+                f"{path} holds the head report of other weights than --model {self.model}'s; write one "
+                f"with: interp heads --model {self.model} --save FILE"
+            )
 
     def _kept(self, keyed: dict | None, stages: Sequence[str], notes: Callable) -> StageResults | None:
         """--save's StageResults (None without --save): each stage written as it finishes, those of an

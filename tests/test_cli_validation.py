@@ -284,15 +284,24 @@ def test_an_unfinished_head_report_is_refused_with_the_command_that_finishes_it(
 
 
 @pytest.mark.parametrize("command", ["icl", "retrieval"])
-def test_another_model_s_head_report_is_refused_as_induction_heads(command):
+def test_another_model_s_head_report_is_refused_as_induction_heads(command, tmp_path, smollm2):
     """toy-induction's saved head report names heads of toy-induction: given to a run on SmolLM2 (the
-    default model) it is refused before the model loads, not used as SmolLM2's induction heads."""
+    default model) it is refused once the model loads (its weights are not the report's), not used as
+    SmolLM2's induction heads; SmolLM2's own report, given with the model named by its GGUF's path, is
+    taken (the weights decide, not the name)."""
     saved = Path(__file__).parents[1] / "docs" / "results" / "data" / "heads-toy-induction.json"
     result = CliRunner().invoke(app, [command, "--induction-heads", str(saved)])
     assert result.exit_code == 2, result.output
-    assert "holds the head report of toy-induction, not of --model smollm2-135m" in " ".join(
+    assert "holds the head report of other weights than --model smollm2-135m's" in " ".join(
         result.output.split()
     )
+    from circuits.command import Command
+    from interp.io.sources import OFFLINE_MODELS
+
+    own = Path(__file__).parents[1] / "docs" / "results" / "data" / "heads-smollm2-135m.json"
+    by_path = Command(command, str(OFFLINE_MODELS["smollm2-135m"]()), "table", None, None)
+    assert by_path.induction_heads(str(own))
+    by_path._check_heads_file(smollm2)  # the same weights: nothing refused
 
 
 def test_running_out_of_memory_is_a_one_line_error():
