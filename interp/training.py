@@ -524,7 +524,7 @@ def load_training_state(
     changed += [
         f"{f.name} {getattr(saved_model.cfg, f.name)} -> {getattr(model.cfg, f.name)}"
         for f in fields(model.cfg)
-        if getattr(saved_model.cfg, f.name) != getattr(model.cfg, f.name)
+        if f.compare and getattr(saved_model.cfg, f.name) != getattr(model.cfg, f.name)  # (not device, dtype)
     ]
     if changed:
         raise ValueError(

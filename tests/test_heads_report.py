@@ -332,9 +332,7 @@ def test_an_older_head_report_file_reads_as_the_finding_with_the_same_numbers(tm
             (s.name, s.beyond, s.holds) for s in new.strata
         ]
     ci = re.compile(r"\[[-+]\d+\.\d\d, [-+]\d+\.\d\d\] \| (yes|no) \|$")  # a stratum's CI and verdict
-    new = [
-        ci.sub(r"(no CI) | \1 |", line) for line in render_markdown(finding_report(finding)).splitlines()
-    ]
+    new = [ci.sub(r"(no CI) | \1 |", line) for line in render_markdown(finding_report(finding)).splitlines()]
     assert render_markdown(finding_report(loaded)).splitlines() == new
 
 

@@ -20,6 +20,7 @@ from circuits.patch_report import pairs_patching
 from interp import Ablation, edges, metrics
 from interp.interventions import ablation, engine, patching, path_patching
 from interp.interventions.engine import RunOptions
+from interp.model.tokens import record_padding
 
 SHORT, LONG = "w2 w3 w4 w5", "w6 w7 w8 w9 w10 w11 w12"
 SHORT_CORRUPTED, LONG_CORRUPTED = "w13 w3 w14 w5", "w15 w7 w16 w9 w17 w11 w18"
@@ -731,14 +732,17 @@ def test_a_sliding_window_counts_real_tokens_across_a_kv_cache_s_padding(case):
     torch.testing.assert_close(continued, torch.stack(alone), **TOL)
 
 
-def test_patching_a_clean_token_from_its_corrupted_prompt_s_padding_is_refused():
-    """Right-padded pairs of different lengths: the longer clean prompt's last tokens face the
-    corrupted prompt's padding, whose activations depend on the pad id; patching every position from
-    it is refused (patching, path patching, counterfactual edges), patching named positions and
-    ablating with the mean are not."""
+def test_patching_a_token_from_its_other_prompt_s_padding_is_refused():
+    """Right-padded pairs of different lengths: the longer prompt's last tokens face the shorter one's
+    padding, whose activations depend on the pad id. Patching every position of the longer prompt's
+    run from the shorter one is refused (patching the clean run: noising, interp.patch, path patching,
+    counterfactual edges; patching the corrupted run: denoising); patching the shorter prompt's run
+    (its padding takes the other's values, which nothing real reads), named positions and a mean
+    ablation are not."""
     model = padded_model("right")
-    clean = model.to_tokens([LONG, SHORT])
-    corrupted = model.to_tokens([SHORT_CORRUPTED, LONG_CORRUPTED])  # pair 0: 8 and 5 real tokens
+    tokens, mask = model.to_tokens_and_mask([LONG, SHORT, SHORT_CORRUPTED, SHORT_CORRUPTED])  # one width
+    clean, corrupted = record_padding(tokens[:2], mask[:2]), record_padding(tokens[2:], mask[2:])
+    # pair 0: the clean prompt 8 real tokens, the corrupted 5; pair 1: 5 and 5
     correct, incorrect = answers(model, 2)
     metric = metrics.logit_diff_metric(correct, incorrect, pos=model.last_positions(clean))
     circuit = torch.ones(
@@ -746,13 +750,37 @@ def test_patching_a_clean_token_from_its_corrupted_prompt_s_padding_is_refused()
     )
     refused = {
         "patch": lambda: interp.patch(model, clean, metric, head=HEAD, source=corrupted),
-        "activation_patching": lambda: patching.activation_patching(model, clean, corrupted, metric, "z"),
+        "noising": lambda: patching.activation_patching(
+            model, clean, corrupted, metric, "z", direction="noise"
+        ),
+        "denoising": lambda: patching.activation_patching(model, corrupted, clean, metric, "z"),
         "path_patching": lambda: path_patching.path_patching(model, clean, corrupted, metric),
         "edge faithfulness": lambda: edges.faithfulness(model, clean, corrupted, metric, circuit),
     }
     for name, run in refused.items():
-        with pytest.raises(ValueError, match=r"pair 0: 8 and 5 real tokens"):
+        with pytest.raises(ValueError, match=r"pair 0: 8 real tokens in the run patched, 5 in its source"):
             run()
             pytest.fail(f"{name} patched padding in")
+    patching.activation_patching(model, clean, corrupted, metric, "z")  # denoising the 5-token prompt
     interp.patch(model, clean, metric, head=HEAD, source=corrupted, pos=2)
-    edges.faithfulness(model, clean, corrupted, metric, circuit, ablation="mean")
+    edges.faithfulness(model, clean, corrupted, metric, circuit, ablation=Ablation("mean", reference=clean))
+
+
+def test_a_plain_metric_masking_the_padding_with_the_library_s_loss_reads_left_padded_prompts():
+    """next_token_loss with the prompts' mask leaves the padding out by selection, so a plain metric
+    built on it works on the NaN logits the checks put at a left-padded prompt's padding, and the
+    short prompt's value is its own alone."""
+    model = padded_model("left")
+    clean, corrupted = model.to_tokens([SHORT, LONG]), model.to_tokens([SHORT_CORRUPTED, LONG_CORRUPTED])
+    mask = model.attention_mask_of(clean)
+
+    def summed_loss(logits):
+        return interp.next_token_loss(logits, clean, per_token=True, attention_mask=mask).sum(1)
+
+    patched = interp.patch(model, clean, summed_loss, head=HEAD, source=corrupted)
+    short, short_corrupted = model.to_tokens([SHORT]), model.to_tokens([SHORT_CORRUPTED])
+    alone = interp.patch(
+        model, short, lambda logits: interp.next_token_loss(logits, short, per_token=True).sum(1),
+        head=HEAD, source=short_corrupted,
+    )  # fmt: skip
+    torch.testing.assert_close(patched[0], alone[0], **TOL)

@@ -21,6 +21,9 @@ from interp.training import (
     TrainConfig,
     TrainingLog,
     evaluate,
+    latest_checkpoint,
+    load_training_state,
+    make_optimizer,
     make_task,
     save_training_checkpoint,
     shipped_checkpoint,
@@ -349,3 +352,18 @@ def test_default_markov_training_predicts_like_the_in_context_bigram_predictor(t
     uniform = math.log(model.cfg.d_vocab)
     assert last["bigram_loss"] < uniform - 0.1  # the reference is far from uniform on these chains
     assert last["eval_loss"] - last["bigram_loss"] < 0.25 * (uniform - last["bigram_loss"]), last
+
+
+def test_resume_compares_the_model_not_where_its_weights_are(tmp_path):
+    """A run resumed with its model on another device (train_toy_model moves it to CUDA where there is
+    one; checkpoints load on the CPU) resumes: the device and dtype follow the weights and are no setting
+    (recorded here as moving the weights records them)."""
+    from interp.config import place
+
+    small_run(tmp_path, 10)
+    moved = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16))
+    place(moved.cfg, "cuda:0", torch.float32)
+    config = TrainConfig(steps=10, batch_size=8, lr=3e-3, seed=3)
+    optimizer, generator = make_optimizer(moved, config), torch.Generator()
+    step, _ = load_training_state(latest_checkpoint(tmp_path), moved, optimizer, generator, config)
+    assert step == 10

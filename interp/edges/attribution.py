@@ -131,7 +131,9 @@ def edge_attribution(
             )
         _check_method(model, method, steps)
         ablation = edge_ablation(ablation)
-        clean, corrupted = check_pair(model, clean, corrupted, ablation.kind == "counterfactual")
+        clean, corrupted = check_pair(
+            model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
+        )
         metric = check_reads_real_tokens(model, metric, clean)
         with intervened(model, base, torch.arange(clean.shape[0])):
             return _exact_scores(
@@ -178,7 +180,9 @@ def edge_attribution_by_position(
             f"ig_points={ig_points!r} applies to EAP-IG over inputs (method='eap-ig'); {method} takes "
             "alpha = k/steps, k = 1..steps, as the reference code does: leave ig_points='paper'."
         )
-    clean, corrupted = check_pair(model, clean, corrupted, ablation.kind == "counterfactual")
+    clean, corrupted = check_pair(
+        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
+    )
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     steps = 1 if method == "eap" else steps

@@ -86,7 +86,9 @@ def faithfulness(
     (`ablation`: what ablated edges carry, `ablated_outputs`). Circuits that are the same run once
     (`evaluate_circuits`). progress("Faithfulness", runs done, runs)."""
     ablation = edge_ablation(ablation)
-    clean, corrupted = check_pair(model, clean, corrupted, ablation.kind == "counterfactual")
+    clean, corrupted = check_pair(
+        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
+    )
     metric = check_reads_real_tokens(model, metric, clean)
     if ablation.kind == "counterfactual":
         check_distinct_pair(clean, corrupted, "every ablated edge (counterfactual: the corrupted run's)")
@@ -309,7 +311,9 @@ def removal_effects(
     runs done, batches and runs)."""
     ablation = edge_ablation(ablation)
     check_gradient_dtype(model.dtype, "removal_effects' estimate")
-    clean, corrupted = check_pair(model, clean, corrupted, ablation.kind == "counterfactual")
+    clean, corrupted = check_pair(
+        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
+    )
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     if not isinstance(circuit, Tensor) or tuple(circuit.shape) != (graph.n_writers, graph.n_readers):

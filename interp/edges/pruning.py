@@ -206,7 +206,9 @@ def prune_edges(
             "Ablation without a reference."
         )
     check_gradient_dtype(model.dtype, "prune_edges")
-    clean, corrupted = check_pair(model, clean, corrupted, ablation.kind == "counterfactual")
+    clean, corrupted = check_pair(
+        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
+    )
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     if start is not None and tuple(start.scores.shape) != (graph.n_writers, graph.n_readers):
@@ -543,7 +545,9 @@ def checkpoint_step(
     if checkpoint is None or not os.path.exists(checkpoint):  # (`_load` reads it, and refuses another's)
         return None
     ablation = edge_ablation(ablation)
-    clean, corrupted = check_pair(model, clean, corrupted, ablation.kind == "counterfactual")
+    clean, corrupted = check_pair(
+        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
+    )
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     key = _run_key(

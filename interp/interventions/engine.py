@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Float, Int
@@ -1028,14 +1028,14 @@ def start_names(model: HookedTransformer) -> list[str]:
 
 
 def check_pair(
-    model: HookedTransformer, clean, corrupted, counterfactual: bool = True
+    model: HookedTransformer, clean, corrupted, patched: Literal["clean", "corrupted"] | None = "clean"
 ) -> tuple[Tensor, Tensor]:
     """Clean and corrupted prompts (text or token ids) as token batches of one [batch, pos] shape,
     each pair's first real token at one position (left padding alike: patching goes position by
     position, so another padding would write one prompt's tokens into the other's padding).
-    counterfactual (the corrupted run's values are written into the clean run): where both prompts'
-    padding is known (text, ids from `to_tokens`), no clean token may face its corrupted prompt's
-    padding."""
+    patched: the run the other's values are written into (None: neither, e.g. a mean ablation); where
+    both prompts' padding is known (text, ids from `to_tokens`), none of its tokens may face the
+    other prompt's padding."""
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_token_pair(clean, corrupted)
     firsts = [first_real(model.attention_mask_of(tokens)) for tokens in (clean, corrupted)]
@@ -1048,24 +1048,25 @@ def check_pair(
             "by position, so one prompt's tokens would be written into the other's padding; pair prompts of "
             "one length in tokens (model.to_str_tokens shows them)"
         )
-    if counterfactual:
-        _check_no_padding_patched_in(clean, corrupted)
+    if patched is not None:
+        _check_no_padding_patched_in(*((clean, corrupted) if patched == "clean" else (corrupted, clean)))
     return clean, corrupted
 
 
-def _check_no_padding_patched_in(clean: Tensor, corrupted: Tensor) -> None:
-    """Refuse pairs whose clean prompt is real where its corrupted prompt is padding (masks that the
-    ids record, `to_tokens`'; none recorded: every token real)."""
-    real = [recorded_padding(tokens) for tokens in (clean, corrupted)]
-    real = [torch.ones_like(clean, dtype=torch.bool) if mask is None else mask.bool() for mask in real]
+def _check_no_padding_patched_in(target: Tensor, source: Tensor) -> None:
+    """Refuse pairs whose target prompt (the run patched) is real where its source prompt is padding
+    (masks that the ids record, `to_tokens`'; none recorded: every token real)."""
+    real = [recorded_padding(tokens) for tokens in (target, source)]
+    real = [torch.ones_like(target, dtype=torch.bool) if mask is None else mask.bool() for mask in real]
     facing = (real[0] & ~real[1].to(real[0].device)).any(-1).nonzero()[:, 0].tolist()
     if facing:
         i = facing[0]
-        lengths = f"{int(real[0][i].sum())} and {int(real[1][i].sum())} real tokens"
+        lengths = (
+            f"{int(real[0][i].sum())} real tokens in the run patched, {int(real[1][i].sum())} in its source"
+        )
         raise ValueError(
-            f"prompt pairs {facing[:8]} have clean tokens where their corrupted prompts are padding "
-            f"(pair {i}: {lengths}): patching goes position by position, so the clean run would take "
-            "the corrupted run's padding there; pair prompts of one length in tokens "
-            "(model.to_str_tokens shows them), or ablate with the mean over the corrupted prompts "
-            "(interp.Ablation('mean'))"
+            f"prompt pairs {facing[:8]} have tokens of the run patched where their other prompts are "
+            f"padding (pair {i}: {lengths}): patching goes position by position, so those tokens would "
+            "take the other run's padding; pair prompts of one length in tokens (model.to_str_tokens "
+            "shows them)"
         )

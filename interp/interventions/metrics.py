@@ -382,7 +382,8 @@ def _nan_at_padding(metric: Metric, last: Int[Tensor, " batch"], first: Int[Tens
                 )
                 raise ValueError(
                     f"the metric is {value[i].item()} on prompt {prompt}, which is {side}: it reads the "
-                    f"padding {fix}"
+                    f"padding {fix}. (Its logits are NaN at padding: a metric that masks the padding by "
+                    "multiplying, x * mask, gets NaN * 0 = NaN there; mask with torch.where.)"
                 )
         return value
 

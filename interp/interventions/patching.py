@@ -151,7 +151,7 @@ def patch_sites(
       elsewhere), logit_tokens, batch_size and progress (the patched runs done, as `RunOptions` counts them).
     """
     logit_pos = options.logit_pos
-    clean, corrupted = check_pair(model, clean, corrupted)
+    clean, corrupted = check_pair(model, clean, corrupted, _patched_run(direction))
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
     metric = check_reads_real_tokens(model, metric, clean, corrupted, logit_pos=logit_pos)
@@ -181,6 +181,11 @@ def patch_sites(
         source=metric_values(metric, source_logits, target_tokens.shape[0]),
         method=f"activation patching ({direction})",
     )
+
+
+def _patched_run(direction: Direction) -> Literal["clean", "corrupted"]:
+    """The run whose activations are replaced: the corrupted one when denoising, the clean when noising."""
+    return "corrupted" if direction == "denoise" else "clean"
 
 
 def patch(
@@ -218,7 +223,7 @@ def patch(
     if isinstance(source, str) or (isinstance(source, Sequence) and not isinstance(source, Tensor)):
         source = model.input_tokens(source)
     if isinstance(source, Tensor) and not (source.is_floating_point() or source.is_complex()):
-        tokens, source_tokens = check_pair(model, tokens, source, counterfactual=site.pos is None)
+        tokens, source_tokens = check_pair(model, tokens, source, "clean" if site.pos is None else None)
         check_distinct_pair(tokens, source_tokens, "the patched run (the source run is the target run)")
         metric = check_reads_real_tokens(model, metric, tokens, source_tokens, logit_pos=logit_pos)
         with model.settings(**hook_settings_for([site.name])):
@@ -254,7 +259,7 @@ def activation_patching(
       and progress (the patched runs done, as `RunOptions` counts them).
     The result's `metric_name` is "metric": label it with `dataclasses.replace(result, metric_name=...)`.
     """
-    clean, corrupted = check_pair(model, clean, corrupted)
+    clean, corrupted = check_pair(model, clean, corrupted, _patched_run(direction))
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     result = patch_sites(model, clean, corrupted, metric, sites, direction=direction, options=options)
     result.index = grid_index(component, dims, coords)
@@ -289,7 +294,7 @@ def attribution_patching(
     options: `RunOptions`' logit_pos only (one pass: no batches, no logit_tokens, no progress).
     """
     logit_pos = options.logit_pos
-    clean, corrupted = check_pair(model, clean, corrupted)
+    clean, corrupted = check_pair(model, clean, corrupted, _patched_run(direction))
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
     metric = check_reads_real_tokens(model, metric, clean, corrupted, logit_pos=logit_pos)

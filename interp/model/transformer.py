@@ -103,7 +103,7 @@ def next_token_loss(
         return loss if per_token else loss.mean()
     mask = attention_mask.to(loss.device).bool()
     counted = mask[:, :-1] & mask[:, 1:]
-    loss = loss * counted
+    loss = torch.where(counted, loss, 0.0)  # not loss * counted: NaN at padding stays out
     return loss if per_token else loss.sum() / counted.sum()
 
 
