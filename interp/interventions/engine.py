@@ -1054,10 +1054,12 @@ def check_pair(
 
 
 def _check_no_padding_patched_in(target: Tensor, source: Tensor) -> None:
-    """Refuse pairs whose target prompt (the run patched) is real where its source prompt is padding
-    (masks that the ids record, `to_tokens`'; none recorded: every token real)."""
+    """Refuse pairs whose target prompt (the run patched) is real where its source prompt is padding,
+    where both record their padding (`to_tokens`' masks; ids without one may hold padding unknown)."""
     real = [recorded_padding(tokens) for tokens in (target, source)]
-    real = [torch.ones_like(target, dtype=torch.bool) if mask is None else mask.bool() for mask in real]
+    if real[0] is None or real[1] is None:
+        return
+    real = [mask.bool() for mask in real]
     facing = (real[0] & ~real[1].to(real[0].device)).any(-1).nonzero()[:, 0].tolist()
     if facing:
         i = facing[0]
