@@ -104,19 +104,21 @@ def refused(prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError,
     except errors as error:
         raise fail(f"{prefix}{error}") from error
     except (MemoryError, RuntimeError) as error:
-        raise out_of_memory(error) from error
+        if (stop := out_of_memory(error)) is None:
+            raise
+        raise stop from error
 
 
-def out_of_memory(error: MemoryError | RuntimeError) -> Exception:
-    """The one-line error (to raise) of a run that ran out of memory, torch's or Python's; any other
-    RuntimeError itself, raised again as it was."""
+def out_of_memory(error: MemoryError | RuntimeError) -> typer.Exit | None:
+    """The one-line error (to raise) of a run that ran out of memory, torch's or Python's; None for
+    any other RuntimeError (raise it as it is)."""
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     if (
         not isinstance(error, MemoryError)
         and "can't allocate memory" not in text
         and "out of memory" not in text
     ):
-        return error
+        return None
     return fail(
         f"out of memory ({text[:160]}): the sizes asked for do not fit in this machine's memory; ask for "
         "fewer prompts, samples, sequences, resamples or steps, or a smaller --batch-size"
@@ -503,7 +505,9 @@ class Command:
         except ERRORS as error:
             raise fail(str(error)) from error
         except (MemoryError, RuntimeError) as error:
-            raise out_of_memory(error) from error
+            if (stop := out_of_memory(error)) is None:
+                raise
+            raise stop from error
         if self.note is not None:
             result.provenance = f"{result.provenance}; {self.note}"
         if self.save is not None:  # before the report, which a closed pipe (`| head`) stops
