@@ -50,6 +50,7 @@ from interp.edges.intervene import (
     chunks,
     edge_ablation,
     edge_forward,
+    edge_pair,
     logit_positions,
     read_at,
     run_circuits,
@@ -57,7 +58,7 @@ from interp.edges.intervene import (
     writer_outputs,
 )
 from interp.interventions.ablation import Ablation
-from interp.interventions.engine import Intervention, Site, check_pair, intervened, read_with_grad
+from interp.interventions.engine import Intervention, Site, intervened, read_with_grad
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.devices import module_weight
 from interp.model.cache import act_name
@@ -131,9 +132,7 @@ def edge_attribution(
             )
         _check_method(model, method, steps)
         ablation = edge_ablation(ablation)
-        clean, corrupted = check_pair(
-            model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
-        )
+        clean, corrupted = edge_pair(model, clean, corrupted, ablation)
         metric = check_reads_real_tokens(model, metric, clean)
         with intervened(model, base, torch.arange(clean.shape[0])):
             return _exact_scores(
@@ -180,9 +179,7 @@ def edge_attribution_by_position(
             f"ig_points={ig_points!r} applies to EAP-IG over inputs (method='eap-ig'); {method} takes "
             "alpha = k/steps, k = 1..steps, as the reference code does: leave ig_points='paper'."
         )
-    clean, corrupted = check_pair(
-        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
-    )
+    clean, corrupted = edge_pair(model, clean, corrupted, ablation)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     steps = 1 if method == "eap" else steps

@@ -22,13 +22,14 @@ from interp.edges.intervene import (
     ablated_outputs,
     chunks,
     edge_ablation,
+    edge_pair,
     logit_positions,
     read_at,
     run_circuits,
 )
 from interp.edges.pruning import masked_logits
 from interp.interventions.ablation import Ablation
-from interp.interventions.engine import check_pair, forward_logits
+from interp.interventions.engine import forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.interventions.stats import (
     FaithfulnessSummary,
@@ -86,9 +87,7 @@ def faithfulness(
     (`ablation`: what ablated edges carry, `ablated_outputs`). Circuits that are the same run once
     (`evaluate_circuits`). progress("Faithfulness", runs done, runs)."""
     ablation = edge_ablation(ablation)
-    clean, corrupted = check_pair(
-        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
-    )
+    clean, corrupted = edge_pair(model, clean, corrupted, ablation)
     metric = check_reads_real_tokens(model, metric, clean)
     if ablation.kind == "counterfactual":
         check_distinct_pair(clean, corrupted, "every ablated edge (counterfactual: the corrupted run's)")
@@ -311,9 +310,7 @@ def removal_effects(
     runs done, batches and runs)."""
     ablation = edge_ablation(ablation)
     check_gradient_dtype(model.dtype, "removal_effects' estimate")
-    clean, corrupted = check_pair(
-        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
-    )
+    clean, corrupted = edge_pair(model, clean, corrupted, ablation)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     if not isinstance(circuit, Tensor) or tuple(circuit.shape) != (graph.n_writers, graph.n_readers):

@@ -35,6 +35,7 @@ from torch import Tensor
 from interp.checks import RESAMPLE_MASK_ERROR, check_padding_mask, check_token_pair
 from interp.edges.graph import EdgeGraph, edge_graph
 from interp.interventions.ablation import Ablation, check_means_defined, shifted
+from interp.interventions.engine import check_pair
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
 from interp.model.cache import ActivationCache
@@ -491,9 +492,8 @@ def ablated_outputs(
         reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(ablation.seed)
     )
     outputs = outputs[:, drawn.to(outputs.device)]  # [writer, batch, pos, d_model]
-    real_clean = model._real_tokens(clean, {})
-    offsets = None if real_clean is None else first_real(real_clean)
-    if offsets is not None and bool(offsets.any()):  # a left-padded prompt's tokens from its first real one
+    offsets = model.first_positions(clean)
+    if bool(offsets.any()):  # a left-padded prompt's tokens from its first real one
         outputs = shifted(outputs.permute(1, 2, 0, 3), -offsets, 0.0).permute(2, 0, 1, 3)
     return outputs
 
@@ -530,6 +530,14 @@ def _mean_outputs(
         return mean
     check_means_defined(undefined, real_clean, "edges' mean ablation")
     return mean.masked_fill(undefined.to(mean.device)[None, :, :, None], 0.0)
+
+
+def edge_pair(
+    model: HookedTransformer, clean: Tensor, corrupted: Tensor, ablation: Ablation
+) -> tuple[Tensor, Tensor]:
+    """`engine.check_pair` for edges: the clean run is patched from the corrupted one where ablated
+    edges carry the corrupted run's outputs (counterfactual), from neither otherwise."""
+    return check_pair(model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None)
 
 
 def edge_ablation(ablation: Ablation | AblationKind) -> Ablation:

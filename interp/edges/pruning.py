@@ -51,13 +51,14 @@ from interp.edges.intervene import (
     chunks,
     edge_ablation,
     edge_forward,
+    edge_pair,
     logit_positions,
     read_at,
     writer_outputs,
 )
 from interp.edges.stability import normalised_ranks
 from interp.interventions.ablation import Ablation
-from interp.interventions.engine import check_pair, forward_logits
+from interp.interventions.engine import forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
 from interp.model.loading import weights_fingerprint
@@ -206,9 +207,7 @@ def prune_edges(
             "Ablation without a reference."
         )
     check_gradient_dtype(model.dtype, "prune_edges")
-    clean, corrupted = check_pair(
-        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
-    )
+    clean, corrupted = edge_pair(model, clean, corrupted, ablation)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     if start is not None and tuple(start.scores.shape) != (graph.n_writers, graph.n_readers):
@@ -545,9 +544,7 @@ def checkpoint_step(
     if checkpoint is None or not os.path.exists(checkpoint):  # (`_load` reads it, and refuses another's)
         return None
     ablation = edge_ablation(ablation)
-    clean, corrupted = check_pair(
-        model, clean, corrupted, "clean" if ablation.kind == "counterfactual" else None
-    )
+    clean, corrupted = edge_pair(model, clean, corrupted, ablation)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)
     key = _run_key(

@@ -42,7 +42,7 @@ from interp.checks import check_count, check_gradient_dtype, check_metric_output
 from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
 from interp.model.cache import ActivationCache, act_name
 from interp.model.hooks import HookPoint, opt_in_setting
-from interp.model.tokens import first_real, recorded_padding
+from interp.model.tokens import recorded_padding
 from interp.model.transformer import HookedTransformer
 from interp.types import Pos, Progress
 
@@ -872,8 +872,8 @@ def _logits_at(
     if isinstance(logit_pos, int):
         pos = torch.full((rows,), logit_pos % n_pos, device=resid.device)
         if start_at_layer is None:  # token ids: each prompt's last real token is known
-            first = first_real(model.attention_mask_of(input))
-            refuse_padding(model.last_positions(input), pos, n_pos, f"logit_pos={logit_pos} reads", first)
+            last, first = model.last_positions(input), model.first_positions(input)
+            refuse_padding(last, pos, n_pos, f"logit_pos={logit_pos} reads", first)
     else:
         pos = logit_pos.to(resid.device).repeat(rows // logit_pos.shape[0])
     at = pos if narrowed_from is None else torch.zeros_like(pos)
@@ -1038,8 +1038,7 @@ def check_pair(
     other prompt's padding."""
     clean, corrupted = model.input_tokens(clean), model.input_tokens(corrupted)
     check_token_pair(clean, corrupted)
-    firsts = [first_real(model.attention_mask_of(tokens)) for tokens in (clean, corrupted)]
-    firsts = [torch.zeros(len(clean), dtype=torch.long) if first is None else first for first in firsts]
+    firsts = [model.first_positions(tokens) for tokens in (clean, corrupted)]
     differ = (firsts[0] != firsts[1]).nonzero()[:, 0].tolist()
     if differ:
         raise ValueError(

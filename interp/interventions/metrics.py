@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.checks import check_denominator, check_metric_output
-from interp.model.tokens import FIRST_POSITIONS, LAST_POSITIONS, first_real, recorded_padding
+from interp.model.tokens import FIRST_POSITIONS, LAST_POSITIONS, recorded_padding
 from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
 from interp.types import Metric as Metric
 from interp.types import Pos
@@ -326,11 +326,9 @@ def check_reads_real_tokens(
     if getattr(metric, "reads_real_tokens", False):  # checked already
         return metric
     n_pos = tokens.shape[1]
-    last, first = model.last_positions(tokens), torch.zeros(len(tokens), dtype=torch.long)
-    for run in (tokens, *others):
-        last = torch.minimum(last, model.last_positions(run).to(last.device))
-        left = first_real(model.attention_mask_of(run))
-        first = first if left is None else torch.maximum(first, left)
+    runs = (tokens, *others)
+    last = torch.stack([model.last_positions(run).cpu() for run in runs]).amin(0)
+    first = torch.stack([model.first_positions(run) for run in runs]).amax(0)
     if bool((last == n_pos - 1).all()) and not bool(first.any()):
         return metric
     if logit_pos is not None and not isinstance(logit_pos, Tensor):

@@ -875,6 +875,12 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         (no padding, or token ids padded on the right, whose padding no real token attends to)."""
         return self._tokens_and_mask(input, prepend_bos, padding_side, None)[1]
 
+    def first_positions(self, input: ModelInput) -> Int[Tensor, " batch"]:
+        """Each prompt's first real token [batch] on the CPU: its left padding's length (0 without)."""
+        tokens, mask = self._tokens_and_mask(input, None, None, None)
+        first = first_real(mask)
+        return torch.zeros(tokens.shape[0], dtype=torch.long) if first is None else first
+
     def input_to_embed(
         self,
         input: ModelInput,
