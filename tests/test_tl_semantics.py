@@ -164,6 +164,36 @@ def test_loss_with_padding_counts_real_tokens_only():
     torch.testing.assert_close(model.loss_fn(model(tokens, attention_mask=mask), tokens, mask), mean)
 
 
+@pytest.mark.parametrize("per_token", [False, True])
+def test_the_loss_of_texts_padded_on_the_right_is_refused_without_their_mask(per_token):
+    """TransformerLens masks nothing for a right-padded list of texts, so its loss counts the padding's
+    predictions: the same call is refused here; with the texts' mask given (TransformerLens then masks
+    too) it counts the real tokens, as left padding does."""
+    model = _model("gpt2-like")
+    assert model.tokenizer.padding_side == "right"
+    with pytest.raises(
+        ValueError, match="texts are padded on the right .*attention_mask=model.to_tokens_and_mask"
+    ):
+        model(PROMPTS, return_type="loss", loss_per_token=per_token)
+    mask = model.to_tokens_and_mask(PROMPTS)[1]
+    right = model(PROMPTS, return_type="loss", attention_mask=mask, loss_per_token=per_token)
+    left = model(PROMPTS, return_type="loss", padding_side="left", loss_per_token=per_token)
+    if not per_token:
+        torch.testing.assert_close(right, left, atol=ATOL, rtol=0)
+    model(PROMPTS[:1], return_type="loss")  # one text: no padding
+
+
+def test_negative_layers_other_than_minus_one_are_refused_by_the_cache(model):
+    """TransformerLens's cache reads None and -1 as the final stream and any other negative layer as an
+    empty range: those are refused, naming the layer counted from the end."""
+    _, cache = model.run_with_cache(torch.randint(3, 61, (1, 5)))
+    n_layers = model.cfg.n_layers
+    torch.testing.assert_close(cache.accumulated_resid(layer=-1), cache.accumulated_resid(layer=n_layers))
+    for call in (cache.accumulated_resid, cache.decompose_resid, cache.stack_head_results):
+        with pytest.raises(ValueError, match=f"from the end, pass layer={n_layers - 1}"):
+            call(layer=-2)
+
+
 def test_kv_cache_continues_a_left_padded_batch(model):
     tokens, mask = model.to_tokens_and_mask(PROMPTS, padding_side="left")
     cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, len(PROMPTS))

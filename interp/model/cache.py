@@ -4,7 +4,8 @@ The API is TransformerLens's `ActivationCache` (argument names, defaults, return
 or `(tensor, labels)` with `return_labels=True`). Positions: `pos_slice` is TransformerLens's (None,
 an int, a tuple/slice, or a list of positions, the same for every prompt); interp adds `pos`, one
 position per prompt (a LongTensor [batch], e.g. each IOI prompt's END). Layers: `layer=None` or -1
-means the final residual stream (the unembedding's input); other negative layers count from it.
+means the final residual stream (the unembedding's input); other negative layers are refused (TransformerLens
+reads them as an empty range).
 """
 
 from __future__ import annotations
@@ -318,12 +319,18 @@ class ActivationCache:
         return ActivationCache(sliced, self.model, has_batch_dim=not isinstance(index, int), real_tokens=real)
 
     def _layer(self, layer: int | None) -> int:
-        """A residual-stream index in [0, n_layers]: None and -1 mean n_layers (the final stream)."""
+        """A residual-stream index in [0, n_layers]: None and -1 mean n_layers (the final stream). Other
+        negative layers are refused: TransformerLens reads them as an empty range (or fails)."""
         n_layers = self.model.cfg.n_layers
-        index = n_layers if layer is None else layer + n_layers + 1 if layer < 0 else layer
-        if not 0 <= index <= n_layers:
-            raise ValueError(f"layer={layer} is outside [-{n_layers + 1}, {n_layers}].")
-        return index
+        if layer is None or layer == -1:
+            return n_layers
+        if not 0 <= layer <= n_layers:
+            meant = f"; from the end, pass layer={layer + n_layers + 1}" if -n_layers - 1 <= layer < 0 else ""
+            raise ValueError(
+                f"layer={layer} is outside [0, {n_layers}] (None or -1: the final stream); TransformerLens "
+                f"does not count other negative layers from the end{meant}"
+            )
+        return layer
 
     # --- the residual stream as a sum of components ---------------------------------------------
 

@@ -122,6 +122,20 @@ def _refuse_loss_over_padding(real: Int[Tensor, "batch pos"] | None) -> None:
     )
 
 
+def _refuse_loss_over_text_padding(mask: Int[Tensor, "batch pos"]) -> None:
+    """Refuse the loss of a list of texts padded on the right without a given mask: interp counts their
+    real tokens, where TransformerLens masks nothing and counts the predictions of the padding."""
+    if bool(mask[:, -1].all()):  # padded on the left: TransformerLens masks it too
+        return
+    prompt = int((~mask.bool()).any(1).nonzero()[0])
+    raise checks.InvalidArgumentError(
+        f"these texts are padded on the right (text {prompt} has {int(mask[prompt].sum())} real tokens of "
+        f"{mask.shape[1]}), and TransformerLens's loss of such a list counts the predictions of the "
+        "padding; pass attention_mask=model.to_tokens_and_mask(texts)[1] to count real tokens only (as "
+        "TransformerLens does given that mask), or run each text alone"
+    )
+
+
 # TransformerLens's state-dict names of the embedding and unembedding -> interp's.
 _TL_OUTER_NAMES = {"embed.W_E": "W_E", "pos_embed.W_pos": "W_pos", "unembed.W_U": "W_U", "unembed.b_U": "b_U"}
 
@@ -705,7 +719,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         """
         start, stop = self._layer_range(start_at_layer, stop_at_layer)
         self._check_shortformer_pos_embed(shortformer_pos_embed, start_at_layer is not None and start < stop)
-        exact_mask = attention_mask  # given or recorded on the ids: each prompt's last real token exactly
+        given_mask = exact_mask = attention_mask  # given, or recorded on the ids: last real tokens exactly
         if start_at_layer is None:
             tokens, attention_mask = self._tokens_and_mask(
                 input, prepend_bos, padding_side, attention_mask, past_kv_cache is not None
@@ -764,6 +778,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             raise ValueError("return_type='loss' after start_at_layer needs the targets: pass tokens=.")
         if attention_mask is None and not loss_per_token:
             _refuse_loss_over_padding(recorded_padding(tokens))
+        if text and given_mask is None and attention_mask is not None:
+            _refuse_loss_over_text_padding(attention_mask)
         loss = next_token_loss(logits, tokens, per_token=loss_per_token, attention_mask=attention_mask)
         return loss if return_type == "loss" else (logits, loss)
 
