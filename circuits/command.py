@@ -465,7 +465,7 @@ class Command:
         """The sources of interp and circuits (`source_key`), read once per run."""
         import circuits
         import interp
-        from interp.runtime.keys import source_key
+        from interp.io.source_code import source_key
 
         return source_key(interp, circuits)
 
@@ -527,11 +527,15 @@ class Command:
         from interp.model import weights_fingerprint
 
         path, weights = self.heads_file
-        if weights != weights_fingerprint(loaded):
-            raise fail(
-                f"{path} holds the head report of other weights than --model {self.model}'s; write one "
-                f"with: interp heads --model {self.model} --save FILE"
+        fingerprint = weights_fingerprint(loaded)
+        if weights != fingerprint:
+            older = not weights.startswith(fingerprint.split("-")[0] + "-")
+            whose = (
+                "was saved by an older interp, whose weights fingerprint cannot tell models apart"
+                if older
+                else f"holds the head report of other weights than --model {self.model}'s"
             )
+            raise fail(f"{path} {whose}; write one with: interp heads --model {self.model} --save FILE")
 
     def _kept(self, keyed: dict | None, stages: Sequence[str], notes: Callable) -> StageResults | None:
         """--save's StageResults (None without --save): each stage written as it finishes, those of an

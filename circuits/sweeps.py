@@ -24,8 +24,8 @@ import circuits
 import interp
 from circuits.heads import head_report
 from circuits.output import pyplot, save_figure
+from interp.io.source_code import source_key
 from interp.runtime.distributed import RayCluster, map_shards, source_version
-from interp.runtime.keys import source_key
 from interp.training import CHECKPOINTS
 from interp.types import Progress
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -288,7 +289,7 @@ def test_another_model_s_head_report_is_refused_as_induction_heads(command, tmp_
     """toy-induction's saved head report names heads of toy-induction: given to a run on SmolLM2 (the
     default model) it is refused once the model loads (its weights are not the report's), not used as
     SmolLM2's induction heads; SmolLM2's own report, given with the model named by its GGUF's path, is
-    taken (the weights decide, not the name)."""
+    taken (the weights decide, not the name); one saved by an older interp is refused as such."""
     saved = Path(__file__).parents[1] / "docs" / "results" / "data" / "heads-toy-induction.json"
     result = CliRunner().invoke(app, [command, "--induction-heads", str(saved)])
     assert result.exit_code == 2, result.output
@@ -302,6 +303,14 @@ def test_another_model_s_head_report_is_refused_as_induction_heads(command, tmp_
     by_path = Command(command, str(OFFLINE_MODELS["smollm2-135m"]()), "table", None, None)
     assert by_path.induction_heads(str(own))
     by_path._check_heads_file(smollm2)  # the same weights: nothing refused
+    older = tmp_path / "older.json"  # as an interp that fingerprinted a sample of the weights saved it
+    weights = json.loads(own.read_text())["settings"]["weights"]
+    older.write_text(own.read_text().replace(weights, "f9ddfcb311ab6366"))
+    result = CliRunner().invoke(app, [command, "--induction-heads", str(older)])
+    assert result.exit_code == 2, result.output
+    assert "was saved by an older interp, whose weights fingerprint cannot tell models apart" in " ".join(
+        result.output.split()
+    )
 
 
 def test_running_out_of_memory_is_a_one_line_error():

@@ -17,7 +17,7 @@ from interp import metrics
 from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
 from interp.model.tokens import record_padding
-from interp.runtime.distributed import RayCluster, Workers, map_shards, patching_sweep
+from interp.runtime.distributed import RayCluster, Workers, map_shards, patching_sweep, source_version
 from interp.runtime.keys import content_key
 from interp.tasks.ioi import ioi_dataset_for
 
@@ -220,3 +220,26 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if ray were not installed
     with pytest.raises(ImportError, match=r'pip install "interp\[ray\]"'):
         map_shards(threads_and_square, range(2), ray="local")
+
+
+def test_a_model_saved_again_with_its_old_size_and_mtime_is_another_version(tmp_path):
+    """`source_version` (what the sweep's store and the workers' loaded models are keyed by) tells a
+    model's files rewritten in place, or renamed into place, with the old size and mtime restored (as
+    `cp -p` leaves them), from the files before."""
+    model = tmp_path / "model"
+    model.mkdir()
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"weights A")
+    seen = {source_version(model)}
+    for data in (b"weights B", b"weights C"):
+        stat = weights.stat()
+        if data.endswith(b"B"):  # in place: the same inode, a change time a clock tick later
+            time.sleep(0.05)
+            weights.write_bytes(data)
+        else:  # renamed into place: another inode
+            (tmp_path / "new").write_bytes(data)
+            os.replace(tmp_path / "new", weights)
+        os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert source_version(model) not in seen
+        seen.add(source_version(model))
+    assert source_version(model) in seen and source_version("not-a-path") == ""

@@ -107,19 +107,24 @@ def test_a_gemma3_gguf_loads_through_transformers_and_equals_its_model(tmp_path,
     assert again.cfg.tied_embeddings
 
 
-def test_a_gguf_cached_by_an_older_interp_is_read_again(tmp_path, cache):
-    """A cache entry whose config lacks a field Config has now (there, tied_embeddings) would be read
-    at the field's default: it is rebuilt from the GGUF."""
+def test_a_gguf_cached_by_other_conversion_code_is_converted_again(tmp_path, cache, monkeypatch):
+    """A cache entry is named by the conversion code and versions (`conversion_key`): one that another
+    version wrote (there, without tied_embeddings, as an older Config did) is not read; the GGUF is
+    converted again, beside it."""
+    from interp.io import sources
+
     path = tmp_path / "gemma3-tiny.gguf"
     write_gemma3_gguf(path, gemma3_model())
     interp.load_model(path)
     [entry] = [p for p in cache.iterdir() if p.is_dir()]
+    assert entry.name.endswith(f"-{sources.conversion_key()}")
     meta = json.loads((entry / "config.json").read_text())
     del meta["config"]["tied_embeddings"]
     (entry / "config.json").write_text(json.dumps(meta))
-    assert not interp.load_model(entry).cfg.tied_embeddings  # what the old entry says
+    assert not interp.load_model(path).cfg.tied_embeddings  # the entry is read as it stands
+    monkeypatch.setattr(sources, "conversion_key", lambda: "0ther0ne")
     assert interp.load_model(path).cfg.tied_embeddings
-    assert "tied_embeddings" in json.loads((entry / "config.json").read_text())["config"]
+    assert sorted(p.name[-8:] for p in cache.iterdir() if p.is_dir()) == sorted([entry.name[-8:], "0ther0ne"])
 
 
 def test_a_gemma3_gguf_lacking_a_tensor_of_one_block_is_refused_before_transformers_reads_it(tmp_path, cache):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 
 import pytest
 import torch
@@ -365,6 +367,16 @@ def test_gguf_cache_is_keyed_by_content(tmp_path, monkeypatch) -> None:
     assert content_hash(first) == hashlib.sha256(b"same bytes").hexdigest()
     first.write_bytes(b"edited bytes")  # a new size and mtime: hashed again, not read from the index
     assert content_hash(first) == hashlib.sha256(b"edited bytes").hexdigest()
+    for data in (b"edited BYTES", b"EDITED BYTES"):  # the same size, the old mtime restored (`cp -p`)
+        stat = first.stat()
+        if data.startswith(b"EDITED"):  # in place: the same inode, a change time a clock tick later
+            time.sleep(0.05)
+            first.write_bytes(data)
+        else:  # renamed into place: another inode
+            other.write_bytes(data)
+            os.replace(other, first)
+        os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert content_hash(first) == hashlib.sha256(data).hexdigest()
 
 
 _SMALL_DECODER = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
@@ -448,3 +460,18 @@ def test_given_z_equals_overwriting_z_and_still_runs_observed_attention():
     assert not torch.equal(model(tokens), overwritten)
     with pytest.raises(ValueError, match="layer 3 out of range"), model.given_z({3: z}):
         pass
+
+
+def test_the_weights_fingerprint_sees_every_weight() -> None:
+    """A change to one entry of any weight, however large (an embedding row, one neuron; through
+    `.data`, which keeps no version count), or to the dtype, changes `weights_fingerprint`; the same
+    weights give the same one."""
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(tiny_config(d_vocab=4000, d_mlp=4096))
+    seen = {interp.weights_fingerprint(model)}
+    assert interp.weights_fingerprint(model) in seen and next(iter(seen)).startswith("w2-")
+    for weight, index in [(model.W_E, (1, 1)), (model.blocks[1].mlp.W_in, (5, 7)), (model.W_U, (31, 3999))]:
+        weight.data[index] += 1e-3
+        assert interp.weights_fingerprint(model) not in seen
+        seen.add(interp.weights_fingerprint(model))
+    assert interp.weights_fingerprint(model.to(torch.float64)) not in seen

@@ -183,6 +183,31 @@ def test_a_checkpoint_resumes_only_its_own_run(toy_induction, tmp_path):
         assert "\n" not in str(error.value) and "delete" in str(error.value)
 
 
+def test_a_checkpoint_of_another_start_ranking_or_other_code_is_refused(toy_induction, tmp_path, monkeypatch):
+    """A mask's checkpoint resumes only from the start ranking it began from (its scores, not only its
+    method: EAP-IG of 2 or of 5 steps) and only under the interp code that wrote it."""
+    from interp.edges import pruning
+
+    model, task, _ = toy_induction
+    rows = torch.arange(8)
+    clean, corrupted, metric = task.clean[:8], task.corrupted[:8], edges.subset_metric(task.metric, rows)
+    short, path = edges.PruneSettings(steps=2, batch_size=4), tmp_path / "mask.pt"
+    start = edges.edge_attribution(model, clean, corrupted, metric, "eap-ig", steps=2)
+    first = edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=path)
+    again = edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=path)
+    torch.testing.assert_close(again.scores, first.scores, atol=0, rtol=0)
+    other = edges.edge_attribution(model, clean, corrupted, metric, "eap-ig", steps=5)
+    with pytest.raises(ValueError, match="another pruning run, with other start ranking; give another"):
+        edges.prune_edges(model, clean, corrupted, metric, short, start=other, checkpoint=path)
+    monkeypatch.setattr(pruning, "source_key", lambda *packages: "0" * 16)
+    for resume in (
+        lambda: edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=path),
+        lambda: checkpoint_step(model, clean, corrupted, metric, short, path),
+    ):
+        with pytest.raises(ValueError, match="another pruning run, with other interp code; give another"):
+            resume()
+
+
 def test_circuit_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):
     """`interp circuit --checkpoint` (the audit's runs): a mask learned on toy-ioi's IOI is refused on
     toy-induction (the same 81 edges) in one line, before the edge scores; the same run resumes and its

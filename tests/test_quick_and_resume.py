@@ -191,7 +191,7 @@ def test_a_partial_run_made_by_other_code_is_refused(tmp_path):
 def test_the_source_key_follows_every_file_of_the_packages(tmp_path, monkeypatch):
     import importlib
 
-    from interp.runtime.keys import source_key
+    from interp.io.source_code import source_key
 
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)

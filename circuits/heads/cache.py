@@ -16,9 +16,9 @@ from circuits.heads.pipeline import confirmed_induction
 from circuits.stages import StageResults
 from interp.checks import check_heads
 from interp.io.files import write_text_atomic
+from interp.io.source_code import source_key
 from interp.io.sources import cache_dir
 from interp.model import weights_fingerprint
-from interp.runtime.keys import source_key
 from interp.types import Head, Progress, substages
 
 INDUCTION_HEADS_STAGE = "Induction heads (interp heads)"  # the stage confirmed_induction_heads reports

@@ -61,6 +61,7 @@ from interp.interventions.ablation import Ablation
 from interp.interventions.engine import forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
+from interp.io.source_code import INTERP_SOURCE, source_key
 from interp.model.loading import weights_fingerprint
 from interp.model.tokens import index_tokens
 from interp.model.transformer import HookedTransformer
@@ -139,6 +140,8 @@ class _RunKey:
     n_prompts: int
     n_edges: int
     start: str  # the method of the start ranking
+    start_scores: str | None  # a hash of the start ranking given ("": EAP-IG computed here; None: not known)
+    code: str  # `source_key` of interp: a state another version trained is not resumed
     start_factor: float
     ramp: float
 
@@ -217,9 +220,8 @@ def prune_edges(
         )
     n = clean.shape[0]
     batch = min(batch_size, n)
-    start_method = "eap-ig" if start is None else start.method
     key = None if checkpoint is None else _run_key(
-        model, clean, corrupted, metric, pruning, ablation=ablation, start=start_method, graph=graph
+        model, clean, corrupted, metric, pruning, ablation=ablation, start=start, graph=graph
     )  # fmt: skip
     state = _load(checkpoint, key)
     if state is not None and progress:  # the start ranking and the steps done are not run again
@@ -413,12 +415,14 @@ def _run_key(
     pruning: PruneSettings,
     *,
     ablation: Ablation,
-    start: str,
+    start: EdgeScores | str | None,
     graph: EdgeGraph,
 ) -> _RunKey:
-    """The key of the run `prune_edges` makes with these arguments (start: the start ranking's method):
-    the weights' fingerprint, hashes of the edge graph and of the prompts, the metric's values on the
-    clean and the corrupted prompts (one forward pass of each) and the settings."""
+    """The key of the run `prune_edges` makes with these arguments: the weights' fingerprint, hashes of
+    the edge graph, of the prompts and of the start ranking given, the metric's values on the clean and
+    the corrupted prompts (one forward pass of each), the settings and interp's source code. start: the
+    start ranking given, its method alone (its hash not known yet, and not compared), or None (EAP-IG
+    computed here)."""
     n, n_pos = clean.shape
     batch = min(pruning.batch_size, n)
     positions = logit_positions(metric, torch.arange(n), n_pos)
@@ -431,23 +435,34 @@ def _run_key(
         metric=tuple(torch.cat(values).tolist()),
         density=pruning.density, steps=pruning.steps, lr=pruning.lr, batch_size=batch,
         objective=pruning.objective, seed=pruning.seed, ablation=_ablation_key(ablation), n_prompts=n,
-        n_edges=graph.n_edges, start=start, start_factor=pruning.start_factor, ramp=pruning.ramp,
+        n_edges=graph.n_edges, start="eap-ig" if start is None else getattr(start, "method", start),
+        start_scores="" if start is None else None if isinstance(start, str) else _digest(start.scores),
+        code=source_key(INTERP_SOURCE),
+        start_factor=pruning.start_factor, ramp=pruning.ramp,
     )  # fmt: skip
 
 
 def _digest(*parts: Tensor | str) -> str:
-    """A short hash of texts and integer tensors (their values and shapes, wherever they are)."""
+    """A short hash of texts and tensors (their values, dtypes and shapes, wherever they are)."""
     digest = hashlib.sha256()
     for part in parts:
         if isinstance(part, Tensor):
             digest.update(f"{tuple(part.shape)}".encode())
-            part = part.detach().to("cpu", torch.int64).contiguous().numpy().tobytes()
+            wide = torch.float64 if part.is_floating_point() else torch.int64
+            part = part.detach().to("cpu", wide).contiguous().numpy().tobytes()
         digest.update(part if isinstance(part, bytes) else part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:16]
 
 
-_IDENTITY = {"weights": "model weights", "graph": "edge graph", "prompts": "prompts", "metric": "metric"}
+_IDENTITY = {
+    "weights": "model weights",
+    "graph": "edge graph",
+    "prompts": "prompts",
+    "metric": "metric",
+    "start_scores": "start ranking",
+    "code": "interp code",
+}
 
 
 def _differences(saved: dict, key: _RunKey) -> list[str]:
@@ -459,6 +474,8 @@ def _differences(saved: dict, key: _RunKey) -> list[str]:
     parts = []
     for field_name, words in _IDENTITY.items():
         theirs, ours = saved.get(field_name), here[field_name]
+        if ours is None:  # not known yet (`checkpoint_step`)
+            continue
         if field_name == "metric":
             same = theirs is not None and len(theirs) == len(ours) and torch.allclose(
                 torch.tensor(theirs, dtype=torch.float64), torch.tensor(ours, dtype=torch.float64),
@@ -540,7 +557,8 @@ def checkpoint_step(
     """The step `prune_edges` with these arguments resumes `checkpoint` from (None: no file, it trains
     from the start); a file that is not this run's checkpoint refused (ValueError naming what differs:
     model weights, edge graph, prompts, metric, settings), as `prune_edges` refuses it, so that a caller
-    can check before other long work. start: the start ranking's method (`prune_edges`' `start`)."""
+    can check before other long work. start: the start ranking's method (`prune_edges`' `start`; the
+    ranking itself is checked by `prune_edges`)."""
     if checkpoint is None or not os.path.exists(checkpoint):  # (`_load` reads it, and refuses another's)
         return None
     ablation = edge_ablation(ablation)

@@ -38,6 +38,7 @@ from interp.io.checkpoint import (
 )
 from interp.io.files import atomic_path, write_text_atomic
 from interp.io.model_paths import check_local_source
+from interp.io.source_code import INTERP_SOURCE, source_key
 
 log = logging.getLogger("interp")
 
@@ -496,11 +497,12 @@ def check_gguf_tensors(path: Path, architecture: str, names: set[str], n_blocks:
 
 
 def content_hash(path: Path) -> str:
-    """The sha256 of a file's bytes (hex). Remembered per (path, size, mtime) in the cache directory's
-    `hashes.json`, so an unchanged file is read once; copies of one file in several environments share
-    one hash, so they share one cache entry."""
+    """The sha256 of a file's bytes (hex). Remembered per (path, inode, size, modification and change
+    times) in the cache directory's `hashes.json`, so an unchanged file is read once (a file replaced at
+    its path with its old size and modification time, as `cp -p` does, has a new change time); copies of
+    one file in several environments share one hash, so they share one cache entry."""
     stat = path.stat()
-    seen = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    seen = f"{path.resolve()}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
     index_path = cache_dir() / "hashes.json"
     try:
         index = json.loads(index_path.read_text())
@@ -516,27 +518,34 @@ def content_hash(path: Path) -> str:
     return index[seen]
 
 
+def conversion_key() -> str:
+    """8 hex digits of what converts a GGUF into interp's weights: interp's mapping code (`interp.io`,
+    `interp.config`) and the versions of transformers and gguf, which dequantise it. A GGUF's cache entry
+    is named by it, so that another version's conversion is made again."""
+    from importlib.metadata import version
+
+    code = source_key(Path(__file__).parent, INTERP_SOURCE / "config.py")
+    versions = f"{code} transformers {version('transformers')} gguf {version('gguf')}"
+    return hashlib.sha256(versions.encode()).hexdigest()[:8]
+
+
 def read_gguf(path: str | Path) -> LoadedWeights:
     """A GGUF file dequantised by transformers (of an architecture it reads and interp maps:
     `gguf_architectures`; others refused before any tensor is read), its tensors checked first
-    (`check_gguf_tensors`), cached as a checkpoint keyed by the file's content hash (read from there
-    next time, from any environment that has the same file)."""
+    (`check_gguf_tensors`), cached as a checkpoint keyed by the file's content hash and the
+    `conversion_key` (read from there next time, from any environment that has the same file and code)."""
     path = check_regular_file(path, "GGUF file")
     architecture = gguf_architecture(path)
     check_gguf_architecture(path, architecture)
-    cached = cache_dir() / f"{path.stem}-{content_hash(path)[:16]}"
+    cached = cache_dir() / f"{path.stem}-{content_hash(path)[:16]}-{conversion_key()}"
     if is_checkpoint(cached):
         try:
             loaded = read_checkpoint(cached)
-            stated = json.loads((cached / "config.json").read_text())["config"]
-            if set(loaded.cfg.to_dict()) <= set(stated):
-                loaded.cfg.source = path.name
-                llama_cpp_pre_tokenizer(loaded.tokenizer, path)  # also for a cache written without it
-                return loaded
-            log.warning("%s was cached by an older interp (fields missing): rebuilding it", path.name)
+            loaded.cfg.source = path.name
+            llama_cpp_pre_tokenizer(loaded.tokenizer, path)
+            return loaded
         except ValueError:
-            pass
-        shutil.rmtree(cached, ignore_errors=True)  # a damaged or older cache entry: rebuild it
+            shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry: rebuild it
     n_blocks, names = gguf_header(path, architecture)
     check_gguf_tensors(path, architecture, names, n_blocks)
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -10,7 +10,7 @@ else one shard after another in this process. Ray is an optional extra: pip inst
     loads those and computes only the rest, so an interrupted sweep resumes. The job key hashes
     `job` by content (`keys.content_key`: anything that names the job's inputs, e.g. a model path and
     the prompts; by default the function, by its code, and the shards) and interp's source code
-    (`keys.source_key`), so that a store is not read by other code.
+    (`interp.io.source_code.source_key`), so that a store is not read by other code.
   - Workers run torch on `RayCluster.threads_per_worker` threads (default 1), so that several workers on one
     machine do not oversubscribe its cores.
 
@@ -41,8 +41,9 @@ from interp.interventions.patching import Direction, PositionAxis, activation_pa
 from interp.interventions.results import PatchResult
 from interp.io.files import atomic_path, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
+from interp.io.source_code import INTERP_SOURCE, source_key
 from interp.model.tokens import index_tokens, record_padding, recorded_padding
-from interp.runtime.keys import INTERP_SOURCE, content_key, source_key
+from interp.runtime.keys import content_key
 from interp.types import Progress
 
 log = logging.getLogger("interp")
@@ -229,14 +230,19 @@ PromptMetric = Callable[[Tensor, Tensor], Tensor]  # (logits [batch, pos, d_voca
 
 
 def source_version(source: str | Path) -> str:
-    """What tells one version of the model at `source` from another: the name, size and modification
-    time of each of its files where it is a local file or directory (a model saved again at the same
-    path is another version); "" for a name that is not a local path."""
+    """What tells one version of the model at `source` from another: the name, inode, size and
+    modification and change times of each of its files where it is a local file or directory (a model
+    saved again at the same path is another version, even with its old size and modification time);
+    "" for a name that is not a local path."""
     path = Path(source)
     if not path.exists():
         return ""
     files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
-    stats = [(str(f.relative_to(path.parent)), s.st_size, s.st_mtime_ns) for f in files for s in [f.stat()]]
+    stats = [
+        (str(f.relative_to(path.parent)), s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
+        for f in files
+        for s in [f.stat()]
+    ]
     return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
 
 

@@ -4,9 +4,9 @@ run again (in a new process too) finds its stored results and a changed one does
 `content_key(value)` hashes tensors by their bytes (and the padding mask token ids carry), containers
 by their items, dataclasses and plain objects by their fields, and functions by their code, defaults,
 closures and the values of the module globals they read (functions of their own module by code too),
-so that editing a metric or changing a tensor it reads changes the key; `source_key(packages)` hashes
-their source code. Pickled bytes are no key:
-a tensor's pickle holds its storage's address, and a function's pickle only its name.
+so that editing a metric or changing a tensor it reads changes the key (`interp.io.source_code.source_key`
+hashes the source code). Pickled bytes are no key: a tensor's pickle holds its storage's address, and
+a function's pickle only its name.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import hashlib
 import json
 import types
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,21 +25,6 @@ import torch
 from torch import Tensor, nn
 
 from interp.model.tokens import recorded_padding
-
-INTERP_SOURCE = Path(__file__).resolve().parents[1]  # interp's own package directory
-
-
-def source_key(*packages: types.ModuleType | Path) -> str:
-    """A 16-hex-digit sha256 of the packages' source code (every .py file under each one's directory,
-    `INTERP_SOURCE` for interp itself, by its path there and its bytes): what is kept under it is made
-    again after any change to the code."""
-    digest = hashlib.sha256()
-    for package in packages:
-        root = package if isinstance(package, Path) else Path(package.__file__).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(f"{root.name}/{path.relative_to(root)}".encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def tensor_bytes(tensor: Tensor) -> memoryview:

@@ -35,8 +35,9 @@ from torch import Tensor
 
 from interp.io.devices import module_weight
 from interp.io.files import atomic_path, write_text_atomic
+from interp.io.source_code import INTERP_SOURCE, source_key
 from interp.model import HookedTransformer
-from interp.runtime.keys import INTERP_SOURCE, add_content, source_key, tensor_bytes
+from interp.runtime.keys import add_content, tensor_bytes
 from interp.types import Progress
 
 JOB_FILE = "job.json"
@@ -52,7 +53,7 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     """A hash of everything that determines the shards' contents: every byte of every weight, the
     config, the prompts, the hooks on the model that may change activations (`keys.add_content`: their
     code and the values they write; `observer` hooks only read), the batch size and interp's source
-    code (`keys.source_key`) (sha256, ~1 GB/s)."""
+    code (`interp.io.source_code.source_key`) (sha256, ~1 GB/s)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(["interp", source_key(INTERP_SOURCE)]).encode())
     digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
