@@ -13,6 +13,7 @@ import transformers
 from conftest import IOI_PROMPT, tiny_config
 
 import interp
+from interp.config import place
 from interp.model.cache import select_pos
 from interp.model.hooks import observer
 
@@ -465,7 +466,7 @@ def test_given_z_equals_overwriting_z_and_still_runs_observed_attention():
 def test_the_weights_fingerprint_sees_every_weight() -> None:
     """A change to one entry of any weight, however large (an embedding row, one neuron; through
     `.data`, which keeps no version count), or to the dtype, changes `weights_fingerprint`; the same
-    weights give the same one."""
+    weights give the same one, on any device."""
     torch.manual_seed(0)
     model = interp.HookedTransformer(tiny_config(d_vocab=4000, d_mlp=4096))
     seen = {interp.weights_fingerprint(model)}
@@ -474,4 +475,6 @@ def test_the_weights_fingerprint_sees_every_weight() -> None:
         weight.data[index] += 1e-3
         assert interp.weights_fingerprint(model) not in seen
         seen.add(interp.weights_fingerprint(model))
+    place(model.cfg, "cuda:0", model.cfg.dtype)  # what moving the model records; the bytes are the same
+    assert interp.weights_fingerprint(model) in seen
     assert interp.weights_fingerprint(model.to(torch.float64)) not in seen

@@ -184,8 +184,9 @@ def test_a_checkpoint_resumes_only_its_own_run(toy_induction, tmp_path):
 
 
 def test_a_checkpoint_of_another_start_ranking_or_other_code_is_refused(toy_induction, tmp_path, monkeypatch):
-    """A mask's checkpoint resumes only from the start ranking it began from (its scores, not only its
-    method: EAP-IG of 2 or of 5 steps) and only under the interp code that wrote it."""
+    """A mask's checkpoint resumes only from the start ranking it began from (its ranks, not only its
+    method: EAP-IG of 2 or of 5 steps; the same one in another batch size resumes) and only under the
+    interp code that wrote it; one keyed by an older interp's sampled fingerprint is refused as such."""
     from interp.edges import pruning
 
     model, task, _ = toy_induction
@@ -196,6 +197,9 @@ def test_a_checkpoint_of_another_start_ranking_or_other_code_is_refused(toy_indu
     first = edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=path)
     again = edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=path)
     torch.testing.assert_close(again.scores, first.scores, atol=0, rtol=0)
+    rebatched = edges.edge_attribution(model, clean, corrupted, metric, "eap-ig", steps=2, batch_size=3)
+    assert not torch.equal(rebatched.scores, start.scores)  # float rounding: the same ranking, to RANKS_TOL
+    edges.prune_edges(model, clean, corrupted, metric, short, start=rebatched, checkpoint=path)
     other = edges.edge_attribution(model, clean, corrupted, metric, "eap-ig", steps=5)
     with pytest.raises(ValueError, match="another pruning run, with other start ranking; give another"):
         edges.prune_edges(model, clean, corrupted, metric, short, start=other, checkpoint=path)
@@ -206,6 +210,11 @@ def test_a_checkpoint_of_another_start_ranking_or_other_code_is_refused(toy_indu
     ):
         with pytest.raises(ValueError, match="another pruning run, with other interp code; give another"):
             resume()
+    state = torch.load(path, weights_only=True)
+    state["key"]["weights"] = "476d8f67b7272857"  # as an interp that fingerprinted a sample wrote it
+    torch.save(state, path)
+    with pytest.raises(ValueError, match="written by an older interp, whose key cannot tell models apart"):
+        edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=path)
 
 
 def test_circuit_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):

@@ -244,7 +244,7 @@ def test_an_ioi_result_of_path_patching_effects_patched_minus_clean_loads_as_dro
 
 
 def test_a_store_is_read_only_by_the_code_that_wrote_it(tmp_path):
-    """A store's key holds interp's source (`keys.source_key`): shards of the same job stored by other
+    """A store's key holds interp's source (`source_code.source_key`): shards of the same job stored by other
     code (another version, or a checkout edited since) are not read, but computed again."""
     from interp.runtime import distributed
 

@@ -622,15 +622,17 @@ def test_hook_normalized_is_where_transformer_lens_has_it(smollm2, kind):
 
 
 def test_mean_loss_of_right_padded_ids_is_refused_not_padded(pair):
-    """TL's loss of right-padded ids counts the padding's predictions; interp's of the texts counts
-    real tokens only, and so does that of the ids with their mask; the ids alone are refused."""
+    """TL's loss of right-padded ids or texts counts the padding's predictions: both are refused
+    without a mask; with their mask, the texts' and the ids' count real tokens only."""
     ours, _, _ = pair
     texts = [PROMPTS[0], "Hi there"]
     tokens, mask = ours.to_tokens_and_mask(texts)
     assert mask is not None and not bool(mask.all())
-    _assert_same(ours(tokens, return_type="loss", attention_mask=mask), ours(texts, return_type="loss"))
-    with pytest.raises(ValueError, match="attention_mask=model.to_tokens_and_mask"):
-        ours(ours.to_tokens(texts), return_type="loss")
+    masked = ours(texts, return_type="loss", attention_mask=mask)
+    _assert_same(ours(tokens, return_type="loss", attention_mask=mask), masked)
+    for unmasked in (ours.to_tokens(texts), texts):
+        with pytest.raises(ValueError, match="model.to_tokens_and_mask"):
+            ours(unmasked, return_type="loss")
     per_token = ours(ours.to_tokens(texts), return_type="loss", loss_per_token=True)
     _assert_same(per_token[0], ours(texts[:1], return_type="loss", loss_per_token=True)[0])
 

@@ -62,7 +62,7 @@ from interp.interventions.engine import forward_logits
 from interp.interventions.metrics import check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
 from interp.io.source_code import INTERP_SOURCE, source_key
-from interp.model.loading import weights_fingerprint
+from interp.model.loading import FINGERPRINT_SCHEME, weights_fingerprint
 from interp.model.tokens import index_tokens
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric, Progress
@@ -74,6 +74,7 @@ PATIENCE = 10  # steps the mask must keep the same edges at its final size befor
 CHECKPOINT_FORMAT = 2  # 2: keyed by the model, prompts, edge graph and metric too (1: by the settings)
 _CHECKPOINT_FIELDS = frozenset({"format", "key", "step", "scores", "last", "optimizer", "stable"})
 METRIC_RTOL = 1e-3  # a checkpoint's metric values agree with this run's to this (relative and absolute)
+RANKS_TOL = 1e-3  # ... and its start ranking's normalised ranks to this, on average over the edges
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +141,7 @@ class _RunKey:
     n_prompts: int
     n_edges: int
     start: str  # the method of the start ranking
-    start_scores: str | None  # a hash of the start ranking given ("": EAP-IG computed here; None: not known)
+    start_ranks: Tensor | None  # the start given's `normalised_ranks` per edge (None: none, not compared)
     code: str  # `source_key` of interp: a state another version trained is not resumed
     start_factor: float
     ramp: float
@@ -419,9 +420,9 @@ def _run_key(
     graph: EdgeGraph,
 ) -> _RunKey:
     """The key of the run `prune_edges` makes with these arguments: the weights' fingerprint, hashes of
-    the edge graph, of the prompts and of the start ranking given, the metric's values on the clean and
+    the edge graph and of the prompts, the start ranking's ranks, the metric's values on the clean and
     the corrupted prompts (one forward pass of each), the settings and interp's source code. start: the
-    start ranking given, its method alone (its hash not known yet, and not compared), or None (EAP-IG
+    start ranking given, its method alone (its ranks not known yet, and not compared), or None (EAP-IG
     computed here)."""
     n, n_pos = clean.shape
     batch = min(pruning.batch_size, n)
@@ -436,20 +437,19 @@ def _run_key(
         density=pruning.density, steps=pruning.steps, lr=pruning.lr, batch_size=batch,
         objective=pruning.objective, seed=pruning.seed, ablation=_ablation_key(ablation), n_prompts=n,
         n_edges=graph.n_edges, start="eap-ig" if start is None else getattr(start, "method", start),
-        start_scores="" if start is None else None if isinstance(start, str) else _digest(start.scores),
+        start_ranks=normalised_ranks(start)[graph.valid] if isinstance(start, EdgeScores) else None,
         code=source_key(INTERP_SOURCE),
         start_factor=pruning.start_factor, ramp=pruning.ramp,
     )  # fmt: skip
 
 
 def _digest(*parts: Tensor | str) -> str:
-    """A short hash of texts and tensors (their values, dtypes and shapes, wherever they are)."""
+    """A short hash of texts and integer tensors (their values and shapes, wherever they are)."""
     digest = hashlib.sha256()
     for part in parts:
         if isinstance(part, Tensor):
             digest.update(f"{tuple(part.shape)}".encode())
-            wide = torch.float64 if part.is_floating_point() else torch.int64
-            part = part.detach().to("cpu", wide).contiguous().numpy().tobytes()
+            part = part.detach().to("cpu", torch.int64).contiguous().numpy().tobytes()
         digest.update(part if isinstance(part, bytes) else part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:16]
@@ -460,7 +460,7 @@ _IDENTITY = {
     "graph": "edge graph",
     "prompts": "prompts",
     "metric": "metric",
-    "start_scores": "start ranking",
+    "start_ranks": "start ranking",
     "code": "interp code",
 }
 
@@ -469,14 +469,20 @@ def _differences(saved: dict, key: _RunKey) -> list[str]:
     """What differs between a checkpoint's key (`saved`) and this run's, in words; [] when it is this
     run's. The metric is a function: two are the same where their values on the clean and on the
     corrupted prompts agree to METRIC_RTOL (another metric, answer or position differs by far more;
-    the same one computed again agrees to float rounding)."""
+    the same one computed again agrees to float rounding); two start rankings where their normalised
+    ranks differ by RANKS_TOL at most on average (EAP-IG in another batch size moves a few near-tied
+    edges by a rank or so; another method or number of steps moves most)."""
     here = asdict(key)
     parts = []
     for field_name, words in _IDENTITY.items():
         theirs, ours = saved.get(field_name), here[field_name]
-        if ours is None:  # not known yet (`checkpoint_step`)
-            continue
-        if field_name == "metric":
+        if field_name == "start_ranks":  # the same ranking computed again moves a few near-tied edges
+            same = (
+                theirs is None
+                or ours is None
+                or (theirs.shape == ours.shape and float((theirs - ours).abs().mean()) <= RANKS_TOL)
+            )
+        elif field_name == "metric":
             same = theirs is not None and len(theirs) == len(ours) and torch.allclose(
                 torch.tensor(theirs, dtype=torch.float64), torch.tensor(ours, dtype=torch.float64),
                 rtol=METRIC_RTOL, atol=METRIC_RTOL, equal_nan=True,
@@ -501,6 +507,11 @@ def _load(path, key: _RunKey | None) -> dict | None:
     state = read_mask_checkpoint(path)
     if state is None:
         return None
+    if not str(state["key"].get("weights", "")).startswith(FINGERPRINT_SCHEME + "-"):
+        raise ValueError(
+            f"{path} was written by an older interp, whose key cannot tell models apart; give another "
+            f"checkpoint file or delete {path} to train the mask from scratch"
+        )
     if differ := _differences(state["key"], key):
         raise ValueError(
             f"{path} is the checkpoint of another pruning run, with other {_listed(differ)}; give "

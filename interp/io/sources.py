@@ -518,13 +518,19 @@ def content_hash(path: Path) -> str:
     return index[seen]
 
 
+CONVERSION_MODULES = ("sources", "architectures", "gpt_family", "llama_family", "hf_layout", "checkpoint")
+
+
 def conversion_key() -> str:
-    """8 hex digits of what converts a GGUF into interp's weights: interp's mapping code (`interp.io`,
-    `interp.config`) and the versions of transformers and gguf, which dequantise it. A GGUF's cache entry
-    is named by it, so that another version's conversion is made again."""
+    """8 hex digits of what converts a GGUF into interp's weights: interp's mapping and writing code
+    (`CONVERSION_MODULES` of `interp.io`, `interp.config`) and the versions of transformers and gguf,
+    which dequantise it. A GGUF's cache entry is named by it, so that another version's conversion is
+    made again."""
     from importlib.metadata import version
 
-    code = source_key(Path(__file__).parent, INTERP_SOURCE / "config.py")
+    io = Path(__file__).parent
+    mapping = [io / f"{name}.py" for name in CONVERSION_MODULES]
+    code = source_key(*mapping, INTERP_SOURCE / "config.py")
     versions = f"{code} transformers {version('transformers')} gguf {version('gguf')}"
     return hashlib.sha256(versions.encode()).hexdigest()[:8]
 

@@ -6,7 +6,6 @@ sources, with TransformerLens's processing defaults.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 import warnings
@@ -201,8 +200,8 @@ HASH_CHUNK = 1 << 24  # values of a weight moved to the CPU and hashed at a time
 def weights_fingerprint(model: HookedTransformer) -> str:
     """ "w2-" and a 16-hex-digit sha256 of the model's configuration and every byte of every weight
     (about 0.4 s per GB): what saved results, cached induction heads and edge-mask checkpoints are keyed
-    by. Any change to any weight, its dtype or the configuration changes it."""
-    digest = hashlib.sha256(repr(sorted(dataclasses.asdict(model.cfg).items())).encode())
+    by. Any change to any weight, its dtype or the configuration changes it; the device does not."""
+    digest = hashlib.sha256(repr(sorted(model.cfg.to_dict().items())).encode())  # not where it runs
     for name, weight in model.state_dict().items():
         digest.update(f"{name}{tuple(weight.shape)}{weight.dtype}".encode())
         flat = weight.detach().reshape(-1)
