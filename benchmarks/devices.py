@@ -5,8 +5,9 @@
 For each dtype, on `--device` (default: `interp.default_device()`): the forward pass against
 transformers (eager, same device and dtype, 32 x 64 random tokens), the exact all-heads sweep
 (`benchmarks/ioi.py`'s), the head report (`interp heads`), the IOI circuit (`interp ioi`) and the edge
-circuit (`interp circuit --task ioi --edges 300`), each in wall seconds with the device synchronised,
-and its ratio to the sweep. Then what each dtype finds beside float32's: the confirmed head types, the
+circuit (`interp circuit --task ioi --edges 300`: no faithfulness curve, as the command runs without
+--curve), each in wall seconds with the device synchronised, and its ratio to the sweep (timed after
+one untimed warm-up sweep). Then what each dtype finds beside float32's: the confirmed head types, the
 IOI classes, the edge circuit's held-out faithfulness. Run it alone on the machine.
 """
 
@@ -72,6 +73,7 @@ def forward_seconds(model, hf, clock: Callable[[], float], repeats: int = 5) -> 
 def findings(model, clock: Callable[[], float], n_edges: int) -> tuple[dict[str, float], dict[str, Any]]:
     """Seconds of each command's work and what it found."""
     seconds, found = {}, {}
+    all_heads_sweep_seconds(model, clock=clock)  # warm-up: the timed sweep is every ratio's denominator
     seconds["all-heads sweep"] = all_heads_sweep_seconds(model, clock=clock)
     print(f"  {'all-heads sweep':<28} {seconds['all-heads sweep']:9.3f} s", flush=True)
     seconds["interp heads"], report = timed(clock, "interp heads", lambda: head_report(model))
@@ -82,10 +84,9 @@ def findings(model, clock: Callable[[], float], n_edges: int) -> tuple[dict[str,
         name: [f"L{h.layer}H{h.head}" for h in hs] for name, hs in ioi.extras.class_heads.items()
     }
     task, heldout = ioi_task(model, 64, 0), heldout_edge_task(model, "ioi", 64, 0)
+    settings = EdgeCircuitSettings(n_edges=n_edges, curve_fractions=None)  # the command's: no --curve
     seconds["interp circuit"], circuit = timed(
-        clock,
-        "interp circuit",
-        lambda: find_edge_circuit(model, task, EdgeCircuitSettings(n_edges=n_edges), heldout=heldout),
+        clock, "interp circuit", lambda: find_edge_circuit(model, task, settings, heldout=heldout)
     )
     out = circuit.json_data()["circuit"]
     found["edge circuit held-out faithfulness"] = [out["faithfulness"], *out["faithfulness_ci"]]

@@ -8,15 +8,19 @@ Run alone (two torch processes on two cores distort every figure):
    with a 3 GiB memory budget (`max_memory`, which picks the batch size; --batch-size N instead runs
    N prompts at once). Targets: <= 30 s on a 2-core CPU, <= 3 GiB peak above the model.
 2. EAP on a random GPT-2-config model, interp against transformer_lens.tools.analysis'
-   attribution_patch(granularity="edge") on a TransformerBridge with the same weights, after checking
-   that the scores agree to 1e-4 (TL scores per position in the denoising convention: the clean and
-   corrupted prompts swap roles, and we sum TL's positions). Target: >= 5x faster.
-3. `interp circuit --task ioi --edges 300` on SmolLM2-135M (--circuit): EAP-IG scores, the
-   circuit's faithfulness and the faithfulness curve (MIB's 10 sizes, top |score|, top signed and
-   random circuits), stage by stage, each beside its compute floor: the token positions its passes
-   run through the blocks (forward; a backward pass counted as two more) times one block's matmul
-   flops, at this process's measured matmul rate (`heads.matmul_rate`). Target: under 2 minutes on
-   2 idle cores, within 1.5x of the floor.
+   attribution_patch(granularity="edge") on a TransformerBridge with the same weights. The scores
+   must agree to 1e-4 before any time is printed (else it stops with an error; TL scores per position
+   in the denoising convention: the clean and corrupted prompts swap roles, and we sum TL's
+   positions). Target: >= 5x faster.
+3. An EAP-IG circuit of 300 edges on SmolLM2-135M (--circuit): `find_edge_circuit` with method
+   eap-ig, the faithfulness curve on (MIB's 10 sizes, top |score|, top signed and random circuits)
+   and no held-out prompts, so every faithfulness is measured on the discovery prompts. This is not
+   the default `interp circuit --task ioi --edges 300` (a learned mask, no curve unless --curve,
+   held-out prompts; `benchmarks/circuit.py` times that). Stage by stage, beside its compute floor:
+   the token positions its passes run through the blocks (forward; a position with gradients counted
+   once more for its backward pass, which takes the gradients of activations only, not of weights:
+   one matmul per forward matmul) times one block's matmul flops, at this process's measured matmul
+   rate (`heads.matmul_rate`). Target: under 2 minutes on 2 idle cores, within 1.5x of the floor.
 Prints times, ratios and the peak extra memory (RSS) of each.
 """
 
@@ -57,7 +61,8 @@ def smollm2_eap_ig(n_prompts: int, batch_size: int | None) -> None:
 
 
 def smollm2_circuit(n_prompts: int, n_edges: int = 300) -> None:
-    """find_edge_circuit as `interp circuit --task ioi --edges N` runs it, each stage beside its floor."""
+    """An EAP-IG circuit of N edges with the faithfulness curve, on the discovery prompts only (not the
+    default `interp circuit`: see the module's docstring), each stage beside its floor."""
     model = interp.load_model("smollm2-135m").eval()
     task = ioi_task(model, n_prompts)
     positions = {True: 0, False: 0}  # token positions through the blocks, with and without gradients
@@ -71,9 +76,10 @@ def smollm2_circuit(n_prompts: int, n_edges: int = 300) -> None:
     began = time.perf_counter()
     result = find_edge_circuit(model, task, EdgeCircuitSettings(method="eap-ig", n_edges=n_edges))
     total = time.perf_counter() - began
-    floor = (3 * positions[True] + positions[False]) * per_position / rate
-    print(f"\nSmolLM2-135M circuit, {n_prompts} IOI prompts of {task.clean.shape[1]} tokens, "
-          f"--edges {n_edges} (matmul rate {rate / 1e9:.0f} GFLOP/s):")  # fmt: skip
+    floor = (2 * positions[True] + positions[False]) * per_position / rate  # backward: one matmul per matmul
+    print(f"\nSmolLM2-135M EAP-IG circuit of {n_edges} edges with the faithfulness curve, {n_prompts} IOI "
+          f"prompts of {task.clean.shape[1]} tokens, no held-out prompts (matmul rate {rate / 1e9:.0f} "
+          "GFLOP/s):")  # fmt: skip
     for stage, seconds in result.seconds.items():
         print(f"  {stage:<8} {seconds:7.1f} s")
     print(f"  total    {total:7.1f} s (target < 120 s); compute floor {floor:.1f} s "
@@ -121,6 +127,8 @@ def gpt2_vs_transformer_lens(n_prompts: int, n_pos: int) -> None:
         expected[writer, graph.readers.index(names[r.kind].format(layer=r.layer, head=r.head))] += score
     error = float((expected - mine.scores).abs().max())
     print(f"  max |interp - TransformerLens| = {error:.2e} (scores up to {float(expected.abs().max()):.3f})")
+    if not error < 1e-4:
+        raise SystemExit("FAIL: the edge scores differ by more than 1e-4; no timing reported")
     print(f"  interp EAP:           {mine_s:7.2f} s, peak extra RSS {mine_peak / 2**20:7.1f} MiB")
     print(f"  TransformerLens EAP:  {tl_s:7.2f} s, peak extra RSS {tl_peak / 2**20:7.1f} MiB")
     print(f"  interp is {tl_s / mine_s:.1f}x faster (target >= 5x)")
@@ -135,7 +143,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-tl", action="store_true", help="skip the TransformerLens comparison")
     parser.add_argument("--no-smollm2", action="store_true", help="skip the SmolLM2 EAP-IG timing")
-    parser.add_argument("--circuit", action="store_true", help="also time `interp circuit --edges 300`")
+    parser.add_argument(
+        "--circuit",
+        action="store_true",
+        help="also time an EAP-IG circuit of 300 edges with the faithfulness curve, on the discovery prompts",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()

@@ -2,7 +2,9 @@
 
 Run alone (two torch processes on two cores distort every figure):
     python benchmarks/forward.py [--batch 32] [--pos 64] [--repeats 5]
-Prints the median time of each, the ratios the project targets, and the size of a full cache.
+Before timing, checks interp's logits against transformers' on the first 2 prompts x 8 tokens (to
+1e-4; it stops with an error where they differ more). Prints the median time of each, the ratios the
+project targets, and the size of a full cache.
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+def check_logits(model: interp.HookedTransformer, hf: torch.nn.Module, tokens: torch.Tensor) -> None:
+    """interp's logits against transformers' on the first 2 x 8 tokens, to 1e-4, or SystemExit."""
+    tokens = tokens[:2, :8]
+    difference = (model(tokens) - hf(tokens).logits).abs().max().item()
+    batch, pos = tokens.shape
+    print(f"max |interp - transformers| of the logits on {batch} x {pos} tokens: {difference:.1e}")
+    if not difference < 1e-4:
+        raise SystemExit("FAIL: interp's logits differ from transformers' by more than 1e-4; nothing timed")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -54,6 +66,7 @@ def main() -> None:
         0, model.cfg.d_vocab, (args.batch, args.pos), generator=torch.Generator().manual_seed(0)
     )
     print(f"SmolLM2-135M, fp32, batch {args.batch} x {args.pos} tokens, {torch.get_num_threads()} threads")
+    check_logits(model, hf, tokens)
 
     rows: dict[str, float] = {}
     rows["transformers forward (eager)"] = median_seconds(lambda: hf(tokens), args.repeats)

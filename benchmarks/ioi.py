@@ -3,10 +3,11 @@
     python benchmarks/ioi.py [--n-prompts 64] [--n-patching-prompts 16] [--threads 2] [--json out.json]
 
 Target: the circuit found (discovery) in <= 90 s on a 2-core CPU with 64 prompts, and the whole
-`interp ioi` within 3x the exact all-heads activation-patching sweep (every head's z on 8 IOI
-prompts, benchmarks/patching.py's sweep) timed in the same process. Prints the report, the time of
-each stage, discovery, evaluation and held-out validation separately, and the ratio. Run it alone
-(no other torch process).
+`interp ioi` within 3x the exact all-heads activation-patching sweep timed in the same process:
+every head's z patched on 8 prompts of `make_ioi_dataset` (seed 0), the logits of the two answers
+at END only, as `interp ioi` computes them (not benchmarks/patching.py's sweep, whose 8 prompts and
+logits differ). Prints the report, the time of each stage, discovery, evaluation and held-out
+validation separately, and the ratio. Run it alone (no other torch process).
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ to"; corrupted: the two names swapped, so the answer flips), metric: logit(IO) -
 last token. Times, side by side in one process: the patching of every head's output (hook_z,
 all positions; 270 heads) by interp (batched, each run starting at the patched layer) and by
 transformer_lens.patching.get_act_patch_attn_head_out_all_pos (one full forward per head), and
-interp's attribution patching of every head. Checks that the sweeps agree to 1e-4 and prints
-timings, ratios, and the peak extra memory (RSS) of each.
+interp's attribution patching of every head. Before timing, checks the heads of the first and last
+layers patched by both against each other (to 1e-4); after, the whole sweeps; it exits with an error
+where they differ more. With --no-tl no reference check runs. Prints timings, ratios, and the peak
+extra memory (RSS) of each.
 """
 
 from __future__ import annotations
@@ -81,6 +83,25 @@ def print_row(name: str, seconds: float, memory: int) -> None:
     print(f"{name:{WIDTH}}  {seconds:8.2f}  {memory / 2**20:8.0f}", flush=True)
 
 
+def check_against_tl(model, bridge, clean, corrupted, clean_cache, metric) -> None:
+    """The heads of the first and last layers patched by interp and by TransformerLens, to 1e-4, or
+    SystemExit (untimed: runs before any timing)."""
+    import pandas as pd
+    from transformer_lens.patching import generic_activation_patch, layer_head_vector_patch_setter
+
+    layers = [0, model.cfg.n_layers - 1]
+    cells = pd.DataFrame([(layer, head) for layer in layers for head in range(model.cfg.n_heads)],
+                         columns=["layer", "head"])  # fmt: skip
+    ours = activation_patching(model, clean, corrupted, metric, "z", layers=layers,
+                               options=RunOptions(logit_pos=-1))  # fmt: skip
+    theirs = generic_activation_patch(bridge, corrupted, clean_cache, lambda lg: metric(lg).mean(),
+                                      layer_head_vector_patch_setter, "z", index_df=cells)  # fmt: skip
+    diff = (ours.mean()[..., 0].flatten() - theirs.float().flatten()).abs().max().item()
+    print(f"check before timing, layers {layers}: max |interp - TransformerLens| = {diff:.2e}")
+    if not diff < 1e-4:
+        raise SystemExit("FAIL: interp and TransformerLens differ by more than 1e-4; nothing timed")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -100,6 +121,25 @@ def main() -> None:
     print(f"SmolLM2-135M fp32, {clean.shape[0]} IOI prompts x {clean.shape[1]} tokens, {threads} threads")
     print(f"logit diff: clean {clean_ld:.3f}, corrupted {corrupted_ld:.3f}; {n_heads} heads\n")
 
+    if args.no_tl:
+        print("--no-tl: no reference check runs (interp's sweeps are timed unchecked)\n")
+    else:
+        from transformer_lens.model_bridge import TransformerBridge
+        from transformers import AutoModelForCausalLM
+
+        path = OFFLINE_MODELS["smollm2-135m"]()
+        hf = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+        ).eval()
+        bridge = TransformerBridge.boot_transformers(
+            "HuggingFaceTB/SmolLM2-135M", hf_model=hf, tokenizer=model.tokenizer
+        )
+        bridge.eval()
+        with torch.no_grad():
+            _, clean_cache = bridge.run_with_cache(clean)  # outside TransformerLens's timing
+        check_against_tl(model, bridge, clean, corrupted, clean_cache, metric)
+        print()
+
     print(f"{'':{WIDTH}}  {'seconds':>8}  {'peak MiB':>8}")
     ours, ours_s, ours_mem = timed(
         lambda: activation_patching(
@@ -113,20 +153,8 @@ def main() -> None:
     print_row("interp attribution_patching (z, all pos)", attr_s, attr_mem)
     tl_values = None
     if not args.no_tl:
-        from transformer_lens.model_bridge import TransformerBridge
         from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
-        from transformers import AutoModelForCausalLM
 
-        path = OFFLINE_MODELS["smollm2-135m"]()
-        hf = AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
-        ).eval()
-        bridge = TransformerBridge.boot_transformers(
-            "HuggingFaceTB/SmolLM2-135M", hf_model=hf, tokenizer=model.tokenizer
-        )
-        bridge.eval()
-        with torch.no_grad():
-            _, clean_cache = bridge.run_with_cache(clean)
         tl_values, tl_s, tl_mem = timed(
             lambda: get_act_patch_attn_head_out_all_pos(
                 bridge, corrupted, clean_cache, lambda lg: metric(lg).mean()
@@ -140,6 +168,8 @@ def main() -> None:
         print(
             f"max |interp - TransformerLens| = {diff:.2e}  ({'OK' if diff < 1e-4 else 'FAIL'}, target < 1e-4)"
         )
+        if not diff < 1e-4:
+            raise SystemExit("FAIL: the sweeps differ by more than 1e-4")
         print(f"speed-up vs TransformerLens: {tl_s / ours_s:.1f}x (target >= 2x)")
         print(f"attribution vs TransformerLens's exact sweep: {tl_s / attr_s:.0f}x faster")
     print(f"attribution vs interp's exact sweep: {ours_s / attr_s:.0f}x faster (target >= 50x)")

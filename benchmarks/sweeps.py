@@ -3,7 +3,8 @@ local Ray cluster (2 workers, one torch thread each), side by side in one run.
 
 Run alone (other torch processes distort every figure):
     python benchmarks/sweeps.py [--prompts 8] [--layer-step 3] [--workers 2]
-Prints both times, their ratio, and the largest difference between the merged and single results.
+The merged results must equal the single run's to 1e-4 before any time is printed (else it stops
+with an error). Prints both times, their ratio, and the largest difference between them.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def main() -> None:
     )  # fmt: skip
     ray_s = time.perf_counter() - start
     difference = (sharded.values - single.values).abs().max().item()
+    if not difference < 1e-4:
+        raise SystemExit(f"FAIL: the merged results differ from one process's by {difference:.2e} (> 1e-4)")
     print(f"SmolLM2, {args.prompts} IOI prompts, {len(single.index)} heads patched (layers {layers})")
     print(f"one process ({torch.get_num_threads()} threads): {single_s:.1f} s")
     print(f"Ray, {args.workers} workers x 1 thread (incl. worker start and model load): {ray_s:.1f} s")
