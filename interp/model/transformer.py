@@ -107,32 +107,19 @@ def next_token_loss(
     return loss if per_token else loss.sum() / counted.sum()
 
 
-def _refuse_loss_over_padding(real: Int[Tensor, "batch pos"] | None) -> None:
-    """Refuse the mean loss of token ids that `to_tokens` padded on the right, run without a mask: it
-    would average in the predictions of the padding (TransformerLens's number), where the same texts
-    passed as text count their real tokens only."""
-    if real is None or bool(real.all()):
+def _refuse_loss_over_padding(real: Int[Tensor, "batch pos"] | None, texts: bool = False) -> None:
+    """Refuse the loss of prompts padded on the right, run without a given mask, where TransformerLens
+    masks nothing and counts the predictions of the padding: token ids from `to_tokens` (their mean
+    loss) or a list of texts (`texts`: their mean or per-token loss, whose padding interp masks)."""
+    if real is None or bool(real[:, -1].all()):  # no padding, or on the left: TransformerLens masks it
         return
-    prompt = int((~real.bool()).any(1).nonzero()[0])
+    prompt, what = int((~real.bool()).any(1).nonzero()[0]), "text" if texts else "prompt"
+    per_token = "" if texts else ", or loss_per_token=True to mask it yourself"
     raise checks.InvalidArgumentError(
-        f"these token ids are padded on the right (prompt {prompt} has {int(real[prompt].sum())} real tokens "
-        f"of {real.shape[1]}), so the mean loss would count predictions of the padding; pass "
-        "attention_mask=model.to_tokens_and_mask(texts)[1] (or the texts themselves) to count real tokens "
-        "only, or loss_per_token=True to mask it yourself"
-    )
-
-
-def _refuse_loss_over_text_padding(mask: Int[Tensor, "batch pos"]) -> None:
-    """Refuse the loss of a list of texts padded on the right without a given mask: interp counts their
-    real tokens, where TransformerLens masks nothing and counts the predictions of the padding."""
-    if bool(mask[:, -1].all()):  # padded on the left: TransformerLens masks it too
-        return
-    prompt = int((~mask.bool()).any(1).nonzero()[0])
-    raise checks.InvalidArgumentError(
-        f"these texts are padded on the right (text {prompt} has {int(mask[prompt].sum())} real tokens of "
-        f"{mask.shape[1]}), and TransformerLens's loss of such a list counts the predictions of the "
-        "padding; pass attention_mask=model.to_tokens_and_mask(texts)[1] to count real tokens only (as "
-        "TransformerLens does given that mask), or run each text alone"
+        f"these {'texts' if texts else 'token ids'} are padded on the right ({what} {prompt} has "
+        f"{int(real[prompt].sum())} real tokens of {real.shape[1]}), and TransformerLens's loss of them "
+        "counts the predictions of the padding; pass attention_mask=model.to_tokens_and_mask(texts)[1] to "
+        f"count real tokens only (as TransformerLens does given that mask){per_token}"
     )
 
 
@@ -778,8 +765,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             raise ValueError("return_type='loss' after start_at_layer needs the targets: pass tokens=.")
         if attention_mask is None and not loss_per_token:
             _refuse_loss_over_padding(recorded_padding(tokens))
-        if text and given_mask is None and attention_mask is not None:
-            _refuse_loss_over_text_padding(attention_mask)
+        _refuse_loss_over_padding(attention_mask if text and given_mask is None else None, texts=True)
         loss = next_token_loss(logits, tokens, per_token=loss_per_token, attention_mask=attention_mask)
         return loss if return_type == "loss" else (logits, loss)
 
