@@ -513,6 +513,9 @@ def test_cache_to_disk_redoes_a_damaged_shard(model, data, tmp_path):
     flipped[-3] ^= 0xFF  # a bit flip in the data: the header still reads
     for damaged, why in [(bytes(flipped), "sha256 differs"), (shard.read_bytes()[:40], "cannot be read")]:
         shard.write_bytes(damaged)
+        if why == "sha256 differs":  # read back whole, it is refused
+            with pytest.raises(ValueError, match="shard_00001.safetensors is damaged .*re-run cache_to_disk"):
+                load_activations(tmp_path)
         with pytest.warns(
             RuntimeWarning, match=f"shard_00001.safetensors is damaged .*{why}.*computing it again"
         ):

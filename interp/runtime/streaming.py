@@ -230,7 +230,8 @@ def _cache_to_disk(
 
 
 def iter_shards(out_dir: str | Path, names: Sequence[str] | None = None) -> Iterator[tuple[range, dict]]:
-    """(rows, {name: tensor}) of each shard in order; raises if the job is incomplete."""
+    """(rows, {name: tensor}) of each shard in order; raises if the job is incomplete, or where a shard
+    read whole (names None, or every one of the job's) is not what was written (its sha256)."""
     out_dir = Path(out_dir)
     job_file = out_dir / JOB_FILE
     if not job_file.exists():
@@ -243,11 +244,20 @@ def iter_shards(out_dir: str | Path, names: Sequence[str] | None = None) -> Iter
             f"{out_dir} is incomplete: {len(missing)} of {n_shards} shards are missing; re-run "
             "cache_to_disk with the same arguments to finish it."
         )
+    wanted = job["names"] if names is None else names
     for index in range(n_shards):
-        with safe_open(_shard_path(out_dir, index), framework="pt") as shard:
-            start, stop = map(int, shard.metadata()["rows"].split(":"))
-            wanted = job["names"] if names is None else names
-            yield range(start, stop), {name: shard.get_tensor(name) for name in wanted}
+        path = _shard_path(out_dir, index)
+        with safe_open(path, framework="pt") as shard:
+            metadata = shard.metadata()
+            tensors = {name: shard.get_tensor(name) for name in wanted}
+        whole = set(wanted) >= set(job["names"])  # every tensor read: checked against the recorded sha256
+        if whole and metadata.get("sha256") != _tensors_hash({name: tensors[name] for name in job["names"]}):
+            raise ValueError(
+                f"{path} is damaged (its tensors' sha256 differs from the one recorded when it was written); "
+                "re-run cache_to_disk with the same arguments to compute it again."
+            )
+        start, stop = map(int, metadata["rows"].split(":"))
+        yield range(start, stop), tensors
 
 
 def load_activations(out_dir: str | Path, names: Sequence[str] | None = None) -> dict[str, Tensor]:
