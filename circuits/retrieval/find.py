@@ -2,7 +2,8 @@
 
 The relation is the family (`circuits.evidence.split_families`): heads and thresholds are chosen on
 discovery relations (discovery names, 4 facts, one template); every reported effect is measured on
-held-out relations, names, fact counts and templates. Corrupted prompts name a stranger in the query.
+held-out relations, names and fact counts, in the discovery template and a held-out one (reported per
+template: only the held-out one's stratum is new in form). Corrupted prompts name a stranger in the query.
 Steps: 0 prompts; 1 heads -> logits and 2 heads -> the movers' queries at END (EAP ranks the senders,
 the `n_exact` first are path-patched exactly); 3 each class (and the induction heads of `interp heads`)
 mean-ablated against random same-layer heads (`circuits.evidence.judge_class`), with the circuit's

@@ -30,7 +30,9 @@ HEAD_COLUMNS = (
 )  # fmt: skip
 HEADS_LEGEND = (
     "effect: the drop of the mean logit diff (logits) when the head's path ('sweep') is patched from the "
-    "corrupted run; END->: mean attention from the last token; direct: the head's mean direct logit "
+    "corrupted run: exact (MLPs recomputed) for the heads EAP ranks first in the sweep, EAP's first-order "
+    "estimate of the direct path for the others, which can be smaller (it leaves out the route through the "
+    "MLPs); END->: mean attention from the last token; direct: the head's mean direct logit "
     "attribution at END along W_U[answer] - W_U[best other in-context value], in logits."
 )
 CLASS_DETAILS = (  # the classes' own columns (`ClassVerdict.details`), beside the standard ones
