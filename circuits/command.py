@@ -524,12 +524,12 @@ class Command:
         """Refuse --induction-heads' report where it was saved for other weights than the model's."""
         if self.heads_file is None:
             return
-        from interp.model import weights_fingerprint
+        from interp.model import FINGERPRINT_SCHEME, weights_fingerprint
 
         path, weights = self.heads_file
         fingerprint = weights_fingerprint(loaded)
         if weights != fingerprint:
-            older = not weights.startswith(fingerprint.split("-")[0] + "-")
+            older = not weights.startswith(f"{FINGERPRINT_SCHEME}-")
             whose = (
                 "was saved by an older interp, whose weights fingerprint cannot tell models apart"
                 if older

@@ -26,6 +26,14 @@ from pathlib import Path
 from typing import IO, Literal
 
 
+def file_stamp(path: Path) -> tuple[int, int, int, int]:
+    """What tells a file's version from another at the same path without reading it: its inode, size,
+    and modification and change times (ns). A file rewritten in place or renamed into place with its
+    old size and modification time restored (as `cp -p` leaves it) has a new change time or inode."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
 def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)

@@ -36,7 +36,7 @@ from interp.io.checkpoint import (
     shipped_checkpoint,
     write_checkpoint,
 )
-from interp.io.files import atomic_path, write_text_atomic
+from interp.io.files import atomic_path, file_stamp, write_text_atomic
 from interp.io.model_paths import check_local_source
 from interp.io.source_code import INTERP_SOURCE, source_key
 
@@ -497,12 +497,10 @@ def check_gguf_tensors(path: Path, architecture: str, names: set[str], n_blocks:
 
 
 def content_hash(path: Path) -> str:
-    """The sha256 of a file's bytes (hex). Remembered per (path, inode, size, modification and change
-    times) in the cache directory's `hashes.json`, so an unchanged file is read once (a file replaced at
-    its path with its old size and modification time, as `cp -p` does, has a new change time); copies of
-    one file in several environments share one hash, so they share one cache entry."""
-    stat = path.stat()
-    seen = f"{path.resolve()}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
+    """The sha256 of a file's bytes (hex). Remembered per path and `file_stamp` in the cache directory's
+    `hashes.json`, so an unchanged file is read once; copies of one file in several environments share
+    one hash, so they share one cache entry."""
+    seen = ":".join(map(str, [path.resolve(), *file_stamp(path)]))
     index_path = cache_dir() / "hashes.json"
     try:
         index = json.loads(index_path.read_text())

@@ -5,6 +5,7 @@ from interp.model.components import MLP, Attention, Block, MixtureOfExperts, Nor
 from interp.model.hooks import HookSettings
 from interp.model.kv_cache import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
 from interp.model.loading import (
+    FINGERPRINT_SCHEME,
     dispatch,
     from_hf,
     load_checkpoint,
@@ -22,5 +23,5 @@ __all__ = [
     "HookedTransformerKeyValueCache", "HookedTransformerKeyValueCacheEntry", "MixtureOfExperts",
     "Norm", "act_name", "dispatch", "from_hf", "load_checkpoint", "load_gguf", "load_model",
     "parameter_count", "provenance",
-    "next_token_loss", "process_weights", "weights_fingerprint",
+    "next_token_loss", "process_weights", "weights_fingerprint", "FINGERPRINT_SCHEME",
 ]  # fmt: skip

@@ -39,7 +39,7 @@ from torch import Tensor
 from interp.interventions.engine import RunOptions, takes_run_options
 from interp.interventions.patching import Direction, PositionAxis, activation_patching
 from interp.interventions.results import PatchResult
-from interp.io.files import atomic_path, write_text_atomic
+from interp.io.files import atomic_path, file_stamp, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
 from interp.io.source_code import INTERP_SOURCE, source_key
 from interp.model.tokens import index_tokens, record_padding, recorded_padding
@@ -230,19 +230,14 @@ PromptMetric = Callable[[Tensor, Tensor], Tensor]  # (logits [batch, pos, d_voca
 
 
 def source_version(source: str | Path) -> str:
-    """What tells one version of the model at `source` from another: the name, inode, size and
-    modification and change times of each of its files where it is a local file or directory (a model
-    saved again at the same path is another version, even with its old size and modification time);
-    "" for a name that is not a local path."""
+    """What tells one version of the model at `source` from another: the name and `file_stamp` of each
+    of its files where it is a local file or directory (a model saved again at the same path is another
+    version, even with its old size and modification time); "" for a name that is not a local path."""
     path = Path(source)
     if not path.exists():
         return ""
     files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
-    stats = [
-        (str(f.relative_to(path.parent)), s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
-        for f in files
-        for s in [f.stat()]
-    ]
+    stats = [(str(f.relative_to(path.parent)), *file_stamp(f)) for f in files]
     return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
 
 
