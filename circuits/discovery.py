@@ -1,6 +1,7 @@
 """Discovery strategies more than one analysis uses: the clean run read at END with the cache the heads'
-evidence reads (`end_logits_and_cache`: IOI and retrieval), and EAP's estimate of each sender's drop
-(`eap_drops`: IOI's `EAPRanking` and retrieval's path patching)."""
+evidence reads (`end_logits_and_cache`: IOI and retrieval), EAP's estimate of each sender's drop
+(`eap_drops`) and the senders path-patched exactly after it (`exact_candidates`: IOI's `EAPRanking` and
+retrieval's path patching)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,14 @@ def eap_drops(
     for layer, head in senders:
         estimate[layer, head] = -scores.scores[graph.writers.index(f"a{layer}.h{head}"), columns].sum()
     return estimate
+
+
+def exact_candidates(
+    estimate: Tensor, senders: Sequence[Head], n_exact: int, min_estimate: float
+) -> list[Head]:
+    """The senders to path-patch exactly, strongest estimate first: the `n_exact` EAP ranks first by
+    |estimate| [layer, head] and every one whose |estimate| is at least `min_estimate` (logits). With
+    min_estimate at most the selection's least effect, no head is ever selected on EAP's estimate."""
+    ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))
+    n_large = sum(abs(float(estimate[head])) >= min_estimate for head in senders)
+    return ranked[: max(n_exact, n_large)]

@@ -21,7 +21,13 @@ from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, FamilySplit, ran
 from circuits.finding import Finding, finding_report, write_finding_report
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalSettings, accuracy, find_retrieval_circuit
-from circuits.retrieval.find import DEPENDENT_KINDS, validate_classes
+from circuits.retrieval.find import (
+    DEPENDENT_KINDS,
+    discovery_evidence,
+    edge_scores,
+    path_patching_step,
+    validate_classes,
+)
 from circuits.sections import render_html, render_markdown, result_json
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.io.serialize import encode
@@ -328,3 +334,19 @@ def test_reported_effects_are_held_out_drops_whatever_the_discovery_prompts(smol
     assert runs[0].heldout.drop == pytest.approx(drop.mean().item(), abs=1e-5)  # clean - ablated
     assert runs[0].heldout.random_drop == pytest.approx(random_drop.item(), abs=1e-5)
     assert runs[0].heldout.beyond == pytest.approx((drop.mean() - random_drop).item(), abs=1e-5)
+
+
+def test_no_head_is_selected_on_eap_s_estimate(smollm2) -> None:
+    """Every head path patching selects was patched exactly, even with no fixed number of exact senders
+    (n_exact=0): EAP's estimate of a head's drop can be a third smaller than the exact one (it leaves
+    out the route through the MLPs), so a selection on it mixes two scales."""
+    settings = RetrievalSettings(n_prompts=8, n_exact=0)
+    discovery = make_retrieval_prompts(smollm2, 8, 4, "discovery", seed=0)
+    evidence = discovery_evidence(smollm2, discovery, edge_scores(smollm2, discovery, None))
+    _, found = path_patching_step(smollm2, evidence, None, "logits", settings)
+    assert found
+    patched = evidence.patcher(
+        discovery.logit_diff, receivers="logits", senders=[(h.layer, h.index) for h in found]
+    )
+    exact = (patched.target.mean() - patched.values.mean(-1)).tolist()
+    assert [h.effect for h in found] == pytest.approx(exact, abs=1e-5)

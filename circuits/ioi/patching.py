@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.discovery import eap_drops
+from circuits.discovery import eap_drops, exact_candidates
 from circuits.evidence import every_head
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics, ablation_sites
@@ -168,9 +168,7 @@ class EAPRanking:
         else:
             names = {"logits"}
         estimate = eap_drops(model, scores, senders, sorted(names))
-        ranked = sorted(senders, key=lambda head: -abs(float(estimate[head])))
-        n_large = sum(abs(float(estimate[head])) >= self.min_estimate for head in senders)
-        measured = exact(ranked[: max(self.n_exact, n_large)])
+        measured = exact(exact_candidates(estimate, senders, self.n_exact, self.min_estimate))
         confirmed = ~measured.isnan()
         estimate[confirmed] = measured[confirmed]
         return estimate

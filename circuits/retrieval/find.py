@@ -5,7 +5,8 @@ discovery relations (discovery names, 4 facts, one template); every reported eff
 held-out relations, names and fact counts, in the discovery template and a held-out one (reported per
 template: only the held-out one's stratum is new in form). Corrupted prompts name a stranger in the query.
 Steps: 0 prompts; 1 heads -> logits and 2 heads -> the movers' queries at END (EAP ranks the senders,
-the `n_exact` first are path-patched exactly); 3 each class (and the induction heads of `interp heads`)
+the `n_exact` first and every one estimated at least half of `min_effect` are path-patched exactly,
+and only these can be selected); 3 each class (and the induction heads of `interp heads`)
 mean-ablated against random same-layer heads (`circuits.evidence.judge_class`), with the circuit's
 faithfulness (`evidence.held_out_faithfulness`); 4 each prompt set's accuracy against chance. The result is a
 `circuits.finding.Finding` whose extras are `RetrievalFigures`. Effects are drops (`EFFECT_SIGN`, logits).
@@ -24,7 +25,7 @@ import torch
 from torch import Tensor
 
 import interp
-from circuits.discovery import eap_drops, end_logits_and_cache
+from circuits.discovery import eap_drops, end_logits_and_cache, exact_candidates
 from circuits.evidence import (
     ClassVerdict,
     FamilySplit,
@@ -75,7 +76,8 @@ def _quiet(stage: str, done: int, total: int) -> None:
 @dataclass(frozen=True, kw_only=True)
 class RetrievalSettings:
     """The sizes and thresholds of `find_retrieval_circuit`. n_prompts: discovery prompts; n_heldout:
-    held-out prompts per fact count and template; n_exact: senders path-patched exactly per step;
+    held-out prompts per fact count and template; n_exact: senders path-patched exactly per step
+    (besides every one EAP estimates at least min_effect / 2);
     n_random: random same-layer sets per class; n_two_hop: two-hop prompts per form (measured only);
     effect_z, min_effect, min_share: `select_heads`; min_attention: the least attention from END that
     classes a head; seed: the prompts, the random sets and the bootstrap."""
@@ -340,15 +342,17 @@ def path_patching_step(
 ) -> tuple[Tensor, list[RetrievalHead]]:
     """One step of the walk back from the logits: ([layer, head] the drop of the mean logit diff (clean -
     patched, logits) when each head's path to `receivers` (their queries at END; None: the logits) is
-    patched from the corrupted run, the selected heads). The drop is exact for the `n_exact` heads EAP
-    ranks first by |estimate|, EAP's estimate for the others, NaN for non-senders. Each selected head is
+    patched from the corrupted run, the selected heads). The drop is exact for the senders of
+    `exact_candidates` (the `n_exact` EAP ranks first by |estimate| and every one whose estimate is at
+    least half of `min_effect`, so none is selected on an estimate), EAP's estimate for the others, NaN
+    for non-senders. Each selected head is
     classed by where END attends most if that attention is at least `min_attention` (a "mover" must
     also have direct attribution > 0)."""
     prompts = evidence.prompts
     senders = [head for head in every_head(model, receivers) if head not in (receivers or [])]
     readers = ["logits"] if receivers is None else [f"a{layer}.h{head}<q>" for layer, head in receivers]
     effects = eap_drops(model, evidence.scores, senders, readers)
-    exact = sorted(senders, key=lambda head: -abs(float(effects[head])))[: settings.n_exact]
+    exact = exact_candidates(effects, senders, settings.n_exact, settings.min_effect / 2)
     if exact:
         patched = evidence.patcher(
             prompts.logit_diff,
