@@ -345,9 +345,8 @@ def path_patching_step(
     patched from the corrupted run, the selected heads). The drop is exact for the senders of
     `exact_candidates` (the `n_exact` EAP ranks first by |estimate| and every one whose estimate is at
     least half of `min_effect`, so none is selected on an estimate), EAP's estimate for the others, NaN
-    for non-senders. Each selected head is
-    classed by where END attends most if that attention is at least `min_attention` (a "mover" must
-    also have direct attribution > 0)."""
+    for non-senders. Each selected head is classed by where END attends most if that attention is at
+    least `min_attention` (a "mover" must also have direct attribution > 0)."""
     prompts = evidence.prompts
     senders = [head for head in every_head(model, receivers) if head not in (receivers or [])]
     readers = ["logits"] if receivers is None else [f"a{layer}.h{head}<q>" for layer, head in receivers]
