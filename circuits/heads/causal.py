@@ -1,5 +1,6 @@
 """Causal checks on the held-out probe: each candidate's z mean-ablated (per position), alone and with
-the other candidates of its type ablated, judged against random heads of its layer by
+the other candidates of its type ablated, judged against random heads of its layer (of other layers
+where its layer has none left) by
 `circuits.evidence.judge_class` (paired per sequence; strata: repeat lengths). Effects (positive: the
 head helps): induction, the loss increase on the second copies (nats); previous_token, the drop of the
 later induction heads' mean induction score (attention; those after its layer). Two looks: after the

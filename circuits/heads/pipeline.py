@@ -56,7 +56,8 @@ CHECKS = {  # how the causal checks run (`HeadFigures.checks`)
     "causal_method": (
         "each candidate mean-ablated alone and with the other candidates of its type already ablated "
         "(minimality), each effect against n_random random heads of the candidate's layer over neither "
-        "checked type's threshold (drawn once per layer with the seed + the layer), ablated alone and on top "
+        "checked type's threshold (drawn once per layer with the seed + the layer; from other layers where "
+        "its layer has none left), ablated alone and on top "
         "of all the candidates: its effect beyond their mean, paired per held-out sequence, with a 95% "
         "bootstrap CI over the sequences and the random heads (circuits.evidence.judge_class); confirmed "
         "when, for either effect, that CI excludes 0, the figure beyond random is at least the minimum "

@@ -90,7 +90,8 @@ LEGEND = (
     "(positive: the head helps predict the repeat); Δind = clean − ablated induction score of the later "
     'induction heads, a fraction of attention (positive: the head feeds them). beyond random, "+0.40 [+0.35, '
     '+0.45] (0.05)": the confirming effect (else the effect alone) minus the mean effect of random heads of '
-    "the head's layer over neither checked type's threshold (ablated alone; in the head's place, on top of "
+    "the head's layer over neither checked type's threshold (from other layers where its layer has none "
+    "left; ablated alone; in the head's place, on top of "
     "the other candidates, for the effect with the others ablated), paired per held-out sequence, its 95% "
     "bootstrap CI over the sequences and the random heads, and that mean in parentheses. score: the "
     "attention score that chose "
