@@ -183,6 +183,29 @@ def test_the_vector_and_the_ablation_equal_hooked_runs(smollm2, prompts):
         assert torch.equal(clean, (top == prompts.answers).float())
 
 
+def test_the_few_shot_ablation_is_the_same_on_left_padding(smollm2):
+    """The mean z the few-shot ablation writes is over each prompt's real tokens, first to last: on
+    left-padded prompts the padding before the first is not in it (it was: L3-5's heads ablated, a
+    prompt right with right padding was wrong with left)."""
+    pairs = {
+        name: split_pairs(single_token_pairs(smollm2, ICL_TASKS[name]))[0]
+        for name in ("antonym", "present_past")
+    }
+    head_sets = [[(layer, head) for layer in (3, 4, 5) for head in range(9)], [(20, 5), (17, 5), (23, 3)]]
+    accuracies = {}
+    try:
+        for side in ("right", "left"):
+            smollm2.default_padding_side = side
+            prompts = task_prompts(smollm2, pairs, n_prompts=3, n_shots=3, seed=0, templates=["qa", "arrow"])
+            accuracies[side] = few_shot_accuracy(smollm2, prompts, head_sets)
+    finally:
+        smollm2.default_padding_side = "right"
+    assert bool(smollm2.first_positions(prompts.clean).any())  # the left-padded batch has padding
+    (clean, ablated), (clean_left, ablated_left) = accuracies["right"], accuracies["left"]
+    assert torch.equal(clean_left, clean)
+    assert torch.equal(ablated_left, ablated)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(smollm2):
     """A random 3-layer model with SmolLM2's tokenizer (so: Brown documents too)."""

@@ -42,8 +42,8 @@ from interp.types import Head, Progress
 
 @dataclass(kw_only=True)
 class TaskPrompts:
-    """Few-shot prompts of several tasks in one or more templates, in one right-padded batch; a group is
-    a task in one template (`group_index`, task-major)."""
+    """Few-shot prompts of several tasks in one or more templates, in one batch padded on the model's
+    `default_padding_side`; a group is a task in one template (`group_index`, task-major)."""
 
     tasks: list[str]
     templates: list[str]  # names of interp.tasks.icl_tasks.ICL_TEMPLATES
@@ -242,7 +242,8 @@ def few_shot_accuracy(
     layers = sorted({layer for heads in head_sets for layer, _ in heads})
     names = [interp.act_name("z", layer) for layer in layers]
     _, target = cached_run(model, tokens, [*start_names(model), *names], logits=False)
-    real = torch.arange(tokens.shape[1]) <= last[:, None].cpu()  # [batch, pos]
+    positions = torch.arange(tokens.shape[1])  # real: from each prompt's first real token to its last
+    real = (positions >= model.first_positions(tokens)[:, None]) & (positions <= last[:, None].cpu())
     sources = ablated_z(model, {name: target[name] for name in names}, "mean", real=real)
     runs = [[], *(ablation_sites(model, heads=heads) for heads in head_sets)]
     metric = accuracy_metric(prompts.answers, last)
