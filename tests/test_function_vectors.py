@@ -192,14 +192,14 @@ def test_the_few_shot_ablation_is_the_same_on_left_padding(smollm2):
         for name in ("antonym", "present_past")
     }
     head_sets = [[(layer, head) for layer in (3, 4, 5) for head in range(9)], [(20, 5), (17, 5), (23, 3)]]
-    accuracies = {}
+    accuracies, side_before = {}, smollm2.default_padding_side
     try:
         for side in ("right", "left"):
             smollm2.default_padding_side = side
             prompts = task_prompts(smollm2, pairs, n_prompts=3, n_shots=3, seed=0, templates=["qa", "arrow"])
             accuracies[side] = few_shot_accuracy(smollm2, prompts, head_sets)
     finally:
-        smollm2.default_padding_side = "right"
+        smollm2.default_padding_side = side_before
     assert bool(smollm2.first_positions(prompts.clean).any())  # the left-padded batch has padding
     (clean, ablated), (clean_left, ablated_left) = accuracies["right"], accuracies["left"]
     assert torch.equal(clean_left, clean)
