@@ -692,9 +692,9 @@ def train_toy_model(
         task=task,
         hops=getattr(data, "hops", None),
     )
-    torch.manual_seed(settings.seed)
-    model = HookedTransformer(cfg)
-    model.init_weights(settings.seed)
+    with torch.random.fork_rng(devices=[]):  # the constructor's draws, replaced at once: not the caller's
+        model = HookedTransformer(cfg)
+    model.init_weights(settings.seed)  # seeded on its own generator; torch's global one is left as it was
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     stopping = {"stop_patience": defaults.stop_patience, "stop_above": defaults.stop_above}
     config = TrainConfig(

@@ -42,6 +42,16 @@ def trained():
     return disabled_heads_induction()
 
 
+def test_building_a_planted_model_leaves_the_callers_random_numbers_alone():
+    """The planted model's weights are set by hand: the random ones its constructor drew (from torch's
+    global generator, so that a caller's later torch.randn changed) are drawn from a forked stream."""
+    torch.manual_seed(1234)
+    expected = torch.randn(3)
+    torch.manual_seed(1234)
+    planted_induction()
+    assert torch.equal(torch.randn(3), expected)
+
+
 def test_precision_and_recall_count_edges():
     true = torch.zeros(3, 4, dtype=torch.bool)
     true[0, 1] = true[1, 2] = true[2, 3] = True  # 3 true edges

@@ -144,6 +144,24 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path):
     assert TrainingLog.read(tmp_path / "resumed") == full_log
 
 
+def test_train_toy_model_leaves_the_callers_random_numbers_alone(tmp_path):
+    """Its weights come from its own seed's generator: torch's global generator is neither reseeded
+    (it was set to the settings' seed, so a caller's later torch.randn no longer followed the caller's
+    seed) nor drawn from (the constructor's random weights, replaced at once)."""
+    settings = ToyModelSettings(
+        task="induction", n_layers=1, n_heads=2, d_model=16, steps=2, batch_size=4, seed=3
+    )
+    torch.manual_seed(1234)
+    expected = torch.randn(3)
+    torch.manual_seed(1234)
+    model, _ = train_toy_model(settings, tmp_path / "a")
+    assert torch.equal(torch.randn(3), expected)
+    torch.manual_seed(99)  # the caller's seed does not change the model
+    again, _ = train_toy_model(settings, tmp_path / "b")
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, again.state_dict()[name]), name
+
+
 def test_a_callback_that_edits_the_model_is_in_its_steps_evaluation_and_checkpoint(tmp_path):
     """The callback runs before the step's evaluation and checkpoint: a run resumed from a checkpoint
     of a model whose callback keeps a head disabled equals the uninterrupted run."""

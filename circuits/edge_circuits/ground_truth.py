@@ -78,7 +78,8 @@ def planted_induction(
         attn_only=True, normalization="none", attn_scale=1.0,
         default_prepend_bos=False, model_name="planted-induction",
     )  # fmt: skip
-    model = HookedTransformer(cfg)
+    with torch.random.fork_rng(devices=[]):  # its random weights are replaced: not the caller's draws
+        model = HookedTransformer(cfg)
     state = {name: torch.zeros_like(value) for name, value in model.state_dict().items()}
     state = {name.replace("_W_", "W_").replace("_b_", "b_"): value for name, value in state.items()}
     v, p = torch.arange(n_vocab), torch.arange(n_ctx)
@@ -204,7 +205,8 @@ def train_disabled_heads(
         n_layers=2, n_heads=4, d_model=32, d_vocab=32, n_ctx=24, attn_only=True, bos_token_id=0,
         model_name="ground-truth-disabled-heads", task="induction",
     )  # fmt: skip
-    model = HookedTransformer(cfg)
+    with torch.random.fork_rng(devices=[]):  # its random weights are replaced: not the caller's draws
+        model = HookedTransformer(cfg)
     model.init_weights(seed)
 
     def disable(*_) -> None:
