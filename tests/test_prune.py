@@ -131,6 +131,23 @@ def test_resumed_pruning_follows_the_same_trajectory(toy_induction, tmp_path):
         )
 
 
+def test_pruning_with_autograd_off_trains_the_mask_as_with_it_on(toy_induction):
+    """A caller that turned autograd off globally (`torch.set_grad_enabled(False)`, TransformerLens's
+    habit, or `cache.toggle_autodiff(False)`) gets the same mask: the scores' training turns it on for
+    itself, as every other gradient method does (it raised "element 0 of tensors does not require grad")."""
+    model, task, _ = toy_induction
+    args = (model, task.clean[:8], task.corrupted[:8], edges.subset_metric(task.metric, torch.arange(8)))
+    pruning = edges.PruneSettings(steps=4, batch_size=4)
+    with_grad = edges.prune_edges(*args, pruning)
+    torch.set_grad_enabled(False)
+    try:
+        without = edges.prune_edges(*args, pruning)
+        assert not torch.is_grad_enabled()  # the caller's mode is left as it was
+    finally:
+        torch.set_grad_enabled(True)
+    assert torch.equal(without.scores, with_grad.scores)
+
+
 def test_a_checkpoint_resumes_only_its_own_run(toy_induction, tmp_path):
     """A mask's checkpoint is refused, before any start ranking, naming what differs: on another model
     with the same edge graph (toy-induction with one weight scaled), with another metric on the same

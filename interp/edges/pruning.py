@@ -236,7 +236,7 @@ def prune_edges(
         )  # fmt: skip
     valid = graph.valid
     sizes = mask_sizes(graph.n_edges, pruning)
-    with _frozen(model):  # the scores alone learn
+    with _frozen(model), torch.enable_grad():  # the scores alone learn, whatever the caller's grad mode
         # What ablated edges carry: every corrupted prompt's writer outputs at once where they fit in
         # CACHE_BYTES (counterfactual), else read per step; one mean or zero tensor otherwise.
         per_step = ablation.kind == "counterfactual" and (
