@@ -154,6 +154,36 @@ def test_resample_ablation_draws_one_reference_prompt_per_input_prompt_for_every
     torch.testing.assert_close(again, once_more, atol=0, rtol=0)
 
 
+def test_a_resample_draw_does_not_depend_on_the_runs_before_it(model, data):
+    """A resample ablation's draw for runs on n prompts is its seed's, whatever ran before under the same
+    ablation: a run on fewer prompts first (a sanity check on one prompt, a sub-batch) drew from the
+    same generator, and the later run on every prompt read other reference prompts."""
+    tokens, reference, metric = data
+    resample = Ablation("resample", reference=reference, seed=3)
+    heads = [(0, 1), (1, 3)]
+    with ablation.ablate(model, heads=heads, ablation=resample):
+        alone = model(tokens)
+    with ablation.ablate(model, heads=heads, ablation=resample):
+        model(tokens[:1])
+        after_one = model(tokens)
+    torch.testing.assert_close(after_one, alone, atol=0, rtol=0)
+    names = [interp.act_name("z", layer) for layer in (0, 1)]
+    sets = [[(0, 1)], [(1, 3), (0, 0)]]
+    fresh = ablation.ablated_metrics(
+        model, tokens, metric, sets, ablation.Replacement(model, names, resample)
+    )
+    reused = ablation.Replacement(model, names, resample)
+    ablation.ablated_metrics(
+        model,
+        tokens[:2],
+        lambda logits: metrics.logit_diff(logits, tokens[:2, 0], tokens[:2, 1]),
+        sets,
+        reused,
+    )
+    later = ablation.ablated_metrics(model, tokens, metric, sets, reused)
+    torch.testing.assert_close(later, fresh, atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("kind", ["mean", "resample", "counterfactual"])
 def test_ablated_runs_place_the_reference_by_each_prompts_position(model, data, kind):
     """Under `ablate`, a prompt's position p (counted from its first real token, as the model counts

@@ -214,7 +214,7 @@ class Replacement:
             None if reference_mask is None else check_padding_mask(reference_mask, n_ref, n_pos)
         )
         self.reference_groups = None if ablation.groups is None else ablation.groups.long().cpu()
-        self.generator = torch.Generator().manual_seed(ablation.seed)
+        self.seed = ablation.seed
         self.draws: dict[tuple, Tensor] = {}  # (batch, groups) -> each input prompt's reference prompt
         self.acts: dict[str, Tensor] = {}
         if ablation.kind != "zero" and cached:
@@ -269,8 +269,9 @@ class Replacement:
         """Each input prompt's random reference prompt (of its group), drawn once for runs on `batch`
         prompts of these groups: every site and every run of them reads the same reference prompt."""
         key = (batch, None if groups is None else tuple(groups.long().cpu().tolist()))
-        if key not in self.draws:
-            scores = torch.rand(batch, n_ref, generator=self.generator)  # random reference per prompt
+        if key not in self.draws:  # from the seed alone: the same draw whatever was drawn before
+            generator = torch.Generator().manual_seed(self.seed)
+            scores = torch.rand(batch, n_ref, generator=generator)  # random reference per prompt
             if groups is not None:
                 same = groups.long().cpu()[:, None] == self.reference_groups[None, :]
                 if not same.any(1).all():
