@@ -14,6 +14,7 @@ from interp import metrics, patching
 from interp.interventions import engine
 from interp.interventions.engine import RunOptions, Site
 from interp.interventions.path_patching import PathPatcher, path_patching
+from interp.tasks.ioi import ioi_dataset_for
 
 BATCH, POS = 3, 7
 
@@ -555,6 +556,24 @@ def test_a_path_patcher_reuses_its_runs_and_refuses_other_hooks(model, prompts):
         with pytest.raises(ValueError, match="hooks or weights changed"):
             patcher(metric)
     assert patcher.is_current()
+
+
+@pytest.mark.parametrize("replace", ["load_state_dict(assign=True)", "param.data"])
+def test_a_path_patcher_refuses_weights_replaced_without_an_in_place_op(replace):
+    """Weights replaced by new tensors (not written in place, so their versions stay as they were)
+    are other weights: the patcher's cached runs are of the old ones, and reusing it mixed them with
+    the new ones (effects up to 22 off where they reach 56, on toy IOI) instead of refusing."""
+    model = interp.load_model("toy-ioi")
+    clean, abc, _ = ioi_dataset_for(model, 8, 0)
+    patcher = PathPatcher(model, clean.tokens, abc.tokens)
+    if replace == "param.data":
+        for parameter in model.parameters():
+            parameter.data = 1.5 * parameter.data
+    else:
+        model.load_state_dict({name: 1.5 * value for name, value in model.state_dict().items()}, assign=True)
+    assert not patcher.is_current()
+    with pytest.raises(ValueError, match="hooks or weights changed"):
+        patcher(clean.logit_diff)
 
 
 @pytest.mark.parametrize("columns", [None, torch.tensor([1, 3])])

@@ -1013,10 +1013,14 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
 
     def run_state(self) -> tuple:
         """What a cached run of this model stays valid under: the hooks on it (each registration's
-        id), its parameters' in-place versions and its hook settings. An equal state computes the
-        same activations."""
+        id), its parameters' tensors (where their data lives, dtype and device: weights replaced
+        without an in-place op, `load_state_dict(assign=True)`, `param.data = ...`, `model.to(...)`)
+        and in-place versions, and its hook settings. An equal state computes the same activations."""
         hooks = tuple((name, point.hook_ids()) for name, point in self.hook_dict.items() if point.has_hooks())
-        versions = tuple(parameter._version for parameter in self.parameters())
+        versions = tuple(
+            (parameter.data_ptr(), parameter.dtype, parameter.device, parameter._version)
+            for parameter in self.parameters()
+        )
         settings = tuple(getattr(self.hook_settings, name) for name in self.hook_settings.names())
         return hooks, versions, settings
 
