@@ -409,7 +409,7 @@ def retrieval(
     n_prompts: int = opt(24, min=2, help="Discovery prompts (4 facts each) that find the heads."),
     n_heldout: int = opt(24, min=2, help="Held-out prompts per fact count (2, 3, 6, 8) and template that "
             "test them."),
-    n_exact: int = opt(12, min=0, help="Senders path-patched exactly per step, besides those EAP estimates large."),
+    n_exact: int = opt(12, min=0, help="Senders path-patched exactly per step (and any EAP rates large)."),
     n_random: int = opt(4, min=1, help="Random same-layer head sets to compare each class with."),
     n_two_hop: int = opt(40, min=2, help="Two-hop prompts per query form (measured only)."),
     induction_heads: str | None = opt(None, help="The induction heads to compare with: " + HEADS_HELP),
