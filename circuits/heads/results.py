@@ -1,9 +1,6 @@
-"""What `head_report` finds, as a `circuits.finding.Finding` "heads" with `HeadFigures`, and how it reads:
-the terminal (wide or compact), Markdown and HTML (heat maps side by side, an attention viewer per typed
-head) and its data (CSV, JSON). The finding's classes are the candidates' effects as
-`circuits.evidence.judge_class` judged them (`head_classes`: "induction L1H4", "previous_token L0H2 with
-others ablated"); the table's causal columns that copy their figures are joined from them when it is
-read (`HeadFigures.full_table`). Heads are written as `interp.types.head_label` does ("L9H6")."""
+"""`head_report`'s finding ("heads", with `HeadFigures`) and its renderings: terminal, Markdown, HTML
+(heat maps, attention viewers), CSV and JSON. Its classes are the candidates' judged effects
+(`head_classes`); the table's columns copying them are joined back on reading (`HeadFigures.full_table`)."""
 
 from __future__ import annotations
 
@@ -109,17 +106,13 @@ FILE_WIDTH = 200  # the columns of the table format written to a file
 
 
 def class_name(kind: str, head: str, effect: str) -> str:
-    """A class as the report names it: the type, the head, the effect ("induction L1H4", "previous_token
-    L0H2 with others ablated")."""
+    """ "induction L1H4", "previous_token L0H2 with others ablated"."""
     return f"{kind} {head}" + ("" if effect == "alone" else " with others ablated")
 
 
 def head_classes(effects: dict[str, CausalEffects]) -> list[ClassVerdict]:
-    """Each candidate's effects (EFFECTS) of each causal type, as `judge_class` judged them against
-    random heads of its layer, as the finding's classes (`class_name`; details "type" and "effect"), its
-    verdict the effect's as the head's verdict reads it: score-not-held where the head's held-out score
-    is below its type's threshold, else `CausalEffects.effect_verdict` (unconfirmed below the least
-    effect beyond random too)."""
+    """Each candidate's judged effects as the finding's classes (details "type", "effect"); verdict
+    score-not-held where the head's held-out score is below threshold, else `CausalEffects.effect_verdict`."""
     classes = []
     for kind in CAUSAL_TYPES:
         found = effects.get(kind)
@@ -138,9 +131,8 @@ SUFFIXES = dict(zip(EFFECTS, ("", "_with_others"), strict=True))  # each effect'
 
 
 def class_columns(table: pd.DataFrame) -> list[str]:
-    """The columns of a full head table that copy the classes' figures (what `HeadFigures.table` leaves
-    out and `HeadFigures.full_table` joins back): per causal type and effect the random heads' mean
-    effect, the effect beyond them with its SE and CI, the random heads, and beyond random per stratum."""
+    """The columns of a full head table that copy the classes' figures (`HeadFigures.full_table` joins
+    them back)."""
     names = [name for kind in CAUSAL_TYPES for name in _class_cells(kind, {})]
     beyond = {f"{kind}_beyond_random{suffix}[" for kind in CAUSAL_TYPES for suffix in SUFFIXES.values()}
     strata = [column for column in table.columns if column[: column.find("[") + 1] in beyond]
@@ -148,13 +140,9 @@ def class_columns(table: pd.DataFrame) -> list[str]:
 
 
 def older_head_classes(table: pd.DataFrame, n_samples: int) -> list[ClassVerdict]:
-    """The classes of a head table saved whole (a HeadReport's, saved before 2026-11-29; none in one
-    saved before the random baseline, without _confirmed_by): each effect whose figure beyond random it
-    holds, as `head_classes` names and judges it. Its held-out sequences n_samples per repeat length
-    (half where it stopped early); its drop the effect (the drop's CI, which the table does not hold,
-    NaN); the SE of its figure beyond random under details "beyond_se"; per repeat length its figure
-    beyond random (holds where positive; no CI); the random heads' effects and the per-sequence
-    figures, which the table does not hold, empty."""
+    """The classes of a head table saved whole (before 2026-11-29; none before the random baseline), as
+    `head_classes` names and judges them. What the table lacks is NaN (CIs of drops and strata) or empty
+    (random heads' effects, per-sequence figures); the SE beyond random goes under details "beyond_se"."""
     classes = []
     for row in table.to_dict("records"):
         label = head_label(row["layer"], row["head"])
@@ -197,8 +185,7 @@ def older_head_classes(table: pd.DataFrame, n_samples: int) -> list[ClassVerdict
 
 
 def beyond_se(found: ClassVerdict) -> float:
-    """The standard error of a class's effect beyond random over the held-out sequences (an older file's
-    class, which holds no per-sequence effects: its details' "beyond_se")."""
+    """The SE of a class's effect beyond random over the held-out sequences (older files: "beyond_se")."""
     if "beyond_se" in found.details:
         return found.details["beyond_se"]
     return mean_se(found.per_prompt)[1]
@@ -231,8 +218,7 @@ def _stratum_cells(kind: str, stratum: str, classes: dict[str, ClassVerdict]) ->
 
 
 class HeadGrid:
-    """The reads of a table of every head (`table`, one row per (layer, head)) that `HeadFigures` and
-    `HeadRows` share."""
+    """Reads of `table` (one row per (layer, head)) shared by `HeadFigures` and `HeadRows`."""
 
     table: pd.DataFrame
     n_layers: int
@@ -253,16 +239,13 @@ class HeadGrid:
 
 @dataclass(kw_only=True)
 class HeadFigures(HeadGrid, Extras):
-    """`head_report`'s own figures. The finding's chose and tested are the probes' token families (even
-    ids choose the candidates by their attention scores, odd ids test them); its settings the
-    `HeadSettings` the run used (seq_len and natural_text the probes'); its classes `head_classes`.
+    """`head_report`'s own figures. chose / tested: the token families (even ids choose, odd ids test).
     table, one row per (layer, head): layer, head; each score of SCORE_NAMES (`_se`, `confidence_`,
     `_text`), induction_len<L>, fixed_offset_distance, skip_gram_pair ("t -> v"), copying,
     k_composition; per causal type (nats for induction, attention for previous_token; NaN: not tested):
     <type>_effect(_se) alone, <type>_effect_with_others(_se), _held_out_score, _confirmed, _verdict,
     _holds_in (strata), _stopped_early, _confirmed_by, and per repeat length <type>_effect[L=13] (the
-    same four); types. checks: how the causal checks ran, as the run recorded them (the ablation, the
-    method, the least effect beyond random, the futility rule, the bootstrap's size)."""
+    same four); types. checks: how the causal checks ran, as recorded."""
 
     table: pd.DataFrame
     thresholds: dict[str, float]
@@ -283,11 +266,8 @@ class HeadFigures(HeadGrid, Extras):
     terminal_options: ClassVar[dict[str, Any]] = {"all_heads": False}  # the terminal: the confirmed heads
 
     def full_table(self, finding: Finding) -> pd.DataFrame:
-        """`table` with the columns copied from the finding's classes joined in their places (after each
-        type's _stopped_early: _random_effect, _beyond_random with _se, _ci_low, _ci_high, each also
-        _with_others, _random_heads; after each stratum's effects, _beyond_random[L=13] and
-        _beyond_random_with_others[L=13]): every column of the CSV. A table of a file saved before the
-        random baseline (no _confirmed_by) has none to join."""
+        """`table` with the classes' columns joined in place (after <type>_stopped_early and after each
+        stratum's effects): every column of the CSV. Files saved before the random baseline have none."""
         table = self.table
         by_head: dict[tuple[str, str], dict[str, ClassVerdict]] = {}
         for found in finding.classes:
@@ -314,8 +294,7 @@ class HeadFigures(HeadGrid, Extras):
         return pd.concat([table, joined], axis=1)[order]
 
     def settings_record(self, finding: Finding) -> dict[str, Any]:
-        """What the report was made with (its JSON's and its Settings line's): the settings, the probes'
-        lengths, the token families and the checks' rules."""
+        """The settings, probe lengths, token families and check rules (JSON and the Settings line)."""
         s, chose, tested = finding.settings, finding.chose[TOKEN_AXIS][0], finding.tested[TOKEN_AXIS][0]
         record = {
             "n_samples": s.n_samples, "seed": s.seed, "seq_len": s.seq_len,
@@ -349,13 +328,10 @@ class HeadFigures(HeadGrid, Extras):
         return [headline(self.rows(finding))]
 
     def chose_lines(self, finding: Finding) -> list[str]:
-        """The sizes and seeds that chose and tested, the held-out scores, the random heads, the
-        effects' units."""
         return chose_lines(self.rows(finding))
 
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
-        """Each class's random heads, and their mean drop too when `wide` (a narrow terminal folds the
-        class names)."""
+        """Each class's random heads, and their mean drop when `wide`."""
         heads = ("random heads", lambda c: " ".join(label for draw in c.random_sets for label in draw))
         random = ("random heads' drop", lambda c: f"{c.heldout.random_drop:.2f}")
         before = "induction_confirmed_by" not in self.table  # a file saved before the random baseline
@@ -363,8 +339,7 @@ class HeadFigures(HeadGrid, Extras):
         return ClassView(columns=[heads, random] if wide else [heads], holds=STRATUM_HOLDS, notes=notes)
 
     def discovery_sections(self, finding: Finding, wide: bool, all_heads: bool = True) -> list[Section]:
-        """The summary per type, the settings and the heads (every typed one with `all_heads`, else the
-        confirmed; every score column when `wide`)."""
+        """The summary per type, the settings and the heads (as `head_sections`)."""
         rows = self.rows(finding)
         summary, heads = head_sections(rows, wide, all_heads)
         shown = {key: value for key, value in rows.settings.items() if key != "natural_text"}
@@ -383,9 +358,7 @@ class HeadFigures(HeadGrid, Extras):
         return {"csv": lambda: to_csv(self.rows(finding))}
 
     def json_fields(self, finding: Finding) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`, NaN as null): the settings
-        (`settings_record`, the batch size too), thresholds and group effects, and every head's scores,
-        types and causal effects (`full_table`)."""
+        """`--format json` (NaN as null): settings, thresholds, group effects, and every head's row."""
         heads = [
             {
                 "layer": row["layer"],
@@ -430,8 +403,7 @@ CLASS_LEGEND = (
 
 @dataclass(kw_only=True)
 class HeadRows(HeadGrid):
-    """What the head report reads of a finding (`HeadFigures.rows`): every column of every head (the
-    classes' figures joined), the settings as recorded, the figures beside them."""
+    """What the head report reads of a finding (`HeadFigures.rows`)."""
 
     model_name: str
     table: pd.DataFrame
@@ -481,8 +453,7 @@ def _causal_data(row: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def _beyond_random_data(row: dict[str, Any], column: str, random: str) -> dict[str, Any] | None:
-    """One effect against random heads of the head's layer (None: not measured, or a file saved
-    before the random baseline)."""
+    """One effect against random heads (None: not measured, or saved before the random baseline)."""
     if math.isnan(row.get(column, math.nan)):
         return None
     return {
@@ -558,8 +529,7 @@ def unconfirmed_typed_rows(report: HeadRows):
 
 
 def unlisted_note(report: HeadRows, all_heads: bool) -> str:
-    """What the heads table leaves out ("" if nothing): the unconfirmed typed heads per type, or with
-    `all_heads` the first_token-only ones."""
+    """What the heads table leaves out ("" if nothing)."""
     sinks = len(first_token_only_rows(report))
     where = "the first_token heat map of the HTML page and --format csv/json have them"
     if all_heads:
@@ -689,9 +659,8 @@ BEYOND_COLUMN = "beyond random"  # cells: "+0.40 [+0.35, +0.45] (0.05)": its 95%
 
 
 def _beyond_cell(row) -> str:
-    """ "+0.40 [+0.35, +0.45] (0.05)": the confirming effect of the head's strongest confirmed type
-    (`evidence`), else its effect alone as the first type it was a candidate of, beyond random heads of
-    its layer, with its 95% CI and the random heads' mean effect ("" where none)."""
+    """ "+0.40 [+0.35, +0.45] (0.05)": the strongest confirming effect (else the first effect alone)
+    beyond random, its 95% CI, and the random heads' mean effect ("" where none)."""
     confirmed = [kind for kind in CAUSAL_TYPES if row[f"{kind}_confirmed"]]
     measured = [kind for kind in CAUSAL_TYPES if not math.isnan(row.get(f"{kind}_beyond_random", math.nan))]
     if confirmed:
@@ -730,8 +699,7 @@ SAVED_BEFORE_RANDOM_SE = 2.0  # files saved before the random baseline confirmed
 
 
 def confirmed_with_others_only(row, kind: str) -> bool:
-    """Confirmed as `kind` by its effect with the others ablated, not alone (in a file saved before the
-    random baseline: its effect alone not over 2 standard errors and MIN_EFFECT)."""
+    """Confirmed as `kind` only with the others ablated (older files: effect alone ≤ 2 SE or MIN_EFFECT)."""
     if not row[f"{kind}_confirmed"]:
         return False
     if f"{kind}_confirmed_by" in row:
