@@ -67,10 +67,8 @@ from interp.io.serialize import decode, encode, register_dataclass
 
 @dataclass(kw_only=True)
 class PartialResult:
-    """A run of `interp COMMAND` stopped (or still running) before its last stage: what its --save
-    file holds until the run ends. settings: the command's options and the model's weights
-    fingerprint (what a resumed run must match); stages: the stages it keeps, in order; done: each
-    finished stage's result; notes: a few lines on each finished stage, for `interp render`."""
+    """What a --save file holds until its run's last stage ends. settings: what a resumed run must
+    match (options, weights' fingerprint); done: each finished stage's result; notes: its lines."""
 
     command: str  # "heads", "ioi", "icl", "icl --fv"
     settings: dict[str, Any]
@@ -83,8 +81,7 @@ class PartialResult:
         return [stage for stage in self.stages if stage not in self.done]
 
     def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds (`circuits.sections.result_json`): the command, its settings, the
-        stages done and missing with their notes (the stages' results: `--save`'s file)."""
+        """`--format json`: the command, settings, stages done and missing, notes (no stage results)."""
         return {"command": self.command, "settings": self.settings, "stages": self.stages,
                 "done": list(self.done), "missing": self.missing, "notes": self.notes}  # fmt: skip
 
@@ -159,9 +156,8 @@ def result_kind(result: Any) -> str:
 def save_result(
     result: Any, path: str | Path, command: str | None = None, settings: dict[str, Any] | None = None
 ) -> None:
-    """Write `result` (a command's full result) to `path` as JSON, atomically, with the `command`
-    ("heads", "icl --fv", ...) and `settings` (its options and the weights' fingerprint) that made it,
-    when given: what `check_save_file` compares a later --save with."""
+    """Write `result` to `path` as JSON, atomically, with the `command` and `settings` that made it
+    (what `check_save_file` compares a later --save with)."""
     document = {"schema": SCHEMA, "kind": result_kind(result)}
     if command is not None:
         document |= {"command": command, "settings": _plain(settings or {})}
@@ -200,8 +196,7 @@ def load_result(path: str | Path) -> Any:
 
 
 def _negated(value: Any) -> Any:
-    """-value of a stored float (NaN and infinities stored as {"__float__": ...}), or of each number of
-    a stored tensor's nested lists (0.0 - value: a zero stays +0.0)."""
+    """-value of a stored float ({"__float__": ...} too) or tensor's nested lists (a zero stays +0.0)."""
     if isinstance(value, list):
         return [_negated(item) for item in value]
     if isinstance(value, dict):
@@ -252,9 +247,8 @@ def _older_class_validation(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_class(fields: dict[str, Any], details: Sequence[str]) -> dict[str, Any]:
-    """An older result's own record of a judged class (the path's ClassCheck) as a ClassVerdict: its
-    `details` fields moved under `details`; the random sets' effects and the per-prompt effect, which
-    such files do not hold, empty."""
+    """An older record of a judged class as a ClassVerdict: `details` fields moved under details; the
+    random sets' effects and per-prompt effect, which it lacks, empty."""
     fields = dict(fields)
     moved = {"__items__": [[name, fields.pop(name)] for name in details]}
     empty = {"__tensor__": [], "dtype": "float32", "shape": [0]}
@@ -273,8 +267,7 @@ def _held_out(
 
 
 def _held_out_only(fields: dict[str, Any], heldout: BeyondRandom, details: Sequence[str]) -> dict[str, Any]:
-    """An older record of a class measured on held-out data only (stored `fields`, its `heldout` figures)
-    as a ClassVerdict (`_older_class`): no discovery figure; sign +1 and no strata unless it has them."""
+    """An older class measured on held-out data only as a ClassVerdict (sign +1, no strata by default)."""
     judged = {"sign": 1, "strata": [], **fields, "heldout": encode(heldout), "discovery": None}
     return _older_class({**judged, "note": HELD_OUT_ONLY}, details)
 
@@ -286,8 +279,7 @@ def _mean(stored: list[Any]) -> float:
 
 
 def _summary(n_prompts: int, ratio: Any, ratio_ci: Any = None) -> dict[str, Any]:
-    """An older result's faithfulness (the stored `ratio`, its CI where it has one) as a stored
-    FaithfulnessSummary: the figures it does not hold (the per-prompt error and share within) NaN."""
+    """An older stored faithfulness `ratio` (and CI) as a stored FaithfulnessSummary, the rest NaN."""
     nan = float("nan")
     ci = (nan, nan) if ratio_ci is None else decode(ratio_ci)
     summary = FaithfulnessSummary(
@@ -297,17 +289,14 @@ def _summary(n_prompts: int, ratio: Any, ratio_ci: Any = None) -> dict[str, Any]
 
 
 def _extras(figures: type, fields: dict[str, Any], **given: Any) -> dict[str, Any]:
-    """The stored `figures` (an Extras dataclass) of an older result's `fields`: each of its fields from
-    `given`, else the older result's own (one with a default may be absent)."""
+    """The stored `figures` (an Extras dataclass) from `given`, else the older `fields`."""
     found = {**fields, **given}
     stored = {field.name: found[field.name] for field in dataclasses.fields(figures) if field.name in found}
     return {"__dataclass__": figures.__name__, "fields": stored}
 
 
 def _older_hop_lookups(fields: dict[str, Any]) -> dict[str, Any]:
-    """A HopResult's HopLookups (files saved before 2026-11-29) as ClassVerdicts "hop j": change and
-    difference as the held-out figures of its n_sequences // 2 sequences, hop, layers and attention
-    under details; a hop with no head as `not_found_lookup`."""
+    """A HopResult's HopLookups (before 2026-11-29) as ClassVerdicts "hop j" (no head: `not_found_lookup`)."""
     lookups = []
     for node in fields["lookups"]:
         older = dict(node["fields"])
@@ -328,10 +317,8 @@ PATH_DETAILS = ("from_hop", "to_hop", "receivers", "route")  # a hop path's deta
 
 
 def _older_hop(fields: dict[str, Any]) -> dict[str, Any]:
-    """A HopResult (files saved before 2026-11-29) as the Finding "hop" with HopFigures: its HopLookups as
-    ClassVerdicts (`_older_hop_lookups`), each HopPath as the ClassVerdict of its senders (route, hops and
-    receivers under details); the settings' n_random, which it does not hold, the number of random sets
-    it compared with."""
+    """A HopResult (before 2026-11-29) as the Finding "hop": each HopPath a ClassVerdict of its senders;
+    n_random the number of random sets it compared with."""
     if any(look["__dataclass__"] == "HopLookup" for look in fields["lookups"]):
         fields = _older_hop_lookups(fields)
     half, paths = fields["n_sequences"] // 2, []
@@ -365,9 +352,7 @@ def _older_hop(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_path(fields: dict[str, Any]) -> dict[str, Any]:
-    """A PathResult (`interp circuit`'s head classes, saved before 2026-11-29) as the Finding "path" with
-    PathFigures; its provenance, which it does not hold, the model's name; a faithfulness saved without
-    its per-prompt error (before it was measured) as a summary whose per-prompt figures are NaN."""
+    """A PathResult (before 2026-11-29) as the Finding "path"; provenance: the model's name."""
     axis = "families" if fields["by_family"] else "prompts"
     summary = fields.get("faithfulness_summary")
     if summary is None:
@@ -383,13 +368,9 @@ def _older_path(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
-    """A RetrievalResult (files saved before 2026-11-29) as the Finding "retrieval" with RetrievalFigures:
-    its sizes, thresholds and seed as RetrievalSettings, the held-out fact counts those of its accuracy by
-    fact count and the held-out relations asked for, which it does not record, the default where every
-    relation it tested is among them (as `interp retrieval` asks), else those it tested; its relations
-    and templates as what chose and what tested; its faithfulness as the FaithfulnessSummary of its
-    held-out prompts (the CI and per-prompt figures, which it does not hold, NaN; no strata; None where
-    it was undefined, NaN)."""
+    """A RetrievalResult (before 2026-11-29) as the Finding "retrieval". Held-out relations asked for,
+    which it lacks: the default where it covers those tested, else those tested. Faithfulness: None
+    where it was NaN."""
     relations, templates = decode(fields["relations"]), decode(fields["templates"])
     facts = tuple(int(a["fields"]["prompts"].split(", ")[-1].split()[0]) for a in fields["heldout_by_facts"])
     tested = tuple(relations.heldout)
@@ -413,11 +394,8 @@ def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
-    """An older IOI Validation's fields with each stored ClassValidation (by its class name) as a
-    ClassVerdict: its pooled figures as the held-out `BeyondRandom` (on the validation's prompts; the
-    drop's CI, which such files do not hold, NaN), none on discovery prompts, its spread over templates
-    and a writer's writes as `details`; `holds_in` and `confirmed`, which its strata and verdict say,
-    left out."""
+    """An older IOI Validation's fields, each ClassValidation as a held-out-only ClassVerdict (drop CI
+    NaN; heterogeneity and writes under details)."""
     classes = []
     for name, node in fields["classes"]["__items__"]:
         if node.get("__dataclass__") == "ClassValidation":
@@ -439,12 +417,8 @@ def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
-    """An IOICircuitResult (files saved before 2026-11-29) as the Finding "ioi" with IOIFigures: its
-    Validation's classes (`_older_ioi_classes`), faithfulness summary and strata as the finding's, its
-    other figures as `HeldOut`; the settings' model and provenance (the model's name where older files
-    have none) as the finding's. Such files do not record the families: chose and tested are the splits'
-    templates, places and objects, told apart by what validation says it held out (the names, which are
-    those one token for the model, left out); a held-out split the caller gave, its strata's templates."""
+    """An IOICircuitResult (before 2026-11-29) as the Finding "ioi". Such files lack the families: chose
+    and tested are read from what validation says it held out (a caller's split: its strata's templates)."""
     settings = dict(fields["settings"]["fields"])
     model = settings.pop("model")
     provenance = settings.pop("provenance", "") or model
@@ -475,10 +449,7 @@ def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
-    """ICL's record of a judged class (ClassEffect, saved before 2026-11-29) as a ClassVerdict: its
-    changes on the `n_prompts` ablated held-out documents as the held-out BeyondRandom (the random sets'
-    mean change, which such files do not hold, the mean of their means), found_by and attributed under
-    details (random_same_layers dropped: `ClassVerdict.random_same_layers` reads it from the sets)."""
+    """ICL's ClassEffect (before 2026-11-29) as a held-out-only ClassVerdict on `n_prompts` documents."""
     fields = dict(fields)
     del fields["random_same_layers"]
     random = fields.pop("random_changes")
@@ -491,11 +462,7 @@ def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
 
 
 def _older_icl(fields: dict[str, Any]) -> dict[str, Any]:
-    """An ICLResult (files saved before 2026-11-29) as the Finding "icl" with ICLFigures: its classes as
-    ClassVerdicts (`_older_icl_class` where they are ClassEffects); its documents' names as what chose
-    and what tested; its settings from what it holds (the split from its documents and n_ablated (None:
-    every held-out one), top from its heads, n_random from its class's random sets; the batch size, which
-    it does not hold, the default)."""
+    """An ICLResult (before 2026-11-29) as the Finding "icl", its settings from what it holds."""
     chose, tested, n_ablated = fields["discovery_names"], fields["heldout_names"], fields.get("n_ablated")
     classes = fields["classes"]
     if any(c["__dataclass__"] == "ClassEffect" for c in classes):
@@ -520,11 +487,8 @@ def _older_icl(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_fv(fields: dict[str, Any]) -> dict[str, Any]:
-    """A FunctionVectorResult (files saved before 2026-11-29) as the Finding "fv" with
-    FunctionVectorFigures: its tests (aie_test, vector_test, the ablations) as the classes; its tasks'
-    and templates' splits as what chose and what tested; its settings from what it holds (the held-out
-    tasks and templates named, top and candidates from its heads, n_random from its tests' random
-    sets)."""
+    """A FunctionVectorResult (before 2026-11-29) as the Finding "fv": its tests as the classes, its
+    settings from what it holds."""
     split, template_split = decode(fields["split"]), decode(fields["template_split"])
     classes = [fields["aie_test"], fields["vector_test"], *fields["ablations"]]
     settings = FunctionVectorSettings(
@@ -545,11 +509,8 @@ def _older_fv(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_heads(fields: dict[str, Any]) -> dict[str, Any]:
-    """A HeadReport (files saved before 2026-11-29) as the Finding "heads" with HeadFigures: its
-    settings dict as the HeadSettings the run used (the batch size, which it does not hold, the default),
-    the probes' lengths and the checks' rules; its token families as what chose and what tested (one
-    family where it was saved before the held-out family); its table's causal columns that copy the
-    judged effects as the classes (`older_head_classes`)."""
+    """A HeadReport (before 2026-11-29) as the Finding "heads", its table's class columns as the classes
+    (`older_head_classes`)."""
     settings = dict(decode(fields["settings"]))
     table = decode(fields["table"])
     chose = settings.pop("discovery_tokens", "random token ids")
@@ -576,9 +537,8 @@ def _older_heads(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
-    """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): a head's effect
-    and robust z (HeadEvidence), and a step's or the circuit's effect grids and the selections'
-    medians (StepResult, IOICircuitResult; the attention thresholds have no sign)."""
+    """IOI's stored path-patching effects (patched - clean) as drops (clean - patched): effects, z and
+    medians negated; attention thresholds have no sign."""
     fields = dict(fields)
     if name == "HeadEvidence":
         fields["effect"], fields["z"] = _negated(fields["effect"]), _negated(fields["z"])
@@ -595,11 +555,8 @@ def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_older(node: Any, patched_minus_clean: bool) -> Any:
-    """A stored result as this version writes it: the strata of older files (IOI's StratumEffect,
-    RetrievalStratum, the path's Stratum) as `StratumDrop`s, IOI's older class effects (ablated -
-    clean) as drops, the path's ClassCheck and IOI's ClassValidation as `ClassVerdict`s, and where
-    `patched_minus_clean` (schemas interp-result-1 and -2) IOI's path-patching effects (patched -
-    clean) as drops (clean - patched)."""
+    """A stored result as this version writes it (older types and signs converted; IOI's path-patching
+    effects negated where `patched_minus_clean`, schemas interp-result-1 and -2)."""
     if isinstance(node, list):
         return [_read_older(item, patched_minus_clean) for item in node]
     if not isinstance(node, dict):
@@ -649,8 +606,7 @@ def _plain(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _recorded_run(path: Path) -> tuple[str, dict[str, Any] | None, Any]:
-    """(the command, its settings (None where the file does not record them: saved by an older
-    interp), the result) of the result file at `path`; ValueError if it holds none."""
+    """(command, settings or None where unrecorded, result) of the file at `path`; ValueError if none."""
     try:
         document = json.loads(path.read_text())
     except ValueError as error:  # not JSON, or not text
@@ -668,13 +624,8 @@ def _recorded_run(path: Path) -> tuple[str, dict[str, Any] | None, Any]:
 
 
 def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) -> PartialResult | None:
-    """Refuse (ValueError, naming what differs and how to start afresh) to let `interp COMMAND --save
-    PATH` with `settings` replace what `path` holds: a file that is not a result, a result (complete
-    or partial) of another command, or of settings that differ from `settings` in any of its names
-    (those of a result saved without its settings are unknown, so it is refused too), or the complete
-    result of the same command and settings, the model's weights among them (a run stopped before it
-    ends would leave a partial one in its place: `interp render` shows it). Returns the partial result
-    there that this run may resume, else None."""
+    """The partial result at `path` this run may resume, else None. ValueError where --save would
+    replace anything else: a non-result, another command's or settings' result, or a complete one."""
     path = Path(path)
     if not path.is_file():
         return None
@@ -728,11 +679,8 @@ def resume_stages(
     stages: list[str],
     notes: Callable[[str, Any], list[str]],
 ) -> StageResults:
-    """The StageResults of `interp COMMAND --save PATH`: each stage, as it finishes, rewrites `path` as
-    a PartialResult (atomically; notes(stage, value): its lines for `interp render`). Where `path` holds
-    a PartialResult of the same command, settings and model (settings["weights"]), its stages are kept
-    and not run again; whatever `check_save_file` refuses is refused (ValueError, naming what
-    differs), and so is a partial run of other stages."""
+    """The StageResults of `interp COMMAND --save PATH`: each finished stage rewrites `path` as a
+    PartialResult; a resumable one there (`check_save_file`) keeps its stages."""
     partial = PartialResult(
         command=command, settings=_plain(settings), stages=list(stages), done={}, notes={}
     )
