@@ -49,7 +49,6 @@ from interp.interventions.stats import (
 from interp.types import Head, head_label, label_head, upcast
 
 EFFECT_SIGN = "drop = metric(clean) - metric(ablated), per prompt; positive: the heads help"
-VERDICTS = ("confirmed", "unconfirmed")
 MIN_STRATUM_PROMPTS = 4
 """The fewest prompts a stratum or family needs for a CI and a verdict. With n prompts, the bootstrap
 resample that repeats the smallest value n times has probability n**-n: 1/27 (3.7%) for n = 3, above
@@ -113,10 +112,8 @@ def beyond_per_prompt(effects: Float[Tensor, "set prompt"]) -> Float[Tensor, " p
 
 
 def beyond_ci(effects: Float[Tensor, "set prompt"], seed: int = 0, n_boot: int = 1000) -> tuple[float, float]:
-    """The 95% CI of a class's mean effect beyond its random sets' (`beyond_per_prompt`, averaged over
-    prompts), in float64: a two-level percentile bootstrap that resamples the prompts (the one
-    bootstrap's resamples) and, independently, the random sets effects[1:], so that it carries the
-    uncertainty of which random heads were drawn as well as of which prompts were."""
+    """The 95% CI (float64) of a class's mean effect beyond its random sets': a percentile bootstrap
+    resampling the prompts and, independently, the random sets effects[1:]."""
     values = effects.double()
     n_sets = values.shape[0] - 1
     if n_sets < 1:
@@ -137,10 +134,8 @@ def beyond_ci(effects: Float[Tensor, "set prompt"], seed: int = 0, n_boot: int =
 
 @dataclass(kw_only=True)
 class BeyondRandom:
-    """A class's drop on held-out prompts against random same-layer sets (see the module docstring).
-    drop, random_drop, beyond: means over prompts; drop_ci: the 95% bootstrap CI over prompts;
-    beyond_ci: over prompts and random sets (`beyond_ci`). It holds no verdict: the class's is
-    `ClassVerdict.verdict`, which reads this CI and more (strata, the random sets' size)."""
+    """A class's drop on held-out prompts against random same-layer sets. drop, random_drop, beyond:
+    means over prompts; drop_ci: 95% bootstrap CI over prompts; beyond_ci: `beyond_ci`."""
 
     n_prompts: int
     drop: float
@@ -172,10 +167,8 @@ def beyond_random(
 
 @dataclass(kw_only=True)
 class StratumDrop:
-    """A class's drop beyond random same-layer heads (`BeyondRandom.beyond`, per prompt) on the
-    held-out prompts of one stratum: the mean over its prompts, in the drop's units, with its 95% CI
-    over them and the random sets (`beyond_ci`); a stratum of fewer than `MIN_STRATUM_PROMPTS`
-    prompts has neither a CI nor a verdict (both None: `TOO_FEW_PROMPTS`)."""
+    """A class's mean drop beyond random on one stratum's held-out prompts, in the drop's units, with its
+    `beyond_ci`; under `MIN_STRATUM_PROMPTS` prompts neither CI nor verdict (None)."""
 
     kind: str  # what divides the prompts: "order", "template", "facts", "relation", "stratum", "family"
     name: str  # the stratum: "ABBA", "T3", "4 facts", "capital", ...
@@ -200,11 +193,9 @@ def stratum_drops(
     seed: int = 0,
     n_boot: int = 1000,
 ) -> list[StratumDrop]:
-    """A class's drop beyond random heads in each stratum (kind, name, members [prompt] bool; empty
-    ones left out), from its effects and its random sets' (the rows of `HeadClass.sets`, the class
-    first). A stratum holds when its mean points in the class's direction `sign` (+1: the class
-    helps), or, for the kinds in `by_ci`, when its CI (`beyond_ci`) excludes zero that way. One of
-    fewer than `MIN_STRATUM_PROMPTS` prompts gets no CI and no verdict (None)."""
+    """A class's drop beyond random in each non-empty stratum (kind, name, members [prompt] bool), from
+    effects [1 + draws, prompt]. A stratum holds when its mean points the class's way `sign` (+1: it
+    helps), or for kinds in `by_ci` when its CI excludes zero that way."""
     out = []
     for kind, name, members in strata:
         values = effects[:, members.to(effects.device)]
@@ -326,14 +317,10 @@ def head_class(
 
 @dataclass(kw_only=True)
 class ClassVerdict:
-    """A class judged against its random same-layer sets (`judge_class`): pooled on the held-out prompts
-    (`heldout`) beside the same figure on the discovery prompts that chose it (`discovery`; None where
-    none did), per stratum and family of the held-out prompts (`strata`), one verdict and a note on how
-    the effect travels from discovery to held-out data. random_effects: each random set's mean held-out
-    effect; per_prompt: the class's held-out effect beyond random [prompt]. The one record of a class
-    in every result; `details`: the analysis's own figures of it, numbers by name (the path's mean
-    attention to each named position, IOI's direct logit attribution, ...), shown by
-    `circuits.sections.class_sections`."""
+    """A class judged by `judge_class`: held-out (`heldout`), discovery (`discovery`, None where none
+    chose it), per stratum (`strata`), one verdict and a note. random_effects: each random set's mean
+    held-out effect; per_prompt: the held-out effect beyond random [prompt]; details: the analysis's
+    own figures by name, shown by `circuits.sections.class_sections`."""
 
     name: str
     heads: list[str]
@@ -366,9 +353,7 @@ class ClassVerdict:
 
     @property
     def unconfirmed_because(self) -> str | None:
-        """Why the class is unconfirmed, in words (None where it is not): its random sets hold fewer
-        heads than it, too few prompts were held out, its effect is not beyond random heads, or the
-        analysis's other evidence (IOI: what it writes to the logits; hop: its attention) fails."""
+        """Why the class is unconfirmed, in words (None where it is not)."""
         if self.verdict != "unconfirmed":
             return None
         if self.random_sets_short:
@@ -417,10 +402,8 @@ HELD_OUT_ONLY = "measured on held-out data only (none of it chose the heads)"
 
 @dataclass(frozen=True)
 class Strata:
-    """The strata of a class's held-out prompts and how its verdict reads them. groups: (kind, name,
-    members [prompt] bool), e.g. from `label_strata`; dependent_kinds: kind -> "all" or "most", the
-    kinds whose strata must hold (`class_verdict`); by_ci: the kinds whose stratum holds only where
-    its CI excludes zero (else where its mean points the class's way)."""
+    """The strata of a class's held-out prompts: groups (kind, name, members [prompt] bool);
+    dependent_kinds: kind -> "all" or "most" (`class_verdict`); by_ci: see `stratum_drops`."""
 
     groups: Sequence[tuple[str, str, Tensor]] = ()
     dependent_kinds: Mapping[str, str] = field(default_factory=dict)
@@ -445,9 +428,7 @@ def judge_class(
       signed as `EFFECT_SIGN` (a drop: metric(clean) - metric(ablated); or a gain the analysis makes);
       the analysis's own ablation and metric make it.
     discovery: the same on the discovery prompts that chose the class (shown beside, never judged).
-    strata: the held-out prompts' strata and the rules the verdict reads them by (`Strata`); the
-      class's effect beyond random in each (`stratum_drops`); default: none, so "confirmed" or
-      "unconfirmed" by the pooled CI.
+    strata: `Strata`; default: none, so "confirmed" or "unconfirmed" by the pooled CI.
     evidence_holds: the analysis's other evidence for the class (IOI: it writes the logit it should;
       hop: it attends to the hop); False makes it "unconfirmed" whatever its effect, as do random sets
       of fewer heads than the class (`ClassVerdict.random_sets_short`).
@@ -538,9 +519,8 @@ def select_heads(
 
 @dataclass(kw_only=True)
 class StratumFaithfulness:
-    """A circuit's faithfulness on the prompts of one stratum or family (`faithfulness_summary` of
-    their own model and ablated means); None with fewer than `MIN_STRATUM_PROMPTS` prompts or where
-    the model does as well with everything ablated there (undefined)."""
+    """A circuit's faithfulness on one stratum's prompts; None under `MIN_STRATUM_PROMPTS` prompts or
+    where undefined."""
 
     kind: str
     name: str
@@ -580,10 +560,8 @@ def held_out_faithfulness(
     seed: int = 0,
     n_boot: int = 1000,
 ) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
-    """The circuit's faithfulness pooled (`faithfulness_summary`) and per stratum
-    (`faithfulness_by_stratum`), from the metric per prompt with the circuit alone, the model and
-    everything ablated; (None, []) where it is undefined (the model does as well with everything ablated)
-    or rests on fewer than MIN_STRATUM_PROMPTS prompts."""
+    """The circuit's faithfulness pooled and per stratum, from the metric per prompt; (None, []) where
+    undefined (the model does as well with everything ablated) or under MIN_STRATUM_PROMPTS prompts."""
     if len(model) < MIN_STRATUM_PROMPTS:
         return None, []
     try:

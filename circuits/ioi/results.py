@@ -1,10 +1,7 @@
-"""What `find_ioi_circuit` finds, as a `circuits.finding.Finding` with `IOIFigures`, and how they read:
-the circuit's heads as path patching found them (the diagram, the heads' table), the model and the
-circuit on the discovery prompts, each class held out against random heads (the finding's classes),
-minimality and the HTML page's heat maps and attention patterns. Every effect is a drop
-(`circuits.evidence.EFFECT_SIGN`): path patching's relative to the clean logit diff logit(IO) - logit(S)
-at END ((clean - patched) / clean; +0.3: the head's path lowers it by 30%, it helps), held-out
-validation's when a class is mean-ablated; attention is a mean probability, logit diffs in logits."""
+"""`find_ioi_circuit`'s finding (with `IOIFigures`) and how it reads. Every effect is a drop: path
+patching's relative to the clean logit diff logit(IO) - logit(S) at END ((clean - patched) / clean; +0.3:
+the path lowers it by 30%, it helps), held-out validation's when a class is mean-ablated; attention is a
+mean probability, logit diffs in logits."""
 
 from __future__ import annotations
 
@@ -117,13 +114,10 @@ class HeldOut:
 
 @dataclass(kw_only=True)
 class Validation(HeldOut):
-    """What `validate_circuit` measures on held-out prompts (how: circuits.ioi.evaluate); the finding
-    holds its classes, faithfulness and strata, the rest is `IOIFigures.heldout`. A class's verdict:
-    "confirmed" (pooled, in both name orders and most templates), "order-dependent",
-    "template-dependent" or "unconfirmed" (also where a writer writes the wrong way or the model does
-    not do IOI); its details: "heterogeneity" (Cochran's Q over templates: "Q", "df", "p", "I2") and,
-    for the classes that write to the logits, "writes" (mean direct logit attribution to "IO" and "S"
-    at END on the held-out prompts, in logits)."""
+    """What `validate_circuit` measures on held-out prompts (the rest beside the finding's classes is
+    `IOIFigures.heldout`). A class's details: "heterogeneity" (Cochran's Q over templates: "Q", "df",
+    "p", "I2") and, for writers to the logits, "writes" (mean direct logit attribution to "IO" and "S"
+    at END, in logits); a writer writing the wrong way is unconfirmed."""
 
     classes: dict[str, ClassVerdict]  # non-empty classes only, by name (`validate_circuit`)
     faithfulness_summary: FaithfulnessSummary | None = None  # with its per-prompt error (None: saved before)
@@ -255,9 +249,8 @@ def unconfirmed(finding: Finding) -> list[str]:
 
 @dataclass(kw_only=True)
 class IOIFigures(Extras):
-    """`find_ioi_circuit`'s own figures (the finding's classes, faithfulness and strata are held-out
-    validation's, `Validation`; none where it did not run). class_heads: class name -> the heads path
-    patching put in it (every class of CLASSES), strongest effect first; unclassified: causal outliers
+    """`find_ioi_circuit`'s own figures. class_heads: class name -> the heads path patching put in it
+    (every class of CLASSES), strongest effect first; unclassified: causal outliers
     without the matching attention; effects: sweep -> [layer, head] relative drops (NaN: not a sender);
     attention: kind -> [layer, head] mean attention on clean prompts; thresholds: sweep or attention kind
     -> threshold figures; evaluation: the circuit on the discovery prompts (None: not evaluated);
@@ -577,9 +570,8 @@ def _box_lines(heads: list[str]) -> list[str]:
 
 
 def ioi_circuit_diagram(finding: Finding) -> str:
-    """An inline SVG of the circuit: one box per class listing its heads (and, after held-out
-    validation, its verdict: a class not confirmed has a dashed border), arrows for the paths
-    (K: into keys, V: into values, Q: into queries; unlabelled: direct to the logits)."""
+    """An inline SVG of the circuit: a box per class (dashed: not confirmed), arrows for the paths (K:
+    into keys, V: into values, Q: into queries; unlabelled: direct to the logits)."""
     figures: IOIFigures = finding.extras
     verdicts = {c.name: c.verdict for c in finding.classes}
     texts = {
