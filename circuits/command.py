@@ -174,11 +174,9 @@ METHOD_OPTIONS = {
 
 
 def check_method_options(context: Any, method: str, checkpoint: str | None, task_file: bool) -> None:
-    """Exit with an error for an option given to `interp circuit` that its `method` does not read
-    (`METHOD_OPTIONS`; --density: `EdgeCircuitSettings`), --n-prompts with a prompt-pair file (its
-    pairs are the prompts; --metric: `CircuitTask`), an edge mask's --checkpoint that cannot be
-    written, or a file there that is no checkpoint of this interp's, before any model is loaded (whose
-    run it is, is checked after)."""
+    """Before any model loads, exit with an error for an option `method` does not read
+    (`METHOD_OPTIONS`), --n-prompts with a prompt-pair file, or a --checkpoint that cannot be written or
+    is no checkpoint of this interp's."""
     for name, methods in METHOD_OPTIONS.items():
         if given(context, name) and method not in methods:
             option = "--" + name.replace("_", "-")
@@ -344,12 +342,9 @@ def stage_bars(
     model: str | None = None,
     quick: bool = False,
 ) -> Iterator[Progress]:
-    """The Progress callback of `interp COMMAND`, on stderr (stdout may hold the report): its planned
-    `stages` announced with the command's expected time on `model` where it was measured (None: the
-    command takes no model; every measured time; `quick`: its --quick preset's, measured on the
-    default model) (and, with `kept`, --save's StageResults, as
-    saved to `save` one by one; `between`: the work reported outside them), then bars on a terminal,
-    else lines with a heartbeat (`circuits.progress_printer`)."""
+    """The Progress callback of `interp COMMAND`, on stderr: its `stages` announced with the measured
+    time on `model` (None: every measured time; `quick`: the preset's), then bars on a terminal, else
+    lines with a heartbeat. `kept`: --save's StageResults, saved to `save`; `between`: work outside them."""
     from circuits.progress_printer import progress_printer
 
     expected = expected_time_text(command, model)
@@ -363,10 +358,9 @@ def stage_bars(
 
 
 class Command:
-    """One run of `interp NAME`: `model`'s path, the `files` checks (each a callable, run before torch
-    is imported), the report's `format` and `out`, the --save file and the --plot or other `outputs`
-    (paths the analysis writes; none the file of another option, the `inputs` read among them) checked
-    on construction, before any model loads."""
+    """One run of `interp NAME`. On construction, before any model loads: `model`'s path, the `files`
+    checks (run before torch is imported), `format`, `out`, --save and the other `outputs` (none the
+    file of another option or among the `inputs`)."""
 
     def __init__(
         self,
@@ -404,10 +398,8 @@ class Command:
     def quick(
         self, quick: bool, context: Any, note: Callable[[dict], str] | None = None, **values: Any
     ) -> tuple:
-        """The options `values` (name -> value, in order) with `interp NAME --quick`'s preset
-        (`interp.catalog.QUICK_PRESETS`) applied to those not given (the command's typer.Context
-        `context` tells) and at their defaults, then {name: (the value with --quick, the value
-        without)} (None without --quick), of which `note` makes the note said (`circuits.quick`, `say`)."""
+        """`values` with the --quick preset (`interp.catalog.QUICK_PRESETS`) applied to the options not
+        given in `context`, and {name: (with --quick, without)} for its note (None without --quick)."""
         if not quick:
             return (*values.values(), None)
         preset, self.quick_run = QUICK_PRESETS[self.name], True
@@ -442,10 +434,8 @@ class Command:
             print(text[0].upper() + text[1:] + ".", file=sys.stderr, flush=True)
 
     def keyed(self, options: dict, loaded: HookedTransformer | None = None) -> dict | None:
-        """Refuse a --save file that holds what this command with `options` may not replace
-        (`circuits.results_file.check_save_file`: no result, another command's, one of other options or
-        of other code, so that a stopped run resumes only under the code that began it; with the
-        `loaded` model, one of other weights); what the file is keyed by (None without --save)."""
+        """What the --save file is keyed by (None without --save): `options`, the code and, with the
+        `loaded` model, its weights; refuses what `check_save_file` refuses."""
         if self.save is None:
             return None
         settings = dict(options) | {"code": self._code}
@@ -481,12 +471,10 @@ class Command:
         prepare: Callable[[HookedTransformer], Any] | None = None,
         **render: Any,
     ) -> Any:
-        """Check --save against `options`, load the model (in `dtype`), run analyse(model, progress,
-        kept stages) with `stages` announced and, given the stages' `notes`, --save's kept stages (resumed;
-        Ctrl-C says what the file holds); `remote`: it runs on a Ray cluster (no stages shown or kept
-        here); `prepare`: what analyse gets instead of the model, made of it before the stages start
-        (inputs checked before any long work). Then the report, written in the chosen format (`render`:
-        the writer's options), and the files written named. The result."""
+        """Load the model (in `dtype`), run analyse(model, progress, kept stages) with `stages`
+        announced (kept and resumed with --save, given `notes`), write the report (`render`: the
+        writer's options) and name the files written; return the result. `remote`: on a Ray cluster;
+        `prepare`: what analyse gets instead of the model, made before the stages start."""
         stages, notes = (None, None) if remote else (stages, notes)
         self.keyed(options)
         loaded = load(self.model, dtype)

@@ -75,10 +75,7 @@ def _quiet(stage: str, done: int, total: int) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class RetrievalSettings:
-    """The sizes and thresholds of `find_retrieval_circuit`. n_prompts: discovery prompts; n_heldout:
-    held-out prompts per fact count and template; n_exact: senders path-patched exactly per step
-    (besides every one EAP estimates at least min_effect / 2);
-    n_random: random same-layer sets per class; n_two_hop: two-hop prompts per form (measured only);
+    """The sizes and thresholds of `find_retrieval_circuit` (as `interp retrieval`'s options).
     effect_z, min_effect, min_share: `select_heads`; min_attention: the least attention from END that
     classes a head; seed: the prompts, the random sets and the bootstrap."""
 
@@ -340,13 +337,10 @@ def path_patching_step(
     sweep: str,
     settings: RetrievalSettings,
 ) -> tuple[Tensor, list[RetrievalHead]]:
-    """One step of the walk back from the logits: ([layer, head] the drop of the mean logit diff (clean -
-    patched, logits) when each head's path to `receivers` (their queries at END; None: the logits) is
-    patched from the corrupted run, the selected heads). The drop is exact for the senders of
-    `exact_candidates` (the `n_exact` EAP ranks first by |estimate| and every one whose estimate is at
-    least half of `min_effect`, so none is selected on an estimate), EAP's estimate for the others, NaN
-    for non-senders. Each selected head is classed by where END attends most if that attention is at
-    least `min_attention` (a "mover" must also have direct attribution > 0)."""
+    """One step back from the logits: ([layer, head] drop of the mean logit diff (clean - patched,
+    logits) when each head's path to `receivers` (queries at END; None: the logits) is patched, the
+    selected heads). Exact for `exact_candidates`, EAP's estimate for the other senders (never
+    selected), NaN for non-senders."""
     prompts = evidence.prompts
     senders = [head for head in every_head(model, receivers) if head not in (receivers or [])]
     readers = ["logits"] if receivers is None else [f"a{layer}.h{head}<q>" for layer, head in receivers]
@@ -412,10 +406,8 @@ def find_retrieval_circuit(
     induction_heads: Sequence[Head] | None = None,
     progress: Progress | None = None,
 ) -> Finding:
-    """Find and validate the retrieval circuit of `model` (see the module docstring), with the sizes
-    and thresholds of `settings`: a Finding chosen on the discovery relations and template, tested on
-    the held-out ones, with `RetrievalFigures`. induction_heads: the class to compare with (default:
-    `confirmed_induction_heads(model)`, cached)."""
+    """The retrieval circuit of `model` as a Finding with `RetrievalFigures` (see the module docstring).
+    induction_heads: the class to compare with (default: `confirmed_induction_heads(model)`, cached)."""
     timings: dict[str, float] = {}
     began, say = time.perf_counter(), progress or _quiet
 
