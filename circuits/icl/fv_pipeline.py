@@ -375,10 +375,9 @@ def function_vector_report(
     progress: Progress | None = None,
     stages: StageResults | None = None,
 ) -> Finding:
-    """Function-vector heads of `model` beside its induction heads (the steps: the module docstring), as
-    the Finding "fv" with `FunctionVectorFigures`: chose and tested are the tasks and the templates, its
-    classes the tests. induction_heads: default `confirmed_induction_heads(model)` (cached); () skips
-    that class. stages: each stage's result kept as it finishes; those already in it are not run again."""
+    """Function-vector heads of `model` beside its induction heads, as the Finding "fv" (see the module
+    docstring). induction_heads: default `confirmed_induction_heads(model)` (cached); () skips that
+    class. stages: finished stages kept; those already there are not run again."""
     began, seed = time.perf_counter(), settings.seed
     stages = StageResults() if stages is None else stages
     split, template_split = settings.family_split(), settings.template_split()  # 1. families

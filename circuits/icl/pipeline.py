@@ -204,12 +204,9 @@ def icl_report(
     progress: Progress | None = None,
     stages: StageResults | None = None,
 ) -> Finding:
-    """The in-context learning score of `model` and the heads that carry it (the steps: the module
-    docstring), as the Finding "icl" with `ICLFigures`: chose and tested are the documents, its settings
-    `settings` with the documents' number and windows. sequences: the documents and windows (default:
-    the settings' `default_sequences`). induction_heads: the class to test (default:
-    `confirmed_induction_heads(model)`, cached); () none. stages: each stage's result kept as it
-    finishes; those already in it are not run again."""
+    """The ICL score of `model` and the heads that carry it, as the Finding "icl" (see the module
+    docstring). sequences: default the settings' `default_sequences`. induction_heads: default
+    `confirmed_induction_heads(model)` (cached); () none. stages: finished stages are not run again."""
     began, timings = time.perf_counter(), {}
 
     def stage(name: str) -> None:

@@ -90,12 +90,9 @@ def _png(draw: Callable[[], Any], what: str) -> str:
 
 @dataclass(kw_only=True)
 class ICLFigures(Extras):
-    """`icl_report`'s own figures. The finding's chose and tested are the documents (names) that rank
-    every head and those held out; its settings, the `ICLSettings` it ran with (n_documents and windows:
-    the documents'); its class, the induction heads ablated on the first held-out documents (`n_ablated`)
-    against random sets, details "found_by" (where the heads came from), "attributed" (the sum of its
-    heads' attributed changes, discovery documents); where the class fills a layer its random sets take
-    heads from other layers too (`ClassVerdict.random_same_layers`)."""
+    """`icl_report`'s own figures. chose / tested: the documents that rank the heads and those held out;
+    the class: the induction heads ablated on the first `n_ablated` held-out documents, details
+    "found_by" and "attributed" (its heads' summed attributed changes on discovery documents)."""
 
     source: str  # what the documents are
     score: ICLScore  # every document
@@ -353,11 +350,9 @@ def _test_line(found: ClassVerdict) -> str:
 
 @dataclass(kw_only=True)
 class FunctionVectorFigures(Extras):
-    """`function_vector_report`'s own figures (what chose, what tested and how: `FV_LEGEND`). The
-    finding's settings: the `FunctionVectorSettings` it ran with. Its classes are its tests against random
-    same-layer heads: `AIE_TEST`, `VECTOR_TEST`, then "{FV, induction} heads ablated: {few-shot accuracy,
-    ICL score}"; details["unit"]: "p(answer)", "accuracy" or "nats"; strata per template on the held-out
-    tasks (`TEMPLATE_KINDS`); "template-dependent" where some held-out template's CI does not hold."""
+    """`function_vector_report`'s own figures (`FV_LEGEND`). Its classes: `AIE_TEST`, `VECTOR_TEST`, then
+    "{FV, induction} heads ablated: {few-shot accuracy, ICL score}"; details["unit"]: "p(answer)",
+    "accuracy" or "nats"; strata per template on the held-out tasks (`TEMPLATE_KINDS`)."""
 
     aie_attributed: Float[Tensor, "layer head"]  # every head's AIE to first order (discovery, p(answer))
     aie_per_task: Float[Tensor, "task layer head"]  # the same per discovery task (its discovery templates)
