@@ -98,9 +98,7 @@ def find_ioi_circuit(
     stages: StageResults | None = None,
     **thresholds: float,
 ) -> Finding:
-    """Find the IOI circuit of `model` by path patching from the logits backwards (module docstring):
-    1. the discovery prompts and settings, 2. the clean and ABC runs, 3. the paper's steps, 4. the
-    evaluation, 5. the held-out validation, 6. the heads' attention patterns on the first prompt.
+    """Find the IOI circuit of `model` by path patching from the logits backwards (module docstring).
 
     prompts: (clean, abc) instead of ioi_dataset_for(model, n_prompts, seed). heldout: (clean, abc)
     to validate on; default the "heldout" split when `prompts` is None, else no validation.
@@ -109,9 +107,7 @@ def find_ioi_circuit(
     a skipped sweep as (stage, 0, 0). stages: the kept stages' results, those already in it not run
     again. thresholds: `Settings` fields to override (THRESHOLDS); exact_candidates 0 path-patches
     every sender, else the senders EAP ranks first (`EAPRanking`). The finding's chose and tested: the
-    families of the discovery and held-out splits that the prompts drew (`drawn_families`), or the
-    templates of the prompts given; its classes, faithfulness and strata held-out validation's (none
-    where it did not run).
+    families the prompts drew (`drawn_families`), or the templates of the prompts given.
     """
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.

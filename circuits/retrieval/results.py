@@ -100,14 +100,11 @@ def _accuracy(a: RetrievalAccuracy, against_chance: bool = False) -> str:
 
 @dataclass(kw_only=True)
 class RetrievalFigures(Extras):
-    """`find_retrieval_circuit`'s own figures. The finding's classes are each class as `judge_class`
-    judged it on held-out relations, names, fact counts and templates (drops; strata of kind "facts",
-    "template", "relation"), its details: "induction_overlap" (its heads `interp heads` confirms as
-    induction heads), "accuracy" and "random_accuracy" (held-out accuracy with the class, and with its
-    random sets on average, mean-ablated). Its faithfulness keeps the circuit (every classified head) and
-    mean-ablates the rest; the logit diffs it is made of are here: the circuit's, the model's, with every
-    head ablated. attribution: how the heads' direct attribution was read
-    (`direct_attribution_linearisation`; "" in results saved before it was recorded)."""
+    """`find_retrieval_circuit`'s own figures. Its classes' strata: "facts", "template", "relation";
+    details: "induction_overlap" (its heads confirmed as induction heads), "accuracy" and
+    "random_accuracy" (held-out, the class or its random sets mean-ablated). The held-out logit diffs
+    of the faithfulness are here (circuit, model, every head ablated). attribution:
+    `direct_attribution_linearisation` ("" in results saved before it was recorded)."""
 
     file_width: ClassVar[int] = 160
 
