@@ -75,7 +75,8 @@ def _quiet(stage: str, done: int, total: int) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class RetrievalSettings:
-    """The sizes and thresholds of `find_retrieval_circuit` (as `interp retrieval`'s options).
+    """The sizes and thresholds of `find_retrieval_circuit` (as `interp retrieval`'s options). n_exact:
+    senders path-patched exactly per step, besides every one EAP estimates at min_effect / 2 or more;
     effect_z, min_effect, min_share: `select_heads`; min_attention: the least attention from END that
     classes a head; seed: the prompts, the random sets and the bootstrap."""
 
@@ -340,7 +341,8 @@ def path_patching_step(
     """One step back from the logits: ([layer, head] drop of the mean logit diff (clean - patched,
     logits) when each head's path to `receivers` (queries at END; None: the logits) is patched, the
     selected heads). Exact for `exact_candidates`, EAP's estimate for the other senders (never
-    selected), NaN for non-senders."""
+    selected), NaN for non-senders. A selected head's class: where END attends most, if at least
+    `min_attention` (a mover must also have direct attribution > 0)."""
     prompts = evidence.prompts
     senders = [head for head in every_head(model, receivers) if head not in (receivers or [])]
     readers = ["logits"] if receivers is None else [f"a{layer}.h{head}<q>" for layer, head in receivers]
