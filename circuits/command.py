@@ -17,7 +17,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -474,39 +474,46 @@ class Command:
         """Load the model (in `dtype`), run analyse(model, progress, kept stages) with `stages`
         announced (kept and resumed with --save, given `notes`), write the report (`render`: the
         writer's options) and name the files written; return the result. `remote`: on a Ray cluster;
-        `prepare`: what analyse gets instead of the model, made before the stages start."""
-        stages, notes = (None, None) if remote else (stages, notes)
-        self.keyed(options)
-        loaded = load(self.model, dtype)
-        keyed = self.keyed(options, loaded)
-        self._check_heads_file(loaded)
-        try:
-            kept = None if notes is None else self._kept(keyed, stages, notes)
-            bars = (
-                nullcontext()
-                if stages is None
-                else stage_bars(self.name, stages, between, kept, self.save, self.model, self.quick_run)
-            )
-            prepared = loaded if prepare is None else prepare(loaded)
-            with self._stopped_leaves(kept is not None), bars as progress:
-                result = analyse(prepared, progress, kept)
-        except ERRORS as error:
-            raise fail(str(error)) from error
-        except (MemoryError, RuntimeError) as error:
-            if (stop := out_of_memory(error)) is None:
-                raise
-            raise stop from error
-        if self.note is not None:
-            result.provenance = f"{result.provenance}; {self.note}"
-        if self.save is not None:  # before the report, which a closed pipe (`| head`) stops
-            from circuits.results_file import save_result
+        `prepare`: what analyse gets instead of the model, made before the stages start. With --save,
+        its file is held from before the model loads to the last write (`results_file.saving`)."""
+        with ExitStack() as held:
+            if self.save is not None:
+                from circuits.results_file import saving
 
-            save_result(result, self.save, self.name, keyed)
-        self.kind[2](result, self.format, self.out, console, **render)
-        for path in [*self.outputs.values(), self.out, self.save]:
-            if path is not None:
-                console.print(f"Wrote {path}", style="dim")
-        return result
+                with refused():  # another command saving to the same path at once
+                    held.enter_context(saving(self.save))
+            stages, notes = (None, None) if remote else (stages, notes)
+            self.keyed(options)
+            loaded = load(self.model, dtype)
+            keyed = self.keyed(options, loaded)
+            self._check_heads_file(loaded)
+            try:
+                kept = None if notes is None else self._kept(keyed, stages, notes)
+                bars = (
+                    nullcontext()
+                    if stages is None
+                    else stage_bars(self.name, stages, between, kept, self.save, self.model, self.quick_run)
+                )
+                prepared = loaded if prepare is None else prepare(loaded)
+                with self._stopped_leaves(kept is not None), bars as progress:
+                    result = analyse(prepared, progress, kept)
+            except ERRORS as error:
+                raise fail(str(error)) from error
+            except (MemoryError, RuntimeError) as error:
+                if (stop := out_of_memory(error)) is None:
+                    raise
+                raise stop from error
+            if self.note is not None:
+                result.provenance = f"{result.provenance}; {self.note}"
+            if self.save is not None:  # before the report, which a closed pipe (`| head`) stops
+                from circuits.results_file import save_result
+
+                save_result(result, self.save, self.name, keyed)
+            self.kind[2](result, self.format, self.out, console, **render)
+            for path in [*self.outputs.values(), self.out, self.save]:
+                if path is not None:
+                    console.print(f"Wrote {path}", style="dim")
+            return result
 
     def _check_heads_file(self, loaded: HookedTransformer) -> None:
         """Refuse --induction-heads' report where it was saved for other weights than the model's."""

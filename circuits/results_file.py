@@ -14,6 +14,7 @@ settings (`resume_stages`); --save never replaces a result of another command, s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -61,7 +62,7 @@ from circuits.stages import StageResults
 from interp import edges
 from interp.interventions.results import PatchResult
 from interp.interventions.stats import FaithfulnessSummary
-from interp.io.files import write_text_atomic
+from interp.io.files import held_lock, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
 
 
@@ -670,6 +671,21 @@ def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) ->
             f"{path}` shows it. --save does not replace it: {afresh} (or to run it again)."
         )
     return found if state == "partial" else None
+
+
+def saving(path: str | Path) -> contextlib.AbstractContextManager[None]:
+    """Hold `.NAME.lock` beside a --save file from before the model loads to the command's last write: a
+    second command saving to the same path meanwhile is refused (ValueError), where both would pass
+    `check_save_file` before either has written and the last to write would win (`held_lock`)."""
+    path = Path(path)
+    lock = path.with_name(f".{path.name}.lock")
+    return held_lock(
+        lock,
+        lambda holder: ValueError(
+            f"another interp command ({holder}) is saving to {path}; wait for it to finish or pass another "
+            f"--save path (if no such process runs, delete {lock})"
+        ),
+    )
 
 
 def resume_stages(

@@ -532,3 +532,35 @@ def test_a_report_cut_short_by_a_closed_pipe_leaves_the_whole_result_saved(tmp_p
         os.close(write)
     assert status == 1
     assert not isinstance(load_result(saved), PartialResult)
+
+
+def test_two_commands_saving_to_one_path_at_once_the_second_is_refused(tmp_path):
+    """Two `interp ... --save PATH` started together both pass the check of PATH (no file yet) before
+    either has written; the second is refused while the first runs, instead of the two overwriting each
+    other's result (the last to write wins, and `interp ioi` said "Wrote PATH" of what holds heads)."""
+    path = tmp_path / "result.json"
+    # the first command waits as its first stage begins: past its check of --save, nothing written yet
+    waiting = STALLING_INTERP.replace(
+        'f"stage {stall_at} of ") and " done: " in text', 'f"stage {stall_at} of ")'
+    )
+    env = {**os.environ, "INTERP_CACHE": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    first = subprocess.Popen(
+        [sys.executable, "-c", waiting, "1", "heads", "--model", "toy-induction", "--save", str(path)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        said = ""
+        while "stage 1 of " not in said:
+            said = first.stdout.readline()
+            assert said or first.poll() is None, "the first command ended before its first stage"
+        assert not path.exists()
+        second = subprocess.run(
+            [sys.executable, "-c", STALLING_INTERP, "0", "ioi", "--model", "toy-ioi", "--save", str(path)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=FILE_WAIT_S,
+        )  # fmt: skip
+    finally:
+        first.kill()
+        first.wait()
+    output = " ".join((second.stdout + second.stderr).split())
+    assert second.returncode == 2 and f"process {first.pid}" in output and "is saving to" in output, output
+    assert not path.exists()

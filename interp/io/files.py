@@ -13,15 +13,21 @@ umask gives (not the private ones of a temporary file).
         save_file(tensors, tmp)
     with atomic_dir("checkpoint") as tmp:               # a directory, swapped in whole
         (tmp / "config.json").write_text(...)
+
+`held_lock` keeps a second process from writing where one is writing (activation shards, --save).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import socket
 import tempfile
-from collections.abc import Iterator
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Literal
 
@@ -123,3 +129,47 @@ def replace_dir(source: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         source.rename(target)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by another user
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def held_lock(lock: Path, busy: Callable[[str], Exception]) -> Iterator[None]:
+    """Hold the file `lock` (naming this process, its host and since when) until the block ends. Where
+    another process holds it, raise busy("process PID on HOST, since TIME"); a lock left by a process
+    of this host that is gone (killed) is taken over with a warning."""
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = json.loads(lock.read_text())
+            except (OSError, ValueError):
+                holder = {}
+            pid, host = holder.get("pid"), holder.get("host")
+            if host == me["host"] and isinstance(pid, int) and not _process_alive(pid):
+                warnings.warn(
+                    f"{lock} was left by process {pid}, which is gone (interrupted); taking it over",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                lock.unlink(missing_ok=True)
+                continue
+            raise busy(f"process {pid} on {host}, since {holder.get('since')}") from None
+        with os.fdopen(fd, "w") as file:
+            json.dump(me, file)
+        break
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)

@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
-import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -34,7 +31,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from interp.io.devices import module_weight
-from interp.io.files import atomic_path, write_text_atomic
+from interp.io.files import atomic_path, held_lock, write_text_atomic
 from interp.io.source_code import INTERP_SOURCE, source_key
 from interp.model import HookedTransformer
 from interp.runtime.keys import add_content, tensor_bytes
@@ -98,51 +95,16 @@ def _shard_damage(path: Path, key: str, rows: str, names: Sequence[str]) -> str 
     return None
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by another user
-        return True
-    return True
-
-
-@contextmanager
-def _writer_lock(out_dir: Path) -> Iterator[None]:
-    """Hold `out_dir/.lock` while writing: a second writer is refused; a lock left by a process of
-    this host that is gone (killed) is taken over with a warning."""
+def _writer_lock(out_dir: Path) -> AbstractContextManager[None]:
+    """Hold `out_dir/.lock` while writing: a second writer is refused (`held_lock`)."""
     lock = out_dir / LOCK_FILE
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                holder = json.loads(lock.read_text())
-            except (OSError, ValueError):
-                holder = {}
-            pid, host = holder.get("pid"), holder.get("host")
-            if host == me["host"] and isinstance(pid, int) and not _process_alive(pid):
-                warnings.warn(
-                    f"{lock} was left by process {pid}, which is gone (interrupted); taking it over",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-                lock.unlink(missing_ok=True)
-                continue
-            raise RuntimeError(
-                f"another cache_to_disk (process {pid} on {host}, since {holder.get('since')}) is writing "
-                f"into {out_dir}; wait for it to finish or pass another out_dir (if no such process runs, "
-                f"delete {lock})"
-            ) from None
-        with os.fdopen(fd, "w") as file:
-            json.dump(me, file)
-        break
-    try:
-        yield
-    finally:
-        lock.unlink(missing_ok=True)
+    return held_lock(
+        lock,
+        lambda holder: RuntimeError(
+            f"another cache_to_disk ({holder}) is writing into {out_dir}; wait for it to finish or pass "
+            f"another out_dir (if no such process runs, delete {lock})"
+        ),
+    )
 
 
 def _as_tokens(model: HookedTransformer, prompts: Tensor | Sequence[str]) -> Tensor:
