@@ -547,6 +547,41 @@ def test_cache_to_disk_refuses_a_second_writer_and_takes_over_a_dead_ones_lock(m
     assert not (tmp_path / ".lock").exists()
 
 
+def test_a_lock_being_taken_over_is_not_taken_over_twice(tmp_path):
+    """A killed writer's lock, which another process has just taken over (held, its name not written
+    yet): a third process must be refused, not take it over too and write beside it."""
+    import json
+    import os
+    import socket
+    import subprocess
+
+    from interp.io.files import held_lock
+
+    lock = tmp_path / ".lock"
+    killed = subprocess.Popen(["true"])
+    killed.wait()
+    lock.write_text(json.dumps({"pid": killed.pid, "host": socket.gethostname(), "since": "then"}))
+    taking_over = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)", str(lock)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert taking_over.stdout.readline() == "held\n"
+        with (
+            pytest.raises(RuntimeError, match="busy: process"),
+            held_lock(lock, lambda who: RuntimeError(f"busy: {who}")),
+        ):
+            pass
+    finally:
+        taking_over.kill()
+        taking_over.wait()
+    gone = f"left by process {killed.pid}, which is gone"
+    with pytest.warns(RuntimeWarning, match=gone), held_lock(lock, RuntimeError):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
+
+
 # --- 3. hooks: a returned value replaces the activation, so it is checked -----------------------
 
 

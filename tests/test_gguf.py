@@ -9,6 +9,7 @@ back is the model they came from, exactly.
 from __future__ import annotations
 
 import json
+import shutil
 
 import gguf
 import pytest
@@ -125,6 +126,40 @@ def test_a_gguf_cached_by_other_conversion_code_is_converted_again(tmp_path, cac
     monkeypatch.setattr(sources, "conversion_key", lambda: "0ther0ne")
     assert interp.load_model(path).cfg.tied_embeddings
     assert sorted(p.name[-8:] for p in cache.iterdir() if p.is_dir()) == sorted([entry.name[-8:], "0ther0ne"])
+
+
+def test_a_cache_entry_another_process_lands_first_is_kept(tmp_path, cache, monkeypatch):
+    """Two first loads of one GGUF convert it at once; the first to land its cache entry keeps it, so a
+    third process reading that entry is not left with files renamed away under it. A damaged entry
+    (no config.json) is converted again."""
+    from interp.io import sources
+    from interp.io.checkpoint import write_checkpoint
+
+    path = tmp_path / "gemma3-tiny.gguf"
+    write_gemma3_gguf(path, gemma3_model())
+    reference = interp.load_model(path)
+    [entry] = [p for p in cache.iterdir() if p.is_dir()]
+    shutil.rmtree(entry)
+    convert = sources.read_hf_model
+    landed_first = []
+
+    def another_process_lands_first(hf_model, tokenizer=None):
+        loaded = convert(hf_model, tokenizer)
+        write_checkpoint(loaded, entry)  # the other process's conversion, landed as this one ends
+        landed_first.append((entry / "model.safetensors").stat().st_ino)
+        return loaded
+
+    monkeypatch.setattr(sources, "read_hf_model", another_process_lands_first)
+    tokens = torch.randint(4, 64, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(interp.load_model(path)(tokens), reference(tokens), atol=0, rtol=0)
+    assert [(entry / "model.safetensors").stat().st_ino] == landed_first
+    assert [p for p in cache.iterdir() if p.is_dir()] == [entry]
+    monkeypatch.setattr(sources, "read_hf_model", convert)
+    (entry / "config.json").unlink()
+    with torch.no_grad():
+        torch.testing.assert_close(interp.load_model(path)(tokens), reference(tokens), atol=0, rtol=0)
+    assert (entry / "config.json").is_file()
 
 
 def test_a_gemma3_gguf_lacking_a_tensor_of_one_block_is_refused_before_transformers_reads_it(tmp_path, cache):

@@ -59,13 +59,16 @@ def save_checkpoint(model: nn.Module, directory: str | Path, extra: dict | None 
     return write_checkpoint(LoadedWeights(model.cfg, model.state_dict(), model.tokenizer), directory, extra)
 
 
-def write_checkpoint(weights: LoadedWeights, directory: str | Path, extra: dict | None = None) -> Path:
+def write_checkpoint(
+    weights: LoadedWeights, directory: str | Path, extra: dict | None = None, keep_existing: bool = False
+) -> Path:
     """Write config.json, model.safetensors and tokenizer/ into `directory`, atomically.
 
     Everything is written to a temporary sibling directory first and renamed into place, so an
-    interrupted save never leaves a half-written checkpoint.
+    interrupted save never leaves a half-written checkpoint. keep_existing: a checkpoint already at
+    `directory` stays and this one is dropped (a cache entry of the same content: `files.atomic_dir`).
     """
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory, keep_existing) as tmp:
         state = {k: v.detach().contiguous().cpu() for k, v in weights.state_dict.items()}
         save_file(state, tmp / "model.safetensors")
         if weights.tokenizer is not None:

@@ -20,6 +20,8 @@ umask gives (not the private ones of a temporary file).
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -83,9 +85,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_dir(directory: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(directory: str | os.PathLike, keep_existing: bool = False) -> Iterator[Path]:
     """An empty temporary directory beside `directory` (`.NAME.XXXXXXXX`) to fill; on leaving the
-    block without an error it replaces `directory` (`replace_dir`), else it is removed."""
+    block without an error it replaces `directory` (`replace_dir`), else it is removed. keep_existing:
+    a `directory` already there (another process's copy of the same content, which a third may be
+    reading) is kept and the new one removed: the first to land stays."""
     directory = Path(directory)
     with _naming(directory):
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -94,10 +98,24 @@ def atomic_dir(directory: str | os.PathLike) -> Iterator[Path]:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is an ordinary directory
         yield tmp
         with _naming(directory):
-            replace_dir(tmp, directory)
+            if not keep_existing:
+                replace_dir(tmp, directory)
+            elif not _landed(tmp, directory):
+                shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _landed(source: Path, target: Path) -> bool:
+    """Rename the directory `source` to `target` unless a non-empty `target` is there (False then)."""
+    try:
+        source.rename(target)
+    except OSError as error:
+        if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise
+    return True
 
 
 @contextlib.contextmanager
@@ -144,32 +162,60 @@ def _process_alive(pid: int) -> bool:
 @contextlib.contextmanager
 def held_lock(lock: Path, busy: Callable[[str], Exception]) -> Iterator[None]:
     """Hold the file `lock` (naming this process, its host and since when) until the block ends. Where
-    another process holds it, raise busy("process PID on HOST, since TIME"); a lock left by a process
-    of this host that is gone (killed) is taken over with a warning."""
+    another process holds it, raise busy("process PID on HOST, since TIME"). The hold is the kernel's
+    (`fcntl.flock`), released when its process ends however it ends, so two processes can never both
+    take over a lock left by a killed one; such a lock is taken over with a warning. A lock file naming
+    a live process without the kernel's hold (an older interp's) is respected as held."""
     me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
     lock.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
+    while True:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o666)
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                holder = json.loads(lock.read_text())
-            except (OSError, ValueError):
-                holder = {}
-            pid, host = holder.get("pid"), holder.get("host")
-            if host == me["host"] and isinstance(pid, int) and not _process_alive(pid):
-                warnings.warn(
-                    f"{lock} was left by process {pid}, which is gone (interrupted); taking it over",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-                lock.unlink(missing_ok=True)
-                continue
-            raise busy(f"process {pid} on {host}, since {holder.get('since')}") from None
-        with os.fdopen(fd, "w") as file:
-            json.dump(me, file)
-        break
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(fd)
+            os.close(fd)
+            raise busy(_describe_holder(holder)) from None
+        try:
+            same_file = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same_file = False
+        if same_file:
+            break
+        os.close(fd)  # its holder removed it as we opened it: open the one at the path now
+    try:
+        holder = _lock_holder(fd)
+        pid, host = holder.get("pid"), holder.get("host")
+        if pid is not None and (host != me["host"] or (isinstance(pid, int) and _process_alive(pid))):
+            raise busy(_describe_holder(holder))
+        if pid is not None:
+            warnings.warn(
+                f"{lock} was left by process {pid}, which is gone (interrupted); taking it over",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
     try:
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)  # before the hold ends: no one can lock this file and find it gone
+        os.close(fd)
+
+
+def _lock_holder(fd: int) -> dict:
+    """What a lock file says of its holder ({} when empty or unreadable)."""
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _describe_holder(holder: dict) -> str:
+    if holder.get("pid") is None:
+        return "another process, starting"
+    return f"process {holder['pid']} on {holder.get('host')}, since {holder.get('since')}"

@@ -549,7 +549,8 @@ def read_gguf(path: str | Path) -> LoadedWeights:
             llama_cpp_pre_tokenizer(loaded.tokenizer, path)
             return loaded
         except ValueError:
-            shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry: rebuild it
+            pass
+    shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry, if any: rebuild it
     n_blocks, names = gguf_header(path, architecture)
     check_gguf_tensors(path, architecture, names, n_blocks)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -567,7 +568,7 @@ def read_gguf(path: str | Path) -> LoadedWeights:
     loaded = read_hf_model(hf_model, tokenizer)
     loaded.cfg.model_name = path.stem
     loaded.cfg.source = path.name
-    write_checkpoint(loaded, cached)
+    write_checkpoint(loaded, cached, keep_existing=True)  # a process reading another's copy keeps it
     return loaded
 
 
