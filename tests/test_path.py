@@ -148,17 +148,17 @@ ANALYSES = ("path/steps.py", "ioi/evaluate.py", "retrieval/find.py", "icl/pipeli
             "hop/locate.py")  # fmt: skip
 
 
-def test_nothing_is_confirmed_where_the_model_does_not_do_the_task():
-    """An untrained model of toy-ioi's shape does not do IOI (its held-out logit diff's CI spans 0), yet
-    one of its heads lowers the logit diff by 0.002 beyond random heads on the held-out templates, a CI
-    that excludes 0 (8 of 300 such models had a class "confirmed" or "stratum-dependent" so): as IOI, the path confirms no
-    class of a behaviour the model does not show, and says why."""
+def test_nothing_is_confirmed_where_the_model_shows_no_behaviour():
+    """An untrained model of toy-ioi's shape prefers neither answer (its held-out logit diff's CI spans
+    0), yet one of its heads lowers the logit diff by 0.002 beyond random heads on the held-out
+    templates, a CI that excludes 0 (8 of 300 such models had a class "confirmed" or
+    "stratum-dependent" so): the path confirms no class of a behaviour the model does not show."""
     model = interp.load_model("toy-ioi")
     model.init_weights(4000)
     result = head_path(model, ioi_pair_task(model, 64), PathSettings())
     assert any(ci_verdict(c.heldout.beyond_ci, c.sign) == "confirmed" for c in result.classes)
     assert [c.verdict for c in result.classes] == ["unconfirmed"] * len(result.classes)
-    assert any("does not do the task on the held-out prompts" in note for note in result.extras.notes)
+    assert any("prefers neither answer on the held-out prompts" in note for note in result.extras.notes)
 
 
 def test_random_same_layer_baselines_are_drawn_and_compared_in_one_module():

@@ -8,8 +8,8 @@
    >= `attention_threshold`: "to NAME", else "unnamed"; without named positions, those where clean
    and corrupted differ), and by sign ("negative" lowers the answer);
 3. validate (held-out families): each class against `n_random` random same-layer sets, pooled, per
-   stratum and per family (`circuits.evidence.judge_class`); as IOI's, nothing is confirmed where the
-   model does not do the task there (its logit diff's 95% CI not above 0: `does_the_task`);
+   stratum and per family (`circuits.evidence.judge_class`); nothing is confirmed where the model
+   shows no behaviour there (its logit diff's 95% CI spans 0: `shows_no_behaviour`);
 4. faithfulness (held-out families): the kept heads alone against the model and every head ablated.
 Every choice is made in steps 1-2; every figure of steps 3-4 comes from held-out families.
 """
@@ -169,9 +169,11 @@ def validate(
     heldout: PairTask,
     classes: dict[str, list[Head]],
     settings: PathSettings,
+    evidence_holds: bool = True,
 ) -> list[ClassVerdict]:
     """Step 3: each class against random same-layer sets, on held-out families (and, for the
-    comparison only, on discovery families), judged by `circuits.evidence.judge_class`."""
+    comparison only, on discovery families), judged by `circuits.evidence.judge_class`; none confirmed
+    unless `evidence_holds` (the model shows the behaviour: `shows_no_behaviour`)."""
     outside = unclaimed_heads(model, classes.values())
     found = [
         head_class(
@@ -194,29 +196,28 @@ def validate(
         return list((values[0][None] - values[1:]).split([len(c.sets) for c in found]))
 
     unit = "families" if heldout.has_families else "prompts"
-    does_task = does_the_task(model, heldout, settings.ablation, settings.seed) is None
     return [
         judge_class(
             check, tested, discovery=chose, strata=Strata(heldout.stratum_masks(), DEPENDENT_KINDS),
-            evidence_holds=does_task, unit=unit, seed=settings.seed,
+            evidence_holds=evidence_holds, unit=unit, seed=settings.seed,
         )
         for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True)
     ]  # fmt: skip
 
 
-def does_the_task(model: HookedTransformer, task: PairTask, ablation: str, seed: int = 0) -> str | None:
-    """None where the model does `task` (its mean logit diff, correct - incorrect, has a 95% CI above 0
-    on the task's prompts), else why not in words: no class of heads is confirmed to help or hinder a
-    behaviour the model does not show (a head of an untrained model can move the logit diff by 0.002
-    beyond random heads, a CI that excludes 0). IOI's rule (`circuits.ioi`). ablation: the path's (no
-    head is ablated; the run is the model's)."""
+def shows_no_behaviour(model: HookedTransformer, task: PairTask, ablation: str, seed: int = 0) -> str | None:
+    """Why no class of heads can be confirmed on `task`, in words, where the model prefers neither answer
+    there (the 95% CI of its mean logit diff, correct - incorrect, spans 0); else None. No class is
+    confirmed to help or hinder a behaviour the model does not show: a head of an untrained model can
+    move the logit diff by 0.002 beyond random heads with a CI that excludes 0. ablation: the path's
+    (no head is ablated; the run is the model's)."""
     clean = metric_with_heads_ablated(model, task, [[]], ablation)[0]
     low, high = mean_ci(clean, seed)
-    if low > 0:
+    if low > 0 or high < 0:
         return None
     return (
-        f"the model does not do the task on the held-out prompts (mean logit diff "
-        f"{float(clean.mean()):+.3g}, 95% CI [{low:+.3g}, {high:+.3g}], not above 0): no class is confirmed"
+        f"the model prefers neither answer on the held-out prompts (mean logit diff "
+        f"{float(clean.mean()):+.3g}, 95% CI [{low:+.3g}, {high:+.3g}]): no class is confirmed"
     )
 
 
@@ -289,7 +290,8 @@ def head_path(
         heads, {head: drops[head].exact for head in heads}, attention, settings.attention_threshold
     )
     stage(2)
-    checks = validate(model, discovery, heldout, classes, settings) if classes else []
+    no_behaviour = shows_no_behaviour(model, heldout, settings.ablation, settings.seed) if classes else None
+    checks = validate(model, discovery, heldout, classes, settings, no_behaviour is None) if classes else []
     for check in checks:
         members = classes[check.name]  # in the order of `heads`, as `classify` keeps them
         check.details["attention"] = {
@@ -300,8 +302,7 @@ def head_path(
         model, heldout, heads, settings.ablation, settings.seed
     )
     notes += [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
-    why_not = does_the_task(model, heldout, settings.ablation, settings.seed) if checks else None
-    notes += [why_not] if why_not else []
+    notes += [no_behaviour] if no_behaviour else []
     axis = "families" if task.has_families else "prompts"
     figures = PathFigures(
         task=task.name, by_family=task.has_families, n_discovery=len(discovery), n_heldout=len(heldout),
