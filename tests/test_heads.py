@@ -10,7 +10,7 @@ from conftest import TRAIN_SEED, tiny_config
 
 import interp
 from circuits.heads import PATTERN_SCORES, Probe, head_report, make_probes, score_heads
-from circuits.heads.probes import induction_lengths
+from circuits.heads.probes import family_tokens, fresh_tokens, induction_lengths
 from circuits.heads.scores import (
     fixed_offset_scores,
     mask_scores,
@@ -111,15 +111,47 @@ def test_a_random_weight_model_confirms_no_head_beyond_random():
 
     torch.manual_seed(0)
     model = interp.HookedTransformer(tiny_config(n_ctx=64, attn_only=True))
-    probe = make_probes(model, n_samples=8, seq_len=12).held_out
-    candidates = [(1, 0), (1, 1)]
-    found = induction_ablation_effects(model, probe, random_head_classes(model, candidates, seed=3), seed=3)
+    probes = make_probes(model, n_samples=8, seq_len=12)
+    probe, classes = probes.held_out, random_head_classes(model, [(1, 0), (1, 1)], seed=3)
+    candidates = list(classes)
+    found = induction_ablation_effects(model, probe, classes, seed=3, reference=probes.reference)
     for head in candidates:
         assert found.verdict(head) != "confirmed"
         judged = found.judged[head]["alone"]
         assert judged.random_sets and all(draw in (["L1H2"], ["L1H3"]) for draw in judged.random_sets)
         low, high = judged.heldout.beyond_ci
         assert low <= judged.heldout.beyond <= high and judged.heldout.n_prompts >= len(probe.tokens) // 2
+
+
+def test_an_ablated_head_keeps_none_of_its_own_output():
+    """The causal checks mean-ablate a head to its mean over other sequences of the held-out family laid
+    out as the held-out probe (`Probes.reference`), not over the probe's own: where only 4 of those reach
+    a position, that mean would leave each ablated head a quarter of its own output there (toy-induction's
+    four induction heads ablated together: 4.99 nats, for about 5.3 with a mean over many sequences)."""
+    from circuits.heads.causal import clean_run_for_ablations
+
+    model = interp.load_model("toy-induction")
+    probes = make_probes(model, n_samples=4, seed=2)
+    held_out, reference = probes.held_out, probes.reference
+    n = len(held_out.tokens)
+    for field in ("lengths", "repeat_len", "repeat_start"):  # the probe's layout, over and over
+        assert (getattr(reference, field).view(-1, n) == getattr(held_out, field)).all()
+    assert len(reference.tokens) >= 8 * n
+    real = torch.arange(reference.tokens.shape[1]) < reference.lengths[:, None]
+    family = set(family_tokens(model, "held_out").tolist())
+    assert set(reference.tokens[real].tolist()) - family <= {held_out.tokens[0, 0].item()}  # and the BOS
+
+    def sequences(probe: Probe) -> set[tuple[int, ...]]:
+        return {tuple(row[:length].tolist()) for row, length in zip(probe.tokens, probe.lengths, strict=True)}
+
+    assert not sequences(reference) & sequences(held_out)
+    other = fresh_tokens(model, held_out, seed=99, family="held_out")  # the same layout, other tokens
+    means = clean_run_for_ablations(model, held_out, reference, [0, 1]).z_mean
+    assert sequences(other) != sequences(held_out)
+    for layer, mean in clean_run_for_ablations(model, other, reference, [0, 1]).z_mean.items():
+        assert torch.equal(mean, means[layer])  # the probe's own tokens do not enter its heads' means
+    with pytest.raises(ValueError, match="reference=probes.reference"):
+        clean_run_for_ablations(model, held_out, None, [1])
 
 
 def test_copying_score_equals_eigenvalues_of_full_ov_circuit():
@@ -379,7 +411,9 @@ def test_causal_checks_run_on_a_token_family_the_scores_never_read(model_name, r
     candidates = list(table.index[table["induction_effect"].notna()])
     typed = [tuple(head) for head in table.index[table["induction"] >= report.extras.thresholds["induction"]]]
     classes = random_head_classes(model, candidates, typed, seed=5)
-    on_held_out = induction_ablation_effects(model, probes.held_out, classes, seed=5)
+    on_held_out = induction_ablation_effects(
+        model, probes.held_out, classes, seed=5, reference=probes.reference
+    )
     assert len(candidates) and all(
         table.loc[head, "induction_effect"] == on_held_out.alone[head][0] for head in candidates
     )
@@ -569,8 +603,8 @@ def test_planted_skip_gram_head_is_found():
 def test_causal_checks_equal_full_ablated_forward_passes():
     """The causal checks' runs (one clean run, shared first blocks, rows cut per repeat length, two
     looks) give what whole forward passes of the whole probe with the heads mean-ablated give, the
-    means taken over the sequences real at each position (padding excluded), and an effect stopped
-    at the first look is over that look's sequences."""
+    means taken over the reference's sequences real at each position (padding excluded), and an effect
+    stopped at the first look is over that look's sequences."""
     from circuits.heads.causal import (
         INDUCTION_STAGE,
         induction_ablation_effects,
@@ -583,11 +617,14 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     model = interp.load_model("toy-induction")
     probe = make_probes(model, n_samples=6, seed=1).repeated
     assert len(probe.lengths.unique()) > 1  # rows of different lengths: cut runs are tested
+    means_over = fresh_tokens(model, probe, seed=9, family="discovery", copies=2)  # the reference
     tokens = probe.tokens.to(model.device)
     z_names = [interp.act_name("z", layer) for layer in range(model.cfg.n_layers)]
-    _, reference = model.run_with_cache(tokens, names_filter=z_names, return_type=None)
+    _, reference = model.run_with_cache(
+        means_over.tokens.to(model.device), names_filter=z_names, return_type=None
+    )
     second = probe.second_copy_predictions().to(model.device)
-    real = (torch.arange(tokens.shape[1]) < probe.lengths[:, None]).to(model.device)
+    real = (torch.arange(tokens.shape[1]) < means_over.lengths[:, None]).to(model.device)
     mean_ablation = interp.Ablation("mean", reference=reference, mask=real)
 
     @torch.no_grad()
@@ -622,7 +659,9 @@ def test_causal_checks_equal_full_ablated_forward_passes():
     candidates = [(1, 0), (1, 2), (1, 3)]
     calls = []
     classes = random_head_classes(model, candidates)
-    found = induction_ablation_effects(model, probe, classes, progress=lambda *call: calls.append(call))
+    found = induction_ablation_effects(
+        model, probe, classes, progress=lambda *call: calls.append(call), reference=means_over
+    )
     assert {stage for stage, _, _ in calls} == {INDUCTION_STAGE}
     done = [d for _, d, _ in calls]
     assert done == sorted(done) and done[0] == 0 and done[-1] == calls[-1][2] > 0  # starts, advances, ends
@@ -663,7 +702,9 @@ def test_causal_checks_equal_full_ablated_forward_passes():
             assert per_head[head][0][0] == pytest.approx(expected, abs=1e-5)
 
     sources, targets = [(0, 0), (0, 1), (0, 3)], [(1, 1), (1, 2)]
-    found = previous_token_ablation_effects(model, probe, random_head_classes(model, sources), targets)
+    found = previous_token_ablation_effects(
+        model, probe, random_head_classes(model, sources), targets, reference=means_over
+    )
     clean = induction_score([], targets)
     for head in sources:
         expected = float((clean - induction_score([head], targets))[rows_of(found, head, "alone")].mean())
@@ -797,11 +838,14 @@ def test_a_previous_token_candidate_is_judged_on_the_induction_heads_after_its_o
     from circuits.heads.causal import previous_token_ablation_effects, random_head_classes
 
     model = interp.load_model("toy-hop")
-    probe = make_probes(model, n_samples=4).held_out
+    probes = make_probes(model, n_samples=4)
+    probe, reference = probes.held_out, probes.reference
     candidates, targets = [(0, 0), (1, 1)], [(1, 2), (2, 0)]
     classes = random_head_classes(model, candidates, candidates + targets, 2, 0)
-    both = previous_token_ablation_effects(model, probe, classes, targets)
-    last = previous_token_ablation_effects(model, probe, classes, targets[1:])  # the layer-2 target only
+    both = previous_token_ablation_effects(model, probe, classes, targets, reference=reference)
+    last = previous_token_ablation_effects(
+        model, probe, classes, targets[1:], reference=reference
+    )  # layer 2's
     assert both.alone[(1, 1)] == pytest.approx(last.alone[(1, 1)], rel=1e-5)  # L1H2 is in its layer
     assert both.alone[(0, 0)][0] != pytest.approx(last.alone[(0, 0)][0], rel=1e-2)  # both are after L0H0
 

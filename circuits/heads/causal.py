@@ -1,4 +1,5 @@
-"""Causal checks on the held-out probe: each candidate's z mean-ablated (per position), alone and with
+"""Causal checks on the held-out probe: each candidate's z mean-ablated (per position, the mean over other
+sequences of the held-out family: `Probes.reference`), alone and with
 the other candidates of its type ablated, judged against random heads of its layer (of other layers
 where its layer has none left) by
 `circuits.evidence.judge_class` (paired per sequence; strata: repeat lengths). Effects (positive: the
@@ -373,21 +374,29 @@ class CleanRun:
 def clean_run_for_ablations(
     model: interp.HookedTransformer,
     probe: Probe,
+    reference: Probe | None,
     ablated_layers: Sequence[int],
     pattern_layers: Sequence[int] = (),
     final: bool = False,
 ) -> CleanRun:
-    """One unablated run of `probe`, caching what ablating heads of `ablated_layers` needs."""
+    """One unablated run of `probe`, caching what ablating heads of `ablated_layers` needs: their z's mean
+    per position over the sequences of `reference` real there (`Probes.reference`: not `probe`'s own, of
+    which an ablated head would keep a share: 1/4 of its output where 4 sequences reach a position)."""
+    if reference is None:
+        raise ValueError("give the sequences ablated heads' means are taken over: reference=probes.reference")
     layers = sorted(set(ablated_layers))
-    names = [interp.act_name(kind, layer) for layer in layers for kind in ("resid_pre", "z")]
+    z_names = [interp.act_name("z", layer) for layer in layers]
+    names = [interp.act_name("resid_pre", layer) for layer in layers]
     names += [interp.act_name("pattern", layer) for layer in sorted(set(pattern_layers))]
     last = interp.act_name("resid_post", model.cfg.n_layers - 1)
     tokens = probe.tokens.to(model.device)
     _, cache = model.run_with_cache(tokens, names_filter=names + [last] * final, return_type=None)
-    real = torch.arange(probe.tokens.shape[1]) < probe.lengths[:, None]  # [batch, pos]: not padding
-    z_names = [interp.act_name("z", layer) for layer in layers]
+    _, of_reference = model.run_with_cache(
+        reference.tokens.to(model.device), names_filter=z_names, return_type=None
+    )
+    real = torch.arange(reference.tokens.shape[1]) < reference.lengths[:, None]  # [batch, pos]: not padding
     means = Replacement(
-        model, z_names, Ablation("mean", reference={name: cache[name] for name in z_names}, mask=real)
+        model, z_names, Ablation("mean", reference={name: of_reference[name] for name in z_names}, mask=real)
     )
     return CleanRun(
         tokens=tokens,
@@ -486,12 +495,13 @@ def induction_ablation_effects(
     progress: Progress | None = None,
     clean: CleanRun | None = None,
     seed: int = 0,
+    reference: Probe | None = None,
 ) -> CausalEffects:
     """Loss increase on the second copies (nats) with the candidates of `classes` (`random_head_classes`)
     mean-ablated, each judged against its random heads. `clean`: the probe's clean run (`ablated_layers`,
-    final stream), if made."""
+    final stream), if made; else made with the means over `reference` (`clean_run_for_ablations`)."""
     if clean is None:
-        clean = clean_run_for_ablations(model, probe, ablated_layers(classes), final=True)
+        clean = clean_run_for_ablations(model, probe, reference, ablated_layers(classes), final=True)
     tokens = probe.tokens.to(model.device)
     second = probe.second_copy_predictions().to(model.device)  # [batch, pos - 1]
     final_name = final_resid_hook(model)
@@ -524,12 +534,13 @@ def previous_token_ablation_effects(
     progress: Progress | None = None,
     clean: CleanRun | None = None,
     seed: int = 0,
+    reference: Probe | None = None,
 ) -> CausalEffects:
     """Drop in the mean induction score of the `targets` after each candidate's layer with the
     candidates of `classes` (`random_head_classes`) mean-ablated, each judged against its random heads
     (every candidate together: the targets after the earliest); candidates at or after the last
     target's layer are not tested. `clean`: the probe's clean run (`ablated_layers`, targets'
-    patterns), if made."""
+    patterns), if made; else made with the means over `reference` (`clean_run_for_ablations`)."""
     classes = {head: found for head, found in classes.items() if any(lt > head[0] for lt, _ in targets)}
     start = min((layer for layer, _ in classes), default=0)
     later = [target for target in targets if target[0] > start]
@@ -537,7 +548,7 @@ def previous_token_ablation_effects(
         return CausalEffects(min_effect=MIN_EFFECT["previous_token"])
     target_layers = sorted({layer for layer, _ in later})
     if clean is None:
-        clean = clean_run_for_ablations(model, probe, ablated_layers(classes), target_layers)
+        clean = clean_run_for_ablations(model, probe, reference, ablated_layers(classes), target_layers)
 
     def readout(rows: Tensor, device_rows: Tensor, width: int):
         """Mean induction score of the later targets per sequence."""
@@ -605,7 +616,7 @@ def causal_checks(
     ablated = [layer for found in classes.values() for layer in ablated_layers(found)]
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 0, 1)
-    clean = clean_run_for_ablations(model, probes.held_out, ablated, layers, final=True)
+    clean = clean_run_for_ablations(model, probes.held_out, probes.reference, ablated, layers, final=True)
     if progress is not None:
         progress(CLEAN_RUN_STAGE, 1, 1)
     stages, probe = StageResults() if stages is None else stages, probes.held_out

@@ -30,7 +30,7 @@ from circuits.heads.causal import (
     with_held_out_scores,
 )
 from circuits.heads.classify import head_table
-from circuits.heads.probes import FAMILY_NAMES, make_probes
+from circuits.heads.probes import FAMILY_NAMES, REFERENCE_SEED_OFFSET, make_probes
 from circuits.heads.results import TOKEN_AXIS, HeadFigures, head_classes
 from circuits.heads.scores import (
     N_BOOTSTRAP,
@@ -51,7 +51,8 @@ KEPT_STAGES = (SCORES_STAGE, INDUCTION_STAGE, PREVIOUS_TOKEN_STAGE)  # what head
 BETWEEN_STAGES = (CLEAN_RUN_STAGE,)  # what head_report reports between them (not kept: one forward pass)
 CHECKS = {  # how the causal checks run (`HeadFigures.checks`)
     "ablation": (
-        "mean of hook_z per position over the held-out probe's sequences real there (padding excluded)"
+        "mean of hook_z per position over other sequences of the held-out family real there (the held-out "
+        f"probe's layout with fresh tokens, seed + {REFERENCE_SEED_OFFSET}; padding excluded)"
     ),
     "causal_method": (
         "each candidate mean-ablated alone and with the other candidates of its type already ablated "
@@ -174,7 +175,9 @@ def confirmed_induction(
         return []
     layers = [layer for layer, _ in candidates]
     classes = random_head_classes(model, candidates, never_random(scores), N_RANDOM, seed)
-    clean = clean_run_for_ablations(model, probes.held_out, ablated_layers(classes), layers, final=True)
+    clean = clean_run_for_ablations(
+        model, probes.held_out, probes.reference, ablated_layers(classes), layers, final=True
+    )
     effects = induction_ablation_effects(model, probes.held_out, classes, progress, clean, seed)
     effects = with_held_out_scores(effects, probes.held_out, clean, candidates, "induction", limits)
     return [head for head in candidates if effects.confirmed(head)]

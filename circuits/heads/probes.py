@@ -16,7 +16,7 @@ seed + 2 (held out).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from jaxtyping import Bool, Int
@@ -40,9 +40,12 @@ NATURAL_TEXT = (
 TOKEN_FAMILIES = {"discovery": 0, "held_out": 1}  # family -> the parity of its token ids
 FAMILY_NAMES = {"discovery": "even token ids", "held_out": "odd token ids"}
 HELD_OUT_SEED_OFFSET = 2  # the held-out probe is drawn from seed + 2 (the random probe: seed + 1)
+REFERENCE_SEED_OFFSET = 3  # the mean-ablation reference, of the held-out family: seed + 3
+REFERENCE_COPIES = 16  # its sequences per held-out sequence: each position's mean over 16x as many
 HELD_OUT_RULE = (  # in --save files' options: a file of another rule is refused
     f"scores on {FAMILY_NAMES['discovery']}, causal checks and scores again on fresh "
-    f"{FAMILY_NAMES['held_out']} (seed + {HELD_OUT_SEED_OFFSET}), each effect against random heads of "
+    f"{FAMILY_NAMES['held_out']} (seed + {HELD_OUT_SEED_OFFSET}), heads mean-ablated to their mean over "
+    f"other sequences of that family (seed + {REFERENCE_SEED_OFFSET}), each effect against random heads of "
     "its layer over neither type's threshold (with the others ablated: in the head's place), with a CI "
     "over the sequences and the random heads; a previous-token head's on the induction heads after its layer"
 )
@@ -75,6 +78,7 @@ class Probes:
     random: Probe
     text: Probe | None  # None: no natural text (no tokenizer, or natural_text=())
     held_out: Probe  # the repeated probe's held-out twin: what the causal checks read
+    reference: Probe  # more sequences like held_out's, none of them: what ablated heads' means are over
     induction_lengths: list[int]  # repeat lengths L of the repeated probe, longest first
     seq_len: int  # the longest repeat length
     max_prefix: int  # the longest random prefix before a repeat
@@ -183,6 +187,27 @@ def repeated_probe(
     )
 
 
+def fresh_tokens(
+    model: interp.HookedTransformer, probe: Probe, seed: int, family: str, copies: int = 1
+) -> Probe:
+    """`copies` of a repeated `probe`'s layout (lengths, repeat lengths and starts) with fresh random
+    tokens of `family`: sequences real at exactly `probe`'s positions, drawn apart from it."""
+    bos = bos_token(model)
+    head = torch.tensor([] if bos is None else [bos], dtype=torch.long)
+    tokens_of_family = family_tokens(model, family)
+    generator = torch.Generator().manual_seed(seed)
+    layout = probe.repeat_start.repeat(copies), probe.repeat_len.repeat(copies)
+    tokens = torch.zeros(len(layout[0]), probe.tokens.shape[1], dtype=probe.tokens.dtype)
+    for row, (start, length) in enumerate(zip(*(part.tolist() for part in layout), strict=True)):
+        prefix = _random_rows(tokens_of_family, start - len(head), 1, generator)[0]
+        copy = _random_rows(tokens_of_family, length, 1, generator)[0]
+        tokens[row, : start + 2 * length] = torch.cat([head, prefix, copy, copy])
+    return replace(
+        probe, name="reference", tokens=tokens, lengths=probe.lengths.repeat(copies),
+        repeat_len=layout[1], repeat_start=layout[0],
+    )  # fmt: skip
+
+
 def random_probe(model: interp.HookedTransformer, n_samples: int, n_tokens: int, seed: int) -> Probe:
     """[BOS] and n_tokens random tokens (any but the BOS) per row, nothing repeated on purpose."""
     bos = bos_token(model)
@@ -226,13 +251,13 @@ def make_probes(
     if natural_text is None:
         natural_text = NATURAL_TEXT if model.tokenizer is not None else ()
     natural_text = [natural_text] if isinstance(natural_text, str) else list(natural_text)
+    held_out = repeated_probe(model, n_samples, lengths, max_prefix, seed + HELD_OUT_SEED_OFFSET, "held_out")
     return Probes(
         repeated=repeated_probe(model, n_samples, lengths, max_prefix, seed),
         random=random_probe(model, n_samples, max_prefix + 2 * longest, seed),
         text=text_probe(model, natural_text) if natural_text else None,
-        held_out=repeated_probe(
-            model, n_samples, lengths, max_prefix, seed + HELD_OUT_SEED_OFFSET, "held_out"
-        ),
+        held_out=held_out,
+        reference=fresh_tokens(model, held_out, seed + REFERENCE_SEED_OFFSET, "held_out", REFERENCE_COPIES),
         induction_lengths=lengths,
         seq_len=longest,
         max_prefix=max_prefix,
