@@ -244,10 +244,11 @@ def heads_section(finding: Any) -> list[str]:
             else f"do not back each other up: L{strongest['layer']}H{strongest['head']} alone moves the "
             f"repeated-half loss by {alone.max():.2f} nats"
         )
+        n_candidates = int(table_["induction_effect"].notna().sum())  # what the group effect ablates
         findings.append(
-            f"The {len(induction)} induction heads {pattern}, ablating all {len(induction)} together by "
-            f"{pm(*report.group_effects['induction'])} nats{added}. They K-compose with the previous-token "
-            f"heads at {composition.min():.2f}–{composition.max():.2f}."
+            f"The {len(induction)} induction heads {pattern}, ablating all {n_candidates} candidates "
+            f"together by {pm(*report.group_effects['induction'])} nats{added}. They K-compose with the "
+            f"previous-token heads at {composition.min():.2f}–{composition.max():.2f}."
         )
     if "previous_token" in report.group_effects and len(previous):
         findings.append(
