@@ -391,17 +391,24 @@ def clean_run_for_ablations(
     last = interp.act_name("resid_post", model.cfg.n_layers - 1)
     tokens = probe.tokens.to(model.device)
     _, cache = model.run_with_cache(tokens, names_filter=names + [last] * final, return_type=None)
-    _, of_reference = model.run_with_cache(
-        reference.tokens.to(model.device), names_filter=z_names, return_type=None
-    )
     real = torch.arange(reference.tokens.shape[1]) < reference.lengths[:, None]  # [batch, pos]: not padding
-    means = Replacement(
-        model, z_names, Ablation("mean", reference={name: of_reference[name] for name in z_names}, mask=real)
-    )
+    sums, counts = {}, torch.zeros(1, real.shape[1], 1, 1)  # name -> [1, pos, head, d_head]; [1, pos, 1, 1]
+    for rows in torch.arange(len(real)).split(len(probe.tokens)):  # as many sequences a run as the probe
+        tokens_of_rows = reference.tokens[rows].to(model.device)
+        _, run = model.run_with_cache(tokens_of_rows, names_filter=z_names, return_type=None)
+        ablation = Ablation("mean", reference={name: run[name] for name in z_names}, mask=real[rows])
+        batch_means = Replacement(model, z_names, ablation)
+        count = real[rows].sum(0)[None, :, None, None]
+        for name in z_names:  # each batch's mean by its count (where none of its sequences is real: 0)
+            mean = batch_means.values(name, len(rows)).double().cpu()
+            sums[name] = sums.get(name, 0) + torch.where(count > 0, mean * count, 0)
+        counts += count
+    dtype = next(model.parameters()).dtype
+    means = {name: (total / counts).to(dtype=dtype, device=model.device) for name, total in sums.items()}
     return CleanRun(
         tokens=tokens,
         resid_pre={layer: cache["resid_pre", layer] for layer in layers},
-        z_mean={layer: means.values(name, len(real)) for layer, name in zip(layers, z_names, strict=True)},
+        z_mean={layer: means[name] for layer, name in zip(layers, z_names, strict=True)},
         patterns={layer: cache["pattern", layer] for layer in pattern_layers},
         final=cache[last] if final else None,
     )
