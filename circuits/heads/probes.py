@@ -41,7 +41,7 @@ TOKEN_FAMILIES = {"discovery": 0, "held_out": 1}  # family -> the parity of its 
 FAMILY_NAMES = {"discovery": "even token ids", "held_out": "odd token ids"}
 HELD_OUT_SEED_OFFSET = 2  # the held-out probe is drawn from seed + 2 (the random probe: seed + 1)
 REFERENCE_SEED_OFFSET = 3  # the mean-ablation reference, of the held-out family: seed + 3
-REFERENCE_COPIES = 16  # its sequences per held-out sequence: each position's mean over 16x as many
+REFERENCE_COPIES = 4  # its sequences per held-out sequence: each position's mean over 4x as many
 HELD_OUT_RULE = (  # in --save files' options: a file of another rule is refused
     f"scores on {FAMILY_NAMES['discovery']}, causal checks and scores again on fresh "
     f"{FAMILY_NAMES['held_out']} (seed + {HELD_OUT_SEED_OFFSET}), heads mean-ablated to their mean over "
