@@ -8,12 +8,13 @@ positive: the heads help the behaviour the metric measures. Every report states 
 `EFFECT_SIGN`.
 
 Baseline. A class of heads is compared with random sets of as many heads drawn from the same layers,
-outside every class the analysis reports (`head_class` draws them, `random_same_layer_sets`, from
-`unclaimed_heads`: a class is not compared with another class's heads, whose own effect would make its
-baseline): `beyond_random` is the class's drop minus the
-random sets' mean drop, paired by prompt, with a bootstrap CI (`beyond_ci`, on
-`interp.interventions.stats`' one bootstrap) that resamples the prompts and the random sets both, so
-that a verdict does not rest on which few random heads were drawn; and the same per stratum of the prompts
+outside every class the analysis reports (`head_class` draws them, `random_same_layer_sets`, no set
+twice, from `unclaimed_heads`: a class is not compared with another class's heads, whose own effect
+would make its baseline): `beyond_random` is the class's drop minus the random sets' mean drop, paired
+by prompt, with a bootstrap CI (`beyond_ci`, on `interp.interventions.stats`' one expanded percentile
+bootstrap) that resamples the held-out families, then the prompts within them, and the random sets,
+so that a verdict holds for new families of the kind and does not rest on which few random heads
+were drawn; and the same per stratum of the prompts
 (`stratum_drops`: name orders, templates, relations, ...; one of fewer than `MIN_STRATUM_PROMPTS`
 prompts gets neither a CI nor a verdict: "too few prompts"). `judge_class` is the one judge every
 analysis calls: pooled, per stratum and per family on held-out prompts, beside the discovery figure,
@@ -29,8 +30,11 @@ all heads in 1.4826 MADs) or its share of the summed effect is large (`select_he
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, combinations, product
 from typing import Any
 
 import torch
@@ -63,9 +67,12 @@ def head_labels(heads: Sequence[Head]) -> list[str]:
     return [head_label(layer, head) for layer, head in heads]
 
 
-def mean_ci(values: Tensor, seed: int = 0, n_boot: int = 1000) -> tuple[float, float]:
-    """The 95% bootstrap CI of the mean of `values` [n] (in float64), as two floats."""
-    low, high = bootstrap_ci(values.double(), n_boot=n_boot, seed=seed)
+def mean_ci(
+    values: Tensor, seed: int = 0, n_boot: int = 1000, families: Sequence[str] | None = None
+) -> tuple[float, float]:
+    """The 95% bootstrap CI of the mean of `values` [n] (in float64; resampling their `families` first
+    where given: `interp.interventions.stats.resamples`), as two floats."""
+    low, high = bootstrap_ci(values.double(), n_boot=n_boot, seed=seed, families=families)
     return float(low), float(high)
 
 
@@ -85,24 +92,49 @@ def every_head(model: Any, receivers: Sequence[Head] | None = None) -> list[Head
 def random_same_layer_sets(
     model, heads: Sequence[Head], n_draws: int, seed: int = 0, outside: Sequence[Head] | None = None
 ) -> list[list[Head]]:
-    """`n_draws` random sets of as many heads as `heads`, drawn from `outside` (default: every head not
-    in `heads`): for each head one from its layer (from any layer once its layer has none left), drawn
-    with `seed`. model: anything with `cfg.n_layers` and `cfg.n_heads`."""
+    """`n_draws` random sets of as many heads as `heads`, drawn with `seed` from `outside` (default:
+    every head not in `heads`), each with as many heads of each layer as `heads` has there; a layer
+    with too few gives all it has and the set takes the rest from any layer. No set is drawn twice:
+    where the pool holds only k <= n_draws sets (a layer of three other heads), each of them comes
+    n_draws // k times, so that the baseline (the sets' mean) is the pool's own mean, not weighted by
+    how often the seed repeated one. model: anything with `cfg.n_layers` and `cfg.n_heads`."""
     generator = torch.Generator().manual_seed(seed)
     if outside is None:
         others = [head for head in every_head(model) if head not in set(heads)]
     else:
         others = [tuple(head) for head in outside if tuple(head) not in set(heads)]
-    draws = []
-    for _ in range(n_draws):
+    wanted = Counter(layer for layer, _ in heads)
+    by_layer = {layer: [head for head in others if head[0] == layer] for layer in wanted}
+    sizes = [math.comb(len(by_layer[layer]), count) for layer, count in wanted.items()]
+    if all(sizes) and math.prod(sizes) <= n_draws:  # the whole pool, each set equally often
+        per_layer = [combinations(by_layer[layer], count) for layer, count in wanted.items()]
+        pool = [sorted(chain.from_iterable(choice)) for choice in product(*per_layer)]
+        return pool * (n_draws // len(pool))
+
+    def draw() -> list[Head]:
         chosen: list[Head] = []
-        for layer, _ in heads:
-            free = [head for head in others if head not in chosen]
-            same_layer = [head for head in free if head[0] == layer] or free
-            if same_layer:
-                chosen.append(same_layer[int(torch.randint(len(same_layer), (), generator=generator))])
-        draws.append(sorted(chosen))
-    return draws
+        for layer, count in wanted.items():
+            same = by_layer[layer]
+            chosen += [same[i] for i in torch.randperm(len(same), generator=generator)[:count].tolist()]
+        free = [head for head in others if head not in chosen]
+        shortfall = min(len(heads) - len(chosen), len(free))
+        chosen += [free[i] for i in torch.randperm(len(free), generator=generator)[:shortfall].tolist()]
+        return sorted(chosen)
+
+    draws: list[list[Head]] = []
+    for _ in range(DISTINCT_SET_TRIES * n_draws):  # the pool holds over n_draws sets, or a layer is short
+        candidate = draw()
+        if candidate not in draws:
+            draws.append(candidate)
+        if len(draws) == n_draws:
+            break
+    return draws * (n_draws // len(draws)) if draws else draws
+
+
+DISTINCT_SET_TRIES = 50
+"""Draws per wanted set `random_same_layer_sets` makes before it takes the k distinct sets found as the
+pool (each then n_draws // k times): reached only where a layer is short and the heads of other layers
+allow fewer than n_draws distinct sets."""
 
 
 def beyond_per_prompt(effects: Float[Tensor, "set prompt"]) -> Float[Tensor, " prompt"]:
@@ -111,9 +143,15 @@ def beyond_per_prompt(effects: Float[Tensor, "set prompt"]) -> Float[Tensor, " p
     return effects[0] - effects[1:].mean(0)
 
 
-def beyond_ci(effects: Float[Tensor, "set prompt"], seed: int = 0, n_boot: int = 1000) -> tuple[float, float]:
-    """The 95% CI (float64) of a class's mean effect beyond its random sets': a percentile bootstrap
-    resampling the prompts and, independently, the random sets effects[1:]."""
+def beyond_ci(
+    effects: Float[Tensor, "set prompt"],
+    seed: int = 0,
+    n_boot: int = 1000,
+    families: Sequence[str] | None = None,
+) -> tuple[float, float]:
+    """The 95% CI (float64) of a class's mean effect beyond its random sets': the one bootstrap
+    resampling the prompts (their `families` first, where given) and, independently, the random sets
+    effects[1:]."""
     values = effects.double()
     n_sets = values.shape[0] - 1
     if n_sets < 1:
@@ -128,7 +166,7 @@ def beyond_ci(effects: Float[Tensor, "set prompt"], seed: int = 0, n_boot: int =
         return per_set[0] - per_set[1:].gather(0, draws).mean(0)
 
     finite = bool(torch.isfinite(values).all())  # else a NaN/inf effect: no CI (NaN)
-    low, high = bootstrap(statistic, values.shape[-1], n_boot, seed=seed, defined=finite)
+    low, high = bootstrap(statistic, values.shape[-1], n_boot, seed=seed, defined=finite, families=families)
     return float(low), float(high)
 
 
@@ -150,19 +188,27 @@ def beyond_random(
     random_drops: Float[Tensor, "draw prompt"],
     seed: int = 0,
     n_boot: int = 1000,
+    families: Sequence[str] | None = None,
 ) -> BeyondRandom:
     """The class's drop [prompt] beyond the mean of its random sets' drops [draw, prompt], paired by
-    prompt, with its CI (`beyond_ci`)."""
+    prompt, with its CI (`beyond_ci`; resampling the prompts' `families` first, where given)."""
     difference = drop - random_drops.mean(0)
-    ci = beyond_ci(torch.cat([drop[None], random_drops]), seed, n_boot)
+    ci = beyond_ci(torch.cat([drop[None], random_drops]), seed, n_boot, families)
     return BeyondRandom(
         n_prompts=len(drop),
         drop=drop.mean().item(),
-        drop_ci=mean_ci(drop, seed, n_boot),
+        drop_ci=mean_ci(drop, seed, n_boot, families),
         random_drop=random_drops.mean().item(),
         beyond=difference.mean().item(),
         beyond_ci=ci,
     )
+
+
+def kept(labels: Sequence[str] | None, members: Bool[Tensor, " prompt"]) -> list[str] | None:
+    """The labels [prompt] of the prompts `members` keeps (None for None)."""
+    if labels is None:
+        return None
+    return [label for label, member in zip(labels, members.tolist(), strict=True) if member]
 
 
 @dataclass(kw_only=True)
@@ -192,10 +238,12 @@ def stratum_drops(
     by_ci: Collection[str] = (),
     seed: int = 0,
     n_boot: int = 1000,
+    families: Sequence[str] | None = None,
 ) -> list[StratumDrop]:
     """A class's drop beyond random in each non-empty stratum (kind, name, members [prompt] bool), from
-    effects [1 + draws, prompt]. A stratum holds when its mean points the class's way `sign` (+1: it
-    helps), or for kinds in `by_ci` when its CI excludes zero that way."""
+    effects [1 + draws, prompt] (of `families` [prompt], resampled first where given). A stratum holds
+    when its mean points the class's way `sign` (+1: it helps), or for kinds in `by_ci` when its CI
+    excludes zero that way."""
     out = []
     for kind, name, members in strata:
         values = effects[:, members.to(effects.device)]
@@ -205,7 +253,7 @@ def stratum_drops(
         if values.shape[1] < MIN_STRATUM_PROMPTS:
             ci, holds = None, None
         else:
-            ci = beyond_ci(values, seed, n_boot)
+            ci = beyond_ci(values, seed, n_boot, kept(families, members))
             holds = ci_verdict(ci, sign) == "confirmed" if kind in by_ci else sign * mean > 0
         out.append(StratumDrop(kind=kind, name=name, n_prompts=values.shape[1], beyond=mean, beyond_ci=ci,
                                holds=holds))  # fmt: skip
@@ -418,6 +466,7 @@ def judge_class(
     strata: Strata = Strata(),
     evidence_holds: bool = True,
     tested: Bool[Tensor, " prompt"] | None = None,
+    families: Sequence[str] | None = None,
     unit: str = "families",
     seed: int = 0,
     n_boot: int = 1000,
@@ -435,13 +484,17 @@ def judge_class(
     tested: the held-out prompts the pooled figure is judged on [prompt] (default: all of them); the
       strata may also divide prompts held out on fewer axes (function vectors: held-out tasks in
       discovery templates), shown beside.
+    families: the held-out family of each prompt [prompt] (a template, relation, task): the CIs
+      resample the families, then the prompts (`interp.interventions.stats.resamples`), so that they
+      cover the effect on new families; None where each prompt is its own (a sequence, a document).
     unit: what was held out ("families", "prompts"), for the note."""
     sign = found.sign
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
-    tested = beyond_random(judged[0], judged[1:], seed, n_boot)
+    judged_families = families if tested is None else kept(families, tested)
+    tested = beyond_random(judged[0], judged[1:], seed, n_boot, judged_families)
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, n_boot)
     per_prompt = beyond_per_prompt(judged)  # the prompts the pooled figure is judged on
-    by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot)
+    by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot, families)
     short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size
     few = tested.n_prompts < MIN_STRATUM_PROMPTS  # a CI of so few prompts is the range of their values
     pooled_holds = not (short or few) and evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"

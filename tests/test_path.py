@@ -151,12 +151,13 @@ ANALYSES = ("path/steps.py", "ioi/evaluate.py", "retrieval/find.py", "icl/pipeli
 def test_nothing_is_confirmed_where_the_model_shows_no_behaviour():
     """An untrained model of toy-ioi's shape prefers neither answer (its held-out logit diff's CI spans
     0), yet one of its heads lowers the logit diff by 0.002 beyond random heads on the held-out
-    templates, a CI that excludes 0 (8 of 300 such models had a class "confirmed" or
-    "stratum-dependent" so): the path confirms no class of a behaviour the model does not show."""
+    prompts, a CI over the prompts that excludes 0 (8 of 300 such models had a class "confirmed" or
+    "stratum-dependent" so, before the CIs resampled the templates): the path confirms no class of a
+    behaviour the model does not show."""
     model = interp.load_model("toy-ioi")
     model.init_weights(4000)
     result = head_path(model, ioi_pair_task(model, 64), PathSettings())
-    assert any(ci_verdict(c.heldout.beyond_ci, c.sign) == "confirmed" for c in result.classes)
+    assert any(ci_verdict(mean_ci(c.per_prompt), c.sign) == "confirmed" for c in result.classes)
     assert [c.verdict for c in result.classes] == ["unconfirmed"] * len(result.classes)
     assert any("prefers neither answer on the held-out prompts" in note for note in result.extras.notes)
 
@@ -370,7 +371,7 @@ def test_every_reported_effect_is_measured_on_held_out_families(smollm2, agreeme
         }
         values = metric_with_heads_ablated(smollm2, heldout, [[], members, *draws], SETTINGS.ablation)
         drops = values[0][None] - values[1:]
-        again = beyond_random(drops[0], drops[1:], SETTINGS.seed)
+        again = beyond_random(drops[0], drops[1:], SETTINGS.seed, families=list(heldout.families))
         assert again.beyond == pytest.approx(check.heldout.beyond, abs=1e-4)
         assert again.beyond_ci == pytest.approx(check.heldout.beyond_ci, abs=1e-4)
         assert {s.name for s in check.strata if s.kind == "family"} == set(heldout.families)

@@ -81,8 +81,9 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
     "Ablations (the ICL score)",
 )
 EFFECT_PARTS = 3  # the effects stage's progress units per group of queries: patches, vectors, ablations
-# (the held-out tasks' prompts that test [prompt] bool, each template's (kind, name, members))
-TemplateRows = tuple[Tensor, list[tuple[str, str, Tensor]]]
+# (the held-out tasks' prompts that test [prompt] bool, each template's (kind, name, members), each
+# prompt's task [prompt])
+TemplateRows = tuple[Tensor, list[tuple[str, str, Tensor]], list[str]]
 T = TypeVar("T")
 
 
@@ -154,14 +155,15 @@ def fv_stage_notes(stage: str, value: Any) -> list[str]:
 
 
 def _template_rows(prompts: TaskPrompts, template_split: FamilySplit) -> TemplateRows:
-    """Of the held-out tasks' queries in every template: those in the held-out templates (the test), and
-    each template's (kind one of `TEMPLATE_KINDS`)."""
+    """Of the held-out tasks' queries in every template: those in the held-out templates (the test), each
+    template's (kind one of `TEMPLATE_KINDS`) and each query's task (its family)."""
     templates, heldout = prompts.prompt_templates(), set(template_split.heldout)
     strata = [
         (TEMPLATE_KINDS[0] if name in heldout else TEMPLATE_KINDS[1], name, members)
         for _, name, members in label_strata("template", templates)
     ]
-    return torch.tensor([name in heldout for name in templates]), strata
+    tasks = [prompts.tasks[index] for index in prompts.task_index.tolist()]
+    return torch.tensor([name in heldout for name in templates]), strata, tasks
 
 
 def _compare(
@@ -170,11 +172,11 @@ def _compare(
 ) -> ClassVerdict:  # fmt: skip
     """A class's effects [1 + draws, prompt] (the class first) judged by `judge_class` as the test `name`
     in `unit` (details["unit"]): of `heldout`, the prompts `rows` marks test, its strata divide them per
-    template (None: all test, no strata)."""
-    tested, strata = (None, ()) if rows is None else rows
+    template, its tasks are their families (None: all test, no strata, each prompt its own family)."""
+    tested, strata, tasks = (None, (), None) if rows is None else rows
     verdict = judge_class(  # template-dependent: pooled above 0, but not each held-out template's CI
         found, heldout, discovery=discovery, seed=seed, unit="tasks in held-out templates", tested=tested,
-        strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS),
+        strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS), families=tasks,
     )  # fmt: skip
     verdict.name, verdict.details = name, {"unit": unit}
     if verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent":

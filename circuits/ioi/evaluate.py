@@ -194,6 +194,7 @@ def _class_verdict(
     verdict = judge_class(
         found, drops, strata=Strata(_strata(heldout), DEPENDENT_KINDS, by_ci=("order",)),
         evidence_holds=writes_right and clean > 0,  # nothing is confirmed where the model does not do IOI
+        families=[f"T{t}" for t in heldout.template.tolist()],
         seed=settings.seed, n_boot=settings.n_bootstrap,
     )  # fmt: skip
     if heldout.texts is not None:  # each template's first prompt

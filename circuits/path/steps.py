@@ -200,6 +200,7 @@ def validate(
         judge_class(
             check, tested, discovery=chose, strata=Strata(heldout.stratum_masks(), DEPENDENT_KINDS),
             evidence_holds=evidence_holds, unit=unit, seed=settings.seed,
+            families=list(heldout.families) if heldout.has_families else None,
         )
         for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True)
     ]  # fmt: skip

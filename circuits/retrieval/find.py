@@ -217,16 +217,18 @@ def _judged(
     strata: list[tuple[str, str, Tensor]],
     induction: Sequence[Head],
     seed: int,
+    relations: Sequence[str],
 ) -> ClassVerdict:
-    """One class judged against its random sets (`judge_class`), with its details (`RetrievalFigures`);
-    `ablated`: "heldout" and "discovery" head set -> [prompt] ablated logit diffs, () the clean run's."""
+    """One class judged against its random sets (`judge_class`; the held-out `relations` [prompt] its
+    families), with its details (`RetrievalFigures`); `ablated`: "heldout" and "discovery" head set ->
+    [prompt] ablated logit diffs, () the clean run's."""
 
     def drops(side: str) -> Tensor:  # [1 + draws, prompt] clean - ablated, the class first
         return torch.stack([ablated[side][()] - ablated[side][tuple(sorted(heads))] for heads in found.sets])
 
     verdict = judge_class(
         found, drops("heldout"), discovery=drops("discovery"), strata=Strata(strata, DEPENDENT_KINDS),
-        seed=seed,
+        families=relations, seed=seed,
     )  # fmt: skip
     measured = ablated["heldout"]
     random_right = torch.stack([measured[tuple(sorted(draw))] > 0 for draw in found.draws]).double()
@@ -266,7 +268,8 @@ def validate_classes(
         "discovery": _ablated_runs(model, chose, prompt_sets["discovery"], "Discovery ablations", progress),
     }
     strata = _strata(prompt_sets["heldout"])
-    validations = [_judged(each, ablated, strata, induction, seed) for each in found]
+    relations = [relation for p in prompt_sets["heldout"] for relation in p.relation]
+    validations = [_judged(each, ablated, strata, induction, seed, relations) for each in found]
     runs = {"model": (), "circuit": outside, "ablated": tuple(every)}
     return validations, {name: ablated["heldout"][heads] for name, heads in runs.items()}
 

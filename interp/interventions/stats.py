@@ -1,8 +1,11 @@
 """Statistics of intervention results: one bootstrap, one faithfulness, AUROC, the mean over the
 prompts real at each position (`masked_mean`, for mean ablation of padded prompts).
 
-Every confidence interval in interp is a percentile bootstrap over prompts (`bootstrap`): prompts
-are resampled with replacement and the statistic recomputed. Faithfulness has one definition:
+Every confidence interval in interp is one bootstrap over prompts (`bootstrap`): prompts are
+resampled with replacement (or, where they come in families, the families and then the prompts within
+them: `resamples`) and the statistic recomputed. The interval is the expanded percentile interval
+(`expanded_tail`), which a plain percentile interval undercovers at small n: 80% at n = 4 and 91% at
+n = 12 for a 95% CI of normal data. Faithfulness has one definition:
 
   faithfulness = (m(circuit) - m(ablated)) / (m(model) - m(ablated)),  means over prompts
 
@@ -19,9 +22,11 @@ gives it beside the per-prompt figures of `faithfulness_summary`:
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -39,11 +44,44 @@ def masked_mean(values: Tensor, real: Bool[Tensor, "..."], dim: int, keepdim: bo
     return (total / real.sum(dim, keepdim=keepdim).to(total.dtype)).to(values.dtype)
 
 
-def resamples(n: int, n_boot: int, seed: int = 0) -> Int[Tensor, "n_boot n"]:
-    """The bootstrap's resamples of n prompts: indices drawn with replacement, seeded."""
+def resamples(
+    n: int, n_boot: int, seed: int = 0, families: Sequence[Hashable] | None = None
+) -> Int[Tensor, "n_boot n"]:
+    """The bootstrap's resamples of n prompts: indices drawn with replacement, seeded. With `families`
+    (a label per prompt: a template, relation, task), two stages: the k families are drawn with
+    replacement, then n prompts with replacement, each in proportion to how often its family was drawn.
+    A CI then covers the effect on new families of the kind, not only on new prompts of these; one
+    family is the plain resample."""
     if n < 1:
         raise ValueError("A bootstrap needs at least one prompt.")
-    return torch.randint(n, (n_boot, n), generator=torch.Generator().manual_seed(seed))
+    generator = torch.Generator().manual_seed(seed)
+    if families is None or len(set(families)) < 2:
+        return torch.randint(n, (n_boot, n), generator=generator)
+    if len(families) != n:
+        raise ValueError(f"{len(families)} family labels for {n} prompts: give one label per prompt")
+    index = {family: i for i, family in enumerate(dict.fromkeys(families))}
+    of_prompt = torch.tensor([index[family] for family in families])  # [n]
+    drawn = torch.randint(len(index), (n_boot, len(index)), generator=generator)  # [n_boot, k]
+    times = torch.zeros(n_boot, len(index)).scatter_add_(1, drawn, torch.ones(drawn.shape))  # [n_boot, k]
+    return torch.multinomial(times[:, of_prompt], n, replacement=True, generator=generator)
+
+
+def expanded_tail(n: int, level: float = 0.95) -> float:
+    """The tail probability at which the expanded percentile interval (Hesterberg 2015, "What teachers
+    should know about the bootstrap", 6.5) takes its quantiles for a `level` CI from n independent
+    units (prompts, or families): Phi(-sqrt(n / (n - 1)) t), t Student's quantile with n - 1 degrees
+    of freedom (Abramowitz & Stegun 26.7.5, within 0.1% from 3 degrees up). n = 64: 0.019 for a 95%
+    CI; n = 12: 0.011; n = 4: 0.0001, the resamples' range."""
+    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
+    df = max(n - 1, 1)
+    terms = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    t = z + sum(term / df**power for power, term in enumerate(terms, 1))
+    return NormalDist().cdf(-math.sqrt(max(n, 2) / df) * t)
 
 
 def bootstrap(
@@ -53,16 +91,18 @@ def bootstrap(
     level: float = 0.95,
     seed: int = 0,
     defined: Bool[Tensor, "..."] | bool = True,
+    families: Sequence[Hashable] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Percentile bootstrap over n prompts: statistic(samples) maps resampled prompt indices
-    [n_boot, n] to values [..., n_boot]; returns the (low, high) quantiles over the last axis.
+    """Expanded percentile bootstrap over n prompts: statistic(samples) maps resampled prompt indices
+    [n_boot, n] to values [..., n_boot]; returns the (low, high) quantiles over the last axis at
+    `expanded_tail` of the units resampled: the prompts, or their `families` (`resamples`).
 
     defined: where the statistic is defined on the prompts themselves ([...]; False where a prompt's
     value is NaN/inf): elsewhere the CI is NaN, not the CI of the resamples that miss that prompt. A
     resample whose statistic alone is undefined (a ratio whose denominator is 0 on those prompts) is
     left out, with a warning saying how many; if every resample is, it raises. One prompt (n = 1) has
     no CI: NaN."""
-    values = statistic(resamples(n, n_boot, seed))
+    values = statistic(resamples(n, n_boot, seed, families))
     no_ci = ~torch.as_tensor(defined, device=values.device)[..., None]  # [..., 1]
     no_ci = no_ci | (n < 2)  # every resample is the one prompt: a CI of width 0 would claim certainty
     undefined = ~torch.isfinite(values) & ~no_ci
@@ -81,20 +121,25 @@ def bootstrap(
             stacklevel=2,
         )
     values = values.masked_fill(undefined | no_ci, torch.nan)  # a row of NaN only: a NaN CI
-    alpha = (1 - level) / 2
-    return values.nanquantile(alpha, dim=-1), values.nanquantile(1 - alpha, dim=-1)
+    tail = expanded_tail(n if families is None else len(set(families)), level)
+    return values.nanquantile(tail, dim=-1), values.nanquantile(1 - tail, dim=-1)
 
 
 def bootstrap_ci(
-    values: Float[Tensor, "... batch"], n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+    values: Float[Tensor, "... batch"],
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+    families: Sequence[Hashable] | None = None,
 ) -> tuple[Float[Tensor, "..."], Float[Tensor, "..."]]:
-    """Percentile bootstrap CI of the mean over the last axis (prompts), for every row (NaN for a row
-    holding a NaN/inf value, whose mean is not finite)."""
+    """The `bootstrap` CI of the mean over the last axis (prompts, of `families` where given), for every
+    row (NaN for a row holding a NaN/inf value, whose mean is not finite)."""
 
     def mean(samples: Tensor) -> Tensor:
         return values[..., samples].mean(-1)
 
-    return bootstrap(mean, values.shape[-1], n_boot, ci, seed, defined=torch.isfinite(values).all(-1))
+    defined = torch.isfinite(values).all(-1)
+    return bootstrap(mean, values.shape[-1], n_boot, ci, seed, defined=defined, families=families)
 
 
 def defined_gap(gap: Tensor, scale: float) -> Tensor:
