@@ -450,12 +450,15 @@ HELD_OUT_ONLY = "measured on held-out data only (none of it chose the heads)"
 
 @dataclass(frozen=True)
 class Strata:
-    """The strata of a class's held-out prompts: groups (kind, name, members [prompt] bool);
-    dependent_kinds: kind -> "all" or "most" (`class_verdict`); by_ci: see `stratum_drops`."""
+    """How a class's held-out prompts divide: groups (kind, name, members [prompt] bool);
+    dependent_kinds: kind -> "all" or "most" (`class_verdict`); by_ci: see `stratum_drops`; families:
+    each prompt's family [prompt] (a template, relation, task), which the CIs resample first, so that
+    they cover the effect on new families (None: each prompt its own, a sequence or a document)."""
 
     groups: Sequence[tuple[str, str, Tensor]] = ()
     dependent_kinds: Mapping[str, str] = field(default_factory=dict)
     by_ci: Collection[str] = ()
+    families: Sequence[str] | None = None
 
 
 def judge_class(
@@ -466,7 +469,6 @@ def judge_class(
     strata: Strata = Strata(),
     evidence_holds: bool = True,
     tested: Bool[Tensor, " prompt"] | None = None,
-    families: Sequence[str] | None = None,
     unit: str = "families",
     seed: int = 0,
     n_boot: int = 1000,
@@ -484,12 +486,10 @@ def judge_class(
     tested: the held-out prompts the pooled figure is judged on [prompt] (default: all of them); the
       strata may also divide prompts held out on fewer axes (function vectors: held-out tasks in
       discovery templates), shown beside.
-    families: the held-out family of each prompt [prompt] (a template, relation, task): the CIs
-      resample the families, then the prompts (`interp.interventions.stats.resamples`), so that they
-      cover the effect on new families; None where each prompt is its own (a sequence, a document).
     unit: what was held out ("families", "prompts"), for the note."""
     sign = found.sign
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
+    families = strata.families
     judged_families = families if tested is None else kept(families, tested)
     tested = beyond_random(judged[0], judged[1:], seed, n_boot, judged_families)
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, n_boot)

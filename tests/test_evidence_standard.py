@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_config
 
 import interp
-from circuits.evidence import HeadClass, judge_class, random_same_layer_sets
+from circuits.evidence import HeadClass, Strata, judge_class, random_same_layer_sets
 from interp.interventions.stats import bootstrap_ci, expanded_tail, resamples
 
 REPS = 2000  # simulated data sets per size: a coverage of 0.95 is measured to about +-0.01
@@ -79,7 +79,7 @@ def test_a_class_that_holds_in_one_family_only_is_not_confirmed_for_new_families
     effects[0, :8] += 1.0  # the class's effect lives in T0 alone
     found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4)])
     assert judge_class(found, effects).verdict == "confirmed"
-    judged = judge_class(found, effects, families=labels)
+    judged = judge_class(found, effects, strata=Strata(families=labels))
     assert judged.verdict == "unconfirmed" and judged.heldout.beyond_ci[0] <= 0
 
 

@@ -176,7 +176,7 @@ def _compare(
     tested, strata, tasks = (None, (), None) if rows is None else rows
     verdict = judge_class(  # template-dependent: pooled above 0, but not each held-out template's CI
         found, heldout, discovery=discovery, seed=seed, unit="tasks in held-out templates", tested=tested,
-        strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS), families=tasks,
+        strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS, families=tasks),
     )  # fmt: skip
     verdict.name, verdict.details = name, {"unit": unit}
     if verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent":

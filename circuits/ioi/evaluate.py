@@ -191,10 +191,10 @@ def _class_verdict(
         heads = finding.extras.circuit[found.name]
         writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
         writes_right = write_sign * writes[logit] > 0
+    templates = [f"T{t}" for t in heldout.template.tolist()]  # the families the CIs resample
     verdict = judge_class(
-        found, drops, strata=Strata(_strata(heldout), DEPENDENT_KINDS, by_ci=("order",)),
+        found, drops, strata=Strata(_strata(heldout), DEPENDENT_KINDS, ("order",), templates),
         evidence_holds=writes_right and clean > 0,  # nothing is confirmed where the model does not do IOI
-        families=[f"T{t}" for t in heldout.template.tolist()],
         seed=settings.seed, n_boot=settings.n_bootstrap,
     )  # fmt: skip
     if heldout.texts is not None:  # each template's first prompt

@@ -196,11 +196,12 @@ def validate(
         return list((values[0][None] - values[1:]).split([len(c.sets) for c in found]))
 
     unit = "families" if heldout.has_families else "prompts"
+    families = list(heldout.families) if heldout.has_families else None
+    strata = Strata(heldout.stratum_masks(), DEPENDENT_KINDS, families=families)
     return [
         judge_class(
-            check, tested, discovery=chose, strata=Strata(heldout.stratum_masks(), DEPENDENT_KINDS),
-            evidence_holds=evidence_holds, unit=unit, seed=settings.seed,
-            families=list(heldout.families) if heldout.has_families else None,
+            check, tested, discovery=chose, strata=strata, evidence_holds=evidence_holds, unit=unit,
+            seed=settings.seed,
         )
         for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True)
     ]  # fmt: skip

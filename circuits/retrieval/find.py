@@ -227,8 +227,8 @@ def _judged(
         return torch.stack([ablated[side][()] - ablated[side][tuple(sorted(heads))] for heads in found.sets])
 
     verdict = judge_class(
-        found, drops("heldout"), discovery=drops("discovery"), strata=Strata(strata, DEPENDENT_KINDS),
-        families=relations, seed=seed,
+        found, drops("heldout"), discovery=drops("discovery"),
+        strata=Strata(strata, DEPENDENT_KINDS, families=relations), seed=seed,
     )  # fmt: skip
     measured = ablated["heldout"]
     random_right = torch.stack([measured[tuple(sorted(draw))] > 0 for draw in found.draws]).double()
