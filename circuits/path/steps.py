@@ -9,7 +9,7 @@
    and corrupted differ), and by sign ("negative" lowers the answer);
 3. validate (held-out families): each class against `n_random` random same-layer sets, pooled, per
    stratum and per family (`circuits.evidence.judge_class`); nothing is confirmed where the model
-   shows no behaviour there (its logit diff's 95% CI spans 0: `shows_no_behaviour`);
+   shows no behaviour there (its logit diff's 95% CI spans 0: `no_behaviour`);
 4. faithfulness (held-out families): the kept heads alone against the model and every head ablated.
 Every choice is made in steps 1-2; every figure of steps 3-4 comes from held-out families.
 """
@@ -169,11 +169,10 @@ def validate(
     heldout: PairTask,
     classes: dict[str, list[Head]],
     settings: PathSettings,
-    evidence_holds: bool = True,
-) -> list[ClassVerdict]:
+) -> tuple[list[ClassVerdict], str | None]:
     """Step 3: each class against random same-layer sets, on held-out families (and, for the
-    comparison only, on discovery families), judged by `circuits.evidence.judge_class`; none confirmed
-    unless `evidence_holds` (the model shows the behaviour: `shows_no_behaviour`)."""
+    comparison only, on discovery families), judged by `circuits.evidence.judge_class`; and why none
+    is confirmed where the model shows no behaviour on the held-out prompts (`no_behaviour`), else None."""
     outside = unclaimed_heads(model, classes.values())
     found = [
         head_class(
@@ -188,32 +187,36 @@ def validate(
         for name, heads in classes.items()
     ]
 
-    def drops(task: PairTask) -> list[Tensor]:
-        """Each class's drops [1 + draws, prompt] on `task`, every set measured in one run."""
-        values = metric_with_heads_ablated(
+    def runs(task: PairTask) -> Tensor:
+        """The metric [1 + sets, prompt] on `task` with no head, then each class's sets, ablated: one run."""
+        return metric_with_heads_ablated(
             model, task, [[], *[s for c in found for s in c.sets]], settings.ablation
         )
+
+    def drops(values: Tensor) -> list[Tensor]:
+        """Each class's drops [1 + draws, prompt] from `runs`' values."""
         return list((values[0][None] - values[1:]).split([len(c.sets) for c in found]))
 
+    tested = runs(heldout)
+    why = no_behaviour(tested[0], settings.seed)
     unit = "families" if heldout.has_families else "prompts"
     families = list(heldout.families) if heldout.has_families else None
     strata = Strata(heldout.stratum_masks(), DEPENDENT_KINDS, families=families)
-    return [
+    verdicts = [
         judge_class(
-            check, tested, discovery=chose, strata=strata, evidence_holds=evidence_holds, unit=unit,
+            check, held, discovery=chose, strata=strata, evidence_holds=why is None, unit=unit,
             seed=settings.seed,
         )
-        for check, chose, tested in zip(found, drops(discovery), drops(heldout), strict=True)
+        for check, chose, held in zip(found, drops(runs(discovery)), drops(tested), strict=True)
     ]  # fmt: skip
+    return verdicts, why
 
 
-def shows_no_behaviour(model: HookedTransformer, task: PairTask, ablation: str, seed: int = 0) -> str | None:
-    """Why no class of heads can be confirmed on `task`, in words, where the model prefers neither answer
-    there (the 95% CI of its mean logit diff, correct - incorrect, spans 0); else None. No class is
-    confirmed to help or hinder a behaviour the model does not show: a head of an untrained model can
-    move the logit diff by 0.002 beyond random heads with a CI that excludes 0. ablation: the path's
-    (no head is ablated; the run is the model's)."""
-    clean = metric_with_heads_ablated(model, task, [[]], ablation)[0]
+def no_behaviour(clean: Float[Tensor, " prompt"], seed: int = 0) -> str | None:
+    """Why no class of heads can be confirmed, in words, where the model prefers neither answer on the
+    held-out prompts (the 95% CI of its mean logit diff `clean`, correct - incorrect, spans 0); else
+    None. No class is confirmed to help or hinder a behaviour the model does not show: a head of an
+    untrained model can move the logit diff by 0.002 beyond random heads with a CI that excludes 0."""
     low, high = mean_ci(clean, seed)
     if low > 0 or high < 0:
         return None
@@ -292,8 +295,7 @@ def head_path(
         heads, {head: drops[head].exact for head in heads}, attention, settings.attention_threshold
     )
     stage(2)
-    no_behaviour = shows_no_behaviour(model, heldout, settings.ablation, settings.seed) if classes else None
-    checks = validate(model, discovery, heldout, classes, settings, no_behaviour is None) if classes else []
+    checks, why_none = validate(model, discovery, heldout, classes, settings) if classes else ([], None)
     for check in checks:
         members = classes[check.name]  # in the order of `heads`, as `classify` keeps them
         check.details["attention"] = {
@@ -304,7 +306,7 @@ def head_path(
         model, heldout, heads, settings.ablation, settings.seed
     )
     notes += [] if heads else ["no head's drop passed the discovery threshold: nothing to validate"]
-    notes += [no_behaviour] if no_behaviour else []
+    notes += [why_none] if why_none else []
     axis = "families" if task.has_families else "prompts"
     figures = PathFigures(
         task=task.name, by_family=task.has_families, n_discovery=len(discovery), n_heldout=len(heldout),
