@@ -410,6 +410,11 @@ class ClassVerdict:
             return f"{self.heldout.n_prompts} held-out prompts, {TOO_FEW_PROMPTS}"
         if ci_verdict(self.heldout.beyond_ci, self.sign) != "confirmed":
             return "no larger effect than random heads"
+        for kind in dict.fromkeys(s.kind for s in self.strata if s.holds is not None):
+            judged = [s for s in self.strata if s.kind == kind and s.holds is not None]
+            if not any(s.holds for s in judged):  # `class_verdict`: no stratum of a dependent kind holds
+                names = ", ".join(s.name for s in judged)
+                return f"beyond random heads pooled, but in no {kind} alone ({names})"
         return "beyond random heads, but the analysis's other evidence fails"
 
     @property

@@ -113,3 +113,21 @@ def test_a_layer_with_too_few_heads_lends_from_other_layers(tiny_model):
     assert len({tuple(draw) for draw in draws}) == 4
     assert all((1, 3) in draw and len(set(draw)) == 3 for draw in draws)
     assert all(not {(1, 0), (1, 1), (1, 2)} & set(draw) for draw in draws)
+
+
+def test_a_class_beyond_random_pooled_but_in_no_order_alone_says_so():
+    """Pooled beyond random (24 prompts), but neither name order's CI (12 prompts each) excludes 0:
+    unconfirmed, and the reason names the orders, not "the analysis's other evidence"."""
+    spread = torch.linspace(-1.6, 1.6, 12, dtype=torch.float64)  # sd about 1
+    effects = torch.zeros(5, 24, dtype=torch.float64)
+    effects[0] = 0.55 + torch.cat([spread, spread.flip(0)])
+    effects[1:] = (
+        0.01 * torch.arange(24, dtype=torch.float64).remainder(3) * torch.tensor([[1], [-1], [2], [-2]])
+    )
+    orders = [("order", name, torch.arange(24) < 12 if i == 0 else torch.arange(24) >= 12)
+              for i, name in enumerate(("ABBA", "BABA"))]  # fmt: skip
+    found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4)])
+    judged = judge_class(found, effects, strata=Strata(orders, {"order": "all"}, by_ci=("order",)))
+    assert judged.heldout.beyond_ci[0] > 0 and [s.holds for s in judged.strata] == [False, False]
+    assert judged.verdict == "unconfirmed"
+    assert judged.unconfirmed_because == "beyond random heads pooled, but in no order alone (ABBA, BABA)"
