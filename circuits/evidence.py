@@ -592,9 +592,11 @@ def faithfulness_by_stratum(
     ablated: Float[Tensor, " prompt"],
     strata: Iterable[tuple[str, str, Tensor]],
     seed: int = 0,
+    families: Sequence[str] | None = None,
 ) -> list[StratumFaithfulness]:
     """The circuit's faithfulness in each stratum (kind, name, members [prompt] bool; empty ones left
-    out), from the metric per prompt with the circuit alone, the model and everything ablated."""
+    out), from the metric per prompt with the circuit alone, the model and everything ablated; its CI
+    resamples the prompts' `families` [prompt] first, where given."""
     out = []
     for kind, name, members in strata:
         n = int(members.sum())
@@ -603,7 +605,13 @@ def faithfulness_by_stratum(
         summary = None
         if n >= MIN_STRATUM_PROMPTS:
             try:
-                summary = faithfulness_summary(circuit[members], model[members], ablated[members], seed=seed)
+                summary = faithfulness_summary(
+                    circuit[members],
+                    model[members],
+                    ablated[members],
+                    seed=seed,
+                    families=kept(families, members),
+                )
             except ValueError:  # no gap between the model and everything ablated in this stratum
                 summary = None
         out.append(StratumFaithfulness(kind=kind, name=name, n_prompts=n, summary=summary))
@@ -617,16 +625,18 @@ def held_out_faithfulness(
     strata: Iterable[tuple[str, str, Tensor]],
     seed: int = 0,
     n_boot: int = 1000,
+    families: Sequence[str] | None = None,
 ) -> tuple[FaithfulnessSummary | None, list[StratumFaithfulness]]:
-    """The circuit's faithfulness pooled and per stratum, from the metric per prompt; (None, []) where
-    undefined (the model does as well with everything ablated) or under MIN_STRATUM_PROMPTS prompts."""
+    """The circuit's faithfulness pooled and per stratum, from the metric per prompt, its CIs resampling
+    the held-out `families` [prompt] first where given (as `judge_class`'s); (None, []) where undefined
+    (the model does as well with everything ablated) or under MIN_STRATUM_PROMPTS prompts."""
     if len(model) < MIN_STRATUM_PROMPTS:
         return None, []
     try:
-        summary = faithfulness_summary(circuit, model, ablated, n_boot, seed)
+        summary = faithfulness_summary(circuit, model, ablated, n_boot, seed, families)
     except ValueError:
         return None, []
-    return summary, faithfulness_by_stratum(circuit, model, ablated, strata, seed)
+    return summary, faithfulness_by_stratum(circuit, model, ablated, strata, seed, families)
 
 
 def faithfulness_band(ratio: float) -> str:

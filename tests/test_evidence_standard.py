@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_config
 
 import interp
-from circuits.evidence import HeadClass, Strata, judge_class, random_same_layer_sets
+from circuits.evidence import HeadClass, Strata, held_out_faithfulness, judge_class, random_same_layer_sets
 from interp.interventions.stats import bootstrap_ci, expanded_tail, resamples
 
 REPS = 2000  # simulated data sets per size: a coverage of 0.95 is measured to about +-0.01
@@ -131,3 +131,24 @@ def test_a_class_beyond_random_pooled_but_in_no_order_alone_says_so():
     assert judged.heldout.beyond_ci[0] > 0 and [s.holds for s in judged.strata] == [False, False]
     assert judged.verdict == "unconfirmed"
     assert judged.unconfirmed_because == "beyond random heads pooled, but in no order alone (ABBA, BABA)"
+
+
+def test_a_circuit_s_faithfulness_ci_covers_its_spread_over_families():
+    """Four held-out families where the circuit keeps 0.3, 0.6, 0.9 and 1.2 of the model's effect: the CI
+    over prompts is narrow around the pooled 0.75, the CI over families spans most of that spread."""
+    generator = torch.Generator().manual_seed(3)
+    model = 2.0 + 0.1 * torch.randn(48, generator=generator, dtype=torch.float64)
+    ablated = torch.zeros(48, dtype=torch.float64)
+    kept = torch.tensor([0.3, 0.6, 0.9, 1.2], dtype=torch.float64).repeat_interleave(12)
+    circuit = kept * model + 0.02 * torch.randn(48, generator=generator, dtype=torch.float64)
+    labels = [f"T{i // 12}" for i in range(48)]
+    over_prompts, _ = held_out_faithfulness(circuit, model, ablated, [])
+    over_families, strata = held_out_faithfulness(
+        circuit, model, ablated, [("order", "all", torch.ones(48, dtype=torch.bool))], families=labels
+    )
+    low, high = over_families.ratio_ci
+    assert over_families.ratio == pytest.approx(over_prompts.ratio)
+    assert low < 0.5 and high > 1.0 and high - low > 3 * (over_prompts.ratio_ci[1] - over_prompts.ratio_ci[0])
+    assert strata[0].summary.ratio_ci == pytest.approx(
+        over_families.ratio_ci
+    )  # the stratum resamples them too

@@ -217,12 +217,14 @@ def _heldout_faithfulness(
     no head and every head ablated: the recovered fraction with its CI; the faithfulness pooled and per
     stratum (NaN, None and no strata where the model does as well with every head ablated)."""
     settings = finding.settings
+    templates = [f"T{t}" for t in heldout.template.tolist()]  # the families the CIs resample
     low, high = bootstrap(
         lambda samples: in_circuit[samples].mean(-1) / clean[samples].mean(-1),
         len(clean),
         settings.n_bootstrap,
         seed=settings.seed,
         defined=bool(torch.isfinite(in_circuit).all() and torch.isfinite(clean).all()),
+        families=templates,
     )
     fields = {
         "faithfulness": float("nan"),
@@ -232,7 +234,7 @@ def _heldout_faithfulness(
         "faithfulness_strata": [],
     }
     summary, strata = held_out_faithfulness(
-        in_circuit, clean, nothing, _strata(heldout), settings.seed, settings.n_bootstrap
+        in_circuit, clean, nothing, _strata(heldout), settings.seed, settings.n_bootstrap, templates
     )
     if summary is None:
         return fields

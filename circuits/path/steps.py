@@ -236,7 +236,8 @@ def head_faithfulness(
     every = every_head(model)
     outside = unclaimed_heads(model, [circuit])
     full, kept, none = metric_with_heads_ablated(model, task, [[], outside, every], ablation)
-    summary, strata = held_out_faithfulness(kept, full, none, task.stratum_masks(), seed)
+    families = list(task.families) if task.has_families else None
+    summary, strata = held_out_faithfulness(kept, full, none, task.stratum_masks(), seed, families=families)
     return summary, strata, float((full - none).mean())
 
 

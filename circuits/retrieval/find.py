@@ -174,11 +174,16 @@ def _fact_counts(batches: Sequence[RetrievalPrompts]) -> Tensor:
     return torch.cat([torch.full((len(p),), p.n_facts) for p in batches])
 
 
+def _relations(batches: Sequence[RetrievalPrompts]) -> list[str]:
+    """[prompt] each prompt's relation, the batches concatenated: the families the CIs resample."""
+    return [relation for p in batches for relation in p.relation]
+
+
 def _strata(heldout: Sequence[RetrievalPrompts]) -> list[tuple[str, str, Tensor]]:
     """The held-out prompts (batches concatenated) by fact count, template and relation."""
     facts = _fact_counts(heldout)
     templates = [f"template {p.template}" for p in heldout for _ in range(len(p))]
-    relations = [relation for p in heldout for relation in p.relation]
+    relations = _relations(heldout)
     by_facts = [("facts", f"{n} facts", facts == n) for n in facts.unique().tolist()]
     return by_facts + label_strata("template", templates) + label_strata("relation", relations)
 
@@ -268,7 +273,7 @@ def validate_classes(
         "discovery": _ablated_runs(model, chose, prompt_sets["discovery"], "Discovery ablations", progress),
     }
     strata = _strata(prompt_sets["heldout"])
-    relations = [relation for p in prompt_sets["heldout"] for relation in p.relation]
+    relations = _relations(prompt_sets["heldout"])
     validations = [_judged(each, ablated, strata, induction, seed, relations) for each in found]
     runs = {"model": (), "circuit": outside, "ablated": tuple(every)}
     return validations, {name: ablated["heldout"][heads] for name, heads in runs.items()}
@@ -452,8 +457,9 @@ def find_retrieval_circuit(
         induction_heads, settings.n_random, settings.seed, progress,
     )  # fmt: skip
     faithfulness, faithfulness_strata = held_out_faithfulness(
-        diffs["circuit"], diffs["model"], diffs["ablated"], _strata(prompts.heldout), settings.seed
-    )
+        diffs["circuit"], diffs["model"], diffs["ablated"], _strata(prompts.heldout), settings.seed,
+        families=_relations(prompts.heldout),
+    )  # fmt: skip
     stage("validation")
     measured = accuracies(model, prompts, diffs["model"], settings)  # 4. accuracy
     stage("accuracy")

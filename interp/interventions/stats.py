@@ -191,9 +191,11 @@ def faithfulness_ci(
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
+    families: Sequence[Hashable] | None = None,
 ) -> tuple[Float[Tensor, " K"], Float[Tensor, " K"]]:
-    """Percentile bootstrap CI of each circuit's `faithfulness_ratio` (prompts resampled, the ratio
-    recomputed); resamples whose denominator is 0 are left out, with a warning saying how many."""
+    """The `bootstrap` CI of each circuit's `faithfulness_ratio` (prompts resampled, their `families`
+    first where given, the ratio recomputed); resamples whose denominator is 0 are left out, with a
+    warning saying how many."""
     scale = float(model.abs().mean())
 
     def ratio(samples: Tensor) -> Tensor:  # samples [n_boot, n] -> [K, n_boot]; NaN where undefined
@@ -202,7 +204,7 @@ def faithfulness_ci(
         return torch.where(defined_gap(gap, scale), (circuit[:, samples].mean(-1) - empty) / gap, torch.nan)
 
     finite = torch.isfinite(circuit).all(-1) & torch.isfinite(model).all() & torch.isfinite(ablated).all()
-    return bootstrap(ratio, model.shape[0], n_boot, level, seed, finite)
+    return bootstrap(ratio, model.shape[0], n_boot, level, seed, finite, families)
 
 
 def faithfulness_summary(
@@ -211,12 +213,14 @@ def faithfulness_summary(
     ablated: Float[Tensor, " batch"],
     n_boot: int = 1000,
     seed: int = 0,
+    families: Sequence[Hashable] | None = None,
 ) -> FaithfulnessSummary:
     """The faithfulness of one circuit from the metric per prompt with the circuit alone, the model
-    and everything ablated ([batch] each): the ratio of means, its CI and the per-prompt figures."""
+    and everything ablated ([batch] each): the ratio of means, its CI (resampling the prompts'
+    `families` first, where given) and the per-prompt figures."""
     circuit, model, ablated = (values.detach().double().cpu() for values in (circuit, model, ablated))
     ratio = float(faithfulness_ratio(circuit, model, ablated))
-    low, high = faithfulness_ci(circuit[None], model, ablated, n_boot, seed=seed)
+    low, high = faithfulness_ci(circuit[None], model, ablated, n_boot, seed=seed, families=families)
     miss = (circuit - model).abs()
     return FaithfulnessSummary(
         n_prompts=len(model),
