@@ -70,6 +70,13 @@ def test_family_resamples_draw_whole_families_and_keep_the_size():
         resamples(12, 10, families=labels[:-1])
 
 
+def test_the_prompts_of_one_family_get_the_prompts_ci():
+    """A stratum of one template (relation) resamples its prompts, so its CI is theirs: not the range of
+    the resamples that an interval over one family would be."""
+    values = torch.randn(24, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    assert bootstrap_ci(values, seed=5, families=["T0"] * 24) == bootstrap_ci(values, seed=5)
+
+
 def test_a_class_that_holds_in_one_family_only_is_not_confirmed_for_new_families():
     """A class beyond random on 48 prompts, all of its effect from one of 6 held-out families: judged
     per prompt, its CI excluded 0; judged over families, it does not."""

@@ -121,7 +121,8 @@ def bootstrap(
             stacklevel=2,
         )
     values = values.masked_fill(undefined | no_ci, torch.nan)  # a row of NaN only: a NaN CI
-    tail = expanded_tail(n if families is None else len(set(families)), level)
+    k = 0 if families is None else len(set(families))
+    tail = expanded_tail(k if k >= 2 else n, level)  # one family: its prompts are the units `resamples` draws
     return values.nanquantile(tail, dim=-1), values.nanquantile(1 - tail, dim=-1)
 
 
