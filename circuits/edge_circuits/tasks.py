@@ -142,7 +142,7 @@ def pair_edge_task(task: PairTask) -> EdgeTask:
         metric_name="p(correct)" if task.metric_kind == "prob" else "logit_diff(correct - incorrect)",
         corrupted_metric=task.corrupted_metric,
         corrupted_mask=task.corrupted_mask,
-        families=list(task.families) if task.has_families else None, strata=list(task.strata),
+        families=task.family_labels, strata=list(task.strata),
     )  # fmt: skip
 
 

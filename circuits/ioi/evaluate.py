@@ -191,9 +191,8 @@ def _class_verdict(
         heads = finding.extras.circuit[found.name]
         writes = {role: float(sum(dla[role][h] for h in heads) / len(heads)) for role in dla}
         writes_right = write_sign * writes[logit] > 0
-    templates = [f"T{t}" for t in heldout.template.tolist()]  # the families the CIs resample
     verdict = judge_class(
-        found, drops, strata=Strata(_strata(heldout), DEPENDENT_KINDS, ("order",), templates),
+        found, drops, strata=Strata(_strata(heldout), DEPENDENT_KINDS, ("order",), _templates(heldout)),
         evidence_holds=writes_right and clean > 0,  # nothing is confirmed where the model does not do IOI
         seed=settings.seed, n_boot=settings.n_bootstrap,
     )  # fmt: skip
@@ -217,7 +216,7 @@ def _heldout_faithfulness(
     no head and every head ablated: the recovered fraction with its CI; the faithfulness pooled and per
     stratum (NaN, None and no strata where the model does as well with every head ablated)."""
     settings = finding.settings
-    templates = [f"T{t}" for t in heldout.template.tolist()]  # the families the CIs resample
+    templates = _templates(heldout)  # the families the CIs resample
     low, high = bootstrap(
         lambda samples: in_circuit[samples].mean(-1) / clean[samples].mean(-1),
         len(clean),
@@ -244,8 +243,13 @@ def _heldout_faithfulness(
     return fields
 
 
+def _templates(prompts: IOIPrompts) -> list[str]:
+    """Each prompt's template, "T3" [prompt]: the families the CIs resample."""
+    return [f"T{t}" for t in prompts.template.tolist()]
+
+
 def _strata(prompts: IOIPrompts) -> list[tuple[str, str, Tensor]]:
     """The held-out prompts by name order (ABBA, then BABA) and by template ("T3"), in template order."""
-    templates = label_strata("template", [f"T{t}" for t in prompts.template.tolist()])
+    templates = label_strata("template", _templates(prompts))
     orders = sorted(label_strata("order", prompts.order), key=lambda stratum: stratum[1])  # ABBA, BABA
     return orders + sorted(templates, key=lambda stratum: int(stratum[1][1:]))

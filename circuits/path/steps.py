@@ -200,8 +200,7 @@ def validate(
     tested = runs(heldout)
     why = no_behaviour(tested[0], settings.seed)
     unit = "families" if heldout.has_families else "prompts"
-    families = list(heldout.families) if heldout.has_families else None
-    strata = Strata(heldout.stratum_masks(), DEPENDENT_KINDS, families=families)
+    strata = Strata(heldout.stratum_masks(), DEPENDENT_KINDS, families=heldout.family_labels)
     verdicts = [
         judge_class(
             check, held, discovery=chose, strata=strata, evidence_holds=why is None, unit=unit,
@@ -236,8 +235,9 @@ def head_faithfulness(
     every = every_head(model)
     outside = unclaimed_heads(model, [circuit])
     full, kept, none = metric_with_heads_ablated(model, task, [[], outside, every], ablation)
-    families = list(task.families) if task.has_families else None
-    summary, strata = held_out_faithfulness(kept, full, none, task.stratum_masks(), seed, families=families)
+    summary, strata = held_out_faithfulness(
+        kept, full, none, task.stratum_masks(), seed, families=task.family_labels
+    )
     return summary, strata, float((full - none).mean())
 
 

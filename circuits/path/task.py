@@ -153,9 +153,14 @@ class PairTask:
             strata=tuple(self.strata[i] for i in rows.tolist()),
         )  # fmt: skip
 
+    @property
+    def family_labels(self) -> list[str] | None:
+        """Each prompt's family [n], or None where each prompt is its own (`has_families` False)."""
+        return list(self.families) if self.has_families else None
+
     def stratum_masks(self) -> list[tuple[str, str, Tensor]]:
         """The prompts' strata and families, where there are two or more (without families: strata only)."""
-        return stratum_masks(self.strata, self.families if self.has_families else None)
+        return stratum_masks(self.strata, self.family_labels)
 
     def family_split(self, heldout: Sequence[str] | None = None, seed: int = 0) -> FamilySplit:
         """Discovery and held-out families: `heldout`, else the task's own `heldout_families`, else
