@@ -49,6 +49,7 @@ from interp.interventions.stats import (
     bootstrap,
     bootstrap_ci,
     faithfulness_summary,
+    groups_differ_p,
 )
 from interp.types import Head, head_label, label_head, upcast
 
@@ -60,6 +61,9 @@ the 2.5% tail, so the 95% CI of 3 prompts or fewer is the range of their values 
 they do not; for n = 4 it is 1/256 (0.4%)."""
 TOO_FEW_PROMPTS = "too few prompts"  # what a stratum of fewer than MIN_STRATUM_PROMPTS shows for its verdict
 DEPENDENCE_RULES = ("all", "most")  # a kind's strata must hold in every one, or in more than half
+DEPENDENCE_ALPHA = 0.05
+"""A class is "<kind>-dependent" only where its strata of the kind differ: `groups_differ_p` below this.
+One stratum's CI reaching 0 while another's does not is no test of a difference between them."""
 
 
 def head_labels(heads: Sequence[Head]) -> list[str]:
@@ -368,7 +372,8 @@ class ClassVerdict:
     """A class judged by `judge_class`: held-out (`heldout`), discovery (`discovery`, None where none
     chose it), per stratum (`strata`), one verdict and a note. random_effects: each random set's mean
     held-out effect; per_prompt: the held-out effect beyond random [prompt]; details: the analysis's
-    own figures by name, shown by `circuits.sections.class_sections`."""
+    own figures by name, shown by `circuits.sections.class_sections`; differ_p: per dependent kind, the
+    permutation p that its strata share one effect (`strata_differ_p`; empty in files saved before)."""
 
     name: str
     heads: list[str]
@@ -382,6 +387,7 @@ class ClassVerdict:
     note: str
     per_prompt: Tensor
     details: dict[str, Any] = field(default_factory=dict)
+    differ_p: dict[str, float] = field(default_factory=dict)
 
     @property
     def random_same_layers(self) -> bool:
@@ -426,13 +432,18 @@ class ClassVerdict:
 
 
 def class_verdict(
-    pooled_holds: bool, strata: Sequence[StratumDrop], dependent_kinds: Mapping[str, str]
+    pooled_holds: bool,
+    strata: Sequence[StratumDrop],
+    dependent_kinds: Mapping[str, str],
+    differ_p: Mapping[str, float] | None = None,
 ) -> str:
     """The one verdict of a class: "unconfirmed" unless the pooled effect holds and, in each kind of
     `dependent_kinds`, at least one stratum does; else "<kind>-dependent" for the first kind (in the
     mapping's order) whose strata do not hold as its rule asks ("all": every one; "most": more than
-    half); else "confirmed". Strata of too few prompts (holds None) are left out: a kind with none
-    left does not change the verdict. Kinds: "order", "template", "relation", "facts", "family", ..."""
+    half) and differ (`differ_p`: kind -> `groups_differ_p` of its strata, below `DEPENDENCE_ALPHA`; a
+    kind it lacks counts as differing; None, for files saved before the test: every kind); else
+    "confirmed". Strata of too few prompts (holds None) are left out: a kind with none left does not
+    change the verdict. Kinds: "order", "template", "relation", "facts", "family", ..."""
     unknown = set(dependent_kinds.values()) - set(DEPENDENCE_RULES)
     if unknown:
         raise ValueError(f"unknown dependence rule(s) {sorted(unknown)}; choose from {DEPENDENCE_RULES}")
@@ -443,11 +454,51 @@ def class_verdict(
     }
     if any(holds and not any(holds) for holds in judged.values()):
         return "unconfirmed"
-    for kind, rule in dependent_kinds.items():
-        holds = judged[kind]
-        if holds and not (all(holds) if rule == "all" else 2 * sum(holds) > len(holds)):
+    for kind in short_kinds(judged, dependent_kinds):
+        if differ_p is None or differ_p.get(kind, 0.0) < DEPENDENCE_ALPHA:
             return f"{kind}-dependent"
     return "confirmed"
+
+
+def short_kinds(judged: Mapping[str, list[bool]], dependent_kinds: Mapping[str, str]) -> list[str]:
+    """The kinds whose judged strata (kind -> each one's holds) do not hold as the kind's rule asks."""
+
+    def met(holds: list[bool], rule: str) -> bool:
+        return all(holds) if rule == "all" else 2 * sum(holds) > len(holds)
+
+    return [kind for kind, rule in dependent_kinds.items() if judged[kind] and not met(judged[kind], rule)]
+
+
+def strata_differ_p(
+    effects: Float[Tensor, "set prompt"],
+    groups: Iterable[tuple[str, str, Tensor]],
+    judged: Sequence[StratumDrop],
+    kinds: Iterable[str],
+    families: Sequence[str] | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Per kind of `kinds`: whether its strata of `groups` (kind, name, members [prompt]) differ in the drop
+    beyond random of effects [1 + draws, prompt], as `groups_differ_p` (labels shuffled within
+    `families` where the kind crosses them), over the strata `judged` gave a verdict (enough prompts).
+    A kind of fewer than two such strata, or whose strata overlap, is left out."""
+    per_prompt = beyond_per_prompt(effects)
+    groups = list(groups)
+    out = {}
+    for kind in kinds:
+        names = {s.name for s in judged if s.kind == kind and s.holds is not None}
+        masks = [members for k, name, members in groups if k == kind and name in names]
+        if len(masks) < 2:
+            continue
+        stacked = torch.stack(masks).to(per_prompt.device)
+        if (stacked.sum(0) > 1).any():
+            continue  # a prompt in two strata of the kind: no one label per prompt
+        member = stacked.any(0)
+        blocks = None
+        if families is not None:
+            index = {family: i for i, family in enumerate(dict.fromkeys(families))}
+            blocks = torch.tensor([index[family] for family in kept(families, member.cpu())])
+        out[kind] = groups_differ_p(per_prompt[member], stacked.int().argmax(0)[member], blocks, seed=seed)
+    return out
 
 
 HELD_OUT_ONLY = "measured on held-out data only (none of it chose the heads)"
@@ -513,6 +564,10 @@ def judge_class(
     for kind in strata.dependent_kinds:  # strata all too small: the verdict could not read the kind
         if {s.holds for s in by_stratum if s.kind == kind} == {None}:
             note += f"; {kind} dependence untested (no {kind} has {MIN_STRATUM_PROMPTS} held-out prompts)"
+    differ_p = strata_differ_p(heldout, strata.groups, by_stratum, strata.dependent_kinds, families, seed)
+    verdict = class_verdict(pooled_holds, by_stratum, strata.dependent_kinds, differ_p)
+    if verdict != "unconfirmed":
+        note += dependence_note(by_stratum, strata.dependent_kinds, differ_p)
     return ClassVerdict(
         name=found.name,
         heads=head_labels(found.heads),
@@ -522,10 +577,32 @@ def judge_class(
         heldout=tested,
         discovery=chosen,
         strata=by_stratum,
-        verdict=class_verdict(pooled_holds, by_stratum, strata.dependent_kinds),
+        verdict=verdict,
         note=note,
         per_prompt=per_prompt,
+        differ_p=differ_p,
     )
+
+
+def dependence_note(
+    strata: Sequence[StratumDrop], dependent_kinds: Mapping[str, str], differ_p: Mapping[str, float]
+) -> str:
+    """For each kind whose strata fall short of its rule: those that do not hold alone, and whether the
+    strata differ (the "<kind>-dependent" verdict) or no more than chance (then not counted)."""
+    judged = {kind: [s for s in strata if s.kind == kind and s.holds is not None] for kind in dependent_kinds}
+    note = ""
+    short = short_kinds({kind: [s.holds for s in found] for kind, found in judged.items()}, dependent_kinds)
+    for kind in short:
+        failing = ", ".join(s.name for s in judged[kind] if not s.holds)
+        note += f"; does not hold in the {kind} {failing} alone"
+        p = differ_p.get(kind)
+        if p is None:
+            note += " (difference untested)"
+        elif p < DEPENDENCE_ALPHA:
+            note += f", and the {kind} strata differ (p = {p:.2g})"
+        else:
+            note += f", but the {kind} strata differ no more than chance (p = {p:.2g}): no {kind} dependence"
+    return note
 
 
 def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:

@@ -174,15 +174,13 @@ def _compare(
     in `unit` (details["unit"]): of `heldout`, the prompts `rows` marks test, its strata divide them per
     template, its tasks are their families (None: all test, no strata, each prompt its own family)."""
     tested, strata, tasks = (None, (), None) if rows is None else rows
-    verdict = judge_class(  # template-dependent: pooled above 0, but not each held-out template's CI
+    verdict = judge_class(  # template-dependent: pooled above 0, not in a held-out template, they differ
         found, heldout, discovery=discovery, seed=seed, unit="tasks in held-out templates", tested=tested,
         strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS, families=tasks),
     )  # fmt: skip
     verdict.name, verdict.details = name, {"unit": unit}
     if verdict.verdict == f"{TEMPLATE_KINDS[0]}-dependent":
-        failing = [s.name for s in verdict.strata if s.kind == TEMPLATE_KINDS[0] and s.holds is False]
         verdict.verdict = "template-dependent"
-        verdict.note += f"; does not hold in the held-out template(s) {', '.join(failing)} alone"
     return verdict
 
 

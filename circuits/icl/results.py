@@ -53,7 +53,8 @@ FV_LEGEND = (  # the function-vector report's legend, in its JSON too
     "both classes, paired by prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI; beyond "
     "random, over the prompts and the random sets]; confirmed when the CI of the effect beyond random lies "
     "above 0 on the held-out tasks in the held-out templates and in each held-out template alone "
-    "(template-dependent when the pooled CI is and a held-out template's is not)."
+    "(template-dependent when the pooled CI is and a held-out template's is not, the templates differing "
+    "beyond chance: a permutation test, p < 0.05)."
 )
 TEMPLATE_KINDS = ("held-out template", "discovery template")  # the kinds of the FV tests' strata
 

@@ -50,7 +50,8 @@ LEGEND = (  # the families that chose and tested are those of "What chose and wh
     f"against random heads of the same layers outside every class. Effects: {EFFECT_SIGN}; beyond random = "
     "the class's drop - the random sets' mean drop, paired by prompt; confirmed when its held-out CI lies "
     "above 0 and it is positive in every stratum (fact count, template, relation); facts-, template- or "
-    "relation-dependent when only the pooled CI is (the first kind of stratum where it is not). The same "
+    "relation-dependent when only the pooled CI is (the first kind of stratum where it is not, its strata "
+    "differing beyond chance: a permutation test, p < 0.05). The same "
     "figure on the discovery prompts that chose the heads is shown beside it, never reported alone."
 )
 

@@ -368,7 +368,8 @@ def ioi_section(result: Any) -> list[str]:
         + completeness_sentence(figures)
         + " A class is *confirmed* "
         "when it beats as many random heads from the same layers in both name orders and in most "
-        "held-out templates; a class that holds in one order only is *order-dependent*."
+        "held-out templates; a class that holds in one order only, the orders differing beyond chance, is "
+        "*order-dependent*."
         + (
             f" Direct logit attribution: {result.settings.attribution}."
             if result.settings.attribution

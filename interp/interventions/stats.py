@@ -270,3 +270,46 @@ def heterogeneity(values: Float[Tensor, " batch"], groups: Tensor) -> tuple[floa
     df = len(means) - 1
     p = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(q / 2)))
     return q, df, p, max(0.0, (q - df) / q) if q > 0 else 0.0
+
+
+def groups_differ_p(
+    values: Float[Tensor, " batch"],
+    groups: Int[Tensor, " batch"],
+    blocks: Int[Tensor, " batch"] | None = None,
+    n_perm: int = 2000,
+    seed: int = 0,
+) -> float:
+    """Permutation test that the `groups` (strata) do not matter to `values`: the p-value of the spread of
+    the groups' means, sum_g n_g (mean_g - mean)², among `n_perm` shufflings of the group labels.
+
+    values: one value per prompt; groups: each prompt's group (any integer labels). blocks: each
+    prompt's family, where families cross the groups (a family holds prompts of two or more groups):
+    labels are then shuffled within each family only, so that a family's own effect is not read as a
+    difference between the groups; where no family holds two groups (the groups are families, or
+    unions of them) they are shuffled among all prompts. p = (1 + shufflings at least as spread) /
+    (1 + n_perm): small when the groups' means differ beyond what the assignment of prompts explains.
+    nan with fewer than two groups."""
+    labels = torch.unique(groups.cpu(), return_inverse=True)[1]
+    n_groups = int(labels.max()) + 1 if len(labels) else 0
+    if n_groups < 2:
+        return float("nan")
+    values = values.detach().cpu().double()
+    counts = torch.bincount(labels, minlength=n_groups).double()
+
+    def spread(assigned: Int[Tensor, "perm batch"]) -> Float[Tensor, " perm"]:
+        sums = torch.zeros(len(assigned), n_groups, dtype=torch.float64)
+        sums.scatter_add_(1, assigned, values.expand(len(assigned), -1))
+        return (sums**2 / counts).sum(1)  # sum_g n_g mean_g², which orders shufflings as the spread does
+
+    block = torch.zeros_like(labels) if blocks is None else torch.unique(blocks.cpu(), return_inverse=True)[1]
+    pairs = torch.unique(torch.stack([block, labels]), dim=1)  # [2, distinct (family, group)]
+    if torch.bincount(pairs[0]).max() < 2:
+        block = torch.zeros_like(labels)  # no family holds two groups: shuffle among all prompts
+    generator = torch.Generator().manual_seed(seed)
+    by_block = torch.argsort(block, stable=True)  # each block's prompts, blocks in order
+    shuffled = torch.argsort(block + torch.rand(n_perm, len(labels), generator=generator), dim=1)
+    assigned = torch.empty(n_perm, len(labels), dtype=torch.long)
+    assigned[:, by_block] = labels[shuffled]  # within each block, its labels in a random order
+    observed = spread(labels[None])[0]
+    at_least = (spread(assigned) >= observed * (1 - 1e-12)).sum().item()
+    return (1 + at_least) / (1 + n_perm)
