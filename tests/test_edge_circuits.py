@@ -19,6 +19,7 @@ from circuits.edge_circuits.tasks import heldout_edge_task
 from circuits.evidence import split_families
 from circuits.sections import render_html
 from interp import edges, metrics
+from interp.interventions.stats import faithfulness_ci
 
 PAIRS = [
     # clean, corrupted (a different length), correct, incorrect
@@ -339,6 +340,29 @@ def test_the_seed_draws_the_family_split():
     assert torch.equal(repeated.faithfulness.values, second.faithfulness.values)
     graph = edges.edge_graph(model)
     assert EdgeCircuitSettings(seed=other).pruning(graph, 10).seed == other  # the mask's prompt order
+
+
+def test_held_out_faithfulness_resamples_the_held_out_families():
+    """The circuit's held-out faithfulness (and its curve's) claims to hold on families the edges were
+    not chosen on, so its CI resamples the held-out families, then their prompts: the CI is
+    `faithfulness_ci` over the families, not over the prompts alone, in the report's JSON too."""
+    model = interp.load_model("toy-induction").eval()
+    task = induction_task(model, n_prompts=32, seed=1)
+    task = dataclasses.replace(task, families=[f"f{i % 8}" for i in range(task.n_prompts)])
+    settings = EdgeCircuitSettings(method="eap", n_edges=10, curve_fractions=(0.1, 0.5))
+    result = find_edge_circuit(model, task, settings)
+    faith = result.faithfulness
+    assert faith.families == result.heldout_task.families and len(set(faith.families)) == 4
+    assert result.discovery_faithfulness.families == result.task.families
+    assert result.curve.result.families == faith.families
+    over_families = faithfulness_ci(faith.values, faith.full, faith.empty, families=faith.families)
+    over_prompts = faithfulness_ci(faith.values, faith.full, faith.empty)
+    assert all(torch.equal(a, b) for a, b in zip(faith.ci(), over_families, strict=True))
+    assert not torch.equal(over_families[0], over_prompts[0])
+    data = result.json_data()["circuit"]
+    assert data["faithfulness_ci"] == [float(over_families[0][0]), float(over_families[1][0])]
+    with pytest.raises(ValueError, match="family of each of the 16 prompts, got 3"):
+        edges.faithfulness(model, *result.heldout_task.pair, result.circuit, families=["a", "b", "c"])
 
 
 def test_ioi_held_out_prompts_come_from_other_templates():

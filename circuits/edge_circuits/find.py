@@ -159,7 +159,7 @@ class EdgeCircuitResult:
         """The faithfulness per stratum and family of the prompts it is measured on."""
         faith = self.faithfulness
         masks = (self.heldout_task or self.task).stratum_masks()
-        return faithfulness_by_stratum(faith.values[0], faith.full, faith.empty, masks)
+        return faithfulness_by_stratum(faith.values[0], faith.full, faith.empty, masks, 0, faith.families)
 
     def score_convention(self) -> str:
         """What an edge's score means, and what the circuit's edges are listed by."""
@@ -353,7 +353,7 @@ def find_edge_circuit(
     if settings.curve_fractions is not None:  # 5.
         curve = edges.faithfulness_curve(
             model, *heldout.pair, scores, settings.curve_fractions, random_baseline=settings.random_baseline,
-            seed=settings.seed, **held,
+            seed=settings.seed, families=heldout.families, **held,
         )  # fmt: skip
         stage("curve")
     if settings.bootstrap > 0:  # 6.
@@ -427,7 +427,7 @@ def circuit_faithfulness(
     found, faith = (
         edges.faithfulness(
             model, *prompts.pair, circuit, ablation=prompts.ablation(settings.ablation),
-            batch_size=settings.batch_size, progress=progress,
+            batch_size=settings.batch_size, progress=progress, families=prompts.families,
         )
         for prompts in (task, heldout)
     )  # fmt: skip

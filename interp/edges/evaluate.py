@@ -9,8 +9,8 @@ m(circuit without the edge) - m(circuit), in the metric's units.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -48,11 +48,14 @@ REMOVAL_STAGE = "Edge effects"  # the stage removal_effects reports
 class Faithfulness:
     """m(circuit) relative to the model and the empty circuit, with a bootstrap CI over prompts.
 
-    values [K, batch]: each circuit's metric per prompt; full, empty [batch]."""
+    values [K, batch]: each circuit's metric per prompt; full, empty [batch]; families: each prompt's
+    family [batch] (a template, relation, ...), which the CIs resample first, then the prompts within
+    them, so that a CI covers the faithfulness on new families (None: each prompt its own)."""
 
     values: Float[Tensor, "K batch"]
     full: Float[Tensor, " batch"]
     empty: Float[Tensor, " batch"]
+    families: Sequence[Hashable] | None = None
 
     def __post_init__(self):  # refuse an undefined ratio now, not as "0 [0, 0]" in a report
         faithfulness_ratio(self.values, self.full, self.empty)
@@ -63,13 +66,13 @@ class Faithfulness:
         return faithfulness_ratio(self.values, self.full, self.empty)
 
     def ci(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[Tensor, Tensor]:
-        """Percentile bootstrap CI of the faithfulness (prompts resampled, ratio recomputed); resamples
+        """Bootstrap CI of the faithfulness (families, then prompts resampled, ratio recomputed); resamples
         whose denominator is 0 are left out, with a warning saying how many (`stats.faithfulness_ci`)."""
-        return faithfulness_ci(self.values, self.full, self.empty, n_boot, level, seed)
+        return faithfulness_ci(self.values, self.full, self.empty, n_boot, level, seed, self.families)
 
     def summary(self, k: int = 0, seed: int = 0) -> FaithfulnessSummary:
         """Circuit k's ratio with its CI and per-prompt figures (`stats.faithfulness_summary`)."""
-        return faithfulness_summary(self.values[k], self.full, self.empty, seed=seed)
+        return faithfulness_summary(self.values[k], self.full, self.empty, seed=seed, families=self.families)
 
 
 def faithfulness(
@@ -82,10 +85,12 @@ def faithfulness(
     ablation: Ablation | AblationKind = "counterfactual",
     batch_size: int = 16,
     progress: Progress | None = None,
+    families: Sequence[Hashable] | None = None,
 ) -> Faithfulness:
     """Faithfulness of circuits: each run keeps its circuit's edges and ablates every other edge
     (`ablation`: what ablated edges carry, `ablated_outputs`). Circuits that are the same run once
-    (`evaluate_circuits`). progress("Faithfulness", runs done, runs)."""
+    (`evaluate_circuits`). families: each prompt's family [batch], which the CIs resample first
+    (`Faithfulness`). progress("Faithfulness", runs done, runs)."""
     ablation = edge_ablation(ablation)
     clean, corrupted = edge_pair(model, clean, corrupted, ablation)
     metric = check_reads_real_tokens(model, metric, clean)
@@ -104,8 +109,13 @@ def faithfulness(
             f"circuits must be [K, {graph.n_writers}, {graph.n_readers}] masks of this model's edge graph "
             f"(writers x readers), got shape {tuple(circuits.shape)}; build them with top_circuit"
         )
+    if families is not None and len(families) != clean.shape[0]:
+        raise ValueError(
+            f"families must name the family of each of the {clean.shape[0]} prompts, got {len(families)}"
+        )
     ablated = ablated_outputs(model, clean, corrupted, ablation)
-    return evaluate_circuits(model, clean, metric, circuits, ablated, batch_size, progress)
+    evaluated = evaluate_circuits(model, clean, metric, circuits, ablated, batch_size, progress)
+    return replace(evaluated, families=None if families is None else list(families))
 
 
 def evaluate_circuits(
@@ -226,10 +236,11 @@ def faithfulness_curve(
     seed: int = 0,
     batch_size: int = 16,
     progress: Progress | None = None,
+    families: Sequence[Hashable] | None = None,
 ) -> FaithfulnessCurve:
     """Faithfulness of the top-|score| and the top-signed-score circuits at each fraction of edges, and
     of random circuits (drawn with `seed`), all in one `faithfulness` (one run per distinct circuit).
-    ablation: as `faithfulness`. progress("Faithfulness curve", runs done, runs)."""
+    ablation, families: as `faithfulness`. progress("Faithfulness curve", runs done, runs)."""
     graph = scores.graph
     fractions = tuple(float(f) for f in fractions)
     if any(not 0 < f <= 1 for f in fractions) or list(fractions) != sorted(fractions):
@@ -242,13 +253,12 @@ def faithfulness_curve(
     rand = circuits_of(random_scores(graph, seed)) if random_baseline else None
     evaluated = faithfulness(
         model, clean, corrupted, metric, tops if rand is None else torch.cat([tops, rand]), ablation=ablation,
-        batch_size=batch_size, progress=as_stage(progress, "Faithfulness curve"),
+        batch_size=batch_size, progress=as_stage(progress, "Faithfulness curve"), families=families,
     )  # fmt: skip
     n = len(fractions)
 
     def part(start: int) -> Faithfulness:
-        values = evaluated.values[start : start + n]
-        return Faithfulness(values=values, full=evaluated.full, empty=evaluated.empty)
+        return replace(evaluated, values=evaluated.values[start : start + n])
 
     return FaithfulnessCurve(
         fractions=fractions,
