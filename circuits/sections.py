@@ -29,6 +29,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from circuits.evidence import (
+    DEPENDENCE_ALPHA,
     MIN_STRATUM_PROMPTS,
     TOO_FEW_PROMPTS,
     ClassVerdict,
@@ -283,6 +284,16 @@ def _class_line(found: ClassVerdict) -> str:
     )
 
 
+def _kind_differs(found: ClassVerdict) -> list[str]:
+    """Per stratum of `found`: its kind's `differ_p` on the kind's first stratum, else ""."""
+    cells, seen = [], set()
+    for stratum in found.strata:
+        first = stratum.kind in found.differ_p and stratum.kind not in seen
+        cells.append(f"{found.differ_p[stratum.kind]:.2g}" if first else "")
+        seen.add(stratum.kind)
+    return cells
+
+
 def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Section]:
     """The standard sections of classes judged by `circuits.evidence.judge_class`, as `view` reads them:
     each class with its verdict (its effect beyond random same-layer sets held out, with the CI, beside
@@ -317,17 +328,19 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
         title="Per stratum and family (held out)",
         lines=[
             f"a stratum holds when {view.holds}; one of fewer than {MIN_STRATUM_PROMPTS} prompts has no CI "
-            f"and no verdict ('{TOO_FEW_PROMPTS}') and does not count in the class's verdict"
+            f"and no verdict ('{TOO_FEW_PROMPTS}') and does not count in the class's verdict; kind differs: "
+            "the permutation p that the kind's strata share one effect (a class is <kind>-dependent only "
+            f"below {DEPENDENCE_ALPHA})"
         ]
         + ([] if any(c.strata for c in classes) else ["no strata or families: each class is judged pooled"]),
         table=Table(
-            columns=["class", "kind", "name", "prompts", beyond, "95% CI", "holds"],
+            columns=["class", "kind", "name", "prompts", beyond, "95% CI", "holds", "kind differs, p"],
             rows=[
                 [c.name, s.kind, s.name, str(s.n_prompts), signed(s.beyond, digits),
                  "" if s.beyond_ci is None else ci_text(s.beyond_ci, digits),
-                 TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no"]
+                 TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no", differs]
                 for c in classes
-                for s in c.strata
+                for s, differs in zip(c.strata, _kind_differs(c), strict=True)
             ],
         ),
         notes=view.strata_notes,

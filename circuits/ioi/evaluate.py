@@ -36,7 +36,7 @@ from circuits.finding import Finding
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import CLASS_WRITES, Evaluation, Validation
-from interp.interventions.stats import bootstrap, faithfulness_ratio, heterogeneity
+from interp.interventions.stats import bootstrap, faithfulness_ratio
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
 
@@ -179,7 +179,7 @@ def _class_verdict(
 ) -> ClassVerdict:
     """A class's drop beyond its random sets' (its runs and reference with `base` ablated, relative to
     the held-out logit diff), judged pooled and per name order (by CI) and template; its details (see
-    `Validation`): the spread over templates and the writers' direct writes to IO and S (`dla`: "IO",
+    `Validation`): the writers' direct writes to IO and S (`dla`: "IO",
     "S" -> [layer, head] on the held-out prompts)."""
     settings = finding.settings
     clean = ablated([]).mean().item()
@@ -202,10 +202,8 @@ def _class_verdict(
         }
         for stratum in verdict.strata:
             stratum.example = examples.get(stratum.name)
-    spread = heterogeneity(verdict.per_prompt, heldout.template.to(verdict.per_prompt.device))
-    verdict.details = {"heterogeneity": dict(zip(("Q", "df", "p", "I2"), spread, strict=True))}
     if writes is not None:
-        verdict.details["writes"] = writes
+        verdict.details = {"writes": writes}
     return verdict
 
 

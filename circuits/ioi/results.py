@@ -115,9 +115,10 @@ class HeldOut:
 @dataclass(kw_only=True)
 class Validation(HeldOut):
     """What `validate_circuit` measures on held-out prompts (the rest beside the finding's classes is
-    `IOIFigures.heldout`). A class's details: "heterogeneity" (Cochran's Q over templates: "Q", "df",
-    "p", "I2") and, for writers to the logits, "writes" (mean direct logit attribution to "IO" and "S"
-    at END, in logits); a writer writing the wrong way is unconfirmed."""
+    `IOIFigures.heldout`). A class's details: for writers to the logits, "writes" (mean direct logit
+    attribution to "IO" and "S" at END, in logits); a writer writing the wrong way is unconfirmed. Files
+    saved before 2026-12-01 also hold "heterogeneity" (Cochran's Q over templates: "Q", "df", "p", "I2"),
+    which `ClassVerdict.differ_p` replaced."""
 
     classes: dict[str, ClassVerdict]  # non-empty classes only, by name (`validate_circuit`)
     faithfulness_summary: FaithfulnessSummary | None = None  # with its per-prompt error (None: saved before)
@@ -224,20 +225,10 @@ def _writes(c: ClassVerdict) -> str:
     return "" if written is None else f"{written['IO']:+.2f}, {written['S']:+.2f}"
 
 
-def _spread(c: ClassVerdict) -> str:
-    figures = c.details["heterogeneity"]
-    return "n/a" if figures["df"] == 0 else f"{figures['I2']:.0%}, p {figures['p']:.1g}"
-
-
 # IOI's columns of the class table (`sections.class_sections`): title, cell, legend; narrower: writes only.
 CLASS_DETAILS = (
     ("drop, random", _drops, "the class's and the random sets' mean drops"),
     ("writes IO, S", _writes, "the writers' mean direct logit attribution to IO and S at END, in logits"),
-    (
-        "I^2, p",
-        _spread,
-        "Cochran's Q over templates (I^2: the share of the spread between templates beyond chance)",
-    ),
 )
 NARROW_DETAILS = ("writes IO, S",)
 

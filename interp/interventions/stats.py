@@ -242,36 +242,6 @@ def auroc(scores: Float[Tensor, " n"], positive: Bool[Tensor, " n"]) -> float:
     return float(greater + 0.5 * ties)
 
 
-def heterogeneity(values: Float[Tensor, " batch"], groups: Tensor) -> tuple[float, int, float, float]:
-    """Cochran's Q test that the mean of `values` is the same in every group (stratum), with I².
-
-    values: one value per prompt; groups: [batch] the stratum of each prompt (any integer labels).
-    Each stratum's mean is weighted by 1 / its squared standard error; strata with fewer than two
-    prompts or no spread are left out. Returns (Q, degrees of freedom, p-value, I²): p is the chance of
-    a Q this large if every stratum had the same mean (a chi-squared tail); I² in [0, 1] is the share
-    of the spread between strata beyond what sampling explains (0: none). (nan, 0, nan, nan) when
-    fewer than two strata are usable.
-    """
-    means, weights = [], []
-    for group in groups.unique():
-        members = values[groups == group].double()
-        if len(members) < 2:
-            continue
-        variance = float(members.var()) / len(members)
-        if variance > 0:
-            means.append(float(members.mean()))
-            weights.append(1 / variance)
-    if len(means) < 2:
-        return float("nan"), 0, float("nan"), float("nan")
-    mean = torch.tensor(means, dtype=torch.float64)
-    weight = torch.tensor(weights, dtype=torch.float64)
-    pooled = (weight * mean).sum() / weight.sum()
-    q = float((weight * (mean - pooled) ** 2).sum())
-    df = len(means) - 1
-    p = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(q / 2)))
-    return q, df, p, max(0.0, (q - df) / q) if q > 0 else 0.0
-
-
 def groups_differ_p(
     values: Float[Tensor, " batch"],
     groups: Int[Tensor, " batch"],
