@@ -155,6 +155,11 @@ class EdgeCircuitResult:
     def edge_frequency(self, writer: int, reader: int) -> float | None:
         return None if self.frequency is None else float(self.frequency[writer, reader])
 
+    @property
+    def ci_resamples(self) -> str:
+        """What the faithfulness CIs resample: "families, then prompts" or "prompts"."""
+        return "prompts" if self.faithfulness.families is None else "families, then prompts"
+
     def faithfulness_strata(self) -> list[StratumFaithfulness]:
         """The faithfulness per stratum and family of the prompts it is measured on."""
         faith = self.faithfulness
@@ -196,7 +201,7 @@ class EdgeCircuitResult:
                 "n_edges": int(self.circuit.sum()), "nodes": self.nodes,
                 "edges": [dataclasses.asdict(row) for row in self.circuit_edge_rows()],
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
-                "faithfulness_ci": [float(low[0]), float(high[0])],
+                "faithfulness_ci": [float(low[0]), float(high[0])], "ci_resamples": self.ci_resamples,
                 "faithfulness_error": summary.error, "faithfulness_within": summary.within,
                 "faithfulness_strata": strata,
                 "discovery_faithfulness": None if found is None else float(found.faithfulness[0]),

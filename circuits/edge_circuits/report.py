@@ -90,8 +90,8 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
     lines = [
         f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
         f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
-        f"{ci_text(circuit['faithfulness_ci'], 3, sign=False)} "
-        f"(per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
+        f"{ci_text(circuit['faithfulness_ci'], 3, sign=False)} (95% CI over {circuit['ci_resamples']}; "
+        f"per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
         f"prompts within ±20%) {held_out}: "
         + faithfulness_advice(circuit["faithfulness"], method["name"], method["ablation"]),
         f"{result.provenance or result.model}: {data['graph']['n_edges']:,} edges between "

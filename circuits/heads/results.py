@@ -389,12 +389,16 @@ BEFORE_RANDOM_BASELINE = (
     "This file was saved before the effects were judged against random heads of their layers: it holds no "
     "judged class; the heads' table shows its effects and verdicts as it was saved."
 )
-STRATUM_HOLDS = "its mean beyond random is positive (a confirmed effect holds at most repeat lengths)"
+STRATUM_HOLDS = (
+    "its mean beyond random is positive (a confirmed effect holds at most repeat lengths, or the lengths "
+    "differ no more than chance)"
+)
 CLASS_LEGEND = (
     "Each class is one candidate's effect on the held-out sequences, alone or with the other candidates of "
     "its type ablated, against random heads of its layer (see the legend of the heads' table): induction, "
     "Δloss in nats; previous_token, Δind, a fraction of attention. Its verdict is the effect's: confirmed, "
-    "length-dependent, unconfirmed (its CI reaches 0 or it is beyond random by less than 0.02), or "
+    "length-dependent (positive at half the lengths or fewer, the lengths differing beyond chance), "
+    "unconfirmed (its CI reaches 0 or it is beyond random by less than 0.02), or "
     "score-not-held (the head's attention score on the held-out family is below its type's threshold). "
     "Its random heads: drawn once per layer (seed + the layer) from the heads over neither checked type's "
     "threshold, from other layers where its layer has none left."

@@ -168,7 +168,8 @@ CLASS_LEGEND = (
 )
 HOLDS = (
     "its CI excludes 0 the class's way (a name order: ABBA, IO named first, or BABA) or its mean points "
-    "that way (a template); a class is confirmed when it holds pooled, in both orders and in most templates"
+    "that way (a template); a class is confirmed when it holds pooled, in both orders and in most templates, "
+    "or where those fall short, the orders (templates) differ no more than chance"
 )
 HEAD_COLUMNS = ("class", "head", "effect", "z", "attention", "found by", "writes IO, S")
 LEGEND = (

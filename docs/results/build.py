@@ -397,7 +397,8 @@ def circuit_section(result: Any) -> list[str]:
         f"{method['name']} ({method['steps']} steps), {method['ablation']} ablation.",
         f"The circuit: {circuit['n_edges']} of {summary['graph']['n_edges']} edges ({how}, on the discovery "
         f"prompts), {len(circuit['nodes'])} of {summary['graph']['n_nodes']} nodes, faithfulness "
-        f"{circuit['faithfulness']:.2f} [{low:.2f}, {high:.2f}] on {tested} (95% CI over prompts)"
+        f"{circuit['faithfulness']:.2f} [{low:.2f}, {high:.2f}] on {tested} (95% CI over "
+        f"{circuit.get('ci_resamples', 'prompts')})"
         + (
             f"; {circuit['discovery_faithfulness']:.2f} on the discovery prompts: {circuit['held_out_note']}."
             if held_out
