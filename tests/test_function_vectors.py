@@ -512,4 +512,4 @@ def test_a_template_of_too_few_prompts_is_reported_without_a_ci(tiny_model):
     assert "Per stratum and family" in text
     strata = next(s for s in finding_report(result).sections if s.title.startswith("Per stratum")).table
     arrow = [row for row in strata.rows if row[0] == AIE_TEST and row[2] == "arrow"]
-    assert arrow and arrow[0][5:] == ["", TOO_FEW_PROMPTS]  # no CI, no verdict
+    assert arrow and arrow[0][5:] == ["", TOO_FEW_PROMPTS, ""]  # no CI, no verdict, no test of the kind

@@ -303,7 +303,8 @@ def test_an_older_head_report_file_reads_as_the_finding_with_the_same_numbers(tm
     """A HeadReport file (what --save wrote before the Finding: the whole table, the settings as a dict),
     made here from a fresh toy-induction finding, reads as the Finding "heads": every column of its
     table and its CSV the same, each class the same figures (not its per-sequence ones, which such a
-    file does not hold), and the same report but for the strata's CIs, which it does not hold either."""
+    file does not hold), and the same report but for the strata's CIs and whether the lengths differ
+    (`ClassVerdict.differ_p`), which it does not hold either."""
     from circuits.results_file import load_result
     from interp.io.serialize import encode
 
@@ -333,8 +334,9 @@ def test_an_older_head_report_file_reads_as_the_finding_with_the_same_numbers(tm
         assert [(s.name, s.beyond, s.holds) for s in old.strata] == [
             (s.name, s.beyond, s.holds) for s in new.strata
         ]
-    ci = re.compile(r"\[[-+]\d+\.\d\d, [-+]\d+\.\d\d\] \| (yes|no) \|$")  # a stratum's CI and verdict
-    new = [ci.sub(r"(no CI) | \1 |", line) for line in render_markdown(finding_report(finding)).splitlines()]
+    ci = re.compile(r"\[[-+]\d+\.\d\d, [-+]\d+\.\d\d\] \| (yes|no) \| [\d.e-]* \|$")  # CI, verdict, p
+    fresh = render_markdown(finding_report(finding)).splitlines()
+    new = [ci.sub(r"(no CI) | \1 |  |", line) for line in fresh]
     assert render_markdown(finding_report(loaded)).splitlines() == new
 
 
