@@ -480,7 +480,8 @@ def strata_differ_p(
     """Per kind of `kinds`: whether its strata of `groups` (kind, name, members [prompt]) differ in the drop
     beyond random of effects [1 + draws, prompt], as `groups_differ_p` (labels shuffled within
     `families` where the kind crosses them), over the strata `judged` gave a verdict (enough prompts).
-    A kind of fewer than two such strata, or whose strata overlap, is left out."""
+    A kind of fewer than two such strata, whose strata overlap, or whose prompts' effects are not all
+    finite is left out (untested: `class_verdict` counts it as differing)."""
     per_prompt = beyond_per_prompt(effects)
     groups = list(groups)
     out = {}
@@ -493,6 +494,8 @@ def strata_differ_p(
         if (stacked.sum(0) > 1).any():
             continue  # a prompt in two strata of the kind: no one label per prompt
         member = stacked.any(0)
+        if not torch.isfinite(per_prompt[member]).all():
+            continue
         blocks = None
         if families is not None:
             index = {family: i for i, family in enumerate(dict.fromkeys(families))}

@@ -198,6 +198,8 @@ def test_strata_are_compared_within_the_families_they_cross():
         within.append(groups_differ_p(values, orders, families, n_perm=400, seed=i))
     assert sum(p < DEPENDENCE_ALPHA for p in free) / 200 > 0.2
     assert sum(p < DEPENDENCE_ALPHA for p in within) / 200 <= 0.05 + binomial_band(0.05, 200)
+    with pytest.raises(ValueError, match="1 of 64 are not: leave those prompts out"):
+        groups_differ_p(torch.where(torch.arange(64) == 5, torch.nan, values), orders)
     nested = torch.arange(64) // 32  # groups that are unions of families: shuffled among all prompts
     assert groups_differ_p(values, nested, families, n_perm=99) == groups_differ_p(values, nested, n_perm=99)
 

@@ -258,7 +258,12 @@ def groups_differ_p(
     difference between the groups; where no family holds two groups (the groups are families, or
     unions of them) they are shuffled among all prompts. p = (1 + shufflings at least as spread) /
     (1 + n_perm): small when the groups' means differ beyond what the assignment of prompts explains.
-    nan with fewer than two groups."""
+    nan with fewer than two groups; refuses values that are not all finite (no mean to compare)."""
+    if not torch.isfinite(values).all():
+        raise ValueError(
+            f"values must be finite to compare the groups' means; {int((~torch.isfinite(values)).sum())} of "
+            f"{values.numel()} are not: leave those prompts out"
+        )
     labels = torch.unique(groups.cpu(), return_inverse=True)[1]
     n_groups = int(labels.max()) + 1 if len(labels) else 0
     if n_groups < 2:
