@@ -477,8 +477,8 @@ def strata_differ_p(
     families: Sequence[str] | None = None,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Per kind of `kinds`: whether its strata of `groups` (kind, name, members [prompt]) differ in the drop
-    beyond random of effects [1 + draws, prompt], as `groups_differ_p` (labels shuffled within
+    """Per kind of `kinds`: the p-value that its strata of `groups` (kind, name, members [prompt]) share one
+    drop beyond random of effects [1 + draws, prompt], `groups_differ_p`'s (labels shuffled within
     `families` where the kind crosses them), over the strata `judged` gave a verdict (enough prompts).
     A kind of fewer than two such strata, whose strata overlap, or whose prompts' effects are not all
     finite is left out (untested: `class_verdict` counts it as differing)."""
