@@ -210,11 +210,15 @@ def _summed(heads: list[HeadEvidence]) -> str:
 
 
 def _where(c: ClassVerdict) -> str:
-    """Where a class holds: "BABA only" (order-dependent), "3 of 12 templates" (template-dependent)."""
-    if c.verdict == "order-dependent":
-        return " and ".join(s.name for s in c.strata if s.kind == "order" and s.holds) + " only"
-    templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
-    return f"{sum(s.holds for s in templates)} of {len(templates)} templates"
+    """Where a class holds, and how sure it is that the strata differ: "BABA only; the orders differ,
+    p 0.002" (order-dependent), "3 of 12 templates; ..." (template-dependent)."""
+    kind = "order" if c.verdict == "order-dependent" else "template"
+    if kind == "order":
+        where = " and ".join(s.name for s in c.strata if s.kind == "order" and s.holds) + " only"
+    else:
+        templates = [s for s in c.strata if s.kind == "template" and s.holds is not None]
+        where = f"{sum(s.holds for s in templates)} of {len(templates)} templates"
+    return where if kind not in c.differ_p else f"{where}; the {kind}s differ, p {c.differ_p[kind]:.1g}"
 
 
 def _drops(c: ClassVerdict) -> str:
