@@ -416,9 +416,8 @@ class ClassVerdict:
             return f"{self.heldout.n_prompts} held-out prompts, {TOO_FEW_PROMPTS}"
         if ci_verdict(self.heldout.beyond_ci, self.sign) != "confirmed":
             return "no larger effect than random heads"
-        for kind in dict.fromkeys(s.kind for s in self.strata if s.holds is not None):
-            judged = [s for s in self.strata if s.kind == kind and s.holds is not None]
-            if not any(s.holds for s in judged):  # `class_verdict`: no stratum of a dependent kind holds
+        for kind, judged in _judged_strata(self.strata, dict.fromkeys(s.kind for s in self.strata)).items():
+            if judged and not any(s.holds for s in judged):  # `class_verdict`: no stratum of the kind holds
                 names = ", ".join(s.name for s in judged)
                 return f"beyond random heads pooled, but in no {kind} alone ({names})"
         return "beyond random heads, but the analysis's other evidence fails"
@@ -449,24 +448,31 @@ def class_verdict(
         raise ValueError(f"unknown dependence rule(s) {sorted(unknown)}; choose from {DEPENDENCE_RULES}")
     if not pooled_holds:
         return "unconfirmed"
-    judged = {
-        kind: [s.holds for s in strata if s.kind == kind and s.holds is not None] for kind in dependent_kinds
-    }
-    if any(holds and not any(holds) for holds in judged.values()):
+    judged = _judged_strata(strata, dependent_kinds)
+    if any(found and not any(s.holds for s in found) for found in judged.values()):
         return "unconfirmed"
-    for kind in short_kinds(judged, dependent_kinds):
+    for kind in _short_kinds(judged, dependent_kinds):
         if differ_p is None or differ_p.get(kind, 0.0) < DEPENDENCE_ALPHA:
             return f"{kind}-dependent"
     return "confirmed"
 
 
-def short_kinds(judged: Mapping[str, list[bool]], dependent_kinds: Mapping[str, str]) -> list[str]:
-    """The kinds whose judged strata (kind -> each one's holds) do not hold as the kind's rule asks."""
+def _judged_strata(strata: Sequence[StratumDrop], kinds: Iterable[str]) -> dict[str, list[StratumDrop]]:
+    """Per kind of `kinds`, its strata that have a verdict (enough prompts: holds not None), in order."""
+    return {kind: [s for s in strata if s.kind == kind and s.holds is not None] for kind in kinds}
+
+
+def _short_kinds(judged: Mapping[str, list[StratumDrop]], dependent_kinds: Mapping[str, str]) -> list[str]:
+    """The kinds whose judged strata (`_judged_strata`) do not hold as the kind's rule asks."""
 
     def met(holds: list[bool], rule: str) -> bool:
         return all(holds) if rule == "all" else 2 * sum(holds) > len(holds)
 
-    return [kind for kind, rule in dependent_kinds.items() if judged[kind] and not met(judged[kind], rule)]
+    return [
+        kind
+        for kind, rule in dependent_kinds.items()
+        if judged[kind] and not met([s.holds for s in judged[kind]], rule)
+    ]
 
 
 def strata_differ_p(
@@ -484,9 +490,10 @@ def strata_differ_p(
     finite is left out (untested: `class_verdict` counts it as differing)."""
     per_prompt = beyond_per_prompt(effects)
     groups = list(groups)
+    index = None if families is None else {family: i for i, family in enumerate(dict.fromkeys(families))}
     out = {}
-    for kind in kinds:
-        names = {s.name for s in judged if s.kind == kind and s.holds is not None}
+    for kind, with_verdict in _judged_strata(judged, kinds).items():
+        names = {s.name for s in with_verdict}
         masks = [members for k, name, members in groups if k == kind and name in names]
         if len(masks) < 2:
             continue
@@ -497,8 +504,7 @@ def strata_differ_p(
         if not torch.isfinite(per_prompt[member]).all():
             continue
         blocks = None
-        if families is not None:
-            index = {family: i for i, family in enumerate(dict.fromkeys(families))}
+        if index is not None:
             blocks = torch.tensor([index[family] for family in kept(families, member.cpu())])
         out[kind] = groups_differ_p(per_prompt[member], stacked.int().argmax(0)[member], blocks, seed=seed)
     return out
@@ -592,10 +598,9 @@ def dependence_note(
 ) -> str:
     """For each kind whose strata fall short of its rule: those that do not hold alone, and whether the
     strata differ (the "<kind>-dependent" verdict) or no more than chance (then not counted)."""
-    judged = {kind: [s for s in strata if s.kind == kind and s.holds is not None] for kind in dependent_kinds}
+    judged = _judged_strata(strata, dependent_kinds)
     note = ""
-    short = short_kinds({kind: [s.holds for s in found] for kind, found in judged.items()}, dependent_kinds)
-    for kind in short:
+    for kind in _short_kinds(judged, dependent_kinds):
         failing = ", ".join(s.name for s in judged[kind] if not s.holds)
         note += f"; does not hold in the {kind} {failing} alone"
         p = differ_p.get(kind)
