@@ -372,6 +372,31 @@ def test_logits_match_transformers(name: str) -> None:
     torch.testing.assert_close(hooked, expected, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["qwen3-qk-norm", "mixtral-top2", "llama-gqa-tied"])
+def test_a_pos_slice_of_the_cache_keeps_those_positions_of_every_activation(name: str) -> None:
+    """run_with_cache(pos_slice=p) holds each activation of the full cache at positions p, whatever
+    its layout: the position axis is found here as the one of the input's length (11, which no head,
+    expert or width count equals; a pattern's first such axis is its queries). An expert's hooks hold
+    its routed tokens, with no position axis: kept whole."""
+    model = interp.load_model(_random_hf_model(HF_CONFIGS[name]()))
+    tokens = torch.randint(0, model.cfg.d_vocab, (3, 11), generator=torch.Generator().manual_seed(1))
+    settings = dict(use_split_qkv_input=True, use_attn_result=True, use_hook_tokens=True)
+    with model.settings(**settings), torch.no_grad():
+        _, full = model.run_with_cache(tokens)
+        for pos_slice in (4, -1, [1, 3, 8]):
+            _, part = model.run_with_cache(tokens, pos_slice=pos_slice)
+            assert part.keys() == full.keys()
+            for hook, value in full.items():
+                if ".experts." in hook:
+                    torch.testing.assert_close(part[hook], value, atol=0, rtol=0)
+                    continue
+                dim = value.shape.index(11)
+                index = torch.tensor([pos_slice] if isinstance(pos_slice, int) else pos_slice)
+                torch.testing.assert_close(part[hook], value.index_select(dim, index % 11), atol=0, rtol=0)
+        with pytest.raises(ValueError, match="pos_slice=20 selects positions outside the run's 11"):
+            model.run_with_cache(tokens, pos_slice=20)
+
+
 def test_a_soft_capped_model_keeps_its_probabilities_under_transformer_lens_processing() -> None:
     """cap * tanh(logits / cap) is not shift-invariant, so centring W_U would change a soft-capped
     model's probabilities: `from_pretrained` skips it with a warning (as TransformerLens) and its

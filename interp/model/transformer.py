@@ -78,11 +78,8 @@ NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 # one for all others. interp.load_model keeps each model's own policy instead.
 TL_NO_BOS_ARCHITECTURES = frozenset({"qwen2", "qwen3"})
 DTYPE_FROM_STRING = checks.DTYPE_FROM_STRING  # TransformerLens's `HookedTransformer.DTYPE_FROM_STRING`
-# Hooks whose activations are [batch, pos, head, d]: a pos_slice of the cache indexes dim -3.
-_PER_HEAD_HOOKS = tuple(
-    f"hook_{name}"
-    for name in ("q", "k", "v", "z", "result", "rot_q", "rot_k", "q_input", "k_input", "v_input", "attn_in")
-)
+# Hooks whose activations are [batch, head, query_pos, key_pos]: a pos_slice keeps query positions.
+_QUERY_FIRST_HOOKS = ("hook_pattern", "hook_attn_scores")
 Hook = tuple[str | Callable[[str], bool], Callable]
 ModelInput = str | Sequence[str] | Tensor
 
@@ -481,7 +478,9 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         runs `.backward()` on the output (one value: return_type="loss"), as TransformerLens does, and
         also caches the gradients under "<name>_grad";
         `remove_batch_dim` drops the batch dim of a one-prompt run's cache. `pos_slice` keeps only those
-        positions (TransformerLens's `Slice`: an int keeps its dim), of the query dim of patterns.
+        positions (TransformerLens's `Slice`: an int keeps its dim) of every activation [batch, pos, ...],
+        of the query dim of patterns; a mixture-of-experts layer's `experts.E` hooks (that expert's
+        routed tokens, no position axis) are kept whole.
         As TransformerLens: `clear_contexts` clears every hook's context after the run, and
         `return_cache_object=False` gives the cache as a dict; `reset_hooks_end=False` (the caching
         hooks left on the model) is refused.
@@ -522,12 +521,17 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
 
         def kept(tensor: Tensor, name: str) -> Tensor:
             tensor = tensor.detach().to(device) if device else tensor.detach()
-            if positions is None:
+            if positions is None or ".experts." in name:  # an expert's hooks: its routed tokens, no positions
                 return tensor
-            # [.., pos, head, d] per head (ln1's too with split qkv input), else [.., pos, d]
-            per_head = name.endswith(_PER_HEAD_HOOKS) or (".ln1.hook_" in name and tensor.dim() == 4)
-            pos_dim = -3 if per_head else -2
-            return positions.apply(tensor, dim=pos_dim) if tensor.dim() >= -pos_dim else tensor
+            pos_dim = 2 if name.endswith(_QUERY_FIRST_HOOKS) else 1  # else [batch, pos, ...]
+            try:
+                return positions.apply(tensor, dim=pos_dim)
+            except IndexError as error:
+                raise ValueError(
+                    f"pos_slice={pos_slice!r} selects positions outside the run's {tensor.shape[pos_dim]} "
+                    f"positions ({error}); pass positions in [-{tensor.shape[pos_dim]}, "
+                    f"{tensor.shape[pos_dim]})"
+                ) from error
 
         @observer  # reads only: the run computes what it computes uncached (fused attention too)
         def save(tensor: Tensor, hook: HookPoint) -> None:
