@@ -209,6 +209,22 @@ def test_attention_mask_of_the_wrong_shape_raises():
         model(torch.tensor([[3, 4, 5]]), attention_mask=torch.tensor([[1, 1]]))
 
 
+def test_a_mask_not_of_the_residual_streams_prompts_is_refused_from_a_layer_as_from_tokens():
+    """forward(residual, start_at_layer=L, attention_mask=M) checks M as the token path does: a
+    transposed mask is not read as another one (nor a KV cache of another batch size)."""
+    model = _model("gpt2-like")
+    tokens, mask = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 2]]), torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    residual = model(tokens, attention_mask=mask, stop_at_layer=1)
+    from_layer = model(residual, start_at_layer=1, attention_mask=mask)
+    torch.testing.assert_close(from_layer, model(tokens, attention_mask=mask), atol=ATOL, rtol=0)
+    for wrong in (mask.T, mask.flatten(), mask[:, :3], mask[:1]):
+        with pytest.raises(ValueError, match=r"attention_mask has shape .* must match the input's 2 prompts"):
+            model(residual, start_at_layer=1, attention_mask=wrong)
+    cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, 3)
+    with pytest.raises(ValueError, match=r"made for a batch of 3 prompts, got 2: init_cache"):
+        model(tokens, attention_mask=mask, past_kv_cache=cache)
+
+
 # --- 3. generate --------------------------------------------------------------------------------
 
 

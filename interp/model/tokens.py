@@ -240,11 +240,21 @@ def key_mask_and_positions(
     each new token's position, counted from its prompt's first real token; (None, None) when no
     key is padding."""
     offset = 0 if past_mask is None else past_mask.shape[1]
-    current = (
-        torch.ones(batch, n_pos, dtype=torch.bool, device=device)
-        if attention_mask is None
-        else torch.as_tensor(attention_mask, device=device).reshape(batch, n_pos).bool()
-    )
+    if past_mask is not None and past_mask.shape[0] != batch:
+        raise ValueError(
+            f"The KV cache was made for a batch of {past_mask.shape[0]} prompts, got {batch}: "
+            f"init_cache(cfg, device, batch_size={batch})."
+        )
+    if attention_mask is None:
+        current = torch.ones(batch, n_pos, dtype=torch.bool, device=device)
+    else:
+        current = torch.as_tensor(attention_mask, device=device)
+        current = (current[None] if current.ndim == 1 else current).bool()
+        if tuple(current.shape) != (batch, n_pos):
+            raise ValueError(
+                f"attention_mask has shape {tuple(current.shape)}; it must match the input's {batch} prompts "
+                f"of {n_pos} positions, ({batch}, {n_pos})."
+            )
     full = current if past_mask is None else torch.cat([past_mask.to(device).bool(), current], dim=1)
     if bool(full.all()):
         return None, None
