@@ -793,3 +793,29 @@ def test_a_final_norm_intervention_at_a_position_is_made_there_when_logits_are_r
     )
     torch.testing.assert_close(with_steer, without)
     torch.testing.assert_close(read_at_last, without)
+
+
+def test_per_prompt_positions_and_a_list_of_positions_are_two_runs_in_one_call(model, prompts):
+    """A LongTensor [batch] of positions patches prompt i at its own position, a list patches every
+    prompt at all of them: in one call they are two runs with their own values, as when run alone. A
+    0-d tensor is the int it holds; a boolean mask, floats or a 2-D tensor are refused by name (cast
+    to ints, a mask would select positions 0 and 1)."""
+    clean, corrupted, _, metric = prompts
+    name = "blocks.0.attn.hook_z"
+    per_prompt, as_list = Site(name, pos=torch.tensor([1, 2, 3])), Site(name, pos=[1, 2, 3])
+    together = patching.patch_sites(model, clean, corrupted, metric, [per_prompt, as_list]).values
+    alone = [
+        patching.patch_sites(model, clean, corrupted, metric, [s]).values[0] for s in (per_prompt, as_list)
+    ]
+    torch.testing.assert_close(together, torch.stack(alone), atol=1e-6, rtol=0)
+    assert not torch.allclose(alone[0], alone[1], atol=1e-3)
+    for tensor, plain in ((Site(name, pos=torch.tensor(2)), Site(name, pos=2)),
+                          (Site(name, head=torch.tensor(1)), Site(name, head=1))):  # fmt: skip
+        got, expected = (
+            patching.patch_sites(model, clean, corrupted, metric, [s]).values for s in (tensor, plain)
+        )
+        torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    mask = torch.tensor([False, True, True, False, False, False, False])
+    for bad in (mask, mask.tolist(), torch.tensor([1.0, 2.0]), torch.tensor([[1, 2], [2, 3], [3, 4]])):
+        with pytest.raises(ValueError, match="must be an int, a list of ints or a 1-D integer tensor"):
+            patching.patch_sites(model, clean, corrupted, metric, [Site(name, pos=bad)])

@@ -87,8 +87,21 @@ def short_name(name: str) -> str:
     return name.rsplit("hook_", 1)[-1]
 
 
+def _indices(index: int | Sequence[int] | Tensor, what: str) -> Tensor:
+    """`index` (an int, ints, or an integer tensor of at most one dim) as a tensor of ints; a boolean
+    mask or floats are refused (cast, they would select positions 0 and 1, or truncated ones)."""
+    indices = torch.as_tensor(index)
+    if indices.dtype == torch.bool or indices.is_floating_point() or indices.is_complex() or indices.ndim > 1:
+        raise ValueError(
+            f"{what} must be an int, a list of ints or a 1-D integer tensor, got a {indices.ndim}-D "
+            f"{indices.dtype} {'tensor' if isinstance(index, Tensor) else type(index).__name__}; for a "
+            "boolean mask pass its indices, mask.nonzero()[:, 0].tolist()"
+        )
+    return indices
+
+
 def _axis_mask(size: int, index: int | Sequence[int], what: str, device) -> Tensor:
-    indices = torch.as_tensor(index, dtype=torch.long, device=device).reshape(-1)
+    indices = _indices(index, what).to(device=device, dtype=torch.long).reshape(-1)
     if indices.numel() and (indices.min() < -size or indices.max() >= size):
         raise ValueError(f"{what} {index} out of range: this activation has {size} {what}s")
     mask = torch.zeros(size, dtype=torch.bool, device=device)
@@ -116,8 +129,8 @@ def site_mask(site: Site, shape: torch.Size, device: torch.device | str = "cpu")
             )
         mask = mask & along(head_dim, _axis_mask(shape[head_dim], site.head, "head", device))
     if site.pos is not None:
-        if isinstance(site.pos, Tensor) and site.pos.ndim == 1 and site.pos.dtype != torch.bool:
-            pos = site.pos.to(device)
+        if isinstance(site.pos, Tensor) and site.pos.ndim == 1:
+            pos = _indices(site.pos, "position").to(device)
             if pos.shape[0] != shape[0]:
                 raise ValueError(f"per-prompt positions must be [batch={shape[0]}], got {tuple(pos.shape)}")
             n_pos = shape[pos_dim]
@@ -600,9 +613,9 @@ def _segment(site: Site, n_layers: int) -> int:
 
 
 def _site_key(intervention: Intervention, source_ids: dict[int, int]) -> str:
-    def plain(value) -> object:
+    def plain(value) -> object:  # a tensor of positions is one per prompt, a list the same for every one
         if isinstance(value, Tensor):
-            return tuple(value.tolist())
+            return ("tensor", tuple(value.shape), tuple(value.reshape(-1).tolist()))
         return tuple(value) if isinstance(value, Sequence) else value
 
     site = intervention.site
@@ -718,7 +731,7 @@ def _covers_z(model: HookedTransformer, segment: int, intervention: Intervention
         return False
     if callable(intervention.source) and not isinstance(intervention.source, Tensor | Mapping):
         return False
-    heads = range(n_heads) if site.head is None else [site.head] if isinstance(site.head, int) else site.head
+    heads = range(n_heads) if site.head is None else _indices(site.head, "head").reshape(-1).tolist()
     return {head % n_heads for head in heads} == set(range(n_heads))
 
 
@@ -983,7 +996,7 @@ def _written(intervention: Intervention, act: Tensor, rows: Tensor | None) -> Te
     if per_prompt and rows is not None and isinstance(source, Tensor | Mapping | ActivationCache):
         value = value[rows.to(value.device)]
     pos = site.pos
-    if isinstance(pos, Tensor) and pos.ndim == 1 and pos.dtype != torch.bool:
+    if isinstance(pos, Tensor) and pos.ndim == 1:
         pos = _tiled(site.name, pos if rows is None else pos[rows.to(pos.device)], act.shape[0])
     value = _tiled(site.name, value, act.shape[0]) if per_prompt else value
     mask = site_mask(Site(site.name, site.head, pos, site.unit), act.shape, act.device)
