@@ -86,6 +86,23 @@ def test_mean_ablation_uses_the_reference_means(model, data):
         ablation.Replacement(model, names, Ablation("mean", reference=ref_cache, groups=torch.tensor([0, 1])))
 
 
+@pytest.mark.parametrize("labels", [(5, 9), (-1, 0), (-1, -2)])
+def test_mean_ablation_takes_any_integer_group_labels(model, data, labels):
+    """Groups are labels, not indices: prompts of group g take the mean of the reference prompts of g
+    (a label -1 is not the last group's); a group of the inputs that no reference prompt has is refused."""
+    tokens, reference, _ = data
+    _, ref_cache = model.run_with_cache(reference)
+    ref_z = ref_cache["z", 0][:, :, 1]
+    as_labels = torch.tensor(labels)
+    reference_groups, groups = as_labels[[0, 1, 1, 0, 0]], as_labels[[1, 0, 1]]
+    by_group = Ablation("mean", reference=reference, groups=reference_groups)
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation=by_group, groups=groups)
+    for prompt, group in enumerate(groups):
+        torch.testing.assert_close(z[prompt, :, 1], ref_z[reference_groups == group].mean(0))
+    with pytest.raises(ValueError, match=r"input prompts of groups \[7\] have no reference prompt"):
+        _z(model, tokens, 0, heads=[(0, 1)], ablation=by_group, groups=torch.tensor([labels[0], 7, 7]))
+
+
 def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(model, data):
     """With the reference's mask, each position's mean is over the references real there (per group too),
     NaN where none is; without it the padding's activations would join the mean."""

@@ -13,6 +13,7 @@ import transformers
 import interp
 from interp import edges
 from interp.edges import attribution
+from interp.interventions.ablation import ablation_interventions
 from interp.interventions.engine import Intervention, Site, cached_run, site_mask
 from interp.model.tokens import record_padding
 
@@ -606,6 +607,24 @@ def test_scores_do_not_depend_on_the_batch_size() -> None:
     whole = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3, batch_size=5)
     split = edges.edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3, batch_size=2)
     assert torch.allclose(whole.scores, split.scores, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["eap", "exact"])
+def test_a_resample_base_gives_each_prompt_one_reference_whatever_the_batching(method: str) -> None:
+    """Under a base of heads resample-ablated, each prompt reads one reference prompt's z in every run:
+    the scores do not depend on how the prompts are batched (eap) nor on how many circuits' copies share
+    a pass (exact: one edge per pass, batch_size=1, against the default)."""
+    model = _random_model(seed=2)
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [6, 5, 6, 4, 6, 5, 6, 6])
+    metric, reference = _metric(8, model.cfg.d_vocab, pos), _pairs(model.cfg.d_vocab, [6] * 6, seed=5)[0]
+    resample = interp.Ablation("resample", reference=reference, seed=1)
+    base = ablation_interventions(model, heads=[(0, 1), (1, 0)], ablation=resample)
+    sizes = (8, 3) if method == "eap" else (64, 1)
+    one, other = (edges.edge_attribution(model, clean, corrupted, metric, method=method, batch_size=size,
+                                         base=base).scores for size in sizes)  # fmt: skip
+    torch.testing.assert_close(one, other, atol=1e-5, rtol=1e-4)
+    plain = edges.edge_attribution(model, clean, corrupted, metric, method=method, batch_size=sizes[0])
+    assert not torch.allclose(one, plain.scores, atol=1e-4)  # the base changes the scores
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama-gqa", "one-head", "shortformer"])

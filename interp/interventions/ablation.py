@@ -37,6 +37,7 @@ from interp.checks import (
 )
 from interp.interventions.engine import (
     Intervention,
+    PerPrompt,
     RunOptions,
     Site,
     cached_run,
@@ -232,12 +233,25 @@ class Replacement:
         )
 
     def _means(self, act: Tensor) -> Float[Tensor, "group pos ..."]:
-        groups = (
-            torch.zeros(act.shape[0], dtype=torch.long)
-            if self.reference_groups is None
-            else self.reference_groups
-        )
-        return torch.stack([self._mean(act, groups == g) for g in range(int(groups.max()) + 1)])
+        """One mean per group of the reference prompts ([1, ...] without groups), in `_group_index` order."""
+        if self.reference_groups is None:
+            return self._mean(act, torch.ones(act.shape[0], dtype=torch.bool))[None]
+        groups = self.reference_groups
+        return torch.stack([self._mean(act, groups == label) for label in groups.unique()])
+
+    def _group_index(self, groups: Int[Tensor, " batch"]) -> Int[Tensor, " batch"]:
+        """Each input prompt's group as the index of its mean (`_means`); a group no reference prompt has
+        is refused (its prompts would have no mean)."""
+        labels, groups = self.reference_groups.unique(), groups.long().cpu()
+        index = torch.searchsorted(labels, groups).clamp(max=len(labels) - 1)
+        missing = sorted(set(groups[labels[index] != groups].tolist()))
+        if missing:
+            raise ValueError(
+                f"input prompts of groups {missing} have no reference prompt of their group to take the mean "
+                f"of (the reference prompts' groups are {labels.tolist()}); give reference prompts of every "
+                "group the inputs have"
+            )
+        return index
 
     def _mean(self, act: Tensor, rows: Tensor) -> Float[Tensor, "pos ..."]:
         """The mean over the reference prompts `rows` [n_ref] (bool), over those real at each
@@ -248,26 +262,36 @@ class Replacement:
         real = self.reference_mask[rows.cpu()].view(*selected.shape[:2], *[1] * (act.ndim - 2))
         return masked_mean(selected, real, 0)
 
-    def values(self, name: str, batch: int, groups: Int[Tensor, " batch"] | None = None) -> Tensor:
+    def values(
+        self, name: str, batch: int, groups: Int[Tensor, " n"] | None = None, prompts: Tensor | None = None
+    ) -> Tensor:
+        """The values for `batch` input prompts: prompts 0 .. batch - 1 of those `groups` [n] labels, or
+        those of the indices `prompts` [batch] (`PerPrompt`). Rows per prompt [batch, pos, ...] (resample,
+        counterfactual, grouped means) or [1, pos, ...]."""
         if self.kind == "zero":
             return torch.zeros(())
         if (groups is None) != (self.reference_groups is None):
             raise ValueError("give groups for the input prompts exactly when the Ablation has groups")
+        rows = torch.arange(batch) if prompts is None else prompts.long().cpu()
         if self.kind == "mean":
             means = self.means[name]
-            return means if groups is None else means[groups.long().cpu()]
+            return means if groups is None else means[self._group_index(groups.long().cpu()[rows])]
+        n_ref = self.acts[name].shape[0]
         if self.kind == "counterfactual":
-            if self.acts[name].shape[0] != batch:
+            n_inputs = batch if prompts is None else int(rows.max()) + 1
+            if n_ref != n_inputs if prompts is None else n_inputs > n_ref:
                 raise ValueError(
                     f"counterfactual ablation pairs reference prompt i with input prompt i: "
-                    f"{self.acts[name].shape[0]} reference prompts for {batch} inputs"
+                    f"{n_ref} reference prompts for {n_inputs} inputs"
                 )
-            return self.acts[name]
-        return self.acts[name][self._drawn(self.acts[name].shape[0], batch, groups)]
+            return self.acts[name][rows]
+        n_inputs = len(groups) if groups is not None else batch if prompts is None else int(rows.max()) + 1
+        return self.acts[name][self._drawn(n_ref, n_inputs, groups)[rows]]
 
     def _drawn(self, n_ref: int, batch: int, groups: Int[Tensor, " batch"] | None) -> Int[Tensor, " batch"]:
         """Each input prompt's random reference prompt (of its group), drawn once for runs on `batch`
-        prompts of these groups: every site and every run of them reads the same reference prompt."""
+        prompts of these groups: every site and every run of them reads the same reference prompt. Prompt
+        i's draw is row i of the seed's random scores: the same for runs on any number of prompts."""
         key = (batch, None if groups is None else tuple(groups.long().cpu().tolist()))
         if key not in self.draws:  # from the seed alone: the same draw whatever was drawn before
             generator = torch.Generator().manual_seed(self.seed)
@@ -342,17 +366,17 @@ class Replacement:
             sources = self.sources([site.name for site in sites], tokens, groups)
             return [Intervention(site, sources[site.name]) for site in sites]
 
-        def fitted(name: str) -> Callable[[Tensor], Tensor]:
-            def values(act: Tensor) -> Tensor:
+        def fitted(name: str) -> PerPrompt:
+            def values(act: Tensor, prompts: Tensor | None) -> Tensor:
                 layout = self.model.run_layout
                 if layout is None:
                     raise RuntimeError(
                         f"{name}: an ablation's values are placed in a forward pass of its model"
                     )
-                batch = act.shape[0] if groups is None else len(groups)
-                return self.placed(name, self.values(name, batch, groups), layout, act.shape[0])
+                batch = len(groups) if prompts is None and groups is not None else act.shape[0]
+                return self.placed(name, self.values(name, batch, groups, prompts), layout, act.shape[0])
 
-            return values
+            return PerPrompt(values)
 
         return [Intervention(site, fitted(site.name)) for site in sites]
 

@@ -149,11 +149,22 @@ def site_mask(site: Site, shape: torch.Size, device: torch.device | str = "cpu")
     return mask
 
 
-Source = ActivationCache | Mapping[str, Tensor] | Tensor | Callable[[Tensor], Tensor]
+@dataclass(frozen=True)
+class PerPrompt:
+    """A source whose values depend on which prompts a pass runs (a resample ablation's draw, the
+    means of the prompts' groups). `values(act, prompts)`: act [batch, ...], one copy of the pass's
+    prompts; prompts [batch], their indices among the prompts the source serves (the `rows` of
+    `intervention_hooks`), or None where the pass's rows are those prompts, in order -> values
+    broadcastable to act. A pass that stacks copies of its prompts gives every copy the same values."""
+
+    values: Callable[[Tensor, Tensor | None], Tensor]
+
+
+Source = ActivationCache | Mapping[str, Tensor] | Tensor | PerPrompt | Callable[[Tensor], Tensor]
 """Where an intervention's values come from: a run's cached activations by hook name (an
 ActivationCache or a dict; the clean or corrupted run's), a tensor broadcastable to the activation
-[batch, ...] (zeros, a mean, a steering vector ...), or a function of the activation [batch, ...] ->
-its new values (broadcastable)."""
+[batch, ...] (zeros, a mean, a steering vector ...), values per prompt (`PerPrompt`), or a function of
+the activation [batch, ...] -> its new values (broadcastable)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,8 +174,9 @@ class Intervention:
     site: Site
     source: Source
 
-    def values(self, act: Tensor) -> Tensor:
-        """The values for activation `act` [batch, ...], on its device and in its dtype."""
+    def values(self, act: Tensor, prompts: Tensor | None = None) -> Tensor:
+        """The values for activation `act` [batch, ...], on its device and in its dtype (prompts: the
+        indices of act's rows, for a `PerPrompt` source)."""
         source = self.source
         if isinstance(source, Mapping | ActivationCache):
             if self.site.name not in source:
@@ -172,6 +184,8 @@ class Intervention:
             value = source[self.site.name]
         elif isinstance(source, Tensor):
             value = source
+        elif isinstance(source, PerPrompt):
+            value = source.values(act, prompts)
         else:
             value = source(act)
             if not isinstance(value, Tensor):
@@ -729,7 +743,8 @@ def _covers_z(model: HookedTransformer, segment: int, intervention: Intervention
     site, n_heads = intervention.site, model.cfg.n_heads
     if site.name != act_name("z", segment) or site.pos is not None or site.unit is not None:
         return False
-    if callable(intervention.source) and not isinstance(intervention.source, Tensor | Mapping):
+    source = intervention.source
+    if isinstance(source, PerPrompt) or (callable(source) and not isinstance(source, Tensor | Mapping)):
         return False
     heads = range(n_heads) if site.head is None else _indices(site.head, "head").reshape(-1).tolist()
     return {head % n_heads for head in heads} == set(range(n_heads))
@@ -958,7 +973,8 @@ def intervention_hooks(
       whose leading axis is the batch: a cached run's activations [n, ...], per-prompt means), for
       passes on a sub-batch of the prompts the sources were made for; None: those prompts, in order.
     A pass may stack copies of its prompts along the batch (per-prompt values and positions are
-    tiled); a source function is given the activation of the whole pass."""
+    tiled); a source function is given the activation of the whole pass, a `PerPrompt` source that of
+    one copy, with `rows`."""
     by_name: dict[str, list[Intervention]] = {}
     for intervention in as_interventions([interventions], None)[0]:
         by_name.setdefault(intervention.site.name, []).append(intervention)
@@ -991,7 +1007,10 @@ def _written(intervention: Intervention, act: Tensor, rows: Tensor | None) -> Te
     """act [batch, ...] (or stacked copies of the batch) with what the intervention selects
     overwritten; rows: see `intervention_hooks`."""
     site, source = intervention.site, intervention.source
-    value = intervention.values(act)
+    if isinstance(source, PerPrompt):  # made for one copy of the prompts `rows`, tiled over the others
+        value = intervention.values(act[: act.shape[0] if rows is None else len(rows)], rows)
+    else:
+        value = intervention.values(act)
     per_prompt = value.ndim == act.ndim and value.shape[0] > 1
     if per_prompt and rows is not None and isinstance(source, Tensor | Mapping | ActivationCache):
         value = value[rows.to(value.device)]
