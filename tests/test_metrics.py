@@ -161,6 +161,30 @@ def test_faithfulness_summary_shows_what_a_ratio_of_means_hides():
     assert halves.within == 0.5 and faithfulness_verdict(halves).startswith("faithful on average only")
 
 
+def test_faithfulness_is_defined_at_any_scale_and_says_which_values_are_missing():
+    """A metric of small probabilities (1e-7) has a faithfulness like any other; a non-finite value of
+    the model or the ablated run is refused by name (not "the same for the model and ablated"); one of
+    the circuit leaves every figure of the circuit undefined, the share within ±20% too; family labels
+    of another count than the prompts are refused, one label as well as two."""
+    from interp.interventions.stats import faithfulness_summary
+
+    model, ablated = torch.tensor([3.0, 2.0, 4.0, 3.0]) * 1e-7, torch.full((4,), 1e-8)
+    summary = faithfulness_summary(0.5 * model, model, ablated)
+    assert summary.ratio == pytest.approx((1.5e-7 - 1e-8) / (3e-7 - 1e-8)) and summary.within == 0
+    for values in (model, ablated):
+        broken = values.clone()
+        broken[1] = torch.nan
+        with pytest.raises(ValueError, match=r"not finite \(NaN or inf\) on 1 of 4 prompts of the"):
+            faithfulness_summary(0.5 * model, *((broken, ablated) if values is model else (model, broken)))
+    circuit = 0.5 * model
+    circuit[2] = torch.inf
+    missing = faithfulness_summary(circuit, model, ablated)
+    assert all(math.isnan(x) for x in (missing.ratio, *missing.ratio_ci, missing.error, missing.within))
+    for families in (["x"] * 3, ["x", "y", "y"]):
+        with pytest.raises(ValueError, match="3 family labels for 4 prompts"):
+            faithfulness_summary(0.5 * model, model, ablated, families=families)
+
+
 def test_a_prompt_with_a_non_finite_value_leaves_its_row_without_a_ci():
     """A NaN or inf per-prompt value makes the mean undefined: its CI is NaN, not the CI of the
     resamples that happen to miss that prompt, and the class it belongs to is not confirmed."""

@@ -55,10 +55,10 @@ def resamples(
     if n < 1:
         raise ValueError("A bootstrap needs at least one prompt.")
     generator = torch.Generator().manual_seed(seed)
+    if families is not None and len(families) != n:
+        raise ValueError(f"{len(families)} family labels for {n} prompts: give one label per prompt")
     if families is None or len(set(families)) < 2:
         return torch.randint(n, (n_boot, n), generator=generator)
-    if len(families) != n:
-        raise ValueError(f"{len(families)} family labels for {n} prompts: give one label per prompt")
     index = {family: i for i, family in enumerate(dict.fromkeys(families))}
     of_prompt = torch.tensor([index[family] for family in families])  # [n]
     drawn = torch.randint(len(index), (n_boot, len(index)), generator=generator)  # [n_boot, k]
@@ -144,17 +144,30 @@ def bootstrap_ci(
 
 
 def defined_gap(gap: Tensor, scale: float) -> Tensor:
-    """Where a ratio's denominator `gap` is finite and not (numerically) zero:
-    abs(gap) > 1e-6 * max(1, scale), `scale` the size of the values it is a difference of."""
-    return torch.isfinite(gap) & (gap.abs() > 1e-6 * max(1.0, scale))
+    """Where a ratio's denominator `gap` is finite and not (numerically) zero: abs(gap) > 1e-6 * scale,
+    `scale` the size of the values it is a difference of (a metric of probabilities near 1e-7 has
+    gaps of that size)."""
+    return torch.isfinite(gap) & (gap.abs() > 1e-6 * scale)
+
+
+def _scale(model: Tensor, ablated: Tensor) -> float:
+    """The size of a faithfulness's values: the larger mean |value| of the model's and the ablated runs."""
+    return max(float(model.abs().mean()), float(ablated.abs().mean()))
 
 
 def faithfulness_ratio(
     circuit: Float[Tensor, "... batch"], model: Float[Tensor, " batch"], ablated: Float[Tensor, " batch"]
 ) -> Float[Tensor, "..."]:
     """(mean m(circuit) - mean m(ablated)) / (mean m(model) - mean m(ablated)); see the module docstring."""
+    for values, run in ((model, "the model's run"), (ablated, "the run with everything ablated")):
+        if not bool(torch.isfinite(values).all()):
+            raise ValueError(
+                f"Faithfulness is undefined: the metric is not finite (NaN or inf) on "
+                f"{int((~torch.isfinite(values)).sum())} of {values.numel()} prompts of {run}; leave those "
+                "prompts out, or check the metric"
+            )
     gap = model.mean() - ablated.mean()
-    if not defined_gap(gap, float(model.abs().mean())):
+    if not defined_gap(gap, _scale(model, ablated)):
         raise ValueError(
             "Faithfulness is undefined: the metric is the same for the model and with everything ablated "
             f"({float(model.mean()):.4g} vs {float(ablated.mean()):.4g}). Use prompts the model does the "
@@ -197,7 +210,7 @@ def faithfulness_ci(
     """The `bootstrap` CI of each circuit's `faithfulness_ratio` (prompts resampled, their `families`
     first where given, the ratio recomputed); resamples whose denominator is 0 are left out, with a
     warning saying how many."""
-    scale = float(model.abs().mean())
+    scale = _scale(model, ablated)
 
     def ratio(samples: Tensor) -> Tensor:  # samples [n_boot, n] -> [K, n_boot]; NaN where undefined
         empty, full = ablated[samples].mean(1), model[samples].mean(1)
@@ -218,17 +231,20 @@ def faithfulness_summary(
 ) -> FaithfulnessSummary:
     """The faithfulness of one circuit from the metric per prompt with the circuit alone, the model
     and everything ablated ([batch] each): the ratio of means, its CI (resampling the prompts'
-    `families` first, where given) and the per-prompt figures."""
+    `families` first, where given) and the per-prompt figures; NaN where a circuit value is not finite."""
     circuit, model, ablated = (values.detach().double().cpu() for values in (circuit, model, ablated))
     ratio = float(faithfulness_ratio(circuit, model, ablated))
     low, high = faithfulness_ci(circuit[None], model, ablated, n_boot, seed=seed, families=families)
     miss = (circuit - model).abs()
+    defined = bool(torch.isfinite(circuit).all())  # else no figure of the circuit (NaN), as its CI
     return FaithfulnessSummary(
         n_prompts=len(model),
-        ratio=ratio,
+        ratio=ratio if defined else math.nan,
         ratio_ci=(float(low[0]), float(high[0])),
-        error=float(miss.mean() / (model.mean() - ablated.mean()).abs()),
-        within=float((miss <= FAITHFUL_BAND * (model - ablated).abs()).double().mean()),
+        error=float(miss.mean() / (model.mean() - ablated.mean()).abs()) if defined else math.nan,
+        within=float((miss <= FAITHFUL_BAND * (model - ablated).abs()).double().mean())
+        if defined
+        else math.nan,
     )
 
 
