@@ -223,6 +223,9 @@ def test_a_mask_not_of_the_residual_streams_prompts_is_refused_from_a_layer_as_f
     cache = interp.HookedTransformerKeyValueCache.init_cache(model.cfg, model.device, 3)
     with pytest.raises(ValueError, match=r"made for a batch of 3 prompts, got 2: init_cache"):
         model(tokens, attention_mask=mask, past_kv_cache=cache)
+    for other in (residual[..., :-1], residual[0], tokens):  # not a residual stream [batch, pos, d_model]
+        with pytest.raises(ValueError, match=r"start_at_layer=1 runs from a residual stream \[batch, pos"):
+            model(other, start_at_layer=1)
 
 
 # --- 3. generate --------------------------------------------------------------------------------

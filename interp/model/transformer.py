@@ -719,6 +719,17 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             batch, n_pos = tokens.shape
         else:
             residual = input
+            if (
+                not isinstance(residual, Tensor)
+                or residual.ndim != 3
+                or residual.shape[-1] != self.cfg.d_model
+            ):
+                shape = tuple(residual.shape) if isinstance(residual, Tensor) else type(residual).__name__
+                raise ValueError(
+                    f"start_at_layer={start_at_layer} runs from a residual stream [batch, pos, d_model="
+                    f"{self.cfg.d_model}], got {shape}; pass the residual stream before block "
+                    f"{start_at_layer} (e.g. a cache's blocks.{start_at_layer}.hook_resid_pre)"
+                )
             batch, n_pos = residual.shape[:2]
         self._check_bidirectional_run(attention_mask, past_kv_cache)
         past_mask = None if past_kv_cache is None else past_kv_cache.previous_attention_mask
