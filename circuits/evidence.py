@@ -320,11 +320,14 @@ def held_out_note(
     discovery: float, heldout: float, heldout_ci: tuple[float, float], unit: str = "families", sign: int = 1
 ) -> str:
     """How an effect measured on discovery `unit` (families, or prompts) fares on held-out ones, in words;
-    sign -1: an effect against the behaviour, judged by its size the other way (its figures as measured)."""
+    sign -1: an effect against the behaviour, judged by its size the other way (its figures as measured).
+    An effect the discovery figure does not show (0 or the other way) is not said to hold."""
     low, high = heldout_ci
     if min(sign * low, sign * high) <= 0:
         return f"does not hold on held-out {unit} ({heldout:+.3g}, CI [{low:+.3g}, {high:+.3g}])"
-    if sign * discovery > 0 and sign * heldout < 0.67 * sign * discovery:
+    if sign * discovery <= 0:
+        return f"seen on held-out {unit} only: {heldout:+.3g} against {discovery:+.3g} on discovery"
+    if sign * heldout < 0.67 * sign * discovery:
         return f"shrinks on held-out {unit}: {heldout:+.3g} against {discovery:+.3g} on discovery"
     return f"holds on held-out {unit} ({heldout:+.3g} against {discovery:+.3g} on discovery)"
 

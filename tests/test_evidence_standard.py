@@ -14,6 +14,7 @@ from circuits.evidence import (
     HeadClass,
     Strata,
     held_out_faithfulness,
+    held_out_note,
     judge_class,
     random_same_layer_sets,
 )
@@ -223,3 +224,16 @@ def test_a_class_is_order_dependent_only_where_the_orders_differ():
     differs = judge_class(found, torch.stack([against, torch.zeros(32, dtype=torch.float64)]), strata=ruled)
     assert differs.heldout.beyond_ci[0] > 0 and differs.differ_p["order"] < 0.01
     assert differs.verdict == "order-dependent" and "the order strata differ (p = " in differs.note
+
+
+def test_an_effect_the_discovery_figure_does_not_show_is_not_said_to_hold():
+    """The note beside a class compares its held-out effect with its discovery one: an effect beyond
+    random on held-out families that discovery did not show (0 or the other way) is "seen on held-out
+    families only", not "holds"; one that shrinks by a third or more "shrinks"; the class's own
+    direction counts (sign -1: an effect against the behaviour)."""
+    assert held_out_note(-0.003, 0.326, (0.135, 0.556)).startswith("seen on held-out families only: +0.326")
+    assert held_out_note(0.01, -0.3, (-0.5, -0.1), sign=-1).startswith("seen on held-out families only")
+    assert held_out_note(0.5, 0.45, (0.2, 0.7)).startswith("holds on held-out families (+0.45 against +0.5")
+    assert held_out_note(0.5, 0.3, (0.1, 0.5)).startswith("shrinks on held-out families: +0.3 against +0.5")
+    assert held_out_note(-0.4, -0.5, (-0.7, -0.3), sign=-1).startswith("holds")
+    assert held_out_note(0.5, 0.2, (-0.1, 0.5)).startswith("does not hold on held-out families")

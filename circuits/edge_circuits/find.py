@@ -112,10 +112,9 @@ class EdgeCircuitResult:
             float(self.discovery_faithfulness.faithfulness[0]),
             float(self.faithfulness.faithfulness[0]),
         )
-        band, there = faithfulness_band(held), faithfulness_band(found)
+        band, there = (faithfulness_band(ratio).replace("within", "faithful") for ratio in (held, found))
         if band == there:
-            return f"holds on held-out {unit} ({held:.3g} against {found:.3g} on discovery)"
-        band, there = (name.replace("within", "faithful") for name in (band, there))
+            return f"{band} on held-out {unit} as on discovery ({held:.3g} against {found:.3g})"
         held_ci = f"{held:.3g} [{low:.3g}, {high:.3g}]"
         return f"{band} on held-out {unit}: {held_ci} against {found:.3g} ({there}) on discovery"
 
