@@ -116,6 +116,17 @@ def test_device_map_errors(tmp_path):
     torch.testing.assert_close(model(tokens), interp.load_model("toy-induction", device="cpu")(tokens))
 
 
+@pytest.mark.parametrize("max_memory", [None, {"cpu": "1KiB"}])
+def test_auto_device_map_of_a_model_that_fits_on_one_device(tmp_path, max_memory):
+    """device_map="auto" where every block fits on one device (the CPU, or the disk past a tiny
+    budget): accelerate names the whole list of blocks, every block goes there."""
+    model = interp.load_model(
+        "toy-induction", device_map="auto", max_memory=max_memory, offload_folder=tmp_path
+    )
+    tokens = torch.randint(64, (2, 20))
+    torch.testing.assert_close(model(tokens), interp.load_model("toy-induction", device="cpu")(tokens))
+
+
 def test_reports_on_offloaded_models(tmp_path):
     """`interp heads` and `interp ioi` read weights (copying, composition, norms) of offloaded blocks."""
     device_map = {"blocks.0": "disk", "blocks.1": "cpu"}

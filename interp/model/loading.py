@@ -149,6 +149,8 @@ def _auto_device_map(model: HookedTransformer, max_memory: dict | None) -> dict[
     budgets[main] = max(0, budgets[main] - outer)
     budgets.setdefault("disk", 2**62)
     blocks = infer_auto_device_map(model.blocks, max_memory=budgets, no_split_module_classes=["Block"])
+    if set(blocks) == {""}:  # every block fits on one device: accelerate names the whole list
+        return {f"blocks.{layer}": blocks[""] for layer in range(len(model.blocks))}
     return {f"blocks.{key}": value for key, value in blocks.items()}
 
 
