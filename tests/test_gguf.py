@@ -162,6 +162,25 @@ def test_a_cache_entry_another_process_lands_first_is_kept(tmp_path, cache, monk
     assert (entry / "config.json").is_file()
 
 
+@pytest.mark.parametrize("damage", ["no tokenizer", "config a list"])
+def test_a_cache_entry_damaged_but_readable_is_converted_again(tmp_path, cache, damage):
+    """An entry that lost its tokenizer/ (every conversion writes the GGUF's) or whose config.json holds
+    JSON of another shape is damaged: converted again, not loaded without a tokenizer or a traceback."""
+    path = tmp_path / "gemma3-tiny.gguf"
+    write_gemma3_gguf(path, gemma3_model())
+    reference = interp.load_model(path)
+    [entry] = [p for p in cache.iterdir() if p.is_dir()]
+    if damage == "no tokenizer":
+        shutil.rmtree(entry / "tokenizer")
+    else:
+        (entry / "config.json").write_text("[]")
+    again = interp.load_model(path)
+    assert again.tokenizer is not None and (entry / "tokenizer").is_dir()
+    tokens = torch.randint(4, 64, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(again(tokens), reference(tokens), atol=0, rtol=0)
+
+
 def test_a_gemma3_gguf_lacking_a_tensor_of_one_block_is_refused_before_transformers_reads_it(tmp_path, cache):
     path = tmp_path / "broken.gguf"
     write_gemma3_gguf(path, gemma3_model(), {"blk.3.post_ffw_norm.weight", "output_norm.weight"})

@@ -49,9 +49,10 @@ def is_checkpoint(path: Path) -> bool:
     if not config.is_file():
         return False
     try:
-        return json.loads(config.read_text()).get("format") == CHECKPOINT_FORMAT
-    except json.JSONDecodeError:
+        meta = json.loads(config.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return False
+    return isinstance(meta, dict) and meta.get("format") == CHECKPOINT_FORMAT
 
 
 def save_checkpoint(model: nn.Module, directory: str | Path, extra: dict | None = None) -> Path:

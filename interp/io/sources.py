@@ -545,6 +545,8 @@ def read_gguf(path: str | Path) -> LoadedWeights:
     if is_checkpoint(cached):
         try:
             loaded = read_checkpoint(cached)
+            if loaded.tokenizer is None:  # every conversion writes the GGUF's tokenizer: a damaged entry
+                raise ValueError(f"{cached} lacks its tokenizer/")
             loaded.cfg.source = path.name
             llama_cpp_pre_tokenizer(loaded.tokenizer, path)
             return loaded
