@@ -15,6 +15,7 @@ import gguf
 import pytest
 import torch
 import transformers
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 from transformers.modeling_gguf_pytorch_utils import TensorProcessor, get_gguf_hf_weights_map
 
 import interp
@@ -231,3 +232,96 @@ def test_a_gguf_interp_cannot_read_is_refused_from_the_start_of_its_header(tmp_p
         interp.load_model(path)
     with pytest.raises(ValueError, match=r"interp reads GGUF files of .*gemma3.*llama"):
         interp.load_model(path)
+
+
+def _permuted(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """A query or key projection with each head's rotary halves interleaved, as llama.cpp stores Llama's."""
+    halves = weight.reshape(n_heads, 2, weight.shape[0] // n_heads // 2, *weight.shape[1:])
+    return halves.swapaxes(1, 2).reshape(weight.shape)
+
+
+def write_llama_gguf(path, model: transformers.LlamaForCausalLM, scores: bool = True) -> None:
+    """`model` as a float32 llama GGUF as llama.cpp's converter writes it: queries and keys permuted, a
+    byte-level vocabulary (with its scores, unless not `scores`), Llama 3's RoPE scaling as per-frequency
+    factors (`rope_freqs.weight`) and linear scaling as `llama.rope.scaling.*`."""
+    config, state, rope = model.config, model.state_dict(), model.config.rope_parameters
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(rope["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    if rope["rope_type"] == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(rope["factor"])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list([*bytes_to_unicode().values(), "<s>", "</s>"])
+    writer.add_token_types([1] * 256 + [3, 3])
+    if scores:  # transformers' reader wants merges or scores
+        writer.add_token_scores([0.0] * config.vocab_size)
+    writer.add_bos_token_id(256)
+    writer.add_eos_token_id(257)
+    writer.add_tensor("token_embd.weight", state["model.embed_tokens.weight"].numpy())
+    writer.add_tensor("output_norm.weight", state["model.norm.weight"].numpy())
+    writer.add_tensor("output.weight", state["lm_head.weight"].numpy())
+    if rope["rope_type"] == "llama3":  # each frequency's divisor, as convert_hf_to_gguf.py computes it
+        plain = 1 / rope["rope_theta"] ** (torch.arange(0, config.head_dim, 2) / config.head_dim)
+        scaled = model.model.rotary_emb.inv_freq
+        writer.add_tensor("rope_freqs.weight", (plain / scaled).float().numpy())
+    parts = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+             "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
+             "ffn_norm": "post_attention_layernorm"}  # fmt: skip
+    heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
+    for layer in range(config.num_hidden_layers):
+        for name, hf_name in parts.items():
+            weight = state[f"model.layers.{layer}.{hf_name}.weight"]
+            weight = _permuted(weight, heads[name]) if name in heads else weight
+            writer.add_tensor(f"blk.{layer}.{name}.weight", weight.contiguous().numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def llama_model(rope: dict) -> transformers.LlamaForCausalLM:
+    config = transformers.LlamaConfig(
+        vocab_size=258, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128, tie_word_embeddings=False,
+        rope_parameters=rope, bos_token_id=256, eos_token_id=257,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # larger queries and keys: a wrong rotation shows in the logits
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8)
+            layer.self_attn.k_proj.weight.mul_(8)
+    return model
+
+
+def test_a_llama_gguf_with_llama3_rope_factors_computes_its_scaled_rope(tmp_path, cache):
+    """llama.cpp writes Llama 3's RoPE scaling as per-frequency factors (rope_freqs.weight), which
+    transformers' GGUF reader leaves out: interp divides the frequencies by them and equals the source
+    model; a GGUF stating linear scaling in its header (which the reader leaves out too) is refused."""
+    rope = dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                high_freq_factor=4.0, original_max_position_embeddings=16)  # fmt: skip
+    source = llama_model(rope)
+    write_llama_gguf(tmp_path / "llama3.gguf", source)
+    model = interp.load_model(tmp_path / "llama3.gguf")
+    tokens = torch.randint(0, 256, (2, 60), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), source(tokens).logits, atol=1e-4, rtol=0)
+    write_llama_gguf(
+        tmp_path / "linear.gguf", llama_model(dict(rope_type="linear", rope_theta=1e4, factor=4.0))
+    )
+    with pytest.raises(ValueError, match=r"states RoPE scaling 'linear' \(llama.rope.scaling.type\)"):
+        interp.load_model(tmp_path / "linear.gguf")
+    write_llama_gguf(tmp_path / "no-scores.gguf", source, scores=False)
+    with pytest.raises(ValueError, match="cannot build the tokenizer of .* lacks the field 'scores'"):
+        interp.load_model(tmp_path / "no-scores.gguf")

@@ -27,7 +27,7 @@ from torch import nn
 
 from interp.catalog import GEMMA_PACKAGE, OFFLINE_MODEL_NAMES
 from interp.checks import check_loaded_weights, check_regular_file
-from interp.config import Config
+from interp.config import Config, rotary_inv_freq
 from interp.io.architectures import ARCHITECTURES, convert_hf_model
 from interp.io.checkpoint import (
     LoadedWeights,
@@ -473,6 +473,41 @@ def gguf_header(path: Path, architecture: str) -> tuple[int | None, set[str]]:
     return n_blocks, names
 
 
+def check_gguf_rope_scaling(path: Path, architecture: str) -> None:
+    """Refuse a GGUF whose header states RoPE scaling (`<arch>.rope.scaling.type`: linear, yarn ...):
+    transformers' GGUF reader leaves it out, so the model would run plain RoPE."""
+    scaling = gguf_string(path, f"{architecture}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise ValueError(
+            f"{path.name} states RoPE scaling {scaling!r} ({architecture}.rope.scaling.type), which "
+            "transformers' GGUF reader leaves out: its model would compute plain RoPE. Load the model's "
+            "transformers checkpoint (a hub id or a directory) instead."
+        )
+
+
+def gguf_rope_factors(path: Path, hf_config: Any, cfg: Config) -> list[float] | None:
+    """The rotary inverse frequencies of a GGUF holding llama.cpp's per-frequency RoPE factors
+    (`rope_freqs.weight`, how llama.cpp writes Llama 3's scaling: each frequency divided by its factor),
+    which transformers' GGUF reader leaves out; None where the file has none, or where transformers
+    read a scaling itself (its config's rope_type is not "default")."""
+    from gguf import GGUFReader
+
+    rope = getattr(hf_config, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") != "default":
+        return None
+    factors = next((t for t in GGUFReader(path).tensors if t.name == "rope_freqs.weight"), None)
+    if factors is None:
+        return None
+    factors = torch.as_tensor(factors.data.copy(), dtype=torch.float32).reshape(-1)
+    plain = rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base)
+    if factors.shape != plain.shape:
+        raise ValueError(
+            f"{path.name}'s rope_freqs.weight holds {factors.numel()} factors for {plain.numel()} rotary "
+            "frequencies; convert the model again"
+        )
+    return (plain / factors).tolist()
+
+
 def check_gguf_tensors(path: Path, architecture: str, names: set[str], n_blocks: int | None) -> None:
     """A GGUF holds its architecture's tensors (`GGUF_TENSORS`; `GGUF_OUTSIDE_TENSORS` for another
     architecture) and, in each of its `block_count` blocks, every tensor that any block holds:
@@ -555,6 +590,7 @@ def read_gguf(path: str | Path) -> LoadedWeights:
     shutil.rmtree(cached, ignore_errors=True)  # a damaged cache entry, if any: rebuild it
     n_blocks, names = gguf_header(path, architecture)
     check_gguf_tensors(path, architecture, names, n_blocks)
+    check_gguf_rope_scaling(path, architecture)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.warning("Dequantising %s (once; cached in %s) ...", path.name, cached)
@@ -565,9 +601,22 @@ def read_gguf(path: str | Path) -> LoadedWeights:
         dtype=torch.float32,
         trust_remote_code=False,
     )
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(path.parent), gguf_file=path.name, trust_remote_code=False
+        )
+    except KeyError as error:  # a header field transformers' tokenizer reader needs
+        raise ValueError(
+            f"transformers cannot build the tokenizer of {path}: its header lacks the field {error} "
+            "(a byte-level BPE needs tokenizer.ggml.merges, a sentencepiece one tokenizer.ggml.scores); "
+            "convert the model again with its tokenizer (llama.cpp's convert_hf_to_gguf.py)"
+        ) from error
     llama_cpp_pre_tokenizer(tokenizer, path)
     loaded = read_hf_model(hf_model, tokenizer)
+    if "rope_freqs.weight" in names:
+        loaded.cfg.rotary_inv_freq = (
+            gguf_rope_factors(path, hf_model.config, loaded.cfg) or loaded.cfg.rotary_inv_freq
+        )
     loaded.cfg.model_name = path.stem
     loaded.cfg.source = path.name
     write_checkpoint(loaded, cached, keep_existing=True)  # a process reading another's copy keeps it
