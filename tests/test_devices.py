@@ -31,10 +31,23 @@ def test_default_device_reads_interp_device(monkeypatch):
     monkeypatch.setenv("INTERP_DEVICE", "not-a-device")
     with pytest.raises(ValueError, match="INTERP_DEVICE"):
         interp.default_device()
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("INTERP_DEVICE", "cuda")
-        with pytest.raises(ValueError, match="no CUDA device"):
-            interp.default_device()
+    monkeypatch.setenv("INTERP_DEVICE", "cuda:99")
+    with pytest.raises(ValueError, match=r"INTERP_DEVICE='cuda:99' but torch sees \d+ CUDA device"):
+        interp.default_device()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"device": "cuda:99"}, r"device='cuda:99' but torch sees \d+ CUDA device\(s\) here"),
+        ({"device": "meta"}, "a model on the meta device holds no weights"),
+        ({"device": "gpu"}, "device='gpu' is not a torch device"),
+        ({"device_map": {"blocks.0": "cpu", "blocks.1": 99}}, "a device of device_map=99 but torch sees"),
+    ],
+)
+def test_a_device_this_machine_lacks_is_refused_by_name(options, message):
+    with pytest.raises(ValueError, match=message):
+        interp.load_model("toy-induction", **options)
 
 
 def test_models_load_on_the_default_device(smollm2):

@@ -14,14 +14,24 @@ from torch import Tensor, nn
 
 def default_device() -> torch.device:
     """Where models load when no device is given: `$INTERP_DEVICE` ("cuda", "cuda:1", ...), else CPU."""
-    name = os.environ.get("INTERP_DEVICE", "cpu")
+    return check_device(os.environ.get("INTERP_DEVICE", "cpu"), "INTERP_DEVICE")
+
+
+def check_device(device: str | int | torch.device, what: str = "device") -> torch.device:
+    """`device` as a torch device a model can run on here, else a ValueError naming `what` (the option or
+    variable it came from): not a device name, a GPU torch does not see, or the meta device (no weights)."""
     try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise ValueError(f"INTERP_DEVICE={name!r} is not a torch device (e.g. cpu, cuda, cuda:1).") from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"INTERP_DEVICE={name!r} but torch sees no CUDA device; unset it or use cpu.")
-    return device
+        found = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{what}={device!r} is not a torch device (e.g. cpu, cuda, cuda:1).") from error
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found.type == "cuda" and (found.index or 0) >= n_gpus:
+        raise ValueError(f"{what}={device!r} but torch sees {n_gpus} CUDA device(s) here; use cpu.")
+    if found.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{what}={device!r} but torch sees no MPS device here; use cpu.")
+    if found.type == "meta":
+        raise ValueError(f"{what}={device!r}: a model on the meta device holds no weights to run; use cpu.")
+    return found
 
 
 def transformer_lens_device() -> torch.device:

@@ -18,7 +18,7 @@ import interp.checks as checks
 from interp.catalog import DEFAULT_MODEL
 from interp.config import place
 from interp.io.checkpoint import read_checkpoint
-from interp.io.devices import default_device
+from interp.io.devices import check_device, default_device
 from interp.io.sources import read_gguf, read_hf_model, read_source
 from interp.model.transformer import HookedTransformer
 from interp.model.weights import process_weights
@@ -65,7 +65,7 @@ def load_model(
     if max_memory is not None or offload_folder is not None:
         raise ValueError("max_memory and offload_folder go with device_map='auto' (or a dict).")
     # eval mode, as transformers and TransformerLens; train() works
-    return model.to(device=default_device() if device is None else device, dtype=dtype).eval()
+    return model.to(device=default_device() if device is None else check_device(device), dtype=dtype).eval()
 
 
 # --- models over several devices -----------------------------------------------------------------
@@ -130,11 +130,9 @@ def dispatch(
 
 
 def _device_name(device: str | int | torch.device) -> str:
-    if isinstance(device, int):
-        return f"cuda:{device}"
     if str(device) in ("cpu", "disk"):
         return str(device)
-    return str(torch.device(device))
+    return str(check_device(device, "a device of device_map"))
 
 
 def _auto_device_map(model: HookedTransformer, max_memory: dict | None) -> dict[str, str]:
