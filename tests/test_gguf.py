@@ -182,6 +182,15 @@ def test_a_cache_entry_damaged_but_readable_is_converted_again(tmp_path, cache, 
         torch.testing.assert_close(again(tokens), reference(tokens), atol=0, rtol=0)
 
 
+def test_a_cache_directory_that_cannot_be_made_is_named_with_interp_cache(tmp_path, monkeypatch):
+    path = tmp_path / "gemma3-tiny.gguf"
+    write_gemma3_gguf(path, gemma3_model())
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "a-file" / "cache"))
+    with pytest.raises(ValueError, match=r"cache directory .*a-file/cache \(\$INTERP_CACHE, else"):
+        interp.load_model(path)
+
+
 def test_a_gemma3_gguf_lacking_a_tensor_of_one_block_is_refused_before_transformers_reads_it(tmp_path, cache):
     path = tmp_path / "broken.gguf"
     write_gemma3_gguf(path, gemma3_model(), {"blk.3.post_ffw_norm.weight", "output_norm.weight"})

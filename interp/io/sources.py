@@ -95,7 +95,16 @@ OFFLINE_MODELS = {name: _OFFLINE_LOCATIONS[name] for name in OFFLINE_MODEL_NAMES
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("INTERP_CACHE", Path.home() / ".cache" / "interp"))
+    """interp's cache directory ($INTERP_CACHE, else ~/.cache/interp), made where missing."""
+    path = Path(os.environ.get("INTERP_CACHE", Path.home() / ".cache" / "interp"))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(
+            f"interp's cache directory {path} ($INTERP_CACHE, else ~/.cache/interp) cannot be made "
+            f"({error}); set INTERP_CACHE to a directory you can write to"
+        ) from error
+    return path
 
 
 def read_source(source: Any, tokenizer: Any = None) -> LoadedWeights:
