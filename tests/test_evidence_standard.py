@@ -201,8 +201,29 @@ def test_strata_are_compared_within_the_families_they_cross():
     assert sum(p < DEPENDENCE_ALPHA for p in within) / 200 <= 0.05 + binomial_band(0.05, 200)
     with pytest.raises(ValueError, match="1 of 64 are not: leave those prompts out"):
         groups_differ_p(torch.where(torch.arange(64) == 5, torch.nan, values), orders)
-    nested = torch.arange(64) // 32  # groups that are unions of families: shuffled among all prompts
-    assert groups_differ_p(values, nested, families, n_perm=99) == groups_differ_p(values, nested, n_perm=99)
+    # groups that are each one family: do the families differ beyond their prompts' spread
+    assert groups_differ_p(values, families, families, n_perm=99) == groups_differ_p(
+        values, families, n_perm=99
+    )
+
+
+def test_strata_that_are_unions_of_families_are_compared_by_whole_families():
+    """Two strata of four families each (SD 1 between families, 0.3 within), no stratum effect: shuffled
+    among all prompts the test finds a difference in a third of 200 data sets; shuffling the families'
+    labels, at its rate; a stratum effect of 3 family SDs is still found in most."""
+    generator = torch.Generator().manual_seed(7)
+    families = torch.arange(8).repeat_interleave(6)
+    strata = (families >= 4).long()
+    free, whole, shifted = [], [], []
+    for i in range(200):
+        values = torch.randn(8, generator=generator)[families] + 0.3 * torch.randn(48, generator=generator)
+        free.append(groups_differ_p(values, strata, n_perm=400, seed=i))
+        whole.append(groups_differ_p(values, strata, families, n_perm=400, seed=i))
+        if i < 50:
+            shifted.append(groups_differ_p(values + 3 * strata, strata, families, n_perm=400, seed=i))
+    assert sum(p < DEPENDENCE_ALPHA for p in free) / 200 > 0.2
+    assert sum(p < DEPENDENCE_ALPHA for p in whole) / 200 <= 0.05 + binomial_band(0.05, 200)
+    assert sum(p < DEPENDENCE_ALPHA for p in shifted) / 50 >= 0.7
 
 
 def test_a_class_is_order_dependent_only_where_the_orders_differ():

@@ -271,10 +271,12 @@ def groups_differ_p(
     values: one value per prompt; groups: each prompt's group (any integer labels). blocks: each
     prompt's family, where families cross the groups (a family holds prompts of two or more groups):
     labels are then shuffled within each family only, so that a family's own effect is not read as a
-    difference between the groups; where no family holds two groups (the groups are families, or
-    unions of them) they are shuffled among all prompts. p = (1 + shufflings at least as spread) /
-    (1 + n_perm): small when the groups' means differ beyond what the assignment of prompts explains.
-    nan with fewer than two groups; refuses values that are not all finite (no mean to compare)."""
+    difference between the groups; where each group is a union of families, two or more in some, the
+    families' labels are shuffled among the families (whole families move: their prompts share their
+    effect); where each group is one family, among all prompts (do the families differ beyond their
+    prompts' spread). p = (1 + shufflings at least as spread) / (1 + n_perm): small when the groups'
+    means differ beyond what the assignment of prompts explains. nan with fewer than two groups; refuses
+    values that are not all finite (no mean to compare)."""
     if not torch.isfinite(values).all():
         raise ValueError(
             f"values must be finite to compare the groups' means; {int((~torch.isfinite(values)).sum())} of "
@@ -285,22 +287,27 @@ def groups_differ_p(
     if n_groups < 2:
         return float("nan")
     values = values.detach().cpu().double()
-    counts = torch.bincount(labels, minlength=n_groups).double()
 
     def spread(assigned: Int[Tensor, "perm batch"]) -> Float[Tensor, " perm"]:
-        sums = torch.zeros(len(assigned), n_groups, dtype=torch.float64)
+        sums, counts = (torch.zeros(len(assigned), n_groups, dtype=torch.float64) for _ in range(2))
         sums.scatter_add_(1, assigned, values.expand(len(assigned), -1))
+        counts.scatter_add_(1, assigned, torch.ones_like(values).expand(len(assigned), -1))
         return (sums**2 / counts).sum(1)  # sum_g n_g mean_g², which orders shufflings as the spread does
 
     block = torch.zeros_like(labels) if blocks is None else torch.unique(blocks.cpu(), return_inverse=True)[1]
-    pairs = torch.unique(torch.stack([block, labels]), dim=1)  # [2, distinct (family, group)]
-    if torch.bincount(pairs[0]).max() < 2:
-        block = torch.zeros_like(labels)  # no family holds two groups: shuffle among all prompts
+    pairs = torch.unique(torch.stack([block, labels]), dim=1)  # [2, distinct (family, group)], by family
     generator = torch.Generator().manual_seed(seed)
-    by_block = torch.argsort(block, stable=True)  # each block's prompts, blocks in order
-    shuffled = torch.argsort(block + torch.rand(n_perm, len(labels), generator=generator), dim=1)
-    assigned = torch.empty(n_perm, len(labels), dtype=torch.long)
-    assigned[:, by_block] = labels[shuffled]  # within each block, its labels in a random order
+    if blocks is not None and torch.bincount(pairs[0]).max() < 2 and pairs.shape[1] > n_groups:
+        # each group a union of whole families, some of several: shuffle the families' labels
+        shuffled = torch.argsort(torch.rand(n_perm, pairs.shape[1], generator=generator), dim=1)
+        assigned = pairs[1][shuffled][:, block]  # [perm, batch]: each prompt its family's new label
+    else:
+        if torch.bincount(pairs[0]).max() < 2:
+            block = torch.zeros_like(labels)  # each group one family, or none given: among all prompts
+        by_block = torch.argsort(block, stable=True)  # each block's prompts, blocks in order
+        shuffled = torch.argsort(block + torch.rand(n_perm, len(labels), generator=generator), dim=1)
+        assigned = torch.empty(n_perm, len(labels), dtype=torch.long)
+        assigned[:, by_block] = labels[shuffled]  # within each block, its labels in a random order
     observed = spread(labels[None])[0]
     at_least = (spread(assigned) >= observed * (1 - 1e-12)).sum().item()
     return (1 + at_least) / (1 + n_perm)
