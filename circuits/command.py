@@ -511,8 +511,8 @@ class Command:
                 save_result(result, self.save, self.name, keyed)
             self.kind[2](result, self.format, self.out, console, **render)
             for path in [*self.outputs.values(), self.out, self.save]:
-                if path is not None:
-                    console.print(f"Wrote {path}", style="dim")
+                if path is not None:  # on stderr: stdout may hold the report (--format json | jq)
+                    error_console.print(f"Wrote {path}", style="dim")
             return result
 
     def _check_heads_file(self, loaded: HookedTransformer) -> None:

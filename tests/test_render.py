@@ -61,6 +61,18 @@ def test_render_of_a_saved_result_is_the_report_the_command_wrote(kind, tmp_path
         assert out.stat().st_size > 100, format
 
 
+def test_a_json_report_on_stdout_is_json_alone(tmp_path):
+    """`--format json` with --save: stdout holds the JSON and nothing else (`| jq` reads it); the files
+    written are named on stderr."""
+    saved = tmp_path / "heads.json"
+    run = CliRunner().invoke(
+        app, ["heads", "--model", "toy-induction", "--format", "json", "--save", str(saved)]
+    )
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.stdout)["model"] == "toy-induction"
+    assert f"Wrote {saved}" in run.stderr
+
+
 def test_render_refuses_what_it_cannot_render(tmp_path):
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"model": "toy"}))
