@@ -402,6 +402,19 @@ def test_the_report_renders_the_same_content_in_every_format(result, tmp_path):
     assert out.read_text() == markdown
 
 
+def test_one_held_out_family_is_claimed_for_its_prompts_not_for_families(smollm2):
+    """Two families split one against one: the CIs resample the held-out family's prompts only, so the
+    report claims what holds on new prompts of that family, never on held-out families."""
+    task = pair_task(smollm2, agreement_rows(per_family=6, families=2), name="agreement")
+    finding = head_path(smollm2, task, SETTINGS)
+    [family] = finding.tested["families"]
+    report = finding_report(finding)
+    text = "\n".join([*report.headline, *(line for section in report.sections for line in section.lines)])
+    assert f"confirmed on held-out prompts of the one held-out family ({family})" in report.headline[0]
+    assert "CIs: 95% bootstrap over prompts" in text and "held-out families" not in text
+    assert all("held-out families" not in found.note for found in finding.classes)
+
+
 def test_interp_circuit_holds_out_the_families_named(tmp_path):
     path, saved = tmp_path / "agreement.csv", tmp_path / "circuit.json"
     rows = agreement_rows(per_family=3)

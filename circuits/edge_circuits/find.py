@@ -107,7 +107,7 @@ class EdgeCircuitResult:
         if self.discovery_faithfulness is None:
             return ""
         low, high = (float(bound[0]) for bound in self.faithfulness.ci())
-        unit = "families" if self.heldout_task is not None and self.heldout_task.families else "prompts"
+        unit = "families" if self.ci_resamples.startswith("families") else "prompts"
         found, held = (
             float(self.discovery_faithfulness.faithfulness[0]),
             float(self.faithfulness.faithfulness[0]),
@@ -157,7 +157,8 @@ class EdgeCircuitResult:
     @property
     def ci_resamples(self) -> str:
         """What the faithfulness CIs resample: "families, then prompts" or "prompts"."""
-        return "prompts" if self.faithfulness.families is None else "families, then prompts"
+        families = self.faithfulness.families
+        return "families, then prompts" if families is not None and len(set(families)) > 1 else "prompts"
 
     def faithfulness_strata(self) -> list[StratumFaithfulness]:
         """The faithfulness per stratum and family of the prompts it is measured on."""

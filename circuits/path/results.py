@@ -59,12 +59,20 @@ class PathFigures(Extras):
         )
         parts = [
             f"{len(confirmed)} of {len(finding.classes)} head classes confirmed on held-out "
-            + ("families" if self.by_family else "prompts")
+            + self._tested_unit(finding)
             + named,
             f"the {sum(len(c.heads) for c in finding.classes)} heads alone {kept} on {self.n_heldout} "
             "held-out prompts",
         ]
         return ["; ".join(parts) + ".", *self.notes]
+
+    def _tested_unit(self, finding: Finding) -> str:
+        """What the held-out CIs cover: new families, or new prompts (no family column, or one family
+        held out: its prompts are resampled, and nothing is said of other families)."""
+        tested = [name for names in finding.tested.values() for name in names]
+        if not self.by_family:
+            return "prompts"
+        return "families" if len(tested) > 1 else f"prompts of the one held-out family ({tested[0]})"
 
     def chose_lines(self, finding: Finding) -> list[str]:
         settings = finding.settings
@@ -78,8 +86,13 @@ class PathFigures(Extras):
             held,
             f"ablation: {settings.ablation} ({ABLATION_WORDS.get(settings.ablation, settings.ablation)})",
             f"effects: {EFFECT_SIGN}; 'beyond random' subtracts {settings.n_random} random same-layer "
-            "sets of as many heads outside every class, paired by prompt; CIs: 95% bootstrap over prompts "
-            "(beyond random: and over the random sets)",
+            "sets of as many heads outside every class, paired by prompt; CIs: 95% bootstrap over "
+            + (
+                "the held-out families, then their prompts"
+                if self._tested_unit(finding) == "families"
+                else "prompts"
+            )
+            + " (beyond random: and over the random sets)",
             f"every head ablated: drop {self.all_heads_drop:+.2f} on the held-out prompts",
         ]
 

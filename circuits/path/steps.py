@@ -199,7 +199,14 @@ def validate(
 
     tested = runs(heldout)
     why = no_behaviour(tested[0], settings.seed)
-    unit = "families" if heldout.has_families else "prompts"
+    families = set(heldout.families) if heldout.has_families else set()  # one: its prompts are the units
+    unit = (
+        "families"
+        if len(families) > 1
+        else f"prompts of the one held-out family ({next(iter(families))})"
+        if families
+        else "prompts"
+    )
     strata = Strata(heldout.stratum_masks(), DEPENDENT_KINDS, families=heldout.family_labels)
     verdicts = [
         judge_class(
