@@ -274,6 +274,12 @@ def test_pairs_whose_answers_are_the_same_are_refused(tmp_path, word_model):
         pair_task(word_model, write_csv(tmp_path / "one.csv", HEADER, one_token))
 
 
+def test_an_answer_of_several_tokens_is_refused_naming_its_pair_and_column(tmp_path, smollm2):
+    rows = [*PAIRS[:2], (*PAIRS[2][:3], " aren't")]
+    with pytest.raises(ValueError, match=r"pair 3's incorrect answer: .*aren't.* is 2 tokens"):
+        pair_task(smollm2, write_csv(tmp_path / "long.csv", HEADER, rows))
+
+
 # 6. One family
 
 

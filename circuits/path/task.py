@@ -314,7 +314,13 @@ def pair_task(
     has_families = any("family" in row for row in rows)  # `check_pairs`: then every pair has one
 
     def answers(key: str) -> Tensor:
-        return torch.tensor([model.to_single_token(row[key]) for row in rows])
+        ids = []
+        for i, row in enumerate(rows):
+            try:
+                ids.append(model.to_single_token(row[key]))
+            except ValueError as error:
+                raise ValueError(f"{name}: pair {i + 1}'s {key} answer: {error}") from error
+        return torch.tensor(ids)
 
     correct, incorrect = answers("correct"), None if metric == "prob" else answers("incorrect")
     if incorrect is not None and bool((correct == incorrect).any()):
