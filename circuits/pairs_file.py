@@ -206,6 +206,11 @@ def _check_positions(rows: list[dict[str, str]], name: str | Path) -> None:
     """Every pair has each `pos:NAME` column, a position (`text` or `text#k`) whose text occurs at least
     k times in its clean prompt."""
     columns = position_columns(rows)
+    unnamed = [column for column in columns if not column[len(POSITION_PREFIX) :].strip()]
+    if unnamed:
+        raise ValueError(
+            f"{name}: the column {unnamed[0]!r} names no position; write pos:NAME, e.g. pos:subject"
+        )
     for number, row in enumerate(rows, 1):
         missing = [column for column in columns if not row.get(column)]
         if missing:

@@ -305,6 +305,9 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         "column": write_csv(tmp_path / "column.csv", HEADER + ",correct", [(*p, p[3]) for p in PAIRS]),
         "answers": write_csv(tmp_path / "answers.csv", HEADER, [(*p[:3], p[2]) for p in PAIRS]),
         "position": write_csv(tmp_path / "position.csv", HEADER + ",pos:X", [(*p, "Bob") for p in PAIRS]),
+        "unnamed": write_csv(
+            tmp_path / "unnamed.csv", HEADER + ",pos:", [(*p, p[0].split()[0]) for p in PAIRS]
+        ),
     }
 
 
@@ -316,6 +319,7 @@ REFUSED = [
     ("column", "the header names the column 'correct' twice (columns 3 and 5)"),
     ("answers", "9 pairs have the same correct and incorrect answer (the first: pair 1"),
     ("position", "pair 1's pos:X is 'Bob', but 'Bob' does not occur 1 time(s) in the clean prompt"),
+    ("unnamed", "the column 'pos:' names no position; write pos:NAME"),
 ]
 
 
