@@ -736,18 +736,29 @@ def faithfulness_band(ratio: float) -> str:
     return "partial" if ratio >= PARTIAL else "not faithful"  # NaN: not faithful
 
 
+def _in_band(ratio: float) -> str:
+    """A ratio in two decimals, three where two would round it across a band's edge (0.7969: 0.797,
+    not 0.80 beside "partial")."""
+    shown = f"{ratio:.2f}"
+    return shown if faithfulness_band(float(shown)) == faithfulness_band(ratio) else f"{ratio:.3f}"
+
+
 def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumFaithfulness] = ()) -> str:
     """In words: whether the circuit reproduces the model (ratio within 1 ± 0.2 and most prompts within
     it), overshoots (ratio above 1.2: it leaves out components that work against the answer), falls
     short, or does so only on average; and the strata that fall elsewhere, their CI excluding 1."""
     band = f"1 ± {FAITHFUL_BAND:g}"
     if summary.overshoots:
-        verdict = f"overshoots: keeps {summary.ratio:.2f} of the model's effect (above {OVERSHOOT:g}), so "
+        verdict = (
+            f"overshoots: keeps {_in_band(summary.ratio)} of the model's effect (above {OVERSHOOT:g}), so "
+        )
         verdict += "components left out work against the answer"
     elif summary.ratio < PARTIAL:
-        verdict = f"not faithful: keeps {summary.ratio:.2f} of the model's effect (below {PARTIAL:g})"
+        verdict = f"not faithful: keeps {_in_band(summary.ratio)} of the model's effect (below {PARTIAL:g})"
     elif summary.ratio < 1 - FAITHFUL_BAND:
-        verdict = f"partial: keeps {summary.ratio:.2f} of the model's effect (below {1 - FAITHFUL_BAND:g})"
+        verdict = (
+            f"partial: keeps {_in_band(summary.ratio)} of the model's effect (below {1 - FAITHFUL_BAND:g})"
+        )
     elif summary.within <= 0.5:  # most prompts: more than half
         verdict = (
             f"faithful on average only: the ratio is within {band} but {1 - summary.within:.0%} of prompts "
@@ -756,7 +767,7 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     else:
         verdict = f"faithful: within {band}, and so are {summary.within:.0%} of prompts"
     off = [
-        f"{s.name} {s.summary.ratio:.2f} ({faithfulness_band(s.summary.ratio)})"
+        f"{s.name} {_in_band(s.summary.ratio)} ({faithfulness_band(s.summary.ratio)})"
         for s in strata
         if s.summary is not None
         and faithfulness_band(s.summary.ratio) != faithfulness_band(summary.ratio)

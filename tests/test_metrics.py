@@ -151,6 +151,8 @@ def test_faithfulness_summary_shows_what_a_ratio_of_means_hides():
     assert exact.error == 0 and exact.within == 1 and faithfulness_verdict(exact).startswith("faithful:")
     assert faithfulness_verdict(faithfulness_summary(1.3 * model, model, ablated)).startswith("overshoots")
     assert faithfulness_verdict(faithfulness_summary(0.6 * model, model, ablated)).startswith("partial")
+    edge = faithfulness_verdict(faithfulness_summary(0.7969 * model, model, ablated))
+    assert edge.startswith("partial: keeps 0.797"), edge  # not "0.80" beside "partial" (below 0.8)
     for short in (0.2, -0.14):  # below 0.5, as the edge circuit's verdict: not partial
         verdict = faithfulness_verdict(faithfulness_summary(short * model, model, ablated))
         assert verdict.startswith(f"not faithful: keeps {short:.2f}"), verdict
