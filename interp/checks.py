@@ -535,3 +535,16 @@ def check_heads_add_up(cfg: Config, needs: str, instead: str) -> None:
             f"{needs}, but {cfg.model_name} normalises each attention output as a whole (ln1_post) before it "
             f"reaches the residual stream, so per-head outputs do not add up to it. {instead}"
         )
+
+
+def check_residual(residual: Any, d_model: int, layer: int) -> Tensor:
+    """`residual`, a residual stream [batch, pos, d_model] to run from block `layer`, else a ValueError
+    saying what to pass."""
+    if not isinstance(residual, Tensor) or residual.ndim != 3 or residual.shape[-1] != d_model:
+        shape = tuple(residual.shape) if isinstance(residual, Tensor) else type(residual).__name__
+        raise ValueError(
+            f"start_at_layer={layer} runs from a residual stream [batch, pos, d_model={d_model}], got "
+            f"{shape}; pass the residual stream before block {layer} (e.g. a cache's "
+            f"blocks.{layer}.hook_resid_pre)"
+        )
+    return residual

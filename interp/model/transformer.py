@@ -84,6 +84,22 @@ Hook = tuple[str | Callable[[str], bool], Callable]
 ModelInput = str | Sequence[str] | Tensor
 
 
+def _at_positions(tensor: Tensor, name: str, positions: Slice, pos_slice: Any) -> Tensor:
+    """A cached activation [batch, pos, ...] (a pattern's queries: [batch, head, query, key]) at
+    `run_with_cache`'s `pos_slice`; an expert's hooks (its routed tokens, no positions) whole."""
+    if ".experts." in name:
+        return tensor
+    pos_dim = 2 if name.endswith(_QUERY_FIRST_HOOKS) else 1
+    try:
+        return positions.apply(tensor, dim=pos_dim)
+    except IndexError as error:
+        n_pos = tensor.shape[pos_dim]
+        raise ValueError(
+            f"pos_slice={pos_slice!r} selects positions outside the run's {n_pos} positions ({error}); "
+            f"pass positions in [-{n_pos}, {n_pos})"
+        ) from error
+
+
 def next_token_loss(
     logits: Float[Tensor, "batch pos d_vocab"],
     tokens: Int[Tensor, "batch pos"],
@@ -521,17 +537,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
 
         def kept(tensor: Tensor, name: str) -> Tensor:
             tensor = tensor.detach().to(device) if device else tensor.detach()
-            if positions is None or ".experts." in name:  # an expert's hooks: its routed tokens, no positions
-                return tensor
-            pos_dim = 2 if name.endswith(_QUERY_FIRST_HOOKS) else 1  # else [batch, pos, ...]
-            try:
-                return positions.apply(tensor, dim=pos_dim)
-            except IndexError as error:
-                raise ValueError(
-                    f"pos_slice={pos_slice!r} selects positions outside the run's {tensor.shape[pos_dim]} "
-                    f"positions ({error}); pass positions in [-{tensor.shape[pos_dim]}, "
-                    f"{tensor.shape[pos_dim]})"
-                ) from error
+            return tensor if positions is None else _at_positions(tensor, name, positions, pos_slice)
 
         @observer  # reads only: the run computes what it computes uncached (fused attention too)
         def save(tensor: Tensor, hook: HookPoint) -> None:
@@ -718,18 +724,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             exact_mask = recorded_padding(tokens) if exact_mask is None else exact_mask
             batch, n_pos = tokens.shape
         else:
-            residual = input
-            if (
-                not isinstance(residual, Tensor)
-                or residual.ndim != 3
-                or residual.shape[-1] != self.cfg.d_model
-            ):
-                shape = tuple(residual.shape) if isinstance(residual, Tensor) else type(residual).__name__
-                raise ValueError(
-                    f"start_at_layer={start_at_layer} runs from a residual stream [batch, pos, d_model="
-                    f"{self.cfg.d_model}], got {shape}; pass the residual stream before block "
-                    f"{start_at_layer} (e.g. a cache's blocks.{start_at_layer}.hook_resid_pre)"
-                )
+            residual = checks.check_residual(input, self.cfg.d_model, start_at_layer)
             batch, n_pos = residual.shape[:2]
         self._check_bidirectional_run(attention_mask, past_kv_cache)
         past_mask = None if past_kv_cache is None else past_kv_cache.previous_attention_mask
