@@ -417,6 +417,8 @@ class ClassVerdict:
             return "random sets of fewer heads than it: no baseline of its size"
         if self.heldout.n_prompts < MIN_STRATUM_PROMPTS:
             return f"{self.heldout.n_prompts} held-out prompts, {TOO_FEW_PROMPTS}"
+        if any(math.isnan(bound) for bound in self.heldout.beyond_ci):
+            return "its held-out effect has no CI (a value is not finite)"
         if ci_verdict(self.heldout.beyond_ci, self.sign) != "confirmed":
             return "no larger effect than random heads"
         for kind, judged in _judged_strata(self.strata, dict.fromkeys(s.kind for s in self.strata)).items():

@@ -204,6 +204,7 @@ def test_a_prompt_with_a_non_finite_value_leaves_its_row_without_a_ci():
     found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3)])
     judged = judge_class(found, effects)
     assert judged.verdict == "unconfirmed" and all(math.isnan(bound) for bound in judged.heldout.beyond_ci)
+    assert judged.unconfirmed_because == "its held-out effect has no CI (a value is not finite)"
 
 
 def test_a_class_judged_on_some_held_out_prompts_reports_those_prompts_per_prompt():
