@@ -44,18 +44,24 @@ def gemma3_model() -> transformers.Gemma3ForCausalLM:
     return model
 
 
-def write_gemma3_gguf(path, model: transformers.Gemma3ForCausalLM, leave_out: set[str] = frozenset()) -> None:
-    """`model` as a float32 GGUF of architecture gemma3 with a small llama-type vocabulary, as llama.cpp
-    writes it (norm weights stored as 1 + w, no output.weight for tied embeddings), without the tensors
-    named in `leave_out`."""
-    config = model.config
-    writer = gguf.GGUFWriter(str(path), "gemma3")
+def sized_writer(path, architecture: str, config: transformers.PretrainedConfig) -> gguf.GGUFWriter:
+    """A GGUF writer of `architecture` with the model's sizes: blocks, context, widths, heads."""
+    writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
+    return writer
+
+
+def write_gemma3_gguf(path, model: transformers.Gemma3ForCausalLM, leave_out: set[str] = frozenset()) -> None:
+    """`model` as a float32 GGUF of architecture gemma3 with a small llama-type vocabulary, as llama.cpp
+    writes it (norm weights stored as 1 + w, no output.weight for tied embeddings), without the tensors
+    named in `leave_out`."""
+    config = model.config
+    writer = sized_writer(path, "gemma3", config)
     writer.add_key_length(config.head_dim)
     writer.add_value_length(config.head_dim)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
@@ -254,13 +260,7 @@ def write_llama_gguf(path, model: transformers.LlamaForCausalLM, scores: bool = 
     byte-level vocabulary (with its scores, unless not `scores`), Llama 3's RoPE scaling as per-frequency
     factors (`rope_freqs.weight`) and linear scaling as `llama.rope.scaling.*`."""
     config, state, rope = model.config, model.state_dict(), model.config.rope_parameters
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
+    writer = sized_writer(path, "llama", config)
     writer.add_rope_dimension_count(config.head_dim)
     writer.add_rope_freq_base(rope["rope_theta"])
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
