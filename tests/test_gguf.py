@@ -197,6 +197,16 @@ def test_a_cache_directory_that_cannot_be_made_is_named_with_interp_cache(tmp_pa
         interp.load_model(path)
 
 
+def test_a_gguf_of_non_finite_weights_is_refused_naming_the_file(tmp_path, cache):
+    model = gemma3_model()
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight[0, 0] = torch.nan
+    path = tmp_path / "gemma3-nan.gguf"
+    write_gemma3_gguf(path, model)
+    with pytest.raises(ValueError, match=f"the weights of {path}"):
+        interp.load_model(path)
+
+
 def test_a_gemma3_gguf_lacking_a_tensor_of_one_block_is_refused_before_transformers_reads_it(tmp_path, cache):
     path = tmp_path / "broken.gguf"
     write_gemma3_gguf(path, gemma3_model(), {"blk.3.post_ffw_norm.weight", "output_norm.weight"})

@@ -621,6 +621,7 @@ def read_gguf(path: str | Path) -> LoadedWeights:
             "convert the model again with its tokenizer (llama.cpp's convert_hf_to_gguf.py)"
         ) from error
     llama_cpp_pre_tokenizer(tokenizer, path)
+    hf_model.config.name_or_path = str(path)  # what an error about its weights names (not the directory)
     loaded = read_hf_model(hf_model, tokenizer)
     if "rope_freqs.weight" in names:
         loaded.cfg.rotary_inv_freq = (
