@@ -512,7 +512,7 @@ class Command:
             self.kind[2](result, self.format, self.out, console, **render)
             for path in [*self.outputs.values(), self.out, self.save]:
                 if path is not None:  # on stderr: stdout may hold the report (--format json | jq)
-                    error_console.print(f"Wrote {path}", style="dim")
+                    error_console.print(f"Wrote {path}", style="dim", soft_wrap=True)  # a path copied whole
             return result
 
     def _check_heads_file(self, loaded: HookedTransformer) -> None:
