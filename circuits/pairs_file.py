@@ -102,7 +102,8 @@ def is_read(key: Any) -> bool:
 
 def pair_rows(rows: Sequence[Mapping[str, Any]], name: str | Path) -> list[dict[str, str]]:
     """Copies of `rows` whose read columns (`is_read`) are text: a missing value (None, JSON null, a
-    CSV row's missing cell) is "", a number of a label column (`LABELS`) its text; any other value that
+    CSV row's missing cell) is "", a label (`LABELS`) its text without surrounding spaces (a number its
+    text); any other value that
     is not a string is refused (ValueError), naming the pair and the column. Other columns are kept as
     they are."""
     return [
@@ -112,8 +113,8 @@ def pair_rows(rows: Sequence[Mapping[str, Any]], name: str | Path) -> list[dict[
 
 
 def _text(value: Any, key: str, number: int, name: str | Path) -> str:
-    if value is None or isinstance(value, str):
-        return value or ""
+    if value is None or isinstance(value, str):  # a label's surrounding spaces name no other family
+        return (value or "").strip() if key in LABELS else value or ""
     if key in LABELS and isinstance(value, numbers.Real) and not isinstance(value, bool):
         return str(value)
     kind = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}

@@ -213,6 +213,22 @@ def test_families_written_as_numbers_are_their_text(tmp_path, word_model):
         check_pairs(read_pairs(missing), missing)
 
 
+def test_a_family_written_with_surrounding_spaces_is_the_same_family(tmp_path, word_model):
+    """ "T1" and " T1 " are one family: two would let prompts of one template choose the heads and test
+    them; a family of spaces only is missing."""
+    rows = jsonl_rows(
+        family={i: ("T1" if i % 2 else " T1 ") if i < 4 else f"T{i}" for i in range(len(PAIRS))}
+    )
+    task = pair_task(word_model, write_jsonl(tmp_path / "spaces.jsonl", rows))
+    assert task.families[:4] == ("T1",) * 4
+    blank = write_jsonl(
+        tmp_path / "blank.jsonl",
+        jsonl_rows(family={i: f"T{i % 3}" if i else "  " for i in range(len(PAIRS))}),
+    )
+    with pytest.raises(ValueError, match=r"1 pairs lack a family \(the unit held out; the first: pair 1\)"):
+        check_pairs(read_pairs(blank), blank)
+
+
 def test_a_jsonl_line_may_hold_a_line_separator_in_a_string(tmp_path):
     """JSON strings may hold U+2028 and U+2029 unescaped; lines are split at newlines only."""
     rows = jsonl_rows(clean={0: "When Mary\u2028and John"})
