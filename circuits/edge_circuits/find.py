@@ -107,7 +107,8 @@ class EdgeCircuitResult:
         if self.discovery_faithfulness is None:
             return ""
         low, high = (float(bound[0]) for bound in self.faithfulness.ci())
-        unit = "families" if self.ci_resamples.startswith("families") else "prompts"
+        families = set(self.heldout_task.families or ()) if self.heldout_task is not None else set()
+        unit = "families" if len(families) > 1 else "prompts"  # one held-out family: its prompts
         found, held = (
             float(self.discovery_faithfulness.faithfulness[0]),
             float(self.faithfulness.faithfulness[0]),
