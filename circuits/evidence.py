@@ -316,6 +316,16 @@ def split_families(
     return FamilySplit(tuple(f for f in distinct if f not in held), tuple(f for f in distinct if f in held))
 
 
+def held_out_unit(families: Iterable[str] | None) -> str:
+    """What the held-out figures generalise to, in words, from the held-out prompts' families (None: no
+    family column): "families" where two or more are held out; with one, the bootstrap resamples its
+    prompts only, "prompts of the one held-out family (F)"; else "prompts"."""
+    distinct = sorted(set(families or ()))
+    if len(distinct) > 1:
+        return "families"
+    return f"prompts of the one held-out family ({distinct[0]})" if distinct else "prompts"
+
+
 def held_out_note(
     discovery: float, heldout: float, heldout_ci: tuple[float, float], unit: str = "families", sign: int = 1
 ) -> str:

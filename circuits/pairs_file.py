@@ -103,9 +103,8 @@ def is_read(key: Any) -> bool:
 def pair_rows(rows: Sequence[Mapping[str, Any]], name: str | Path) -> list[dict[str, str]]:
     """Copies of `rows` whose read columns (`is_read`) are text: a missing value (None, JSON null, a
     CSV row's missing cell) is "", a label (`LABELS`) its text without surrounding spaces (a number its
-    text); any other value that
-    is not a string is refused (ValueError), naming the pair and the column. Other columns are kept as
-    they are."""
+    text); any other value that is not a string is refused (ValueError), naming the pair and the
+    column. Other columns are kept as they are."""
     return [
         {key: _text(value, key, number, name) if is_read(key) else value for key, value in row.items()}
         for number, row in enumerate(rows, 1)

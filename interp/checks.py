@@ -537,6 +537,19 @@ def check_heads_add_up(cfg: Config, needs: str, instead: str) -> None:
         )
 
 
+def check_attention_mask(mask: Any, shape: tuple[int, int], device: Any = None) -> Tensor:
+    """An attention mask [batch, pos] (a [pos] one: one prompt) on `device`, refused unless it has the
+    input's `shape` (batch, pos)."""
+    mask = torch.as_tensor(mask, device=device)
+    mask = mask[None] if mask.ndim == 1 else mask
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(
+            f"attention_mask has shape {tuple(mask.shape)}; it must match the input's {shape[0]} prompts of "
+            f"{shape[1]} positions, {tuple(shape)}."
+        )
+    return mask
+
+
 def check_residual(residual: Any, d_model: int, layer: int) -> Tensor:
     """`residual`, a residual stream [batch, pos, d_model] to run from block `layer`, else a ValueError
     saying what to pass."""

@@ -25,6 +25,7 @@ from circuits.evidence import (
     StratumFaithfulness,
     faithfulness_band,
     faithfulness_by_stratum,
+    held_out_unit,
     split_families,
 )
 from circuits.finding import Finding
@@ -107,8 +108,7 @@ class EdgeCircuitResult:
         if self.discovery_faithfulness is None:
             return ""
         low, high = (float(bound[0]) for bound in self.faithfulness.ci())
-        families = set(self.heldout_task.families or ()) if self.heldout_task is not None else set()
-        unit = "families" if len(families) > 1 else "prompts"  # one held-out family: its prompts
+        unit = held_out_unit(None if self.heldout_task is None else self.heldout_task.families)
         found, held = (
             float(self.discovery_faithfulness.faithfulness[0]),
             float(self.faithfulness.faithfulness[0]),

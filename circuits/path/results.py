@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from circuits.evidence import EFFECT_SIGN, ClassVerdict
+from circuits.evidence import EFFECT_SIGN, ClassVerdict, held_out_unit
 from circuits.finding import ClassView, Extras, Finding
 from circuits.sections import Section, Table, ci_text
 
@@ -67,12 +67,9 @@ class PathFigures(Extras):
         return ["; ".join(parts) + ".", *self.notes]
 
     def _tested_unit(self, finding: Finding) -> str:
-        """What the held-out CIs cover: new families, or new prompts (no family column, or one family
-        held out: its prompts are resampled, and nothing is said of other families)."""
+        """What the held-out CIs cover (`held_out_unit`) of the families that tested."""
         tested = [name for names in finding.tested.values() for name in names]
-        if not self.by_family:
-            return "prompts"
-        return "families" if len(tested) > 1 else f"prompts of the one held-out family ({tested[0]})"
+        return held_out_unit(tested if self.by_family else None)
 
     def chose_lines(self, finding: Finding) -> list[str]:
         settings = finding.settings

@@ -31,6 +31,7 @@ from circuits.evidence import (
     head_class,
     head_labels,
     held_out_faithfulness,
+    held_out_unit,
     judge_class,
     mean_ci,
     unclaimed_heads,
@@ -199,14 +200,7 @@ def validate(
 
     tested = runs(heldout)
     why = no_behaviour(tested[0], settings.seed)
-    families = set(heldout.families) if heldout.has_families else set()  # one: its prompts are the units
-    unit = (
-        "families"
-        if len(families) > 1
-        else f"prompts of the one held-out family ({next(iter(families))})"
-        if families
-        else "prompts"
-    )
+    unit = held_out_unit(heldout.families if heldout.has_families else None)
     strata = Strata(heldout.stratum_masks(), DEPENDENT_KINDS, families=heldout.family_labels)
     verdicts = [
         judge_class(

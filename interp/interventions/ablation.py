@@ -276,17 +276,15 @@ class Replacement:
         if self.kind == "mean":
             means = self.means[name]
             return means if groups is None else means[self._group_index(groups.long().cpu()[rows])]
-        n_ref = self.acts[name].shape[0]
+        n_ref, n_inputs = self.acts[name].shape[0], int(rows.max()) + 1  # inputs 0 .. the last one here
         if self.kind == "counterfactual":
-            n_inputs = batch if prompts is None else int(rows.max()) + 1
             if n_ref != n_inputs if prompts is None else n_inputs > n_ref:
                 raise ValueError(
                     f"counterfactual ablation pairs reference prompt i with input prompt i: "
                     f"{n_ref} reference prompts for {n_inputs} inputs"
                 )
             return self.acts[name][rows]
-        n_inputs = len(groups) if groups is not None else batch if prompts is None else int(rows.max()) + 1
-        return self.acts[name][self._drawn(n_ref, n_inputs, groups)[rows]]
+        return self.acts[name][self._drawn(n_ref, n_inputs if groups is None else len(groups), groups)[rows]]
 
     def _drawn(self, n_ref: int, batch: int, groups: Int[Tensor, " batch"] | None) -> Int[Tensor, " batch"]:
         """Each input prompt's random reference prompt (of its group), drawn once for runs on `batch`

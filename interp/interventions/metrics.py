@@ -32,7 +32,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp.checks import check_denominator, check_metric_output
+from interp.checks import check_attention_mask, check_denominator, check_metric_output
 from interp.model.tokens import FIRST_POSITIONS, LAST_POSITIONS, recorded_padding
 from interp.model.transformer import next_token_loss as next_token_loss  # the model's own loss
 from interp.types import Metric as Metric
@@ -224,9 +224,7 @@ def loss(
                 "model.to_tokens_and_mask)"
             )
         return per_token.mean(-1)
-    mask = torch.as_tensor(attention_mask, device=per_token.device)
-    if mask.shape != tokens.shape:
-        raise ValueError(f"attention_mask {tuple(mask.shape)} must match the tokens' {tuple(tokens.shape)}")
+    mask = check_attention_mask(attention_mask, tokens.shape, per_token.device)
     counted = mask[:, :-1].bool() & mask[:, 1:].bool()
     return torch.where(counted, per_token, 0.0).sum(-1) / counted.sum(-1).clamp(min=1)
 

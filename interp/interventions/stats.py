@@ -236,15 +236,16 @@ def faithfulness_summary(
     ratio = float(faithfulness_ratio(circuit, model, ablated))
     low, high = faithfulness_ci(circuit[None], model, ablated, n_boot, seed=seed, families=families)
     miss = (circuit - model).abs()
-    defined = bool(torch.isfinite(circuit).all())  # else no figure of the circuit (NaN), as its CI
+    error = float(miss.mean() / (model.mean() - ablated.mean()).abs())
+    within = float((miss <= FAITHFUL_BAND * (model - ablated).abs()).double().mean())
+    if not bool(torch.isfinite(circuit).all()):  # no figure of the circuit, as its CI
+        ratio = error = within = math.nan
     return FaithfulnessSummary(
         n_prompts=len(model),
-        ratio=ratio if defined else math.nan,
+        ratio=ratio,
         ratio_ci=(float(low[0]), float(high[0])),
-        error=float(miss.mean() / (model.mean() - ablated.mean()).abs()) if defined else math.nan,
-        within=float((miss <= FAITHFUL_BAND * (model - ablated).abs()).double().mean())
-        if defined
-        else math.nan,
+        error=error,
+        within=within,
     )
 
 
@@ -297,12 +298,13 @@ def groups_differ_p(
     block = torch.zeros_like(labels) if blocks is None else torch.unique(blocks.cpu(), return_inverse=True)[1]
     pairs = torch.unique(torch.stack([block, labels]), dim=1)  # [2, distinct (family, group)], by family
     generator = torch.Generator().manual_seed(seed)
-    if blocks is not None and torch.bincount(pairs[0]).max() < 2 and pairs.shape[1] > n_groups:
+    crossed = bool(torch.bincount(pairs[0]).max() > 1)  # a family holds two groups or more
+    if blocks is not None and not crossed and pairs.shape[1] > n_groups:
         # each group a union of whole families, some of several: shuffle the families' labels
         shuffled = torch.argsort(torch.rand(n_perm, pairs.shape[1], generator=generator), dim=1)
         assigned = pairs[1][shuffled][:, block]  # [perm, batch]: each prompt its family's new label
     else:
-        if torch.bincount(pairs[0]).max() < 2:
+        if not crossed:
             block = torch.zeros_like(labels)  # each group one family, or none given: among all prompts
         by_block = torch.argsort(block, stable=True)  # each block's prompts, blocks in order
         shuffled = torch.argsort(block + torch.rand(n_perm, len(labels), generator=generator), dim=1)

@@ -117,11 +117,7 @@ def last_real_positions(
     run (one prompt fills the width, so its own trailing pad ids are tokens); else the last position."""
     n_pos = tokens.shape[-1]
     if attention_mask is not None:
-        mask = torch.as_tensor(attention_mask, device=tokens.device)
-        mask = (mask[None] if mask.ndim == 1 else mask).bool()
-        if mask.shape != tokens.shape:
-            shapes = f"{tuple(mask.shape)}; it must match the tokens' {tuple(tokens.shape)}"
-            raise ValueError(f"attention_mask has shape {shapes}")
+        mask = checks.check_attention_mask(attention_mask, tokens.shape, tokens.device).bool()
         where = torch.where(mask, torch.arange(n_pos, device=tokens.device), -1)
         return where.amax(-1).clamp(min=0)
     if pad is None:
@@ -248,13 +244,7 @@ def key_mask_and_positions(
     if attention_mask is None:
         current = torch.ones(batch, n_pos, dtype=torch.bool, device=device)
     else:
-        current = torch.as_tensor(attention_mask, device=device)
-        current = (current[None] if current.ndim == 1 else current).bool()
-        if tuple(current.shape) != (batch, n_pos):
-            raise ValueError(
-                f"attention_mask has shape {tuple(current.shape)}; it must match the input's {batch} prompts "
-                f"of {n_pos} positions, ({batch}, {n_pos})."
-            )
+        current = checks.check_attention_mask(attention_mask, (batch, n_pos), device).bool()
     full = current if past_mask is None else torch.cat([past_mask.to(device).bool(), current], dim=1)
     if bool(full.all()):
         return None, None

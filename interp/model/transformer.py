@@ -866,14 +866,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                     check_no_left_padding(tokens, pad_token_id(self.tokenizer), prepend, bos)
         if mask is None:
             return tokens, None
-        mask = torch.as_tensor(mask, device=self.device)
-        if mask.ndim == 1:
-            mask = mask[None]
-        if mask.shape != tokens.shape:
-            raise ValueError(
-                f"attention_mask has shape {tuple(mask.shape)}; it must match the tokens' "
-                f"{tuple(tokens.shape)}."
-            )
+        mask = checks.check_attention_mask(mask, tokens.shape, self.device)
         return tokens, (None if bool(mask.bool().all()) else mask.long())
 
     def attention_mask_of(
