@@ -103,8 +103,9 @@ def is_read(key: Any) -> bool:
 def pair_rows(rows: Sequence[Mapping[str, Any]], name: str | Path) -> list[dict[str, str]]:
     """Copies of `rows` whose read columns (`is_read`) are text: a missing value (None, JSON null, a
     CSV row's missing cell) is "", a label (`LABELS`) its text without surrounding spaces (a number its
-    text); any other value that is not a string is refused (ValueError), naming the pair and the
-    column. Other columns are kept as they are."""
+    text, a whole number's without a decimal point: 1 and 1.0 are one family); any other value that
+    is not a string is refused (ValueError), naming the pair and the column. Other columns are kept as
+    they are."""
     return [
         {key: _text(value, key, number, name) if is_read(key) else value for key, value in row.items()}
         for number, row in enumerate(rows, 1)
@@ -115,7 +116,7 @@ def _text(value: Any, key: str, number: int, name: str | Path) -> str:
     if value is None or isinstance(value, str):  # a label's surrounding spaces name no other family
         return (value or "").strip() if key in LABELS else value or ""
     if key in LABELS and isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return str(value)
+        return str(int(value)) if float(value).is_integer() else str(value)  # 1 and 1.0: one family
     kind = {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}
     what = kind.get(type(value), f"a {type(value).__name__}")
     fix = "one string" + (" (one token: mind the leading space)" if key in ("correct", "incorrect") else "")

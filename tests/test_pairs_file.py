@@ -204,6 +204,9 @@ def test_families_written_as_numbers_are_their_text(tmp_path, word_model):
     assert task.families == tuple(str(i % 4) for i in range(len(PAIRS)))
     assert task.strata == tuple(str(i % 2) for i in range(len(PAIRS)))
     assert set(task.family_split().discovery) | set(task.family_split().heldout) == {"0", "1", "2", "3"}
+    floats = {i: i % 4 if i < 4 else float(i % 4) for i in range(len(PAIRS))}  # 1.0: a family of its own
+    floats = write_jsonl(tmp_path / "floats.jsonl", jsonl_rows(family=floats))
+    assert [row["family"] for row in read_pairs(floats)] == [str(i % 4) for i in range(len(PAIRS))]
     missing = write_jsonl(tmp_path / "missing.jsonl", jsonl_rows(family={3: None}))
     with pytest.raises(ValueError, match=r"1 pairs lack a family \(the unit held out; the first: pair 4\)"):
         check_pairs(read_pairs(missing), missing)
