@@ -424,10 +424,14 @@ def test_a_learned_circuit_lists_its_edges_by_their_measured_effect_of_removal()
     effects = removal.effects()
     for k, edge in enumerate(measured, 1):
         assert effects[edge][0] == pytest.approx(float((runs.values[k] - runs.values[0]).mean()), abs=1e-4)
-    # the measured edges are those of largest estimate, and the largest measured one hurts the circuit
-    estimates = sorted(((abs(value), edge) for edge, (value, exact) in effects.items() if not exact))
-    smallest_measured = min(abs(float(removal.estimate[kept.index(edge)])) for edge in measured)
-    assert all(size <= smallest_measured for size, _ in estimates)
+    # the measured edges are those of largest estimate on the discovery prompts (the held-out prompts'
+    # own estimates chose them: their largest effects were measured where they were picked)
+    found = result.task
+    found = edges.removal_effects(model, *found.pair, circuit, 0, ablation=found.ablation("counterfactual"))
+    chosen = sorted(range(len(kept)), key=lambda i: -abs(float(found.estimate[i])))[:6]
+    assert sorted(measured) == sorted(kept[i] for i in chosen) and removal.ranked_elsewhere
+    by_heldout = sorted(range(len(kept)), key=lambda i: -abs(float(removal.estimate[i])))[:6]
+    assert sorted(chosen) != sorted(by_heldout)  # this case tells the two apart
     rows = result.circuit_edge_rows()
     assert rows[0].removal_measured and rows[0].removal_effect < 0
     flags = [row.removal_measured for row in rows]
@@ -440,6 +444,7 @@ def test_a_learned_circuit_lists_its_edges_by_their_measured_effect_of_removal()
     assert float(table.table.rows[0][2]) == pytest.approx(rows[0].removal_effect, abs=1e-3)
     note = " ".join(table.notes)
     assert "m(circuit without the edge) - m(circuit)" in note and task.metric_name in note
+    assert "largest estimated effect on the discovery prompts" in note
     data = result.json_data()
     assert [edge["removal_effect"] for edge in data["circuit"]["edges"]] == [r.removal_effect for r in rows]
     with pytest.raises(ValueError, match="measured_edges=-1"):

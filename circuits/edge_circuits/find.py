@@ -1,7 +1,8 @@
 """Edge circuits: scores, mask, size and selection frequencies on discovery prompts; faithfulness, its
 CI and curve on held-out ones (`split_task`). Scores estimate m(edge ablated) - m(clean) in the metric's
 units (negative: the edge helps); "prune" and "ensemble" scores only rank, and their edges are listed by
-m(circuit without the edge) - m(circuit) on the held-out prompts (`interp.edges.removal_effects`).
+m(circuit without the edge) - m(circuit) on the held-out prompts (`interp.edges.removal_effects`),
+measured for the edges of largest estimate on the discovery prompts.
 
 `--format json`: schema "interp-edge-circuit-3" (`EdgeCircuitResult.json_data`), in docs/guide/edges.md.
 """
@@ -367,8 +368,14 @@ def find_edge_circuit(
             scores_of, task.n_prompts, size, settings.bootstrap, settings.seed, progress
         )
         stage("stability")
-    if settings.method not in edges.METHODS:  # 7.
-        removal = edges.removal_effects(model, *heldout.pair, circuit, settings.measured_edges, **held)
+    if settings.method not in edges.METHODS:  # 7. the edges measured chosen by their discovery estimates
+        chosen = edges.removal_effects(
+            model, *task.pair, circuit, 0, ablation=task.ablation(settings.ablation),
+            batch_size=settings.batch_size,
+        ).estimate  # fmt: skip
+        removal = edges.removal_effects(
+            model, *heldout.pair, circuit, settings.measured_edges, rank_by=chosen, **held
+        )
         stage("effects")
     provenance = interp.provenance(model) + resumed_note(checkpoint, resumed, pruning)
     return EdgeCircuitResult(

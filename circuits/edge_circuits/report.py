@@ -35,8 +35,9 @@ def removal_note(result: EdgeCircuitResult) -> str:
         "measured for every edge (the circuit run without it)"
         if removal.n_measured >= n_edges
         else f"measured (the circuit run without the edge) for the {removal.n_measured} edges of largest "
-        "estimated effect, listed first; ≈: a first-order estimate for the others (the metric's gradient "
-        "with respect to the edge's mask at the circuit)"
+        f"estimated effect{' on the discovery prompts' if removal.ranked_elsewhere else ''}, listed first; "
+        "≈: a first-order estimate for the others (the metric's gradient with respect to the edge's mask "
+        "at the circuit)"
     )
     return (
         "effect of removal: m(circuit without the edge) - m(circuit) on the held-out prompts, in the "

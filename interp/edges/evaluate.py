@@ -279,12 +279,15 @@ class RemovalEffects:
 
     edges: (writer, reader) of the circuit's edges [n, 2], in graph order; estimate [n]: first order,
     -d m / d keep[edge] at the circuit; measured [n]: the circuit run without the edge, for the edges
-    of largest |estimate| (NaN for the others); circuit_metric: m(circuit), the mean over the prompts."""
+    of largest |estimate|, or of another ranking's (NaN for the others); circuit_metric: m(circuit),
+    the mean over the prompts; ranked_elsewhere: whether values from other prompts chose the measured
+    edges (`removal_effects`' rank_by), not these prompts' estimates."""
 
     edges: Int[Tensor, "n 2"]
     estimate: Float[Tensor, " n"]
     measured: Float[Tensor, " n"]
     circuit_metric: float
+    ranked_elsewhere: bool = False
 
     @property
     def n_measured(self) -> int:
@@ -310,14 +313,18 @@ def removal_effects(
     n_measured: int = 25,
     *,
     ablation: Ablation | AblationKind = "counterfactual",
+    rank_by: Float[Tensor, " n"] | None = None,
     batch_size: int = 16,
     progress: Progress | None = None,
 ) -> RemovalEffects:
     """Each edge of `circuit`'s effect of removal on these prompts (`RemovalEffects`): estimated for
     every edge by one forward and backward pass of the circuit per batch, then measured for the
-    `n_measured` edges of largest |estimate| (ties: graph order) by one run of the circuit without each.
-    ablation: what ablated edges carry (`ablated_outputs`). progress("Edge effects", batches and
-    runs done, batches and runs)."""
+    `n_measured` edges of largest |rank_by| (ties: graph order) by one run of the circuit without each.
+    rank_by: a value per edge of the circuit, in graph order, that chooses the measured edges, e.g. the
+    estimates on the prompts that chose the circuit (`.estimate` of a call on them), so that the edges
+    measured on held-out prompts are not chosen on them; None: this call's estimates. ablation: what
+    ablated edges carry (`ablated_outputs`). progress("Edge effects", batches and runs done, batches
+    and runs)."""
     ablation = edge_ablation(ablation)
     check_gradient_dtype(model.dtype, "removal_effects' estimate")
     clean, corrupted = edge_pair(model, clean, corrupted, ablation)
@@ -353,7 +360,14 @@ def removal_effects(
                 progress(REMOVAL_STAGE, done, n_runs)
     estimate = -gradient[kept] / n  # [n_edges], graph order (row-major, as graph.edges)
     measured = torch.full_like(estimate, torch.nan)
-    order = sorted(range(len(edges)), key=lambda i: -abs(float(estimate[i])))[:n_measured]
+    if rank_by is None:
+        rank_by = estimate
+    elif tuple(rank_by.shape) != (len(edges),):
+        raise ValueError(
+            f"rank_by must hold one value per edge of the circuit ({len(edges)}, in graph order: a "
+            f"RemovalEffects' estimate of the same circuit), got shape {tuple(rank_by.shape)}"
+        )
+    order = sorted(range(len(edges)), key=lambda i: -abs(float(rank_by[i])))[:n_measured]
     circuit_values = run_circuits(model, clean, kept[None].float(), ablated, metric, batch_size)[0]
     if progress:
         progress(REMOVAL_STAGE, len(batches) + 1, n_runs)
@@ -366,5 +380,5 @@ def removal_effects(
             progress(REMOVAL_STAGE, done, n_runs)
     return RemovalEffects(
         edges=torch.tensor(edges, dtype=torch.long).view(-1, 2), estimate=estimate, measured=measured,
-        circuit_metric=float(circuit_values.mean()),
+        circuit_metric=float(circuit_values.mean()), ranked_elsewhere=rank_by is not estimate,
     )  # fmt: skip
