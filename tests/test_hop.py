@@ -65,6 +65,24 @@ def test_every_hop_task_row_has_its_answer_after_exactly_k_lookups(hops):
                 assert targets[p] == row[last]
 
 
+@pytest.mark.parametrize(("hops", "d_vocab"), [(1, 9), (2, 9), (3, 9), (4, 6)])
+def test_hop_chance_is_a_uniform_guess_over_the_symbols_the_answer_can_be(hops, d_vocab):
+    """From three hops on, the tokens the fewer hops reach recur: chance was 1 / (d_vocab - 1 - hops),
+    0.200 for three hops (0.19 by the rows) and 1.0 for four hops over five symbols (0.51)."""
+    task = HopTask(hops, d_vocab=d_vocab, n_ctx=32)
+    tokens = task.sample(256, split_generator(1)).tokens
+    excluded = [
+        {row[p] for p in [task.query, *brute_force_hops(row, task.query, hops)[:-1]]}
+        for row in tokens.tolist()
+    ]
+    by_rows = sum(1 / (d_vocab - 1 - len(tokens)) for tokens in excluded) / len(excluded)
+    assert task.chance_of(tokens) == pytest.approx(by_rows, rel=1e-12)
+    if hops <= 2:
+        assert task.chance == pytest.approx(1 / (d_vocab - 1 - hops), rel=1e-12)
+    else:  # 4,096 rows of a fixed seed: within sampling error of another 256
+        assert task.chance < 1 / (d_vocab - 1 - hops) and task.chance == pytest.approx(by_rows, abs=0.02)
+
+
 def test_hop_task_is_seeded_and_its_splits_differ():
     task = make_task("hop", hops=2)
     first, again = task.sample(8, split_generator(3)), task.sample(8, split_generator(3))

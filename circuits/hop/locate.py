@@ -182,7 +182,7 @@ def hop_report(
         hops=task.hops,
         accuracy=correct.mean().item(),
         accuracy_ci=mean_ci(correct, seed),
-        chance=task.chance,
+        chance=task.chance_of(part.cpu()),
         attention=heldout.attention.mean(-1),
         discovery_change=alone.mean(-1).view(cfg.n_layers, cfg.n_heads),
         example_tokens=part[0].tolist(),

@@ -48,7 +48,7 @@ def train_and_score(depth: int, hops: int, seed: int, steps: int) -> dict:
     seconds = time.perf_counter() - began
     print(f"depth {depth} hops {hops} seed {seed}: accuracy {accuracy:.3f} ({seconds:.0f} s)", flush=True)
     return {"depth": depth, "hops": hops, "seed": seed, "steps": steps, "accuracy": accuracy,
-            "chance": 1 / (task.d_vocab - 1 - hops), "seconds": seconds}  # fmt: skip
+            "chance": task.chance_of(batch.tokens), "seconds": seconds}  # fmt: skip
 
 
 def cpu_name() -> str:
