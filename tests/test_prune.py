@@ -223,7 +223,7 @@ def test_a_checkpoint_of_another_start_ranking_or_other_code_is_refused(toy_indu
     monkeypatch.setattr(pruning, "source_key", lambda *packages: "0" * 16)
     for resume in (
         lambda: edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=path),
-        lambda: checkpoint_step(model, clean, corrupted, metric, short, path),
+        lambda: checkpoint_step(model, clean, corrupted, metric, short, path, start="eap-ig"),
     ):
         with pytest.raises(ValueError, match="another pruning run, with other interp code; give another"):
             resume()
@@ -232,6 +232,106 @@ def test_a_checkpoint_of_another_start_ranking_or_other_code_is_refused(toy_indu
     torch.save(state, path)
     with pytest.raises(ValueError, match="written by an older interp, whose key cannot tell models apart"):
         edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=path)
+
+
+def test_a_checkpoint_is_refused_by_a_run_that_would_learn_another_mask(tmp_path):
+    """Each of these resumed another run's checkpoint and went on from its mask: another patience, a
+    start ranking given where the checkpoint's run ranked the edges itself (and the reverse), a mean
+    ablation over another padding mask. `find_edge_circuit` kept no checkpoint unless it reported
+    progress (and said it resumed from the file it never wrote)."""
+    from circuits.edge_circuits.tasks import edge_task
+
+    model = interp.load_model("toy-ioi").eval()
+    task = edge_task(model, "ioi", 8)
+    clean, corrupted, metric = task.pair
+    short = edges.PruneSettings(steps=2, batch_size=4, patience=None)
+    path = tmp_path / "mask.pt"
+    edges.prune_edges(model, clean, corrupted, metric, short, checkpoint=path)
+    assert checkpoint_step(model, clean, corrupted, metric, short, path) == 2
+    start = edges.edge_attribution(model, clean, corrupted, metric, "eap-ig", steps=3)
+    for settings, given in [(replace(short, patience=3), None), (short, start)]:
+        with pytest.raises(ValueError, match="checkpoint of another pruning run"):
+            edges.prune_edges(model, clean, corrupted, metric, settings, start=given, checkpoint=path)
+    with pytest.raises(ValueError, match="checkpoint of another pruning run"):
+        checkpoint_step(model, clean, corrupted, metric, short, path, start="eap-ig")
+    given = tmp_path / "given.pt"
+    edges.prune_edges(model, clean, corrupted, metric, short, start=start, checkpoint=given)
+    with pytest.raises(ValueError, match="checkpoint of another pruning run"):
+        edges.prune_edges(model, clean, corrupted, metric, short, checkpoint=given)
+    mask = task.corrupted_mask
+    other = mask.clone()
+    other[:4] = 1
+    assert not torch.equal(mask, other)
+    mean = tmp_path / "mean.pt"
+    edges.prune_edges(
+        model, clean, corrupted, metric, short, start=start, ablation=interp.Ablation("mean", mask=mask),
+        checkpoint=mean,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="checkpoint of another pruning run"):
+        edges.prune_edges(
+            model, clean, corrupted, metric, short, start=start, ablation=interp.Ablation("mean", mask=other),
+            checkpoint=mean,
+        )  # fmt: skip
+    settings = EdgeCircuitSettings(method="prune", n_edges=10, curve_fractions=None, prune_steps=2)
+    circuit = tmp_path / "circuit.pt"
+    find_edge_circuit(model, edge_task(model, "ioi", 16), settings, checkpoint=str(circuit))
+    assert circuit.exists()  # without a progress callback too
+
+
+def test_the_kl_objective_of_a_plain_metric_reads_each_prompts_last_real_token():
+    """A metric that does not say where it reads (a plain function of the logits) on prompts padded on
+    the right: the mask's KL was taken at the last column, padding for the shorter prompts; it is taken
+    at each prompt's last real token, as the same metric made an AnswerMetric says it reads."""
+    from circuits.edge_circuits.tasks import edge_task
+    from interp.model.tokens import record_padding
+
+    model = interp.load_model("toy-ioi").eval()
+    task = edge_task(model, "ioi", 8)
+    clean, corrupted, metric = task.pair
+    end = metric.pos
+    real = (torch.arange(clean.shape[1])[None] <= end[:, None]).long()
+    assert (end < clean.shape[1] - 1).any()  # some prompts end before the last column
+    clean, corrupted = record_padding(clean.clone(), real), record_padding(corrupted.clone(), real)
+
+    def plain(logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        rows = torch.arange(len(logits)) if rows is None else rows
+        at = logits[torch.arange(len(logits)), end[rows]]
+        return (
+            at.gather(1, metric.correct[rows, None])[:, 0] - at.gather(1, metric.incorrect[rows, None])[:, 0]
+        )
+
+    start = edges.edge_attribution(model, clean, corrupted, metric, "eap-ig", steps=3)
+    settings = edges.PruneSettings(density=0.1, steps=6, batch_size=4, objective="kl", patience=None)
+    told = edges.prune_edges(model, clean, corrupted, metric, settings, start=start)
+    untold = edges.prune_edges(model, clean, corrupted, plain, settings, start=start)
+    torch.testing.assert_close(untold.scores, told.scores, atol=1e-5, rtol=0)
+
+
+def test_nan_edge_scores_are_refused_where_they_are_ranked(toy_induction):
+    """NaN sorts as the largest |score|: `top_circuit` kept it as the strongest edge, and
+    `normalised_ranks` (ensembles, the mask's start) gave it rank 1."""
+    model, task, _ = toy_induction
+    scores = edges.edge_attribution(
+        model, task.clean[:4], task.corrupted[:4], edges.subset_metric(task.metric, torch.arange(4)), "eap"
+    )
+    graph = scores.graph
+    w, r = graph.valid.nonzero()[3].tolist()
+    broken = replace(
+        scores,
+        scores=scores.scores.clone().index_put_(
+            (torch.tensor(w), torch.tensor(r)), torch.tensor(float("nan"))
+        ),
+    )
+    name = f"{graph.writers[w]} -> {graph.readers[r]}"
+    for rank in (
+        lambda: edges.top_circuit(broken, 1),
+        lambda: edges.normalised_ranks(broken),
+        lambda: edges.ensemble([scores, broken]),
+    ):
+        with pytest.raises(
+            ValueError, match=rf"the edge scores hold 1 non-finite values \(first: {name} = nan\)"
+        ):
+            rank()
 
 
 def test_circuit_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):

@@ -32,7 +32,6 @@ from circuits.evidence import (
 from circuits.finding import Finding
 from circuits.path.task import family_rows
 from interp import edges
-from interp.checks import check_finite_scores
 from interp.edges.evaluate import clean_metric
 from interp.edges.pruning import checkpoint_step
 from interp.model import HookedTransformer
@@ -343,10 +342,6 @@ def find_edge_circuit(
     resumed = mask_checkpoint_step(model, task, settings, pruning, checkpoint)
     scores, scores_of = method_scores(model, task, settings, pruning, checkpoint, progress)
     stage("scores")
-    graph = scores.graph
-    check_finite_scores(
-        scores.scores, "the edge scores", lambda i: f"{graph.writers[i[0]]} -> {graph.readers[i[1]]}"
-    )
     size = requested or smallest_faithful_size(  # 3.
         model, task, scores, settings.target, settings.ablation, settings.batch_size, progress
     )
@@ -403,7 +398,7 @@ def mask_checkpoint_step(
     prompts = task.subset(torch.arange(task.n_prompts))  # as `method_scores` trains the mask on them
     return checkpoint_step(
         model, *prompts.pair, pruning, checkpoint, ablation=prompts.ablation(settings.ablation),
-        start=ENSEMBLE_MEMBERS[0],  # prune's own start ranking and ensemble's first member alike
+        start=ENSEMBLE_MEMBERS[0] if settings.method == "ensemble" else None,  # its first member's ranks
     )  # fmt: skip
 
 
@@ -510,12 +505,12 @@ def method_scores(
     def pruned(
         rows: Tensor | None, report: Progress | None = None, start: edges.EdgeScores | None = None
     ) -> edges.EdgeScores:
-        """The learned mask's scores on the prompts `rows` (None: all), started from `start` (None:
-        EAP-IG on those prompts)."""
+        """The learned mask's scores on the prompts `rows` (None: all, the run `checkpoint` keeps),
+        started from `start` (None: EAP-IG on those prompts)."""
         prompts = task.subset(torch.arange(task.n_prompts) if rows is None else rows)
         return edges.prune_edges(
             model, *prompts.pair, pruning, ablation=prompts.ablation(ablation), start=start,
-            checkpoint=checkpoint if report is not None else None, progress=report,
+            checkpoint=checkpoint if rows is None else None, progress=report,
         )  # fmt: skip
 
     if settings.method == "prune":

@@ -22,6 +22,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from interp.checks import check_finite_scores
 from interp.config import Config
 from interp.model.transformer import HookedTransformer
 
@@ -196,12 +197,23 @@ def top_circuit(
     graph = scores.graph
     if not 0 <= n_edges <= graph.n_edges:
         raise ValueError(f"n_edges must lie in [0, {graph.n_edges}], got {n_edges}.")
+    check_finite_edge_scores(scores)
     rank = -scores.scores if signed else scores.scores.abs()
     flat = rank.masked_fill(~graph.valid, -torch.inf).flatten()
     keep = torch.zeros(flat.numel(), dtype=torch.bool)
     keep[flat.argsort(descending=True, stable=True)[:n_edges]] = True
     keep = keep.view_as(scores.scores) & graph.valid
     return prune(graph, keep) if connected else keep
+
+
+def check_finite_edge_scores(scores: EdgeScores) -> None:
+    """Refuse scores with NaN or inf on the graph's edges, naming the first (NaN sorts as the largest
+    |score|: it would be kept, or ranked, as the strongest edge)."""
+    graph = scores.graph
+    check_finite_scores(
+        scores.scores.masked_fill(~graph.valid, 0), "the edge scores",
+        lambda i: f"{graph.writers[i[0]]} -> {graph.readers[i[1]]}",
+    )  # fmt: skip
 
 
 def node_circuit(graph: EdgeGraph, keep: Bool[Tensor, "writer reader"]) -> list[str]:

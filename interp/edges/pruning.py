@@ -68,6 +68,7 @@ from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric, Progress
 
 STAGE = "Edge pruning"
+OWN_START = "eap-ig (prune_edges' own)"  # a checkpoint key's start where prune_edges ranked the edges itself
 OBJECTIVES = ("kl", "metric")
 CACHE_BYTES = 2**30
 PATIENCE = 10  # steps the mask must keep the same edges at its final size before it stops early
@@ -140,11 +141,12 @@ class _RunKey:
     ablation: str  # `_ablation_key`
     n_prompts: int
     n_edges: int
-    start: str  # the method of the start ranking
+    start: str  # the method of the start ranking (`OWN_START`: prune_edges' own)
     start_ranks: Tensor | None  # the start given's `normalised_ranks` per edge (None: none, not compared)
     code: str  # `source_key` of interp: a state another version trained is not resumed
     start_factor: float
     ramp: float
+    patience: int | None
 
 
 def mask_sizes(n_edges: int, pruning: PruneSettings) -> list[int]:
@@ -243,8 +245,8 @@ def prune_edges(
             graph.n_writers * clean.numel() * model.cfg.d_model * model.dtype.itemsize > CACHE_BYTES
         )
         shared = None if per_step else ablated_outputs(model, clean, corrupted, ablation)
-        targets = _full_model(model, clean, metric, objective, batch)
-
+        last_real = model.last_positions(clean).cpu()  # [n]: where a plain metric's KL is read
+        targets = _full_model(model, clean, metric, objective, batch, last_real)
         if state is None:  # NaN would rank as the largest score
             check_finite_scores(start.scores[valid], "the start scores")
         scores = normalised_ranks(start)[valid] if state is None else state["scores"]
@@ -262,7 +264,7 @@ def prune_edges(
             kept = _top(scores.detach(), sizes[step])
             through = kept + scores - scores.detach()  # 0/1 forward, the mask's gradient to the scores
             mask = torch.ones(graph.n_writers, graph.n_readers).masked_scatter(valid, through)
-            positions = _read_positions(metric, rows, clean.shape[1])
+            positions = _read_positions(metric, rows, clean.shape[1], last_real)
             width = _width(model, positions, clean.shape[1])
             if per_step:
                 ablated = writer_outputs(model, index_tokens(corrupted, (rows, slice(width))))
@@ -331,10 +333,12 @@ def _batch_rows(n: int, batch_size: int, step: int, seed: int) -> Tensor:
     return order[index * batch_size : (index + 1) * batch_size].sort().values
 
 
-def _read_positions(metric: Metric, rows: Tensor, n_pos: int) -> Tensor:
-    """The position each prompt's metric reads (its AnswerMetric's; otherwise the last)."""
+def _read_positions(metric: Metric, rows: Tensor, n_pos: int, last: Tensor) -> Tensor:
+    """The position each prompt's metric reads: its AnswerMetric's, otherwise the prompt's last real
+    token (`last` [n]: `model.last_positions` of the prompts; the last column is padding where they
+    are padded on the right)."""
     positions = logit_positions(metric, rows, n_pos)
-    return torch.full((len(rows),), n_pos - 1) if positions is None else positions
+    return last[rows] if positions is None else positions
 
 
 def _width(model: HookedTransformer, positions: Tensor, n_pos: int) -> int:
@@ -345,15 +349,17 @@ def _width(model: HookedTransformer, positions: Tensor, n_pos: int) -> int:
 
 @torch.no_grad()
 def _full_model(
-    model: HookedTransformer, clean: Tensor, metric: Metric, objective: str, batch_size: int
-) -> Tensor:
+    model: HookedTransformer, clean: Tensor, metric: Metric, objective: str, batch_size: int,
+    last_real: Tensor | None = None,
+) -> Tensor:  # fmt: skip
     """What the masked model is fitted to, per prompt: the log-probabilities where the metric reads
-    [n, d_vocab] ("kl"), or the metric [n] ("metric"); logits are made only where they are read (every
-    position for a metric that does not say where it reads)."""
+    [n, d_vocab] ("kl": a plain metric's at each prompt's last real token, `last_real` [n]), or the
+    metric [n] ("metric"); logits are made only where they are read (every position for a metric that
+    does not say where it reads)."""
     n, out = clean.shape[0], []
     for rows in chunks(n, batch_size):
         if objective == "kl":
-            positions = _read_positions(metric, rows, clean.shape[1]).to(model.device)
+            positions = _read_positions(metric, rows, clean.shape[1], last_real).to(model.device)
             logits = forward_logits(model, index_tokens(clean, rows), positions)
             out.append(logits[torch.arange(len(rows)), positions].float().log_softmax(-1).cpu())
         else:
@@ -400,9 +406,9 @@ def _save(path, key: _RunKey, step: int, scores: Tensor, last: Tensor, optimizer
 
 def _ablation_key(ablation: Ablation) -> str:
     """The ablation as a checkpoint's key records it: its kind and what else changes what ablated
-    edges carry (mean's padding mask, resample's seed)."""
+    edges carry (a hash of mean's padding mask, resample's seed)."""
     if ablation.kind == "mean" and ablation.mask is not None:
-        return "mean over real tokens (masked)"
+        return f"mean over real tokens (mask {_digest(ablation.mask)})"
     if ablation.kind == "resample":
         return f"resample, seed {ablation.seed}"
     return ablation.kind
@@ -422,8 +428,8 @@ def _run_key(
     """The key of the run `prune_edges` makes with these arguments: the weights' fingerprint, hashes of
     the edge graph and of the prompts, the start ranking's ranks, the metric's values on the clean and
     the corrupted prompts (one forward pass of each), the settings and interp's source code. start: the
-    start ranking given, its method alone (its ranks not known yet, and not compared), or None (EAP-IG
-    computed here)."""
+    start ranking given, its method alone (its ranks not known yet, and not compared), or None
+    (`OWN_START`: EAP-IG as `prune_edges` computes it, another start than any given one)."""
     n, n_pos = clean.shape
     batch = min(pruning.batch_size, n)
     positions = logit_positions(metric, torch.arange(n), n_pos)
@@ -436,10 +442,10 @@ def _run_key(
         metric=tuple(torch.cat(values).tolist()),
         density=pruning.density, steps=pruning.steps, lr=pruning.lr, batch_size=batch,
         objective=pruning.objective, seed=pruning.seed, ablation=_ablation_key(ablation), n_prompts=n,
-        n_edges=graph.n_edges, start="eap-ig" if start is None else getattr(start, "method", start),
+        n_edges=graph.n_edges, start=OWN_START if start is None else getattr(start, "method", start),
         start_ranks=normalised_ranks(start)[graph.valid] if isinstance(start, EdgeScores) else None,
         code=source_key(INTERP_SOURCE),
-        start_factor=pruning.start_factor, ramp=pruning.ramp,
+        start_factor=pruning.start_factor, ramp=pruning.ramp, patience=pruning.patience,
     )  # fmt: skip
 
 
@@ -563,13 +569,13 @@ def checkpoint_step(
     checkpoint: str | os.PathLike | None = None,
     *,
     ablation: Ablation | AblationKind = "counterfactual",
-    start: str = "eap-ig",
+    start: str | None = None,
 ) -> int | None:
     """The step `prune_edges` with these arguments resumes `checkpoint` from (None: no file, it trains
     from the start); a file that is not this run's checkpoint refused (ValueError naming what differs:
     model weights, edge graph, prompts, metric, settings), as `prune_edges` refuses it, so that a caller
-    can check before other long work. start: the start ranking's method (`prune_edges`' `start`; the
-    ranking itself is checked by `prune_edges`)."""
+    can check before other long work. start: the method of the start ranking `prune_edges` is given
+    (the ranking itself is checked by `prune_edges`), or None where it ranks the edges itself."""
     if checkpoint is None or not os.path.exists(checkpoint):  # (`_load` reads it, and refuses another's)
         return None
     ablation = edge_ablation(ablation)

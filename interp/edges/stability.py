@@ -22,7 +22,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.edges.attribution import Method, edge_attribution
-from interp.edges.graph import EdgeGraph, EdgeScores, top_circuit
+from interp.edges.graph import EdgeGraph, EdgeScores, check_finite_edge_scores, top_circuit
 from interp.interventions.ablation import Ablation
 from interp.interventions.metrics import AnswerMetric, takes_rows
 from interp.interventions.stats import resamples
@@ -135,6 +135,7 @@ def selection_frequency(
 def normalised_ranks(scores: EdgeScores) -> Float[Tensor, "writer reader"]:
     """Each edge's rank by |score| among the graph's edges, 0 (weakest) to 1 (strongest), edges of
     equal |score| sharing their mean rank; 0 off the graph."""
+    check_finite_edge_scores(scores)
     graph = scores.graph
     values = scores.scores[graph.valid].abs()
     order = values.argsort(stable=True)
