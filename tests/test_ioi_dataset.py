@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 from conftest import assert_ioi_invariants
@@ -168,7 +170,7 @@ def test_prompts_are_distinct_texts_when_templates_have_no_place_or_object(model
 
 def test_held_out_prompts_cover_every_template_in_both_orders_equally(model):
     from interp.tasks.ioi import ioi_dataset_for
-    from interp.tasks.ioi_templates import HELDOUT_TEMPLATES
+    from interp.tasks.ioi_templates import HELDOUT_TEMPLATES, ioi_prompt_template
 
     assert len(HELDOUT_TEMPLATES) >= 12
     n_strata = 2 * len(HELDOUT_TEMPLATES)
@@ -179,3 +181,13 @@ def test_held_out_prompts_cover_every_template_in_both_orders_equally(model):
     assert len(counts) == n_strata and set(counts.values()) == {3}
     assert len(set(clean.texts)) == len(clean)  # distinct
     assert_ioi_invariants(clean, model.tokenizer.pad_token_id)
+    # the held-out templates' indices follow the discovery ones (each split counted from 0, "T0" named
+    # two templates in the report's "what chose and what tested")
+    discovery, _, _ = ioi_dataset_for(model, 3 * n_strata, seed=0)
+    first = len(BABA_TEMPLATES)
+    assert set(clean.template.tolist()) == set(range(first, first + len(HELDOUT_TEMPLATES)))
+    assert set(discovery.template.tolist()) <= set(range(first))
+    for text, template, order in zip(clean.texts, clean.template.tolist(), clean.order, strict=True):
+        pattern = re.escape(ioi_prompt_template(HELDOUT_TEMPLATES[template - first], order))
+        pattern = re.sub(r"\\\[(IO|S1|S2|PLACE|OBJECT)\\\]", ".+", pattern)
+        assert re.fullmatch(pattern, text), (text, pattern)

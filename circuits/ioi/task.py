@@ -37,9 +37,10 @@ TEXT_POOLS = {  # a text model's split -> the templates, names, places and objec
 
 def split_names(model: HookedTransformer, split: str) -> dict[str, list[str]]:
     """The families the `split` ("discovery", "heldout") of `ioi_dataset_for(model, ...)` draws its
-    prompts from, by axis: the templates ("T3": the split's template 3, as validation's strata name
-    them), the names that are one token for the model, the places and objects (a toy model: its
-    templates and names; every split shares its places and objects)."""
+    prompts from, by axis: the templates ("T3", as validation's strata name them: template 3 of the
+    toy task's list, or of BABA_TEMPLATES + HELDOUT_TEMPLATES, where a held-out one is T15 or later),
+    the names that are one token for the model, the places and objects (a toy model: its templates
+    and names; every split shares its places and objects)."""
     if trained_on_ioi(model):
         return toy_families(split)
     families = text_families(split)
@@ -51,7 +52,8 @@ def text_families(split: str) -> dict[str, list[str]]:
     """A text model's `split` without its names (which names are one token depends on the model):
     its templates, places and objects."""
     templates, _, places, objects = TEXT_POOLS[split]
-    return {"templates": [f"T{k}" for k in range(len(templates))], "places": list(places),
+    first = 0 if split == "discovery" else len(BABA_TEMPLATES)  # `ioi_dataset_for`'s template indices
+    return {"templates": [f"T{first + k}" for k in range(len(templates))], "places": list(places),
             "objects": list(objects)}  # fmt: skip
 
 

@@ -365,7 +365,9 @@ def ioi_dataset_for(
 
     Text models: discovery uses the paper's templates, names, places and objects; heldout uses
     HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES and HELDOUT_OBJECTS (disjoint from them), each
-    held-out template in both orders equally often (`balanced`).
+    held-out template in both orders equally often (`balanced`). Template indices run over
+    BABA_TEMPLATES + HELDOUT_TEMPLATES (held-out template k is len(BABA_TEMPLATES) + k), so that the
+    two splits' templates never share an index, as the toy task's share one list.
     A model trained on the toy IOI task (`model.cfg.task == "ioi"`; its vocabulary is closed): the
     toy task's eval prompts, discovery from templates TOY_DISCOVERY_TEMPLATES and the first half of
     the names, heldout from the other templates and names (so no held-out prompt is a discovery
@@ -377,10 +379,12 @@ def ioi_dataset_for(
     if not trained_on_ioi(model):
         if split == "discovery":
             return make_ioi_dataset(model, n_prompts, seed)
-        return make_ioi_dataset(
+        heldout = make_ioi_dataset(
             model, n_prompts, seed, HELDOUT_TEMPLATES, HELDOUT_NAMES, HELDOUT_PLACES, HELDOUT_OBJECTS,
             balanced=True,
         )  # fmt: skip
+        offset = len(BABA_TEMPLATES)
+        return tuple(dataclasses.replace(prompts, template=prompts.template + offset) for prompts in heldout)
     task = ToyIOITask()
     if task.d_vocab != model.cfg.d_vocab:
         raise ValueError(
