@@ -291,6 +291,26 @@ def test_a_heldout_template_without_the_effect_makes_it_template_dependent():
     assert class_verdict(False, strata, rule) == "unconfirmed"
 
 
+@pytest.mark.parametrize(("tasks", "unit"), [
+    (["antonym"] * 16, "held-out prompts of the one held-out task (antonym) in held-out templates"),
+    (["antonym", "country_capital"] * 8, "held-out tasks in held-out templates"),
+])  # fmt: skip
+def test_the_note_names_what_the_held_out_figures_generalise_to(tasks, unit):
+    """One held-out task (`--heldout-tasks antonym`, or two --tasks): the CI resamples its prompts only,
+    but the note said the class "holds on held-out tasks in held-out templates"."""
+    from circuits.evidence import HeadClass
+    from circuits.icl.fv_pipeline import _compare
+
+    generator = torch.Generator().manual_seed(0)
+    effects = [torch.rand(3, 16, generator=generator) * torch.tensor([[0.2], [0.1], [0.1]]) for _ in range(2)]
+    heldout, discovery = (effect + torch.tensor([[0.3], [0.0], [0.0]]) for effect in effects)
+    found = HeadClass(name="FV heads", heads=[(5, 1)], draws=[[(5, 2)], [(5, 3)]])
+    tested = torch.arange(16) < 8
+    strata = [(TEMPLATE_KINDS[0], "arrow", tested), (TEMPLATE_KINDS[1], "qa", ~tested)]
+    verdict = _compare("FV heads patched", "p(answer)", found, discovery, heldout, 0, (tested, strata, tasks))
+    assert verdict.note.startswith(f"holds on {unit} (")
+
+
 def test_effects_are_reported_on_heldout_tasks_beside_discovery_with_one_sign(small_result):
     result, figures = small_result, small_result.extras
     aie, vector, *ablations = result.classes

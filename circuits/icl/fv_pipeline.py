@@ -32,7 +32,9 @@ from circuits.evidence import (
     Strata,
     head_class,
     head_labels,
+    held_out_unit,
     judge_class,
+    kept,
     label_strata,
     mean_ci,
     split_families,
@@ -174,8 +176,10 @@ def _compare(
     in `unit` (details["unit"]): of `heldout`, the prompts `rows` marks test, its strata divide them per
     template, its tasks are their families (None: all test, no strata, each prompt its own family)."""
     tested, strata, tasks = (None, (), None) if rows is None else rows
+    held = "families" if tasks is None else held_out_unit(tasks if tested is None else kept(tasks, tested))
+    held = "tasks" if held == "families" else held.replace("family", "task")  # one held-out task: its prompts
     verdict = judge_class(  # template-dependent: pooled above 0, not in a held-out template, they differ
-        found, heldout, discovery=discovery, seed=seed, unit="tasks in held-out templates", tested=tested,
+        found, heldout, discovery=discovery, seed=seed, unit=f"{held} in held-out templates", tested=tested,
         strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS, families=tasks),
     )  # fmt: skip
     verdict.name, verdict.details = name, {"unit": unit}
