@@ -230,15 +230,14 @@ def _check_positions(rows: list[dict[str, str]], name: str | Path) -> None:
 
 
 def _check_repeats(rows: list[dict[str, str]], name: str | Path, needed: list[str]) -> None:
-    """Refuse a pair that repeats an earlier one: the same prompts, answers (those the metric reads) and
-    positions. A repeat counts one measurement twice (in every mean, CI and count of prompts), and where
-    it lands in another family than the first (without a family column, each prompt is its own), held-
-    out figures would be measured on a pair that also chose."""
-    columns = needed + position_columns(rows)
+    """Refuse a pair that repeats an earlier one, the same prompts and answers (those the metric reads;
+    its positions only name where to look), and a clean prompt with its answers in two families (without
+    a family column, each pair is its own). A repeat counts one measurement twice (in every mean, CI and
+    count of prompts); split by families, a clean prompt could be held out while its copy chooses."""
     first: dict[tuple[str, ...], int] = {}
     repeats = []
     for number, row in enumerate(rows, 1):
-        key = tuple(row.get(column) or "" for column in columns)
+        key = tuple(row[column] for column in needed)
         if key in first:
             repeats.append((first[key], number))
         else:
@@ -247,9 +246,21 @@ def _check_repeats(rows: list[dict[str, str]], name: str | Path, needed: list[st
         earlier, later = repeats[0]
         raise ValueError(
             f"{name}: {len(repeats)} pairs repeat an earlier pair (the first: pair {later} repeats pair "
-            f"{earlier}, the same {', '.join(columns)}); a repeat counts one pair twice, and split by "
+            f"{earlier}, the same {', '.join(needed)}); a repeat counts one pair twice, and split by "
             "families it can be held out while its copy chooses: remove the repeats"
         )
+    answers = [column for column in needed if column != "corrupted"]
+    family_of: dict[tuple[str, ...], tuple[int, str]] = {}
+    for number, row in enumerate(rows, 1):
+        family = row.get("family") or f"pair {number}"
+        earlier, earlier_family = family_of.setdefault(tuple(row[c] for c in answers), (number, family))
+        if earlier_family != family:
+            where = f"families {earlier_family!r} and {family!r}" if "family" in row else "no family column"
+            raise ValueError(
+                f"{name}: pairs {earlier} and {number} have the same {', '.join(answers)} ({where}), so "
+                "one could be held out while the other chooses: give pairs of one clean prompt one "
+                "family (a family column), or keep one of them"
+            )
 
 
 def check_families(families: Sequence[str], name: str | Path) -> None:

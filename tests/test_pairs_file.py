@@ -95,11 +95,31 @@ def test_repeated_pairs_are_refused_naming_the_first_repeat(tmp_path, word_model
         ValueError, match="pair 2 repeats pair 1, the same clean, corrupted, correct, incorrect"
     ):
         check_pairs(read_pairs(families), families)
-    # the same prompts with other answers, or other named positions, are other pairs
+    # the same prompts with other answers are other pairs (in one family); with other named positions,
+    # or one position written two ways (" Mary", " Mary#1"), the same pair: its effects are the same
     other = [PAIRS[0], (*PAIRS[0][:2], " Kate", " Mary"), *PAIRS[1:]]
     check_pairs(read_pairs(write_csv(tmp_path / "other.csv", HEADER, other)), "other.csv")
-    positions = [(*pair, " Mary") for pair in PAIRS[:3]] + [(*PAIRS[0], " John")]
-    check_pairs(read_pairs(write_csv(tmp_path / "pos.csv", HEADER + ",pos:X", positions)), "pos.csv")
+    for second in (" John", " Mary#1"):
+        positions = [(*pair, " Mary") for pair in PAIRS[:3]] + [(*PAIRS[0], second)]
+        path = write_csv(tmp_path / "pos.csv", HEADER + ",pos:X", positions)
+        with pytest.raises(ValueError, match="pair 4 repeats pair 1"):
+            check_pairs(read_pairs(path), path)
+    # one clean prompt and its answers with two corruptions: one family, or they could choose and test
+    clean, corrupted, correct, incorrect = PAIRS[0]
+    again = (clean, corrupted.replace("Kate", "John"), correct, incorrect)
+    labelled = [(*pair, f"T{i % 2}") for i, pair in enumerate([*PAIRS, again], 1)]
+    for header, rows, where in [
+        (HEADER, [*PAIRS, again], "no family column"),
+        (HEADER + ",family", labelled, "families 'T1' and 'T0'"),
+    ]:
+        path = write_csv(tmp_path / "corruptions.csv", header, rows)
+        with pytest.raises(
+            ValueError,
+            match=rf"pairs 1 and {len(PAIRS) + 1} have the same clean, correct, incorrect \({where}\)",
+        ):
+            check_pairs(read_pairs(path), path)
+    rows = [(*pair, f"T{i % 2}") for i, pair in enumerate(PAIRS, 1)] + [(*again, "T1")]
+    check_pairs(read_pairs(write_csv(tmp_path / "one.csv", HEADER + ",family", rows)), "one.csv")
     # the probability metric reads no incorrect answer: pairs that differ only there are repeats
     first = read_pairs(tmp_path / "other.csv")[0]
     rows = [first, {**first, "incorrect": " Kate"}]
