@@ -287,6 +287,32 @@ class FamilySplit:
         return f"chosen on {', '.join(self.discovery)}; tested on {', '.join(self.heldout)}"
 
 
+def check_apart(
+    chose: Tensor, tested: Tensor, chose_end: Tensor | None = None, tested_end: Tensor | None = None
+) -> None:
+    """Refuse held-out prompts that are discovery prompts: the same token ids [prompt, pos] up to the
+    position each prompt's metric reads (`*_end` [prompt]; None: the whole row, right-padded rows
+    compared at one width). A caller's held-out prompts are otherwise taken as given."""
+
+    def rows(tokens: Tensor, end: Tensor | None, width: int) -> list[tuple[int, ...]]:
+        if end is None:
+            padded = torch.full((len(tokens), width), -1, dtype=torch.long)
+            padded[:, : tokens.shape[1]] = tokens.cpu()
+            return [tuple(row) for row in padded.tolist()]
+        return [tuple(row[: int(e) + 1]) for row, e in zip(tokens.tolist(), end.tolist(), strict=True)]
+
+    width = max(chose.shape[1], tested.shape[1])
+    first = {row: i for i, row in reversed(list(enumerate(rows(chose, chose_end, width), 1)))}
+    shared = [(first[row], j) for j, row in enumerate(rows(tested, tested_end, width), 1) if row in first]
+    if shared:
+        i, j = shared[0]
+        raise ValueError(
+            f"{len(shared)} of the {len(tested)} held-out prompts are discovery prompts (the first: held-out "
+            f"prompt {j} is discovery prompt {i}); a held-out figure is measured on prompts that did not "
+            "choose: give held-out prompts of other templates, names or families than the discovery ones"
+        )
+
+
 def split_families(
     families: Sequence[str], heldout: Sequence[str] | None = None, fraction: float = 0.5, seed: int = 0
 ) -> FamilySplit:

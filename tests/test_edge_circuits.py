@@ -290,6 +290,15 @@ def test_circuit_is_chosen_on_discovery_prompts_and_judged_on_held_out_ones():
     assert torch.equal(first.circuit, second.circuit) and torch.equal(first.circuit, result.circuit)
     assert second.heldout_task is fresh and second.task is found
     assert not torch.equal(first.faithfulness.faithfulness, second.faithfulness.faithfulness)
+    # held-out prompts that chose were judged on ("tested on 8 others") and their note read as held out
+    for given in (found, task):
+        with pytest.raises(ValueError, match="of the .* held-out prompts are discovery prompts"):
+            find_edge_circuit(
+                model,
+                found,
+                EdgeCircuitSettings(method="eap", n_edges=12, curve_fractions=None),
+                heldout=given,
+            )
 
 
 def test_families_are_held_out_whole(smollm2, tmp_path):

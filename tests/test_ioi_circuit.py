@@ -51,6 +51,7 @@ HELDOUT_RECOVERED = 0.2  # seeds 0-2 measured 0.46, 0.31, 0.64 on the held-out p
 
 BOS, FILLER_X, FILLER_Y = 1, 2, 3
 NAMES = list(range(4, 12))
+HELDOUT_NAMES = NAMES[4:]  # held-out prompts' names (none of a discovery prompt's)
 D_VOCAB, N_CTX, D_HEAD = 12, 8, 24
 TOKEN, DUP, INHIBIT, ANCHOR, POS = 0, 12, 24, 36, 37  # residual-stream subspaces
 D_MODEL = 48
@@ -105,11 +106,12 @@ def planted_ioi_model(seed: int = 0) -> interp.HookedTransformer:
     return model.eval()
 
 
-def planted_prompts(n: int, seed: int = 0) -> tuple[IOIPrompts, IOIPrompts]:
-    """(clean, abc): "BOS IO S x S y" (ABBA) and "BOS S IO x S y" (BABA), alternating."""
+def planted_prompts(n: int, seed: int = 0, names: list[int] = NAMES[:4]) -> tuple[IOIPrompts, IOIPrompts]:
+    """(clean, abc): "BOS IO S x S y" (ABBA) and "BOS S IO x S y" (BABA), alternating, of two of `names`
+    (the discovery names; `HELDOUT_NAMES` for held-out prompts)."""
     generator = torch.Generator().manual_seed(seed)
-    picks = torch.rand(n, len(NAMES), generator=generator).topk(2, dim=1).indices
-    io, s = torch.tensor(NAMES)[picks[:, 0]], torch.tensor(NAMES)[picks[:, 1]]
+    picks = torch.rand(n, len(names), generator=generator).topk(2, dim=1).indices
+    io, s = torch.tensor(names)[picks[:, 0]], torch.tensor(names)[picks[:, 1]]
     order = ["ABBA" if i % 2 == 0 else "BABA" for i in range(n)]
     abba = torch.tensor([o == "ABBA" for o in order])
     first, second = torch.where(abba, io, s), torch.where(abba, s, io)
@@ -131,7 +133,7 @@ def planted_prompts(n: int, seed: int = 0) -> tuple[IOIPrompts, IOIPrompts]:
 def planted():
     model = planted_ioi_model()
     clean, abc = planted_prompts(16)
-    heldout = planted_prompts(32, seed=1)
+    heldout = planted_prompts(32, seed=1, names=HELDOUT_NAMES)
     return model, clean, abc, find_ioi_circuit(model, prompts=(clean, abc), heldout=heldout)
 
 
@@ -210,10 +212,21 @@ def test_planted_classes_are_confirmed_on_held_out_prompts(planted):
     assert "evaluation" not in {stage for stage, _, _ in calls}
 
 
+def test_held_out_prompts_that_chose_are_refused(planted):
+    """Held-out prompts given to `find_ioi_circuit` that are discovery prompts (the same tokens up to
+    END) were validated on, and the verdicts said "none of it chose the heads"."""
+    model, clean, abc, _ = planted
+    with pytest.raises(ValueError, match=r"16 of the 16 held-out prompts are discovery prompts \(the first"):
+        find_ioi_circuit(model, prompts=(clean, abc), heldout=(clean, abc))
+    overlap = planted_prompts(32, seed=1, names=NAMES)  # the names of both: some prompts repeat
+    with pytest.raises(ValueError, match="of the 32 held-out prompts are discovery prompts"):
+        find_ioi_circuit(model, prompts=(clean, abc), heldout=overlap)
+
+
 def test_a_class_that_fails_on_held_out_prompts_is_unconfirmed(planted):
     """Held-out prompts on which the planted name mover cannot work (IO is never in the context)."""
     model, clean, abc, result = planted
-    heldout, heldout_abc = planted_prompts(32, seed=2)
+    heldout, heldout_abc = planted_prompts(32, seed=2, names=HELDOUT_NAMES)
     rows = torch.arange(len(heldout))
     tokens = heldout.tokens.clone()
     tokens[rows, heldout.positions["IO"]] = FILLER_X  # the name movers have nothing to move
@@ -592,7 +605,7 @@ def test_a_class_that_holds_in_one_name_order_only_is_order_dependent(planted):
     """Held-out prompts on which the planted name mover works in BABA prompts only (in ABBA prompts IO
     is never in the context): pooled, it still beats random heads; per order, it does not."""
     model, clean, abc, result = planted
-    heldout, heldout_abc = planted_prompts(64, seed=3)
+    heldout, heldout_abc = planted_prompts(64, seed=3, names=HELDOUT_NAMES)
     abba = torch.tensor([order == "ABBA" for order in heldout.order])
     tokens = heldout.tokens.clone()
     rows = abba.nonzero()[:, 0]

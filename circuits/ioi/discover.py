@@ -22,7 +22,7 @@ from torch import Tensor
 
 import interp
 from circuits.discovery import end_logits_and_cache
-from circuits.evidence import mean_ci
+from circuits.evidence import check_apart, mean_ci
 from circuits.finding import Finding
 from circuits.ioi.evaluate import evaluate_circuit, validate_circuit
 from circuits.ioi.evidence import ClassEvidence, measure_class_evidence
@@ -115,6 +115,8 @@ def find_ioi_circuit(
     if heldout is None and prompts is None:  # made now: a split too small is refused before any work
         heldout = ioi_dataset_for(model, n_prompts, seed, "heldout")[:2]
         description, families = heldout_description(model), drawn_families(model, "heldout", heldout[0])
+    if heldout is not None:
+        check_apart(clean.tokens, heldout[0].tokens, clean.positions["END"], heldout[0].positions["END"])
     timings = {"dataset": time.perf_counter() - start}
     measured = measure_prompts(model, clean, abc, settings, timings, progress)  # 2.
     stages = StageResults() if stages is None else stages
