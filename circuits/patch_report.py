@@ -124,7 +124,9 @@ def _patching(model, task, pair, end, positions, component, direction, top, prog
 
 def patch_headline(report: PatchReport) -> str:
     """The finding in one sentence: the strongest patch, and how many patches move the metric beyond
-    its unpatched value (0 when denoising the corrupted run, 1 when noising the clean run)."""
+    its unpatched value (0 when denoising the corrupted run, 1 when noising the clean run), on the
+    prompts that rank them (nothing is held out: the strongest is the largest of many, its CI not
+    corrected for that choice)."""
     ranked = report.ranked()
     best = next(ranked.itertuples())
     site = f"L{best.layer}" + report.head_label(best)
@@ -139,7 +141,8 @@ def patch_headline(report: PatchReport) -> str:
     return (
         f"{report.model}, patching {report.component} ({report.direction}): strongest {site}, "
         f"{best.mean:.3f} {ci_text((best.ci_low, best.ci_high), 3, sign=False)} on the normalised logit "
-        f"difference; {moved}."
+        f"difference; {moved}. The same prompts rank and measure every patch (an exploratory scan, "
+        "nothing held out): confirm a site on other prompts."
     )
 
 

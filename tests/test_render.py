@@ -399,4 +399,9 @@ def test_a_patch_report_of_one_prompt_pair_claims_no_ci():
     result = activation_patching(model, clean, corrupted, lambda logits: logits[:, -1, 0], "z")
     report = PatchReport(model="m", task="t", component="z", direction="denoise", result=result)
     assert "(no CI) on the normalised logit difference; one prompt pair gives no CI" in patch_headline(report)
+    # the strongest of every patch, measured where it was picked: said as such, never as a held-out finding
+    assert patch_headline(report).endswith(
+        "The same prompts rank and measure every patch (an exploratory scan, nothing held out): confirm a "
+        "site on other prompts."
+    )
     assert all(row[-1] == "(no CI)" for row in patch_sections(report).sections[0].table.rows)
