@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -44,7 +44,7 @@ from torch import Tensor
 
 from interp.catalog import DEFAULT_HOPS, TASK_DEFAULTS, TASKS, default_layers
 from interp.checks import check_count, check_number
-from interp.config import Config
+from interp.config import Config, Positional
 from interp.interventions.metrics import next_token_loss
 from interp.io.checkpoint import (
     save_checkpoint,
@@ -140,6 +140,11 @@ class TrainConfig:
         if self.warmup_steps is None:
             self.warmup_steps = max(1, self.steps // 20)
         self.warmup_steps = check_count(self.warmup_steps, "TrainConfig.warmup_steps", 0)
+        if self.warmup_steps > self.steps:
+            raise ValueError(
+                f"TrainConfig.warmup_steps={self.warmup_steps} is more than the {self.steps} steps: the "
+                "learning rate would never reach its peak nor decay; pass at most steps (default: 5%)"
+            )
         self.min_lr_ratio = check_number(self.min_lr_ratio, "TrainConfig.min_lr_ratio", 0, 1)
         self.weight_decay = check_number(self.weight_decay, "TrainConfig.weight_decay", 0)
         if isinstance(self.betas, str | bytes) or len(self.betas) != 2:
@@ -279,12 +284,14 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
     eval_loss: masked loss on the task's eval batch; accuracy: the accuracy a task's report
     claims (the hop task: its answers; else the counted predictions), the fraction that are the
     model's top prediction; icl_score: its late-minus-early loss (None where the task's rows end in
-    padding, toy IOI's: their late predictions would be of the padding);
+    padding, toy IOI's: their late predictions would be of the padding, or where predictions are not
+    of the next token, the hop task's: most early ones are not counted at all);
     bigram_loss (Markov chains only): the in-context bigram predictor's loss on that batch, what a
     model that has learnt in-context bigram statistics approaches; answer_accuracy (hop task only):
     the fraction of its answers that are the model's top prediction.
     first_half_loss / repeated_half_loss: loss on each copy of repeated random sequences
-    ([BOS] r r with r of length (n_ctx - 1) // 2); prev_token_scores / induction_scores: [layer][head].
+    ([BOS] r r with r of length (n_ctx - 1) // 2, the task's BOS; r r for a task without one);
+    prev_token_scores / induction_scores: [layer][head].
     """
     was_training = model.training
     model.eval()
@@ -295,11 +302,12 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
     correct = task_logits[:, :-1].argmax(-1) == targets
     padded = getattr(task, "pad", None) is not None and bool((targets == task.pad).any())
     seq_len = (model.cfg.n_ctx - 1) // 2
-    tokens = repeated_sequences(model.cfg.d_vocab, seq_len, batch_size, split_generator(seed, "eval"))
+    bos = getattr(task, "bos", None)  # the task's own BOS (toy IOI's is 1), or none (Markov chains)
+    tokens = repeated_sequences(model.cfg.d_vocab, seq_len, batch_size, split_generator(seed, "eval"), bos)
     tokens = tokens.to(model.device)
     logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
     loss = next_token_loss(logits, tokens, per_token=True)  # [batch, pos-1]
-    first_half, second_half = repeated_sequence_masks(seq_len)
+    first_half, second_half = repeated_sequence_masks(seq_len, has_bos=bos is not None)
     patterns = torch.stack([cache["pattern", layer] for layer in range(model.cfg.n_layers)])
     model.train(was_training)
     reference = {}
@@ -318,7 +326,7 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
             correct.float().mean() if isinstance(task, HopTask) else batch.masked_mean(correct.float())
         ).item(),
         **reference,
-        "icl_score": None if padded else in_context_learning_score(task_loss),
+        "icl_score": None if padded or batch.targets is not None else in_context_learning_score(task_loss),
         "first_half_loss": loss[:, first_half].mean().item(),
         "repeated_half_loss": loss[:, second_half].mean().item(),
         "prev_token_scores": previous_token_scores(patterns).tolist(),
@@ -379,7 +387,7 @@ def train(
     log, step = TrainingLog(), 0
     latest = latest_checkpoint(out) if out is not None and resume else None
     if latest is not None:
-        step, log = load_training_state(latest, model, optimizer, generator, config)
+        step, log = load_training_state(latest, model, optimizer, generator, config, task)
     model.train()
     if progress is not None and latest is not None:
         progress(f"{TRAIN_STAGE}: resumed from {latest} (delete {out} to start afresh)", step, config.steps)
@@ -411,8 +419,8 @@ def train(
                     log.stopped_early = step
             if out is not None and (config.is_checkpoint_step(step) or log.stopped_early is not None):
                 directory = out / CHECKPOINTS / f"step_{step:06d}"
-                save_training_checkpoint(directory, model, optimizer, generator, step, log, config)
-            state = (model, optimizer, generator, step, log, config)  # the step whole, its evaluation too
+                save_training_checkpoint(directory, model, optimizer, generator, step, log, config, task)
+            state = (model, optimizer, generator, step, log, config, task)  # the step whole, evaluated
             if progress is not None and log.stopped_early is not None:
                 progress(f"{TRAIN_STAGE}: stopped early, eval accuracy on a plateau", step, step)
             elif progress is not None:
@@ -476,6 +484,13 @@ def latest_checkpoint(out: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
+def task_parameters(task: Task) -> dict[str, Any]:
+    """The task's type and its plain parameters (numbers, strings, booleans: sizes, BOS, period, hops,
+    ...), what a training checkpoint records, so that a run of another task does not resume it."""
+    plain = {k: v for k, v in sorted(vars(task).items()) if v is None or isinstance(v, (int, float, str))}
+    return {"type": type(task).__name__, **plain}
+
+
 def save_training_checkpoint(
     directory: Path,
     model: HookedTransformer,
@@ -484,9 +499,11 @@ def save_training_checkpoint(
     step: int,
     log: TrainingLog,
     config: TrainConfig,
+    task: Task | None = None,
 ) -> Path:
     """A resumable checkpoint: the model (loadable by interp.load_model), optimizer.safetensors,
-    trainer_state.json (step, config, optimizer hyper-parameters, data RNG state) and the log.
+    trainer_state.json (step, config, the task's `task_parameters`, optimizer hyper-parameters, data
+    RNG state) and the log.
     Written under a hidden name and renamed into place: it exists complete or not at all."""
     with atomic_dir(directory) as staging:
         save_checkpoint(model, staging)
@@ -501,6 +518,7 @@ def save_training_checkpoint(
         state = {
             "step": step,
             "train_config": config.to_dict(),
+            "task": None if task is None else task_parameters(task),
             "param_groups": optimizer_state["param_groups"],
         }
         (staging / "trainer_state.json").write_text(json.dumps(state, indent=2))
@@ -514,12 +532,17 @@ def load_training_state(
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
     config: TrainConfig,
+    task: Task | None = None,
 ) -> tuple[int, TrainingLog]:
-    """Restore model weights, optimizer and data RNG from a checkpoint; returns (step, log)."""
+    """Restore model weights, optimizer and data RNG from a checkpoint of the same settings and task
+    (where both record one); returns (step, log)."""
     state = json.loads((directory / "trainer_state.json").read_text())
     settings = {k: v for k, v in state["train_config"].items() if k not in ("progress", "show_bar")}
     saved = TrainConfig(**settings).to_dict()  # ("progress", "show_bar": terminal bars of older versions)
     changed = [f"{k} {saved[k]} -> {v}" for k, v in config.to_dict().items() if saved[k] != v]
+    saved_task, here = state.get("task"), None if task is None else task_parameters(task)
+    if saved_task is not None and here is not None and saved_task != here:
+        changed.append(f"task {saved_task} -> {here}")
     saved_model = load_checkpoint(directory)
     changed += [
         f"{f.name} {getattr(saved_model.cfg, f.name)} -> {getattr(model.cfg, f.name)}"
@@ -600,8 +623,16 @@ class ToyModelSettings:
         self.n_heads = check_count(self.n_heads, "n_heads")
         self.d_model = check_count(self.d_model, "d_model")
         self.seed = check_count(self.seed, "seed", 0)
-        if self.lr is not None and self.lr <= 0:
-            raise ValueError(f"--lr must be > 0, got {self.lr}.")
+        if self.steps is not None:
+            self.steps = check_count(self.steps, "steps (--steps)")
+        self.batch_size = check_count(self.batch_size, "batch_size (--batch-size)")
+        if self.lr is not None:
+            self.lr = check_number(self.lr, "lr (--lr)", 0, low_open=True)
+        if self.positional not in get_args(Positional):
+            raise ValueError(
+                f"positional (--positional) must be one of {', '.join(get_args(Positional))}, got "
+                f"{self.positional!r}"
+            )
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}: --d-model is not a "
@@ -615,6 +646,13 @@ class ToyModelSettings:
                 f"--hops is the hop task's number of lookups: pass --task hop, or drop --hops "
                 f"(task {self.task})."
             )
+        try:  # the task's own checks of its sizes, before anything is built
+            make_task(self.task, self.d_vocab, self.seq_len, self.hops)
+        except ValueError as error:
+            raise ValueError(
+                f"the {self.task} task refuses its sizes: {error} (n_ctx is --seq-len, d_vocab --d-vocab, "
+                "hops --hops)"
+            ) from error
 
 
 def training_summary(model: HookedTransformer, log: TrainingLog) -> tuple[str, str | None]:
@@ -639,7 +677,7 @@ def training_summary(model: HookedTransformer, log: TrainingLog) -> tuple[str, s
         )
     stopped = "" if log.stopped_early is None else " (stopped early: eval accuracy on a plateau)"
     line = f"step {last['step']}{stopped}: task loss {last['eval_loss']:.3f} ({detail})."
-    target = TASK_DEFAULTS[task].stop_above
+    target = TASK_DEFAULTS[task].stop_above if task in TASK_DEFAULTS else None  # (None: `train` directly)
     if not (target and last["accuracy"] < target):
         return line, None
     return line, (

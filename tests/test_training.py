@@ -29,6 +29,7 @@ from interp.training import (
     shipped_checkpoint,
     train,
     train_toy_model,
+    training_summary,
 )
 
 D_VOCAB, N_CTX, SEQ_LEN = 64, 48, 23  # repeated sequences [BOS] r r fill 1 + 2 * 23 = 47 positions
@@ -205,6 +206,30 @@ def test_the_icl_score_is_not_taken_over_the_padding_of_toy_ioi_rows():
     markov = make_task("markov", d_vocab=6, n_ctx=16)
     small = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16))
     assert isinstance(evaluate(small, markov, batch_size=8)["icl_score"], float)
+    # the hop task's predictions are of k-hop tokens, most early ones not counted (their target BOS): a
+    # late-minus-early loss there compared counted with uncounted predictions (-1.65 for a perfect model)
+    hop = make_task("hop", hops=2)
+    model = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=9, n_ctx=32))
+    assert evaluate(model, hop, batch_size=8)["icl_score"] is None
+
+
+def test_the_emergence_probe_speaks_the_tasks_tokens(monkeypatch):
+    """The repeated sequences that score previous-token and induction heads during training began with
+    token 0 whatever the task: toy IOI's BOS is 1 (0 is its padding), Markov chains have none (state 0
+    opened every row and never recurred in it)."""
+    seen = []
+    monkeypatch.setattr(
+        interp.training, "repeated_sequences", lambda *args: seen.append(args) or repeated_sequences(*args)
+    )
+    ioi = ToyIOITask()
+    model = interp.HookedTransformer(
+        interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=ioi.d_vocab, n_ctx=ioi.n_ctx)
+    )
+    evaluate(model, ioi, batch_size=4)
+    markov = make_task("markov", d_vocab=6, n_ctx=16)
+    small = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16))
+    evaluate(small, markov, batch_size=4)
+    assert [args[-1] for args in seen] == [ioi.bos, None]
 
 
 def test_ctrl_c_within_a_step_saves_that_step_whole_with_its_evaluation(tmp_path, monkeypatch):
@@ -232,6 +257,15 @@ def test_ctrl_c_within_a_step_saves_that_step_whole_with_its_evaluation(tmp_path
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):
+    """Another task (a library call of `train` with the same model) resumed the checkpoint, its first
+    steps the other task's."""
+    model = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=16, n_ctx=17))
+    config = TrainConfig(steps=3, batch_size=4, checkpoint_every=3, eval_every=3)
+    train(model, make_task("induction", d_vocab=16, n_ctx=17), config, out=tmp_path / "task")
+    with pytest.raises(
+        ValueError, match=r"other settings \(task \{'type': 'InductionTask'.* -> \{'type': 'HopTask'"
+    ):
+        train(model, make_task("hop", d_vocab=16, n_ctx=17), config, out=tmp_path / "task")
     small_run(tmp_path, 10)
     with pytest.raises(ValueError, match=r"other settings \(steps 10 -> 20; grad_clip 1.0 -> 0.5\)"):
         small_run(tmp_path, 20, grad_clip=0.5)
@@ -258,6 +292,25 @@ def test_bad_settings_raise_clear_errors():
         make_task("sorting")
     with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
         TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="warmup_steps=100 is more than the 10 steps"):
+        TrainConfig(steps=10, warmup_steps=100)  # the learning rate stayed below a tenth of its peak
+    # ToyModelSettings refuses on construction what the task or the training refused later, by option
+    for settings, message in [
+        (
+            dict(task="hop", seq_len=8),
+            "the hop task refuses its sizes: n_ctx must be an integer >= 11.*--seq-len",
+        ),
+        (dict(task="induction", steps=0), r"steps \(--steps\) must be an integer >= 1"),
+        (dict(task="induction", lr=float("nan")), r"lr \(--lr\) must be a finite number"),
+        (dict(task="induction", batch_size=0), r"batch_size \(--batch-size\)"),
+        (dict(task="induction", positional="bogus"), r"positional \(--positional\) must be one of learned"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=message):
+            ToyModelSettings(n_heads=2, d_model=16, **settings)
+    untasked = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16))
+    log = train(untasked, make_task("markov", d_vocab=6, n_ctx=16), TrainConfig(steps=2, batch_size=4))
+    line, advice = training_summary(untasked, log)  # a model `train` trained records no task: KeyError(None)
+    assert line.startswith("step 2: task loss") and advice is None
     model = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=1, d_model=8, d_vocab=6, n_ctx=8))
     with pytest.raises(ValueError, match="Enlarge the model"):
         train(model, make_task("induction", d_vocab=64, n_ctx=48), TrainConfig(steps=1))
