@@ -122,3 +122,32 @@ def test_cache_to_disk_resumes_after_an_interruption(model, tmp_path):
 
     with pytest.raises(ValueError, match="another job"):
         cache_to_disk(model, tokens[:8], names, out, batch_size=4)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_cache_to_disk_keeps_the_padding_the_tokens_record(smollm2, side, tmp_path):
+    """Texts of SmolLM2 padded on the model's side, one beginning with <|im_end|> (its pad and EOS
+    id): the shards dropped the mask `to_tokens` records, so left padding masked that real first token
+    (756 off at real tokens) and right-padded ids were refused as carrying no mask. The shards equal
+    `run_with_cache` at every real token, and the same ids under another mask are another job."""
+    name = "blocks.3.hook_resid_post"
+    texts = ["<|im_end|>The cat sat on the mat", "When Mary and John went to the store, John gave a drink to"]
+    smollm2.default_padding_side = side
+    try:
+        tokens, mask = smollm2.to_tokens_and_mask(texts)
+        _, cache = smollm2.run_with_cache(smollm2.to_tokens(texts), names_filter=[name])
+        cache_to_disk(smollm2, texts, [name], tmp_path / "texts", batch_size=1)
+        stored = load_activations(tmp_path / "texts")[name]
+        real = mask.bool()
+        torch.testing.assert_close(stored[real], cache[name][real], atol=1e-4, rtol=0)
+        unmasked = tokens.clone()  # the same ids, every token real
+        with pytest.raises(ValueError, match="holds the activations of another job"):
+            cache_to_disk(
+                smollm2,
+                interp.model.tokens.record_padding(unmasked, torch.ones_like(mask)),
+                [name],
+                tmp_path / "texts",
+                batch_size=1,
+            )
+    finally:
+        smollm2.default_padding_side = "right"

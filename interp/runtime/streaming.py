@@ -34,6 +34,7 @@ from interp.io.devices import module_weight
 from interp.io.files import atomic_path, held_lock, write_text_atomic
 from interp.io.source_code import INTERP_SOURCE, source_key
 from interp.model import HookedTransformer
+from interp.model.tokens import record_padding, recorded_padding
 from interp.runtime.keys import add_content, tensor_bytes
 from interp.types import Progress
 
@@ -48,9 +49,10 @@ def _shard_path(out_dir: Path, index: int) -> Path:
 
 def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batch_size: int) -> str:
     """A hash of everything that determines the shards' contents: every byte of every weight, the
-    config, the prompts, the hooks on the model that may change activations (`keys.add_content`: their
-    code and the values they write; `observer` hooks only read), the batch size and interp's source
-    code (`interp.io.source_code.source_key`) (sha256, ~1 GB/s)."""
+    config, the prompts (with the padding mask they record), the hooks on the model that may change
+    activations (`keys.add_content`: their code and the values they write; `observer` hooks only
+    read), the batch size and interp's source code (`interp.io.source_code.source_key`) (sha256,
+    ~1 GB/s)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(["interp", source_key(INTERP_SOURCE)]).encode())
     digest.update(json.dumps(model.cfg.to_dict(), sort_keys=True, default=str).encode())
@@ -64,6 +66,8 @@ def job_key(model: HookedTransformer, tokens: Tensor, names: Sequence[str], batc
     digest.update(json.dumps([list(names), batch_size, str(model.dtype)]).encode())
     digest.update(f"{tuple(tokens.shape)}".encode())
     digest.update(tensor_bytes(tokens.long()))
+    mask = recorded_padding(tokens)  # which tokens are padding changes every activation
+    digest.update(b"no mask" if mask is None else tensor_bytes(mask.long()))
     hooks = [(name, point.writing_hooks()) for name, point in model.hook_dict.items() if point.has_hooks()]
     add_content(digest, hooks, known=[model])
     return digest.hexdigest()[:32]
@@ -108,9 +112,11 @@ def _writer_lock(out_dir: Path) -> AbstractContextManager[None]:
 
 
 def _as_tokens(model: HookedTransformer, prompts: Tensor | Sequence[str]) -> Tensor:
-    if isinstance(prompts, Tensor):
-        return model.input_tokens(prompts).cpu()
-    return model.to_tokens(list(prompts)).cpu()  # right-padded to the longest prompt
+    """Token ids on the CPU, keeping the padding mask `to_tokens` recorded (texts: padded on the
+    model's side)."""
+    tokens = model.input_tokens(prompts) if isinstance(prompts, Tensor) else model.to_tokens(list(prompts))
+    mask = recorded_padding(tokens)
+    return tokens.cpu() if mask is None else record_padding(tokens.cpu(), mask.cpu())
 
 
 @torch.no_grad()
@@ -178,10 +184,13 @@ def _cache_to_disk(
     done = len(starts) - len(todo)
     if progress is not None:
         progress(CACHING_STAGE, done, len(starts))
+    mask = recorded_padding(tokens)
     for index in todo:
         start = starts[index]
-        batch = tokens[start : start + batch_size].to(model.device)
-        _, cache = model.run_with_cache(batch, names_filter=names, return_type=None, device="cpu")
+        rows = slice(start, start + batch_size)
+        batch = tokens[rows].to(model.device)
+        padding = {} if mask is None else {"attention_mask": mask[rows].to(model.device)}
+        _, cache = model.run_with_cache(batch, names_filter=names, return_type=None, device="cpu", **padding)
         tensors = {name: cache[name].contiguous() for name in names}
         rows = f"{start}:{start + len(batch)}"
         with atomic_path(_shard_path(out_dir, index)) as tmp:
