@@ -1317,7 +1317,7 @@ def _training_cases():
         (_train_toy(d_model=30, n_heads=4), ValueError, "d_model 30 is not divisible by n_heads 4"),
         (_train_toy(seed=1.5), TypeError, "seed must be an integer, got float 1.5"),
         (_train_toy(task="sorting"), ValueError, "Unknown task 'sorting'"),
-        (_train_toy(lr=0.0), ValueError, "--lr must be > 0"),
+        (_train_toy(lr=0.0), ValueError, r"lr \(--lr\) must be a finite number > 0"),
         (
             lambda: train_toy_model(ToyModelSettings(task="hop", n_heads=2, d_model=8), "unused", seed=1),
             TypeError,

@@ -113,6 +113,34 @@ def test_a_stored_job_is_keyed_by_content_so_it_resumes_in_a_new_process_and_not
     assert content_key(lambda x: x * factor) != content_key(lambda x: x * torch.tensor(8))  # closures' values
 
 
+def test_a_key_follows_the_users_code_in_classes_and_modules_it_reads(tmp_path, monkeypatch):
+    """A metric that is an instance of the user's class, or a function calling another module of the
+    user's (`helper.f(x)`): editing the class's method or the module left the key as it was (a class by
+    name, a module not at all), so a store returned the old code's results. interp's and installed
+    packages' code stays keyed by name (interp's source is in every job's key)."""
+    import importlib
+    import sys
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc of the same second and size
+    source = tmp_path / "user_metric.py"
+    keys = []
+    for body in ("logits[:, -1, 3] - logits[:, -1, 4]", "logits[:, -1, 5] - logits[:, -1, 6]"):
+        source.write_text(
+            f"class Metric:\n    def __call__(self, logits):\n        return {body}\n\n"
+            f"def f(x):\n    return {body.replace('logits', 'x')}\n"
+        )
+        sys.modules.pop("user_metric", None)
+        importlib.invalidate_caches()
+        module = importlib.import_module("user_metric")
+        namespace = {"user_metric": module}
+        exec("def reads_module(x):\n    return user_metric.f(x)\n", namespace)
+        keys.append((content_key(module.Metric()), content_key(namespace["reads_module"])))
+    sys.modules.pop("user_metric", None)
+    assert keys[0][0] != keys[1][0] and keys[0][1] != keys[1][1]
+    assert content_key(interp.metrics.logit_diff) == content_key(interp.metrics.logit_diff)
+
+
 def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
     model = interp.load_model("toy-ioi")
     clean, abc, _ = ioi_dataset_for(model, 12, seed=3)

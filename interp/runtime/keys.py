@@ -2,11 +2,13 @@
 run again (in a new process too) finds its stored results and a changed one does not.
 
 `content_key(value)` hashes tensors by their bytes (and the padding mask token ids carry), containers
-by their items, dataclasses and plain objects by their fields, and functions by their code, defaults,
-closures and the values of the module globals they read (functions of their own module by code too),
-so that editing a metric or changing a tensor it reads changes the key (`interp.io.source_code.source_key`
-hashes the source code). Pickled bytes are no key: a tensor's pickle holds its storage's address, and
-a function's pickle only its name.
+by their items, dataclasses and plain objects by their fields and their class, and functions by their
+code, defaults, closures and the values of the globals they read, so that editing a metric or changing
+a tensor it reads changes the key. The user's own code (`_by_code`: a script, a notebook, a module
+beside them) is hashed by its code wherever it is met: functions, classes (their methods), the class of
+an object, a module a function reads (its source file); interp's and installed packages' by name
+(`interp.io.source_code.source_key` keys interp's source). Pickled bytes are no key: a tensor's pickle
+holds its storage's address, and a function's pickle only its name.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import dataclasses
 import functools
 import hashlib
 import json
+import sys
+import sysconfig
 import types
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +29,27 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from interp.io.source_code import source_key
 from interp.model.tokens import recorded_padding
+
+LIBRARY_DIRS = tuple(
+    Path(path).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    if (path := sysconfig.get_paths().get(key))
+)  # fmt: skip
+
+
+@functools.cache
+def _by_code(module_name: str | None) -> bool:
+    """Whether the functions and classes of this module are keyed by their code: the user's own (a
+    script, a notebook's `__main__`, a module beside them), not interp's (its source is in the jobs'
+    keys), the standard library's or an installed package's (by name)."""
+    if not module_name or module_name.partition(".")[0] == "interp":
+        return False
+    file = getattr(sys.modules.get(module_name), "__file__", None)
+    if file is None:
+        return module_name == "__main__"  # a notebook's or an interactive session's
+    path = Path(file).resolve()
+    return not any(path.is_relative_to(directory) for directory in LIBRARY_DIRS)
 
 
 def tensor_bytes(tensor: Tensor) -> memoryview:
@@ -78,6 +103,7 @@ class _Hasher:
         elif isinstance(value, nn.Module):
             self.put("module", type(value).__qualname__)
             self.add(dict(value.state_dict()))
+            self.add(type(value))
         elif isinstance(value, pd.DataFrame | pd.Series):
             self.put("pandas", type(value).__name__)
             self.add(value.to_dict())
@@ -99,18 +125,36 @@ class _Hasher:
         elif isinstance(value, types.MethodType):
             self.put("method")
             self.add((value.__func__, value.__self__))
-        elif isinstance(value, type | types.ModuleType | types.BuiltinFunctionType):
+        elif isinstance(value, type):
+            self._class(value)
+        elif isinstance(value, types.ModuleType | types.BuiltinFunctionType):
             self.put(
                 type(value).__name__, getattr(value, "__module__", ""), getattr(value, "__qualname__", value)
             )
         elif dataclasses.is_dataclass(value):
             self.put("dataclass", type(value).__module__, type(value).__qualname__)
             self.add({field.name: getattr(value, field.name) for field in dataclasses.fields(value)})
+            self.add(type(value))
         elif hasattr(value, "__dict__"):
             self.put("object", type(value).__module__, type(value).__qualname__)
             self.add(vars(value))
+            self.add(type(value))
         else:
             self.put("other", type(value).__qualname__, repr(value))
+
+    def _class(self, cls: type) -> None:
+        """A class by name; the user's own (`_by_code`), and their bases of the user's, by the code of
+        their methods too (static and class methods and properties included)."""
+        self.put("class", cls.__module__, cls.__qualname__)
+        for klass in cls.__mro__:
+            if not _by_code(klass.__module__):
+                continue
+            for name, member in sorted(vars(klass).items()):
+                for part in (member.fget, member.fset) if isinstance(member, property) else (member,):
+                    function = getattr(part, "__func__", part)  # staticmethod, classmethod
+                    if isinstance(function, types.FunctionType):
+                        self.put("method", klass.__qualname__, name)
+                        self.add(function)
 
     def _function(self, function: types.FunctionType) -> None:
         """A function by its code, defaults, closure and the globals its code reads."""
@@ -128,10 +172,13 @@ class _Hasher:
             if name not in function.__globals__:
                 continue
             value = function.__globals__[name]
-            own = getattr(value, "__module__", None) == function.__module__
-            if isinstance(value, types.FunctionType | type) and not own:
-                self.put("global", name, value.__module__, value.__qualname__)  # another module's: by name
-            elif not isinstance(value, types.ModuleType):
+            if isinstance(value, types.ModuleType):  # the user's own module: its source file
+                file = getattr(value, "__file__", None)
+                if _by_code(value.__name__) and file is not None and file.endswith(".py"):
+                    self.put("global module", name, source_key(Path(file)))
+            elif isinstance(value, types.FunctionType | type) and not _by_code(value.__module__):
+                self.put("global", name, value.__module__, value.__qualname__)  # a library's: by name
+            else:
                 self.put("global", name)
                 self.add(value)
 
