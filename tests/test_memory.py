@@ -119,6 +119,10 @@ def test_cache_to_disk_resumes_after_an_interruption(model, tmp_path):
         torch.testing.assert_close(loaded[name], reference[name].cpu(), rtol=1e-5, atol=1e-6)
     rows = [r for r, _ in iter_shards(out, names[:1])]
     assert rows[0] == range(0, 4) and rows[-1] == range(20, 22)
+    # one name as a string (was read letter by letter: "File does not contain tensor b"); an uncached one
+    assert torch.equal(load_activations(out, names[0])[names[0]], loaded[names[0]])
+    with pytest.raises(ValueError, match="holds no activations of blocks.1.hook_resid_post; it cached"):
+        load_activations(out, ["blocks.1.hook_resid_post"])
 
     with pytest.raises(ValueError, match="another job"):
         cache_to_disk(model, tokens[:8], names, out, batch_size=4)

@@ -55,7 +55,17 @@ def _value() -> Outer:
         pair=(nan, 1.5, None, True),
         ratio=-inf,
         array=np.array([[1.0, np.nan]], dtype=np.float32),
-        notes=[torch.zeros(0, 3), np.array(["a", "bc"]), {"deep": [(1, {"x": nan})]}],
+        notes=[
+            torch.zeros(0, 3),
+            np.array(["a", "bc"]),
+            {"deep": [(1, {"x": nan})]},
+            np.array(1.5),  # 0-d: stored by name it came back of shape (1,)
+            pd.DataFrame(  # index names and a MultiIndex came back as one unnamed index of tuples
+                {"score": [0.1, 0.2, 0.3]},
+                index=pd.MultiIndex.from_tuples([(0, 1), (1, 0), (1, 2)], names=["layer", "head"]),
+            ),
+            pd.DataFrame({"score": [0.1, 0.2]}, index=pd.Index(["a", "b"], name="key")),
+        ],
     )
 
 
@@ -107,7 +117,7 @@ def test_plain_json_holds_numbers_as_numbers_and_nan_as_null():
     assert data["inner"]["frame"] == [{"head": head, "score": score, 3: n} for head, score, n in rows]
     assert data["by_head"] == {"(0, 1)": [0, 1, 2], "half": [0.5, None], 2: [None]}
     assert data["pair"] == [None, 1.5, None, True] and data["array"] == [[1.0, None]]
-    assert data["notes"] == [[], ["a", "bc"], {"deep": [[1, {"x": None}]]}]
+    assert data["notes"][:4] == [[], ["a", "bc"], {"deep": [[1, {"x": None}]]}, 1.5]
     assert plain([np.float32(1.5), np.int64(2)]) == [1.5, 2] and type(plain(np.int64(2))) is int
     with pytest.raises(TypeError, match="no plain JSON form"):
         plain({"metric": len})

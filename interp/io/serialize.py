@@ -14,8 +14,8 @@ resume store of `interp.runtime.distributed.map_shards`:
                                `tensors=` given, {"__tensor__": name} and the tensor in tensors[name]
     numpy array                {"__array__": ...}, as a tensor ("dtype" is numpy's; by name only if it holds
                                numbers); numpy scalars as plain numbers
-    pandas DataFrame           {"__frame__": [column names], "index": [...], "values": [[column], ...],
-                               "dtypes": ["int64", ...]}
+    pandas DataFrame           {"__frame__": [column names], "index": [...], "index_names": [...] (two or
+                               more: a MultiIndex), "values": [[column], ...], "dtypes": ["int64", ...]}
     registered dataclass       {"__dataclass__": "Name", "fields": {name: value}} (its init fields)
     function                   null with `drop_callables=True` (a task's metric: not stored), else refused
 
@@ -80,6 +80,7 @@ def encode(value: Any, tensors: dict[str, Tensor] | None = None, drop_callables:
         return {
             "__frame__": [again(c) for c in value.columns],
             "index": again(value.index.tolist()),
+            "index_names": again(list(value.index.names)),
             "values": [again(value.iloc[:, i].tolist()) for i in range(value.shape[1])],
             "dtypes": [str(t) for t in value.dtypes],
         }
@@ -135,7 +136,8 @@ def _array_data(value: Tensor | np.ndarray, tensors: dict[str, Tensor] | None) -
     """A tensor or array: by name in `tensors` (an array only if it holds numbers), or inline."""
     if isinstance(value, np.ndarray):
         tag, dtype = "__array__", str(value.dtype)
-        tensor = torch.from_numpy(np.ascontiguousarray(value)) if value.dtype.kind in "biuf" else None
+        numbers = value.dtype.kind in "biuf"  # (np.ascontiguousarray makes a 0-d array 1-d)
+        tensor = torch.from_numpy(np.require(value, requirements="C")) if numbers else None
     else:
         tag, dtype = "__tensor__", str(value.dtype).removeprefix("torch.")
         value = tensor = value.detach().cpu()
@@ -211,7 +213,11 @@ def _frame(value: dict, tensors: Mapping[str, Tensor] | None) -> pd.DataFrame:
         frame = pd.DataFrame({column: decode(values, tensors) for column, values in columns.items()})
         return frame.astype({c: d for c, d in value["dtypes"].items() if d != "object"})
     data = {i: decode(column, tensors) for i, column in enumerate(value["values"])}
-    frame = pd.DataFrame(data, index=decode(value["index"], tensors))
+    index, names = decode(value["index"], tensors), decode(value.get("index_names", [None]), tensors)
+    index = (
+        pd.MultiIndex.from_tuples(index, names=names) if len(names) > 1 else pd.Index(index, name=names[0])
+    )
+    frame = pd.DataFrame(data, index=index)
     frame = frame.astype({i: t for i, t in enumerate(value["dtypes"]) if t != "object"})
     frame.columns = [decode(c, tensors) for c in columns]
     return frame

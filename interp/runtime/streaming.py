@@ -200,9 +200,12 @@ def _cache_to_disk(
             progress(CACHING_STAGE, done, len(starts))
 
 
-def iter_shards(out_dir: str | Path, names: Sequence[str] | None = None) -> Iterator[tuple[range, dict]]:
-    """(rows, {name: tensor}) of each shard in order; raises if the job is incomplete, or where a shard
-    read whole (names None, or every one of the job's) is not what was written (its sha256)."""
+def iter_shards(
+    out_dir: str | Path, names: str | Sequence[str] | None = None
+) -> Iterator[tuple[range, dict]]:
+    """(rows, {name: tensor}) of each shard in order, of the hooks `names` (one name, several, or None:
+    every one the job cached); raises if the job is incomplete, a name is not one it cached, or a shard
+    read whole (every one of the job's names) is not what was written (its sha256)."""
     out_dir = Path(out_dir)
     job_file = out_dir / JOB_FILE
     if not job_file.exists():
@@ -215,7 +218,12 @@ def iter_shards(out_dir: str | Path, names: Sequence[str] | None = None) -> Iter
             f"{out_dir} is incomplete: {len(missing)} of {n_shards} shards are missing; re-run "
             "cache_to_disk with the same arguments to finish it."
         )
-    wanted = job["names"] if names is None else names
+    wanted = job["names"] if names is None else [names] if isinstance(names, str) else list(names)
+    unknown = [name for name in wanted if name not in job["names"]]
+    if unknown:
+        raise ValueError(
+            f"{out_dir} holds no activations of {', '.join(unknown)}; it cached {', '.join(job['names'])}"
+        )
     for index in range(n_shards):
         path = _shard_path(out_dir, index)
         with safe_open(path, framework="pt") as shard:
@@ -231,7 +239,7 @@ def iter_shards(out_dir: str | Path, names: Sequence[str] | None = None) -> Iter
         yield range(start, stop), tensors
 
 
-def load_activations(out_dir: str | Path, names: Sequence[str] | None = None) -> dict[str, Tensor]:
+def load_activations(out_dir: str | Path, names: str | Sequence[str] | None = None) -> dict[str, Tensor]:
     """Every shard concatenated: {name: [n_prompts, ...]} (all in memory; see iter_shards)."""
     parts: dict[str, list[Tensor]] = {}
     for _, shard in iter_shards(out_dir, names):
