@@ -166,6 +166,10 @@ def test_prompts_are_distinct_texts_when_templates_have_no_place_or_object(model
     assert len(set(clean.texts)) == len(clean)  # every ordered pair of names in both orders
     with pytest.raises(ValueError, match="make only 112 distinct prompts"):
         make_ioi_dataset(model, 2 * 8 * 7 + 2, seed=0, templates=no_fillers, names=NAMES[:8])
+    # balanced, each prompt keeps its template: one of few fillings among many ran forever redrawing
+    templates = [no_fillers[0], next(t for t in BABA_TEMPLATES if "[PLACE]" in t and "[OBJECT]" in t)]
+    with pytest.raises(ValueError, match=r"template 0 .* gets 25 ABBA prompts but makes only 20 distinct"):
+        make_ioi_dataset(model, 100, seed=0, templates=templates, names=NAMES[:5], balanced=True)
 
 
 def test_held_out_prompts_cover_every_template_in_both_orders_equally(model):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -269,6 +270,18 @@ def _redraw_duplicates(
             f"most {2 * min(n_distinct.values())}, pass more templates, names, places or objects, or "
             "allow_duplicates=True"
         )
+    if not redraw_template:  # each prompt keeps its template: each template's fillings must suffice
+        for (o, t), count in sorted(Counter(zip(order, template.tolist(), strict=True)).items()):
+            text = prompt_templates[o][t]
+            distinct = (
+                n_names * (n_names - 1) * fillers(text, "PLACE", places) * fillers(text, "OBJECT", objects)
+            )
+            if count > distinct:
+                raise ValueError(
+                    f"asked for {n_prompts} balanced IOI prompts: template {t} ({text!r}) gets "
+                    f"{count} {o} prompts but makes only {distinct} distinct ones; ask for fewer, pass "
+                    "more names (or give the template a [PLACE] or [OBJECT]), or allow_duplicates=True"
+                )
 
     def key(i: int) -> tuple:  # what the prompt's text reads: a place or object only where it has one
         prompt_template = prompt_templates[order[i]][template[i]]
