@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 from rich.console import Console
+from safetensors.torch import save_file
 
 from circuits.results_file import SCHEMA, load_result, save_result, write_result_report
 from interp.io.files import atomic_dir, atomic_path, atomic_write, write_text_atomic
@@ -307,8 +308,12 @@ def test_an_interrupted_atomic_directory_write_leaves_the_old_directory(tmp_path
     assert (directory / "config.json").read_text() == "old" and os.listdir(tmp_path) == ["checkpoint"]
     with atomic_dir(directory) as tmp:
         (tmp / "weights").write_text("new")
-    assert os.listdir(directory) == ["weights"] and os.listdir(tmp_path) == ["checkpoint"]
+        save_file({"w": torch.zeros(2)}, tmp / "model.safetensors")  # safetensors writes it 0o600
+    assert sorted(os.listdir(directory)) == ["model.safetensors", "weights"]
+    assert os.listdir(tmp_path) == ["checkpoint"]
     assert directory.stat().st_mode & 0o777 == 0o777 & ~_umask()
+    # a checkpoint's weights readable by whoever may read the directory, as an ordinary file
+    assert (directory / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~_umask()
 
 
 def test_an_interrupt_between_the_renames_of_a_directory_leaves_the_old_one(tmp_path, monkeypatch):

@@ -87,7 +87,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 @contextlib.contextmanager
 def atomic_dir(directory: str | os.PathLike, keep_existing: bool = False) -> Iterator[Path]:
     """An empty temporary directory beside `directory` (`.NAME.XXXXXXXX`) to fill; on leaving the
-    block without an error it replaces `directory` (`replace_dir`), else it is removed. keep_existing:
+    block without an error it replaces `directory` (`replace_dir`), with its files readable as the
+    umask allows (as an ordinary file), else it is removed. keep_existing:
     a `directory` already there (another process's copy of the same content, which a third may be
     reading) is kept and the new one removed: the first to land stays."""
     directory = Path(directory)
@@ -97,6 +98,9 @@ def atomic_dir(directory: str | os.PathLike, keep_existing: bool = False) -> Ite
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is an ordinary directory
         yield tmp
+        for path in tmp.rglob("*"):  # safetensors' save_file writes private files (0600)
+            if path.is_file() and not path.is_symlink():
+                path.chmod(0o666 & ~_umask() | path.stat().st_mode & 0o111)
         with _naming(directory):
             if not keep_existing:
                 replace_dir(tmp, directory)
