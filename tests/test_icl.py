@@ -33,7 +33,7 @@ from circuits.icl.heads import ablated_z
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown
 from interp.io.serialize import encode
-from interp.tasks.corpus import brown_documents
+from interp.tasks.corpus import brown_documents, document_tokens
 
 
 @pytest.fixture(scope="module")
@@ -337,6 +337,10 @@ def test_brown_documents_fill_smollm2s_context(smollm2):
     assert min(lengths) > smollm2.cfg.n_ctx // 4 and min(lengths) >= 2048
     sequences = default_sequences(smollm2, 6, seed=0)
     assert sequences.tokens.shape == (6, 526) and sequences.windows == Windows(50, 500, 51)
+    texts = [d.text for d in documents[:2]]  # no token per document was an empty [2, 0] batch
+    for n_tokens in (0, -5):
+        with pytest.raises(ValueError, match="n_tokens \\(tokens per document\\) must be an integer >= 1"):
+            document_tokens(smollm2, texts, n_tokens)
 
 
 def test_the_phase_change_shows_across_training(checkpointed_run, tmp_path):

@@ -281,6 +281,15 @@ def test_toy_ioi_balanced_prompts_are_distinct_up_to_their_number(toy):
         toy.make_dataset(4, templates=[4, 4], balanced=True)
     with pytest.raises(ValueError, match="names must be distinct"):
         toy.make_dataset(4, names=torch.cat([names, names[:1]]))
+    # ids that are no names made prompts such as "After and . met . . said hi to"; a template past the
+    # last, one name: errors from inside torch
+    for bad, message in [
+        (dict(names=[2, 3, 4]), "names must be two or more of the task's name token ids"),
+        (dict(names=names[:1]), "names must be two or more"),
+        (dict(templates=[9]), "templates must be indices of the 5 templates, got \\[9\\]"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            toy.prompts(4, 0, **bad)
 
 
 def test_toy_ioi_training_batch_has_answer_and_mask(toy):

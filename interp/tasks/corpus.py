@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from interp.checks import check_count
 from interp.model.transformer import HookedTransformer
 
 BROWN_PATH = Path(__file__).resolve().parents[1] / "data" / "brown" / "documents.jsonl.gz"
@@ -42,7 +43,7 @@ class Document:
 
 
 def brown_documents() -> list[Document]:
-    """The 125 shipped Brown corpus texts, in the corpus's order (ca01, ca05, ..., cr09)."""
+    """The 125 shipped Brown corpus texts, in the corpus's order (ca01, ca05, ..., cr06)."""
     with gzip.open(BROWN_PATH, "rt", encoding="utf-8") as lines:
         return [Document(**json.loads(line)) for line in lines if line.strip()]
 
@@ -54,6 +55,7 @@ def document_tokens(
     Raises a ValueError naming the texts shorter than that."""
     if not texts:
         raise ValueError("no texts given; pass at least one document")
+    n_tokens = check_count(n_tokens, "n_tokens (tokens per document)")
     if n_tokens > model.cfg.n_ctx:
         raise ValueError(
             f"{n_tokens} tokens per document exceed {model.cfg.model_name}'s context of {model.cfg.n_ctx}; "

@@ -77,10 +77,20 @@ class ToyIOITask(Task):
         if n_prompts < 1:
             raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
         generator = _as_generator(generator)
-        choices = torch.arange(len(self.templates["BABA"])) if templates is None else torch.tensor(templates)
+        n_templates = len(self.templates["BABA"])
+        choices = (
+            torch.arange(n_templates) if templates is None else torch.as_tensor(templates, dtype=torch.long)
+        )
+        if choices.ndim != 1 or not len(choices) or not ((choices >= 0) & (choices < n_templates)).all():
+            raise ValueError(f"templates must be indices of the {n_templates} templates, got {templates!r}")
         names = self.name_tokens if names is None else torch.as_tensor(names)
         if names.unique().numel() != names.numel():
             raise ValueError(f"names must be distinct token ids, got {names.tolist()}")
+        if len(names) < 2 or not torch.isin(names, self.name_tokens).all():
+            raise ValueError(
+                f"names must be two or more of the task's name token ids ({self.name_tokens.tolist()}), got "
+                f"{names.tolist()}"
+            )
         order = [IOI_ORDERS[i % 2] for i in range(n_prompts)]
         if balanced:
             template = choices[torch.arange(n_prompts) // 2 % len(choices)]
