@@ -15,6 +15,7 @@ from conftest import tiny_config
 import interp
 from interp import ablation, checks, edges, metrics, patching
 from interp.interventions.engine import RunOptions
+from interp.tasks.icl_tasks import few_shot_prompts
 from interp.types import head_label
 
 BATCH, POS = 3, 6
@@ -1312,6 +1313,11 @@ def _training_cases():
             "d_vocab must be an integer, got float 64.5",
         ),
         (lambda: make_task("ioi", n_ctx=5), ValueError, "toy IOI task has a fixed n_ctx"),
+        (
+            lambda: few_shot_prompts([("a", "b"), ("c", "d"), ("e", "f")], 0, 2, generator),
+            ValueError,
+            "n_prompts must be an integer >= 1, got 0",
+        ),  # was torch.cat's "expected a non-empty list"
         (lambda: make_task("inductoin"), ValueError, "Unknown task 'inductoin'"),
         (_train_toy(n_heads=0), ValueError, "n_heads must be an integer >= 1, got 0"),
         (_train_toy(d_model=30, n_heads=4), ValueError, "d_model 30 is not divisible by n_heads 4"),

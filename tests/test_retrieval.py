@@ -82,6 +82,9 @@ def test_prompts_hold_their_facts_where_they_say(smollm2, split, n_facts, query,
     assert set(tokens.gather(1, prompts.names).flatten().tolist()) <= subjects
     again = make_retrieval_prompts(smollm2, 14, n_facts, split, seed=3, query=query, template=template)
     assert torch.equal(again.tokens, tokens)  # seeded
+    assert torch.equal(prompts[0].tokens, tokens[:1]) and torch.equal(
+        prompts[-1].tokens, tokens[-1:]
+    )  # (a TypeError)
 
 
 @pytest.mark.parametrize(

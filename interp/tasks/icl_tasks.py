@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from interp.checks import check_count
 from interp.model.transformer import HookedTransformer
 
 
@@ -316,6 +317,7 @@ def few_shot_prompts(
     the examples' answers that moves every one (a derangement), so no example is solved."""
     (name,) = check_template_names([template])
     written = ICL_TEMPLATES[name]
+    n_prompts = check_count(n_prompts, "n_prompts")
     if n_shots < 2 or len(pairs) < n_shots + 1:
         raise ValueError(
             f"need n_shots >= 2 and more than n_shots pairs; got {n_shots} shots of {len(pairs)}"

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from interp.checks import check_count
 from interp.tasks.ioi_templates import HELDOUT_NAMES, NAMES
 
 # relation -> (its attribute word, its values); each attribute and value one token after a space.
@@ -127,8 +128,10 @@ class RetrievalPrompts:
     def n_facts(self) -> int:
         return self.candidates.shape[1]
 
-    def __getitem__(self, index: slice | Sequence[int] | Tensor) -> RetrievalPrompts:
-        """The prompts `index` selects (rows; the batch dimension is kept)."""
+    def __getitem__(self, index: int | slice | Sequence[int] | Tensor) -> RetrievalPrompts:
+        """The prompts `index` selects (rows; the batch dimension is kept, an int's too)."""
+        if isinstance(index, int):
+            index = slice(index, index + 1 if index != -1 else None)
         rows = torch.arange(len(self))[index.cpu() if isinstance(index, Tensor) else index]
         on = rows.to(self.tokens.device)
         tensors = {
@@ -457,6 +460,7 @@ def make_two_hop_prompts(
     in turn."""
     if query not in QUERY_FORMS:
         raise ValueError(f"query must be one of {', '.join(QUERY_FORMS)}, got {query!r}")
+    n_prompts = check_count(n_prompts, "n_prompts")
     if isinstance(n_people, bool) or not isinstance(n_people, int) or not 2 <= n_people <= 8:
         raise ValueError(f"n_people must be an int in 2..8, got {n_people!r}")
     mothers = _single_tokens(model, RELATIONS["mother"][1])
