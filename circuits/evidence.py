@@ -687,7 +687,8 @@ def select_heads(
     z = robust_z(effects)
     signed = (sign * effects).nan_to_num(nan=0.0)
     share = signed / signed.clamp_min(0).sum().clamp_min(1e-12)
-    chosen = ((sign * z >= effect_z) | (share >= min_share)) & (signed >= min_effect)
+    patched = effects.isfinite()  # NaN: not patched (not a sender), never selected
+    chosen = ((sign * z >= effect_z) | (share >= min_share)) & (signed >= min_effect) & patched
     heads = [tuple(map(int, index)) for index in chosen.nonzero()]
     heads.sort(key=lambda head: -sign * effects[head].item())
     median, mad = median_mad(effects)

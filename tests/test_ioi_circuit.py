@@ -254,6 +254,8 @@ def test_robust_selection():
     few = torch.tensor([[0.05, 0.15, 0.10], [0.24, 0.02, 0.12]])
     assert select_heads(few, 1, 3.0, 0.05, min_share=0.5)[0] == []
     assert select_heads(few, 1, 3.0, 0.05, min_share=0.2)[0] == [(1, 0), (0, 1)]
+    # a head never patched (NaN) is never selected, whatever the thresholds (it was, as 0, at 0)
+    assert (1, 2) not in select_heads(drops, 1, 3.0, min_effect=0.0, min_share=0.0)[0]
 
 
 def test_bad_settings_raise(planted):

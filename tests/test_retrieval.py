@@ -299,8 +299,11 @@ def test_cli_refuses_bad_options_before_loading_a_model() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"), [({"n_prompts": 1}, "n_prompts"), ({"n_random": True}, "n_random")]
-)
+    ("kwargs", "message"),
+    [({"n_prompts": 1}, "n_prompts"), ({"n_random": True}, "n_random"),
+     ({"heldout_facts": (2, 2)}, "distinct fact counts in 2..8, got \\[2, 2\\]: a count given twice"),
+     ({"heldout_facts": (9,)}, "distinct fact counts in 2..8")],
+)  # fmt: skip
 def test_settings_refuse_bad_counts_before_any_run(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         RetrievalSettings(**kwargs)

@@ -4,7 +4,8 @@ The relation is the family (`circuits.evidence.split_families`): heads and thres
 discovery relations (discovery names, 4 facts, one template); every reported effect is measured on
 held-out relations, names and fact counts, in the discovery template and a held-out one (reported per
 template: only the held-out one's stratum is new in form). Corrupted prompts name a stranger in the query.
-Steps: 0 prompts; 1 heads -> logits and 2 heads -> the movers' queries at END (EAP ranks the senders,
+Steps: 0 prompts; 1 heads -> logits and 2 heads -> the queries at END of the heads step 1 classified
+(every class's, the movers' and the others'; the sweep "mover_queries") (EAP ranks the senders,
 the `n_exact` first and every one estimated at least half of `min_effect` are path-patched exactly,
 and only these can be selected); 3 each class (and the induction heads of `interp heads`)
 mean-ablated against random same-layer heads (`circuits.evidence.judge_class`), with the circuit's
@@ -100,6 +101,12 @@ class RetrievalSettings:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         if not self.heldout_facts:
             raise ValueError("heldout_facts is empty: give the held-out fact counts, e.g. (2, 3, 6, 8)")
+        counts = list(self.heldout_facts)
+        if len(set(counts)) < len(counts) or not all(isinstance(n, int) and 2 <= n <= 8 for n in counts):
+            raise ValueError(
+                f"heldout_facts must be distinct fact counts in 2..8, got {counts}: a count given twice "
+                "draws the same prompts twice (twice the prompts, half the CI's width)"
+            )
 
     def recorded(self) -> dict[str, float | int]:
         """The sizes and thresholds `interp retrieval --save` records with its options."""
@@ -439,7 +446,7 @@ def find_retrieval_circuit(
     stage("heads -> logits")
     receivers = [(h.layer, h.index) for h in found if h.cls is not None]  # 2. heads -> their queries at END
     if receivers and max(layer for layer, _ in receivers) > 0:
-        say("Path patching: heads -> movers' queries", 0, 1)
+        say("Path patching: heads -> the classified heads' queries", 0, 1)
         effects["mover_queries"], into_queries = path_patching_step(
             model, evidence, receivers, "mover_queries", settings
         )

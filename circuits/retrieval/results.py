@@ -25,6 +25,10 @@ CLASS_MEANINGS = {
     "query": "attends END -> the queried name in the query",
     "induction": "the induction heads `interp heads` confirms (tested as a class, not found here)",
 }
+SWEEPS = {  # each path-patching sweep's receivers ("mover_queries": the name files have kept)
+    "logits": "the logits",
+    "mover_queries": "the queries at END of the heads step 1 classified (movers, mentions, queries)",
+}
 HEAD_COLUMNS = (
     "head", "sweep", "effect", "END->value", "END->name", "END->query", "direct", "class", "induction"
 )  # fmt: skip
@@ -77,7 +81,7 @@ class RetrievalHead:
     head: str
     layer: int
     index: int
-    sweep: str  # "logits" or "mover_queries"
+    sweep: str  # a key of `SWEEPS`
     effect: float
     attention: dict[str, float]
     direct: float
@@ -241,7 +245,7 @@ class RetrievalFigures(Extras):
         effects = [
             layer_head_map(
                 grid,
-                f"Path patching to {sweep}",
+                f"Path patching to {SWEEPS.get(sweep, sweep)}",
                 "drop of the mean logit diff when the head's path is patched (clean - patched, logits; "
                 "positive: the path helps): exact for the heads EAP ranks first, EAP's estimate for the "
                 "others; grey: no sender",
