@@ -123,6 +123,27 @@ def test_a_random_weight_model_confirms_no_head_beyond_random():
         assert low <= judged.heldout.beyond <= high and judged.heldout.n_prompts >= len(probe.tokens) // 2
 
 
+def test_a_previous_token_head_is_compared_only_with_heads_that_could_move_its_readout():
+    """Every layer-0 head of the planted induction model a previous-token head: their layer has no
+    random head left, and the random heads came from layer 1, the induction heads' own layer, whose
+    ablation cannot move the attention the check reads (a baseline of 0 by construction: L0H0
+    "confirmed" on its raw drop). Now no random head stands in, and none is confirmed."""
+    from circuits.edge_circuits.ground_truth import planted_induction
+
+    model = planted_induction(n_vocab=32, seq_len=16).model
+    with torch.no_grad():
+        for head in (1, 2):  # a0.h1, a0.h2 attend as a0.h0 does (to the previous token), writing junk
+            model.blocks[0].attn.W_Q[head] = model.blocks[0].attn.W_Q[0]
+            model.blocks[0].attn.W_K[head] = model.blocks[0].attn.W_K[0]
+    finding = head_report(model, n_samples=8, seed=0, seq_len=12)
+    previous = [c for c in finding.classes if c.details["type"] == "previous_token"]
+    induction_layer = min(int(c.heads[0][1]) for c in finding.classes if c.details["type"] == "induction")
+    assert previous and induction_layer == 1
+    for found in previous:
+        assert all(int(head[1]) < induction_layer for draw in found.random_sets for head in draw)
+        assert found.verdict != "confirmed"
+
+
 def test_an_ablated_head_keeps_none_of_its_own_output():
     """The causal checks mean-ablate a head to its mean over other sequences of the held-out family laid
     out as the held-out probe (`Probes.reference`), not over the probe's own: where only 4 of those reach

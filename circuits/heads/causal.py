@@ -1,7 +1,8 @@
 """Causal checks on the held-out probe: each candidate's z mean-ablated (per position, the mean over other
 sequences of the held-out family: `Probes.reference`), alone and with
 the other candidates of its type ablated, judged against random heads of its layer (of other layers
-where its layer has none left) by
+where its layer has none left; for a previous-token candidate only layers before the induction heads its
+check reads, whose patterns a head there can move) by
 `circuits.evidence.judge_class` (paired per sequence; strata: repeat lengths). Effects (positive: the
 head helps): induction, the loss increase on the second copies (nats); previous_token, the drop of the
 later induction heads' mean induction score (attention; those after its layer). Two looks: after the
@@ -108,9 +109,12 @@ def random_head_classes(
     typed: Sequence[Head] = (),
     n_random: int = N_RANDOM,
     seed: int = 0,
+    below: Callable[[int], int] | None = None,
 ) -> dict[Head, HeadClass]:
     """Each candidate as a class of one head with `n_random` random heads of its layer (drawn once per
-    layer with seed + layer, from heads neither candidates nor `typed`; other layers' if none is left)."""
+    layer with seed + layer, from heads neither candidates nor `typed`; other layers' if none is left,
+    only layers before `below(layer)` where given: a random head there can move what the check reads,
+    as the candidate can)."""
     if n_random < 1:
         raise ValueError(
             f"n_random must be >= 1 (the random heads a candidate is compared with), got {n_random}"
@@ -120,7 +124,8 @@ def random_head_classes(
     draws: dict[int, list[list[Head]]] = {}
     for head in heads:
         if head[0] not in draws:
-            found = head_class(model, f"L{head[0]}", [head], n_random, seed + head[0], outside=outside)
+            pool = outside if below is None else [h for h in outside if h[0] < below(head[0])]
+            found = head_class(model, f"L{head[0]}", [head], n_random, seed + head[0], outside=pool)
             draws[head[0]] = found.draws
     return {head: HeadClass(name=head_label(*head), heads=[head], draws=draws[head[0]]) for head in heads}
 
@@ -614,9 +619,14 @@ def causal_checks(
         return {}
     previous_token = scores.candidates("previous_token", max_candidates)
     typed = never_random(scores)
+    induction_layers = sorted({layer for layer, _ in induction})
+
+    def first_read(layer: int) -> int:  # a previous-token check reads the induction heads after `layer`
+        return next((later for later in induction_layers if later > layer), model.cfg.n_layers)
+
     classes = {
-        kind: random_head_classes(model, heads, typed, n_random, seed)
-        for kind, heads in (("induction", induction), ("previous_token", previous_token))
+        "induction": random_head_classes(model, induction, typed, n_random, seed),
+        "previous_token": random_head_classes(model, previous_token, typed, n_random, seed, below=first_read),
     }
     # One clean run for both checks: the targets of the previous-token check are induction candidates.
     layers = [layer for layer, _ in induction + previous_token]
