@@ -144,6 +144,23 @@ def test_a_previous_token_head_is_compared_only_with_heads_that_could_move_its_r
         assert found.verdict != "confirmed"
 
 
+@pytest.mark.parametrize(("n_sequences", "stated", "text"), [(24, 0.0032, "0.32%"), (3, 0.048, "4.8%")])
+def test_the_stated_rate_of_stopping_an_effect_at_the_minimum_holds(n_sequences, stated, text):
+    """The settings say an effect truly at the minimum is stopped after the first look with the
+    probability of a t tail (0.32% at the default 24 sequences, 4.8% at 3); they said "at most 0.13%,
+    normal approximation", while the standard error is estimated from those few sequences. Simulated
+    with `_Runs.futile`'s rule, within 4 binomial standard errors."""
+    from circuits.heads.causal import FUTILITY_SE, MIN_EFFECT, mean_se
+    from circuits.heads.pipeline import CHECKS
+
+    assert f"{text} at {n_sequences}" in CHECKS["causal_method"].replace("the default 24", "24")
+    generator, trials = torch.Generator().manual_seed(0), 40_000
+    minimum = MIN_EFFECT["induction"]
+    effects = minimum + 0.05 * torch.randn(trials, n_sequences, generator=generator, dtype=torch.float64)
+    stopped = sum(mean + FUTILITY_SE * se < minimum for mean, se in map(mean_se, effects))
+    assert abs(stopped / trials - stated) < 4 * math.sqrt(stated * (1 - stated) / trials)
+
+
 def test_an_ablated_head_keeps_none_of_its_own_output():
     """The causal checks mean-ablate a head to its mean over other sequences of the held-out family laid
     out as the held-out probe (`Probes.reference`), not over the probe's own: where only 4 of those reach

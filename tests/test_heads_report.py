@@ -54,6 +54,38 @@ def test_json_has_every_head_with_scores_types_and_effects(smollm2_report, smoll
     assert sum(bool(head["types"]) for head in data["heads"]) > 0
 
 
+def test_json_holds_the_held_out_scores_and_the_resamples_the_cis_took(monkeypatch):
+    """`--format json` left out each candidate's held-out score (the table's "held out" column, which
+    decides the score-not-held verdict), and its settings said n_bootstrap 500 where the causal CIs
+    took 1000 resamples. A model predicting another vocabulary than it reads is refused in words (a
+    matrix-shape error from inside torch)."""
+    import circuits.heads.causal as causal
+
+    taken = []
+
+    def judge(*args, **kwargs):
+        taken.append(kwargs["n_boot"])
+        return judge_class(*args, **kwargs)
+
+    judge_class = causal.judge_class
+    monkeypatch.setattr(causal, "judge_class", judge)
+    finding = head_report(interp.load_model("toy-induction"), n_samples=4, seed=0, seq_len=12)
+    data = json.loads(result_json(finding))
+    assert set(taken) == {data["settings"]["n_bootstrap"]}
+    table = finding.extras.full_table(finding).set_index(["layer", "head"])
+    checked = 0
+    for head in data["heads"]:
+        for kind, record in head["causal"].items():
+            held_out = table.loc[(head["layer"], head["head"]), f"{kind}_held_out_score"]
+            if held_out == held_out:  # a candidate of that type (NaN otherwise)
+                assert record["held_out_score"] == pytest.approx(held_out)
+                checked += 1
+    assert checked > 0
+    cfg = interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=40, d_vocab_out=10, n_ctx=32)
+    with pytest.raises(ValueError, match="predicts 10 tokens but reads 40"):
+        head_report(interp.HookedTransformer(cfg), n_samples=2, seq_len=8)
+
+
 def test_csv_and_markdown(smollm2_report, tmp_path):
     rows = smollm2_report.extras.rows(smollm2_report)
     table = pd.read_csv(io.StringIO(to_csv(rows)))

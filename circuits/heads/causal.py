@@ -16,7 +16,6 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 
 import numpy as np
 import torch
@@ -37,8 +36,8 @@ EFFECTS = ("alone", "with_others_ablated")  # a candidate's two effects, in the 
 N_RANDOM = 5  # random heads drawn per layer with candidates (as IOI's n_random_draws)
 MIN_EFFECT = {"induction": 0.02, "previous_token": 0.02}  # the least confirming effect beyond random
 LENGTH_RULE = {"length": "most"}  # a confirmed effect holds beyond random at most repeat lengths
+CAUSAL_BOOTSTRAP = 1000  # resamples of a causal check's CIs (`judge_class`'s)
 FUTILITY_SE = 3.0  # after the first look, an effect below MIN_EFFECT by this many standard errors stops
-FUTILITY_ERROR = NormalDist().cdf(-FUTILITY_SE)  # the chance an effect truly at MIN_EFFECT stops (0.13%)
 
 INDUCTION_STAGE = "Ablating induction candidates and random heads"  # progress stages
 PREVIOUS_TOKEN_STAGE = "Ablating previous-token candidates and random heads"
@@ -226,8 +225,9 @@ class _Runs:
             mask[rows] = True
             members.append(("length", stratum, mask[both]))
         return judge_class(
-            self.classes[head], found, strata=Strata(members, LENGTH_RULE), unit="sequences", seed=self.seed
-        )
+            self.classes[head], found, strata=Strata(members, LENGTH_RULE), unit="sequences", seed=self.seed,
+            n_boot=CAUSAL_BOOTSTRAP,
+        )  # fmt: skip
 
     def run(
         self,

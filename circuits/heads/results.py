@@ -437,6 +437,7 @@ def _causal_data(row: dict[str, Any], kind: str) -> dict[str, Any]:
         **effects(),
         "confirmed": bool(row[f"{kind}_confirmed"]),
         "verdict": row.get(f"{kind}_verdict") or None,
+        "held_out_score": row.get(f"{kind}_held_out_score"),  # its type's score on the held-out probe
         "holds_in": list(row.get(f"{kind}_holds_in", [])),
         "stopped_early": list(row.get(f"{kind}_stopped_early", [])),
         "random_heads": list(row.get(f"{kind}_random_heads", [])),
