@@ -97,6 +97,7 @@ def heads(
     quick: bool = opt(False, "--quick", help=QUICK_HELP["heads"]),
 ) -> None:
     """Find previous-token, induction, fixed-offset, skip-gram ... heads, with causal checks."""
+    skeleton.check_table_only(format, wide=wide, all=all_heads)
     command = Command("heads", model, format, out, save)
     from circuits.heads import head_report, remember_induction_heads
     from circuits.heads.pipeline import BETWEEN_STAGES, KEPT_STAGES, heads_stage_notes
@@ -164,8 +165,7 @@ def train(
         with refused(errors=(ValueError,)), skeleton.stage_bars("train", [training.TRAIN_STAGE]) as progress:
             model, log = training.train_toy_model(
                 settings, out, checkpoint_every=checkpoint_every, progress=progress)
-    except KeyboardInterrupt:
-        console.print(f"Interrupted; the last step is saved in {out}: run the same command to resume.")
+    except KeyboardInterrupt:  # the library's log says which step it saved, if any (stderr)
         raise typer.Exit(130) from None
     line, warning = training.training_summary(model, log)
     console.print(f"{line} Wrote {out}" + ("" if warning is None else f"\n[yellow]{warning}[/yellow]"))
@@ -314,8 +314,8 @@ def icl(
             "--fv 8, for the ICL score of the ablations)."),
     n_discovery: int = opt(12, min=2, help="Documents that rank the heads (at most half of them); the others "
             "test."),
-    n_ablated: int = opt(12, min=2, help="Held-out documents the exact ablations run on (each costs ~6 "
-            "forward passes)."),
+    n_ablated: int = opt(12, min=2, help="Held-out documents the exact ablations run on (at most all of them;"
+            " each costs ~6 forward passes)."),
     early: int | None = opt(None, min=1, help="Centre of the early window (default: token 50 on text)."),
     late: int | None = opt(None, min=2, help="Centre of the late window (default: token 500 on text)."),
     window: int | None = opt(None, min=1, help="Tokens averaged around each (default 51 on text; 1: Olsson "

@@ -175,12 +175,17 @@ METHOD_OPTIONS = {
 
 def check_method_options(context: Any, method: str, checkpoint: str | None, task_file: bool) -> None:
     """Before any model loads, exit with an error for an option `method` does not read
-    (`METHOD_OPTIONS`), --n-prompts with a prompt-pair file, or a --checkpoint that cannot be written or
-    is no checkpoint of this interp's."""
+    (`METHOD_OPTIONS`), --target beside a size (--edges, --fraction), --n-prompts with a prompt-pair
+    file, or a --checkpoint that cannot be written or is no checkpoint of this interp's."""
     for name, methods in METHOD_OPTIONS.items():
         if given(context, name) and method not in methods:
             option = "--" + name.replace("_", "-")
             raise fail(f"{option} is read by --method {' or '.join(methods)}, not by {method}: leave it out.")
+    if given(context, "target") and (given(context, "edges") or given(context, "fraction")):
+        raise fail(
+            "--target is the faithfulness the searched circuit must reach; --edges and --fraction give its "
+            "size instead: pass one of them or --target, not both."
+        )
     if task_file and given(context, "n_prompts"):
         raise fail(
             "--n-prompts chooses IOI or induction prompts; a prompt-pair file's pairs are the prompts "
@@ -194,6 +199,17 @@ def check_method_options(context: Any, method: str, checkpoint: str | None, task
 
         with refused("--checkpoint: "):
             read_mask_checkpoint(checkpoint)
+
+
+def check_table_only(format: str, **flags: bool) -> None:
+    """Exit with an error for terminal-table options (`--wide`, `--all`) given with another format,
+    where they would change nothing."""
+    given_flags = [f"--{name}" for name, value in flags.items() if value]
+    if given_flags and format != "table":
+        raise fail(
+            f"{' and '.join(given_flags)} shape the terminal table; --format {format} holds every column and "
+            "head already: leave them out."
+        )
 
 
 ICL_MODE_OPTIONS = {  # the options of one mode of `interp icl`: False, the ICL score; True, --fv
@@ -550,5 +566,7 @@ class Command:
         except KeyboardInterrupt:
             if not keeps or self.save is None or not Path(self.save).is_file():
                 raise
-            console.print(f"Stopped: {self.save} holds the stages done; the same command resumes from them.")
+            error_console.print(
+                f"Stopped: {self.save} holds the stages done; the same command resumes from them."
+            )
             raise typer.Exit(130) from None

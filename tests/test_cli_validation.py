@@ -112,6 +112,16 @@ REFUSED_BEFORE_LOADING = [
     (["circuit", "--task", "{pairs}", "--n-prompts", "8"], "--n-prompts chooses IOI or induction prompts"),
     (["circuit", "--edges", "0"], "--edges"),
     (["circuit", "--fraction", "1.5"], "--fraction 1.5 must lie in (0, 1]"),
+    (
+        ["circuit", "--edges", "10", "--target", "0.9"],
+        "--edges and --fraction give its size instead",
+    ),  # ignored
+    (["circuit", "--fraction", "0.2", "--target", "0.95"], "pass one of them or --target, not both"),
+    (
+        ["heads", "--wide", "--format", "json"],
+        "--wide shape the terminal table; --format json holds",
+    ),  # ignored
+    (["heads", "--all", "--wide", "--format", "markdown"], "--wide and --all shape the terminal table"),
     (["circuit", "--mib-out", "/sys/mib.json"], "--mib-out /sys/mib.json cannot be written"),
     (["circuit", "--checkpoint", "/sys/mask.pt"], "--checkpoint /sys/mask.pt cannot be written"),
     (["circuit", "--checkpoint", "{headless}"], "is no edge-mask checkpoint (torch.load cannot read it"),
