@@ -342,14 +342,15 @@ def split_families(
     return FamilySplit(tuple(f for f in distinct if f not in held), tuple(f for f in distinct if f in held))
 
 
-def held_out_unit(families: Iterable[str] | None) -> str:
+def held_out_unit(families: Iterable[str] | None, family: str = "family", plural: str = "families") -> str:
     """What the held-out figures generalise to, in words, from the held-out prompts' families (None: no
     family column): "families" where two or more are held out; with one, the bootstrap resamples its
-    prompts only, "prompts of the one held-out family (F)"; else "prompts"."""
+    prompts only, "prompts of the one held-out family (F)"; else "prompts". family, plural: what the
+    analysis calls a family ("task", "tasks")."""
     distinct = sorted(set(families or ()))
     if len(distinct) > 1:
-        return "families"
-    return f"prompts of the one held-out family ({distinct[0]})" if distinct else "prompts"
+        return plural
+    return f"prompts of the one held-out {family} ({distinct[0]})" if distinct else "prompts"
 
 
 def held_out_note(

@@ -34,8 +34,8 @@ from circuits.finding import Finding
 from circuits.path.task import family_rows
 from interp import edges
 from interp.edges.evaluate import clean_metric
+from interp.edges.intervene import logit_positions
 from interp.edges.pruning import checkpoint_step
-from interp.interventions.metrics import AnswerMetric
 from interp.model import HookedTransformer
 from interp.types import MemorySize, Progress, memory_bytes
 
@@ -453,7 +453,10 @@ def split_task(
     whole families of `task` (each prompt its own where it has none), a seeded half held out
     (`circuits.evidence.split_families`, the head path's rule)."""
     if heldout is not None:
-        check_apart(task.clean, heldout.clean, read_ends(task), read_ends(heldout))
+        ends = [
+            logit_positions(t.metric, torch.arange(t.n_prompts), t.clean.shape[1]) for t in (task, heldout)
+        ]
+        check_apart(task.clean, heldout.clean, *ends)  # up to where each metric reads, where it says
         if task.families is not None and heldout.families is not None:
             chose, tested = tuple(dict.fromkeys(task.families)), tuple(dict.fromkeys(heldout.families))
             return task, heldout, FamilySplit(chose, tested).describe()
@@ -472,14 +475,6 @@ def split_task(
         f"chosen on {chose.n_prompts} prompts; tested on the other {tested.n_prompts} (no family column: "
         "held-out prompts, not families)"
     )  # fmt: skip
-
-
-def read_ends(task: EdgeTask) -> Tensor | None:
-    """The position each prompt's metric reads [prompt] where it says (an AnswerMetric), else None."""
-    metric = task.metric
-    if not isinstance(metric, AnswerMetric):
-        return None
-    return metric.positions(torch.arange(task.n_prompts), task.clean.shape[1])
 
 
 def method_scores(

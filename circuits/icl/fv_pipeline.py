@@ -176,8 +176,11 @@ def _compare(
     in `unit` (details["unit"]): of `heldout`, the prompts `rows` marks test, its strata divide them per
     template, its tasks are their families (None: all test, no strata, each prompt its own family)."""
     tested, strata, tasks = (None, (), None) if rows is None else rows
-    held = "families" if tasks is None else held_out_unit(tasks if tested is None else kept(tasks, tested))
-    held = "tasks" if held == "families" else held.replace("family", "task")  # one held-out task: its prompts
+    held = (
+        "tasks"
+        if tasks is None
+        else held_out_unit(kept(tasks, tested) if tested is not None else tasks, "task", "tasks")
+    )
     verdict = judge_class(  # template-dependent: pooled above 0, not in a held-out template, they differ
         found, heldout, discovery=discovery, seed=seed, unit=f"{held} in held-out templates", tested=tested,
         strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS, families=tasks),

@@ -254,13 +254,15 @@ def _redraw_duplicates(
     def fillers(prompt_template: str, slot: str, values: Sequence[str]) -> int:  # a slot it lacks: one text
         return len(set(values)) if f"[{slot}]" in prompt_template else 1
 
-    n_distinct = {
-        o: sum(
-            n_names * (n_names - 1) * fillers(t, "PLACE", places) * fillers(t, "OBJECT", objects)
-            for t in set(prompt_templates[o])
+    def distinct(prompt_template: str) -> int:  # the prompts one template makes in one order
+        return (
+            n_names
+            * (n_names - 1)
+            * fillers(prompt_template, "PLACE", places)
+            * fillers(prompt_template, "OBJECT", objects)
         )
-        for o in IOI_ORDERS
-    }
+
+    n_distinct = {o: sum(distinct(t) for t in set(prompt_templates[o])) for o in IOI_ORDERS}
     wanted = {o: sum(1 for x in order if x == o) for o in IOI_ORDERS}
     if any(wanted[o] > n_distinct[o] for o in IOI_ORDERS):
         total = sum(n_distinct[o] for o in IOI_ORDERS)
@@ -273,13 +275,10 @@ def _redraw_duplicates(
     if not redraw_template:  # each prompt keeps its template: each template's fillings must suffice
         for (o, t), count in sorted(Counter(zip(order, template.tolist(), strict=True)).items()):
             text = prompt_templates[o][t]
-            distinct = (
-                n_names * (n_names - 1) * fillers(text, "PLACE", places) * fillers(text, "OBJECT", objects)
-            )
-            if count > distinct:
+            if count > distinct(text):
                 raise ValueError(
                     f"asked for {n_prompts} balanced IOI prompts: template {t} ({text!r}) gets "
-                    f"{count} {o} prompts but makes only {distinct} distinct ones; ask for fewer, pass "
+                    f"{count} {o} prompts but makes only {distinct(text)} distinct ones; ask for fewer, pass "
                     "more names (or give the template a [PLACE] or [OBJECT]), or allow_duplicates=True"
                 )
 
