@@ -254,7 +254,7 @@ def stratum_drops(
         if values.shape[1] == 0:
             continue
         mean = beyond_per_prompt(values).mean().item()
-        if values.shape[1] < MIN_STRATUM_PROMPTS:
+        if values.shape[1] < MIN_STRATUM_PROMPTS or not math.isfinite(mean):  # no verdict: untested
             ci, holds = None, None
         else:
             ci = beyond_ci(values, seed, n_boot, kept(families, members))
@@ -360,6 +360,8 @@ def held_out_note(
     sign -1: an effect against the behaviour, judged by its size the other way (its figures as measured).
     An effect the discovery figure does not show (0 or the other way) is not said to hold."""
     low, high = heldout_ci
+    if not all(math.isfinite(x) for x in (heldout, low, high)):
+        return f"no CI on held-out {unit} ({heldout:+.3g}): too few prompts, or a value is not finite"
     if min(sign * low, sign * high) <= 0:
         return f"does not hold on held-out {unit} ({heldout:+.3g}, CI [{low:+.3g}, {high:+.3g}])"
     if sign * discovery <= 0:
@@ -768,12 +770,15 @@ def held_out_faithfulness(
 
 
 def faithfulness_band(ratio: float) -> str:
-    """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND, or below PARTIAL."""
+    """Where a faithfulness ratio lies: above, within or below 1 ± FAITHFUL_BAND, or below PARTIAL
+    ("undefined" where it is NaN)."""
+    if math.isnan(ratio):
+        return "undefined"
     if ratio > OVERSHOOT:
         return "overshoots"
     if ratio >= 1 - FAITHFUL_BAND:
         return "within"
-    return "partial" if ratio >= PARTIAL else "not faithful"  # NaN: not faithful
+    return "partial" if ratio >= PARTIAL else "not faithful"
 
 
 def _in_band(ratio: float) -> str:
@@ -788,6 +793,8 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     it), overshoots (ratio above 1.2: it leaves out components that work against the answer), falls
     short, or does so only on average; and the strata that fall elsewhere, their CI excluding 1."""
     band = f"1 ± {FAITHFUL_BAND:g}"
+    if not math.isfinite(summary.ratio):
+        return "undefined: the metric is not finite (NaN/inf) on some prompts with the circuit kept"
     if summary.overshoots:
         verdict = (
             f"overshoots: keeps {_in_band(summary.ratio)} of the model's effect (above {OVERSHOOT:g}), so "

@@ -357,8 +357,10 @@ def check_metric_output(value: Any, batch: int, what: str = "the metric", finite
 
 
 def check_denominator(gap: float, scale: float, what: str) -> None:
-    """Refuse a normalised value whose denominator is (numerically) zero."""
-    if not math.isfinite(gap) or abs(gap) <= 1e-6 * max(1.0, abs(scale)):
+    """Refuse a normalised value whose denominator is (numerically) zero: abs(gap) <= 1e-6 * scale, `scale`
+    the size of the values it is a difference of (a metric of probabilities near 1e-7 has gaps of that
+    size), as `interventions.stats.defined_gap`."""
+    if not math.isfinite(gap) or abs(gap) <= 1e-6 * abs(scale):
         raise ValueError(
             f"{what} is undefined: its denominator is {gap:.3g} (the metric does not change between the "
             "two runs it is normalised by). Use prompts the model does the task on, corrupted prompts that "

@@ -1230,15 +1230,22 @@ def test_negative_per_prompt_positions_count_from_the_end(model, data):
 
 
 def test_faithfulness_ci_leaves_out_resamples_with_a_zero_denominator_and_says_how_many():
-    """Prompt 0 alone separates the model from the empty circuit: about (2/3)^3 of the resamples
-    miss it, and their ratio is 0/0. They used to make the bounds NaN."""
+    """Resamples whose ratio is 0/0 are left out, with a warning saying how many; where they are more
+    than the interval's tail share, the CI is NaN. Prompt 0 alone separates the model from the empty
+    circuit: about (2/3)^3 of the resamples miss it, and the others all hold the ratio 0.5, a CI of
+    width 0 from one prompt (as n = 1 has none). Where 39 prompts of 40 separate them, no resample
+    is undefined and the CI stands."""
     result = edges.Faithfulness(
         values=torch.tensor([[0.5, 0.0, 0.0]]), full=torch.tensor([1.0, 0.0, 0.0]), empty=torch.zeros(3)
     )
-    with pytest.warns(RuntimeWarning, match=r"(2\d\d|3\d\d) of 1000 bootstrap resamples .* left out"):
+    with pytest.warns(RuntimeWarning, match=r"(2\d\d|3\d\d) of 1000 bootstrap resamples .* left out.*no CI"):
         low, high = result.ci()
-    assert torch.isfinite(low).all() and torch.isfinite(high).all()
-    assert low.item() == high.item() == 0.5  # every defined resample holds prompt 0: its ratio is 0.5
+    assert low.isnan().all() and high.isnan().all()
+    full = torch.linspace(1.0, 2.0, 40)
+    full[0] = 0.0
+    spread = edges.Faithfulness(values=(0.5 * full)[None], full=full, empty=torch.zeros(40))
+    low, high = spread.ci()  # no resample misses 39 prompts: none is left out
+    assert torch.isfinite(low).all() and low.item() == high.item() == pytest.approx(0.5)
     with pytest.raises(ValueError, match="every one of the 100 bootstrap resamples gives an undefined value"):
         interp.stats.bootstrap(lambda samples: samples.float().mean(1) / 0 * 0, 3, n_boot=100)
 

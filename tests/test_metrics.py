@@ -260,3 +260,76 @@ def test_a_dependence_the_strata_were_too_small_to_test_is_said_untested():
         judged = judge_class(found, effects, strata=Strata(templates, {"template": "most"}))
         assert judged.verdict == "confirmed"
         assert ("template dependence untested" in judged.note) == untested
+
+
+def test_undefined_values_are_never_read_as_numbers(logits):
+    """A prompt of one real token has no next-token loss (NaN, not 0 nats); KL reads 0 log 0 as 0 where
+    the reference gives a token no probability; AUROC refuses NaN scores (they lost every comparison);
+    the normalised metric takes a metric of small values (1e-7 against 2e-7) as any other."""
+    from interp.interventions.stats import auroc
+
+    tokens = torch.randint(11, (3, 5))
+    mask = torch.ones(3, 5, dtype=torch.long)
+    mask[2, :4] = 0  # left padding: one real token
+    found = metrics.loss(logits, tokens, mask)
+    assert found[2].isnan() and found[:2].isfinite().all()
+    reference = logits.clone()
+    reference[..., 0] = -torch.inf
+    by_hand = reference[:, -1].log_softmax(-1)[:, 1:]
+    expected = (by_hand.exp() * (by_hand - logits[:, -1].log_softmax(-1)[:, 1:])).sum(-1)
+    torch.testing.assert_close(metrics.kl_divergence(logits, reference), expected)
+    scores = torch.tensor([0.1, 0.9, float("nan"), 0.4])
+    with pytest.raises(ValueError, match="1 of 4 are not"):
+        auroc(scores, torch.tensor([True, False, True, False]))
+    small = metrics.normalized(
+        lambda lg: lg[:, -1, 0] * 0 + lg.new_tensor(1e-7 if lg is logits else 2e-7), logits, -logits
+    )
+    assert small(logits).mean().item() == pytest.approx(1.0)
+
+
+def test_a_faithfulness_or_effect_that_is_not_finite_is_said_undefined():
+    """A circuit whose metric is NaN on one prompt is "undefined", not "faithful ... nan% of prompts";
+    a held-out effect without a CI does not "hold"; a stratum whose mean is not finite is untested
+    (it made a strong class "template-dependent"); a faithfulness CI from which more than its tail
+    share of resamples drop out is NaN (one prompt of four decided it: [0.49994, 0.49994])."""
+    from circuits.evidence import (
+        HeadClass,
+        Strata,
+        faithfulness_verdict,
+        held_out_note,
+        judge_class,
+        label_strata,
+    )
+    from interp.interventions.stats import faithfulness_summary
+
+    model, ablated = torch.tensor([3.0, 2.0, 4.0, 3.0]).repeat(3), torch.zeros(12)
+    circuit = model.clone()
+    circuit[5] = torch.nan
+    assert faithfulness_verdict(faithfulness_summary(circuit, model, ablated)).startswith("undefined")
+    assert "holds" not in held_out_note(0.6, math.nan, (math.nan, math.nan))
+    torch.manual_seed(0)
+    effects = torch.randn(4, 16, dtype=torch.float64) * 0.5
+    effects[0] += 3.0
+    effects[0, 15] = torch.nan  # a prompt outside the pooled figure, in the stratum T3
+    tested = torch.arange(16) < 12
+    found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3)])
+    strata = Strata(label_strata("template", ["T1"] * 6 + ["T2"] * 6 + ["T3"] * 4), {"template": "all"})
+    judged = judge_class(found, effects, tested=tested, strata=strata)
+    assert judged.verdict == "confirmed", judged.note
+    assert [s.holds for s in judged.strata if s.name == "T3"] == [None]
+    one = torch.tensor([1.0, 1.0, 2.0, 1.0])  # the model and the empty circuit differ on one prompt
+    with pytest.warns(RuntimeWarning, match="no CI"):
+        few = faithfulness_summary(torch.tensor([1.0, 1.0, 1.5, 1.0]), one, torch.ones(4))
+    assert all(math.isnan(bound) for bound in few.ratio_ci)
+
+
+def test_a_head_score_over_one_sequence_has_no_standard_error():
+    """A head score read on one sequence (a fixed offset only one is long enough for) has no standard
+    error (NaN), not 0: a 0 showed it as certain."""
+    from circuits.heads.scores import _mean_se_confidence
+
+    per_sequence = torch.full((4, 1, 3), torch.nan)
+    per_sequence[:3, 0, 0] = torch.tensor([0.2, 0.5, 0.8])
+    per_sequence[0, 0, 1] = 0.7
+    _, se, _ = _mean_se_confidence(per_sequence, 0.5, 0)
+    assert se[0, 0].item() == pytest.approx(0.3 / math.sqrt(3)) and se[0, 1:].isnan().all()

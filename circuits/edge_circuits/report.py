@@ -58,6 +58,8 @@ def faithfulness_advice(faithfulness: float, method: str, ablation: str) -> str:
         )
     if band == "within":
         return f"faithful (>= {FAITHFUL})"
+    if band == "undefined":
+        return "undefined: the metric is not finite (NaN/inf) on some prompts; check the metric and prompts"
     tries = ["more edges (--edges, --fraction, or --target to search for the size)"]
     if method != "prune":
         tries.append("--method prune (a mask learned from EAP-IG's ranks: fewer edges, same faithfulness)")

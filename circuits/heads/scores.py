@@ -211,9 +211,10 @@ def _mean_se_confidence(
 ) -> tuple[Float[Tensor, "layer head"], Float[Tensor, "layer head"], Float[Tensor, "layer head"]]:
     """(mean, standard error, bootstrap probability of clearing `threshold`) over sequences, NaN skipped."""
     mean = per_sequence.nanmean(0)
-    n = (~per_sequence.isnan()).sum(0).clamp_min(1)
+    n = (~per_sequence.isnan()).sum(0)
     centred = (per_sequence - mean).nan_to_num(0.0)
-    se = (centred.pow(2).sum(0) / (n - 1).clamp_min(1)).sqrt() / n.sqrt()
+    se = (centred.pow(2).sum(0) / (n - 1)).sqrt() / n.sqrt()  # NaN under two sequences: no spread to read
+    se = torch.where(n >= 2, se, float("nan"))
 
     def fraction_clearing(samples: Int[Tensor, "n_boot seq"]) -> Float[Tensor, "layer head 1"]:
         resampled = per_sequence[samples].nanmean(1)  # [n_boot, layer, head]

@@ -196,7 +196,8 @@ def kl_divergence(
         )
     log_p = logits_at(reference_logits, pos).float().log_softmax(-1)
     log_q = logits_at(logits, pos).float().log_softmax(-1)
-    return (log_p.exp() * (log_p - log_q)).sum(-1)
+    p = log_p.exp()
+    return torch.where(p > 0, p * (log_p - log_q), 0.0).sum(-1)  # 0 log 0 = 0 (tokens at -inf)
 
 
 def loss(
@@ -226,7 +227,8 @@ def loss(
         return per_token.mean(-1)
     mask = check_attention_mask(attention_mask, tokens.shape, per_token.device)
     counted = mask[:, :-1].bool() & mask[:, 1:].bool()
-    return torch.where(counted, per_token, 0.0).sum(-1) / counted.sum(-1).clamp(min=1)
+    # a prompt with no counted position (one real token) has no loss: NaN, not 0 nats
+    return torch.where(counted, per_token, 0.0).sum(-1) / counted.sum(-1)
 
 
 def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -> Metric:
@@ -240,7 +242,7 @@ def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -
     gap = clean_value - corrupted_value
     check_denominator(
         float(gap.detach()),
-        float(clean_value.detach().abs()),
+        max(float(clean_value.detach().abs()), float(corrupted_value.detach().abs())),
         "the metric is the same on the clean and corrupted runs, so the normalised metric",
     )
 

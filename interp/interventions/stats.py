@@ -100,7 +100,9 @@ def bootstrap(
     defined: where the statistic is defined on the prompts themselves ([...]; False where a prompt's
     value is NaN/inf): elsewhere the CI is NaN, not the CI of the resamples that miss that prompt. A
     resample whose statistic alone is undefined (a ratio whose denominator is 0 on those prompts) is
-    left out, with a warning saying how many; if every resample is, it raises. One prompt (n = 1) has
+    left out, with a warning saying how many; if every resample is, it raises, and where more than the
+    interval's tail share are, the CI is NaN (the resamples left out could lie beyond either end: those
+    kept would give a CI as narrow as the few prompts that define the value). One prompt (n = 1) has
     no CI: NaN."""
     values = statistic(resamples(n, n_boot, seed, families))
     no_ci = ~torch.as_tensor(defined, device=values.device)[..., None]  # [..., 1]
@@ -112,17 +114,24 @@ def bootstrap(
             "no confidence interval: a ratio's denominator is 0 on every resample. Use prompts where the "
             "metric differs between the runs it is normalised by"
         )
+    k = 0 if families is None else len(set(families))
+    tail = expanded_tail(k if k >= 2 else n, level)  # one family: its prompts are the units `resamples` draws
+    too_many = undefined.sum(-1, keepdim=True) > tail * n_boot  # [..., 1]
     if undefined.any():
         warnings.warn(
             f"{int(undefined.sum(-1).max())} of {n_boot} bootstrap resamples give an undefined value "
             "(NaN/inf: a denominator of 0 on the resampled prompts) and are left out of the confidence "
-            "interval",
+            "interval"
+            + (
+                f"; more than its tail ({tail:.3g}) are, so there is no CI (NaN): use prompts where the "
+                "metric differs between the runs it is normalised by"
+                if too_many.any()
+                else ""
+            ),
             RuntimeWarning,
             stacklevel=2,
         )
-    values = values.masked_fill(undefined | no_ci, torch.nan)  # a row of NaN only: a NaN CI
-    k = 0 if families is None else len(set(families))
-    tail = expanded_tail(k if k >= 2 else n, level)  # one family: its prompts are the units `resamples` draws
+    values = values.masked_fill(undefined | no_ci | too_many, torch.nan)  # a row of NaN only: a NaN CI
     return values.nanquantile(tail, dim=-1), values.nanquantile(1 - tail, dim=-1)
 
 
@@ -251,6 +260,11 @@ def faithfulness_summary(
 
 def auroc(scores: Float[Tensor, " n"], positive: Bool[Tensor, " n"]) -> float:
     """Area under the ROC curve of ranking `positive` items first by `scores` (ties count half)."""
+    if not bool(torch.isfinite(scores).all()):
+        raise ValueError(
+            f"AUROC needs finite scores; {int((~torch.isfinite(scores)).sum())} of {scores.numel()} are not "
+            "(NaN/inf): leave those items out"
+        )
     pos, neg = scores[positive], scores[~positive]
     if pos.numel() == 0 or neg.numel() == 0:
         raise ValueError("AUROC needs at least one positive and one negative item.")
