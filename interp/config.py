@@ -81,7 +81,9 @@ class Config:
     positional: Positional = "learned"
     rotary_dim: int | None = None
     rotary_base: float = 10000.0
-    rotary_inv_freq: list[float] | None = None  # explicit frequencies (scaled RoPE, e.g. Llama 3)
+    rotary_inv_freq: list[float] | None = (
+        None  # explicit frequencies (scaled RoPE, e.g. Llama 3): rotary_base unused
+    )
     rotary_adjacent_pairs: bool = False  # rotate dims (2i, 2i+1) (GPT-J), not (i, i + rotary_dim/2)
     activation: Activation = "gelu_new"
     gated_mlp: bool = False
@@ -144,6 +146,12 @@ class Config:
             self.rotary_dim = self.d_head
         if self.positional == "rotary" and (self.rotary_dim % 2 or self.rotary_dim > self.d_head):
             raise ValueError(f"rotary_dim={self.rotary_dim} must be even and at most d_head.")
+        if self.rotary_inv_freq is not None and len(self.rotary_inv_freq) != self.rotary_dim // 2:
+            raise ValueError(
+                f"rotary_inv_freq lists {len(self.rotary_inv_freq)} frequencies, but rotary_dim="
+                f"{self.rotary_dim} rotates {self.rotary_dim // 2} pairs: edit both, or remove "
+                "rotary_inv_freq."
+            )
         if self.attn_scale is None:
             self.attn_scale = math.sqrt(self.d_head)
         if self.attn_types is None:

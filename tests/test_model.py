@@ -478,3 +478,18 @@ def test_the_weights_fingerprint_sees_every_weight() -> None:
     place(model.cfg, "cuda:0", model.cfg.dtype)  # what moving the model records; the bytes are the same
     assert interp.weights_fingerprint(model) in seen
     assert interp.weights_fingerprint(model.to(torch.float64)) not in seen
+
+
+def test_a_checkpoint_edited_to_rotate_other_dims_than_its_frequencies_is_refused(tmp_path) -> None:
+    """A checkpoint of explicit (scaled) RoPE frequencies whose config.json was edited to another
+    rotary_dim ran with the old one while cfg said the new: refused, naming both."""
+    cfg = interp.Config(
+        n_layers=1, d_model=16, n_heads=2, d_head=8, d_vocab=20, n_ctx=16, positional="rotary",
+        rotary_inv_freq=[1.0, 0.5, 0.25, 0.125],
+    )  # fmt: skip
+    path = interp.HookedTransformer(cfg).save(tmp_path / "c") / "config.json"
+    meta = json.loads(path.read_text())
+    meta["config"]["rotary_dim"] = 4
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="rotary_inv_freq lists 4 frequencies, but rotary_dim=4 rotates 2"):
+        interp.load_model(tmp_path / "c")

@@ -6,6 +6,9 @@ a parallel-residual rotary model) and a word-level tokenizer built here (no down
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 import tokenizers
 import torch
@@ -435,6 +438,14 @@ def test_from_pretrained_padding_side_prepend_bos_and_checkpoints():
     assert tokens.tolist() == [[3 + 3, 3 + 4, 3 + 5], [0, 0, 3 + 6]]
     logits = model(tokens)  # leading pads masked, as TL with a left-padding tokenizer
     torch.testing.assert_close(logits[1, -1], model("w6")[0, -1], atol=ATOL, rtol=0)
+    with tempfile.TemporaryDirectory() as directory:  # saved and loaded, it still pads on the left
+        model.save(Path(directory) / "saved")
+        loaded = interp.load_model(Path(directory) / "saved")
+    assert (
+        loaded.default_padding_side == "left"
+        and loaded.to_tokens(["w3 w4 w5", "w6"]).tolist() == tokens.tolist()
+    )
+    torch.testing.assert_close(loaded(tokens)[1, -1], logits[1, -1], atol=ATOL, rtol=0)
     with pytest.raises(ValueError, match="one checkpoint"):
         interp.HookedTransformer.from_pretrained("gpt2", hf_model=hf, checkpoint_index=3)
     with pytest.raises(ValueError, match="default_padding_side"):

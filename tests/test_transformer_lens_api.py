@@ -514,6 +514,11 @@ def test_generate_equals_transformer_lens(pair):
         _assert_greedy_under(ours, tokens, prompt.shape[1])
         _assert_greedy_under(bridge, tokens, prompt.shape[1])
     assert ours.generate(PROMPTS[0], **kwargs) == ours.to_string(ours_tokens[0, 1:])  # text in, text out
+    kwargs.pop("max_new_tokens")  # TL's default length (10 new tokens), with a stop at EOS off in both
+    default = ours.generate(prompt, stop_at_eos=False, **kwargs)
+    assert (
+        default.shape == bridge.generate(prompt, stop_at_eos=False, use_past_kv_cache=False, **kwargs).shape
+    )
 
 
 # --- TransformerLens's own tools on an interp model -----------------------------------------------

@@ -19,12 +19,14 @@ from interp.io.files import atomic_dir
 
 
 class LoadedWeights(NamedTuple):
-    """What a source holds: the model's config, its state dict (interp's parameter names) and its
-    tokenizer (None for models that work on token ids only)."""
+    """What a source holds: the model's config, its state dict (interp's parameter names), its
+    tokenizer (None for models that work on token ids only) and the side `to_tokens` pads (a saved
+    model's; None: the default, "right")."""
 
     cfg: Config
     state_dict: dict[str, Tensor]
     tokenizer: Any = None
+    padding_side: str | None = None
 
 
 CHECKPOINT_FORMAT = "interp-checkpoint-1"
@@ -56,8 +58,10 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def save_checkpoint(model: nn.Module, directory: str | Path, extra: dict | None = None) -> Path:
-    """Write a model's config.json, model.safetensors and tokenizer/ into `directory`, atomically."""
-    return write_checkpoint(LoadedWeights(model.cfg, model.state_dict(), model.tokenizer), directory, extra)
+    """Write a model's config.json, model.safetensors and tokenizer/ into `directory`, atomically, with
+    the side it pads (`model.default_padding_side`)."""
+    weights = LoadedWeights(model.cfg, model.state_dict(), model.tokenizer, model.default_padding_side)
+    return write_checkpoint(weights, directory, extra)
 
 
 def write_checkpoint(
@@ -75,6 +79,8 @@ def write_checkpoint(
         if weights.tokenizer is not None:
             weights.tokenizer.save_pretrained(tmp / "tokenizer")
         meta = {"format": CHECKPOINT_FORMAT, "config": weights.cfg.to_dict(), **(extra or {})}
+        if weights.padding_side is not None:
+            meta["padding_side"] = weights.padding_side
         (tmp / "config.json").write_text(json.dumps(meta, indent=2))
     return Path(directory)
 
@@ -108,4 +114,9 @@ def read_checkpoint(directory: str | Path) -> LoadedWeights:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(directory / "tokenizer", trust_remote_code=False)
-    return LoadedWeights(cfg, state, tokenizer)
+    side = meta.get("padding_side")
+    if side not in (None, "left", "right"):
+        raise ValueError(
+            f"The checkpoint config {config_file} has padding_side={side!r}; use 'left' or 'right'."
+        )
+    return LoadedWeights(cfg, state, tokenizer, side)

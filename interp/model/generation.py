@@ -18,7 +18,7 @@ from interp.model.tokens import recorded_padding
 def generate(
     model: nn.Module,
     input: str | list[str] | Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"] = "",
-    max_new_tokens: int = 20,
+    max_new_tokens: int = 10,
     stop_at_eos: bool = True,
     eos_token_id: int | None = None,
     do_sample: bool | None = None,
@@ -53,7 +53,7 @@ def generate(
         )
     if return_type not in ("input", "str", "tokens", "embeds"):
         raise ValueError(f"return_type must be 'input', 'str', 'tokens' or 'embeds', got {return_type!r}.")
-    if check_int(max_new_tokens, "max_new_tokens", 20) < 0:
+    if check_int(max_new_tokens, "max_new_tokens", 10) < 0:
         raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}.")
     if top_k is not None and not 1 <= check_int(top_k, "top_k", 50) <= model.cfg.d_vocab:
         raise ValueError(f"top_k must be from 1 to the vocabulary's {model.cfg.d_vocab}, got {top_k}.")

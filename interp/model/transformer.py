@@ -74,8 +74,8 @@ from interp.types import head_label
 ReturnType = Literal["logits", "loss", "both"] | None
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 """Hook names, or a filter of names (None: every hook point that fires)."""
-# The families TransformerLens's from_pretrained runs without a BOS (Qwen 2 and 3); it prepends
-# one for all others. interp.load_model keeps each model's own policy instead.
+# The families TransformerLens 2's HookedTransformer.from_pretrained runs without a BOS (Qwen 2 and 3);
+# it prepends one for all others. interp.load_model keeps each model's own policy instead.
 TL_NO_BOS_ARCHITECTURES = frozenset({"qwen2", "qwen3"})
 DTYPE_FROM_STRING = checks.DTYPE_FROM_STRING  # TransformerLens's `HookedTransformer.DTYPE_FROM_STRING`
 # Hooks whose activations are [batch, head, query_pos, key_pos]: a pos_slice keeps query positions.
@@ -249,6 +249,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
                 f"{advice} (missing {missing[:5]}, unexpected {unexpected[:5]}). Re-create the checkpoint."
             )
         place(model.cfg, model.W_E.device, model.W_E.dtype)
+        if loaded.padding_side is not None:  # a saved model's, as it was saved
+            model.default_padding_side = loaded.padding_side
         return model.eval()
 
     @classmethod
@@ -279,8 +281,10 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         TransformerLens, RMSNorm models skip centring (RMSNorm keeps the mean).
 
         `default_padding_side` is where `to_tokens` pads (and "left" masks leading pad ids of token
-        input); `default_prepend_bos` is whether `to_tokens` prepends BOS (None: TransformerLens's default,
-        True for every model with a BOS token except Qwen 2/3; `interp.load_model` keeps the model's
+        input); `default_prepend_bos` is whether `to_tokens` prepends BOS (None: TransformerLens 2's
+        `HookedTransformer.from_pretrained` default, True for every model with a BOS token except Qwen 2/3;
+        TL 4's `TransformerBridge` also leaves it out for GPT-NeoX, Phi, Granite and SmolLM3: pass
+        False to compare with those; `interp.load_model` keeps the model's
         own policy instead); `refactor_factored_attn_matrices` rebalances W_Q/W_K and W_V/W_O per head as TL
         does (same outputs). `checkpoint_index`/`checkpoint_value` raise: interp loads one checkpoint.
         """
