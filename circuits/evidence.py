@@ -442,6 +442,11 @@ class ClassVerdict:
         return all(layers(draw) == layers(self.heads) for draw in self.random_sets)
 
     @property
+    def no_random_heads(self) -> bool:
+        """Whether every random set is empty (every head of the model is in a class): no baseline."""
+        return all(len(draw) == 0 for draw in self.random_sets)
+
+    @property
     def random_sets_short(self) -> bool:
         """Whether a random set has fewer heads than the class (the model had too few other heads to draw
         from): no baseline of its size, so the class stays unconfirmed whatever its effect."""
@@ -570,6 +575,15 @@ class Strata:
     families: Sequence[str] | None = None
 
 
+NO_RANDOM_HEADS = "no random heads to compare it with (every head is in a class): no effect beyond random"
+
+
+def _without_baseline(effects: Float[Tensor, "set prompt"]) -> Float[Tensor, "set prompt"]:
+    """Effects whose random sets are empty: their rows NaN, so nothing is read as beyond them (an empty
+    set's effect is 0, and the class's raw drop would read as its effect beyond random)."""
+    return torch.cat([effects[:1], torch.full_like(effects[1:], torch.nan)])
+
+
 def judge_class(
     found: HeadClass,
     heldout: Float[Tensor, "set prompt"],
@@ -597,6 +611,8 @@ def judge_class(
       discovery templates), shown beside.
     unit: what was held out ("families", "prompts"), for the note."""
     sign = found.sign
+    if all(len(draw) == 0 for draw in found.draws):  # no head outside the classes: no baseline at all
+        heldout, discovery = (None if x is None else _without_baseline(x) for x in (heldout, discovery))
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
     families = strata.families
     judged_families = families if tested is None else kept(families, tested)
@@ -607,7 +623,9 @@ def judge_class(
     short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size
     few = tested.n_prompts < MIN_STRATUM_PROMPTS  # a CI of so few prompts is the range of their values
     pooled_holds = not (short or few) and evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
-    if chosen is None:
+    if all(len(draw) == 0 for draw in found.draws):
+        note = NO_RANDOM_HEADS
+    elif chosen is None:
         note = HELD_OUT_ONLY
     else:
         note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit, sign)
@@ -615,7 +633,9 @@ def judge_class(
         few_note = f"{tested.n_prompts} held-out prompts, {TOO_FEW_PROMPTS} for a verdict"
         note = f"{few_note} (at least {MIN_STRATUM_PROMPTS}); {note}"
     for kind in strata.dependent_kinds:  # strata all too small: the verdict could not read the kind
-        if {s.holds for s in by_stratum if s.kind == kind} == {None}:
+        if all(s.n_prompts < MIN_STRATUM_PROMPTS for s in by_stratum if s.kind == kind) and any(
+            s.kind == kind for s in by_stratum
+        ):
             note += f"; {kind} dependence untested (no {kind} has {MIN_STRATUM_PROMPTS} held-out prompts)"
     differ_p = strata_differ_p(heldout, strata.groups, by_stratum, strata.dependent_kinds, families, seed)
     verdict = class_verdict(pooled_holds, by_stratum, strata.dependent_kinds, differ_p)

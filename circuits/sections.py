@@ -33,6 +33,7 @@ from circuits.evidence import (
     MIN_STRATUM_PROMPTS,
     TOO_FEW_PROMPTS,
     ClassVerdict,
+    StratumDrop,
     StratumFaithfulness,
     faithfulness_verdict,
 )
@@ -278,10 +279,18 @@ def _class_line(found: ClassVerdict) -> str:
     line = f"{found.name}: {found.verdict}; {found.note}"
     return (
         line
-        + ("" if found.random_same_layers else OTHER_LAYERS)
+        + ("" if found.random_same_layers or found.no_random_heads else OTHER_LAYERS)
         + (ONE_RANDOM_SET if found.one_random_set else "")
-        + (SHORT_RANDOM_SETS if found.random_sets_short else "")
+        + (SHORT_RANDOM_SETS if found.random_sets_short and not found.no_random_heads else "")
     )
+
+
+def _holds_cell(stratum: StratumDrop) -> str:
+    """Whether a stratum holds: yes, no, or why it has no verdict (too few prompts, or a figure that
+    is not finite: no baseline, a NaN effect)."""
+    if stratum.holds is None:
+        return TOO_FEW_PROMPTS if stratum.n_prompts < MIN_STRATUM_PROMPTS else "undefined"
+    return "yes" if stratum.holds else "no"
 
 
 def _kind_differs(found: ClassVerdict) -> list[str]:
@@ -338,7 +347,7 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
             rows=[
                 [c.name, s.kind, s.name, str(s.n_prompts), signed(s.beyond, digits),
                  "" if s.beyond_ci is None else ci_text(s.beyond_ci, digits),
-                 TOO_FEW_PROMPTS if s.holds is None else "yes" if s.holds else "no", differs]
+                 _holds_cell(s), differs]
                 for c in classes
                 for s, differs in zip(c.strata, _kind_differs(c), strict=True)
             ],

@@ -2,6 +2,7 @@
 analyses use, families resampled where the claim is about new families, and random baselines that do
 not rest on which sets the seed repeated. Each property is checked on data drawn with a known truth."""
 
+import math
 from collections import Counter
 
 import pytest
@@ -258,3 +259,21 @@ def test_an_effect_the_discovery_figure_does_not_show_is_not_said_to_hold():
     assert held_out_note(0.5, 0.3, (0.1, 0.5)).startswith("shrinks on held-out families: +0.3 against +0.5")
     assert held_out_note(-0.4, -0.5, (-0.7, -0.3), sign=-1).startswith("holds")
     assert held_out_note(0.5, 0.2, (-0.1, 0.5)).startswith("does not hold on held-out families")
+
+
+def test_a_class_with_no_random_heads_shows_no_effect_beyond_random():
+    """Every head of a model in a class (toy-ioi's head path): the random sets are empty, their effect 0,
+    and the class's raw drop read as its effect beyond random (+15.6 for toy-ioi's "to S2"), its strata
+    "holding" and its note "holds on held-out families". Now there is no figure beyond random, no
+    stratum verdict, and the note says why."""
+    from circuits.evidence import HeadClass, Strata, judge_class, label_strata
+    from circuits.sections import _class_line
+
+    found = HeadClass(name="c", heads=[(0, 0), (1, 0)], draws=[[]] * 5)
+    effects = torch.cat([torch.full((1, 16), 2.0) + torch.rand(1, 16), torch.zeros(5, 16)]).double()
+    strata = Strata(label_strata("order", ["ABBA", "BABA"] * 8), {"order": "all"})
+    judged = judge_class(found, effects, discovery=effects, strata=strata)
+    assert judged.verdict == "unconfirmed" and "no random heads" in judged.note
+    assert math.isnan(judged.heldout.beyond) and judged.heldout.drop > 2
+    assert all(s.holds is None and math.isnan(s.beyond) for s in judged.strata)
+    assert "other layers" not in _class_line(judged) and "fewer heads" not in _class_line(judged)
