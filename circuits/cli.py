@@ -489,6 +489,7 @@ def render(
         raise fail(f"no result file {result}; write one with a command's --save FILE.json.")
     from circuits.results_file import load_result, result_formats, write_result_report
 
+    skeleton.refuse_shared_paths({"RESULT": result}, {"--out": out})
     with refused():
         loaded = load_result(result)
         skeleton.refuse_bad_format(format, out, result_formats(loaded))

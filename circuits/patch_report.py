@@ -149,9 +149,21 @@ def patch_headline(report: PatchReport) -> str:
 def patch_sections(report: PatchReport) -> Report:
     """The report: the finding, then the top `report.top` patches, the strongest first."""
     columns = ["layer", "head" if report.group == 1 else "key/value head", "position", "mean", "95% CI"]
+    unpatched = 0 if report.direction == "denoise" else 1
+
+    def interval(low: float, high: float) -> str:  # a CI beyond the unpatched value never reads as at it
+        digits = 3
+        while (
+            digits < 6
+            and (low > unpatched or high < unpatched)
+            and unpatched in (round(low, digits), round(high, digits))
+        ):
+            digits += 1
+        return ci_text((low, high), digits, sign=False)
+
     rows = [
         [str(row.layer), report.head_label(row),
-         str(row.position), f"{row.mean:.3f}", ci_text((row.ci_low, row.ci_high), 3, sign=False)]
+         str(row.position), f"{row.mean:.3f}", interval(row.ci_low, row.ci_high)]
         for row in report.ranked().head(report.top).itertuples()
     ]  # fmt: skip
     order = "highest" if report.direction == "denoise" else "lowest"
@@ -160,7 +172,7 @@ def patch_sections(report: PatchReport) -> Report:
         f"mean and 95% bootstrap CI over prompts, the {order} mean first"
     )
     table = Table(columns=columns, rows=rows, right=columns)
-    strongest = Section(title=f"The {report.top} strongest patches", lines=[what], table=table)
+    strongest = Section(title=f"The {len(rows)} strongest patches", lines=[what], table=table)
     title = f"Activation patching of {report.model}"
     return Report(title=title, headline=[patch_headline(report)], sections=[strongest])
 

@@ -75,8 +75,12 @@ class Report:
 
 
 def signed(value: float, digits: int = 3) -> str:
-    """A signed figure as reports write it: "+0.123" ("n/a" for NaN: a figure that could not be had)."""
-    return "n/a" if math.isnan(value) else f"{value:+.{digits}f}"
+    """A signed figure as reports write it: "+0.123" ("n/a" for NaN: a figure that could not be had);
+    a value that is not 0 never reads "+0.00": more decimals (up to 6) until it shows (below 1e-6 it does)."""
+    if math.isnan(value):
+        return "n/a"
+    shown = next((d for d in range(digits, 7) if round(value, d) != 0), digits)  # below 1e-6: as 0
+    return f"{value:+.{shown}f}"
 
 
 def ci_text(interval: tuple[float, float], digits: int = 3, sign: bool = True) -> str:
@@ -136,9 +140,22 @@ def print_report(report: Report, console: Console) -> None:
             console.print(note, style="dim", markup=False, highlight=False)
 
 
+def markdown_text(text: str) -> str:
+    """Text as Markdown shows it literally: '<', '>', '&' as entities outside `code spans` (a reader "<v>",
+    a family named "<script>" or "<b>" is text, not HTML; a code span shows its text as it is),
+    newlines as spaces (a line or table row stays one)."""
+    text = text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+    parts = text.split("`")  # odd parts are inside code spans (an unpaired ` last: escaped as text)
+    inside = len(parts) % 2 == 1
+    return "`".join(
+        part if i % 2 and (inside or i < len(parts) - 1) else html.escape(part, quote=False)
+        for i, part in enumerate(parts)
+    )
+
+
 def _markdown_table(table: Table) -> list[str]:
     def cell(text: str) -> str:
-        return text.replace("|", "\\|")
+        return markdown_text(text).replace("|", "\\|")
 
     return [
         "| " + " | ".join(map(cell, table.columns)) + " |",
@@ -148,15 +165,16 @@ def _markdown_table(table: Table) -> list[str]:
 
 
 def render_markdown(report: Report) -> str:
-    lines = [f"# {report.title}", "", *(f"{line}  " for line in report.headline)]
+    text = markdown_text
+    lines = [f"# {text(report.title)}", "", *(f"{text(line)}  " for line in report.headline)]
     for section in text_sections(report):
-        lines += ["", f"## {section.title}"]
+        lines += ["", f"## {text(section.title)}"]
         if section.lines:
-            lines += ["", *(f"- {line}" for line in section.lines)]
+            lines += ["", *(f"- {text(line)}" for line in section.lines)]
         if section.table is not None and section.table.rows:
             lines += ["", *_markdown_table(section.table)]
         for note in section.notes:
-            lines += ["", note]
+            lines += ["", text(note)]
     return "\n".join(lines) + "\n"
 
 

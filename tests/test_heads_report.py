@@ -377,3 +377,16 @@ def test_cli_heads_bad_options():
     assert runner.invoke(app, ["heads", "--model", "toy-induction", "--format", "pdf"]).exit_code == 2
     assert runner.invoke(app, ["heads", "--model", "toy-induction", "--format", "html"]).exit_code == 2
     assert runner.invoke(app, ["heads", "--model", "toy-induction", "--n-samples", "1"]).exit_code == 2
+
+
+def test_the_standard_error_beyond_random_is_as_wide_as_its_ci():
+    """The JSON's SE of an effect beyond random (and the table's order by effect / SE) took the
+    sequences' spread only, while the CI also resamples the random heads: 3-12 times narrower than the
+    CI on toy-induction. It now counts both (within a quarter of the CI's half-width / 1.96)."""
+    from circuits.heads.results import beyond_se
+    from circuits.results_file import load_result
+
+    report = load_result("docs/results/data/heads-toy-induction.json")
+    for found in report.classes:
+        low, high = found.heldout.beyond_ci
+        assert 0.75 < (high - low) / 3.92 / beyond_se(found) < 1.25, found.name

@@ -405,3 +405,40 @@ def test_a_patch_report_of_one_prompt_pair_claims_no_ci():
         "site on other prompts."
     )
     assert all(row[-1] == "(no CI)" for row in patch_sections(report).sections[0].table.rows)
+
+
+def test_render_never_writes_over_the_result_it_reads(tmp_path):
+    """`interp render R.json --out R.json` replaced the saved result by its rendering: refused."""
+    saved = tmp_path / "r.json"
+    saved.write_text((Path(__file__).parents[1] / "docs/results/data/heads-toy-induction.json").read_text())
+    before = saved.read_text()
+    run = CliRunner().invoke(app, ["render", str(saved), "--format", "json", "--out", str(saved)])
+    assert run.exit_code == 2 and "--out" in run.output and saved.read_text() == before
+
+
+def test_markdown_shows_user_text_and_small_figures_as_they_are():
+    """Markdown escapes what would be HTML outside code spans (an edge reader "a3.h2<v>", a family named
+    "<b>x</b>") and keeps a table row one row whatever newlines a name holds; a figure that is not 0
+    never reads 0.00 (a CI of (0.00058, 0.00305) read "[+0.00, +0.00]"), nor does a patch's CI bound
+    that excludes the unpatched value read as that value (0.9997 as "1.000")."""
+    from circuits.patch_report import PatchReport, patch_sections
+    from circuits.sections import Report, Section, Table, ci_text, render_markdown, signed
+    from interp.interventions.patching import activation_patching
+
+    table = Table(columns=["edge", "family"], rows=[["a3.h2<v>", "sing\nsubj"]])
+    report = Report(
+        title="t", headline=["`<|im_end|>` & <b>x</b>"], sections=[Section(title="s", table=table)]
+    )
+    text = render_markdown(report)
+    assert "a3.h2&lt;v&gt;" in text and "| sing subj |" in text and "`<|im_end|>` &amp; &lt;b&gt;" in text
+    assert ci_text((0.00058, 0.00305), 2) == "[+0.001, +0.003]" and signed(-0.0041, 2) == "-0.004"
+    assert signed(0.0, 2) == "+0.00" and signed(1e-9, 3) == "+0.000"
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(tiny_config()).eval()
+    clean, corrupted = torch.randint(61, (2, 4, 6))
+    result = activation_patching(model, clean, corrupted, lambda logits: logits[:, -1, 0], "z")
+    result.values[...] = 0.5
+    result.values[0] = 0.9997 - 1e-5 * torch.arange(4)  # a CI below 1 that rounds to 1.000 in 3 decimals
+    report = PatchReport(model="m", task="t", component="z", direction="noise", result=result)
+    cells = [row[-1] for row in patch_sections(report).sections[0].table.rows]
+    assert not any(cell.endswith("1.000]") for cell in cells), cells

@@ -185,10 +185,15 @@ def older_head_classes(table: pd.DataFrame, n_samples: int) -> list[ClassVerdict
 
 
 def beyond_se(found: ClassVerdict) -> float:
-    """The SE of a class's effect beyond random over the held-out sequences (older files: "beyond_se")."""
+    """The SE of a class's effect beyond random, from the two sources its CI resamples: the held-out
+    sequences and the random heads (their effects' spread over their number), as the CI's width says
+    (older files: "beyond_se", the sequences' only)."""
     if "beyond_se" in found.details:
         return found.details["beyond_se"]
-    return mean_se(found.per_prompt)[1]
+    sequences = mean_se(found.per_prompt)[1]
+    randoms = torch.tensor(found.random_effects, dtype=torch.float64)
+    spread = float(randoms.var() / len(randoms)) if len(randoms) > 1 else 0.0
+    return math.sqrt(sequences**2 + spread)
 
 
 def _class_cells(kind: str, classes: dict[str, ClassVerdict]) -> dict[str, Any]:
