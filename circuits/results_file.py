@@ -64,6 +64,7 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import FaithfulnessSummary
 from interp.io.files import held_lock, write_text_atomic
 from interp.io.serialize import decode, encode, register_dataclass
+from interp.tasks.ioi_templates import BABA_TEMPLATES
 
 
 @dataclass(kw_only=True)
@@ -449,6 +450,35 @@ def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
     return {"__dataclass__": "Finding", "fields": finding}
 
 
+def _numbered_after_discovery(node: dict[str, Any]) -> dict[str, Any]:
+    """A stored IOI Finding of a text model saved before 2026-12-01 (04f8e3d) named held-out template k
+    "Tk", counted within the held-out split, so its strata and `tested` read as the discovery templates
+    of that name; held-out template k is now T{len(BABA_TEMPLATES) + k}, as `ioi_dataset_for` numbers it."""
+    fields = node["fields"]
+    heldout = fields["extras"]["fields"].get("heldout")
+    if heldout is None or "HELDOUT_" not in heldout["fields"]["prompts"]:
+        return node  # a toy model's templates share one list; a caller's prompts keep their labels
+    first = len(BABA_TEMPLATES)
+
+    def renamed(label: str) -> str:
+        return f"T{first + int(label[1:])}" if int(label[1:]) < first else label
+
+    def strata(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**s, "fields": {**s["fields"], "name": renamed(s["fields"]["name"])}}
+                if s["fields"]["kind"] == "template" else s for s in nodes]  # fmt: skip
+
+    classes = [
+        {**c, "fields": {**c["fields"], "strata": strata(c["fields"]["strata"])}} for c in fields["classes"]
+    ]
+    tested = fields["tested"]
+    if isinstance(tested, dict) and "__items__" in tested:
+        tested = {"__items__": [[axis, [renamed(t) for t in labels] if axis == "templates" else labels]
+                                for axis, labels in tested["__items__"]]}  # fmt: skip
+    fields = {**fields, "classes": classes, "faithfulness_strata": strata(fields["faithfulness_strata"]),
+              "tested": tested}  # fmt: skip
+    return {**node, "fields": fields}
+
+
 def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
     """ICL's ClassEffect (before 2026-11-29) as a held-out-only ClassVerdict on `n_prompts` documents."""
     fields = dict(fields)
@@ -595,7 +625,11 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return _older_heads(node["fields"])
     if name == "IOICircuitResult":
         fields = node["fields"]
-        return _older_ioi(_path_patching_drops(name, fields) if patched_minus_clean else fields)
+        return _numbered_after_discovery(
+            _older_ioi(_path_patching_drops(name, fields) if patched_minus_clean else fields)
+        )
+    if name == "Finding" and node["fields"].get("analysis") == "ioi":
+        return _numbered_after_discovery(node)
     if patched_minus_clean and name in ("HeadEvidence", "StepResult"):
         return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node

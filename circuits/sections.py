@@ -311,12 +311,26 @@ def _holds_cell(stratum: StratumDrop) -> str:
     return "yes" if stratum.holds else "no"
 
 
+UNTESTED = "not tested"  # a "<kind>-dependent" verdict of a file saved before the dependence test
+
+
+def _untested(found: ClassVerdict) -> bool:
+    """Whether `found` is "<kind>-dependent" without a p for the kind (saved before 2026-12-01's test)."""
+    kind = found.verdict.removesuffix("-dependent")
+    return found.verdict.endswith("-dependent") and kind not in found.differ_p
+
+
 def _kind_differs(found: ClassVerdict) -> list[str]:
-    """Per stratum of `found`: its kind's `differ_p` on the kind's first stratum, else ""."""
+    """Per stratum of `found`: its kind's `differ_p` on the kind's first stratum ("not tested" for the
+    kind of a verdict judged before the test), else ""."""
     cells, seen = [], set()
+    untested = found.verdict.removesuffix("-dependent") if _untested(found) else None
     for stratum in found.strata:
-        first = stratum.kind in found.differ_p and stratum.kind not in seen
-        cells.append(f"{found.differ_p[stratum.kind]:.2g}" if first else "")
+        first = stratum.kind not in seen
+        if first and stratum.kind in found.differ_p:
+            cells.append(f"{found.differ_p[stratum.kind]:.2g}")
+        else:
+            cells.append(UNTESTED if first and stratum.kind == untested else "")
         seen.add(stratum.kind)
     return cells
 
@@ -359,7 +373,13 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
             "the permutation p that the kind's strata share one effect (a class is <kind>-dependent only "
             f"below {DEPENDENCE_ALPHA})"
         ]
-        + ([] if any(c.strata for c in classes) else ["no strata or families: each class is judged pooled"]),
+        + ([] if any(c.strata for c in classes) else ["no strata or families: each class is judged pooled"])
+        + (
+            [f"{', '.join(c.name for c in classes if _untested(c))}: judged before the dependence test (a "
+             f"file saved before 2026-12-01; '{UNTESTED}'): <kind>-dependent there means a stratum of the "
+             "kind fell short, whether or not the strata differ"]
+            if any(_untested(c) for c in classes) else []
+        ),  # fmt: skip
         table=Table(
             columns=["class", "kind", "name", "prompts", beyond, "95% CI", "holds", "kind differs, p"],
             rows=[

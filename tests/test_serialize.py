@@ -337,3 +337,32 @@ def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return umask
+
+
+def test_older_ioi_files_name_held_out_templates_as_runs_do_now_and_untested_dependence_as_such():
+    """Files saved before held-out templates were numbered after the discovery ones (T15..T28) named
+    held-out template k "Tk": their strata read as discovery templates. They are renamed as now. A
+    "<kind>-dependent" verdict saved before the dependence test shows no p: its cell says "not tested"
+    and a legend line says what the verdict meant then."""
+    from circuits.results_file import load_result
+    from circuits.sections import ClassView, class_sections
+    from interp.tasks.ioi_templates import BABA_TEMPLATES, HELDOUT_TEMPLATES
+
+    found = load_result("tests/data/ioi-smollm2.json")
+    strata = [s for c in found.classes for s in c.strata if s.kind == "template"]
+    assert strata and all(int(s.name[1:]) >= len(BABA_TEMPLATES) for s in strata)
+    assert {s.name for s in strata} <= set(found.tested["templates"])
+    first = next(s for s in strata if s.example)
+    assert first.example.split(",")[0] in HELDOUT_TEMPLATES[int(first.name[1:]) - len(BABA_TEMPLATES)]
+    older = load_result("tests/data/ioi-result-ablated-minus-clean.json")
+    untested = [c for c in older.classes if c.verdict.endswith("-dependent")]
+    assert untested and all(c.verdict.removesuffix("-dependent") not in c.differ_p for c in untested)
+    section = [
+        s
+        for s in class_sections(older.classes, ClassView())
+        if s.table and "kind differs, p" in s.table.columns
+    ]
+    cells = [row[-1] for row in section[0].table.rows]
+    assert "not tested" in cells and any(
+        "judged before the dependence test" in line for line in section[0].lines
+    )
