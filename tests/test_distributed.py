@@ -271,3 +271,34 @@ def test_a_model_saved_again_with_its_old_size_and_mtime_is_another_version(tmp_
         assert source_version(model) not in seen
         seen.add(source_version(model))
     assert source_version(model) in seen and source_version("not-a-path") == ""
+
+
+def test_workers_load_an_offloaded_model_each_in_a_folder_of_its_own(tmp_path):
+    """load_options with a device_map and an offload_folder (a model too big for one worker): the dicts
+    did not hash (TypeError), and a second load into the same folder is refused by accelerate; the sweep
+    equals one activation_patching run."""
+    model = interp.load_model("toy-ioi")
+    clean, abc, _ = ioi_dataset_for(model, 6, seed=3)
+    io, s, end = clean.io_token, clean.s_token, clean.positions["END"]
+
+    def metric(logits, rows):
+        return metrics.logit_diff(logits, io[rows], s[rows], pos=end[rows])
+
+    single = activation_patching(
+        model, clean.tokens, abc.tokens, lambda logits: metric(logits, torch.arange(6)), "z"
+    )
+    options = {"device_map": {"blocks.0": "disk", "blocks.1": "cpu"}, "offload_folder": str(tmp_path / "off")}
+    for store in (None, tmp_path / "store"):
+        workers = Workers("toy-ioi", n_shards=2, load_options=options, store=store)
+        swept = patching_sweep(workers, clean.tokens, abc.tokens, metric, "z")
+        torch.testing.assert_close(swept.values, single.values, rtol=1e-5, atol=1e-5)
+
+
+def test_a_sweep_asking_for_gpus_a_ray_cluster_lacks_is_refused(ray_cluster):
+    """Ray queues a shard whose GPUs no node has, forever and without a word: refused before submitting."""
+    import ray
+
+    if ray.cluster_resources().get("GPU", 0):
+        pytest.skip("this Ray cluster has GPUs")
+    with pytest.raises(ValueError, match=r"asks for 1 GPU\(s\) but the Ray cluster has 0"):
+        map_shards(abs, [1, 2], ray=RayCluster("local", num_gpus=1))

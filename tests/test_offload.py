@@ -88,7 +88,15 @@ def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
     assert torch.equal(
         models[1].generate(prompt, max_new_tokens=4), models[0].generate(prompt, max_new_tokens=4)
     )
-    names = ["blocks.0.attn.hook_z", "blocks.1.hook_resid_post"]
+    # the weights' fingerprint (what cached induction heads, checkpoints and --save are keyed by) reads the
+    # offloaded block's weights in; and resid_post of block 0 and resid_pre of block 1, one tensor, are saved
+    assert interp.weights_fingerprint(models[1]) == interp.weights_fingerprint(models[0])
+    names = [
+        "blocks.0.attn.hook_z",
+        "blocks.0.hook_resid_post",
+        "blocks.1.hook_resid_pre",
+        "blocks.1.hook_resid_post",
+    ]
     cache_to_disk(models[1], clean.tokens, names, tmp_path / "acts", batch_size=6)
     _, reference = models[0].run_with_cache(clean.tokens, names_filter=names)
     for name, activations in load_activations(tmp_path / "acts").items():

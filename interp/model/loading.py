@@ -18,7 +18,7 @@ import interp.checks as checks
 from interp.catalog import DEFAULT_MODEL
 from interp.config import place
 from interp.io.checkpoint import read_checkpoint
-from interp.io.devices import check_device, default_device
+from interp.io.devices import check_device, default_device, module_weight
 from interp.io.sources import read_gguf, read_hf_model, read_source
 from interp.model.transformer import HookedTransformer
 from interp.model.weights import process_weights
@@ -203,6 +203,9 @@ def weights_fingerprint(model: HookedTransformer) -> str:
     by. Any change to any weight, its dtype or the configuration changes it; the device does not."""
     digest = hashlib.sha256(repr(sorted(model.cfg.to_dict().items())).encode())  # not where it runs
     for name, weight in model.state_dict().items():
+        if weight.is_meta:  # a block accelerate offloaded (dispatch): its weight read in from the offload
+            owner, _, attr = name.rpartition(".")
+            weight = module_weight(model.get_submodule(owner), attr, "cpu")
         digest.update(f"{name}{tuple(weight.shape)}{weight.dtype}".encode())
         flat = weight.detach().reshape(-1)
         for start in range(0, flat.numel(), HASH_CHUNK):

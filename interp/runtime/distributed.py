@@ -20,12 +20,12 @@ PatchResult of a single run (the same per-prompt values, to rounding).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
@@ -194,16 +194,23 @@ def map_shards(
         for i in todo:
             finish(i, fn(shards[i]))
     else:
-        _map_on_ray(fn, shards, todo, RayCluster(ray) if isinstance(ray, str) else ray, finish)
+        cluster = RayCluster(ray) if isinstance(ray, str) else ray
+        _map_on_ray(fn, shards, todo, cluster, finish, stored=store is not None)
     return [results[i] for i in range(len(shards))]
 
 
-def _map_on_ray(fn, shards, todo, cluster: RayCluster, finish) -> None:
+def _map_on_ray(fn, shards, todo, cluster: RayCluster, finish, stored: bool) -> None:
     """Submit every shard in `todo`, and finish() each as it completes (failures raise at the end)."""
     ray = require_ray()
     connect(cluster.address, cluster.num_cpus)
     max_retries = cluster.max_retries
     resources = {"num_cpus": 1, "num_gpus": cluster.num_gpus}
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if cluster.num_gpus > gpus:  # Ray would queue the shards forever, saying nothing
+        raise ValueError(
+            f"each shard asks for {cluster.num_gpus} GPU(s) but the Ray cluster has {gpus:g}; pass "
+            "RayCluster(..., num_gpus=0) or join a cluster with GPUs"
+        )
     task = ray.remote(max_retries=max_retries, retry_exceptions=True, **resources)(_run_shard)
     fn_ref = ray.put(fn)
     pending = {task.remote(fn_ref, shards[i], cluster.threads_per_worker): i for i in todo}
@@ -219,7 +226,11 @@ def _map_on_ray(fn, shards, todo, cluster: RayCluster, finish) -> None:
         i, error = failures[0]
         raise RuntimeError(
             f"{len(failures)} shard(s) failed after {max_retries} retries (first: shard {i}: {error}). "
-            "The finished shards are kept in `store`; run the same job again to resume."
+            + (
+                "The finished shards are kept in `store`; run the same job again to resume."
+                if stored
+                else "Without store= the finished shards' results are lost."
+            )
         ) from error
 
 
@@ -241,13 +252,27 @@ def source_version(source: str | Path) -> str:
     return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=2)
+_LOADED: dict[str, Any] = {}  # this worker process's models, the two last loaded
+
+
 def _cached_model(source: str, version: str, load_options: tuple) -> Any:
     """One loaded model per worker process and version of a source (`source_version`; load_model's
-    options as sorted items)."""
+    options as sorted items, their values dicts too: max_memory, device_map). An `offload_folder` gets
+    a folder of its own per process and load: accelerate refuses to offload into one in use."""
     from interp.model.loading import load_model
 
-    return load_model(source, **dict(load_options)).eval()
+    key = repr((source, version, load_options))
+    if key not in _LOADED:
+        options = dict(load_options)
+        if options.get("offload_folder") is not None:
+            Path(options["offload_folder"]).mkdir(parents=True, exist_ok=True)
+            options["offload_folder"] = tempfile.mkdtemp(
+                prefix=f"worker-{os.getpid()}-", dir=options["offload_folder"]
+            )
+        while len(_LOADED) >= 2:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = load_model(source, **options).eval()
+    return _LOADED[key]
 
 
 @dataclass(frozen=True)

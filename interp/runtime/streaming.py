@@ -191,7 +191,9 @@ def _cache_to_disk(
         batch = tokens[rows].to(model.device)
         padding = {} if mask is None else {"attention_mask": mask[rows].to(model.device)}
         _, cache = model.run_with_cache(batch, names_filter=names, return_type=None, device="cpu", **padding)
-        tensors = {name: cache[name].contiguous() for name in names}
+        # resid_post of block L and resid_pre of block L + 1 are one tensor in the cache, and safetensors
+        # refuses tensors that share storage: each name gets its own copy
+        tensors = {name: cache[name].contiguous().clone() for name in names}
         rows = f"{start}:{start + len(batch)}"
         with atomic_path(_shard_path(out_dir, index)) as tmp:
             save_file(tensors, tmp, metadata={"rows": rows, "job": key, "sha256": _tensors_hash(tensors)})
