@@ -19,6 +19,7 @@ import dataclasses
 import inspect
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,8 +178,14 @@ def load_result(path: str | Path) -> Any:
         ) from error
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not JSON ({error}); pass a file written by --save.") from error
-    if not isinstance(document, dict) or document.get("schema") not in READ_SCHEMAS:
-        found = document.get("schema") if isinstance(document, dict) else type(document).__name__
+    found = document.get("schema") if isinstance(document, dict) else type(document).__name__
+    newer = re.fullmatch(r"interp-result-(\d+)", str(found))
+    if newer and int(newer[1]) > int(SCHEMA.rsplit("-", 1)[1]):
+        raise ValueError(
+            f"{path} was saved by a newer interp (schema {found!r}; this one reads up to {SCHEMA!r}): "
+            "upgrade interp to read it."
+        )
+    if not isinstance(document, dict) or found not in READ_SCHEMAS:
         raise ValueError(
             f"{path} is not a saved result (schema {found!r}, expected {SCHEMA!r}); "
             "write one with a command's --save FILE.json (--format json is a summary, not the full result)."
@@ -190,10 +197,12 @@ def load_result(path: str | Path) -> Any:
     try:
         older = document["schema"] in PATCHED_MINUS_CLEAN_SCHEMAS
         return decode(_read_older(document["result"], older))
-    except (KeyError, TypeError, ValueError) as error:  # a hand-edited file, or from another interp version
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as error:
+        command = document.get("command") or {"fv": "icl --fv"}.get(document["kind"], document["kind"])
+        # a hand-edited or damaged file, or one of an interp version whose result this one cannot read
         raise ValueError(
             f"{path} does not hold a readable {document['kind']} result ({type(error).__name__}: {error}); "
-            "save it again with this version's --save FILE.json."
+            f"run `interp {command}` again with --save FILE.json."
         ) from error
 
 

@@ -468,7 +468,7 @@ def test_an_older_fv_file_reads_with_the_same_numbers_and_renders_the_same(
     document = json.loads((tmp_path / "older.json").read_text())
     del document["result"]["fields"]["split"]  # a file saved before tasks were held out
     (tmp_path / "oldest.json").write_text(json.dumps(document))
-    with pytest.raises(ValueError, match="save it again with this version's --save"):
+    with pytest.raises(ValueError, match=r"run `interp icl[^`]*` again with --save"):
         load_result(tmp_path / "oldest.json")
 
 

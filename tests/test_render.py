@@ -86,6 +86,17 @@ def test_render_refuses_what_it_cannot_render(tmp_path):
     assert run.exit_code == 2 and "does not hold a readable heads result" in " ".join(run.output.split())
     run = CliRunner().invoke(app, ["render", str(tmp_path / "missing.json")])
     assert run.exit_code == 2 and "no result file" in run.output
+    saved = json.loads((Path(__file__).parents[1] / "docs/results/data/heads-toy-induction.json").read_text())
+    newer = tmp_path / "newer.json"  # a file of a newer interp: upgrade, not "not a saved result"
+    newer.write_text(json.dumps({**saved, "schema": "interp-result-99"}))
+    run = CliRunner().invoke(app, ["render", str(newer)])
+    assert run.exit_code == 2 and "saved by a newer interp" in " ".join(run.output.split())
+    damaged = tmp_path / "damaged.json"  # a tensor one row short: one line, not torch's traceback
+    text = json.dumps(saved)
+    start = text.index('"shape": [') + len('"shape": [')
+    damaged.write_text(text[:start] + "1" + text[start:])  # a shape that no longer fits its values
+    run = CliRunner().invoke(app, ["render", str(damaged)])
+    assert run.exit_code == 2 and "run `interp heads` again with --save" in " ".join(run.output.split())
     run = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--save", str(tmp_path / "x.txt")])
     assert run.exit_code == 2 and "must end in .json" in " ".join(run.output.split())
 
