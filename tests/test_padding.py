@@ -445,7 +445,7 @@ def test_a_cache_sliced_to_one_prompt_keeps_its_padding(model):
         cache.decompose_resid(pos=model.last_positions(model.to_tokens([SHORT, LONG])))[:, 1:],
     )
     stack = cache.decompose_resid()[:, :, -1]
-    cache.apply_ln_to_stack(stack[:, 1:], pos_slice=-1, batch_slice=slice(1, 2))  # the long prompt: real
+    cache.apply_ln_to_stack(stack, pos_slice=-1, batch_slice=slice(1, 2))  # the long prompt: real
     short_only = cache.apply_slice_to_batch_dim(0)
     if model.default_padding_side == "right":
         with pytest.raises(ValueError, match="its padding"):

@@ -798,3 +798,30 @@ def test_run_with_cache_takes_transformer_lens_keywords(model):
     assert not model.hook_dict["blocks.0.hook_resid_pre"].ctx
     with pytest.raises(ValueError, match="reset_hooks_end=False"):
         model.run_with_cache(tokens, reset_hooks_end=False)
+
+
+def test_transformer_lens_idioms_fail_loudly_where_a_number_would_be_wrong():
+    """TL code's idioms: `except AssertionError` around to_single_token (a multi-token string) keeps
+    working; apply_ln_to_stack of a stack over every position with an int pos_slice (which names the
+    positions already taken) is refused where it applied the last position's scale to every position
+    (or failed inside torch); add_hook of a misspelt name suggests the right one; a property a model
+    lacks says why (W_gate of a model without a gated MLP), not only that the attribute is missing."""
+    model = _model("gpt2-like")
+    kept = []
+    for word in ("w3", "w4 w5", "w6"):
+        try:
+            kept.append(model.to_single_token(word))
+        except AssertionError:
+            continue
+    assert kept == [model.to_single_token("w3"), model.to_single_token("w6")]
+    _, cache = model.run_with_cache(model.to_tokens(["w3 w4 w5", "w6 w7 w8"]))
+    stack = cache.decompose_resid()  # [component, batch, pos, d_model]
+    with pytest.raises(ValueError, match="pos_slice names the positions already taken"):
+        cache.apply_ln_to_stack(stack, pos_slice=-1)
+    torch.testing.assert_close(
+        cache.apply_ln_to_stack(stack[:, :, -1], pos_slice=-1), cache.apply_ln_to_stack(stack)[:, :, -1]
+    )
+    with pytest.raises(Exception, match="blocks.0.hook_resid_post"):
+        model.add_hook("blocks.0.hook_resid_psot", lambda x, hook: x)
+    with pytest.raises(AttributeError, match="no gated MLP"):
+        _ = model.W_gate

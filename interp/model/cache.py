@@ -674,6 +674,20 @@ class ActivationCache:
                     "prompts, whose norm scales differ: pass batch_slice= (the prompt the stack is of, as "
                     "TransformerLens), or the stack with its batch dim"
                 )
+            if (
+                has_batch_dim
+                and self.has_batch_dim
+                and scale.ndim == 2  # one position per prompt (an int pos_slice, or pos=): [batch, 1]
+                and residual_stack.ndim >= 2
+                and residual_stack.shape[-2] != scale.shape[0]
+            ):
+                raise checks.InvalidArgumentError(
+                    f"pos_slice={pos_slice!r} (or pos=) says the stack holds one position per prompt, but "
+                    f"its shape {tuple(residual_stack.shape)} is not [..., batch={scale.shape[0]}, d_model]: "
+                    "pos_slice names the positions already taken from the stack (TransformerLens's "
+                    "contract). Slice the stack too (e.g. decompose_resid(pos_slice=-1)), or pass "
+                    "pos_slice=None for a stack over every position"
+                )
             stack = norm.apply_to_stack(residual_stack, scale)
         _NORMALISED[id(stack)] = stack
         return stack

@@ -205,7 +205,7 @@ def str_tokens(tokenizer: Any, tokens: Sequence[int] | Tensor) -> list[str]:
     tokens = torch.as_tensor(tokens)
     tokens = tokens.reshape(-1) if tokens.ndim == 2 and tokens.shape[0] == 1 else tokens
     if tokens.ndim != 1:
-        raise ValueError(f"to_str_tokens takes one prompt; got shape {tuple(tokens.shape)}.")
+        raise checks.InvalidArgumentError(f"to_str_tokens takes one prompt; got shape {tuple(tokens.shape)}.")
     return [tokenizer.decode([t]) for t in tokens.tolist()]
 
 
@@ -214,7 +214,7 @@ def single_token(tokenizer: Any, text: str, model_name: str) -> int:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
         pieces = [tokenizer.decode([i]) for i in ids]
-        raise ValueError(
+        raise checks.InvalidArgumentError(
             f"{text!r} is {len(ids)} tokens in {model_name} ({pieces}), not one. "
             "Choose a single-token string (names usually need a leading space, e.g. ' Mary')."
         )
@@ -407,7 +407,9 @@ class TokenMethods:
         tokens = self.to_tokens(input, prepend_bos, padding_side) if isinstance(input, str) else input
         tokens = tokens[0] if tokens.ndim == 2 and tokens.shape[0] == 1 else tokens
         if tokens.ndim != 1:
-            raise ValueError(f"get_token_position takes one prompt; got shape {tuple(tokens.shape)}.")
+            raise checks.InvalidArgumentError(
+                f"get_token_position takes one prompt; got shape {tuple(tokens.shape)}."
+            )
         token = self.to_single_token(single_token) if isinstance(single_token, str) else single_token
         found = (tokens == token).nonzero()[:, 0]
         if not len(found):

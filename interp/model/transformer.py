@@ -200,6 +200,15 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
             device = settings["device"] or transformer_lens_device()  # TL: a GPU where there is one
             self.to(device=device, dtype=settings["dtype"])
 
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            prop = getattr(type(self), name, None)
+            if isinstance(prop, property) and prop.fget is not None:
+                prop.fget(self)  # a property that raised AttributeError: re-raise its own message
+            raise
+
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "cfg" and "hook_settings" in self.__dict__:  # a new Config (weight processing)
             attach_hook_settings(value, self.hook_settings)
@@ -440,6 +449,8 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
     ) -> None:
         """TransformerLens's `add_hook`: a hook name (an opt-in hook switched off raises), or a filter
         of names, which adds the hook to the hook points it selects that fire (`hook_names`)."""
+        if isinstance(name, str):
+            self.check_hook_name(name)  # an unknown name: HookNameError with suggestions, as hooks()
         for point in [name] if isinstance(name, str) else self.hook_names(name):
             super().add_hook(point, hook, dir, is_permanent, level, prepend)
 
