@@ -199,11 +199,16 @@ def test_mib_export_names_grouped_query_edges_per_query_head():
     scores = edges.random_scores(graph)
     keep = torch.zeros(graph.n_writers, graph.n_readers, dtype=torch.bool)
     keep[0, graph.readers.index("a0.kv1<k>")] = True
+    keep[graph.writers.index("a0.h2"), graph.readers.index("logits")] = True
     mib = edges.mib_json(scores, keep, cfg)
     # MIB's convention: q, k, v edges per query head (k and v shared within a group of 2)
     assert len(mib["edges"]) == 4 * 3 + 5 + 6  # q, k, v from the input; the MLP; the logits
-    assert mib["edges"]["input->a0.h2<k>"]["in_graph"] and mib["edges"]["input->a0.h3<k>"]["in_graph"]
+    # the shared key edge is in the graph for the query head in the circuit only (a0.h3 writes nothing)
+    assert mib["edges"]["input->a0.h2<k>"]["in_graph"] and not mib["edges"]["input->a0.h3<k>"]["in_graph"]
     assert mib["edges"]["input->a0.h2<k>"]["score"] == mib["edges"]["input->a0.h3<k>"]["score"]
+    # MIB's sign: it attributes a loss, so an edge that helps (interp's score negative) scores positive
+    w, r = graph.edge_index("input->a0.kv1<k>")
+    assert mib["edges"]["input->a0.h2<k>"]["score"] == -float(scores.scores[w, r])
 
 
 def test_ranked_path_patching_confirms_the_top_candidates_exactly():

@@ -232,8 +232,11 @@ def random_scores(graph: EdgeGraph, seed: int = 0) -> EdgeScores:
 
 def mib_json(scores: EdgeScores, keep: Bool[Tensor, "writer reader"], cfg: Config) -> dict:
     """The circuit in MIB's submission format: {"cfg", "nodes": {name: {in_graph}}, "edges":
-    {"a0.h1->a2.h3<q>": {score, in_graph}}}. Under grouped-query attention MIB names key and value
-    edges per query head: each key/value-head edge is written once per query head of its group."""
+    {"a0.h1->a2.h3<q>": {score, in_graph}}}. Scores in MIB's sign: MIB attributes a loss (minus the
+    metric), so its score is -(m(edge ablated) - m(clean)), positive where the edge helps, and its CPR
+    ranks the largest signed scores first; interp's scores are written negated. Under grouped-query
+    attention MIB names key and value edges per query head: each key/value-head edge is written once
+    per query head of its group (the group's score), in the graph only where that query head is."""
     graph = scores.graph
     group = graph.n_heads // graph.n_kv_heads
     alive = set(node_circuit(graph, keep))
@@ -241,12 +244,15 @@ def mib_json(scores: EdgeScores, keep: Bool[Tensor, "writer reader"], cfg: Confi
     nodes["logits"] = {"in_graph": True}
     edges = {}
     for w, r in graph.edges():
-        score, kept = float(scores.scores[w, r]), bool(keep[w, r])
+        score, kept = -float(scores.scores[w, r]) + 0.0, bool(keep[w, r])
         name = graph.readers[r]
         if group > 1 and (name.endswith("<k>") or name.endswith("<v>")):
             layer, kv = name.split(".")[0], int(name.split(".kv")[1].split("<")[0])
             for h in range(kv * group, (kv + 1) * group):
-                edges[f"{graph.writers[w]}->{layer}.h{h}{name[-3:]}"] = {"score": score, "in_graph": kept}
+                edges[f"{graph.writers[w]}->{layer}.h{h}{name[-3:]}"] = {
+                    "score": score,
+                    "in_graph": kept and f"{layer}.h{h}" in alive,
+                }
         else:
             edges[f"{graph.writers[w]}->{name}"] = {"score": score, "in_graph": kept}
     mib_cfg = {"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "parallel_attn_mlp": cfg.parallel_residual,
