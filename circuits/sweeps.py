@@ -124,7 +124,8 @@ def checkpoint_head_sweep(
 
     run_or_checkpoints: a training run's directory (its checkpoints/step_* are used) or a list of
     checkpoint directories (steps from their trainer_state.json). causal=False skips the ablation
-    checks, which early checkpoints rarely pass; the scores are the same either way.
+    checks, which early checkpoints rarely pass; the scores are the same either way, but no head is
+    typed induction without them (read the `induction` score against its threshold instead).
     """
     if isinstance(run_or_checkpoints, str | Path):
         checkpoints = training_checkpoints(run_or_checkpoints)

@@ -127,7 +127,7 @@ def head_report(
     scores = stages.run(
         SCORES_STAGE, lambda: score_heads(model, probes, seed, settings.batch_size, progress), progress
     )
-    weights = weight_scores(model, scores.candidates("previous_token", top))
+    weights = weight_scores(model, scores.candidates("previous_token"))  # every typed one, not the top
     effects = {}
     if settings.causal:
         effects = causal_checks(model, probes, scores, top, progress, stages, settings.n_random, seed)

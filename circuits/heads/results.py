@@ -516,10 +516,25 @@ def headline(report: HeadRows) -> str:
     unconfirmed, sinks = len(unconfirmed_typed_rows(report)), len(first_token_only_rows(report))
     causal = report.settings.get("n_random") and report.settings["causal"]
     against = " beyond random heads of their layers" if causal else ""
+    table, threshold = report.table, report.thresholds["induction"]
+    unchecked = (  # over the threshold but never ablated: not typed induction (files before verdicts: none)
+        table[(table["induction"] >= threshold) & (table["induction_verdict"] == "")]
+        if "induction_verdict" in table
+        else table.iloc[:0]
+    )
+    labels = ", ".join(
+        head_label(layer, head) for layer, head in zip(unchecked["layer"], unchecked["head"], strict=True)
+    )
     return (
         f"{report.model_name}: confirmed by ablation{against}: {', '.join(found)}; "
         f"{_heads(unconfirmed, 'more')} typed by their attention scores alone (not confirmed)"
         + (f", {sinks} of them first_token only." if sinks else ".")
+        + (
+            f" {_heads(len(unchecked))} over the induction threshold not causally checked (causal=False, or "
+            f"beyond max_candidates), so not typed induction: {labels}."
+            if len(unchecked)
+            else ""
+        )
     )
 
 

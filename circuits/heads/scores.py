@@ -13,9 +13,10 @@ Per head, a mean over queries, then over probe sequences (fractions of attention
 
 The first six are TransformerLens head_detector masks ("mul"), averaged per query, on the repeated
 probe (`<score>_text`: on natural text); induction is the lowest over repeat lengths
-(`induction_len<L>`). Threshold: the score of uniform causal attention on the same probes plus MARGINS
-(broad: BROAD_THRESHOLD). Confidence: the bootstrap probability over probe sequences that the score
-clears it (induction: the product over repeat lengths).
+(`induction_len<L>`). Threshold: the score of uniform causal attention on the same probes (its mean over
+every repeat length for induction, a little above its lowest) plus MARGINS (broad: BROAD_THRESHOLD).
+Confidence: the bootstrap probability over probe sequences that the score clears it (induction: the
+product over repeat lengths).
 """
 
 from __future__ import annotations
