@@ -94,8 +94,9 @@ def check_against_tl(model, bridge, clean, corrupted, clean_cache, metric) -> No
                          columns=["layer", "head"])  # fmt: skip
     ours = activation_patching(model, clean, corrupted, metric, "z", layers=layers,
                                options=RunOptions(logit_pos=-1))  # fmt: skip
-    theirs = generic_activation_patch(bridge, corrupted, clean_cache, lambda lg: metric(lg).mean(),
-                                      layer_head_vector_patch_setter, "z", index_df=cells)  # fmt: skip
+    with torch.no_grad():
+        theirs = generic_activation_patch(bridge, corrupted, clean_cache, lambda lg: metric(lg).mean(),
+                                          layer_head_vector_patch_setter, "z", index_df=cells)  # fmt: skip
     diff = (ours.mean()[..., 0].flatten() - theirs.float().flatten()).abs().max().item()
     print(f"check before timing, layers {layers}: max |interp - TransformerLens| = {diff:.2e}")
     if not diff < 1e-4:
@@ -155,11 +156,13 @@ def main() -> None:
     if not args.no_tl:
         from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
 
-        tl_values, tl_s, tl_mem = timed(
-            lambda: get_act_patch_attn_head_out_all_pos(
-                bridge, corrupted, clean_cache, lambda lg: metric(lg).mean()
-            )
-        )
+        def tl_sweep():
+            with torch.no_grad():  # interp's engine runs without autograd; so must the reference
+                return get_act_patch_attn_head_out_all_pos(
+                    bridge, corrupted, clean_cache, lambda lg: metric(lg).mean()
+                )
+
+        tl_values, tl_s, tl_mem = timed(tl_sweep)
         print_row("TransformerLens get_act_patch_attn_head_out_all_pos", tl_s, tl_mem)
     print()
     exact = ours.mean()[..., 0]  # [layer, head]

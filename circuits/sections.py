@@ -19,6 +19,7 @@ import html
 import io
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,15 +142,18 @@ def print_report(report: Report, console: Console) -> None:
 
 
 def markdown_text(text: str) -> str:
-    """Text as Markdown shows it literally: '<', '>', '&' as entities outside `code spans` (a reader "<v>",
-    a family named "<script>" or "<b>" is text, not HTML; a code span shows its text as it is),
-    newlines as spaces (a line or table row stays one)."""
+    """Text as Markdown shows it literally: '<' as an entity outside `code spans` (a reader "a3.h2<v>",
+    a family named "<script>" or "<b>" is text, not HTML), and '&' where it would begin one ("&amp;");
+    newlines as spaces (a line or table row stays one). A code span shows its text as it is."""
     text = text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
     parts = text.split("`")  # odd parts are inside code spans (an unpaired ` last: escaped as text)
     inside = len(parts) % 2 == 1
+
+    def escaped(part: str) -> str:
+        return re.sub(r"&(?=#?\w+;)", "&amp;", part).replace("<", "&lt;")
+
     return "`".join(
-        part if i % 2 and (inside or i < len(parts) - 1) else html.escape(part, quote=False)
-        for i, part in enumerate(parts)
+        part if i % 2 and (inside or i < len(parts) - 1) else escaped(part) for i, part in enumerate(parts)
     )
 
 

@@ -441,7 +441,7 @@ def test_markdown_shows_user_text_and_small_figures_as_they_are():
         title="t", headline=["`<|im_end|>` & <b>x</b>"], sections=[Section(title="s", table=table)]
     )
     text = render_markdown(report)
-    assert "a3.h2&lt;v&gt;" in text and "| sing subj |" in text and "`<|im_end|>` &amp; &lt;b&gt;" in text
+    assert "a3.h2&lt;v>" in text and "| sing subj |" in text and "`<|im_end|>` & &lt;b>x&lt;/b>" in text
     assert ci_text((0.00058, 0.00305), 2) == "[+0.001, +0.003]" and signed(-0.0041, 2) == "-0.004"
     assert signed(0.0, 2) == "+0.00" and signed(1e-9, 3) == "+0.000"
     torch.manual_seed(0)
