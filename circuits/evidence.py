@@ -611,7 +611,8 @@ def judge_class(
       discovery templates), shown beside.
     unit: what was held out ("families", "prompts"), for the note."""
     sign = found.sign
-    if all(len(draw) == 0 for draw in found.draws):  # no head outside the classes: no baseline at all
+    no_baseline = all(len(draw) == 0 for draw in found.draws)  # no head outside the classes to draw
+    if no_baseline:
         heldout, discovery = (None if x is None else _without_baseline(x) for x in (heldout, discovery))
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
     families = strata.families
@@ -623,7 +624,7 @@ def judge_class(
     short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size
     few = tested.n_prompts < MIN_STRATUM_PROMPTS  # a CI of so few prompts is the range of their values
     pooled_holds = not (short or few) and evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
-    if all(len(draw) == 0 for draw in found.draws):
+    if no_baseline:
         note = NO_RANDOM_HEADS
     elif chosen is None:
         note = HELD_OUT_ONLY
@@ -633,9 +634,8 @@ def judge_class(
         few_note = f"{tested.n_prompts} held-out prompts, {TOO_FEW_PROMPTS} for a verdict"
         note = f"{few_note} (at least {MIN_STRATUM_PROMPTS}); {note}"
     for kind in strata.dependent_kinds:  # strata all too small: the verdict could not read the kind
-        if all(s.n_prompts < MIN_STRATUM_PROMPTS for s in by_stratum if s.kind == kind) and any(
-            s.kind == kind for s in by_stratum
-        ):
+        sizes = [s.n_prompts for s in by_stratum if s.kind == kind]
+        if sizes and max(sizes) < MIN_STRATUM_PROMPTS:
             note += f"; {kind} dependence untested (no {kind} has {MIN_STRATUM_PROMPTS} held-out prompts)"
     differ_p = strata_differ_p(heldout, strata.groups, by_stratum, strata.dependent_kinds, families, seed)
     verdict = class_verdict(pooled_holds, by_stratum, strata.dependent_kinds, differ_p)
