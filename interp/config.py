@@ -81,9 +81,7 @@ class Config:
     positional: Positional = "learned"
     rotary_dim: int | None = None
     rotary_base: float = 10000.0
-    rotary_inv_freq: list[float] | None = (
-        None  # explicit frequencies (scaled RoPE, e.g. Llama 3): rotary_base unused
-    )
+    rotary_inv_freq: list[float] | None = None  # explicit (scaled RoPE: Llama 3); rotary_base unused
     rotary_adjacent_pairs: bool = False  # rotate dims (2i, 2i+1) (GPT-J), not (i, i + rotary_dim/2)
     activation: Activation = "gelu_new"
     gated_mlp: bool = False

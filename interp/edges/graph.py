@@ -244,7 +244,7 @@ def mib_json(scores: EdgeScores, keep: Bool[Tensor, "writer reader"], cfg: Confi
     nodes["logits"] = {"in_graph": True}
     edges = {}
     for w, r in graph.edges():
-        score, kept = -float(scores.scores[w, r]) + 0.0, bool(keep[w, r])
+        score, kept = -float(scores.scores[w, r]) + 0.0, bool(keep[w, r])  # + 0.0: no -0.0 in the file
         name = graph.readers[r]
         if group > 1 and (name.endswith("<k>") or name.endswith("<v>")):
             layer, kv = name.split(".")[0], int(name.split(".kv")[1].split("<")[0])
