@@ -141,14 +141,21 @@ def test_a_key_follows_the_users_code_in_classes_and_modules_it_reads(tmp_path, 
     assert content_key(interp.metrics.logit_diff) == content_key(interp.metrics.logit_diff)
 
 
-def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
+def _toy_ioi_sweep(n_prompts: int):
+    """toy-ioi, IOI prompts and their ABC corruption, and a sweep's metric: the logit difference of the
+    prompts `rows`."""
     model = interp.load_model("toy-ioi")
-    clean, abc, _ = ioi_dataset_for(model, 12, seed=3)
+    clean, abc, _ = ioi_dataset_for(model, n_prompts, seed=3)
     io, s, end = clean.io_token, clean.s_token, clean.positions["END"]
 
     def metric(logits, rows):
         return metrics.logit_diff(logits, io[rows], s[rows], pos=end[rows])
 
+    return model, clean, abc, metric
+
+
+def test_patching_sweep_on_ray_equals_a_single_run(ray_cluster, tmp_path):
+    model, clean, abc, metric = _toy_ioi_sweep(12)
     single = activation_patching(
         model, clean.tokens, abc.tokens, lambda logits: metric(logits, torch.arange(12)), "z", clean.positions
     )
@@ -277,13 +284,7 @@ def test_workers_load_an_offloaded_model_each_in_a_folder_of_its_own(tmp_path):
     """load_options with a device_map and an offload_folder (a model too big for one worker): the dicts
     did not hash (TypeError), and a second load into the same folder is refused by accelerate; the sweep
     equals one activation_patching run."""
-    model = interp.load_model("toy-ioi")
-    clean, abc, _ = ioi_dataset_for(model, 6, seed=3)
-    io, s, end = clean.io_token, clean.s_token, clean.positions["END"]
-
-    def metric(logits, rows):
-        return metrics.logit_diff(logits, io[rows], s[rows], pos=end[rows])
-
+    model, clean, abc, metric = _toy_ioi_sweep(6)
     single = activation_patching(
         model, clean.tokens, abc.tokens, lambda logits: metric(logits, torch.arange(6)), "z"
     )
