@@ -761,3 +761,22 @@ def test_random_heads_are_none_that_discovery_selected_and_the_templates_named_a
     for split, families in (("discovery", result.chose), ("heldout", result.tested)):
         clean = ioi_dataset_for(model, 64, seed=0, split=split)[0]
         assert families["templates"] == [f"T{k}" for k in sorted(set(clean.template.tolist()))]
+
+
+def test_toy_ioi_report_draws_its_path_counts_each_subset_once_and_says_which_prompts_patched():
+    """toy-ioi's S-inhibition head was found through the S-suppression heads' queries, but the diagram
+    had no such arrow: its only solid arrow was S-suppression -> logits. Completeness drew random
+    subsets with replacement (one K twice among "12 subsets", the median off). The chose line said
+    "chosen on 64 prompts" though path patching reads the first 16."""
+    from circuits.ioi.results import ioi_circuit_diagram
+
+    finding = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=64, seed=0)
+    figures = finding.extras
+    assert figures.class_heads["s_inhibition"] and figures.class_heads["s_suppression"]
+    arrows = [line.split("/>")[0] for line in ioi_circuit_diagram(finding).split("<line ")[1:]]
+    assert (
+        sum("stroke-dasharray" not in arrow for arrow in arrows) >= 2
+    )  # S-inhibition -Q-> S-suppression too
+    subsets = [frozenset(map(tuple, entry["heads"])) for entry in figures.evaluation.completeness]
+    assert len(subsets) == len(set(subsets))
+    assert any("path-patching effects on the first 16" in line for line in figures.chose_lines(finding))

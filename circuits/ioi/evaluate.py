@@ -70,10 +70,14 @@ def evaluate_circuit(
     subsets = [heads for heads in result.circuit.values() if heads]
     n_classes = len(subsets)
     generator = torch.Generator().manual_seed(seed)
-    while len(subsets) < n_classes + n_subsets:
+    drawn = {frozenset(heads) for heads in subsets}  # each K once: a repeat would count twice in the median
+    n_random = min(n_subsets, 2 ** len(circuit) - 1 - len(drawn))
+    while len(subsets) < n_classes + n_random:
         chosen = torch.rand(len(circuit), generator=generator) < 0.5
-        if chosen.any():
-            subsets.append([head for head, keep in zip(circuit, chosen.tolist(), strict=True) if keep])
+        subset = [head for head, keep in zip(circuit, chosen.tolist(), strict=True) if keep]
+        if subset and frozenset(subset) not in drawn:
+            drawn.add(frozenset(subset))
+            subsets.append(subset)
     mates = {  # minimality: what each head adds once its class-mates (which may stand in for it) are gone
         head: {mate for heads in result.circuit.values() if head in heads for mate in heads} - {head}
         for head in circuit

@@ -319,8 +319,8 @@ class IOIFigures(Extras):
             f"{v.recovered:.1%} (95% CI {percent_ci(v.recovered_ci, 1)}), faithfulness {v.faithfulness:.1%}"
         ]  # fmt: skip
         return [
-            f"chosen on {s.n_prompts} discovery prompts (seed {s.seed}), corrupted distribution "
-            f"{s.corrupted}",
+            f"chosen on {s.n_prompts} discovery prompts (seed {s.seed}; path-patching effects on the first "
+            f"{min(s.n_patching_prompts, s.n_prompts)}), corrupted distribution {s.corrupted}",
             f"selection: |effect| >= {s.min_effect:.0%} and (|robust z| >= {s.effect_z} or >= "
             f"{s.min_share:.0%} of the step's summed effect in its direction); attention >= min(max(median + "
             f"{s.attention_z} robust SD, {s.min_attention}), {s.large_attention})",
@@ -542,7 +542,8 @@ _COLUMNS = (("previous_token",), ("duplicate_token", "induction"), ("s_inhibitio
 _EDGES = (
     ("previous_token", "induction", "K"), ("induction", "s_inhibition", "V"),
     ("duplicate_token", "s_inhibition", "V"), ("s_inhibition", "name_mover", "Q"),
-    ("s_inhibition", "backup_name_mover", "Q"), ("name_mover", "logits", ""),
+    ("s_inhibition", "backup_name_mover", "Q"), ("s_inhibition", "s_suppression", "Q"),
+    ("name_mover", "logits", ""),
     ("backup_name_mover", "logits", ""), ("negative_name_mover", "logits", ""),
     ("s_suppression", "logits", ""),
 )  # fmt: skip
