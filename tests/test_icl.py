@@ -121,6 +121,15 @@ def test_the_headline_says_when_it_is_not_established(toy_result):
     assert verdict.startswith("not established at 8 held-out documents") and "pass --n-documents" in verdict
     worse = dataclasses.replace(noisy, score=0.05, ci=(-0.1, 0.2))
     assert "no sign" in dataclasses.replace(figures, heldout=worse).headline_verdict()
+    two = dataclasses.replace(noisy, score=-9.9, ci=(-10.2, -9.7), per_document=per_document[:2])
+    assert (
+        dataclasses.replace(figures, heldout=two)
+        .headline_verdict()
+        .startswith("no verdict: 2 held-out documents, too few prompts")
+    )  # a CI of two documents is their range: it was "established"
+    from circuits.icl.pipeline import _head_effect
+
+    assert _head_effect((0, 1), torch.tensor([5.0, 5.1]), torch.zeros(2, 4), 0).verdict == "unconfirmed"
 
 
 def test_exact_ablation_equals_a_hooked_run(toy):

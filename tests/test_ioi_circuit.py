@@ -780,3 +780,16 @@ def test_toy_ioi_report_draws_its_path_counts_each_subset_once_and_says_which_pr
     subsets = [frozenset(map(tuple, entry["heads"])) for entry in figures.evaluation.completeness]
     assert len(subsets) == len(set(subsets))
     assert any("path-patching effects on the first 16" in line for line in figures.chose_lines(finding))
+
+
+def test_minimality_of_a_circuit_that_does_not_do_the_task_is_not_a_share():
+    """On 8 prompts toy-ioi's circuit keeps a logit diff of about -0.18: each head's drop divided by it
+    read -716% for a head that helps (sign flipped, size blown up). No share is given then."""
+    from circuits.finding import finding_report
+    from circuits.sections import render_markdown
+
+    finding = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=8, seed=0)
+    evaluation = finding.extras.evaluation
+    assert evaluation.circuit_logit_diff <= 0
+    assert all(math.isnan(value) for value in evaluation.minimality.values())
+    assert "not defined: the circuit's logit diff is" in render_markdown(finding_report(finding))

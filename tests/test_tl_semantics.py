@@ -825,3 +825,17 @@ def test_transformer_lens_idioms_fail_loudly_where_a_number_would_be_wrong():
         model.add_hook("blocks.0.hook_resid_psot", lambda x, hook: x)
     with pytest.raises(AttributeError, match="no gated MLP"):
         _ = model.W_gate
+
+
+def test_a_prompt_that_stops_at_eos_reads_the_same_in_a_batch_as_alone():
+    """A row that reached EOS is filled with EOS while the batch runs on (TransformerLens's convention);
+    its text kept the fill, so it depended on the other prompts: it ends at its first EOS, as alone."""
+    model = _model("llama-gqa")
+    kwargs = dict(max_new_tokens=6, do_sample=False, verbose=False)
+    free = model.generate(PROMPTS[1], return_type="tokens", stop_at_eos=False, **kwargs)[0]
+    eos = int(free[model.to_tokens(PROMPTS[1]).shape[1] + 1])  # the second token it makes: it stops there
+    alone = model.generate(PROMPTS[1], eos_token_id=eos, **kwargs)
+    batch = model.generate([PROMPTS[0], PROMPTS[1]], eos_token_id=eos, **kwargs)
+    others = model.generate(PROMPTS[0], return_type="tokens", eos_token_id=eos, **kwargs)[0]
+    assert eos not in others.tolist()[:-1]  # the other prompt runs on past the stop
+    assert batch[1] == alone and batch[0] == model.generate(PROMPTS[0], eos_token_id=eos, **kwargs)

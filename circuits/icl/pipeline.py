@@ -24,6 +24,7 @@ import torch
 
 import interp
 from circuits.evidence import (
+    MIN_STRATUM_PROMPTS,
     ClassVerdict,
     HeadClass,
     ci_verdict,
@@ -175,7 +176,9 @@ def _head_effect(head: Head, change: torch.Tensor, estimate: torch.Tensor, seed:
         attributed=estimate[layer, index].item(),
         exact=change.mean().item(),
         exact_ci=ci,
-        verdict=ci_verdict(ci),
+        verdict=ci_verdict(ci)
+        if len(change) >= MIN_STRATUM_PROMPTS
+        else "unconfirmed",  # a CI of 1-3: their range
     )
 
 

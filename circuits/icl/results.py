@@ -16,7 +16,7 @@ from typing import Any
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.evidence import EFFECT_SIGN, ClassVerdict
+from circuits.evidence import EFFECT_SIGN, MIN_STRATUM_PROMPTS, TOO_FEW_PROMPTS, ClassVerdict
 from circuits.finding import ClassView, Extras, Finding
 from circuits.icl.score import ICLScore
 from circuits.icl.training import TrainingCurve, plot_icl_over_training
@@ -114,6 +114,9 @@ class ICLFigures(Extras):
         """Whether the held-out score's CI lies below 0, and if not, how many documents would settle it."""
         tested = self.heldout
         low, high = tested.ci
+        if tested.n_documents < MIN_STRATUM_PROMPTS:  # a CI of so few documents is the range of their values
+            n, least = tested.n_documents, MIN_STRATUM_PROMPTS
+            return f"no verdict: {n} held-out documents, {TOO_FEW_PROMPTS} (at least {least})"
         if high < 0:
             return f"established: its 95% CI over the {tested.n_documents} held-out documents lies below 0"
         if tested.score >= 0:

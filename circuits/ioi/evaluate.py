@@ -14,6 +14,7 @@ and template ("T3"), judged by `circuits.evidence.judge_class`; the circuit's fa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,9 +106,11 @@ def evaluate_circuit(
         }
         for subset in subsets
     ]
-    minimality = {
+    minimality = {  # relative to F(circuit); undefined (NaN) where the circuit does not do the task
         head_label(*head): (F(subtract(circuit, mates[head])) - F(subtract(circuit, mates[head] | {head})))
         / f_circuit
+        if f_circuit > 0
+        else math.nan
         for head in circuit
     }
     f_with_unclassified = F(circuit + unclassified) if unclassified else None

@@ -375,6 +375,11 @@ class IOIFigures(Extras):
         if e is not None and e.minimality:
             minimality = ", ".join(f"{head} {value:+.1%}" for head, value in e.minimality.items())
             line = f"drop of the circuit's logit diff without the head (class-mates removed): {minimality}"
+            if e.circuit_logit_diff <= 0:  # a share of a logit diff at or below 0 has no sign to read
+                line = (
+                    f"not defined: the circuit's logit diff is {e.circuit_logit_diff:+.3f} (it does not do "
+                    "the task), so a drop has no share of it"
+                )
             sections.append(Section(title="Minimality", lines=[line]))
         effects, attention, patterns = self._figures()
         return [

@@ -93,6 +93,7 @@ def generate(
         else None
     )
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    prompt_length = tokens.shape[1]
     step_input, step_mask = tokens, torch.ones_like(tokens) if mask is None else mask  # decided here, once
     for _ in tqdm.trange(max_new_tokens, disable=not verbose):
         if prompt_embeds is not None:
@@ -129,9 +130,18 @@ def generate(
             model.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
         )
         rows = [row if mask is None else row[mask[i].bool()] for i, row in enumerate(tokens)]
+        if eos is not None:  # a row that stopped ends at its first EOS, as alone (the batch filled it on)
+            n_new = tokens.shape[1] - prompt_length
+            rows = [_through_first(row, len(row) - n_new, eos) for row in rows]
         text = [model.to_string(row[int(prepended) :]) for row in rows]  # without pads and BOS, as TL
         return text[0] if isinstance(input, str) or (len(text) == 1 and return_type == "str") else text
     return tokens
+
+
+def _through_first(row: Int[Tensor, " pos"], start: int, token: int) -> Int[Tensor, " pos"]:
+    """`row` up to and including the first `token` at or after `start` (all of it where there is none)."""
+    found = (row[start:] == token).nonzero()
+    return row if len(found) == 0 else row[: start + int(found[0]) + 1]
 
 
 def _refuse_right_padding(mask: Int[Tensor, "batch pos"] | None, what: str) -> None:
