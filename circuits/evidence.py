@@ -801,6 +801,20 @@ def faithfulness_band(ratio: float) -> str:
     return "partial" if ratio >= PARTIAL else "not faithful"
 
 
+def band_spanned(ci: tuple[float, float]) -> str:
+    """What a faithfulness CI leaves open, as a clause to add to a verdict read off the ratio: "" where
+    both ends lie in one band; else the bands it reaches (no CI: too few prompts, or a value not finite)."""
+    low, high = ci
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "; no CI, so the band is a point estimate's"
+    if faithfulness_band(low) == faithfulness_band(high):
+        return ""
+    return (
+        f"; undetermined at these prompts: its 95% CI [{low:.2f}, {high:.2f}] reaches from "
+        f"'{faithfulness_band(low)}' to '{faithfulness_band(high)}'"
+    )
+
+
 def _in_band(ratio: float) -> str:
     """A ratio in two decimals, three where two would round it across a band's edge (0.7969: 0.797,
     not 0.80 beside "partial")."""
@@ -833,6 +847,7 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
         )
     else:
         verdict = f"faithful: within {band}, and so are {summary.within:.0%} of prompts"
+    verdict += band_spanned(summary.ratio_ci)
     off = [
         f"{s.name} {_in_band(s.summary.ratio)} ({faithfulness_band(s.summary.ratio)})"
         for s in strata

@@ -935,3 +935,15 @@ def test_heads_over_the_induction_threshold_never_ablated_are_named():
     found = head_report(interp.load_model("toy-induction"), n_samples=4, seed=0, causal=False)
     line = headline(found.extras.rows(found))
     assert "4 heads over the induction threshold not causally checked" in line and "L1H0" in line
+
+
+def test_a_score_no_head_could_get_is_said_unscored_not_zero_heads():
+    """At --n-samples 2 no query token is in 4 probe sequences, so no head has a skip-gram score: the
+    summary said "skip_gram 0.30 0" (no skip-gram heads) instead of saying it was not scored."""
+    from circuits.heads.pipeline import head_report
+    from circuits.heads.results import head_sections
+
+    found = head_report(interp.load_model("toy-induction"), n_samples=2, seed=0, causal=False)
+    rows = {row[0]: row for row in head_sections(found.extras.rows(found))[0].table.rows}
+    assert rows["skip_gram"][2] == "not scored" and "--n-samples 4" in rows["skip_gram"][3]
+    assert rows["induction"][2] != "not scored"

@@ -333,3 +333,17 @@ def test_a_head_score_over_one_sequence_has_no_standard_error():
     per_sequence[0, 0, 1] = 0.7
     _, se, _ = _mean_se_confidence(per_sequence, 0.5, 0)
     assert se[0, 0].item() == pytest.approx(0.3 / math.sqrt(3)) and se[0, 1:].isnan().all()
+
+
+def test_a_faithfulness_band_read_off_the_ratio_says_what_its_ci_leaves_open():
+    """toy-ioi on 8 prompts: "not faithful: keeps 0.27" while the CI [-0.31, 1.30] reaches every band;
+    one held-out prompt pair read "faithful (>= 0.8)" with no CI. Both say so now."""
+    from circuits.edge_circuits.report import faithfulness_advice
+    from circuits.evidence import faithfulness_verdict
+    from interp.interventions.stats import FaithfulnessSummary
+
+    wide = FaithfulnessSummary(n_prompts=8, ratio=0.27, ratio_ci=(-0.31, 1.30), error=0.9, within=0.1)
+    assert "undetermined at these prompts: its 95% CI [-0.31, 1.30]" in faithfulness_verdict(wide)
+    narrow = FaithfulnessSummary(n_prompts=64, ratio=0.95, ratio_ci=(0.88, 1.02), error=0.1, within=0.9)
+    assert "undetermined" not in faithfulness_verdict(narrow)
+    assert faithfulness_advice(0.991, "eap", "mean").endswith("no CI, so the band is a point estimate's")

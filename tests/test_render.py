@@ -453,3 +453,12 @@ def test_markdown_shows_user_text_and_small_figures_as_they_are():
     report = PatchReport(model="m", task="t", component="z", direction="noise", result=result)
     cells = [row[-1] for row in patch_sections(report).sections[0].table.rows]
     assert not any(cell.endswith("1.000]") for cell in cells), cells
+
+
+def test_an_edge_report_keeps_its_graph_apart_from_its_provenance():
+    """The provenance may end with a --quick note ("... a less faithful circuit for its size"): the graph's
+    size ran on as if the circuit's ("...for its size: 81 edges between 10 nodes")."""
+    from circuits.edge_circuits.report import edge_headline
+
+    result = load_result(Path(__file__).parents[1] / "docs/results/data/circuit-toy-induction.json")
+    assert any(". Its edge graph: 81 edges between" in line for line in edge_headline(result))

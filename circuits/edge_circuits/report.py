@@ -9,7 +9,7 @@ import math
 from rich.console import Console
 
 from circuits.edge_circuits.find import EdgeCircuitResult
-from circuits.evidence import faithfulness_band
+from circuits.evidence import band_spanned, faithfulness_band
 from circuits.finding import finding_report
 from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
@@ -47,9 +47,15 @@ def removal_note(result: EdgeCircuitResult) -> str:
     )
 
 
-def faithfulness_advice(faithfulness: float, method: str, ablation: str) -> str:
+def faithfulness_advice(
+    faithfulness: float, method: str, ablation: str, ci: tuple[float, float] = (math.nan, math.nan)
+) -> str:
     """A verdict on a circuit's faithfulness (1: it does what the model does, 0: no more than everything
-    ablated, above OVERSHOOT more) and, below "faithful", what to try next."""
+    ablated, above OVERSHOOT more), what its CI leaves open, and, below "faithful", what to try next."""
+    return _advice(faithfulness, method, ablation) + band_spanned(ci)
+
+
+def _advice(faithfulness: float, method: str, ablation: str) -> str:
     band = faithfulness_band(faithfulness)
     if band == "overshoots":
         return (
@@ -96,8 +102,10 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
         f"{ci_text(circuit['faithfulness_ci'], 3, sign=False)} (95% CI over {circuit['ci_resamples']}; "
         f"per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
         f"prompts within ±20%) {held_out}: "
-        + faithfulness_advice(circuit["faithfulness"], method["name"], method["ablation"]),
-        f"{result.provenance or result.model}: {data['graph']['n_edges']:,} edges between "
+        + faithfulness_advice(
+            circuit["faithfulness"], method["name"], method["ablation"], circuit["faithfulness_ci"]
+        ),
+        f"{result.provenance or result.model}. Its edge graph: {data['graph']['n_edges']:,} edges between "
         f"{data['graph']['n_nodes']} nodes",
         f"task {task['name']}: {task['n_prompts']} discovery prompt pairs"
         + ("" if task["n_heldout"] is None else f", {task['n_heldout']} held-out ({task['split']})")

@@ -500,6 +500,9 @@ def classified_rows(report: HeadRows):
     return report.table[report.table["types"].apply(lambda types: bool(set(types) - {"first_token"}))]
 
 
+UNSCORED = {"skip_gram": "needs a query token in 4 or more probe sequences: pass --n-samples 4 or more"}
+
+
 def type_summary(report: HeadRows) -> list[tuple[str, int, list[Head]]]:
     """(type, number of heads, heads best first) for each type."""
     return [(name, len(heads), heads) for name in SCORE_NAMES for heads in [report.heads_of_type(name)]]
@@ -846,6 +849,8 @@ def head_sections(report: HeadRows, wide: bool = True, all_heads: bool = True) -
         rows=[
             [name, f"{report.thresholds[name]:.2f}", str(count),
              ", ".join(head_labels(heads[:shown])) + (" …" if count > shown else "")]
+            if name not in report.table or report.table[name].notna().any()
+            else [name, "–", "not scored", UNSCORED.get(name, "no head could be scored on these probes")]
             for name, count, heads in type_summary(report)
         ],
         right=["threshold", "heads"],
