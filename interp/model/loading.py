@@ -86,7 +86,9 @@ def dispatch(
     The embedding, ln_final and unembedding sit on the main device (the first GPU in the map, else
     the CPU), which also runs the blocks offloaded to CPU or disk, one at a time. Each block moves
     its input to its own device, so hooks see activations on the device of their block; caching
-    (`run_with_cache(device=...)` gathers them), patching and ablation work unchanged.
+    (`run_with_cache(device=...)` gathers them), patching and ablation work unchanged. Gradients reach
+    every activation, but an offloaded block's weights keep none (`.grad` stays None): train or
+    attribute to weights on a model in memory.
     """
     try:
         import accelerate
