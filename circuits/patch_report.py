@@ -44,6 +44,12 @@ class PatchReport:
     top: int = 10
     group: int = 1  # k or v of a grouped-query model: the query heads each key/value head serves
 
+    @property
+    def unpatched(self) -> int:
+        """The normalised metric of the unpatched run the patches are read against (0 denoising the
+        corrupted run, 1 noising the clean one)."""
+        return 0 if self.direction == "denoise" else 1
+
     def ranked(self) -> pd.DataFrame:
         """Summary rows (mean and 95 % bootstrap CI per patch), the strongest effect first: what
         `--format json` and csv hold (a grouped-query model's k or v: a "kv_head" column)."""
@@ -131,39 +137,27 @@ def patch_headline(report: PatchReport) -> str:
     best = next(ranked.itertuples())
     site = f"L{best.layer}" + report.head_label(best)
     site += "" if str(best.position) == "all" else f" at {best.position}"
-    unpatched = 0 if report.direction == "denoise" else 1
+    unpatched = report.unpatched
     beyond = int(((ranked["ci_low"] > unpatched) | (ranked["ci_high"] < unpatched)).sum())
     moved = (
         f"{beyond} of {len(ranked)} patches move it beyond {unpatched} (95% CI)"
         if report.result.values.shape[-1] > 1
         else "one prompt pair gives no CI, so no patch is shown to move it (give two or more)"
     )
+    ci = ci_text((best.ci_low, best.ci_high), 3, sign=False, apart_from=unpatched)
     return (
         f"{report.model}, patching {report.component} ({report.direction}): strongest {site}, "
-        f"{best.mean:.3f} {ci_text((best.ci_low, best.ci_high), 3, sign=False)} on the normalised logit "
-        f"difference; {moved}. The same prompts rank and measure every patch (an exploratory scan, "
-        "nothing held out): confirm a site on other prompts."
+        f"{best.mean:.3f} {ci} on the normalised logit difference; {moved}. The same prompts rank and "
+        "measure every patch (an exploratory scan, nothing held out): confirm a site on other prompts."
     )
 
 
 def patch_sections(report: PatchReport) -> Report:
     """The report: the finding, then the top `report.top` patches, the strongest first."""
     columns = ["layer", "head" if report.group == 1 else "key/value head", "position", "mean", "95% CI"]
-    unpatched = 0 if report.direction == "denoise" else 1
-
-    def interval(low: float, high: float) -> str:  # a CI beyond the unpatched value never reads as at it
-        digits = 3
-        while (
-            digits < 6
-            and (low > unpatched or high < unpatched)
-            and unpatched in (round(low, digits), round(high, digits))
-        ):
-            digits += 1
-        return ci_text((low, high), digits, sign=False)
-
     rows = [
-        [str(row.layer), report.head_label(row),
-         str(row.position), f"{row.mean:.3f}", interval(row.ci_low, row.ci_high)]
+        [str(row.layer), report.head_label(row), str(row.position), f"{row.mean:.3f}",
+         ci_text((row.ci_low, row.ci_high), 3, sign=False, apart_from=report.unpatched)]
         for row in report.ranked().head(report.top).itertuples()
     ]  # fmt: skip
     order = "highest" if report.direction == "denoise" else "lowest"

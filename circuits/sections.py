@@ -84,12 +84,20 @@ def signed(value: float, digits: int = 3) -> str:
     return f"{value:+.{shown}f}"
 
 
-def ci_text(interval: tuple[float, float], digits: int = 3, sign: bool = True) -> str:
+def ci_text(
+    interval: tuple[float, float], digits: int = 3, sign: bool = True, apart_from: float | None = None
+) -> str:
     """A confidence interval as reports write it: "[-0.012, +0.345]" (each bound as `signed`), or
-    without signs "[0.01, 0.35]"; "(no CI)" for NaN bounds (one prompt, or an undefined statistic)."""
+    without signs "[0.01, 0.35]"; "(no CI)" for NaN bounds (one prompt, or an undefined statistic).
+    apart_from: a value the interval is read against (a patch's unpatched 1): where the interval excludes
+    it, more decimals (up to 6) until neither bound reads as it (0.9997 as "0.9997", not "1.000")."""
     low, high = interval
     if math.isnan(low) or math.isnan(high):
         return "(no CI)"
+    if apart_from is not None and not low <= apart_from <= high:
+        digits = next(
+            (d for d in range(digits, 7) if apart_from not in (round(low, d), round(high, d))), digits
+        )
     if sign:
         return f"[{signed(low, digits)}, {signed(high, digits)}]"
     return f"[{low:.{digits}f}, {high:.{digits}f}]"
