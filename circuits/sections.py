@@ -235,7 +235,8 @@ def write_sections(
     elif out is None:
         console.print(renderers[format](), markup=False, highlight=False, emoji=False, soft_wrap=True)
     else:
-        write_text_atomic(out, renderers[format]())
+        text = renderers[format]()
+        write_text_atomic(out, text if text.endswith("\n") else text + "\n")  # a text file ends its last line
 
 
 def faithfulness_section(

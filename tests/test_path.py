@@ -403,7 +403,9 @@ def test_the_report_renders_the_same_content_in_every_format(result, tmp_path):
     assert "<table>" in render_html(report)
     out = tmp_path / "report.md"
     write_sections(report, "markdown", out, Console(), result)
-    assert out.read_text() == markdown
+    assert out.read_text() == markdown.rstrip("\n") + "\n"  # a text file ends its last line, once
+    write_sections(report, "json", out, Console(), result)
+    assert out.read_text() == result_json(result) + "\n"
 
 
 def test_one_held_out_family_is_claimed_for_its_prompts_not_for_families(smollm2):
