@@ -265,6 +265,9 @@ def test_circuit_is_chosen_on_discovery_prompts_and_judged_on_held_out_ones():
         again = edges.faithfulness(model, prompts.clean, prompts.corrupted, prompts.metric, mask)
         assert torch.allclose(again.faithfulness, measured.faithfulness)
     data = result.json_data()
+    again = edges.faithfulness(model, held.clean, held.corrupted, held.metric, mask)
+    assert data["circuit"]["metric"] == pytest.approx(float(again.values[0].mean()), abs=1e-5)
+    assert data["circuit"]["ablated_metric"] == pytest.approx(float(again.empty.mean()), abs=1e-5)
     assert data["task"]["n_prompts"] == found.n_prompts and data["task"]["n_heldout"] == held.n_prompts
     assert data["circuit"]["faithfulness"] == pytest.approx(float(result.faithfulness.faithfulness[0]))
     assert data["circuit"]["discovery_faithfulness"] == pytest.approx(

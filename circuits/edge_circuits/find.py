@@ -202,6 +202,8 @@ class EdgeCircuitResult:
             "circuit": {
                 "requested_edges": self.requested_edges, "size_target": self.target,
                 "n_edges": int(self.circuit.sum()), "nodes": self.nodes,
+                "metric": float(self.faithfulness.values[0].mean()),  # m(circuit), every other edge ablated
+                "ablated_metric": float(self.faithfulness.empty.mean()),  # m(every edge ablated)
                 "edges": [dataclasses.asdict(row) for row in self.circuit_edge_rows()],
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
                 "faithfulness_ci": [float(low[0]), float(high[0])], "ci_resamples": self.ci_resamples,
