@@ -366,10 +366,12 @@ def ioi_section(result: Any) -> list[str]:
         f"{validation.recovered_ci[1]:.0%}, faithfulness {validation.faithfulness:.0%}) on "
         f"{validation.n_prompts} held-out prompts: {validation.prompts}. "
         + completeness_sentence(figures)
-        + " A class is *confirmed* "
-        "when it beats as many random heads from the same layers in both name orders and in most "
-        "held-out templates; a class that holds in one order only, the orders differing beyond chance, is "
-        "*order-dependent*."
+        + " A class is *confirmed* when it beats as many random heads from the same layers on the "
+        "held-out prompts pooled and in at least one name order and one held-out template, and in both "
+        "orders and most templates unless those that fall short differ from the others no more than "
+        "chance (permutation test, p >= 0.05); a class that beats them pooled but falls short in an order "
+        "(most templates), the strata differing beyond chance, is *order-* (*template-*) *dependent*; any "
+        "other class is *unconfirmed*."
         + (
             f" Direct logit attribution: {result.settings.attribution}."
             if result.settings.attribution
