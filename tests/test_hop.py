@@ -18,6 +18,7 @@ import interp
 from circuits.cli import app
 from circuits.finding import finding_report, write_finding_report
 from circuits.hop import carries, hop_report, hop_task_of, lookup_chain_figure
+from circuits.hop.locate import attention_to_hops, lookup_positions
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown
 from interp.io.serialize import encode
@@ -114,6 +115,8 @@ def test_toy_hop_makes_its_first_lookup_in_an_earlier_layer_than_its_second(toy_
     for lookup in result.classes:
         attention = lookup.details["attention"]
         assert lookup.heldout.beyond_ci[0] > 0 and sum(attention) / len(attention) >= 0.3
+    # hop 1's head finds the query's token earlier (a duplicate-token head), hop 2's heads the token after
+    assert (first.details["side"], second.details["side"]) == ("occurrence", "target")
     for j, lookup in enumerate(result.classes):  # its heads attend to the hop more than the other heads
         chosen = torch.zeros(figures.attention.shape[1:], dtype=torch.bool)
         for label in lookup.heads:
@@ -178,8 +181,21 @@ def test_hop_result_saves_renders_and_draws(toy_hop_result, tmp_path):
     assert page.index("accuracy") < page.index("<table") and page.count('class="legend"') == 2
     assert page.count('class="interp-heatmap"') == len(again.classes)
     assert "<script src" not in page and "http" not in page.split("<body>")[1]  # opens offline
-    lookup_chain_figure(again, tmp_path / "chain.svg")
+    figure = lookup_chain_figure(again, tmp_path / "chain.svg")
     assert (tmp_path / "chain.svg").read_text().lstrip().startswith("<?xml")
+    chain, path = figure.axes[-1], again.extras.example_path
+    arrows = [
+        a for a in chain.texts if getattr(a, "arrow_patch", None) and a.xyann[0] == path[0] and a.xy[1] >= 0
+    ]
+    for lookup in again.classes:  # each lookup's arrow ends where its heads attend more
+        label = next(t for t in chain.texts if t.get_text().startswith(f"{lookup.name}: "))
+        assert label.get_text().endswith(f"(to the {lookup.details['side']})")
+    hop = {lookup.name: lookup for lookup in again.classes}
+    ends = sorted(a.xy[0] for a in arrows)
+    wanted = sorted(
+        path[j + 1] - (hop[f"hop {j + 1}"].details["side"] == "occurrence") for j in range(len(hop))
+    )
+    assert ends == wanted
 
 
 def older_hop_file(saved: Path, older: Path) -> None:
@@ -239,9 +255,34 @@ def test_an_older_hop_file_reads_with_the_same_numbers_and_renders_the_same(toy_
             same = {
                 "per_prompt": fresh.per_prompt,
                 "heldout": replace(found.heldout, random_drop=fresh.heldout.random_drop),
-            }
+                "details": {**found.details, **{k: v for k, v in fresh.details.items() if k == "side"}},
+            }  # an older file kept no side a hop's heads attend to
             assert encode(replace(found, **same)) == encode(fresh)  # NaN equals NaN here
         assert render_markdown(finding_report(read)) == render_markdown(finding_report(result))
+
+
+def test_hop_attention_leaves_out_sequences_where_two_hops_share_a_position():
+    """From three hops on, one hop's occurrence or target can be another's: its attention would count for
+    both hops, so those sequences are NaN for the hop; every other one reads the query's pattern."""
+    model = interp.load_model("toy-hop")
+    task = HopTask(3, model.cfg.d_vocab, model.cfg.n_ctx, bos=hop_task_of(model).bos)
+    tokens = task.eval_batch(64, 0).tokens
+    targets = lookup_positions(task, tokens)  # [batch, hops]
+    attention = attention_to_hops(model, tokens, task.query, targets)  # [side, hop, layer, head, batch]
+    _, cache = model.run_with_cache(tokens)
+    shared_rows = 0
+    for b, row in enumerate(targets.tolist()):
+        windows = [{t - 1, t} for t in row]
+        for j, window in enumerate(windows):
+            if any(window & other for i, other in enumerate(windows) if i != j):
+                shared_rows += 1
+                assert attention[:, j, ..., b].isnan().all()
+                continue
+            for layer in range(model.cfg.n_layers):
+                pattern = cache["pattern", layer][b, :, task.query]  # [head, key]
+                expected = torch.stack([pattern[:, row[j] - 1], pattern[:, row[j]]])
+                assert torch.allclose(attention[:, j, layer, :, b], expected)
+    assert 0 < shared_rows < 64 * 3
 
 
 def test_hop_report_refuses_a_model_of_another_task():

@@ -71,24 +71,33 @@ def answer_metric(task: HopTask, tokens: Int[Tensor, "batch pos"]) -> AnswerMetr
 
 def attention_to_hops(
     model: interp.HookedTransformer, tokens: Tensor, query: int, targets: Tensor
-) -> Float[Tensor, "hops layer head batch"]:
-    """Each head's attention from the query to each hop's occurrence or target (t_j - 1 or t_j),
-    per sequence; targets [batch, hops]."""
+) -> Float[Tensor, "side hops layer head batch"]:
+    """Each head's attention from the query to each hop's occurrence (side 0: t_j - 1) and target
+    (side 1: t_j), per sequence; targets [batch, hops]. NaN in a sequence where one of hop j's two
+    positions is also another hop's (from 3 hops on): the attention there would credit one head to two
+    hops, so those sequences are left out of the hop's means."""
+    windows = torch.stack([targets - 1, targets], -1)  # [batch, hops, 2]
+    same = windows[:, :, None, :, None] == windows[:, None, :, None, :]  # [batch, hop, other, 2, 2]
+    shared = same.flatten(-2).any(-1) & ~torch.eye(targets.shape[1], dtype=torch.bool)  # [batch, hop, other]
+    ambiguous = shared.any(-1)  # [batch, hops]
     _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
     rows = torch.arange(len(tokens))[:, None]  # [batch, 1]
     per_layer = []
     for layer in range(model.cfg.n_layers):
         from_query = cache["pattern", layer][:, :, query].transpose(1, 2).cpu()  # [batch, key, head]
-        picked = from_query[rows, targets] + from_query[rows, targets - 1]  # [batch, hops, head]
-        per_layer.append(picked.permute(1, 2, 0))  # [hops, head, batch]
-    return torch.stack(per_layer, 1)
+        picked = torch.stack(
+            [from_query[rows, targets - 1], from_query[rows, targets]]
+        )  # [2, batch, hops, head]
+        picked = picked.masked_fill(ambiguous[None, :, :, None], float("nan"))
+        per_layer.append(picked.permute(0, 2, 3, 1))  # [2, hops, head, batch]
+    return torch.stack(per_layer, 2)
 
 
 class _Half(NamedTuple):
     """One half of the sequences with what both steps read of it."""
 
     tokens: Int[Tensor, "batch pos"]
-    attention: Float[Tensor, "hops layer head batch"]
+    attention: Float[Tensor, "side hops layer head batch"]  # `attention_to_hops`
     metric: AnswerMetric
     mean_z: dict[str, Tensor]  # every layer's hook_z -> its mean over the half at each position
 
@@ -167,7 +176,7 @@ def hop_report(
         chosen = [
             [heads[0] for heads, attends, lowers in zip(each_head, row, low, strict=True)
              if attends >= min_attention and lowers > 0]
-            for row in discovery.attention.mean(-1).flatten(1)  # [hops, heads]
+            for row in discovery.attention.sum(0).nanmean(-1).flatten(1)  # [hops, heads]
         ]  # fmt: skip
         part = heldout.tokens
         correct = (model(part)[:, task.query].argmax(-1) == part[:, -1]).float().cpu()
@@ -183,7 +192,7 @@ def hop_report(
         accuracy=correct.mean().item(),
         accuracy_ci=mean_ci(correct, seed),
         chance=task.chance_of(part.cpu()),
-        attention=heldout.attention.mean(-1),
+        attention=heldout.attention.sum(0).nanmean(-1),
         discovery_change=alone.mean(-1).view(cfg.n_layers, cfg.n_heads),
         example_tokens=part[0].tolist(),
         example_path=path.tolist(),
@@ -266,9 +275,13 @@ def _test_lookup(
     seed = settings.seed + hop
     found = head_class(model, f"hop {hop + 1}", heads, settings.n_random, seed, outside=outside)
     changes = _ablated_changes(model, heldout, found.sets)
-    attention = [heldout.attention[hop, layer, head].mean().item() for layer, head in heads]
+    sides = torch.stack(
+        [heldout.attention[:, hop, layer, head].nanmean(-1) for layer, head in heads]
+    )  # [head, 2]
+    attention = sides.sum(-1).tolist()
     attends = sum(attention) / len(attention) >= settings.min_attention
     verdict = judge_class(found, changes, evidence_holds=attends, seed=settings.seed)
     layers = sorted({layer for layer, _ in heads})
-    verdict.details = {"hop": hop + 1, "layers": layers, "attention": attention}
+    side = "occurrence" if sides[:, 0].sum() > sides[:, 1].sum() else "target"  # where the heads look more
+    verdict.details = {"hop": hop + 1, "layers": layers, "attention": attention, "side": side}
     return verdict

@@ -21,7 +21,8 @@ from interp.viz import heatmap_grid
 
 LEGEND = (
     "Hop j lands on t_j, the token after the last occurrence, before where hop j-1 landed (hop 1: the "
-    "query), of that position's token. Attention: the query's attention to t_j - 1 or t_j, held-out mean. "
+    "query), of that position's token. Attention: the query's attention to t_j - 1 or t_j, held-out mean "
+    "(sequences where either position is also another hop's left out). "
     "Drop: the drop of the answer's logit minus the other symbols' mean logit when the heads' outputs are "
     "mean-ablated at the query only (logits; [95% bootstrap CI over held-out sequences]); confirmed when it "
     "exceeds the drop of random heads of the same layers, none of another hop (the CI of the difference, "
@@ -62,10 +63,11 @@ class HopFigures(Extras):
     The finding's classes are hop j's lookup (to t_j, seen from the query) as "hop j": its heads chosen
     on the discovery half (attention to t_j - 1 or t_j >= `min_attention`, ablated alone a drop whose CI
     lies above 0), judged as `LEGEND` says; "not found" (NaN figures) where none was chosen; details:
-    "hop" (1..hops), "layers", "attention" (one per head). paths: what carries hop j's result to hop
-    j + 1's heads, each a class of hop j's heads against random senders of their layers (`PATH_LEGEND`);
-    details "from_hop", "to_hop", "receivers" and "route" (the receivers' "q", "k" or "v", or
-    "via L<a>[-L<b>]": every head between); it `carries` the result when confirmed."""
+    "hop" (1..hops), "layers", "attention" (one per head), "side" (where its heads attend more: hop j's
+    "occurrence" t_j - 1 or its "target" t_j; absent from files saved before it). paths: what carries
+    hop j's result to hop j + 1's heads, each a class of hop j's heads against random senders of their
+    layers (`PATH_LEGEND`); details "from_hop", "to_hop", "receivers" and "route" (the receivers' "q",
+    "k" or "v", or "via L<a>[-L<b>]": every head between); it `carries` the result when confirmed."""
 
     hops: int
     accuracy: float  # held out: the answer is the top prediction at the query
@@ -110,8 +112,8 @@ class HopFigures(Extras):
         settings = finding.settings
         return [
             f"Sequences: {settings.n_sequences} from the task's eval stream (seed {settings.seed}), half to "
-            f"choose heads (attention >= {settings.min_attention} and a positive ablation change), half to "
-            "test them."
+            f"choose heads (attention >= {settings.min_attention} and an ablation change whose 95% CI lies "
+            "above 0), half to test them."
         ]
 
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
@@ -139,7 +141,8 @@ class HopFigures(Extras):
 def lookup_chain_figure(finding: Finding, out: str | Path | None = None):
     """The lookup chain of a hop finding: left, the query's held-out attention per hop [layer, head]
     (chosen heads outlined); right, a held-out sequence with each hop's lookup as an arrow from the query
-    at its heads' layer (dotted: not confirmed) and the routes carrying each hop's result to the next
+    at its heads' layer to the position they attend to more (hop j's occurrence t_j - 1 or target t_j;
+    dotted: not confirmed) and the routes carrying each hop's result to the next
     (path patching, beyond random senders, logits). Returns the matplotlib Figure; with `out` (.png,
     .svg, .pdf) writes it."""
     plt = pyplot()
@@ -175,10 +178,12 @@ def lookup_chain_figure(finding: Finding, out: str | Path | None = None):
             continue
         style = "-" if lookup.verdict == "confirmed" else ":"
         lookup_arrow = {"arrowstyle": "->", "color": colours[j], "linestyle": style, "lw": 1.8}
-        axes.annotate("", xy=(path[j + 1], height), xytext=(query, height), arrowprops=lookup_arrow)
-        axes.text((query + path[j + 1]) / 2, height + 0.12, f"hop {j + 1}: {', '.join(lookup.heads)}",
-                  ha="center", fontsize=8, color=colours[j])  # fmt: skip
-        axes.plot([path[j + 1]] * 2, [-0.35, height], color=colours[j], lw=0.6, alpha=0.5)
+        side = lookup.details.get("side", "target")
+        looked = path[j + 1] - (side == "occurrence")
+        axes.annotate("", xy=(looked, height), xytext=(query, height), arrowprops=lookup_arrow)
+        label = f"hop {j + 1}: {', '.join(lookup.heads)} (to the {side})"
+        axes.text((query + looked) / 2, height + 0.12, label, ha="center", fontsize=8, color=colours[j])
+        axes.plot([looked] * 2, [-0.35, height], color=colours[j], lw=0.6, alpha=0.5)
     for from_hop in sorted({found.details["from_hop"] for found in figures.paths}):
         low, high = heights[from_hop - 1], heights[from_hop]
         carrying = [p for p in figures.paths if p.details["from_hop"] == from_hop and carries(p)]
