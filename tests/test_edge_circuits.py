@@ -281,8 +281,8 @@ def test_circuit_is_chosen_on_discovery_prompts_and_judged_on_held_out_ones():
 
     cases = [
         (0.864, 0.611, "partial on held-out prompts: 0.611"),
-        (0.83, 0.88, "faithful on held-out prompts as on discovery (0.88 against 0.83)"),
-        (0.19, -0.07, "not faithful on held-out prompts as on discovery (-0.07 against 0.19)"),
+        (0.83, 0.88, "faithful on held-out prompts, as on discovery (0.88; on discovery 0.83)"),
+        (0.19, -0.07, "not faithful on held-out prompts, as on discovery (-0.07; on discovery 0.19)"),
     ]
     for discovery, heldout, said in cases:
         moved = dataclasses.replace(result, discovery_faithfulness=at(discovery), faithfulness=at(heldout))

@@ -117,7 +117,7 @@ class EdgeCircuitResult:
         )
         band, there = (faithfulness_band(ratio).replace("within", "faithful") for ratio in (held, found))
         if band == there:
-            return f"{band} on held-out {unit} as on discovery ({held:.3g} against {found:.3g})"
+            return f"{band} on held-out {unit}, as on discovery ({held:.3g}; on discovery {found:.3g})"
         held_ci = f"{held:.3g} [{low:.3g}, {high:.3g}]"
         return f"{band} on held-out {unit}: {held_ci} against {found:.3g} ({there}) on discovery"
 
