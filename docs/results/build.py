@@ -299,8 +299,8 @@ def completeness_sentence(figures: Any) -> str:
 
 
 def _verdict_cell(check) -> str:
-    """A class's verdict and where it holds, or why it could not be judged (random sets too short)."""
-    if check.random_sets_short:
+    """A class's verdict and the strata it holds in, or why it is unconfirmed."""
+    if check.unconfirmed_because:
         return f"{check.verdict} ({check.unconfirmed_because})"
     return f"{check.verdict} (holds in {', '.join(s.name for s in check.strata if s.holds)})"
 
