@@ -66,7 +66,23 @@ def read_pairs(path: str | Path) -> list[dict[str, str]]:
         raise ValueError(f"{path} must be a .csv (with a header) or .jsonl file of prompt pairs.")
     if not rows:
         raise ValueError(f"{path} has no prompt pairs.")
+    _check_near_names([key for row in rows for key in row], path)
     return pair_rows(rows, path)
+
+
+def _check_near_names(keys: Sequence[Any], path: Path) -> None:
+    """Refuse a column that is a read column's name but for case or surrounding spaces (" family",
+    "Family", "Corrupted", "POS:subject"): it would be ignored, a family column silently so."""
+    for key in dict.fromkeys(keys):
+        if not isinstance(key, str) or is_read(key):
+            continue
+        bare = key.strip().casefold()
+        if bare in TEXTS or bare in LABELS or bare.startswith(POSITION_PREFIX):
+            meant = bare if not bare.startswith(POSITION_PREFIX) else POSITION_PREFIX + key.strip()[4:]
+            raise ValueError(
+                f"{path}: the column {key!r} is not read (column names are exact, lower case, no spaces "
+                f"around them); rename it {meant!r}"
+            )
 
 
 def _check_header(names: Sequence[str], path: Path) -> None:

@@ -555,6 +555,12 @@ def test_interp_circuit_on_a_pairs_file_reports_head_classes_held_out(tmp_path):
         run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), *options])
         assert run.exit_code != 0 and "different lengths" in " ".join(run.output.split())
         assert "Edge scores" not in run.stderr  # refused before any long work
+    # a mean over corrupted prompts all shorter than a clean one has no mean at its last positions
+    options = ["--method", "prune", "--prune-steps", "2", "--edges", "50", "--ablation", "mean"]
+    run = CliRunner().invoke(app, ["circuit", "--task", str(unequal), *options])
+    said = " ".join(run.output.split())
+    assert run.exit_code != 0 and "'s clean prompt is" in said and "longer than every" in said, said
+    assert "Edge scores" not in run.stderr  # refused before any long work
 
 
 def test_interp_circuit_on_pairs_without_positions_or_families(tmp_path):
@@ -579,15 +585,22 @@ def test_interp_circuit_on_pairs_without_positions_or_families(tmp_path):
         "changed (pair 1: ' lamps' -> ' lamp')" in heads.extras.notes[0]
     )  # the subject, where the pairs differ
     assert "to changed" in [c.name for c in heads.classes]
+    [chose], [tested] = heads.chose.values(), heads.tested.values()
+    named = [*chose, *tested]  # each pair its own family, numbered from 1 as the file's messages count
+    assert sorted(named, key=lambda name: int(name.split()[1])) == [f"pair {i + 1}" for i in range(len(rows))]
     assert not [s for c in heads.classes for s in c.strata]  # no stratum column, no family column
     explained = edges_against_heads(result)
     edges_kept = float(result.faithfulness.faithfulness[0])
     assert bool(explained) == (edges_kept < heads.faithfulness.ratio)
     assert all(" ".join(line.split()) in " ".join(run.stdout.split()) for line in explained)
-    less = dataclasses.replace(result, heads=with_faithfulness(heads, edges_kept + 0.5))
+    high = float(result.faithfulness.ci()[1][0])  # the edges' CI, as the report gives it
+    less = dataclasses.replace(result, heads=with_faithfulness(heads, high + 0.5, (high + 0.01, high + 1)))
     assert "ablate different things" in edges_against_heads(less)[0]
     assert f"({heads.extras.all_heads_drop:+.2f})" in edges_against_heads(less)[2]
-    more = dataclasses.replace(less, heads=with_faithfulness(heads, edges_kept - 0.5))
+    overlapping = dataclasses.replace(result, heads=with_faithfulness(heads, high + 0.5, (high, high + 1)))
+    [line] = edges_against_heads(overlapping)  # the heads keep more, but not beyond the edges' CI
+    assert "CIs overlap: no difference is shown" in line and "miss" not in line
+    more = dataclasses.replace(less, heads=with_faithfulness(heads, edges_kept - 0.5, (-1.0, 1.0)))
     assert edges_against_heads(more) == []
     assert (
         edges_against_heads(dataclasses.replace(less, heads=dataclasses.replace(heads, faithfulness=None)))
@@ -595,9 +608,10 @@ def test_interp_circuit_on_pairs_without_positions_or_families(tmp_path):
     )
 
 
-def with_faithfulness(found, ratio: float):
-    """The head path's finding `found` with its faithfulness ratio set to `ratio`."""
-    return dataclasses.replace(found, faithfulness=dataclasses.replace(found.faithfulness, ratio=ratio))
+def with_faithfulness(found, ratio: float, ci: tuple[float, float]):
+    """The head path's finding `found` with its faithfulness ratio and CI set."""
+    faithfulness = dataclasses.replace(found.faithfulness, ratio=ratio, ratio_ci=ci)
+    return dataclasses.replace(found, faithfulness=faithfulness)
 
 
 def test_faithfulness_gives_the_per_prompt_error_beside_the_ratio(smollm2, agreement, result):

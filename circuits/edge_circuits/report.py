@@ -291,6 +291,12 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
         return []  # nothing to compare with
     if edges_kept >= heads.faithfulness.ratio:
         return []
+    _, high = result.faithfulness.ci()  # as the report's CI of the edges' ratio
+    if heads.faithfulness.ratio_ci[0] <= float(high[0]):  # the two CIs overlap: no difference shown
+        return [
+            f"the circuit's edges keep {edges_kept:.2f} of the metric, the heads alone "
+            f"{heads.faithfulness.ratio:.2f}, but their 95% CIs overlap: no difference is shown"
+        ]
     n_edges, n_heads = int(result.circuit.sum()), sum(len(c.heads) for c in heads.classes)
     every_edge = float(result.faithfulness.full.mean() - result.faithfulness.empty.mean())
     lines = [

@@ -144,6 +144,9 @@ def circuit_prompts(
         chose = f"{len(discovery)} pairs that choose and {len(heldout)} that test"
         raise ValueError(_too_few(f"{task.task}'s families split into {chose}"))
     pairs.check_ablation(settings.ablation)  # for the edges and the head classes, before any long work
+    if settings.ablation == "mean":  # each side's means are over its own corrupted prompts
+        for side, rows in (("discovery", discovery), ("held-out", heldout)):
+            pairs.check_mean_reference(rows, side)
     heads_pairs = pairs if task.with_heads else None
     return CircuitPrompts(model, task, edge.subset(discovery), edge.subset(heldout), heads_pairs)
 

@@ -38,7 +38,7 @@ from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_m
 from interp.model import HookedTransformer
 from interp.model.tokens import index_tokens, record_padding
 
-NO_FAMILY = "prompt {}"  # each prompt its own family when the file has no family column
+NO_FAMILY = "pair {}"  # each pair its own family when the file has no family column (from 1, as messages)
 CHANGED = "changed"  # the name of the positions where clean and corrupted prompts differ
 MAX_CHANGED = 4  # positions named one by one ("changed 1", ...) at most; more: the first and the last
 
@@ -123,6 +123,21 @@ class PairTask:
                 f"{same[0] + 1}, family {self.families[same[0]]!r}); counterfactual ablation changes nothing "
                 "on them, so every effect there would be 0: give each pair a corrupted prompt that differs, "
                 "drop those pairs, or ablate with the mean over the corrupted prompts (--ablation mean)"
+            )
+
+    def check_mean_reference(self, rows: Tensor, side: str) -> None:
+        """Refuse mean ablation over the corrupted prompts of `rows` (one side of the split) where a clean
+        prompt of them is longer than every one: its last positions would have no mean (refused only
+        after the edge scores and the mask's training otherwise)."""
+        longest = int(self.corrupted_end[rows].max())
+        over = [i for i in rows.tolist() if int(self.end[i]) > longest]
+        if over:
+            i = over[0]
+            raise ValueError(
+                f"{self.name}: pair {i + 1}'s clean prompt is {int(self.end[i]) + 1} tokens long, longer "
+                f"than every {side} corrupted prompt (at most {longest + 1}), so mean ablation over them "
+                "has no mean at its last positions: give corrupted prompts at least as long, or use "
+                "--ablation counterfactual or zero"
             )
 
     @property
@@ -335,7 +350,7 @@ def pair_task(
         end=end,
         corrupted_end=torch.tensor([len(ids) - 1 for ids in corrupted_ids]), positions=positions,
         families=tuple(
-            str(row["family"]) if has_families else NO_FAMILY.format(i) for i, row in enumerate(rows)
+            str(row["family"]) if has_families else NO_FAMILY.format(i + 1) for i, row in enumerate(rows)
         ),
         strata=tuple(row.get("stratum") or "all" for row in rows), has_families=has_families,
         metric_kind=metric,
