@@ -855,3 +855,17 @@ def test_resampled_edges_of_left_padded_prompts_count_positions_from_their_first
     padded = record_padding(reference.repeat(2, 1), torch.tensor([[1] * 7, [1] * 3 + [0] * 4]))
     with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
         edges.ablated_outputs(model, clean, clean, interp.Ablation("resample", reference=padded))
+
+
+@pytest.mark.parametrize("method", ["eap", "eap-ig", "exact"])
+def test_edge_scores_of_a_grouped_query_model_do_not_depend_on_ungrouping(method):
+    """TransformerLens's `ungroup_grouped_query_attention` (a key/value copy per query head) changes the
+    hooks' shapes, not the model: the edges, whose key/value readers are per key/value head, score the
+    same with it on (EAP and EAP-IG raised torch's einsum error)."""
+    model = _random_model(**ARCHITECTURES["llama-gqa"])
+    clean, corrupted, pos = _pairs(model.cfg.d_vocab, [7, 6, 7, 5])
+    metric = _metric(4, model.cfg.d_vocab, pos)
+    grouped = edges.edge_attribution(model, clean, corrupted, metric, method, steps=3)
+    with model.settings(ungroup_grouped_query_attention=True):
+        ungrouped = edges.edge_attribution(model, clean, corrupted, metric, method, steps=3)
+    torch.testing.assert_close(ungrouped.scores, grouped.scores, atol=1e-6, rtol=0)

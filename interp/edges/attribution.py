@@ -442,7 +442,8 @@ def _add_reader_grads_by_norm_vjp(
     final = act_name("resid_post", cfg.n_layers - 1)
     n_prompts = int(ids.max()) + 1 if len(ids) else 0
     set_input = Intervention(Site("blocks.0.hook_resid_pre"), input_point)
-    with intervened(model, [set_input]), read_with_grad(model, names + [final]) as kept:  # set, then kept
+    per_kv_head = model.settings(ungroup_grouped_query_attention=False)  # hook_k/v per key/value head
+    with per_kv_head, intervened(model, [set_input]), read_with_grad(model, names + [final]) as kept:
         resid = model(tokens, stop_at_layer=cfg.n_layers)
         logit_pos = logit_positions(metric, ids, tokens.shape[1])
         logits = unembed_at(model, resid, logit_pos)
