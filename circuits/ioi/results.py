@@ -147,8 +147,8 @@ STEP_TITLES = {
     "logits": "heads -> logits (direct path)",
     "name_mover_queries": "heads -> name movers' queries at END",
     "s_suppression_queries": "heads -> S-suppression heads' queries at END",
-    "s_inhibition_values": "heads -> S-inhibition values at S2",
-    "induction_keys": "heads -> induction keys at S1+1",
+    "s_inhibition_values": "heads -> S-inhibition values at S2 (grouped-query: their key/value heads')",
+    "induction_keys": "heads -> induction keys at S1+1 (grouped-query: their key/value heads')",
     "logits_without_name_movers": "heads -> logits, name movers mean-ablated",
     "backup_growth": "growth of the direct effect when name movers are ablated",
 }

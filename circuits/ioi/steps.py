@@ -208,7 +208,9 @@ def find_s_inhibition_heads(
 
 def find_induction_and_duplicate_token_heads(inputs: StepInputs, s_inhibition: Sequence[Head]) -> StepResult:
     """Step 3, heads -> the S-inhibition heads' values at S2 ("s_inhibition_values"): induction heads
-    (S2->S1+1) and duplicate-token heads (S2->S1)."""
+    (S2->S1+1) and duplicate-token heads (S2->S1). Under grouped-query attention a head's value is its
+    key/value head's, shared with the other query heads of its group, and patched for all of them
+    (`path_patching`)."""
     step = _Step(inputs)
     candidates = ("induction", "duplicate_token")
     step.sweep_receivers("s_inhibition_values", "s_inhibition", s_inhibition, "v", "S2", candidates)
@@ -216,7 +218,8 @@ def find_induction_and_duplicate_token_heads(inputs: StepInputs, s_inhibition: S
 
 
 def find_previous_token_heads(inputs: StepInputs, induction: Sequence[Head]) -> StepResult:
-    """Step 4, heads -> the induction heads' keys at S1+1 ("induction_keys"): previous-token heads."""
+    """Step 4, heads -> the induction heads' keys at S1+1 ("induction_keys"): previous-token heads
+    (under grouped-query attention, the keys of their key/value heads, as step 3's values)."""
     step = _Step(inputs)
     step.sweep_receivers("induction_keys", "induction", induction, "k", "S1+1", ("previous_token",))
     return step.result
