@@ -5,6 +5,7 @@ accuracy more than ablating random heads from the same layers."""
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 from dataclasses import replace
@@ -22,6 +23,7 @@ from circuits.evidence import (
     EFFECT_SIGN,
     MIN_STRATUM_PROMPTS,
     FamilySplit,
+    faithfulness_verdict,
     random_same_layer_sets,
 )
 from circuits.finding import Finding, finding_report, write_finding_report
@@ -34,7 +36,7 @@ from circuits.retrieval.find import (
     path_patching_step,
     validate_classes,
 )
-from circuits.sections import render_html, render_markdown, result_json
+from circuits.sections import ci_text, render_html, render_markdown, result_json, signed
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics
 from interp.io.serialize import encode
 from interp.tasks.ioi import single_token_names
@@ -289,6 +291,26 @@ def test_an_older_retrieval_file_reads_with_the_same_numbers_and_renders_the_sam
     undefined = load_result(tmp_path / "undefined.json")
     assert undefined.faithfulness is None
     assert "Circuit faithfulness on held-out prompts: n/a" in render_markdown(finding_report(undefined))
+
+
+def test_the_headline_reads_the_circuits_faithfulness_with_its_ci_and_its_band(small_result):
+    """The headline's faithfulness is the faithfulness section's: its CI and band, never a bare figure
+    (`--quick` on SmolLM2 read "-0.0001" two lines below "query: confirmed"); where it is below the
+    partial band beside a confirmed class, it says the classes are needed but not sufficient."""
+    summary, first, *others = small_result.faithfulness, *small_result.classes
+    cases = [(summary.ratio, summary.ratio_ci), (-0.0001, (-0.77, 0.77)), (0.9, (0.85, 0.95))]
+    for (ratio, ci), verdict in itertools.product(cases, ("confirmed", "unconfirmed")):
+        moved = replace(
+            small_result,
+            faithfulness=replace(summary, ratio=ratio, ratio_ci=ci),
+            classes=[replace(first, verdict=verdict), *(replace(c, verdict="unconfirmed") for c in others)],
+        )
+        text = " ".join(render_markdown(finding_report(moved)).split())
+        line = text.split("Circuit faithfulness on held-out prompts: ")[1]
+        said = f"{signed(ratio, 2)} {ci_text(ci, 2)}, {faithfulness_verdict(moved.faithfulness)}"
+        assert line.startswith(" ".join(said.split()))
+        needed = f"The confirmed classes ({first.name}) are needed" in text and "not sufficient" in text
+        assert needed == (verdict == "confirmed" and ratio < 0.5)
 
 
 def test_cli_refuses_bad_options_before_loading_a_model() -> None:

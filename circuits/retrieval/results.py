@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from circuits.evidence import EFFECT_SIGN
+from circuits.evidence import EFFECT_SIGN, PARTIAL, faithfulness_verdict
 from circuits.finding import ClassView, Extras, Finding
 from circuits.sections import Section, Table, layer_head_map, percent_ci, signed, value_ci
 from interp.viz import heatmap_grid, heatmap_html
@@ -165,16 +165,27 @@ class RetrievalFigures(Extras):
         ]
         found = {head for c in finding.classes if c.name != "induction" for head in c.heads}
         shared = sorted(found & set(self.induction_heads))
-        faithfulness = float("nan") if finding.faithfulness is None else finding.faithfulness.ratio
+        summary = finding.faithfulness
+        faithfulness = (  # with its CI and band, as the faithfulness section reads it
+            "n/a" if summary is None
+            else f"{value_ci(summary.ratio, summary.ratio_ci, 2)}, {faithfulness_verdict(summary)}"
+        )  # fmt: skip
         lines += [
             f"Induction heads of `interp heads` ({', '.join(self.induction_heads) or 'none'}): "
             f"{len(shared)} of them among the {len(found)} classified retrieval heads "
             f"({', '.join(shared) or 'none'}).",
-            f"Circuit faithfulness on held-out prompts: {signed(faithfulness)} (logit diff: circuit "
+            f"Circuit faithfulness on held-out prompts: {faithfulness} (logit diff: circuit "
             f"{signed(self.circuit_logit_diff)}, model {signed(self.model_logit_diff)}, no heads "
             f"{signed(self.ablated_logit_diff)}; accuracy with the circuit alone "
             f"{100 * self.circuit_accuracy:.0f}%).",
         ]
+        confirmed = [c.name for c in finding.classes if c.verdict == "confirmed"]
+        if summary is not None and summary.ratio < PARTIAL and confirmed:
+            lines.append(
+                f"The confirmed classes ({', '.join(confirmed)}) are needed (ablated, they lower the logit "
+                "diff beyond random heads) but not sufficient: kept alone, every other head ablated, the "
+                "classified heads do not reproduce the model's logit diff."
+            )
         lines += [
             f"Measured only (no circuit claimed): {_accuracy(a, True)}."
             for a in [self.question, *self.two_hop]
