@@ -206,7 +206,10 @@ class RetrievalFigures(Extras):
         return ClassView(columns=CLASS_DETAILS, notes=[*meanings, LEGEND], digits=3)
 
     def faithfulness_kept(self, finding: Finding) -> str:
-        return "the circuit (every classified head) kept, every other head mean-ablated"
+        return (
+            "the circuit (every classified head) kept, every other head mean-ablated (each position's mean "
+            "over the batch's corrupted prompts)"
+        )
 
     def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
         """Accuracy on every prompt set; the heads found on the discovery prompts."""
