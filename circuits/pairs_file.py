@@ -228,6 +228,12 @@ def _check_positions(rows: list[dict[str, str]], name: str | Path) -> None:
         raise ValueError(
             f"{name}: the column {unnamed[0]!r} names no position; write pos:NAME, e.g. pos:subject"
         )
+    reserved = [column for column in columns if column[len(POSITION_PREFIX) :].strip() == "all"]
+    if reserved:  # activation patching labels the patch of every position at once "all"
+        raise ValueError(
+            f"{name}: the column {reserved[0]!r} names a position 'all', which means every position at once "
+            "in a patching table; rename it, e.g. pos:target"
+        )
     for number, row in enumerate(rows, 1):
         missing = [column for column in columns if not row.get(column)]
         if missing:

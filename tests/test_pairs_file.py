@@ -347,6 +347,7 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
         "unnamed": write_csv(
             tmp_path / "unnamed.csv", HEADER + ",pos:", [(*p, p[0].split()[0]) for p in PAIRS]
         ),
+        "all": write_csv(tmp_path / "all.csv", HEADER + ",pos:all", [(*p, p[0].split()[0]) for p in PAIRS]),
         "Family": write_csv(
             tmp_path / "Family.csv", HEADER + ",Family", [(*p, f"t{i % 2}") for i, p in enumerate(PAIRS)]
         ),
@@ -363,6 +364,7 @@ REFUSED = [
     ("answers", "9 pairs have the same correct and incorrect answer (the first: pair 1"),
     ("position", "pair 1's pos:X is 'Bob', but 'Bob' does not occur 1 time(s) in the clean prompt"),
     ("unnamed", "the column 'pos:' names no position; write pos:NAME"),
+    ("all", "the column 'pos:all' names a position 'all', which means every position at once"),
     ("Family", "the column 'Family' is not read (column names are exact, lower case"),  # else no families
     ("spaced", "the column ' stratum' is not read"),
 ]
