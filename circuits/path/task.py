@@ -137,7 +137,7 @@ class PairTask:
                 f"{self.name}: pair {i + 1}'s clean prompt is {int(self.end[i]) + 1} tokens long, longer "
                 f"than every {side} corrupted prompt (at most {longest + 1}), so mean ablation over them "
                 "has no mean at its last positions: give corrupted prompts at least as long, or use "
-                "--ablation counterfactual or zero"
+                "--ablation zero"
             )
 
     @property
