@@ -621,12 +621,16 @@ def _ablated_heads(model, tokens):
     ]
 
 
-def test_base_interventions_are_made_in_every_run_the_target_included(model, prompts):
+@pytest.mark.parametrize("kind", ["ablated heads", "steered residual"])
+def test_base_interventions_are_made_in_every_run_the_target_included(model, prompts, kind):
     """Runs under base interventions equal forward passes with the base's and the run's own
     interventions written as hooks (the base first), whether runs start from the cached target run
-    (cached with the base) or not, and whether they read logits or activations."""
+    (cached with the base) or not, and whether they read logits or activations. A base that reads its
+    activation (steering: a * 0.5 + 0.1) at a block's input is made once where a run starts from the
+    target's cached input to that block (it was made twice: 0.51 off)."""
     clean, corrupted, end, metric = prompts
-    base = _ablated_heads(model, corrupted)
+    steer = engine.Intervention(Site("blocks.1.hook_resid_pre"), lambda a: a * 0.5 + 0.1)
+    base = _ablated_heads(model, corrupted) if kind == "ablated heads" else [steer]
     z1, z2, resid2 = interp.act_name("z", 1), interp.act_name("z", 2), "blocks.2.hook_resid_pre"
     _, source = engine.cached_run(model, clean, [z1, z2])
     runs = [[], [Site(z1, head=0)], [Site(z2, pos=end)], [Site(z1, head=[1, 2]), Site(z2, head=3)]]

@@ -466,6 +466,8 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
                         if narrowed is not None and narrow_here and not narrowed.carries(parent):
                             parent = narrowed.take(parent)
                         made_here = [*base, *runs[sub[0]]]
+                        if resid is None and target is not None and 0 <= segment < n_layers:
+                            made_here = [*_after_input(base, segment), *runs[sub[0]]]
                         here = [iv for iv in made_here if _segment(iv.site, n_layers) == segment]
                         pending.append((sub, parent, here, read))
                 # a chunk's runs all finish at its last segment: meanwhile, the segments walked in runs' worth
@@ -484,6 +486,14 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
             if stop < n_layers:
                 for indices, _, read in groups:
                     finished(indices, read)
+
+
+def _after_input(base: Sequence[Intervention], layer: int) -> list[Intervention]:
+    """`base` less its interventions on block `layer`'s input (hook_resid_pre), for a run that starts
+    from the target's cached input there, which was cached with them made (made again, an edit that
+    reads its activation, e.g. steering, would be made twice)."""
+    block_input = act_name("resid_pre", layer)
+    return [intervention for intervention in base if intervention.site.name != block_input]
 
 
 def _check_runs(
