@@ -823,3 +823,28 @@ def test_per_prompt_positions_and_a_list_of_positions_are_two_runs_in_one_call(m
     for bad in (mask, mask.tolist(), torch.tensor([1.0, 2.0]), torch.tensor([[1, 2], [2, 3], [3, 4]])):
         with pytest.raises(ValueError, match="must be an int, a list of ints or a 1-D integer tensor"):
             patching.patch_sites(model, clean, corrupted, metric, [Site(name, pos=bad)])
+
+
+def test_edits_of_the_attention_input_two_ways_in_one_sweep_are_each_made():
+    """hook_attn_in and hook_q/k/v_input are two views of the attention's input whose settings cannot
+    both be on (hook_attn_in did not fire): runs editing one and runs editing the other equal their own
+    hooked forward passes at every batch size (stacked in one pass, the hook_attn_in edit was lost)."""
+    model = interp.HookedTransformer(tiny_config(n_layers=2, init_std=0.15)).eval()
+    model.init_weights(seed=2)
+    tokens = torch.randint(2, model.cfg.d_vocab, (5, 6), generator=torch.Generator().manual_seed(1))
+    metric = lambda logits: metrics.logit_diff(logits, tokens[:, 0], tokens[:, 1], pos=-1)  # noqa: E731
+    edit = lambda act: act * 0.3 - 0.2  # noqa: E731
+    sites = [Site("blocks.0.hook_attn_in", pos=-1), Site("blocks.0.hook_v_input", head=1)]
+    runs = [[], *([engine.Intervention(site, edit)] for site in sites)]
+    expected = []
+    for run in runs:
+        with model.settings(**engine.hook_settings_for(iv.site.name for iv in run)):
+            expected.append(metric(model.run_with_hooks(tokens, fwd_hooks=_by_hand(run))))
+    assert not torch.allclose(expected[1], expected[0], atol=1e-4)  # the edit moves the metric
+    for batch_size in (1, 2, 3):
+        options = RunOptions(logit_pos=-1, batch_size=batch_size)
+        values = engine.run_site_sets(model, tokens, runs, None, metric, options=options)
+        torch.testing.assert_close(values, torch.stack(expected), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="cannot both be on"):
+        model.set_use_attn_in(True)
+        model.set_use_split_qkv_input(True)

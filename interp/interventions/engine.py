@@ -507,8 +507,9 @@ def _check_runs(
     segment read (`stop`), before any run."""
     made = [iv for run in [*runs, base] for iv in run]
     names = {iv.site.name for iv in made} | set(reads)
-    with model.settings(**hook_settings_for(names)):
-        check_sites(model, [[Site(name)] for name in names])
+    for name in names:  # each under its own setting (hook_attn_in's and hook_q_input's exclude each other)
+        with model.settings(**hook_settings_for([name])):
+            check_sites(model, [[Site(name)]])
     uncached = sorted(
         {iv.site.name for iv in made if isinstance(iv.source, Mapping) and iv.site.name not in iv.source}
     )
@@ -533,9 +534,20 @@ def _passes(
         key=lambda entry: not _overwrites_z(model, segment, entry[2]),
     )
     size = batch_size * (1 if narrowed is None else narrowed.n_pos)
-    return [narrow[i : i + size] for i in range(0, len(narrow), size)] + [
+    passes = [narrow[i : i + size] for i in range(0, len(narrow), size)] + [
         full[i : i + batch_size] for i in range(0, len(full), batch_size)
     ]
+    return [cut for part in passes for cut in _apart_by_attention_input(part)]
+
+
+def _apart_by_attention_input(part: list[tuple]) -> list[list[tuple]]:
+    """A pass cut in two where its copies edit both hook_attn_in and hook_q/k/v_input, whose settings
+    cannot both be on in one forward pass (hook_attn_in would not fire)."""
+    needs = [hook_settings_for(iv.site.name for iv in entry[2]) for entry in part]
+    attn_in = [entry for entry, need in zip(part, needs, strict=True) if need.get("use_attn_in")]
+    if not attn_in or not any(need.get("use_split_qkv_input") for need in needs):
+        return [part]
+    return [attn_in, [entry for entry, need in zip(part, needs, strict=True) if not need.get("use_attn_in")]]
 
 
 MIN_NARROWED_ROWS = 4

@@ -101,6 +101,12 @@ class HookSettings:
             raise checks.InvalidArgumentError(
                 "hook_attn_in needs one key/value head per query head; use set_use_split_qkv_input."
             )
+        both = {"use_attn_in", "use_split_qkv_input"}
+        if all(settings.get(key, getattr(self, key)) for key in both):  # hook_attn_in would not fire
+            raise checks.InvalidArgumentError(
+                "use_attn_in and use_split_qkv_input are two ways to hook the attention's input and "
+                "cannot both be on (as in TransformerLens): turn one off first."
+            )
         for key, value in settings.items():
             setattr(self, key, bool(value))
 
