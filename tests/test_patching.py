@@ -12,6 +12,7 @@ from conftest import tiny_config
 import interp
 from interp import metrics, patching
 from interp.interventions import engine
+from interp.interventions.ablation import Ablation, ablation_interventions
 from interp.interventions.engine import RunOptions, Site
 from interp.interventions.path_patching import PathPatcher, path_patching
 from interp.tasks.ioi import ioi_dataset_for
@@ -848,3 +849,32 @@ def test_edits_of_the_attention_input_two_ways_in_one_sweep_are_each_made():
     with pytest.raises(ValueError, match="cannot both be on"):
         model.set_use_attn_in(True)
         model.set_use_split_qkv_input(True)
+
+
+def test_a_head_ablated_after_its_whole_layer_is_overwritten_is_placed_by_its_prompts(model):
+    """A run that zeroes every head of a block, then mean-ablates one of them (an ablation's values,
+    placed by the pass's prompts), equals its hooked forward pass, narrowed or not (the engine computed
+    the given z before the pass and failed: "an ablation's values are placed in a forward pass")."""
+    generator = torch.Generator().manual_seed(3)
+    tokens = torch.randint(2, model.cfg.d_vocab, (6, 7), generator=generator)
+    reference = torch.randint(2, model.cfg.d_vocab, (8, 7), generator=generator)
+    metric = lambda logits: metrics.logit_diff(logits, tokens[:, 0], tokens[:, 1], pos=-1)  # noqa: E731
+    cover = [engine.Intervention(Site(interp.act_name("z", layer)), torch.zeros(())) for layer in (1, 2)]
+    mean = ablation_interventions(model, heads=[(1, 1)], ablation=Ablation("mean", reference=reference))
+    runs = [[], [*cover, *mean]]
+    expected = []
+    for run in runs:
+        with engine.intervened(model, run):
+            expected.append(metric(model(tokens)))
+    _, target = engine.cached_run(model, tokens, engine.start_names(model), logits=False)
+    for start in (None, target):
+        options = RunOptions(logit_pos=-1)
+        values = engine.run_site_sets(model, tokens, runs, None, metric, target=start, options=options)
+        torch.testing.assert_close(values, torch.stack(expected), atol=1e-5, rtol=0)
+
+
+def test_reading_after_the_last_block_is_refused_saying_what_to_read(model):
+    tokens = torch.randint(2, model.cfg.d_vocab, (4, 7), generator=torch.Generator().manual_seed(0))
+    runs = [[], [engine.Intervention(Site("blocks.0.hook_mlp_out", pos=2), torch.zeros(()))]]
+    with pytest.raises(ValueError, match=r"cannot read ln_final.hook_normalized, after the last block: read"):
+        engine.read_site_sets(model, tokens, runs, ["ln_final.hook_normalized"], dict)

@@ -507,6 +507,14 @@ def _check_runs(
     segment read (`stop`), before any run."""
     made = [iv for run in [*runs, base] for iv in run]
     names = {iv.site.name for iv in made} | set(reads)
+    after_blocks = sorted(
+        name for name in reads if _segment(Site(name), model.cfg.n_layers) == model.cfg.n_layers
+    )
+    if after_blocks:
+        raise ValueError(
+            f"cannot read {after_blocks[0]}, after the last block: read "
+            f"{act_name('resid_post', model.cfg.n_layers - 1)} and apply model.ln_final to it"
+        )
     for name in names:  # each under its own setting (hook_attn_in's and hook_q_input's exclude each other)
         with model.settings(**hook_settings_for([name])):
             check_sites(model, [[Site(name)]])
@@ -773,8 +781,14 @@ def _covers_z(model: HookedTransformer, segment: int, intervention: Intervention
 
 
 def _overwrites_z(model: HookedTransformer, segment: int, here: Sequence[Intervention]) -> bool:
-    """Whether a run's interventions in block `segment` overwrite every head's z at every position."""
-    return 0 <= segment < model.cfg.n_layers and any(_covers_z(model, segment, iv) for iv in here)
+    """Whether a run's interventions in block `segment` overwrite every head's z at every position, and
+    those after the last that does are made without the forward pass (`_given_z`: not a `PerPrompt`
+    source, whose values are placed by the pass's prompts)."""
+    if not 0 <= segment < model.cfg.n_layers:
+        return False
+    on_z = [iv for iv in here if iv.site.name == act_name("z", segment)]
+    covering = [i for i, iv in enumerate(on_z) if _covers_z(model, segment, iv)]
+    return bool(covering) and not any(isinstance(iv.source, PerPrompt) for iv in on_z[covering[-1] + 1 :])
 
 
 def _given_z(
