@@ -577,3 +577,20 @@ def test_a_float64_transformers_model_keeps_its_weights_in_float64():
     model = interp.load_model(hf_model, dtype=torch.float64)
     assert model.W_E.dtype == torch.float64
     assert torch.equal(model.W_E, hf_model.get_input_embeddings().weight.to(model.W_E.device))
+
+
+@pytest.mark.parametrize("name", ["neox-rope-dynamic", "falcon-rope-dynamic"])
+def test_a_dynamic_rope_model_that_ran_past_its_context_loads_with_its_own_frequencies(name: str) -> None:
+    """transformers' dynamic RoPE stretches a module's `inv_freq` after a run longer than
+    max_position_embeddings (and keeps it until a shorter run): a model loaded then takes the model's
+    own frequencies, not the stretched ones (1.6e-2 off on 30 tokens)."""
+    hf_model = _random_hf_model(HF_CONFIGS[name]())
+    long = hf_model.config.max_position_embeddings + 10
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        hf_model(torch.randint(0, hf_model.config.vocab_size, (1, long), generator=generator))
+    model = interp.load_model(hf_model)
+    tokens = torch.randint(0, hf_model.config.vocab_size, (2, 30), generator=generator)
+    with torch.no_grad():
+        expected = hf_model(tokens).logits  # a shorter run puts transformers' frequencies back
+        torch.testing.assert_close(model(tokens), expected, atol=ATOL, rtol=0)

@@ -94,6 +94,10 @@ def rotary_inv_freq_from_hf(hf_model: Any) -> Tensor | None:
     for module in hf_model.modules():
         inv_freq = getattr(module, "inv_freq", None)
         if isinstance(inv_freq, Tensor):
+            # Dynamic RoPE replaces `inv_freq` after a run past max_position_embeddings (and puts it
+            # back on a shorter one); the model's own frequencies are `original_inv_freq`.
+            original = getattr(module, "original_inv_freq", None)
+            inv_freq = original if isinstance(original, Tensor) else inv_freq
             if getattr(module, "attention_scaling", 1.0) != 1.0:
                 raise NotImplementedError("RoPE with attention scaling is not supported.")
             return inv_freq.detach().float().clone()
