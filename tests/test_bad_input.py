@@ -1555,3 +1555,20 @@ def test_a_metric_position_of_another_kind_is_refused_in_one_line(pos, error):
     with pytest.raises(error, match="pos") as raised:
         metrics.logit_diff_metric(torch.tensor([1, 2]), torch.tensor([3, 4]), pos=pos)(logits)
     assert "\n" not in str(raised.value)
+
+
+def test_generation_past_the_context_is_refused_naming_how_many_tokens_fit():
+    """A prompt of P tokens leaves n_ctx - P + 1 new tokens (the last needs no forward pass): more is
+    refused before any pass when nothing can stop it sooner, else once they are made and no prompt has
+    ended at EOS (8 new tokens were made, then "The input has 33 tokens", advice to shorten the prompt)."""
+    model = interp.HookedTransformer(tiny_config(n_ctx=32)).eval()
+    model.init_weights(seed=0)
+    prompt = torch.randint(2, model.cfg.d_vocab, (2, 25), generator=torch.Generator().manual_seed(0))
+    fits = model.cfg.n_ctx - prompt.shape[1] + 1
+    out = model.generate(prompt, max_new_tokens=fits, stop_at_eos=False, verbose=False)
+    assert out.shape == (2, prompt.shape[1] + fits)
+    with pytest.raises(ValueError, match=f"go past .* context of 32: lower max_new_tokens to {fits} or"):
+        model.generate(prompt, max_new_tokens=fits + 1, stop_at_eos=False, verbose=False)
+    never = int(out[0, prompt.shape[1]]) + 1  # an EOS id the greedy run does not make first
+    with pytest.raises(ValueError, match=rf"lower max_new_tokens to {fits} .*\(no prompt ended at EOS\)"):
+        model.generate(prompt, max_new_tokens=fits + 5, eos_token_id=never % model.cfg.d_vocab, verbose=False)

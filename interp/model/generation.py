@@ -95,7 +95,15 @@ def generate(
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     prompt_length = tokens.shape[1]
     step_input, step_mask = tokens, torch.ones_like(tokens) if mask is None else mask  # decided here, once
-    for _ in tqdm.trange(max_new_tokens, disable=not verbose):
+    positions = prompt_length + (0 if prompt_embeds is None else prompt_embeds.shape[1])
+    room = model.cfg.n_ctx - positions + 1  # new tokens that fit: the last needs no forward pass of its own
+    if 0 < room < max_new_tokens and eos is None:  # refused now, not after `room` forward passes
+        raise ValueError(_past_context(model, positions, max_new_tokens, room))
+    for step in tqdm.trange(max_new_tokens, disable=not verbose):
+        if 0 < room == step:
+            raise ValueError(
+                f"{_past_context(model, positions, max_new_tokens, room)} (no prompt ended at EOS)"
+            )
         if prompt_embeds is not None:
             logits = _logits_after_embeds(model, prompt_embeds, tokens, past_kv_cache)
         elif use_past_kv_cache:
@@ -152,6 +160,14 @@ def _refuse_right_padding(mask: Int[Tensor, "batch pos"] | None, what: str) -> N
             f"generate continues after each prompt's last position: pad a batch of {what} on the left "
             "(padding_side='left'; the default for texts), not the right."
         )
+
+
+def _past_context(model: nn.Module, positions: int, max_new_tokens: int, room: int) -> str:
+    return (
+        f"a prompt of {positions} positions and max_new_tokens={max_new_tokens} go past "
+        f"{model.cfg.model_name}'s context of {model.cfg.n_ctx}: lower max_new_tokens to {room} or shorten "
+        "the prompt"
+    )
 
 
 def _logits_after_embeds(
