@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from circuits.icl.heads import ablated_z
 from circuits.results_file import load_result, save_result
 from circuits.sections import render_html, render_markdown
 from interp.io.serialize import encode
-from interp.tasks.corpus import brown_documents, document_tokens
+from interp.tasks.corpus import BROWN_SOURCE, N_BROWN_TEXTS, brown_documents, document_tokens
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +120,11 @@ def test_the_headline_says_when_it_is_not_established(toy_result):
     noisy = dataclasses.replace(figures.heldout, score=-0.1, ci=(-0.3, 0.1), per_document=per_document)
     verdict = dataclasses.replace(figures, heldout=noisy).headline_verdict()
     assert verdict.startswith("not established at 8 held-out documents") and "pass --n-documents" in verdict
+    worse = dataclasses.replace(noisy, score=-0.01, ci=(-0.3, 0.1))  # needs thousands of documents
+    brown = dataclasses.replace(figures, heldout=worse, source=BROWN_SOURCE).headline_verdict()
+    assert f"more than the {N_BROWN_TEXTS} shipped texts hold: pass --n-documents {N_BROWN_TEXTS}" in brown
+    own = dataclasses.replace(figures, heldout=worse).headline_verdict()  # the user's own documents
+    assert re.search(r"pass --n-documents \d{4,} \(n_documents\)", own)
     worse = dataclasses.replace(noisy, score=0.05, ci=(-0.1, 0.2))
     assert "no sign" in dataclasses.replace(figures, heldout=worse).headline_verdict()
     two = dataclasses.replace(noisy, score=-9.9, ci=(-10.2, -9.7), per_document=per_document[:2])
@@ -366,3 +372,6 @@ def test_the_phase_change_shows_across_training(checkpointed_run, tmp_path):
     assert curve.scores[-1] < curve.scores[0] - 1 and curve.ci[-1][1] < curve.ci[0][0]
     figure = plot_icl_over_training(curve, tmp_path / "icl.png")
     assert (tmp_path / "icl.png").stat().st_size > 1000 and len(figure.axes) == 2
+    rendered = CliRunner().invoke(app, ["render", str(tmp_path / "run.json"), "--format", "json"])
+    training = json.loads(rendered.stdout)["training"]  # what the figure draws, as numbers
+    assert training["induction"] == curve.induction.to_dict("records")

@@ -22,6 +22,7 @@ from circuits.icl.score import ICLScore
 from circuits.icl.training import TrainingCurve, plot_icl_over_training
 from circuits.output import pyplot, save_figure
 from circuits.sections import Section, Table, ci_text, layer_head_map, signed, value_ci
+from interp.tasks.corpus import BROWN_SOURCE, N_BROWN_TEXTS
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 from interp.types import label_head
 
@@ -122,9 +123,16 @@ class ICLFigures(Extras):
         if tested.score >= 0:
             return f"not established: no sign on these {tested.n_documents} held-out documents that it does"
         needed = math.ceil(1.5 * tested.n_documents * ((high - low) / 2 / -tested.score) ** 2)
+        total = self.discovery.n_documents + needed
+        if self.source == BROWN_SOURCE and total > N_BROWN_TEXTS:  # more than the shipped corpus holds
+            return (
+                f"not established at {tested.n_documents} held-out documents (the CI reaches 0); about "
+                f"{needed} would settle it, more than the {N_BROWN_TEXTS} shipped texts hold: pass "
+                f"--n-documents {N_BROWN_TEXTS} (all of them), or documents of your own (ICLSequences)"
+            )
         return (
             f"not established at {tested.n_documents} held-out documents (the CI reaches 0); about {needed} "
-            f"would settle it: pass --n-documents {self.discovery.n_documents + needed} (n_documents)"
+            f"would settle it: pass --n-documents {total} (n_documents)"
         )
 
     def loss_bins(self) -> list[tuple[str, float]]:
@@ -255,7 +263,12 @@ class ICLFigures(Extras):
             "loss_by_token": dict(self.loss_bins()),
             "training": None
             if training is None
-            else {"steps": training.steps, "icl_scores": training.scores, "ci": training.ci},
+            else {
+                "steps": training.steps,
+                "icl_scores": training.scores,
+                "ci": training.ci,
+                "induction": training.induction,
+            },  # [step, layer, head, induction] rows
             "legend": LEGEND,
         }
 

@@ -2,8 +2,8 @@
 
 The loss at token t is -log p(token t | the tokens before it), read at position t - 1 (BOS counted where
 the model prepends one). `default_sequences` by model:
-  a tokenizer                Brown corpus texts, tokens 25-75 vs 475-525 (Olsson et al.'s tokens 50 and
-                             500, each averaged over 51 tokens; width=1 is their single-token definition)
+  a tokenizer                Brown corpus texts, tokens 475-525 vs 25-75 (Olsson et al.'s tokens 500 and
+                             50, each averaged over 51 tokens; width=1 is their single-token definition)
   `interp train --task induction`   its repeated random sequences: the first copy vs the second
   `--task markov`            its in-context Markov chains: the first sixteenth of the context vs the last
 """
@@ -42,7 +42,7 @@ class Windows:
         return self.late + self.width // 2 + 1
 
     def describe(self) -> str:
-        """ "tokens 25-75 vs 475-525", or "token 50 vs 500" for one-token windows."""
+        """ "tokens 475-525 vs 25-75" (late vs early), or "token 500 vs 50" for one-token windows."""
         if self.width == 1:
             return f"token {self.late} vs {self.early}"
         early, late = self.tokens(self.early), self.tokens(self.late)

