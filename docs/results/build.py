@@ -52,7 +52,9 @@ def machine_name(key: str) -> str:
 
 def provenance(section: dict[str, Any]) -> str:
     """The section's first line: machine, date, command, and where the figures come from."""
-    parts = [f"**Machine**: {machine_name(section['machine'])}", f"**date**: {section['date']}"]
+    keys = section["machine"] if isinstance(section["machine"], list) else [section["machine"]]
+    label = "**Machines**" if len(keys) > 1 else "**Machine**"
+    parts = [f"{label}: {' and '.join(map(machine_name, keys))}", f"**date**: {section['date']}"]
     commands = ", ".join(f"`{command}`" for command in section["commands"])
     parts.append(f"**command{'s' if len(section['commands']) > 1 else ''}**: {commands}")
     if "note" in section:
