@@ -435,11 +435,11 @@ def train(
 def _checkpoint_on_interrupt(
     out: Path | None, state: Callable[[], tuple | None]
 ) -> Iterator[Callable[[], bool]]:
-    """On Ctrl-C, save the last whole step (`state()`, None within a step) as a checkpoint, if there
-    is an output directory, so that running the same command again resumes from it; then stop.
-    In the main thread a first Ctrl-C is held until the loop asks (yields `interrupted`) between
-    steps, so the step it lands in, its evaluation included, finishes and is saved; a second stops
-    at once, saving nothing newer than the last checkpoint."""
+    """On Ctrl-C (SIGINT) or SIGTERM (a scheduler's time limit), save the last whole step (`state()`,
+    None within a step) as a checkpoint, if there is an output directory, so that running the same
+    command again resumes from it; then stop. In the main thread a first signal is held until the loop
+    asks (yields `interrupted`) between steps, so the step it lands in, its evaluation included,
+    finishes and is saved; a second stops at once, saving nothing newer than the last checkpoint."""
     requested: list[bool] = []
 
     def hold(signum: int, frame: Any) -> None:
@@ -449,7 +449,7 @@ def _checkpoint_on_interrupt(
         logger.warning("Interrupting after this step (Ctrl-C again to stop at once, without saving it).")
 
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, hold) if main else None
+    previous = {stop: signal.signal(stop, hold) for stop in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         yield lambda: bool(requested)
     except KeyboardInterrupt:
@@ -460,8 +460,9 @@ def _checkpoint_on_interrupt(
             logger.warning("Interrupted: saved step %d; run the same command again to resume.", step)
         raise
     finally:
-        if main:
-            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+        defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+        for stop, handler in previous.items():
+            signal.signal(stop, handler if handler is not None else defaults[stop])
 
 
 @contextlib.contextmanager

@@ -232,16 +232,18 @@ def test_the_emergence_probe_speaks_the_tasks_tokens(monkeypatch):
     assert [args[-1] for args in seen] == [ioi.bos, None]
 
 
-def test_ctrl_c_within_a_step_saves_that_step_whole_with_its_evaluation(tmp_path, monkeypatch):
-    """A real SIGINT landing in step 15's evaluation: the step, its evaluation included, finishes and
-    is saved; the run resumed from it equals the uninterrupted one."""
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_within_a_step_saves_that_step_whole_with_its_evaluation(tmp_path, monkeypatch, stop):
+    """A real SIGINT (Ctrl-C) or SIGTERM (a scheduler's time limit, `docker stop`; it saved nothing:
+    the steps since the last checkpoint were lost) landing in step 15's evaluation: the step, its
+    evaluation included, finishes and is saved; the run resumed from it equals the uninterrupted one."""
     options = dict(eval_every=5, checkpoint_every=10)
     full_model, full_log = small_run(tmp_path / "full", 20, **options)
     evaluate, steps = interp.training.evaluate, []
 
     def interrupted_evaluation(*args, **kwargs):
         if steps[-1] == 15:  # the callback of step 15 ran, before its evaluation
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), stop)
         return evaluate(*args, **kwargs)
 
     monkeypatch.setattr(interp.training, "evaluate", interrupted_evaluation)
