@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_config
 
 import interp
-from interp import Ablation, ablation, metrics
+from interp import Ablation, ablation, edges, metrics
 from interp.interventions import engine
 from interp.interventions.engine import RunOptions
 from interp.model.tokens import record_padding
@@ -131,6 +131,26 @@ def test_mean_ablation_of_padded_references_averages_their_real_tokens_only(mode
         ablation.Replacement(model, names, Ablation("mean", reference=ref_cache, mask=real[:2]))
     with pytest.raises(ValueError, match=r"Ablation.mask is \(5, 5\): it must be \[5, 6\]"):
         ablation.Replacement(model, names, Ablation("mean", reference=ref_cache, mask=real[:, :5]))
+
+
+def test_left_padded_reference_ids_given_a_mask_are_run_masked(model, data):
+    """Bare ids (a tokenizer's input_ids, a slice: no recorded padding) with the Ablation's mask: the
+    reference run masks their left padding, so each mean is over the references' real tokens as each
+    runs alone, for heads and for edges (the run read the padding as tokens: 0.92 off on toy-induction)."""
+    tokens, reference, _ = data
+    lengths = [6, 3, 6, 2, 4]
+    real = torch.arange(POS) >= torch.tensor([POS - n for n in lengths])[:, None]  # left padding
+    rows = [reference[i, POS - n :][None] for i, n in enumerate(lengths)]
+    alone = [model.run_with_cache(row)[1]["z", 0][0, :, 1] for row in rows]  # each reference alone
+    expected = torch.stack([torch.stack([z[p] for z in alone if len(z) > p]).mean(0) for p in range(POS)])
+    z = _z(model, tokens, 0, heads=[(0, 1)], ablation=Ablation("mean", reference=reference, mask=real))
+    torch.testing.assert_close(z[:, :, 1], expected.expand_as(z[:, :, 1]), atol=1e-5, rtol=0)
+    outputs = [edges.writer_outputs(model, row)[:, 0] for row in rows]  # [writer, pos, d_model] each
+    by_hand = torch.stack(
+        [torch.stack([o[:, p] for o in outputs if o.shape[1] > p]).mean(0) for p in range(POS)], 1
+    )
+    mean = edges.ablated_outputs(model, tokens, tokens, Ablation("mean", reference=reference, mask=real))
+    torch.testing.assert_close(mean[:, 0], by_hand, atol=1e-5, rtol=0)
 
 
 def test_resample_ablation_takes_a_reference_prompts_activation(model, data):

@@ -39,7 +39,7 @@ from interp.interventions.engine import check_pair
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
 from interp.model.cache import ActivationCache
-from interp.model.tokens import first_real, index_tokens, recorded_padding
+from interp.model.tokens import first_real, index_tokens, record_padding, recorded_padding
 from interp.model.transformer import HookedTransformer
 from interp.types import AblationKind, Metric
 
@@ -508,6 +508,8 @@ def _mean_outputs(
     n_pos = clean.shape[1]
     mask = mask if mask is not None else recorded_padding(reference)
     real = None if mask is None else check_padding_mask(mask, *reference.shape).bool()
+    if real is not None and recorded_padding(reference) is None:  # a mask given with bare ids: run with it
+        reference = record_padding(reference.clone(), real.long())
     offsets = None if real is None else first_real(real)
     if offsets is not None and bool(offsets.any()):  # left padding: from each reference's start
         outputs = writer_outputs(model, reference).permute(1, 2, 0, 3)  # [n, pos, writer, d_model]

@@ -54,7 +54,7 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
-from interp.model.tokens import RunLayout, first_real, positions_of, recorded_padding
+from interp.model.tokens import RunLayout, first_real, positions_of, record_padding, recorded_padding
 from interp.types import ABLATIONS, AblationKind, Head
 
 Reference = Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | Mapping[str, Tensor]
@@ -194,6 +194,12 @@ class Replacement:
         elif isinstance(reference, Tensor) and reference_mask is None:  # ids from to_tokens: their mask
             recorded = recorded_padding(reference)
             reference_mask = None if recorded is None or bool(recorded.all()) else recorded
+        elif isinstance(reference, Tensor) and recorded_padding(reference) is None:
+            # a mask given with bare ids: the reference run must mask the padding too (left padding would
+            # otherwise be read as tokens); a copy carries it, the caller's ids are left as they are
+            reference = record_padding(
+                reference.clone(), check_padding_mask(reference_mask, *reference.shape[:2])
+            )
         elif isinstance(reference, ActivationCache) and reference_mask is None:  # its run's padding
             real = reference.real_tokens
             reference_mask = None if real is None or bool(real.all()) else real
