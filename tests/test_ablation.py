@@ -261,6 +261,34 @@ def test_counterfactual_ablation_takes_the_paired_prompts_activation(model, data
         _z(model, tokens, 1, heads=[(1, 3)], ablation=Ablation("counterfactual", reference=reference))
 
 
+def test_counterfactual_pairs_padded_otherwise_are_refused(model, data):
+    """Counterfactual values are placed by index: a pair left-padded alike takes its own prompt's values
+    (as the pair run unpadded), one padded otherwise (tokenised apart: one side left-padded, or two
+    columns wider) is refused where both paddings are known (it took a shifted prompt's: 2.4 off)."""
+    tokens, reference, _ = data
+    short = POS - 2  # prompt 1 of each side is two tokens shorter
+
+    def padded(rows, left: bool, width: int = POS):
+        ids = torch.zeros(BATCH, width, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, row in enumerate(rows):
+            n = short if i == 1 else POS
+            at = slice(width - n, width) if left else slice(0, n)
+            ids[i, at], mask[i, at] = row[:n], 1
+        return record_padding(ids, mask)
+
+    paired = reference[:BATCH]
+    clean, corrupted = padded(tokens, left=True), padded(paired, left=True)
+    z = _z(model, clean, 1, heads=[(1, 3)], ablation=Ablation("counterfactual", reference=corrupted))
+    _, alone = model.run_with_cache(paired[1:2, :short])
+    torch.testing.assert_close(z[1, POS - short :, 3], alone["z", 1][0, :, 3], atol=1e-5, rtol=0)
+    for other in (padded(paired, left=False), padded(paired, left=True, width=POS + 2)):
+        with pytest.raises(
+            ValueError, match="counterfactual ablation places the reference prompt's values by index"
+        ):
+            _z(model, clean, 1, heads=[(1, 3)], ablation=Ablation("counterfactual", reference=other))
+
+
 def test_the_four_ablations_are_one_vocabulary_for_heads_and_edges(model, data):
     """zero, mean (per position), resample and counterfactual mean the same for a head's output and
     for the edges out of it: ablating every edge out of a head equals ablating the head's output."""

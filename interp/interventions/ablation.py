@@ -220,6 +220,9 @@ class Replacement:
         self.reference_mask = (
             None if reference_mask is None else check_padding_mask(reference_mask, n_ref, n_pos)
         )
+        self.reference_first = first_real(
+            self.reference_mask
+        )  # each reference's left padding (None: unknown)
         self.reference_groups = None if ablation.groups is None else ablation.groups.long().cpu()
         self.seed = ablation.seed
         self.draws: dict[tuple, Tensor] = {}  # (batch, groups) -> each input prompt's reference prompt
@@ -319,7 +322,26 @@ class Replacement:
         real = self.model._real_tokens(tokens, {})
         layout = RunLayout(None if real is None else positions_of(real), (real,), 0, tokens.shape[1])
         batch = tokens.shape[0]
+        self.check_pairs_aligned(torch.arange(batch), layout)
         return {name: self.placed(name, self.values(name, batch, groups), layout, batch) for name in names}
+
+    def check_pairs_aligned(self, rows: Int[Tensor, " batch"], layout: RunLayout) -> None:
+        """Refuse counterfactual ablation of input prompts (`rows` of the reference's pairs, run as
+        `layout` says) left-padded otherwise than their reference prompts, where both paddings are known:
+        values are placed by index, so each pair must start at one position (as `engine.check_pair`)."""
+        if self.kind != "counterfactual" or self.reference_first is None or layout.n_cached:
+            return
+        real = layout.real
+        inputs = torch.zeros(len(rows), dtype=torch.long) if real is None else first_real(real)[: len(rows)]
+        references = self.reference_first[rows.long().cpu()]
+        differ = (inputs != references).nonzero()[:, 0].tolist()
+        if differ:
+            raise ValueError(
+                f"counterfactual ablation places the reference prompt's values by index, but input prompts "
+                f"{differ[:8]} start at positions {inputs[differ[:8]].tolist()} and their reference prompts "
+                f"at {references[differ[:8]].tolist()} (padded otherwise): pair prompts of one length in "
+                "tokens, padded alike (model.to_str_tokens shows them)"
+            )
 
     def placed(self, name: str, value: Tensor, layout: RunLayout, rows: int) -> Tensor:
         """`value` [1 or rows, n, ...] (`values`) placed on `rows` prompts of a run (`layout`): mean and
@@ -378,6 +400,7 @@ class Replacement:
                         f"{name}: an ablation's values are placed in a forward pass of its model"
                     )
                 batch = len(groups) if prompts is None and groups is not None else act.shape[0]
+                self.check_pairs_aligned(torch.arange(act.shape[0]) if prompts is None else prompts, layout)
                 return self.placed(name, self.values(name, batch, groups, prompts), layout, act.shape[0])
 
             return PerPrompt(values)
