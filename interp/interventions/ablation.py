@@ -220,9 +220,8 @@ class Replacement:
         self.reference_mask = (
             None if reference_mask is None else check_padding_mask(reference_mask, n_ref, n_pos)
         )
-        self.reference_first = first_real(
-            self.reference_mask
-        )  # each reference's left padding (None: unknown)
+        # each reference prompt's left padding (None: unknown), which counterfactual pairs must share
+        self.reference_first = first_real(self.reference_mask)
         self.reference_groups = None if ablation.groups is None else ablation.groups.long().cpu()
         self.seed = ablation.seed
         self.draws: dict[tuple, Tensor] = {}  # (batch, groups) -> each input prompt's reference prompt
