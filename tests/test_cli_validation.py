@@ -365,4 +365,4 @@ def test_info_of_a_small_attention_only_model():
     result = CliRunner().invoke(app, ["info", "--model", "toy-induction"])
     n, said = interp.parameter_count(interp.load_model("toy-induction")), " ".join(result.output.split())
     assert result.exit_code == 0 and "attention only" in said and f"{n:,} parameters" in said
-    assert "No tokenizer (it reads token ids), so no prediction on an IOI prompt." in said  # not silently none
+    assert "No tokenizer (it reads token ids), so no prediction on an IOI prompt." in said  # not silent
