@@ -78,7 +78,8 @@ def _check_near_names(keys: Sequence[Any], path: Path) -> None:
             continue
         bare = key.strip().casefold()
         if bare in TEXTS or bare in LABELS or bare.startswith(POSITION_PREFIX):
-            meant = bare if not bare.startswith(POSITION_PREFIX) else POSITION_PREFIX + key.strip()[4:]
+            named = key.strip()[len(POSITION_PREFIX) :]
+            meant = POSITION_PREFIX + named if bare.startswith(POSITION_PREFIX) else bare
             raise ValueError(
                 f"{path}: the column {key!r} is not read (column names are exact, lower case, no spaces "
                 f"around them); rename it {meant!r}"

@@ -551,9 +551,11 @@ def _passes(
 def _apart_by_attention_input(part: list[tuple]) -> list[list[tuple]]:
     """A pass cut in two where its copies edit both hook_attn_in and hook_q/k/v_input, whose settings
     cannot both be on in one forward pass (hook_attn_in would not fire)."""
+    if not any(iv.site.name.endswith("hook_attn_in") for entry in part for iv in entry[2]):
+        return [part]  # the common pass: nothing more to read per copy
     needs = [hook_settings_for(iv.site.name for iv in entry[2]) for entry in part]
     attn_in = [entry for entry, need in zip(part, needs, strict=True) if need.get("use_attn_in")]
-    if not attn_in or not any(need.get("use_split_qkv_input") for need in needs):
+    if not any(need.get("use_split_qkv_input") for need in needs):
         return [part]
     return [attn_in, [entry for entry, need in zip(part, needs, strict=True) if not need.get("use_attn_in")]]
 
