@@ -13,7 +13,7 @@ import transformers
 import interp
 from interp import edges
 from interp.edges import attribution
-from interp.interventions.ablation import ablation_interventions
+from interp.interventions.ablation import Replacement, ablation_interventions
 from interp.interventions.engine import Intervention, Site, cached_run, site_mask
 from interp.model.tokens import record_padding
 
@@ -855,6 +855,23 @@ def test_resampled_edges_of_left_padded_prompts_count_positions_from_their_first
     padded = record_padding(reference.repeat(2, 1), torch.tensor([[1] * 7, [1] * 3 + [0] * 4]))
     with pytest.raises(ValueError, match="resample ablation draws whole reference prompts"):
         edges.ablated_outputs(model, clean, clean, interp.Ablation("resample", reference=padded))
+
+
+def test_edges_and_heads_resample_the_same_reference_prompt_for_a_seed() -> None:
+    """One seed, one draw: resample ablation of edges gives each clean prompt the reference prompt
+    resample ablation of heads gives it (their writers' outputs, and the heads' z, from that prompt)."""
+    model = _random_model()
+    clean, _, _ = _pairs(model.cfg.d_vocab, [6] * 5)
+    reference = _pairs(model.cfg.d_vocab, [6] * 7, seed=3)[0]
+    resample = interp.Ablation("resample", reference=reference, seed=4)
+    z_name = interp.act_name("z", 0)
+    with torch.no_grad():
+        heads_values = Replacement(model, [z_name], resample).values(z_name, len(clean))  # [batch, pos, ...]
+        reference_z = model.run_with_cache(reference, names_filter=[z_name])[1][z_name]
+    drawn = [int((reference_z - row).abs().flatten(1).amax(1).argmin()) for row in heads_values]
+    assert len(set(drawn)) > 1  # a draw, not one prompt for all
+    outputs = edges.ablated_outputs(model, clean, clean, resample)  # [writer, batch, pos, d_model]
+    torch.testing.assert_close(outputs, edges.writer_outputs(model, reference)[:, drawn], atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("method", ["eap", "eap-ig", "exact"])

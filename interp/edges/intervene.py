@@ -34,7 +34,7 @@ from torch import Tensor
 
 from interp.checks import RESAMPLE_MASK_ERROR, check_padding_mask, check_token_pair
 from interp.edges.graph import EdgeGraph, edge_graph
-from interp.interventions.ablation import Ablation, check_means_defined, shifted
+from interp.interventions.ablation import Ablation, check_means_defined, resample_draws, shifted
 from interp.interventions.engine import check_pair
 from interp.interventions.metrics import AnswerMetric, check_reads_real_tokens, for_rows, takes_rows
 from interp.interventions.stats import masked_mean
@@ -488,9 +488,7 @@ def ablated_outputs(
     if padding is not None and not bool(padding.all()):
         raise ValueError(RESAMPLE_MASK_ERROR)
     outputs = writer_outputs(model, index_tokens(reference, (slice(None), slice(clean.shape[1]))))
-    drawn = torch.randint(
-        reference.shape[0], (clean.shape[0],), generator=torch.Generator().manual_seed(ablation.seed)
-    )
+    drawn = resample_draws(ablation.seed, clean.shape[0], reference.shape[0])
     outputs = outputs[:, drawn.to(outputs.device)]  # [writer, batch, pos, d_model]
     offsets = model.first_positions(clean)
     if bool(offsets.any()):  # a left-padded prompt's tokens from its first real one

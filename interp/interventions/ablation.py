@@ -177,6 +177,16 @@ def ablation_sites(
     return sites
 
 
+def resample_draws(
+    seed: int, batch: int, n_ref: int, allowed: Bool[Tensor, "batch n_ref"] | None = None
+) -> Int[Tensor, " batch"]:
+    """Each of `batch` input prompts' random reference prompt (an index < n_ref; among those `allowed`
+    for it, where given), from `seed` alone: prompt i's draw is row i of the seed's random scores, the
+    same for runs on any number of prompts. Resample ablation of heads and of edges draws with it."""
+    scores = torch.rand(batch, n_ref, generator=torch.Generator().manual_seed(seed))
+    return (scores if allowed is None else scores.masked_fill(~allowed, -1.0)).argmax(1)
+
+
 class Replacement:
     """The values that replace activations of the hooks `names` under `ablation` (`Ablation`).
 
@@ -299,15 +309,13 @@ class Replacement:
         prompts of these groups: every site and every run of them reads the same reference prompt. Prompt
         i's draw is row i of the seed's random scores: the same for runs on any number of prompts."""
         key = (batch, None if groups is None else tuple(groups.long().cpu().tolist()))
-        if key not in self.draws:  # from the seed alone: the same draw whatever was drawn before
-            generator = torch.Generator().manual_seed(self.seed)
-            scores = torch.rand(batch, n_ref, generator=generator)  # random reference per prompt
+        if key not in self.draws:
+            same = None
             if groups is not None:
                 same = groups.long().cpu()[:, None] == self.reference_groups[None, :]
                 if not same.any(1).all():
                     raise ValueError("some input prompts' groups have no reference prompt to resample from")
-                scores = scores.masked_fill(~same, -1.0)
-            self.draws[key] = scores.argmax(1)
+            self.draws[key] = resample_draws(self.seed, batch, n_ref, same)
         return self.draws[key]
 
     def sources(
