@@ -25,6 +25,7 @@ from circuits.evidence import (
 from circuits.finding import finding_report, write_finding_report
 from circuits.ioi import (
     CLASSES,
+    EAPRanking,
     MeanAblation,
     find_ioi_circuit,
     ioi_dataset_for,
@@ -706,6 +707,83 @@ def test_sweeps_with_heads_mean_ablated_equal_runs_under_hand_written_hooks(plan
     torch.testing.assert_close(scores.scores, eap.scores, atol=1e-5, rtol=1e-4)
     unablated = path_patching_effects(model, clean, abc, None, senders=senders)
     assert not torch.allclose(effects, unablated, equal_nan=True, atol=1e-3)  # the ablation matters
+
+
+def grouped_query_model(seed: int = 0) -> interp.HookedTransformer:
+    """A random 3-layer attention-only model with 4 query heads sharing 2 key/value heads, on the
+    planted prompts' vocabulary (learned positions: keys are not rotated)."""
+    cfg = interp.Config(
+        n_layers=3, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_vocab=D_VOCAB, n_ctx=N_CTX,
+        attn_only=True, normalization="rmsnorm", positional="learned", default_prepend_bos=False,
+        init_std=0.3,
+    )  # fmt: skip
+    model = interp.HookedTransformer(cfg)
+    model.init_weights(seed=seed)
+    return model.eval()
+
+
+def patched_copy_drop(
+    model: interp.HookedTransformer, clean: IOIPrompts, abc: IOIPrompts, sender, receiver, letter, position
+) -> float:
+    """The drop of the mean logit diff when `sender`'s z is patched from ABC along its paths to the
+    `letter` ("k" or "v") of the receiver query head's own copy at IOI `position`, by hand: run 2
+    freezes every other head's z to clean and reads the receiver layer's input; run 3 recomputes the
+    receiver's attention from the clean q, k, v with that one position's key or value replaced."""
+    (s_layer, s_head), (r_layer, r_head) = sender, receiver
+    attn, kv = model.blocks[r_layer].attn, r_head // model.cfg.group_size
+    _, clean_cache = model.run_with_cache(clean.tokens)
+    _, abc_cache = model.run_with_cache(abc.tokens)
+    z_names = [interp.act_name("z", layer) for layer in range(s_layer, r_layer)]
+
+    def freeze(z, hook):
+        z = clean_cache[hook.name].clone()
+        if hook.name == interp.act_name("z", s_layer):
+            z[:, :, s_head] = abc_cache[hook.name][:, :, s_head]
+        return z
+
+    with model.hooks(fwd_hooks=[(name, freeze) for name in z_names]):
+        _, run2 = model.run_with_cache(clean.tokens, names_filter=interp.act_name("resid_pre", r_layer))
+    x = model.blocks[r_layer].ln1(run2[interp.act_name("resid_pre", r_layer)])
+    rows, at = torch.arange(len(clean)), clean.positions[position]
+    q = clean_cache[interp.act_name("q", r_layer)][:, :, r_head]  # [batch, pos, d_head]
+    k, v = (clean_cache[interp.act_name(name, r_layer)][:, :, kv].clone() for name in "kv")
+    own = {"k": k, "v": v}[letter]
+    W, b = {"k": (attn.W_K, attn.b_K), "v": (attn.W_V, attn.b_V)}[letter]
+    own[rows, at] = x[rows, at] @ W[r_head] + (0 if b is None else b[r_head])
+    scores = q @ k.mT / model.cfg.attn_scale
+    causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+    z = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
+
+    def receiver_z(value, hook):
+        value = value.clone()
+        value[:, :, r_head] = z
+        return value
+
+    patched = model.run_with_hooks(clean.tokens, fwd_hooks=[(interp.act_name("z", r_layer), receiver_z)])
+    return (clean.logit_diff(model(clean.tokens)).mean() - clean.logit_diff(patched).mean()).item()
+
+
+@pytest.mark.parametrize(("letter", "position"), [("v", "S2"), ("k", "S1+1")])
+def test_sweeps_into_keys_or_values_of_a_grouped_query_model_patch_each_receiver_s_own_copy(letter, position):
+    """Steps 3 and 4 on a grouped-query model patch the receiver query head's own copy of its value
+    (key), not its key/value head's, which the group's other query head reads too: each sender's
+    drop equals a hand-written reference that recomputes only the receiver's attention; EAPRanking
+    path-patches every sender of such a sweep (EAP's readers are key/value heads); the model's own
+    ungroup_grouped_query_attention is left as it was."""
+    model = grouped_query_model()
+    clean, abc = planted_prompts(8)
+    receiver, senders = (2, 1), [(0, 0), (0, 3), (1, 0), (1, 2)]
+    expected = torch.tensor(
+        [patched_copy_drop(model, clean, abc, s, receiver, letter, position) for s in senders]
+    )
+    assert expected.abs().min() > 1e-3  # every path matters
+    for ungrouped in (False, True):
+        model.set_ungroup_grouped_query_attention(ungrouped)
+        effects = path_patching_effects(model, clean, abc, [receiver], letter, position, senders)
+        torch.testing.assert_close(effects[tuple(torch.tensor(senders).mT)], expected, atol=1e-5, rtol=0)
+        ranked = EAPRanking(n_exact=1)(model, clean, abc, [receiver], letter, position, senders)
+        torch.testing.assert_close(ranked, effects, atol=1e-6, rtol=0, equal_nan=True)
+        assert model.cfg.ungroup_grouped_query_attention == ungrouped
 
 
 @pytest.mark.parametrize("saved", ["tests/data/ioi-smollm2.json", "docs/results/data/ioi-toy-ioi.json"])

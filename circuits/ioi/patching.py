@@ -6,6 +6,7 @@ edge attribution (EAP) ranks first and every sender whose estimate is large (the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
@@ -41,9 +42,11 @@ def path_patching_effects(
     a sender). Every sender is path-patched.
 
     receivers: None for the logits, else heads whose `receiver_input` ("q", "k", "v") at IOI position
-    `position` receive the paths. senders: default every head before the last receiver, never the
-    receivers. ablated: (mean ablation, heads) mean-ablated in every run. patchers: a dict kept across
-    calls holding each length group's cached clean and ABC runs (`PathPatcher`) and their ablation."""
+    `position` receive the paths; on a grouped-query model a receiver's key or value is its own copy
+    (`shared_by_a_group`): the other query heads of its key/value head keep theirs. senders: default
+    every head before the last receiver, never the receivers. ablated: (mean ablation, heads)
+    mean-ablated in every run. patchers: a dict kept across calls holding each length group's cached
+    clean and ABC runs (`PathPatcher`) and their ablation."""
     sweep_senders = every_head(model, receivers) if senders is None else list(senders)
     to = "logits" if receivers is None else [(layer, head, receiver_input) for layer, head in receivers]
 
@@ -67,13 +70,23 @@ def path_patching_effects(
         )
         return torch.cat([patched.values, patched.target[None]])
 
-    values = by_length(clean, abc, patch)
+    own_copies = shared_by_a_group(model, receiver_input)  # the model's own setting restored after
+    with model.settings(ungroup_grouped_query_attention=True) if own_copies else nullcontext():
+        values = by_length(clean, abc, patch)
     drop = values[-1].mean() - values[:-1].mean(-1)  # [n_senders]
     effects = torch.full((model.cfg.n_layers, model.cfg.n_heads), float("nan"))
     effects[tuple(torch.tensor(sweep_senders).mT)] = drop
     for layer, head in receivers or []:
         effects[layer, head] = float("nan")
     return effects
+
+
+def shared_by_a_group(model: interp.HookedTransformer, receiver_input: str | None) -> bool:
+    """Whether the receivers' `receiver_input` is a key or value that a key/value head computes for
+    its group of query heads (grouped-query attention): path patching patches each receiver's own
+    copy (as the paper), computed per query head (`ungroup_grouped_query_attention`), never the
+    copy the group's other query heads read."""
+    return receiver_input in ("k", "v") and model.cfg.group_size > 1
 
 
 def by_length(
@@ -117,7 +130,9 @@ class EAPRanking:
     keep the estimate: minus the sum of the sender's edges' EAP scores into the receivers'
     `receiver_input` at `position` (or into the logits). The unablated attribution (one backward pass)
     and the path patcher's cached runs are made once and reused by every later step; a call with heads
-    ablated attributes with them ablated."""
+    ablated attributes with them ablated. Into the receivers' keys or values on a grouped-query model
+    every sender is path-patched: the edge graph's key and value readers are key/value heads, whose
+    scores add up the group's query heads, not the receivers' own copies (`shared_by_a_group`)."""
 
     def __init__(self, n_exact: int = 16, min_estimate: float = float("inf")):
         self.n_exact = n_exact
@@ -144,7 +159,7 @@ class EAPRanking:
         exact = lambda chosen: path_patching_effects(  # noqa: E731
             model, clean, abc, receivers or None, receiver_input, position, chosen, ablated, self._patchers
         )
-        if len(senders) <= self.n_exact:  # every sender is a candidate: the exhaustive sweep
+        if len(senders) <= self.n_exact or shared_by_a_group(model, receiver_input):  # the exhaustive sweep
             return exact(given)
         key = position if receivers else "all"
         if ablated is None:
@@ -156,18 +171,8 @@ class EAPRanking:
             base = ablated[0].interventions(ablated[1], clean)
             positions = {key: position if receivers else None}
             scores = ioi_edge_attribution(model, clean, abc, positions, base)[key]
-        if receivers:
-            group = model.cfg.group_size
-            kv = "h" if group == 1 else "kv"
-            names = {
-                f"a{layer}.h{head}<q>"
-                if receiver_input == "q"
-                else f"a{layer}.{kv}{head // group}<{receiver_input}>"
-                for layer, head in receivers
-            }
-        else:
-            names = {"logits"}
-        estimate = eap_drops(model, scores, senders, sorted(names))
+        readers = sorted({f"a{layer}.h{head}<{receiver_input}>" for layer, head in receivers} or {"logits"})
+        estimate = eap_drops(model, scores, senders, readers)
         measured = exact(exact_candidates(estimate, senders, self.n_exact, self.min_estimate))
         confirmed = ~measured.isnan()
         estimate[confirmed] = measured[confirmed]
