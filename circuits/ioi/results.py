@@ -52,6 +52,7 @@ class Settings:
     n_completeness_subsets: int = 10
     n_random_draws: int = 5  # random head sets per class in held-out validation
     exact_candidates: int = 16  # senders EAP ranks first that are path-patched (`EAPRanking`; 0: all)
+    # (into a grouped-query model's keys or values every sender is: EAP has no per-query-head copies)
 
 
 @dataclass(kw_only=True)
@@ -147,8 +148,8 @@ STEP_TITLES = {
     "logits": "heads -> logits (direct path)",
     "name_mover_queries": "heads -> name movers' queries at END",
     "s_suppression_queries": "heads -> S-suppression heads' queries at END",
-    "s_inhibition_values": "heads -> S-inhibition values at S2 (grouped-query: their key/value heads')",
-    "induction_keys": "heads -> induction keys at S1+1 (grouped-query: their key/value heads')",
+    "s_inhibition_values": "heads -> S-inhibition heads' own values at S2",
+    "induction_keys": "heads -> induction heads' own keys at S1+1",
     "logits_without_name_movers": "heads -> logits, name movers mean-ablated",
     "backup_growth": "growth of the direct effect when name movers are ablated",
 }

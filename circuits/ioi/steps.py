@@ -8,8 +8,8 @@ classifies them (`circuits.ioi.evidence`):
                                                S-suppression heads
   2. find_s_inhibition_heads                   heads -> name movers' (then S-suppression heads')
                                                queries at END
-  3. find_induction_and_duplicate_token_heads  heads -> S-inhibition heads' values at S2
-  4. find_previous_token_heads                 heads -> induction heads' keys at S1+1
+  3. find_induction_and_duplicate_token_heads  heads -> S-inhibition heads' own values at S2
+  4. find_previous_token_heads                 heads -> induction heads' own keys at S1+1
   5. find_backup_name_movers                   heads -> logits, name movers mean-ablated (growth)
 
 A step run on its own: docs/guide/ioi.md.
@@ -208,9 +208,9 @@ def find_s_inhibition_heads(
 
 def find_induction_and_duplicate_token_heads(inputs: StepInputs, s_inhibition: Sequence[Head]) -> StepResult:
     """Step 3, heads -> the S-inhibition heads' values at S2 ("s_inhibition_values"): induction heads
-    (S2->S1+1) and duplicate-token heads (S2->S1). Under grouped-query attention a head's value is its
-    key/value head's, shared with the other query heads of its group, and patched for all of them
-    (`path_patching`)."""
+    (S2->S1+1) and duplicate-token heads (S2->S1). Under grouped-query attention each S-inhibition
+    head's own copy of its value is patched, not its key/value head's, which the other query heads of
+    its group read too (`circuits.ioi.patching.shared_by_a_group`)."""
     step = _Step(inputs)
     candidates = ("induction", "duplicate_token")
     step.sweep_receivers("s_inhibition_values", "s_inhibition", s_inhibition, "v", "S2", candidates)
@@ -219,7 +219,7 @@ def find_induction_and_duplicate_token_heads(inputs: StepInputs, s_inhibition: S
 
 def find_previous_token_heads(inputs: StepInputs, induction: Sequence[Head]) -> StepResult:
     """Step 4, heads -> the induction heads' keys at S1+1 ("induction_keys"): previous-token heads
-    (under grouped-query attention, the keys of their key/value heads, as step 3's values)."""
+    (under grouped-query attention, each induction head's own copy of its key, as step 3's values)."""
     step = _Step(inputs)
     step.sweep_receivers("induction_keys", "induction", induction, "k", "S1+1", ("previous_token",))
     return step.result
