@@ -13,6 +13,7 @@ from conftest import TRAIN_SEED
 from rich.console import Console
 
 import interp
+from circuits.discovery import eap_drops
 from circuits.evidence import (
     MIN_STRATUM_PROMPTS,
     TOO_FEW_PROMPTS,
@@ -35,7 +36,7 @@ from circuits.ioi import (
 )
 from circuits.ioi.evaluate import DEPENDENT_KINDS
 from circuits.ioi.evidence import direct_logit_attributions, measure_class_evidence
-from circuits.ioi.patching import ioi_edge_attribution
+from circuits.ioi.patching import ioi_edge_attribution, own_copy_eap_drops
 from circuits.ioi.results import CLASS_WRITES, Settings, ioi_circuit_diagram, unconfirmed
 from circuits.ioi.steps import StepInputs, find_name_movers, patching_prompts
 from circuits.results_file import load_result, save_result
@@ -781,9 +782,38 @@ def test_sweeps_into_keys_or_values_of_a_grouped_query_model_patch_each_receiver
         model.set_ungroup_grouped_query_attention(ungrouped)
         effects = path_patching_effects(model, clean, abc, [receiver], letter, position, senders)
         torch.testing.assert_close(effects[tuple(torch.tensor(senders).mT)], expected, atol=1e-5, rtol=0)
+        estimate = own_copy_eap_drops(model, clean, abc, [receiver], letter, position, senders)
         ranked = EAPRanking(n_exact=1)(model, clean, abc, [receiver], letter, position, senders)
-        torch.testing.assert_close(ranked, effects, atol=1e-6, rtol=0, equal_nan=True)
+        first = max(
+            senders, key=lambda head: abs(float(estimate[head]))
+        )  # path-patched; the others estimated
+        torch.testing.assert_close(ranked[first], effects[first], atol=1e-6, rtol=0)
+        others = [head for head in senders if head != first]
+        torch.testing.assert_close(
+            ranked[tuple(torch.tensor(others).mT)], estimate[tuple(torch.tensor(others).mT)]
+        )
         assert model.cfg.ungroup_grouped_query_attention == ungrouped
+
+
+@pytest.mark.parametrize(("letter", "position"), [("v", "S2"), ("k", "S1+1")])
+def test_own_copy_estimates_add_up_over_a_group_to_the_edge_graph_s_key_value_reader(letter, position):
+    """EAP's estimate into receivers' own copies of a key or value, over every query head of a key/value
+    head, equals the edge graph's estimate into that key/value head (whose gradient adds up the copies):
+    the per-copy readers split the edge attribution's, and each is nonzero on its own."""
+    model = grouped_query_model()
+    clean, abc = planted_prompts(8)
+    group = [(2, 0), (2, 1)]  # the query heads of layer 2's first key/value head
+    senders = [(0, 0), (0, 3), (1, 0), (1, 2)]
+    index = tuple(torch.tensor(senders).mT)
+    own = own_copy_eap_drops(model, clean, abc, group, letter, position, senders)[index]
+    scores = ioi_edge_attribution(model, clean, abc, {position: position})[position]
+    graph_reader = eap_drops(model, scores, senders, [f"a2.kv0<{letter}>"])[index]
+    torch.testing.assert_close(own, graph_reader, atol=1e-5, rtol=1e-4)
+    alone = [
+        own_copy_eap_drops(model, clean, abc, [head], letter, position, senders)[index] for head in group
+    ]
+    torch.testing.assert_close(alone[0] + alone[1], own, atol=1e-6, rtol=1e-5)
+    assert min(float(part.abs().min()) for part in alone) > 1e-5
 
 
 @pytest.mark.parametrize("saved", ["tests/data/ioi-smollm2.json", "docs/results/data/ioi-toy-ioi.json"])

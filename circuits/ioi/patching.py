@@ -16,7 +16,7 @@ from circuits.discovery import eap_drops, exact_candidates
 from circuits.evidence import every_head
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics, ablation_sites
-from interp.interventions.engine import RunOptions
+from interp.interventions.engine import RunOptions, intervened, read_with_grad
 from interp.interventions.path_patching import PathPatcher
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, as_stage
@@ -89,6 +89,51 @@ def shared_by_a_group(model: interp.HookedTransformer, receiver_input: str | Non
     return receiver_input in ("k", "v") and model.cfg.group_size > 1
 
 
+def own_copy_eap_drops(
+    model: interp.HookedTransformer,
+    clean: IOIPrompts,
+    abc: IOIPrompts,
+    receivers: Sequence[Head],
+    receiver_input: str,
+    position: str,
+    senders: Sequence[Head],
+    ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
+) -> Tensor:
+    """EAP's estimate of each sender's drop (logits) along its direct paths into the receivers' own
+    copies of their key or value (`receiver_input`) at IOI position `position`, as path patching's
+    (`shared_by_a_group`): minus the mean over prompts of (its output on ABC - on clean) . (the gradient
+    of the logit diff with respect to the residual stream each later receiver's copy reads there),
+    summed over those receivers, [layer, head] (NaN: not a sender). The edge graph's key and value
+    readers are key/value heads, whose scores add up the copies of their group. ablated: (mean
+    ablation, heads) mean-ablated in every run."""
+    inputs = {layer: interp.act_name(f"{receiver_input}_input", layer) for layer, _ in receivers}
+    outputs = {layer: interp.act_name("result", layer) for layer, _ in senders}
+
+    def estimate(group: IOIPrompts, group_abc: IOIPrompts) -> Tensor:
+        """[n_senders, batch]: each sender's estimated change of the logit diff, patched - clean."""
+        rows, pos = torch.arange(len(group)), group.positions[position].to(model.device)
+        base = intervened(model, [] if ablated is None else ablated[0].interventions(ablated[1], group))
+        with base, model.settings(ungroup_grouped_query_attention=True, use_attn_result=True):
+            _, corrupted = model.run_with_cache(
+                group_abc.tokens.to(model.device), names_filter=list(outputs.values()), return_type=None
+            )
+            with read_with_grad(model, [*inputs.values(), *outputs.values()]) as acts:
+                logit_diff = group.logit_diff(model(group.tokens.to(model.device)))
+                grads = torch.autograd.grad(logit_diff.sum(), [acts[name] for name in inputs.values()])
+        gradient = dict(zip(inputs, grads, strict=True))  # layer -> [batch, pos, head, d_model]
+        changes = []
+        for layer, head in senders:
+            change = (corrupted[outputs[layer]] - acts[outputs[layer]].detach())[rows, pos, head]
+            read = sum(gradient[lr][rows, pos, hr] for lr, hr in receivers if lr > layer)
+            changes.append((change * read).sum(-1).float())  # [batch]
+        return torch.stack(changes)
+
+    drops = -by_length(clean, abc, estimate).mean(-1)  # [n_senders]
+    effects = torch.full((model.cfg.n_layers, model.cfg.n_heads), float("nan"))
+    effects[tuple(torch.tensor(list(senders)).mT)] = drops
+    return effects
+
+
 def by_length(
     clean: IOIPrompts, abc: IOIPrompts | None, run: Callable[[IOIPrompts, IOIPrompts | None], Tensor]
 ) -> Tensor:
@@ -131,8 +176,8 @@ class EAPRanking:
     `receiver_input` at `position` (or into the logits). The unablated attribution (one backward pass)
     and the path patcher's cached runs are made once and reused by every later step; a call with heads
     ablated attributes with them ablated. Into the receivers' keys or values on a grouped-query model
-    every sender is path-patched: the edge graph's key and value readers are key/value heads, whose
-    scores add up the group's query heads, not the receivers' own copies (`shared_by_a_group`)."""
+    the estimate is into each receiver's own copy (`own_copy_eap_drops`, one backward pass per call), as
+    path patching's: the edge graph's key and value readers add up their group's copies."""
 
     def __init__(self, n_exact: int = 16, min_estimate: float = float("inf")):
         self.n_exact = n_exact
@@ -159,9 +204,14 @@ class EAPRanking:
         exact = lambda chosen: path_patching_effects(  # noqa: E731
             model, clean, abc, receivers or None, receiver_input, position, chosen, ablated, self._patchers
         )
-        if len(senders) <= self.n_exact or shared_by_a_group(model, receiver_input):  # the exhaustive sweep
+        if len(senders) <= self.n_exact:  # every sender is a candidate: the exhaustive sweep
             return exact(given)
         key = position if receivers else "all"
+        if shared_by_a_group(model, receiver_input):
+            estimate = own_copy_eap_drops(
+                model, clean, abc, receivers, receiver_input, position, senders, ablated
+            )
+            return self._exact_where_chosen(estimate, senders, exact)
         if ablated is None:
             cached = self._attribution
             if cached is None or cached[0] is not model or cached[1] is not clean:
@@ -172,7 +222,12 @@ class EAPRanking:
             positions = {key: position if receivers else None}
             scores = ioi_edge_attribution(model, clean, abc, positions, base)[key]
         readers = sorted({f"a{layer}.h{head}<{receiver_input}>" for layer, head in receivers} or {"logits"})
-        estimate = eap_drops(model, scores, senders, readers)
+        return self._exact_where_chosen(eap_drops(model, scores, senders, readers), senders, exact)
+
+    def _exact_where_chosen(
+        self, estimate: Tensor, senders: Sequence[Head], exact: Callable[[list[Head]], Tensor]
+    ) -> Tensor:
+        """`estimate` [layer, head] with the senders `exact_candidates` chooses path-patched (`exact`)."""
         measured = exact(exact_candidates(estimate, senders, self.n_exact, self.min_estimate))
         confirmed = ~measured.isnan()
         estimate[confirmed] = measured[confirmed]

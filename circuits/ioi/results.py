@@ -52,7 +52,6 @@ class Settings:
     n_completeness_subsets: int = 10
     n_random_draws: int = 5  # random head sets per class in held-out validation
     exact_candidates: int = 16  # senders EAP ranks first that are path-patched (`EAPRanking`; 0: all)
-    # (into a grouped-query model's keys or values every sender is: EAP has no per-query-head copies)
 
 
 @dataclass(kw_only=True)
