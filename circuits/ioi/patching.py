@@ -101,31 +101,33 @@ def own_copy_eap_drops(
 ) -> Tensor:
     """EAP's estimate of each sender's drop (logits) along its direct paths into the receivers' own
     copies of their key or value (`receiver_input`) at IOI position `position`, as path patching's
-    (`shared_by_a_group`): minus the mean over prompts of (its output on ABC - on clean) . (the gradient
-    of the logit diff with respect to the residual stream each later receiver's copy reads there),
+    (`shared_by_a_group`): minus the mean over prompts of (its output on ABC - on clean, as the edge
+    graph's writer: `edges.writer_outputs`) . (the gradient of the logit diff with respect to the
+    residual stream each later receiver's copy reads there),
     summed over those receivers, [layer, head] (NaN: not a sender). The edge graph's key and value
     readers are key/value heads, whose scores add up the copies of their group. ablated: (mean
     ablation, heads) mean-ablated in every run."""
     inputs = {layer: interp.act_name(f"{receiver_input}_input", layer) for layer, _ in receivers}
-    outputs = {layer: interp.act_name("result", layer) for layer, _ in senders}
+    writers = edges.edge_graph(model).writers
 
     def estimate(group: IOIPrompts, group_abc: IOIPrompts) -> Tensor:
         """[n_senders, batch]: each sender's estimated change of the logit diff, patched - clean."""
         rows, pos = torch.arange(len(group)), group.positions[position].to(model.device)
-        base = intervened(model, [] if ablated is None else ablated[0].interventions(ablated[1], group))
-        with base, model.settings(ungroup_grouped_query_attention=True, use_attn_result=True):
-            _, corrupted = model.run_with_cache(
-                group_abc.tokens.to(model.device), names_filter=list(outputs.values()), return_type=None
-            )
-            with read_with_grad(model, [*inputs.values(), *outputs.values()]) as acts:
-                logit_diff = group.logit_diff(model(group.tokens.to(model.device)))
+        tokens, abc_tokens = group.tokens.to(model.device), group_abc.tokens.to(model.device)
+        with intervened(model, [] if ablated is None else ablated[0].interventions(ablated[1], group)):
+            with torch.no_grad():  # ABC - clean: [writer, batch, pos, d_model] (`edges.writer_outputs`)
+                change = edges.writer_outputs(model, tokens, edges.writer_outputs(model, abc_tokens))
+            with (
+                model.settings(ungroup_grouped_query_attention=True),
+                read_with_grad(model, inputs.values()) as acts,
+            ):
+                logit_diff = group.logit_diff(model(tokens))
                 grads = torch.autograd.grad(logit_diff.sum(), [acts[name] for name in inputs.values()])
         gradient = dict(zip(inputs, grads, strict=True))  # layer -> [batch, pos, head, d_model]
         changes = []
         for layer, head in senders:
-            change = (corrupted[outputs[layer]] - acts[outputs[layer]].detach())[rows, pos, head]
             read = sum(gradient[lr][rows, pos, hr] for lr, hr in receivers if lr > layer)
-            changes.append((change * read).sum(-1).float())  # [batch]
+            changes.append((change[writers.index(f"a{layer}.h{head}"), rows, pos] * read).sum(-1).float())
         return torch.stack(changes)
 
     drops = -by_length(clean, abc, estimate).mean(-1)  # [n_senders]
