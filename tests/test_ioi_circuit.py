@@ -710,13 +710,14 @@ def test_sweeps_with_heads_mean_ablated_equal_runs_under_hand_written_hooks(plan
     assert not torch.allclose(effects, unablated, equal_nan=True, atol=1e-3)  # the ablation matters
 
 
-def grouped_query_model(seed: int = 0) -> interp.HookedTransformer:
+def grouped_query_model(seed: int = 0, post_norm: bool = False) -> interp.HookedTransformer:
     """A random 3-layer attention-only model with 4 query heads sharing 2 key/value heads, on the
-    planted prompts' vocabulary (learned positions: keys are not rotated)."""
+    planted prompts' vocabulary (learned positions: keys are not rotated); post_norm: a norm on each
+    attention output too, as Gemma's."""
     cfg = interp.Config(
         n_layers=3, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_vocab=D_VOCAB, n_ctx=N_CTX,
         attn_only=True, normalization="rmsnorm", positional="learned", default_prepend_bos=False,
-        init_std=0.3,
+        init_std=0.3, post_norm=post_norm,
     )  # fmt: skip
     model = interp.HookedTransformer(cfg)
     model.init_weights(seed=seed)
@@ -795,12 +796,16 @@ def test_sweeps_into_keys_or_values_of_a_grouped_query_model_patch_each_receiver
         assert model.cfg.ungroup_grouped_query_attention == ungrouped
 
 
+@pytest.mark.parametrize("post_norm", [False, True])
 @pytest.mark.parametrize(("letter", "position"), [("v", "S2"), ("k", "S1+1")])
-def test_own_copy_estimates_add_up_over_a_group_to_the_edge_graph_s_key_value_reader(letter, position):
+def test_own_copy_estimates_add_up_over_a_group_to_the_edge_graph_s_key_value_reader(
+    letter, position, post_norm
+):
     """EAP's estimate into receivers' own copies of a key or value, over every query head of a key/value
-    head, equals the edge graph's estimate into that key/value head (whose gradient adds up the copies):
-    the per-copy readers split the edge attribution's, and each is nonzero on its own."""
-    model = grouped_query_model()
+    head, equals the edge graph's estimate into that key/value head (whose gradient adds up the copies),
+    post-attention norms (Gemma's: a head writes its share of the normed output) included: the per-copy
+    readers split the edge attribution's, and each is nonzero on its own."""
+    model = grouped_query_model(post_norm=post_norm)
     clean, abc = planted_prompts(8)
     group = [(2, 0), (2, 1)]  # the query heads of layer 2's first key/value head
     senders = [(0, 0), (0, 3), (1, 0), (1, 2)]
