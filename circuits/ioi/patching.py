@@ -103,10 +103,10 @@ def own_copy_eap_drops(
     copies of their key or value (`receiver_input`) at IOI position `position`, as path patching's
     (`shared_by_a_group`): minus the mean over prompts of (its output on ABC - on clean, as the edge
     graph's writer: `edges.writer_outputs`) . (the gradient of the logit diff with respect to the
-    residual stream each later receiver's copy reads there),
-    summed over those receivers, [layer, head] (NaN: not a sender). The edge graph's key and value
-    readers are key/value heads, whose scores add up the copies of their group. ablated: (mean
-    ablation, heads) mean-ablated in every run."""
+    residual stream each later receiver's copy reads there), summed over those receivers, [layer,
+    head] (NaN: not a sender). The edge graph's key and value readers are key/value heads, whose
+    scores add up the copies of their group. ablated: (mean ablation, heads) mean-ablated in every
+    run."""
     inputs = {layer: interp.act_name(f"{receiver_input}_input", layer) for layer, _ in receivers}
     writers = edges.edge_graph(model).writers
 
