@@ -93,33 +93,35 @@ _EPYC_AVX2 = "a 2-core AMD EPYC without AVX-512"
 _XEON = "a 2-core Intel Xeon"
 _MEASURED = "idle, 2026-11-29, benchmarks/two_models.py"
 _TIMED = "idle, 2026-11-29, the whole command"
+_TODAY = "idle, 2026-12-02, the whole command"
+_CACHED = _TODAY + ", the head report cached"
 _GEMMA = "gemma3-270m"
 EXPECTED_TIMES = {
     "heads": (
-        ExpectedTime(218, "interp heads", _EPYC, "idle, 2026-12-01, the whole command"),
+        ExpectedTime(199, "interp heads", _EPYC, _TODAY),
         ExpectedTime(160, "interp heads", _EPYC_AVX2, "idle, 2026-11-29, make report, the whole command"),
-        ExpectedTime(95, "interp heads --model gemma3-270m", _EPYC, _TIMED, _GEMMA),
+        ExpectedTime(151, "interp heads --model gemma3-270m", _EPYC, _TODAY, _GEMMA),
     ),
     "ioi": (
-        ExpectedTime(68, "interp ioi", _EPYC, _TIMED),
-        ExpectedTime(87, "interp ioi --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
+        ExpectedTime(123, "interp ioi", _EPYC, _TODAY),
+        ExpectedTime(175, "interp ioi --model gemma3-270m", _EPYC, _TODAY + ", --save", _GEMMA),
     ),
     "circuit": (
-        ExpectedTime(205, "interp circuit --task ioi --edges 300", _EPYC, _MEASURED),
+        ExpectedTime(326, "interp circuit --task ioi --edges 300", _EPYC, _TODAY),
         ExpectedTime(76, "interp circuit --task ioi --edges 300 --method eap-ig", _EPYC_AVX2, _TIMED),
         ExpectedTime(
             185, "interp circuit --task ioi --edges 300 --model gemma3-270m", _EPYC, _MEASURED, _GEMMA
         ),
     ),
     "icl": (
-        ExpectedTime(110, "interp icl", _EPYC, "idle, 2026-11-29, benchmarks/icl.py, the head report cached"),
-        ExpectedTime(306, "interp icl --fv", _EPYC, _MEASURED),
+        ExpectedTime(167, "interp icl", _EPYC, _CACHED),
+        ExpectedTime(437, "interp icl --fv", _EPYC, _CACHED),
         ExpectedTime(
             214, "interp icl --model gemma3-270m", _EPYC, "idle, 2026-11-29, benchmarks/icl.py", _GEMMA
         ),
         ExpectedTime(466, "interp icl --fv --model gemma3-270m", _EPYC, _MEASURED, _GEMMA),
     ),
-    "retrieval": (ExpectedTime(126, "interp retrieval", _EPYC, _TIMED + ", the head report cached"),),
+    "retrieval": (ExpectedTime(181, "interp retrieval", _EPYC, _CACHED),),
     "hop": (ExpectedTime(8, "interp hop --model toy-hop", _XEON, "idle, 2026-11-27", "toy-hop"),),
     "train": (ExpectedTime(65, "interp train --task hop", _XEON, "idle, 2026-11-27: 2 hops, 3 layers"),),
 }
@@ -151,23 +153,23 @@ class QuickPreset:
 
 QUICK_PRESETS = {
     "heads": QuickPreset(
-        time=ExpectedTime(54, "interp heads --quick", _EPYC, _TIMED),
+        time=ExpectedTime(95, "interp heads --quick", _EPYC, _TODAY),
         options={"n_samples": (8, 16)},
     ),
     "ioi": QuickPreset(
-        time=ExpectedTime(39, "interp ioi --quick", _EPYC, _TIMED),
+        time=ExpectedTime(71, "interp ioi --quick", _EPYC, _TODAY),
         options={"n_prompts": (24, 64)},
     ),
     "circuit": QuickPreset(
-        time=ExpectedTime(69, "interp circuit --task ioi --edges 300 --quick", _EPYC, _TIMED),
+        time=ExpectedTime(126, "interp circuit --task ioi --edges 300 --quick", _EPYC, _TODAY),
         options={"n_prompts": (16, 64), "prune_steps": (30, PRUNE_STEPS)},
     ),
     "icl": QuickPreset(
-        time=ExpectedTime(50, "interp icl --quick", _EPYC, _TIMED + ", the head report cached"),
+        time=ExpectedTime(79, "interp icl --quick", _EPYC, _CACHED),
         options={"n_documents": (24, None), "n_discovery": (6, 12), "n_ablated": (6, 12)},
     ),
     "retrieval": QuickPreset(
-        time=ExpectedTime(51, "interp retrieval --quick", _EPYC, _TIMED + ", the head report cached"),
+        time=ExpectedTime(77, "interp retrieval --quick", _EPYC, _CACHED),
         options={"n_prompts": (12, 24), "n_heldout": (8, 24), "n_exact": (6, 12), "n_two_hop": (10, 40)},
     ),
 }
