@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import io
 import json
 import math
@@ -867,6 +868,9 @@ def test_random_heads_are_none_that_discovery_selected_and_the_templates_named_a
     and what tested name the templates the prompts drew."""
     model = interp.load_model("toy-ioi")
     result = find_ioi_circuit(model, n_prompts=64, seed=0)
+    assert (
+        result.extras.own_kv_copies
+    )  # what its page's step titles say (its model has no shared key/value heads)
     selected = {f"L{h.layer}H{h.head}" for h in result.extras.unclassified}
     assert selected  # the check below is not empty
     for found in result.classes:
@@ -908,3 +912,19 @@ def test_minimality_of_a_circuit_that_does_not_do_the_task_is_not_a_share():
     assert all(math.isnan(value) == undefined for value in evaluation.minimality.values())
     text = render_markdown(finding_report(finding))
     assert ("not defined: the circuit's logit diff is" in text) == undefined
+
+
+def test_files_saved_before_own_copy_patching_keep_their_step_titles():
+    """Steps 3 and 4 patch each receiver's own key/value copy since the results say so (`own_kv_copies`);
+    a file saved before (tests/data/ioi-smollm2.json, SmolLM2 at 86d81f0) patched the key/value head and
+    its page says that, not "own values"; a file saved since says "own"."""
+    old, new = (
+        load_result("tests/data/ioi-smollm2.json"),
+        load_result("docs/results/data/ioi-smollm2-135m.json"),
+    )
+    assert not old.extras.own_kv_copies and new.extras.own_kv_copies
+    old_page, new_page = (html.unescape(render_html(finding_report(f))) for f in (old, new))
+    assert "heads -> S-inhibition values at S2 (grouped-query: their key/value heads')" in old_page
+    assert "own values" not in old_page
+    assert "heads -> S-inhibition heads' own values at S2" in new_page
+    assert "their key/value heads" not in new_page

@@ -313,6 +313,7 @@ def _combine(measured: Measurements, steps: Sequence[StepResult]) -> IOIFigures:
         effects={name: values for step in steps for name, values in step.effects.items()},
         attention=evidence.attention,
         thresholds=thresholds | {label: fig for step in steps for label, fig in step.thresholds.items()},
+        own_kv_copies=True,
     )
 
 

@@ -152,6 +152,10 @@ STEP_TITLES = {
     "logits_without_name_movers": "heads -> logits, name movers mean-ablated",
     "backup_growth": "growth of the direct effect when name movers are ablated",
 }
+SHARED_KV_STEP_TITLES = {  # files saved before steps 3 and 4 patched each receiver's own copy
+    "s_inhibition_values": "heads -> S-inhibition values at S2 (grouped-query: their key/value heads')",
+    "induction_keys": "heads -> induction keys at S1+1 (grouped-query: their key/value heads')",
+}
 VERDICT_WORDS = {  # a held-out verdict -> how the headline says it
     "confirmed": "confirmed on held-out prompts",
     "order-dependent": "order-dependent (hold in one name order only)",
@@ -264,6 +268,13 @@ class IOIFigures(Extras):
     evaluation: Evaluation | None = None
     heldout: HeldOut | None = None
     example: ExamplePatterns | None = None
+    own_kv_copies: bool = False  # steps 3 and 4 patched each receiver's own key/value copy (older files: not)
+
+    def step_title(self, step: str) -> str:
+        """A sweep's title; in a file saved before steps 3 and 4 patched each receiver's own copy of
+        its value or key, those steps say what they patched on a grouped-query model."""
+        titles = STEP_TITLES if self.own_kv_copies else STEP_TITLES | SHARED_KV_STEP_TITLES
+        return titles.get(step, step)
 
     @property
     def circuit(self) -> dict[str, list[Head]]:
@@ -507,7 +518,7 @@ class IOIFigures(Extras):
         effects = [
             layer_head_map(
                 values * 100,
-                f"{STEP_TITLES.get(step, step)} (%)",
+                f"{self.step_title(step)} (%)",
                 "drop of the logit diff when the sender's path is patched from the ABC run ((clean - "
                 "patched) / clean, %; positive: the head helps predict IO); grey: not a sender in that step",
                 signed=True,
