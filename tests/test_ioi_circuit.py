@@ -928,3 +928,19 @@ def test_files_saved_before_own_copy_patching_keep_their_step_titles():
     assert "own values" not in old_page
     assert "heads -> S-inhibition heads' own values at S2" in new_page
     assert "their key/value heads" not in new_page
+
+
+def test_a_step_with_few_senders_per_exact_candidate_path_patches_them_all():
+    """EAPRanking path-patches every sender where they are at most EXHAUSTIVE_RATIO times its exact
+    candidates (EAP's estimate can miss a large path: Gemma 3's L5H3), and ranks them beyond that."""
+    from circuits.ioi.patching import EXHAUSTIVE_RATIO
+
+    model = grouped_query_model()
+    clean, abc = planted_prompts(8)
+    receiver, senders = (2, 1), [(0, 0), (0, 3), (1, 0), (1, 2)]
+    every = path_patching_effects(model, clean, abc, [receiver], "v", "S2", senders)
+    few = EAPRanking(n_exact=2)(model, clean, abc, [receiver], "v", "S2", senders)
+    assert len(senders) <= EXHAUSTIVE_RATIO * 2
+    torch.testing.assert_close(few, every, atol=0, rtol=0, equal_nan=True)
+    ranked = EAPRanking(n_exact=1)(model, clean, abc, [receiver], "v", "S2", senders)
+    assert len(senders) > EXHAUSTIVE_RATIO * 1 and not torch.allclose(ranked, every, equal_nan=True)

@@ -171,6 +171,9 @@ def ioi_edge_attribution(
     )
 
 
+EXHAUSTIVE_RATIO = 3  # senders per exact candidate up to which `EAPRanking` path-patches them all
+
+
 class EAPRanking:
     """The `SenderEffects` strategy that path-patches only the `n_exact` senders EAP ranks first by
     |estimated drop| and every sender whose |estimate| is at least `min_estimate` (logits); the others
@@ -179,7 +182,10 @@ class EAPRanking:
     and the path patcher's cached runs are made once and reused by every later step; a call with heads
     ablated attributes with them ablated. Into the receivers' keys or values on a grouped-query model
     the estimate is into each receiver's own copy (`own_copy_eap_drops`, one backward pass per call), as
-    path patching's: the edge graph's key and value readers add up their group's copies."""
+    path patching's: the edge graph's key and value readers add up their group's copies. Where the
+    senders are at most EXHAUSTIVE_RATIO times `n_exact`, every one is path-patched: the ranking would
+    save few runs, and EAP's linear estimate can miss a large path (Gemma 3's L5H3 into the
+    S-inhibition heads' values: +0.2% estimated, +10% path-patched)."""
 
     def __init__(self, n_exact: int = 16, min_estimate: float = float("inf")):
         self.n_exact = n_exact
@@ -206,7 +212,7 @@ class EAPRanking:
         exact = lambda chosen: path_patching_effects(  # noqa: E731
             model, clean, abc, receivers or None, receiver_input, position, chosen, ablated, self._patchers
         )
-        if len(senders) <= self.n_exact:  # every sender is a candidate: the exhaustive sweep
+        if len(senders) <= EXHAUSTIVE_RATIO * self.n_exact:  # few senders: the exhaustive sweep
             return exact(given)
         key = position if receivers else "all"
         if shared_by_a_group(model, receiver_input):
