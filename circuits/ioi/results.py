@@ -51,7 +51,8 @@ class Settings:
     n_bootstrap: int = 1000
     n_completeness_subsets: int = 10
     n_random_draws: int = 5  # random head sets per class in held-out validation
-    exact_candidates: int = 16  # senders EAP ranks first that are path-patched (`EAPRanking`; 0: all)
+    exact_candidates: int = 16  # senders EAP ranks first that are path-patched (`EAPRanking`: all where
+    # a step has at most EXHAUSTIVE_RATIO per candidate; 0: all in every step)
 
 
 @dataclass(kw_only=True)
