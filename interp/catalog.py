@@ -104,7 +104,7 @@ EXPECTED_TIMES = {
     ),
     "ioi": (
         ExpectedTime(123, "interp ioi", _EPYC, _TODAY),
-        ExpectedTime(175, "interp ioi --model gemma3-270m", _EPYC, _TODAY + ", --save", _GEMMA),
+        ExpectedTime(193, "interp ioi --model gemma3-270m", _EPYC, _TODAY + ", --save", _GEMMA),
     ),
     "circuit": (
         ExpectedTime(326, "interp circuit --task ioi --edges 300", _EPYC, _TODAY),
