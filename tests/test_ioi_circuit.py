@@ -773,8 +773,8 @@ def test_sweeps_into_keys_or_values_of_a_grouped_query_model_patch_each_receiver
     """Steps 3 and 4 on a grouped-query model patch the receiver query head's own copy of its value
     (key), not its key/value head's, which the group's other query head reads too: each sender's
     drop equals a hand-written reference that recomputes only the receiver's attention; EAPRanking
-    path-patches every sender of such a sweep (EAP's readers are key/value heads); the model's own
-    ungroup_grouped_query_attention is left as it was."""
+    path-patches the sender its per-copy estimate ranks first and keeps that estimate for the others;
+    the model's own ungroup_grouped_query_attention is left as it was."""
     model = grouped_query_model()
     clean, abc = planted_prompts(8)
     receiver, senders = (2, 1), [(0, 0), (0, 3), (1, 0), (1, 2)]
@@ -788,14 +788,10 @@ def test_sweeps_into_keys_or_values_of_a_grouped_query_model_patch_each_receiver
         torch.testing.assert_close(effects[tuple(torch.tensor(senders).mT)], expected, atol=1e-5, rtol=0)
         estimate = own_copy_eap_drops(model, clean, abc, [receiver], letter, position, senders)
         ranked = EAPRanking(n_exact=1)(model, clean, abc, [receiver], letter, position, senders)
-        first = max(
-            senders, key=lambda head: abs(float(estimate[head]))
-        )  # path-patched; the others estimated
+        first = max(senders, key=lambda head: abs(float(estimate[head])))  # the one path-patched
         torch.testing.assert_close(ranked[first], effects[first], atol=1e-6, rtol=0)
-        others = [head for head in senders if head != first]
-        torch.testing.assert_close(
-            ranked[tuple(torch.tensor(others).mT)], estimate[tuple(torch.tensor(others).mT)]
-        )
+        others = tuple(torch.tensor([head for head in senders if head != first]).mT)
+        torch.testing.assert_close(ranked[others], estimate[others])
         assert model.cfg.ungroup_grouped_query_attention == ungrouped
 
 
@@ -870,9 +866,8 @@ def test_random_heads_are_none_that_discovery_selected_and_the_templates_named_a
     and what tested name the templates the prompts drew."""
     model = interp.load_model("toy-ioi")
     result = find_ioi_circuit(model, n_prompts=64, seed=0)
-    assert (
-        result.extras.own_kv_copies
-    )  # what its page's step titles say (its model has no shared key/value heads)
+    # a new run says its steps 3 and 4 patched own copies (its page's step titles say so)
+    assert result.extras.own_kv_copies
     selected = {f"L{h.layer}H{h.head}" for h in result.extras.unclassified}
     assert selected  # the check below is not empty
     for found in result.classes:

@@ -214,12 +214,12 @@ class EAPRanking:
         )
         if len(senders) <= EXHAUSTIVE_RATIO * self.n_exact:  # few senders: the exhaustive sweep
             return exact(given)
-        key = position if receivers else "all"
         if shared_by_a_group(model, receiver_input):
             estimate = own_copy_eap_drops(
                 model, clean, abc, receivers, receiver_input, position, senders, ablated
             )
             return self._exact_where_chosen(estimate, senders, exact)
+        key = position if receivers else "all"
         if ablated is None:
             cached = self._attribution
             if cached is None or cached[0] is not model or cached[1] is not clean:
