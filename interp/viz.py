@@ -173,6 +173,7 @@ def heatmap_html(
     value_format: str = "{:.2f}",
     axes: tuple[str, str] = ("layer", "head"),
     caption: str = "",
+    approximate=None,
 ) -> str:
     """A [row, col] grid of numbers (e.g. [layer, head] scores) as a coloured HTML table.
 
@@ -180,7 +181,8 @@ def heatmap_html(
     otherwise white-red from 0 (a negative value white, as 0). limit: |value| mapped to full colour
     (default: max |value|).
     NaN cells are grey. Hover a cell for its row, column and value. axes: the names of the rows and
-    the columns. caption: a line under the title (what a value means).
+    the columns. caption: a line under the title (what a value means). approximate: [row, col] bool,
+    the cells whose values are estimates: shown as "~value" in italics, "estimate" in their tooltip.
     """
     row_axis, col_axis = axes
     values = _to_numpy(values, "values [row, col]", ndim=2)
@@ -192,6 +194,9 @@ def heatmap_html(
         )
     if np.isinf(values).any():
         raise ValueError("values contains inf; clip or mask it (NaN is shown as a grey cell)")
+    flags = np.zeros(values.shape) if approximate is None else _to_numpy(approximate, "approximate", ndim=2)
+    if flags.shape != values.shape:
+        raise ValueError(f"approximate has shape {flags.shape}: give one flag per value, {values.shape}")
     finite = values[~np.isnan(values)]
     if signed is None:
         signed = bool((finite < 0).any())
@@ -210,7 +215,12 @@ def heatmap_html(
         for c, col_label in enumerate(col_labels):
             value = values[r, c]
             text = "–" if math.isnan(value) else value_format.format(value)
-            tooltip = html.escape(f"{row_axis} {row_label}, {col_axis} {col_label}: {text}")
+            estimate = bool(flags[r, c]) and not math.isnan(value)
+            text = f"~{text}" if estimate else text
+            tooltip = html.escape(
+                f"{row_axis} {row_label}, {col_axis} {col_label}: {text}"
+                + (" (estimate)" if estimate else "")
+            )
             if math.isnan(value):
                 background, ink = _MISSING, "#555"
             else:
@@ -218,8 +228,9 @@ def heatmap_html(
                 background = _css_rgb(rgb)
                 ink = "#fff" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 140 else "#000"
             cells.append(
-                f'<td title="{tooltip}" style="{cell} background: {background}; color: {ink};">'
-                f"{html.escape(text)}</td>"
+                f'<td title="{tooltip}" style="{cell} background: {background}; color: {ink};'
+                + (' font-style: italic;">' if estimate else '">')
+                + f"{html.escape(text)}</td>"
             )
         rows.append(f'<tr><th style="{label}">{html.escape(str(row_label))}</th>{"".join(cells)}</tr>')
 

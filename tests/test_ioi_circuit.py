@@ -450,7 +450,9 @@ def test_an_older_ioi_result_loads_as_the_finding_with_equal_numbers_and_renders
     read = load_result(older)
     assert read.chose["templates"] == ["T0", "T1", "T2"] and read.tested["templates"] == ["T3", "T4"]
     assert not read.extras.own_kv_copies  # such a file came before own-copy patching (its step titles say so)
-    read = dataclasses.replace(read, extras=dataclasses.replace(read.extras, own_kv_copies=True))
+    assert not read.extras.path_patched  # nor did it record which senders were path-patched
+    recorded = {"own_kv_copies": True, "path_patched": result.extras.path_patched}
+    read = dataclasses.replace(read, extras=dataclasses.replace(read.extras, **recorded))
     assert encode(read) == encode(result)
     assert render_markdown(finding_report(read)) == render_markdown(finding_report(result))
     not_validated = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=32, seed=0, validate=False)
@@ -458,7 +460,8 @@ def test_an_older_ioi_result_loads_as_the_finding_with_equal_numbers_and_renders
     older.write_text(json.dumps(older_ioi_layout(json.loads(saved.read_text()))))
     read = load_result(older)
     assert read.classes == [] and read.extras.heldout is None and read.chose == {}
-    assert encode(dataclasses.replace(read.extras, own_kv_copies=True)) == encode(not_validated.extras)
+    recorded["path_patched"] = not_validated.extras.path_patched
+    assert encode(dataclasses.replace(read.extras, **recorded)) == encode(not_validated.extras)
 
 
 def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and_renders_the_same(tmp_path):
@@ -943,8 +946,39 @@ def test_a_step_with_few_senders_per_exact_candidate_path_patches_them_all():
     clean, abc = planted_prompts(8)
     receiver, senders = (2, 1), [(0, 0), (0, 3), (1, 0), (1, 2)]
     every = path_patching_effects(model, clean, abc, [receiver], "v", "S2", senders)
-    few = EAPRanking(n_exact=2)(model, clean, abc, [receiver], "v", "S2", senders)
+    few_of, one_of = EAPRanking(n_exact=2), EAPRanking(n_exact=1)
+    few = few_of(model, clean, abc, [receiver], "v", "S2", senders)
     assert len(senders) <= EXHAUSTIVE_RATIO * 2
     torch.testing.assert_close(few, every, atol=0, rtol=0, equal_nan=True)
-    ranked = EAPRanking(n_exact=1)(model, clean, abc, [receiver], "v", "S2", senders)
+    assert few_of.path_patched.tolist() == few.isfinite().tolist()  # each sender, and no other head
+    ranked = one_of(model, clean, abc, [receiver], "v", "S2", senders)
     assert len(senders) > EXHAUSTIVE_RATIO * 1 and not torch.allclose(ranked, every, equal_nan=True)
+    patched, estimated = one_of.path_patched, ~one_of.path_patched & ranked.isfinite()
+    assert int(patched.sum()) == 1 and int(estimated.sum()) == len(senders) - 1
+    assert ranked[patched].tolist() == every[patched].tolist()  # the one path-patched: exact
+    assert (ranked[estimated] != every[estimated]).all()  # the others: EAP's estimate
+
+
+def test_the_step_maps_mark_the_senders_that_keep_eap_s_estimate():
+    """With EAP ranking, a step's senders outside those it ranks first keep EAP's linear estimate. The
+    result records which were path-patched, every selected head among them, and the HTML heat maps
+    mark the estimates ("~", italic); a result saved before says it does not record them."""
+    from circuits.ioi.results import ESTIMATED_CELLS, ESTIMATES_NOT_RECORDED
+
+    finding = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=16, seed=0, exact_candidates=1)
+    figures = finding.extras
+    assert set(figures.path_patched) == set(figures.effects)
+    estimated = {
+        step: ~mask & figures.effects[step].isfinite() for step, mask in figures.path_patched.items()
+    }
+    assert any(mask.any() for mask in estimated.values())
+    for h in [h for heads in figures.class_heads.values() for h in heads] + figures.unclassified:
+        assert figures.path_patched[h.step][h.layer, h.head], h  # none selected on an estimate
+    page = render_html(finding_report(finding))
+    n_estimated = sum(
+        int(mask.sum()) for step, mask in estimated.items() if figures.effects[step].isfinite().any()
+    )
+    assert page.count('font-style: italic;">~') == n_estimated and html.escape(ESTIMATED_CELLS) in page
+    older = load_result("tests/data/ioi-smollm2.json")
+    assert not older.extras.path_patched
+    assert html.escape(ESTIMATES_NOT_RECORDED) in render_html(finding_report(older))

@@ -159,6 +159,16 @@ def test_heatmap_names_its_axes_in_the_corner_and_each_cells_tooltip():
     assert 'title="head L3, END attends to value: 0.50"' in table
 
 
+def test_heatmap_marks_the_cells_that_are_estimates():
+    table = heatmap_html(
+        [[0.5, 0.25, float("nan")]], ["L3"], ["a", "b", "c"], approximate=[[False, True, True]]
+    )
+    assert 'title="layer L3, head b: ~0.25 (estimate)"' in table and 'font-style: italic;">~0.25<' in table
+    assert 'title="layer L3, head a: 0.50"' in table and table.count("~") == 2  # a NaN cell is no estimate
+    with pytest.raises(ValueError, match="one flag per value"):
+        heatmap_html([[0.5, 0.25]], ["L3"], ["a", "b"], approximate=[[True]])
+
+
 @pytest.mark.parametrize(
     ("values", "rows", "cols", "message"),
     [

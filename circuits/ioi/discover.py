@@ -311,10 +311,20 @@ def _combine(measured: Measurements, steps: Sequence[StepResult]) -> IOIFigures:
         class_heads=classes,
         unclassified=unclassified,
         effects={name: values for step in steps for name, values in step.effects.items()},
+        path_patched=_path_patched(steps),
         attention=evidence.attention,
         thresholds=thresholds | {label: fig for step in steps for label, fig in step.thresholds.items()},
         own_kv_copies=True,
     )
+
+
+def _path_patched(steps: Sequence[StepResult]) -> dict[str, Tensor]:
+    """Per sweep, the senders path-patched [layer, head]; backup growth (step 5's drop minus step 1's)
+    is path-patched where both are."""
+    patched = {name: mask for step in steps for name, mask in step.path_patched.items()}
+    if {"logits", "logits_without_name_movers"} <= patched.keys():
+        patched["backup_growth"] = patched["logits_without_name_movers"] & patched["logits"]
+    return patched
 
 
 @torch.no_grad()

@@ -23,7 +23,9 @@ from interp.types import Head, Progress, as_stage
 
 SenderEffects = Callable[..., Tensor]
 """A strategy for a step's sender effects, called as `path_patching_effects` (without `patchers`):
-each sender's drop of the mean logit diff (logits; clean - patched) [layer, head], NaN: not a sender."""
+each sender's drop of the mean logit diff (logits; clean - patched) [layer, head], NaN: not a sender.
+A strategy that estimates some senders records those its last call path-patched in `path_patched`
+([layer, head] bool, as `EAPRanking`); without it, every sender was."""
 
 
 def path_patching_effects(
@@ -185,11 +187,13 @@ class EAPRanking:
     path patching's: the edge graph's key and value readers add up their group's copies. Where the
     senders are at most EXHAUSTIVE_RATIO times `n_exact`, every one is path-patched: the ranking would
     save few runs, and EAP's linear estimate can miss a large path (Gemma 3's L5H3 into the
-    S-inhibition heads' values: +0.2% estimated, +10% path-patched)."""
+    S-inhibition heads' values: +0.2% estimated, +10% path-patched). path_patched: the senders the last
+    call path-patched [layer, head] (bool; the other senders keep the estimate)."""
 
     def __init__(self, n_exact: int = 16, min_estimate: float = float("inf")):
         self.n_exact = n_exact
         self.min_estimate = min_estimate
+        self.path_patched: Tensor | None = None
         self._attribution: tuple[interp.HookedTransformer, IOIPrompts, dict[str, edges.EdgeScores]] | None
         self._attribution = None
         self._patchers: dict[tuple[bytes, ...], tuple[object, PathPatcher]] = {}
@@ -213,7 +217,9 @@ class EAPRanking:
             model, clean, abc, receivers or None, receiver_input, position, chosen, ablated, self._patchers
         )
         if len(senders) <= EXHAUSTIVE_RATIO * self.n_exact:  # few senders: the exhaustive sweep
-            return exact(given)
+            effects = exact(given)
+            self.path_patched = effects.isfinite()
+            return effects
         if shared_by_a_group(model, receiver_input):
             estimate = own_copy_eap_drops(
                 model, clean, abc, receivers, receiver_input, position, senders, ablated
@@ -239,6 +245,7 @@ class EAPRanking:
         measured = exact(exact_candidates(estimate, senders, self.n_exact, self.min_estimate))
         confirmed = ~measured.isnan()
         estimate[confirmed] = measured[confirmed]
+        self.path_patched = confirmed
         return estimate
 
 

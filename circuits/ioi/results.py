@@ -251,12 +251,14 @@ def unconfirmed(finding: Finding) -> list[str]:
 @dataclass(kw_only=True)
 class IOIFigures(Extras):
     """`find_ioi_circuit`'s own figures. class_heads: class name -> the heads path patching put in it
-    (every class of CLASSES), strongest effect first; unclassified: causal outliers
-    without the matching attention; effects: sweep -> [layer, head] relative drops (NaN: not a sender);
-    attention: kind -> [layer, head] mean attention on clean prompts; thresholds: sweep or attention kind
-    -> threshold figures; evaluation: the circuit on the discovery prompts (None: not evaluated);
-    heldout: validation's figures beside its classes (None: not validated); example: attention of the
-    circuit's heads on one clean prompt."""
+    (every class of CLASSES), strongest effect first; unclassified: causal outliers without the
+    matching attention; effects: sweep -> [layer, head] relative drops (NaN: not a sender);
+    path_patched: sweep -> the senders path-patched [layer, head] (the others keep EAP's estimate; a
+    sweep missing: not recorded, as in files saved before 2026-12-02); attention: kind -> [layer, head]
+    mean attention on clean prompts; thresholds: sweep or attention kind -> threshold figures;
+    evaluation: the circuit on the discovery prompts (None: not evaluated); heldout: validation's
+    figures beside its classes (None: not validated); example: attention of the circuit's heads on
+    one clean prompt."""
 
     wide_terminal: ClassVar[int] = 120  # columns from which the terminal table shows how each head was found
 
@@ -270,6 +272,7 @@ class IOIFigures(Extras):
     heldout: HeldOut | None = None
     example: ExamplePatterns | None = None
     own_kv_copies: bool = False  # steps 3 and 4 patched each receiver's own key/value copy (older files: not)
+    path_patched: dict[str, Tensor] = field(default_factory=dict)
 
     def step_title(self, step: str) -> str:
         """A sweep's title; in a file saved before steps 3 and 4 patched each receiver's own copy of
@@ -513,17 +516,28 @@ class IOIFigures(Extras):
             rows.append([row[column] for column in columns])
         return Table(columns=columns, rows=rows, right=["effect", "z"])
 
+    def _estimates_note(self, step: str) -> str:
+        """What a step's heat map says of the senders that keep EAP's estimate."""
+        if step not in self.path_patched:
+            return ESTIMATES_NOT_RECORDED
+        estimated = ~self.path_patched[step] & self.effects[step].isfinite()
+        return ESTIMATED_CELLS if estimated.any() else "every sender path-patched"
+
     def _figures(self) -> tuple[list[str], list[str], list[str]]:
         """The HTML page's figures: path-patching effects and attention as [layer, head] heat maps, and
         the attention patterns of each class's heads on the example prompt."""
+        caption = (
+            "drop of the logit diff when the sender's path is patched from the ABC run ((clean - patched) / "
+            "clean, %; positive: the head helps predict IO); grey: not a sender in that step; "
+        )
         effects = [
             layer_head_map(
                 values * 100,
                 f"{self.step_title(step)} (%)",
-                "drop of the logit diff when the sender's path is patched from the ABC run ((clean - "
-                "patched) / clean, %; positive: the head helps predict IO); grey: not a sender in that step",
+                caption + self._estimates_note(step),
                 signed=True,
                 value_format="{:.1f}",
+                approximate=None if step not in self.path_patched else ~self.path_patched[step],
             )
             for step, values in self.effects.items()
             if values.isfinite().any()
@@ -547,6 +561,16 @@ class IOIFigures(Extras):
                     attention_patterns_html(example.tokens, [example.patterns[n] for n in names], names)
                 )
         return effects, attention, patterns
+
+
+ESTIMATED_CELLS = (
+    "~italic: EAP's linear estimate of a sender that was not path-patched (EAP ranked it below those "
+    "path-patched and its estimate was under half the least effect a head is selected on)"
+)
+ESTIMATES_NOT_RECORDED = (
+    "this result does not record which senders were path-patched: with EAP ranking (exact_candidates > 0), "
+    "those outside the ones it ranked first keep EAP's estimate"
+)
 
 
 def _labelled(evidence: HeadEvidence) -> dict[str, Any]:

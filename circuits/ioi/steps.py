@@ -67,10 +67,12 @@ def patching_prompts(
 
 @dataclass(kw_only=True)
 class StepResult:
-    """What one step found: sweep -> [layer, head] relative drops (NaN: not a sender), class -> heads
-    (strongest first), selected heads no class fits, selection -> its figures, stage -> seconds."""
+    """What one step found: sweep -> [layer, head] relative drops (NaN: not a sender) and the senders
+    path-patched (bool; the others keep EAP's estimate), class -> heads (strongest first), selected
+    heads no class fits, selection -> its figures, stage -> seconds."""
 
     effects: dict[str, Tensor] = field(default_factory=dict)
+    path_patched: dict[str, Tensor] = field(default_factory=dict)
     classes: dict[str, list[HeadEvidence]] = field(default_factory=dict)
     unclassified: list[HeadEvidence] = field(default_factory=list)
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -132,6 +134,8 @@ class _Step:
             )
             effects = drop / inputs.prompts.logit_diff
         senders = ~effects.isnan()  # NaN marks heads that are not senders in this sweep
+        patched = getattr(inputs.sender_effects, "path_patched", None)  # `SenderEffects`
+        self.result.path_patched[name] = senders if patched is None else patched & senders
         check_finite_scores(
             effects.where(senders, 0.0) if senders.any() else effects,
             f"the path-patching effects of {name}",
