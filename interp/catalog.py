@@ -91,6 +91,7 @@ class ExpectedTime:
 _EPYC = "a 2-core AMD EPYC with AVX-512"
 _EPYC_AVX2 = "a 2-core AMD EPYC without AVX-512"
 _XEON = "a 2-core Intel Xeon"
+_XEON_AMX = "a 2-core Intel Xeon with AMX"
 _MEASURED = "idle, 2026-11-29, benchmarks/two_models.py"
 _TIMED = "idle, 2026-11-29, the whole command"
 _TODAY = "idle, 2026-12-02, the whole command"
@@ -100,6 +101,7 @@ EXPECTED_TIMES = {
     "heads": (
         ExpectedTime(199, "interp heads", _EPYC, _TODAY),
         ExpectedTime(160, "interp heads", _EPYC_AVX2, "idle, 2026-11-29, make report, the whole command"),
+        ExpectedTime(119, "interp heads", _XEON_AMX, "idle, 2026-12-02, make report, the whole command"),
         ExpectedTime(151, "interp heads --model gemma3-270m", _EPYC, _TODAY, _GEMMA),
     ),
     "ioi": (

@@ -106,8 +106,9 @@ def find_ioi_circuit(
     KEPT_STAGES and BETWEEN_STAGES as it begins (0, 1) and ends (1, 1), a step's sweeps as its parts,
     a skipped sweep as (stage, 0, 0). stages: the kept stages' results, those already in it not run
     again. thresholds: `Settings` fields to override (THRESHOLDS); exact_candidates 0 path-patches
-    every sender, else the senders EAP ranks first (`EAPRanking`; into a grouped-query model's keys
-    or values, by its estimate into each receiver's own copy). The finding's chose and tested: the
+    every sender, else steps 1-4 path-patch the senders EAP ranks first (`EAPRanking`; into a
+    grouped-query model's keys or values, by its estimate into each receiver's own copy) and step 5
+    every sender. The finding's chose and tested: the
     families the prompts drew (`drawn_families`), or the templates of the prompts given.
     """
     start = time.perf_counter()

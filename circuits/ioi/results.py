@@ -51,8 +51,8 @@ class Settings:
     n_bootstrap: int = 1000
     n_completeness_subsets: int = 10
     n_random_draws: int = 5  # random head sets per class in held-out validation
-    exact_candidates: int = 16  # senders EAP ranks first that are path-patched (`EAPRanking`: all where
-    # a step has at most EXHAUSTIVE_RATIO per candidate; 0: all in every step)
+    exact_candidates: int = 16  # senders EAP ranks first that are path-patched in steps 1-4 (`EAPRanking`:
+    # all where a step has at most EXHAUSTIVE_RATIO per candidate; 0: all in every step; step 5: all)
 
 
 @dataclass(kw_only=True)

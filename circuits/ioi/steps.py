@@ -123,18 +123,21 @@ class _Step:
         senders: Sequence[Head] | None = None,
         ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
         stage: str | None = None,
+        every_sender: bool = False,
     ) -> Tensor:
         """Relative drops [layer, head] of the senders' paths to `receivers` (None: the logits), timed
-        and reported as `stage` (default "path patching: heads -> {name}")."""
+        and reported as `stage` (default "path patching: heads -> {name}"); every_sender: each
+        path-patched, whatever the inputs' `sender_effects`."""
         inputs = self.inputs
         clean, abc = inputs.prompts.clean, inputs.prompts.abc
+        sender_effects = path_patching_effects if every_sender else inputs.sender_effects
         with timed(stage or f"path patching: heads -> {name}", self.result.timings, inputs.progress):
-            drop = inputs.sender_effects(
+            drop = sender_effects(
                 inputs.model, clean, abc, receivers, receiver_input, position, senders, ablated
             )
             effects = drop / inputs.prompts.logit_diff
         senders = ~effects.isnan()  # NaN marks heads that are not senders in this sweep
-        patched = getattr(inputs.sender_effects, "path_patched", None)  # `SenderEffects`
+        patched = getattr(sender_effects, "path_patched", None)  # `SenderEffects`
         self.result.path_patched[name] = senders if patched is None else patched & senders
         check_finite_scores(
             effects.where(senders, 0.0) if senders.any() else effects,
@@ -239,7 +242,10 @@ def find_backup_name_movers(
     """Step 5, heads -> logits with the name movers mean-ablated ("logits_without_name_movers"): backup
     name movers are heads after the first name mover's layer whose direct effect grows ("backup_growth":
     minus step 1's `direct_effects` [layer, head]) and that attend and write like name movers; heads
-    already `classified` are not backups."""
+    already `classified` are not backups. Every sender is path-patched, whatever the inputs'
+    `sender_effects`: they are the heads after the first name mover's layer, whose patched runs are
+    short, where EAP's ranking would take an attribution of its own under the ablation (SmolLM2-135M,
+    54 senders: 2.2 s path-patching all of them, 4.2 s ranking them)."""
     step = _Step(inputs)
     first_layer = min(name_movers)[0] if name_movers else inputs.model.cfg.n_layers
     senders = [head for head in every_head(inputs.model) if head[0] > first_layer and head not in name_movers]
@@ -250,6 +256,7 @@ def find_backup_name_movers(
         senders=senders,
         ablated=(mean_ablation, list(name_movers)),
         stage="path patching: heads -> logits, name movers ablated",
+        every_sender=True,
     )
     growth = ablated - direct_effects
     step.result.effects["backup_growth"] = growth
