@@ -106,6 +106,7 @@ EXPECTED_TIMES = {
     ),
     "ioi": (
         ExpectedTime(123, "interp ioi", _EPYC, _TODAY),
+        ExpectedTime(74, "interp ioi", _XEON_AMX, _TODAY),
         ExpectedTime(193, "interp ioi --model gemma3-270m", _EPYC, _TODAY + ", --save", _GEMMA),
     ),
     "circuit": (
