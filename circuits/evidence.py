@@ -62,6 +62,7 @@ they do not; for n = 4 it is 1/256 (0.4%)."""
 TOO_FEW_PROMPTS = "too few prompts"  # what a stratum of fewer than MIN_STRATUM_PROMPTS shows for its verdict
 DEPENDENCE_RULES = ("all", "most")  # a kind's strata must hold in every one, or in more than half
 DEPENDENCE_ALPHA = 0.05
+CI_TAIL = 0.025  # at most how often a class with no effect beyond random is confirmed (measured: 1.0-1.7%)
 """A class is "<kind>-dependent" only where its strata of the kind differ: `groups_differ_p` below this.
 One stratum's CI reaching 0 while another's does not is no test of a difference between them."""
 

@@ -30,6 +30,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from circuits.evidence import (
+    CI_TAIL,
     DEPENDENCE_ALPHA,
     MIN_STRATUM_PROMPTS,
     TOO_FEW_PROMPTS,
@@ -316,6 +317,20 @@ def _class_line(found: ClassVerdict) -> str:
     )
 
 
+def _multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
+    """Where two or more classes have a held-out CI: that each is judged alone, and how many of them
+    chance alone could confirm (no correction for multiple comparisons)."""
+    judged = [c for c in classes if not c.no_random_heads and not any(map(math.isnan, c.heldout.beyond_ci))]
+    if len(judged) < 2:
+        return []
+    return [
+        f"{len(judged)} classes judged, each alone: one with no effect beyond random heads has its 95% CI "
+        f"beyond 0 in its direction at most about {CI_TAIL:.1%} of the time, so, with no correction for "
+        f"multiple comparisons, up to about {CI_TAIL * len(judged):.1f} of them could be confirmed by chance "
+        "if none had an effect."
+    ]
+
+
 def _holds_cell(stratum: StratumDrop) -> str:
     """Whether a stratum holds: yes, no, or why it has no verdict (too few prompts, or a figure that
     is not finite: no baseline, a NaN effect)."""
@@ -373,7 +388,7 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
     )  # fmt: skip
     head_classes = Section(
         title="Head classes (held out)",
-        lines=[_class_line(c) for c in classes] or ["no head was kept"],
+        lines=[_class_line(c) for c in classes] + _multiplicity_lines(classes) or ["no head was kept"],
         table=table,
         notes=view.notes,
         figures=view.figures,
