@@ -320,7 +320,7 @@ def _class_line(found: ClassVerdict) -> str:
 def _multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
     """Where two or more classes have a held-out CI: that each is judged alone, and how many of them
     chance alone could confirm (no correction for multiple comparisons)."""
-    judged = [c for c in classes if not c.no_random_heads and not any(map(math.isnan, c.heldout.beyond_ci))]
+    judged = [c for c in classes if not any(map(math.isnan, c.heldout.beyond_ci))]  # NaN: no random heads
     if len(judged) < 2:
         return []
     return [
