@@ -477,3 +477,25 @@ def test_an_ablation_refuses_wrong_combinations_and_the_old_keywords(model, data
         ablation.Replacement(model, [interp.act_name("z", 0)], "mean", reference)
     with pytest.raises(TypeError):  # ablation_interventions' old positional reference
         ablation.ablation_interventions(model, [(0, 0)], (), (), "mean", reference)
+
+
+@pytest.mark.parametrize("made_ungrouped", [False, True])
+def test_key_value_values_taken_under_one_grouping_are_refused_under_the_other(model, data, made_ungrouped):
+    """Under grouped-query attention a key or value hook holds one copy per key/value head, or per query
+    head with ungroup_grouped_query_attention: mean values taken under one setting and used under the
+    other failed deep in torch on the shapes. Now the error names the setting; under the setting they
+    were taken with they ablate as before."""
+    tokens, reference, _ = data
+    name = "blocks.1.attn.hook_v"
+    with model.settings(ungroup_grouped_query_attention=made_ungrouped):
+        replacement = ablation.Replacement(model, [name], Ablation("mean", reference=reference))
+        sites = [engine.Site(name)]
+        with engine.intervened(model, replacement.interventions(sites)):
+            ablated = model(tokens)
+    other = model.settings(ungroup_grouped_query_attention=not made_ungrouped)
+    refused = pytest.raises(ValueError, match="make the ablation under the setting it runs with")
+    with other, refused, engine.intervened(model, replacement.interventions(sites)):
+        model(tokens)
+    same = model.settings(ungroup_grouped_query_attention=made_ungrouped)
+    with same, engine.intervened(model, replacement.interventions(sites)):
+        torch.testing.assert_close(model(tokens), ablated)

@@ -187,6 +187,9 @@ def resample_draws(
     return (scores if allowed is None else scores.masked_fill(~allowed, -1.0)).argmax(1)
 
 
+KV_HOOKS = ("hook_k", "hook_v", "hook_rot_k", "hook_k_input", "hook_v_input")  # per key/value head
+
+
 class Replacement:
     """The values that replace activations of the hooks `names` under `ablation` (`Ablation`).
 
@@ -227,6 +230,7 @@ class Replacement:
         if reference_mask is not None and ablation.kind == "resample":
             raise ValueError(RESAMPLE_MASK_ERROR)  # padded texts
         self.model, self.kind = model, ablation.kind
+        self.ungrouped = model.hook_settings.ungroup_grouped_query_attention  # how k/v values are taken
         self.reference_mask = (
             None if reference_mask is None else check_padding_mask(reference_mask, n_ref, n_pos)
         )
@@ -288,6 +292,7 @@ class Replacement:
         counterfactual, grouped means) or [1, pos, ...]."""
         if self.kind == "zero":
             return torch.zeros(())
+        self._check_grouping(name)
         if (groups is None) != (self.reference_groups is None):
             raise ValueError("give groups for the input prompts exactly when the Ablation has groups")
         rows = torch.arange(batch) if prompts is None else prompts.long().cpu()
@@ -303,6 +308,23 @@ class Replacement:
                 )
             return self.acts[name][rows]
         return self.acts[name][self._drawn(n_ref, n_inputs if groups is None else len(groups), groups)[rows]]
+
+    def _check_grouping(self, name: str) -> None:
+        """Refuse values of a key or value hook taken per key/value head for a run that has one per query
+        head (`ungroup_grouped_query_attention`), or the reverse: their shapes differ."""
+        now = self.model.hook_settings.ungroup_grouped_query_attention
+        per_group = name.split(".")[-1] in KV_HOOKS and self.model.cfg.group_size > 1
+        if per_group and now != self.ungrouped:
+            taken, runs = (
+                ("per query head", "per key/value head")
+                if self.ungrouped
+                else ("per key/value head", "per query head")
+            )
+            raise ValueError(
+                f"{name}'s ablation values were taken {taken} (ungroup_grouped_query_attention="
+                f"{self.ungrouped}) and this run has them {runs}: make the ablation under the setting it "
+                "runs with (model.settings(ungroup_grouped_query_attention=...))"
+            )
 
     def _drawn(self, n_ref: int, batch: int, groups: Int[Tensor, " batch"] | None) -> Int[Tensor, " batch"]:
         """Each input prompt's random reference prompt (of its group), drawn once for runs on `batch`
