@@ -62,9 +62,11 @@ they do not; for n = 4 it is 1/256 (0.4%)."""
 TOO_FEW_PROMPTS = "too few prompts"  # what a stratum of fewer than MIN_STRATUM_PROMPTS shows for its verdict
 DEPENDENCE_RULES = ("all", "most")  # a kind's strata must hold in every one, or in more than half
 DEPENDENCE_ALPHA = 0.05
-CI_TAIL = 0.025  # at most how often a class with no effect beyond random is confirmed (measured: 1.0-1.7%)
 """A class is "<kind>-dependent" only where its strata of the kind differ: `groups_differ_p` below this.
 One stratum's CI reaching 0 while another's does not is no test of a difference between them."""
+CI_TAIL = 0.025
+"""At most how often a class with no effect beyond random heads is confirmed: its 95% CI beyond 0 in its
+direction (1.0-1.7% measured on simulated classes of 8 to 64 prompts). Each class is judged alone."""
 
 
 def head_labels(heads: Sequence[Head]) -> list[str]:

@@ -108,8 +108,8 @@ def find_ioi_circuit(
     again. thresholds: `Settings` fields to override (THRESHOLDS); exact_candidates 0 path-patches
     every sender, else steps 1-4 path-patch the senders EAP ranks first (`EAPRanking`; into a
     grouped-query model's keys or values, by its estimate into each receiver's own copy) and step 5
-    every sender. The finding's chose and tested: the
-    families the prompts drew (`drawn_families`), or the templates of the prompts given.
+    every sender. The finding's chose and tested: the families the prompts drew (`drawn_families`), or
+    the templates of the prompts given.
     """
     start = time.perf_counter()
     clean, abc, settings = discovery_prompts(model, n_prompts, seed, prompts, thresholds)  # 1.
