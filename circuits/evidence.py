@@ -66,7 +66,7 @@ DEPENDENCE_ALPHA = 0.05
 One stratum's CI reaching 0 while another's does not is no test of a difference between them."""
 CI_TAIL = 0.025
 """At most how often a class with no effect beyond random heads is confirmed: its 95% CI beyond 0 in its
-direction (1.0-1.7% measured on simulated classes of 8 to 64 prompts). Each class is judged alone."""
+direction. Each class is judged alone."""
 
 
 def head_labels(heads: Sequence[Head]) -> list[str]:
