@@ -38,7 +38,7 @@ from itertools import chain, combinations, product
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from interp.interventions.stats import (
@@ -48,8 +48,10 @@ from interp.interventions.stats import (
     FaithfulnessSummary,
     bootstrap,
     bootstrap_ci,
+    expanded_p,
     faithfulness_summary,
     groups_differ_p,
+    resamples,
 )
 from interp.types import Head, head_label, label_head, upcast
 
@@ -150,6 +152,25 @@ def beyond_per_prompt(effects: Float[Tensor, "set prompt"]) -> Float[Tensor, " p
     return effects[0] - effects[1:].mean(0)
 
 
+def _random_set_draws(
+    effects: Float[Tensor, "set prompt"], seed: int, n_boot: int
+) -> Int[Tensor, "draw n_boot"]:
+    """The random sets each bootstrap resample takes (rows of effects[1:], with replacement), drawn with
+    `seed` + 1: apart from the prompts' stream."""
+    n_sets = effects.shape[0] - 1
+    if n_sets < 1:
+        raise ValueError(
+            "effects holds the class's row only: give at least one random set's effects after it"
+        )
+    generator = torch.Generator().manual_seed(seed + 1)
+    return torch.randint(n_sets, (n_sets, n_boot), generator=generator)
+
+
+def _beyond_resampled(per_set: Float[Tensor, "set n_boot"], draws: Int[Tensor, "draw n_boot"]) -> Tensor:
+    """Per resample, the class's mean (per_set[0]) minus the mean of its resampled random sets' [n_boot]."""
+    return per_set[0] - per_set[1:].gather(0, draws).mean(0)
+
+
 def beyond_ci(
     effects: Float[Tensor, "set prompt"],
     seed: int = 0,
@@ -160,21 +181,47 @@ def beyond_ci(
     resampling the prompts (their `families` first, where given) and, independently, the random sets
     effects[1:]."""
     values = effects.double()
-    n_sets = values.shape[0] - 1
-    if n_sets < 1:
-        raise ValueError(
-            "effects holds the class's row only: give at least one random set's effects after it"
-        )
-    generator = torch.Generator().manual_seed(seed + 1)  # the random sets: apart from the prompts' stream
-    draws = torch.randint(n_sets, (n_sets, n_boot), generator=generator)
+    draws = _random_set_draws(values, seed, n_boot)
 
     def statistic(samples: Tensor) -> Tensor:  # samples [n_boot, prompt] -> [n_boot]
-        per_set = values[:, samples].mean(-1)  # [set, n_boot]
-        return per_set[0] - per_set[1:].gather(0, draws).mean(0)
+        return _beyond_resampled(values[:, samples].mean(-1), draws)
 
     finite = bool(torch.isfinite(values).all())  # else a NaN/inf effect: no CI (NaN)
     low, high = bootstrap(statistic, values.shape[-1], n_boot, seed=seed, defined=finite, families=families)
     return float(low), float(high)
+
+
+P_RESAMPLES = 10_000
+"""Resamples of `beyond_p`: its smallest p, a share 1 / 10,001 of them read at the expanded tail, is
+0.0017 for 14 held-out families and 0.00024 for 64 prompts, below Holm's first threshold for as many
+classes as a report judges (`holm_holds`: 0.025 / 7 = 0.0036 for IOI's seven)."""
+
+
+def beyond_p(
+    effects: Float[Tensor, "set prompt"],
+    sign: int = 1,
+    seed: int = 0,
+    n_boot: int = P_RESAMPLES,
+    families: Sequence[str] | None = None,
+) -> float:
+    """The one-sided p that a class has no effect beyond its random sets in its direction `sign`, on
+    `beyond_ci`'s resampling (`n_boot` resamples): the share of them at or beyond 0 the other way, (1 +
+    count) / (1 + n_boot), read at the units' expanded tail (`expanded_p`: below `CI_TAIL` where the 95%
+    CI excludes 0 in the class's direction, up to the resamples' noise). NaN where an effect is not
+    finite."""
+    values = effects.detach().double().cpu()
+    draws = _random_set_draws(values, seed, n_boot)
+    if not torch.isfinite(values).all():
+        return math.nan
+    n = values.shape[-1]
+    samples = resamples(n, n_boot, seed, families)  # [n_boot, prompt]
+    counts = torch.zeros(n_boot, n, dtype=torch.float64).scatter_add_(
+        1, samples, torch.ones(samples.shape).double()
+    )
+    beyond = _beyond_resampled(values @ counts.T / n, draws)  # each set's resampled mean, as a product
+    against = int((sign * beyond <= 0).sum())
+    units = len(set(families)) if families is not None and len(set(families)) >= 2 else n
+    return expanded_p((1 + against) / (1 + n_boot), units)
 
 
 @dataclass(kw_only=True)
@@ -418,7 +465,9 @@ class ClassVerdict:
     chose it), per stratum (`strata`), one verdict and a note. random_effects: each random set's mean
     held-out effect; per_prompt: the held-out effect beyond random [prompt]; details: the analysis's
     own figures by name, shown by `circuits.sections.class_sections`; differ_p: per dependent kind, the
-    permutation p that its strata share one effect (`strata_differ_p`; empty in files saved before)."""
+    permutation p that its strata share one effect (`strata_differ_p`; empty in files saved before); p:
+    the one-sided p of its pooled held-out effect beyond random (`beyond_p`; NaN where it has no CI, and
+    in files saved before 2026-12-02), which `holm_holds` corrects across a report's classes."""
 
     name: str
     heads: list[str]
@@ -433,6 +482,7 @@ class ClassVerdict:
     per_prompt: Tensor
     details: dict[str, Any] = field(default_factory=dict)
     differ_p: dict[str, float] = field(default_factory=dict)
+    p: float = math.nan
 
     @property
     def random_same_layers(self) -> bool:
@@ -657,6 +707,7 @@ def judge_class(
         note=note,
         per_prompt=per_prompt,
         differ_p=differ_p,
+        p=math.nan if no_baseline else beyond_p(judged, sign, seed, families=judged_families),
     )
 
 
@@ -678,6 +729,23 @@ def dependence_note(
         else:
             note += f", but the {kind} strata differ no more than chance (p = {p:.2g}): no {kind} dependence"
     return note
+
+
+def holm_holds(classes: Sequence[ClassVerdict], alpha: float = CI_TAIL) -> list[str] | None:
+    """Holm's step-down correction over the `classes` that have a held-out CI (those a report judges):
+    the names of those whose pooled effect beyond random holds with a familywise error of at most
+    `alpha`, one-sided as each CI. In order of p, each holds while p <= alpha / (the classes not yet
+    passed); the first that does not stops the rest. None where one of them has no p (a file saved
+    before 2026-12-02)."""
+    judged = sorted((c for c in classes if not any(map(math.isnan, c.heldout.beyond_ci))), key=lambda c: c.p)
+    if any(math.isnan(c.p) for c in judged):
+        return None
+    holds = []
+    for passed, found in enumerate(judged):
+        if found.p > alpha / (len(judged) - passed):
+            break
+        holds.append(found.name)
+    return holds
 
 
 def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:

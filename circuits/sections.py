@@ -38,6 +38,7 @@ from circuits.evidence import (
     StratumDrop,
     StratumFaithfulness,
     faithfulness_verdict,
+    holm_holds,
 )
 from circuits.output import check_format
 from interp.interventions.stats import FaithfulnessSummary
@@ -317,17 +318,40 @@ def _class_line(found: ClassVerdict) -> str:
     )
 
 
-def _multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
-    """Where two or more classes have a held-out CI: that each is judged alone, and how many of them
-    chance alone could confirm (no correction for multiple comparisons)."""
+NO_P_VALUES = (
+    "This file holds no p-values (saved before 2026-12-02): rerun its command for Holm's correction."
+)
+
+
+def multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
+    """Where two or more classes have a held-out CI: that each is judged alone, how many of them chance
+    alone could confirm, and which of those confirmed keep their pooled effect after Holm's correction
+    over them (`holm_holds`; a file without p-values says so)."""
     judged = [c for c in classes if not any(map(math.isnan, c.heldout.beyond_ci))]  # NaN: no random heads
     if len(judged) < 2:
         return []
-    return [
+    chance = (
         f"{len(judged)} classes judged, each alone: one with no effect beyond random heads has its 95% CI "
-        f"beyond 0 in its direction at most about {CI_TAIL:.1%} of the time, so, with no correction for "
-        f"multiple comparisons, up to about {CI_TAIL * len(judged):.1f} of them could be confirmed by chance "
-        "if none had an effect."
+        f"beyond 0 in its direction at most about {CI_TAIL:.1%} of the time, so up to about "
+        f"{CI_TAIL * len(judged):.1f} of them could be confirmed by chance if none had an effect."
+    )
+    holds = holm_holds(judged)
+    if holds is None:
+        return [f"{chance} {NO_P_VALUES}"]
+    beyond = [c for c in judged if c.verdict != "unconfirmed"]  # their pooled effect is beyond random
+    lost = [c for c in beyond if c.name not in holds]
+    if not beyond:
+        corrected = "none is beyond random heads, so none to correct"
+    elif not lost:
+        corrected = "every class confirmed (or <kind>-dependent) keeps its pooled effect beyond random heads"
+    else:
+        names = ", ".join(f"{c.name} (p {c.p:.2g})" for c in lost)
+        kept = len(beyond) - len(lost)
+        corrected = (f"{kept} of the {len(beyond)} classes confirmed (or <kind>-dependent) keep their pooled "
+                     f"effect beyond random heads; not {names}")  # fmt: skip
+    return [
+        f"{chance} Holm's correction over the {len(judged)} (familywise error at most {CI_TAIL:.1%}, "
+        f"one-sided as each CI; p: the column): {corrected}."
     ]
 
 
@@ -379,16 +403,17 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
         return ["held out only" if c.discovery is None else signed(c.discovery.beyond, digits)]
 
     table = Table(
-        columns=["class", "heads", *[title for title, _ in details], *figures, "95% CI", "verdict"],
+        columns=["class", "heads", *[title for title, _ in details], *figures, "95% CI", "p", "verdict"],
         rows=[
             [c.name, " ".join(c.heads), *[cell(c) for _, cell in details], *chosen(c),
-             signed(c.heldout.beyond, digits), ci_text(c.heldout.beyond_ci, digits), c.verdict]
+             signed(c.heldout.beyond, digits), ci_text(c.heldout.beyond_ci, digits),
+             "n/a" if math.isnan(c.p) else f"{c.p:.2g}", c.verdict]
             for c in classes
         ],
     )  # fmt: skip
     head_classes = Section(
         title="Head classes (held out)",
-        lines=[_class_line(c) for c in classes] + _multiplicity_lines(classes) or ["no head was kept"],
+        lines=[_class_line(c) for c in classes] + multiplicity_lines(classes) or ["no head was kept"],
         table=table,
         notes=view.notes,
         figures=view.figures,

@@ -2,6 +2,7 @@
 analyses use, families resampled where the claim is about new families, and random baselines that do
 not rest on which sets the seed repeated. Each property is checked on data drawn with a known truth."""
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -279,18 +280,22 @@ def test_a_class_with_no_random_heads_shows_no_effect_beyond_random():
     assert "other layers" not in _class_line(judged) and "fewer heads" not in _class_line(judged)
 
 
+def null_classes(n_classes: int, n_prompts: int = 24, seed: int = 0) -> list:
+    """Classes with no effect beyond their 5 random sets, judged on `n_prompts` prompts each."""
+    generator = torch.Generator().manual_seed(seed)
+    found = HeadClass(name="null", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4, 5)])
+    effects = torch.randn(n_classes, 6, n_prompts, generator=generator, dtype=torch.float64)
+    return [dataclasses.replace(judge_class(found, e), name=f"null {i}") for i, e in enumerate(effects)]
+
+
 def test_a_report_says_how_many_of_its_classes_chance_alone_could_confirm():
-    """Each class is judged alone, with no correction for multiple comparisons: the report says how
-    many classes it judged and how many chance could confirm, at the rate a class with no effect beyond
-    random heads is confirmed, measured here on 400 such classes of 24 prompts and 5 random sets."""
+    """Each class is judged alone: the report says how many classes it judged and how many chance could
+    confirm, at the rate a class with no effect beyond random heads is confirmed, measured here on 400
+    such classes of 24 prompts and 5 random sets."""
     from circuits.evidence import CI_TAIL
     from circuits.sections import ClassView, class_sections
 
-    generator = torch.Generator().manual_seed(0)
-    found = HeadClass(name="null", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4, 5)])
-    judged = [
-        judge_class(found, torch.randn(6, 24, generator=generator, dtype=torch.float64)) for _ in range(400)
-    ]
+    judged = null_classes(400)
     rate = sum(c.verdict == "confirmed" for c in judged) / len(judged)
     assert rate <= CI_TAIL + binomial_band(CI_TAIL, len(judged))
     lines = class_sections(judged[:28], ClassView())[0].lines
@@ -299,3 +304,56 @@ def test_a_report_says_how_many_of_its_classes_chance_alone_could_confirm():
         and "up to about 0.7 of them could be confirmed by chance" in lines[-1]
     )
     assert not any("judged, each alone" in line for line in class_sections(judged[:1], ClassView())[0].lines)
+
+
+def test_a_class_s_p_is_below_the_ci_tail_where_its_ci_excludes_zero():
+    """`beyond_p` reads its resamples where the CI reads its bound (`expanded_p` inverts
+    `expanded_tail`), so on classes whose effect is near the edge of significance, p < 0.025 agrees with
+    the CI's verdict but for the two bootstraps' own noise (1,000 resamples for the CI, 10,000 for p)."""
+    from circuits.evidence import CI_TAIL, ci_verdict
+    from interp.interventions.stats import expanded_p
+
+    for n in (4, 14, 64):
+        for tail in (1e-4, 0.003, expanded_tail(n), 0.2):
+            assert expanded_tail(n, 1 - 2 * expanded_p(tail, n)) == pytest.approx(tail, rel=1e-9)
+    assert expanded_p(expanded_tail(14), 14) == pytest.approx(CI_TAIL)
+    generator = torch.Generator().manual_seed(1)
+    found = HeadClass(name="edge", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4, 5)])
+    agree = []
+    for shift in torch.linspace(0.0, 0.9, 60).tolist():
+        effects = torch.randn(6, 24, generator=generator, dtype=torch.float64)
+        effects[0] += shift
+        judged = judge_class(found, effects)
+        agree.append((judged.p < CI_TAIL) == (ci_verdict(judged.heldout.beyond_ci) == "confirmed"))
+    assert sum(agree) >= 56  # the disagreements are classes at the edge, within the bootstraps' noise
+
+
+def test_holm_s_correction_bounds_the_familywise_error_and_keeps_real_effects():
+    """Reports of 8 classes with no effect: uncorrected, some class in about 8 x 1.5% of them is
+    confirmed; after Holm's correction (`holm_holds`), in at most 2.5%. Classes with a real effect keep
+    theirs, and the report names a confirmed class the correction drops."""
+    from circuits.evidence import CI_TAIL, holm_holds
+    from circuits.sections import ClassView, class_sections
+
+    reports = [null_classes(8, seed=seed) for seed in range(1, 151)]
+    wrong = sum(bool(holm_holds(classes)) for classes in reports) / len(reports)
+    uncorrected = sum(any(c.verdict == "confirmed" for c in classes) for classes in reports) / len(reports)
+    assert wrong <= CI_TAIL + binomial_band(CI_TAIL, len(reports)) and uncorrected > wrong
+    generator = torch.Generator().manual_seed(2)
+    found = HeadClass(name="real", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4, 5)])
+
+    def judged(shift: float, name: str):
+        effects = torch.randn(6, 24, generator=generator, dtype=torch.float64)
+        effects[0] += shift
+        return dataclasses.replace(judge_class(found, effects), name=name)
+
+    real = [judged(2.0, "real 0"), judged(2.0, "real 1")]  # strong effects
+    edge = (judged(shift, "real 2") for shift in torch.linspace(0.3, 1.0, 40).tolist())
+    real.append(next(c for c in edge if c.verdict == "confirmed" and c.p > CI_TAIL / 7))  # confirmed alone
+    assert [c.verdict for c in real] == ["confirmed"] * 3
+    classes = real + null_classes(6, seed=0)
+    assert holm_holds(classes) == ["real 0", "real 1"]
+    line = class_sections(classes, ClassView())[0].lines[-1]
+    assert "Holm's correction over the 9" in line and f"not real 2 (p {real[2].p:.2g})" in line
+    saved_before = [dataclasses.replace(c, p=math.nan) for c in classes]
+    assert "holds no p-values" in class_sections(saved_before, ClassView())[0].lines[-1]

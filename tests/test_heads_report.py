@@ -335,9 +335,11 @@ def test_an_older_head_report_file_reads_as_the_finding_with_the_same_numbers(tm
     """A HeadReport file (what --save wrote before the Finding: the whole table, the settings as a dict),
     made here from a fresh toy-induction finding, reads as the Finding "heads": every column of its
     table and its CSV the same, each class the same figures (not its per-sequence ones, which such a
-    file does not hold), and the same report but for the strata's CIs and whether the lengths differ
-    (`ClassVerdict.differ_p`), which it does not hold either."""
+    file does not hold), and the same report but for the strata's CIs, whether the lengths differ
+    (`ClassVerdict.differ_p`) and the classes' p-values with Holm's correction (`ClassVerdict.p`), which
+    it does not hold either."""
     from circuits.results_file import load_result
+    from circuits.sections import NO_P_VALUES
     from interp.io.serialize import encode
 
     finding = head_report(interp.load_model("toy-induction"), n_samples=8)
@@ -367,8 +369,11 @@ def test_an_older_head_report_file_reads_as_the_finding_with_the_same_numbers(tm
             (s.name, s.beyond, s.holds) for s in new.strata
         ]
     ci = re.compile(r"\[[-+]\d+\.\d\d, [-+]\d+\.\d\d\] \| (yes|no) \| [\d.e-]* \|$")  # CI, verdict, p
+    p = re.compile(r"\| \d[\d.e-]* \| ([a-z][a-z-]*) \|$")  # a class's p, verdict
+    holm = re.compile(r"(if none had an effect\.) Holm's correction .*$")
     fresh = render_markdown(finding_report(finding)).splitlines()
-    new = [ci.sub(r"(no CI) | \1 |  |", line) for line in fresh]
+    new = [p.sub(r"| n/a | \1 |", ci.sub(r"(no CI) | \1 |  |", line)) for line in fresh]
+    new = [holm.sub(rf"\1 {NO_P_VALUES}", line) for line in new]
     assert render_markdown(finding_report(loaded)).splitlines() == new
 
 

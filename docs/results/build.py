@@ -458,9 +458,15 @@ RENDERERS = {
 
 
 def saved_section(section: dict[str, Any]) -> list[str]:
+    """A saved result's summary, then (a Finding's) how many of its classes chance alone could confirm and
+    which of them Holm's correction keeps."""
+    from circuits.sections import multiplicity_lines
+
     kind = json.loads((DATA / section["saved"]).read_text())["kind"]
     result = saved_result(section["saved"])
-    return RENDERERS[getattr(result, "analysis", kind)](result)
+    return RENDERERS[getattr(result, "analysis", kind)](result) + multiplicity_lines(
+        getattr(result, "classes", [])
+    )
 
 
 def section_text(section: dict[str, Any]) -> list[str]:

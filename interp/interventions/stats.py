@@ -84,6 +84,20 @@ def expanded_tail(n: int, level: float = 0.95) -> float:
     return NormalDist().cdf(-math.sqrt(max(n, 2) / df) * t)
 
 
+def expanded_p(tail: float, n: int) -> float:
+    """The one-sided p-value of the expanded percentile interval: the p whose two-sided (1 - 2p) interval
+    from n units has its bound where a share `tail` of the resamples lies beyond it (`expanded_tail(n,
+    1 - 2p) = tail`). A 95% CI excludes 0 on one side where the share of resamples on the other side is
+    below `expanded_tail(n)`, which is where this p is below 0.025. tail >= 0.5: p = tail."""
+    if tail >= 0.5:
+        return tail
+    low, high = 1e-12, 0.5  # expanded_tail(n, 1 - 2p) rises with p
+    for _ in range(100):
+        middle = math.sqrt(low * high)  # bisection in log p: p spans orders of magnitude
+        low, high = (middle, high) if expanded_tail(n, 1 - 2 * middle) < tail else (low, middle)
+    return high
+
+
 def bootstrap(
     statistic: Callable[[Tensor], Tensor],
     n: int,
