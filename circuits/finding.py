@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from rich.console import Console
 
-from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness, holm_holds
+from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness, holm
 from circuits.sections import (
     FORMATS,
     ClassView,
@@ -116,12 +116,12 @@ class Finding:
         raise KeyError(f"no class {name!r}; the classes are {', '.join(c.name for c in self.classes)}")
 
     def json_data(self) -> dict[str, Any]:
-        """What `--format json` holds: every standard field, the effects' sign, the classes whose pooled
-        effect beyond random survives Holm's correction over them (`holm_holds`; None: a file without
-        p-values), the extras' fields."""
+        """What `--format json` holds: every standard field, the effects' sign, whether each class's pooled
+        effect beyond random survives Holm's correction over them (`evidence.holm`: true, false, null
+        where its resamples cannot tell; null for a file without p-values), the extras' fields."""
         standard = {name: value for name, value in vars(self).items() if name != "extras"}
-        holm = holm_holds(self.classes)
-        return {**standard, "effect_sign": EFFECT_SIGN, "holm_holds": holm, **self.extras.json_fields(self)}
+        corrected = holm(self.classes)
+        return {**standard, "effect_sign": EFFECT_SIGN, "holm": corrected, **self.extras.json_fields(self)}
 
     def family_lines(self) -> list[str]:
         """ "chose: templates T0, T1; names ..." and "tested: ...": the families of each side by axis."""

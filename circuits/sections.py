@@ -38,7 +38,7 @@ from circuits.evidence import (
     StratumDrop,
     StratumFaithfulness,
     faithfulness_verdict,
-    holm_holds,
+    holm,
 )
 from circuits.output import check_format
 from interp.interventions.stats import FaithfulnessSummary
@@ -326,7 +326,7 @@ NO_P_VALUES = (
 def multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
     """Where two or more classes have a held-out CI: that each is judged alone, how many of them chance
     alone could confirm, and which of those confirmed keep their pooled effect after Holm's correction
-    over them (`holm_holds`; a file without p-values says so)."""
+    over them (`evidence.holm`; a file without p-values says so)."""
     judged = [c for c in classes if not any(map(math.isnan, c.heldout.beyond_ci))]  # NaN: no random heads
     if len(judged) < 2:
         return []
@@ -335,24 +335,38 @@ def multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
         f"beyond 0 in its direction at most about {CI_TAIL:.1%} of the time, so up to about "
         f"{CI_TAIL * len(judged):.1f} of them could be confirmed by chance if none had an effect."
     )
-    holds = holm_holds(judged)
-    if holds is None:
+    corrected = holm(judged)
+    if corrected is None:
         return [f"{chance} {NO_P_VALUES}"]
-    beyond = [c for c in judged if c.verdict != "unconfirmed"]  # their pooled effect is beyond random
-    lost = [c for c in beyond if c.name not in holds]
-    if not beyond:
-        corrected = "none is beyond random heads, so none to correct"
-    elif not lost:
-        corrected = "every class confirmed (or <kind>-dependent) keeps its pooled effect beyond random heads"
+    claimed = [c for c in judged if c.verdict == "confirmed" or c.verdict.endswith("-dependent")]
+    lost = [c for c in claimed if corrected[c.name] is False]
+    unsure = [c for c in claimed if corrected[c.name] is None]
+    kept = len(claimed) - len(lost) - len(unsure)
+    if not claimed:
+        outcome = "no class is confirmed (or <kind>-dependent), so there is none to correct"
+    elif kept == len(claimed):
+        outcome = "every class confirmed (or <kind>-dependent) keeps its pooled effect beyond random heads"
     else:
-        names = ", ".join(f"{c.name} (p {c.p:.2g})" for c in lost)
-        kept = len(beyond) - len(lost)
-        corrected = (f"{kept} of the {len(beyond)} classes confirmed (or <kind>-dependent) keep their pooled "
-                     f"effect beyond random heads; not {names}")  # fmt: skip
+        outcome = (f"{kept} of the {len(claimed)} classes confirmed (or <kind>-dependent) keep their pooled "
+                   "effect beyond random heads")  # fmt: skip
+        if lost:
+            outcome += "; not " + ", ".join(f"{c.name} (p {c.p:.2g})" for c in lost)
+        if unsure:
+            outcome += (
+                "; its resamples cannot tell for "
+                + ", ".join(f"{c.name} (p < {c.p:.2g})" for c in unsure)
+                + ": none of them lay on the other side of 0, and with so few held-out units that bound is "
+                "above the correction's threshold"
+            )
     return [
         f"{chance} Holm's correction over the {len(judged)} (familywise error at most {CI_TAIL:.1%}, "
-        f"one-sided as each CI; p: the column): {corrected}."
+        f"one-sided as each CI; p: the column): {outcome}."
     ]
+
+
+def _p_cell(found: ClassVerdict) -> str:
+    """A class's p: "0.012", "< 0.0017" where it is only a bound, "n/a" where the file holds none."""
+    return "n/a" if math.isnan(found.p) else f"{'< ' * found.p_bound}{found.p:.2g}"
 
 
 def _holds_cell(stratum: StratumDrop) -> str:
@@ -407,7 +421,7 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
         rows=[
             [c.name, " ".join(c.heads), *[cell(c) for _, cell in details], *chosen(c),
              signed(c.heldout.beyond, digits), ci_text(c.heldout.beyond_ci, digits),
-             "n/a" if math.isnan(c.p) else f"{c.p:.2g}", c.verdict]
+             _p_cell(c), c.verdict]
             for c in classes
         ],
     )  # fmt: skip
