@@ -353,10 +353,10 @@ def multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
             outcome += "; not " + ", ".join(f"{c.name} (p {c.p:.2g})" for c in lost)
         if unsure:
             outcome += (
-                "; its resamples cannot tell for "
+                "; the resamples cannot tell for "
                 + ", ".join(f"{c.name} (p < {c.p:.2g})" for c in unsure)
-                + ": none of them lay on the other side of 0, and with so few held-out units that bound is "
-                "above the correction's threshold"
+                + ": none lay on the other side of 0, and with so few held-out units the least p they can "
+                "show is above the correction's threshold"
             )
     return [
         f"{chance} Holm's correction over the {len(judged)} (familywise error at most {CI_TAIL:.1%}, "
