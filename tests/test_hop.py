@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -237,7 +238,7 @@ def older_hop_file(saved: Path, older: Path) -> None:
 def test_an_older_hop_file_reads_with_the_same_numbers_and_renders_the_same(toy_hop_result, tmp_path):
     """A HopResult (saved before 2026-11-29), with its hops as HopLookups and paths as HopPaths, a hop with
     no head among them, reads as the Finding a fresh run makes; the per-prompt effects, which it does not
-    hold, empty."""
+    hold, empty, and the classes' p-values NaN (its report says so)."""
     none_found = hop_report(interp.load_model("toy-hop"), n_sequences=32, n_random=2, min_attention=0.9)
     assert none_found.classes[-1].verdict == "not found" and not none_found.classes[-1].heads
     for result in (toy_hop_result, none_found):
@@ -256,9 +257,14 @@ def test_an_older_hop_file_reads_with_the_same_numbers_and_renders_the_same(toy_
                 "per_prompt": fresh.per_prompt,
                 "heldout": replace(found.heldout, random_drop=fresh.heldout.random_drop),
                 "details": {**found.details, **{k: v for k, v in fresh.details.items() if k == "side"}},
-            }  # an older file kept no side a hop's heads attend to
+                "p": fresh.p,
+                "p_bound": fresh.p_bound,
+            }  # an older file kept no side a hop's heads attend to, nor a class's p
             assert encode(replace(found, **same)) == encode(fresh)  # NaN equals NaN here
-        assert render_markdown(finding_report(read)) == render_markdown(finding_report(result))
+        without_p = [replace(c, p=math.nan, p_bound=False) for c in result.classes]
+        paths = [replace(c, p=math.nan, p_bound=False) for c in result.extras.paths]
+        fresh = replace(result, classes=without_p, extras=replace(result.extras, paths=paths))
+        assert render_markdown(finding_report(read)) == render_markdown(finding_report(fresh))
 
 
 def test_hop_attention_leaves_out_sequences_where_two_hops_share_a_position():

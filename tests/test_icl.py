@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -291,8 +292,8 @@ def test_an_older_icl_file_reads_with_the_same_numbers_and_renders_the_same(
 ):
     """An ICLResult (saved before 2026-11-29), its classes as ClassVerdicts or, older, as ICL's own
     record (ClassEffect), reads as the Finding a fresh run makes: the same figures, documents and
-    settings (the split as the sizes it made; the ClassEffect holds neither the per-document effect
-    nor the random sets' pooled mean, made of theirs)."""
+    settings (the split as the sizes it made; the ClassEffect holds neither the per-document effect,
+    the class's p nor the random sets' pooled mean, made of theirs)."""
     older_icl_file(toy_result, tmp_path / "icl.json", tmp_path / "older.json", class_effects)
     read = load_result(tmp_path / "older.json")
     assert_same_finding_figures(read, toy_result)
@@ -304,9 +305,15 @@ def test_an_older_icl_file_reads_with_the_same_numbers_and_renders_the_same(
             assert len(found.per_prompt) == 0 and len(judged.per_prompt) == found.heldout.n_prompts
             assert found.heldout.random_drop == pytest.approx(judged.heldout.random_drop, abs=1e-6)
             heldout = dataclasses.replace(found.heldout, random_drop=judged.heldout.random_drop)
-            found = dataclasses.replace(found, heldout=heldout, per_prompt=judged.per_prompt)
+            found = dataclasses.replace(
+                found, heldout=heldout, per_prompt=judged.per_prompt, p=judged.p, p_bound=judged.p_bound
+            )
         assert encode(found) == encode(judged)
-    assert render_markdown(finding_report(read)) == render_markdown(finding_report(toy_result))
+    fresh = toy_result
+    if class_effects:  # no p either: the report shows n/a
+        without_p = [dataclasses.replace(c, p=math.nan, p_bound=False) for c in toy_result.classes]
+        fresh = dataclasses.replace(toy_result, classes=without_p)
+    assert render_markdown(finding_report(read)) == render_markdown(finding_report(fresh))
 
 
 def test_bad_input_says_what_to_pass(toy):

@@ -469,8 +469,9 @@ def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and
     figures flat, `writes` (None for a class that does not write), `heterogeneity` a tuple, `holds_in`,
     `confirmed`) in an IOICircuitResult: a toy-ioi result rewritten into that form loads into the same
     ClassVerdicts, bar what such files lack (the random sets and their effects, the per-prompt effect,
-    the drop's CI, the strata's permutation p) and hold besides (Cochran's Q over templates, under
-    details), and renders the same (bar the note on random sets from other layers and the p)."""
+    the drop's CI, the strata's permutation p, the class's p) and hold besides (Cochran's Q over
+    templates, under details), and renders the same (bar the note on random sets from other layers and
+    the p-values)."""
     result = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=32, seed=0)
     saved, older = tmp_path / "new.json", tmp_path / "older.json"
     save_result(result, saved)
@@ -495,7 +496,7 @@ def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and
         assert [getattr(again, key) for key in kept] == [getattr(found, key) for key in kept]
         assert again.details.pop("heterogeneity") == {"Q": 1.5, "df": 3, "p": 0.68, "I2": 0.0}
         assert again.details == found.details and again.differ_p == {}
-        found.differ_p = {}  # what such files lack: rendered the same without it
+        found.differ_p, found.p, found.p_bound = {}, math.nan, False  # what such files lack: rendered so
         assert again.heldout == dataclasses.replace(found.heldout, drop_ci=again.heldout.drop_ci)
         assert all(math.isnan(bound) for bound in again.heldout.drop_ci)
         assert again.random_sets == again.random_effects == [] and len(again.per_prompt) == 0
