@@ -723,7 +723,8 @@ def test_mean_ablation_takes_one_mean_per_template_and_length(smollm2):
 def test_sweeps_with_heads_mean_ablated_equal_runs_under_hand_written_hooks(planted):
     """Step 5's path patching and EAP with heads mean-ablated (the engine's base interventions) equal
     the same under hooks that write the ABC prompts' mean z by hand (one template, one length here:
-    one mean per position), the clean, ABC and patched runs all ablated."""
+    one mean per position), the clean, ABC and patched runs all ablated; `EAPRanking` path-patches every
+    sender of such a sweep."""
     model, clean, abc, _ = planted
     ablated = [(1, 0), (2, 1)]
     ablation = MeanAblation(model, abc)
@@ -750,6 +751,10 @@ def test_sweeps_with_heads_mean_ablated_equal_runs_under_hand_written_hooks(plan
     torch.testing.assert_close(scores.scores, eap.scores, atol=1e-5, rtol=1e-4)
     unablated = path_patching_effects(model, clean, abc, None, senders=senders)
     assert not torch.allclose(effects, unablated, equal_nan=True, atol=1e-3)  # the ablation matters
+    ranking = EAPRanking(n_exact=1)  # 5 senders would be ranked, but not with heads ablated: all patched
+    ranked = ranking(model, clean, abc, None, senders=senders, ablated=(ablation, ablated))
+    torch.testing.assert_close(ranked, effects, equal_nan=True)
+    assert ranking.path_patched.sum() == len(senders)
 
 
 def grouped_query_model(seed: int = 0, post_norm: bool = False) -> interp.HookedTransformer:

@@ -16,7 +16,7 @@ from circuits.discovery import eap_drops, exact_candidates
 from circuits.evidence import every_head
 from interp import edges
 from interp.interventions.ablation import Ablation, Replacement, ablated_metrics, ablation_sites
-from interp.interventions.engine import RunOptions, intervened, read_with_grad
+from interp.interventions.engine import RunOptions, read_with_grad
 from interp.interventions.path_patching import PathPatcher
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, as_stage
@@ -99,7 +99,6 @@ def own_copy_eap_drops(
     receiver_input: str,
     position: str,
     senders: Sequence[Head],
-    ablated: tuple[MeanAblation, Sequence[Head]] | None = None,
 ) -> Tensor:
     """EAP's estimate of each sender's drop (logits) along its direct paths into the receivers' own
     copies of their key or value (`receiver_input`) at IOI position `position`, as path patching's
@@ -107,8 +106,7 @@ def own_copy_eap_drops(
     graph's writer: `edges.writer_outputs`) . (the gradient of the logit diff with respect to the
     residual stream each later receiver's copy reads there), summed over those receivers, [layer,
     head] (NaN: not a sender). The edge graph's key and value readers are key/value heads, whose
-    scores add up the copies of their group. ablated: (mean ablation, heads) mean-ablated in every
-    run."""
+    scores add up the copies of their group."""
     inputs = {layer: interp.act_name(f"{receiver_input}_input", layer) for layer, _ in receivers}
     writers = edges.edge_graph(model).writers
 
@@ -116,15 +114,14 @@ def own_copy_eap_drops(
         """[n_senders, batch]: each sender's estimated change of the logit diff, patched - clean."""
         rows, pos = torch.arange(len(group)), group.positions[position].to(model.device)
         tokens, abc_tokens = group.tokens.to(model.device), group_abc.tokens.to(model.device)
-        with intervened(model, [] if ablated is None else ablated[0].interventions(ablated[1], group)):
-            with torch.no_grad():  # ABC - clean: [writer, batch, pos, d_model] (`edges.writer_outputs`)
-                change = edges.writer_outputs(model, tokens, edges.writer_outputs(model, abc_tokens))
-            with (
-                model.settings(ungroup_grouped_query_attention=True),
-                read_with_grad(model, inputs.values()) as acts,
-            ):
-                logit_diff = group.logit_diff(model(tokens))
-                grads = torch.autograd.grad(logit_diff.sum(), [acts[name] for name in inputs.values()])
+        with torch.no_grad():  # ABC - clean: [writer, batch, pos, d_model] (`edges.writer_outputs`)
+            change = edges.writer_outputs(model, tokens, edges.writer_outputs(model, abc_tokens))
+        with (
+            model.settings(ungroup_grouped_query_attention=True),
+            read_with_grad(model, inputs.values()) as acts,
+        ):
+            logit_diff = group.logit_diff(model(tokens))
+            grads = torch.autograd.grad(logit_diff.sum(), [acts[name] for name in inputs.values()])
         gradient = dict(zip(inputs, grads, strict=True))  # layer -> [batch, pos, head, d_model]
         changes = []
         for layer, head in senders:
@@ -177,18 +174,19 @@ EXHAUSTIVE_RATIO = 3  # senders per exact candidate up to which `EAPRanking` pat
 
 
 class EAPRanking:
-    """The `SenderEffects` strategy that path-patches only the `n_exact` senders EAP ranks first by
-    |estimated drop| and every sender whose |estimate| is at least `min_estimate` (logits); the others
-    keep the estimate: minus the sum of the sender's edges' EAP scores into the receivers'
-    `receiver_input` at `position` (or into the logits). The unablated attribution (one backward pass)
-    and the path patcher's cached runs are made once and reused by every later step; a call with heads
-    ablated attributes with them ablated. Into the receivers' keys or values on a grouped-query model
-    the estimate is into each receiver's own copy (`own_copy_eap_drops`, one backward pass per call), as
-    path patching's: the edge graph's key and value readers add up their group's copies. Where the
-    senders are at most EXHAUSTIVE_RATIO times `n_exact`, every one is path-patched: the ranking would
-    save few runs, and EAP's linear estimate can miss a large path (Gemma 3's L5H3 into the
-    S-inhibition heads' values: +0.2% estimated, +10% path-patched). path_patched: the senders the last
-    call path-patched [layer, head] (bool; the other senders keep the estimate)."""
+    """The `SenderEffects` strategy that path-patches only the `n_exact` senders EAP ranks first by |estimated
+    drop| and every sender whose |estimate| is at least `min_estimate` (logits); the others keep the
+    estimate: minus the sum of the sender's edges' EAP scores into the receivers' `receiver_input` at
+    `position` (or into the logits). The unablated attribution (one backward pass) and the path patcher's
+    cached runs are made once and reused by every later step; a call with heads ablated path-patches every
+    sender (an attribution under the ablation would be a pass of its own, and IOI's one such step, backup
+    name movers, path-patches them all anyway). Into the receivers' keys or values on a grouped-query
+    model the estimate is into each receiver's own copy (`own_copy_eap_drops`, one backward pass per
+    call), as path patching's: the edge graph's key and value readers add up their group's copies. Where
+    the senders are at most EXHAUSTIVE_RATIO times `n_exact`, every one is path-patched: the ranking would
+    save few runs, and EAP's linear estimate can miss a large path (Gemma 3's L5H3 into the S-inhibition
+    heads' values: +0.2% estimated, +10% path-patched). path_patched: the senders the last call
+    path-patched [layer, head] (bool; the other senders keep the estimate)."""
 
     def __init__(self, n_exact: int = 16, min_estimate: float = float("inf")):
         self.n_exact = n_exact
@@ -216,25 +214,17 @@ class EAPRanking:
         exact = lambda chosen: path_patching_effects(  # noqa: E731
             model, clean, abc, receivers or None, receiver_input, position, chosen, ablated, self._patchers
         )
-        if len(senders) <= EXHAUSTIVE_RATIO * self.n_exact:  # few senders: the exhaustive sweep
+        if ablated is not None or len(senders) <= EXHAUSTIVE_RATIO * self.n_exact:  # the exhaustive sweep
             effects = exact(given)
             self.path_patched = effects.isfinite()
             return effects
         if shared_by_a_group(model, receiver_input):
-            estimate = own_copy_eap_drops(
-                model, clean, abc, receivers, receiver_input, position, senders, ablated
-            )
+            estimate = own_copy_eap_drops(model, clean, abc, receivers, receiver_input, position, senders)
             return self._exact_where_chosen(estimate, senders, exact)
-        key = position if receivers else "all"
-        if ablated is None:
-            cached = self._attribution
-            if cached is None or cached[0] is not model or cached[1] is not clean:
-                self._attribution = cached = (model, clean, ioi_edge_attribution(model, clean, abc))
-            scores = cached[2][key]
-        else:
-            base = ablated[0].interventions(ablated[1], clean)
-            positions = {key: position if receivers else None}
-            scores = ioi_edge_attribution(model, clean, abc, positions, base)[key]
+        cached = self._attribution
+        if cached is None or cached[0] is not model or cached[1] is not clean:
+            self._attribution = cached = (model, clean, ioi_edge_attribution(model, clean, abc))
+        scores = cached[2][position if receivers else "all"]
         readers = sorted({f"a{layer}.h{head}<{receiver_input}>" for layer, head in receivers} or {"logits"})
         return self._exact_where_chosen(eap_drops(model, scores, senders, readers), senders, exact)
 
