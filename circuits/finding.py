@@ -27,6 +27,7 @@ from circuits.sections import (
     Report,
     Section,
     class_sections,
+    correction_headline,
     faithfulness_section,
     write_sections,
 )
@@ -133,11 +134,12 @@ class Finding:
 
 
 def finding_report(finding: Finding, wide: bool = True, **options: Any) -> Report:
-    """The report: the analysis's headline, what chose and what tested, the analysis's sections on what
-    discovery found, the standard sections (the classes with their verdicts, the per-stratum and
-    per-family table, faithfulness where the analysis measures it), then the analysis's own sections.
-    `wide`: every column (see `Extras.class_view`); options: the analysis's own, which its sections
-    take (`Extras.discovery_sections`)."""
+    """The report: the analysis's headline (and the classes Holm's correction drops, where it drops any:
+    `correction_headline`), what chose and what tested, the analysis's sections on what discovery found,
+    the standard sections (the classes with their verdicts, the per-stratum and per-family table,
+    faithfulness where the analysis measures it), then the analysis's own sections. `wide`: every column
+    (see `Extras.class_view`); options: the analysis's own, which its sections take
+    (`Extras.discovery_sections`)."""
     extras = finding.extras
     chose = Section(
         title="What chose and what tested",
@@ -153,7 +155,7 @@ def finding_report(finding: Finding, wide: bool = True, **options: Any) -> Repor
         held_out.append(faithfulness_section(finding.faithfulness, finding.faithfulness_strata, kept))
     return Report(
         title=extras.title(finding),
-        headline=extras.headline(finding),
+        headline=[*extras.headline(finding), *correction_headline(finding.classes)],
         sections=[
             chose,
             *extras.discovery_sections(finding, wide, **options),

@@ -323,11 +323,53 @@ NO_P_VALUES = (
 )
 
 
+@dataclass(kw_only=True)
+class Correction:
+    """Holm's correction over a report's judged classes (`evidence.holm`): the classes judged (with a
+    held-out CI), those confirmed (or <kind>-dependent), and of those the ones it drops and the ones
+    whose resamples cannot tell; held: None for a file without p-values."""
+
+    judged: list[ClassVerdict]
+    claimed: list[ClassVerdict]
+    lost: list[ClassVerdict]
+    unsure: list[ClassVerdict]
+    held: dict[str, bool | None] | None
+
+    @classmethod
+    def of(cls, classes: Sequence[ClassVerdict]) -> Correction:
+        judged = [c for c in classes if not any(map(math.isnan, c.heldout.beyond_ci))]  # NaN: no baseline
+        claimed = [c for c in judged if c.verdict == "confirmed" or c.verdict.endswith("-dependent")]
+        held = holm(judged)
+        lost = [c for c in claimed if held is not None and held[c.name] is False]
+        unsure = [c for c in claimed if held is not None and held[c.name] is None]
+        return cls(judged=judged, claimed=claimed, lost=lost, unsure=unsure, held=held)
+
+    def dropped(self) -> str:
+        """ "not A (p 0.016); the resamples cannot tell for B (p < 0.0097)": the claimed classes it
+        drops and those it cannot tell ("" where none)."""
+        parts = [f"not {', '.join(f'{c.name} (p {c.p:.2g})' for c in self.lost)}"] if self.lost else []
+        if self.unsure:
+            parts.append(
+                "the resamples cannot tell for " + ", ".join(f"{c.name} (p < {c.p:.2g})" for c in self.unsure)
+            )
+        return "; ".join(parts)
+
+
+def correction_headline(classes: Sequence[ClassVerdict]) -> list[str]:
+    """The headline's line where Holm's correction over two or more classes drops a confirmed class or
+    cannot tell (none otherwise: the classes section has the correction in full)."""
+    correction = Correction.of(classes)
+    if len(correction.judged) < 2 or not correction.dropped():
+        return []
+    return [f"Corrected for the {len(correction.judged)} classes judged (Holm): {correction.dropped()}."]
+
+
 def multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
     """Where two or more classes have a held-out CI: that each is judged alone, how many of them chance
     alone could confirm, and which of those confirmed keep their pooled effect after Holm's correction
     over them (`evidence.holm`; a file without p-values says so)."""
-    judged = [c for c in classes if not any(map(math.isnan, c.heldout.beyond_ci))]  # NaN: no random heads
+    correction = Correction.of(classes)
+    judged, claimed = correction.judged, correction.claimed
     if len(judged) < 2:
         return []
     chance = (
@@ -335,28 +377,20 @@ def multiplicity_lines(classes: Sequence[ClassVerdict]) -> list[str]:
         f"beyond 0 in its direction at most about {CI_TAIL:.1%} of the time, so up to about "
         f"{CI_TAIL * len(judged):.1f} of them could be confirmed by chance if none had an effect."
     )
-    corrected = holm(judged)
-    if corrected is None:
+    if correction.held is None:
         return [f"{chance} {NO_P_VALUES}"]
-    claimed = [c for c in judged if c.verdict == "confirmed" or c.verdict.endswith("-dependent")]
-    lost = [c for c in claimed if corrected[c.name] is False]
-    unsure = [c for c in claimed if corrected[c.name] is None]
-    kept = len(claimed) - len(lost) - len(unsure)
+    kept = len(claimed) - len(correction.lost) - len(correction.unsure)
     if not claimed:
         outcome = "no class is confirmed (or <kind>-dependent), so there is none to correct"
     elif kept == len(claimed):
         outcome = "every class confirmed (or <kind>-dependent) keeps its pooled effect beyond random heads"
     else:
         outcome = (f"{kept} of the {len(claimed)} classes confirmed (or <kind>-dependent) keep their pooled "
-                   "effect beyond random heads")  # fmt: skip
-        if lost:
-            outcome += "; not " + ", ".join(f"{c.name} (p {c.p:.2g})" for c in lost)
-        if unsure:
+                   f"effect beyond random heads; {correction.dropped()}")  # fmt: skip
+        if correction.unsure:
             outcome += (
-                "; the resamples cannot tell for "
-                + ", ".join(f"{c.name} (p < {c.p:.2g})" for c in unsure)
-                + ": none lay on the other side of 0, and with so few held-out units the least p they can "
-                "show is above the correction's threshold"
+                ": none of their resamples lay on the other side of 0, and with so few held-out units the "
+                "least p they can show is above the correction's threshold"
             )
     return [
         f"{chance} Holm's correction over the {len(judged)} (familywise error at most {CI_TAIL:.1%}, "

@@ -331,11 +331,12 @@ def test_a_class_s_p_is_below_the_ci_tail_where_its_ci_excludes_zero():
 def test_holm_s_correction_bounds_the_familywise_error_and_keeps_real_effects():
     """Reports of 8 classes with no effect: uncorrected, some class is confirmed in about 8 x 1.5% of
     them; after Holm's correction (`holm`), in at most 2.5%. Classes with a real effect keep theirs, the
-    report names a confirmed class the correction drops, and says where the resamples cannot tell: a
+    report (its headline too) names a confirmed class the correction drops, and says where the
+    resamples cannot tell: a
     strong class of 6 held-out families whose every resample is beyond 0, which bounds its p at 0.0097,
     over the correction's threshold for 9 classes (0.0028)."""
     from circuits.evidence import CI_TAIL, holm
-    from circuits.sections import ClassView, class_sections
+    from circuits.sections import ClassView, class_sections, correction_headline
 
     reports = [null_classes(8, seed=seed) for seed in range(1, 151)]
     wrong = sum(any(holm(classes).values()) for classes in reports) / len(reports)
@@ -360,5 +361,10 @@ def test_holm_s_correction_bounds_the_familywise_error_and_keeps_real_effects():
     line = class_sections(classes, ClassView())[0].lines[-1]
     assert "Holm's correction over the 9" in line and f"not real 2 (p {real[2].p:.2g})" in line
     assert f"cannot tell for few families (p < {few.p:.2g})" in line
+    assert correction_headline(classes) == [
+        f"Corrected for the 9 classes judged (Holm): not real 2 (p {real[2].p:.2g}); the resamples cannot "
+        f"tell for few families (p < {few.p:.2g})."
+    ]
+    assert correction_headline(real[:2] + null_classes(3, seed=0)) == []  # nothing dropped: no headline
     saved_before = [dataclasses.replace(c, p=math.nan) for c in classes]
     assert "holds no p-values" in class_sections(saved_before, ClassView())[0].lines[-1]
