@@ -51,6 +51,7 @@ from interp.interventions.stats import (
     expanded_p,
     faithfulness_summary,
     groups_differ_p,
+    resampled_units,
     resamples,
 )
 from interp.types import Head, head_label, label_head, upcast
@@ -222,8 +223,7 @@ def beyond_p(
     )
     beyond = _beyond_resampled(values @ counts.T / n, draws)  # each set's resampled mean, as a product
     against = int((sign * beyond <= 0).sum())
-    units = len(set(families)) if families is not None and len(set(families)) >= 2 else n
-    return expanded_p((1 + against) / (1 + n_boot), units), against == 0
+    return expanded_p((1 + against) / (1 + n_boot), resampled_units(n, families)), against == 0
 
 
 @dataclass(kw_only=True)
@@ -489,6 +489,12 @@ class ClassVerdict:
     p_bound: bool = False
 
     @property
+    def has_ci(self) -> bool:
+        """Whether its held-out effect beyond random has a CI (not where it has no random heads, too few
+        prompts or an effect that is not finite): the classes a report judges."""
+        return not any(math.isnan(bound) for bound in self.heldout.beyond_ci)
+
+    @property
     def random_same_layers(self) -> bool:
         """Whether every random set holds as many heads of each layer as the class (False: a layer had too
         few heads left to draw from, and the set took some from other layers)."""
@@ -518,7 +524,7 @@ class ClassVerdict:
             return "random sets of fewer heads than it: no baseline of its size"
         if self.heldout.n_prompts < MIN_STRATUM_PROMPTS:
             return f"{self.heldout.n_prompts} held-out prompts, {TOO_FEW_PROMPTS}"
-        if any(math.isnan(bound) for bound in self.heldout.beyond_ci):
+        if not self.has_ci:
             return "its held-out effect has no CI (a value is not finite)"
         if ci_verdict(self.heldout.beyond_ci, self.sign) != "confirmed":
             return "no larger effect than random heads"
@@ -754,7 +760,7 @@ def holm(classes: Sequence[ClassVerdict], alpha: float = CI_TAIL) -> dict[str, b
     random holds (True), does not (False), or its resamples cannot tell (None: its p is only a bound,
     `ClassVerdict.p_bound`, and the correction passes it at p = 0 but not at the bound; the test is
     monotone in each p). None where one of them has no p (a file saved before 2026-12-02)."""
-    judged = [c for c in classes if not any(map(math.isnan, c.heldout.beyond_ci))]
+    judged = [c for c in classes if c.has_ci]
     if any(math.isnan(c.p) for c in judged):
         return None
     sure = _holm_passes([c.p for c in judged], alpha)  # each bound taken as the p

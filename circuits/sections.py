@@ -338,7 +338,7 @@ class Correction:
     @classmethod
     def of(cls, classes: Sequence[ClassVerdict]) -> Correction:
         """The correction over `classes` (a report's, in its order)."""
-        judged = [c for c in classes if not any(map(math.isnan, c.heldout.beyond_ci))]  # NaN: no baseline
+        judged = [c for c in classes if c.has_ci]
         claimed = [c for c in judged if c.verdict == "confirmed" or c.verdict.endswith("-dependent")]
         held = holm(judged)
         lost = [c for c in claimed if held is not None and held[c.name] is False]

@@ -66,6 +66,13 @@ def resamples(
     return torch.multinomial(times[:, of_prompt], n, replacement=True, generator=generator)
 
 
+def resampled_units(n: int, families: Sequence[Hashable] | None = None) -> int:
+    """How many independent units `resamples` draws from n prompts: their families where there are two
+    or more, else the prompts. The expanded interval's n (`expanded_tail`, `expanded_p`)."""
+    k = 0 if families is None else len(set(families))
+    return k if k >= 2 else n
+
+
 def expanded_tail(n: int, level: float = 0.95) -> float:
     """The tail probability at which the expanded percentile interval (Hesterberg 2015, "What teachers
     should know about the bootstrap", 6.5) takes its quantiles for a `level` CI from n independent
@@ -128,8 +135,7 @@ def bootstrap(
             "no confidence interval: a ratio's denominator is 0 on every resample. Use prompts where the "
             "metric differs between the runs it is normalised by"
         )
-    k = 0 if families is None else len(set(families))
-    tail = expanded_tail(k if k >= 2 else n, level)  # one family: its prompts are the units `resamples` draws
+    tail = expanded_tail(resampled_units(n, families), level)
     too_many = undefined.sum(-1, keepdim=True) > tail * n_boot  # [..., 1]
     if undefined.any():
         warnings.warn(
