@@ -759,8 +759,14 @@ def holm(classes: Sequence[ClassVerdict], alpha: float = CI_TAIL) -> dict[str, b
     familywise error at most `alpha`, one-sided as each CI: per class, whether its pooled effect beyond
     random holds (True), does not (False), or its resamples cannot tell (None: its p is only a bound,
     `ClassVerdict.p_bound`, and the correction passes it at p = 0 but not at the bound; the test is
-    monotone in each p). None where one of them has no p (a file saved before 2026-12-02)."""
+    monotone in each p). None where one of them has no p (a file saved before 2026-12-02). Refuses
+    classes of one name, which the answer could not tell apart."""
     judged = [c for c in classes if c.has_ci]
+    repeated = sorted(name for name, count in Counter(c.name for c in judged).items() if count > 1)
+    if repeated:
+        raise ValueError(
+            f"classes {repeated} are named twice or more: give each class its own name for Holm's correction"
+        )
     if any(math.isnan(c.p) for c in judged):
         return None
     sure = _holm_passes([c.p for c in judged], alpha)  # each bound taken as the p

@@ -366,5 +366,7 @@ def test_holm_s_correction_bounds_the_familywise_error_and_keeps_real_effects():
         f"tell for few families (p < {few.p:.2g})."
     ]
     assert correction_headline(real[:2] + null_classes(3, seed=0)) == []  # nothing dropped: no headline
+    with pytest.raises(ValueError, match=r"classes \['real 0'\] are named twice"):
+        holm([real[0], dataclasses.replace(real[1], name="real 0")])
     saved_before = [dataclasses.replace(c, p=math.nan) for c in classes]
     assert "holds no p-values" in class_sections(saved_before, ClassView())[0].lines[-1]
