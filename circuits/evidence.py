@@ -754,26 +754,25 @@ def _holm_passes(ps: Sequence[float], alpha: float) -> list[bool]:
     return passes
 
 
-def holm(classes: Sequence[ClassVerdict], alpha: float = CI_TAIL) -> dict[str, bool | None] | None:
+def holm(classes: Sequence[ClassVerdict], alpha: float = CI_TAIL) -> list[bool | None] | None:
     """Holm's step-down correction over the `classes` that have a held-out CI (those a report judges),
-    familywise error at most `alpha`, one-sided as each CI: per class, whether its pooled effect beyond
-    random holds (True), does not (False), or its resamples cannot tell (None: its p is only a bound,
-    `ClassVerdict.p_bound`, and the correction passes it at p = 0 but not at the bound; the test is
-    monotone in each p). None where one of them has no p (a file saved before 2026-12-02). Refuses
-    classes of one name, which the answer could not tell apart."""
+    familywise error at most `alpha`, one-sided as each CI: per class, in order, whether its pooled
+    effect beyond random holds (True), does not (False; so for a class without a CI, which is not
+    judged), or its resamples cannot tell (None: its p is only a bound, `ClassVerdict.p_bound`, and the
+    correction passes it at p = 0 but not at the bound; the test is monotone in each p). None where a
+    judged class has no p (a file saved before 2026-12-02). By position, not name: classes may share
+    one (hop's routes of one hop)."""
     judged = [c for c in classes if c.has_ci]
-    repeated = sorted(name for name, count in Counter(c.name for c in judged).items() if count > 1)
-    if repeated:
-        raise ValueError(
-            f"classes {repeated} are named twice or more: give each class its own name for Holm's correction"
-        )
     if any(math.isnan(c.p) for c in judged):
         return None
-    sure = _holm_passes([c.p for c in judged], alpha)  # each bound taken as the p
-    hoped = _holm_passes([0.0 if c.p_bound else c.p for c in judged], alpha)
-    return {
-        c.name: True if s else (None if h else False) for c, s, h in zip(judged, sure, hoped, strict=True)
-    }
+    sure = iter(_holm_passes([c.p for c in judged], alpha))  # each bound taken as the p
+    hoped = iter(_holm_passes([0.0 if c.p_bound else c.p for c in judged], alpha))
+    held: list[bool | None] = []
+    for found in classes:
+        passes = found.has_ci and next(sure)
+        can = found.has_ci and next(hoped)
+        held.append(True if passes else (None if can else False))
+    return held
 
 
 def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:

@@ -118,8 +118,9 @@ class Finding:
 
     def json_data(self) -> dict[str, Any]:
         """What `--format json` holds: every standard field, the effects' sign, whether each class's pooled
-        effect beyond random survives Holm's correction over them (`evidence.holm`: true, false, null
-        where its resamples cannot tell; null for a file without p-values), the extras' fields."""
+        effect beyond random survives Holm's correction over them (`evidence.holm`, in the order of
+        "classes": true, false, null where its resamples cannot tell; null for the whole in a file
+        without p-values), the extras' fields."""
         standard = {name: value for name, value in vars(self).items() if name != "extras"}
         corrected = holm(self.classes)
         return {**standard, "effect_sign": EFFECT_SIGN, "holm": corrected, **self.extras.json_fields(self)}

@@ -333,16 +333,20 @@ class Correction:
     claimed: list[ClassVerdict]
     lost: list[ClassVerdict]
     unsure: list[ClassVerdict]
-    held: dict[str, bool | None] | None
+    held: list[bool | None] | None  # per judged class (`evidence.holm`)
 
     @classmethod
     def of(cls, classes: Sequence[ClassVerdict]) -> Correction:
         """The correction over `classes` (a report's, in its order)."""
         judged = [c for c in classes if c.has_ci]
-        claimed = [c for c in judged if c.verdict == "confirmed" or c.verdict.endswith("-dependent")]
         held = holm(judged)
-        lost = [c for c in claimed if held is not None and held[c.name] is False]
-        unsure = [c for c in claimed if held is not None and held[c.name] is None]
+        claims = [c.verdict == "confirmed" or c.verdict.endswith("-dependent") for c in judged]
+        claimed = [c for c, claim in zip(judged, claims, strict=True) if claim]
+        if held is None:  # no p-values: nothing dropped, nothing unsure
+            return cls(judged=judged, claimed=claimed, lost=[], unsure=[], held=None)
+        outcome = list(zip(judged, claims, held, strict=True))
+        lost = [c for c, claim, holds in outcome if claim and holds is False]
+        unsure = [c for c, claim, holds in outcome if claim and holds is None]
         return cls(judged=judged, claimed=claimed, lost=lost, unsure=unsure, held=held)
 
     def dropped(self) -> str:
