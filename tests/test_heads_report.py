@@ -57,8 +57,8 @@ def test_json_has_every_head_with_scores_types_and_effects(smollm2_report, smoll
 def test_json_holds_the_held_out_scores_and_the_resamples_the_cis_took(monkeypatch):
     """`--format json` left out each candidate's held-out score (the table's "held out" column, which
     decides the score-not-held verdict), and its settings said n_bootstrap 500 where the causal CIs
-    took 1000 resamples. A model predicting another vocabulary than it reads is refused in words (a
-    matrix-shape error from inside torch)."""
+    took 1000 resamples. The CSV has each judged class's p and Holm's outcome. A model predicting another
+    vocabulary than it reads is refused in words (a matrix-shape error from inside torch)."""
     import circuits.heads.causal as causal
 
     taken = []
@@ -81,6 +81,16 @@ def test_json_holds_the_held_out_scores_and_the_resamples_the_cis_took(monkeypat
                 assert record["held_out_score"] == pytest.approx(held_out)
                 checked += 1
     assert checked > 0
+    csv = pd.read_csv(io.StringIO(to_csv(finding.extras.rows(finding)))).set_index(["layer", "head"])
+    judged = [(c, held) for c, held in zip(data["classes"], data["holm"], strict=True) if c["p"] is not None]
+    assert judged  # the CSV has each judged class's p and Holm's outcome, as the JSON's
+    outcomes = {True: "holds", False: "does not hold", None: "cannot tell"}
+    for found, held in judged:
+        suffix = "" if found["details"]["effect"] == "alone" else "_with_others"
+        column = f"{found['details']['type']}_beyond_random{suffix}"
+        row = csv.loc[tuple(int(part) for part in re.findall(r"\d+", found["heads"][0]))]
+        assert row[f"{column}_p"] == pytest.approx(found["p"], rel=1e-12)
+        assert (row[f"{column}_p_bound"], row[f"{column}_holm"]) == (found["p_bound"], outcomes[held])
     cfg = interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=40, d_vocab_out=10, n_ctx=32)
     with pytest.raises(ValueError, match="predicts 10 tokens but reads 40"):
         head_report(interp.HookedTransformer(cfg), n_samples=2, seq_len=8)
@@ -344,8 +354,11 @@ def test_an_older_head_report_file_reads_as_the_finding_with_the_same_numbers(tm
 
     finding = head_report(interp.load_model("toy-induction"), n_samples=8)
     figures, rows = finding.extras, finding.extras.rows(finding)
+    p_columns = [
+        column for column in rows.table if column.endswith(("_p", "_p_bound", "_holm"))
+    ]  # since 12-02
     older = {
-        "model_name": finding.model, "table": rows.table, "settings": rows.settings,
+        "model_name": finding.model, "table": rows.table.drop(columns=p_columns), "settings": rows.settings,
         "thresholds": figures.thresholds, "n_layers": figures.n_layers, "n_heads": figures.n_heads,
         "group_effects": figures.group_effects, "str_tokens": figures.str_tokens,
         "patterns": figures.patterns, "provenance": finding.provenance,
@@ -358,7 +371,13 @@ def test_an_older_head_report_file_reads_as_the_finding_with_the_same_numbers(tm
     loaded = load_result(path)
     assert loaded.analysis == "heads" and loaded.settings == finding.settings
     assert loaded.chose == finding.chose and loaded.tested == finding.tested
-    assert to_csv(loaded.extras.rows(loaded)) == to_csv(rows)
+    older_csv, csv = (pd.read_csv(io.StringIO(to_csv(r))) for r in (loaded.extras.rows(loaded), rows))
+    bounds = [column for column in p_columns if column.endswith("_p_bound")]
+    assert p_columns and not older_csv[p_columns].drop(columns=bounds).notna().any().any()  # no p saved
+    assert not older_csv[bounds].any().any()
+    pd.testing.assert_frame_equal(
+        older_csv.drop(columns=p_columns), csv.drop(columns=p_columns), check_exact=True
+    )
     assert [c.name for c in loaded.classes] == [c.name for c in finding.classes] and finding.classes
     for old, new in zip(loaded.classes, finding.classes, strict=True):
         assert (old.verdict, old.heads, old.random_sets) == (new.verdict, new.heads, new.random_sets)

@@ -24,6 +24,7 @@ from circuits.evidence import (
     StratumDrop,
     class_verdict,
     head_labels,
+    holm,
 )
 from circuits.finding import ClassView, Extras, Finding
 from circuits.heads.causal import (
@@ -196,8 +197,15 @@ def beyond_se(found: ClassVerdict) -> float:
     return math.sqrt(sequences**2 + spread)
 
 
-def _class_cells(kind: str, classes: dict[str, ClassVerdict]) -> dict[str, Any]:
-    """A head's `kind` columns copied from its classes (effect -> class; NaN or [] where not measured)."""
+HOLM_CELLS = {True: "holds", False: "does not hold", None: "cannot tell"}  # `evidence.holm`'s outcomes
+
+
+def _class_cells(
+    kind: str, classes: dict[str, ClassVerdict], corrected: dict[str, bool | None] | None = None
+) -> dict[str, Any]:
+    """A head's `kind` columns copied from its classes (effect -> class; NaN, [] or "" where not
+    measured), with Holm's outcome of each (effect -> `evidence.holm`'s; "" where not corrected: a file
+    without p-values)."""
     cells: dict[str, Any] = {}
     for effect, suffix in SUFFIXES.items():
         found = classes.get(effect)
@@ -208,6 +216,10 @@ def _class_cells(kind: str, classes: dict[str, ClassVerdict]) -> dict[str, Any]:
         low, high = figures.beyond_ci if figures else (math.nan, math.nan)
         cells[f"{kind}_beyond_random{suffix}_ci_low"] = low
         cells[f"{kind}_beyond_random{suffix}_ci_high"] = high
+        cells[f"{kind}_beyond_random{suffix}_p"] = found.p if found else math.nan
+        cells[f"{kind}_beyond_random{suffix}_p_bound"] = bool(found and found.p_bound)
+        corrected_here = found is not None and found.has_ci and effect in (corrected or {})
+        cells[f"{kind}_beyond_random{suffix}_holm"] = HOLM_CELLS[corrected[effect]] if corrected_here else ""
     alone = classes.get("alone")
     cells[f"{kind}_random_heads"] = [label for draw in alone.random_sets for label in draw] if alone else []
     return cells
@@ -275,8 +287,13 @@ class HeadFigures(HeadGrid, Extras):
         stratum's effects): every column of the CSV. Files saved before the random baseline have none."""
         table = self.table
         by_head: dict[tuple[str, str], dict[str, ClassVerdict]] = {}
-        for found in finding.classes:
-            by_head.setdefault((found.details["type"], found.heads[0]), {})[found.details["effect"]] = found
+        corrected: dict[tuple[str, str], dict[str, bool | None]] = {}  # Holm's outcomes, where p-values
+        held = holm(finding.classes)
+        for i, found in enumerate(finding.classes):
+            key, effect = (found.details["type"], found.heads[0]), found.details["effect"]
+            by_head.setdefault(key, {})[effect] = found
+            if held is not None:
+                corrected.setdefault(key, {})[effect] = held[i]
         labels = [head_label(layer, head) for layer, head in zip(table["layer"], table["head"], strict=True)]
         order, rows = [], [{} for _ in labels]
         for column in table.columns:
@@ -284,7 +301,10 @@ class HeadFigures(HeadGrid, Extras):
             for kind in (kind for kind in CAUSAL_TYPES if f"{kind}_confirmed_by" in table):
                 prefix = f"{kind}_effect_with_others_se["
                 if column == f"{kind}_stopped_early":
-                    cells = [_class_cells(kind, by_head.get((kind, label), {})) for label in labels]
+                    cells = [
+                        _class_cells(kind, by_head.get((kind, label), {}), corrected.get((kind, label), {}))
+                        for label in labels
+                    ]
                 elif column.startswith(prefix):
                     stratum = column[len(prefix) : -1]
                     cells = [
