@@ -333,7 +333,7 @@ def icl(
     save: str | None = KEPT_SAVE,
     fv: bool = opt(False, "--fv", help="Function-vector heads (Todd et al.) on word-pair tasks instead, "
             "beside the induction heads."),
-    tasks: str | None = opt(None, help="With --fv: the word-pair tasks, the families (default: all eleven of "
+    tasks: str | None = opt(None, help="With --fv: the word-pair tasks, the families (default: all twenty of "
             "interp's)."),
     heldout_tasks: str | None = opt(None, help="With --fv: the tasks that test; the others choose the heads "
             "and the layer (default: half of them, drawn with --seed)."),

@@ -71,7 +71,7 @@ def test_word_pair_tasks_make_the_prompts_they_promise(smollm2):
         ICL_TASKS["country_capital"].pairs
     )
     with pytest.raises(ValueError, match="unknown ICL task"):
-        check_task_names(["antonym", "synonym"])
+        check_task_names(["antonym", "rhyme"])
 
 
 def test_every_template_asks_the_same_pairs(smollm2):

@@ -17,15 +17,16 @@ alone ("Q: fast\\nA:"). The templates are "qa" (Q: x / A: y), "input_output" (In
 "arrow" (x -> y) and "colon" (x: y); every template's answer follows its query after a space.
 
 Each task is a family: an analysis chooses its heads and settings on some tasks and tests them on the
-others (`circuits.evidence.split_families`), so there are eleven: antonym, country_capital,
-present_past, singular_plural, capitalise, comparative, adverb, country_language,
-first_letter, next_item and male_female. The templates are families too: a function vector chosen
-in some templates is tested in the others.
+others (`circuits.evidence.split_families`), so there are twenty: antonym, country_capital,
+present_past, singular_plural, capitalise, comparative, adverb, country_language, first_letter,
+next_item, male_female, synonym, superlative, plural_singular, verb_agent, previous_item,
+city_country, chemical_symbol, profession_place and person_tool. The templates are families too: a
+function vector chosen in some templates is tested in the others.
 
 Source and licence: the pairs below were written out for interp from common knowledge (English
-antonyms, comparatives, adverbs and inflection, world capitals and languages, letters, numbers,
-weekdays and months) and are distributed under interp's own licence; no third-party word
-list was copied.
+antonyms, synonyms, comparatives, superlatives, adverbs and inflection, world capitals, cities and
+languages, letters, numbers, weekdays and months, chemical elements, professions and their places
+and tools) and are distributed under interp's own licence; no third-party word list was copied.
 """
 
 from __future__ import annotations
@@ -235,6 +236,129 @@ ICL_TASKS: dict[str, WordPairTask] = {
                 "waiter waitress, hero heroine, god goddess, bull cow, rooster hen, groom bride, "
                 "monk nun, dad mom, men women, boys girls, kings queens, sons daughters, "
                 "brothers sisters, fathers mothers"
+            ),
+        ),
+        WordPairTask(
+            name="synonym",
+            description="a word -> a word of the same meaning",
+            pairs=_pairs(
+                "big large, small little, fast quick, begin start, finish end, smart clever, angry mad, "
+                "gift present, shut close, rock stone, road street, sick ill, hard difficult, easy simple, "
+                "fix repair, buy purchase, center middle, correct right, couch sofa, error mistake, "
+                "exam test, autumn fall, choose pick, cap hat, quiet silent, rich wealthy, sad unhappy, "
+                "speak talk, trash garbage, jump leap, shop store, kid child, hurry rush, afraid scared, "
+                "brave bold, cold chilly, huge giant, wet damp, odd strange, job work, sure certain, "
+                "glad happy, nap sleep, shout yell, grin smile, aid help"
+            ),
+        ),
+        WordPairTask(
+            name="superlative",
+            description="an adjective -> its superlative",
+            pairs=_pairs(
+                "big biggest, small smallest, fast fastest, slow slowest, tall tallest, short shortest, "
+                "long longest, high highest, low lowest, old oldest, young youngest, strong strongest, "
+                "weak weakest, rich richest, poor poorest, hard hardest, easy easiest, happy happiest, "
+                "early earliest, late latest, good best, bad worst, great greatest, large largest, "
+                "close closest, deep deepest, wide widest, cheap cheapest, near nearest, "
+                "bright brightest, dark darkest, hot hottest, cold coldest, warm warmest, safe safest, "
+                "fine finest, simple simplest, smart smartest, nice nicest, quick quickest, "
+                "heavy heaviest, clean cleanest, busy busiest"
+            ),
+        ),
+        WordPairTask(
+            name="plural_singular",
+            description="a plural noun -> its singular",
+            pairs=_pairs(
+                "cats cat, dogs dog, books book, trees tree, houses house, cars car, birds bird, "
+                "hands hand, eyes eye, days day, years year, friends friend, girls girl, boys boy, "
+                "apples apple, chairs chair, tables table, doors door, rooms room, schools school, "
+                "cities city, stories story, babies baby, countries country, parties party, boxes box, "
+                "buses bus, glasses glass, dishes dish, wolves wolf, leaves leaf, knives knife, "
+                "wives wife, lives life, men man, women woman, children child, feet foot, teeth tooth, "
+                "mice mouse"
+            ),
+        ),
+        WordPairTask(
+            name="verb_agent",
+            description="a verb -> the person who does it",
+            pairs=_pairs(
+                "teach teacher, write writer, sing singer, drive driver, paint painter, bake baker, "
+                "farm farmer, play player, read reader, run runner, lead leader, speak speaker, "
+                "work worker, build builder, hunt hunter, fight fighter, own owner, swim swimmer, "
+                "win winner, report reporter, train trainer, manage manager, design designer, "
+                "develop developer, produce producer, direct director, act actor, invent inventor, "
+                "visit visitor, edit editor, sail sailor, rule ruler, kill killer, print printer, "
+                "buy buyer, sell seller, follow follower, listen listener, observe observer, "
+                "dance dancer"
+            ),
+        ),
+        WordPairTask(
+            name="previous_item",
+            description="a number, ordinal, weekday or month -> the one before",
+            pairs=_pairs(
+                "two one, three two, four three, five four, six five, seven six, eight seven, "
+                "nine eight, ten nine, eleven ten, twelve eleven, thirteen twelve, fourteen thirteen, "
+                "fifteen fourteen, sixteen fifteen, seventeen sixteen, eighteen seventeen, "
+                "nineteen eighteen, twenty nineteen, second first, third second, fourth third, "
+                "fifth fourth, sixth fifth, seventh sixth, eighth seventh, ninth eighth, tenth ninth, "
+                "Tuesday Monday, Wednesday Tuesday, Thursday Wednesday, Friday Thursday, "
+                "Saturday Friday, Sunday Saturday, Monday Sunday, February January, March February, "
+                "April March, May April, June May, July June, August July, September August, "
+                "October September, November October, December November, January December"
+            ),
+        ),
+        WordPairTask(
+            name="city_country",
+            description="a city that is not its country's capital -> its country",
+            pairs=_pairs(
+                "Munich Germany, Osaka Japan, Milan Italy, Barcelona Spain, Lyon France, "
+                "Sydney Australia, Toronto Canada, Mumbai India, Shanghai China, Istanbul Turkey, "
+                "Zurich Switzerland, Krakow Poland, Porto Portugal, Antwerp Belgium, "
+                "Rotterdam Netherlands, Gothenburg Sweden, Bergen Norway, Salzburg Austria, "
+                "Glasgow Scotland, Manchester England, Cork Ireland, Alexandria Egypt, "
+                "Casablanca Morocco, Lagos Nigeria, Karachi Pakistan, Busan Korea, Mombasa Kenya, "
+                "Medellin Colombia, Guadalajara Mexico, Cusco Peru, Valparaiso Chile, "
+                "Thessaloniki Greece, Odessa Ukraine, Kazan Russia, Aleppo Syria, Basra Iraq, "
+                "Isfahan Iran, Rio Brazil, Rosario Argentina, Surabaya Indonesia, Cebu Philippines, "
+                "Chittagong Bangladesh"
+            ),
+        ),
+        WordPairTask(
+            name="chemical_symbol",
+            description="a chemical element -> its symbol",
+            pairs=_pairs(
+                "hydrogen H, helium He, carbon C, nitrogen N, oxygen O, sodium Na, magnesium Mg, "
+                "aluminium Al, silicon Si, phosphorus P, sulfur S, chlorine Cl, potassium K, "
+                "calcium Ca, iron Fe, copper Cu, zinc Zn, silver Ag, gold Au, lead Pb, mercury Hg, "
+                "tin Sn, neon Ne, argon Ar, uranium U, nickel Ni, fluorine F, lithium Li, boron B, "
+                "iodine I, titanium Ti, platinum Pt, cobalt Co, chromium Cr, manganese Mn"
+            ),
+        ),
+        WordPairTask(
+            name="profession_place",
+            description="a profession -> where it works",
+            pairs=_pairs(
+                "teacher school, doctor hospital, chef kitchen, farmer farm, judge court, "
+                "priest church, librarian library, banker bank, waiter restaurant, actor stage, "
+                "sailor ship, pilot plane, miner mine, scientist laboratory, astronaut space, "
+                "student classroom, clerk office, mechanic garage, lifeguard beach, zookeeper zoo, "
+                "gardener garden, baker bakery, pharmacist pharmacy, professor university, "
+                "monk monastery, jockey racetrack, cowboy ranch, lumberjack forest, curator museum, "
+                "senator senate, jailer prison, nun convent, miller mill, brewer brewery"
+            ),
+        ),
+        WordPairTask(
+            name="person_tool",
+            description="a person -> the tool or instrument of their work",
+            pairs=_pairs(
+                "carpenter hammer, painter brush, writer pen, photographer camera, tailor needle, "
+                "barber scissors, astronomer telescope, biologist microscope, drummer drum, "
+                "pianist piano, violinist violin, guitarist guitar, golfer club, plumber wrench, "
+                "archer bow, knight sword, sculptor chisel, blacksmith anvil, programmer computer, "
+                "teacher chalk, typist keyboard, cellist cello, trumpeter trumpet, harpist harp, "
+                "fisherman rod, woodcutter axe, gardener rake, farmer plough, sailor compass, "
+                "miner pickaxe, surgeon scalpel, doctor stethoscope, hunter rifle, cowboy lasso, "
+                "chef knife, flutist flute, organist organ, baker oven, potter wheel, weaver loom"
             ),
         ),
     ]
