@@ -485,7 +485,7 @@ def test_bad_input_says_what_to_pass(smollm2):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--tasks", "antonym,synonym"], "unknown ICL task"),
+        (["--tasks", "antonym,rhyme"], "unknown ICL task"),
         (["--late", "100"], "--late: options of the ICL score (interp icl without --fv)"),
         (["--top", "5", "--n-discovery", "4"], "--n-discovery, --top: options of the ICL score"),
         (["--format", "csv"], "unknown format"),
