@@ -33,10 +33,12 @@ from circuits.evidence import (
     CI_TAIL,
     DEPENDENCE_ALPHA,
     MIN_STRATUM_PROMPTS,
+    P_RESAMPLES,
     TOO_FEW_PROMPTS,
     ClassVerdict,
     StratumDrop,
     StratumFaithfulness,
+    ci_verdict,
     faithfulness_verdict,
     holm,
 )
@@ -408,6 +410,23 @@ def _p_cell(found: ClassVerdict) -> str:
     return "n/a" if math.isnan(found.p) else f"{'< ' * found.p_bound}{found.p:.2g}"
 
 
+def split_verdict_lines(classes: Sequence[ClassVerdict], digits: int) -> list[str]:
+    """A line naming the classes whose p and 95% CI, separate bootstraps (`evidence.beyond_p`'s and the
+    CI's own resamples), fall on two sides of the 95% level: only an effect at the level's edge can."""
+    split = [
+        c for c in classes
+        if c.has_ci and not math.isnan(c.p)
+        and (ci_verdict(c.heldout.beyond_ci, c.sign) == "confirmed") != (c.p < CI_TAIL)
+    ]  # fmt: skip
+    if not split:
+        return []
+    named = ", ".join(f"{c.name} (CI {ci_text(c.heldout.beyond_ci, digits)}, p {_p_cell(c)})" for c in split)
+    return [
+        f"p and the 95% CI are separate bootstraps ({P_RESAMPLES:,} resamples for p) and fall on two sides "
+        f"of the 95% level for {named}: an effect at the level's edge; the verdict follows the CI."
+    ]
+
+
 def _holds_cell(stratum: StratumDrop) -> str:
     """Whether a stratum holds: yes, no, or why it has no verdict (too few prompts, or a figure that
     is not finite: no baseline, a NaN effect)."""
@@ -466,7 +485,10 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
     )  # fmt: skip
     head_classes = Section(
         title="Head classes (held out)",
-        lines=[_class_line(c) for c in classes] + multiplicity_lines(classes) or ["no head was kept"],
+        lines=[_class_line(c) for c in classes]
+        + split_verdict_lines(classes, digits)
+        + multiplicity_lines(classes)
+        or ["no head was kept"],
         table=table,
         notes=view.notes,
         figures=view.figures,

@@ -309,8 +309,10 @@ def test_a_report_says_how_many_of_its_classes_chance_alone_could_confirm():
 def test_a_class_s_p_is_below_the_ci_tail_where_its_ci_excludes_zero():
     """`beyond_p` reads its resamples where the CI reads its bound (`expanded_p` inverts
     `expanded_tail`), so on classes whose effect is near the edge of significance, p < 0.025 agrees with
-    the CI's verdict but for the two bootstraps' own noise (1,000 resamples for the CI, 10,000 for p)."""
+    the CI's verdict but for the two bootstraps' own noise (1,000 resamples for the CI, 10,000 for p).
+    The report names each class whose p and CI disagree, and no other."""
     from circuits.evidence import CI_TAIL, ci_verdict
+    from circuits.sections import ClassView, class_sections
     from interp.interventions.stats import expanded_p
 
     for n in (4, 14, 64):
@@ -319,13 +321,19 @@ def test_a_class_s_p_is_below_the_ci_tail_where_its_ci_excludes_zero():
     assert expanded_p(expanded_tail(14), 14) == pytest.approx(CI_TAIL)
     generator = torch.Generator().manual_seed(1)
     found = HeadClass(name="edge", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4, 5)])
-    agree = []
-    for shift in torch.linspace(0.0, 0.9, 60).tolist():
+    agree, classes = [], []
+    for i, shift in enumerate(torch.linspace(0.0, 0.9, 60).tolist()):
         effects = torch.randn(6, 24, generator=generator, dtype=torch.float64)
         effects[0] += shift
-        judged = judge_class(found, effects)
-        agree.append((judged.p < CI_TAIL) == (ci_verdict(judged.heldout.beyond_ci) == "confirmed"))
+        classes.append(dataclasses.replace(judge_class(found, effects), name=f"edge {i}"))
+        agree.append((classes[-1].p < CI_TAIL) == (ci_verdict(classes[-1].heldout.beyond_ci) == "confirmed"))
     assert sum(agree) >= 56  # the disagreements are classes at the edge, within the bootstraps' noise
+    split = [c.name for c, same in zip(classes, agree, strict=True) if not same]
+    for c in classes:  # each class alone: named where its p and CI disagree, else no such line
+        lines = class_sections([c], ClassView())[0].lines
+        named = [line for line in lines if "fall on two sides of the 95% level" in line]
+        assert len(named) == (c.name in split) and all(f"for {c.name} (CI [" in line for line in named)
+    assert split, "no class at the edge: draw more so that the naming is tested"
 
 
 def test_holm_s_correction_bounds_the_familywise_error_and_keeps_real_effects():
