@@ -31,6 +31,7 @@ _PUBLIC = {
     "parameter_count": "interp.model",
     "patch": "interp.interventions.patching",
     "provenance": "interp.model",
+    "ungrouped": "interp.model",
     "weights_fingerprint": "interp.model",
 }
 _INTERVENTIONS = ("metrics", "patching", "path_patching", "ablation", "engine", "results", "stats")

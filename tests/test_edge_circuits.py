@@ -193,22 +193,49 @@ def test_interp_circuit_refuses_bad_options(args, message):
     assert result.exit_code == 2 and message in result.output, result.output
 
 
-def test_mib_export_names_grouped_query_edges_per_query_head():
-    cfg = interp.Config(n_layers=1, d_model=16, n_heads=4, n_kv_heads=2, d_vocab=7, n_ctx=8)
-    graph = edges.edge_graph(cfg)
-    scores = edges.random_scores(graph)
-    keep = torch.zeros(graph.n_writers, graph.n_readers, dtype=torch.bool)
-    keep[0, graph.readers.index("a0.kv1<k>")] = True
-    keep[graph.writers.index("a0.h2"), graph.readers.index("logits")] = True
-    mib = edges.mib_json(scores, keep, cfg)
-    # MIB's convention: q, k, v edges per query head (k and v shared within a group of 2)
-    assert len(mib["edges"]) == 4 * 3 + 5 + 6  # q, k, v from the input; the MLP; the logits
-    # the shared key edge is in the graph for the query head in the circuit only (a0.h3 writes nothing)
-    assert mib["edges"]["input->a0.h2<k>"]["in_graph"] and not mib["edges"]["input->a0.h3<k>"]["in_graph"]
-    assert mib["edges"]["input->a0.h2<k>"]["score"] == mib["edges"]["input->a0.h3<k>"]["score"]
-    # MIB's sign: it attributes a loss, so an edge that helps (interp's score negative) scores positive
-    w, r = graph.edge_index("input->a0.kv1<k>")
-    assert mib["edges"]["input->a0.h2<k>"]["score"] == -float(scores.scores[w, r])
+def test_mib_export_has_a_key_and_value_edge_per_query_head_with_its_own_score():
+    """MIB's graph (EAP-IG's, `ungroup_grouped_query_attention`) has a key and a value input per query
+    head. The export wrote a grouped-query model's key/value-head edge once per query head of its group
+    with the group's whole score, so each counted the group's effect. Now the circuit is found on
+    `interp.ungrouped(model)`, the same function (equal logits) with the key/value heads copied: each
+    query head's key edge has its own EAP score, and a group's add up to the key/value head's score of
+    the grouped model. Scores per key/value head are refused."""
+    llama = dict(normalization="rmsnorm", positional="rotary", gated_mlp=True, activation="silu")
+    cfg = interp.Config(
+        n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_vocab=29, n_ctx=16, init_std=0.15, **llama
+    )
+    model = interp.HookedTransformer(cfg)
+    model.init_weights(seed=3)
+    model.eval()
+    copy = interp.ungrouped(model)
+    generator = torch.Generator().manual_seed(0)
+    clean = torch.randint(1, 29, (6, 9), generator=generator)
+    corrupted = torch.cat([clean[:, :1], torch.randint(1, 29, (6, 8), generator=generator)], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(copy(clean), model(clean), rtol=0, atol=1e-6)
+    assert copy.cfg.n_kv_heads == 4 and "(key/value heads per query head)" in copy.cfg.model_name
+    metric = edges.logit_diff_metric(torch.arange(6), torch.arange(6) + 7, torch.full((6,), 8))
+    grouped = edges.edge_attribution(model, clean, corrupted, metric, method="eap")
+    per_head = edges.edge_attribution(copy, clean, corrupted, metric, method="eap")
+    with pytest.raises(ValueError, match="key and a value input per query head"):
+        edges.mib_json(grouped, torch.zeros(grouped.graph.valid.shape, dtype=torch.bool), model.cfg)
+    keep = edges.top_circuit(per_head, 10)
+    mib = edges.mib_json(per_head, keep, copy.cfg)
+    assert len(mib["edges"]) == per_head.graph.n_edges
+    split = 0
+    for writer in ("input", "a0.h1", "m0"):
+        for layer, kind, kv in ((1, "k", 0), (1, "v", 1), (0, "k", 1)):
+            if layer == 0 and writer != "input":
+                continue
+            heads = [f"{writer}->a{layer}.h{h}<{kind}>" for h in (2 * kv, 2 * kv + 1)]
+            shares = [mib["edges"][name]["score"] for name in heads]
+            whole = grouped.scores[grouped.graph.edge_index(f"{writer}->a{layer}.kv{kv}<{kind}>")]
+            assert sum(shares) == pytest.approx(-float(whole), rel=1e-4, abs=1e-6)  # MIB's sign: negated
+            split += shares[0] != pytest.approx(shares[1], rel=1e-3)
+            for name in heads:
+                w, r = per_head.graph.edge_index(name)
+                assert mib["edges"][name]["in_graph"] == bool(keep[w, r])
+    assert split >= 4  # the query heads' shares differ: each its own edge, not a copy of the group's
 
 
 def test_ranked_path_patching_confirms_the_top_candidates_exactly():

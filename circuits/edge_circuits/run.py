@@ -32,7 +32,7 @@ from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_t
 from circuits.quick import circuit_note
 from interp.edges import mib_json
 from interp.io.files import write_text_atomic
-from interp.model import HookedTransformer
+from interp.model import HookedTransformer, ungrouped
 from interp.types import Progress
 
 
@@ -168,14 +168,16 @@ def run_circuit(
     progress: Progress | None = None,
 ) -> EdgeCircuitResult:
     """The edge circuit of `prompts` and, for a file, its head classes (`result.heads`). checkpoint: the
-    edge mask's (prune, ensemble); mib_out: also write the circuit in MIB's submission format."""
+    edge mask's (prune, ensemble); mib_out: also write the circuit in MIB's submission format, found on
+    MIB's edge graph (a grouped-query model's key/value heads copied to each query head: `ungrouped`)."""
     model = prompts.model
-    result = find_edge_circuit(model, prompts.prompt_pairs, settings, heldout=prompts.heldout,
+    graph_model = model if mib_out is None else ungrouped(model)
+    result = find_edge_circuit(graph_model, prompts.prompt_pairs, settings, heldout=prompts.heldout,
                                checkpoint=checkpoint, progress=progress)  # fmt: skip
     if prompts.pairs is not None:
         heldout = prompts.task.heldout_families
         path_settings = PathSettings(seed=settings.seed, ablation=settings.ablation, heldout=heldout)
         result.heads = head_path(model, prompts.pairs, path_settings, progress)
     if mib_out is not None:
-        write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, model.cfg)))
+        write_text_atomic(mib_out, json.dumps(mib_json(result.scores, result.circuit, graph_model.cfg)))
     return result

@@ -234,27 +234,26 @@ def mib_json(scores: EdgeScores, keep: Bool[Tensor, "writer reader"], cfg: Confi
     """The circuit in MIB's submission format: {"cfg", "nodes": {name: {in_graph}}, "edges":
     {"a0.h1->a2.h3<q>": {score, in_graph}}}. Scores in MIB's sign: MIB attributes a loss (minus the
     metric), so its score is -(m(edge ablated) - m(clean)), positive where the edge helps, and its CPR
-    ranks the largest signed scores first; interp's scores are written negated. Under grouped-query
-    attention MIB names key and value edges per query head: each key/value-head edge is written once
-    per query head of its group (the group's score), in the graph only where that query head is."""
+    ranks the largest signed scores first; interp's scores are written negated. MIB's graph has a key
+    and a value input per query head, so a grouped-query model's circuit is refused: find it on
+    `interp.ungrouped(model)`, whose edges are MIB's (what `interp circuit --mib-out` does)."""
     graph = scores.graph
-    group = graph.n_heads // graph.n_kv_heads
+    if graph.n_kv_heads != graph.n_heads:
+        raise ValueError(
+            "MIB's edge graph has a key and a value input per query head, and these scores are per key/value "
+            f"head ({graph.n_kv_heads} shared by {graph.n_heads} query heads per layer): find the circuit "
+            "on interp.ungrouped(model), the same model with its key/value heads copied to each query head"
+        )
     alive = set(node_circuit(graph, keep))
     nodes = {name: {"in_graph": name in alive} for name in graph.writers}
     nodes["logits"] = {"in_graph": True}
-    edges = {}
-    for w, r in graph.edges():
-        score, kept = -float(scores.scores[w, r]) + 0.0, bool(keep[w, r])  # + 0.0: no -0.0 in the file
-        name = graph.readers[r]
-        if group > 1 and (name.endswith("<k>") or name.endswith("<v>")):
-            layer, kv = name.split(".")[0], int(name.split(".kv")[1].split("<")[0])
-            for h in range(kv * group, (kv + 1) * group):
-                edges[f"{graph.writers[w]}->{layer}.h{h}{name[-3:]}"] = {
-                    "score": score,
-                    "in_graph": kept and f"{layer}.h{h}" in alive,
-                }
-        else:
-            edges[f"{graph.writers[w]}->{name}"] = {"score": score, "in_graph": kept}
+    edges = {
+        f"{graph.writers[w]}->{graph.readers[r]}": {
+            "score": -float(scores.scores[w, r]) + 0.0,  # + 0.0: no -0.0 in the file
+            "in_graph": bool(keep[w, r]),
+        }
+        for w, r in graph.edges()
+    }
     mib_cfg = {"n_layers": cfg.n_layers, "n_heads": cfg.n_heads, "parallel_attn_mlp": cfg.parallel_residual,
                "d_model": cfg.d_model}  # fmt: skip
     return {"cfg": mib_cfg, "nodes": nodes, "edges": edges}

@@ -13,6 +13,7 @@ from interp.model.loading import (
     load_model,
     parameter_count,
     provenance,
+    ungrouped,
     weights_fingerprint,
 )
 from interp.model.transformer import HookedTransformer, next_token_loss
@@ -22,6 +23,6 @@ __all__ = [
     "MLP", "ActivationCache", "Attention", "Block", "HookSettings", "HookedTransformer",
     "HookedTransformerKeyValueCache", "HookedTransformerKeyValueCacheEntry", "MixtureOfExperts",
     "Norm", "act_name", "dispatch", "from_hf", "load_checkpoint", "load_gguf", "load_model",
-    "parameter_count", "provenance",
+    "parameter_count", "provenance", "ungrouped",
     "next_token_loss", "process_weights", "weights_fingerprint", "FINGERPRINT_SCHEME",
 ]  # fmt: skip

@@ -6,6 +6,7 @@ sources, with TransformerLens's processing defaults.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import warnings
@@ -17,7 +18,7 @@ import torch
 import interp.checks as checks
 from interp.catalog import DEFAULT_MODEL
 from interp.config import place
-from interp.io.checkpoint import read_checkpoint
+from interp.io.checkpoint import LoadedWeights, read_checkpoint
 from interp.io.devices import check_device, default_device, module_weight
 from interp.io.sources import read_gguf, read_hf_model, read_source
 from interp.model.transformer import HookedTransformer
@@ -167,6 +168,28 @@ def load_gguf(path: str | Path) -> HookedTransformer:
 def load_checkpoint(directory: str | Path) -> HookedTransformer:
     """Load a checkpoint directory written by `model.save`."""
     return HookedTransformer.from_weights(read_checkpoint(directory))
+
+
+KEY_VALUE_WEIGHTS = ("_W_K", "_W_V", "_b_K", "_b_V")  # an attention's weights per key/value head
+UNGROUPED = "key/value heads per query head"  # what an `ungrouped` model's name says of it
+
+
+def ungrouped(model: HookedTransformer) -> HookedTransformer:
+    """`model` with each key/value head copied to every query head of its group (n_kv_heads = n_heads):
+    the same function, with a key and a value input per query head, as TransformerLens's
+    `ungroup_grouped_query_attention` and MIB's edge graph have them (an edge into a key input is an
+    edge into one query head's). Named "<name> (key/value heads per query head)"; its other weights are
+    `model`'s own tensors, not copies. A model without grouped-query attention is returned as it is."""
+    cfg, group = model.cfg, model.cfg.group_size
+    if group == 1:
+        return model
+    state = {
+        name: value.repeat_interleave(group, dim=0) if name.rsplit(".", 1)[-1] in KEY_VALUE_WEIGHTS else value
+        for name, value in model.state_dict().items()
+    }
+    config = dataclasses.replace(cfg, n_kv_heads=cfg.n_heads, model_name=f"{cfg.model_name} ({UNGROUPED})")
+    weights = LoadedWeights(config, state, model.tokenizer, model.default_padding_side)
+    return HookedTransformer.from_weights(weights)
 
 
 GGUF_QUANTISATION = re.compile(r"(I?Q\d+_[0-9A-Z_]+|F16|BF16|F32)$", re.IGNORECASE)  # a GGUF name's end
