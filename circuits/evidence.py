@@ -196,7 +196,8 @@ P_RESAMPLES = 10_000
 """Resamples of `beyond_p`: its smallest p, a share 1 / 10,001 of them read at the expanded tail, is
 0.0017 for 14 held-out families and 0.00024 for 64 prompts, below Holm's first threshold for as many
 classes as a report judges (`holm`: 0.025 / 7 = 0.0036 for IOI's seven). With fewer units the
-expanded tail keeps it higher: 0.0097 for 6 held-out tasks, where `holm` may not be able to tell."""
+expanded tail keeps it higher: 0.0097 for 6 held-out tasks, where `holm` may not be able to tell, and
+0.0032 for 10."""
 
 
 def beyond_p(
