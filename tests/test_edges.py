@@ -886,3 +886,19 @@ def test_edge_scores_of_a_grouped_query_model_do_not_depend_on_ungrouping(method
     with model.settings(ungroup_grouped_query_attention=True):
         ungrouped = edges.edge_attribution(model, clean, corrupted, metric, method, steps=3)
     torch.testing.assert_close(ungrouped.scores, grouped.scores, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "gemma2-like", "olmo2-like", "gemma3-like"])
+def test_an_ungrouped_model_computes_the_same_logits_with_a_key_and_value_head_per_query_head(name):
+    """`interp.ungrouped` copies every weight held per key/value head (W_K, W_V, their biases, a key norm
+    per head or over all heads) to the query heads of its group: Gemma 3's key norm was left per key/value
+    head at first, and the copy refused to load."""
+    values = ARCHITECTURES.get(name, dict(post_norm=True, normalization="rmsnorm", positional="rotary",
+                                          qk_norm="head", qkv_bias=True))  # fmt: skip
+    model = _random_model(seed=4, **{**values, "n_kv_heads": 2})
+    copy = interp.ungrouped(model)
+    tokens = torch.randint(1, model.cfg.d_vocab, (3, 11), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(copy(tokens), model(tokens), rtol=0, atol=1e-5)
+    assert copy.cfg.n_kv_heads == copy.cfg.n_heads == 4 and interp.ungrouped(copy) is copy
+    assert edges.edge_graph(copy.cfg).readers[4] == "a0.h0<k>"  # MIB's names: per query head

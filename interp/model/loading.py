@@ -170,7 +170,6 @@ def load_checkpoint(directory: str | Path) -> HookedTransformer:
     return HookedTransformer.from_weights(read_checkpoint(directory))
 
 
-KEY_VALUE_WEIGHTS = ("_W_K", "_W_V", "_b_K", "_b_V")  # an attention's weights per key/value head
 UNGROUPED = "key/value heads per query head"  # what an `ungrouped` model's name says of it
 
 
@@ -178,16 +177,19 @@ def ungrouped(model: HookedTransformer) -> HookedTransformer:
     """`model` with each key/value head copied to every query head of its group (n_kv_heads = n_heads):
     the same function, with a key and a value input per query head, as TransformerLens's
     `ungroup_grouped_query_attention` and MIB's edge graph have them (an edge into a key input is an
-    edge into one query head's). Named "<name> (key/value heads per query head)"; its other weights are
-    `model`'s own tensors, not copies. A model without grouped-query attention is returned as it is."""
+    edge into one query head's). Every weight held per key/value head (W_K, W_V, their biases, a key
+    norm's) is copied; the others are `model`'s own tensors. Named "<name> (key/value heads per query
+    head)". A model without grouped-query attention is returned as it is."""
     cfg, group = model.cfg, model.cfg.group_size
     if group == 1:
         return model
+    config = dataclasses.replace(cfg, n_kv_heads=cfg.n_heads, model_name=f"{cfg.model_name} ({UNGROUPED})")
+    with torch.device("meta"):
+        shapes = {name: value.shape for name, value in HookedTransformer(config).state_dict().items()}
     state = {
-        name: value.repeat_interleave(group, dim=0) if name.rsplit(".", 1)[-1] in KEY_VALUE_WEIGHTS else value
+        name: value.repeat_interleave(group, dim=0) if shapes[name] != value.shape else value
         for name, value in model.state_dict().items()
     }
-    config = dataclasses.replace(cfg, n_kv_heads=cfg.n_heads, model_name=f"{cfg.model_name} ({UNGROUPED})")
     weights = LoadedWeights(config, state, model.tokenizer, model.default_padding_side)
     return HookedTransformer.from_weights(weights)
 
