@@ -265,7 +265,8 @@ def circuit(
             "signed and random circuits: up to 28 more edge-level runs, several times the scores' time) and "
             "CPR/CMD."),
     format: str = FORMAT, out: str | None = OUT,
-    mib_out: str | None = opt(None, help="Also write the circuit in MIB's submission format (JSON)."),
+    mib_out: str | None = opt(None, help="Also write the circuit in MIB's submission format (JSON), found on "
+            "MIB's graph: a key and a value input per query head (interp.ungrouped)."),
     save: str | None = SAVE, quick: bool = opt(False, "--quick", help=QUICK_HELP["circuit"]),
 ) -> None:
     """Find an edge circuit (EAP, EAP-IG, a learned mask or their ensemble), and measure its faithfulness.
