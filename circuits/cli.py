@@ -297,7 +297,7 @@ def circuit(
                    method=method, edges=edges, fraction=fraction, target=target, steps=steps, curve=curve,
                    ig_points=settings.ig_points, ablation=ablation, bootstrap=bootstrap, seed=seed,
                    prune_steps=prune_steps, density=density, metric=metric, n_prompts=n_prompts,
-                   heldout_families=heldout)
+                   heldout_families=heldout, graph="model" if mib_out is None else "mib")
     command.tell(circuit_task.heads_absent())
     def prepare(loaded):  # the prompts, checked before the stages start; --quick says their split's sizes
         prompts = circuit_prompts(loaded, circuit_task, settings)

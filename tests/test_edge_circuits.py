@@ -179,6 +179,19 @@ def test_interp_circuit_command(tmp_path):
     assert kept == {f"{e['writer']}->{e['reader']}" for e in data["circuit"]["edges"]}
 
 
+def test_a_saved_circuit_found_on_mib_s_graph_is_not_taken_for_one_on_the_model_s(tmp_path):
+    """`--mib-out` finds the circuit on MIB's graph (`interp.ungrouped`), another graph than the model's
+    under grouped-query attention; its --save file recorded the same settings as a run without it, so a
+    resumed run could take one graph's stages for the other's."""
+    saved, out = tmp_path / "r.json", tmp_path / "o.json"
+    args = ["circuit", "--model", "toy-induction", "--task", "induction", "--method", "eap", "--edges", "8",
+            "--n-prompts", "8", "--save", str(saved), "--format", "json", "--out", str(out)]  # fmt: skip
+    first = CliRunner().invoke(app, [*args, "--mib-out", str(tmp_path / "mib.json")])
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "graph 'mib' there, 'model' now" in again.output, again.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
