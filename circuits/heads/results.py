@@ -134,7 +134,7 @@ SUFFIXES = dict(zip(EFFECTS, ("", "_with_others"), strict=True))  # each effect'
 def class_columns(table: pd.DataFrame) -> list[str]:
     """The columns of a full head table that copy the classes' figures (`HeadFigures.full_table` joins
     them back)."""
-    names = [name for kind in CAUSAL_TYPES for name in _class_cells(kind, {})]
+    names = [name for kind in CAUSAL_TYPES for name in _class_cells(kind, {}, {})]
     beyond = {f"{kind}_beyond_random{suffix}[" for kind in CAUSAL_TYPES for suffix in SUFFIXES.values()}
     strata = [column for column in table.columns if column[: column.find("[") + 1] in beyond]
     return [name for name in names if name in table] + strata
@@ -201,11 +201,11 @@ HOLM_CELLS = {True: "holds", False: "does not hold", None: "cannot tell"}  # `ev
 
 
 def _class_cells(
-    kind: str, classes: dict[str, ClassVerdict], corrected: dict[str, bool | None] | None = None
+    kind: str, classes: dict[str, ClassVerdict], corrected: dict[str, bool | None]
 ) -> dict[str, Any]:
     """A head's `kind` columns copied from its classes (effect -> class; NaN, [] or "" where not
-    measured), with Holm's outcome of each (effect -> `evidence.holm`'s; "" where not corrected: a file
-    without p-values)."""
+    measured), with Holm's outcome of each (effect -> `evidence.holm`'s; none, so "", in a file without
+    p-values)."""
     cells: dict[str, Any] = {}
     for effect, suffix in SUFFIXES.items():
         found = classes.get(effect)
@@ -218,8 +218,8 @@ def _class_cells(
         cells[f"{kind}_beyond_random{suffix}_ci_high"] = high
         cells[f"{kind}_beyond_random{suffix}_p"] = found.p if found else math.nan
         cells[f"{kind}_beyond_random{suffix}_p_bound"] = bool(found and found.p_bound)
-        corrected_here = found is not None and found.has_ci and effect in (corrected or {})
-        cells[f"{kind}_beyond_random{suffix}_holm"] = HOLM_CELLS[corrected[effect]] if corrected_here else ""
+        judged = found is not None and found.has_ci and effect in corrected
+        cells[f"{kind}_beyond_random{suffix}_holm"] = HOLM_CELLS[corrected[effect]] if judged else ""
     alone = classes.get("alone")
     cells[f"{kind}_random_heads"] = [label for draw in alone.random_sets for label in draw] if alone else []
     return cells
