@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 import pytest
 import torch
 from conftest import tiny_config
@@ -499,3 +502,73 @@ def test_key_value_values_taken_under_one_grouping_are_refused_under_the_other(m
     same = model.settings(ungroup_grouped_query_attention=made_ungrouped)
     with same, engine.intervened(model, replacement.interventions(sites)):
         torch.testing.assert_close(model(tokens), ablated)
+
+
+@pytest.mark.parametrize(
+    "arch",
+    [
+        dict(positional="learned"),
+        dict(positional="rotary", n_kv_heads=2, qk_norm="head", normalization="rmsnorm"),
+        dict(positional="rotary", attn_types=["local", "global"] * 2, window_size=3, nope_layers=[1]),
+        dict(positional="shortformer"),
+        dict(positional="rotary", qk_norm="all_heads", nope_layers=[2]),  # block 2's keys: no hook gives them
+    ],
+    ids=["learned", "gqa-qk-norm", "local-nope", "shortformer", "nope-qk-norm"],
+)
+@pytest.mark.parametrize("padding", ["none", "left", "right"])
+def test_runs_that_write_at_the_read_positions_carry_them_alone_and_equal_hooked_runs(arch, padding):
+    """A run whose interventions write at or after each prompt's read position only is carried at the
+    read positions from the block after its last one, attending to the target run's keys and values
+    (`engine._narrow_after`); each run equals its hooked forward pass, at an int and at per-prompt
+    read positions, with a base made in every run, and the target run itself; an `AnswerMetric` is
+    given the logits at the read positions only."""
+    torch.manual_seed(0)
+    model = interp.HookedTransformer(tiny_config(n_layers=4, d_mlp=40, **arch)).eval()
+    batch, n_pos = 5, 9
+    tokens = torch.randint(1, model.cfg.d_vocab, (batch, n_pos))
+    real = torch.ones(batch, n_pos, dtype=torch.long)
+    for row, pad in enumerate([0, 2, 1, 3, 0] if padding != "none" else []):
+        real[row, :pad] = 0 if padding == "left" else 1
+        real[row, n_pos - pad :] = 0 if padding == "right" else 1
+    tokens = record_padding(tokens.masked_fill(real == 0, 0), real) if padding != "none" else tokens
+    last = n_pos - 1 - (n_pos - real.sum(-1)) if padding == "right" else torch.full((batch,), n_pos - 1)
+    source = torch.randn(batch, n_pos, model.cfg.n_heads, model.cfg.d_head)
+    shift = torch.randn(model.cfg.d_model)
+    z = lambda layer, heads, pos: engine.Intervention(  # noqa: E731
+        engine.Site(interp.act_name("z", layer), head=heads, pos=pos), {interp.act_name("z", layer): source}
+    )
+    add = lambda layer, pos: engine.Intervention(  # noqa: E731
+        engine.Site(interp.act_name("resid_pre", layer), pos=pos), lambda act: act + shift
+    )
+    base = [engine.Intervention(engine.Site(interp.act_name("z", 0), head=[1]), torch.zeros(()))]
+    for logit_pos in [-1, last] if padding != "right" else [last]:
+        runs = [
+            [z(1, [0, 2], logit_pos)],
+            [z(0, [1], logit_pos), z(2, None, logit_pos)],
+            [add(3, logit_pos)],
+            [add(1, logit_pos), z(1, [3], logit_pos)],
+            [z(1, [0], 2)],  # before the read positions: carried whole
+            [],
+        ]
+        function = functools.partial(
+            metrics.logit_diff, correct=tokens[:, 0], incorrect=tokens[:, 1], pos=logit_pos
+        )
+        answer = metrics.prob_metric(tokens[:, 2], pos=logit_pos)  # given the logits at logit_pos only
+        assert [engine._reads_logit_pos_only(m, logit_pos, tokens) for m in (function, answer)] == [
+            False,
+            True,
+        ]
+        narrowed = engine._Narrowed.of(logit_pos, tokens)
+        hooked = [False] * (model.cfg.n_layers + 1)
+        after = [engine._narrow_after(model, run, base, hooked, narrowed) for run in runs]
+        no_key_hook = arch.get("nope_layers") == [2] and arch.get("qk_norm") == "all_heads"
+        assert after == ([4, 3, 4, 4, 4, 4] if no_key_hook else [2, 3, 4, 2, 4, 4])
+        for options, metric in itertools.product(
+            (RunOptions(logit_pos=logit_pos), RunOptions(logit_pos=logit_pos, base=base)), (function, answer)
+        ):
+            _, target = engine.cached_run(model, tokens, engine.start_names(model), base=options.base)
+            got = engine.run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
+            for run, value in zip(runs, got, strict=True):
+                hooks = engine.intervention_hooks([*options.base, *run])
+                expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()
+                torch.testing.assert_close(value, expected, atol=1e-5, rtol=0)

@@ -51,6 +51,37 @@ def test_probabilities_kl_and_loss(logits):
     torch.testing.assert_close(metrics.loss(logits, tokens).mean(), interp.next_token_loss(logits, tokens))
 
 
+def test_accuracy_is_whether_the_answer_is_the_top_token(logits):
+    pos = torch.tensor([0, 1, 2])
+    top = logits[torch.arange(3), pos].argmax(-1)
+    answer = torch.stack([top[0], (top[1] + 1) % 11, top[2]])
+    accuracy = metrics.accuracy_metric(answer, pos=pos)
+    assert accuracy(logits).tolist() == [1.0, 0.0, 1.0]
+    assert accuracy(logits[1:], torch.tensor([1, 2])).tolist() == [0.0, 1.0]  # a sub-batch's rows
+    assert accuracy(logits.clone().requires_grad_()).tolist() == [1.0, 0.0, 1.0]  # a forward pass's logits
+    with pytest.raises(ValueError, match="one answer per prompt"):
+        metrics.accuracy_metric(answer[:, None].repeat(1, 2), pos=pos)(logits)
+    with pytest.raises(ValueError, match=r"answer token ids must lie in \[0, 11\)"):
+        metrics.accuracy_metric(torch.tensor([0, 11, 1]), pos=pos)(logits)
+
+
+def test_methods_that_take_the_metric_s_gradient_refuse_accuracy(tiny_model):
+    """Accuracy (the top token) has no gradient: attribution patching, EAP, the removal estimate and
+    edge pruning refuse it by name rather than fail inside autograd."""
+    clean = torch.randint(1, tiny_model.cfg.d_vocab, (4, 6))
+    corrupted = clean.flip(0)
+    accuracy = metrics.accuracy_metric(clean[:, 0])
+    circuit = interp.edges.edge_graph(tiny_model).valid
+    for run in (
+        lambda: interp.patching.attribution_patching(tiny_model, clean, corrupted, accuracy),
+        lambda: interp.edges.edge_attribution(tiny_model, clean, corrupted, accuracy, method="eap"),
+        lambda: interp.edges.removal_effects(tiny_model, clean, corrupted, accuracy, circuit),
+        lambda: interp.edges.prune_edges(tiny_model, clean, corrupted, accuracy),
+    ):
+        with pytest.raises(ValueError, match="takes the metric's gradient, and accuracy .* has none"):
+            run()
+
+
 def test_normalized_metric_is_zero_on_corrupted_and_one_on_clean(logits):
     corrupted = logits.flip(0)
     base = lambda lg: metrics.logit_diff(lg, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))  # noqa: E731

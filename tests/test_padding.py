@@ -109,6 +109,8 @@ def test_a_metric_of_the_model_logits(model):
         ),
         (metrics.answer_logprob(logits, correct, last), metrics.answer_logprob(alone_logits, correct[:1])),
         (metrics.answer_prob(logits, correct, last), metrics.answer_prob(alone_logits, correct[:1])),
+        (metrics.accuracy_metric(logits[:, -1].argmax(-1), last)(logits),
+         metrics.accuracy_metric(logits[:, -1].argmax(-1)[:1])(alone_logits)),
     ):  # fmt: skip
         torch.testing.assert_close(value[0], reference[0], **TOL)
     _, mask = model.to_tokens_and_mask([SHORT, LONG])
@@ -123,6 +125,7 @@ def test_a_metric_of_the_model_logits(model):
         for read in (
             lambda: last_position_metric(model)(logits),
             lambda: metrics.logit_diff_metric(*answers(model, 2), pos=-1)(logits),
+            lambda: metrics.accuracy_metric(correct, pos=-1)(logits),
             lambda: metrics.logit_diff(logits, *answers(model, 2)),
             lambda: metrics.answer_prob(logits, correct, pos=-1),
             lambda: metrics.kl_divergence(logits, logits),
@@ -476,7 +479,7 @@ READ_THROUGH = {
     "HookedTransformer.run_with_cache": "test_run_with_cache_refuses_to_keep_only_padding",
     **{name: "test_a_metric_of_the_model_logits" for name in (
         "metrics.logit_diff", "metrics.logit_diff_metric", "metrics.answer_prob", "metrics.answer_logprob",
-        "metrics.prob_metric", "metrics.kl_divergence", "metrics.logits_at",
+        "metrics.prob_metric", "metrics.accuracy_metric", "metrics.kl_divergence", "metrics.logits_at",
     )},
     "patch": "ENTRY_POINTS", "engine.run_site_sets": "ENTRY_POINTS", "patching.patch_sites": "ENTRY_POINTS",
     "patching.activation_patching": "ENTRY_POINTS", "patching.attribution_patching": "ENTRY_POINTS",

@@ -35,7 +35,7 @@ from interp.interventions.engine import (
     run_site_sets,
     start_names,
 )
-from interp.interventions.metrics import logits_at, prob_metric
+from interp.interventions.metrics import accuracy_metric, prob_metric
 from interp.tasks.icl_tasks import DEFAULT_TEMPLATE, answer_token, check_template_names, few_shot_prompts
 from interp.types import Head, Progress
 
@@ -193,15 +193,6 @@ def function_vector(means: HeadMeans, heads: Sequence[Head]) -> Float[Tensor, "g
     return sum(means.written[:, layer, head] for layer, head in heads)
 
 
-def accuracy_metric(answers: Int[Tensor, " batch"], last: Int[Tensor, " batch"]):
-    """1.0 where the top token at each prompt's last real token is its answer, else 0.0."""
-
-    def accuracy(logits: Tensor) -> Tensor:
-        return (logits_at(logits, last).argmax(-1).cpu() == answers.cpu()).float()
-
-    return accuracy
-
-
 @torch.inference_mode()
 def zero_shot_accuracy(
     model: interp.HookedTransformer,
@@ -224,7 +215,7 @@ def zero_shot_accuracy(
 
         runs.append([Intervention(Site(interp.act_name("resid_pre", layer), pos=last), add)])
     _, target = cached_run(model, tokens, start_names(model), logits=False)
-    metric = accuracy_metric(prompts.answers, last)
+    metric = accuracy_metric(prompts.answers, pos=last)
     options = RunOptions(logit_pos=last, progress=progress)
     return run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
 
@@ -246,7 +237,7 @@ def few_shot_accuracy(
     real = (positions >= model.first_positions(tokens)[:, None]) & (positions <= last[:, None].cpu())
     sources = ablated_z(model, {name: target[name] for name in names}, "mean", real=real)
     runs = [[], *(ablation_sites(model, heads=heads) for heads in head_sets)]
-    metric = accuracy_metric(prompts.answers, last)
+    metric = accuracy_metric(prompts.answers, pos=last)
     options = RunOptions(logit_pos=last, progress=progress)
     values = run_site_sets(model, tokens, runs, sources, metric, target=target, options=options)
     return values[0], values[1:]

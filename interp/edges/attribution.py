@@ -59,7 +59,7 @@ from interp.edges.intervene import (
 )
 from interp.interventions.ablation import Ablation
 from interp.interventions.engine import Intervention, Site, intervened, read_with_grad
-from interp.interventions.metrics import check_reads_real_tokens, for_rows
+from interp.interventions.metrics import check_differentiable, check_reads_real_tokens, for_rows
 from interp.io.devices import module_weight
 from interp.model.cache import act_name
 from interp.model.components import Norm
@@ -130,7 +130,7 @@ def edge_attribution(
             raise ValueError(
                 "max_memory applies to the gradient methods (eap, eap-ig); exact runs batch_size prompts."
             )
-        _check_method(model, method, steps)
+        _check_method(model, method, steps, metric)
         ablation = edge_ablation(ablation)
         clean, corrupted = edge_pair(model, clean, corrupted, ablation)
         metric = check_reads_real_tokens(model, metric, clean)
@@ -167,7 +167,7 @@ def edge_attribution_by_position(
     ig_points: where EAP-IG over inputs evaluates gradients (module docstring); EAP always takes
     alpha = 1, the activation methods k = 1..steps (the reference code's). ablation, batch_size,
     max_memory, base: as `edge_attribution`."""
-    _check_method(model, method, steps)
+    _check_method(model, method, steps, metric)
     ablation = edge_ablation(ablation)
     if ig_points not in IG_POINTS:
         raise ValueError(f"ig_points={ig_points!r} is not one of {IG_POINTS}; 'mib' is MIB's convention.")
@@ -244,9 +244,10 @@ def edge_attribution_by_position(
     }
 
 
-def _check_method(model: HookedTransformer, method: str, steps: int) -> None:
+def _check_method(model: HookedTransformer, method: str, steps: int, metric: Metric) -> None:
     if method != "exact":
         check_gradient_dtype(model.dtype, f"edge attribution by {method}")
+        check_differentiable(metric, f"edge attribution by {method}")
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not one of {METHODS}.")
     if steps < 1:

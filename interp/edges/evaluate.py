@@ -30,7 +30,7 @@ from interp.edges.intervene import (
 from interp.edges.pruning import masked_logits
 from interp.interventions.ablation import Ablation
 from interp.interventions.engine import forward_logits
-from interp.interventions.metrics import check_reads_real_tokens, for_rows
+from interp.interventions.metrics import check_differentiable, check_reads_real_tokens, for_rows
 from interp.interventions.stats import (
     FaithfulnessSummary,
     faithfulness_ci,
@@ -327,6 +327,7 @@ def removal_effects(
     and runs)."""
     ablation = edge_ablation(ablation)
     check_gradient_dtype(model.dtype, "removal_effects' estimate")
+    check_differentiable(metric, "removal_effects' estimate")
     clean, corrupted = edge_pair(model, clean, corrupted, ablation)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)

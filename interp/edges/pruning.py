@@ -59,7 +59,7 @@ from interp.edges.intervene import (
 from interp.edges.stability import normalised_ranks
 from interp.interventions.ablation import Ablation
 from interp.interventions.engine import forward_logits
-from interp.interventions.metrics import check_reads_real_tokens, for_rows
+from interp.interventions.metrics import check_differentiable, check_reads_real_tokens, for_rows
 from interp.io.files import atomic_write
 from interp.io.source_code import INTERP_SOURCE, source_key
 from interp.model.loading import FINGERPRINT_SCHEME, weights_fingerprint
@@ -213,6 +213,8 @@ def prune_edges(
             "Ablation without a reference."
         )
     check_gradient_dtype(model.dtype, "prune_edges")
+    if objective == "metric":
+        check_differentiable(metric, "prune_edges (objective 'metric')")
     clean, corrupted = edge_pair(model, clean, corrupted, ablation)
     metric = check_reads_real_tokens(model, metric, clean)
     graph = edge_graph(model)

@@ -8,7 +8,8 @@ and returns the metric of each (`read_site_sets`: activations instead of logits)
 what they change, segment by segment (embeddings, each block, final norm), and walked breadth-first,
 so runs that make the same interventions in the first blocks compute those blocks once; an
 unchanged prefix comes from the target's cached run (`cached_run`, `start_names`), blocks whose z
-every run of a pass overwrites skip the attention (`overwritten_z`), opt-in hook points are switched
+every run of a pass overwrites skip the attention (`overwritten_z`), a run that changes only the
+positions the metric reads is carried at those alone (`_Narrowed`), opt-in hook points are switched
 on only in the blocks that use them (`hook_settings_for`), and logits are computed only at the
 positions and for the tokens the metric reads (`forward_logits`, `logit_tokens`). Interventions
 made in every run, the target's included (e.g. heads mean-ablated throughout), are a `base`.
@@ -39,9 +40,16 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from interp.checks import check_count, check_gradient_dtype, check_metric_output, check_token_pair
-from interp.interventions.metrics import Metric, check_reads_real_tokens, refuse_padding
+from interp.interventions.metrics import (
+    AnswerMetric,
+    Metric,
+    check_reads_real_tokens,
+    positions_read,
+    refuse_padding,
+)
 from interp.model.cache import ActivationCache, act_name
 from interp.model.hooks import HookPoint, opt_in_setting
+from interp.model.kv_cache import HookedTransformerKeyValueCacheEntry
 from interp.model.tokens import recorded_padding
 from interp.model.transformer import HookedTransformer
 from interp.types import Pos, Progress
@@ -329,13 +337,16 @@ def run_site_sets(
     options: every field of `RunOptions` (progress: stage "patched runs"; the target run must have
       been cached with the base interventions, `cached_run(..., base=options.base)`).
     Returns the per-example metric [n_sets, batch]. An empty site set is the target run.
-    A metric that would read right padding is refused (`metrics.check_reads_real_tokens`).
+    A metric that would read right padding is refused (`metrics.check_reads_real_tokens`). An
+    `AnswerMetric` reading logit_pos is given the logits there only ([batch, 1, d_vocab]).
     """
     runs = as_interventions(site_sets, sources)
     metric = check_reads_real_tokens(model, metric, tokens, logit_pos=options.logit_pos)
     batch = tokens.shape[0]
     values = torch.empty(len(runs), batch)
-    buffer = LogitBuffer(logit_columns(model, options.logit_tokens))
+    one_position = _reads_logit_pos_only(metric, options.logit_pos, tokens)
+    metric = metric.at_read_positions() if one_position else metric
+    buffer = LogitBuffer(logit_columns(model, options.logit_tokens), one_position)
 
     def finish(indices: list[int], logits: Tensor) -> None:
         value = metric_values(metric, logits, batch)  # before the logit buffer is reused
@@ -344,6 +355,17 @@ def run_site_sets(
 
     _walk(model, tokens, runs, _Walk(options, target, (), finish, buffer))
     return values
+
+
+def _reads_logit_pos_only(metric: Metric, logit_pos: Pos, tokens: Tensor) -> bool:
+    """Whether `metric` is an `AnswerMetric` that reads each prompt at its `logit_pos` (so that its
+    logits elsewhere need not be held, even as NaN: [batch, pos, d_vocab] runs to gigabytes with a
+    large vocabulary)."""
+    if not isinstance(metric, AnswerMetric) or logit_pos is None:
+        return False
+    batch, n_pos = tokens.shape
+    read = metric.positions(torch.arange(batch), n_pos).cpu()
+    return torch.equal(read, positions_read(logit_pos, batch, n_pos, "logit_pos"))
 
 
 @takes_run_options("batch_size", "progress", "base")
@@ -408,8 +430,11 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     target run, so runs are sorted and shared by their own interventions only. Blocks run with
     the attention mask the forward pass gives `tokens` (left padding) and a shortformer model's
     positions (`shortformer_positions`). From the block on which every later block of a run
-    overwrites all of z (`_narrow_from`), its residual stream is carried at the positions the
-    metric reads only (`_Narrowed`): no attention reads the other positions there."""
+    overwrites all of z (`_narrow_from`), or from the block after its last intervention where
+    every intervention writes at or after each prompt's read position only (`_narrow_after`), its
+    residual stream is carried at the positions the metric reads only (`_Narrowed`): no attention
+    reads the other positions there, or they hold the target's values, whose keys and values the
+    read positions attend to (`_Prefix`)."""
     target, reads, finish, progress = walk.target, walk.reads, walk.finish, walk.options.progress
     [base] = as_interventions([walk.options.base], None)
     n_layers = model.cfg.n_layers
@@ -420,9 +445,17 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     made = {iv.site.name for run in [*runs, base] for iv in run}
     batch = tokens.shape[0]
     narrowed = None if reads else _Narrowed.of(walk.options.logit_pos, tokens)
-    prompts = _Prompts(
-        batch, walk.options.logit_pos, walk.buffer, mask, shortformer_positions(model, tokens, made), narrowed
-    )
+    narrow_from = [n_layers] * len(runs)  # the block each run is narrowed from (n_layers: none)
+    prefix = None
+    if narrowed is not None:
+        hooked = [_hooked(part) for part in [*model.blocks, model.ln_final]]  # per block, then the final norm
+        narrow_from = [_narrow_from(model, [*base, *run], hooked) for run in runs]
+        after = [_narrow_after(model, run, base, hooked, narrowed) for run in runs]
+        if min(after, default=n_layers) < n_layers:
+            prefix = _Prefix.of(model, tokens, base, min(after), narrowed, mask)
+            narrow_from = [min(pair) for pair in zip(narrow_from, after, strict=True)]
+    pos_embed = shortformer_positions(model, tokens, made)
+    prompts = _Prompts(batch, walk.options.logit_pos, walk.buffer, mask, pos_embed, narrowed, prefix)
     batch_size = walk.options.batch_size or max(1, 64 // batch)
     source_ids: dict[int, int] = {}
     keys = [_segment_keys(run, n_layers, source_ids) for run in runs]
@@ -430,10 +463,6 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
     node_bytes = tokens.numel() * model.cfg.d_model * torch.finfo(model.dtype).bits // 8
     chunk = max(batch_size, min(64, (2**29) // max(1, node_bytes)))  # runs walked together (~512 MiB)
     done, shown = [0], [0]  # runs finished; the count last reported (never lower)
-    narrow_from = [n_layers] * len(runs)  # the block each run is narrowed from (n_layers: none)
-    if narrowed is not None:
-        hooked = [_hooked(part) for part in [*model.blocks, model.ln_final]]  # per block, then the final norm
-        narrow_from = [_narrow_from(model, [*base, *run], hooked) for run in runs]
 
     def blocks(i: int) -> int:  # the segments run i computes: from its first patched one, given a target
         first = -1 if target is None else next((s for s in range(-1, n_layers) if keys[i][s + 1]), n_layers)
@@ -533,17 +562,19 @@ def _passes(
     model: HookedTransformer, segment: int, pending: list[tuple], batch_size: int, narrowed: _Narrowed | None
 ) -> list[list[tuple]]:
     """The pending copies of a segment (their second field: the parent) cut into passes: those
-    `narrowed` carries together (as many rows per pass as `batch_size` full copies), then full ones,
-    those whose z is wholly overwritten first (their passes skip the attention)."""
-    carried = [narrowed is not None and narrowed.carries(entry[1]) for entry in pending]
-    narrow = [entry for entry, small in zip(pending, carried, strict=True) if small]
-    full = sorted(
-        (entry for entry, small in zip(pending, carried, strict=True) if not small),
-        key=lambda entry: not _overwrites_z(model, segment, entry[2]),
-    )
+    `narrowed` carries whose z is wholly overwritten (as many rows per pass as `batch_size` full
+    copies), those it carries that attend to the target's other positions (`batch_size` copies a
+    pass: each reads every position's keys), then full ones, those whose z is wholly overwritten
+    first (their passes skip the attention)."""
+    narrow, full = [], []
+    for entry in pending:
+        (narrow if narrowed is not None and narrowed.carries(entry[1]) else full).append(entry)
+    full.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
+    given = [entry for entry in narrow if _overwrites_z(model, segment, entry[2])]
+    attending = [entry for entry in narrow if not _overwrites_z(model, segment, entry[2])]
     size = batch_size * (1 if narrowed is None else narrowed.n_pos)
-    passes = [narrow[i : i + size] for i in range(0, len(narrow), size)] + [
-        full[i : i + batch_size] for i in range(0, len(full), batch_size)
+    passes = [given[i : i + size] for i in range(0, len(given), size)] + [
+        part[i : i + batch_size] for part in (attending, full) for i in range(0, len(part), batch_size)
     ]
     return [cut for part in passes for cut in _apart_by_attention_input(part)]
 
@@ -595,6 +626,16 @@ class _Narrowed:
         rows = torch.arange(values.shape[0], device=values.device)
         return values[rows, self.positions.to(values.device)][:, None]
 
+    def at_or_after(self, site: Site) -> bool:
+        """Whether `site` writes at no position before a prompt's read position (those after it reach
+        no read position through causal attention)."""
+        if site.pos is None:
+            return False
+        pos = torch.as_tensor(site.pos).long() % self.n_pos
+        if isinstance(site.pos, Tensor) and pos.ndim == 1:  # one position per prompt
+            return bool((pos >= self.positions).all())
+        return bool(pos.min() >= self.positions.max())
+
 
 def _hooked(module: nn.Module) -> bool:
     """Whether a hook point of `module` has a hook (the caller's, or an intervention made as one)."""
@@ -621,6 +662,97 @@ def _narrow_from(model: HookedTransformer, run: Sequence[Intervention], hooked: 
             break
         start = block
     return start
+
+
+def _narrow_after(
+    model: HookedTransformer,
+    run: Sequence[Intervention],
+    base: Sequence[Intervention],
+    hooked: Sequence[bool],
+    narrowed: _Narrowed,
+) -> int:
+    """The block after a run's last intervention where each of its interventions writes at or after
+    the prompts' read positions only (`_Narrowed.at_or_after`): from there every other position the
+    read positions attend to holds the target run's values (causal attention), so the run is
+    carried at the read positions, attending to the target's keys and values (`_Prefix`). n_layers
+    where it is not: another intervention, the base's after the run's last, a hook of the caller's
+    from there on (`hooked`: by block, then the final norm), or attention that is not causal or
+    whose keys no hook gives (`_key_hook`)."""
+    n_layers = model.cfg.n_layers
+    if not run:
+        return n_layers
+    start = max(_segment(iv.site, n_layers) for iv in run) + 1
+    if start >= n_layers or any(hooked[start:]) or any(_segment(iv.site, n_layers) >= start for iv in base):
+        return n_layers
+    if not all(narrowed.at_or_after(iv.site) for iv in run):
+        return n_layers
+    if any(_key_hook(model, layer) is None for layer in range(start, n_layers)):
+        return n_layers
+    return start
+
+
+def _key_hook(model: HookedTransformer, layer: int) -> str | None:
+    """The hook of block `layer`'s keys as its attention reads them (after rotary and any key norm);
+    None where no hook gives them (a key norm without rotary, keys per query head, bidirectional
+    attention)."""
+    attention, cfg = model.blocks[layer].attn, model.cfg
+    if not cfg.causal or (model.hook_settings.ungroup_grouped_query_attention and cfg.group_size > 1):
+        return None
+    if attention.rotary:
+        return act_name("rot_k", layer)
+    return act_name("k", layer) if cfg.qk_norm == "none" else None
+
+
+@dataclass(frozen=True)
+class _Prefix:
+    """What runs carried at the read positions attend to besides themselves: the target run's keys and
+    values of each block from the first such run's ([batch, pos, kv_head, d_head], as the attention
+    reads them), which keys each read position sees (`key_mask` [batch, pos + 1]: its prompt's real
+    tokens before it, then itself) and its position from its prompt's first real token (`positions`
+    [batch, 1])."""
+
+    keys_values: dict[int, tuple[Tensor, Tensor]]
+    key_mask: Tensor
+    positions: Tensor
+
+    @staticmethod
+    def of(
+        model: HookedTransformer,
+        tokens: Tensor,
+        base: Sequence[Intervention],
+        first: int,
+        narrowed: _Narrowed,
+        mask: Tensor | None,
+    ) -> _Prefix:
+        """The target run's keys and values from block `first` on (one run of `tokens` with the `base`
+        interventions, as the target's), seen from `narrowed`'s read positions; mask: the prompts'
+        attention mask (None: every token real)."""
+        layers = range(first, model.cfg.n_layers)
+        names = {layer: (_key_hook(model, layer), act_name("v", layer)) for layer in layers}
+        _, cache = cached_run(
+            model, tokens, [name for pair in names.values() for name in pair], base=base, logits=False
+        )
+        batch, n_pos = tokens.shape
+        real = torch.ones(batch, n_pos, dtype=torch.bool) if mask is None else mask.cpu().bool()
+        before = real & (torch.arange(n_pos) < narrowed.positions.cpu()[:, None])
+        key_mask = torch.cat([before, torch.ones(batch, 1, dtype=torch.bool)], 1).to(model.device)
+        positions = before.sum(-1, keepdim=True).to(model.device)
+        return _Prefix({layer: (cache[k], cache[v]) for layer, (k, v) in names.items()}, key_mask, positions)
+
+    def forward(
+        self, model: HookedTransformer, layer: int, resid: Tensor, pos_embed: Tensor | None
+    ) -> Float[Tensor, "rows 1 d_model"]:
+        """Block `layer` of stacked copies carried at the read positions (resid [copies * batch, 1,
+        d_model]), each attending to the target's keys and values before its read position."""
+        copies = resid.shape[0] // self.key_mask.shape[0]
+        keys, values = self.keys_values[layer]
+        entry = HookedTransformerKeyValueCacheEntry(
+            keys.repeat(copies, 1, 1, 1), values.repeat(copies, 1, 1, 1), frozen=True
+        )
+        return model.blocks[layer](
+            resid, past_kv_cache_entry=entry, attention_mask=self.key_mask.repeat(copies, 1),
+            positions=self.positions.repeat(copies, 1), shortformer_pos_embed=pos_embed,
+        )  # fmt: skip
 
 
 def shortformer_positions(
@@ -690,8 +822,9 @@ def _group_by(items: Sequence[int], keys: Sequence[str]) -> dict[str, list[int]]
 class _Prompts:
     """What every pass of a walk shares: the number of prompts, the positions the metric reads, the
     logit buffer, the prompts' attention mask [batch, pos] (None: nothing masked), their shortformer
-    positions [batch, pos, d_model] (None: the model has none) and the narrowing of runs carried at
-    the read positions only (None: none are)."""
+    positions [batch, pos, d_model] (None: the model has none), the narrowing of runs carried at
+    the read positions only (None: none are) and the target's keys and values that those of them
+    that attend read (None: none do)."""
 
     batch: int
     logit_pos: Pos
@@ -699,6 +832,7 @@ class _Prompts:
     mask: Tensor | None
     pos_embed: Tensor | None
     narrowed: _Narrowed | None
+    prefix: _Prefix | None
 
 
 def _segment_forward(
@@ -711,8 +845,8 @@ def _segment_forward(
     """Run one segment for stacked copies (parent residual stream or tokens, the interventions made in
     this segment): (the outputs split per copy, or after the last segment each copy's logits in turn
     in the buffer (`forward_logit_copies`); the read hooks' activations [copy, batch, ...]). Parents
-    of one position where the prompts have more are carried at the read positions only (every copy
-    overwriting all of z here, `_Narrowed`)."""
+    of one position where the prompts have more are carried at the read positions only (`_Narrowed`):
+    every copy overwrites all of z here, or attends to the target's other positions (`_Prefix`)."""
     n, batch, mask, pos_embed = len(part), prompts.batch, prompts.mask, prompts.pos_embed
     narrowed = prompts.narrowed if prompts.narrowed and prompts.narrowed.carries(part[0][0]) else None
     by_name: dict[str, list[tuple[int, Intervention]]] = {}
@@ -737,7 +871,8 @@ def _segment_forward(
 
     stacked = torch.cat([parent for parent, _ in part])
     given: AbstractContextManager = nullcontext()
-    if all(_overwrites_z(model, segment, here) for _, here in part):
+    overwrites = all(_overwrites_z(model, segment, here) for _, here in part)
+    if overwrites:
         # every copy overwrites all of z here: the attention need not compute it
         z_name = act_name("z", segment)
         cfg = model.cfg
@@ -762,10 +897,13 @@ def _segment_forward(
             return logits, captured
         else:
             positions = None if pos_embed is None else pos_embed.repeat(n, 1, 1)
-            out = model(
-                stacked, start_at_layer=segment, stop_at_layer=segment + 1, attention_mask=copies,
-                shortformer_pos_embed=positions,
-            )  # fmt: skip
+            if narrowed is not None and not overwrites:
+                out = prompts.prefix.forward(model, segment, stacked, positions)
+            else:
+                out = model(
+                    stacked, start_at_layer=segment, stop_at_layer=segment + 1, attention_mask=copies,
+                    shortformer_pos_embed=positions,
+                )  # fmt: skip
     return list(out.split(batch)), captured
 
 
@@ -837,10 +975,12 @@ class LogitBuffer:
     be taken first.
 
     columns: the token ids [k] the metric reads (`logit_columns`); only their logits are computed
-    (None: every token's)."""
+    (None: every token's). one_position: the metric reads the logits at `logit_pos` only, given as
+    [batch, 1, d_vocab] (`AnswerMetric.at_read_positions`)."""
 
-    def __init__(self, columns: Int[Tensor, " k"] | None = None) -> None:
+    def __init__(self, columns: Int[Tensor, " k"] | None = None, one_position: bool = False) -> None:
         self.columns = columns
+        self.one_position = one_position
         self.logits: Tensor | None = None
         self.written: tuple[Tensor, ...] | None = None
 
@@ -848,7 +988,9 @@ class LogitBuffer:
         self, picked: Float[Tensor, "rows k"], pos: Int[Tensor, " rows"], n_pos: int, batch: int, d_vocab: int
     ) -> Iterator[Float[Tensor, "batch pos d_vocab"]]:
         """Each copy's logits in turn (rows i * batch .. (i + 1) * batch of `picked`), NaN except at
-        `pos` (and, with columns, except the columns)."""
+        `pos` (and, with columns, except the columns); with `one_position`, [batch, 1, d_vocab]."""
+        if self.one_position:
+            pos, n_pos = torch.zeros_like(pos), 1
         shape = (batch, n_pos, d_vocab)
         logits = self.logits
         kind = (shape, picked.dtype, picked.device)

@@ -256,15 +256,16 @@ def normalized(metric: Metric, clean_logits: Tensor, corrupted_logits: Tensor) -
 class AnswerMetric:
     """A metric with per-prompt answers read at one position per prompt (None: the last; an int,
     negative from the end, as TransformerLens's -1; a LongTensor [batch]): logit(correct) -
-    logit(incorrect) ("logit_diff") or p(correct) ("prob"); several answers per prompt ([batch, n])
-    are averaged.
+    logit(incorrect) ("logit_diff"), p(correct) ("prob"), or 1.0 where correct is the top token and
+    0.0 elsewhere ("accuracy": no gradient, one answer per prompt); several answers per prompt
+    ([batch, n]) are averaged.
 
     `metric(logits)` scores every prompt; `metric(logits, rows)` scores the prompts `rows` ([batch]
     indices into the answers) when logits hold a sub-batch. Knowing the position lets batched runs
     unembed that position only (`positions`).
     """
 
-    kind: Literal["logit_diff", "prob"]
+    kind: Literal["logit_diff", "prob", "accuracy"]
     correct: Int[Tensor, " batch"] | Int[Tensor, "batch n"]
     incorrect: Int[Tensor, " batch"] | Int[Tensor, "batch n"] | None = None
     pos: MetricPos = None
@@ -278,6 +279,11 @@ class AnswerMetric:
         rows = torch.arange(logits.shape[0]) if rows is None else rows
         pos = self.pos[rows] if isinstance(self.pos, Tensor) else self.pos
         end = logits_at(logits, pos).float()
+        if self.kind == "accuracy":
+            if self.correct.ndim != 1:
+                raise ValueError("accuracy reads one answer per prompt: give correct as [batch] token ids")
+            _token_values(end, self.correct[rows])  # the ids checked
+            return (end.argmax(-1) == self.correct[rows].to(end.device)).float()
         if self.kind == "prob":
             return _token_values(end.softmax(-1), self.correct[rows])
         return _token_values(end, self.correct[rows]) - _token_values(end, self.incorrect[rows])
@@ -308,6 +314,20 @@ def prob_metric(
 ) -> AnswerMetric:
     """p(correct) at each prompt's position (several answers: the mean probability)."""
     return AnswerMetric("prob", correct, None, pos)
+
+
+def accuracy_metric(correct: Int[Tensor, " batch"], pos: MetricPos = None) -> AnswerMetric:
+    """1.0 where `correct` is the top token at each prompt's position, else 0.0 (top-1 accuracy)."""
+    return AnswerMetric("accuracy", correct, None, pos)
+
+
+def check_differentiable(metric: Metric, what: str) -> None:
+    """Refuse an accuracy `AnswerMetric` to `what`, which takes the metric's gradient: it has none."""
+    if isinstance(metric, AnswerMetric) and metric.kind == "accuracy":
+        raise ValueError(
+            f"{what} takes the metric's gradient, and accuracy (the top token) has none: use prob_metric "
+            "or logit_diff_metric"
+        )
 
 
 def check_reads_real_tokens(

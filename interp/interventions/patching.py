@@ -46,7 +46,7 @@ from interp.interventions.engine import (
     start_names,
     takes_run_options,
 )
-from interp.interventions.metrics import Metric, check_reads_real_tokens
+from interp.interventions.metrics import Metric, check_differentiable, check_reads_real_tokens
 from interp.interventions.results import PatchResult, grid_index
 from interp.model import HookedTransformer
 from interp.model.cache import act_name
@@ -298,6 +298,7 @@ def attribution_patching(
     check_distinct_pair(clean, corrupted, "every patched run (the source run is the target run)")
     check_logit_pos(logit_pos, clean)
     metric = check_reads_real_tokens(model, metric, clean, corrupted, logit_pos=logit_pos)
+    check_differentiable(metric, "attribution patching")
     source_tokens, target_tokens = _source_target(clean, corrupted, direction)
     dims, coords, sites = _component_grid(model, component, layers, positions, clean.shape[1])
     names = sorted({site.name for site in sites})
