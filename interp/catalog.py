@@ -119,16 +119,16 @@ EXPECTED_TIMES = {
     "icl": (
         ExpectedTime(167, "interp icl", _EPYC, _CACHED),
         ExpectedTime(
-            412, "interp icl --fv", _XEON_AMX, _TODAY + ", the head report computed in it, 72 s of it"
+            351, "interp icl --fv", _XEON_AMX, _TODAY + ", the head report computed in it, 53 s of it"
         ),
         ExpectedTime(
             214, "interp icl --model gemma3-270m", _EPYC, "idle, 2026-11-29, benchmarks/icl.py", _GEMMA
         ),
         ExpectedTime(
-            549,
+            464,
             "interp icl --fv --model gemma3-270m",
             _XEON_AMX,
-            _TODAY + ", the head report computed in it, 52 s of it",
+            _TODAY + ", the head report computed in it, 55 s of it",
             _GEMMA,
         ),
     ),
