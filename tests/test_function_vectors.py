@@ -20,9 +20,11 @@ from circuits.evidence import TOO_FEW_PROMPTS, class_verdict, stratum_drops
 from circuits.finding import finding_report, write_finding_report
 from circuits.icl import (
     FunctionVectorSettings,
+    attributed_indirect_effects,
     few_shot_accuracy,
     function_vector,
     function_vector_report,
+    function_vectors,
     head_indirect_effects,
     mean_head_outputs,
     task_prompts,
@@ -148,6 +150,27 @@ def test_aie_equals_a_hooked_patch_of_the_heads(smollm2, prompts):
             with smollm2.hooks(fwd_hooks=hooks):
                 patched = _answer_probs(smollm2, prompts.corrupted, last, prompts.answers)
             torch.testing.assert_close(effect, patched - base, atol=1e-5, rtol=0)
+
+
+def test_attributed_effects_are_the_first_order_patch_in_chunks_of_any_size(smollm2, prompts, monkeypatch):
+    """(mean z - z) . d p(answer) / dz at the last token, by hand for block 4's heads; the prompts' chunks
+    (`GRADIENT_PROMPTS`, which bounds the memory of the backward pass) change nothing."""
+    means = mean_head_outputs(smollm2, prompts)
+    whole = attributed_indirect_effects(smollm2, prompts, means)
+    monkeypatch.setattr(function_vectors, "GRADIENT_PROMPTS", 5)
+    assert len(prompts.answers) > 5
+    torch.testing.assert_close(attributed_indirect_effects(smollm2, prompts, means), whole, atol=1e-5, rtol=0)
+    rows, last, kept = torch.arange(len(prompts.answers)), prompts.corrupted_last, {}
+
+    def keep(z, hook):
+        kept["z"] = z
+        return z
+
+    with torch.enable_grad(), smollm2.hooks(fwd_hooks=[("blocks.4.attn.hook_z", keep)]):
+        probs = smollm2(prompts.corrupted)[rows, last].softmax(-1)[rows, prompts.answers]
+        (grad,) = torch.autograd.grad(probs.sum(), [kept["z"]])
+    by_hand = ((means.z[prompts.group_index, 4] - kept["z"].detach()[rows, last]) * grad[rows, last]).sum(-1)
+    torch.testing.assert_close(whole[:, 4], by_hand, atol=1e-5, rtol=0)
 
 
 def test_the_vector_and_the_ablation_equal_hooked_runs(smollm2, prompts):

@@ -36,6 +36,7 @@ from interp.interventions.engine import (
     start_names,
 )
 from interp.interventions.metrics import accuracy_metric, prob_metric
+from interp.model.tokens import index_tokens
 from interp.tasks.icl_tasks import DEFAULT_TEMPLATE, answer_token, check_template_names, few_shot_prompts
 from interp.types import Head, Progress
 
@@ -148,23 +149,32 @@ def per_prompt(means: HeadMeans, prompts: TaskPrompts, layer: int) -> Tensor:
     return means.z[prompts.group_index, layer][:, None].to(prompts.corrupted.device)
 
 
+GRADIENT_PROMPTS = 32
+"""Prompts per forward and backward pass of `attributed_indirect_effects`, whose memory grows with them
+(the backward pass keeps every activation: 6.5 GB for SmolLM2's 160 discovery prompts at once)."""
+
+
 def attributed_indirect_effects(
     model: interp.HookedTransformer, prompts: TaskPrompts, means: HeadMeans
 ) -> Float[Tensor, "batch layer head"]:
-    """Every head's indirect effect on each corrupted prompt to first order (one forward and backward
-    pass): (mean z - z) . d p(answer) / dz at the last token."""
+    """Every head's indirect effect on each corrupted prompt to first order (a forward and backward
+    pass per `GRADIENT_PROMPTS` prompts): (mean z - z) . d p(answer) / dz at the last token."""
     names = model.layer_hook_names("z")
-    rows, last = torch.arange(len(prompts.answers)), prompts.corrupted_last
-    with read_with_grad(model, names) as kept:
-        resid = model(prompts.corrupted, stop_at_layer=model.cfg.n_layers)[rows, last]  # [batch, d_model]
-        probs = model.unembed(model.ln_final(resid[:, None]))[:, 0].float().softmax(-1)
-        answer_probs = probs[rows, prompts.answers.to(probs.device)]
-        grads = torch.autograd.grad(answer_probs.sum(), [kept[name] for name in names])
-    per_layer = [  # [batch, head] each
-        (per_prompt(means, prompts, layer)[:, 0] - kept[name].detach()[rows, last]) * grad[rows, last]
-        for layer, (name, grad) in enumerate(zip(names, grads, strict=True))
-    ]
-    return torch.stack([effect.sum(-1) for effect in per_layer], 1).detach().float().cpu()
+    effects = []
+    for rows in torch.arange(len(prompts.answers)).split(GRADIENT_PROMPTS):
+        here, last = torch.arange(len(rows)), prompts.corrupted_last[rows]
+        with read_with_grad(model, names) as kept:
+            resid = model(index_tokens(prompts.corrupted, rows), stop_at_layer=model.cfg.n_layers)[here, last]
+            probs = model.unembed(model.ln_final(resid[:, None]))[:, 0].float().softmax(-1)
+            answer_probs = probs[here, prompts.answers[rows].to(probs.device)]
+            grads = torch.autograd.grad(answer_probs.sum(), [kept[name] for name in names])
+        mean_z = means.z[prompts.group_index[rows]].to(resid.device)  # [rows, layer, head, d_head]
+        per_layer = [  # [rows, head] each
+            ((mean_z[:, layer] - kept[name].detach()[here, last]) * grad[here, last]).sum(-1)
+            for layer, (name, grad) in enumerate(zip(names, grads, strict=True))
+        ]
+        effects.append(torch.stack(per_layer, 1).detach().float().cpu())
+    return torch.cat(effects)
 
 
 @torch.inference_mode()
