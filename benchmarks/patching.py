@@ -7,8 +7,11 @@ SmolLM2-135M, 8 IOI prompts of 14 tokens ("When Mary and John went to the store,
 to"; corrupted: the two names swapped, so the answer flips), metric: logit(IO) - logit(S) at the
 last token. Times, side by side in one process: the patching of every head's output (hook_z,
 all positions; 270 heads) by interp (batched, each run starting at the patched layer) and by
-transformer_lens.patching.get_act_patch_attn_head_out_all_pos (one full forward per head), and
-interp's attribution patching of every head. Before timing, checks the heads of the first and last
+transformer_lens.patching.get_act_patch_attn_head_out_all_pos (one full forward per head); every
+head's output at the last position only (interp: the blocks after the patched one at that
+position, attending to the target's keys and values; TransformerLens: generic_activation_patch with
+layer_pos_head_vector_patch_setter, one full forward per head); and interp's attribution patching
+of every head. Before timing, checks the heads of the first and last
 layers patched by both against each other (to 1e-4); after, the whole sweeps; it exits with an error
 where they differ more. With --no-tl no reference check runs. Prints timings, ratios, and the peak
 extra memory (RSS) of each.
@@ -103,6 +106,19 @@ def check_against_tl(model, bridge, clean, corrupted, clean_cache, metric) -> No
         raise SystemExit("FAIL: interp and TransformerLens differ by more than 1e-4; nothing timed")
 
 
+def tl_at_position(bridge, corrupted, clean_cache, metric, pos: int) -> torch.Tensor:
+    """TransformerLens's patch of every head's z at position `pos` alone: [layer * head]."""
+    import pandas as pd
+    from transformer_lens.patching import generic_activation_patch, layer_pos_head_vector_patch_setter
+
+    cfg = bridge.cfg
+    cells = pd.DataFrame([(layer, pos, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)],
+                         columns=["layer", "pos", "head"])  # fmt: skip
+    with torch.no_grad():
+        return generic_activation_patch(bridge, corrupted, clean_cache, lambda lg: metric(lg).mean(),
+                                        layer_pos_head_vector_patch_setter, "z", index_df=cells)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -148,6 +164,19 @@ def main() -> None:
         )
     )
     print_row("interp activation_patching (z, all pos)", ours_s, ours_mem)
+    last = clean.shape[1] - 1
+    at_last, last_s, last_mem = timed(
+        lambda: activation_patching(
+            model,
+            clean,
+            corrupted,
+            metric,
+            "z",
+            positions=[last],
+            options=RunOptions(batch_size=args.batch_size, logit_pos=-1),
+        )  # fmt: skip
+    )
+    print_row("interp activation_patching (z, last pos)", last_s, last_mem)
     attribution, attr_s, attr_mem = timed(
         lambda: attribution_patching(model, clean, corrupted, metric, "z", options=RunOptions(logit_pos=-1))
     )
@@ -164,6 +193,10 @@ def main() -> None:
 
         tl_values, tl_s, tl_mem = timed(tl_sweep)
         print_row("TransformerLens get_act_patch_attn_head_out_all_pos", tl_s, tl_mem)
+        tl_last, tl_last_s, tl_last_mem = timed(
+            lambda: tl_at_position(bridge, corrupted, clean_cache, metric, last)
+        )
+        print_row("TransformerLens layer_pos_head_vector (last pos)", tl_last_s, tl_last_mem)
     print()
     exact = ours.mean()[..., 0]  # [layer, head]
     if tl_values is not None:
@@ -174,6 +207,13 @@ def main() -> None:
         if not diff < 1e-4:
             raise SystemExit("FAIL: the sweeps differ by more than 1e-4")
         print(f"speed-up vs TransformerLens: {tl_s / ours_s:.1f}x (target >= 2x)")
+        diff = (at_last.mean()[..., 0].flatten() - tl_last.float().flatten()).abs().max().item()
+        print(
+            f"last position: max |interp - TransformerLens| = {diff:.2e}  ({'OK' if diff < 1e-4 else 'FAIL'})"
+        )
+        if not diff < 1e-4:
+            raise SystemExit("FAIL: the last-position sweeps differ by more than 1e-4")
+        print(f"last position: speed-up vs TransformerLens: {tl_last_s / last_s:.1f}x")
         print(f"attribution vs TransformerLens's exact sweep: {tl_s / attr_s:.0f}x faster")
     print(f"attribution vs interp's exact sweep: {ours_s / attr_s:.0f}x faster (target >= 50x)")
     correlation = compare_to_exact(attribution, ours).attrs["correlation"]
