@@ -20,6 +20,7 @@ extra memory (RSS) of each.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import threading
 import time
@@ -126,7 +127,6 @@ def main() -> None:
     parser.add_argument("--no-tl", action="store_true", help="skip TransformerLens's sweep (about 73 s)")
     parser.add_argument("--batch-size", type=int, default=None, help="patched runs per forward (interp)")
     args = parser.parse_args()
-    os.environ.setdefault("TQDM_DISABLE", "1")  # TransformerLens's progress bars
 
     model = interp.load_model("smollm2-135m").eval()
     clean, corrupted, io, s = ioi_prompts(model)
@@ -141,8 +141,11 @@ def main() -> None:
     if args.no_tl:
         print("--no-tl: no reference check runs (interp's sweeps are timed unchecked)\n")
     else:
+        import transformer_lens.patching as tl_patching
         from transformer_lens.model_bridge import TransformerBridge
         from transformers import AutoModelForCausalLM
+
+        tl_patching.tqdm = functools.partial(tl_patching.tqdm, disable=True)  # its progress bars
 
         path = OFFLINE_MODELS["smollm2-135m"]()
         hf = AutoModelForCausalLM.from_pretrained(
