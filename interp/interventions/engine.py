@@ -566,12 +566,14 @@ def _passes(
     copies), those it carries that attend to the target's other positions (`batch_size` copies a
     pass: each reads every position's keys), then full ones, those whose z is wholly overwritten
     first (their passes skip the attention)."""
-    narrow, full = [], []
+    given, attending, full = [], [], []
     for entry in pending:
-        (narrow if narrowed is not None and narrowed.carries(entry[1]) else full).append(entry)
-    full.sort(key=lambda entry: not _overwrites_z(model, segment, entry[2]))
-    given = [entry for entry in narrow if _overwrites_z(model, segment, entry[2])]
-    attending = [entry for entry in narrow if not _overwrites_z(model, segment, entry[2])]
+        overwrites = _overwrites_z(model, segment, entry[2])
+        if narrowed is not None and narrowed.carries(entry[1]):
+            (given if overwrites else attending).append(entry)
+        else:
+            full.append((not overwrites, entry))
+    full = [entry for _, entry in sorted(full, key=lambda pair: pair[0])]  # stable: overwriting ones first
     size = batch_size * (1 if narrowed is None else narrowed.n_pos)
     passes = [given[i : i + size] for i in range(0, len(given), size)] + [
         part[i : i + batch_size] for part in (attending, full) for i in range(0, len(part), batch_size)

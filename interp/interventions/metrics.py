@@ -140,6 +140,12 @@ def logits_at(logits: Float[Tensor, "batch pos d_vocab"], pos: Pos = None) -> Fl
 
 def _token_values(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Float[Tensor, " batch"]:
     """values[b, tokens[b]] for tokens [batch], or the mean over answers for tokens [batch, n]."""
+    return values.gather(-1, _answer_ids(values, tokens)).mean(-1)
+
+
+def _answer_ids(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Int[Tensor, "batch n"]:
+    """Answer tokens [batch] or [batch, n] (or one for every prompt) checked to be token ids of
+    `values`' vocabulary, one row per prompt: [batch, n]."""
     tokens = torch.as_tensor(tokens, device=values.device)
     if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.is_complex():
         raise TypeError(f"answer tokens must be integer token ids, got dtype {tokens.dtype}; pass token ids")
@@ -155,8 +161,7 @@ def _token_values(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Flo
         raise ValueError(
             f"answer tokens must be [batch={values.shape[0]}] or [batch, n], got {tuple(tokens.shape)}"
         )
-    gathered = values.gather(-1, tokens.view(tokens.shape[0], -1))  # [batch, n]
-    return gathered.mean(-1)
+    return tokens.view(tokens.shape[0], -1)
 
 
 def logit_diff(
@@ -280,10 +285,10 @@ class AnswerMetric:
         pos = self.pos[rows] if isinstance(self.pos, Tensor) else self.pos
         end = logits_at(logits, pos).float()
         if self.kind == "accuracy":
-            if self.correct.ndim != 1:
+            answers = _answer_ids(end, self.correct[rows])
+            if answers.shape[1] != 1:
                 raise ValueError("accuracy reads one answer per prompt: give correct as [batch] token ids")
-            _token_values(end, self.correct[rows])  # the ids checked
-            return (end.argmax(-1) == self.correct[rows].to(end.device)).float()
+            return (end.argmax(-1) == answers[:, 0]).float()
         if self.kind == "prob":
             return _token_values(end.softmax(-1), self.correct[rows])
         return _token_values(end, self.correct[rows]) - _token_values(end, self.incorrect[rows])
