@@ -290,7 +290,8 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
     model that has learnt in-context bigram statistics approaches; answer_accuracy (hop task only):
     the fraction of its answers that are the model's top prediction.
     first_half_loss / repeated_half_loss: loss on each copy of repeated random sequences
-    ([BOS] r r with r of length (n_ctx - 1) // 2, the task's BOS; r r for a task without one);
+    ([BOS] r r with r of length (n_ctx - 1) // 2, the task's BOS; r r for a task without one; r never
+    holds the task's padding);
     prev_token_scores / induction_scores: [layer][head].
     """
     was_training = model.training
@@ -300,10 +301,14 @@ def evaluate(model: HookedTransformer, task: Task, batch_size: int = 64, seed: i
     task_loss = batch.loss_per_token(task_logits)  # [batch, pos-1]
     targets = batch.tokens[:, 1:] if batch.targets is None else batch.targets  # [batch, pos-1]
     correct = task_logits[:, :-1].argmax(-1) == targets
-    padded = getattr(task, "pad", None) is not None and bool((targets == task.pad).any())
+    pad = getattr(task, "pad", None)  # toy IOI's padding: never a token its model reads
+    padded = pad is not None and bool((targets == pad).any())
     seq_len = (model.cfg.n_ctx - 1) // 2
     bos = getattr(task, "bos", None)  # the task's own BOS (toy IOI's is 1), or none (Markov chains)
-    tokens = repeated_sequences(model.cfg.d_vocab, seq_len, batch_size, split_generator(seed, "eval"), bos)
+    avoid = () if pad is None else (pad,)
+    tokens = repeated_sequences(
+        model.cfg.d_vocab, seq_len, batch_size, split_generator(seed, "eval"), bos, avoid
+    )
     tokens = tokens.to(model.device)
     logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
     loss = next_token_loss(logits, tokens, per_token=True)  # [batch, pos-1]

@@ -43,6 +43,14 @@ def test_repeated_sequences_halves_equal_and_bos():
     no_bos = repeated_sequences(d_vocab=7, seq_len=5, batch=3, generator=0, bos=None)
     assert no_bos.shape == (3, 10) and torch.equal(no_bos[:, :5], no_bos[:, 5:])
 
+    avoided = repeated_sequences(d_vocab=7, seq_len=5, batch=64, generator=0, bos=1, avoid=[0, 4])
+    assert set(avoided[:, 1:].unique().tolist()) == {2, 3, 5, 6}
+    assert torch.equal(avoided, repeated_sequences(7, 5, 64, generator=0, bos=1, avoid=[4, 0, 1]))
+    with pytest.raises(ValueError, match="avoid"):
+        repeated_sequences(d_vocab=7, seq_len=5, batch=3, avoid=[7])
+    with pytest.raises(ValueError, match="left to draw"):
+        repeated_sequences(d_vocab=3, seq_len=5, batch=3, bos=0, avoid=[1, 2])
+
 
 def test_repeated_sequences_seeded():
     same = [repeated_sequences(50, 8, 4, generator=torch.Generator().manual_seed(1)) for _ in range(2)]

@@ -216,20 +216,27 @@ def test_the_icl_score_is_not_taken_over_the_padding_of_toy_ioi_rows():
 def test_the_emergence_probe_speaks_the_tasks_tokens(monkeypatch):
     """The repeated sequences that score previous-token and induction heads during training began with
     token 0 whatever the task: toy IOI's BOS is 1 (0 is its padding), Markov chains have none (state 0
-    opened every row and never recurred in it)."""
+    opened every row and never recurred in it); and they drew toy IOI's padding as a token."""
     seen = []
-    monkeypatch.setattr(
-        interp.training, "repeated_sequences", lambda *args: seen.append(args) or repeated_sequences(*args)
-    )
+
+    def recorded(*args):
+        seen.append(repeated_sequences(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(interp.training, "repeated_sequences", recorded)
     ioi = ToyIOITask()
     model = interp.HookedTransformer(
         interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=ioi.d_vocab, n_ctx=ioi.n_ctx)
     )
-    evaluate(model, ioi, batch_size=4)
+    evaluate(model, ioi, batch_size=64)
     markov = make_task("markov", d_vocab=6, n_ctx=16)
     small = interp.HookedTransformer(interp.Config(n_layers=1, n_heads=2, d_model=16, d_vocab=6, n_ctx=16))
     evaluate(small, markov, batch_size=4)
-    assert [args[-1] for args in seen] == [ioi.bos, None]
+    ioi_probe, markov_probe = seen
+    assert (ioi_probe[:, 0] == ioi.bos).all()
+    drawn = set(ioi_probe[:, 1:].unique().tolist())
+    assert ioi.pad not in drawn and ioi.bos not in drawn and len(drawn) > ioi.d_vocab // 2
+    assert markov_probe.shape == (4, 2 * ((16 - 1) // 2)) and (markov_probe[:, 0] == 0).float().mean() < 1
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])

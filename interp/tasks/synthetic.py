@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -49,13 +49,15 @@ def _as_generator(generator: torch.Generator | int | None) -> torch.Generator:
     return torch.Generator().manual_seed(check_count(generator, "the seed (generator)", 0))
 
 
-def _check_bos(bos: int | None, d_vocab: int) -> int | None:
-    """A BOS id within the vocabulary (None: no BOS)."""
+def _check_bos(bos: int | None, d_vocab: int, what: str = "bos") -> int | None:
+    """A BOS (or other `what`) id within the vocabulary (None: no BOS)."""
     if bos is None:
         return None
-    bos = check_int(bos, "bos")
+    bos = check_int(bos, what)
     if not 0 <= bos < d_vocab:
-        raise ValueError(f"bos {bos} is not a token id of the vocabulary 0..{d_vocab - 1}; pass an id in it")
+        raise ValueError(
+            f"{what} {bos} is not a token id of the vocabulary 0..{d_vocab - 1}; pass an id in it"
+        )
     return bos
 
 
@@ -75,13 +77,14 @@ def _random_tokens(
     shape: tuple[int, ...],
     d_vocab: int,
     generator: torch.Generator,
-    exclude: int | None,
+    exclude: int | None | Sequence[int],
 ) -> Tensor:
-    """Uniform token ids in [0, d_vocab), skipping `exclude` (e.g. the BOS id)."""
-    if exclude is None:
-        return torch.randint(d_vocab, shape, generator=generator)
-    tokens = torch.randint(d_vocab - 1, shape, generator=generator)
-    return tokens + (tokens >= exclude).long()
+    """Uniform token ids in [0, d_vocab), skipping the ids `exclude` (e.g. the BOS id)."""
+    skipped = sorted({exclude} if isinstance(exclude, int) else set(exclude or ()))
+    tokens = torch.randint(d_vocab - len(skipped), shape, generator=generator)
+    for token in skipped:  # ascending: the k-th draw becomes the k-th id not skipped
+        tokens += (tokens >= token).long()
+    return tokens
 
 
 @dataclass
@@ -152,21 +155,24 @@ def repeated_sequences(
     batch: int,
     generator: torch.Generator | int | None = None,
     bos: int | None = 0,
+    avoid: Sequence[int] = (),
 ) -> Tensor:
     """[BOS] r_1..r_n r_1..r_n: random tokens repeated once. Returns [batch, 1 + 2 * seq_len].
 
-    Random tokens are uniform over the vocabulary except `bos` (1..d_vocab-1 for bos=0).
+    Random tokens are uniform over the vocabulary except `bos` (1..d_vocab-1 for bos=0) and the ids
+    `avoid` (a task's padding: a model trained on the task never reads it as a token).
     With bos=None there is no BOS and the shape is [batch, 2 * seq_len].
     `generator` may be a torch.Generator, an int seed, or None (fresh seed).
     """
     seq_len, batch = check_count(seq_len, "seq_len"), check_count(batch, "batch")
     d_vocab = check_count(d_vocab, "d_vocab", 2)
     bos = _check_bos(bos, d_vocab)
-    n_tokens = d_vocab - (bos is not None)
+    skipped = {_check_bos(token, d_vocab, "an id of avoid") for token in avoid} | ({bos} - {None})
+    n_tokens = check_count(d_vocab - len(skipped), "the token ids left to draw (d_vocab less bos and avoid)")
     small = seq_len * math.log(n_tokens) < math.log(batch + 1) + 1  # else there are more than asked for
     distinct = n_tokens**seq_len if small else batch
     warn_if_duplicates(batch, distinct, f"repeated sequences of {seq_len} tokens over {n_tokens} token ids")
-    half = _random_tokens((batch, seq_len), d_vocab, _as_generator(generator), bos)
+    half = _random_tokens((batch, seq_len), d_vocab, _as_generator(generator), skipped)
     tokens = torch.cat([half, half], dim=1)
     if bos is None:
         return tokens
