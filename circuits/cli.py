@@ -366,7 +366,7 @@ def icl(
     skeleton.check_icl_mode_options(ctx, fv)
     if fv:
         from circuits.icl import FunctionVectorSettings, function_vector_report
-        from circuits.icl.fv_pipeline import function_vector_stages, fv_stage_notes
+        from circuits.icl.fv_pipeline import MEANS_STAGE, function_vector_stages, fv_stage_notes
         from interp.tasks.icl_tasks import ICL_TASKS
         with refused():
             settings = FunctionVectorSettings(
@@ -381,7 +381,7 @@ def icl(
                        heldout_templates=listed(heldout_templates))
         command.run(options, lambda loaded, progress, kept: function_vector_report(
             loaded, settings, induction_heads=heads, progress=progress, stages=kept),
-            function_vector_stages(find_induction_heads=heads is None), (), fv_stage_notes)
+            function_vector_stages(find_induction_heads=heads is None), (MEANS_STAGE,), fv_stage_notes)
         return
     from circuits.icl import DocumentSplit, ICLSettings, Windows, icl_analysis, training_run
     from circuits.icl.pipeline import CHECKPOINTS_STAGE, icl_report_stages, icl_stage_notes

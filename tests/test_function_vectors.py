@@ -30,8 +30,9 @@ from circuits.icl import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.fv_pipeline import FV_STAGES, function_vector_stages, fv_stage_notes
+from circuits.icl.fv_pipeline import FV_STAGES, MEANS_STAGE, function_vector_stages, fv_stage_notes
 from circuits.icl.results import AIE_TEST, TEMPLATE_KINDS, VECTOR_TEST
+from circuits.progress_printer import ProgressPrinter
 from circuits.results_file import PartialResult, load_result, resume_stages, save_result
 from circuits.sections import render_html, render_markdown
 from interp.io.serialize import encode
@@ -376,8 +377,13 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
     resumed = _report(tiny_model, "comparative", stages=stages(), progress=lambda *call: calls.append(call))
     kept_from = [stage for stage, _, _ in calls if stage.endswith(f"kept from {path}")]
     assert kept_from == [f"{stage}: kept from {path}" for stage in FV_STAGES[:2]]  # not run again
-    reported = {stage.split(": ")[0] for stage, _, _ in calls}
-    assert reported == set(FV_STAGES)  # what `interp icl --fv` announces is what runs
+    reported = [stage.split(": ")[0] for stage, _, _ in calls]
+    assert set(reported) == {*FV_STAGES, MEANS_STAGE}  # what `interp icl --fv` announces is what runs
+    assert reported[0] == MEANS_STAGE  # named as work before the AIE, not as the stage before it
+    printer = ProgressPrinter("icl --fv", kept, lambda _: None, between=[MEANS_STAGE])
+    for call in calls:
+        printer(*call)
+    assert printer.unplanned == []
     effects = [(done, total) for stage, done, total in calls if stage == FV_STAGES[2]]
     assert effects[1:] == [(done, 6) for done in range(1, 7)]  # a long stage counts its parts as they end
     assert without_timings(resumed) == without_timings(small_result)

@@ -82,6 +82,7 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
     "Effects on discovery tasks and held-out tasks in every template (AIE, function vectors, ablations)",
     "Ablations (the ICL score)",
 )
+MEANS_STAGE = "Mean head outputs of the demonstrations"  # before the AIE; not kept (a run per group)
 EFFECT_PARTS = 3  # the effects stage's progress units per group of queries: patches, vectors, ablations
 # (the held-out tasks' prompts that test [prompt] bool, each template's (kind, name, members), each
 # prompt's task [prompt])
@@ -406,9 +407,13 @@ def function_vector_report(
         return stages.run(stage, begun, progress)
 
     demonstrations, queries = (_prompts(model, settings, halves, half) for half in (0, 1))
-    means = {
-        group: mean_head_outputs(model, group_prompts) for group, group_prompts in demonstrations.items()
-    }
+    means = {}
+    for done, (group, group_prompts) in enumerate(demonstrations.items()):
+        if progress is not None:
+            progress(MEANS_STAGE, done, len(demonstrations))
+        means[group] = mean_head_outputs(model, group_prompts)
+    if progress is not None:
+        progress(MEANS_STAGE, len(demonstrations), len(demonstrations))
     aie_per_task, candidates, candidates_aie = step(  # 2. heads
         FV_STAGES[0],
         lambda heads_progress: _head_aies(
