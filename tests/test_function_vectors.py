@@ -365,8 +365,14 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
     def stages():
         return resume_stages(path, "icl --fv", settings, kept, fv_stage_notes)
 
+    first = []
     with pytest.raises(KeyboardInterrupt):
-        _report(tiny_model, "comparative", stages=stop_after(stages(), FV_STAGES[1]))
+        _report(tiny_model, "comparative", stages=stop_after(stages(), FV_STAGES[1]),
+                progress=lambda *call: first.append(call))  # fmt: skip
+    aie = [(done, total) for stage, done, total in first if stage == FV_STAGES[0]]
+    assert aie[0] == (0, 1) and {total for _, total in aie[1:]} == {1 + 4 + 1}  # one count: 16 discovery
+    # prompts' one gradient pass, then the runs of the 4 candidates and a base
+    assert [done for done, _ in aie[1:]] == sorted(done for done, _ in aie[1:]) and aie[-1][0] == aie[-1][1]
     partial = load_result(path)
     assert isinstance(partial, PartialResult) and partial.missing == list(FV_STAGES[2:])
     text = rendered(path, tmp_path)

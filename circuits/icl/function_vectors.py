@@ -155,13 +155,17 @@ GRADIENT_PROMPTS = 32
 
 
 def attributed_indirect_effects(
-    model: interp.HookedTransformer, prompts: TaskPrompts, means: HeadMeans
+    model: interp.HookedTransformer, prompts: TaskPrompts, means: HeadMeans, progress: Progress | None = None
 ) -> Float[Tensor, "batch layer head"]:
     """Every head's indirect effect on each corrupted prompt to first order (a forward and backward
-    pass per `GRADIENT_PROMPTS` prompts): (mean z - z) . d p(answer) / dz at the last token."""
+    pass per `GRADIENT_PROMPTS` prompts, each a unit of `progress`): (mean z - z) . d p(answer) / dz at
+    the last token."""
     names = model.layer_hook_names("z")
     effects = []
-    for rows in torch.arange(len(prompts.answers)).split(GRADIENT_PROMPTS):
+    chunks = torch.arange(len(prompts.answers)).split(GRADIENT_PROMPTS)
+    for done, rows in enumerate(chunks):
+        if progress is not None:
+            progress("first-order AIE", done, len(chunks))
         here, last = torch.arange(len(rows)), prompts.corrupted_last[rows]
         with read_with_grad(model, names) as kept:
             resid = model(index_tokens(prompts.corrupted, rows), stop_at_layer=model.cfg.n_layers)[here, last]

@@ -16,6 +16,7 @@ against random same-layer heads (`circuits.evidence.judge_class`). The steps:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from circuits.evidence import (
 from circuits.finding import Finding
 from circuits.heads.cache import INDUCTION_HEADS_STAGE, induction_heads_or_confirmed
 from circuits.icl.function_vectors import (
+    GRADIENT_PROMPTS,
     HeadMeans,
     TaskPrompts,
     attributed_indirect_effects,
@@ -269,10 +271,20 @@ def _head_aies(
     """Step 2 on the discovery demonstrations: (AIE attributed per task [task, layer, head], the
     `candidates` heads of the largest mean over tasks, their exact AIE, mean over tasks [candidate])."""
     one_hot = torch.nn.functional.one_hot(discovery.task_index, len(discovery.tasks)).float()  # [batch, task]
-    attributed = attributed_indirect_effects(model, discovery, means)  # [batch, layer, head]
+    chunks = -(-len(discovery.answers) // GRADIENT_PROMPTS)  # progress: the gradient passes, then the runs
+    runs = 1 + min(candidates or math.inf, model.cfg.n_layers * model.cfg.n_heads)  # candidates and a base
+    attributed = attributed_indirect_effects(
+        model, discovery, means, as_stage(progress, "", 0, chunks + runs)
+    )  # [batch, layer, head]
     aie_per_task = torch.einsum("bt,blh->tlh", one_hot, attributed) / one_hot.sum(0)[:, None, None]
     heads = ranked_heads(aie_per_task.mean(0))[:candidates]
-    exact = head_indirect_effects(model, discovery, means, [[head] for head in heads], progress)
+
+    def after(stage: str, done: int, total: int) -> None:  # the runs, counted after the gradient passes
+        progress(stage, chunks + done, chunks + total)
+
+    exact = head_indirect_effects(
+        model, discovery, means, [[head] for head in heads], None if progress is None else after
+    )
     return aie_per_task, heads, ((exact @ one_hot) / one_hot.sum(0)).mean(1)  # exact: [candidate, batch]
 
 
