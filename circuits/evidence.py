@@ -167,6 +167,15 @@ def _random_set_draws(
     return torch.randint(n_sets, (n_sets, n_boot), generator=generator)
 
 
+def _resampled_means(values: Float[Tensor, "set prompt"], samples: Int[Tensor, "n_boot n"]) -> Tensor:
+    """Each set's mean over each resample of the prompts [set, n_boot], as a product with the times each
+    prompt is drawn (no [set, n_boot, n] gather)."""
+    counts = torch.zeros(samples.shape, dtype=torch.float64).scatter_add_(
+        1, samples, torch.ones(samples.shape, dtype=torch.float64)
+    )
+    return values @ counts.T / samples.shape[1]
+
+
 def _beyond_resampled(per_set: Float[Tensor, "set n_boot"], draws: Int[Tensor, "draw n_boot"]) -> Tensor:
     """Per resample, the class's mean (per_set[0]) minus the mean of its resampled random sets' [n_boot]."""
     return per_set[0] - per_set[1:].gather(0, draws).mean(0)
@@ -180,12 +189,12 @@ def beyond_ci(
 ) -> tuple[float, float]:
     """The 95% CI (float64) of a class's mean effect beyond its random sets': the one bootstrap
     resampling the prompts (their `families` first, where given) and, independently, the random sets
-    effects[1:]."""
+    effects[1:]; with `beyond_p`'s seed and `n_boot` its resamples are that p's."""
     values = effects.double()
     draws = _random_set_draws(values, seed, n_boot)
 
     def statistic(samples: Tensor) -> Tensor:  # samples [n_boot, prompt] -> [n_boot]
-        return _beyond_resampled(values[:, samples].mean(-1), draws)
+        return _beyond_resampled(_resampled_means(values, samples), draws)
 
     finite = bool(torch.isfinite(values).all())  # else a NaN/inf effect: no CI (NaN)
     low, high = bootstrap(statistic, values.shape[-1], n_boot, seed=seed, defined=finite, families=families)
@@ -193,7 +202,8 @@ def beyond_ci(
 
 
 P_RESAMPLES = 10_000
-"""Resamples of `beyond_p`: its smallest p, a share 1 / 10,001 of them read at the expanded tail, is
+"""Resamples of a class's pooled held-out CIs and of `beyond_p`, the same resamples (so the CI excludes 0
+where p < `CI_TAIL`, to a resample): its smallest p, a share 1 / 10,001 of them read at the expanded tail, is
 0.0017 for 14 held-out families and 0.00024 for 64 prompts, below Holm's first threshold for as many
 classes as a report judges (`holm`: 0.025 / 7 = 0.0036 for IOI's seven). With fewer units the
 expanded tail keeps it higher: 0.0097 for 6 held-out tasks, where `holm` may not be able to tell, and
@@ -218,11 +228,7 @@ def beyond_p(
     if not torch.isfinite(values).all():
         return math.nan, False
     n = values.shape[-1]
-    samples = resamples(n, n_boot, seed, families)  # [n_boot, prompt]
-    counts = torch.zeros(n_boot, n, dtype=torch.float64).scatter_add_(
-        1, samples, torch.ones(samples.shape).double()
-    )
-    beyond = _beyond_resampled(values @ counts.T / n, draws)  # each set's resampled mean, as a product
+    beyond = _beyond_resampled(_resampled_means(values, resamples(n, n_boot, seed, families)), draws)
     against = int((sign * beyond <= 0).sum())
     return expanded_p((1 + against) / (1 + n_boot), resampled_units(n, families)), against == 0
 
@@ -673,7 +679,9 @@ def judge_class(
     tested: the held-out prompts the pooled figure is judged on [prompt] (default: all of them); the
       strata may also divide prompts held out on fewer axes (function vectors: held-out tasks in
       discovery templates), shown beside.
-    unit: what was held out ("families", "prompts"), for the note."""
+    unit: what was held out ("families", "prompts"), for the note.
+    n_boot: resamples of the strata's and the discovery figure's CIs; the pooled held-out CIs take
+      `P_RESAMPLES`, the resamples of the class's p (`beyond_p`)."""
     sign = found.sign
     no_baseline = all(len(draw) == 0 for draw in found.draws)  # no head outside the classes to draw
     if no_baseline:
@@ -681,7 +689,7 @@ def judge_class(
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
     families = strata.families
     judged_families = families if tested is None else kept(families, tested)
-    tested = beyond_random(judged[0], judged[1:], seed, n_boot, judged_families)
+    tested = beyond_random(judged[0], judged[1:], seed, P_RESAMPLES, judged_families)  # beyond_p's resamples
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, n_boot)
     per_prompt = beyond_per_prompt(judged)  # the prompts the pooled figure is judged on
     by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot, families)

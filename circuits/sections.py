@@ -411,8 +411,9 @@ def _p_cell(found: ClassVerdict) -> str:
 
 
 def split_verdict_lines(classes: Sequence[ClassVerdict], digits: int) -> list[str]:
-    """A line naming the classes whose p and 95% CI, separate bootstraps (`evidence.beyond_p`'s and the
-    CI's own resamples), fall on two sides of the 95% level: only an effect at the level's edge can."""
+    """A line naming the classes whose p and 95% CI fall on two sides of the 95% level: in files saved
+    before both came from `evidence.beyond_p`'s resamples, an effect at the level's edge; since, one
+    within a resample of it."""
     split = [
         c for c in classes
         if c.has_ci and not math.isnan(c.p)
@@ -422,8 +423,9 @@ def split_verdict_lines(classes: Sequence[ClassVerdict], digits: int) -> list[st
         return []
     named = ", ".join(f"{c.name} (CI {ci_text(c.heldout.beyond_ci, digits)}, p {_p_cell(c)})" for c in split)
     return [
-        f"p and the 95% CI are separate bootstraps ({P_RESAMPLES:,} resamples for p) and fall on two sides "
-        f"of the 95% level for {named}: an effect at the level's edge; the verdict follows the CI."
+        f"p and the 95% CI fall on two sides of the 95% level for {named}: an effect at the level's edge "
+        f"(within a resample of it, or in a file saved before both came from the same {P_RESAMPLES:,} "
+        "resamples); the verdict follows the CI."
     ]
 
 

@@ -19,6 +19,7 @@ from circuits.edge_circuits import EdgeCircuitSettings
 from circuits.edge_circuits.report import edges_against_heads
 from circuits.edge_circuits.run import CircuitTask, circuit_prompts
 from circuits.evidence import (
+    P_RESAMPLES,
     Strata,
     beyond_ci,
     beyond_random,
@@ -375,7 +376,7 @@ def test_every_reported_effect_is_measured_on_held_out_families(smollm2, agreeme
         }
         values = metric_with_heads_ablated(smollm2, heldout, [[], members, *draws], SETTINGS.ablation)
         drops = values[0][None] - values[1:]
-        again = beyond_random(drops[0], drops[1:], SETTINGS.seed, families=list(heldout.families))
+        again = beyond_random(drops[0], drops[1:], SETTINGS.seed, P_RESAMPLES, list(heldout.families))
         assert again.beyond == pytest.approx(check.heldout.beyond, abs=1e-4)
         assert again.beyond_ci == pytest.approx(check.heldout.beyond_ci, abs=1e-4)
         assert {s.name for s in check.strata if s.kind == "family"} == set(heldout.families)
