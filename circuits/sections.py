@@ -309,9 +309,14 @@ SHORT_RANDOM_SETS = (
 
 
 def _class_line(found: ClassVerdict) -> str:
-    """A class's verdict and note, and what its random sets could not be: all of its layers, or more than
-    one set of heads."""
+    """A class's verdict and note, why it is unconfirmed where its pooled effect is beyond random (a kind
+    of strata none of which holds alone, or the analysis's other evidence), and what its random sets
+    could not be: all of its layers, or more than one set of heads."""
     line = f"{found.name}: {found.verdict}; {found.note}"
+    pooled = found.has_ci and ci_verdict(found.heldout.beyond_ci, found.sign) == "confirmed"
+    enough = found.heldout.n_prompts >= MIN_STRATUM_PROMPTS and not found.random_sets_short  # else: the note
+    if pooled and enough and found.verdict == "unconfirmed":
+        line += f" (unconfirmed: {found.unconfirmed_because})"
     return (
         line
         + ("" if found.random_same_layers or found.no_random_heads else OTHER_LAYERS)

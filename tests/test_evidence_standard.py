@@ -134,7 +134,10 @@ def test_a_layer_with_too_few_heads_lends_from_other_layers(tiny_model):
 
 def test_a_class_beyond_random_pooled_but_in_no_order_alone_says_so():
     """Pooled beyond random (24 prompts), but neither name order's CI (12 prompts each) excludes 0:
-    unconfirmed, and the reason names the orders, not "the analysis's other evidence"."""
+    unconfirmed, and the reason names the orders, not "the analysis's other evidence"; the report's line
+    of the class says it (its note alone says the pooled effect holds)."""
+    from circuits.sections import ClassView, class_sections
+
     spread = torch.linspace(-1.6, 1.6, 12, dtype=torch.float64)  # sd about 1
     effects = torch.zeros(5, 24, dtype=torch.float64)
     effects[0] = 0.55 + torch.cat([spread, spread.flip(0)])
@@ -148,6 +151,8 @@ def test_a_class_beyond_random_pooled_but_in_no_order_alone_says_so():
     assert judged.heldout.beyond_ci[0] > 0 and [s.holds for s in judged.strata] == [False, False]
     assert judged.verdict == "unconfirmed"
     assert judged.unconfirmed_because == "beyond random heads pooled, but in no order alone (ABBA, BABA)"
+    line = next(line for line in class_sections([judged], ClassView())[0].lines if line.startswith("c: "))
+    assert line.endswith("(unconfirmed: beyond random heads pooled, but in no order alone (ABBA, BABA))")
 
 
 def test_a_circuit_s_faithfulness_ci_covers_its_spread_over_families():
