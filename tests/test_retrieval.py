@@ -27,10 +27,12 @@ from circuits.evidence import (
     random_same_layer_sets,
 )
 from circuits.finding import Finding, finding_report, write_finding_report
+from circuits.progress_printer import ProgressPrinter
 from circuits.results_file import load_result, save_result
 from circuits.retrieval import RetrievalSettings, accuracy, find_retrieval_circuit
 from circuits.retrieval.find import (
     DEPENDENT_KINDS,
+    RETRIEVAL_STAGES,
     discovery_evidence,
     edge_scores,
     path_patching_step,
@@ -165,11 +167,20 @@ def ablated_diffs(model, prompts, head_sets) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def small_result(smollm2) -> Finding:
-    """The finder on few prompts, with one head for the induction class (no head report)."""
+    """The finder on few prompts, with one head for the induction class (no head report); what it
+    reports is the stages `interp retrieval` announces, in order (a stage "discovery ablations" was not)."""
     settings = RetrievalSettings(
         n_prompts=12, n_heldout=12, n_exact=6, n_random=1, n_two_hop=4, heldout_facts=(3, 6)
     )
-    return find_retrieval_circuit(smollm2, settings, induction_heads=[(17, 3)])
+    calls = []
+    result = find_retrieval_circuit(
+        smollm2, settings, induction_heads=[(17, 3)], progress=lambda *c: calls.append(c)
+    )
+    printer = ProgressPrinter("retrieval", list(RETRIEVAL_STAGES), lambda _: None)
+    for call in calls:
+        printer(*call)
+    assert printer.unplanned == [] and printer.seen == list(RETRIEVAL_STAGES)
+    return result
 
 
 def test_confirmed_retrieval_heads_ablated_lower_the_logit_diff_beyond_random_heads(smollm2, small_result):

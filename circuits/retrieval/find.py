@@ -66,7 +66,7 @@ from interp.types import Head, Progress, head_label
 
 # The stages find_retrieval_circuit reports after the induction heads ("Path patching: heads -> ..." are
 # stages of "Path patching").
-RETRIEVAL_STAGES = ("Edge attribution (EAP)", "Path patching", "Held-out ablations")
+RETRIEVAL_STAGES = ("Edge attribution (EAP)", "Path patching", "Ablations")  # parts: held-out, discovery
 COUNT_MINIMUMS = {"n_prompts": 2, "n_heldout": 2, "n_exact": 0, "n_random": 1, "n_two_hop": 2}
 
 
@@ -275,9 +275,9 @@ def validate_classes(
     per_class = [tuple(sorted(heads)) for each in found for heads in each.sets]
     tested = list(dict.fromkeys([(), outside, tuple(every), *per_class]))  # on held-out prompts
     chose = list(dict.fromkeys([(), *per_class]))  # on the discovery prompts
-    ablated = {
-        "heldout": _ablated_runs(model, tested, prompt_sets["heldout"], "Held-out ablations", progress),
-        "discovery": _ablated_runs(model, chose, prompt_sets["discovery"], "Discovery ablations", progress),
+    ablated = {  # progress: parts of the stage "Ablations"
+        group: _ablated_runs(model, sets, prompt_sets[group], f"Ablations: {name} prompts", progress)
+        for group, name, sets in (("heldout", "held-out", tested), ("discovery", "discovery", chose))
     }
     strata = _strata(prompt_sets["heldout"])
     relations = _relations(prompt_sets["heldout"])
