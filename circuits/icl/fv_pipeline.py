@@ -16,7 +16,6 @@ against random same-layer heads (`circuits.evidence.judge_class`). The steps:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -272,7 +271,8 @@ def _head_aies(
     `candidates` heads of the largest mean over tasks, their exact AIE, mean over tasks [candidate])."""
     one_hot = torch.nn.functional.one_hot(discovery.task_index, len(discovery.tasks)).float()  # [batch, task]
     chunks = -(-len(discovery.answers) // GRADIENT_PROMPTS)  # progress: the gradient passes, then the runs
-    runs = 1 + min(candidates or math.inf, model.cfg.n_layers * model.cfg.n_heads)  # candidates and a base
+    every = model.cfg.n_layers * model.cfg.n_heads
+    runs = 1 + (every if candidates is None else min(candidates, every))  # the candidates' and a base
     attributed = attributed_indirect_effects(
         model, discovery, means, as_stage(progress, "", 0, chunks + runs)
     )  # [batch, layer, head]
