@@ -50,6 +50,10 @@ def test_repeated_sequences_halves_equal_and_bos():
         repeated_sequences(d_vocab=7, seq_len=5, batch=3, avoid=[7])
     with pytest.raises(ValueError, match="left to draw"):
         repeated_sequences(d_vocab=3, seq_len=5, batch=3, bos=0, avoid=[1, 2])
+    with pytest.raises(TypeError, match="avoid must be a sequence of token ids"):
+        repeated_sequences(d_vocab=7, seq_len=5, batch=3, avoid=4)
+    with pytest.raises(TypeError, match="an id of avoid"):
+        repeated_sequences(d_vocab=7, seq_len=5, batch=3, avoid=[None])
 
 
 def test_repeated_sequences_seeded():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -49,16 +49,19 @@ def _as_generator(generator: torch.Generator | int | None) -> torch.Generator:
     return torch.Generator().manual_seed(check_count(generator, "the seed (generator)", 0))
 
 
-def _check_bos(bos: int | None, d_vocab: int, what: str = "bos") -> int | None:
-    """A BOS (or other `what`) id within the vocabulary (None: no BOS)."""
-    if bos is None:
-        return None
-    bos = check_int(bos, what)
-    if not 0 <= bos < d_vocab:
+def _check_bos(bos: int | None, d_vocab: int) -> int | None:
+    """A BOS id within the vocabulary (None: no BOS)."""
+    return None if bos is None else _token_id(bos, d_vocab, "bos")
+
+
+def _token_id(token: int, d_vocab: int, what: str) -> int:
+    """`token`, an id of the vocabulary 0..d_vocab-1 (`what` names it in the error)."""
+    token = check_int(token, what)
+    if not 0 <= token < d_vocab:
         raise ValueError(
-            f"{what} {bos} is not a token id of the vocabulary 0..{d_vocab - 1}; pass an id in it"
+            f"{what} {token} is not a token id of the vocabulary 0..{d_vocab - 1}; pass an id in it"
         )
-    return bos
+    return token
 
 
 def warn_if_duplicates(asked: int, distinct: int, what: str) -> None:
@@ -77,7 +80,7 @@ def _random_tokens(
     shape: tuple[int, ...],
     d_vocab: int,
     generator: torch.Generator,
-    exclude: int | None | Sequence[int],
+    exclude: int | None | Collection[int],
 ) -> Tensor:
     """Uniform token ids in [0, d_vocab), skipping the ids `exclude` (e.g. the BOS id)."""
     skipped = sorted({exclude} if isinstance(exclude, int) else set(exclude or ()))
@@ -167,7 +170,9 @@ def repeated_sequences(
     seq_len, batch = check_count(seq_len, "seq_len"), check_count(batch, "batch")
     d_vocab = check_count(d_vocab, "d_vocab", 2)
     bos = _check_bos(bos, d_vocab)
-    skipped = {_check_bos(token, d_vocab, "an id of avoid") for token in avoid} | ({bos} - {None})
+    if not isinstance(avoid, Sequence) or isinstance(avoid, str):
+        raise TypeError(f"avoid must be a sequence of token ids, e.g. avoid=(0,), got {avoid!r}")
+    skipped = {_token_id(token, d_vocab, "an id of avoid") for token in avoid} | ({bos} - {None})
     n_tokens = check_count(d_vocab - len(skipped), "the token ids left to draw (d_vocab less bos and avoid)")
     small = seq_len * math.log(n_tokens) < math.log(batch + 1) + 1  # else there are more than asked for
     distinct = n_tokens**seq_len if small else batch
