@@ -902,3 +902,5 @@ def test_an_ungrouped_model_computes_the_same_logits_with_a_key_and_value_head_p
         torch.testing.assert_close(copy(tokens), model(tokens), rtol=0, atol=1e-5)
     assert copy.cfg.n_kv_heads == copy.cfg.n_heads == 4 and interp.ungrouped(copy) is copy
     assert edges.edge_graph(copy.cfg).readers[4] == "a0.h0<k>"  # MIB's names: per query head
+    assert interp.parameter_count(copy) == interp.parameter_count(model)  # the copies count once
+    assert interp.provenance(copy).split(", ")[-2] == interp.provenance(model).split(", ")[-2]

@@ -191,7 +191,11 @@ def ungrouped(model: HookedTransformer) -> HookedTransformer:
         for name, value in model.state_dict().items()
     }
     weights = LoadedWeights(config, state, model.tokenizer, model.default_padding_side)
-    return HookedTransformer.from_weights(weights)
+    copy = HookedTransformer.from_weights(weights)
+    copy.copied_parameters = model.copied_parameters + sum(
+        state[name].numel() - value.numel() for name, value in model.state_dict().items()
+    )
+    return copy
 
 
 GGUF_QUANTISATION = re.compile(r"(I?Q\d+_[0-9A-Z_]+|F16|BF16|F32)$", re.IGNORECASE)  # a GGUF name's end
@@ -199,8 +203,9 @@ GGUF_QUANTISATION = re.compile(r"(I?Q\d+_[0-9A-Z_]+|F16|BF16|F32)$", re.IGNORECA
 
 def parameter_count(model: HookedTransformer) -> int:
     """Parameters as a model card counts them: a checkpoint's tied embeddings (`cfg.tied_embeddings`:
-    interp's W_U is W_E^T, or Gemma's W_E^T / sqrt(d_model)) once."""
-    total = sum(p.numel() for p in model.parameters())
+    interp's W_U is W_E^T, or Gemma's W_E^T / sqrt(d_model)) once, and an `ungrouped` model's copies of
+    its key/value heads not at all."""
+    total = sum(p.numel() for p in model.parameters()) - model.copied_parameters
     return total - model.W_U.numel() if model.cfg.tied_embeddings else total
 
 

@@ -180,6 +180,7 @@ class HookedTransformer(StackedWeights, TokenMethods, HookedRootModule):
         attach_hook_settings(cfg, self.hook_settings)  # cfg.use_attn_result etc. read them
         self.tokenizer = tokenizer
         self.default_padding_side = "right"  # TransformerLens's default (the tokenizer's padding_side)
+        self.copied_parameters = 0  # parameters that copy others (`interp.ungrouped`'s key/value heads)
         self.run_layout: RunLayout | None = None  # the tokens of the forward pass under way (`RunLayout`)
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
         self.hook_tokens = HookPoint()  # opt-in (use_hook_tokens)
