@@ -80,6 +80,19 @@ def test_family_resamples_draw_whole_families_and_keep_the_size():
         resamples(12, 10, families=labels[:-1])
 
 
+def test_a_resampling_drawn_again_is_the_same_and_each_caller_owns_its_copy():
+    """A CI and a p on one resampling draw it once (remembered); a caller that writes into its
+    resamples changes no one else's, remembered (12 prompts) or not (more than REMEMBERED_INDICES)."""
+    labels = ["a"] * 5 + ["b"] * 7
+    for n_boot in (400, interp.interventions.stats.REMEMBERED_INDICES // 12 + 1):
+        first = resamples(12, n_boot, seed=3, families=labels)
+        kept = first.clone()
+        first.zero_()
+        again = resamples(12, n_boot, seed=3, families=list(labels))
+        assert torch.equal(again, kept) and again.data_ptr() != first.data_ptr()
+    assert not torch.equal(resamples(12, 400, seed=4, families=labels), kept[:400])
+
+
 def test_the_prompts_of_one_family_get_the_prompts_ci():
     """A stratum of one template (relation) resamples its prompts, so its CI is theirs: not the range of
     the resamples that an interval over one family would be."""

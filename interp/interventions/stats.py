@@ -22,6 +22,7 @@ gives it beside the per-prompt figures of `faithfulness_summary`:
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Hashable, Sequence
@@ -51,12 +52,21 @@ def resamples(
     (a label per prompt: a template, relation, task), two stages: the k families are drawn with
     replacement, then n prompts with replacement, each in proportion to how often its family was drawn.
     A CI then covers the effect on new families of the kind, not only on new prompts of these; one
-    family is the plain resample."""
+    family is the plain resample. The last few draws of up to `REMEMBERED_INDICES` indices are
+    remembered (a CI and a p taken on one resampling draw it once); each call gets its own copy."""
     if n < 1:
         raise ValueError("A bootstrap needs at least one prompt.")
-    generator = torch.Generator().manual_seed(seed)
     if families is not None and len(families) != n:
         raise ValueError(f"{len(families)} family labels for {n} prompts: give one label per prompt")
+    key = (n, n_boot, seed, None if families is None else tuple(families))
+    return _draw_resamples(*key) if n * n_boot > REMEMBERED_INDICES else _remembered_resamples(*key).clone()
+
+
+REMEMBERED_INDICES = 1 << 22  # 32 MB of indices: 10,000 resamples of up to 419 prompts
+
+
+def _draw_resamples(n: int, n_boot: int, seed: int, families: tuple[Hashable, ...] | None) -> Tensor:
+    generator = torch.Generator().manual_seed(seed)
     if families is None or len(set(families)) < 2:
         return torch.randint(n, (n_boot, n), generator=generator)
     index = {family: i for i, family in enumerate(dict.fromkeys(families))}
@@ -64,6 +74,9 @@ def resamples(
     drawn = torch.randint(len(index), (n_boot, len(index)), generator=generator)  # [n_boot, k]
     times = torch.zeros(n_boot, len(index)).scatter_add_(1, drawn, torch.ones(drawn.shape))  # [n_boot, k]
     return torch.multinomial(times[:, of_prompt], n, replacement=True, generator=generator)
+
+
+_remembered_resamples = functools.lru_cache(maxsize=4)(_draw_resamples)
 
 
 def resampled_units(n: int, families: Sequence[Hashable] | None = None) -> int:
