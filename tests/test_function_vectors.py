@@ -390,8 +390,15 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
     for call in calls:
         printer(*call)
     assert printer.unplanned == []
-    effects = [(done, total) for stage, done, total in calls if stage == FV_STAGES[2]]
-    assert effects[1:] == [(done, 6) for done in range(1, 7)]  # a long stage counts its parts as they end
+    for stage in FV_STAGES[2:]:  # the long stages count their runs as they end, to the last
+        counts = [(done, total) for name, done, total in calls if name == stage]
+        dones, totals = [done for done, _ in counts], {total for _, total in counts[1:]}
+        assert counts[0] == (0, 1) and dones == sorted(dones) and len(totals) == 1 and dones[-1] in totals
+    classes = {tuple(found.heads): 1 + len(found.random_sets) for found in resumed.classes}  # its sets
+    fv_sets, ablated = classes[tuple(resumed.extras.fv_heads)], sum(classes.values())
+    per_group = (len(resumed.extras.fv_heads) + fv_sets + 1) + (fv_sets + 1) + (ablated + 1)  # patched
+    # heads, added vectors, ablated sets; each with the plain run
+    assert [max(t for n, _, t in calls if n == stage) for stage in FV_STAGES[2:]] == [2 * per_group, ablated]
     assert without_timings(resumed) == without_timings(small_result)
 
 

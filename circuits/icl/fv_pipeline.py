@@ -84,7 +84,6 @@ FV_STAGES = (  # the stages function_vector_report reports and keeps, after the 
     "Ablations (the ICL score)",
 )
 MEANS_STAGE = "Mean head outputs of the demonstrations"  # before the AIE; not kept (a run per group)
-EFFECT_PARTS = 3  # the effects stage's progress units per group of queries: patches, vectors, ablations
 # (the held-out tasks' prompts that test [prompt] bool, each template's (kind, name, members), each
 # prompt's task [prompt])
 TemplateRows = tuple[Tensor, list[tuple[str, str, Tensor]], list[str]]
@@ -112,19 +111,21 @@ def _query_effects(
     progress: Progress | None = None,
 ) -> QueryEffects:
     """Every effect on the queries `prompts`, with `means` from the same groups' demonstrations;
-    `classes[0]` is the FV heads. progress(stage, done, 3): after the patches, the vectors and the
-    ablations."""
-    say = progress or (lambda *_: None)
+    `classes[0]` is the FV heads. progress(stage, done, total): the runs made (`_effect_run_counts`)."""
     fv = classes[0]
-    patched = head_indirect_effects(model, prompts, means, [[head] for head in fv.heads] + fv.sets)
-    say(FV_STAGES[2], 1, EFFECT_PARTS)
+    n_patched, n_vectors, _ = _effect_run_counts(classes)
+
+    def part(offset: int) -> Progress | None:
+        return as_stage(progress, FV_STAGES[2], offset, sum(_effect_run_counts(classes)))
+
+    head_sets = [[head] for head in fv.heads] + fv.sets
+    patched = head_indirect_effects(model, prompts, means, head_sets, part(0))
     vectors = [function_vector(means, heads) for heads in fv.sets]
-    zero_shot = zero_shot_accuracy(model, prompts, [(fv_layer, None), *((fv_layer, v) for v in vectors)])
-    say(FV_STAGES[2], 2, EFFECT_PARTS)
+    additions = [(fv_layer, None), *((fv_layer, v) for v in vectors)]
+    zero_shot = zero_shot_accuracy(model, prompts, additions, part(n_patched))
     few_shot, ablated = few_shot_accuracy(
-        model, prompts, [heads for found in classes for heads in found.sets]
+        model, prompts, [heads for found in classes for heads in found.sets], part(n_patched + n_vectors)
     )
-    say(FV_STAGES[2], EFFECT_PARTS, EFFECT_PARTS)
     drops = [few_shot - sets for sets in ablated.split([len(found.sets) for found in classes])]
     return QueryEffects(
         patched=patched[len(fv.heads) :],
@@ -374,15 +375,26 @@ def _prompts(
     }  # fmt: skip
 
 
+def _effect_run_counts(classes: Sequence[HeadClass]) -> tuple[int, int, int]:
+    """The runs `_query_effects` makes on one group of queries: the FV heads patched (each, each set,
+    and the unpatched run), their vectors added (and none), the few-shot prompts with each set ablated
+    (and none)."""
+    fv = classes[0]
+    return len(fv.heads) + len(fv.sets) + 1, len(fv.sets) + 1, sum(len(found.sets) for found in classes) + 1
+
+
 def _brown_icl_scores(
-    model: interp.HookedTransformer, classes: Sequence[HeadClass], settings: FunctionVectorSettings
+    model: interp.HookedTransformer,
+    classes: Sequence[HeadClass],
+    settings: FunctionVectorSettings,
+    progress: Progress | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Step 5: the ICL score of Brown corpus texts no choice saw, clean [document] and with each class
-    and random set ablated [set, document]."""
+    and random set ablated [set, document] (each set's run a unit of `progress`)."""
     sequences = default_sequences(model, settings.n_documents, settings.seed)
     head_sets = [heads for found in classes for heads in found.sets]
     _, clean, ablated = ablated_icl_scores(
-        model, sequences.tokens, sequences.windows, head_sets, seed=settings.seed
+        model, sequences.tokens, sequences.windows, head_sets, seed=settings.seed, progress=progress
     )
     return clean, ablated
 
@@ -448,6 +460,7 @@ def function_vector_report(
     classes = [
         head_class(model, name, heads, n_random, seed, outside=unclaimed) for name, heads in named.items()
     ]
+    runs = sum(_effect_run_counts(classes))  # per group of queries
     effects = step(  # 4. effects
         FV_STAGES[2],
         lambda said: {
@@ -457,19 +470,17 @@ def function_vector_report(
                 means[group],
                 classes,
                 layer,
-                as_stage(said, FV_STAGES[2], EFFECT_PARTS * i, EFFECT_PARTS * len(queries)),
+                as_stage(said, FV_STAGES[2], runs * i, runs * len(queries)),
             )  # fmt: skip
             for i, group in enumerate(queries)
         },
     )
     timed("effects")
     rows = _template_rows(queries["heldout"], template_split)
-    icl = step(FV_STAGES[3], lambda _: _brown_icl_scores(model, classes, settings))  # 5. the ICL score
+    icl = step(FV_STAGES[3], lambda said: _brown_icl_scores(model, classes, settings, said))  # 5. ICL score
     tests = _tests(classes, effects, rows, icl, seed)
     task_vectors = _task_vectors(split, n_pairs, queries, effects, rows[0], seed)
     timed("ICL score")
-    if progress is not None:
-        progress(FV_STAGES[3], 1, 1)
     timings["total"] = time.perf_counter() - began
     fv_labels, induction_labels = head_labels(fv_heads), head_labels(induction_heads)
     figures = FunctionVectorFigures(
