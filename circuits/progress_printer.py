@@ -41,12 +41,13 @@ class StageClock:
     done: int = 0
     total: int = 0
     projections: list[float] = field(default_factory=list)  # the stage's duration projected at each unit
+    most: int = 0  # the largest total reported: the work counted at first, where the stage finds less to do
 
     def advance(self, done: int, total: int, now: float) -> None:
         """Record progress(stage, done, total) reported at `now`."""
         if done != self.done and done > 0 and now > self.began:
             self.projections.append((now - self.began) / done * total)
-        self.done, self.total = done, total
+        self.done, self.total, self.most = done, total, max(self.most, total)
 
     def seconds_left(self, now: float) -> float | None:
         """(total - done) units at the stage's mean time per unit so far, measured up to `now` (so it
@@ -133,6 +134,8 @@ class ProgressPrinter:
         """The stage's count, time in it and (once stable) time left, as of `now`."""
         clock = self.clocks[stage]
         parts = [f"{clock.done}/{clock.total}"] if clock.total > 1 else []
+        if parts and clock.most > clock.total:  # e.g. sequential stopping: runs found not needed
+            parts[0] += f" (down from {clock.most})"
         parts.append(f"{now - clock.began:.0f} s in this stage")
         left = clock.seconds_left(now)
         if left is not None:

@@ -112,6 +112,20 @@ def test_time_left_appears_only_once_the_rate_is_stable_and_is_never_frozen():
     assert "left" not in printer.status("Work", clock.now)
 
 
+def test_a_stage_that_finds_less_to_do_says_what_it_counted_at_first():
+    """`interp heads` counts every run of both looks, then stops the futile effects after the first
+    (540 runs, then 288): the count says it went down, rather than seeming to jump ahead."""
+    clock, lines = Clock(), []
+    printer = ProgressPrinter("test", ["Work"], lines.append, clock)
+    printer("Work", 0, 540)
+    clock.now += 6.0
+    printer("Work", 216, 540)
+    assert "216/540," in lines[-1]
+    clock.now += 6.0
+    printer("Work", 251, 288)
+    assert "251/288 (down from 540)," in lines[-1]
+
+
 def test_the_heartbeat_repeats_the_current_stage_with_its_elapsed_time():
     clock, lines = Clock(), []
     printer = ProgressPrinter("test", ["Load", "Work"], lines.append, clock)
