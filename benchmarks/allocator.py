@@ -52,7 +52,8 @@ def main() -> None:
     for policy in ("keep", "return"):
         command = [sys.executable, __file__, "--policy", policy, "--batch", str(args.batch), "--pos",
                    str(args.pos), "--repeats", str(args.repeats)]  # fmt: skip
-        seconds[policy] = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+        finished = subprocess.run(command, capture_output=True, text=True, check=True)
+        seconds[policy] = json.loads(finished.stdout)
     print(f"cached run of the residual stream, SmolLM2-135M, {args.batch} prompts of {args.pos} tokens:")
     print(f"  freed memory kept (the interp command): {seconds['keep']:.2f} s")
     print(f"  glibc's default (a script that does not opt in): {seconds['return']:.2f} s")
