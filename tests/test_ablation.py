@@ -541,6 +541,11 @@ def test_runs_that_write_at_the_read_positions_carry_them_alone_and_equal_hooked
         engine.Site(interp.act_name("resid_pre", layer), pos=pos), lambda act: act + shift
     )
     base = [engine.Intervention(engine.Site(interp.act_name("z", 0), head=[1]), torch.zeros(()))]
+    embedded = []  # passes from the embeddings: a run of the target (a shortformer's positions too)
+
+    def count(activation: torch.Tensor, hook) -> None:
+        embedded.append(1)
+
     for logit_pos in [-1, last] if padding != "right" else [last]:
         runs = [
             [z(1, [0, 2], logit_pos)],
@@ -566,8 +571,18 @@ def test_runs_that_write_at_the_read_positions_carry_them_alone_and_equal_hooked
         for options, metric in itertools.product(
             (RunOptions(logit_pos=logit_pos), RunOptions(logit_pos=logit_pos, base=base)), (function, answer)
         ):
+            embedded.clear()
             _, target = engine.cached_run(model, tokens, engine.start_names(model), base=options.base)
-            got = engine.run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
+            with model.hooks(fwd_hooks=[("hook_embed", count)]):
+                got = engine.run_site_sets(model, tokens, runs, None, metric, target=target, options=options)
+            from_resid = len(embedded)
+            names = engine.start_names(model, keys_values=True)  # the keys and values cached too
+            _, target = engine.cached_run(model, tokens, names, base=options.base)
+            with model.hooks(fwd_hooks=[("hook_embed", count)]):
+                again = engine.run_site_sets(
+                    model, tokens, runs, None, metric, target=target, options=options
+                )
+            assert torch.equal(again, got) and len(embedded) - from_resid == from_resid - 1  # no target run
             for run, value in zip(runs, got, strict=True):
                 hooks = engine.intervention_hooks([*options.base, *run])
                 expected = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)).detach()

@@ -194,7 +194,7 @@ def head_indirect_effects(
     tokens, last = prompts.corrupted, prompts.corrupted_last
     layers = {layer for heads in head_sets for layer, _ in heads}
     sources = {interp.act_name("z", layer): per_prompt(means, prompts, layer) for layer in layers}
-    _, target = cached_run(model, tokens, start_names(model), logits=False)
+    _, target = cached_run(model, tokens, start_names(model, keys_values=True), logits=False)
     metric = prob_metric(prompts.answers, pos=last)
     runs = [[replace(site, pos=last) for site in ablation_sites(model, heads=heads)] for heads in head_sets]
     options = RunOptions(logit_pos=last, progress=progress)
@@ -228,7 +228,7 @@ def zero_shot_accuracy(
             return resid + added
 
         runs.append([Intervention(Site(interp.act_name("resid_pre", layer), pos=last), add)])
-    _, target = cached_run(model, tokens, start_names(model), logits=False)
+    _, target = cached_run(model, tokens, start_names(model, keys_values=True), logits=False)
     metric = accuracy_metric(prompts.answers, pos=last)
     options = RunOptions(logit_pos=last, progress=progress)
     return run_site_sets(model, tokens, runs, None, metric, target=target, options=options)

@@ -452,7 +452,7 @@ def _walk(model: HookedTransformer, tokens: Tensor, runs: list[list[Intervention
         narrow_from = [_narrow_from(model, [*base, *run], hooked) for run in runs]
         after = [_narrow_after(model, run, base, hooked, narrowed) for run in runs]
         if min(after, default=n_layers) < n_layers:
-            prefix = _Prefix.of(model, tokens, base, min(after), narrowed, mask)
+            prefix = _Prefix.of(model, tokens, base, min(after), narrowed, mask, target)
             narrow_from = [min(pair) for pair in zip(narrow_from, after, strict=True)]
     pos_embed = shortformer_positions(model, tokens, made)
     prompts = _Prompts(batch, walk.options.logit_pos, walk.buffer, mask, pos_embed, narrowed, prefix)
@@ -725,15 +725,19 @@ class _Prefix:
         first: int,
         narrowed: _Narrowed,
         mask: Tensor | None,
+        target: Mapping[str, Tensor] | None = None,
     ) -> _Prefix:
-        """The target run's keys and values from block `first` on (one run of `tokens` with the `base`
+        """The target run's keys and values from block `first` on (from the `target` cache where it
+        holds them, `start_names(model, keys_values=True)`; else one run of `tokens` with the `base`
         interventions, as the target's), seen from `narrowed`'s read positions; mask: the prompts'
         attention mask (None: every token real)."""
         layers = range(first, model.cfg.n_layers)
         names = {layer: (_key_hook(model, layer), act_name("v", layer)) for layer in layers}
-        _, cache = cached_run(
-            model, tokens, [name for pair in names.values() for name in pair], base=base, logits=False
-        )
+        every = [name for pair in names.values() for name in pair]
+        if target is not None and all(name in target for name in every):
+            cache = target
+        else:
+            _, cache = cached_run(model, tokens, every, base=base, logits=False)
         batch, n_pos = tokens.shape
         real = torch.ones(batch, n_pos, dtype=torch.bool) if mask is None else mask.cpu().bool()
         before = real & (torch.arange(n_pos) < narrowed.positions.cpu()[:, None])
@@ -1235,10 +1239,16 @@ def read_with_grad(model: HookedTransformer, names: Iterable[str]) -> Iterator[d
             yield acts
 
 
-def start_names(model: HookedTransformer) -> list[str]:
+def start_names(model: HookedTransformer, keys_values: bool = False) -> list[str]:
     """What a target run caches for `run_site_sets` to start runs anywhere: the residual stream before
-    every block and after the last."""
-    return resid_names(model) + [final_resid_hook(model)]
+    every block and after the last. keys_values: also each block's keys (as its attention reads them)
+    and values, which runs that write at the metric's read positions only attend to (`_Prefix`): with
+    them cached, `run_site_sets` does not run the target again to get them."""
+    names = resid_names(model) + [final_resid_hook(model)]
+    if keys_values:
+        layers = [layer for layer in range(model.cfg.n_layers) if _key_hook(model, layer) is not None]
+        names += [name for layer in layers for name in (_key_hook(model, layer), act_name("v", layer))]
+    return names
 
 
 def check_pair(
