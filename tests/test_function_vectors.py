@@ -396,8 +396,8 @@ def test_a_stopped_run_leaves_its_stages_and_resumes_to_the_same_result(tiny_mod
         assert counts[0] == (0, 1) and dones == sorted(dones) and len(totals) == 1 and dones[-1] in totals
     classes = {tuple(found.heads): 1 + len(found.random_sets) for found in resumed.classes}  # its sets
     fv_sets, ablated = classes[tuple(resumed.extras.fv_heads)], sum(classes.values())
-    per_group = (len(resumed.extras.fv_heads) + fv_sets + 1) + (fv_sets + 1) + (ablated + 1)  # patched
-    # heads, added vectors, ablated sets; each with the plain run
+    per_group = (len(resumed.extras.fv_heads) + fv_sets + 1) + (fv_sets + 1) + (ablated + 1) * 4  # patched
+    # heads, added vectors, ablated sets in 4 batches by length; each with the plain run
     assert [max(t for n, _, t in calls if n == stage) for stage in FV_STAGES[2:]] == [2 * per_group, ablated]
     assert without_timings(resumed) == without_timings(small_result)
 

@@ -51,6 +51,7 @@ from circuits.icl.function_vectors import (
     function_vector,
     head_indirect_effects,
     mean_head_outputs,
+    n_length_batches,
     task_prompts,
     zero_shot_accuracy,
 )
@@ -113,10 +114,10 @@ def _query_effects(
     """Every effect on the queries `prompts`, with `means` from the same groups' demonstrations;
     `classes[0]` is the FV heads. progress(stage, done, total): the runs made (`_effect_run_counts`)."""
     fv = classes[0]
-    n_patched, n_vectors, _ = _effect_run_counts(classes)
+    n_patched, n_vectors, n_ablated = _effect_run_counts(classes, len(prompts.clean))
 
     def part(offset: int) -> Progress | None:
-        return as_stage(progress, FV_STAGES[2], offset, sum(_effect_run_counts(classes)))
+        return as_stage(progress, FV_STAGES[2], offset, n_patched + n_vectors + n_ablated)
 
     head_sets = [[head] for head in fv.heads] + fv.sets
     patched = head_indirect_effects(model, prompts, means, head_sets, part(0))
@@ -375,12 +376,13 @@ def _prompts(
     }  # fmt: skip
 
 
-def _effect_run_counts(classes: Sequence[HeadClass]) -> tuple[int, int, int]:
-    """The runs `_query_effects` makes on one group of queries: the FV heads patched (each, each set,
-    and the unpatched run), their vectors added (and none), the few-shot prompts with each set ablated
-    (and none)."""
-    fv = classes[0]
-    return len(fv.heads) + len(fv.sets) + 1, len(fv.sets) + 1, sum(len(found.sets) for found in classes) + 1
+def _effect_run_counts(classes: Sequence[HeadClass], n_prompts: int) -> tuple[int, int, int]:
+    """The runs `_query_effects` makes on a group of `n_prompts` queries: the FV heads patched (each,
+    each set, and the unpatched run), their vectors added (and none), the few-shot prompts with each set
+    ablated (and none) in each batch of `few_shot_accuracy`."""
+    fv, batches = classes[0], n_length_batches(n_prompts)
+    ablated = (sum(len(found.sets) for found in classes) + 1) * batches
+    return len(fv.heads) + len(fv.sets) + 1, len(fv.sets) + 1, ablated
 
 
 def _brown_icl_scores(
@@ -460,19 +462,19 @@ def function_vector_report(
     classes = [
         head_class(model, name, heads, n_random, seed, outside=unclaimed) for name, heads in named.items()
     ]
-    runs = sum(_effect_run_counts(classes))  # per group of queries
+    runs = [sum(_effect_run_counts(classes, len(group.clean))) for group in queries.values()]
     effects = step(  # 4. effects
         FV_STAGES[2],
         lambda said: {
             group: _query_effects(
                 model,
-                queries[group],
+                group_queries,
                 means[group],
                 classes,
                 layer,
-                as_stage(said, FV_STAGES[2], runs * i, runs * len(queries)),
+                as_stage(said, FV_STAGES[2], sum(runs[:i]), sum(runs)),
             )  # fmt: skip
-            for i, group in enumerate(queries)
+            for i, (group, group_queries) in enumerate(queries.items())
         },
     )
     timed("effects")
