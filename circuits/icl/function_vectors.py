@@ -238,7 +238,7 @@ ABLATED_STAGE = "few-shot prompts with heads ablated"  # `few_shot_accuracy`'s r
 LENGTH_BATCHES = 4
 """Batches of similar length that `few_shot_accuracy` runs its prompts in: a batch is as wide as its
 longest prompt, so fewer of its positions are padding (SmolLM2's 320 held-out few-shot prompts: 32% of
-one batch's positions, 7% of four's)."""
+one batch's positions, 6% of four's)."""
 
 
 def length_batches(
