@@ -119,7 +119,7 @@ EXPECTED_TIMES = {
     "icl": (
         ExpectedTime(167, "interp icl", _EPYC, _CACHED),
         ExpectedTime(
-            351, "interp icl --fv", _XEON_AMX, _TODAY + ", the head report computed in it, 53 s of it"
+            291, "interp icl --fv", _XEON_AMX, _TODAY + ", the head report computed in it, 51 s of it"
         ),
         ExpectedTime(
             214, "interp icl --model gemma3-270m", _EPYC, "idle, 2026-11-29, benchmarks/icl.py", _GEMMA
