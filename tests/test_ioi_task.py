@@ -6,9 +6,11 @@ import pytest
 import torch
 
 import interp
+from circuits.edge_circuits.tasks import edge_task, heldout_edge_task
 from circuits.ioi import find_ioi_circuit
 from circuits.ioi.task import ioi_pair_task
 from circuits.path import head_path
+from interp.model.tokens import recorded_padding
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +33,22 @@ def test_ioi_pair_task_holds_out_ioi_heldout_split(toy_ioi):
     assert (task.clean[rows, task.positions["IO"]] == task.correct).all()
     clean_logits = toy_ioi(task.clean)
     assert (task.metric(clean_logits) > 0).float().mean() > 0.9  # the model does the task
+
+
+def test_the_edge_circuit_s_ioi_prompts_are_the_pair_task_s_split(smollm2):
+    """`interp circuit --task ioi` reads IOI's one pair task: its discovery and held-out prompts are the
+    pair task's two splits, token for token, each clean prompt carrying its exact padding (SmolLM2's
+    templates differ in length), with the metric named by IOI's answers."""
+    task = ioi_pair_task(smollm2, n_prompts=8, seed=3)
+    edge = edge_task(smollm2, "ioi", n_prompts=8, seed=3), heldout_edge_task(smollm2, "ioi", 8, seed=3)
+    for pairs, edge_side in zip(task.split(), edge, strict=True):
+        assert torch.equal(edge_side.clean, pairs.clean) and torch.equal(edge_side.corrupted, pairs.corrupted)
+        assert edge_side.families == list(pairs.families) and edge_side.strata == list(pairs.strata)
+        padding = recorded_padding(edge_side.clean)
+        assert padding is not None and torch.equal(padding.sum(1) - 1, pairs.end)
+        assert torch.equal(edge_side.metric(smollm2(edge_side.clean)), pairs.metric(smollm2(pairs.clean)))
+        assert edge_side.metric_name == pairs.metric_name == "logit_diff(IO - S)"
+    assert (task.end != task.end.max()).any()  # some prompts are padded
 
 
 def test_head_path_on_ioi_agrees_with_ioi_pipeline(toy_ioi):

@@ -10,11 +10,11 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from circuits.path.task import PairTask, pair_task, right_padding_mask, stratum_masks
+from circuits.ioi.task import ioi_pair_task
+from circuits.path.task import PairTask, pair_task, stratum_masks
 from interp import edges
 from interp.model import HookedTransformer
 from interp.model.tokens import index_tokens
-from interp.tasks.ioi import ioi_dataset_for
 from interp.types import Metric
 
 TASKS = ("ioi", "induction")
@@ -71,17 +71,11 @@ class EdgeTask:
 def ioi_task(
     model: HookedTransformer, n_prompts: int = 64, seed: int = 0, split: str = "discovery"
 ) -> EdgeTask:
-    """IOI prompts of `interp.tasks.ioi`'s discovery or held-out split against ABC prompts (three other
-    names); logit(IO) - logit(S) at END; a prompt's family is its template."""
-    clean, abc, _ = ioi_dataset_for(model, n_prompts, seed, split)
-    metric = edges.logit_diff_metric(clean.io_token, clean.s_token, clean.positions["END"])
-    prefix = "template" if split == "discovery" else "held-out template"
-    return EdgeTask(
-        name="ioi", clean=clean.tokens, corrupted=abc.tokens, metric=metric,
-        metric_name="logit_diff(IO - S)",
-        corrupted_mask=right_padding_mask(abc.positions["END"], abc.tokens.shape[1]),
-        families=[f"{prefix} {int(template)}" for template in clean.template], strata=list(clean.order),
-    )  # fmt: skip
+    """The discovery or held-out prompts of IOI's one pair task (`circuits.ioi.task.ioi_pair_task`:
+    IOI prompts against ABC prompts; logit(IO) - logit(S) at END; a prompt's family its template)."""
+    task = ioi_pair_task(model, n_prompts, seed)
+    discovery, heldout = task.split_rows()
+    return pair_edge_task(task.subset(heldout if split == "heldout" else discovery))
 
 
 def induction_task(
@@ -139,7 +133,7 @@ def pair_edge_task(task: PairTask) -> EdgeTask:
     clean and corrupted prompt's last token; families None where each prompt is its own."""
     return EdgeTask(
         name=task.name, clean=task.clean, corrupted=task.corrupted, metric=task.metric,
-        metric_name="p(correct)" if task.metric_kind == "prob" else "logit_diff(correct - incorrect)",
+        metric_name=task.metric_name,
         corrupted_metric=task.corrupted_metric,
         corrupted_mask=task.corrupted_mask,
         families=task.family_labels, strata=list(task.strata),

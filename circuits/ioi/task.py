@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from circuits.path.task import PairTask
+from circuits.path.task import PairTask, right_padding_mask
 from interp.model import HookedTransformer
+from interp.model.tokens import record_padding
 from interp.tasks.ioi import ioi_dataset_for, single_token_names, trained_on_ioi
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.tasks.ioi_templates import (
@@ -88,13 +89,16 @@ def ioi_pair_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) 
         return torch.cat([F.pad(t, (0, width - t.shape[1])) for t in tokens])
 
     families = tuple(f"{prefix} {int(t)}" for (clean, _), prefix in parts for t in clean.template)
+    end = torch.cat([clean.positions["END"] for (clean, _), _ in parts])
+    clean = stacked([clean.tokens for (clean, _), _ in parts])
+    real = right_padding_mask(end, width)
     return PairTask(
         name="ioi",
-        clean=stacked([clean.tokens for (clean, _), _ in parts]),
+        clean=clean if real is None else record_padding(clean, real),  # runs read the exact padding
         corrupted=stacked([abc.tokens for (_, abc), _ in parts]),
         correct=torch.cat([clean.io_token for (clean, _), _ in parts]),
         incorrect=torch.cat([clean.s_token for (clean, _), _ in parts]),
-        end=torch.cat([clean.positions["END"] for (clean, _), _ in parts]),
+        end=end,
         corrupted_end=torch.cat([abc.positions["END"] for (_, abc), _ in parts]),
         positions={
             name: torch.cat([clean.positions[name] for (clean, _), _ in parts]) for name in IOI_POSITIONS
@@ -102,4 +106,5 @@ def ioi_pair_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) 
         families=families,
         strata=tuple(order for (clean, _), _ in parts for order in clean.order),
         heldout_families=tuple(f for f in dict.fromkeys(families) if f.startswith(SPLITS[1][1])),
+        answers=("IO", "S"),
     )

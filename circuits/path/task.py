@@ -63,6 +63,13 @@ class PairTask:
     heldout_families: tuple[str, ...] | None = None  # the task's own held-out families (None: drawn)
     has_families: bool = True  # False: each prompt is its own family (`NO_FAMILY`), held out alone
     metric_kind: str = "logit_diff"
+    answers: tuple[str, str] = ("correct", "incorrect")  # what the correct and incorrect answers are called
+
+    @property
+    def metric_name(self) -> str:
+        """ "logit_diff(correct - incorrect)", "p(correct)": the metric with the task's answers' names."""
+        correct, incorrect = self.answers
+        return f"p({correct})" if self.metric_kind == "prob" else f"logit_diff({correct} - {incorrect})"
 
     def __len__(self) -> int:
         return self.clean.shape[0]
