@@ -11,6 +11,7 @@ import interp
 from circuits.heads import head_report
 from circuits.ioi import find_ioi_circuit
 from interp import metrics
+from interp.interventions import engine
 from interp.interventions.ablation import ablate
 from interp.interventions.engine import RunOptions
 from interp.interventions.patching import activation_patching
@@ -101,6 +102,39 @@ def test_patching_and_ablation_on_an_offloaded_model(tmp_path):
     _, reference = models[0].run_with_cache(clean.tokens, names_filter=names)
     for name, activations in load_activations(tmp_path / "acts").items():
         torch.testing.assert_close(activations, reference[name], rtol=1e-5, atol=1e-5)
+
+
+def test_narrowed_runs_on_an_offloaded_model_equal_the_model_in_memory(tmp_path):
+    """Runs that patch heads at the read position only are carried at that position from the next block
+    (`engine._narrow_after`), attending to the keys and values the target run cached: with that block on
+    disk, its weights are read in and every run equals the model in memory's."""
+    models = [
+        interp.load_model("toy-ioi", device="cpu"),
+        interp.load_model(
+            "toy-ioi", device_map={"blocks.0": "cpu", "blocks.1": "disk"}, offload_folder=tmp_path
+        ),
+    ]
+    assert models[1].blocks[1].attn.W_Q.is_meta
+    clean, abc, _ = ioi_dataset_for(models[0], 16, seed=2)
+    end, z = clean.positions["END"], interp.act_name("z", 0)
+    metric = metrics.prob_metric(clean.io_token, pos=end)
+    values = []
+    for model in models:
+        _, source = model.run_with_cache(abc.tokens, names_filter=z)
+        runs = [
+            [engine.Intervention(engine.Site(z, head=[head], pos=end), {z: source[z]})]
+            for head in range(model.cfg.n_heads)
+        ]
+        narrowed = engine._Narrowed.of(end, clean.tokens)
+        hooked = [False] * (model.cfg.n_layers + 1)
+        assert [engine._narrow_after(model, run, [], hooked, narrowed) for run in runs] == [1] * len(runs)
+        _, target = engine.cached_run(model, clean.tokens, engine.start_names(model, keys_values=True))
+        options = RunOptions(logit_pos=end)
+        values.append(
+            engine.run_site_sets(model, clean.tokens, runs, None, metric, target=target, options=options)
+        )
+    torch.testing.assert_close(values[1], values[0], rtol=1e-5, atol=1e-6)
+    assert (values[0] - metric(models[0](clean.tokens))).abs().max() > 0.1  # the patches move the metric
 
 
 def test_device_map_errors(tmp_path):
