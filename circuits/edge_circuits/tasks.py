@@ -1,5 +1,6 @@
-"""Edge-circuit tasks: prompt pairs and a per-prompt metric (IOI, induction, or a prompt-pair file read
-once as `circuits.path.task.PairTask` and viewed here: `pair_edge_task`)."""
+"""Edge-circuit tasks: prompt pairs and a per-prompt metric, each the view (`pair_edge_task`) of the one
+`circuits.path.task.PairTask`: IOI's (`circuits.ioi.task.ioi_pair_task`), repeated sequences' (induction)
+or a prompt-pair file's, read once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from circuits.ioi.task import ioi_pair_task
-from circuits.path.task import PairTask, pair_task, stratum_masks
+from circuits.path.task import ALL, NO_FAMILY, PairTask, pair_task, stratum_masks
 from interp import edges
 from interp.model import HookedTransformer
 from interp.model.tokens import index_tokens
@@ -115,17 +116,20 @@ def induction_task(
 def repeated_sequence_pairs(
     name: str, first: Int[Tensor, "n seq"], other: Int[Tensor, "n seq"], bos: int | None = None
 ) -> EdgeTask:
-    """[bos] A A[:-1] -> A[-1] against [bos] B A[:-1] (A: `first`, B: `other`); metric logit(A[-1]) -
-    logit(B[-1]) at the last position."""
+    """[bos] A A[:-1] -> A[-1] against [bos] B A[:-1] (A: `first`, B: `other`), each pair its own family;
+    metric logit(A[-1]) - logit(B[-1]) at the last position (the view of that `PairTask`)."""
     clean, corrupted = torch.cat([first, first[:, :-1]], 1), torch.cat([other, first[:, :-1]], 1)
     if bos is not None:
         column = torch.full((first.shape[0], 1), bos)
         clean, corrupted = torch.cat([column, clean], 1), torch.cat([column, corrupted], 1)
-    last = torch.full((first.shape[0],), clean.shape[1] - 1)  # stated: a last pad-id token is real
-    metric = edges.logit_diff_metric(first[:, -1], other[:, -1], last)
-    return EdgeTask(
-        name=name, clean=clean, corrupted=corrupted, metric=metric, metric_name="logit_diff(A[-1] - B[-1])"
-    )
+    n = first.shape[0]
+    last = torch.full((n,), clean.shape[1] - 1)  # stated: a last pad-id token is real
+    pairs = PairTask(
+        name=name, clean=clean, corrupted=corrupted, correct=first[:, -1], incorrect=other[:, -1], end=last,
+        corrupted_end=last, positions={}, families=tuple(NO_FAMILY.format(i + 1) for i in range(n)),
+        strata=(ALL,) * n, has_families=False, answers=("A[-1]", "B[-1]"),
+    )  # fmt: skip
+    return pair_edge_task(pairs)
 
 
 def pair_edge_task(task: PairTask) -> EdgeTask:

@@ -38,6 +38,7 @@ from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_m
 from interp.model import HookedTransformer
 from interp.model.tokens import index_tokens, record_padding
 
+ALL = "all"  # the one stratum of prompts given none
 NO_FAMILY = "pair {}"  # each pair its own family when the file has no family column (from 1, as messages)
 CHANGED = "changed"  # the name of the positions where clean and corrupted prompts differ
 MAX_CHANGED = 4  # positions named one by one ("changed 1", ...) at most; more: the first and the last
@@ -359,6 +360,6 @@ def pair_task(
         families=tuple(
             str(row["family"]) if has_families else NO_FAMILY.format(i + 1) for i, row in enumerate(rows)
         ),
-        strata=tuple(row.get("stratum") or "all" for row in rows), has_families=has_families,
+        strata=tuple(row.get("stratum") or ALL for row in rows), has_families=has_families,
         metric_kind=metric,
     )  # fmt: skip
