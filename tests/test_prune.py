@@ -440,6 +440,7 @@ def test_circuit_methods_report_frequencies(toy_induction):
     assert all(edge["frequency"] is not None for edge in data["top_edges"])
     page = render_markdown(edge_sections(result))
     assert "in the method's rank order: its scores have no sign" in page and "signed score" not in page
+    assert "another CPU's float rounding" in page  # a learned mask's circuit is one CPU's
     assert "(rank order)" in curve_svg(result)
 
 
