@@ -51,9 +51,8 @@ RANK_CONVENTION = (
     "edge scores rank edges (prune: -(the last step the edge was in the learned mask + its learned "
     "score's rank) / (steps + 2), the final circuit first; ensemble: -(mean normalised rank by |score|)); "
     "circuits keep the largest |score|; a learned mask repeats on one CPU, but another CPU's float rounding "
-    "over its training can move its size and verdict (Gemma 3 270M's IOI circuit: 64 edges on two AMD EPYCs, "
-    "181 on an Intel Xeon; docs/results/circuits.md): attribution's ranking (eap, eap-ig) moves by the "
-    "rounding only"
+    "over its training can move its size and verdict (docs/results/circuits.md, the learned circuit across "
+    "CPUs): attribution's ranking (eap, eap-ig) moves by the rounding only"
 )
 REMOVAL_CONVENTION = (
     "; the circuit's edges are listed by their effect of removal instead: m(circuit without the edge) - "
