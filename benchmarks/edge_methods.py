@@ -124,7 +124,7 @@ def evaluate(model, held, scores: edges.EdgeScores) -> dict:
 
         return [float(x) for x in bootstrap(statistic, result.full.shape[0])]
 
-    size = smallest_faithful_size(model, held, scores, 0.8)
+    size, _ = smallest_faithful_size(model, held, scores, 0.8)
     circuit = edges.top_circuit(scores, size)
     faith = edges.faithfulness(model, held.clean, held.corrupted, held.metric, circuit)
     low, high = faith.ci()

@@ -268,7 +268,7 @@ def test_ranked_path_patching_confirms_the_top_candidates_exactly():
 
 def test_without_a_size_the_circuit_is_the_smallest_reaching_the_target():
     from circuits.edge_circuits.find import smallest_faithful_size
-    from circuits.edge_circuits.report import size_origin
+    from circuits.edge_circuits.report import edge_headline, size_origin
 
     model = interp.load_model("toy-induction")
     task = induction_task(model, n_prompts=8)
@@ -284,7 +284,26 @@ def test_without_a_size_the_circuit_is_the_smallest_reaching_the_target():
         interp.edges.top_circuit(result.scores, n - 1)[None],
     )  # fmt: skip
     assert float(one_less.faithfulness[0]) < 0.8, n
-    assert smallest_faithful_size(model, found, result.scores, 1.0) >= n
+    assert smallest_faithful_size(model, found, result.scores, 1.0)[0] >= n
+    # the sizes the search tried: every smaller one below the target, the found one at its faithfulness
+    tried = result.size_search
+    assert n in tried and all(f < 0.8 for size, f in tried.items() if size < n)
+    assert tried[n] == pytest.approx(float(result.discovery_faithfulness.faithfulness[0]), abs=1e-5)
+    line = next(text for text in edge_headline(result) if text.startswith("size search"))
+    assert f"{n}: {tried[n]:.2f}" in line
+    assert result.json_data()["circuit"]["size_search"] == [list(pair) for pair in tried.items()]
+
+
+def test_a_size_search_whose_faithfulness_falls_as_the_circuit_grows_says_so():
+    """The bisection assumes faithfulness grows with size; the report names the largest fall among the
+    sizes tried (beyond MONOTONE_TOLERANCE) and leaves a curve that only wobbles unremarked."""
+    from circuits.edge_circuits.report import MONOTONE_TOLERANCE, size_search_note
+
+    falls = {56: 0.64, 113: 0.79, 155: 0.66, 176: 0.65, 194: 0.81, 282: 0.89}
+    note = size_search_note(falls, 0.8)
+    assert "113: 0.79, 155: 0.66" in note and "not monotone (0.79 at 113 edges, 0.65 at 176)" in note
+    wobbles = {10: 0.5, 20: 0.7, 30: 0.7 - MONOTONE_TOLERANCE / 2, 40: 0.85}
+    assert "not monotone" not in size_search_note(wobbles, 0.8)
 
 
 def _rows(tokens: torch.Tensor) -> set[tuple[int, ...]]:

@@ -102,6 +102,7 @@ class EdgeCircuitResult:
     split: str = ""
     heads: Finding | None = None  # the head path on the same prompt pairs (`circuits.path`), if run
     removal: edges.RemovalEffects | None = None  # rank-scored methods: each edge's effect of removal
+    size_search: dict[int, float] | None = None  # a searched size: discovery faithfulness at each size tried
 
     @property
     def held_out(self) -> bool:
@@ -214,6 +215,7 @@ class EdgeCircuitResult:
                 "discovery_faithfulness": None if found is None else float(found.faithfulness[0]),
                 "discovery_faithfulness_ci": None if found is None else [float(b[0]) for b in found.ci()],
                 "held_out_note": self.held_out_note(),
+                "size_search": self.size_search and list(map(list, self.size_search.items())),
             },
             "curve": None if curve is None else {
                 "fractions": list(curve.fractions), "n_edges": curve.n_edges,
@@ -348,8 +350,12 @@ def find_edge_circuit(
     resumed = mask_checkpoint_step(model, task, settings, pruning, checkpoint)
     scores, scores_of = method_scores(model, task, settings, pruning, checkpoint, progress)
     stage("scores")
-    size = requested or smallest_faithful_size(  # 3.
-        model, task, scores, settings.target, settings.ablation, settings.batch_size, progress
+    size, tried = (
+        (requested, None)
+        if requested
+        else smallest_faithful_size(  # 3.
+            model, task, scores, settings.target, settings.ablation, settings.batch_size, progress
+        )
     )
     circuit = edges.top_circuit(scores, size)
     found, faith, corrupted = circuit_faithfulness(model, task, heldout, circuit, settings, progress)  # 4.
@@ -385,7 +391,7 @@ def find_edge_circuit(
         seconds=seconds, n_kv_heads=model.cfg.n_kv_heads, ig_points=settings.ig_points,
         provenance=provenance, target=settings.target if requested is None else None,
         frequency=frequency, n_boot=settings.bootstrap, heldout_task=heldout, discovery_faithfulness=found,
-        split=split, removal=removal,
+        split=split, removal=removal, size_search=tried,
     )  # fmt: skip
 
 
@@ -554,13 +560,15 @@ def edge_circuit_stages(method: str, searched: bool, curve: bool, bootstrap: int
 def smallest_faithful_size(
     model: HookedTransformer, task: EdgeTask, scores: edges.EdgeScores, target: float = 0.8,
     ablation: edges.AblationKind = "counterfactual", batch_size: int = 16, progress: Progress | None = None,
-) -> int:  # fmt: skip
-    """The fewest top-|score| edges whose circuit reaches faithfulness `target`: MIB's sizes first (one
-    batched run), then bisection (faithfulness assumed to grow with size). progress(SIZE_SEARCH_STAGE,
-    circuits evaluated, circuits to evaluate: an upper bound until MIB's sizes have run)."""
+) -> tuple[int, dict[int, float]]:  # fmt: skip
+    """The fewest top-|score| edges whose circuit reaches faithfulness `target`, and the faithfulness at
+    each size tried (size -> faithfulness): MIB's sizes first (one batched run), then bisection
+    (faithfulness assumed to grow with size; `size_search_note` says where it did not).
+    progress(SIZE_SEARCH_STAGE, circuits evaluated, circuits to evaluate: an upper bound until MIB's
+    sizes have run)."""
     n_all = scores.graph.n_edges
     sizes = sorted({max(1, edges.fraction_to_edges(scores.graph, f)) for f in edges.MIB_FRACTIONS} | {n_all})
-    evaluated = 0
+    evaluated, tried = 0, {}
 
     def faithful(sizes: list[int], total: int) -> list[float]:
         nonlocal evaluated
@@ -576,6 +584,7 @@ def smallest_faithful_size(
         evaluated += len(sizes)
         if progress is not None:
             progress(SIZE_SEARCH_STAGE, evaluated, total)
+        tried.update(zip(sizes, result.faithfulness.tolist(), strict=True))
         return result.faithfulness.tolist()
 
     if progress is not None:
@@ -588,4 +597,4 @@ def smallest_faithful_size(
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if faithful([middle], total)[0] >= target else (middle, high)
-    return high
+    return high, dict(sorted(tried.items()))

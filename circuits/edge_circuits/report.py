@@ -27,6 +27,7 @@ READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
 TOP_ROWS = 25
 FAITHFUL = 1 - FAITHFUL_BAND  # verdict thresholds on faithfulness (0.8, and PARTIAL's 0.5)
 DENSE_EDGES = 300  # circuits with more edges are drawn fainter (circuit_svg)
+MONOTONE_TOLERANCE = 0.05  # a fall of faithfulness as a size search grows the circuit that its report names
 
 
 def removal_note(result: EdgeCircuitResult) -> str:
@@ -86,6 +87,24 @@ def size_origin(result: EdgeCircuitResult) -> str:
     return origin if n_kept == top else f"{origin}: {dropped}"
 
 
+def size_search_note(tried: dict[int, float], target: float) -> str:
+    """The sizes a size search tried (the top n edges by |score|: discovery faithfulness) and the largest
+    fall of faithfulness as the size grew beyond `MONOTONE_TOLERANCE`, which its bisection assumes away."""
+    sizes = sorted(tried)
+    text = "size search on the discovery prompts (top n by |score|: faithfulness): " + ", ".join(
+        f"{n}: {tried[n]:.2f}" for n in sizes
+    )
+    falls = [(tried[a] - tried[b], a, b) for i, a in enumerate(sizes) for b in sizes[i + 1 :]]
+    fall, smaller, larger = max(falls, default=(0.0, 0, 0))
+    if fall <= MONOTONE_TOLERANCE:
+        return text
+    return text + (
+        f"; not monotone ({tried[smaller]:.2f} at {smaller} edges, {tried[larger]:.2f} at {larger}): the "
+        f"size first reaching {target:g} can move with the scores' rounding (on another CPU), and a smaller "
+        "circuit may come close to it"
+    )
+
+
 def edge_headline(result: EdgeCircuitResult) -> list[str]:
     """The finding (the circuit and its faithfulness on prompts that did not find it), then its setting."""
     data = result.json_data(top=0)
@@ -115,6 +134,7 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
         + (f", {result.seconds['curve']:.1f} s the curve" if "curve" in result.seconds else "")
         + (f", {result.seconds['effects']:.1f} s the edges' effects" if "effects" in result.seconds else "")
         + ")",
+        *([] if not result.size_search else [size_search_note(result.size_search, result.target)]),
         result.score_convention(),
     ]
     curve = data["curve"]
