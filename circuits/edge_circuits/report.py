@@ -89,12 +89,15 @@ def size_origin(result: EdgeCircuitResult) -> str:
 
 def size_search_note(tried: dict[int, float], target: float) -> str:
     """The sizes a size search tried (the top n edges by |score|: discovery faithfulness) and the largest
-    fall of faithfulness as the size grew beyond `MONOTONE_TOLERANCE`, which its bisection assumes away."""
+    fall of faithfulness beyond `MONOTONE_TOLERANCE` to below `target` as the size grew, which its
+    bisection assumes away (a fall that stays above the target moves no size it finds)."""
     sizes = sorted(tried)
     text = "size search on the discovery prompts (top n by |score|: faithfulness): " + ", ".join(
         f"{n}: {tried[n]:.2f}" for n in sizes
     )
-    falls = [(tried[a] - tried[b], a, b) for i, a in enumerate(sizes) for b in sizes[i + 1 :]]
+    falls = [
+        (tried[a] - tried[b], a, b) for i, a in enumerate(sizes) for b in sizes[i + 1 :] if tried[b] < target
+    ]
     fall, smaller, larger = max(falls, default=(0.0, 0, 0))
     if fall <= MONOTONE_TOLERANCE:
         return text
