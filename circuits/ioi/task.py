@@ -9,9 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from circuits.path.task import PairTask, right_padding_mask
+from circuits.path.task import PairTask, with_right_padding
 from interp.model import HookedTransformer
-from interp.model.tokens import record_padding
 from interp.tasks.ioi import ioi_dataset_for, single_token_names, trained_on_ioi
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.tasks.ioi_templates import (
@@ -90,11 +89,9 @@ def ioi_pair_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) 
 
     families = tuple(f"{prefix} {int(t)}" for (clean, _), prefix in parts for t in clean.template)
     end = torch.cat([clean.positions["END"] for (clean, _), _ in parts])
-    clean = stacked([clean.tokens for (clean, _), _ in parts])
-    real = right_padding_mask(end, width)
     return PairTask(
         name="ioi",
-        clean=clean if real is None else record_padding(clean, real),  # runs read the exact padding
+        clean=with_right_padding(stacked([clean.tokens for (clean, _), _ in parts]), end),
         corrupted=stacked([abc.tokens for (_, abc), _ in parts]),
         correct=torch.cat([clean.io_token for (clean, _), _ in parts]),
         incorrect=torch.cat([clean.s_token for (clean, _), _ in parts]),

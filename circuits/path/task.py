@@ -221,6 +221,13 @@ def right_padding_mask(ends: Int[Tensor, " n"], width: int) -> Int[Tensor, "n po
     return None if bool((ends + 1 == width).all()) else (torch.arange(width) <= ends[:, None]).long()
 
 
+def with_right_padding(tokens: Int[Tensor, "n pos"], ends: Int[Tensor, " n"]) -> Int[Tensor, "n pos"]:
+    """`tokens` with the mask of their right padding after `ends` recorded (`record_padding`), so that every
+    run reads the exact padding; unchanged where no prompt is padded."""
+    real = right_padding_mask(ends, tokens.shape[1])
+    return tokens if real is None else record_padding(tokens, real)
+
+
 def stratum_masks(
     strata: Sequence[str] | None, families: Sequence[str] | None
 ) -> list[tuple[str, str, Tensor]]:
@@ -325,8 +332,7 @@ def pair_task(
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     clean, corrupted = edges.pad_pair(clean_ids, corrupted_ids, pad)
     end = torch.tensor([len(ids) - 1 for ids in clean_ids])
-    real = right_padding_mask(end, clean.shape[1])
-    clean = clean if real is None else record_padding(clean, real)  # every run reads the exact padding
+    clean = with_right_padding(clean, end)
     positions = {
         p: torch.tensor([
             _position(model, ids, row["clean"], row[POSITION_PREFIX + p], f"{name}: pair {n}'s pos:{p}")
