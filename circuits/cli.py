@@ -62,7 +62,7 @@ def listed(text: str | None) -> list[str] | None:
 
 @app.command(epilog=EXAMPLES["info"])
 def info(model: str = MODEL) -> None:
-    """Summarise a model and its top prediction on an IOI prompt."""
+    """Summarise a model and its five most probable next tokens on an IOI prompt."""
     skeleton.check_model(model)
     loaded = skeleton.load(model)
     cfg, n = loaded.cfg, interp.parameter_count(loaded)
@@ -74,9 +74,9 @@ def info(model: str = MODEL) -> None:
     if loaded.tokenizer is None:
         return console.print("No tokenizer (it reads token ids), so no prediction on an IOI prompt.")
     prompt = "When Mary and John went to the store, John gave a drink to"
-    top = loaded(prompt)[0, -1].topk(5)
+    top = loaded(prompt)[0, -1].float().softmax(-1).topk(5)
     guesses = ", ".join(
-        f"{loaded.to_string(i[None])!r} ({v:.2f})" for v, i in zip(top.values, top.indices, strict=True)
+        f"{loaded.to_string(i[None])!r} (p {v:.2f})" for v, i in zip(top.values, top.indices, strict=True)
     )
     console.print(f"{prompt!r} -> {guesses}")
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from circuits.cli import app
@@ -366,3 +368,16 @@ def test_info_of_a_small_attention_only_model():
     n, said = interp.parameter_count(interp.load_model("toy-induction")), " ".join(result.output.split())
     assert result.exit_code == 0 and "attention only" in said and f"{n:,} parameters" in said
     assert "No tokenizer (it reads token ids), so no prediction on an IOI prompt." in said  # not silent
+
+
+def test_info_gives_the_five_most_probable_next_tokens(smollm2):
+    """`interp info` names the five most probable next tokens with their probabilities (it printed
+    logits, unlabelled, that read as probabilities)."""
+    result = CliRunner().invoke(app, ["info", "--model", "smollm2-135m"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    probabilities = [float(p) for p in re.findall(r"\(p (\d\.\d\d)\)", said)]
+    prompt = "When Mary and John went to the store, John gave a drink to"
+    with torch.no_grad():
+        expected = smollm2(prompt)[0, -1].float().softmax(-1).topk(5).values
+    assert probabilities == [round(float(p), 2) for p in expected], said
