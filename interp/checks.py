@@ -9,10 +9,12 @@ A leaf of the layers: imports nothing of interp but interp.config and interp.typ
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import operator
 import stat
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +25,20 @@ from torch import Tensor
 
 from interp.config import Config
 from interp.types import Head
+
+INTERP_DIR = str(Path(__file__).resolve().parent)
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` for `warnings.warn`, called in the function that warns, that names the first
+    line outside interp (and contextlib): the user's call."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(INTERP_DIR) or frame.f_code.co_filename == contextlib.__file__
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
+
 
 RESAMPLE_MASK_ERROR = (
     "Ablation.mask (1 at real tokens, 0 at padding) is for mean ablation (zero and counterfactual "

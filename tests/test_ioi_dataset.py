@@ -6,6 +6,10 @@ from conftest import assert_ioi_invariants
 
 import interp
 from circuits.ioi import BABA_TEMPLATES, NAMES, make_ioi_dataset, single_token_names
+from interp import metrics
+from interp.interventions import ablation
+from interp.model.tokens import recorded_padding
+from interp.tasks.ioi import ioi_dataset_for
 
 
 def _tiny_model(tokenizer, prepend_bos: bool) -> interp.HookedTransformer:
@@ -195,3 +199,31 @@ def test_held_out_prompts_cover_every_template_in_both_orders_equally(model):
         pattern = re.escape(ioi_prompt_template(HELDOUT_TEMPLATES[template - first], order))
         pattern = re.sub(r"\\\[(IO|S1|S2|PLACE|OBJECT)\\\]", ".+", pattern)
         assert re.fullmatch(pattern, text), (text, pattern)
+
+
+def test_ioi_prompts_record_their_padding_so_a_mean_over_them_skips_it():
+    """Toy IOI prompts are right-padded with token 0 after END: the tokens of the prompts, of their
+    subsets and of their corruptions record it (as `to_tokens` does), so `Ablation("mean",
+    reference=abc.tokens)`, the guides' example, averages each position over the prompts real there,
+    as the explicit mask does; the same ids without the record mix the padding in."""
+    toy = interp.load_model("toy-ioi")
+    clean, abc, _ = ioi_dataset_for(toy, n_prompts=32, seed=0)
+    end = clean.positions["END"]
+    real = (torch.arange(clean.tokens.shape[1]) <= end[:, None]).long()
+    assert bool((real == 0).any()), "the prompts are of several lengths"
+    for name, prompts, rows in (
+        ("clean", clean, slice(None)), ("abc", abc, slice(None)), ("swap", clean.swap(), slice(None)),
+        ("subset", abc[5:9], slice(5, 9)), ("on a device", abc.to("cpu"), slice(None)),
+    ):  # fmt: skip
+        assert torch.equal(recorded_padding(prompts.tokens), real[rows]), name
+    metric = metrics.logit_diff_metric(clean.io_token, clean.s_token, pos=end)
+    heads = [(1, 0), (1, 1)]
+
+    def ablated(reference: interp.Ablation) -> torch.Tensor:
+        with torch.no_grad(), ablation.ablate(toy, heads=heads, ablation=reference):
+            return metric(toy(clean.tokens))
+
+    recorded = ablated(interp.Ablation("mean", reference=abc.tokens))
+    torch.testing.assert_close(recorded, ablated(interp.Ablation("mean", reference=abc.tokens, mask=real)))
+    unrecorded = ablated(interp.Ablation("mean", reference=abc.tokens.clone()))  # the record is lost
+    assert (recorded - unrecorded).abs().max() > 0.1

@@ -8,6 +8,7 @@ import torch
 
 import interp
 from interp import metrics
+from interp.model.tokens import record_padding
 
 
 @pytest.fixture
@@ -33,6 +34,28 @@ def test_logit_diff_with_several_answers_averages_them(logits):
     value = metrics.logit_diff(logits, correct, torch.tensor([0, 0, 0]), pos=1)
     expected = logits[:, 1].gather(1, correct).mean(1) - logits[:, 1, 0]
     torch.testing.assert_close(value, expected)
+
+
+def test_several_answers_are_one_probability_and_padded_answer_rows_are_refused(logits):
+    """Several answers per prompt: every probability the mean of theirs (`answer_prob` as `prob_metric`);
+    answer rows with recorded padding (ids from to_tokens of texts of different lengths) would count
+    the pad id as an answer, so they are refused, by the functions and by the metrics."""
+    correct = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    expected = logits[:, -1].softmax(-1).gather(1, correct).mean(1)
+    torch.testing.assert_close(metrics.answer_prob(logits, correct), expected)
+    torch.testing.assert_close(metrics.prob_metric(correct)(logits), expected)
+    padded = record_padding(correct, torch.tensor([[1, 1], [1, 0], [1, 1]]))
+    for name, score in {
+        "logit_diff": lambda: metrics.logit_diff(logits, padded, torch.tensor([0, 0, 0])),
+        "answer_prob": lambda: metrics.answer_prob(logits, padded),
+        "logit_diff_metric": lambda: metrics.logit_diff_metric(torch.tensor([0, 0, 0]), padded)(logits),
+        "prob_metric": lambda: metrics.prob_metric(padded)(logits),
+    }.items():
+        with pytest.raises(ValueError, match=r"answer row 1 is padded \(1 of 2 ids real\)"):
+            score()
+            pytest.fail(f"{name} counted the pad id as an answer")
+    unpadded = record_padding(correct, torch.ones(3, 2, dtype=torch.long))  # every id real: averaged
+    torch.testing.assert_close(metrics.prob_metric(unpadded)(logits), expected)
 
 
 def test_probabilities_kl_and_loss(logits):

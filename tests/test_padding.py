@@ -9,6 +9,8 @@ position is every prompt's last token, and every run masks the padding.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import transformers
@@ -656,7 +658,8 @@ def test_mean_ablation_has_no_mean_where_no_reference_prompt_is_real(model):
 
 def test_mean_ablation_reads_the_mask_that_ids_from_to_tokens_carry(model):
     """Padded reference ids from `to_tokens` give the means of the same texts: the padding they carry
-    is left out as the texts' is; a copy of the ids, which carries no mask, averages the padding in."""
+    is left out as the texts' is; a copy of the ids, which carries no mask, averages the padding in, with
+    a warning naming the rows that look padded."""
     names = model.layer_hook_names("z")
     tokens = model.to_tokens([LONG, LONG])
     correct, incorrect = answers(model, 2)
@@ -669,8 +672,13 @@ def test_mean_ablation_reads_the_mask_that_ids_from_to_tokens_carry(model):
         return ablation.ablated_metrics(model, tokens, metric, heads, replacement)[0]
 
     from_texts = ablated(texts)
-    torch.testing.assert_close(ablated(model.to_tokens(texts)), from_texts)
-    assert not torch.allclose(ablated(model.to_tokens(texts).clone()), from_texts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the ids carry their mask: nothing to warn of
+        torch.testing.assert_close(ablated(model.to_tokens(texts)), from_texts)
+        ablated(model.to_tokens([LONG_CORRUPTED, LONG]).clone())  # of one length: no padding
+    with pytest.warns(UserWarning, match=r"reference rows \[0\] .* the pad id 1 .* carry no padding mask"):
+        copied = ablated(model.to_tokens(texts).clone())  # said, not silent
+    assert not torch.allclose(copied, from_texts)
 
 
 def test_mean_ablation_of_left_padded_prompts_averages_each_position_from_the_prompts_start(model):
@@ -740,8 +748,9 @@ def test_patching_a_token_from_its_other_prompt_s_padding_is_refused():
     padding, whose activations depend on the pad id. Patching every position of the longer prompt's
     run from the shorter one is refused (patching the clean run: noising, interp.patch, path patching,
     counterfactual edges; patching the corrupted run: denoising); patching the shorter prompt's run
-    (its padding takes the other's values, which nothing real reads), named positions and a mean
-    ablation are not."""
+    (its padding takes the other's values), named positions and a mean ablation are not, unless the
+    metric reads a position that is padding in a run it scores (activation and attribution patching
+    score both runs; `interp.patch` the patched run only)."""
     model = padded_model("right")
     tokens, mask = model.to_tokens_and_mask([LONG, SHORT, SHORT_CORRUPTED, SHORT_CORRUPTED])  # one width
     clean, corrupted = record_padding(tokens[:2], mask[:2]), record_padding(tokens[2:], mask[2:])
@@ -764,9 +773,29 @@ def test_patching_a_token_from_its_other_prompt_s_padding_is_refused():
         with pytest.raises(ValueError, match=r"pair 0: 8 real tokens in the run patched, 5 in its source"):
             run()
             pytest.fail(f"{name} patched padding in")
-    patching.activation_patching(model, clean, corrupted, metric, "z")  # denoising the 5-token prompt
-    interp.patch(model, clean, metric, head=HEAD, source=corrupted, pos=2)
+    interp.patch(model, clean, metric, head=HEAD, source=corrupted, pos=2)  # the source run is not scored
     edges.faithfulness(model, clean, corrupted, metric, circuit, ablation=Ablation("mean", reference=clean))
+    scored_both = {  # the metric reads pair 0 at position 7, the corrupted prompt's padding
+        "denoising": lambda: patching.activation_patching(model, clean, corrupted, metric, "z"),
+        "attribution patching": lambda: patching.attribution_patching(model, clean, corrupted, metric, "z"),
+        "logit_pos": lambda: patching.activation_patching(
+            model, clean, corrupted, metric, "z", options=RunOptions(logit_pos=model.last_positions(clean))
+        ),
+    }
+    for name, run in scored_both.items():
+        with pytest.raises(ValueError, match=r"pair 0: .* position 7, but one of its prompts ends at 4"):
+            run()
+            pytest.fail(f"{name} read the padding")
+    both_real = metrics.logit_diff_metric(correct, incorrect, pos=torch.tensor([4, 4]))
+    patching.activation_patching(model, clean, corrupted, both_real, "z")  # denoising the 5-token prompt
+    patching.attribution_patching(model, clean, corrupted, both_real, "z")
+    with pytest.raises(
+        ValueError, match=r"source prompt 0 is padding at position 6 \(its real tokens: 0\.\.4"
+    ):
+        interp.patch(model, clean, both_real, head=HEAD, source=corrupted, pos=6)
+    with pytest.raises(ValueError, match=r"prompt 1 is right-padded .* position 6, its padding"):
+        interp.patch(model, clean, metrics.logit_diff_metric(correct, incorrect, pos=torch.tensor([4, 6])),
+                     head=HEAD, source=corrupted, pos=2)  # fmt: skip
 
 
 def test_a_plain_metric_masking_the_padding_with_the_library_s_loss_reads_left_padded_prompts():

@@ -16,6 +16,7 @@ ablation sweeps); functions given clean and corrupted prompts default to "counte
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from interp.checks import (
     check_int,
     check_layers,
     check_padding_mask,
+    user_stacklevel,
 )
 from interp.interventions.engine import (
     Intervention,
@@ -54,7 +56,14 @@ from interp.interventions.results import PatchResult
 from interp.interventions.stats import faithfulness_ratio, masked_mean
 from interp.model import HookedTransformer
 from interp.model.cache import ActivationCache, act_name
-from interp.model.tokens import RunLayout, first_real, positions_of, record_padding, recorded_padding
+from interp.model.tokens import (
+    RunLayout,
+    first_real,
+    padding_mask,
+    positions_of,
+    record_padding,
+    recorded_padding,
+)
 from interp.types import ABLATIONS, AblationKind, Head
 
 Reference = Int[Tensor, "n_ref pos"] | str | Sequence[str] | ActivationCache | Mapping[str, Tensor]
@@ -190,6 +199,29 @@ def resample_draws(
 KV_HOOKS = ("hook_k", "hook_v", "hook_rot_k", "hook_k_input", "hook_v_input")  # per key/value head
 
 
+def warn_if_padded_without_mask(model: HookedTransformer, reference: Int[Tensor, "n_ref pos"]) -> None:
+    """Warn where reference ids without a padding mask look padded: some rows end (or begin) in a longer
+    run of the tokenizer's pad id than others, which the mean or the draws would take as tokens."""
+    pad = None if model.tokenizer is None else model.tokenizer.pad_token_id
+    if pad is None or reference.ndim != 2:
+        return
+    cfg = model.cfg
+    for side in ("right", "left"):
+        mask = padding_mask(reference.cpu(), pad, side, cfg.default_prepend_bos, cfg.bos_token_id)
+        run = (mask == 0).sum(-1)
+        if int(run.max()) > int(run.min()):
+            rows = (run > run.min()).nonzero()[:, 0].tolist()
+            warnings.warn(
+                f"reference rows {rows[:8]} {'end' if side == 'right' else 'begin'} in more of the pad id "
+                f"{pad} than others, and the ids carry no padding mask, so the ablation takes that padding "
+                "as tokens; if it is padding, pass the ids as model.to_tokens returns them (a slice or copy "
+                "loses their mask), the texts, or Ablation(..., mask=)",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
+            return
+
+
 class Replacement:
     """The values that replace activations of the hooks `names` under `ablation` (`Ablation`).
 
@@ -206,6 +238,8 @@ class Replacement:
                 reference_mask = text_mask
         elif isinstance(reference, Tensor) and reference_mask is None:  # ids from to_tokens: their mask
             recorded = recorded_padding(reference)
+            if recorded is None and ablation.kind in ("mean", "resample"):  # across prompts
+                warn_if_padded_without_mask(model, reference)
             reference_mask = None if recorded is None or bool(recorded.all()) else recorded
         elif isinstance(reference, Tensor) and recorded_padding(reference) is None:
             # a mask given with bare ids: the reference run must mask the padding too (left padding would

@@ -101,15 +101,16 @@ def refuse_padding(
     n_pos: int,
     what: str = "the metric reads",
     first: Int[Tensor, " batch"] | None = None,
+    fix: str = PADDING_FIX,
 ) -> None:
     """Raise if a prompt is read (`read` [batch]) after its last real token (`last` [batch]) or
-    before its first (`first` [batch], left padding; None: position 0)."""
+    before its first (`first` [batch], left padding; None: position 0), saying `fix`."""
     beyond = read.to(last.device) > last
     if bool(beyond.any()):
         i = int(beyond.nonzero()[0, 0])
         raise ValueError(
             f"prompt {i} is right-padded (its last real token is at position {int(last[i])} of {n_pos}), "
-            f"but {what} position {int(read[i])}, its padding; {PADDING_FIX}"
+            f"but {what} position {int(read[i])}, its padding; {fix}"
         )
     before = None if first is None else read.cpu() < first.cpu()
     if before is not None and bool(before.any()):
@@ -146,6 +147,7 @@ def _token_values(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Flo
 def _answer_ids(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Int[Tensor, "batch n"]:
     """Answer tokens [batch] or [batch, n] (or one for every prompt) checked to be token ids of
     `values`' vocabulary, one row per prompt: [batch, n]."""
+    check_unpadded_answers(tokens)
     tokens = torch.as_tensor(tokens, device=values.device)
     if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.is_complex():
         raise TypeError(f"answer tokens must be integer token ids, got dtype {tokens.dtype}; pass token ids")
@@ -164,6 +166,20 @@ def _answer_ids(values: Float[Tensor, "batch d_vocab"], tokens: Tensor) -> Int[T
     return tokens.view(tokens.shape[0], -1)
 
 
+def check_unpadded_answers(tokens: Any) -> None:
+    """Refuse answers [batch, n] that record padding (ids from `to_tokens` of texts of different
+    lengths): several answers per prompt are averaged, so the pad id would count as one."""
+    real = recorded_padding(tokens) if isinstance(tokens, Tensor) and tokens.ndim == 2 else None
+    if real is None or bool(real.bool().all()):
+        return
+    i = int((~real.bool()).any(-1).nonzero()[0, 0])
+    raise ValueError(
+        f"answer row {i} is padded ({int(real[i].sum())} of {tokens.shape[1]} ids real): several answers per "
+        "prompt are averaged, so the pad id would count as an answer; give each prompt one answer token "
+        "(model.to_single_token), or the same number of answers, each one token"
+    )
+
+
 def logit_diff(
     logits: Float[Tensor, "batch pos d_vocab"],
     correct: Int[Tensor, " batch"],
@@ -178,15 +194,15 @@ def logit_diff(
 def answer_logprob(
     logits: Float[Tensor, "batch pos d_vocab"], answer: Int[Tensor, " batch"], pos: Pos = None
 ) -> Float[Tensor, " batch"]:
-    """log p(answer) at `pos`, per prompt."""
+    """log p(answer) at `pos`, per prompt (answers [batch, n]: the mean log-probability)."""
     return _token_values(logits_at(logits, pos).float().log_softmax(-1), answer)
 
 
 def answer_prob(
     logits: Float[Tensor, "batch pos d_vocab"], answer: Int[Tensor, " batch"], pos: Pos = None
 ) -> Float[Tensor, " batch"]:
-    """p(answer) at `pos`, per prompt."""
-    return answer_logprob(logits, answer, pos).exp()
+    """p(answer) at `pos`, per prompt (answers [batch, n]: the mean probability, as `prob_metric`)."""
+    return _token_values(logits_at(logits, pos).float().softmax(-1), answer)
 
 
 def kl_divergence(
@@ -277,6 +293,8 @@ class AnswerMetric:
 
     def __post_init__(self) -> None:
         self.pos = check_metric_pos(self.pos)
+        check_unpadded_answers(self.correct)
+        check_unpadded_answers(self.incorrect)
 
     def __call__(
         self, logits: Float[Tensor, "batch pos d_vocab"], rows: Int[Tensor, " batch"] | None = None
@@ -342,12 +360,12 @@ def check_reads_real_tokens(
     *others: Int[Tensor, "batch pos"],
     logit_pos: Pos = None,
 ) -> Metric:
-    """The metric to score runs on `tokens` (and on `others`, e.g. the source run's prompts) with,
-    never reading a right-padded prompt's padding (`model.last_positions`): the same metric where
-    no prompt is padded or it reads per-prompt positions (its `pos`, or `logit_pos`); a ValueError
-    saying what to pass where an `AnswerMetric` (pos None or an int) or an int `logit_pos` reads
-    padding; any other metric wrapped to get NaN logits at padding, refused by name if it reads
-    them."""
+    """The metric to score runs on `tokens` (and on `others`: the other prompts of each pair, where
+    the metric scores their runs too) with, never reading a prompt's padding (`model.last_positions`,
+    `model.first_positions`): the same metric where no prompt is padded; a ValueError saying what to
+    pass where an `AnswerMetric`'s `pos` or `logit_pos` (None, an int, or one position per prompt)
+    reads padding of a run it scores; any other metric wrapped to get NaN logits at padding,
+    refused by name if it reads them."""
     if getattr(metric, "reads_real_tokens", False):  # checked already
         return metric
     n_pos = tokens.shape[1]
@@ -356,17 +374,46 @@ def check_reads_real_tokens(
     first = torch.stack([model.first_positions(run) for run in runs]).amax(0)
     if bool((last == n_pos - 1).all()) and not bool(first.any()):
         return metric
-    if logit_pos is not None and not isinstance(logit_pos, Tensor):
-        read = positions_read(logit_pos, len(last), n_pos, "logit_pos")
-        refuse_padding(last, read, n_pos, f"logit_pos={logit_pos} reads", first)
+    if logit_pos is not None:
+        _refuse_reading_padding(logit_pos, "logit_pos", last, first, n_pos, paired=bool(others))
     if isinstance(metric, AnswerMetric):
-        if not isinstance(metric.pos, Tensor):
-            read = positions_read(metric.pos, len(last), n_pos)
-            refuse_padding(last, read, n_pos, f"the metric (pos={metric.pos}) reads", first)
+        _refuse_reading_padding(metric.pos, "pos", last, first, n_pos, paired=bool(others))
         return metric
-    if isinstance(logit_pos, Tensor):  # per-prompt positions, as given: the logits are NaN elsewhere
+    if isinstance(logit_pos, Tensor):  # the logits are NaN off the positions checked
         return metric
     return _nan_at_padding(metric, last.cpu(), first)
+
+
+def _refuse_reading_padding(
+    pos: MetricPos,
+    name: str,
+    last: Int[Tensor, " batch"],
+    first: Int[Tensor, " batch"],
+    n_pos: int,
+    paired: bool,
+) -> None:
+    """Raise if `pos` (`name`: "logit_pos" or the metric's "pos"; None, an int, or one position per
+    prompt) reads a prompt's padding: `last`, `first` [batch] the last and first positions real in
+    every run scored (paired: the runs of both prompts of each pair)."""
+    read = positions_read(pos, len(last), n_pos, name).cpu()
+    if not isinstance(pos, Tensor):
+        what = f"logit_pos={pos} reads" if name == "logit_pos" else f"the metric (pos={pos}) reads"
+        refuse_padding(last, read, n_pos, what, first)
+        return
+    what = "logit_pos" if name == "logit_pos" else "the metric's pos"
+    after, before = read > last, read < first
+    if paired and bool((after | before).any()):
+        i = int((after | before).nonzero()[0, 0])
+        edge = f"ends at {int(last[i])}" if after[i] else f"starts at {int(first[i])}"
+        raise ValueError(
+            f"pair {i}: {what} reads position {int(read[i])}, but one of its prompts {edge} (padding "
+            "beyond): both runs of a pair are scored at the same positions, so read each pair where both "
+            "prompts are real, or pair prompts of one length in tokens (model.to_str_tokens shows them)"
+        )
+    refuse_padding(
+        last, read, n_pos, f"{what} reads", first,
+        "give each prompt a position within its real tokens (model.last_positions(tokens): the last of each)",
+    )  # fmt: skip
 
 
 def _nan_at_padding(metric: Metric, last: Int[Tensor, " batch"], first: Int[Tensor, " batch"]) -> Metric:

@@ -225,11 +225,29 @@ def patch(
     if isinstance(source, Tensor) and not (source.is_floating_point() or source.is_complex()):
         tokens, source_tokens = check_pair(model, tokens, source, "clean" if site.pos is None else None)
         check_distinct_pair(tokens, source_tokens, "the patched run (the source run is the target run)")
-        metric = check_reads_real_tokens(model, metric, tokens, source_tokens, logit_pos=logit_pos)
+        if site.pos is not None:
+            _check_real_at(model, source_tokens, site.pos)
         with model.settings(**hook_settings_for([site.name])):
             _, source = cached_run(model, source_tokens, [site.name], logits=False)
     run = [Intervention(site, source)]
     return run_site_sets(model, tokens, [run], None, metric, options=RunOptions(logit_pos=logit_pos))[0]
+
+
+def _check_real_at(model: HookedTransformer, source: Int[Tensor, "batch pos"], pos: Pos) -> None:
+    """Refuse a site's positions `pos` (an int, ints, or one per prompt) where a source prompt is
+    padding: its padding's activations would be written into the patched run."""
+    n, n_pos = source.shape
+    given = pos[:, None] if isinstance(pos, Tensor) else torch.tensor([pos] if isinstance(pos, int) else pos)
+    written = given.cpu().expand(n, -1) % n_pos  # [batch, k]
+    last, first = model.last_positions(source).cpu()[:, None], model.first_positions(source).cpu()[:, None]
+    padding = (written > last) | (written < first)
+    if bool(padding.any()):
+        i, k = (int(index) for index in padding.nonzero()[0])
+        raise ValueError(
+            f"source prompt {i} is padding at position {int(written[i, k])} (its real tokens: "
+            f"{int(first[i])}..{int(last[i])}), which the patch writes into the run: patch positions where "
+            "both prompts are real, or pair prompts of one length in tokens (model.to_str_tokens shows them)"
+        )
 
 
 @takes_run_options("logit_pos", "logit_tokens", "batch_size", "progress")

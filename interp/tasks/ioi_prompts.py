@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from interp.interventions.metrics import logit_diff
+from interp.model.tokens import record_padding
 from interp.tasks.ioi_templates import IOI_ORDERS
 from interp.tasks.synthetic import _as_generator
 
@@ -20,7 +21,8 @@ IOI_POSITION_KEYS = ("IO", "S1", "S1+1", "S2", "END")
 class IOIPrompts:
     """A batch of IOI prompts ("When Mary and John went to the store, John gave a drink to" -> " Mary").
 
-    tokens: [batch, pos] right-padded; the prompt ends at positions["END"], whose next token is the answer.
+    tokens: [batch, pos] right-padded, the padding recorded on them (`record_padding`: masked in runs and
+      in means over the prompts); the prompt ends at positions["END"], whose next token is the answer.
     io_token, s_token: [batch] ids of the indirect object (the answer) and the subject.
     positions: [batch] indices for "IO", "S1" (first S), "S1+1", "S2" (second S) and "END".
     template: [batch] template index; order: "ABBA" (IO first) or "BABA" (S first) per prompt.
@@ -54,6 +56,9 @@ class IOIPrompts:
             raise ValueError(f"texts must have length batch={batch}, got {len(self.texts)}")
         if set(self.order) - set(IOI_ORDERS):
             raise ValueError(f"order entries must be in {IOI_ORDERS}, got {sorted(set(self.order))}")
+        width, end = self.tokens.shape[1], self.positions["END"].to(self.tokens.device)
+        if bool((end < width - 1).any()):  # the padding after END, recorded as `to_tokens` records it
+            record_padding(self.tokens, (torch.arange(width, device=end.device) <= end[:, None]).long())
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
