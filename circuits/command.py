@@ -564,9 +564,11 @@ class Command:
         try:
             yield
         except KeyboardInterrupt:
-            if not keeps or self.save is None or not Path(self.save).is_file():
+            if not keeps or self.save is None:
                 raise
             error_console.print(
                 f"Stopped: {self.save} holds the stages done; the same command resumes from them."
+                if Path(self.save).is_file()
+                else f"Stopped before its first stage finished: nothing was saved to {self.save}."
             )
             raise typer.Exit(130) from None

@@ -423,6 +423,21 @@ def test_a_run_killed_after_each_stage_shows_done_resumes_without_running_it_aga
     assert without_timings(load_result(path)) == without_timings(uninterrupted)
 
 
+def test_a_run_stopped_before_its_first_stage_finished_says_nothing_was_saved(tmp_path, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) in the first stage of `interp heads --save`: nothing is written, and the
+    command says so and exits with 130 (it stopped without a word)."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("circuits.heads.pipeline.score_heads", interrupted)
+    path = tmp_path / "heads.json"
+    result = CliRunner().invoke(app, ["heads", "--model", "toy-induction", "--save", str(path)])
+    assert result.exit_code == 130 and not path.exists(), result.output
+    said = "".join(result.output.split())  # the console wraps long paths anywhere
+    assert "".join(f"Stopped before its first stage finished: nothing was saved to {path}".split()) in said
+
+
 def no_model_loads(monkeypatch) -> None:
     """Make any model load of the `interp` command fail the test: what is refused is refused first."""
 
