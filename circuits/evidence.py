@@ -922,6 +922,20 @@ def band_spanned(ci: tuple[float, float]) -> str:
     )
 
 
+def unclear_model_effect(summary: FaithfulnessSummary) -> str:
+    """Why a faithfulness says nothing where the model's own effect, the ratio's denominator
+    m(model) - m(all ablated), has a 95% CI that spans 0 (an untrained model, a task it does not do);
+    "" where the effect is clear or was not kept (a summary saved before)."""
+    low, high = summary.model_effect_ci
+    if not low <= 0 <= high:
+        return ""
+    return (
+        f"undetermined: the model's own effect on these prompts, m(model) - m(all ablated) = "
+        f"{summary.model_effect:+.3g} [{low:+.3g}, {high:+.3g}] in the metric's units, is not told apart "
+        f"from 0, so the ratio ({summary.ratio:.2f}) divides by noise: the model does not do the task here"
+    )
+
+
 def _in_band(ratio: float) -> str:
     """A ratio in two decimals, three where two would round it across a band's edge (0.7969: 0.797,
     not 0.80 beside "partial")."""
@@ -936,6 +950,8 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     band = f"1 ± {FAITHFUL_BAND:g}"
     if not math.isfinite(summary.ratio):
         return "undefined: the metric is not finite (NaN/inf) on some prompts with the circuit kept"
+    if unclear := unclear_model_effect(summary):
+        return unclear
     if summary.overshoots:
         verdict = (
             f"overshoots: keeps {_in_band(summary.ratio)} of the model's effect (above {OVERSHOOT:g}), so "

@@ -217,6 +217,29 @@ def test_faithfulness_summary_shows_what_a_ratio_of_means_hides():
     assert halves.within == 0.5 and faithfulness_verdict(halves).startswith("faithful on average only")
 
 
+def test_faithfulness_beside_a_model_effect_indistinguishable_from_zero_is_undetermined():
+    """An untrained model's logit diff: m(model) - m(all ablated) has a 95% CI that spans 0, so a ratio
+    over it divides by noise. The verdict says "undetermined" with the model's effect and its CI, not a
+    band with advice; a clear effect keeps its band."""
+    from circuits.evidence import faithfulness_verdict
+    from interp.interventions.stats import faithfulness_summary
+
+    generator = torch.Generator().manual_seed(0)
+    model = torch.randn(48, generator=generator, dtype=torch.float64) * 0.1
+    ablated = torch.randn(48, generator=generator, dtype=torch.float64) * 0.1
+    model += 0.01 - (model - ablated).mean()  # the model's mean effect: +0.01, its CI spanning 0
+    circuit = ablated + 0.58 * (model - ablated)
+    summary = faithfulness_summary(circuit, model, ablated)
+    low, high = summary.model_effect_ci
+    assert summary.ratio == pytest.approx(0.58) and low < 0 < high
+    assert summary.model_effect == pytest.approx(0.01)
+    verdict = faithfulness_verdict(summary)
+    assert verdict.startswith("undetermined: the model's own effect"), verdict
+    assert f"{low:+.3g}" in verdict and "partial" not in verdict and "try" not in verdict
+    clear = faithfulness_summary(circuit + 0.58, model + 1, ablated)
+    assert clear.model_effect_ci[0] > 0 and faithfulness_verdict(clear).startswith("partial")
+
+
 def test_faithfulness_is_defined_at_any_scale_and_says_which_values_are_missing():
     """A metric of small probabilities (1e-7) has a faithfulness like any other; a non-finite value of
     the model or the ablated run is refused by name (not "the same for the model and ablated"); one of

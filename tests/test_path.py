@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 import interp
 from circuits.cli import app
-from circuits.edge_circuits import EdgeCircuitSettings
-from circuits.edge_circuits.report import edges_against_heads
+from circuits.edge_circuits import EdgeCircuitSettings, find_edge_circuit, ioi_task
+from circuits.edge_circuits.report import edge_headline, edges_against_heads
 from circuits.edge_circuits.run import CircuitTask, circuit_prompts
 from circuits.evidence import (
     P_RESAMPLES,
@@ -25,6 +25,7 @@ from circuits.evidence import (
     beyond_random,
     ci_verdict,
     class_verdict,
+    faithfulness_verdict,
     head_class,
     judge_class,
     label_strata,
@@ -155,13 +156,23 @@ def test_nothing_is_confirmed_where_the_model_shows_no_behaviour():
     0), yet one of its heads lowers the logit diff by 0.002 beyond random heads on the held-out
     prompts, a CI over the prompts that excludes 0 (8 of 300 such models had a class "confirmed" or
     "stratum-dependent" so, before the CIs resampled the templates): the path confirms no class of a
-    behaviour the model does not show."""
+    behaviour the model does not show. Nor does a faithfulness get a band: the model's own effect over
+    everything ablated spans 0 (the heads kept gave "not faithful" at -1.89, the edges "overshoots" at
+    1.52)."""
     model = interp.load_model("toy-ioi")
     model.init_weights(4000)
     result = head_path(model, ioi_pair_task(model, 64), PathSettings())
     assert any(ci_verdict(mean_ci(c.per_prompt), c.sign) == "confirmed" for c in result.classes)
     assert [c.verdict for c in result.classes] == ["unconfirmed"] * len(result.classes)
     assert any("prefers neither answer on the held-out prompts" in note for note in result.extras.notes)
+    low, high = result.faithfulness.model_effect_ci
+    assert low < 0 < high and faithfulness_verdict(result.faithfulness).startswith("undetermined: the model")
+    settings = EdgeCircuitSettings(method="eap", n_edges=20, curve_fractions=None)
+    heldout = ioi_task(model, 64, split="heldout")
+    edge = find_edge_circuit(model, ioi_task(model, 64), settings, heldout=heldout)
+    headline = edge_headline(edge)[0]
+    assert headline.endswith("divides by noise: the model does not do the task here"), headline
+    assert "overshoots" not in headline and "undetermined on held-out families" in headline
 
 
 def test_random_same_layer_baselines_are_drawn_and_compared_in_one_module():

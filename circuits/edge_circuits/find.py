@@ -29,6 +29,7 @@ from circuits.evidence import (
     faithfulness_by_stratum,
     held_out_unit,
     split_families,
+    unclear_model_effect,
 )
 from circuits.finding import Finding
 from circuits.path.task import family_rows
@@ -118,7 +119,11 @@ class EdgeCircuitResult:
             float(self.discovery_faithfulness.faithfulness[0]),
             float(self.faithfulness.faithfulness[0]),
         )
-        band, there = (faithfulness_band(ratio).replace("within", "faithful") for ratio in (held, found))
+        band, there = (
+            "undetermined" if unclear_model_effect(faith.summary()) else faithfulness_band(ratio)
+            for ratio, faith in ((held, self.faithfulness), (found, self.discovery_faithfulness))
+        )
+        band, there = (word.replace("within", "faithful") for word in (band, there))
         if band == there:
             return f"{band} on held-out {unit}, as on discovery ({held:.3g}; on discovery {found:.3g})"
         held_ci = f"{held:.3g} [{low:.3g}, {high:.3g}]"
@@ -211,6 +216,7 @@ class EdgeCircuitResult:
                 "faithfulness": float(self.faithfulness.faithfulness[0]),
                 "faithfulness_ci": [float(low[0]), float(high[0])], "ci_resamples": self.ci_resamples,
                 "faithfulness_error": summary.error, "faithfulness_within": summary.within,
+                "model_effect": summary.model_effect, "model_effect_ci": list(summary.model_effect_ci),
                 "faithfulness_strata": strata,
                 "discovery_faithfulness": None if found is None else float(found.faithfulness[0]),
                 "discovery_faithfulness_ci": None if found is None else [float(b[0]) for b in found.ci()],

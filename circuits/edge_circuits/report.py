@@ -9,7 +9,7 @@ import math
 from rich.console import Console
 
 from circuits.edge_circuits.find import EdgeCircuitResult
-from circuits.evidence import band_spanned, faithfulness_band
+from circuits.evidence import band_spanned, faithfulness_band, unclear_model_effect
 from circuits.finding import finding_report
 from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
@@ -124,8 +124,11 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
         f"{ci_text(circuit['faithfulness_ci'], 3, sign=False)} (95% CI over {circuit['ci_resamples']}; "
         f"per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
         f"prompts within ±20%) {held_out}: "
-        + faithfulness_advice(
-            circuit["faithfulness"], method["name"], method["ablation"], circuit["faithfulness_ci"]
+        + (
+            unclear_model_effect(result.faithfulness.summary())
+            or faithfulness_advice(
+                circuit["faithfulness"], method["name"], method["ablation"], circuit["faithfulness_ci"]
+            )
         ),
         f"{result.provenance or result.model}. Its edge graph: {data['graph']['n_edges']:,} edges between "
         f"{data['graph']['n_nodes']} nodes",

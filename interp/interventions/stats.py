@@ -225,14 +225,18 @@ PARTIAL = 0.5  # a circuit below this keeps too little of the model's effect to 
 
 @dataclass(kw_only=True)
 class FaithfulnessSummary:
-    """A circuit's faithfulness on n prompts: the ratio of means with its 95% bootstrap CI, and the
-    per-prompt figures (`error`, `within`: see the module docstring). Unitless."""
+    """A circuit's faithfulness on n prompts: the ratio of means with its 95% bootstrap CI, the
+    per-prompt figures (`error`, `within`: see the module docstring), unitless; and the ratio's
+    denominator, the model's own effect mean m(model) - m(ablated) with its CI, in the metric's units
+    (NaN in a summary saved before it was kept)."""
 
     n_prompts: int
     ratio: float
     ratio_ci: tuple[float, float]
     error: float
     within: float
+    model_effect: float = math.nan
+    model_effect_ci: tuple[float, float] = (math.nan, math.nan)
 
     @property
     def overshoots(self) -> bool:
@@ -273,7 +277,8 @@ def faithfulness_summary(
 ) -> FaithfulnessSummary:
     """The faithfulness of one circuit from the metric per prompt with the circuit alone, the model
     and everything ablated ([batch] each): the ratio of means, its CI (resampling the prompts'
-    `families` first, where given) and the per-prompt figures; NaN where a circuit value is not finite."""
+    `families` first, where given), the per-prompt figures (NaN where a circuit value is not finite)
+    and the model's effect over everything ablated with its CI."""
     circuit, model, ablated = (values.detach().double().cpu() for values in (circuit, model, ablated))
     ratio = float(faithfulness_ratio(circuit, model, ablated))
     low, high = faithfulness_ci(circuit[None], model, ablated, n_boot, seed=seed, families=families)
@@ -282,12 +287,15 @@ def faithfulness_summary(
     within = float((miss <= FAITHFUL_BAND * (model - ablated).abs()).double().mean())
     if not bool(torch.isfinite(circuit).all()):  # no figure of the circuit, as its CI
         ratio = error = within = math.nan
+    effect_low, effect_high = bootstrap_ci(model - ablated, n_boot, seed=seed, families=families)
     return FaithfulnessSummary(
         n_prompts=len(model),
         ratio=ratio,
         ratio_ci=(float(low[0]), float(high[0])),
         error=error,
         within=within,
+        model_effect=float((model - ablated).mean()),
+        model_effect_ci=(float(effect_low), float(effect_high)),
     )
 
 
