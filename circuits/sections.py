@@ -508,7 +508,11 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
             "the permutation p that the kind's strata share one effect (a class is <kind>-dependent only "
             f"below {DEPENDENCE_ALPHA})"
         ]
-        + ([] if any(c.strata for c in classes) else ["no strata or families: each class is judged pooled"])
+        + (
+            ["no class was kept, so none is judged per stratum or family"] if not classes
+            else [] if any(c.strata for c in classes)
+            else ["no strata or families: each class is judged pooled"]
+        )  # fmt: skip
         + (
             [f"{', '.join(c.name for c in classes if _untested(c))}: judged before the dependence test (a "
              f"file saved before 2026-12-01; '{UNTESTED}'): <kind>-dependent there means a stratum of the "

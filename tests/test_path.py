@@ -173,6 +173,9 @@ def test_nothing_is_confirmed_where_the_model_shows_no_behaviour():
     headline = edge_headline(edge)[0]
     assert headline.endswith("divides by noise: the model does not do the task here"), headline
     assert "overshoots" not in headline and "undetermined on held-out families" in headline
+    none_kept = render_markdown(finding_report(dataclasses.replace(result, classes=[])))
+    assert "no class was kept, so none is judged per stratum or family" in none_kept
+    assert "no strata or families" not in none_kept  # the faithfulness is still given per stratum
 
 
 def test_random_same_layer_baselines_are_drawn_and_compared_in_one_module():

@@ -30,6 +30,7 @@ from circuits.finding import ClassView, Extras, Finding
 from circuits.heads.causal import (
     CAUSAL_TYPES,
     EFFECTS,
+    FUTILITY_SE,
     LENGTH_RULE,
     MIN_EFFECT,
     CausalEffects,
@@ -98,9 +99,12 @@ LEGEND = (
     "Settings' causal_method (else the type shows why not: length-dependent, or score not held out). "
     f"✓{WITH_OTHERS_MARK}: confirmed only with the other candidates of its type ablated (alone its effect is "
     "not beyond random: the others stand in for it). The table's order: beyond/SE, the confirming effect "
-    "beyond random / its standard error over the sequences (--format csv/json have both). †: stopped early "
-    "as futile after the first half of each repeat length's sequences (the sequential stopping of the "
-    "Settings): the effect is over that half; stopping never confirms a head."
+    "beyond random / its standard error over the sequences and the random heads, as its CI resamples them "
+    "(--format csv/json have both). †: stopped early as futile after the first half of each repeat length's "
+    "sequences (the sequential stopping of the Settings): its effect beyond random paired per sequence, plus "
+    f"{FUTILITY_SE:g} standard errors over those sequences alone (not beyond/SE's), was below the least "
+    f"confirming effect ({MIN_EFFECT['induction']:g}); the effect is over that half; stopping never confirms "
+    "a head."
 )
 WIDE_TERMINAL = 184  # columns from which the terminal table shows every score
 FILE_WIDTH = 200  # the columns of the table format written to a file
