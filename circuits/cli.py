@@ -184,7 +184,7 @@ def ioi(
     """Find the IOI circuit (Wang et al. 2022) by path patching, and evaluate it."""
     command = Command("ioi", model, format, out, save)
     from circuits.ioi import find_ioi_circuit
-    from circuits.ioi.discover import BETWEEN_STAGES, KEPT_STAGES, ioi_stage_notes
+    from circuits.ioi.discover import BETWEEN_STAGES, KEPT_STAGES, check_sizes, ioi_stage_notes
     from circuits.quick import ioi_note
     from circuits.sweeps import run_on_ray
     n_prompts, _ = command.quick(quick, ctx, lambda sizes: ioi_note(sizes["n_prompts"]), n_prompts=n_prompts)
@@ -194,7 +194,7 @@ def ioi(
         return find_ioi_circuit(loaded, n_prompts=n_prompts, seed=seed, progress=progress, stages=kept)
 
     command.run(dict(model=model, n_prompts=n_prompts, seed=seed), analyse, KEPT_STAGES, BETWEEN_STAGES,
-                ioi_stage_notes, remote=ray is not None)
+                ioi_stage_notes, remote=ray is not None, prepare=lambda m: check_sizes(m, n_prompts, seed))
 
 
 @app.command(epilog=EXAMPLES["patch"])

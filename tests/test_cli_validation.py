@@ -353,10 +353,11 @@ def test_an_interp_cache_that_is_a_file_is_refused_before_loading(tmp_path, monk
 
 def test_more_toy_ioi_prompts_than_its_held_out_split_holds_are_refused_before_the_stages():
     """toy-ioi's held-out templates and names make at most 226 distinct balanced prompts: 300 is refused
-    before path patching starts (it was refused at stage 6 of 7, after the discovery's work)."""
+    before path patching starts (it was refused at stage 6 of 7, after the discovery's work), and before
+    the stages are announced (it announced seven stages, then refused)."""
     result = CliRunner().invoke(app, ["ioi", "--model", "toy-ioi", "--n-prompts", "300"])
     assert result.exit_code == 2, result.output
-    assert "at most 226 are distinct" in result.output and "stage 1 of 7" not in result.output
+    assert "at most 226 are distinct" in result.output and "7 stages" not in result.output
 
 
 def test_info_of_a_small_attention_only_model():

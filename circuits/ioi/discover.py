@@ -165,6 +165,14 @@ def find_ioi_circuit(
     return finding
 
 
+def check_sizes(model: interp.HookedTransformer, n_prompts: int, seed: int = 0) -> interp.HookedTransformer:
+    """`model`, once both splits hold `n_prompts` distinct IOI prompts in its tokenizer (ValueError
+    otherwise, naming the most there are): what `interp ioi` checks before it announces its stages."""
+    for split in ("discovery", "heldout"):
+        ioi_dataset_for(model, n_prompts, seed, split)
+    return model
+
+
 def discovery_prompts(
     model: interp.HookedTransformer,
     n_prompts: int,
