@@ -267,6 +267,24 @@ def test_a_class_is_order_dependent_only_where_the_orders_differ():
     assert differs.verdict == "order-dependent" and "the order strata differ (p = " in differs.note
 
 
+@pytest.mark.parametrize("analysis", ["retrieval", "function vectors", "ioi", "heads"])
+def test_a_legend_that_states_the_verdict_rule_states_the_strata_that_differ_no_more_than_chance(analysis):
+    """A class whose stratum falls short while its strata differ no more than chance is confirmed (the test
+    above), so every legend that says what "confirmed" asks of the strata says so too: retrieval's and the
+    function vectors' said "positive in every stratum" / "in each held-out template alone" only, beside
+    classes confirmed with a stratum that does not hold."""
+    from circuits.heads.results import STRATUM_HOLDS
+    from circuits.icl.results import FV_LEGEND
+    from circuits.ioi.results import HOLDS
+    from circuits.retrieval.results import LEGEND
+
+    legends = {"retrieval": LEGEND, "function vectors": FV_LEGEND, "ioi": HOLDS, "heads": STRATUM_HOLDS}
+    legend = legends[analysis]
+    assert "no more than chance" in legend
+    if analysis in ("retrieval", "function vectors"):  # the legends that name every verdict
+        assert f"p < {DEPENDENCE_ALPHA}" in legend and "unconfirmed when" in legend
+
+
 def test_an_effect_the_discovery_figure_does_not_show_is_not_said_to_hold():
     """The note beside a class compares its held-out effect with its discovery one: an effect beyond
     random on held-out families that discovery did not show (0 or the other way) is "seen on held-out

@@ -53,9 +53,10 @@ FV_LEGEND = (  # the function-vector report's legend, in its JSON too
     "patches and vectors: with - without). Each class against random heads from the same layers outside "
     "both classes, paired by prompt (or Brown corpus text, for the ICL score): [95% bootstrap CI; beyond "
     "random, over the prompts and the random sets]; confirmed when the CI of the effect beyond random lies "
-    "above 0 on the held-out tasks in the held-out templates and in each held-out template alone "
-    "(template-dependent when the pooled CI is and a held-out template's is not, the templates differing "
-    "beyond chance: a permutation test, p < 0.05)."
+    "above 0 on the held-out tasks in the held-out templates and in each held-out template alone, or, where "
+    "a template's does not, the held-out templates differ no more than chance (a permutation test, p >= "
+    "0.05); template-dependent when the pooled CI lies above 0 and they differ beyond chance (p < 0.05); "
+    "unconfirmed when the pooled CI reaches 0 or no held-out template's lies above 0."
 )
 TEMPLATE_KINDS = ("held-out template", "discovery template")  # the kinds of the FV tests' strata
 

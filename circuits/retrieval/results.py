@@ -53,9 +53,10 @@ LEGEND = (  # the families that chose and tested are those of "What chose and wh
     "and classed by where the last token attends. Every class is then mean-ablated on the held-out prompts "
     f"against random heads of the same layers outside every class. Effects: {EFFECT_SIGN}; beyond random = "
     "the class's drop - the random sets' mean drop, paired by prompt; confirmed when its held-out CI lies "
-    "above 0 and it is positive in every stratum (fact count, template, relation); facts-, template- or "
-    "relation-dependent when only the pooled CI is (the first kind of stratum where it is not, its strata "
-    "differing beyond chance: a permutation test, p < 0.05). The same "
+    "above 0 and it is positive in every stratum (fact count, template, relation), or, in a kind of strata "
+    "where it is not, those strata differ no more than chance (a permutation test, p >= 0.05); facts-, "
+    "template- or relation-dependent when they differ beyond chance (p < 0.05; the first such kind); "
+    "unconfirmed when its held-out CI reaches 0 or it is positive in no stratum of a kind. The same "
     "figure on the discovery prompts that chose the heads is shown beside it, never reported alone."
 )
 
