@@ -325,8 +325,8 @@ def icl(
     ablation: Literal["mean", "zero", "resample"] = opt("mean", help="mean (over every position of the "
             "documents), zero or resample (another document's)."),
     induction_heads: str | None = opt(None, help="The class to test: " + HEADS_HELP),
-    top: int = opt(3, min=0, help="Top heads by attribution to confirm by exact ablation."),
-    n_random: int = opt(4, min=1, help="Random same-layer head sets to compare the class with."),
+    top: int = opt(3, min=0, help="Top heads by attribution, each tested alone by exact ablation."),
+    n_random: int = opt(4, min=1, help="Random same-layer head sets to compare each class with."),
     seed: int = opt(0, min=0, help="Seed of the documents, the random sets and the bootstrap."),
     format: str = FORMAT, out: str | None = OUT,
     plot: str | None = opt(None, help="Also draw a figure (.png, .svg, .pdf): a training run across its "
@@ -350,8 +350,8 @@ def icl(
 ) -> None:
     """The in-context learning score (late minus early loss) and the heads that carry it.
 
-    Every head is ranked by attribution on half the documents; the top heads and the induction heads
-    (against random heads of the same layers) are confirmed by exact ablation on the other half. For
+    Every head is ranked by attribution on half the documents; the top heads (each alone) and the induction
+    heads are tested against random heads of the same layers by exact ablation on the other half. For
     a training run's directory, also the score and the induction scores at each checkpoint. With
     --fv: function-vector heads by their average indirect effect on word-pair tasks, the function
     vector added to zero-shot prompts, and which ablation (FV or induction heads) lowers few-shot

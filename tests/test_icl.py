@@ -70,7 +70,7 @@ def test_toy_induction_uses_its_context_through_its_induction_heads(toy_result):
     # repeated random tokens: the second copy is predictable only from the first
     assert figures.score.score < -3 and figures.score.ci[1] < 0
     assert figures.heldout.score < -3 and figures.discovery.score < -3
-    (induction,) = result.classes
+    *tops, induction = result.classes
     assert induction.heldout.drop > max(induction.random_effects) and induction.heldout.beyond_ci[0] > 0
     assert induction.details["attributed"] > 0
     # random heads are none of those chosen (the class, the top heads); on this 2 x 4 model the class
@@ -81,9 +81,18 @@ def test_toy_induction_uses_its_context_through_its_induction_heads(toy_result):
     assert len(induction.random_sets) == 3 and not chosen & drawn
     assert induction.random_sets_short == (8 - len(chosen) < len(induction.heads))
     assert induction.verdict == ("unconfirmed" if induction.random_sets_short else "confirmed")
-    # the top heads by attribution are those that carry the score on the held-out half
-    assert [h.verdict for h in figures.heads] == ["confirmed"] * 3
+    # the top heads by attribution are those that carry the score on the held-out half, each a class of one
+    # judged against random single heads (of its layer where it has others outside every class: layer 0)
+    assert [top.heads for top in tops] == [[h.head] for h in figures.heads]
+    assert [h.verdict for h in figures.heads] == [top.verdict for top in tops] == ["confirmed"] * 3
     assert all(h.exact > 0 and h.attributed > 0 for h in figures.heads)
+    for top, effect in zip(tops, figures.heads, strict=True):
+        drawn = [head for random_set in top.random_sets for head in random_set]
+        assert (
+            len(top.random_sets) == 3 and all(len(s) == 1 for s in top.random_sets) and not chosen & {*drawn}
+        )
+        assert effect.layer > 0 or all(head.startswith("L0") for head in drawn)
+        assert top.heldout.drop == pytest.approx(effect.exact) and top.heldout.beyond > 0
     assert figures.loss_curve.shape == (result.settings.windows.n_tokens - 1,)
 
 
@@ -108,7 +117,7 @@ def test_every_heldout_document_is_scored_and_the_ablations_run_on_some(toy, toy
     assert torch.allclose(figures.heldout.per_document, hand[4:], atol=1e-5)  # the headline: 12 held out
     assert figures.n_ablated(result) == 4 and split.sizes(16) == (4, 4)
     assert DocumentSplit(12, None).sizes(16) == (8, 8)
-    (induction,) = result.classes  # the class test on the 4 ablated documents, as icl_report's engine runs
+    *_, induction = result.classes  # the class test on the 4 ablated documents, as icl_report's engine runs
     _, clean, ablated = ablated_icl_scores(toy, sequences.tokens[4:8], sequences.windows, [toy_heads[0]])
     assert abs(induction.heldout.drop - (ablated[0] - clean).mean().item()) < 1e-5
     assert induction.heldout.n_prompts == len(induction.per_prompt) == 4
@@ -134,9 +143,13 @@ def test_the_headline_says_when_it_is_not_established(toy_result):
         .headline_verdict()
         .startswith("no verdict: 2 held-out documents, too few prompts")
     )  # a CI of two documents is their range: it was "established"
-    from circuits.icl.pipeline import _head_effect
+    from circuits.evidence import HeadClass
+    from circuits.icl.pipeline import _judged
+    from circuits.icl.results import TOP_FOUND_BY
 
-    assert _head_effect((0, 1), torch.tensor([5.0, 5.1]), torch.zeros(2, 4), 0).verdict == "unconfirmed"
+    top = HeadClass(name="L0H1", heads=[(0, 1)], draws=[[(0, 2)]])  # a top head ablated on two documents
+    changes = torch.tensor([[5.0, 5.1], [0.0, 0.1]], dtype=torch.float64)  # [the head, a random head]
+    assert _judged(top, TOP_FOUND_BY, torch.zeros(2, 4), changes, 0).verdict == "unconfirmed"
 
 
 def test_exact_ablation_equals_a_hooked_run(toy):
@@ -207,7 +220,7 @@ def test_cli_takes_the_induction_heads_from_a_head_report(toy_heads, tmp_path):
         app, ["icl", "--model", "toy-induction", "--induction-heads", str(tmp_path / "h.json"), *options]
     )
     assert outcome.exit_code == 0, outcome.output
-    (induction,) = load_result(tmp_path / "icl.json").classes
+    *_, induction = load_result(tmp_path / "icl.json").classes
     assert (
         induction.heads == [f"L{layer}H{head}" for layer, head in toy_heads[0]]
         and induction.details["found_by"] == "given"

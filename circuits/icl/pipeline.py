@@ -1,5 +1,6 @@
-"""`icl_report`: the ICL score, every head ranked by attribution, the top heads and the induction heads
-confirmed by exact ablation on held-out documents; `icl_analysis`: `interp icl` as one call.
+"""`icl_report`: the ICL score, every head ranked by attribution, the top heads (each a class of one) and
+the induction heads judged against random same-layer heads by exact ablation on held-out documents;
+`icl_analysis`: `interp icl` as one call.
 
 Documents are the families (`DocumentSplit`): the discovery documents rank every head, every other one
 is held out and scored (the headline); the exact ablations (~6 forward passes a document) run on the
@@ -7,7 +8,7 @@ first `ablated` held-out ones. The steps (1-4 kept as stages):
   0. documents        the given documents, else `default_sequences`; checked against the windows
   1. induction heads  the class to test: given, else the heads `interp heads` confirms
   2. attribution      every head's change of the ICL score, on the discovery documents
-  3. exact ablations  the `top` heads alone, the induction heads against random same-layer sets
+  3. exact ablations  each of the `top` heads alone and the induction heads, each with random same-layer sets
   4. scoring          every other held-out document scored clean
 """
 
@@ -24,10 +25,8 @@ import torch
 
 import interp
 from circuits.evidence import (
-    MIN_STRATUM_PROMPTS,
     ClassVerdict,
     HeadClass,
-    ci_verdict,
     head_class,
     head_labels,
     judge_class,
@@ -44,7 +43,7 @@ from circuits.icl.heads import (
     head_attributions,
     ranked_heads,
 )
-from circuits.icl.results import HeadEffect, ICLFigures, loss_curve_figure
+from circuits.icl.results import TOP_FOUND_BY, HeadEffect, ICLFigures, loss_curve_figure
 from circuits.icl.score import icl_score, token_losses
 from circuits.icl.sequences import ICLSequences, Windows, default_sequences, default_windows
 from circuits.icl.training import icl_over_training, plot_icl_over_training
@@ -85,7 +84,7 @@ class ICLSettings:
       seed, windows)` (windows None: `default_windows`).
     split: the documents that rank the heads and those the exact ablations run on (`DocumentSplit`).
     ablation: "mean" (over every position of the documents), "zero" or "resample".
-    top: heads confirmed by exact ablation, the largest positive attributed changes.
+    top: heads tested alone by exact ablation, the largest positive attributed changes.
     n_random: random same-layer sets the induction heads are compared with.
     seed: the documents, the random sets and the bootstrap. batch_size: documents per attribution pass.
     """
@@ -165,20 +164,20 @@ def _judged(
     return verdict
 
 
-def _head_effect(head: Head, change: torch.Tensor, estimate: torch.Tensor, seed: int) -> HeadEffect:
-    """A top head's exact change [document] beside its attributed one (estimate [layer, head])."""
-    layer, index = head
-    ci = mean_ci(change, seed)
+def _head_effect(
+    top: HeadClass, change: torch.Tensor, estimate: torch.Tensor, seed: int, verdict: str
+) -> HeadEffect:
+    """A top head's exact change [document] beside its attributed one (estimate [layer, head]), with its
+    class's verdict (`_judged`: against random heads of its layer)."""
+    ((layer, index),) = top.heads
     return HeadEffect(
         head=head_label(layer, index),
         layer=layer,
         index=index,
         attributed=estimate[layer, index].item(),
         exact=change.mean().item(),
-        exact_ci=ci,
-        verdict=ci_verdict(ci)
-        if len(change) >= MIN_STRATUM_PROMPTS
-        else "unconfirmed",  # a CI of 1-3: their range
+        exact_ci=mean_ci(change, seed),
+        verdict=verdict,
     )
 
 
@@ -236,7 +235,11 @@ def icl_report(
         if induction_heads
         else None
     )
-    sets = [[head] for head in top_heads] + ([] if induction is None else induction.sets)
+    tops = [  # each top head a class of one, against random heads of its layer
+        head_class(model, head_label(*head), [head], settings.n_random, seed, outside=outside)
+        for head in top_heads
+    ]
+    sets = [heads for top in tops for heads in top.sets] + ([] if induction is None else induction.sets)
     ablated_losses, clean, ablated = stages.run(  # 3. exact ablations on the first held-out documents
         EXACT_ABLATIONS_STAGE,
         lambda: ablated_icl_scores(model, ablated_documents, windows, sets, ablation, seed, progress),
@@ -247,7 +250,11 @@ def icl_report(
         SCORING_STAGE, lambda: document_losses(model, scored, settings.batch_size, progress), progress
     )
     stage("scoring")
-    changes, n_top = ablated - clean, len(top_heads)  # [set, held-out document]
+    classes = [*tops, *filter(None, [induction])]  # [set, held-out document] per class:
+    changes = list((ablated - clean).split([len(c.sets) for c in classes])) if classes else []
+    judged = [
+        _judged(top, TOP_FOUND_BY, estimate, change, seed) for top, change in zip(tops, changes, strict=False)
+    ]
     heldout_losses = torch.cat([ablated_losses, scored_losses])
     every_loss = torch.cat([discovery_losses, heldout_losses])  # [document, pos - 1]
     timings["total"] = time.perf_counter() - began
@@ -260,8 +267,8 @@ def icl_report(
         loss_curve_se=every_loss.std(0) / len(every_loss) ** 0.5,
         attributions=estimate,
         heads=[
-            _head_effect(head, change, estimate, seed)
-            for head, change in zip(top_heads, changes[:n_top], strict=True)
+            _head_effect(top, change[0], estimate, seed, found.verdict)
+            for top, change, found in zip(tops, changes, judged, strict=False)
         ],
     )
     return Finding(
@@ -271,7 +278,8 @@ def icl_report(
         settings=dataclasses.replace(settings, n_documents=len(tokens), windows=windows),
         chose={"documents": sequences.names[:half]},
         tested={"documents": sequences.names[half:]},
-        classes=[] if induction is None else [_judged(induction, found_by, estimate, changes[n_top:], seed)],
+        classes=judged
+        + ([] if induction is None else [_judged(induction, found_by, estimate, changes[-1], seed)]),
         timings=timings,
         extras=figures,
     )

@@ -26,14 +26,17 @@ from interp.tasks.corpus import BROWN_SOURCE, N_BROWN_TEXTS
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 from interp.types import label_head
 
-LEGEND = (  # the ICL report's legend, in its JSON too
+_CHANGE = (
     "Change = ICL score with the head(s) ablated - without (nats): the drop of the context's benefit "
     "(-score), as circuits.evidence signs every effect; positive: without them the model uses its context "
     "less. Attributed: a first-order estimate on the discovery documents; exact: the "
     "ablated run on the held-out documents, which no head was chosen on; [95% bootstrap CI over documents]. "
     "A class is confirmed when its change exceeds that of random heads from the same layers (CI of the "
-    "difference above 0); a head when its exact change is above 0."
+    "difference above 0); "
 )
+LEGEND = _CHANGE + "each top head is a class of one, against random heads of its layer."  # in its JSON too
+BEFORE_TOP_CLASSES = _CHANGE + "a head when its exact change is above 0."  # files saved before that
+TOP_FOUND_BY = "top by attribution on the discovery documents"  # a top head's class's details["found_by"]
 FV_LEGEND = (  # the function-vector report's legend, in its JSON too
     "The word-pair tasks and the prompt templates are the families: the discovery tasks in the discovery "
     "templates choose the FV heads (AIE) and the layer the vector is added at; every effect is reported on "
@@ -67,7 +70,8 @@ VECTOR_TEST = "Function vector: zero-shot accuracy gained"  # the vector against
 @dataclass(kw_only=True)
 class HeadEffect:
     """One head ablated alone: its attributed change of the ICL score (discovery documents) and its exact
-    change (held-out documents, 95% bootstrap CI); "confirmed" when that CI lies above 0."""
+    change (held-out documents, 95% bootstrap CI); its verdict is its class's, against random heads of its
+    layer (files saved before: "confirmed" when that CI lies above 0)."""
 
     head: str  # "L20H1"
     layer: int
@@ -161,6 +165,8 @@ class ICLFigures(Extras):
         ]
         n_ablated = self.n_ablated(finding)
         for found in finding.classes:
+            if found.details["found_by"] == TOP_FOUND_BY:  # a top head: the line below
+                continue
             draws = ", ".join(f"{change:+.3f}" for change in found.random_effects)
             distinct = len({tuple(heads) for heads in found.random_sets})
             found_by, kind = found.details["found_by"], random_kind(found, "sets")
@@ -171,16 +177,25 @@ class ICLFigures(Extras):
                 f"ICL score of {n_ablated} held-out documents by {change}; {kind} ({draws}; {distinct} "
                 f"distinct); beyond random {beyond}: {found.verdict}."
             )
-        if not finding.classes:
+        if not any(found.details["found_by"] != TOP_FOUND_BY for found in finding.classes):
             lines.append(
                 "No class tested: interp heads confirms no induction head in this model (or none was given)."
             )
         confirmed = [h.head for h in self.heads if h.verdict == "confirmed"]
+        how = "beyond random heads of its layer" if self._top_classes(finding) else "by exact ablation"
         lines.append(
-            f"Top {len(self.heads)} heads by attribution: {len(confirmed)} confirmed by exact ablation on "
-            f"held-out documents ({', '.join(confirmed) or 'none'})."
+            f"Top {len(self.heads)} heads by attribution: {len(confirmed)} confirmed {how} on held-out "
+            f"documents ({', '.join(confirmed) or 'none'})."
         )
         return lines
+
+    def _top_classes(self, finding: Finding) -> bool:
+        """Whether the top heads are classes judged against random heads (not in files saved before)."""
+        return any(found.details["found_by"] == TOP_FOUND_BY for found in finding.classes) or not self.heads
+
+    def legend(self, finding: Finding) -> str:
+        """The legend (in files saved before the top heads were classes: their verdicts' rule then)."""
+        return LEGEND if self._top_classes(finding) else BEFORE_TOP_CLASSES
 
     def chose_lines(self, finding: Finding) -> list[str]:
         every, tested = self.score, self.heldout
@@ -219,9 +234,10 @@ class ICLFigures(Extras):
         bins = " | ".join(f"{label}: {loss:.2f}" for label, loss in self.loss_bins())
         sections = [
             Section(
-                title="Top heads by attribution, confirmed by exact ablation",
+                title="Top heads by attribution, "
+                + ("each ablated alone" if self._top_classes(finding) else "confirmed by exact ablation"),
                 table=heads,
-                notes=[LEGEND],
+                notes=[self.legend(finding)],
                 figures=[every_head],
             ),
             Section(
@@ -270,7 +286,7 @@ class ICLFigures(Extras):
                 "ci": training.ci,
                 "induction": training.induction,
             },  # [step, layer, head, induction] rows
-            "legend": LEGEND,
+            "legend": self.legend(finding),
         }
 
 
