@@ -117,12 +117,22 @@ EXPECTED_TIMES = {
         ),
     ),
     "icl": (
-        ExpectedTime(167, "interp icl", _EPYC, _CACHED),
+        ExpectedTime(
+            481,
+            "interp icl",
+            _EPYC_AVX2,
+            "idle, 2026-12-04, the whole command, the head report computed in it, 129 s of it",
+        ),
         ExpectedTime(
             291, "interp icl --fv", _XEON_AMX, _TODAY + ", the head report computed in it, 51 s of it"
         ),
         ExpectedTime(
-            214, "interp icl --model gemma3-270m", _EPYC, "idle, 2026-11-29, benchmarks/icl.py", _GEMMA
+            610,
+            "interp icl --model gemma3-270m",
+            _EPYC_AVX2,
+            "idle, 2026-12-04, the whole command, the GGUF converted (once) and the head report computed "
+            "in it, 96 s and 118 s of it",
+            _GEMMA,
         ),
         ExpectedTime(
             464,
@@ -176,7 +186,12 @@ QUICK_PRESETS = {
         options={"n_prompts": (16, 64), "prune_steps": (30, PRUNE_STEPS)},
     ),
     "icl": QuickPreset(
-        time=ExpectedTime(79, "interp icl --quick", _EPYC, _CACHED),
+        time=ExpectedTime(
+            242,
+            "interp icl --quick",
+            _EPYC_AVX2,
+            "idle, 2026-12-04, the whole command, the head report computed in it, 111 s of it",
+        ),
         options={"n_documents": (24, None), "n_discovery": (6, 12), "n_ablated": (6, 12)},
     ),
     "retrieval": QuickPreset(
