@@ -395,3 +395,23 @@ def test_the_phase_change_shows_across_training(checkpointed_run, tmp_path):
     rendered = CliRunner().invoke(app, ["render", str(tmp_path / "run.json"), "--format", "json"])
     training = json.loads(rendered.stdout)["training"]  # what the figure draws, as numbers
     assert training["induction"] == curve.induction.to_dict("records")
+
+
+def test_a_file_saved_before_the_top_heads_were_classes_renders_by_the_rule_it_was_judged_by():
+    """SmolLM2's `interp icl --save` of 2026-12-02 judged each top head by its exact change's CI alone: read
+    back, its report says so (headline, section title, legend), its one class is the induction heads, and
+    its top heads keep their saved verdicts; a result of today's code states the random baseline instead."""
+    from circuits.icl.results import BEFORE_TOP_CLASSES, LEGEND
+
+    older = load_result(Path(__file__).parent / "data" / "icl-smollm2-before-top-head-classes.json")
+    text = render_markdown(finding_report(older))
+    assert [c.name for c in older.classes] == ["induction"]
+    assert [h.verdict for h in older.extras.heads] == ["unconfirmed", "unconfirmed", "confirmed"]
+    assert "Top 3 heads by attribution: 1 confirmed by exact ablation on held-out documents (L7H5)." in text
+    assert "## Top heads by attribution, confirmed by exact ablation" in text
+    assert BEFORE_TOP_CLASSES in text and LEGEND not in text
+    assert older.extras.json_fields(older)["legend"] == BEFORE_TOP_CLASSES
+    current = load_result(Path(__file__).parents[1] / "docs" / "results" / "data" / "icl-smollm2-135m.json")
+    now = render_markdown(finding_report(current))
+    assert LEGEND in now and "confirmed beyond random heads of its layer" in now
+    assert "## Top heads by attribution, each ablated alone" in now
