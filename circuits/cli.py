@@ -260,7 +260,7 @@ def circuit(
             "the edge mask's prompt order and the random circuits and resamples."),
     heldout_families: str | None = opt(None, help="With a prompt-pair file: the families (its family column) "
             "held out to test the circuit and the head classes, comma-separated (default: half of them, "
-            "drawn with --seed)."),
+            "drawn with --seed); a head class needs 4 or more for a verdict."),
     curve: bool = opt(False, help="Also measure the faithfulness curve (MIB's 10 sizes, top |score|, top "
             "signed and random circuits: up to 28 more edge-level runs, several times the scores' time) and "
             "CPR/CMD."),

@@ -16,7 +16,8 @@ bootstrap) that resamples the held-out families, then the prompts within them, a
 so that a verdict holds for new families of the kind and does not rest on which few random heads
 were drawn; and the same per stratum of the prompts
 (`stratum_drops`: name orders, templates, relations, ...; one of fewer than `MIN_STRATUM_PROMPTS`
-prompts gets neither a CI nor a verdict: "too few prompts"). `judge_class` is the one judge every
+prompts, or of two or three families, gets neither a CI nor a verdict: "too few prompts", "too few
+families"). `judge_class` is the one judge every
 analysis calls: pooled, per stratum and per family on held-out prompts, beside the discovery figure,
 with one verdict (`class_verdict`) whose strata kinds are the analysis's.
 
@@ -61,8 +62,12 @@ MIN_STRATUM_PROMPTS = 4
 """The fewest prompts a stratum or family needs for a CI and a verdict. With n prompts, the bootstrap
 resample that repeats the smallest value n times has probability n**-n: 1/27 (3.7%) for n = 3, above
 the 2.5% tail, so the 95% CI of 3 prompts or fewer is the range of their values and says nothing
-they do not; for n = 4 it is 1/256 (0.4%)."""
+they do not; for n = 4 it is 1/256 (0.4%). Where the prompts' families are resampled first, the
+families are the units and need as many: the least p that 10,000 resamples of 2 families can show is
+0.11, of 3 0.046 (`beyond_p`), above `CI_TAIL`, and their CI, the resamples' range, is narrower than the
+t interval of so few units (two families whose effects are drawn around 0 confirmed 11% of classes)."""
 TOO_FEW_PROMPTS = "too few prompts"  # what a stratum of fewer than MIN_STRATUM_PROMPTS shows for its verdict
+TOO_FEW_FAMILIES = "too few families"  # ... and one whose 2 or 3 families are fewer
 DEPENDENCE_RULES = ("all", "most")  # a kind's strata must hold in every one, or in more than half
 DEPENDENCE_ALPHA = 0.05
 """A class is "<kind>-dependent" only where its strata of the kind differ: `groups_differ_p` below this.
@@ -84,6 +89,26 @@ def mean_ci(
     where given: `interp.interventions.stats.resamples`), as two floats."""
     low, high = bootstrap_ci(values.double(), n_boot=n_boot, seed=seed, families=families)
     return float(low), float(high)
+
+
+def too_few(n_prompts: int, n_families: int = 0) -> str | None:
+    """Why prompts of `n_families` families (0: none given) are too few for a CI and a verdict
+    (`MIN_STRATUM_PROMPTS`: TOO_FEW_PROMPTS, TOO_FEW_FAMILIES), else None. Units are the families where
+    there are two or more (`resampled_units`), else the prompts."""
+    if n_prompts < MIN_STRATUM_PROMPTS:
+        return TOO_FEW_PROMPTS
+    return TOO_FEW_FAMILIES if 2 <= n_families < MIN_STRATUM_PROMPTS else None
+
+
+def too_few_note(n_prompts: int, n_families: int = 0) -> str:
+    """`too_few`'s reason with its count: "3 held-out prompts, too few prompts", "2 held-out families,
+    too few families"."""
+    why = too_few(n_prompts, n_families)
+    return (
+        f"{n_prompts} held-out prompts, {why}"
+        if why == TOO_FEW_PROMPTS
+        else f"{n_families} held-out families, {why}"
+    )
 
 
 def ci_verdict(ci: tuple[float, float], sign: int = 1) -> str:
@@ -236,7 +261,8 @@ def beyond_p(
 @dataclass(kw_only=True)
 class BeyondRandom:
     """A class's drop on held-out prompts against random same-layer sets. drop, random_drop, beyond:
-    means over prompts; drop_ci: 95% bootstrap CI over prompts; beyond_ci: `beyond_ci`."""
+    means over prompts; drop_ci: 95% bootstrap CI over prompts; beyond_ci: `beyond_ci`; n_families: the
+    families resampled first (0: none given, and in files saved before 2026-12-04)."""
 
     n_prompts: int
     drop: float
@@ -244,6 +270,7 @@ class BeyondRandom:
     random_drop: float
     beyond: float
     beyond_ci: tuple[float, float]
+    n_families: int = 0
 
 
 def beyond_random(
@@ -264,6 +291,7 @@ def beyond_random(
         random_drop=random_drops.mean().item(),
         beyond=difference.mean().item(),
         beyond_ci=ci,
+        n_families=0 if families is None else len(set(families)),
     )
 
 
@@ -277,7 +305,8 @@ def kept(labels: Sequence[str] | None, members: Bool[Tensor, " prompt"]) -> list
 @dataclass(kw_only=True)
 class StratumDrop:
     """A class's mean drop beyond random on one stratum's held-out prompts, in the drop's units, with its
-    `beyond_ci`; under `MIN_STRATUM_PROMPTS` prompts neither CI nor verdict (None)."""
+    `beyond_ci`; under `MIN_STRATUM_PROMPTS` prompts, or of 2 or 3 families, neither CI nor verdict
+    (None: `too_few`)."""
 
     kind: str  # what divides the prompts: "order", "template", "facts", "relation", "stratum", "family"
     name: str  # the stratum: "ABBA", "T3", "4 facts", "capital", ...
@@ -286,6 +315,7 @@ class StratumDrop:
     beyond_ci: tuple[float, float] | None  # None: too few prompts
     holds: bool | None  # in the class's direction: the mean, or for the kinds tested by CI the whole CI
     example: str | None = None  # one of its prompts, where the analysis has their texts
+    n_families: int = 0  # the families its CI resamples first (0: none given, and in files saved before)
 
 
 def label_strata(kind: str, labels: Sequence[str]) -> list[tuple[str, str, Tensor]]:
@@ -313,13 +343,15 @@ def stratum_drops(
         if values.shape[1] == 0:
             continue
         mean = beyond_per_prompt(values).mean().item()
-        if values.shape[1] < MIN_STRATUM_PROMPTS or not math.isfinite(mean):  # no verdict: untested
+        labels = kept(families, members)
+        n_families = 0 if labels is None else len(set(labels))
+        if too_few(values.shape[1], n_families) or not math.isfinite(mean):  # no verdict: untested
             ci, holds = None, None
         else:
-            ci = beyond_ci(values, seed, n_boot, kept(families, members))
+            ci = beyond_ci(values, seed, n_boot, labels)
             holds = ci_verdict(ci, sign) == "confirmed" if kind in by_ci else sign * mean > 0
         out.append(StratumDrop(kind=kind, name=name, n_prompts=values.shape[1], beyond=mean, beyond_ci=ci,
-                               holds=holds))  # fmt: skip
+                               holds=holds, n_families=n_families))  # fmt: skip
     return out
 
 
@@ -529,8 +561,8 @@ class ClassVerdict:
             return None
         if self.random_sets_short:
             return "random sets of fewer heads than it: no baseline of its size"
-        if self.heldout.n_prompts < MIN_STRATUM_PROMPTS:
-            return f"{self.heldout.n_prompts} held-out prompts, {TOO_FEW_PROMPTS}"
+        if self.too_few:
+            return self.too_few_note
         if not self.has_ci:
             return "its held-out effect has no CI (a value is not finite)"
         if ci_verdict(self.heldout.beyond_ci, self.sign) != "confirmed":
@@ -540,6 +572,16 @@ class ClassVerdict:
                 names = ", ".join(s.name for s in judged)
                 return f"beyond random heads pooled, but in no {kind} alone ({names})"
         return "beyond random heads, but the analysis's other evidence fails"
+
+    @property
+    def too_few(self) -> bool:
+        """Whether its held-out prompts, or their families, are too few for a verdict (`too_few`)."""
+        return too_few(self.heldout.n_prompts, self.heldout.n_families) is not None
+
+    @property
+    def too_few_note(self) -> str:
+        """Why its held-out prompts or families are too few: "3 held-out families, too few families"."""
+        return too_few_note(self.heldout.n_prompts, self.heldout.n_families)
 
     @property
     def one_random_set(self) -> bool:
@@ -694,7 +736,7 @@ def judge_class(
     per_prompt = beyond_per_prompt(judged)  # the prompts the pooled figure is judged on
     by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot, families)
     short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size
-    few = tested.n_prompts < MIN_STRATUM_PROMPTS  # a CI of so few prompts is the range of their values
+    few = too_few(tested.n_prompts, tested.n_families) is not None  # so few units: a CI is their range
     pooled_holds = not (short or few) and evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
     if no_baseline:
         note = NO_RANDOM_HEADS
@@ -703,12 +745,15 @@ def judge_class(
     else:
         note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit, sign)
     if few:
-        few_note = f"{tested.n_prompts} held-out prompts, {TOO_FEW_PROMPTS} for a verdict"
+        few_note = f"{too_few_note(tested.n_prompts, tested.n_families)} for a verdict"
         note = f"{few_note} (at least {MIN_STRATUM_PROMPTS}); {note}"
     for kind in strata.dependent_kinds:  # strata all too small: the verdict could not read the kind
-        sizes = [s.n_prompts for s in by_stratum if s.kind == kind]
-        if sizes and max(sizes) < MIN_STRATUM_PROMPTS:
-            note += f"; {kind} dependence untested (no {kind} has {MIN_STRATUM_PROMPTS} held-out prompts)"
+        reasons = [too_few(s.n_prompts, s.n_families) for s in by_stratum if s.kind == kind]
+        if reasons and all(reasons):
+            enough = f"{MIN_STRATUM_PROMPTS} held-out prompts"
+            if set(reasons) != {TOO_FEW_PROMPTS}:
+                enough = f"held-out prompts of {MIN_STRATUM_PROMPTS} families"
+            note += f"; {kind} dependence untested (no {kind} has {enough})"
     differ_p = strata_differ_p(heldout, strata.groups, by_stratum, strata.dependent_kinds, families, seed)
     verdict = class_verdict(pooled_holds, by_stratum, strata.dependent_kinds, differ_p)
     p, p_bound = (math.nan, False) if no_baseline else beyond_p(judged, sign, seed, families=judged_families)

@@ -34,6 +34,7 @@ from circuits.evidence import (
     DEPENDENCE_ALPHA,
     MIN_STRATUM_PROMPTS,
     P_RESAMPLES,
+    TOO_FEW_FAMILIES,
     TOO_FEW_PROMPTS,
     ClassVerdict,
     StratumDrop,
@@ -41,6 +42,7 @@ from circuits.evidence import (
     ci_verdict,
     faithfulness_verdict,
     holm,
+    too_few,
 )
 from circuits.output import check_format
 from interp.interventions.stats import FaithfulnessSummary
@@ -314,7 +316,7 @@ def _class_line(found: ClassVerdict) -> str:
     could not be: all of its layers, or more than one set of heads."""
     line = f"{found.name}: {found.verdict}; {found.note}"
     pooled = found.has_ci and ci_verdict(found.heldout.beyond_ci, found.sign) == "confirmed"
-    enough = found.heldout.n_prompts >= MIN_STRATUM_PROMPTS and not found.random_sets_short  # else: the note
+    enough = not found.too_few and not found.random_sets_short  # else: the note says why
     if pooled and enough and found.verdict == "unconfirmed":
         line += f" (unconfirmed: {found.unconfirmed_because})"
     return (
@@ -421,7 +423,7 @@ def split_verdict_lines(classes: Sequence[ClassVerdict], digits: int) -> list[st
     within a resample of it."""
     split = [
         c for c in classes
-        if c.has_ci and not math.isnan(c.p)
+        if c.has_ci and not math.isnan(c.p) and not c.too_few
         and (ci_verdict(c.heldout.beyond_ci, c.sign) == "confirmed") != (c.p < CI_TAIL)
     ]  # fmt: skip
     if not split:
@@ -434,11 +436,16 @@ def split_verdict_lines(classes: Sequence[ClassVerdict], digits: int) -> list[st
     ]
 
 
+def _few_families(strata: Sequence[StratumDrop]) -> bool:
+    """Whether a stratum has no verdict for its 2 or 3 families (`evidence.too_few`)."""
+    return any(too_few(s.n_prompts, s.n_families) == TOO_FEW_FAMILIES for s in strata)
+
+
 def _holds_cell(stratum: StratumDrop) -> str:
     """Whether a stratum holds: yes, no, or why it has no verdict (too few prompts, or a figure that
     is not finite: no baseline, a NaN effect)."""
     if stratum.holds is None:
-        return TOO_FEW_PROMPTS if stratum.n_prompts < MIN_STRATUM_PROMPTS else "undefined"
+        return too_few(stratum.n_prompts, stratum.n_families) or "undefined"
     return "yes" if stratum.holds else "no"
 
 
@@ -512,6 +519,12 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
             ["no class was kept, so none is judged per stratum or family"] if not classes
             else [] if any(c.strata for c in classes)
             else ["no strata or families: each class is judged pooled"]
+        )  # fmt: skip
+        + (
+            [f"a class or stratum whose prompts are of 2 or 3 families, resampled first, has no verdict "
+             f"either ('{TOO_FEW_FAMILIES}'): the least p so few families can show is above {CI_TAIL}, "
+             "and its CI, the range of their resamples, is narrower than a 95% CI of so few"]
+            if any(c.too_few and c.heldout.n_families or _few_families(c.strata) for c in classes) else []
         )  # fmt: skip
         + (
             [f"{', '.join(c.name for c in classes if _untested(c))}: judged before the dependence test (a "

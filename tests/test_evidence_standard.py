@@ -12,6 +12,7 @@ from conftest import tiny_config
 
 import interp
 from circuits.evidence import (
+    CI_TAIL,
     DEPENDENCE_ALPHA,
     HeadClass,
     Strata,
@@ -414,3 +415,51 @@ def test_holm_s_correction_bounds_the_familywise_error_and_keeps_real_effects():
     assert holm(twins) == [False, True]  # by position: classes may share a name (hop's routes)
     saved_before = [dataclasses.replace(c, p=math.nan) for c in classes]
     assert "holds no p-values" in class_sections(saved_before, ClassView())[0].lines[-1]
+
+
+@pytest.mark.parametrize("n_families", [2, 3])
+def test_a_class_held_out_on_two_or_three_families_gets_no_verdict(n_families):
+    """Two or three held-out families cannot confirm a class at the 95% level: the least p their
+    resamples can show is 0.11 (two) or 0.046 (three), and the 95% CI, the resamples' range, is narrower
+    than the t interval of so few units: with family effects drawn around 0, two families confirmed 11%
+    of 200 classes (2.5% claimed). A class strong in every family is unconfirmed, saying why, and no line
+    says its verdict follows its CI; its strata get no CI either. Four families can confirm it."""
+    from circuits.sections import ClassView, class_sections
+
+    found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4)])
+    generator = torch.Generator().manual_seed(n_families)
+    null_confirmed = 0
+    for seed in range(100):
+        labels = [f"F{i % n_families}" for i in range(12 * n_families)]
+        effects = 0.3 * torch.randn(5, len(labels), generator=generator, dtype=torch.float64)
+        family = torch.randn(n_families, generator=generator, dtype=torch.float64)
+        effects[0] += family[torch.arange(len(labels)) % n_families]
+        null_confirmed += (
+            judge_class(found, effects, strata=Strata(families=labels), seed=seed).verdict != "unconfirmed"
+        )
+    assert null_confirmed == 0
+    for k in (n_families, 4):
+        labels = [f"F{i % k}" for i in range(12 * k)]
+        orders = [
+            ("order", name, torch.arange(len(labels)) // k % 2 == i)
+            for i, name in enumerate(("ABBA", "BABA"))
+        ]
+        effects = 0.3 * torch.randn(5, len(labels), generator=generator, dtype=torch.float64)
+        effects[0] += 2.0
+        judged = judge_class(
+            found, effects, strata=Strata(orders, {"order": "all"}, by_ci=("order",), families=labels)
+        )
+        assert judged.heldout.beyond_ci[0] > 0 and judged.heldout.n_families == k
+        if k == 4:
+            assert judged.verdict == "confirmed" and all(s.holds for s in judged.strata)
+            continue
+        assert judged.verdict == "unconfirmed" and judged.p > CI_TAIL
+        why = f"{k} held-out families, too few families"
+        assert judged.unconfirmed_because == why and judged.note.startswith(
+            f"{why} for a verdict (at least 4)"
+        )
+        assert [(s.beyond_ci, s.holds) for s in judged.strata] == [(None, None)] * 2
+        classes, strata = class_sections([judged], ClassView())[:2]
+        assert not any("fall on two sides of the 95% level" in line for line in classes.lines)
+        assert any("('too few families')" in line for line in strata.lines)
+        assert {row[6] for row in strata.table.rows} == {"too few families"}

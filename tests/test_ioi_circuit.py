@@ -14,6 +14,7 @@ from conftest import TRAIN_SEED
 from rich.console import Console
 
 import interp
+from circuits import evidence
 from circuits.discovery import eap_drops
 from circuits.evidence import (
     MIN_STRATUM_PROMPTS,
@@ -23,6 +24,7 @@ from circuits.evidence import (
     class_verdict,
     robust_z,
     select_heads,
+    too_few,
 )
 from circuits.finding import finding_report, write_finding_report
 from circuits.ioi import (
@@ -464,14 +466,18 @@ def test_an_older_ioi_result_loads_as_the_finding_with_equal_numbers_and_renders
     assert encode(dataclasses.replace(read.extras, **recorded)) == encode(not_validated.extras)
 
 
-def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and_renders_the_same(tmp_path):
+def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and_renders_the_same(
+    tmp_path, monkeypatch
+):
     """Results saved before 2026-11-29 hold each held-out class as IOI's own ClassValidation (its pooled
     figures flat, `writes` (None for a class that does not write), `heterogeneity` a tuple, `holds_in`,
     `confirmed`) in an IOICircuitResult: a toy-ioi result rewritten into that form loads into the same
     ClassVerdicts, bar what such files lack (the random sets and their effects, the per-prompt effect,
     the drop's CI, the strata's permutation p, the class's p) and hold besides (Cochran's Q over
     templates, under details), and renders the same (bar the note on random sets from other layers and
-    the p-values)."""
+    the p-values). Such files were judged before a class's held-out families were counted (toy-ioi holds
+    out 2 templates, now too few for a verdict): the fresh result is judged by their rule."""
+    monkeypatch.setattr(evidence, "too_few", lambda n_prompts, n_families=0: too_few(n_prompts))
     result = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=32, seed=0)
     saved, older = tmp_path / "new.json", tmp_path / "older.json"
     save_result(result, saved)
@@ -497,7 +503,8 @@ def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and
         assert again.details.pop("heterogeneity") == {"Q": 1.5, "df": 3, "p": 0.68, "I2": 0.0}
         assert again.details == found.details and again.differ_p == {}
         found.differ_p, found.p, found.p_bound = {}, math.nan, False  # what such files lack: rendered so
-        assert again.heldout == dataclasses.replace(found.heldout, drop_ci=again.heldout.drop_ci)
+        lacked = {"drop_ci": again.heldout.drop_ci, "n_families": 0}  # nor the held-out families' count
+        assert again.heldout == dataclasses.replace(found.heldout, **lacked)
         assert all(math.isnan(bound) for bound in again.heldout.drop_ci)
         assert again.random_sets == again.random_effects == [] and len(again.per_prompt) == 0
     fresh = render_markdown(finding_report(result))

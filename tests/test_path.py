@@ -58,6 +58,9 @@ AGREEMENT = Path(__file__).parents[1] / "docs" / "guide" / "data" / "agreement.c
 SETTINGS = PathSettings(n_candidates=8, max_heads=4, n_random=3)
 
 
+AGREEMENT_SIZE = {"per_family": 4, "families": 8}  # the `agreement` task's: 4 of its families held out
+
+
 def agreement_rows(per_family: int = 6, families: int = 4) -> list[dict[str, str]]:
     with AGREEMENT.open(newline="") as file:
         rows = list(csv.DictReader(file))
@@ -72,7 +75,7 @@ def agreement_rows(per_family: int = 6, families: int = 4) -> list[dict[str, str
 
 @pytest.fixture(scope="module")
 def agreement(smollm2):
-    return pair_task(smollm2, agreement_rows(), name="agreement")
+    return pair_task(smollm2, agreement_rows(**AGREEMENT_SIZE), name="agreement")
 
 
 @pytest.fixture(scope="module")
@@ -290,10 +293,10 @@ def test_pairs_without_a_contrast_are_refused(smollm2, agreement):
     (held out, it made every class unconfirmed and the faithfulness undefined): refused when the file is
     read (`interp circuit` and `interp patch`: before a model loads, test_cli_validation), and in a task
     built from tokens before the path's first patched run."""
-    rows = agreement_rows()
+    rows = agreement_rows(**AGREEMENT_SIZE)
     copied = rows[:-6] + [{**row, "corrupted": row["clean"]} for row in rows[-6:]]
     with pytest.raises(
-        ValueError, match="6 pairs have the same clean and corrupted prompt .the first: pair 19"
+        ValueError, match=f"6 pairs have the same clean and corrupted prompt .the first: pair {len(rows) - 5}"
     ):
         pair_task(smollm2, copied)
     same = torch.arange(len(agreement)) >= len(agreement) - 6
@@ -301,7 +304,7 @@ def test_pairs_without_a_contrast_are_refused(smollm2, agreement):
         agreement, corrupted=torch.where(same[:, None], agreement.clean, agreement.corrupted)
     )
     with pytest.raises(
-        ValueError, match=f"6 pairs have the same clean and corrupted prompt.*{rows[-1]['family']}"
+        ValueError, match=f"6 pairs have the same clean and corrupted prompt.*{rows[-6]['family']}"
     ):
         head_path(smollm2, tokens, SETTINGS)
     tokens.check_ablation("mean")  # the mean over the corrupted prompts still differs from each clean run
