@@ -298,7 +298,7 @@ def circuit(
                    ig_points=settings.ig_points, ablation=ablation, bootstrap=bootstrap, seed=seed,
                    prune_steps=prune_steps, density=density, metric=metric, n_prompts=n_prompts,
                    heldout_families=heldout, graph="model" if mib_out is None else "mib")
-    command.tell(circuit_task.heads_absent())
+    command.tell(circuit_task.heads_note())
     def prepare(loaded):  # the prompts, checked before the stages start; --quick says their split's sizes
         prompts = circuit_prompts(loaded, circuit_task, settings)
         command.say(prompts.quick_note(sizes, settings) if sizes else None)

@@ -655,3 +655,32 @@ def test_faithfulness_gives_the_per_prompt_error_beside_the_ratio(smollm2, agree
     assert set(families) == set(heldout.families)
     markdown = render_markdown(finding_report(result))
     assert "## Faithfulness (held out)" in markdown and "per-prompt error" in markdown
+
+
+def test_a_pairs_file_whose_split_holds_out_too_few_families_says_so_before_it_runs(tmp_path):
+    """Four families hold out two by default (six, three): too few for a head class's verdict, which the
+    command says before its long work, with what to do; eight hold out four, and a metric other than
+    the logit difference says instead why there are no head classes."""
+    two_named = ("The N near the M", "The N of the M")
+    cases = [(4, None, "2 of the file's 4"), (6, None, "3 of the file's 6"), (8, None, None),
+             (8, two_named, "2 of the file's 8")]  # fmt: skip
+    for families, heldout, said in cases:
+        path = tmp_path / f"agreement{families}.csv"
+        rows = agreement_rows(per_family=2, families=families)
+        with path.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        note = CircuitTask(task=str(path), heldout_families=heldout).heads_note()
+        if said is None:
+            assert note is None
+            continue
+        assert note.startswith(
+            f"{said} families are held out: too few for a head class's verdict (at least 4)"
+        )
+        assert "--heldout-families" in note
+        assert (
+            CircuitTask(task=str(path), metric="prob")
+            .heads_note()
+            .startswith("no head classes with --metric prob")
+        )

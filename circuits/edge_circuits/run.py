@@ -26,7 +26,7 @@ from circuits.edge_circuits.tasks import (
     heldout_edge_task,
     pair_edge_task,
 )
-from circuits.evidence import MIN_STRATUM_PROMPTS, split_families
+from circuits.evidence import MIN_STRATUM_PROMPTS, split_families, too_few
 from circuits.pairs_file import METRICS, check_families, check_pairs, read_pairs
 from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
 from circuits.quick import circuit_note
@@ -88,13 +88,28 @@ class CircuitTask:
         """Whether the head classes are found too: a prompt-pair file's, by the logit difference."""
         return self.is_file and self.metric == "logit_diff"
 
-    def heads_absent(self) -> str | None:
-        """Why a prompt-pair file gets no head classes (None where it gets them, or is no file)."""
-        if not self.is_file or self.with_heads:
+    def heads_note(self) -> str | None:
+        """What a prompt-pair file's head classes will lack, said before the run: none with another metric
+        than the logit difference; a verdict, where 2 or 3 families are held out (`evidence.too_few`).
+        None where nothing (or it is no file)."""
+        if not self.is_file:
+            return None
+        if not self.with_heads:
+            return (
+                f"no head classes with --metric {self.metric}: the head path (circuits.path) measures heads "
+                "by the logit difference only; run with --metric logit_diff for them"
+            )
+        families = [str(row.get("family") or "") for row in self.rows]
+        if not any(families):
+            return None
+        distinct, held = len(set(families)), len(split_families(families, self.heldout_families).heldout)
+        if too_few(MIN_STRATUM_PROMPTS, held) is None:
             return None
         return (
-            f"no head classes with --metric {self.metric}: the head path (circuits.path) measures heads by "
-            "the logit difference only; run with --metric logit_diff for them"
+            f"{held} of the file's {distinct} families are held out: too few for a head class's verdict "
+            f"(at least {MIN_STRATUM_PROMPTS}), so every class will be unconfirmed; give the file 7 or more "
+            f"families (about half are held out), or name {MIN_STRATUM_PROMPTS} or more of "
+            f"{MIN_STRATUM_PROMPTS + 1} or more with --heldout-families"
         )
 
     def stages(self, settings: EdgeCircuitSettings) -> list[str]:
