@@ -562,7 +562,7 @@ class ClassVerdict:
         if self.random_sets_short:
             return "random sets of fewer heads than it: no baseline of its size"
         if self.too_few:
-            return self.too_few_note
+            return too_few_note(self.heldout.n_prompts, self.heldout.n_families)
         if not self.has_ci:
             return "its held-out effect has no CI (a value is not finite)"
         if ci_verdict(self.heldout.beyond_ci, self.sign) != "confirmed":
@@ -577,11 +577,6 @@ class ClassVerdict:
     def too_few(self) -> bool:
         """Whether its held-out prompts, or their families, are too few for a verdict (`too_few`)."""
         return too_few(self.heldout.n_prompts, self.heldout.n_families) is not None
-
-    @property
-    def too_few_note(self) -> str:
-        """Why its held-out prompts or families are too few: "3 held-out families, too few families"."""
-        return too_few_note(self.heldout.n_prompts, self.heldout.n_families)
 
     @property
     def one_random_set(self) -> bool:

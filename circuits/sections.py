@@ -436,9 +436,9 @@ def split_verdict_lines(classes: Sequence[ClassVerdict], digits: int) -> list[st
     ]
 
 
-def _few_families(strata: Sequence[StratumDrop]) -> bool:
-    """Whether a stratum has no verdict for its 2 or 3 families (`evidence.too_few`)."""
-    return any(too_few(s.n_prompts, s.n_families) == TOO_FEW_FAMILIES for s in strata)
+def _few_families(found: ClassVerdict) -> bool:
+    """Whether the class or one of its strata has no verdict for its 2 or 3 families (`evidence.too_few`)."""
+    return any(too_few(x.n_prompts, x.n_families) == TOO_FEW_FAMILIES for x in [found.heldout, *found.strata])
 
 
 def _holds_cell(stratum: StratumDrop) -> str:
@@ -524,7 +524,7 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
             [f"a class or stratum whose prompts are of 2 or 3 families, resampled first, has no verdict "
              f"either ('{TOO_FEW_FAMILIES}'): the least p so few families can show is above {CI_TAIL}, "
              "and its CI, the range of their resamples, is narrower than a 95% CI of so few"]
-            if any(c.too_few and c.heldout.n_families or _few_families(c.strata) for c in classes) else []
+            if any(_few_families(c) for c in classes) else []
         )  # fmt: skip
         + (
             [f"{', '.join(c.name for c in classes if _untested(c))}: judged before the dependence test (a "

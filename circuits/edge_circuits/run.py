@@ -26,7 +26,7 @@ from circuits.edge_circuits.tasks import (
     heldout_edge_task,
     pair_edge_task,
 )
-from circuits.evidence import MIN_STRATUM_PROMPTS, split_families, too_few
+from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_FAMILIES, split_families, too_few
 from circuits.pairs_file import METRICS, check_families, check_pairs, read_pairs
 from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
 from circuits.quick import circuit_note
@@ -103,7 +103,7 @@ class CircuitTask:
         if not any(families):
             return None
         distinct, held = len(set(families)), len(split_families(families, self.heldout_families).heldout)
-        if too_few(MIN_STRATUM_PROMPTS, held) is None:
+        if too_few(len(self.rows), held) != TOO_FEW_FAMILIES:
             return None
         return (
             f"{held} of the file's {distinct} families are held out: too few for a head class's verdict "
