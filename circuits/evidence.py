@@ -44,6 +44,7 @@ from torch import Tensor
 
 from interp.interventions.stats import (
     FAITHFUL_BAND,
+    MIN_FAMILIES,
     OVERSHOOT,
     PARTIAL,
     FaithfulnessSummary,
@@ -63,9 +64,9 @@ MIN_STRATUM_PROMPTS = 4
 resample that repeats the smallest value n times has probability n**-n: 1/27 (3.7%) for n = 3, above
 the 2.5% tail, so the 95% CI of 3 prompts or fewer is the range of their values and says nothing
 they do not; for n = 4 it is 1/256 (0.4%). Where the prompts' families are resampled first, the
-families are the units and need as many: the least p that 10,000 resamples of 2 families can show is
-0.11, of 3 0.046 (`beyond_p`), above `CI_TAIL`, and their CI, the resamples' range, is narrower than the
-t interval of so few units (two families whose effects are drawn around 0 confirmed 11% of classes)."""
+families are the units and need as many (`MIN_FAMILIES`): the least p that 10,000 resamples of 2
+families can show is 0.11, of 3 0.046 (`beyond_p`), above `CI_TAIL`, and they have no CI (the
+resamples' range is narrower than the t interval of so few units)."""
 TOO_FEW_PROMPTS = "too few prompts"  # what a stratum of fewer than MIN_STRATUM_PROMPTS shows for its verdict
 TOO_FEW_FAMILIES = "too few families"  # ... and one whose 2 or 3 families are fewer
 DEPENDENCE_RULES = ("all", "most")  # a kind's strata must hold in every one, or in more than half
@@ -97,7 +98,7 @@ def too_few(n_prompts: int, n_families: int = 0) -> str | None:
     there are two or more (`resampled_units`), else the prompts."""
     if n_prompts < MIN_STRATUM_PROMPTS:
         return TOO_FEW_PROMPTS
-    return TOO_FEW_FAMILIES if 2 <= n_families < MIN_STRATUM_PROMPTS else None
+    return TOO_FEW_FAMILIES if 2 <= n_families < MIN_FAMILIES else None
 
 
 def too_few_note(n_prompts: int, n_families: int = 0) -> str:
@@ -452,7 +453,10 @@ def held_out_note(
     An effect the discovery figure does not show (0 or the other way) is not said to hold."""
     low, high = heldout_ci
     if not all(math.isfinite(x) for x in (heldout, low, high)):
-        return f"no CI on held-out {unit} ({heldout:+.3g}): too few prompts, or a value is not finite"
+        return (
+            f"no CI on held-out {unit} ({heldout:+.3g}): too few prompts or families, or a value is not "
+            "finite"
+        )
     if min(sign * low, sign * high) <= 0:
         return f"does not hold on held-out {unit} ({heldout:+.3g}, CI [{low:+.3g}, {high:+.3g}])"
     if sign * discovery <= 0:
@@ -731,7 +735,7 @@ def judge_class(
     per_prompt = beyond_per_prompt(judged)  # the prompts the pooled figure is judged on
     by_stratum = stratum_drops(heldout, strata.groups, sign, strata.by_ci, seed, n_boot, families)
     short = any(len(draw) < len(found.heads) for draw in found.draws)  # no baseline of the class's size
-    few = too_few(tested.n_prompts, tested.n_families) is not None  # so few units: a CI is their range
+    few = too_few(tested.n_prompts, tested.n_families)  # so few units: a CI is their range
     pooled_holds = not (short or few) and evidence_holds and ci_verdict(tested.beyond_ci, sign) == "confirmed"
     if no_baseline:
         note = NO_RANDOM_HEADS
@@ -741,7 +745,8 @@ def judge_class(
         note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit, sign)
     if few:
         few_note = f"{too_few_note(tested.n_prompts, tested.n_families)} for a verdict"
-        note = f"{few_note} (at least {MIN_STRATUM_PROMPTS}); {note}"
+        least = MIN_STRATUM_PROMPTS if few == TOO_FEW_PROMPTS else MIN_FAMILIES
+        note = f"{few_note} (at least {least}); {note}"
     for kind in strata.dependent_kinds:  # strata all too small: the verdict could not read the kind
         reasons = [too_few(s.n_prompts, s.n_families) for s in by_stratum if s.kind == kind]
         if reasons and all(reasons):
@@ -962,10 +967,17 @@ def band_spanned(ci: tuple[float, float]) -> str:
     )
 
 
-def unclear_model_effect(summary: FaithfulnessSummary) -> str:
-    """Why a faithfulness says nothing where the model's own effect, the ratio's denominator
-    m(model) - m(all ablated), has a 95% CI that spans 0 (an untrained model, a task it does not do);
-    "" where the effect is clear or was not kept (a summary saved before)."""
+def undetermined_faithfulness(summary: FaithfulnessSummary) -> str:
+    """Why a faithfulness says nothing: its prompts are of 2 or 3 families, too few for a CI
+    (`MIN_FAMILIES`), or the model's own effect, the ratio's denominator m(model) - m(all ablated), has
+    a 95% CI that spans 0 (an untrained model, a task it does not do); "" where neither holds or the
+    figures were not kept (a summary saved before)."""
+    if summary.too_few_families:
+        return (
+            f"undetermined: {summary.n_families} held-out families, {TOO_FEW_FAMILIES} for a CI or a "
+            f"verdict (at least {MIN_FAMILIES}); the ratio ({summary.ratio:.2f}) holds for these "
+            "families' prompts only"
+        )
     low, high = summary.model_effect_ci
     if not low <= 0 <= high:
         return ""
@@ -990,8 +1002,8 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
     band = f"1 ± {FAITHFUL_BAND:g}"
     if not math.isfinite(summary.ratio):
         return "undefined: the metric is not finite (NaN/inf) on some prompts with the circuit kept"
-    if unclear := unclear_model_effect(summary):
-        return unclear
+    if undetermined := undetermined_faithfulness(summary):
+        return undetermined
     if summary.overshoots:
         verdict = (
             f"overshoots: keeps {_in_band(summary.ratio)} of the model's effect (above {OVERSHOOT:g}), so "
@@ -1016,7 +1028,7 @@ def faithfulness_verdict(summary: FaithfulnessSummary, strata: Sequence[StratumF
         for s in strata
         if s.summary is not None
         and faithfulness_band(s.summary.ratio) != faithfulness_band(summary.ratio)
-        and not s.summary.ratio_ci[0] <= 1 <= s.summary.ratio_ci[1]  # its CI excludes reproducing the model
+        and (s.summary.ratio_ci[0] > 1 or s.summary.ratio_ci[1] < 1)  # its CI excludes reproducing the model
     ]
     if off:
         verdict += f"; not in every stratum: {', '.join(off)}"

@@ -118,7 +118,9 @@ def value_ci(value: float, interval: tuple[float, float] | None, digits: int = 3
 
 
 def percent_ci(interval: tuple[float, float], digits: int = 0) -> str:
-    """A CI of a fraction in %, the unit of the value it goes with: "[12%, 34%]"."""
+    """A CI of a fraction in %, the unit of the value it goes with: "[12%, 34%]"; "(no CI)" for NaN bounds."""
+    if any(math.isnan(bound) for bound in interval):
+        return "(no CI)"
     return f"[{interval[0]:.{digits}%}, {interval[1]:.{digits}%}]"
 
 
@@ -281,7 +283,9 @@ def _faithfulness_cells(n_prompts: int, summary: FaithfulnessSummary | None) -> 
     def shown(value: float, spec: str) -> str:  # NaN: a figure an older file does not hold
         return "n/a" if math.isnan(value) else format(value, spec)
 
-    interval = "n/a" if math.isnan(summary.ratio_ci[0]) else ci_text(summary.ratio_ci, 2, sign=False)
+    interval = ci_text(summary.ratio_ci, 2, sign=False)
+    if math.isnan(summary.ratio_ci[0]):  # 2 or 3 families, or a figure an older file does not hold
+        interval = TOO_FEW_FAMILIES if summary.too_few_families else "n/a"
     return [str(n_prompts), shown(summary.ratio, ".2f"), interval, shown(summary.error, ".2f"),
             shown(summary.within, ".0%")]  # fmt: skip
 
@@ -521,9 +525,9 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
             else ["no strata or families: each class is judged pooled"]
         )  # fmt: skip
         + (
-            [f"a class or stratum whose prompts are of 2 or 3 families, resampled first, has no verdict "
-             f"either ('{TOO_FEW_FAMILIES}'): the least p so few families can show is above {CI_TAIL}, "
-             "and its CI, the range of their resamples, is narrower than a 95% CI of so few"]
+            [f"a class or stratum whose prompts are of 2 or 3 families, resampled first, has no CI and no "
+             f"verdict either ('{TOO_FEW_FAMILIES}'): the least p so few families can show is above "
+             f"{CI_TAIL}, and the range of their resamples is narrower than a 95% CI of so few"]
             if any(_few_families(c) for c in classes) else []
         )  # fmt: skip
         + (

@@ -420,10 +420,11 @@ def test_holm_s_correction_bounds_the_familywise_error_and_keeps_real_effects():
 @pytest.mark.parametrize("n_families", [2, 3])
 def test_a_class_held_out_on_two_or_three_families_gets_no_verdict(n_families):
     """Two or three held-out families cannot confirm a class at the 95% level: the least p their
-    resamples can show is 0.11 (two) or 0.046 (three), and the 95% CI, the resamples' range, is narrower
-    than the t interval of so few units: with family effects drawn around 0, two families confirmed 11%
-    of 200 classes (2.5% claimed). A class strong in every family is unconfirmed, saying why, and no line
-    says its verdict follows its CI; its strata get no CI either. Four families can confirm it."""
+    resamples can show is 0.11 (two) or 0.046 (three), and their expanded interval, the resamples'
+    range, is narrower than the t interval of so few units: with family effects drawn around 0, two
+    families confirmed 11% of 200 classes (2.5% claimed). A class strong in every family is unconfirmed,
+    saying why, with no CI (nor have its strata), and no line says its verdict follows its CI. Four
+    families can confirm it."""
     from circuits.sections import ClassView, class_sections
 
     found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4)])
@@ -449,11 +450,13 @@ def test_a_class_held_out_on_two_or_three_families_gets_no_verdict(n_families):
         judged = judge_class(
             found, effects, strata=Strata(orders, {"order": "all"}, by_ci=("order",), families=labels)
         )
-        assert judged.heldout.beyond_ci[0] > 0 and judged.heldout.n_families == k
+        assert judged.heldout.n_families == k
         if k == 4:
+            assert judged.heldout.beyond_ci[0] > 0
             assert judged.verdict == "confirmed" and all(s.holds for s in judged.strata)
             continue
         assert judged.verdict == "unconfirmed" and judged.p > CI_TAIL
+        assert all(math.isnan(bound) for bound in (*judged.heldout.beyond_ci, *judged.heldout.drop_ci))
         why = f"{k} held-out families, too few families"
         assert judged.unconfirmed_because == why and judged.note.startswith(
             f"{why} for a verdict (at least 4)"
@@ -463,3 +466,38 @@ def test_a_class_held_out_on_two_or_three_families_gets_no_verdict(n_families):
         assert not any("fall on two sides of the 95% level" in line for line in classes.lines)
         assert any("('too few families')" in line for line in strata.lines)
         assert {row[6] for row in strata.table.rows} == {"too few families"}
+
+
+@pytest.mark.parametrize("n_families", [2, 3])
+def test_a_faithfulness_over_two_or_three_families_has_no_ci_and_no_verdict(n_families):
+    """A faithfulness whose CI resamples 2 or 3 families gets no CI (their range would be narrower than a
+    95% CI of so few) and no band: "undetermined", saying why, whether the circuit reproduces the model
+    or the model does not do the task; its strata list none as off the pooled band for want of a CI.
+    Over 4 families the same prompts get a CI and the band."""
+    from circuits.evidence import held_out_faithfulness, undetermined_faithfulness
+    from circuits.sections import faithfulness_section
+
+    generator = torch.Generator().manual_seed(n_families)
+    for k in (n_families, 4):
+        labels = [f"F{i % k}" for i in range(12 * k)]
+        orders = [("order", name, torch.arange(len(labels)) // k % 2 == i) for i, name in enumerate("AB")]
+        noise = 0.1 * torch.randn(3, len(labels), generator=generator, dtype=torch.float64)
+        for model_effect in (3.0, 0.0):  # a model that does the task, and one that does not
+            model, ablated = model_effect + noise[0], noise[1]
+            circuit = model + noise[2]  # reproduces the model on every prompt
+            summary, strata = held_out_faithfulness(circuit, model, ablated, orders, families=labels)
+            words = faithfulness_section(summary, strata, "the circuit").lines[0]
+            if k == 4 and model_effect:
+                assert summary.n_families == 4 and not undetermined_faithfulness(summary)
+                assert summary.ratio_ci[0] < 1 < summary.ratio_ci[1] and "the circuit: faithful" in words
+                continue
+            if k == 4:
+                assert words.startswith("the circuit: undetermined: the model's own effect")
+                continue
+            assert summary.n_families == k and summary.too_few_families
+            assert all(math.isnan(b) for b in (*summary.ratio_ci, *summary.model_effect_ci))
+            assert words.startswith(
+                f"the circuit: undetermined: {k} held-out families, too few families for a CI or a verdict"
+            )
+            assert "not in every stratum" not in words
+            assert all(math.isnan(s.summary.ratio_ci[0]) for s in strata if s.summary is not None)

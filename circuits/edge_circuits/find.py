@@ -29,7 +29,7 @@ from circuits.evidence import (
     faithfulness_by_stratum,
     held_out_unit,
     split_families,
-    unclear_model_effect,
+    undetermined_faithfulness,
 )
 from circuits.finding import Finding
 from circuits.path.task import family_rows
@@ -120,13 +120,13 @@ class EdgeCircuitResult:
             float(self.faithfulness.faithfulness[0]),
         )
         band, there = (
-            "undetermined" if unclear_model_effect(faith.summary()) else faithfulness_band(ratio)
+            "undetermined" if undetermined_faithfulness(faith.summary()) else faithfulness_band(ratio)
             for ratio, faith in ((held, self.faithfulness), (found, self.discovery_faithfulness))
         )
         band, there = (word.replace("within", "faithful") for word in (band, there))
         if band == there:
             return f"{band} on held-out {unit}, as on discovery ({held:.3g}; on discovery {found:.3g})"
-        held_ci = f"{held:.3g} [{low:.3g}, {high:.3g}]"
+        held_ci = f"{held:.3g} " + ("(no CI)" if math.isnan(low) else f"[{low:.3g}, {high:.3g}]")
         return f"{band} on held-out {unit}: {held_ci} against {found:.3g} ({there}) on discovery"
 
     @property

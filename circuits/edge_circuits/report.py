@@ -9,7 +9,7 @@ import math
 from rich.console import Console
 
 from circuits.edge_circuits.find import EdgeCircuitResult
-from circuits.evidence import band_spanned, faithfulness_band, unclear_model_effect
+from circuits.evidence import band_spanned, faithfulness_band, undetermined_faithfulness
 from circuits.finding import finding_report
 from circuits.sections import FORMATS as FORMATS  # the formats `interp render` offers
 from circuits.sections import (
@@ -108,6 +108,14 @@ def size_search_note(tried: dict[int, float], target: float) -> str:
     )
 
 
+def _ci_clause(circuit: dict) -> str:
+    """The faithfulness's CI and what it resamples, opening the parenthesis the headline goes on in."""
+    interval = ci_text(circuit["faithfulness_ci"], 3, sign=False)
+    if interval == "(no CI)":
+        return "(no CI: too few prompts or families; "
+    return f"{interval} (95% CI over {circuit['ci_resamples']}; "
+
+
 def edge_headline(result: EdgeCircuitResult) -> list[str]:
     """The finding (the circuit and its faithfulness on prompts that did not find it), then its setting."""
     data = result.json_data(top=0)
@@ -120,12 +128,11 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
         held_out = f"on held-out prompts ({found}: {circuit['held_out_note']})"
     lines = [
         f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
-        f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
-        f"{ci_text(circuit['faithfulness_ci'], 3, sign=False)} (95% CI over {circuit['ci_resamples']}; "
+        f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} {_ci_clause(circuit)}"
         f"per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
         f"prompts within ±20%) {held_out}: "
         + (
-            unclear_model_effect(result.faithfulness.summary())
+            undetermined_faithfulness(result.faithfulness.summary())
             or faithfulness_advice(
                 circuit["faithfulness"], method["name"], method["ablation"], circuit["faithfulness_ci"]
             )
@@ -318,6 +325,12 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
     if edges_kept >= heads.faithfulness.ratio:
         return []
     _, high = result.faithfulness.ci()  # as the report's CI of the edges' ratio
+    if math.isnan(heads.faithfulness.ratio_ci[0]) or math.isnan(high[0]):  # too few families for a CI
+        return [
+            f"the circuit's edges keep {edges_kept:.2f} of the metric, the heads alone "
+            f"{heads.faithfulness.ratio:.2f}, but with no CI (too few prompts or families) no difference is "
+            "shown"
+        ]
     if heads.faithfulness.ratio_ci[0] <= float(high[0]):  # the two CIs overlap: no difference shown
         return [
             f"the circuit's edges keep {edges_kept:.2f} of the metric, the heads alone "

@@ -31,6 +31,7 @@ from circuits.pairs_file import METRICS, check_families, check_pairs, read_pairs
 from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
 from circuits.quick import circuit_note
 from interp.edges import mib_json
+from interp.interventions.stats import MIN_FAMILIES
 from interp.io.files import write_text_atomic
 from interp.model import HookedTransformer, ungrouped
 from interp.types import Progress
@@ -106,10 +107,10 @@ class CircuitTask:
         if too_few(len(self.rows), held) != TOO_FEW_FAMILIES:
             return None
         return (
-            f"{held} of the file's {distinct} families are held out: too few for a head class's verdict "
-            f"(at least {MIN_STRATUM_PROMPTS}), so every class will be unconfirmed; give the file 7 or more "
-            f"families (about half are held out), or name {MIN_STRATUM_PROMPTS} or more of "
-            f"{MIN_STRATUM_PROMPTS + 1} or more with --heldout-families"
+            f"{held} of the file's {distinct} families are held out: too few for a head class's verdict or "
+            f"a CI (at least {MIN_FAMILIES}), so every class will be unconfirmed and no faithfulness judged; "
+            f"give the file 7 or more families (about half are held out), or name {MIN_FAMILIES} or more "
+            f"of {MIN_FAMILIES + 1} or more with --heldout-families"
         )
 
     def stages(self, settings: EdgeCircuitSettings) -> list[str]:

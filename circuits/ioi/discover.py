@@ -79,10 +79,10 @@ def ioi_stage_notes(stage: str, value: Any) -> list[str]:
         return found or ["No heads in this step's classes."]
     if isinstance(value, Evaluation):
         return [f"Discovery prompts: faithfulness {value.faithfulness:.2f}, recovered {value.recovered:.2f}."]
-    low, high = value.recovered_ci
     verdicts = [f"{name}: {found.verdict}" for name, found in value.classes.items()]
     return [
-        f"Held-out prompts: recovered {value.recovered:.2f} [{low:.2f}, {high:.2f}]; {'; '.join(verdicts)}."
+        f"Held-out prompts: recovered {value.recovered:.0%} {value.recovered_ci_text(0)}; "
+        f"{'; '.join(verdicts)}."
     ]
 
 

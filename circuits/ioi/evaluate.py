@@ -234,6 +234,7 @@ def _heldout_faithfulness(
         "faithfulness": float("nan"),
         "recovered": in_circuit.mean().item() / clean.mean().item(),
         "recovered_ci": (float(low), float(high)),
+        "n_templates": len(set(templates)),
         "faithfulness_summary": None,
         "faithfulness_strata": [],
     }

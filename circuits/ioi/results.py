@@ -6,6 +6,7 @@ mean probability, logit diffs in logits."""
 from __future__ import annotations
 
 import html
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -110,7 +111,16 @@ class HeldOut:
     logit_diff: float  # unablated
     faithfulness: float  # as Evaluation.faithfulness, on the held-out prompts (NaN: undefined there)
     recovered: float  # F(circuit) / F(model) on the held-out prompts
-    recovered_ci: tuple[float, float]  # 95% bootstrap over prompts
+    recovered_ci: tuple[float, float]  # 95% bootstrap over templates, then prompts (NaN: 2 or 3 templates)
+    n_templates: int = 0  # the templates the CI resamples (0: saved before it was kept)
+
+    def recovered_ci_text(self, digits: int) -> str:
+        """The recovered fraction's CI as a clause: "(95% CI 40.0% to 77.0%)", or why it has none."""
+        low, high = self.recovered_ci
+        if math.isnan(low) or math.isnan(high):
+            few = f"{self.n_templates} held-out templates" if self.n_templates else "too few held-out prompts"
+            return f"(no CI: {few}, too few for one)"
+        return f"(95% CI {low:.{digits}%} to {high:.{digits}%})"
 
 
 @dataclass(kw_only=True)
@@ -300,7 +310,7 @@ class IOIFigures(Extras):
         if v is not None:
             lines[0] += (
                 f"; on {v.n_prompts} held-out prompts it recovers {v.recovered:.0%} of the logit diff "
-                f"(95% CI {v.recovered_ci[0]:.0%} to {v.recovered_ci[1]:.0%})."
+                f"{v.recovered_ci_text(0)}."
             )
             for verdict, words in VERDICT_WORDS.items():
                 named = [
@@ -331,7 +341,7 @@ class IOIFigures(Extras):
         s, v = finding.settings, self.heldout
         heldout = [] if v is None else [
             f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
-            f"{v.recovered:.1%} (95% CI {percent_ci(v.recovered_ci, 1)}), faithfulness {v.faithfulness:.1%}"
+            f"{v.recovered:.1%} {v.recovered_ci_text(1)}, faithfulness {v.faithfulness:.1%}"
         ]  # fmt: skip
         return [
             f"chosen on {s.n_prompts} discovery prompts (seed {s.seed}; path-patching effects on the first "

@@ -5,7 +5,8 @@ Every confidence interval in interp is one bootstrap over prompts (`bootstrap`):
 resampled with replacement (or, where they come in families, the families and then the prompts within
 them: `resamples`) and the statistic recomputed. The interval is the expanded percentile interval
 (`expanded_tail`), which a plain percentile interval undercovers at small n: 80% at n = 4 and 91% at
-n = 12 for a 95% CI of normal data. Faithfulness has one definition:
+n = 12 for a 95% CI of normal data. Prompts of 2 or 3 families get no CI (`MIN_FAMILIES`). Faithfulness
+has one definition:
 
   faithfulness = (m(circuit) - m(ablated)) / (m(model) - m(ablated)),  means over prompts
 
@@ -79,6 +80,18 @@ def _draw_resamples(n: int, n_boot: int, seed: int, families: tuple[Hashable, ..
 _remembered_resamples = functools.lru_cache(maxsize=4)(_draw_resamples)
 
 
+MIN_FAMILIES = 4
+"""The fewest families a CI can resample (`bootstrap`: NaN over 2 or 3). The expanded interval of 2 or 3
+units is the range of their resamples, narrower than the t interval of so few: two families whose
+effects are drawn around 0 gave a class CI above 0 in 11% of draws (2.5% claimed), and the least
+one-sided p that 10,000 resamples of 2 or 3 families can show is 0.11 or 0.046 (`expanded_p`)."""
+
+
+def too_few_families(n: int, families: Sequence[Hashable] | None) -> bool:
+    """Whether n prompts' `families` are 2 or 3: resampled first (`resamples`), too few for a CI."""
+    return families is not None and 2 <= resampled_units(n, families) < MIN_FAMILIES
+
+
 def resampled_units(n: int, families: Sequence[Hashable] | None = None) -> int:
     """How many independent units `resamples` draws from n prompts: their families where there are two
     or more, else the prompts. The expanded interval's n (`expanded_tail`, `expanded_p`)."""
@@ -137,10 +150,11 @@ def bootstrap(
     left out, with a warning saying how many; if every resample is, it raises, and where more than the
     interval's tail share are, the CI is NaN (the resamples left out could lie beyond either end: those
     kept would give a CI as narrow as the few prompts that define the value). One prompt (n = 1) has
-    no CI: NaN."""
+    no CI: NaN; nor have prompts of 2 or 3 families (`MIN_FAMILIES`)."""
     values = statistic(resamples(n, n_boot, seed, families))
     no_ci = ~torch.as_tensor(defined, device=values.device)[..., None]  # [..., 1]
     no_ci = no_ci | (n < 2)  # every resample is the one prompt: a CI of width 0 would claim certainty
+    no_ci = no_ci | too_few_families(n, families)  # their range: narrower than a 95% CI of so few
     undefined = ~torch.isfinite(values) & ~no_ci
     if undefined.all(-1).any():
         raise ValueError(
@@ -226,9 +240,10 @@ PARTIAL = 0.5  # a circuit below this keeps too little of the model's effect to 
 @dataclass(kw_only=True)
 class FaithfulnessSummary:
     """A circuit's faithfulness on n prompts: the ratio of means with its 95% bootstrap CI, the
-    per-prompt figures (`error`, `within`: see the module docstring), unitless; and the ratio's
+    per-prompt figures (`error`, `within`: see the module docstring), unitless; the ratio's
     denominator, the model's own effect mean m(model) - m(ablated) with its CI, in the metric's units
-    (NaN in a summary saved before it was kept)."""
+    (NaN in a summary saved before it was kept); and the families its CIs resample first (0: none, or
+    one; and in a summary saved before it was kept), of which 2 or 3 give no CI (`MIN_FAMILIES`)."""
 
     n_prompts: int
     ratio: float
@@ -237,6 +252,12 @@ class FaithfulnessSummary:
     within: float
     model_effect: float = math.nan
     model_effect_ci: tuple[float, float] = (math.nan, math.nan)
+    n_families: int = 0
+
+    @property
+    def too_few_families(self) -> bool:
+        """Whether its CIs resample 2 or 3 families: too few for a CI (`MIN_FAMILIES`), so no verdict."""
+        return 2 <= self.n_families < MIN_FAMILIES
 
     @property
     def overshoots(self) -> bool:
@@ -296,6 +317,7 @@ def faithfulness_summary(
         within=within,
         model_effect=float((model - ablated).mean()),
         model_effect_ci=(float(effect_low), float(effect_high)),
+        n_families=0 if families is None or len(set(families)) < 2 else len(set(families)),
     )
 
 
