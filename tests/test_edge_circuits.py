@@ -14,7 +14,7 @@ import interp
 from circuits.cli import app
 from circuits.edge_circuits import EdgeCircuitSettings, edge_task, find_edge_circuit, induction_task, ioi_task
 from circuits.edge_circuits.find import split_task
-from circuits.edge_circuits.report import circuit_svg, edge_sections, write_edge_report
+from circuits.edge_circuits.report import circuit_svg, edge_headline, edge_sections, write_edge_report
 from circuits.edge_circuits.tasks import heldout_edge_task
 from circuits.evidence import split_families
 from circuits.sections import render_html
@@ -557,3 +557,21 @@ def test_circuit_task_reads_and_checks_a_pairs_file_once_before_a_model_loads(sm
     prompts = circuit_prompts(smollm2, task, EdgeCircuitSettings(method="eap", n_edges=5, ablation="mean"))
     assert prompts.prompt_pairs.n_prompts + prompts.heldout.n_prompts == len(rows)
     assert prompts.pairs is not None and prompts.pairs.name == "pairs.csv"
+
+
+def test_the_faithfulness_of_a_model_that_does_not_do_the_task_is_undetermined():
+    """An untrained model's logit diff over everything ablated, the faithfulness's denominator, has a 95%
+    CI that spans 0 (here each prompt is its own family: the CIs resample prompts): the edge circuit's
+    faithfulness divides by noise, so its headline says "undetermined" and why, not a band with advice."""
+    model = interp.load_model("toy-induction").eval()
+    model.init_weights(4000)
+    task = induction_task(model, n_prompts=32, seed=1)
+    result = find_edge_circuit(
+        model, task, EdgeCircuitSettings(method="eap", n_edges=10, curve_fractions=None)
+    )
+    summary = result.faithfulness.summary()
+    low, high = summary.model_effect_ci
+    assert low < 0 < high and summary.n_families == 0 and summary.ratio_ci[0] < summary.ratio_ci[1]
+    headline = edge_headline(result)[0]
+    assert headline.endswith("divides by noise: the model does not do the task here"), headline
+    assert "try" not in headline.rsplit(":", 2)[-1]

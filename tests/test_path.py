@@ -182,6 +182,7 @@ def test_nothing_is_confirmed_where_the_model_shows_no_behaviour():
         f"({float(edge.faithfulness.faithfulness[0]):.2f}) holds for these families' prompts only"
     ), headline
     assert "overshoots" not in headline and "undetermined on held-out families" in headline
+    assert f"{float(edge.faithfulness.faithfulness[0]):.3f} (no CI: 2 held-out families; " in headline
     none_kept = render_markdown(finding_report(dataclasses.replace(result, classes=[])))
     assert "no class was kept, so none is judged per stratum or family" in none_kept
     assert "no strata or families" not in none_kept  # the faithfulness is still given per stratum

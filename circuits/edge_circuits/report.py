@@ -21,7 +21,7 @@ from circuits.sections import (
     write_sections,
 )
 from interp import edges, viz
-from interp.interventions.stats import FAITHFUL_BAND, OVERSHOOT, PARTIAL
+from interp.interventions.stats import FAITHFUL_BAND, OVERSHOOT, PARTIAL, FaithfulnessSummary
 
 READER_COLOURS = {"q": "#1f77b4", "k": "#2ca02c", "v": "#d62728", "": "#555555"}
 TOP_ROWS = 25
@@ -108,11 +108,12 @@ def size_search_note(tried: dict[int, float], target: float) -> str:
     )
 
 
-def _ci_clause(circuit: dict) -> str:
+def _ci_clause(circuit: dict, summary: FaithfulnessSummary) -> str:
     """The faithfulness's CI and what it resamples, opening the parenthesis the headline goes on in."""
     interval = ci_text(circuit["faithfulness_ci"], 3, sign=False)
     if interval == "(no CI)":
-        return "(no CI: too few prompts or families; "
+        few = f"{summary.n_families} held-out families" if summary.too_few_families else "too few prompts"
+        return f"(no CI: {few}; "
     return f"{interval} (95% CI over {circuit['ci_resamples']}; "
 
 
@@ -120,6 +121,7 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
     """The finding (the circuit and its faithfulness on prompts that did not find it), then its setting."""
     data = result.json_data(top=0)
     circuit, task, method = data["circuit"], data["task"], data["method"]
+    summary = result.faithfulness.summary()
     steps = f", {method['steps']} steps" if method["name"].startswith("eap-ig") else ""
     held_out = "on the prompts that found it (a result saved before held-out prompts; unconfirmed)"
     if result.held_out:
@@ -128,11 +130,12 @@ def edge_headline(result: EdgeCircuitResult) -> list[str]:
         held_out = f"on held-out prompts ({found}: {circuit['held_out_note']})"
     lines = [
         f"circuit of {result.model} on {task['name']}: {circuit['n_edges']} edges ({size_origin(result)}), "
-        f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} {_ci_clause(circuit)}"
+        f"{len(circuit['nodes'])} nodes, faithfulness {circuit['faithfulness']:.3f} "
+        f"{_ci_clause(circuit, summary)}"
         f"per-prompt error {circuit['faithfulness_error']:.2f}, {circuit['faithfulness_within']:.0%} of "
         f"prompts within ±20%) {held_out}: "
         + (
-            undetermined_faithfulness(result.faithfulness.summary())
+            undetermined_faithfulness(summary)
             or faithfulness_advice(
                 circuit["faithfulness"], method["name"], method["ablation"], circuit["faithfulness_ci"]
             )
