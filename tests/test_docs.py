@@ -97,6 +97,8 @@ def test_results_pages_are_made_from_their_data() -> None:
     for path, text in pages.items():
         assert path.read_text() == text, f"{path.name} is out of date: run python docs/results/build.py"
         assert "**Machine**" in text or path.name == "index.md"
+        shows_nan = re.search(r"\bnan\b", text, re.IGNORECASE)
+        assert not shows_nan, f"{path.name} shows a NaN: say why there is none"
     for data in (ROOT / "docs" / "results" / "data").iterdir():
         assert data.stat().st_size < 1_000_000, f"{data.name}: store a summary, not the whole result"
 

@@ -492,6 +492,9 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
         return render_markdown(finding_report(found)).replace(f"Model: {found.provenance}.", "Model: .")
 
     assert markdown(read) == markdown(result.heads)
+    run = CliRunner().invoke(app, ["render", str(saved), "--format", "markdown"])
+    assert run.exit_code == 0 and "(no CI: 2 held-out families;" in run.output  # the edges' faithfulness
+    assert not re.search(r"\bnan\b", run.output, re.IGNORECASE), "a CI over 2 families shows as NaN"
 
 
 def older_path_result(node: dict) -> dict:

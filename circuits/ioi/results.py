@@ -114,12 +114,15 @@ class HeldOut:
     recovered_ci: tuple[float, float]  # 95% bootstrap over templates, then prompts (NaN: 2 or 3 templates)
     n_templates: int = 0  # the templates the CI resamples (0: saved before it was kept)
 
-    def recovered_ci_text(self, digits: int) -> str:
-        """The recovered fraction's CI as a clause: "(95% CI 40.0% to 77.0%)", or why it has none."""
+    def recovered_ci_text(self, digits: int, brackets: bool = False) -> str:
+        """The recovered fraction's CI as a clause: "(95% CI 40% to 77%)" (or "[40%, 77%]"), or why it has
+        none."""
         low, high = self.recovered_ci
         if math.isnan(low) or math.isnan(high):
             few = f"{self.n_templates} held-out templates" if self.n_templates else "too few held-out prompts"
             return f"(no CI: {few}, too few for one)"
+        if brackets:
+            return f"(95% CI {percent_ci(self.recovered_ci, digits)})"
         return f"(95% CI {low:.{digits}%} to {high:.{digits}%})"
 
 
@@ -341,7 +344,7 @@ class IOIFigures(Extras):
         s, v = finding.settings, self.heldout
         heldout = [] if v is None else [
             f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
-            f"{v.recovered:.1%} {v.recovered_ci_text(1)}, faithfulness {v.faithfulness:.1%}"
+            f"{v.recovered:.1%} {v.recovered_ci_text(1, brackets=True)}, faithfulness {v.faithfulness:.1%}"
         ]  # fmt: skip
         return [
             f"chosen on {s.n_prompts} discovery prompts (seed {s.seed}; path-patching effects on the first "

@@ -265,7 +265,17 @@ def percent(value: float) -> str:
     return f"{value:+.0%}".replace("-", "−")
 
 
+def recovered_interval(validation: Any) -> str:
+    """The held-out recovered share's CI, "95% CI 62%–100%", or why it has none."""
+    low, high = validation.recovered_ci
+    if math.isnan(low) or math.isnan(high):
+        return f"no CI: {validation.n_templates} held-out templates are too few"
+    return f"95% CI {low:.0%}–{high:.0%}"
+
+
 def ci(low: float, high: float) -> str:
+    if math.isnan(low) or math.isnan(high):
+        return "(no CI)"
     return f"[{percent(low)}, {percent(high)}]"
 
 
@@ -364,8 +374,8 @@ def ioi_section(result: Any) -> list[str]:
         "clean − ablated. "
         f"The circuit alone, every other head mean-ablated, recovers {evaluation.recovered:.0%} of the "
         f"logit difference on the discovery prompts (faithfulness {evaluation.faithfulness:.0%}) and "
-        f"{validation.recovered:.0%} (95% CI {validation.recovered_ci[0]:.0%}–"
-        f"{validation.recovered_ci[1]:.0%}, faithfulness {validation.faithfulness:.0%}) on "
+        f"{validation.recovered:.0%} ({recovered_interval(validation)}, faithfulness "
+        f"{validation.faithfulness:.0%}) on "
         f"{validation.n_prompts} held-out prompts: {validation.prompts}. "
         + completeness_sentence(figures)
         + " A class is *confirmed* when it beats as many random heads from the same layers on the "
