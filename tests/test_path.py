@@ -692,7 +692,7 @@ def test_a_pairs_file_whose_split_holds_out_too_few_families_says_so_before_it_r
         assert note.startswith(
             f"{said} families are held out: too few for a head class's verdict or a CI (at least 4)"
         )
-        assert "--heldout-families" in note
+        assert "--heldout-families" in note and "name one there to judge the classes on its prompts" in note
         assert (
             CircuitTask(task=str(path), metric="prob")
             .heads_note()

@@ -109,8 +109,9 @@ class CircuitTask:
         return (
             f"{held} of the file's {distinct} families are held out: too few for a head class's verdict or "
             f"a CI (at least {MIN_FAMILIES}), so every class will be unconfirmed and no faithfulness judged; "
-            f"give the file 7 or more families (about half are held out), or name {MIN_FAMILIES} or more "
-            f"of {MIN_FAMILIES + 1} or more with --heldout-families"
+            f"give the file 7 or more families (about half are held out), name {MIN_FAMILIES} or more of "
+            f"{MIN_FAMILIES + 1} or more with --heldout-families, or name one there to judge the classes on "
+            "its prompts alone (a claim about that family, not about new ones)"
         )
 
     def stages(self, settings: EdgeCircuitSettings) -> list[str]:
