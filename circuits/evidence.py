@@ -741,6 +741,8 @@ def judge_class(
         note = NO_RANDOM_HEADS
     elif chosen is None:
         note = HELD_OUT_ONLY
+    elif few:  # no CI to say whether it holds: the figures only
+        note = f"{tested.beyond:+.3g} beyond random on held-out {unit}, {chosen.beyond:+.3g} on discovery"
     else:
         note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit, sign)
     if few:

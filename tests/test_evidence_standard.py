@@ -461,6 +461,11 @@ def test_a_class_held_out_on_two_or_three_families_gets_no_verdict(n_families):
         assert judged.unconfirmed_because == why and judged.note.startswith(
             f"{why} for a verdict (at least 4)"
         )
+        beside = judge_class(found, effects, discovery=effects, strata=Strata(families=labels))
+        assert beside.note == (  # its figures; nothing read off a CI of so few ("holds", "does not hold")
+            f"{why} for a verdict (at least 4); {beside.heldout.beyond:+.3g} beyond random on held-out "
+            f"families, {beside.discovery.beyond:+.3g} on discovery"
+        )
         assert [(s.beyond_ci, s.holds) for s in judged.strata] == [(None, None)] * 2
         classes, strata = class_sections([judged], ClassView())[:2]
         assert not any("fall on two sides of the 95% level" in line for line in classes.lines)
