@@ -55,6 +55,7 @@ from interp.interventions.stats import (
     groups_differ_p,
     resampled_units,
     resamples,
+    too_few_families,
 )
 from interp.types import Head, head_label, label_head, upcast
 
@@ -98,7 +99,7 @@ def too_few(n_prompts: int, n_families: int = 0) -> str | None:
     there are two or more (`resampled_units`), else the prompts."""
     if n_prompts < MIN_STRATUM_PROMPTS:
         return TOO_FEW_PROMPTS
-    return TOO_FEW_FAMILIES if 2 <= n_families < MIN_FAMILIES else None
+    return TOO_FEW_FAMILIES if too_few_families(n_families) else None
 
 
 def too_few_note(n_prompts: int, n_families: int = 0) -> str:
@@ -453,10 +454,7 @@ def held_out_note(
     An effect the discovery figure does not show (0 or the other way) is not said to hold."""
     low, high = heldout_ci
     if not all(math.isfinite(x) for x in (heldout, low, high)):
-        return (
-            f"no CI on held-out {unit} ({heldout:+.3g}): too few prompts or families, or a value is not "
-            "finite"
-        )
+        return f"no CI on held-out {unit} ({heldout:+.3g}): too few prompts, or a value is not finite"
     if min(sign * low, sign * high) <= 0:
         return f"does not hold on held-out {unit} ({heldout:+.3g}, CI [{low:+.3g}, {high:+.3g}])"
     if sign * discovery <= 0:

@@ -112,7 +112,7 @@ def _ci_clause(circuit: dict, summary: FaithfulnessSummary) -> str:
     """The faithfulness's CI and what it resamples, opening the parenthesis the headline goes on in."""
     interval = ci_text(circuit["faithfulness_ci"], 3, sign=False)
     if interval == "(no CI)":
-        few = f"{summary.n_families} held-out families" if summary.too_few_families else "too few prompts"
+        few = f"{summary.n_families} held-out families" if summary.too_few_families else "a value not finite"
         return f"(no CI: {few}; "
     return f"{interval} (95% CI over {circuit['ci_resamples']}; "
 

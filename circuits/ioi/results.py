@@ -16,7 +16,7 @@ from torch import Tensor
 from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness
 from circuits.finding import ClassView, Extras, Finding
 from circuits.sections import Section, Table, ci_text, layer_head_map, percent_ci, signed
-from interp.interventions.stats import FaithfulnessSummary
+from interp.interventions.stats import FaithfulnessSummary, too_few_families
 from interp.types import Head, head_label
 from interp.viz import attention_patterns_html
 
@@ -119,8 +119,11 @@ class HeldOut:
         none."""
         low, high = self.recovered_ci
         if math.isnan(low) or math.isnan(high):
-            few = f"{self.n_templates} held-out templates" if self.n_templates else "too few held-out prompts"
-            return f"(no CI: {few}, too few for one)"
+            return (
+                f"(no CI: {self.n_templates} held-out templates, too few for one)"
+                if too_few_families(self.n_templates)
+                else "(no CI)"
+            )
         if brackets:
             return f"(95% CI {percent_ci(self.recovered_ci, digits)})"
         return f"(95% CI {low:.{digits}%} to {high:.{digits}%})"

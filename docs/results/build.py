@@ -269,7 +269,7 @@ def recovered_interval(validation: Any) -> str:
     """The held-out recovered share's CI, "95% CI 62%–100%", or why it has none."""
     low, high = validation.recovered_ci
     if math.isnan(low) or math.isnan(high):
-        return f"no CI: {validation.n_templates} held-out templates are too few"
+        return validation.recovered_ci_text(0)[1:-1]  # why there is none, without its parentheses
     return f"95% CI {low:.0%}–{high:.0%}"
 
 

@@ -87,16 +87,21 @@ effects are drawn around 0 gave a class CI above 0 in 11% of draws (2.5% claimed
 one-sided p that 10,000 resamples of 2 or 3 families can show is 0.11 or 0.046 (`expanded_p`)."""
 
 
-def too_few_families(n: int, families: Sequence[Hashable] | None) -> bool:
-    """Whether n prompts' `families` are 2 or 3: resampled first (`resamples`), too few for a CI."""
-    return families is not None and 2 <= resampled_units(n, families) < MIN_FAMILIES
+def family_count(families: Sequence[Hashable] | None) -> int:
+    """How many families `resamples` draws first: the distinct `families`, 0 where none or one is given."""
+    k = 0 if families is None else len(set(families))
+    return k if k >= 2 else 0
+
+
+def too_few_families(n_families: int) -> bool:
+    """Whether `n_families` families resampled first (`family_count`) are 2 or 3: too few for a CI."""
+    return 2 <= n_families < MIN_FAMILIES
 
 
 def resampled_units(n: int, families: Sequence[Hashable] | None = None) -> int:
     """How many independent units `resamples` draws from n prompts: their families where there are two
     or more, else the prompts. The expanded interval's n (`expanded_tail`, `expanded_p`)."""
-    k = 0 if families is None else len(set(families))
-    return k if k >= 2 else n
+    return family_count(families) or n
 
 
 def expanded_tail(n: int, level: float = 0.95) -> float:
@@ -154,7 +159,7 @@ def bootstrap(
     values = statistic(resamples(n, n_boot, seed, families))
     no_ci = ~torch.as_tensor(defined, device=values.device)[..., None]  # [..., 1]
     no_ci = no_ci | (n < 2)  # every resample is the one prompt: a CI of width 0 would claim certainty
-    no_ci = no_ci | too_few_families(n, families)  # their range: narrower than a 95% CI of so few
+    no_ci = no_ci | too_few_families(family_count(families))  # their range: narrower than a 95% CI of so few
     undefined = ~torch.isfinite(values) & ~no_ci
     if undefined.all(-1).any():
         raise ValueError(
@@ -257,7 +262,7 @@ class FaithfulnessSummary:
     @property
     def too_few_families(self) -> bool:
         """Whether its CIs resample 2 or 3 families: too few for a CI (`MIN_FAMILIES`), so no verdict."""
-        return 2 <= self.n_families < MIN_FAMILIES
+        return too_few_families(self.n_families)
 
     @property
     def overshoots(self) -> bool:
@@ -317,7 +322,7 @@ def faithfulness_summary(
         within=within,
         model_effect=float((model - ablated).mean()),
         model_effect_ci=(float(effect_low), float(effect_high)),
-        n_families=0 if families is None or len(set(families)) < 2 else len(set(families)),
+        n_families=family_count(families),
     )
 
 
