@@ -17,7 +17,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,32 +97,22 @@ def fail(message: str) -> typer.Exit:
 
 @contextmanager
 def refused(prefix: str = "", errors: tuple[type[Exception], ...] = (ValueError, OSError)) -> Iterator[None]:
-    """An error of `errors` inside (a ValueError or an unreadable file), or running out of memory,
-    becomes a one-line error (with `prefix`) and exit status 2."""
+    """An error of `errors` inside (a ValueError or an unreadable file), or running out of memory
+    (torch's or Python's), becomes a one-line error (with `prefix`) and exit status 2; any other
+    RuntimeError is raised as it is."""
     try:
         yield
     except errors as error:
         raise fail(f"{prefix}{error}") from error
     except (MemoryError, RuntimeError) as error:
-        if (stop := out_of_memory(error)) is None:
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        memory = isinstance(error, MemoryError) or "can't allocate memory" in text or "out of memory" in text
+        if not memory:
             raise
-        raise stop from error
-
-
-def out_of_memory(error: MemoryError | RuntimeError) -> typer.Exit | None:
-    """The one-line error (to raise) of a run that ran out of memory, torch's or Python's; None for
-    any other RuntimeError (raise it as it is)."""
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    if (
-        not isinstance(error, MemoryError)
-        and "can't allocate memory" not in text
-        and "out of memory" not in text
-    ):
-        return None
-    return fail(
-        f"out of memory ({text[:160]}): the sizes asked for do not fit in this machine's memory; ask for "
-        "fewer prompts, samples, sequences, resamples or steps, or a smaller --batch-size"
-    )
+        raise fail(
+            f"out of memory ({text[:160]}): the sizes asked for do not fit in this machine's memory; ask "
+            "for fewer prompts, samples, sequences, resamples or steps, or a smaller --batch-size"
+        ) from error
 
 
 def refuse_bad_format(format: str, out: str | None, formats: Sequence[str]) -> None:
@@ -224,14 +214,12 @@ def check_icl_mode_options(context: Any, fv: bool) -> None:
     other = [name for name in ICL_MODE_OPTIONS[not fv] if given(context, name)]
     if other:
         options = ", ".join("--" + name.replace("_", "-") for name in other)
-        if fv:
-            raise fail(
-                f"{options}: options of the ICL score (interp icl without --fv); leave them out of --fv."
-            )
-        raise fail(
-            f"{options}: options of the function-vector analysis (interp icl --fv); add --fv, or leave "
-            "them out."
+        mode = (
+            "the ICL score (interp icl without --fv); leave them out of --fv"
+            if fv
+            else "the function-vector analysis (interp icl --fv); add --fv, or leave them out"
         )
+        raise fail(f"{options}: options of {mode}.")
 
 
 def check_plot(plot: str | None) -> None:
@@ -272,11 +260,7 @@ def check_pairs_file(
 
 def check_heads_file(induction_heads: str | None) -> None:
     """Refuse --induction-heads naming a result file that is not there, before anything is imported."""
-    if (
-        induction_heads is not None
-        and induction_heads.endswith(".json")
-        and not Path(induction_heads).is_file()
-    ):
+    if (induction_heads or "").endswith(".json") and not Path(induction_heads).is_file():
         raise fail(
             f"--induction-heads {induction_heads}: no such file; write one with: interp heads --save "
             f"{induction_heads}"
@@ -348,7 +332,6 @@ def load(model: str, dtype: str = "float32") -> HookedTransformer:
             return interp.load_model(model, dtype=getattr(torch, dtype))
 
 
-@contextmanager
 def stage_bars(
     command: str,
     stages: Sequence[str],
@@ -357,10 +340,11 @@ def stage_bars(
     save: str | None = None,
     model: str | None = None,
     quick: bool = False,
-) -> Iterator[Progress]:
-    """The Progress callback of `interp COMMAND`, on stderr: its `stages` announced with the measured
-    time on `model` (None: every measured time; `quick`: the preset's), then bars on a terminal, else
-    lines with a heartbeat. `kept`: --save's StageResults, saved to `save`; `between`: work outside them."""
+) -> AbstractContextManager[Progress]:
+    """The Progress callback of `interp COMMAND` (a context to enter), on stderr: its `stages` announced
+    with the measured time on `model` (None: every measured time; `quick`: the preset's), then bars on a
+    terminal, else lines with a heartbeat. `kept`: --save's StageResults, saved to `save`; `between`:
+    work outside them."""
     from circuits.progress_printer import progress_printer
 
     expected = expected_time_text(command, model)
@@ -369,8 +353,7 @@ def stage_bars(
         expected = f"Expected time: {time.text()}." if model in (None, time.model) else None
     terminal = Console(stderr=True).is_terminal
     saved_to = None if kept is None else save
-    with progress_printer(command, stages, terminal, expected, between, kept, saved_to) as progress:
-        yield progress
+    return progress_printer(command, stages, terminal, expected, between, kept, saved_to)
 
 
 class Command:
@@ -503,7 +486,7 @@ class Command:
             loaded = load(self.model, dtype)
             keyed = self.keyed(options, loaded)
             self._check_heads_file(loaded)
-            try:
+            with refused(errors=ERRORS):
                 kept = None if notes is None else self._kept(keyed, stages, notes)
                 bars = (
                     nullcontext()
@@ -513,12 +496,6 @@ class Command:
                 prepared = loaded if prepare is None else prepare(loaded)
                 with self._stopped_leaves(kept is not None), bars as progress:
                     result = analyse(prepared, progress, kept)
-            except ERRORS as error:
-                raise fail(str(error)) from error
-            except (MemoryError, RuntimeError) as error:
-                if (stop := out_of_memory(error)) is None:
-                    raise
-                raise stop from error
             if self.note is not None:
                 result.provenance = f"{result.provenance}; {self.note}"
             if self.save is not None:  # before the report, which a closed pipe (`| head`) stops

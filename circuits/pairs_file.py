@@ -77,7 +77,7 @@ def _check_near_names(keys: Sequence[Any], path: Path) -> None:
         if not isinstance(key, str) or is_read(key):
             continue
         bare = key.strip().casefold()
-        if bare in TEXTS or bare in LABELS or bare.startswith(POSITION_PREFIX):
+        if is_read(bare):
             named = key.strip()[len(POSITION_PREFIX) :]
             meant = POSITION_PREFIX + named if bare.startswith(POSITION_PREFIX) else bare
             raise ValueError(

@@ -78,10 +78,9 @@ def ioi_patching(
     def logit_diff(logits):
         return metrics.logit_diff(logits, clean.io_token, clean.s_token, pos=end)
 
-    positions = None if component in HEAD_COMPONENTS else clean.positions
     pair = (clean.tokens, corrupted.tokens, logit_diff)
     return _patching(
-        model, f"ioi ({n_prompts} prompts)", pair, end, positions, component, direction, top, progress
+        model, f"ioi ({n_prompts} prompts)", pair, end, clean.positions, component, direction, top, progress
     )
 
 
@@ -105,16 +104,16 @@ def pairs_patching(
         )
     task_name = f"{task.name} ({task.n_prompts} pairs)"
     named = (pairs if pairs.positions else pairs.with_changed_positions()).positions
-    positions = (
-        None if component in HEAD_COMPONENTS else dict(named) | ({} if "END" in named else {"END": end})
-    )
+    positions = dict(named) | ({} if "END" in named else {"END": end})
     return _patching(model, task_name, task.pair, end, positions, component, direction, top, progress)
 
 
 def _patching(model, task, pair, end, positions, component, direction, top, progress) -> PatchReport:
     """Patch `component` of the pair's (clean, corrupted) prompts, its metric normalised by the two
-    runs' means; progress(stage, done, total): the patched runs done (`RunOptions`)."""
+    runs' means, at `positions` (name -> [batch] positions; a head's output is patched at every position
+    at once); progress(stage, done, total): the patched runs done (`RunOptions`)."""
     clean, corrupted, metric = pair
+    positions = None if component in HEAD_COMPONENTS else positions
     with torch.no_grad():  # the baselines are constants of the metric
         metric = metrics.normalized(metric, model(clean), model(corrupted))
     result = activation_patching(

@@ -36,24 +36,22 @@ def heads_note(samples: Size) -> str:
     """`interp heads --quick`: `samples` probe sequences per repeat length."""
     if samples[0] == samples[1]:
         return _note([], [f"{samples[0]} probe sequences per repeat length, as given"])
-    return _note(
-        [
-            f"{samples[0]} probe sequences per repeat length instead of {samples[1]}, standard errors "
-            f"about {_wider(samples):.1f}x larger: fewer heads are confirmed by ablation"
-        ]
+    changed = (
+        f"{samples[0]} probe sequences per repeat length instead of {samples[1]}, standard errors "
+        f"about {_wider(samples):.1f}x larger: fewer heads are confirmed by ablation"
     )
+    return _note([changed])
 
 
 def ioi_note(prompts: Size) -> str:
     """`interp ioi --quick`: `prompts` discovery prompts, and as many held out."""
     if prompts[0] == prompts[1]:
         return _note([], [f"{prompts[0]} prompts and {prompts[0]} held out, as given"])
-    return _note(
-        [
-            f"{prompts[0]} prompts (and {prompts[0]} held out) instead of {prompts[1]} (and {prompts[1]}), "
-            f"CIs about {_wider(prompts):.1f}x wider: fewer classes are confirmed on held-out prompts"
-        ]
+    changed = (
+        f"{prompts[0]} prompts (and {prompts[0]} held out) instead of {prompts[1]} (and {prompts[1]}), "
+        f"CIs about {_wider(prompts):.1f}x wider: fewer classes are confirmed on held-out prompts"
     )
+    return _note([changed])
 
 
 def circuit_note(
@@ -104,12 +102,11 @@ def icl_sizes_note(sizes: dict[str, Size], split: type, default_documents: int) 
     )
     if used == without:
         return _note([], [f"{used[1]}, as without --quick"])
-    return _note(
-        [
-            f"{used[1]} instead of {without[1]}, CIs about {_wider((used[0], without[0])):.1f}x wider: a "
-            "headline or verdict whose CI includes 0 is not established"
-        ]
+    changed = (
+        f"{used[1]} instead of {without[1]}, CIs about {_wider((used[0], without[0])):.1f}x wider: a "
+        "headline or verdict whose CI includes 0 is not established"
     )
+    return _note([changed])
 
 
 RETRIEVAL_SIZES = {  # option -> what its number counts in `interp retrieval`

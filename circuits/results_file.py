@@ -122,9 +122,8 @@ KINDS = {  # kind -> (result type, formats, writer)
     "partial": (PartialResult, sections.FORMATS, write_partial_report),
 }
 RESULT_TYPES = tuple(result_type for result_type, _, _ in KINDS.values())
-OLDER_KINDS = dict.fromkeys(
-    ("hop", "retrieval", "ioi", "icl", "fv", "heads"), "finding"
-)  # older kinds -> theirs now
+# older kinds -> theirs now
+OLDER_KINDS = dict.fromkeys(("hop", "retrieval", "ioi", "icl", "fv", "heads"), "finding")
 
 
 def _register_dataclasses() -> None:
@@ -216,21 +215,18 @@ def _negated(value: Any) -> Any:
     return 0.0 - value
 
 
-def _negated_ci(ci: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    """The stored CI (low, high) of -x from that of x: (-high, -low)."""
-    low, high = ci["__tuple__"]
-    return {"__tuple__": [_negated(high), _negated(low)]}
+def _beyond_as_drop(older: dict[str, Any]) -> dict[str, Any]:
+    """IOI's stored difference beyond random (ablated - clean) and its CI (low, high), taken out of
+    `older`, as the drop beyond random, negated, and its CI (-high, -low)."""
+    negated_ci = _negated(older.pop("difference_ci")["__tuple__"])[::-1]  # (-high, -low)
+    return {"beyond": _negated(older.pop("difference")), "beyond_ci": {"__tuple__": negated_ci}}
 
 
 def _older_stratum(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     """A stored stratum of an older type as a StratumDrop's fields."""
     if name == "StratumEffect":  # IOI's: the effect beyond random heads, ablated - clean
-        fields = {
-            **fields,
-            "beyond": _negated(fields["difference"]),
-            "beyond_ci": _negated_ci(fields["difference_ci"]),
-        }
-        del fields["difference"], fields["difference_ci"]
+        fields = dict(fields)
+        fields |= _beyond_as_drop(fields)
     elif name == "RetrievalStratum":  # named "4 facts", "template statement" or the relation
         label = fields["name"]
         kind = (
@@ -251,8 +247,7 @@ def _older_class_validation(fields: dict[str, Any]) -> dict[str, Any]:
         "sign": -older.pop("sign"),
         "drop": _negated(older.pop("effect")),
         "random_drop": _negated(older.pop("random_effect")),
-        "beyond": _negated(older.pop("difference")),
-        "beyond_ci": _negated_ci(older.pop("difference_ci")),
+        **_beyond_as_drop(older),
     }
     return {"__dataclass__": "ClassValidation", "fields": {**older, **newer}}
 
@@ -267,13 +262,16 @@ def _older_class(fields: dict[str, Any], details: Sequence[str]) -> dict[str, An
     return {"__dataclass__": "ClassVerdict", "fields": fields}
 
 
-def _held_out(
-    n_prompts: int, drop: Any, drop_ci: Any, random_drop: float, beyond: Any, beyond_ci: Any
-) -> BeyondRandom:
-    """An older record's held-out figures (stored values) as a BeyondRandom."""
+def _held_out(older: dict[str, Any], n_prompts: int, effect: str) -> BeyondRandom:
+    """An older record's held-out figures as a BeyondRandom, taken out of `older`: its stored `effect`
+    and CI, the mean of its random sets' effects, its difference beyond them and CI. Its random sets'
+    effects are left under "random_effects" (older records: "random_changes")."""
+    if "random_changes" in older:
+        older["random_effects"] = older.pop("random_changes")
     return BeyondRandom(
-        n_prompts=n_prompts, drop=decode(drop), drop_ci=decode(drop_ci), random_drop=random_drop,
-        beyond=decode(beyond), beyond_ci=decode(beyond_ci),
+        n_prompts=n_prompts, drop=decode(older.pop(effect)), drop_ci=decode(older.pop(f"{effect}_ci")),
+        random_drop=_mean(older["random_effects"]), beyond=decode(older.pop("difference")),
+        beyond_ci=decode(older.pop("difference_ci")),
     )  # fmt: skip
 
 
@@ -293,10 +291,9 @@ def _summary(n_prompts: int, ratio: Any, ratio_ci: Any = None) -> dict[str, Any]
     """An older stored faithfulness `ratio` (and CI) as a stored FaithfulnessSummary, the rest NaN."""
     nan = float("nan")
     ci = (nan, nan) if ratio_ci is None else decode(ratio_ci)
-    summary = FaithfulnessSummary(
-        n_prompts=n_prompts, ratio=decode(ratio), ratio_ci=ci, error=nan, within=nan
+    return encode(
+        FaithfulnessSummary(n_prompts=n_prompts, ratio=decode(ratio), ratio_ci=ci, error=nan, within=nan)
     )
-    return encode(summary)
 
 
 def _extras(figures: type, fields: dict[str, Any], **given: Any) -> dict[str, Any]:
@@ -314,12 +311,8 @@ def _older_hop_lookups(fields: dict[str, Any]) -> dict[str, Any]:
         if not older["heads"]:
             lookups.append(encode(not_found_lookup(older["hop"])))
             continue
-        random = older.pop("random_changes")
-        heldout = _held_out(
-            fields["n_sequences"] // 2, older.pop("change"), older.pop("change_ci"), _mean(random),
-            older.pop("difference"), older.pop("difference_ci"),
-        )  # fmt: skip
-        older |= {"name": f"hop {older['hop']}", "random_effects": random}
+        heldout = _held_out(older, fields["n_sequences"] // 2, "change")
+        older["name"] = f"hop {older['hop']}"
         lookups.append(_held_out_only(older, heldout, ["hop", "layers", "attention"]))
     return {**fields, "lookups": lookups}
 
@@ -328,17 +321,14 @@ PATH_DETAILS = ("from_hop", "to_hop", "receivers", "route")  # a hop path's deta
 
 
 def _older_hop(fields: dict[str, Any]) -> dict[str, Any]:
-    """A HopResult (before 2026-11-29) as the Finding "hop": each HopPath a ClassVerdict of its senders;
-    n_random the number of random sets it compared with."""
+    """A HopResult (before 2026-11-29) as the fields of the Finding "hop": each HopPath a ClassVerdict
+    of its senders; n_random the number of random sets it compared with."""
     if any(look["__dataclass__"] == "HopLookup" for look in fields["lookups"]):
         fields = _older_hop_lookups(fields)
     half, paths = fields["n_sequences"] // 2, []
     for node in fields["paths"]:
-        older = node["fields"]
-        heldout = _held_out(
-            half, older["effect"], older["effect_ci"], _mean(older["random_effects"]), older["difference"],
-            older["difference_ci"],
-        )  # fmt: skip
+        older = dict(node["fields"])
+        heldout = _held_out(older, half, "effect")
         path = {
             "name": f"hop {older['from_hop']}", "heads": older["senders"],
             "random_sets": older["random_sets"], "random_effects": older["random_effects"],
@@ -353,35 +343,33 @@ def _older_hop(fields: dict[str, Any]) -> dict[str, Any]:
         min_attention=fields["min_attention"],
         n_random=len(random_sets[0]) if random_sets else HopSettings.n_random,
     )
-    finding = {
+    return {
         "analysis": "hop", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings), "chose": encode({"sequences": [f"0-{half - 1}"]}),
         "tested": encode({"sequences": [f"{half}-{fields['n_sequences'] - 1}"]}),
         "classes": fields["lookups"], "extras": _extras(HopFigures, fields, paths=paths),
     }  # fmt: skip
-    return {"__dataclass__": "Finding", "fields": finding}
 
 
 def _older_path(fields: dict[str, Any]) -> dict[str, Any]:
-    """A PathResult (before 2026-11-29) as the Finding "path"; provenance: the model's name."""
+    """A PathResult (before 2026-11-29) as the fields of the Finding "path"; provenance: the model's name."""
     axis = "families" if fields["by_family"] else "prompts"
     summary = fields.get("faithfulness_summary")
     if summary is None:
         summary = _summary(fields["n_heldout"], fields["faithfulness"], fields["faithfulness_ci"])
-    finding = {
+    return {
         "analysis": "path", "model": fields["model"], "provenance": fields["model"],
         "settings": fields["settings"], "chose": encode({axis: list(decode(fields["chose"]))}),
         "tested": encode({axis: list(decode(fields["tested"]))}), "classes": fields["classes"],
         "faithfulness": summary, "faithfulness_strata": fields.get("faithfulness_strata", []),
         "extras": _extras(PathFigures, fields),
     }  # fmt: skip
-    return {"__dataclass__": "Finding", "fields": finding}
 
 
 def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
-    """A RetrievalResult (before 2026-11-29) as the Finding "retrieval". Held-out relations asked for,
-    which it lacks: the default where it covers those tested, else those tested. Faithfulness: None
-    where it was NaN."""
+    """A RetrievalResult (before 2026-11-29) as the fields of the Finding "retrieval". Held-out
+    relations asked for, which it lacks: the default where it covers those tested, else those tested.
+    Faithfulness: None where it was NaN."""
     relations, templates = decode(fields["relations"]), decode(fields["templates"])
     facts = tuple(int(a["fields"]["prompts"].split(", ")[-1].split()[0]) for a in fields["heldout_by_facts"])
     tested = tuple(relations.heldout)
@@ -392,7 +380,7 @@ def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
     )  # fmt: skip
     ratio, n_heldout = fields["faithfulness"], fields["heldout"]["fields"]["n_prompts"]
     faithfulness = None if math.isnan(decode(ratio)) else _summary(n_heldout, ratio)
-    finding = {
+    return {
         "analysis": "retrieval", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings),
         "chose": encode({"relations": list(relations.discovery), "templates": templates["discovery"]}),
@@ -401,7 +389,6 @@ def _older_retrieval(fields: dict[str, Any]) -> dict[str, Any]:
         "timings": fields.get("timings", encode({})),
         "extras": _extras(RetrievalFigures, fields, attribution=fields.get("attribution", "")),
     }  # fmt: skip
-    return {"__dataclass__": "Finding", "fields": finding}
 
 
 def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
@@ -411,9 +398,10 @@ def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
     for name, node in fields["classes"]["__items__"]:
         if node.get("__dataclass__") == "ClassValidation":
             older, nan = node["fields"], float("nan")
-            heldout = _held_out(
-                fields["n_prompts"], older["drop"], (nan, nan), decode(older["random_drop"]), older["beyond"],
-                older["beyond_ci"],
+            heldout = BeyondRandom(
+                n_prompts=fields["n_prompts"], drop=decode(older["drop"]), drop_ci=(nan, nan),
+                random_drop=decode(older["random_drop"]), beyond=decode(older["beyond"]),
+                beyond_ci=decode(older["beyond_ci"]),
             )  # fmt: skip
             q, df, p, i2 = older["heterogeneity"]["__tuple__"]
             spread = {"__items__": [["Q", q], ["df", df], ["p", p], ["I2", i2]]}
@@ -428,8 +416,9 @@ def _older_ioi_classes(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
-    """An IOICircuitResult (before 2026-11-29) as the Finding "ioi". Such files lack the families: chose
-    and tested are read from what validation says it held out (a caller's split: its strata's templates)."""
+    """An IOICircuitResult (before 2026-11-29) as the fields of the Finding "ioi". Such files lack the
+    families: chose and tested are read from what validation says it held out (a caller's split: its
+    strata's templates)."""
     settings = dict(fields["settings"]["fields"])
     model = settings.pop("model")
     provenance = settings.pop("provenance", "") or model
@@ -447,7 +436,7 @@ def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
             strata = classes[0]["fields"]["strata"] if classes else []
             tested = {"templates": [s["fields"]["name"] for s in strata if s["fields"]["kind"] == "template"]}
     heldout = None if held_out is None else _extras(HeldOut, held_out)
-    finding = {
+    return {
         "analysis": "ioi", "model": model, "provenance": provenance,
         "settings": {"__dataclass__": "Settings", "fields": settings},
         "chose": encode(chose), "tested": encode(tested), "classes": classes,
@@ -456,7 +445,6 @@ def _older_ioi(fields: dict[str, Any]) -> dict[str, Any]:
         "timings": fields.get("timings", encode({})),
         "extras": _extras(IOIFigures, fields, class_heads=fields["classes"], heldout=heldout),
     }  # fmt: skip
-    return {"__dataclass__": "Finding", "fields": finding}
 
 
 def _numbered_after_discovery(node: dict[str, Any]) -> dict[str, Any]:
@@ -492,17 +480,13 @@ def _older_icl_class(fields: dict[str, Any], n_prompts: int) -> dict[str, Any]:
     """ICL's ClassEffect (before 2026-11-29) as a held-out-only ClassVerdict on `n_prompts` documents."""
     fields = dict(fields)
     del fields["random_same_layers"]
-    random = fields.pop("random_changes")
-    heldout = _held_out(
-        n_prompts, fields.pop("change"), fields.pop("change_ci"), _mean(random), fields.pop("difference"),
-        fields.pop("difference_ci"),
-    )  # fmt: skip
-    fields["random_effects"] = random
+    heldout = _held_out(fields, n_prompts, "change")
     return _held_out_only(fields, heldout, ["found_by", "attributed"])
 
 
 def _older_icl(fields: dict[str, Any]) -> dict[str, Any]:
-    """An ICLResult (before 2026-11-29) as the Finding "icl", its settings from what it holds."""
+    """An ICLResult (before 2026-11-29) as the fields of the Finding "icl", its settings from what it
+    holds."""
     chose, tested, n_ablated = fields["discovery_names"], fields["heldout_names"], fields.get("n_ablated")
     classes = fields["classes"]
     if any(c["__dataclass__"] == "ClassEffect" for c in classes):
@@ -517,18 +501,17 @@ def _older_icl(fields: dict[str, Any]) -> dict[str, Any]:
         n_random=len(classes[0]["fields"]["random_sets"]) if classes else ICLSettings.n_random,
         seed=fields["seed"],
     )
-    finding = {
+    return {
         "analysis": "icl", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings), "chose": encode({"documents": chose}),
         "tested": encode({"documents": tested}), "classes": classes, "timings": fields["timings"],
         "extras": _extras(ICLFigures, fields),
     }  # fmt: skip
-    return {"__dataclass__": "Finding", "fields": finding}
 
 
 def _older_fv(fields: dict[str, Any]) -> dict[str, Any]:
-    """A FunctionVectorResult (before 2026-11-29) as the Finding "fv": its tests as the classes, its
-    settings from what it holds."""
+    """A FunctionVectorResult (before 2026-11-29) as the fields of the Finding "fv": its tests as the
+    classes, its settings from what it holds."""
     split, template_split = decode(fields["split"]), decode(fields["template_split"])
     classes = [fields["aie_test"], fields["vector_test"], *fields["ablations"]]
     settings = FunctionVectorSettings(
@@ -538,19 +521,18 @@ def _older_fv(fields: dict[str, Any]) -> dict[str, Any]:
         n_random=len(classes[0]["fields"]["random_sets"]), n_documents=fields["n_documents"],
         seed=fields["seed"],
     )  # fmt: skip
-    finding = {
+    return {
         "analysis": "fv", "model": fields["model_name"], "provenance": fields["provenance"],
         "settings": encode(settings),
         "chose": encode({"tasks": list(split.discovery), "templates": list(template_split.discovery)}),
         "tested": encode({"tasks": list(split.heldout), "templates": list(template_split.heldout)}),
         "classes": classes, "timings": fields["timings"], "extras": _extras(FunctionVectorFigures, fields),
     }  # fmt: skip
-    return {"__dataclass__": "Finding", "fields": finding}
 
 
 def _older_heads(fields: dict[str, Any]) -> dict[str, Any]:
-    """A HeadReport (before 2026-11-29) as the Finding "heads", its table's class columns as the classes
-    (`older_head_classes`)."""
+    """A HeadReport (before 2026-11-29) as the fields of the Finding "heads", its table's class columns
+    as the classes (`older_head_classes`)."""
     settings = dict(decode(fields["settings"]))
     table = decode(fields["table"])
     chose = settings.pop("discovery_tokens", "random token ids")
@@ -573,7 +555,7 @@ def _older_heads(fields: dict[str, Any]) -> dict[str, Any]:
         chose={TOKEN_AXIS: [chose]}, tested={TOKEN_AXIS: [tested]},
         classes=older_head_classes(table, run.n_samples), extras=figures,
     )  # fmt: skip
-    return encode(finding)
+    return encode(finding)["fields"]
 
 
 def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -594,6 +576,18 @@ def _path_patching_drops(name: str, fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+# a command's own result type (before 2026-11-29) -> the reader of its fields as its Finding's
+OLDER_FINDINGS = {
+    "HopResult": _older_hop,
+    "PathResult": _older_path,
+    "RetrievalResult": _older_retrieval,
+    "ICLResult": _older_icl,
+    "FunctionVectorResult": _older_fv,
+    "HeadReport": _older_heads,
+    "IOICircuitResult": _older_ioi,
+}
+
+
 def _read_older(node: Any, patched_minus_clean: bool) -> Any:
     """A stored result as this version writes it (older types and signs converted; IOI's path-patching
     effects negated where `patched_minus_clean`, schemas interp-result-1 and -2)."""
@@ -611,36 +605,21 @@ def _read_older(node: Any, patched_minus_clean: bool) -> Any:
         return _older_class_validation(node["fields"])
     if name == "ClassCheck":
         return _older_class(node["fields"], ["attention"])
-    if name == "HopResult":
-        return _older_hop(node["fields"])
-    if name == "PathResult":
-        return _older_path(node["fields"])
     if name == "RetrievalClass":  # retrieval's, before 2026-11-29; every retrieval class helps: sign +1
         details = ["induction_overlap", "accuracy", "random_accuracy"]
         return _older_class({"sign": 1, **node["fields"]}, details)
-    if name == "RetrievalResult":
-        return _older_retrieval(node["fields"])
     if name == "Validation":
         return {**node, "fields": _older_ioi_classes(node["fields"])}
     if name == "Comparison":  # a function-vector test, saved before 2026-11-29
         fields = {**node["fields"], "sign": 1}
         fields["random_effects"] = fields.pop("random_values")
         return _older_class(fields, ["unit"])
-    if name == "ICLResult":
-        return _older_icl(node["fields"])
-    if name == "FunctionVectorResult":
-        return _older_fv(node["fields"])
-    if name == "HeadReport":
-        return _older_heads(node["fields"])
-    if name == "IOICircuitResult":
-        fields = node["fields"]
-        return _numbered_after_discovery(
-            _older_ioi(_path_patching_drops(name, fields) if patched_minus_clean else fields)
-        )
-    if name == "Finding" and node["fields"].get("analysis") == "ioi":
+    if patched_minus_clean and name in ("HeadEvidence", "StepResult", "IOICircuitResult"):
+        node = {**node, "fields": _path_patching_drops(name, node["fields"])}
+    if name in OLDER_FINDINGS:
+        node = {"__dataclass__": "Finding", "fields": OLDER_FINDINGS[name](node["fields"])}
+    if node.get("__dataclass__") == "Finding" and node["fields"].get("analysis") == "ioi":
         return _numbered_after_discovery(node)
-    if patched_minus_clean and name in ("HeadEvidence", "StepResult"):
-        return {**node, "fields": _path_patching_drops(name, node["fields"])}
     return node
 
 
@@ -674,23 +653,21 @@ def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) ->
     if not path.is_file():
         return None
     afresh = f"delete {path} or pass another --save path to start afresh"
+    not_replaced = f"--save does not replace it: {afresh}"
     try:
         command_there, settings_there, found = _recorded_run(path)
     except ValueError as error:
-        raise ValueError(f"--save {path} exists and {error}; --save does not replace it: {afresh}.") from (
-            error
-        )
+        raise ValueError(f"--save {path} exists and {error}; {not_replaced}.") from error
     state = "partial" if isinstance(found, PartialResult) else "complete"
     if command_there != command:
         raise ValueError(
             f"--save {path} holds a {state} `interp {command_there}` result, not one of `interp {command}`; "
-            f"--save does not replace it: {afresh}."
+            f"{not_replaced}."
         )
     if settings_there is None:
         raise ValueError(
             f"--save {path} holds a complete `interp {command}` result whose settings it does not record "
-            f"(saved by an older interp), so it may be of other settings; --save does not replace it: "
-            f"{afresh}."
+            f"(saved by an older interp), so it may be of other settings; {not_replaced}."
         )
     differs = [
         f"{name} {settings_there.get(name)!r} there, {value!r} now"
@@ -706,12 +683,12 @@ def check_save_file(path: str | Path, command: str, settings: dict[str, Any]) ->
     if differs:
         raise ValueError(
             f"--save {path} holds a complete `interp {command}` result of other settings "
-            f"({'; '.join(differs)}); --save does not replace it: {afresh}, or rerun with its settings."
+            f"({'; '.join(differs)}); {not_replaced}, or rerun with its settings."
         )
     if state == "complete" and "weights" in settings:  # (before the model loads: its weights may differ)
         raise ValueError(
             f"--save {path} already holds this command's complete result with these options; `interp render "
-            f"{path}` shows it. --save does not replace it: {afresh} (or to run it again)."
+            f"{path}` shows it. {not_replaced} (or to run it again)."
         )
     return found if state == "partial" else None
 
@@ -761,9 +738,8 @@ def resume_stages(
     return StageResults(done=dict(partial.done), on_done=keep, resumed_from=str(path))
 
 
-COMMAND_FORMATS = {
-    "heads": HeadFigures.formats
-}  # a command whose Finding renders to more than KINDS' formats
+# a command whose Finding renders to more than KINDS' formats
+COMMAND_FORMATS = {"heads": HeadFigures.formats}
 
 
 def result_formats(result: Any) -> tuple[str, ...]:

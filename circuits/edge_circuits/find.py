@@ -115,13 +115,11 @@ class EdgeCircuitResult:
             return ""
         low, high = (float(bound[0]) for bound in self.faithfulness.ci())
         unit = held_out_unit(None if self.heldout_task is None else self.heldout_task.families)
-        found, held = (
-            float(self.discovery_faithfulness.faithfulness[0]),
-            float(self.faithfulness.faithfulness[0]),
-        )
+        measured = (self.faithfulness, self.discovery_faithfulness)  # held out, discovery
+        held, found = (float(faith.faithfulness[0]) for faith in measured)
         band, there = (
             "undetermined" if undetermined_faithfulness(faith.summary()) else faithfulness_band(ratio)
-            for ratio, faith in ((held, self.faithfulness), (found, self.discovery_faithfulness))
+            for ratio, faith in zip((held, found), measured, strict=True)
         )
         band, there = (word.replace("within", "faithful") for word in (band, there))
         if band == there:
@@ -356,13 +354,11 @@ def find_edge_circuit(
     resumed = mask_checkpoint_step(model, task, settings, pruning, checkpoint)
     scores, scores_of = method_scores(model, task, settings, pruning, checkpoint, progress)
     stage("scores")
-    size, tried = (
-        (requested, None)
-        if requested
-        else smallest_faithful_size(  # 3.
+    size, tried = requested, None
+    if not requested:  # 3.
+        size, tried = smallest_faithful_size(
             model, task, scores, settings.target, settings.ablation, settings.batch_size, progress
         )
-    )
     circuit = edges.top_circuit(scores, size)
     found, faith, corrupted = circuit_faithfulness(model, task, heldout, circuit, settings, progress)  # 4.
     stage("circuit")

@@ -28,6 +28,7 @@ TOP_ROWS = 25
 FAITHFUL = 1 - FAITHFUL_BAND  # verdict thresholds on faithfulness (0.8, and PARTIAL's 0.5)
 DENSE_EDGES = 300  # circuits with more edges are drawn fainter (circuit_svg)
 MONOTONE_TOLERANCE = 0.05  # a fall of faithfulness as a size search grows the circuit that its report names
+CURVE_COLUMNS = ("fraction asked for", "edges kept", "faithfulness", "95% CI", "random", "random edges kept")
 
 
 def removal_note(result: EdgeCircuitResult) -> str:
@@ -328,16 +329,12 @@ def edges_against_heads(result: EdgeCircuitResult) -> list[str]:
     if edges_kept >= heads.faithfulness.ratio:
         return []
     _, high = result.faithfulness.ci()  # as the report's CI of the edges' ratio
-    if math.isnan(heads.faithfulness.ratio_ci[0]) or math.isnan(high[0]):  # too few families for a CI
+    no_ci = math.isnan(heads.faithfulness.ratio_ci[0]) or math.isnan(high[0])  # too few families for a CI
+    if no_ci or heads.faithfulness.ratio_ci[0] <= float(high[0]):  # else the two CIs do not overlap
+        why = "with no CI (too few prompts or families)" if no_ci else "their 95% CIs overlap:"
         return [
             f"the circuit's edges keep {edges_kept:.2f} of the metric, the heads alone "
-            f"{heads.faithfulness.ratio:.2f}, but with no CI (too few prompts or families) no difference is "
-            "shown"
-        ]
-    if heads.faithfulness.ratio_ci[0] <= float(high[0]):  # the two CIs overlap: no difference shown
-        return [
-            f"the circuit's edges keep {edges_kept:.2f} of the metric, the heads alone "
-            f"{heads.faithfulness.ratio:.2f}, but their 95% CIs overlap: no difference is shown"
+            f"{heads.faithfulness.ratio:.2f}, but {why} no difference is shown"
         ]
     n_edges, n_heads = int(result.circuit.sum()), sum(len(c.heads) for c in heads.classes)
     every_edge = float(result.faithfulness.full.mean() - result.faithfulness.empty.mean())
@@ -394,14 +391,7 @@ def edge_sections(result: EdgeCircuitResult, top: int | None = None) -> Report:
         low, high = curve.result.ci()
         random = curve.random.faithfulness.tolist() if curve.random is not None else None
         random_edges = curve.random_n_edges or [None] * len(curve.fractions)
-        columns = [
-            "fraction asked for",
-            "edges kept",
-            "faithfulness",
-            "95% CI",
-            "random",
-            "random edges kept",
-        ]
+        columns = list(CURVE_COLUMNS)
         rows = [
             [f"{fraction:.1%}", str(curve.n_edges[i]), f"{float(curve.faithfulness[i]):.3f}",
              ci_text((float(low[i]), float(high[i])), 3, sign=False),

@@ -93,10 +93,8 @@ def induction_task(
     high = model.cfg.d_vocab if model.tokenizer is None else min(model.cfg.d_vocab, len(model.tokenizer))
     ids = torch.arange(high)
     ids = ids[~torch.isin(ids, torch.tensor(model.special_token_ids(), dtype=torch.long))]
-    needed, bos_and = (
-        2 * seq_len + int(model.cfg.default_prepend_bos),
-        "a BOS and " * model.cfg.default_prepend_bos,
-    )
+    needed = 2 * seq_len + int(model.cfg.default_prepend_bos)
+    bos_and = "a BOS and " * model.cfg.default_prepend_bos
     if needed > model.cfg.n_ctx:
         raise ValueError(
             f"the induction task's prompts ({bos_and}a sequence of {seq_len} tokens twice: {needed} "

@@ -28,11 +28,8 @@ def induction_heads_cache(model: interp.HookedTransformer, n_samples: int = 16, 
     """Where the induction heads of `head_report(model, n_samples, seed)` are kept, named by the weights'
     fingerprint, the settings and the source of interp and circuits (another version's are not reused)."""
     code = source_key(interp, circuits)
-    return (
-        cache_dir()
-        / "induction-heads"
-        / f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-code-{code}.json"
-    )
+    name = f"{weights_fingerprint(model)}-n{n_samples}-s{seed}-code-{code}.json"
+    return cache_dir() / "induction-heads" / name
 
 
 def remember_induction_heads(

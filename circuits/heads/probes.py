@@ -144,6 +144,16 @@ def family_tokens(model: interp.HookedTransformer, family: str | None) -> Int[Te
     return kept
 
 
+def _row_start_and_draws(
+    model: interp.HookedTransformer, family: str | None, seed: int
+) -> tuple[Int[Tensor, " bos"], Int[Tensor, " tokens"], torch.Generator]:
+    """What a random probe's rows are made of: their start ([BOS], or empty without one), the tokens they
+    draw from (`family_tokens`), and the generator of `seed`."""
+    bos = bos_token(model)
+    start = torch.tensor([] if bos is None else [bos], dtype=torch.long)
+    return start, family_tokens(model, family), torch.Generator().manual_seed(seed)
+
+
 def _random_rows(
     tokens: Int[Tensor, " tokens"], n_tokens: int, n_rows: int, generator: torch.Generator
 ) -> Int[Tensor, "n_rows n_tokens"]:
@@ -161,10 +171,7 @@ def repeated_probe(
 ) -> Probe:
     """n_samples rows per repeat length L: [BOS] p_1..p_o r_1..r_L r_1..r_L [pad] of `family`'s tokens,
     o in [0, max_prefix]."""
-    bos = bos_token(model)
-    head = [] if bos is None else [bos]
-    tokens_of_family = family_tokens(model, family)
-    generator = torch.Generator().manual_seed(seed)
+    head, tokens_of_family, generator = _row_start_and_draws(model, family, seed)
     width = len(head) + max_prefix + 2 * max(lengths)
     rows, repeat_len, repeat_start = [], [], []
     for length in lengths:
@@ -172,7 +179,7 @@ def repeated_probe(
         copies = _random_rows(tokens_of_family, length, n_samples, generator)
         prefixes = _random_rows(tokens_of_family, max_prefix + 1, n_samples, generator)
         for offset, copy, prefix in zip(offsets, copies, prefixes, strict=True):
-            rows.append(torch.cat([torch.tensor(head, dtype=torch.long), prefix[:offset], copy, copy]))
+            rows.append(torch.cat([head, prefix[:offset], copy, copy]))
             repeat_len.append(length)
             repeat_start.append(len(head) + offset)
     row_lengths = torch.tensor([len(row) for row in rows])
@@ -192,10 +199,7 @@ def fresh_tokens(
 ) -> Probe:
     """`copies` of a repeated `probe`'s layout (lengths, repeat lengths and starts) with fresh random
     tokens of `family`: sequences real at exactly `probe`'s positions, drawn apart from it."""
-    bos = bos_token(model)
-    head = torch.tensor([] if bos is None else [bos], dtype=torch.long)
-    tokens_of_family = family_tokens(model, family)
-    generator = torch.Generator().manual_seed(seed)
+    head, tokens_of_family, generator = _row_start_and_draws(model, family, seed)
     layout = probe.repeat_start.repeat(copies), probe.repeat_len.repeat(copies)
     tokens = torch.zeros(len(layout[0]), probe.tokens.shape[1], dtype=probe.tokens.dtype)
     for row, (start, length) in enumerate(zip(*(part.tolist() for part in layout), strict=True)):
@@ -210,11 +214,9 @@ def fresh_tokens(
 
 def random_probe(model: interp.HookedTransformer, n_samples: int, n_tokens: int, seed: int) -> Probe:
     """[BOS] and n_tokens random tokens (any but the BOS) per row, nothing repeated on purpose."""
-    bos = bos_token(model)
-    generator = torch.Generator().manual_seed(seed + 1)  # not the repeated probe's numbers
-    tokens = _random_rows(family_tokens(model, None), n_tokens, n_samples, generator)
-    if bos is not None:
-        tokens = torch.cat([torch.full((n_samples, 1), bos), tokens], dim=1)
+    head, any_token, generator = _row_start_and_draws(model, None, seed + 1)  # not the repeated probe's draws
+    drawn = _random_rows(any_token, n_tokens, n_samples, generator)
+    tokens = torch.cat([head.expand(n_samples, -1), drawn], dim=1)
     lengths = torch.full((n_samples,), tokens.shape[1])
     return Probe("random", tokens, lengths, token_texts(model, tokens[0]))
 

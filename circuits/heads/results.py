@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -149,7 +149,7 @@ def older_head_classes(table: pd.DataFrame, n_samples: int) -> list[ClassVerdict
     """The classes of a head table saved whole (before 2026-11-29; none before the random baseline), as
     `head_classes` names and judges them. What the table lacks is NaN (CIs of drops and strata) or empty
     (random heads' effects, per-sequence figures); the SE beyond random goes under details "beyond_se"."""
-    classes = []
+    scored = []  # (the head's score of its type, its class)
     for row in table.to_dict("records"):
         label = head_label(row["layer"], row["head"])
         for kind in (kind for kind in CAUSAL_TYPES if f"{kind}_confirmed_by" in row):
@@ -176,18 +176,15 @@ def older_head_classes(table: pd.DataFrame, n_samples: int) -> list[ClassVerdict
                     drop_ci=(math.nan, math.nan), random_drop=row[f"{kind}_random_effect{suffix}"],
                     beyond=row[column], beyond_ci=ci,
                 )  # fmt: skip
-                classes.append(ClassVerdict(
+                scored.append((row[kind], ClassVerdict(
                     name=class_name(kind, label, effect), heads=[label], sign=1,
                     random_sets=[[head] for head in row[f"{kind}_random_heads"]], random_effects=[],
                     heldout=heldout, discovery=None, strata=by_length, verdict=verdict, note=HELD_OUT_ONLY,
                     per_prompt=torch.zeros(0), details={"type": kind, "effect": effect,
                                                         "beyond_se": row[f"{column}_se"]},
-                ))  # fmt: skip
-    scores = {(kind, head_label(row["layer"], row["head"])): row[kind] for row in table.to_dict("records")
-              for kind in CAUSAL_TYPES}  # fmt: skip
-    return sorted(  # as `head_classes`: each type's candidates highest score first
-        classes, key=lambda c: (CAUSAL_TYPES.index(c.details["type"]), -scores[c.details["type"], c.heads[0]])
-    )
+                )))  # fmt: skip
+    order = sorted(scored, key=lambda pair: (CAUSAL_TYPES.index(pair[1].details["type"]), -pair[0]))
+    return [found for _, found in order]  # as `head_classes`: each type's candidates highest score first
 
 
 def beyond_se(found: ClassVerdict) -> float:
@@ -213,18 +210,17 @@ def _class_cells(
     p-values)."""
     cells: dict[str, Any] = {}
     for effect, suffix in SUFFIXES.items():
-        found = classes.get(effect)
+        found, column = classes.get(effect), f"{kind}_beyond_random{suffix}"
         figures = found.heldout if found else None
         cells[f"{kind}_random_effect{suffix}"] = figures.random_drop if figures else math.nan
-        cells[f"{kind}_beyond_random{suffix}"] = figures.beyond if figures else math.nan
-        cells[f"{kind}_beyond_random{suffix}_se"] = beyond_se(found) if found else math.nan
+        cells[column] = figures.beyond if figures else math.nan
+        cells[f"{column}_se"] = beyond_se(found) if found else math.nan
         low, high = figures.beyond_ci if figures else (math.nan, math.nan)
-        cells[f"{kind}_beyond_random{suffix}_ci_low"] = low
-        cells[f"{kind}_beyond_random{suffix}_ci_high"] = high
-        cells[f"{kind}_beyond_random{suffix}_p"] = found.p if found else math.nan
-        cells[f"{kind}_beyond_random{suffix}_p_bound"] = bool(found and found.p_bound)
+        cells[f"{column}_ci_low"], cells[f"{column}_ci_high"] = low, high
+        cells[f"{column}_p"] = found.p if found else math.nan
+        cells[f"{column}_p_bound"] = bool(found and found.p_bound)
         judged = found is not None and found.has_ci and effect in corrected
-        cells[f"{kind}_beyond_random{suffix}_holm"] = HOLM_CELLS[corrected[effect]] if judged else ""
+        cells[f"{column}_holm"] = HOLM_CELLS[corrected[effect]] if judged else ""
     alone = classes.get("alone")
     cells[f"{kind}_random_heads"] = [label for draw in alone.random_sets for label in draw] if alone else []
     return cells
@@ -291,37 +287,32 @@ class HeadFigures(HeadGrid, Extras):
         """`table` with the classes' columns joined in place (after <type>_stopped_early and after each
         stratum's effects): every column of the CSV. Files saved before the random baseline have none."""
         table = self.table
-        by_head: dict[tuple[str, str], dict[str, ClassVerdict]] = {}
-        corrected: dict[tuple[str, str], dict[str, bool | None]] = {}  # Holm's outcomes, where p-values
+        by_head: dict[tuple[str, str], dict[str, ClassVerdict]] = defaultdict(dict)
+        corrected: dict[tuple[str, str], dict[str, bool | None]] = defaultdict(dict)  # Holm's, where p-values
         held = holm(finding.classes)
         for i, found in enumerate(finding.classes):
             key, effect = (found.details["type"], found.heads[0]), found.details["effect"]
-            by_head.setdefault(key, {})[effect] = found
+            by_head[key][effect] = found
             if held is not None:
-                corrected.setdefault(key, {})[effect] = held[i]
-        labels = [head_label(layer, head) for layer, head in zip(table["layer"], table["head"], strict=True)]
-        order, rows = [], [{} for _ in labels]
+                corrected[key][effect] = held[i]
+        labels = head_labels(zip(table["layer"], table["head"], strict=True))
+        order, joined = [], []  # every column in order; the classes' columns, a frame per place
         for column in table.columns:
             order.append(column)
             for kind in (kind for kind in CAUSAL_TYPES if f"{kind}_confirmed_by" in table):
                 prefix = f"{kind}_effect_with_others_se["
                 if column == f"{kind}_stopped_early":
                     cells = [
-                        _class_cells(kind, by_head.get((kind, label), {}), corrected.get((kind, label), {}))
-                        for label in labels
+                        _class_cells(kind, by_head[kind, label], corrected[kind, label]) for label in labels
                     ]
                 elif column.startswith(prefix):
                     stratum = column[len(prefix) : -1]
-                    cells = [
-                        _stratum_cells(kind, stratum, by_head.get((kind, label), {})) for label in labels
-                    ]
+                    cells = [_stratum_cells(kind, stratum, by_head[kind, label]) for label in labels]
                 else:
                     continue
-                for row, found in zip(rows, cells, strict=True):
-                    row.update(found)
+                joined.append(pd.DataFrame(cells, index=table.index))
                 order += list(cells[0])
-        joined = pd.DataFrame(rows, index=table.index)
-        return pd.concat([table, joined], axis=1)[order]
+        return pd.concat([table, *joined], axis=1)[order]
 
     def settings_record(self, finding: Finding) -> dict[str, Any]:
         """The settings, probe lengths, token families and check rules (JSON and the Settings line)."""
@@ -550,9 +541,7 @@ def headline(report: HeadRows) -> str:
         if "induction_verdict" in table
         else table.iloc[:0]
     )
-    labels = ", ".join(
-        head_label(layer, head) for layer, head in zip(unchecked["layer"], unchecked["head"], strict=True)
-    )
+    labels = ", ".join(head_labels(zip(unchecked["layer"], unchecked["head"], strict=True)))
     return (
         f"{report.model_name}: confirmed by ablation{against}: {', '.join(found)}; "
         f"{_heads(unconfirmed, 'more')} typed by their attention scores alone (not confirmed)"
@@ -716,13 +705,10 @@ def _beyond_cell(row) -> str:
     beyond random, its 95% CI, and the random heads' mean effect ("" where none)."""
     confirmed = [kind for kind in CAUSAL_TYPES if row[f"{kind}_confirmed"]]
     measured = [kind for kind in CAUSAL_TYPES if not math.isnan(row.get(f"{kind}_beyond_random", math.nan))]
-    if confirmed:
-        kind = max(confirmed, key=lambda kind: _evidence_of(row, kind))
-        suffix = "_with_others" if confirmed_with_others_only(row, kind) else ""
-    elif measured:
-        kind, suffix = measured[0], ""
-    else:
+    if not confirmed and not measured:
         return ""
+    kind = max(confirmed, key=lambda kind: _evidence_of(row, kind)) if confirmed else measured[0]
+    suffix = "_with_others" if confirmed_with_others_only(row, kind) else ""
     column = f"{kind}_beyond_random{suffix}"
     if math.isnan(row.get(column, math.nan)):  # a file saved before the random baseline
         return ""

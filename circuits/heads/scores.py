@@ -189,19 +189,19 @@ def probe_patterns(
 def score_thresholds(probes: Probes) -> dict[str, float]:
     """Each type's threshold: uniform causal attention's score plus its margin (broad: fixed)."""
     repeated, unrepeated, skip_probe = probes.repeated, probes.random, probes.skip_gram
-    baseline = mask_scores(
-        uniform_pattern(repeated.lengths, repeated.tokens.shape[1]), repeated.tokens, repeated.lengths
-    )
+
+    def uniform(probe: Probe) -> Float[Tensor, "batch 1 pos pos"]:
+        return uniform_pattern(probe.lengths, probe.tokens.shape[1])
+
+    baseline = mask_scores(uniform(repeated), repeated.tokens, repeated.lengths)
     found = {
         name: float(baseline[name].nanmean()) + MARGINS[name] for name in PATTERN_SCORES if name in MARGINS
     }
     found["broad"] = BROAD_THRESHOLD
-    uniform = uniform_pattern(unrepeated.lengths, unrepeated.tokens.shape[1])
-    offsets = fixed_offset_scores(uniform, unrepeated.lengths).nanmean(0)[0]  # [offset]
+    offsets = fixed_offset_scores(uniform(unrepeated), unrepeated.lengths).nanmean(0)[0]  # [offset]
     found["fixed_offset"] = float(offsets[2:].nan_to_num(0.0).max()) + MARGINS["fixed_offset"]
     types, keys = skip_probe.tokens.unique(return_inverse=True)
-    uniform = uniform_pattern(skip_probe.lengths, skip_probe.tokens.shape[1])
-    mass = skip_gram_masses(uniform, keys, skip_probe.lengths, len(types))
+    mass = skip_gram_masses(uniform(skip_probe), keys, skip_probe.lengths, len(types))
     skip = skip_gram_scores(mass, keys, skip_probe.lengths)[0]
     found["skip_gram"] = float(skip.nan_to_num(0.0).max()) + MARGINS["skip_gram"]
     return found
@@ -270,10 +270,9 @@ def score_heads(
     def random_scores(pattern: Tensor, tokens: Tensor, lengths: Tensor) -> dict[str, Tensor]:
         offsets = fixed_offset_scores(pattern, lengths)
         width = probes.random.tokens.shape[1]  # NaN at offsets a cut batch is too short for, as uncut
-        found = {
-            "offsets": torch.nn.functional.pad(offsets, (0, width - offsets.shape[-1]), value=float("nan"))
-        }
-        return found | ({} if probes.text is not None else {"mass": skip_gram_mass(pattern, tokens, lengths)})
+        padded = torch.nn.functional.pad(offsets, (0, width - offsets.shape[-1]), value=float("nan"))
+        mass = {"mass": skip_gram_mass(pattern, tokens, lengths)} if probes.text is None else {}
+        return {"offsets": padded} | mass
 
     def text_scores(pattern: Tensor, tokens: Tensor, lengths: Tensor) -> dict[str, Tensor]:
         return mask_scores(pattern, tokens, lengths) | {"mass": skip_gram_mass(pattern, tokens, lengths)}

@@ -104,15 +104,11 @@ def k_composition_scores(
     W_V, W_O = model.W_V.detach().float().cpu(), model.W_O.detach().float().cpu()
     ln1 = torch.stack([_norm_weight(block.ln1, cfg.d_model) for block in model.blocks])[:, None, :, None]
     q_norm, k_norm = _query_key_weights(model)
-    Q, K = (
-        _read(model, W_Q * ln1 * q_norm),
-        _read(model, W_K * ln1 * k_norm),
-    )  # [layer, head, d_model, d_head]
+    # Q, K: [layer, head, d_model, d_head]; V: [source, d_model, d_head]; W: [source, d_head, d_model]
+    Q, K = _read(model, W_Q * ln1 * q_norm), _read(model, W_K * ln1 * k_norm)
     QtQ, KtK = Q.mT @ Q, K.mT @ K  # Gram matrices [layer, head, d_head, d_head]
     source_layers = torch.tensor([layer for layer, _ in sources])
-    V = _read(
-        model, torch.stack([W_V[lp, hp] * ln1[lp, 0] for lp, hp in sources])
-    )  # [source, d_model, d_head]
+    V = _read(model, torch.stack([W_V[lp, hp] * ln1[lp, 0] for lp, hp in sources]))
     W = torch.stack([W_O[lp, hp] * _output_weight(model.blocks[lp], cfg.d_model) for lp, hp in sources])
     W = _read(model, W.mT).mT  # what a LayerNorm reader sees of it: its output's mean taken out
     VtV, WWt = V.mT @ V, W @ W.mT

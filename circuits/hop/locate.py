@@ -85,9 +85,8 @@ def attention_to_hops(
     per_layer = []
     for layer in range(model.cfg.n_layers):
         from_query = cache["pattern", layer][:, :, query].transpose(1, 2).cpu()  # [batch, key, head]
-        picked = torch.stack(
-            [from_query[rows, targets - 1], from_query[rows, targets]]
-        )  # [2, batch, hops, head]
+        # [2, batch, hops, head]: the attention to each hop's occurrence, then to its target
+        picked = torch.stack([from_query[rows, targets - 1], from_query[rows, targets]])
         picked = picked.masked_fill(ambiguous[None, :, :, None], float("nan"))
         per_layer.append(picked.permute(0, 2, 3, 1))  # [2, hops, head, batch]
     return torch.stack(per_layer, 2)
@@ -275,9 +274,8 @@ def _test_lookup(
     seed = settings.seed + hop
     found = head_class(model, f"hop {hop + 1}", heads, settings.n_random, seed, outside=outside)
     changes = _ablated_changes(model, heldout, found.sets)
-    sides = torch.stack(
-        [heldout.attention[:, hop, layer, head].nanmean(-1) for layer, head in heads]
-    )  # [head, 2]
+    # [head, 2]: each head's held-out attention to the hop's occurrence and to its target
+    sides = torch.stack([heldout.attention[:, hop, layer, head].nanmean(-1) for layer, head in heads])
     attention = sides.sum(-1).tolist()
     attends = sum(attention) / len(attention) >= settings.min_attention
     verdict = judge_class(found, changes, evidence_holds=attends, seed=settings.seed)

@@ -97,22 +97,16 @@ def task_prompts(
             template_index += [template_at] * n_prompts
             answers += [answer_token(model, answer) for answer in prompts.answers]
 
-    def tokens(kind: str) -> tuple[Tensor, Tensor]:
-        return model.to_tokens(texts[kind]), model.last_positions(texts[kind])
-
-    (clean, clean_last), (corrupted, corrupted_last), (zero, zero_last) = map(tokens, texts)
+    tokens = {}  # each kind's tokens and last positions, by their fields' names
+    for kind, kind_texts in texts.items():
+        tokens[kind], tokens[f"{kind}_last"] = model.to_tokens(kind_texts), model.last_positions(kind_texts)
     return TaskPrompts(
         tasks=list(pairs),
         templates=templates,
         task_index=torch.tensor(task_index),
         template_index=torch.tensor(template_index),
-        clean=clean,
-        clean_last=clean_last,
-        corrupted=corrupted,
-        corrupted_last=corrupted_last,
-        zero_shot=zero,
-        zero_shot_last=zero_last,
         answers=torch.tensor(answers),
+        **tokens,
     )
 
 

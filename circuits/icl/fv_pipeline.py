@@ -55,7 +55,7 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.heads import ablated_icl_scores, ranked_heads
+from circuits.icl.heads import ablated_icl_scores, counted, ranked_heads
 from circuits.icl.results import (
     AIE_TEST,
     TEMPLATE_KINDS,
@@ -137,6 +137,24 @@ def _query_effects(
     )
 
 
+def _effects(
+    model: interp.HookedTransformer,
+    queries: dict[str, TaskPrompts],
+    means: dict[str, HeadMeans],
+    classes: Sequence[HeadClass],
+    fv_layer: int,
+    progress: Progress | None,
+) -> dict[str, QueryEffects]:
+    """Step 4: `_query_effects` of each group's queries (with its demonstrations' `means`), their runs
+    counted together as `FV_STAGES[2]`."""
+    runs = [sum(_effect_run_counts(classes, len(group.clean))) for group in queries.values()]
+    return {
+        group: _query_effects(model, group_queries, means[group], classes, fv_layer,
+                              as_stage(progress, FV_STAGES[2], sum(runs[:i]), sum(runs)))
+        for i, (group, group_queries) in enumerate(queries.items())
+    }  # fmt: skip
+
+
 def function_vector_stages(find_induction_heads: bool) -> list[str]:
     """The stages `function_vector_report` keeps, in order; the first only when it finds the induction
     heads (`induction_heads=None`)."""
@@ -180,11 +198,7 @@ def _compare(
     in `unit` (details["unit"]): of `heldout`, the prompts `rows` marks test, its strata divide them per
     template, its tasks are their families (None: all test, no strata, each prompt its own family)."""
     tested, strata, tasks = (None, (), None) if rows is None else rows
-    held = (
-        "tasks"
-        if tasks is None
-        else held_out_unit(kept(tasks, tested) if tested is not None else tasks, "task", "tasks")
-    )
+    held = "tasks" if rows is None else held_out_unit(kept(tasks, tested), "task", "tasks")
     verdict = judge_class(  # template-dependent: pooled above 0, not in a held-out template, they differ
         found, heldout, discovery=discovery, seed=seed, unit=f"{held} in held-out templates", tested=tested,
         strata=Strata(strata, {TEMPLATE_KINDS[0]: "all"}, by_ci=TEMPLATE_KINDS, families=tasks),
@@ -395,10 +409,9 @@ def _brown_icl_scores(
     and random set ablated [set, document] (each set's run a unit of `progress`)."""
     sequences = default_sequences(model, settings.n_documents, settings.seed)
     head_sets = [heads for found in classes for heads in found.sets]
-    _, clean, ablated = ablated_icl_scores(
+    return ablated_icl_scores(  # without the clean run's per-token losses
         model, sequences.tokens, sequences.windows, head_sets, seed=settings.seed, progress=progress
-    )
-    return clean, ablated
+    )[1:]
 
 
 def function_vector_report(
@@ -433,13 +446,10 @@ def function_vector_report(
         return stages.run(stage, begun, progress)
 
     demonstrations, queries = (_prompts(model, settings, halves, half) for half in (0, 1))
-    means = {}
-    for done, (group, group_prompts) in enumerate(demonstrations.items()):
-        if progress is not None:
-            progress(MEANS_STAGE, done, len(demonstrations))
-        means[group] = mean_head_outputs(model, group_prompts)
-    if progress is not None:
-        progress(MEANS_STAGE, len(demonstrations), len(demonstrations))
+    means = {
+        group: mean_head_outputs(model, group_prompts)
+        for group, group_prompts in counted(list(demonstrations.items()), progress, MEANS_STAGE)
+    }
     aie_per_task, candidates, candidates_aie = step(  # 2. heads
         FV_STAGES[0],
         lambda heads_progress: _head_aies(
@@ -462,21 +472,8 @@ def function_vector_report(
     classes = [
         head_class(model, name, heads, n_random, seed, outside=unclaimed) for name, heads in named.items()
     ]
-    runs = [sum(_effect_run_counts(classes, len(group.clean))) for group in queries.values()]
-    effects = step(  # 4. effects
-        FV_STAGES[2],
-        lambda said: {
-            group: _query_effects(
-                model,
-                group_queries,
-                means[group],
-                classes,
-                layer,
-                as_stage(said, FV_STAGES[2], sum(runs[:i]), sum(runs)),
-            )  # fmt: skip
-            for i, (group, group_queries) in enumerate(queries.items())
-        },
-    )
+    # 4. effects
+    effects = step(FV_STAGES[2], lambda said: _effects(model, queries, means, classes, layer, said))
     timed("effects")
     rows = _template_rows(queries["heldout"], template_split)
     icl = step(FV_STAGES[3], lambda said: _brown_icl_scores(model, classes, settings, said))  # 5. ICL score

@@ -6,7 +6,8 @@ engine, `read_site_sets`, from the clean run's residual stream at the set's firs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -22,6 +23,18 @@ from interp.types import Head, Progress, as_stage
 ICL_ABLATIONS = ("mean", "zero", "resample")
 ATTRIBUTION_STAGE = "Attribution: forward and backward passes"  # the stages progress(stage, done, total)
 EXACT_ABLATIONS_STAGE = "Exact ablations"  # reports: head_attributions, ablated_icl_scores
+T = TypeVar("T")
+
+
+def counted(items: Sequence[T], progress: Progress | None, stage: str) -> Iterator[T]:
+    """Each of `items` in turn, reported as progress(stage, done, len(items)) before each and once more
+    after the last (done = len(items))."""
+    for done, item in enumerate(items):
+        if progress is not None:
+            progress(stage, done, len(items))
+        yield item
+    if progress is not None:
+        progress(stage, len(items), len(items))
 
 
 def ranked_heads(grid: Float[Tensor, "layer head"]) -> list[Head]:
@@ -78,17 +91,13 @@ def head_attributions(
     """(each document's attributed change of its ICL score per head, its per-token losses), in nats: one
     forward and backward pass per `batch_size` documents, keeping every document's z and gradient (2 x
     batch x pos x d_model floats per layer) for the mean ablation."""
-    cfg = model.cfg
     names = model.layer_hook_names("z")
     z: dict[str, list[Tensor]] = {name: [] for name in names}
     grads: dict[str, list[Tensor]] = {name: [] for name in names}
     losses = []
-    chunks = tokens.split(batch_size)
-    for done, chunk in enumerate(chunks):
-        if progress is not None:
-            progress(ATTRIBUTION_STAGE, done, len(chunks))
+    for chunk in counted(tokens.split(batch_size), progress, ATTRIBUTION_STAGE):
         with read_with_grad(model, names) as kept:
-            resid = model(chunk, stop_at_layer=cfg.n_layers)
+            resid = model(chunk, stop_at_layer=model.cfg.n_layers)
             score = icl_scores(model, resid, chunk, windows)
             chunk_grads = torch.autograd.grad(score.sum(), [kept[name] for name in names])
         with torch.no_grad():
@@ -96,8 +105,6 @@ def head_attributions(
         for name, grad in zip(names, chunk_grads, strict=True):
             z[name].append(kept[name].detach())
             grads[name].append(grad)
-    if progress is not None:
-        progress(ATTRIBUTION_STAGE, len(chunks), len(chunks))
     every_z = {name: torch.cat(parts) for name, parts in z.items()}
     values = ablated_z(model, every_z, ablation, seed)
     per_layer = [((values[name] - every_z[name]) * torch.cat(grads[name])).sum((1, 3)) for name in names]

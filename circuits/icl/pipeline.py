@@ -40,6 +40,7 @@ from circuits.icl.heads import (
     EXACT_ABLATIONS_STAGE,
     ablated_icl_scores,
     check_icl_ablation,
+    counted,
     head_attributions,
     ranked_heads,
 )
@@ -117,13 +118,10 @@ def document_losses(
     clean forward pass per `batch_size` documents."""
     if len(tokens) == 0:
         return torch.zeros(0, tokens.shape[1] - 1)
-    chunks, losses = tokens.split(batch_size), []
-    for done, chunk in enumerate(chunks):
-        if progress is not None:
-            progress(SCORING_STAGE, done, len(chunks))
-        losses.append(token_losses(model, model(chunk, stop_at_layer=model.cfg.n_layers), chunk).cpu())
-    if progress is not None:
-        progress(SCORING_STAGE, len(chunks), len(chunks))
+    losses = [
+        token_losses(model, model(chunk, stop_at_layer=model.cfg.n_layers), chunk).cpu()
+        for chunk in counted(tokens.split(batch_size), progress, SCORING_STAGE)
+    ]
     return torch.cat(losses).float()
 
 
@@ -230,16 +228,14 @@ def icl_report(
     estimate = attributions.mean(0)  # [layer, head]
     top_heads = [head for head in ranked_heads(estimate) if estimate[head] > 0][: settings.top]
     outside = unclaimed_heads(model, [induction_heads, top_heads])  # random heads: none of those chosen
-    induction = (
-        head_class(model, "induction", induction_heads, settings.n_random, seed, outside=outside)
-        if induction_heads
-        else None
-    )
-    tops = [  # each top head a class of one, against random heads of its layer
+    classes = [  # each top head a class of one, against random heads of its layer; then the induction heads
         head_class(model, head_label(*head), [head], settings.n_random, seed, outside=outside)
         for head in top_heads
     ]
-    sets = [heads for top in tops for heads in top.sets] + ([] if induction is None else induction.sets)
+    if induction_heads:
+        induction = head_class(model, "induction", induction_heads, settings.n_random, seed, outside=outside)
+        classes.append(induction)
+    sets = [heads for found in classes for heads in found.sets]
     ablated_losses, clean, ablated = stages.run(  # 3. exact ablations on the first held-out documents
         EXACT_ABLATIONS_STAGE,
         lambda: ablated_icl_scores(model, ablated_documents, windows, sets, ablation, seed, progress),
@@ -250,10 +246,11 @@ def icl_report(
         SCORING_STAGE, lambda: document_losses(model, scored, settings.batch_size, progress), progress
     )
     stage("scoring")
-    classes = [*tops, *filter(None, [induction])]  # [set, held-out document] per class:
+    # [set, held-out document] per class:
     changes = list((ablated - clean).split([len(c.sets) for c in classes])) if classes else []
     judged = [
-        _judged(top, TOP_FOUND_BY, estimate, change, seed) for top, change in zip(tops, changes, strict=False)
+        _judged(found, found_by if found.name == "induction" else TOP_FOUND_BY, estimate, change, seed)
+        for found, change in zip(classes, changes, strict=True)
     ]
     heldout_losses = torch.cat([ablated_losses, scored_losses])
     every_loss = torch.cat([discovery_losses, heldout_losses])  # [document, pos - 1]
@@ -268,7 +265,7 @@ def icl_report(
         attributions=estimate,
         heads=[
             _head_effect(top, change[0], estimate, seed, found.verdict)
-            for top, change, found in zip(tops, changes, judged, strict=False)
+            for top, change, found in zip(classes[: len(top_heads)], changes, judged, strict=False)
         ],
     )
     return Finding(
@@ -278,8 +275,7 @@ def icl_report(
         settings=dataclasses.replace(settings, n_documents=len(tokens), windows=windows),
         chose={"documents": sequences.names[:half]},
         tested={"documents": sequences.names[half:]},
-        classes=judged
-        + ([] if induction is None else [_judged(induction, found_by, estimate, changes[-1], seed)]),
+        classes=judged,
         timings=timings,
         extras=figures,
     )

@@ -82,6 +82,29 @@ class HeadEffect:
     verdict: str
 
 
+def _draws(found: ClassVerdict) -> str:
+    """Its random sets' mean held-out effects: "+0.012, -0.003, ..."."""
+    return ", ".join(f"{effect:+.3f}" for effect in found.random_effects)
+
+
+def _held_out_drop(found: ClassVerdict) -> str:
+    """Its held-out effect with its CI: "+0.123 [+0.010, +0.250]"."""
+    return value_ci(found.heldout.drop, found.heldout.drop_ci)
+
+
+def _beyond(found: ClassVerdict, family: str) -> str:
+    """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
+    measured = getattr(found, family)
+    return "n/a" if measured is None else value_ci(measured.beyond, measured.beyond_ci)
+
+
+def random_kind(found: ClassVerdict, noun: str) -> str:
+    """ "random same-layer sets", or "random sets (from other layers too)" where a layer ran out of heads."""
+    if found.random_same_layers:
+        return f"random same-layer {noun}"
+    return f"random {noun} (from other layers too)"
+
+
 def _png(draw: Callable[[], Any], what: str) -> str:
     """The matplotlib figure `draw()` makes as an inline <img> (the HTML page's); where matplotlib is not
     installed (interp does not require it), a line saying that the figure of `what` needs it."""
@@ -164,20 +187,16 @@ class ICLFigures(Extras):
             f"that the model uses its context is {self.headline_verdict()}."
         ]
         n_ablated = self.n_ablated(finding)
-        for found in finding.classes:
-            if found.details["found_by"] == TOP_FOUND_BY:  # a top head: the line below
-                continue
-            draws = ", ".join(f"{change:+.3f}" for change in found.random_effects)
+        tested_classes = [found for found in finding.classes if found.details["found_by"] != TOP_FOUND_BY]
+        for found in tested_classes:  # the top heads: one line, below
             distinct = len({tuple(heads) for heads in found.random_sets})
-            found_by, kind = found.details["found_by"], random_kind(found, "sets")
-            pooled = found.heldout
-            change, beyond = value_ci(pooled.drop, pooled.drop_ci), value_ci(pooled.beyond, pooled.beyond_ci)
             lines.append(
-                f"{found.name.capitalize()} heads ({len(found.heads)} {found_by}): ablating them changes the "
-                f"ICL score of {n_ablated} held-out documents by {change}; {kind} ({draws}; {distinct} "
-                f"distinct); beyond random {beyond}: {found.verdict}."
+                f"{found.name.capitalize()} heads ({len(found.heads)} {found.details['found_by']}): ablating "
+                f"them changes the ICL score of {n_ablated} held-out documents by {_held_out_drop(found)}; "
+                f"{random_kind(found, 'sets')} ({_draws(found)}; {distinct} distinct); beyond random "
+                f"{_beyond(found, 'heldout')}: {found.verdict}."
             )
-        if not any(found.details["found_by"] != TOP_FOUND_BY for found in finding.classes):
+        if not tested_classes:
             lines.append(
                 "No class tested: interp heads confirms no induction head in this model (or none was given)."
             )
@@ -208,10 +227,7 @@ class ICLFigures(Extras):
         ]
 
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
-        columns = [
-            ("change", lambda c: value_ci(c.heldout.drop, c.heldout.drop_ci)),
-            ("random sets of their layers", lambda c: ", ".join(f"{x:+.3f}" for x in c.random_effects)),
-        ]
+        columns = [("change", _held_out_drop), ("random sets of their layers", _draws)]
         return ClassView(columns=columns, effect="change", digits=3)
 
     def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
@@ -269,7 +285,6 @@ class ICLFigures(Extras):
         def score(found: ICLScore, **more: Any) -> dict[str, Any]:
             return {**vars(found), "n_documents": found.n_documents, **more}
 
-        training = self.training
         return {
             "documents": self.source,
             "icl_score": score(self.score),
@@ -278,14 +293,7 @@ class ICLFigures(Extras):
             **{name: getattr(self, name) for name in ("loss_curve", "loss_curve_se", "attributions")},
             "heads": self.heads,
             "loss_by_token": dict(self.loss_bins()),
-            "training": None
-            if training is None
-            else {
-                "steps": training.steps,
-                "icl_scores": training.scores,
-                "ci": training.ci,
-                "induction": training.induction,
-            },  # [step, layer, head, induction] rows
+            "training": None if self.training is None else self.training.json_fields(),
             "legend": self.legend(finding),
         }
 
@@ -355,28 +363,14 @@ def _share(value: float, interval: tuple[float, float] | None = None) -> str:
     return text if interval is None else f"{text} {ci_text(interval, 2, sign=False)}"
 
 
-def _beyond(found: ClassVerdict, family: str) -> str:
-    """The effect beyond random on `family` ("heldout" or "discovery"), with its CI ("n/a": none)."""
-    measured = getattr(found, family)
-    return "n/a" if measured is None else value_ci(measured.beyond, measured.beyond_ci)
-
-
-def random_kind(found: ClassVerdict, noun: str) -> str:
-    """ "random same-layer sets", or "random sets (from other layers too)" where a layer ran out of heads."""
-    if found.random_same_layers:
-        return f"random same-layer {noun}"
-    return f"random {noun} (from other layers too)"
-
-
 def _test_line(found: ClassVerdict) -> str:
     """A test of the headline: held out, against its random sets, beside discovery (per template: the
     standard per-stratum table)."""
     tested = found.heldout
-    draws = ", ".join(f"{value:+.3f}" for value in found.random_effects)
     where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
     return (
         f"{found.name}: {tested.drop:+.3f} {found.details['unit']} {ci_text(tested.drop_ci)} {where}; "
-        f"{random_kind(found, 'heads')} {draws}; beyond random {_beyond(found, 'heldout')} "
+        f"{random_kind(found, 'heads')} {_draws(found)}; beyond random {_beyond(found, 'heldout')} "
         f"(n={tested.n_prompts}): "
         f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
     )
@@ -478,10 +472,7 @@ class FunctionVectorFigures(Extras):
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
         written = self.written and f"A head's output in the function vector: {self.written}, averaged."
         return ClassView(
-            columns=[
-                ("unit", lambda c: c.details["unit"]),
-                ("held-out", lambda c: value_ci(c.heldout.drop, c.heldout.drop_ci)),
-            ],
+            columns=[("unit", lambda c: c.details["unit"]), ("held-out", _held_out_drop)],
             effect="effect",
             holds="its CI lies above 0",
             digits=3,

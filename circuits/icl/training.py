@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -25,6 +26,10 @@ class TrainingCurve:
     scores: list[float]
     ci: list[tuple[float, float]]
     induction: pd.DataFrame  # step, layer, head, induction
+
+    def json_fields(self) -> dict[str, Any]:
+        """Its figures as the ICL report's JSON holds them (induction: [step, layer, head, induction])."""
+        return {"steps": self.steps, "icl_scores": self.scores, "ci": self.ci, "induction": self.induction}
 
 
 @torch.inference_mode()

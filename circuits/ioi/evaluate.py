@@ -204,9 +204,7 @@ def _class_verdict(
         seed=settings.seed, n_boot=settings.n_bootstrap,
     )  # fmt: skip
     if heldout.texts is not None:  # each template's first prompt
-        examples = {
-            f"T{t}": heldout.texts[i] for i, t in reversed(list(enumerate(heldout.template.tolist())))
-        }
+        examples = {t: heldout.texts[i] for i, t in reversed(list(enumerate(_templates(heldout))))}
         for stratum in verdict.strata:
             stratum.example = examples.get(stratum.name)
     if writes is not None:
@@ -230,23 +228,17 @@ def _heldout_faithfulness(
         defined=bool(torch.isfinite(in_circuit).all() and torch.isfinite(clean).all()),
         families=templates,
     )
-    fields = {
-        "faithfulness": float("nan"),
-        "recovered": in_circuit.mean().item() / clean.mean().item(),
-        "recovered_ci": (float(low), float(high)),
-        "n_templates": len(set(templates)),
-        "faithfulness_summary": None,
-        "faithfulness_strata": [],
-    }
     summary, strata = held_out_faithfulness(
         in_circuit, clean, nothing, _strata(heldout), settings.seed, settings.n_bootstrap, templates
     )
-    if summary is None:
-        return fields
-    fields["faithfulness"] = summary.ratio
-    fields["faithfulness_summary"] = summary
-    fields["faithfulness_strata"] = strata
-    return fields
+    return {
+        "faithfulness": math.nan if summary is None else summary.ratio,
+        "recovered": in_circuit.mean().item() / clean.mean().item(),
+        "recovered_ci": (float(low), float(high)),
+        "n_templates": len(set(templates)),
+        "faithfulness_summary": summary,
+        "faithfulness_strata": strata,
+    }
 
 
 def _templates(prompts: IOIPrompts) -> list[str]:

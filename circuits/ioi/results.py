@@ -246,9 +246,14 @@ def _drops(c: ClassVerdict) -> str:
     return f"{signed(c.heldout.drop)}, {signed(c.heldout.random_drop)}"
 
 
+def _io_s(logits: dict[str, float]) -> str:
+    """ "+1.23, -0.45": figures on the IO and S logits, in logits."""
+    return f"{logits['IO']:+.2f}, {logits['S']:+.2f}"
+
+
 def _writes(c: ClassVerdict) -> str:
     written = c.details.get("writes")
-    return "" if written is None else f"{written['IO']:+.2f}, {written['S']:+.2f}"
+    return "" if written is None else _io_s(written)
 
 
 # IOI's columns of the class table (`sections.class_sections`): title, cell, legend; narrower: writes only.
@@ -423,13 +428,9 @@ class IOIFigures(Extras):
     def json_fields(self, finding: Finding) -> dict[str, Any]:
         """Every field (the heads labelled, class_heads as "heads"), the circuit as [layer, head] pairs
         per class, the logit diff, and on the discovery prompts the share recovered and faithfulness."""
-        e = self.evaluation
+        e, labelled = self.evaluation, ("class_heads", "unclassified")  # as "heads", "unclassified" below
         return {
-            **{
-                name: value
-                for name, value in vars(self).items()
-                if name not in ("class_heads", "unclassified")
-            },
+            **{name: value for name, value in vars(self).items() if name not in labelled},
             "logit_diff": self.baseline.logit_diff,
             "circuit": self.circuit,
             "heads": {name: [_labelled(h) for h in heads] for name, heads in self.class_heads.items()},
@@ -525,11 +526,9 @@ class IOIFigures(Extras):
         columns = [column for column in HEAD_COLUMNS if wide or column != "found by"]
         rows = []
         for cls, kind, h in labelled:
-            dla = h.direct_logit_attribution
             cells = [cls, h.name, f"{h.effect:+.1%}", _z(h.z), f"{kind} {h.attention[kind]:.2f}", h.step,
-                     f"{dla['IO']:+.2f}, {dla['S']:+.2f}"]  # fmt: skip
-            row = dict(zip(HEAD_COLUMNS, cells, strict=True))
-            rows.append([row[column] for column in columns])
+                     _io_s(h.direct_logit_attribution)]  # fmt: skip
+            rows.append([cell for column, cell in zip(HEAD_COLUMNS, cells, strict=True) if column in columns])
         return Table(columns=columns, rows=rows, right=["effect", "z"])
 
     def _estimates_note(self, step: str) -> str:
@@ -570,12 +569,11 @@ class IOIFigures(Extras):
                 names = [h.name for h in self.class_heads[cls] if h.name in example.patterns]
                 if not names:
                     continue
-                query, key = CLASS_ATTENTION[cls]
-                title = f"{CLASS_TITLES[cls]}: expected {query} -> {key}"
-                patterns.append(f"<h3 class='ioi-pattern-class'>{html.escape(title)}</h3>")
-                patterns.append(
-                    attention_patterns_html(example.tokens, [example.patterns[n] for n in names], names)
-                )
+                title = f"{CLASS_TITLES[cls]}: expected {' -> '.join(CLASS_ATTENTION[cls])}"
+                patterns += [
+                    f"<h3 class='ioi-pattern-class'>{html.escape(title)}</h3>",
+                    attention_patterns_html(example.tokens, [example.patterns[n] for n in names], names),
+                ]
         return effects, attention, patterns
 
 

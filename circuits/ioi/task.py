@@ -81,27 +81,27 @@ def prompt_families(prompts: IOIPrompts) -> dict[str, list[str]]:
 def ioi_pair_task(model: HookedTransformer, n_prompts: int = 64, seed: int = 0) -> PairTask:
     """`n_prompts` IOI prompts of each split against their ABC corruptions: answer IO, wrong answer S at
     END; positions IO, S1, S2; family "template k" or "held-out template k"; stratum the name order."""
-    parts = [(ioi_dataset_for(model, n_prompts, seed, split)[:2], prefix) for split, prefix in SPLITS]
-    width = max(prompts.tokens.shape[1] for (clean, abc), _ in parts for prompts in (clean, abc))
+    # (clean, abc, family prefix) per split
+    splits = [(*ioi_dataset_for(model, n_prompts, seed, split)[:2], prefix) for split, prefix in SPLITS]
+    cleans, abcs = [clean for clean, _, _ in splits], [abc for _, abc, _ in splits]
+    width = max(prompts.tokens.shape[1] for prompts in cleans + abcs)
 
     def stacked(tokens: list[torch.Tensor]) -> torch.Tensor:  # [n, width], right-padded with 0
         return torch.cat([F.pad(t, (0, width - t.shape[1])) for t in tokens])
 
-    families = tuple(f"{prefix} {int(t)}" for (clean, _), prefix in parts for t in clean.template)
-    end = torch.cat([clean.positions["END"] for (clean, _), _ in parts])
+    families = tuple(f"{prefix} {int(t)}" for clean, _, prefix in splits for t in clean.template)
+    end = torch.cat([clean.positions["END"] for clean in cleans])
     return PairTask(
         name="ioi",
-        clean=with_right_padding(stacked([clean.tokens for (clean, _), _ in parts]), end),
-        corrupted=stacked([abc.tokens for (_, abc), _ in parts]),
-        correct=torch.cat([clean.io_token for (clean, _), _ in parts]),
-        incorrect=torch.cat([clean.s_token for (clean, _), _ in parts]),
+        clean=with_right_padding(stacked([clean.tokens for clean in cleans]), end),
+        corrupted=stacked([abc.tokens for abc in abcs]),
+        correct=torch.cat([clean.io_token for clean in cleans]),
+        incorrect=torch.cat([clean.s_token for clean in cleans]),
         end=end,
-        corrupted_end=torch.cat([abc.positions["END"] for (_, abc), _ in parts]),
-        positions={
-            name: torch.cat([clean.positions[name] for (clean, _), _ in parts]) for name in IOI_POSITIONS
-        },
+        corrupted_end=torch.cat([abc.positions["END"] for abc in abcs]),
+        positions={name: torch.cat([clean.positions[name] for clean in cleans]) for name in IOI_POSITIONS},
         families=families,
-        strata=tuple(order for (clean, _), _ in parts for order in clean.order),
+        strata=tuple(order for clean in cleans for order in clean.order),
         heldout_families=tuple(f for f in dict.fromkeys(families) if f.startswith(SPLITS[1][1])),
         answers=("IO", "S"),
     )

@@ -101,6 +101,12 @@ def estimated_drops(model: HookedTransformer, task: PairTask, ablation: str) -> 
     return -torch.stack(changes, 1).float().mean(0).flatten().cpu()  # [layer * head], layer-major
 
 
+def _report(progress: Progress | None, stage: str, done: int) -> None:
+    """progress(stage, done, 1) (0: the stage begins, 1: it ends), where there is a `progress`."""
+    if progress is not None:
+        progress(stage, done, 1)
+
+
 def discover(
     model: HookedTransformer, task: PairTask, settings: PathSettings, progress: Progress | None = None
 ) -> tuple[list[Head], dict[Head, HeadDrop]]:
@@ -109,8 +115,8 @@ def discover(
     heads = every_head(model)  # layer-major, as the estimates
     order = estimated.abs().argsort(descending=True)[: settings.n_candidates].tolist()
     candidates = [heads[i] for i in order]
-    if progress is not None:
-        progress(f"{PATH_STAGES[0]}: exact drops of the candidates", 0, 1)
+    exact = f"{PATH_STAGES[0]}: exact drops of the candidates"
+    _report(progress, exact, 0)
     sets = [[], *[[h] for h in candidates], heads]  # the model, each candidate, every head
     values = metric_with_heads_ablated(model, task, sets, settings.ablation)
     drops = values[0][None] - values[1:-1]  # [candidate, prompt]
@@ -123,8 +129,7 @@ def discover(
         rows[head].exact, rows[head].exact_ci = float(drop.mean()), ci
         if (ci[0] > 0 or ci[1] < 0) and abs(float(drop.mean())) >= settings.min_share * abs(gap):
             kept.append((abs(float(drop.mean())), head))
-    if progress is not None:
-        progress(f"{PATH_STAGES[0]}: exact drops of the candidates", 1, 1)
+    _report(progress, exact, 1)
     chosen = [head for _, head in sorted(kept, reverse=True)[: settings.max_heads]]
     return chosen, rows
 
@@ -175,16 +180,9 @@ def validate(
     comparison only, on discovery families), judged by `circuits.evidence.judge_class`; and why none
     is confirmed where the model shows no behaviour on the held-out prompts (`no_behaviour`), else None."""
     outside = unclaimed_heads(model, classes.values())
+    signs = {name: -1 if name.endswith("(negative)") else 1 for name in classes}
     found = [
-        head_class(
-            model,
-            name,
-            heads,
-            settings.n_random,
-            settings.seed,
-            -1 if name.endswith("(negative)") else 1,
-            outside=outside,
-        )  # fmt: skip
+        head_class(model, name, heads, settings.n_random, settings.seed, signs[name], outside=outside)
         for name, heads in classes.items()
     ]
 
@@ -284,26 +282,21 @@ def head_path(
     notes = [] if task.positions else [_changed_positions_note(model, task)]
     task = task if task.positions else task.with_changed_positions()
     discovery, heldout = task.split(settings.heldout, settings.seed)
-
-    def stage(index: int) -> None:
-        if progress is not None:
-            progress(PATH_STAGES[index], 0, 1)
-
-    stage(0)
+    _report(progress, PATH_STAGES[0], 0)
     heads, drops = discover(model, discovery, settings, progress)
-    stage(1)
+    _report(progress, PATH_STAGES[1], 0)
     attention = attention_to_positions(model, discovery, heads)
     classes = classify(
         heads, {head: drops[head].exact for head in heads}, attention, settings.attention_threshold
     )
-    stage(2)
+    _report(progress, PATH_STAGES[2], 0)
     checks, why_none = validate(model, discovery, heldout, classes, settings) if classes else ([], None)
     for check in checks:
         members = classes[check.name]  # in the order of `heads`, as `classify` keeps them
         check.details["attention"] = {
             name: sum(attention[h][name] for h in members) / len(members) for name in task.positions
         }
-    stage(3)
+    _report(progress, PATH_STAGES[3], 0)
     faithfulness, faithfulness_strata, all_heads_drop = head_faithfulness(
         model, heldout, heads, settings.ablation, settings.seed
     )

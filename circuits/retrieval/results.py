@@ -224,17 +224,14 @@ class RetrievalFigures(Extras):
              signed(h.direct), h.cls or "unclassified", "yes" if h.head in self.induction_heads else "no"]
             for h in self.heads
         ]  # fmt: skip
+        accuracy = Table(columns=list(ACCURACY_COLUMNS), rows=accuracy_rows, right=list(ACCURACY_COLUMNS[1:]))
+        heads = Table(columns=list(HEAD_COLUMNS), rows=head_rows, right=list(HEAD_COLUMNS[2:7]))
         read_as = f" Read as {self.attribution}." if self.attribution else ""
         return [
-            Section(
-                title="Accuracy",
-                table=Table(
-                    columns=list(ACCURACY_COLUMNS), rows=accuracy_rows, right=list(ACCURACY_COLUMNS[1:])
-                ),
-            ),
+            Section(title="Accuracy", table=accuracy),
             Section(
                 title="Heads found on the discovery prompts",
-                table=Table(columns=list(HEAD_COLUMNS), rows=head_rows, right=list(HEAD_COLUMNS[2:7])),
+                table=heads,
                 notes=[HEADS_LEGEND + read_as],
                 figures=self.figures(),
             ),
