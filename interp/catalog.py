@@ -100,7 +100,7 @@ _GEMMA = "gemma3-270m"
 EXPECTED_TIMES = {
     "heads": (
         ExpectedTime(199, "interp heads", _EPYC, _TODAY),
-        ExpectedTime(277, "interp heads", _EPYC_AVX2, "idle, 2026-12-04, the whole command, --save"),
+        ExpectedTime(207, "interp heads", _EPYC_AVX2, "idle, 2026-12-04, the whole command, --save"),
         ExpectedTime(119, "interp heads", _XEON_AMX, "idle, 2026-12-02, make report, the whole command"),
         ExpectedTime(151, "interp heads --model gemma3-270m", _EPYC, _TODAY, _GEMMA),
     ),
