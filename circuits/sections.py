@@ -117,6 +117,16 @@ def value_ci(value: float, interval: tuple[float, float] | None, digits: int = 3
     )
 
 
+def held_out_drop(found: ClassVerdict, digits: int = 3) -> str:
+    """A class's held-out drop with its CI: "+0.123 [+0.010, +0.250]"."""
+    return value_ci(found.heldout.drop, found.heldout.drop_ci, digits)
+
+
+def random_effects_text(found: ClassVerdict, digits: int = 3) -> str:
+    """A class's random sets' held-out effects: "+0.012, -0.003, ..."."""
+    return ", ".join(f"{effect:+.{digits}f}" for effect in found.random_effects)
+
+
 def percent_ci(interval: tuple[float, float], digits: int = 0) -> str:
     """A CI of a fraction in %, the unit of the value it goes with: "[12%, 34%]"; "(no CI)" for NaN bounds."""
     if any(math.isnan(bound) for bound in interval):

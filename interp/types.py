@@ -6,8 +6,8 @@ Shapes: `batch` prompts, `pos` positions, `d_vocab` logits.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal, TypeVar
 
 import torch
 from jaxtyping import Int
@@ -56,6 +56,20 @@ def as_stage(
     if progress is None:
         return None
     return lambda _, done, of: progress(stage, offset + done, of if total is None else total)
+
+
+T = TypeVar("T")
+
+
+def counted(items: Sequence[T], progress: Progress | None, stage: str) -> Iterator[T]:
+    """Each of `items` in turn, reported as progress(stage, done, len(items)) before each and once more
+    after the last (done = len(items)): a stage whose units are the items."""
+    for done, item in enumerate(items):
+        if progress is not None:
+            progress(stage, done, len(items))
+        yield item
+    if progress is not None:
+        progress(stage, len(items), len(items))
 
 
 def substages(progress: Progress | None, stage: str) -> Progress | None:

@@ -15,7 +15,15 @@ from torch import Tensor
 from circuits.evidence import ClassVerdict
 from circuits.finding import ClassView, Extras, Finding
 from circuits.output import pyplot, save_figure
-from circuits.sections import Section, ci_text, class_sections, layer_head_map, value_ci
+from circuits.sections import (
+    Section,
+    ci_text,
+    class_sections,
+    held_out_drop,
+    layer_head_map,
+    random_effects_text,
+    value_ci,
+)
 from interp.types import label_head
 from interp.viz import heatmap_grid
 
@@ -33,7 +41,7 @@ LEGEND = (
 LOOKUP_COLUMNS = [
     ("layers", lambda c: ", ".join(map(str, c.details["layers"])) or "-"),
     ("attention", lambda c: ", ".join(f"{value:.2f}" for value in c.details["attention"]) or "-"),
-    ("drop", lambda c: value_ci(c.heldout.drop, c.heldout.drop_ci, 2)),
+    ("drop", lambda c: held_out_drop(c, 2)),
 ]  # each hop's own columns in the standard class table (`class_sections`)
 PATH_LEGEND = (
     "Path patching, held-out sequences: hop j's heads output at the query their value on another held-out "
@@ -47,8 +55,8 @@ PATH_LEGEND = (
 PATH_COLUMNS = [
     ("to", lambda p: f"hop {p.details['to_hop']}: {', '.join(p.details['receivers'])}"),
     ("route", lambda p: p.details["route"]),
-    ("drop", lambda p: value_ci(p.heldout.drop, p.heldout.drop_ci, 2)),
-    ("random senders", lambda p: ", ".join(f"{e:+.2f}" for e in p.random_effects)),
+    ("drop", lambda p: held_out_drop(p, 2)),
+    ("random senders", lambda p: random_effects_text(p, 2)),
 ]  # each route's own columns in the standard class table (`class_sections`), its senders the class
 
 

@@ -55,7 +55,7 @@ from circuits.icl.function_vectors import (
     task_prompts,
     zero_shot_accuracy,
 )
-from circuits.icl.heads import ablated_icl_scores, counted, ranked_heads
+from circuits.icl.heads import ablated_icl_scores, ranked_heads
 from circuits.icl.results import (
     AIE_TEST,
     TEMPLATE_KINDS,
@@ -76,7 +76,7 @@ from interp.tasks.icl_tasks import (
     single_token_pairs,
     split_pairs,
 )
-from interp.types import Head, Progress, as_stage, head_label
+from interp.types import Head, Progress, as_stage, counted, head_label
 
 FV_STAGES = (  # the stages function_vector_report reports and keeps, after the induction heads
     "AIE of every head (discovery tasks and templates)",

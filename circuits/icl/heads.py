@@ -6,8 +6,7 @@ engine, `read_site_sets`, from the clean run's residual stream at the set's firs
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -18,23 +17,11 @@ from circuits.icl.score import icl_scores, token_losses
 from circuits.icl.sequences import Windows
 from interp.interventions.ablation import Ablation, Replacement, ablation_sites
 from interp.interventions.engine import RunOptions, final_resid_hook, read_site_sets, read_with_grad
-from interp.types import Head, Progress, as_stage
+from interp.types import Head, Progress, as_stage, counted
 
 ICL_ABLATIONS = ("mean", "zero", "resample")
 ATTRIBUTION_STAGE = "Attribution: forward and backward passes"  # the stages progress(stage, done, total)
 EXACT_ABLATIONS_STAGE = "Exact ablations"  # reports: head_attributions, ablated_icl_scores
-T = TypeVar("T")
-
-
-def counted(items: Sequence[T], progress: Progress | None, stage: str) -> Iterator[T]:
-    """Each of `items` in turn, reported as progress(stage, done, len(items)) before each and once more
-    after the last (done = len(items))."""
-    for done, item in enumerate(items):
-        if progress is not None:
-            progress(stage, done, len(items))
-        yield item
-    if progress is not None:
-        progress(stage, len(items), len(items))
 
 
 def ranked_heads(grid: Float[Tensor, "layer head"]) -> list[Head]:

@@ -40,7 +40,6 @@ from circuits.icl.heads import (
     EXACT_ABLATIONS_STAGE,
     ablated_icl_scores,
     check_icl_ablation,
-    counted,
     head_attributions,
     ranked_heads,
 )
@@ -51,7 +50,7 @@ from circuits.icl.training import icl_over_training, plot_icl_over_training
 from circuits.stages import StageResults
 from interp.checks import check_count
 from interp.training import CHECKPOINTS
-from interp.types import Head, Progress, as_stage, head_label
+from interp.types import Head, Progress, as_stage, counted, head_label
 
 SCORING_STAGE = "Scoring held-out documents"  # every held-out document scored: the headline
 CHECKPOINTS_STAGE = "ICL and induction scores at each checkpoint"  # icl_analysis's, after icl_report's

@@ -21,7 +21,16 @@ from circuits.finding import ClassView, Extras, Finding
 from circuits.icl.score import ICLScore
 from circuits.icl.training import TrainingCurve, plot_icl_over_training
 from circuits.output import pyplot, save_figure
-from circuits.sections import Section, Table, ci_text, layer_head_map, signed, value_ci
+from circuits.sections import (
+    Section,
+    Table,
+    ci_text,
+    held_out_drop,
+    layer_head_map,
+    random_effects_text,
+    signed,
+    value_ci,
+)
 from interp.tasks.corpus import BROWN_SOURCE, N_BROWN_TEXTS
 from interp.tasks.icl_tasks import ICL_TEMPLATES
 from interp.types import label_head
@@ -80,16 +89,6 @@ class HeadEffect:
     exact: float
     exact_ci: tuple[float, float]
     verdict: str
-
-
-def _draws(found: ClassVerdict) -> str:
-    """Its random sets' mean held-out effects: "+0.012, -0.003, ..."."""
-    return ", ".join(f"{effect:+.3f}" for effect in found.random_effects)
-
-
-def _held_out_drop(found: ClassVerdict) -> str:
-    """Its held-out effect with its CI: "+0.123 [+0.010, +0.250]"."""
-    return value_ci(found.heldout.drop, found.heldout.drop_ci)
 
 
 def _beyond(found: ClassVerdict, family: str) -> str:
@@ -192,9 +191,9 @@ class ICLFigures(Extras):
             distinct = len({tuple(heads) for heads in found.random_sets})
             lines.append(
                 f"{found.name.capitalize()} heads ({len(found.heads)} {found.details['found_by']}): ablating "
-                f"them changes the ICL score of {n_ablated} held-out documents by {_held_out_drop(found)}; "
-                f"{random_kind(found, 'sets')} ({_draws(found)}; {distinct} distinct); beyond random "
-                f"{_beyond(found, 'heldout')}: {found.verdict}."
+                f"them changes the ICL score of {n_ablated} held-out documents by {held_out_drop(found)}; "
+                f"{random_kind(found, 'sets')} ({random_effects_text(found)}; {distinct} distinct); beyond "
+                f"random {_beyond(found, 'heldout')}: {found.verdict}."
             )
         if not tested_classes:
             lines.append(
@@ -227,7 +226,7 @@ class ICLFigures(Extras):
         ]
 
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
-        columns = [("change", _held_out_drop), ("random sets of their layers", _draws)]
+        columns = [("change", held_out_drop), ("random sets of their layers", random_effects_text)]
         return ClassView(columns=columns, effect="change", digits=3)
 
     def extra_sections(self, finding: Finding, wide: bool) -> list[Section]:
@@ -370,8 +369,8 @@ def _test_line(found: ClassVerdict) -> str:
     where = "on held-out data" if not found.strata else "on held-out tasks in held-out templates"
     return (
         f"{found.name}: {tested.drop:+.3f} {found.details['unit']} {ci_text(tested.drop_ci)} {where}; "
-        f"{random_kind(found, 'heads')} {_draws(found)}; beyond random {_beyond(found, 'heldout')} "
-        f"(n={tested.n_prompts}): "
+        f"{random_kind(found, 'heads')} {random_effects_text(found)}; beyond random "
+        f"{_beyond(found, 'heldout')} (n={tested.n_prompts}): "
         f"{found.verdict}; on discovery tasks and templates {_beyond(found, 'discovery')}: {found.note}."
     )
 
@@ -472,7 +471,7 @@ class FunctionVectorFigures(Extras):
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
         written = self.written and f"A head's output in the function vector: {self.written}, averaged."
         return ClassView(
-            columns=[("unit", lambda c: c.details["unit"]), ("held-out", _held_out_drop)],
+            columns=[("unit", lambda c: c.details["unit"]), ("held-out", held_out_drop)],
             effect="effect",
             holds="its CI lies above 0",
             digits=3,

@@ -428,7 +428,8 @@ class IOIFigures(Extras):
     def json_fields(self, finding: Finding) -> dict[str, Any]:
         """Every field (the heads labelled, class_heads as "heads"), the circuit as [layer, head] pairs
         per class, the logit diff, and on the discovery prompts the share recovered and faithfulness."""
-        e, labelled = self.evaluation, ("class_heads", "unclassified")  # as "heads", "unclassified" below
+        e = self.evaluation
+        labelled = ("class_heads", "unclassified")  # written below with the heads labelled
         return {
             **{name: value for name, value in vars(self).items() if name not in labelled},
             "logit_diff": self.baseline.logit_diff,

@@ -62,7 +62,7 @@ from interp.tasks.retrieval import (
     make_retrieval_prompts,
     make_two_hop_prompts,
 )
-from interp.types import Head, Progress, head_label
+from interp.types import Head, Progress, counted, head_label
 
 # The stages find_retrieval_circuit reports after the induction heads ("Path patching: heads -> ..." are
 # stages of "Path patching").
@@ -204,9 +204,8 @@ def _ablated_runs(
 ) -> dict[tuple[Head, ...], Tensor]:
     """head set -> [prompt] the logit diffs with it mean-ablated (per position, over the prompts'
     corrupted runs), the batches concatenated."""
-    say, parts = progress or _quiet, []
-    for done, prompts in enumerate(batches):
-        say(stage, done, len(batches))
+    parts = []
+    for prompts in counted(batches, progress, stage):
         mean = Ablation("mean", reference=prompts.corrupted.to(model.device))
         replacement = Replacement(model, model.layer_hook_names("z"), mean)
         end, candidates = prompts.positions["END"].to(model.device), prompts.candidates.to(model.device)
@@ -216,7 +215,6 @@ def _ablated_runs(
                 options=RunOptions(logit_pos=end, logit_tokens=candidates),
             )  # fmt: skip
         parts.append(values.float().cpu())
-    say(stage, len(batches), len(batches))
     return dict(zip(head_sets, torch.cat(parts, 1), strict=True))
 
 
