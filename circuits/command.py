@@ -246,9 +246,9 @@ def check_pairs_file(
     option: str, path: str, metric: str = "logit_diff", ioi_only: Sequence[str] = ()
 ) -> None:
     """Refuse the prompt-pair file of `option` (--task, --pairs) when it is missing, unreadable or its
-    pairs lack what `metric` reads (`circuits.pairs_file`), or beside the given options `ioi_only`
+    pairs lack what `metric` reads (`interp.tasks.pairs`), or beside the given options `ioi_only`
     (parameter names) that choose IOI prompts, before anything is imported or loaded."""
-    from circuits.pairs_file import check_pairs, read_pairs
+    from interp.tasks.pairs import check_pairs, read_pairs
 
     if ioi_only:
         names = " and ".join("--" + name.replace("_", "-") for name in ioi_only)

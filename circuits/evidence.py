@@ -25,8 +25,9 @@ Split. Heads, layers, sizes and every other choice are made on *discovery* famil
 relations, word-pair tasks, documents) and every reported effect is measured on *held-out* families
 (`FamilySplit`), never on the data that chose it. `held_out_note` says when an effect shrinks there.
 
-Selection. A head stands out when its robust z-score (`robust_z`: the distance from the median of
-all heads in 1.4826 MADs) or its share of the summed effect is large (`select_heads`).
+Selection. A head stands out when its robust z-score (`interp.interventions.stats.robust_z`: the
+distance from the median of all heads in 1.4826 MADs) or its share of the summed effect is large
+(`select_heads`).
 """
 
 from __future__ import annotations
@@ -53,11 +54,13 @@ from interp.interventions.stats import (
     expanded_p,
     faithfulness_summary,
     groups_differ_p,
+    median_mad,
     resampled_units,
     resamples,
+    robust_z,
     too_few_families,
 )
-from interp.types import Head, head_label, label_head, upcast
+from interp.types import Head, head_label, label_head
 
 EFFECT_SIGN = "drop = metric(clean) - metric(ablated), per prompt; positive: the heads help"
 MIN_STRATUM_PROMPTS = 4
@@ -827,28 +830,6 @@ def holm(classes: Sequence[ClassVerdict], alpha: float = CI_TAIL) -> list[bool |
         can = found.has_ci and next(hoped)
         held.append(True if passes else (None if can else False))
     return held
-
-
-def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
-    """Median and median absolute deviation of the finite entries of `values`; of an even count, the
-    mean of the two middle values (so negating `values` negates the median and keeps the MAD)."""
-    finite = upcast(values[values.isfinite()])  # quantile takes float32 or float64 only
-    median = finite.quantile(0.5)
-    return median, (finite - median).abs().quantile(0.5)
-
-
-def robust_z(values: Tensor) -> Tensor:
-    """(x - median) / (1.4826 MAD) over the finite entries; NaN stays NaN.
-
-    1.4826 MAD estimates the standard deviation of normal data, and unlike it ignores the outliers
-    we are looking for. A zero MAD (most values equal) falls back to the mean absolute deviation.
-    """
-    median, mad = median_mad(values)
-    spread = 1.4826 * mad
-    if spread <= 1e-12:
-        finite = values[values.isfinite()]
-        spread = (finite - median).abs().mean().clamp_min(1e-12)
-    return (values - median) / spread
 
 
 def select_heads(

@@ -376,7 +376,7 @@ def test_families_are_held_out_whole(smollm2, tmp_path):
     rows += [
         ",".join([*(json.dumps(field) for field in row), family])
         for row, family in zip(PAIRS + [(*row[:2], row[3], row[2]) for row in PAIRS], "aabbcc", strict=True)
-    ]  # each pair once: a repeat in another family is refused (circuits.pairs_file)
+    ]  # each pair once: a repeat in another family is refused (interp.tasks.pairs)
     path = tmp_path / "families.csv"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     task = edge_task(smollm2, str(path))

@@ -22,7 +22,6 @@ from circuits.evidence import (
     StratumDrop,
     ci_verdict,
     class_verdict,
-    robust_z,
     select_heads,
     too_few,
 )
@@ -45,6 +44,7 @@ from circuits.ioi.steps import StepInputs, find_backup_name_movers, find_name_mo
 from circuits.results_file import load_result, save_result
 from circuits.sections import ONE_RANDOM_SET, OTHER_LAYERS, render_html, render_markdown, result_json
 from interp.interventions.path_patching import path_patching
+from interp.interventions.stats import robust_z
 from interp.io.serialize import encode
 from interp.tasks import IOIPrompts
 

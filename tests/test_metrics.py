@@ -317,7 +317,7 @@ def test_a_class_judged_on_fewer_than_min_stratum_prompts_is_unconfirmed():
 def test_robust_z_keeps_float64():
     """Robust z-scores of float64 effects are computed in float64 (float32 loses small differences
     between large values)."""
-    from circuits.evidence import robust_z
+    from interp.interventions.stats import robust_z
 
     values = 1000 + torch.tensor([0, 1, 2, 3, 4, 5, 6, 100], dtype=torch.float64) * 1e-5
     median = (values.sort().values[3] + values.sort().values[4]).item() / 2

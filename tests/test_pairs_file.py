@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 import interp
 from circuits.cli import app
 from circuits.edge_circuits.tasks import pair_edge_task
-from circuits.pairs_file import check_pairs, read_pairs
 from circuits.path import pair_task
+from interp.tasks.pairs import check_pairs, read_pairs
 
 HEADER = "clean,corrupted,correct,incorrect"
 PAIRS = [  # (clean, corrupted, correct, incorrect): distinct IOI-like pairs

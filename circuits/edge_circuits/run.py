@@ -27,13 +27,13 @@ from circuits.edge_circuits.tasks import (
     pair_edge_task,
 )
 from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_FAMILIES, split_families, too_few
-from circuits.pairs_file import METRICS, check_families, check_pairs, read_pairs
 from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
 from circuits.quick import circuit_note
 from interp.edges import mib_json
 from interp.interventions.stats import MIN_FAMILIES
 from interp.io.files import write_text_atomic
 from interp.model import HookedTransformer, ungrouped
+from interp.tasks.pairs import METRICS, check_families, check_pairs, read_pairs
 from interp.types import Progress
 
 

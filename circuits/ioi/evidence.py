@@ -14,8 +14,8 @@ from torch import Tensor
 
 import interp
 from circuits.discovery import end_logits_and_cache
-from circuits.evidence import median_mad
 from circuits.ioi.results import ATTENTION_KINDS, CLASS_KIND, CLASS_WRITES, HeadEvidence, Settings
+from interp.interventions.stats import median_mad
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head
 

@@ -23,7 +23,11 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from circuits.evidence import FamilySplit, label_strata, split_families
-from circuits.pairs_file import (
+from interp import edges
+from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
+from interp.model import HookedTransformer
+from interp.model.tokens import index_tokens, record_padding
+from interp.tasks.pairs import (
     POSITION_PREFIX,
     check_families,
     check_pairs,
@@ -33,10 +37,6 @@ from circuits.pairs_file import (
     position_spec,
     read_pairs,
 )
-from interp import edges
-from interp.interventions.metrics import AnswerMetric, logit_diff_metric, prob_metric
-from interp.model import HookedTransformer
-from interp.model.tokens import index_tokens, record_padding
 
 ALL = "all"  # the one stratum of prompts given none
 NO_FAMILY = "pair {}"  # each pair its own family when the file has no family column (from 1, as messages)
@@ -48,7 +48,7 @@ MAX_CHANGED = 4  # positions named one by one ("changed 1", ...) at most; more: 
 class PairTask:
     """Prompt pairs with their answers. clean, corrupted: [n, pos] right-padded to one width;
     end, corrupted_end: [n] each prompt's last real token (where the metric reads); incorrect: None
-    with the probability metric; metric_kind: "logit_diff" or "prob" (`circuits.pairs_file.METRICS`);
+    with the probability metric; metric_kind: "logit_diff" or "prob" (`interp.tasks.pairs.METRICS`);
     positions: NAME -> [n] token positions in the clean prompts; families, strata: one label per prompt."""
 
     name: str
@@ -306,7 +306,7 @@ def pair_task(
     metric: str = "logit_diff",
 ) -> PairTask:
     """A `PairTask` from a prompt-pair file (see the module docstring) or its rows, with `metric`
-    ("logit_diff" or "prob": `circuits.pairs_file.METRICS`); every prompt whole, never cut to the
+    ("logit_diff" or "prob": `interp.tasks.pairs.METRICS`); every prompt whole, never cut to the
     context (its end is where the metric reads)."""
     name = name or (Path(source).name if isinstance(source, str | Path) else "pairs")
     rows = read_pairs(source) if isinstance(source, str | Path) else pair_rows(source, name)

@@ -1,5 +1,6 @@
-"""Statistics of intervention results: one bootstrap, one faithfulness, AUROC, the mean over the
-prompts real at each position (`masked_mean`, for mean ablation of padded prompts).
+"""Statistics of intervention results: one bootstrap, one faithfulness, robust z-scores (`robust_z`),
+AUROC, the mean over the prompts real at each position (`masked_mean`, for mean ablation of padded
+prompts).
 
 Every confidence interval in interp is one bootstrap over prompts (`bootstrap`): prompts are
 resampled with replacement (or, where they come in families, the families and then the prompts within
@@ -324,6 +325,28 @@ def faithfulness_summary(
         model_effect_ci=(float(effect_low), float(effect_high)),
         n_families=family_count(families),
     )
+
+
+def median_mad(values: Tensor) -> tuple[Tensor, Tensor]:
+    """Median and median absolute deviation of the finite entries of `values`; of an even count, the
+    mean of the two middle values (so negating `values` negates the median and keeps the MAD)."""
+    finite = upcast(values[values.isfinite()])  # quantile takes float32 or float64 only
+    median = finite.quantile(0.5)
+    return median, (finite - median).abs().quantile(0.5)
+
+
+def robust_z(values: Tensor) -> Tensor:
+    """(x - median) / (1.4826 MAD) over the finite entries; NaN stays NaN.
+
+    1.4826 MAD estimates the standard deviation of normal data, and unlike it ignores the outliers
+    we are looking for. A zero MAD (most values equal) falls back to the mean absolute deviation.
+    """
+    median, mad = median_mad(values)
+    spread = 1.4826 * mad
+    if spread <= 1e-12:
+        finite = values[values.isfinite()]
+        spread = (finite - median).abs().mean().clamp_min(1e-12)
+    return (values - median) / spread
 
 
 def auroc(scores: Float[Tensor, " n"], positive: Bool[Tensor, " n"]) -> float:

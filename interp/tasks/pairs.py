@@ -1,6 +1,5 @@
-"""Prompt-pair files (CSV with a header, or JSONL), read and checked without a model (no torch): what
-`interp circuit --task` and `interp patch --pairs` check before a model loads, and what
-`circuits.path.task.pair_task` reads (the one task of a file).
+"""Prompt-pair files (CSV with a header, or JSONL), read and checked without a model (no torch), so a
+command can refuse a file before a model loads (`interp circuit --task`, `interp patch --pairs`).
 
     rows = read_pairs("agreement.csv")        # [{"clean": ..., "corrupted": ..., ...}, ...]
     check_pairs(rows, "agreement.csv")        # every pair has what its metric reads
