@@ -112,9 +112,8 @@ def ci_text(
 def value_ci(value: float, interval: tuple[float, float] | None, digits: int = 3) -> str:
     """A signed figure with its CI: "+0.123 [+0.010, +0.250]"; with no CI (a stratum of too few
     prompts) "+0.123 (too few prompts)"."""
-    return f"{signed(value, digits)} " + (
-        f"({TOO_FEW_PROMPTS})" if interval is None else ci_text(interval, digits)
-    )
+    shown_ci = f"({TOO_FEW_PROMPTS})" if interval is None else ci_text(interval, digits)
+    return f"{signed(value, digits)} {shown_ci}"
 
 
 def held_out_drop(found: ClassVerdict, digits: int = 3) -> str:
@@ -235,21 +234,19 @@ def result_json(result: Any) -> str:
 
 def write_sections(
     report: Report, format: str, out: str | Path | None, console: Console, result: Any,
-    data: Mapping[str, Callable[[], str]] | None = None, terminal: Report | None = None, width: int = 160,
+    data: Mapping[str, Callable[[], str]] | None = None, width: int = 160,
 ) -> None:  # fmt: skip
     """Render `report` in `format` to the file `out` (atomically), or to the console when out is None;
     the "json" format is `result_json(result)`. data: formats an analysis writes as its own data
-    ({"csv": ...}); terminal: the report the "table" format prints where it differs (a narrower
-    table); width: the columns of the "table" format written to a file."""
+    ({"csv": ...}); width: the columns of the "table" format written to a file."""
     renderers = {"json": lambda: result_json(result), "markdown": lambda: render_markdown(report),
                  "html": lambda: render_html(report), **(data or {})}  # fmt: skip
     check_format(format, ("table", *renderers), out)
-    if format == "table" and out is None:
-        print_report(terminal or report, console)
-    elif format == "table":
-        buffer = Console(file=io.StringIO(), width=width)
-        print_report(terminal or report, buffer)
-        write_text_atomic(out, buffer.file.getvalue())
+    if format == "table":
+        target = console if out is None else Console(file=io.StringIO(), width=width)
+        print_report(report, target)
+        if out is not None:
+            write_text_atomic(out, target.file.getvalue())
     elif out is None:
         console.print(renderers[format](), markup=False, highlight=False, emoji=False, soft_wrap=True)
     else:
@@ -364,10 +361,9 @@ class Correction:
         judged = [c for c in classes if c.has_ci]
         held = holm(judged)
         claims = [c.verdict == "confirmed" or c.verdict.endswith("-dependent") for c in judged]
-        claimed = [c for c, claim in zip(judged, claims, strict=True) if claim]
-        if held is None:  # no p-values: nothing dropped, nothing unsure
-            return cls(judged=judged, claimed=claimed, lost=[], unsure=[], held=None)
-        outcome = list(zip(judged, claims, held, strict=True))
+        per_class = [True] * len(judged) if held is None else held  # no p-values: none dropped, none unsure
+        outcome = list(zip(judged, claims, per_class, strict=True))
+        claimed = [c for c, claim, _ in outcome if claim]
         lost = [c for c, claim, holds in outcome if claim and holds is False]
         unsure = [c for c, claim, holds in outcome if claim and holds is None]
         return cls(judged=judged, claimed=claimed, lost=lost, unsure=unsure, held=held)
@@ -475,16 +471,10 @@ def _untested(found: ClassVerdict) -> bool:
 def _kind_differs(found: ClassVerdict) -> list[str]:
     """Per stratum of `found`: its kind's `differ_p` on the kind's first stratum ("not tested" for the
     kind of a verdict judged before the test), else ""."""
-    cells, seen = [], set()
-    untested = found.verdict.removesuffix("-dependent") if _untested(found) else None
-    for stratum in found.strata:
-        first = stratum.kind not in seen
-        if first and stratum.kind in found.differ_p:
-            cells.append(f"{found.differ_p[stratum.kind]:.2g}")
-        else:
-            cells.append(UNTESTED if first and stratum.kind == untested else "")
-        seen.add(stratum.kind)
-    return cells
+    to_show = {kind: f"{p:.2g}" for kind, p in found.differ_p.items()}  # kind -> its cell, until shown
+    if _untested(found):
+        to_show[found.verdict.removesuffix("-dependent")] = UNTESTED
+    return [to_show.pop(stratum.kind, "") for stratum in found.strata]  # on each kind's first stratum only
 
 
 def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Section]:
