@@ -14,10 +14,11 @@ would make its baseline): `beyond_random` is the class's drop minus the random s
 by prompt, with a bootstrap CI (`beyond_ci`, on `interp.interventions.stats`' one expanded percentile
 bootstrap) that resamples the held-out families, then the prompts within them, and the random sets,
 so that a verdict holds for new families of the kind and does not rest on which few random heads
-were drawn; and the same per stratum of the prompts
-(`stratum_drops`: name orders, templates, relations, ...; one of fewer than `MIN_STRATUM_PROMPTS`
-prompts, or of two or three families, gets neither a CI nor a verdict: "too few prompts", "too few
-families"). `judge_class` is the one judge every
+were drawn (with 1 to 3 held-out families, too few to stand for new ones, the prompts within each:
+the verdict is about those families' prompts, `held_out_unit`); and the same per stratum of the
+prompts (`stratum_drops`: name orders, templates, relations, ...; one of fewer than
+`MIN_STRATUM_PROMPTS` prompts gets neither a CI nor a verdict: "too few prompts"). `judge_class` is the
+one judge every
 analysis calls: pooled, per stratum and per family on held-out prompts, beside the discovery figure,
 with one verdict (`class_verdict`) whose strata kinds are the analysis's.
 
@@ -53,6 +54,7 @@ from interp.interventions.stats import (
     bootstrap_ci,
     expanded_p,
     faithfulness_summary,
+    family_count,
     groups_differ_p,
     median_mad,
     resampled_units,
@@ -67,12 +69,13 @@ MIN_STRATUM_PROMPTS = 4
 """The fewest prompts a stratum or family needs for a CI and a verdict. With n prompts, the bootstrap
 resample that repeats the smallest value n times has probability n**-n: 1/27 (3.7%) for n = 3, above
 the 2.5% tail, so the 95% CI of 3 prompts or fewer is the range of their values and says nothing
-they do not; for n = 4 it is 1/256 (0.4%). Where the prompts' families are resampled first, the
-families are the units and need as many (`MIN_FAMILIES`): the least p that 10,000 resamples of 2
-families can show is 0.11, of 3 0.046 (`beyond_p`), above `CI_TAIL`, and they have no CI (the
-resamples' range is narrower than the t interval of so few units)."""
+they do not; for n = 4 it is 1/256 (0.4%). Families are the units only where there are
+`MIN_FAMILIES` or more (resampled first); 2 or 3 are too few to stand for new families (the least p
+that 10,000 resamples of 2 families can show is 0.11, of 3 0.046), so their prompts are the units,
+resampled within each family, and the claim is about those families' prompts. Figures saved before
+2026-12-04 resampled 2 or 3 families first and have no CI (TOO_FEW_FAMILIES)."""
 TOO_FEW_PROMPTS = "too few prompts"  # what a stratum of fewer than MIN_STRATUM_PROMPTS shows for its verdict
-TOO_FEW_FAMILIES = "too few families"  # ... and one whose 2 or 3 families are fewer
+TOO_FEW_FAMILIES = "too few families"  # ... and one saved resampling 2 or 3 families first
 DEPENDENCE_RULES = ("all", "most")  # a kind's strata must hold in every one, or in more than half
 DEPENDENCE_ALPHA = 0.05
 """A class is "<kind>-dependent" only where its strata of the kind differ: `groups_differ_p` below this.
@@ -97,9 +100,9 @@ def mean_ci(
 
 
 def too_few(n_prompts: int, n_families: int = 0) -> str | None:
-    """Why prompts of `n_families` families (0: none given) are too few for a CI and a verdict
-    (`MIN_STRATUM_PROMPTS`: TOO_FEW_PROMPTS, TOO_FEW_FAMILIES), else None. Units are the families where
-    there are two or more (`resampled_units`), else the prompts."""
+    """Why prompts of `n_families` families resampled first (0: none) are too few for a CI and a verdict
+    (`MIN_STRATUM_PROMPTS`: TOO_FEW_PROMPTS; TOO_FEW_FAMILIES for a figure saved resampling 2 or 3
+    families first, `too_few_families`), else None."""
     if n_prompts < MIN_STRATUM_PROMPTS:
         return TOO_FEW_PROMPTS
     return TOO_FEW_FAMILIES if too_few_families(n_families) else None
@@ -296,7 +299,7 @@ def beyond_random(
         random_drop=random_drops.mean().item(),
         beyond=difference.mean().item(),
         beyond_ci=ci,
-        n_families=0 if families is None else len(set(families)),
+        n_families=family_count(families),
     )
 
 
@@ -310,8 +313,8 @@ def kept(labels: Sequence[str] | None, members: Bool[Tensor, " prompt"]) -> list
 @dataclass(kw_only=True)
 class StratumDrop:
     """A class's mean drop beyond random on one stratum's held-out prompts, in the drop's units, with its
-    `beyond_ci`; under `MIN_STRATUM_PROMPTS` prompts, or of 2 or 3 families, neither CI nor verdict
-    (None: `too_few`)."""
+    `beyond_ci`; under `MIN_STRATUM_PROMPTS` prompts (or saved resampling 2 or 3 families first),
+    neither CI nor verdict (None: `too_few`)."""
 
     kind: str  # what divides the prompts: "order", "template", "facts", "relation", "stratum", "family"
     name: str  # the stratum: "ABBA", "T3", "4 facts", "capital", ...
@@ -320,7 +323,7 @@ class StratumDrop:
     beyond_ci: tuple[float, float] | None  # None: too few prompts
     holds: bool | None  # in the class's direction: the mean, or for the kinds tested by CI the whole CI
     example: str | None = None  # one of its prompts, where the analysis has their texts
-    n_families: int = 0  # the families its CI resamples first (0: none given, and in files saved before)
+    n_families: int = 0  # the families its CI resamples first (`family_count`; 0 in files saved before)
 
 
 def label_strata(kind: str, labels: Sequence[str]) -> list[tuple[str, str, Tensor]]:
@@ -349,7 +352,7 @@ def stratum_drops(
             continue
         mean = beyond_per_prompt(values).mean().item()
         labels = kept(families, members)
-        n_families = 0 if labels is None else len(set(labels))
+        n_families = family_count(labels)
         if too_few(values.shape[1], n_families) or not math.isfinite(mean):  # no verdict: untested
             ci, holds = None, None
         else:
@@ -440,13 +443,26 @@ def split_families(
 
 def held_out_unit(families: Iterable[str] | None, family: str = "family", plural: str = "families") -> str:
     """What the held-out figures generalise to, in words, from the held-out prompts' families (None: no
-    family column): "families" where two or more are held out; with one, the bootstrap resamples its
-    prompts only, "prompts of the one held-out family (F)"; else "prompts". family, plural: what the
-    analysis calls a family ("task", "tasks")."""
+    family column): "families" where `MIN_FAMILIES` or more are held out (resampled first); with fewer,
+    the bootstrap resamples their prompts only, "prompts of the one held-out family (F)", "prompts of
+    the 2 held-out families (F, G)"; else "prompts". family, plural: what the analysis calls a family
+    ("task", "tasks")."""
     distinct = sorted(set(families or ()))
-    if len(distinct) > 1:
+    if len(distinct) >= MIN_FAMILIES:
         return plural
+    if len(distinct) > 1:
+        return f"prompts of the {len(distinct)} held-out {plural} ({', '.join(distinct)})"
     return f"prompts of the one held-out {family} ({distinct[0]})" if distinct else "prompts"
+
+
+def resampled_words(families: Iterable[str] | None) -> str:
+    """What a CI over prompts of `families` resamples (`interp.interventions.stats.resamples`), in
+    words: "families, then prompts" (`MIN_FAMILIES` or more), "prompts within each family" (2 or 3),
+    else "prompts"."""
+    distinct = len(set(families or ()))
+    if distinct >= MIN_FAMILIES:
+        return "families, then prompts"
+    return "prompts within each family" if distinct > 1 else "prompts"
 
 
 def held_out_note(
@@ -704,7 +720,7 @@ def judge_class(
     strata: Strata = Strata(),
     evidence_holds: bool = True,
     tested: Bool[Tensor, " prompt"] | None = None,
-    unit: str = "families",
+    unit: str | None = None,
     seed: int = 0,
     n_boot: int = 1000,
 ) -> ClassVerdict:
@@ -721,7 +737,8 @@ def judge_class(
     tested: the held-out prompts the pooled figure is judged on [prompt] (default: all of them); the
       strata may also divide prompts held out on fewer axes (function vectors: held-out tasks in
       discovery templates), shown beside.
-    unit: what was held out ("families", "prompts"), for the note.
+    unit: what was held out ("families", "prompts"), for the note; default: `held_out_unit` of the
+      judged prompts' families ("families" without them).
     n_boot: resamples of the strata's and the discovery figure's CIs; the pooled held-out CIs take
       `P_RESAMPLES`, the resamples of the class's p (`beyond_p`)."""
     sign = found.sign
@@ -731,6 +748,8 @@ def judge_class(
     judged = heldout if tested is None else heldout[:, tested.to(heldout.device)]
     families = strata.families
     judged_families = families if tested is None else kept(families, tested)
+    if unit is None:
+        unit = "families" if judged_families is None else held_out_unit(judged_families)
     tested = beyond_random(judged[0], judged[1:], seed, P_RESAMPLES, judged_families)  # beyond_p's resamples
     chosen = None if discovery is None else beyond_random(discovery[0], discovery[1:], seed, n_boot)
     per_prompt = beyond_per_prompt(judged)  # the prompts the pooled figure is judged on
@@ -746,17 +765,12 @@ def judge_class(
         note = f"{tested.beyond:+.3g} beyond random on held-out {unit}, {chosen.beyond:+.3g} on discovery"
     else:
         note = held_out_note(chosen.beyond, tested.beyond, tested.beyond_ci, unit, sign)
-    if few:
-        few_note = f"{too_few_note(tested.n_prompts, tested.n_families)} for a verdict"
-        least = MIN_STRATUM_PROMPTS if few == TOO_FEW_PROMPTS else MIN_FAMILIES
-        note = f"{few_note} (at least {least}); {note}"
+    if few:  # too few prompts (2 or 3 families are not resampled first: `family_count`)
+        note = f"{too_few_note(tested.n_prompts)} for a verdict (at least {MIN_STRATUM_PROMPTS}); {note}"
     for kind in strata.dependent_kinds:  # strata all too small: the verdict could not read the kind
-        reasons = [too_few(s.n_prompts, s.n_families) for s in by_stratum if s.kind == kind]
-        if reasons and all(reasons):
-            enough = f"{MIN_STRATUM_PROMPTS} held-out prompts"
-            if set(reasons) != {TOO_FEW_PROMPTS}:
-                enough = f"held-out prompts of {MIN_STRATUM_PROMPTS} families"
-            note += f"; {kind} dependence untested (no {kind} has {enough})"
+        sizes = [s.n_prompts for s in by_stratum if s.kind == kind]
+        if sizes and max(sizes) < MIN_STRATUM_PROMPTS:
+            note += f"; {kind} dependence untested (no {kind} has {MIN_STRATUM_PROMPTS} held-out prompts)"
     differ_p = strata_differ_p(heldout, strata.groups, by_stratum, strata.dependent_kinds, families, seed)
     verdict = class_verdict(pooled_holds, by_stratum, strata.dependent_kinds, differ_p)
     p, p_bound = (math.nan, False) if no_baseline else beyond_p(judged, sign, seed, families=judged_families)
@@ -949,8 +963,8 @@ def band_spanned(ci: tuple[float, float]) -> str:
 
 
 def undetermined_faithfulness(summary: FaithfulnessSummary) -> str:
-    """Why a faithfulness says nothing: its prompts are of 2 or 3 families, too few for a CI
-    (`MIN_FAMILIES`), or the model's own effect, the ratio's denominator m(model) - m(all ablated), has
+    """Why a faithfulness says nothing: it was saved resampling 2 or 3 families first, too few for a CI
+    (`too_few_families`), or the model's own effect, the ratio's denominator m(model) - m(all ablated), has
     a 95% CI that spans 0 (an untrained model, a task it does not do); "" where neither holds or the
     figures were not kept (a summary saved before)."""
     if summary.too_few_families:

@@ -291,7 +291,7 @@ def _faithfulness_cells(n_prompts: int, summary: FaithfulnessSummary | None) -> 
         return "n/a" if math.isnan(value) else format(value, spec)
 
     interval = ci_text(summary.ratio_ci, 2, sign=False)
-    if math.isnan(summary.ratio_ci[0]):  # 2 or 3 families, or a figure an older file does not hold
+    if math.isnan(summary.ratio_ci[0]):  # 2 or 3 families resampled first, or a figure an older file lacks
         interval = TOO_FEW_FAMILIES if summary.too_few_families else "n/a"
     return [str(n_prompts), shown(summary.ratio, ".2f"), interval, shown(summary.error, ".2f"),
             shown(summary.within, ".0%")]  # fmt: skip
@@ -447,7 +447,8 @@ def split_verdict_lines(classes: Sequence[ClassVerdict], digits: int) -> list[st
 
 
 def _few_families(found: ClassVerdict) -> bool:
-    """Whether the class or one of its strata has no verdict for its 2 or 3 families (`evidence.too_few`)."""
+    """Whether the class or one of its strata has no verdict for its 2 or 3 families resampled first (a
+    file saved before 2026-12-04: `evidence.too_few`)."""
     return any(too_few(x.n_prompts, x.n_families) == TOO_FEW_FAMILIES for x in [found.heldout, *found.strata])
 
 
@@ -525,9 +526,10 @@ def class_sections(classes: Sequence[ClassVerdict], view: ClassView) -> list[Sec
             else ["no strata or families: each class is judged pooled"]
         )  # fmt: skip
         + (
-            [f"a class or stratum whose prompts are of 2 or 3 families, resampled first, has no CI and no "
-             f"verdict either ('{TOO_FEW_FAMILIES}'): the least p so few families can show is above "
-             f"{CI_TAIL}, and the range of their resamples is narrower than a 95% CI of so few"]
+            [f"a class or stratum whose prompts are of 2 or 3 families, resampled first (a file saved before "
+             f"2026-12-04), has no CI and no verdict either ('{TOO_FEW_FAMILIES}'): the least p so few "
+             f"families can show is above {CI_TAIL}, and the range of their resamples is narrower than a 95% "
+             "CI of so few; now their prompts are resampled within each family, the verdict about them"]
             if any(_few_families(c) for c in classes) else []
         )  # fmt: skip
         + (

@@ -70,12 +70,18 @@ def test_a_ci_over_families_covers_the_effect_on_new_families():
 
 
 def test_family_resamples_draw_whole_families_and_keep_the_size():
-    labels = ["a"] * 3 + ["b"] * 5 + ["c"] * 4
-    drawn = resamples(12, 400, seed=2, families=labels)
-    assert drawn.shape == (400, 12)
+    """Four or more families are drawn first, so a resample can miss a family; two or three are too few
+    to stand for new ones, so each family's prompts are drawn from its own, in place."""
+    labels = ["a"] * 3 + ["b"] * 5 + ["c"] * 4 + ["d"] * 2
+    drawn = resamples(14, 400, seed=2, families=labels)
+    assert drawn.shape == (400, 14)
     family_of = torch.tensor([ord(label) - ord("a") for label in labels])
-    in_one_family = (family_of[drawn] == family_of[drawn][:, :1]).all(1)
-    assert 0.05 < in_one_family.double().mean() < 0.2  # one family drawn 3 times: 3 / 27 of resamples
+    n_drawn = torch.stack([(family_of[drawn] == f).any(1) for f in range(4)]).sum(0)  # [400]
+    assert (n_drawn < 4).double().mean() > 0.8  # every family drawn: 4! / 4**4 = 0.09 of resamples at most
+    for few in (labels[:8], labels[:12]):  # 2 and 3 families
+        drawn = resamples(len(few), 400, seed=2, families=few)
+        assert torch.equal(family_of[drawn], family_of[: len(few)].expand(400, -1))
+        assert all(len(set(row)) > 1 for row in drawn.tolist()[:10])  # resampled, not copied
     assert torch.equal(resamples(12, 400, seed=2, families=["x"] * 12), resamples(12, 400, seed=2))
     with pytest.raises(ValueError, match="one label per prompt"):
         resamples(12, 10, families=labels[:-1])
@@ -418,91 +424,90 @@ def test_holm_s_correction_bounds_the_familywise_error_and_keeps_real_effects():
 
 
 @pytest.mark.parametrize("n_families", [2, 3])
-def test_a_class_held_out_on_two_or_three_families_gets_no_verdict(n_families):
-    """Two or three held-out families cannot confirm a class at the 95% level: the least p their
-    resamples can show is 0.11 (two) or 0.046 (three), and their expanded interval, the resamples'
-    range, is narrower than the t interval of so few units: with family effects drawn around 0, two
-    families confirmed 11% of 200 classes (2.5% claimed). A class strong in every family is unconfirmed,
-    saying why, with no CI (nor have its strata), and no line says its verdict follows its CI. Four
-    families can confirm it."""
+def test_a_ci_over_two_or_three_families_covers_their_prompts(n_families):
+    """Two or three families are too few to stand for new ones, so their prompts are the units,
+    resampled within each family: the CI covers the mean over new prompts of these families (their
+    effects fixed, drawn once) at 95%, however far their effects lie apart."""
+    generator = torch.Generator().manual_seed(n_families)
+    labels = [f"F{i % n_families}" for i in range(8 * n_families)]
+    family = 2 * torch.randn(n_families, generator=generator, dtype=torch.float64)  # far apart
+    truth = family.mean().item()  # equal counts: the mean over these families' prompts
+    reps, covered = 400, 0
+    for rep in range(reps):
+        values = family[torch.arange(len(labels)) % n_families] + torch.randn(
+            len(labels), generator=generator, dtype=torch.float64
+        )
+        low, high = bootstrap_ci(values, seed=rep, families=labels)
+        covered += bool(low <= truth <= high)
+    assert covered / reps >= 0.95 - binomial_band(0.95, reps)
+
+
+@pytest.mark.parametrize("n_families", [2, 3])
+def test_a_class_held_out_on_two_or_three_families_is_judged_on_their_prompts(n_families):
+    """A class strong in each of 2 or 3 held-out families is confirmed, and the claim is about those
+    families' prompts: its CIs resample them within each family (no family resampled first), and its
+    note names the families. A result saved before 2026-12-04, whose CI resampled the families first and
+    was none, still reads "too few families"."""
     from circuits.sections import ClassView, class_sections
 
     found = HeadClass(name="c", heads=[(1, 0)], draws=[[(1, i)] for i in (1, 2, 3, 4)])
     generator = torch.Generator().manual_seed(n_families)
-    null_confirmed = 0
-    for seed in range(100):
-        labels = [f"F{i % n_families}" for i in range(12 * n_families)]
-        effects = 0.3 * torch.randn(5, len(labels), generator=generator, dtype=torch.float64)
-        family = torch.randn(n_families, generator=generator, dtype=torch.float64)
-        effects[0] += family[torch.arange(len(labels)) % n_families]
-        null_confirmed += (
-            judge_class(found, effects, strata=Strata(families=labels), seed=seed).verdict != "unconfirmed"
-        )
-    assert null_confirmed == 0
-    for k in (n_families, 4):
-        labels = [f"F{i % k}" for i in range(12 * k)]
-        orders = [
-            ("order", name, torch.arange(len(labels)) // k % 2 == i)
-            for i, name in enumerate(("ABBA", "BABA"))
-        ]
-        effects = 0.3 * torch.randn(5, len(labels), generator=generator, dtype=torch.float64)
-        effects[0] += 2.0
-        judged = judge_class(
-            found, effects, strata=Strata(orders, {"order": "all"}, by_ci=("order",), families=labels)
-        )
-        assert judged.heldout.n_families == k
-        if k == 4:
-            assert judged.heldout.beyond_ci[0] > 0
-            assert judged.verdict == "confirmed" and all(s.holds for s in judged.strata)
-            continue
-        assert judged.verdict == "unconfirmed" and judged.p > CI_TAIL
-        assert all(math.isnan(bound) for bound in (*judged.heldout.beyond_ci, *judged.heldout.drop_ci))
-        why = f"{k} held-out families, too few families"
-        assert judged.unconfirmed_because == why and judged.note.startswith(
-            f"{why} for a verdict (at least 4)"
-        )
-        beside = judge_class(found, effects, discovery=effects, strata=Strata(families=labels))
-        assert beside.note == (  # its figures; nothing read off a CI of so few ("holds", "does not hold")
-            f"{why} for a verdict (at least 4); {beside.heldout.beyond:+.3g} beyond random on held-out "
-            f"families, {beside.discovery.beyond:+.3g} on discovery"
-        )
-        assert [(s.beyond_ci, s.holds) for s in judged.strata] == [(None, None)] * 2
-        classes, strata = class_sections([judged], ClassView())[:2]
-        assert not any("fall on two sides of the 95% level" in line for line in classes.lines)
-        assert any("('too few families')" in line for line in strata.lines)
-        assert {row[6] for row in strata.table.rows} == {"too few families"}
+    labels = [f"F{i % n_families}" for i in range(12 * n_families)]
+    orders = [
+        ("order", name, torch.arange(len(labels)) // n_families % 2 == i) for i, name in enumerate("AB")
+    ]
+    effects = 0.3 * torch.randn(5, len(labels), generator=generator, dtype=torch.float64)
+    effects[0] += 2.0
+    strata = Strata(orders, {"order": "all"}, by_ci=("order",), families=labels)
+    judged = judge_class(found, effects, discovery=effects, strata=strata)
+    assert judged.heldout.n_families == 0 and judged.heldout.beyond_ci[0] > 0
+    assert judged.verdict == "confirmed" and judged.p < CI_TAIL and all(s.holds for s in judged.strata)
+    families = ", ".join(f"F{i}" for i in range(n_families))
+    assert f"prompts of the {n_families} held-out families ({families})" in judged.note
+    nan = (math.nan, math.nan)
+    saved_before = dataclasses.replace(
+        judged,
+        verdict="unconfirmed",
+        heldout=dataclasses.replace(judged.heldout, n_families=n_families, beyond_ci=nan, drop_ci=nan),
+        strata=[
+            dataclasses.replace(s, n_families=n_families, beyond_ci=None, holds=None) for s in judged.strata
+        ],
+    )
+    assert saved_before.unconfirmed_because == f"{n_families} held-out families, too few families"
+    classes, by_stratum = class_sections([saved_before], ClassView())[:2]
+    assert any("('too few families')" in line for line in by_stratum.lines)
+    assert {row[6] for row in by_stratum.table.rows} == {"too few families"}
 
 
 @pytest.mark.parametrize("n_families", [2, 3])
-def test_a_faithfulness_over_two_or_three_families_has_no_ci_and_no_verdict(n_families):
-    """A faithfulness whose CI resamples 2 or 3 families gets no CI (their range would be narrower than a
-    95% CI of so few) and no band: "undetermined", saying why, whether the circuit reproduces the model
-    or the model does not do the task; its strata list none as off the pooled band for want of a CI.
-    Over 4 families the same prompts get a CI and the band."""
-    from circuits.evidence import held_out_faithfulness, undetermined_faithfulness
+def test_a_faithfulness_over_two_or_three_families_is_judged_on_their_prompts(n_families):
+    """A faithfulness over 2 or 3 held-out families has CIs over their prompts and a band, and is
+    undetermined only where the model does not do the task; one saved before 2026-12-04 with no CI for
+    its 2 or 3 families says so."""
+    from circuits.evidence import undetermined_faithfulness
     from circuits.sections import faithfulness_section
 
     generator = torch.Generator().manual_seed(n_families)
-    for k in (n_families, 4):
-        labels = [f"F{i % k}" for i in range(12 * k)]
-        orders = [("order", name, torch.arange(len(labels)) // k % 2 == i) for i, name in enumerate("AB")]
-        noise = 0.1 * torch.randn(3, len(labels), generator=generator, dtype=torch.float64)
-        for model_effect in (3.0, 0.0):  # a model that does the task, and one that does not
-            model, ablated = model_effect + noise[0], noise[1]
-            circuit = model + noise[2]  # reproduces the model on every prompt
-            summary, strata = held_out_faithfulness(circuit, model, ablated, orders, families=labels)
-            words = faithfulness_section(summary, strata, "the circuit").lines[0]
-            if k == 4 and model_effect:
-                assert summary.n_families == 4 and not undetermined_faithfulness(summary)
-                assert summary.ratio_ci[0] < 1 < summary.ratio_ci[1] and "the circuit: faithful" in words
-                continue
-            if k == 4:
-                assert words.startswith("the circuit: undetermined: the model's own effect")
-                continue
-            assert summary.n_families == k and summary.too_few_families
-            assert all(math.isnan(b) for b in (*summary.ratio_ci, *summary.model_effect_ci))
-            assert words.startswith(
-                f"the circuit: undetermined: {k} held-out families, too few families for a CI or a verdict"
-            )
-            assert "not in every stratum" not in words
-            assert all(math.isnan(s.summary.ratio_ci[0]) for s in strata if s.summary is not None)
+    labels = [f"F{i % n_families}" for i in range(12 * n_families)]
+    orders = [
+        ("order", name, torch.arange(len(labels)) // n_families % 2 == i) for i, name in enumerate("AB")
+    ]
+    noise = 0.1 * torch.randn(3, len(labels), generator=generator, dtype=torch.float64)
+    for model_effect in (3.0, 0.0):  # a model that does the task, and one that does not
+        model, ablated = model_effect + noise[0], noise[1]
+        circuit = model + noise[2]  # reproduces the model on every prompt
+        summary, strata = held_out_faithfulness(circuit, model, ablated, orders, families=labels)
+        words = faithfulness_section(summary, strata, "the circuit").lines[0]
+        assert summary.n_families == 0 and not summary.too_few_families
+        if model_effect:
+            assert not undetermined_faithfulness(summary)
+            assert summary.ratio_ci[0] < 1 < summary.ratio_ci[1] and "the circuit: faithful" in words
+        else:
+            assert words.startswith("the circuit: undetermined: the model's own effect")
+    nan = (math.nan, math.nan)
+    saved_before = dataclasses.replace(summary, n_families=n_families, ratio_ci=nan, model_effect_ci=nan)
+    assert (
+        faithfulness_section(saved_before, [], "the circuit")
+        .lines[0]
+        .startswith(f"the circuit: undetermined: {n_families} held-out families, too few families for a CI")
+    )

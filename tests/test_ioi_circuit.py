@@ -14,7 +14,6 @@ from conftest import TRAIN_SEED
 from rich.console import Console
 
 import interp
-from circuits import evidence
 from circuits.discovery import eap_drops
 from circuits.evidence import (
     MIN_STRATUM_PROMPTS,
@@ -23,7 +22,6 @@ from circuits.evidence import (
     ci_verdict,
     class_verdict,
     select_heads,
-    too_few,
 )
 from circuits.finding import finding_report, write_finding_report
 from circuits.ioi import (
@@ -466,19 +464,14 @@ def test_an_older_ioi_result_loads_as_the_finding_with_equal_numbers_and_renders
     assert encode(dataclasses.replace(read.extras, **recorded)) == encode(not_validated.extras)
 
 
-def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and_renders_the_same(
-    tmp_path, monkeypatch
-):
+def test_a_result_saved_with_ioi_s_own_class_record_loads_with_equal_numbers_and_renders_the_same(tmp_path):
     """Results saved before 2026-11-29 hold each held-out class as IOI's own ClassValidation (its pooled
     figures flat, `writes` (None for a class that does not write), `heterogeneity` a tuple, `holds_in`,
     `confirmed`) in an IOICircuitResult: a toy-ioi result rewritten into that form loads into the same
     ClassVerdicts, bar what such files lack (the random sets and their effects, the per-prompt effect,
     the drop's CI, the strata's permutation p, the class's p) and hold besides (Cochran's Q over
     templates, under details), and renders the same (bar the note on random sets from other layers and
-    the p-values). Such files were judged before a class's held-out families were counted (toy-ioi holds
-    out 2 templates, now too few for a verdict, and for a CI: its order strata's are NaN, compared by
-    their repr): the fresh result is judged by their rule."""
-    monkeypatch.setattr(evidence, "too_few", lambda n_prompts, n_families=0: too_few(n_prompts))
+    the p-values)."""
     result = find_ioi_circuit(interp.load_model("toy-ioi"), n_prompts=32, seed=0)
     saved, older = tmp_path / "new.json", tmp_path / "older.json"
     save_result(result, saved)

@@ -159,8 +159,8 @@ def test_nothing_is_confirmed_where_the_model_shows_no_behaviour():
     0), yet one of its heads lowers the logit diff by 0.002 beyond random heads on the held-out
     prompts, a CI over the prompts that excludes 0 (8 of 300 such models had a class "confirmed" or
     "stratum-dependent" so, before the CIs resampled the templates): the path confirms no class of a
-    behaviour the model does not show. Nor does a faithfulness get a band: over the 2 held-out templates
-    the heads' has no CI, and the edges' model effect over everything ablated spans 0 (the heads kept
+    behaviour the model does not show. Nor does a faithfulness get a band: the model's effect over
+    everything ablated spans 0 on the held-out prompts, for the heads and for the edges (the heads kept
     gave "not faithful" at -1.89, the edges "overshoots" at 1.52)."""
     model = interp.load_model("toy-ioi")
     model.init_weights(4000)
@@ -168,21 +168,22 @@ def test_nothing_is_confirmed_where_the_model_shows_no_behaviour():
     assert any(ci_verdict(mean_ci(c.per_prompt), c.sign) == "confirmed" for c in result.classes)
     assert [c.verdict for c in result.classes] == ["unconfirmed"] * len(result.classes)
     assert any("prefers neither answer on the held-out prompts" in note for note in result.extras.notes)
-    assert faithfulness_verdict(result.faithfulness).startswith(
-        "undetermined: 2 held-out families, too few families"  # toy-ioi holds out 2 templates: no CI
-    )
+    assert faithfulness_verdict(result.faithfulness).startswith("undetermined: the model's own effect")
     low, high = result.faithfulness.model_effect_ci
-    assert math.isnan(low) and math.isnan(high)
+    assert low < 0 < high
     settings = EdgeCircuitSettings(method="eap", n_edges=20, curve_fractions=None)
     heldout = ioi_task(model, 64, split="heldout")
     edge = find_edge_circuit(model, ioi_task(model, 64), settings, heldout=heldout)
     headline = edge_headline(edge)[0]
     assert headline.endswith(
-        "undetermined: 2 held-out families, too few families for a CI or a verdict (at least 4); the ratio "
-        f"({float(edge.faithfulness.faithfulness[0]):.2f}) holds for these families' prompts only"
+        f"({float(edge.faithfulness.faithfulness[0]):.2f}) divides by noise: the model does not do the task "
+        "here"
     ), headline
-    assert "overshoots" not in headline and "undetermined on held-out families" in headline
-    assert f"{float(edge.faithfulness.faithfulness[0]):.3f} (no CI: 2 held-out families; " in headline
+    assert (
+        "overshoots" not in headline and "undetermined: the model's own effect on these prompts" in headline
+    )
+    assert "undetermined on held-out prompts of the 2 held-out families (" in headline  # toy-ioi holds out 2
+    assert "(95% CI over prompts within each family; " in headline
     none_kept = render_markdown(finding_report(dataclasses.replace(result, classes=[])))
     assert "no class was kept, so none is judged per stratum or family" in none_kept
     assert "no strata or families" not in none_kept  # the faithfulness is still given per stratum
@@ -470,9 +471,7 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
     assert run.exit_code == 0, run.output
     heads = json.loads(rendered.read_text())["heads"]  # the head path's numbers, not its report's text
     assert heads["tested"] == {"families": list(named)}
-    assert heads["faithfulness"]["ratio_ci"] == [  # 2 families held out: no CI, null in JSON
-        None if math.isnan(bound) else bound for bound in result.heads.faithfulness.ratio_ci
-    ]
+    assert heads["faithfulness"]["ratio_ci"] == list(result.heads.faithfulness.ratio_ci)  # over 2 families
     for found, check in zip(heads["classes"], result.heads.classes, strict=True):
         assert found["heads"] == check.heads and found["heldout"]["beyond"] == check.heldout.beyond
     older = tmp_path / "older.json"  # the head path as files saved before 2026-11-29 hold it
@@ -481,7 +480,7 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
     older.write_text(json.dumps(document))
     read = load_result(older).heads
     for found, check in zip(read.classes, result.heads.classes, strict=True):
-        assert repr((found.details, found.heldout, found.strata)) == repr(  # NaN CIs: 2 families
+        assert repr((found.details, found.heldout, found.strata)) == repr(
             (check.details, check.heldout, check.strata)
         )
     assert (read.chose, read.tested) == (result.heads.chose, result.heads.tested)
@@ -493,7 +492,8 @@ def test_interp_circuit_holds_out_the_families_named(tmp_path):
 
     assert markdown(read) == markdown(result.heads)
     run = CliRunner().invoke(app, ["render", str(saved), "--format", "markdown"])
-    assert run.exit_code == 0 and "(no CI: 2 held-out families;" in run.output  # the edges' faithfulness
+    assert run.exit_code == 0 and "(95% CI over prompts within each family;" in run.output  # the edges'
+    assert "prompts of the 2 held-out families (The N of the M, The N that the M saw)" in run.output
     assert not re.search(r"\bnan\b", run.output, re.IGNORECASE), "a CI over 2 families shows as NaN"
 
 
@@ -672,9 +672,10 @@ def test_faithfulness_gives_the_per_prompt_error_beside_the_ratio(smollm2, agree
 
 
 def test_a_pairs_file_whose_split_holds_out_too_few_families_says_so_before_it_runs(tmp_path):
-    """Four families hold out two by default (six, three): too few for a head class's verdict, which the
-    command says before its long work, with what to do; eight hold out four, and a metric other than
-    the logit difference says instead why there are no head classes."""
+    """Four families hold out two by default (six, three): too few to stand for new families, so the
+    verdicts will be about those families' prompts, which the command says before its long work, with
+    what to do for a claim about new families; eight hold out four, and a metric other than the logit
+    difference says instead why there are no head classes."""
     two_named = ("The N near the M", "The N of the M")
     cases = [(4, None, "2 of the file's 4"), (6, None, "3 of the file's 6"), (8, None, None),
              (8, two_named, "2 of the file's 8")]  # fmt: skip
@@ -690,9 +691,10 @@ def test_a_pairs_file_whose_split_holds_out_too_few_families_says_so_before_it_r
             assert note is None
             continue
         assert note.startswith(
-            f"{said} families are held out: too few for a head class's verdict or a CI (at least 4)"
+            f"{said} families are held out: too few to stand for new families (at least 4)"
         )
-        assert "--heldout-families" in note and "name one there to judge the classes on its prompts" in note
+        assert "verdicts and the faithfulness will be about these families' prompts" in note
+        assert "--heldout-families" in note
         assert (
             CircuitTask(task=str(path), metric="prob")
             .heads_note()

@@ -28,6 +28,7 @@ from circuits.evidence import (
     faithfulness_band,
     faithfulness_by_stratum,
     held_out_unit,
+    resampled_words,
     split_families,
     undetermined_faithfulness,
 )
@@ -165,9 +166,8 @@ class EdgeCircuitResult:
 
     @property
     def ci_resamples(self) -> str:
-        """What the faithfulness CIs resample: "families, then prompts" or "prompts"."""
-        families = self.faithfulness.families
-        return "families, then prompts" if families is not None and len(set(families)) > 1 else "prompts"
+        """What the faithfulness CIs resample (`resampled_words`)."""
+        return resampled_words(self.faithfulness.families)
 
     def faithfulness_strata(self) -> list[StratumFaithfulness]:
         """The faithfulness per stratum and family of the prompts it is measured on."""

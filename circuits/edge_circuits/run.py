@@ -26,7 +26,7 @@ from circuits.edge_circuits.tasks import (
     heldout_edge_task,
     pair_edge_task,
 )
-from circuits.evidence import MIN_STRATUM_PROMPTS, TOO_FEW_FAMILIES, split_families, too_few
+from circuits.evidence import MIN_STRATUM_PROMPTS, split_families
 from circuits.path import PATH_STAGES, PairTask, PathSettings, head_path, pair_task
 from circuits.quick import circuit_note
 from interp.edges import mib_json
@@ -91,8 +91,9 @@ class CircuitTask:
 
     def heads_note(self) -> str | None:
         """What a prompt-pair file's head classes will lack, said before the run: none with another metric
-        than the logit difference; a verdict, where 2 or 3 families are held out (`evidence.too_few`).
-        None where nothing (or it is no file)."""
+        than the logit difference; a claim about new families, where 2 or 3 families are held out (their
+        verdicts are about those families' prompts: `evidence.held_out_unit`). None where nothing (or it
+        is no file)."""
         if not self.is_file:
             return None
         if not self.with_heads:
@@ -104,14 +105,14 @@ class CircuitTask:
         if not any(families):
             return None
         distinct, held = len(set(families)), len(split_families(families, self.heldout_families).heldout)
-        if too_few(len(self.rows), held) != TOO_FEW_FAMILIES:
+        if not 2 <= held < MIN_FAMILIES:
             return None
         return (
-            f"{held} of the file's {distinct} families are held out: too few for a head class's verdict or "
-            f"a CI (at least {MIN_FAMILIES}), so every class will be unconfirmed and no faithfulness judged; "
-            f"give the file 7 or more families (about half are held out), name {MIN_FAMILIES} or more of "
-            f"{MIN_FAMILIES + 1} or more with --heldout-families, or name one there to judge the classes on "
-            "its prompts alone (a claim about that family, not about new ones)"
+            f"{held} of the file's {distinct} families are held out: too few to stand for new families (at "
+            f"least {MIN_FAMILIES}), so the head classes' verdicts and the faithfulness will be about these "
+            f"families' prompts, not about new families; for that, give the file 7 or more families (about "
+            f"half are held out), or name {MIN_FAMILIES} or more of {MIN_FAMILIES + 1} or more with "
+            "--heldout-families"
         )
 
     def stages(self, settings: EdgeCircuitSettings) -> list[str]:

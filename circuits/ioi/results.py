@@ -111,8 +111,8 @@ class HeldOut:
     logit_diff: float  # unablated
     faithfulness: float  # as Evaluation.faithfulness, on the held-out prompts (NaN: undefined there)
     recovered: float  # F(circuit) / F(model) on the held-out prompts
-    recovered_ci: tuple[float, float]  # 95% bootstrap over templates, then prompts (NaN: 2 or 3 templates)
-    n_templates: int = 0  # the templates the CI resamples (0: saved before it was kept)
+    recovered_ci: tuple[float, float]  # 95% bootstrap over templates, then prompts (`family_count`)
+    n_templates: int = 0  # the templates it resamples first (`family_count`; 0 also: saved before it was)
 
     def recovered_ci_text(self, digits: int, brackets: bool = False) -> str:
         """The recovered fraction's CI as a clause: "(95% CI 40% to 77%)" (or "[40%, 77%]"), or why it has
@@ -121,7 +121,7 @@ class HeldOut:
         if math.isnan(low) or math.isnan(high):
             return (
                 f"(no CI: {self.n_templates} held-out templates, too few for one)"
-                if too_few_families(self.n_templates)
+                if too_few_families(self.n_templates)  # saved before 2026-12-04
                 else "(no CI)"
             )
         if brackets:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from circuits.evidence import EFFECT_SIGN, ClassVerdict, held_out_unit
+from circuits.evidence import EFFECT_SIGN, ClassVerdict, held_out_unit, resampled_words
 from circuits.finding import ClassView, Extras, Finding
 from circuits.sections import Section, Table, ci_text
 
@@ -16,6 +16,11 @@ ABLATION_WORDS = {
     "mean": "each head's output averaged over the corrupted prompts real at each position",
     "zero": "each head's output set to zero",
     "resample": "each head's output from another pair's corrupted prompt",
+}
+RESAMPLED_HELD_OUT = {  # `resampled_words` of the held-out families, as the chose lines say it
+    "families, then prompts": "the held-out families, then their prompts",
+    "prompts within each family": "prompts within each held-out family",
+    "prompts": "prompts",
 }
 
 
@@ -66,10 +71,13 @@ class PathFigures(Extras):
         ]
         return ["; ".join(parts) + ".", *self.notes]
 
+    def _tested(self, finding: Finding) -> list[str] | None:
+        """The families that tested (None: no family column, each prompt held out alone)."""
+        return [name for names in finding.tested.values() for name in names] if self.by_family else None
+
     def _tested_unit(self, finding: Finding) -> str:
         """What the held-out CIs cover (`held_out_unit`) of the families that tested."""
-        tested = [name for names in finding.tested.values() for name in names]
-        return held_out_unit(tested if self.by_family else None)
+        return held_out_unit(self._tested(finding))
 
     def chose_lines(self, finding: Finding) -> list[str]:
         settings = finding.settings
@@ -84,11 +92,7 @@ class PathFigures(Extras):
             f"ablation: {settings.ablation} ({ABLATION_WORDS.get(settings.ablation, settings.ablation)})",
             f"effects: {EFFECT_SIGN}; 'beyond random' subtracts {settings.n_random} random same-layer "
             "sets of as many heads outside every class, paired by prompt; CIs: 95% bootstrap over "
-            + (
-                "the held-out families, then their prompts"
-                if self._tested_unit(finding) == "families"
-                else "prompts"
-            )
+            + RESAMPLED_HELD_OUT[resampled_words(self._tested(finding))]
             + " (beyond random: and over the random sets)",
             f"every head ablated: drop {self.all_heads_drop:+.2f} on the held-out prompts",
         ]

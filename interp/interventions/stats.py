@@ -3,10 +3,11 @@ AUROC, the mean over the prompts real at each position (`masked_mean`, for mean 
 prompts).
 
 Every confidence interval in interp is one bootstrap over prompts (`bootstrap`): prompts are
-resampled with replacement (or, where they come in families, the families and then the prompts within
-them: `resamples`) and the statistic recomputed. The interval is the expanded percentile interval
-(`expanded_tail`), which a plain percentile interval undercovers at small n: 80% at n = 4 and 91% at
-n = 12 for a 95% CI of normal data. Prompts of 2 or 3 families get no CI (`MIN_FAMILIES`). Faithfulness
+resampled with replacement (or, where they come in 4 or more families, the families and then the
+prompts within them; in 2 or 3, each family's prompts within it: `resamples`) and the statistic
+recomputed. The interval is the expanded percentile interval (`expanded_tail`), which a plain
+percentile interval undercovers at small n: 80% at n = 4 and 91% at n = 12 for a 95% CI of normal
+data. Faithfulness
 has one definition:
 
   faithfulness = (m(circuit) - m(ablated)) / (m(model) - m(ablated)),  means over prompts
@@ -51,11 +52,14 @@ def resamples(
     n: int, n_boot: int, seed: int = 0, families: Sequence[Hashable] | None = None
 ) -> Int[Tensor, "n_boot n"]:
     """The bootstrap's resamples of n prompts: indices drawn with replacement, seeded. With `families`
-    (a label per prompt: a template, relation, task), two stages: the k families are drawn with
-    replacement, then n prompts with replacement, each in proportion to how often its family was drawn.
-    A CI then covers the effect on new families of the kind, not only on new prompts of these; one
-    family is the plain resample. The last few draws of up to `REMEMBERED_INDICES` indices are
-    remembered (a CI and a p taken on one resampling draw it once); each call gets its own copy."""
+    (a label per prompt: a template, relation, task) of `MIN_FAMILIES` or more, two stages: the k
+    families are drawn with replacement, then n prompts with replacement, each in proportion to how
+    often its family was drawn; a CI then covers the effect on new families of the kind, not only on
+    new prompts of these. With 2 or 3 families, too few to stand for new ones, each family's prompts
+    are drawn from its own (as many as it has): a CI covers new prompts of these families, in these
+    proportions. One family is the plain resample. The last few draws of up to `REMEMBERED_INDICES`
+    indices are remembered (a CI and a p taken on one resampling draw it once); each call gets its own
+    copy."""
     if n < 1:
         raise ValueError("A bootstrap needs at least one prompt.")
     if families is not None and len(families) != n:
@@ -73,6 +77,13 @@ def _draw_resamples(n: int, n_boot: int, seed: int, families: tuple[Hashable, ..
         return torch.randint(n, (n_boot, n), generator=generator)
     index = {family: i for i, family in enumerate(dict.fromkeys(families))}
     of_prompt = torch.tensor([index[family] for family in families])  # [n]
+    if len(index) < MIN_FAMILIES:  # within each family: its prompts from its own, in place
+        drawn = torch.empty(n_boot, n, dtype=torch.long)
+        for family in range(len(index)):
+            members = (of_prompt == family).nonzero().flatten()  # [m]
+            picks = torch.randint(len(members), (n_boot, len(members)), generator=generator)  # [n_boot, m]
+            drawn[:, members] = members[picks]
+        return drawn
     drawn = torch.randint(len(index), (n_boot, len(index)), generator=generator)  # [n_boot, k]
     times = torch.zeros(n_boot, len(index)).scatter_add_(1, drawn, torch.ones(drawn.shape))  # [n_boot, k]
     return torch.multinomial(times[:, of_prompt], n, replacement=True, generator=generator)
@@ -82,26 +93,30 @@ _remembered_resamples = functools.lru_cache(maxsize=4)(_draw_resamples)
 
 
 MIN_FAMILIES = 4
-"""The fewest families a CI can resample (`bootstrap`: NaN over 2 or 3). The expanded interval of 2 or 3
-units is the range of their resamples, narrower than the t interval of so few: two families whose
-effects are drawn around 0 gave a class CI above 0 in 11% of draws (2.5% claimed), and the least
-one-sided p that 10,000 resamples of 2 or 3 families can show is 0.11 or 0.046 (`expanded_p`)."""
+"""The fewest families a CI resamples first (`resamples`), so that it covers new families. The expanded
+interval of 2 or 3 units is the range of their resamples, narrower than the t interval of so few: two
+families whose effects are drawn around 0 gave a class CI above 0 in 11% of draws (2.5% claimed), and
+the least one-sided p that 10,000 resamples of 2 or 3 families can show is 0.11 or 0.046
+(`expanded_p`). So 2 or 3 families are not the units: their prompts are, resampled within each
+family, and the CI covers those families' prompts only (as it does for one family)."""
 
 
 def family_count(families: Sequence[Hashable] | None) -> int:
-    """How many families `resamples` draws first: the distinct `families`, 0 where none or one is given."""
+    """How many families `resamples` draws first: the distinct `families` where they are `MIN_FAMILIES`
+    or more, else 0 (none given, or 1 to 3: the prompts are the units)."""
     k = 0 if families is None else len(set(families))
-    return k if k >= 2 else 0
+    return k if k >= MIN_FAMILIES else 0
 
 
 def too_few_families(n_families: int) -> bool:
-    """Whether `n_families` families resampled first (`family_count`) are 2 or 3: too few for a CI."""
+    """Whether a figure saved before 2026-12-04 resampled 2 or 3 families first (its `n_families`), which
+    then gave no CI; `family_count` never gives 2 or 3."""
     return 2 <= n_families < MIN_FAMILIES
 
 
 def resampled_units(n: int, families: Sequence[Hashable] | None = None) -> int:
-    """How many independent units `resamples` draws from n prompts: their families where there are two
-    or more, else the prompts. The expanded interval's n (`expanded_tail`, `expanded_p`)."""
+    """How many independent units `resamples` draws from n prompts: their families where there are
+    `MIN_FAMILIES` or more, else the prompts. The expanded interval's n (`expanded_tail`, `expanded_p`)."""
     return family_count(families) or n
 
 
@@ -156,11 +171,10 @@ def bootstrap(
     left out, with a warning saying how many; if every resample is, it raises, and where more than the
     interval's tail share are, the CI is NaN (the resamples left out could lie beyond either end: those
     kept would give a CI as narrow as the few prompts that define the value). One prompt (n = 1) has
-    no CI: NaN; nor have prompts of 2 or 3 families (`MIN_FAMILIES`)."""
+    no CI: NaN."""
     values = statistic(resamples(n, n_boot, seed, families))
     no_ci = ~torch.as_tensor(defined, device=values.device)[..., None]  # [..., 1]
     no_ci = no_ci | (n < 2)  # every resample is the one prompt: a CI of width 0 would claim certainty
-    no_ci = no_ci | too_few_families(family_count(families))  # their range: narrower than a 95% CI of so few
     undefined = ~torch.isfinite(values) & ~no_ci
     if undefined.all(-1).any():
         raise ValueError(
@@ -248,8 +262,9 @@ class FaithfulnessSummary:
     """A circuit's faithfulness on n prompts: the ratio of means with its 95% bootstrap CI, the
     per-prompt figures (`error`, `within`: see the module docstring), unitless; the ratio's
     denominator, the model's own effect mean m(model) - m(ablated) with its CI, in the metric's units
-    (NaN in a summary saved before it was kept); and the families its CIs resample first (0: none, or
-    one; and in a summary saved before it was kept), of which 2 or 3 give no CI (`MIN_FAMILIES`)."""
+    (NaN in a summary saved before it was kept); and the families its CIs resample first (`family_count`:
+    0 for none or fewer than `MIN_FAMILIES`, and in a summary saved before it was kept; 2 or 3 only in
+    one saved before 2026-12-04, which has no CI)."""
 
     n_prompts: int
     ratio: float
@@ -262,7 +277,7 @@ class FaithfulnessSummary:
 
     @property
     def too_few_families(self) -> bool:
-        """Whether its CIs resample 2 or 3 families: too few for a CI (`MIN_FAMILIES`), so no verdict."""
+        """Whether it was saved resampling 2 or 3 families first, with no CI (`too_few_families`)."""
         return too_few_families(self.n_families)
 
     @property
