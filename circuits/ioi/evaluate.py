@@ -37,7 +37,7 @@ from circuits.finding import Finding
 from circuits.ioi.evidence import direct_logit_attributions
 from circuits.ioi.patching import MeanAblation
 from circuits.ioi.results import CLASS_WRITES, Evaluation, Validation
-from interp.interventions.stats import bootstrap, faithfulness_ratio, family_count
+from interp.interventions.stats import bootstrap, faithfulness_ratio
 from interp.tasks.ioi_prompts import IOIPrompts
 from interp.types import Head, Progress, head_label
 
@@ -235,7 +235,7 @@ def _heldout_faithfulness(
         "faithfulness": math.nan if summary is None else summary.ratio,
         "recovered": in_circuit.mean().item() / clean.mean().item(),
         "recovered_ci": (float(low), float(high)),
-        "n_templates": family_count(templates),
+        "n_templates": len(set(templates)),
         "faithfulness_summary": summary,
         "faithfulness_strata": strata,
     }

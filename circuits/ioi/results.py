@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness
+from circuits.evidence import EFFECT_SIGN, ClassVerdict, StratumFaithfulness, held_out_unit
 from circuits.finding import ClassView, Extras, Finding
 from circuits.sections import Section, Table, ci_text, layer_head_map, percent_ci, signed
-from interp.interventions.stats import FaithfulnessSummary, too_few_families
+from interp.interventions.stats import MIN_FAMILIES, FaithfulnessSummary, too_few_families
 from interp.types import Head, head_label
 from interp.viz import attention_patterns_html
 
@@ -111,8 +111,8 @@ class HeldOut:
     logit_diff: float  # unablated
     faithfulness: float  # as Evaluation.faithfulness, on the held-out prompts (NaN: undefined there)
     recovered: float  # F(circuit) / F(model) on the held-out prompts
-    recovered_ci: tuple[float, float]  # 95% bootstrap over templates, then prompts (`family_count`)
-    n_templates: int = 0  # the templates it resamples first (`family_count`; 0 also: saved before it was)
+    recovered_ci: tuple[float, float]  # 95% bootstrap over templates, then prompts (2 or 3: within each)
+    n_templates: int = 0  # the held-out templates (0: saved before it was kept)
 
     def recovered_ci_text(self, digits: int, brackets: bool = False) -> str:
         """The recovered fraction's CI as a clause: "(95% CI 40% to 77%)" (or "[40%, 77%]"), or why it has
@@ -320,8 +320,8 @@ class IOIFigures(Extras):
         lines = [f"IOI circuit of {finding.model}: {len(self.heads)} heads in {n_classes} classes"]
         if v is not None:
             lines[0] += (
-                f"; on {v.n_prompts} held-out prompts it recovers {v.recovered:.0%} of the logit diff "
-                f"{v.recovered_ci_text(0)}."
+                f"; on {v.n_prompts} held-out prompts{self._few_templates(finding)} it recovers "
+                f"{v.recovered:.0%} of the logit diff {v.recovered_ci_text(0)}."
             )
             for verdict, words in VERDICT_WORDS.items():
                 named = [
@@ -353,6 +353,8 @@ class IOIFigures(Extras):
         heldout = [] if v is None else [
             f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
             f"{v.recovered:.1%} {v.recovered_ci_text(1, brackets=True)}, faithfulness {v.faithfulness:.1%}"
+            + ("; CIs over the prompts within each held-out template: the verdicts are about these "
+               "templates' prompts, not new templates" if self._few_templates(finding) else "")
         ]  # fmt: skip
         return [
             f"chosen on {s.n_prompts} discovery prompts (seed {s.seed}; path-patching effects on the first "
@@ -364,6 +366,16 @@ class IOIFigures(Extras):
             f"effects: {EFFECT_SIGN} (path patching: the run with the head's path patched from "
             f"{s.corrupted}; relative to the clean logit diff, in %)",
         ]
+
+    def _few_templates(self, finding: Finding) -> str:
+        """ " of the 2 held-out templates (T3, T4)" where 1 to 3 templates tested and the CIs resampled
+        their prompts within each (`held_out_unit`), else "" (4 or more; or a file saved before the
+        templates were counted, or before 2026-12-04, whose CI over 2 or 3 templates is none)."""
+        v = self.heldout
+        if v is None or not 0 < v.n_templates < MIN_FAMILIES or math.isnan(v.recovered_ci[0]):
+            return ""
+        templates = finding.tested["templates"]
+        return " of " + held_out_unit(templates, "template", "templates").removeprefix("prompts of ")
 
     def class_view(self, finding: Finding, wide: bool) -> ClassView:
         """IOI's columns (narrower: the writes only), its legend, and an example prompt of each template
