@@ -184,7 +184,7 @@ def test_ioi_report_states_one_unit_per_figure_and_robust_z_as_a_number(tmp_path
 
 SAVED_REPORTS = {  # kind -> a saved result, and words its first lines must hold (the finding)
     "heads": ("docs/results/data/heads-toy-induction.json", "confirmed by ablation beyond random heads"),
-    "ioi": ("docs/results/data/ioi-toy-ioi.json", "held-out prompts it recovers"),
+    "ioi": ("docs/results/data/ioi-toy-ioi.json", "it recovers"),
     "circuit": ("tests/data/circuit-saved-before-held-out.json", "faithfulness"),
     "patch": ("tests/data/patch-result-1.json", "strongest"),
 }

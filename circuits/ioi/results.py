@@ -320,7 +320,7 @@ class IOIFigures(Extras):
         lines = [f"IOI circuit of {finding.model}: {len(self.heads)} heads in {n_classes} classes"]
         if v is not None:
             lines[0] += (
-                f"; on {v.n_prompts} held-out prompts{self._few_templates(finding)} it recovers "
+                f"; on {v.n_prompts} held-out prompts{self.held_out_scope(finding)} it recovers "
                 f"{v.recovered:.0%} of the logit diff {v.recovered_ci_text(0)}."
             )
             for verdict, words in VERDICT_WORDS.items():
@@ -354,7 +354,7 @@ class IOIFigures(Extras):
             f"held out: {v.n_prompts} prompts from {v.prompts}: logit diff {v.logit_diff:.3f}, recovered "
             f"{v.recovered:.1%} {v.recovered_ci_text(1, brackets=True)}, faithfulness {v.faithfulness:.1%}"
             + ("; CIs over the prompts within each held-out template: the verdicts are about these "
-               "templates' prompts, not new templates" if self._few_templates(finding) else "")
+               "templates' prompts, not new templates" if self.held_out_scope(finding) else "")
         ]  # fmt: skip
         return [
             f"chosen on {s.n_prompts} discovery prompts (seed {s.seed}; path-patching effects on the first "
@@ -367,7 +367,7 @@ class IOIFigures(Extras):
             f"{s.corrupted}; relative to the clean logit diff, in %)",
         ]
 
-    def _few_templates(self, finding: Finding) -> str:
+    def held_out_scope(self, finding: Finding) -> str:
         """ " of the 2 held-out templates (T3, T4)" where 1 to 3 templates tested and the CIs resampled
         their prompts within each (`held_out_unit`), else "" (4 or more; or a file saved before the
         templates were counted, or before 2026-12-04, whose CI over 2 or 3 templates is none)."""

@@ -376,7 +376,7 @@ def ioi_section(result: Any) -> list[str]:
         f"logit difference on the discovery prompts (faithfulness {evaluation.faithfulness:.0%}) and "
         f"{validation.recovered:.0%} ({recovered_interval(validation)}, faithfulness "
         f"{validation.faithfulness:.0%}) on "
-        f"{validation.n_prompts} held-out prompts: {validation.prompts}. "
+        f"{validation.n_prompts} held-out prompts{figures.held_out_scope(result)}: {validation.prompts}. "
         + completeness_sentence(figures)
         + " A class is *confirmed* when it beats as many random heads from the same layers on the "
         "held-out prompts pooled and in at least one name order and one held-out template, and in both "
