@@ -7,8 +7,7 @@ resampled with replacement (or, where they come in 4 or more families, the famil
 prompts within them; in 2 or 3, each family's prompts within it: `resamples`) and the statistic
 recomputed. The interval is the expanded percentile interval (`expanded_tail`), which a plain
 percentile interval undercovers at small n: 80% at n = 4 and 91% at n = 12 for a 95% CI of normal
-data. Faithfulness
-has one definition:
+data. Faithfulness has one definition:
 
   faithfulness = (m(circuit) - m(ablated)) / (m(model) - m(ablated)),  means over prompts
 
