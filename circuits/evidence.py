@@ -448,7 +448,7 @@ def held_out_unit(families: Iterable[str] | None, family: str = "family", plural
     the 2 held-out families (F, G)"; else "prompts". family, plural: what the analysis calls a family
     ("task", "tasks")."""
     distinct = sorted(set(families or ()))
-    if len(distinct) >= MIN_FAMILIES:
+    if family_count(distinct):  # resampled first
         return plural
     if len(distinct) > 1:
         return f"prompts of the {len(distinct)} held-out {plural} ({', '.join(distinct)})"
@@ -459,10 +459,10 @@ def resampled_words(families: Iterable[str] | None) -> str:
     """What a CI over prompts of `families` resamples (`interp.interventions.stats.resamples`), in
     words: "families, then prompts" (`MIN_FAMILIES` or more), "prompts within each family" (2 or 3),
     else "prompts"."""
-    distinct = len(set(families or ()))
-    if distinct >= MIN_FAMILIES:
+    distinct = sorted(set(families or ()))
+    if family_count(distinct):
         return "families, then prompts"
-    return "prompts within each family" if distinct > 1 else "prompts"
+    return "prompts within each family" if len(distinct) > 1 else "prompts"
 
 
 def held_out_note(
